@@ -1,0 +1,29 @@
+"""Exact resource accounting for a decoder-only Transformer LM (CS336 ch. 3 architecture).
+
+Pure Python: importing this package imports neither torch, pandas nor matplotlib.
+
+    >>> from accounting import analyze, get_preset
+    >>> a = analyze(get_preset("gpt2-xl"), seq=1024)
+    >>> a.matmul_flops()
+    4513336524800
+"""
+from accounting.analysis import Analysis, analyze
+from accounting.config import PRESETS, ModelConfig, config_from_json, default_d_ff, get_preset
+from accounting.errors import UsageError
+from accounting.units import FLOPS_PER_MAC
+
+
+def matmul_frame(*args, **kwargs):
+    """Per-record DataFrame for one workload (pandas imported on call); see frames.py."""
+    from accounting.frames import matmul_frame as f
+    return f(*args, **kwargs)
+
+
+def sweep(*args, **kwargs):
+    """Long-form DataFrame over configs × context lengths (pandas imported on call)."""
+    from accounting.frames import sweep as f
+    return f(*args, **kwargs)
+
+
+__all__ = ["Analysis", "analyze", "PRESETS", "ModelConfig", "config_from_json", "default_d_ff",
+           "get_preset", "UsageError", "FLOPS_PER_MAC", "matmul_frame", "sweep"]

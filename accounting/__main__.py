@@ -1,0 +1,5 @@
+import sys
+
+from accounting.cli import main
+
+sys.exit(main())

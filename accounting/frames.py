@@ -1,0 +1,65 @@
+"""pandas views for notebooks: the per-record ledger and a sweep over configs × lengths.
+
+pandas is imported here only, so `import accounting` stays light.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable
+from fractions import Fraction
+
+import pandas as pd
+
+from accounting import matmuls
+from accounting.analysis import analyze
+from accounting.config import ModelConfig, get_preset
+from accounting.export import ledger_rows
+
+
+def _config(c: ModelConfig | str) -> ModelConfig:
+    return get_preset(c) if isinstance(c, str) else c
+
+
+def matmul_frame(config: ModelConfig | str, seq: int | None = None, batch: int = 1,
+                 phase: str = "forward", include_non_matmul: bool = False) -> pd.DataFrame:
+    """One row per matmul (and, optionally, per non-matmul op) with exact integer FLOPs.
+
+    `share` is the row's fraction of the pass's matmul FLOPs (executed count), as a float;
+    the integer columns are exact (dtype object keeps Python ints past 2**63).
+    """
+    a = analyze(_config(config), seq, batch, phase)
+    rows = [r for r in ledger_rows(a) if include_non_matmul or r["kind"] == "matmul"]
+    df = pd.DataFrame(rows)
+    total = a.matmul_flops("executed")
+    df["share"] = [float(Fraction(f, total)) if k == "matmul" else float("nan")
+                   for f, k in zip(df["flops"], df["kind"])]
+    for col in ("flops_each", "flops", "useful_flops", "count"):
+        df[col] = df[col].astype(object)
+    return df
+
+
+def sweep(configs: Iterable[ModelConfig | str], seqs: Iterable[int], batch: int = 1,
+          phase: str = "forward") -> pd.DataFrame:
+    """Long form: one row per (model, seq, component) with executed and useful matmul FLOPs,
+    their shares of the pass total, and the parameter count. Plot-ready (`share` floats)."""
+    rows = []
+    for c in configs:
+        config = _config(c)
+        for seq in seqs:
+            a = analyze(config, seq, batch, phase)
+            flops = {k: a.component_flops(k) for k in (matmuls.EXECUTED, matmuls.USEFUL)}
+            shares = {k: a.component_shares(k) for k in flops}
+            for comp in matmuls.COMPONENTS:
+                rows.append({
+                    "model": config.name, "seq": seq, "batch": batch, "pass": phase,
+                    "component": comp, "flops": flops["executed"][comp],
+                    "share": float(shares["executed"][comp]),
+                    "useful_flops": flops["useful"][comp],
+                    "useful_share": float(shares["useful"][comp]),
+                    "total_flops": a.matmul_flops("executed"), "params": a.param_count,
+                    "d_model": config.d_model, "num_layers": config.num_layers,
+                })
+    df = pd.DataFrame(rows)
+    for col in ("flops", "useful_flops", "total_flops", "params"):
+        df[col] = df[col].astype(object)
+    df["component"] = pd.Categorical(df["component"], categories=list(matmuls.COMPONENTS), ordered=True)
+    return df

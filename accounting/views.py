@@ -1,0 +1,164 @@
+"""An Analysis as tables for people (terminal, Markdown). Formatting only, no new counts."""
+from __future__ import annotations
+
+from accounting import elementwise, matmuls
+from accounting.analysis import Analysis
+from collections import Counter
+from fractions import Fraction
+
+from accounting.symbols import Poly, monomial
+from accounting.table import Table
+from accounting.units import (BYTES_PER_ELEMENT, FLOPS_PER_MAC, decimal, gibibytes, gigabytes,
+                              grouped, percent, rounded_percents, si)
+
+COUNTING_NOTE = {
+    matmuls.EXECUTED: "executed: the attention core over the full T×T scores, as the model "
+                      "computes them before masking (what FLOP counters measure)",
+    matmuls.USEFUL: "useful: the attention core over only the T(T+1)/2 unmasked query-key "
+                    "pairs a causal kernel needs",
+}
+
+
+def _count(per_layer: bool, count: int) -> str:
+    return f"L = {count}" if per_layer else str(count)
+
+
+def model_table(a: Analysis) -> Table:
+    c = a.config
+    rows = (
+        ("model", c.name),
+        ("vocab_size V", grouped(c.vocab_size)),
+        ("context_length", grouped(c.context_length)),
+        ("num_layers L", str(c.num_layers)),
+        ("d_model", grouped(c.d_model)),
+        ("num_heads h", str(c.num_heads)),
+        ("d_k = d_model/h", str(c.d_k)),
+        ("d_ff", grouped(c.d_ff)),
+        ("rope_theta", f"{c.rope_theta:g}"),
+        ("analysed: T (tokens)", grouped(a.seq) + ("" if a.seq <= c.context_length else
+                                                   "  (beyond context_length: this architecture at T tokens)")),
+        ("analysed: B (batch)", grouped(a.batch)),
+        ("analysed: pass", a.phase),
+        ("attention-core count", COUNTING_NOTE[a.counting]),
+    )
+    return Table("Model and workload", ("setting", "value"), rows, align="ll")
+
+
+def params_table(a: Analysis) -> Table:
+    by = a.params_by_component()
+    total = a.param_count
+    terms: dict[str, Counter] = {c: Counter() for c in by}
+    for r in a.param_rows:  # equal shapes collapse: 4·L·d_model², not four terms
+        terms[r.record.component][tuple(sorted((("L",) if r.record.per_layer else ()) + r.record.shape))] += 1
+    rows = [(comp, " + ".join(monomial(k, f) for f, k in terms[comp].items()), grouped(n),
+             percent_of(n, total)) for comp, n in by.items()]
+    rows.append(("total", "", grouped(total), "100.00%"))
+    return Table("Parameters", ("component", "tensors", "parameters", "share"), tuple(rows),
+                 align="llrr")
+
+
+def percent_of(n: int, total: int) -> str:
+    return percent(Fraction(n, total)) if total else "-"
+
+
+def memory_table(a: Analysis) -> Table:
+    rows = []
+    for dtype, n_bytes in a.param_memory_bytes().items():
+        rows.append((dtype, str(BYTES_PER_ELEMENT[dtype]), grouped(n_bytes), gigabytes(n_bytes),
+                     gibibytes(n_bytes)))
+    return Table("Memory to hold the parameters", ("dtype", "bytes/param", "bytes", "GB (1e9)",
+                                                   "GiB (2^30)"), tuple(rows), align="lrrrr")
+
+
+def matmul_table(a: Analysis) -> Table:
+    train = a.phase == "train"
+    cols = ("matmul", "component") + (("pass",) if train else ()) + (
+        "count", "shapes", "FLOPs each", "FLOPs (all)", "useful FLOPs (all)")
+    rows = []
+    for r in a.matmul_rows:
+        m = r.record
+        rows.append((m.name, m.component) + ((m.phase,) if train else ()) + (
+            _count(m.per_layer, r.count), m.shapes, m.formula(),
+            grouped(r.flops), grouped(r.useful_flops)))
+    rows.append(("total", "") + (("",) if train else ()) + ("", "", "",
+                grouped(a.matmul_flops("executed")), grouped(a.matmul_flops("useful"))))
+    return Table(f"Matmuls ({a.phase} pass)", cols, tuple(rows),
+                 align="ll" + ("l" if train else "") + "rllrr",
+                 notes=(f"FLOPs = {FLOPS_PER_MAC}·m·n·p for A (m×n) @ B (n×p), batch dims included "
+                        "(the 2mnp rule: one multiply and one add per term). "
+                        "Shapes in matmul orientation; a weight W (out×in) appears as Wᵀ.",
+                        "useful FLOPs count only the T(T+1)/2 causal query-key pairs "
+                        "(P = T·(T+1)/2) in the attention core; elsewhere equal to FLOPs."))
+
+
+def component_table(a: Analysis) -> Table:
+    ex, us = a.component_flops("executed"), a.component_flops("useful")
+    ex_pct = rounded_percents(list(a.component_shares("executed").values()))
+    us_pct = rounded_percents(list(a.component_shares("useful").values()))
+    rows = [(c, grouped(ex[c]), si(ex[c], "FLOPs"), ex_pct[i], grouped(us[c]), us_pct[i])
+            for i, c in enumerate(matmuls.COMPONENTS)]
+    total_ex, total_us = sum(ex.values()), sum(us.values())
+    rows.append(("total", grouped(total_ex), si(total_ex, "FLOPs"), "100.00%", grouped(total_us), "100.00%"))
+    dominant = max(matmuls.COMPONENTS, key=lambda c: (ex if a.counting == "executed" else us)[c])
+    return Table(f"Matmul FLOPs by component ({a.phase} pass)",
+                 ("component", "FLOPs (executed)", "", "share", "useful FLOPs", "useful share"),
+                 tuple(rows), align="lrrrrr",
+                 notes=(f"Largest share ({a.counting}): {dominant}. Shares are exact fractions "
+                        "rounded so that each column adds to 100.00%.",))
+
+
+def elementwise_table(a: Analysis) -> Table:
+    if not a.elementwise_rows:
+        return Table("Non-matmul FLOPs", notes=("Not counted for a backward-only pass.",))
+    rows = []
+    for r in a.elementwise_rows:
+        e = r.record
+        rows.append((e.component, e.name, e.op, e.module,
+                     _count(e.per_layer, r.count), e.formula(), grouped(r.flops)))
+    rows.append(("total", "", "", "", "", "", grouped(a.elementwise_flops)))
+    notes = [f"Convention: {elementwise.CONVENTION}."]
+    if a.phase == "train":
+        notes.append("Forward pass only: the backward pass's non-matmul FLOPs are not counted.")
+    return Table("Non-matmul FLOPs (forward pass)",
+                 ("component", "operation", "op", "where", "count", "FLOPs each", "FLOPs (all)"),
+                 tuple(rows), align="llllrlr", notes=tuple(notes))
+
+
+def totals_table(a: Analysis) -> Table:
+    mm = a.matmul_flops()
+    rows = [("matmul FLOPs", grouped(mm), si(mm, "FLOPs"))]
+    if a.phase == "forward":
+        ew = a.elementwise_flops
+        rows += [("non-matmul FLOPs", grouped(ew), si(ew, "FLOPs")),
+                 ("all FLOPs", grouped(mm + ew), si(mm + ew, "FLOPs"))]
+        notes = (f"Non-matmul FLOPs are {percent_of(ew, mm + ew)} of all FLOPs.",)
+    else:
+        notes = ("All-FLOPs total given for the forward pass only (backward non-matmul "
+                 "FLOPs are not counted).",)
+    return Table(f"Totals ({a.phase} pass, {a.counting} attention count)", ("", "exact", ""),
+                 tuple(rows), align="lrr", notes=notes)
+
+
+def closed_form_table(a: Analysis) -> Table:
+    c = a.config
+    mm = a.matmul_polynomial()
+    lines = [f"Matmul FLOPs ({a.phase}, {a.counting} attention count): {mm}"]
+    if a.phase == "forward":
+        lines.append(f"Non-matmul FLOPs (forward): {a.elementwise_polynomial()}")
+    ratio = a.ratio_to_context_length()
+    lines.append(f"At T = {grouped(a.seq)} vs T = context_length = {grouped(c.context_length)} "
+                 f"(B = {a.batch}): {decimal(ratio, 3)}× the matmul FLOPs "
+                 f"({grouped(mm.evaluate(a.batch, a.seq))} / "
+                 f"{grouped(mm.evaluate(a.batch, c.context_length))}).")
+    for counting in ("executed", "useful"):
+        x = a.crossover(counting)
+        eq = grouped(x.equal_at.numerator) if x.equal_at.denominator == 1 else decimal(x.equal_at, 2)
+        lines.append(f"Attention core overtakes feed-forward ({counting} count, forward): "
+                     f"equal at T = {eq}, larger from T = {grouped(x.first_seq)}"
+                     + (" (this run is past it)." if a.seq >= x.first_seq else "."))
+    return Table("Closed forms", notes=tuple(lines))
+
+
+def tables(a: Analysis) -> list[Table]:
+    return [model_table(a), params_table(a), memory_table(a), matmul_table(a),
+            component_table(a), elementwise_table(a), totals_table(a), closed_form_table(a)]

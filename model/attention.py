@@ -1,0 +1,87 @@
+"""Softmax, scaled dot-product attention and causal multi-head self-attention (sections 3.5.4-3.5.5)."""
+
+import math
+
+import torch
+from einops import einsum, rearrange
+from torch import nn
+
+from .layers import Linear, RotaryPositionalEmbedding, check_positive_int
+
+
+def softmax(x: torch.Tensor, dim: int) -> torch.Tensor:
+    """exp(x_i) / sum_j exp(x_j) along `dim` (eq. 10).
+
+    Subtracting the max first changes nothing mathematically but keeps exp() <= 1,
+    so large inputs cannot overflow to inf/inf = NaN.
+    """
+    x_max = x.amax(dim=dim, keepdim=True)
+    e = torch.exp(x - x_max)
+    return e / e.sum(dim=dim, keepdim=True)
+
+
+def scaled_dot_product_attention(
+    Q: torch.Tensor,  # (... queries d_k)
+    K: torch.Tensor,  # (... keys d_k)
+    V: torch.Tensor,  # (... keys d_v)
+    mask: torch.Tensor | None = None,  # (queries keys) bool, True = may attend
+) -> torch.Tensor:  # (... queries d_v)
+    """softmax(Q K^T / sqrt(d_k)) V (eq. 11); masked-out scores become -inf before softmax."""
+    d_k = Q.shape[-1]
+    scores = einsum(Q, K, "... queries d_k, ... keys d_k -> ... queries keys") / math.sqrt(d_k)
+    if mask is not None:
+        scores = torch.where(mask, scores, float("-inf"))
+    weights = softmax(scores, dim=-1)
+    return einsum(weights, V, "... queries keys, ... keys d_v -> ... queries d_v")
+
+
+class CausalMultiHeadSelfAttention(nn.Module):
+    """W_O MultiHead(W_Q x, W_K x, W_V x) with a causal mask (eq. 14).
+
+    Heads are slices of one d_model-wide projection, so Q, K and V take three
+    matmuls in total; heads then act as a batch dimension.
+    """
+
+    def __init__(self, d_model, num_heads, max_seq_len=None, theta=None, device=None, dtype=None):
+        super().__init__()
+        check_positive_int("d_model", d_model)
+        check_positive_int("num_heads", num_heads)
+        if d_model % num_heads:
+            raise ValueError(f"d_model={d_model} is not divisible by num_heads={num_heads}")
+        self.d_model, self.num_heads = d_model, num_heads
+        self.d_k = d_model // num_heads  # d_v = d_k as in Vaswani et al.
+        self.q_proj = Linear(d_model, d_model, device=device, dtype=dtype)
+        self.k_proj = Linear(d_model, d_model, device=device, dtype=dtype)
+        self.v_proj = Linear(d_model, d_model, device=device, dtype=dtype)
+        self.output_proj = Linear(d_model, d_model, device=device, dtype=dtype)
+        if theta is not None:
+            if max_seq_len is None:
+                raise ValueError("max_seq_len is required when theta is given (RoPE needs its tables)")
+            self.rope = RotaryPositionalEmbedding(theta, self.d_k, max_seq_len, device=device)
+        else:
+            self.rope = None
+
+    def forward(self, x: torch.Tensor, token_positions: torch.Tensor | None = None) -> torch.Tensor:
+        # x: (... seq d_model) -> (... seq d_model)
+        seq = x.shape[-2]
+        q = rearrange(self.q_proj(x), "... seq (heads d_k) -> ... heads seq d_k", heads=self.num_heads)
+        k = rearrange(self.k_proj(x), "... seq (heads d_k) -> ... heads seq d_k", heads=self.num_heads)
+        v = rearrange(self.v_proj(x), "... seq (heads d_v) -> ... heads seq d_v", heads=self.num_heads)
+
+        if self.rope is not None:  # rotate Q and K, never V
+            if token_positions is None:
+                if seq > self.rope.max_seq_len:
+                    raise ValueError(f"sequence length {seq} exceeds max_seq_len {self.rope.max_seq_len}")
+                positions = torch.arange(seq, device=x.device)
+                rotate = self.rope.rotate  # 0..seq-1 is in range by the check above
+            else:
+                positions = token_positions
+                rotate = self.rope  # user positions: range-checked
+            # (seq) or (batch seq) -> add a heads axis so every head gets the same rotation
+            positions = positions[..., None, :]
+            q, k = rotate(q, positions), rotate(k, positions)
+
+        # query i may attend key j iff j <= i
+        causal = torch.ones(seq, seq, dtype=torch.bool, device=x.device).tril()
+        out = scaled_dot_product_attention(q, k, v, mask=causal)  # (... heads seq d_v)
+        return self.output_proj(rearrange(out, "... heads seq d_v -> ... seq (heads d_v)"))

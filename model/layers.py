@@ -1,0 +1,168 @@
+"""Building blocks of the Transformer LM (CS336 assignment 1, sections 3.4-3.5).
+
+Shape names used throughout: batch seq d_model d_ff vocab heads d_k.
+Comments like `# x: (... d_in)` are jaxtyping-style shape annotations.
+"""
+
+import math
+import numbers
+
+import torch
+from einops import einsum, rearrange
+from torch import nn
+
+
+def check_positive_int(name: str, value) -> None:
+    """Raise a ValueError unless `value` is a positive integer (bool is not one)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
+def check_positive_number(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0:
+        raise ValueError(f"{name} must be a positive number, got {value!r}")
+
+
+class Linear(nn.Module):
+    """y = W x without bias; W is stored as (d_out, d_in) for row-major memory."""
+
+    def __init__(self, in_features, out_features, device=None, dtype=None):
+        super().__init__()
+        check_positive_int("in_features", in_features)
+        check_positive_int("out_features", out_features)
+        self.in_features, self.out_features = in_features, out_features
+        self.weight = nn.Parameter(torch.empty(out_features, in_features, device=device, dtype=dtype))
+        # N(0, 2/(d_in + d_out)) truncated at +-3 sigma (section 3.4.1)
+        std = math.sqrt(2.0 / (in_features + out_features))
+        nn.init.trunc_normal_(self.weight, mean=0.0, std=std, a=-3 * std, b=3 * std)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # x: (... d_in) -> (... d_out)
+        return einsum(x, self.weight, "... d_in, d_out d_in -> ... d_out")
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}"
+
+
+class Embedding(nn.Module):
+    """Lookup table (vocab, d_model); d_model last so a row is one token's vector."""
+
+    def __init__(self, num_embeddings, embedding_dim, device=None, dtype=None):
+        super().__init__()
+        check_positive_int("num_embeddings", num_embeddings)
+        check_positive_int("embedding_dim", embedding_dim)
+        self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
+        self.weight = nn.Parameter(torch.empty(num_embeddings, embedding_dim, device=device, dtype=dtype))
+        nn.init.trunc_normal_(self.weight, mean=0.0, std=1.0, a=-3.0, b=3.0)
+
+    def forward(self, token_ids: torch.Tensor) -> torch.Tensor:
+        # token_ids: (...) int -> (... d_model)
+        return self.weight[token_ids]
+
+    def extra_repr(self) -> str:
+        return f"num_embeddings={self.num_embeddings}, embedding_dim={self.embedding_dim}"
+
+
+class RMSNorm(nn.Module):
+    """a_i / RMS(a) * g_i, computed in float32 so squaring cannot overflow (eq. 4)."""
+
+    def __init__(self, d_model, eps=1e-5, device=None, dtype=None):
+        super().__init__()
+        check_positive_int("d_model", d_model)
+        if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or eps < 0:
+            raise ValueError(f"eps must be a non-negative number, got {eps!r}")
+        self.d_model, self.eps = d_model, eps
+        self.weight = nn.Parameter(torch.ones(d_model, device=device, dtype=dtype))  # the gain g
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # x: (... d_model) -> (... d_model), same dtype as x.
+        # This exact op sequence is what the analytic FLOP counter assumes.
+        in_dtype = x.dtype
+        x = x.to(torch.float32)
+        rms = torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True) + self.eps)
+        result = x / rms * self.weight
+        return result.to(in_dtype)
+
+    def extra_repr(self) -> str:
+        return f"{self.d_model}, eps={self.eps}"
+
+
+def silu(x: torch.Tensor) -> torch.Tensor:
+    """SiLU(x) = x * sigmoid(x) (eq. 5)."""
+    return x * torch.sigmoid(x)
+
+
+def default_d_ff(d_model: int) -> int:
+    """8/3 * d_model rounded up to a multiple of 64, in integer arithmetic (no float rounding)."""
+    check_positive_int("d_model", d_model)
+    return -(-8 * d_model // (3 * 64)) * 64
+
+
+class SwiGLU(nn.Module):
+    """FFN(x) = W2 (SiLU(W1 x) * W3 x) (eq. 7)."""
+
+    def __init__(self, d_model, d_ff=None, device=None, dtype=None):
+        super().__init__()
+        check_positive_int("d_model", d_model)
+        if d_ff is None:
+            d_ff = default_d_ff(d_model)
+        check_positive_int("d_ff", d_ff)
+        self.d_model, self.d_ff = d_model, d_ff
+        self.w1 = Linear(d_model, d_ff, device=device, dtype=dtype)
+        self.w2 = Linear(d_ff, d_model, device=device, dtype=dtype)
+        self.w3 = Linear(d_model, d_ff, device=device, dtype=dtype)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # x: (... d_model) -> (... d_model); the gate lives in (... d_ff)
+        return self.w2(silu(self.w1(x)) * self.w3(x))
+
+
+class RotaryPositionalEmbedding(nn.Module):
+    """RoPE: rotate pairs (x[2k], x[2k+1]) at position i by i / theta^(2k/d_k) (eqs. 8-9).
+
+    Only the cos/sin tables are stored, never the d_k x d_k block-diagonal matrix.
+    They are non-persistent buffers: fixed, not learned, and kept out of state_dict.
+    """
+
+    def __init__(self, theta, d_k, max_seq_len, device=None):
+        super().__init__()
+        check_positive_number("theta", theta)
+        check_positive_int("d_k", d_k)
+        check_positive_int("max_seq_len", max_seq_len)
+        if d_k % 2:
+            raise ValueError(f"RoPE rotates pairs of dimensions, so d_k must be even, got d_k={d_k}")
+        self.theta, self.d_k, self.max_seq_len = theta, d_k, max_seq_len
+        # Angles in float64: i * freq at i ~ 1e4 would be off by ~1e-3 rad in float32.
+        k = torch.arange(d_k // 2, device=device, dtype=torch.float64)
+        inv_freq = 1.0 / theta ** (2 * k / d_k)  # (half)
+        i = torch.arange(max_seq_len, device=device, dtype=torch.float64)  # (seq)
+        angles = einsum(i, inv_freq, "seq, half -> seq half")
+        self.register_buffer("cos", angles.cos().to(torch.float32), persistent=False)
+        self.register_buffer("sin", angles.sin().to(torch.float32), persistent=False)
+
+    def forward(self, x: torch.Tensor, token_positions: torch.Tensor) -> torch.Tensor:
+        # x: (... seq d_k); token_positions: (... seq), broadcastable to x's leading dims.
+        # Reading values needs real data: skip the check on the meta device.
+        if not token_positions.is_meta and token_positions.numel() > 0:
+            lo, hi = int(token_positions.min()), int(token_positions.max())
+            if lo < 0 or hi >= self.max_seq_len:
+                raise ValueError(
+                    f"token positions must lie in [0, max_seq_len={self.max_seq_len}), "
+                    f"got positions from {lo} to {hi}"
+                )
+        return self.rotate(x, token_positions)
+
+    def rotate(self, x: torch.Tensor, token_positions: torch.Tensor) -> torch.Tensor:
+        """forward() without the range check, for positions the caller knows are in range."""
+        cos = self.cos[token_positions].to(x.dtype)  # (... seq half)
+        sin = self.sin[token_positions].to(x.dtype)
+        pairs = rearrange(x, "... seq (half two) -> ... seq half two", two=2)
+        x_even, x_odd = pairs[..., 0], pairs[..., 1]
+        # [[cos, -sin], [sin, cos]] applied to (x_even, x_odd)
+        out_even = x_even * cos - x_odd * sin
+        out_odd = x_even * sin + x_odd * cos
+        out = torch.stack((out_even, out_odd), dim=-1)
+        return rearrange(out, "... seq half two -> ... seq (half two)")
+
+    def extra_repr(self) -> str:
+        return f"theta={self.theta}, d_k={self.d_k}, max_seq_len={self.max_seq_len}"
