@@ -1,0 +1,50 @@
+"""Wall time of the analytic CLI (`python -m accounting MODEL --no-verify`), median of N runs.
+
+The goal (issue 3): well under half a second on a 2-core machine. Each run is a fresh
+interpreter, as a user's shell would start it, so interpreter start-up is included.
+
+    python benchmarks/bench_cli.py [--runs 15]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+CASES = (
+    ("gpt2-small", "--ctx", "1024"),
+    ("gpt2-xl", "--ctx", "16384"),
+    ("gpt2-xl", "--ctx", "16384", "--pass", "train", "--format", "json"),
+    ("gpt2-xl", "--ctx", "10000000", "--batch", "10000"),
+)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--runs", type=int, default=15)
+    n = p.parse_args().runs
+    print(f"python -m accounting ... --no-verify: median of {n} runs, {os.cpu_count()} CPUs")
+    print(f"{'case':<60} {'median':>9} {'min':>9} {'max':>9}")
+    baseline = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "pass"], check=True)
+        baseline.append(time.perf_counter() - t0)
+    print(f"{'(bare interpreter start-up, for reference)':<60} {statistics.median(baseline):>8.3f}s "
+          f"{min(baseline):>8.3f}s {max(baseline):>8.3f}s")
+    for case in CASES:
+        times = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            subprocess.run([sys.executable, "-m", "accounting", *case, "--no-verify"], check=True,
+                           stdout=subprocess.DEVNULL)
+            times.append(time.perf_counter() - t0)
+        print(f"{' '.join(case):<60} {statistics.median(times):>8.3f}s {min(times):>8.3f}s "
+              f"{max(times):>8.3f}s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,133 @@
+"""The CLI as users call it: main(argv) -> int, output formats, one-line errors."""
+import csv
+import io
+import json
+import subprocess
+import sys
+
+import pytest
+
+from accounting.cli import main
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_text_report(capsys):
+    code, out, err = run(capsys, "gpt2-xl", "--no-verify")
+    assert code == 0 and err == ""
+    assert "4,513,336,524,800" in out  # hand-derived in test_analysis.py
+    assert "2,127,057,600" in out
+    for section in ("Parameters", "Matmuls (forward pass)", "Matmul FLOPs by component",
+                    "Non-matmul FLOPs", "Closed forms", "GiB", "GB"):
+        assert section in out
+
+
+def test_json_holds_exact_integers(capsys):
+    code, out, _ = run(capsys, "gpt2-xl", "--ctx", "16384", "--format", "json", "--no-verify")
+    data = json.loads(out)
+    assert code == 0
+    # hand value from test_analysis.test_gpt2_xl_16k_ratio
+    assert data["matmul_flops"]["executed"] == 149_522_795_724_800
+    assert isinstance(data["parameters"]["total"], int)
+    assert sum(r["flops"] for r in data["ledger"] if r["kind"] == "matmul") == 149_522_795_724_800
+
+
+def test_csv_ledger(capsys):
+    code, out, _ = run(capsys, "gpt2-small", "--format", "csv", "--no-verify", "--batch", "4")
+    rows = list(csv.DictReader(io.StringIO(out)))
+    matmul = [r for r in rows if r["kind"] == "matmul"]
+    assert len(matmul) == 10  # Q, K, V, QKᵀ, scores·V, O, W1, W3, W2, LM head
+    # 4 × small at T=1024: 12·(8·1024·768² + 4·1024²·768 + 6·1024·768·3072) + 2·1024·768·50257
+    per_seq = 12 * (8 * 1024 * 768**2 + 4 * 1024**2 * 768 + 6 * 1024 * 768 * 3072) + 2 * 1024 * 768 * 50257
+    assert sum(int(r["flops"]) for r in matmul) == 4 * per_seq
+
+
+def test_markdown_and_output_file(capsys, tmp_path):
+    target = tmp_path / "out.md"
+    code, out, _ = run(capsys, "gpt2-medium", "--format", "markdown", "--no-verify", "-o", str(target))
+    assert code == 0 and out == ""
+    text = target.read_text()
+    assert text.startswith("## Model and workload") and "| component |" in text
+    assert not [p for p in tmp_path.iterdir() if p.name != "out.md"]  # no temp file left
+
+
+def test_custom_config_from_flags_and_overrides(capsys):
+    code, out, _ = run(capsys, "--vocab-size", "1000", "--context-length", "128", "--num-layers",
+                       "2", "--d-model", "128", "--num-heads", "4", "--format", "json", "--no-verify")
+    data = json.loads(out)
+    assert code == 0 and data["config"]["d_ff"] == 384  # default 8/3·128 = 341.3 -> 384
+    code, out, _ = run(capsys, "gpt2-xl", "--num-layers", "2", "--format", "json", "--no-verify")
+    assert json.loads(out)["config"]["num_layers"] == 2
+
+
+def test_train_pass_and_useful_count(capsys):
+    code, out, _ = run(capsys, "gpt2-xl", "--pass", "train", "--count", "useful", "--format", "json",
+                       "--no-verify")
+    data = json.loads(out)
+    # train = forward + backward = 3× forward; useful attention core at T=1024:
+    # 48·2·1024·1025·1600 per the T(T+1)/2 rule, instead of 48·4·1024²·1600
+    fwd_useful = 4_513_336_524_800 - 48 * 4 * 1024**2 * 1600 + 48 * 2 * 1024 * 1025 * 1600
+    assert data["matmul_flops"]["useful"] == 3 * fwd_useful
+
+
+@pytest.mark.parametrize("argv,fragment", [
+    (["gpt2-xxl"], "closest presets: gpt2-xl"),
+    (["gpt2-xl", "--ctx", "0"], "positive integer"),
+    (["gpt2-xl", "--ctx", "-5"], "positive integer"),
+    (["gpt2-xl", "--ctx", "1.5"], "positive integer"),
+    (["gpt2-xl", "--batch", "abc"], "positive integer"),
+    (["gpt2-xl", "--num-heads", "7"], "not divisible"),
+    (["--vocab-size", "10", "--context-length", "8", "--num-layers", "1", "--d-model", "96",
+      "--num-heads", "32"], "odd"),
+    (["gpt2-xl", "--format", "xml"], "invalid choice"),
+    (["--config", "/nonexistent/cfg.json"], "does not exist"),
+    (["--d-model", "64"], "no model given"),
+    (["gpt2-xl", "--pass", "sideways"], "invalid choice"),
+    (["gpt2-xl", "--bogus"], "unrecognized"),
+])
+def test_bad_input_is_one_line_exit_2(capsys, argv, fragment):
+    code, out, err = run(capsys, *argv, "--no-verify")
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and err.startswith("accounting: error:")
+    assert fragment in err and "Traceback" not in err
+
+
+def test_malformed_config_file(capsys, tmp_path):
+    p = tmp_path / "cfg.json"
+    p.write_text('{"vocab_size": 10,')
+    code, _, err = run(capsys, "--config", str(p), "--no-verify")
+    assert code == 2 and "cfg.json" in err and "not valid JSON" in err
+
+
+def test_huge_values_exact(capsys):
+    code, out, _ = run(capsys, "gpt2-xl", "--ctx", "10000000", "--batch", "10000", "--format",
+                       "json", "--no-verify")
+    T, B = 10**7, 10**4
+    expected = 48 * (8 * B * T * 1600**2 + 4 * B * T * T * 1600 + 6 * B * T * 1600 * 6400) \
+        + 2 * B * T * 1600 * 50257
+    assert code == 0 and json.loads(out)["matmul_flops"]["executed"] == expected
+
+
+def test_help_exits_zero(capsys):
+    code, out, _ = run(capsys, "--help")
+    assert code == 0 and "--ctx" in out
+
+
+def test_import_is_light():
+    # `import accounting` must not pull torch, pandas or matplotlib (fresh interpreter).
+    code = ("import sys, accounting; "
+            "print(sorted(m for m in ('torch', 'pandas', 'matplotlib', 'numpy', 'fvcore') "
+            "if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_module_entry_point():
+    out = subprocess.run([sys.executable, "-m", "accounting", "gpt2-small", "--no-verify"],
+                         capture_output=True, text=True)
+    # 2·50257·768 + 12·(2·768 + 4·768² + 3·768·3072) + 768 = 190,460,160
+    assert out.returncode == 0 and "190,460,160" in out.stdout

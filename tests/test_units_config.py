@@ -1,0 +1,97 @@
+"""Units, formatting and config handling."""
+import json
+from fractions import Fraction
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from accounting import units
+from accounting.config import PRESETS, ModelConfig, config_from_json, default_d_ff, get_preset
+from accounting.errors import UsageError
+
+
+def test_decimal_rounds_exactly_half_even():
+    assert units.decimal(Fraction(2, 3), 3) == "0.667"
+    assert units.decimal(Fraction(5, 2), 0) == "2"  # half to even
+    assert units.decimal(Fraction(-1, 8), 2) == "-0.12"
+    # a value beyond float precision keeps its digits
+    assert units.decimal(10**30 + 1, 0) == "1000000000000000000000000000001"
+
+
+def test_si_and_bytes():
+    assert units.si(4_513_336_524_800, "FLOPs") == "4.513 TFLOPs"
+    assert units.gigabytes(8_508_230_400) == "8.51 GB"
+    assert units.gibibytes(8_508_230_400) == "7.92 GiB"  # 8,508,230,400 / 2^30 = 7.924
+
+
+@given(st.lists(st.integers(1, 10**6), min_size=1, max_size=12))
+def test_rounded_percents_add_to_100(weights):
+    total = sum(weights)
+    shown = units.rounded_percents([Fraction(w, total) for w in weights])
+    assert sum(Fraction(s.rstrip("%")) for s in shown) == 100
+    for s, w in zip(shown, weights):  # each within one display unit of the exact value
+        assert abs(Fraction(s.rstrip("%")) - Fraction(100 * w, total)) < Fraction(1, 100)
+
+
+def test_presets_match_gpt2_shapes():
+    # Radford et al. 2019, table 2: layers / d_model; heads from the released configs.
+    shapes = {"gpt2-small": (12, 768, 12), "gpt2-medium": (24, 1024, 16),
+              "gpt2-large": (36, 1280, 20), "gpt2-xl": (48, 1600, 25)}
+    for name, (L, d, h) in shapes.items():
+        c = PRESETS[name]
+        assert (c.num_layers, c.d_model, c.num_heads, c.d_ff, c.vocab_size, c.context_length) == \
+            (L, d, h, 4 * d, 50257, 1024)
+        assert c.d_k == 64
+
+
+def test_unknown_preset_suggests_near_names():
+    with pytest.raises(UsageError, match="gpt2-xl"):
+        get_preset("gpt2-xxl")
+
+
+def test_default_d_ff():
+    # 8/3·d rounded up to a multiple of 64: 768 -> 2048 exactly; 1024 -> 2730.67 -> 2752
+    assert default_d_ff(768) == 2048 and default_d_ff(1024) == 2752 and default_d_ff(1) == 64
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(d_model=100, num_heads=3), "not divisible"),
+    (dict(d_model=96, num_heads=32), "odd"),  # d_k = 3
+    (dict(d_model=0, num_heads=1), "positive"),
+    (dict(d_model=-64, num_heads=1), "positive"),
+    (dict(d_model=64.0, num_heads=1), "integer"),
+    (dict(d_model=True, num_heads=1), "integer"),
+])
+def test_bad_configs(kwargs, message):
+    base = dict(vocab_size=10, context_length=8, num_layers=1, d_ff=16)
+    with pytest.raises(UsageError, match=message):
+        ModelConfig(**base, **kwargs)
+
+
+def test_config_is_frozen():
+    with pytest.raises(AttributeError):
+        PRESETS["gpt2-xl"].d_model = 1
+
+
+def test_config_from_json(tmp_path):
+    p = tmp_path / "tiny.json"
+    p.write_text(json.dumps({"vocab_size": 100, "context_length": 64, "num_layers": 2,
+                             "d_model": 64, "num_heads": 4}))
+    c = config_from_json(p)
+    assert c.d_ff == 192 and c.name == "tiny"  # 8/3·64 = 170.7 -> 192
+
+
+@pytest.mark.parametrize("text,message", [
+    ("{", "not valid JSON"),
+    ("[1, 2]", "JSON object"),
+    ('{"vocab_size": 10}', "missing"),
+    ('{"vocab_size": 10, "context_length": 8, "num_layers": 1, "d_model": 64, "num_heads": 4, "dmodel": 3}', "unknown key"),
+    ('{"vocab_size": "10", "context_length": 8, "num_layers": 1, "d_model": 64, "num_heads": 4}', "vocab_size"),
+])
+def test_bad_config_files(tmp_path, text, message):
+    p = tmp_path / "bad.json"
+    p.write_text(text)
+    with pytest.raises(UsageError, match=message) as e:
+        config_from_json(p)
+    assert "bad.json" in str(e.value)
