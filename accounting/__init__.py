@@ -8,7 +8,13 @@ Pure Python: importing this package imports neither torch, pandas nor matplotlib
     4513336524800
 """
 from accounting.analysis import Analysis, analyze
-from accounting.config import PRESETS, ModelConfig, config_from_json, default_d_ff, get_preset
+from accounting.config import (
+    PRESETS,
+    ModelConfig,
+    config_from_json,
+    default_d_ff,
+    get_preset,
+)
 from accounting.errors import UsageError
 from accounting.units import FLOPS_PER_MAC
 

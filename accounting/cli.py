@@ -15,7 +15,14 @@ from importlib import import_module
 
 from accounting import export, render, views
 from accounting.analysis import analyze
-from accounting.args import Parser, add_model_args, add_output_args, config_from_args, emit, positive_int
+from accounting.args import (
+    Parser,
+    add_model_args,
+    add_output_args,
+    config_from_args,
+    emit,
+    positive_int,
+)
 from accounting.errors import UsageError
 from accounting.matmuls import EXECUTED, PHASES, USEFUL
 
@@ -47,6 +54,8 @@ def parser() -> Parser:
                    help="run the real model on the meta device under fvcore and FlopCounterMode "
                         "and compare (default: on when torch and fvcore are importable)")
     add_output_args(p)
+    p.add_argument("--brief", action="store_true",
+                   help="text/markdown: only the component breakdown, totals and closed forms")
     return p
 
 
@@ -75,7 +84,7 @@ def analyse_main(argv: list[str]) -> int:
     body = {"text": lambda t: render.text(t), "markdown": lambda t: render.markdown(t)}
     result = None
     if ns.format in body:
-        first = body[ns.format](views.tables(a))
+        first = body[ns.format](views.tables(a, brief=ns.brief))
         if stream:  # the analytic answer appears at once; the cross-check follows
             emit(first, None)
         if check is not None:

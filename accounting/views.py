@@ -1,15 +1,24 @@
 """An Analysis as tables for people (terminal, Markdown). Formatting only, no new counts."""
 from __future__ import annotations
 
-from accounting import elementwise, matmuls
-from accounting.analysis import Analysis
 from collections import Counter
 from fractions import Fraction
 
-from accounting.symbols import Poly, monomial
+from accounting import elementwise, matmuls
+from accounting.analysis import Analysis
+from accounting.symbols import monomial
 from accounting.table import Table
-from accounting.units import (BYTES_PER_ELEMENT, FLOPS_PER_MAC, decimal, gibibytes, gigabytes,
-                              grouped, percent, rounded_percents, si)
+from accounting.units import (
+    BYTES_PER_ELEMENT,
+    FLOPS_PER_MAC,
+    decimal,
+    gibibytes,
+    gigabytes,
+    grouped,
+    percent,
+    rounded_percents,
+    si,
+)
 
 COUNTING_NOTE = {
     matmuls.EXECUTED: "executed: the attention core over the full T×T scores, as the model "
@@ -36,7 +45,8 @@ def model_table(a: Analysis) -> Table:
         ("d_ff", grouped(c.d_ff)),
         ("rope_theta", f"{c.rope_theta:g}"),
         ("analysed: T (tokens)", grouped(a.seq) + ("" if a.seq <= c.context_length else
-                                                   "  (beyond context_length: this architecture at T tokens)")),
+                                                   "  (beyond context_length: this architecture "
+                                                   "at T tokens)")),
         ("analysed: B (batch)", grouped(a.batch)),
         ("analysed: pass", a.phase),
         ("attention-core count", COUNTING_NOTE[a.counting]),
@@ -135,7 +145,7 @@ def totals_table(a: Analysis) -> Table:
     else:
         notes = ("All-FLOPs total given for the forward pass only (backward non-matmul "
                  "FLOPs are not counted).",)
-    return Table(f"Totals ({a.phase} pass, {a.counting} attention count)", ("", "exact", ""),
+    return Table(f"Totals ({a.phase} pass, {a.counting} attention count)", ("", "FLOPs (exact)", "≈"),
                  tuple(rows), align="lrr", notes=notes)
 
 
@@ -159,6 +169,8 @@ def closed_form_table(a: Analysis) -> Table:
     return Table("Closed forms", notes=tuple(lines))
 
 
-def tables(a: Analysis) -> list[Table]:
+def tables(a: Analysis, brief: bool = False) -> list[Table]:
+    if brief:  # the answers without the ledgers
+        return [component_table(a), totals_table(a), closed_form_table(a)]
     return [model_table(a), params_table(a), memory_table(a), matmul_table(a),
             component_table(a), elementwise_table(a), totals_table(a), closed_form_table(a)]

@@ -1,0 +1,31 @@
+"""Colours and line styles shared by every figure and the notebook: defined once here.
+
+Component colours are from the Okabe-Ito palette (Okabe & Ito 2008, "Color Universal
+Design"), chosen to stay distinct under the common colour-vision deficiencies. Pure
+Python, so the notebook can import it without pulling in anything else.
+"""
+from __future__ import annotations
+
+from accounting import matmuls
+
+# One colour per matmul component, the same in every figure.
+COMPONENT_COLOURS: dict[str, str] = {
+    matmuls.ATTN_PROJ: "#0072B2",  # Okabe-Ito blue
+    matmuls.ATTN_CORE: "#D55E00",  # vermillion
+    matmuls.FFN: "#009E73",  # bluish green
+    matmuls.LM_HEAD: "#CC79A7",  # reddish purple
+}
+TOTAL_COLOUR = "#000000"  # the sum of the components, where drawn
+
+# Models are told apart by line style (colour stays the component's), smallest lightest
+# dash pattern to the largest solid line.
+MODEL_LINESTYLES: tuple[str, ...] = (":", "-.", "--", "-")
+MODEL_MARKERS: tuple[str, ...] = ("v", "s", "D", "o")
+
+
+def model_linestyle(index: int) -> str:
+    return MODEL_LINESTYLES[index % len(MODEL_LINESTYLES)]
+
+
+def model_marker(index: int) -> str:
+    return MODEL_MARKERS[index % len(MODEL_MARKERS)]
