@@ -7,7 +7,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from accounting import units
-from accounting.config import PRESETS, ModelConfig, config_from_json, default_d_ff, get_preset
+from accounting.config import (
+    PRESETS,
+    ModelConfig,
+    config_from_json,
+    default_d_ff,
+    get_preset,
+)
 from accounting.errors import UsageError
 
 
