@@ -1,0 +1,178 @@
+"""FLOPs of one training step (forward, backward, recomputation, the AdamW update) and the
+time to train at a given utilization of a peak. FLOP counts are exact ints; time is a
+Fraction of seconds, rounded only for display.
+
+Forward and backward matmul FLOPs come from the analytic ledger (accounting.analysis):
+its backward records are one gradient matmul per operand of each forward matmul, each the
+size of the forward one, so backward = 2 × forward exactly — the rule the course (after
+Kaplan et al. 2020 and Hoffmann et al. 2022) assumes, here derived. Non-matmul FLOPs
+(norms, softmax, SiLU, ...) are left out of the step total, as MFU accounting does; the
+forward pass's are reported beside it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+
+from accounting.analysis import analyze
+from accounting.config import ModelConfig
+from accounting.errors import UsageError
+from accounting.planning.expr import Expr
+from accounting.planning.memory import (
+    FULL_RECOMPUTE,
+    parameter_count,
+    tensor_count,
+    values,
+)
+
+PARAMETER, TENSOR = "parameter", "tensor"
+
+
+@dataclass(frozen=True)
+class AdamWOp:
+    """One tensor op of torch.optim.AdamW's update (torch/optim/adam.py, _single_tensor_adam
+    with decoupled weight decay; the foreach path runs the _foreach_ form of the same op)."""
+    name: str
+    op: str  # the aten op (in-place ops end in _)
+    flops_per_element: int
+    per: str  # PARAMETER: once per parameter element; TENSOR: once per parameter tensor
+    counted_as: str = ""
+
+
+ADAMW_OPS: tuple[AdamWOp, ...] = (
+    AdamWOp("step ← step + 1", "add_", 1, TENSOR, "a 1-element float32 tensor per parameter tensor"),
+    AdamWOp("weight decay: θ ← θ·(1 − lr·λ)", "mul_", 1, PARAMETER),
+    AdamWOp("m ← m + (1 − β₁)·(g − m)", "lerp_", 3, PARAMETER, "subtract, multiply, add"),
+    AdamWOp("v ← β₂·v", "mul_", 1, PARAMETER),
+    AdamWOp("v ← v + (1 − β₂)·g·g", "addcmul_", 3, PARAMETER, "g·g, ·(1 − β₂), add"),
+    AdamWOp("√v", "sqrt", 1, PARAMETER),
+    AdamWOp("√v / √(1 − β₂ᵗ)", "div", 1, PARAMETER),
+    AdamWOp("denominator + ε", "add_", 1, PARAMETER),
+    AdamWOp("θ ← θ − (lr / (1 − β₁ᵗ))·m / denominator", "addcdiv_", 3, PARAMETER,
+            "divide, multiply, add"),
+)
+
+ADAMW_CONVENTION = (
+    "AdamW update: the tensor ops of torch.optim.AdamW (single-tensor and foreach paths run "
+    "the same ops), 1 FLOP per element for each elementwise op and for sqrt, 3 for each fused "
+    "op (lerp_, addcmul_, addcdiv_); the bias corrections 1 − βᵗ are Python floats, computed "
+    "once per tensor, and not counted. That is 14 FLOPs per parameter, as the course's "
+    "Algorithm 1 written out op by op also gives (m: 3, v: 4, update: 5, weight decay: 2), "
+    "plus 1 per parameter tensor for its step counter"
+)
+
+
+def adamw_flops_expr() -> Expr:
+    """AdamW update FLOPs: 14·N + (parameter tensors)."""
+    per_param = sum(o.flops_per_element for o in ADAMW_OPS if o.per == PARAMETER)
+    per_tensor = sum(o.flops_per_element for o in ADAMW_OPS if o.per == TENSOR)
+    return parameter_count().scale(per_param) + tensor_count().scale(per_tensor)
+
+
+def adamw_formula() -> str:
+    """'14·N + (9·L + 3)': per-parameter and per-tensor FLOPs from ADAMW_OPS."""
+    per_param = sum(o.flops_per_element for o in ADAMW_OPS if o.per == PARAMETER)
+    per_tensor = sum(o.flops_per_element for o in ADAMW_OPS if o.per == TENSOR)
+    tensors = f"({tensor_count()})" if per_tensor == 1 else f"{per_tensor}·({tensor_count()})"
+    return f"{per_param}·N + {tensors}"
+
+
+def adamw_flops(config: ModelConfig) -> int:
+    return adamw_flops_expr().evaluate(values(config, 1, 1))
+
+
+@dataclass(frozen=True)
+class StepFlops:
+    config: ModelConfig
+    seq: int
+    batch: int
+    forward: int  # matmul FLOPs, executed count (full T×T attention, as the model runs it)
+    backward: int
+    recompute: int  # the blocks' forward again (0 without recomputation)
+    adamw: int
+    forward_non_matmul: int  # not in the total; reported for scale
+    forward_formula: str  # the forward matmul FLOPs as a polynomial in B and T
+    backward_formula: str
+
+    @property
+    def total(self) -> int:
+        return self.forward + self.backward + self.recompute + self.adamw
+
+    @property
+    def model_flops(self) -> int:
+        """Forward + backward + optimizer: what MFU counts (recomputation excluded)."""
+        return self.forward + self.backward + self.adamw
+
+
+def step_flops(config: ModelConfig, seq: int, batch: int, recompute: str = "none") -> StepFlops:
+    fwd = analyze(config, seq, batch, "forward")
+    bwd = analyze(config, seq, batch, "backward")
+    # Full recomputation reruns every block's forward; the LM head's input is kept.
+    again = sum(r.flops for r in fwd.matmul_rows if r.record.per_layer) \
+        if recompute == FULL_RECOMPUTE else 0
+    return StepFlops(config, seq, batch, fwd.matmul_flops(), bwd.matmul_flops(), again,
+                     adamw_flops(config), fwd.elementwise_flops, str(fwd.matmul_polynomial()),
+                     str(bwd.matmul_polynomial()))
+
+
+def exact(value, what: str) -> Fraction:
+    """A user number as an exact Fraction: a decimal string or float as written ("19.5" is
+    39/2, not the nearest binary double)."""
+    if isinstance(value, bool):
+        raise UsageError(f"{what} must be a number, got {value!r}")
+    if isinstance(value, (int, Fraction)):
+        return Fraction(value)
+    if isinstance(value, float):
+        return Fraction(repr(value))
+    try:
+        return Fraction(str(value).strip())
+    except (ValueError, ZeroDivisionError):
+        raise UsageError(f"{what} must be a number, got {value!r}") from None
+
+
+def check_mfu(mfu) -> Fraction:
+    u = exact(mfu, "--mfu")
+    if not 0 < u <= 1:
+        raise UsageError(f"--mfu must be in (0, 1] (a fraction of the peak, e.g. 0.5), got {mfu}")
+    return u
+
+
+@dataclass(frozen=True)
+class TrainingTime:
+    steps: int
+    tokens: int  # steps · B · T
+    requested_tokens: int | None  # when given as --tokens
+    flops_per_step: int
+    peak_flops: Fraction  # FLOP/s
+    mfu: Fraction
+
+    @property
+    def total_flops(self) -> int:
+        return self.steps * self.flops_per_step
+
+    @property
+    def seconds(self) -> Fraction:
+        return Fraction(self.total_flops) / (self.peak_flops * self.mfu)
+
+    @property
+    def seconds_per_step(self) -> Fraction:
+        return Fraction(self.flops_per_step) / (self.peak_flops * self.mfu)
+
+    @property
+    def days(self) -> Fraction:
+        return self.seconds / 86400
+
+
+def training_time(flops: StepFlops, peak_flops: Fraction, mfu, steps: int | None = None,
+                  tokens: int | None = None) -> TrainingTime:
+    """Time for `steps` steps, or for the whole steps that cover `tokens` tokens."""
+    if (steps is None) == (tokens is None):
+        raise UsageError("give exactly one of --steps and --tokens")
+    for flag, n in (("--steps", steps), ("--tokens", tokens)):
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n <= 0):
+            raise UsageError(f"{flag} must be a positive integer, got {n!r}")
+    per_step_tokens = flops.batch * flops.seq
+    if steps is None:
+        steps = -(-tokens // per_step_tokens)  # whole steps: ceil(tokens / (B·T))
+    return TrainingTime(steps, steps * per_step_tokens, tokens, flops.total,
+                        exact(peak_flops, "peak FLOP/s"), check_mfu(mfu))

@@ -1,0 +1,133 @@
+"""A Plan as machine-readable data: a JSON-able dict (exact ints; fractions as
+numerator/denominator with a float beside them) and CSV rows (section, item, formula,
+value, unit)."""
+from __future__ import annotations
+
+import csv
+import io
+from fractions import Fraction
+
+from accounting.planning import compute, memory
+from accounting.planning.inference import decode_flops_expr, kv_elements_per_token
+from accounting.planning.plan import Plan
+
+
+def _fraction(f: Fraction | None) -> dict | None:
+    if f is None:
+        return None
+    f = Fraction(f)
+    return {"numerator": f.numerator, "denominator": f.denominator, "approx": float(f)}
+
+
+def to_dict(p: Plan) -> dict:
+    c, tm, hw = p.config, p.memory, p.hardware
+    v = memory.values(c, p.seq, p.batch)
+    out = {
+        "config": {**c.model_kwargs(), "name": c.name, "d_k": c.d_k},
+        "workload": {"seq": p.seq, "batch": p.batch},
+        "assumptions": {
+            "precision": p.precision.name, "precision_convention": p.precision.assumptions,
+            "scope": p.scope, "scope_meaning": memory.SCOPES[p.scope],
+            "recompute": p.recompute, "recompute_meaning": memory.RECOMPUTE[p.recompute],
+            "mfu": _fraction(p.mfu), "margin": _fraction(p.margin),
+            "adamw_flops": compute.ADAMW_CONVENTION,
+        },
+        "hardware": None if hw is None else {
+            "name": hw.name, "source": hw.source, "memory_bytes": hw.memory_bytes,
+            "peak_flops_per_s": _fraction(hw.peak_flops), "bandwidth_bytes_per_s": _fraction(hw.bandwidth)},
+        "parameters": {"formula": str(memory.parameter_count()),
+                       "count": tm.parameters},
+        "training_memory": {
+            "items": [{"name": i.name, "formula": i.formula, "expression": i.expression,
+                       "bytes": i.bytes, "per_sequence": i.per_sequence, "fixed": i.fixed,
+                       "on_gpu": i.on_gpu, "note": i.note} for i in tm.items],
+            "total_bytes": tm.total,
+            "per_sequence_a": tm.per_sequence, "fixed_b": tm.fixed,
+            "total_polynomial": str(tm.model.total_expr().poly(v)),
+        },
+        "activations": [{"name": r.record.name, "shape": list(r.record.shape),
+                         "per_layer": r.record.per_layer, "copies": r.record.copies,
+                         "course_item": r.record.course or None,
+                         "saved_in": r.record.saved_in or None, "why": r.record.why,
+                         "in_scope": r.record.in_scope(p.scope), "elements": r.elements,
+                         "bytes": r.bytes} for r in tm.activation_rows],
+        "flops_per_step": {"forward": p.flops.forward, "backward": p.flops.backward,
+                           "recompute": p.flops.recompute, "adamw": p.flops.adamw,
+                           "total": p.flops.total, "forward_non_matmul_not_in_total":
+                               p.flops.forward_non_matmul,
+                           "adamw_formula": compute.adamw_formula()},
+        "adamw_ops": [{"name": o.name, "op": o.op, "flops_per_element": o.flops_per_element,
+                       "per": o.per} for o in compute.ADAMW_OPS],
+    }
+    if p.batch_fit is not None:
+        bf, cf, b = p.batch_fit, p.context_fit, p.batch_fit.budget
+        out["fit"] = {"capacity_bytes": b.capacity, "reserved_bytes": b.reserved,
+                      "usable_bytes": b.usable,
+                      "largest_batch": bf.largest, "bytes_at_largest_batch": bf.bytes_at_largest,
+                      "batch_1_shortfall_bytes": bf.shortfall,
+                      "longest_context": cf.longest, "bytes_at_longest_context": cf.bytes_at_longest,
+                      "context_1_shortfall_bytes": cf.shortfall}
+    if p.time is not None:
+        t = p.time
+        out["time_to_train"] = {"steps": t.steps, "tokens": t.tokens,
+                                "total_flops": t.total_flops, "seconds": _fraction(t.seconds),
+                                "days": _fraction(t.days)}
+    i, r = p.inference, p.inference.roofline
+    out["inference"] = {
+        "bytes_per_element": i.bytes_per_element,
+        "kv_cache_bytes_per_token": i.kv_bytes_per_token, "kv_cache_bytes": i.kv_bytes,
+        "kv_elements_per_token_formula": str(kv_elements_per_token()),
+        "prefill_flops": i.prefill_flops, "position": i.position,
+        "decode_flops": i.decode_flops, "decode_flops_formula": str(decode_flops_expr()),
+        "decode_weight_bytes_read": i.weight_bytes_read, "decode_kv_bytes_read": i.kv_bytes_read,
+        "roofline": {"compute_seconds": _fraction(r.compute_seconds),
+                     "memory_seconds": _fraction(r.memory_seconds), "bound": r.bound},
+    }
+    return out
+
+
+COLUMNS = ("section", "item", "formula", "value", "unit")
+
+
+def rows(p: Plan) -> list[dict]:
+    out = []
+
+    def add(section, item, formula, value, unit):
+        out.append({"section": section, "item": item, "formula": formula, "value": value, "unit": unit})
+    for i in p.memory.items:
+        add("training memory", i.name + ("" if i.on_gpu else " (CPU)"), i.formula, i.bytes, "bytes")
+    add("training memory", "total on the GPU", "a·B + b", p.memory.total, "bytes")
+    add("training memory", "a (per sequence)", "", p.memory.per_sequence, "bytes")
+    add("training memory", "b (fixed)", "", p.memory.fixed, "bytes")
+    for r in p.memory.activation_rows:
+        if r.record.in_scope(p.scope):
+            add("activations", r.record.name, "×".join(r.record.shape), r.bytes, "bytes")
+    if p.batch_fit is not None:
+        add("fit", "usable memory", "", p.batch_fit.budget.usable, "bytes")
+        add("fit", "largest batch", "floor((usable − b) / a)", p.batch_fit.largest, "sequences")
+        add("fit", "longest context", "binary search", p.context_fit.longest, "tokens")
+    f = p.flops
+    for name, value in (("forward", f.forward), ("backward", f.backward),
+                        ("recompute", f.recompute), ("adamw", f.adamw), ("total", f.total)):
+        add("flops per step", name, compute.adamw_formula() if name == "adamw" else "", value, "FLOPs")
+    if p.time is not None:
+        add("time to train", "steps", "", p.time.steps, "steps")
+        add("time to train", "seconds", "steps·FLOPs per step / (MFU·peak)", float(p.time.seconds), "s")
+        add("time to train", "days", "", float(p.time.days), "days")
+    i = p.inference
+    add("inference", "KV cache per token", str(kv_elements_per_token()), i.kv_bytes_per_token, "bytes")
+    add("inference", "KV cache", "B·T·per token", i.kv_bytes, "bytes")
+    add("inference", "prefill", "forward matmuls", i.prefill_flops, "FLOPs")
+    add("inference", f"decode at t = {i.position}", str(decode_flops_expr()), i.decode_flops, "FLOPs")
+    if i.roofline.seconds is not None:
+        add("inference", f"decode step ({i.roofline.bound}-bound)", "max(FLOPs/peak, bytes/bandwidth)",
+            float(i.roofline.seconds), "s")
+    return out
+
+
+def to_csv(p: Plan) -> str:
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\n")
+    w.writeheader()
+    w.writerows(rows(p))
+    return buf.getvalue()

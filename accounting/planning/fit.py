@@ -1,0 +1,96 @@
+"""What fits in a memory budget: the largest batch at a context length, and the longest
+context at a batch size. Exact integer arithmetic on the memory model's byte counts.
+
+Memory is a·B + b at a fixed T, so the largest batch is floor((usable − b) / a). In T it
+has T² terms (the attention scores), so the longest context is found by binary search on
+the exact integer total (it only grows with T).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+
+from accounting.errors import UsageError
+from accounting.planning.memory import MemoryModel
+
+
+@dataclass(frozen=True)
+class Budget:
+    capacity: int  # bytes of GPU memory
+    margin: Fraction  # share of the capacity reserved (CUDA context, fragmentation, temporaries)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.capacity, bool) or not isinstance(self.capacity, int) or self.capacity <= 0:
+            raise UsageError(f"GPU memory must be a positive number of bytes, got {self.capacity!r}")
+        if not 0 <= self.margin < 1:
+            raise UsageError(f"--margin must be in [0, 1) (a share of the memory), got {self.margin}")
+
+    @property
+    def reserved(self) -> int:
+        """Bytes held back: the margin's share of the capacity, rounded up to a byte."""
+        return -(-self.capacity * self.margin.numerator // self.margin.denominator)
+
+    @property
+    def usable(self) -> int:
+        return self.capacity - self.reserved
+
+
+@dataclass(frozen=True)
+class BatchFit:
+    seq: int
+    budget: Budget
+    per_sequence: int  # a
+    fixed: int  # b
+    largest: int  # 0: not even batch 1 fits
+
+    @property
+    def fits(self) -> bool:
+        return self.largest > 0
+
+    @property
+    def bytes_at_largest(self) -> int | None:
+        return self.per_sequence * self.largest + self.fixed if self.fits else None
+
+    @property
+    def shortfall(self) -> int:
+        """Bytes missing for batch 1 (0 when it fits)."""
+        return max(self.per_sequence + self.fixed - self.budget.usable, 0)
+
+
+def largest_batch(model: MemoryModel, seq: int, budget: Budget) -> BatchFit:
+    a, b = model.linear(seq)
+    room = budget.usable - b
+    return BatchFit(seq, budget, a, b, room // a if room >= a else 0)
+
+
+@dataclass(frozen=True)
+class ContextFit:
+    batch: int
+    budget: Budget
+    longest: int  # 0: not even T = 1 fits
+    bytes_at_longest: int | None
+    bytes_at_next: int  # at longest + 1: over the budget
+
+    @property
+    def fits(self) -> bool:
+        return self.longest > 0
+
+    @property
+    def shortfall(self) -> int:
+        return 0 if self.fits else self.bytes_at_next - self.budget.usable
+
+
+def longest_context(model: MemoryModel, batch: int, budget: Budget) -> ContextFit:
+    usable = budget.usable
+    if model.total(batch, 1) > usable:
+        return ContextFit(batch, budget, 0, None, model.total(batch, 1))
+    lo, hi = 1, 2  # total(lo) fits; find hi that does not
+    while model.total(batch, hi) <= usable:
+        lo, hi = hi, 2 * hi
+    while hi - lo > 1:  # invariant: lo fits, hi does not
+        mid = (lo + hi) // 2
+        if model.total(batch, mid) <= usable:
+            lo = mid
+        else:
+            hi = mid
+    return ContextFit(batch, budget, lo, model.total(batch, lo), model.total(batch, lo + 1))

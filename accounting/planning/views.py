@@ -1,0 +1,292 @@
+"""A Plan as tables for people (terminal, Markdown). Formatting only: every number comes
+from the Plan; rounding happens here, for display, in exact arithmetic."""
+from __future__ import annotations
+
+from fractions import Fraction
+
+from accounting.planning import compute, memory
+from accounting.planning.compute import ADAMW_CONVENTION, ADAMW_OPS
+from accounting.planning.inference import (
+    decode_flops_expr,
+    kv_elements_per_token,
+    weights_read_expr,
+)
+from accounting.planning.memory import COURSE, FULL_RECOMPUTE, MODEL, RECOMPUTE, SCOPES
+from accounting.planning.plan import Plan
+from accounting.table import Table
+from accounting.units import decimal, gibibytes, gigabytes, grouped, si
+
+TERA = 10**12
+
+
+def _bytes(n: int) -> tuple[str, str, str]:
+    return grouped(n), gigabytes(n), gibibytes(n)
+
+
+def _num(x: Fraction, places: int = 3) -> str:
+    """An exact user number as written when it is short, else rounded."""
+    s = decimal(x, places).rstrip("0").rstrip(".")
+    return s
+
+
+def _dec(x: Fraction, places: int) -> str:
+    """decimal() with thousands separators: 158005.69 -> '158,005.69'."""
+    s = decimal(x, places)
+    sign, s = ("-", s[1:]) if s.startswith("-") else ("", s)
+    whole, _, frac = s.partition(".")
+    return f"{sign}{int(whole):,}" + (f".{frac}" if frac else "")
+
+
+def _seconds(s: Fraction) -> str:
+    if s >= 86400:
+        return f"{_dec(s / 86400, 2)} days"
+    if s >= 3600:
+        return f"{_dec(s / 3600, 2)} h"
+    if s >= 1:
+        return f"{_dec(s, 3)} s"
+    if s >= Fraction(1, 1000):
+        return f"{decimal(s * 1000, 3)} ms"
+    return f"{decimal(s * 10**6, 3)} µs"
+
+
+def settings_table(p: Plan) -> Table:
+    c = p.config
+    hw = p.hardware
+    rows = [
+        ("model", f"{c.name}: V = {c.vocab_size:,}, context_length = {c.context_length:,}, "
+                  f"L = {c.num_layers}, d_model = {c.d_model:,}, h = {c.num_heads}, "
+                  f"d_k = {c.d_k}, d_ff = {c.d_ff:,}"),
+        ("workload", f"T = {p.seq:,} tokens per sequence, B = {p.batch:,} sequences per step"),
+        ("precision", f"{p.precision.name}: {p.precision.assumptions}"),
+        ("memory scope", f"{p.scope}: {SCOPES[p.scope]}"),
+        ("recomputation", f"{p.recompute}: {RECOMPUTE[p.recompute]}"),
+    ]
+    if hw is None:
+        rows.append(("hardware", "none given (--gpu NAME, or --gpu-mem/--gpu-flops/--gpu-bw): "
+                                 "no fit, time or roofline"))
+    else:
+        rows.append(("hardware", f"{hw.name} ({hw.source})"))
+        if hw.memory_bytes:
+            rows.append(("GPU memory", f"{hw.memory_bytes:,} bytes = {gigabytes(hw.memory_bytes)} "
+                                       f"= {gibibytes(hw.memory_bytes)}"))
+        if hw.peak_flops:
+            rows.append((f"peak ({p.precision.compute})", f"{_num(hw.peak_flops / TERA)} TFLOP/s"))
+        if hw.bandwidth:
+            rows.append(("memory bandwidth", f"{_num(hw.bandwidth / TERA)} TB/s"))
+    rows.append(("MFU", f"{_num(p.mfu, 4)} of the peak (for the time to train)"))
+    rows.append(("margin", f"{_num(p.margin, 4)} of the GPU memory reserved"))
+    return Table("Plan: model, workload and assumptions", ("setting", "value"), tuple(rows), align="ll")
+
+
+def memory_table(p: Plan) -> Table:
+    tm = p.memory
+    rows = []
+    for i in tm.items:
+        name = i.name if i.on_gpu else f"{i.name} [CPU: not in the total]"
+        rows.append((name, i.formula, *_bytes(i.bytes)))
+    rows.append(("total on the GPU", f"{grouped(tm.per_sequence)}·B + {grouped(tm.fixed)}",
+                 *_bytes(tm.total)))
+    v = memory.values(p.config, p.seq, p.batch)
+    n = memory.parameter_count()
+    notes = [f"N = {n} = {grouped(tm.parameters)} parameters."]
+    if p.precision.working_copy_bytes:
+        nm = memory.matmul_weight_count()
+        notes.append(f"N_matmul = {nm} = {grouped(tm.matmul_weights)} (the weights matmuls read: "
+                     f"not the embedding table, not the RMSNorm gains).")
+    if p.scope == MODEL:
+        notes.append(f"T_max = max(T, context_length) = {v['T_max']:,} (the RoPE table length the "
+                     f"model is built with).")
+    a, b = tm.per_sequence, tm.fixed
+    notes.append(f"Total at T = {p.seq:,} as a·batch_size + b: {grouped(a)}·batch_size + "
+                 f"{grouped(b)} bytes (a = {gigabytes(a)} = {gibibytes(a)} per sequence; "
+                 f"b = {gigabytes(b)} = {gibibytes(b)}).")
+    expr = p.memory.model.total_expr()
+    poly = expr.poly(v)
+    cond = " (for T ≤ context_length; T_max grows with T beyond it)" if p.scope == MODEL else ""
+    notes.append(f"Total bytes as a polynomial in B and T{cond}: {poly}.")
+    notes.append("Not counted: gradients of activations in flight during the backward pass and "
+                 "other temporaries (e.g. the logits' gradient, B·T·V elements; AdamW's √v "
+                 "temporary in the foreach path), the CUDA context and allocator fragmentation: "
+                 "reserve room for them with --margin. Gradients fill in while activations are "
+                 "freed, so their sum is an upper bound for these items' peak.")
+    return Table(f"Training memory with AdamW ({p.precision.name}, B = {p.batch:,}, T = {p.seq:,})",
+                 ("item", "bytes (formula)", "bytes", "GB (1e9)", "GiB (2^30)"), tuple(rows),
+                 align="llrrr", notes=tuple(notes))
+
+
+def activation_table(p: Plan) -> Table:
+    rows = []
+    for r in p.memory.activation_rows:
+        a = r.record
+        counted = "yes" if a.in_scope(p.scope) else "-"
+        rows.append((a.name, "×".join(a.shape) if a.shape else "scalar",
+                     ("L × " if a.per_layer else "") + (f"{a.copies}" if a.copies > 1 else "1"),
+                     a.course or "-", a.saved_in or "-", counted, grouped(r.bytes), a.why))
+    course, saved = p.memory.scope_bytes(COURSE), p.memory.scope_bytes(MODEL)
+    only_course = sum(r.bytes for r in p.memory.activation_rows if r.record.course and not r.record.saved)
+    only_saved = sum(r.bytes for r in p.memory.activation_rows if r.record.saved and not r.record.course)
+    notes = (
+        f"'counted' marks the rows of the {p.scope} scope. Bytes at B = {p.batch:,}, "
+        f"T = {p.seq:,}, all layers, {p.precision.name}"
+        + (" (without recomputation)." if p.recompute == FULL_RECOMPUTE else "."),
+        f"Course list: {grouped(course)} bytes; saved by autograd: {grouped(saved)} bytes "
+        f"(ratio {decimal(Fraction(saved, course), 3)}). The course counts "
+        f"{grouped(only_course)} bytes autograd does not keep (outputs that no backward "
+        f"formula needs) and misses {grouped(only_saved)} bytes it does keep (RMSNorm and "
+        f"softmax internals, the inputs of the matmuls, RoPE tables, SiLU's sigmoid, the mask, "
+        f"token ids and targets).",
+        "'saved in' is the module whose op saves the tensor (relative to a block, or to the "
+        "model; 'loss' is F.cross_entropy); tests/test_planning_reality.py checks every row "
+        "against the tensors autograd saves on the CPU (torch.autograd.graph."
+        "saved_tensors_hooks, storages counted once, parameters excluded).",
+    )
+    return Table(f"Activations kept for the backward pass ({p.scope} scope)",
+                 ("activation", "shape", "count", "course item", "saved in", "counted",
+                  "bytes", "why"), tuple(rows), align="lllllrrl",
+                 notes=notes)
+
+
+def fit_table(p: Plan) -> Table:
+    bf, cf = p.batch_fit, p.context_fit
+    if bf is None:
+        return Table("What fits", notes=("No GPU memory given (--gpu NAME or --gpu-mem SIZE).",))
+    budget = bf.budget
+    rows = [("GPU memory", *_bytes(budget.capacity)),
+            (f"reserved (margin {_num(budget.margin, 4)})", *_bytes(budget.reserved)),
+            ("usable", *_bytes(budget.usable))]
+    notes = []
+    if bf.fits:
+        rows.append((f"largest batch at T = {bf.seq:,}", f"{bf.largest:,}", "", ""))
+        rows.append((f"memory at B = {bf.largest:,}", *_bytes(bf.bytes_at_largest)))
+        notes.append(f"Largest batch = floor((usable − b) / a) = floor(({grouped(budget.usable)} − "
+                     f"{grouped(bf.fixed)}) / {grouped(bf.per_sequence)}) = {bf.largest:,}.")
+    else:
+        rows.append((f"largest batch at T = {bf.seq:,}", "does not fit", "", ""))
+        rows.append(("missing at B = 1", *_bytes(bf.shortfall)))
+        notes.append(f"Batch 1 needs {grouped(bf.per_sequence + bf.fixed)} bytes, "
+                     f"{grouped(bf.shortfall)} more than the {grouped(budget.usable)} usable "
+                     f"({gigabytes(bf.shortfall)} = {gibibytes(bf.shortfall)} short)."
+                     + (" Even the batch-independent part b alone does not fit."
+                        if bf.fixed > budget.usable else ""))
+    if cf.fits:
+        rows.append((f"longest context at B = {cf.batch:,}", f"{cf.longest:,}", "", ""))
+        rows.append((f"memory at T = {cf.longest:,}", *_bytes(cf.bytes_at_longest)))
+        notes.append(f"Longest context: the largest T with total(B = {cf.batch:,}, T) ≤ usable, by "
+                     f"binary search on the exact integer total (it has T² terms); T + 1 = "
+                     f"{cf.longest + 1:,} needs {grouped(cf.bytes_at_next)} bytes.")
+    else:
+        rows.append((f"longest context at B = {cf.batch:,}", "does not fit", "", ""))
+        rows.append(("missing at T = 1", *_bytes(cf.shortfall)))
+    name = p.hardware.name if p.hardware else "the GPU"
+    return Table(f"What fits in {name} ({p.memory.model.scope} scope, {p.precision.name}, "
+                 f"recompute {p.recompute})", ("", "bytes / count", "GB (1e9)", "GiB (2^30)"),
+                 tuple(rows), align="lrrr", notes=tuple(notes))
+
+
+def flops_table(p: Plan) -> Table:
+    f = p.flops
+    rows = [("forward (matmuls)", f.forward_formula, grouped(f.forward), si(f.forward, "FLOP")),
+            ("backward (matmuls)", f.backward_formula, grouped(f.backward), si(f.backward, "FLOP"))]
+    if p.recompute == FULL_RECOMPUTE:
+        rows.append(("recomputation (blocks' forward)", "forward minus the LM head",
+                     grouped(f.recompute), si(f.recompute, "FLOP")))
+    rows.append(("AdamW update", compute.adamw_formula(), grouped(f.adamw), si(f.adamw, "FLOP")))
+    rows.append(("total per step", "", grouped(f.total), si(f.total, "FLOP")))
+    ratio = Fraction(f.backward, f.forward)
+    notes = [
+        f"Backward = {ratio if ratio.denominator > 1 else ratio.numerator} × forward, exactly: "
+        "the analytic ledger (accounting.analysis, phase 'backward') has one gradient matmul "
+        "per operand of every forward matmul, each the size of the forward one (the embedding's "
+        "backward is a scatter-add, not a matmul).",
+        "Matmul FLOPs, executed count (the full T×T attention scores the model computes), "
+        "2 FLOPs per multiply-add. Non-matmul FLOPs (norms, softmax, SiLU, residuals, the "
+        f"cross-entropy) are not in the total: {grouped(f.forward_non_matmul)} in the forward "
+        f"pass ({decimal(Fraction(100 * f.forward_non_matmul, f.forward), 2)}% of the forward "
+        "matmuls).",
+        f"{ADAMW_CONVENTION}.",
+        f"Per token: {_dec(Fraction(f.total, p.batch * p.seq), 1)} FLOPs (the 6·N rule of "
+        f"thumb gives {grouped(6 * p.memory.parameters)}).",
+    ]
+    if p.recompute == FULL_RECOMPUTE:
+        notes.append("Recomputation reruns each block's forward matmuls; the time to train counts "
+                     "them (the utilization then applies to executed FLOPs, i.e. hardware FLOPs "
+                     "utilization; MFU proper excludes recomputation).")
+    return Table(f"FLOPs per training step (B = {p.batch:,}, T = {p.seq:,})",
+                 ("part", "formula (B, T)", "FLOPs", ""), tuple(rows), align="llrr",
+                 notes=tuple(notes))
+
+
+def adamw_table(p: Plan) -> Table:
+    rows = tuple((o.name, o.op, str(o.flops_per_element), o.per, o.counted_as or "-")
+                 for o in ADAMW_OPS)
+    v = memory.values(p.config, 1, 1)
+    e = compute.adamw_flops_expr()
+    return Table("AdamW update FLOPs (torch.optim.AdamW)",
+                 ("operation", "torch op", "FLOPs", "per", "counted as"), rows, align="llrll",
+                 notes=(f"{compute.adamw_formula()} = {e} = {grouped(e.evaluate(v))} FLOPs per step for "
+                        f"this model (N = {grouped(memory.parameter_count().evaluate(v))}, "
+                        f"{grouped(memory.tensor_count().evaluate(v))} parameter tensors).",))
+
+
+def time_table(p: Plan) -> Table:
+    t = p.time
+    if t is None:
+        why = ("no peak FLOP/s (--gpu NAME or --gpu-flops TFLOPS)" if not (p.hardware and p.hardware.peak_flops)
+               else "no --steps N or --tokens N")
+        return Table("Time to train", notes=(f"Not computed: {why}.",))
+    rows = [("steps", f"{t.steps:,}"),
+            ("tokens", f"{t.tokens:,}" + (f" (the whole steps covering --tokens {t.requested_tokens:,})"
+                                          if t.requested_tokens is not None else "")),
+            ("FLOPs per step", f"{t.flops_per_step:,}"),
+            ("total FLOPs", f"{t.total_flops:,} ({si(t.total_flops, 'FLOP')})"),
+            ("peak", f"{_num(t.peak_flops / TERA)} TFLOP/s ({p.precision.compute})"),
+            ("utilization (MFU)", _num(t.mfu, 4)),
+            ("time per step", _seconds(t.seconds_per_step)),
+            ("time", f"{round(t.seconds):,} s = {_dec(t.seconds / 3600, 2)} h = "
+                     f"{_dec(t.days, 2)} days")]
+    return Table("Time to train", ("", "value"), tuple(rows), align="lr",
+                 notes=("time = steps × FLOPs per step / (MFU × peak); exact fraction, rounded "
+                        "for display. One GPU; no data loading, communication or evaluation.",))
+
+
+def inference_table(p: Plan) -> Table:
+    i = p.inference
+    s = i.bytes_per_element
+    r = i.roofline
+    rows = [
+        ("KV cache per token", f"{s}·({kv_elements_per_token()})", grouped(i.kv_bytes_per_token), "bytes"),
+        (f"KV cache for B = {i.batch:,}, T = {i.seq:,}", f"{s}·B·T·({kv_elements_per_token()})",
+         grouped(i.kv_bytes), f"{gigabytes(i.kv_bytes)} = {gibibytes(i.kv_bytes)}"),
+        (f"prefill FLOPs (T = {i.seq:,})", "the forward pass's matmuls", grouped(i.prefill_flops),
+         si(i.prefill_flops, "FLOP")),
+        (f"decode FLOPs at position t = {i.position:,}", str(decode_flops_expr()),
+         grouped(i.decode_flops), si(i.decode_flops, "FLOP")),
+        ("decode: weights read", f"{s}·({weights_read_expr()})", grouped(i.weight_bytes_read),
+         gigabytes(i.weight_bytes_read)),
+        ("decode: KV cache read", f"{s}·B·t·({kv_elements_per_token()})", grouped(i.kv_bytes_read),
+         gigabytes(i.kv_bytes_read)),
+        ("arithmetic intensity", "FLOPs / bytes", decimal(r.intensity, 3), "FLOP/byte"),
+    ]
+    notes = [f"Inference in {s}-byte elements ({'fp32' if s == 4 else 'bf16'}). The decode formula "
+             "is the forward matmul records with a query length of 1 and a key length of t "
+             "(QKᵀ and scores·V grow with t; h·d_k = d_model); B sequences decode together. "
+             "Prefill computes logits at every position, as the model does."]
+    if r.ridge is not None:
+        rows += [("ridge point (peak / bandwidth)", "", decimal(r.ridge, 3), "FLOP/byte"),
+                 ("compute time (FLOPs / peak)", "", _seconds(r.compute_seconds), ""),
+                 ("memory time (bytes / bandwidth)", "", _seconds(r.memory_seconds), ""),
+                 ("decode step (roofline)", r.bound + "-bound", _seconds(r.seconds),
+                  f"{_dec(Fraction(i.batch) / r.seconds, 1)} tokens/s")]
+        notes.append("Roofline: a decode step takes at least max(FLOPs / peak, bytes / bandwidth) "
+                     "at the datasheet peaks (no utilization factor); bytes = the weights (one "
+                     "embedding row per sequence) and the KV cache up to t. Activations and "
+                     "writes are not counted.")
+    else:
+        notes.append("Roofline needs both a peak and a bandwidth (--gpu NAME, or --gpu-flops and --gpu-bw).")
+    return Table(f"Inference with a KV cache (B = {i.batch:,})", ("", "formula", "value", ""),
+                 tuple(rows), align="llrl", notes=tuple(notes))
+
+
+def tables(p: Plan) -> list[Table]:
+    return [settings_table(p), memory_table(p), activation_table(p), fit_table(p),
+            flops_table(p), adamw_table(p), time_table(p), inference_table(p)]
