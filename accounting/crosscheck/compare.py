@@ -1,0 +1,538 @@
+"""Map measured counts onto the calculator's components and layers; the comparison result.
+
+Module -> component mapping (module names of model.TransformerLM):
+  layers.i.attn.{q_proj,k_proj,v_proj,output_proj}  -> attention projections
+  layers.i.attn minus those four (its own ops)       -> attention core
+  layers.i.ffn (w1, w2, w3 and its own ops)          -> feed-forward
+  lm_head                                            -> LM head
+Anything counted elsewhere is "not in any component" (analytic 0), so it cannot hide.
+Works on a Measurement's plain numbers; runs nothing.
+"""
+from __future__ import annotations
+
+import re
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+
+from accounting import elementwise
+from accounting.analysis import Analysis
+from accounting.crosscheck.dispatch import (BACKWARD, COUNTED, EINSUM_PRODUCT, EINSUM_SUM,
+                                            FORWARD, MATMUL, OUTSIDE, UNKNOWN)
+from accounting.crosscheck.fvcore_einsum import STOCK_CAP_BYTES
+from accounting.crosscheck.measure import GLOBAL, Measurement
+from accounting.matmuls import ATTN_CORE, ATTN_PROJ, COMPONENTS, EXECUTED, FFN, LM_HEAD, PHASES
+from accounting.table import Table
+from accounting.units import FLOPS_PER_MAC, grouped
+
+PROJECTIONS = ("q_proj", "k_proj", "v_proj", "output_proj")
+BLOCK_COMPONENTS = (ATTN_PROJ, ATTN_CORE, FFN)
+TOTAL = "total"
+ELSEWHERE = "not in any component"
+TRAIN = "train"  # scope of the forward + backward total row
+
+FVCORE, TORCH, OP_COUNTER = "fvcore ×2", "torch", "op counter"
+
+
+# ---------------------------------------------------------------- mapping
+@dataclass(frozen=True)
+class Split:
+    """Counts of one pass mapped onto components: per block, the LM head, the rest."""
+
+    layers: tuple[dict, ...]  # block i -> {component: FLOPs}
+    head: int
+    elsewhere: int  # counted, but in no component
+
+    def components(self) -> dict[str, int]:
+        out = {c: sum(layer[c] for layer in self.layers) for c in BLOCK_COMPONENTS}
+        out[LM_HEAD] = self.head
+        return {c: out[c] for c in COMPONENTS}
+
+
+def rollup(innermost: dict[str, int]) -> dict[str, int]:
+    """Per-innermost-module counts -> hierarchical totals (each module includes its
+    children; '' is the model). Counts outside the model stay under their own key."""
+    out: dict[str, int] = defaultdict(int)
+    for name, n in innermost.items():
+        if name == OUTSIDE:
+            out[OUTSIDE] += n
+            continue
+        parts = name.split(".") if name else []
+        for k in range(len(parts) + 1):
+            out[".".join(parts[:k])] += n
+    return dict(out)
+
+
+def split(totals: dict[str, int], num_layers: int, total: int) -> Split:
+    """Hierarchical module totals -> components; `total` is everything counted."""
+    g = totals.get
+    layers = []
+    for i in range(num_layers):
+        p = f"layers.{i}"
+        proj = sum(g(f"{p}.attn.{n}", 0) for n in PROJECTIONS)
+        layers.append({ATTN_PROJ: proj, ATTN_CORE: g(f"{p}.attn", 0) - proj, FFN: g(f"{p}.ffn", 0)})
+    s = Split(tuple(layers), g("lm_head", 0), 0)
+    return Split(s.layers, s.head, total - sum(s.components().values()))
+
+
+# ---------------------------------------------------------------- result rows
+@dataclass(frozen=True)
+class ComponentRow:
+    scope: str  # "forward", "backward", or "train" (the forward + backward total)
+    component: str  # a component, TOTAL, or ELSEWHERE
+    analytic: int
+    fvcore: int | None  # FLOPs (multiply-adds × 2); None: fvcore does not count this pass
+    fvcore_stock: int | None  # the stock einsum handle, ×2; None: not run (or n/a)
+    stock_skipped: bool  # True: the stock handle was not run for part of this row
+    torch: int  # FlopCounterMode (+ einsum products it does not see, torch_einsum_products)
+    torch_einsum_products: int
+    note: str = ""
+
+    @property
+    def agree(self) -> bool:
+        return self.torch == self.analytic and self.fvcore in (None, self.analytic)
+
+
+@dataclass(frozen=True)
+class LayerMismatch:
+    layer: int
+    component: str
+    analytic: int
+    measured: int
+
+
+@dataclass(frozen=True)
+class LayerCheck:
+    scope: str
+    counter: str
+    layers: int
+    mismatches: tuple[LayerMismatch, ...]
+
+    @property
+    def agreeing(self) -> int:
+        return self.layers - len({m.layer for m in self.mismatches})
+
+
+@dataclass(frozen=True)
+class NonMatmulRow:
+    where: str  # module, relative to a block for per-block modules
+    op: str
+    components: str  # the analytic components behind this row
+    analytic: int
+    measured: int | None  # None: an op outside the convention (unknown)
+    note: str = ""
+
+    @property
+    def agree(self) -> bool:
+        return self.measured == self.analytic
+
+
+@dataclass(frozen=True)
+class Check:
+    claim: str
+    evidence: str
+    holds: bool
+
+
+@dataclass(frozen=True)
+class CrossCheck:
+    name: str
+    seq: int
+    batch: int
+    phase: str
+    counting: str
+    components: tuple[ComponentRow, ...]
+    layers: tuple[LayerCheck, ...]
+    per_block_analytic: tuple[tuple[str, tuple[tuple[str, int], ...]], ...]
+    non_matmul: tuple[NonMatmulRow, ...]
+    zero_ops: tuple[tuple[str, str, int], ...]  # (op, kind, calls) seen at 0 FLOPs
+    checks: tuple[Check, ...]
+    notes: tuple[str, ...]  # explanations of this run's differences between methods (matmuls)
+    non_matmul_notes: tuple[str, ...]
+    einsum_calls: tuple[dict, ...]  # distinct traced einsums with exact and stock counts
+
+    @property
+    def agrees(self) -> bool:
+        return (all(r.agree for r in self.components) and all(not c.mismatches for c in self.layers)
+                and all(r.agree for r in self.non_matmul) and all(c.holds for c in self.checks))
+
+    def disagreements(self) -> list[str]:
+        out = [f"{r.scope} {r.component}: analytic {grouped(r.analytic)}, "
+               + (f"fvcore {grouped(r.fvcore)}, " if r.fvcore is not None else "")
+               + f"torch {grouped(r.torch)}" for r in self.components if not r.agree]
+        out += [f"{c.scope} {c.counter}: {c.layers - c.agreeing} of {c.layers} blocks differ "
+                f"(first: block {c.mismatches[0].layer} {c.mismatches[0].component}, analytic "
+                f"{grouped(c.mismatches[0].analytic)}, measured {grouped(c.mismatches[0].measured)})"
+                for c in self.layers if c.mismatches]
+        out += [f"non-matmul {r.where} {r.op}: analytic {grouped(r.analytic)}, measured "
+                f"{'unknown op' if r.measured is None else grouped(r.measured)}"
+                for r in self.non_matmul if not r.agree]
+        out += [f"check failed: {c.claim} ({c.evidence})" for c in self.checks if not c.holds]
+        return out
+
+    def summary(self) -> str:
+        d = self.disagreements()
+        if not d:
+            return (f"analytic, fvcore and FlopCounterMode agree exactly ({self.name}, "
+                    f"T={self.seq}, B={self.batch}, {self.phase})")
+        more = f" (+{len(d) - 3} more)" if len(d) > 3 else ""
+        return f"{self.name}, T={self.seq}, B={self.batch}, {self.phase}: " + "; ".join(d[:3]) + more
+
+    def tables(self, conventions: bool = True) -> list[Table]:
+        """Matmul, per-block, non-matmul and checks tables. conventions=False leaves out
+        the notes that are the same for every workload (for a report that states them once)."""
+        from accounting.crosscheck.views import tables
+        return tables(self, conventions)
+
+    def to_dict(self) -> dict:
+        return {
+            "agrees": self.agrees,
+            "workload": {"model": self.name, "seq": self.seq, "batch": self.batch,
+                         "pass": self.phase, "compared_count": EXECUTED},
+            "conventions": {"fvcore_unit": "multiply-adds, doubled (FLOPS_PER_MAC = "
+                                           f"{FLOPS_PER_MAC}) before comparing",
+                            "non_matmul": elementwise.CONVENTION,
+                            "stock_einsum_cap_bytes": STOCK_CAP_BYTES},
+            "components": [{"scope": r.scope, "component": r.component, "analytic": r.analytic,
+                            "fvcore": r.fvcore, "fvcore_stock": r.fvcore_stock,
+                            "fvcore_stock_skipped": r.stock_skipped, "torch": r.torch,
+                            "torch_einsum_products": r.torch_einsum_products, "agree": r.agree,
+                            "note": r.note} for r in self.components],
+            "layers": [{"scope": c.scope, "counter": c.counter, "layers": c.layers,
+                        "agreeing": c.agreeing,
+                        "mismatches": [vars(m) for m in c.mismatches]} for c in self.layers],
+            "per_block_analytic": {scope: dict(v) for scope, v in self.per_block_analytic},
+            "non_matmul": [{"where": r.where, "op": r.op, "components": r.components,
+                            "analytic": r.analytic, "measured": r.measured, "agree": r.agree,
+                            "note": r.note} for r in self.non_matmul],
+            "zero_flop_ops": [{"op": op, "kind": kind, "calls": n} for op, kind, n in self.zero_ops],
+            "checks": [{"claim": c.claim, "evidence": c.evidence, "holds": c.holds}
+                       for c in self.checks],
+            "notes": list(self.notes) + list(self.non_matmul_notes),
+            "einsum_calls": list(self.einsum_calls),
+            "disagreements": self.disagreements(),
+        }
+
+
+# ---------------------------------------------------------------- comparison
+def _analytic(a: Analysis):
+    """Executed matmul FLOPs by pass and component, and one block's by pass."""
+    by = {p: {c: 0 for c in COMPONENTS} for p in PHASES[a.phase]}
+    block = {p: {c: 0 for c in BLOCK_COMPONENTS} for p in PHASES[a.phase]}
+    for r in a.matmul_rows:
+        by[r.record.phase][r.record.component] += r.flops
+        if r.record.per_layer:
+            block[r.record.phase][r.record.component] += r.flops_each
+    return by, block
+
+
+def _ops_by_module(m: Measurement, phase: str, kinds) -> dict[str, int]:
+    out: dict[str, int] = defaultdict(int)
+    for r in m.ops:
+        if r.phase == phase and r.kind in kinds:
+            out[r.module] += r.flops
+    return dict(out)
+
+
+def _layer_check(scope, counter, s: Split, block: dict) -> LayerCheck:
+    mismatches = tuple(LayerMismatch(i, c, block[c], layer[c]) for i, layer in enumerate(s.layers)
+                       for c in BLOCK_COMPONENTS if layer[c] != block[c])
+    return LayerCheck(scope, counter, len(s.layers), mismatches)
+
+
+def _rows(scope, analytic: dict, fv: Split | None, stock, torch_split: Split, products: Split,
+          fv_total, torch_total, product_total) -> list[ComponentRow]:
+    rows = []
+    fvc = fv.components() if fv else None
+    tc, pc = torch_split.components(), products.components()
+    for c in COMPONENTS:
+        st, skipped = (stock[c] if stock else (None, False))
+        rows.append(ComponentRow(scope, c, analytic[c], fvc[c] if fvc else None, st, skipped,
+                                 tc[c] + pc[c], pc[c]))
+    elsewhere_fv = fv.elsewhere if fv else 0
+    if elsewhere_fv or torch_split.elsewhere or products.elsewhere:
+        rows.append(ComponentRow(scope, ELSEWHERE, 0, elsewhere_fv if fv else None, None, False,
+                                 torch_split.elsewhere + products.elsewhere, products.elsewhere,
+                                 "counted outside the four components"))
+    st_total = None
+    if stock and not any(skipped for _, skipped in stock.values()):
+        st_total = sum(v for v, _ in stock.values())
+    rows.append(ComponentRow(scope, TOTAL, sum(analytic.values()), fv_total, st_total,
+                             bool(stock) and st_total is None, torch_total + product_total,
+                             product_total))
+    return rows
+
+
+def _stock_by_component(m: Measurement, num_layers: int):
+    """The stock handle's figures (×2) per component, and whether any call was skipped."""
+    got, skipped = defaultdict(int), defaultdict(int)
+    for call in m.einsum_calls:
+        if call.stock_macs is None:
+            skipped[call.module] += 1
+        else:
+            got[call.module] += FLOPS_PER_MAC * call.stock_macs
+    g, s = rollup(dict(got)), rollup(dict(skipped))
+    gc = split(g, num_layers, g.get("", 0)).components()
+    sc = split(s, num_layers, s.get("", 0)).components()
+    return {c: (None if sc[c] else gc[c], bool(sc[c])) for c in COMPONENTS}
+
+
+def _einsum_summary(m: Measurement) -> tuple[dict, ...]:
+    distinct: dict[tuple, dict] = {}
+    for call in m.einsum_calls:
+        key = (call.equation, call.shapes)
+        if key not in distinct:
+            distinct[key] = {"equation": call.equation, "shapes": [list(s) for s in call.shapes],
+                             "calls": 0, "flops_each": FLOPS_PER_MAC * call.macs,
+                             "stock_flops_each": (None if call.stock_macs is None
+                                                  else FLOPS_PER_MAC * call.stock_macs),
+                             "stock_operand_bytes": call.stock_bytes}
+        distinct[key]["calls"] += 1
+    return tuple(distinct.values())
+
+
+def compare(a: Analysis, m: Measurement) -> CrossCheck:
+    L = a.config.num_layers
+    analytic, block = _analytic(a)
+    rows: list[ComponentRow] = []
+    layer_checks: list[LayerCheck] = []
+    checks: list[Check] = []
+    notes: list[str] = []
+    passes = PHASES[a.phase]
+
+    if FORWARD in passes:
+        fv = fv_total = stock = None
+        if m.fvcore_macs is not None:
+            macs = {k: FLOPS_PER_MAC * v for k, v in m.fvcore_macs.items()}
+            fv_total = macs[""]
+            fv = split(macs, L, fv_total)
+            stock = _stock_by_component(m, L)
+            layer_checks.append(_layer_check(FORWARD, FVCORE, fv, block[FORWARD]))
+        fcm = m.torch_flops[FORWARD]
+        t = split(fcm, L, fcm.get(GLOBAL, 0))
+        prod_mod = _ops_by_module(m, FORWARD, (EINSUM_PRODUCT,))
+        prod_tot = sum(prod_mod.values())
+        p = split(rollup(prod_mod), L, prod_tot)
+        rows += _rows(FORWARD, analytic[FORWARD], fv, stock, t, p, fv_total,
+                      fcm.get(GLOBAL, 0), prod_tot)
+        layer_checks.append(_layer_check(FORWARD, TORCH, _add(t, p), block[FORWARD]))
+        # The op counter's module attribution, checked where FlopCounterMode's is sound.
+        innermost = _ops_by_module(m, FORWARD, (MATMUL,))
+        mine = rollup(innermost)
+        theirs = {k: v for k, v in fcm.items() if k != GLOBAL}
+        differ = sorted(k for k in set(innermost) | set(theirs)
+                        if mine.get(k, 0) != theirs.get(k, 0))
+        checks.append(Check("forward: the op counter's matmul FLOPs per module = "
+                            "FlopCounterMode's module hierarchy",
+                            f"{len(theirs)} modules" + (f"; differ: {', '.join(differ[:4])}"
+                                                        if differ else ", all equal"),
+                            not differ))
+    if BACKWARD in passes:
+        bwd_mod = _ops_by_module(m, BACKWARD, (MATMUL,))
+        prod_mod = _ops_by_module(m, BACKWARD, (EINSUM_PRODUCT,))
+        fcm_total = m.torch_flops[BACKWARD].get(GLOBAL, 0)
+        mine_total = sum(bwd_mod.values())
+        t = split(rollup(bwd_mod), L, mine_total)
+        prod_tot = sum(prod_mod.values())
+        p = split(rollup(prod_mod), L, prod_tot)
+        rows += _rows(BACKWARD, analytic[BACKWARD], None, None, t, p, None, fcm_total, prod_tot)
+        layer_checks.append(_layer_check(BACKWARD, TORCH, _add(t, p), block[BACKWARD]))
+        checks.append(Check("backward: the op counter's matmul FLOPs = FlopCounterMode's",
+                            f"{grouped(mine_total)} and {grouped(fcm_total)}",
+                            mine_total == fcm_total))
+        checks += _backward_checks(m, L, bwd_mod, prod_mod)
+        notes += _module_tracker_note(m, L, t, bwd_mod)
+    if len(passes) > 1:
+        fwd = [r for r in rows if r.scope == FORWARD and r.component == TOTAL][0]
+        bwd = [r for r in rows if r.scope == BACKWARD and r.component == TOTAL][0]
+        rows.append(ComponentRow(TRAIN, TOTAL, fwd.analytic + bwd.analytic, None, None, False,
+                                 fwd.torch + bwd.torch,
+                                 fwd.torch_einsum_products + bwd.torch_einsum_products))
+    if any(r.torch_einsum_products for r in rows):
+        notes.append("torch includes einsum contractions over a size-1 label (T = 1 leaves one "
+                     "key; d_ff = 1), which torch.einsum runs as an elementwise aten.mul, "
+                     "not a bmm, so FlopCounterMode counts nothing for them; the op counter "
+                     f"adds them at {FLOPS_PER_MAC} FLOPs per product, as for every matmul "
+                     "(see the torch_einsum_products figures in --format json).")
+
+    non_matmul, zero_ops, nm_notes = (), (), []
+    if a.elementwise_rows:
+        non_matmul, zero_ops, nm_layers, nm_notes = _non_matmul(a, m)
+        layer_checks.append(nm_layers)
+    if a.counting != EXECUTED:
+        notes.append("Compared on executed counts (the full T×T attention core the model "
+                     "computes and masks, as the counters see it); the useful counts are "
+                     "analytic only.")
+    per_block = tuple((s, tuple(block[s].items())) for s in passes)
+    return CrossCheck(a.config.name, a.seq, a.batch, a.phase, a.counting, tuple(rows),
+                      tuple(layer_checks), per_block, tuple(non_matmul), tuple(zero_ops),
+                      tuple(checks), tuple(notes), tuple(nm_notes), _einsum_summary(m))
+
+
+def _add(x: Split, y: Split) -> Split:
+    return Split(tuple({c: a[c] + b[c] for c in BLOCK_COMPONENTS} for a, b in zip(x.layers, y.layers)),
+                 x.head + y.head, x.elsewhere + y.elsewhere)
+
+
+def _backward_checks(m: Measurement, L: int, bwd_mod: dict, prod_mod: dict) -> list[Check]:
+    """The analytic backward ledger's claims, measured, and where FlopCounterMode's own
+    backward module hierarchy is sound."""
+    calls: dict[str, int] = defaultdict(int)
+    for r in m.ops:
+        if r.phase == BACKWARD and r.kind in (MATMUL, EINSUM_PRODUCT):
+            calls[r.module] += r.calls
+    two = [n for n in m.linear_modules if calls.get(n, 0) == 2]
+    first = [n for n in m.linear_modules if n.startswith("layers.0.")]
+    first_two = [n for n in first if n in two]
+    emb_ops = sorted({r.op for r in m.ops if r.phase == BACKWARD and r.module == "token_embeddings"})
+    emb_matmul = bwd_mod.get("token_embeddings", 0) + prod_mod.get("token_embeddings", 0)
+    mine = rollup({k: bwd_mod.get(k, 0) + prod_mod.get(k, 0) for k in set(bwd_mod) | set(prod_mod)})
+    fcm = m.torch_flops[BACKWARD]
+    coarse = ["", "lm_head"] + [f"layers.{i}{s}" for i in range(L) for s in ("", ".attn", ".ffn")]
+    coarse_differ = [k or "model" for k in coarse if fcm.get(k, 0) + _products(prod_mod, k)
+                     != mine.get(k, 0)]
+    return [
+        Check("every Linear needs dX and dW (2 backward matmuls), block 0's too: its input "
+              "depends on the trainable embedding",
+              f"{len(two)}/{len(m.linear_modules)} Linear modules ran 2; block 0: "
+              f"{len(first_two)}/{len(first)}",
+              len(two) == len(m.linear_modules)),
+        Check("the embedding's backward is a scatter-add, not a matmul",
+              f"token_embeddings: {', '.join(emb_ops) or 'nothing'}; {grouped(emb_matmul)} "
+              "matmul FLOPs",
+              any("index_put" in op for op in emb_ops) and emb_matmul == 0
+              and bool(m.embedding_has_grad)),
+        Check("token ids get no gradient",
+              "ids.grad is None" if not m.token_ids_have_grad else "the token ids have a gradient",
+              m.token_ids_have_grad is False),
+        Check("FlopCounterMode's backward totals per block, attn, ffn and lm_head = the op "
+              "counter's",
+              f"{len(coarse) - len(coarse_differ)}/{len(coarse)} modules equal"
+              + (f"; differ: {', '.join(coarse_differ[:4])}" if coarse_differ else ""),
+              not coarse_differ),
+    ]
+
+
+def _products(prod_mod: dict, module: str) -> int:
+    """Einsum products (not seen by FlopCounterMode) run inside `module`, children included."""
+    return sum(v for k, v in prod_mod.items()
+               if module == "" and k != OUTSIDE or k == module or k.startswith(module + "."))
+
+
+def _module_tracker_note(m: Measurement, L: int, mine: Split, bwd_mod: dict) -> list[str]:
+    """How FlopCounterMode's own backward module hierarchy would split the components."""
+    fcm = m.torch_flops[BACKWARD]
+    theirs = split(fcm, L, fcm.get(GLOBAL, 0)).components()
+    ours = split(rollup(bwd_mod), L, sum(bwd_mod.values())).components()
+    if theirs == ours:
+        return []
+    diffs = ", ".join(f"{c} {grouped(theirs[c])} ({theirs[c] - ours[c]:+,})"
+                      for c in COMPONENTS if theirs[c] != ours[c])
+    block0 = [f"{n.removeprefix('layers.0.')} {fcm.get(n, 0) // bwd_mod[n]}×"
+              for n in m.linear_modules if n.startswith("layers.0.") and bwd_mod.get(n)
+              and fcm.get(n, 0) != bwd_mod[n] and fcm.get(n, 0) % bwd_mod[n] == 0]
+    return ["Backward components: each FLOP FlopCounterMode counts goes to the module whose "
+            "forward created the autograd node that ran it. FlopCounterMode's own module "
+            f"hierarchy would give {diffs}: its ModuleTracker (torch 2.13) keeps a module "
+            "'entered' in backward until the gradient of its input is complete, so modules "
+            "sharing an input are credited with each other's backward FLOPs"
+            + (f" (block 0: {', '.join(block0)} their own)" if block0 else "")
+            + ". Its block, attn, ffn and lm_head totals are sound (checked below)."]
+
+
+# ---------------------------------------------------------------- non-matmul FLOPs
+_BLOCK = re.compile(r"layers\.(\d+)(?:\.(.*))?")
+
+
+def _analytic_modules(record, called: set[str]) -> list[tuple[str, str]]:
+    """(named, compared-under) module pairs for a record ('' is the block itself; a record
+    naming k modules runs copies/k times in each). A submodule the model never calls as
+    a module (attn.rope: the attention calls rope.rotate) folds into its parent, where
+    the op counter sees those ops."""
+    out = []
+    for named in ("" if n == "block" else n for n in record.module.split(", ")):
+        n = named
+        while n and n not in called:
+            n = n.rpartition(".")[0]
+        out.append((named, n))
+    return out
+
+
+def _place(module: str) -> tuple[int | None, str]:
+    """'layers.3.attn' -> (3, 'attn'); 'layers.3' -> (3, ''); 'ln_final' -> (None, 'ln_final')."""
+    b = _BLOCK.fullmatch(module)
+    return (int(b.group(1)), b.group(2) or "") if b else (None, module)
+
+
+def _non_matmul(a: Analysis, m: Measurement):
+    """Forward non-matmul FLOPs by (module group, operator): analytic records vs op counter.
+
+    Rows use the records' own grouping ("ln1, ln2" is one row, per-block modules summed
+    over the blocks); the per-block check compares every block's modules one by one."""
+    forward = [r for r in m.ops if r.phase == FORWARD]
+    called = {(i is not None, rel) for i, rel in (_place(r.module) for r in forward)}
+    called_block = {rel for per_block, rel in called if per_block}
+    called_top = {rel for per_block, rel in called if not per_block}
+
+    expected: dict[tuple, int] = defaultdict(int)  # (group, op) -> FLOPs
+    block_expected: dict[tuple, int] = defaultdict(int)  # (module in a block, op) -> FLOPs
+    components: dict[tuple, list[str]] = defaultdict(list)
+    group_of: dict[tuple, str] = {}  # (per_block, module) -> group label
+    folded: set[tuple[str, str]] = set()
+    for row in a.elementwise_rows:
+        e = row.record
+        pairs = _analytic_modules(e, called_block if e.per_layer else called_top)
+        folded.update((named, n) for named, n in pairs if named != n)
+        if row.flops % len(pairs) or e.copies % len(pairs):
+            raise ValueError(f"elementwise record {e.name!r}: {e.copies} copies over {pairs}")
+        label = ", ".join(dict.fromkeys(n or "block" for _, n in pairs))
+        for _, n in pairs:
+            group_of[(e.per_layer, n)] = label
+            if e.per_layer:
+                block_expected[(n, e.op)] += row.flops_each // len(pairs)
+        expected[(label, e.op)] += row.flops
+        if e.component not in components[(label, e.op)]:
+            components[(label, e.op)].append(e.component)
+
+    measured: dict[tuple, int] = defaultdict(int)
+    per_block: dict[tuple, int] = defaultdict(int)
+    unknown: dict[tuple, list[int]] = defaultdict(lambda: [0, 0])
+    zero: Counter = Counter()
+    for r in forward:
+        i, rel = _place(r.module)
+        if r.kind in COUNTED:
+            measured[(group_of.get((i is not None, rel), r.module), r.op)] += r.flops
+            if i is not None:
+                per_block[(i, rel, r.op)] += r.flops
+        elif r.kind == UNKNOWN:
+            u = unknown[(r.module, r.op)]
+            u[0], u[1] = u[0] + r.calls, u[1] + r.elements
+        else:
+            kind = EINSUM_PRODUCT if r.kind == EINSUM_SUM else r.kind
+            zero[(r.op, kind)] += r.calls
+
+    rows = [NonMatmulRow(g, op, ", ".join(components[(g, op)]), n, measured.get((g, op), 0))
+            for (g, op), n in expected.items()]
+    rows += [NonMatmulRow(g or "model", op, "", 0, n, "counted, but in no analytic record")
+             for (g, op), n in measured.items() if (g, op) not in expected]
+    rows += [NonMatmulRow(module or "model", op, "", 0, None,
+                          f"op outside the convention: {calls} calls, {grouped(elements)} elements")
+             for (module, op), (calls, elements) in unknown.items()]
+    rows.append(NonMatmulRow(TOTAL, "", "", sum(expected.values()),
+                             None if unknown else sum(measured.values())))
+
+    mismatches = []
+    for i in range(a.config.num_layers):
+        keys = {(w, op) for (j, w, op) in per_block if j == i} | set(block_expected)
+        for w, op in sorted(keys):
+            got, want = per_block.get((i, w, op), 0), block_expected.get((w, op), 0)
+            if got != want:
+                mismatches.append(LayerMismatch(i, f"{w or 'block'} {op}", want, got))
+    layer_check = LayerCheck(FORWARD, f"{OP_COUNTER} (non-matmul)", a.config.num_layers,
+                             tuple(mismatches))
+
+    zero_ops = tuple(sorted(((op, kind, n) for (op, kind), n in zero.items()),
+                            key=lambda x: (x[1], x[0])))
+    notes = [f"Non-matmul: {named} never runs as a module (the code calls its method "
+             f"directly, e.g. the attention calls rope.rotate), so its ops run in, and are "
+             f"compared under, {parent or 'the block'}." for named, parent in sorted(folded)]
+    return rows, zero_ops, layer_check, notes

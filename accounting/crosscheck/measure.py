@@ -1,0 +1,115 @@
+"""Run the real model on the meta device under fvcore, FlopCounterMode and the op counter.
+
+The meta device carries shapes and dtypes but no data, so GPT-2 XL at 16k tokens runs
+in seconds and a few hundred MB. The model is built with
+context_length = max(seq, config.context_length): a longer sequence means "this
+architecture at T tokens", and the model refuses sequences beyond its context_length.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import torch
+import torch.nn.functional as F
+from torch.utils.flop_counter import FlopCounterMode
+
+from accounting.config import ModelConfig
+from accounting.crosscheck.dispatch import BACKWARD, FORWARD, OpCount, OpCounter
+from accounting.crosscheck.fvcore_einsum import EinsumCall, RecordingEinsumHandle
+from accounting.matmuls import PHASES
+
+GLOBAL = "Global"  # FlopCounterMode's key for everything counted, inside a module or not
+
+
+@dataclass(frozen=True)
+class Measurement:
+    config: ModelConfig
+    seq: int
+    batch: int
+    phase: str
+    fvcore_macs: dict | None  # fvcore by_module(): module -> multiply-adds (None: not run)
+    fvcore_skipped: dict  # fvcore's unsupported (uncounted) operators -> calls
+    einsum_calls: tuple[EinsumCall, ...]
+    torch_flops: dict  # pass -> module -> FlopCounterMode FLOPs (its module hierarchy)
+    ops: tuple[OpCount, ...]  # the op counter's records
+    linear_modules: tuple[str, ...]  # names of the model's Linear modules
+    embedding_has_grad: bool | None  # None when no backward ran
+    token_ids_have_grad: bool | None
+    seconds: dict = field(compare=False)  # wall time of each stage (for benchmarks)
+
+
+@lru_cache(maxsize=4)
+def _build(kwargs: tuple) -> torch.nn.Module:
+    from model import TransformerLM
+    return TransformerLM(**dict(kwargs), device="meta")
+
+
+def build_model(config: ModelConfig, seq: int) -> torch.nn.Module:
+    kwargs = config.model_kwargs()
+    kwargs["context_length"] = max(seq, config.context_length)
+    return _build(tuple(sorted(kwargs.items())))
+
+
+def _relative(name: str, root: str) -> str:
+    """FlopCounterMode's 'TransformerLM.layers.0.attn' -> 'layers.0.attn' (root: '')."""
+    if name == root:
+        return ""
+    return name[len(root) + 1:] if name.startswith(root + ".") else name
+
+
+def _totals(counts: dict, root: str) -> dict[str, int]:
+    return {_relative(k, root): int(sum(v.values())) for k, v in counts.items()}
+
+
+def measure(config: ModelConfig, seq: int, batch: int = 1, phase: str = "forward",
+            fvcore: bool = True, stock: bool = True) -> Measurement:
+    """Count the model's FLOPs for one workload with every counter."""
+    passes = PHASES[phase]
+    seconds: dict[str, float] = {}
+    t = time.perf_counter()
+    model = build_model(config, seq)
+    ids = torch.zeros((batch, seq), dtype=torch.long, device="meta")
+    seconds["build"] = time.perf_counter() - t
+
+    fvcore_macs, skipped, calls = None, {}, ()
+    if fvcore and FORWARD in passes:  # fvcore traces the forward pass only
+        from fvcore.nn import FlopCountAnalysis
+        t = time.perf_counter()
+        handle = RecordingEinsumHandle(stock=stock)
+        fa = FlopCountAnalysis(model, (ids,)).set_op_handle("aten::einsum", handle)
+        fa.unsupported_ops_warnings(False).uncalled_modules_warnings(False).tracer_warnings("none")
+        with torch.no_grad():
+            fvcore_macs = {k: int(v) for k, v in fa.by_module().items()}
+            skipped = dict(fa.unsupported_ops())
+        calls = tuple(handle.calls)
+        seconds["fvcore"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    root = type(model).__name__
+    torch_flops: dict[str, dict[str, int]] = {}
+    embedding_grad = ids_grad = None
+    try:
+        with FlopCounterMode(display=False) as fcm, OpCounter(model) as counter:
+            with torch.set_grad_enabled(BACKWARD in passes):
+                logits = model(ids)
+            forward = _totals(fcm.get_flop_counts(), root)
+            torch_flops[FORWARD] = forward
+            if BACKWARD in passes:
+                counter.phases = {BACKWARD}  # the loss is not part of the model's forward
+                loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), ids.reshape(-1))
+                loss.backward()
+                both = _totals(fcm.get_flop_counts(), root)
+                torch_flops[BACKWARD] = {k: v - forward.get(k, 0) for k, v in both.items()}
+                embedding_grad = model.token_embeddings.weight.grad is not None
+                ids_grad = ids.requires_grad or ids.grad is not None
+        ops = counter.counts()
+    finally:
+        model.zero_grad(set_to_none=True)  # the cached model must not accumulate gradients
+    seconds["torch"] = time.perf_counter() - t
+
+    from model import Linear
+    linears = tuple(n for n, m in model.named_modules() if isinstance(m, Linear))
+    return Measurement(config, seq, batch, phase, fvcore_macs, skipped, calls, torch_flops,
+                       ops, linears, embedding_grad, ids_grad, seconds)

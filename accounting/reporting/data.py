@@ -1,0 +1,147 @@
+"""The report's numbers, assembled from the library API; nothing here restates a formula.
+
+Every count comes from accounting.analyze (ints, exact Fractions for shares) and every
+cross-check from accounting.crosscheck.cross_check. Rendering lives in markdown.py and
+figures.py; this module only decides *which* workloads the report covers.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from fractions import Fraction
+
+from accounting import matmuls
+from accounting.analysis import Analysis, Crossover, analyze
+from accounting.config import PRESETS, ModelConfig
+
+MODELS: tuple[ModelConfig, ...] = tuple(PRESETS.values())  # small, medium, large, xl
+REFERENCE_SEQ = 1024  # every preset's context_length: the question's T
+LONG_MODEL = "gpt2-xl"
+LONG_SEQ = 16384  # CS336 problem (e): GPT-2 XL at 16,384 tokens
+SWEEP_STEP = 128  # sweep spacing in tokens: 121 points, smooth curves on a log2 axis
+
+
+def powers_of_two(lo: int, hi: int) -> tuple[int, ...]:
+    out, p = [], 1
+    while p <= hi:
+        if p >= lo:
+            out.append(p)
+        p *= 2
+    return tuple(out)
+
+
+def sweep_seqs(lo: int = REFERENCE_SEQ, hi: int = LONG_SEQ, step: int = SWEEP_STEP) -> tuple[int, ...]:
+    """Every `step` tokens from lo to hi, with every power of two in between included."""
+    return tuple(sorted(set(range(lo, hi + 1, step)) | set(powers_of_two(lo, hi)) | {hi}))
+
+
+CHECK_SEQS = powers_of_two(REFERENCE_SEQ, LONG_SEQ)  # 1024, 2048, ..., 16384
+
+
+@dataclass(frozen=True)
+class SweepSeries:
+    """One model's forward matmul FLOPs (executed count, B = 1) over the context sweep."""
+
+    config: ModelConfig
+    seqs: tuple[int, ...]
+    flops: dict[str, tuple[int, ...]]  # component -> FLOPs at each seq
+    totals: tuple[int, ...]
+    crossover: Crossover  # executed count
+    crossover_useful: Crossover  # only the T(T+1)/2 causal pairs counted
+    crossover_share: Fraction  # attention core's (= feed-forward's) share at crossover.equal_at
+
+    def shares(self, component: str) -> tuple[Fraction, ...]:
+        return tuple(Fraction(f, t) for f, t in zip(self.flops[component], self.totals))
+
+    def at(self, seq: int) -> int:
+        return self.seqs.index(seq)
+
+
+def sweep_series(config: ModelConfig, seqs: tuple[int, ...]) -> SweepSeries:
+    runs = [analyze(config, seq) for seq in seqs]
+    flops = {c: tuple(a.component_flops()[c] for a in runs) for c in matmuls.COMPONENTS}
+    a = runs[0]
+    x = a.crossover(matmuls.EXECUTED)
+    # The closed forms evaluated at the (possibly fractional) crossover length, B = 1.
+    share = (a.matmul_polynomial(component=matmuls.ATTN_CORE)(1, x.equal_at)
+             / a.matmul_polynomial()(1, x.equal_at))
+    return SweepSeries(config, seqs, flops, tuple(a.matmul_flops() for a in runs),
+                       x, a.crossover(matmuls.USEFUL), share)
+
+
+@dataclass(frozen=True)
+class Check:
+    """One cross-check: the analytic count against the counters run on the real model."""
+
+    config: ModelConfig
+    seq: int
+    result: object  # accounting.crosscheck's result: .agrees, .tables(), .to_dict(), .summary()
+
+
+@dataclass(frozen=True)
+class ReportData:
+    models: tuple[ModelConfig, ...]
+    reference: dict[str, Analysis]  # model name -> forward pass at REFERENCE_SEQ
+    long: Analysis  # LONG_MODEL at LONG_SEQ
+    sweep: dict[str, SweepSeries]  # model name -> sweep
+    check_seqs: tuple[int, ...]
+    checks: tuple[Check, ...]  # empty when the cross-check was skipped
+    verified: bool
+
+    @property
+    def agrees(self) -> bool:
+        return all(c.result.agrees for c in self.checks)
+
+
+# A step runner: step(label, work, outcome) runs work(), reports progress, returns its value.
+Step = Callable[[str, Callable[[], object], Callable[[object], str]], object]
+
+
+def _quiet(label, work, outcome):
+    return work()
+
+
+def step_count(verify: bool, models: tuple[ModelConfig, ...] = MODELS,
+               check_seqs: tuple[int, ...] = CHECK_SEQS) -> int:
+    """How many steps assemble() reports (for the [i/N] counter)."""
+    return len(models) + (len(models) * len(check_seqs) if verify else 0)
+
+
+def assemble(verify: bool, step: Step = _quiet, models: tuple[ModelConfig, ...] = MODELS,
+             seqs: tuple[int, ...] | None = None,
+             check_seqs: tuple[int, ...] = CHECK_SEQS) -> ReportData:
+    """All the numbers of the report; `verify` runs the cross-check (torch, fvcore)."""
+    seqs = sweep_seqs() if seqs is None else seqs
+    reference = {c.name: analyze(c, REFERENCE_SEQ) for c in models}
+    long = analyze(PRESETS[LONG_MODEL], LONG_SEQ)
+    sweep = {}
+    for c in models:
+        sweep[c.name] = step(f"sweep {c.name}: {len(seqs)} contexts {seqs[0]:,}..{seqs[-1]:,}",
+                             lambda c=c: sweep_series(c, seqs), lambda s: "done")
+    checks = []
+    if verify:
+        # torch and fvcore: imported only when asked for
+        from accounting.crosscheck import cross_check
+        for c in models:
+            for seq in check_seqs:
+                result = step(f"cross-check {c.name} T={seq}",
+                              lambda c=c, seq=seq: cross_check(analyze(c, seq)),
+                              lambda r: "agrees" if r.agrees else "DISAGREES")
+                checks.append(Check(c, seq, result))
+    return ReportData(models, reference, long, sweep, check_seqs, tuple(checks), verify)
+
+
+SWEEP_CSV_COLUMNS = ("model", "seq", "component", "flops", "total_flops", "share")
+
+
+def sweep_csv(d: ReportData) -> str:
+    """The numbers behind the sweep figures: exact FLOPs, shares rounded to 6 decimals."""
+    from accounting.units import decimal
+    lines = [",".join(SWEEP_CSV_COLUMNS)]
+    for c in d.models:
+        s = d.sweep[c.name]
+        for k in matmuls.COMPONENTS:
+            shares = s.shares(k)
+            for i, seq in enumerate(s.seqs):
+                lines.append(f"{c.name},{seq},{k},{s.flops[k][i]},{s.totals[i]},{decimal(shares[i], 6)}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,121 @@
+"""Speed and memory of `python -m accounting MODEL --ctx 16384 --verify`, and the agreement matrix.
+
+    python benchmarks/bench_verify.py              # CLI timings: 4 presets at 16k, verify vs not
+    python benchmarks/bench_verify.py --runs 5
+    python benchmarks/bench_verify.py --matrix     # also: 4 presets × 5 contexts × B ∈ {1, 4}
+
+Goals (issue 4): `python -m accounting gpt2-xl --ctx 16384 --verify` under 10 s wall and
+under 1.5 GB peak RSS on a 2-core machine. Each CLI run is a fresh subprocess; wall time
+is measured around it, peak RSS is the child's ru_maxrss from os.wait4 (KiB on Linux,
+reported in MB = 10^6 bytes). Medians over --runs runs; RSS is the largest seen.
+
+The matrix runs the cross-check in this process (forward + backward, --pass train) for
+every preset × T ∈ {1024, 2048, 4096, 8192, 16384} × B ∈ {1, 4} and prints whether
+analytic, fvcore (×2) and FlopCounterMode agree exactly, and what fvcore's stock einsum
+handle gets wrong where it can run.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from accounting import PRESETS, analyze, get_preset, render  # noqa: E402
+from accounting.table import Table  # noqa: E402
+from accounting.units import grouped  # noqa: E402
+
+GOAL_SECONDS = 10.0
+GOAL_RSS_BYTES = 1_500_000_000  # 1.5 GB
+SEQS = (1024, 2048, 4096, 8192, 16384)
+
+
+def run_cli(args: list[str]) -> tuple[float, int, int]:
+    """(wall seconds, peak RSS bytes, exit status) of one `python -m accounting` run."""
+    t = time.perf_counter()
+    p = subprocess.Popen([sys.executable, "-m", "accounting", *args], cwd=ROOT,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(p.pid, 0)
+    wall = time.perf_counter() - t
+    p.returncode = os.waitstatus_to_exitcode(status)
+    if p.stderr:
+        p.stderr.close()
+    return wall, usage.ru_maxrss * 1024, p.returncode
+
+
+def cli_table(runs: int) -> Table:
+    rows = []
+    for name in PRESETS:
+        for flag in ("--verify", "--no-verify"):
+            results = [run_cli([name, "--ctx", "16384", flag]) for _ in range(runs)]
+            walls = [w for w, _, _ in results]
+            rss = max(r for _, r, _ in results)
+            codes = sorted({c for _, _, c in results})
+            goal = ""
+            if flag == "--verify":
+                ok = statistics.median(walls) < GOAL_SECONDS and rss < GOAL_RSS_BYTES
+                goal = "met" if ok else "MISSED"
+            rows.append((name, flag, f"{statistics.median(walls):.2f}", f"{min(walls):.2f}",
+                         f"{max(walls):.2f}", f"{rss / 1e6:.0f}", ",".join(map(str, codes)), goal))
+    return Table(f"python -m accounting MODEL --ctx 16384 (median of {runs} runs, {os.cpu_count()} CPUs)",
+                 ("model", "mode", "median s", "min s", "max s", "peak RSS MB", "exit", "goal"),
+                 tuple(rows), align="llrrrrrl",
+                 notes=(f"Goal for --verify: under {GOAL_SECONDS:g} s wall and under "
+                        f"{GOAL_RSS_BYTES / 1e9:g} GB peak RSS (the child's ru_maxrss).",))
+
+
+def matrix_table() -> Table:
+    from accounting.crosscheck import cross_check
+    from accounting.crosscheck.compare import TOTAL
+    rows, all_agree = [], True
+    for name in PRESETS:
+        for seq in SEQS:
+            for batch in (1, 4):
+                t = time.perf_counter()
+                result = cross_check(analyze(get_preset(name), seq, batch, "train"))
+                seconds = time.perf_counter() - t
+                all_agree &= result.agrees
+                fwd, bwd = (next(r for r in result.components
+                                 if r.scope == s and r.component == TOTAL)
+                            for s in ("forward", "backward"))
+                stock = ("skipped" if fwd.fvcore_stock is None
+                         else f"{fwd.fvcore_stock - fwd.analytic:+,}")
+                rows.append((name, grouped(seq), str(batch), grouped(fwd.analytic),
+                             "yes" if fwd.agree else "NO", grouped(bwd.analytic),
+                             "yes" if bwd.agree else "NO",
+                             "yes" if result.agrees else "NO", stock, f"{seconds:.1f}"))
+                print(" | ".join(rows[-1]), file=sys.stderr, flush=True)
+    return Table("Agreement matrix: analytic vs fvcore ×2 vs FlopCounterMode (train = forward + backward)",
+                 ("model", "T", "B", "forward FLOPs", "fwd agree", "backward FLOPs", "bwd agree",
+                  "all checks", "fvcore stock − analytic (fwd)", "seconds"),
+                 tuple(rows), align="lrrrlrllrr",
+                 notes=("all checks: components, every block, non-matmul FLOPs and the "
+                        "consistency/backward claims. fvcore stock: its own einsum handle, "
+                        "skipped where its dense float64 operands would exceed 1 GiB.",
+                        "Result: " + ("every combination agrees exactly." if all_agree
+                                      else "DISAGREEMENT in the rows marked NO.")))
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--runs", type=int, default=3, help="CLI runs per case (default 3)")
+    p.add_argument("--matrix", action="store_true", help="also run the 40-combination matrix")
+    p.add_argument("--no-cli", action="store_true", help="skip the CLI timings")
+    ns = p.parse_args()
+    tables = []
+    if not ns.no_cli:
+        tables.append(cli_table(ns.runs))
+    if ns.matrix:
+        tables.append(matrix_table())
+    sys.stdout.write(render.text(tables))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,429 @@
+"""`python -m accounting report`: reproducible, atomic, and every number checkable.
+
+The whole report (cross-check included) is regenerated once into a temporary folder by a
+module-scoped fixture and compared byte for byte with the committed reports/. Numbers are
+then read back out of the committed Markdown and recomputed here by hand algebra from the
+configs (the 2mnp rule applied to each matmul of the CS336 block, written out below), never
+taken from the library under test.
+"""
+import itertools
+import re
+import shutil
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+
+from accounting.cli import main as accounting_main
+from accounting.reporting import cli as report_cli
+from accounting.reporting import figures_index, style
+
+ROOT = Path(__file__).resolve().parent.parent
+COMMITTED = ROOT / "reports"
+REPORT = "gpt2_sizes.md"
+MODELS = ("gpt2-small", "gpt2-medium", "gpt2-large", "gpt2-xl")
+CONTEXTS = (1024, 2048, 4096, 8192, 16384)
+COMPONENTS = ("attention projections", "attention core", "feed-forward", "LM head")
+
+
+# ---- hand algebra (independent of accounting/) -------------------------------------------
+
+def hand_params(V, L, d, d_ff):
+    """Embedding V·d, untied LM head V·d, per block Q/K/V/O 4·d², SwiGLU W1/W2/W3 3·d·d_ff
+    and two RMSNorm gains 2·d; one final gain d. No biases (CS336 §3.4-3.6)."""
+    return 2 * V * d + L * (4 * d * d + 3 * d * d_ff + 2 * d) + d
+
+
+def hand_components(V, L, d, d_ff, T):
+    """Forward matmul FLOPs (2mnp), B = 1, attention core over the full T×T scores:
+    Q, K, V, O projections (T×d)(d×d): 4·2·T·d² per block; QKᵀ (per head T×d_k × d_k×T) and
+    scores·V (T×T × T×d_k) over h heads: 2·2·T²·d per block; SwiGLU W1, W3 (T×d)(d×d_ff)
+    and W2 (T×d_ff)(d_ff×d): 3·2·T·d·d_ff per block; LM head (T×d)(d×V) once."""
+    return {"attention projections": L * 8 * T * d * d,
+            "attention core": L * 4 * T * T * d,
+            "feed-forward": L * 6 * T * d * d_ff,
+            "LM head": 2 * T * d * V}
+
+
+def test_hand_algebra_matches_the_course_numbers():
+    # GPT-2 XL (V 50,257, L 48, d 1,600, d_ff 6,400) at T = 1,024: the values quoted in the
+    # brief and the package docstring, re-derived here by hand.
+    assert hand_params(50257, 48, 1600, 6400) == 2_127_057_600
+    assert sum(hand_components(50257, 48, 1600, 6400, 1024).values()) == 4_513_336_524_800
+
+
+# ---- reading the Markdown back -----------------------------------------------------------
+
+def sections(md: str) -> dict[str, str]:
+    """'## heading' -> body, for the level-2 sections."""
+    out, name = {}, None
+    for line in md.splitlines():
+        if line.startswith("## "):
+            name = line[3:].strip()
+            out[name] = ""
+        elif name is not None:
+            out[name] += line + "\n"
+    return out
+
+
+def section(md: str, prefix: str) -> str:
+    found = [body for name, body in sections(md).items() if name.startswith(prefix)]
+    assert len(found) == 1, prefix
+    return found[0]
+
+
+def tables(text: str) -> list[list[dict[str, str]]]:
+    """Every Markdown table in text, as rows keyed by header (bold markers stripped)."""
+    out, block = [], []
+    for line in text.splitlines() + [""]:
+        if line.startswith("|"):
+            block.append(line)
+        elif block:
+            cells = [[c.strip().strip("*") for c in re.split(r"(?<!\\)\|", row)[1:-1]] for row in block]
+            header = cells[0]
+            out.append([dict(zip(header, r)) for r in cells[2:]])
+            block = []
+    return out
+
+
+def integer(cell: str) -> int:
+    assert re.fullmatch(r"\d{1,3}(,\d{3})*", cell), cell
+    return int(cell.replace(",", ""))
+
+
+def pct(cell: str) -> Fraction:
+    assert re.fullmatch(r"\d+\.\d\d%", cell), cell
+    return Fraction(cell[:-1]) / 100
+
+
+def two_places(x: Fraction) -> str:
+    """A positive exact value rounded half-even to 2 decimals (Python's round on a Fraction)."""
+    q = round(x * 100)
+    return f"{q // 100}.{q % 100:02d}"
+
+
+def close_share(shown: Fraction, exact: Fraction) -> bool:
+    """A share shown at 2 decimals of a percent is the exact one rounded down or up."""
+    return abs(shown - exact) < Fraction(1, 10_000)
+
+
+# ---- the regenerated report (once per module) ----------------------------------------------
+
+@pytest.fixture(scope="module")
+def regenerated(tmp_path_factory):
+    pytest.importorskip("torch")
+    pytest.importorskip("fvcore")
+    out = tmp_path_factory.mktemp("report")
+    import contextlib
+    import io
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = accounting_main(["report", "--out", str(out)])
+    return out, code, err.getvalue()
+
+
+@pytest.fixture(scope="module")
+def committed_md():
+    return (COMMITTED / REPORT).read_text(encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def configs(committed_md):
+    rows = tables(section(committed_md, "1."))[0]
+    return {r["model"]: {"V": integer(r["vocab_size V"]), "L": integer(r["num_layers L"]),
+                             "d": integer(r["d_model"]), "h": integer(r["num_heads h"]),
+                             "d_ff": integer(r["d_ff"])} for r in rows}
+
+
+def test_regenerated_markdown_is_byte_identical(regenerated):
+    out, code, _ = regenerated
+    assert code == 0
+    new, old = (out / REPORT).read_text(encoding="utf-8"), (COMMITTED / REPORT).read_text(encoding="utf-8")
+    if new != old:
+        import difflib
+        diff = "".join(list(difflib.unified_diff(old.splitlines(True), new.splitlines(True),
+                                                 "committed", "regenerated"))[:40])
+        pytest.fail("reports/gpt2_sizes.md is stale: regenerate it with `python -m accounting "
+                    "report` (or find what made the output change)\n" + diff)
+    assert (out / REPORT).read_bytes() == (COMMITTED / REPORT).read_bytes()
+
+
+def _committed_png_matplotlib():
+    from PIL import Image
+    png = next((COMMITTED / "figures").glob("*.png"))
+    return Image.open(png).info.get("Software", "")
+
+
+def test_regenerated_figures_are_identical(regenerated):
+    out, _, _ = regenerated
+    new, old = out / "figures", COMMITTED / "figures"
+    names = sorted(p.name for p in old.iterdir())
+    assert sorted(p.name for p in new.iterdir()) == names
+    expected = {f for info in figures_index.FIGURES.values() for f in info.files()}
+    assert expected | {figures_index.SWEEP_CSV} == set(names)
+    # The data behind the plots: always byte-identical.
+    assert (new / figures_index.SWEEP_CSV).read_bytes() == (old / figures_index.SWEEP_CSV).read_bytes()
+    # The images: identical bytes for the same matplotlib (the PNG records which one drew it).
+    import matplotlib
+    drawn_with = _committed_png_matplotlib()
+    if matplotlib.__version__ not in drawn_with:
+        pytest.skip(f"committed figures drawn with {drawn_with!r}, this is matplotlib "
+                    f"{matplotlib.__version__}: image bytes may differ (data compared above)")
+    for name in names:
+        assert (new / name).read_bytes() == (old / name).read_bytes(), name
+
+
+def test_progress_on_stderr(regenerated):
+    _, _, err = regenerated
+    lines = err.splitlines()
+    n = len([x for x in lines if x.startswith("[")])
+    assert n == 4 + len(MODELS) * len(CONTEXTS) + len(figures_index.FIGURES) + 1
+    for model in MODELS:
+        for T in CONTEXTS:
+            assert any(re.fullmatch(rf"\[\d+/{n}\] cross-check {model} T={T} \.\.\. agrees "
+                                    r"\(\d+\.\d s\)", x) for x in lines), (model, T)
+    assert lines[-1].startswith("report: wrote ")
+
+
+# ---- the committed numbers, recomputed -------------------------------------------------------
+
+def test_configs_are_gpt2(configs):
+    # GPT-2 shapes (Radford et al. 2019): layers, width, heads; d_ff = 4·d_model; vocab 50,257.
+    shapes = {"gpt2-small": (12, 768, 12), "gpt2-medium": (24, 1024, 16),
+              "gpt2-large": (36, 1280, 20), "gpt2-xl": (48, 1600, 25)}
+    assert list(configs) == list(MODELS)
+    for m, (L, d, h) in shapes.items():
+        assert configs[m] == {"V": 50257, "L": L, "d": d, "h": h, "d_ff": 4 * d}
+
+
+def test_parameters_and_memory(committed_md, configs):
+    body = section(committed_md, "2.")
+    per_component, memory = tables(body)
+    totals = {m: integer(v) for m, v in next(r for r in per_component if r["component"] == "total").items()
+              if m in MODELS}
+    for m, c in configs.items():
+        n = hand_params(c["V"], c["L"], c["d"], c["d_ff"])
+        assert totals[m] == n
+        row = next(r for r in memory if r["model"] == m)
+        assert integer(row["parameters"]) == n
+        assert integer(row["fp32 bytes"]) == 4 * n
+        # GB = 10⁹ bytes and GiB = 2³⁰ bytes, each rounded to 2 decimals.
+        assert row["GB (10⁹ bytes)"] == f"{two_places(Fraction(4 * n, 10**9))} GB"
+        assert row["GiB (2³⁰ bytes)"] == f"{two_places(Fraction(4 * n, 2**30))} GiB"
+    assert totals["gpt2-xl"] == 2_127_057_600
+    xl = next(r for r in memory if r["model"] == "gpt2-xl")
+    assert (xl["GB (10⁹ bytes)"], xl["GiB (2³⁰ bytes)"]) == ("8.51 GB", "7.92 GiB")
+
+
+def test_every_matmul_and_component_at_1024(committed_md, configs):
+    body = committed_md.split("## 3.")[1].split("\n## ")[0]
+    for m, c in configs.items():
+        sub = body.split(f"### {m}\n")[1].split("\n### ")[0]
+        matmul_rows, component_rows = tables(sub)
+        comp = hand_components(c["V"], c["L"], c["d"], c["d_ff"], 1024)
+        total = sum(comp.values())
+        # Ten matmuls: per block Q, K, V, QKᵀ, scores·V, O, W1, W3, W2; the LM head once.
+        rows = [r for r in matmul_rows if r["matmul"] != "total"]
+        assert len(rows) == 10
+        for k in COMPONENTS:
+            assert sum(integer(r["FLOPs (all)"]) for r in rows if r["component"] == k) == comp[k]
+        assert integer(next(r for r in matmul_rows if r["matmul"] == "total")["FLOPs (all)"]) == total
+        by_name = {r["matmul"]: r for r in rows}
+        assert by_name["LM head"]["FLOPs each (formula)"] == "2·B·T·d_model·V"
+        assert integer(by_name["LM head"]["FLOPs each"]) == 2 * 1024 * c["d"] * c["V"]
+        assert integer(by_name["SwiGLU W2"]["FLOPs each"]) == 2 * 1024 * c["d_ff"] * c["d"]
+        for r in rows:
+            assert close_share(pct(r["share"]), Fraction(integer(r["FLOPs (all)"]), total))
+        for r in component_rows:
+            if r["component"] == "total":
+                continue
+            assert integer(r["FLOPs"]) == comp[r["component"]]
+            assert close_share(pct(r["share of forward"]), Fraction(comp[r["component"]], total))
+        largest = max(comp, key=comp.get)
+        assert f"Largest component of {m} at T = 1,024: **{largest}**" in sub
+    assert "4,513,336,524,800" in body
+
+
+def test_shares_against_model_size_and_the_sentence(committed_md, configs):
+    body = section(committed_md, "4.")
+    rows = {r["component"]: r for r in tables(body)[0]}
+    exact = {}
+    for m, c in configs.items():
+        comp = hand_components(c["V"], c["L"], c["d"], c["d_ff"], 1024)
+        total = sum(comp.values())
+        exact[m] = {k: Fraction(v, total) for k, v in comp.items()}
+        for k in COMPONENTS:
+            assert close_share(pct(rows[k][m]), exact[m][k]), (m, k)
+        assert sum(pct(rows[k][m]) for k in COMPONENTS) == 1  # columns add to 100.00%
+        assert rows["largest component"][m] == max(comp, key=comp.get)
+    # The generated sentence: its numbers are the table's small and XL shares, and its
+    # verbs match the direction of the exact change.
+    sentence = next(p for p in body.split("\n\n") if p.startswith("From gpt2-small to gpt2-xl"))
+    for k in COMPONENTS:
+        possessive = k + ("'" if k.endswith("s") else "'s")
+        hit = re.search(rf"the {re.escape(possessive)} (?:share (?:steadily )?(grows|falls) )?"
+                        rf"from (\d+\.\d\d%) to (\d+\.\d\d%)", sentence)
+        assert hit, k
+        assert (hit.group(2), hit.group(3)) == (rows[k]["gpt2-small"], rows[k]["gpt2-xl"])
+        up = exact["gpt2-xl"][k] > exact["gpt2-small"][k]
+        clause = sentence.split("while")[0 if up else 1]
+        assert possessive in clause, (k, up)
+    assert "feed-forward's share steadily grows" in sentence  # 49.75% -> 66.91%, every step up
+    assert "LM head's share steadily falls" in sentence
+
+
+def test_xl_at_16384(committed_md, configs):
+    body = section(committed_md, "5.")
+    rows = {r["component"]: r for r in tables(body)[0]}
+    c = configs["gpt2-xl"]
+    short = hand_components(c["V"], c["L"], c["d"], c["d_ff"], 1024)
+    long = hand_components(c["V"], c["L"], c["d"], c["d_ff"], 16384)
+    for k in COMPONENTS:
+        assert integer(rows[k]["FLOPs at T = 1,024"]) == short[k]
+        assert integer(rows[k]["FLOPs at T = 16,384"]) == long[k]
+    t1, t2 = sum(short.values()), sum(long.values())
+    assert t2 == 149_522_795_724_800
+    ratio = Fraction(t2, t1)
+    assert rows["total"]["growth"] == f"{two_places(ratio)}×" == "33.13×"
+    # Shares before and after, each column recomputed (two 'share' headers: parse by index).
+    table_lines = [x for x in body.splitlines() if x.startswith("| ")][1:]
+    for line in table_lines:
+        cells = [x.strip().strip("*") for x in line.split("|")[1:-1]]
+        if cells[0] in COMPONENTS:
+            assert close_share(pct(cells[2]), Fraction(short[cells[0]], t1))
+            assert close_share(pct(cells[4]), Fraction(long[cells[0]], t2))
+    # The attention core grows with T² (×256), the rest with T (×16).
+    assert rows["attention core"]["growth"] == "256.00×"
+    assert f"by {two_places(ratio)}×" in body
+    assert "changes from the feed-forward to the attention core" in body
+
+
+def test_crossover_contexts(committed_md, configs):
+    body = section(committed_md, "6.")
+    crossover = {r["model"]: r for r in tables(body)[0]}
+    for m, c in configs.items():
+        # Attention core 4·T²·d = feed-forward 6·T·d·d_ff  <=>  T = 3·d_ff/2 (per block).
+        equal = Fraction(3 * c["d_ff"], 2)
+        assert integer(crossover[m]["core = FFN at T"]) == equal
+        assert integer(crossover[m]["core > FFN from T"]) == equal + 1
+        comp = hand_components(c["V"], c["L"], c["d"], c["d_ff"], int(equal))
+        assert comp["attention core"] == comp["feed-forward"]
+        # Useful count: 4·d·T(T+1)/2 = 6·T·d·d_ff  <=>  T = 3·d_ff - 1.
+        assert integer(crossover[m]["useful count: core = FFN at T"]) == 3 * c["d_ff"] - 1
+    powers = tables(body)[1]
+    assert len(powers) == len(MODELS) * len(CONTEXTS)
+    for r in powers:
+        c = configs[r["model"]]
+        comp = hand_components(c["V"], c["L"], c["d"], c["d_ff"], integer(r["T"]))
+        assert integer(r["forward matmul FLOPs"]) == sum(comp.values())
+        for k in COMPONENTS:
+            assert close_share(pct(r[k]), Fraction(comp[k], sum(comp.values())))
+
+
+def test_sweep_csv(configs):
+    import csv
+    rows = list(csv.DictReader((COMMITTED / "figures" / figures_index.SWEEP_CSV).open(encoding="utf-8")))
+    seqs = sorted({int(r["seq"]) for r in rows})
+    assert seqs[0] == 1024 and seqs[-1] == 16384 and set(CONTEXTS) <= set(seqs)
+    assert max(b - a for a, b in itertools.pairwise(seqs)) <= 512
+    for r in rows[::37]:  # a spread of rows, recomputed
+        c = configs[r["model"]]
+        comp = hand_components(c["V"], c["L"], c["d"], c["d_ff"], int(r["seq"]))
+        assert int(r["flops"]) == comp[r["component"]]
+        assert int(r["total_flops"]) == sum(comp.values())
+
+
+def test_one_colour_per_component_in_every_figure():
+    colours = list(style.COMPONENT_COLOURS.values())
+    assert list(style.COMPONENT_COLOURS) == list(COMPONENTS)
+    assert len(set(colours)) == len(colours)
+    # Each figure's SVG draws with the palette (matplotlib writes colours as lower-case hex).
+    for info in figures_index.FIGURES.values():
+        svg = (COMMITTED / "figures" / f"{info.name}.svg").read_text(encoding="utf-8").lower()
+        used = [k for k, hexcode in style.COMPONENT_COLOURS.items() if hexcode.lower() in svg]
+        assert "attention core" in used and "feed-forward" in used, info.name
+
+
+def test_report_has_no_absolute_paths_or_dates(committed_md):
+    assert str(ROOT) not in committed_md and "/tmp/" not in committed_md
+    assert not re.search(r"\b20\d\d-\d\d-\d\d\b", committed_md)
+    assert "DRAFT" not in committed_md  # the committed copy is cross-checked
+
+
+# ---- drafts, bad input, atomicity ---------------------------------------------------------
+
+def test_no_verify_draft_is_marked(tmp_path, capsys):
+    code = accounting_main(["report", "--no-verify", "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 0
+    md = (tmp_path / REPORT).read_text(encoding="utf-8")
+    assert "**DRAFT — not cross-checked.**" in md
+    assert "cross-check" not in "".join(x for x in err.splitlines() if x.startswith("["))
+    assert "draft: cross-check skipped" in err
+
+
+def test_out_is_a_file(tmp_path, capsys):
+    f = tmp_path / "file.md"
+    f.write_text("x")
+    assert accounting_main(["report", "--no-verify", "--out", str(f)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("accounting: error: --out")
+    assert f.read_text() == "x"
+
+
+def test_out_parent_missing(tmp_path, capsys):
+    assert accounting_main(["report", "--no-verify", "--out", str(tmp_path / "a" / "b")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture
+def old_report(tmp_path):
+    """A copy of the committed report, standing in for the previous run's output."""
+    shutil.copy(COMMITTED / REPORT, tmp_path / REPORT)
+    shutil.copytree(COMMITTED / "figures", tmp_path / "figures")
+    return tmp_path, _snapshot(tmp_path)
+
+
+def test_failure_midway_leaves_old_report(old_report, monkeypatch, capsys):
+    out, before = old_report
+    from accounting.reporting import figures
+
+    def broken(data):
+        raise RuntimeError("figure failed")
+
+    # The third figure fails after two have been written into the staging folder.
+    monkeypatch.setitem(figures.DRAW, "flops_vs_context", broken)
+    with pytest.raises(RuntimeError, match="figure failed"):
+        report_cli.main(["--no-verify", "--out", str(out)])
+    assert _snapshot(out) == before  # old files untouched, no staging leftovers
+    assert sorted(p.name for p in out.iterdir()) == ["figures", REPORT]
+    assert "failed" in capsys.readouterr().err
+
+
+def test_failure_while_swapping_rolls_back(old_report, monkeypatch):
+    out, before = old_report
+    real_replace = report_cli.os.replace
+
+    def fail_replace(src, dst):
+        if Path(dst).name == REPORT:
+            raise OSError("disk full")
+        return real_replace(src, dst)
+
+    # Figures already swapped in when the Markdown's rename fails: both must roll back.
+    monkeypatch.setattr(report_cli.os, "replace", fail_replace)
+    with pytest.raises(OSError, match="disk full"):
+        report_cli.main(["--no-verify", "--out", str(out)])
+    assert _snapshot(out) == before
+    assert sorted(p.name for p in out.iterdir()) == ["figures", REPORT]
+
+
+def test_success_replaces_stale_figures(old_report):
+    out, _ = old_report
+    (out / "figures" / "stale.png").write_bytes(b"old")
+    assert report_cli.main(["--no-verify", "--out", str(out)]) == 0
+    assert not (out / "figures" / "stale.png").exists()
+    assert sorted(p.name for p in out.iterdir()) == ["figures", REPORT]
