@@ -7,7 +7,8 @@ A block in README.md written as
     ...
     ```
 
-must equal what `main(ARGS)` prints now. Regenerate them with
+must equal what `main(ARGS)` prints now; with `| sections: A; B` after ARGS, only the
+text tables whose titles start with A or B (in output order). Regenerate them with
 `python tests/test_readme.py --update` after a change that moves a number.
 """
 from __future__ import annotations
@@ -20,24 +21,40 @@ import sys
 from pathlib import Path
 
 README = Path(__file__).resolve().parents[1] / "README.md"
-BLOCK = re.compile(r"<!-- output: python -m accounting (?P<args>[^>]*?) -->\n```text\n(?P<body>.*?)```",
-                   re.S)
+BLOCK = re.compile(r"<!-- output: python -m accounting (?P<args>[^>|]*?)"
+                   r"(?: \| sections: (?P<sections>[^>]*?))? -->\n```text\n(?P<body>.*?)```", re.S)
 
 
-def tool_output(args: str) -> str:
+def tool_output(args: str, sections: str | None = None) -> str:
     from accounting.cli import main
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
         code = main(shlex.split(args))
     assert code == 0, f"README command failed: {args}"
-    return buf.getvalue()
+    text = buf.getvalue()
+    if sections is None:
+        return text
+    prefixes = [p.strip() for p in sections.split(";")]
+    chosen = [s for s in split_sections(text) if any(s.startswith(p) for p in prefixes)]
+    assert chosen, f"no section of '{args}' starts with {prefixes}"
+    return "\n".join(chosen)
+
+
+def split_sections(text: str) -> list[str]:
+    """Text output -> tables, each starting at its title (a line underlined with '=')."""
+    lines = text.splitlines(keepends=True)
+    starts = [i for i in range(len(lines) - 1)
+              if lines[i + 1].strip() and set(lines[i + 1].strip()) == {"="}
+              and len(lines[i + 1].rstrip("\n")) == len(lines[i].rstrip("\n"))]
+    bounds = starts + [len(lines)]
+    return ["".join(lines[a:b]).rstrip("\n") + "\n" for a, b in zip(bounds, bounds[1:])]
 
 
 def test_readme_outputs_are_current():
     blocks = list(BLOCK.finditer(README.read_text(encoding="utf-8")))
     assert blocks, "README has no generated output blocks"
     for m in blocks:
-        assert m["body"] == tool_output(m["args"]), \
+        assert m["body"] == tool_output(m["args"], m["sections"]), \
             f"README block for '{m['args']}' is stale: run python tests/test_readme.py --update"
 
 
@@ -57,7 +74,7 @@ def update() -> None:
         start, end = m.span("body")
         whole = m.group(0)
         offset = m.start()
-        return whole[:start - offset] + tool_output(m["args"]) + whole[end - offset:]
+        return whole[:start - offset] + tool_output(m["args"], m["sections"]) + whole[end - offset:]
     text = BLOCK.sub(fresh, text)
     README.write_text(text, encoding="utf-8")
 
