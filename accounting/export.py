@@ -13,8 +13,17 @@ LEDGER_COLUMNS = ("kind", "name", "component", "phase", "op", "where", "count", 
                   "formula_each", "flops_each", "flops", "useful_flops")
 
 
-def _fraction(f: Fraction) -> dict:
+def fraction(f: Fraction) -> dict:
+    """An exact ratio in JSON: numerator and denominator, plus a float for convenience."""
     return {"numerator": f.numerator, "denominator": f.denominator, "approx": float(f)}
+
+
+def csv_text(rows: list[dict], columns: tuple[str, ...]) -> str:
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n")
+    w.writeheader()
+    w.writerows(rows)
+    return buf.getvalue()
 
 
 def ledger_rows(a: Analysis) -> list[dict]:
@@ -36,11 +45,7 @@ def ledger_rows(a: Analysis) -> list[dict]:
 
 
 def to_csv(a: Analysis) -> str:
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=LEDGER_COLUMNS, lineterminator="\n")
-    w.writeheader()
-    w.writerows(ledger_rows(a))
-    return buf.getvalue()
+    return csv_text(ledger_rows(a), LEDGER_COLUMNS)
 
 
 def to_dict(a: Analysis) -> dict:
@@ -57,17 +62,17 @@ def to_dict(a: Analysis) -> dict:
                                     "numel_each": r.numel_each} for r in a.param_rows]},
         "matmul_flops": {"executed": a.matmul_flops("executed"), "useful": a.matmul_flops("useful")},
         "components": {counting: {"flops": a.component_flops(counting),
-                                  "shares": {k: _fraction(v) for k, v in
+                                  "shares": {k: fraction(v) for k, v in
                                              a.component_shares(counting).items()}}
                        for counting in ("executed", "useful")},
         "ledger": ledger_rows(a),
         "closed_form": {
-            "matmul_flops_terms": [{"B_power": b, "T_power": t, "coefficient": _fraction(v)}
+            "matmul_flops_terms": [{"B_power": b, "T_power": t, "coefficient": fraction(v)}
                                    for (b, t), v in sorted(a.matmul_polynomial().terms.items())],
             "matmul_flops_polynomial": str(a.matmul_polynomial()),
-            "ratio_to_context_length": _fraction(a.ratio_to_context_length()),
+            "ratio_to_context_length": fraction(a.ratio_to_context_length()),
             "attention_core_overtakes_ffn": {
-                counting: {"equal_at_seq": _fraction(x.equal_at), "first_seq": x.first_seq}
+                counting: {"equal_at_seq": fraction(x.equal_at), "first_seq": x.first_seq}
                 for counting in ("executed", "useful") for x in [a.crossover(counting)]},
         },
     }

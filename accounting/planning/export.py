@@ -3,20 +3,16 @@ numerator/denominator with a float beside them) and CSV rows (section, item, for
 value, unit)."""
 from __future__ import annotations
 
-import csv
-import io
 from fractions import Fraction
 
+from accounting.export import csv_text, fraction
 from accounting.planning import compute, memory
 from accounting.planning.inference import decode_flops_expr, kv_elements_per_token
 from accounting.planning.plan import Plan
 
 
 def _fraction(f: Fraction | None) -> dict | None:
-    if f is None:
-        return None
-    f = Fraction(f)
-    return {"numerator": f.numerator, "denominator": f.denominator, "approx": float(f)}
+    return None if f is None else fraction(Fraction(f))
 
 
 def to_dict(p: Plan) -> dict:
@@ -126,8 +122,4 @@ def rows(p: Plan) -> list[dict]:
 
 
 def to_csv(p: Plan) -> str:
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\n")
-    w.writeheader()
-    w.writerows(rows(p))
-    return buf.getvalue()
+    return csv_text(rows(p), COLUMNS)
