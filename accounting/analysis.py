@@ -1,7 +1,7 @@
-"""Evaluate the records for one workload: rows, totals, shares and closed forms.
+"""Evaluate the ledger for one workload: rows, totals, shares and closed forms.
 
-Everything here is derived from the records in matmuls.py, elementwise.py and params.py;
-nothing restates a formula. All counts are ints, shares are exact Fractions.
+Everything here reduces the records of accounting/ledger.py (built from the spec by
+accounting/builder.py); nothing restates a formula. Counts are ints, shares exact Fractions.
 """
 from __future__ import annotations
 
@@ -9,17 +9,20 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import cached_property
 
-from accounting import elementwise, matmuls, params
+from accounting import records as R
 from accounting.config import ModelConfig
 from accounting.errors import UsageError
-from accounting.matmuls import EXECUTED, FORWARD, PHASES, USEFUL
-from accounting.symbols import Poly, sizes
-from accounting.units import FLOPS_PER_MAC
+from accounting.ledger import Ledger, check_seq, coalesce, ledger
+from accounting.records import EXECUTED, FORWARD, PHASES, USEFUL
+from accounting.symbols import Expr
+from accounting.units import BYTES_PER_ELEMENT
+
+MAX_WORKLOAD = 10**15  # far past any real run; keeps every count a quick exact int
 
 
 @dataclass(frozen=True)
 class MatmulRow:
-    record: matmuls.Matmul
+    record: R.Matmul
     count: int  # instances in the pass: L for a per-layer matmul, else 1
     flops_each: int  # executed FLOPs of one instance
     useful_flops_each: int
@@ -38,7 +41,7 @@ class MatmulRow:
 
 @dataclass(frozen=True)
 class ElementwiseRow:
-    record: elementwise.Elementwise
+    record: R.Elementwise
     count: int
     flops_each: int
 
@@ -49,7 +52,7 @@ class ElementwiseRow:
 
 @dataclass(frozen=True)
 class ParamRow:
-    record: params.Param
+    record: R.Param
     count: int
     numel_each: int
 
@@ -58,10 +61,14 @@ class ParamRow:
         return self.count * self.numel_each
 
 
-def check_workload(seq: int, batch: int) -> None:
+def check_workload(seq: int, batch: int, config: ModelConfig | None = None) -> None:
     for flag, value in (("--ctx", seq), ("--batch", batch)):
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise UsageError(f"{flag} must be a positive integer, got {value!r}")
+        if value > MAX_WORKLOAD:
+            raise UsageError(f"{flag} must be at most 10^15, got {value:.3e}")
+    if config is not None:
+        check_seq(config, seq)
 
 
 @dataclass(frozen=True)
@@ -72,34 +79,38 @@ class Analysis:
     phase: str = "forward"
     counting: str = EXECUTED
     values: dict = field(init=False, repr=False, compare=False)
+    ledger: Ledger = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        check_workload(self.seq, self.batch)
+        check_workload(self.seq, self.batch, self.config)
         if self.phase not in PHASES:
             raise UsageError(f"unknown pass {self.phase!r}; choose forward, backward or train")
         if self.counting not in (EXECUTED, USEFUL):
             raise UsageError(f"unknown count {self.counting!r}; choose executed or useful")
-        object.__setattr__(self, "values", sizes(self.config, self.seq, self.batch))
+        lg = ledger(self.config)
+        object.__setattr__(self, "ledger", lg)
+        object.__setattr__(self, "values", lg.values(self.seq, self.batch))
 
     # ---- rows -------------------------------------------------------------------------
     @cached_property
     def matmul_rows(self) -> tuple[MatmulRow, ...]:
         v = self.values
         return tuple(MatmulRow(r, r.count(v), r.flops(v, EXECUTED), r.flops(v, USEFUL))
-                     for r in matmuls.matmuls(self.phase))
+                     for r in self.ledger.matmuls(self.phase))
 
     @cached_property
     def elementwise_rows(self) -> tuple[ElementwiseRow, ...]:
-        """Non-matmul FLOPs of the forward pass (empty for a backward-only analysis)."""
+        """Non-matmul FLOPs of the forward pass, one row per operation (the same operation
+        in sibling modules merged); empty for a backward-only analysis."""
         if FORWARD not in PHASES[self.phase]:
             return ()
         v = self.values
-        return tuple(ElementwiseRow(r, r.count(v), r.flops(v)) for r in elementwise.FORWARD_ELEMENTWISE)
+        return tuple(ElementwiseRow(r, r.count(v), r.flops(v)) for r in coalesce(self.ledger.elementwise))
 
     @cached_property
     def param_rows(self) -> tuple[ParamRow, ...]:
         v = self.values
-        return tuple(ParamRow(r, r.count(v), r.numel(v)) for r in params.PARAMS)
+        return tuple(ParamRow(r, r.count(v), r.numel(v)) for r in self.ledger.params)
 
     # ---- totals -----------------------------------------------------------------------
     def matmul_flops(self, counting: str | None = None, phase: str | None = None) -> int:
@@ -113,7 +124,7 @@ class Analysis:
 
     def component_flops(self, counting: str | None = None) -> dict[str, int]:
         counting = counting or self.counting
-        out = {c: 0 for c in matmuls.COMPONENTS}
+        out = {c: 0 for c in R.COMPONENTS}
         for r in self.matmul_rows:
             out[r.record.component] += r.flops_for(counting)
         return out
@@ -126,14 +137,14 @@ class Analysis:
     def component_flops_per_layer(self, counting: str | None = None) -> dict[str, int]:
         """One block's matmul FLOPs by component (the LM head is not in a block)."""
         counting = counting or self.counting
-        out = {c: 0 for c in matmuls.COMPONENTS if c != matmuls.LM_HEAD}
+        out = {c: 0 for c in R.BLOCK_COMPONENTS}
         for r in self.matmul_rows:
             if r.record.per_layer:
                 out[r.record.component] += (r.flops_each if counting == EXECUTED else r.useful_flops_each)
         return out
 
     def elementwise_by_component(self) -> dict[str, int]:
-        out = {c: 0 for c in elementwise.COMPONENTS}
+        out = {c: 0 for c in self.ledger.elementwise_components}
         for r in self.elementwise_rows:
             out[r.record.component] += r.flops
         return out
@@ -144,47 +155,46 @@ class Analysis:
         return sum(r.numel for r in self.param_rows)
 
     def params_by_component(self) -> dict[str, int]:
-        out = {c: 0 for c in params.COMPONENTS}
+        out = {c: 0 for c in self.ledger.param_components}
         for r in self.param_rows:
             out[r.record.component] += r.numel
         return out
 
     def param_memory_bytes(self) -> dict[str, int]:
-        return params.memory_bytes(self.param_count)
+        return {dtype: self.param_count * b for dtype, b in BYTES_PER_ELEMENT.items()}
 
     # ---- closed forms -----------------------------------------------------------------
-    def matmul_polynomial(self, counting: str | None = None, component: str | None = None,
-                          phase: str | None = None) -> Poly:
-        """Matmul FLOPs of this pass as a polynomial in B and T, from the records."""
+    def matmul_expr(self, counting: str | None = None, component: str | None = None,
+                    phase: str | None = None) -> Expr:
+        """Matmul FLOPs of this pass as an expression in every symbol."""
         counting = counting or self.counting
-        total = Poly()
-        for r in matmuls.matmuls(phase or self.phase):
-            if component is not None and r.component != component:
-                continue
-            factors = r.factors if counting == EXECUTED else r.useful_factors()
-            total = total + Poly.of_factors(FLOPS_PER_MAC * r.count(self.values), factors, self.values)
-        return total
+        return sum((r.expr(counting) for r in self.ledger.matmuls(phase or self.phase)
+                    if component is None or r.component == component), Expr())
 
-    def elementwise_polynomial(self) -> Poly:
-        total = Poly()
-        for r in self.elementwise_rows:
-            total = total + Poly.of_factors(r.record.per_element * r.record.copies * r.count,
-                                            r.record.elements, self.values)
-        return total
+    def matmul_polynomial(self, counting: str | None = None, component: str | None = None,
+                          phase: str | None = None) -> Expr:
+        """Matmul FLOPs of this pass as a polynomial in B and T."""
+        return self.matmul_expr(counting, component, phase).partial(self.values)
+
+    def elementwise_polynomial(self) -> Expr:
+        if not self.elementwise_rows:
+            return Expr()
+        return sum((r.expr() for r in self.ledger.elementwise), Expr()).partial(self.values)
 
     def ratio_to_context_length(self, counting: str | None = None) -> Fraction:
         """Matmul FLOPs at T = seq over those at T = context_length (same batch)."""
         poly = self.matmul_polynomial(counting)
-        return Fraction(poly.evaluate(self.batch, self.seq),
-                        poly.evaluate(self.batch, self.config.context_length))
+        return Fraction(poly.at(B=self.batch, T=self.seq),
+                        poly.at(B=self.batch, T=self.config.context_length))
 
-    def crossover(self, counting: str | None = None) -> "Crossover":
+    def crossover(self, counting: str | None = None) -> Crossover:
         """Where the attention core's forward FLOPs overtake the feed-forward's."""
-        diff = (self.matmul_polynomial(counting, matmuls.ATTN_CORE, "forward")
-                - self.matmul_polynomial(counting, matmuls.FFN, "forward"))
+        diff = (self.matmul_polynomial(counting, R.ATTN_CORE, "forward")
+                - self.matmul_polynomial(counting, R.FFN, "forward"))
         # diff = B·(a·T² + b·T): zero at T = -b/a, positive beyond it (a > 0).
-        a, b = diff.coefficient(1, 2), diff.coefficient(1, 1)
-        assert a > 0 and set(diff.terms) <= {(1, 2), (1, 1)}, diff
+        a, b = Fraction(diff.coefficient(B=1, T=2)), Fraction(diff.coefficient(B=1, T=1))
+        assert a > 0 and diff.symbols() <= {"B", "T"}, diff
+        assert set(diff.terms) <= {("B", "T", "T"), ("B", "T")}, diff
         equal_at = -b / a
         first = max(int(equal_at // 1) + 1, 1)
         return Crossover(equal_at=equal_at, first_seq=first)

@@ -24,7 +24,7 @@ from accounting.args import (
     positive_int,
 )
 from accounting.errors import UsageError
-from accounting.matmuls import EXECUTED, PHASES, USEFUL
+from accounting.records import EXECUTED, PHASES, USEFUL
 
 # Subcommands live in their own modules, imported only when used.
 SUBCOMMANDS = {"report": "accounting.reporting.cli", "plan": "accounting.planning.cli"}

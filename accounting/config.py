@@ -1,7 +1,14 @@
-"""Model configs: one frozen dataclass, presets looked up by exact name, JSON files."""
+"""The architecture spec: one frozen dataclass that says which operations run, with sizes.
+
+The defaults are the CS336 chapter 3 LM (pre-norm RMSNorm, SwiGLU, RoPE, causal
+multi-head attention, untied LM head, no biases). Every other field switches one
+feature people plan with (see ../shared/architectures.md): grouped-query attention,
+head_dim ≠ d_model/h, LayerNorm, GELU MLPs, learned positions, a tied head, biases,
+QK-norm and OLMo-2's norm placement. accounting/builder.py walks this spec into the
+ledger, and model/ builds the same network from it.
+"""
 from __future__ import annotations
 
-import difflib
 import json
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -11,121 +18,239 @@ from accounting.errors import UsageError
 
 def default_d_ff(d_model: int) -> int:
     """8/3·d_model rounded up to a multiple of 64 (CS336 §3.5.2), in integers."""
+    if isinstance(d_model, bool) or not isinstance(d_model, int) or d_model <= 0:
+        raise UsageError(f"d_model must be a positive integer, got {d_model!r}")
     return -(-8 * d_model // (3 * 64)) * 64
 
 
 @dataclass(frozen=True)
+class MLPKind:
+    """A feed-forward network: gated (W2(act(W1 x) * W3 x), three matrices) or plain
+    (W2 act(W1 x), two matrices), and its activation."""
+    name: str
+    gated: bool
+    activation: str  # "silu", "gelu_tanh" (tanh approximation) or "gelu" (exact, erf)
+    label: str
+
+    def default_d_ff(self, d_model: int) -> int:
+        # gated: the 8/3 rule keeps the parameter count of a 4·d plain MLP (CS336 §3.5.2)
+        return default_d_ff(d_model) if self.gated else 4 * d_model
+
+
+MLPS: dict[str, MLPKind] = {m.name: m for m in (
+    MLPKind("swiglu", True, "silu", "SwiGLU"),
+    MLPKind("geglu", True, "gelu_tanh", "GeGLU (tanh GELU)"),
+    MLPKind("gelu", False, "gelu", "GELU MLP (exact erf GELU)"),
+    MLPKind("gelu_tanh", False, "gelu_tanh", "GELU MLP (tanh approximation, as GPT-2)"),
+)}
+NORMS = {"rmsnorm": "RMSNorm", "layernorm": "LayerNorm"}
+NORM_PLACEMENTS = {"pre": "pre-norm (norm on each sublayer's input)",
+                   "post": "post-sublayer norm (OLMo-2: norm on each sublayer's output, "
+                           "inside the residual)"}
+POSITIONS = {"rope": "RoPE", "learned": "learned absolute positions", "none": "no positions"}
+QK_NORMS = {"none": "no QK-norm", "head": "QK-norm per head (Qwen3)",
+            "full": "QK-norm over the full projection width (OLMo-2)"}
+
+# Bounds on sizes: far beyond any real model, small enough that nothing downstream hangs.
+MAX_SIZE = 10**12
+
+_SIZES = ("vocab_size", "context_length", "num_layers", "d_model", "num_heads", "d_ff")
+_CHOICES = {"norm": NORMS, "norm_placement": NORM_PLACEMENTS, "mlp": MLPS, "positions": POSITIONS,
+            "qk_norm": QK_NORMS}
+_FLAGS = ("tie_embeddings", "qkv_bias", "out_bias", "mlp_bias")
+
+
+@dataclass(frozen=True)
 class ModelConfig:
-    """The architecture of model.TransformerLM: RMSNorm, SwiGLU, RoPE, untied LM head."""
+    """Sizes and the choices that decide which operations run (defaults: CS336)."""
 
     vocab_size: int
-    context_length: int
+    context_length: int  # the learned position table's length when positions = "learned"
     num_layers: int
     d_model: int
     num_heads: int
     d_ff: int
     rope_theta: float = 10000.0
     name: str = "custom"
+    num_kv_heads: int | None = None  # None: num_heads (multi-head); 1: multi-query
+    head_dim: int | None = None  # None: d_model // num_heads
+    norm: str = "rmsnorm"
+    norm_eps: float = 1e-5
+    norm_placement: str = "pre"
+    mlp: str = "swiglu"
+    positions: str = "rope"
+    tie_embeddings: bool = False
+    qkv_bias: bool = False  # biases on the Q, K and V projections (GPT-2, Qwen2)
+    out_bias: bool = False  # bias on the attention output projection (GPT-2)
+    mlp_bias: bool = False  # biases on the MLP's matrices (GPT-2)
+    qk_norm: str = "none"
 
     def __post_init__(self) -> None:
-        for f in ("vocab_size", "context_length", "num_layers", "d_model", "num_heads", "d_ff"):
+        for f in _SIZES + ("num_kv_heads", "head_dim"):
             value = getattr(self, f)
+            if value is None and f in ("num_kv_heads", "head_dim"):
+                continue
             if isinstance(value, bool) or not isinstance(value, int):
-                raise UsageError(f"{f} must be a positive integer, got {value!r}")
-            if value <= 0:
-                raise UsageError(f"{f} must be a positive integer, got {value}")
-        if isinstance(self.rope_theta, bool) or not isinstance(self.rope_theta, (int, float)) \
-                or not self.rope_theta > 0:
-            raise UsageError(f"rope_theta must be a positive number, got {self.rope_theta!r}")
-        if self.d_model % self.num_heads:
+                raise UsageError(f"{f} must be a positive integer, got {_short(value)}")
+            if not 0 < value <= MAX_SIZE:
+                raise UsageError(f"{f} must be a positive integer up to 10^12, got {_short(value)}")
+        for f, low in (("rope_theta", "positive"), ("norm_eps", "non-negative")):
+            value = getattr(self, f)
+            finite = isinstance(value, (int, float)) and not isinstance(value, bool) \
+                and value == value and abs(value) != float("inf")
+            if not finite or value < 0 or (low == "positive" and value == 0):
+                raise UsageError(f"{f} must be a {low} finite number, got {_short(value)}")
+        for f, choices in _CHOICES.items():
+            if getattr(self, f) not in choices:
+                raise UsageError(f"{f} must be one of {', '.join(choices)}, got {_short(getattr(self, f))}")
+        for f in _FLAGS:
+            if not isinstance(getattr(self, f), bool):
+                raise UsageError(f"{f} must be true or false, got {_short(getattr(self, f))}")
+        if not isinstance(self.name, str):
+            raise UsageError(f"name must be a string, got {_short(self.name)}")
+        if self.head_dim is None and self.d_model % self.num_heads:
             raise UsageError(
-                f"d_model {self.d_model} is not divisible by num_heads {self.num_heads}; "
-                f"choose num_heads dividing d_model (e.g. {_near_divisor(self.d_model, self.num_heads)})")
-        if self.d_k % 2:
-            raise UsageError(
-                f"head dimension d_model/num_heads = {self.d_k} is odd; RoPE rotates pairs, "
-                f"so choose d_model and num_heads with an even quotient")
+                f"d_model {self.d_model} is not divisible by num_heads {self.num_heads}; choose "
+                f"num_heads dividing d_model{_divisor_hint(self.d_model, self.num_heads, self.positions)}, "
+                f"or give head_dim")
+        if self.num_heads % self.kv_heads:
+            raise UsageError(f"num_heads {self.num_heads} is not divisible by num_kv_heads "
+                             f"{self.kv_heads}; each key/value head serves a whole group of query heads")
+        if self.positions == "rope" and self.d_k % 2:
+            what = "head_dim" if self.head_dim is not None else "head dimension d_model/num_heads"
+            raise UsageError(f"{what} = {self.d_k} is odd; RoPE rotates pairs, so choose an even "
+                             f"head dimension (or positions other than rope)")
+
+    # ---- derived sizes ------------------------------------------------------------------
+    @property
+    def kv_heads(self) -> int:
+        return self.num_heads if self.num_kv_heads is None else self.num_kv_heads
 
     @property
     def d_k(self) -> int:
-        """Head dimension; d_v = d_k (CS336 §3.5.5)."""
-        return self.d_model // self.num_heads
+        """Head dimension; d_v = d_k (CS336 §3.5.5: d_model/h unless head_dim is given)."""
+        return self.d_model // self.num_heads if self.head_dim is None else self.head_dim
+
+    @property
+    def group_size(self) -> int:
+        """Query heads per key/value head."""
+        return self.num_heads // self.kv_heads
+
+    @property
+    def mlp_kind(self) -> MLPKind:
+        return MLPS[self.mlp]
+
+    @property
+    def architecture(self) -> str:
+        """The choices in words, e.g. 'pre-norm RMSNorm, SwiGLU, RoPE, multi-head attention,
+        untied LM head, no biases'."""
+        h, kv = self.num_heads, self.kv_heads
+        attn = ("multi-head attention" if kv == h else "multi-query attention" if kv == 1
+                else f"grouped-query attention ({h // kv} query heads per KV head)")
+        if self.d_k * h != self.d_model:
+            attn += f", head_dim {self.d_k}"
+        biases = [n for n, on in (("QKV", self.qkv_bias), ("attention output", self.out_bias),
+                                  ("MLP", self.mlp_bias)) if on]
+        parts = [f"{'pre-norm' if self.norm_placement == 'pre' else 'post-sublayer-norm'} "
+                 f"{NORMS[self.norm]}", self.mlp_kind.label, POSITIONS[self.positions], attn]
+        if self.qk_norm != "none":
+            parts.append(QK_NORMS[self.qk_norm])
+        parts.append("tied LM head" if self.tie_embeddings else "untied LM head")
+        parts.append("biases on " + ", ".join(biases) if biases else "no biases")
+        return ", ".join(parts)
 
     def model_kwargs(self) -> dict:
         """Keyword arguments for model.TransformerLM."""
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "name"}
 
-    def with_overrides(self, **overrides) -> "ModelConfig":
-        changed = {k: v for k, v in overrides.items() if v is not None}
+    def with_overrides(self, **overrides) -> ModelConfig:
+        changed = {k: v for k, v in overrides.items() if v is not None and getattr(self, k) != v}
         if not changed:
             return self
         return replace(self, name=self.name if self.name == "custom" else f"{self.name} (modified)",
                        **changed)
 
 
-def _near_divisor(n: int, target: int) -> int:
-    return min((d for d in range(1, n + 1) if n % d == 0), key=lambda d: (abs(d - target), d))
+def _short(value, limit: int = 40) -> str:
+    """A user's value for an error message: repr, control characters escaped, shortened."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
-def _gpt2(name: str, num_layers: int, d_model: int, num_heads: int) -> ModelConfig:
-    return ModelConfig(vocab_size=50257, context_length=1024, num_layers=num_layers,
-                       d_model=d_model, num_heads=num_heads, d_ff=4 * d_model, name=name)
+def _divisor_hint(n: int, target: int, positions: str) -> str:
+    """' (e.g. 24)': a nearby head count that divides n and passes the other checks (an even
+    head dimension for RoPE); bounded work however large n is."""
+    best = None
+    for delta in range(0, 10_000):
+        for d in (target - delta, target + delta):
+            if 0 < d <= n and n % d == 0 and (positions != "rope" or (n // d) % 2 == 0):
+                best = d
+                break
+        if best:
+            break
+    return f" (e.g. {best})" if best else ""
 
 
-# GPT-2 shapes (Radford et al. 2019) on this architecture; sizes are this model's
-# parameter counts (SwiGLU has three d_model×d_ff matrices, the LM head is untied).
-PRESETS: dict[str, ModelConfig] = {c.name: c for c in (
-    _gpt2("gpt2-small", 12, 768, 12),     # 190,460,160 parameters
-    _gpt2("gpt2-medium", 24, 1024, 16),   # 505,629,696
-    _gpt2("gpt2-large", 36, 1280, 20),    # 1,072,469,760
-    _gpt2("gpt2-xl", 48, 1600, 25),       # 2,127,057,600
-)}
-
-
-def get_preset(name: str) -> ModelConfig:
-    """Exact-name lookup; an unknown name suggests the closest presets, never guesses."""
-    try:
-        return PRESETS[name]
-    except KeyError:
-        near = difflib.get_close_matches(name, list(PRESETS), n=3, cutoff=0.0)
-        raise UsageError(f"unknown model {name!r}; closest presets: {', '.join(near)} "
-                         f"(or give sizes with --config FILE or --num-layers/--d-model/...)") from None
-
-
+# ---- JSON config files (this tool's own format; Hugging Face configs: issue 10) ----------
 _JSON_KEYS = {f.name for f in fields(ModelConfig)}
+_REQUIRED = ("vocab_size", "context_length", "num_layers", "d_model", "num_heads")
 
 
-def config_from_json(path: str | Path) -> ModelConfig:
-    """A config from a JSON object with ModelConfig's field names (d_ff may be omitted)."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UsageError(f"config file {str(path)!r} does not exist") from None
-    except IsADirectoryError:
-        raise UsageError(f"config file {str(path)!r} is a directory, not a JSON file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise UsageError(f"cannot read config file {str(path)!r}: {e}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise UsageError(f"config file {str(path)!r} is not valid JSON: {e.msg} "
-                         f"at line {e.lineno} column {e.colno}") from None
-    if not isinstance(data, dict):
-        raise UsageError(f"config file {str(path)!r} must hold a JSON object, "
-                         f"got {type(data).__name__}")
+def config_from_dict(data: dict, source: str) -> ModelConfig:
+    """A config from a dict with ModelConfig's field names (d_ff may be omitted)."""
     unknown = sorted(set(data) - _JSON_KEYS)
     if unknown:
-        raise UsageError(f"config file {str(path)!r} has unknown key(s) {', '.join(unknown)}; "
-                         f"allowed: {', '.join(sorted(_JSON_KEYS))}")
-    if "d_ff" not in data and isinstance(data.get("d_model"), int):
-        data["d_ff"] = default_d_ff(data["d_model"])
-    missing = sorted({"vocab_size", "context_length", "num_layers", "d_model", "num_heads"}
-                     - set(data))
+        raise UsageError(f"{source} has unknown key(s) {', '.join(_short(k, 30) for k in unknown[:5])}"
+                         f"{' …' if len(unknown) > 5 else ''}; allowed: {', '.join(sorted(_JSON_KEYS))}")
+    missing = [k for k in _REQUIRED if k not in data]
     if missing:
-        raise UsageError(f"config file {str(path)!r} is missing key(s) {', '.join(missing)}")
-    data.setdefault("name", path.stem)
+        raise UsageError(f"{source} is missing key(s) {', '.join(missing)}")
+    if "rope_theta" in data and data.get("positions", "rope") != "rope":
+        raise UsageError(f"{source}: rope_theta is given but positions is "
+                         f"{_short(data.get('positions'))}; RoPE's theta needs positions = rope")
+    data = dict(data)
+    if "d_ff" not in data:
+        kind = MLPS.get(data.get("mlp", "swiglu"))
+        if kind is None:
+            raise UsageError(f"{source}: mlp must be one of {', '.join(MLPS)}, got {_short(data['mlp'])}")
+        d = data["d_model"]
+        if isinstance(d, bool) or not isinstance(d, int) or not 0 < d <= MAX_SIZE:
+            raise UsageError(f"{source}: d_model must be a positive integer up to 10^12, got {_short(d)}")
+        data["d_ff"] = kind.default_d_ff(d)
     try:
         return ModelConfig(**data)
     except UsageError as e:
-        raise UsageError(f"config file {str(path)!r}: {e}") from None
+        raise UsageError(f"{source}: {e}") from None
+
+
+def config_from_json(path: str | Path) -> ModelConfig:
+    """A config from a JSON file with ModelConfig's field names (d_ff may be omitted)."""
+    path = Path(path)
+    source = f"config file {_short(str(path), 80)}"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UsageError(f"{source} does not exist") from None
+    except IsADirectoryError:
+        raise UsageError(f"{source} is a directory, not a JSON file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError(f"cannot read {source}: {e}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise UsageError(f"{source} is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+    except (ValueError, RecursionError) as e:  # a 5,000-digit integer; nesting 100,000 deep
+        raise UsageError(f"{source} cannot be read as JSON: {_short(str(e), 80)}") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"{source} must hold a JSON object, got {type(data).__name__}")
+    data.setdefault("name", path.stem)
+    return config_from_dict(data, source)
+
+
+def __getattr__(name: str):
+    """PRESETS and get_preset live in presets.py (which imports this module); they are
+    re-exported here lazily for `from accounting.config import get_preset`."""
+    if name in ("PRESETS", "get_preset"):
+        from accounting import presets
+        return getattr(presets, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

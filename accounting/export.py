@@ -5,7 +5,8 @@ import csv
 import io
 from fractions import Fraction
 
-from accounting import elementwise
+from accounting import records as R
+from accounting.presets import note
 from accounting.analysis import Analysis
 from accounting.units import FLOPS_PER_MAC
 
@@ -48,14 +49,21 @@ def to_csv(a: Analysis) -> str:
     return csv_text(ledger_rows(a), LEDGER_COLUMNS)
 
 
+def config_dict(c) -> dict:
+    """The spec as JSON: every field, the derived sizes, and what it is in words."""
+    return {**c.model_kwargs(), "name": c.name, "num_kv_heads": c.kv_heads, "head_dim": c.d_k,
+            "d_k": c.d_k, "architecture": c.architecture, "preset": note(c)}
+
+
 def to_dict(a: Analysis) -> dict:
     c = a.config
     out = {
-        "config": {**c.model_kwargs(), "name": c.name, "d_k": c.d_k},
+        "config": config_dict(c),
         "workload": {"seq": a.seq, "batch": a.batch, "pass": a.phase, "count": a.counting},
         "conventions": {"flops_per_multiply_add": FLOPS_PER_MAC,
-                        "non_matmul": elementwise.CONVENTION},
+                        "non_matmul": R.CONVENTION},
         "parameters": {"total": a.param_count, "by_component": a.params_by_component(),
+                       "tied": dict(a.ledger.tied),
                        "memory_bytes": a.param_memory_bytes(),
                        "tensors": [{"name": r.record.name, "component": r.record.component,
                                     "shape": list(r.record.shape), "count": r.count,
@@ -67,8 +75,10 @@ def to_dict(a: Analysis) -> dict:
                        for counting in ("executed", "useful")},
         "ledger": ledger_rows(a),
         "closed_form": {
-            "matmul_flops_terms": [{"B_power": b, "T_power": t, "coefficient": fraction(v)}
-                                   for (b, t), v in sorted(a.matmul_polynomial().terms.items())],
+            "matmul_flops_terms": [{"B_power": f.count("B"), "T_power": f.count("T"),
+                                    "coefficient": fraction(Fraction(v))}
+                                   for f, v in sorted(a.matmul_polynomial().terms.items(),
+                                                      key=lambda kv: (kv[0].count("B"), kv[0].count("T")))],
             "matmul_flops_polynomial": str(a.matmul_polynomial()),
             "ratio_to_context_length": fraction(a.ratio_to_context_length()),
             "attention_core_overtakes_ffn": {

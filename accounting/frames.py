@@ -9,7 +9,7 @@ from fractions import Fraction
 
 import pandas as pd
 
-from accounting import matmuls
+from accounting import records as R
 from accounting.analysis import analyze
 from accounting.config import ModelConfig, get_preset
 from accounting.export import ledger_rows
@@ -46,9 +46,9 @@ def sweep(configs: Iterable[ModelConfig | str], seqs: Iterable[int], batch: int 
         config = _config(c)
         for seq in seqs:
             a = analyze(config, seq, batch, phase)
-            flops = {k: a.component_flops(k) for k in (matmuls.EXECUTED, matmuls.USEFUL)}
+            flops = {k: a.component_flops(k) for k in (R.EXECUTED, R.USEFUL)}
             shares = {k: a.component_shares(k) for k in flops}
-            for comp in matmuls.COMPONENTS:
+            for comp in R.COMPONENTS:
                 rows.append({
                     "model": config.name, "seq": seq, "batch": batch, "pass": phase,
                     "component": comp, "flops": flops["executed"][comp],
@@ -61,5 +61,5 @@ def sweep(configs: Iterable[ModelConfig | str], seqs: Iterable[int], batch: int 
     df = pd.DataFrame(rows)
     for col in ("flops", "useful_flops", "total_flops", "params"):
         df[col] = df[col].astype(object)
-    df["component"] = pd.Categorical(df["component"], categories=list(matmuls.COMPONENTS), ordered=True)
+    df["component"] = pd.Categorical(df["component"], categories=list(R.COMPONENTS), ordered=True)
     return df

@@ -1,40 +1,39 @@
-"""Shape symbols, shared by the records, their formulas and the model's einops strings.
+"""Shape symbols and the one algebra of closed forms.
 
-A record's shape is a tuple of these names; evaluating it against a config gives ints,
-expanding it as a polynomial in the workload variables B and T gives closed forms.
+A record's shape is a tuple of symbol names; evaluating it against a config gives ints.
+An `Expr` is a sum of monomials in those symbols with exact rational coefficients: the
+same object is a memory formula written in model sizes (``4·B·T·d_model + 2·B·h·T²``)
+and, once the sizes are filled in (`partial`), a closed form in the workload variables
+B and T (``307,200·B·T² + 4,092,982,400·B·T``).
 """
 from __future__ import annotations
 
 from collections import Counter
 from fractions import Fraction
 
-from accounting.config import ModelConfig
-
 SYMBOLS: dict[str, str] = {
     "B": "batch size (model code: batch)",
     "T": "sequence length analysed (model code: seq, queries, keys)",
     "P": "causal query-key pairs a causal kernel needs, T·(T+1)/2",
+    "t": "decode position: the token attends to t keys",
     "L": "num_layers",
     "V": "vocab_size (model code: vocab)",
     "d_model": "model width",
-    "d_ff": "SwiGLU inner width",
-    "h": "num_heads (model code: heads)",
-    "d_k": "head dimension d_model/h; d_v = d_k",
+    "d_ff": "MLP inner width",
+    "h": "num_heads, query heads (model code: heads)",
+    "h_kv": "num_kv_heads, key/value heads (h_kv = h: multi-head; 1: multi-query)",
+    "g": "query heads per key/value head, h/h_kv",
+    "d_k": "head dimension; d_v = d_k",
     "d_k/2": "RoPE rotation pairs per head",
+    "T_max": "RoPE table length the model is built with, max(T, context_length)",
+    "T_pos": "learned position table length (context_length)",
 }
 
-# Order in which symbols are written in a monomial: workload first, then model sizes.
-_ORDER = {s: i for i, s in enumerate(("B", "h", "T", "P", "L", "d_model", "d_k", "d_k/2", "d_ff", "V"))}
+# Order in which symbols are written in a monomial: workload first, then model sizes;
+# symbols not listed (t, T_max, T_pos) come last, in alphabetical order.
+_ORDER = {s: i for i, s in enumerate(("B", "h_kv", "g", "h", "T", "P", "L", "d_model", "d_k",
+                                      "d_k/2", "d_ff", "V"))}
 _SUPERSCRIPT = str.maketrans("0123456789", "⁰¹²³⁴⁵⁶⁷⁸⁹")
-
-
-def sizes(config: ModelConfig, seq: int, batch: int) -> dict[str, int]:
-    """Integer value of every symbol for one workload."""
-    return {
-        "B": batch, "T": seq, "P": seq * (seq + 1) // 2, "L": config.num_layers,
-        "V": config.vocab_size, "d_model": config.d_model, "d_ff": config.d_ff,
-        "h": config.num_heads, "d_k": config.d_k, "d_k/2": config.d_k // 2,
-    }
 
 
 def product(factors: tuple[str, ...], values: dict[str, int]) -> int:
@@ -44,11 +43,17 @@ def product(factors: tuple[str, ...], values: dict[str, int]) -> int:
     return out
 
 
-def monomial(coefficient: int, factors: tuple[str, ...]) -> str:
+def _coefficient_text(c: int | Fraction) -> str:
+    if isinstance(c, Fraction) and c.denominator != 1:
+        return f"({c.numerator:,}/{c.denominator:,})"
+    return f"{int(c):,}"
+
+
+def monomial(coefficient: int | Fraction, factors: tuple[str, ...]) -> str:
     """(2, ('B','T','d_model','d_model')) -> '2·B·T·d_model²'."""
     powers = Counter(factors)
-    parts = [] if coefficient == 1 and powers else [str(coefficient)]
-    for s in sorted(powers, key=lambda s: _ORDER.get(s, len(_ORDER))):
+    parts = [] if coefficient == 1 and powers else [_coefficient_text(coefficient)]
+    for s in sorted(powers, key=lambda s: (_ORDER.get(s, len(_ORDER)), s)):
         parts.append(s + (str(powers[s]).translate(_SUPERSCRIPT) if powers[s] > 1 else ""))
     return "·".join(parts)
 
@@ -58,78 +63,159 @@ def dims(factors: tuple[str, ...]) -> str:
     return "·".join(factors) if factors else "1"
 
 
-class Poly:
-    """A polynomial in the workload variables B and T with exact rational coefficients.
+def _exact(c) -> int | Fraction:
+    """Coefficients are ints where integral, Fractions otherwise."""
+    c = Fraction(c)
+    return c.numerator if c.denominator == 1 else c
 
-    Terms map (power of B, power of T) to a coefficient. Used for closed forms only;
-    integer totals are computed directly from the records.
-    """
+
+class Expr:
+    """Σ coefficient·Π factors, factors being symbol names; exact rational coefficients."""
 
     __slots__ = ("terms",)
 
-    def __init__(self, terms: dict[tuple[int, int], Fraction] | None = None):
-        self.terms = {k: Fraction(v) for k, v in (terms or {}).items() if v}
+    def __init__(self, terms: dict[tuple[str, ...], int | Fraction] | None = None):
+        merged: dict[tuple[str, ...], Fraction] = {}
+        for factors, c in (terms or {}).items():
+            key = tuple(sorted(factors))
+            merged[key] = merged.get(key, 0) + Fraction(c)
+        self.terms = {k: _exact(v) for k, v in merged.items() if v}
 
     @classmethod
-    def of_symbol(cls, symbol: str, values: dict[str, int]) -> "Poly":
-        if symbol == "B":
-            return cls({(1, 0): 1})
-        if symbol == "T":
-            return cls({(0, 1): 1})
-        if symbol == "P":  # T(T+1)/2
-            return cls({(0, 2): Fraction(1, 2), (0, 1): Fraction(1, 2)})
-        return cls({(0, 0): values[symbol]})
+    def of(cls, coefficient: int | Fraction, factors: tuple[str, ...] = ()) -> Expr:
+        return cls({tuple(factors): coefficient})
 
-    @classmethod
-    def of_factors(cls, coefficient: int, factors: tuple[str, ...], values: dict[str, int]) -> "Poly":
-        out = cls({(0, 0): coefficient})
-        for f in factors:
-            out = out * cls.of_symbol(f, values)
-        return out
-
-    def __add__(self, other: "Poly") -> "Poly":
+    # ---- arithmetic -------------------------------------------------------------------
+    def __add__(self, other: Expr) -> Expr:
         terms = dict(self.terms)
         for k, v in other.terms.items():
             terms[k] = terms.get(k, 0) + v
-        return Poly(terms)
+        return Expr(terms)
 
-    def __sub__(self, other: "Poly") -> "Poly":
-        return self + Poly({k: -v for k, v in other.terms.items()})
+    def __neg__(self) -> Expr:
+        return self.scale(-1)
 
-    def __mul__(self, other: "Poly") -> "Poly":
-        terms: dict[tuple[int, int], Fraction] = {}
-        for (b1, t1), v1 in self.terms.items():
-            for (b2, t2), v2 in other.terms.items():
-                k = (b1 + b2, t1 + t2)
-                terms[k] = terms.get(k, 0) + v1 * v2
-        return Poly(terms)
+    def __sub__(self, other: Expr) -> Expr:
+        return self + (-other)
 
+    def __mul__(self, other: Expr) -> Expr:
+        terms: dict[tuple[str, ...], Fraction] = {}
+        for f1, c1 in self.terms.items():
+            for f2, c2 in other.terms.items():
+                k = tuple(sorted(f1 + f2))
+                terms[k] = terms.get(k, 0) + Fraction(c1) * c2
+        return Expr(terms)
+
+    def scale(self, k: int | Fraction) -> Expr:
+        return Expr({f: c * k for f, c in self.terms.items()})
+
+    def times(self, *factors: str) -> Expr:
+        """Every term multiplied by the given symbols (e.g. times("L") for all layers)."""
+        return Expr({f + factors: c for f, c in self.terms.items()})
+
+    # ---- rewriting ----------------------------------------------------------------------
+    def substitute(self, symbol: str, replacement: Expr | tuple[str, ...]) -> Expr:
+        """Each occurrence of `symbol` replaced by an Expr, or by a product of symbols."""
+        if not isinstance(replacement, Expr):
+            replacement = Expr.of(1, tuple(replacement))
+        out = Expr()
+        for f, c in self.terms.items():
+            k = f.count(symbol)
+            term = Expr.of(c, tuple(s for s in f if s != symbol))
+            for _ in range(k):
+                term = term * replacement
+            out = out + term
+        return out
+
+    def split(self, symbol: str) -> tuple[Expr, Expr]:
+        """(terms containing `symbol`, terms without it)."""
+        return (Expr({f: c for f, c in self.terms.items() if symbol in f}),
+                Expr({f: c for f, c in self.terms.items() if symbol not in f}))
+
+    def partial(self, values: dict[str, int], keep: tuple[str, ...] = ("B", "T")) -> Expr:
+        """Every symbol not in `keep` replaced by its value: a closed form in B and T.
+        P (the causal pairs) is written out as T(T+1)/2 when T is kept."""
+        e = self
+        if "T" in keep and "P" not in keep:
+            e = e.substitute("P", Expr({("T", "T"): Fraction(1, 2), ("T",): Fraction(1, 2)}))
+        out: dict[tuple[str, ...], Fraction] = {}
+        for f, c in e.terms.items():
+            coeff = Fraction(c)
+            kept = []
+            for s in f:
+                if s in keep:
+                    kept.append(s)
+                else:
+                    coeff *= values[s]
+            k = tuple(sorted(kept))
+            out[k] = out.get(k, 0) + coeff
+        return Expr(out)
+
+    # ---- values -------------------------------------------------------------------------
+    def value(self, values: dict[str, int | Fraction]) -> Fraction:
+        """Exact value at a point (the point may be fractional, e.g. a crossover T)."""
+        total = Fraction(0)
+        for f, c in self.terms.items():
+            term = Fraction(c)
+            for s in f:
+                term *= values[s]
+            total += term
+        return total
+
+    def evaluate(self, values: dict[str, int]) -> int:
+        """Exact integer value; refuses a non-integer (it would mean a wrong formula)."""
+        if all(isinstance(c, int) for c in self.terms.values()):
+            return sum(c * product(f, values) for f, c in self.terms.items())
+        v = self.value(values)
+        if v.denominator != 1:
+            raise ArithmeticError(f"{self} is not integral at {values}")
+        return v.numerator
+
+    def at(self, **values: int | Fraction) -> int | Fraction:
+        """The exact value at B=…, T=… (an int where integral): `poly.at(B=1, T=1024)`."""
+        return _exact(self.value(values))
+
+    def coefficient(self, **powers: int) -> int | Fraction:
+        """The coefficient of a monomial given by its powers, e.g. coefficient(B=1, T=2)."""
+        key = tuple(sorted(s for s, p in powers.items() for _ in range(p)))
+        return self.terms.get(key, 0)
+
+    def symbols(self) -> set[str]:
+        return {s for f in self.terms for s in f}
+
+    # ---- comparison and printing ------------------------------------------------------------
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Poly) and self.terms == other.terms
+        return isinstance(other, Expr) and self.terms == other.terms
+
+    def __hash__(self) -> int:
+        return hash(frozenset(self.terms.items()))
+
+    def __bool__(self) -> bool:
+        return bool(self.terms)
 
     def __repr__(self) -> str:
-        return f"Poly({self})"
-
-    def coefficient(self, b_power: int, t_power: int) -> Fraction:
-        return self.terms.get((b_power, t_power), Fraction(0))
-
-    def __call__(self, batch: int, seq: int) -> Fraction:
-        return sum((v * batch**b * seq**t for (b, t), v in self.terms.items()), Fraction(0))
-
-    def evaluate(self, batch: int, seq: int) -> int:
-        """Exact integer value; refuses a non-integer (it would mean a wrong formula)."""
-        value = self(batch, seq)
-        if value.denominator != 1:
-            raise ArithmeticError(f"polynomial {self} is not integral at B={batch}, T={seq}")
-        return value.numerator
+        return f"Expr({self})"
 
     def __str__(self) -> str:
         if not self.terms:
             return "0"
-        parts = []
-        for (b, t), v in sorted(self.terms.items(), key=lambda kv: (-kv[0][0], -kv[0][1])):
-            coeff = f"{v.numerator:,}" if v.denominator == 1 else f"({v.numerator:,}/{v.denominator:,})"
-            var = "·".join(s + (str(p).translate(_SUPERSCRIPT) if p > 1 else "")
-                           for s, p in (("B", b), ("T", t)) if p)
-            parts.append(f"{coeff}·{var}" if var else coeff)
-        return " + ".join(parts).replace("+ -", "− ")
+
+        def key(item):
+            f, _ = item
+            return (-f.count("B"), -(f.count("T") + f.count("t") + 2 * f.count("P")), -len(f),
+                    monomial(1, f))
+        text = " + ".join(monomial(c, f) for f, c in sorted(self.terms.items(), key=key))
+        return text.replace("+ -", "− ")
+
+
+def grouped(parts: list[tuple[int, Expr]], prefix: str = "") -> str:
+    """'4·(…) + 8·B·T' from (bytes per element, element count) pairs; `prefix` (e.g. 'L·')
+    multiplies each group."""
+    out = []
+    for size, e in parts:
+        if not e:
+            continue
+        bare = len(e.terms) == 1 and set(e.terms.values()) == {1}  # one monomial, no coefficient
+        body = f"{prefix}{e}" if bare else f"{prefix}({e})" if prefix or size != 1 else str(e)
+        out.append(body if size == 1 else f"{size}·{body}")
+    return " + ".join(out) if out else "0"

@@ -4,7 +4,8 @@ from __future__ import annotations
 from collections import Counter
 from fractions import Fraction
 
-from accounting import elementwise, matmuls
+from accounting import records as R
+from accounting.presets import note
 from accounting.analysis import Analysis
 from accounting.symbols import monomial
 from accounting.table import Table
@@ -21,9 +22,9 @@ from accounting.units import (
 )
 
 COUNTING_NOTE = {
-    matmuls.EXECUTED: "executed: the attention core over the full T×T scores, as the model "
+    R.EXECUTED: "executed: the attention core over the full T×T scores, as the model "
                       "computes them before masking (what FLOP counters measure)",
-    matmuls.USEFUL: "useful: the attention core over only the T(T+1)/2 unmasked query-key "
+    R.USEFUL: "useful: the attention core over only the T(T+1)/2 unmasked query-key "
                     "pairs a causal kernel needs",
 }
 
@@ -34,24 +35,33 @@ def _count(per_layer: bool, count: int) -> str:
 
 def model_table(a: Analysis) -> Table:
     c = a.config
-    rows = (
-        ("model", c.name),
+    rows = [
+        ("model", f"{c.name} ({note(c)})"),
+        ("architecture", c.architecture),
         ("vocab_size V", grouped(c.vocab_size)),
-        ("context_length", grouped(c.context_length)),
+        ("context_length", grouped(c.context_length)
+         + ("  (the learned position table's length)" if c.positions == "learned" else "")),
         ("num_layers L", str(c.num_layers)),
         ("d_model", grouped(c.d_model)),
         ("num_heads h", str(c.num_heads)),
-        ("d_k = d_model/h", str(c.d_k)),
+    ]
+    if c.kv_heads != c.num_heads:
+        rows.append(("num_kv_heads h_kv", f"{c.kv_heads} (g = h/h_kv = {c.group_size} query heads each)"))
+    rows += [
+        ("d_k = d_model/h" if c.head_dim is None else "d_k = head_dim", str(c.d_k)),
         ("d_ff", grouped(c.d_ff)),
-        ("rope_theta", f"{c.rope_theta:g}"),
+    ]
+    if c.positions == "rope":
+        rows.append(("rope_theta", f"{c.rope_theta:g}"))
+    rows += [
         ("analysed: T (tokens)", grouped(a.seq) + ("" if a.seq <= c.context_length else
                                                    "  (beyond context_length: this architecture "
                                                    "at T tokens)")),
         ("analysed: B (batch)", grouped(a.batch)),
         ("analysed: pass", a.phase),
         ("attention-core count", COUNTING_NOTE[a.counting]),
-    )
-    return Table("Model and workload", ("setting", "value"), rows, align="ll")
+    ]
+    return Table("Model and workload", ("setting", "value"), tuple(rows), align="ll")
 
 
 def params_table(a: Analysis) -> Table:
@@ -60,11 +70,15 @@ def params_table(a: Analysis) -> Table:
     terms: dict[str, Counter] = {c: Counter() for c in by}
     for r in a.param_rows:  # equal shapes collapse: 4·L·d_model², not four terms
         terms[r.record.component][tuple(sorted((("L",) if r.record.per_layer else ()) + r.record.shape))] += 1
-    rows = [(comp, " + ".join(monomial(k, f) for f, k in terms[comp].items()), grouped(n),
-             percent_of(n, total)) for comp, n in by.items()]
+    tied = "tied: the token embedding table" if a.ledger.tied else ""
+    rows = [(comp, " + ".join(monomial(k, f) for f, k in terms[comp].items())
+             or (tied if comp == R.LM_HEAD else ""), grouped(n), percent_of(n, total))
+            for comp, n in by.items()]
     rows.append(("total", "", grouped(total), "100.00%"))
+    notes = tuple(f"{alias} is {target} (tied): one parameter, counted once."
+                  for alias, target in a.ledger.tied)
     return Table("Parameters", ("component", "tensors", "parameters", "share"), tuple(rows),
-                 align="llrr")
+                 align="llrr", notes=notes)
 
 
 def percent_of(n: int, total: int) -> str:
@@ -106,10 +120,10 @@ def component_table(a: Analysis) -> Table:
     ex_pct = rounded_percents(list(a.component_shares("executed").values()))
     us_pct = rounded_percents(list(a.component_shares("useful").values()))
     rows = [(c, grouped(ex[c]), si(ex[c], "FLOPs"), ex_pct[i], grouped(us[c]), us_pct[i])
-            for i, c in enumerate(matmuls.COMPONENTS)]
+            for i, c in enumerate(R.COMPONENTS)]
     total_ex, total_us = sum(ex.values()), sum(us.values())
     rows.append(("total", grouped(total_ex), si(total_ex, "FLOPs"), "100.00%", grouped(total_us), "100.00%"))
-    dominant = max(matmuls.COMPONENTS, key=lambda c: (ex if a.counting == "executed" else us)[c])
+    dominant = max(R.COMPONENTS, key=lambda c: (ex if a.counting == "executed" else us)[c])
     return Table(f"Matmul FLOPs by component ({a.phase} pass)",
                  ("component", "FLOPs (executed)", "", "share", "useful FLOPs", "useful share"),
                  tuple(rows), align="lrrrrr",
@@ -126,7 +140,7 @@ def elementwise_table(a: Analysis) -> Table:
         rows.append((e.component, e.name, e.op, e.module,
                      _count(e.per_layer, r.count), e.formula(), grouped(r.flops)))
     rows.append(("total", "", "", "", "", "", grouped(a.elementwise_flops)))
-    notes = [f"Convention: {elementwise.CONVENTION}."]
+    notes = [f"Convention: {R.CONVENTION}."]
     if a.phase == "train":
         notes.append("Forward pass only: the backward pass's non-matmul FLOPs are not counted.")
     return Table("Non-matmul FLOPs (forward pass)",
@@ -158,8 +172,8 @@ def closed_form_table(a: Analysis) -> Table:
     ratio = a.ratio_to_context_length()
     lines.append(f"At T = {grouped(a.seq)} vs T = context_length = {grouped(c.context_length)} "
                  f"(B = {a.batch}): {decimal(ratio, 3)}× the matmul FLOPs "
-                 f"({grouped(mm.evaluate(a.batch, a.seq))} / "
-                 f"{grouped(mm.evaluate(a.batch, c.context_length))}).")
+                 f"({grouped(mm.at(B=a.batch, T=a.seq))} / "
+                 f"{grouped(mm.at(B=a.batch, T=c.context_length))}).")
     for counting in ("executed", "useful"):
         x = a.crossover(counting)
         eq = grouped(x.equal_at.numerator) if x.equal_at.denominator == 1 else decimal(x.equal_at, 2)

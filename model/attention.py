@@ -6,7 +6,7 @@ import torch
 from einops import einsum, rearrange
 from torch import nn
 
-from .layers import Linear, RotaryPositionalEmbedding, check_positive_int
+from .layers import NORM_CLASSES, Linear, RotaryPositionalEmbedding, check_positive_int
 
 
 def softmax(x: torch.Tensor, dim: int) -> torch.Tensor:
@@ -38,22 +38,43 @@ def scaled_dot_product_attention(
 class CausalMultiHeadSelfAttention(nn.Module):
     """W_O MultiHead(W_Q x, W_K x, W_V x) with a causal mask (eq. 14).
 
-    Heads are slices of one d_model-wide projection, so Q, K and V take three
-    matmuls in total; heads then act as a batch dimension.
+    Heads are slices of one projection, so Q, K and V take three matmuls in total; heads
+    then act as a batch dimension. Beyond the course's model (all keyword-only, defaults
+    = the course's): num_kv_heads < num_heads is grouped-query attention (each K/V head
+    serves num_heads/num_kv_heads query heads; K and V are broadcast over the group, never
+    copied); head_dim other than d_model/num_heads; biases; QK-norm per head (Qwen3) or over
+    the full projection width (OLMo-2), applied before RoPE.
     """
 
-    def __init__(self, d_model, num_heads, max_seq_len=None, theta=None, device=None, dtype=None):
+    def __init__(self, d_model, num_heads, max_seq_len=None, theta=None, device=None, dtype=None,
+                 *, num_kv_heads=None, head_dim=None, qkv_bias=False, out_bias=False,
+                 qk_norm="none", norm="rmsnorm", norm_eps=1e-5):
         super().__init__()
         check_positive_int("d_model", d_model)
         check_positive_int("num_heads", num_heads)
-        if d_model % num_heads:
-            raise ValueError(f"d_model={d_model} is not divisible by num_heads={num_heads}")
-        self.d_model, self.num_heads = d_model, num_heads
-        self.d_k = d_model // num_heads  # d_v = d_k as in Vaswani et al.
-        self.q_proj = Linear(d_model, d_model, device=device, dtype=dtype)
-        self.k_proj = Linear(d_model, d_model, device=device, dtype=dtype)
-        self.v_proj = Linear(d_model, d_model, device=device, dtype=dtype)
-        self.output_proj = Linear(d_model, d_model, device=device, dtype=dtype)
+        num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
+        check_positive_int("num_kv_heads", num_kv_heads)
+        if head_dim is None:
+            if d_model % num_heads:
+                raise ValueError(f"d_model={d_model} is not divisible by num_heads={num_heads}")
+            head_dim = d_model // num_heads  # d_v = d_k as in Vaswani et al.
+        check_positive_int("head_dim", head_dim)
+        if num_heads % num_kv_heads:
+            raise ValueError(f"num_heads={num_heads} is not divisible by num_kv_heads={num_kv_heads}")
+        if qk_norm not in ("none", "head", "full"):
+            raise ValueError(f"qk_norm must be none, head or full, got {qk_norm!r}")
+        self.d_model, self.num_heads, self.num_kv_heads = d_model, num_heads, num_kv_heads
+        self.d_k, self.qk_norm = head_dim, qk_norm
+        q_width, kv_width = num_heads * head_dim, num_kv_heads * head_dim
+        self.q_proj = Linear(d_model, q_width, device=device, dtype=dtype, bias=qkv_bias)
+        self.k_proj = Linear(d_model, kv_width, device=device, dtype=dtype, bias=qkv_bias)
+        self.v_proj = Linear(d_model, kv_width, device=device, dtype=dtype, bias=qkv_bias)
+        self.output_proj = Linear(q_width, d_model, device=device, dtype=dtype, bias=out_bias)
+        if qk_norm != "none":
+            norm_cls = NORM_CLASSES[norm]
+            full = qk_norm == "full"
+            self.q_norm = norm_cls(q_width if full else head_dim, eps=norm_eps, device=device, dtype=dtype)
+            self.k_norm = norm_cls(kv_width if full else head_dim, eps=norm_eps, device=device, dtype=dtype)
         if theta is not None:
             if max_seq_len is None:
                 raise ValueError("max_seq_len is required when theta is given (RoPE needs its tables)")
@@ -64,9 +85,14 @@ class CausalMultiHeadSelfAttention(nn.Module):
     def forward(self, x: torch.Tensor, token_positions: torch.Tensor | None = None) -> torch.Tensor:
         # x: (... seq d_model) -> (... seq d_model)
         seq = x.shape[-2]
-        q = rearrange(self.q_proj(x), "... seq (heads d_k) -> ... heads seq d_k", heads=self.num_heads)
-        k = rearrange(self.k_proj(x), "... seq (heads d_k) -> ... heads seq d_k", heads=self.num_heads)
-        v = rearrange(self.v_proj(x), "... seq (heads d_v) -> ... heads seq d_v", heads=self.num_heads)
+        q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        if self.qk_norm == "full":  # OLMo-2: over the whole projection
+            q, k = self.q_norm(q), self.k_norm(k)
+        q = rearrange(q, "... seq (heads d_k) -> ... heads seq d_k", heads=self.num_heads)
+        k = rearrange(k, "... seq (heads d_k) -> ... heads seq d_k", heads=self.num_kv_heads)
+        v = rearrange(v, "... seq (heads d_v) -> ... heads seq d_v", heads=self.num_kv_heads)
+        if self.qk_norm == "head":  # Qwen3: each head's vector
+            q, k = self.q_norm(q), self.k_norm(k)
 
         if self.rope is not None:  # rotate Q and K, never V
             if token_positions is None:
@@ -83,5 +109,13 @@ class CausalMultiHeadSelfAttention(nn.Module):
 
         # query i may attend key j iff j <= i
         causal = torch.ones(seq, seq, dtype=torch.bool, device=x.device).tril()
-        out = scaled_dot_product_attention(q, k, v, mask=causal)  # (... heads seq d_v)
-        return self.output_proj(rearrange(out, "... heads seq d_v -> ... seq (heads d_v)"))
+        if self.num_kv_heads == self.num_heads:
+            out = scaled_dot_product_attention(q, k, v, mask=causal)  # (... heads seq d_v)
+            return self.output_proj(rearrange(out, "... heads seq d_v -> ... seq (heads d_v)"))
+        # Grouped: query heads (kv_heads group) against K/V (kv_heads 1), broadcast over the
+        # group, so each K/V head is read, not copied, by its group of query heads.
+        q = rearrange(q, "... (kv_heads group) seq d_k -> ... kv_heads group seq d_k",
+                      kv_heads=self.num_kv_heads)
+        out = scaled_dot_product_attention(q, k.unsqueeze(-3), v.unsqueeze(-3), mask=causal)
+        return self.output_proj(
+            rearrange(out, "... kv_heads group seq d_v -> ... seq (kv_heads group d_v)"))

@@ -1,7 +1,10 @@
-"""Building blocks of the Transformer LM (CS336 assignment 1, sections 3.4-3.5).
+"""Building blocks of the Transformer LM (CS336 assignment 1, sections 3.4-3.5), and the
+variants the architecture spec (accounting/config.py) can switch on: biases, LayerNorm,
+GELU activations, a plain two-matrix MLP and gated MLPs other than SwiGLU.
 
 Shape names used throughout: batch seq d_model d_ff vocab heads d_k.
-Comments like `# x: (... d_in)` are jaxtyping-style shape annotations.
+Comments like `# x: (... d_in)` are jaxtyping-style shape annotations. The exact op
+sequence of each forward() is what the analytic ledger (accounting/builder.py) assumes.
 """
 
 import math
@@ -10,6 +13,9 @@ import numbers
 import torch
 from einops import einsum, rearrange
 from torch import nn
+
+from accounting.config import MLPS
+from accounting.config import default_d_ff as _spec_default_d_ff
 
 
 def check_positive_int(name: str, value) -> None:
@@ -24,9 +30,10 @@ def check_positive_number(name: str, value) -> None:
 
 
 class Linear(nn.Module):
-    """y = W x without bias; W is stored as (d_out, d_in) for row-major memory."""
+    """y = W x (+ b); W is stored as (d_out, d_in) for row-major memory. The course's
+    Linear has no bias; bias=True adds one (GPT-2, Qwen2's Q/K/V), initialised to 0."""
 
-    def __init__(self, in_features, out_features, device=None, dtype=None):
+    def __init__(self, in_features, out_features, device=None, dtype=None, bias=False):
         super().__init__()
         check_positive_int("in_features", in_features)
         check_positive_int("out_features", out_features)
@@ -35,13 +42,19 @@ class Linear(nn.Module):
         # N(0, 2/(d_in + d_out)) truncated at +-3 sigma (section 3.4.1)
         std = math.sqrt(2.0 / (in_features + out_features))
         nn.init.trunc_normal_(self.weight, mean=0.0, std=std, a=-3 * std, b=3 * std)
+        if bias:
+            self.bias = nn.Parameter(torch.zeros(out_features, device=device, dtype=dtype))
+        else:
+            self.register_parameter("bias", None)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # x: (... d_in) -> (... d_out)
-        return einsum(x, self.weight, "... d_in, d_out d_in -> ... d_out")
+        y = einsum(x, self.weight, "... d_in, d_out d_in -> ... d_out")
+        return y if self.bias is None else y + self.bias
 
     def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}"
+        return (f"in_features={self.in_features}, out_features={self.out_features}"
+                + (", bias=True" if self.bias is not None else ""))
 
 
 class Embedding(nn.Module):
@@ -87,34 +100,117 @@ class RMSNorm(nn.Module):
         return f"{self.d_model}, eps={self.eps}"
 
 
+class LayerNorm(nn.Module):
+    """(a - mean(a)) / sqrt(var(a) + eps) * g + b over the last dim (Ba et al. 2016), in
+    float32 like RMSNorm; var is the biased (1/d) variance, as torch.nn.LayerNorm's."""
+
+    def __init__(self, d_model, eps=1e-5, device=None, dtype=None):
+        super().__init__()
+        check_positive_int("d_model", d_model)
+        if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or eps < 0:
+            raise ValueError(f"eps must be a non-negative number, got {eps!r}")
+        self.d_model, self.eps = d_model, eps
+        self.weight = nn.Parameter(torch.ones(d_model, device=device, dtype=dtype))
+        self.bias = nn.Parameter(torch.zeros(d_model, device=device, dtype=dtype))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # x: (... d_model) -> (... d_model), same dtype as x
+        in_dtype = x.dtype
+        x = x.to(torch.float32)
+        centered = x - x.mean(dim=-1, keepdim=True)
+        std = torch.sqrt(centered.pow(2).mean(dim=-1, keepdim=True) + self.eps)
+        result = centered / std * self.weight + self.bias
+        return result.to(in_dtype)
+
+    def extra_repr(self) -> str:
+        return f"{self.d_model}, eps={self.eps}"
+
+
+NORM_CLASSES = {"rmsnorm": RMSNorm, "layernorm": LayerNorm}
+
+
 def silu(x: torch.Tensor) -> torch.Tensor:
     """SiLU(x) = x * sigmoid(x) (eq. 5)."""
     return x * torch.sigmoid(x)
 
 
+def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
+    """GELU, tanh approximation (Hendrycks and Gimpel 2016; GPT-2's "gelu_new"), written
+    exactly as transformers' NewGELUActivation so that both run the same ops."""
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+
+
+def gelu(x: torch.Tensor) -> torch.Tensor:
+    """GELU(x) = x * Phi(x) = 0.5 * x * (1 + erf(x / sqrt(2))), the exact form."""
+    return 0.5 * x * (1.0 + torch.erf(x / math.sqrt(2.0)))
+
+
+ACTIVATIONS = {"silu": silu, "gelu_tanh": gelu_tanh, "gelu": gelu}
+
+
 def default_d_ff(d_model: int) -> int:
-    """8/3 * d_model rounded up to a multiple of 64, in integer arithmetic (no float rounding)."""
+    """8/3 * d_model rounded up to a multiple of 64, in integer arithmetic (no float rounding);
+    the one definition lives in the spec (accounting/config.py)."""
     check_positive_int("d_model", d_model)
-    return -(-8 * d_model // (3 * 64)) * 64
+    return _spec_default_d_ff(d_model)
 
 
-class SwiGLU(nn.Module):
-    """FFN(x) = W2 (SiLU(W1 x) * W3 x) (eq. 7)."""
+class GatedMLP(nn.Module):
+    """FFN(x) = W2 (act(W1 x) * W3 x): SwiGLU with SiLU (eq. 7), GeGLU with GELU."""
 
-    def __init__(self, d_model, d_ff=None, device=None, dtype=None):
+    def __init__(self, d_model, d_ff=None, device=None, dtype=None, *, activation="silu", bias=False):
         super().__init__()
         check_positive_int("d_model", d_model)
         if d_ff is None:
             d_ff = default_d_ff(d_model)
         check_positive_int("d_ff", d_ff)
-        self.d_model, self.d_ff = d_model, d_ff
-        self.w1 = Linear(d_model, d_ff, device=device, dtype=dtype)
-        self.w2 = Linear(d_ff, d_model, device=device, dtype=dtype)
-        self.w3 = Linear(d_model, d_ff, device=device, dtype=dtype)
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {', '.join(ACTIVATIONS)}, got {activation!r}")
+        self.d_model, self.d_ff, self.activation = d_model, d_ff, activation
+        self.w1 = Linear(d_model, d_ff, device=device, dtype=dtype, bias=bias)
+        self.w2 = Linear(d_ff, d_model, device=device, dtype=dtype, bias=bias)
+        self.w3 = Linear(d_model, d_ff, device=device, dtype=dtype, bias=bias)
+        self.act = ACTIVATIONS[activation]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # x: (... d_model) -> (... d_model); the gate lives in (... d_ff)
-        return self.w2(silu(self.w1(x)) * self.w3(x))
+        return self.w2(self.act(self.w1(x)) * self.w3(x))
+
+
+class SwiGLU(GatedMLP):
+    """FFN(x) = W2 (SiLU(W1 x) * W3 x) (eq. 7)."""
+
+    def __init__(self, d_model, d_ff=None, device=None, dtype=None):
+        super().__init__(d_model, d_ff, device=device, dtype=dtype, activation="silu")
+
+
+class MLP(nn.Module):
+    """FFN(x) = W2 act(W1 x): two matrices (GPT-2: GELU-tanh, d_ff = 4·d_model, biases)."""
+
+    def __init__(self, d_model, d_ff, device=None, dtype=None, *, activation="gelu_tanh", bias=False):
+        super().__init__()
+        check_positive_int("d_model", d_model)
+        check_positive_int("d_ff", d_ff)
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {', '.join(ACTIVATIONS)}, got {activation!r}")
+        self.d_model, self.d_ff, self.activation = d_model, d_ff, activation
+        self.w1 = Linear(d_model, d_ff, device=device, dtype=dtype, bias=bias)
+        self.w2 = Linear(d_ff, d_model, device=device, dtype=dtype, bias=bias)
+        self.act = ACTIVATIONS[activation]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.w2(self.act(self.w1(x)))
+
+
+def feed_forward(mlp: str, d_model, d_ff, device=None, dtype=None, bias=False) -> nn.Module:
+    """The MLP the spec names ("swiglu", "geglu", "gelu", "gelu_tanh"; accounting.config.MLPS)."""
+    if mlp not in MLPS:
+        raise ValueError(f"mlp must be one of {', '.join(MLPS)}, got {mlp!r}")
+    kind = MLPS[mlp]
+    if kind.name == "swiglu" and not bias:
+        return SwiGLU(d_model, d_ff, device=device, dtype=dtype)
+    cls = GatedMLP if kind.gated else MLP
+    return cls(d_model, d_ff, device=device, dtype=dtype, activation=kind.activation, bias=bias)
 
 
 class RotaryPositionalEmbedding(nn.Module):

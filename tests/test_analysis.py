@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from accounting import analyze, get_preset
 from accounting.config import ModelConfig
-from accounting.matmuls import ATTN_CORE, ATTN_PROJ, FFN, LM_HEAD
+from accounting.records import ATTN_CORE, ATTN_PROJ, FFN, LM_HEAD
 
 
 def hand_forward(L, d, h, d_ff, V, T, B, useful=False):
@@ -69,7 +69,7 @@ def test_records_match_hand_closed_form(c, T, B):
         assert a.component_flops() == expected
         assert a.matmul_flops() == sum(expected.values())
         # the closed-form polynomial (built from the same records, but symbolically) agrees
-        assert a.matmul_polynomial().evaluate(B, T) == sum(expected.values())
+        assert a.matmul_polynomial().at(B=B, T=T) == sum(expected.values())
         assert sum(a.component_shares().values()) == 1
     assert a.param_count == hand_params(c.num_layers, c.d_model, c.d_ff, c.vocab_size)
 
@@ -107,7 +107,7 @@ def test_non_matmul_matches_hand_count(c, T, B):
     a = analyze(c, T, B)
     expected = hand_non_matmul(c.num_layers, c.d_model, c.num_heads, c.d_ff, T, B)
     assert a.elementwise_flops == expected
-    assert a.elementwise_polynomial().evaluate(B, T) == expected
+    assert a.elementwise_polynomial().at(B=B, T=T) == expected
 
 
 def test_huge_workload_is_exact():
@@ -118,7 +118,7 @@ def test_huge_workload_is_exact():
     assert expected > 2**63
     assert a.matmul_flops() == expected
     assert isinstance(a.matmul_flops(), int)
-    assert a.matmul_polynomial().evaluate(B, T) == expected
+    assert a.matmul_polynomial().at(B=B, T=T) == expected
 
 
 @pytest.mark.parametrize("name,d,d_ff", [("gpt2-small", 768, 3072), ("gpt2-medium", 1024, 4096),

@@ -20,13 +20,13 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from accounting.config import ModelConfig
 from accounting.planning import (
-    ACTIVATIONS,
     ADAMW_OPS,
     PRECISIONS,
     MemoryModel,
     step_flops,
 )
-from accounting.planning.memory import COURSE, MODEL, values
+from accounting.ledger import ledger
+from accounting.planning.memory import COURSE, MODEL, bytes_per_element, values
 from model import TransformerLM
 
 # Sizes chosen pairwise distinct so that tensors of different roles differ in size.
@@ -131,10 +131,10 @@ def test_saved_activations_match_the_records_row_by_row(B, T):
         measured[relative(module)][(n, dtype)] += 1
     v = values(SMALL, T, B)
     expected = defaultdict(Counter)
-    for r in ACTIVATIONS:
+    for r in ledger(SMALL).activations:
         if not r.saved:
             continue
-        size = r.bytes_per_element(FP32) * r.elements().evaluate(v) // r.copies
+        size = bytes_per_element(r, FP32) * r.elements.evaluate(v) // r.copies
         expected[r.saved_in][(size, DTYPE[r.kind])] += r.copies * (SMALL.num_layers if r.per_layer else 1)
     # per_layer counts are over all layers; measured groups merge the layers the same way
     assert dict(measured) == dict(expected)
@@ -151,16 +151,20 @@ def test_course_list_against_what_autograd_saves():
     tm = MemoryModel(SMALL, FP32, COURSE).at(B, T)
     course = tm.activation_bytes
     rows = {r.record.name: r.bytes for r in tm.activation_rows}
-    only_course = {a.name for a in ACTIVATIONS if a.course and not a.saved}
-    only_saved = {a.name for a in ACTIVATIONS if a.saved and not a.course}
-    # The course counts outputs no backward formula needs ...
-    assert only_course == {"Q projection output", "K projection output", "QKᵀ scores",
-                           "output projection output", "W2 output", "logits (output embedding)"}
+    acts = ledger(SMALL).activations
+    only_course = {a.name for a in acts if a.course and not a.saved}
+    only_saved = {a.name for a in acts if a.saved and not a.course}
+    # The course counts outputs no backward formula needs (V and the weighted values are
+    # saved, but as the copies einsum and rearrange make of them, listed on their own) ...
+    assert only_course == {"Q projection output", "K projection output", "V projection output",
+                           "QKᵀ scores", "attention-weighted values", "output projection output",
+                           "W2 output", "logits (output embedding)"}
     # ... and misses what autograd does keep:
     assert only_saved == {
         "ln1 rms", "ln1 x / rms", "ln1 output", "ln2 rms", "ln2 x / rms", "ln2 output",
         "ln_final rms", "ln_final x / rms", "ln_final output",  # RMSNorm internals, matmul inputs
         "RoPE cos and sin at the positions", "Q after RoPE", "K after RoPE",  # RoPE
+        "V (heads layout)", "attention-weighted values, heads merged",  # the copies
         "causal mask", "masked scores (softmax input)", "softmax row max", "exp(scores − max)",
         "softmax row sum",  # the model's own softmax
         "sigmoid(W1 output)", "gated product (W2 input)",  # SwiGLU

@@ -1,6 +1,6 @@
 """Count every aten operator the model runs, by pass and module (a TorchDispatchMode).
 
-Non-matmul FLOPs follow accounting/elementwise.py's CONVENTION: 1 per output element
+Non-matmul FLOPs follow accounting/records.py's CONVENTION: 1 per output element
 for elementwise arithmetic (exp, sigmoid, sqrt included), 1 per input element for a
 reduction, 1 per element for torch.where, 0 for copies, casts, views, indexing,
 factories and ops without a floating-point result. A floating-point op outside these
@@ -51,8 +51,8 @@ COUNTED = (ELEMENTWISE, REDUCTION, SELECT)  # the kinds with non-matmul FLOPs
 # 1 FLOP per output element (in-place variants "aten.mul_" are normalized to "aten.mul").
 ELEMENTWISE_OPS = frozenset(f"aten.{n}" for n in (
     "add", "sub", "rsub", "mul", "div", "pow", "neg", "reciprocal", "abs", "exp", "exp2",
-    "expm1", "log", "log2", "log1p", "sqrt", "rsqrt", "sigmoid", "tanh", "silu", "sin", "cos",
-    "maximum", "minimum", "square"))
+    "expm1", "log", "log2", "log1p", "sqrt", "rsqrt", "sigmoid", "tanh", "erf", "silu", "gelu",
+    "sin", "cos", "maximum", "minimum", "square"))
 # 1 FLOP per input element.
 REDUCTION_OPS = frozenset(f"aten.{n}" for n in ("sum", "mean", "amax", "amin", "max", "min"))
 SELECT_OPS = frozenset({"aten.where"})

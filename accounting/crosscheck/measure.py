@@ -18,7 +18,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from accounting.config import ModelConfig
 from accounting.crosscheck.dispatch import BACKWARD, FORWARD, OpCount, OpCounter
 from accounting.crosscheck.fvcore_einsum import EinsumCall, RecordingEinsumHandle
-from accounting.matmuls import PHASES
+from accounting.records import PHASES
 
 GLOBAL = "Global"  # FlopCounterMode's key for everything counted, inside a module or not
 
@@ -41,15 +41,17 @@ class Measurement:
 
 
 @lru_cache(maxsize=4)
-def _build(kwargs: tuple) -> torch.nn.Module:
+def _build(config: ModelConfig, context_length: int) -> torch.nn.Module:
     from model import TransformerLM
-    return TransformerLM(**dict(kwargs), device="meta")
+    return TransformerLM.from_config(config, context_length=context_length, device="meta")
 
 
 def build_model(config: ModelConfig, seq: int) -> torch.nn.Module:
-    kwargs = config.model_kwargs()
-    kwargs["context_length"] = max(seq, config.context_length)
-    return _build(tuple(sorted(kwargs.items())))
+    """The spec's model on the meta device. With RoPE it is built with context_length =
+    max(seq, context_length) (this architecture at T tokens); a learned position table keeps
+    its length (the ledger refuses a longer T)."""
+    ctx = config.context_length if config.positions == "learned" else max(seq, config.context_length)
+    return _build(config, ctx)
 
 
 def _relative(name: str, root: str) -> str:

@@ -5,7 +5,7 @@ report that prints many cross-checks and states the conventions once (CONVENTION
 """
 from __future__ import annotations
 
-from accounting import elementwise
+from accounting import records as R
 from accounting.crosscheck.compare import CrossCheck
 from accounting.crosscheck.dispatch import EINSUM_PRODUCT, INT_BOOL, MATMUL, ZERO
 from accounting.crosscheck.fvcore_einsum import STOCK_CAP_BYTES
@@ -20,16 +20,16 @@ MATMUL_CONVENTIONS = (
     "Its aten::einsum handle is replaced by an exact one (accounting/crosscheck/fvcore_einsum.py).",
     "torch: torch.utils.flop_counter.FlopCounterMode (aten.mm/bmm FLOPs); backward = its count "
     "over forward + loss.backward() (cross-entropy) minus its forward count.",
-    "Modules -> components: attn.q_proj/k_proj/v_proj/output_proj -> attention projections; "
-    "attn minus those four -> attention core; ffn -> feed-forward; lm_head -> LM head. Both "
-    "counters count matmuls only; non-matmul FLOPs are compared in their own table.",
+    "Modules -> components: each count goes to the component of the innermost module that "
+    "ran it, by the ledger's map (below). Both counters count matmuls only; non-matmul FLOPs "
+    "are compared in their own table.",
     "fvcore stock: fvcore's own einsum handle (jit_handles.einsum_flop_jit). It parses the "
     "FLOP count numpy.einsum_path prints to 4 significant digits, so it is rounded, and it "
     "allocates every operand as dense float64 np.zeros, so it runs here only where those "
     f"stay within {gibibytes(STOCK_CAP_BYTES, 0)}.",
 )
 NON_MATMUL_CONVENTIONS = (
-    f"Convention (accounting/elementwise.py): {elementwise.CONVENTION}.",
+    f"Convention (accounting/records.py): {R.CONVENTION}.",
     "op counter: a TorchDispatchMode over the same forward pass, counting every aten operator "
     "by module; per-block modules (ln1, ln2, attn, ffn; block = the block's own residual "
     "adds) are summed over all blocks.",
@@ -63,6 +63,8 @@ def matmul_table(c: CrossCheck, conventions: bool = True) -> Table:
         rows.append((r.scope, r.component, grouped(r.analytic), _n(r.fvcore), grouped(r.torch),
                      _agree_text(r.analytic, fvcore=r.fvcore, torch=r.torch), stock, diff))
     notes = list(MATMUL_CONVENTIONS) if conventions else []
+    if conventions and c.module_map:
+        notes.append(f"Module map (ledger): {c.module_map}.")
     skipped = [e for e in c.einsum_calls if e["stock_flops_each"] is None]
     if skipped:
         worst = max(skipped, key=lambda e: e["stock_operand_bytes"])

@@ -12,11 +12,11 @@ from accounting.planning.compute import (ADAMW_OPS, StepFlops, TrainingTime, ada
 from accounting.planning.fit import BatchFit, Budget, ContextFit, largest_batch, longest_context
 from accounting.planning.gpus import GPUS, Hardware, get_gpu
 from accounting.planning.inference import Inference, inference
-from accounting.planning.memory import (ACTIVATIONS, PRECISIONS, Activation, MemoryModel,
+from accounting.planning.memory import (PRECISIONS, Activation, MemoryModel,
                                         TrainingMemory, get_precision)
 from accounting.planning.plan import Plan, plan
 
-__all__ = ["ACTIVATIONS", "ADAMW_OPS", "GPUS", "PRECISIONS", "Activation", "BatchFit", "Budget",
+__all__ = ["ADAMW_OPS", "GPUS", "PRECISIONS", "Activation", "BatchFit", "Budget",
            "ContextFit", "Hardware", "Inference", "MemoryModel", "Plan", "StepFlops",
            "TrainingMemory", "TrainingTime", "adamw_flops", "get_gpu", "get_precision",
            "inference", "largest_batch", "longest_context", "plan", "step_flops",

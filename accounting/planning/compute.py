@@ -17,7 +17,7 @@ from fractions import Fraction
 from accounting.analysis import analyze
 from accounting.config import ModelConfig
 from accounting.errors import UsageError
-from accounting.planning.expr import Expr
+from accounting.symbols import Expr
 from accounting.planning.memory import (
     FULL_RECOMPUTE,
     parameter_count,
@@ -62,23 +62,24 @@ ADAMW_CONVENTION = (
 )
 
 
-def adamw_flops_expr() -> Expr:
+def adamw_flops_expr(config: ModelConfig) -> Expr:
     """AdamW update FLOPs: 14·N + (parameter tensors)."""
     per_param = sum(o.flops_per_element for o in ADAMW_OPS if o.per == PARAMETER)
     per_tensor = sum(o.flops_per_element for o in ADAMW_OPS if o.per == TENSOR)
-    return parameter_count().scale(per_param) + tensor_count().scale(per_tensor)
+    return parameter_count(config).scale(per_param) + tensor_count(config).scale(per_tensor)
 
 
-def adamw_formula() -> str:
+def adamw_formula(config: ModelConfig) -> str:
     """'14·N + (9·L + 3)': per-parameter and per-tensor FLOPs from ADAMW_OPS."""
     per_param = sum(o.flops_per_element for o in ADAMW_OPS if o.per == PARAMETER)
     per_tensor = sum(o.flops_per_element for o in ADAMW_OPS if o.per == TENSOR)
-    tensors = f"({tensor_count()})" if per_tensor == 1 else f"{per_tensor}·({tensor_count()})"
+    n = tensor_count(config)
+    tensors = f"({n})" if per_tensor == 1 else f"{per_tensor}·({n})"
     return f"{per_param}·N + {tensors}"
 
 
 def adamw_flops(config: ModelConfig) -> int:
-    return adamw_flops_expr().evaluate(values(config, 1, 1))
+    return adamw_flops_expr(config).evaluate(values(config, 1, 1))
 
 
 @dataclass(frozen=True)

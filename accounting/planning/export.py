@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from accounting.export import csv_text, fraction
+from accounting.export import config_dict, csv_text, fraction
 from accounting.planning import compute, memory
 from accounting.planning.inference import decode_flops_expr, kv_elements_per_token
 from accounting.planning.plan import Plan
@@ -19,7 +19,7 @@ def to_dict(p: Plan) -> dict:
     c, tm, hw = p.config, p.memory, p.hardware
     v = memory.values(c, p.seq, p.batch)
     out = {
-        "config": {**c.model_kwargs(), "name": c.name, "d_k": c.d_k},
+        "config": config_dict(c),
         "workload": {"seq": p.seq, "batch": p.batch},
         "assumptions": {
             "precision": p.precision.name, "precision_convention": p.precision.assumptions,
@@ -31,7 +31,7 @@ def to_dict(p: Plan) -> dict:
         "hardware": None if hw is None else {
             "name": hw.name, "source": hw.source, "memory_bytes": hw.memory_bytes,
             "peak_flops_per_s": _fraction(hw.peak_flops), "bandwidth_bytes_per_s": _fraction(hw.bandwidth)},
-        "parameters": {"formula": str(memory.parameter_count()),
+        "parameters": {"formula": str(memory.parameter_count(p.config)),
                        "count": tm.parameters},
         "training_memory": {
             "items": [{"name": i.name, "formula": i.formula, "expression": i.expression,
@@ -39,19 +39,19 @@ def to_dict(p: Plan) -> dict:
                        "on_gpu": i.on_gpu, "note": i.note} for i in tm.items],
             "total_bytes": tm.total,
             "per_sequence_a": tm.per_sequence, "fixed_b": tm.fixed,
-            "total_polynomial": str(tm.model.total_expr().poly(v)),
+            "total_polynomial": str(tm.model.total_expr().partial(v)),
         },
         "activations": [{"name": r.record.name, "shape": list(r.record.shape),
                          "per_layer": r.record.per_layer, "copies": r.record.copies,
                          "course_item": r.record.course or None,
                          "saved_in": r.record.saved_in or None, "why": r.record.why,
-                         "in_scope": r.record.in_scope(p.scope), "elements": r.elements,
+                         "in_scope": memory.in_scope(r.record, p.scope), "elements": r.elements,
                          "bytes": r.bytes} for r in tm.activation_rows],
         "flops_per_step": {"forward": p.flops.forward, "backward": p.flops.backward,
                            "recompute": p.flops.recompute, "adamw": p.flops.adamw,
                            "total": p.flops.total, "forward_non_matmul_not_in_total":
                                p.flops.forward_non_matmul,
-                           "adamw_formula": compute.adamw_formula()},
+                           "adamw_formula": compute.adamw_formula(p.config)},
         "adamw_ops": [{"name": o.name, "op": o.op, "flops_per_element": o.flops_per_element,
                        "per": o.per} for o in compute.ADAMW_OPS],
     }
@@ -72,9 +72,9 @@ def to_dict(p: Plan) -> dict:
     out["inference"] = {
         "bytes_per_element": i.bytes_per_element,
         "kv_cache_bytes_per_token": i.kv_bytes_per_token, "kv_cache_bytes": i.kv_bytes,
-        "kv_elements_per_token_formula": str(kv_elements_per_token()),
+        "kv_elements_per_token_formula": str(kv_elements_per_token(p.config)),
         "prefill_flops": i.prefill_flops, "position": i.position,
-        "decode_flops": i.decode_flops, "decode_flops_formula": str(decode_flops_expr()),
+        "decode_flops": i.decode_flops, "decode_flops_formula": str(decode_flops_expr(p.config)),
         "decode_weight_bytes_read": i.weight_bytes_read, "decode_kv_bytes_read": i.kv_bytes_read,
         "roofline": {"compute_seconds": _fraction(r.compute_seconds),
                      "memory_seconds": _fraction(r.memory_seconds), "bound": r.bound},
@@ -96,7 +96,7 @@ def rows(p: Plan) -> list[dict]:
     add("training memory", "a (per sequence)", "", p.memory.per_sequence, "bytes")
     add("training memory", "b (fixed)", "", p.memory.fixed, "bytes")
     for r in p.memory.activation_rows:
-        if r.record.in_scope(p.scope):
+        if memory.in_scope(r.record, p.scope):
             add("activations", r.record.name, "×".join(r.record.shape), r.bytes, "bytes")
     if p.batch_fit is not None:
         add("fit", "usable memory", "", p.batch_fit.budget.usable, "bytes")
@@ -105,16 +105,16 @@ def rows(p: Plan) -> list[dict]:
     f = p.flops
     for name, value in (("forward", f.forward), ("backward", f.backward),
                         ("recompute", f.recompute), ("adamw", f.adamw), ("total", f.total)):
-        add("flops per step", name, compute.adamw_formula() if name == "adamw" else "", value, "FLOPs")
+        add("flops per step", name, compute.adamw_formula(p.config) if name == "adamw" else "", value, "FLOPs")
     if p.time is not None:
         add("time to train", "steps", "", p.time.steps, "steps")
         add("time to train", "seconds", "steps·FLOPs per step / (MFU·peak)", float(p.time.seconds), "s")
         add("time to train", "days", "", float(p.time.days), "days")
     i = p.inference
-    add("inference", "KV cache per token", str(kv_elements_per_token()), i.kv_bytes_per_token, "bytes")
+    add("inference", "KV cache per token", str(kv_elements_per_token(p.config)), i.kv_bytes_per_token, "bytes")
     add("inference", "KV cache", "B·T·per token", i.kv_bytes, "bytes")
     add("inference", "prefill", "forward matmuls", i.prefill_flops, "FLOPs")
-    add("inference", f"decode at t = {i.position}", str(decode_flops_expr()), i.decode_flops, "FLOPs")
+    add("inference", f"decode at t = {i.position}", str(decode_flops_expr(p.config)), i.decode_flops, "FLOPs")
     if i.roofline.seconds is not None:
         add("inference", f"decode step ({i.roofline.bound}-bound)", "max(FLOPs/peak, bytes/bandwidth)",
             float(i.roofline.seconds), "s")

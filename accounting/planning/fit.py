@@ -69,7 +69,8 @@ class ContextFit:
     budget: Budget
     longest: int  # 0: not even T = 1 fits
     bytes_at_longest: int | None
-    bytes_at_next: int  # at longest + 1: over the budget
+    bytes_at_next: int  # at longest + 1: over the budget (or, at the table's limit, what it would need)
+    table_limit: int | None = None  # a learned position table caps T here (and it fits)
 
     @property
     def fits(self) -> bool:
@@ -84,6 +85,11 @@ def longest_context(model: MemoryModel, batch: int, budget: Budget) -> ContextFi
     usable = budget.usable
     if model.total(batch, 1) > usable:
         return ContextFit(batch, budget, 0, None, model.total(batch, 1))
+    c = model.config
+    if c.positions == "learned" and model.total(batch, c.context_length) <= usable:
+        limit = c.context_length  # the model cannot run longer sequences
+        return ContextFit(batch, budget, limit, model.total(batch, limit),
+                          model.total(batch, limit + 1), table_limit=limit)
     lo, hi = 1, 2  # total(lo) fits; find hi that does not
     while model.total(batch, hi) <= usable:
         lo, hi = hi, 2 * hi

@@ -1,9 +1,9 @@
 """Inference with a KV cache: cache size, prefill FLOPs, decode FLOPs at position t, and a
 roofline estimate of the time per decode step.
 
-Everything is derived from the matmul records of accounting/matmuls.py:
-  - the cache holds the outputs of the K and V projection records (their p dimension per
-    token, in each of the L layers);
+Everything is derived from the ledger (accounting/builder.py):
+  - the cache holds what the attention's cache entries name (K after RoPE and V: h_kv·d_k
+    elements each per token, in each of the L layers);
   - decoding the token at position t runs every forward matmul with a query length of 1
     and a key length of t: in each record the T of the query side (its m) becomes 1 and, in
     the causal (query × key) records, the T on the key side becomes t.
@@ -13,28 +13,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
-from accounting import matmuls, params
+from accounting import records as R
 from accounting.analysis import analyze
 from accounting.config import ModelConfig
-from accounting.planning.expr import Expr
+from accounting.ledger import ledger
 from accounting.planning.memory import Precision, values
+from accounting.symbols import Expr
 from accounting.units import FLOPS_PER_MAC
 
-CACHED = ("K projection", "V projection")  # the forward records whose outputs are cached
+
+def kv_elements_per_token(config: ModelConfig) -> Expr:
+    """Cached elements per token: the ledger's cache entries in every layer."""
+    return sum((e.expr() for e in ledger(config).cache), Expr())
 
 
-def kv_elements_per_token() -> Expr:
-    """Cached elements per token: the K and V projections' outputs in every layer."""
-    total = Expr()
-    for name in CACHED:
-        r = matmuls.MATMULS[("forward", name)]
-        assert r.m == ("B", "T"), r  # one output row of p elements per token
-        e = Expr.of(1, r.p)
-        total = total + (e.times("L") if r.per_layer else e)
-    return total
-
-
-def _decode_factors(r: matmuls.Matmul) -> tuple[str, ...]:
+def _decode_factors(r: R.Matmul) -> tuple[str, ...]:
     """The record's factors for one query at key length t."""
     assert "T" in r.m, r  # the query side
     m = tuple(f for f in r.m if f != "T")  # query length 1
@@ -45,23 +38,23 @@ def _decode_factors(r: matmuls.Matmul) -> tuple[str, ...]:
     return r.batch + m + n + p
 
 
-def decode_flops_expr() -> Expr:
+def decode_flops_expr(config: ModelConfig) -> Expr:
     """Matmul FLOPs to decode one token at position t (it attends to t keys) for B sequences."""
     total = Expr()
-    for r in matmuls.matmuls("forward"):
+    for r in ledger(config).forward:
         e = Expr.of(FLOPS_PER_MAC, _decode_factors(r))
-        total = total + (e.times("L") if r.per_layer else e)
+        total = total + (e.times(r.repeat) if r.repeat else e)
     return total
 
 
-def weights_read_expr() -> Expr:
-    """Parameter elements a decode step reads: every weight except the embedding table, of
-    which it reads one row per sequence (B·d_model)."""
-    total = Expr.of(1, ("B", "d_model"))
-    for p in params.PARAMS:
-        if p.component != params.EMBEDDING:
-            e = Expr.of(1, p.shape)
-            total = total + (e.times("L") if p.per_layer else e)
+def weights_read_expr(config: ModelConfig) -> Expr:
+    """Parameter elements a decode step reads: every weight, except that of a table only
+    looked up (the token embedding when untied, a learned position table) it reads one row
+    per sequence (B·d_model)."""
+    total = Expr()
+    for p in ledger(config).params:
+        e = Expr.of(1, ("B", "d_model")) if p.lookup and not p.matmul_weight else Expr.of(1, p.shape)
+        total = total + (e.times(p.repeat) if p.repeat else e)
     return total
 
 
@@ -128,9 +121,9 @@ def inference(config: ModelConfig, batch: int, seq: int, precision: Precision,
     v = values(config, seq, batch)
     v["t"] = t
     size = precision.inference_bytes
-    per_token = kv_elements_per_token().evaluate(v) * size
-    decode = decode_flops_expr().evaluate(v)
-    weights = weights_read_expr().evaluate(v) * size
+    per_token = kv_elements_per_token(config).evaluate(v) * size
+    decode = decode_flops_expr(config).evaluate(v)
+    weights = weights_read_expr(config).evaluate(v) * size
     kv_read = batch * t * per_token
     return Inference(config, batch, seq, t, size, per_token, batch * seq * per_token,
                      analyze(config, seq, batch, "forward").matmul_flops(), decode, weights,

@@ -83,7 +83,7 @@ def plan(config: ModelConfig, seq: int | None = None, batch: int = 1, *,
          tokens: int | None = None, position: int | None = None) -> Plan:
     """Every answer for one workload. Numbers given as strings or Fractions stay exact."""
     seq = config.context_length if seq is None else seq
-    check_workload(seq, batch)
+    check_workload(seq, batch, config)
     if position is not None and (isinstance(position, bool) or not isinstance(position, int)
                                  or position <= 0):
         raise UsageError(f"--position must be a positive integer, got {position!r}")

@@ -13,6 +13,7 @@ from accounting.planning.inference import (
 )
 from accounting.planning.memory import COURSE, FULL_RECOMPUTE, MODEL, RECOMPUTE, SCOPES
 from accounting.planning.plan import Plan
+from accounting.presets import note
 from accounting.table import Table
 from accounting.units import decimal, gibibytes, gigabytes, grouped, si
 
@@ -53,9 +54,12 @@ def settings_table(p: Plan) -> Table:
     c = p.config
     hw = p.hardware
     rows = [
-        ("model", f"{c.name}: V = {c.vocab_size:,}, context_length = {c.context_length:,}, "
-                  f"L = {c.num_layers}, d_model = {c.d_model:,}, h = {c.num_heads}, "
-                  f"d_k = {c.d_k}, d_ff = {c.d_ff:,}"),
+        ("model", f"{c.name} ({note(c)}): V = {c.vocab_size:,}, context_length = "
+                  f"{c.context_length:,}, L = {c.num_layers}, d_model = {c.d_model:,}, "
+                  f"h = {c.num_heads}"
+                  + (f", h_kv = {c.kv_heads}" if c.kv_heads != c.num_heads else "")
+                  + f", d_k = {c.d_k}, d_ff = {c.d_ff:,}"),
+        ("architecture", c.architecture),
         ("workload", f"T = {p.seq:,} tokens per sequence, B = {p.batch:,} sequences per step"),
         ("precision", f"{p.precision.name}: {p.precision.assumptions}"),
         ("memory scope", f"{p.scope}: {SCOPES[p.scope]}"),
@@ -87,10 +91,10 @@ def memory_table(p: Plan) -> Table:
     rows.append(("total on the GPU", f"{grouped(tm.per_sequence)}·B + {grouped(tm.fixed)}",
                  *_bytes(tm.total)))
     v = memory.values(p.config, p.seq, p.batch)
-    n = memory.parameter_count()
+    n = memory.parameter_count(p.config)
     notes = [f"N = {n} = {grouped(tm.parameters)} parameters."]
     if p.precision.working_copy_bytes:
-        nm = memory.matmul_weight_count()
+        nm = memory.matmul_weight_count(p.config)
         notes.append(f"N_matmul = {nm} = {grouped(tm.matmul_weights)} (the weights matmuls read: "
                      f"not the embedding table, not the RMSNorm gains).")
     if p.scope == MODEL:
@@ -101,7 +105,7 @@ def memory_table(p: Plan) -> Table:
                  f"{grouped(b)} bytes (a = {gigabytes(a)} = {gibibytes(a)} per sequence; "
                  f"b = {gigabytes(b)} = {gibibytes(b)}).")
     expr = p.memory.model.total_expr()
-    poly = expr.poly(v)
+    poly = expr.partial(v)
     cond = " (for T ≤ context_length; T_max grows with T beyond it)" if p.scope == MODEL else ""
     notes.append(f"Total bytes as a polynomial in B and T{cond}: {poly}.")
     notes.append("Not counted: gradients of activations in flight during the backward pass and "
@@ -118,7 +122,7 @@ def activation_table(p: Plan) -> Table:
     rows = []
     for r in p.memory.activation_rows:
         a = r.record
-        counted = "yes" if a.in_scope(p.scope) else "-"
+        counted = "yes" if memory.in_scope(a, p.scope) else "-"
         rows.append((a.name, "×".join(a.shape) if a.shape else "scalar",
                      ("L × " if a.per_layer else "") + (f"{a.copies}" if a.copies > 1 else "1"),
                      a.course or "-", a.saved_in or "-", counted, grouped(r.bytes), a.why))
@@ -168,7 +172,12 @@ def fit_table(p: Plan) -> Table:
                      f"({gigabytes(bf.shortfall)} = {gibibytes(bf.shortfall)} short)."
                      + (" Even the batch-independent part b alone does not fit."
                         if bf.fixed > budget.usable else ""))
-    if cf.fits:
+    if cf.fits and cf.table_limit:
+        rows.append((f"longest context at B = {cf.batch:,}", f"{cf.longest:,}", "", ""))
+        rows.append((f"memory at T = {cf.longest:,}", *_bytes(cf.bytes_at_longest)))
+        notes.append(f"Longest context: the learned position table's {cf.table_limit:,} positions "
+                     f"(the model cannot run longer sequences; memory is not the limit).")
+    elif cf.fits:
         rows.append((f"longest context at B = {cf.batch:,}", f"{cf.longest:,}", "", ""))
         rows.append((f"memory at T = {cf.longest:,}", *_bytes(cf.bytes_at_longest)))
         notes.append(f"Longest context: the largest T with total(B = {cf.batch:,}, T) ≤ usable, by "
@@ -190,7 +199,7 @@ def flops_table(p: Plan) -> Table:
     if p.recompute == FULL_RECOMPUTE:
         rows.append(("recomputation (blocks' forward)", "forward minus the LM head",
                      grouped(f.recompute), si(f.recompute, "FLOP")))
-    rows.append(("AdamW update", compute.adamw_formula(), grouped(f.adamw), si(f.adamw, "FLOP")))
+    rows.append(("AdamW update", compute.adamw_formula(p.config), grouped(f.adamw), si(f.adamw, "FLOP")))
     rows.append(("total per step", "", grouped(f.total), si(f.total, "FLOP")))
     ratio = Fraction(f.backward, f.forward)
     notes = [
@@ -220,12 +229,12 @@ def adamw_table(p: Plan) -> Table:
     rows = tuple((o.name, o.op, str(o.flops_per_element), o.per, o.counted_as or "-")
                  for o in ADAMW_OPS)
     v = memory.values(p.config, 1, 1)
-    e = compute.adamw_flops_expr()
+    e = compute.adamw_flops_expr(p.config)
     return Table("AdamW update FLOPs (torch.optim.AdamW)",
                  ("operation", "torch op", "FLOPs", "per", "counted as"), rows, align="llrll",
-                 notes=(f"{compute.adamw_formula()} = {e} = {grouped(e.evaluate(v))} FLOPs per step for "
-                        f"this model (N = {grouped(memory.parameter_count().evaluate(v))}, "
-                        f"{grouped(memory.tensor_count().evaluate(v))} parameter tensors).",))
+                 notes=(f"{compute.adamw_formula(p.config)} = {e} = {grouped(e.evaluate(v))} FLOPs per step for "
+                        f"this model (N = {grouped(memory.parameter_count(p.config).evaluate(v))}, "
+                        f"{grouped(memory.tensor_count(p.config).evaluate(v))} parameter tensors).",))
 
 
 def time_table(p: Plan) -> Table:
@@ -254,22 +263,22 @@ def inference_table(p: Plan) -> Table:
     s = i.bytes_per_element
     r = i.roofline
     rows = [
-        ("KV cache per token", f"{s}·({kv_elements_per_token()})", grouped(i.kv_bytes_per_token), "bytes"),
-        (f"KV cache for B = {i.batch:,}, T = {i.seq:,}", f"{s}·B·T·({kv_elements_per_token()})",
+        ("KV cache per token", f"{s}·({kv_elements_per_token(p.config)})", grouped(i.kv_bytes_per_token), "bytes"),
+        (f"KV cache for B = {i.batch:,}, T = {i.seq:,}", f"{s}·B·T·({kv_elements_per_token(p.config)})",
          grouped(i.kv_bytes), f"{gigabytes(i.kv_bytes)} = {gibibytes(i.kv_bytes)}"),
         (f"prefill FLOPs (T = {i.seq:,})", "the forward pass's matmuls", grouped(i.prefill_flops),
          si(i.prefill_flops, "FLOP")),
-        (f"decode FLOPs at position t = {i.position:,}", str(decode_flops_expr()),
+        (f"decode FLOPs at position t = {i.position:,}", str(decode_flops_expr(p.config)),
          grouped(i.decode_flops), si(i.decode_flops, "FLOP")),
-        ("decode: weights read", f"{s}·({weights_read_expr()})", grouped(i.weight_bytes_read),
+        ("decode: weights read", f"{s}·({weights_read_expr(p.config)})", grouped(i.weight_bytes_read),
          gigabytes(i.weight_bytes_read)),
-        ("decode: KV cache read", f"{s}·B·t·({kv_elements_per_token()})", grouped(i.kv_bytes_read),
+        ("decode: KV cache read", f"{s}·B·t·({kv_elements_per_token(p.config)})", grouped(i.kv_bytes_read),
          gigabytes(i.kv_bytes_read)),
         ("arithmetic intensity", "FLOPs / bytes", decimal(r.intensity, 3), "FLOP/byte"),
     ]
     notes = [f"Inference in {s}-byte elements ({'fp32' if s == 4 else 'bf16'}). The decode formula "
              "is the forward matmul records with a query length of 1 and a key length of t "
-             "(QKᵀ and scores·V grow with t; h·d_k = d_model); B sequences decode together. "
+             "(QKᵀ and scores·V grow with t); B sequences decode together. "
              "Prefill computes logits at every position, as the model does."]
     if r.ridge is not None:
         rows += [("ridge point (peak / bandwidth)", "", decimal(r.ridge, 3), "FLOP/byte"),

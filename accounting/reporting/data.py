@@ -10,11 +10,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 
-from accounting import matmuls
+from accounting import records as R
 from accounting.analysis import Analysis, Crossover, analyze
 from accounting.config import PRESETS, ModelConfig
 
-MODELS: tuple[ModelConfig, ...] = tuple(PRESETS.values())  # small, medium, large, xl
+# GPT-2's four shapes on the CS336 architecture: small, medium, large, xl
+MODELS: tuple[ModelConfig, ...] = tuple(PRESETS[n] for n in ("gpt2-small", "gpt2-medium",
+                                                             "gpt2-large", "gpt2-xl"))
 REFERENCE_SEQ = 1024  # every preset's context_length: the question's T
 LONG_MODEL = "gpt2-xl"
 LONG_SEQ = 16384  # CS336 problem (e): GPT-2 XL at 16,384 tokens
@@ -59,14 +61,14 @@ class SweepSeries:
 
 def sweep_series(config: ModelConfig, seqs: tuple[int, ...]) -> SweepSeries:
     runs = [analyze(config, seq) for seq in seqs]
-    flops = {c: tuple(a.component_flops()[c] for a in runs) for c in matmuls.COMPONENTS}
+    flops = {c: tuple(a.component_flops()[c] for a in runs) for c in R.COMPONENTS}
     a = runs[0]
-    x = a.crossover(matmuls.EXECUTED)
+    x = a.crossover(R.EXECUTED)
     # The closed forms evaluated at the (possibly fractional) crossover length, B = 1.
-    share = (a.matmul_polynomial(component=matmuls.ATTN_CORE)(1, x.equal_at)
-             / a.matmul_polynomial()(1, x.equal_at))
+    share = (Fraction(a.matmul_polynomial(component=R.ATTN_CORE).at(B=1, T=x.equal_at))
+             / a.matmul_polynomial().at(B=1, T=x.equal_at))
     return SweepSeries(config, seqs, flops, tuple(a.matmul_flops() for a in runs),
-                       x, a.crossover(matmuls.USEFUL), share)
+                       x, a.crossover(R.USEFUL), share)
 
 
 @dataclass(frozen=True)
@@ -140,7 +142,7 @@ def sweep_csv(d: ReportData) -> str:
     lines = [",".join(SWEEP_CSV_COLUMNS)]
     for c in d.models:
         s = d.sweep[c.name]
-        for k in matmuls.COMPONENTS:
+        for k in R.COMPONENTS:
             shares = s.shares(k)
             for i, seq in enumerate(s.seqs):
                 lines.append(f"{c.name},{seq},{k},{s.flops[k][i]},{s.totals[i]},{decimal(shares[i], 6)}")

@@ -14,7 +14,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullLocator, PercentFormatter
 
-from accounting import matmuls
+from accounting import records as R
 from accounting.reporting import style
 from accounting.reporting.data import LONG_SEQ, REFERENCE_SEQ, ReportData, powers_of_two
 from accounting.reporting.figures_index import FIGURES
@@ -68,7 +68,7 @@ def _context_axis(ax, seqs) -> None:
 
 def _component_handles():
     from matplotlib.patches import Patch
-    return [Patch(facecolor=style.COMPONENT_COLOURS[c], label=c) for c in matmuls.COMPONENTS]
+    return [Patch(facecolor=style.COMPONENT_COLOURS[c], label=c) for c in R.COMPONENTS]
 
 
 def _percent(share) -> str:
@@ -86,11 +86,11 @@ def shares_by_model(data: ReportData) -> Figure:
         s = data.sweep[c.name]
         for seq in (REFERENCE_SEQ, LONG_SEQ):
             i = s.at(seq)
-            rows.append((f"{c.name}\nT = {_seq_label(seq)}", {k: s.shares(k)[i] for k in matmuls.COMPONENTS}))
+            rows.append((f"{c.name}\nT = {_seq_label(seq)}", {k: s.shares(k)[i] for k in R.COMPONENTS}))
     rows.reverse()  # smallest model at the top
     y = list(range(len(rows)))
     left = [0.0] * len(rows)
-    for comp in matmuls.COMPONENTS:
+    for comp in R.COMPONENTS:
         widths = [float(r[1][comp]) for r in rows]
         ax.barh(y, widths, left=left, height=0.72, color=style.COMPONENT_COLOURS[comp],
                 edgecolor="white", linewidth=0.8, label=comp)
@@ -116,8 +116,8 @@ def share_vs_context(data: ReportData) -> Figure:
     axes = fig.subplots(2, 2, sharex=True, sharey=True)
     for ax, c in zip(axes.flat, data.models):
         s = data.sweep[c.name]
-        ax.stackplot(s.seqs, *[[float(x) for x in s.shares(k)] for k in matmuls.COMPONENTS],
-                     colors=[style.COMPONENT_COLOURS[k] for k in matmuls.COMPONENTS],
+        ax.stackplot(s.seqs, *[[float(x) for x in s.shares(k)] for k in R.COMPONENTS],
+                     colors=[style.COMPONENT_COLOURS[k] for k in R.COMPONENTS],
                      edgecolor="white", linewidth=0.5)
         x = s.crossover.equal_at
         ax.axvline(float(x), color="black", linestyle="--", linewidth=1)
@@ -146,7 +146,7 @@ def flops_vs_context(data: ReportData) -> Figure:
     axes = fig.subplots(2, 2, sharex=True, sharey=True)
     for ax, c in zip(axes.flat, data.models):
         s = data.sweep[c.name]
-        for k in matmuls.COMPONENTS:
+        for k in R.COMPONENTS:
             ax.plot(s.seqs, [float(f) for f in s.flops[k]], color=style.COMPONENT_COLOURS[k],
                     linewidth=2, label=k)
         ax.plot(s.seqs, [float(f) for f in s.totals], color=style.TOTAL_COLOUR, linewidth=1.2,
@@ -161,7 +161,7 @@ def flops_vs_context(data: ReportData) -> Figure:
     fig.suptitle("Forward-pass matmul FLOPs per component (executed count)")
     from matplotlib.lines import Line2D
     handles = [Line2D([], [], color=style.COMPONENT_COLOURS[k], linewidth=2, label=k)
-               for k in matmuls.COMPONENTS]
+               for k in R.COMPONENTS]
     handles.append(Line2D([], [], color=style.TOTAL_COLOUR, linewidth=1.2, linestyle="--", label="total"))
     fig.legend(handles=handles, loc="outside lower center", ncols=5, frameon=False)
     return fig
@@ -171,7 +171,7 @@ def attention_core_share(data: ReportData) -> Figure:
     """Attention-core share (and the feed-forward's) against T, all models, crossovers marked."""
     fig = Figure(figsize=(10, 6.4), layout="constrained")
     ax = fig.add_subplot()
-    core, ffn = matmuls.ATTN_CORE, matmuls.FFN
+    core, ffn = R.ATTN_CORE, R.FFN
     from matplotlib.lines import Line2D
     model_handles = []
     for i, c in enumerate(data.models):

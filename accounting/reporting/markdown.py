@@ -9,7 +9,8 @@ from __future__ import annotations
 import itertools
 from fractions import Fraction
 
-from accounting import elementwise, matmuls
+from accounting import records as R
+from accounting.ledger import ledger
 from accounting.render import markdown_table
 from accounting.reporting import crosscheck_view
 from accounting.reporting.data import LONG_SEQ, REFERENCE_SEQ, ReportData
@@ -60,7 +61,7 @@ def _flops(n: int) -> str:
     return si(n, "FLOPs")
 
 
-def _shares(a, counting: str = matmuls.EXECUTED) -> dict[str, str]:
+def _shares(a, counting: str = R.EXECUTED) -> dict[str, str]:
     """Component shares as percentages that add up to exactly 100.00% (largest remainder)."""
     shares = a.component_shares(counting)
     return dict(zip(shares, rounded_percents(list(shares.values()))))
@@ -80,10 +81,10 @@ def _figure(name: str) -> list[str]:
             f"*Figure: {spec.caption}.* ([SVG]({FIGURES_DIR}/{name}.svg))", ""]
 
 
-def _scaling(component: str) -> str:
+def _scaling(d: ReportData, component: str) -> str:
     """Which config sizes a component's forward FLOPs grow with, read off its records."""
     terms = []
-    for r in matmuls.matmuls("forward"):
+    for r in ledger(d.models[0]).forward:
         if r.component == component:
             sizes = (("L",) if r.per_layer else ()) + tuple(f for f in r.factors if f not in ("B", "T"))
             text = monomial(1, sizes)
@@ -100,10 +101,9 @@ def header(d: ReportData) -> list[str]:
              "every number below is computed. Forward pass, batch B = 1. Counts are exact "
              "integers; shares are exact fractions rounded for display (component shares so "
              "that each model's add up to exactly 100.00%, one matmul's share on its own). "
-             "The model is the CS336 chapter 3 architecture (RMSNorm, SwiGLU, RoPE, causal "
-             "multi-head attention, untied LM head) with GPT-2's four sizes, so its "
-             "parameter counts differ from OpenAI's GPT-2 (three feed-forward matrices, no "
-             "biases, no learned positions, untied head)."), ""]
+             f"The model is the CS336 chapter 3 architecture ({d.models[0].architecture}) "
+             "with GPT-2's four sizes, so its parameter counts differ from OpenAI's GPT-2 "
+             "(three feed-forward matrices, no biases, no learned positions, untied head)."), ""]
     if not d.verified:
         lines += [("> **DRAFT — not cross-checked.** This copy was generated with "
                   f"`{COMMAND} --no-verify`: the comparison with FLOPs measured on the real "
@@ -229,20 +229,20 @@ def size_trend(d: ReportData) -> str:
                  for i, k in enumerate(group)]
         return _join(parts)
 
-    up = [k for k in matmuls.COMPONENTS if change(k) > 0]
-    down = [k for k in matmuls.COMPONENTS if change(k) < 0]
-    same = [k for k in matmuls.COMPONENTS if change(k) == 0]
+    up = [k for k in R.COMPONENTS if change(k) > 0]
+    down = [k for k in R.COMPONENTS if change(k) < 0]
+    same = [k for k in R.COMPONENTS if change(k) == 0]
     clauses = [clause(g) for g in (up, down) if g]
     first_sentence = (f"From {first.name} to {last.name} at T = {grouped(REFERENCE_SEQ)}, "
                       + ", while ".join(clauses)
                       + (f" ({_join(same)} unchanged)" if same else "") + ".")
     grow = {k: Fraction(d.reference[last.name].component_flops()[k],
-                        d.reference[first.name].component_flops()[k]) for k in matmuls.COMPONENTS}
-    order = sorted(matmuls.COMPONENTS, key=lambda k: -grow[k])
+                        d.reference[first.name].component_flops()[k]) for k in R.COMPONENTS}
+    order = sorted(R.COMPONENTS, key=lambda k: -grow[k])
     fastest = [k for k in order if grow[k] == grow[order[0]]]
     second = ("Their FLOPs grow at different rates with the config: from "
               f"{first.name} to {last.name} "
-              + _join([f"the {_possessive(k)} grow {_times(grow[k])} (∝ {_scaling(k)})" for k in order])
+              + _join([f"the {_possessive(k)} grow {_times(grow[k])} (∝ {_scaling(d, k)})" for k in order])
               + f", so the fastest-growing ({_join(fastest)}) take a larger share of "
                 "larger models at a fixed context.")
     return first_sentence + " " + second
@@ -250,7 +250,7 @@ def size_trend(d: ReportData) -> str:
 
 def shares_section(d: ReportData) -> list[str]:
     shown = {c.name: _shares(d.reference[c.name]) for c in d.models}
-    rows = [(k, *(shown[c.name][k] for c in d.models)) for k in matmuls.COMPONENTS]
+    rows = [(k, *(shown[c.name][k] for c in d.models)) for k in R.COMPONENTS]
     rows.append(("total forward matmul FLOPs",
                  *(_flops(d.reference[c.name].matmul_flops()) for c in d.models)))
     rows.append(("largest component", *(_largest(d.reference[c.name].component_flops())
@@ -266,7 +266,7 @@ def long_context_section(d: ReportData) -> list[str]:
     f1, f2 = short.component_flops(), long.component_flops()
     s1, s2 = _shares(short), _shares(long)
     rows = [(k, grouped(f1[k]), s1[k], grouped(f2[k]), s2[k], _times(Fraction(f2[k], f1[k])))
-            for k in matmuls.COMPONENTS]
+            for k in R.COMPONENTS]
     t1, t2 = short.matmul_flops(), long.matmul_flops()
     ratio = long.ratio_to_context_length()
     assert ratio == Fraction(t2, t1)  # the closed form and the direct sums agree
@@ -277,9 +277,9 @@ def long_context_section(d: ReportData) -> list[str]:
               tuple(rows))
     top1, top2 = _largest(f1), _largest(f2)
     tokens = Fraction(LONG_SEQ, REFERENCE_SEQ)
-    growth = {k: Fraction(f2[k], f1[k]) for k in matmuls.COMPONENTS}
-    rises = [k for k in matmuls.COMPONENTS if long.component_shares()[k] > short.component_shares()[k]]
-    falls = [k for k in matmuls.COMPONENTS if k not in rises]
+    growth = {k: Fraction(f2[k], f1[k]) for k in R.COMPONENTS}
+    rises = [k for k in R.COMPONENTS if long.component_shares()[k] > short.component_shares()[k]]
+    falls = [k for k in R.COMPONENTS if k not in rises]
     sentences = [(f"{decimal(tokens, 0) if tokens.denominator == 1 else decimal(tokens, 2)}× the "
                  f"tokens multiplies {_possessive(name)} forward matmul FLOPs by {_times(ratio)} "
                  f"({_flops(t1)} → {_flops(t2)}).")]
@@ -293,11 +293,11 @@ def long_context_section(d: ReportData) -> list[str]:
     sentences.append(f"The largest component changes from the {top1} to the {top2}." if top1 != top2
                      else f"The {top1} stays the largest component.")
     text = " ".join(sentences)
-    useful_ratio = long.ratio_to_context_length(matmuls.USEFUL)
-    us = _shares(long, matmuls.USEFUL)
+    useful_ratio = long.ratio_to_context_length(R.USEFUL)
+    us = _shares(long, R.USEFUL)
     note = (f"Counting only the T(T+1)/2 query-key pairs a causal kernel needs (\"useful\"), "
             f"the growth is {_times(useful_ratio)} and the attention core's share at "
-            f"T = {grouped(LONG_SEQ)} is {us[matmuls.ATTN_CORE]}. T beyond context_length "
+            f"T = {grouped(LONG_SEQ)} is {us[R.ATTN_CORE]}. T beyond context_length "
             f"means this architecture run at T tokens (RoPE has no learned positions; the "
             f"model is built with context_length = T).")
     return [f"## 5. {name} at T = {grouped(LONG_SEQ)} against T = {grouped(REFERENCE_SEQ)}", "",
@@ -324,9 +324,9 @@ def sweep_section(d: ReportData) -> list[str]:
         s = d.sweep[c.name]
         for seq in d.check_seqs:
             i = s.at(seq)
-            pct = rounded_percents([s.shares(k)[i] for k in matmuls.COMPONENTS])
+            pct = rounded_percents([s.shares(k)[i] for k in R.COMPONENTS])
             table_rows.append((c.name, grouped(seq), grouped(s.totals[i]), _flops(s.totals[i]), *pct))
-    pt = Table("", ("model", "T", "forward matmul FLOPs", "", *matmuls.COMPONENTS), tuple(table_rows))
+    pt = Table("", ("model", "T", "forward matmul FLOPs", "", *R.COMPONENTS), tuple(table_rows))
     return [f"## 6. Context sweep, T = {grouped(seqs[0])} to {grouped(seqs[-1])}", "",
             (f"{len(seqs)} context lengths per model (every {_join([grouped(x) for x in steps])} "
             f"tokens, every power of two included); the data behind the plots is "
@@ -362,14 +362,14 @@ def counting_section(d: ReportData) -> list[str]:
             (f"- **The 2mnp rule.** An (m×n)·(n×p) product is m·n·p multiply-adds; a multiply-add "
             f"is {FLOPS_PER_MAC} FLOPs, so it costs {FLOPS_PER_MAC}·m·n·p FLOPs (CS336 §3.6). "
             "Batch dimensions multiply in; a per-block matmul counts L times. Every matmul is one "
-            "record in `accounting/matmuls.py`; all totals, shares and closed forms derive from "
+            "record of the ledger (`accounting/builder.py` emits it as it walks the architecture); all totals, shares and closed forms derive from "
             "those records."),
-            (f"- **Attention core, executed vs useful.** {COUNTING_NOTE[matmuls.EXECUTED]}; "
-            f"{COUNTING_NOTE[matmuls.USEFUL]}. This report uses the executed count unless it "
+            (f"- **Attention core, executed vs useful.** {COUNTING_NOTE[R.EXECUTED]}; "
+            f"{COUNTING_NOTE[R.USEFUL]}. This report uses the executed count unless it "
             "says otherwise."),
             ("- **Matmul-only vs all FLOPs.** Shares and totals above are matmul FLOPs. The other "
             "operations (RMSNorm, RoPE, scaling, masking, softmax, SiLU and gating, residual "
-            f"adds) are counted separately, with this convention: {elementwise.CONVENTION}."),
+            f"adds) are counted separately, with this convention: {R.CONVENTION}."),
             *crosscheck_view.how_counted(d),
             "", f"Matmul and non-matmul FLOPs at T = {grouped(REFERENCE_SEQ)}:", "", *_table(t),
             f"{d.long.config.name}'s non-matmul FLOPs at T = {grouped(REFERENCE_SEQ)} by group:",

@@ -6,14 +6,14 @@ Python, so the notebook can import it without pulling in anything else.
 """
 from __future__ import annotations
 
-from accounting import matmuls
+from accounting import records as R
 
 # One colour per matmul component, the same in every figure.
 COMPONENT_COLOURS: dict[str, str] = {
-    matmuls.ATTN_PROJ: "#0072B2",  # Okabe-Ito blue
-    matmuls.ATTN_CORE: "#D55E00",  # vermillion
-    matmuls.FFN: "#009E73",  # bluish green
-    matmuls.LM_HEAD: "#CC79A7",  # reddish purple
+    R.ATTN_PROJ: "#0072B2",  # Okabe-Ito blue
+    R.ATTN_CORE: "#D55E00",  # vermillion
+    R.FFN: "#009E73",  # bluish green
+    R.LM_HEAD: "#CC79A7",  # reddish purple
 }
 TOTAL_COLOUR = "#000000"  # the sum of the components, where drawn
 

@@ -1,0 +1,349 @@
+"""The one builder: walks a ModelConfig top-down into the ledger, mirroring model/.
+
+Each class below mirrors the model/ class of the same name: its constructor declares the
+parameters and buffers in the order model/ registers them (so the ledger's parameter
+names are the state-dict keys, in order), and calling it runs the forward pass's ops, in
+the order model/ runs them, on accounting.trace's symbolic tensors. Every op emits its
+facts as it runs (FLOPs, saved tensors, KV cache, module path); ledger.py only collects.
+Where the spec switches a feature, both this file and model/ branch on the same field.
+"""
+from __future__ import annotations
+
+from accounting import records as R
+from accounting.config import NORMS, ModelConfig
+from accounting.trace import LOSS, Sym, Trace
+
+# Non-matmul components, in the order the tables list them.
+QK_NORM = "QK-norm"
+POSITION_ADD = "position add"
+ROPE = "RoPE"
+ATTN_SCALE = "scale by 1/√d_k"
+CAUSAL_MASK = "causal mask"
+SOFTMAX = "softmax"
+BIAS = "bias adds"
+RESIDUAL = "residual adds"
+ACTIVATION_COMPONENT = {"swiglu": "SiLU and gating", "geglu": "GELU (tanh) and gating",
+                        "gelu": "GELU (erf)", "gelu_tanh": "GELU (tanh)"}
+ELEMENTWISE_ORDER = (*NORMS.values(), QK_NORM, POSITION_ADD, ROPE, ATTN_SCALE, CAUSAL_MASK,
+                     SOFTMAX, *dict.fromkeys(ACTIVATION_COMPONENT.values()), BIAS, RESIDUAL)
+NORM_PARAMS = {"rmsnorm": "RMSNorm gains", "layernorm": "LayerNorm weights and biases"}
+
+ROW = ("B", "T", "d_model")
+
+
+class Arch:
+    """The symbols the spec's sizes are written in, shared by every module below."""
+
+    def __init__(self, c: ModelConfig):
+        self.c = c
+        self.fold = c.num_heads * c.d_k == c.d_model  # h·d_k is written d_model
+        self.gqa = c.kv_heads != c.num_heads
+
+    def width(self, kv: bool = False) -> tuple[str, ...]:
+        """The Q (or K/V) projection's output width."""
+        if kv and self.gqa:
+            return ("h_kv", "d_k")
+        return ("d_model",) if self.fold else ("h", "d_k")
+
+    def heads(self, kv: bool = False) -> tuple[str, ...]:
+        """A per-head tensor: (B, heads, T, d_k)."""
+        return ("B", "h_kv" if kv and self.gqa else "h", "T", "d_k")
+
+
+# ---- layers (model/layers.py) ---------------------------------------------------------------
+
+class Linear:
+    """y = einsum(x, W, '... d_in, d_out d_in -> ... d_out') (+ b)."""
+
+    def __init__(self, t: Trace, name: str, d_in, d_out, component: str, record: str,
+                 bias: bool = False, weight: Sym | None = None):
+        self.t, self.name, self.d_in, self.d_out = t, name, d_in, d_out
+        self.component, self.record = component, record
+        with t.scope(name):
+            self.weight = (t.param("weight", d_out + d_in, component) if weight is None
+                           else t.alias("weight", weight))
+            self.bias = t.param("bias", d_out, component) if bias else None
+
+    def __call__(self, x: Sym, label: str, course: str = "") -> Sym:
+        t = self.t
+        assert x.contiguous and x.shape[-len(self.d_in):] == self.d_in, (self.name, x.shape)
+        rows = x.shape[:-len(self.d_in)]
+        with t.scope(self.name):
+            t.matmul(x, self.weight, R.Matmul(self.record, self.component, t.module, t.repeat,
+                                              R.FORWARD, (), rows, self.d_in, self.d_out,
+                                              grads=("dX", "dW")))
+            y = Sym(rows + self.d_out)
+            if self.bias is not None:
+                y = t.binary("aten.add", y, self.bias, "+ bias", BIAS)
+        return t.name(y, label, course)
+
+
+class Norm:
+    """RMSNorm (x / sqrt(mean(x²) + eps) · g) or LayerNorm ((x − mean) / sqrt(var + eps) · g
+    + b) over the trailing `width` symbols, in float32 (a no-op cast for fp32)."""
+
+    def __init__(self, t: Trace, name: str, kind: str, width: tuple[str, ...], component: str,
+                 param_component: str):
+        self.t, self.name, self.kind, self.width = t, name, kind, width
+        self.component = component
+        with t.scope(name):
+            self.weight = t.param("weight", width, param_component)
+            self.bias = t.param("bias", width, param_component) if kind == "layernorm" else None
+
+    def __call__(self, x: Sym, out_label: str, course: str = "") -> Sym:
+        t, w, k = self.t, self.width, self.component
+        over = "·".join(w)
+        m = f"{t.module}.{self.name}" if t.module else self.name
+        with t.scope(self.name):
+            if self.kind == "rmsnorm":
+                sq = t.unary("aten.pow", x, "x²", k, saves="input")
+                ms = t.reduce("aten.mean", sq, w, f"mean over {over}", k)
+                e = t.binary("aten.add", ms, None, "+ eps", k)
+                rms = t.unary("aten.sqrt", e, "sqrt", k, saves="output", out=f"{m} rms")
+                normed = t.binary("aten.div", x, rms, "x / rms", k, out=f"{m} x / rms")
+                y = t.binary("aten.mul", normed, self.weight, "· gain", k)
+            else:
+                mean = t.reduce("aten.mean", x, w, f"mean over {over}", k)
+                xc = t.binary("aten.sub", x, mean, "x − mean", k, out=f"{m} x − mean")
+                sq = t.unary("aten.pow", xc, "(x − mean)²", k, saves="input")
+                var = t.reduce("aten.mean", sq, w, f"variance: mean of squares over {over}", k)
+                e = t.binary("aten.add", var, None, "+ eps", k)
+                std = t.unary("aten.sqrt", e, "sqrt", k, saves="output", out=f"{m} std")
+                normed = t.binary("aten.div", xc, std, "(x − mean) / std", k,
+                                  out=f"{m} normalized")
+                y = t.binary("aten.mul", normed, self.weight, "· weight", k)
+                y = t.binary("aten.add", y, self.bias, "+ bias", k)
+        return t.name(y, out_label, course)
+
+
+class RoPE:
+    """model.RotaryPositionalEmbedding.rotate: cos/sin tables (buffers) gathered at the
+    positions; per pair (x_even, x_odd): 4 multiplies, a subtract and an add."""
+
+    def __init__(self, t: Trace):
+        self.t = t
+        with t.scope("rope"):
+            self.cos = t.buffer("cos", ("T_max", "d_k/2"), 4)  # float32, persistent=False
+            self.sin = t.buffer("sin", ("T_max", "d_k/2"), 4)
+
+    def rotate(self, x: Sym, positions: Sym, out_label: str) -> Sym:
+        # Called as rope.rotate from the attention's forward: the ops run in `attn`.
+        t = self.t
+        half = ("T", "d_k/2")
+        cos = t.name(t.lookup(self.cos, positions, half), "RoPE cos and sin at the positions")
+        sin = t.name(t.lookup(self.sin, positions, half), "RoPE cos and sin at the positions")
+        pairs = x.shape[:-1] + ("d_k/2",)
+        x_even, x_odd = t.view(x, pairs, False), t.view(x, pairs, False)
+        label = "x_even·cos, x_odd·sin, x_even·sin, x_odd·cos"
+        a = t.binary("aten.mul", x_even, cos, label, ROPE)
+        b = t.binary("aten.mul", x_odd, sin, label, ROPE)
+        even = t.binary("aten.sub", a, b, "x_even·cos − x_odd·sin", ROPE)
+        c = t.binary("aten.mul", x_even, sin, label, ROPE)
+        d = t.binary("aten.mul", x_odd, cos, label, ROPE)
+        odd = t.binary("aten.add", c, d, "x_even·sin + x_odd·cos", ROPE)
+        out = t.copy(even, x.shape)  # torch.stack, then a view back to (... d_k)
+        t._reads("stack", even, odd)
+        return t.name(out, out_label)
+
+
+def activation(t: Trace, kind: str, x: Sym, component: str, course: str) -> Sym:
+    """silu, gelu_tanh or gelu (model/layers.py), op by op."""
+    if kind == "silu":  # x * sigmoid(x)
+        s = t.unary("aten.sigmoid", x, "sigmoid(W1·x)", component, saves="output",
+                    out="sigmoid(W1 output)")
+        return t.binary("aten.mul", x, s, "SiLU: W1·x · sigmoid", component, out="SiLU output",
+                        course=course)
+    half = t.binary("aten.mul", x, None, "0.5·x", component, out="0.5·x")
+    if kind == "gelu_tanh":  # 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))
+        cube = t.unary("aten.pow", x, "x³", component, saves="input")
+        inner = t.binary("aten.mul", cube, None, "0.044715·x³", component)
+        inner = t.binary("aten.add", x, inner, "x + 0.044715·x³", component)
+        inner = t.binary("aten.mul", inner, None, "√(2/π)·(x + 0.044715·x³)", component)
+        th = t.unary("aten.tanh", inner, "tanh", component, saves="output", out="tanh(…)")
+        one = t.binary("aten.add", th, None, "1 + tanh", component, out="1 + tanh(…)")
+    else:  # exact: 0.5·x·(1 + erf(x/√2))
+        scaled = t.binary("aten.div", x, None, "x / √2", component, out="x / √2")
+        e = t.unary("aten.erf", scaled, "erf", component, saves="input")
+        one = t.binary("aten.add", e, None, "1 + erf", component, out="1 + erf(x / √2)")
+    return t.binary("aten.mul", half, one, "0.5·x · (1 + …)", component, out="GELU output",
+                    course=course)
+
+
+class FeedForward:
+    """GatedMLP/SwiGLU (W2(act(W1 x) · W3 x)) or MLP (W2 act(W1 x)); model.feed_forward."""
+
+    def __init__(self, t: Trace, c: ModelConfig):
+        self.t, self.kind = t, c.mlp_kind
+        prefix = {"swiglu": "SwiGLU", "geglu": "GeGLU"}.get(c.mlp, "MLP")
+        f, d = ("d_ff",), ("d_model",)
+        with t.scope("ffn"):
+            self.w1 = Linear(t, "w1", d, f, R.FFN, f"{prefix} W1", c.mlp_bias)
+            self.w2 = Linear(t, "w2", f, d, R.FFN, f"{prefix} W2", c.mlp_bias)
+            self.w3 = Linear(t, "w3", d, f, R.FFN, f"{prefix} W3", c.mlp_bias) if self.kind.gated else None
+        self.component = ACTIVATION_COMPONENT[c.mlp]
+
+    def __call__(self, x: Sym, out_course: str) -> Sym:
+        t = self.t
+        act_course = "SiLU" if self.kind.activation == "silu" else "GELU"
+        with t.scope("ffn"):
+            a = self.w1(x, "W1 output", "W1")
+            h = activation(t, self.kind.activation, a, self.component, act_course)
+            if self.w3 is not None:
+                b = self.w3(x, "W3 output", "W3 (SwiGLU)" if self.kind.activation == "silu" else "W3")
+                act = "SiLU(W1·x)" if self.kind.activation == "silu" else "GELU(W1·x)"
+                h = t.binary("aten.mul", h, b, f"gate: {act} · W3·x", self.component,
+                             out="gated product (W2 input)")
+            return self.w2(h, "W2 output", out_course)
+
+
+# ---- attention (model/attention.py) --------------------------------------------------------
+
+class Attention:
+    def __init__(self, t: Trace, a: Arch):
+        self.t, self.a, c = t, a, a.c
+        d = ("d_model",)
+        with t.scope("attn"):
+            self.q_proj = Linear(t, "q_proj", d, a.width(), R.ATTN_PROJ, "Q projection", c.qkv_bias)
+            self.k_proj = Linear(t, "k_proj", d, a.width(kv=True), R.ATTN_PROJ, "K projection", c.qkv_bias)
+            self.v_proj = Linear(t, "v_proj", d, a.width(kv=True), R.ATTN_PROJ, "V projection", c.qkv_bias)
+            self.output_proj = Linear(t, "output_proj", a.width(), d, R.ATTN_PROJ,
+                                      "output projection", c.out_bias)
+            self.q_norm = self.k_norm = None
+            if c.qk_norm != "none":
+                full = c.qk_norm == "full"
+                comp = NORM_PARAMS[c.norm]
+                self.q_norm = Norm(t, "q_norm", c.norm, a.width() if full else ("d_k",), QK_NORM, comp)
+                self.k_norm = Norm(t, "k_norm", c.norm, a.width(kv=True) if full else ("d_k",),
+                                   QK_NORM, comp)
+            self.rope = RoPE(t) if c.positions == "rope" else None
+
+    def __call__(self, x: Sym, out_label: str, out_course: str) -> Sym:
+        t, a, c = self.t, self.a, self.a.c
+        with t.scope("attn"):
+            q = self.q_proj(x, "Q projection output", "Q/K/V projections")
+            k = self.k_proj(x, "K projection output", "Q/K/V projections")
+            v = self.v_proj(x, "V projection output", "Q/K/V projections")
+            if c.qk_norm == "full":
+                q = self.q_norm(q, "Q after QK-norm")
+                k = self.k_norm(k, "K after QK-norm")
+            # "... seq (heads d_k) -> ... heads seq d_k": a permuted view
+            q = t.view(q, a.heads(), contiguous=False)
+            k = t.view(k, a.heads(kv=True), contiguous=False)
+            v = t.view(v, a.heads(kv=True), contiguous=False)
+            if c.qk_norm == "head":
+                q = self.q_norm(q, "Q after QK-norm")
+                k = self.k_norm(k, "K after QK-norm")
+            if self.rope is not None:
+                positions = t.fresh(("T",), R.INT64)  # torch.arange(seq)
+                q = self.rope.rotate(q, positions, "Q after RoPE")
+                k = self.rope.rotate(k, positions, "K after RoPE")
+            t.cached("K", a.width(kv=True)[-2:] if a.gqa else a.width(kv=True))
+            t.cached("V", a.width(kv=True)[-2:] if a.gqa else a.width(kv=True))
+            mask = t.name(t.fresh(("T", "T"), R.BOOL), "causal mask")
+            out = self.core(q, k, v, mask)
+            merged = t.name(t.copy(out, ("B", "T") + a.width()), "attention-weighted values, heads merged")
+            return self.output_proj(merged, out_label, out_course)
+
+    def core(self, q: Sym, k: Sym, v: Sym, mask: Sym) -> Sym:
+        """scaled_dot_product_attention: softmax(QKᵀ/√d_k, masked) V, with grouped K/V
+        broadcast over each group of query heads (bmm batch B·h_kv, g·T query rows)."""
+        t, a = self.t, self.a
+        if a.gqa:
+            batch, rows = ("B", "h_kv"), ("g", "T")
+            note = "grouped: K and V are broadcast over g query heads, not copied"
+        else:
+            batch, rows, note = ("B", "h"), ("T",), ""
+        scores_shape = ("B", "h", "T", "T")
+        t.matmul(q, k, R.Matmul("QKᵀ scores", R.ATTN_CORE, t.module, t.repeat, R.FORWARD, batch,
+                                rows, ("d_k",), ("T",), causal=True, grads=("dQ", "dK"), note=note),
+                 copy_labels=("Q (heads layout)", "K (heads layout)"))
+        scores = t.name(Sym(scores_shape), "QKᵀ scores", "QKᵀ")
+        scaled = t.binary("aten.div", scores, None, "QKᵀ / √d_k", ATTN_SCALE)
+        masked = t.where(mask, scaled, "where(mask, scores, −inf)", CAUSAL_MASK,
+                         out="masked scores (softmax input)")
+        mx = t.reduce("aten.amax", masked, ("T",), "max over keys", SOFTMAX, saves=True,
+                      out="softmax row max")
+        shifted = t.binary("aten.sub", masked, mx, "x − max", SOFTMAX)
+        e = t.unary("aten.exp", shifted, "exp", SOFTMAX, saves="output", out="exp(scores − max)")
+        s = t.reduce("aten.sum", e, ("T",), "sum over keys", SOFTMAX, out="softmax row sum")
+        weights = t.binary("aten.div", e, s, "exp / sum", SOFTMAX, out="softmax output",
+                           course="softmax")
+        t.matmul(weights, v, R.Matmul("scores·V", R.ATTN_CORE, t.module, t.repeat, R.FORWARD, batch,
+                                      rows, ("T",), ("d_k",), causal=True, grads=("d(scores)", "dV"),
+                                      note=note),
+                 copy_labels=("softmax output (copy)", "V (heads layout)"))
+        return t.name(Sym(a.heads()), "attention-weighted values", "attention-weighted values")
+
+
+# ---- blocks and the LM (model/transformer.py) ------------------------------------------------
+
+class Block:
+    def __init__(self, t: Trace, a: Arch):
+        self.t, self.c = t, a.c
+        comp, kind = NORM_PARAMS[a.c.norm], a.c.norm
+        self.ln1 = Norm(t, "ln1", kind, ("d_model",), NORMS[kind], comp)
+        self.attn = Attention(t, a)
+        self.ln2 = Norm(t, "ln2", kind, ("d_model",), NORMS[kind], comp)
+        self.ffn = FeedForward(t, a.c)
+
+    def __call__(self) -> None:
+        t, norm_course = self.t, f"{NORMS[self.c.norm]} inputs"
+        if self.c.norm_placement == "pre":
+            x = t.name(t.fresh(ROW, grad=True), "ln1 input", norm_course, block_input=True)
+            h = self.ln1(x, "ln1 output")
+            y = t.binary("aten.add", x, self.attn(h, "output projection output", "output projection"),
+                         "x + attn, y + ffn", RESIDUAL)
+            y = t.name(y, "ln2 input", norm_course)
+            h = self.ln2(y, "ln2 output")
+            t.binary("aten.add", y, self.ffn(h, "W2"), "x + attn, y + ffn", RESIDUAL)
+        else:  # OLMo-2: y = x + ln1(attn(x)); z = y + ln2(ffn(y))
+            x = t.name(t.fresh(ROW, grad=True), "block input", "", block_input=True)
+            o = self.attn(x, "output projection output", "output projection")
+            y = t.binary("aten.add", x, self.ln1(o, "ln1 output"), "x + ln1(attn), y + ln2(ffn)",
+                         RESIDUAL)
+            y = t.name(y, "residual after attention (ffn input)")
+            f = self.ffn(y, "W2")
+            t.binary("aten.add", y, self.ln2(f, "ln2 output"), "x + ln1(attn), y + ln2(ffn)", RESIDUAL)
+
+
+def walk(c: ModelConfig) -> Trace:
+    """Build (declare) the model, then run one training step's forward and loss."""
+    t, a = Trace(), Arch(c)
+    # __init__, in model/transformer.py's registration order
+    with t.scope("token_embeddings"):
+        tok = t.param("weight", ("V", "d_model"), R.EMBEDDING, lookup=True)
+    pos = None
+    if c.positions == "learned":
+        with t.scope("position_embeddings"):
+            pos = t.param("weight", ("T_pos", "d_model"), R.POSITION_EMBEDDING, lookup=True)
+    with t.block():
+        block = Block(t, a)
+    comp = NORM_PARAMS[c.norm]
+    ln_final = Norm(t, "ln_final", c.norm, ("d_model",), NORMS[c.norm], comp)
+    lm_head = Linear(t, "lm_head", ("d_model",), ("V",), R.LM_HEAD, "LM head",
+                     weight=tok if c.tie_embeddings else None)
+
+    # forward
+    ids = t.name(t.fresh(("B", "T"), R.INT64), "token ids")
+    with t.scope("token_embeddings"):
+        x = t.lookup(tok, ids, ROW)
+    if pos is not None:
+        with t.scope("position_embeddings"):
+            positions = t.name(t.fresh(("T",), R.INT64), "position ids")
+            p = t.lookup(pos, positions, ("T", "d_model"))
+        t.binary("aten.add", x, p, "token + position embedding", POSITION_ADD)
+    with t.block():
+        block()
+    final_course = f"final {NORMS[c.norm]}"
+    x = t.name(t.fresh(ROW, grad=True), "ln_final input", final_course)
+    h = ln_final(x, "ln_final output")
+    logits = lm_head(h, "logits (output embedding)", "output embedding")
+
+    # F.cross_entropy(logits, targets) = nll_loss(log_softmax(logits)): outside the model
+    with t.outside(LOSS):
+        t.saves_output(logits, "log_softmax", "log-softmax of the logits", "cross-entropy")
+        targets = t.name(t.fresh(("B", "T"), R.INT64), "targets")
+        t.saves_input(targets, "nll_loss")
+        t.saves_input(t.name(t.fresh((), R.FLOAT), "nll_loss total weight"), "nll_loss")
+    t.check()
+    return t

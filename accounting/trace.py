@@ -1,0 +1,284 @@
+"""A symbolic run of the model: tensors are shapes of symbols, every op emits its facts.
+
+`Trace` holds what a run has learned so far. Each op method does what the torch op it
+stands for does to the accounting: it appends a non-matmul record (FLOPs under
+elementwise.CONVENTION) or a matmul record, and it notes the tensors autograd saves for
+it, following PyTorch's derivative formulas (tools/autograd/derivatives.yaml):
+
+  * mul saves the other operand of each input that needs a gradient; div saves its
+    divisor (when either input needs a gradient) and its dividend (when the divisor does);
+  * pow and erf save their input; sqrt, exp, sigmoid and tanh their output; amax its input
+    and output; where its condition; index (a lookup) its indices; bmm both operands;
+  * add, sub, mean and sum save nothing, and neither does an op with a Python scalar
+    (x * 0.5, x / √d_k, 1.0 + t).
+
+A view shares its base's storage (and so a saved view is the base, counted once); a
+reshape that cannot be a view (of a heads-permuted tensor) is a copy with its own
+storage — torch.einsum makes one for such an operand, and the copy is what bmm saves.
+Parameters are never counted as saved activations (they are the parameters' memory).
+The builder (accounting/builder.py) calls these methods in the order model/ runs.
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from accounting import records as R
+
+LOSS = "loss"  # where F.cross_entropy's ops run: outside the model
+
+
+class Storage:
+    """Identity of a tensor's memory: views share it, ops make new ones."""
+    __slots__ = ()
+
+
+@dataclass(eq=False)
+class Sym:
+    """A symbolic tensor: its elements (a flat tuple of symbols), dtype kind, storage."""
+    shape: tuple[str, ...]
+    kind: str = R.FLOAT
+    grad: bool = True  # requires a gradient
+    contiguous: bool = True
+    storage: Storage = field(default_factory=Storage)
+    param: str = ""  # the parameter's state-dict name, for a parameter
+
+
+@dataclass
+class Named:
+    """A storage the memory ledger lists: saved for backward, or an item of the course's list."""
+    label: str
+    shape: tuple[str, ...]
+    kind: str
+    repeat: str | None
+    course: str = ""
+    block_input: bool = False
+    savers: list[str] = field(default_factory=list)
+    saved_in: str = ""
+    readers: list[str] = field(default_factory=list)
+
+
+class Trace:
+    def __init__(self):
+        self.path: list[str] = []
+        self.repeat: str | None = None
+        self.params: list[R.Param] = []
+        self.tied: dict[str, str] = {}  # alias state-dict key -> the parameter's own name
+        self.registered: list[tuple[str, bool]] = []  # (state-dict key, per block), in order
+        self.matmuls: list[R.Matmul] = []
+        self.elementwise: list[R.Elementwise] = []
+        self.buffers: list[R.Buffer] = []
+        self.cache: list[R.CacheEntry] = []
+        self.named: dict[Storage, Named] = {}
+        self._unnamed_saves: list[str] = []
+
+    # ---- where the run is ----------------------------------------------------------------
+    @property
+    def module(self) -> str:
+        return ".".join(self.path)
+
+    @contextmanager
+    def scope(self, name: str):
+        self.path.append(name)
+        try:
+            yield
+        finally:
+            self.path.pop()
+
+    @contextmanager
+    def block(self):
+        """Inside: records repeat in every block ("L"), with block-relative module paths."""
+        outer, self.path, self.repeat = self.path, [], "L"
+        try:
+            yield
+        finally:
+            self.path, self.repeat = outer, None
+
+    @contextmanager
+    def outside(self, name: str):
+        """Ops that run outside the model's modules (the loss)."""
+        outer, self.path = self.path, [name]
+        try:
+            yield
+        finally:
+            self.path = outer
+
+    # ---- declarations -------------------------------------------------------------------
+    def param(self, name: str, shape: tuple[str, ...], component: str, lookup: bool = False) -> Sym:
+        key = ".".join(self.path + [name])
+        full = f"layers.{{i}}.{key}" if self.repeat else key
+        self.params.append(R.Param(full, component, self.module, self.repeat, shape, lookup))
+        self.registered.append((full, self.per_block))
+        return Sym(shape, param=full)
+
+    @property
+    def per_block(self) -> bool:
+        return self.repeat is not None
+
+    def alias(self, name: str, p: Sym) -> Sym:
+        """`p` registered again under `name` in this module (a tied weight)."""
+        key = ".".join(self.path + [name])
+        full = f"layers.{{i}}.{key}" if self.repeat else key
+        self.tied[full] = p.param
+        self.registered.append((full, self.per_block))
+        return p
+
+    def buffer(self, name: str, shape: tuple[str, ...], bytes_per_element: int) -> Sym:
+        self.buffers.append(R.Buffer(name, "buffer", self.module, self.repeat, shape,
+                                     bytes_per_element))
+        return Sym(shape, grad=False)
+
+    def cached(self, name: str, per_token: tuple[str, ...]) -> None:
+        """What each token adds to the KV cache here (its K or V after any rotation)."""
+        self.cache.append(R.CacheEntry(name, "KV cache", self.module, self.repeat, per_token))
+
+    def name(self, x: Sym, label: str, course: str = "", block_input: bool = False) -> Sym:
+        """Name a tensor for the memory ledger (and tag it with the course's list item)."""
+        n = self.named.get(x.storage)
+        if n is None:
+            self.named[x.storage] = Named(label, x.shape, x.kind, self.repeat, course, block_input)
+        else:
+            n.course, n.block_input = n.course or course, n.block_input or block_input
+        return x
+
+    def fresh(self, shape: tuple[str, ...], kind: str = R.FLOAT, grad: bool = False) -> Sym:
+        """A tensor made from nothing: token ids, positions, the causal mask."""
+        return Sym(shape, kind, grad)
+
+    # ---- bookkeeping of saves and reads ----------------------------------------------------
+    def _saves(self, x: Sym, by: str) -> None:
+        if x.param:
+            return
+        n = self.named.get(x.storage)
+        if n is None:  # the builder must name every tensor autograd saves
+            self._unnamed_saves.append(f"{by} in {self.module or 'model'}")
+            return
+        if not n.savers:
+            n.saved_in = self.module
+        if by not in n.savers:
+            n.savers.append(by)
+
+    def _reads(self, by: str, *xs: Sym) -> None:
+        for x in xs:
+            n = self.named.get(x.storage)
+            if n is not None and by not in n.readers:
+                n.readers.append(by)
+
+    def _record(self, op: str, label: str, component: str, elements: tuple[str, ...],
+                reduction: bool = False) -> str:
+        self.elementwise.append(R.Elementwise(label, component, self.module, self.repeat, op,
+                                              elements, reduction=reduction))
+        return f"{op.removeprefix('aten.')} ({label})"
+
+    # ---- non-matmul ops ---------------------------------------------------------------------
+    # Each takes `out` (and `course`): the output's activation name, given where the output
+    # may be saved or the course's list counts it. Outputs keep their first operand's
+    # layout (TensorIterator preserves strides), so a permuted input gives a permuted output.
+    def _output(self, like: Sym, grad: bool, shape: tuple[str, ...], out: str, course: str) -> Sym:
+        y = Sym(shape, grad=grad, contiguous=like.contiguous)
+        return self.name(y, out, course) if out else y
+
+    def binary(self, op: str, a: Sym, b: Sym | None, label: str, component: str,
+               out: str = "", course: str = "") -> Sym:
+        """a op b for op in aten.add/sub/mul/div; b None means a Python scalar. The output
+        has a's shape (the larger operand comes first)."""
+        grad = a.grad or (b is not None and b.grad)
+        y = self._output(a, grad, a.shape, out, course)
+        desc = self._record(op, label, component, y.shape)
+        self._reads(desc, a, *(() if b is None else (b,)))
+        if b is not None and op == "aten.mul":
+            if a.grad:
+                self._saves(b, desc)
+            if b.grad:
+                self._saves(a, desc)
+        elif b is not None and op == "aten.div":
+            if grad:
+                self._saves(b, desc)
+            if b.grad:
+                self._saves(a, desc)
+        return y
+
+    def unary(self, op: str, x: Sym, label: str, component: str, saves: str = "",
+              out: str = "", course: str = "") -> Sym:
+        """An elementwise function; saves its "input" (pow, erf) or "output" (sqrt, exp,
+        sigmoid, tanh) when a gradient flows."""
+        y = self._output(x, x.grad, x.shape, out, course)
+        desc = self._record(op, label, component, y.shape)
+        self._reads(desc, x)
+        if x.grad and saves:
+            self._saves(x if saves == "input" else y, desc)
+        return y
+
+    def reduce(self, op: str, x: Sym, over: tuple[str, ...], label: str, component: str,
+               saves: bool = False, out: str = "") -> Sym:
+        """A reduction over the trailing dims `over` (keepdim); amax saves input and output."""
+        assert x.shape[-len(over):] == over, (x.shape, over)
+        y = self._output(x, x.grad, x.shape[:-len(over)], out, "")
+        desc = self._record(op, label, component, x.shape, reduction=True)
+        self._reads(desc, x)
+        if saves and x.grad:
+            self._saves(x, desc)
+            self._saves(y, desc)
+        return y
+
+    def where(self, cond: Sym, x: Sym, label: str, component: str, out: str = "") -> Sym:
+        y = self._output(x, x.grad, x.shape, out, "")
+        desc = self._record("aten.where", label, component, y.shape)
+        self._reads(desc, x)
+        if x.grad:
+            self._saves(cond, desc)
+        return y
+
+    def lookup(self, table: Sym, ids: Sym, shape: tuple[str, ...]) -> Sym:
+        """table[ids]: 0 FLOPs; saves the indices when the table needs a gradient."""
+        if table.grad:
+            self._saves(ids, "index (the lookup)")
+        return Sym(shape, grad=table.grad)
+
+    def view(self, x: Sym, shape: tuple[str, ...] | None = None, contiguous: bool | None = None) -> Sym:
+        """A reshape or permute that shares x's storage."""
+        return Sym(x.shape if shape is None else shape, x.kind, x.grad,
+                   x.contiguous if contiguous is None else contiguous, x.storage, x.param)
+
+    def copy(self, x: Sym, shape: tuple[str, ...] | None = None) -> Sym:
+        """A reshape that cannot be a view: a new, contiguous storage (0 FLOPs)."""
+        return Sym(x.shape if shape is None else shape, x.kind, x.grad)
+
+    # ---- the loss (outside the model: saves only, its FLOPs are not the model's) -------------
+    def saves_output(self, x: Sym, op: str, out: str, course: str = "") -> Sym:
+        y = self.name(Sym(x.shape, grad=x.grad), out, course)
+        self._reads(op, x)
+        self._saves(y, op)
+        return y
+
+    def saves_input(self, x: Sym, op: str) -> None:
+        self._saves(x, op)
+
+    # ---- matmuls --------------------------------------------------------------------------
+    def matmul(self, a: Sym, b: Sym, record: R.Matmul, copy_labels: tuple[str, str] = ("", "")) -> None:
+        """torch.einsum of two operands, run as one bmm. An operand it cannot view (not
+        contiguous) is copied first, and the copy is what bmm saves; bmm saves each operand
+        the other's gradient needs."""
+        self.matmuls.append(record)
+        desc = f"bmm ({record.name})"
+        operands = []
+        for x, label in zip((a, b), copy_labels):
+            if not x.contiguous:
+                self._reads(f"clone ({label})", x)
+                x = self.name(self.copy(x), label)
+            operands.append(x)
+        a2, b2 = operands
+        self._reads(desc, a2, b2)
+        if a2.grad:
+            self._saves(b2, desc)
+        if b2.grad:
+            self._saves(a2, desc)
+        for x in (a, b):
+            if x.param:
+                name = self.tied.get(x.param, x.param)
+                self.params = [R.Param(p.name, p.component, p.module, p.repeat, p.shape, p.lookup, True)
+                               if p.name == name else p for p in self.params]
+
+    def check(self) -> None:
+        if self._unnamed_saves:
+            raise AssertionError(f"builder: unnamed saved tensors: {self._unnamed_saves}")
