@@ -10,7 +10,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from accounting.config import ModelConfig, config_from_json, default_d_ff, get_preset
+from accounting.config import (MLPS, NORM_PLACEMENTS, NORMS, POSITIONS, QK_NORMS, ModelConfig,
+                               config_from_json, get_preset)
 from accounting.errors import UsageError
 
 FORMATS = ("text", "markdown", "csv", "json")
@@ -53,38 +54,104 @@ def positive_float(flag: str):
 _SIZE_FLAGS = (("--vocab-size", "vocab_size"), ("--context-length", "context_length"),
                ("--num-layers", "num_layers"), ("--d-model", "d_model"),
                ("--num-heads", "num_heads"), ("--d-ff", "d_ff"))
+_ARCH_SIZES = (("--num-kv-heads", "num_kv_heads", "key/value heads (default: num_heads; 1 = "
+                "multi-query; fewer = grouped-query attention)"),
+               ("--head-dim", "head_dim", "head dimension (default: d_model/num_heads)"))
+_ARCH_CHOICES = (("--mlp", "mlp", MLPS, "feed-forward: swiglu (default), geglu, gelu (exact), "
+                  "gelu_tanh (GPT-2)"),
+                 ("--norm", "norm", NORMS, "rmsnorm (default) or layernorm (with bias)"),
+                 ("--norm-placement", "norm_placement", NORM_PLACEMENTS,
+                  "pre (default) or post (OLMo-2: norm on each sublayer's output)"),
+                 ("--positions", "positions", POSITIONS,
+                  "rope (default), learned (a table of context_length positions) or none"),
+                 ("--qk-norm", "qk_norm", QK_NORMS, "none (default), head (Qwen3) or full (OLMo-2)"))
+_BIASES = (("--qkv-bias", "qkv_bias", "biases on the Q, K, V projections"),
+           ("--out-bias", "out_bias", "bias on the attention output projection"),
+           ("--mlp-bias", "mlp_bias", "biases on the MLP matrices"))
 
 
 def add_model_args(p: argparse.ArgumentParser, model_required: bool = False) -> None:
     p.add_argument("model", nargs=None if model_required else "?",
-                   help="preset name: gpt2-small, gpt2-medium, gpt2-large, gpt2-xl")
+                   help="a preset (see --list): gpt2-small … gpt2-xl (GPT-2 shapes on the CS336 "
+                        "architecture), openai-community/gpt2 … gpt2-xl, meta-llama/Llama-3.2-1B, "
+                        "meta-llama/Llama-3.1-8B")
+    p.add_argument("--list", action="store_true",
+                   help="list the presets with their architecture and parameter count, and exit")
     g = p.add_argument_group("custom config (each flag also overrides a preset)")
     g.add_argument("--config", metavar="FILE",
                    help="JSON object with vocab_size, context_length, num_layers, d_model, "
-                        "num_heads and optionally d_ff, rope_theta, name")
+                        "num_heads and optionally d_ff, rope_theta, name and the architecture "
+                        "fields below (their names with underscores)")
     for flag, dest in _SIZE_FLAGS:
         g.add_argument(flag, dest=dest, type=positive_int(flag), metavar="N")
     g.add_argument("--rope-theta", type=positive_float("--rope-theta"), metavar="X")
+    a = p.add_argument_group("architecture (defaults: the CS336 model; each overrides a preset)")
+    for flag, dest, text in _ARCH_SIZES:
+        a.add_argument(flag, dest=dest, type=positive_int(flag), metavar="N", help=text)
+    for flag, dest, choices, text in _ARCH_CHOICES:
+        a.add_argument(flag, dest=dest, choices=tuple(choices), help=text)
+    a.add_argument("--tie-embeddings", action=argparse.BooleanOptionalAction, default=None,
+                   help="the LM head reads the token embedding table (default: untied)")
+    for flag, dest, text in _BIASES:
+        a.add_argument(flag, dest=dest, action=argparse.BooleanOptionalAction, default=None, help=text)
+    a.add_argument("--bias", action=argparse.BooleanOptionalAction, default=None,
+                   help="all three kinds of bias at once (GPT-2)")
+    a.add_argument("--norm-eps", type=nonnegative_float("--norm-eps"), metavar="X",
+                   help="the norms' epsilon (changes no count)")
+
+
+def nonnegative_float(flag: str):
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+        if not 0 <= value < float("inf"):
+            raise argparse.ArgumentTypeError(f"must be a non-negative finite number, got {text}")
+        return value
+    parse.__name__ = "number"
+    return parse
+
+
+def _arch_overrides(ns: argparse.Namespace) -> dict:
+    out = {dest: getattr(ns, dest) for _, dest, _ in _ARCH_SIZES}
+    out.update({dest: getattr(ns, dest) for _, dest, _, _ in _ARCH_CHOICES})
+    out["tie_embeddings"] = ns.tie_embeddings
+    out["norm_eps"] = ns.norm_eps
+    for flag, dest, _ in _BIASES:
+        value = getattr(ns, dest)
+        if ns.bias is not None and value is not None and value != ns.bias:
+            raise UsageError(f"{'--bias' if ns.bias else '--no-bias'} contradicts "
+                             f"{flag if value else '--no-' + flag[2:]}; give one of them")
+        out[dest] = ns.bias if value is None else value
+    return out
 
 
 def config_from_args(ns: argparse.Namespace) -> ModelConfig:
     overrides = {dest: getattr(ns, dest) for _, dest in _SIZE_FLAGS}
     overrides["rope_theta"] = ns.rope_theta
+    overrides.update(_arch_overrides(ns))
     if ns.model and ns.config:
         raise UsageError("give either a model name or --config FILE, not both")
     if ns.model:
-        return get_preset(ns.model).with_overrides(**overrides)
-    if ns.config:
-        return config_from_json(ns.config).with_overrides(**overrides)
-    missing = [flag for flag, dest in _SIZE_FLAGS[:5] if overrides[dest] is None]
-    if missing:
-        raise UsageError("no model given: name a preset (gpt2-small, gpt2-medium, gpt2-large, "
-                         "gpt2-xl), pass --config FILE, or give " + ", ".join(missing))
-    if overrides["d_ff"] is None:  # the model's SwiGLU default
-        overrides["d_ff"] = default_d_ff(overrides["d_model"])
-    if overrides["rope_theta"] is None:
-        del overrides["rope_theta"]
-    return ModelConfig(**overrides)
+        base = get_preset(ns.model)
+    elif ns.config:
+        base = config_from_json(ns.config)
+    else:
+        missing = [flag for flag, dest in _SIZE_FLAGS[:5] if overrides[dest] is None]
+        if missing:
+            raise UsageError("no model given: name a preset (see --list), pass --config FILE, or "
+                             "give " + ", ".join(missing))
+        base = None
+    positions = overrides["positions"] or (base.positions if base else "rope")
+    if ns.rope_theta is not None and positions != "rope":
+        raise UsageError(f"--rope-theta is given but positions are {positions!r}; RoPE's theta "
+                         f"needs --positions rope")
+    if base is not None:
+        return base.with_overrides(**overrides)
+    if overrides["d_ff"] is None:  # the MLP's default width
+        overrides["d_ff"] = MLPS[overrides["mlp"] or "swiglu"].default_d_ff(overrides["d_model"])
+    return ModelConfig(**{k: v for k, v in overrides.items() if v is not None})
 
 
 def add_output_args(p: argparse.ArgumentParser) -> None:

@@ -33,8 +33,8 @@ SUBCOMMANDS = {"report": "accounting.reporting.cli", "plan": "accounting.plannin
 def parser() -> Parser:
     p = Parser(prog="python -m accounting",
                description="Exact parameter, memory and FLOPs accounting of a decoder-only "
-                           "Transformer LM (CS336 ch. 3 architecture), cross-checked on the real "
-                           "model. Subcommands: 'report' (GPT-2 size report), 'plan' (capacity "
+                           "Transformer LM (the CS336 ch. 3 architecture and the variants of "
+                           "GPT-2, Llama, Qwen and OLMo), cross-checked on the real model. Subcommands: 'report' (GPT-2 size report), 'plan' (capacity "
                            "planning); see 'python -m accounting plan --help'.")
     add_model_args(p)
     w = p.add_argument_group("workload")
@@ -77,6 +77,10 @@ def _crosscheck(verify: bool | None):
 
 def analyse_main(argv: list[str]) -> int:
     ns = parser().parse_args(argv)
+    if ns.list:
+        emit(render.text([views.presets_table()]) if ns.format != "markdown"
+             else render.markdown([views.presets_table()]), ns.output)
+        return 0
     config = config_from_args(ns)
     a = analyze(config, ns.ctx, ns.batch, ns.phase, ns.counting)
     check = _crosscheck(ns.verify)

@@ -6,7 +6,7 @@ from fractions import Fraction
 
 from accounting import records as R
 from accounting.presets import note
-from accounting.analysis import Analysis
+from accounting.analysis import Analysis, analyze
 from accounting.symbols import monomial
 from accounting.table import Table
 from accounting.units import (
@@ -183,8 +183,23 @@ def closed_form_table(a: Analysis) -> Table:
     return Table("Closed forms", notes=tuple(lines))
 
 
+def header_table(a: Analysis) -> Table:
+    """One line: which model, and which architecture, this is."""
+    c = a.config
+    return Table(f"{c.name}: {note(c)}", notes=(f"Architecture: {c.architecture}.",))
+
+
+def presets_table() -> Table:
+    """The presets with what they are, their architecture and parameter count."""
+    from accounting.presets import PRESETS
+    rows = tuple((name, note(c), c.architecture, grouped(analyze(c).param_count))
+                 for name, c in PRESETS.items())
+    return Table("Presets", ("name", "what it is", "architecture", "parameters"), rows,
+                 align="lllr", notes=("Give a name as MODEL; any flag overrides a field of it.",))
+
+
 def tables(a: Analysis, brief: bool = False) -> list[Table]:
     if brief:  # the answers without the ledgers
-        return [component_table(a), totals_table(a), closed_form_table(a)]
+        return [header_table(a), component_table(a), totals_table(a), closed_form_table(a)]
     return [model_table(a), params_table(a), memory_table(a), matmul_table(a),
             component_table(a), elementwise_table(a), totals_table(a), closed_form_table(a)]

@@ -5,12 +5,17 @@ Written with torch tensor ops and einops only.
 
 from .attention import CausalMultiHeadSelfAttention, scaled_dot_product_attention, softmax
 from .layers import (
+    MLP,
     Embedding,
+    GatedMLP,
+    LayerNorm,
     Linear,
     RMSNorm,
     RotaryPositionalEmbedding,
     SwiGLU,
     default_d_ff,
+    gelu,
+    gelu_tanh,
     silu,
 )
 from .transformer import TransformerBlock, TransformerLM
@@ -20,6 +25,11 @@ __all__ = [
     "Embedding",
     "RMSNorm",
     "silu",
+    "gelu",
+    "gelu_tanh",
+    "LayerNorm",
+    "GatedMLP",
+    "MLP",
     "default_d_ff",
     "SwiGLU",
     "RotaryPositionalEmbedding",

@@ -102,7 +102,7 @@ class RMSNorm(nn.Module):
 
 class LayerNorm(nn.Module):
     """(a - mean(a)) / sqrt(var(a) + eps) * g + b over the last dim (Ba et al. 2016), in
-    float32 like RMSNorm; var is the biased (1/d) variance, as torch.nn.LayerNorm's."""
+    float32 like RMSNorm; var is the biased (1/d) variance, as in torch's own layer norm."""
 
     def __init__(self, d_model, eps=1e-5, device=None, dtype=None):
         super().__init__()

@@ -88,12 +88,49 @@ def test_train_pass_and_useful_count(capsys):
     (["--d-model", "64"], "no model given"),
     (["gpt2-xl", "--pass", "sideways"], "invalid choice"),
     (["gpt2-xl", "--bogus"], "unrecognized"),
+    # the architecture spec's own checks
+    (["gpt2-xl", "--num-kv-heads", "4"], "not divisible by num_kv_heads 4"),
+    (["--vocab-size", "10", "--context-length", "8", "--num-layers", "1", "--d-model", "64",
+      "--num-heads", "4", "--head-dim", "7"], "head_dim = 7 is odd"),
+    (["openai-community/gpt2", "--ctx", "2048"], "learned position table (1,024 positions)"),
+    (["gpt2-xl", "--positions", "learned", "--rope-theta", "5"], "--rope-theta is given"),
+    (["openai-community/gpt2", "--rope-theta", "5"], "--rope-theta is given"),
+    (["gpt2-xl", "--bias", "--no-qkv-bias"], "contradicts"),
+    (["gpt2-xl", "--mlp", "relu"], "invalid choice"),
+    (["gpt2-xl", "--qk-norm", "sideways"], "invalid choice"),
 ])
 def test_bad_input_is_one_line_exit_2(capsys, argv, fragment):
     code, out, err = run(capsys, *argv, "--no-verify")
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and err.startswith("accounting: error:")
     assert fragment in err and "Traceback" not in err
+
+
+def test_architecture_flags_and_list(capsys):
+    # A Llama-3-8B shape from flags: 32 layers, d 4096, 32 query heads, 8 KV heads, d_ff 14,336,
+    # vocab 128,256. By hand: 2·V·d (untied) + L·(2·d² + 2·d·(8·128) + 3·d·d_ff + 2d) + d
+    # = 1,050,673,152 + 32·218,112,000 + 4,096 = 8,030,261,248 (Llama-3.1-8B's published count)
+    code, out, _ = run(capsys, "--vocab-size", "128256", "--context-length", "8192",
+                       "--num-layers", "32", "--d-model", "4096", "--num-heads", "32",
+                       "--num-kv-heads", "8", "--d-ff", "14336", "--format", "json", "--no-verify")
+    assert code == 0 and json.loads(out)["parameters"]["total"] == 8_030_261_248
+    # GPT-2 from flags on a CS336 preset: the released 124,439,808 (test_presets.py)
+    code, out, _ = run(capsys, "gpt2-small", "--norm", "layernorm", "--mlp", "gelu_tanh",
+                       "--positions", "learned", "--tie-embeddings", "--bias", "--format", "json",
+                       "--no-verify")
+    assert code == 0 and json.loads(out)["parameters"]["total"] == 124_439_808
+    code, out, _ = run(capsys, "--list")
+    assert code == 0
+    assert "openai-community/gpt2-xl" in out and "1,557,611,200" in out
+    assert "meta-llama/Llama-3.1-8B" in out and "grouped-query attention" in out
+
+
+def test_every_header_says_the_architecture(capsys):
+    for name, words in (("gpt2-xl", "GPT-2 XL's shape on the CS336 architecture"),
+                        ("openai-community/gpt2", "OpenAI GPT-2 small (124M) as released")):
+        for brief in ((), ("--brief",)):
+            code, out, _ = run(capsys, name, *brief, "--no-verify")
+            assert code == 0 and words in out.split("\n\n")[0], out[:300]
 
 
 def test_malformed_config_file(capsys, tmp_path):

@@ -469,8 +469,8 @@ def test_bad_constructor_args_raise(build):
 # ---------------------------------------------------------------- forbidden APIs
 
 FORBIDDEN = [
-    r"\bnn\.(Linear|Embedding|RMSNorm|SiLU|Softmax|MultiheadAttention)\b",
-    r"\b(F|functional)\.(linear|embedding|scaled_dot_product_attention|softmax|rms_norm|silu)\b",
+    r"\bnn\.(Linear|Embedding|RMSNorm|LayerNorm|SiLU|GELU|Softmax|MultiheadAttention)\b",
+    r"\b(F|functional)\.(linear|embedding|scaled_dot_product_attention|softmax|rms_norm|layer_norm|silu|gelu)\b",
     r"\btorch\.softmax\b",
     r"\.softmax\(",
     r"import\s+torch\.nn\.functional|from\s+torch\.nn\s+import\s+functional",  # no alias tricks
@@ -484,7 +484,8 @@ def forbidden_hits(text):
 def test_forbidden_patterns_catch_what_they_should():
     # the scanner itself: catches prefixed uses, lets our own softmax/sdpa names through
     for bad in ["nn.Linear(3, 4)", "F.linear(x, w)", "torch.softmax(x, -1)", "x.softmax(-1)",
-                "F.silu(x)", "F.scaled_dot_product_attention(q, k, v)", "import torch.nn.functional as F"]:
+                "F.silu(x)", "F.scaled_dot_product_attention(q, k, v)", "import torch.nn.functional as F",
+                "nn.LayerNorm(8)", "F.layer_norm(x, (8,))", "F.gelu(x)", "nn.GELU()"]:
         assert forbidden_hits(bad), bad
     ok = "def softmax(x, dim):\nweights = softmax(scores, dim=-1)\nscaled_dot_product_attention(q, k, v)"
     assert forbidden_hits(ok) == []

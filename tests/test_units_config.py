@@ -88,12 +88,26 @@ def test_config_from_json(tmp_path):
     assert c.d_ff == 192 and c.name == "tiny"  # 8/3·64 = 170.7 -> 192
 
 
+def test_config_json_with_architecture_fields(tmp_path):
+    p = tmp_path / "qwen-ish.json"
+    p.write_text(json.dumps({"vocab_size": 100, "context_length": 64, "num_layers": 2,
+                             "d_model": 64, "num_heads": 4, "num_kv_heads": 2, "head_dim": 32,
+                             "qk_norm": "head", "qkv_bias": True, "mlp": "gelu"}))
+    c = config_from_json(p)
+    # d_ff defaults to 4·d_model for a plain (two-matrix) GELU MLP
+    assert (c.kv_heads, c.d_k, c.qk_norm, c.qkv_bias, c.d_ff) == (2, 32, "head", True, 256)
+
+
 @pytest.mark.parametrize("text,message", [
     ("{", "not valid JSON"),
     ("[1, 2]", "JSON object"),
     ('{"vocab_size": 10}', "missing"),
     ('{"vocab_size": 10, "context_length": 8, "num_layers": 1, "d_model": 64, "num_heads": 4, "dmodel": 3}', "unknown key"),
     ('{"vocab_size": "10", "context_length": 8, "num_layers": 1, "d_model": 64, "num_heads": 4}', "vocab_size"),
+    ('{"vocab_size": 10, "context_length": 8, "num_layers": 1, "d_model": 64, "num_heads": 4, "num_kv_heads": 3}', "not divisible by num_kv_heads"),
+    ('{"vocab_size": 10, "context_length": 8, "num_layers": 1, "d_model": 64, "num_heads": 4, "positions": "learned", "rope_theta": 5}', "rope_theta"),
+    ('{"vocab_size": 10, "context_length": 8, "num_layers": 1, "d_model": 64, "num_heads": 4, "tie_embeddings": "yes"}', "true or false"),
+    ('{"vocab_size": 10, "context_length": 8, "num_layers": 1, "d_model": 64, "num_heads": 4, "rope_theta": Infinity}', "finite"),
 ])
 def test_bad_config_files(tmp_path, text, message):
     p = tmp_path / "bad.json"

@@ -494,7 +494,8 @@ def _groups(lg: Ledger) -> dict[tuple[bool, str], str]:
     (ln1 and ln2, say) share rows, labelled "ln1, ln2"; '' is the block (or the model)."""
     ops: dict[tuple[bool, str], list] = defaultdict(list)
     for e in lg.elementwise:
-        ops[(e.per_layer, e.module)].append((e.op, e.name, e.elements, e.per_element * e.copies))
+        ops[(e.per_layer, e.module)].append((e.op, e.component, e.name, e.elements,
+                                             e.per_element * e.copies))
     same: dict[tuple, list[str]] = defaultdict(list)
     for (per_block, module), sig in ops.items():
         same[(per_block, tuple(sorted(sig)))].append(module)

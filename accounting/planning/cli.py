@@ -99,6 +99,10 @@ def parser() -> Parser:
 
 def main(argv: list[str]) -> int:
     ns = parser().parse_args(argv)
+    if ns.list:
+        from accounting.views import presets_table
+        emit(render.text([presets_table()]), ns.output)
+        return 0
     config = config_from_args(ns)
     result = plan(config, ns.ctx, ns.batch, precision=ns.precision, scope=ns.scope,
                   recompute=ns.recompute, gpu=ns.gpu, memory_bytes=ns.gpu_mem,

@@ -29,8 +29,8 @@ SCOPES = {
     COURSE: "the course's accounting (CS336 a1 adamwAccounting): parameters, gradients, AdamW m "
             "and v, and the activations the problem lists",
     MODEL: "what a training step of model.TransformerLM holds: the tensors autograd saves "
-           "(checked on the CPU by tests/test_planning_reality.py), RoPE buffers, AdamW step "
-           "counters",
+           "(checked on the CPU by tests/test_planning_reality.py and tests/test_architectures.py), "
+           "the model's buffers (RoPE tables), AdamW step counters",
 }
 NO_RECOMPUTE, FULL_RECOMPUTE = "none", "full"
 RECOMPUTE = {

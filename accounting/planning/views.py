@@ -97,7 +97,7 @@ def memory_table(p: Plan) -> Table:
         nm = memory.matmul_weight_count(p.config)
         notes.append(f"N_matmul = {nm} = {grouped(tm.matmul_weights)} (the weights matmuls read: "
                      f"not the embedding table, not the RMSNorm gains).")
-    if p.scope == MODEL:
+    if p.scope == MODEL and memory.buffer_bytes(p.config):
         notes.append(f"T_max = max(T, context_length) = {v['T_max']:,} (the RoPE table length the "
                      f"model is built with).")
     a, b = tm.per_sequence, tm.fixed
@@ -106,7 +106,8 @@ def memory_table(p: Plan) -> Table:
                  f"b = {gigabytes(b)} = {gibibytes(b)}).")
     expr = p.memory.model.total_expr()
     poly = expr.partial(v)
-    cond = " (for T ≤ context_length; T_max grows with T beyond it)" if p.scope == MODEL else ""
+    cond = (" (for T ≤ context_length; T_max grows with T beyond it)"
+            if p.scope == MODEL and memory.buffer_bytes(p.config) else "")
     notes.append(f"Total bytes as a polynomial in B and T{cond}: {poly}.")
     notes.append("Not counted: gradients of activations in flight during the backward pass and "
                  "other temporaries (e.g. the logits' gradient, B·T·V elements; AdamW's √v "

@@ -1,0 +1,210 @@
+"""The spec's architectures, each linked three ways: the ledger, model/, and the counters.
+
+  * names: the ledger's parameter names are the model's state-dict keys (in order) and
+    named_parameters(); every module path the ledger names is one of named_modules();
+  * memory: the ledger's saved-activation records equal the tensors autograd saves on the
+    CPU (saved_tensors_hooks, storages counted once, parameters excluded), module by module;
+  * FLOPs: analytic = fvcore ×2 = FlopCounterMode = op counter, forward and backward, per
+    component and per block, for every preset and for 200 random architectures (every
+    field of the spec toggled, small sizes).
+Expected values come from the running model (autograd's saved tensors, torch's counters);
+the ledger is built without torch, from the spec alone.
+"""
+import random
+from collections import Counter, defaultdict
+
+import pytest
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+from accounting import analyze  # noqa: E402
+from accounting.config import MLPS, NORM_PLACEMENTS, NORMS, POSITIONS, PRESETS, QK_NORMS, ModelConfig  # noqa: E402
+from accounting.crosscheck import cross_check  # noqa: E402
+from accounting.ledger import ledger  # noqa: E402
+from model import TransformerLM  # noqa: E402
+
+BASE = dict(vocab_size=37, context_length=8, num_layers=2, d_model=24, num_heads=2, d_ff=40)
+VARIANTS = {
+    "cs336": {},
+    "gqa": dict(d_model=32, num_heads=4, num_kv_heads=2),
+    "mqa": dict(d_model=32, num_heads=4, num_kv_heads=1),
+    "head_dim": dict(num_heads=4, head_dim=6),
+    "gpt2": dict(norm="layernorm", mlp="gelu_tanh", positions="learned", tie_embeddings=True,
+                 qkv_bias=True, out_bias=True, mlp_bias=True),
+    "gelu_erf": dict(mlp="gelu"),
+    "geglu": dict(mlp="geglu"),
+    "no_positions": dict(positions="none"),
+    "qwen3": dict(d_model=32, num_heads=4, num_kv_heads=2, head_dim=6, qk_norm="head"),
+    "qwen2": dict(d_model=32, num_heads=4, num_kv_heads=2, qkv_bias=True),
+    "olmo2": dict(qk_norm="full", norm_placement="post"),
+    "qk_head_no_rope": dict(qk_norm="head", positions="none"),
+    "post_layernorm_gqa": dict(norm="layernorm", norm_placement="post", qk_norm="full",
+                               d_model=32, num_heads=4, num_kv_heads=2),
+}
+
+
+def variant(name: str) -> ModelConfig:
+    return ModelConfig(**{**BASE, **VARIANTS[name]}, name=name)
+
+
+# ---- names ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_ledger_names_are_the_models_for_every_preset(name):
+    c = PRESETS[name]
+    model = TransformerLM.from_config(c, device="meta")
+    lg = ledger(c)
+    assert lg.state_dict_keys() == list(model.state_dict())
+    assert lg.parameter_names() == [n for n, _ in model.named_parameters()]
+    modules = {n for n, _ in model.named_modules()}
+    named = [(r.per_layer, r.module) for r in (*lg.params, *lg.forward, *lg.elementwise,
+                                               *lg.buffers, *lg.cache)]
+    named += [(a.per_layer, a.saved_in) for a in lg.activations if a.saved and a.saved_in != "loss"]
+    missing = {m for per_layer, m in named
+               if (f"layers.0.{m}" if per_layer and m else "layers.0" if per_layer else m) not in modules}
+    assert not missing
+    # and the counts: parameters and buffers as torch holds them
+    v = lg.values(c.context_length, 1)
+    assert sum(p.numel() for p in model.parameters()) == sum(p.count(v) * p.numel(v) for p in lg.params)
+    buffers = sum(b.numel() * b.element_size() for b in model.buffers())
+    assert buffers == sum(b.expr().evaluate(v) for b in lg.buffers)
+
+
+def test_tied_head_is_one_parameter_under_two_names():
+    c = PRESETS["openai-community/gpt2"]
+    model = TransformerLM.from_config(c, device="meta")
+    assert model.lm_head.weight is model.token_embeddings.weight
+    assert dict(ledger(c).tied) == {"lm_head.weight": "token_embeddings.weight"}
+
+
+# ---- memory: saved tensors ---------------------------------------------------------------
+
+def saved_tensors(model, ids, targets):
+    """{storage: (module path, nbytes, dtype)} of every storage autograd saves, parameters
+    excluded; module = the innermost module running when it is first saved."""
+    names = {m: n for n, m in model.named_modules()}
+    stack, seen = [], {}
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+
+    def enter(module, args):
+        stack.append(names[module])
+
+    def leave(module, args, output):  # returns None: the output is left alone
+        stack.pop()
+    handles = [m.register_forward_pre_hook(enter) for m in model.modules()]
+    handles += [m.register_forward_hook(leave) for m in model.modules()]
+
+    def pack(t):
+        s = t.untyped_storage()
+        if s.data_ptr() not in params and s.data_ptr() not in seen:
+            seen[s.data_ptr()] = (stack[-1] if stack else "loss", s.nbytes(), t.dtype)
+        return t
+    try:
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            logits = model(ids)
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+    finally:
+        for h in handles:
+            h.remove()
+    loss.backward()  # the saved tensors were usable
+    return seen
+
+
+def relative(module: str) -> str:
+    parts = module.split(".")
+    return ".".join(parts[2:]) if parts[0] == "layers" else module
+
+
+DTYPE = {"float": (torch.float32, 4), "bool": (torch.bool, 1), "int64": (torch.int64, 8)}
+
+
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+@pytest.mark.parametrize("B,T", [(2, 5), (3, 8)])
+def test_saved_activations_equal_the_ledger(name, B, T):
+    c = variant(name)
+    torch.manual_seed(0)
+    model = TransformerLM.from_config(c)
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(0, c.vocab_size, (B, T), generator=g)
+    targets = torch.randint(0, c.vocab_size, (B, T), generator=g)
+    measured = defaultdict(Counter)
+    for module, n, dtype in saved_tensors(model, ids, targets).values():
+        measured[relative(module)][(n, dtype)] += 1
+    lg = ledger(c)
+    v = lg.values(T, B)
+    expected = defaultdict(Counter)
+    for a in lg.activations:
+        if a.saved:
+            dtype, size = DTYPE[a.kind]
+            expected[a.saved_in][(size * a.elements.evaluate(v) // a.copies, dtype)] += \
+                a.copies * a.count(v)
+    assert dict(measured) == dict(expected)
+
+
+# ---- FLOPs: every counter, every preset and 200 random architectures -----------------------
+
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+def test_variants_agree_exactly(name):
+    result = cross_check(analyze(variant(name), 6, 2, "train"))
+    assert result.agrees, result.summary()
+    assert all(c.agreeing == c.layers for c in result.layers)
+
+
+@pytest.mark.parametrize("name", [n for n in sorted(PRESETS) if not n.startswith("gpt2-")])
+def test_real_checkpoints_agree_exactly(name):
+    # the CS336 presets run in test_crosscheck.py; these at 256 tokens, forward and backward
+    result = cross_check(analyze(PRESETS[name], 256, 1, "train"))
+    assert result.agrees, result.summary()
+
+
+def random_configs(n: int, seed: int = 2026):
+    """n small configs with every spec field drawn at random (seeded: the same n every run)."""
+    rng = random.Random(seed)
+    for _ in range(n):
+        kv, group = rng.choice([1, 2, 3]), rng.choice([1, 2])
+        heads = kv * group
+        head_dim = 2 * rng.randint(1, 4)
+        explicit = rng.random() < 0.4
+        positions = rng.choice(list(POSITIONS))
+        if positions != "rope" and rng.random() < 0.3:
+            head_dim += 1  # odd head dimensions are fine without RoPE
+        c = ModelConfig(
+            vocab_size=rng.randint(3, 40), context_length=rng.randint(1, 9),
+            num_layers=rng.randint(1, 3), d_model=rng.randint(2, 20) if explicit else heads * head_dim,
+            num_heads=heads, d_ff=rng.randint(1, 24), num_kv_heads=kv,
+            head_dim=head_dim if explicit else None, norm=rng.choice(list(NORMS)),
+            norm_placement=rng.choice(list(NORM_PLACEMENTS)), mlp=rng.choice(list(MLPS)),
+            positions=positions, tie_embeddings=rng.random() < 0.5, qkv_bias=rng.random() < 0.5,
+            out_bias=rng.random() < 0.5, mlp_bias=rng.random() < 0.5,
+            qk_norm=rng.choice(list(QK_NORMS)), name="random")
+        T = rng.randint(1, c.context_length if positions == "learned" else c.context_length + 3)
+        yield c, T, rng.randint(1, 3)
+
+
+RANDOM = list(random_configs(200))
+
+
+def test_the_random_configs_toggle_every_field():
+    seen = defaultdict(set)
+    for c, T, _ in RANDOM:
+        for f in ("norm", "norm_placement", "mlp", "positions", "qk_norm", "tie_embeddings",
+                  "qkv_bias", "out_bias", "mlp_bias"):
+            seen[f].add(getattr(c, f))
+        seen["attention"].add("mha" if c.kv_heads == c.num_heads else
+                              "mqa" if c.kv_heads == 1 else "gqa")
+        seen["head_dim"].add(c.head_dim is not None)
+        seen["T=1"].add(T == 1)
+    assert seen["norm"] == set(NORMS) and seen["mlp"] == set(MLPS)
+    assert seen["positions"] == set(POSITIONS) and seen["qk_norm"] == set(QK_NORMS)
+    assert seen["norm_placement"] == set(NORM_PLACEMENTS) and seen["attention"] == {"mha", "mqa", "gqa"}
+    assert all(seen[f] == {True, False} for f in ("tie_embeddings", "qkv_bias", "out_bias",
+                                                   "mlp_bias", "head_dim", "T=1"))
+
+
+@pytest.mark.parametrize("chunk", range(10))
+def test_200_random_architectures_agree_exactly(chunk):
+    for c, T, B in RANDOM[chunk::10]:
+        result = cross_check(analyze(c, T, B, "train"))
+        assert result.agrees, (c, T, B, result.summary())
+        assert all(layer.agreeing == layer.layers for layer in result.layers)

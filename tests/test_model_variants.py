@@ -1,0 +1,152 @@
+"""model/ beyond the course's configuration, against torch's own functional ops.
+
+Every variant of the spec (tests/test_architectures.py::VARIANTS) is run forward and compared
+with a reference written from torch.nn.functional: F.embedding, F.layer_norm, F.rms_norm,
+F.linear (with bias), F.silu, F.gelu (exact and approximate="tanh"),
+F.scaled_dot_product_attention(is_causal=True, enable_gqa=True), and the rotation-matrix
+RoPE of tests/test_model.py. model/ itself uses none of these (test_model.py scans it).
+"""
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+from model import MLP, GatedMLP, LayerNorm, Linear, TransformerLM, gelu, gelu_tanh  # noqa: E402
+from test_architectures import VARIANTS, variant  # noqa: E402
+from test_model import F32_TOL, ref_rope  # noqa: E402
+
+
+def test_linear_bias_matches_F_linear():
+    layer = Linear(6, 5, bias=True, dtype=torch.float64)
+    with torch.no_grad():
+        layer.bias.copy_(torch.randn(5))
+    x = torch.randn(3, 6, dtype=torch.float64)
+    torch.testing.assert_close(layer(x), F.linear(x, layer.weight, layer.bias))
+
+
+def test_layernorm_matches_F_layer_norm():
+    norm = LayerNorm(16)
+    with torch.no_grad():
+        norm.weight.copy_(torch.randn(16))
+        norm.bias.copy_(torch.randn(16))
+    x = torch.randn(4, 3, 16) * 3 + 1
+    torch.testing.assert_close(norm(x), F.layer_norm(x, (16,), norm.weight, norm.bias, eps=1e-5))
+
+
+def test_gelus_match_F_gelu():
+    x = torch.linspace(-6, 6, 201, dtype=torch.float64)
+    torch.testing.assert_close(gelu_tanh(x), F.gelu(x, approximate="tanh"))
+    torch.testing.assert_close(gelu(x), F.gelu(x))
+    # and the two differ (the approximation is not the exact form)
+    assert not torch.allclose(gelu_tanh(x), gelu(x), rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("activation,act", [("silu", F.silu), ("gelu_tanh", lambda x: F.gelu(x, approximate="tanh")),
+                                            ("gelu", F.gelu)])
+def test_mlps_match_functional_references(activation, act):
+    x = torch.randn(2, 5, 8, dtype=torch.float64)
+    gated = GatedMLP(8, 12, dtype=torch.float64, activation=activation, bias=True)
+    plain = MLP(8, 12, dtype=torch.float64, activation=activation, bias=True)
+    with torch.no_grad():
+        for m in (gated, plain):
+            for p in m.parameters():
+                if p.dim() == 1:
+                    p.copy_(torch.randn_like(p))
+    g = gated
+    expected = F.linear(act(F.linear(x, g.w1.weight, g.w1.bias)) * F.linear(x, g.w3.weight, g.w3.bias),
+                        g.w2.weight, g.w2.bias)
+    torch.testing.assert_close(gated(x), expected)
+    p = plain
+    torch.testing.assert_close(plain(x), F.linear(act(F.linear(x, p.w1.weight, p.w1.bias)),
+                                                  p.w2.weight, p.w2.bias))
+
+
+def ref_norm(c, x, p, prefix):
+    shape = (x.shape[-1],)
+    if c.norm == "layernorm":
+        return F.layer_norm(x, shape, p[prefix + ".weight"], p[prefix + ".bias"], eps=c.norm_eps)
+    return F.rms_norm(x, shape, p[prefix + ".weight"], eps=c.norm_eps)
+
+
+def ref_linear(x, p, prefix):
+    return F.linear(x, p[prefix + ".weight"], p.get(prefix + ".bias"))
+
+
+def ref_attention(c, x, p, a):
+    B, T, _ = x.shape
+    h, kv, d = c.num_heads, c.kv_heads, c.d_k
+    q, k, v = (ref_linear(x, p, f"{a}.{n}_proj") for n in "qkv")
+    if c.qk_norm == "full":
+        q, k = ref_norm(c, q, p, f"{a}.q_norm"), ref_norm(c, k, p, f"{a}.k_norm")
+    q = q.view(B, T, h, d).transpose(1, 2)
+    k = k.view(B, T, kv, d).transpose(1, 2)
+    v = v.view(B, T, kv, d).transpose(1, 2)
+    if c.qk_norm == "head":
+        q, k = ref_norm(c, q, p, f"{a}.q_norm"), ref_norm(c, k, p, f"{a}.k_norm")
+    if c.positions == "rope":
+        pos = torch.arange(T).unsqueeze(0)
+        q, k = ref_rope(q, pos, c.rope_theta), ref_rope(k, pos, c.rope_theta)
+    out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=kv != h)
+    return ref_linear(out.transpose(1, 2).reshape(B, T, h * d), p, f"{a}.output_proj")
+
+
+def ref_mlp(c, x, p, f):
+    act = {"silu": F.silu, "gelu": F.gelu,
+           "gelu_tanh": lambda t: F.gelu(t, approximate="tanh")}[c.mlp_kind.activation]
+    hidden = act(ref_linear(x, p, f"{f}.w1"))
+    if c.mlp_kind.gated:
+        hidden = hidden * ref_linear(x, p, f"{f}.w3")
+    return ref_linear(hidden, p, f"{f}.w2")
+
+
+def ref_lm(c, ids, p):
+    T = ids.shape[-1]
+    x = F.embedding(ids, p["token_embeddings.weight"])
+    if c.positions == "learned":
+        x = x + F.embedding(torch.arange(T), p["position_embeddings.weight"])
+    for i in range(c.num_layers):
+        b = f"layers.{i}"
+        if c.norm_placement == "pre":
+            y = x + ref_attention(c, ref_norm(c, x, p, f"{b}.ln1"), p, f"{b}.attn")
+            x = y + ref_mlp(c, ref_norm(c, y, p, f"{b}.ln2"), p, f"{b}.ffn")
+        else:  # OLMo-2
+            y = x + ref_norm(c, ref_attention(c, x, p, f"{b}.attn"), p, f"{b}.ln1")
+            x = y + ref_norm(c, ref_mlp(c, y, p, f"{b}.ffn"), p, f"{b}.ln2")
+    head = p["token_embeddings.weight"] if c.tie_embeddings else p["lm_head.weight"]
+    return F.linear(ref_norm(c, x, p, "ln_final"), head)
+
+
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+def test_every_variant_matches_its_functional_reference(name):
+    c = variant(name)
+    torch.manual_seed(0)
+    lm = TransformerLM.from_config(c)
+    with torch.no_grad():  # non-trivial gains and biases, so a swapped one would show
+        for key, t in lm.named_parameters():
+            if t.dim() == 1:
+                t.copy_(torch.rand_like(t) + 0.5 if key.endswith("weight") else torch.randn_like(t))
+    p = {k: v.detach().double() for k, v in lm.state_dict().items()}
+    ids = torch.randint(0, c.vocab_size, (2, 7))
+    torch.testing.assert_close(lm(ids).double(), ref_lm(c, ids, p), **F32_TOL)
+
+
+def test_grouped_attention_does_not_copy_k_and_v():
+    # GQA broadcasts each K/V head over its group: no aten op makes a tensor of h heads
+    # from the h_kv heads (an expand + copy, as transformers' repeat_kv does)
+    from torch.utils._python_dispatch import TorchDispatchMode
+    c = variant("gqa")  # h = 4, h_kv = 2, d_k = 8
+    lm = TransformerLM.from_config(c)
+    shapes = []
+
+    class Log(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if func.__name__.startswith(("clone", "expand", "repeat")) and isinstance(out, torch.Tensor):
+                shapes.append((func.__name__, tuple(out.shape)))
+            return out
+    with Log():
+        lm(torch.zeros(1, 5, dtype=torch.long))
+    # the copies made are V in heads layout (h_kv heads) and the merged output, never 4 K/V heads
+    assert all(math.prod(s) in (1 * 2 * 5 * 8, 1 * 5 * 32) for _, s in shapes), shapes
