@@ -38,16 +38,19 @@ def positive_int(flag: str):
     return parse
 
 
-def positive_float(flag: str):
+def positive_float(flag: str, allow_zero: bool = False):
+    """A finite float > 0 (or ≥ 0 with allow_zero)."""
+    what = "non-negative" if allow_zero else "positive"
+
     def parse(text: str) -> float:
         try:
             value = float(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}") from None
-        if not value > 0 or value == float("inf"):
-            raise argparse.ArgumentTypeError(f"must be a positive finite number, got {text}")
+            raise argparse.ArgumentTypeError(f"must be a {what} number, got {text!r}") from None
+        if not (value >= 0 if allow_zero else value > 0) or value == float("inf"):
+            raise argparse.ArgumentTypeError(f"must be a {what} finite number, got {text}")
         return value
-    parse.__name__ = "positive number"
+    parse.__name__ = f"{what} number"
     return parse
 
 
@@ -96,21 +99,8 @@ def add_model_args(p: argparse.ArgumentParser, model_required: bool = False) -> 
         a.add_argument(flag, dest=dest, action=argparse.BooleanOptionalAction, default=None, help=text)
     a.add_argument("--bias", action=argparse.BooleanOptionalAction, default=None,
                    help="all three kinds of bias at once (GPT-2)")
-    a.add_argument("--norm-eps", type=nonnegative_float("--norm-eps"), metavar="X",
+    a.add_argument("--norm-eps", type=positive_float("--norm-eps", allow_zero=True), metavar="X",
                    help="the norms' epsilon (changes no count)")
-
-
-def nonnegative_float(flag: str):
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
-        if not 0 <= value < float("inf"):
-            raise argparse.ArgumentTypeError(f"must be a non-negative finite number, got {text}")
-        return value
-    parse.__name__ = "number"
-    return parse
 
 
 def _arch_overrides(ns: argparse.Namespace) -> dict:

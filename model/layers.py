@@ -76,14 +76,18 @@ class Embedding(nn.Module):
         return f"num_embeddings={self.num_embeddings}, embedding_dim={self.embedding_dim}"
 
 
+def check_norm_args(d_model, eps) -> None:
+    check_positive_int("d_model", d_model)
+    if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or eps < 0:
+        raise ValueError(f"eps must be a non-negative number, got {eps!r}")
+
+
 class RMSNorm(nn.Module):
     """a_i / RMS(a) * g_i, computed in float32 so squaring cannot overflow (eq. 4)."""
 
     def __init__(self, d_model, eps=1e-5, device=None, dtype=None):
         super().__init__()
-        check_positive_int("d_model", d_model)
-        if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or eps < 0:
-            raise ValueError(f"eps must be a non-negative number, got {eps!r}")
+        check_norm_args(d_model, eps)
         self.d_model, self.eps = d_model, eps
         self.weight = nn.Parameter(torch.ones(d_model, device=device, dtype=dtype))  # the gain g
 
@@ -106,9 +110,7 @@ class LayerNorm(nn.Module):
 
     def __init__(self, d_model, eps=1e-5, device=None, dtype=None):
         super().__init__()
-        check_positive_int("d_model", d_model)
-        if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or eps < 0:
-            raise ValueError(f"eps must be a non-negative number, got {eps!r}")
+        check_norm_args(d_model, eps)
         self.d_model, self.eps = d_model, eps
         self.weight = nn.Parameter(torch.ones(d_model, device=device, dtype=dtype))
         self.bias = nn.Parameter(torch.zeros(d_model, device=device, dtype=dtype))

@@ -28,6 +28,7 @@ from accounting.planning import (
 from accounting.ledger import ledger
 from accounting.planning.memory import COURSE, MODEL, bytes_per_element, values
 from model import TransformerLM
+from test_architectures import relative, saved_tensors
 
 # Sizes chosen pairwise distinct so that tensors of different roles differ in size.
 SMALL = ModelConfig(vocab_size=37, context_length=8, num_layers=2, d_model=24, num_heads=2, d_ff=40)
@@ -86,46 +87,10 @@ def test_parameter_gradient_and_adamw_state_bytes(B, T):
 
 # ---- activations ---------------------------------------------------------------------------
 
-def saved_tensors(model, ids, targets):
-    """{storage: (module path, nbytes, dtype)} for every storage autograd saves, parameters
-    excluded; module = the innermost module running when the storage is first saved."""
-    names = {m: n for n, m in model.named_modules()}
-    stack, seen = [], {}
-    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
-
-    def enter(module, args):
-        stack.append(names[module])
-
-    def leave(module, args, output):  # returns None: the output is left alone
-        stack.pop()
-    handles = [m.register_forward_pre_hook(enter) for m in model.modules()]
-    handles += [m.register_forward_hook(leave) for m in model.modules()]
-
-    def pack(t):
-        s = t.untyped_storage()
-        if s.data_ptr() not in params and s.data_ptr() not in seen:
-            seen[s.data_ptr()] = (stack[-1] if stack else "loss", s.nbytes(), t.dtype)
-        return t
-    try:
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            loss = loss_of(model, ids, targets)
-    finally:
-        for h in handles:
-            h.remove()
-    return seen, loss
-
-
-def relative(module: str) -> str:
-    """'layers.1.attn.q_proj' -> 'attn.q_proj' (records name modules relative to a block)."""
-    parts = module.split(".")
-    return ".".join(parts[2:]) if parts[0] == "layers" else module
-
-
 @pytest.mark.parametrize("B,T", WORKLOADS)
 def test_saved_activations_match_the_records_row_by_row(B, T):
     model = build()
-    seen, loss = saved_tensors(model, *batch(B, T))
-    loss.backward()  # the saved tensors were usable
+    seen = saved_tensors(model, *batch(B, T))  # after the backward pass: they were usable
     measured = defaultdict(Counter)  # module -> Counter of (bytes, dtype)
     for module, n, dtype in seen.values():
         measured[relative(module)][(n, dtype)] += 1
@@ -146,7 +111,7 @@ def test_saved_activations_match_the_records_row_by_row(B, T):
 def test_course_list_against_what_autograd_saves():
     """The course's activation list vs the saved tensors, item by item (B = 2, T = 5)."""
     B, T = 2, 5
-    seen, _ = saved_tensors(build(), *batch(B, T))
+    seen = saved_tensors(build(), *batch(B, T))
     saved = sum(n for _, n, _ in seen.values())
     tm = MemoryModel(SMALL, FP32, COURSE).at(B, T)
     course = tm.activation_bytes
