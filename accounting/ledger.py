@@ -30,6 +30,7 @@ class Ledger:
     buffers: tuple[R.Buffer, ...]
     cache: tuple[R.CacheEntry, ...]
     registered: tuple[tuple[str, bool], ...]  # (state-dict key, per block) in registration order
+    recomputed: tuple[R.Matmul, ...] = ()  # forward matmuls run again in the backward pass
 
     # ---- matmuls --------------------------------------------------------------------------
     @property
@@ -122,7 +123,7 @@ def _activations(t, fold: bool) -> tuple[R.Activation, ...]:
     rows: dict[tuple, list] = {}
     for n in t.named.values():
         saved = bool(n.savers)
-        if not saved and not n.course:
+        if not saved and not n.course and not n.block_input:
             continue
         if saved:
             why = "saved by " + ", ".join(n.savers)
@@ -130,23 +131,27 @@ def _activations(t, fold: bool) -> tuple[R.Activation, ...]:
             why = f"not saved: read by {', '.join(n.readers)}, which keep nothing of it"
         else:
             why = "not saved: no operation with a backward formula reads it"
-        key = (n.label, n.saved_in if saved else "", n.shape, n.kind, n.course, n.repeat, n.block_input)
+        key = (n.label, n.saved_in if saved else "", n.shape, n.dtype, n.course, n.repeat,
+               n.block_input, n.weight_copy)
         if key in rows:
             rows[key][1] += 1
         else:
             rows[key] = [why, 1]
     out = []
-    for (label, saved_in, shape, kind, course, repeat, block_input), (why, copies) in rows.items():
+    for (label, saved_in, shape, dtype, course, repeat, block_input, weight_copy), (why, copies) \
+            in rows.items():
         e = Expr.of(copies, shape)
         out.append(R.Activation(label, course, saved_in, repeat, shape, _fold(e) if fold else e,
-                                why, kind, copies, block_input))
+                                why, dtype, copies, block_input, weight_copy))
     # blocks first (execution order), then the rest
     return tuple([a for a in out if a.per_layer] + [a for a in out if not a.per_layer])
 
 
 @lru_cache(maxsize=64)
-def ledger(config: ModelConfig) -> Ledger:
-    t = builder.walk(config)
+def ledger(config: ModelConfig, autocast: str | None = None, recompute: str = "none") -> Ledger:
+    """The ledger of `config`: in float32 (autocast None) or under torch.autocast on the
+    device named ("cpu", "cuda"), with recomputation "none", "full" or "selective"."""
+    t = builder.walk(config, autocast, recompute)
     fold = config.num_heads * config.d_k == config.d_model
     acts = _activations(t, fold)
     inputs = [a for a in acts if a.block_input]
@@ -154,7 +159,7 @@ def ledger(config: ModelConfig) -> Ledger:
         raise AssertionError(f"builder: expected one block input, got {inputs}")
     return Ledger(config, tuple(t.params), tuple(t.tied.items()), tuple(t.matmuls),
                   tuple(t.elementwise), acts, tuple(t.buffers), tuple(t.cache),
-                  tuple(t.registered))
+                  tuple(t.registered), tuple(t.recomputed))
 
 
 def check_seq(config: ModelConfig, seq: int) -> None:
