@@ -229,6 +229,17 @@ def test_cli_csv_long_form_closes(capsys):
             int(exact["training_flops"])
 
 
+def test_cli_verify_runs_the_cross_check_of_the_training_pass(capsys):
+    pytest.importorskip("torch")
+    pytest.importorskip("fvcore")
+    code, out, _ = run(capsys, "--vocab-size", "50", "--context-length", "16", "--num-layers", "1",
+                       "--d-model", "16", "--num-heads", "2", "--compare-formulas", "--verify",
+                       "--format", "json")
+    data = json.loads(out)
+    assert code == 0 and data["cross_check"]["agrees"] is True
+    assert data["cross_check"]["workload"]["pass"] == "train"
+
+
 def test_cli_bad_workload_is_exit_2(capsys):
     code, out, err = run(capsys, "openai-community/gpt2", "--compare-formulas", "--ctx", "2048")
     assert code == 2 and out == "" and "learned position table" in err

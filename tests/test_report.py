@@ -488,6 +488,55 @@ def test_literature_terms_add_up_to_the_exact_count(committed_md):
         assert set(seen) == set(formulas) - {"exact, causal pairs only"}
 
 
+def test_key_results_and_sentences_of_sections_7_and_8(committed_md):
+    key = section(committed_md, "Key results")
+    L, d, h = SHAPES["xl"]
+    n = hand_params_gpt2(50257, L, d)
+    real = sum(hand_components_gpt2(50257, L, d, 1024).values())
+    course = sum(hand_components(50257, L, d, 4 * d, 1024).values())
+    assert (f"has {n:,} parameters ({two_places(Fraction(4 * n, 10**9))} GB in fp32) and costs "
+            f"3.507 TFLOPs per forward pass at T = 1,024, {two_places(Fraction(real, course))}× "
+            "the course gpt2-xl's") in key
+    assert real == 3_506_703_564_800
+    # Closest and furthest model-FLOPs formulas per family: worst |ratio − 1| over its models
+    for label, names, is_real in (("for OpenAI's GPT-2", REAL, True),
+                                  ("for the course presets", MODELS, False)):
+        worst = {}
+        for name, (L_, d_, h_) in zip(names, SHAPES.values()):
+            exact, formulas = hand_formulas(50257, L_, d_, h_, 4 * d_, 1024, is_real)
+            for f, flops in formulas.items():
+                if f in ("exact, causal pairs only", "Megatron-LM 2021, eq. (3)",
+                         "Korthikanti 2022, hardware FLOPs"):
+                    continue
+                worst[f] = max(worst.get(f, Fraction(0)), abs(Fraction(flops, exact) - 1))
+        order = sorted(worst, key=lambda k: (worst[k], k))
+        within = ["exact" if worst[k] == 0 else f"within {two_places(worst[k] * 100)}%"
+                  for k in order[:2]]
+        assert (f"{label} the closest model-FLOPs formulas are {order[0]} ({within[0]}) and "
+                f"{order[1]} ({within[1]}), the furthest {order[-1]} (off by up to "
+                f"{two_places(worst[order[-1]] * 100)}%)") in key
+    # Section 7's closing sentence
+    body7 = section(committed_md, "7.")
+    change = Fraction(real - course, course) * 100
+    assert (f"costs 3.507 TFLOPs against 4.513 TFLOPs for gpt2-xl (−{two_places(-change)}%), with "
+            "the same LM head FLOPs") in body7
+    # Section 8's sentence on the long context: each 'NAME from A to B' by hand at 1,024 and 16,384
+    body8 = section(committed_md, "8.")
+    sentence = next(p for p in body8.split("\n\n") if p.startswith("As the context grows"))
+    at = {T: hand_formulas(50257, L, d, h, 4 * d, T, False) for T in (1024, 16384)}
+    moves = [(name, *m.groups()) for name in at[1024][1]
+             for m in [re.search(re.escape(name) + r" from (\d\.\d{4}) to (\d\.\d{4})", sentence)] if m]
+    assert len(moves) == 3
+    for name, a, b in moves:
+        assert a == four_places(Fraction(at[1024][1][name], at[1024][0]))
+        assert b == four_places(Fraction(at[16384][1][name], at[16384][0]))
+    move = {k: abs(Fraction(at[16384][1][k], at[16384][0]) - Fraction(at[1024][1][k], at[1024][0]))
+            for k in at[1024][1] if k != "exact, causal pairs only"}
+    assert {m[0] for m in moves} == set(sorted(move, key=move.get)[-3:])  # the three largest moves
+    useful = four_places(Fraction(at[16384][1]["exact, causal pairs only"], at[16384][0]))
+    assert f"(the causal count falls to {useful} of it)" in sentence
+
+
 def test_formula_csv_rows_by_hand(configs):
     import csv
     rows = list(csv.DictReader((COMMITTED / "figures" / figures_index.FORMULA_CSV).open(encoding="utf-8")))
