@@ -124,7 +124,7 @@ def _within(err: Fraction) -> str:
     return "exact" if err == 0 else f"within {decimal(err * 100, 2)}%"
 
 
-def _extremes(d: ReportData) -> str:
+def closest_and_furthest(d: ReportData) -> str:
     """Which model-FLOPs formulas come closest to and furthest from the exact count, per
     family, at T = 1,024 — worded from the data."""
     parts = []
@@ -198,7 +198,7 @@ def literature_section(d: ReportData) -> list[str]:
              "term by term."), "",
             "The course presets:", "", *_table(_formula_table(d, d.models)),
             "OpenAI's GPT-2:", "", *_table(_formula_table(d, d.real)),
-            _extremes(d), "", *_figure(FIGURE),
+            closest_and_furthest(d), "", *_figure(FIGURE),
             (_long_context(d) + f" The numbers behind the figure: "
              f"[`{FIGURES_DIR}/{FORMULA_CSV}`]({FIGURES_DIR}/{FORMULA_CSV})."), "",
             *notes, "",

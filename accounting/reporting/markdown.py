@@ -143,7 +143,7 @@ def key_results(d: ReportData) -> list[str]:
                      f"{_times(Fraction(r.matmul_flops(), c.matmul_flops()))} the course "
                      f"{xl_name}'s.")
     if d.literature:
-        lines.append("- " + families._extremes(d))
+        lines.append("- " + families.closest_and_furthest(d))
     if d.verified:
         lines.append(f"- Cross-check against the real model ({len(d.checks)} runs: "
                      + crosscheck_view.runs_text(d) + "): "
