@@ -5,6 +5,7 @@ accounting/builder.py); nothing restates a formula. Counts are ints, shares exac
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import cached_property
@@ -160,6 +161,22 @@ class Analysis:
             out[r.record.component] += r.numel
         return out
 
+    @property
+    def active_param_count(self) -> int:
+        """Parameters one token runs through: all of them, less the E − k routed experts it
+        skips in each MoE layer (Mixtral's "12.9B active" of 46.7B; the embedding table and
+        LM head included, as there)."""
+        c = self.config
+        if c.num_experts is None:
+            return self.param_count
+        E, k = c.num_experts, c.experts_per_token
+        skipped = sum(r.numel // E * (E - k) for r in self.param_rows if r.record.shape[:1] == ("E",))
+        return self.param_count - skipped
+
+    def flops_per_token(self, counting: str | None = None) -> Fraction:
+        """Matmul FLOPs of this pass per token (B·T tokens), exact."""
+        return Fraction(self.matmul_flops(counting), self.batch * self.seq)
+
     def param_memory_bytes(self) -> dict[str, int]:
         return {dtype: self.param_count * b for dtype, b in BYTES_PER_ELEMENT.items()}
 
@@ -183,26 +200,57 @@ class Analysis:
 
     def ratio_to_context_length(self, counting: str | None = None) -> Fraction:
         """Matmul FLOPs at T = seq over those at T = context_length (same batch)."""
-        poly = self.matmul_polynomial(counting)
-        return Fraction(poly.at(B=self.batch, T=self.seq),
-                        poly.at(B=self.batch, T=self.config.context_length))
+        e = self.matmul_expr(counting)  # each T on its own branch (a sliding window's P_W)
+        return Fraction(e.evaluate(self.values),
+                        e.evaluate(self.ledger.values(self.config.context_length, self.batch)))
 
-    def crossover(self, counting: str | None = None) -> Crossover:
-        """Where the attention core's forward FLOPs overtake the feed-forward's."""
-        diff = (self.matmul_polynomial(counting, R.ATTN_CORE, "forward")
-                - self.matmul_polynomial(counting, R.FFN, "forward"))
-        # diff = B·(a·T² + b·T): zero at T = -b/a, positive beyond it (a > 0).
-        a, b = Fraction(diff.coefficient(B=1, T=2)), Fraction(diff.coefficient(B=1, T=1))
-        assert a > 0 and diff.symbols() <= {"B", "T"}, diff
-        assert set(diff.terms) <= {("B", "T", "T"), ("B", "T")}, diff
-        equal_at = -b / a
-        first = max(int(equal_at // 1) + 1, 1)
-        return Crossover(equal_at=equal_at, first_seq=first)
+    def crossover(self, counting: str | None = None) -> Crossover | None:
+        """Where the attention core's forward FLOPs overtake the feed-forward's; None where
+        they never do on this closed form's branch (no T² term: every layer local, T ≥ W)
+        or it is not a polynomial in B and T alone (an expert capacity)."""
+        w = self.config.sliding_window
+        # With a window, P_W is W·T − W(W−1)/2 for T ≥ W and T(T+1)/2 below: solve on each
+        # branch, keep a root inside its own branch.
+        branches = ((1, lambda x: x <= w), (w, lambda x: x >= w)) if w else ((self.seq, None),)
+        for seq, inside in branches:
+            v = {**self.values, "T": seq}
+            diff = (self.matmul_expr(counting, R.ATTN_CORE, "forward")
+                    - self.matmul_expr(counting, R.FFN, "forward")).partial(v)
+            # diff = B·(a·T² + b·T + c): zero at its positive root, positive beyond it.
+            if not diff.symbols() <= {"B", "T"} or \
+                    not set(diff.terms) <= {("B", "T", "T"), ("B", "T"), ("B",)}:
+                return None
+            a, b = Fraction(diff.coefficient(B=1, T=2)), Fraction(diff.coefficient(B=1, T=1))
+            c = Fraction(diff.coefficient(B=1))  # a window's −W(W−1)/2 on its upper branch
+            if a <= 0:
+                continue
+            equal_at = _positive_root(a, b, c)
+            if equal_at is None or not (inside is None or inside(equal_at)):
+                continue
+            first = max(int(equal_at // 1), 1)
+            while a * first * first + b * first + c <= 0:  # exact: the first T past the root
+                first += 1
+            return Crossover(equal_at=equal_at, first_seq=first)
+        return None
+
+
+def _positive_root(a: Fraction, b: Fraction, c: Fraction) -> Fraction | None:
+    """The larger root of a·T² + b·T + c (a > 0): exact when c = 0, else to within 1e-20
+    (an irrational root, from an integer square root)."""
+    if c == 0:
+        return -b / a
+    d = b * b - 4 * a * c
+    if d < 0:
+        return None
+    scale = 10**20
+    root = Fraction(math.isqrt(d.numerator * d.denominator * scale * scale), d.denominator * scale)
+    return (-b + root) / (2 * a)
 
 
 @dataclass(frozen=True)
 class Crossover:
-    equal_at: Fraction  # T where attention core = feed-forward (may be non-integer)
+    equal_at: Fraction  # T where attention core = feed-forward (may be non-integer; an
+    #                     irrational root, with a window's constant term, to within 1e-20)
     first_seq: int  # smallest integer T with attention core > feed-forward
 
 

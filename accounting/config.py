@@ -10,7 +10,9 @@ ledger, and model/ builds the same network from it.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, fields, replace
+from fractions import Fraction
 from pathlib import Path
 
 from accounting.errors import UsageError
@@ -52,6 +54,21 @@ QK_NORMS = {"none": "no QK-norm", "head": "QK-norm per head (Qwen3)",
             "full": "QK-norm over the full projection width (OLMo-2)"}
 ATTENTIONS = {"naive": "explicit scores, causal mask and softmax (the course's attention)",
               "sdpa": "fused attention kernel: F.scaled_dot_product_attention(is_causal=True)"}
+ROUTERS = {"softmax": "softmax over the experts' scores (Mixtral, Qwen3-MoE)",
+           "sigmoid": "a sigmoid per expert's score (DeepSeek-V3)"}
+LAYER_TYPES = ("global", "local")  # full causal attention, or a sliding window of the last W keys
+
+
+@dataclass(frozen=True)
+class LayerKind:
+    """What one block runs: global or local (sliding-window) attention; a dense or MoE MLP."""
+    local: bool
+    moe: bool
+
+    @property
+    def tag(self) -> str:
+        return "_".join(t for t in (("local" if self.local else "global"),
+                                     ("moe" if self.moe else "dense")))
 
 # Bounds on sizes: far beyond any real model, small enough that nothing downstream hangs.
 MAX_SIZE = 10**12
@@ -87,6 +104,29 @@ class ModelConfig:
     mlp_bias: bool = False  # biases on the MLP's matrices (GPT-2)
     qk_norm: str = "none"
     attention: str = "naive"  # how the attention core runs: "naive" (the course's) or "sdpa"
+    # sliding-window (local) attention: each query attends its last W keys (itself included)
+    sliding_window: int | None = None
+    layer_types: tuple[str, ...] | None = None  # per layer "global"/"local"; None: every layer
+    #                                             local when sliding_window is set, else global
+    # mixture of experts (None: a dense MLP in every layer)
+    num_experts: int | None = None
+    experts_per_token: int = 2  # top-k
+    moe_d_ff: int | None = None  # each expert's width (None: d_ff)
+    num_shared_experts: int = 0  # experts every token runs (DeepSeek), one MLP of n·moe_d_ff
+    router: str = "softmax"
+    router_groups: int = 1  # DeepSeek's n_group: experts in groups, ...
+    router_topk_groups: int = 1  # ... of which topk_group are chosen first (group-limited)
+    router_bias: bool = False  # DeepSeek-V3's e_score_correction_bias (a buffer)
+    norm_topk_prob: bool = True  # renormalise the chosen experts' weights to sum to 1
+    routed_scaling_factor: float = 1.0
+    dense_layers: tuple[int, ...] = ()  # layers that keep a dense MLP (DeepSeek's first k)
+    moe_capacity_factor: float | None = None  # None: dropless; c: ⌈c·B·T·k/E⌉ slots per expert
+    # multi-head latent attention (DeepSeek-V2/V3): set kv_lora_rank and the head dims
+    q_lora_rank: int | None = None
+    kv_lora_rank: int | None = None
+    qk_nope_head_dim: int | None = None
+    qk_rope_head_dim: int | None = None
+    v_head_dim: int | None = None
 
     def __post_init__(self) -> None:
         for f in _SIZES + ("num_kv_heads", "head_dim"):
@@ -111,7 +151,7 @@ class ModelConfig:
                 raise UsageError(f"{f} must be true or false, got {_short(getattr(self, f))}")
         if not isinstance(self.name, str):
             raise UsageError(f"name must be a string, got {_short(self.name)}")
-        if self.head_dim is None and self.d_model % self.num_heads:
+        if self.head_dim is None and self.kv_lora_rank is None and self.d_model % self.num_heads:
             raise UsageError(
                 f"d_model {self.d_model} is not divisible by num_heads {self.num_heads}; choose "
                 f"num_heads dividing d_model{_divisor_hint(self.d_model, self.num_heads, self.positions)}, "
@@ -119,10 +159,13 @@ class ModelConfig:
         if self.num_heads % self.kv_heads:
             raise UsageError(f"num_heads {self.num_heads} is not divisible by num_kv_heads "
                              f"{self.kv_heads}; each key/value head serves a whole group of query heads")
-        if self.positions == "rope" and self.d_k % 2:
+        if self.positions == "rope" and self.mla is False and self.d_k % 2:
             what = "head_dim" if self.head_dim is not None else "head dimension d_model/num_heads"
             raise UsageError(f"{what} = {self.d_k} is odd; RoPE rotates pairs, so choose an even "
                              f"head dimension (or positions other than rope)")
+        _check_window(self)
+        _check_moe(self)
+        _check_mla(self)
 
     # ---- derived sizes ------------------------------------------------------------------
     @property
@@ -131,7 +174,10 @@ class ModelConfig:
 
     @property
     def d_k(self) -> int:
-        """Head dimension; d_v = d_k (CS336 §3.5.5: d_model/h unless head_dim is given)."""
+        """Head dimension; d_v = d_k (CS336 §3.5.5: d_model/h unless head_dim is given; with
+        latent attention, qk_nope_head_dim + qk_rope_head_dim)."""
+        if self.kv_lora_rank is not None:
+            return self.qk_nope_head_dim + self.qk_rope_head_dim
         return self.d_model // self.num_heads if self.head_dim is None else self.head_dim
 
     @property
@@ -142,6 +188,23 @@ class ModelConfig:
     @property
     def mlp_kind(self) -> MLPKind:
         return MLPS[self.mlp]
+
+    @property
+    def mla(self) -> bool:
+        """Multi-head latent attention (kv_lora_rank set)."""
+        return self.kv_lora_rank is not None
+
+    @property
+    def expert_d_ff(self) -> int:
+        return self.d_ff if self.moe_d_ff is None else self.moe_d_ff
+
+    @property
+    def layer_kinds(self) -> tuple[LayerKind, ...]:
+        """Each block's kind, in order."""
+        types = self.layer_types or (("local" if self.sliding_window else "global"),) * self.num_layers
+        dense = set(self.dense_layers)
+        return tuple(LayerKind(t == "local", self.num_experts is not None and i not in dense)
+                     for i, t in enumerate(types))
 
     @property
     def architecture(self) -> str:
@@ -158,6 +221,19 @@ class ModelConfig:
                  f"{NORMS[self.norm]}", self.mlp_kind.label, POSITIONS[self.positions], attn]
         if self.qk_norm != "none":
             parts.append(QK_NORMS[self.qk_norm])
+        if self.mla:
+            parts[3] = (f"multi-head latent attention (kv_lora_rank {self.kv_lora_rank}"
+                        + (f", q_lora_rank {self.q_lora_rank}" if self.q_lora_rank else "") + ")")
+        kinds = self.layer_kinds
+        n_local = sum(k.local for k in kinds)
+        if n_local:
+            parts.append(f"sliding window {self.sliding_window:,}"
+                         + ("" if n_local == len(kinds) else f" on {n_local} of {len(kinds)} layers"))
+        if self.num_experts is not None:
+            n_moe = sum(k.moe for k in kinds)
+            parts.append(f"MoE: {self.num_experts} experts, top-{self.experts_per_token}"
+                         + (f", {self.num_shared_experts} shared" if self.num_shared_experts else "")
+                         + ("" if n_moe == len(kinds) else f", on {n_moe} of {len(kinds)} layers"))
         if self.attention != "naive":
             parts.append("fused attention kernel (SDPA)")
         parts.append("tied LM head" if self.tie_embeddings else "untied LM head")
@@ -174,6 +250,95 @@ class ModelConfig:
             return self
         return replace(self, name=self.name if self.name == "custom" else f"{self.name} (modified)",
                        **changed)
+
+
+def expert_capacity(capacity_factor: float, slots: int, num_experts: int) -> int:
+    """Rows each expert runs under a capacity factor: ⌈c·slots/E⌉, exact (GShard, Switch)."""
+    return math.ceil(Fraction(capacity_factor) * slots / num_experts)
+
+
+def _positive(c: ModelConfig, f: str, allow_none: bool = True) -> None:
+    value = getattr(c, f)
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_SIZE:
+        raise UsageError(f"{f} must be a positive integer up to 10^12, got {_short(value)}")
+
+
+def _check_window(c: ModelConfig) -> None:
+    _positive(c, "sliding_window")
+    if c.layer_types is not None:
+        if not isinstance(c.layer_types, tuple) or len(c.layer_types) != c.num_layers \
+                or any(t not in LAYER_TYPES for t in c.layer_types):
+            raise UsageError(f"layer_types must list {c.num_layers} entries (one per layer), each "
+                             f"global or local, got {_short(c.layer_types)}")
+        if "local" in c.layer_types and c.sliding_window is None:
+            raise UsageError("layer_types has local layers but sliding_window is not given")
+
+
+def _check_moe(c: ModelConfig) -> None:
+    for f in ("num_experts", "moe_d_ff"):
+        _positive(c, f)
+    for f in ("experts_per_token", "router_groups", "router_topk_groups"):
+        _positive(c, f, allow_none=False)
+    if isinstance(c.num_shared_experts, bool) or not isinstance(c.num_shared_experts, int) \
+            or not 0 <= c.num_shared_experts <= MAX_SIZE:
+        raise UsageError(f"num_shared_experts must be a non-negative integer, got {_short(c.num_shared_experts)}")
+    if c.router not in ROUTERS:
+        raise UsageError(f"router must be one of {', '.join(ROUTERS)}, got {_short(c.router)}")
+    for f in ("router_bias", "norm_topk_prob"):
+        if not isinstance(getattr(c, f), bool):
+            raise UsageError(f"{f} must be true or false, got {_short(getattr(c, f))}")
+    for f, none_ok in (("routed_scaling_factor", False), ("moe_capacity_factor", True)):
+        value = getattr(c, f)
+        if value is None and none_ok:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+            raise UsageError(f"{f} must be a positive finite number, got {_short(value)}")
+    if c.moe_capacity_factor is not None and c.moe_capacity_factor < 1:
+        raise UsageError(f"moe_capacity_factor {c.moe_capacity_factor} is below 1: it drops tokens "
+                         "even under perfectly balanced routing; use 1 or more (or none: dropless)")
+    if not isinstance(c.dense_layers, tuple) or any(
+            isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < c.num_layers for i in c.dense_layers):
+        raise UsageError(f"dense_layers must be layer indices in [0, {c.num_layers}), got "
+                         f"{_short(c.dense_layers)}")
+    if c.num_experts is None:
+        return
+    if not c.mlp_kind.gated or c.mlp_bias:
+        raise UsageError(f"mixture-of-experts layers run gated experts without biases (swiglu or "
+                         f"geglu, mlp_bias false), got mlp {c.mlp}{' with biases' if c.mlp_bias else ''}")
+    E, k = c.num_experts, c.experts_per_token
+    if k > E:
+        raise UsageError(f"experts_per_token (top-k) {k} is more than num_experts {E}")
+    if E % c.router_groups or c.router_topk_groups > c.router_groups:
+        raise UsageError(f"router_groups {c.router_groups} must divide num_experts {E}, and "
+                         f"router_topk_groups {c.router_topk_groups} be at most router_groups")
+    if k > E // c.router_groups * c.router_topk_groups:
+        raise UsageError(f"top-{k} cannot be chosen from {c.router_topk_groups} groups of "
+                         f"{E // c.router_groups} experts")
+
+
+def _check_mla(c: ModelConfig) -> None:
+    dims = ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+    for f in ("q_lora_rank", "kv_lora_rank") + dims:
+        _positive(c, f)
+    given = [f for f in dims if getattr(c, f) is not None]
+    if c.kv_lora_rank is None:
+        if given or c.q_lora_rank is not None:
+            raise UsageError(f"{', '.join(given) or 'q_lora_rank'} given without kv_lora_rank: "
+                             "multi-head latent attention needs kv_lora_rank, qk_nope_head_dim, "
+                             "qk_rope_head_dim and v_head_dim")
+        return
+    if len(given) != len(dims):
+        missing = [f for f in dims if getattr(c, f) is None]
+        raise UsageError(f"kv_lora_rank needs its companions: {', '.join(missing)} missing")
+    if c.num_kv_heads is not None or c.head_dim is not None:
+        raise UsageError("multi-head latent attention sets its own head dims: drop num_kv_heads "
+                         "and head_dim (qk_nope_head_dim, qk_rope_head_dim, v_head_dim)")
+    if c.qk_norm != "none":
+        raise UsageError("multi-head latent attention has its own latent norms: drop qk_norm")
+    if c.positions == "rope" and c.qk_rope_head_dim % 2:
+        raise UsageError(f"qk_rope_head_dim = {c.qk_rope_head_dim} is odd; RoPE rotates pairs")
 
 
 def _short(value, limit: int = 40) -> str:
@@ -214,6 +379,9 @@ def config_from_dict(data: dict, source: str) -> ModelConfig:
         raise UsageError(f"{source}: rope_theta is given but positions is "
                          f"{_short(data.get('positions'))}; RoPE's theta needs positions = rope")
     data = dict(data)
+    for key in ("layer_types", "dense_layers"):  # JSON lists -> the spec's tuples
+        if isinstance(data.get(key), list):
+            data[key] = tuple(data[key])
     if "d_ff" not in data:
         kind = MLPS.get(data.get("mlp", "swiglu"))
         if kind is None:

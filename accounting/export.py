@@ -8,6 +8,7 @@ from fractions import Fraction
 from accounting import records as R
 from accounting.presets import note
 from accounting.analysis import Analysis
+from accounting.symbols import validity
 from accounting.units import FLOPS_PER_MAC
 
 LEDGER_COLUMNS = ("kind", "name", "component", "phase", "op", "where", "count", "shapes",
@@ -62,13 +63,16 @@ def to_dict(a: Analysis) -> dict:
         "workload": {"seq": a.seq, "batch": a.batch, "pass": a.phase, "count": a.counting},
         "conventions": {"flops_per_multiply_add": FLOPS_PER_MAC,
                         "non_matmul": R.CONVENTION},
-        "parameters": {"total": a.param_count, "by_component": a.params_by_component(),
+        "parameters": {"total": a.param_count, "active_per_token": a.active_param_count,
+                       "by_component": a.params_by_component(),
                        "tied": dict(a.ledger.tied),
                        "memory_bytes": a.param_memory_bytes(),
                        "tensors": [{"name": r.record.name, "component": r.record.component,
                                     "shape": list(r.record.shape), "count": r.count,
                                     "numel_each": r.numel_each} for r in a.param_rows]},
-        "matmul_flops": {"executed": a.matmul_flops("executed"), "useful": a.matmul_flops("useful")},
+        "matmul_flops": {"executed": a.matmul_flops("executed"), "useful": a.matmul_flops("useful"),
+                         "per_token": {counting: fraction(a.flops_per_token(counting))
+                                       for counting in ("executed", "useful")}},
         "components": {counting: {"flops": a.component_flops(counting),
                                   "shares": {k: fraction(v) for k, v in
                                              a.component_shares(counting).items()}}
@@ -81,8 +85,10 @@ def to_dict(a: Analysis) -> dict:
                                                       key=lambda kv: (kv[0].count("B"), kv[0].count("T")))],
             "matmul_flops_polynomial": str(a.matmul_polynomial()),
             "ratio_to_context_length": fraction(a.ratio_to_context_length()),
+            "valid_for": validity(a.matmul_expr(), a.values) or "every T",
             "attention_core_overtakes_ffn": {
-                counting: {"equal_at_seq": fraction(x.equal_at), "first_seq": x.first_seq}
+                counting: None if x is None else {"equal_at_seq": fraction(x.equal_at),
+                                                  "first_seq": x.first_seq}
                 for counting in ("executed", "useful") for x in [a.crossover(counting)]},
         },
     }

@@ -14,7 +14,7 @@ from functools import lru_cache
 
 from accounting import builder
 from accounting import records as R
-from accounting.config import ModelConfig
+from accounting.config import expert_capacity, ModelConfig
 from accounting.errors import UsageError
 from accounting.symbols import Expr
 
@@ -29,8 +29,17 @@ class Ledger:
     activations: tuple[R.Activation, ...]
     buffers: tuple[R.Buffer, ...]
     cache: tuple[R.CacheEntry, ...]
-    registered: tuple[tuple[str, bool], ...]  # (state-dict key, per block) in registration order
+    registered: tuple[tuple[str, str | None], ...]  # (state-dict key, block kind) in order
     recomputed: tuple[R.Matmul, ...] = ()  # forward matmuls run again in the backward pass
+    groups: tuple[tuple[str, tuple[int, ...]], ...] = (("L", ()),)  # kind symbol -> its blocks
+    persistent: tuple[str, ...] = ()  # state-dict keys of persistent buffers (not parameters)
+
+    def group_of(self, layer: int) -> str:
+        """The symbol of block `layer`'s kind ("L" when every block is alike)."""
+        for symbol, layers in self.groups:
+            if layer in layers:
+                return symbol
+        raise IndexError(layer)
 
     # ---- matmuls --------------------------------------------------------------------------
     @property
@@ -66,28 +75,62 @@ class Ledger:
     def state_dict_keys(self) -> list[str]:
         """The model's state-dict keys in order (a tied weight under both of its names)."""
         out: list[str] = []
-        block = [name for name, per_block in self.registered if per_block]
-        for name, per_block in self.registered:
-            if not per_block:
+        first = next((name, group) for name, group in self.registered if group)
+        for name, group in self.registered:
+            if not group:
                 out.append(name)
-            elif name == block[0]:  # the blocks' keys, block by block, where block 0 starts
-                out += [n.format(i=i) for i in range(self.config.num_layers) for n in block]
+            elif (name, group) == first:  # the blocks' keys, block by block, where block 0 starts
+                for i in range(self.config.num_layers):
+                    g = self.group_of(i)
+                    out += [n.format(i=i) for n, kind in self.registered if kind == g]
         return out
 
     def parameter_names(self) -> list[str]:
         """named_parameters() order: each parameter once (a tied one under its first name)."""
-        return [k for k in self.state_dict_keys() if k not in dict(self.tied)]
+        buffers = {n.format(i=i) for n in self.persistent for i in range(self.config.num_layers)}
+        return [k for k in self.state_dict_keys() if k not in dict(self.tied) and k not in buffers]
 
     # ---- values -------------------------------------------------------------------------
     def values(self, seq: int, batch: int) -> dict[str, int]:
         """Integer value of every symbol for one workload."""
         c = self.config
-        return {
+        out = {
             "B": batch, "T": seq, "P": seq * (seq + 1) // 2, "L": c.num_layers,
             "V": c.vocab_size, "d_model": c.d_model, "d_ff": c.d_ff, "h": c.num_heads,
             "h_kv": c.kv_heads, "g": c.group_size, "d_k": c.d_k, "d_k/2": c.d_k // 2,
             "T_max": max(seq, c.context_length), "T_pos": c.context_length,
         }
+        for symbol, layers in self.groups:
+            out[symbol] = len(layers)
+        if c.sliding_window is not None:  # local layers: query i attends min(i + 1, W) keys
+            w = c.sliding_window
+            out["W"] = w
+            out["P_W"] = window_pairs(seq, w)
+        if c.num_experts is not None:
+            out.update({"E": c.num_experts, "k": c.experts_per_token, "d_e": c.expert_d_ff,
+                        "d_s": c.num_shared_experts * c.expert_d_ff, "G": c.router_groups,
+                        "E/G": c.num_experts // c.router_groups, "2": 2,
+                        "k_G": c.router_topk_groups})
+            if c.moe_capacity_factor is not None:
+                cap = expert_capacity(c.moe_capacity_factor, batch * seq * c.experts_per_token,
+                                      c.num_experts)
+                out["C"], out["E·C+1"] = cap, c.num_experts * cap + 1
+        if c.mla:
+            out.update({"r_kv": c.kv_lora_rank, "d_nope": c.qk_nope_head_dim,
+                        "d_rope": c.qk_rope_head_dim, "d_rope/2": c.qk_rope_head_dim // 2,
+                        "d_v": c.v_head_dim, "d_kv_a": c.kv_lora_rank + c.qk_rope_head_dim,
+                        "d_kv_b": c.qk_nope_head_dim + c.v_head_dim})
+            if c.q_lora_rank is not None:
+                out["r_q"] = c.q_lora_rank
+        return out
+
+
+def window_pairs(seq: int, window: int) -> int:
+    """Σ_{i<T} min(i + 1, W): the (query, key) pairs a causal sliding window of W keeps;
+    W·T − W(W−1)/2 once T ≥ W (T(T+1)/2 before)."""
+    if seq <= window:
+        return seq * (seq + 1) // 2
+    return window * seq - window * (window - 1) // 2
 
 
 def coalesce(records) -> list[R.Elementwise]:
@@ -155,11 +198,12 @@ def ledger(config: ModelConfig, autocast: str | None = None, recompute: str = "n
     fold = config.num_heads * config.d_k == config.d_model
     acts = _activations(t, fold)
     inputs = [a for a in acts if a.block_input]
-    if len(inputs) != 1 or not inputs[0].per_layer:
-        raise AssertionError(f"builder: expected one block input, got {inputs}")
+    if len(inputs) != len(t.groups) or not all(a.per_layer for a in inputs):
+        raise AssertionError(f"builder: expected one block input per kind of block, got {inputs}")
     return Ledger(config, tuple(t.params), tuple(t.tied.items()), tuple(t.matmuls),
                   tuple(t.elementwise), acts, tuple(t.buffers), tuple(t.cache),
-                  tuple(t.registered), tuple(t.recomputed))
+                  tuple(t.registered), tuple(t.recomputed), tuple(t.groups),
+                  tuple(t.persistent))
 
 
 def check_seq(config: ModelConfig, seq: int) -> None:

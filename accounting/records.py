@@ -41,9 +41,10 @@ DTYPE_BYTES = {FP32: 4, BF16: 2, BOOL: 1, INT64: 8}
 CONVENTION = (
     "1 FLOP per output element for each elementwise arithmetic op, transcendental ones "
     "(exp, sigmoid, tanh, erf, sqrt) included; 1 FLOP per input element for a reduction "
-    "(sum, mean, max); 1 FLOP per element for the causal mask's select (torch.where); "
+    "(sum, mean, max; an MoE router's top-k); 1 FLOP per element for a select (the causal "
+    "mask's torch.where, masked_fill); 1 FLOP per added element for index_add; "
     "0 for copies, casts, reshapes, indexing and integer/bool ops (building the mask, "
-    "positions)"
+    "positions, sorting the routed slots)"
 )
 
 
@@ -91,21 +92,29 @@ class Matmul(Record):
     p: tuple[str, ...]
     causal: bool = False  # two of the T factors are a causal (query, key) pair
     grads: tuple[str, str] = ("dA", "dB")  # names of the gradient matmuls of A and B
+    window: bool = False  # causal within a sliding window: P_W useful pairs, not P
     note: str = ""
     recompute_in_backward: bool = False  # a fused kernel's backward runs it again first
+    useful: tuple[str, ...] | None = None  # factors of the useful work, when not the causal rule
+    reads_cache: bool = False  # its rows are what the KV cache holds (latent attention's
+    #                            kv_b_proj): a decode step runs it over all t cached tokens
 
     @property
     def factors(self) -> tuple[str, ...]:
         return self.batch + self.m + self.n + self.p
 
     def useful_factors(self) -> tuple[str, ...]:
-        """The factors with one causal T·T pair replaced by P = T(T+1)/2."""
+        """The factors with one causal T·T pair replaced by P = T(T+1)/2 (by P_W, the pairs
+        within a sliding window, for a local layer); a capacity-factor expert matmul's E·C
+        slots by the B·T·k routed ones."""
+        if self.useful is not None:
+            return self.useful
         if not self.causal:
             return self.factors
         f = list(self.factors)
         f.remove("T")
         f.remove("T")
-        return tuple(f) + ("P",)
+        return tuple(f) + ("P_W" if self.window else "P",)
 
     def formula(self, counting: str = EXECUTED) -> str:
         """FLOPs per instance, e.g. '2·B·T·d_model²'."""
@@ -134,7 +143,8 @@ class Matmul(Record):
         preceded by the forward product itself when the kernel recomputes it (fused attention)."""
         d_a, d_b = self.grads
         common = dict(component=self.component, module=self.module, repeat=self.repeat,
-                      phase=BACKWARD, batch=self.batch, causal=self.causal, note=self.note)
+                      phase=BACKWARD, batch=self.batch, causal=self.causal, note=self.note,
+                      window=self.window, useful=self.useful)
         again = (Matmul(f"{self.name} (recomputed)", m=self.m, n=self.n, p=self.p, **common),) \
             if self.recompute_in_backward else ()
         return again + (Matmul(f"{self.name} {d_a}", m=self.m, n=self.p, p=self.n, **common),
@@ -206,8 +216,10 @@ class Buffer(Record):
 
 @dataclass(frozen=True)
 class CacheEntry(Record):
-    """What one token adds to the KV cache: `shape` elements in each block."""
+    """What one token adds to the KV cache: `shape` elements in each block (a local layer
+    keeps only its last W tokens)."""
     shape: tuple[str, ...]
+    window: bool = False
 
     def expr(self) -> Expr:
         e = Expr.of(1, self.shape)

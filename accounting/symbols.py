@@ -27,12 +27,34 @@ SYMBOLS: dict[str, str] = {
     "d_k/2": "RoPE rotation pairs per head",
     "T_max": "RoPE table length the model is built with, max(T, context_length)",
     "T_pos": "learned position table length (context_length)",
+    "W": "sliding_window: a local layer's query attends its last W keys (itself included)",
+    "P_W": "query-key pairs a causal sliding window keeps, Σᵢ min(i+1, W) = W·T − W(W−1)/2 for T ≥ W",
+    "E": "num_experts, routed experts per MoE layer",
+    "k": "experts_per_token (top-k)",
+    "d_e": "moe_d_ff, each expert's inner width",
+    "d_s": "the shared experts' inner width, num_shared_experts·d_e",
+    "G": "router_groups (DeepSeek's n_group)",
+    "E/G": "experts per router group",
+    "2": "the two best scores that rank a router group",
+    "k_G": "router_topk_groups, groups kept before top-k",
+    "C": "expert capacity in rows, ⌈c·B·T·k/E⌉ (capacity factor c)",
+    "E·C+1": "dispatch buffer rows: E experts × C, and one trash row for dropped slots",
+    "r_q": "q_lora_rank (latent attention's query latent)",
+    "r_kv": "kv_lora_rank (latent attention's key/value latent)",
+    "d_nope": "qk_nope_head_dim (the part of a head's query/key without RoPE)",
+    "d_rope": "qk_rope_head_dim (the RoPE part; one key shared by all heads)",
+    "d_rope/2": "RoPE rotation pairs of the RoPE part",
+    "d_v": "v_head_dim (latent attention's value head dimension)",
+    "d_kv_a": "kv_lora_rank + qk_rope_head_dim: kv_a_proj's width, the cache per token",
+    "d_kv_b": "qk_nope_head_dim + v_head_dim: kv_b_proj's width per head",
 }
 
 # Order in which symbols are written in a monomial: workload first, then model sizes;
 # symbols not listed (t, T_max, T_pos) come last, in alphabetical order.
-_ORDER = {s: i for i, s in enumerate(("B", "h_kv", "g", "h", "T", "P", "L", "d_model", "d_k",
-                                      "d_k/2", "d_ff", "V"))}
+_ORDER = {s: i for i, s in enumerate(("B", "h_kv", "g", "h", "T", "P", "P_W", "W", "C", "E·C+1",
+                                      "L", "E", "k", "G", "E/G", "k_G", "d_model", "d_k", "d_k/2",
+                                      "r_q", "r_kv", "d_kv_a", "d_kv_b", "d_nope", "d_rope",
+                                      "d_rope/2", "d_v", "d_ff", "d_e", "d_s", "V"))}
 _SUPERSCRIPT = str.maketrans("0123456789", "⁰¹²³⁴⁵⁶⁷⁸⁹")
 
 
@@ -138,6 +160,10 @@ class Expr:
         e = self
         if "T" in keep and "P" not in keep:
             e = e.substitute("P", Expr({("T", "T"): Fraction(1, 2), ("T",): Fraction(1, 2)}))
+        if "T" in keep and "P_W" in e.symbols():  # the branch the analysed T is on
+            e = e.substitute("P_W", window_pairs_expr(values["W"], values["T"]))
+        if "T" in keep:  # an expert's capacity rows stay symbolic: C = ⌈c·B·T·k/E⌉
+            keep = tuple(keep) + ("C", "E·C+1")
         out: dict[tuple[str, ...], Fraction] = {}
         for f, c in e.terms.items():
             coeff = Fraction(c)
@@ -206,6 +232,24 @@ class Expr:
                     monomial(1, f))
         text = " + ".join(monomial(c, f) for f, c in sorted(self.terms.items(), key=key))
         return text.replace("+ -", "− ")
+
+
+def window_pairs_expr(window: int, seq: int) -> Expr:
+    """P_W in T on the branch holding `seq`: W·T − W(W−1)/2 for T ≥ W, else T(T+1)/2."""
+    if seq >= window:
+        return Expr({("T",): window, (): -Fraction(window * (window - 1), 2)})
+    return Expr({("T", "T"): Fraction(1, 2), ("T",): Fraction(1, 2)})
+
+
+def validity(e: Expr, values: dict[str, int]) -> str:
+    """The condition a closed form in B and T holds under: '' or e.g. 'T ≥ W = 4,096'."""
+    parts = []
+    if "P_W" in e.symbols():
+        w = values["W"]
+        parts.append(f"T ≥ W = {w:,}" if values["T"] >= w else f"T ≤ W = {w:,}")
+    if "C" in e.symbols() or "E·C+1" in e.symbols():
+        parts.append("C = ⌈c·B·T·k/E⌉ (expert capacity)")
+    return "; ".join(parts)
 
 
 def grouped(parts: list[tuple[int, Expr]], prefix: str = "") -> str:

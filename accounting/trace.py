@@ -74,13 +74,15 @@ class Trace:
         self.repeat: str | None = None
         self.params: list[R.Param] = []
         self.tied: dict[str, str] = {}  # alias state-dict key -> the parameter's own name
-        self.registered: list[tuple[str, bool]] = []  # (state-dict key, per block), in order
+        self.registered: list[tuple[str, str | None]] = []  # (state-dict key, block kind), in order
         self.matmuls: list[R.Matmul] = []
         self.recomputed: list[R.Matmul] = []  # forward matmuls run again in the backward pass
         self.elementwise: list[R.Elementwise] = []
         self.buffers: list[R.Buffer] = []
+        self.persistent: list[str] = []  # state-dict keys of persistent buffers
         self.cache: list[R.CacheEntry] = []
         self.named: dict[Storage, Named] = {}
+        self.groups: tuple[tuple[str, tuple[int, ...]], ...] = ()  # set by the builder
         self._region: str | None = None  # inside a checkpointed region: its name
         self._region_matmuls: list[tuple[int, R.Matmul]] = []  # (op tick, record)
         self._region_last_save = 0.0
@@ -105,9 +107,10 @@ class Trace:
             self.path.pop()
 
     @contextmanager
-    def block(self):
-        """Inside: records repeat in every block ("L"), with block-relative module paths."""
-        outer, self.path, self.repeat = self.path, [], "L"
+    def block(self, symbol: str = "L"):
+        """Inside: records repeat in every block of a kind (the symbol counts them: "L" when
+        every block is alike), with block-relative module paths."""
+        outer, self.path, self.repeat = self.path, [], symbol
         try:
             yield
         finally:
@@ -146,7 +149,7 @@ class Trace:
         key = ".".join(self.path + [name])
         full = f"layers.{{i}}.{key}" if self.repeat else key
         self.params.append(R.Param(full, component, self.module, self.repeat, shape, lookup))
-        self.registered.append((full, self.per_block))
+        self.registered.append((full, self.repeat))
         return Sym(shape, param=full)
 
     def alias(self, name: str, p: Sym) -> Sym:
@@ -154,17 +157,26 @@ class Trace:
         key = ".".join(self.path + [name])
         full = f"layers.{{i}}.{key}" if self.repeat else key
         self.tied[full] = p.param
-        self.registered.append((full, self.per_block))
+        self.registered.append((full, self.repeat))
         return p
 
-    def buffer(self, name: str, shape: tuple[str, ...], bytes_per_element: int) -> Sym:
+    def buffer(self, name: str, shape: tuple[str, ...], bytes_per_element: int,
+               persistent: bool = False) -> Sym:
+        """register_buffer: a persistent one is in the state dict (not a parameter)."""
         self.buffers.append(R.Buffer(name, "buffer", self.module, self.repeat, shape,
                                      bytes_per_element))
+        if persistent:
+            key = ".".join(self.path + [name])
+            full = f"layers.{{i}}.{key}" if self.repeat else key
+            self.registered.append((full, self.repeat))
+            self.persistent.append(full)
         return Sym(shape, grad=False)
 
-    def cached(self, name: str, per_token: tuple[str, ...]) -> None:
-        """What each token adds to the KV cache here (its K or V after any rotation)."""
-        self.cache.append(R.CacheEntry(name, "KV cache", self.module, self.repeat, per_token))
+    def cached(self, name: str, per_token: tuple[str, ...], window: bool = False) -> None:
+        """What each token adds to the KV cache here (its K or V after any rotation); a local
+        layer keeps only the last W tokens."""
+        self.cache.append(R.CacheEntry(name, "KV cache", self.module, self.repeat, per_token,
+                                       window))
 
     def name(self, x: Sym, label: str, course: str = "", block_input: bool = False,
              weight_copy: bool = False) -> Sym:
@@ -300,6 +312,64 @@ class Trace:
             self._saves(cond, desc)
         return y
 
+    def topk(self, x: Sym, over: tuple[str, ...], k: tuple[str, ...], label: str, component: str,
+             out: str, values: bool = False):
+        """x.topk(k) over the trailing dims `over`: 1 FLOP per input element (a comparison);
+        autograd saves the indices (int64) when x needs a gradient, whichever output is
+        used. Returns the indices, or (values, indices)."""
+        shape = x.shape[:-len(over)] + k
+        idx = self.name(Sym(shape, R.INT64, grad=False), out)
+        desc = self._record("aten.topk", label, component, x.shape, reduction=True)
+        self._reads(desc, x)
+        if x.grad:
+            self._saves(idx, desc, after=True)
+        return (Sym(shape, x.dtype, x.grad), idx) if values else idx
+
+    def gather(self, x: Sym, index: Sym, label: str = "gather") -> Sym:
+        """x.gather(dim, index): 0 FLOPs; saves x and its index (gather_backward takes self)."""
+        self._tick += 1
+        if x.grad:
+            self._saves(x, f"gather ({label})")
+            self._saves(index, f"gather ({label})")
+        return Sym(index.shape, x.dtype, x.grad)
+
+    def index_add(self, base_shape: tuple[str, ...], index: Sym, src: Sym, label: str,
+                  component: str) -> Sym:
+        """zeros(base).index_add(0, index, src): 1 FLOP per added element; saves its index
+        and the source (its gradient is grad.index_select(...).expand_as(source))."""
+        desc = self._record("aten.index_add", label, component, src.shape)
+        self._reads(desc, src)
+        if src.grad:
+            self._saves(index, desc)
+            self._saves(src, desc)
+        return Sym(base_shape, src.dtype, src.grad)
+
+    def index_copy(self, base_shape: tuple[str, ...], index: Sym, src: Sym, label: str) -> Sym:
+        """zeros(base).index_copy(0, index, src): 0 FLOPs (a copy); saves its index and the
+        source (its gradient is grad.index_select(...).expand_as(source))."""
+        self._tick += 1
+        self._reads(f"index_copy ({label})", src)
+        if src.grad:
+            self._saves(index, f"index_copy ({label})")
+            self._saves(src, f"index_copy ({label})")
+        return Sym(base_shape, src.dtype, src.grad)
+
+    def masked_fill(self, x: Sym, mask: Sym, label: str, component: str) -> Sym:
+        """x.masked_fill(mask, value): a select, 1 FLOP per element; saves its mask."""
+        y = Sym(x.shape, x.dtype, x.grad, x.contiguous)
+        desc = self._record("aten.masked_fill", label, component, y.shape)
+        self._reads(desc, x)
+        if x.grad:
+            self._saves(mask, desc)
+        return y
+
+    def index(self, x: Sym, index: Sym, shape: tuple[str, ...], label: str = "") -> Sym:
+        """x[index] (a gather by rows): 0 FLOPs; saves the index when x needs a gradient."""
+        self._tick += 1
+        if x.grad:
+            self._saves(index, f"index ({label})" if label else "index")
+        return Sym(shape, x.dtype, x.grad)
+
     def lookup(self, table: Sym, ids: Sym, shape: tuple[str, ...]) -> Sym:
         """table[ids]: 0 FLOPs; saves the indices when the table needs a gradient."""
         if table.grad:
@@ -310,6 +380,19 @@ class Trace:
         """A reshape or permute that shares x's storage."""
         return Sym(x.shape if shape is None else shape, x.dtype, x.grad,
                    x.contiguous if contiguous is None else contiguous, x.storage, x.param)
+
+    def cat(self, xs: tuple[Sym, ...], shape: tuple[str, ...]) -> Sym:
+        """torch.cat: a new contiguous storage, 0 FLOPs, saves nothing (its backward slices)."""
+        self._tick += 1
+        self._reads("cat", *xs)
+        dtypes = [x.dtype for x in xs]
+        return Sym(shape, FP32 if FP32 in dtypes else dtypes[0], any(x.grad for x in xs))
+
+    def off_gradient_path(self, x: Sym) -> Sym:
+        """x, for ops whose results never reach the loss's gradient (only integer indices
+        leave them): autograd frees what those ops save as soon as their outputs are gone,
+        so nothing they save is held for the backward pass."""
+        return Sym(x.shape, x.dtype, False, x.contiguous, x.storage, x.param)
 
     def copy(self, x: Sym, shape: tuple[str, ...] | None = None) -> Sym:
         """A reshape that cannot be a view: a new, contiguous storage (0 FLOPs)."""
@@ -356,7 +439,8 @@ class Trace:
         return dtype
 
     def fused_attention(self, q: Sym, k: Sym, v: Sym, records: tuple[R.Matmul, R.Matmul],
-                        out_shape: tuple[str, ...], lse_shape: tuple[str, ...]) -> Sym:
+                        out_shape: tuple[str, ...], lse_shape: tuple[str, ...],
+                        mask: Sym | None = None) -> Sym:
         """F.scaled_dot_product_attention(q, k, v, is_causal=True): one kernel, its two
         matmuls' records, no separate non-matmul op; saves q, k, v, the output and the
         per-row log-sum-exp (float32)."""
@@ -365,14 +449,14 @@ class Trace:
             self.matmuls.append(r)
             if self._region is not None:
                 self._region_matmuls.append((self._tick, r))
-        (q, k, v), dtype = self._autocast("sdpa", q, k, v)
+        (q, k, v, mask), dtype = self._autocast("sdpa", q, k, v, mask)
         desc = "fused attention kernel"
         self._reads(desc, q, k, v)
         # the kernel lays its output out as q is laid out (heads-major, or a permuted view)
         out = self.name(Sym(out_shape, dtype, contiguous=q.contiguous),
                         "attention output (fused kernel)", "attention-weighted values")
         lse = self.name(Sym(lse_shape, FP32), "log-sum-exp per query row")
-        for x in (q, k, v):
+        for x in (q, k, v) + ((mask,) if mask is not None else ()):
             self._saves(x, desc)
         for x in (out, lse):
             self._saves(x, desc, after=True)

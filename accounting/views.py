@@ -7,7 +7,7 @@ from fractions import Fraction
 from accounting import records as R
 from accounting.presets import note
 from accounting.analysis import Analysis, analyze
-from accounting.symbols import monomial
+from accounting.symbols import monomial, validity
 from accounting.table import Table
 from accounting.units import (
     BYTES_PER_ELEMENT,
@@ -29,8 +29,23 @@ COUNTING_NOTE = {
 }
 
 
-def _count(per_layer: bool, count: int) -> str:
-    return f"L = {count}" if per_layer else str(count)
+def _useful_extra(a: Analysis) -> str:
+    c, v = a.config, a.values
+    out = ""
+    if "P_W" in v:
+        out += (f" A local layer's window keeps P_W = Σᵢ min(i+1, W) = {grouped(v['P_W'])} pairs "
+                f"(W = {grouped(v['W'])}; W·T − W(W−1)/2 once T ≥ W).")
+    if "C" in v:
+        out += (f" Experts under capacity factor {c.moe_capacity_factor:g} run E·C = "
+                f"{grouped(v['E'] * v['C'])} rows (C = ⌈c·B·T·k/E⌉ = {grouped(v['C'])}), "
+                f"of which B·T·k = {grouped(v['B'] * v['T'] * v['k'])} are routed slots (useful).")
+    if any(r.record.useful and r.record.component == R.ATTN_CORE for r in a.matmul_rows):
+        out += " V zero-padded from d_v to d_k for the fused kernel: useful work counts d_v."
+    return out
+
+
+def _count(repeat: str | None, count: int) -> str:
+    return f"{repeat} = {count}" if repeat else str(count)
 
 
 def model_table(a: Analysis) -> Table:
@@ -69,7 +84,7 @@ def params_table(a: Analysis) -> Table:
     total = a.param_count
     terms: dict[str, Counter] = {c: Counter() for c in by}
     for r in a.param_rows:  # equal shapes collapse: 4·L·d_model², not four terms
-        terms[r.record.component][tuple(sorted((("L",) if r.record.per_layer else ()) + r.record.shape))] += 1
+        terms[r.record.component][tuple(sorted(((r.record.repeat,) if r.record.per_layer else ()) + r.record.shape))] += 1
     tied = "tied: the token embedding table" if a.ledger.tied else ""
     rows = [(comp, " + ".join(monomial(k, f) for f, k in terms[comp].items())
              or (tied if comp == R.LM_HEAD else ""), grouped(n), percent_of(n, total))
@@ -77,6 +92,14 @@ def params_table(a: Analysis) -> Table:
     rows.append(("total", "", grouped(total), "100.00%"))
     notes = tuple(f"{alias} is {target} (tied): one parameter, counted once."
                   for alias, target in a.ledger.tied)
+    c = a.config
+    if c.num_experts is not None:
+        active = a.active_param_count
+        rows.append(("active per token", f"all but E − k = {c.num_experts - c.experts_per_token} "
+                     "routed experts per MoE layer", grouped(active), percent_of(active, total)))
+        notes += ("Active: what one token runs through (its top-k routed experts, the shared "
+                  "ones, everything else; the embedding and LM head included, as in Mixtral's "
+                  "\"12.9B active\").",)
     return Table("Parameters", ("component", "tensors", "parameters", "share"), tuple(rows),
                  align="llrr", notes=notes)
 
@@ -102,7 +125,7 @@ def matmul_table(a: Analysis) -> Table:
     for r in a.matmul_rows:
         m = r.record
         rows.append((m.name, m.component) + ((m.phase,) if train else ()) + (
-            _count(m.per_layer, r.count), m.shapes, m.formula(),
+            _count(m.repeat, r.count), m.shapes, m.formula(),
             grouped(r.flops), grouped(r.useful_flops)))
     rows.append(("total", "") + (("",) if train else ()) + ("", "", "",
                 grouped(a.matmul_flops("executed")), grouped(a.matmul_flops("useful"))))
@@ -112,7 +135,8 @@ def matmul_table(a: Analysis) -> Table:
                         "(the 2mnp rule: one multiply and one add per term). "
                         "Shapes in matmul orientation; a weight W (out×in) appears as Wᵀ.",
                         "useful FLOPs count only the T(T+1)/2 causal query-key pairs "
-                        "(P = T·(T+1)/2) in the attention core; elsewhere equal to FLOPs."))
+                        "(P = T·(T+1)/2) in the attention core; elsewhere equal to FLOPs."
+                        + _useful_extra(a)))
 
 
 def component_table(a: Analysis) -> Table:
@@ -138,7 +162,7 @@ def elementwise_table(a: Analysis) -> Table:
     for r in a.elementwise_rows:
         e = r.record
         rows.append((e.component, e.name, e.op, e.module,
-                     _count(e.per_layer, r.count), e.formula(), grouped(r.flops)))
+                     _count(e.repeat, r.count), e.formula(), grouped(r.flops)))
     rows.append(("total", "", "", "", "", "", grouped(a.elementwise_flops)))
     notes = [f"Convention: {R.CONVENTION}."]
     if a.phase == "train":
@@ -166,16 +190,24 @@ def totals_table(a: Analysis) -> Table:
 def closed_form_table(a: Analysis) -> Table:
     c = a.config
     mm = a.matmul_polynomial()
-    lines = [f"Matmul FLOPs ({a.phase}, {a.counting} attention count): {mm}"]
+    valid = validity(a.matmul_expr(), a.values)
+    lines = [f"Matmul FLOPs ({a.phase}, {a.counting} attention count): {mm}"
+             + (f"  (valid for {valid})" if valid else "")]
     if a.phase == "forward":
         lines.append(f"Non-matmul FLOPs (forward): {a.elementwise_polynomial()}")
     ratio = a.ratio_to_context_length()
+    e = a.matmul_expr()
     lines.append(f"At T = {grouped(a.seq)} vs T = context_length = {grouped(c.context_length)} "
                  f"(B = {a.batch}): {decimal(ratio, 3)}× the matmul FLOPs "
-                 f"({grouped(mm.at(B=a.batch, T=a.seq))} / "
-                 f"{grouped(mm.at(B=a.batch, T=c.context_length))}).")
+                 f"({grouped(e.evaluate(a.values))} / "
+                 f"{grouped(e.evaluate(a.ledger.values(c.context_length, a.batch)))}).")
     for counting in ("executed", "useful"):
         x = a.crossover(counting)
+        if x is None:
+            lines.append(f"Attention core overtakes feed-forward ({counting} count, forward): "
+                         "never on a closed form in T (sliding windows keep the attention core "
+                         "linear in T past W, or an expert capacity rounds up).")
+            continue
         eq = grouped(x.equal_at.numerator) if x.equal_at.denominator == 1 else decimal(x.equal_at, 2)
         lines.append(f"Attention core overtakes feed-forward ({counting} count, forward): "
                      f"equal at T = {eq}, larger from T = {grouped(x.first_seq)}"

@@ -51,7 +51,7 @@ class CausalMultiHeadSelfAttention(nn.Module):
 
     def __init__(self, d_model, num_heads, max_seq_len=None, theta=None, device=None, dtype=None,
                  *, num_kv_heads=None, head_dim=None, qkv_bias=False, out_bias=False,
-                 qk_norm="none", norm="rmsnorm", norm_eps=1e-5, attention="naive"):
+                 qk_norm="none", norm="rmsnorm", norm_eps=1e-5, attention="naive", window=None):
         super().__init__()
         check_positive_int("d_model", d_model)
         check_positive_int("num_heads", num_heads)
@@ -68,7 +68,9 @@ class CausalMultiHeadSelfAttention(nn.Module):
             raise ValueError(f"qk_norm must be none, head or full, got {qk_norm!r}")
         if attention not in ("naive", "sdpa"):
             raise ValueError(f"attention must be naive or sdpa, got {attention!r}")
-        self.attention = attention
+        if window is not None:
+            check_positive_int("window", window)
+        self.attention, self.window = attention, window
         self.recompute_core = False  # set by TransformerLM.set_recompute("selective")
         self.d_model, self.num_heads, self.num_kv_heads = d_model, num_heads, num_kv_heads
         self.d_k, self.qk_norm = head_dim, qk_norm
@@ -114,10 +116,7 @@ class CausalMultiHeadSelfAttention(nn.Module):
             positions = positions[..., None, :]
             q, k = rotate(q, positions), rotate(k, positions)
 
-        if self.attention == "sdpa":
-            core, args = fused_causal_attention, (q, k, v)
-        else:
-            core, args = self.core, (q, k, v, torch.ones(seq, seq, dtype=torch.bool, device=x.device).tril())
+        core, args = self.attention_core(q, k, v, seq, x.device)
         if self.recompute_core:  # Korthikanti et al.'s selective recomputation
             out = checkpoint(core, *args, use_reentrant=False, preserve_rng_state=False)
         else:
@@ -125,6 +124,19 @@ class CausalMultiHeadSelfAttention(nn.Module):
         if out.dim() == q.dim() + 1:  # grouped: (... kv_heads group seq d_v)
             out = rearrange(out, "... kv_heads group seq d_v -> ... (kv_heads group) seq d_v")
         return self.output_proj(rearrange(out, "... heads seq d_v -> ... seq (heads d_v)"))
+
+    def attention_core(self, q, k, v, seq, device):
+        """The core to run and its arguments: the fused kernel (a mask only for a window), or
+        the course's core with the causal mask (query i may attend key j iff j <= i, and
+        with a window W iff i - W < j <= i)."""
+        mask = None
+        if self.attention == "naive" or self.window is not None:
+            mask = torch.ones(seq, seq, dtype=torch.bool, device=device).tril()
+            if self.window is not None:
+                mask = mask.triu(1 - self.window)
+        if self.attention == "sdpa":
+            return fused_causal_attention, (q, k, v) + ((mask,) if mask is not None else ())
+        return self.core, (q, k, v, mask)
 
     def core(self, q, k, v, causal):
         """The course's attention core: causal mask (query i may attend key j iff j <= i),

@@ -13,9 +13,15 @@ import torch
 import torch.nn.functional as F
 
 
-def fused_causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    # q: (batch heads seq d_k); k, v: (batch kv_heads seq d_k), heads a multiple of kv_heads
+def fused_causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                           mask: torch.Tensor | None = None) -> torch.Tensor:
+    # q: (batch heads seq d_k); k, v: (batch kv_heads seq d_k), heads a multiple of kv_heads;
+    # mask: None (causal), or a (seq seq) bool mask (a sliding window), True = may attend
+    causal = mask is None
+    if mask is not None:  # the additive form the kernel takes (F.sdpa would make it alike)
+        mask = torch.where(mask, 0.0, float("-inf"))
     if q.device.type == "meta":
-        return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, True)[0]
-    return F.scaled_dot_product_attention(q, k, v, is_causal=True,
+        return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+            q, k, v, 0.0, causal, attn_mask=mask)[0]
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal,
                                           enable_gqa=k.shape[-3] != q.shape[-3])

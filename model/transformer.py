@@ -8,8 +8,14 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from accounting.config import MLPS
+
 from .attention import CausalMultiHeadSelfAttention
+from .latent_attention import LatentAttention
 from .layers import NORM_CLASSES, Embedding, Linear, check_positive_int, feed_forward
+from .moe import MoE
+
+MLA_OPTIONS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 
 
 class TransformerBlock(nn.Module):
@@ -22,7 +28,9 @@ class TransformerBlock(nn.Module):
     def __init__(self, d_model, num_heads, d_ff, max_seq_len, theta, device=None, dtype=None, *,
                  num_kv_heads=None, head_dim=None, norm="rmsnorm", norm_eps=1e-5,
                  norm_placement="pre", mlp="swiglu", qkv_bias=False, out_bias=False,
-                 mlp_bias=False, qk_norm="none", attention="naive"):
+                 mlp_bias=False, qk_norm="none", attention="naive", window=None, moe=None,
+                 q_lora_rank=None, kv_lora_rank=None, qk_nope_head_dim=None,
+                 qk_rope_head_dim=None, v_head_dim=None):
         super().__init__()
         if norm not in NORM_CLASSES:
             raise ValueError(f"norm must be one of {', '.join(NORM_CLASSES)}, got {norm!r}")
@@ -31,13 +39,25 @@ class TransformerBlock(nn.Module):
         self.post_norm = norm_placement == "post"
         norm_cls = NORM_CLASSES[norm]
         self.ln1 = norm_cls(d_model, eps=norm_eps, device=device, dtype=dtype)
-        self.attn = CausalMultiHeadSelfAttention(
-            d_model, num_heads, max_seq_len=max_seq_len, theta=theta, device=device, dtype=dtype,
-            num_kv_heads=num_kv_heads, head_dim=head_dim, qkv_bias=qkv_bias, out_bias=out_bias,
-            qk_norm=qk_norm, norm=norm, norm_eps=norm_eps, attention=attention,
-        )
+        if kv_lora_rank is not None:  # multi-head latent attention (DeepSeek)
+            self.attn = LatentAttention(
+                d_model, num_heads, max_seq_len=max_seq_len, theta=theta, device=device,
+                dtype=dtype, q_lora_rank=q_lora_rank, kv_lora_rank=kv_lora_rank,
+                qk_nope_head_dim=qk_nope_head_dim, qk_rope_head_dim=qk_rope_head_dim,
+                v_head_dim=v_head_dim, qkv_bias=qkv_bias, out_bias=out_bias, norm=norm,
+                norm_eps=norm_eps, attention=attention, window=window)
+        else:
+            self.attn = CausalMultiHeadSelfAttention(
+                d_model, num_heads, max_seq_len=max_seq_len, theta=theta, device=device, dtype=dtype,
+                num_kv_heads=num_kv_heads, head_dim=head_dim, qkv_bias=qkv_bias, out_bias=out_bias,
+                qk_norm=qk_norm, norm=norm, norm_eps=norm_eps, attention=attention, window=window,
+            )
         self.ln2 = norm_cls(d_model, eps=norm_eps, device=device, dtype=dtype)
-        self.ffn = feed_forward(mlp, d_model, d_ff, device=device, dtype=dtype, bias=mlp_bias)
+        if moe is not None:  # a mixture of experts: moe holds MoE's options
+            self.ffn = MoE(d_model, device=device, dtype=dtype,
+                           activation=MLPS[mlp].activation, **moe)
+        else:
+            self.ffn = feed_forward(mlp, d_model, d_ff, device=device, dtype=dtype, bias=mlp_bias)
 
     def forward(self, x: torch.Tensor, token_positions: torch.Tensor | None = None) -> torch.Tensor:
         # x: (batch seq d_model) -> (batch seq d_model)
@@ -71,6 +91,20 @@ class TransformerLM(nn.Module):
         *,
         positions="rope",
         tie_embeddings=False,
+        sliding_window=None,
+        layer_types=None,
+        dense_layers=(),
+        num_experts=None,
+        experts_per_token=2,
+        moe_d_ff=None,
+        num_shared_experts=0,
+        router="softmax",
+        router_groups=1,
+        router_topk_groups=1,
+        router_bias=False,
+        norm_topk_prob=True,
+        routed_scaling_factor=1.0,
+        moe_capacity_factor=None,
         **block_options,
     ):
         super().__init__()
@@ -84,10 +118,18 @@ class TransformerLM(nn.Module):
         if positions == "learned":
             self.position_embeddings = Embedding(context_length, d_model, device=device, dtype=dtype)
         theta = rope_theta if positions == "rope" else None
+        moe = None if num_experts is None else dict(
+            num_experts=num_experts, experts_per_token=experts_per_token,
+            d_ff=d_ff if moe_d_ff is None else moe_d_ff, num_shared_experts=num_shared_experts,
+            router=router, router_groups=router_groups, router_topk_groups=router_topk_groups,
+            router_bias=router_bias, norm_topk_prob=norm_topk_prob,
+            routed_scaling_factor=routed_scaling_factor, capacity_factor=moe_capacity_factor)
+        types = layer_types or (("local" if sliding_window else "global"),) * num_layers
         self.layers = nn.ModuleList(
             TransformerBlock(d_model, num_heads, d_ff, context_length, theta, device=device, dtype=dtype,
-                             **block_options)
-            for _ in range(num_layers)
+                             window=sliding_window if types[i] == "local" else None,
+                             moe=None if i in dense_layers else moe, **block_options)
+            for i in range(num_layers)
         )
         norm = block_options.get("norm", "rmsnorm")
         self.ln_final = NORM_CLASSES[norm](d_model, eps=block_options.get("norm_eps", 1e-5),
@@ -106,7 +148,7 @@ class TransformerLM(nn.Module):
             raise ValueError(f"recompute must be none, full or selective, got {mode!r}")
         self.recompute = mode
         for layer in self.layers:
-            layer.attn.recompute_core = mode == "selective"
+            layer.attn.recompute_core = mode == "selective"  # both attention kinds have it
         return self
 
     @classmethod

@@ -3,8 +3,11 @@
 Every variant of the spec (tests/test_architectures.py::VARIANTS) is run forward and compared
 with a reference written from torch.nn.functional: F.embedding, F.layer_norm, F.rms_norm,
 F.linear (with bias), F.silu, F.gelu (exact and approximate="tanh"),
-F.scaled_dot_product_attention(is_causal=True, enable_gqa=True), and the rotation-matrix
-RoPE of tests/test_model.py. model/ itself uses none of these (test_model.py scans it).
+F.scaled_dot_product_attention(is_causal=True, enable_gqa=True; a boolean mask for a
+sliding window), and the rotation-matrix RoPE of tests/test_model.py; mixtures of experts
+token by token (each token's top-k experts run one at a time, a capacity kept by counting
+slots in token order), latent attention from DeepSeek-V2's equations. model/ itself uses
+none of these functional ops (test_model.py scans it).
 """
 import math
 
@@ -74,7 +77,92 @@ def ref_linear(x, p, prefix):
     return F.linear(x, p[prefix + ".weight"], p.get(prefix + ".bias"))
 
 
-def ref_attention(c, x, p, a):
+def window_mask(T, window):
+    """True where query i may attend key j: j <= i, and i − j < W for a window."""
+    i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
+    return (j <= i) & ((i - j < window) if window is not None else True)
+
+
+def ref_sdpa(q, k, v, window):
+    if window is None:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=k.shape[1] != q.shape[1])
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=window_mask(q.shape[-2], window),
+                                          enable_gqa=k.shape[1] != q.shape[1])
+
+
+def ref_latent_attention(c, x, p, a, window):
+    """DeepSeek-V2/V3 multi-head latent attention, from its equations (training form)."""
+    B, T, _ = x.shape
+    h, nope, rope, dv, r = c.num_heads, c.qk_nope_head_dim, c.qk_rope_head_dim, c.v_head_dim, c.kv_lora_rank
+    if c.q_lora_rank is None:
+        q = ref_linear(x, p, f"{a}.q_proj")
+    else:
+        q = ref_linear(ref_norm(c, ref_linear(x, p, f"{a}.q_a_proj"), p, f"{a}.q_a_norm"), p, f"{a}.q_b_proj")
+    q = q.view(B, T, h, nope + rope).transpose(1, 2)
+    q_nope, q_pe = q.split([nope, rope], dim=-1)
+    c_kv, k_pe = ref_linear(x, p, f"{a}.kv_a_proj").split([r, rope], dim=-1)
+    kv = ref_linear(ref_norm(c, c_kv, p, f"{a}.kv_a_norm"), p, f"{a}.kv_b_proj")
+    k_nope, v = kv.view(B, T, h, nope + dv).transpose(1, 2).split([nope, dv], dim=-1)
+    k_pe = k_pe.unsqueeze(1)
+    if c.positions == "rope":
+        pos = torch.arange(T).unsqueeze(0)
+        q_pe, k_pe = ref_rope(q_pe, pos, c.rope_theta), ref_rope(k_pe, pos, c.rope_theta)
+    q = torch.cat((q_nope, q_pe), -1)
+    k = torch.cat((k_nope, k_pe.expand(B, h, T, rope)), -1)
+    out = ref_sdpa(q, k, v, window)
+    return ref_linear(out.transpose(1, 2).reshape(B, T, h * dv), p, f"{a}.output_proj")
+
+
+def ref_expert(c, x, p, f, e):
+    act = {"silu": F.silu, "gelu_tanh": lambda t: F.gelu(t, approximate="tanh")}[c.mlp_kind.activation]
+    w1, w2, w3 = (p[f"{f}.experts.{n}"][e] for n in ("w1", "w2", "w3"))
+    return F.linear(act(F.linear(x, w1)) * F.linear(x, w3), w2)
+
+
+def ref_moe(c, x, p, f):
+    """Token by token: the router's top-k (group-limited, biased choice where configured),
+    each chosen expert run on the token, weighted; with a capacity factor each expert keeps
+    its first C slots in token order (Switch/GShard), the rest are dropped."""
+    B, T, d = x.shape
+    xt = x.reshape(-1, d)
+    n, E, k = xt.shape[0], c.num_experts, c.experts_per_token
+    logits = F.linear(xt, p[f"{f}.router.weight"])
+    scores = logits.softmax(-1) if c.router == "softmax" else logits.sigmoid()
+    choice = scores + p[f"{f}.router_bias"] if c.router_bias else scores.clone()
+    if c.router_groups > 1:
+        size = E // c.router_groups
+        for t in range(n):
+            rank = sorted(range(c.router_groups), key=lambda g: -float(
+                choice[t, g * size:(g + 1) * size].topk(2).values.sum()))
+            for g in rank[c.router_topk_groups:]:
+                choice[t, g * size:(g + 1) * size] = 0.0
+    chosen = choice.topk(k, dim=-1).indices
+    weights = scores.gather(1, chosen)
+    if c.norm_topk_prob:
+        weights = weights / weights.sum(-1, keepdim=True)
+    weights = weights * c.routed_scaling_factor
+    keep = torch.ones(n, k, dtype=torch.bool)
+    if c.moe_capacity_factor is not None:
+        cap = math.ceil(c.moe_capacity_factor * n * k / E)
+        used = [0] * E
+        for t in range(n):
+            for j in range(k):
+                e = int(chosen[t, j])
+                keep[t, j] = used[e] < cap
+                used[e] += 1
+    y = torch.zeros_like(xt)
+    for t in range(n):
+        for j in range(k):
+            if keep[t, j]:
+                y[t] += weights[t, j] * ref_expert(c, xt[t], p, f, int(chosen[t, j]))
+    if c.num_shared_experts:
+        y = y + ref_mlp(c, xt, p, f"{f}.shared")
+    return y.reshape(B, T, d)
+
+
+def ref_attention(c, x, p, a, window=None):
+    if c.mla:
+        return ref_latent_attention(c, x, p, a, window)
     B, T, _ = x.shape
     h, kv, d = c.num_heads, c.kv_heads, c.d_k
     q, k, v = (ref_linear(x, p, f"{a}.{n}_proj") for n in "qkv")
@@ -88,7 +176,7 @@ def ref_attention(c, x, p, a):
     if c.positions == "rope":
         pos = torch.arange(T).unsqueeze(0)
         q, k = ref_rope(q, pos, c.rope_theta), ref_rope(k, pos, c.rope_theta)
-    out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=kv != h)
+    out = ref_sdpa(q, k, v, window)
     return ref_linear(out.transpose(1, 2).reshape(B, T, h * d), p, f"{a}.output_proj")
 
 
@@ -106,14 +194,23 @@ def ref_lm(c, ids, p):
     x = F.embedding(ids, p["token_embeddings.weight"])
     if c.positions == "learned":
         x = x + F.embedding(torch.arange(T), p["position_embeddings.weight"])
+    types = c.layer_types or (("local" if c.sliding_window else "global"),) * c.num_layers
     for i in range(c.num_layers):
         b = f"layers.{i}"
+        window = c.sliding_window if types[i] == "local" else None
+        moe = c.num_experts is not None and i not in c.dense_layers
+
+        def attn(z):
+            return ref_attention(c, z, p, f"{b}.attn", window)
+
+        def mlp(z):
+            return ref_moe(c, z, p, f"{b}.ffn") if moe else ref_mlp(c, z, p, f"{b}.ffn")
         if c.norm_placement == "pre":
-            y = x + ref_attention(c, ref_norm(c, x, p, f"{b}.ln1"), p, f"{b}.attn")
-            x = y + ref_mlp(c, ref_norm(c, y, p, f"{b}.ln2"), p, f"{b}.ffn")
+            y = x + attn(ref_norm(c, x, p, f"{b}.ln1"))
+            x = y + mlp(ref_norm(c, y, p, f"{b}.ln2"))
         else:  # OLMo-2
-            y = x + ref_norm(c, ref_attention(c, x, p, f"{b}.attn"), p, f"{b}.ln1")
-            x = y + ref_norm(c, ref_mlp(c, y, p, f"{b}.ffn"), p, f"{b}.ln2")
+            y = x + ref_norm(c, attn(x), p, f"{b}.ln1")
+            x = y + ref_norm(c, mlp(y), p, f"{b}.ln2")
     head = p["token_embeddings.weight"] if c.tie_embeddings else p["lm_head.weight"]
     return F.linear(ref_norm(c, x, p, "ln_final"), head)
 
@@ -127,6 +224,9 @@ def test_every_variant_matches_its_functional_reference(name):
         for key, t in lm.named_parameters():
             if t.dim() == 1:
                 t.copy_(torch.rand_like(t) + 0.5 if key.endswith("weight") else torch.randn_like(t))
+        for key, t in lm.named_buffers():
+            if key.endswith("router_bias"):  # a bias that changes the choice
+                t.copy_(torch.randn_like(t))
     p = {k: v.detach().double() for k, v in lm.state_dict().items()}
     ids = torch.randint(0, c.vocab_size, (2, 7))
     torch.testing.assert_close(lm(ids).double(), ref_lm(c, ids, p), **F32_TOL)

@@ -254,13 +254,15 @@ class CrossCheck:
 
 # ---------------------------------------------------------------- comparison
 def _analytic(a: Analysis):
-    """Executed matmul FLOPs by pass and component, and one block's by pass."""
+    """Executed matmul FLOPs by pass and component, and one block's of each kind by pass
+    (block[kind symbol][pass][component]; one kind, "L", when every block is alike)."""
     by = {p: {c: 0 for c in COMPONENTS} for p in PHASES[a.phase]}
-    block = {p: {c: 0 for c in BLOCK_COMPONENTS} for p in PHASES[a.phase]}
+    block = {g: {p: {c: 0 for c in BLOCK_COMPONENTS} for p in PHASES[a.phase]}
+             for g, _ in a.ledger.groups}
     for r in a.matmul_rows:
         by[r.record.phase][r.record.component] += r.flops
         if r.record.per_layer:
-            block[r.record.phase][r.record.component] += r.flops_each
+            block[r.record.repeat][r.record.phase][r.record.component] += r.flops_each
     return by, block
 
 
@@ -272,10 +274,14 @@ def _ops_by_module(m: Measurement, phase: str, kinds) -> dict[str, int]:
     return dict(out)
 
 
-def _layer_check(scope, counter, s: Split, block: dict) -> LayerCheck:
-    mismatches = tuple(LayerMismatch(i, c, block[c], layer[c]) for i, layer in enumerate(s.layers)
-                       for c in BLOCK_COMPONENTS if layer[c] != block[c])
-    return LayerCheck(scope, counter, len(s.layers), mismatches)
+def _layer_check(scope, counter, s: Split, block: dict, lg: Ledger) -> LayerCheck:
+    """Each block against the analytic block of its kind."""
+    mismatches = []
+    for i, layer in enumerate(s.layers):
+        want = block[lg.group_of(i)][scope]
+        mismatches += [LayerMismatch(i, c, want[c], layer[c]) for c in BLOCK_COMPONENTS
+                       if layer[c] != want[c]]
+    return LayerCheck(scope, counter, len(s.layers), tuple(mismatches))
 
 
 def _rows(scope, analytic: dict, fv: Split | None, stock, torch_split: Split, products: Split,
@@ -344,7 +350,7 @@ def compare(a: Analysis, m: Measurement) -> CrossCheck:
             fv_total = macs[""]
             fv = split(own(macs), lg, fv_total)
             stock = _stock_by_component(m, lg)
-            layer_checks.append(_layer_check(FORWARD, FVCORE, fv, block[FORWARD]))
+            layer_checks.append(_layer_check(FORWARD, FVCORE, fv, block, lg))
         fcm = m.torch_flops[FORWARD]
         t = split(own(fcm), lg, fcm.get(GLOBAL, 0))
         prod_mod = _ops_by_module(m, FORWARD, (EINSUM_PRODUCT,))
@@ -352,7 +358,7 @@ def compare(a: Analysis, m: Measurement) -> CrossCheck:
         p = split(prod_mod, lg, prod_tot)
         rows += _rows(FORWARD, analytic[FORWARD], fv, stock, t, p, fv_total,
                       fcm.get(GLOBAL, 0), prod_tot)
-        layer_checks.append(_layer_check(FORWARD, TORCH, _add(t, p), block[FORWARD]))
+        layer_checks.append(_layer_check(FORWARD, TORCH, _add(t, p), block, lg))
         # The op counter's module attribution, checked where FlopCounterMode's is sound.
         innermost = _ops_by_module(m, FORWARD, (MATMUL,))
         mine = rollup(innermost)
@@ -373,7 +379,7 @@ def compare(a: Analysis, m: Measurement) -> CrossCheck:
         prod_tot = sum(prod_mod.values())
         p = split(prod_mod, lg, prod_tot)
         rows += _rows(BACKWARD, analytic[BACKWARD], None, None, t, p, None, fcm_total, prod_tot)
-        layer_checks.append(_layer_check(BACKWARD, TORCH, _add(t, p), block[BACKWARD]))
+        layer_checks.append(_layer_check(BACKWARD, TORCH, _add(t, p), block, lg))
         checks.append(Check("backward: the op counter's matmul FLOPs = FlopCounterMode's",
                             f"{grouped(mine_total)} and {grouped(fcm_total)}",
                             mine_total == fcm_total))
@@ -400,7 +406,9 @@ def compare(a: Analysis, m: Measurement) -> CrossCheck:
         notes.append("Compared on executed counts (the full T×T attention core the model "
                      "computes and masks, as the counters see it); the useful counts are "
                      "analytic only.")
-    per_block = tuple((s, tuple(block[s].items())) for s in passes)
+    one = len(lg.groups) == 1
+    per_block = tuple((s if one else f"{s}, a block of {g}", tuple(block[g][s].items()))
+                      for g, _ in lg.groups for s in passes)
     return CrossCheck(a.config.name, a.seq, a.batch, a.phase, a.counting, tuple(rows),
                       tuple(layer_checks), per_block, tuple(non_matmul), tuple(zero_ops),
                       tuple(checks), tuple(notes), tuple(nm_notes), _einsum_summary(m),
@@ -511,13 +519,13 @@ def _non_matmul(a: Analysis, m: Measurement):
     lg, v = a.ledger, a.values
     label_of = _groups(lg)
     expected: dict[tuple, int] = defaultdict(int)  # (label, op) -> FLOPs
-    block_expected: dict[tuple, int] = defaultdict(int)  # (module in a block, op) -> FLOPs
+    block_expected: dict[tuple, int] = defaultdict(int)  # (kind, module in a block, op) -> FLOPs
     components: dict[tuple, list[str]] = defaultdict(list)
     for e in lg.elementwise:
         label = label_of[(e.per_layer, e.module)]
         expected[(label, e.op)] += e.count(v) * e.flops(v)
         if e.per_layer:
-            block_expected[(e.module, e.op)] += e.flops(v)
+            block_expected[(e.repeat, e.module, e.op)] += e.flops(v)
         if e.component not in components[(label, e.op)]:
             components[(label, e.op)].append(e.component)
 
@@ -553,9 +561,11 @@ def _non_matmul(a: Analysis, m: Measurement):
 
     mismatches = []
     for i in range(a.config.num_layers):
-        keys = {(w, op) for (j, w, op) in per_block if j == i} | set(block_expected)
+        g = lg.group_of(i)
+        keys = {(w, op) for (j, w, op) in per_block if j == i} | \
+            {(w, op) for (kind, w, op) in block_expected if kind == g}
         for w, op in sorted(keys):
-            got, want = per_block.get((i, w, op), 0), block_expected.get((w, op), 0)
+            got, want = per_block.get((i, w, op), 0), block_expected.get((g, w, op), 0)
             if got != want:
                 mismatches.append(LayerMismatch(i, f"{w or 'block'} {op}", want, got))
     layer_check = LayerCheck(FORWARD, f"{OP_COUNTER} (non-matmul)", a.config.num_layers,

@@ -2,7 +2,8 @@
 
 Non-matmul FLOPs follow accounting/records.py's CONVENTION: 1 per output element
 for elementwise arithmetic (exp, sigmoid, sqrt included), 1 per input element for a
-reduction, 1 per element for torch.where, 0 for copies, casts, views, indexing,
+reduction (top-k included: a comparison per input element), 1 per element for torch.where
+and masked_fill, 1 per added element for index_add, 0 for copies, casts, views, indexing,
 factories and ops without a floating-point result. A floating-point op outside these
 lists is recorded as "unknown", never dropped. Matmul operators are counted with
 torch.utils.flop_counter's own formulas, the ones FlopCounterMode uses.
@@ -54,8 +55,11 @@ ELEMENTWISE_OPS = frozenset(f"aten.{n}" for n in (
     "expm1", "log", "log2", "log1p", "sqrt", "rsqrt", "sigmoid", "tanh", "erf", "silu", "gelu",
     "sin", "cos", "maximum", "minimum", "square"))
 # 1 FLOP per input element.
-REDUCTION_OPS = frozenset(f"aten.{n}" for n in ("sum", "mean", "amax", "amin", "max", "min"))
-SELECT_OPS = frozenset({"aten.where"})
+REDUCTION_OPS = frozenset(f"aten.{n}" for n in ("sum", "mean", "amax", "amin", "max", "min",
+                                                 "topk"))
+SELECT_OPS = frozenset({"aten.where", "aten.masked_fill"})
+# 1 FLOP per source element: the values it adds in (MoE: expert outputs back to their tokens).
+ADD_INTO_OPS = frozenset({"aten.index_add"})
 ZERO_OPS = frozenset(f"aten.{n}" for n in (
     "view", "_unsafe_view", "reshape", "permute", "transpose", "t", "expand", "unsqueeze",
     "squeeze", "select", "slice", "split", "split_with_sizes", "unbind", "alias", "as_strided",
@@ -63,7 +67,8 @@ ZERO_OPS = frozenset(f"aten.{n}" for n in (
     "embedding", "stack", "cat", "empty", "empty_like", "empty_strided", "zeros", "zeros_like",
     "ones", "ones_like", "full", "full_like", "fill", "scalar_tensor", "arange", "lift_fresh",
     "lift_fresh_copy", "new_empty", "new_empty_strided", "new_zeros", "new_ones", "new_full",
-    "_local_scalar_dense", "randn", "rand", "randint", "normal", "uniform"))
+    "_local_scalar_dense", "randn", "rand", "randint", "normal", "uniform", "gather",
+    "index_copy", "constant_pad_nd", "scatter", "index_fill"))
 # Not here: index_put with accumulate (the embedding's backward scatter-add) adds values;
 # it shows up as "unknown", which only matters in the forward pass (none runs there).
 
@@ -240,6 +245,9 @@ def classify(func, name: str, args, kwargs, out, in_einsum: bool) -> tuple[str, 
         return ZERO, 0, 0
     if name in SELECT_OPS:
         return SELECT, n_out, n_out
+    if name in ADD_INTO_OPS:  # index_add(self, dim, index, source)
+        n_src = _tensors(args)[2].numel()
+        return ELEMENTWISE, n_src, n_src
     binary = func._overloadname in ("other", "out")  # aten.max.other is elementwise
     if name in ELEMENTWISE_OPS or (name in REDUCTION_OPS and binary):
         return ELEMENTWISE, n_out, n_out

@@ -81,6 +81,10 @@ def to_dict(p: Plan) -> dict:
         "prefill_flops": i.prefill_flops, "position": i.position,
         "decode_flops": i.decode_flops, "decode_flops_formula": str(decode_flops_expr(p.config)),
         "decode_weight_bytes_read": i.weight_bytes_read, "decode_kv_bytes_read": i.kv_bytes_read,
+        "decode_flops_absorbed": i.decode_flops_absorbed,
+        "decode_experts_read": None if i.experts_read is None else {
+            "worst_case": i.experts_read[0], "uniform_routing_expectation": _fraction(i.experts_read[1])},
+        "decode_weight_bytes_read_uniform_routing": _fraction(i.weight_bytes_read_expected),
         "roofline": {"compute_seconds": _fraction(r.compute_seconds),
                      "memory_seconds": _fraction(r.memory_seconds), "bound": r.bound},
     }

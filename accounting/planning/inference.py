@@ -3,10 +3,19 @@ roofline estimate of the time per decode step.
 
 Everything is derived from the ledger (accounting/builder.py):
   - the cache holds what the attention's cache entries name (K after RoPE and V: h_kv·d_k
-    elements each per token, in each of the L layers);
+    elements each per token, in each of the L layers; latent attention's latent and RoPE
+    key, d_kv_a); a local (sliding-window) layer keeps only its last W tokens;
   - decoding the token at position t runs every forward matmul with a query length of 1
     and a key length of t: in each record the T of the query side (its m) becomes 1 and, in
-    the causal (query × key) records, the T on the key side becomes t.
+    the causal (query × key) records, the T on the key side becomes t (t_W = min(t, W) on a
+    local layer). A record that reads the cache itself (latent attention's kv_b_proj, which
+    re-expands the latent: the naive form) runs over the t cached tokens;
+  - latent attention's absorbed form (DeepSeek-V2 §2.1.3: W^UK folded into the query, W^UV
+    into the output) replaces kv_b_proj and the attention core by attention over the latent:
+    h·(2·d_nope·r_kv + 2·t·(r_kv + d_rope) + 2·t·r_kv + 2·r_kv·d_v) per layer and sequence;
+  - a mixture of experts' decode step reads the weights of the experts its B·k token slots
+    touch: at worst min(E, B·k); under uniform routing, E·(1 − (1 − k/E)^B) on average
+    (an assumption: real routers are not uniform).
 """
 from __future__ import annotations
 
@@ -15,7 +24,7 @@ from fractions import Fraction
 
 from accounting import records as R
 from accounting.analysis import analyze
-from accounting.config import ModelConfig
+from accounting.config import ModelConfig, expert_capacity
 from accounting.ledger import ledger
 from accounting.planning.memory import Precision, values
 from accounting.symbols import Expr
@@ -23,23 +32,37 @@ from accounting.units import FLOPS_PER_MAC
 
 
 def kv_elements_per_token(config: ModelConfig) -> Expr:
-    """Cached elements per token: the ledger's cache entries in every layer."""
+    """Cached elements per token (every layer; a local layer's once T ≤ W)."""
     return sum((e.expr() for e in ledger(config).cache), Expr())
 
 
+def kv_elements(config: ModelConfig, tokens: int) -> int:
+    """Cached elements for one sequence of `tokens` tokens: a local layer keeps min(T, W)."""
+    lg = ledger(config)
+    v = lg.values(max(tokens, 1), 1)
+    w = config.sliding_window
+    return sum(e.expr().evaluate(v) * (min(tokens, w) if e.window else tokens) for e in lg.cache)
+
+
 def _decode_factors(r: R.Matmul) -> tuple[str, ...]:
-    """The record's factors for one query at key length t."""
-    assert "T" in r.m, r  # the query side
+    """The record's factors for one query at key length t (t_W = min(t, W) on a local layer)."""
+    key = "t_W" if r.window else "t"
+    if r.reads_cache:  # it runs over every cached token
+        return r.batch + tuple(key if f == "T" else f for f in r.m) + r.n + r.p
+    if "T" not in r.m:  # experts under a capacity factor: E·C rows, C at one token each
+        assert r.m == ("E", "C"), r
+        return r.batch + ("E", "C_1") + r.n + r.p
     m = tuple(f for f in r.m if f != "T")  # query length 1
-    n = tuple("t" if f == "T" else f for f in r.n)
-    p = tuple("t" if f == "T" else f for f in r.p)
+    n = tuple(key if f == "T" else f for f in r.n)
+    p = tuple(key if f == "T" else f for f in r.p)
     if not r.causal:
         assert "T" not in r.n + r.p, r  # only the attention core has a key length
     return r.batch + m + n + p
 
 
 def decode_flops_expr(config: ModelConfig) -> Expr:
-    """Matmul FLOPs to decode one token at position t (it attends to t keys) for B sequences."""
+    """Matmul FLOPs to decode one token at position t (it attends to t keys) for B sequences
+    (latent attention: the naive form, as trained)."""
     total = Expr()
     for r in ledger(config).forward:
         e = Expr.of(FLOPS_PER_MAC, _decode_factors(r))
@@ -47,15 +70,57 @@ def decode_flops_expr(config: ModelConfig) -> Expr:
     return total
 
 
+def absorbed_decode_flops_expr(config: ModelConfig) -> Expr | None:
+    """Latent attention's absorbed decode form (None without latent attention): the naive
+    count less kv_b_proj and the attention core, plus attention over the latent."""
+    if not config.mla:
+        return None
+    total = Expr()
+    for r in ledger(config).forward:
+        if r.reads_cache or r.component == R.ATTN_CORE:
+            continue
+        e = Expr.of(FLOPS_PER_MAC, _decode_factors(r))
+        total = total + (e.times(r.repeat) if r.repeat else e)
+    for g, layers in ledger(config).groups:
+        local = any(config.layer_kinds[i].local for i in layers)
+        t = "t_W" if local else "t"
+        latent = Expr({("B", "h", "d_nope", "r_kv"): 2, ("B", "h", t, "r_kv"): 4,
+                       ("B", "h", t, "d_rope"): 2, ("B", "h", "r_kv", "d_v"): 2})
+        total = total + latent.times(g)
+    return total
+
+
+def _expert_param(p: R.Param) -> bool:
+    return p.shape[:1] == ("E",)
+
+
 def weights_read_expr(config: ModelConfig) -> Expr:
     """Parameter elements a decode step reads: every weight, except that of a table only
     looked up (the token embedding when untied, a learned position table) it reads one row
-    per sequence (B·d_model)."""
+    per sequence (B·d_model), and the routed experts' of which it reads E_read (the experts
+    the step's token slots touch)."""
     total = Expr()
     for p in ledger(config).params:
-        e = Expr.of(1, ("B", "d_model")) if p.lookup and not p.matmul_weight else Expr.of(1, p.shape)
+        if p.lookup and not p.matmul_weight:
+            e = Expr.of(1, ("B", "d_model"))
+        elif _expert_param(p):
+            e = Expr.of(1, ("E_read",) + p.shape[1:])
+        else:
+            e = Expr.of(1, p.shape)
         total = total + (e.times(p.repeat) if p.repeat else e)
     return total
+
+
+def experts_read(config: ModelConfig, batch: int) -> tuple[int, Fraction] | None:
+    """(worst case, expectation under uniform routing) of the distinct experts one MoE
+    layer's decode step touches: B tokens, k distinct experts each. Uniform: each expert is
+    missed by a token with probability 1 − k/E, by all B with (1 − k/E)^B."""
+    if config.num_experts is None:
+        return None
+    E, k = config.num_experts, config.experts_per_token
+    if config.moe_capacity_factor is not None:
+        return E, Fraction(E)  # every expert runs its C rows, padded or not
+    return min(E, batch * k), E * (1 - (1 - Fraction(k, E)) ** batch)
 
 
 @dataclass(frozen=True)
@@ -105,13 +170,16 @@ class Inference:
     seq: int  # context held in the cache
     position: int  # the decoded token's position t (1-based: it attends to t keys)
     bytes_per_element: int
-    kv_bytes_per_token: int
-    kv_bytes: int  # for (batch, seq)
+    kv_bytes_per_token: int  # every layer's entry (a local layer's while T ≤ W)
+    kv_bytes: int  # for (batch, seq): a local layer holds min(seq, W) tokens
     prefill_flops: int  # forward matmuls over seq tokens (logits for every position)
-    decode_flops: int  # at position t, all B sequences
-    weight_bytes_read: int
-    kv_bytes_read: int  # B·t tokens
+    decode_flops: int  # at position t, all B sequences (latent attention: naive form)
+    weight_bytes_read: int  # MoE: at worst (min(E, B·k) experts per layer)
+    kv_bytes_read: int  # B sequences' cache at position t
     roofline: Roofline
+    decode_flops_absorbed: int | None = None  # latent attention's absorbed form
+    experts_read: tuple[int, Fraction] | None = None  # (worst, uniform expectation) per layer
+    weight_bytes_read_expected: Fraction | None = None  # MoE, uniform routing (assumption)
 
 
 def inference(config: ModelConfig, batch: int, seq: int, precision: Precision,
@@ -120,11 +188,25 @@ def inference(config: ModelConfig, batch: int, seq: int, precision: Precision,
     t = seq if position is None else position
     v = values(config, seq, batch)
     v["t"] = t
+    if config.sliding_window is not None:
+        v["t_W"] = min(t, config.sliding_window)
+    if config.moe_capacity_factor is not None:
+        v["C_1"] = expert_capacity(config.moe_capacity_factor, batch * config.experts_per_token,
+                                   config.num_experts)
     size = precision.inference_bytes
-    per_token = kv_elements_per_token(config).evaluate(v) * size
+    per_token = kv_elements_per_token(config).evaluate({**v, "T": 1}) * size
     decode = decode_flops_expr(config).evaluate(v)
-    weights = weights_read_expr(config).evaluate(v) * size
-    kv_read = batch * t * per_token
-    return Inference(config, batch, seq, t, size, per_token, batch * seq * per_token,
+    absorbed = absorbed_decode_flops_expr(config)
+    read = experts_read(config, batch)
+    expected = None
+    w = weights_read_expr(config)
+    if read is not None:
+        weights = w.evaluate({**v, "E_read": read[0]}) * size
+        expected = w.value({**v, "E_read": read[1]}) * size
+    else:
+        weights = w.evaluate(v) * size
+    kv_read = batch * kv_elements(config, t) * size
+    return Inference(config, batch, seq, t, size, per_token, batch * kv_elements(config, seq) * size,
                      analyze(config, seq, batch, "forward").matmul_flops(), decode, weights,
-                     kv_read, Roofline(decode, weights + kv_read, peak_flops, bandwidth))
+                     kv_read, Roofline(decode, weights + kv_read, peak_flops, bandwidth),
+                     None if absorbed is None else absorbed.evaluate(v), read, expected)

@@ -231,34 +231,40 @@ class MemoryModel:
                 out.append(Term("RoPE cos/sin tables (fp32 buffers)", str(buffers), buffers,
                                 note="T_max = max(T, context_length): the model's table length"))
         acts = self.activations()
-        block = [r for r in acts if r.per_layer]
         outside = [r for r in acts if not r.per_layer]
-        if self.recompute == NO_RECOMPUTE:
-            g = self._by_size(block)
-            out.append(Term("activations: all L blocks", grouped(g, "L·"), self._bytes(g, ("L",))))
-        else:
-            kept, again = self._recompute_split(block)
-            out.append(Term("activations: kept for recomputation", grouped(kept, "L·"),
-                            self._bytes(kept, ("L",)),
+        kinds = [g for g, _ in self.ledger.groups]
+        for kind in kinds:  # "L" when every block is alike; else one term per kind of block
+            block = [r for r in acts if r.repeat == kind]
+            blocks = "all L blocks" if kind == "L" else f"the {kind} blocks"
+            prefix = f"{kind}·"
+            if self.recompute == NO_RECOMPUTE:
+                g = self._by_size(block)
+                out.append(Term(f"activations: {blocks}", grouped(g, prefix), self._bytes(g, (kind,))))
+                continue
+            kept, again = self._recompute_split(block, kind)
+            one = "block" if self.recompute == FULL_RECOMPUTE else "attention core"
+            out.append(Term("activations: kept for recomputation" + ("" if kind == "L" else f" ({kind})"),
+                            grouped(kept, prefix), self._bytes(kept, (kind,)),
                             note="what each block keeps (its input, or its attention core's inputs)"))
-            out.append(Term(f"activations: one {'block' if self.recompute == FULL_RECOMPUTE else 'attention core'}"
-                            ", recomputed", grouped(again), self._bytes(again),
+            out.append(Term(f"activations: one {one}" + ("" if kind == "L" else f" of {kind}")
+                            + ", recomputed", grouped(again), self._bytes(again),
                             note="alive while that block is differentiated"))
         g = self._by_size(outside)
         out.append(Term("activations: outside the blocks", grouped(g), self._bytes(g)))
         return tuple(out)
 
-    def _recompute_split(self, block) -> tuple[list, list]:
-        """(kept per block, recomputed for the one block being differentiated), by size."""
+    def _recompute_split(self, block, kind: str) -> tuple[list, list]:
+        """(kept per block, recomputed for the one block being differentiated), by size,
+        for the blocks of one kind."""
         if self.scope == COURSE:  # the course's list: each block keeps its input
             kept = [r for r in ledger(self.config, self.precision.autocast).activations
-                    if r.block_input]
+                    if r.block_input and r.repeat == kind]
             return self._by_size(kept), self._by_size([r for r in block if not r.block_input])
         # what a block saves without recomputation, less what it keeps with it (weight
         # copies included: the recomputed matmuls cast their weights again)
         full = [r for r in ledger(self.config, self.precision.autocast).activations
-                if r.per_layer and in_scope(r, MODEL)]
-        kept_all = [r for r in self.ledger.activations if r.per_layer and in_scope(r, MODEL)]
+                if r.repeat == kind and in_scope(r, MODEL)]
+        kept_all = [r for r in self.ledger.activations if r.repeat == kind and in_scope(r, MODEL)]
         diff: dict[int, Expr] = {}
         for size, e in self._by_size(full):
             diff[size] = diff.get(size, Expr()) + e

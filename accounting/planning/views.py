@@ -7,6 +7,7 @@ from fractions import Fraction
 from accounting.planning import compute, memory
 from accounting.planning.compute import ADAMW_CONVENTION, ADAMW_OPS
 from accounting.planning.inference import (
+    absorbed_decode_flops_expr,
     decode_flops_expr,
     kv_elements_per_token,
     weights_read_expr,
@@ -292,24 +293,53 @@ def inference_table(p: Plan) -> Table:
     i = p.inference
     s = i.bytes_per_element
     r = i.roofline
+    c = p.config
+    window = c.sliding_window is not None and any(k.local for k in c.layer_kinds)
+    held = "B·(T on global layers, min(T, W) on local ones)·" if window else "B·T·"
     rows = [
-        ("KV cache per token", f"{s}·({kv_elements_per_token(p.config)})", grouped(i.kv_bytes_per_token), "bytes"),
-        (f"KV cache for B = {i.batch:,}, T = {i.seq:,}", f"{s}·B·T·({kv_elements_per_token(p.config)})",
+        ("KV cache per token", f"{s}·({kv_elements_per_token(c)})", grouped(i.kv_bytes_per_token), "bytes"),
+        (f"KV cache for B = {i.batch:,}, T = {i.seq:,}", f"{s}·{held}({kv_elements_per_token(c)})",
          grouped(i.kv_bytes), f"{gigabytes(i.kv_bytes)} = {gibibytes(i.kv_bytes)}"),
         (f"prefill FLOPs (T = {i.seq:,})", "the forward pass's matmuls", grouped(i.prefill_flops),
          si(i.prefill_flops, "FLOP")),
-        (f"decode FLOPs at position t = {i.position:,}", str(decode_flops_expr(p.config)),
-         grouped(i.decode_flops), si(i.decode_flops, "FLOP")),
-        ("decode: weights read", f"{s}·({weights_read_expr(p.config)})", grouped(i.weight_bytes_read),
-         gigabytes(i.weight_bytes_read)),
-        ("decode: KV cache read", f"{s}·B·t·({kv_elements_per_token(p.config)})", grouped(i.kv_bytes_read),
-         gigabytes(i.kv_bytes_read)),
+        (f"decode FLOPs at position t = {i.position:,}" + (" (naive form)" if c.mla else ""),
+         str(decode_flops_expr(c)), grouped(i.decode_flops), si(i.decode_flops, "FLOP")),
+    ]
+    if i.decode_flops_absorbed is not None:
+        rows.append(("decode FLOPs, absorbed form", str(absorbed_decode_flops_expr(c)),
+                     grouped(i.decode_flops_absorbed), si(i.decode_flops_absorbed, "FLOP")))
+    worst = " (worst case)" if i.experts_read is not None else ""
+    rows.append((f"decode: weights read{worst}", f"{s}·({weights_read_expr(c)})",
+                 grouped(i.weight_bytes_read), gigabytes(i.weight_bytes_read)))
+    if i.experts_read is not None:
+        most, mean = i.experts_read
+        rows.append(("decode: weights read, uniform routing (assumed)", f"E_read = {decimal(mean, 3)}",
+                     grouped(round(i.weight_bytes_read_expected)), gigabytes(round(i.weight_bytes_read_expected))))
+    rows += [
+        ("decode: KV cache read", f"{s}·{held.replace('T', 't')}({kv_elements_per_token(c)})",
+         grouped(i.kv_bytes_read), gigabytes(i.kv_bytes_read)),
         ("arithmetic intensity", "FLOPs / bytes", decimal(r.intensity, 3), "FLOP/byte"),
     ]
     notes = [f"Inference in {s}-byte elements ({'fp32' if s == 4 else 'bf16'}). The decode formula "
              "is the forward matmul records with a query length of 1 and a key length of t "
-             "(QKᵀ and scores·V grow with t); B sequences decode together. "
+             "(QKᵀ and scores·V grow with t" + ("; t_W = min(t, W) on a local layer" if window else "")
+             + "); B sequences decode together. "
              "Prefill computes logits at every position, as the model does."]
+    if c.mla:
+        notes.append("Latent attention caches the latent and the RoPE key (d_kv_a = r_kv + d_rope "
+                     "per token and layer). Naive form, as trained: kv_b_proj re-expands the t "
+                     "cached latents every step. Absorbed form (DeepSeek-V2 §2.1.3): W^UK folded "
+                     "into the query and W^UV into the output, attention runs over the latent "
+                     "(2·h·d_nope·r_kv + 2·h·t·(r_kv + d_rope) + 2·h·t·r_kv + 2·h·r_kv·d_v per "
+                     "sequence and layer). The roofline uses the naive form.")
+    if i.experts_read is not None:
+        most, mean = i.experts_read
+        notes.append(f"A decode step reads the experts its B·k token slots touch: at worst "
+                     f"min(E, B·k) = {most:,} per MoE layer (used for the roofline); if every "
+                     f"token picked its k experts uniformly at random (an assumption: trained "
+                     f"routers are not uniform), E·(1 − (1 − k/E)^B) = {decimal(mean, 3)} on average."
+                     if c.moe_capacity_factor is None else
+                     "Under a capacity factor every expert runs its C rows: all E are read.")
     if r.ridge is not None:
         rows += [("ridge point (peak / bandwidth)", "", decimal(r.ridge, 3), "FLOP/byte"),
                  ("compute time (FLOPs / peak)", "", _seconds(r.compute_seconds), ""),

@@ -1,0 +1,147 @@
+"""A mixture-of-experts feed-forward layer (Mixtral, Qwen3-MoE, DeepSeek-V3), from scratch.
+
+Each token is routed to k of E experts (gated MLPs of width moe_d_ff, stacked as three
+(E, ...) parameters) by a router: a linear map to E scores, a softmax (Mixtral, Qwen3) or
+a sigmoid per expert (DeepSeek-V3, whose choice adds a bias, and is limited to the best
+groups of experts first); the chosen experts' weights are renormalised and scaled. Dropless
+by default: every token runs its k experts, however the router spreads them, so the
+matmul FLOPs are B·T·k expert passes whatever the routing. With a capacity factor c ≥ 1 every
+expert runs exactly C = ⌈c·B·T·k/E⌉ rows: its first C slots, zero rows as padding; a slot
+beyond C is dropped (its output is 0; the residual carries the token on).
+Shared experts (DeepSeek) are one gated MLP of n_shared·moe_d_ff every token runs.
+
+Which expert a token goes to depends on the data. On the meta device there is none: there
+the token slots are dealt to the experts in turn (balanced), which changes no FLOP of a
+dropless layer (tests/test_moe.py runs real routings on the CPU: all to one expert,
+balanced, random).
+"""
+
+import math
+
+import torch
+from einops import einsum
+from torch import nn
+
+from accounting.config import expert_capacity
+
+from .attention import softmax
+from .layers import ACTIVATIONS, GatedMLP, Linear, check_positive_int
+
+
+class Experts(nn.Module):
+    """E gated MLPs, stacked: w1, w3 (E, d_ff, d_model) and w2 (E, d_model, d_ff)."""
+
+    def __init__(self, num_experts, d_model, d_ff, device=None, dtype=None, *, activation="silu"):
+        super().__init__()
+        self.num_experts, self.act = num_experts, ACTIVATIONS[activation]
+        std = math.sqrt(2.0 / (d_model + d_ff))  # as Linear's init (section 3.4.1)
+        shapes = {"w1": (d_ff, d_model), "w2": (d_model, d_ff), "w3": (d_ff, d_model)}
+        for name, shape in shapes.items():
+            w = nn.Parameter(torch.empty(num_experts, *shape, device=device, dtype=dtype))
+            nn.init.trunc_normal_(w, mean=0.0, std=std, a=-3 * std, b=3 * std)
+            setattr(self, name, w)
+
+    def forward(self, x: torch.Tensor, counts: list[int]) -> torch.Tensor:
+        # x: (slots d_model), grouped by expert, counts[e] slots for expert e
+        if len(set(counts)) == 1:  # every expert alike: one batched matmul per matrix
+            return self.batched(x.reshape(self.num_experts, counts[0], -1), self.w1, self.w2,
+                                self.w3).reshape(x.shape)
+        outs, start = [], 0
+        for e, n in enumerate(counts):
+            if n:
+                outs.append(self.batched(x[start:start + n].unsqueeze(0), self.w1[e:e + 1],
+                                         self.w2[e:e + 1], self.w3[e:e + 1]).squeeze(0))
+            start += n
+        return torch.cat(outs) if outs else x.new_zeros(x.shape)
+
+    def batched(self, x, w1, w2, w3):
+        # x: (experts slots d_model) -> (experts slots d_model)
+        h = self.act(einsum(x, w1, "e s d, e f d -> e s f")) * einsum(x, w3, "e s d, e f d -> e s f")
+        return einsum(h, w2, "e s f, e d f -> e s d")
+
+
+class MoE(nn.Module):
+    def __init__(self, d_model, num_experts, experts_per_token, d_ff, device=None, dtype=None, *,
+                 activation="silu", num_shared_experts=0, router="softmax", router_groups=1,
+                 router_topk_groups=1, router_bias=False, norm_topk_prob=True,
+                 routed_scaling_factor=1.0, capacity_factor=None):
+        super().__init__()
+        for name, value in (("num_experts", num_experts), ("experts_per_token", experts_per_token),
+                            ("d_ff", d_ff)):
+            check_positive_int(name, value)
+        if experts_per_token > num_experts:
+            raise ValueError(f"experts_per_token {experts_per_token} > num_experts {num_experts}")
+        if router not in ("softmax", "sigmoid"):
+            raise ValueError(f"router must be softmax or sigmoid, got {router!r}")
+        self.E, self.k, self.router_kind = num_experts, experts_per_token, router
+        self.groups, self.topk_groups = router_groups, router_topk_groups
+        self.norm_topk_prob, self.scale = norm_topk_prob, routed_scaling_factor
+        self.capacity_factor = capacity_factor
+        self.router = Linear(d_model, num_experts, device=device, dtype=dtype)
+        if router_bias:  # DeepSeek-V3's e_score_correction_bias: learned outside the gradient
+            self.register_buffer("router_bias", torch.zeros(num_experts, device=device, dtype=dtype))
+        else:
+            self.router_bias = None
+        self.experts = Experts(num_experts, d_model, d_ff, device=device, dtype=dtype,
+                               activation=activation)
+        self.shared = (GatedMLP(d_model, num_shared_experts * d_ff, device=device, dtype=dtype,
+                                activation=activation) if num_shared_experts else None)
+
+    def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(weights, experts), each (tokens k): which experts each token runs, and how much
+        each one's output counts."""
+        logits = self.router(x)  # (tokens E)
+        scores = softmax(logits, dim=-1) if self.router_kind == "softmax" else torch.sigmoid(logits)
+        choice = scores if self.router_bias is None else scores + self.router_bias
+        if self.groups > 1:  # keep the best topk_groups groups (by their two best scores)
+            grouped = choice.reshape(choice.shape[0], self.groups, -1)
+            group_score = grouped.topk(2, dim=-1).values.sum(dim=-1)  # (tokens groups)
+            keep = group_score.topk(self.topk_groups, dim=-1).indices
+            # as transformers' DeepseekV3TopkRouter builds it (a float mask, then bool)
+            mask = torch.zeros_like(group_score).scatter(1, keep, 1.0)
+            mask = mask.unsqueeze(-1).expand(-1, -1, self.E // self.groups).reshape(-1, self.E)
+            choice = choice.masked_fill(~mask.bool(), 0.0)
+        experts = choice.topk(self.k, dim=-1).indices  # (tokens k)
+        weights = scores.gather(1, experts)
+        if self.norm_topk_prob:
+            weights = weights / weights.sum(dim=-1, keepdim=True)
+        if self.scale != 1.0:
+            weights = weights * self.scale
+        return weights, experts
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # x: (... seq d_model) -> (... seq d_model)
+        shape = x.shape
+        x = x.reshape(-1, shape[-1])  # (tokens d_model)
+        weights, experts = self.route(x)
+        n, k = (int(s) for s in experts.shape)  # ints under jit tracing too
+        flat = experts.reshape(-1)  # the expert of each slot (token-major)
+        if x.is_meta:  # no router values on meta: deal the slots to the experts in turn
+            order = torch.cat([torch.arange(n * k, device=x.device)[e::self.E] for e in range(self.E)])
+            counts = [len(range(e, n * k, self.E)) for e in range(self.E)]
+        else:
+            order = torch.argsort(flat, stable=True)  # slots grouped by expert
+            counts = torch.bincount(flat, minlength=self.E).tolist()
+        # the token of each slot, in expert order (slot s of token i is i*k + s)
+        slot_token = torch.arange(n, device=x.device).repeat_interleave(k)[order]
+        slot_weights = weights.reshape(-1)[order]
+        routed = x[slot_token]  # (n*k d_model)
+        if self.capacity_factor is None:  # dropless
+            out = self.experts(routed, counts)
+        else:  # every expert runs exactly `capacity` rows: its first slots, or zero padding
+            capacity = expert_capacity(self.capacity_factor, n * k, self.E)
+            trash = self.E * capacity  # the row where an overflowing (dropped) slot goes
+            if x.is_meta:
+                dest = order
+            else:
+                starts = torch.cumsum(torch.tensor(counts, device=x.device), 0) - torch.tensor(counts, device=x.device)
+                sorted_experts = flat[order]
+                rank = torch.arange(n * k, device=x.device) - starts[sorted_experts]
+                dest = torch.where(rank < capacity, sorted_experts * capacity + rank, trash)
+            dispatched = x.new_zeros(trash + 1, shape[-1]).index_copy(0, dest, routed)
+            ran = self.experts(dispatched[:trash], [capacity] * self.E)
+            out = torch.cat((ran, ran.new_zeros(1, shape[-1])))[dest]  # a dropped slot: 0
+        y = x.new_zeros(n, shape[-1]).index_add(0, slot_token, out * slot_weights.unsqueeze(-1))
+        if self.shared is not None:
+            y = y + self.shared(x)
+        return y.reshape(shape)
