@@ -242,7 +242,8 @@ def config_from_json(path: str | Path) -> ModelConfig:
 def read_json(path: str | Path) -> tuple[dict, str]:
     """A JSON file's object and how to name the file in messages; UsageError otherwise."""
     path = Path(path)
-    source = f"config file {_short(str(path), 80)}"
+    text = repr(str(path))  # a long path keeps its end: the file's name
+    source = f"config file {text if len(text) <= 80 else '…' + text[-79:]}"
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:

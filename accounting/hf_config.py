@@ -559,6 +559,8 @@ def for_transformers(hf: HFConfig, config: ModelConfig) -> tuple[dict | None, st
     data = copy.deepcopy(dict(hf.data))
     t = hf.type
     mine = hf.config
+    if replace(config, name="") == replace(mine, name=""):
+        return data, ""  # the config.json itself, whatever the tool read from it
     for key in t.keys:
         values = {getattr(config, f) for f in key.fields}
         if all(getattr(config, f) == getattr(mine, f) for f in key.fields):
