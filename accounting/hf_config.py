@@ -346,8 +346,8 @@ register(HFType(
         Key("head_dim", ("head_dim",), INT_OR_NULL, None)) + _rope_keys(1e-6),
     fixed=MappingProxyType(dict(_LLAMA_FAMILY, qk_norm="none", qkv_bias=True, out_bias=False,
                                 mlp_bias=False)),
-    rules="biases on Q, K and V only, with no key (modeling_qwen2.py: bias=True on q/k/v_proj, "
-          "False on o_proj)",
+    rules="biases on Q, K and V only (modeling_qwen2.py: bias=True on q/k/v_proj, False on "
+          "o_proj)",
     names=LLAMA_NAMES, must=ROPE_MUST + NO_SLIDING, noted=(ATTENTION_DROPOUT,),
     # read only when use_sliding_window is true (refused above); use_mrope: Qwen2-VL's, unread
     free=_SLIDING_READ_ONLY_WITH_USE | {"use_mrope"},

@@ -270,7 +270,8 @@ def _notes(a: Analysis, m, mm: ModuleMap) -> list[str]:
                    "and applied with rotate_half")
     out.append("Non-matmul work differs in form: " + "; ".join(how) + ". The non-matmul FLOPs "
                "are compared on the tool's model/ only (their table below).")
-    out.append("Backward: F.cross_entropy on the logits, as for the tool's model (transformers' "
-               "own loss, which upcasts the logits to float32, is not used); model.eval(): no "
-               "dropout.")
+    if R.BACKWARD in PHASES[a.phase]:
+        out.append("Backward: F.cross_entropy on the logits, as for the tool's model "
+                   "(transformers' own loss, which upcasts the logits to float32, is not used).")
+    out.append("model.eval(): no dropout, as in the tool's model.")
     return out
