@@ -31,6 +31,9 @@ from typing import Callable, Mapping
 from accounting.config import MAX_SIZE, ModelConfig, config_from_dict
 from accounting.errors import UsageError
 
+# The transformers release the tables below are read from (pyproject's [hf] extra pins it).
+TRANSFORMERS_VERSION = "5.23.0"
+
 # ---- value kinds ---------------------------------------------------------------------------
 INT = "a positive integer"
 INT_OR_NULL = "a positive integer or null"

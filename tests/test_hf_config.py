@@ -237,3 +237,36 @@ def test_the_readme_shows_the_shipped_config_json_as_it_is():
     shown = section.split("```json\n")[1].split("```")[0]
     assert shown == (hf_config.PACKAGED / "Qwen/Qwen2.5-0.5B.json").read_text(encoding="utf-8")
     assert "--config accounting/hf_configs/Qwen/Qwen2.5-0.5B.json" in section
+
+
+def test_verify_without_transformers_runs_the_other_counters_and_says_so(capsys, tmp_path,
+                                                                        monkeypatch):
+    import accounting.crosscheck as xc
+    real = xc.find_spec
+    monkeypatch.setattr(xc, "find_spec", lambda n: None if n == "transformers" else real(n))
+    p = write(tmp_path, "qwen3")
+    code, out, _ = run(capsys, "--config", str(p), "--ctx", "8", "--verify")
+    assert code == 0 and "transformers' model not run: transformers is not installed" in out
+    assert "Cross-check: transformers'" not in out
+    code, out, _ = run(capsys, "--config", str(p), "--ctx", "8", "--verify", "--format", "json")
+    x = json.loads(out)["cross_check"]
+    assert code == 0 and x["agrees"] and "not installed" in x["transformers"]["skipped"]
+
+
+def test_a_config_transformers_cannot_build_is_a_disagreement(capsys, tmp_path, monkeypatch):
+    pytest.importorskip("transformers")
+    from accounting.crosscheck import hf_counter
+
+    def refuse(*args, **kwargs):
+        raise ValueError("The hidden size (64) is not a multiple of\\nthe number of heads")
+    monkeypatch.setattr(hf_counter, "measure", refuse)
+    code, out, err = run(capsys, "--config", str(write(tmp_path, "llama")), "--ctx", "8", "--verify")
+    assert code == 1 and "cross-check DISAGREES" in err and "Traceback" not in err
+    assert "transformers' model not run: it could not be built (ValueError: The hidden size" in out
+
+
+def test_the_pinned_transformers_is_the_one_the_tables_are_read_from():
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    assert f'"transformers=={hf_config.TRANSFORMERS_VERSION}"' in (root / "pyproject.toml").read_text()
+    assert "'.[dev,hf]'" in (root / ".ci" / "run").read_text()  # CI installs it

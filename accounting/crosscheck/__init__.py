@@ -13,6 +13,7 @@ accounting.cli imports this package only for --verify.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from importlib.util import find_spec
 
 from accounting.analysis import Analysis
@@ -39,7 +40,15 @@ def cross_check(analysis: Analysis, fvcore: bool = True, stock: bool = True,
         return compare(analysis, m, hf_skipped=f"transformers' model not run: {skipped}")
     from accounting.crosscheck import hf_counter
     from accounting.crosscheck.hf_compare import compare_hf
-    got = hf_counter.measure(data, analysis.seq, analysis.batch, analysis.phase)
+    try:
+        got = hf_counter.measure(data, analysis.seq, analysis.batch, analysis.phase)
+    except Exception as e:  # transformers refuses what the tool read: a disagreement, said
+        why = " ".join(f"{type(e).__name__}: {e}".split())
+        result = compare(analysis, m, hf_skipped=f"transformers' model not run: it could not "
+                                                 f"be built ({why[:300]})")
+        return replace(result, checks=result.checks + (Check(
+            "transformers builds its model from the config.json the tool read",
+            why[:300], False),))
     return compare(analysis, m, compare_hf(analysis, got, hf))
 
 

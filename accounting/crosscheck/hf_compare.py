@@ -18,7 +18,7 @@ from accounting.crosscheck.compare import (ELSEWHERE, TOTAL, Check, LayerCheck, 
                                            _layer_check, own)
 from accounting.crosscheck.dispatch import BACKWARD, FORWARD, MATMUL
 from accounting.crosscheck.measure import GLOBAL
-from accounting.hf_config import HFConfig, ModuleNames
+from accounting.hf_config import TRANSFORMERS_VERSION, HFConfig, ModuleNames
 from accounting.ledger import Ledger
 from accounting.records import BLOCK_COMPONENTS, COMPONENTS, PHASES
 from accounting.units import grouped
@@ -246,6 +246,10 @@ def _notes(a: Analysis, m, mm: ModuleMap) -> list[str]:
     c = a.config
     classes = set(m.module_classes.values())
     out = []
+    if m.version != TRANSFORMERS_VERSION:
+        out.append(f"transformers {m.version} is installed; the tool's tables are read from "
+                   f"{TRANSFORMERS_VERSION} (pip install -e '.[hf]' installs it), so a difference "
+                   f"may be a change in transformers.")
     for theirs, mods in mm.fused():
         out.append(f"{theirs} is one fused matmul for the ledger's {', '.join(mods)} "
                    f"({m.module_classes.get(mm.path(0, theirs), '?')}): compared as their sum "

@@ -59,7 +59,8 @@ def _quiet():
 def build(data: Mapping) -> torch.nn.Module:
     """transformers' model of a config.json object, on the meta device, eager attention."""
     from transformers import AutoConfig, AutoModelForCausalLM
-    kwargs = {k: v for k, v in data.items() if k != "model_type"}
+    # auto_map names remote code; the counter builds transformers' own class for model_type
+    kwargs = {k: v for k, v in data.items() if k not in ("model_type", "auto_map")}
     dtype = DTYPES.get(data.get("torch_dtype", data.get("dtype")), torch.float32)
     with _quiet():
         config = AutoConfig.for_model(data["model_type"], **kwargs)
