@@ -105,10 +105,6 @@ class HFType:
     free: frozenset[str] = frozenset()
     divides: tuple[tuple[str, str], ...] = ()  # (a, b): transformers refuses b not divisible by a
 
-    def key_of(self, spec_field: str) -> str | None:
-        """The config.json key that sets a spec field, if one does."""
-        return next((k.hf for k in self.keys if spec_field in k.fields), None)
-
 
 # ---- shared lists --------------------------------------------------------------------------
 # Keys of every config that change no count: bookkeeping, token ids, generation settings
@@ -512,12 +508,18 @@ def translate(data: Mapping, source: str, name: str, origin: str = "") -> HFConf
             noisy.setdefault(n.note, []).append(f"{n.hf} = {data[n.hf]!r}")
     notes = [note.format(settings=", ".join(s)) for note, s in noisy.items()]
     notes += _rope_notes(data)
-    dtype = data.get("torch_dtype", data.get("dtype"))
+    dtype = storage_dtype(data)
     if dtype is not None and not isinstance(dtype, str):
         raise UsageError(f"{where}: torch_dtype must be a string such as \"bfloat16\", got "
                          f"{_short(dtype)}")
     return HFConfig(mt, MappingProxyType(copy.deepcopy(dict(data))), config, origin or source,
                     tuple(mapped), tuple(notes), dtype)
+
+
+def storage_dtype(data: Mapping):
+    """The checkpoint's dtype: "dtype" (transformers 5's spelling) unless null, else
+    "torch_dtype", as transformers' PreTrainedConfig reads them."""
+    return data["dtype"] if data.get("dtype") is not None else data.get("torch_dtype")
 
 
 def _field(t: HFType, hf_key: str) -> str:

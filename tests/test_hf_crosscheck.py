@@ -43,7 +43,7 @@ def test_three_ways_each_model_type(capsys, tmp_path, name):
     # transformers' counts against hand algebra, not only against the ledger
     params = {r["component"]: r["transformers"] for r in tf["parameters"]}
     assert params["total"] == params_by_hand(name)
-    dtype = CONFIGS[name].get("torch_dtype", CONFIGS[name].get("dtype"))
+    dtype = CONFIGS[name].get("dtype") or CONFIGS[name]["torch_dtype"]
     assert tf["kv_cache_bytes"]["transformers"] == kv_elements_by_hand(name, T, B) * BYTES[dtype]
     flops = {(r["pass"], r["component"]): r["flops"] for r in tf["matmul_flops"]}
     forward = forward_matmul_flops_by_hand(name, T, B)

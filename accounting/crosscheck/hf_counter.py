@@ -23,6 +23,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from accounting.crosscheck.dispatch import BACKWARD, FORWARD, OpCount, OpCounter
 from accounting.crosscheck.measure import _totals
+from accounting.hf_config import storage_dtype
 from accounting.records import PHASES
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -61,7 +62,7 @@ def build(data: Mapping) -> torch.nn.Module:
     from transformers import AutoConfig, AutoModelForCausalLM
     # auto_map names remote code; the counter builds transformers' own class for model_type
     kwargs = {k: v for k, v in data.items() if k not in ("model_type", "auto_map")}
-    dtype = DTYPES.get(data.get("torch_dtype", data.get("dtype")), torch.float32)
+    dtype = DTYPES.get(storage_dtype(data), torch.float32)
     with _quiet():
         config = AutoConfig.for_model(data["model_type"], **kwargs)
         with torch.device("meta"):
