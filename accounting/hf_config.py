@@ -557,12 +557,17 @@ def name_for(path: Path, data: Mapping) -> str:
 
 
 # ---- back to config.json, for a config modified by flags ----------------------------------
+RUNTIME_FIELDS = ("attention",)  # spec fields of how model/ runs, not of the architecture
 def for_transformers(hf: HFConfig, config: ModelConfig) -> tuple[dict | None, str]:
     """The config.json object that builds `config` in transformers: hf's own when unchanged;
     with the keys of changed fields rewritten (flags like --num-layers); or (None, why) when
     a changed field has no key in this model_type or the result would not mean `config`."""
     data = copy.deepcopy(dict(hf.data))
     t = hf.type
+    # how the tool's model runs its attention is no key of config.json (the transformers
+    # counter always runs eager attention): it is not written back
+    config = replace(config, **{f: getattr(hf.config, f) for f in RUNTIME_FIELDS
+                                if hasattr(config, f)})
     mine = hf.config
     if replace(config, name="") == replace(mine, name=""):
         return data, ""  # the config.json itself, whatever the tool read from it

@@ -139,3 +139,15 @@ def test_the_llama_3_1_8b_kv_cache_by_hand():
     assert result.agrees, result.summary()
     assert result.hf.kv_bytes == (2 * 32 * 8 * 128 * 8192 * 2,) * 2 == (1 << 30,) * 2
     assert result.hf.params[-1].transformers == 8_030_261_248  # tests/test_presets.py
+
+
+def test_the_fused_attention_kernel_against_eager_transformers(capsys):
+    # forward: the fused kernel's two matmuls are eager attention's; backward: the kernel
+    # recomputes QKᵀ, so transformers' eager model is not run for it, and the output says why
+    args = ["meta-llama/Llama-3.2-1B", "--attention", "sdpa", "--num-layers", "1", "--ctx", "16",
+            "--verify"]
+    code, out, _ = run(capsys, *args)
+    assert code == 0 and "transformers' LlamaForCausalLM agree exactly" in out
+    code, out, _ = run(capsys, *args, "--pass", "train")
+    assert code == 0 and "transformers' model not run: the tool's model runs the fused " \
+                         "attention kernel (--attention sdpa), whose backward recomputes" in out

@@ -21,6 +21,7 @@ from accounting.crosscheck.compare import (Check, ComponentRow, CrossCheck, Laye
                                            LayerMismatch, NonMatmulRow, compare)
 from accounting.crosscheck.measure import Measurement, measure
 from accounting.hf_config import HFConfig, for_transformers
+from accounting.records import BACKWARD, PHASES
 
 
 def cross_check(analysis: Analysis, fvcore: bool = True, stock: bool = True,
@@ -33,6 +34,13 @@ def cross_check(analysis: Analysis, fvcore: bool = True, stock: bool = True,
     if hf is None:
         return compare(analysis, m)
     data, skipped = for_transformers(hf, analysis.config)
+    if data is not None and analysis.config.attention != "naive" and \
+            BACKWARD in PHASES[analysis.phase]:
+        skipped = ("the tool's model runs the fused attention kernel (--attention "
+                   f"{analysis.config.attention}), whose backward recomputes QKᵀ (5 T×T matmuls "
+                   "per head, eager attention's 4), and transformers' model runs eager attention "
+                   "here: their backward attention cores differ by design (compare with "
+                   "--pass forward, or --attention naive)")
     if data is not None and find_spec("transformers") is None:
         skipped = ("transformers is not installed (pip install -e '.[hf]' adds it, at the "
                    "pinned version)")
