@@ -147,6 +147,18 @@ def config_from_args(ns: argparse.Namespace) -> ModelConfig:
     return ModelConfig(**{k: v for k, v in overrides.items() if v is not None})
 
 
+def hf_source_from_args(ns: argparse.Namespace):
+    """The Hugging Face config.json the model came from (a shipped preset's, or --config's
+    when it is in Hugging Face's format), else None: for the transformers cross-check and
+    the table of what was read. Call after config_from_args (which reports bad input)."""
+    from accounting import hf_config, presets
+    if ns.model:
+        return presets.hf_source(ns.model)
+    if ns.config:
+        return hf_config.load(ns.config)
+    return None
+
+
 def add_output_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", choices=FORMATS, default="text",
                    help="text (default), markdown, csv or json (json holds exact integers)")

@@ -22,6 +22,7 @@ from accounting.args import (
     add_output_args,
     config_from_args,
     emit,
+    hf_source_from_args,
     positive_int,
 )
 from accounting.errors import UsageError
@@ -90,17 +91,18 @@ def analyse_main(argv: list[str]) -> int:
     config = config_from_args(ns)
     if ns.compare_formulas:
         return compare_main(ns, config)
+    hf = hf_source_from_args(ns)
     a = analyze(config, ns.ctx, ns.batch, ns.phase, ns.counting)
     check = _crosscheck(ns.verify)
     stream = ns.output is None and ns.format in ("text", "markdown")
     body = {"text": lambda t: render.text(t), "markdown": lambda t: render.markdown(t)}
     result = None
     if ns.format in body:
-        first = body[ns.format](views.tables(a, brief=ns.brief))
+        first = body[ns.format](_tables(a, hf, ns.brief))
         if stream:  # the analytic answer appears at once; the cross-check follows
             emit(first, None)
         if check is not None:
-            result = check.cross_check(a)
+            result = check.cross_check(a, hf=hf)
             second = "\n" + body[ns.format](result.tables())
             if stream:
                 emit(second, None)
@@ -110,12 +112,12 @@ def analyse_main(argv: list[str]) -> int:
             emit(first, ns.output)
     elif ns.format == "csv":
         if check is not None:
-            result = check.cross_check(a)
+            result = check.cross_check(a, hf=hf)
         emit(export.to_csv(a), ns.output)
     else:
         data = export.to_dict(a)
         if check is not None:
-            result = check.cross_check(a)
+            result = check.cross_check(a, hf=hf)
             data["cross_check"] = result.to_dict()
         emit(json.dumps(data, indent=2, ensure_ascii=False) + "\n", ns.output)
     if result is not None and not result.agrees:
@@ -145,6 +147,15 @@ def compare_main(ns, config) -> int:
         print(f"accounting: cross-check DISAGREES: {result.summary()}", file=sys.stderr)
         return 1
     return 0
+
+
+def _tables(a, hf, brief: bool):
+    """The analysis tables; for a Hugging Face config, what was read from it, second."""
+    tables = views.tables(a, brief=brief)
+    if hf is not None and not brief:
+        from accounting.hf_views import translation_table
+        tables.insert(1, translation_table(hf))
+    return tables
 
 
 def main(argv: list[str] | None = None) -> int:

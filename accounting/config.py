@@ -361,7 +361,7 @@ def _divisor_hint(n: int, target: int, positions: str) -> str:
     return f" (e.g. {best})" if best else ""
 
 
-# ---- JSON config files (this tool's own format; Hugging Face configs: issue 10) ----------
+# ---- JSON config files (this tool's own format; Hugging Face's: hf_config.py) -----------
 _JSON_KEYS = {f.name for f in fields(ModelConfig)}
 _REQUIRED = ("vocab_size", "context_length", "num_layers", "d_model", "num_heads")
 
@@ -397,9 +397,21 @@ def config_from_dict(data: dict, source: str) -> ModelConfig:
 
 
 def config_from_json(path: str | Path) -> ModelConfig:
-    """A config from a JSON file with ModelConfig's field names (d_ff may be omitted)."""
+    """A config from a JSON file with ModelConfig's field names (d_ff may be omitted), or
+    a Hugging Face config.json (it names its model_type: accounting/hf_config.py)."""
+    data, source = read_json(path)
+    if "model_type" in data:
+        from accounting import hf_config
+        return hf_config.from_file(path, data, source).config
+    data.setdefault("name", Path(path).stem)
+    return config_from_dict(data, source)
+
+
+def read_json(path: str | Path) -> tuple[dict, str]:
+    """A JSON file's object and how to name the file in messages; UsageError otherwise."""
     path = Path(path)
-    source = f"config file {_short(str(path), 80)}"
+    text = repr(str(path))  # a long path keeps its end: the file's name
+    source = f"config file {text if len(text) <= 80 else '…' + text[-79:]}"
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -416,8 +428,7 @@ def config_from_json(path: str | Path) -> ModelConfig:
         raise UsageError(f"{source} cannot be read as JSON: {_short(str(e), 80)}") from None
     if not isinstance(data, dict):
         raise UsageError(f"{source} must hold a JSON object, got {type(data).__name__}")
-    data.setdefault("name", path.stem)
-    return config_from_dict(data, source)
+    return data, source
 
 
 def __getattr__(name: str):

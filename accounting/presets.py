@@ -1,14 +1,34 @@
 """Presets, looked up by exact name: GPT-2's four shapes on the CS336 architecture (the
-course's question), and real checkpoints under their Hugging Face ids. Each row's
-parameter count is in its comment; tests/test_presets.py derives each by hand algebra
-and cites the published figure beside it.
+course's question), and real checkpoints under their Hugging Face ids, read from their
+config.json files as shipped (accounting/hf_configs/). Each row's parameter count is in
+its comment; tests/test_presets.py derives each by hand algebra and cites the published
+figure beside it.
 """
 from __future__ import annotations
 
 import difflib
 
-from accounting.config import ModelConfig
+from accounting import hf_config
+from accounting.config import ModelConfig, read_json
 from accounting.errors import UsageError
+
+# Real checkpoints ship as their Hugging Face config.json: accounting/hf_configs/<id>.json.
+HF_IDS = ("openai-community/gpt2", "openai-community/gpt2-medium", "openai-community/gpt2-large",
+          "openai-community/gpt2-xl", "meta-llama/Llama-3.2-1B", "meta-llama/Llama-3.1-8B",
+          "mistralai/Mistral-7B-v0.3", "Qwen/Qwen2.5-0.5B", "Qwen/Qwen2.5-7B", "Qwen/Qwen3-0.6B",
+          "Qwen/Qwen3-8B", "allenai/OLMo-2-1124-7B")
+_HF_SOURCES: dict[str, hf_config.HFConfig] = {}
+
+
+def hf_source(name: str) -> hf_config.HFConfig | None:
+    """The shipped config.json of a preset that is a real checkpoint (None for the others)."""
+    if name not in HF_IDS:
+        return None
+    if name not in _HF_SOURCES:
+        path = hf_config.PACKAGED / f"{name}.json"
+        data, source = read_json(path)
+        _HF_SOURCES[name] = hf_config.translate(data, f"shipped {name}.json", name, name)
+    return _HF_SOURCES[name]
 
 
 def _cs336(name: str, num_layers: int, d_model: int, num_heads: int) -> ModelConfig:
@@ -18,23 +38,10 @@ def _cs336(name: str, num_layers: int, d_model: int, num_heads: int) -> ModelCon
                        d_model=d_model, num_heads=num_heads, d_ff=4 * d_model, name=name)
 
 
-def _gpt2(name: str, num_layers: int, d_model: int, num_heads: int) -> ModelConfig:
-    """OpenAI's GPT-2 (openai-community/gpt2* config.json): pre-norm LayerNorm with bias,
-    GELU-tanh MLP of width 4·d_model, biases on every linear, 1,024 learned positions,
-    LM head tied to the token embedding."""
-    return ModelConfig(vocab_size=50257, context_length=1024, num_layers=num_layers,
-                       d_model=d_model, num_heads=num_heads, d_ff=4 * d_model, name=name,
-                       norm="layernorm", mlp="gelu_tanh", positions="learned",
-                       tie_embeddings=True, qkv_bias=True, out_bias=True, mlp_bias=True)
-
-
-def _llama(name: str, num_layers: int, d_model: int, num_heads: int, num_kv_heads: int,
-           d_ff: int, tie: bool) -> ModelConfig:
-    """Meta's Llama 3 (meta-llama/* config.json): vocab 128,256, 131,072 positions,
-    rope_theta 500,000 (rope_scaling changes no count), grouped-query attention."""
-    return ModelConfig(vocab_size=128256, context_length=131072, num_layers=num_layers,
-                       d_model=d_model, num_heads=num_heads, d_ff=d_ff, rope_theta=500000.0,
-                       name=name, num_kv_heads=num_kv_heads, tie_embeddings=tie)
+def _hf(hf_id: str) -> ModelConfig:
+    """A real checkpoint, from its config.json as shipped (accounting/hf_configs/<id>.json,
+    read by accounting/hf_config.py): the file is the one source of its architecture."""
+    return hf_source(hf_id).config
 
 
 def _table() -> dict[str, ModelConfig]:
@@ -45,13 +52,22 @@ def _table() -> dict[str, ModelConfig]:
         _cs336("gpt2-large", 36, 1280, 20),    # 1,072,469,760
         _cs336("gpt2-xl", 48, 1600, 25),       # 2,127,057,600
         # OpenAI GPT-2 as released
-        _gpt2("openai-community/gpt2", 12, 768, 12),          # 124,439,808
-        _gpt2("openai-community/gpt2-medium", 24, 1024, 16),  # 354,823,168
-        _gpt2("openai-community/gpt2-large", 36, 1280, 20),   # 774,030,080
-        _gpt2("openai-community/gpt2-xl", 48, 1600, 25),      # 1,557,611,200
+        _hf("openai-community/gpt2"),          # 124,439,808
+        _hf("openai-community/gpt2-medium"),   # 354,823,168
+        _hf("openai-community/gpt2-large"),    # 774,030,080
+        _hf("openai-community/gpt2-xl"),       # 1,557,611,200
         # Meta Llama 3
-        _llama("meta-llama/Llama-3.2-1B", 16, 2048, 32, 8, 8192, tie=True),    # 1,235,814,400
-        _llama("meta-llama/Llama-3.1-8B", 32, 4096, 32, 8, 14336, tie=False),  # 8,030,261,248
+        _hf("meta-llama/Llama-3.2-1B"),        # 1,235,814,400
+        _hf("meta-llama/Llama-3.1-8B"),        # 8,030,261,248
+        # Mistral 7B v0.3 (no sliding window; v0.1's 4,096-token window is not supported yet)
+        _hf("mistralai/Mistral-7B-v0.3"),      # 7,248,023,552
+        # Qwen2.5 and Qwen3
+        _hf("Qwen/Qwen2.5-0.5B"),              # 494,032,768
+        _hf("Qwen/Qwen2.5-7B"),                # 7,615,616,512
+        _hf("Qwen/Qwen3-0.6B"),                # 596,049,920
+        _hf("Qwen/Qwen3-8B"),                  # 8,190,735,360
+        # AI2 OLMo 2
+        _hf("allenai/OLMo-2-1124-7B"),         # 7,298,617,344
     )}
 
 
@@ -67,6 +83,12 @@ NOTES = {
     "openai-community/gpt2-xl": "OpenAI GPT-2 XL (1.5B) as released",
     "meta-llama/Llama-3.2-1B": "Meta Llama 3.2 1B",
     "meta-llama/Llama-3.1-8B": "Meta Llama 3.1 8B",
+    "mistralai/Mistral-7B-v0.3": "Mistral 7B v0.3",
+    "Qwen/Qwen2.5-0.5B": "Qwen2.5 0.5B",
+    "Qwen/Qwen2.5-7B": "Qwen2.5 7B",
+    "Qwen/Qwen3-0.6B": "Qwen3 0.6B",
+    "Qwen/Qwen3-8B": "Qwen3 8B",
+    "allenai/OLMo-2-1124-7B": "AI2 OLMo 2 7B (November 2024)",
 }
 
 

@@ -154,7 +154,7 @@ def test_cli_exits_1_on_disagreement(monkeypatch, capsys):
     import accounting.crosscheck as xc
     real = xc.cross_check
 
-    def tampered(a):
+    def tampered(a, hf=None):  # TINY is no Hugging Face config: hf stays None
         m = measure(a.config, a.seq, a.batch, a.phase)
         fcm = {k: dict(v) for k, v in m.torch_flops.items()}
         fcm["forward"]["lm_head"] += 5

@@ -13,6 +13,21 @@ Sources of the published counts (cited per row below):
   * meta-llama/Llama-3.1-8B: 8,030,261,248, the Hugging Face Hub's safetensors total
     ("8.03B params"), and "general.parameter_count": 8030261248 in the GGUF metadata
     ollama prints for llama3.1:8b.
+  * mistralai/Mistral-7B-v0.3: 7,248,023,552, keras-team/keras-hub's mistral presets
+    ("mistral_0.3_7b_en": "params": 7248023552), also the Hub's safetensors total and
+    llama.cpp's n_params for its GGUF.
+  * Qwen/Qwen2.5-0.5B: 494,032,768, llama.cpp's model_n_params / n_params for the GGUF
+    conversions (several public llama-bench and server logs), the Hub's "0.49B" model card.
+  * Qwen/Qwen2.5-7B: 7,615,616,512, the GGUF metadata "general.parameter_count" (ollama)
+    and the Hub's safetensors total.
+  * Qwen/Qwen3-0.6B: 596,049,920 = sum(p.numel() for p in model.parameters()) of
+    transformers' model (quoted in public code), and the model card's "0.44B non-embedding".
+    The Hub's safetensors total, 751,632,384, stores the tied table twice: 596,049,920 +
+    151,936·1,024 (embed_tokens and lm_head both in the file) = 751,632,384, checked below.
+  * Qwen/Qwen3-8B: 8,190,735,360, the Hub's safetensors total ("safetensors": {"total":
+    8190735360}) and llama.cpp's n_params.
+  * allenai/OLMo-2-1124-7B: 7,298,617,344, the Hub's safetensors total ({"F32":
+    7298617344}; the checkpoint is float32).
   * The CS336 presets have no published count: the hand algebra of the course's model
     (tests/test_model.py::test_gpt2_xl_parameter_count, by hand) is the reference.
 """
@@ -36,6 +51,24 @@ def llama_params(L, d, h, kv, head_dim, f, V, tied):
     return V * d + L * block + d + (0 if tied else V * d)
 
 
+def qwen2_params(L, d, h, kv, head_dim, f, V, tied):
+    """Qwen2: Llama's count plus biases on Q (h·hd), K and V (kv·hd each), none on O or
+    the MLP (modeling_qwen2.py: bias=True on q/k/v_proj only)."""
+    return llama_params(L, d, h, kv, head_dim, f, V, tied) + L * (h + 2 * kv) * head_dim
+
+
+def qwen3_params(L, d, h, kv, head_dim, f, V, tied):
+    """Qwen3: Llama's count plus two RMSNorm gains of head_dim per block (q_norm, k_norm
+    act on each head: one shared weight of head_dim each)."""
+    return llama_params(L, d, h, kv, head_dim, f, V, tied) + L * 2 * head_dim
+
+
+def olmo2_params(L, d, h, kv, head_dim, f, V, tied):
+    """OLMo-2: Llama's count (its two block norms sit after the sublayers, same size)
+    plus QK-norm over the full projections: q_norm h·hd and k_norm kv·hd per block."""
+    return llama_params(L, d, h, kv, head_dim, f, V, tied) + L * (h + kv) * head_dim
+
+
 def cs336_params(L, d, V=50257):
     """CS336: embedding V·d; per block 2 gains (2d), 4 attention matrices (4d²), SwiGLU
     (3·d·4d); final gain d; untied head V·d."""
@@ -52,6 +85,16 @@ PUBLISHED = {
                                 1_235_814_400),
     "meta-llama/Llama-3.1-8B": (llama_params(32, 4096, 32, 8, 128, 14336, 128256, tied=False),
                                 8_030_261_248),
+    "mistralai/Mistral-7B-v0.3": (llama_params(32, 4096, 32, 8, 128, 14336, 32768, tied=False),
+                                  7_248_023_552),
+    "Qwen/Qwen2.5-0.5B": (qwen2_params(24, 896, 14, 2, 64, 4864, 151936, tied=True), 494_032_768),
+    "Qwen/Qwen2.5-7B": (qwen2_params(28, 3584, 28, 4, 128, 18944, 152064, tied=False),
+                        7_615_616_512),
+    "Qwen/Qwen3-0.6B": (qwen3_params(28, 1024, 16, 8, 128, 3072, 151936, tied=True), 596_049_920),
+    "Qwen/Qwen3-8B": (qwen3_params(36, 4096, 32, 8, 128, 12288, 151936, tied=False),
+                      8_190_735_360),
+    "allenai/OLMo-2-1124-7B": (olmo2_params(32, 4096, 32, 32, 128, 11008, 100352, tied=False),
+                               7_298_617_344),
     "gpt2-small": (cs336_params(12, 768), 190_460_160),
     "gpt2-medium": (cs336_params(24, 1024), 505_629_696),
     "gpt2-large": (cs336_params(36, 1280), 1_072_469_760),
@@ -102,3 +145,36 @@ def test_llama_3_1_8b_forward_flops_by_hand():
     assert a.component_flops() == {"attention projections": proj, "attention core": core,
                                    "feed-forward": ffn, "LM head": head}
     assert proj == 21_990_232_555_520 and sum((proj, core, ffn, head)) == 158_140_695_838_720
+
+
+def test_qwen3_0_6b_hub_total_stores_the_tied_table_twice():
+    # The Hub's safetensors total for Qwen/Qwen3-0.6B is 751,632,384 (its API, "BF16":
+    # 751632384): the file holds lm_head.weight as well as the tied embed_tokens.weight.
+    assert PUBLISHED["Qwen/Qwen3-0.6B"][1] + 151_936 * 1_024 == 751_632_384
+
+
+def test_every_shipped_config_is_a_preset_and_reads_back_to_it():
+    # accounting/hf_configs/<org>/<name>.json is the one source of each real checkpoint
+    from accounting.hf_config import PACKAGED, load
+    from accounting.presets import HF_IDS, hf_source
+    shipped = {str(p.relative_to(PACKAGED).with_suffix("")) for p in PACKAGED.rglob("*.json")}
+    assert shipped == set(HF_IDS) and shipped <= set(PRESETS)
+    for name in HF_IDS:
+        c = load(PACKAGED / f"{name}.json").config
+        assert c.num_layers == PRESETS[name].num_layers and hf_source(name).config == PRESETS[name]
+
+
+@pytest.mark.parametrize("name", ["mistralai/Mistral-7B-v0.3", "Qwen/Qwen2.5-7B", "Qwen/Qwen3-8B",
+                                  "allenai/OLMo-2-1124-7B"])
+def test_shipped_architectures_by_their_published_descriptions(name):
+    # Each model card's words: Qwen2.5 "RoPE, SwiGLU, RMSNorm, and Attention QKV bias";
+    # Qwen3 "QK-Norm" per head; OLMo 2 "norm after attention/feedforward" and "norm on
+    # queries and keys" (transformers' olmo2 doc); Mistral v0.3 no biases, GQA 32/8.
+    c = PRESETS[name]
+    want = {"mistralai/Mistral-7B-v0.3": ("pre", "none", False, 8),
+            "Qwen/Qwen2.5-7B": ("pre", "none", True, 4),
+            "Qwen/Qwen3-8B": ("pre", "head", False, 8),
+            "allenai/OLMo-2-1124-7B": ("post", "full", False, 32)}[name]
+    assert (c.norm_placement, c.qk_norm, c.qkv_bias, c.kv_heads) == want
+    assert (c.mlp, c.norm, c.positions, c.out_bias, c.mlp_bias) == ("swiglu", "rmsnorm", "rope",
+                                                                    False, False)

@@ -53,7 +53,10 @@ def split_sections(text: str) -> list[str]:
 def test_readme_outputs_are_current():
     blocks = list(BLOCK.finditer(README.read_text(encoding="utf-8")))
     assert blocks, "README has no generated output blocks"
+    from importlib.util import find_spec
     for m in blocks:
+        if "Cross-check: transformers'" in m["body"] and find_spec("transformers") is None:
+            continue  # needs the [hf] extra (CI installs it); the other blocks still run
         assert m["body"] == tool_output(m["args"], m["sections"]), \
             f"README block for '{m['args']}' is stale: run python tests/test_readme.py --update"
 

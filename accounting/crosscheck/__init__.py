@@ -7,22 +7,57 @@
 
 Counters: fvcore's FlopCountAnalysis (with an exact aten::einsum handle, the stock one
 kept for comparison where it can run), torch's FlopCounterMode (forward and backward),
-and an op counter (TorchDispatchMode) for the non-matmul FLOPs. Imports torch and
-fvcore: accounting.cli imports this package only for --verify.
+an op counter (TorchDispatchMode) for the non-matmul FLOPs, and for a Hugging Face
+config, transformers' own model of it (hf_counter.py). Imports torch and fvcore:
+accounting.cli imports this package only for --verify.
 """
 from __future__ import annotations
+
+from dataclasses import replace
+from importlib.util import find_spec
 
 from accounting.analysis import Analysis
 from accounting.crosscheck.compare import (Check, ComponentRow, CrossCheck, LayerCheck,
                                            LayerMismatch, NonMatmulRow, compare)
 from accounting.crosscheck.measure import Measurement, measure
+from accounting.hf_config import HFConfig, for_transformers
+from accounting.records import BACKWARD, PHASES
 
 
-def cross_check(analysis: Analysis, fvcore: bool = True, stock: bool = True) -> CrossCheck:
-    """Run the model for `analysis`'s workload under every counter and compare."""
+def cross_check(analysis: Analysis, fvcore: bool = True, stock: bool = True,
+                hf: HFConfig | None = None) -> CrossCheck:
+    """Run the model for `analysis`'s workload under every counter and compare. With `hf`
+    (the Hugging Face config.json the config came from), transformers' own model of it is
+    a further counter, when transformers is installed (hf_counter.py)."""
     m = measure(analysis.config, analysis.seq, analysis.batch, analysis.phase,
                 fvcore=fvcore, stock=stock)
-    return compare(analysis, m)
+    if hf is None:
+        return compare(analysis, m)
+    data, skipped = for_transformers(hf, analysis.config)
+    if data is not None and analysis.config.attention != "naive" and \
+            BACKWARD in PHASES[analysis.phase]:
+        skipped = ("the tool's model runs the fused attention kernel (--attention "
+                   f"{analysis.config.attention}), whose backward recomputes QKᵀ (5 T×T matmuls "
+                   "per head, eager attention's 4), and transformers' model runs eager attention "
+                   "here: their backward attention cores differ by design (compare with "
+                   "--pass forward, or --attention naive)")
+    if data is not None and find_spec("transformers") is None:
+        skipped = ("transformers is not installed (pip install -e '.[hf]' adds it, at the "
+                   "pinned version)")
+    if skipped:
+        return compare(analysis, m, hf_skipped=f"transformers' model not run: {skipped}")
+    from accounting.crosscheck import hf_counter
+    from accounting.crosscheck.hf_compare import compare_hf
+    try:
+        got = hf_counter.measure(data, analysis.seq, analysis.batch, analysis.phase)
+    except Exception as e:  # transformers refuses what the tool read: a disagreement, said
+        why = " ".join(f"{type(e).__name__}: {e}".split())
+        result = compare(analysis, m, hf_skipped=f"transformers' model not run: it could not "
+                                                 f"be built ({why[:300]})")
+        return replace(result, checks=result.checks + (Check(
+            "transformers builds its model from the config.json the tool read",
+            why[:300], False),))
+    return compare(analysis, m, compare_hf(analysis, got, hf))
 
 
 __all__ = ["cross_check", "compare", "measure", "Measurement", "CrossCheck", "ComponentRow",

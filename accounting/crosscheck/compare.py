@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import re
 from collections import Counter, defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from accounting import records as R
 from accounting.analysis import Analysis
@@ -23,6 +24,9 @@ from accounting.crosscheck.measure import GLOBAL, Measurement
 from accounting.records import BLOCK_COMPONENTS, COMPONENTS, EXECUTED, LM_HEAD, PHASES
 from accounting.table import Table
 from accounting.units import FLOPS_PER_MAC, grouped
+
+if TYPE_CHECKING:
+    from accounting.crosscheck.hf_compare import HFCheck
 
 TOTAL = "total"
 ELSEWHERE = "not in any component"
@@ -124,10 +128,12 @@ class ComponentRow:
     torch: int  # FlopCounterMode (+ einsum products it does not see, torch_einsum_products)
     torch_einsum_products: int
     note: str = ""
+    transformers: int | None = None  # transformers' own model (hf_compare.py); None: not run
 
     @property
     def agree(self) -> bool:
-        return self.torch == self.analytic and self.fvcore in (None, self.analytic)
+        return (self.torch == self.analytic and self.fvcore in (None, self.analytic)
+                and self.transformers in (None, self.analytic))
 
 
 @dataclass(frozen=True)
@@ -188,16 +194,29 @@ class CrossCheck:
     non_matmul_notes: tuple[str, ...]
     einsum_calls: tuple[dict, ...]  # distinct traced einsums with exact and stock counts
     module_map: str = ""  # the ledger's module -> component mapping, in words
+    hf: "HFCheck | None" = None  # transformers' model (hf_compare.py), when it ran
+    hf_skipped: str = ""  # why transformers' model did not run, for a Hugging Face config
 
     @property
     def agrees(self) -> bool:
         return (all(r.agree for r in self.components) and all(not c.mismatches for c in self.layers)
-                and all(r.agree for r in self.non_matmul) and all(c.holds for c in self.checks))
+                and all(r.agree for r in self.non_matmul) and all(c.holds for c in self.checks)
+                and (self.hf is None or self.hf.agrees))
+
+    @property
+    def counters(self) -> str:
+        """The counters that ran, in words."""
+        out = "analytic, fvcore and FlopCounterMode"
+        if self.hf is not None:
+            out = f"analytic, fvcore, FlopCounterMode and transformers' {self.hf.transformers_class}"
+        return out
 
     def disagreements(self) -> list[str]:
         out = [f"{r.scope} {r.component}: analytic {grouped(r.analytic)}, "
                + (f"fvcore {grouped(r.fvcore)}, " if r.fvcore is not None else "")
-               + f"torch {grouped(r.torch)}" for r in self.components if not r.agree]
+               + f"torch {grouped(r.torch)}"
+               + (f", transformers {grouped(r.transformers)}" if r.transformers is not None else "")
+               for r in self.components if not r.agree]
         out += [f"{c.scope} {c.counter}: {c.layers - c.agreeing} of {c.layers} blocks differ "
                 f"(first: block {c.mismatches[0].layer} {c.mismatches[0].component}, analytic "
                 f"{grouped(c.mismatches[0].analytic)}, measured {grouped(c.mismatches[0].measured)})"
@@ -206,12 +225,14 @@ class CrossCheck:
                 f"{'unknown op' if r.measured is None else grouped(r.measured)}"
                 for r in self.non_matmul if not r.agree]
         out += [f"check failed: {c.claim} ({c.evidence})" for c in self.checks if not c.holds]
+        if self.hf is not None:
+            out += self.hf.disagreements()
         return out
 
     def summary(self) -> str:
         d = self.disagreements()
         if not d:
-            return (f"analytic, fvcore and FlopCounterMode agree exactly ({self.name}, "
+            return (f"{self.counters} agree exactly ({self.name}, "
                     f"T={self.seq}, B={self.batch}, {self.phase})")
         more = f" (+{len(d) - 3} more)" if len(d) > 3 else ""
         return f"{self.name}, T={self.seq}, B={self.batch}, {self.phase}: " + "; ".join(d[:3]) + more
@@ -223,6 +244,15 @@ class CrossCheck:
         return tables(self, conventions)
 
     def to_dict(self) -> dict:
+        out = self._to_dict()
+        if self.hf is not None or self.hf_skipped:
+            for row, r in zip(out["components"], self.components):
+                row["transformers"] = r.transformers
+            out["transformers"] = (self.hf.to_dict() if self.hf is not None
+                                   else {"skipped": self.hf_skipped})
+        return out
+
+    def _to_dict(self) -> dict:
         return {
             "agrees": self.agrees,
             "workload": {"model": self.name, "seq": self.seq, "batch": self.batch,
@@ -334,7 +364,10 @@ def _einsum_summary(m: Measurement) -> tuple[dict, ...]:
     return tuple(distinct.values())
 
 
-def compare(a: Analysis, m: Measurement) -> CrossCheck:
+def compare(a: Analysis, m: Measurement, hf: "HFCheck | None" = None,
+            hf_skipped: str = "") -> CrossCheck:
+    """The counters against the ledger; `hf`: transformers' model's counts (hf_compare.py)
+    joined as a column and per-block rows, or `hf_skipped`: why it did not run."""
     L, lg = a.config.num_layers, a.ledger
     analytic, block = _analytic(a)
     rows: list[ComponentRow] = []
@@ -409,10 +442,33 @@ def compare(a: Analysis, m: Measurement) -> CrossCheck:
     one = len(lg.groups) == 1
     per_block = tuple((s if one else f"{s}, a block of {g}", tuple(block[g][s].items()))
                       for g, _ in lg.groups for s in passes)
+    if hf is not None:
+        rows, layer_checks = _join_hf(rows, hf), layer_checks + list(hf.layers)
     return CrossCheck(a.config.name, a.seq, a.batch, a.phase, a.counting, tuple(rows),
                       tuple(layer_checks), per_block, tuple(non_matmul), tuple(zero_ops),
                       tuple(checks), tuple(notes), tuple(nm_notes), _einsum_summary(m),
-                      module_map_text(lg))
+                      module_map_text(lg), hf, hf_skipped)
+
+
+def _join_hf(rows: list[ComponentRow], hf) -> list[ComponentRow]:
+    """transformers' FLOPs as the rows' fourth column; a 'not in any component' row where it
+    counted something the others did not."""
+    out = []
+    for r in rows:
+        if r.component == TOTAL and r.scope != TRAIN:
+            if hf.flops.get((r.scope, ELSEWHERE)) and not any(
+                    x.scope == r.scope and x.component == ELSEWHERE for x in rows):
+                out.append(ComponentRow(r.scope, ELSEWHERE, 0, 0 if r.fvcore is not None else None,
+                                        None, False, 0, 0, "counted outside the four components"))
+        out.append(r)
+    joined = []
+    for r in out:
+        if r.scope == TRAIN:
+            value = sum(hf.flops[(p, TOTAL)] for p in (FORWARD, BACKWARD))
+        else:
+            value = hf.flops.get((r.scope, r.component), 0)
+        joined.append(replace(r, transformers=value))
+    return joined
 
 
 def _add(x: Split, y: Split) -> Split:

@@ -53,6 +53,7 @@ def _workload(c: CrossCheck) -> str:
 
 def matmul_table(c: CrossCheck, conventions: bool = True) -> Table:
     rows = []
+    hf = c.hf is not None  # transformers' model ran: its column after torch's
     for r in c.components:
         if r.stock_skipped:
             stock, diff = "skipped", ""
@@ -60,11 +61,26 @@ def matmul_table(c: CrossCheck, conventions: bool = True) -> Table:
             stock, diff = "n/a", ""
         else:
             stock, diff = grouped(r.fvcore_stock), f"{r.fvcore_stock - r.analytic:+,}"
-        rows.append((r.scope, r.component, grouped(r.analytic), _n(r.fvcore), grouped(r.torch),
-                     _agree_text(r.analytic, fvcore=r.fvcore, torch=r.torch), stock, diff))
+        rows.append((r.scope, r.component, grouped(r.analytic), _n(r.fvcore), grouped(r.torch))
+                    + ((_n(r.transformers),) if hf else ())
+                    + (_agree_text(r.analytic, fvcore=r.fvcore, torch=r.torch,
+                                   transformers=r.transformers), stock, diff))
     notes = list(MATMUL_CONVENTIONS) if conventions else []
+    if hf:
+        notes.append(f"transformers (in agree too): {c.hf.transformers_class} (transformers "
+                     f"{c.hf.version}) built "
+                     "by AutoModelForCausalLM.from_config from the config.json itself, eager "
+                     "attention, meta device; forward by FlopCounterMode's module hierarchy, "
+                     "backward by the module whose forward made each autograd node (the op "
+                     "counter), FlopCounterMode's formulas; its parameters and KV cache are in "
+                     "the transformers table below.")
+    elif c.hf_skipped:
+        notes.append(c.hf_skipped + ".")
     if conventions and c.module_map:
         notes.append(f"Module map (ledger): {c.module_map}.")
+    if hf and conventions:
+        notes.append(f"Module map (transformers, {c.hf.model_type}; from the ledger's modules "
+                     f"and names): {c.hf.module_map}.")
     skipped = [e for e in c.einsum_calls if e["stock_flops_each"] is None]
     if skipped:
         worst = max(skipped, key=lambda e: e["stock_operand_bytes"])
@@ -74,9 +90,30 @@ def matmul_table(c: CrossCheck, conventions: bool = True) -> Table:
             f"{' and '.join(map(str, worst['shapes']))}).")
     notes += c.notes
     return Table(f"Cross-check: matmul FLOPs, analytic vs counted on the model ({_workload(c)})",
-                 ("pass", "component", "analytic", "fvcore ×2", "torch", "agree",
-                  "fvcore stock ×2", "stock − analytic"),
-                 tuple(rows), align="llrrrlrr", notes=tuple(notes))
+                 ("pass", "component", "analytic", "fvcore ×2", "torch")
+                 + (("transformers",) if hf else ()) + ("agree", "fvcore stock ×2",
+                                                       "stock − analytic"),
+                 tuple(rows), align="llrrr" + ("r" if hf else "") + "lrr", notes=tuple(notes))
+
+
+def transformers_table(c: CrossCheck) -> Table | None:
+    """transformers' model: parameters by component and the KV cache, with what it
+    computes differently (its FLOPs are a column of the matmul table)."""
+    h = c.hf
+    if h is None:
+        return None
+    rows = [(f"parameters: {r.component}", grouped(r.analytic), grouped(r.transformers),
+             _agree_text(r.analytic, transformers=r.transformers)) for r in h.params]
+    rows.append((f"KV cache after the prefill, bytes ({h.dtype.split(' ')[0]})",
+                 grouped(h.kv_bytes[0]), grouped(h.kv_bytes[1]),
+                 _agree_text(h.kv_bytes[0], transformers=h.kv_bytes[1])))
+    notes = (f"Built in {h.dtype}; only the KV-cache bytes depend on it. KV cache: "
+             f"past_key_values after the forward pass with use_cache=True: {h.kv_detail}; "
+             "analytic: the ledger's K and V per token and block × B·T × the element size.",
+             *h.notes)
+    return Table(f"Cross-check: transformers' {h.transformers_class} (transformers {h.version}, "
+                 f"{_workload(c)})", ("quantity", "analytic", "transformers", "agree"),
+                 tuple(rows), align="lrrl", notes=notes)
 
 
 def layer_table(c: CrossCheck) -> Table:
@@ -120,13 +157,15 @@ def non_matmul_table(c: CrossCheck, conventions: bool = True) -> Table | None:
 
 
 def checks_table(c: CrossCheck) -> Table:
-    rows = tuple((k.claim, k.evidence, "yes" if k.holds else "NO") for k in c.checks)
+    rows = tuple((k.claim, k.evidence, "yes" if k.holds else "NO")
+                 for k in c.checks + (c.hf.checks if c.hf is not None else ()))
     return Table(f"Cross-check: consistency and backward claims ({_workload(c)})",
                  ("check", "measured", "holds"), rows, align="lll",
-                 notes=(("Result: analytic, fvcore and FlopCounterMode agree exactly."
+                 notes=((f"Result: {c.counters} agree exactly."
                          if c.agrees else "Result: DISAGREEMENT — see the rows marked NO."),))
 
 
 def tables(c: CrossCheck, conventions: bool = True) -> list[Table]:
-    nm = non_matmul_table(c, conventions)
-    return [matmul_table(c, conventions), layer_table(c)] + ([nm] if nm else []) + [checks_table(c)]
+    nm, tf = non_matmul_table(c, conventions), transformers_table(c)
+    return ([matmul_table(c, conventions)] + ([tf] if tf else []) + [layer_table(c)]
+            + ([nm] if nm else []) + [checks_table(c)])

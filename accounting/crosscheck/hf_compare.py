@@ -1,0 +1,281 @@
+"""transformers' counts mapped onto the ledger's components; the rows joined to a CrossCheck.
+
+The module map is derived, not written: for every module the ledger names (the modules
+that hold a parameter or run a matmul, with their components), transformers' module is
+looked up in the model_type's name table (accounting/hf_config.py, names only). So the
+attention projections are whatever the ledger says they are, and a fused module of
+transformers' (GPT-2's c_attn for Q, K and V) is compared with the sum of the ledger's
+modules it stands for. Works on an HFMeasurement's plain numbers; runs nothing.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from accounting import records as R
+from accounting.analysis import Analysis
+from accounting.crosscheck.compare import (ELSEWHERE, TOTAL, Check, LayerCheck, Split, _analytic,
+                                           _layer_check, own)
+from accounting.crosscheck.dispatch import BACKWARD, FORWARD, MATMUL
+from accounting.crosscheck.measure import GLOBAL
+from accounting.hf_config import TRANSFORMERS_VERSION, HFConfig, ModuleNames
+from accounting.ledger import Ledger
+from accounting.records import BLOCK_COMPONENTS, COMPONENTS, PHASES
+from accounting.units import grouped
+
+COUNTER = "transformers"
+
+
+@dataclass(frozen=True)
+class ParamRow:
+    component: str  # a component, ELSEWHERE or TOTAL
+    analytic: int
+    transformers: int
+
+    @property
+    def agree(self) -> bool:
+        return self.analytic == self.transformers
+
+
+@dataclass(frozen=True)
+class HFCheck:
+    """transformers' model against the ledger: FLOPs (joined to the matmul and per-block
+    tables), parameters and KV cache (its own table), with what differs in how it computes."""
+    model_type: str
+    transformers_class: str
+    version: str
+    dtype: str  # what the model was built in, and why
+    flops: dict  # (pass, component or ELSEWHERE or TOTAL) -> FLOPs
+    layers: tuple[LayerCheck, ...]
+    params: tuple[ParamRow, ...]
+    kv_bytes: tuple[int, int]  # (analytic, transformers) after the prefill
+    kv_detail: str
+    checks: tuple[Check, ...]
+    notes: tuple[str, ...]  # how transformers' model computes differently, for this config
+    module_map: str
+
+    @property
+    def agrees(self) -> bool:
+        return (all(r.agree for r in self.params) and self.kv_bytes[0] == self.kv_bytes[1]
+                and all(c.holds for c in self.checks))
+
+    def disagreements(self) -> list[str]:
+        out = [f"transformers parameters {r.component}: analytic {grouped(r.analytic)}, "
+               f"transformers {grouped(r.transformers)}" for r in self.params if not r.agree]
+        if self.kv_bytes[0] != self.kv_bytes[1]:
+            out.append(f"transformers KV cache: analytic {grouped(self.kv_bytes[0])} bytes, "
+                       f"transformers {grouped(self.kv_bytes[1])} bytes")
+        return out + [f"check failed: {c.claim} ({c.evidence})" for c in self.checks if not c.holds]
+
+    def to_dict(self) -> dict:
+        return {"model_type": self.model_type, "class": self.transformers_class,
+                "transformers_version": self.version, "dtype": self.dtype,
+                "agrees": self.agrees,
+                "matmul_flops": [{"pass": p, "component": c, "flops": v}
+                                 for (p, c), v in self.flops.items()],
+                "parameters": [{"component": r.component, "analytic": r.analytic,
+                                "transformers": r.transformers, "agree": r.agree}
+                               for r in self.params],
+                "kv_cache_bytes": {"analytic": self.kv_bytes[0], "transformers": self.kv_bytes[1],
+                                   "detail": self.kv_detail},
+                "checks": [{"claim": c.claim, "evidence": c.evidence, "holds": c.holds}
+                           for c in self.checks],
+                "notes": list(self.notes), "module_map": self.module_map}
+
+
+# ---------------------------------------------------------------- the derived module map
+@dataclass(frozen=True)
+class ModuleMap:
+    """transformers' module paths -> the ledger's components and modules."""
+    names: ModuleNames
+    layers: int
+    block: dict  # their path inside a block -> (component, the ledger's modules) for matmuls
+    top: dict  # their path outside the blocks -> (component, ledger modules) for matmuls
+    params: dict  # their full module path -> component, for parameters
+
+    def path(self, layer: int | None, theirs: str) -> str:
+        if layer is None:
+            return theirs
+        return f"{self.names.blocks}.{layer}" + (f".{theirs}" if theirs else "")
+
+    def fused(self) -> list[tuple[str, tuple[str, ...]]]:
+        """Their modules that stand for several of the ledger's (GPT-2's c_attn)."""
+        return [(theirs, mods) for theirs, (_, mods) in {**self.block, **self.top}.items()
+                if len(mods) > 1]
+
+    def text(self) -> str:
+        by: dict[str, list[str]] = defaultdict(list)
+        for where, table in ((f"{self.names.blocks}.{{i}}.", self.block), ("", self.top)):
+            for theirs, (comp, mods) in table.items():
+                own_ops = " (its own matmuls)" if R.ATTN_CORE == comp else ""
+                fused = f" (= {' + '.join(mods)})" if len(mods) > 1 else ""
+                by[comp].append(f"{where}{theirs}{own_ops}{fused}")
+        return "; ".join(f"{', '.join(v)} -> {c}" for c, v in by.items())
+
+
+def module_map(lg: Ledger, names: ModuleNames) -> ModuleMap:
+    """The map for this ledger: every module the ledger names must be in the name table
+    (an AssertionError names the missing one: the table is incomplete, a developer error)."""
+    def theirs(per_layer: bool, module: str) -> str:
+        table = names.block if per_layer else names.top
+        if module not in table:
+            raise AssertionError(f"the name table for {names.blocks} lacks the ledger's module "
+                                 f"{module!r} ({'in a block' if per_layer else 'top level'})")
+        return table[module]
+
+    block: dict[str, list] = {}
+    top: dict[str, list] = {}
+    for (per_layer, module), comp in lg.matmul_modules().items():
+        table = block if per_layer else top
+        entry = table.setdefault(theirs(per_layer, module), [comp, []])
+        if entry[0] != comp:
+            raise AssertionError(f"{theirs(per_layer, module)} would hold two components")
+        entry[1].append(module)
+    params: dict[str, str] = {}
+    modules = {(p.per_layer, p.module): p.component for p in lg.params}
+    modules.update(lg.matmul_modules())
+    for (per_layer, module), comp in modules.items():
+        for i in (range(lg.config.num_layers) if per_layer else (None,)):
+            path = f"{names.blocks}.{i}.{theirs(True, module)}" if per_layer \
+                else theirs(False, module)
+            params.setdefault(path, comp)
+    return ModuleMap(names, lg.config.num_layers,
+                     {k: (c, tuple(m)) for k, (c, m) in block.items()},
+                     {k: (c, tuple(m)) for k, (c, m) in top.items()}, params)
+
+
+def split(counts: dict[str, int], mm: ModuleMap, total: int) -> Split:
+    """Each of their modules' own counts -> components (as compare.split does for ours)."""
+    layers = []
+    for i in range(mm.layers):
+        comp = {c: 0 for c in BLOCK_COMPONENTS}
+        for theirs, (c, _) in mm.block.items():
+            comp[c] += counts.get(mm.path(i, theirs), 0)
+        layers.append(comp)
+    top: dict[str, int] = defaultdict(int)
+    for theirs, (c, _) in mm.top.items():
+        top[c] += counts.get(theirs, 0)
+    s = Split(tuple(layers), dict(top), 0)
+    return Split(s.layers, s.top, total - sum(s.components().values()))
+
+
+# ---------------------------------------------------------------- comparison
+def compare_hf(a: Analysis, m, hf: HFConfig) -> HFCheck:
+    """`m`: an hf_counter.HFMeasurement for `a`'s workload."""
+    lg = a.ledger
+    mm = module_map(lg, hf.type.names)
+    _, block = _analytic(a)
+    flops: dict[tuple[str, str], int] = {}
+    layers: list[LayerCheck] = []
+    checks: list[Check] = []
+    for phase in PHASES[a.phase]:
+        if phase == FORWARD:  # FlopCounterMode's own module hierarchy
+            fcm = m.torch_flops[FORWARD]
+            s = split(own(fcm), mm, fcm.get(GLOBAL, 0))
+        else:  # by the module whose forward made each autograd node (the op counter)
+            mine = defaultdict(int)
+            for r in m.ops:
+                if r.phase == BACKWARD and r.kind == MATMUL:
+                    mine[r.module] += r.flops
+            total = m.torch_flops[BACKWARD].get(GLOBAL, 0)
+            s = split(dict(mine), mm, sum(mine.values()))
+            checks.append(Check("transformers backward: the op counter's matmul FLOPs = "
+                                "FlopCounterMode's", f"{grouped(sum(mine.values()))} and "
+                                f"{grouped(total)}", sum(mine.values()) == total))
+        comps = s.components()
+        for c in COMPONENTS:
+            flops[(phase, c)] = comps[c]
+        flops[(phase, ELSEWHERE)] = s.elsewhere
+        flops[(phase, TOTAL)] = sum(comps.values()) + s.elsewhere
+        layers.append(_layer_check(phase, COUNTER, s, block, lg))
+
+    params = _params(a, m, mm)
+    kv_bytes, kv_detail = _kv(a, m)
+    checks.append(Check("transformers: the LM head reads the token embedding (tied) exactly "
+                        "when the ledger's does", f"transformers {'tied' if m.tied else 'untied'}, "
+                        f"ledger {'tied' if lg.tied else 'untied'}", m.tied == bool(lg.tied)))
+    return HFCheck(hf.model_type, m.transformers_class, m.version, _dtype_text(m, hf), flops,
+                   tuple(layers), params, kv_bytes, kv_detail, tuple(checks),
+                   tuple(_notes(a, m, mm)), mm.text())
+
+
+def _params(a: Analysis, m, mm: ModuleMap) -> tuple[ParamRow, ...]:
+    theirs: dict[str, int] = defaultdict(int)
+    for name, n in m.params:
+        module = name.rpartition(".")[0]
+        theirs[mm.params.get(module, ELSEWHERE)] += n
+    ours = a.params_by_component()
+    rows = [ParamRow(c, n, theirs.pop(c, 0)) for c, n in ours.items()]
+    rows += [ParamRow(c, 0, n) for c, n in theirs.items()]  # components the ledger has none of
+    rows.append(ParamRow(TOTAL, a.param_count, sum(n for _, n in m.params)))
+    return tuple(rows)
+
+
+def _kv(a: Analysis, m) -> tuple[tuple[int, int], str]:
+    """Bytes of K and V after the prefill: the ledger's cache entries (per token, per
+    block, all blocks) × B·T × the model's element size, against past_key_values."""
+    v = a.values
+    per_token = sum(e.expr().value(v) for e in a.ledger.cache)
+    itemsize = m.kv[0][2] if m.kv else 0
+    analytic = int(per_token) * a.batch * a.seq * itemsize
+    measured = sum((_prod(k) + _prod(val)) * size for k, val, size in m.kv)
+    shapes = sorted({(k, val) for k, val, _ in m.kv})
+    shown = "; ".join(f"K {list(k)}, V {list(val)}" for k, val in shapes)
+    return (analytic, measured), (f"{len(m.kv)} layers × ({shown}) × {itemsize} bytes "
+                                  f"({m.dtype})")
+
+
+def _prod(shape) -> int:
+    out = 1
+    for s in shape:
+        out *= s
+    return out
+
+
+def _dtype_text(m, hf: HFConfig) -> str:
+    if hf.dtype is None:
+        return f"{m.dtype} (config.json gives no torch_dtype)"
+    if hf.dtype in ("float32", "bfloat16", "float16"):
+        return f"{m.dtype} (config.json's torch_dtype)"
+    return f"{m.dtype} (config.json's torch_dtype {hf.dtype} is not float32, bfloat16 or float16)"
+
+
+def _notes(a: Analysis, m, mm: ModuleMap) -> list[str]:
+    """Where transformers' model computes differently from the tool's, for this config, and
+    why the compared counts are still equal (or what is compared on the tool's model only)."""
+    c = a.config
+    classes = set(m.module_classes.values())
+    out = []
+    if m.version != TRANSFORMERS_VERSION:
+        out.append(f"transformers {m.version} is installed; the tool's tables are read from "
+                   f"{TRANSFORMERS_VERSION} (pip install -e '.[hf]' installs it), so a difference "
+                   f"may be a change in transformers.")
+    for theirs, mods in mm.fused():
+        out.append(f"{theirs} is one fused matmul for the ledger's {', '.join(mods)} "
+                   f"({m.module_classes.get(mm.path(0, theirs), '?')}): compared as their sum "
+                   f"(the same multiply-adds, one wider matmul).")
+    if "Conv1D" in classes or c.qkv_bias or c.out_bias or c.mlp_bias:
+        out.append("Biased layers (" + ("Conv1D" if "Conv1D" in classes else "nn.Linear")
+                   + ") run aten.addmm(bias, x, W): FlopCounterMode counts its product only, "
+                   "as the ledger's matmul rows do; the bias add is non-matmul work, counted "
+                   "and compared on the tool's model/.")
+    if c.kv_heads != c.num_heads:
+        out.append(f"Grouped-query attention: transformers copies K and V to all {c.num_heads} "
+                   f"query heads (repeat_kv: expand + reshape) before the score matmul; the "
+                   f"tool's model broadcasts them. The matmul FLOPs are the same (h·T²·d_k per "
+                   f"sequence); the copy moves memory, it adds no FLOPs.")
+    how = ["eager attention multiplies the scores by 1/√d_k (the tool's model divides) and "
+           "adds a float causal mask (B×1×T×T, built by create_causal_mask) where the tool's "
+           "model selects with torch.where", "softmax is one fused aten._softmax"]
+    how.append("RMSNorm multiplies by rsqrt (the tool's divides by sqrt)" if c.norm == "rmsnorm"
+               else "LayerNorm is one fused aten.native_layer_norm")
+    if c.positions == "rope":
+        how.append("RoPE's cos/sin are computed once per forward in the model (not per block) "
+                   "and applied with rotate_half")
+    out.append("Non-matmul work differs in form: " + "; ".join(how) + ". The non-matmul FLOPs "
+               "are compared on the tool's model/ only (their table below).")
+    if R.BACKWARD in PHASES[a.phase]:
+        out.append("Backward: F.cross_entropy on the logits, as for the tool's model "
+                   "(transformers' own loss, which upcasts the logits to float32, is not used).")
+    out.append("model.eval(): no dropout, as in the tool's model.")
+    return out

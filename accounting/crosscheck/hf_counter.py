@@ -1,0 +1,111 @@
+"""The third counter: transformers' own model of a config.json, run on the meta device.
+
+The model is AutoModelForCausalLM.from_config(attn_implementation="eager") built from the
+config.json object itself, not from the tool's translation of it, so a wrong translation
+shows as a difference. Its matmul FLOPs are counted by FlopCounterMode (forward: its
+module hierarchy) and by the op counter (backward: each FLOP goes to the module whose
+forward made the autograd node that ran it; see dispatch.py), its parameters by
+named_parameters(), its KV cache read from past_key_values after the prefill. Built in
+the config's torch_dtype (float32 if none), which only the KV-cache bytes depend on.
+Imports torch and transformers: accounting.crosscheck imports this module only when a
+Hugging Face config is verified and transformers is installed.
+"""
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Mapping
+
+import torch
+import torch.nn.functional as F
+from torch.utils.flop_counter import FlopCounterMode
+
+from accounting.crosscheck.dispatch import BACKWARD, FORWARD, OpCount, OpCounter
+from accounting.crosscheck.measure import _totals
+from accounting.hf_config import storage_dtype
+from accounting.records import PHASES
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass(frozen=True)
+class HFMeasurement:
+    model_type: str
+    transformers_class: str
+    version: str  # transformers.__version__
+    dtype: str  # the dtype the model was built in
+    params: tuple[tuple[str, int], ...]  # named_parameters(): each parameter once, in order
+    tied: bool  # lm_head.weight is the input embedding's weight
+    module_classes: Mapping[str, str]  # module name -> class name
+    torch_flops: Mapping[str, Mapping[str, int]]  # pass -> module -> FlopCounterMode's FLOPs
+    ops: tuple[OpCount, ...]  # the op counter's records
+    kv: tuple[tuple[tuple[int, ...], tuple[int, ...], int], ...]  # per layer: K, V shapes, bytes/elt
+    seconds: Mapping[str, float] = field(compare=False)
+
+
+@contextmanager
+def _quiet():
+    """transformers logs warnings about token ids and defaults while building; the
+    cross-check reports what matters itself."""
+    from transformers.utils import logging
+    level = logging.get_verbosity()
+    logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        logging.set_verbosity(level)
+
+
+def build(data: Mapping) -> torch.nn.Module:
+    """transformers' model of a config.json object, on the meta device, eager attention."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+    # auto_map names remote code; the counter builds transformers' own class for model_type
+    kwargs = {k: v for k, v in data.items() if k not in ("model_type", "auto_map")}
+    dtype = DTYPES.get(storage_dtype(data), torch.float32)
+    with _quiet():
+        config = AutoConfig.for_model(data["model_type"], **kwargs)
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(config, attn_implementation="eager",
+                                                     dtype=dtype)
+    return model.eval()  # no dropout: the tool's model has none
+
+
+def measure(data: Mapping, seq: int, batch: int = 1, phase: str = "forward") -> HFMeasurement:
+    """Count transformers' model of `data` (a config.json object) for one workload."""
+    import transformers
+    seconds: dict[str, float] = {}
+    t = time.perf_counter()
+    model = build(data)
+    seconds["build"] = time.perf_counter() - t
+
+    passes = PHASES[phase]
+    ids = torch.zeros((batch, seq), dtype=torch.long, device="meta")
+    root = type(model).__name__
+    torch_flops: dict[str, dict[str, int]] = {}
+    t = time.perf_counter()
+    with FlopCounterMode(display=False) as fcm, OpCounter(model) as counter:
+        with torch.set_grad_enabled(BACKWARD in passes):
+            out = model(input_ids=ids, use_cache=True)  # the prefill: it fills the KV cache
+        forward = _totals(fcm.get_flop_counts(), root)
+        torch_flops[FORWARD] = forward
+        if BACKWARD in passes:
+            counter.phases = {BACKWARD}  # the loss is not part of the model's forward
+            logits = out.logits
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), ids.reshape(-1))
+            loss.backward()
+            both = _totals(fcm.get_flop_counts(), root)
+            torch_flops[BACKWARD] = {k: v - forward.get(k, 0) for k, v in both.items()}
+    ops = counter.counts()
+    seconds["run"] = time.perf_counter() - t
+
+    cache = out.past_key_values
+    kv = tuple((tuple(layer.keys.shape), tuple(layer.values.shape), layer.keys.element_size())
+               for layer in cache.layers)
+    embedding = model.get_input_embeddings().weight
+    return HFMeasurement(
+        data["model_type"], root, transformers.__version__, str(embedding.dtype).removeprefix("torch."),
+        tuple((n, p.numel()) for n, p in model.named_parameters()),
+        model.get_output_embeddings().weight is embedding,
+        {n: type(m).__name__ for n, m in model.named_modules()},
+        torch_flops, ops, kv, seconds)

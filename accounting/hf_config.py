@@ -1,0 +1,630 @@
+"""Hugging Face config.json -> the architecture spec (ModelConfig): one table per model_type.
+
+A config.json is recognised by its "model_type". Each supported type is one HFType row
+below, and nothing else in the tool knows about it:
+
+  * `keys`: the keys that change a count and the spec fields they set, with the default
+    transformers uses when a key is absent (or Required: a size whose class default is
+    some reference model's, which is never what a user means);
+  * `fixed`: the model_type's rules that have no key (Qwen2's Q/K/V biases, Qwen3's
+    per-head QK-norm, OLMo-2's full-width QK-norm and post-sublayer norms);
+  * `must`: keys the spec honours at some values only (a sliding window must be off);
+  * `noted`: keys accepted with a note in the output (dropout: not counted);
+  * `free`: keys that change no count, listed so that an unknown key is a decision;
+  * `names`: the module names transformers gives the ledger's modules (for its cross-check).
+
+Every key of a file falls in one of these, in the shared lists (COMMON_FREE, COMMON_MUST,
+REFUSED) or is refused as unknown: no key is dropped silently. Defaults and rules are read
+from transformers 5.23.0: models/<type>/configuration_<type>.py (class defaults) and
+modeling_<type>.py (which biases and norms each type builds). Pure Python.
+"""
+from __future__ import annotations
+
+import copy
+import math
+import re
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from types import MappingProxyType
+from typing import Callable, Mapping
+
+from accounting.config import MAX_SIZE, ModelConfig, config_from_dict
+from accounting.errors import UsageError
+
+# The transformers release the tables below are read from (pyproject's [hf] extra pins it).
+TRANSFORMERS_VERSION = "5.23.0"
+
+# ---- value kinds ---------------------------------------------------------------------------
+INT = "a positive integer"
+INT_OR_NULL = "a positive integer or null"
+BOOL = "true or false"
+THETA = "a positive number"
+EPS = "a non-negative number"
+CHOICE = "one of"
+
+
+@dataclass(frozen=True)
+class Required:
+    """No default is taken: transformers would fall back to this class default (a
+    reference model's size), which is never what a config that omits it means."""
+    transformers_default: object
+
+
+@dataclass(frozen=True)
+class Key:
+    """A key that changes a count, read into spec fields (`fields`, all set to its value).
+    None (JSON null) of an INT_OR_NULL key leaves the fields at the spec's default, which
+    is transformers' meaning of null (num_kv_heads = heads, head_dim = d/h, d_ff = 4d)."""
+    hf: str
+    fields: tuple[str, ...]
+    kind: str
+    default: object
+    choices: Mapping[str, str] | None = None  # CHOICE: config.json value -> spec value
+    aliases: tuple[str, ...] = ()  # other spellings transformers reads ("a.b": nested)
+
+
+@dataclass(frozen=True)
+class Must:
+    """A key that changes a count, honoured only where `ok(value, data)` holds; `default`
+    is transformers' value when the key is absent (checked too)."""
+    hf: str
+    ok: Callable[[object, Mapping], bool]
+    wanted: str  # the accepted values, in words
+    what: str  # what another value would mean
+    default: object = None
+
+
+@dataclass(frozen=True)
+class Noted:
+    """Accepted, with a note in the output unless `quiet(value)`."""
+    hf: str
+    quiet: Callable[[object], bool]
+    note: str  # formatted with settings: "key = value" of each key with this note
+
+
+@dataclass(frozen=True)
+class ModuleNames:
+    """transformers' module paths for the ledger's modules (model/'s names): `blocks` is
+    the block list, `block` maps paths inside a block, `top` the others. Names only:
+    which modules exist, their parameters and components come from the ledger."""
+    blocks: str
+    block: Mapping[str, str]
+    top: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class HFType:
+    model_type: str
+    transformers_class: str
+    keys: tuple[Key, ...]
+    fixed: Mapping[str, object]  # spec fields the model_type sets without a key
+    rules: str  # the fixed rules in words, with where transformers has them
+    names: ModuleNames
+    must: tuple[Must, ...] = ()
+    noted: tuple[Noted, ...] = ()
+    free: frozenset[str] = frozenset()
+    divides: tuple[tuple[str, str], ...] = ()  # (a, b): transformers refuses b not divisible by a
+
+
+# ---- shared lists --------------------------------------------------------------------------
+# Keys of every config that change no count: bookkeeping, token ids, generation settings
+# (transformers pops those), labels for other heads, output switches.
+COMMON_FREE = frozenset({
+    "model_type", "architectures", "auto_map", "transformers_version", "_name_or_path",
+    "name_or_path", "_commit_hash", "use_cache", "initializer_range", "bos_token_id",
+    "eos_token_id", "pad_token_id", "sep_token_id", "decoder_start_token_id",
+    "task_specific_params", "id2label", "label2id", "num_labels", "problem_type",
+    "finetuning_task", "tokenizer_class", "prefix", "return_dict", "output_hidden_states",
+    "output_attentions", "torchscript", "use_bfloat16", "chunk_size_feed_forward",
+    "attn_implementation", "_attn_implementation", "tie_encoder_decoder", "is_decoder",
+    "cross_attention_hidden_size", "max_length", "min_length", "do_sample", "early_stopping",
+    "num_beams", "num_beam_groups", "diversity_penalty", "temperature", "top_k", "top_p",
+    "typical_p", "repetition_penalty", "length_penalty", "no_repeat_ngram_size",
+    "encoder_no_repeat_ngram_size", "bad_words_ids", "num_return_sequences", "output_scores",
+    "return_dict_in_generate", "forced_bos_token_id", "forced_eos_token_id",
+    "remove_invalid_values", "exponential_decay_length_penalty", "suppress_tokens",
+    "begin_suppress_tokens",
+    # the checkpoint's storage dtype: no count; read for the note and the transformers build
+    "torch_dtype", "dtype",
+})
+
+# Keys of architectures the spec cannot represent yet: refused whatever the model_type,
+# unless null. (A key a type does not know at all is refused as unknown anyway.)
+_MOE = "a mixture-of-experts key (experts change every count; MoE is not supported yet)"
+_MLA = "a multi-head latent attention key (MLA is not supported yet)"
+REFUSED = MappingProxyType({
+    **{k: _MOE for k in ("num_local_experts", "num_experts", "num_experts_per_tok",
+                         "moe_intermediate_size", "shared_expert_intermediate_size",
+                         "n_routed_experts", "n_shared_experts", "first_k_dense_replace",
+                         "moe_layer_freq", "decoder_sparse_step", "mlp_only_layers",
+                         "norm_topk_prob", "router_aux_loss_coef", "output_router_logits",
+                         "topk_group", "n_group", "routed_scaling_factor")},
+    **{k: _MLA for k in ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
+                         "qk_rope_head_dim", "v_head_dim")},
+    "num_nextn_predict_layers": "multi-token-prediction layers (not supported yet)",
+    "quantization_config": "a quantized checkpoint (its weights are not dense tensors of "
+                           "the config's shapes; quantization is not supported)",
+})
+
+ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "longrope", "llama3")
+
+
+def _rope_ok(value, data) -> bool:
+    """RoPE scaling changes frequencies, not counts, for these types; a partial rotary
+    factor would rotate only part of each head (a different count)."""
+    if value is None:
+        return True
+    if not isinstance(value, dict):
+        return False
+    kind = value.get("rope_type", value.get("type", "default"))
+    return kind in ROPE_TYPES and value.get("partial_rotary_factor", 1) in (1, 1.0)
+
+
+COMMON_MUST = (
+    Must("is_encoder_decoder", lambda v, d: v is False, "false", "an encoder-decoder model",
+         False),
+    Must("add_cross_attention", lambda v, d: v is False, "false",
+         "cross-attention layers in every block", False),
+    Must("pruned_heads", lambda v, d: not v, "empty", "pruned attention heads (smaller "
+         "projections in some blocks)", {}),
+    Must("partial_rotary_factor", lambda v, d: v in (1, 1.0), "1.0",
+         "RoPE on only part of each head", 1.0),
+)
+ROPE_MUST = (
+    Must("rope_scaling", _rope_ok, f"null or rope_type {', '.join(ROPE_TYPES)}",
+         "a RoPE variant the tool does not know to leave every count unchanged"),
+    Must("rope_parameters", _rope_ok, f"null or rope_type {', '.join(ROPE_TYPES)}",
+         "a RoPE variant the tool does not know to leave every count unchanged"),
+)
+NO_SLIDING = (
+    Must("use_sliding_window", lambda v, d: v is False, "false",
+         "sliding-window attention (not supported until the sliding-window issue lands)",
+         False),
+    Must("layer_types", lambda v, d: v is None or (isinstance(v, list) and all(
+        t == "full_attention" for t in v)), 'null or all "full_attention"',
+         "layers of another attention kind (sliding window)"),
+)
+DROPOUT_NOTE = ("{settings}: dropout is not counted (the tool's model has none; it does "
+                "not run at inference, and in training it adds elementwise work per dropped "
+                "tensor)")
+ATTENTION_DROPOUT = Noted("attention_dropout", lambda v: v in (0, 0.0), DROPOUT_NOTE)
+
+# Activations by name (transformers' ACT2FN). Gated: the MLP of the llama family,
+# act(W1·x) · W3·x. gelu_new and gelu_pytorch_tanh are both the tanh approximation.
+GATED_ACTS = MappingProxyType({"silu": "swiglu", "swish": "swiglu", "gelu_new": "geglu",
+                               "gelu_pytorch_tanh": "geglu"})
+PLAIN_ACTS = MappingProxyType({"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
+                               "gelu": "gelu"})
+
+LLAMA_NAMES = ModuleNames(
+    blocks="model.layers",
+    block=MappingProxyType({
+        "ln1": "input_layernorm", "ln2": "post_attention_layernorm", "attn": "self_attn",
+        "attn.q_proj": "self_attn.q_proj", "attn.k_proj": "self_attn.k_proj",
+        "attn.v_proj": "self_attn.v_proj", "attn.output_proj": "self_attn.o_proj",
+        "attn.q_norm": "self_attn.q_norm", "attn.k_norm": "self_attn.k_norm",
+        "ffn.w1": "mlp.gate_proj", "ffn.w3": "mlp.up_proj", "ffn.w2": "mlp.down_proj"}),
+    top=MappingProxyType({"token_embeddings": "model.embed_tokens", "ln_final": "model.norm",
+                          "lm_head": "lm_head"}),
+)
+# OLMo-2 names its post-sublayer norms after where they sit.
+OLMO2_NAMES = ModuleNames(LLAMA_NAMES.blocks, MappingProxyType({
+    **LLAMA_NAMES.block, "ln1": "post_attention_layernorm", "ln2": "post_feedforward_layernorm"}),
+    LLAMA_NAMES.top)
+GPT2_NAMES = ModuleNames(
+    blocks="transformer.h",
+    block=MappingProxyType({
+        "ln1": "ln_1", "ln2": "ln_2", "attn": "attn",
+        # one fused Conv1D computes Q, K and V: the ledger's three projections
+        "attn.q_proj": "attn.c_attn", "attn.k_proj": "attn.c_attn", "attn.v_proj": "attn.c_attn",
+        "attn.output_proj": "attn.c_proj", "ffn.w1": "mlp.c_fc", "ffn.w2": "mlp.c_proj"}),
+    top=MappingProxyType({"token_embeddings": "transformer.wte",
+                          "position_embeddings": "transformer.wpe",
+                          "ln_final": "transformer.ln_f", "lm_head": "lm_head"}),
+)
+
+
+def _sizes(vocab: int, hidden: int, inter: int, layers: int, heads: int, positions: int):
+    """The llama family's size keys, all required (transformers' class defaults given)."""
+    return (Key("vocab_size", ("vocab_size",), INT, Required(vocab)),
+            Key("hidden_size", ("d_model",), INT, Required(hidden)),
+            Key("intermediate_size", ("d_ff",), INT, Required(inter)),
+            Key("num_hidden_layers", ("num_layers",), INT, Required(layers)),
+            Key("num_attention_heads", ("num_heads",), INT, Required(heads)),
+            Key("max_position_embeddings", ("context_length",), INT, Required(positions)))
+
+
+def _rope_keys(eps: float, tie: bool = False):
+    """The llama family's activation, norm epsilon, tie and RoPE theta keys."""
+    return (Key("hidden_act", ("mlp",), CHOICE, "silu", GATED_ACTS),
+            Key("rms_norm_eps", ("norm_eps",), EPS, eps),
+            Key("tie_word_embeddings", ("tie_embeddings",), BOOL, tie),
+            # transformers 5 writes rope_parameters: {"rope_theta": ..}; older files rope_theta
+            Key("rope_theta", ("rope_theta",), THETA, 10000.0,
+                aliases=("rope_parameters.rope_theta", "rope_scaling.rope_theta")))
+
+
+_LLAMA_FAMILY = dict(norm="rmsnorm", norm_placement="pre", positions="rope")
+_ATTENTION_BIAS = Key("attention_bias", ("qkv_bias", "out_bias"), BOOL, False)
+_SLIDING_READ_ONLY_WITH_USE = frozenset({"sliding_window", "max_window_layers"})
+
+TYPES: dict[str, HFType] = {}
+
+
+def register(t: HFType) -> None:
+    """Add a model_type; refuses a duplicate type, a key listed twice, a key in two
+    categories, and a spec field set both by a key and by a fixed rule."""
+    if t.model_type in TYPES:
+        raise ValueError(f"model_type {t.model_type!r} is registered twice")
+    names = [k.hf for k in t.keys] + [a.split(".")[0] for k in t.keys for a in k.aliases
+                                      if "." not in a] + [m.hf for m in t.must] + \
+        [n.hf for n in t.noted] + list(t.free)
+    shared = set(COMMON_FREE) | set(REFUSED) | {m.hf for m in COMMON_MUST}
+    repeated = {n for n in names if names.count(n) > 1} | (set(names) & shared)
+    if repeated:
+        raise ValueError(f"{t.model_type}: key(s) listed twice: {sorted(repeated)}")
+    fields_set = [f for k in t.keys for f in k.fields]
+    if len(set(fields_set)) != len(fields_set) or set(fields_set) & set(t.fixed):
+        raise ValueError(f"{t.model_type}: a spec field is set twice")
+    TYPES[t.model_type] = t
+
+
+register(HFType(
+    "gpt2", "GPT2LMHeadModel",
+    keys=(Key("vocab_size", ("vocab_size",), INT, Required(50257)),
+          Key("n_embd", ("d_model",), INT, Required(768), aliases=("hidden_size",)),
+          Key("n_layer", ("num_layers",), INT, Required(12), aliases=("num_hidden_layers",)),
+          Key("n_head", ("num_heads",), INT, Required(12), aliases=("num_attention_heads",)),
+          Key("n_positions", ("context_length",), INT, Required(1024),
+              aliases=("max_position_embeddings",)),
+          Key("n_inner", ("d_ff",), INT_OR_NULL, None),  # null: 4·n_embd
+          Key("activation_function", ("mlp",), CHOICE, "gelu_new", PLAIN_ACTS),
+          Key("layer_norm_epsilon", ("norm_eps",), EPS, 1e-5),
+          Key("tie_word_embeddings", ("tie_embeddings",), BOOL, True)),
+    fixed=MappingProxyType(dict(norm="layernorm", norm_placement="pre", positions="learned",
+                                qkv_bias=True, out_bias=True, mlp_bias=True, qk_norm="none")),
+    rules="LayerNorm, learned positions and a bias on every Conv1D (modeling_gpt2.py)",
+    names=GPT2_NAMES,
+    must=(Must("reorder_and_upcast_attn", lambda v, d: v is False, "false",
+               "attention scores by baddbmm with the scale folded in (one op fewer)", False),
+          # transformers ignores n_ctx (an old spelling); a different value is a mistake
+          Must("n_ctx", lambda v, d: v == d.get("n_positions", v), "equal to n_positions",
+               "a context length transformers ignores (it reads n_positions)")),
+    noted=(Noted("resid_pdrop", lambda v: v in (0, 0.0), DROPOUT_NOTE),
+           Noted("embd_pdrop", lambda v: v in (0, 0.0), DROPOUT_NOTE),
+           Noted("attn_pdrop", lambda v: v in (0, 0.0), DROPOUT_NOTE),
+           Noted("scale_attn_weights", lambda v: v is True,
+                 "{settings}: transformers multiplies the scores by 1.0 instead of 1/√d_k "
+                 "(the same count; the tool's model scales)"),
+           Noted("scale_attn_by_inverse_layer_idx", lambda v: v is False,
+                 "{settings}: transformers folds 1/(layer + 1) into the one score scale "
+                 "(the same count; the tool's model does not)")),
+    # summary_*: GPT2DoubleHeadsModel's classification head, not built for a causal LM;
+    # n_special, predict_special_tokens, output_past, gradient_checkpointing: old keys
+    # transformers no longer reads.
+    free=frozenset({"summary_type", "summary_use_proj", "summary_activation",
+                    "summary_proj_to_labels", "summary_first_dropout", "n_special",
+                    "predict_special_tokens", "output_past", "gradient_checkpointing"}),
+))
+
+register(HFType(
+    "llama", "LlamaForCausalLM",
+    keys=_sizes(32000, 4096, 11008, 32, 32, 2048) + (
+        Key("num_key_value_heads", ("num_kv_heads",), INT_OR_NULL, None),
+        Key("head_dim", ("head_dim",), INT_OR_NULL, None),
+        _ATTENTION_BIAS,
+        Key("mlp_bias", ("mlp_bias",), BOOL, False)) + _rope_keys(1e-6),
+    fixed=MappingProxyType(dict(_LLAMA_FAMILY, qk_norm="none")),
+    rules="RMSNorm before each sublayer, gated MLP, RoPE (modeling_llama.py)",
+    names=LLAMA_NAMES, must=ROPE_MUST, noted=(ATTENTION_DROPOUT,),
+    free=frozenset({"pretraining_tp"}),  # no longer read (once: the same matmuls, sliced)
+    divides=(("num_attention_heads", "hidden_size"),),  # LlamaConfig.validate_architecture
+))
+
+register(HFType(
+    "mistral", "MistralForCausalLM",
+    keys=_sizes(32000, 4096, 14336, 32, 32, 131072) + (
+        Key("num_key_value_heads", ("num_kv_heads",), INT_OR_NULL, Required(8)),
+        Key("head_dim", ("head_dim",), INT_OR_NULL, None)) + _rope_keys(1e-6),
+    fixed=MappingProxyType(dict(_LLAMA_FAMILY, qk_norm="none", qkv_bias=False, out_bias=False,
+                                mlp_bias=False)),
+    rules="the llama architecture without biases (modeling_mistral.py: bias=False)",
+    names=LLAMA_NAMES,
+    # MistralConfig's default is a 4,096-token window: an absent key means a window too
+    must=ROPE_MUST + NO_SLIDING[1:] + (
+        Must("sliding_window", lambda v, d: v is None, "null",
+             "sliding-window attention (not supported until the sliding-window issue lands)",
+             4096),),
+    noted=(ATTENTION_DROPOUT,),
+))
+
+register(HFType(
+    "qwen2", "Qwen2ForCausalLM",
+    keys=_sizes(151936, 4096, 22016, 32, 32, 32768) + (
+        Key("num_key_value_heads", ("num_kv_heads",), INT_OR_NULL, Required(32)),
+        Key("head_dim", ("head_dim",), INT_OR_NULL, None)) + _rope_keys(1e-6),
+    fixed=MappingProxyType(dict(_LLAMA_FAMILY, qk_norm="none", qkv_bias=True, out_bias=False,
+                                mlp_bias=False)),
+    rules="biases on Q, K and V only (modeling_qwen2.py: bias=True on q/k/v_proj, False on "
+          "o_proj)",
+    names=LLAMA_NAMES, must=ROPE_MUST + NO_SLIDING, noted=(ATTENTION_DROPOUT,),
+    # read only when use_sliding_window is true (refused above); use_mrope: Qwen2-VL's, unread
+    free=_SLIDING_READ_ONLY_WITH_USE | {"use_mrope"},
+))
+
+register(HFType(
+    "qwen3", "Qwen3ForCausalLM",
+    keys=_sizes(151936, 4096, 22016, 32, 32, 32768) + (
+        Key("num_key_value_heads", ("num_kv_heads",), INT_OR_NULL, Required(32)),
+        # Qwen3Config's default head_dim is 128, whatever hidden_size/heads is
+        Key("head_dim", ("head_dim",), INT, Required(128)),
+        _ATTENTION_BIAS) + _rope_keys(1e-6),
+    fixed=MappingProxyType(dict(_LLAMA_FAMILY, qk_norm="head", mlp_bias=False)),
+    rules="RMSNorm of each head's Q and K, head_dim weights each (modeling_qwen3.py: "
+          "q_norm, k_norm)",
+    names=LLAMA_NAMES, must=ROPE_MUST + NO_SLIDING, noted=(ATTENTION_DROPOUT,),
+    free=_SLIDING_READ_ONLY_WITH_USE,
+))
+
+register(HFType(
+    "olmo2", "Olmo2ForCausalLM",
+    keys=_sizes(50304, 4096, 11008, 32, 32, 2048) + (
+        Key("num_key_value_heads", ("num_kv_heads",), INT_OR_NULL, None),
+        Key("head_dim", ("head_dim",), INT_OR_NULL, None),
+        _ATTENTION_BIAS) + _rope_keys(1e-5),
+    fixed=MappingProxyType(dict(_LLAMA_FAMILY, norm_placement="post", qk_norm="full",
+                                mlp_bias=False)),
+    rules="RMSNorm on each sublayer's output inside the residual, and QK-norm over the full "
+          "Q and K projections (modeling_olmo2.py)",
+    names=OLMO2_NAMES, must=ROPE_MUST, noted=(ATTENTION_DROPOUT,),
+))
+
+
+# ---- translation ---------------------------------------------------------------------------
+@dataclass(frozen=True, eq=False)
+class HFConfig:
+    """A config.json read: the spec it means, and what the output should say about it."""
+    model_type: str
+    data: Mapping  # the config.json object as read (a private copy)
+    config: ModelConfig
+    origin: str  # the file, or the preset's Hugging Face id
+    mapped: tuple[tuple[str, object, tuple[str, ...], bool], ...]  # key, value, fields, given
+    notes: tuple[str, ...] = ()
+    dtype: str | None = None  # torch_dtype / dtype, when given
+
+    @property
+    def type(self) -> HFType:
+        return TYPES[self.model_type]
+
+
+def _short(value, limit: int = 40) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+_MISSING = object()
+
+
+def _get(data: Mapping, path: str):
+    """data[path], or data[a][b] for 'a.b'; _MISSING when absent."""
+    head, _, rest = path.partition(".")
+    value = data.get(head, _MISSING)
+    if not rest or value is _MISSING:
+        return value
+    return value.get(rest, _MISSING) if isinstance(value, dict) else _MISSING
+
+
+def _check_kind(key: Key, value, where: str) -> None:
+    ok = {
+        INT: lambda v: isinstance(v, int) and not isinstance(v, bool) and 0 < v <= MAX_SIZE,
+        INT_OR_NULL: lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool)
+                                             and 0 < v <= MAX_SIZE),
+        BOOL: lambda v: isinstance(v, bool),
+        THETA: lambda v: _number(v) and v > 0,
+        EPS: lambda v: _number(v) and v >= 0,
+        CHOICE: lambda v: isinstance(v, str) and v in key.choices,
+    }[key.kind]
+    if not ok(value):
+        wanted = (f"{CHOICE} {', '.join(key.choices)} (the activations the tool's spec has)"
+                  if key.kind == CHOICE else key.kind)
+        raise UsageError(f"{where}: {key.hf} must be {wanted}, got {_short(value)}")
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _read(key: Key, data: Mapping, where: str):
+    """The key's value (from it or an alias), checked; contradicting spellings refused."""
+    found = [(p, _get(data, p)) for p in (key.hf, *key.aliases)]
+    found = [(p, v) for p, v in found if v is not _MISSING]
+    if len({repr(v) for _, v in found}) > 1:
+        shown = ", ".join(f"{p} = {_short(v)}" for p, v in found)
+        raise UsageError(f"{where}: contradictory keys {shown}; transformers reads them as one "
+                         f"setting, so give one value")
+    if not found:
+        if isinstance(key.default, Required):
+            raise UsageError(f"{where} is missing {key.hf}; add it (transformers would silently "
+                             f"use its class default {key.default.transformers_default!r}, a "
+                             f"reference model's size)")
+        return key.default
+    value = found[0][1]
+    _check_kind(key, value, where)
+    return value
+
+
+def translate(data: Mapping, source: str, name: str, origin: str = "") -> HFConfig:
+    """The spec a Hugging Face config.json object means; UsageError naming the key when a
+    key would change a count the tool cannot represent, or is unknown, wrong or missing."""
+    mt = data.get("model_type")
+    if not isinstance(mt, str) or mt not in TYPES:
+        raise UsageError(f"{source}: model_type {_short(mt)} is not supported; supported: "
+                         f"{', '.join(TYPES)} (or write the tool's own format: see --help)")
+    t = TYPES[mt]
+    where = f"{source} ({mt})"
+    for k, why in REFUSED.items():
+        if data.get(k) is not None:
+            raise UsageError(f"{where}: {k} = {_short(data[k])} is {why}; refusing rather than "
+                             f"dropping it")
+    known = (COMMON_FREE | set(REFUSED) | {m.hf for m in COMMON_MUST} | {k.hf for k in t.keys}
+             | {a for k in t.keys for a in k.aliases if "." not in a} | {m.hf for m in t.must}
+             | {n.hf for n in t.noted} | t.free)
+    unknown = sorted(k for k in data if k not in known)
+    if unknown:
+        shown = ", ".join(_short(k, 30) for k in unknown[:4]) + (" …" if len(unknown) > 4 else "")
+        raise UsageError(f"{where}: unknown key(s) {shown}: the tool cannot tell whether "
+                         f"{'it changes' if len(unknown) == 1 else 'they change'} a count, so it "
+                         f"refuses rather than drop {'it' if len(unknown) == 1 else 'them'} "
+                         f"(the keys it reads: accounting/hf_config.py, model_type {mt})")
+    for m in COMMON_MUST + t.must:
+        value = data.get(m.hf, m.default)
+        if not m.ok(value, data):
+            absent = "" if m.hf in data else " (absent: transformers' default)"
+            raise UsageError(f"{where}: {m.hf} = {_short(value)}{absent} means {m.what}; the tool "
+                             f"counts only {m.hf} {m.wanted}")
+    spec: dict = {"name": name}
+    mapped = []
+    for key in t.keys:
+        value = _read(key, data, where)
+        given = any(_get(data, p) is not _MISSING for p in (key.hf, *key.aliases))
+        mapped.append((key.hf, value, key.fields, given))
+        if value is None:
+            continue  # null: the spec's default is transformers' meaning (see Key)
+        for f in key.fields:
+            spec[f] = key.choices[value] if key.kind == CHOICE else value
+    for a, b in t.divides:
+        if spec[_field(t, b)] % spec[_field(t, a)]:
+            raise UsageError(f"{where}: {b} {spec[_field(t, b)]} is not divisible by {a} "
+                             f"{spec[_field(t, a)]}; transformers' {t.transformers_class} refuses "
+                             f"it (even with head_dim given)")
+    spec.update(t.fixed)
+    try:
+        config = config_from_dict(spec, where)
+    except UsageError as e:
+        raise UsageError(_in_hf_words(str(e), t)) from None
+    noisy: dict[str, list[str]] = {}  # a note once, for all the keys it is about
+    for n in t.noted:
+        if n.hf in data and not n.quiet(data[n.hf]):
+            noisy.setdefault(n.note, []).append(f"{n.hf} = {data[n.hf]!r}")
+    notes = [note.format(settings=", ".join(s)) for note, s in noisy.items()]
+    notes += _rope_notes(data)
+    dtype = storage_dtype(data)
+    if dtype is not None and not isinstance(dtype, str):
+        raise UsageError(f"{where}: torch_dtype must be a string such as \"bfloat16\", got "
+                         f"{_short(dtype)}")
+    return HFConfig(mt, MappingProxyType(copy.deepcopy(dict(data))), config, origin or source,
+                    tuple(mapped), tuple(notes), dtype)
+
+
+def storage_dtype(data: Mapping):
+    """The checkpoint's dtype: "dtype" (transformers 5's spelling) unless null, else
+    "torch_dtype", as transformers' PreTrainedConfig reads them."""
+    return data["dtype"] if data.get("dtype") is not None else data.get("torch_dtype")
+
+
+def _field(t: HFType, hf_key: str) -> str:
+    return next(k.fields[0] for k in t.keys if k.hf == hf_key)
+
+
+def _rope_notes(data: Mapping) -> list[str]:
+    out = []
+    for k in ("rope_scaling", "rope_parameters"):
+        v = data.get(k)
+        if isinstance(v, dict) and v.get("rope_type", v.get("type", "default")) != "default":
+            out.append(f"{k} {v.get('rope_type', v.get('type'))}: rescales RoPE's frequencies "
+                       f"(changes no count)")
+    return out
+
+
+def _in_hf_words(message: str, t: HFType) -> str:
+    """A spec error, with the config.json keys of the spec fields it names."""
+    said = [(f, k.hf) for k in t.keys for f in k.fields if re.search(rf"\b{f}\b", message)
+            and f != k.hf]
+    if not said:
+        return message
+    return message + " [in config.json: " + ", ".join(f"{f} is {hf}" for f, hf in said) + "]"
+
+
+def name_for(path: Path, data: Mapping) -> str:
+    """A config.json's model name: its _name_or_path, else its folder (for a file named
+    config.json, as checkpoints ship it), else the file's stem."""
+    given = data.get("_name_or_path")
+    if isinstance(given, str) and given.strip():
+        return given.strip()
+    if path.name == "config.json" and path.resolve().parent.name:
+        return path.resolve().parent.name
+    return path.stem
+
+
+# ---- back to config.json, for a config modified by flags ----------------------------------
+RUNTIME_FIELDS = ("attention",)  # spec fields of how model/ runs, not of the architecture
+def for_transformers(hf: HFConfig, config: ModelConfig) -> tuple[dict | None, str]:
+    """The config.json object that builds `config` in transformers: hf's own when unchanged;
+    with the keys of changed fields rewritten (flags like --num-layers); or (None, why) when
+    a changed field has no key in this model_type or the result would not mean `config`."""
+    data = copy.deepcopy(dict(hf.data))
+    t = hf.type
+    # how the tool's model runs its attention is no key of config.json (the transformers
+    # counter always runs eager attention): it is not written back
+    config = replace(config, **{f: getattr(hf.config, f) for f in RUNTIME_FIELDS
+                                if hasattr(config, f)})
+    mine = hf.config
+    if replace(config, name="") == replace(mine, name=""):
+        return data, ""  # the config.json itself, whatever the tool read from it
+    for key in t.keys:
+        values = {getattr(config, f) for f in key.fields}
+        if all(getattr(config, f) == getattr(mine, f) for f in key.fields):
+            continue
+        if len(values) != 1:
+            return None, (f"{' and '.join(key.fields)} differ, and {t.model_type}'s "
+                          f"{key.hf} sets both")
+        value = values.pop()
+        if key.kind == CHOICE:
+            inverse = [hf_v for hf_v, spec_v in key.choices.items() if spec_v == value]
+            if not inverse:
+                return None, f"{key.fields[0]} {value!r} has no {key.hf} in {t.model_type}"
+            value = inverse[0]
+        for p in (key.hf, *key.aliases):
+            if _get(data, p) is not _MISSING or p == key.hf:
+                head, _, rest = p.partition(".")
+                if rest:
+                    data[head] = {**data[head], rest: value}
+                else:
+                    data[head] = value
+    changed = [f.name for f in fields(config) if f.name != "name"
+               and getattr(config, f.name) != getattr(mine, f.name)]
+    fixed = [f for f in changed if f in t.fixed]
+    if fixed:
+        return None, (f"{', '.join(fixed)} {'is' if len(fixed) == 1 else 'are'} fixed by "
+                      f"model_type {t.model_type} (no config.json key sets "
+                      f"{'it' if len(fixed) == 1 else 'them'})")
+    try:
+        again = translate(data, "the rewritten config.json", config.name).config
+    except UsageError as e:
+        return None, str(e)
+    if replace(again, name="") != replace(config, name=""):
+        return None, "the flags' changes cannot be written as config.json keys"
+    return data, ""
+
+
+# ---- files ---------------------------------------------------------------------------------
+def is_hf(data) -> bool:
+    """A JSON object in Hugging Face's format (it names its model_type)."""
+    return isinstance(data, dict) and "model_type" in data
+
+
+def from_file(path: str | Path, data: Mapping, source: str, name: str | None = None) -> HFConfig:
+    """A parsed config.json file (config.read_json reads and parses it)."""
+    path = Path(path)
+    return translate(data, source, name or name_for(path, data), str(path))
+
+
+def load(path: str | Path) -> HFConfig | None:
+    """The HFConfig of a JSON file in Hugging Face's format; None for the tool's own format."""
+    from accounting.config import read_json
+    data, source = read_json(path)
+    return from_file(path, data, source) if is_hf(data) else None
+
+
+# The presets' config.json files, as shipped (package data; accounting/presets.py reads them).
+PACKAGED = Path(__file__).resolve().parent / "hf_configs"
