@@ -34,9 +34,11 @@ ROW = ("B", "T", "d_model")
 class Arch:
     """The symbols the spec's sizes are written in, shared by every module below."""
 
-    def __init__(self, c: ModelConfig):
+    def __init__(self, c: ModelConfig, fold: bool = True):
         self.c = c
-        self.fold = c.num_heads * c.d_k == c.d_model  # h·d_k is written d_model
+        # h·d_k is written d_model (fold=False keeps the heads dimension visible: tensor
+        # parallelism splits exactly the tensors that have one)
+        self.fold = fold and c.num_heads * c.d_k == c.d_model
         self.gqa = c.kv_heads != c.num_heads
 
     def width(self, kv: bool = False) -> tuple[str, ...]:
@@ -306,9 +308,10 @@ class Block:
             t.binary("aten.add", y, self.ln2(f, "ln2 output"), "x + ln1(attn), y + ln2(ffn)", RESIDUAL)
 
 
-def walk(c: ModelConfig) -> Trace:
-    """Build (declare) the model, then run one training step's forward and loss."""
-    t, a = Trace(), Arch(c)
+def walk(c: ModelConfig, fold: bool = True) -> Trace:
+    """Build (declare) the model, then run one training step's forward and loss
+    (fold=False: widths written h·d_k even where that is d_model)."""
+    t, a = Trace(), Arch(c, fold)
     # __init__, in model/transformer.py's registration order
     with t.scope("token_embeddings"):
         tok = t.param("weight", ("V", "d_model"), R.EMBEDDING, lookup=True)

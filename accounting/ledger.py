@@ -146,8 +146,18 @@ def _activations(t, fold: bool) -> tuple[R.Activation, ...]:
 
 @lru_cache(maxsize=64)
 def ledger(config: ModelConfig) -> Ledger:
-    t = builder.walk(config)
-    fold = config.num_heads * config.d_k == config.d_model
+    return _build(config, fold=config.num_heads * config.d_k == config.d_model)
+
+
+@lru_cache(maxsize=64)
+def unfolded_ledger(config: ModelConfig) -> Ledger:
+    """The same facts with h·d_k never written d_model, so that every tensor and weight with
+    a heads dimension shows it (the parallel planner splits exactly those over TP ranks)."""
+    return _build(config, fold=False)
+
+
+def _build(config: ModelConfig, fold: bool) -> Ledger:
+    t = builder.walk(config, fold)
     acts = _activations(t, fold)
     inputs = [a for a in acts if a.block_input]
     if len(inputs) != 1 or not inputs[0].per_layer:

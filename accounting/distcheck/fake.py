@@ -1,0 +1,70 @@
+"""One rank of a large group on PyTorch's fake process-group backend: nothing is
+communicated and, with FakeTensorMode, nothing is allocated, so a real preset runs at 8 to
+64 ranks in a few seconds on a CPU. The model is built on the meta device, sharded (TP with
+DTensor, then FSDP2), and materialized as fake tensors.
+
+    python -m accounting.distcheck.fake '<Case as JSON>' ...   # prints one JSON per case
+
+Each case needs its own process group, so run_cases destroys it between cases.
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+import torch
+import torch.distributed as dist
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.distributed.device_mesh import init_device_mesh
+from torch.testing._internal.distributed.fake_pg import FakeStore
+
+from accounting.distcheck.measure import Case, run_step, state_bytes
+from accounting.distcheck.parallelize import fully_shard_model, tensor_parallel
+
+
+def mesh_for(case: Case):
+    if case.tp > 1 and case.dp > 1:
+        return init_device_mesh("cpu", (case.dp, case.tp), mesh_dim_names=("dp", "tp"))
+    return init_device_mesh("cpu", (case.world,), mesh_dim_names=("tp" if case.tp > 1 else "dp",))
+
+
+def run_case(case: Case) -> dict:
+    from model import TransformerLM
+    if case.pp != 1 or (case.dp > 1 and case.zero < 2):
+        raise ValueError("the fake backend runs FSDP2 and TP (DDP needs real tensors)")
+    dist.init_process_group("fake", store=FakeStore(), rank=case.rank, world_size=case.world)
+    try:
+        mesh = mesh_for(case)
+        names = mesh.mesh_dim_names
+        groups = {mesh[n].get_group().group_name if len(names) > 1 else mesh.get_group().group_name: n
+                  for n in names}
+        config = case.config()
+        with torch.device("meta"):
+            lm = TransformerLM.from_config(config, context_length=max(case.seq, config.context_length)
+                                           if config.positions == "rope" else None)
+        if case.tp > 1:
+            tensor_parallel(lm, mesh["tp"] if len(names) > 1 else mesh, case.sp)
+        if case.dp > 1:
+            fully_shard_model(lm, mesh["dp"] if len(names) > 1 else mesh, case.zero)
+        with FakeTensorMode(allow_non_fake_inputs=True):
+            lm.to_empty(device="cpu")
+            opt = torch.optim.AdamW(lm.parameters())
+            ids = torch.zeros(case.micro_batch, case.seq, dtype=torch.long)
+            out = run_step(lm, opt, lambda i: (ids, ids), case.micro_batches)
+            out["state"] = state_bytes(lm, opt)
+        for c in out["collectives"]:
+            c["group"] = groups.get(c["group"], c["group"])
+        out["case"] = case.to_json()
+        return out
+    finally:
+        dist.destroy_process_group()
+
+
+def main(argv: list[str]) -> int:
+    for text in argv:
+        print(json.dumps(run_case(Case(**json.loads(text)))), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,285 @@
+"""One call for a multi-GPU plan: per-GPU memory, FLOPs, communication and step time of a
+layout. Returns data; views.py renders it.
+
+Stages shown: the first, the second (the most loaded of the middle stages: it holds
+p − 1 micro-batches and receives from both sides) and the last; every other stage holds
+no more memory and no more work than one of these.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+
+from accounting.analysis import check_workload
+from accounting.config import ModelConfig
+from accounting.errors import UsageError
+from accounting.symbols import product
+from accounting.planning.compute import check_mfu, exact
+from accounting.planning.fit import Budget
+from accounting.planning.gpus import Hardware, Interconnect
+from accounting.planning.memory import STEP_BYTES, Precision
+from accounting.planning.parallel import activations as A
+from accounting.planning.parallel import comms as C
+from accounting.planning.parallel.layout import Layout, check_layout
+from accounting.planning.parallel.shards import FIRST, Split, split
+from accounting.planning.parallel.states import States, stage_tensors, states, zero1_worst_rank
+from accounting.planning.parallel.step import StageFlops, StepTime, bubble, stage_flops, step_time
+
+# What the torch.distributed checks (accounting/distcheck, tests/test_distributed.py) verify,
+# and what stays a formula here.
+CHECKED = ("parameter, gradient and AdamW-state bytes per rank (FSDP2 and TP on the fake "
+           "backend at 8 to 64 ranks; DDP, ZeroRedundancyOptimizer, FSDP2+TP and pipelining "
+           "on a gloo group of CPU processes)",
+           "matmul FLOPs per rank (FlopCounterMode on the rank's local tensors)",
+           "collectives per step, calls and bytes, by kind (a dispatch hook beside CommDebugMode)")
+FORMULA_ONLY = ("activation bytes under TP/SP and 1F1B in-flight counts (the ledger's saved "
+                "tensors are checked on one GPU)",
+                "communication buffers (DDP buckets, FSDP2's gathered units, pipelining receive "
+                "buffers)", "bf16 mixed precision under FSDP2", "step time",
+                "the tied embedding's gradient all-reduce across pipeline stages (Megatron-LM)")
+
+
+@dataclass(frozen=True)
+class Item:
+    name: str
+    formula: str
+    bytes: A.Linear  # a·b + c in the micro-batch size b
+    on_gpu: bool = True
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class StagePlan:
+    stage: int
+    layers: int
+    states: States
+    items: tuple[Item, ...]
+    activations: A.StageActivations
+    flops: StageFlops
+    collectives: tuple[C.Collective, ...]
+
+    def memory(self, b: int) -> int:
+        return sum(i.bytes.at(b) for i in self.items if i.on_gpu)
+
+    @property
+    def linear(self) -> A.Linear:
+        return sum((i.bytes for i in self.items if i.on_gpu), A.Linear())
+
+
+@dataclass(frozen=True)
+class Fit:
+    budget: Budget
+    largest: int  # micro-batch; 0: not even 1 fits
+    largest_dividing: int  # the largest that also divides the per-rank batch
+    shortfall: int  # bytes missing at the chosen micro-batch (0 if it fits)
+    headroom: int  # bytes left at the chosen micro-batch (0 if it does not fit)
+
+
+@dataclass(frozen=True)
+class ParallelPlan:
+    config: ModelConfig
+    layout: Layout
+    seq: int
+    precision: Precision
+    hardware: Hardware | None
+    net: Interconnect | None
+    mfu: Fraction
+    stages: tuple[StagePlan, ...]
+    fit: Fit | None
+    time: StepTime | None
+    tokens: int | None = None  # to train on, for the time to train
+
+    @property
+    def worst(self) -> StagePlan:
+        b = self.layout.micro_batch
+        return max(self.stages, key=lambda s: (s.memory(b), -s.stage))
+
+    @property
+    def memory(self) -> int:
+        return self.worst.memory(self.layout.micro_batch)
+
+    @property
+    def bubble(self) -> Fraction:
+        return bubble(self.layout)
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.layout.global_batch * self.seq
+
+    @property
+    def steps(self) -> int | None:
+        return None if self.tokens is None else -(-self.tokens // self.tokens_per_step)
+
+
+def _shown(pp: int) -> list[int]:
+    return sorted({0, min(1, pp - 1), pp - 1})
+
+
+def buffers_per_layer(sp: Split, values: dict[str, int]) -> int:
+    """Bytes of one block's buffers (each block builds its own RoPE tables)."""
+    return sum(b.bytes_per_element * product(b.shape, values)
+               for b in sp.ledger.buffers if b.per_layer)
+
+
+def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage: int,
+               act_rows: list[A.Row], values: dict[str, int], tp_rank: int = 0,
+               dp_rank: int | None = None) -> StagePlan:
+    """One GPU of a stage: TP rank `tp_rank`, data-parallel rank `dp_rank` (default: 0, or
+    under ZeroRedundancyOptimizer the rank with the most AdamW state)."""
+    c = sp.config
+    layers = c.num_layers // layout.pp
+    units = stage_tensors(sp, values, layout, stage, tp_rank)
+    rank = dp_rank if dp_rank is not None else (
+        zero1_worst_rank(units, layout.dp) if layout.sharding == 1 else 0)
+    st = states(units, layout, rank)
+    z, d, p = layout.sharding, layout.dp, precision
+    b_sym = "⌈rows/d⌉·cols" if z >= 2 else ""
+    fsdp_params = f"{p.master_bytes}·Σ{b_sym}" if z >= 2 else f"{p.master_bytes}·N_stage"
+    items = [Item("parameters (fp32" + (", FSDP shards)" if z >= 2 else ")"), fsdp_params,
+                  A.Linear(0, st.params * p.master_bytes))]
+    if p.working_copy_bytes and z <= 1:
+        items.append(Item("bf16 working copy of the matmul weights", f"{p.working_copy_bytes}·N_matmul",
+                          A.Linear(0, st.matmul_weights * p.working_copy_bytes),
+                          note="autocast's cast cache, forward to backward"))
+    items.append(Item("gradients (fp32" + (", FSDP shards)" if z >= 2 else ")"),
+                      f"{p.grad_bytes}·Σ{b_sym}" if z >= 2 else f"{p.grad_bytes}·N_stage",
+                      A.Linear(0, st.grads * p.grad_bytes)))
+    moments = ("4·N_stage" if z == 0 else "4·(this rank's whole tensors)" if z == 1
+               else "4·Σ(this rank's rows)·cols")
+    for name in ("AdamW first moment m", "AdamW second moment v"):
+        items.append(Item(f"{name} (fp32)", moments, A.Linear(0, st.moments * p.moment_bytes)))
+    items.append(Item("AdamW step counters (fp32 scalars)", f"{STEP_BYTES}·(tensors updated)",
+                      A.Linear(0, st.owned_tensors * STEP_BYTES), on_gpu=False,
+                      note="torch keeps them on the CPU unless fused or capturable"))
+    buf = buffers_per_layer(sp, values) * layers
+    if buf:
+        items.append(Item("RoPE cos/sin tables (fp32 buffers)", "L_stage·2·T_max·(d_k/2)·4",
+                          A.Linear(0, buf)))
+    acts = A.stage_activations(act_rows, layout, stage, layers)
+    items.append(Item(f"activations: {acts.in_flight} micro-batch"
+                      f"{'es' if acts.in_flight > 1 else ''} in flight"
+                      + (" + one block recomputed" if layout.recompute == "full" else ""),
+                      "a·b + c (saved tensors, TP/SP-split)", acts.total))
+    items += _buffers(sp, layout, precision, st, stage, values, seq)
+    act_bytes = p.activation_bytes
+    norms = [t for u in units for t in u.tensors if sp.sequence_norm(t.tensor)]
+    comms = (C.tensor_parallel(layout, layers, stage, layout.micro_batch, seq, c.d_model, act_bytes,
+                               c.positions == "learned", (len(norms), sum(t.numel for t in norms)),
+                               p.grad_bytes)
+             + C.pipeline(layout, stage, layout.micro_batch, seq // (layout.tp if layout.sp else 1),
+                          c.d_model, act_bytes)
+             + C.data_parallel(layout, st, p, buf, p.working_copy_bytes or p.master_bytes))
+    if dict(sp.ledger.tied) and layout.pp > 1 and stage in (0, layout.pp - 1):
+        table = next(t for t in sp.tensors if t.place == FIRST and t.matmul_weight)
+        comms += C.tied_embedding(layout, st, _numel(table.sizes(values, layout.tp)), p.grad_bytes)
+    return StagePlan(stage, layers, st, tuple(items), acts,
+                     stage_flops(sp, layout, stage, layers, seq, st, tp_rank), tuple(comms))
+
+
+def _numel(sizes) -> int:
+    n = 1
+    for s in sizes:
+        n *= s
+    return n
+
+
+def _buffers(sp, layout, p, st: States, stage, values, seq) -> list[Item]:
+    """What the engines allocate for communication (formula only)."""
+    out = []
+    z, d = layout.sharding, layout.dp
+    if d > 1 and z <= 1:
+        out.append(Item("DDP gradient buckets", f"{p.grad_bytes}·N_stage",
+                        A.Linear(0, st.stage_numel * p.grad_bytes),
+                        note="a flat copy of the gradients (gradient_as_bucket_view=False, "
+                             "the default)"))
+    if d > 1 and z >= 2:
+        gathered = p.working_copy_bytes or p.master_bytes
+        blocks = [u.unsharded_padded(d) for u in st.units if not u.root]
+        root = sum(u.unsharded_padded(d) for u in st.units if u.root)
+        held = sum(blocks) if z == 2 else sum(sorted(blocks)[-2:])
+        out.append(Item("FSDP2 gathered parameters" + (" (every unit, forward to backward)"
+                                                       if z == 2 else " (root + 2 blocks)"),
+                        f"{gathered}·d·Σ⌈rows/d⌉·cols", A.Linear(0, (root + held) * gathered),
+                        note="the root unit stays gathered through each pass; at stage 3 one "
+                             "block is gathered while the next is prefetched"))
+        out.append(Item("FSDP2 unsharded gradients before reduce-scatter (root + 1 block)",
+                        f"{p.grad_bytes}·d·Σ⌈rows/d⌉·cols",
+                        A.Linear(0, (root + max(blocks, default=0)) * p.grad_bytes)))
+    if layout.tp > 1 and stage == 0:
+        table = next(t for t in sp.tensors if t.place == FIRST and t.dims[0] == ("V",))
+        whole = _numel(table.sizes(values, 1))
+        local = _numel(table.sizes(values, layout.tp))
+        out.append(Item("embedding gradient computed whole (torch DTensor)",
+                        f"{p.grad_bytes}·(V − ⌈V/tp⌉)·d_model", A.Linear(0, (whole - local) * p.grad_bytes),
+                        note="aten.embedding_dense_backward has no vocabulary-sharded strategy "
+                             "in torch 2.13: each TP rank computes the V×d_model gradient, then "
+                             "keeps its rows"))
+    if layout.pp > 1:
+        x = layout.micro_batch * seq // (layout.tp if layout.sp else 1) * sp.config.d_model \
+            * p.activation_bytes
+        k = (stage > 0) + (stage < layout.pp - 1)
+        out.append(Item("pipelining receive buffers", f"{k}·m·b·T·d_model·{p.activation_bytes}",
+                        A.Linear(0, k * layout.micro_batches * x),
+                        note="torch PipelineStage allocates one per micro-batch for activations "
+                             "(not on the first stage) and gradients (not on the last)"))
+    return out
+
+
+def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *,
+                  precision: Precision, hardware: Hardware | None = None,
+                  net: Interconnect | None = None, mfu="0.5", margin="0",
+                  tokens: int | None = None, stages: list[int] | None = None,
+                  tp_rank: int = 0, dp_rank: int | None = None) -> ParallelPlan:
+    """The plan of one GPU per stage shown (TP rank 0 — it holds the most of an uneven
+    split — and data-parallel rank 0, or the given ranks)."""
+    seq = config.context_length if seq is None else seq
+    check_workload(seq, layout.global_batch, config)
+    check_layout(config, layout, seq)
+    u = check_mfu(mfu)
+    m = exact(margin, "--margin")
+    if not 0 <= m < 1:
+        raise UsageError(f"--margin must be in [0, 1) (a share of the memory), got {margin}")
+    sp = split(config)
+    values = sp.values(seq, layout.micro_batch)
+    rows = A.rows(sp, layout, precision, seq, tp_rank=tp_rank)
+    plans = tuple(stage_plan(sp, layout, precision, seq, s, rows, values, tp_rank, dp_rank)
+                  for s in (stages if stages is not None else _shown(layout.pp)))
+    fit = _fit(plans, layout, hardware, m)
+    time = None
+    if hardware is not None and hardware.peak_flops:
+        time = step_time(layout, [s.flops for s in plans], [list(s.collectives) for s in plans],
+                         hardware.peak_flops, u, net)
+    return ParallelPlan(config, layout, seq, precision, hardware, net, u, plans, fit, time, tokens)
+
+
+def largest_divisor(n: int, limit: int) -> int:
+    """The largest divisor of n that is at most `limit` (0 if none, or n too large to factor
+    quickly)."""
+    if limit >= n:
+        return n
+    if limit <= 0 or n > 10**12:
+        return 0
+    best, i = 1, 1
+    while i * i <= n:
+        if n % i == 0:
+            for q in (i, n // i):
+                if q <= limit:
+                    best = max(best, q)
+        i += 1
+    return best
+
+
+def _fit(plans, layout: Layout, hardware: Hardware | None, margin: Fraction) -> Fit | None:
+    if hardware is None or not hardware.memory_bytes:
+        return None
+    budget = Budget(hardware.memory_bytes, margin)
+    largest = None
+    for s in plans:
+        lin = s.linear
+        room = budget.usable - lin.c
+        k = room // lin.a if lin.a and room >= lin.a else 0
+        largest = k if largest is None else min(largest, k)
+    per_rank = layout.global_batch // layout.dp
+    dividing = largest_divisor(per_rank, largest)
+    need = max(s.memory(layout.micro_batch) for s in plans)
+    return Fit(budget, largest, dividing, max(0, need - budget.usable), max(0, budget.usable - need))
