@@ -31,7 +31,11 @@ class Row:
 
 
 def config_of(model: dict) -> ModelConfig:
-    return get_preset(model["preset"]) if "preset" in model else ModelConfig(**model)
+    """{"preset": name, **overrides} (e.g. fewer layers of a real shape) or all the fields."""
+    if "preset" in model:
+        rest = {k: v for k, v in model.items() if k != "preset"}
+        return get_preset(model["preset"]).with_overrides(**rest)
+    return ModelConfig(**model)
 
 
 def plan_for(case: dict, stage: int = 0) -> StagePlan:
@@ -45,9 +49,11 @@ def plan_for(case: dict, stage: int = 0) -> StagePlan:
     return p.stages[0]
 
 
-def compare(measured: dict, stage: int | None = None) -> list[Row]:
+def compare(measured: dict) -> list[Row]:
     case = measured["case"]
-    s = plan_for(case, case.get("stage", 0) if stage is None else stage)
+    if case["pp"] > 1:
+        return compare_pipeline(measured)
+    s = plan_for(case)
     st, m = s.states, measured["state"]
     items = {i.name: i.bytes.at(case["micro_batch"]) for i in s.items}
     rows = [Row("parameter elements", st.params_unpadded, m["param_numel"]),
@@ -87,5 +93,30 @@ def compare(measured: dict, stage: int | None = None) -> list[Row]:
     hook = sum(c["calls"] for c in measured["collectives"])
     cdm = sum(measured["comm_debug_counts"].values())
     rows.append(Row("collective calls: the hook's vs CommDebugMode's", hook, cdm))
+    rows.append(Row("collectives the hook did not recognize", 0, sum(measured["unrecognized"].values())))
+    return rows
+
+
+def compare_pipeline(measured: dict) -> list[Row]:
+    """A pipeline stage (rank = stage): its tensors, its matmul FLOPs over the step, and its
+    point-to-point messages (1F1B interleaves forward and backward, so both are summed)."""
+    case = measured["case"]
+    s = plan_for(case, stage=case["rank"])
+    st, m = s.states, measured["state"]
+    rows = [Row("parameter elements", st.params_unpadded, m["param_numel"]),
+            Row("parameter bytes", st.params * 4, m["param_bytes"]),
+            Row("gradient bytes", st.grads * 4, m["grad_bytes"]),
+            Row("AdamW m and v elements", 2 * st.moments, m["moment_numel"]),
+            Row("AdamW step counters", st.owned_tensors, m["step_counters"]),
+            Row("matmul FLOPs, forward and backward (FlopCounterMode)",
+                case["micro_batches"] * (s.flops.forward + s.flops.backward),
+                measured["flops"]["forward and backward"])]
+    for op in (C.SEND, C.RECV):
+        plan = [c for c in s.collectives if c.op == op]
+        got = [c for c in measured["collectives"] if c["op"] == op and c["phase"] == "step"]
+        rows.append(Row(f"pp {op}: calls", sum(c.calls for c in plan), sum(c["calls"] for c in got)))
+        rows.append(Row(f"pp {op}: bytes", sum(c.bytes for c in plan), sum(c["bytes"] for c in got)))
+    other = [c for c in measured["collectives"] if c["op"] not in (C.SEND, C.RECV)]
+    rows.append(Row("other collectives", 0, sum(c["calls"] for c in other)))
     rows.append(Row("collectives the hook did not recognize", 0, sum(measured["unrecognized"].values())))
     return rows

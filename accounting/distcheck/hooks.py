@@ -39,6 +39,10 @@ OPS = {
 }
 
 
+# c10d ops that move no data of their own
+NOT_COLLECTIVES = ("wait", "barrier", "monitored", "_wrap_tensor_autograd")
+
+
 def _bytes(x) -> int:
     if isinstance(x, torch.Tensor):
         return x.numel() * x.element_size()
@@ -76,8 +80,7 @@ class Collectives(TorchDispatchMode):
             op, where = OPS[name]
             self.calls.append(Call(op, self.phase, self._payload(name, where, args), _group(name, args),
                                    name))
-        elif ("c10d" in name and "wait" not in name and "barrier" not in name
-              and "monitored" not in name):
+        elif "c10d" in name and not any(w in name for w in NOT_COLLECTIVES):
             self.unknown[name] += 1
         return func(*args, **kwargs)
 

@@ -20,7 +20,7 @@ from accounting.distcheck.hooks import Collectives, LocalFlopCounter
 
 @dataclass(frozen=True)
 class Case:
-    model: dict  # ModelConfig fields (or {"preset": name})
+    model: dict  # ModelConfig fields, or {"preset": name, **overrides}
     world: int
     tp: int = 1
     dp: int = 1
@@ -37,10 +37,8 @@ class Case:
         return asdict(self)
 
     def config(self):
-        from accounting.config import ModelConfig, get_preset
-        if "preset" in self.model:
-            return get_preset(self.model["preset"])
-        return ModelConfig(**self.model)
+        from accounting.distcheck.compare import config_of
+        return config_of(self.model)
 
 
 def local(t: torch.Tensor) -> torch.Tensor:

@@ -141,10 +141,12 @@ def pipeline(layout: Layout, stage: int, b: int, seq: int, d_model: int,
 
 def data_parallel(layout: Layout, st: States, precision: Precision, buffer_bytes: int,
                   param_bytes: int) -> list[Collective]:
-    """Sharding-stage collectives of one stage's data-parallel group for one step.
+    """Sharding-stage collectives of one stage's data-parallel group for one step, with
+    gradient accumulation as torch does it: DDP under no_sync for all micro-batches but the
+    last (one all-reduce per step), FSDP2 reducing after every micro-batch (its default).
     `param_bytes`: bytes per parameter element FSDP gathers (4, or 2 under bf16 mixed
     precision); `buffer_bytes`: the stage's buffers (the RoPE tables), which DDP broadcasts
-    from rank 0 before every forward pass (its default broadcast_buffers=True)."""
+    from rank 0 before each forward pass that will synchronize (broadcast_buffers=True)."""
     d, z, m = layout.dp, layout.sharding, layout.micro_batches
     if d == 1:
         return []
@@ -156,9 +158,9 @@ def data_parallel(layout: Layout, st: States, precision: Precision, buffer_bytes
                               "no_sync for the other micro-batches)", BACKWARD,
                               ddp_buckets(grads), grads, d, f"{g}·N_stage", exact_calls=False))
         if buffer_bytes:
-            out.append(Collective(DATA, BROADCAST, "buffers (RoPE tables) before each forward "
-                                  "(DDP broadcast_buffers=True)", FORWARD, m, m * buffer_bytes, d,
-                                  f"{m:,} × buffer bytes"))
+            out.append(Collective(DATA, BROADCAST, "buffers (RoPE tables) from rank 0 before the "
+                                  "synchronizing forward pass (DDP broadcast_buffers=True; none "
+                                  "under no_sync)", FORWARD, 1, buffer_bytes, d, "buffer bytes"))
         if z == 1:
             out.append(Collective(DATA, BROADCAST, "updated parameters, each from its owner "
                                   "(ZeroRedundancyOptimizer)", STEP, st.tensors,

@@ -137,9 +137,10 @@ def states(units: list[Unit], layout: Layout, dp_rank: int = 0) -> States:
                       tuple(units), dp_rank)
     padded = sum(t.padded(d) for t in flat)
     shard = sum(t.shard(d, dp_rank) for t in flat)
-    owned = sum(1 for t in flat if t.shard(d, dp_rank))
-    return States(padded, shard, padded, shard, len(flat), owned, matmul, numel, tuple(units),
-                  dp_rank)
+    # every tensor has a shard on every rank, possibly empty (rows < d); AdamW still keeps a
+    # step counter for an empty one
+    return States(padded, shard, padded, shard, len(flat), len(flat), matmul, numel,
+                  tuple(units), dp_rank)
 
 
 def zero1_worst_rank(units: list[Unit], d: int) -> int:
