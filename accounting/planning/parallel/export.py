@@ -31,7 +31,9 @@ def to_dict(p: ParallelPlan) -> dict:
     for s in p.stages:
         out["stages"].append({
             "stage": s.stage, "layers": s.layers, "memory_bytes": s.memory(b),
-            "memory_per_micro_batch_a": s.linear.a, "memory_fixed_c": s.linear.c,
+            "activations_per_micro_batch": {"a": s.activations.per_micro_batch.a,
+                                            "c": s.activations.per_micro_batch.c},
+            "micro_batches_in_flight": s.activations.in_flight,
             "items": [{"name": i.name, "formula": i.formula, "bytes": i.bytes.at(b),
                        "on_gpu": i.on_gpu, "note": i.note} for i in s.items],
             "flops": {"forward_per_micro_batch": s.flops.forward,
@@ -45,7 +47,6 @@ def to_dict(p: ParallelPlan) -> dict:
     if p.fit is not None:
         f = p.fit
         out["fit"] = {"usable_bytes": f.budget.usable, "largest_micro_batch": f.largest,
-                      "largest_dividing_micro_batch": f.largest_dividing,
                       "shortfall_bytes": f.shortfall, "headroom_bytes": f.headroom}
     if p.time is not None:
         t = p.time

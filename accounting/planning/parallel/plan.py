@@ -46,6 +46,7 @@ class Item:
     bytes: A.Linear  # a·b + c in the micro-batch size b
     on_gpu: bool = True
     note: str = ""
+    activations: bool = False  # the in-flight activations (their count depends on m)
 
 
 @dataclass(frozen=True)
@@ -59,18 +60,22 @@ class StagePlan:
     collectives: tuple[C.Collective, ...]
 
     def memory(self, b: int) -> int:
+        """Bytes on the GPU at the layout's micro-batch b."""
         return sum(i.bytes.at(b) for i in self.items if i.on_gpu)
 
-    @property
-    def linear(self) -> A.Linear:
-        return sum((i.bytes for i in self.items if i.on_gpu), A.Linear())
+    def memory_at(self, b: int, per_rank: int, pp: int) -> int:
+        """Bytes at another micro-batch b of the same per-rank batch (m = per_rank / b
+        micro-batches, min(m, p − s) of them in flight)."""
+        fixed = sum(i.bytes.at(b) for i in self.items if i.on_gpu and not i.activations)
+        a = self.activations
+        return fixed + min(per_rank // b, pp - self.stage) * a.per_micro_batch.at(b) \
+            + a.recomputed_block.at(b)
 
 
 @dataclass(frozen=True)
 class Fit:
     budget: Budget
-    largest: int  # micro-batch; 0: not even 1 fits
-    largest_dividing: int  # the largest that also divides the per-rank batch
+    largest: int  # the largest micro-batch (dividing the per-rank batch) that fits; 0: none
     shortfall: int  # bytes missing at the chosen micro-batch (0 if it fits)
     headroom: int  # bytes left at the chosen micro-batch (0 if it does not fit)
 
@@ -156,10 +161,9 @@ def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage:
         items.append(Item("RoPE cos/sin tables (fp32 buffers)", "L_stage·2·T_max·(d_k/2)·4",
                           A.Linear(0, buf)))
     acts = A.stage_activations(act_rows, layout, stage, layers)
-    items.append(Item(f"activations: {acts.in_flight} micro-batch"
-                      f"{'es' if acts.in_flight > 1 else ''} in flight"
+    items.append(Item("activations of the k micro-batches in flight"
                       + (" + one block recomputed" if layout.recompute == "full" else ""),
-                      "a·b + c (saved tensors, TP/SP-split)", acts.total))
+                      "k·(a·b + c) (saved tensors, TP/SP-split)", acts.total, activations=True))
     items += _buffers(sp, layout, precision, st, stage, values, seq)
     act_bytes = p.activation_bytes
     norms = [t for u in units for t in u.tensors if sp.sequence_norm(t.tensor)]
@@ -252,34 +256,28 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
     return ParallelPlan(config, layout, seq, precision, hardware, net, u, plans, fit, time, tokens)
 
 
-def largest_divisor(n: int, limit: int) -> int:
-    """The largest divisor of n that is at most `limit` (0 if none, or n too large to factor
-    quickly)."""
-    if limit >= n:
-        return n
-    if limit <= 0 or n > 10**12:
-        return 0
-    best, i = 1, 1
+def divisors_of(n: int) -> list[int]:
+    """Every divisor of n, ascending (trial division to √n; n up to 10^12)."""
+    small, large, i = [], [], 1
     while i * i <= n:
         if n % i == 0:
-            for q in (i, n // i):
-                if q <= limit:
-                    best = max(best, q)
+            small.append(i)
+            if i * i != n:
+                large.append(n // i)
         i += 1
-    return best
+    return small + large[::-1]
 
 
 def _fit(plans, layout: Layout, hardware: Hardware | None, margin: Fraction) -> Fit | None:
     if hardware is None or not hardware.memory_bytes:
         return None
     budget = Budget(hardware.memory_bytes, margin)
-    largest = None
-    for s in plans:
-        lin = s.linear
-        room = budget.usable - lin.c
-        k = room // lin.a if lin.a and room >= lin.a else 0
-        largest = k if largest is None else min(largest, k)
     per_rank = layout.global_batch // layout.dp
-    dividing = largest_divisor(per_rank, largest)
+    largest = 0
+    if per_rank <= 10**12:
+        for b in reversed(divisors_of(per_rank)):
+            if all(s.memory_at(b, per_rank, layout.pp) <= budget.usable for s in plans):
+                largest = b
+                break
     need = max(s.memory(layout.micro_batch) for s in plans)
-    return Fit(budget, largest, dividing, max(0, need - budget.usable), max(0, budget.usable - need))
+    return Fit(budget, largest, max(0, need - budget.usable), max(0, budget.usable - need))

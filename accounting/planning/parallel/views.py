@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from accounting.planning.memory import STEP_BYTES
 from accounting.planning.parallel import comms as C
 from accounting.planning.parallel.layout import RECOMPUTE, ZERO_STAGES, Layout
 from accounting.planning.parallel.plan import CHECKED, FORMULA_ONLY, ParallelPlan
@@ -12,7 +11,7 @@ from accounting.planning.parallel.step import megatron_seconds
 from accounting.planning.views import _dec, _num, _seconds
 from accounting.presets import note
 from accounting.table import Table
-from accounting.units import decimal, gibibytes, gigabytes, grouped, percent, si
+from accounting.units import gibibytes, gigabytes, grouped, percent, si
 
 TERA = 10**12
 
@@ -50,18 +49,14 @@ def summary_table(p: ParallelPlan) -> Table:
                    f"does not fit: {_gb(f.shortfall)} over the {_gb(f.budget.usable)} usable")
         rows.append((f"on {p.hardware.name}", verdict))
         rows.append(("largest micro-batch that fits",
-                     f"{f.largest:,}" + (f" ({f.largest_dividing:,} divides the "
-                                        f"{lo.global_batch // lo.dp:,} sequences per rank)"
-                                        if f.largest else " (not even 1)")))
+                     (f"{f.largest:,}" if f.largest else "none (not even 1)")
+                     + f" (among the divisors of the {lo.global_batch // lo.dp:,} sequences "
+                       f"per data-parallel rank)"))
     flops = max(s.flops.total for s in p.stages)
     rows.append(("FLOPs per GPU per step", f"{grouped(flops)} = {si(flops, 'FLOP')} (slowest stage)"))
     if lo.pp > 1:
         rows.append(("pipeline bubble (p − 1)/(m + p − 1)",
                      f"({lo.pp} − 1)/({lo.micro_batches} + {lo.pp} − 1) = {percent(p.bubble)}"))
-    by_group: dict[str, int] = {}
-    for s in p.stages:
-        for col in s.collectives:
-            by_group[col.group] = max(by_group.get(col.group, 0), 0)
     traffic = {g: max(sum((x.traffic for x in s.collectives if x.group == g), Fraction(0))
                       for s in p.stages) for g in (C.TENSOR, C.PIPELINE, C.DATA)}
     moved = ", ".join(f"{g} {si(round(t), 'B')}" for g, t in traffic.items() if t)
@@ -95,8 +90,10 @@ def memory_table(p: ParallelPlan) -> Table:
             on_gpu = it.on_gpu if it else on_gpu
         rows.append((n + ("" if on_gpu else " [CPU]"), formula, *cells))
     rows.append(("total on the GPU", "", *(gigabytes(s.memory(b)) for s in p.stages)))
-    rows.append(("  as a·b + c (b = micro-batch)", "",
-                 *(f"{grouped(s.linear.a)}·b + {grouped(s.linear.c)}" for s in p.stages)))
+    rows.append(("one micro-batch's activations, a·b + c", "",
+                 *(f"{grouped(s.activations.per_micro_batch.a)}·b + "
+                   f"{grouped(s.activations.per_micro_batch.c)}" for s in p.stages)))
+    rows.append(("micro-batches in flight k", "", *(str(s.activations.in_flight) for s in p.stages)))
     lo = p.layout
     notes = [f"GB = 1e9 bytes, at micro-batch b = {b:,}; stage 0 holds min(m, p) = "
              f"{min(lo.micro_batches, lo.pp)} micro-batches in flight under 1F1B, stage s "
@@ -182,8 +179,6 @@ def time_table(p: ParallelPlan) -> Table:
                      "--nvlink-gbs and --network-gbs.")
     if p.steps is not None:
         x = p.mfu * hw.peak_flops
-        params = sum(s.flops.total for s in p.stages)  # placeholder, replaced below
-        del params
         n = _parameters(p)
         meg = megatron_seconds(p.steps * p.tokens_per_step, n, lo.gpus, x,
                                recompute=lo.recompute == "full")
@@ -203,6 +198,3 @@ def _parameters(p: ParallelPlan) -> int:
 def tables(p: ParallelPlan) -> list[Table]:
     return [summary_table(p), memory_table(p), flops_table(p), comms_table(p), time_table(p)]
 
-
-__all__ = ["tables", "summary_table", "memory_table", "comms_table", "flops_table",
-           "time_table", "layout_text", "STEP_BYTES", "decimal"]
