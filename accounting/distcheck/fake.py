@@ -5,7 +5,9 @@ DTensor, then FSDP2), and materialized as fake tensors.
 
     python -m accounting.distcheck.fake '<Case as JSON>' ...   # prints one JSON per case
 
-Each case needs its own process group, so run_cases destroys it between cases.
+Each case runs in its own forked process: DTensor caches sharding decisions per process
+(the local shapes of a rank), so a second rank in the same process would reuse the first
+one's (measured: a view of an unevenly split LM head then fails on the later rank).
 """
 from __future__ import annotations
 
@@ -60,9 +62,36 @@ def run_case(case: Case) -> dict:
         dist.destroy_process_group()
 
 
+def _child(case: Case, conn) -> None:
+    try:
+        conn.send(json.dumps(run_case(case)))
+    except BaseException as e:  # the parent reports it
+        conn.send(json.dumps({"error": f"{type(e).__name__}: {e}"}))
+    finally:
+        conn.close()
+
+
+def run_cases(cases: list[Case]) -> list[dict]:
+    """Each case in a fresh forked process (one process group, one rank, clean caches)."""
+    import multiprocessing as mp
+    ctx = mp.get_context("fork")
+    out = []
+    for case in cases:
+        parent, child = ctx.Pipe(duplex=False)
+        p = ctx.Process(target=_child, args=(case, child))
+        p.start()
+        child.close()
+        result = json.loads(parent.recv())
+        p.join()
+        if "error" in result:
+            raise RuntimeError(f"{case.label or case}: {result['error']}")
+        out.append(result)
+    return out
+
+
 def main(argv: list[str]) -> int:
-    for text in argv:
-        print(json.dumps(run_case(Case(**json.loads(text)))), flush=True)
+    for result in run_cases([Case(**json.loads(text)) for text in argv]):
+        print(json.dumps(result), flush=True)
     return 0
 
 

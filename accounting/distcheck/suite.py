@@ -19,8 +19,9 @@ FAKE = (
          seq=32, rank=5, label="GPT-2 shape, 2 layers: FSDP2 ZeRO-2 × TP 4 + SP, 8 ranks"),
     Case({"preset": "meta-llama/Llama-3.2-1B"}, 64, dp=8, tp=8, sp=True, zero=3, seq=32,
          micro_batches=1, rank=9, label="Llama 3.2 1B: FSDP2 ZeRO-3 × TP 8 + SP, 64 ranks"),
-    Case({"preset": "gpt2-small", "num_layers": 2}, 12, tp=12, seq=32,
-         label="CS336 GPT-2 small shape, 2 layers: TP 12 (untied head), 12 ranks"),
+    Case({"preset": "gpt2-small", "num_layers": 2}, 12, tp=12, seq=32, rank=11,
+         label="CS336 GPT-2 small shape, 2 layers: TP 12 (untied head), 12 ranks, last rank "
+               "(the short end of the uneven vocabulary split)"),
     Case({"preset": "meta-llama/Llama-3.1-8B", "num_layers": 2}, 48, dp=48, zero=2, seq=32,
          rank=47, label="Llama 3.1 8B shape, 2 layers: FSDP2 ZeRO-2, 48 ranks, last rank"),
 )

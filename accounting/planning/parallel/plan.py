@@ -164,7 +164,7 @@ def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage:
     items.append(Item("activations of the k micro-batches in flight"
                       + (" + one block recomputed" if layout.recompute == "full" else ""),
                       "k·(a·b + c) (saved tensors, TP/SP-split)", acts.total, activations=True))
-    items += _buffers(sp, layout, precision, st, stage, values, seq)
+    items += _buffers(sp, layout, precision, st, stage, values, seq, tp_rank)
     act_bytes = p.activation_bytes
     norms = [t for u in units for t in u.tensors if sp.sequence_norm(t.tensor)]
     comms = (C.tensor_parallel(layout, layers, stage, layout.micro_batch, seq, c.d_model, act_bytes,
@@ -187,7 +187,7 @@ def _numel(sizes) -> int:
     return n
 
 
-def _buffers(sp, layout, p, st: States, stage, values, seq) -> list[Item]:
+def _buffers(sp, layout, p, st: States, stage, values, seq, tp_rank: int = 0) -> list[Item]:
     """What the engines allocate for communication (formula only)."""
     out = []
     z, d = layout.sharding, layout.dp
@@ -212,7 +212,7 @@ def _buffers(sp, layout, p, st: States, stage, values, seq) -> list[Item]:
     if layout.tp > 1 and stage == 0:
         table = next(t for t in sp.tensors if t.place == FIRST and t.dims[0] == ("V",))
         whole = _numel(table.sizes(values, 1))
-        local = _numel(table.sizes(values, layout.tp))
+        local = _numel(table.sizes(values, layout.tp, tp_rank))
         out.append(Item("embedding gradient computed whole (torch DTensor)",
                         f"{p.grad_bytes}·(V − ⌈V/tp⌉)·d_model", A.Linear(0, (whole - local) * p.grad_bytes),
                         note="aten.embedding_dense_backward has no vocabulary-sharded strategy "

@@ -71,6 +71,11 @@ def summary_table(p: ParallelPlan) -> Table:
             rows.append((f"time for {p.tokens:,} tokens", f"{p.steps:,} steps, {_seconds(total)}"))
     notes = ["Checked on torch.distributed: " + "; ".join(CHECKED) + ".",
              "Formula only: " + "; ".join(FORMULA_ONLY) + "."]
+    if lo.tp > 1 and c.vocab_size % lo.tp:
+        notes.append(f"V = {c.vocab_size:,} is not divisible by tp {lo.tp}: torch.chunk gives "
+                     f"each TP rank ⌈V/tp⌉ = {-(-c.vocab_size // lo.tp):,} rows of the embedding "
+                     f"and the LM head but the last ones fewer; rank 0, shown, holds the most "
+                     f"(Megatron-LM pads V to a multiple of 128·tp instead).")
     return Table(f"Plan for {lo.gpus} GPUs: {c.name}", ("", "value"), tuple(rows), align="ll",
                  notes=tuple(notes))
 
