@@ -25,7 +25,7 @@ from fractions import Fraction
 
 from accounting.planning.memory import Precision
 from accounting.planning.parallel.layout import Layout, experts
-from accounting.planning.parallel.states import States, Unit
+from accounting.planning.parallel.states import States
 
 DATA, TENSOR, PIPELINE, EXPERT = "data parallel", "tensor parallel", "pipeline", "expert parallel"
 ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER = "all-reduce", "all-gather", "reduce-scatter"
@@ -201,19 +201,29 @@ def ddp_buckets(grad_bytes: int) -> int:
     return 1 + -(-(grad_bytes - DDP_FIRST_BUCKET) // DDP_BUCKET)
 
 
-def expert_parallel(layout: Layout, config, tokens: int, d_model: int,
+def expert_all_to_all_bytes(tokens: int, top_k: int, d_model: int, act_bytes: int) -> int:
+    """One all-to-all of a mixture-of-experts layer: every token's hidden state sent to each
+    of its top-k experts (dispatch), or brought back (combine)."""
+    return tokens * top_k * d_model * act_bytes
+
+
+def expert_parallel(layout: Layout, config, layers: int, tokens: int, d_model: int,
                     act_bytes: int) -> list[Collective]:
-    """Expert all-to-all: each MoE layer dispatches every token's hidden state to its top-k
-    experts' ranks and combines the results (forward), and the same two exchanges of
-    gradients (backward): 4·k·tokens·d_model·bytes per MoE layer (Lepikhin et al. 2020).
-    Empty until the spec has experts (layout.experts)."""
+    """Expert parallelism (Lepikhin et al. 2020, GShard): per MoE layer and micro-batch, a
+    dispatch and a combine all-to-all in the forward pass and the same two in the backward,
+    over the ep ranks that hold the experts. A dense model has none; the spec has no experts
+    yet (the MoE ledger is a later issue: layout.experts reads `num_experts`, this reads
+    `experts_per_token`, and layout.problems refuses --ep > 1 until then)."""
     if layout.ep == 1 or not experts(config):
         return []
-    raise NotImplementedError("expert parallelism needs the MoE ledger")  # pragma: no cover
+    m = layout.micro_batches
+    x = expert_all_to_all_bytes(tokens, config.experts_per_token, d_model, act_bytes)
+    f = f"{2 * layers * m:,} × tokens·k·d_model·{act_bytes}"
+    return [Collective(EXPERT, ALL_TO_ALL, "token dispatch and combine", phase, 2 * layers * m,
+                       2 * layers * m * x, layout.ep, f) for phase in (FORWARD, BACKWARD)]
 
 
-def tied_embedding(layout: Layout, st_first: States, table_elements: int,
-                   grad_bytes: int) -> list[Collective]:
+def tied_embedding(layout: Layout, table_elements: int, grad_bytes: int) -> list[Collective]:
     """With pp > 1 a tied LM head lives on the last stage as a copy of the first stage's
     table; Megatron-LM all-reduces the two gradients once per step (formula only: torch's
     pipelining has no tied weights across stages)."""

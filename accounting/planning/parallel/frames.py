@@ -18,7 +18,7 @@ from accounting.planning.parallel.plan import ParallelPlan, parallel_plan
 from accounting.planning.parallel.search import Search, search
 from accounting.planning.plan import hardware as _hardware
 
-INT_COLUMNS = ("value",)
+INT_COLUMNS = ("value",)  # exact Python ints (past 2**63 too)
 
 
 def _config(c: ModelConfig | str) -> ModelConfig:
@@ -27,7 +27,7 @@ def _config(c: ModelConfig | str) -> ModelConfig:
 
 def _frame(rows: list[dict]) -> pd.DataFrame:
     df = pd.DataFrame(rows)
-    for col in INT_COLUMNS:  # exact Python ints (past 2**63 too)
+    for col in INT_COLUMNS:
         if col in df:
             df[col] = df[col].astype(object)
     return df
@@ -87,6 +87,7 @@ def search_frame(config_or_search, gpus: int | None = None, *, batch: int | None
                      "bubble": None, "step_seconds": None, "tokens_per_second": None,
                      "reason": r.reason + (f" (short by {r.shortfall:,} bytes)" if r.shortfall else "")})
     df = pd.DataFrame(rows)
+    df["rank"] = df["rank"].astype("Int64")  # empty for the rejected layouts
     for col in ("memory_bytes", "headroom_bytes"):
         df[col] = df[col].astype(object)
     return df

@@ -126,6 +126,10 @@ def problems(config: ModelConfig, layout: Layout, seq: int) -> list[str]:
     if lo.ep > 1 and not experts(c):
         out.append(f"--ep {lo.ep}: {c.name} has no experts (a dense model); expert parallelism "
                    f"needs a mixture-of-experts model (leave --ep at 1)")
+    elif lo.ep > 1 and (lo.dp % lo.ep or experts(c) % lo.ep):
+        out.append(f"--ep {lo.ep} must divide the data-parallel degree {lo.dp} and the "
+                   f"{experts(c)} experts (expert-parallel groups are carved out of the "
+                   f"data-parallel ones, each holding whole experts)")
     if lo.global_batch % lo.dp:
         out.append(f"global batch {lo.global_batch:,} is not divisible by dp {lo.dp}; each "
                    f"data-parallel rank takes the same number of sequences")

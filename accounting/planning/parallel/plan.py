@@ -9,17 +9,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
+from math import prod
 
 from accounting.analysis import check_workload
 from accounting.config import ModelConfig
 from accounting.errors import UsageError
-from accounting.symbols import product
 from accounting.planning.compute import check_mfu, exact
 from accounting.planning.fit import Budget
 from accounting.planning.gpus import Hardware, Interconnect
 from accounting.planning.memory import STEP_BYTES, Precision
 from accounting.planning.parallel import activations as A
 from accounting.planning.parallel import comms as C
+from accounting.planning.parallel.buffers import Item, buffers_per_layer, engine_buffers
 from accounting.planning.parallel.layout import Layout, check_layout
 from accounting.planning.parallel.shards import FIRST, Split, split
 from accounting.planning.parallel.states import States, stage_tensors, states, zero1_worst_rank
@@ -37,16 +38,6 @@ FORMULA_ONLY = ("activation bytes under TP/SP and 1F1B in-flight counts (the led
                 "communication buffers (DDP buckets, FSDP2's gathered units, pipelining receive "
                 "buffers)", "bf16 mixed precision under FSDP2", "step time",
                 "the tied embedding's gradient all-reduce across pipeline stages (Megatron-LM)")
-
-
-@dataclass(frozen=True)
-class Item:
-    name: str
-    formula: str
-    bytes: A.Linear  # a·b + c in the micro-batch size b
-    on_gpu: bool = True
-    note: str = ""
-    activations: bool = False  # the in-flight activations (their count depends on m)
 
 
 @dataclass(frozen=True)
@@ -120,12 +111,6 @@ def _shown(pp: int) -> list[int]:
     return sorted({0, min(1, pp - 1), pp - 1})
 
 
-def buffers_per_layer(sp: Split, values: dict[str, int]) -> int:
-    """Bytes of one block's buffers (each block builds its own RoPE tables)."""
-    return sum(b.bytes_per_element * product(b.shape, values)
-               for b in sp.ledger.buffers if b.per_layer)
-
-
 def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage: int,
                act_rows: list[A.Row], values: dict[str, int], tp_rank: int = 0,
                dp_rank: int | None = None) -> StagePlan:
@@ -164,7 +149,7 @@ def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage:
     items.append(Item("activations of the k micro-batches in flight"
                       + (" + one block recomputed" if layout.recompute == "full" else ""),
                       "k·(a·b + c) (saved tensors, TP/SP-split)", acts.total, activations=True))
-    items += _buffers(sp, layout, precision, st, stage, values, seq, tp_rank)
+    items += engine_buffers(sp, layout, precision, st, stage, values, seq, tp_rank)
     act_bytes = p.activation_bytes
     norms = [t for u in units for t in u.tensors if sp.sequence_norm(t.tensor)]
     comms = (C.tensor_parallel(layout, layers, stage, layout.micro_batch, seq, c.d_model, act_bytes,
@@ -175,58 +160,10 @@ def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage:
              + C.data_parallel(layout, st, p, buf, p.working_copy_bytes or p.master_bytes))
     if dict(sp.ledger.tied) and layout.pp > 1 and stage in (0, layout.pp - 1):
         table = next(t for t in sp.tensors if t.place == FIRST and t.matmul_weight)
-        comms += C.tied_embedding(layout, st, _numel(table.sizes(values, layout.tp)), p.grad_bytes)
+        comms += C.tied_embedding(layout, prod(table.sizes(values, layout.tp)), p.grad_bytes)
+    comms += C.expert_parallel(layout, c, layers, layout.micro_batch * seq, c.d_model, act_bytes)
     return StagePlan(stage, layers, st, tuple(items), acts,
                      stage_flops(sp, layout, stage, layers, seq, st, tp_rank), tuple(comms))
-
-
-def _numel(sizes) -> int:
-    n = 1
-    for s in sizes:
-        n *= s
-    return n
-
-
-def _buffers(sp, layout, p, st: States, stage, values, seq, tp_rank: int = 0) -> list[Item]:
-    """What the engines allocate for communication (formula only)."""
-    out = []
-    z, d = layout.sharding, layout.dp
-    if d > 1 and z <= 1:
-        out.append(Item("DDP gradient buckets", f"{p.grad_bytes}·N_stage",
-                        A.Linear(0, st.stage_numel * p.grad_bytes),
-                        note="a flat copy of the gradients (gradient_as_bucket_view=False, "
-                             "the default)"))
-    if d > 1 and z >= 2:
-        gathered = p.working_copy_bytes or p.master_bytes
-        blocks = [u.unsharded_padded(d) for u in st.units if not u.root]
-        root = sum(u.unsharded_padded(d) for u in st.units if u.root)
-        held = sum(blocks) if z == 2 else sum(sorted(blocks)[-2:])
-        out.append(Item("FSDP2 gathered parameters" + (" (every unit, forward to backward)"
-                                                       if z == 2 else " (root + 2 blocks)"),
-                        f"{gathered}·d·Σ⌈rows/d⌉·cols", A.Linear(0, (root + held) * gathered),
-                        note="the root unit stays gathered through each pass; at stage 3 one "
-                             "block is gathered while the next is prefetched"))
-        out.append(Item("FSDP2 unsharded gradients before reduce-scatter (root + 1 block)",
-                        f"{p.grad_bytes}·d·Σ⌈rows/d⌉·cols",
-                        A.Linear(0, (root + max(blocks, default=0)) * p.grad_bytes)))
-    if layout.tp > 1 and stage == 0:
-        table = next(t for t in sp.tensors if t.place == FIRST and t.dims[0] == ("V",))
-        whole = _numel(table.sizes(values, 1))
-        local = _numel(table.sizes(values, layout.tp, tp_rank))
-        out.append(Item("embedding gradient computed whole (torch DTensor)",
-                        f"{p.grad_bytes}·(V − ⌈V/tp⌉)·d_model", A.Linear(0, (whole - local) * p.grad_bytes),
-                        note="aten.embedding_dense_backward has no vocabulary-sharded strategy "
-                             "in torch 2.13: each TP rank computes the V×d_model gradient, then "
-                             "keeps its rows"))
-    if layout.pp > 1:
-        x = layout.micro_batch * seq // (layout.tp if layout.sp else 1) * sp.config.d_model \
-            * p.activation_bytes
-        k = (stage > 0) + (stage < layout.pp - 1)
-        out.append(Item("pipelining receive buffers", f"{k}·m·b·T·d_model·{p.activation_bytes}",
-                        A.Linear(0, k * layout.micro_batches * x),
-                        note="torch PipelineStage allocates one per micro-batch for activations "
-                             "(not on the first stage) and gradients (not on the last)"))
-    return out
 
 
 def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *,

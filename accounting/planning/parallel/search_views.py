@@ -63,11 +63,16 @@ def rejected_table(s: Search) -> Table:
             continue
         seen.add((key, r.reason))
         rows.append((str(lo.tp), str(lo.pp), str(lo.dp), "-", r.reason))
+    feasible = {(p.layout.tp, p.layout.pp, p.layout.dp) for p in s.ranked}
     for key, rs in fit_fail.items():
         best = min(rs, key=lambda r: r.shortfall)
         tried = ", ".join(sorted({_variant(r) for r in rs}))
-        rows.append((*map(str, key), _variant(best),
-                     f"does not fit: {gigabytes(best.shortfall)} over at best ({tried} tried)"))
+        if key in feasible:
+            why = (f"{tried}: do not fit ({gigabytes(best.shortfall)} over at best); the other "
+                   f"variants are ranked above")
+        else:
+            why = f"does not fit: {gigabytes(best.shortfall)} over at best ({tried} tried)"
+        rows.append((*map(str, key), _variant(best), why))
     return Table(f"Rejected layouts of {s.gpus} GPUs", ("tp", "pp", "dp", "closest", "why"),
                  tuple(rows), align="rrrll",
                  notes=("Each (tp, pp, dp) once; a layout that cannot run at all is rejected for "
