@@ -104,3 +104,24 @@ def test_hook_and_comm_debug_mode_see_the_same_calls(measured):
     for m in measured["results"]:
         if m["comm_debug_counts"]:
             assert sum(c["calls"] for c in m["collectives"]) == sum(m["comm_debug_counts"].values())
+
+
+def test_torch_sequence_parallel_saves_the_gathered_norm_outputs(measured):
+    # The FSDP2 × TP 2 + SP case: torch saves the all-gathered inputs of Q/K/V and W1 (the
+    # two norm outputs, b·T·d_model fp32 each) whole; Megatron-LM would save their halves.
+    # Counting them Megatron's way misses 4 layers × 2 × (1 − 1/2) × 16·32·4 = 8,192 bytes.
+    from accounting.distcheck.compare import activation_rows
+    from accounting.planning.memory import get_precision
+    from accounting.planning.parallel import activations as A
+    from accounting.planning.parallel.shards import BLOCK, split
+    m = by_label(measured, "FSDP2 ZeRO-3 × TP 2 + SP")[0]
+    torch_way = sum(r.bytes.at(1) for r in activation_rows(m["case"])
+                    if r.place == BLOCK and r.record.saved)
+    assert 4 * torch_way == m["block_saved_bytes"]
+    from accounting.distcheck.compare import config_of
+    from accounting.planning.parallel.layout import Layout
+    lo = Layout(4, tp=2, dp=2, sp=True, zero=3, global_batch=4)
+    megatron = sum(r.bytes.at(1) for r in A.rows(split(config_of(m["case"]["model"])), lo,
+                                                  get_precision("fp32"), 16, megatron_sp=True)
+                   if r.place == BLOCK and r.record.saved)
+    assert m["block_saved_bytes"] - 4 * megatron == 4 * 2 * (16 * 32 * 4) // 2 == 8192

@@ -151,6 +151,18 @@ def test_one_gpu_activations_match_the_memory_model():
             assert p.stages[0].activations.total.at(2) == acts
 
 
+def test_one_gpu_plan_is_the_one_gpu_memory_model():
+    # on one GPU the whole per-GPU total (states, RoPE tables, activations) is the one-GPU
+    # memory model's, with and without full recomputation
+    for config in (XL, get_preset("openai-community/gpt2"), get_preset("meta-llama/Llama-3.2-1B")):
+        for precision in (FP32, BF16):
+            for recompute in ("none", "full"):
+                mm = MemoryModel(config, precision, "model", recompute).total(2, 512)
+                p = plan(config, seq=512, gpus=1, micro_batch=2, global_batch=2,
+                         precision=precision, recompute=recompute)
+                assert p.memory == mm
+
+
 def test_first_pipeline_stage_holds_p_micro_batches():
     p = parallel_plan(XL, Layout(4, pp=4, global_batch=8), 1024, precision=FP32,
                       stages=[0, 1, 2, 3])

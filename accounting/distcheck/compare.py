@@ -11,7 +11,9 @@ from dataclasses import dataclass
 from accounting.config import ModelConfig, get_preset
 from accounting.planning.memory import get_precision
 from accounting.planning.parallel import comms as C
+from accounting.planning.parallel import activations as A
 from accounting.planning.parallel.layout import Layout
+from accounting.planning.parallel.shards import BLOCK, split
 from accounting.planning.parallel.plan import StagePlan, parallel_plan
 
 GROUPS = {C.TENSOR: "tp", C.DATA: "dp", C.PIPELINE: "pp"}
@@ -49,6 +51,13 @@ def plan_for(case: dict, stage: int = 0) -> StagePlan:
     return p.stages[0]
 
 
+def activation_rows(case: dict):
+    lo = Layout(case["world"], case["tp"], case["pp"], case["dp"], 1, case["sp"], case["zero"],
+                case["micro_batch"], case["micro_batch"] * case["micro_batches"] * case["dp"])
+    return A.rows(split(config_of(case["model"])), lo, get_precision("fp32"), case["seq"],
+                  tp_rank=case["rank"] % case["tp"])
+
+
 def compare(measured: dict) -> list[Row]:
     case = measured["case"]
     if case["pp"] > 1:
@@ -73,6 +82,11 @@ def compare(measured: dict) -> list[Row]:
                     if whole else ""))
     rows.append(Row("AdamW m and v elements", 2 * st.moments, m["moment_numel"]))
     rows.append(Row("AdamW step counters", st.owned_tensors, m["step_counters"]))
+    if measured.get("block_saved_bytes") is not None:
+        per_layer = sum(r.bytes.at(case["micro_batch"]) for r in activation_rows(case)
+                        if r.place == BLOCK and r.record.saved)
+        rows.append(Row("activation bytes the blocks save (saved_tensors_hooks)",
+                        s.layers * per_layer, measured["block_saved_bytes"]))
     mb = case["micro_batches"]
     rows.append(Row("matmul FLOPs, forward (FlopCounterMode)", mb * s.flops.forward,
                     measured["flops"]["forward"]))

@@ -52,7 +52,7 @@ def run_case(case: Case) -> dict:
             lm.to_empty(device="cpu")
             opt = torch.optim.AdamW(lm.parameters())
             ids = torch.zeros(case.micro_batch, case.seq, dtype=torch.long)
-            out = run_step(lm, opt, lambda i: (ids, ids), case.micro_batches)
+            out = run_step(lm, opt, lambda i: (ids, ids), case.micro_batches, blocks=lm.layers)
             out["state"] = state_bytes(lm, opt)
         for c in out["collectives"]:
             c["group"] = groups.get(c["group"], c["group"])

@@ -77,7 +77,7 @@ def _ddp(case: Case, config, rank: int) -> dict:
             torch.nn.functional.cross_entropy(ddp(ids).flatten(0, 1), tgt.flatten()).backward()
         opt.step()
     opt.zero_grad(set_to_none=True)
-    out = run_step(ddp, opt, lambda i: data[i], case.micro_batches, accumulate)
+    out = run_step(ddp, opt, lambda i: data[i], case.micro_batches, accumulate, lm.layers)
     out["state"] = state_bytes(lm, opt.optim if case.zero == 1 else opt)
     world = dist.group.WORLD.group_name
     for c in out["collectives"]:
@@ -108,7 +108,7 @@ def _fsdp(case: Case, config, rank: int) -> dict:
             backward(loss_of(lm(ids), tgt))
         opt.step()
     opt.zero_grad(set_to_none=True)
-    out = run_step(lm, opt, lambda i: data[i], case.micro_batches)
+    out = run_step(lm, opt, lambda i: data[i], case.micro_batches, blocks=lm.layers)
     out["state"] = state_bytes(lm, opt)
     groups = {}
     if tp_mesh is not None:

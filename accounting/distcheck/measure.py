@@ -74,6 +74,45 @@ def _unique_bytes(tensors) -> int:
     return sum(seen.values())
 
 
+class BlockSaves:
+    """Bytes of the storages autograd saves while the blocks run their forward pass (each
+    storage once; parameters — DTensor shards and FSDP2's gathered ones included — left
+    out), the way tests/test_architectures.py measures one GPU's."""
+
+    def __init__(self, model: torch.nn.Module, blocks):
+        self.model, self.blocks, self.depth, self.seen = model, list(blocks), 0, {}
+
+    def __enter__(self):
+        def enter(module, args):
+            self.depth += 1
+
+        def leave(module, args, output):
+            self.depth -= 1
+        self.handles = [b.register_forward_pre_hook(enter) for b in self.blocks]
+        self.handles += [b.register_forward_hook(leave) for b in self.blocks]
+
+        def pack(t):
+            if self.depth:
+                params = {_storage_key(local(p)) for p in self.model.parameters()}
+                x = local(t)
+                key = _storage_key(x)
+                if key not in params:
+                    self.seen[key] = x.untyped_storage().nbytes()
+            return t
+        self.hooks = torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t)
+        self.hooks.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self.hooks.__exit__(*exc)
+        for h in self.handles:
+            h.remove()
+
+    @property
+    def bytes(self) -> int:
+        return sum(self.seen.values())
+
+
 def loss_of(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     if isinstance(logits, DTensor):
         from torch.distributed.tensor.parallel import loss_parallel
@@ -92,12 +131,14 @@ def backward(loss: torch.Tensor) -> None:
 
 
 def run_step(model: torch.nn.Module, optimizer, ids_fn, micro_batches: int,
-             before_forward=None) -> dict:
-    """m forward/backward passes then optimizer.step(), every collective and matmul recorded.
-    `ids_fn(i)` gives micro-batch i's (token ids, targets)."""
+             before_forward=None, blocks=None) -> dict:
+    """m forward/backward passes then optimizer.step(), every collective and matmul recorded,
+    and (given the blocks) the bytes the first micro-batch's blocks save for the backward
+    pass. `ids_fn(i)` gives micro-batch i's (token ids, targets)."""
     rec = Collectives()
     flops = {"forward": 0, "backward": 0}
     counts = Counter()
+    saves = None
     with rec:
         for i in range(micro_batches):
             ids, targets = ids_fn(i)
@@ -108,7 +149,11 @@ def run_step(model: torch.nn.Module, optimizer, ids_fn, micro_batches: int,
             with CommDebugMode() as comm:
                 rec.phase = "forward"
                 with LocalFlopCounter() as fc:
-                    logits = model(ids)
+                    if i == 0 and blocks is not None:
+                        with BlockSaves(model, blocks) as saves:
+                            logits = model(ids)
+                    else:
+                        logits = model(ids)
                     loss = loss_of(logits, targets)
                 flops["forward"] += fc.get_total_flops()
                 rec.phase = "backward"
@@ -129,4 +174,5 @@ def run_step(model: torch.nn.Module, optimizer, ids_fn, micro_batches: int,
             "collectives": [{"group": g, "op": o, "phase": p, "calls": by[(g, o, p)],
                              "bytes": size[(g, o, p)]} for (g, o, p) in sorted(by)],
             "comm_debug_counts": {str(k): v for k, v in counts.items()},
+            "block_saved_bytes": None if saves is None else saves.bytes,
             "unrecognized": dict(rec.unknown)}

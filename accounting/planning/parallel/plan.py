@@ -28,16 +28,18 @@ from accounting.planning.parallel.step import StageFlops, StepTime, bubble, stag
 
 # What the torch.distributed checks (accounting/distcheck, tests/test_distributed.py) verify,
 # and what stays a formula here.
-CHECKED = ("parameter, gradient and AdamW-state bytes per rank (FSDP2 and TP on the fake "
-           "backend at 8 to 64 ranks; DDP, ZeroRedundancyOptimizer, FSDP2+TP and pipelining "
-           "on a gloo group of CPU processes)",
+CHECKED = ("parameter, gradient and AdamW-state bytes per rank (FSDP2 and TP/SP on the fake "
+           "backend at 8 to 64 ranks; DDP, ZeroRedundancyOptimizer, FSDP2 × TP/SP and a 1F1B "
+           "pipeline on a gloo group of CPU processes)",
+           "the activation bytes each rank's blocks save, TP/SP splits included "
+           "(saved_tensors_hooks)",
            "matmul FLOPs per rank (FlopCounterMode on the rank's local tensors)",
            "collectives per step, calls and bytes, by kind (a dispatch hook beside CommDebugMode)")
-FORMULA_ONLY = ("activation bytes under TP/SP and 1F1B in-flight counts (the ledger's saved "
-                "tensors are checked on one GPU)",
+FORMULA_ONLY = ("the 1F1B in-flight micro-batch counts", "recomputation",
                 "communication buffers (DDP buckets, FSDP2's gathered units, pipelining receive "
-                "buffers)", "bf16 mixed precision under FSDP2", "step time",
-                "the tied embedding's gradient all-reduce across pipeline stages (Megatron-LM)")
+                "buffers)", "bf16 mixed precision", "TP or PP combined with DDP or ZeRO-1, and "
+                "PP combined with TP or FSDP", "the tied embedding's gradient all-reduce across "
+                "pipeline stages (Megatron-LM)", "step time")
 
 
 @dataclass(frozen=True)
