@@ -82,9 +82,11 @@ def test_pipeline_messages_by_hand(measured):
     for m in stages:
         s, last = m["case"]["rank"], m["case"]["rank"] == 3
         sends = collective(m, "pp", "send", "step")
-        # 4 micro-batches: activations forward (not from the last stage), gradients back
+        # 8 micro-batches: activations forward (not from the last stage), gradients back
         # (not from the first)
-        assert sends["bytes"] == message * 4 * ((not last) + (s > 0))
+        assert sends["bytes"] == message * 8 * ((not last) + (s > 0))
+        # 1F1B: stage s runs at most p − s = 4 − s forward passes ahead of its backward ones
+        assert m["in_flight_peak"] == 4 - s
     params = sum(m["state"]["param_numel"] for m in stages)
     assert params == N_TINY  # the stages partition the model
 

@@ -130,6 +130,9 @@ def compare_pipeline(measured: dict) -> list[Row]:
         got = [c for c in measured["collectives"] if c["op"] == op and c["phase"] == "step"]
         rows.append(Row(f"pp {op}: calls", sum(c.calls for c in plan), sum(c["calls"] for c in got)))
         rows.append(Row(f"pp {op}: bytes", sum(c.bytes for c in plan), sum(c["bytes"] for c in got)))
+    rows.append(Row("micro-batches in flight at most (forward done, backward not yet)",
+                    s.activations.in_flight, measured["in_flight_peak"]))
+    rows.append(Row("micro-batches in flight after the step", 0, measured["in_flight_end"]))
     other = [c for c in measured["collectives"] if c["op"] not in (C.SEND, C.RECV)]
     rows.append(Row("other collectives", 0, sum(c["calls"] for c in other)))
     rows.append(Row("collectives the hook did not recognize", 0, sum(measured["unrecognized"].values())))

@@ -148,12 +148,24 @@ def _pipeline(case: Case, config, rank: int) -> dict:
     for _ in range(WARMUP["pipeline"]):
         one_step()
         opt.step()
+    flight = {"live": 0, "peak": 0}
+
+    def forward_done(module, args, output):
+        flight["live"] += 1
+        flight["peak"] = max(flight["peak"], flight["live"])
+
+    def backward_done(module, grad_input, grad_output):
+        flight["live"] -= 1
+    hooks = [module.register_forward_hook(forward_done),
+             module.register_full_backward_hook(backward_done)]
     rec = Collectives()
     with rec, LocalFlopCounter() as fc:
         rec.phase = "step"
         one_step()
         rec.phase = "optimizer step"
         opt.step()
+    for h in hooks:
+        h.remove()
     by: dict = {}
     for c in rec.calls:
         k = ("pp", c.op, c.phase)
@@ -163,7 +175,8 @@ def _pipeline(case: Case, config, rank: int) -> dict:
             "collectives": [{"group": g, "op": o, "phase": p, "calls": n, "bytes": b}
                             for (g, o, p), (n, b) in sorted(by.items())],
             "comm_debug_counts": {}, "unrecognized": dict(rec.unknown),
-            "state": state_bytes(module, opt)}
+            "state": state_bytes(module, opt), "in_flight_peak": flight["peak"],
+            "in_flight_end": flight["live"]}
 
 
 ENGINES = {"ddp": _ddp, "fsdp": _fsdp, "pipeline": _pipeline}

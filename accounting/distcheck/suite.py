@@ -32,5 +32,6 @@ GLOO = (
     Case(TINY, 4, dp=4, zero=0, label="DDP, 4 processes"),
     Case(TINY, 4, dp=4, zero=1, label="ZeroRedundancyOptimizer over DDP, 4 processes"),
     Case(TINY, 4, dp=2, tp=2, sp=True, zero=3, label="FSDP2 ZeRO-3 × TP 2 + SP, 4 processes"),
-    Case(TINY, 4, pp=4, micro_batches=4, label="1F1B pipeline of 4 stages, 4 processes"),
+    Case(TINY, 4, pp=4, micro_batches=8, label="1F1B pipeline of 4 stages, 8 micro-batches, "
+                                               "4 processes"),
 )

@@ -32,10 +32,10 @@ CHECKED = ("parameter, gradient and AdamW-state bytes per rank (FSDP2 and TP/SP 
            "backend at 8 to 64 ranks; DDP, ZeroRedundancyOptimizer, FSDP2 × TP/SP and a 1F1B "
            "pipeline on a gloo group of CPU processes)",
            "the activation bytes each rank's blocks save, TP/SP splits included "
-           "(saved_tensors_hooks)",
+           "(saved_tensors_hooks), and the micro-batches a 1F1B stage holds (Schedule1F1B)",
            "matmul FLOPs per rank (FlopCounterMode on the rank's local tensors)",
            "collectives per step, calls and bytes, by kind (a dispatch hook beside CommDebugMode)")
-FORMULA_ONLY = ("the 1F1B in-flight micro-batch counts", "recomputation",
+FORMULA_ONLY = ("recomputation",
                 "communication buffers (DDP buckets, FSDP2's gathered units, pipelining receive "
                 "buffers)", "bf16 mixed precision", "TP or PP combined with DDP or ZeRO-1, and "
                 "PP combined with TP or FSDP", "the tied embedding's gradient all-reduce across "
