@@ -40,9 +40,14 @@ def config_of(model: dict) -> ModelConfig:
     return ModelConfig(**model)
 
 
+def layout_of(case: dict) -> Layout:
+    return Layout(case["world"], case["tp"], case["pp"], case["dp"], 1, case["sp"], case["zero"],
+                  case["micro_batch"], case["micro_batch"] * case["micro_batches"] * case["dp"])
+
+
 def plan_for(case: dict, stage: int = 0) -> StagePlan:
-    lo = Layout(case["world"], case["tp"], case["pp"], case["dp"], 1, case["sp"], case["zero"],
-                case["micro_batch"], case["micro_batch"] * case["micro_batches"] * case["dp"])
+    """The plan of the measured rank: TP fastest in the rank order, then data parallel."""
+    lo = layout_of(case)
     rank = case["rank"]
     tp_rank = rank % case["tp"]
     dp_rank = (rank // case["tp"]) % case["dp"]
@@ -51,11 +56,9 @@ def plan_for(case: dict, stage: int = 0) -> StagePlan:
     return p.stages[0]
 
 
-def activation_rows(case: dict):
-    lo = Layout(case["world"], case["tp"], case["pp"], case["dp"], 1, case["sp"], case["zero"],
-                case["micro_batch"], case["micro_batch"] * case["micro_batches"] * case["dp"])
-    return A.rows(split(config_of(case["model"])), lo, get_precision("fp32"), case["seq"],
-                  tp_rank=case["rank"] % case["tp"])
+def activation_rows(case: dict) -> list[A.Row]:
+    return A.rows(split(config_of(case["model"])), layout_of(case), get_precision("fp32"),
+                  case["seq"], tp_rank=case["rank"] % case["tp"])
 
 
 def compare(measured: dict) -> list[Row]:

@@ -51,8 +51,9 @@ class Row:
 
 def rows(sp: Split, layout: Layout, precision: Precision, seq: int,
          megatron_sp: bool = False, tp_rank: int = 0) -> list[Row]:
-    """Every saved activation of the ledger with its bytes on TP rank 0 (model scope: what
-    autograd saves)."""
+    """Every activation autograd saves (and each block's input, which full recomputation
+    keeps), with its bytes on TP rank `tp_rank` for one micro-batch of b sequences.
+    accounting/distcheck checks the blocks' part on torch, rank by rank."""
     full = sp.values(seq, 1)
     tp = sp.tp_values(full, layout.tp, tp_rank)
     seq_split = dict(full, T=seq // layout.tp) if layout.sp else full
