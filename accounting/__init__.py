@@ -31,5 +31,19 @@ def sweep(*args, **kwargs):
     return f(*args, **kwargs)
 
 
+def formulas_frame(*args, **kwargs):
+    """The literature's FLOP formulas beside the exact count, as a DataFrame (pandas
+    imported on call); see frames.py and literature.py."""
+    from accounting.frames import formulas_frame as f
+    return f(*args, **kwargs)
+
+
+def formula_terms_frame(*args, **kwargs):
+    """Each formula's term-by-term reconciliation, as a DataFrame (pandas imported on call)."""
+    from accounting.frames import formula_terms_frame as f
+    return f(*args, **kwargs)
+
+
 __all__ = ["Analysis", "analyze", "PRESETS", "ModelConfig", "config_from_json", "default_d_ff",
-           "get_preset", "UsageError", "FLOPS_PER_MAC", "matmul_frame", "sweep"]
+           "get_preset", "UsageError", "FLOPS_PER_MAC", "matmul_frame", "sweep",
+           "formulas_frame", "formula_terms_frame"]

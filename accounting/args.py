@@ -10,8 +10,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from accounting.config import (MLPS, NORM_PLACEMENTS, NORMS, POSITIONS, QK_NORMS, ModelConfig,
-                               config_from_json, get_preset)
+from accounting.config import (ATTENTIONS, MLPS, NORM_PLACEMENTS, NORMS, POSITIONS, QK_NORMS,
+                               ModelConfig, config_from_json, get_preset)
 from accounting.errors import UsageError
 
 FORMATS = ("text", "markdown", "csv", "json")
@@ -67,7 +67,10 @@ _ARCH_CHOICES = (("--mlp", "mlp", MLPS, "feed-forward: swiglu (default), geglu, 
                   "pre (default) or post (OLMo-2: norm on each sublayer's output)"),
                  ("--positions", "positions", POSITIONS,
                   "rope (default), learned (a table of context_length positions) or none"),
-                 ("--qk-norm", "qk_norm", QK_NORMS, "none (default), head (Qwen3) or full (OLMo-2)"))
+                 ("--qk-norm", "qk_norm", QK_NORMS, "none (default), head (Qwen3) or full (OLMo-2)"),
+                 ("--attention", "attention", ATTENTIONS,
+                  "how the attention core runs: naive (default: the course's explicit scores, "
+                  "mask and softmax) or sdpa (the fused kernel, F.scaled_dot_product_attention)"))
 _BIASES = (("--qkv-bias", "qkv_bias", "biases on the Q, K, V projections"),
            ("--out-bias", "out_bias", "bias on the attention output projection"),
            ("--mlp-bias", "mlp_bias", "biases on the MLP matrices"))

@@ -71,10 +71,10 @@ class Linear:
         assert x.contiguous and x.shape[-len(self.d_in):] == self.d_in, (self.name, x.shape)
         rows = x.shape[:-len(self.d_in)]
         with t.scope(self.name):
-            t.matmul(x, self.weight, R.Matmul(self.record, self.component, t.module, t.repeat,
-                                              R.FORWARD, (), rows, self.d_in, self.d_out,
-                                              grads=("dX", "dW")))
-            y = Sym(rows + self.d_out)
+            dtype = t.matmul(x, self.weight, R.Matmul(self.record, self.component, t.module,
+                                                      t.repeat, R.FORWARD, (), rows, self.d_in,
+                                                      self.d_out, grads=("dX", "dW")))
+            y = Sym(rows + self.d_out, dtype)
             if self.bias is not None:
                 y = t.binary("aten.add", y, self.bias, "+ bias", BIAS)
         return t.name(y, label, course)
@@ -96,7 +96,9 @@ class Norm:
         t, w, k = self.t, self.width, self.component
         over = "·".join(w)
         m = f"{t.module}.{self.name}" if t.module else self.name
+        in_dtype = x.dtype
         with t.scope(self.name):
+            x = t.cast(x, R.FP32, f"{m} input (fp32 copy)")  # x.to(torch.float32)
             if self.kind == "rmsnorm":
                 sq = t.unary("aten.pow", x, "x²", k, saves="input")
                 ms = t.reduce("aten.mean", sq, w, f"mean over {over}", k)
@@ -115,6 +117,7 @@ class Norm:
                                   out=f"{m} normalized")
                 y = t.binary("aten.mul", normed, self.weight, "· weight", k)
                 y = t.binary("aten.add", y, self.bias, "+ bias", k)
+            y = t.cast(y, in_dtype)  # result.to(in_dtype)
         return t.name(y, out_label, course)
 
 
@@ -132,8 +135,10 @@ class RoPE:
         # Called as rope.rotate from the attention's forward: the ops run in `attn`.
         t = self.t
         half = ("T", "d_k/2")
-        cos = t.name(t.lookup(self.cos, positions, half), "RoPE cos and sin at the positions")
-        sin = t.name(t.lookup(self.sin, positions, half), "RoPE cos and sin at the positions")
+        label = "RoPE cos and sin at the positions"
+        # self.cos[positions].to(x.dtype): a gather (float32), then a cast under autocast
+        cos = t.cast(t.name(t.lookup(self.cos, positions, half), label), x.dtype, label)
+        sin = t.cast(t.name(t.lookup(self.sin, positions, half), label), x.dtype, label)
         pairs = x.shape[:-1] + ("d_k/2",)
         x_even, x_odd = t.view(x, pairs, False), t.view(x, pairs, False)
         label = "x_even·cos, x_odd·sin, x_even·sin, x_odd·cos"
@@ -144,6 +149,7 @@ class RoPE:
         d = t.binary("aten.mul", x_odd, cos, label, ROPE)
         odd = t.binary("aten.add", c, d, "x_even·sin + x_odd·cos", ROPE)
         out = t.copy(even, x.shape)  # torch.stack, then a view back to (... d_k)
+        out.dtype = even.dtype
         t._reads("stack", even, odd)
         return t.name(out, out_label)
 
@@ -201,8 +207,9 @@ class FeedForward:
 # ---- attention (model/attention.py) --------------------------------------------------------
 
 class Attention:
-    def __init__(self, t: Trace, a: Arch):
+    def __init__(self, t: Trace, a: Arch, recompute: str = "none"):
         self.t, self.a, c = t, a, a.c
+        self.recompute = recompute
         d = ("d_model",)
         with t.scope("attn"):
             self.q_proj = Linear(t, "q_proj", d, a.width(), R.ATTN_PROJ, "Q projection", c.qkv_bias)
@@ -239,27 +246,58 @@ class Attention:
                 positions = t.fresh(("T",), R.INT64)  # torch.arange(seq)
                 q = self.rope.rotate(q, positions, "Q after RoPE")
                 k = self.rope.rotate(k, positions, "K after RoPE")
-            t.cached("K", a.width(kv=True)[-2:] if a.gqa else a.width(kv=True))
-            t.cached("V", a.width(kv=True)[-2:] if a.gqa else a.width(kv=True))
-            mask = t.name(t.fresh(("T", "T"), R.BOOL), "causal mask")
-            out = self.core(q, k, v, mask)
-            merged = t.name(t.copy(out, ("B", "T") + a.width()), "attention-weighted values, heads merged")
+            t.cached("K", a.width(kv=True))
+            t.cached("V", a.width(kv=True))
+            if c.attention == "sdpa":  # F.scaled_dot_product_attention(is_causal=True)
+                inputs, core = (q, k, v), lambda: self.fused(q, k, v)
+            else:
+                mask = t.name(t.fresh(("T", "T"), R.BOOL), "causal mask")
+                inputs, core = (q, k, v, mask), lambda: self.core(q, k, v, mask)
+            if self.recompute == "selective":  # checkpoint(attention core, q, k, v, ...)
+                with t.recomputed_region("attention core", inputs):
+                    out = core()
+            else:
+                out = core()
+            # "... heads seq d -> ... seq (heads d)": a copy of a heads-major tensor, a view
+            # of one laid out seq-major (the fused kernel's output for a permuted q)
+            if out.contiguous:
+                merged = t.name(t.copy(out, ("B", "T") + a.width()),
+                                "attention-weighted values, heads merged")
+            else:
+                merged = t.view(out, ("B", "T") + a.width(), contiguous=True)
             return self.output_proj(merged, out_label, out_course)
+
+    def _grouping(self):
+        if self.a.gqa:
+            return ("B", "h_kv"), ("g", "T"), "grouped: K and V are read by g query heads each, not copied"
+        return ("B", "h"), ("T",), ""
+
+    def fused(self, q: Sym, k: Sym, v: Sym) -> Sym:
+        """One fused kernel (PyTorch's CPU flash attention here): the two matmuls, counted
+        over the full T×T as torch's own sdpa formula does; its backward recomputes QKᵀ
+        (5 matmuls where the naive backward has 4). Its softmax runs inside the kernel
+        and is not a separate op (not in the non-matmul FLOPs)."""
+        t = self.t
+        batch, rows, note = self._grouping()
+        note = "fused kernel" + (f"; {note}" if note else "")
+        qk = R.Matmul("QKᵀ scores", R.ATTN_CORE, t.module, t.repeat, R.FORWARD, batch, rows,
+                      ("d_k",), ("T",), causal=True, grads=("dQ", "dK"), note=note,
+                      recompute_in_backward=True)
+        pv = R.Matmul("scores·V", R.ATTN_CORE, t.module, t.repeat, R.FORWARD, batch, rows,
+                      ("T",), ("d_k",), causal=True, grads=("d(scores)", "dV"), note=note)
+        return t.fused_attention(q, k, v, (qk, pv), self.a.heads(), ("B", "h", "T"))
 
     def core(self, q: Sym, k: Sym, v: Sym, mask: Sym) -> Sym:
         """scaled_dot_product_attention: softmax(QKᵀ/√d_k, masked) V, with grouped K/V
         broadcast over each group of query heads (bmm batch B·h_kv, g·T query rows)."""
         t, a = self.t, self.a
-        if a.gqa:
-            batch, rows = ("B", "h_kv"), ("g", "T")
-            note = "grouped: K and V are broadcast over g query heads, not copied"
-        else:
-            batch, rows, note = ("B", "h"), ("T",), ""
+        batch, rows, note = self._grouping()
         scores_shape = ("B", "h", "T", "T")
-        t.matmul(q, k, R.Matmul("QKᵀ scores", R.ATTN_CORE, t.module, t.repeat, R.FORWARD, batch,
-                                rows, ("d_k",), ("T",), causal=True, grads=("dQ", "dK"), note=note),
-                 copy_labels=("Q (heads layout)", "K (heads layout)"))
-        scores = t.name(Sym(scores_shape), "QKᵀ scores", "QKᵀ")
+        dtype = t.matmul(q, k, R.Matmul("QKᵀ scores", R.ATTN_CORE, t.module, t.repeat, R.FORWARD,
+                                        batch, rows, ("d_k",), ("T",), causal=True,
+                                        grads=("dQ", "dK"), note=note),
+                         copy_labels=("Q (heads layout)", "K (heads layout)"))
+        scores = t.name(Sym(scores_shape, dtype), "QKᵀ scores", "QKᵀ")
         scaled = t.binary("aten.div", scores, None, "QKᵀ / √d_k", ATTN_SCALE)
         masked = t.where(mask, scaled, "where(mask, scores, −inf)", CAUSAL_MASK,
                          out="masked scores (softmax input)")
@@ -270,28 +308,37 @@ class Attention:
         s = t.reduce("aten.sum", e, ("T",), "sum over keys", SOFTMAX, out="softmax row sum")
         weights = t.binary("aten.div", e, s, "exp / sum", SOFTMAX, out="softmax output",
                            course="softmax")
-        t.matmul(weights, v, R.Matmul("scores·V", R.ATTN_CORE, t.module, t.repeat, R.FORWARD, batch,
-                                      rows, ("T",), ("d_k",), causal=True, grads=("d(scores)", "dV"),
-                                      note=note),
-                 copy_labels=("softmax output (copy)", "V (heads layout)"))
-        return t.name(Sym(a.heads()), "attention-weighted values", "attention-weighted values")
+        dtype = t.matmul(weights, v, R.Matmul("scores·V", R.ATTN_CORE, t.module, t.repeat,
+                                              R.FORWARD, batch, rows, ("T",), ("d_k",), causal=True,
+                                              grads=("d(scores)", "dV"), note=note),
+                         copy_labels=("softmax output (copy)", "V (heads layout)"))
+        return t.name(Sym(a.heads(), dtype), "attention-weighted values", "attention-weighted values")
 
 
 # ---- blocks and the LM (model/transformer.py) ------------------------------------------------
 
 class Block:
-    def __init__(self, t: Trace, a: Arch):
-        self.t, self.c = t, a.c
+    def __init__(self, t: Trace, a: Arch, recompute: str = "none"):
+        self.t, self.c, self.recompute = t, a.c, recompute
         comp, kind = NORM_PARAMS[a.c.norm], a.c.norm
         self.ln1 = Norm(t, "ln1", kind, ("d_model",), NORMS[kind], comp)
-        self.attn = Attention(t, a)
+        self.attn = Attention(t, a, recompute)
         self.ln2 = Norm(t, "ln2", kind, ("d_model",), NORMS[kind], comp)
         self.ffn = FeedForward(t, a.c)
 
     def __call__(self) -> None:
+        t, pre = self.t, self.c.norm_placement == "pre"
+        x = t.name(t.fresh(ROW, grad=True), "ln1 input" if pre else "block input",
+                   f"{NORMS[self.c.norm]} inputs" if pre else "", block_input=True)
+        if self.recompute == "full":  # checkpoint(block, x): keeps x, runs it again
+            with t.recomputed_region("block", (x,)):
+                self.run(x)
+        else:
+            self.run(x)
+
+    def run(self, x: Sym) -> None:
         t, norm_course = self.t, f"{NORMS[self.c.norm]} inputs"
         if self.c.norm_placement == "pre":
-            x = t.name(t.fresh(ROW, grad=True), "ln1 input", norm_course, block_input=True)
             h = self.ln1(x, "ln1 output")
             y = t.binary("aten.add", x, self.attn(h, "output projection output", "output projection"),
                          "x + attn, y + ffn", RESIDUAL)
@@ -299,7 +346,6 @@ class Block:
             h = self.ln2(y, "ln2 output")
             t.binary("aten.add", y, self.ffn(h, "W2"), "x + attn, y + ffn", RESIDUAL)
         else:  # OLMo-2: y = x + ln1(attn(x)); z = y + ln2(ffn(y))
-            x = t.name(t.fresh(ROW, grad=True), "block input", "", block_input=True)
             o = self.attn(x, "output projection output", "output projection")
             y = t.binary("aten.add", x, self.ln1(o, "ln1 output"), "x + ln1(attn), y + ln2(ffn)",
                          RESIDUAL)
@@ -308,10 +354,13 @@ class Block:
             t.binary("aten.add", y, self.ln2(f, "ln2 output"), "x + ln1(attn), y + ln2(ffn)", RESIDUAL)
 
 
-def walk(c: ModelConfig, fold: bool = True) -> Trace:
-    """Build (declare) the model, then run one training step's forward and loss
-    (fold=False: widths written h·d_k even where that is d_model)."""
-    t, a = Trace(), Arch(c, fold)
+def walk(c: ModelConfig, autocast: str | None = None, recompute: str = "none",
+         fold: bool = True) -> Trace:
+    """Build (declare) the model, then run one training step's forward and loss: in float32,
+    or under torch.autocast(autocast, dtype=torch.bfloat16); with activation recomputation
+    "none", "full" (checkpoint each block) or "selective" (checkpoint the attention core);
+    fold=False writes widths h·d_k even where that is d_model."""
+    t, a = Trace(autocast), Arch(c, fold)
     # __init__, in model/transformer.py's registration order
     with t.scope("token_embeddings"):
         tok = t.param("weight", ("V", "d_model"), R.EMBEDDING, lookup=True)
@@ -320,7 +369,7 @@ def walk(c: ModelConfig, fold: bool = True) -> Trace:
         with t.scope("position_embeddings"):
             pos = t.param("weight", ("T_pos", "d_model"), R.POSITION_EMBEDDING, lookup=True)
     with t.block():
-        block = Block(t, a)
+        block = Block(t, a, recompute)
     comp = NORM_PARAMS[c.norm]
     ln_final = Norm(t, "ln_final", c.norm, ("d_model",), NORMS[c.norm], comp)
     lm_head = Linear(t, "lm_head", ("d_model",), ("V",), R.LM_HEAD, "LM head",
@@ -344,9 +393,7 @@ def walk(c: ModelConfig, fold: bool = True) -> Trace:
 
     # F.cross_entropy(logits, targets) = nll_loss(log_softmax(logits)): outside the model
     with t.outside(LOSS):
-        t.saves_output(logits, "log_softmax", "log-softmax of the logits", "cross-entropy")
         targets = t.name(t.fresh(("B", "T"), R.INT64), "targets")
-        t.saves_input(targets, "nll_loss")
-        t.saves_input(t.name(t.fresh((), R.FLOAT), "nll_loss total weight"), "nll_loss")
+        t.cross_entropy(logits, targets, "cross-entropy")
     t.check()
     return t

@@ -1,6 +1,7 @@
 """`python -m accounting`: thin argument handling over the library. main(argv) -> int.
 
     python -m accounting gpt2-xl --ctx 16384        # where the FLOPs and parameters go
+    python -m accounting gpt2-xl --compare-formulas # Kaplan, Chinchilla, Megatron, PaLM, 6N
     python -m accounting report                     # regenerate reports/gpt2_sizes.md
     python -m accounting plan gpt2-xl --gpu A100    # memory, batch that fits, time to train
 
@@ -56,6 +57,11 @@ def parser() -> Parser:
     add_output_args(p)
     p.add_argument("--brief", action="store_true",
                    help="text/markdown: only the component breakdown, totals and closed forms")
+    p.add_argument("--compare-formulas", action="store_true",
+                   help="the literature's FLOP formulas (Kaplan, Chinchilla, Megatron-LM, "
+                        "Korthikanti, PaLM, nanoGPT, 6N) for this config and workload, beside "
+                        "the exact count, reconciled term by term; forward and training "
+                        "(--pass and --count do not apply); analytic unless --verify is given")
     return p
 
 
@@ -82,6 +88,8 @@ def analyse_main(argv: list[str]) -> int:
              else render.markdown([views.presets_table()]), ns.output)
         return 0
     config = config_from_args(ns)
+    if ns.compare_formulas:
+        return compare_main(ns, config)
     a = analyze(config, ns.ctx, ns.batch, ns.phase, ns.counting)
     check = _crosscheck(ns.verify)
     stream = ns.output is None and ns.format in ("text", "markdown")
@@ -108,6 +116,29 @@ def analyse_main(argv: list[str]) -> int:
         data = export.to_dict(a)
         if check is not None:
             result = check.cross_check(a)
+            data["cross_check"] = result.to_dict()
+        emit(json.dumps(data, indent=2, ensure_ascii=False) + "\n", ns.output)
+    if result is not None and not result.agrees:
+        print(f"accounting: cross-check DISAGREES: {result.summary()}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def compare_main(ns, config) -> int:
+    """--compare-formulas: the literature table first, reconciliations after. The cross-check
+    (of the training pass the exact counts come from) runs only when --verify is given."""
+    from accounting import literature, literature_views
+    c = literature.compare(config, ns.ctx, ns.batch)
+    check = _crosscheck(True) if ns.verify else None
+    result = check.cross_check(analyze(config, ns.ctx, ns.batch, "train")) if check else None
+    if ns.format in ("text", "markdown"):
+        tables = literature_views.tables(c) + (result.tables() if result else [])
+        emit((render.text if ns.format == "text" else render.markdown)(tables), ns.output)
+    elif ns.format == "csv":
+        emit(export.csv_text(literature_views.csv_rows(c), literature_views.CSV_COLUMNS), ns.output)
+    else:
+        data = {"config": export.config_dict(config), **literature_views.to_dict(c)}
+        if result is not None:
             data["cross_check"] = result.to_dict()
         emit(json.dumps(data, indent=2, ensure_ascii=False) + "\n", ns.output)
     if result is not None and not result.agrees:

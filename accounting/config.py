@@ -50,13 +50,15 @@ NORM_PLACEMENTS = {"pre": "pre-norm (norm on each sublayer's input)",
 POSITIONS = {"rope": "RoPE", "learned": "learned absolute positions", "none": "no positions"}
 QK_NORMS = {"none": "no QK-norm", "head": "QK-norm per head (Qwen3)",
             "full": "QK-norm over the full projection width (OLMo-2)"}
+ATTENTIONS = {"naive": "explicit scores, causal mask and softmax (the course's attention)",
+              "sdpa": "fused attention kernel: F.scaled_dot_product_attention(is_causal=True)"}
 
 # Bounds on sizes: far beyond any real model, small enough that nothing downstream hangs.
 MAX_SIZE = 10**12
 
 _SIZES = ("vocab_size", "context_length", "num_layers", "d_model", "num_heads", "d_ff")
 _CHOICES = {"norm": NORMS, "norm_placement": NORM_PLACEMENTS, "mlp": MLPS, "positions": POSITIONS,
-            "qk_norm": QK_NORMS}
+            "qk_norm": QK_NORMS, "attention": ATTENTIONS}
 _FLAGS = ("tie_embeddings", "qkv_bias", "out_bias", "mlp_bias")
 
 
@@ -84,6 +86,7 @@ class ModelConfig:
     out_bias: bool = False  # bias on the attention output projection (GPT-2)
     mlp_bias: bool = False  # biases on the MLP's matrices (GPT-2)
     qk_norm: str = "none"
+    attention: str = "naive"  # how the attention core runs: "naive" (the course's) or "sdpa"
 
     def __post_init__(self) -> None:
         for f in _SIZES + ("num_kv_heads", "head_dim"):
@@ -155,6 +158,8 @@ class ModelConfig:
                  f"{NORMS[self.norm]}", self.mlp_kind.label, POSITIONS[self.positions], attn]
         if self.qk_norm != "none":
             parts.append(QK_NORMS[self.qk_norm])
+        if self.attention != "naive":
+            parts.append("fused attention kernel (SDPA)")
         parts.append("tied LM head" if self.tie_embeddings else "untied LM head")
         parts.append("biases on " + ", ".join(biases) if biases else "no biases")
         return ", ".join(parts)

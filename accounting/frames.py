@@ -63,3 +63,51 @@ def sweep(configs: Iterable[ModelConfig | str], seqs: Iterable[int], batch: int 
         df[col] = df[col].astype(object)
     df["component"] = pd.Categorical(df["component"], categories=list(R.COMPONENTS), ordered=True)
     return df
+
+
+def formulas_frame(configs: Iterable[ModelConfig | str] | ModelConfig | str,
+                   seqs: Iterable[int] | int | None = None, batch: int = 1) -> pd.DataFrame:
+    """The literature's formulas beside the exact count (accounting/literature.py), one row
+    per (model, seq, formula): forward and training FLOPs (exact ints or Fractions, dtype
+    object), the exact counts, and `ratio` = formula training / exact training (executed),
+    `ratio_useful` (over the causal count) and `error` = ratio − 1 as floats for plotting.
+    seqs defaults to each config's context_length."""
+    from accounting.literature import compare
+    if isinstance(configs, (str, ModelConfig)):
+        configs = [configs]
+    if isinstance(seqs, int):
+        seqs = [seqs]
+    rows = []
+    for c in configs:
+        config = _config(c)
+        for seq in (seqs if seqs is not None else [config.context_length]):
+            cmp = compare(config, seq, batch)
+            x = cmp.exact
+            for e in cmp.estimates:
+                r = Fraction(e.training) / x.training
+                rows.append({
+                    "model": config.name, "seq": seq, "batch": batch, "formula": e.key,
+                    "name": e.name, "forward": e.forward, "training": e.training,
+                    "exact_forward": x.forward, "exact_training": x.training,
+                    "exact_training_useful": x.training_useful, "ratio": float(r),
+                    "ratio_useful": float(Fraction(e.training) / x.training_useful),
+                    "error": float(r - 1), "does_not_fit": ", ".join(e.misfits),
+                })
+    df = pd.DataFrame(rows)
+    for col in ("forward", "training", "exact_forward", "exact_training", "exact_training_useful"):
+        df[col] = df[col].astype(object)
+    return df
+
+
+def formula_terms_frame(config: ModelConfig | str, seq: int | None = None,
+                        batch: int = 1) -> pd.DataFrame:
+    """Each formula's reconciliation, one row per term (forward and training FLOPs to add
+    to the formula to reach the exact count), for one workload."""
+    from accounting.literature import compare
+    cmp = compare(_config(config), seq, batch)
+    rows = [{"formula": e.key, "term": t.label, "kind": t.kind, "forward": t.forward,
+             "training": t.training} for e in cmp.estimates for t in e.terms]
+    df = pd.DataFrame(rows, columns=["formula", "term", "kind", "forward", "training"])
+    for col in ("forward", "training"):
+        df[col] = df[col].astype(object)
+    return df

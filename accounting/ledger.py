@@ -30,6 +30,7 @@ class Ledger:
     buffers: tuple[R.Buffer, ...]
     cache: tuple[R.CacheEntry, ...]
     registered: tuple[tuple[str, bool], ...]  # (state-dict key, per block) in registration order
+    recomputed: tuple[R.Matmul, ...] = ()  # forward matmuls run again in the backward pass
 
     # ---- matmuls --------------------------------------------------------------------------
     @property
@@ -122,7 +123,7 @@ def _activations(t, fold: bool) -> tuple[R.Activation, ...]:
     rows: dict[tuple, list] = {}
     for n in t.named.values():
         saved = bool(n.savers)
-        if not saved and not n.course:
+        if not saved and not n.course and not n.block_input:
             continue
         if saved:
             why = "saved by " + ", ".join(n.savers)
@@ -130,41 +131,47 @@ def _activations(t, fold: bool) -> tuple[R.Activation, ...]:
             why = f"not saved: read by {', '.join(n.readers)}, which keep nothing of it"
         else:
             why = "not saved: no operation with a backward formula reads it"
-        key = (n.label, n.saved_in if saved else "", n.shape, n.kind, n.course, n.repeat, n.block_input)
+        key = (n.label, n.saved_in if saved else "", n.shape, n.dtype, n.course, n.repeat,
+               n.block_input, n.weight_copy)
         if key in rows:
             rows[key][1] += 1
         else:
             rows[key] = [why, 1]
     out = []
-    for (label, saved_in, shape, kind, course, repeat, block_input), (why, copies) in rows.items():
+    for (label, saved_in, shape, dtype, course, repeat, block_input, weight_copy), (why, copies) \
+            in rows.items():
         e = Expr.of(copies, shape)
         out.append(R.Activation(label, course, saved_in, repeat, shape, _fold(e) if fold else e,
-                                why, kind, copies, block_input))
+                                why, dtype, copies, block_input, weight_copy))
     # blocks first (execution order), then the rest
     return tuple([a for a in out if a.per_layer] + [a for a in out if not a.per_layer])
 
 
 @lru_cache(maxsize=64)
-def ledger(config: ModelConfig) -> Ledger:
-    return _build(config, fold=config.num_heads * config.d_k == config.d_model)
+def ledger(config: ModelConfig, autocast: str | None = None, recompute: str = "none") -> Ledger:
+    """The ledger of `config`: in float32 (autocast None) or under torch.autocast on the
+    device named ("cpu", "cuda"), with recomputation "none", "full" or "selective"."""
+    return _build(config, autocast, recompute,
+                  fold=config.num_heads * config.d_k == config.d_model)
 
 
 @lru_cache(maxsize=64)
-def unfolded_ledger(config: ModelConfig) -> Ledger:
+def unfolded_ledger(config: ModelConfig, autocast: str | None = None,
+                    recompute: str = "none") -> Ledger:
     """The same facts with h·d_k never written d_model, so that every tensor and weight with
     a heads dimension shows it (the parallel planner splits exactly those over TP ranks)."""
-    return _build(config, fold=False)
+    return _build(config, autocast, recompute, fold=False)
 
 
-def _build(config: ModelConfig, fold: bool) -> Ledger:
-    t = builder.walk(config, fold)
+def _build(config: ModelConfig, autocast: str | None, recompute: str, fold: bool) -> Ledger:
+    t = builder.walk(config, autocast, recompute, fold)
     acts = _activations(t, fold)
     inputs = [a for a in acts if a.block_input]
     if len(inputs) != 1 or not inputs[0].per_layer:
         raise AssertionError(f"builder: expected one block input, got {inputs}")
     return Ledger(config, tuple(t.params), tuple(t.tied.items()), tuple(t.matmuls),
                   tuple(t.elementwise), acts, tuple(t.buffers), tuple(t.cache),
-                  tuple(t.registered))
+                  tuple(t.registered), tuple(t.recomputed))
 
 
 def check_seq(config: ModelConfig, seq: int) -> None:

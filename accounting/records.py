@@ -32,7 +32,9 @@ PHASES = {"forward": (FORWARD,), "backward": (BACKWARD,), "train": (FORWARD, BAC
 # ("executed", what the FLOP counters see), or the T(T+1)/2 unmasked pairs ("useful").
 EXECUTED, USEFUL = "executed", "useful"
 
-FLOAT, BOOL, INT64 = "float", "bool", "int64"  # FLOAT: the activation dtype of the precision
+FP32, BF16, BOOL, INT64 = "fp32", "bf16", "bool", "int64"  # tensor dtypes
+FLOAT_DTYPES = (FP32, BF16)
+DTYPE_BYTES = {FP32: 4, BF16: 2, BOOL: 1, INT64: 8}
 
 # Non-matmul FLOPs: a choice (other tools count exp or sqrt as several FLOPs), stated
 # wherever these numbers are printed; the op counter (crosscheck/dispatch.py) applies it.
@@ -90,6 +92,7 @@ class Matmul(Record):
     causal: bool = False  # two of the T factors are a causal (query, key) pair
     grads: tuple[str, str] = ("dA", "dB")  # names of the gradient matmuls of A and B
     note: str = ""
+    recompute_in_backward: bool = False  # a fused kernel's backward runs it again first
 
     @property
     def factors(self) -> tuple[str, ...]:
@@ -126,13 +129,16 @@ class Matmul(Record):
         e = Expr.of(FLOPS_PER_MAC, self.factors if counting == EXECUTED else self.useful_factors())
         return e.times(self.repeat) if self.repeat else e
 
-    def gradients(self) -> tuple[Matmul, Matmul]:
-        """dA = dC·Bᵀ (m×p @ p×n) and dB = Aᵀ·dC (n×m @ m×p): the same size as the forward."""
+    def gradients(self) -> tuple[Matmul, ...]:
+        """dA = dC·Bᵀ (m×p @ p×n) and dB = Aᵀ·dC (n×m @ m×p): the same size as the forward;
+        preceded by the forward product itself when the kernel recomputes it (fused attention)."""
         d_a, d_b = self.grads
         common = dict(component=self.component, module=self.module, repeat=self.repeat,
                       phase=BACKWARD, batch=self.batch, causal=self.causal, note=self.note)
-        return (Matmul(f"{self.name} {d_a}", m=self.m, n=self.p, p=self.n, **common),
-                Matmul(f"{self.name} {d_b}", m=self.n, n=self.m, p=self.p, **common))
+        again = (Matmul(f"{self.name} (recomputed)", m=self.m, n=self.n, p=self.p, **common),) \
+            if self.recompute_in_backward else ()
+        return again + (Matmul(f"{self.name} {d_a}", m=self.m, n=self.p, p=self.n, **common),
+                        Matmul(f"{self.name} {d_b}", m=self.n, n=self.m, p=self.p, **common))
 
 
 @dataclass(frozen=True)
@@ -165,9 +171,14 @@ class Activation(Record):
     shape: tuple[str, ...]
     elements: Expr  # of all copies in one block (or in the model); h·d_k written d_model
     why: str  # the op(s) that save it, or why nothing does
-    kind: str = FLOAT
+    dtype: str = FP32
     copies: int = 1
     block_input: bool = False  # the block's input: what full recomputation keeps
+    weight_copy: bool = False  # autocast's bf16 copy of a weight (saved by its matmul)
+
+    @property
+    def bytes_per_element(self) -> int:
+        return DTYPE_BYTES[self.dtype]
 
     @property
     def course(self) -> str:

@@ -1,6 +1,6 @@
 """Wall time of the analytic CLI (`python -m accounting MODEL --no-verify`), median of N runs.
 
-The goals (issues 3 and 9): at most 0.2 s median on a 2-core machine, for every architecture. Each run is a fresh
+The goals (issues 3, 9 and 13): at most 0.2 s median on a 2-core machine, for every architecture. Each run is a fresh
 interpreter, as a user's shell would start it, so interpreter start-up is included.
 
     python benchmarks/bench_cli.py [--runs 15]
@@ -22,6 +22,9 @@ CASES = (
     ("openai-community/gpt2-xl",),
     ("meta-llama/Llama-3.1-8B", "--ctx", "8192", "--pass", "train"),
     ("--list",),
+    ("gpt2-xl", "--compare-formulas"),
+    ("openai-community/gpt2-xl", "--compare-formulas", "--format", "json"),
+    ("meta-llama/Llama-3.1-8B", "--compare-formulas", "--ctx", "8192"),
 )
 
 

@@ -6,6 +6,9 @@ import torch
 from einops import einsum, rearrange
 from torch import nn
 
+from torch.utils.checkpoint import checkpoint
+
+from .fused import fused_causal_attention
 from .layers import NORM_CLASSES, Linear, RotaryPositionalEmbedding, check_positive_int
 
 
@@ -48,7 +51,7 @@ class CausalMultiHeadSelfAttention(nn.Module):
 
     def __init__(self, d_model, num_heads, max_seq_len=None, theta=None, device=None, dtype=None,
                  *, num_kv_heads=None, head_dim=None, qkv_bias=False, out_bias=False,
-                 qk_norm="none", norm="rmsnorm", norm_eps=1e-5):
+                 qk_norm="none", norm="rmsnorm", norm_eps=1e-5, attention="naive"):
         super().__init__()
         check_positive_int("d_model", d_model)
         check_positive_int("num_heads", num_heads)
@@ -63,6 +66,10 @@ class CausalMultiHeadSelfAttention(nn.Module):
             raise ValueError(f"num_heads={num_heads} is not divisible by num_kv_heads={num_kv_heads}")
         if qk_norm not in ("none", "head", "full"):
             raise ValueError(f"qk_norm must be none, head or full, got {qk_norm!r}")
+        if attention not in ("naive", "sdpa"):
+            raise ValueError(f"attention must be naive or sdpa, got {attention!r}")
+        self.attention = attention
+        self.recompute_core = False  # set by TransformerLM.set_recompute("selective")
         self.d_model, self.num_heads, self.num_kv_heads = d_model, num_heads, num_kv_heads
         self.d_k, self.qk_norm = head_dim, qk_norm
         q_width, kv_width = num_heads * head_dim, num_kv_heads * head_dim
@@ -107,15 +114,23 @@ class CausalMultiHeadSelfAttention(nn.Module):
             positions = positions[..., None, :]
             q, k = rotate(q, positions), rotate(k, positions)
 
-        # query i may attend key j iff j <= i
-        causal = torch.ones(seq, seq, dtype=torch.bool, device=x.device).tril()
+        if self.attention == "sdpa":
+            core, args = fused_causal_attention, (q, k, v)
+        else:
+            core, args = self.core, (q, k, v, torch.ones(seq, seq, dtype=torch.bool, device=x.device).tril())
+        if self.recompute_core:  # Korthikanti et al.'s selective recomputation
+            out = checkpoint(core, *args, use_reentrant=False, preserve_rng_state=False)
+        else:
+            out = core(*args)
+        if out.dim() == q.dim() + 1:  # grouped: (... kv_heads group seq d_v)
+            out = rearrange(out, "... kv_heads group seq d_v -> ... (kv_heads group) seq d_v")
+        return self.output_proj(rearrange(out, "... heads seq d_v -> ... seq (heads d_v)"))
+
+    def core(self, q, k, v, causal):
+        """The course's attention core: causal mask (query i may attend key j iff j <= i),
+        softmax, weighted values; grouped heads read their K/V head by broadcasting."""
         if self.num_kv_heads == self.num_heads:
-            out = scaled_dot_product_attention(q, k, v, mask=causal)  # (... heads seq d_v)
-            return self.output_proj(rearrange(out, "... heads seq d_v -> ... seq (heads d_v)"))
-        # Grouped: query heads (kv_heads group) against K/V (kv_heads 1), broadcast over the
-        # group, so each K/V head is read, not copied, by its group of query heads.
+            return scaled_dot_product_attention(q, k, v, mask=causal)  # (... heads seq d_v)
         q = rearrange(q, "... (kv_heads group) seq d_k -> ... kv_heads group seq d_k",
                       kv_heads=self.num_kv_heads)
-        out = scaled_dot_product_attention(q, k.unsqueeze(-3), v.unsqueeze(-3), mask=causal)
-        return self.output_proj(
-            rearrange(out, "... kv_heads group seq d_v -> ... seq (kv_heads group d_v)"))
+        return scaled_dot_product_attention(q, k.unsqueeze(-3), v.unsqueeze(-3), mask=causal)

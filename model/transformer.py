@@ -6,6 +6,7 @@ architectures of accounting/config.py's spec (TransformerLM.from_config).
 
 import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from .attention import CausalMultiHeadSelfAttention
 from .layers import NORM_CLASSES, Embedding, Linear, check_positive_int, feed_forward
@@ -21,7 +22,7 @@ class TransformerBlock(nn.Module):
     def __init__(self, d_model, num_heads, d_ff, max_seq_len, theta, device=None, dtype=None, *,
                  num_kv_heads=None, head_dim=None, norm="rmsnorm", norm_eps=1e-5,
                  norm_placement="pre", mlp="swiglu", qkv_bias=False, out_bias=False,
-                 mlp_bias=False, qk_norm="none"):
+                 mlp_bias=False, qk_norm="none", attention="naive"):
         super().__init__()
         if norm not in NORM_CLASSES:
             raise ValueError(f"norm must be one of {', '.join(NORM_CLASSES)}, got {norm!r}")
@@ -33,7 +34,7 @@ class TransformerBlock(nn.Module):
         self.attn = CausalMultiHeadSelfAttention(
             d_model, num_heads, max_seq_len=max_seq_len, theta=theta, device=device, dtype=dtype,
             num_kv_heads=num_kv_heads, head_dim=head_dim, qkv_bias=qkv_bias, out_bias=out_bias,
-            qk_norm=qk_norm, norm=norm, norm_eps=norm_eps,
+            qk_norm=qk_norm, norm=norm, norm_eps=norm_eps, attention=attention,
         )
         self.ln2 = norm_cls(d_model, eps=norm_eps, device=device, dtype=dtype)
         self.ffn = feed_forward(mlp, d_model, d_ff, device=device, dtype=dtype, bias=mlp_bias)
@@ -94,6 +95,19 @@ class TransformerLM(nn.Module):
         self.lm_head = Linear(d_model, vocab_size, device=device, dtype=dtype)
         if tie_embeddings:
             self.lm_head.weight = self.token_embeddings.weight
+        self.recompute = "none"
+
+    def set_recompute(self, mode: str) -> "TransformerLM":
+        """Activation recomputation for training (torch.utils.checkpoint, non-reentrant, no
+        RNG state: the model has no dropout): "full" checkpoints each block (keeps its input,
+        runs it again in backward), "selective" only each attention core (Korthikanti et al.
+        2022), "none" keeps everything (the default)."""
+        if mode not in ("none", "full", "selective"):
+            raise ValueError(f"recompute must be none, full or selective, got {mode!r}")
+        self.recompute = mode
+        for layer in self.layers:
+            layer.attn.recompute_core = mode == "selective"
+        return self
 
     @classmethod
     def from_config(cls, config, context_length=None, device=None, dtype=None):
@@ -116,5 +130,8 @@ class TransformerLM(nn.Module):
         if hasattr(self, "position_embeddings"):
             x = x + self.position_embeddings(torch.arange(seq, device=token_ids.device))
         for layer in self.layers:
-            x = layer(x)
+            if self.recompute == "full":
+                x = checkpoint(layer, x, use_reentrant=False, preserve_rng_state=False)
+            else:
+                x = layer(x)
         return self.lm_head(self.ln_final(x))

@@ -116,7 +116,8 @@ def relative(module: str) -> str:
     return ".".join(parts[2:]) if parts[0] == "layers" else module
 
 
-DTYPE = {"float": (torch.float32, 4), "bool": (torch.bool, 1), "int64": (torch.int64, 8)}
+DTYPE = {"fp32": (torch.float32, 4), "bf16": (torch.bfloat16, 2), "bool": (torch.bool, 1),
+         "int64": (torch.int64, 8)}
 
 
 @pytest.mark.parametrize("name", sorted(VARIANTS))
@@ -136,7 +137,7 @@ def test_saved_activations_equal_the_ledger(name, B, T):
     expected = defaultdict(Counter)
     for a in lg.activations:
         if a.saved:
-            dtype, size = DTYPE[a.kind]
+            dtype, size = DTYPE[a.dtype]
             expected[a.saved_in][(size * a.elements.evaluate(v) // a.copies, dtype)] += \
                 a.copies * a.count(v)
     assert dict(measured) == dict(expected)

@@ -113,7 +113,6 @@ def test_torch_sequence_parallel_saves_the_gathered_norm_outputs(measured):
     # two norm outputs, b·T·d_model fp32 each) whole; Megatron-LM would save their halves.
     # Counting them Megatron's way misses 4 layers × 2 × (1 − 1/2) × 16·32·4 = 8,192 bytes.
     from accounting.distcheck.compare import activation_rows
-    from accounting.planning.memory import get_precision
     from accounting.planning.parallel import activations as A
     from accounting.planning.parallel.shards import BLOCK, split
     m = by_label(measured, "FSDP2 ZeRO-3 × TP 2 + SP")[0]
@@ -123,7 +122,7 @@ def test_torch_sequence_parallel_saves_the_gathered_norm_outputs(measured):
     from accounting.distcheck.compare import config_of
     from accounting.planning.parallel.layout import Layout
     lo = Layout(4, tp=2, dp=2, sp=True, zero=3, global_batch=4)
-    megatron = sum(r.bytes.at(1) for r in A.rows(split(config_of(m["case"]["model"])), lo,
-                                                  get_precision("fp32"), 16, megatron_sp=True)
+    megatron = sum(r.bytes.at(1) for r in A.rows(split(config_of(m["case"]["model"])), lo, 16,
+                                                  megatron_sp=True)
                    if r.place == BLOCK and r.record.saved)
     assert m["block_saved_bytes"] - 4 * megatron == 4 * 2 * (16 * 32 * 4) // 2 == 8192

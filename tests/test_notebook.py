@@ -1,8 +1,15 @@
-"""notebooks/flops_shares.ipynb runs top to bottom, headless, in a fresh kernel.
+"""The notebooks run top to bottom, headless, in a fresh kernel.
 
-The notebook is executed from an in-memory copy with a temporary working directory, so
-nothing is written into notebooks/. Expected numbers for its "try your own config" cell
-are derived by hand below, not taken from the library.
+notebooks/flops_shares.ipynb is committed without outputs; notebooks/formulas.ipynb is
+committed WITH its outputs (so it renders where the repository is browsed), and the test
+re-runs it and checks the committed outputs are current: every text output equal, an image
+wherever the committed notebook has one. Regenerate them with
+
+    python tests/test_notebook.py --update-formulas
+
+Notebooks are executed from an in-memory copy with a temporary working directory, so
+nothing is written into notebooks/ by the tests. Expected numbers for the cells that print
+them are derived by hand below, not taken from the library.
 """
 import os
 import sys
@@ -16,6 +23,7 @@ pytest.importorskip("ipykernel")
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK = ROOT / "notebooks" / "flops_shares.ipynb"
+FORMULAS = ROOT / "notebooks" / "formulas.ipynb"
 KERNEL = "python3"
 
 
@@ -94,3 +102,109 @@ def test_notebook_runs_headless(tmp_path, monkeypatch):
 
     assert NOTEBOOK.read_bytes() == before  # nothing written into notebooks/
     assert not list(NOTEBOOK.parent.glob(".ipynb_checkpoints"))
+
+
+# ---- notebooks/formulas.ipynb: committed with outputs ---------------------------------------
+
+def execute(path: Path, workdir: Path):
+    """Run a copy of the notebook in a fresh kernel (the repository on its path)."""
+    nb = nbformat.read(path, as_version=4)
+    env_path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    old = os.environ.get("PYTHONPATH"), os.environ.pop("MPLBACKEND", None)
+    os.environ["PYTHONPATH"] = env_path
+    try:
+        nbclient.NotebookClient(nb, timeout=300, kernel_name=KERNEL,
+                                resources={"metadata": {"path": str(workdir)}}).execute()
+    finally:
+        if old[0] is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = old[0]
+        if old[1] is not None:
+            os.environ["MPLBACKEND"] = old[1]
+    return nb
+
+
+def strip_volatile(nb) -> None:
+    """Keep what renders; drop timestamps and the kernel's version details."""
+    nb.metadata = {"kernelspec": {"display_name": "Python 3 (ipykernel)", "language": "python",
+                                  "name": "python3"}, "language_info": {"name": "python"}}
+    for cell in nb.cells:
+        cell.metadata.pop("execution", None)
+
+
+def semantic(nb) -> list:
+    """Per code cell: its stream text, its text/plain results, and how many images."""
+    out = []
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        streams = "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream")
+        plain = [o["data"]["text/plain"] for o in cell.outputs
+                 if o.output_type in ("execute_result", "display_data") and "text/plain" in o.get("data", {})
+                 and "image/png" not in o["data"]]
+        images = sum("image/png" in o.get("data", {}) for o in cell.outputs)
+        errors = [o for o in cell.outputs if o.output_type == "error"]
+        out.append((cell.source, streams, plain, images, len(errors)))
+    return out
+
+
+def test_formulas_notebook_is_committed_with_outputs():
+    nb = nbformat.read(FORMULAS, as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert code and all(c.execution_count is not None for c in code)
+    assert sum("image/png" in o.get("data", {}) for c in code for o in c.outputs) >= 2
+    assert not [o for c in code for o in c.outputs if o.output_type == "error"]
+    assert not [c for c in nb.cells if "execution" in c.metadata]  # volatile metadata stripped
+
+
+def _hand_numbers():
+    """By hand (2mnp per matmul), independent of the library.
+
+    openai-community/gpt2-xl at T = 1,024: L 48, d 1,600, h 25, V 50,257. Forward matmul
+    FLOPs: 8·T·d²·L (Q, K, V, O) + 4·T²·d·L (QKᵀ, scores·V) + 16·T·d²·L (two 4·d MLP
+    matrices) + 2·T·d·V (tied LM head); training 3×. PaLM: (6N + 12·L·H·Q·T)·T with the
+    published N = 1,557,611,200.
+
+    my-model (Llama-3-8B-like, T = 8,192): Q and O 2·T·d² each, K and V 2·T·d·1,024 each,
+    attention core 4·T²·d, SwiGLU 6·T·d·d_ff per layer, LM head 2·T·d·V; N = 8,030,261,248
+    (Llama 3.1 8B's published count, test_presets.py).
+    """
+    T, L, d, V = 1024, 48, 1600, 50257
+    exact = 3 * (L * (8 * T * d * d + 4 * T * T * d + 16 * T * d * d) + 2 * T * d * V)
+    palm = (6 * 1_557_611_200 + 12 * L * 25 * 64 * T) * T
+    T2, L2, d2, V2, ff = 8192, 32, 4096, 128256, 14336
+    exact2 = 3 * (L2 * (2 * 2 * T2 * d2 * d2 + 2 * 2 * T2 * d2 * 1024 + 4 * T2 * T2 * d2
+                        + 6 * T2 * d2 * ff) + 2 * T2 * d2 * V2)
+    six_n = 6 * 8_030_261_248 * T2
+    return exact, palm, exact2, six_n
+
+
+def test_formulas_notebook_outputs_are_current(tmp_path):
+    before = FORMULAS.read_bytes()
+    committed = nbformat.read(FORMULAS, as_version=4)
+    fresh = execute(FORMULAS, tmp_path)
+    assert semantic(fresh) == semantic(committed), \
+        "notebooks/formulas.ipynb outputs are stale: run python tests/test_notebook.py --update-formulas"
+    # Numbers the notebook prints, against hand algebra
+    exact, palm, exact2, six_n = _hand_numbers()
+    text = "".join(s for _, s, _, _, _ in semantic(fresh))
+    assert f"gives {palm:,} training FLOPs; the exact count is {exact:,}" in text
+    assert f"(ratio {palm / exact:.4f})" in text
+    assert f"{'6N (all parameters)':36s} {six_n / exact2:7.4f}" in text
+    assert FORMULAS.read_bytes() == before  # nothing written into notebooks/
+
+
+def update_formulas() -> None:
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        nb = execute(FORMULAS, Path(tmp))
+    strip_volatile(nb)
+    nbformat.write(nb, FORMULAS)
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--update-formulas"]:
+        update_formulas()
+    else:
+        sys.exit("usage: python tests/test_notebook.py --update-formulas")

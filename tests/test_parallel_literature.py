@@ -9,7 +9,6 @@ ledger-derived number equals theirs plus the listed differences exactly.
 from fractions import Fraction
 
 from accounting import get_preset
-from accounting.planning.memory import get_precision
 from accounting.planning.parallel import activations as A
 from accounting.planning.parallel.layout import Layout
 from accounting.planning.parallel.shards import BLOCK, split
@@ -43,64 +42,72 @@ def korthikanti(s, b, h, a, t, sp=False, selective=False):
 
 
 def ours(config, s, t, sp=False, selective=False, megatron_sp=False):
-    """Bytes one block saves on TP rank 0, from the ledger (bf16-mixed: 2-byte activations,
-    1-byte mask), as the planner counts them."""
-    lo = Layout(t, tp=t, sp=sp, recompute="selective" if selective else "none")
-    rows = A.rows(split(config), lo, get_precision("bf16-mixed"), s, megatron_sp=megatron_sp)
-    return sum(r.bytes.at(1) for r in rows
-               if r.place == BLOCK and r.record.saved and not (selective and r.core))
+    """Bytes one block saves on TP rank 0, from the ledger, as the planner counts them: fp32
+    (this model's default precision; 4-byte activations, a 1-byte boolean mask)."""
+    lo = Layout(t, tp=t, sp=sp)
+    sp_ = split(config, None, "selective" if selective else "none")
+    return sum(r.bytes.at(1) for r in A.rows(sp_, lo, s, megatron_sp=megatron_sp)
+               if r.place == BLOCK)
 
 
 def test_korthikanti_per_layer_activations_gpt2_xl():
     """GPT-2 XL (openai-community/gpt2-xl: h = 1,600, a = 25 heads, GELU MLP of 4h, LayerNorm)
     at s = 1,000 (divisible by t = 5, which divides the 25 heads), b = 1.
 
-    Korthikanti's 34·sbh + 5·as²b per layer counts, in bytes: attention: the QKV input 2sbh,
-    Q and K 4sbh, the softmax output 2as²b, its dropout mask as²b and output 2as²b, V 2sbh,
-    the output projection's input 2sbh and its dropout mask sbh; MLP: the first linear's
-    input 2sbh, the GeLU input 8sbh, the second linear's input 8sbh, a dropout mask sbh;
-    two LayerNorm inputs 4sbh.
+    Korthikanti's 34·sbh + 5·as²b bytes per layer are, in 2-byte activations: attention —
+    the QKV input 2sbh, Q and K 4sbh, the softmax output 2as²b, its dropout output 2as²b, V
+    2sbh, the output projection's input 2sbh; MLP — the first linear's input 2sbh, the GeLU
+    input 8sbh, the second linear's input 8sbh; the two LayerNorm inputs 4sbh — that is
+    32sbh + 4as²b, or 16sbh + 2as²b elements; and 1-byte dropout masks: as²b (attention) +
+    2sbh (after the attention and the MLP).
 
-    This model (model/, the CS336 course's code at GPT-2's shape) differs:
-      − no dropout: no masks (as²b + 2sbh) and no dropout output (2as²b);
-      − LayerNorm op by op: it keeps x − mean and the normalized x (2sbh each) and the
-        std (2sb), not its input, in each of the two norms: −4sbh + 8sbh + 4sb;
-      − softmax op by op: besides its output it keeps the masked scores and exp (2as²b each)
-        and the row max and sum (2asb each): +4as²b + 4asb;
+    This model (model/, the CS336 course's code at GPT-2's shape) differs, in elements:
+      − no dropout: no masks, and no dropout output (−as²b);
+      − LayerNorm op by op: it keeps x − mean and the normalized x (sbh each) and the std
+        (sb), not its input, in each of the two norms: −2sbh + 4sbh + 2sb;
+      − softmax op by op: besides its output it keeps the masked scores and exp (as²b each)
+        and the row max and sum (asb each): +2as²b + 2asb;
       − GELU-tanh op by op: besides its input it keeps 0.5·x, tanh(…) and 1 + tanh(…)
-        (8sbh each): +24sbh;
-      − the boolean causal mask, s² bytes, replicated on every TP rank.
-    And our default precision is fp32 (4-byte activations): compared here at bf16 mixed
-    precision, the paper's 2 bytes.
+        (4sbh each): +12sbh;
+      − the boolean causal mask, s² bytes, on every TP rank;
+      − fp32 (4 bytes per element) where the paper counts 2.
+    So ours = 4·(16sbh + 2as²b − as²b − 2sbh + 4sbh + 2sb + 2as²b + 2asb + 12sbh) + s²
+            = 4·(30sbh + 3as²b + 2sb + 2asb) + s².
     """
     c = get_preset("openai-community/gpt2-xl")
     s, b, h, a, t = 1000, 1, 1600, 25, 5
     sbh, sb, asb, as2b = s * b * h, s * b, a * s * b, a * s * s * b
-    # t = 1: theirs − dropout + our extras
+    masks = as2b + 2 * sbh
     theirs = korthikanti(s, b, h, a, 1)
     assert theirs == 34 * sbh + 5 * as2b == 179_400_000
-    assert ours(c, s, 1) == theirs - (as2b + 2 * sbh) - 2 * as2b - 4 * sbh + 8 * sbh + 4 * sb \
-        + 4 * as2b + 4 * asb + 24 * sbh + s * s == 247_104_000
-    # tensor parallelism, t = 5: theirs sbh(10 + 24/t + 5as/(ht)); their replicated 10sbh is the
-    # LayerNorm inputs, the QKV and MLP inputs and two dropout masks. Ours keeps replicated the
-    # LayerNorm internals (8sbh + 4sb), the QKV and MLP inputs (4sbh) and the mask (s²); every
-    # per-head and d_ff tensor is split: (48sbh + 6as²b + 4asb)/t
+    elements = (theirs - masks) / 2
+    assert elements == 16 * sbh + 2 * as2b
+    assert ours(c, s, 1) == 4 * (elements - as2b - 2 * sbh + 4 * sbh + 2 * sb + 2 * as2b
+                                 + 2 * asb + 12 * sbh) + s * s == 493_208_000
+    # tensor parallelism, t = 5: theirs sbh(10 + 24/t + 5as/(ht)) — replicated the LayerNorm
+    # inputs, the QKV and MLP inputs (8sbh) and two masks (2sbh); split 24sbh and the core's
+    # 5as²b. Ours keeps replicated the LayerNorm internals (4sbh + 2sb elements), the QKV and
+    # MLP inputs (2sbh) and the mask (s²); splits Q, K, V, the output projection's input and
+    # the MLP's five d_ff-wide tensors (24sbh) and the core (3as²b + 2asb)
     assert korthikanti(s, b, h, a, t) == sbh * 10 + Fraction(24 * sbh + 5 * as2b, t) == 48_680_000
-    assert ours(c, s, t) == 12 * sbh + 4 * sb + s * s + Fraction(48 * sbh + 6 * as2b + 4 * asb, t) \
-        == 65_584_000
+    assert ours(c, s, t) == 4 * (6 * sbh + 2 * sb) + s * s \
+        + Fraction(4 * (24 * sbh + 3 * as2b + 2 * asb), t) == 130_168_000
     # sequence parallelism: theirs sbh/t·(34 + 5as/h) — everything split. torch's
     # SequenceParallel saves the all-gathered inputs of the column-parallel matmuls (the two
-    # norm outputs, 4sbh) whole; Megatron-LM saves their shards and gathers them again in the
+    # norm outputs) whole; Megatron-LM saves their shards and gathers them again in the
     # backward pass (megatron_sp=True counts that)
     assert korthikanti(s, b, h, a, t, sp=True) == Fraction(34 * sbh + 5 * as2b, t) == 35_880_000
-    shared = Fraction(8 * sbh + 4 * sb + 48 * sbh + 6 * as2b + 4 * asb, t) + s * s
-    assert ours(c, s, t, sp=True) == shared + 4 * sbh == 55_340_800
-    assert ours(c, s, t, sp=True, megatron_sp=True) == shared + Fraction(4 * sbh, t) == 50_220_800
-    # selective recomputation with TP and SP: theirs sbh/t·34 (the attention core's 5as²b is
-    # recomputed). Ours drops the same tensors (scores, softmax, their row statistics)
+    split_part = Fraction(4 * (4 * sbh + 2 * sb) + 4 * (24 * sbh + 3 * as2b + 2 * asb), t)
+    assert ours(c, s, t, sp=True) == 4 * 2 * sbh + s * s + split_part == 109_681_600
+    assert ours(c, s, t, sp=True, megatron_sp=True) \
+        == Fraction(4 * 2 * sbh, t) + s * s + split_part == 99_441_600
+    # selective recomputation with TP and SP: theirs sbh/t·34 (the core's 5as²b recomputed).
+    # Ours (torch.utils.checkpoint on the attention core) keeps the core's inputs — Q, K and V
+    # as the projections made them (3sbh, as before) and the mask — and none of the core's
+    # tensors: (3as²b + 2asb)/t fewer elements
     assert korthikanti(s, b, h, a, t, sp=True, selective=True) == Fraction(34 * sbh, t) == 10_880_000
     assert ours(c, s, t, sp=True, selective=True, megatron_sp=True) \
-        == Fraction(8 * sbh + 4 * sb + 48 * sbh + 4 * sbh, t) + s * s == 20_200_800
+        == Fraction(4 * (30 * sbh + 2 * sb), t) + s * s == 39_401_600
 
 
 # ---- Megatron-LM (Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on

@@ -127,10 +127,13 @@ def test_recomputation_flops():
     full = plan(XL, gpus=1, recompute="full").stages[0].flops
     sel = plan(XL, gpus=1, recompute="selective").stages[0].flops
     a = analyze(XL, 1024, 1)
-    # full: the blocks' forward again (everything but the LM head, 2·T·d·V)
-    assert full.recompute == a.matmul_flops() - 2 * 1024 * D * V
-    # selective: QKᵀ and scores·V again, 2 × 2·h·T²·d_k = 4·T²·d per layer
-    assert sel.recompute == L * 4 * 1024 * 1024 * D
+    # full: the blocks' forward again — everything but the LM head (2·T·d·V) and W2
+    # (2·T·d·d_ff per layer): torch's checkpoint stops recomputing once every saved tensor
+    # of the block is back, and nothing saves W2's output
+    assert full.recompute == a.matmul_flops() - 2 * 1024 * D * V - L * 2 * 1024 * D * DFF
+    # selective: QKᵀ again (2·h·T²·d_k = 2·T²·d per layer); scores·V's output is saved by
+    # nothing, so the recomputation stops before it
+    assert sel.recompute == L * 2 * 1024 * 1024 * D
     assert base.recompute == 0
 
 
@@ -146,17 +149,24 @@ def test_one_gpu_activations_match_the_memory_model():
     for config in (XL, get_preset("openai-community/gpt2"), LLAMA):
         for precision in (FP32, BF16):
             mm = MemoryModel(config, precision).at(2, 512)
-            acts = sum(i.bytes for i in mm.items if i.name.startswith("activations"))
+            # its activations, and autocast's bf16 weight copies (saved by the matmuls)
+            acts = sum(i.bytes for i in mm.items if i.name.startswith("activations")
+                       or i.name == "bf16 copies of the matmul weights")
             p = plan(config, seq=512, gpus=1, micro_batch=2, global_batch=2, precision=precision)
             assert p.stages[0].activations.total.at(2) == acts
 
 
 def test_one_gpu_plan_is_the_one_gpu_memory_model():
-    # on one GPU the whole per-GPU total (states, RoPE tables, activations) is the one-GPU
-    # memory model's, with and without full recomputation
+    # on one GPU the whole per-GPU total (states, RoPE tables, activations, weight copies)
+    # is the one-GPU memory model's, with each recomputation. (Not bf16 with selective
+    # recomputation on GPT-2: the one-GPU model's consistency check trips there, because the
+    # checkpointed core keeps the biased projections' fp32 outputs where the plain run saves
+    # bf16 casts of them — more bytes of one dtype, fewer of the other.)
     for config in (XL, get_preset("openai-community/gpt2"), get_preset("meta-llama/Llama-3.2-1B")):
         for precision in (FP32, BF16):
-            for recompute in ("none", "full"):
+            for recompute in ("none", "full", "selective"):
+                if config.qkv_bias and precision is BF16 and recompute == "selective":
+                    continue
                 mm = MemoryModel(config, precision, "model", recompute).total(2, 512)
                 p = plan(config, seq=512, gpus=1, micro_batch=2, global_batch=2,
                          precision=precision, recompute=recompute)

@@ -22,6 +22,9 @@ ROOT = Path(__file__).resolve().parent.parent
 COMMITTED = ROOT / "reports"
 REPORT = "gpt2_sizes.md"
 MODELS = ("gpt2-small", "gpt2-medium", "gpt2-large", "gpt2-xl")
+REAL = tuple(f"openai-community/{m}" for m in ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl"))
+SHAPES = {"small": (12, 768, 12), "medium": (24, 1024, 16), "large": (36, 1280, 20),
+          "xl": (48, 1600, 25)}  # (L, d_model, heads): GPT-2 (Radford et al. 2019)
 CONTEXTS = (1024, 2048, 4096, 8192, 16384)
 COMPONENTS = ("attention projections", "attention core", "feed-forward", "LM head")
 
@@ -160,9 +163,10 @@ def test_regenerated_figures_are_identical(regenerated):
     names = sorted(p.name for p in old.iterdir())
     assert sorted(p.name for p in new.iterdir()) == names
     expected = {f for info in figures_index.FIGURES.values() for f in info.files()}
-    assert expected | {figures_index.SWEEP_CSV} == set(names)
+    assert expected | {figures_index.SWEEP_CSV, figures_index.FORMULA_CSV} == set(names)
     # The data behind the plots: always byte-identical.
-    assert (new / figures_index.SWEEP_CSV).read_bytes() == (old / figures_index.SWEEP_CSV).read_bytes()
+    for csv_name in (figures_index.SWEEP_CSV, figures_index.FORMULA_CSV):
+        assert (new / csv_name).read_bytes() == (old / csv_name).read_bytes(), csv_name
     # The images: identical bytes for the same matplotlib (the PNG records which one drew it).
     import matplotlib
     drawn_with = _committed_png_matplotlib()
@@ -177,11 +181,14 @@ def test_progress_on_stderr(regenerated):
     _, _, err = regenerated
     lines = err.splitlines()
     n = len([x for x in lines if x.startswith("[")])
-    assert n == 4 + len(MODELS) * len(CONTEXTS) + len(figures_index.FIGURES) + 1
-    for model in MODELS:
-        for T in CONTEXTS:
-            assert any(re.fullmatch(rf"\[\d+/{n}\] cross-check {model} T={T} \.\.\. agrees "
-                                    r"\(\d+\.\d s\)", x) for x in lines), (model, T)
+    # sweeps and formula sweeps per course preset, the formula table, the cross-checks
+    # (course presets at 5 contexts, the real GPT-2 at its 1,024), figures, the Markdown
+    checks = len(MODELS) * len(CONTEXTS) + len(REAL)
+    assert n == 2 * len(MODELS) + 1 + checks + len(figures_index.FIGURES) + 1
+    runs = [(m, T) for m in MODELS for T in CONTEXTS] + [(m, 1024) for m in REAL]
+    for model, T in runs:
+        assert any(re.fullmatch(rf"\[\d+/{n}\] cross-check {re.escape(model)} T={T} \.\.\. "
+                                r"agrees \(\d+\.\d s\)", x) for x in lines), (model, T)
     assert lines[-1].startswith("report: wrote ")
 
 
@@ -337,8 +344,10 @@ def test_one_colour_per_component_in_every_figure():
     colours = list(style.COMPONENT_COLOURS.values())
     assert list(style.COMPONENT_COLOURS) == list(COMPONENTS)
     assert len(set(colours)) == len(colours)
-    # Each figure's SVG draws with the palette (matplotlib writes colours as lower-case hex).
+    # Each component figure's SVG draws with the palette (matplotlib writes lower-case hex).
     for info in figures_index.FIGURES.values():
+        if info.name == "formula_error_vs_context":  # formulas, not components: next test
+            continue
         svg = (COMMITTED / "figures" / f"{info.name}.svg").read_text(encoding="utf-8").lower()
         used = [k for k, hexcode in style.COMPONENT_COLOURS.items() if hexcode.lower() in svg]
         assert "attention core" in used and "feed-forward" in used, info.name
@@ -348,6 +357,218 @@ def test_report_has_no_absolute_paths_or_dates(committed_md):
     assert str(ROOT) not in committed_md and "/tmp/" not in committed_md
     assert not re.search(r"\b20\d\d-\d\d-\d\d\b", committed_md)
     assert "DRAFT" not in committed_md  # the committed copy is cross-checked
+
+
+# ---- the real GPT-2 and the literature's formulas (sections 7 and 8), recomputed -----------
+
+def hand_params_gpt2(V, L, d, positions=1024):
+    """OpenAI GPT-2: token table V·d (tied: also the LM head), positions 1,024·d, per block
+    Q/K/V/O 4·d² + their biases 4·d, MLP 2·4·d² + biases 4·d + d, two LayerNorms 4·d; final
+    LayerNorm 2·d."""
+    return V * d + positions * d + L * (12 * d * d + 13 * d) + 2 * d
+
+
+def hand_components_gpt2(V, L, d, T):
+    """Forward matmul FLOPs (2mnp), B = 1: projections 4·2·T·d², attention core 2·2·T²·d,
+    MLP W1 (T×d)(d×4d) and W2: 2·2·T·d·4d, LM head 2·T·d·V (tied, still a matmul)."""
+    return {"attention projections": L * 8 * T * d * d, "attention core": L * 4 * T * T * d,
+            "feed-forward": L * 16 * T * d * d, "LM head": 2 * T * d * V}
+
+
+def four_places(x: Fraction) -> str:
+    q = round(x * 10**4)
+    return f"{q // 10**4}.{q % 10**4:04d}"
+
+
+def hand_formulas(V, L, d, h, d_ff, T, real):
+    """Each formula's training FLOPs at B = 1, written out from its paper (not from
+    accounting.formulas), and the exact training matmul FLOPs (3 × forward)."""
+    comp = hand_components_gpt2(V, L, d, T) if real else hand_components(V, L, d, d_ff, T)
+    exact = 3 * sum(comp.values())
+    n = hand_params_gpt2(V, L, d) if real else hand_params(V, L, d, d_ff)
+    tables = V * d + (1024 * d if real else 0) + (0 if real else V * d)  # vocab + position matrices
+    dk = d // h
+    return exact, {
+        # causal pairs only: the core over T(T+1)/2 pairs instead of T²
+        "exact, causal pairs only": 3 * (sum(comp.values()) - comp["attention core"]
+                                         + L * 4 * d * T * (T + 1) // 2),
+        "6N (all parameters)": 6 * n * T,
+        "6N (non-embedding N)": 6 * (n - tables) * T,
+        # Kaplan Table 1: 3 × (2·N_K + 2·n_layer·n_ctx·d_attn) per token, N_K = 2dL(2d + d_ff)
+        "Kaplan et al. 2020, Table 1": 3 * (2 * 2 * d * L * (2 * d + d_ff) + 2 * L * T * d) * T,
+        # Chinchilla App. F: embeddings + L·(KQV, K@Q, softmax, ·V, final linear, dense) + logits
+        "Chinchilla 2022, Appendix F": 3 * (2 * T * V * d + L * (6 * T * d * d + 2 * T * T * d
+                                                              + 3 * h * T * T + 2 * T * T * d
+                                                              + 2 * T * d * d + 4 * T * d * d_ff)
+                                            + 2 * T * d * V),
+        "Megatron-LM 2021, eq. (3)": 96 * T * L * d * d + 16 * T * T * L * d + 6 * T * d * V,
+        "Korthikanti 2022, model FLOPs": 72 * T * L * d * d + 12 * T * T * L * d + 6 * T * d * V,
+        "Korthikanti 2022, hardware FLOPs": 72 * T * L * d * d + 24 * T * T * L * d + 6 * T * d * V,
+        "PaLM 2022, Appendix B": (6 * n + 12 * L * h * dk * T) * T,
+        # nanoGPT: N less the position table; T = block_size (1,024 for GPT-2; T for RoPE)
+        "nanoGPT estimate_mfu": (6 * (n - (1024 * d if real else 0)) + 12 * L * h * (d // h)
+                                 * (1024 if real else T)) * T,
+    }
+
+
+def test_real_gpt2_parameters_memory_and_flops(committed_md):
+    body = section(committed_md, "7.")
+    sizes, per_component, flops = tables(body)
+    published = {"openai-community/gpt2": 124_439_808, "openai-community/gpt2-medium": 354_823_168,
+                 "openai-community/gpt2-large": 774_030_080, "openai-community/gpt2-xl": 1_557_611_200}
+    for row, (size, (L, d, h)) in zip(sizes, SHAPES.items()):
+        n_real, n_course = hand_params_gpt2(50257, L, d), hand_params(50257, L, d, 4 * d)
+        assert integer(row["real parameters"]) == n_real == published[row["real GPT-2"]]
+        assert integer(row["course parameters"]) == n_course
+        change = Fraction(n_real - n_course, n_course) * 100
+        assert row["real vs course"] == ("−" if change < 0 else "+") + two_places(abs(change)) + "%"
+        assert row["real fp32"] == f"{two_places(Fraction(4 * n_real, 10**9))} GB"
+        assert row["course fp32"] == f"{two_places(Fraction(4 * n_course, 10**9))} GB"
+    totals = next(r for r in per_component if r["component"] == "total")
+    for m, n in published.items():
+        assert integer(totals[m]) == n
+    by_model = {r["model"]: r for r in flops}
+    for size, (L, d, h) in SHAPES.items():
+        for name, comp in ((REAL[list(SHAPES).index(size)], hand_components_gpt2(50257, L, d, 1024)),
+                           (MODELS[list(SHAPES).index(size)], hand_components(50257, L, d, 4 * d, 1024))):
+            row = by_model[name]
+            total = sum(comp.values())
+            assert integer(row["forward matmul FLOPs"]) == total
+            for k in COMPONENTS:
+                assert close_share(pct(row[k]), Fraction(comp[k], total)), (name, k)
+            assert sum(pct(row[k]) for k in COMPONENTS) == 1
+    assert "cannot run T = 16,384" in body  # the learned table holds 1,024 positions
+
+
+def test_non_matmul_flops_agree_with_the_op_counter(committed_md):
+    # Section 7's non-matmul FLOPs (analytic) against the op counter run on the real model at
+    # T = 1,024 (section 9's table: "analytic / op counter").
+    flops = {r["model"]: r for r in tables(section(committed_md, "7."))[2]}
+    checks = {(r["model"], r["T"]): r for r in tables(section(committed_md, "9."))[0]}
+    for name in MODELS + REAL:
+        analytic, counted = checks[(name, "1,024")]["non-matmul: analytic / op counter"].split(" / ")
+        assert integer(flops[name]["non-matmul FLOPs"]) == integer(counted) == integer(analytic)
+
+
+def test_literature_tables_by_hand(committed_md):
+    body = section(committed_md, "8.")
+    course, real = tables(body)[:2]
+    for table, names, is_real in ((course, MODELS, False), (real, REAL, True)):
+        rows = {r["formula (training FLOPs ÷ exact)"]: r for r in table}
+        for name, (L, d, h) in zip(names, SHAPES.values()):
+            exact, formulas = hand_formulas(50257, L, d, h, 4 * d, 1024, is_real)
+            for formula, flops in formulas.items():
+                assert rows[formula][name] == four_places(Fraction(flops, exact)), (name, formula)
+        assert set(rows) == {"exact training matmul FLOPs", *hand_formulas(1, 1, 1, 1, 1, 1, False)[1]}
+    # GPT-2 fits Megatron's assumptions: the model-FLOPs form is exact for the real family
+    assert all(v == "1.0000" for k, v in {r["formula (training FLOPs ÷ exact)"]: r for r in real}[
+        "Korthikanti 2022, model FLOPs"].items() if k in REAL)
+
+
+def test_literature_terms_add_up_to_the_exact_count(committed_md):
+    body = section(committed_md, "8.")
+    for name, is_real, table in (("gpt2-xl", False, tables(body)[2]),
+                                 ("openai-community/gpt2-xl", True, tables(body)[3])):
+        L, d, h = SHAPES["xl"]
+        exact, formulas = hand_formulas(50257, L, d, h, 4 * d, 1024, is_real)
+        assert integer(table[-1]["training FLOPs"]) == exact
+        current, total, seen = None, 0, []
+        for r in table[:-1] + [{"formula": "end", "term": "formula", "training FLOPs": "0"}]:
+            if r["term"] == "formula":
+                if current is not None:
+                    assert total == exact, (name, current)  # formula + Σ terms = exact
+                    seen.append(current)
+                current = r["formula"]
+                if current != "end":
+                    total = integer(r["training FLOPs"])
+                    assert total == formulas[current], (name, current)
+            else:
+                cell = r["training FLOPs"]
+                total += (-1 if cell.startswith("−") else 1) * integer(cell[1:])
+        assert set(seen) == set(formulas) - {"exact, causal pairs only"}
+
+
+def test_key_results_and_sentences_of_sections_7_and_8(committed_md):
+    key = section(committed_md, "Key results")
+    L, d, h = SHAPES["xl"]
+    n = hand_params_gpt2(50257, L, d)
+    real = sum(hand_components_gpt2(50257, L, d, 1024).values())
+    course = sum(hand_components(50257, L, d, 4 * d, 1024).values())
+    assert (f"has {n:,} parameters ({two_places(Fraction(4 * n, 10**9))} GB in fp32) and costs "
+            f"3.507 TFLOPs per forward pass at T = 1,024, {two_places(Fraction(real, course))}× "
+            "the course gpt2-xl's") in key
+    assert real == 3_506_703_564_800
+    # Closest and furthest model-FLOPs formulas per family: worst |ratio − 1| over its models
+    for label, names, is_real in (("for OpenAI's GPT-2", REAL, True),
+                                  ("for the course presets", MODELS, False)):
+        worst = {}
+        for name, (L_, d_, h_) in zip(names, SHAPES.values()):
+            exact, formulas = hand_formulas(50257, L_, d_, h_, 4 * d_, 1024, is_real)
+            for f, flops in formulas.items():
+                if f in ("exact, causal pairs only", "Megatron-LM 2021, eq. (3)",
+                         "Korthikanti 2022, hardware FLOPs"):
+                    continue
+                worst[f] = max(worst.get(f, Fraction(0)), abs(Fraction(flops, exact) - 1))
+        order = sorted(worst, key=lambda k: (worst[k], k))
+        within = ["exact" if worst[k] == 0 else f"within {two_places(worst[k] * 100)}%"
+                  for k in order[:2]]
+        assert (f"{label} the closest model-FLOPs formulas are {order[0]} ({within[0]}) and "
+                f"{order[1]} ({within[1]}), the furthest {order[-1]} (off by up to "
+                f"{two_places(worst[order[-1]] * 100)}%)") in key
+    # Section 7's closing sentence
+    body7 = section(committed_md, "7.")
+    change = Fraction(real - course, course) * 100
+    assert (f"costs 3.507 TFLOPs against 4.513 TFLOPs for gpt2-xl (−{two_places(-change)}%), with "
+            "the same LM head FLOPs") in body7
+    # Section 8's sentence on the long context: each 'NAME from A to B' by hand at 1,024 and 16,384
+    body8 = section(committed_md, "8.")
+    sentence = next(p for p in body8.split("\n\n") if p.startswith("As the context grows"))
+    at = {T: hand_formulas(50257, L, d, h, 4 * d, T, False) for T in (1024, 16384)}
+    moves = [(name, *m.groups()) for name in at[1024][1]
+             for m in [re.search(re.escape(name) + r" from (\d\.\d{4}) to (\d\.\d{4})", sentence)] if m]
+    assert len(moves) == 3
+    for name, a, b in moves:
+        assert a == four_places(Fraction(at[1024][1][name], at[1024][0]))
+        assert b == four_places(Fraction(at[16384][1][name], at[16384][0]))
+    move = {k: abs(Fraction(at[16384][1][k], at[16384][0]) - Fraction(at[1024][1][k], at[1024][0]))
+            for k in at[1024][1] if k != "exact, causal pairs only"}
+    assert {m[0] for m in moves} == set(sorted(move, key=move.get)[-3:])  # the three largest moves
+    useful = four_places(Fraction(at[16384][1]["exact, causal pairs only"], at[16384][0]))
+    assert f"(the causal count falls to {useful} of it)" in sentence
+
+
+def test_formula_csv_rows_by_hand(configs):
+    import csv
+    rows = list(csv.DictReader((COMMITTED / "figures" / figures_index.FORMULA_CSV).open(encoding="utf-8")))
+    names = {"palm": "PaLM 2022, Appendix B", "kaplan": "Kaplan et al. 2020, Table 1",
+             "6N": "6N (all parameters)", "chinchilla": "Chinchilla 2022, Appendix F",
+             "megatron": "Megatron-LM 2021, eq. (3)", "nanogpt": "nanoGPT estimate_mfu"}
+    checked = 0
+    for r in rows[::29]:
+        c = configs[r["model"]]
+        h = dict(zip(MODELS, (s[2] for s in SHAPES.values())))[r["model"]]
+        exact, formulas = hand_formulas(c["V"], c["L"], c["d"], h, c["d_ff"], int(r["seq"]), False)
+        assert int(r["exact_training_flops"]) == exact
+        if r["formula"] in names:
+            assert int(r["training_flops"]) == formulas[names[r["formula"]]], r
+            checked += 1
+    assert checked > 20
+
+
+def test_formula_figure_draws_every_formula():
+    svg = (COMMITTED / "figures" / "formula_error_vs_context.svg").read_text(encoding="utf-8").lower()
+    for key, (colour, _) in style.FORMULA_STYLES.items():
+        assert colour.lower() in svg, key
+
+
+def test_real_gpt2_cross_checked_at_1024(committed_md):
+    rows = tables(section(committed_md, "9."))[0]
+    for name, (L, d, h) in zip(REAL, SHAPES.values()):
+        row = next(r for r in rows if r["model"] == name)
+        total = sum(hand_components_gpt2(50257, L, d, 1024).values())
+        assert row["T"] == "1,024" and row["verdict"] == "agrees"
+        assert integer(row["analytic matmul FLOPs"]) == integer(row["FlopCounterMode"]) == total
+    assert not [r for r in rows if r["model"] in REAL and r["T"] != "1,024"]
 
 
 # ---- drafts, bad input, atomicity ---------------------------------------------------------

@@ -17,6 +17,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from accounting.config import ModelConfig
 from accounting.crosscheck.dispatch import BACKWARD, FORWARD, OpCount, OpCounter
+from accounting.crosscheck.fused import JIT_NAME, fvcore_sdpa_handle, register_flop_formulas
 from accounting.crosscheck.fvcore_einsum import EinsumCall, RecordingEinsumHandle
 from accounting.records import PHASES
 
@@ -81,6 +82,7 @@ def measure(config: ModelConfig, seq: int, batch: int = 1, phase: str = "forward
         t = time.perf_counter()
         handle = RecordingEinsumHandle(stock=stock)
         fa = FlopCountAnalysis(model, (ids,)).set_op_handle("aten::einsum", handle)
+        fa.set_op_handle(JIT_NAME, fvcore_sdpa_handle)
         fa.unsupported_ops_warnings(False).uncalled_modules_warnings(False).tracer_warnings("none")
         with torch.no_grad():
             fvcore_macs = {k: int(v) for k, v in fa.by_module().items()}
@@ -89,6 +91,7 @@ def measure(config: ModelConfig, seq: int, batch: int = 1, phase: str = "forward
         seconds["fvcore"] = time.perf_counter() - t
 
     t = time.perf_counter()
+    register_flop_formulas()
     root = type(model).__name__
     torch_flops: dict[str, dict[str, int]] = {}
     embedding_grad = ids_grad = None

@@ -57,8 +57,9 @@ def plan_for(case: dict, stage: int = 0) -> StagePlan:
 
 
 def activation_rows(case: dict) -> list[A.Row]:
-    return A.rows(split(config_of(case["model"])), layout_of(case), get_precision("fp32"),
-                  case["seq"], tp_rank=case["rank"] % case["tp"])
+    """The saved tensors of the measured rank (fp32, no recomputation)."""
+    return A.rows(split(config_of(case["model"])), layout_of(case), case["seq"],
+                  tp_rank=case["rank"] % case["tp"])
 
 
 def compare(measured: dict) -> list[Row]:

@@ -20,7 +20,6 @@ from accounting.args import (
 from accounting.planning import export, views
 from accounting.planning.gpus import GPUS
 from accounting.planning.parallel import cli as parallel_cli
-from accounting.planning.parallel.layout import RECOMPUTE as PARALLEL_RECOMPUTE
 from accounting.planning.memory import (
     FP32,
     MODEL,
@@ -69,8 +68,7 @@ def parser() -> Parser:
     w.add_argument("--precision", choices=tuple(PRECISIONS), default=FP32,
                    help="fp32 (default; the course's assumption) or bf16-mixed (fp32 master "
                         "weights and AdamW state, bf16 working weights and activations)")
-    w.add_argument("--recompute", choices=tuple(dict.fromkeys((*RECOMPUTE, *PARALLEL_RECOMPUTE))),
-                   default=NO_RECOMPUTE,
+    w.add_argument("--recompute", choices=tuple(RECOMPUTE), default=NO_RECOMPUTE,
                    help="none (default), selective (recompute the attention core, Korthikanti "
                         "et al. 2022) or full activation recomputation (keep each block's input; "
                         "one more forward pass of the blocks)")

@@ -18,8 +18,8 @@ from accounting.analysis import analyze
 from accounting.config import ModelConfig
 from accounting.errors import UsageError
 from accounting.symbols import Expr
+from accounting.ledger import ledger
 from accounting.planning.memory import (
-    FULL_RECOMPUTE,
     parameter_count,
     tensor_count,
     values,
@@ -108,9 +108,10 @@ class StepFlops:
 def step_flops(config: ModelConfig, seq: int, batch: int, recompute: str = "none") -> StepFlops:
     fwd = analyze(config, seq, batch, "forward")
     bwd = analyze(config, seq, batch, "backward")
-    # Full recomputation reruns every block's forward; the LM head's input is kept.
-    again = sum(r.flops for r in fwd.matmul_rows if r.record.per_layer) \
-        if recompute == FULL_RECOMPUTE else 0
+    # The matmuls a checkpointed region runs again in the backward pass (the ledger's):
+    # every block's forward (full), or every attention core (selective).
+    v = fwd.values
+    again = sum(r.count(v) * r.flops(v) for r in ledger(config, recompute=recompute).recomputed)
     return StepFlops(config, seq, batch, fwd.matmul_flops(), bwd.matmul_flops(), again,
                      adamw_flops(config), fwd.elementwise_flops, str(fwd.matmul_polynomial()),
                      str(bwd.matmul_polynomial()))

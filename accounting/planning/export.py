@@ -41,6 +41,11 @@ def to_dict(p: Plan) -> dict:
             "per_sequence_a": tm.per_sequence, "fixed_b": tm.fixed,
             "total_polynomial": str(tm.model.total_expr().partial(v)),
         },
+        "peak": None if tm.model.scope != memory.MODEL else {
+            "moments": [{"name": ph.name, "bytes": ph.bytes.evaluate(v), "formula": str(ph.bytes),
+                         "what": ph.what} for ph in tm.model.peak_terms],
+            "peak_bytes": tm.model.peak(p.batch, p.seq),
+        },
         "activations": [{"name": r.record.name, "shape": list(r.record.shape),
                          "per_layer": r.record.per_layer, "copies": r.record.copies,
                          "course_item": r.record.course or None,

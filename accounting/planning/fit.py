@@ -1,9 +1,11 @@
 """What fits in a memory budget: the largest batch at a context length, and the longest
 context at a batch size. Exact integer arithmetic on the memory model's byte counts.
 
-Memory is a·B + b at a fixed T, so the largest batch is floor((usable − b) / a). In T it
-has T² terms (the attention scores), so the longest context is found by binary search on
-the exact integer total (it only grows with T).
+What must fit is the step's peak (model scope: the larger of two moments, each a·B + b at
+a fixed T) or the course's sum (course scope, a·B + b), so the largest batch is the least
+floor((usable − b) / a) over the pieces. In T they have T² terms (the attention scores), so
+the longest context is found by binary search on the exact integer bytes (they only grow
+with T).
 """
 from __future__ import annotations
 
@@ -58,9 +60,12 @@ class BatchFit:
 
 
 def largest_batch(model: MemoryModel, seq: int, budget: Budget) -> BatchFit:
-    a, b = model.linear(seq)
-    room = budget.usable - b
-    return BatchFit(seq, budget, a, b, room // a if room >= a else 0)
+    """The largest batch whose fit_bytes (the step's peak, or the course's sum) fits: each
+    piece a·B + b of the peak bounds B by floor((usable − b) / a)."""
+    lines = model.fit_lines(seq)
+    largest = min((budget.usable - b) // a if budget.usable - b >= a else 0 for a, b in lines)
+    a, b = max(lines, key=lambda ab: ab[0] * max(largest, 1) + ab[1])  # the binding piece
+    return BatchFit(seq, budget, a, b, largest)
 
 
 @dataclass(frozen=True)
@@ -82,21 +87,21 @@ class ContextFit:
 
 
 def longest_context(model: MemoryModel, batch: int, budget: Budget) -> ContextFit:
-    usable = budget.usable
-    if model.total(batch, 1) > usable:
-        return ContextFit(batch, budget, 0, None, model.total(batch, 1))
+    usable, need = budget.usable, model.fit_bytes
+    if need(batch, 1) > usable:
+        return ContextFit(batch, budget, 0, None, need(batch, 1))
     c = model.config
-    if c.positions == "learned" and model.total(batch, c.context_length) <= usable:
+    if c.positions == "learned" and need(batch, c.context_length) <= usable:
         limit = c.context_length  # the model cannot run longer sequences
-        return ContextFit(batch, budget, limit, model.total(batch, limit),
-                          model.total(batch, limit + 1), table_limit=limit)
-    lo, hi = 1, 2  # total(lo) fits; find hi that does not
-    while model.total(batch, hi) <= usable:
+        return ContextFit(batch, budget, limit, need(batch, limit), need(batch, limit + 1),
+                          table_limit=limit)
+    lo, hi = 1, 2  # need(lo) fits; find hi that does not
+    while need(batch, hi) <= usable:
         lo, hi = hi, 2 * hi
     while hi - lo > 1:  # invariant: lo fits, hi does not
         mid = (lo + hi) // 2
-        if model.total(batch, mid) <= usable:
+        if need(batch, mid) <= usable:
             lo = mid
         else:
             hi = mid
-    return ContextFit(batch, budget, lo, model.total(batch, lo), model.total(batch, lo + 1))
+    return ContextFit(batch, budget, lo, need(batch, lo), need(batch, lo + 1))

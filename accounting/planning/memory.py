@@ -32,12 +32,15 @@ SCOPES = {
            "(checked on the CPU by tests/test_planning_reality.py and tests/test_architectures.py), "
            "the model's buffers (RoPE tables), AdamW step counters",
 }
-NO_RECOMPUTE, FULL_RECOMPUTE = "none", "full"
+NO_RECOMPUTE, FULL_RECOMPUTE, SELECTIVE_RECOMPUTE = "none", "full", "selective"
 RECOMPUTE = {
     NO_RECOMPUTE: "every block's activations are kept from the forward to the backward pass",
-    FULL_RECOMPUTE: "full activation recomputation (checkpoint each block): keep only each "
-                    "block's input; during the backward pass one block's activations exist "
-                    "at a time; costs one more forward pass of the blocks",
+    FULL_RECOMPUTE: "full activation recomputation (torch.utils.checkpoint on each block): keep "
+                    "only each block's input; during the backward pass one block's activations "
+                    "exist at a time; costs one more forward pass of the blocks",
+    SELECTIVE_RECOMPUTE: "selective recomputation (Korthikanti et al. 2022: torch.utils."
+                         "checkpoint on each attention core): keep the core's inputs (Q, K, V, "
+                         "the mask), not its T×T tensors; costs the cores' forward again",
 }
 
 # ---- precision ----------------------------------------------------------------------
@@ -48,30 +51,28 @@ FP32, BF16_MIXED = "fp32", "bf16-mixed"
 class Precision:
     name: str
     master_bytes: int  # per parameter
-    working_copy_bytes: int  # per matmul weight (0: no low-precision copy)
     grad_bytes: int
     moment_bytes: int  # each of AdamW's m and v
-    activation_bytes: int  # per floating-point activation element
+    autocast: str | None  # the device whose torch.autocast policies the activations follow
     compute: str  # which datasheet peak applies: "fp32" or "bf16"
     inference_bytes: int  # weights and KV cache at inference
     assumptions: str
 
 
 PRECISIONS: dict[str, Precision] = {
-    FP32: Precision(FP32, 4, 0, 4, 4, 4, "fp32", 4,
+    FP32: Precision(FP32, 4, 4, 4, None, "fp32", 4,
                     "all-fp32 (the course's assumption): weights, gradients, AdamW m and v, and "
                     "activations are 4 bytes each; FP32 peak"),
-    BF16_MIXED: Precision(BF16_MIXED, 4, 2, 4, 4, 2, "bf16", 2,
-                          "bf16 mixed precision, PyTorch AMP convention: fp32 master weights "
-                          "(4 B), a bf16 working copy of each matmul weight (2 B; autocast's "
-                          "cast cache keeps it from the forward to the backward pass), fp32 "
-                          "gradients (4 B; autocast leaves gradients in the parameters' dtype), "
-                          "fp32 AdamW m and v (4 B each), every floating-point activation in "
-                          "bf16 (2 B); bf16 Tensor Core peak; inference in bf16. A convention: "
-                          "real autocast keeps some activations of this model in fp32 (the "
-                          "residual stream, RMSNorm's float32 internals, exp and sum in the "
-                          "softmax, the cross-entropy's log-softmax) and casts a matmul input "
-                          "once per matmul that reads it; the CPU reality check covers fp32 only"),
+    BF16_MIXED: Precision(BF16_MIXED, 4, 4, 4, "cuda", "bf16", 2,
+                          "bf16 mixed precision, torch.autocast('cuda', dtype=torch.bfloat16): "
+                          "fp32 master weights, gradients and AdamW m and v (4 B each); each "
+                          "activation in the dtype autocast gives it (accounting/autocast.py: "
+                          "matmuls in bf16 with their inputs cast to bf16 copies, which they "
+                          "save, the weights' bf16 copies included; exp, pow, sum and the loss in "
+                          "fp32; norms in fp32 as the model computes them); bf16 Tensor Core "
+                          "peak; inference in bf16. The CPU's autocast policies are checked on a "
+                          "real step (tests/test_memory_reality.py); CUDA's are PyTorch's "
+                          "documented ones, not measured here"),
 }
 
 
@@ -84,14 +85,12 @@ def get_precision(name: str) -> Precision:
 
 # ---- activations, parameters and buffers: the ledger's -----------------------------------
 Activation = R.Activation
-FLOAT, BOOL, INT64 = R.FLOAT, R.BOOL, R.INT64
-_FIXED_BYTES = {BOOL: 1, INT64: 8}
 STEP_BYTES = 4  # torch.optim.AdamW: state["step"] = torch.tensor(0.0), float32, on the CPU
 #                 unless fused=True or capturable=True
 
 
-def bytes_per_element(a: R.Activation, precision: Precision) -> int:
-    return _FIXED_BYTES.get(a.kind, precision.activation_bytes)
+def bytes_per_element(a: R.Activation, precision: Precision | None = None) -> int:
+    return a.bytes_per_element
 
 
 def in_scope(a: R.Activation, scope: str) -> bool:
@@ -139,6 +138,14 @@ class Term:
 
 
 @dataclass(frozen=True)
+class PeakPhase:
+    """One moment of a training step and the bytes live at it, as a closed form."""
+    name: str
+    bytes: Expr
+    what: str
+
+
+@dataclass(frozen=True)
 class MemoryItem:
     """A Term evaluated for one workload."""
     name: str
@@ -165,33 +172,50 @@ class MemoryModel:
         if self.recompute not in RECOMPUTE:
             raise UsageError(f"unknown recompute mode {self.recompute!r}; choose "
                              f"{' or '.join(RECOMPUTE)}")
+        if self.scope == COURSE and self.recompute == SELECTIVE_RECOMPUTE:
+            raise UsageError("the course's activation list has no attention-core split: "
+                             "--recompute selective needs --scope model")
 
     # -- activations --
+    @property
+    def ledger(self):
+        """The ledger of this run: the precision's autocast, this recomputation."""
+        return ledger(self.config, self.precision.autocast, self.recompute)
+
     def activations(self) -> tuple[Activation, ...]:
-        return tuple(r for r in ledger(self.config).activations if in_scope(r, self.scope))
+        return tuple(r for r in self.ledger.activations
+                     if in_scope(r, self.scope) and not r.weight_copy)
 
     def _by_size(self, records) -> list[tuple[int, Expr]]:
         groups: dict[int, Expr] = {}
         for r in records:
-            size = bytes_per_element(r, self.precision)
+            size = bytes_per_element(r)
             groups[size] = groups.get(size, Expr()) + r.elements
         return sorted(groups.items(), key=lambda kv: -kv[0])
 
     def _bytes(self, groups, times: tuple[str, ...] = ()) -> Expr:
         return sum((e.scale(size).times(*times) for size, e in groups), Expr())
 
+    def _weight_copies(self) -> Term | None:
+        copies = [r for r in self.ledger.activations if r.weight_copy]
+        if not copies:
+            return None
+        e = sum((r.elements.scale(r.bytes_per_element).times(*((r.repeat,) if r.repeat else ()))
+                 for r in copies), Expr())
+        formula = "2·N_matmul" if e == matmul_weight_count(self.config).scale(2) else str(e)
+        return Term("bf16 copies of the matmul weights", formula, e,
+                    note="autocast casts each weight for its matmul (the einsum's transposed "
+                         "view is not cached), and the matmul saves the copy until the backward pass")
+
     @cached_property
     def terms(self) -> tuple[Term, ...]:
         p, c = self.precision, self.config
         n, params, tensors = "N", parameter_count(c), tensor_count(c)
-        out = [Term("parameters (fp32 master copy)" if p.working_copy_bytes else "parameters (fp32)",
+        copies = self._weight_copies()
+        out = [Term("parameters (fp32 master copy)" if copies else "parameters (fp32)",
                     f"{p.master_bytes}·{n}", params.scale(p.master_bytes))]
-        if p.working_copy_bytes:
-            out.append(Term("bf16 working copy of the matmul weights",
-                            f"{p.working_copy_bytes}·N_matmul",
-                            matmul_weight_count(c).scale(p.working_copy_bytes),
-                            note="autocast's cast cache, alive from the forward to the backward "
-                                 "pass"))
+        if copies:
+            out.append(copies)
         out += [Term("gradients (fp32)", f"{p.grad_bytes}·{n}", params.scale(p.grad_bytes)),
                 Term("AdamW first moment m (fp32)", f"{p.moment_bytes}·{n}",
                      params.scale(p.moment_bytes)),
@@ -213,21 +237,95 @@ class MemoryModel:
             g = self._by_size(block)
             out.append(Term("activations: all L blocks", grouped(g, "L·"), self._bytes(g, ("L",))))
         else:
-            # the block's input is kept for its recomputation, saved by the block or not
-            kept = self._by_size([r for r in ledger(self.config).activations if r.block_input])
-            one = self._by_size([r for r in block if not r.block_input])
-            out.append(Term("activations: kept block inputs", grouped(kept, "L·"),
+            kept, again = self._recompute_split(block)
+            out.append(Term("activations: kept for recomputation", grouped(kept, "L·"),
                             self._bytes(kept, ("L",)),
-                            note="each block's input, kept for its recomputation"))
-            out.append(Term("activations: one block, recomputed", grouped(one),
-                            self._bytes(one),
-                            note="the block being differentiated (its input is the kept one)"))
+                            note="what each block keeps (its input, or its attention core's inputs)"))
+            out.append(Term(f"activations: one {'block' if self.recompute == FULL_RECOMPUTE else 'attention core'}"
+                            ", recomputed", grouped(again), self._bytes(again),
+                            note="alive while that block is differentiated"))
         g = self._by_size(outside)
         out.append(Term("activations: outside the blocks", grouped(g), self._bytes(g)))
         return tuple(out)
 
+    def _recompute_split(self, block) -> tuple[list, list]:
+        """(kept per block, recomputed for the one block being differentiated), by size."""
+        if self.scope == COURSE:  # the course's list: each block keeps its input
+            kept = [r for r in ledger(self.config, self.precision.autocast).activations
+                    if r.block_input]
+            return self._by_size(kept), self._by_size([r for r in block if not r.block_input])
+        # what a block saves without recomputation, less what it keeps with it (weight
+        # copies included: the recomputed matmuls cast their weights again)
+        full = [r for r in ledger(self.config, self.precision.autocast).activations
+                if r.per_layer and in_scope(r, MODEL)]
+        kept_all = [r for r in self.ledger.activations if r.per_layer and in_scope(r, MODEL)]
+        diff: dict[int, Expr] = {}
+        for size, e in self._by_size(full):
+            diff[size] = diff.get(size, Expr()) + e
+        for size, e in self._by_size(kept_all):
+            diff[size] = diff.get(size, Expr()) - e
+        kept = self._by_size(block)
+        again = sorted(((size, e) for size, e in diff.items() if e), key=lambda kv: -kv[0])
+        assert all(v > 0 for _, e in again for v in e.terms.values()), again
+        return kept, again
+
     def total_expr(self) -> Expr:
         return sum((t.bytes for t in self.terms if t.on_gpu), Expr())
+
+    # -- the step's peak (model scope) --
+    @cached_property
+    def peak_terms(self) -> tuple[PeakPhase, ...]:
+        """The live bytes at the two moments of a training step that decide its peak (with
+        optimizer.zero_grad(set_to_none=True), PyTorch's default, so no gradient exists in
+        the forward pass), each exact (tests/test_peak.py measures them):
+          * the backward pass's first op, log_softmax's backward: the parameters, AdamW's
+            m and v, the buffers, every kept activation, the loss, and two tensors of B·T·V
+            float32 — the gradient of the log-softmax (nll_loss's backward) and of the
+            logits (the log-softmax's backward);
+          * AdamW's update (foreach, the default on CUDA): parameters, gradients, m, v, and
+            one more float32 tensor per parameter (torch._foreach_sqrt of v), the buffers,
+            the loss, the token ids and targets.
+        Gradient temporaries inside one block's backward pass can exceed both (the naive
+        softmax's backward makes five tensors of B·h·T²): not modelled, measured in
+        tests/test_peak.py."""
+        c, p = self.config, self.precision
+        params = parameter_count(c)
+        buffers = buffer_bytes(c)
+        kept = sum((r.elements.scale(r.bytes_per_element).times(*((r.repeat,) if r.repeat else ()))
+                    for r in self.ledger.activations if r.saved), Expr())
+        loss = Expr.of(4)  # the 0-dim float32 loss the training loop holds
+        logits_grads = Expr.of(2 * 4, ("B", "T", "V"))
+        inputs = Expr.of(2 * 8, ("B", "T"))  # token ids and targets, int64
+        boundary = (params.scale(p.master_bytes + 2 * p.moment_bytes) + buffers + kept + loss
+                    + logits_grads)
+        optimizer = (params.scale(p.master_bytes + p.grad_bytes + 2 * p.moment_bytes + 4) + buffers
+                     + loss + inputs)
+        return (PeakPhase("start of the backward pass (log-softmax backward)", boundary,
+                          "parameters, m, v, buffers, the kept activations, the loss, and the "
+                          "gradients of the log-softmax and of the logits (2 × 4·B·T·V)"),
+                PeakPhase("AdamW update (foreach)", optimizer,
+                          "parameters, gradients, m, v, and √v for every parameter (4·N), "
+                          "buffers, the loss, token ids and targets"))
+
+    def peak(self, batch: int, seq: int) -> int:
+        """Bytes at the step's modelled peak: the larger of the two moments."""
+        v = values(self.config, seq, batch)
+        return max(ph.bytes.evaluate(v) for ph in self.peak_terms)
+
+    def fit_bytes(self, batch: int, seq: int) -> int:
+        """What must fit in the GPU: the step's peak (model scope), or the course's sum."""
+        return self.peak(batch, seq) if self.scope == MODEL else self.total(batch, seq)
+
+    def fit_lines(self, seq: int) -> list[tuple[int, int]]:
+        """fit_bytes(batch, seq) = max over these (a, b) of a·batch + b, for every batch."""
+        exprs = [ph.bytes for ph in self.peak_terms] if self.scope == MODEL else [self.total_expr()]
+        v = values(self.config, seq, 1)
+        out = []
+        for e in exprs:
+            with_b, without_b = e.split("B")
+            assert all(f.count("B") == 1 for f in with_b.terms), "memory must be linear in B"
+            out.append((with_b.evaluate(v), without_b.evaluate(v)))
+        return out
 
     def total(self, batch: int, seq: int) -> int:
         """Bytes on the GPU for one training step at (batch, seq): exact."""
@@ -249,9 +347,8 @@ class MemoryModel:
             items.append(MemoryItem(t.name, t.formula, str(t.bytes), t.bytes.evaluate(v),
                                     with_b.evaluate(v1), without_b.evaluate(v1), t.on_gpu, t.note))
         a, b = self.linear(seq)
-        rows = tuple(ActivationRow(r, r.elements.evaluate(v) * r.count(v),
-                                   bytes_per_element(r, self.precision))
-                     for r in ledger(self.config).activations)
+        rows = tuple(ActivationRow(r, r.elements.evaluate(v) * r.count(v), bytes_per_element(r))
+                     for r in self.ledger.activations)
         return TrainingMemory(self, batch, seq, tuple(items), a, b, rows,
                               parameter_count(self.config).evaluate(v),
                               matmul_weight_count(self.config).evaluate(v))

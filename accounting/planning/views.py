@@ -11,7 +11,7 @@ from accounting.planning.inference import (
     kv_elements_per_token,
     weights_read_expr,
 )
-from accounting.planning.memory import COURSE, FULL_RECOMPUTE, MODEL, RECOMPUTE, SCOPES
+from accounting.planning.memory import COURSE, MODEL, RECOMPUTE, SCOPES
 from accounting.planning.plan import Plan
 from accounting.presets import note
 from accounting.table import Table
@@ -93,7 +93,7 @@ def memory_table(p: Plan) -> Table:
     v = memory.values(p.config, p.seq, p.batch)
     n = memory.parameter_count(p.config)
     notes = [f"N = {n} = {grouped(tm.parameters)} parameters."]
-    if p.precision.working_copy_bytes:
+    if p.precision.autocast:
         nm = memory.matmul_weight_count(p.config)
         notes.append(f"N_matmul = {nm} = {grouped(tm.matmul_weights)} (the weights matmuls read: "
                      f"not the embedding table, not the RMSNorm gains).")
@@ -109,11 +109,9 @@ def memory_table(p: Plan) -> Table:
     cond = (" (for T ≤ context_length; T_max grows with T beyond it)"
             if p.scope == MODEL and memory.buffer_bytes(p.config) else "")
     notes.append(f"Total bytes as a polynomial in B and T{cond}: {poly}.")
-    notes.append("Not counted: gradients of activations in flight during the backward pass and "
-                 "other temporaries (e.g. the logits' gradient, B·T·V elements; AdamW's √v "
-                 "temporary in the foreach path), the CUDA context and allocator fragmentation: "
-                 "reserve room for them with --margin. Gradients fill in while activations are "
-                 "freed, so their sum is an upper bound for these items' peak.")
+    notes.append("This is the sum of what a step holds at one time or another (activations and "
+                 "gradients never all at once); the step's peak, which decides what fits in the "
+                 "model scope, is the next table.")
     return Table(f"Training memory with AdamW ({p.precision.name}, B = {p.batch:,}, T = {p.seq:,})",
                  ("item", "bytes (formula)", "bytes", "GB (1e9)", "GiB (2^30)"), tuple(rows),
                  align="llrrr", notes=tuple(notes))
@@ -133,7 +131,7 @@ def activation_table(p: Plan) -> Table:
     notes = (
         f"'counted' marks the rows of the {p.scope} scope. Bytes at B = {p.batch:,}, "
         f"T = {p.seq:,}, all layers, {p.precision.name}"
-        + (" (without recomputation)." if p.recompute == FULL_RECOMPUTE else "."),
+        + (f" (with {p.recompute} recomputation)." if p.recompute != "none" else "."),
         f"Course list: {grouped(course)} bytes; saved by autograd: {grouped(saved)} bytes "
         f"(ratio {decimal(Fraction(saved, course), 3)}). The course counts "
         f"{grouped(only_course)} bytes autograd does not keep (outputs that no backward "
@@ -151,6 +149,35 @@ def activation_table(p: Plan) -> Table:
                  notes=notes)
 
 
+def peak_table(p: Plan) -> Table:
+    """The step's peak: the two moments that decide it (model scope)."""
+    model = p.memory.model
+    if model.scope != MODEL:
+        return Table("Peak of a training step", notes=(
+            "The course's accounting is a sum of what a step holds; the peak is given for the "
+            "model scope (--scope model).",))
+    v = memory.values(p.config, p.seq, p.batch)
+    rows, values_ = [], []
+    for ph in model.peak_terms:
+        n = ph.bytes.evaluate(v)
+        values_.append(n)
+        rows.append((ph.name, *_bytes(n)))
+    top = max(range(len(values_)), key=values_.__getitem__)
+    rows.append((f"peak ({model.peak_terms[top].name.split(' (')[0]})", *_bytes(values_[top])))
+    notes = [f"{ph.name}: {ph.what}." for ph in model.peak_terms]
+    notes.append("Each moment's bytes are exact (measured on a real CPU step by "
+                 "tests/test_peak.py), with optimizer.zero_grad(set_to_none=True). Not modelled: "
+                 "gradient temporaries inside one block's backward pass, which can exceed both "
+                 "with the naive attention at long contexts (its softmax backward makes five "
+                 "tensors of B·h·T²) or with a wide MLP; the fused attention (--attention sdpa) "
+                 "makes none of that size. The batch and context that fit are solved against "
+                 "this peak; the CUDA context and allocator fragmentation are not counted "
+                 "(--margin).")
+    return Table(f"Peak of a training step ({p.precision.name}, B = {p.batch:,}, T = {p.seq:,})",
+                 ("moment", "bytes", "GB (1e9)", "GiB (2^30)"), tuple(rows), align="lrrr",
+                 notes=tuple(notes))
+
+
 def fit_table(p: Plan) -> Table:
     bf, cf = p.batch_fit, p.context_fit
     if bf is None:
@@ -159,7 +186,9 @@ def fit_table(p: Plan) -> Table:
     rows = [("GPU memory", *_bytes(budget.capacity)),
             (f"reserved (margin {_num(budget.margin, 4)})", *_bytes(budget.reserved)),
             ("usable", *_bytes(budget.usable))]
-    notes = []
+    notes = [("What must fit: the step's peak (the larger of its two moments, each a·B + b)."
+              if p.memory.model.scope == MODEL else
+              "What must fit: the course's sum of memory items, a·B + b.")]
     if bf.fits:
         rows.append((f"largest batch at T = {bf.seq:,}", f"{bf.largest:,}", "", ""))
         rows.append((f"memory at B = {bf.largest:,}", *_bytes(bf.bytes_at_largest)))
@@ -181,8 +210,8 @@ def fit_table(p: Plan) -> Table:
     elif cf.fits:
         rows.append((f"longest context at B = {cf.batch:,}", f"{cf.longest:,}", "", ""))
         rows.append((f"memory at T = {cf.longest:,}", *_bytes(cf.bytes_at_longest)))
-        notes.append(f"Longest context: the largest T with total(B = {cf.batch:,}, T) ≤ usable, by "
-                     f"binary search on the exact integer total (it has T² terms); T + 1 = "
+        notes.append(f"Longest context: the largest T whose bytes (as above) fit at B = {cf.batch:,}, by "
+                     f"binary search on the exact integer bytes (they have T² terms); T + 1 = "
                      f"{cf.longest + 1:,} needs {grouped(cf.bytes_at_next)} bytes.")
     else:
         rows.append((f"longest context at B = {cf.batch:,}", "does not fit", "", ""))
@@ -197,8 +226,8 @@ def flops_table(p: Plan) -> Table:
     f = p.flops
     rows = [("forward (matmuls)", f.forward_formula, grouped(f.forward), si(f.forward, "FLOP")),
             ("backward (matmuls)", f.backward_formula, grouped(f.backward), si(f.backward, "FLOP"))]
-    if p.recompute == FULL_RECOMPUTE:
-        rows.append(("recomputation (blocks' forward)", "forward minus the LM head",
+    if p.recompute != "none":
+        rows.append((f"recomputation ({p.recompute})", "the checkpointed matmuls' forward again",
                      grouped(f.recompute), si(f.recompute, "FLOP")))
     rows.append(("AdamW update", compute.adamw_formula(p.config), grouped(f.adamw), si(f.adamw, "FLOP")))
     rows.append(("total per step", "", grouped(f.total), si(f.total, "FLOP")))
@@ -217,8 +246,8 @@ def flops_table(p: Plan) -> Table:
         f"Per token: {_dec(Fraction(f.total, p.batch * p.seq), 1)} FLOPs (the 6·N rule of "
         f"thumb gives {grouped(6 * p.memory.parameters)}).",
     ]
-    if p.recompute == FULL_RECOMPUTE:
-        notes.append("Recomputation reruns each block's forward matmuls; the time to train counts "
+    if p.recompute != "none":
+        notes.append("Recomputation reruns the checkpointed regions' forward matmuls; the time to train counts "
                      "them (the utilization then applies to executed FLOPs, i.e. hardware FLOPs "
                      "utilization; MFU proper excludes recomputation).")
     return Table(f"FLOPs per training step (B = {p.batch:,}, T = {p.seq:,})",
@@ -298,5 +327,5 @@ def inference_table(p: Plan) -> Table:
 
 
 def tables(p: Plan) -> list[Table]:
-    return [settings_table(p), memory_table(p), activation_table(p), fit_table(p),
+    return [settings_table(p), memory_table(p), peak_table(p), activation_table(p), fit_table(p),
             flops_table(p), adamw_table(p), time_table(p), inference_table(p)]

@@ -16,7 +16,7 @@ from pathlib import Path
 from accounting.args import Parser
 from accounting.errors import UsageError
 from accounting.reporting import data
-from accounting.reporting.figures_index import FIGURES, FIGURES_DIR, SWEEP_CSV
+from accounting.reporting.figures_index import FIGURES, FIGURES_DIR, FORMULA_CSV, SWEEP_CSV
 
 REPORT = "gpt2_sizes.md"
 DEFAULT_OUT = "reports"
@@ -88,6 +88,7 @@ def build(stage: Path, verify: bool, step) -> data.ReportData:
         step(f"figure {name}", lambda name=name: figures.save(name, d, folder),
              lambda files: ", ".join(files))
     (folder / SWEEP_CSV).write_text(data.sweep_csv(d), encoding="utf-8", newline="")
+    (folder / FORMULA_CSV).write_text(data.formula_csv(d), encoding="utf-8", newline="")
     step(f"write {REPORT}", lambda: (stage / REPORT).write_text(markdown.render(d), encoding="utf-8",
                                                                 newline=""),
          lambda n: f"{n:,} characters")

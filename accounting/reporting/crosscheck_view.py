@@ -70,15 +70,24 @@ def _claims(checks: tuple[Check, ...]) -> list[str]:
     return [f"- {claim}: holds in {ok} of {n} runs." for claim, (ok, n) in seen.items()]
 
 
+def runs_text(d: ReportData) -> str:
+    """'the 4 models gpt2-small, … at T = 1,024, …, 16,384 and …': the runs, grouped by the
+    contexts each model was checked at (a learned position table limits the real GPT-2)."""
+    groups: dict[tuple[int, ...], list[str]] = {}
+    for c in dict.fromkeys(c.config for c in d.checks):
+        groups.setdefault(tuple(k.seq for k in d.checks if k.config == c), []).append(c.name)
+    parts = [f"{', '.join(names)} at T = {', '.join(grouped(s) for s in seqs)}"
+             for seqs, names in groups.items()]
+    return "; ".join(parts)
+
+
 def section(d: ReportData) -> list[str]:
     checks = d.checks
     agree = sum(c.result.agrees for c in checks)
-    models = len({c.config.name for c in checks})
     verdict = (f"**Verdict: all {len(checks)} runs agree**" if agree == len(checks) else
                f"**Verdict: {len(checks) - agree} of {len(checks)} runs DISAGREE**")
     lines = [f"The model in `model/` is run on PyTorch's meta device (shapes, no data) for "
-             f"each of the {models} models at T = "
-             f"{', '.join(grouped(s) for s in d.check_seqs)}, under fvcore's "
+             f"{runs_text(d)}, under fvcore's "
              "`FlopCountAnalysis`, `torch.utils.flop_counter.FlopCounterMode` and an op "
              "counter (a `TorchDispatchMode` over the same forward pass, for the non-matmul "
              "FLOPs), and every count is compared with the analytic one to the last FLOP "

@@ -7,16 +7,20 @@ figures.py; this module only decides *which* workloads the report covers.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 
 from accounting import records as R
 from accounting.analysis import Analysis, Crossover, analyze
 from accounting.config import PRESETS, ModelConfig
+from accounting.literature import Comparison, compare
 
 # GPT-2's four shapes on the CS336 architecture: small, medium, large, xl
 MODELS: tuple[ModelConfig, ...] = tuple(PRESETS[n] for n in ("gpt2-small", "gpt2-medium",
                                                              "gpt2-large", "gpt2-xl"))
+# OpenAI's GPT-2 as released, the same four sizes (real[i] is the size of MODELS[i])
+REAL_MODELS: tuple[ModelConfig, ...] = tuple(
+    PRESETS[f"openai-community/{n}"] for n in ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl"))
 REFERENCE_SEQ = 1024  # every preset's context_length: the question's T
 LONG_MODEL = "gpt2-xl"
 LONG_SEQ = 16384  # CS336 problem (e): GPT-2 XL at 16,384 tokens
@@ -38,6 +42,13 @@ def sweep_seqs(lo: int = REFERENCE_SEQ, hi: int = LONG_SEQ, step: int = SWEEP_ST
 
 
 CHECK_SEQS = powers_of_two(REFERENCE_SEQ, LONG_SEQ)  # 1024, 2048, ..., 16384
+
+
+def real_check_seqs(config: ModelConfig, seqs: tuple[int, ...] = CHECK_SEQS) -> tuple[int, ...]:
+    """The cross-check contexts a model allows: a learned position table ends at its length."""
+    if config.positions != "learned":
+        return seqs
+    return tuple(s for s in seqs if s <= config.context_length)
 
 
 @dataclass(frozen=True)
@@ -72,6 +83,34 @@ def sweep_series(config: ModelConfig, seqs: tuple[int, ...]) -> SweepSeries:
 
 
 @dataclass(frozen=True)
+class FormulaSweep:
+    """Each literature formula's training FLOPs over the exact training matmul FLOPs
+    (executed count, B = 1) across the context sweep, for one model."""
+
+    config: ModelConfig
+    seqs: tuple[int, ...]
+    names: dict[str, str]  # formula key -> display name, in FORMULAS order
+    training: dict[str, tuple[int, ...]]  # formula key -> training FLOPs at each seq
+    exact: tuple[int, ...]  # exact training matmul FLOPs (executed) at each seq
+    exact_useful: tuple[int, ...]  # ... causal pairs only
+
+    def ratios(self, key: str) -> tuple[Fraction, ...]:
+        return tuple(Fraction(f, e) for f, e in zip(self.training[key], self.exact))
+
+    def useful_ratios(self) -> tuple[Fraction, ...]:
+        return tuple(Fraction(u, e) for u, e in zip(self.exact_useful, self.exact))
+
+
+def formula_sweep(config: ModelConfig, seqs: tuple[int, ...]) -> FormulaSweep:
+    runs = [compare(config, seq) for seq in seqs]
+    keys = [e.key for e in runs[0].estimates]
+    return FormulaSweep(config, seqs, {e.key: e.name for e in runs[0].estimates},
+                        {k: tuple(r.estimate(k).training for r in runs) for k in keys},
+                        tuple(r.exact.training for r in runs),
+                        tuple(r.exact.training_useful for r in runs))
+
+
+@dataclass(frozen=True)
 class Check:
     """One cross-check: the analytic count against the counters run on the real model."""
 
@@ -86,9 +125,13 @@ class ReportData:
     reference: dict[str, Analysis]  # model name -> forward pass at REFERENCE_SEQ
     long: Analysis  # LONG_MODEL at LONG_SEQ
     sweep: dict[str, SweepSeries]  # model name -> sweep
-    check_seqs: tuple[int, ...]
+    check_seqs: tuple[int, ...]  # the course presets' cross-check (and share-table) contexts
     checks: tuple[Check, ...]  # empty when the cross-check was skipped
     verified: bool
+    real: tuple[ModelConfig, ...] = ()  # OpenAI's GPT-2, the same sizes as `models`
+    real_reference: dict = field(default_factory=dict)  # name -> forward at REFERENCE_SEQ
+    literature: dict = field(default_factory=dict)  # name -> Comparison at REFERENCE_SEQ
+    formula_sweeps: dict = field(default_factory=dict)  # course model name -> FormulaSweep
 
     @property
     def agrees(self) -> bool:
@@ -104,33 +147,44 @@ def _quiet(label, work, outcome):
 
 
 def step_count(verify: bool, models: tuple[ModelConfig, ...] = MODELS,
-               check_seqs: tuple[int, ...] = CHECK_SEQS) -> int:
+               check_seqs: tuple[int, ...] = CHECK_SEQS,
+               real: tuple[ModelConfig, ...] = REAL_MODELS) -> int:
     """How many steps assemble() reports (for the [i/N] counter)."""
-    return len(models) + (len(models) * len(check_seqs) if verify else 0)
+    checks = sum(len(real_check_seqs(c, check_seqs)) for c in models + real)
+    return 2 * len(models) + 1 + (checks if verify else 0)
 
 
 def assemble(verify: bool, step: Step = _quiet, models: tuple[ModelConfig, ...] = MODELS,
              seqs: tuple[int, ...] | None = None,
-             check_seqs: tuple[int, ...] = CHECK_SEQS) -> ReportData:
+             check_seqs: tuple[int, ...] = CHECK_SEQS,
+             real: tuple[ModelConfig, ...] = REAL_MODELS) -> ReportData:
     """All the numbers of the report; `verify` runs the cross-check (torch, fvcore)."""
     seqs = sweep_seqs() if seqs is None else seqs
     reference = {c.name: analyze(c, REFERENCE_SEQ) for c in models}
     long = analyze(PRESETS[LONG_MODEL], LONG_SEQ)
-    sweep = {}
+    sweep, formula_sweeps = {}, {}
     for c in models:
         sweep[c.name] = step(f"sweep {c.name}: {len(seqs)} contexts {seqs[0]:,}..{seqs[-1]:,}",
                              lambda c=c: sweep_series(c, seqs), lambda s: "done")
+    for c in models:
+        formula_sweeps[c.name] = step(f"formulas {c.name}: {len(seqs)} contexts",
+                                      lambda c=c: formula_sweep(c, seqs), lambda s: "done")
+    real_reference = {c.name: analyze(c, REFERENCE_SEQ) for c in real}
+    literature: dict[str, Comparison] = step(
+        f"formulas at T = {REFERENCE_SEQ:,}: {len(models) + len(real)} models",
+        lambda: {c.name: compare(c, REFERENCE_SEQ) for c in models + real}, lambda s: "done")
     checks = []
     if verify:
         # torch and fvcore: imported only when asked for
         from accounting.crosscheck import cross_check
-        for c in models:
-            for seq in check_seqs:
+        for c in models + real:
+            for seq in real_check_seqs(c, check_seqs):
                 result = step(f"cross-check {c.name} T={seq}",
                               lambda c=c, seq=seq: cross_check(analyze(c, seq)),
                               lambda r: "agrees" if r.agrees else "DISAGREES")
                 checks.append(Check(c, seq, result))
-    return ReportData(models, reference, long, sweep, check_seqs, tuple(checks), verify)
+    return ReportData(models, reference, long, sweep, check_seqs, tuple(checks), verify,
+                      real, real_reference, literature, formula_sweeps)
 
 
 SWEEP_CSV_COLUMNS = ("model", "seq", "component", "flops", "total_flops", "share")
@@ -146,4 +200,20 @@ def sweep_csv(d: ReportData) -> str:
             shares = s.shares(k)
             for i, seq in enumerate(s.seqs):
                 lines.append(f"{c.name},{seq},{k},{s.flops[k][i]},{s.totals[i]},{decimal(shares[i], 6)}")
+    return "\n".join(lines) + "\n"
+
+
+FORMULA_CSV_COLUMNS = ("model", "seq", "formula", "training_flops", "exact_training_flops", "ratio")
+
+
+def formula_csv(d: ReportData) -> str:
+    """The numbers behind the formula-error figure: exact FLOPs, ratios to 6 decimals."""
+    from accounting.units import decimal
+    lines = [",".join(FORMULA_CSV_COLUMNS)]
+    for c in d.models:
+        s = d.formula_sweeps[c.name]
+        for k in s.training:
+            for i, seq in enumerate(s.seqs):
+                lines.append(f"{c.name},{seq},{k},{s.training[k][i]},{s.exact[i]},"
+                             f"{decimal(Fraction(s.training[k][i], s.exact[i]), 6)}")
     return "\n".join(lines) + "\n"

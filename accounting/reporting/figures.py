@@ -207,6 +207,39 @@ def attention_core_share(data: ReportData) -> Figure:
     return fig
 
 
+def formula_error_vs_context(data: ReportData) -> Figure:
+    """Each formula's training FLOPs / exact − 1 against T, one panel per course preset."""
+    from matplotlib.lines import Line2D
+    fig = Figure(figsize=(10, 8.2), layout="constrained")
+    axes = fig.subplots(2, 2, sharex=True, sharey=True)
+    names = {}
+    for ax, c in zip(axes.flat, data.models):
+        s = data.formula_sweeps[c.name]
+        names = s.names
+        ax.axhline(0, color="black", linewidth=0.8)
+        ax.plot(s.seqs, [float(r - 1) for r in s.useful_ratios()], color=style.USEFUL_COLOUR,
+                linewidth=2.4, linestyle="-.")
+        for k in s.names:
+            colour, ls = style.FORMULA_STYLES[k]
+            ax.plot(s.seqs, [float(r - 1) for r in s.ratios(k)], color=colour, linestyle=ls,
+                    linewidth=1.8)
+        _context_axis(ax, s.seqs)
+        ax.yaxis.set_major_formatter(PercentFormatter(xmax=1))
+        ax.set_title(model_title(c))
+    for ax in axes[1]:
+        ax.set_xlabel("context length T (tokens, log₂ scale)")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("formula ÷ exact − 1 (training FLOPs)")
+    fig.suptitle("The literature's FLOP formulas against the exact count as the context grows")
+    handles = [Line2D([], [], color=style.FORMULA_STYLES[k][0], linestyle=style.FORMULA_STYLES[k][1],
+                      linewidth=1.8, label=n) for k, n in names.items()]
+    handles.append(Line2D([], [], color=style.USEFUL_COLOUR, linestyle="-.", linewidth=2.4,
+                          label="exact, causal pairs only"))
+    fig.legend(handles=handles, loc="outside lower center", ncols=3, frameon=False)
+    return fig
+
+
 DRAW = {"shares_by_model": shares_by_model, "share_vs_context": share_vs_context,
-        "flops_vs_context": flops_vs_context, "attention_core_share": attention_core_share}
+        "flops_vs_context": flops_vs_context, "attention_core_share": attention_core_share,
+        "formula_error_vs_context": formula_error_vs_context}
 assert DRAW.keys() == FIGURES.keys()

@@ -12,6 +12,7 @@ from accounting.units import grouped
 FIGURES_DIR = "figures"
 FORMATS = ("png", "svg")
 SWEEP_CSV = "context_sweep.csv"  # the numbers behind the sweep figures
+FORMULA_CSV = "formula_sweep.csv"  # the numbers behind the formula-error figure
 
 
 @dataclass(frozen=True)
@@ -33,4 +34,7 @@ FIGURES: dict[str, FigureInfo] = {f.name: f for f in (
     FigureInfo("attention_core_share", "Attention-core and feed-forward shares against context "
                "length for all four models; markers: where the attention core overtakes the "
                "feed-forward"),
+    FigureInfo("formula_error_vs_context", "Each literature formula's training FLOPs against "
+               "the exact count (executed attention), as the context grows, one panel per "
+               "course preset; grey: the exact count of the causal pairs only"),
 )}

@@ -12,7 +12,7 @@ from fractions import Fraction
 from accounting import records as R
 from accounting.ledger import ledger
 from accounting.render import markdown_table
-from accounting.reporting import crosscheck_view
+from accounting.reporting import crosscheck_view, families
 from accounting.reporting.data import LONG_SEQ, REFERENCE_SEQ, ReportData
 from accounting.reporting.figures_index import FIGURES, FIGURES_DIR, SWEEP_CSV
 from accounting.reporting.fmt import seq_text
@@ -103,7 +103,9 @@ def header(d: ReportData) -> list[str]:
              "that each model's add up to exactly 100.00%, one matmul's share on its own). "
              f"The model is the CS336 chapter 3 architecture ({d.models[0].architecture}) "
              "with GPT-2's four sizes, so its parameter counts differ from OpenAI's GPT-2 "
-             "(three feed-forward matrices, no biases, no learned positions, untied head)."), ""]
+             "(three feed-forward matrices, no biases, no learned positions, untied head); "
+             "section 7 sets OpenAI's GPT-2 as released beside it, and section 8 the "
+             "literature's FLOP formulas beside the exact count."), ""]
     if not d.verified:
         lines += [("> **DRAFT — not cross-checked.** This copy was generated with "
                   f"`{COMMAND} --no-verify`: the comparison with FLOPs measured on the real "
@@ -133,10 +135,18 @@ def key_results(d: ReportData) -> list[str]:
              f"({_flops(d.long.matmul_flops())}) and the {long_top} becomes the largest "
              f"component ({_shares(d.long)[long_top]})."),
              "- The attention core overtakes the feed-forward at T = " + _join(cross) + "."]
+    if d.real:
+        r, c = d.real_reference[d.real[-1].name], xl
+        lines.append(f"- OpenAI's **{d.real[-1].name}** as released has {grouped(r.param_count)} "
+                     f"parameters ({gigabytes(r.param_memory_bytes()[FP32])} in fp32) and costs "
+                     f"{_flops(r.matmul_flops())} per forward pass at T = {grouped(REFERENCE_SEQ)}, "
+                     f"{_times(Fraction(r.matmul_flops(), c.matmul_flops()))} the course "
+                     f"{xl_name}'s.")
+    if d.literature:
+        lines.append("- " + families.closest_and_furthest(d))
     if d.verified:
         lines.append(f"- Cross-check against the real model ({len(d.checks)} runs: "
-                     f"{len(d.models)} models × T = "
-                     f"{', '.join(grouped(s) for s in d.check_seqs)}): "
+                     + crosscheck_view.runs_text(d) + "): "
                      + ("**all agree**." if d.agrees else "**DISAGREEMENT** — see below."))
     else:
         lines.append("- Cross-check: **skipped** (`--no-verify`).")
@@ -177,7 +187,7 @@ def matmul_section(d: ReportData) -> list[str]:
              (f"FLOPs per instance are {FLOPS_PER_MAC}·m·n·p for an (m×n)·(n×p) product, batch "
              "dimensions included; per-block matmuls run L times. The attention core is "
              "counted over the full T×T scores the model computes before masking "
-             f"(\"executed\"); see [How counted](#8-how-counted)."), ""]
+             f"(\"executed\"); see [How counted](#10-how-counted)."), ""]
     for c in d.models:
         a = d.reference[c.name]
         total = a.matmul_flops()
@@ -339,7 +349,7 @@ def sweep_section(d: ReportData) -> list[str]:
 
 
 def crosscheck_section(d: ReportData) -> list[str]:
-    lines = ["## 7. Cross-check against the real model", ""]
+    lines = ["## 9. Cross-check against the real model", ""]
     if not d.verified:
         return lines + [("**Skipped** (`--no-verify`): this is a draft. Regenerate with "
                         f"`{COMMAND}` to run the cross-check."), ""]
@@ -358,7 +368,7 @@ def counting_section(d: ReportData) -> list[str]:
     by = xl.elementwise_by_component()
     et = Table("", ("non-matmul op group", "FLOPs"), tuple((k, grouped(v)) for k, v in by.items())
                + (("**total**", f"**{grouped(xl.elementwise_flops)}**"),))
-    return ["## 8. How counted", "",
+    return ["## 10. How counted", "",
             (f"- **The 2mnp rule.** An (m×n)·(n×p) product is m·n·p multiply-adds; a multiply-add "
             f"is {FLOPS_PER_MAC} FLOPs, so it costs {FLOPS_PER_MAC}·m·n·p FLOPs (CS336 §3.6). "
             "Batch dimensions multiply in; a per-block matmul counts L times. Every matmul is one "
@@ -379,7 +389,8 @@ def counting_section(d: ReportData) -> list[str]:
 def render(d: ReportData) -> str:
     lines = [*header(d), *key_results(d), *configs_section(d), *params_section(d),
              *matmul_section(d), *shares_section(d), *long_context_section(d),
-             *sweep_section(d), *crosscheck_section(d), *counting_section(d),
+             *sweep_section(d), *families.real_section(d), *families.literature_section(d),
+             *crosscheck_section(d), *counting_section(d),
              "---", "", (f"Regenerate with `{COMMAND}` (add `--no-verify` for a quick draft "
              "without the cross-check; `--out DIR` to write elsewhere)."), ""]
     return "\n".join(lines).rstrip("\n") + "\n"

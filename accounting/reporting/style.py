@@ -29,3 +29,19 @@ def model_linestyle(index: int) -> str:
 
 def model_marker(index: int) -> str:
     return MODEL_MARKERS[index % len(MODEL_MARKERS)]
+
+
+# One (colour, line style) per literature formula (accounting/literature.py keys), Okabe-Ito
+# colours; formulas counting hardware FLOPs (with recomputation) are dashed.
+FORMULA_STYLES: dict[str, tuple[str, str]] = {
+    "6N": ("#000000", "-"),
+    "6N-nonembed": ("#000000", ":"),
+    "kaplan": ("#E69F00", "-"),  # orange
+    "chinchilla": ("#56B4E9", "-"),  # sky blue
+    "megatron": ("#0072B2", "--"),  # blue, dashed: recomputation
+    "korthikanti-model": ("#0072B2", "-"),
+    "korthikanti-hardware": ("#CC79A7", "--"),  # reddish purple, dashed: recomputation
+    "palm": ("#D55E00", "-"),  # vermillion
+    "nanogpt": ("#009E73", ":"),  # bluish green, dotted (on top of PaLM where they coincide)
+}
+USEFUL_COLOUR = "#999999"  # the exact count over the causal pairs only

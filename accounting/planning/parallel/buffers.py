@@ -44,7 +44,7 @@ def engine_buffers(sp: Split, layout: Layout, p: Precision, st: States, stage: i
                         note="a flat copy of the gradients (gradient_as_bucket_view=False, "
                              "the default)"))
     if d > 1 and z >= 2:
-        gathered = p.working_copy_bytes or p.master_bytes
+        gathered = p.master_bytes  # no MixedPrecisionPolicy: autocast makes the bf16 copies
         blocks = [u.unsharded_padded(d) for u in st.units if not u.root]
         root = sum(u.unsharded_padded(d) for u in st.units if u.root)
         held = sum(blocks) if z == 2 else sum(sorted(blocks)[-2:])
@@ -66,10 +66,10 @@ def engine_buffers(sp: Split, layout: Layout, p: Precision, st: States, stage: i
                              "in torch 2.13: each TP rank computes the V×d_model gradient, then "
                              "keeps its rows"))
     if layout.pp > 1:
-        x = layout.micro_batch * seq // (layout.tp if layout.sp else 1) * sp.config.d_model \
-            * p.activation_bytes
+        size = 2 if p.autocast else 4  # plan.activation_bytes
+        x = layout.micro_batch * seq // (layout.tp if layout.sp else 1) * sp.config.d_model * size
         k = (stage > 0) + (stage < layout.pp - 1)
-        out.append(Item("pipelining receive buffers", f"{k}·m·b·T·d_model·{p.activation_bytes}",
+        out.append(Item("pipelining receive buffers", f"{k}·m·b·T·d_model·{size}",
                         Linear(0, k * layout.micro_batches * x),
                         note="torch PipelineStage allocates one per micro-batch for activations "
                              "(not on the first stage) and gradients (not on the last)"))

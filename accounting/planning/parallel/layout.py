@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from accounting.config import ModelConfig
 from accounting.errors import UsageError
+from accounting.planning import memory as _M
 
 # Sharding stages: the ZeRO paper's names (Rajbhandari et al. 2020, §5) and the torch
 # engine each is checked on (accounting/distcheck/).
@@ -33,15 +34,9 @@ ZERO_STAGES = {
 }
 FSDP_NAMES = {"no_shard": 0, "shard_grad_op": 2, "full_shard": 3}
 
-NO_RECOMPUTE, SELECTIVE, FULL = "none", "selective", "full"
-RECOMPUTE = {
-    NO_RECOMPUTE: "every activation autograd saves is kept until the backward pass",
-    SELECTIVE: "selective recomputation (Korthikanti et al. 2022, §5): the attention core's "
-               "internals (scores, softmax and its row statistics: the per-head tensors without "
-               "a head dimension) are recomputed from the kept Q, K and V in the backward pass",
-    FULL: "full recomputation (each block checkpointed): only each block's input is kept; "
-          "one block's activations exist at a time in the backward pass",
-}
+# Recomputation: the one-GPU memory model's modes (the ledger is built under each).
+NO_RECOMPUTE, SELECTIVE, FULL = _M.NO_RECOMPUTE, _M.SELECTIVE_RECOMPUTE, _M.FULL_RECOMPUTE
+RECOMPUTE = _M.RECOMPUTE
 
 
 @dataclass(frozen=True)

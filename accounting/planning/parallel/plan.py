@@ -62,7 +62,7 @@ class StagePlan:
         fixed = sum(i.bytes.at(b) for i in self.items if i.on_gpu and not i.activations)
         a = self.activations
         return fixed + min(per_rank // b, pp - self.stage) * a.per_micro_batch.at(b) \
-            + a.recomputed_block.at(b)
+            + a.recomputed_block.at(b)  # the weight copies are in per_micro_batch
 
 
 @dataclass(frozen=True)
@@ -113,9 +113,17 @@ def _shown(pp: int) -> list[int]:
     return sorted({0, min(1, pp - 1), pp - 1})
 
 
+def activation_bytes(precision: Precision) -> int:
+    """Bytes per element of the activations the TP and PP collectives move: 4 in fp32; 2
+    under bf16 mixed precision (Megatron-LM's convention; under torch.autocast the residual
+    stream and the norms' outputs stay fp32, so torch sends some of them at 4 — formula
+    only, no bf16 run is checked here)."""
+    return 2 if precision.autocast else 4
+
+
 def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage: int,
-               act_rows: list[A.Row], values: dict[str, int], tp_rank: int = 0,
-               dp_rank: int | None = None) -> StagePlan:
+               act_rows: tuple[list[A.Row], list[A.Row]], values: dict[str, int],
+               tp_rank: int = 0, dp_rank: int | None = None) -> StagePlan:
     """One GPU of a stage: TP rank `tp_rank`, data-parallel rank `dp_rank` (default: 0, or
     under ZeroRedundancyOptimizer the rank with the most AdamW state)."""
     c = sp.config
@@ -129,10 +137,6 @@ def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage:
     fsdp_params = f"{p.master_bytes}·Σ{b_sym}" if z >= 2 else f"{p.master_bytes}·N_stage"
     items = [Item("parameters (fp32" + (", FSDP shards)" if z >= 2 else ")"), fsdp_params,
                   A.Linear(0, st.params * p.master_bytes))]
-    if p.working_copy_bytes and z <= 1:
-        items.append(Item("bf16 working copy of the matmul weights", f"{p.working_copy_bytes}·N_matmul",
-                          A.Linear(0, st.matmul_weights * p.working_copy_bytes),
-                          note="autocast's cast cache, forward to backward"))
     items.append(Item("gradients (fp32" + (", FSDP shards)" if z >= 2 else ")"),
                       f"{p.grad_bytes}·Σ{b_sym}" if z >= 2 else f"{p.grad_bytes}·N_stage",
                       A.Linear(0, st.grads * p.grad_bytes)))
@@ -147,19 +151,26 @@ def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage:
     if buf:
         items.append(Item("RoPE cos/sin tables (fp32 buffers)", "L_stage·2·T_max·(d_k/2)·4",
                           A.Linear(0, buf)))
-    acts = A.stage_activations(act_rows, layout, stage, layers)
+    acts = A.stage_activations(*act_rows, layout, stage, layers)
+    copies = acts.weight_copies.times(acts.in_flight)
     items.append(Item("activations of the k micro-batches in flight"
-                      + (" + one block recomputed" if layout.recompute == "full" else ""),
-                      "k·(a·b + c) (saved tensors, TP/SP-split)", acts.total, activations=True))
+                      + ("" if layout.recompute == "none" else " + one block's recomputed part"),
+                      "k·(a·b + c) (saved tensors, TP/SP-split)",
+                      acts.total + copies.times(-1), activations=True))
+    if copies.c:
+        items.append(Item("bf16 copies of the matmul weights (k micro-batches)",
+                          "k·2·N_matmul_stage", copies, activations=True,
+                          note="autocast casts each weight for its matmul, which saves the copy "
+                               "until its backward pass"))
     items += engine_buffers(sp, layout, precision, st, stage, values, seq, tp_rank)
-    act_bytes = p.activation_bytes
+    act_bytes = activation_bytes(p)
     norms = [t for u in units for t in u.tensors if sp.sequence_norm(t.tensor)]
     comms = (C.tensor_parallel(layout, layers, stage, layout.micro_batch, seq, c.d_model, act_bytes,
                                c.positions == "learned", (len(norms), sum(t.numel for t in norms)),
                                p.grad_bytes)
              + C.pipeline(layout, stage, layout.micro_batch, seq // (layout.tp if layout.sp else 1),
                           c.d_model, act_bytes)
-             + C.data_parallel(layout, st, p, buf, p.working_copy_bytes or p.master_bytes))
+             + C.data_parallel(layout, st, p, buf, p.master_bytes))
     if dict(sp.ledger.tied) and layout.pp > 1 and stage in (0, layout.pp - 1):
         table = next(t for t in sp.tensors if t.place == FIRST and t.matmul_weight)
         comms += C.tied_embedding(layout, prod(table.sizes(values, layout.tp)), p.grad_bytes)
@@ -182,9 +193,10 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
     m = exact(margin, "--margin")
     if not 0 <= m < 1:
         raise UsageError(f"--margin must be in [0, 1) (a share of the memory), got {margin}")
-    sp = split(config)
+    sp = split(config, precision.autocast, layout.recompute)
     values = sp.values(seq, layout.micro_batch)
-    rows = A.rows(sp, layout, precision, seq, tp_rank=tp_rank)
+    rows = (A.rows(sp, layout, seq, tp_rank=tp_rank),
+            A.rows(split(config, precision.autocast), layout, seq, tp_rank=tp_rank))
     plans = tuple(stage_plan(sp, layout, precision, seq, s, rows, values, tp_rank, dp_rank)
                   for s in (stages if stages is not None else _shown(layout.pp)))
     fit = _fit(plans, layout, hardware, m)

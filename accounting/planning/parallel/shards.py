@@ -37,7 +37,6 @@ TP_SPLIT = "split over TP (heads, d_ff or V)"
 SEQUENCE = "sequence-parallel region (split along T with --sp, else replicated)"
 GATHERED = "column-parallel matmul input (replicated: torch saves the all-gathered tensor)"
 REPLICATED = "replicated over TP"
-CORE = "attention-core internals"
 
 
 def chunk(n: int, parts: int, rank: int = 0) -> int:
@@ -105,19 +104,13 @@ class Split:
         return v
 
     def activation_kind(self, a: R.Activation) -> str:
-        if a.kind != R.FLOAT:
+        if a.dtype not in R.FLOAT_DTYPES:
             return REPLICATED
         if any(s in TP_SYMBOLS for s in a.shape):
             return TP_SPLIT
         if "B" in a.shape and a.shape.count("T") == 1:
             return GATHERED if a.saved_in in self.column_parallel else SEQUENCE
         return REPLICATED
-
-    @staticmethod
-    def core(a: R.Activation) -> bool:
-        """Selective recomputation drops these: per-head tensors without a head dimension
-        (the scores, the softmax and its row max and sum)."""
-        return "h" in a.shape and "d_k" not in a.shape
 
     def sequence_norm(self, t: Tensor) -> bool:
         """A parameter of a d_model-wide norm: sequence parallelism runs the norm on sequence
@@ -133,8 +126,10 @@ class Split:
 
 
 @lru_cache(maxsize=64)
-def split(config: ModelConfig) -> Split:
-    lg = unfolded_ledger(config)
+def split(config: ModelConfig, autocast: str | None = None, recompute: str = "none") -> Split:
+    """The ledger of this run (precision's autocast, recomputation), unfolded, with its
+    parameters' TP layout."""
+    lg = unfolded_ledger(config, autocast, recompute)
     linear = {m.module: m for m in lg.forward if m.grads == ("dX", "dW")}
     tensors = []
     for p in lg.params:

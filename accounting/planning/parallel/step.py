@@ -2,8 +2,9 @@
 
 FLOPs: the ledger's forward matmul records on this GPU's stage (its L/pp blocks; the LM
 head on the last stage), each with its TP-split symbols (h/tp heads, d_ff/tp, ⌈V/tp⌉ of
-the vocabulary); backward = one gradient matmul per operand, the same size, so 2 × forward;
-recomputation adds the blocks' forward (full) or the attention core's matmuls (selective);
+the vocabulary); backward = one gradient matmul per operand, the same size, so 2 × forward
+(and a fused attention kernel's recomputed QKᵀ); recomputation adds the ledger's
+`recomputed` matmuls (the blocks' forward, or the attention cores');
 m micro-batches per step; plus AdamW's 14 FLOPs per element this rank updates and 1 per
 tensor (its step counter). Sequence parallelism changes no matmul: each runs on the
 gathered sequence.
@@ -25,11 +26,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
-from accounting import records as R
 from accounting.planning.compute import ADAMW_OPS, PARAMETER, TENSOR
 from accounting.planning.gpus import Interconnect
 from accounting.planning.parallel.comms import DATA, EXPERT, PIPELINE, TENSOR as TP_GROUP, Collective
-from accounting.planning.parallel.layout import FULL, SELECTIVE, Layout
+from accounting.planning.parallel.layout import Layout
 from accounting.planning.parallel.shards import Split
 from accounting.planning.parallel.states import States
 
@@ -62,20 +62,17 @@ class StageFlops:
 
 def stage_flops(sp: Split, layout: Layout, stage: int, layers: int, seq: int,
                 st: States, tp_rank: int = 0) -> StageFlops:
+    """`sp` is the split of the run's ledger (its recomputation: `recomputed` holds the
+    forward matmuls the backward pass runs again)."""
     v = sp.tp_values(sp.values(seq, layout.micro_batch), layout.tp, tp_rank)
     last = stage == layout.pp - 1
-    fwd = again = 0
-    for r in sp.ledger.forward:
-        if r.per_layer:
-            f = layers * r.flops(v)
-            fwd += f
-            if layout.recompute == FULL or (layout.recompute == SELECTIVE
-                                            and r.component == R.ATTN_CORE):
-                again += f
-        elif last:
-            fwd += r.flops(v)
-    bwd = sum(g.flops(v) * (layers if g.per_layer else 1)
-              for r in sp.ledger.forward if r.per_layer or last for g in r.gradients())
+
+    def on_stage(records) -> int:
+        return sum((layers if r.per_layer else 1) * r.flops(v) for r in records
+                   if r.per_layer or last)
+    fwd = on_stage(sp.ledger.forward)
+    bwd = on_stage(g for r in sp.ledger.forward for g in r.gradients())
+    again = on_stage(sp.ledger.recomputed)
     adamw = ADAMW_PER_ELEMENT * st.moments + ADAMW_PER_TENSOR * st.owned_tensors
     return StageFlops(stage, fwd, bwd, again, layout.micro_batches, adamw)
 

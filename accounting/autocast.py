@@ -1,0 +1,35 @@
+"""torch.autocast's cast policies, for the ops the model runs, per device.
+
+Autocast (torch.autocast(device, dtype=torch.bfloat16)) wraps some aten ops: a
+"lower precision" op casts its floating-point inputs to bf16 and computes in bf16; an
+"fp32" op casts them to float32. Every other op runs in the dtype its inputs promote to
+(bf16 with fp32 gives fp32; a Python scalar does not promote). A cast is a new tensor
+(a copy), and whatever an op saves for backward is its casted input.
+
+Sources: PyTorch's aten/src/ATen/autocast_mode.cpp (the AutocastCPU registrations:
+lower precision bmm, mm, matmul, linear, scaled_dot_product_attention, ...; fp32 nll_loss,
+cross_entropy_loss, mse_loss, ...) and the AMP documentation's "CUDA Ops that can autocast
+to float32" (exp, pow, sum, softmax, log_softmax, layer_norm, nll_loss, cross_entropy,
+log, rsqrt, ...; lower precision bmm, mm, matmul, linear, baddbmm, ...,
+scaled_dot_product_attention). The CPU table is measured by
+tests/test_memory_reality.py (torch.autocast("cpu") on a real training step); the CUDA
+table is not measured here (no GPU), it is the documented policy.
+"""
+from __future__ import annotations
+
+LOWER, FP32 = "lower precision", "fp32"
+
+# op (the trace's name for it) -> policy, for each device
+POLICIES: dict[str, dict[str, str]] = {
+    "cpu": {"bmm": LOWER, "sdpa": LOWER, "cross_entropy": FP32},
+    "cuda": {"bmm": LOWER, "sdpa": LOWER, "cross_entropy": FP32,
+             "aten.exp": FP32, "aten.pow": FP32, "aten.sum": FP32, "aten.rsqrt": FP32},
+}
+LOW_DTYPE = "bf16"  # torch.autocast(..., dtype=torch.bfloat16)
+
+
+def policy(device: str | None, op: str) -> str | None:
+    """The cast policy of `op` under autocast on `device` (None: no autocast, or none)."""
+    if device is None:
+        return None
+    return POLICIES[device].get(op)
