@@ -28,9 +28,20 @@ CASES = (
 )
 
 
-def _median(fn, runs: int) -> tuple[float, object]:
+def _cold() -> None:
+    """Forget every cached ledger, split and partial result (a fresh process's state)."""
+    from accounting import ledger
+    from accounting.planning.parallel import activations, shards, step
+    for f in (ledger.ledger, ledger.unfolded_ledger, shards.split, activations._rows,
+              step._matmuls):
+        f.cache_clear()
+
+
+def _median(fn, runs: int, cold: bool) -> tuple[float, object]:
     times, out = [], None
     for _ in range(runs):
+        if cold:
+            _cold()
         t0 = time.perf_counter()
         out = fn()
         times.append(time.perf_counter() - t0)
@@ -44,18 +55,20 @@ def main() -> None:
     bf16 = get_precision("bf16-mixed")
     hw, net = hardware("H100", compute="bf16"), interconnect("H100")
     print(f"multi-GPU planner, median of {n} runs, {os.cpu_count()} CPUs (goal: 64-GPU search ≤ 0.5 s)")
-    print(f"{'case':<58} {'one plan':>9} {'search':>9} {'layouts':>8}")
+    print("cold: every cache cleared before each run (a fresh process); warm: caches kept")
+    print(f"{'case':<62} {'one plan':>9} {'search cold':>12} {'warm':>8} {'layouts':>8}")
     for name, gpus, batch, seq, rc in CASES:
         config = get_preset(name)
         base = Layout(gpus, global_batch=batch, recompute=rc)
         one = Layout(gpus, tp=1, pp=1, dp=gpus, zero=3, global_batch=batch, recompute=rc)
         t_plan, _ = _median(lambda: parallel_plan(config, one, seq, precision=bf16, hardware=hw,
-                                                  net=net), n)
-        t_search, s = _median(lambda: search(config, base, seq, precision=bf16, hardware=hw,
-                                             net=net), n)
+                                                  net=net), n, cold=True)
+        run = lambda: search(config, base, seq, precision=bf16, hardware=hw, net=net)  # noqa: E731
+        t_cold, s = _median(run, n, cold=True)
+        t_warm, _ = _median(run, n, cold=False)
         tried = len(s.ranked) + len(s.rejected)
-        print(f"{name + f' on {gpus} GPUs, B={batch}, T={seq}, {rc}':<58} {t_plan:>8.4f}s "
-              f"{t_search:>8.3f}s {tried:>8}")
+        print(f"{name + f' on {gpus} GPUs, B={batch}, T={seq}, {rc}':<62} {t_plan:>8.4f}s "
+              f"{t_cold:>11.3f}s {t_warm:>7.3f}s {tried:>8}")
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ Schedule1F1B by accounting/distcheck).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from accounting import records as R
 from accounting.planning.parallel.layout import NO_RECOMPUTE, Layout
@@ -54,12 +55,18 @@ class Row:
 
 def rows(sp: Split, layout: Layout, seq: int, megatron_sp: bool = False,
          tp_rank: int = 0) -> list[Row]:
+    return list(_rows(sp, layout.tp, layout.sp, seq, megatron_sp, tp_rank))
+
+
+@lru_cache(maxsize=4096)
+def _rows(sp: Split, tp_degree: int, sequence_parallel: bool, seq: int, megatron_sp: bool,
+          tp_rank: int) -> tuple[Row, ...]:
     """Every tensor autograd saves in the run `sp` was built for (its autocast dtypes, its
     recomputation), with its bytes on TP rank `tp_rank` for one micro-batch of b sequences.
     accounting/distcheck checks the blocks' part on torch, rank by rank."""
     full = sp.values(seq, 1)
-    tp = sp.tp_values(full, layout.tp, tp_rank)
-    seq_split = dict(full, T=seq // layout.tp) if layout.sp else full
+    tp = sp.tp_values(full, tp_degree, tp_rank)
+    seq_split = dict(full, T=seq // tp_degree) if sequence_parallel else full
     out = []
     for a in sp.ledger.activations:
         if not a.saved:
@@ -70,7 +77,7 @@ def rows(sp: Split, layout: Layout, seq: int, megatron_sp: bool = False,
         with_b = a.elements.evaluate(v) * a.bytes_per_element
         without_b = a.elements.evaluate(dict(v, B=0)) * a.bytes_per_element
         out.append(Row(a, kind, sp.place(a), Linear(with_b - without_b, without_b)))
-    return out
+    return tuple(out)
 
 
 @dataclass(frozen=True)

@@ -84,9 +84,10 @@ def _tp_dim(dims: tuple[tuple[str, ...], ...]) -> int | None:
     return hits[0] if hits else None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Split:
-    """The parameters and the TP-relevant facts of one architecture."""
+    """The parameters and the TP-relevant facts of one architecture (one object per
+    config and run: split() is cached, so identity is equality)."""
     config: ModelConfig
     ledger: Ledger  # unfolded
     tensors: tuple[Tensor, ...]  # unique parameters, state-dict order

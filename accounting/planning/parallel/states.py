@@ -34,7 +34,7 @@ ADAMW_MOMENTS = 2
 class Local:
     """One parameter tensor on one GPU (after the TP split), and its FSDP shard."""
     tensor: Tensor
-    layer: int | None
+    layer: int | None  # None: the same in every block
     sizes: tuple[int, ...]  # TP-local dimensions
 
     @property
@@ -79,11 +79,10 @@ def stage_tensors(sp: Split, values: dict[str, int], layout: Layout, stage: int,
     c = sp.config
     per_stage = c.num_layers // layout.pp
     tied = dict(sp.ledger.tied)
-    units = []
-    for layer in range(stage * per_stage, (stage + 1) * per_stage):
-        units.append(Unit(f"layers.{layer}", tuple(
-            Local(t, layer, t.sizes(values, layout.tp, tp_rank))
-            for t in sp.tensors if t.place == BLOCK), False))
+    block = tuple(Local(t, None, t.sizes(values, layout.tp, tp_rank))
+                  for t in sp.tensors if t.place == BLOCK)  # every block alike
+    units = [Unit(f"layers.{layer}", block, False)
+             for layer in range(stage * per_stage, (stage + 1) * per_stage)]
     root = [t for t in sp.tensors
             if (t.place == FIRST and stage == 0) or (t.place == LAST and stage == layout.pp - 1)]
     if tied and layout.pp > 1 and stage == layout.pp - 1 and stage != 0:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import lru_cache
 
 from accounting.planning.compute import ADAMW_OPS, PARAMETER, TENSOR
 from accounting.planning.gpus import Interconnect
@@ -64,17 +65,24 @@ def stage_flops(sp: Split, layout: Layout, stage: int, layers: int, seq: int,
                 st: States, tp_rank: int = 0) -> StageFlops:
     """`sp` is the split of the run's ledger (its recomputation: `recomputed` holds the
     forward matmuls the backward pass runs again)."""
-    v = sp.tp_values(sp.values(seq, layout.micro_batch), layout.tp, tp_rank)
-    last = stage == layout.pp - 1
+    fwd, bwd, again = _matmuls(sp, layout.tp, tp_rank, seq, layout.micro_batch, layers,
+                               stage == layout.pp - 1)
+    adamw = ADAMW_PER_ELEMENT * st.moments + ADAMW_PER_TENSOR * st.owned_tensors
+    return StageFlops(stage, fwd, bwd, again, layout.micro_batches, adamw)
+
+
+@lru_cache(maxsize=4096)
+def _matmuls(sp: Split, tp: int, tp_rank: int, seq: int, b: int, layers: int,
+             last: bool) -> tuple[int, int, int]:
+    """(forward, backward, recomputed) matmul FLOPs of one micro-batch on a stage."""
+    v = sp.tp_values(sp.values(seq, b), tp, tp_rank)
 
     def on_stage(records) -> int:
         return sum((layers if r.per_layer else 1) * r.flops(v) for r in records
                    if r.per_layer or last)
-    fwd = on_stage(sp.ledger.forward)
-    bwd = on_stage(g for r in sp.ledger.forward for g in r.gradients())
-    again = on_stage(sp.ledger.recomputed)
-    adamw = ADAMW_PER_ELEMENT * st.moments + ADAMW_PER_TENSOR * st.owned_tensors
-    return StageFlops(stage, fwd, bwd, again, layout.micro_batches, adamw)
+    return (on_stage(sp.ledger.forward),
+            on_stage(g for r in sp.ledger.forward for g in r.gradients()),
+            on_stage(sp.ledger.recomputed))
 
 
 def bubble(layout: Layout) -> Fraction:
