@@ -35,9 +35,11 @@ ROW = ("B", "T", "d_model")
 class Arch:
     """The symbols the spec's sizes are written in, shared by every module below."""
 
-    def __init__(self, c: ModelConfig):
+    def __init__(self, c: ModelConfig, fold: bool = True):
         self.c = c
-        self.fold = c.num_heads * c.d_k == c.d_model  # h·d_k is written d_model
+        # h·d_k is written d_model (fold=False keeps the heads dimension visible: tensor
+        # parallelism splits exactly the tensors that have one)
+        self.fold = fold and c.num_heads * c.d_k == c.d_model
         self.gqa = c.kv_heads != c.num_heads
 
     def width(self, kv: bool = False) -> tuple[str, ...]:
@@ -597,11 +599,13 @@ def _symbol(kind, kinds) -> str:
     return "L_" + "_".join(parts)
 
 
-def walk(c: ModelConfig, autocast: str | None = None, recompute: str = "none") -> Trace:
+def walk(c: ModelConfig, autocast: str | None = None, recompute: str = "none",
+         fold: bool = True) -> Trace:
     """Build (declare) the model, then run one training step's forward and loss: in float32,
     or under torch.autocast(autocast, dtype=torch.bfloat16); with activation recomputation
-    "none", "full" (checkpoint each block) or "selective" (checkpoint the attention core)."""
-    t, a = Trace(autocast), Arch(c)
+    "none", "full" (checkpoint each block) or "selective" (checkpoint the attention core);
+    fold=False writes widths h·d_k even where that is d_model."""
+    t, a = Trace(autocast), Arch(c, fold)
     # __init__, in model/transformer.py's registration order
     with t.scope("token_embeddings"):
         tok = t.param("weight", ("V", "d_model"), R.EMBEDDING, lookup=True)

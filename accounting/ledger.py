@@ -194,8 +194,20 @@ def _activations(t, fold: bool) -> tuple[R.Activation, ...]:
 def ledger(config: ModelConfig, autocast: str | None = None, recompute: str = "none") -> Ledger:
     """The ledger of `config`: in float32 (autocast None) or under torch.autocast on the
     device named ("cpu", "cuda"), with recomputation "none", "full" or "selective"."""
-    t = builder.walk(config, autocast, recompute)
-    fold = config.num_heads * config.d_k == config.d_model
+    return _build(config, autocast, recompute,
+                  fold=config.num_heads * config.d_k == config.d_model)
+
+
+@lru_cache(maxsize=64)
+def unfolded_ledger(config: ModelConfig, autocast: str | None = None,
+                    recompute: str = "none") -> Ledger:
+    """The same facts with h·d_k never written d_model, so that every tensor and weight with
+    a heads dimension shows it (the parallel planner splits exactly those over TP ranks)."""
+    return _build(config, autocast, recompute, fold=False)
+
+
+def _build(config: ModelConfig, autocast: str | None, recompute: str, fold: bool) -> Ledger:
+    t = builder.walk(config, autocast, recompute, fold)
     acts = _activations(t, fold)
     inputs = [a for a in acts if a.block_input]
     if len(inputs) != len(t.groups) or not all(a.per_layer for a in inputs):

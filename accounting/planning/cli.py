@@ -19,6 +19,7 @@ from accounting.args import (
 )
 from accounting.planning import export, views
 from accounting.planning.gpus import GPUS
+from accounting.planning.parallel import cli as parallel_cli
 from accounting.planning.memory import (
     FP32,
     MODEL,
@@ -60,15 +61,17 @@ def parser() -> Parser:
     w = p.add_argument_group("workload")
     w.add_argument("--ctx", type=positive_int("--ctx"), metavar="T",
                    help="tokens per sequence (default: the config's context_length)")
-    w.add_argument("--batch", type=positive_int("--batch"), default=1, metavar="B",
-                   help="sequences per step (default 1); the largest batch that fits is "
-                        "reported whenever a GPU memory is known")
+    w.add_argument("--batch", type=positive_int("--batch"), metavar="B",
+                   help="sequences per step (default 1; with --gpus the global batch, default "
+                        "dp·micro-batch·pp); the largest batch that fits is reported whenever a "
+                        "GPU memory is known")
     w.add_argument("--precision", choices=tuple(PRECISIONS), default=FP32,
                    help="fp32 (default; the course's assumption) or bf16-mixed (fp32 master "
                         "weights and AdamW state, bf16 working weights and activations)")
     w.add_argument("--recompute", choices=tuple(RECOMPUTE), default=NO_RECOMPUTE,
-                   help="none (default) or full activation recomputation (keep each block's "
-                        "input; one more forward pass of the blocks)")
+                   help="none (default), selective (recompute the attention core, Korthikanti "
+                        "et al. 2022) or full activation recomputation (keep each block's input; "
+                        "one more forward pass of the blocks)")
     w.add_argument("--scope", choices=tuple(SCOPES), default=MODEL,
                    help="which activations count: model (default; what autograd saves in "
                         "model.TransformerLM) or course (the list of CS336 a1 adamwAccounting)")
@@ -93,6 +96,7 @@ def parser() -> Parser:
     i = p.add_argument_group("inference")
     i.add_argument("--position", type=positive_int("--position"), metavar="t",
                    help="decode the token at position t (it attends to t keys; default T)")
+    parallel_cli.add_args(p)
     add_output_args(p)
     return p
 
@@ -104,7 +108,10 @@ def main(argv: list[str]) -> int:
         emit(render.text([presets_table()]), ns.output)
         return 0
     config = config_from_args(ns)
-    result = plan(config, ns.ctx, ns.batch, precision=ns.precision, scope=ns.scope,
+    if ns.gpus is not None:
+        return parallel_cli.run(ns, config)
+    parallel_cli.check_single(ns)
+    result = plan(config, ns.ctx, ns.batch or 1, precision=ns.precision, scope=ns.scope,
                   recompute=ns.recompute, gpu=ns.gpu, memory_bytes=ns.gpu_mem,
                   peak_tflops=ns.gpu_flops, bandwidth_tbs=ns.gpu_bw, mfu=ns.mfu,
                   margin=ns.margin, steps=ns.steps, tokens=ns.tokens, position=ns.position)

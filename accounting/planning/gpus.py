@@ -102,3 +102,77 @@ class Hardware:
 
 def _num(x: Fraction) -> str:
     return str(x.numerator) if x.denominator == 1 else str(float(x))
+
+
+# ---- interconnect (the multi-GPU planner: accounting/planning/parallel) -----------------
+# Per GPU and per direction, in bytes/s (the datasheets quote NVLink bidirectional: half of
+# it flows each way). Nodes of 8 GPUs (DGX/HGX baseboards), one network adapter per GPU.
+# Sources:
+#   NVLink, A100: 12 third-generation links, 600 GB/s total per GPU
+#     (https://www.nvidia.com/en-us/data-center/nvlink/; A100 datasheet above: "NVLink 600GB/s").
+#   NVLink, H100 and H200 SXM: 18 fourth-generation links, 900 GB/s bidirectional per GPU
+#     (https://www.nvidia.com/en-us/data-center/technologies/hopper-architecture/; H100 and
+#     H200 datasheets above: "NVLink: 900GB/s").
+#   InfiniBand, DGX A100: eight single-port ConnectX-6 HDR 200 Gb/s adapters for the compute
+#     fabric, one per GPU (NVIDIA DGX SuperPOD reference architecture RA-09950-001, DGX A100
+#     system): 25 GB/s per GPU per direction.
+#   InfiniBand, DGX H100 and H200: "four OSFP ports serving eight single-port NVIDIA
+#     ConnectX-7 VPI, up to 400 Gb/s InfiniBand/Ethernet" (https://docs.nvidia.com/dgx-basepod/
+#     reference-architecture-infrastructure-foundation-enterprise-ai/latest/core-components.html):
+#     50 GB/s per GPU per direction.
+# These are link peaks; NCCL reaches a share of them (its "bus bandwidth"): scale them with
+# --nvlink-gbs / --network-gbs, as --mfu scales the FLOP/s peak.
+GBps = 10**9
+
+
+@dataclass(frozen=True)
+class Interconnect:
+    name: str
+    nvlink: Fraction  # bytes/s per GPU per direction, inside a node
+    network: Fraction  # bytes/s per GPU per direction, between nodes
+    gpus_per_node: int
+    source: str
+
+
+INTERCONNECTS: dict[str, Interconnect] = {
+    "A100-40GB": Interconnect("DGX A100", Fraction(300 * GBps), Fraction(25 * GBps), 8,
+                              "NVLink 3: 600 GB/s bidirectional per GPU; 8 × HDR InfiniBand "
+                              "200 Gb/s per node (one per GPU)"),
+    "A100-80GB": Interconnect("DGX A100", Fraction(300 * GBps), Fraction(25 * GBps), 8,
+                              "NVLink 3: 600 GB/s bidirectional per GPU; 8 × HDR InfiniBand "
+                              "200 Gb/s per node (one per GPU)"),
+    "H100-SXM": Interconnect("DGX H100", Fraction(450 * GBps), Fraction(50 * GBps), 8,
+                             "NVLink 4: 900 GB/s bidirectional per GPU; 8 × ConnectX-7 "
+                             "400 Gb/s InfiniBand per node (one per GPU)"),
+    "H200": Interconnect("DGX H200", Fraction(450 * GBps), Fraction(50 * GBps), 8,
+                         "NVLink 4: 900 GB/s bidirectional per GPU; 8 × ConnectX-7 400 Gb/s "
+                         "InfiniBand per node (one per GPU)"),
+}
+
+
+def interconnect(gpu_name: str | None, nvlink_gbs=None, network_gbs=None,
+                 gpus_per_node: int | None = None) -> Interconnect | None:
+    """The table's interconnect for a GPU, with any figure overridden; None when nothing is
+    known (a custom GPU without --nvlink-gbs and --network-gbs)."""
+    base = INTERCONNECTS.get(get_gpu(gpu_name).name) if gpu_name else None
+    if base is None and (nvlink_gbs is None or network_gbs is None):
+        return None
+    figures = {}
+    for flag, value, default in (("--nvlink-gbs", nvlink_gbs, base and base.nvlink),
+                                 ("--network-gbs", network_gbs, base and base.network)):
+        if value is None:
+            figures[flag] = default
+            continue
+        try:
+            x = Fraction(str(value).strip())
+        except (ValueError, ZeroDivisionError):
+            raise UsageError(f"{flag} must be a number of GB/s, got {value!r}") from None
+        if x <= 0:
+            raise UsageError(f"{flag} must be positive, got {value}")
+        figures[flag] = x * GBps
+    nodes = gpus_per_node or (base.gpus_per_node if base else 8)
+    changed = base is None or any(v is not None for v in (nvlink_gbs, network_gbs, gpus_per_node))
+    return Interconnect(("custom" if base is None else base.name + (" (modified)" if changed else "")),
+                        figures["--nvlink-gbs"], figures["--network-gbs"], nodes,
+                        "user-given" if base is None else base.source
+                        + ("; figures overridden" if changed else ""))

@@ -1,0 +1,143 @@
+"""The plan of one rank beside what torch.distributed did on it: one row per quantity.
+
+Pure Python (the measurement arrives as a dict), so the comparison can run in the process
+that launched the measuring ones.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from accounting.config import ModelConfig, get_preset
+from accounting.planning.memory import get_precision
+from accounting.planning.parallel import comms as C
+from accounting.planning.parallel import activations as A
+from accounting.planning.parallel.layout import Layout
+from accounting.planning.parallel.shards import BLOCK, split
+from accounting.planning.parallel.plan import StagePlan, parallel_plan
+
+GROUPS = {C.TENSOR: "tp", C.DATA: "dp", C.PIPELINE: "pp"}
+
+
+@dataclass(frozen=True)
+class Row:
+    what: str
+    planned: int
+    measured: int
+    why: str = ""  # where plan and engine differ by design, the reason (then they must match
+    #                after it is accounted: `planned` already includes it)
+
+    @property
+    def agrees(self) -> bool:
+        return self.planned == self.measured
+
+
+def config_of(model: dict) -> ModelConfig:
+    """{"preset": name, **overrides} (e.g. fewer layers of a real shape) or all the fields."""
+    if "preset" in model:
+        rest = {k: v for k, v in model.items() if k != "preset"}
+        return get_preset(model["preset"]).with_overrides(**rest)
+    return ModelConfig(**model)
+
+
+def layout_of(case: dict) -> Layout:
+    return Layout(case["world"], case["tp"], case["pp"], case["dp"], 1, case["sp"], case["zero"],
+                  case["micro_batch"], case["micro_batch"] * case["micro_batches"] * case["dp"])
+
+
+def plan_for(case: dict, stage: int = 0) -> StagePlan:
+    """The plan of the measured rank: TP fastest in the rank order, then data parallel."""
+    lo = layout_of(case)
+    rank = case["rank"]
+    tp_rank = rank % case["tp"]
+    dp_rank = (rank // case["tp"]) % case["dp"]
+    p = parallel_plan(config_of(case["model"]), lo, case["seq"], precision=get_precision("fp32"),
+                      stages=[stage], tp_rank=tp_rank, dp_rank=dp_rank)
+    return p.stages[0]
+
+
+def activation_rows(case: dict) -> list[A.Row]:
+    """The saved tensors of the measured rank (fp32, no recomputation)."""
+    return A.rows(split(config_of(case["model"])), layout_of(case), case["seq"],
+                  tp_rank=case["rank"] % case["tp"])
+
+
+def compare(measured: dict) -> list[Row]:
+    case = measured["case"]
+    if case["pp"] > 1:
+        return compare_pipeline(measured)
+    s = plan_for(case)
+    st, m = s.states, measured["state"]
+    items = {i.name: i.bytes.at(case["micro_batch"]) for i in s.items}
+    rows = [Row("parameter elements", st.params_unpadded, m["param_numel"]),
+            Row("parameter bytes (storage)", st.params * 4, m["param_bytes"],
+                "FSDP2 pads each shard to ⌈rows/d⌉ rows" if case["zero"] >= 2 and case["dp"] > 1 else "")]
+    whole = items.get("embedding gradient computed whole (torch DTensor)", 0)
+    fsdp = case["zero"] >= 2 and case["dp"] > 1
+    # the whole gradient stays as .grad unless FSDP2 takes it, or the tied LM head's sharded
+    # gradient is there first (accumulating into it keeps the LM head's placement)
+    tied = bool(config_of(case["model"]).tie_embeddings)
+    kept = 0 if fsdp or tied else whole
+    rows.append(Row("gradient bytes (storage)", st.grads * 4 + kept, m["grad_bytes"],
+                    "DTensor computes the vocab-parallel embedding's gradient whole (V × d_model) "
+                    "and keeps it as .grad" if kept else
+                    "FSDP2 reduce-scatters into one padded buffer per unit" if fsdp else
+                    "tied: the embedding's whole gradient is added into the LM head's sharded one"
+                    if whole else ""))
+    rows.append(Row("AdamW m and v elements", 2 * st.moments, m["moment_numel"]))
+    rows.append(Row("AdamW step counters", st.owned_tensors, m["step_counters"]))
+    if measured.get("block_saved_bytes") is not None:
+        per_layer = sum(r.bytes.at(case["micro_batch"]) for r in activation_rows(case)
+                        if r.place == BLOCK and r.record.saved)
+        rows.append(Row("activation bytes the blocks save (saved_tensors_hooks)",
+                        s.layers * per_layer, measured["block_saved_bytes"]))
+    mb = case["micro_batches"]
+    rows.append(Row("matmul FLOPs, forward (FlopCounterMode)", mb * s.flops.forward,
+                    measured["flops"]["forward"]))
+    rows.append(Row("matmul FLOPs, backward (FlopCounterMode)", mb * s.flops.backward,
+                    measured["flops"]["backward"]))
+    planned = Counter()
+    calls = Counter()
+    for c in s.collectives:
+        key = (GROUPS[c.group], c.op, c.phase)
+        planned[key] += c.bytes
+        calls[key] += c.calls
+    got = {(c["group"], c["op"], c["phase"]): c for c in measured["collectives"]}
+    for key in sorted(set(planned) | set(got)):
+        g = got.get(key, {"calls": 0, "bytes": 0})
+        name = f"{key[0]} {key[1]} ({key[2]})"
+        rows.append(Row(f"{name}: calls", calls[key], g["calls"]))
+        rows.append(Row(f"{name}: bytes", planned[key], g["bytes"]))
+    hook = sum(c["calls"] for c in measured["collectives"])
+    cdm = sum(measured["comm_debug_counts"].values())
+    rows.append(Row("collective calls: the hook's vs CommDebugMode's", hook, cdm))
+    rows.append(Row("collectives the hook did not recognize", 0, sum(measured["unrecognized"].values())))
+    return rows
+
+
+def compare_pipeline(measured: dict) -> list[Row]:
+    """A pipeline stage (rank = stage): its tensors, its matmul FLOPs over the step, and its
+    point-to-point messages (1F1B interleaves forward and backward, so both are summed)."""
+    case = measured["case"]
+    s = plan_for(case, stage=case["rank"])
+    st, m = s.states, measured["state"]
+    rows = [Row("parameter elements", st.params_unpadded, m["param_numel"]),
+            Row("parameter bytes", st.params * 4, m["param_bytes"]),
+            Row("gradient bytes", st.grads * 4, m["grad_bytes"]),
+            Row("AdamW m and v elements", 2 * st.moments, m["moment_numel"]),
+            Row("AdamW step counters", st.owned_tensors, m["step_counters"]),
+            Row("matmul FLOPs, forward and backward (FlopCounterMode)",
+                case["micro_batches"] * (s.flops.forward + s.flops.backward),
+                measured["flops"]["forward and backward"])]
+    for op in (C.SEND, C.RECV):
+        plan = [c for c in s.collectives if c.op == op]
+        got = [c for c in measured["collectives"] if c["op"] == op and c["phase"] == "step"]
+        rows.append(Row(f"pp {op}: calls", sum(c.calls for c in plan), sum(c["calls"] for c in got)))
+        rows.append(Row(f"pp {op}: bytes", sum(c.bytes for c in plan), sum(c["bytes"] for c in got)))
+    rows.append(Row("micro-batches in flight at most (forward done, backward not yet)",
+                    s.activations.in_flight, measured["in_flight_peak"]))
+    rows.append(Row("micro-batches in flight after the step", 0, measured["in_flight_end"]))
+    other = [c for c in measured["collectives"] if c["op"] not in (C.SEND, C.RECV)]
+    rows.append(Row("other collectives", 0, sum(c["calls"] for c in other)))
+    rows.append(Row("collectives the hook did not recognize", 0, sum(measured["unrecognized"].values())))
+    return rows

@@ -1,0 +1,99 @@
+"""One rank of a large group on PyTorch's fake process-group backend: nothing is
+communicated and, with FakeTensorMode, nothing is allocated, so a real preset runs at 8 to
+64 ranks in a few seconds on a CPU. The model is built on the meta device, sharded (TP with
+DTensor, then FSDP2), and materialized as fake tensors.
+
+    python -m accounting.distcheck.fake '<Case as JSON>' ...   # prints one JSON per case
+
+Each case runs in its own forked process: DTensor caches sharding decisions per process
+(the local shapes of a rank), so a second rank in the same process would reuse the first
+one's (measured: a view of an unevenly split LM head then fails on the later rank).
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+import torch
+import torch.distributed as dist
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.distributed.device_mesh import init_device_mesh
+from torch.testing._internal.distributed.fake_pg import FakeStore
+
+from accounting.distcheck.measure import Case, run_step, state_bytes
+from accounting.distcheck.parallelize import fully_shard_model, tensor_parallel
+
+
+def mesh_for(case: Case):
+    if case.tp > 1 and case.dp > 1:
+        return init_device_mesh("cpu", (case.dp, case.tp), mesh_dim_names=("dp", "tp"))
+    return init_device_mesh("cpu", (case.world,), mesh_dim_names=("tp" if case.tp > 1 else "dp",))
+
+
+def run_case(case: Case) -> dict:
+    from model import TransformerLM
+    if case.pp != 1 or (case.dp > 1 and case.zero < 2):
+        raise ValueError("the fake backend runs FSDP2 and TP (DDP needs real tensors)")
+    dist.init_process_group("fake", store=FakeStore(), rank=case.rank, world_size=case.world)
+    try:
+        mesh = mesh_for(case)
+        names = mesh.mesh_dim_names
+        groups = {mesh[n].get_group().group_name if len(names) > 1 else mesh.get_group().group_name: n
+                  for n in names}
+        config = case.config()
+        with torch.device("meta"):
+            lm = TransformerLM.from_config(config, context_length=max(case.seq, config.context_length)
+                                           if config.positions == "rope" else None)
+        if case.tp > 1:
+            tensor_parallel(lm, mesh["tp"] if len(names) > 1 else mesh, case.sp)
+        if case.dp > 1:
+            fully_shard_model(lm, mesh["dp"] if len(names) > 1 else mesh, case.zero)
+        with FakeTensorMode(allow_non_fake_inputs=True):
+            lm.to_empty(device="cpu")
+            opt = torch.optim.AdamW(lm.parameters())
+            ids = torch.zeros(case.micro_batch, case.seq, dtype=torch.long)
+            out = run_step(lm, opt, lambda i: (ids, ids), case.micro_batches, blocks=lm.layers)
+            out["state"] = state_bytes(lm, opt)
+        for c in out["collectives"]:
+            c["group"] = groups.get(c["group"], c["group"])
+        out["case"] = case.to_json()
+        return out
+    finally:
+        dist.destroy_process_group()
+
+
+def _child(case: Case, conn) -> None:
+    try:
+        conn.send(json.dumps(run_case(case)))
+    except BaseException as e:  # the parent reports it
+        conn.send(json.dumps({"error": f"{type(e).__name__}: {e}"}))
+    finally:
+        conn.close()
+
+
+def run_cases(cases: list[Case]) -> list[dict]:
+    """Each case in a fresh forked process (one process group, one rank, clean caches)."""
+    import multiprocessing as mp
+    ctx = mp.get_context("fork")
+    out = []
+    for case in cases:
+        parent, child = ctx.Pipe(duplex=False)
+        p = ctx.Process(target=_child, args=(case, child))
+        p.start()
+        child.close()
+        result = json.loads(parent.recv())
+        p.join()
+        if "error" in result:
+            raise RuntimeError(f"{case.label or case}: {result['error']}")
+        out.append(result)
+    return out
+
+
+def main(argv: list[str]) -> int:
+    for result in run_cases([Case(**json.loads(text)) for text in argv]):
+        print(json.dumps(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

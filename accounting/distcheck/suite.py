@@ -1,0 +1,37 @@
+"""The standard checks: which layouts run on torch.distributed here, on which engine.
+
+Fake backend (one rank of 8 to 64; FakeTensorMode: nothing allocated): FSDP2 and DTensor
+TP/SP on real presets (some with fewer layers of the same shape, to keep CI fast). gloo (4
+real CPU processes, a tiny model): DDP, ZeroRedundancyOptimizer, FSDP2 × TP + SP on a 2 × 2
+mesh, and a 4-stage 1F1B pipeline.
+
+Formula only (no engine runs it here): TP or PP combined with DDP or ZeRO-1, pipeline
+parallelism combined with TP or FSDP, bf16 mixed precision, expert parallelism.
+"""
+from __future__ import annotations
+
+from accounting.distcheck.measure import Case
+
+FAKE = (
+    Case({"preset": "openai-community/gpt2"}, 8, dp=8, zero=3, seq=32, micro_batches=1, rank=7,
+         label="GPT-2 (tied, learned positions, biases) FSDP2 ZeRO-3, 8 ranks, last rank"),
+    Case({"preset": "openai-community/gpt2", "num_layers": 2}, 8, dp=2, tp=4, sp=True, zero=2,
+         seq=32, rank=5, label="GPT-2 shape, 2 layers: FSDP2 ZeRO-2 × TP 4 + SP, 8 ranks"),
+    Case({"preset": "meta-llama/Llama-3.2-1B"}, 64, dp=8, tp=8, sp=True, zero=3, seq=32,
+         micro_batches=1, rank=9, label="Llama 3.2 1B: FSDP2 ZeRO-3 × TP 8 + SP, 64 ranks"),
+    Case({"preset": "gpt2-small", "num_layers": 2}, 12, tp=12, seq=32, rank=11,
+         label="CS336 GPT-2 small shape, 2 layers: TP 12 (untied head), 12 ranks, last rank "
+               "(the short end of the uneven vocabulary split)"),
+    Case({"preset": "meta-llama/Llama-3.1-8B", "num_layers": 2}, 48, dp=48, zero=2, seq=32,
+         rank=47, label="Llama 3.1 8B shape, 2 layers: FSDP2 ZeRO-2, 48 ranks, last rank"),
+)
+
+TINY = {"vocab_size": 1002, "context_length": 16, "num_layers": 4, "d_model": 32,
+        "num_heads": 4, "d_ff": 96, "num_kv_heads": 2, "name": "tiny"}
+GLOO = (
+    Case(TINY, 4, dp=4, zero=0, label="DDP, 4 processes"),
+    Case(TINY, 4, dp=4, zero=1, label="ZeroRedundancyOptimizer over DDP, 4 processes"),
+    Case(TINY, 4, dp=2, tp=2, sp=True, zero=3, label="FSDP2 ZeRO-3 × TP 2 + SP, 4 processes"),
+    Case(TINY, 4, pp=4, micro_batches=8, label="1F1B pipeline of 4 stages, 8 micro-batches, "
+                                               "4 processes"),
+)

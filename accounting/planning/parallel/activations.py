@@ -1,0 +1,119 @@
+"""Activation memory per GPU: the ledger's saved tensors, split by tensor and sequence
+parallelism, times the micro-batches a 1F1B pipeline stage holds.
+
+Each record of the (unfolded) ledger is split as shards.py reads it off its shape:
+heads, d_ff or V over the TP ranks; the sequence-parallel region along T with --sp; the
+inputs of the column-parallel matmuls (the norms' outputs, which Q/K/V, W1 and the LM head
+read) replicated even with --sp, because torch saves the tensor the all-gather produced
+(Megatron-LM instead saves its shard and gathers it again in the backward pass,
+Korthikanti et al. 2022 §4.2.2; `megatron_sp=True` counts that). Everything is a linear
+function of the micro-batch size b: bytes = a·b + c.
+
+Recomputation and dtypes are the ledger's: it is built under the precision's autocast and
+the recomputation (full: each block checkpointed; selective: each attention core), so its
+saved tensors are what each block keeps, autocast's bf16 copies of the weights included.
+
+In flight: 1F1B (Narayanan et al. 2021, §2.2) runs at most p − s micro-batches forward
+on stage s (0-based) before their backward passes start, so the first stage holds
+min(m, p) micro-batches' activations and the last stage one (measured under torch's
+Schedule1F1B by accounting/distcheck).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from accounting import records as R
+from accounting.planning.parallel.layout import NO_RECOMPUTE, Layout
+from accounting.planning.parallel.shards import (BLOCK, FIRST, GATHERED, LAST, SEQUENCE,
+                                                 TP_SPLIT, Split)
+
+
+@dataclass(frozen=True)
+class Linear:
+    """a·b + c bytes."""
+    a: int = 0
+    c: int = 0
+
+    def __add__(self, o: "Linear") -> "Linear":
+        return Linear(self.a + o.a, self.c + o.c)
+
+    def times(self, k: int) -> "Linear":
+        return Linear(self.a * k, self.c * k)
+
+    def at(self, b: int) -> int:
+        return self.a * b + self.c
+
+
+@dataclass(frozen=True)
+class Row:
+    record: R.Activation
+    kind: str
+    place: str
+    bytes: Linear  # one instance (one block, or once), one micro-batch of b
+
+
+def rows(sp: Split, layout: Layout, seq: int, megatron_sp: bool = False,
+         tp_rank: int = 0) -> list[Row]:
+    return list(_rows(sp, layout.tp, layout.sp, seq, megatron_sp, tp_rank))
+
+
+@lru_cache(maxsize=4096)
+def _rows(sp: Split, tp_degree: int, sequence_parallel: bool, seq: int, megatron_sp: bool,
+          tp_rank: int) -> tuple[Row, ...]:
+    """Every tensor autograd saves in the run `sp` was built for (its autocast dtypes, its
+    recomputation), with its bytes on TP rank `tp_rank` for one micro-batch of b sequences.
+    accounting/distcheck checks the blocks' part on torch, rank by rank."""
+    full = sp.values(seq, 1)
+    tp = sp.tp_values(full, tp_degree, tp_rank)
+    seq_split = dict(full, T=seq // tp_degree) if sequence_parallel else full
+    out = []
+    for a in sp.ledger.activations:
+        if not a.saved:
+            continue
+        kind = sp.activation_kind(a)
+        v = (tp if kind == TP_SPLIT
+             else seq_split if kind == SEQUENCE or (kind == GATHERED and megatron_sp) else full)
+        with_b = a.elements.evaluate(v) * a.bytes_per_element
+        without_b = a.elements.evaluate(dict(v, B=0)) * a.bytes_per_element
+        out.append(Row(a, kind, sp.place(a), Linear(with_b - without_b, without_b)))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class StageActivations:
+    """Activation bytes on one pipeline stage as a·b + c, with the parts that make it."""
+    stage: int
+    in_flight: int  # micro-batches held
+    layers: int
+    per_micro_batch: Linear  # one micro-batch's kept activations on this stage
+    weight_copies: Linear  # of which autocast's bf16 copies of the weights (no b term)
+    recomputed_block: Linear  # with recomputation: one block's recomputed part, while it runs
+    total: Linear
+
+
+def stage_activations(kept: list[Row], without_recompute: list[Row], layout: Layout,
+                      stage: int, layers: int) -> StageActivations:
+    """Stage `stage` (0-based) of `layers` blocks under 1F1B: k = min(m, p − s) micro-batches
+    of what the ledger keeps (the blocks', and the embedding's on the first stage, the head's
+    and the loss's on the last), and, with recomputation, what one block saves beyond that
+    while its backward pass runs (the ledger without recomputation, less the one with)."""
+    p = layout.pp
+    in_flight = min(layout.micro_batches, p - stage)
+    places = {BLOCK} | ({FIRST} if stage == 0 else set()) | ({LAST} if stage == p - 1 else set())
+
+    def total(rs, where=places, copies=None) -> Linear:
+        return sum(((r.bytes.times(layers) if r.place == BLOCK else r.bytes) for r in rs
+                    if r.place in where and (copies is None or r.record.weight_copy == copies)),
+                   Linear())
+    per_mb = total(kept)
+    recomputed = Linear()
+    if layout.recompute != NO_RECOMPUTE:
+        one = Linear()
+        for r in without_recompute:
+            one = one + r.bytes if r.place == BLOCK else one
+        for r in kept:
+            one = one + r.bytes.times(-1) if r.place == BLOCK else one
+        recomputed = one
+    return StageActivations(stage, in_flight, layers, per_mb, total(kept, copies=True),
+                            recomputed, per_mb.times(in_flight) + recomputed)

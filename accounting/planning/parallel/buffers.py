@@ -1,0 +1,76 @@
+"""Memory the engines allocate beyond parameters, gradients, AdamW state and activations:
+DDP's gradient buckets, FSDP2's gathered units and unsharded gradients, DTensor's whole
+embedding gradient under tensor parallelism, torch pipelining's receive buffers, and the
+RoPE tables every block holds. Formula only: the torch.distributed checks compare the
+persistent states, not allocations.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import prod
+
+from accounting.planning.memory import Precision
+from accounting.planning.parallel.activations import Linear
+from accounting.planning.parallel.layout import Layout
+from accounting.planning.parallel.shards import FIRST, Split
+from accounting.planning.parallel.states import States
+from accounting.symbols import product
+
+
+@dataclass(frozen=True)
+class Item:
+    name: str
+    formula: str
+    bytes: Linear  # a·b + c in the micro-batch size b
+    on_gpu: bool = True
+    note: str = ""
+    activations: bool = False  # the in-flight activations (their count depends on m)
+
+
+def buffers_per_layer(sp: Split, values: dict[str, int]) -> int:
+    """Bytes of one block's buffers (each block builds its own RoPE tables)."""
+    return sum(b.bytes_per_element * product(b.shape, values)
+               for b in sp.ledger.buffers if b.per_layer)
+
+
+def engine_buffers(sp: Split, layout: Layout, p: Precision, st: States, stage: int,
+                   values: dict[str, int], seq: int, tp_rank: int = 0) -> list[Item]:
+    """What the engines allocate besides the model states and activations (formula only)."""
+    out = []
+    z, d = layout.sharding, layout.dp
+    if d > 1 and z <= 1:
+        out.append(Item("DDP gradient buckets", f"{p.grad_bytes}·N_stage",
+                        Linear(0, st.stage_numel * p.grad_bytes),
+                        note="a flat copy of the gradients (gradient_as_bucket_view=False, "
+                             "the default)"))
+    if d > 1 and z >= 2:
+        gathered = p.master_bytes  # no MixedPrecisionPolicy: autocast makes the bf16 copies
+        blocks = [u.unsharded_padded(d) for u in st.units if not u.root]
+        root = sum(u.unsharded_padded(d) for u in st.units if u.root)
+        held = sum(blocks) if z == 2 else sum(sorted(blocks)[-2:])
+        out.append(Item("FSDP2 gathered parameters" + (" (every unit, forward to backward)"
+                                                       if z == 2 else " (root + 2 blocks)"),
+                        f"{gathered}·d·Σ⌈rows/d⌉·cols", Linear(0, (root + held) * gathered),
+                        note="the root unit stays gathered through each pass; at stage 3 one "
+                             "block is gathered while the next is prefetched"))
+        out.append(Item("FSDP2 unsharded gradients before reduce-scatter (root + 1 block)",
+                        f"{p.grad_bytes}·d·Σ⌈rows/d⌉·cols",
+                        Linear(0, (root + max(blocks, default=0)) * p.grad_bytes)))
+    if layout.tp > 1 and stage == 0:
+        table = next(t for t in sp.tensors if t.place == FIRST and t.dims[0] == ("V",))
+        whole = prod(table.sizes(values, 1))
+        local = prod(table.sizes(values, layout.tp, tp_rank))
+        out.append(Item("embedding gradient computed whole (torch DTensor)",
+                        f"{p.grad_bytes}·(V − ⌈V/tp⌉)·d_model", Linear(0, (whole - local) * p.grad_bytes),
+                        note="aten.embedding_dense_backward has no vocabulary-sharded strategy "
+                             "in torch 2.13: each TP rank computes the V×d_model gradient, then "
+                             "keeps its rows"))
+    if layout.pp > 1:
+        size = 2 if p.autocast else 4  # plan.activation_bytes
+        x = layout.micro_batch * seq // (layout.tp if layout.sp else 1) * sp.config.d_model * size
+        k = (stage > 0) + (stage < layout.pp - 1)
+        out.append(Item("pipelining receive buffers", f"{k}·m·b·T·d_model·{size}",
+                        Linear(0, k * layout.micro_batches * x),
+                        note="torch PipelineStage allocates one per micro-batch for activations "
+                             "(not on the first stage) and gradients (not on the last)"))
+    return out

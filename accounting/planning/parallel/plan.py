@@ -1,0 +1,234 @@
+"""One call for a multi-GPU plan: per-GPU memory, FLOPs, communication and step time of a
+layout. Returns data; views.py renders it.
+
+Stages shown: the first, the second (the most loaded of the middle stages: it holds
+p − 1 micro-batches and receives from both sides) and the last; every other stage holds
+no more memory and no more work than one of these.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+from math import prod
+
+from accounting.analysis import check_workload
+from accounting.config import ModelConfig
+from accounting.errors import UsageError
+from accounting.planning.compute import check_mfu, exact
+from accounting.planning.fit import Budget
+from accounting.planning.gpus import Hardware, Interconnect
+from accounting.planning.memory import STEP_BYTES, Precision
+from accounting.planning.parallel import activations as A
+from accounting.planning.parallel import comms as C
+from accounting.planning.parallel.buffers import Item, buffers_per_layer, engine_buffers
+from accounting.planning.parallel.layout import Layout, check_layout
+from accounting.planning.parallel.shards import FIRST, Split, split
+from accounting.planning.parallel.states import States, stage_tensors, states, zero1_worst_rank
+from accounting.planning.parallel.step import StageFlops, StepTime, bubble, stage_flops, step_time
+
+# What the torch.distributed checks (accounting/distcheck, tests/test_distributed.py) verify,
+# and what stays a formula here.
+CHECKED = ("parameter, gradient and AdamW-state bytes per rank (FSDP2 and TP/SP on the fake "
+           "backend at 8 to 64 ranks; DDP, ZeroRedundancyOptimizer, FSDP2 × TP/SP and a 1F1B "
+           "pipeline on a gloo group of CPU processes)",
+           "the activation bytes each rank's blocks save, TP/SP splits included "
+           "(saved_tensors_hooks), and the micro-batches a 1F1B stage holds (Schedule1F1B)",
+           "matmul FLOPs per rank (FlopCounterMode on the rank's local tensors)",
+           "collectives per step, calls and bytes, by kind (a dispatch hook beside CommDebugMode)")
+FORMULA_ONLY = ("recomputation",
+                "communication buffers (DDP buckets, FSDP2's gathered units, pipelining receive "
+                "buffers)", "bf16 mixed precision", "TP or PP combined with DDP or ZeRO-1, and "
+                "PP combined with TP or FSDP", "the tied embedding's gradient all-reduce across "
+                "pipeline stages (Megatron-LM)", "step time")
+
+
+@dataclass(frozen=True)
+class StagePlan:
+    stage: int
+    layers: int
+    states: States
+    items: tuple[Item, ...]
+    activations: A.StageActivations
+    flops: StageFlops
+    collectives: tuple[C.Collective, ...]
+
+    def memory(self, b: int) -> int:
+        """Bytes on the GPU at the layout's micro-batch b."""
+        return sum(i.bytes.at(b) for i in self.items if i.on_gpu)
+
+    def memory_at(self, b: int, per_rank: int, pp: int) -> int:
+        """Bytes at another micro-batch b of the same per-rank batch (m = per_rank / b
+        micro-batches, min(m, p − s) of them in flight)."""
+        fixed = sum(i.bytes.at(b) for i in self.items if i.on_gpu and not i.activations)
+        a = self.activations
+        return fixed + min(per_rank // b, pp - self.stage) * a.per_micro_batch.at(b) \
+            + a.recomputed_block.at(b)  # the weight copies are in per_micro_batch
+
+
+@dataclass(frozen=True)
+class Fit:
+    budget: Budget
+    largest: int  # the largest micro-batch (dividing the per-rank batch) that fits; 0: none
+    shortfall: int  # bytes missing at the chosen micro-batch (0 if it fits)
+    headroom: int  # bytes left at the chosen micro-batch (0 if it does not fit)
+
+
+@dataclass(frozen=True)
+class ParallelPlan:
+    config: ModelConfig
+    layout: Layout
+    seq: int
+    precision: Precision
+    hardware: Hardware | None
+    net: Interconnect | None
+    mfu: Fraction
+    stages: tuple[StagePlan, ...]
+    fit: Fit | None
+    time: StepTime | None
+    tokens: int | None = None  # to train on, for the time to train
+
+    @property
+    def worst(self) -> StagePlan:
+        b = self.layout.micro_batch
+        return max(self.stages, key=lambda s: (s.memory(b), -s.stage))
+
+    @property
+    def memory(self) -> int:
+        return self.worst.memory(self.layout.micro_batch)
+
+    @property
+    def bubble(self) -> Fraction:
+        return bubble(self.layout)
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.layout.global_batch * self.seq
+
+    @property
+    def steps(self) -> int | None:
+        return None if self.tokens is None else -(-self.tokens // self.tokens_per_step)
+
+
+def _shown(pp: int) -> list[int]:
+    return sorted({0, min(1, pp - 1), pp - 1})
+
+
+def activation_bytes(precision: Precision) -> int:
+    """Bytes per element of the activations the TP and PP collectives move: 4 in fp32; 2
+    under bf16 mixed precision (Megatron-LM's convention; under torch.autocast the residual
+    stream and the norms' outputs stay fp32, so torch sends some of them at 4 — formula
+    only, no bf16 run is checked here)."""
+    return 2 if precision.autocast else 4
+
+
+def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage: int,
+               act_rows: tuple[list[A.Row], list[A.Row]], values: dict[str, int],
+               tp_rank: int = 0, dp_rank: int | None = None) -> StagePlan:
+    """One GPU of a stage: TP rank `tp_rank`, data-parallel rank `dp_rank` (default: 0, or
+    under ZeroRedundancyOptimizer the rank with the most AdamW state)."""
+    c = sp.config
+    layers = c.num_layers // layout.pp
+    units = stage_tensors(sp, values, layout, stage, tp_rank)
+    rank = dp_rank if dp_rank is not None else (
+        zero1_worst_rank(units, layout.dp) if layout.sharding == 1 else 0)
+    st = states(units, layout, rank)
+    z, d, p = layout.sharding, layout.dp, precision
+    b_sym = "⌈rows/d⌉·cols" if z >= 2 else ""
+    fsdp_params = f"{p.master_bytes}·Σ{b_sym}" if z >= 2 else f"{p.master_bytes}·N_stage"
+    items = [Item("parameters (fp32" + (", FSDP shards)" if z >= 2 else ")"), fsdp_params,
+                  A.Linear(0, st.params * p.master_bytes))]
+    items.append(Item("gradients (fp32" + (", FSDP shards)" if z >= 2 else ")"),
+                      f"{p.grad_bytes}·Σ{b_sym}" if z >= 2 else f"{p.grad_bytes}·N_stage",
+                      A.Linear(0, st.grads * p.grad_bytes)))
+    moments = ("4·N_stage" if z == 0 else "4·(this rank's whole tensors)" if z == 1
+               else "4·Σ(this rank's rows)·cols")
+    for name in ("AdamW first moment m", "AdamW second moment v"):
+        items.append(Item(f"{name} (fp32)", moments, A.Linear(0, st.moments * p.moment_bytes)))
+    items.append(Item("AdamW step counters (fp32 scalars)", f"{STEP_BYTES}·(tensors updated)",
+                      A.Linear(0, st.owned_tensors * STEP_BYTES), on_gpu=False,
+                      note="torch keeps them on the CPU unless fused or capturable"))
+    buf = buffers_per_layer(sp, values) * layers
+    if buf:
+        items.append(Item("RoPE cos/sin tables (fp32 buffers)", "L_stage·2·T_max·(d_k/2)·4",
+                          A.Linear(0, buf)))
+    acts = A.stage_activations(*act_rows, layout, stage, layers)
+    copies = acts.weight_copies.times(acts.in_flight)
+    items.append(Item("activations of the k micro-batches in flight"
+                      + ("" if layout.recompute == "none" else " + one block's recomputed part"),
+                      "k·(a·b + c) (saved tensors, TP/SP-split)",
+                      acts.total + copies.times(-1), activations=True))
+    if copies.c:
+        items.append(Item("bf16 copies of the matmul weights (k micro-batches)",
+                          "k·2·N_matmul_stage", copies, activations=True,
+                          note="autocast casts each weight for its matmul, which saves the copy "
+                               "until its backward pass"))
+    items += engine_buffers(sp, layout, precision, st, stage, values, seq, tp_rank)
+    act_bytes = activation_bytes(p)
+    norms = [t for u in units for t in u.tensors if sp.sequence_norm(t.tensor)]
+    comms = (C.tensor_parallel(layout, layers, stage, layout.micro_batch, seq, c.d_model, act_bytes,
+                               c.positions == "learned", (len(norms), sum(t.numel for t in norms)),
+                               p.grad_bytes)
+             + C.pipeline(layout, stage, layout.micro_batch, seq // (layout.tp if layout.sp else 1),
+                          c.d_model, act_bytes)
+             + C.data_parallel(layout, st, p, buf, p.master_bytes))
+    if dict(sp.ledger.tied) and layout.pp > 1 and stage in (0, layout.pp - 1):
+        table = next(t for t in sp.tensors if t.place == FIRST and t.matmul_weight)
+        comms += C.tied_embedding(layout, prod(table.sizes(values, layout.tp)), p.grad_bytes)
+    comms += C.expert_parallel(layout, c, layers, layout.micro_batch * seq, c.d_model, act_bytes)
+    return StagePlan(stage, layers, st, tuple(items), acts,
+                     stage_flops(sp, layout, stage, layers, seq, st, tp_rank), tuple(comms))
+
+
+def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *,
+                  precision: Precision, hardware: Hardware | None = None,
+                  net: Interconnect | None = None, mfu="0.5", margin="0",
+                  tokens: int | None = None, stages: list[int] | None = None,
+                  tp_rank: int = 0, dp_rank: int | None = None) -> ParallelPlan:
+    """The plan of one GPU per stage shown (TP rank 0 — it holds the most of an uneven
+    split — and data-parallel rank 0, or the given ranks)."""
+    seq = config.context_length if seq is None else seq
+    check_workload(seq, layout.global_batch, config)
+    check_layout(config, layout, seq)
+    u = check_mfu(mfu)
+    m = exact(margin, "--margin")
+    if not 0 <= m < 1:
+        raise UsageError(f"--margin must be in [0, 1) (a share of the memory), got {margin}")
+    sp = split(config, precision.autocast, layout.recompute)
+    values = sp.values(seq, layout.micro_batch)
+    rows = (A.rows(sp, layout, seq, tp_rank=tp_rank),
+            A.rows(split(config, precision.autocast), layout, seq, tp_rank=tp_rank))
+    plans = tuple(stage_plan(sp, layout, precision, seq, s, rows, values, tp_rank, dp_rank)
+                  for s in (stages if stages is not None else _shown(layout.pp)))
+    fit = _fit(plans, layout, hardware, m)
+    time = None
+    if hardware is not None and hardware.peak_flops:
+        time = step_time(layout, [s.flops for s in plans], [list(s.collectives) for s in plans],
+                         hardware.peak_flops, u, net)
+    return ParallelPlan(config, layout, seq, precision, hardware, net, u, plans, fit, time, tokens)
+
+
+def divisors_of(n: int) -> list[int]:
+    """Every divisor of n, ascending (trial division to √n; n up to 10^12)."""
+    small, large, i = [], [], 1
+    while i * i <= n:
+        if n % i == 0:
+            small.append(i)
+            if i * i != n:
+                large.append(n // i)
+        i += 1
+    return small + large[::-1]
+
+
+def _fit(plans, layout: Layout, hardware: Hardware | None, margin: Fraction) -> Fit | None:
+    if hardware is None or not hardware.memory_bytes:
+        return None
+    budget = Budget(hardware.memory_bytes, margin)
+    per_rank = layout.global_batch // layout.dp
+    largest = 0
+    if per_rank <= 10**12:
+        for b in reversed(divisors_of(per_rank)):
+            if all(s.memory_at(b, per_rank, layout.pp) <= budget.usable for s in plans):
+                largest = b
+                break
+    need = max(s.memory(layout.micro_batch) for s in plans)
+    return Fit(budget, largest, max(0, need - budget.usable), max(0, budget.usable - need))

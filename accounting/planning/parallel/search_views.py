@@ -1,0 +1,89 @@
+"""A layout search as tables: the feasible layouts, fastest first, and the rejected ones with
+their reasons. Formatting only."""
+from __future__ import annotations
+
+from fractions import Fraction
+
+from accounting.planning.parallel.layout import ZERO_STAGES
+from accounting.planning.parallel.search import Search
+from accounting.planning.views import _dec, _seconds
+from accounting.table import Table
+from accounting.units import gigabytes, percent
+
+SHOWN = 20
+
+
+def _stage(zero: int, dp: int) -> str:
+    return "-" if dp == 1 else f"{zero} ({ZERO_STAGES[zero][1]})"
+
+
+def ranked_table(s: Search) -> Table:
+    rows = []
+    for i, p in enumerate(s.ranked[:SHOWN], 1):
+        lo, t = p.layout, p.time
+        tok = Fraction(p.tokens_per_step) / t.seconds
+        rows.append((str(i), str(lo.tp), str(lo.pp), str(lo.dp), "yes" if lo.sp else "-",
+                     _stage(lo.zero, lo.dp), str(lo.micro_batch), gigabytes(p.memory),
+                     gigabytes(p.fit.headroom), f"{p.fit.largest:,}", percent(p.bubble, 1),
+                     _seconds(t.seconds), _dec(tok, 0)))
+    first = s.ranked[0] if s.ranked else None
+    notes = []
+    if first is not None:
+        lo = first.layout
+        notes.append(f"{len(s.ranked)} feasible layouts of {s.gpus} GPUs"
+                     + (f" (the {SHOWN} fastest shown)" if len(s.ranked) > SHOWN else "")
+                     + f"; global batch {lo.global_batch:,} sequences of T = {s.seq:,}, "
+                       f"recomputation {lo.recompute}, {first.precision.name}, "
+                       f"{first.hardware.name} at MFU {float(first.mfu):g}.")
+    else:
+        notes.append(f"No layout of {s.gpus} GPUs fits; see the rejected layouts below.")
+    if not s.fixed["micro_batch"]:
+        notes.append("Micro-batch 1 everywhere: at a fixed MFU a larger micro-batch only adds "
+                     "memory and pipeline bubble (in practice it raises the utilization; compare "
+                     "with --micro-batch b). 'largest b' is the largest micro-batch that fits.")
+    notes.append("Step time: compute at the MFU, TP and pipeline communication on the critical "
+                 "path, data-parallel communication overlapped (see a single layout's plan for "
+                 "the breakdown).")
+    return Table(f"Layouts for {s.gpus} GPUs: {s.config.name}, fastest first",
+                 ("#", "tp", "pp", "dp", "sp", "sharding", "micro", "memory/GPU", "to spare",
+                  "largest b", "bubble", "step", "tokens/s"), tuple(rows),
+                 align="lrrrllrrrrrrr", notes=tuple(notes))
+
+
+def rejected_table(s: Search) -> Table:
+    seen, rows = set(), []
+    fit_fail: dict[tuple, list] = {}
+    for r in s.rejected:
+        lo = r.layout
+        key = (lo.tp, lo.pp, lo.dp)
+        if r.shortfall:
+            fit_fail.setdefault(key, []).append(r)
+            continue
+        if (key, r.reason) in seen:
+            continue
+        seen.add((key, r.reason))
+        rows.append((str(lo.tp), str(lo.pp), str(lo.dp), "-", r.reason))
+    feasible = {(p.layout.tp, p.layout.pp, p.layout.dp) for p in s.ranked}
+    for key, rs in fit_fail.items():
+        best = min(rs, key=lambda r: r.shortfall)
+        tried = ", ".join(sorted({_variant(r) for r in rs}))
+        if key in feasible:
+            why = (f"{tried}: do not fit ({gigabytes(best.shortfall)} over at best); the other "
+                   f"variants are ranked above")
+        else:
+            why = f"does not fit: {gigabytes(best.shortfall)} over at best ({tried} tried)"
+        rows.append((*map(str, key), _variant(best), why))
+    return Table(f"Rejected layouts of {s.gpus} GPUs", ("tp", "pp", "dp", "closest", "why"),
+                 tuple(rows), align="rrrll",
+                 notes=("Each (tp, pp, dp) once; a layout that cannot run at all is rejected for "
+                        "the first reason found; one that runs but does not fit shows its "
+                        "closest variant and the bytes it lacks (GB = 1e9).",))
+
+
+def _variant(r) -> str:
+    lo = r.layout
+    return f"zero {lo.sharding}" + (" sp" if lo.sp else "")
+
+
+def tables(s: Search) -> list[Table]:
+    return [ranked_table(s), rejected_table(s)]

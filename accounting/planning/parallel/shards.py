@@ -1,0 +1,142 @@
+"""How tensor and sequence parallelism split the ledger's tensors, read off their shapes.
+
+Megatron-LM's tensor parallelism (Shoeybi et al. 2019) splits exactly the tensors that
+carry a heads dimension (h, or h_kv for K and V), the MLP's inner width d_ff, or the
+vocabulary V (vocab-parallel embedding, LM head and cross-entropy); everything of width
+d_model is replicated over the TP group, or, with sequence parallelism (Korthikanti et al.
+2022), split along T. The ledger written with h·d_k unfolded (ledger.unfolded_ledger)
+shows those symbols on every tensor, so the split is a property of the shape:
+
+  * a parameter is split on the dimension that holds a TP symbol: its output dimension
+    (column-parallel: Q, K, V, W1, W3, the LM head, their biases; the embedding table's
+    rows) or its input dimension (row-parallel: the output projection, W2); the rest
+    (norms, the biases of row-parallel matmuls, a learned position table) is replicated;
+  * an activation with a TP symbol is split (each rank holds its heads, its slice of d_ff,
+    its slice of V); a float (B, T, …) one without is in the sequence-parallel region;
+    the rest (mask, RoPE tables at the positions, token ids, targets) is replicated.
+
+Sizes per rank follow torch.chunk (what DTensor's Shard and FSDP2 do): a dimension of n
+over k ranks gives ⌈n/k⌉ to each rank but the last ones; rank 0 holds the most.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from accounting import records as R
+from accounting.config import ModelConfig
+from accounting.ledger import Ledger, unfolded_ledger
+from accounting.symbols import product
+
+TP_SYMBOLS = ("h", "h_kv", "d_ff", "V")
+
+FIRST, BLOCK, LAST = "first stage", "every block", "last stage"
+
+# Activation split kinds.
+TP_SPLIT = "split over TP (heads, d_ff or V)"
+SEQUENCE = "sequence-parallel region (split along T with --sp, else replicated)"
+GATHERED = "column-parallel matmul input (replicated: torch saves the all-gathered tensor)"
+REPLICATED = "replicated over TP"
+
+
+def chunk(n: int, parts: int, rank: int = 0) -> int:
+    """Elements of a dimension of n that rank `rank` holds when torch.chunk splits it in
+    `parts` (⌈n/parts⌉ each, the last ranks fewer, possibly none)."""
+    size = -(-n // parts)
+    return max(0, min(size, n - rank * size))
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """A parameter tensor as torch holds it: its dimensions (each a product of symbols)."""
+    name: str  # state-dict key, "{i}" for the block index
+    module: str
+    per_layer: bool
+    place: str  # FIRST, BLOCK or LAST
+    dims: tuple[tuple[str, ...], ...]
+    tp_dim: int | None  # the dimension TP splits (None: replicated over TP)
+    matmul_weight: bool
+    lookup: bool
+
+    def sizes(self, values: dict[str, int], tp: int = 1, tp_rank: int = 0) -> tuple[int, ...]:
+        """This TP rank's dimensions."""
+        out = []
+        for i, d in enumerate(self.dims):
+            n = product(d, values)
+            out.append(chunk(n, tp, tp_rank) if i == self.tp_dim else n)
+        return tuple(out)
+
+
+def _tensor_dims(p: R.Param, linear: dict[str, R.Matmul]) -> tuple[tuple[str, ...], ...]:
+    """A Linear's weight is (d_out, d_in), its bias (d_out,); a lookup table (rows, width);
+    anything else one dimension (norm weights and biases)."""
+    m = linear.get(p.module)
+    if p.lookup:
+        return (p.shape[:1], p.shape[1:])
+    if m is not None and p.shape == m.p + m.n:
+        return (m.p, m.n)
+    return (p.shape,)
+
+
+def _tp_dim(dims: tuple[tuple[str, ...], ...]) -> int | None:
+    hits = [i for i, d in enumerate(dims) if any(s in TP_SYMBOLS for s in d)]
+    assert len(hits) <= 1, dims
+    return hits[0] if hits else None
+
+
+@dataclass(frozen=True, eq=False)
+class Split:
+    """The parameters and the TP-relevant facts of one architecture (one object per
+    config and run: split() is cached, so identity is equality)."""
+    config: ModelConfig
+    ledger: Ledger  # unfolded
+    tensors: tuple[Tensor, ...]  # unique parameters, state-dict order
+    column_parallel: frozenset[str]  # modules whose matmul splits its output over TP
+    linear_modules: frozenset[str]  # modules that run a Linear (weight and maybe bias)
+
+    def values(self, seq: int, batch: int) -> dict[str, int]:
+        return self.ledger.values(seq, batch)
+
+    def tp_values(self, values: dict[str, int], tp: int, tp_rank: int = 0) -> dict[str, int]:
+        """Symbol values on a TP rank: heads, d_ff and V split (V by torch.chunk)."""
+        v = dict(values)
+        for s in TP_SYMBOLS:
+            v[s] = chunk(values[s], tp, tp_rank)
+        return v
+
+    def activation_kind(self, a: R.Activation) -> str:
+        if a.dtype not in R.FLOAT_DTYPES:
+            return REPLICATED
+        if any(s in TP_SYMBOLS for s in a.shape):
+            return TP_SPLIT
+        if "B" in a.shape and a.shape.count("T") == 1:
+            return GATHERED if a.saved_in in self.column_parallel else SEQUENCE
+        return REPLICATED
+
+    def sequence_norm(self, t: Tensor) -> bool:
+        """A parameter of a d_model-wide norm: sequence parallelism runs the norm on sequence
+        shards with the parameter replicated, so each rank holds a partial gradient of it."""
+        return (t.tp_dim is None and not t.lookup and t.module not in self.linear_modules
+                and t.dims == (("d_model",),))
+
+    def place(self, a: R.Activation) -> str:
+        if a.per_layer:
+            return BLOCK
+        first = {t.module for t in self.tensors if t.place == FIRST}
+        return FIRST if a.saved_in in first else LAST
+
+
+@lru_cache(maxsize=64)
+def split(config: ModelConfig, autocast: str | None = None, recompute: str = "none") -> Split:
+    """The ledger of this run (precision's autocast, recomputation), unfolded, with its
+    parameters' TP layout."""
+    lg = unfolded_ledger(config, autocast, recompute)
+    linear = {m.module: m for m in lg.forward if m.grads == ("dX", "dW")}
+    tensors = []
+    for p in lg.params:
+        dims = _tensor_dims(p, linear)
+        place = BLOCK if p.per_layer else FIRST if p.lookup else LAST
+        tensors.append(Tensor(p.name, p.module, p.per_layer, place, dims, _tp_dim(dims),
+                              p.matmul_weight, p.lookup))
+    column = frozenset(m.module for m in linear.values() if any(s in TP_SYMBOLS for s in m.p))
+    return Split(config, lg, tuple(tensors), column, frozenset(linear))

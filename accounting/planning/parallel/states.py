@@ -1,0 +1,177 @@
+"""Model states per GPU: parameters, gradients and AdamW's moments, by sharding stage.
+
+Exact, tensor by tensor, as the torch engine of each stage lays them out
+(layout.ZERO_STAGES; checked by accounting/distcheck):
+
+  * stage 0 (DDP): every tensor of this GPU's pipeline stage, TP-split;
+  * stage 1 (ZeroRedundancyOptimizer): AdamW's moments only for the whole tensors this rank
+    owns; torch assigns tensors largest first, each to the rank with the fewest elements so
+    far (the first such rank on a tie);
+  * stages 2 and 3 (FSDP2): each tensor's first dimension split by torch.chunk over the
+    data-parallel ranks. A rank stores ⌈rows/d⌉ rows of each parameter (FSDP2 pads every
+    shard to that size), its gradients in one padded buffer per unit, and AdamW moments of
+    its unpadded rows (rank 0 holds the full ⌈rows/d⌉ and so the most).
+
+The ZeRO paper's formula (Rajbhandari et al. 2020, §5.1, Figure 1) is `zero_paper_bytes`:
+(2 + 2 + K)·Ψ per GPU for plain data parallelism, (2 + 2 + K/N_d)·Ψ with the optimizer
+state sharded, (2 + (2 + K)/N_d)·Ψ with gradients too, (2 + 2 + K)·Ψ/N_d with parameters
+too, for mixed-precision Adam (K = 12: fp32 parameter copy, momentum and variance).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+from math import prod
+
+from accounting.planning.memory import Precision
+from accounting.planning.parallel.layout import Layout
+from accounting.planning.parallel.shards import BLOCK, FIRST, LAST, Split, Tensor, chunk
+
+ADAMW_MOMENTS = 2
+
+
+@dataclass(frozen=True)
+class Local:
+    """One parameter tensor on one GPU (after the TP split), and its FSDP shard."""
+    tensor: Tensor
+    layer: int | None  # None: the same in every block
+    sizes: tuple[int, ...]  # TP-local dimensions
+
+    @property
+    def numel(self) -> int:
+        return prod(self.sizes)
+
+    @property
+    def rest(self) -> int:
+        """Elements per row (dimension 0)."""
+        return prod(self.sizes[1:])
+
+    def padded(self, d: int) -> int:
+        """Elements of FSDP's padded shard: ⌈rows/d⌉ rows."""
+        return -(-self.sizes[0] // d) * self.rest
+
+    def shard(self, d: int, rank: int) -> int:
+        """Elements of this data-parallel rank's unpadded shard."""
+        return chunk(self.sizes[0], d, rank) * self.rest
+
+
+@dataclass(frozen=True)
+class Unit:
+    """An FSDP unit (one per block, and one root for the rest of a stage's tensors)."""
+    name: str
+    tensors: tuple[Local, ...]
+    root: bool
+
+    def padded(self, d: int) -> int:
+        return sum(t.padded(d) for t in self.tensors)
+
+    def unsharded_padded(self, d: int) -> int:
+        """Elements FSDP all-gathers (and reduce-scatters): d padded shards."""
+        return d * self.padded(d)
+
+
+def stage_tensors(sp: Split, values: dict[str, int], layout: Layout, stage: int,
+                  tp_rank: int = 0) -> list[Unit]:
+    """The parameter tensors pipeline stage `stage` holds, grouped in FSDP units: its blocks
+    (L/pp each), then a root unit (the embedding tables on the first stage; the final norm
+    and the LM head on the last; with pp > 1 and a tied head, the last stage holds its own
+    copy of the table, as Megatron-LM does)."""
+    c = sp.config
+    per_stage = c.num_layers // layout.pp
+    tied = dict(sp.ledger.tied)
+    block = tuple(Local(t, None, t.sizes(values, layout.tp, tp_rank))
+                  for t in sp.tensors if t.place == BLOCK)  # every block alike
+    units = [Unit(f"layers.{layer}", block, False)
+             for layer in range(stage * per_stage, (stage + 1) * per_stage)]
+    root = [t for t in sp.tensors
+            if (t.place == FIRST and stage == 0) or (t.place == LAST and stage == layout.pp - 1)]
+    if tied and layout.pp > 1 and stage == layout.pp - 1 and stage != 0:
+        shared = set(tied.values())
+        root += [t for t in sp.tensors if t.name in shared]
+    if root:
+        units.append(Unit("root", tuple(Local(t, None, t.sizes(values, layout.tp, tp_rank))
+                                        for t in root), True))
+    return units
+
+
+def zero1_partition(sizes: list[int], d: int) -> list[list[int]]:
+    """torch ZeroRedundancyOptimizer._partition_parameters: indices of the tensors each rank
+    owns (largest first, each to the least-loaded rank, the first one on a tie)."""
+    order = sorted(range(len(sizes)), key=lambda i: sizes[i], reverse=True)  # stable
+    load, owned = [0] * d, [[] for _ in range(d)]
+    for i in order:
+        r = load.index(min(load))
+        owned[r].append(i)
+        load[r] += sizes[i]
+    return owned
+
+
+@dataclass(frozen=True)
+class States:
+    """Model-state elements of one GPU (a pipeline stage, TP rank 0, one DP rank)."""
+    params: int  # elements of the persistent parameters (padded FSDP shards at stages 2-3)
+    params_unpadded: int  # this rank's shard without FSDP's padding (= params below stage 2)
+    grads: int  # elements of the persistent gradients (FSDP: the padded reduce-scatter output)
+    moments: int  # elements of each AdamW moment (m, and again v)
+    tensors: int  # parameter tensors on this stage (one AdamW step counter each)
+    owned_tensors: int  # tensors this rank updates (its step counters)
+    matmul_weights: int  # elements of matmul weights on this stage (autocast's bf16 copies)
+    stage_numel: int  # all TP-local elements of the stage (what stage 0 replicates)
+    units: tuple[Unit, ...]
+    dp_rank: int
+
+
+def states(units: list[Unit], layout: Layout, dp_rank: int = 0) -> States:
+    d, z = layout.dp, layout.sharding
+    flat = [t for u in units for t in u.tensors]
+    numel = sum(t.numel for t in flat)
+    matmul = sum(t.numel for t in flat if t.tensor.matmul_weight)
+    if z == 0:
+        return States(numel, numel, numel, numel, len(flat), len(flat), matmul, numel,
+                      tuple(units), dp_rank)
+    if z == 1:
+        owned = zero1_partition([t.numel for t in flat], d)[dp_rank]
+        mine = sum(flat[i].numel for i in owned)
+        return States(numel, numel, numel, mine, len(flat), len(owned), matmul, numel,
+                      tuple(units), dp_rank)
+    padded = sum(t.padded(d) for t in flat)
+    shard = sum(t.shard(d, dp_rank) for t in flat)
+    # every tensor has a shard on every rank, possibly empty (rows < d); AdamW still keeps a
+    # step counter for an empty one
+    return States(padded, shard, padded, shard, len(flat), len(flat), matmul, numel,
+                  tuple(units), dp_rank)
+
+
+def zero1_worst_rank(units: list[Unit], d: int) -> int:
+    """The data-parallel rank with the most AdamW state under ZeroRedundancyOptimizer."""
+    flat = [t.numel for u in units for t in u.tensors]
+    owned = zero1_partition(flat, d)
+    loads = [sum(flat[i] for i in o) for o in owned]
+    return loads.index(max(loads))
+
+
+def state_bytes(s: States, precision: Precision) -> dict[str, int]:
+    """Bytes of each persistent model state (fp32 master weights, fp32 gradients, fp32 AdamW
+    m and v, as both precisions of planning.memory keep them)."""
+    return {"parameters": s.params * precision.master_bytes,
+            "gradients": s.grads * precision.grad_bytes,
+            "AdamW m": s.moments * precision.moment_bytes,
+            "AdamW v": s.moments * precision.moment_bytes}
+
+
+# ---- the ZeRO paper's formula -------------------------------------------------------------
+ZERO_PAPER_STAGES = ("baseline", "P_os", "P_os+g", "P_os+g+p")
+
+
+def zero_paper_bytes(psi: int, n_d: int, stage: int, k: int = 12) -> Fraction:
+    """Model-state bytes per GPU, Rajbhandari et al. 2020 §5.1 / Figure 1: fp16 parameters
+    (2Ψ) and gradients (2Ψ), K·Ψ of optimizer state; each stage divides one more of the three
+    by the data-parallel degree N_d."""
+    p, g, o = Fraction(2 * psi), Fraction(2 * psi), Fraction(k * psi)
+    if stage >= 1:
+        o /= n_d
+    if stage >= 2:
+        g /= n_d
+    if stage >= 3:
+        p /= n_d
+    return p + g + o

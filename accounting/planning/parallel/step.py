@@ -1,0 +1,163 @@
+"""FLOPs per GPU per step, the pipeline bubble, and a step-time estimate.
+
+FLOPs: the ledger's forward matmul records on this GPU's stage (its L/pp blocks; the LM
+head on the last stage), each with its TP-split symbols (h/tp heads, d_ff/tp, ⌈V/tp⌉ of
+the vocabulary); backward = one gradient matmul per operand, the same size, so 2 × forward
+(and a fused attention kernel's recomputed QKᵀ); recomputation adds the ledger's
+`recomputed` matmuls (the blocks' forward, or the attention cores');
+m micro-batches per step; plus AdamW's 14 FLOPs per element this rank updates and 1 per
+tensor (its step counter). Sequence parallelism changes no matmul: each runs on the
+gathered sequence.
+
+Time (assumptions, printed with the plan):
+  * compute at `mfu` of the datasheet peak;
+  * 1F1B: m + p − 1 micro-batch slots on the critical path of the slowest stage, so the
+    bubble — the share of a step a stage idles — is (p − 1)/(m + p − 1) (Narayanan et al.
+    2021, §2.2);
+  * tensor-parallel collectives and pipeline sends sit on that critical path (not
+    overlapped); data-parallel collectives (DDP's all-reduce, FSDP's gathers and
+    reduce-scatters) overlap with compute and show only where longer than it;
+  * each collective moves its ring traffic (comms.Collective.traffic) at the per-GPU,
+    per-direction bandwidth of the slowest link its group spans: NVLink inside a node,
+    the network between nodes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+from functools import lru_cache
+
+from accounting.planning.compute import ADAMW_OPS, PARAMETER, TENSOR
+from accounting.planning.gpus import Interconnect
+from accounting.planning.parallel.comms import DATA, EXPERT, PIPELINE, TENSOR as TP_GROUP, Collective
+from accounting.planning.parallel.layout import Layout
+from accounting.planning.parallel.shards import Split
+from accounting.planning.parallel.states import States
+
+ADAMW_PER_ELEMENT = sum(o.flops_per_element for o in ADAMW_OPS if o.per == PARAMETER)
+ADAMW_PER_TENSOR = sum(o.flops_per_element for o in ADAMW_OPS if o.per == TENSOR)
+
+
+@dataclass(frozen=True)
+class StageFlops:
+    stage: int
+    forward: int  # per micro-batch, matmuls
+    backward: int
+    recompute: int
+    micro_batches: int
+    adamw: int  # per step
+
+    @property
+    def per_micro_batch(self) -> int:
+        return self.forward + self.backward + self.recompute
+
+    @property
+    def total(self) -> int:
+        return self.micro_batches * self.per_micro_batch + self.adamw
+
+    @property
+    def model_flops(self) -> int:
+        """What MFU counts: without recomputation."""
+        return self.micro_batches * (self.forward + self.backward) + self.adamw
+
+
+def stage_flops(sp: Split, layout: Layout, stage: int, layers: int, seq: int,
+                st: States, tp_rank: int = 0) -> StageFlops:
+    """`sp` is the split of the run's ledger (its recomputation: `recomputed` holds the
+    forward matmuls the backward pass runs again)."""
+    fwd, bwd, again = _matmuls(sp, layout.tp, tp_rank, seq, layout.micro_batch, layers,
+                               stage == layout.pp - 1)
+    adamw = ADAMW_PER_ELEMENT * st.moments + ADAMW_PER_TENSOR * st.owned_tensors
+    return StageFlops(stage, fwd, bwd, again, layout.micro_batches, adamw)
+
+
+@lru_cache(maxsize=4096)
+def _matmuls(sp: Split, tp: int, tp_rank: int, seq: int, b: int, layers: int,
+             last: bool) -> tuple[int, int, int]:
+    """(forward, backward, recomputed) matmul FLOPs of one micro-batch on a stage."""
+    v = sp.tp_values(sp.values(seq, b), tp, tp_rank)
+
+    def on_stage(records) -> int:
+        return sum((layers if r.per_layer else 1) * r.flops(v) for r in records
+                   if r.per_layer or last)
+    return (on_stage(sp.ledger.forward),
+            on_stage(g for r in sp.ledger.forward for g in r.gradients()),
+            on_stage(sp.ledger.recomputed))
+
+
+def bubble(layout: Layout) -> Fraction:
+    """(p − 1)/(m + p − 1): the share of a 1F1B step each stage idles."""
+    p, m = layout.pp, layout.micro_batches
+    return Fraction(p - 1, m + p - 1)
+
+
+def group_link(layout: Layout, group: str, net: Interconnect) -> tuple[Fraction, str]:
+    """The bandwidth a group's collectives run at: NVLink when the whole group sits in one
+    node (ranks: TP fastest, then DP, then PP), else the network."""
+    span = {TP_GROUP: layout.tp, DATA: layout.tp * layout.dp, EXPERT: layout.tp * layout.dp,
+            PIPELINE: layout.tp * layout.dp * layout.pp}[group]
+    g = net.gpus_per_node
+    if span <= g and g % span == 0 or span == 1:
+        return net.nvlink, "NVLink"
+    return net.network, "network"
+
+
+@dataclass(frozen=True)
+class StepTime:
+    compute_per_micro_batch: Fraction  # seconds, slowest stage
+    tensor_parallel_per_micro_batch: Fraction
+    pipeline_per_micro_batch: Fraction
+    slots: int  # m + p − 1
+    optimizer: Fraction
+    data_parallel: Fraction  # all of the step's DP communication
+    links: dict  # group -> (bandwidth, "NVLink"|"network")
+
+    @property
+    def pipeline_path(self) -> Fraction:
+        """The critical path of the 1F1B schedule."""
+        return self.slots * (self.compute_per_micro_batch + self.tensor_parallel_per_micro_batch
+                             + self.pipeline_per_micro_batch)
+
+    @property
+    def seconds(self) -> Fraction:
+        """DP communication overlapped with the pipeline's work."""
+        return max(self.pipeline_path, self.data_parallel) + self.optimizer
+
+    @property
+    def no_overlap(self) -> Fraction:
+        return self.pipeline_path + self.data_parallel + self.optimizer
+
+    @property
+    def exposed_data_parallel(self) -> Fraction:
+        return max(Fraction(0), self.data_parallel - self.pipeline_path)
+
+
+def step_time(layout: Layout, flops: list[StageFlops], comms: list[list[Collective]],
+              peak: Fraction, mfu: Fraction, net: Interconnect | None) -> StepTime:
+    """`flops` and `comms` per stage (every stage, or the first and last)."""
+    rate = peak * mfu
+    m = layout.micro_batches
+    links = {g: group_link(layout, g, net) for g in (TP_GROUP, DATA, PIPELINE)} if net else {}
+
+    def seconds(cs: list[Collective], group: str) -> Fraction:
+        if not net:
+            return Fraction(0)
+        return sum((c.traffic for c in cs if c.group == group), Fraction(0)) / links[group][0]
+    per_stage = []
+    for f, cs in zip(flops, comms):
+        per_stage.append((Fraction(f.per_micro_batch) / rate, seconds(cs, TP_GROUP) / m,
+                          seconds(cs, PIPELINE) / m, Fraction(f.adamw) / rate,
+                          seconds(cs, DATA)))
+    worst = max(per_stage, key=lambda s: s[0] + s[1] + s[2])
+    return StepTime(worst[0], worst[1], worst[2], m + layout.pp - 1,
+                    max(s[3] for s in per_stage), max(s[4] for s in per_stage), links)
+
+
+def megatron_seconds(tokens: int, params: int, gpus: int, flops_per_gpu: Fraction,
+                     recompute: bool = True) -> Fraction:
+    """Narayanan et al. 2021 (Megatron-LM), §5.1 eq. (4): end-to-end training time
+    ≈ 8·T·P/(n·X) for T tokens, P parameters, n GPUs each achieving X FLOP/s: 2·P FLOPs per
+    token forward, 4·P backward, 2·P more for the forward recomputed (6·T·P/(n·X) without
+    recomputation)."""
+    k = 8 if recompute else 6
+    return Fraction(k * tokens * params) / (gpus * Fraction(flops_per_gpu))

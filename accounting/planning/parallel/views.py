@@ -1,0 +1,205 @@
+"""A ParallelPlan (and a layout search) as tables. Formatting only: every number comes from
+the plan; rounding happens here, for display, in exact arithmetic."""
+from __future__ import annotations
+
+from fractions import Fraction
+
+from accounting.planning.parallel import comms as C
+from accounting.planning.parallel.layout import RECOMPUTE, ZERO_STAGES, Layout
+from accounting.planning.parallel.plan import CHECKED, FORMULA_ONLY, ParallelPlan
+from accounting.planning.parallel.step import megatron_seconds
+from accounting.planning.views import _dec, _num, _seconds
+from accounting.presets import note
+from accounting.table import Table
+from accounting.units import gibibytes, gigabytes, grouped, percent, si
+
+TERA = 10**12
+
+
+def _gb(n: int) -> str:
+    return f"{gigabytes(n)} = {gibibytes(n)}"
+
+
+def layout_text(lo: Layout) -> str:
+    name, engine, _ = ZERO_STAGES[lo.zero]
+    parts = [f"tp {lo.tp}" + (" + sequence parallel" if lo.sp else ""), f"pp {lo.pp}",
+             f"dp {lo.dp}"]
+    if lo.ep > 1:
+        parts.append(f"ep {lo.ep}")
+    shard = f"{name.split(' ')[0]} = {engine}" + ("" if lo.dp > 1 else " (dp 1: nothing to shard)")
+    return f"{' × '.join(parts)} = {lo.gpus} GPUs; {shard}"
+
+
+def summary_table(p: ParallelPlan) -> Table:
+    c, lo, w = p.config, p.layout, p.worst
+    b = lo.micro_batch
+    rows = [("model", f"{c.name} ({note(c)}), T = {p.seq:,}"),
+            ("layout", layout_text(lo)),
+            ("batch", f"global {lo.global_batch:,} sequences = {lo.micro_batches:,} micro-batches "
+                      f"of {b:,} on each of {lo.dp} data-parallel ranks "
+                      f"({p.tokens_per_step:,} tokens per step)"),
+            ("recomputation", f"{lo.recompute}"),
+            ("precision", p.precision.name)]
+    label = f"memory per GPU (stage {w.stage} of {lo.pp})" if lo.pp > 1 else "memory per GPU"
+    rows.append((label, f"{grouped(p.memory)} bytes = {_gb(p.memory)}"))
+    if p.fit is not None:
+        f = p.fit
+        verdict = (f"fits: {_gb(f.headroom)} to spare of {_gb(f.budget.usable)} usable"
+                   if not f.shortfall else
+                   f"does not fit: {_gb(f.shortfall)} over the {_gb(f.budget.usable)} usable")
+        rows.append((f"on {p.hardware.name}", verdict))
+        rows.append(("largest micro-batch that fits",
+                     (f"{f.largest:,}" if f.largest else "none (not even 1)")
+                     + f" (among the divisors of the {lo.global_batch // lo.dp:,} sequences "
+                       f"per data-parallel rank)"))
+    flops = max(s.flops.total for s in p.stages)
+    rows.append(("FLOPs per GPU per step", f"{grouped(flops)} = {si(flops, 'FLOP')} (slowest stage)"))
+    if lo.pp > 1:
+        rows.append(("pipeline bubble (p − 1)/(m + p − 1)",
+                     f"({lo.pp} − 1)/({lo.micro_batches} + {lo.pp} − 1) = {percent(p.bubble)}"))
+    traffic = {g: max(sum((x.traffic for x in s.collectives if x.group == g), Fraction(0))
+                      for s in p.stages) for g in (C.TENSOR, C.PIPELINE, C.DATA)}
+    moved = ", ".join(f"{g} {si(round(t), 'B')}" for g, t in traffic.items() if t)
+    rows.append(("sent per GPU per step", moved or "nothing (one GPU)"))
+    if p.time is not None:
+        t = p.time
+        tok = Fraction(p.tokens_per_step) / t.seconds
+        rows.append(("step time (estimate)", f"{_seconds(t.seconds)} ({_dec(tok, 0)} tokens/s; "
+                                             f"no overlap at all: {_seconds(t.no_overlap)})"))
+        if p.steps is not None:
+            total = t.seconds * p.steps
+            rows.append((f"time for {p.tokens:,} tokens", f"{p.steps:,} steps, {_seconds(total)}"))
+    notes = ["Checked on torch.distributed: " + "; ".join(CHECKED) + ".",
+             "Formula only: " + "; ".join(FORMULA_ONLY) + "."]
+    if lo.tp > 1 and c.vocab_size % lo.tp:
+        notes.append(f"V = {c.vocab_size:,} is not divisible by tp {lo.tp}: torch.chunk gives "
+                     f"each TP rank ⌈V/tp⌉ = {-(-c.vocab_size // lo.tp):,} rows of the embedding "
+                     f"and the LM head but the last ones fewer; rank 0, shown, holds the most "
+                     f"(Megatron-LM pads V to a multiple of 128·tp instead).")
+    return Table(f"Plan for {lo.gpus} GPUs: {c.name}", ("", "value"), tuple(rows), align="ll",
+                 notes=tuple(notes))
+
+
+def memory_table(p: ParallelPlan) -> Table:
+    b = p.layout.micro_batch
+    names = list(dict.fromkeys(i.name for s in p.stages for i in s.items))
+    cols = ["item", "bytes (formula)"] + [f"stage {s.stage}" for s in p.stages]
+    rows = []
+    for n in names:
+        formula = next(i.formula for s in p.stages for i in s.items if i.name == n)
+        cells = []
+        on_gpu = True
+        for s in p.stages:
+            it = next((i for i in s.items if i.name == n), None)
+            cells.append(gigabytes(it.bytes.at(b)) if it else "-")
+            on_gpu = it.on_gpu if it else on_gpu
+        rows.append((n + ("" if on_gpu else " [CPU]"), formula, *cells))
+    rows.append(("total on the GPU", "", *(gigabytes(s.memory(b)) for s in p.stages)))
+    rows.append(("one micro-batch's activations, a·b + c", "",
+                 *(f"{grouped(s.activations.per_micro_batch.a)}·b + "
+                   f"{grouped(s.activations.per_micro_batch.c)}" for s in p.stages)))
+    rows.append(("micro-batches in flight k", "", *(str(s.activations.in_flight) for s in p.stages)))
+    lo = p.layout
+    notes = [f"GB = 1e9 bytes, at micro-batch b = {b:,}; stage 0 holds min(m, p) = "
+             f"{min(lo.micro_batches, lo.pp)} micro-batches in flight under 1F1B, stage s "
+             f"min(m, p − s). Parameters are split over the {lo.tp} TP ranks where they hold "
+             "heads, d_ff or the vocabulary (rank 0 holds ⌈n/tp⌉ of an uneven split) and, at "
+             "ZeRO-2/3, their first dimension over the data-parallel ranks (FSDP2 pads each "
+             "shard to ⌈rows/d⌉ rows).",
+             "Recomputation: " + RECOMPUTE[lo.recompute] + ".",
+             "Gradients of activations in flight during the backward pass and other temporaries "
+             "are not counted; reserve room with --margin."]
+    if lo.zero == 1 and lo.dp > 1:
+        notes.append(f"ZeroRedundancyOptimizer: the rank with the most AdamW state is shown "
+                     f"(rank {p.worst.states.dp_rank}).")
+    return Table("Memory per GPU, by pipeline stage", tuple(cols), tuple(rows),
+                 align="ll" + "r" * len(p.stages), notes=tuple(notes))
+
+
+def comms_table(p: ParallelPlan) -> Table:
+    rows = []
+    for s in p.stages:
+        for c in s.collectives:
+            link = p.time.links.get(c.group, (None, ""))[1] if p.time else ""
+            rows.append((str(s.stage), c.group, c.op, c.what, c.phase,
+                         f"{c.calls:,}" + ("" if c.exact_calls else " (≈)"), grouped(c.bytes),
+                         si(round(c.traffic), "B"), c.formula, link))
+    notes = ("Per GPU per step (m micro-batches). 'bytes' is the payload: the buffer of an "
+             "all-reduce or broadcast, the output of an all-gather, the input of a "
+             "reduce-scatter, a point-to-point message. 'sent' is what the GPU puts on the "
+             "wire with ring algorithms: 2(n−1)/n of the payload for an all-reduce, (n−1)/n "
+             "for an all-gather, reduce-scatter or broadcast, all of a send.",
+             "d·Σ⌈rows/d⌉·cols: the FSDP unit's parameters with each padded to whole rows on "
+             "every data-parallel rank. DDP's bucket count (≈) is decided at run time (25 MiB "
+             "buckets in gradient-ready order, one bucket on the first step).")
+    return Table("Communication per GPU per step", ("stage", "group", "collective", "what",
+                 "phase", "calls", "bytes", "sent", "formula (bytes)", "link"), tuple(rows),
+                 align="lllllrrrll", notes=notes)
+
+
+def flops_table(p: ParallelPlan) -> Table:
+    rows = []
+    for s in p.stages:
+        f = s.flops
+        rows.append((str(s.stage), grouped(f.forward), grouped(f.backward), grouped(f.recompute),
+                     grouped(f.adamw), grouped(f.total), si(f.total, "FLOP")))
+    lo = p.layout
+    notes = [f"Per micro-batch of b = {lo.micro_batch:,}: forward, backward (= 2 × forward) and "
+             f"recomputed matmul FLOPs on the stage's {p.stages[0].layers} blocks (the LM head "
+             f"on the last stage) with h/tp heads, d_ff/tp and ⌈V/tp⌉; total = m·(forward + "
+             f"backward + recompute) + AdamW on the elements this rank updates (m = "
+             f"{lo.micro_batches:,})."]
+    return Table("FLOPs per GPU per step", ("stage", "forward / micro-batch",
+                 "backward / micro-batch", "recompute / micro-batch", "AdamW / step", "total",
+                 ""), tuple(rows), align="lrrrrrr", notes=tuple(notes))
+
+
+def time_table(p: ParallelPlan) -> Table:
+    t, lo = p.time, p.layout
+    if t is None:
+        return Table("Step time", notes=("Not estimated: no peak FLOP/s (--gpu NAME or "
+                                         "--gpu-flops TFLOPS).",))
+    rows = [("compute per micro-batch (slowest stage)", _seconds(t.compute_per_micro_batch)),
+            ("tensor-parallel communication per micro-batch", _seconds(t.tensor_parallel_per_micro_batch)),
+            ("pipeline sends per micro-batch", _seconds(t.pipeline_per_micro_batch)),
+            ("1F1B slots m + p − 1", f"{t.slots:,}"),
+            ("critical path", _seconds(t.pipeline_path)),
+            ("data-parallel communication (overlapped)", _seconds(t.data_parallel)
+             + (f", {_seconds(t.exposed_data_parallel)} exposed" if t.exposed_data_parallel else "")),
+            ("optimizer step", _seconds(t.optimizer)),
+            ("step", _seconds(t.seconds)),
+            ("step without any overlap", _seconds(t.no_overlap))]
+    hw = p.hardware
+    notes = [f"Compute at MFU {_num(p.mfu, 4)} of {_num(hw.peak_flops / TERA)} TFLOP/s "
+             f"({p.precision.compute}). Assumptions: tensor-parallel collectives and pipeline "
+             f"sends are on the critical path; data-parallel collectives overlap with compute "
+             f"and count only where longer; collectives move ring traffic at the per-GPU, "
+             f"per-direction bandwidth of the slowest link their group spans."]
+    if p.net is not None:
+        links = ", ".join(f"{g}: {kind} {_num(bw / 10**9)} GB/s" for g, (bw, kind) in t.links.items())
+        notes.append(f"Interconnect {p.net.name} ({p.net.source}); {p.net.gpus_per_node} GPUs per "
+                     f"node; ranks TP fastest, then DP, then PP. Links: {links}.")
+    else:
+        notes.append("No interconnect known (a custom GPU): communication not timed; give "
+                     "--nvlink-gbs and --network-gbs.")
+    if p.steps is not None:
+        x = p.mfu * hw.peak_flops
+        n = _parameters(p)
+        meg = megatron_seconds(p.steps * p.tokens_per_step, n, lo.gpus, x,
+                               recompute=lo.recompute == "full")
+        k = 8 if lo.recompute == "full" else 6
+        notes.append(f"Megatron-LM's end-to-end estimate {k}·T·P/(n·X) (Narayanan et al. 2021, "
+                     f"eq. 4) with T = {p.steps * p.tokens_per_step:,} tokens, P = {n:,}, n = "
+                     f"{lo.gpus}, X = {_num(x / TERA)} TFLOP/s: {_seconds(meg)} (no bubble, no "
+                     f"communication, attention FLOPs left out).")
+    return Table("Step time (estimate)", ("", "seconds"), tuple(rows), align="lr", notes=tuple(notes))
+
+
+def _parameters(p: ParallelPlan) -> int:
+    from accounting.planning.memory import parameter_count, values
+    return parameter_count(p.config).evaluate(values(p.config, p.seq, 1))
+
+
+def tables(p: ParallelPlan) -> list[Table]:
+    return [summary_table(p), memory_table(p), flops_table(p), comms_table(p), time_table(p)]
+

@@ -1,0 +1,75 @@
+"""Speed of the multi-GPU planner: one plan, and the layout search over every layout of N
+GPUs (the goal, issue 16: a 64-GPU search in at most 0.5 s), median of N runs, in-process
+(the CLI's interpreter start-up is what bench_cli.py measures).
+
+    python benchmarks/bench_parallel.py [--runs 9]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+from accounting import get_preset
+from accounting.planning.gpus import interconnect
+from accounting.planning.memory import get_precision
+from accounting.planning.parallel.layout import Layout
+from accounting.planning.parallel.plan import parallel_plan
+from accounting.planning.parallel.search import search
+from accounting.planning.plan import hardware
+
+CASES = (
+    # (model, gpus, global batch, seq, recompute)
+    ("openai-community/gpt2-xl", 8, 512, 1024, "none"),
+    ("openai-community/gpt2-xl", 64, 1024, 1024, "none"),
+    ("meta-llama/Llama-3.1-8B", 64, 512, 8192, "selective"),
+    ("meta-llama/Llama-3.1-8B", 512, 4096, 8192, "selective"),
+)
+
+
+def _cold() -> None:
+    """Forget every cached ledger, split and partial result (a fresh process's state)."""
+    from accounting import ledger
+    from accounting.planning.parallel import activations, shards, step
+    for f in (ledger.ledger, ledger.unfolded_ledger, shards.split, activations._rows,
+              step._matmuls):
+        f.cache_clear()
+
+
+def _median(fn, runs: int, cold: bool) -> tuple[float, object]:
+    times, out = [], None
+    for _ in range(runs):
+        if cold:
+            _cold()
+        t0 = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times), out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--runs", type=int, default=9)
+    n = p.parse_args().runs
+    bf16 = get_precision("bf16-mixed")
+    hw, net = hardware("H100", compute="bf16"), interconnect("H100")
+    print(f"multi-GPU planner, median of {n} runs, {os.cpu_count()} CPUs (goal: 64-GPU search ≤ 0.5 s)")
+    print("cold: every cache cleared before each run (a fresh process); warm: caches kept")
+    print(f"{'case':<62} {'one plan':>9} {'search cold':>12} {'warm':>8} {'layouts':>8}")
+    for name, gpus, batch, seq, rc in CASES:
+        config = get_preset(name)
+        base = Layout(gpus, global_batch=batch, recompute=rc)
+        one = Layout(gpus, tp=1, pp=1, dp=gpus, zero=3, global_batch=batch, recompute=rc)
+        t_plan, _ = _median(lambda: parallel_plan(config, one, seq, precision=bf16, hardware=hw,
+                                                  net=net), n, cold=True)
+        run = lambda: search(config, base, seq, precision=bf16, hardware=hw, net=net)  # noqa: E731
+        t_cold, s = _median(run, n, cold=True)
+        t_warm, _ = _median(run, n, cold=False)
+        tried = len(s.ranked) + len(s.rejected)
+        print(f"{name + f' on {gpus} GPUs, B={batch}, T={seq}, {rc}':<62} {t_plan:>8.4f}s "
+              f"{t_cold:>11.3f}s {t_warm:>7.3f}s {tried:>8}")
+
+
+if __name__ == "__main__":
+    main()
