@@ -16,22 +16,44 @@ def _spec(c, field: str) -> str:
     value = getattr(c, field)
     if value is None:
         return {"head_dim": f"{c.d_k} (d_model/num_heads)",
-                "num_kv_heads": f"{c.kv_heads} (num_heads)"}.get(field, "null")
+                "num_kv_heads": f"{c.kv_heads} (num_heads)",
+                "layer_types": ("every layer local" if c.sliding_window else "every layer global"),
+                "sliding_window": "null (no window)",
+                "num_experts": "null (dense MLPs)"}.get(field, "null")
+    if isinstance(value, tuple):
+        return _ranges(value) if all(isinstance(v, int) for v in value) else \
+            ", ".join(map(str, value)) or "none"
     return json.dumps(value) if isinstance(value, bool) else str(value)
+
+
+def _ranges(indices: tuple[int, ...]) -> str:
+    """Layer indices, runs written a–b: '0–2' for (0, 1, 2); 'none' for ()."""
+    runs: list[list[int]] = []
+    for i in indices:
+        if runs and i == runs[-1][1] + 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    return ", ".join(f"{a}" if a == b else f"{a}–{b}" for a, b in runs) or "none"
 
 
 def translation_table(hf: HFConfig) -> Table:
     """Each count-changing key, its value and the spec field it sets; the model_type's
     rules with no key; what was accepted as count-free."""
     t, c = hf.type, hf.config
-    rows = [(key, _json(value) if given else f"(absent) {_json(value)}", ", ".join(fields),
+    rule_of = {k: d for d in t.derived for k in d.keys}
+    rows = [(key, _json(value) if given else f"(absent) {_json(value)}",
+             ", ".join(fields) if fields else f"(rule: {', '.join(rule_of[key].fields)})",
              ", ".join(_spec(c, f) for f in fields))
             for key, value, fields, given in hf.mapped]
+    rows += [("(rule)", " + ".join(d.keys), field, _spec(c, field))
+             for d in t.derived for field in d.fields]
     rows += [("(no key)", f"model_type {t.model_type}", field, _spec(c, field))
              for field in t.fixed]
     free = sorted(k for k in hf.data if k in COMMON_FREE | t.free and k != "model_type")
     notes = [f"model_type {t.model_type}: transformers' {t.transformers_class}; rules with no "
              f"key: {t.rules}.",
+             *(f"(rule) {', '.join(d.fields)}: {d.words}." for d in t.derived),
              *hf.notes]
     if hf.dtype is not None:
         notes.append(f"torch_dtype {hf.dtype}: the checkpoint's storage dtype, which changes no "

@@ -80,6 +80,13 @@ class Param(Record):
         return self.name.format(i=layer) if self.per_layer else self.name
 
 
+def routed_expert(p: Param) -> bool:
+    """The routed experts' stacked weights (E, ...) in an MoE layer's experts module: a token
+    runs k of their E slices. (The router's (E, d_model) weight is not one: every token
+    multiplies by all of it.)"""
+    return p.shape[:1] == ("E",) and p.module.rsplit(".", 1)[-1] == "experts"
+
+
 @dataclass(frozen=True)
 class Matmul(Record):
     """C = A·B with A: batch×m×n and B: batch×n×p (n contracted); each of m, n, p a
