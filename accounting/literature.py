@@ -219,6 +219,13 @@ def _parameter_terms(x: Exact, counted: dict[str, bool]) -> list[Term]:
         out.append(_t(x, "biases counted as matmul weights", APPROXIMATED, -2 * x.biases * tok,
                       "2 FLOPs per bias per token; the model adds them (non-matmul FLOPs, "
                       "listed below)"))
+    inactive = x.params - x.forward_analysis.active_param_count
+    if inactive:  # a mixture of experts: N holds all E routed experts, a token runs k
+        c = x.config
+        out.append(_t(x, f"routed experts a token does not run ({c.num_experts - c.experts_per_token} "
+                         f"of {c.num_experts} per MoE layer)", DOES_NOT_FIT, -2 * inactive * tok,
+                      "N counts every expert's weights; each token runs its top-"
+                      f"{c.experts_per_token}: −2·(total − active parameters)·B·T"))
     if counted.get("norms", True) and x.norm_params:
         out.append(_t(x, "norm parameters counted as matmul weights", APPROXIMATED,
                       -2 * x.norm_params * tok, "norm gains and biases are elementwise "
@@ -269,9 +276,14 @@ def _width_terms(x: Exact, formula: dict[str, Number], assumes: str) -> list[Ter
     d_ffn = x.components[R.FFN] - formula[R.FFN]
     if d_ffn:
         n = 3 if _gated(c) else 2
-        out.append(_t(x, f"feed-forward: {n} matrices of d_model×d_ff = "
-                         f"{grouped(c.d_model)}×{grouped(c.d_ff)} ({c.mlp_kind.label})",
-                      DOES_NOT_FIT, d_ffn, f"the formula's MLP: {formula['ffn_shape']}"))
+        label = (f"feed-forward: {n} matrices of d_model×d_ff = "
+                 f"{grouped(c.d_model)}×{grouped(c.d_ff)} ({c.mlp_kind.label})")
+        if c.num_experts is not None:
+            label = (f"feed-forward: mixture of experts (a router, top-{c.experts_per_token} of "
+                     f"{c.num_experts} experts of d_model×{grouped(c.expert_d_ff)}"
+                     + (f", {c.num_shared_experts} shared" if c.num_shared_experts else "")
+                     + f"; dense layers {grouped(c.d_ff)} wide)" if c.dense_layers else ")")
+        out.append(_t(x, label, DOES_NOT_FIT, d_ffn, f"the formula's MLP: {formula['ffn_shape']}"))
     return out
 
 

@@ -15,8 +15,9 @@ from accounting.errors import UsageError
 # Real checkpoints ship as their Hugging Face config.json: accounting/hf_configs/<id>.json.
 HF_IDS = ("openai-community/gpt2", "openai-community/gpt2-medium", "openai-community/gpt2-large",
           "openai-community/gpt2-xl", "meta-llama/Llama-3.2-1B", "meta-llama/Llama-3.1-8B",
-          "mistralai/Mistral-7B-v0.3", "Qwen/Qwen2.5-0.5B", "Qwen/Qwen2.5-7B", "Qwen/Qwen3-0.6B",
-          "Qwen/Qwen3-8B", "allenai/OLMo-2-1124-7B")
+          "mistralai/Mistral-7B-v0.1", "mistralai/Mistral-7B-v0.3", "mistralai/Mixtral-8x7B-v0.1",
+          "Qwen/Qwen2.5-0.5B", "Qwen/Qwen2.5-7B", "Qwen/Qwen3-0.6B", "Qwen/Qwen3-8B",
+          "Qwen/Qwen3-30B-A3B", "allenai/OLMo-2-1124-7B", "deepseek-ai/DeepSeek-V3")
 _HF_SOURCES: dict[str, hf_config.HFConfig] = {}
 
 
@@ -59,15 +60,23 @@ def _table() -> dict[str, ModelConfig]:
         # Meta Llama 3
         _hf("meta-llama/Llama-3.2-1B"),        # 1,235,814,400
         _hf("meta-llama/Llama-3.1-8B"),        # 8,030,261,248
-        # Mistral 7B v0.3 (no sliding window; v0.1's 4,096-token window is not supported yet)
+        # Mistral 7B: v0.1 with its 4,096-token sliding window, v0.3 without one
+        _hf("mistralai/Mistral-7B-v0.1"),      # 7,241,732,096
         _hf("mistralai/Mistral-7B-v0.3"),      # 7,248,023,552
+        # Mixtral 8x7B: 8 experts, top-2 (active per token: 12,879,925,248)
+        _hf("mistralai/Mixtral-8x7B-v0.1"),    # 46,702,792,704
         # Qwen2.5 and Qwen3
         _hf("Qwen/Qwen2.5-0.5B"),              # 494,032,768
         _hf("Qwen/Qwen2.5-7B"),                # 7,615,616,512
         _hf("Qwen/Qwen3-0.6B"),                # 596,049,920
         _hf("Qwen/Qwen3-8B"),                  # 8,190,735,360
+        # Qwen3 MoE: 128 experts, top-8 (active per token: 3,353,032,704)
+        _hf("Qwen/Qwen3-30B-A3B"),             # 30,532,122,624
         # AI2 OLMo 2
         _hf("allenai/OLMo-2-1124-7B"),         # 7,298,617,344
+        # DeepSeek-V3: latent attention, 256 experts top-8 and a shared one, 3 dense layers;
+        # the multi-token-prediction module is not counted (active: 37,552,282,624)
+        _hf("deepseek-ai/DeepSeek-V3"),        # 671,026,404,352
     )}
 
 
@@ -83,12 +92,16 @@ NOTES = {
     "openai-community/gpt2-xl": "OpenAI GPT-2 XL (1.5B) as released",
     "meta-llama/Llama-3.2-1B": "Meta Llama 3.2 1B",
     "meta-llama/Llama-3.1-8B": "Meta Llama 3.1 8B",
+    "mistralai/Mistral-7B-v0.1": "Mistral 7B v0.1 (sliding window 4,096)",
     "mistralai/Mistral-7B-v0.3": "Mistral 7B v0.3",
+    "mistralai/Mixtral-8x7B-v0.1": "Mixtral 8x7B (mixture of experts)",
     "Qwen/Qwen2.5-0.5B": "Qwen2.5 0.5B",
     "Qwen/Qwen2.5-7B": "Qwen2.5 7B",
     "Qwen/Qwen3-0.6B": "Qwen3 0.6B",
     "Qwen/Qwen3-8B": "Qwen3 8B",
+    "Qwen/Qwen3-30B-A3B": "Qwen3 30B-A3B (mixture of experts)",
     "allenai/OLMo-2-1124-7B": "AI2 OLMo 2 7B (November 2024)",
+    "deepseek-ai/DeepSeek-V3": "DeepSeek-V3 (without its multi-token-prediction module)",
 }
 
 

@@ -57,7 +57,14 @@ def cross_check(analysis: Analysis, fvcore: bool = True, stock: bool = True,
         return replace(result, checks=result.checks + (Check(
             "transformers builds its model from the config.json the tool read",
             why[:300], False),))
-    return compare(analysis, m, compare_hf(analysis, got, hf))
+    experts = None
+    if hf.type.experts_implementation is not None:  # its other expert implementations, on CPU
+        from accounting.crosscheck import hf_experts
+        try:
+            experts = hf_experts.check(data)
+        except Exception as e:
+            experts = " ".join(f"{type(e).__name__}: {e}".split())[:300]
+    return compare(analysis, m, compare_hf(analysis, got, hf, experts))
 
 
 __all__ = ["cross_check", "compare", "measure", "Measurement", "CrossCheck", "ComponentRow",

@@ -160,8 +160,10 @@ def split(counts: dict[str, int], mm: ModuleMap, total: int) -> Split:
 
 
 # ---------------------------------------------------------------- comparison
-def compare_hf(a: Analysis, m, hf: HFConfig) -> HFCheck:
-    """`m`: an hf_counter.HFMeasurement for `a`'s workload."""
+def compare_hf(a: Analysis, m, hf: HFConfig, experts=None) -> HFCheck:
+    """`m`: an hf_counter.HFMeasurement for `a`'s workload; `experts`: an
+    hf_experts.ExpertsCheck (transformers' expert implementations on CPU at a shrunk size),
+    or why it could not run."""
     lg = a.ledger
     mm = module_map(lg, hf.type.names)
     _, block = _analytic(a)
@@ -194,9 +196,12 @@ def compare_hf(a: Analysis, m, hf: HFConfig) -> HFCheck:
     checks.append(Check("transformers: the LM head reads the token embedding (tied) exactly "
                         "when the ledger's does", f"transformers {'tied' if m.tied else 'untied'}, "
                         f"ledger {'tied' if lg.tied else 'untied'}", m.tied == bool(lg.tied)))
+    if experts is not None:
+        checks += _experts_checks(experts)
+    notes = _notes(a, m, mm) + ([_experts_note(experts)] if experts is not None else [])
     return HFCheck(hf.model_type, m.transformers_class, m.version, _dtype_text(m, hf), flops,
-                   tuple(layers), params, kv_bytes, kv_detail, tuple(checks),
-                   tuple(_notes(a, m, mm)), mm.text())
+                   tuple(layers), params, kv_bytes, kv_detail, tuple(checks), tuple(notes),
+                   mm.text())
 
 
 def _params(a: Analysis, m, mm: ModuleMap) -> tuple[ParamRow, ...]:
@@ -212,17 +217,72 @@ def _params(a: Analysis, m, mm: ModuleMap) -> tuple[ParamRow, ...]:
 
 
 def _kv(a: Analysis, m) -> tuple[tuple[int, int], str]:
-    """Bytes of K and V after the prefill: the ledger's cache entries (per token, per
-    block, all blocks) × B·T × the model's element size, against past_key_values."""
+    """Bytes of the cache after the prefill: the ledger's cache entries (per token, per
+    block, all blocks) × B·T × the model's element size, against past_key_values. A local
+    (sliding-window) layer's entry counts min(T, W − 1) tokens: between steps transformers'
+    DynamicSlidingWindowLayer keeps the last W − 1 (the next token's own K and V make the
+    W it attends), where the tool's planning counts W (the cache while a step attends)."""
     v = a.values
-    per_token = sum(e.expr().value(v) for e in a.ledger.cache)
+    w = a.config.sliding_window
+    kept = {False: a.seq, True: min(a.seq, w - 1) if w else a.seq}
     itemsize = m.kv[0][2] if m.kv else 0
-    analytic = int(per_token) * a.batch * a.seq * itemsize
+    analytic = sum(int(e.expr().value(v)) * kept[e.window] for e in a.ledger.cache) \
+        * a.batch * itemsize
     measured = sum((_prod(k) + _prod(val)) * size for k, val, size in m.kv)
     shapes = sorted({(k, val) for k, val, _ in m.kv})
     shown = "; ".join(f"K {list(k)}, V {list(val)}" for k, val in shapes)
-    return (analytic, measured), (f"{len(m.kv)} layers × ({shown}) × {itemsize} bytes "
-                                  f"({m.dtype})")
+    detail = f"{len(m.kv)} layers × ({shown}) × {itemsize} bytes ({m.dtype})"
+    if a.config.mla:
+        detail += (f"; latent attention: transformers caches the latent (kv_a_layernorm's "
+                   f"output, kv_lora_rank {a.config.kv_lora_rank}) as its 'K' and the rotated "
+                   f"RoPE key (qk_rope_head_dim {a.config.qk_rope_head_dim}) as its 'V', the "
+                   f"ledger's cache entry")
+    if any(e.window for e in a.ledger.cache):
+        detail += (f"; local layers keep min(T, W − 1) = {kept[True]:,} tokens after the "
+                   f"prefill (transformers' DynamicSlidingWindowLayer: the next token's own K "
+                   f"and V make the W = {w:,} it attends; the tool's inference tables count W, "
+                   f"the cache while a step attends)")
+    return (analytic, measured), detail
+
+
+def _experts_checks(x) -> list[Check]:
+    """transformers' expert implementations at a shrunk size (hf_experts.py), each against
+    the shrunk config's ledger: eager and batched_mm equal to it whatever the routing;
+    grouped_mm short of it by exactly the experts' matmuls, which FlopCounterMode cannot see."""
+    if isinstance(x, str):
+        return [Check("transformers' expert implementations run on CPU at a shrunk size", x,
+                      False)]
+    fwd, bwd = x.ledger
+    ef, eb = x.experts
+    out = []
+    for r in x.runs:
+        got = f"forward {grouped(r.forward)}, backward {grouped(r.backward)}"
+        if r.implementation == "grouped_mm":
+            out.append(Check(
+                "shrunk, CPU: transformers' default experts (grouped_mm): FlopCounterMode counts "
+                "the ledger's matmul FLOPs less exactly the routed experts' (it has no formula "
+                "for aten._grouped_mm)",
+                f"{got}; ledger {grouped(fwd)} and {grouped(bwd)}, experts {grouped(ef)} and "
+                f"{grouped(eb)}", (r.forward, r.backward) == (fwd - ef, bwd - eb)))
+        else:
+            what = ("eager experts (its loop over the experts that got tokens)"
+                    if r.implementation == "eager" else
+                    "batched_mm experts (as in the meta-device count)")
+            out.append(Check(f"shrunk, CPU: transformers' {what}, {r.routing}: matmul FLOPs = "
+                             f"the shrunk config's ledger", f"{got}; ledger {grouped(fwd)} and "
+                             f"{grouped(bwd)}", (r.forward, r.backward) == (fwd, bwd)))
+    return out
+
+
+def _experts_note(x) -> str:
+    if isinstance(x, str):
+        return f"transformers' other expert implementations could not run on CPU: {x}."
+    return (f"Shrunk (the consistency table's \"shrunk, CPU\" rows): meta cannot run "
+            f"transformers' eager or grouped_mm experts, so the same model_type, shrunk to "
+            f"{x.shrunk}, was built on the CPU in float32 with each implementation and run "
+            f"forward and backward (T = {x.seq}, B = {x.batch}, random weights and tokens) "
+            f"under FlopCounterMode, and compared with that shrunk config's ledger: dropless, "
+            f"the same expert rows whatever the routing ({x.seconds:.1f} s).")
 
 
 def _prod(shape) -> int:
@@ -259,6 +319,35 @@ def _notes(a: Analysis, m, mm: ModuleMap) -> list[str]:
                    + ") run aten.addmm(bias, x, W): FlopCounterMode counts its product only, "
                    "as the ledger's matmul rows do; the bias add is non-matmul work, counted "
                    "and compared on the tool's model/.")
+    if c.num_experts is not None:
+        out.append("Experts: transformers' model runs its experts here as "
+                   "experts_implementation=\"batched_mm\": each (token, expert) slot's "
+                   "gate_up_proj and down_proj slices gathered and one bmm per matrix, B·T·k "
+                   "expert rows, the ledger's dropless count. Its default, grouped_mm, runs the "
+                   "same rows, but torch's FlopCounterMode has no formula for "
+                   "aten._grouped_mm (it would count the experts as 0 FLOPs) and its meta "
+                   "kernel takes bfloat16 only; its \"eager\" loop runs only the experts that "
+                   "got tokens, found with nonzero() (data-dependent: meta cannot run it). Both "
+                   "are run on CPU at a shrunk size (below).")
+        out.append("mlp.experts.gate_up_proj holds each expert's W1 and W3 stacked (E × 2·d_e "
+                   "× d_model): one matmul where the ledger has two, the same multiply-adds; "
+                   "compared as their sum (the experts module).")
+        router = ("F.linear in float32, sigmoid, + e_score_correction_bias (a buffer, in "
+                  "neither parameter count), the best groups' experts kept by masked_fill(−inf)"
+                  if c.router == "sigmoid" else "softmax in float32")
+        out.append(f"Router (mlp.gate): {router}, top-k: casts and selects, no matmul "
+                   "difference; the routing ops are non-matmul FLOPs, compared on the tool's "
+                   "model/ only.")
+    if c.mla:
+        out.append("Latent attention: transformers builds each head's K with new_empty + "
+                   "copy_ of the no-RoPE part and the shared RoPE key (copies, no FLOPs), "
+                   "rotates in DeepSeek's interleaved layout (rope_interleave), and folds "
+                   "yarn's mscale² into the score scale (a value): the same matmuls.")
+    if any(k.local for k in c.layer_kinds):
+        out.append(f"Sliding window W = {c.sliding_window:,}: transformers applies it in the "
+                   f"mask (create_sliding_window_causal_mask: query i sees key j iff i − W < j "
+                   f"≤ i, the tool's window) and eager attention computes all T×T scores, as "
+                   f"the tool's model does (the executed count).")
     if c.kv_heads != c.num_heads:
         out.append(f"Grouped-query attention: transformers copies K and V to all {c.num_heads} "
                    f"query heads (repeat_kv: expand + reshape) before the score matmul; the "

@@ -57,17 +57,31 @@ def _quiet():
         logging.set_verbosity(level)
 
 
-def build(data: Mapping) -> torch.nn.Module:
-    """transformers' model of a config.json object, on the meta device, eager attention."""
+def build(data: Mapping, device: str = "meta", experts: str | None = None) -> torch.nn.Module:
+    """transformers' model of a config.json object, on the meta device, eager attention.
+
+    Experts (a mixture of experts) run as `experts` if given, else as the model_type's table
+    says (hf_config.HFType.experts_implementation: "batched_mm"). Not transformers' default,
+    grouped_mm: FlopCounterMode has no formula for aten._grouped_mm (it counts the experts'
+    matmuls as 0) and its meta kernel refuses float32; nor "eager", a loop over the experts
+    that got tokens (nonzero(): data-dependent, no meta kernel). batched_mm gathers each
+    (token, expert) slot's weights and runs one bmm per matrix: the same multiply-adds,
+    B·T·k expert rows, which meta runs and FlopCounterMode counts."""
     from transformers import AutoConfig, AutoModelForCausalLM
+    from accounting.hf_config import TYPES
     # auto_map names remote code; the counter builds transformers' own class for model_type
     kwargs = {k: v for k, v in data.items() if k not in ("model_type", "auto_map")}
     dtype = DTYPES.get(storage_dtype(data), torch.float32)
+    t = TYPES.get(data["model_type"])
+    experts = experts or (t.experts_implementation if t is not None else None)
+    extra = {"experts_implementation": experts} if experts else {}
     with _quiet():
         config = AutoConfig.for_model(data["model_type"], **kwargs)
-        with torch.device("meta"):
+        # quantization_config: from_config builds the dense model (a quantizer runs only in
+        # from_pretrained), which is what the tool counts (hf_config.py's note)
+        with torch.device(device):
             model = AutoModelForCausalLM.from_config(config, attn_implementation="eager",
-                                                     dtype=dtype)
+                                                     dtype=dtype, **extra)
     return model.eval()  # no dropout: the tool's model has none
 
 

@@ -1,0 +1,125 @@
+"""transformers' own expert implementations, run on real CPU tensors at a shrunk size.
+
+The transformers counter (hf_counter.py) counts a mixture-of-experts model on the meta
+device with experts_implementation="batched_mm", the one implementation meta can run and
+FlopCounterMode can count. transformers' default, grouped_mm, and its "eager" loop over the
+experts that got tokens cannot run there (a bfloat16-only meta kernel; nonzero(), which
+depends on the data). So the same model_type is shrunk here (SHRINK: two layers, widths of
+a few dozen, the config's own experts, top-k and router groups), built on the CPU in float32
+with each implementation, and run forward and backward under FlopCounterMode: with its own
+router's choice (random weights) and with every token forced to experts 0..k−1 (the most
+unbalanced routing). The shrunk config's ledger says what each should count: dropless, the
+same B·T·k expert rows whatever the routing. Imports torch and transformers.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Mapping
+
+import torch
+import torch.nn.functional as F
+from torch.utils.flop_counter import FlopCounterMode
+
+from accounting import records as R
+
+# What is shrunk, per model_type: sizes only (the experts, top-k and routing keys are the
+# config's own). Layers: two, each MoE (DeepSeek-V3: one dense, one MoE).
+_WIDTHS = {"hidden_size": 32, "intermediate_size": 48, "num_attention_heads": 4,
+           "vocab_size": 64, "num_hidden_layers": 2}
+SHRINK: Mapping[str, Mapping[str, object]] = {
+    "mixtral": {**_WIDTHS, "num_key_value_heads": 2, "head_dim": 8},
+    "qwen3_moe": {**_WIDTHS, "num_key_value_heads": 2, "head_dim": 8,
+                  "moe_intermediate_size": 16, "mlp_only_layers": [], "decoder_sparse_step": 1},
+    "deepseek_v3": {**_WIDTHS, "num_key_value_heads": 4, "moe_intermediate_size": 16,
+                    "first_k_dense_replace": 1, "kv_lora_rank": 16, "qk_nope_head_dim": 8,
+                    "qk_rope_head_dim": 4, "v_head_dim": 8},
+}
+IMPLEMENTATIONS = ("eager", "grouped_mm", "batched_mm")
+OWN, FORCED = "its router's choice", "every token to experts 0..k−1"
+
+
+@dataclass(frozen=True)
+class Run:
+    implementation: str
+    routing: str
+    forward: int  # FlopCounterMode's total, this pass
+    backward: int
+
+
+@dataclass(frozen=True)
+class ExpertsCheck:
+    shrunk: str  # the shrunk sizes, in words
+    seq: int
+    batch: int
+    ledger: tuple[int, int]  # the shrunk config's matmul FLOPs: forward, backward
+    experts: tuple[int, int]  # of which the routed experts' matmuls
+    runs: tuple[Run, ...]
+    seconds: float = field(compare=False)
+
+
+def shrink(data: Mapping) -> dict:
+    """The config.json object at the shrunk size, in float32."""
+    small = {k: v for k, v in data.items() if k != "dtype"}
+    small.update(SHRINK[data["model_type"]])
+    if "q_lora_rank" in small and small["q_lora_rank"] is not None:
+        small["q_lora_rank"] = 16
+    small["torch_dtype"] = "float32"
+    return small
+
+
+def _force(model, k: int) -> list:
+    """Hooks that replace each router's chosen experts by 0..k−1 after it ran."""
+    handles = []
+    for module in model.modules():
+        if hasattr(module, "experts") and hasattr(module, "gate"):
+            def hook(_, __, out):
+                logits, weights, indices = out
+                return logits, weights, torch.arange(k).expand_as(indices).contiguous()
+            handles.append(module.gate.register_forward_hook(hook))
+    return handles
+
+
+def _run(data: Mapping, implementation: str, routing: str, ids: torch.Tensor, k: int) -> Run:
+    from accounting.crosscheck.hf_counter import build
+    torch.manual_seed(0)
+    model = build(data, device="cpu", experts=implementation)
+    handles = _force(model, k) if routing == FORCED else []
+    try:
+        with FlopCounterMode(display=False) as fcm:
+            logits = model(input_ids=ids, use_cache=False).logits
+            forward = fcm.get_total_flops()
+            F.cross_entropy(logits.reshape(-1, logits.shape[-1]), ids.reshape(-1)).backward()
+            backward = fcm.get_total_flops() - forward
+    finally:
+        for h in handles:
+            h.remove()
+    return Run(implementation, routing, forward, backward)
+
+
+def check(data: Mapping, seq: int = 8, batch: int = 2) -> ExpertsCheck:
+    """Each implementation (eager with two routings, grouped_mm, batched_mm) of the shrunk
+    model_type, against the shrunk config's ledger."""
+    from accounting.analysis import analyze
+    from accounting.hf_config import translate
+    start = time.perf_counter()
+    small = shrink(data)
+    config = translate(small, "the shrunk config.json", "shrunk").config
+    a = analyze(config, seq, batch, "train")
+    total = {p: 0 for p in (R.FORWARD, R.BACKWARD)}
+    experts = dict(total)
+    for r in a.matmul_rows:
+        total[r.record.phase] += r.flops
+        if r.record.module.rsplit(".", 1)[-1] == "experts":
+            experts[r.record.phase] += r.flops
+    ids = torch.randint(0, config.vocab_size, (batch, seq), generator=torch.Generator().manual_seed(0))
+    runs = [_run(small, "eager", routing, ids, config.experts_per_token) for routing in (OWN, FORCED)]
+    runs += [_run(small, impl, OWN, ids, config.experts_per_token) for impl in IMPLEMENTATIONS[1:]]
+    shown = (f"{config.num_layers} layers ({sum(k.moe for k in config.layer_kinds)} MoE), "
+             f"d_model {config.d_model}, expert width {config.expert_d_ff}, the config's "
+             f"{config.num_experts} experts and top-{config.experts_per_token}"
+             + (f", {config.router_groups} groups (top {config.router_topk_groups})"
+                if config.router_groups > 1 else ""))
+    return ExpertsCheck(shown, seq, batch, (total[R.FORWARD], total[R.BACKWARD]),
+                        (experts[R.FORWARD], experts[R.BACKWARD]), tuple(runs),
+                        time.perf_counter() - start)
