@@ -116,11 +116,21 @@ MALFORMED = [
     ("llama", {"head_dim": 23}, "head_dim = 23 is odd; RoPE rotates pairs"),
     ("mistral", {"hidden_size": 60, "num_attention_heads": 8},
      "d_model 60 is not divisible by num_heads 8"),
+    # sliding windows: bad values, and what transformers would not build as the spec means
+    ("mistral", {"sliding_window": 0}, "sliding_window must be a positive integer or null, got 0"),
+    ("mistral", {"layer_types": ["full_attention"] * 3},
+     "means per-layer attention kinds, which transformers' Mistral ignores in its attention but "
+     "not in its KV cache"),
+    ("qwen2", {"use_sliding_window": True, "sliding_window": -4}, "sliding_window must be a "
+                                                                  "positive integer or null"),
+    ("qwen3", {"layer_types": ["full_attention", "sliding_attention"]},
+     "layers of sliding attention but no window (sliding_window null, or use_sliding_window false)"),
+    ("qwen3", {"layer_types": ["full_attention"], "use_sliding_window": True},
+     "layer_types must list 2 entries (num_hidden_layers), each \"full_attention\" or "
+     "\"sliding_attention\", got ['full_attention']"),
+    ("qwen3", {"layer_types": ["full_attention", "chunked_attention"]}, "layer_types must list 2"),
+    ("qwen2", {"max_window_layers": -1}, "max_window_layers must be a non-negative integer"),
     # keys that would change a count the tool cannot represent
-    ("mistral", {"sliding_window": 4096}, "sliding_window = 4096 means sliding-window attention"),
-    ("mistral", {"sliding_window": DELETE}, "sliding_window = 4096 (absent: transformers' default)"),
-    ("qwen2", {"use_sliding_window": True}, "use_sliding_window = True means sliding-window"),
-    ("qwen3", {"layer_types": ["full_attention", "sliding_attention"]}, "layer_types"),
     ("llama", {"num_local_experts": 8}, "num_local_experts = 8 is a mixture-of-experts key"),
     ("qwen2", {"num_experts": 60, "moe_intermediate_size": 1408}, "mixture-of-experts"),
     ("llama", {"kv_lora_rank": 512}, "kv_lora_rank = 512 is a multi-head latent attention key"),
@@ -140,7 +150,10 @@ MALFORMED = [
     ("gpt2", {"rms_norm_eps": 1e-6}, "unknown key(s) 'rms_norm_eps'"),
     ("mistral", {"attention_bias": True}, "unknown key(s) 'attention_bias'"),
     ("llama", {"model_type": "gemma"}, "model_type 'gemma' is not supported; supported: gpt2, "
-                                       "llama, mistral, qwen2, qwen3, olmo2"),
+                                       "llama, mistral, qwen2, qwen3, olmo2, mixtral, "
+                                       "qwen3_moe, deepseek_v3"),
+    ("llama", {"model_type": "gemma2"}, "model_type gemma2 is not supported: it needs what the "
+                                        "spec cannot express: four norms per block"),
 ]
 
 
@@ -181,7 +194,8 @@ def test_the_table_is_a_registry_that_refuses_duplicates():
                                fixed=MappingProxyType({**TYPES["llama"].fixed, "mlp_bias": False}))
     with pytest.raises(ValueError, match="set twice"):
         register(both)
-    assert set(TYPES) == {"gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo2"}
+    assert set(TYPES) == {"gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo2", "mixtral",
+                          "qwen3_moe", "deepseek_v3"}
 
 
 def test_every_type_names_every_module_the_ledger_has():
