@@ -422,7 +422,7 @@ def _qwen_windows(v: Mapping, where: str):
         f"sliding window {window:,} on {n} of {L} layers ("
         + ("layer_types" if given is not None else
            f"use_sliding_window true: layers {v['max_window_layers']} and up, as "
-           f"transformers' config builds layer_types from max_window_layers") + ")",)
+           f"transformers' config builds layer_types from max_window_layers") + ").",)
     return fields, notes
 
 
@@ -529,7 +529,7 @@ def _qwen3_moe_layers(v: Mapping, where: str):
     n_dense = L if E == 0 else len(fields["dense_layers"])
     notes = () if not n_dense else (
         f"{n_dense} of {L} layers keep a dense MLP of intermediate_size "
-        + ("(num_experts 0)" if E == 0 else "(mlp_only_layers, decoder_sparse_step)"),)
+        + ("(num_experts 0)." if E == 0 else "(mlp_only_layers, decoder_sparse_step)."),)
     return fields, notes
 
 
@@ -580,7 +580,7 @@ def _deepseek_layers(v: Mapping, where: str):
                          f"needs at least 2 experts")
     dense = tuple(range(min(k, L)))
     return {"dense_layers": dense}, ((f"first_k_dense_replace {k}: layers 0 to {len(dense) - 1} "
-                                      f"keep a dense MLP of intermediate_size",) if dense else ())
+                                      f"keep a dense MLP of intermediate_size.",) if dense else ())
 
 
 def _fp8_blocks(v, d) -> bool:

@@ -41,12 +41,10 @@ def translation_table(hf: HFConfig) -> Table:
     """Each count-changing key, its value and the spec field it sets; the model_type's
     rules with no key; what was accepted as count-free."""
     t, c = hf.type, hf.config
-    rule_of = {k: d for d in t.derived for k in d.keys}
     rows = [(key, _json(value) if given else f"(absent) {_json(value)}",
-             ", ".join(fields) if fields else f"(rule: {', '.join(rule_of[key].fields)})",
-             ", ".join(_spec(c, f) for f in fields))
+             ", ".join(fields) if fields else "→ (rule)", ", ".join(_spec(c, f) for f in fields))
             for key, value, fields, given in hf.mapped]
-    rows += [("(rule)", " + ".join(d.keys), field, _spec(c, field))
+    rows += [("(rule)", "the keys marked → (rule)", field, _spec(c, field))
              for d in t.derived for field in d.fields]
     rows += [("(no key)", f"model_type {t.model_type}", field, _spec(c, field))
              for field in t.fixed]

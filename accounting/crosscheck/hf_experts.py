@@ -24,16 +24,17 @@ from torch.utils.flop_counter import FlopCounterMode
 from accounting import records as R
 
 # What is shrunk, per model_type: sizes only (the experts, top-k and routing keys are the
-# config's own). Layers: two, each MoE (DeepSeek-V3: one dense, one MoE).
+# config's own). One MoE layer (DeepSeek-V3: one dense layer before it, as its
+# first_k_dense_replace has).
 _WIDTHS = {"hidden_size": 32, "intermediate_size": 48, "num_attention_heads": 4,
-           "vocab_size": 64, "num_hidden_layers": 2}
+           "vocab_size": 64, "num_hidden_layers": 1}
 SHRINK: Mapping[str, Mapping[str, object]] = {
     "mixtral": {**_WIDTHS, "num_key_value_heads": 2, "head_dim": 8},
     "qwen3_moe": {**_WIDTHS, "num_key_value_heads": 2, "head_dim": 8,
                   "moe_intermediate_size": 16, "mlp_only_layers": [], "decoder_sparse_step": 1},
-    "deepseek_v3": {**_WIDTHS, "num_key_value_heads": 4, "moe_intermediate_size": 16,
-                    "first_k_dense_replace": 1, "kv_lora_rank": 16, "qk_nope_head_dim": 8,
-                    "qk_rope_head_dim": 4, "v_head_dim": 8},
+    "deepseek_v3": {**_WIDTHS, "num_hidden_layers": 2, "num_key_value_heads": 4,
+                    "moe_intermediate_size": 16, "first_k_dense_replace": 1, "kv_lora_rank": 16,
+                    "qk_nope_head_dim": 8, "qk_rope_head_dim": 4, "v_head_dim": 8},
 }
 IMPLEMENTATIONS = ("eager", "grouped_mm", "batched_mm")
 OWN, FORCED = "its router's choice", "every token to experts 0..k−1"
@@ -97,7 +98,7 @@ def _run(data: Mapping, implementation: str, routing: str, ids: torch.Tensor, k:
     return Run(implementation, routing, forward, backward)
 
 
-def check(data: Mapping, seq: int = 8, batch: int = 2) -> ExpertsCheck:
+def check(data: Mapping, seq: int = 4, batch: int = 2) -> ExpertsCheck:
     """Each implementation (eager with two routings, grouped_mm, batched_mm) of the shrunk
     model_type, against the shrunk config's ledger."""
     from accounting.analysis import analyze
