@@ -483,7 +483,7 @@ register(HFType(
 ROUTER_NOTES = (
     Noted("router_jitter_noise", lambda v: v in (0, 0.0),
           "{settings}: transformers multiplies the MoE input by uniform noise in training mode "
-          "only; not counted (like dropout: elementwise work, no matmul)"),)
+          "only; not counted (like dropout: elementwise work, no matmul)."),)
 # the router's training loss and its output switch: no count of the model's forward
 ROUTER_FREE = frozenset({"router_aux_loss_coef", "output_router_logits"})
 
@@ -651,13 +651,13 @@ register(HFType(
                  "{settings}: the multi-token-prediction module (DeepSeek-V3 §2.2) is not "
                  "counted: transformers' DeepseekV3ForCausalLM does not build it (it loads it "
                  "only as a separate MtpModel for speculative decoding, generate(use_mtp=True)); "
-                 "DeepSeek's 671B excludes it, the Hub's safetensors total (685B) includes it"),
+                 "DeepSeek's 671B excludes it, the Hub's safetensors total (685B) includes it."),
            Noted("quantization_config", lambda v: v is None,
                  "quantization_config fp8: the checkpoint stores most matrices in float8 "
                  "with a float32 scale per 128×128 block (weight_scale_inv); the counts are "
                  "of the model's parameters as transformers builds them (dense tensors of the "
                  "config's shapes, what 671B counts), not of the scales, and the memory tables "
-                 "give bytes per dtype, not the checkpoint's mixed fp8/bf16 storage")),
+                 "give bytes per dtype, not the checkpoint's mixed fp8/bf16 storage.")),
     # aux_loss_alpha, seq_aux: training-loss settings; ep_size: expert parallelism of
     # DeepSeek's code; pretraining_tp: unread; rope_interleave: the same rotation, another
     # layout; head_dim: DeepseekV3Config overwrites it with qk_rope_head_dim
