@@ -190,13 +190,15 @@ def test_variants_agree_exactly(name):
     assert all(c.agreeing == c.layers for c in result.layers)
 
 
-# Too slow here (fvcore traces every layer): Qwen3-30B-A3B (48 layers × 128 experts, 15 s)
-# and DeepSeek-V3 (61 layers × 256 experts, 28 s). Their shipped config.json runs at two
-# layers through every counter, transformers' included, in tests/test_hf_moe.py; their full
-# size in test_presets.py (parameters by hand) and test_hf_moe.py (transformers' parameters).
+# Too slow here (fvcore traces every layer): Qwen3-30B-A3B (48 layers × 128 experts, 15 s),
+# DeepSeek-V3 (61 layers × 256 experts, 28 s) and Mixtral-8x7B (4–7 s). Their shipped
+# config.json runs at two layers through every counter, transformers' included, in
+# tests/test_hf_moe.py; their full size in test_presets.py (parameters by hand) and
+# test_hf_moe.py (transformers' parameters).
 # Mistral-7B-v0.1 is v0.3's architecture but for its 4,096-token window, which never binds
 # at 256 tokens: windows that bind run in test_hf_moe.py (and the window variants above).
-SLOW_PRESETS = ("Qwen/Qwen3-30B-A3B", "deepseek-ai/DeepSeek-V3", "mistralai/Mistral-7B-v0.1")
+SLOW_PRESETS = ("Qwen/Qwen3-30B-A3B", "deepseek-ai/DeepSeek-V3", "mistralai/Mixtral-8x7B-v0.1",
+                "mistralai/Mistral-7B-v0.1")
 
 
 @pytest.mark.parametrize("name", [n for n in sorted(PRESETS)
