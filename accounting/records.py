@@ -70,6 +70,11 @@ class Param(Record):
     lookup: bool = False  # an embedding table read by index (a row per token)
     matmul_weight: bool = False  # read by a matmul (autocast keeps a bf16 copy of it)
 
+    @property
+    def routed_expert(self) -> bool:
+        """One of the E stacked routed experts' matrices (a token runs k of the E)."""
+        return self.shape[:1] == ("E",) and self.module.endswith("experts")
+
     def formula(self) -> str:
         return monomial(1, self.shape)
 

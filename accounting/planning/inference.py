@@ -90,10 +90,6 @@ def absorbed_decode_flops_expr(config: ModelConfig) -> Expr | None:
     return total
 
 
-def _expert_param(p: R.Param) -> bool:
-    return p.shape[:1] == ("E",)
-
-
 def weights_read_expr(config: ModelConfig) -> Expr:
     """Parameter elements a decode step reads: every weight, except that of a table only
     looked up (the token embedding when untied, a learned position table) it reads one row
@@ -103,7 +99,7 @@ def weights_read_expr(config: ModelConfig) -> Expr:
     for p in ledger(config).params:
         if p.lookup and not p.matmul_weight:
             e = Expr.of(1, ("B", "d_model"))
-        elif _expert_param(p):
+        elif p.routed_expert:
             e = Expr.of(1, ("E_read",) + p.shape[1:])
         else:
             e = Expr.of(1, p.shape)
