@@ -170,7 +170,7 @@ class Analysis:
         if c.num_experts is None:
             return self.param_count
         E, k = c.num_experts, c.experts_per_token
-        skipped = sum(r.numel // E * (E - k) for r in self.param_rows if R.routed_expert(r.record))
+        skipped = sum(r.numel // E * (E - k) for r in self.param_rows if r.record.routed_expert)
         return self.param_count - skipped
 
     def flops_per_token(self, counting: str | None = None) -> Fraction:

@@ -71,6 +71,39 @@ _ARCH_CHOICES = (("--mlp", "mlp", MLPS, "feed-forward: swiglu (default), geglu, 
                  ("--attention", "attention", ATTENTIONS,
                   "how the attention core runs: naive (default: the course's explicit scores, "
                   "mask and softmax) or sdpa (the fused kernel, F.scaled_dot_product_attention)"))
+# Sliding windows, mixtures of experts, latent attention (issue 15): flag, field, parser, help.
+_EXTRA_SIZES = (
+    ("--sliding-window", "sliding_window", "a local layer attends its last W keys (every layer "
+     "local unless --layer-types says which)"),
+    ("--num-experts", "num_experts", "routed experts per MoE layer (a mixture of experts)"),
+    ("--experts-per-token", "experts_per_token", "top-k: experts each token runs (default 2)"),
+    ("--moe-d-ff", "moe_d_ff", "each expert's inner width (default: d_ff)"),
+    ("--kv-lora-rank", "kv_lora_rank", "multi-head latent attention: the K/V latent width "
+     "(with --qk-nope-head-dim, --qk-rope-head-dim, --v-head-dim)"),
+    ("--q-lora-rank", "q_lora_rank", "latent attention: the query latent width (default: none)"),
+    ("--qk-nope-head-dim", "qk_nope_head_dim", "latent attention: per-head Q/K dims without RoPE"),
+    ("--qk-rope-head-dim", "qk_rope_head_dim", "latent attention: per-head Q/K dims with RoPE"),
+    ("--v-head-dim", "v_head_dim", "latent attention: per-head value dims"),
+)
+
+
+def _int_list(flag: str, words: tuple[str, ...] = ()):
+    """'0,1,2' -> (0, 1, 2); with `words`, 'local,global' -> ('local', 'global')."""
+    def parse(text: str) -> tuple:
+        items = tuple(x.strip() for x in text.split(",") if x.strip())
+        if words:
+            bad = [x for x in items if x not in words]
+            if bad:
+                raise argparse.ArgumentTypeError(f"must list {' or '.join(words)}, got {bad[0]!r}")
+            return items
+        try:
+            return tuple(int(x) for x in items)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must list layer indices, got {text!r}") from None
+    parse.__name__ = "list"
+    return parse
+
+
 _BIASES = (("--qkv-bias", "qkv_bias", "biases on the Q, K, V projections"),
            ("--out-bias", "out_bias", "bias on the attention output projection"),
            ("--mlp-bias", "mlp_bias", "biases on the MLP matrices"))
@@ -104,6 +137,20 @@ def add_model_args(p: argparse.ArgumentParser, model_required: bool = False) -> 
                    help="all three kinds of bias at once (GPT-2)")
     a.add_argument("--norm-eps", type=positive_float("--norm-eps", allow_zero=True), metavar="X",
                    help="the norms' epsilon (changes no count)")
+    x = p.add_argument_group("sliding windows, mixtures of experts, latent attention")
+    for flag, dest, text in _EXTRA_SIZES:
+        x.add_argument(flag, dest=dest, type=positive_int(flag), metavar="N", help=text)
+    x.add_argument("--layer-types", type=_int_list("--layer-types", ("local", "global")),
+                   metavar="local,global,…", help="each layer's attention, one per layer")
+    x.add_argument("--dense-layers", type=_int_list("--dense-layers"), metavar="0,1,…",
+                   help="layers that keep a dense MLP among MoE layers (DeepSeek's first k)")
+    x.add_argument("--shared-experts", dest="num_shared_experts", type=positive_int("--shared-experts"),
+                   metavar="N", help="experts every token runs beside its top-k (DeepSeek)")
+    x.add_argument("--router", choices=("softmax", "sigmoid"),
+                   help="softmax over the experts (Mixtral, Qwen3) or a sigmoid each (DeepSeek-V3)")
+    x.add_argument("--capacity-factor", dest="moe_capacity_factor",
+                   type=positive_float("--capacity-factor"), metavar="X",
+                   help="each expert runs ⌈X·B·T·k/E⌉ rows (padding or dropping); default dropless")
 
 
 def _arch_overrides(ns: argparse.Namespace) -> dict:
@@ -111,6 +158,9 @@ def _arch_overrides(ns: argparse.Namespace) -> dict:
     out.update({dest: getattr(ns, dest) for _, dest, _, _ in _ARCH_CHOICES})
     out["tie_embeddings"] = ns.tie_embeddings
     out["norm_eps"] = ns.norm_eps
+    out.update({dest: getattr(ns, dest) for _, dest, _ in _EXTRA_SIZES})
+    for dest in ("layer_types", "dense_layers", "num_shared_experts", "router", "moe_capacity_factor"):
+        out[dest] = getattr(ns, dest)
     for flag, dest, _ in _BIASES:
         value = getattr(ns, dest)
         if ns.bias is not None and value is not None and value != ns.bias:

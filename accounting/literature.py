@@ -117,6 +117,12 @@ class Exact:
         return Fraction(self.training, self.forward)
 
     @cached_property
+    def kernel_recompute(self) -> int:
+        """Training FLOPs beyond 3 × forward: the fused attention kernel's backward runs QKᵀ
+        again (every other matmul has exactly two gradient matmuls of its size)."""
+        return self.training - 3 * self.forward
+
+    @cached_property
     def non_matmul(self) -> dict[str, int]:
         return self.forward_analysis.elementwise_by_component()
 
@@ -168,6 +174,17 @@ class Exact:
     def tied(self) -> bool:
         return bool(self.forward_analysis.ledger.tied)
 
+    @cached_property
+    def inactive_experts(self) -> int:
+        """Parameters of the routed experts a token does not run (E − k of E per MoE layer)."""
+        a = self.forward_analysis
+        return a.param_count - a.active_param_count
+
+    @property
+    def capacity_padding(self) -> int:
+        """Forward FLOPs of an expert capacity's padded rows (E·C run, B·T·k routed)."""
+        return self.components[R.FFN] - self.components_useful[R.FFN]
+
 
 def exact_counts(config: ModelConfig, seq: int | None = None, batch: int = 1) -> Exact:
     return Exact(analyze(config, seq, batch, "forward"))
@@ -179,7 +196,13 @@ def _estimate(x: Exact, key: str, name: str, source: str, forward: Number, train
               evaluated_with: str, terms: list[Term], misfits: list[str],
               notes: list[str] = ()) -> Estimate:
     """Drop zero terms; add an 'unexplained' term for whatever the terms do not close."""
+    if x.kernel_recompute:
+        terms = [*terms, Term("fused attention kernel: its backward runs QKᵀ again", LEFT_OUT, 0,
+                              x.kernel_recompute, "training only: the kernel keeps no scores, "
+                              "so its backward recomputes them (5 T×T matmuls per head, not 4)")]
     terms = [t for t in terms if t.forward or t.training]
+    if x.inactive_experts and any(t.label.startswith("routed experts") for t in terms):
+        misfits = [*misfits, "MoE: N counts every expert"]
     gap_f = x.forward - forward - sum(t.forward for t in terms)
     gap_t = x.training - training - sum(t.training for t in terms)
     if gap_f or gap_t:
@@ -191,10 +214,10 @@ def _estimate(x: Exact, key: str, name: str, source: str, forward: Number, train
 
 def _t(x: Exact, label: str, kind: str, forward: Number, detail: str = "",
        training: Number | None = None) -> Term:
-    """A term whose training part is forward × (training / forward) of the exact count
-    (3: backward = two matmuls of each forward one's size) unless given."""
-    if training is None:
-        training = F.exact(forward * x.backward_factor)
+    """A term whose training part is 3 × its forward part (backward = two gradient matmuls
+    of each forward one's size) unless given; the fused kernel's extra QKᵀ is its own term."""
+    if training is None:  # two gradient matmuls of each forward one's size
+        training = 3 * forward
     return Term(label, kind, F.exact(forward), F.exact(training), detail)
 
 
@@ -219,13 +242,15 @@ def _parameter_terms(x: Exact, counted: dict[str, bool]) -> list[Term]:
         out.append(_t(x, "biases counted as matmul weights", APPROXIMATED, -2 * x.biases * tok,
                       "2 FLOPs per bias per token; the model adds them (non-matmul FLOPs, "
                       "listed below)"))
-    inactive = x.params - x.forward_analysis.active_param_count
-    if inactive:  # a mixture of experts: N holds all E routed experts, a token runs k
+    if x.inactive_experts:
         c = x.config
         out.append(_t(x, f"routed experts a token does not run ({c.num_experts - c.experts_per_token} "
-                         f"of {c.num_experts} per MoE layer)", DOES_NOT_FIT, -2 * inactive * tok,
-                      "N counts every expert's weights; each token runs its top-"
-                      f"{c.experts_per_token}: −2·(total − active parameters)·B·T"))
+                         f"of {c.num_experts} per MoE layer)", DOES_NOT_FIT,
+                      -2 * x.inactive_experts * tok,
+                      "N counts every expert; a token runs its top-k: −2·(N − N_active)·B·T"))
+    if x.capacity_padding:
+        out.append(_t(x, "expert capacity: padded rows the experts run", LEFT_OUT,
+                      x.capacity_padding, "E·C rows run, B·T·k of them routed slots"))
     if counted.get("norms", True) and x.norm_params:
         out.append(_t(x, "norm parameters counted as matmul weights", APPROXIMATED,
                       -2 * x.norm_params * tok, "norm gains and biases are elementwise "
@@ -269,21 +294,24 @@ def _width_terms(x: Exact, formula: dict[str, Number], assumes: str) -> list[Ter
     c, out = x.config, []
     d_proj = x.components[R.ATTN_PROJ] - formula[R.ATTN_PROJ]
     if d_proj:
-        why = (f"grouped-query attention: K and V project to h_kv·d_k = {grouped(c.kv_heads * c.d_k)}"
+        why = ("multi-head latent attention: low-rank Q and K/V projections"
+               if c.mla else
+               f"grouped-query attention: K and V project to h_kv·d_k = {grouped(c.kv_heads * c.d_k)}"
                if _gqa(c) else f"attention width h·d_k = {grouped(c.num_heads * c.d_k)}")
         out.append(_t(x, f"attention projections: {why}", DOES_NOT_FIT, d_proj,
                       f"the formula assumes {assumes}"))
     d_ffn = x.components[R.FFN] - formula[R.FFN]
     if d_ffn:
         n = 3 if _gated(c) else 2
-        label = (f"feed-forward: {n} matrices of d_model×d_ff = "
-                 f"{grouped(c.d_model)}×{grouped(c.d_ff)} ({c.mlp_kind.label})")
         if c.num_experts is not None:
-            label = (f"feed-forward: mixture of experts (a router, top-{c.experts_per_token} of "
-                     f"{c.num_experts} experts of d_model×{grouped(c.expert_d_ff)}"
-                     + (f", {c.num_shared_experts} shared" if c.num_shared_experts else "")
-                     + f"; dense layers {grouped(c.d_ff)} wide)" if c.dense_layers else ")")
-        out.append(_t(x, label, DOES_NOT_FIT, d_ffn, f"the formula's MLP: {formula['ffn_shape']}"))
+            what = (f"feed-forward: a router and top-{c.experts_per_token} of {c.num_experts} "
+                    f"experts of d_model×{grouped(c.expert_d_ff)}"
+                    + (f" (+ {c.num_shared_experts} shared)" if c.num_shared_experts else "")
+                    + f" in {sum(k.moe for k in c.layer_kinds)} of {c.num_layers} layers")
+        else:
+            what = (f"feed-forward: {n} matrices of d_model×d_ff = "
+                    f"{grouped(c.d_model)}×{grouped(c.d_ff)} ({c.mlp_kind.label})")
+        out.append(_t(x, what, DOES_NOT_FIT, d_ffn, f"the formula's MLP: {formula['ffn_shape']}"))
     return out
 
 

@@ -70,6 +70,11 @@ class Param(Record):
     lookup: bool = False  # an embedding table read by index (a row per token)
     matmul_weight: bool = False  # read by a matmul (autocast keeps a bf16 copy of it)
 
+    @property
+    def routed_expert(self) -> bool:
+        """One of the E stacked routed experts' matrices (a token runs k of the E)."""
+        return self.shape[:1] == ("E",) and self.module.endswith("experts")
+
     def formula(self) -> str:
         return monomial(1, self.shape)
 
@@ -78,13 +83,6 @@ class Param(Record):
 
     def key(self, layer: int | None = None) -> str:
         return self.name.format(i=layer) if self.per_layer else self.name
-
-
-def routed_expert(p: Param) -> bool:
-    """The routed experts' stacked weights (E, ...) in an MoE layer's experts module: a token
-    runs k of their E slices. (The router's (E, d_model) weight is not one: every token
-    multiplies by all of it.)"""
-    return p.shape[:1] == ("E",) and p.module.rsplit(".", 1)[-1] == "experts"
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,9 @@ def _useful_extra(a: Analysis) -> str:
         out += (f" Experts under capacity factor {c.moe_capacity_factor:g} run E·C = "
                 f"{grouped(v['E'] * v['C'])} rows (C = ⌈c·B·T·k/E⌉ = {grouped(v['C'])}), "
                 f"of which B·T·k = {grouped(v['B'] * v['T'] * v['k'])} are routed slots (useful).")
+    if c.num_experts is not None and "C" not in v:
+        out += (" Experts (dropless): each token runs its k experts, so the expert matmuls "
+                "have B·T·k rows whatever the router decides: exact, not an expectation.")
     if any(r.record.useful and r.record.component == R.ATTN_CORE for r in a.matmul_rows):
         out += " V zero-padded from d_v to d_k for the fused kernel: useful work counts d_v."
     return out

@@ -53,7 +53,8 @@ def random_configs(n: int, seed: int = 13):
             norm_placement=rng.choice(list(NORM_PLACEMENTS)), mlp=rng.choice(list(MLPS)),
             positions=positions, tie_embeddings=rng.random() < 0.5, qkv_bias=rng.random() < 0.5,
             out_bias=rng.random() < 0.5, mlp_bias=rng.random() < 0.5,
-            qk_norm=rng.choice(list(QK_NORMS)), name="random")
+            qk_norm=rng.choice(list(QK_NORMS)), attention=rng.choice(["naive", "sdpa"]),
+            name="random")
         T = rng.randint(1, c.context_length if positions == "learned" else c.context_length + 3)
         yield c, T, rng.randint(1, 3)
 
@@ -265,3 +266,28 @@ def test_formulas_module_has_no_config_dependency():
     src = open(mod.__file__, encoding="utf-8").read()
     assert "from accounting" not in src and "ModelConfig" not in src.split('"""', 2)[2]
     assert F.exact(Fraction(4, 2)) == 2 and isinstance(F.exact(Fraction(4, 2)), int)
+
+
+ISSUE15 = {  # the new families, small: every formula must still close with named terms
+    "moe": dict(num_experts=8, experts_per_token=2, moe_d_ff=12),
+    "moe_capacity": dict(num_experts=4, experts_per_token=2, moe_d_ff=12, moe_capacity_factor=1.5),
+    "deepseek_like": dict(num_experts=8, experts_per_token=2, moe_d_ff=12, num_shared_experts=1,
+                          router="sigmoid", router_bias=True, router_groups=4, router_topk_groups=2,
+                          dense_layers=(0,), kv_lora_rank=8, q_lora_rank=10, qk_nope_head_dim=4,
+                          qk_rope_head_dim=4, v_head_dim=6),
+    "window": dict(sliding_window=5),
+    "window_alternating": dict(sliding_window=5, layer_types=("local", "global", "local")),
+    "mla_sdpa": dict(kv_lora_rank=8, qk_nope_head_dim=4, qk_rope_head_dim=4, v_head_dim=6,
+                     attention="sdpa"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ISSUE15))
+def test_every_formula_closes_for_moe_window_and_latent_attention(name):
+    c = ModelConfig(vocab_size=50, context_length=32, num_layers=3, d_model=32, num_heads=4,
+                    d_ff=40, name=name, **ISSUE15[name])
+    for seq, batch in ((1, 1), (7, 2), (32, 3)):
+        cmp = compare(c, seq, batch)
+        closes(cmp)
+        if c.num_experts is not None:  # N-based formulas say that N counts every expert
+            assert "MoE: N counts every expert" in cmp.estimate("6N").misfits

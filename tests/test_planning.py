@@ -355,3 +355,21 @@ def test_planning_does_not_import_torch():
             "accounting.planning.export; "
             "assert not {'torch', 'pandas', 'matplotlib'} & set(sys.modules), sorted(sys.modules)")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_selective_recompute_under_autocast_with_biased_qkv(capsys):
+    # Under autocast a biased Q/K/V is float32 (the fp32 bias promotes the bf16 matmul
+    # output): without recomputation the core saves its bf16 copies, with it the checkpoint
+    # keeps the float32 Q, K, V. The recomputed part is the byte difference of the two
+    # ledgers' saved tensors (summed here record by record), and the command answers.
+    c = get_preset("openai-community/gpt2")
+    m = MemoryModel(c, PRECISIONS["bf16-mixed"], "model", "selective")
+    v = ledger(c).values(1024, 1)
+    saved = {rc: sum(r.bytes_per_element * r.elements.evaluate(v)
+                     for r in ledger(c, "cuda", rc).activations if r.saved and r.repeat)
+             for rc in ("none", "selective")}
+    term = next(t for t in m.terms if "recomputed" in t.name)
+    assert term.bytes.evaluate(v) == saved["none"] - saved["selective"] > 0
+    code, out, err = run(capsys, "openai-community/gpt2", "--precision", "bf16-mixed",
+                         "--recompute", "selective")
+    assert code == 0 and err == ""

@@ -439,6 +439,18 @@ def compare(a: Analysis, m: Measurement, hf: "HFCheck | None" = None,
         notes.append("Compared on executed counts (the full T×T attention core the model "
                      "computes and masks, as the counters see it); the useful counts are "
                      "analytic only.")
+    if a.config.num_experts is not None:
+        notes.append("Mixture of experts: the meta device has no data for the router to choose "
+                     "by, so model/moe.py deals the B·T·k token slots to the experts in turn there. "
+                     + ("Dropless, the count is B·T·k expert rows whatever the routing"
+                        if a.config.moe_capacity_factor is None else
+                        "Under a capacity factor every expert runs its C rows whatever the routing")
+                     + ": tests/test_moe.py runs real CPU tensors with every token sent to the "
+                     "same experts, perfectly balanced and random routings, and counts the same.")
+    if len(lg.groups) > 1:
+        notes.append("Blocks of several kinds (" + ", ".join(
+            f"{g}: {len(layers)}" for g, layers in lg.groups) + "): each block is checked "
+            "against the analytic block of its kind.")
     one = len(lg.groups) == 1
     per_block = tuple((s if one else f"{s}, a block of {g}", tuple(block[g][s].items()))
                       for g, _ in lg.groups for s in passes)

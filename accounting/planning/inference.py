@@ -99,7 +99,7 @@ def weights_read_expr(config: ModelConfig) -> Expr:
     for p in ledger(config).params:
         if p.lookup and not p.matmul_weight:
             e = Expr.of(1, ("B", "d_model"))
-        elif R.routed_expert(p):
+        elif p.routed_expert:
             e = Expr.of(1, ("E_read",) + p.shape[1:])
         else:
             e = Expr.of(1, p.shape)

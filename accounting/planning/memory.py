@@ -272,7 +272,13 @@ class MemoryModel:
             diff[size] = diff.get(size, Expr()) - e
         kept = self._by_size(block)
         again = sorted(((size, e) for size, e in diff.items() if e), key=lambda kv: -kv[0])
-        assert all(v > 0 for _, e in again for v in e.terms.values()), again
+        if any(v < 0 for _, e in again for v in e.terms.values()):
+            # A dtype can change hands: under autocast a biased Q/K/V is float32 (the fp32
+            # bias promotes it); without recomputation the core saves its bf16 copies, with
+            # it the checkpoint keeps the float32 inputs. The difference holds in bytes.
+            # (A coefficient may then be negative: the fp32 inputs kept cost more than the
+            # bf16 copies they replace; the attention core's T² terms outweigh them.)
+            again = [(1, sum((e.scale(size) for size, e in again), Expr()))]
         return kept, again
 
     def total_expr(self) -> Expr:

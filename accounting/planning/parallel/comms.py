@@ -211,9 +211,9 @@ def expert_parallel(layout: Layout, config, layers: int, tokens: int, d_model: i
                     act_bytes: int) -> list[Collective]:
     """Expert parallelism (Lepikhin et al. 2020, GShard): per MoE layer and micro-batch, a
     dispatch and a combine all-to-all in the forward pass and the same two in the backward,
-    over the ep ranks that hold the experts. A dense model has none; the spec has no experts
-    yet (the MoE ledger is a later issue: layout.experts reads `num_experts`, this reads
-    `experts_per_token`, and layout.problems refuses --ep > 1 until then)."""
+    over the ep ranks that hold the experts. A dense model has none. (Formula only: the
+    planner refuses MoE models in layout.check_model until expert sharding of the
+    parameters is modelled.)"""
     if layout.ep == 1 or not experts(config):
         return []
     m = layout.micro_batches

@@ -74,8 +74,8 @@ class Layout:
 
 
 def experts(config: ModelConfig) -> int:
-    """Experts per MoE layer; 0 for a dense model. The spec has no MoE field yet (a later
-    issue adds the MoE ledger); expert parallelism plugs in here and in comms.py."""
+    """Experts per MoE layer; 0 for a dense model. Expert parallelism plugs in here and in
+    comms.py; check_model refuses MoE models until expert sharding is modelled."""
     return getattr(config, "num_experts", 0) or 0
 
 
@@ -151,7 +151,23 @@ def check_numbers(layout: Layout) -> None:
         raise UsageError(f"--recompute must be one of {', '.join(RECOMPUTE)}, got {layout.recompute!r}")
 
 
+def check_model(config: ModelConfig) -> None:
+    """Models the multi-GPU planner does not lay out yet, refused in one line rather than
+    planned wrongly: it holds every block alike (one kind of block), splits over TP only
+    tensors with heads, d_ff or V, and has no expert sharding."""
+    c = config
+    kinds = set(c.layer_kinds)
+    what = ("a mixture of experts" if c.num_experts is not None else
+            "multi-head latent attention" if c.mla else
+            "blocks of several kinds (local and global attention layers)" if len(kinds) > 1 else "")
+    if what:
+        raise UsageError(f"multi-GPU plans of {what} are not supported yet (expert and "
+                         f"per-kind sharding are not modelled); plan one GPU without --gpus, "
+                         f"or see the single-GPU memory and FLOPs")
+
+
 def check_layout(config: ModelConfig, layout: Layout, seq: int) -> None:
+    check_model(config)
     check_numbers(layout)
     found = problems(config, layout, seq)
     if found:
