@@ -116,7 +116,8 @@ def check(data: Mapping, seq: int = 4, batch: int = 2) -> ExpertsCheck:
     ids = torch.randint(0, config.vocab_size, (batch, seq), generator=torch.Generator().manual_seed(0))
     runs = [_run(small, "eager", routing, ids, config.experts_per_token) for routing in (OWN, FORCED)]
     runs += [_run(small, impl, OWN, ids, config.experts_per_token) for impl in IMPLEMENTATIONS[1:]]
-    shown = (f"{config.num_layers} layers ({sum(k.moe for k in config.layer_kinds)} MoE), "
+    L = config.num_layers
+    shown = (f"{L} layer{'s' if L != 1 else ''} ({sum(k.moe for k in config.layer_kinds)} MoE), "
              f"d_model {config.d_model}, expert width {config.expert_d_ff}, the config's "
              f"{config.num_experts} experts and top-{config.experts_per_token}"
              + (f", {config.router_groups} groups (top {config.router_topk_groups})"
