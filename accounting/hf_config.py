@@ -110,6 +110,8 @@ class Derived:
     keys: tuple[str, ...]  # the config.json keys it reads (for the translation table)
     rule: Callable[[Mapping, str], tuple[Mapping[str, object], tuple[str, ...]]]
     words: str  # the rule in words, with where transformers has it
+    # the keys that mean a spec's fields (for flags on a config.json), None where none can
+    write: Callable[[ModelConfig], Mapping | None] | None = None
 
 
 @dataclass(frozen=True)
@@ -431,11 +433,19 @@ _QWEN_WINDOW_KEYS = (
     Key("sliding_window", (), INT_OR_NULL, 4096),
     Key("max_window_layers", (), NONNEG, 28),
     Key("layer_types", (), LIST, None))
+def _qwen_windows_keys(c: ModelConfig) -> Mapping:
+    local = [k.local for k in c.layer_kinds]
+    if not any(local):
+        return {"use_sliding_window": False, "layer_types": None}
+    return {"use_sliding_window": True, "sliding_window": c.sliding_window,
+            "layer_types": ["sliding_attention" if x else "full_attention" for x in local]}
+
+
 _QWEN_WINDOWS = Derived(("sliding_window", "layer_types"),
                         ("use_sliding_window", "sliding_window", "max_window_layers",
                          "layer_types"), _qwen_windows,
                         "local layers: those of layer_types, else (use_sliding_window) layers "
-                        "max_window_layers and up (configuration_qwen2/3.py)")
+                        "max_window_layers and up (configuration_qwen2/3.py)", _qwen_windows_keys)
 
 register(HFType(
     "qwen2", "Qwen2ForCausalLM",
@@ -533,6 +543,15 @@ def _qwen3_moe_layers(v: Mapping, where: str):
     return fields, notes
 
 
+def _qwen3_moe_keys(c: ModelConfig) -> Mapping | None:
+    kinds = c.layer_kinds
+    if any(k.local for k in kinds) and not all(k.local for k in kinds):
+        return None  # Qwen3-MoE's window is on every layer or none
+    return {"num_experts": c.num_experts or 0, "decoder_sparse_step": 1,
+            "mlp_only_layers": [i for i, k in enumerate(kinds) if not k.moe],
+            "use_sliding_window": kinds[0].local, "sliding_window": c.sliding_window}
+
+
 register(HFType(
     "qwen3_moe", "Qwen3MoeForCausalLM",
     keys=_sizes(151936, 2048, 6144, 24, 32, 32768) + (
@@ -563,7 +582,7 @@ register(HFType(
                       "use_sliding_window", "sliding_window"), _qwen3_moe_layers,
                      "dense layers: mlp_only_layers, and those where (i + 1) % "
                      "decoder_sparse_step ≠ 0; the window on every layer when "
-                     "use_sliding_window (modeling_qwen3_moe.py)"),),
+                     "use_sliding_window (modeling_qwen3_moe.py)", _qwen3_moe_keys),),
     experts_implementation="batched_mm",
 ))
 
@@ -665,7 +684,10 @@ register(HFType(
                         "rope_interleave", "head_dim"},
     derived=(Derived(("dense_layers",), ("first_k_dense_replace",), _deepseek_layers,
                      "layers below first_k_dense_replace keep a dense MLP "
-                     "(modeling_deepseek_v3.py)"),),
+                     "(modeling_deepseek_v3.py)",
+                     # only the first k layers can be dense
+                     lambda c: ({"first_k_dense_replace": len(c.dense_layers)}
+                                if c.dense_layers == tuple(range(len(c.dense_layers))) else None)),),
     experts_implementation="batched_mm",
 ))
 
@@ -907,6 +929,14 @@ def for_transformers(hf: HFConfig, config: ModelConfig) -> tuple[dict | None, st
                     data[head] = {**data[head], rest: value}
                 else:
                     data[head] = value
+    for d in t.derived:
+        if all(getattr(config, f) == getattr(mine, f) for f in d.fields):
+            continue
+        keys = d.write(config) if d.write is not None else None
+        if keys is None:
+            return None, (f"{', '.join(d.fields)} as changed cannot be written as "
+                          f"{', '.join(d.keys)} of {t.model_type}")
+        data.update(keys)
     changed = [f.name for f in fields(config) if f.name != "name"
                and getattr(config, f.name) != getattr(mine, f.name)]
     fixed = [f for f in changed if f in t.fixed]

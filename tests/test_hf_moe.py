@@ -255,3 +255,29 @@ def test_the_shipped_moe_configs_at_two_layers_agree_with_transformers(capsys, t
     x = json.loads(out)["cross_check"]
     assert x["agrees"], x["disagreements"]
     assert x["transformers"]["agrees"]
+
+
+def test_flags_on_the_new_types_are_written_back_for_transformers():
+    # the fields a rule derives are written as the keys that mean them, or refused with why
+    from dataclasses import replace
+
+    from accounting.hf_config import for_transformers
+    from accounting.presets import PRESETS, hf_source
+    ds = hf_source("deepseek-ai/DeepSeek-V3")
+    c = replace(PRESETS["deepseek-ai/DeepSeek-V3"], num_layers=2, dense_layers=(0,))
+    data, why = for_transformers(ds, c)
+    assert why == "" and (data["num_hidden_layers"], data["first_k_dense_replace"]) == (2, 1)
+    data, why = for_transformers(ds, replace(c, num_layers=3, dense_layers=(1,)))
+    assert data is None and why == ("dense_layers as changed cannot be written as "
+                                    "first_k_dense_replace of deepseek_v3")
+    qm = hf_source("Qwen/Qwen3-30B-A3B")
+    c = replace(PRESETS["Qwen/Qwen3-30B-A3B"], num_layers=3, dense_layers=(1,), sliding_window=8)
+    data, why = for_transformers(qm, c)
+    assert why == "" and (data["mlp_only_layers"], data["use_sliding_window"],
+                          data["sliding_window"]) == ([1], True, 8)
+    q3 = hf_source("Qwen/Qwen3-8B")
+    c = replace(PRESETS["Qwen/Qwen3-8B"], num_layers=2, sliding_window=8,
+                layer_types=("local", "global"))
+    data, why = for_transformers(q3, c)
+    assert why == "" and data["layer_types"] == ["sliding_attention", "full_attention"]
+    assert translate(data, "t", "t").config.layer_types == ("local", "global")
