@@ -245,7 +245,18 @@ class ModelConfig:
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "name"}
 
     def with_overrides(self, **overrides) -> ModelConfig:
+        """A copy with the given fields changed (None: keep). A new num_layers keeps the
+        per-layer lists in step unless they are given too: dense_layers keeps the indices
+        below it; layer_types repeats its pattern (the first n layers' kinds, Gemma's
+        alternation continued)."""
         changed = {k: v for k, v in overrides.items() if v is not None and getattr(self, k) != v}
+        n = changed.get("num_layers")
+        if n is not None and isinstance(n, int) and not isinstance(n, bool) and n > 0:
+            if overrides.get("dense_layers") is None and self.dense_layers:
+                changed["dense_layers"] = tuple(i for i in self.dense_layers if i < n)
+            if overrides.get("layer_types") is None and self.layer_types:
+                types = self.layer_types
+                changed["layer_types"] = tuple(types[i % len(types)] for i in range(n))
         if not changed:
             return self
         return replace(self, name=self.name if self.name == "custom" else f"{self.name} (modified)",

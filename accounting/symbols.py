@@ -234,6 +234,27 @@ class Expr:
         return text.replace("+ -", "− ")
 
 
+def fold_layers(e: Expr, kinds: tuple[str, ...]) -> Expr:
+    """For display: a term that appears alike in every kind of block (L_dense and L_moe,
+    say, with the same coefficient) written once with L = their sum; the value is unchanged."""
+    if len(kinds) < 2:
+        return e
+    rest: dict[tuple[str, ...], dict[str, int | Fraction]] = {}
+    for f, c in e.terms.items():
+        hits = [s for s in f if s in kinds]
+        if len(hits) == 1:
+            others = list(f)
+            others.remove(hits[0])
+            rest.setdefault(tuple(others), {})[hits[0]] = c
+    out = dict(e.terms)
+    for others, by in rest.items():
+        if set(by) == set(kinds) and len(set(by.values())) == 1:
+            for k in kinds:
+                del out[tuple(sorted(others + (k,)))]
+            out[tuple(sorted(others + ("L",)))] = next(iter(by.values()))
+    return Expr(out)
+
+
 def window_pairs_expr(window: int, seq: int) -> Expr:
     """P_W in T on the branch holding `seq`: W·T − W(W−1)/2 for T ≥ W, else T(T+1)/2."""
     if seq >= window:

@@ -7,7 +7,7 @@ from fractions import Fraction
 from accounting import records as R
 from accounting.presets import note
 from accounting.analysis import Analysis, analyze
-from accounting.symbols import monomial, validity
+from accounting.symbols import Expr, fold_layers, monomial, validity
 from accounting.table import Table
 from accounting.units import (
     BYTES_PER_ELEMENT,
@@ -89,7 +89,9 @@ def params_table(a: Analysis) -> Table:
     for r in a.param_rows:  # equal shapes collapse: 4·L·d_model², not four terms
         terms[r.record.component][tuple(sorted(((r.record.repeat,) if r.record.per_layer else ()) + r.record.shape))] += 1
     tied = "tied: the token embedding table" if a.ledger.tied else ""
-    rows = [(comp, " + ".join(monomial(k, f) for f, k in terms[comp].items())
+    kinds = tuple(g for g, _ in a.ledger.groups)
+    folded = {comp: fold_layers(Expr(dict(terms[comp])), kinds) for comp in by}
+    rows = [(comp, " + ".join(monomial(k, f) for f, k in folded[comp].terms.items())
              or (tied if comp == R.LM_HEAD else ""), grouped(n), percent_of(n, total))
             for comp, n in by.items()]
     rows.append(("total", "", grouped(total), "100.00%"))
@@ -207,9 +209,11 @@ def closed_form_table(a: Analysis) -> Table:
     for counting in ("executed", "useful"):
         x = a.crossover(counting)
         if x is None:
+            why = ("an expert capacity C = ⌈c·B·T·k/E⌉ is not a polynomial in T"
+                   if c.moe_capacity_factor is not None else
+                   "with sliding windows the attention core grows only linearly in T past W")
             lines.append(f"Attention core overtakes feed-forward ({counting} count, forward): "
-                         "never on a closed form in T (sliding windows keep the attention core "
-                         "linear in T past W, or an expert capacity rounds up).")
+                         f"never on a closed form in T ({why}).")
             continue
         eq = grouped(x.equal_at.numerator) if x.equal_at.denominator == 1 else decimal(x.equal_at, 2)
         lines.append(f"Attention core overtakes feed-forward ({counting} count, forward): "

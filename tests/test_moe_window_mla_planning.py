@@ -224,3 +224,15 @@ def test_multi_gpu_plans_refuse_what_they_do_not_model(tmp_path, capsys, extra, 
         assert code == 2 and out == "" and err.count("\n") == 1 and what in err, err
     # one GPU: planned
     assert main(["plan", "--config", str(path)]) == 0
+
+
+def test_fewer_layers_keep_the_per_layer_lists_in_step():
+    # a preset cut to n layers keeps its first n layers' kinds (DeepSeek-V3: 3 dense first)
+    from accounting.config import get_preset
+    ds = get_preset("deepseek-ai/DeepSeek-V3").with_overrides(num_layers=4)
+    assert ds.dense_layers == (0, 1, 2) and [k.moe for k in ds.layer_kinds] == [False] * 3 + [True]
+    assert get_preset("deepseek-ai/DeepSeek-V3").with_overrides(num_layers=2).dense_layers == (0, 1)
+    g = cfg(sliding_window=4, layer_types=("local", "global")).with_overrides(num_layers=5)
+    assert g.layer_types == ("local", "global", "local", "global", "local")
+    # given explicitly, the list wins (and a wrong one is refused as before)
+    assert cfg(**MOE).with_overrides(num_layers=3, dense_layers=(2,)).dense_layers == (2,)

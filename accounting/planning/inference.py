@@ -27,13 +27,18 @@ from accounting.analysis import analyze
 from accounting.config import ModelConfig, expert_capacity
 from accounting.ledger import ledger
 from accounting.planning.memory import Precision, values
-from accounting.symbols import Expr
+from accounting.symbols import Expr, fold_layers
 from accounting.units import FLOPS_PER_MAC
 
 
 def kv_elements_per_token(config: ModelConfig) -> Expr:
     """Cached elements per token (every layer; a local layer's once T ≤ W)."""
-    return sum((e.expr() for e in ledger(config).cache), Expr())
+    lg = ledger(config)
+    return fold_layers(sum((e.expr() for e in lg.cache), Expr()), _kinds(lg))
+
+
+def _kinds(lg) -> tuple[str, ...]:
+    return tuple(g for g, _ in lg.groups)
 
 
 def kv_elements(config: ModelConfig, tokens: int) -> int:
@@ -67,7 +72,7 @@ def decode_flops_expr(config: ModelConfig) -> Expr:
     for r in ledger(config).forward:
         e = Expr.of(FLOPS_PER_MAC, _decode_factors(r))
         total = total + (e.times(r.repeat) if r.repeat else e)
-    return total
+    return fold_layers(total, _kinds(ledger(config)))
 
 
 def absorbed_decode_flops_expr(config: ModelConfig) -> Expr | None:
@@ -87,7 +92,7 @@ def absorbed_decode_flops_expr(config: ModelConfig) -> Expr | None:
         latent = Expr({("B", "h", "d_nope", "r_kv"): 2, ("B", "h", t, "r_kv"): 4,
                        ("B", "h", t, "d_rope"): 2, ("B", "h", "r_kv", "d_v"): 2})
         total = total + latent.times(g)
-    return total
+    return fold_layers(total, _kinds(ledger(config)))
 
 
 def weights_read_expr(config: ModelConfig) -> Expr:
@@ -104,7 +109,7 @@ def weights_read_expr(config: ModelConfig) -> Expr:
         else:
             e = Expr.of(1, p.shape)
         total = total + (e.times(p.repeat) if p.repeat else e)
-    return total
+    return fold_layers(total, _kinds(ledger(config)))
 
 
 def experts_read(config: ModelConfig, batch: int) -> tuple[int, Fraction] | None:
