@@ -11,7 +11,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from accounting import ModelConfig, get_preset
-from accounting.crosscheck import fork
+from accounting import fork
 from accounting.crosscheck.dispatch import OpCounter, counting
 from accounting.crosscheck.measure import build_model, measure
 

@@ -7,7 +7,7 @@ architecture at T tokens", and the model refuses sequences beyond its context_le
 
 How the work is arranged (issue 12): the model is built once (torch's lazy imports paid
 once); fvcore's jit trace, the longest counter, runs in a child forked from here
-(crosscheck/fork.py) on the second core, with the tracer's Python source locations off
+(accounting/fork.py) on the second core, with the tracer's Python source locations off
 (crosscheck/tracer.py), while this process runs FlopCounterMode and the op counter over
 one dispatch hop per op (dispatch.counting). Where no worker can be forked, fvcore runs
 here first, as before; the counts are the same either way (tests/test_crosscheck.py).
@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from accounting.config import ModelConfig
-from accounting.crosscheck import fork
+from accounting import fork
 from accounting.crosscheck.dispatch import BACKWARD, FORWARD, OpCount, counting
 from accounting.crosscheck.fused import JIT_NAME, fvcore_sdpa_handle, register_flop_formulas
 from accounting.crosscheck.fvcore_einsum import (_STOCK_CACHE, EinsumCall,
