@@ -34,7 +34,9 @@ def parse_tables(text: str) -> list[tuple[str, list[dict[str, str]]]]:
             header = cells(lines[i + 2])
             rows = []
             for line in lines[i + 4:]:
-                if not line.strip() or not line.startswith(line.lstrip()) or len(line) < spans[-1][0]:
+                # a row has the two-space gap before every column it reaches; a note does not
+                gaps = [a for a, _ in spans[1:] if a < len(line)]
+                if not line.strip() or len(gaps) < 2 or any(line[a - 2:a] != "  " for a in gaps):
                     break
                 rows.append(dict(zip(header, cells(line))))
             out.append((lines[i], rows))
