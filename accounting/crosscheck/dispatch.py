@@ -198,13 +198,14 @@ class _Shared(_FlopCounterMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         self.depth += 1
+        self.counter.last_flops = None
         try:
             out = super().__torch_dispatch__(func, types, args, kwargs)
         finally:
             self.depth -= 1
         if self.depth == 0 and out is not NotImplemented and \
                 not isinstance(func, torch._ops.HigherOrderOperator):
-            self.op_counter.record(func, args, kwargs, out)
+            self.op_counter.record(func, args, kwargs, out, self.counter.last_flops)
         return out
 
 
@@ -215,6 +216,17 @@ class SharedFlopCounterMode(FlopCounterMode):
     def __init__(self, counter: "OpCounter"):
         super().__init__(display=False)
         self.op_counter = counter
+        self.last_flops = None
+        # Each formula FlopCounterMode calls (its own registry copy, torch's formulas) also
+        # leaves its value here: the op counter takes a matmul's FLOPs from the very call
+        # FlopCounterMode made, instead of calling the same formula a second time.
+        self.flop_registry = {k: self._remembering(f) for k, f in self.flop_registry.items()}
+
+    def _remembering(self, formula):
+        def remembered(*args, **kwargs):
+            self.last_flops = formula(*args, **kwargs)
+            return self.last_flops
+        return remembered
 
     def __enter__(self):
         self.flop_counts.clear()
@@ -267,7 +279,9 @@ class OpCounter:
         self.scope.node_module.clear()
         self.scope.einsum_nodes.clear()
 
-    def record(self, func, args, kwargs, out) -> None:
+    def record(self, func, args, kwargs, out, matmul_flops=None) -> None:
+        """matmul_flops: the op's FLOPs by torch's formula, when FlopCounterMode has just
+        computed them (counting()); else classify() calls the formula."""
         if torch._C._current_graph_task_id() != -1:
             phase = BACKWARD
             module, in_einsum = self.scope.backward_module(torch._C._current_autograd_node())
@@ -276,7 +290,10 @@ class OpCounter:
         if phase not in self.phases:
             return
         name = op_name(func)
-        kind, elements, flops = classify(func, name, args, kwargs, out, in_einsum)
+        if matmul_flops is not None and func.overloadpacket in flop_registry:
+            kind, elements, flops = MATMUL, 0, int(matmul_flops)
+        else:
+            kind, elements, flops = classify(func, name, args, kwargs, out, in_einsum)
         c = self._counts[(phase, module, name, kind)]
         c[0] += 1
         c[1] += elements
