@@ -5,6 +5,8 @@ this process as before; FlopCounterMode and the op counter on one dispatch hop, 
 the two stacked as separate modes; the worker's plumbing (results, exceptions, a worker
 that dies)."""
 import os
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -102,3 +104,23 @@ def test_worker_results_exceptions_and_deaths():
 def test_workers_can_be_switched_off(monkeypatch):
     monkeypatch.setenv("ACCOUNTING_WORKERS", "0")
     assert not fork.available()
+
+
+@needs_fork
+@pytest.mark.parametrize("name", ["llama", "gpt2"])
+def test_transformers_counter_in_a_worker_counts_the_same(name, monkeypatch):
+    """transformers' model measured in a forked worker beside the tool's counters, against
+    the same run with no worker at all (ACCOUNTING_WORKERS=0)."""
+    pytest.importorskip("transformers")
+    sys.path.insert(0, str(Path(__file__).parent))
+    from hf_examples import CONFIGS
+    from accounting import analyze
+    from accounting.crosscheck import cross_check
+    from accounting.hf_config import translate
+    hf = translate(CONFIGS[name], "t", name)
+    a = analyze(hf.config, 8, 2, "train")
+    forked = cross_check(a, hf=hf)
+    monkeypatch.setenv("ACCOUNTING_WORKERS", "0")
+    alone = cross_check(a, hf=hf)
+    assert forked.hf is not None and forked.agrees
+    assert forked.to_dict() == alone.to_dict()
