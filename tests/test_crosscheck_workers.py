@@ -16,6 +16,7 @@ from accounting import ModelConfig, get_preset
 from accounting import fork
 from accounting.crosscheck.dispatch import OpCounter, counting
 from accounting.crosscheck.measure import build_model, measure
+from test_architectures import variant
 
 SMALL = ModelConfig(vocab_size=50, context_length=16, num_layers=2, d_model=32, num_heads=4,
                     d_ff=40)
@@ -63,23 +64,53 @@ def _nodes(model, ids):
              tuple(i.debugName() for i in n.inputs())) for n in graph.nodes()]
 
 
-def _trace_twice():
+def _trace_twice(config, seq):
+    from accounting.crosscheck.metakernels import use_cpp_meta_kernels
     from accounting.crosscheck.tracer import skip_source_locations
-    model = build_model(get_preset("gpt2-small").with_overrides(num_layers=2), 64)
-    ids = torch.zeros((1, 64), dtype=torch.long, device="meta")
+    model = build_model(config, seq)
+    ids = torch.zeros((2, seq), dtype=torch.long, device="meta")
     before = _nodes(model, ids)
     switched = skip_source_locations()
-    return switched, before, _nodes(model, ids)
+    python_kernels = use_cpp_meta_kernels()
+    return switched, python_kernels, before, _nodes(model, ids)
 
 
 @needs_fork
-def test_no_source_locations_same_graph():
-    """In a throwaway child (the switch cannot be undone): the traced graph's nodes, their
-    scopes, output types and inputs are the same with the source locations off."""
-    with fork.Forked(_trace_twice) as child:
-        switched, before, after = child.result()
+@pytest.mark.parametrize("config,seq", [
+    (get_preset("gpt2-small").with_overrides(num_layers=2), 64),
+    (get_preset("openai-community/gpt2").with_overrides(num_layers=2), 64),
+    (variant("moe_deepseek"), 8), (variant("mla_window_moe"), 8), (variant("window_sdpa"), 8),
+])
+def test_worker_speedups_same_graph(config, seq):
+    """In a throwaway child (the switches cannot be undone): fvcore's traced graph, every
+    node's kind, scope, output types (shapes, dtypes, strides) and inputs, is the same with
+    the tracer's source locations off and torch's C++ meta kernels."""
+    with fork.Forked(_trace_twice, config, seq) as child:
+        switched, python_kernels, before, after = child.result()
     assert switched, "torch's tracer::setRecordSourceLocation was not found"
+    assert python_kernels > 0  # aten.where.self and others keep their Python meta kernel
     assert len(before) > 100 and before == after
+
+
+def _measure_with_cpp_meta(config, seq, batch, phase):
+    from accounting.crosscheck.metakernels import use_cpp_meta_kernels
+    use_cpp_meta_kernels()
+    return measure(config, seq, batch, phase, parallel=False)
+
+
+@needs_fork
+@pytest.mark.parametrize("name,phase", [
+    ("cs336", "train"), ("gpt2", "train"), ("window_sdpa", "train"), ("moe_deepseek", "train"),
+    ("moe_capacity", "train"), ("mla_q_lora_sdpa", "train"), ("qwen3", "forward"),
+])
+def test_every_counter_counts_the_same_on_cpp_meta_kernels(name, phase):
+    """What the report's pool workers run: the whole measurement (fvcore, FlopCounterMode,
+    the op counter with its zero-FLOP operator calls, forward and backward) in a child on
+    the C++ meta kernels, against this process on torch's own."""
+    config = variant(name)
+    with fork.Forked(_measure_with_cpp_meta, config, 8, 2, phase) as child:
+        fast = child.result()
+    assert fast == measure(config, 8, 2, phase, parallel=False)
 
 
 def _fails():

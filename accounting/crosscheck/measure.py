@@ -1,16 +1,17 @@
 """Run the real model on the meta device under fvcore, FlopCounterMode and the op counter.
 
-The meta device carries shapes and dtypes but no data, so GPT-2 XL at 16k tokens runs
-in seconds and a few hundred MB. The model is built with
-context_length = max(seq, config.context_length): a longer sequence means "this
-architecture at T tokens", and the model refuses sequences beyond its context_length.
+The meta device carries shapes and dtypes but no data, so GPT-2 XL at 16k tokens runs in
+seconds and a few hundred MB. The model is built with context_length = max(seq,
+config.context_length): a longer sequence means "this architecture at T tokens", and the
+model refuses sequences beyond its context_length.
 
 How the work is arranged (issue 12): the model is built once (torch's lazy imports paid
 once); fvcore's jit trace, the longest counter, runs in a child forked from here
 (accounting/fork.py) on the second core, with the tracer's Python source locations off
-(crosscheck/tracer.py), while this process runs FlopCounterMode and the op counter over
-one dispatch hop per op (dispatch.counting). Where no worker can be forked, fvcore runs
-here first, as before; the counts are the same either way (tests/test_crosscheck.py).
+(crosscheck/tracer.py) and torch's C++ meta kernels (crosscheck/metakernels.py), while
+this process runs FlopCounterMode and the op counter over one dispatch hop per op
+(dispatch.counting). Where no worker can be forked, fvcore runs here first, as before;
+the counts are the same either way (tests/test_crosscheck_workers.py).
 """
 from __future__ import annotations
 
@@ -75,6 +76,16 @@ def _totals(counts: dict, root: str) -> dict[str, int]:
     return {_relative(k, root): int(sum(v.values())) for k, v in counts.items()}
 
 
+def prepare_worker() -> None:
+    """Speed torch up for good in a process that ends after counting: the tracer without
+    source locations (tracer.py), the C++ meta kernels (metakernels.py). Neither changes a
+    count (tests/test_crosscheck_workers.py); neither can be undone."""
+    from accounting.crosscheck.metakernels import use_cpp_meta_kernels
+    from accounting.crosscheck.tracer import skip_source_locations
+    skip_source_locations()
+    use_cpp_meta_kernels()
+
+
 def _fvcore(model: torch.nn.Module, ids: torch.Tensor, stock: bool, worker: bool):
     """fvcore's FlopCountAnalysis of the forward pass: (multiply-adds by module, unsupported
     operators, einsum calls, new stock-handle cache entries, seconds). worker=True: this
@@ -82,8 +93,7 @@ def _fvcore(model: torch.nn.Module, ids: torch.Tensor, stock: bool, worker: bool
     t = time.perf_counter()
     from fvcore.nn import FlopCountAnalysis
     if worker:
-        from accounting.crosscheck.tracer import skip_source_locations
-        skip_source_locations()
+        prepare_worker()
     cached = set(_STOCK_CACHE)
     handle = RecordingEinsumHandle(stock=stock)
     fa = FlopCountAnalysis(model, (ids,)).set_op_handle("aten::einsum", handle)

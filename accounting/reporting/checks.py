@@ -1,14 +1,15 @@
-"""The report's cross-checks, run on every usable core while the report's other work goes on.
+"""The report's cross-checks on every usable core, while the report's other work goes on.
 
 Each check is accounting.crosscheck.cross_check(analyze(config, seq)), unchanged. Where
 accounting.fork says worker processes can be forked (Linux, two or more usable CPUs), a
 pool of forked workers (one per usable CPU) takes the checks, the costliest first (cost
 grows with the number of blocks: every counter walks every op), while this process goes
 on with the sweeps and figures. Each worker pays torch's import and lazy imports once for
-all its checks, runs fvcore in-process (no nested fork) with the tracer's source locations
-off (the worker ends with the pool; crosscheck/tracer.py), and sends each result back
-pickled. Elsewhere the checks run here, one by one, when asked for. The results are the
-same objects either way; the report asks for them in its own order.
+all its checks, runs fvcore in-process (no nested fork), with the tracer's source
+locations off and torch's C++ meta kernels (the worker ends with the pool:
+crosscheck/measure.prepare_worker), and sends each result back pickled. Elsewhere the
+checks run here, one by one, when asked for. The results are the same objects either way;
+the report asks for them in its own order.
 """
 from __future__ import annotations
 
@@ -33,8 +34,8 @@ def _timed(workload: tuple[ModelConfig, int]):
 
 def _worker_start() -> None:
     os.environ["ACCOUNTING_WORKERS"] = "0"  # this worker is the parallelism: no nested fork
-    from accounting.crosscheck.tracer import skip_source_locations
-    skip_source_locations()
+    from accounting.crosscheck.measure import prepare_worker
+    prepare_worker()
 
 
 class PendingChecks:
