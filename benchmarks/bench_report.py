@@ -43,10 +43,11 @@ def table(runs: int, one_core: bool) -> Table:
         if r.label.endswith("one core"):
             goal = "(for comparison)"
         rows.append((r.label, f"{r.median:.2f}", f"{min(r.walls):.2f}", f"{max(r.walls):.2f}",
-                     f"{r.median / peer.median:.2f}×", r.peak_mb, r.tree_mb, r.exits, goal))
+                     f"{r.median / peer.median:.2f}×", r.cpu_median, r.peak_mb, r.tree_mb,
+                     r.exits, goal))
     return Table(f"python -m accounting report (median of {runs} runs, {machine()})",
-                 ("command", "median s", "min s", "max s", "÷ peer", "peak RSS MB", "tree RSS MB",
-                  "exit", f"goal ≤ {GOAL_S:g} s"), tuple(rows), align="lrrrrrrll",
+                 ("command", "median s", "min s", "max s", "÷ peer", "CPU s", "peak RSS MB",
+                  "tree RSS MB", "exit", f"goal ≤ {GOAL_S:g} s"), tuple(rows), align="lrrrrrrrll",
                  notes=("tree RSS MB: the largest sum over the report and its workers, sampled "
                         "every 10 ms (pages shared after the fork counted in each: an upper "
                         "bound).",))

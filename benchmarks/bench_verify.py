@@ -83,16 +83,18 @@ def floor_table(runs: int, model: str = "gpt2-xl", ctx: int = 16384) -> Table:
             if r is one:
                 goal = "(for comparison)"
             rows.append((phase, r.label, f"{r.median:.2f}", f"{min(r.walls):.2f}",
-                         f"{max(r.walls):.2f}", f"{ratio:.2f}×", r.peak_mb, r.tree_mb,
+                         f"{max(r.walls):.2f}", f"{ratio:.2f}×", r.cpu_median, r.peak_mb, r.tree_mb,
                          r.exits, goal))
     return Table(f"python -m accounting {model} --ctx {ctx} [--pass train] against the "
                  f"meta-device floor (median of {runs} runs, {machine()})",
-                 ("pass", "run", "median s", "min s", "max s", "÷ floor", "peak RSS MB",
+                 ("pass", "run", "median s", "min s", "max s", "÷ floor", "CPU s", "peak RSS MB",
                   "tree RSS MB", "exit", f"goal ≤ {FLOOR_GOAL:g}×"),
-                 tuple(rows), align="llrrrrrrll",
+                 tuple(rows), align="llrrrrrrrll",
                  notes=("floor: benchmarks/meta_floor.py (import torch, build on the meta device, "
                         "one bare pass, no counter). check: analytic tables, then fvcore, "
                         "FlopCounterMode and the op counter, compared (exit 0: all agree).",
+                        "CPU s: user + system seconds of the run, its worker included (the work "
+                        "done, whatever else the machine was doing).",
                         "peak RSS MB: the largest process (ru_maxrss); tree RSS MB: the largest "
                         "sum over the process and its worker, sampled every 10 ms (shared pages "
                         "counted in both: an upper bound)."))

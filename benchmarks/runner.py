@@ -8,7 +8,8 @@ reported two ways, both in MB = 10^6 bytes:
     every 10 ms from /proc. Pages a forked child shares with its parent are counted in
     both, so this is an upper bound of what the tree holds.
 Cases are interleaved run by run (a, b, a, b, ...), so a floor and what is compared with
-it see the same machine load.
+it see the same machine load. CPU seconds (user + system, workers included) say how much
+work a run was, whatever else the machine was doing; wall time is the goal.
 """
 from __future__ import annotations
 
@@ -32,11 +33,16 @@ class Runs:
     walls: list = field(default_factory=list)
     rss: list = field(default_factory=list)  # largest process, bytes
     tree_rss: list = field(default_factory=list)  # process tree, bytes
+    cpu: list = field(default_factory=list)  # user + system seconds, workers included
     codes: set = field(default_factory=set)
 
     @property
     def median(self) -> float:
         return statistics.median(self.walls)
+
+    @property
+    def cpu_median(self) -> str:
+        return f"{statistics.median(self.cpu):.2f}"
 
     @property
     def peak_mb(self) -> str:
@@ -82,8 +88,10 @@ def _tree_rss(pid: int) -> int:
     return total
 
 
-def run(argv: list[str], env: dict | None = None, cwd: Path = ROOT) -> tuple[float, int, int, int]:
-    """(wall seconds, peak RSS of the largest process, peak RSS of the tree, exit status)."""
+def run(argv: list[str], env: dict | None = None,
+        cwd: Path = ROOT) -> tuple[float, int, int, int, float]:
+    """(wall seconds, peak RSS of the largest process, peak RSS of the tree, exit status,
+    CPU seconds: user + system of the process and the descendants it waited for)."""
     peak = [0]
     done = threading.Event()
     t = time.perf_counter()
@@ -102,7 +110,8 @@ def run(argv: list[str], env: dict | None = None, cwd: Path = ROOT) -> tuple[flo
     done.set()
     sampler.join()
     p.returncode = os.waitstatus_to_exitcode(status)
-    return wall, usage.ru_maxrss * 1024, peak[0], p.returncode
+    return (wall, usage.ru_maxrss * 1024, peak[0], p.returncode,
+            usage.ru_utime + usage.ru_stime)
 
 
 def interleaved(cases: list[tuple[str, list[str], dict]], runs: int) -> list[Runs]:
@@ -110,7 +119,8 @@ def interleaved(cases: list[tuple[str, list[str], dict]], runs: int) -> list[Run
     out = [Runs(label) for label, _, _ in cases]
     for _ in range(runs):
         for r, (_, argv, env) in zip(out, cases):
-            wall, rss, tree, code = run(argv, env)
+            wall, rss, tree, code, cpu = run(argv, env)
+            r.cpu.append(cpu)
             r.walls.append(wall)
             r.rss.append(rss)
             r.tree_rss.append(tree)
