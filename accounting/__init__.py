@@ -31,6 +31,13 @@ def sweep(*args, **kwargs):
     return f(*args, **kwargs)
 
 
+def flops_grid(*args, **kwargs):
+    """Exact matmul FLOPs over a grid of contexts × batches, vectorised from the ledger's
+    closed forms (numpy imported on call); see grid.py."""
+    from accounting.grid import flops_grid as f
+    return f(*args, **kwargs)
+
+
 def formulas_frame(*args, **kwargs):
     """The literature's FLOP formulas beside the exact count, as a DataFrame (pandas
     imported on call); see frames.py and literature.py."""
@@ -45,5 +52,5 @@ def formula_terms_frame(*args, **kwargs):
 
 
 __all__ = ["Analysis", "analyze", "PRESETS", "ModelConfig", "config_from_json", "default_d_ff",
-           "get_preset", "UsageError", "FLOPS_PER_MAC", "matmul_frame", "sweep",
+           "get_preset", "UsageError", "FLOPS_PER_MAC", "matmul_frame", "sweep", "flops_grid",
            "formulas_frame", "formula_terms_frame"]

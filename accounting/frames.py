@@ -40,8 +40,59 @@ def matmul_frame(config: ModelConfig | str, seq: int | None = None, batch: int =
 def sweep(configs: Iterable[ModelConfig | str], seqs: Iterable[int], batch: int = 1,
           phase: str = "forward") -> pd.DataFrame:
     """Long form: one row per (model, seq, component) with executed and useful matmul FLOPs,
-    their shares of the pass total, and the parameter count. Plot-ready (`share` floats)."""
+    their shares of the pass total, and the parameter count. Plot-ready (`share` floats).
+
+    Each config's closed forms are evaluated over all the contexts at once
+    (accounting/grid.py): the same exact ints as analyze() at every point
+    (tests/test_grid.py); shares are the exact ratios rounded once to float."""
+    from accounting.grid import component_grids
+    seqs = [int(t) for t in seqs]
+    cols: dict[str, list] = {k: [] for k in SWEEP_COLUMNS}
+    n = len(R.COMPONENTS)
+    for c in configs:
+        config = _config(c)
+        if not seqs:
+            continue
+        flops = {}
+        for k in (R.EXECUTED, R.USEFUL):
+            grids = component_grids(config, seqs, (batch,), phase, k, R.COMPONENTS)
+            flops[k] = [grids[comp][:, 0].tolist() for comp in R.COMPONENTS]
+        totals = {k: [sum(x) for x in zip(*flops[k])] for k in flops}
+        params = analyze(config, seqs[0], batch, phase).param_count
+        ex, us = flops[R.EXECUTED], flops[R.USEFUL]
+        te, tu = totals[R.EXECUTED], totals[R.USEFUL]
+        rows = len(seqs) * n
+        cols["model"] += [config.name] * rows
+        cols["seq"] += [t for t in seqs for _ in range(n)]
+        cols["batch"] += [batch] * rows
+        cols["pass"] += [phase] * rows
+        cols["component"] += list(R.COMPONENTS) * len(seqs)
+        # int / int is the exact ratio rounded once (= float(Fraction(a, b)))
+        cols["flops"] += [ex[j][i] for i in range(len(seqs)) for j in range(n)]
+        cols["share"] += [ex[j][i] / te[i] for i in range(len(seqs)) for j in range(n)]
+        cols["useful_flops"] += [us[j][i] for i in range(len(seqs)) for j in range(n)]
+        cols["useful_share"] += [us[j][i] / tu[i] for i in range(len(seqs)) for j in range(n)]
+        cols["total_flops"] += [t for t in te for _ in range(n)]
+        cols["params"] += [params] * rows
+        cols["d_model"] += [config.d_model] * rows
+        cols["num_layers"] += [config.num_layers] * rows
+    df = pd.DataFrame(cols)
+    for col in ("flops", "useful_flops", "total_flops", "params"):
+        df[col] = df[col].astype(object)
+    df["component"] = pd.Categorical(df["component"], categories=list(R.COMPONENTS), ordered=True)
+    return df
+
+
+SWEEP_COLUMNS = ("model", "seq", "batch", "pass", "component", "flops", "share", "useful_flops",
+                 "useful_share", "total_flops", "params", "d_model", "num_layers")
+
+
+def sweep_by_analysis(configs: Iterable[ModelConfig | str], seqs: Iterable[int], batch: int = 1,
+                      phase: str = "forward") -> pd.DataFrame:
+    """sweep() the slow way, one analyze() per point (what sweep() did before issue 12):
+    kept as the reference tests/test_grid.py compares it with, and bench_sweep.py's peer."""
     rows = []
+    seqs = list(seqs)
     for c in configs:
         config = _config(c)
         for seq in seqs:

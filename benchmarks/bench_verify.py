@@ -1,11 +1,18 @@
 """Speed and memory of `python -m accounting MODEL --ctx 16384 --verify`, and the agreement matrix.
 
-    python benchmarks/bench_verify.py              # CLI timings: CS336 presets at 16k, verify
-                                                   # vs not; every preset at its context length
-    python benchmarks/bench_verify.py --runs 5
+    python benchmarks/bench_verify.py --runs 5     # GPT-2 XL at 16k, forward and train: the
+                                                   # cross-check against the meta-device floor
+    python benchmarks/bench_verify.py --presets    # CS336 presets at 16k, verify vs not; every
+                                                   # preset at its context length
     python benchmarks/bench_verify.py --matrix     # also: every preset × contexts × B ∈ {1, 4}
     python benchmarks/bench_verify.py --hf --runs 5  # Llama 3.1 8B (8k), DeepSeek-V3 (4k),
                                                      # transformers' model too
+
+Goal (issue 12): the check of GPT-2 XL at 16k costs at most 1.25× its floor, measured in
+the same run: benchmarks/meta_floor.py, a fresh interpreter that imports torch, builds the
+model on the meta device and runs one bare pass with no counter (forward; forward and
+backward for --pass train). Floor and check alternate run by run; medians of --runs runs.
+"one core" is the same check with ACCOUNTING_WORKERS=0 (fvcore in-process, no worker).
 
 Goals (issues 4 and 9): `python -m accounting gpt2-xl --ctx 16384 --verify`, and every
 preset verified at its own context length, each under 10 s wall and under 1.5 GB peak RSS
@@ -34,6 +41,9 @@ sys.path.insert(0, str(ROOT))
 from accounting import PRESETS, analyze, get_preset, render  # noqa: E402
 from accounting.table import Table  # noqa: E402
 from accounting.units import grouped  # noqa: E402
+from benchmarks.runner import interleaved, machine, python  # noqa: E402
+
+FLOOR_GOAL = 1.25
 
 GOAL_SECONDS = 10.0
 GOAL_RSS_BYTES = 1_500_000_000  # 1.5 GB
@@ -54,6 +64,41 @@ def run_cli(args: list[str]) -> tuple[float, int, int]:
 
 
 CS336 = ("gpt2-small", "gpt2-medium", "gpt2-large", "gpt2-xl")
+
+
+def floor_table(runs: int, model: str = "gpt2-xl", ctx: int = 16384) -> Table:
+    """The cross-check against its floor, forward and train, floor and check interleaved."""
+    rows = []
+    for phase in ("forward", "train"):
+        extra = [] if phase == "forward" else ["--pass", "train"]
+        cli = python("-m", "accounting", model, "--ctx", str(ctx), *extra)
+        floor, both, one = interleaved([
+            ("floor", python("benchmarks/meta_floor.py", model, "--ctx", str(ctx),
+                             "--pass", phase), {}),
+            ("check", cli, {}),
+            ("check, one core", cli, {"ACCOUNTING_WORKERS": "0"}),
+        ], runs)
+        for r in (floor, both, one):
+            ratio = r.median / floor.median
+            goal = "" if r is floor else ("met" if ratio <= FLOOR_GOAL else "MISSED")
+            if r is one:
+                goal = "(for comparison)"
+            rows.append((phase, r.label, f"{r.median:.2f}", f"{min(r.walls):.2f}",
+                         f"{max(r.walls):.2f}", f"{ratio:.2f}×", r.cpu_median, r.peak_mb, r.tree_mb,
+                         r.exits, goal))
+    return Table(f"python -m accounting {model} --ctx {ctx} [--pass train] against the "
+                 f"meta-device floor (median of {runs} runs, {machine()})",
+                 ("pass", "run", "median s", "min s", "max s", "÷ floor", "CPU s", "peak RSS MB",
+                  "tree RSS MB", "exit", f"goal ≤ {FLOOR_GOAL:g}×"),
+                 tuple(rows), align="llrrrrrrrll",
+                 notes=("floor: benchmarks/meta_floor.py (import torch, build on the meta device, "
+                        "one bare pass, no counter). check: analytic tables, then fvcore, "
+                        "FlopCounterMode and the op counter, compared (exit 0: all agree).",
+                        "CPU s: user + system seconds of the run, its worker included (the work "
+                        "done, whatever else the machine was doing).",
+                        "peak RSS MB: the largest process (ru_maxrss); tree RSS MB: the largest "
+                        "sum over the process and its worker, sampled every 10 ms (shared pages "
+                        "counted in both: an upper bound)."))
 
 
 def cli_table(runs: int) -> Table:
@@ -165,7 +210,10 @@ def matrix_table() -> Table:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--runs", type=int, default=3, help="CLI runs per case (default 3)")
+    p.add_argument("--runs", type=int, default=5, help="CLI runs per case (default 5)")
+    p.add_argument("--presets", action="store_true",
+                   help="the CS336 presets at 16k (verify vs not) and every preset at its "
+                        "context length, instead of the floor comparison")
     p.add_argument("--matrix", action="store_true", help="also run the agreement matrix")
     p.add_argument("--no-cli", action="store_true", help="skip the CLI timings")
     p.add_argument("--hf", action="store_true",
@@ -175,8 +223,10 @@ def main() -> int:
     tables = []
     if ns.hf:
         tables.append(hf_table(ns.runs))
-    elif not ns.no_cli:
+    elif ns.presets:
         tables += [cli_table(ns.runs), presets_table(ns.runs)]
+    elif not ns.no_cli:
+        tables.append(floor_table(ns.runs))
     if ns.matrix:
         tables.append(matrix_table())
     sys.stdout.write(render.text(tables))

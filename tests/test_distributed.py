@@ -17,6 +17,10 @@ import pytest
 
 from accounting.distcheck.compare import compare
 
+# a long module-scoped build, started first; one worker runs the file (tests/conftest.py)
+pytestmark = pytest.mark.slow
+
+
 # The tiny model of the gloo group (suite.TINY): V 1,002, d 32, 4 layers, h 4, h_kv 2 (d_k 8),
 # d_ff 96, SwiGLU, RMSNorm, RoPE, untied head. Per block: two gains 2·32, Q and O 2·32·32,
 # K and V 2·16·32, W1/W2/W3 3·96·32 = 12,352; N = 2·1,002·32 + 4·12,352 + 32 = 113,568.

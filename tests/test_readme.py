@@ -20,6 +20,10 @@ import shlex
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # every README command runs (tests/conftest.py)
+
 README = Path(__file__).resolve().parents[1] / "README.md"
 BLOCK = re.compile(r"<!-- output: python -m accounting (?P<args>[^>|]*?)"
                    r"(?: \| sections: (?P<sections>[^>]*?))? -->\n```text\n(?P<body>.*?)```", re.S)

@@ -18,6 +18,9 @@ from accounting.cli import main as accounting_main
 from accounting.reporting import cli as report_cli
 from accounting.reporting import figures_index, style
 
+# a long module-scoped build, started first; one worker runs the file (tests/conftest.py)
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 COMMITTED = ROOT / "reports"
 REPORT = "gpt2_sizes.md"

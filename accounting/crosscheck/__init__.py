@@ -13,9 +13,11 @@ accounting.cli imports this package only for --verify.
 """
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import replace
 from importlib.util import find_spec
 
+from accounting import fork
 from accounting.analysis import Analysis
 from accounting.crosscheck.compare import (Check, ComponentRow, CrossCheck, LayerCheck,
                                            LayerMismatch, NonMatmulRow, compare)
@@ -28,11 +30,50 @@ def cross_check(analysis: Analysis, fvcore: bool = True, stock: bool = True,
                 hf: HFConfig | None = None) -> CrossCheck:
     """Run the model for `analysis`'s workload under every counter and compare. With `hf`
     (the Hugging Face config.json the config came from), transformers' own model of it is
-    a further counter, when transformers is installed (hf_counter.py)."""
-    m = measure(analysis.config, analysis.seq, analysis.batch, analysis.phase,
-                fvcore=fvcore, stock=stock)
-    if hf is None:
-        return compare(analysis, m)
+    a further counter, when transformers is installed (hf_counter.py); where a worker can
+    be forked (accounting/fork.py) it runs in one, beside the tool's model's counters."""
+    data = skipped = None
+    if hf is not None:
+        data, skipped = _transformers_input(analysis, hf)
+    run_hf = hf is not None and not skipped
+    worker = nullcontext()
+    if run_hf and fork.available():
+        from accounting.crosscheck import hf_counter
+        worker = fork.Forked(hf_counter.measure, data, analysis.seq, analysis.batch,
+                             analysis.phase)
+    with worker:
+        m = measure(analysis.config, analysis.seq, analysis.batch, analysis.phase,
+                    fvcore=fvcore, stock=stock)
+        if hf is None:
+            return compare(analysis, m)
+        if skipped:
+            return compare(analysis, m, hf_skipped=f"transformers' model not run: {skipped}")
+        from accounting.crosscheck import hf_counter
+        from accounting.crosscheck.hf_compare import compare_hf
+        try:
+            if isinstance(worker, fork.Forked):
+                got = worker.result()
+            else:
+                got = hf_counter.measure(data, analysis.seq, analysis.batch, analysis.phase)
+        except Exception as e:  # transformers refuses what the tool read: a disagreement, said
+            why = " ".join(f"{type(e).__name__}: {e}".split())
+            result = compare(analysis, m, hf_skipped=f"transformers' model not run: it could "
+                                                     f"not be built ({why[:300]})")
+            return replace(result, checks=result.checks + (Check(
+                "transformers builds its model from the config.json the tool read",
+                why[:300], False),))
+    experts = None
+    if hf.type.experts_implementation is not None:  # its other expert implementations, on CPU
+        from accounting.crosscheck import hf_experts
+        try:
+            experts = hf_experts.check(data)
+        except Exception as e:
+            experts = " ".join(f"{type(e).__name__}: {e}".split())[:300]
+    return compare(analysis, m, compare_hf(analysis, got, hf, experts))
+
+
+def _transformers_input(analysis: Analysis, hf: HFConfig):
+    """(the config.json object transformers is given, why it is not run or None)."""
     data, skipped = for_transformers(hf, analysis.config)
     if data is not None and analysis.config.attention != "naive" and \
             BACKWARD in PHASES[analysis.phase]:
@@ -44,27 +85,7 @@ def cross_check(analysis: Analysis, fvcore: bool = True, stock: bool = True,
     if data is not None and find_spec("transformers") is None:
         skipped = ("transformers is not installed (pip install -e '.[hf]' adds it, at the "
                    "pinned version)")
-    if skipped:
-        return compare(analysis, m, hf_skipped=f"transformers' model not run: {skipped}")
-    from accounting.crosscheck import hf_counter
-    from accounting.crosscheck.hf_compare import compare_hf
-    try:
-        got = hf_counter.measure(data, analysis.seq, analysis.batch, analysis.phase)
-    except Exception as e:  # transformers refuses what the tool read: a disagreement, said
-        why = " ".join(f"{type(e).__name__}: {e}".split())
-        result = compare(analysis, m, hf_skipped=f"transformers' model not run: it could not "
-                                                 f"be built ({why[:300]})")
-        return replace(result, checks=result.checks + (Check(
-            "transformers builds its model from the config.json the tool read",
-            why[:300], False),))
-    experts = None
-    if hf.type.experts_implementation is not None:  # its other expert implementations, on CPU
-        from accounting.crosscheck import hf_experts
-        try:
-            experts = hf_experts.check(data)
-        except Exception as e:
-            experts = " ".join(f"{type(e).__name__}: {e}".split())[:300]
-    return compare(analysis, m, compare_hf(analysis, got, hf, experts))
+    return data, skipped
 
 
 __all__ = ["cross_check", "compare", "measure", "Measurement", "CrossCheck", "ComponentRow",

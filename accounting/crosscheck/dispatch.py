@@ -24,13 +24,14 @@ contraction's adds, already in the 2 per product).
 from __future__ import annotations
 
 from collections import defaultdict
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
-from torch.utils.flop_counter import flop_registry
+from torch.utils.flop_counter import FlopCounterMode, _FlopCounterMode, flop_registry
 from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
 from accounting.units import FLOPS_PER_MAC
@@ -181,15 +182,83 @@ class _Dispatch(TorchDispatchMode):
         return out
 
 
-class OpCounter:
-    """Context manager: every aten op run inside, by (pass, module, op, kind)."""
+class _Shared(_FlopCounterMode):
+    """FlopCounterMode's own dispatch mode, whose one hop per op also feeds the op counter.
 
-    def __init__(self, root: torch.nn.Module):
+    FlopCounterMode counts as it always does (its flop_registry, its ModuleTracker); the op
+    counter is handed each op FlopCounterMode was handed, with its output, after it ran,
+    which is what it saw as a mode of its own stacked above FlopCounterMode. Ops that
+    FlopCounterMode runs inside its own handling (func.decompose re-enters the mode) are
+    FlopCounterMode's business only, as they were with two modes: depth > 0."""
+
+    def __init__(self, flops: FlopCounterMode, counter: "OpCounter"):
+        super().__init__(flops)
+        self.op_counter, self.depth = counter, 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        self.depth += 1
+        self.counter.last_flops = None
+        try:
+            out = super().__torch_dispatch__(func, types, args, kwargs)
+        finally:
+            self.depth -= 1
+        if self.depth == 0 and out is not NotImplemented and \
+                not isinstance(func, torch._ops.HigherOrderOperator):
+            self.op_counter.record(func, args, kwargs, out, self.counter.last_flops)
+        return out
+
+
+class SharedFlopCounterMode(FlopCounterMode):
+    """torch's FlopCounterMode entered with _Shared as its mode (FlopCounterMode.__enter__,
+    torch 2.13, with the one class swapped)."""
+
+    def __init__(self, counter: "OpCounter"):
+        super().__init__(display=False)
+        self.op_counter = counter
+        self.last_flops = None
+        # Each formula FlopCounterMode calls (its own registry copy, torch's formulas) also
+        # leaves its value here: the op counter takes a matmul's FLOPs from the very call
+        # FlopCounterMode made, instead of calling the same formula a second time.
+        self.flop_registry = {k: self._remembering(f) for k, f in self.flop_registry.items()}
+
+    def _remembering(self, formula):
+        def remembered(*args, **kwargs):
+            self.last_flops = formula(*args, **kwargs)
+            return self.last_flops
+        return remembered
+
+    def __enter__(self):
+        self.flop_counts.clear()
+        self.mod_tracker.__enter__()
+        self.mode = _Shared(self, self.op_counter)
+        self.mode.__enter__()
+        return self
+
+
+@contextmanager
+def counting(root: torch.nn.Module):
+    """FlopCounterMode and the op counter over `root`, on one dispatch hop per op:
+    `with counting(model) as (flops, counter): ...`. Equal to entering
+    FlopCounterMode(display=False) and then OpCounter(root) (tests/test_dispatch_count.py
+    checks it), one Python dispatch call per op cheaper."""
+    counter = OpCounter(root, dispatch=False)
+    with SharedFlopCounterMode(counter) as flops, counter:
+        yield flops, counter
+
+
+class OpCounter:
+    """Context manager: every aten op run inside, by (pass, module, op, kind).
+
+    dispatch=False: it enters no dispatch mode of its own; something else (counting())
+    hands it each op through record()."""
+
+    def __init__(self, root: torch.nn.Module, dispatch: bool = True):
         self.scope = _Scope(root)
         self.phases = {FORWARD, BACKWARD}  # the passes recorded (measure.py narrows it)
         self.einsum_depth = 0
         self._counts: dict[tuple, list[int]] = defaultdict(lambda: [0, 0, 0])
-        self._dispatch = _Dispatch(self)
+        self._dispatch = _Dispatch(self) if dispatch else None
         self._marker = _EinsumMarker(self)
         self._hooks: list = []
 
@@ -197,18 +266,22 @@ class OpCounter:
         self._hooks = [register_module_forward_pre_hook(self.scope.pre),
                        register_module_forward_hook(self.scope.post)]
         self._marker.__enter__()
-        self._dispatch.__enter__()
+        if self._dispatch is not None:
+            self._dispatch.__enter__()
         return self
 
     def __exit__(self, *exc) -> None:
-        self._dispatch.__exit__(*exc)
+        if self._dispatch is not None:
+            self._dispatch.__exit__(*exc)
         self._marker.__exit__(*exc)
         for h in self._hooks:
             h.remove()
         self.scope.node_module.clear()
         self.scope.einsum_nodes.clear()
 
-    def record(self, func, args, kwargs, out) -> None:
+    def record(self, func, args, kwargs, out, matmul_flops=None) -> None:
+        """matmul_flops: the op's FLOPs by torch's formula, when FlopCounterMode has just
+        computed them (counting()); else classify() calls the formula."""
         if torch._C._current_graph_task_id() != -1:
             phase = BACKWARD
             module, in_einsum = self.scope.backward_module(torch._C._current_autograd_node())
@@ -217,7 +290,10 @@ class OpCounter:
         if phase not in self.phases:
             return
         name = op_name(func)
-        kind, elements, flops = classify(func, name, args, kwargs, out, in_einsum)
+        if matmul_flops is not None and func.overloadpacket in flop_registry:
+            kind, elements, flops = MATMUL, 0, int(matmul_flops)
+        else:
+            kind, elements, flops = classify(func, name, args, kwargs, out, in_einsum)
         c = self._counts[(phase, module, name, kind)]
         c[0] += 1
         c[1] += elements

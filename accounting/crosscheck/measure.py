@@ -1,24 +1,34 @@
 """Run the real model on the meta device under fvcore, FlopCounterMode and the op counter.
 
-The meta device carries shapes and dtypes but no data, so GPT-2 XL at 16k tokens runs
-in seconds and a few hundred MB. The model is built with
-context_length = max(seq, config.context_length): a longer sequence means "this
-architecture at T tokens", and the model refuses sequences beyond its context_length.
+The meta device carries shapes and dtypes but no data, so GPT-2 XL at 16k tokens runs in
+seconds and a few hundred MB. The model is built with context_length = max(seq,
+config.context_length): a longer sequence means "this architecture at T tokens", and the
+model refuses sequences beyond its context_length.
+
+How the work is arranged (issue 12): the model is built once (torch's lazy imports paid
+once); fvcore's jit trace, the longest counter, runs in a child forked from here
+(accounting/fork.py) on the second core, with the tracer's Python source locations off
+(crosscheck/tracer.py) and torch's C++ meta kernels (crosscheck/metakernels.py), while
+this process runs FlopCounterMode and the op counter over one dispatch hop per op
+(dispatch.counting). Where no worker can be forked, fvcore runs here first, as before;
+the counts are the same either way (tests/test_crosscheck_workers.py).
 """
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from functools import lru_cache
 
 import torch
 import torch.nn.functional as F
-from torch.utils.flop_counter import FlopCounterMode
 
 from accounting.config import ModelConfig
-from accounting.crosscheck.dispatch import BACKWARD, FORWARD, OpCount, OpCounter
+from accounting import fork
+from accounting.crosscheck.dispatch import BACKWARD, FORWARD, OpCount, counting
 from accounting.crosscheck.fused import JIT_NAME, fvcore_sdpa_handle, register_flop_formulas
-from accounting.crosscheck.fvcore_einsum import EinsumCall, RecordingEinsumHandle
+from accounting.crosscheck.fvcore_einsum import (_STOCK_CACHE, EinsumCall,
+                                                 RecordingEinsumHandle)
 from accounting.records import PHASES
 
 GLOBAL = "Global"  # FlopCounterMode's key for everything counted, inside a module or not
@@ -66,9 +76,40 @@ def _totals(counts: dict, root: str) -> dict[str, int]:
     return {_relative(k, root): int(sum(v.values())) for k, v in counts.items()}
 
 
+def prepare_worker() -> None:
+    """Speed torch up for good in a process that ends after counting: the tracer without
+    source locations (tracer.py), the C++ meta kernels (metakernels.py). Neither changes a
+    count (tests/test_crosscheck_workers.py); neither can be undone."""
+    from accounting.crosscheck.metakernels import use_cpp_meta_kernels
+    from accounting.crosscheck.tracer import skip_source_locations
+    skip_source_locations()
+    use_cpp_meta_kernels()
+
+
+def _fvcore(model: torch.nn.Module, ids: torch.Tensor, stock: bool, worker: bool):
+    """fvcore's FlopCountAnalysis of the forward pass: (multiply-adds by module, unsupported
+    operators, einsum calls, new stock-handle cache entries, seconds). worker=True: this
+    process ends after it (the tracer's source locations can be switched off for good)."""
+    t = time.perf_counter()
+    from fvcore.nn import FlopCountAnalysis
+    if worker:
+        prepare_worker()
+    cached = set(_STOCK_CACHE)
+    handle = RecordingEinsumHandle(stock=stock)
+    fa = FlopCountAnalysis(model, (ids,)).set_op_handle("aten::einsum", handle)
+    fa.set_op_handle(JIT_NAME, fvcore_sdpa_handle)
+    fa.unsupported_ops_warnings(False).uncalled_modules_warnings(False).tracer_warnings("none")
+    with torch.no_grad():
+        macs = {k: int(v) for k, v in fa.by_module().items()}
+        skipped = dict(fa.unsupported_ops())
+    new = {k: v for k, v in _STOCK_CACHE.items() if k not in cached}
+    return macs, skipped, tuple(handle.calls), new, time.perf_counter() - t
+
+
 def measure(config: ModelConfig, seq: int, batch: int = 1, phase: str = "forward",
-            fvcore: bool = True, stock: bool = True) -> Measurement:
-    """Count the model's FLOPs for one workload with every counter."""
+            fvcore: bool = True, stock: bool = True, parallel: bool | None = None) -> Measurement:
+    """Count the model's FLOPs for one workload with every counter. parallel: fvcore in a
+    forked worker beside the other counters (None: where fork.available())."""
     passes = PHASES[phase]
     seconds: dict[str, float] = {}
     t = time.perf_counter()
@@ -76,43 +117,46 @@ def measure(config: ModelConfig, seq: int, batch: int = 1, phase: str = "forward
     ids = torch.zeros((batch, seq), dtype=torch.long, device="meta")
     seconds["build"] = time.perf_counter() - t
 
-    fvcore_macs, skipped, calls = None, {}, ()
-    if fvcore and FORWARD in passes:  # fvcore traces the forward pass only
-        from fvcore.nn import FlopCountAnalysis
+    run_fvcore = fvcore and FORWARD in passes  # fvcore traces the forward pass only
+    parallel = fork.available() if parallel is None else parallel
+    fv = None
+    if run_fvcore and not parallel:
+        fv = _fvcore(model, ids, stock, worker=False)
+    worker = fork.Forked(_fvcore, model, ids, stock, True) if run_fvcore and parallel \
+        else nullcontext()
+    with worker:
         t = time.perf_counter()
-        handle = RecordingEinsumHandle(stock=stock)
-        fa = FlopCountAnalysis(model, (ids,)).set_op_handle("aten::einsum", handle)
-        fa.set_op_handle(JIT_NAME, fvcore_sdpa_handle)
-        fa.unsupported_ops_warnings(False).uncalled_modules_warnings(False).tracer_warnings("none")
-        with torch.no_grad():
-            fvcore_macs = {k: int(v) for k, v in fa.by_module().items()}
-            skipped = dict(fa.unsupported_ops())
-        calls = tuple(handle.calls)
-        seconds["fvcore"] = time.perf_counter() - t
+        register_flop_formulas()
+        root = type(model).__name__
+        torch_flops: dict[str, dict[str, int]] = {}
+        embedding_grad = ids_grad = None
+        try:
+            with counting(model) as (fcm, counter):
+                with torch.set_grad_enabled(BACKWARD in passes):
+                    logits = model(ids)
+                forward = _totals(fcm.get_flop_counts(), root)
+                torch_flops[FORWARD] = forward
+                if BACKWARD in passes:
+                    counter.phases = {BACKWARD}  # the loss is not part of the model's forward
+                    loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), ids.reshape(-1))
+                    loss.backward()
+                    both = _totals(fcm.get_flop_counts(), root)
+                    torch_flops[BACKWARD] = {k: v - forward.get(k, 0) for k, v in both.items()}
+                    embedding_grad = model.token_embeddings.weight.grad is not None
+                    ids_grad = ids.requires_grad or ids.grad is not None
+            ops = counter.counts()
+        finally:
+            model.zero_grad(set_to_none=True)  # the cached model must not accumulate gradients
+        seconds["torch"] = time.perf_counter() - t
+        if run_fvcore and parallel:
+            t = time.perf_counter()
+            fv = worker.result()
+            seconds["wait"] = time.perf_counter() - t
 
-    t = time.perf_counter()
-    register_flop_formulas()
-    root = type(model).__name__
-    torch_flops: dict[str, dict[str, int]] = {}
-    embedding_grad = ids_grad = None
-    try:
-        with FlopCounterMode(display=False) as fcm, OpCounter(model) as counter:
-            with torch.set_grad_enabled(BACKWARD in passes):
-                logits = model(ids)
-            forward = _totals(fcm.get_flop_counts(), root)
-            torch_flops[FORWARD] = forward
-            if BACKWARD in passes:
-                counter.phases = {BACKWARD}  # the loss is not part of the model's forward
-                loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), ids.reshape(-1))
-                loss.backward()
-                both = _totals(fcm.get_flop_counts(), root)
-                torch_flops[BACKWARD] = {k: v - forward.get(k, 0) for k, v in both.items()}
-                embedding_grad = model.token_embeddings.weight.grad is not None
-                ids_grad = ids.requires_grad or ids.grad is not None
-        ops = counter.counts()
-    finally:
-        model.zero_grad(set_to_none=True)  # the cached model must not accumulate gradients
-    seconds["torch"] = time.perf_counter() - t
+    fvcore_macs, skipped, calls = None, {}, ()
+    if fv is not None:
+        fvcore_macs, skipped, calls, new_stock, seconds["fvcore"] = fv
+        _STOCK_CACHE.update(new_stock)
 
     from model import Linear
     linears = tuple(n for n, m in model.named_modules() if isinstance(m, Linear))

@@ -41,7 +41,8 @@ class Progress:
     def __init__(self, total: int, stream=None):
         self.total, self.done, self.stream = total, 0, stream or sys.stderr
 
-    def __call__(self, label, work, outcome=lambda value: "done"):
+    def __call__(self, label, work, outcome=lambda value: "done", seconds=None):
+        """seconds: the step's own time when its work ran elsewhere (a worker process)."""
         self.done += 1
         print(f"[{self.done}/{self.total}] {label} ...", end=" ", file=self.stream, flush=True)
         start = time.perf_counter()
@@ -50,7 +51,8 @@ class Progress:
         except BaseException:
             print("failed", file=self.stream, flush=True)
             raise
-        print(f"{outcome(value)} ({time.perf_counter() - start:.1f} s)", file=self.stream, flush=True)
+        took = time.perf_counter() - start if seconds is None else seconds
+        print(f"{outcome(value)} ({took:.1f} s)", file=self.stream, flush=True)
         return value
 
 
@@ -79,14 +81,20 @@ def _check_dependencies(verify: bool) -> None:
 
 
 def build(stage: Path, verify: bool, step) -> data.ReportData:
-    """Compute everything and write the report's files into stage (nothing else)."""
+    """Compute everything and write the report's files into stage (nothing else). The
+    cross-checks start first, in worker processes where they can (reporting/checks.py),
+    and are collected after the figures, which do not depend on them."""
     from accounting.reporting import figures, markdown
-    d = data.assemble(verify, step)
-    folder = stage / FIGURES_DIR
-    folder.mkdir()
-    for name in FIGURES:
-        step(f"figure {name}", lambda name=name: figures.save(name, d, folder),
-             lambda files: ", ".join(files))
+    from accounting.reporting.checks import PendingChecks
+    with PendingChecks(data.check_workloads() if verify else []) as pending:
+        d = data.assemble(verify, step, checks=False)
+        folder = stage / FIGURES_DIR
+        folder.mkdir()
+        for name in FIGURES:
+            step(f"figure {name}", lambda name=name: figures.save(name, d, folder),
+                 lambda files: ", ".join(files))
+        if verify:
+            d = data.add_checks(d, pending, step)
     (folder / SWEEP_CSV).write_text(data.sweep_csv(d), encoding="utf-8", newline="")
     (folder / FORMULA_CSV).write_text(data.formula_csv(d), encoding="utf-8", newline="")
     step(f"write {REPORT}", lambda: (stage / REPORT).write_text(markdown.render(d), encoding="utf-8",

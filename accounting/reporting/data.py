@@ -138,11 +138,12 @@ class ReportData:
         return all(c.result.agrees for c in self.checks)
 
 
-# A step runner: step(label, work, outcome) runs work(), reports progress, returns its value.
+# A step runner: step(label, work, outcome, seconds=None) runs work(), reports progress
+# (with `seconds` as the step's time when the work ran elsewhere), returns its value.
 Step = Callable[[str, Callable[[], object], Callable[[object], str]], object]
 
 
-def _quiet(label, work, outcome):
+def _quiet(label, work, outcome, seconds=None):
     return work()
 
 
@@ -154,11 +155,20 @@ def step_count(verify: bool, models: tuple[ModelConfig, ...] = MODELS,
     return 2 * len(models) + 1 + (checks if verify else 0)
 
 
+def check_workloads(models: tuple[ModelConfig, ...] = MODELS,
+                    check_seqs: tuple[int, ...] = CHECK_SEQS,
+                    real: tuple[ModelConfig, ...] = REAL_MODELS) -> list[tuple[ModelConfig, int]]:
+    """Every (model, context) the report cross-checks, in the report's order."""
+    return [(c, seq) for c in models + real for seq in real_check_seqs(c, check_seqs)]
+
+
 def assemble(verify: bool, step: Step = _quiet, models: tuple[ModelConfig, ...] = MODELS,
              seqs: tuple[int, ...] | None = None,
              check_seqs: tuple[int, ...] = CHECK_SEQS,
-             real: tuple[ModelConfig, ...] = REAL_MODELS) -> ReportData:
-    """All the numbers of the report; `verify` runs the cross-check (torch, fvcore)."""
+             real: tuple[ModelConfig, ...] = REAL_MODELS, checks: bool = True) -> ReportData:
+    """All the numbers of the report; `verify` runs the cross-check (torch, fvcore).
+    checks=False leaves the cross-checks to add_checks() (the report started them in
+    worker processes, reporting/checks.py, and draws its figures meanwhile)."""
     seqs = sweep_seqs() if seqs is None else seqs
     reference = {c.name: analyze(c, REFERENCE_SEQ) for c in models}
     long = analyze(PRESETS[LONG_MODEL], LONG_SEQ)
@@ -173,18 +183,28 @@ def assemble(verify: bool, step: Step = _quiet, models: tuple[ModelConfig, ...] 
     literature: dict[str, Comparison] = step(
         f"formulas at T = {REFERENCE_SEQ:,}: {len(models) + len(real)} models",
         lambda: {c.name: compare(c, REFERENCE_SEQ) for c in models + real}, lambda s: "done")
-    checks = []
-    if verify:
-        # torch and fvcore: imported only when asked for
-        from accounting.crosscheck import cross_check
-        for c in models + real:
-            for seq in real_check_seqs(c, check_seqs):
-                result = step(f"cross-check {c.name} T={seq}",
-                              lambda c=c, seq=seq: cross_check(analyze(c, seq)),
-                              lambda r: "agrees" if r.agrees else "DISAGREES")
-                checks.append(Check(c, seq, result))
-    return ReportData(models, reference, long, sweep, check_seqs, tuple(checks), verify,
-                      real, real_reference, literature, formula_sweeps)
+    d = ReportData(models, reference, long, sweep, check_seqs, (), verify,
+                   real, real_reference, literature, formula_sweeps)
+    if verify and checks:
+        from accounting.reporting.checks import PendingChecks
+        workloads = check_workloads(models, check_seqs, real)
+        with PendingChecks(workloads) as pending:
+            return add_checks(d, pending, step, workloads)
+    return d
+
+
+def add_checks(d: ReportData, pending, step: Step = _quiet,
+               workloads: list[tuple[ModelConfig, int]] | None = None) -> ReportData:
+    """d with its cross-checks from `pending` (reporting/checks.PendingChecks), one progress
+    step each as they finish, each with its own run time; kept in the report's order."""
+    from dataclasses import replace
+    workloads = check_workloads(d.models, d.check_seqs, d.real) if workloads is None else workloads
+    got = {}
+    for (c, seq), result, seconds in pending.completed():
+        got[(c, seq)] = step(f"cross-check {c.name} T={seq}", lambda r=result: r,
+                             lambda r: "agrees" if r.agrees else "DISAGREES",
+                             seconds=seconds)
+    return replace(d, checks=tuple(Check(c, seq, got[(c, seq)]) for c, seq in workloads))
 
 
 SWEEP_CSV_COLUMNS = ("model", "seq", "component", "flops", "total_flops", "share")

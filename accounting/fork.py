@@ -1,0 +1,115 @@
+"""Run one function in a forked child process while this one goes on; its result comes back.
+
+Why a fork: the counters that run the model on the meta device share nothing but the
+built model, and fvcore's jit trace is the longest of them. A child forked after torch is
+imported and the model built inherits both (and torch's lazy imports, paid once) and
+traces on the second core while the parent runs the dispatch counters. The result is
+pickled through a pipe; an exception raised in the child is raised again in the parent,
+with the child's traceback as a note.
+
+Only where fork is safe and useful: Linux, at least two usable CPUs. Elsewhere callers
+run the same function in-process (same result, one core).
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import sys
+import traceback
+from collections.abc import Callable
+
+
+def usable_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def available() -> bool:
+    """Whether a forked worker can run beside this process: Linux (fork is unsafe on
+    macOS, absent on Windows), two or more usable CPUs, and not switched off by
+    ACCOUNTING_WORKERS=0 (benchmarks and tests compare both ways)."""
+    if os.environ.get("ACCOUNTING_WORKERS", "").strip() == "0":
+        return False
+    return sys.platform.startswith("linux") and hasattr(os, "fork") and usable_cpus() >= 2
+
+
+class Forked:
+    """`with Forked(fn, *args) as child: ...; value = child.result()`. The child runs
+    fn(*args) and exits with os._exit (no atexit handlers, no flushing of the parent's
+    buffers). Leaving the block without result() kills the child."""
+
+    def __init__(self, fn: Callable, *args):
+        self.fn, self.args = fn, args
+        self.pid: int | None = None
+        self.fd: int | None = None
+
+    def __enter__(self) -> "Forked":
+        read, write = os.pipe()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:  # the child: never returns
+            os.close(read)
+            _child(write, self.fn, self.args)
+        os.close(write)
+        self.pid, self.fd = pid, read
+        return self
+
+    def result(self):
+        """The child's return value (waits for it), or its exception raised here."""
+        try:
+            with os.fdopen(self.fd, "rb") as f:
+                self.fd = None
+                data = f.read()
+            _, status = os.waitpid(self.pid, 0)
+            self.pid = None
+        except BaseException:
+            self._kill()
+            raise
+        if not data:
+            raise RuntimeError(f"the worker process ended without a result "
+                               f"(wait status {status})")
+        ok, value, text = pickle.loads(data)
+        if ok:
+            return value
+        value.add_note(f"in the worker process:\n{text}")
+        raise value
+
+    def _kill(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+        if self.pid is not None:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+                os.waitpid(self.pid, 0)
+            except (ProcessLookupError, ChildProcessError):
+                pass
+            self.pid = None
+
+    def __exit__(self, *exc) -> None:
+        self._kill()
+
+
+def _child(write: int, fn: Callable, args: tuple) -> None:
+    code = 0
+    try:
+        try:
+            payload = (True, fn(*args), "")
+        except BaseException as e:  # noqa: BLE001 (handed to the parent, raised there)
+            payload = (False, e, traceback.format_exc())
+        try:
+            data = pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as e:  # an unpicklable result or exception: say what it was
+            data = pickle.dumps((False, RuntimeError(f"{type(payload[1]).__name__}: "
+                                                     f"{payload[1]} (not picklable: {e})"),
+                                 payload[2]))
+        with os.fdopen(write, "wb") as f:
+            f.write(data)
+    except BaseException:  # noqa: BLE001 (the parent sees an empty pipe and says so)
+        code = 1
+    finally:
+        os._exit(code)

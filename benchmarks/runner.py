@@ -1,0 +1,137 @@
+"""Timing fresh processes for the benchmarks: wall time, peak RSS, exit status.
+
+Each command runs as a fresh subprocess (interpreter start-up included). Peak RSS is
+reported two ways, both in MB = 10^6 bytes:
+  * largest process: ru_maxrss from os.wait4 (Linux reports the largest of the process
+    and the descendants it waited for, e.g. a forked cross-check worker);
+  * process tree: the largest sum of VmRSS over the process and its descendants, sampled
+    every 10 ms from /proc. Pages a forked child shares with its parent are counted in
+    both, so this is an upper bound of what the tree holds.
+Cases are interleaved run by run (a, b, a, b, ...), so a floor and what is compared with
+it see the same machine load. CPU seconds (user + system, workers included) say how much
+work a run was, whatever else the machine was doing; wall time is the goal.
+"""
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class Runs:
+    """Every run of one case."""
+
+    label: str
+    walls: list = field(default_factory=list)
+    rss: list = field(default_factory=list)  # largest process, bytes
+    tree_rss: list = field(default_factory=list)  # process tree, bytes
+    cpu: list = field(default_factory=list)  # user + system seconds, workers included
+    codes: set = field(default_factory=set)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.walls)
+
+    @property
+    def cpu_median(self) -> str:
+        return f"{statistics.median(self.cpu):.2f}"
+
+    @property
+    def peak_mb(self) -> str:
+        return f"{max(self.rss) / 1e6:.0f}"
+
+    @property
+    def tree_mb(self) -> str:
+        return f"{max(self.tree_rss) / 1e6:.0f}" if any(self.tree_rss) else "n/a"
+
+    @property
+    def exits(self) -> str:
+        return ",".join(map(str, sorted(self.codes)))
+
+
+def _vm_rss(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                out += [int(x) for x in f.read().split()]
+    except OSError:
+        pass
+    return out
+
+
+def _tree_rss(pid: int) -> int:
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        total += _vm_rss(p)
+        todo += _children(p)
+    return total
+
+
+def run(argv: list[str], env: dict | None = None,
+        cwd: Path = ROOT) -> tuple[float, int, int, int, float]:
+    """(wall seconds, peak RSS of the largest process, peak RSS of the tree, exit status,
+    CPU seconds: user + system of the process and the descendants it waited for)."""
+    peak = [0]
+    done = threading.Event()
+    t = time.perf_counter()
+    p = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         env={**os.environ, **(env or {})})
+
+    def sample():
+        while not done.is_set():
+            peak[0] = max(peak[0], _tree_rss(p.pid))
+            done.wait(0.01)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    _, status, usage = os.wait4(p.pid, 0)
+    wall = time.perf_counter() - t
+    done.set()
+    sampler.join()
+    p.returncode = os.waitstatus_to_exitcode(status)
+    return (wall, usage.ru_maxrss * 1024, peak[0], p.returncode,
+            usage.ru_utime + usage.ru_stime)
+
+
+def interleaved(cases: list[tuple[str, list[str], dict]], runs: int) -> list[Runs]:
+    """Run every case `runs` times, case after case within each round."""
+    out = [Runs(label) for label, _, _ in cases]
+    for _ in range(runs):
+        for r, (_, argv, env) in zip(out, cases):
+            wall, rss, tree, code, cpu = run(argv, env)
+            r.cpu.append(cpu)
+            r.walls.append(wall)
+            r.rss.append(rss)
+            r.tree_rss.append(tree)
+            r.codes.add(code)
+    return out
+
+
+def python(*args: str) -> list[str]:
+    return [sys.executable, *args]
+
+
+def machine() -> str:
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    return f"{os.cpu_count()} CPUs, load average {load:.2f} at the end"

@@ -1,0 +1,19 @@
+"""Test scheduling (issue 12): the few slow end-to-end checks start first.
+
+The suite runs on every core (pytest-xdist, `-n auto --dist loadfile` in pyproject.toml):
+each file goes to one worker, so a module-scoped fixture (the fully verified report, the
+torch.distributed runs) is built once. (`--dist loadgroup` with `xdist_group` marks would
+group finer, but pytest-xdist 3.8.0 cannot tag node ids under pytest 9.2, whose Node.nodeid
+is no longer `_nodeid`: the groups are silently split and the builds made twice.) Tests
+marked `slow` are moved to the front of the collection so that these long builds start at
+once instead of ending the run. Nothing is skipped: `slow` only orders (and lets
+`-m "not slow"` leave them out of a quick local run; CI runs everything).
+"""
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: a long end-to-end check, scheduled first")
+
+
+def pytest_collection_modifyitems(config, items):
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable

@@ -1,0 +1,101 @@
+"""The vectorised closed forms (accounting/grid.py) and the DataFrame sweep built on them
+equal analyze() point by point, exactly.
+
+The reference is analyze(config, T, B, phase, counting), which sums every ledger row of
+one workload: independent of the closed-form reduction, the branch choice (sliding
+window, RoPE table length) and the capacity rows C that grid.py handles. Points are drawn
+at random across both sides of each branch point (T against W and against the context
+length), for every architecture family of tests/test_architectures.py (windows, MoE with
+and without a capacity factor, latent attention) and the presets.
+"""
+import random
+
+import pytest
+
+from accounting import PRESETS, ModelConfig, analyze, get_preset
+from accounting import records as R
+from accounting.errors import UsageError
+from accounting.grid import component_grids, flops_grid
+from test_architectures import BASE, VARIANTS, variant
+
+COUNTINGS = (R.EXECUTED, R.USEFUL)
+PHASES = ("forward", "backward", "train")
+
+
+def _points(rng: random.Random, config: ModelConfig, n: int) -> list[int]:
+    """Contexts on both sides of every branch point of this config (and at them)."""
+    marks = [1, config.context_length] + ([config.sliding_window] if config.sliding_window else [])
+    near = {max(1, m + d) for m in marks for d in (-1, 0, 1)}
+    limit = config.context_length if config.positions == "learned" else 4 * max(marks) + 40
+    picks = near | {rng.randint(1, limit) for _ in range(n)}
+    return sorted(t for t in picks if t <= limit)
+
+
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+def test_every_family_equals_analyze(name):
+    rng = random.Random(name)
+    config = variant(name)
+    seqs = _points(rng, config, 6)
+    batches = [1, rng.randint(2, 5), rng.randint(6, 40)]
+    for phase in PHASES:
+        for counting in COUNTINGS:
+            grids = component_grids(config, seqs, batches, phase, counting, (None,) + R.COMPONENTS)
+            for i, t in enumerate(seqs):
+                for j, b in enumerate(batches):
+                    a = analyze(config, t, b, phase, counting)
+                    assert grids[None][i, j] == a.matmul_flops(), (phase, counting, t, b)
+                    comps = a.component_flops()
+                    for c in R.COMPONENTS:
+                        assert grids[c][i, j] == comps[c], (phase, counting, c, t, b)
+
+
+def test_capacity_rows_follow_b_times_t():
+    """C = ⌈c·B·T·k/E⌉ is no polynomial in B and T: each (T, B) gets its own; a capacity
+    factor that is not a whole number makes the ceiling bite."""
+    config = ModelConfig(**{**BASE, **VARIANTS["moe_capacity"], "moe_capacity_factor": 1.25},
+                         name="capacity 1.25")
+    seqs, batches = list(range(1, 30)), [1, 2, 3, 7]
+    got = flops_grid(config, seqs, batches, "train")
+    for i, t in enumerate(seqs):
+        for j, b in enumerate(batches):
+            assert got[i, j] == analyze(config, t, b, "train").matmul_flops()
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_presets_on_random_points(name):
+    config = get_preset(name)
+    rng = random.Random(name)
+    seqs = _points(rng, config, 4)
+    batches = [1, rng.randint(2, 64)]
+    got = flops_grid(config, seqs, batches, "train")
+    for i, t in enumerate(seqs):
+        for j, b in enumerate(batches):
+            assert got[i, j] == analyze(config, t, b, "train").matmul_flops()
+
+
+def test_overflowing_int64_falls_back_to_python_ints():
+    config = get_preset("gpt2-xl")
+    big = flops_grid(config, [10**7], [10**4])  # ~2.5e24 FLOPs: past int64
+    assert big.dtype == object and big[0, 0] == analyze(config, 10**7, 10**4).matmul_flops()
+    assert flops_grid(config, [1024], [1]).dtype.kind == "i"
+
+
+def test_the_grid_refuses_what_analyze_refuses():
+    with pytest.raises(UsageError, match="learned position table"):
+        flops_grid(get_preset("openai-community/gpt2"), [1024, 1025])
+    with pytest.raises(UsageError, match="positive integer"):
+        flops_grid(get_preset("gpt2-small"), [1024], [0])
+
+
+def test_dataframe_sweep_equals_the_one_by_analyze():
+    from accounting.frames import sweep, sweep_by_analysis
+    configs = ["gpt2-small", "openai-community/gpt2", variant("window_alternating"),
+               variant("moe_capacity"), variant("mla_window_moe")]
+    rng = random.Random(7)
+    seqs = sorted({rng.randint(1, 8) for _ in range(6)} | {1, 3, 8})
+    for phase in ("forward", "train"):
+        for batch in (1, 3):
+            fast, slow = sweep(configs, seqs, batch, phase), sweep_by_analysis(configs, seqs, batch, phase)
+            assert fast.equals(slow)
+            assert list(fast.dtypes) == list(slow.dtypes)
+            assert [type(x) for x in fast["flops"]] == [int] * len(fast)
