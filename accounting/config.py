@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
-from accounting.errors import UsageError
+from accounting.errors import UsageError, escape, shorten
 
 
 def default_d_ff(d_model: int) -> int:
@@ -55,6 +55,8 @@ ATTENTIONS = {"naive": "explicit scores, causal mask and softmax (the course's a
 
 # Bounds on sizes: far beyond any real model, small enough that nothing downstream hangs.
 MAX_SIZE = 10**12
+MAX_NAME = 200  # characters of a config's name (it heads every table)
+MAX_CONFIG_BYTES = 2**20  # a config file is a few hundred bytes; a JSON file is read whole
 
 _SIZES = ("vocab_size", "context_length", "num_layers", "d_model", "num_heads", "d_ff")
 _CHOICES = {"norm": NORMS, "norm_placement": NORM_PLACEMENTS, "mlp": MLPS, "positions": POSITIONS,
@@ -111,6 +113,9 @@ class ModelConfig:
                 raise UsageError(f"{f} must be true or false, got {_short(getattr(self, f))}")
         if not isinstance(self.name, str):
             raise UsageError(f"name must be a string, got {_short(self.name)}")
+        if len(self.name) > MAX_NAME or escape(self.name) != self.name:
+            raise UsageError(f"name must be at most {MAX_NAME} printable characters (no "
+                             f"newlines or control characters), got {_short(self.name)}")
         if self.head_dim is None and self.d_model % self.num_heads:
             raise UsageError(
                 f"d_model {self.d_model} is not divisible by num_heads {self.num_heads}; choose "
@@ -178,8 +183,7 @@ class ModelConfig:
 
 def _short(value, limit: int = 40) -> str:
     """A user's value for an error message: repr, control characters escaped, shortened."""
-    text = repr(value)
-    return text if len(text) <= limit else text[:limit - 1] + "…"
+    return shorten(value, limit)
 
 
 def _divisor_hint(n: int, target: int, positions: str) -> str:
@@ -230,16 +234,14 @@ def config_from_dict(data: dict, source: str) -> ModelConfig:
 
 def config_from_json(path: str | Path) -> ModelConfig:
     """A config from a JSON file with ModelConfig's field names (d_ff may be omitted)."""
+    from accounting.safe_io import read_small_file
     path = Path(path)
     source = f"config file {_short(str(path), 80)}"
+    raw = read_small_file(path, source, MAX_CONFIG_BYTES)  # not a FIFO, a device, a folder
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UsageError(f"{source} does not exist") from None
-    except IsADirectoryError:
-        raise UsageError(f"{source} is a directory, not a JSON file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise UsageError(f"cannot read {source}: {e}") from None
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise UsageError(f"{source} is not UTF-8 text (byte {e.start:,})") from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
@@ -248,7 +250,7 @@ def config_from_json(path: str | Path) -> ModelConfig:
         raise UsageError(f"{source} cannot be read as JSON: {_short(str(e), 80)}") from None
     if not isinstance(data, dict):
         raise UsageError(f"{source} must hold a JSON object, got {type(data).__name__}")
-    data.setdefault("name", path.stem)
+    data.setdefault("name", escape(path.stem)[:MAX_NAME])
     return config_from_dict(data, source)
 
 

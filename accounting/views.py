@@ -169,11 +169,12 @@ def closed_form_table(a: Analysis) -> Table:
     lines = [f"Matmul FLOPs ({a.phase}, {a.counting} attention count): {mm}"]
     if a.phase == "forward":
         lines.append(f"Non-matmul FLOPs (forward): {a.elementwise_polynomial()}")
-    ratio = a.ratio_to_context_length()
-    lines.append(f"At T = {grouped(a.seq)} vs T = context_length = {grouped(c.context_length)} "
-                 f"(B = {a.batch}): {decimal(ratio, 3)}× the matmul FLOPs "
-                 f"({grouped(mm.at(B=a.batch, T=a.seq))} / "
-                 f"{grouped(mm.at(B=a.batch, T=c.context_length))}).")
+    if a.seq != c.context_length:  # at the default length the ratio is 1: nothing to say
+        ratio = a.ratio_to_context_length()
+        lines.append(f"At T = {grouped(a.seq)} vs T = context_length = {grouped(c.context_length)} "
+                     f"(B = {grouped(a.batch)}): {decimal(ratio, 3)}× the matmul FLOPs "
+                     f"({grouped(mm.at(B=a.batch, T=a.seq))} / "
+                     f"{grouped(mm.at(B=a.batch, T=c.context_length))}).")
     for counting in ("executed", "useful"):
         x = a.crossover(counting)
         eq = grouped(x.equal_at.numerator) if x.equal_at.denominator == 1 else decimal(x.equal_at, 2)

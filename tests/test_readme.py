@@ -26,10 +26,16 @@ BLOCK = re.compile(r"<!-- output: python -m accounting (?P<args>[^>|]*?)"
 
 
 def tool_output(args: str, sections: str | None = None) -> str:
+    import os
     from accounting.cli import main
     buf = io.StringIO()
-    with contextlib.redirect_stdout(buf):
-        code = main(shlex.split(args))
+    columns = os.environ.pop("COLUMNS", None)  # full lines, as in a file or a pipe
+    try:
+        with contextlib.redirect_stdout(buf):
+            code = main(shlex.split(args))
+    finally:
+        if columns is not None:
+            os.environ["COLUMNS"] = columns
     assert code == 0, f"README command failed: {args}"
     text = buf.getvalue()
     if sections is None:

@@ -3,6 +3,13 @@
 Everything is written into a temporary folder next to the destination first and swapped
 in with renames at the end, so a run that fails (or is interrupted) leaves the previous
 report untouched. Progress goes to stderr, one line per step.
+
+Ctrl-C: the staging folder is made and removed with SIGINT held (accounting.safe_io.critical),
+so no temporary entry survives an interrupt; the swap is one critical section that first
+checks whether an interrupt arrived at any time during the run (also one a library caught
+and dropped, as matplotlib's cleanup can): after an interrupt the report is never published.
+The destination is checked before any work: its figures/ must be a folder (or absent) and
+its gpt2_sizes.md a regular file (or absent).
 """
 from __future__ import annotations
 
@@ -14,7 +21,8 @@ import time
 from pathlib import Path
 
 from accounting.args import Parser
-from accounting.errors import UsageError
+from accounting.errors import Interrupted, UsageError, os_problem, shorten
+from accounting.safe_io import critical, interrupted
 from accounting.reporting import data
 from accounting.reporting.figures_index import FIGURES, FIGURES_DIR, FORMULA_CSV, SWEEP_CSV
 
@@ -55,14 +63,28 @@ class Progress:
 
 
 def _destination(out: str) -> Path:
+    """The --out folder, checked (and made, when its parent exists) before any work."""
+    shown = shorten(out, 80)
+    if out == "":
+        raise UsageError("--out '' names no folder; give a folder (default: reports)")
     path = Path(out)
-    if path.exists() and not path.is_dir():
-        raise UsageError(f"--out {out!r} is a file; give a folder")
-    if not path.exists():
-        if not path.parent.is_dir():
-            raise UsageError(f"--out {out!r}: folder {str(path.parent)!r} does not exist; "
-                             "create it first")
-        path.mkdir()
+    try:
+        if path.exists() and not path.is_dir():
+            raise UsageError(f"--out {shown} is not a folder; give a folder")
+        for name, want_dir in ((FIGURES_DIR, True), (REPORT, False)):
+            p = path / name
+            if p.is_symlink() or (p.exists() and p.is_dir() != want_dir) \
+                    or (p.exists() and not want_dir and not p.is_file()):
+                kind = "a folder" if want_dir else "a regular file"
+                raise UsageError(f"--out {shown}: {name} there is not {kind}; the report "
+                                 f"would replace it. Move it away or choose another --out")
+        if not path.exists():
+            if not path.parent.is_dir():
+                raise UsageError(f"--out {shown}: folder {shorten(str(path.parent), 80)} does "
+                                 "not exist; create it first")
+            path.mkdir()
+    except OSError as e:
+        raise UsageError(os_problem(e, f"cannot use --out {shown}")) from None
     return path
 
 
@@ -96,10 +118,11 @@ def build(stage: Path, verify: bool, step) -> data.ReportData:
 
 
 def publish(stage: Path, out: Path) -> None:
-    """Swap the staged figures/ and report in for the old ones, rolling back on failure."""
+    """Swap the staged figures/ and report in for the old ones, rolling back on failure.
+    Called with SIGINT held (safe_io.critical): the renames run to their end or roll back."""
     figures_dir, old = out / FIGURES_DIR, None
     if figures_dir.exists():
-        old = stage.with_name(stage.name + ".old")
+        old = stage / ".old-figures"  # inside the stage: removed with it, whatever happens
         os.rename(figures_dir, old)
     try:
         os.rename(stage / FIGURES_DIR, figures_dir)
@@ -112,8 +135,6 @@ def publish(stage: Path, out: Path) -> None:
         if old is not None:
             os.rename(old, figures_dir)
         raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
 
 
 def main(argv: list[str]) -> int:
@@ -122,12 +143,23 @@ def main(argv: list[str]) -> int:
     out = _destination(ns.out)
     step = Progress(data.step_count(ns.verify) + len(FIGURES) + 1)
     start = time.perf_counter()
-    stage = Path(tempfile.mkdtemp(prefix=f".{REPORT}.", suffix=".tmp", dir=out))
+    stage = None
     try:
+        with critical():
+            stage = Path(tempfile.mkdtemp(prefix=f".{REPORT}.", suffix=".tmp", dir=out))
         d = build(stage, ns.verify, step)
-        publish(stage, out)
+        with critical() as held:
+            signum = interrupted()
+            if signum:  # also one some library swallowed: never publish after an interrupt
+                raise Interrupted(signum)
+            publish(stage, out)
+            held.committed()
+    except OSError as e:
+        raise UsageError(os_problem(e, f"cannot write the report into {shorten(str(out), 80)}")) from None
     finally:
-        shutil.rmtree(stage, ignore_errors=True)
+        if stage is not None:
+            with critical():
+                shutil.rmtree(stage, ignore_errors=True)
     files = sum(len(FIGURES[n].files()) for n in FIGURES) + 1
     print(f"report: wrote {out / REPORT} and {files} files in {out / FIGURES_DIR}/ "
           f"in {time.perf_counter() - start:.1f} s"
