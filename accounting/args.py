@@ -21,9 +21,10 @@ LIMITS = (f"Limits, checked before any work: sizes (--vocab-size ... --d-ff, --n
           f"--head-dim) up to 10^12; counts (--ctx, --batch, --steps, --tokens, --position) up "
           f"to 10^15; decimal numbers (--mfu, --margin, --gpu-flops, --gpu-bw) of at most 100 "
           f"characters with exponents within ±100; --gpu-mem up to 10^18 bytes; config files up "
-          f"to {MAX_CONFIG_BYTES // 2**20} MiB, names up to {MAX_NAME} characters. Exit status: "
-          f"0 an answer, 1 the cross-check disagrees, 2 bad input or an unusable environment "
-          f"(one line on stderr), 3 an internal error (a bug: please report it), 130 interrupted.")
+          f"to {MAX_CONFIG_BYTES // 2**20} MiB, names up to {MAX_NAME} characters. ")
+EXIT_STATUS = ("Exit status: 0 an answer, 1 the cross-check disagrees, 2 bad input or an "
+               "unusable environment (one line on stderr), 3 an internal error (a bug: please "
+               "report it), 130 interrupted.")
 _QUOTED = re.compile(r"'((?:[^'\\]|\\.){48,})'")
 
 
@@ -35,7 +36,7 @@ class Parser(argparse.ArgumentParser):
     def __init__(self, *args, prog: str | None = None, **kwargs):
         if prog is not None and prog.startswith("python -m accounting"):
             prog = PROGRAM + prog[len("python -m accounting"):]
-        kwargs.setdefault("epilog", LIMITS)
+        kwargs.setdefault("epilog", LIMITS + EXIT_STATUS)
         super().__init__(*args, prog=prog, **kwargs)
 
     def error(self, message: str):  # type: ignore[override]
@@ -182,6 +183,9 @@ def config_from_args(ns: argparse.Namespace) -> ModelConfig:
         return base.with_overrides(**overrides)
     if overrides["d_ff"] is None:  # the MLP's default width
         overrides["d_ff"] = MLPS[overrides["mlp"] or "swiglu"].default_d_ff(overrides["d_model"])
+        if overrides["d_ff"] > MAX_SIZE:
+            raise UsageError(f"the default d_ff for d_model {overrides['d_model']:,} is "
+                             f"{overrides['d_ff']:,}, past the 10^12 limit; give --d-ff")
     return ModelConfig(**{k: v for k, v in overrides.items() if v is not None})
 
 

@@ -204,6 +204,10 @@ def main(argv: list[str] | None = None) -> int:
                 code = e.code if isinstance(e.code, int) else 0
                 return code if code in (0, 2) else 2
             except BaseException as e:
+                if safe_io.interrupted() and not isinstance(e, (UsageError, KeyboardInterrupt)):
+                    # a library turned Ctrl-C into its own exception (torch can): it is the
+                    # interrupt that ended the run
+                    e = errors.Interrupted(safe_io.interrupted())
                 if errors.debugging() and not isinstance(e, (UsageError, KeyboardInterrupt)):
                     raise
                 status, line = errors.outcome(e)

@@ -119,7 +119,7 @@ class ModelConfig:
         if self.head_dim is None and self.d_model % self.num_heads:
             raise UsageError(
                 f"d_model {self.d_model} is not divisible by num_heads {self.num_heads}; choose "
-                f"num_heads dividing d_model{_divisor_hint(self.d_model, self.num_heads, self.positions)}, "
+                f"num_heads dividing d_model{_divisor_hint(self.d_model, self.num_heads, self.positions, self.num_kv_heads)}, "
                 f"or give head_dim")
         if self.num_heads % self.kv_heads:
             raise UsageError(f"num_heads {self.num_heads} is not divisible by num_kv_heads "
@@ -186,13 +186,15 @@ def _short(value, limit: int = 40) -> str:
     return shorten(value, limit)
 
 
-def _divisor_hint(n: int, target: int, positions: str) -> str:
+def _divisor_hint(n: int, target: int, positions: str, kv_heads: int | None = None) -> str:
     """' (e.g. 24)': a nearby head count that divides n and passes the other checks (an even
-    head dimension for RoPE); bounded work however large n is."""
+    head dimension for RoPE, whole groups of the given KV heads); bounded work however
+    large n is."""
     best = None
     for delta in range(0, 10_000):
         for d in (target - delta, target + delta):
-            if 0 < d <= n and n % d == 0 and (positions != "rope" or (n // d) % 2 == 0):
+            if 0 < d <= n and n % d == 0 and (positions != "rope" or (n // d) % 2 == 0) \
+                    and (kv_heads is None or d % kv_heads == 0):
                 best = d
                 break
         if best:

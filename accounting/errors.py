@@ -94,7 +94,7 @@ _OS_FIXES = {
 
 def os_problem(e: OSError, what: str) -> str:
     """'cannot write X: No space left on device; free some space or write elsewhere'."""
-    reason = e.strerror or e.__class__.__name__
+    reason = e.strerror or (str(e) if e.args else "") or e.__class__.__name__
     fix = _OS_FIXES.get(e.errno or 0)
     return f"{what}: {reason}" + (f"; {fix}" if fix else "")
 

@@ -10,21 +10,21 @@
   an interrupted or failed write leaves the old file as it was and no temporary entry.
 * `read_small_file(path, ...)`: a config file, refused when it is not a regular file (a FIFO
   or a device would block or never end) or larger than a config can be.
-* `critical()`: a section Ctrl-C cannot cut in two: SIGINT and SIGTERM are held until it
-  ends (then raised); `interrupted_since()` tells whether one arrived even if some
-  library swallowed the KeyboardInterrupt.
+* `terminal_width()`: the columns to fit text to (a terminal, or COLUMNS), else None.
+* `handling_signals()` (around a CLI run): SIGINT and SIGTERM raise Interrupted;
+  `critical()`: a section Ctrl-C cannot cut in two: they are held until it ends (then
+  raised); `interrupted()` tells whether one arrived at all, even if some library
+  swallowed the KeyboardInterrupt (nothing is published after one).
 """
 from __future__ import annotations
 
 import codecs
 import contextlib
+import errno
 import os
 import signal
 import stat
 import sys
-import tempfile
-import threading
-import unicodedata
 from pathlib import Path
 
 from accounting.errors import Interrupted, UsageError, os_problem, shorten
@@ -55,6 +55,7 @@ def ascii_spelling(text: str) -> str:
         elif ch in ASCII_SPELLINGS:
             out.append(ASCII_SPELLINGS[ch])
         else:
+            import unicodedata
             plain = unicodedata.normalize("NFKD", ch).encode("ascii", "ignore").decode()
             out.append(plain or "?")
     return "".join(out)
@@ -100,13 +101,31 @@ def _detach_stdout() -> None:
         pass
 
 
+def _write_all(out, text: str) -> None:
+    """Write every byte: with PYTHONUNBUFFERED the binary layer is the raw file, whose
+    write() may take part of the bytes (a pipe whose reader left) and say so only in its
+    return value, which TextIOWrapper drops; so the bytes go through a loop here."""
+    buf, encoding = getattr(out, "buffer", None), getattr(out, "encoding", None)
+    if buf is None or not encoding:
+        out.write(text)
+        out.flush()
+        return
+    out.flush()
+    data = memoryview(text.encode(encoding, getattr(out, "errors", None) or "strict"))
+    while data:
+        n = buf.write(data)
+        if n is None:  # a non-blocking stdout that is full
+            raise BlockingIOError(errno.EAGAIN, "standard output would block")
+        data = data[n:]
+    buf.flush()
+
+
 def write_stdout(text: str) -> None:
     out = sys.stdout
     if out is None:
         raise UsageError("standard output is closed; redirect it (> FILE) or give -o FILE")
     try:
-        out.write(encodable(text, out))
-        out.flush()
+        _write_all(out, encodable(text, out))
     except BrokenPipeError:
         _detach_stdout()
         raise UsageError("the output's reader went away before it was complete (broken pipe)") from None
@@ -209,6 +228,7 @@ def write_atomic(path: str | Path, data: str | bytes, flag: str = "-o") -> None:
     if target is None:
         write_stdout(data if isinstance(data, str) else data.decode("utf-8"))
         return
+    import tempfile  # (imported here: the analytic CLI's start-up is counted in ms)
     payload = data.encode("utf-8") if isinstance(data, str) else data
     shown = shorten(str(path), 80)
     tmp = None
@@ -222,8 +242,8 @@ def write_atomic(path: str | Path, data: str | bytes, flag: str = "-o") -> None:
                 f.flush()
                 os.fsync(f.fileno())
             os.chmod(tmp, mode)
-            if held():  # Ctrl-C before the rename: the old file stays
-                raise Interrupted(held())
+            if held() or _state.seen:  # Ctrl-C before the rename (also one a library
+                raise Interrupted(held() or _state.seen)  # swallowed): the old file stays
             os.replace(tmp, target)
             tmp = None
             held.committed()
@@ -263,6 +283,8 @@ def read_small_file(path: str | Path, what: str, limit: int) -> bytes:
         raise UsageError(f"{what} is a folder, not a file") from None
     except OSError as e:
         raise UsageError(os_problem(e, f"cannot read {what}")) from None
+    except ValueError:  # a NUL in the path (only from code: argv cannot hold one)
+        raise UsageError(f"{what}: the path contains a NUL character") from None
     try:
         st = os.fstat(fd)
         if stat.S_ISDIR(st.st_mode):
@@ -308,9 +330,6 @@ def _handler(signum, frame):
 def handling_signals():
     """For the CLI's run: SIGINT and SIGTERM raise Interrupted (SIGTERM too, so that a
     `kill` or a CI timeout cleans up like Ctrl-C). A no-op outside the main thread."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
     old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     old_hook = sys.unraisablehook
     _state.depth = _state.pending = _state.seen = 0
@@ -322,6 +341,10 @@ def handling_signals():
     try:
         for s in old:
             signal.signal(s, _handler)
+    except ValueError:  # not the main thread: signals stay as they are
+        yield
+        return
+    try:
         sys.unraisablehook = unraisable
         yield
     finally:

@@ -165,6 +165,7 @@ def main() -> int:
         slow = argv[0] == "report"
         todo.append((argv, None, 0, "pipe", rng.uniform(0.1, 30.0 if slow else 6.0), 120.0))
     outcomes: collections.Counter = collections.Counter()
+    ctrl_c: collections.Counter = collections.Counter()
     defects: collections.Counter = collections.Counter()
     defective = 0
     examples: dict[str, str] = {}
@@ -172,7 +173,7 @@ def main() -> int:
     with ThreadPoolExecutor(ns.jobs) as pool:
         for (argv, *_rest), (verdict, result, env, stdout) in zip(
                 todo, pool.map(lambda t: one(code, *t), todo)):
-            outcomes[verdict.outcome] += 1
+            (ctrl_c if _rest[3] is not None else outcomes)[verdict.outcome] += 1
             if result.seconds > slowest[0] and result.rc is not None:
                 slowest = (result.seconds, show(argv))
             defective += bool(verdict.defects)
@@ -183,9 +184,12 @@ def main() -> int:
                     err = result.stderr.decode("utf-8", "replace").strip().splitlines()
                     examples[kind] = (f"{show(argv)}  [{env}; stdout {stdout}] -> rc {result.rc}: "
                                       f"{(err[-1] if err else '')[:200]}")
-    print(f"\noutcomes ({sum(outcomes.values())} runs, {time.perf_counter() - start:.0f} s):")
+    print(f"\noutcomes ({sum(outcomes.values())} generated runs, {time.perf_counter() - start:.0f} s):")
     for k, v in sorted(outcomes.items()):
         print(f"  {k:<22} {v:>6}")
+    if ctrl_c:
+        print(f"Ctrl-C runs ({sum(ctrl_c.values())}): "
+              + ", ".join(f"{k} {v}" for k, v in sorted(ctrl_c.items())))
     print(f"slowest finished run: {slowest[0]:.2f} s ({slowest[1]})")
     print(f"runs with a defect: {defective}")
     print(f"defects by kind ({sum(defects.values())}):" if defects else "defects: none")

@@ -42,7 +42,7 @@ MAX_MEMORY_BYTES = 10**18  # an exabyte: far past any GPU, and every fit stays q
 
 def parse_size(text: str) -> int:
     """'80' (GB), '80GB', '80GiB', '81920MiB', '85899345920B' -> bytes (whole bytes, rounded down)."""
-    m = _SIZE.match(text) if len(text) <= 40 else None
+    m = _SIZE.match(text) if len(text) <= 100 else None
     unit = (m.group(2) or "GB").lower() if m else ""
     if not m or unit not in _UNITS:
         raise argparse.ArgumentTypeError(

@@ -20,9 +20,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from accounting.args import Parser
+from accounting.args import EXIT_STATUS, Parser
 from accounting.errors import Interrupted, UsageError, os_problem, shorten
-from accounting.safe_io import critical, interrupted
+from accounting.safe_io import critical, encodable, interrupted, say
 from accounting.reporting import data
 from accounting.reporting.figures_index import FIGURES, FIGURES_DIR, FORMULA_CSV, SWEEP_CSV
 
@@ -31,7 +31,7 @@ DEFAULT_OUT = "reports"
 
 
 def parser() -> Parser:
-    p = Parser(prog="python -m accounting report",
+    p = Parser(prog="python -m accounting report", epilog=EXIT_STATUS,
                description="Regenerate the GPT-2 size comparison report (Markdown) and its "
                            "figures (PNG, SVG) from the library, cross-checked on the real model.")
     p.add_argument("--out", metavar="DIR", default=DEFAULT_OUT,
@@ -49,16 +49,20 @@ class Progress:
     def __init__(self, total: int, stream=None):
         self.total, self.done, self.stream = total, 0, stream or sys.stderr
 
+    def _say(self, text: str, end: str = "\n") -> None:
+        if self.stream is not None:  # a closed stderr: no progress (print would use stdout)
+            print(encodable(text, self.stream), end=end, file=self.stream, flush=True)
+
     def __call__(self, label, work, outcome=lambda value: "done"):
         self.done += 1
-        print(f"[{self.done}/{self.total}] {label} ...", end=" ", file=self.stream, flush=True)
+        self._say(f"[{self.done}/{self.total}] {label} ...", end=" ")
         start = time.perf_counter()
         try:
             value = work()
         except BaseException:
-            print("failed", file=self.stream, flush=True)
+            self._say("failed")
             raise
-        print(f"{outcome(value)} ({time.perf_counter() - start:.1f} s)", file=self.stream, flush=True)
+        self._say(f"{outcome(value)} ({time.perf_counter() - start:.1f} s)")
         return value
 
 
@@ -161,12 +165,11 @@ def main(argv: list[str]) -> int:
             with critical():
                 shutil.rmtree(stage, ignore_errors=True)
     files = sum(len(FIGURES[n].files()) for n in FIGURES) + 1
-    print(f"report: wrote {out / REPORT} and {files} files in {out / FIGURES_DIR}/ "
-          f"in {time.perf_counter() - start:.1f} s"
-          + ("" if ns.verify else " (draft: cross-check skipped)"), file=sys.stderr)
+    say(f"report: wrote {out / REPORT} and {files} files in {out / FIGURES_DIR}/ "
+        f"in {time.perf_counter() - start:.1f} s"
+        + ("" if ns.verify else " (draft: cross-check skipped)"))
     if ns.verify and not d.agrees:
         bad = [f"{c.config.name} T={c.seq}" for c in d.checks if not c.result.agrees]
-        print(f"accounting: cross-check DISAGREES for {', '.join(bad)}; see the report",
-              file=sys.stderr)
+        say(f"accounting: cross-check DISAGREES for {', '.join(bad)}; see the report")
         return 1
     return 0
