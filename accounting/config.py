@@ -117,10 +117,10 @@ class ModelConfig:
             raise UsageError(f"name must be at most {MAX_NAME} printable characters (no "
                              f"newlines or control characters), got {_short(self.name)}")
         if self.head_dim is None and self.d_model % self.num_heads:
+            hint = _divisor_hint(self.d_model, self.num_heads, self.positions, self.num_kv_heads)
             raise UsageError(
                 f"d_model {self.d_model} is not divisible by num_heads {self.num_heads}; choose "
-                f"num_heads dividing d_model{_divisor_hint(self.d_model, self.num_heads, self.positions, self.num_kv_heads)}, "
-                f"or give head_dim")
+                f"num_heads dividing d_model{hint}, or give head_dim")
         if self.num_heads % self.kv_heads:
             raise UsageError(f"num_heads {self.num_heads} is not divisible by num_kv_heads "
                              f"{self.kv_heads}; each key/value head serves a whole group of query heads")
