@@ -195,6 +195,8 @@ def output_target(path: str | None, flag: str = "-o") -> Path | None:
         hint = "give a file name inside it" if stat.S_ISDIR(st.st_mode) else \
             "give a regular file (writing would replace it with one), or - for standard output"
         raise UsageError(f"{flag} {shown} is {kind}; {hint}")
+    if st is not None and not os.access(target, os.W_OK):  # replacing it would defeat that
+        raise UsageError(f"{flag} {shown} is read-only; make it writable or give another name")
     if path.endswith(os.sep):
         raise UsageError(f"{flag} {shown} ends with '{os.sep}' (a folder); give a file name")
     folder = target.parent

@@ -167,6 +167,20 @@ def test_o_bad_paths(capsys, tmp_path, monkeypatch, target, fragment):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dir", "old.txt"]
 
 
+def test_o_respects_a_read_only_file(capsys, tmp_path, monkeypatch):
+    # A rename would replace a file its owner made read-only (as `>` would not); root may
+    # write anything, so the permission check is what the OS would answer for a user.
+    target = tmp_path / "out.txt"
+    target.write_bytes(OLD)
+    os.chmod(target, 0o444)
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode: False if Path(p) == target and mode == os.W_OK
+                        else real_access(p, mode))
+    code, _, err, _ = run(capsys, "gpt2-small", "--no-verify", "-o", str(target))
+    one_error(code, err, fragment="is read-only")
+    assert target.read_bytes() == OLD
+
+
 @pytest.mark.parametrize("failing,err_no,fragment", [
     ("fsync", errno.ENOSPC, "No space left on device; free some space"),
     ("mkstemp", errno.EACCES, "Permission denied; choose a place you may write to"),
