@@ -8,6 +8,7 @@ table too wide even so (many number columns) is set as records, one field a line
 """
 from __future__ import annotations
 
+import re
 import textwrap
 
 from accounting.table import Table
@@ -16,9 +17,16 @@ MIN_COLUMN = 12  # a wrapped column keeps at least this many characters
 GAP = "  "
 
 
+_LABEL = re.compile(r"^[^ :]{1,20}(?: [^ :]{1,20}){0,2}: +")  # "largest:       ..."
+
+
 def _wrap(text: str, width: int) -> list[str]:
+    """Lines of at most `width` (a word longer than that is broken); a note that starts
+    with an aligned label ('parameters:    ...') continues under its value."""
+    label = _LABEL.match(text)
+    indent = " " * label.end() if label and label.end() <= width // 2 else ""
     return textwrap.wrap(text, width, break_on_hyphens=False, replace_whitespace=False,
-                         drop_whitespace=True) or [""]
+                         drop_whitespace=True, subsequent_indent=indent) or [""]
 
 
 def _fit(widths: list[int], align: str, width: int) -> list[int]:

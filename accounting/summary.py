@@ -80,8 +80,7 @@ def analysis_lines(a: Analysis) -> list[str]:
 
 
 def analysis_title(a: Analysis) -> str:
-    return (f"Answer: {a.config.name} ({note(a.config)}), T = {grouped(a.seq)}, "
-            f"batch {grouped(a.batch)}")
+    return f"Answer: {a.config.name} ({note(a.config)}), T = {grouped(a.seq)}, B = {grouped(a.batch)}"
 
 
 def verdict_line(result=None, skipped: str | None = None) -> str:
@@ -145,7 +144,7 @@ def plan_answer(p) -> Table:
         why = ("no peak FLOP/s (--gpu NAME or --gpu-flops)"
                if not (p.hardware and p.hardware.peak_flops) else "give --steps N or --tokens N")
         lines.append(_line("time to train", f"not computed: {why}"))
-    title = (f"Answer: plan for {p.config.name}, T = {grouped(p.seq)}, batch {grouped(p.batch)}, "
+    title = (f"Answer: plan for {p.config.name}, T = {grouped(p.seq)}, B = {grouped(p.batch)}, "
              f"{p.precision.name}" + (f", {p.hardware.name}" if p.hardware else ""))
     return Table(title, notes=tuple(lines))
 
