@@ -341,8 +341,9 @@ def handling_signals():
             return
         old_hook(info)
     try:
-        for s in old:
-            signal.signal(s, _handler)
+        for s, h in old.items():
+            if h is not signal.SIG_IGN:  # ignored stays ignored (a background job, nohup)
+                signal.signal(s, _handler)
     except ValueError:  # not the main thread: signals stay as they are
         yield
         return

@@ -75,6 +75,9 @@ def run(argv: list[str], cwd: Path, code: Path, env_extra: dict, stdout: str,
 
     def pre():
         _limits()
+        # Ctrl-C as a terminal delivers it: a job started in the background by a shell
+        # inherits SIGINT ignored, and a well-behaved program keeps it ignored
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
         if stdout == "closed":
             os.close(1)
         if stdout == "stderr-closed":

@@ -479,3 +479,23 @@ def test_terminal_width(monkeypatch, capsys):
     monkeypatch.delenv("COLUMNS")  # a pipe: whole lines (the README's blocks)
     code, out, _, _ = run(capsys, "plan", "gpt2-xl", "--gpu", "H100")
     assert max(len(line) for line in out.splitlines()) > 200
+
+
+def test_an_ignored_sigint_stays_ignored(capsys, monkeypatch):
+    """A job a shell starts in the background (or under nohup-like wrappers) inherits SIGINT
+    ignored; Python keeps it so, and the CLI's Ctrl-C handling must too."""
+    import accounting.cli as cli
+    seen = {}
+    real = cli.analyze
+
+    def spy(*a, **k):
+        seen["sigint"], seen["sigterm"] = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+        return real(*a, **k)
+    monkeypatch.setattr(cli, "analyze", spy)
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        code, _, _, _ = run(capsys, "gpt2-small", "--no-verify")
+        assert code == 0 and seen["sigint"] is signal.SIG_IGN and callable(seen["sigterm"])
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN  # restored as it was
+    finally:
+        signal.signal(signal.SIGINT, old)
