@@ -18,7 +18,6 @@ import collections
 import os
 import random
 import resource
-import shutil
 import signal
 import subprocess
 import sys
