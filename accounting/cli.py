@@ -192,12 +192,12 @@ def _run(argv: list[str]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Run one command; every way it can end is an exit status (accounting/errors.py)."""
-    old_program = cli_args.PROGRAM
-    if argv is None:
+    old_program, process = cli_args.PROGRAM, argv is None
+    if process:  # the console script or python -m accounting: the run is the process
         argv = sys.argv[1:]
         cli_args.PROGRAM = program_name(sys.argv[0] if sys.argv else "")
     try:
-        with safe_io.handling_signals():
+        with safe_io.handling_signals(process_exit=process):
             try:
                 return _run(list(argv))
             except SystemExit as e:  # --help and --version exit through argparse

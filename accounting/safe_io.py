@@ -314,7 +314,8 @@ def read_small_file(path: str | Path, what: str, limit: int) -> bytes:
 class _Signals:
     depth = 0  # nesting of critical sections
     pending = 0  # a signal number held inside one
-    seen = 0  # the last signal received at all (for interrupted_since)
+    seen = 0  # the last signal received at all (for interrupted())
+    done = False  # the run's output is committed: what is left is finishing
 
 
 _state = _Signals()
@@ -322,6 +323,8 @@ _state = _Signals()
 
 def _handler(signum, frame):
     _state.seen = signum
+    if _state.done:  # too late to stop anything: the run ends with its own status
+        return
     if _state.depth:
         _state.pending = _state.pending or signum
         return
@@ -329,12 +332,17 @@ def _handler(signum, frame):
 
 
 @contextlib.contextmanager
-def handling_signals():
+def handling_signals(process_exit: bool = False):
     """For the CLI's run: SIGINT and SIGTERM raise Interrupted (SIGTERM too, so that a
-    `kill` or a CI timeout cleans up like Ctrl-C). A no-op outside the main thread."""
+    `kill` or a CI timeout cleans up like Ctrl-C); an inherited SIG_IGN stays. With
+    process_exit (the run is the whole process), they are ignored from the end of the run
+    on, so that one arriving while the interpreter shuts down (torch's take a moment)
+    cannot turn a decided exit status into a KeyboardInterrupt traceback. A no-op outside
+    the main thread."""
     old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     old_hook = sys.unraisablehook
     _state.depth = _state.pending = _state.seen = 0
+    _state.done = False
 
     def unraisable(info):  # Ctrl-C inside a finalizer: noted (seen), not a traceback
         if isinstance(info.exc_value, KeyboardInterrupt):
@@ -352,7 +360,8 @@ def handling_signals():
         yield
     finally:
         for s, h in old.items():
-            signal.signal(s, h if h is not None else signal.SIG_DFL)
+            signal.signal(s, signal.SIG_IGN if process_exit else
+                          h if h is not None else signal.SIG_DFL)
         sys.unraisablehook = old_hook
 
 
@@ -364,9 +373,11 @@ class _Held:
         return _state.pending
 
     def committed(self) -> None:
-        """The section's work is done and published: a signal held until now came too late
-        to stop it, and the run ends as if it had come after the run."""
+        """The section's work is done and published: a signal held until now, or one that
+        comes while the run finishes, came too late to stop it; the run ends with its own
+        status, as if the signal had come after it."""
         _state.pending = 0
+        _state.done = True
 
 
 class critical:

@@ -219,6 +219,33 @@ def test_ctrl_c_during_the_write_keeps_the_old_file(capsys, tmp_path, monkeypatc
     assert target.read_bytes() == OLD and os.listdir(tmp_path) == ["out.txt"]
 
 
+def test_ctrl_c_after_the_write_is_too_late(capsys, tmp_path, monkeypatch):
+    """A SIGINT that lands once the new file is in place cannot take it back: the run ends
+    with its own status (0) rather than 'interrupted' beside a changed file."""
+    target = tmp_path / "out.txt"
+    target.write_bytes(OLD)
+    real_replace = os.replace
+
+    def replace_then_interrupt(src, dst):
+        real_replace(src, dst)
+        os.kill(os.getpid(), signal.SIGINT)
+    monkeypatch.setattr(os, "replace", replace_then_interrupt)
+    code, _, err, _ = run(capsys, "gpt2-small", "--no-verify", "-o", str(target))
+    assert code == 0 and err == "" and "190,460,160" in target.read_text()
+    assert os.listdir(tmp_path) == ["out.txt"]
+
+
+def test_the_process_ignores_ctrl_c_once_its_status_is_decided():
+    """python -m accounting: after main() returns, SIGINT is ignored, so a Ctrl-C during the
+    interpreter's shutdown cannot turn the exit status into a KeyboardInterrupt traceback."""
+    script = ("import signal, sys; from accounting.cli import main; code = main(); "
+              "print(signal.getsignal(signal.SIGINT) is signal.SIG_IGN, code)")
+    r = subprocess.run([sys.executable, "-c", script, "gpt2-small", "--no-verify", "--brief"],
+                       capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert r.stdout.splitlines()[-1] == "True 0", r.stdout[-300:]
+
+
 # ---- stdout: closed, full, a reader that leaves, encodings without × ------------------------
 def test_stdout_closed_full_and_broken():
     closed = subprocess_run(["gpt2-small", "--no-verify"], stdout=subprocess.DEVNULL,
