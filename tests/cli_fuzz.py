@@ -42,8 +42,8 @@ REPORT_DIRS = (EXISTING, "fifo", "missing/deeper", "", "figures_is_a_file",
 
 
 def make_scratch(root: Path, config: bytes | None) -> None:
-    """The hostile targets: a FIFO, a folder, links, a device node (as root only: mknod needs
-    it; it is a private null device in the scratch folder, never /dev/null)."""
+    """The hostile targets: a FIFO, a folder, links, a device node (as root: mknod needs it;
+    a private null device in the scratch folder, never /dev/null; else a second FIFO)."""
     (root / EXISTING).write_bytes(SENTINEL)
     os.chmod(root / EXISTING, 0o644)
     (root / "dir").mkdir()
@@ -63,6 +63,8 @@ def make_scratch(root: Path, config: bytes | None) -> None:
     (root / "report" / "gpt2_sizes.md").write_bytes(SENTINEL)
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         os.mknod(root / "dev", 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    else:  # not root: another FIFO, so that 'dev' is never a new path (report --out dev
+        os.mkfifo(root / "dev")  # would make it and run the whole report)
 
 
 def snapshot(root: Path) -> dict[str, tuple]:
