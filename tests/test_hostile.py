@@ -526,3 +526,19 @@ def test_an_ignored_sigint_stays_ignored(capsys, monkeypatch):
         assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN  # restored as it was
     finally:
         signal.signal(signal.SIGINT, old)
+
+
+def test_ctrl_c_while_the_package_imports():
+    """`python -m accounting` imports the package before its __main__ runs: a Ctrl-C then
+    ends the run with 130 and one line (accounting/_startup.py). Python's argv[0] is '-m'
+    exactly then; imported anywhere else, the package leaves Ctrl-C alone."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    as_cli = ("import sys; sys.argv[0] = '-m'; import accounting, os, signal, time; "
+              "os.kill(os.getpid(), signal.SIGINT); time.sleep(5)")
+    r = subprocess.run([sys.executable, "-c", as_cli], capture_output=True, text=True, env=env,
+                       timeout=60)
+    assert r.returncode == 130 and r.stderr == "accounting: interrupted\n", r.stderr[-300:]
+    as_library = "import accounting, signal; print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)"
+    r = subprocess.run([sys.executable, "-c", as_library], capture_output=True, text=True, env=env,
+                       timeout=60)
+    assert r.stdout.strip() == "True"
