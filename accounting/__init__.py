@@ -7,6 +7,7 @@ Pure Python: importing this package imports neither torch, pandas nor matplotlib
     >>> a.matmul_flops()
     4513336524800
 """
+from accounting import _startup  # noqa: F401  (first: Ctrl-C during the CLI's start-up)
 from accounting.analysis import Analysis, analyze
 from accounting.config import (
     PRESETS,

@@ -1,5 +1,9 @@
 import sys
 
-from accounting.cli import main
+try:
+    from accounting.cli import main
+except KeyboardInterrupt:  # Ctrl-C before the CLI's own handling begins
+    sys.stderr and sys.stderr.write("accounting: interrupted\n")
+    sys.exit(130)
 
 sys.exit(main())

@@ -5,34 +5,72 @@ Every parse error becomes a UsageError, which cli.main prints on one line with e
 from __future__ import annotations
 
 import argparse
-import os
-import sys
-import tempfile
+import re
 from pathlib import Path
 
-from accounting.config import (ATTENTIONS, MLPS, NORM_PLACEMENTS, NORMS, POSITIONS, QK_NORMS,
-                               ModelConfig, config_from_json, get_preset)
-from accounting.errors import UsageError
+from accounting import safe_io
+from accounting.analysis import MAX_WORKLOAD
+from accounting.config import (ATTENTIONS, MAX_CONFIG_BYTES, MAX_NAME, MAX_SIZE, MLPS,
+                               NORM_PLACEMENTS, NORMS, POSITIONS, QK_NORMS, ModelConfig,
+                               config_from_json, get_preset)
+from accounting.errors import UsageError, shorten
 
 FORMATS = ("text", "markdown", "csv", "json")
+PROGRAM = "python -m accounting"  # how the usage lines name the program
+LIMITS = (f"Limits, checked before any work: sizes (--vocab-size ... --d-ff, --num-kv-heads, "
+          f"--head-dim) up to 10^12; counts (--ctx, --batch, --steps, --tokens, --position) up "
+          f"to 10^15; decimal numbers (--mfu, --margin, --gpu-flops, --gpu-bw) of at most 100 "
+          f"characters with exponents within ±100; --gpu-mem up to 10^18 bytes; config files up "
+          f"to {MAX_CONFIG_BYTES // 2**20} MiB, names up to {MAX_NAME} characters. ")
+EXIT_STATUS = ("Exit status: 0 an answer, 1 the cross-check disagrees, 2 bad input or an "
+               "unusable environment (one line on stderr), 3 an internal error (a bug: please "
+               "report it), 130 interrupted.")
+_QUOTED = re.compile(r"'((?:[^'\\]|\\.){48,})'")
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse that raises UsageError instead of printing usage and exiting."""
+    """argparse that raises UsageError instead of printing usage and exiting, names the
+    program as it was started (PROGRAM), states the input limits under --help, and checks
+    the -o target as part of parsing (before any work)."""
+
+    def __init__(self, *args, prog: str | None = None, **kwargs):
+        if prog is not None and prog.startswith("python -m accounting"):
+            prog = PROGRAM + prog[len("python -m accounting"):]
+        kwargs.setdefault("epilog", LIMITS + EXIT_STATUS)
+        super().__init__(*args, prog=prog, **kwargs)
 
     def error(self, message: str):  # type: ignore[override]
+        message = _QUOTED.sub(lambda m: shorten(m.group(1), 48), message)
         raise UsageError(f"{message} (see '{self.prog} --help')")
 
+    def _print_message(self, message: str, file=None) -> None:
+        # --help and --version: through safe_io, so that an ASCII-only stdout gets ASCII
+        # spellings and a closed one is a one-line error, not a traceback
+        if message:
+            safe_io.write_stdout(message)
 
-def positive_int(flag: str):
+    def parse_args(self, args=None, namespace=None):  # type: ignore[override]
+        ns = super().parse_args(args, namespace)
+        if getattr(ns, "output", None) is not None:
+            safe_io.output_target(ns.output)
+        return ns
+
+
+def positive_int(flag: str, maximum: int = MAX_WORKLOAD, limit_text: str = "10^15"):
+    """An integer in [1, maximum], digits with optional thousands separators ('1,024')."""
     def parse(text: str) -> int:
-        try:
-            value = int(text.replace(",", ""))
-        except ValueError:
+        digits = text.strip().replace(",", "").replace("_", "")
+        if not digits.isascii() or not digits.lstrip("+-").isdigit():
             raise argparse.ArgumentTypeError(
-                f"must be a positive integer, got {text!r}") from None
+                f"must be a positive integer, got {shorten(text)}") from None
+        if len(digits.lstrip("+-0")) > len(str(maximum)):
+            raise argparse.ArgumentTypeError(
+                f"must be at most {limit_text}, got a {len(digits.lstrip('+-0')):,}-digit number")
+        value = int(digits)
         if value <= 0:
             raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
+        if value > maximum:
+            raise argparse.ArgumentTypeError(f"must be at most {limit_text}, got {value:,}")
         return value
     parse.__name__ = "positive integer"
     return parse
@@ -46,9 +84,9 @@ def positive_float(flag: str, allow_zero: bool = False):
         try:
             value = float(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"must be a {what} number, got {text!r}") from None
+            raise argparse.ArgumentTypeError(f"must be a {what} number, got {shorten(text)}") from None
         if not (value >= 0 if allow_zero else value > 0) or value == float("inf"):
-            raise argparse.ArgumentTypeError(f"must be a {what} finite number, got {text}")
+            raise argparse.ArgumentTypeError(f"must be a {what} finite number, got {shorten(text)}")
         return value
     parse.__name__ = f"{what} number"
     return parse
@@ -122,11 +160,12 @@ def add_model_args(p: argparse.ArgumentParser, model_required: bool = False) -> 
                         "num_heads and optionally d_ff, rope_theta, name and the architecture "
                         "fields below (their names with underscores)")
     for flag, dest in _SIZE_FLAGS:
-        g.add_argument(flag, dest=dest, type=positive_int(flag), metavar="N")
+        g.add_argument(flag, dest=dest, type=positive_int(flag, MAX_SIZE, "10^12"), metavar="N")
     g.add_argument("--rope-theta", type=positive_float("--rope-theta"), metavar="X")
     a = p.add_argument_group("architecture (defaults: the CS336 model; each overrides a preset)")
     for flag, dest, text in _ARCH_SIZES:
-        a.add_argument(flag, dest=dest, type=positive_int(flag), metavar="N", help=text)
+        a.add_argument(flag, dest=dest, type=positive_int(flag, MAX_SIZE, "10^12"), metavar="N",
+                       help=text)
     for flag, dest, choices, text in _ARCH_CHOICES:
         a.add_argument(flag, dest=dest, choices=tuple(choices), help=text)
     a.add_argument("--tie-embeddings", action=argparse.BooleanOptionalAction, default=None,
@@ -194,6 +233,9 @@ def config_from_args(ns: argparse.Namespace) -> ModelConfig:
         return base.with_overrides(**overrides)
     if overrides["d_ff"] is None:  # the MLP's default width
         overrides["d_ff"] = MLPS[overrides["mlp"] or "swiglu"].default_d_ff(overrides["d_model"])
+        if overrides["d_ff"] > MAX_SIZE:
+            raise UsageError(f"the default d_ff for d_model {overrides['d_model']:,} is "
+                             f"{overrides['d_ff']:,}, past the 10^12 limit; give --d-ff")
     return ModelConfig(**{k: v for k, v in overrides.items() if v is not None})
 
 
@@ -213,33 +255,22 @@ def add_output_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", choices=FORMATS, default="text",
                    help="text (default), markdown, csv or json (json holds exact integers)")
     p.add_argument("-o", "--output", metavar="FILE",
-                   help="write to FILE (atomically: a temporary file, then rename) instead of stdout")
+                   help="write to FILE atomically (a temporary file beside it, then a rename; "
+                        "its permissions kept) instead of stdout; FILE must be a regular file "
+                        "or a new name, never a folder or a device; - is stdout")
 
 
 def write_atomic(path: str | Path, data: str | bytes) -> None:
-    """Write the whole file or nothing: a temporary file in the same folder, then rename."""
-    path = Path(path)
-    if path.is_dir():
-        raise UsageError(f"output {str(path)!r} is a directory; give a file name")
-    if not path.parent.exists() and str(path.parent):
-        raise UsageError(f"cannot write {str(path)!r}: folder {str(path.parent)!r} does not exist")
-    mode = "wb" if isinstance(data, bytes) else "w"
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
-    except OSError as e:
-        raise UsageError(f"cannot write {str(path)!r}: {e.strerror}") from None
-    try:
-        with os.fdopen(fd, mode, **({} if mode == "wb" else {"encoding": "utf-8", "newline": ""})) as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write the whole file or nothing (accounting.safe_io)."""
+    safe_io.write_atomic(path, data)
 
 
 def emit(text: str, output: str | None) -> None:
-    if output:
-        write_atomic(output, text)
-    else:
-        sys.stdout.write(text)
-        sys.stdout.flush()
+    """The command's output: standard output (in its encoding), or -o FILE atomically."""
+    safe_io.emit(text, output)
+
+
+def terminal_width(output: str | None) -> int | None:
+    """The width to fit text tables to: the terminal's when stdout is one (or COLUMNS is
+    set), for output to stdout; None (no wrapping: the full lines, byte-stable) otherwise."""
+    return safe_io.terminal_width() if output in (None, "-") else None

@@ -15,7 +15,7 @@ from dataclasses import dataclass, fields, replace
 from fractions import Fraction
 from pathlib import Path
 
-from accounting.errors import UsageError
+from accounting.errors import UsageError, escape, shorten
 
 
 def default_d_ff(d_model: int) -> int:
@@ -72,6 +72,8 @@ class LayerKind:
 
 # Bounds on sizes: far beyond any real model, small enough that nothing downstream hangs.
 MAX_SIZE = 10**12
+MAX_NAME = 200  # characters of a config's name (it heads every table)
+MAX_CONFIG_BYTES = 2**20  # a config file is a few hundred bytes; a JSON file is read whole
 
 _SIZES = ("vocab_size", "context_length", "num_layers", "d_model", "num_heads", "d_ff")
 _CHOICES = {"norm": NORMS, "norm_placement": NORM_PLACEMENTS, "mlp": MLPS, "positions": POSITIONS,
@@ -151,11 +153,14 @@ class ModelConfig:
                 raise UsageError(f"{f} must be true or false, got {_short(getattr(self, f))}")
         if not isinstance(self.name, str):
             raise UsageError(f"name must be a string, got {_short(self.name)}")
+        if len(self.name) > MAX_NAME or escape(self.name) != self.name:
+            raise UsageError(f"name must be at most {MAX_NAME} printable characters (no "
+                             f"newlines or control characters), got {_short(self.name)}")
         if self.head_dim is None and self.kv_lora_rank is None and self.d_model % self.num_heads:
+            hint = _divisor_hint(self.d_model, self.num_heads, self.positions, self.num_kv_heads)
             raise UsageError(
                 f"d_model {self.d_model} is not divisible by num_heads {self.num_heads}; choose "
-                f"num_heads dividing d_model{_divisor_hint(self.d_model, self.num_heads, self.positions)}, "
-                f"or give head_dim")
+                f"num_heads dividing d_model{hint}, or give head_dim")
         if self.num_heads % self.kv_heads:
             raise UsageError(f"num_heads {self.num_heads} is not divisible by num_kv_heads "
                              f"{self.kv_heads}; each key/value head serves a whole group of query heads")
@@ -354,17 +359,18 @@ def _check_mla(c: ModelConfig) -> None:
 
 def _short(value, limit: int = 40) -> str:
     """A user's value for an error message: repr, control characters escaped, shortened."""
-    text = repr(value)
-    return text if len(text) <= limit else text[:limit - 1] + "…"
+    return shorten(value, limit)
 
 
-def _divisor_hint(n: int, target: int, positions: str) -> str:
+def _divisor_hint(n: int, target: int, positions: str, kv_heads: int | None = None) -> str:
     """' (e.g. 24)': a nearby head count that divides n and passes the other checks (an even
-    head dimension for RoPE); bounded work however large n is."""
+    head dimension for RoPE, whole groups of the given KV heads); bounded work however
+    large n is."""
     best = None
     for delta in range(0, 10_000):
         for d in (target - delta, target + delta):
-            if 0 < d <= n and n % d == 0 and (positions != "rope" or (n // d) % 2 == 0):
+            if 0 < d <= n and n % d == 0 and (positions != "rope" or (n // d) % 2 == 0) \
+                    and (kv_heads is None or d % kv_heads == 0):
                 best = d
                 break
         if best:
@@ -414,23 +420,21 @@ def config_from_json(path: str | Path) -> ModelConfig:
     if "model_type" in data:
         from accounting import hf_config
         return hf_config.from_file(path, data, source).config
-    data.setdefault("name", Path(path).stem)
+    data.setdefault("name", escape(Path(path).stem)[:MAX_NAME])
     return config_from_dict(data, source)
 
 
 def read_json(path: str | Path) -> tuple[dict, str]:
     """A JSON file's object and how to name the file in messages; UsageError otherwise."""
+    from accounting.safe_io import read_small_file
     path = Path(path)
     text = repr(str(path))  # a long path keeps its end: the file's name
-    source = f"config file {text if len(text) <= 80 else '…' + text[-79:]}"
+    source = f"config file {escape(text) if len(text) <= 80 else '…' + escape(text[-79:])}"
+    raw = read_small_file(path, source, MAX_CONFIG_BYTES)  # not a FIFO, a device, a folder
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UsageError(f"{source} does not exist") from None
-    except IsADirectoryError:
-        raise UsageError(f"{source} is a directory, not a JSON file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise UsageError(f"cannot read {source}: {e}") from None
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise UsageError(f"{source} is not UTF-8 text (byte {e.start:,})") from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:

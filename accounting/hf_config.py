@@ -34,7 +34,7 @@ from types import MappingProxyType
 from typing import Callable, Mapping
 
 from accounting.config import MAX_SIZE, ModelConfig, config_from_dict
-from accounting.errors import UsageError
+from accounting.errors import UsageError, shorten
 
 # The transformers release the tables below are read from (pyproject's [hf] extra pins it).
 TRANSFORMERS_VERSION = "5.23.0"
@@ -724,8 +724,7 @@ class HFConfig:
 
 
 def _short(value, limit: int = 40) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[:limit - 1] + "…"
+    return shorten(value, limit)  # control characters escaped, never fails (errors.py)
 
 
 _MISSING = object()

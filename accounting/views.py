@@ -200,12 +200,13 @@ def closed_form_table(a: Analysis) -> Table:
              + (f"  (valid for {valid})" if valid else "")]
     if a.phase == "forward":
         lines.append(f"Non-matmul FLOPs (forward): {a.elementwise_polynomial()}")
-    ratio = a.ratio_to_context_length()
-    e = a.matmul_expr()
-    lines.append(f"At T = {grouped(a.seq)} vs T = context_length = {grouped(c.context_length)} "
-                 f"(B = {a.batch}): {decimal(ratio, 3)}× the matmul FLOPs "
-                 f"({grouped(e.evaluate(a.values))} / "
-                 f"{grouped(e.evaluate(a.ledger.values(c.context_length, a.batch)))}).")
+    if a.seq != c.context_length:  # at the default length the ratio is 1: nothing to say
+        ratio = a.ratio_to_context_length()
+        e = a.matmul_expr()
+        lines.append(f"At T = {grouped(a.seq)} vs T = context_length = {grouped(c.context_length)} "
+                     f"(B = {grouped(a.batch)}): {decimal(ratio, 3)}× the matmul FLOPs "
+                     f"({grouped(e.evaluate(a.values))} / "
+                     f"{grouped(e.evaluate(a.ledger.values(c.context_length, a.batch)))}).")
     for counting in ("executed", "useful"):
         x = a.crossover(counting)
         if x is None:

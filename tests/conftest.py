@@ -1,4 +1,4 @@
-"""Test scheduling (issue 12): the few slow end-to-end checks start first.
+"""Shared test settings and scheduling.
 
 The suite runs on every core (pytest-xdist, `-n auto --dist loadfile` in pyproject.toml):
 each file goes to one worker, so a module-scoped fixture (the fully verified report, the
@@ -9,6 +9,7 @@ marked `slow` are moved to the front of the collection so that these long builds
 once instead of ending the run. Nothing is skipped: `slow` only orders (and lets
 `-m "not slow"` leave them out of a quick local run; CI runs everything).
 """
+import pytest
 
 
 def pytest_configure(config):
@@ -17,3 +18,10 @@ def pytest_configure(config):
 
 def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable
+
+
+@pytest.fixture(autouse=True)
+def _whole_lines(monkeypatch):
+    """Text output fits COLUMNS when it is set (accounting.safe_io.terminal_width); the tests
+    parse whole lines, as a file or a pipe gets them, whatever the shell exports."""
+    monkeypatch.delenv("COLUMNS", raising=False)

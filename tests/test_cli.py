@@ -51,7 +51,8 @@ def test_markdown_and_output_file(capsys, tmp_path):
     code, out, _ = run(capsys, "gpt2-medium", "--format", "markdown", "--no-verify", "-o", str(target))
     assert code == 0 and out == ""
     text = target.read_text()
-    assert text.startswith("## Model and workload") and "| component |" in text
+    assert text.startswith("## Answer: gpt2-medium") and "| component |" in text
+    assert text.index("## Answer") < text.index("## Model and workload")
     assert not [p for p in tmp_path.iterdir() if p.name != "out.md"]  # no temp file left
 
 

@@ -1,11 +1,9 @@
-"""The notebooks run top to bottom, headless, in a fresh kernel.
+"""The notebooks run top to bottom, headless, in a fresh kernel, and are committed WITH their
+outputs (so they render where the repository is browsed): each test re-runs one and checks
+the committed outputs are current — every text output equal, an image wherever the
+committed notebook has one (tests/test_notebook.py's `semantic`). Regenerate both with
 
-notebooks/flops_shares.ipynb is committed without outputs; notebooks/formulas.ipynb is
-committed WITH its outputs (so it renders where the repository is browsed), and the test
-re-runs it and checks the committed outputs are current: every text output equal, an image
-wherever the committed notebook has one. Regenerate them with
-
-    python tests/test_notebook.py --update-formulas
+    python tests/test_notebook.py --update
 
 Notebooks are executed from an in-memory copy with a temporary working directory, so
 nothing is written into notebooks/ by the tests. Expected numbers for the cells that print
@@ -24,7 +22,9 @@ pytest.importorskip("ipykernel")
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK = ROOT / "notebooks" / "flops_shares.ipynb"
 FORMULAS = ROOT / "notebooks" / "formulas.ipynb"
+NOTEBOOKS = (NOTEBOOK, FORMULAS)
 KERNEL = "python3"
+STALE = "{name} outputs are stale: run python tests/test_notebook.py --update"
 
 
 def test_kernel_is_this_interpreter():
@@ -35,12 +35,14 @@ def test_kernel_is_this_interpreter():
     assert os.path.realpath(cmd[0]) == os.path.realpath(sys.executable), cmd
 
 
-def test_committed_notebook_has_no_outputs():
-    # Committed cleared: any output in it would be hand-made or stale.
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    for cell in nb.cells:
-        if cell.cell_type == "code":
-            assert cell.outputs == [] and cell.execution_count is None
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_is_committed_with_outputs(path):
+    nb = nbformat.read(path, as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert code and all(c.execution_count is not None for c in code)
+    assert sum("image/png" in o.get("data", {}) for c in code for o in c.outputs) >= 2
+    assert not [o for c in code for o in c.outputs if o.output_type == "error"]
+    assert not [c for c in nb.cells if "execution" in c.metadata]  # volatile metadata stripped
 
 
 def _my_config_numbers():
@@ -66,33 +68,25 @@ def test_my_config_numbers_by_hand():
     assert params == 6_738_415_616
 
 
-def test_notebook_runs_headless(tmp_path, monkeypatch):
+def _stream(cell) -> str:
+    return "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream")
+
+
+def test_flops_notebook_outputs_are_current(tmp_path):
     before = NOTEBOOK.read_bytes()
-    nb = nbformat.read(NOTEBOOK, as_version=4)
+    committed = nbformat.read(NOTEBOOK, as_version=4)
     # One extra cell, in memory only: which interpreter did the kernel run?
-    nb.cells.append(nbformat.v4.new_code_cell("import sys; print(sys.executable)"))
-    # The repository on the kernel's path, as `pip install -e .` would put it.
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
-        p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p))
-    # ipykernel's inline backend draws headless; an inherited MPLBACKEND would override it.
-    monkeypatch.delenv("MPLBACKEND", raising=False)
-    client = nbclient.NotebookClient(nb, timeout=300, kernel_name=KERNEL,
-                                     resources={"metadata": {"path": str(tmp_path)}})
-    client.execute()  # raises CellExecutionError on the first failing cell
+    fresh = execute(NOTEBOOK, tmp_path, extra="import sys; print(sys.executable)")
+    probe = fresh.cells.pop()
+    assert os.path.realpath(_stream(probe).strip()) == os.path.realpath(sys.executable)
+    assert semantic(fresh) == semantic(committed), STALE.format(name=NOTEBOOK.name)
 
-    def text(cell):
-        return "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream")
-
-    code = [c for c in nb.cells if c.cell_type == "code"]
-    assert os.path.realpath(text(code[-1]).strip()) == os.path.realpath(sys.executable)
-    for cell in code:
-        assert not [o for o in cell.outputs if o.output_type == "error"]
-
-    # The user's cell is the last of the notebook proper and builds a ModelConfig.
-    mine = code[-2]
+    # The user's cell is the last of the notebook and builds a ModelConfig.
+    code = [c for c in fresh.cells if c.cell_type == "code"]
+    mine = code[-1]
     assert "ModelConfig(" in mine.source
     params, flops, crossover_first = _my_config_numbers()
-    out = text(mine)
+    out = _stream(mine)
     assert f"{params:,} parameters" in out
     assert f"{flops:,}" in out
     assert f"from T = {crossover_first:,}" in out
@@ -106,9 +100,12 @@ def test_notebook_runs_headless(tmp_path, monkeypatch):
 
 # ---- notebooks/formulas.ipynb: committed with outputs ---------------------------------------
 
-def execute(path: Path, workdir: Path):
-    """Run a copy of the notebook in a fresh kernel (the repository on its path)."""
+def execute(path: Path, workdir: Path, extra: str | None = None):
+    """Run a copy of the notebook in a fresh kernel (the repository on its path), with one
+    more code cell at the end when `extra` is given (in memory only)."""
     nb = nbformat.read(path, as_version=4)
+    if extra is not None:
+        nb.cells.append(nbformat.v4.new_code_cell(extra))
     env_path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
     old = os.environ.get("PYTHONPATH"), os.environ.pop("MPLBACKEND", None)
     os.environ["PYTHONPATH"] = env_path
@@ -149,15 +146,6 @@ def semantic(nb) -> list:
     return out
 
 
-def test_formulas_notebook_is_committed_with_outputs():
-    nb = nbformat.read(FORMULAS, as_version=4)
-    code = [c for c in nb.cells if c.cell_type == "code"]
-    assert code and all(c.execution_count is not None for c in code)
-    assert sum("image/png" in o.get("data", {}) for c in code for o in c.outputs) >= 2
-    assert not [o for c in code for o in c.outputs if o.output_type == "error"]
-    assert not [c for c in nb.cells if "execution" in c.metadata]  # volatile metadata stripped
-
-
 def _hand_numbers():
     """By hand (2mnp per matmul), independent of the library.
 
@@ -184,8 +172,7 @@ def test_formulas_notebook_outputs_are_current(tmp_path):
     before = FORMULAS.read_bytes()
     committed = nbformat.read(FORMULAS, as_version=4)
     fresh = execute(FORMULAS, tmp_path)
-    assert semantic(fresh) == semantic(committed), \
-        "notebooks/formulas.ipynb outputs are stale: run python tests/test_notebook.py --update-formulas"
+    assert semantic(fresh) == semantic(committed), STALE.format(name=FORMULAS.name)
     # Numbers the notebook prints, against hand algebra
     exact, palm, exact2, six_n = _hand_numbers()
     text = "".join(s for _, s, _, _, _ in semantic(fresh))
@@ -195,16 +182,20 @@ def test_formulas_notebook_outputs_are_current(tmp_path):
     assert FORMULAS.read_bytes() == before  # nothing written into notebooks/
 
 
-def update_formulas() -> None:
+def update(paths=NOTEBOOKS) -> None:
+    """Re-run each notebook in a fresh kernel and commit it with its outputs."""
     import tempfile
-    with tempfile.TemporaryDirectory() as tmp:
-        nb = execute(FORMULAS, Path(tmp))
-    strip_volatile(nb)
-    nbformat.write(nb, FORMULAS)
+    for path in paths:
+        with tempfile.TemporaryDirectory() as tmp:
+            nb = execute(path, Path(tmp))
+        strip_volatile(nb)
+        nbformat.write(nb, path)
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] == ["--update-formulas"]:
-        update_formulas()
+    if sys.argv[1:] == ["--update"]:
+        update()
+    elif sys.argv[1:] == ["--update-formulas"]:  # the older spelling: one notebook
+        update((FORMULAS,))
     else:
-        sys.exit("usage: python tests/test_notebook.py --update-formulas")
+        sys.exit("usage: python tests/test_notebook.py --update")

@@ -337,7 +337,8 @@ def test_csv_and_markdown(capsys):
     rows = list(csv.DictReader(io.StringIO(out)))
     assert code == 0 and {r["section"] for r in rows} >= {"training memory", "fit", "inference"}
     code, out, _ = run(capsys, "gpt2-small", "--format", "markdown")
-    assert code == 0 and out.startswith("## Plan: model, workload and assumptions")
+    assert code == 0 and out.startswith("## Answer: plan for gpt2-small")
+    assert "\n## Plan: model, workload and assumptions" in out
     assert "| ln1 rms |" in out
 
 

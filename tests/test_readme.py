@@ -14,7 +14,9 @@ text tables whose titles start with A or B (in output order). Regenerate them wi
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
+import os
 import re
 import shlex
 import sys
@@ -29,13 +31,25 @@ BLOCK = re.compile(r"<!-- output: python -m accounting (?P<args>[^>|]*?)"
                    r"(?: \| sections: (?P<sections>[^>]*?))? -->\n```text\n(?P<body>.*?)```", re.S)
 
 
-def tool_output(args: str, sections: str | None = None) -> str:
+@functools.lru_cache(maxsize=None)
+def _run(args: str) -> str:
+    """What `python -m accounting ARGS` prints to a pipe (once per ARGS: several blocks show
+    sections of the same run, and a run with the cross-check takes seconds)."""
     from accounting.cli import main
     buf = io.StringIO()
-    with contextlib.redirect_stdout(buf):
-        code = main(shlex.split(args))
+    columns = os.environ.pop("COLUMNS", None)  # full lines, as in a file or a pipe
+    try:
+        with contextlib.redirect_stdout(buf):
+            code = main(shlex.split(args))
+    finally:
+        if columns is not None:
+            os.environ["COLUMNS"] = columns
     assert code == 0, f"README command failed: {args}"
-    text = buf.getvalue()
+    return buf.getvalue()
+
+
+def tool_output(args: str, sections: str | None = None) -> str:
+    text = _run(args)
     if sections is None:
         return text
     prefixes = [p.strip() for p in sections.split(";")]

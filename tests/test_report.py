@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from accounting.cli import main as accounting_main
+from accounting.errors import UsageError
 from accounting.reporting import cli as report_cli
 from accounting.reporting import figures_index, style
 
@@ -639,7 +640,7 @@ def test_failure_while_swapping_rolls_back(old_report, monkeypatch):
 
     # Figures already swapped in when the Markdown's rename fails: both must roll back.
     monkeypatch.setattr(report_cli.os, "replace", fail_replace)
-    with pytest.raises(OSError, match="disk full"):
+    with pytest.raises(UsageError, match="cannot write the report into .*disk full"):
         report_cli.main(["--no-verify", "--out", str(out)])
     assert _snapshot(out) == before
     assert sorted(p.name for p in out.iterdir()) == ["figures", REPORT]

@@ -8,7 +8,7 @@ import json
 import re
 from fractions import Fraction
 
-from accounting import render
+from accounting import render, summary
 from accounting.args import (
     Parser,
     add_model_args,
@@ -16,7 +16,9 @@ from accounting.args import (
     config_from_args,
     emit,
     positive_int,
+    terminal_width,
 )
+from accounting.errors import shorten
 from accounting.planning import export, views
 from accounting.planning.gpus import GPUS
 from accounting.planning.parallel import cli as parallel_cli
@@ -36,18 +38,26 @@ _UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": GB, "tb": 10**12,
 _SIZE = re.compile(r"^\s*([0-9][0-9_,]*(?:\.[0-9]*)?|\.[0-9]+)\s*([a-zA-Z]*)\s*$")
 
 
+MAX_MEMORY_BYTES = 10**18  # an exabyte: far past any GPU, and every fit stays quick
+
+
 def parse_size(text: str) -> int:
     """'80' (GB), '80GB', '80GiB', '81920MiB', '85899345920B' -> bytes (whole bytes, rounded down)."""
-    m = _SIZE.match(text)
+    m = _SIZE.match(text) if len(text) <= 100 else None
     unit = (m.group(2) or "GB").lower() if m else ""
     if not m or unit not in _UNITS:
         raise argparse.ArgumentTypeError(
             f"must be a size like 80, 80GB, 80GiB or 81920MiB (a bare number is GB = 1e9 bytes), "
-            f"got {text!r}")
+            f"got {shorten(text)}")
     n = Fraction(m.group(1).replace(",", "").replace("_", "")) * _UNITS[unit]
     if n < 1:
-        raise argparse.ArgumentTypeError(f"must be at least one byte, got {text!r}")
+        raise argparse.ArgumentTypeError(f"must be at least one byte, got {shorten(text)}")
+    if n > MAX_MEMORY_BYTES:
+        raise argparse.ArgumentTypeError(f"must be at most 10^18 bytes, got {shorten(text)}")
     return int(n)
+
+
+parse_size.__name__ = "size"
 
 
 def parser() -> Parser:
@@ -80,7 +90,8 @@ def parser() -> Parser:
                    help="one of " + ", ".join(GPUS) + " (aliases: A100 = A100-80GB, "
                         "H100 = H100-SXM); datasheet peaks, memory as nvidia-smi reports it")
     g.add_argument("--gpu-mem", type=parse_size, metavar="SIZE",
-                   help="GPU memory: 80 or 80GB (1e9 bytes), 80GiB (2^30 bytes), 81920MiB, ...")
+                   help="GPU memory: 80 or 80GB (1e9 bytes), 80GiB (2^30 bytes), 81920MiB, ... "
+                        "(at most 10^18 bytes)")
     g.add_argument("--gpu-flops", metavar="TFLOPS", help="peak TFLOP/s at the chosen precision")
     g.add_argument("--gpu-bw", metavar="TB/S", help="memory bandwidth in TB/s (1e12 bytes/s)")
     g.add_argument("--margin", default="0", metavar="FRACTION",
@@ -105,7 +116,7 @@ def main(argv: list[str]) -> int:
     ns = parser().parse_args(argv)
     if ns.list:
         from accounting.views import presets_table
-        emit(render.text([presets_table()]), ns.output)
+        emit(render.text([presets_table()], terminal_width(ns.output)), ns.output)
         return 0
     config = config_from_args(ns)
     if ns.gpus is not None:
@@ -115,13 +126,15 @@ def main(argv: list[str]) -> int:
                   recompute=ns.recompute, gpu=ns.gpu, memory_bytes=ns.gpu_mem,
                   peak_tflops=ns.gpu_flops, bandwidth_tbs=ns.gpu_bw, mfu=ns.mfu,
                   margin=ns.margin, steps=ns.steps, tokens=ns.tokens, position=ns.position)
-    if ns.format == "text":
-        text = render.text(views.tables(result))
+    if ns.format == "text":  # the answer first, then the details
+        text = render.text([summary.plan_answer(result)] + views.tables(result),
+                           terminal_width(ns.output))
     elif ns.format == "markdown":
-        text = render.markdown(views.tables(result))
+        text = render.markdown([summary.plan_answer(result)] + views.tables(result))
     elif ns.format == "csv":
         text = export.to_csv(result)
     else:
-        text = json.dumps(export.to_dict(result), indent=2, ensure_ascii=False) + "\n"
+        text = json.dumps(export.to_dict(result), indent=2, ensure_ascii=False,
+                          allow_nan=False) + "\n"
     emit(text, ns.output)
     return 0

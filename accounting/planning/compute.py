@@ -11,12 +11,13 @@ forward pass's are reported beside it.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from fractions import Fraction
 
 from accounting.analysis import analyze
 from accounting.config import ModelConfig
-from accounting.errors import UsageError
+from accounting.errors import UsageError, shorten
 from accounting.symbols import Expr
 from accounting.ledger import ledger
 from accounting.planning.memory import (
@@ -117,19 +118,37 @@ def step_flops(config: ModelConfig, seq: int, batch: int, recompute: str = "none
                      str(bwd.matmul_polynomial()))
 
 
+# A user's decimal: digits, an optional fraction and exponent, or a ratio 'p/q'. Bounded
+# before Fraction() sees it: '1e999999999' would be expanded into a billion-digit integer.
+_DECIMAL = re.compile(r"^[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE]([+-]?\d+))?$|^[+-]?\d+/\d+$", re.ASCII)
+MAX_NUMBER_CHARS, MAX_EXPONENT = 100, 100
+MAX_BITS = 2000  # an int or Fraction passed by code: about 600 digits
+
+
 def exact(value, what: str) -> Fraction:
     """A user number as an exact Fraction: a decimal string or float as written ("19.5" is
-    39/2, not the nearest binary double)."""
+    39/2, not the nearest binary double). At most 100 characters, exponent within ±100."""
     if isinstance(value, bool):
-        raise UsageError(f"{what} must be a number, got {value!r}")
-    if isinstance(value, (int, Fraction)):
-        return Fraction(value)
+        raise UsageError(f"{what} must be a number, got {shorten(value)}")
+    if isinstance(value, (int, Fraction)):  # from code: bounded in size, not in spelling
+        f = Fraction(value)
+        if max(f.numerator.bit_length(), f.denominator.bit_length()) > MAX_BITS:
+            raise UsageError(f"{what} is too large or too precise (more than {MAX_BITS} bits)")
+        return f
     if isinstance(value, float):
-        return Fraction(repr(value))
+        value = repr(value)
+    text = str(value).strip().replace("_", "")
+    m = _DECIMAL.match(text) if len(text) <= MAX_NUMBER_CHARS else None
+    if m is None:
+        raise UsageError(f"{what} must be a number (digits, a decimal point, an exponent; at "
+                         f"most {MAX_NUMBER_CHARS} characters), got {shorten(value)}")
+    if m.group(1) is not None and abs(int(m.group(1))) > MAX_EXPONENT:
+        raise UsageError(f"{what}: the exponent must be within ±{MAX_EXPONENT}, got "
+                         f"{shorten(value)}")
     try:
-        return Fraction(str(value).strip())
+        return Fraction(text)
     except (ValueError, ZeroDivisionError):
-        raise UsageError(f"{what} must be a number, got {value!r}") from None
+        raise UsageError(f"{what} must be a number, got {shorten(value)}") from None
 
 
 def check_mfu(mfu) -> Fraction:

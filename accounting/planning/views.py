@@ -61,7 +61,8 @@ def settings_table(p: Plan) -> Table:
                   + (f", h_kv = {c.kv_heads}" if c.kv_heads != c.num_heads else "")
                   + f", d_k = {c.d_k}, d_ff = {c.d_ff:,}"),
         ("architecture", c.architecture),
-        ("workload", f"T = {p.seq:,} tokens per sequence, B = {p.batch:,} sequences per step"),
+        ("workload", f"T = {p.seq:,} tokens per sequence, B = {p.batch:,} "
+                     f"sequence{'' if p.batch == 1 else 's'} per step"),
         ("precision", f"{p.precision.name}: {p.precision.assumptions}"),
         ("memory scope", f"{p.scope}: {SCOPES[p.scope]}"),
         ("recomputation", f"{p.recompute}: {RECOMPUTE[p.recompute]}"),

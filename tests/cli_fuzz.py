@@ -1,0 +1,391 @@
+"""The CLI's argument space and config files as hypothesis strategies, a scratch folder of
+hostile output targets, and the exit-status contract as a judge. Shared by
+tests/test_fuzz_cli.py (in process, seeded, bounded: CI) and benchmarks/fuzz_cli.py
+(subprocesses, hostile environments, Ctrl-C, many more examples).
+
+The contract judged here (README, "Exit status"; issue 11):
+  0 an answer · 1 a cross-check disagreement (stderr says DISAGREES) · 2 bad input or an
+  unusable environment, exactly one line on stderr · 130 interrupted, one line · nothing
+  else (3 = an internal error is a defect too: it is a bug report, not an outcome).
+  No traceback ever; no run longer than the hang bound; a failed or interrupted run leaves
+  every file in the scratch folder exactly as it was (bytes, permissions, file type) and no
+  new entries; a successful run changes only its -o target (a regular file or a new path).
+
+Nothing here imports the package under test: the runners take the command to run, so the
+benchmark can judge an older checkout with the same cases.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hypothesis import strategies as st
+
+HANG_SECONDS = 10.0
+SENTINEL = b"previous output: must survive every failed or interrupted run\n"
+
+# ---- the scratch folder -------------------------------------------------------------------
+# Names an argument may refer to (relative to the run's working directory).
+EXISTING = "out.txt"  # a regular file with SENTINEL, mode 0644
+OUTPUT_TARGETS = (
+    EXISTING, "new.txt", "", "-", "dir", "dir/", "fifo", "link", "dangling", "missing/out.txt",
+    f"{EXISTING}/x", "x" * 300, ".", "dev", "report/gpt2_sizes.md",
+)
+CONFIG_PATHS = ("config.json", "config.json", "config.json", "fifo", "dir", "missing.json",
+                "/dev/null", EXISTING, "", "x" * 300, "dev")
+REPORT_DIRS = (EXISTING, "fifo", "missing/deeper", "", "figures_is_a_file",
+               "report_is_a_folder", "dev")
+
+
+def make_scratch(root: Path, config: bytes | None) -> None:
+    """The hostile targets: a FIFO, a folder, links, a device node (as root: mknod needs it;
+    a private null device in the scratch folder, never /dev/null; else a second FIFO)."""
+    (root / EXISTING).write_bytes(SENTINEL)
+    os.chmod(root / EXISTING, 0o644)
+    (root / "dir").mkdir()
+    os.mkfifo(root / "fifo")
+    os.symlink(EXISTING, root / "link")
+    os.symlink("nowhere.txt", root / "dangling")
+    (root / "config.json").write_bytes(b'{"vocab_size": 64}' if config is None else config)
+    figs = root / "figures_is_a_file"
+    figs.mkdir()
+    (figs / "figures").write_bytes(SENTINEL)
+    (figs / "gpt2_sizes.md").write_bytes(SENTINEL)
+    md = root / "report_is_a_folder"
+    (md / "gpt2_sizes.md").mkdir(parents=True)
+    (md / "figures").mkdir()
+    (md / "figures" / "old.png").write_bytes(SENTINEL)
+    (root / "report").mkdir()
+    (root / "report" / "gpt2_sizes.md").write_bytes(SENTINEL)
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        os.mknod(root / "dev", 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    else:  # not root: another FIFO, so that 'dev' is never a new path (report --out dev
+        os.mkfifo(root / "dev")  # would make it and run the whole report)
+
+
+def snapshot(root: Path) -> dict[str, tuple]:
+    """Every entry under root (links not followed): kind, permission bits, content hash."""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            p = Path(dirpath) / name
+            st_ = os.lstat(p)
+            kind = stat.S_IFMT(st_.st_mode)
+            extra = ""
+            if stat.S_ISREG(st_.st_mode):
+                extra = hashlib.sha256(p.read_bytes()).hexdigest()
+            elif stat.S_ISLNK(st_.st_mode):
+                extra = os.readlink(p)
+            out[str(p.relative_to(root))] = (kind, stat.S_IMODE(st_.st_mode), extra)
+    return out
+
+
+# ---- strategies ---------------------------------------------------------------------------
+PRESETS = ("gpt2-small", "gpt2-xl", "openai-community/gpt2", "openai-community/gpt2-xl",
+           "meta-llama/Llama-3.2-1B", "meta-llama/Llama-3.1-8B")
+_TEXT = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"),
+                max_size=24)
+LONG = ("x" * 5000, "9" * 5001, "é" * 2000, "a\nb", "line one\nline two", "\x1b[31mred\x1b[0m",
+        "tab\there", "\r", "‮rtl", "z" * 100_000)
+JUNK = st.one_of(_TEXT, st.sampled_from(LONG))
+
+_SMALL = st.one_of(st.integers(1, 4096), st.sampled_from((1, 2, 4, 8, 64, 1024, 16384)))
+INTS = st.one_of(
+    _SMALL.map(str), _SMALL.map(str), _SMALL.map(str),
+    st.sampled_from(("0", "-1", "1,024", "1_024", "1e3", "1.0", "", " ", "+5", "٣", "0x10",
+                     "1024", "16384", str(10**12), str(10**12 + 1), str(10**15),
+                     str(10**15 + 1), str(2**63), str(10**30), "9" * 5000, "1" * 4400,
+                     "nan", "inf", "12abc", "--1", "１２")),
+    st.integers(-10**20, 10**20).map(str),
+    JUNK)
+FRACTIONS = st.one_of(
+    st.sampled_from(("0.5", "0.4", "1", "0.05", "0.3", "989", "19.5", "3.35")),
+    st.sampled_from(("0.5", "1", "0", "-0.1", "0.05", "0.4", "1e999999999", "1e-999999999",
+                     "-1e999999999", "nan", "inf", "-inf", "1/3", "0/0", "1/0", "0x10", "1e308",
+                     "1e-308", "5e-1", "1e30", "1e-30", "", "abc", "1" * 5000,
+                     "0." + "0" * 5000 + "1", "1_0", "½", "1e99", "1e-99", "989", "3.35",
+                     "2e1000", "1e-400", " 0.5 ")),
+    st.floats(allow_nan=True, allow_infinity=True).map(repr),
+    st.floats(0, 1).map(str),
+    JUNK)
+SIZES = st.one_of(
+    st.sampled_from(("80", "80GB", "80GiB", "81920MiB", "1B", "0.5B", "1e9", "9" * 50 + "TB",
+                     "foo", "", "-1", "0", "80 GB", "80gb", "1.5TiB", "0.1B", "9" * 5000,
+                     "99999999999999999999999", "1" + "0" * 40 + "B", "10TB", "2", "8")),
+    JUNK)
+
+
+def _choice(valid: tuple[str, ...]):
+    return st.one_of(st.sampled_from(valid), st.sampled_from(valid), JUNK)
+
+
+MODEL_FLAGS = {
+    "--vocab-size": INTS, "--context-length": INTS, "--num-layers": INTS, "--d-model": INTS,
+    "--num-heads": INTS, "--d-ff": INTS, "--rope-theta": FRACTIONS, "--num-kv-heads": INTS,
+    "--head-dim": INTS, "--norm-eps": FRACTIONS,
+    "--mlp": _choice(("swiglu", "geglu", "gelu", "gelu_tanh")),
+    "--norm": _choice(("rmsnorm", "layernorm")),
+    "--norm-placement": _choice(("pre", "post")),
+    "--positions": _choice(("rope", "learned", "none")),
+    "--qk-norm": _choice(("none", "head", "full")),
+    "--attention": _choice(("naive", "sdpa")),
+}
+MODEL_SWITCHES = ("--tie-embeddings", "--no-tie-embeddings", "--bias", "--no-bias", "--qkv-bias",
+                  "--no-qkv-bias", "--out-bias", "--mlp-bias", "--no-mlp-bias", "--list")
+WORKLOAD_FLAGS = {"--ctx": INTS, "--batch": INTS,
+                  "--format": _choice(("text", "markdown", "csv", "json")),
+                  "-o": st.sampled_from(OUTPUT_TARGETS), "--output": st.sampled_from(OUTPUT_TARGETS),
+                  "--config": st.sampled_from(CONFIG_PATHS)}
+ANALYSE_FLAGS = {**WORKLOAD_FLAGS, "--pass": _choice(("forward", "backward", "train")),
+                 "--count": _choice(("executed", "useful"))}
+PLAN_FLAGS = {
+    **WORKLOAD_FLAGS,
+    "--gpu": _choice(("A100", "H100", "A100-40GB", "H100-SXM", "a100-80gb")),
+    "--gpu-mem": SIZES, "--gpu-flops": FRACTIONS, "--gpu-bw": FRACTIONS,
+    "--margin": FRACTIONS, "--mfu": FRACTIONS, "--steps": INTS, "--tokens": INTS,
+    "--position": INTS, "--precision": _choice(("fp32", "bf16-mixed")),
+    "--recompute": _choice(("none", "full", "selective")),
+    "--scope": _choice(("model", "course")),
+}
+
+
+def _model():
+    return st.one_of(st.sampled_from(PRESETS), st.sampled_from(PRESETS), st.just(None),
+                     st.sampled_from(("gpt2", "GPT2-XL", "gpt2-xxl", "", "-", "llama",
+                                      "meta-llama/Llama-3.2-1B/", "../etc/passwd")), JUNK)
+
+
+@st.composite
+def _flags(draw, table: dict, switches: tuple[str, ...], max_flags: int = 4) -> list[str]:
+    out: list[str] = []
+    for _ in range(draw(st.integers(0, max_flags))):
+        if switches and draw(st.integers(0, 4)) == 0:
+            out.append(draw(st.sampled_from(switches)))
+            continue
+        flag = draw(st.sampled_from(sorted(table)))
+        value = draw(table[flag])
+        # "--flag=value" and "--flag value" both; a value starting with '-' only as '='
+        if value.startswith("-") or draw(st.booleans()):
+            out.append(f"{flag}={value}" if flag.startswith("--") else f"{flag}{value}")
+        else:
+            out += [flag, value]
+    return out
+
+
+def _custom_sizes():
+    """A valid-looking custom shape now and then (so custom configs reach the analysis)."""
+    return st.sampled_from((
+        [], [], [],
+        ["--vocab-size", "100", "--context-length", "64", "--num-layers", "2", "--d-model", "64",
+         "--num-heads", "4"],
+        ["--vocab-size", "50257", "--context-length", "1024", "--num-layers", "12",
+         "--d-model", "768", "--num-heads", "12", "--d-ff", "3072"],
+        ["--vocab-size", str(10**12), "--context-length", str(10**12), "--num-layers", str(10**12),
+         "--d-model", str(10**12), "--num-heads", str(10**6), "--d-ff", str(10**12)],
+    ))
+
+
+@st.composite
+def argvs(draw) -> list[str]:
+    """One command line that should finish in well under a second: the cross-check only
+    where sizes are past what torch can index (refused before any model runs)."""
+    kind = draw(st.sampled_from(("analyse", "analyse", "compare", "plan", "plan", "report",
+                                 "misc")))
+    model = draw(_model())
+    head = [] if model is None else [model]
+    if kind == "report":
+        args = draw(st.sampled_from((["--help"], ["--bogus"], ["--out"], ["--verify"], [])))
+        if not args or draw(st.booleans()):
+            args = ["--no-verify", "--out", draw(st.sampled_from(REPORT_DIRS))]
+        return ["report"] + args
+    if kind == "misc":
+        return draw(st.sampled_from((["--help"], ["plan", "--help"], ["--list"], ["plan", "--list"],
+                                     [], ["plan"], ["--version"], ["--brief"], ["report", "-h"],
+                                     ["--list", "--format", "json"], ["--list", "-o", EXISTING])))
+    sizes = draw(_custom_sizes())
+    if kind == "plan":
+        return ["plan"] + head + sizes + draw(_flags(PLAN_FLAGS, MODEL_SWITCHES))
+    extra = draw(_flags(ANALYSE_FLAGS, MODEL_SWITCHES + ("--brief",)))
+    if kind == "compare":
+        extra.append("--compare-formulas")
+    verify = draw(st.integers(0, 9)) == 0
+    if verify:  # the cross-check at a length torch cannot index: refused before it runs
+        extra += ["--verify", "--ctx", draw(st.sampled_from((str(10**10), str(10**12), str(10**15))))]
+    else:
+        extra.append("--no-verify")
+    return head + sizes + extra
+
+
+# ---- config files -------------------------------------------------------------------------
+_BASE = {"vocab_size": 100, "context_length": 64, "num_layers": 2, "d_model": 64, "num_heads": 4}
+_FIELDS = ("vocab_size", "context_length", "num_layers", "d_model", "num_heads", "d_ff",
+           "rope_theta", "name", "num_kv_heads", "head_dim", "norm", "norm_eps",
+           "norm_placement", "mlp", "positions", "tie_embeddings", "qkv_bias", "out_bias",
+           "mlp_bias", "qk_norm", "attention")
+_VALUES = st.one_of(
+    st.integers(-10, 4096), st.integers(-10**13, 10**13), st.sampled_from((10**12, 10**12 + 1)),
+    st.floats(allow_nan=True, allow_infinity=True), _TEXT, st.none(), st.booleans(),
+    st.lists(st.integers(), max_size=3), st.dictionaries(_TEXT, st.integers(), max_size=2),
+    st.sampled_from(("swiglu", "gelu", "layernorm", "learned", "none", "head", "sdpa", "x" * 5000,
+                     "a\nb")))
+_SPECIAL = (
+    b"", b"\xef\xbb\xbf{}", b"\xff\xfe\x00", b"null", b"[]", b"1", b'"str"', b"{", b"{'a': 1}",
+    b'{"vocab_size": ' + b"9" * 5001 + b"}",
+    b'{"vocab_size": ' + b"9" * 4000 + b"}",
+    b"[" * 100_000 + b"]" * 100_000,
+    b'{"a":' * 50_000 + b"1" + b"}" * 50_000,
+    b'{"name": ' + b"[" * 900 + b"]" * 900 + b"}",
+    b'{"vocab_size": 1e999, "context_length": 64, "num_layers": 2, "d_model": 64, "num_heads": 4}',
+    b'{"vocab_size": 100, "context_length": 64, "num_layers": 2, "d_model": 64, "num_heads": 4, '
+    b'"rope_theta": Infinity}',
+    b'{"vocab_size": 100, "context_length": 64, "num_layers": 2, "d_model": 64, "num_heads": 4, '
+    b'"rope_theta": NaN}',
+    b'{"vocab_size": 100, "context_length": 64, "num_layers": 2, "d_model": "64", "num_heads": 4}',
+    b'{"vocab_size": 100, "context_length": 64, "num_layers": 2, "d_model": null, "num_heads": 4}',
+    b'{"vocab_size": 100, "context_length": 64, "num_layers": 2, "d_model": 64.0, "num_heads": 4}',
+    b'{"model_type": "gpt2", "n_embd": 768, "n_layer": 12, "n_head": 12, "vocab_size": 50257}',
+    b'{"vocab_size": 100, "context_length": 64, "num_layers": 2, "d_model": 64, "num_heads": 4, '
+    b'"name": "' + b"n" * 100_000 + b'"}',
+    b'{"vocab_size": 100, "context_length": 64, "num_layers": 2, "d_model": 64, "num_heads": 4, '
+    b'"name": "two\\nlines\\u0007"}',
+    b'{"vocab_size": 100, "vocab_size": 200, "context_length": 64, "num_layers": 2, '
+    b'"d_model": 64, "num_heads": 4}',
+    b" " * 2_000_000 + b"{}",
+)
+
+
+@st.composite
+def config_texts(draw) -> bytes:
+    """A config file's bytes: this tool's format mutated (wrong types, huge numbers, bad
+    keys, deep nesting, missing fields), or something that is not such a file at all."""
+    if draw(st.integers(0, 3)) == 0:
+        return draw(st.sampled_from(_SPECIAL))
+    data: dict = dict(_BASE)
+    for _ in range(draw(st.integers(0, 3))):
+        op = draw(st.integers(0, 5))
+        if op <= 2:
+            data[draw(st.sampled_from(_FIELDS))] = draw(_VALUES)
+        elif op == 3 and data:
+            data.pop(draw(st.sampled_from(sorted(data))))
+        elif op == 4:
+            data[draw(_TEXT)] = draw(_VALUES)
+        else:
+            key = draw(st.sampled_from(_FIELDS))
+            depth = draw(st.sampled_from((2, 50, 500, 5000)))
+            value = draw(_VALUES)
+            for _ in range(depth):
+                value = [value]
+            data[key] = value
+    try:
+        return json.dumps(data).encode()
+    except (ValueError, RecursionError):
+        return b"{}"
+
+
+# ---- the judge ----------------------------------------------------------------------------
+ANSWER, DISAGREEMENT, ERROR, INTERRUPTED = ("0 answer", "1 disagreement", "2 clean error",
+                                            "130 interrupted")
+
+
+@dataclass
+class Result:
+    rc: int | None  # None: did not finish within the hang bound
+    stdout: bytes
+    stderr: bytes
+    seconds: float
+    escaped: str = ""  # in process: an exception that left main() (a traceback in a shell)
+
+
+@dataclass
+class Verdict:
+    outcome: str
+    defects: list[str] = field(default_factory=list)
+
+
+def _output_target(argv: list[str]) -> str | None:
+    """The -o/--output value the run was given last (argparse keeps the last)."""
+    target = None
+    for i, a in enumerate(argv):
+        if a in ("-o", "--output") and i + 1 < len(argv):
+            target = argv[i + 1]
+        elif a.startswith("--output="):
+            target = a[len("--output="):]
+        elif a.startswith("-o") and a not in ("-o",) and not a.startswith("--"):
+            target = a[2:].lstrip("=") if a.startswith("-o=") else a[2:]
+    return target
+
+
+def _report_dir(argv: list[str]) -> str | None:
+    if not argv or argv[0] != "report":
+        return None
+    out = "reports"
+    for i, a in enumerate(argv):
+        if a == "--out" and i + 1 < len(argv):
+            out = argv[i + 1]
+        elif a.startswith("--out="):
+            out = a[len("--out="):]
+    return os.path.normpath(out) if out else out
+
+
+def stderr_lines(err: bytes) -> list[str]:
+    """stderr's lines that are not the report's progress lines ('[i/N] ...')."""
+    text = err.decode("utf-8", "replace")
+    return [line for line in text.splitlines() if line and not line.startswith("[")]
+
+
+def judge(argv: list[str], result: Result, before: dict, after: dict,
+          stdout_ok: bool = True) -> Verdict:
+    """The outcome class and every breach of the contract. stdout_ok: the run's stdout
+    could take the whole output (False for a closed stdout or a full device)."""
+    defects = []
+    err = result.stderr.decode("utf-8", "replace")
+    if result.rc is None:
+        return Verdict("hang", [f"no exit within {HANG_SECONDS:g} s"])
+    if result.escaped or "Traceback (most recent call last)" in err or "Exception ignored" in err \
+            or "frame #" in err:
+        defects.append("traceback")
+    rc = result.rc
+    outcome = {0: ANSWER, 1: DISAGREEMENT, 2: ERROR, 130: INTERRUPTED}.get(rc, f"exit {rc}")
+    if rc not in (0, 1, 2, 130):
+        defects.append(f"exit status {rc}")
+    if rc == 1 and "DISAGREES" not in err:
+        defects.append("exit 1 without a disagreement")
+    if rc in (1, 2, 130) and len(stderr_lines(result.stderr)) != 1 and "traceback" not in defects:
+        defects.append(f"{len(stderr_lines(result.stderr))} stderr lines on failure")
+    if rc == 0 and not stdout_ok and _output_target(argv) in (None, "-"):
+        defects.append("exit 0 though stdout could not take the output")
+    target = _output_target(argv)
+    changed = {k for k in set(before) | set(after) if before.get(k) != after.get(k)}
+    if rc != 0:
+        if changed:
+            defects.append("files changed by a failed run: " + ", ".join(sorted(changed))[:200])
+    else:
+        allowed = set()
+        if target not in (None, "", "-"):
+            norm = os.path.normpath(target)
+            allowed.add(norm)
+            if norm == "link":
+                allowed = {EXISTING}
+        extra = changed - allowed
+        for name in allowed & changed:
+            if name in before and before[name][0] != after.get(name, (None,))[0]:
+                defects.append(f"-o replaced {name!r} (not a regular file) with another kind of file")
+            elif name in before and name in after and before[name][1] != after[name][1]:
+                defects.append(f"-o changed the permissions of {name!r}")
+        report = _report_dir(argv)
+        if report:
+            extra = {k for k in extra if k != report and not k.startswith(report + os.sep)}
+        if extra:
+            defects.append("entries changed beside the -o target: " + ", ".join(sorted(extra))[:200])
+        if target == "":
+            defects.append("-o '' accepted")
+        if "-" in after and "-" not in before:
+            defects.append("-o - wrote a file named '-'")
+    leftovers = [k for k in set(after) - set(before) if ".tmp" in os.path.basename(k)]
+    if leftovers:
+        defects.append("temporary entries left behind: " + ", ".join(sorted(leftovers))[:200])
+    return Verdict(outcome, defects)
