@@ -131,3 +131,23 @@ def test_integer_and_bool_ops_are_zero(dtype):
         t = torch.ones(4, dtype=dtype)
         t & t if dtype == torch.bool else t * 3
     assert all(r.flops == 0 and r.kind in (INT_BOOL,) for r in c.counts())
+
+
+def test_counting_calls_the_modes_directly_and_puts_torchs_wrappers_back():
+    """counting() bypasses torch._disable_dynamo's per-op wrapper only while it counts
+    (dispatch._no_dynamo_hop): inside, the cached `__dynamo_disable` of each mode's
+    __torch_dispatch__ is the function itself; after, torch's lazy wrapper state is as it
+    was (absent, or what it cached). The counts are FlopCounterMode's own: 2·m·n·p for a
+    (3×4)@(4×5) matmul = 120, counted by hand."""
+    from torch.utils.flop_counter import _FlopCounterMode
+
+    from accounting.crosscheck.dispatch import _Shared, counting
+    raws = [m.__dict__["__torch_dispatch__"].__wrapped__ for m in (_Shared, _FlopCounterMode)]
+    before = [getattr(r, "__dynamo_disable", None) for r in raws]
+    mod = nn.Linear(4, 5, bias=False)
+    with counting(mod) as (flops, counter):
+        assert all(getattr(r, "__dynamo_disable") is r for r in raws)
+        mod(torch.randn(3, 4))
+    assert [getattr(r, "__dynamo_disable", None) for r in raws] == before
+    assert flops.get_total_flops() == 2 * 3 * 4 * 5
+    assert counts(counter)[("", "aten.mm", MATMUL)] == 120
