@@ -146,7 +146,7 @@ class ModelConfig:
             if not finite or value < 0 or (low == "positive" and value == 0):
                 raise UsageError(f"{f} must be a {low} finite number, got {_short(value)}")
         for f, choices in _CHOICES.items():
-            if getattr(self, f) not in choices:
+            if not _one_of(getattr(self, f), choices):
                 raise UsageError(f"{f} must be one of {', '.join(choices)}, got {_short(getattr(self, f))}")
         for f in _FLAGS:
             if not isinstance(getattr(self, f), bool):
@@ -285,7 +285,7 @@ def _check_window(c: ModelConfig) -> None:
     _positive(c, "sliding_window")
     if c.layer_types is not None:
         if not isinstance(c.layer_types, tuple) or len(c.layer_types) != c.num_layers \
-                or any(t not in LAYER_TYPES for t in c.layer_types):
+                or any(not _one_of(t, LAYER_TYPES) for t in c.layer_types):
             raise UsageError(f"layer_types must list {c.num_layers} entries (one per layer), each "
                              f"global or local, got {_short(c.layer_types)}")
         if "local" in c.layer_types and c.sliding_window is None:
@@ -300,7 +300,7 @@ def _check_moe(c: ModelConfig) -> None:
     if isinstance(c.num_shared_experts, bool) or not isinstance(c.num_shared_experts, int) \
             or not 0 <= c.num_shared_experts <= MAX_SIZE:
         raise UsageError(f"num_shared_experts must be a non-negative integer, got {_short(c.num_shared_experts)}")
-    if c.router not in ROUTERS:
+    if not _one_of(c.router, ROUTERS):
         raise UsageError(f"router must be one of {', '.join(ROUTERS)}, got {_short(c.router)}")
     for f in ("router_bias", "norm_topk_prob"):
         if not isinstance(getattr(c, f), bool):
@@ -357,6 +357,12 @@ def _check_mla(c: ModelConfig) -> None:
         raise UsageError(f"qk_rope_head_dim = {c.qk_rope_head_dim} is odd; RoPE rotates pairs")
 
 
+def _one_of(value, choices) -> bool:
+    """Whether a config's value is one of the choices' names: a string first (a JSON list
+    or object is unhashable: `in` a dict would raise TypeError, not say what is wrong)."""
+    return isinstance(value, str) and value in choices
+
+
 def _short(value, limit: int = 40) -> str:
     """A user's value for an error message: repr, control characters escaped, shortened."""
     return shorten(value, limit)
@@ -400,7 +406,8 @@ def config_from_dict(data: dict, source: str) -> ModelConfig:
         if isinstance(data.get(key), list):
             data[key] = tuple(data[key])
     if "d_ff" not in data:
-        kind = MLPS.get(data.get("mlp", "swiglu"))
+        mlp = data.get("mlp", "swiglu")
+        kind = MLPS[mlp] if _one_of(mlp, MLPS) else None
         if kind is None:
             raise UsageError(f"{source}: mlp must be one of {', '.join(MLPS)}, got {_short(data['mlp'])}")
         d = data["d_model"]

@@ -37,8 +37,15 @@ class Interrupted(KeyboardInterrupt):
 
 
 def escape(text: str) -> str:
-    """Control characters (newlines, tabs, escape sequences, bidi overrides) as visible
-    escapes, so that a user's value cannot break a line or restyle a terminal."""
+    """Control characters (newlines, tabs, escape sequences, bidi overrides, zero-width
+    marks, Unicode's line and paragraph separators U+2028/U+2029) as visible escapes, so
+    that a user's value cannot break a line or restyle a terminal. Which characters: the
+    Unicode categories Cc (controls), Cf (format: bidi, zero-width), Zl, Zp (line and
+    paragraph separators: str.splitlines and many terminals break on them) and Cs (lone
+    surrogates)."""
+    if text.isascii() and text.isprintable():
+        return text  # the common case, without a look-up per character
+    from unicodedata import category  # stdlib; only for text that needs it
     out = []
     for ch in text:
         o = ord(ch)
@@ -48,12 +55,15 @@ def escape(text: str) -> str:
             out.append("\\t")
         elif ch == "\r":
             out.append("\\r")
-        elif o < 0x20 or 0x7F <= o < 0xA0 or 0x200B <= o <= 0x200F or 0x202A <= o <= 0x202E \
-                or 0x2066 <= o <= 0x2069 or 0xD800 <= o <= 0xDFFF:
-            out.append(f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}")
+        elif category(ch) in _ESCAPED:
+            out.append(f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}" if o < 0x10000
+                       else f"\\U{o:08x}")
         else:
             out.append(ch)
     return "".join(out)
+
+
+_ESCAPED = frozenset(("Cc", "Cf", "Zl", "Zp", "Cs"))
 
 
 def shorten(value, limit: int = 40) -> str:

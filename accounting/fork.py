@@ -12,12 +12,45 @@ run the same function in-process (same result, one core).
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import signal
 import sys
 import traceback
 from collections.abc import Callable
+
+# Ctrl-C and `kill` are the parent's to decide: a terminal sends SIGINT to the whole
+# foreground process group, workers included, and a worker that inherited the CLI's
+# handler (accounting/safe_io.py: raise Interrupted) printed its own traceback, or
+# multiprocessing's, beside the parent's one line. So workers are forked with these
+# signals blocked, and start by ignoring SIGINT (the parent, interrupted, ends them) and
+# taking SIGTERM's default action (Pool.terminate ends them without a word).
+_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def signals_held():
+    """SIGINT and SIGTERM blocked in this thread while worker processes are forked (a child
+    starts with its parent's mask, so none can reach a child before worker_signals());
+    one that came meanwhile is delivered here when the block ends."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def worker_signals() -> None:
+    """A forked worker's first act: SIGINT ignored, SIGTERM its default (the process ends),
+    then both unblocked (one pending since the fork is taken now, by these rules)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _SIGNALS)
 
 
 def usable_cpus() -> int:
@@ -50,12 +83,18 @@ class Forked:
         read, write = os.pipe()
         sys.stdout.flush()
         sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:  # the child: never returns
-            os.close(read)
-            _child(write, self.fn, self.args)
-        os.close(write)
-        self.pid, self.fd = pid, read
+        try:
+            with signals_held():  # a Ctrl-C now is raised once self.pid is known ...
+                pid = os.fork()
+                if pid == 0:  # the child: never returns
+                    os.close(read)
+                    worker_signals()
+                    _child(write, self.fn, self.args)
+                os.close(write)
+                self.pid, self.fd = pid, read
+        except BaseException:  # ... and __exit__ does not run when __enter__ raises
+            self._kill()
+            raise
         return self
 
     def result(self):

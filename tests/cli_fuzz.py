@@ -86,7 +86,9 @@ def snapshot(root: Path) -> dict[str, tuple]:
 
 # ---- strategies ---------------------------------------------------------------------------
 PRESETS = ("gpt2-small", "gpt2-xl", "openai-community/gpt2", "openai-community/gpt2-xl",
-           "meta-llama/Llama-3.2-1B", "meta-llama/Llama-3.1-8B")
+           "meta-llama/Llama-3.2-1B", "meta-llama/Llama-3.1-8B", "mistralai/Mistral-7B-v0.1",
+           "mistralai/Mixtral-8x7B-v0.1", "Qwen/Qwen2.5-0.5B", "Qwen/Qwen3-0.6B",
+           "Qwen/Qwen3-30B-A3B", "allenai/OLMo-2-1124-7B", "deepseek-ai/DeepSeek-V3")
 _TEXT = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"),
                 max_size=24)
 LONG = ("x" * 5000, "9" * 5001, "é" * 2000, "a\nb", "line one\nline two", "\x1b[31mred\x1b[0m",
@@ -123,6 +125,25 @@ def _choice(valid: tuple[str, ...]):
     return st.one_of(st.sampled_from(valid), st.sampled_from(valid), JUNK)
 
 
+# small positive integers most of the time (so that layouts and experts divide), the
+# hostile ones of INTS otherwise
+DEGREES = st.one_of(st.sampled_from(("1", "2", "4", "8", "16", "3", "64", "1024")),
+                    st.sampled_from(("1", "2", "4", "8")), INTS)
+# (one argument is at most 128 KiB on Linux, MAX_ARG_STRLEN: longer ones cannot be run)
+LAYER_LISTS = st.one_of(
+    st.lists(st.sampled_from(("local", "global", "local", "sliding_attention",
+                              "full_attention", "LOCAL", "", " global", "x")),
+             min_size=0, max_size=70).map(",".join),
+    st.sampled_from(("local,global", "local", "global", "local," * 12, "local," * 20_000,
+                     ",", ",,", "local,,global", "local;global", "local global")),
+    JUNK)
+INDEX_LISTS = st.one_of(
+    st.lists(st.integers(-2, 70).map(str), min_size=0, max_size=6).map(",".join),
+    st.sampled_from(("0", "0,1,2", "0,0", "2,1", "", ",", "0,", "-1", "1e3", "0x1",
+                     str(10**30), "0," * 50_000, ",".join(map(str, range(2000))), "٣")),
+    JUNK)
+
+
 MODEL_FLAGS = {
     "--vocab-size": INTS, "--context-length": INTS, "--num-layers": INTS, "--d-model": INTS,
     "--num-heads": INTS, "--d-ff": INTS, "--rope-theta": FRACTIONS, "--num-kv-heads": INTS,
@@ -133,6 +154,12 @@ MODEL_FLAGS = {
     "--positions": _choice(("rope", "learned", "none")),
     "--qk-norm": _choice(("none", "head", "full")),
     "--attention": _choice(("naive", "sdpa")),
+    # sliding windows, mixtures of experts, latent attention
+    "--sliding-window": INTS, "--layer-types": LAYER_LISTS, "--num-experts": DEGREES,
+    "--experts-per-token": DEGREES, "--moe-d-ff": INTS, "--shared-experts": DEGREES,
+    "--dense-layers": INDEX_LISTS, "--router": _choice(("softmax", "sigmoid")),
+    "--capacity-factor": FRACTIONS, "--kv-lora-rank": INTS, "--q-lora-rank": INTS,
+    "--qk-nope-head-dim": INTS, "--qk-rope-head-dim": INTS, "--v-head-dim": INTS,
 }
 MODEL_SWITCHES = ("--tie-embeddings", "--no-tie-embeddings", "--bias", "--no-bias", "--qkv-bias",
                   "--no-qkv-bias", "--out-bias", "--mlp-bias", "--no-mlp-bias", "--list")
@@ -140,10 +167,10 @@ WORKLOAD_FLAGS = {"--ctx": INTS, "--batch": INTS,
                   "--format": _choice(("text", "markdown", "csv", "json")),
                   "-o": st.sampled_from(OUTPUT_TARGETS), "--output": st.sampled_from(OUTPUT_TARGETS),
                   "--config": st.sampled_from(CONFIG_PATHS)}
-ANALYSE_FLAGS = {**WORKLOAD_FLAGS, "--pass": _choice(("forward", "backward", "train")),
+ANALYSE_FLAGS = {**MODEL_FLAGS, **WORKLOAD_FLAGS, "--pass": _choice(("forward", "backward", "train")),
                  "--count": _choice(("executed", "useful"))}
 PLAN_FLAGS = {
-    **WORKLOAD_FLAGS,
+    **MODEL_FLAGS, **WORKLOAD_FLAGS,
     "--gpu": _choice(("A100", "H100", "A100-40GB", "H100-SXM", "a100-80gb")),
     "--gpu-mem": SIZES, "--gpu-flops": FRACTIONS, "--gpu-bw": FRACTIONS,
     "--margin": FRACTIONS, "--mfu": FRACTIONS, "--steps": INTS, "--tokens": INTS,
@@ -151,6 +178,15 @@ PLAN_FLAGS = {
     "--recompute": _choice(("none", "full", "selective")),
     "--scope": _choice(("model", "course")),
 }
+# the multi-GPU planner (plan --gpus N ...)
+PARALLEL_FLAGS = {
+    "--gpus": DEGREES, "--tp": DEGREES, "--pp": DEGREES, "--dp": DEGREES, "--ep": DEGREES,
+    "--zero": _choice(("0", "1", "2", "3")),
+    "--fsdp": _choice(("no_shard", "shard_grad_op", "full_shard")),
+    "--micro-batch": DEGREES, "--nvlink-gbs": FRACTIONS, "--network-gbs": FRACTIONS,
+    "--gpus-per-node": DEGREES,
+}
+PARALLEL_SWITCHES = ("--sp", "--search", "--fsdp")
 
 
 def _model():
@@ -186,7 +222,43 @@ def _custom_sizes():
          "--d-model", "768", "--num-heads", "12", "--d-ff", "3072"],
         ["--vocab-size", str(10**12), "--context-length", str(10**12), "--num-layers", str(10**12),
          "--d-model", str(10**12), "--num-heads", str(10**6), "--d-ff", str(10**12)],
+        # valid shapes of the newer kinds (so that they reach the analysis and the planner)
+        ["--vocab-size", "100", "--context-length", "64", "--num-layers", "4", "--d-model", "64",
+         "--num-heads", "4", "--num-experts", "8", "--experts-per-token", "2"],
+        ["--vocab-size", "100", "--context-length", "64", "--num-layers", "4", "--d-model", "64",
+         "--num-heads", "4", "--num-experts", "4", "--experts-per-token", "2",
+         "--shared-experts", "1", "--dense-layers", "0", "--router", "sigmoid",
+         "--moe-d-ff", "32", "--capacity-factor", "1.25"],
+        ["--vocab-size", "100", "--context-length", "64", "--num-layers", "4", "--d-model", "64",
+         "--num-heads", "4", "--sliding-window", "16", "--layer-types",
+         "local,global,local,global"],
+        ["--vocab-size", "100", "--context-length", "64", "--num-layers", "2", "--d-model", "64",
+         "--num-heads", "4", "--kv-lora-rank", "32", "--q-lora-rank", "48",
+         "--qk-nope-head-dim", "16", "--qk-rope-head-dim", "8", "--v-head-dim", "16"],
+        ["--num-experts", str(10**12), "--experts-per-token", str(10**12),
+         "--moe-d-ff", str(10**12), "--shared-experts", str(10**12)],
+        ["--sliding-window", str(10**12), "--kv-lora-rank", str(10**12),
+         "--qk-nope-head-dim", str(10**12), "--qk-rope-head-dim", str(10**12),
+         "--v-head-dim", str(10**12)],
     ))
+
+
+def _gpus():
+    """The multi-GPU planner's flags: a plausible layout now and then, any flags else."""
+    return st.one_of(
+        st.sampled_from((
+            [], [],
+            ["--gpus", "8", "--gpu", "H100"],
+            ["--gpus", "8", "--tp", "2", "--pp", "2", "--gpu", "A100"],
+            ["--gpus", "16", "--tp", "4", "--sp", "--zero", "3", "--gpu", "H100"],
+            ["--gpus", "64", "--search", "--gpu", "H100"],
+            ["--gpus", "8", "--ep", "8", "--gpu", "H100"],
+            ["--gpus", "8", "--fsdp", "--micro-batch", "4", "--gpu", "H200"],
+            ["--gpus", str(10**15), "--search", "--gpu", "H100"],
+            ["--gpus", "1024", "--search", "--gpu-mem", "80GB", "--gpu-flops", "989",
+             "--gpu-bw", "3.35"],
+        )),
+        _flags(PARALLEL_FLAGS, PARALLEL_SWITCHES, 3))
 
 
 @st.composite
@@ -206,10 +278,13 @@ def argvs(draw) -> list[str]:
         return draw(st.sampled_from((["--help"], ["plan", "--help"], ["--list"], ["plan", "--list"],
                                      [], ["plan"], ["--version"], ["--brief"], ["report", "-h"],
                                      ["--list", "--format", "json"], ["--list", "-o", EXISTING])))
-    sizes = draw(_custom_sizes())
+    sizes, most = draw(_custom_sizes()), 5
+    if draw(st.integers(0, 3)) == 0:  # the drawn config file (often a Hugging Face one),
+        head, sizes, most = ["--config", "config.json"], [], 2  # few flags: it can answer
     if kind == "plan":
-        return ["plan"] + head + sizes + draw(_flags(PLAN_FLAGS, MODEL_SWITCHES))
-    extra = draw(_flags(ANALYSE_FLAGS, MODEL_SWITCHES + ("--brief",)))
+        return (["plan"] + head + sizes + draw(_flags(PLAN_FLAGS, MODEL_SWITCHES, most))
+                + draw(_gpus()))
+    extra = draw(_flags(ANALYSE_FLAGS, MODEL_SWITCHES + ("--brief",), most))
     if kind == "compare":
         extra.append("--compare-formulas")
     verify = draw(st.integers(0, 9)) == 0
@@ -258,12 +333,75 @@ _SPECIAL = (
 )
 
 
+# Hugging Face config.json files: the ones the tool ships (read as files: nothing here
+# imports the package), mutated.
+HF_DIR = Path(__file__).resolve().parents[1] / "accounting" / "hf_configs"
+HF_CONFIGS = tuple(sorted((p.relative_to(HF_DIR).as_posix(), json.loads(p.read_text()))
+                          for p in HF_DIR.rglob("*.json")))
+_HF_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+            "num_attention_heads", "num_key_value_heads", "head_dim", "max_position_embeddings",
+            "rope_theta", "rms_norm_eps", "tie_word_embeddings", "attention_bias", "mlp_bias",
+            "hidden_act", "sliding_window", "use_sliding_window", "max_window_layers",
+            "layer_types", "num_experts", "num_local_experts", "n_routed_experts",
+            "num_experts_per_tok", "moe_intermediate_size", "n_shared_experts",
+            "first_k_dense_replace", "decoder_sparse_step", "mlp_only_layers", "scoring_func",
+            "kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
+            "n_embd", "n_layer", "n_head", "n_positions", "n_inner", "activation_function",
+            "rope_scaling", "quantization_config", "norm_topk_prob", "topk_group", "n_group",
+            "moe_layer_freq", "layer_norm_epsilon", "router_aux_loss_coef")
+_HF_VALUES = st.one_of(
+    _VALUES, st.sampled_from((0, -1, 1, 2, 8, 10**12, 10**12 + 1, 10**15, 10**18, 2**63,
+                              10**40, float("nan"), float("inf"), float("-inf"), 1e308, 0.5,
+                              True, False, "8", "", [], {}, [None], ["full_attention"] * 3,
+                              ["sliding_attention"] * 500, list(range(100)), [-1], [10**9],
+                              "sigmoid", "softmax", "silu", "gelu_new", "relu", "tanh",
+                              {"type": "yarn", "factor": float("inf")}, {"a": {"b": [1]}})))
+_MODEL_TYPES = ("gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo2", "mixtral", "qwen3_moe",
+                "deepseek_v3", "bert", "llama4", "", "GPT2", "deepseek_v2", None, 3, ["llama"],
+                "x" * 5000, "a\nb")
+
+
+@st.composite
+def hf_config_texts(draw) -> bytes:
+    """A shipped config.json with keys removed, wrong types, huge numbers, NaN/Infinity,
+    nested junk, another or an unknown model_type, bad mixture-of-experts values."""
+    _, data = draw(st.sampled_from(HF_CONFIGS))
+    data = dict(data)
+    for _ in range(draw(st.sampled_from((0, 0, 1, 1, 2, 3, 4)))):  # often light: it answers
+        op = draw(st.integers(0, 7))
+        if op <= 2:
+            data[draw(st.sampled_from(_HF_KEYS))] = draw(_HF_VALUES)
+        elif op == 3 and data:
+            data.pop(draw(st.sampled_from(sorted(data))))
+        elif op == 4:
+            data["model_type"] = draw(st.sampled_from(_MODEL_TYPES))
+        elif op == 5:
+            data[draw(_TEXT)] = draw(_HF_VALUES)
+        elif op == 6:
+            key = draw(st.sampled_from(_HF_KEYS))
+            value = draw(_HF_VALUES)
+            for _ in range(draw(st.sampled_from((2, 50, 500, 5000)))):
+                value = {"x": value} if draw(st.booleans()) else [value]
+            data[key] = value
+        else:  # another shipped file's keys merged in (a hybrid of two model types)
+            _, other = draw(st.sampled_from(HF_CONFIGS))
+            data.update({k: v for k, v in other.items() if draw(st.booleans())})
+    try:
+        return json.dumps(data).encode()
+    except (ValueError, RecursionError):
+        return b"{}"
+
+
 @st.composite
 def config_texts(draw) -> bytes:
-    """A config file's bytes: this tool's format mutated (wrong types, huge numbers, bad
-    keys, deep nesting, missing fields), or something that is not such a file at all."""
-    if draw(st.integers(0, 3)) == 0:
+    """A config file's bytes: this tool's format or a Hugging Face config.json mutated
+    (wrong types, huge numbers, bad keys, deep nesting, missing fields), or something that
+    is not such a file at all."""
+    pick = draw(st.integers(0, 7))
+    if pick <= 1:
         return draw(st.sampled_from(_SPECIAL))
+    if pick <= 4:
+        return draw(hf_config_texts())
     data: dict = dict(_BASE)
     for _ in range(draw(st.integers(0, 3))):
         op = draw(st.integers(0, 5))
@@ -298,6 +436,7 @@ class Result:
     stderr: bytes
     seconds: float
     escaped: str = ""  # in process: an exception that left main() (a traceback in a shell)
+    strays: list[str] = field(default_factory=list)  # processes of the run alive after it
 
 
 @dataclass

@@ -72,7 +72,7 @@ def run_in_process(argv: list[str], cwd: Path, encoding: str, columns: str | Non
 
 
 @seed(11)
-@settings(max_examples=250, deadline=None, database=None,
+@settings(max_examples=800, deadline=None, database=None,
           suppress_health_check=list(HealthCheck))
 @given(argv=F.argvs(), config=F.config_texts(), encoding=st.sampled_from(ENCODINGS),
        columns=st.sampled_from(WIDTHS))

@@ -33,6 +33,8 @@ def _timed(workload: tuple[ModelConfig, int]):
 
 
 def _worker_start() -> None:
+    from accounting import fork
+    fork.worker_signals()  # Ctrl-C is the report's to decide; terminate() ends the worker
     os.environ["ACCOUNTING_WORKERS"] = "0"  # this worker is the parallelism: no nested fork
     from accounting.crosscheck.measure import prepare_worker
     prepare_worker()
@@ -50,9 +52,18 @@ class PendingChecks:
             import multiprocessing
             ctx = multiprocessing.get_context("fork")
             n = min(fork.usable_cpus(), len(self.workloads))
-            self._pool = ctx.Pool(n, initializer=_worker_start)
-            order = sorted(self.workloads, key=lambda w: -w[0].num_layers)
-            self._done = self._pool.imap_unordered(_timed, order)
+            try:
+                # the workers (and the pool's threads, which fork replacements) start with
+                # SIGINT/SIGTERM blocked until _worker_start; a Ctrl-C meanwhile is raised
+                # here when the block ends, and the pool closed (no __exit__ runs for an
+                # exception out of __init__)
+                with fork.signals_held():
+                    self._pool = ctx.Pool(n, initializer=_worker_start)
+                order = sorted(self.workloads, key=lambda w: -w[0].num_layers)
+                self._done = self._pool.imap_unordered(_timed, order)
+            except BaseException:
+                self.close()
+                raise
 
     def completed(self):
         """(workload, result, seconds) for every check: as each finishes (parallel), or
