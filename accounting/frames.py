@@ -40,7 +40,8 @@ def matmul_frame(config: ModelConfig | str, seq: int | None = None, batch: int =
 def sweep(configs: Iterable[ModelConfig | str], seqs: Iterable[int], batch: int = 1,
           phase: str = "forward") -> pd.DataFrame:
     """Long form: one row per (model, seq, component) with executed and useful matmul FLOPs,
-    their shares of the pass total, and the parameter count. Plot-ready (`share` floats).
+    their shares of the pass total, and the parameter counts (total, and active per token:
+    less for a mixture of experts). Plot-ready (`share` floats).
 
     Each config's closed forms are evaluated over all the contexts at once
     (accounting/grid.py): the same exact ints as analyze() at every point
@@ -58,7 +59,8 @@ def sweep(configs: Iterable[ModelConfig | str], seqs: Iterable[int], batch: int 
             grids = component_grids(config, seqs, (batch,), phase, k, R.COMPONENTS)
             flops[k] = [grids[comp][:, 0].tolist() for comp in R.COMPONENTS]
         totals = {k: [sum(x) for x in zip(*flops[k])] for k in flops}
-        params = analyze(config, seqs[0], batch, phase).param_count
+        first = analyze(config, seqs[0], batch, phase)
+        params, active = first.param_count, first.active_param_count
         ex, us = flops[R.EXECUTED], flops[R.USEFUL]
         te, tu = totals[R.EXECUTED], totals[R.USEFUL]
         rows = len(seqs) * n
@@ -74,17 +76,19 @@ def sweep(configs: Iterable[ModelConfig | str], seqs: Iterable[int], batch: int 
         cols["useful_share"] += [us[j][i] / tu[i] for i in range(len(seqs)) for j in range(n)]
         cols["total_flops"] += [t for t in te for _ in range(n)]
         cols["params"] += [params] * rows
+        cols["active_params"] += [active] * rows
         cols["d_model"] += [config.d_model] * rows
         cols["num_layers"] += [config.num_layers] * rows
     df = pd.DataFrame(cols)
-    for col in ("flops", "useful_flops", "total_flops", "params"):
+    for col in ("flops", "useful_flops", "total_flops", "params", "active_params"):
         df[col] = df[col].astype(object)
     df["component"] = pd.Categorical(df["component"], categories=list(R.COMPONENTS), ordered=True)
     return df
 
 
 SWEEP_COLUMNS = ("model", "seq", "batch", "pass", "component", "flops", "share", "useful_flops",
-                 "useful_share", "total_flops", "params", "d_model", "num_layers")
+                 "useful_share", "total_flops", "params", "active_params", "d_model",
+                 "num_layers")
 
 
 def sweep_by_analysis(configs: Iterable[ModelConfig | str], seqs: Iterable[int], batch: int = 1,
@@ -107,10 +111,11 @@ def sweep_by_analysis(configs: Iterable[ModelConfig | str], seqs: Iterable[int],
                     "useful_flops": flops["useful"][comp],
                     "useful_share": float(shares["useful"][comp]),
                     "total_flops": a.matmul_flops("executed"), "params": a.param_count,
+                    "active_params": a.active_param_count,
                     "d_model": config.d_model, "num_layers": config.num_layers,
                 })
     df = pd.DataFrame(rows)
-    for col in ("flops", "useful_flops", "total_flops", "params"):
+    for col in ("flops", "useful_flops", "total_flops", "params", "active_params"):
         df[col] = df[col].astype(object)
     df["component"] = pd.Categorical(df["component"], categories=list(R.COMPONENTS), ordered=True)
     return df

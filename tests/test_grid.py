@@ -99,3 +99,22 @@ def test_dataframe_sweep_equals_the_one_by_analyze():
             assert fast.equals(slow)
             assert list(fast.dtypes) == list(slow.dtypes)
             assert [type(x) for x in fast["flops"]] == [int] * len(fast)
+
+
+def test_sweep_carries_total_and_active_parameters():
+    """Mixtral-8x7B-v0.1 by hand (its config.json: V = 32,000, d = 4,096, L = 32, 32 query
+    and 8 KV heads of 128, 8 experts of width 14,336, top-2, untied head): per layer
+    attention 2·4096² + 2·4096·1024 = 41,943,040, one SwiGLU expert 3·4096·14336 =
+    176,160,768, router 4096·8, two RMSNorm gains 2·4096; plus embedding and head 2·32000·4096
+    and the final norm. Active per token keeps 2 of the 8 experts ("12.9B active")."""
+    from accounting import sweep
+    attn, expert, router, norms = 41_943_040, 176_160_768, 4096 * 8, 2 * 4096
+    outer = 2 * 32_000 * 4096 + 4096
+    total = 32 * (attn + 8 * expert + router + norms) + outer
+    active = 32 * (attn + 2 * expert + router + norms) + outer
+    df = sweep(["mistralai/Mixtral-8x7B-v0.1", "gpt2-small"], [1024, 2048])
+    mix = df[df["model"] == "mistralai/Mixtral-8x7B-v0.1"]
+    assert set(mix["params"]) == {total} and set(mix["active_params"]) == {active}
+    assert active == 12_879_925_248
+    dense = df[df["model"] == "gpt2-small"]
+    assert (dense["params"] == dense["active_params"]).all()
