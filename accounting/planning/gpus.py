@@ -134,19 +134,20 @@ class Interconnect:
     source: str
 
 
+# One node type per GPU generation: both A100s ship in the DGX A100, the H100 and H200 on
+# the same NVLink 4 / ConnectX-7 fabric.
+_DGX_A100_FABRIC = (Fraction(300 * GBps), Fraction(25 * GBps), 8,
+                    "NVLink 3: 600 GB/s bidirectional per GPU; 8 × HDR InfiniBand 200 Gb/s per "
+                    "node (one per GPU)")
+_DGX_H_FABRIC = (Fraction(450 * GBps), Fraction(50 * GBps), 8,
+                 "NVLink 4: 900 GB/s bidirectional per GPU; 8 × ConnectX-7 400 Gb/s InfiniBand "
+                 "per node (one per GPU)")
+
 INTERCONNECTS: dict[str, Interconnect] = {
-    "A100-40GB": Interconnect("DGX A100", Fraction(300 * GBps), Fraction(25 * GBps), 8,
-                              "NVLink 3: 600 GB/s bidirectional per GPU; 8 × HDR InfiniBand "
-                              "200 Gb/s per node (one per GPU)"),
-    "A100-80GB": Interconnect("DGX A100", Fraction(300 * GBps), Fraction(25 * GBps), 8,
-                              "NVLink 3: 600 GB/s bidirectional per GPU; 8 × HDR InfiniBand "
-                              "200 Gb/s per node (one per GPU)"),
-    "H100-SXM": Interconnect("DGX H100", Fraction(450 * GBps), Fraction(50 * GBps), 8,
-                             "NVLink 4: 900 GB/s bidirectional per GPU; 8 × ConnectX-7 "
-                             "400 Gb/s InfiniBand per node (one per GPU)"),
-    "H200": Interconnect("DGX H200", Fraction(450 * GBps), Fraction(50 * GBps), 8,
-                         "NVLink 4: 900 GB/s bidirectional per GPU; 8 × ConnectX-7 400 Gb/s "
-                         "InfiniBand per node (one per GPU)"),
+    "A100-40GB": Interconnect("DGX A100", *_DGX_A100_FABRIC),
+    "A100-80GB": Interconnect("DGX A100", *_DGX_A100_FABRIC),
+    "H100-SXM": Interconnect("DGX H100", *_DGX_H_FABRIC),
+    "H200": Interconnect("DGX H200", *_DGX_H_FABRIC),
 }
 
 
