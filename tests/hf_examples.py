@@ -8,6 +8,8 @@ tests/test_hf_crosscheck.py (transformers' own model).
 """
 from __future__ import annotations
 
+import json
+
 CONFIGS = {
     # GPT-2: n_inner null = 4·n_embd (GPT2MLP); gelu_new = the tanh approximation.
     "gpt2": {
@@ -144,3 +146,24 @@ def kv_elements_by_hand(name: str, T: int, B: int) -> int:
     """K and V of every block: 2·L·B·T·h_kv·hd elements."""
     s = SHAPES[name]
     return 2 * s["L"] * B * T * s["kv"] * s["hd"]
+
+
+DELETE = object()  # in write_config's changes: remove the key
+
+
+def write_config(tmp_path, data: dict, changes: dict | None = None,
+                 folder: str | None = "tiny-model"):
+    """data with `changes` applied (a value of DELETE removes its key), written as
+    tmp_path/folder/config.json (a config.json is named by its folder, as checkpoints
+    ship; folder=None: tmp_path/config.json). Shared by the Hugging Face test modules."""
+    data = dict(data)
+    for k, v in (changes or {}).items():
+        if v is DELETE:
+            data.pop(k, None)
+        else:
+            data[k] = v
+    where = tmp_path if folder is None else tmp_path / folder
+    where.mkdir(exist_ok=True)
+    p = where / "config.json"
+    p.write_text(json.dumps(data, indent=2))
+    return p

@@ -18,22 +18,12 @@ from accounting.errors import UsageError
 from accounting import hf_config
 from accounting.hf_config import TYPES, HFType, for_transformers, register, translate
 from accounting.presets import PRESETS, hf_source
-from hf_examples import CONFIGS, SHAPES, params_by_hand
+from hf_examples import CONFIGS, DELETE, SHAPES, params_by_hand, write_config
 
-DELETE = object()
 
 
 def write(tmp_path, name: str, changes: dict | None = None, folder: str = "tiny-model"):
-    data = dict(CONFIGS[name])
-    for k, v in (changes or {}).items():
-        if v is DELETE:
-            data.pop(k, None)
-        else:
-            data[k] = v
-    (tmp_path / folder).mkdir(exist_ok=True)
-    p = tmp_path / folder / "config.json"
-    p.write_text(json.dumps(data, indent=2))
-    return p
+    return write_config(tmp_path, CONFIGS[name], changes, folder)
 
 
 def run(capsys, *argv):

@@ -13,15 +13,13 @@ from accounting.cli import main  # noqa: E402
 from accounting.crosscheck import cross_check  # noqa: E402
 from accounting.hf_config import translate  # noqa: E402
 from hf_examples import (CONFIGS, SHAPES, forward_matmul_flops_by_hand,  # noqa: E402
-                         kv_elements_by_hand, params_by_hand)
+                         kv_elements_by_hand, params_by_hand, write_config)
 
 BYTES = {"float32": 4, "bfloat16": 2}
 
 
 def write(tmp_path, name: str):
-    p = tmp_path / "config.json"
-    p.write_text(json.dumps(CONFIGS[name]))
-    return p
+    return write_config(tmp_path, CONFIGS[name], folder=None)
 
 
 def run(capsys, *argv):

@@ -14,24 +14,14 @@ from accounting import analyze
 from accounting.cli import main
 from accounting.config import config_from_json, read_json
 from accounting.hf_config import PACKAGED, translate
+from hf_examples import DELETE, write_config
 from hf_moe_examples import (CONFIGS, SHAPES, forward_matmul_flops_by_hand, kv_bytes_by_hand,
                              params_by_hand)
 
-DELETE = object()
 
 
 def write(tmp_path, name: str, changes: dict | None = None, data: dict | None = None):
-    data = dict(CONFIGS[name] if data is None else data)
-    for k, v in (changes or {}).items():
-        if v is DELETE:
-            data.pop(k, None)
-        else:
-            data[k] = v
-    folder = tmp_path / "tiny-model"
-    folder.mkdir(exist_ok=True)
-    p = folder / "config.json"
-    p.write_text(json.dumps(data))
-    return p
+    return write_config(tmp_path, CONFIGS[name] if data is None else data, changes)
 
 
 def run(capsys, *argv):
