@@ -1,9 +1,9 @@
 import sys
 
 try:
-    from accounting.cli import main
+    from accounting.cli import run
 except KeyboardInterrupt:  # Ctrl-C before the CLI's own handling begins
     sys.stderr and sys.stderr.write("accounting: interrupted\n")
     sys.exit(130)
 
-sys.exit(main())
+run()

@@ -16,6 +16,7 @@ import json
 import os
 import sys
 from importlib import import_module
+from typing import NoReturn
 
 from accounting import args as cli_args
 from accounting import errors, export, render, safe_io, summary, views
@@ -95,7 +96,11 @@ def _crosscheck(verify: bool | None, a=None, why_not: str = "--no-verify"):
         if problem:
             safe_io.say(f"note: cross-check skipped: {problem}")
             return None, "skipped (see the note on stderr)"
-    return import_module("accounting.crosscheck"), None
+    module = import_module("accounting.crosscheck")
+    if _whole_process:  # this process ends after the check: torch may be set up for good
+        from accounting.crosscheck.measure import prepare_process
+        prepare_process()
+    return module, None
 
 
 def analyse_main(argv: list[str]) -> int:
@@ -201,12 +206,26 @@ def _run(argv: list[str]) -> int:
     return analyse_main(argv)
 
 
+# True while main() runs as the whole process (argv None: the console script, python -m
+# accounting): the cross-check may then set torch up for good (crosscheck/measure.py,
+# prepare_process), as it does in its worker processes. Never in a caller's process.
+_whole_process = False
+
+
+def run() -> NoReturn:
+    """The console script and `python -m accounting`: main() as the whole process, ended
+    by safe_io.end_process (without torch's teardown where torch was imported)."""
+    safe_io.end_process(main())
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one command; every way it can end is an exit status (accounting/errors.py)."""
+    global _whole_process
     old_program, process = cli_args.PROGRAM, argv is None
     if process:  # the console script or python -m accounting: the run is the process
         argv = sys.argv[1:]
         cli_args.PROGRAM = program_name(sys.argv[0] if sys.argv else "")
+    _whole_process = process
     try:
         with safe_io.handling_signals(process_exit=process):
             try:
@@ -225,4 +244,4 @@ def main(argv: list[str] | None = None) -> int:
                 safe_io.say(line)
                 return status
     finally:
-        cli_args.PROGRAM = old_program
+        cli_args.PROGRAM, _whole_process = old_program, False

@@ -46,11 +46,26 @@ def signals_held():
 
 def worker_signals() -> None:
     """A forked worker's first act: SIGINT ignored, SIGTERM its default (the process ends),
-    then both unblocked (one pending since the fork is taken now, by these rules)."""
+    then both unblocked (one pending since the fork is taken now, by these rules); and
+    torch on one thread (single_threaded)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     if hasattr(signal, "pthread_sigmask"):
         signal.pthread_sigmask(signal.SIG_UNBLOCK, _SIGNALS)
+    single_threaded()
+
+
+def single_threaded() -> None:
+    """torch's intra-op parallelism off in a forked child. A parent that ran CPU tensors
+    started torch's OpenMP thread pool, and GNU OpenMP's pool does not survive fork: the
+    child's first parallel CPU op (a matmul of transformers' shrunk experts,
+    crosscheck/hf_experts.py) waits forever for threads that only the parent has
+    (tests/test_crosscheck_workers.py). With one thread torch runs every op inline. The
+    workers count on the meta device, or run tiny CPU models: one thread is what they
+    need, and each worker is one of the cores anyway."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(1)
 
 
 def usable_cpus() -> int:

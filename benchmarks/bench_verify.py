@@ -72,28 +72,34 @@ def floor_table(runs: int, model: str = "gpt2-xl", ctx: int = 16384) -> Table:
     for phase in ("forward", "train"):
         extra = [] if phase == "forward" else ["--pass", "train"]
         cli = python("-m", "accounting", model, "--ctx", str(ctx), *extra)
-        floor, both, one = interleaved([
-            ("floor", python("benchmarks/meta_floor.py", model, "--ctx", str(ctx),
-                             "--pass", phase), {}),
+        bare = python("benchmarks/meta_floor.py", model, "--ctx", str(ctx), "--pass", phase)
+        floor, strict, both, one = interleaved([
+            ("floor", bare, {}),
+            ("floor, no teardown", [*bare, "--no-teardown"], {}),
             ("check", cli, {}),
             ("check, one core", cli, {"ACCOUNTING_WORKERS": "0"}),
         ], runs)
-        for r in (floor, both, one):
+        for r in (floor, strict, both, one):
             ratio = r.median / floor.median
-            goal = "" if r is floor else ("met" if ratio <= FLOOR_GOAL else "MISSED")
+            goal = "" if r in (floor, strict) else ("met" if ratio <= FLOOR_GOAL else "MISSED")
             if r is one:
                 goal = "(for comparison)"
             rows.append((phase, r.label, f"{r.median:.2f}", f"{min(r.walls):.2f}",
-                         f"{max(r.walls):.2f}", f"{ratio:.2f}×", r.cpu_median, r.peak_mb, r.tree_mb,
-                         r.exits, goal))
+                         f"{max(r.walls):.2f}", f"{ratio:.2f}×", f"{r.median / strict.median:.2f}×",
+                         r.cpu_median, r.peak_mb, r.tree_mb, r.exits, goal))
     return Table(f"python -m accounting {model} --ctx {ctx} [--pass train] against the "
                  f"meta-device floor (median of {runs} runs, {machine()})",
-                 ("pass", "run", "median s", "min s", "max s", "÷ floor", "CPU s", "peak RSS MB",
-                  "tree RSS MB", "exit", f"goal ≤ {FLOOR_GOAL:g}×"),
-                 tuple(rows), align="llrrrrrrrll",
+                 ("pass", "run", "median s", "min s", "max s", "÷ floor", "÷ no-teardown floor",
+                  "CPU s", "peak RSS MB", "tree RSS MB", "exit", f"goal ≤ {FLOOR_GOAL:g}×"),
+                 tuple(rows), align="llrrrrrrrrll",
                  notes=("floor: benchmarks/meta_floor.py (import torch, build on the meta device, "
-                        "one bare pass, no counter). check: analytic tables, then fvcore, "
-                        "FlopCounterMode and the op counter, compared (exit 0: all agree).",
+                        "one bare pass, no counter), ending as any script ends. check: analytic "
+                        "tables, then fvcore, FlopCounterMode and the op counter, compared (exit "
+                        "0: all agree). The goal is against the floor as the issue defines it.",
+                        "No teardown: the check ends with os._exit once its output is flushed "
+                        "(accounting/safe_io.py, end_process), skipping the interpreter's "
+                        "teardown of torch, which the floor pays; the floor run the same way is "
+                        "the stricter peer, shown in its own column.",
                         "CPU s: user + system seconds of the run, its worker included (the work "
                         "done, whatever else the machine was doing).",
                         "peak RSS MB: the largest process (ru_maxrss); tree RSS MB: the largest "

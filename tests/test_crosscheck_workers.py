@@ -4,7 +4,9 @@ fvcore in a forked worker with the tracer's source locations off, against fvcore
 this process as before; FlopCounterMode and the op counter on one dispatch hop, against
 the two stacked as separate modes; the worker's plumbing (results, exceptions, a worker
 that dies)."""
+import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -132,6 +134,24 @@ def test_worker_results_exceptions_and_deaths():
         child.result()
 
 
+@needs_fork
+def test_a_worker_forked_after_cpu_work_runs_cpu_ops():
+    """A parent that ran a CPU matmul (torch's OpenMP pool started) forks a worker that runs
+    one too, as a notebook that computed something and then cross-checks a MoE config does
+    (transformers' shrunk experts run on the CPU in the worker). Before fork.single_threaded
+    the child waited forever; a fresh interpreter, bounded by a timeout."""
+    import subprocess
+    root = Path(__file__).resolve().parent.parent
+    script = ("import torch; from accounting import fork\n"
+              "torch.set_num_threads(2)\n"
+              "def work():\n    a = torch.ones(256, 256); return int((a @ a).sum())\n"
+              "assert work() == 256 ** 3\n"
+              "with fork.Forked(work) as child:\n    print(child.result())\n")
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                       timeout=120, env={**os.environ, "PYTHONPATH": str(root)})
+    assert (r.returncode, r.stdout) == (0, f"{256 ** 3}\n"), r.stderr[-500:]
+
+
 def test_workers_can_be_switched_off(monkeypatch):
     monkeypatch.setenv("ACCOUNTING_WORKERS", "0")
     assert not fork.available()
@@ -155,3 +175,81 @@ def test_transformers_counter_in_a_worker_counts_the_same(name, monkeypatch):
     alone = cross_check(a, hf=hf)
     assert forked.hf is not None and forked.agrees
     assert forked.to_dict() == alone.to_dict()
+
+
+# ---- the CLI's own process (python -m accounting ... --verify) --------------------------------
+def _cross_check_on_cpp_meta(a, hf):
+    from accounting.crosscheck import cross_check
+    from accounting.crosscheck.metakernels import use_cpp_meta_kernels
+    from accounting.crosscheck.tracer import skip_source_locations
+    assert use_cpp_meta_kernels() > 0 and skip_source_locations()
+    return cross_check(a, hf=hf).to_dict()
+
+
+@needs_fork
+@pytest.mark.parametrize("name", ["gpt2", "llama", "mistral", "qwen3", "olmo2", "mixtral",
+                                  "qwen3_moe", "deepseek_v3"])
+def test_the_whole_check_is_the_same_in_a_process_set_up_for_good(name, monkeypatch):
+    """What `python -m accounting --config F --verify` runs since its own process is set up
+    as the workers are (cli.py, measure.prepare_process): every counter, transformers' model
+    (its worker is forked from that process) and its CPU experts check included. A child
+    switched to the C++ meta kernels and no source locations, against this process on
+    torch's own, every field of the result."""
+    pytest.importorskip("transformers")
+    sys.path.insert(0, str(Path(__file__).parent))
+    from hf_examples import CONFIGS
+    from hf_moe_examples import CONFIGS as MOE
+    from accounting import analyze
+    from accounting.crosscheck import cross_check
+    from accounting.hf_config import translate
+    monkeypatch.setenv("ACCOUNTING_WORKERS", "0")  # one process each side: nothing nested
+    hf = translate({**CONFIGS, **MOE}[name], "t", name)
+    a = analyze(hf.config, 8, 2, "train")
+    with fork.Forked(_cross_check_on_cpp_meta, a, hf) as child:
+        fast = child.result()
+    plain = cross_check(a, hf=hf).to_dict()
+    assert plain["agrees"] and plain["transformers"] is not None
+    # the MoE note on the shrunk CPU runs gives their wall time, "(0.8 s)": not a count
+    wall = re.compile(r"\(\d+\.\d s\)")
+    assert wall.sub("", json.dumps(fast)) == wall.sub("", json.dumps(plain))
+
+
+def test_a_callers_process_is_never_set_up_for_good(capsys):
+    """main(argv) from a caller (a notebook, these tests) leaves torch as it was: only the
+    process the CLI owns (argv None) takes the C++ meta kernels and the tracer switch."""
+    from accounting.cli import main
+    from accounting.crosscheck import metakernels, tracer
+    kept, callback = list(metakernels._kept), tracer._callback
+    assert main(["gpt2-small", "--num-layers", "2", "--ctx", "16", "--verify"]) == 0
+    assert metakernels._kept == kept and tracer._callback is callback
+    capsys.readouterr()
+
+
+def test_python_m_accounting_ends_fast_with_every_byte(tmp_path):
+    """The verified run as a process ends with os._exit (safe_io.end_process): its stdout,
+    a file written with -o and its exit status are those of main() run in this process."""
+    import subprocess
+    from accounting.cli import main
+    root = Path(__file__).resolve().parent.parent
+    argv = ["gpt2-small", "--num-layers", "2", "--ctx", "16", "--pass", "train", "--verify"]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    env.pop("COLUMNS", None)
+    r = subprocess.run([sys.executable, "-m", "accounting", *argv], capture_output=True,
+                       env=env, timeout=120, cwd=tmp_path)
+    f = subprocess.run([sys.executable, "-m", "accounting", *argv, "-o", "out.txt"],
+                       capture_output=True, env=env, timeout=120, cwd=tmp_path)
+    mine = tmp_path / "mine.txt"
+    assert main([*argv, "-o", str(mine)]) == 0
+    assert (r.returncode, f.returncode) == (0, 0), (r.stderr, f.stderr)
+    assert r.stdout == mine.read_bytes() == (tmp_path / "out.txt").read_bytes()
+    assert b"cross-check:   agrees exactly with fvcore and FlopCounterMode" in r.stdout
+
+
+def test_end_process_flushes_and_keeps_the_status():
+    import subprocess
+    root = Path(__file__).resolve().parent.parent
+    script = ("import sys, torch; from accounting.safe_io import end_process; "
+              "sys.stdout.write('x' * 100000); sys.stderr.write('done'); end_process(7)")
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=120,
+                       env={**os.environ, "PYTHONPATH": str(root), "PYTHONUNBUFFERED": ""})
+    assert (r.returncode, r.stdout, r.stderr) == (7, b"x" * 100000, b"done")

@@ -76,10 +76,12 @@ def _totals(counts: dict, root: str) -> dict[str, int]:
     return {_relative(k, root): int(sum(v.values())) for k, v in counts.items()}
 
 
-def prepare_worker() -> None:
-    """Speed torch up for good in a process that ends after counting: the tracer without
-    source locations (tracer.py), the C++ meta kernels (metakernels.py). Neither changes a
-    count (tests/test_crosscheck_workers.py); neither can be undone."""
+def prepare_process() -> None:
+    """Speed torch up for good in a process that ends after counting (a forked worker, the
+    report's pool workers, or the CLI's own process when the run is the whole process):
+    the tracer without source locations (tracer.py), the C++ meta kernels
+    (metakernels.py). Neither changes a count (tests/test_crosscheck_workers.py); neither
+    can be undone, so never in a caller's process (a notebook, the tests)."""
     from accounting.crosscheck.metakernels import use_cpp_meta_kernels
     from accounting.crosscheck.tracer import skip_source_locations
     skip_source_locations()
@@ -93,7 +95,7 @@ def _fvcore(model: torch.nn.Module, ids: torch.Tensor, stock: bool, worker: bool
     t = time.perf_counter()
     from fvcore.nn import FlopCountAnalysis
     if worker:
-        prepare_worker()
+        prepare_process()
     cached = set(_STOCK_CACHE)
     handle = RecordingEinsumHandle(stock=stock)
     fa = FlopCountAnalysis(model, (ids,)).set_op_handle("aten::einsum", handle)

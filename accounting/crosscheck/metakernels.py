@@ -23,9 +23,11 @@ _kept: list = []  # the replacement library: destroyed (unregistered) if collect
 
 def use_cpp_meta_kernels() -> int:
     """Switch this process to the C++ meta kernels where ATen has them; the number of
-    operators that keep their Python meta kernel (no C++ one), or -1 if torch's library
-    is not where torch 2.13 keeps it (nothing changed)."""
+    operators that keep their Python meta kernel (no C++ one), -1 if torch's library is
+    not where torch 2.13 keeps it (nothing changed), -2 if this process switched before."""
     import torch
+    if _kept:  # switched already (a worker forked from a process that had switched)
+        return -2
     try:
         import torch._meta_registrations as registrations
         from torch._decomp import global_decomposition_table as tables

@@ -29,6 +29,8 @@ def skip_source_locations() -> bool:
     """Replace the tracer's source-location recorder with a no-op, for the rest of this
     process. False (nothing changed) where the symbol is not found."""
     global _callback
+    if _callback is not None:  # done before (a worker forked from a process that had)
+        return True
     import torch
     path = os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so")
     try:

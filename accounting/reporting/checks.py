@@ -7,7 +7,7 @@ grows with the number of blocks: every counter walks every op), while this proce
 on with the sweeps and figures. Each worker pays torch's import and lazy imports once for
 all its checks, runs fvcore in-process (no nested fork), with the tracer's source
 locations off and torch's C++ meta kernels (the worker ends with the pool:
-crosscheck/measure.prepare_worker), and sends each result back pickled. Elsewhere the
+crosscheck/measure.prepare_process), and sends each result back pickled. Elsewhere the
 checks run here, one by one, when asked for. The results are the same objects either way;
 the report asks for them in its own order.
 """
@@ -36,8 +36,8 @@ def _worker_start() -> None:
     from accounting import fork
     fork.worker_signals()  # Ctrl-C is the report's to decide; terminate() ends the worker
     os.environ["ACCOUNTING_WORKERS"] = "0"  # this worker is the parallelism: no nested fork
-    from accounting.crosscheck.measure import prepare_worker
-    prepare_worker()
+    from accounting.crosscheck.measure import prepare_process
+    prepare_process()
 
 
 class PendingChecks:
