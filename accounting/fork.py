@@ -17,6 +17,7 @@ import os
 import pickle
 import signal
 import sys
+import time
 import traceback
 from collections.abc import Callable
 
@@ -146,6 +147,110 @@ class Forked:
 
     def __exit__(self, *exc) -> None:
         self._kill()
+
+
+class Streamed:
+    """`with Streamed(gen, *args) as child: for item in child: ...`: a forked child runs the
+    generator gen(*args) and each item it yields comes back as soon as it is yielded
+    (pickled through a pipe, one frame each); an exception raised in the child is raised
+    again here, its traceback as a note. Leaving the block ends the child with SIGTERM
+    (gen's finally blocks run there: a child that runs a pool ends it), then SIGKILL if
+    it has not ended within `grace` seconds."""
+
+    def __init__(self, gen: Callable, *args, grace: float = 5.0):
+        self.gen, self.args, self.grace = gen, args, grace
+        self.pid: int | None = None
+        self.file = None
+
+    def __enter__(self) -> "Streamed":
+        read, write = os.pipe()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        try:
+            with signals_held():
+                pid = os.fork()
+                if pid == 0:
+                    os.close(read)
+                    worker_signals()
+                    signal.signal(signal.SIGTERM, _terminated)  # finally blocks run
+                    _stream(write, self.gen, self.args)
+                os.close(write)
+                self.pid, self.file = pid, os.fdopen(read, "rb")
+        except BaseException:
+            self._end()
+            raise
+        return self
+
+    def __iter__(self):
+        while True:
+            try:
+                ok, value, text = pickle.load(self.file)
+            except EOFError:
+                return
+            if ok is None:  # the generator is done
+                return
+            if not ok:
+                value.add_note(f"in the worker process:\n{text}")
+                raise value
+            yield value
+
+    def _end(self) -> None:
+        if self.file is not None:
+            self.file.close()
+            self.file = None
+        if self.pid is None:
+            return
+        pid, self.pid = self.pid, None
+        try:
+            if os.waitpid(pid, os.WNOHANG) != (0, 0):
+                return  # it had ended
+            os.kill(pid, signal.SIGTERM)
+            deadline = time.monotonic() + self.grace
+            while time.monotonic() < deadline:
+                if os.waitpid(pid, os.WNOHANG) != (0, 0):
+                    return
+                time.sleep(0.005)
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass
+
+    def __exit__(self, *exc) -> None:
+        self._end()
+
+
+def _terminated(signum, frame):
+    raise SystemExit(128 + signum)
+
+
+def _stream(write: int, gen: Callable, args: tuple) -> None:
+    code, items = 0, None
+    try:
+        with os.fdopen(write, "wb") as f:
+            try:
+                items = gen(*args)
+                for item in items:
+                    pickle.dump((True, item, ""), f, protocol=pickle.HIGHEST_PROTOCOL)
+                    f.flush()
+                pickle.dump((None, None, ""), f)
+            except SystemExit:  # SIGTERM: the parent is no longer reading
+                code = 1
+            except BaseException as e:  # noqa: BLE001 (handed to the parent, raised there)
+                try:
+                    data = pickle.dumps((False, e, traceback.format_exc()))
+                except Exception as p:
+                    data = pickle.dumps((False, RuntimeError(f"{type(e).__name__}: {e} (not "
+                                                             f"picklable: {p})"), ""))
+                f.write(data)
+    except BaseException:  # noqa: BLE001 (a closed pipe: the parent has gone)
+        code = 1
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the generator's cleanup runs whole
+        try:
+            if items is not None:
+                items.close()  # its finally blocks, wherever it was suspended
+        finally:
+            os._exit(code)
 
 
 def _child(write: int, fn: Callable, args: tuple) -> None:

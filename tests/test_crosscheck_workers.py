@@ -152,6 +152,41 @@ def test_a_worker_forked_after_cpu_work_runs_cpu_ops():
     assert (r.returncode, r.stdout) == (0, f"{256 ** 3}\n"), r.stderr[-500:]
 
 
+def _two_then_fails():
+    yield 1
+    yield 2
+    raise ValueError("raised after two items")
+
+
+def _cleans_up(path):
+    try:
+        yield "started"
+        import time
+        time.sleep(60)
+    finally:
+        Path(path).write_text("cleaned up")  # as the report's pool parent ends its pool
+
+
+@needs_fork
+def test_streamed_items_exceptions_and_an_early_end(tmp_path):
+    import time
+    with fork.Streamed(_two_then_fails) as child:
+        items = iter(child)
+        assert (next(items), next(items)) == (1, 2)  # each as it is yielded
+        with pytest.raises(ValueError, match="after two items") as e:
+            next(items)
+    assert "_two_then_fails" in "".join(e.value.__notes__)
+    marker = tmp_path / "marker"
+    start = time.monotonic()
+    with fork.Streamed(_cleans_up, str(marker)) as child:
+        assert next(iter(child)) == "started"
+        pid = child.pid
+    assert time.monotonic() - start < 5  # SIGTERM, not the 60 s sleep
+    assert marker.read_text() == "cleaned up"  # the generator's finally ran in the child
+    with pytest.raises(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)  # waited for: no zombie left
+
+
 def test_workers_can_be_switched_off(monkeypatch):
     monkeypatch.setenv("ACCOUNTING_WORKERS", "0")
     assert not fork.available()

@@ -1,15 +1,16 @@
 """The report's cross-checks on every usable core, while the report's other work goes on.
 
 Each check is accounting.crosscheck.cross_check(analyze(config, seq)), unchanged. Where
-accounting.fork says worker processes can be forked (Linux, two or more usable CPUs), a
-pool of forked workers (one per usable CPU) takes the checks, the costliest first (cost
-grows with the number of blocks: every counter walks every op), while this process goes
-on with the sweeps and figures. Each worker pays torch's import and lazy imports once for
-all its checks, runs fvcore in-process (no nested fork), with the tracer's source
-locations off and torch's C++ meta kernels (the worker ends with the pool:
-crosscheck/measure.prepare_process), and sends each result back pickled. Elsewhere the
-checks run here, one by one, when asked for. The results are the same objects either way;
-the report asks for them in its own order.
+accounting.fork says worker processes can be forked (Linux, two or more usable CPUs), one
+forked process (fork.Streamed) sets torch up for good (crosscheck/measure.prepare_process:
+the tracer's source locations off, torch's C++ meta kernels), pays torch's import and lazy
+imports once with a tiny check (WARM_UP), then forks a pool of workers (one per usable
+CPU) from itself, which take the checks, the costliest first (cost grows with the number
+of blocks: every counter walks every op), each running fvcore in-process (no nested
+fork) on one thread; each result comes back pickled as it finishes. This process goes on
+with the sweeps and figures meanwhile. Elsewhere the checks run here, one by one, when
+asked for. The results are the same objects either way; the report asks for them in its
+own order.
 """
 from __future__ import annotations
 
@@ -40,6 +41,31 @@ def _worker_start() -> None:
     prepare_process()
 
 
+# What the pool's parent runs once before it forks the workers: torch's import, its lazy
+# imports on the first meta op, the first FlopCounterMode and fvcore trace (about 2 s on
+# these machines), paid once for all the workers instead of once in each.
+WARM_UP = ModelConfig(vocab_size=64, context_length=16, num_layers=1, d_model=32, num_heads=2,
+                      d_ff=48, name="warm-up")
+
+
+def _pool(order: list, n: int):
+    """The forked pool's parent (fork.Streamed): warm up, fork n workers from this warm
+    process, yield each check as it finishes; the workers end with it."""
+    import multiprocessing
+    from accounting import fork
+    _worker_start()
+    run_check(WARM_UP, 8)
+    pool = None
+    try:
+        with fork.signals_held():  # as in __init__ below: workers start with signals held
+            pool = multiprocessing.get_context("fork").Pool(n, initializer=fork.worker_signals)
+        yield from pool.imap_unordered(_timed, order)
+    finally:
+        if pool is not None:
+            pool.terminate()
+            pool.join()
+
+
 class PendingChecks:
     """The report's checks, started at once (parallel) or run when asked (in-process)."""
 
@@ -47,39 +73,39 @@ class PendingChecks:
         from accounting import fork
         self.workloads = list(workloads)
         self.parallel = fork.available() if parallel is None else parallel
-        self._pool, self._done = None, None
+        self._child = None
         if self.parallel and self.workloads:
-            import multiprocessing
-            ctx = multiprocessing.get_context("fork")
             n = min(fork.usable_cpus(), len(self.workloads))
+            order = sorted(self.workloads, key=lambda w: -w[0].num_layers)
+            # one forked process warms torch up and forks the pool from itself, while this
+            # one goes on with the sweeps and figures; a Ctrl-C meanwhile ends it (close),
+            # and with it the pool (its SIGTERM runs _pool's finally)
+            self._child = fork.Streamed(_pool, order, n)
             try:
-                # the workers (and the pool's threads, which fork replacements) start with
-                # SIGINT/SIGTERM blocked until _worker_start; a Ctrl-C meanwhile is raised
-                # here when the block ends, and the pool closed (no __exit__ runs for an
-                # exception out of __init__)
-                with fork.signals_held():
-                    self._pool = ctx.Pool(n, initializer=_worker_start)
-                order = sorted(self.workloads, key=lambda w: -w[0].num_layers)
-                self._done = self._pool.imap_unordered(_timed, order)
+                self._child.__enter__()
             except BaseException:
-                self.close()
+                self._child = None
                 raise
 
     def completed(self):
         """(workload, result, seconds) for every check: as each finishes (parallel), or
         each run here in the report's order."""
-        if self._pool is None:
+        if self._child is None:
             for w in self.workloads:
                 yield _timed(w)
             return
-        for _ in self.workloads:
-            yield next(self._done)
+        got = 0
+        for item in self._child:
+            got += 1
+            yield item
+        if got != len(self.workloads):
+            raise RuntimeError(f"the checks' worker process ended after {got} of "
+                               f"{len(self.workloads)} checks")
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.terminate()
-            self._pool.join()
-            self._pool = None
+        if self._child is not None:
+            self._child.__exit__(None, None, None)
+            self._child = None
 
     def __enter__(self) -> "PendingChecks":
         return self
