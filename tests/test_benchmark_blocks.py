@@ -88,6 +88,13 @@ def test_ratios_are_the_printed_medians_divided(m):
                 assert abs(shown - median / floor) <= 0.011 + 0.006 * shown / floor, (title, row)
             if goal_col and row[goal_col] in ("met", "MISSED"):
                 assert row[goal_col] == ("met" if _meets(goal_col, row) else "MISSED"), (title, row)
+        strict = "÷ no-teardown floor"  # bench_verify: the floor ending as the CLI ends
+        if strict in rows[0]:
+            for row in rows:
+                peer = next(r for r in rows if r["pass"] == row["pass"]
+                            and r["run"] == "floor, no teardown")
+                ratio = number(row["median s"]) / number(peer["median s"])
+                assert abs(number(row[strict]) - ratio) <= 0.011 + 0.006 * ratio, (title, row)
 
 
 def _meets(goal: str, row: dict) -> bool:
