@@ -9,11 +9,20 @@ marked `slow` are moved to the front of the collection so that these long builds
 once instead of ending the run. Nothing is skipped: `slow` only orders (and lets
 `-m "not slow"` leave them out of a quick local run; CI runs everything).
 """
+import signal
+
 import pytest
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: a long end-to-end check, scheduled first")
+    # Ctrl-C as a terminal user has it. A shell without job control starts a background
+    # job (`cmd &`, nohup) with SIGINT ignored, and an ignored SIGINT stays ignored in the
+    # tool by design (accounting/safe_io.py) and in every process the tests start: the
+    # Ctrl-C tests would then see a run that nothing interrupts. This process (and each
+    # xdist worker) takes Python's own handler back; children then start with the default.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_collection_modifyitems(config, items):
