@@ -11,7 +11,9 @@ once); fvcore's jit trace, the longest counter, runs in a child forked from here
 (crosscheck/tracer.py) and torch's C++ meta kernels (crosscheck/metakernels.py), while
 this process runs FlopCounterMode and the op counter over one dispatch hop per op
 (dispatch.counting). Where no worker can be forked, fvcore runs here first, as before;
-the counts are the same either way (tests/test_crosscheck_workers.py).
+the counts are the same either way (tests/test_crosscheck_workers.py). `python -m
+accounting` owns its process and sets it up as the workers are (prepare_process, called
+from accounting/cli.py); a caller's process (a notebook, the tests) is left as it was.
 """
 from __future__ import annotations
 
