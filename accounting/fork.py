@@ -86,67 +86,31 @@ def available() -> bool:
 
 
 class Forked:
-    """`with Forked(fn, *args) as child: ...; value = child.result()`. The child runs
-    fn(*args) and exits with os._exit (no atexit handlers, no flushing of the parent's
-    buffers). Leaving the block without result() kills the child."""
+    """`with Forked(fn, *args) as child: ...; value = child.result()`: a Streamed child
+    whose generator yields fn(*args) once. The child exits with os._exit (no atexit
+    handlers, no flushing of the parent's buffers); leaving the block ends it."""
 
     def __init__(self, fn: Callable, *args):
-        self.fn, self.args = fn, args
-        self.pid: int | None = None
-        self.fd: int | None = None
+        self._child = Streamed(_once, fn, args)
 
     def __enter__(self) -> "Forked":
-        read, write = os.pipe()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        try:
-            with signals_held():  # a Ctrl-C now is raised once self.pid is known ...
-                pid = os.fork()
-                if pid == 0:  # the child: never returns
-                    os.close(read)
-                    worker_signals()
-                    _child(write, self.fn, self.args)
-                os.close(write)
-                self.pid, self.fd = pid, read
-        except BaseException:  # ... and __exit__ does not run when __enter__ raises
-            self._kill()
-            raise
+        self._child.__enter__()
         return self
 
     def result(self):
         """The child's return value (waits for it), or its exception raised here."""
-        try:
-            with os.fdopen(self.fd, "rb") as f:
-                self.fd = None
-                data = f.read()
-            _, status = os.waitpid(self.pid, 0)
-            self.pid = None
-        except BaseException:
-            self._kill()
-            raise
-        if not data:
-            raise RuntimeError(f"the worker process ended without a result "
-                               f"(wait status {status})")
-        ok, value, text = pickle.loads(data)
-        if ok:
+        for value in self._child:
             return value
-        value.add_note(f"in the worker process:\n{text}")
-        raise value
-
-    def _kill(self) -> None:
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
-        if self.pid is not None:
-            try:
-                os.kill(self.pid, signal.SIGKILL)
-                os.waitpid(self.pid, 0)
-            except (ProcessLookupError, ChildProcessError):
-                pass
-            self.pid = None
+        self._child.__exit__(None, None, None)
+        raise RuntimeError(f"the worker process ended without a result "
+                           f"(wait status {self._child.status})")
 
     def __exit__(self, *exc) -> None:
-        self._kill()
+        self._child.__exit__(*exc)
+
+
+def _once(fn: Callable, args: tuple):
+    yield fn(*args)
 
 
 class Streamed:
@@ -161,6 +125,7 @@ class Streamed:
         self.gen, self.args, self.grace = gen, args, grace
         self.pid: int | None = None
         self.file = None
+        self.status: int | None = None  # the child's wait status, once waited for
 
     def __enter__(self) -> "Streamed":
         read, write = os.pipe()
@@ -202,16 +167,18 @@ class Streamed:
             return
         pid, self.pid = self.pid, None
         try:
-            if os.waitpid(pid, os.WNOHANG) != (0, 0):
+            done, self.status = os.waitpid(pid, os.WNOHANG)
+            if done:
                 return  # it had ended
             os.kill(pid, signal.SIGTERM)
             deadline = time.monotonic() + self.grace
             while time.monotonic() < deadline:
-                if os.waitpid(pid, os.WNOHANG) != (0, 0):
+                done, self.status = os.waitpid(pid, os.WNOHANG)
+                if done:
                     return
                 time.sleep(0.005)
             os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
+            _, self.status = os.waitpid(pid, 0)
         except (ProcessLookupError, ChildProcessError):
             pass
 
@@ -251,24 +218,3 @@ def _stream(write: int, gen: Callable, args: tuple) -> None:
                 items.close()  # its finally blocks, wherever it was suspended
         finally:
             os._exit(code)
-
-
-def _child(write: int, fn: Callable, args: tuple) -> None:
-    code = 0
-    try:
-        try:
-            payload = (True, fn(*args), "")
-        except BaseException as e:  # noqa: BLE001 (handed to the parent, raised there)
-            payload = (False, e, traceback.format_exc())
-        try:
-            data = pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL)
-        except Exception as e:  # an unpicklable result or exception: say what it was
-            data = pickle.dumps((False, RuntimeError(f"{type(payload[1]).__name__}: "
-                                                     f"{payload[1]} (not picklable: {e})"),
-                                 payload[2]))
-        with os.fdopen(write, "wb") as f:
-            f.write(data)
-    except BaseException:  # noqa: BLE001 (the parent sees an empty pipe and says so)
-        code = 1
-    finally:
-        os._exit(code)

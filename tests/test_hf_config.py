@@ -12,7 +12,7 @@ from types import MappingProxyType
 import pytest
 
 from accounting import analyze
-from accounting.cli import main
+from cli_run import run
 from accounting.config import config_from_json
 from accounting.errors import UsageError
 from accounting import hf_config
@@ -24,12 +24,6 @@ from hf_examples import CONFIGS, DELETE, SHAPES, params_by_hand, write_config
 
 def write(tmp_path, name: str, changes: dict | None = None, folder: str = "tiny-model"):
     return write_config(tmp_path, CONFIGS[name], changes, folder)
-
-
-def run(capsys, *argv):
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))

@@ -2,16 +2,15 @@
 the tool's model/, and against hand algebra (tests/hf_examples.py) for every supported
 model_type. Needs transformers (the [hf] extra; CI installs it)."""
 import dataclasses
-import json
 
 import pytest
 
 pytest.importorskip("transformers")
 
 from accounting import analyze  # noqa: E402
-from accounting.cli import main  # noqa: E402
 from accounting.crosscheck import cross_check  # noqa: E402
 from accounting.hf_config import translate  # noqa: E402
+from cli_run import agreeing_check, run  # noqa: E402
 from hf_examples import (CONFIGS, SHAPES, forward_matmul_flops_by_hand,  # noqa: E402
                          kv_elements_by_hand, params_by_hand, write_config)
 
@@ -22,20 +21,11 @@ def write(tmp_path, name: str):
     return write_config(tmp_path, CONFIGS[name], folder=None)
 
 
-def run(capsys, *argv):
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_three_ways_each_model_type(capsys, tmp_path, name):
     T, B = 8, 2
-    code, out, err = run(capsys, "--config", str(write(tmp_path, name)), "--ctx", str(T),
-                         "--batch", str(B), "--pass", "train", "--verify", "--format", "json")
-    assert code == 0, err
-    x = json.loads(out)["cross_check"]
-    assert x["agrees"], x["disagreements"]
+    x = agreeing_check(capsys, "--config", str(write(tmp_path, name)), "--ctx", str(T),
+                       "--batch", str(B), "--pass", "train")
     tf = x["transformers"]
     assert tf["model_type"] == name.split(" ")[0] and tf["agrees"]
     # transformers' counts against hand algebra, not only against the ledger

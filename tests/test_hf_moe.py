@@ -11,7 +11,7 @@ import re
 import pytest
 
 from accounting import analyze
-from accounting.cli import main
+from cli_run import agreeing_check, run
 from accounting.config import config_from_json, read_json
 from accounting.hf_config import PACKAGED, translate
 from hf_examples import DELETE, write_config
@@ -22,12 +22,6 @@ from hf_moe_examples import (CONFIGS, SHAPES, forward_matmul_flops_by_hand, kv_b
 
 def write(tmp_path, name: str, changes: dict | None = None, data: dict | None = None):
     return write_config(tmp_path, CONFIGS[name] if data is None else data, changes)
-
-
-def run(capsys, *argv):
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))
@@ -159,11 +153,8 @@ def test_three_ways_each_config(capsys, tmp_path, name):
     # T > every window here (the cache keeps W − 1 tokens of a sliding layer); B·T·k a
     # multiple of E (the tool's model on meta deals the slots evenly: one batched matmul)
     T, B = 8, 2
-    code, out, err = run(capsys, "--config", str(write(tmp_path, name)), "--ctx", str(T),
-                         "--batch", str(B), "--pass", "train", "--verify", "--format", "json")
-    assert code == 0, err
-    x = json.loads(out)["cross_check"]
-    assert x["agrees"], x["disagreements"]
+    x = agreeing_check(capsys, "--config", str(write(tmp_path, name)), "--ctx", str(T),
+                       "--batch", str(B), "--pass", "train")
     tf = x["transformers"]
     params = {r["component"]: r["transformers"] for r in tf["parameters"]}
     assert params["total"] == params_by_hand(name)

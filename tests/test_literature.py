@@ -14,7 +14,7 @@ from fractions import Fraction
 import pytest
 
 from accounting import formulas as F
-from accounting.cli import main
+from cli_run import run
 from accounting.config import MLPS, NORM_PLACEMENTS, NORMS, POSITIONS, PRESETS, QK_NORMS, ModelConfig
 from accounting.literature import FORMULAS, UNEXPLAINED, compare
 
@@ -186,12 +186,6 @@ def test_non_matmul_is_listed_beside_not_inside():
 
 
 # ---- the CLI --------------------------------------------------------------------------------
-
-def run(capsys, *argv):
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
 
 def test_cli_first_screen_is_the_table(capsys):
     code, out, err = run(capsys, "openai-community/gpt2-xl", "--compare-formulas")

@@ -13,7 +13,7 @@ from fractions import Fraction
 import pytest
 
 from accounting import analyze, get_preset
-from accounting.cli import main
+import cli_run
 from accounting.planning.gpus import interconnect
 from accounting.planning.memory import MemoryModel, get_precision
 from accounting.planning.parallel import Layout, parallel_plan, problems
@@ -42,9 +42,7 @@ def plan(config, seq=1024, **kw):
 
 
 def run(capsys, *argv):
-    code = main(["plan", *argv])
-    out, err = capsys.readouterr()
-    return code, out, err
+    return cli_run.run(capsys, "plan", *argv)
 
 
 # ---- model states by sharding stage -------------------------------------------------------

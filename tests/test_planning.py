@@ -14,7 +14,7 @@ from fractions import Fraction
 import pytest
 
 from accounting import analyze, get_preset
-from accounting.cli import main
+import cli_run
 from accounting.config import ModelConfig
 from accounting.ledger import ledger
 from accounting.planning import (
@@ -54,9 +54,7 @@ GIB80 = 80 * 2**30  # A100 80GB: 81,920 MiB = 85,899,345,920 bytes
 
 
 def run(capsys, *argv):
-    code = main(["plan", *argv])
-    out, err = capsys.readouterr()
-    return code, out, err
+    return cli_run.run(capsys, "plan", *argv)
 
 
 # ---- the course's answers (CS336 a1, adamwAccounting) -----------------------------------

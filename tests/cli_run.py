@@ -1,0 +1,22 @@
+"""The CLI run in this process as the tests call it: main(argv), its exit status and what
+it printed (pytest's capsys). Shared by the test modules that drive the CLI."""
+from __future__ import annotations
+
+import json
+
+from accounting.cli import main
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def agreeing_check(capsys, *argv) -> dict:
+    """The cross-check of `argv --verify --format json`, which must exit 0 and agree."""
+    code, out, err = run(capsys, *argv, "--verify", "--format", "json")
+    assert code == 0, err
+    x = json.loads(out)["cross_check"]
+    assert x["agrees"], x["disagreements"]
+    return x
