@@ -20,6 +20,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
+from typing import NoReturn
 
 # Ctrl-C and `kill` are the parent's to decide: a terminal sends SIGINT to the whole
 # foreground process group, workers included, and a worker that inherited the CLI's
@@ -135,10 +136,7 @@ class Streamed:
             with signals_held():
                 pid = os.fork()
                 if pid == 0:
-                    os.close(read)
-                    worker_signals()
-                    signal.signal(signal.SIGTERM, _terminated)  # finally blocks run
-                    _stream(write, self.gen, self.args)
+                    _child(read, write, self.gen, self.args)  # never returns
                 os.close(write)
                 self.pid, self.file = pid, os.fdopen(read, "rb")
         except BaseException:
@@ -186,35 +184,61 @@ class Streamed:
         self._end()
 
 
+_ending = False  # in a forked child: SIGTERM was taken, or the child is ending anyway
+
+
 def _terminated(signum, frame):
-    raise SystemExit(128 + signum)
+    """A child's SIGTERM: SystemExit, at most once, and only while the generator streams
+    (its finally blocks run); a no-op once the child is ending."""
+    global _ending
+    if not _ending:
+        _ending = True
+        raise SystemExit(128 + signum)
 
 
-def _stream(write: int, gen: Callable, args: tuple) -> None:
-    code, items = 0, None
+def _child(read: int, write: int, gen: Callable, args: tuple) -> NoReturn:
+    """A forked child's whole life. It shares its parent's stack, so nothing may return or
+    raise out of here into the caller's code (a second process would run it on: seen as
+    a pytest worker that cloned itself): every path ends in os._exit. SIGTERM raises
+    SystemExit at most once (_terminated), and wherever it lands before `_ending` is set
+    it is inside the try below; after it, none can come, so the generator's cleanup and
+    the exit run whole (tests/test_crosscheck_workers.py makes the signal land late)."""
+    global _ending
+    code, items = 1, None
     try:
-        with os.fdopen(write, "wb") as f:
-            try:
-                items = gen(*args)
-                for item in items:
-                    pickle.dump((True, item, ""), f, protocol=pickle.HIGHEST_PROTOCOL)
-                    f.flush()
-                pickle.dump((None, None, ""), f)
-            except SystemExit:  # SIGTERM: the parent is no longer reading
-                code = 1
-            except BaseException as e:  # noqa: BLE001 (handed to the parent, raised there)
-                try:
-                    data = pickle.dumps((False, e, traceback.format_exc()))
-                except Exception as p:
-                    data = pickle.dumps((False, RuntimeError(f"{type(e).__name__}: {e} (not "
-                                                             f"picklable: {p})"), ""))
-                f.write(data)
-    except BaseException:  # noqa: BLE001 (a closed pipe: the parent has gone)
-        code = 1
-    finally:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the generator's cleanup runs whole
         try:
-            if items is not None:
-                items.close()  # its finally blocks, wherever it was suspended
+            os.close(read)
+            worker_signals()
+            signal.signal(signal.SIGTERM, _terminated)  # the generator's finally blocks run
+            items = gen(*args)
+            code = _stream(write, items)
         finally:
-            os._exit(code)
+            _ending = True
+    except BaseException:  # noqa: BLE001 (SIGTERM's SystemExit; a closed pipe: the parent has gone)
+        code = 1
+    try:
+        if items is not None:
+            items.close()  # its finally blocks, wherever it was suspended
+    finally:
+        os._exit(code)
+
+
+def _stream(write: int, items) -> int:
+    """Each item pickled to the parent as it is yielded, then an end mark; an exception
+    the generator raised is pickled instead (raised again in the parent). 0 when done."""
+    with os.fdopen(write, "wb") as f:
+        try:
+            for item in items:
+                pickle.dump((True, item, ""), f, protocol=pickle.HIGHEST_PROTOCOL)
+                f.flush()
+            pickle.dump((None, None, ""), f)
+        except SystemExit:  # SIGTERM: the parent is no longer reading
+            raise
+        except BaseException as e:  # noqa: BLE001 (handed to the parent, raised there)
+            try:
+                data = pickle.dumps((False, e, traceback.format_exc()))
+            except Exception as p:
+                data = pickle.dumps((False, RuntimeError(f"{type(e).__name__}: {e} (not "
+                                                         f"picklable: {p})"), ""))
+            f.write(data)
+    return 0

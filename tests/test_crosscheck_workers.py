@@ -187,6 +187,36 @@ def test_streamed_items_exceptions_and_an_early_end(tmp_path):
         os.waitpid(pid, os.WNOHANG)  # waited for: no zombie left
 
 
+@needs_fork
+def test_a_child_never_returns_into_its_parents_code():
+    """A forked child shares its parent's stack: an exception that escaped the child's own
+    code ran the parent's code on in a second process (seen in the suite: a pytest worker
+    cloned itself and ran tests twice). The parent's SIGTERM, sent as it leaves the block,
+    raised SystemExit in the child while it was ending. Here every signal.signal call in
+    the child is made slow, so the SIGTERM lands inside one; a fresh interpreter counts
+    which processes reach the end of the script."""
+    import subprocess
+    root = Path(__file__).resolve().parent.parent
+    script = ("import os, signal, time; from accounting import fork\n"
+              "parent = os.getpid(); real = signal.signal\n"
+              "def slow(*a):\n"
+              "    if os.getpid() != parent: time.sleep(0.05)\n"
+              "    return real(*a)\n"
+              "signal.signal = slow\n"
+              "for _ in range(5):\n"
+              "    try:  # as pytest catches a test's SystemExit and goes on\n"
+              "        with fork.Forked(divmod, 17, 5) as child:\n"
+              "            assert child.result() == (3, 2)\n"
+              "        with fork.Streamed(iter, (1, 2)) as child:\n"
+              "            assert list(child) == [1, 2]\n"
+              "    except BaseException as e:\n"
+              "        print('caught', type(e).__name__, os.getpid() == parent, flush=True)\n"
+              "print('end', os.getpid() == parent, flush=True)\n")
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                       timeout=120, env={**os.environ, "PYTHONPATH": str(root)})
+    assert (r.returncode, r.stdout) == (0, "end True\n"), (r.stdout, r.stderr[-500:])
+
+
 def test_workers_can_be_switched_off(monkeypatch):
     monkeypatch.setenv("ACCOUNTING_WORKERS", "0")
     assert not fork.available()
