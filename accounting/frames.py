@@ -46,46 +46,65 @@ def sweep(configs: Iterable[ModelConfig | str], seqs: Iterable[int], batch: int 
     Each config's closed forms are evaluated over all the contexts at once
     (accounting/grid.py): the same exact ints as analyze() at every point
     (tests/test_grid.py); shares are the exact ratios rounded once to float."""
-    from accounting.grid import component_grids
-    seqs = [int(t) for t in seqs]
-    cols: dict[str, list] = {k: [] for k in SWEEP_COLUMNS}
-    n = len(R.COMPONENTS)
+    import numpy as np
+
+    from accounting.grid import as_ints, component_grids
+    seqs = as_ints(seqs, "--ctx")
+    n, T = len(R.COMPONENTS), len(seqs)
+    parts: dict[str, list] = {k: [] for k in SWEEP_COLUMNS}
     for c in configs:
         config = _config(c)
-        if not seqs:
+        if not T:
             continue
-        flops = {}
-        for k in (R.EXECUTED, R.USEFUL):
-            grids = component_grids(config, seqs, (batch,), phase, k, R.COMPONENTS)
-            flops[k] = [grids[comp][:, 0].tolist() for comp in R.COMPONENTS]
-        totals = {k: [sum(x) for x in zip(*flops[k])] for k in flops}
         first = analyze(config, seqs[0], batch, phase)
-        params, active = first.param_count, first.active_param_count
-        ex, us = flops[R.EXECUTED], flops[R.USEFUL]
-        te, tu = totals[R.EXECUTED], totals[R.USEFUL]
-        rows = len(seqs) * n
-        cols["model"] += [config.name] * rows
-        cols["seq"] += [t for t in seqs for _ in range(n)]
-        cols["batch"] += [batch] * rows
-        cols["pass"] += [phase] * rows
-        cols["component"] += list(R.COMPONENTS) * len(seqs)
-        # int / int is the exact ratio rounded once (= float(Fraction(a, b)))
-        cols["flops"] += [ex[j][i] for i in range(len(seqs)) for j in range(n)]
-        cols["share"] += [ex[j][i] / te[i] for i in range(len(seqs)) for j in range(n)]
-        cols["useful_flops"] += [us[j][i] for i in range(len(seqs)) for j in range(n)]
-        cols["useful_share"] += [us[j][i] / tu[i] for i in range(len(seqs)) for j in range(n)]
-        cols["total_flops"] += [t for t in te for _ in range(n)]
-        cols["params"] += [params] * rows
-        cols["active_params"] += [active] * rows
-        cols["d_model"] += [config.d_model] * rows
-        cols["num_layers"] += [config.num_layers] * rows
-    df = pd.DataFrame(cols)
-    for col in ("flops", "useful_flops", "total_flops", "params", "active_params"):
-        df[col] = df[col].astype(object)
-    df["component"] = pd.Categorical(df["component"], categories=list(R.COMPONENTS), ordered=True)
-    return df
+        for k, flops_col, share_col in ((R.EXECUTED, "flops", "share"),
+                                         (R.USEFUL, "useful_flops", "useful_share")):
+            grids = component_grids(config, seqs, (batch,), phase, k, R.COMPONENTS)
+            m, total, share = _shares([grids[comp][:, 0] for comp in R.COMPONENTS])
+            parts[flops_col].append(m.ravel())  # row-major: per T, every component
+            parts[share_col].append(share.ravel())
+            if k == R.EXECUTED:
+                parts["total_flops"].append(np.repeat(total, n))
+        for col, value in (("model", config.name), ("batch", batch), ("pass", phase),
+                           ("params", first.param_count),
+                           ("active_params", first.active_param_count),
+                           ("d_model", config.d_model), ("num_layers", config.num_layers)):
+            parts[col].append(value)  # one per config: repeated below
+    rows = T * n
+    cols = {k: np.repeat(np.array(v, dtype=object), rows) if k in CONSTANT_PER_MODEL else
+            np.concatenate(v) if v else np.empty(0, dtype=object) for k, v in parts.items()}
+    models = len(parts["model"])
+    cols["seq"] = np.tile(np.repeat(np.array(seqs, dtype=np.int64), n), models)
+    cols["component"] = np.tile(np.arange(n, dtype=np.int8), T * models)
+    for col in ("batch", "d_model", "num_layers"):  # as pandas infers them from Python ints
+        cols[col] = cols[col].astype(np.int64)
+    for col in ("flops", "useful_flops", "total_flops"):  # exact Python ints
+        cols[col] = cols[col].astype(object)
+    for col in ("share", "useful_share"):
+        cols[col] = cols[col].astype(np.float64)
+    cols["component"] = pd.Categorical.from_codes(cols["component"],
+                                                  categories=list(R.COMPONENTS), ordered=True)
+    return pd.DataFrame(cols)
 
 
+def _shares(columns: list):
+    """(T × n matrix of the components' FLOPs, the per-T totals, each entry's exact share
+    rounded once to float). Below 2**53 every int converts to float exactly and IEEE
+    division rounds once, so numpy's float division equals Python's int / int (correctly
+    rounded); past it the ints are divided in Python."""
+    import numpy as np
+    wide = any(c.dtype == object for c in columns) or \
+        sum(int(c.max()) for c in columns) >= 2**53
+    m = np.stack([c.astype(object) if wide else c for c in columns], axis=1)
+    total = m.sum(axis=1)
+    if not wide:
+        return m, total, m / total[:, None]
+    share = np.array([[x / t for x in row] for row, t in zip(m.tolist(), total.tolist())],
+                     dtype=np.float64)
+    return m, total, share
+
+
+CONSTANT_PER_MODEL = {"model", "batch", "pass", "params", "active_params", "d_model", "num_layers"}
 SWEEP_COLUMNS = ("model", "seq", "batch", "pass", "component", "flops", "share", "useful_flops",
                  "useful_share", "total_flops", "params", "active_params", "d_model",
                  "num_layers")

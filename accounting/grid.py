@@ -22,12 +22,14 @@ architectures, windows and capacity factors included. numpy is imported on call.
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Iterable, Sequence
 from fractions import Fraction
 
 from accounting.analysis import check_workload
 from accounting.config import ModelConfig
-from accounting.ledger import check_seq, ledger
+from accounting.errors import UsageError
+from accounting.ledger import ledger
 from accounting.records import EXECUTED
 from accounting.symbols import Expr
 
@@ -52,27 +54,35 @@ def _branches(config: ModelConfig, symbols: set, seqs: Sequence[int]) -> list[tu
             ((t >= config.context_length,) if table else ()) for t in seqs]
 
 
-def _polynomials(config: ModelConfig, e: Expr, seqs: Sequence[int],
-                 keys: list[tuple]) -> dict[tuple, Expr]:
+def _polynomials(config: ModelConfig, e: Expr, first_t: dict[tuple, int]) -> dict[tuple, Expr]:
     """Branch -> the polynomial in B, T (and C) holding there, from partial() at the first
     T of the grid on that branch."""
     lg = ledger(config)
     out: dict[tuple, Expr] = {}
-    for t, key in zip(seqs, keys):
-        if key not in out:
-            branch = e
-            if "T_max" in e.symbols() and t >= config.context_length:
-                branch = e.substitute("T_max", ("T",))  # T_max = T on this branch
-            out[key] = branch.partial(lg.values(t, 1))
+    for key, t in first_t.items():
+        branch = e
+        if "T_max" in e.symbols() and t >= config.context_length:
+            branch = e.substitute("T_max", ("T",))  # T_max = T on this branch
+        out[key] = branch.partial(lg.values(t, 1))
     return out
 
 
+def as_ints(values: Iterable, flag: str) -> list[int]:
+    """Exact integers (numpy's included); a float or string is refused, not truncated."""
+    values = list(values)
+    try:
+        return [operator.index(v) for v in values]
+    except TypeError:
+        bad = next(v for v in values if not hasattr(v, "__index__"))
+        raise UsageError(f"{flag} must be a positive integer, got {bad!r}") from None
+
+
 def _validate(config: ModelConfig, seqs: Sequence[int], batches: Sequence[int]) -> None:
-    for t in set(seqs):
-        check_workload(t, batches[0], config)
-        check_seq(config, t)
-    for b in set(batches):
-        check_workload(seqs[0], b, config)
+    """analyze()'s checks on every point: each is a bound (positive, at most 10^15, within
+    a learned position table), so the grid's extremes are the only values that can fail."""
+    for t in {min(seqs), max(seqs)}:
+        for b in {min(batches), max(batches)}:
+            check_workload(t, b, config)
 
 
 def _bound(poly: Expr, seqs, batches, caps: dict) -> int:
@@ -97,7 +107,7 @@ def component_grids(config: ModelConfig, seqs: Iterable[int], batches: Iterable[
     """flops_grid for several components at once (None: all of them), the grid validated
     and its branches found once."""
     import numpy as np
-    seqs, batches = [int(t) for t in seqs], [int(b) for b in batches]
+    seqs, batches = as_ints(seqs, "--ctx"), as_ints(batches, "--batch")
     components = tuple(components)
     if not seqs or not batches:
         return {c: np.zeros((len(seqs), len(batches)), dtype=np.int64) for c in components}
@@ -105,9 +115,14 @@ def component_grids(config: ModelConfig, seqs: Iterable[int], batches: Iterable[
     exprs = {c: matmul_expr(config, phase, counting, c) for c in components}
     symbols = set().union(*(e.symbols() for e in exprs.values()))
     keys = _branches(config, symbols, seqs)
-    rows_of: dict[tuple, list[int]] = {}
-    for i, k in enumerate(keys):
-        rows_of.setdefault(k, []).append(i)
+    rows_of: dict[tuple, slice | list[int]] = {}  # branch -> its rows of the grid
+    if len(set(keys)) == 1:
+        rows_of[keys[0]] = slice(None)  # one closed form for the whole grid
+    else:
+        for i, k in enumerate(keys):
+            rows_of.setdefault(k, []).append(i)
+    first_t = {k: seqs[0] if isinstance(rows, slice) else seqs[rows[0]]
+               for k, rows in rows_of.items()}
     lg = ledger(config)
     caps: dict[str, int] = {}
     cap_values = None
@@ -117,21 +132,22 @@ def component_grids(config: ModelConfig, seqs: Iterable[int], batches: Iterable[
         cap_values = by_product
     out = {}
     for comp, e in exprs.items():
-        polys = _polynomials(config, e, seqs, keys)
+        polys = _polynomials(config, e, first_t)
         bound = max(_bound(p, seqs, batches, caps) for p in polys.values())
         scale = math.lcm(*{Fraction(c).denominator for p in polys.values()
                            for c in p.terms.values()})
         dtype = np.int64 if bound * scale <= INT64_MAX else object
         grid = np.zeros((len(seqs), len(batches)), dtype=dtype)
         B = np.array(batches, dtype=dtype)[None, :]
+        all_seqs = np.array(seqs, dtype=dtype)
         for key, poly in polys.items():
             rows = rows_of[key]
-            sym = {"B": B, "T": np.array([seqs[i] for i in rows], dtype=dtype)[:, None]}
+            sym = {"B": B, "T": all_seqs[rows][:, None]}
             if cap_values is not None:
                 for s in ("C", "E·C+1"):
-                    sym[s] = np.array([[cap_values[seqs[i] * b][s] for b in batches]
-                                       for i in rows], dtype=dtype)
-            acc = np.zeros((len(rows), len(batches)), dtype=dtype)
+                    sym[s] = np.array([[cap_values[t * b][s] for b in batches]
+                                       for t in all_seqs[rows].tolist()], dtype=dtype)
+            acc = np.zeros((len(sym["T"]), len(batches)), dtype=dtype)
             for factors, c in poly.terms.items():
                 term = np.full((1, 1), int(Fraction(c) * scale), dtype=dtype)
                 for s in factors:

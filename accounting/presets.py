@@ -6,47 +6,47 @@ figure beside it.
 """
 from __future__ import annotations
 
-import difflib
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING
 
-from accounting import hf_config
 from accounting.config import ModelConfig, read_json
 from accounting.errors import UsageError
 
-# Real checkpoints ship as their Hugging Face config.json: accounting/hf_configs/<id>.json.
-HF_IDS = ("openai-community/gpt2", "openai-community/gpt2-medium", "openai-community/gpt2-large",
-          "openai-community/gpt2-xl", "meta-llama/Llama-3.2-1B", "meta-llama/Llama-3.1-8B",
-          "mistralai/Mistral-7B-v0.1", "mistralai/Mistral-7B-v0.3", "mistralai/Mixtral-8x7B-v0.1",
-          "Qwen/Qwen2.5-0.5B", "Qwen/Qwen2.5-7B", "Qwen/Qwen3-0.6B", "Qwen/Qwen3-8B",
-          "Qwen/Qwen3-30B-A3B", "allenai/OLMo-2-1124-7B", "deepseek-ai/DeepSeek-V3")
-_HF_SOURCES: dict[str, hf_config.HFConfig] = {}
+if TYPE_CHECKING:
+    from accounting.hf_config import HFConfig
+
+_HF_SOURCES: dict[str, HFConfig] = {}
 
 
-def hf_source(name: str) -> hf_config.HFConfig | None:
-    """The shipped config.json of a preset that is a real checkpoint (None for the others)."""
+def hf_source(name: str) -> HFConfig | None:
+    """The shipped config.json of a preset that is a real checkpoint (None for the others),
+    read and translated on first use (accounting/hf_configs/<id>.json)."""
     if name not in HF_IDS:
         return None
     if name not in _HF_SOURCES:
-        path = hf_config.PACKAGED / f"{name}.json"
-        data, source = read_json(path)
+        from accounting import hf_config  # on first use: `import accounting` stays light
+        data, source = read_json(hf_config.PACKAGED / f"{name}.json")
         _HF_SOURCES[name] = hf_config.translate(data, f"shipped {name}.json", name, name)
     return _HF_SOURCES[name]
 
 
-def _cs336(name: str, num_layers: int, d_model: int, num_heads: int) -> ModelConfig:
+def _cs336(name: str, num_layers: int, d_model: int, num_heads: int) -> tuple[str, ModelConfig]:
     """GPT-2's shape (Radford et al. 2019) on the CS336 architecture: SwiGLU with three
     d_model×4·d_model matrices, RMSNorm, RoPE, untied head, no biases."""
-    return ModelConfig(vocab_size=50257, context_length=1024, num_layers=num_layers,
-                       d_model=d_model, num_heads=num_heads, d_ff=4 * d_model, name=name)
+    return name, ModelConfig(vocab_size=50257, context_length=1024, num_layers=num_layers,
+                             d_model=d_model, num_heads=num_heads, d_ff=4 * d_model, name=name)
 
 
-def _hf(hf_id: str) -> ModelConfig:
+def _hf(hf_id: str) -> tuple[str, None]:
     """A real checkpoint, from its config.json as shipped (accounting/hf_configs/<id>.json,
-    read by accounting/hf_config.py): the file is the one source of its architecture."""
-    return hf_source(hf_id).config
+    read by accounting/hf_config.py on first use): the file is the one source of its
+    architecture."""
+    return hf_id, None
 
 
-def _table() -> dict[str, ModelConfig]:
-    return {c.name: c for c in (
+def _table() -> dict[str, ModelConfig | None]:
+    """Name -> config, in the order --list shows; None: a real checkpoint, read on first use."""
+    return dict((
         # CS336 architecture at GPT-2's shapes (the course's GPT-2 XL question)
         _cs336("gpt2-small", 12, 768, 12),     # 190,460,160 parameters
         _cs336("gpt2-medium", 24, 1024, 16),   # 505,629,696
@@ -77,7 +77,7 @@ def _table() -> dict[str, ModelConfig]:
         # DeepSeek-V3: latent attention, 256 experts top-8 and a shared one, 3 dense layers;
         # the multi-token-prediction module is not counted (active: 37,552,282,624)
         _hf("deepseek-ai/DeepSeek-V3"),        # 671,026,404,352
-    )}
+    ))
 
 
 # What each preset is, for output headers and --list.
@@ -105,7 +105,33 @@ NOTES = {
 }
 
 
-PRESETS: dict[str, ModelConfig] = _table()
+_ROWS = _table()
+HF_IDS = tuple(name for name, config in _ROWS.items() if config is None)
+
+
+class _Presets(Mapping):
+    """The presets by name, as a read-only mapping. A real checkpoint's config.json is read
+    and translated when its name is first looked up, not at `import accounting` (16 files:
+    about 10 ms a process that needs none of them, e.g. a sweep of the CS336 shapes)."""
+
+    def __getitem__(self, name: str) -> ModelConfig:
+        config = _ROWS[name]
+        return config if config is not None else hf_source(name).config
+
+    def __contains__(self, name: object) -> bool:  # without reading the file
+        return name in _ROWS
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(_ROWS)
+
+    def __len__(self) -> int:
+        return len(_ROWS)
+
+    def __repr__(self) -> str:
+        return f"<{len(self)} presets: {', '.join(self)}>"
+
+
+PRESETS: Mapping[str, ModelConfig] = _Presets()
 
 
 def get_preset(name: str) -> ModelConfig:
@@ -113,6 +139,7 @@ def get_preset(name: str) -> ModelConfig:
     try:
         return PRESETS[name]
     except KeyError:
+        import difflib
         near = difflib.get_close_matches(name[:200], list(PRESETS), n=3, cutoff=0.0)
         shown = name if len(name) <= 40 else name[:39] + "…"
         raise UsageError(f"unknown model {shown!r}; closest presets: {', '.join(near)} "

@@ -17,6 +17,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.runner import byte_compile  # noqa: E402
+
 CASES = (
     ("gpt2-small", "--ctx", "1024"),
     ("gpt2-xl", "--ctx", "16384"),
@@ -38,6 +42,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--runs", type=int, default=15)
     n = p.parse_args().runs
+    byte_compile()  # as an installed copy has them (see benchmarks/runner.py)
     print(f"python -m accounting ... --no-verify: median of {n} runs, {os.cpu_count()} CPUs")
     print(f"{'case':<60} {'median':>9} {'min':>9} {'max':>9}")
     baseline = []

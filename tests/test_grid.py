@@ -101,6 +101,40 @@ def test_dataframe_sweep_equals_the_one_by_analyze():
             assert [type(x) for x in fast["flops"]] == [int] * len(fast)
 
 
+def test_sweep_shares_past_2_to_the_53():
+    """Past 2**53 FLOPs an int no longer converts to float exactly, so sweep() divides the
+    Python ints (the exact ratio rounded once) rather than numpy floats: GPT-2 XL's CS336
+    shape at T = 3·10^6 is about 3·10^18 forward (48·4·1600·T² for attention alone), past
+    2**53 yet within int64. At T = 3·10^6 + 2 and + 3 float(a) / float(b) differs from
+    a / b in the last bit for some components (found by a search over T; asserted below,
+    so this case can catch the numpy shortcut used past its range)."""
+    from accounting.frames import sweep, sweep_by_analysis
+    seqs = [1000, 3 * 10**6 + 2, 3 * 10**6 + 3]
+    fast, slow = sweep(["gpt2-xl"], seqs), sweep_by_analysis(["gpt2-xl"], seqs)
+    assert 2**63 > max(fast["total_flops"]) > 48 * 4 * 1600 * 9 * 10**12 > 2**53
+    assert fast.equals(slow)
+    flops, totals = list(fast["flops"]), list(fast["total_flops"])
+    assert list(fast["share"]) == [f / t for f, t in zip(flops, totals)]
+    assert any(float(f) / float(t) != f / t for f, t in zip(flops, totals))
+
+
+def test_sweeps_refuse_contexts_that_are_not_integers():
+    # A float is refused, not truncated (int(1024.5) would silently give 1024's count).
+    import numpy as np
+
+    from accounting import sweep
+    for seqs in ([1024.5], ["1024"], [1024, 2048.0]):
+        with pytest.raises(UsageError, match="--ctx must be a positive integer"):
+            sweep(["gpt2-small"], seqs)
+        with pytest.raises(UsageError, match="--ctx must be a positive integer"):
+            flops_grid(get_preset("gpt2-small"), seqs)
+    with pytest.raises(UsageError, match="--batch must be a positive integer"):
+        flops_grid(get_preset("gpt2-small"), [8], [2.5])
+    # numpy's integers are integers: 2·3·T·(…) exactly as for Python ints
+    assert (flops_grid(get_preset("gpt2-small"), np.array([8, 9]), np.array([3])) ==
+            flops_grid(get_preset("gpt2-small"), [8, 9], [3])).all()
+
+
 def test_sweep_carries_total_and_active_parameters():
     """Mixtral-8x7B-v0.1 by hand (its config.json: V = 32,000, d = 4,096, L = 32, 32 query
     and 8 KV heads of 128, 8 experts of width 14,336, top-2, untied head): per layer
