@@ -82,6 +82,8 @@ def sweep(configs: Iterable[ModelConfig | str], seqs: Iterable[int], batch: int 
         cols[col] = cols[col].astype(object)
     for col in ("share", "useful_share"):
         cols[col] = cols[col].astype(np.float64)
+    for col in ("model", "pass"):  # pandas' string dtype, as it infers for names (even none)
+        cols[col] = pd.array(cols[col], dtype="str")
     cols["component"] = pd.Categorical.from_codes(cols["component"],
                                                   categories=list(R.COMPONENTS), ordered=True)
     return pd.DataFrame(cols)

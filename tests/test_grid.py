@@ -118,6 +118,14 @@ def test_sweep_shares_past_2_to_the_53():
     assert any(float(f) / float(t) != f / t for f, t in zip(flops, totals))
 
 
+def test_an_empty_sweep_has_the_columns_and_dtypes_of_any_other():
+    from accounting import sweep
+    empty, one = sweep(["gpt2-small"], []), sweep(["gpt2-small"], [8])
+    assert len(empty) == 0 and len(one) == len(R.COMPONENTS)
+    assert list(empty.columns) == list(one.columns)
+    assert list(empty.dtypes) == list(one.dtypes)
+
+
 def test_sweeps_refuse_contexts_that_are_not_integers():
     # A float is refused, not truncated (int(1024.5) would silently give 1024's count).
     import numpy as np
