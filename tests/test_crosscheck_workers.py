@@ -7,6 +7,7 @@ that dies)."""
 import json
 import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -23,6 +24,15 @@ from test_architectures import variant
 SMALL = ModelConfig(vocab_size=50, context_length=16, num_layers=2, d_model=32, num_heads=4,
                     d_ff=40)
 needs_fork = pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def fresh_python(*args: str, env: dict | None = None, **kwargs) -> subprocess.CompletedProcess:
+    """`python *args` in a fresh interpreter importing this checkout, bounded by a timeout;
+    env adds variables (None removes one)."""
+    full = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+    return subprocess.run([sys.executable, *args], capture_output=True, timeout=120,
+                          env={k: v for k, v in full.items() if v is not None}, **kwargs)
 
 
 @needs_fork
@@ -140,15 +150,12 @@ def test_a_worker_forked_after_cpu_work_runs_cpu_ops():
     one too, as a notebook that computed something and then cross-checks a MoE config does
     (transformers' shrunk experts run on the CPU in the worker). Before fork.single_threaded
     the child waited forever; a fresh interpreter, bounded by a timeout."""
-    import subprocess
-    root = Path(__file__).resolve().parent.parent
     script = ("import torch; from accounting import fork\n"
               "torch.set_num_threads(2)\n"
               "def work():\n    a = torch.ones(256, 256); return int((a @ a).sum())\n"
               "assert work() == 256 ** 3\n"
               "with fork.Forked(work) as child:\n    print(child.result())\n")
-    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                       timeout=120, env={**os.environ, "PYTHONPATH": str(root)})
+    r = fresh_python("-c", script, text=True)
     assert (r.returncode, r.stdout) == (0, f"{256 ** 3}\n"), r.stderr[-500:]
 
 
@@ -195,8 +202,6 @@ def test_a_child_never_returns_into_its_parents_code():
     raised SystemExit in the child while it was ending. Here every signal.signal call in
     the child is made slow, so the SIGTERM lands inside one; a fresh interpreter counts
     which processes reach the end of the script."""
-    import subprocess
-    root = Path(__file__).resolve().parent.parent
     script = ("import os, signal, time; from accounting import fork\n"
               "parent = os.getpid(); real = signal.signal\n"
               "def slow(*a):\n"
@@ -212,8 +217,7 @@ def test_a_child_never_returns_into_its_parents_code():
               "    except BaseException as e:\n"
               "        print('caught', type(e).__name__, os.getpid() == parent, flush=True)\n"
               "print('end', os.getpid() == parent, flush=True)\n")
-    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                       timeout=120, env={**os.environ, "PYTHONPATH": str(root)})
+    r = fresh_python("-c", script, text=True)
     assert (r.returncode, r.stdout) == (0, "end True\n"), (r.stdout, r.stderr[-500:])
 
 
@@ -293,16 +297,11 @@ def test_a_callers_process_is_never_set_up_for_good(capsys):
 def test_python_m_accounting_ends_fast_with_every_byte(tmp_path):
     """The verified run as a process ends with os._exit (safe_io.end_process): its stdout,
     a file written with -o and its exit status are those of main() run in this process."""
-    import subprocess
     from accounting.cli import main
-    root = Path(__file__).resolve().parent.parent
     argv = ["gpt2-small", "--num-layers", "2", "--ctx", "16", "--pass", "train", "--verify"]
-    env = {**os.environ, "PYTHONPATH": str(root)}
-    env.pop("COLUMNS", None)
-    r = subprocess.run([sys.executable, "-m", "accounting", *argv], capture_output=True,
-                       env=env, timeout=120, cwd=tmp_path)
-    f = subprocess.run([sys.executable, "-m", "accounting", *argv, "-o", "out.txt"],
-                       capture_output=True, env=env, timeout=120, cwd=tmp_path)
+    r = fresh_python("-m", "accounting", *argv, env={"COLUMNS": None}, cwd=tmp_path)
+    f = fresh_python("-m", "accounting", *argv, "-o", "out.txt", env={"COLUMNS": None},
+                     cwd=tmp_path)
     mine = tmp_path / "mine.txt"
     assert main([*argv, "-o", str(mine)]) == 0
     assert (r.returncode, f.returncode) == (0, 0), (r.stderr, f.stderr)
@@ -311,10 +310,7 @@ def test_python_m_accounting_ends_fast_with_every_byte(tmp_path):
 
 
 def test_end_process_flushes_and_keeps_the_status():
-    import subprocess
-    root = Path(__file__).resolve().parent.parent
     script = ("import sys, torch; from accounting.safe_io import end_process; "
               "sys.stdout.write('x' * 100000); sys.stderr.write('done'); end_process(7)")
-    r = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=120,
-                       env={**os.environ, "PYTHONPATH": str(root), "PYTHONUNBUFFERED": ""})
+    r = fresh_python("-c", script, env={"PYTHONUNBUFFERED": ""})
     assert (r.returncode, r.stdout, r.stderr) == (7, b"x" * 100000, b"done")
