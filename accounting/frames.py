@@ -51,41 +51,49 @@ def sweep(configs: Iterable[ModelConfig | str], seqs: Iterable[int], batch: int 
     from accounting.grid import as_ints, component_grids
     seqs = as_ints(seqs, "--ctx")
     n, T = len(R.COMPONENTS), len(seqs)
-    parts: dict[str, list] = {k: [] for k in SWEEP_COLUMNS}
+    models: list[tuple] = []  # (config, its analysis at the first T): what is constant per model
+    counts: dict[str, list] = {k: [] for k in ("flops", "share", "useful_flops", "useful_share",
+                                              "total_flops")}
     for c in configs:
         config = _config(c)
         if not T:
             continue
-        first = analyze(config, seqs[0], batch, phase)
+        models.append((config, analyze(config, seqs[0], batch, phase)))
         for k, flops_col, share_col in ((R.EXECUTED, "flops", "share"),
                                          (R.USEFUL, "useful_flops", "useful_share")):
             grids = component_grids(config, seqs, (batch,), phase, k, R.COMPONENTS)
             m, total, share = _shares([grids[comp][:, 0] for comp in R.COMPONENTS])
-            parts[flops_col].append(m.ravel())  # row-major: per T, every component
-            parts[share_col].append(share.ravel())
+            counts[flops_col].append(m.ravel())  # row-major: per T, every component
+            counts[share_col].append(share.ravel())
             if k == R.EXECUTED:
-                parts["total_flops"].append(np.repeat(total, n))
-        for col, value in (("model", config.name), ("batch", batch), ("pass", phase),
-                           ("params", first.param_count),
-                           ("active_params", first.active_param_count),
-                           ("d_model", config.d_model), ("num_layers", config.num_layers)):
-            parts[col].append(value)  # one per config: repeated below
-    rows = T * n
-    cols = {k: np.repeat(np.array(v, dtype=object), rows) if k in CONSTANT_PER_MODEL else
-            np.concatenate(v) if v else np.empty(0, dtype=object) for k, v in parts.items()}
-    models = len(parts["model"])
-    cols["seq"] = np.tile(np.repeat(np.array(seqs, dtype=np.int64), n), models)
-    cols["component"] = np.tile(np.arange(n, dtype=np.int8), T * models)
-    for col in ("batch", "d_model", "num_layers"):  # as pandas infers them from Python ints
-        cols[col] = cols[col].astype(np.int64)
-    for col in ("flops", "useful_flops", "total_flops"):  # exact Python ints
-        cols[col] = cols[col].astype(object)
-    for col in ("share", "useful_share"):
-        cols[col] = cols[col].astype(np.float64)
-    for col in ("model", "pass"):  # pandas' string dtype, as it infers for names (even none)
-        cols[col] = pd.array(cols[col], dtype="str")
-    cols["component"] = pd.Categorical.from_codes(cols["component"],
-                                                  categories=list(R.COMPONENTS), ordered=True)
+                counts["total_flops"].append(np.repeat(total, n))
+
+    def per_model(value, dtype):  # one value per model, repeated over its T × n rows
+        return np.repeat(np.array([value(c, a) for c, a in models], dtype=dtype), T * n)
+
+    def stacked(col, dtype):  # exact Python ints (object) or float shares
+        parts = counts[col]
+        return np.concatenate(parts).astype(dtype) if parts else np.empty(0, dtype=dtype)
+
+    cols = {
+        # pandas' string dtype, as it infers for names (even for no rows)
+        "model": pd.array(per_model(lambda c, a: c.name, object), dtype="str"),
+        "seq": np.tile(np.repeat(np.array(seqs, dtype=np.int64), n), len(models)),
+        "batch": per_model(lambda c, a: batch, np.int64),
+        "pass": pd.array(per_model(lambda c, a: phase, object), dtype="str"),
+        "component": pd.Categorical.from_codes(np.tile(np.arange(n, dtype=np.int8),
+                                                       T * len(models)),
+                                               categories=list(R.COMPONENTS), ordered=True),
+        "flops": stacked("flops", object),
+        "share": stacked("share", np.float64),
+        "useful_flops": stacked("useful_flops", object),
+        "useful_share": stacked("useful_share", np.float64),
+        "total_flops": stacked("total_flops", object),
+        "params": per_model(lambda c, a: a.param_count, object),
+        "active_params": per_model(lambda c, a: a.active_param_count, object),
+        "d_model": per_model(lambda c, a: c.d_model, np.int64),
+        "num_layers": per_model(lambda c, a: c.num_layers, np.int64),
+    }
     return pd.DataFrame(cols)
 
 
@@ -105,11 +113,6 @@ def _shares(columns: list):
                      dtype=np.float64)
     return m, total, share
 
-
-CONSTANT_PER_MODEL = {"model", "batch", "pass", "params", "active_params", "d_model", "num_layers"}
-SWEEP_COLUMNS = ("model", "seq", "batch", "pass", "component", "flops", "share", "useful_flops",
-                 "useful_share", "total_flops", "params", "active_params", "d_model",
-                 "num_layers")
 
 
 def sweep_by_analysis(configs: Iterable[ModelConfig | str], seqs: Iterable[int], batch: int = 1,
