@@ -6,10 +6,13 @@
     CPU (saved_tensors_hooks, storages counted once, parameters excluded), module by module;
   * FLOPs: analytic = fvcore ×2 = FlopCounterMode = op counter, forward and backward, per
     component and per block, for every preset and for 200 random architectures (every
-    field of the spec toggled, small sizes).
+    field of the spec toggled, small sizes). The variants run here, in the caller's process
+    as a notebook runs them; the real checkpoints and the random architectures in a forked
+    process set up as `--verify`'s and the report's are (prepared_cross_checks).
 Expected values come from the running model (autograd's saved tensors, torch's counters);
 the ledger is built without torch, from the spec alone.
 """
+import functools
 import random
 import weakref
 from collections import Counter, defaultdict
@@ -205,8 +208,45 @@ SLOW_PRESETS = ("Qwen/Qwen3-30B-A3B", "deepseek-ai/DeepSeek-V3", "mistralai/Mixt
                                   if not n.startswith("gpt2-") and n not in SLOW_PRESETS])
 def test_real_checkpoints_agree_exactly(name):
     # the CS336 presets run in test_crosscheck.py; these at 256 tokens, forward and backward
-    result = cross_check(analyze(PRESETS[name], 256, 1, "train"))
+    [result] = prepared_cross_checks([(PRESETS[name], 256, 1)])
     assert result.agrees, result.summary()
+
+
+def _checks(workloads):
+    """The child's side of prepared_cross_checks: set up for good, then one result each."""
+    import os
+    from accounting.crosscheck.measure import prepare_process
+    os.environ["ACCOUNTING_WORKERS"] = "0"  # this child is the worker: fvcore runs in it
+    prepare_process()
+    for c, T, B in workloads:
+        yield cross_check(analyze(c, T, B, "train"))
+
+
+@functools.cache
+def _warm_up():
+    """torch's lazy imports and first-call set-up paid once here, before the forks, as the
+    report's pool does (accounting/reporting/checks.py, WARM_UP), not once in each child."""
+    from accounting.crosscheck.measure import measure
+    from accounting.reporting.checks import WARM_UP
+    measure(WARM_UP, 8, phase="train", parallel=False)
+
+
+def prepared_cross_checks(workloads):
+    """cross_check(analyze(c, T, B, "train")) for each workload, run in one forked child set
+    up for good as the CLI's process and the report's workers are (measure.prepare_process:
+    torch's C++ meta kernels, no tracer source locations): what `--verify` and the report
+    run, and about half the CPU time of a caller's process (Python meta kernels), where the
+    variants above and tests/test_crosscheck.py run. One fork for all the workloads (a fork
+    per check cost more than these tiny models' checks); both set-ups are compared count by
+    count in tests/test_crosscheck_workers.py. In-process where no worker can be forked."""
+    from accounting import fork
+    if not fork.available():
+        return [cross_check(analyze(c, T, B, "train")) for c, T, B in workloads]
+    _warm_up()
+    with fork.Streamed(_checks, list(workloads)) as child:
+        results = list(child)
+    assert len(results) == len(workloads), f"the worker ended after {len(results)} checks"
+    return results
 
 
 def random_configs(n: int, seed: int = 2026):
@@ -254,13 +294,9 @@ def test_the_random_configs_toggle_every_field():
 
 
 @pytest.mark.parametrize("chunk", range(10))
-def test_200_random_architectures_agree_exactly(chunk, monkeypatch):
-    # fvcore in-process, not in a forked worker: these models are tiny, so the fork is most
-    # of a check's cost (200 forks: about 18 of these tests' 78 CPU seconds were system
-    # time), and the suite's own workers already use every core. Worker and in-process
-    # counts are compared in tests/test_crosscheck_workers.py.
-    monkeypatch.setenv("ACCOUNTING_WORKERS", "0")
-    for c, T, B in RANDOM[chunk::10]:
-        result = cross_check(analyze(c, T, B, "train"))
+def test_200_random_architectures_agree_exactly(chunk):
+    workloads = RANDOM[chunk::10]
+    for (c, T, B), result in zip(workloads, prepared_cross_checks(workloads)):
+        assert (result.seq, result.batch, result.phase) == (T, B, "train")  # in order
         assert result.agrees, (c, T, B, result.summary())
         assert all(layer.agreeing == layer.layers for layer in result.layers)
