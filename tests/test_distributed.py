@@ -35,7 +35,7 @@ def measured(tmp_path_factory):
                          capture_output=True, text=True, timeout=600)
     assert out.exists(), run.stderr[-4000:]
     data = json.loads(out.read_text())
-    return {"results": data, "stdout": run.stdout, "code": run.returncode}
+    return {"results": data, "stdout": run.stdout, "stderr": run.stderr, "code": run.returncode}
 
 
 def by_label(measured, label):
@@ -47,6 +47,33 @@ def by_label(measured, label):
 def collective(m, group, op, phase):
     return next((c for c in m["collectives"]
                  if (c["group"], c["op"], c["phase"]) == (group, op, phase)), None)
+
+
+def test_no_rank_prints_torch_s_known_warnings(measured):
+    # before accounting.distcheck.measure.quiet_known_warnings, about 40 lines of three
+    # torch warnings came before the answer; any other warning would still show here
+    assert "Warning" not in measured["stderr"], measured["stderr"][-4000:]
+
+
+def test_only_the_known_warnings_are_hidden():
+    import warnings
+    from accounting.distcheck.measure import quiet_known_warnings
+    said = [(UserWarning, "Full backward hook is firing when gradients are computed with "
+                          "respect to module outputs since no inputs require gradients. See ..."),
+            (UserWarning, "FSDP2-wrapped module (FSDPTransformerLM) returned a view tensor. An "
+                          "in-place op on this view ..."),
+            (FutureWarning, "`isinstance(treespec, LeafSpec)` is deprecated, use ..."),
+            (UserWarning, "FSDP2-wrapped module (FSDPTransformerLM) did something else"),
+            (DeprecationWarning, "Full backward hook is firing when gradients are computed "
+                                 "with respect to module outputs since no inputs require "
+                                 "gradients"),
+            (UserWarning, "any other warning")]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        quiet_known_warnings()
+        for category, message in said:
+            warnings.warn(message, category)
+    assert [(w.category, str(w.message)) for w in caught] == said[3:]
 
 
 def test_every_rank_agrees_with_the_plan(measured):

@@ -20,7 +20,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.distributed.device_mesh import init_device_mesh
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
-from accounting.distcheck.measure import Case, run_step, state_bytes
+from accounting.distcheck.measure import Case, quiet_known_warnings, run_step, state_bytes
 from accounting.distcheck.parallelize import fully_shard_model, tensor_parallel
 
 
@@ -63,6 +63,7 @@ def run_case(case: Case) -> dict:
 
 
 def _child(case: Case, conn) -> None:
+    quiet_known_warnings()
     try:
         conn.send(json.dumps(run_case(case)))
     except BaseException as e:  # the parent reports it

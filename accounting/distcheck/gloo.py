@@ -23,7 +23,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from accounting.distcheck.measure import Case, run_step, state_bytes
+from accounting.distcheck.measure import Case, quiet_known_warnings, run_step, state_bytes
 
 # Steps before the measured one: DDP rebuilds its buckets at the start of its second step
 # (broadcasting their layout), so its third step is the steady one; the others settle after one.
@@ -193,6 +193,7 @@ def engine_of(case: Case) -> str:
 def _worker(rank: int, world: int, port: int, cases: list[dict], out_dir: str) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
+    quiet_known_warnings()
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
         for i, c in enumerate(cases):
