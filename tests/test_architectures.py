@@ -212,14 +212,18 @@ def test_real_checkpoints_agree_exactly(name):
     assert result.agrees, result.summary()
 
 
+def _check(workload):
+    c, T, B = workload
+    return cross_check(analyze(c, T, B, "train"))
+
+
 def _checks(workloads):
-    """The child's side of prepared_cross_checks: set up for good, then one result each."""
-    import os
-    from accounting.crosscheck.measure import prepare_process
-    os.environ["ACCOUNTING_WORKERS"] = "0"  # this child is the worker: fvcore runs in it
-    prepare_process()
-    for c, T, B in workloads:
-        yield cross_check(analyze(c, T, B, "train"))
+    """The child's side of prepared_cross_checks: set up for good as a report worker is
+    (fvcore in this child, no nested fork), then one result each."""
+    from accounting.reporting.checks import start_worker
+    start_worker()
+    for w in workloads:
+        yield _check(w)
 
 
 @functools.cache
@@ -241,7 +245,7 @@ def prepared_cross_checks(workloads):
     count in tests/test_crosscheck_workers.py. In-process where no worker can be forked."""
     from accounting import fork
     if not fork.available():
-        return [cross_check(analyze(c, T, B, "train")) for c, T, B in workloads]
+        return [_check(w) for w in workloads]
     _warm_up()
     with fork.Streamed(_checks, list(workloads)) as child:
         results = list(child)

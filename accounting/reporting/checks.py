@@ -33,7 +33,9 @@ def _timed(workload: tuple[ModelConfig, int]):
     return workload, result, time.perf_counter() - t
 
 
-def _worker_start() -> None:
+def start_worker() -> None:
+    """A forked check worker's set-up, for good (the report's pool, the tests' prepared
+    checks): signals as a worker's, no nested fork, torch set up as the CLI's process."""
     from accounting import fork
     fork.worker_signals()  # Ctrl-C is the report's to decide; terminate() ends the worker
     os.environ["ACCOUNTING_WORKERS"] = "0"  # this worker is the parallelism: no nested fork
@@ -53,7 +55,7 @@ def _pool(order: list, n: int):
     process, yield each check as it finishes; the workers end with it."""
     import multiprocessing
     from accounting import fork
-    _worker_start()
+    start_worker()
     run_check(WARM_UP, 8)
     pool = None
     try:
