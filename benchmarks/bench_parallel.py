@@ -30,7 +30,7 @@ CASES = (
 
 def _cold() -> None:
     """Forget every cached ledger, split and partial result (a fresh process's state)."""
-    from accounting import ledger
+    from accounting.ledger import ledger
     from accounting.planning.parallel import activations, shards, step
     for f in (ledger.ledger, ledger.unfolded_ledger, shards.split, activations._rows,
               step._matmuls):

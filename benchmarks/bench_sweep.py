@@ -2,7 +2,7 @@
 
     python benchmarks/bench_sweep.py [--runs 5]
 
-Goals (issue 12): the vectorised closed forms (accounting.grid.flops_grid) evaluate at
+Goals (issue 12): the vectorised closed forms (accounting.analysis.grid.flops_grid) evaluate at
 least 10^6 (config, T, B) total-FLOPs points per second on grids of contexts × batches;
 `accounting.sweep` of 4 presets × 1,000 contexts (a DataFrame) takes at most 0.35 s in a
 fresh process, pandas' import included. Peers measured in the same run: analyze() in a
@@ -23,9 +23,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from accounting import analyze, get_preset, render  # noqa: E402
-from accounting.grid import flops_grid  # noqa: E402
-from accounting.table import Table  # noqa: E402
+from accounting import analyze, get_preset  # noqa: E402
+from accounting.present import render
+from accounting.analysis.grid import flops_grid  # noqa: E402
+from accounting.present.table import Table  # noqa: E402
 from benchmarks.runner import interleaved, machine, python  # noqa: E402
 
 PRESETS = ("gpt2-small", "gpt2-medium", "gpt2-large", "gpt2-xl")
@@ -60,7 +61,7 @@ def in_process(runs: int) -> Table:
     grid = _median_time(lambda: [flops_grid(c, GRID_SEQS, GRID_BATCHES) for c in configs], runs)
     train = _median_time(lambda: [flops_grid(c, GRID_SEQS, GRID_BATCHES, "train")
                                   for c in configs], runs)
-    from accounting.frames import sweep, sweep_by_analysis
+    from accounting.present.frames import sweep, sweep_by_analysis
     old = _median_time(lambda: sweep_by_analysis(PRESETS, FRAME_SEQS), runs)
     new = _median_time(lambda: sweep(PRESETS, FRAME_SEQS), runs)
     peer = loop_points / loop

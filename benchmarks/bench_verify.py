@@ -38,8 +38,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from accounting import PRESETS, analyze, get_preset, render  # noqa: E402
-from accounting.table import Table  # noqa: E402
+from accounting import PRESETS, analyze, get_preset  # noqa: E402
+from accounting.present import render
+from accounting.present.table import Table  # noqa: E402
 from accounting.units import grouped  # noqa: E402
 from benchmarks.runner import interleaved, machine, python  # noqa: E402
 
@@ -97,7 +98,7 @@ def floor_table(runs: int, model: str = "gpt2-xl", ctx: int = 16384) -> Table:
                         "tables, then fvcore, FlopCounterMode and the op counter, compared (exit "
                         "0: all agree). The goal is against the floor as the issue defines it.",
                         "No teardown: the check ends with os._exit once its output is flushed "
-                        "(accounting/safe_io.py, end_process), skipping the interpreter's "
+                        "(accounting/runtime/safe_io.py, end_process), skipping the interpreter's "
                         "teardown of torch, which the floor pays; the floor run the same way is "
                         "the stricter peer, shown in its own column.",
                         "CPU s: user + system seconds of the run, its worker included (the work "

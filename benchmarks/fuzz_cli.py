@@ -50,7 +50,7 @@ STDOUTS = ("pipe",) * 12 + ("closed", "full", "reader-goes-away", "stderr-closed
 
 # Slow commands a Ctrl-C can land in: the cross-check (seconds) and the report. (argv,
 # when): a number of seconds after the start, drawn at random up to it; "workers": once the
-# run has forked a worker (fvcore's trace in accounting/fork.py, transformers' model, the
+# run has forked a worker (fvcore's trace in accounting/runtime/fork.py, transformers' model, the
 # report's pool of cross-checks in accounting/reporting/checks.py), a random moment of up
 # to 3 s later. Odd runs signal only the main process, even ones the whole process group,
 # as a terminal's Ctrl-C does (the workers get SIGINT too).

@@ -47,7 +47,7 @@ def main() -> int:
         logits = model(ids)
         F.cross_entropy(logits.reshape(-1, logits.shape[-1]), ids.reshape(-1)).backward()
     if ns.no_teardown:
-        from accounting.safe_io import end_process
+        from accounting.runtime.safe_io import end_process
         end_process(0)  # exactly as the CLI ends
     return 0
 

@@ -1,10 +1,10 @@
 """Building blocks of the Transformer LM (CS336 assignment 1, sections 3.4-3.5), and the
-variants the architecture spec (accounting/config.py) can switch on: biases, LayerNorm,
+variants the architecture spec (accounting/spec/config.py) can switch on: biases, LayerNorm,
 GELU activations, a plain two-matrix MLP and gated MLPs other than SwiGLU.
 
 Shape names used throughout: batch seq d_model d_ff vocab heads d_k.
 Comments like `# x: (... d_in)` are jaxtyping-style shape annotations. The exact op
-sequence of each forward() is what the analytic ledger (accounting/builder.py) assumes.
+sequence of each forward() is what the analytic ledger (accounting/ledger/builder/) assumes.
 """
 
 import math
@@ -14,8 +14,8 @@ import torch
 from einops import einsum, rearrange
 from torch import nn
 
-from accounting.config import MLPS
-from accounting.config import default_d_ff as _spec_default_d_ff
+from accounting.spec.config import MLPS
+from accounting.spec.config import default_d_ff as _spec_default_d_ff
 
 
 def check_positive_int(name: str, value) -> None:
@@ -152,7 +152,7 @@ ACTIVATIONS = {"silu": silu, "gelu_tanh": gelu_tanh, "gelu": gelu}
 
 def default_d_ff(d_model: int) -> int:
     """8/3 * d_model rounded up to a multiple of 64, in integer arithmetic (no float rounding);
-    the one definition lives in the spec (accounting/config.py)."""
+    the one definition lives in the spec (accounting/spec/config.py)."""
     check_positive_int("d_model", d_model)
     return _spec_default_d_ff(d_model)
 
@@ -205,7 +205,7 @@ class MLP(nn.Module):
 
 
 def feed_forward(mlp: str, d_model, d_ff, device=None, dtype=None, bias=False) -> nn.Module:
-    """The MLP the spec names ("swiglu", "geglu", "gelu", "gelu_tanh"; accounting.config.MLPS)."""
+    """The MLP the spec names ("swiglu", "geglu", "gelu", "gelu_tanh"; accounting.spec.config.MLPS)."""
     if mlp not in MLPS:
         raise ValueError(f"mlp must be one of {', '.join(MLPS)}, got {mlp!r}")
     kind = MLPS[mlp]

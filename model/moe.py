@@ -22,7 +22,7 @@ import torch
 from einops import einsum
 from torch import nn
 
-from accounting.config import expert_capacity
+from accounting.spec.config import expert_capacity
 
 from .attention import softmax
 from .layers import ACTIVATIONS, GatedMLP, Linear, check_positive_int

@@ -1,14 +1,14 @@
 """Pre-norm Transformer block and the full decoder-only LM (section 3.6).
 
 The course's model is the default of every keyword-only argument; the others build the
-architectures of accounting/config.py's spec (TransformerLM.from_config).
+architectures of accounting/spec/config.py's spec (TransformerLM.from_config).
 """
 
 import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from accounting.config import MLPS
+from accounting.spec.config import MLPS
 
 from .attention import CausalMultiHeadSelfAttention
 from .latent_attention import LatentAttention
@@ -153,7 +153,7 @@ class TransformerLM(nn.Module):
 
     @classmethod
     def from_config(cls, config, context_length=None, device=None, dtype=None):
-        """The model of an accounting.config.ModelConfig (its spec: which operations run).
+        """The model of an accounting.spec.config.ModelConfig (its spec: which operations run).
         context_length overrides the config's (a longer RoPE table, for T > context_length)."""
         kwargs = config.model_kwargs()
         if context_length is not None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from accounting.cli import main
+from accounting.cli.main import main
 
 
 def run(capsys, *argv):

@@ -18,7 +18,7 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "slow: a long end-to-end check, scheduled first")
     # Ctrl-C as a terminal user has it. A shell without job control starts a background
     # job (`cmd &`, nohup) with SIGINT ignored, and an ignored SIGINT stays ignored in the
-    # tool by design (accounting/safe_io.py) and in every process the tests start: the
+    # tool by design (accounting/runtime/safe_io.py) and in every process the tests start: the
     # Ctrl-C tests would then see a run that nothing interrupts. This process (and each
     # xdist worker) takes Python's own handler back; children then start with the default.
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
@@ -31,6 +31,6 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(autouse=True)
 def _whole_lines(monkeypatch):
-    """Text output fits COLUMNS when it is set (accounting.safe_io.terminal_width); the tests
+    """Text output fits COLUMNS when it is set (accounting.runtime.safe_io.terminal_width); the tests
     parse whole lines, as a file or a pipe gets them, whatever the shell exports."""
     monkeypatch.delenv("COLUMNS", raising=False)

@@ -3,7 +3,7 @@ sliding-window model_types, written as transformers writes them, with what each 
 derived by hand from transformers 5.23.0's modeling files — never from the tool's tables.
 
 Shared by tests/test_hf_moe.py (the translation, the ledger, model/ and transformers' own
-model). The hand algebra below is written independently of accounting/builder.py.
+model). The hand algebra below is written independently of accounting/ledger/builder/.
 """
 from __future__ import annotations
 

@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from accounting import analyze, get_preset
-from accounting.config import ModelConfig
-from accounting.records import ATTN_CORE, ATTN_PROJ, FFN, LM_HEAD
+from accounting.spec.config import ModelConfig
+from accounting.ledger.records import ATTN_CORE, ATTN_PROJ, FFN, LM_HEAD
 
 
 def hand_forward(L, d, h, d_ff, V, T, B, useful=False):

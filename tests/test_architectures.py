@@ -23,9 +23,10 @@ torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
 from accounting import analyze  # noqa: E402
-from accounting.config import MLPS, NORM_PLACEMENTS, NORMS, POSITIONS, PRESETS, QK_NORMS, ModelConfig  # noqa: E402
+from accounting.spec.config import (MLPS, NORM_PLACEMENTS, NORMS, POSITIONS, QK_NORMS, ModelConfig)  # noqa: E402
+from accounting.spec.presets import PRESETS
 from accounting.crosscheck import cross_check  # noqa: E402
-from accounting.ledger import ledger  # noqa: E402
+from accounting.ledger.ledger import ledger  # noqa: E402
 from model import TransformerLM  # noqa: E402
 
 BASE = dict(vocab_size=37, context_length=8, num_layers=2, d_model=24, num_heads=2, d_ff=40)
@@ -243,7 +244,7 @@ def prepared_cross_checks(workloads):
     variants above and tests/test_crosscheck.py run. One fork for all the workloads (a fork
     per check cost more than these tiny models' checks); both set-ups are compared count by
     count in tests/test_crosscheck_workers.py. In-process where no worker can be forked."""
-    from accounting import fork
+    from accounting.runtime import fork
     if not fork.available():
         return [_check(w) for w in workloads]
     _warm_up()

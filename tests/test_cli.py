@@ -161,8 +161,8 @@ def test_import_is_light():
 def test_presets_read_their_config_json_when_first_looked_up():
     # Real checkpoints' config.json files are read and translated on first lookup, not at
     # `import accounting`; membership, order and length need none of them.
-    code = ("import sys, accounting; from accounting import presets; P = accounting.PRESETS; "
-            "print('accounting.hf_config' in sys.modules, len(P) == len(list(P)) > 16, "
+    code = ("import sys, accounting; from accounting.spec import presets; P = accounting.PRESETS; "
+            "print('accounting.spec.hf_config' in sys.modules, len(P) == len(list(P)) > 16, "
             "'Qwen/Qwen3-8B' in P, 'gpt2' in P, 'openai-community/gpt2' in list(P), "
             "len(presets._HF_SOURCES)); "
             "c = P['Qwen/Qwen3-8B']; "

@@ -13,8 +13,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from accounting import ModelConfig, analyze, get_preset, render
-from accounting.cli import main
+from accounting import ModelConfig, analyze, get_preset
+from accounting.present import render
+from accounting.cli.main import main
 from accounting.crosscheck import cross_check, measure
 from accounting.crosscheck.compare import TOTAL, compare
 

@@ -16,7 +16,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from accounting import ModelConfig, get_preset
-from accounting import fork
+from accounting.runtime import fork
 from accounting.crosscheck.dispatch import OpCounter, counting
 from accounting.crosscheck.measure import build_model, measure
 from test_architectures import variant
@@ -150,7 +150,7 @@ def test_a_worker_forked_after_cpu_work_runs_cpu_ops():
     one too, as a notebook that computed something and then cross-checks a MoE config does
     (transformers' shrunk experts run on the CPU in the worker). Before fork.single_threaded
     the child waited forever; a fresh interpreter, bounded by a timeout."""
-    script = ("import torch; from accounting import fork\n"
+    script = ("import torch; from accounting.runtime import fork\n"
               "torch.set_num_threads(2)\n"
               "def work():\n    a = torch.ones(256, 256); return int((a @ a).sum())\n"
               "assert work() == 256 ** 3\n"
@@ -202,7 +202,7 @@ def test_a_child_never_returns_into_its_parents_code():
     raised SystemExit in the child while it was ending. Here every signal.signal call in
     the child is made slow, so the SIGTERM lands inside one; a fresh interpreter counts
     which processes reach the end of the script."""
-    script = ("import os, signal, time; from accounting import fork\n"
+    script = ("import os, signal, time; from accounting.runtime import fork\n"
               "parent = os.getpid(); real = signal.signal\n"
               "def slow(*a):\n"
               "    if os.getpid() != parent: time.sleep(0.05)\n"
@@ -236,7 +236,7 @@ def test_transformers_counter_in_a_worker_counts_the_same(name, monkeypatch):
     from hf_examples import CONFIGS
     from accounting import analyze
     from accounting.crosscheck import cross_check
-    from accounting.hf_config import translate
+    from accounting.spec.hf_config import translate
     hf = translate(CONFIGS[name], "t", name)
     a = analyze(hf.config, 8, 2, "train")
     forked = cross_check(a, hf=hf)
@@ -270,7 +270,7 @@ def test_the_whole_check_is_the_same_in_a_process_set_up_for_good(name, monkeypa
     from hf_moe_examples import CONFIGS as MOE
     from accounting import analyze
     from accounting.crosscheck import cross_check
-    from accounting.hf_config import translate
+    from accounting.spec.hf_config import translate
     monkeypatch.setenv("ACCOUNTING_WORKERS", "0")  # one process each side: nothing nested
     hf = translate({**CONFIGS, **MOE}[name], "t", name)
     a = analyze(hf.config, 8, 2, "train")
@@ -286,7 +286,7 @@ def test_the_whole_check_is_the_same_in_a_process_set_up_for_good(name, monkeypa
 def test_a_callers_process_is_never_set_up_for_good(capsys):
     """main(argv) from a caller (a notebook, these tests) leaves torch as it was: only the
     process the CLI owns (argv None) takes the C++ meta kernels and the tracer switch."""
-    from accounting.cli import main
+    from accounting.cli.main import main
     from accounting.crosscheck import metakernels, tracer
     kept, callback = list(metakernels._kept), tracer._callback
     assert main(["gpt2-small", "--num-layers", "2", "--ctx", "16", "--verify"]) == 0
@@ -297,7 +297,7 @@ def test_a_callers_process_is_never_set_up_for_good(capsys):
 def test_python_m_accounting_ends_fast_with_every_byte(tmp_path):
     """The verified run as a process ends with os._exit (safe_io.end_process): its stdout,
     a file written with -o and its exit status are those of main() run in this process."""
-    from accounting.cli import main
+    from accounting.cli.main import main
     argv = ["gpt2-small", "--num-layers", "2", "--ctx", "16", "--pass", "train", "--verify"]
     r = fresh_python("-m", "accounting", *argv, env={"COLUMNS": None}, cwd=tmp_path)
     f = fresh_python("-m", "accounting", *argv, "-o", "out.txt", env={"COLUMNS": None},
@@ -310,7 +310,7 @@ def test_python_m_accounting_ends_fast_with_every_byte(tmp_path):
 
 
 def test_end_process_flushes_and_keeps_the_status():
-    script = ("import sys, torch; from accounting.safe_io import end_process; "
+    script = ("import sys, torch; from accounting.runtime.safe_io import end_process; "
               "sys.stdout.write('x' * 100000); sys.stderr.write('done'); end_process(7)")
     r = fresh_python("-c", script, env={"PYTHONUNBUFFERED": ""})
     assert (r.returncode, r.stdout, r.stderr) == (7, b"x" * 100000, b"done")

@@ -1,4 +1,4 @@
-"""Each literature formula (accounting/formulas.py) against its own paper's published numbers.
+"""Each literature formula (accounting/literature/formulas.py) against its own paper's published numbers.
 
 Expected values are the papers' printed figures (table or equation cited on each test), not
 our implementation's output. Where a paper prints a rounded number, the test asks whether
@@ -9,7 +9,7 @@ from fractions import Fraction
 
 import pytest
 
-from accounting import formulas as f
+from accounting.literature import formulas as f
 
 DAY = 86400
 

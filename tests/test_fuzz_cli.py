@@ -25,7 +25,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, seed, settings
 from hypothesis import strategies as st
 
-from accounting.cli import main
+from accounting.cli.main import main
 
 ENCODINGS = ("utf-8", "utf-8", "ascii", "latin-1")
 WIDTHS = (None, None, "40", "100", "junk")

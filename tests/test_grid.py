@@ -1,4 +1,4 @@
-"""The vectorised closed forms (accounting/grid.py) and the DataFrame sweep built on them
+"""The vectorised closed forms (accounting/analysis/grid.py) and the DataFrame sweep built on them
 equal analyze() point by point, exactly.
 
 The reference is analyze(config, T, B, phase, counting), which sums every ledger row of
@@ -13,9 +13,9 @@ import random
 import pytest
 
 from accounting import PRESETS, ModelConfig, analyze, get_preset
-from accounting import records as R
-from accounting.errors import UsageError
-from accounting.grid import component_grids, flops_grid
+from accounting.ledger import records as R
+from accounting.runtime.errors import UsageError
+from accounting.analysis.grid import component_grids, flops_grid
 from test_architectures import BASE, VARIANTS, variant
 
 COUNTINGS = (R.EXECUTED, R.USEFUL)
@@ -88,7 +88,7 @@ def test_the_grid_refuses_what_analyze_refuses():
 
 
 def test_dataframe_sweep_equals_the_one_by_analyze():
-    from accounting.frames import sweep, sweep_by_analysis
+    from accounting.present.frames import sweep, sweep_by_analysis
     configs = ["gpt2-small", "openai-community/gpt2", variant("window_alternating"),
                variant("moe_capacity"), variant("mla_window_moe")]
     rng = random.Random(7)
@@ -108,7 +108,7 @@ def test_sweep_shares_past_2_to_the_53():
     2**53 yet within int64. At T = 3·10^6 + 2 and + 3 float(a) / float(b) differs from
     a / b in the last bit for some components (found by a search over T; asserted below,
     so this case can catch the numpy shortcut used past its range)."""
-    from accounting.frames import sweep, sweep_by_analysis
+    from accounting.present.frames import sweep, sweep_by_analysis
     seqs = [1000, 3 * 10**6 + 2, 3 * 10**6 + 3]
     fast, slow = sweep(["gpt2-xl"], seqs), sweep_by_analysis(["gpt2-xl"], seqs)
     assert 2**63 > max(fast["total_flops"]) > 48 * 4 * 1600 * 9 * 10**12 > 2**53

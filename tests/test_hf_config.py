@@ -13,11 +13,11 @@ import pytest
 
 from accounting import analyze
 from cli_run import run
-from accounting.config import config_from_json
-from accounting.errors import UsageError
-from accounting import hf_config
-from accounting.hf_config import TYPES, HFType, for_transformers, register, translate
-from accounting.presets import PRESETS, hf_source
+from accounting.spec.loaders import config_from_json
+from accounting.runtime.errors import UsageError
+from accounting.spec import hf_config
+from accounting.spec.hf_config import TYPES, HFType, for_transformers, register, translate
+from accounting.spec.presets import PRESETS, hf_source
 from hf_examples import CONFIGS, DELETE, SHAPES, params_by_hand, write_config
 
 
@@ -65,7 +65,7 @@ def test_cli_reads_a_config_json_and_says_what_it_read(capsys, tmp_path):
 
 def test_the_analytic_path_imports_neither_torch_nor_transformers(tmp_path):
     p = write(tmp_path, "llama")
-    code = ("import sys; from accounting.cli import main; "
+    code = ("import sys; from accounting.cli.main import main; "
             f"rc = main(['--config', {str(p)!r}, '--no-verify']); "
             "print(rc, sorted(m for m in ('torch', 'transformers', 'pandas') if m in sys.modules), "
             "file=sys.stderr)")
@@ -186,7 +186,7 @@ def test_every_type_names_every_module_the_ledger_has():
     # the transformers name table holds names only; the map is derived from the ledger, and
     # a module the table lacks is a developer error naming it
     from accounting.crosscheck.hf_compare import module_map
-    from accounting.ledger import ledger
+    from accounting.ledger.ledger import ledger
     for name in CONFIGS:
         h = translate(CONFIGS[name], "t", name)
         mm = module_map(ledger(h.config), h.type.names)

@@ -12,8 +12,9 @@ import pytest
 
 from accounting import analyze
 from cli_run import agreeing_check, run
-from accounting.config import config_from_json, read_json
-from accounting.hf_config import PACKAGED, translate
+from accounting.spec.loaders import config_from_json
+from accounting.spec.own_format import read_json
+from accounting.spec.hf_config import PACKAGED, translate
 from hf_examples import DELETE, write_config
 from hf_moe_examples import (CONFIGS, SHAPES, forward_matmul_flops_by_hand, kv_bytes_by_hand,
                              params_by_hand)
@@ -133,7 +134,7 @@ def test_malformed_configs_are_refused_in_one_line(capsys, tmp_path, name, chang
 
 def test_every_new_type_names_every_module_the_ledger_has():
     from accounting.crosscheck.hf_compare import module_map
-    from accounting.ledger import ledger
+    from accounting.ledger.ledger import ledger
     for name in CONFIGS:
         h = translate(CONFIGS[name], "t", name)
         mm = module_map(ledger(h.config), h.type.names)
@@ -242,8 +243,8 @@ def test_flags_on_the_new_types_are_written_back_for_transformers():
     # the fields a rule derives are written as the keys that mean them, or refused with why
     from dataclasses import replace
 
-    from accounting.hf_config import for_transformers
-    from accounting.presets import PRESETS, hf_source
+    from accounting.spec.hf_config import for_transformers
+    from accounting.spec.presets import PRESETS, hf_source
     ds = hf_source("deepseek-ai/DeepSeek-V3")
     c = replace(PRESETS["deepseek-ai/DeepSeek-V3"], num_layers=2, dense_layers=(0,))
     data, why = for_transformers(ds, c)

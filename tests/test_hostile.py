@@ -21,10 +21,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from accounting import safe_io
-from accounting.cli import main
-from accounting.config import ModelConfig
-from accounting.errors import UsageError
+from accounting.runtime import safe_io
+from accounting.cli.main import main
+from accounting.spec.config import ModelConfig
+from accounting.runtime.errors import UsageError
 
 ROOT = Path(__file__).resolve().parents[1]
 OLD = b"the previous output\n"
@@ -238,7 +238,7 @@ def test_ctrl_c_after_the_write_is_too_late(capsys, tmp_path, monkeypatch):
 def test_the_process_ignores_ctrl_c_once_its_status_is_decided():
     """python -m accounting: after main() returns, SIGINT is ignored, so a Ctrl-C during the
     interpreter's shutdown cannot turn the exit status into a KeyboardInterrupt traceback."""
-    script = ("import signal, sys; from accounting.cli import main; code = main(); "
+    script = ("import signal, sys; from accounting.cli.main import main; code = main(); "
               "print(signal.getsignal(signal.SIGINT) is signal.SIG_IGN, code)")
     r = subprocess.run([sys.executable, "-c", script, "gpt2-small", "--no-verify", "--brief"],
                        capture_output=True, text=True, timeout=60,
@@ -333,7 +333,7 @@ def test_usage_names_the_program():
     r = subprocess_run(["--bogus"], capture_output=True, text=True)
     assert r.returncode == 2 and "see 'python -m accounting --help'" in r.stderr
     script = ("import sys; sys.argv[0] = '/somewhere/bin/accounting'; "
-              "from accounting.cli import main; sys.exit(main())")
+              "from accounting.cli.main import main; sys.exit(main())")
     r = subprocess.run([sys.executable, "-c", script, "plan", "--bogus"], capture_output=True,
                        text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60)
     assert r.returncode == 2 and "see 'accounting plan --help'" in r.stderr, r.stderr
@@ -343,7 +343,7 @@ def test_usage_names_the_program():
 
 
 def test_internal_errors_are_one_line_exit_3(capsys, monkeypatch):
-    import accounting.cli as cli
+    import accounting.cli.main as cli
 
     def broken(*a, **k):
         raise ZeroDivisionError("a bug\nwith a newline")
@@ -389,7 +389,7 @@ def test_report_out_whose_figures_is_a_file(capsys, tmp_path):
 def test_report_is_not_published_after_a_swallowed_interrupt(capsys, tmp_path, monkeypatch):
     """Ctrl-C inside matplotlib's cleanup used to be swallowed and the report published:
     a library that catches the KeyboardInterrupt cannot hide it from the swap."""
-    import accounting.reporting.cli as rc
+    import accounting.cli.report as rc
     from accounting.reporting.figures_index import FIGURES_DIR
     (tmp_path / rc.REPORT).write_bytes(OLD)
 
@@ -477,7 +477,7 @@ class FakeResult:
         return "fake: attention core analytic 1, fvcore 2"
 
     def tables(self):
-        from accounting.table import Table
+        from accounting.present.table import Table
         return [Table("Cross-check (fake)", notes=("n",))]
 
 
@@ -511,7 +511,7 @@ def test_terminal_width(monkeypatch, capsys):
 def test_an_ignored_sigint_stays_ignored(capsys, monkeypatch):
     """A job a shell starts in the background (or under nohup-like wrappers) inherits SIGINT
     ignored; Python keeps it so, and the CLI's Ctrl-C handling must too."""
-    import accounting.cli as cli
+    import accounting.cli.main as cli
     seen = {}
     real = cli.analyze
 
@@ -530,7 +530,7 @@ def test_an_ignored_sigint_stays_ignored(capsys, monkeypatch):
 
 def test_ctrl_c_while_the_package_imports():
     """`python -m accounting` imports the package before its __main__ runs: a Ctrl-C then
-    ends the run with 130 and one line (accounting/_startup.py). Python's argv[0] is '-m'
+    ends the run with 130 and one line (accounting/runtime/startup.py). Python's argv[0] is '-m'
     exactly then; imported anywhere else, the package leaves Ctrl-C alone."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     as_cli = ("import sys; sys.argv[0] = '-m'; import accounting, os, signal, time; "

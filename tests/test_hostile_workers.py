@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from accounting import fork
-from accounting.cli import main
-from accounting.errors import escape
+from accounting.runtime import fork
+from accounting.cli.main import main
+from accounting.runtime.errors import escape
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = {"vocab_size": 100, "context_length": 64, "num_layers": 2, "d_model": 64, "num_heads": 4}
@@ -142,7 +142,7 @@ def test_ctrl_c_to_the_group_during_the_forked_cross_check(tmp_path):
 POOL_SCRIPT = textwrap.dedent("""
     import sys, time
     from types import SimpleNamespace
-    from accounting import errors, safe_io
+    from accounting.runtime import errors, safe_io
     from accounting.reporting import checks
     import accounting.crosscheck.measure  # torch, imported before the fork as the report does
 

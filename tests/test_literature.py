@@ -1,4 +1,4 @@
-"""The literature comparison (accounting/literature.py): formula + Σ terms = exact, and each
+"""The literature comparison (accounting/literature/compare.py): formula + Σ terms = exact, and each
 term is the exact integer of the cause it names, derived here by hand algebra.
 
 Expected values are written out from the configs (the 2mnp rule per matmul, parameter
@@ -13,10 +13,11 @@ from fractions import Fraction
 
 import pytest
 
-from accounting import formulas as F
+from accounting.literature import formulas as F
 from cli_run import run
-from accounting.config import MLPS, NORM_PLACEMENTS, NORMS, POSITIONS, PRESETS, QK_NORMS, ModelConfig
-from accounting.literature import FORMULAS, UNEXPLAINED, compare
+from accounting.spec.config import MLPS, NORM_PLACEMENTS, NORMS, POSITIONS, QK_NORMS, ModelConfig
+from accounting.spec.presets import PRESETS
+from accounting.literature.compare import FORMULAS, UNEXPLAINED, compare
 
 
 def closes(cmp) -> None:
@@ -256,7 +257,7 @@ def test_frames_formulas_frame():
 
 def test_formulas_module_has_no_config_dependency():
     # formulas.py is pure: paper symbols in, numbers out (the mapping is literature.py's)
-    import accounting.formulas as mod
+    import accounting.literature.formulas as mod
     src = open(mod.__file__, encoding="utf-8").read()
     assert "from accounting" not in src and "ModelConfig" not in src.split('"""', 2)[2]
     assert F.exact(Fraction(4, 2)) == 2 and isinstance(F.exact(Fraction(4, 2)), int)

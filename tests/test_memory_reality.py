@@ -27,7 +27,7 @@ from torch.utils._pytree import tree_flatten  # noqa: E402
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
 from accounting.crosscheck.fused import register_flop_formulas  # noqa: E402
-from accounting.ledger import ledger  # noqa: E402
+from accounting.ledger.ledger import ledger  # noqa: E402
 from accounting.planning import PRECISIONS, MemoryModel, step_flops  # noqa: E402
 from model import TransformerLM  # noqa: E402
 from test_architectures import DTYPE, VARIANTS, relative, variant  # noqa: E402

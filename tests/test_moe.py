@@ -17,7 +17,7 @@ F = torch.nn.functional
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
 from accounting import analyze  # noqa: E402
-from accounting.config import ModelConfig  # noqa: E402
+from accounting.spec.config import ModelConfig  # noqa: E402
 from accounting.crosscheck.dispatch import COUNTED, FORWARD, OpCounter  # noqa: E402
 from model import TransformerLM  # noqa: E402
 from model.moe import MoE  # noqa: E402

@@ -13,9 +13,9 @@ from fractions import Fraction
 import pytest
 
 from accounting import analyze
-from accounting.cli import main
-from accounting.config import ModelConfig
-from accounting.ledger import window_pairs
+from accounting.cli.main import main
+from accounting.spec.config import ModelConfig
+from accounting.ledger.ledger import window_pairs
 from accounting.planning import PRECISIONS, inference
 from accounting.planning.inference import absorbed_decode_flops_expr, experts_read
 
@@ -228,7 +228,7 @@ def test_multi_gpu_plans_refuse_what_they_do_not_model(tmp_path, capsys, extra, 
 
 def test_fewer_layers_keep_the_per_layer_lists_in_step():
     # a preset cut to n layers keeps its first n layers' kinds (DeepSeek-V3: 3 dense first)
-    from accounting.config import get_preset
+    from accounting.spec.presets import get_preset
     ds = get_preset("deepseek-ai/DeepSeek-V3").with_overrides(num_layers=4)
     assert ds.dense_layers == (0, 1, 2) and [k.moe for k in ds.layer_kinds] == [False] * 3 + [True]
     assert get_preset("deepseek-ai/DeepSeek-V3").with_overrides(num_layers=2).dense_layers == (0, 1)

@@ -110,7 +110,7 @@ def test_uneven_vocabulary_split_follows_torch_chunk():
 
 # ---- FLOPs ---------------------------------------------------------------------------------
 def test_tp_and_pp_split_the_one_gpu_flops_exactly():
-    # a different path: the one-GPU analysis (accounting.analysis), forward matmul FLOPs
+    # a different path: the one-GPU analysis (accounting.analysis.workload), forward matmul FLOPs
     one = analyze(LLAMA, 2048, 2).matmul_flops()
     p = plan(LLAMA, seq=2048, gpus=8, tp=8, micro_batch=2, global_batch=2)
     assert 8 * p.stages[0].flops.forward == one  # V = 128,256 divides by 8
@@ -303,8 +303,8 @@ def test_layout_problems_lists_every_reason():
 
 
 def test_plan_imports_no_torch():
-    code = ("import sys; import accounting.planning.parallel as p; from accounting.planning "
-            "import cli; print(sorted(m for m in ('torch', 'pandas', 'numpy') if m in sys.modules))")
+    code = ("import sys; import accounting.planning.parallel as p; from accounting.cli "
+            "import plan; print(sorted(m for m in ('torch', 'pandas', 'numpy') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 

@@ -15,8 +15,8 @@ import pytest
 
 from accounting import analyze, get_preset
 import cli_run
-from accounting.config import ModelConfig
-from accounting.ledger import ledger
+from accounting.spec.config import ModelConfig
+from accounting.ledger.ledger import ledger
 from accounting.planning import (
     GPUS,
     PRECISIONS,
@@ -350,7 +350,7 @@ def test_custom_config_and_config_file(capsys, tmp_path):
 
 
 def test_planning_does_not_import_torch():
-    code = ("import sys, accounting.planning, accounting.planning.cli, accounting.planning.views, "
+    code = ("import sys, accounting.planning, accounting.cli.plan, accounting.planning.views, "
             "accounting.planning.export; "
             "assert not {'torch', 'pandas', 'matplotlib'} & set(sys.modules), sorted(sys.modules)")
     subprocess.run([sys.executable, "-c", code], check=True)

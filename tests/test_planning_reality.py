@@ -18,14 +18,14 @@ F = torch.nn.functional
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
-from accounting.config import ModelConfig
+from accounting.spec.config import ModelConfig
 from accounting.planning import (
     ADAMW_OPS,
     PRECISIONS,
     MemoryModel,
     step_flops,
 )
-from accounting.ledger import ledger
+from accounting.ledger.ledger import ledger
 from accounting.planning.memory import COURSE, MODEL, bytes_per_element, values
 from model import TransformerLM
 from test_architectures import relative, saved_tensors

@@ -35,7 +35,7 @@ BLOCK = re.compile(r"<!-- output: python -m accounting (?P<args>[^>|]*?)"
 def _run(args: str) -> str:
     """What `python -m accounting ARGS` prints to a pipe (once per ARGS: several blocks show
     sections of the same run, and a run with the cross-check takes seconds)."""
-    from accounting.cli import main
+    from accounting.cli.main import main
     buf = io.StringIO()
     columns = os.environ.pop("COLUMNS", None)  # full lines, as in a file or a pipe
     try:

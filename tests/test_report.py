@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from accounting.cli import main as accounting_main
-from accounting.errors import UsageError
-from accounting.reporting import cli as report_cli
+from accounting.cli.main import main as accounting_main
+from accounting.runtime.errors import UsageError
+from accounting.cli import report as report_cli
 from accounting.reporting import figures_index, style
 
 # a long module-scoped build, started first; one worker runs the file (tests/conftest.py)
@@ -386,7 +386,7 @@ def four_places(x: Fraction) -> str:
 
 def hand_formulas(V, L, d, h, d_ff, T, real):
     """Each formula's training FLOPs at B = 1, written out from its paper (not from
-    accounting.formulas), and the exact training matmul FLOPs (3 × forward)."""
+    accounting.literature.formulas), and the exact training matmul FLOPs (3 × forward)."""
     comp = hand_components_gpt2(V, L, d, T) if real else hand_components(V, L, d, d_ff, T)
     exact = 3 * sum(comp.values())
     n = hand_params_gpt2(V, L, d) if real else hand_params(V, L, d, d_ff)

@@ -7,14 +7,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from accounting import units
-from accounting.config import (
-    PRESETS,
-    ModelConfig,
-    config_from_json,
-    default_d_ff,
-    get_preset,
-)
-from accounting.errors import UsageError
+from accounting.spec.presets import PRESETS, get_preset
+from accounting.spec.config import ModelConfig, default_d_ff
+from accounting.spec.loaders import config_from_json
+from accounting.runtime.errors import UsageError
 
 
 def test_decimal_rounds_exactly_half_even():

@@ -9,7 +9,7 @@ Counters: fvcore's FlopCountAnalysis (with an exact aten::einsum handle, the sto
 kept for comparison where it can run), torch's FlopCounterMode (forward and backward),
 an op counter (TorchDispatchMode) for the non-matmul FLOPs, and for a Hugging Face
 config, transformers' own model of it (hf_counter.py). Imports torch and fvcore:
-accounting.cli imports this package only for --verify.
+accounting.cli.main imports this package only for --verify.
 """
 from __future__ import annotations
 
@@ -17,13 +17,13 @@ from contextlib import nullcontext
 from dataclasses import replace
 from importlib.util import find_spec
 
-from accounting import fork
-from accounting.analysis import Analysis
+from accounting.runtime import fork
+from accounting.analysis.workload import Analysis
 from accounting.crosscheck.compare import (Check, ComponentRow, CrossCheck, LayerCheck,
                                            LayerMismatch, NonMatmulRow, compare)
 from accounting.crosscheck.measure import Measurement, measure
-from accounting.hf_config import HFConfig, for_transformers
-from accounting.records import BACKWARD, PHASES
+from accounting.spec.hf_config import HFConfig, for_transformers
+from accounting.ledger.records import BACKWARD, PHASES
 
 
 def cross_check(analysis: Analysis, fvcore: bool = True, stock: bool = True,
@@ -31,7 +31,7 @@ def cross_check(analysis: Analysis, fvcore: bool = True, stock: bool = True,
     """Run the model for `analysis`'s workload under every counter and compare. With `hf`
     (the Hugging Face config.json the config came from), transformers' own model of it is
     a further counter, when transformers is installed (hf_counter.py); where a worker can
-    be forked (accounting/fork.py) it runs in one, beside the tool's model's counters."""
+    be forked (accounting/runtime/fork.py) it runs in one, beside the tool's model's counters."""
     data = skipped = None
     if hf is not None:
         data, skipped = _transformers_input(analysis, hf)

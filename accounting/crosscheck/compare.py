@@ -14,15 +14,15 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from accounting import records as R
-from accounting.analysis import Analysis
-from accounting.ledger import Ledger
+from accounting.ledger import records as R
+from accounting.analysis.workload import Analysis
+from accounting.ledger.ledger import Ledger
 from accounting.crosscheck.dispatch import (BACKWARD, COUNTED, EINSUM_PRODUCT, EINSUM_SUM,
                                             FORWARD, MATMUL, OUTSIDE, UNKNOWN)
 from accounting.crosscheck.fvcore_einsum import STOCK_CAP_BYTES
 from accounting.crosscheck.measure import GLOBAL, Measurement
-from accounting.records import BLOCK_COMPONENTS, COMPONENTS, EXECUTED, LM_HEAD, PHASES
-from accounting.table import Table
+from accounting.ledger.records import BLOCK_COMPONENTS, COMPONENTS, EXECUTED, LM_HEAD, PHASES
+from accounting.present.table import Table
 from accounting.units import FLOPS_PER_MAC, grouped
 
 if TYPE_CHECKING:

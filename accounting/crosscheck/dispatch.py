@@ -1,6 +1,6 @@
 """Count every aten operator the model runs, by pass and module (a TorchDispatchMode).
 
-Non-matmul FLOPs follow accounting/records.py's CONVENTION: 1 per output element
+Non-matmul FLOPs follow accounting/ledger/records.py's CONVENTION: 1 per output element
 for elementwise arithmetic (exp, sigmoid, sqrt included), 1 per input element for a
 reduction (top-k included: a comparison per input element), 1 per element for torch.where
 and masked_fill, 1 per added element for index_add, 0 for copies, casts, views, indexing,

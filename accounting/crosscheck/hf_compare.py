@@ -2,7 +2,7 @@
 
 The module map is derived, not written: for every module the ledger names (the modules
 that hold a parameter or run a matmul, with their components), transformers' module is
-looked up in the model_type's name table (accounting/hf_config.py, names only). So the
+looked up in the model_type's name table (accounting/spec/hf_config.py, names only). So the
 attention projections are whatever the ledger says they are, and a fused module of
 transformers' (GPT-2's c_attn for Q, K and V) is compared with the sum of the ledger's
 modules it stands for. Works on an HFMeasurement's plain numbers; runs nothing.
@@ -12,15 +12,15 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from accounting import records as R
-from accounting.analysis import Analysis
+from accounting.ledger import records as R
+from accounting.analysis.workload import Analysis
 from accounting.crosscheck.compare import (ELSEWHERE, TOTAL, Check, LayerCheck, Split, _analytic,
                                            _layer_check, own)
 from accounting.crosscheck.dispatch import BACKWARD, FORWARD, MATMUL
 from accounting.crosscheck.measure import GLOBAL
-from accounting.hf_config import TRANSFORMERS_VERSION, HFConfig, ModuleNames
-from accounting.ledger import Ledger
-from accounting.records import BLOCK_COMPONENTS, COMPONENTS, PHASES
+from accounting.spec.hf_config import TRANSFORMERS_VERSION, HFConfig, ModuleNames
+from accounting.ledger.ledger import Ledger
+from accounting.ledger.records import BLOCK_COMPONENTS, COMPONENTS, PHASES
 from accounting.units import grouped
 
 COUNTER = "transformers"

@@ -23,8 +23,8 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from accounting.crosscheck.dispatch import BACKWARD, FORWARD, OpCount, OpCounter
 from accounting.crosscheck.measure import _totals
-from accounting.hf_config import storage_dtype
-from accounting.records import PHASES
+from accounting.spec.hf_config import storage_dtype
+from accounting.ledger.records import PHASES
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -68,7 +68,7 @@ def build(data: Mapping, device: str = "meta", experts: str | None = None) -> to
     (token, expert) slot's weights and runs one bmm per matrix: the same multiply-adds,
     B·T·k expert rows, which meta runs and FlopCounterMode counts."""
     from transformers import AutoConfig, AutoModelForCausalLM
-    from accounting.hf_config import TYPES
+    from accounting.spec.hf_config import TYPES
     # auto_map names remote code; the counter builds transformers' own class for model_type
     kwargs = {k: v for k, v in data.items() if k not in ("model_type", "auto_map")}
     dtype = DTYPES.get(storage_dtype(data), torch.float32)

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
-from accounting import records as R
+from accounting.ledger import records as R
 
 # What is shrunk, per model_type: sizes only (the experts, top-k and routing keys are the
 # config's own). One MoE layer (DeepSeek-V3: one dense layer before it, as its
@@ -101,8 +101,8 @@ def _run(data: Mapping, implementation: str, routing: str, ids: torch.Tensor, k:
 def check(data: Mapping, seq: int = 4, batch: int = 2) -> ExpertsCheck:
     """Each implementation (eager with two routings, grouped_mm, batched_mm) of the shrunk
     model_type, against the shrunk config's ledger."""
-    from accounting.analysis import analyze
-    from accounting.hf_config import translate
+    from accounting.analysis.workload import analyze
+    from accounting.spec.hf_config import translate
     start = time.perf_counter()
     small = shrink(data)
     config = translate(small, "the shrunk config.json", "shrunk").config

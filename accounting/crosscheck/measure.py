@@ -7,13 +7,13 @@ model refuses sequences beyond its context_length.
 
 How the work is arranged (issue 12): the model is built once (torch's lazy imports paid
 once); fvcore's jit trace, the longest counter, runs in a child forked from here
-(accounting/fork.py) on the second core, with the tracer's Python source locations off
+(accounting/runtime/fork.py) on the second core, with the tracer's Python source locations off
 (crosscheck/tracer.py) and torch's C++ meta kernels (crosscheck/metakernels.py), while
 this process runs FlopCounterMode and the op counter over one dispatch hop per op
 (dispatch.counting). Where no worker can be forked, fvcore runs here first, as before;
 the counts are the same either way (tests/test_crosscheck_workers.py). `python -m
 accounting` owns its process and sets it up as the workers are (prepare_process, called
-from accounting/cli.py); a caller's process (a notebook, the tests) is left as it was.
+from accounting/cli/main.py); a caller's process (a notebook, the tests) is left as it was.
 """
 from __future__ import annotations
 
@@ -25,13 +25,13 @@ from functools import lru_cache
 import torch
 import torch.nn.functional as F
 
-from accounting.config import ModelConfig
-from accounting import fork
+from accounting.spec.config import ModelConfig
+from accounting.runtime import fork
 from accounting.crosscheck.dispatch import BACKWARD, FORWARD, OpCount, counting
 from accounting.crosscheck.fused import JIT_NAME, fvcore_sdpa_handle, register_flop_formulas
 from accounting.crosscheck.fvcore_einsum import (_STOCK_CACHE, EinsumCall,
                                                  RecordingEinsumHandle)
-from accounting.records import PHASES
+from accounting.ledger.records import PHASES
 
 GLOBAL = "Global"  # FlopCounterMode's key for everything counted, inside a module or not
 

@@ -13,7 +13,7 @@ kernel (aten.where.self, for one), so every operator keeps a Meta kernel. Shapes
 dtypes are the same by construction of both kernels; tests/test_crosscheck_workers.py
 checks that fvcore's traced graph (every node's kind, scope, output shapes and dtypes) and
 every count of the three counters are the same either way. It cannot be undone in
-place: call it only in a process that ends after its counting (accounting/fork.py's
+place: call it only in a process that ends after its counting (accounting/runtime/fork.py's
 children, the report's pool workers), never in the caller's.
 """
 from __future__ import annotations

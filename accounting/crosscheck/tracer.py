@@ -13,7 +13,7 @@ compares the counts with and without).
 torch offers no switch for it; tracer::setRecordSourceLocation (exported from
 libtorch_cpu) takes a function pointer, and the Python one it replaces is not exported,
 so the change cannot be undone: call skip_source_locations() only in a process that ends
-after its trace (accounting/fork.py's child).
+after its trace (accounting/runtime/fork.py's child).
 """
 from __future__ import annotations
 

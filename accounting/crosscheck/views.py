@@ -1,15 +1,15 @@
-"""A CrossCheck as tables (rendered by accounting/render.py). Formatting only.
+"""A CrossCheck as tables (rendered by accounting/present/render.py). Formatting only.
 
 `conventions=False` drops the notes that read the same for every workload, for a
 report that prints many cross-checks and states the conventions once (CONVENTIONS).
 """
 from __future__ import annotations
 
-from accounting import records as R
+from accounting.ledger import records as R
 from accounting.crosscheck.compare import CrossCheck
 from accounting.crosscheck.dispatch import EINSUM_PRODUCT, INT_BOOL, MATMUL, ZERO
 from accounting.crosscheck.fvcore_einsum import STOCK_CAP_BYTES
-from accounting.table import Table
+from accounting.present.table import Table
 from accounting.units import FLOPS_PER_MAC, gibibytes, grouped
 
 MATMUL_CONVENTIONS = (
@@ -29,7 +29,7 @@ MATMUL_CONVENTIONS = (
     f"stay within {gibibytes(STOCK_CAP_BYTES, 0)}.",
 )
 NON_MATMUL_CONVENTIONS = (
-    f"Convention (accounting/records.py): {R.CONVENTION}.",
+    f"Convention (accounting/ledger/records.py): {R.CONVENTION}.",
     "op counter: a TorchDispatchMode over the same forward pass, counting every aten operator "
     "by module; per-block modules (ln1, ln2, attn, ffn; block = the block's own residual "
     "adds) are summed over all blocks.",

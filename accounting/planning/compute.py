@@ -2,7 +2,7 @@
 time to train at a given utilization of a peak. FLOP counts are exact ints; time is a
 Fraction of seconds, rounded only for display.
 
-Forward and backward matmul FLOPs come from the analytic ledger (accounting.analysis):
+Forward and backward matmul FLOPs come from the analytic ledger (accounting.analysis.workload):
 its backward records are one gradient matmul per operand of each forward matmul, each the
 size of the forward one, so backward = 2 × forward exactly — the rule the course (after
 Kaplan et al. 2020 and Hoffmann et al. 2022) assumes, here derived. Non-matmul FLOPs
@@ -15,11 +15,11 @@ import re
 from dataclasses import dataclass
 from fractions import Fraction
 
-from accounting.analysis import analyze
-from accounting.config import ModelConfig
-from accounting.errors import UsageError, shorten
-from accounting.symbols import Expr
-from accounting.ledger import ledger
+from accounting.analysis.workload import analyze
+from accounting.spec.config import ModelConfig
+from accounting.runtime.errors import UsageError, shorten
+from accounting.ledger.symbols import Expr
+from accounting.ledger.ledger import ledger
 from accounting.planning.memory import (
     parameter_count,
     tensor_count,

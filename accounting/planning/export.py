@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from accounting.export import config_dict, csv_text, fraction
+from accounting.present.export import config_dict, csv_text, fraction
 from accounting.planning import compute, memory
 from accounting.planning.inference import decode_flops_expr, kv_elements_per_token
 from accounting.planning.plan import Plan

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
-from accounting.errors import UsageError
+from accounting.runtime.errors import UsageError
 from accounting.planning.memory import MemoryModel
 
 

@@ -27,7 +27,7 @@ import difflib
 from dataclasses import dataclass
 from fractions import Fraction
 
-from accounting.errors import UsageError
+from accounting.runtime.errors import UsageError
 
 MiB = 2**20
 TERA = 10**12

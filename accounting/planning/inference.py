@@ -1,7 +1,7 @@
 """Inference with a KV cache: cache size, prefill FLOPs, decode FLOPs at position t, and a
 roofline estimate of the time per decode step.
 
-Everything is derived from the ledger (accounting/builder.py):
+Everything is derived from the ledger (accounting/ledger/builder/):
   - the cache holds what the attention's cache entries name (K after RoPE and V: h_kv·d_k
     elements each per token, in each of the L layers; latent attention's latent and RoPE
     key, d_kv_a); a local (sliding-window) layer keeps only its last W tokens;
@@ -22,12 +22,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
-from accounting import records as R
-from accounting.analysis import analyze
-from accounting.config import ModelConfig, expert_capacity
-from accounting.ledger import ledger
+from accounting.ledger import records as R
+from accounting.analysis.workload import analyze
+from accounting.spec.config import ModelConfig, expert_capacity
+from accounting.ledger.ledger import ledger
 from accounting.planning.memory import Precision, values
-from accounting.symbols import Expr, fold_layers
+from accounting.ledger.symbols import Expr, fold_layers
 from accounting.units import FLOPS_PER_MAC
 
 

@@ -1,6 +1,6 @@
 """Training memory with AdamW: parameters, gradients, optimizer state and activations.
 
-Activations are the ledger's records (accounting/builder.py emits them as it runs the
+Activations are the ledger's records (accounting/ledger/builder/ emits them as it runs the
 model symbolically): one per tensor, with a symbolic shape, whether the course's list
 counts it, and whether autograd saves it (and in which module). Every total below is
 derived from them.
@@ -18,11 +18,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-from accounting import records as R
-from accounting.config import ModelConfig
-from accounting.errors import UsageError
-from accounting.ledger import ledger
-from accounting.symbols import Expr, grouped
+from accounting.ledger import records as R
+from accounting.spec.config import ModelConfig
+from accounting.runtime.errors import UsageError
+from accounting.ledger.ledger import ledger
+from accounting.ledger.symbols import Expr, grouped
 
 COURSE, MODEL = "course", "model"
 SCOPES = {
@@ -66,7 +66,7 @@ PRECISIONS: dict[str, Precision] = {
     BF16_MIXED: Precision(BF16_MIXED, 4, 4, 4, "cuda", "bf16", 2,
                           "bf16 mixed precision, torch.autocast('cuda', dtype=torch.bfloat16): "
                           "fp32 master weights, gradients and AdamW m and v (4 B each); each "
-                          "activation in the dtype autocast gives it (accounting/autocast.py: "
+                          "activation in the dtype autocast gives it (accounting/ledger/autocast.py: "
                           "matmuls in bf16 with their inputs cast to bf16 copies, which they "
                           "save, the weights' bf16 copies included; exp, pow, sum and the loss in "
                           "fp32; norms in fp32 as the model computes them); bf16 Tensor Core "

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
-from accounting.analysis import check_workload
-from accounting.config import ModelConfig
-from accounting.errors import UsageError
+from accounting.analysis.workload import check_workload
+from accounting.spec.config import ModelConfig
+from accounting.runtime.errors import UsageError
 from accounting.planning.compute import (
     StepFlops,
     TrainingTime,

@@ -14,8 +14,8 @@ from accounting.planning.inference import (
 )
 from accounting.planning.memory import COURSE, MODEL, RECOMPUTE, SCOPES
 from accounting.planning.plan import Plan
-from accounting.presets import note
-from accounting.table import Table
+from accounting.spec.presets import note
+from accounting.present.table import Table
 from accounting.units import decimal, gibibytes, gigabytes, grouped, si
 
 TERA = 10**12
@@ -236,7 +236,7 @@ def flops_table(p: Plan) -> Table:
     ratio = Fraction(f.backward, f.forward)
     notes = [
         f"Backward = {ratio if ratio.denominator > 1 else ratio.numerator} × forward, exactly: "
-        "the analytic ledger (accounting.analysis, phase 'backward') has one gradient matmul "
+        "the analytic ledger (accounting.analysis.workload, phase 'backward') has one gradient matmul "
         "per operand of every forward matmul, each the size of the forward one (the embedding's "
         "backward is a scatter-add, not a matmul).",
         "Matmul FLOPs, executed count (the full T×T attention scores the model computes), "

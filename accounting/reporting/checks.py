@@ -1,7 +1,7 @@
 """The report's cross-checks on every usable core, while the report's other work goes on.
 
 Each check is accounting.crosscheck.cross_check(analyze(config, seq)), unchanged. Where
-accounting.fork says worker processes can be forked (Linux, two or more usable CPUs), one
+accounting.runtime.fork says worker processes can be forked (Linux, two or more usable CPUs), one
 forked process (fork.Streamed) sets torch up for good (crosscheck/measure.prepare_process:
 the tracer's source locations off, torch's C++ meta kernels), pays torch's import and lazy
 imports once with a tiny check (WARM_UP), then forks a pool of workers (one per usable
@@ -17,12 +17,12 @@ from __future__ import annotations
 import os
 import time
 
-from accounting.config import ModelConfig
+from accounting.spec.config import ModelConfig
 
 
 def run_check(config: ModelConfig, seq: int):
     """One report cross-check: the analytic count at (config, seq), forward, B = 1."""
-    from accounting.analysis import analyze
+    from accounting.analysis.workload import analyze
     from accounting.crosscheck import cross_check
     return cross_check(analyze(config, seq))
 
@@ -36,7 +36,7 @@ def _timed(workload: tuple[ModelConfig, int]):
 def start_worker() -> None:
     """A forked check worker's set-up, for good (the report's pool, the tests' prepared
     checks): signals as a worker's, no nested fork, torch set up as the CLI's process."""
-    from accounting import fork
+    from accounting.runtime import fork
     fork.worker_signals()  # Ctrl-C is the report's to decide; terminate() ends the worker
     os.environ["ACCOUNTING_WORKERS"] = "0"  # this worker is the parallelism: no nested fork
     from accounting.crosscheck.measure import prepare_process
@@ -54,7 +54,7 @@ def _pool(order: list, n: int):
     """The forked pool's parent (fork.Streamed): warm up, fork n workers from this warm
     process, yield each check as it finishes; the workers end with it."""
     import multiprocessing
-    from accounting import fork
+    from accounting.runtime import fork
     start_worker()
     run_check(WARM_UP, 8)
     pool = None
@@ -72,7 +72,7 @@ class PendingChecks:
     """The report's checks, started at once (parallel) or run when asked (in-process)."""
 
     def __init__(self, workloads: list[tuple[ModelConfig, int]], parallel: bool | None = None):
-        from accounting import fork
+        from accounting.runtime import fork
         self.workloads = list(workloads)
         self.parallel = fork.available() if parallel is None else parallel
         self._child = None

@@ -5,9 +5,9 @@ Formatting only: the comparison itself is accounting.crosscheck's.
 """
 from __future__ import annotations
 
-from accounting.render import markdown_table
+from accounting.present.render import markdown_table
 from accounting.reporting.data import Check, ReportData
-from accounting.table import Table
+from accounting.present.table import Table
 from accounting.units import gibibytes, grouped
 
 TOTAL = "total"

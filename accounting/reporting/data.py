@@ -10,10 +10,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from accounting import records as R
-from accounting.analysis import Analysis, Crossover, analyze
-from accounting.config import PRESETS, ModelConfig
-from accounting.literature import Comparison, compare
+from accounting.ledger import records as R
+from accounting.analysis.workload import Analysis, Crossover, analyze
+from accounting.spec.presets import PRESETS
+from accounting.spec.config import ModelConfig
+from accounting.literature.compare import Comparison, compare
 
 # GPT-2's four shapes on the CS336 architecture: small, medium, large, xl
 MODELS: tuple[ModelConfig, ...] = tuple(PRESETS[n] for n in ("gpt2-small", "gpt2-medium",

@@ -1,17 +1,17 @@
 """The report's sections on OpenAI's GPT-2 beside the course architecture, and on the
 literature's FLOP formulas beside the exact count. Formatting and wording only: every
-number comes from ReportData (accounting.analyze, accounting.literature.compare).
+number comes from ReportData (accounting.analyze, accounting.literature.compare.compare).
 """
 from __future__ import annotations
 
 from fractions import Fraction
 
-from accounting import records as R
-from accounting.literature_views import ratio_text
-from accounting.render import markdown_table
+from accounting.ledger import records as R
+from accounting.literature.views import ratio_text
+from accounting.present.render import markdown_table
 from accounting.reporting.data import LONG_SEQ, REFERENCE_SEQ, ReportData
 from accounting.reporting.figures_index import FIGURES, FIGURES_DIR, FORMULA_CSV
-from accounting.table import Table
+from accounting.present.table import Table
 from accounting.units import decimal, gigabytes, grouped, percent, rounded_percents, si
 
 FP32 = "fp32"
@@ -190,7 +190,7 @@ def literature_section(d: ReportData) -> list[str]:
          "head, two MLP matrices, and about half the T×T scores (what a causal kernel needs)."),
     ]
     return [f"## 8. The literature's FLOP formulas beside the exact count", "",
-            (f"Each formula of `accounting/formulas.py` is evaluated as its paper writes it, for "
+            (f"Each formula of `accounting/literature/formulas.py` is evaluated as its paper writes it, for "
              f"each model at T = {grouped(REFERENCE_SEQ)}, B = 1, and divided by the exact "
              "training matmul FLOPs (forward + backward, executed count: the full T×T scores "
              "the model computes, then masks). `python -m accounting MODEL --compare-formulas` "

@@ -14,7 +14,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullLocator, PercentFormatter
 
-from accounting import records as R
+from accounting.ledger import records as R
 from accounting.reporting import style
 from accounting.reporting.data import LONG_SEQ, REFERENCE_SEQ, ReportData, powers_of_two
 from accounting.reporting.figures_index import FIGURES

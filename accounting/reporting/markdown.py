@@ -9,15 +9,15 @@ from __future__ import annotations
 import itertools
 from fractions import Fraction
 
-from accounting import records as R
-from accounting.ledger import ledger
-from accounting.render import markdown_table
+from accounting.ledger import records as R
+from accounting.ledger.ledger import ledger
+from accounting.present.render import markdown_table
 from accounting.reporting import crosscheck_view, families
 from accounting.reporting.data import LONG_SEQ, REFERENCE_SEQ, ReportData
 from accounting.reporting.figures_index import FIGURES, FIGURES_DIR, SWEEP_CSV
 from accounting.reporting.fmt import seq_text
-from accounting.symbols import monomial
-from accounting.table import Table
+from accounting.ledger.symbols import monomial
+from accounting.present.table import Table
 from accounting.units import (
     BYTES_PER_ELEMENT,
     FLOPS_PER_MAC,
@@ -29,7 +29,7 @@ from accounting.units import (
     rounded_percents,
     si,
 )
-from accounting.views import COUNTING_NOTE
+from accounting.present.views import COUNTING_NOTE
 
 TITLE = "GPT-2 sizes: parameters, memory and forward FLOPs"
 COMMAND = "python -m accounting report"
@@ -372,7 +372,7 @@ def counting_section(d: ReportData) -> list[str]:
             (f"- **The 2mnp rule.** An (m×n)·(n×p) product is m·n·p multiply-adds; a multiply-add "
             f"is {FLOPS_PER_MAC} FLOPs, so it costs {FLOPS_PER_MAC}·m·n·p FLOPs (CS336 §3.6). "
             "Batch dimensions multiply in; a per-block matmul counts L times. Every matmul is one "
-            "record of the ledger (`accounting/builder.py` emits it as it walks the architecture); all totals, shares and closed forms derive from "
+            "record of the ledger (`accounting/ledger/builder/` emits it as it walks the architecture); all totals, shares and closed forms derive from "
             "those records."),
             (f"- **Attention core, executed vs useful.** {COUNTING_NOTE[R.EXECUTED]}; "
             f"{COUNTING_NOTE[R.USEFUL]}. This report uses the executed count unless it "

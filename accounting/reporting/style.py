@@ -6,7 +6,7 @@ Python, so the notebook can import it without pulling in anything else.
 """
 from __future__ import annotations
 
-from accounting import records as R
+from accounting.ledger import records as R
 
 # One colour per matmul component, the same in every figure.
 COMPONENT_COLOURS: dict[str, str] = {
@@ -31,7 +31,7 @@ def model_marker(index: int) -> str:
     return MODEL_MARKERS[index % len(MODEL_MARKERS)]
 
 
-# One (colour, line style) per literature formula (accounting/literature.py keys), Okabe-Ito
+# One (colour, line style) per literature formula (accounting/literature/compare.py keys), Okabe-Ito
 # colours; formulas counting hardware FLOPs (with recomputation) are dashed.
 FORMULA_STYLES: dict[str, tuple[str, str]] = {
     "6N": ("#000000", "-"),

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from accounting import records as R
+from accounting.ledger import records as R
 from accounting.planning.parallel.layout import NO_RECOMPUTE, Layout
 from accounting.planning.parallel.shards import (BLOCK, FIRST, GATHERED, LAST, SEQUENCE,
                                                  TP_SPLIT, Split)

@@ -14,7 +14,7 @@ from accounting.planning.parallel.activations import Linear
 from accounting.planning.parallel.layout import Layout
 from accounting.planning.parallel.shards import FIRST, Split
 from accounting.planning.parallel.states import States
-from accounting.symbols import product
+from accounting.ledger.symbols import product
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from accounting.export import config_dict, csv_text, fraction
+from accounting.present.export import config_dict, csv_text, fraction
 from accounting.planning.parallel.layout import ZERO_STAGES, Layout
 from accounting.planning.parallel.plan import CHECKED, FORMULA_ONLY, ParallelPlan
 

@@ -9,7 +9,8 @@ from fractions import Fraction
 
 import pandas as pd
 
-from accounting.config import ModelConfig, get_preset
+from accounting.spec.config import ModelConfig
+from accounting.spec.presets import get_preset
 from accounting.planning.gpus import interconnect
 from accounting.planning.memory import get_precision
 from accounting.planning.parallel.export import flat_rows, to_dict

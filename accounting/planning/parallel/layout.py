@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from accounting.config import ModelConfig
-from accounting.errors import UsageError
+from accounting.spec.config import ModelConfig
+from accounting.runtime.errors import UsageError
 from accounting.planning import memory as _M
 
 # Sharding stages: the ZeRO paper's names (Rajbhandari et al. 2020, §5) and the torch

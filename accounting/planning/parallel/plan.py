@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from fractions import Fraction
 from math import prod
 
-from accounting.analysis import check_workload
-from accounting.config import ModelConfig
-from accounting.errors import UsageError
+from accounting.analysis.workload import check_workload
+from accounting.spec.config import ModelConfig
+from accounting.runtime.errors import UsageError
 from accounting.planning.compute import check_mfu, exact
 from accounting.planning.fit import Budget
 from accounting.planning.gpus import Hardware, Interconnect

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from accounting.config import ModelConfig
+from accounting.spec.config import ModelConfig
 from accounting.planning.gpus import Hardware, Interconnect
 from accounting.planning.memory import Precision
 from accounting.planning.parallel.layout import Layout, check_model, check_numbers, divisors, problems

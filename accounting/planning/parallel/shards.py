@@ -23,10 +23,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from accounting import records as R
-from accounting.config import ModelConfig
-from accounting.ledger import Ledger, unfolded_ledger
-from accounting.symbols import product
+from accounting.ledger import records as R
+from accounting.spec.config import ModelConfig
+from accounting.ledger.ledger import Ledger, unfolded_ledger
+from accounting.ledger.symbols import product
 
 TP_SYMBOLS = ("h", "h_kv", "d_ff", "V")
 

@@ -9,8 +9,8 @@ from accounting.planning.parallel.layout import RECOMPUTE, ZERO_STAGES, Layout
 from accounting.planning.parallel.plan import CHECKED, FORMULA_ONLY, ParallelPlan
 from accounting.planning.parallel.step import megatron_seconds
 from accounting.planning.views import _dec, _num, _seconds
-from accounting.presets import note
-from accounting.table import Table
+from accounting.spec.presets import note
+from accounting.present.table import Table
 from accounting.units import gibibytes, gigabytes, grouped, percent, si
 
 TERA = 10**12

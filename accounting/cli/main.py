@@ -1,0 +1,240 @@
+"""`python -m accounting`: thin argument handling over the library. main(argv) -> int.
+
+    python -m accounting gpt2-xl --ctx 16384        # where the FLOPs and parameters go
+    python -m accounting gpt2-xl --compare-formulas # Kaplan, Chinchilla, Megatron, PaLM, 6N
+    python -m accounting report                     # regenerate reports/gpt2_sizes.md
+    python -m accounting plan gpt2-xl --gpu A100    # memory, batch that fits, time to train
+
+Exit status: 0 an answer, 1 the cross-check found a disagreement, 2 bad input or an
+unusable environment (one line on stderr), 3 an internal error (a bug), 130 interrupted.
+Every exception is decided in accounting/runtime/errors.py (outcome); main() never raises.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from importlib import import_module
+from typing import NoReturn
+
+from accounting.cli import args as cli_args
+from accounting.runtime import errors, safe_io
+from accounting.present import export, render, summary, views
+from accounting.analysis.workload import analyze
+from accounting.cli.args import (Parser, add_model_args, add_output_args, config_from_args, emit,
+                                 hf_source_from_args, positive_int, terminal_width)
+from accounting.runtime.errors import UsageError
+from accounting.ledger.records import EXECUTED, PHASES, USEFUL
+
+# Subcommands live in their own modules, imported only when used.
+SUBCOMMANDS = {"report": "accounting.cli.report", "plan": "accounting.cli.plan"}
+
+
+def parser() -> Parser:
+    p = Parser(prog="python -m accounting",
+               description="Exact parameter, memory and FLOPs accounting of a decoder-only "
+                           "Transformer LM (the CS336 ch. 3 architecture and the variants of "
+                           "GPT-2, Llama, Qwen and OLMo), cross-checked on the real model. Subcommands: 'report' (GPT-2 size report), 'plan' (capacity "
+                           "planning); see 'python -m accounting plan --help'.")
+    add_model_args(p)
+    w = p.add_argument_group("workload")
+    w.add_argument("--ctx", type=positive_int("--ctx"), metavar="T",
+                   help="sequence length analysed (default: context_length; longer means this "
+                        "architecture at T tokens; at most 10^15)")
+    w.add_argument("--batch", type=positive_int("--batch"), default=1, metavar="B",
+                   help="batch size (default 1; at most 10^15)")
+    w.add_argument("--pass", dest="phase", choices=tuple(PHASES), default="forward",
+                   help="forward (default), backward, or train = forward + backward")
+    w.add_argument("--count", dest="counting", choices=(EXECUTED, USEFUL), default=EXECUTED,
+                   help="attention-core FLOPs in totals and shares: executed (full T×T, what the "
+                        "model and FLOP counters do; default) or useful (T(T+1)/2 causal pairs); "
+                        "both always appear in the breakdown")
+    v = p.add_argument_group("cross-check")
+    v.add_argument("--verify", action=argparse.BooleanOptionalAction, default=None,
+                   help="run the real model on the meta device under fvcore and FlopCounterMode "
+                        "and compare (default: on when torch and fvcore are importable, except "
+                        "with --brief; up to 1,024 layers, 256 by default, and tensors torch "
+                        "can size)")
+    add_output_args(p)
+    p.add_argument("--brief", action="store_true",
+                   help="text/markdown: the answer, the component breakdown, totals and closed "
+                        "forms; no cross-check unless --verify is given")
+    p.add_argument("--compare-formulas", action="store_true",
+                   help="the literature's FLOP formulas (Kaplan, Chinchilla, Megatron-LM, "
+                        "Korthikanti, PaLM, nanoGPT, 6N) for this config and workload, beside "
+                        "the exact count, reconciled term by term; forward and training "
+                        "(--pass and --count do not apply); analytic unless --verify is given")
+    return p
+
+
+def _crosscheck(verify: bool | None, a=None, why_not: str = "--no-verify"):
+    """(the cross-check module, None) if it should run for analysis `a`, else (None, the
+    reason it does not, for the answer's cross-check line)."""
+    if verify is False:
+        return None, f"not run ({why_not})"
+    from accounting.runtime.optional import missing
+    absent = missing()
+    if absent:
+        if verify:
+            raise UsageError(f"--verify needs {absent}, which is not importable; install it "
+                             f"(pip install -e .) or pass --no-verify")
+        safe_io.say(f"note: cross-check skipped ({absent} not importable); analytic counts only")
+        return None, f"skipped ({absent} not importable)"
+    if a is not None:
+        from accounting.analysis import verifiable
+        problem = verifiable.problem(a.config, a.seq, a.batch, explicit=bool(verify))
+        if problem and verify:
+            raise UsageError(f"--verify: {problem}; drop --verify for the analytic counts")
+        if problem:
+            safe_io.say(f"note: cross-check skipped: {problem}")
+            return None, "skipped (see the note on stderr)"
+    module = import_module("accounting.crosscheck")
+    if _whole_process:  # this process ends after the check: torch may be set up for good
+        from accounting.crosscheck.measure import prepare_process
+        prepare_process()
+    return module, None
+
+
+def analyse_main(argv: list[str]) -> int:
+    ns = parser().parse_args(argv)
+    width = terminal_width(ns.output)
+    if ns.list:
+        table = [views.presets_table()]
+        emit(render.markdown(table) if ns.format == "markdown" else render.text(table, width),
+             ns.output)
+        return 0
+    config = config_from_args(ns)
+    if ns.compare_formulas:
+        return compare_main(ns, config, width)
+    hf = hf_source_from_args(ns)
+    a = analyze(config, ns.ctx, ns.batch, ns.phase, ns.counting)
+    verify = False if ns.brief and ns.verify is None else ns.verify
+    check, skipped = _crosscheck(verify, a, "--brief: add --verify" if ns.brief and verify is False
+                                 and ns.verify is None else "--no-verify")
+    result = None
+    if ns.format in ("text", "markdown"):
+        def show(tables):
+            return render.text(tables, width) if ns.format == "text" else render.markdown(tables)
+        details = _tables(a, hf, ns.brief)
+        stream = ns.output in (None, "-")
+        if stream and check is not None:  # the analytic answer at once; the verdict follows
+            emit(show([summary.analysis_answer(a)]), None)
+        if check is not None:
+            result = check.cross_check(a, hf=hf)
+        tables = ([summary.analysis_answer(a, summary.verdict_line(result, skipped))] + details
+                  + (result.tables() if result is not None else []))
+        text = show(tables)
+        if stream and check is not None:
+            head = show([summary.analysis_answer(a)])
+            text = text[len(head):] if text.startswith(head) else text
+        emit(text, ns.output)
+    elif ns.format == "csv":
+        if check is not None:
+            result = check.cross_check(a, hf=hf)
+        emit(export.to_csv(a), ns.output)
+    else:
+        data = export.to_dict(a)
+        if check is not None:
+            result = check.cross_check(a, hf=hf)
+            data["cross_check"] = result.to_dict()
+        emit(_json(data), ns.output)
+    if result is not None and not result.agrees:
+        safe_io.say(f"accounting: cross-check DISAGREES: {result.summary()}")
+        return 1
+    return 0
+
+
+def _json(data) -> str:
+    # allow_nan=False: NaN and Infinity are not JSON; the inputs are finite by construction
+    return json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+def compare_main(ns, config, width: int | None = None) -> int:
+    """--compare-formulas: the literature table first, reconciliations after. The cross-check
+    (of the training pass the exact counts come from) runs only when --verify is given."""
+    from accounting.literature import compare as literature, views as literature_views
+    c = literature.compare(config, ns.ctx, ns.batch)
+    train = analyze(config, ns.ctx, ns.batch, "train") if ns.verify else None
+    check, _ = _crosscheck(True, train) if ns.verify else (None, None)
+    result = check.cross_check(train) if check else None
+    if ns.format in ("text", "markdown"):
+        tables = literature_views.tables(c) + (result.tables() if result else [])
+        emit(render.text(tables, width) if ns.format == "text" else render.markdown(tables),
+             ns.output)
+    elif ns.format == "csv":
+        emit(export.csv_text(literature_views.csv_rows(c), literature_views.CSV_COLUMNS), ns.output)
+    else:
+        data = {"config": export.config_dict(config), **literature_views.to_dict(c)}
+        if result is not None:
+            data["cross_check"] = result.to_dict()
+        emit(_json(data), ns.output)
+    if result is not None and not result.agrees:
+        safe_io.say(f"accounting: cross-check DISAGREES: {result.summary()}")
+        return 1
+    return 0
+
+
+def _tables(a, hf, brief: bool):
+    """The analysis details; for a Hugging Face config, what was read from it, second."""
+    tables = views.tables(a, brief=brief)
+    if hf is not None and not brief:
+        from accounting.present.hf_views import translation_table
+        tables.insert(1, translation_table(hf))
+    return tables
+
+
+def program_name(argv0: str) -> str:
+    """How the usage lines name the program: 'python -m accounting' when started as a
+    module, else the console script's own name ('accounting')."""
+    base = os.path.basename(argv0 or "")
+    if not base or base in ("__main__.py", "-c", "-m") or base.endswith(".py"):
+        return "python -m accounting"
+    return base
+
+
+def _run(argv: list[str]) -> int:
+    if argv and argv[0] in SUBCOMMANDS:
+        return import_module(SUBCOMMANDS[argv[0]]).main(argv[1:])
+    return analyse_main(argv)
+
+
+# True while main() runs as the whole process (argv None: the console script, python -m
+# accounting): the cross-check may then set torch up for good (crosscheck/measure.py,
+# prepare_process), as it does in its worker processes. Never in a caller's process.
+_whole_process = False
+
+
+def run() -> NoReturn:
+    """The console script and `python -m accounting`: main() as the whole process, ended
+    by safe_io.end_process (without torch's teardown where torch was imported)."""
+    safe_io.end_process(main())
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one command; every way it can end is an exit status (accounting/runtime/errors.py)."""
+    global _whole_process
+    old_program, process = cli_args.PROGRAM, argv is None
+    if process:  # the console script or python -m accounting: the run is the process
+        argv = sys.argv[1:]
+        cli_args.PROGRAM = program_name(sys.argv[0] if sys.argv else "")
+    _whole_process = process
+    try:
+        with safe_io.handling_signals(process_exit=process):
+            try:
+                return _run(list(argv))
+            except SystemExit as e:  # --help and --version exit through argparse
+                code = e.code if isinstance(e.code, int) else 0
+                return code if code in (0, 2) else 2
+            except BaseException as e:
+                if safe_io.interrupted() and not isinstance(e, (UsageError, KeyboardInterrupt)):
+                    # a library turned Ctrl-C into its own exception (torch can): it is the
+                    # interrupt that ended the run
+                    e = errors.Interrupted(safe_io.interrupted())
+                if errors.debugging() and not isinstance(e, (UsageError, KeyboardInterrupt)):
+                    raise
+                status, line = errors.outcome(e)
+                safe_io.say(line)
+                return status
+    finally:
+        cli_args.PROGRAM, _whole_process = old_program, False

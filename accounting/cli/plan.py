@@ -1,0 +1,133 @@
+"""`python -m accounting plan MODEL ...`: training memory, what fits, FLOPs and time to
+train, inference cost. main(argv) -> int; bad input raises UsageError (exit 2 in
+accounting.cli.main.main, which dispatches here)."""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from fractions import Fraction
+
+from accounting.present import render, summary
+from accounting.cli.args import (Parser, add_model_args, add_output_args, config_from_args, emit,
+                                 positive_int, terminal_width)
+from accounting.runtime.errors import shorten
+from accounting.planning import export, views
+from accounting.planning.gpus import GPUS
+from accounting.cli import plan_parallel as parallel_cli
+from accounting.planning.memory import (
+    FP32,
+    MODEL,
+    NO_RECOMPUTE,
+    PRECISIONS,
+    RECOMPUTE,
+    SCOPES,
+)
+from accounting.planning.plan import plan
+from accounting.units import GB, GiB
+
+_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": GB, "tb": 10**12,
+          "kib": 2**10, "mib": 2**20, "gib": GiB, "tib": 2**40}
+_SIZE = re.compile(r"^\s*([0-9][0-9_,]*(?:\.[0-9]*)?|\.[0-9]+)\s*([a-zA-Z]*)\s*$")
+
+
+MAX_MEMORY_BYTES = 10**18  # an exabyte: far past any GPU, and every fit stays quick
+
+
+def parse_size(text: str) -> int:
+    """'80' (GB), '80GB', '80GiB', '81920MiB', '85899345920B' -> bytes (whole bytes, rounded down)."""
+    m = _SIZE.match(text) if len(text) <= 100 else None
+    unit = (m.group(2) or "GB").lower() if m else ""
+    if not m or unit not in _UNITS:
+        raise argparse.ArgumentTypeError(
+            f"must be a size like 80, 80GB, 80GiB or 81920MiB (a bare number is GB = 1e9 bytes), "
+            f"got {shorten(text)}")
+    n = Fraction(m.group(1).replace(",", "").replace("_", "")) * _UNITS[unit]
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be at least one byte, got {shorten(text)}")
+    if n > MAX_MEMORY_BYTES:
+        raise argparse.ArgumentTypeError(f"must be at most 10^18 bytes, got {shorten(text)}")
+    return int(n)
+
+
+parse_size.__name__ = "size"
+
+
+def parser() -> Parser:
+    p = Parser(prog="python -m accounting plan",
+               description="Capacity planning for training and inference: AdamW training memory "
+                           "(parameters, gradients, optimizer state, activations) as a·batch_size + b, "
+                           "the largest batch and longest context that fit, FLOPs per step, time "
+                           "to train at a given MFU, KV cache and decode cost. Exact integers; "
+                           "every formula and assumption is printed.")
+    add_model_args(p)
+    w = p.add_argument_group("workload")
+    w.add_argument("--ctx", type=positive_int("--ctx"), metavar="T",
+                   help="tokens per sequence (default: the config's context_length)")
+    w.add_argument("--batch", type=positive_int("--batch"), metavar="B",
+                   help="sequences per step (default 1; with --gpus the global batch, default "
+                        "dp·micro-batch·pp); the largest batch that fits is reported whenever a "
+                        "GPU memory is known")
+    w.add_argument("--precision", choices=tuple(PRECISIONS), default=FP32,
+                   help="fp32 (default; the course's assumption) or bf16-mixed (fp32 master "
+                        "weights and AdamW state, bf16 working weights and activations)")
+    w.add_argument("--recompute", choices=tuple(RECOMPUTE), default=NO_RECOMPUTE,
+                   help="none (default), selective (recompute the attention core, Korthikanti "
+                        "et al. 2022) or full activation recomputation (keep each block's input; "
+                        "one more forward pass of the blocks)")
+    w.add_argument("--scope", choices=tuple(SCOPES), default=MODEL,
+                   help="which activations count: model (default; what autograd saves in "
+                        "model.TransformerLM) or course (the list of CS336 a1 adamwAccounting)")
+    g = p.add_argument_group("hardware (a table GPU, or your own numbers)")
+    g.add_argument("--gpu", metavar="NAME",
+                   help="one of " + ", ".join(GPUS) + " (aliases: A100 = A100-80GB, "
+                        "H100 = H100-SXM); datasheet peaks, memory as nvidia-smi reports it")
+    g.add_argument("--gpu-mem", type=parse_size, metavar="SIZE",
+                   help="GPU memory: 80 or 80GB (1e9 bytes), 80GiB (2^30 bytes), 81920MiB, ... "
+                        "(at most 10^18 bytes)")
+    g.add_argument("--gpu-flops", metavar="TFLOPS", help="peak TFLOP/s at the chosen precision")
+    g.add_argument("--gpu-bw", metavar="TB/S", help="memory bandwidth in TB/s (1e12 bytes/s)")
+    g.add_argument("--margin", default="0", metavar="FRACTION",
+                   help="share of the GPU memory to reserve for what is not counted (CUDA "
+                        "context, fragmentation, temporaries), e.g. 0.05; default 0")
+    t = p.add_argument_group("time to train")
+    t.add_argument("--mfu", default="0.5", metavar="FRACTION",
+                   help="model FLOPs utilization, in (0, 1] (default 0.5)")
+    n = t.add_mutually_exclusive_group()
+    n.add_argument("--steps", type=positive_int("--steps"), metavar="N", help="training steps")
+    n.add_argument("--tokens", type=positive_int("--tokens"), metavar="N",
+                   help="training tokens (rounded up to whole steps of B·T tokens)")
+    i = p.add_argument_group("inference")
+    i.add_argument("--position", type=positive_int("--position"), metavar="t",
+                   help="decode the token at position t (it attends to t keys; default T)")
+    parallel_cli.add_args(p)
+    add_output_args(p)
+    return p
+
+
+def main(argv: list[str]) -> int:
+    ns = parser().parse_args(argv)
+    if ns.list:
+        from accounting.present.views import presets_table
+        emit(render.text([presets_table()], terminal_width(ns.output)), ns.output)
+        return 0
+    config = config_from_args(ns)
+    if ns.gpus is not None:
+        return parallel_cli.run(ns, config)
+    parallel_cli.check_single(ns)
+    result = plan(config, ns.ctx, ns.batch or 1, precision=ns.precision, scope=ns.scope,
+                  recompute=ns.recompute, gpu=ns.gpu, memory_bytes=ns.gpu_mem,
+                  peak_tflops=ns.gpu_flops, bandwidth_tbs=ns.gpu_bw, mfu=ns.mfu,
+                  margin=ns.margin, steps=ns.steps, tokens=ns.tokens, position=ns.position)
+    if ns.format == "text":  # the answer first, then the details
+        text = render.text([summary.plan_answer(result)] + views.tables(result),
+                           terminal_width(ns.output))
+    elif ns.format == "markdown":
+        text = render.markdown([summary.plan_answer(result)] + views.tables(result))
+    elif ns.format == "csv":
+        text = export.to_csv(result)
+    else:
+        text = json.dumps(export.to_dict(result), indent=2, ensure_ascii=False,
+                          allow_nan=False) + "\n"
+    emit(text, ns.output)
+    return 0

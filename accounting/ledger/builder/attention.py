@@ -1,0 +1,140 @@
+"""Causal multi-head (grouped-query, sliding-window) attention: model/attention.py's ops, as facts."""
+from __future__ import annotations
+
+from accounting.ledger import records as R
+from accounting.ledger.trace import Sym, Trace
+from accounting.ledger.builder.common import QK_NORM, ATTN_SCALE, CAUSAL_MASK, SOFTMAX, NORM_PARAMS, Arch
+from accounting.ledger.builder.layers import Linear, Norm, RoPE
+
+
+class Attention:
+    def __init__(self, t: Trace, a: Arch, recompute: str = "none", local: bool = False):
+        self.t, self.a, c = t, a, a.c
+        self.recompute, self.local = recompute, local
+        d = ("d_model",)
+        with t.scope("attn"):
+            self.q_proj = Linear(t, "q_proj", d, a.width(), R.ATTN_PROJ, "Q projection", c.qkv_bias)
+            self.k_proj = Linear(t, "k_proj", d, a.width(kv=True), R.ATTN_PROJ, "K projection", c.qkv_bias)
+            self.v_proj = Linear(t, "v_proj", d, a.width(kv=True), R.ATTN_PROJ, "V projection", c.qkv_bias)
+            self.output_proj = Linear(t, "output_proj", a.width(), d, R.ATTN_PROJ,
+                                      "output projection", c.out_bias)
+            self.q_norm = self.k_norm = None
+            if c.qk_norm != "none":
+                full = c.qk_norm == "full"
+                comp = NORM_PARAMS[c.norm]
+                self.q_norm = Norm(t, "q_norm", c.norm, a.width() if full else ("d_k",), QK_NORM, comp)
+                self.k_norm = Norm(t, "k_norm", c.norm, a.width(kv=True) if full else ("d_k",),
+                                   QK_NORM, comp)
+            self.rope = RoPE(t) if c.positions == "rope" else None
+
+    def __call__(self, x: Sym, out_label: str, out_course: str) -> Sym:
+        t, a, c = self.t, self.a, self.a.c
+        with t.scope("attn"):
+            q = self.q_proj(x, "Q projection output", "Q/K/V projections")
+            k = self.k_proj(x, "K projection output", "Q/K/V projections")
+            v = self.v_proj(x, "V projection output", "Q/K/V projections")
+            if c.qk_norm == "full":
+                q = self.q_norm(q, "Q after QK-norm")
+                k = self.k_norm(k, "K after QK-norm")
+            # "... seq (heads d_k) -> ... heads seq d_k": a permuted view
+            q = t.view(q, a.heads(), contiguous=False)
+            k = t.view(k, a.heads(kv=True), contiguous=False)
+            v = t.view(v, a.heads(kv=True), contiguous=False)
+            if c.qk_norm == "head":
+                q = self.q_norm(q, "Q after QK-norm")
+                k = self.k_norm(k, "K after QK-norm")
+            if self.rope is not None:
+                positions = t.fresh(("T",), R.INT64)  # torch.arange(seq)
+                q = self.rope.rotate(q, positions, "Q after RoPE")
+                k = self.rope.rotate(k, positions, "K after RoPE")
+            t.cached("K", a.width(kv=True), window=self.local)
+            t.cached("V", a.width(kv=True), window=self.local)
+            out = self.run_core(q, k, v)
+            return self.output_proj(self.merge(out, a.width()), out_label, out_course)
+
+    def merge(self, out: Sym, width: tuple[str, ...]) -> Sym:
+        """"... heads seq d -> ... seq (heads d)": a copy of a heads-major tensor, a view
+        of one laid out seq-major (the fused kernel's output for a permuted q)."""
+        t = self.t
+        if out.contiguous:
+            return t.name(t.copy(out, ("B", "T") + width), "attention-weighted values, heads merged")
+        return t.view(out, ("B", "T") + width, contiguous=True)
+
+    def run_core(self, q: Sym, k: Sym, v: Sym) -> Sym:
+        """The fused kernel (a mask only for a window), or the course's core with its mask,
+        under checkpoint for selective recomputation."""
+        t, c = self.t, self.a.c
+        mask = None
+        if c.attention == "naive" or self.local:
+            mask = t.name(t.fresh(("T", "T"), R.BOOL),
+                          "sliding-window mask" if self.local else "causal mask")
+        if c.attention == "sdpa":  # F.scaled_dot_product_attention(q, k, v, ...)
+            if mask is not None:  # the kernel takes an additive mask: where(mask, 0, −inf)
+                mask = t.name(t.where(mask, t.fresh(("T", "T"), R.FP32), "where(mask, 0, −inf)",
+                                      CAUSAL_MASK), "sliding-window mask (additive)")
+            inputs, core = (q, k, v) + ((mask,) if mask is not None else ()), \
+                lambda: self.fused(q, k, v, mask)
+        else:
+            inputs, core = (q, k, v, mask), lambda: self.core(q, k, v, mask)
+        if self.recompute == "selective":  # checkpoint(attention core, q, k, v, ...)
+            with t.recomputed_region("attention core", inputs):
+                return core()
+        return core()
+
+    def _grouping(self):
+        if self.a.gqa:
+            return ("B", "h_kv"), ("g", "T"), "grouped: K and V are read by g query heads each, not copied"
+        return ("B", "h"), ("T",), ""
+
+    def fused(self, q: Sym, k: Sym, v: Sym, mask: Sym | None = None) -> Sym:
+        """One fused kernel (PyTorch's CPU flash attention here): the two matmuls, counted
+        over the full T×T as torch's own sdpa formula does; its backward recomputes QKᵀ
+        (5 matmuls where the naive backward has 4). Its softmax runs inside the kernel
+        and is not a separate op (not in the non-matmul FLOPs)."""
+        t = self.t
+        batch, rows, note = self._grouping()
+        note = "fused kernel" + (f"; {note}" if note else "")
+        qk = R.Matmul("QKᵀ scores", R.ATTN_CORE, t.module, t.repeat, R.FORWARD, batch, rows,
+                      ("d_k",), ("T",), causal=True, grads=("dQ", "dK"), note=note,
+                      recompute_in_backward=True, window=self.local)
+        if self.v_useful is not None:
+            note += "; V zero-padded from d_v to d_k (useful: d_v)"
+        pv = R.Matmul("scores·V", R.ATTN_CORE, t.module, t.repeat, R.FORWARD, batch, rows,
+                      ("T",), (self.v_dim,), causal=True, grads=("d(scores)", "dV"), note=note,
+                      window=self.local, useful=self.v_useful)
+        return t.fused_attention(q, k, v, (qk, pv), self.out_heads(), ("B", "h", "T"), mask)
+
+    def core(self, q: Sym, k: Sym, v: Sym, mask: Sym) -> Sym:
+        """scaled_dot_product_attention: softmax(QKᵀ/√d_k, masked) V, with grouped K/V
+        broadcast over each group of query heads (bmm batch B·h_kv, g·T query rows)."""
+        t, a = self.t, self.a
+        batch, rows, note = self._grouping()
+        scores_shape = ("B", "h", "T", "T")
+        dtype = t.matmul(q, k, R.Matmul("QKᵀ scores", R.ATTN_CORE, t.module, t.repeat, R.FORWARD,
+                                        batch, rows, ("d_k",), ("T",), causal=True,
+                                        grads=("dQ", "dK"), note=note, window=self.local),
+                         copy_labels=("Q (heads layout)", "K (heads layout)"))
+        scores = t.name(Sym(scores_shape, dtype), "QKᵀ scores", "QKᵀ")
+        scaled = t.binary("aten.div", scores, None, "QKᵀ / √d_k", ATTN_SCALE)
+        masked = t.where(mask, scaled, "where(mask, scores, −inf)", CAUSAL_MASK,
+                         out="masked scores (softmax input)")
+        mx = t.reduce("aten.amax", masked, ("T",), "max over keys", SOFTMAX, saves=True,
+                      out="softmax row max")
+        shifted = t.binary("aten.sub", masked, mx, "x − max", SOFTMAX)
+        e = t.unary("aten.exp", shifted, "exp", SOFTMAX, saves="output", out="exp(scores − max)")
+        s = t.reduce("aten.sum", e, ("T",), "sum over keys", SOFTMAX, out="softmax row sum")
+        weights = t.binary("aten.div", e, s, "exp / sum", SOFTMAX, out="softmax output",
+                           course="softmax")
+        dtype = t.matmul(weights, v, R.Matmul("scores·V", R.ATTN_CORE, t.module, t.repeat,
+                                              R.FORWARD, batch, rows, ("T",), (self.v_dim,),
+                                              causal=True, grads=("d(scores)", "dV"), note=note,
+                                              window=self.local),
+                         copy_labels=("softmax output (copy)", "V (heads layout)"))
+        return t.name(Sym(self.out_heads(), dtype), "attention-weighted values",
+                      "attention-weighted values")
+
+    v_dim = "d_k"  # the value's head dimension as the core sees it (latent attention: d_v)
+    v_useful = None  # the factors of useful work when V is zero-padded (latent attention)
+
+    def out_heads(self) -> tuple[str, ...]:
+        return self.a.heads()

@@ -1,0 +1,45 @@
+"""The names and symbols every builder module shares: non-matmul components in table order, and the
+spec's sizes as symbols (Arch)."""
+from __future__ import annotations
+
+from accounting.spec.config import NORMS, ModelConfig
+
+
+# Non-matmul components, in the order the tables list them.
+QK_NORM = "QK-norm"
+POSITION_ADD = "position add"
+ROPE = "RoPE"
+ATTN_SCALE = "scale by 1/√d_k"
+CAUSAL_MASK = "causal mask"
+SOFTMAX = "softmax"
+BIAS = "bias adds"
+RESIDUAL = "residual adds"
+ROUTER = "MoE routing"
+ACTIVATION_COMPONENT = {"swiglu": "SiLU and gating", "geglu": "GELU (tanh) and gating",
+                        "gelu": "GELU (erf)", "gelu_tanh": "GELU (tanh)"}
+ELEMENTWISE_ORDER = (*NORMS.values(), QK_NORM, POSITION_ADD, ROPE, ATTN_SCALE, CAUSAL_MASK,
+                     SOFTMAX, *dict.fromkeys(ACTIVATION_COMPONENT.values()), ROUTER, BIAS, RESIDUAL)
+NORM_PARAMS = {"rmsnorm": "RMSNorm gains", "layernorm": "LayerNorm weights and biases"}
+
+ROW = ("B", "T", "d_model")
+
+
+class Arch:
+    """The symbols the spec's sizes are written in, shared by every module below."""
+
+    def __init__(self, c: ModelConfig, fold: bool = True):
+        self.c = c
+        # h·d_k is written d_model (fold=False keeps the heads dimension visible: tensor
+        # parallelism splits exactly the tensors that have one)
+        self.fold = fold and c.num_heads * c.d_k == c.d_model
+        self.gqa = c.kv_heads != c.num_heads
+
+    def width(self, kv: bool = False) -> tuple[str, ...]:
+        """The Q (or K/V) projection's output width."""
+        if kv and self.gqa:
+            return ("h_kv", "d_k")
+        return ("d_model",) if self.fold else ("h", "d_k")
+
+    def heads(self, kv: bool = False) -> tuple[str, ...]:
+        """A per-head tensor: (B, heads, T, d_k)."""
+        return ("B", "h_kv" if kv and self.gqa else "h", "T", "d_k")

@@ -1,0 +1,89 @@
+"""Multi-head latent attention (DeepSeek): model/latent_attention.py's ops, as facts."""
+from __future__ import annotations
+
+from accounting.ledger import records as R
+from accounting.spec.config import NORMS
+from accounting.ledger.trace import Sym, Trace
+from accounting.ledger.builder.common import NORM_PARAMS, Arch
+from accounting.ledger.builder.layers import Linear, Norm, RoPE
+from accounting.ledger.builder.attention import Attention
+
+
+class LatentAttention(Attention):
+    """Multi-head latent attention (model/latent_attention.py, DeepSeek-V2/V3): K and V
+    from a normed latent of r_kv (kv_b_proj expands it per head), one RoPE key of d_rope
+    shared by all heads, queries through a normed latent of r_q (or one projection);
+    heads attend with d_k = d_nope + d_rope and values of d_v. The cache holds the latent
+    and the RoPE key: d_kv_a = r_kv + d_rope per token."""
+
+    def __init__(self, t: Trace, a: Arch, recompute: str = "none", local: bool = False):
+        self.t, self.a, c = t, a, a.c
+        self.recompute, self.local = recompute, local
+        d, comp = ("d_model",), NORM_PARAMS[c.norm]
+        q_width = ("h", "d_k")
+        with t.scope("attn"):
+            if c.q_lora_rank is None:
+                self.q_proj = Linear(t, "q_proj", d, q_width, R.ATTN_PROJ, "Q projection", c.qkv_bias)
+            else:
+                self.q_proj = None
+                self.q_a_proj = Linear(t, "q_a_proj", d, ("r_q",), R.ATTN_PROJ, "Q down-projection",
+                                       c.qkv_bias)
+                self.q_a_norm = Norm(t, "q_a_norm", c.norm, ("r_q",), NORMS[c.norm], comp)
+                self.q_b_proj = Linear(t, "q_b_proj", ("r_q",), q_width, R.ATTN_PROJ,
+                                       "Q up-projection")
+            self.kv_a_proj = Linear(t, "kv_a_proj", d, ("d_kv_a",), R.ATTN_PROJ,
+                                    "KV down-projection (latent and RoPE key)", c.qkv_bias)
+            self.kv_a_norm = Norm(t, "kv_a_norm", c.norm, ("r_kv",), NORMS[c.norm], comp)
+            self.kv_b_proj = Linear(t, "kv_b_proj", ("r_kv",), ("h", "d_kv_b"), R.ATTN_PROJ,
+                                    "KV up-projection")
+            self.output_proj = Linear(t, "output_proj", ("h", "d_v"), d, R.ATTN_PROJ,
+                                      "output projection", c.out_bias)
+            self.rope = RoPE(t, "d_rope") if c.positions == "rope" else None
+        self.pad = c.attention == "sdpa" and c.v_head_dim != c.d_k
+        self.v_dim = "d_k" if self.pad else "d_v"
+        self.v_useful = ("B", "h", "P_W" if local else "P", "d_v") if self.pad else None
+
+    def __call__(self, x: Sym, out_label: str, out_course: str) -> Sym:
+        t = self.t
+        heads = ("B", "h", "T")
+        with t.scope("attn"):
+            if self.q_proj is not None:
+                q = self.q_proj(x, "Q projection output", "Q/K/V projections")
+            else:
+                q = self.q_a_proj(x, "Q latent", "Q/K/V projections")
+                q = self.q_a_norm(q, "Q latent after its norm")
+                q = self.q_b_proj(q, "Q projection output", "Q/K/V projections")
+            q = t.view(q, heads + ("d_k",), contiguous=False)  # ... heads seq d
+            q_nope = t.view(q, heads + ("d_nope",), contiguous=False)  # q[..., :nope]
+            q_pe = t.view(q, heads + ("d_rope",), contiguous=False)  # q[..., nope:]
+            latent = self.kv_a_proj(x, "KV latent and RoPE key", "Q/K/V projections")
+            t.cached("latent c_KV and RoPE key", ("d_kv_a",), window=self.local)
+            # last-dim slices of a (B, T, ·) tensor: views einsum and the norm read in place
+            c_kv = t.view(latent, ("B", "T", "r_kv"))
+            k_pe = t.view(latent, ("B", "T", "d_rope"))
+            c_kv = self.kv_a_norm(c_kv, "KV latent after its norm")
+            kv = self.kv_b_proj(c_kv, "KV up-projection output", "Q/K/V projections",
+                                reads_cache=True)
+            kv = t.view(kv, heads + ("d_kv_b",), contiguous=False)
+            k_nope = t.view(kv, heads + ("d_nope",), contiguous=False)
+            v = t.view(kv, heads + ("d_v",), contiguous=False)
+            if self.rope is not None:
+                positions = t.fresh(("T",), R.INT64)  # torch.arange(seq)
+                q_pe = self.rope.rotate(q_pe, positions, "Q RoPE part after RoPE")
+                k_pe = self.rope.rotate(k_pe, positions, "shared RoPE key after RoPE")
+            q = t.name(t.cat((q_nope, q_pe), heads + ("d_k",)), "Q (no-RoPE and RoPE parts)")
+            k = t.name(t.cat((k_nope, k_pe), heads + ("d_k",)),
+                       "K (no-RoPE part and the shared RoPE key)")
+            if self.pad:  # F.pad(v, (0, d_k − d_v)): the fused kernel needs one head size
+                v = t.name(t.copy(v, heads + ("d_k",)), "V zero-padded to d_k")
+            out = self.run_core(q, k, v)
+            if self.pad:
+                out = t.view(out, heads + ("d_v",), contiguous=False)  # out[..., :d_v]
+                merged = t.name(t.copy(out, ("B", "T", "h", "d_v")),
+                                "attention-weighted values, heads merged")
+            else:
+                merged = self.merge(out, ("h", "d_v"))
+            return self.output_proj(merged, out_label, out_course)
+
+    def out_heads(self) -> tuple[str, ...]:
+        return ("B", "h", "T", self.v_dim)

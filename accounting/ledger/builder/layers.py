@@ -1,0 +1,158 @@
+"""Linear, Norm, RoPE, activations and the feed-forward network: model/layers.py's ops, as facts."""
+from __future__ import annotations
+
+from accounting.ledger import records as R
+from accounting.spec.config import ModelConfig
+from accounting.ledger.trace import Sym, Trace
+from accounting.ledger.builder.common import ROPE, BIAS, ACTIVATION_COMPONENT
+
+
+class Linear:
+    """y = einsum(x, W, '... d_in, d_out d_in -> ... d_out') (+ b)."""
+
+    def __init__(self, t: Trace, name: str, d_in, d_out, component: str, record: str,
+                 bias: bool = False, weight: Sym | None = None):
+        self.t, self.name, self.d_in, self.d_out = t, name, d_in, d_out
+        self.component, self.record = component, record
+        with t.scope(name):
+            self.weight = (t.param("weight", d_out + d_in, component) if weight is None
+                           else t.alias("weight", weight))
+            self.bias = t.param("bias", d_out, component) if bias else None
+
+    def __call__(self, x: Sym, label: str, course: str = "", reads_cache: bool = False) -> Sym:
+        t = self.t
+        assert x.contiguous and x.shape[-len(self.d_in):] == self.d_in, (self.name, x.shape)
+        rows = x.shape[:-len(self.d_in)]
+        with t.scope(self.name):
+            dtype = t.matmul(x, self.weight, R.Matmul(self.record, self.component, t.module,
+                                                      t.repeat, R.FORWARD, (), rows, self.d_in,
+                                                      self.d_out, grads=("dX", "dW"),
+                                                      reads_cache=reads_cache))
+            y = Sym(rows + self.d_out, dtype)
+            if self.bias is not None:
+                y = t.binary("aten.add", y, self.bias, "+ bias", BIAS)
+        return t.name(y, label, course)
+
+
+class Norm:
+    """RMSNorm (x / sqrt(mean(x²) + eps) · g) or LayerNorm ((x − mean) / sqrt(var + eps) · g
+    + b) over the trailing `width` symbols, in float32 (a no-op cast for fp32)."""
+
+    def __init__(self, t: Trace, name: str, kind: str, width: tuple[str, ...], component: str,
+                 param_component: str):
+        self.t, self.name, self.kind, self.width = t, name, kind, width
+        self.component = component
+        with t.scope(name):
+            self.weight = t.param("weight", width, param_component)
+            self.bias = t.param("bias", width, param_component) if kind == "layernorm" else None
+
+    def __call__(self, x: Sym, out_label: str, course: str = "") -> Sym:
+        t, w, k = self.t, self.width, self.component
+        over = "·".join(w)
+        m = f"{t.module}.{self.name}" if t.module else self.name
+        in_dtype = x.dtype
+        with t.scope(self.name):
+            x = t.cast(x, R.FP32, f"{m} input (fp32 copy)")  # x.to(torch.float32)
+            if self.kind == "rmsnorm":
+                sq = t.unary("aten.pow", x, "x²", k, saves="input")
+                ms = t.reduce("aten.mean", sq, w, f"mean over {over}", k)
+                e = t.binary("aten.add", ms, None, "+ eps", k)
+                rms = t.unary("aten.sqrt", e, "sqrt", k, saves="output", out=f"{m} rms")
+                normed = t.binary("aten.div", x, rms, "x / rms", k, out=f"{m} x / rms")
+                y = t.binary("aten.mul", normed, self.weight, "· gain", k)
+            else:
+                mean = t.reduce("aten.mean", x, w, f"mean over {over}", k)
+                xc = t.binary("aten.sub", x, mean, "x − mean", k, out=f"{m} x − mean")
+                sq = t.unary("aten.pow", xc, "(x − mean)²", k, saves="input")
+                var = t.reduce("aten.mean", sq, w, f"variance: mean of squares over {over}", k)
+                e = t.binary("aten.add", var, None, "+ eps", k)
+                std = t.unary("aten.sqrt", e, "sqrt", k, saves="output", out=f"{m} std")
+                normed = t.binary("aten.div", xc, std, "(x − mean) / std", k,
+                                  out=f"{m} normalized")
+                y = t.binary("aten.mul", normed, self.weight, "· weight", k)
+                y = t.binary("aten.add", y, self.bias, "+ bias", k)
+            y = t.cast(y, in_dtype)  # result.to(in_dtype)
+        return t.name(y, out_label, course)
+
+
+class RoPE:
+    """model.RotaryPositionalEmbedding.rotate: cos/sin tables (buffers) gathered at the
+    positions; per pair (x_even, x_odd): 4 multiplies, a subtract and an add."""
+
+    def __init__(self, t: Trace, dim: str = "d_k"):
+        self.t, self.half = t, f"{dim}/2"
+        with t.scope("rope"):
+            self.cos = t.buffer("cos", ("T_max", self.half), 4)  # float32, persistent=False
+            self.sin = t.buffer("sin", ("T_max", self.half), 4)
+
+    def rotate(self, x: Sym, positions: Sym, out_label: str) -> Sym:
+        # Called as rope.rotate from the attention's forward: the ops run in `attn`.
+        t = self.t
+        half = ("T", self.half)
+        label = "RoPE cos and sin at the positions"
+        # self.cos[positions].to(x.dtype): a gather (float32), then a cast under autocast
+        cos = t.cast(t.name(t.lookup(self.cos, positions, half), label), x.dtype, label)
+        sin = t.cast(t.name(t.lookup(self.sin, positions, half), label), x.dtype, label)
+        pairs = x.shape[:-1] + (self.half,)
+        x_even, x_odd = t.view(x, pairs, False), t.view(x, pairs, False)
+        label = "x_even·cos, x_odd·sin, x_even·sin, x_odd·cos"
+        a = t.binary("aten.mul", x_even, cos, label, ROPE)
+        b = t.binary("aten.mul", x_odd, sin, label, ROPE)
+        even = t.binary("aten.sub", a, b, "x_even·cos − x_odd·sin", ROPE)
+        c = t.binary("aten.mul", x_even, sin, label, ROPE)
+        d = t.binary("aten.mul", x_odd, cos, label, ROPE)
+        odd = t.binary("aten.add", c, d, "x_even·sin + x_odd·cos", ROPE)
+        out = t.copy(even, x.shape)  # torch.stack, then a view back to (... d_k)
+        out.dtype = even.dtype
+        t._reads("stack", even, odd)
+        return t.name(out, out_label)
+
+
+def activation(t: Trace, kind: str, x: Sym, component: str, course: str) -> Sym:
+    """silu, gelu_tanh or gelu (model/layers.py), op by op."""
+    if kind == "silu":  # x * sigmoid(x)
+        s = t.unary("aten.sigmoid", x, "sigmoid(W1·x)", component, saves="output",
+                    out="sigmoid(W1 output)")
+        return t.binary("aten.mul", x, s, "SiLU: W1·x · sigmoid", component, out="SiLU output",
+                        course=course)
+    half = t.binary("aten.mul", x, None, "0.5·x", component, out="0.5·x")
+    if kind == "gelu_tanh":  # 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))
+        cube = t.unary("aten.pow", x, "x³", component, saves="input")
+        inner = t.binary("aten.mul", cube, None, "0.044715·x³", component)
+        inner = t.binary("aten.add", x, inner, "x + 0.044715·x³", component)
+        inner = t.binary("aten.mul", inner, None, "√(2/π)·(x + 0.044715·x³)", component)
+        th = t.unary("aten.tanh", inner, "tanh", component, saves="output", out="tanh(…)")
+        one = t.binary("aten.add", th, None, "1 + tanh", component, out="1 + tanh(…)")
+    else:  # exact: 0.5·x·(1 + erf(x/√2))
+        scaled = t.binary("aten.div", x, None, "x / √2", component, out="x / √2")
+        e = t.unary("aten.erf", scaled, "erf", component, saves="input")
+        one = t.binary("aten.add", e, None, "1 + erf", component, out="1 + erf(x / √2)")
+    return t.binary("aten.mul", half, one, "0.5·x · (1 + …)", component, out="GELU output",
+                    course=course)
+
+
+class FeedForward:
+    """GatedMLP/SwiGLU (W2(act(W1 x) · W3 x)) or MLP (W2 act(W1 x)); model.feed_forward."""
+
+    def __init__(self, t: Trace, c: ModelConfig):
+        self.t, self.kind = t, c.mlp_kind
+        prefix = {"swiglu": "SwiGLU", "geglu": "GeGLU"}.get(c.mlp, "MLP")
+        f, d = ("d_ff",), ("d_model",)
+        with t.scope("ffn"):
+            self.w1 = Linear(t, "w1", d, f, R.FFN, f"{prefix} W1", c.mlp_bias)
+            self.w2 = Linear(t, "w2", f, d, R.FFN, f"{prefix} W2", c.mlp_bias)
+            self.w3 = Linear(t, "w3", d, f, R.FFN, f"{prefix} W3", c.mlp_bias) if self.kind.gated else None
+        self.component = ACTIVATION_COMPONENT[c.mlp]
+
+    def __call__(self, x: Sym, out_course: str) -> Sym:
+        t = self.t
+        act_course = "SiLU" if self.kind.activation == "silu" else "GELU"
+        with t.scope("ffn"):
+            a = self.w1(x, "W1 output", "W1")
+            h = activation(t, self.kind.activation, a, self.component, act_course)
+            if self.w3 is not None:
+                b = self.w3(x, "W3 output", "W3 (SwiGLU)" if self.kind.activation == "silu" else "W3")
+                act = "SiLU(W1·x)" if self.kind.activation == "silu" else "GELU(W1·x)"
+                h = t.binary("aten.mul", h, b, f"gate: {act} · W3·x", self.component,
+                             out="gated product (W2 input)")
+            return self.w2(h, "W2 output", out_course)

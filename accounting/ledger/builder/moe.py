@@ -1,0 +1,132 @@
+"""The mixture-of-experts layer: model/moe.py's ops, as facts."""
+from __future__ import annotations
+
+from accounting.ledger import records as R
+from accounting.spec.config import ModelConfig
+from accounting.ledger.trace import Sym, Trace
+from accounting.ledger.builder.common import ROUTER, ACTIVATION_COMPONENT
+from accounting.ledger.builder.layers import Linear, activation
+
+
+class MoE:
+    """Router (a linear map to E scores; softmax, or a sigmoid with DeepSeek's bias and
+    group-limited choice), top-k, the routed token slots gathered, run through E stacked
+    gated experts, weighted and added back; shared experts beside. Dropless: B·T·k slots,
+    whatever the routing (on meta the model deals them in turn); with a capacity factor,
+    E·C slots (C = ⌈c·B·T·k/E⌉), of which B·T·k at most are useful."""
+
+    def __init__(self, t: Trace, c: ModelConfig):
+        self.t, self.c, self.kind = t, c, c.mlp_kind
+        d, f, E = ("d_model",), ("d_e",), ("E",)
+        self.component = ACTIVATION_COMPONENT[c.mlp]
+        with t.scope("ffn"):
+            # a module's own buffers come before its children's keys in the state dict
+            self.bias = t.buffer("router_bias", E, 4, persistent=True) if c.router_bias else None
+            self.router = Linear(t, "router", d, E, R.FFN, "router")
+            with t.scope("experts"):
+                self.w1 = t.param("w1", E + f + d, R.FFN)
+                self.w2 = t.param("w2", E + d + f, R.FFN)
+                self.w3 = t.param("w3", E + f + d, R.FFN)
+            self.shared = None
+            if c.num_shared_experts:
+                sf = ("d_s",)
+                with t.scope("shared"):
+                    self.shared = (Linear(t, "w1", d, sf, R.FFN, "shared expert W1"),
+                                   Linear(t, "w2", sf, d, R.FFN, "shared expert W2"),
+                                   Linear(t, "w3", d, sf, R.FFN, "shared expert W3"))
+
+    def __call__(self, x: Sym, out_course: str) -> Sym:
+        t, c = self.t, self.c
+        tokens, comp = ("B", "T"), ROUTER
+        slots = tokens + ("k",)
+        with t.scope("ffn"):
+            weights = self.route(x)
+            # the slots (token-major), ordered by expert: int ops, no FLOPs
+            order = t.name(t.fresh(slots, R.INT64), "slot order (by expert)")
+            token = t.name(t.fresh(slots, R.INT64), "token of each slot")
+            slot_w = t.name(t.index(weights, order, slots, "weights in slot order"), "slot weights")
+            routed = t.name(t.index(x, token, slots + ("d_model",), "the slots' tokens"),
+                            "routed tokens")
+            if c.moe_capacity_factor is None:  # dropless
+                out = self._experts(routed, slots)
+            else:  # E·C rows (a slot beyond C goes to a trash row), then back to the slots
+                dest = t.name(t.fresh(slots, R.INT64), "dispatch row of each slot")
+                rows = t.name(t.index_copy(("E·C+1", "d_model"), dest, routed, "dispatch"),
+                              "dispatched rows (E·C + a trash row)")
+                ran = self._experts(t.view(rows, ("E", "C", "d_model")), ("E", "C"))
+                padded = t.cat((ran,), ("E·C+1", "d_model"))
+                out = t.name(t.index(padded, dest, slots + ("d_model",), "back to the slots"),
+                             "expert outputs, back in slot order")
+            out = t.binary("aten.mul", out, slot_w, "× router weight", comp,
+                           out="weighted expert outputs")
+            y = t.index_add(tokens + ("d_model",), token, out, "add back to the tokens", comp)
+            if self.shared is not None:
+                w1, w2, w3 = self.shared
+                with t.scope("shared"):
+                    a = w1(x, "shared W1 output")
+                    g = activation(t, self.kind.activation, a, self.component, "")
+                    b = w3(x, "shared W3 output")
+                    g = t.binary("aten.mul", g, b, "shared gate", self.component,
+                                 out="shared gated product")
+                    sh = w2(g, "shared W2 output")
+                y = t.binary("aten.add", y, sh, "routed + shared", comp)
+        return t.name(y, "W2 output", out_course)
+
+    def route(self, x: Sym) -> Sym:
+        """MoE.route: the router's scores, the chosen experts and their weights (B, T, k)."""
+        t, c, comp = self.t, self.c, ROUTER
+        tokens = ("B", "T")
+        logits = self.router(x, "router scores")
+        if c.router == "softmax":  # model/attention.py's softmax over the experts
+            mx = t.reduce("aten.amax", logits, ("E",), "max over experts", comp, saves=True,
+                          out="router max")
+            shifted = t.binary("aten.sub", logits, mx, "x − max", comp)
+            e = t.unary("aten.exp", shifted, "exp", comp, saves="output", out="router exp")
+            total = t.reduce("aten.sum", e, ("E",), "sum over experts", comp, out="router sum")
+            scores = t.binary("aten.div", e, total, "exp / sum", comp, out="router probabilities")
+        else:
+            scores = t.unary("aten.sigmoid", logits, "sigmoid", comp, saves="output",
+                             out="router probabilities")
+        # Only the chosen indices leave the choice: its ops are off the gradient path.
+        choice = t.off_gradient_path(scores)
+        if self.bias is not None:
+            choice = t.binary("aten.add", choice, self.bias, "+ correction bias", comp)
+        if c.router_groups > 1:  # keep the best topk_groups groups, by their two best scores
+            grouped = t.view(choice, tokens + ("G", "E/G"))
+            best2, _ = t.topk(grouped, ("E/G",), ("2",), "top-2 in each group", comp,
+                              out="router top-2 per group", values=True)
+            group_score = t.reduce("aten.sum", best2, ("2",), "group score", comp)
+            t.topk(group_score, ("G",), ("k_G",), "top groups", comp, out="router top groups")
+            keep = t.name(t.fresh(tokens + ("E",), R.BOOL), "router group mask")
+            choice = t.masked_fill(choice, keep, "zero the other groups", comp)
+        experts = t.topk(choice, ("E",), ("k",), "top-k experts", comp, out="chosen experts")
+        weights = t.name(t.gather(scores, experts, "chosen scores"), "chosen experts' scores")
+        if c.norm_topk_prob:
+            total = t.reduce("aten.sum", weights, ("k",), "sum of the k weights", comp,
+                             out="router weight sum")
+            weights = t.binary("aten.div", weights, total, "renormalise", comp,
+                               out="router weights")
+        if c.routed_scaling_factor != 1.0:
+            weights = t.binary("aten.mul", weights, None, "× routed_scaling_factor", comp)
+        return t.name(weights, "router weights")
+
+    def _experts(self, xs: Sym, rows: tuple[str, ...]) -> Sym:
+        """Experts.forward on the routed rows: einsums with w1, w3 (activation, gate), w2.
+        Under a capacity factor the E·C rows run; the B·T·k routed slots are the useful work."""
+        t = self.t
+        note = "routed token slots" if rows == ("B", "T", "k") else \
+            "capacity: E·C rows run (padding included), B·T·k useful"
+        with t.scope("experts"):
+            def mm(x, w, name, n, p):
+                useful = None if rows == ("B", "T", "k") else ("B", "T", "k") + n + p
+                return t.matmul(x, w, R.Matmul(name, R.FFN, t.module, t.repeat, R.FORWARD, (), rows,
+                                               n, p, grads=("dX", "dW"), useful=useful, note=note))
+            dt = mm(xs, self.w1, "expert W1", ("d_model",), ("d_e",))
+            a = t.name(Sym(rows + ("d_e",), dt), "expert W1 output", "W1")
+            g = activation(t, self.kind.activation, a, self.component, "")
+            dt = mm(xs, self.w3, "expert W3", ("d_model",), ("d_e",))
+            b = t.name(Sym(rows + ("d_e",), dt), "expert W3 output", "W3")
+            g = t.binary("aten.mul", g, b, "expert gate", self.component,
+                         out="expert gated product")
+            dt = mm(g, self.w2, "expert W2", ("d_e",), ("d_model",))
+            return t.name(Sym(rows + ("d_model",), dt), "expert outputs", "W2")

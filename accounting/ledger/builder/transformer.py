@@ -1,0 +1,114 @@
+"""Blocks and the LM, and walk(): model/transformer.py's ops, as facts, in its order."""
+from __future__ import annotations
+
+from accounting.ledger import records as R
+from accounting.spec.config import NORMS, ModelConfig
+from accounting.ledger.trace import LOSS, Sym, Trace
+from accounting.ledger.builder.common import POSITION_ADD, RESIDUAL, NORM_PARAMS, ROW, Arch
+from accounting.ledger.builder.layers import Linear, Norm, activation, FeedForward
+from accounting.ledger.builder.attention import Attention
+from accounting.ledger.builder.latent_attention import LatentAttention
+from accounting.ledger.builder.moe import MoE
+
+
+class Block:
+    def __init__(self, t: Trace, a: Arch, recompute: str = "none", kind=None):
+        self.t, self.c, self.recompute, self.kind = t, a.c, recompute, kind
+        comp, kind = NORM_PARAMS[a.c.norm], a.c.norm
+        self.ln1 = Norm(t, "ln1", kind, ("d_model",), NORMS[kind], comp)
+        local = self.kind is not None and self.kind.local
+        self.attn = (LatentAttention if a.c.mla else Attention)(t, a, recompute, local)
+        self.ln2 = Norm(t, "ln2", kind, ("d_model",), NORMS[kind], comp)
+        self.ffn = MoE(t, a.c) if self.kind is not None and self.kind.moe else FeedForward(t, a.c)
+
+    def __call__(self) -> None:
+        t, pre = self.t, self.c.norm_placement == "pre"
+        x = t.name(t.fresh(ROW, grad=True), "ln1 input" if pre else "block input",
+                   f"{NORMS[self.c.norm]} inputs" if pre else "", block_input=True)
+        if self.recompute == "full":  # checkpoint(block, x): keeps x, runs it again
+            with t.recomputed_region("block", (x,)):
+                self.run(x)
+        else:
+            self.run(x)
+
+    def run(self, x: Sym) -> None:
+        t, norm_course = self.t, f"{NORMS[self.c.norm]} inputs"
+        if self.c.norm_placement == "pre":
+            h = self.ln1(x, "ln1 output")
+            y = t.binary("aten.add", x, self.attn(h, "output projection output", "output projection"),
+                         "x + attn, y + ffn", RESIDUAL)
+            y = t.name(y, "ln2 input", norm_course)
+            h = self.ln2(y, "ln2 output")
+            t.binary("aten.add", y, self.ffn(h, "W2"), "x + attn, y + ffn", RESIDUAL)
+        else:  # OLMo-2: y = x + ln1(attn(x)); z = y + ln2(ffn(y))
+            o = self.attn(x, "output projection output", "output projection")
+            y = t.binary("aten.add", x, self.ln1(o, "ln1 output"), "x + ln1(attn), y + ln2(ffn)",
+                         RESIDUAL)
+            y = t.name(y, "residual after attention (ffn input)")
+            f = self.ffn(y, "W2")
+            t.binary("aten.add", y, self.ln2(f, "ln2 output"), "x + ln1(attn), y + ln2(ffn)", RESIDUAL)
+
+
+def _symbol(kind, kinds) -> str:
+    """"L" when every block is alike, else L_ and what sets this kind apart."""
+    if len(kinds) == 1:
+        return "L"
+    parts = []
+    if len({k.local for k in kinds}) > 1:
+        parts.append("local" if kind.local else "global")
+    if len({k.moe for k in kinds}) > 1:
+        parts.append("moe" if kind.moe else "dense")
+    return "L_" + "_".join(parts)
+
+
+def walk(c: ModelConfig, autocast: str | None = None, recompute: str = "none",
+         fold: bool = True) -> Trace:
+    """Build (declare) the model, then run one training step's forward and loss: in float32,
+    or under torch.autocast(autocast, dtype=torch.bfloat16); with activation recomputation
+    "none", "full" (checkpoint each block) or "selective" (checkpoint the attention core);
+    fold=False writes widths h·d_k even where that is d_model."""
+    t, a = Trace(autocast), Arch(c, fold)
+    # __init__, in model/transformer.py's registration order
+    with t.scope("token_embeddings"):
+        tok = t.param("weight", ("V", "d_model"), R.EMBEDDING, lookup=True)
+    pos = None
+    if c.positions == "learned":
+        with t.scope("position_embeddings"):
+            pos = t.param("weight", ("T_pos", "d_model"), R.POSITION_EMBEDDING, lookup=True)
+    # Blocks of one kind (global/local attention, dense/MoE MLP) are alike: each kind is
+    # walked once, its records repeated over its blocks (symbol "L" when all are alike).
+    kinds = list(dict.fromkeys(c.layer_kinds))
+    t.groups = tuple((_symbol(kind, kinds),
+                      tuple(i for i, k in enumerate(c.layer_kinds) if k == kind)) for kind in kinds)
+    blocks = []
+    for kind, (symbol, _) in zip(kinds, t.groups):
+        with t.block(symbol):
+            blocks.append(Block(t, a, recompute, kind))
+    comp = NORM_PARAMS[c.norm]
+    ln_final = Norm(t, "ln_final", c.norm, ("d_model",), NORMS[c.norm], comp)
+    lm_head = Linear(t, "lm_head", ("d_model",), ("V",), R.LM_HEAD, "LM head",
+                     weight=tok if c.tie_embeddings else None)
+
+    # forward
+    ids = t.name(t.fresh(("B", "T"), R.INT64), "token ids")
+    with t.scope("token_embeddings"):
+        x = t.lookup(tok, ids, ROW)
+    if pos is not None:
+        with t.scope("position_embeddings"):
+            positions = t.name(t.fresh(("T",), R.INT64), "position ids")
+            p = t.lookup(pos, positions, ("T", "d_model"))
+        t.binary("aten.add", x, p, "token + position embedding", POSITION_ADD)
+    for block, (symbol, _) in zip(blocks, t.groups):
+        with t.block(symbol):
+            block()
+    final_course = f"final {NORMS[c.norm]}"
+    x = t.name(t.fresh(ROW, grad=True), "ln_final input", final_course)
+    h = ln_final(x, "ln_final output")
+    logits = lm_head(h, "logits (output embedding)", "output embedding")
+
+    # F.cross_entropy(logits, targets) = nll_loss(log_softmax(logits)): outside the model
+    with t.outside(LOSS):
+        targets = t.name(t.fresh(("B", "T"), R.INT64), "targets")
+        t.cross_entropy(logits, targets, "cross-entropy")
+    t.check()
+    return t

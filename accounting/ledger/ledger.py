@@ -1,0 +1,226 @@
+"""The ledger of one architecture: every fact the builder emitted, collected once.
+
+    from accounting.ledger.ledger import ledger
+    lg = ledger(config)          # cached per config
+    lg.params, lg.matmuls("train"), lg.elementwise, lg.activations, lg.buffers, lg.cache
+
+Analysis, planning, the cross-check's module mapping, the views and the report reduce
+this; none of them restates the architecture.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from accounting.ledger import builder
+from accounting.ledger import records as R
+from accounting.spec.config import expert_capacity, ModelConfig
+from accounting.runtime.errors import UsageError
+from accounting.ledger.symbols import Expr
+
+
+@dataclass(frozen=True)
+class Ledger:
+    config: ModelConfig
+    params: tuple[R.Param, ...]  # unique parameters, in state-dict order
+    tied: tuple[tuple[str, str], ...]  # (second state-dict key, the parameter it names)
+    forward: tuple[R.Matmul, ...]  # in execution order
+    elementwise: tuple[R.Elementwise, ...]  # one record per op call, in execution order
+    activations: tuple[R.Activation, ...]
+    buffers: tuple[R.Buffer, ...]
+    cache: tuple[R.CacheEntry, ...]
+    registered: tuple[tuple[str, str | None], ...]  # (state-dict key, block kind) in order
+    recomputed: tuple[R.Matmul, ...] = ()  # forward matmuls run again in the backward pass
+    groups: tuple[tuple[str, tuple[int, ...]], ...] = (("L", ()),)  # kind symbol -> its blocks
+    persistent: tuple[str, ...] = ()  # state-dict keys of persistent buffers (not parameters)
+
+    def group_of(self, layer: int) -> str:
+        """The symbol of block `layer`'s kind ("L" when every block is alike)."""
+        for symbol, layers in self.groups:
+            if layer in layers:
+                return symbol
+        raise IndexError(layer)
+
+    # ---- matmuls --------------------------------------------------------------------------
+    @property
+    def backward(self) -> tuple[R.Matmul, ...]:
+        """One gradient matmul per operand of each forward matmul (the embedding's backward
+        is a scatter-add, not a matmul, and token ids need no gradient)."""
+        return tuple(g for f in self.forward for g in f.gradients())
+
+    def matmuls(self, phase: str = "forward") -> list[R.Matmul]:
+        """Records of a pass ('forward', 'backward' or 'train'), forward first."""
+        passes = R.PHASES[phase]
+        return ([*self.forward] if R.FORWARD in passes else []) + \
+            ([*self.backward] if R.BACKWARD in passes else [])
+
+    def matmul_modules(self) -> dict[tuple[bool, str], str]:
+        """(per block?, innermost module) -> component, for every module that runs a matmul."""
+        return {(r.per_layer, r.module): r.component for r in self.forward}
+
+    # ---- components present, in table order ---------------------------------------------
+    @property
+    def param_components(self) -> tuple[str, ...]:
+        order = (R.EMBEDDING, R.POSITION_EMBEDDING, R.ATTN_PROJ, R.FFN, *builder.NORM_PARAMS.values(),
+                 R.LM_HEAD)
+        present = {p.component for p in self.params} | {R.LM_HEAD}
+        return tuple(c for c in order if c in present)
+
+    @property
+    def elementwise_components(self) -> tuple[str, ...]:
+        present = {e.component for e in self.elementwise}
+        return tuple(c for c in builder.ELEMENTWISE_ORDER if c in present)
+
+    # ---- names ----------------------------------------------------------------------------
+    def state_dict_keys(self) -> list[str]:
+        """The model's state-dict keys in order (a tied weight under both of its names)."""
+        out: list[str] = []
+        first = next((name, group) for name, group in self.registered if group)
+        for name, group in self.registered:
+            if not group:
+                out.append(name)
+            elif (name, group) == first:  # the blocks' keys, block by block, where block 0 starts
+                for i in range(self.config.num_layers):
+                    g = self.group_of(i)
+                    out += [n.format(i=i) for n, kind in self.registered if kind == g]
+        return out
+
+    def parameter_names(self) -> list[str]:
+        """named_parameters() order: each parameter once (a tied one under its first name)."""
+        buffers = {n.format(i=i) for n in self.persistent for i in range(self.config.num_layers)}
+        return [k for k in self.state_dict_keys() if k not in dict(self.tied) and k not in buffers]
+
+    # ---- values -------------------------------------------------------------------------
+    def values(self, seq: int, batch: int) -> dict[str, int]:
+        """Integer value of every symbol for one workload."""
+        c = self.config
+        out = {
+            "B": batch, "T": seq, "P": seq * (seq + 1) // 2, "L": c.num_layers,
+            "V": c.vocab_size, "d_model": c.d_model, "d_ff": c.d_ff, "h": c.num_heads,
+            "h_kv": c.kv_heads, "g": c.group_size, "d_k": c.d_k, "d_k/2": c.d_k // 2,
+            "T_max": max(seq, c.context_length), "T_pos": c.context_length,
+        }
+        for symbol, layers in self.groups:
+            out[symbol] = len(layers)
+        if c.sliding_window is not None:  # local layers: query i attends min(i + 1, W) keys
+            w = c.sliding_window
+            out["W"] = w
+            out["P_W"] = window_pairs(seq, w)
+        if c.num_experts is not None:
+            out.update({"E": c.num_experts, "k": c.experts_per_token, "d_e": c.expert_d_ff,
+                        "d_s": c.num_shared_experts * c.expert_d_ff, "G": c.router_groups,
+                        "E/G": c.num_experts // c.router_groups, "2": 2,
+                        "k_G": c.router_topk_groups})
+            if c.moe_capacity_factor is not None:
+                cap = expert_capacity(c.moe_capacity_factor, batch * seq * c.experts_per_token,
+                                      c.num_experts)
+                out["C"], out["E·C+1"] = cap, c.num_experts * cap + 1
+        if c.mla:
+            out.update({"r_kv": c.kv_lora_rank, "d_nope": c.qk_nope_head_dim,
+                        "d_rope": c.qk_rope_head_dim, "d_rope/2": c.qk_rope_head_dim // 2,
+                        "d_v": c.v_head_dim, "d_kv_a": c.kv_lora_rank + c.qk_rope_head_dim,
+                        "d_kv_b": c.qk_nope_head_dim + c.v_head_dim})
+            if c.q_lora_rank is not None:
+                out["r_q"] = c.q_lora_rank
+        return out
+
+
+def window_pairs(seq: int, window: int) -> int:
+    """Σ_{i<T} min(i + 1, W): the (query, key) pairs a causal sliding window of W keeps;
+    W·T − W(W−1)/2 once T ≥ W (T(T+1)/2 before)."""
+    if seq <= window:
+        return seq * (seq + 1) // 2
+    return window * seq - window * (window - 1) // 2
+
+
+def coalesce(records) -> list[R.Elementwise]:
+    """Records of the same operation (op, label, shape, component) in sibling modules or in
+    several calls, as one row: modules joined ("ln1, ln2"), copies summed. For tables."""
+    rows: dict[tuple, R.Elementwise] = {}
+    for e in records:
+        key = (e.repeat, e.component, e.op, e.elements, e.name, e.per_element, e.reduction)
+        if key not in rows:
+            rows[key] = e
+            continue
+        r = rows[key]
+        modules = r.module.split(", ")
+        module = r.module if e.module in modules else f"{r.module}, {e.module}"
+        rows[key] = R.Elementwise(r.name, r.component, module, r.repeat, r.op, r.elements,
+                                  r.per_element, r.copies + e.copies, r.reduction)
+    return list(rows.values())
+
+
+def _fold(e: Expr) -> Expr:
+    """h·d_k written d_model in every term (the course's way, when h·d_k = d_model)."""
+    terms = {}
+    for f, c in e.terms.items():
+        f = list(f)
+        while "h" in f and "d_k" in f:
+            f.remove("h")
+            f[f.index("d_k")] = "d_model"
+        terms[tuple(f)] = terms.get(tuple(f), 0) + c
+    return Expr(terms)
+
+
+def _activations(t, fold: bool) -> tuple[R.Activation, ...]:
+    rows: dict[tuple, list] = {}
+    for n in t.named.values():
+        saved = bool(n.savers)
+        if not saved and not n.course and not n.block_input:
+            continue
+        if saved:
+            why = "saved by " + ", ".join(n.savers)
+        elif n.readers:
+            why = f"not saved: read by {', '.join(n.readers)}, which keep nothing of it"
+        else:
+            why = "not saved: no operation with a backward formula reads it"
+        key = (n.label, n.saved_in if saved else "", n.shape, n.dtype, n.course, n.repeat,
+               n.block_input, n.weight_copy)
+        if key in rows:
+            rows[key][1] += 1
+        else:
+            rows[key] = [why, 1]
+    out = []
+    for (label, saved_in, shape, dtype, course, repeat, block_input, weight_copy), (why, copies) \
+            in rows.items():
+        e = Expr.of(copies, shape)
+        out.append(R.Activation(label, course, saved_in, repeat, shape, _fold(e) if fold else e,
+                                why, dtype, copies, block_input, weight_copy))
+    # blocks first (execution order), then the rest
+    return tuple([a for a in out if a.per_layer] + [a for a in out if not a.per_layer])
+
+
+@lru_cache(maxsize=64)
+def ledger(config: ModelConfig, autocast: str | None = None, recompute: str = "none") -> Ledger:
+    """The ledger of `config`: in float32 (autocast None) or under torch.autocast on the
+    device named ("cpu", "cuda"), with recomputation "none", "full" or "selective"."""
+    return _build(config, autocast, recompute,
+                  fold=config.num_heads * config.d_k == config.d_model)
+
+
+@lru_cache(maxsize=64)
+def unfolded_ledger(config: ModelConfig, autocast: str | None = None,
+                    recompute: str = "none") -> Ledger:
+    """The same facts with h·d_k never written d_model, so that every tensor and weight with
+    a heads dimension shows it (the parallel planner splits exactly those over TP ranks)."""
+    return _build(config, autocast, recompute, fold=False)
+
+
+def _build(config: ModelConfig, autocast: str | None, recompute: str, fold: bool) -> Ledger:
+    t = builder.walk(config, autocast, recompute, fold)
+    acts = _activations(t, fold)
+    inputs = [a for a in acts if a.block_input]
+    if len(inputs) != len(t.groups) or not all(a.per_layer for a in inputs):
+        raise AssertionError(f"builder: expected one block input per kind of block, got {inputs}")
+    return Ledger(config, tuple(t.params), tuple(t.tied.items()), tuple(t.matmuls),
+                  tuple(t.elementwise), acts, tuple(t.buffers), tuple(t.cache),
+                  tuple(t.registered), tuple(t.recomputed), tuple(t.groups),
+                  tuple(t.persistent))
+
+
+def check_seq(config: ModelConfig, seq: int) -> None:
+    """A learned position table limits the context; RoPE (and no positions) do not."""
+    if config.positions == "learned" and seq > config.context_length:
+        raise UsageError(f"--ctx {seq:,} is longer than {config.name}'s learned position table "
+                         f"({config.context_length:,} positions); give --ctx up to "
+                         f"{config.context_length:,} (RoPE models accept any length)")

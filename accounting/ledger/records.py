@@ -1,0 +1,231 @@
+"""The ledger's records: one small frozen type per kind of fact, on one base.
+
+Every record says where it runs (`module`: a path relative to a block when it repeats in
+every block, else relative to the model) and how often (`repeat`: the symbol of the
+layers it repeats over, "L", or None for once per pass). accounting/ledger/builder/ emits
+them; nothing else writes one. Backward matmuls are derived from the forward ones.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from accounting.ledger.symbols import Expr, dims, monomial, product
+from accounting.units import FLOPS_PER_MAC
+
+# ---- components ---------------------------------------------------------------------
+# Matmul FLOPs: every matmul belongs to exactly one of these.
+ATTN_PROJ = "attention projections"
+ATTN_CORE = "attention core"
+FFN = "feed-forward"
+LM_HEAD = "LM head"
+COMPONENTS = (ATTN_PROJ, ATTN_CORE, FFN, LM_HEAD)
+BLOCK_COMPONENTS = (ATTN_PROJ, ATTN_CORE, FFN)
+
+# Parameters (the norm component is named by the norm kind: "RMSNorm gains", ...).
+EMBEDDING = "token embedding"
+POSITION_EMBEDDING = "position embedding"
+
+FORWARD, BACKWARD = "forward", "backward"
+PHASES = {"forward": (FORWARD,), "backward": (BACKWARD,), "train": (FORWARD, BACKWARD)}
+
+# Which attention-core FLOPs count: the full T×T the model computes and masks
+# ("executed", what the FLOP counters see), or the T(T+1)/2 unmasked pairs ("useful").
+EXECUTED, USEFUL = "executed", "useful"
+
+FP32, BF16, BOOL, INT64 = "fp32", "bf16", "bool", "int64"  # tensor dtypes
+FLOAT_DTYPES = (FP32, BF16)
+DTYPE_BYTES = {FP32: 4, BF16: 2, BOOL: 1, INT64: 8}
+
+# Non-matmul FLOPs: a choice (other tools count exp or sqrt as several FLOPs), stated
+# wherever these numbers are printed; the op counter (crosscheck/dispatch.py) applies it.
+CONVENTION = (
+    "1 FLOP per output element for each elementwise arithmetic op, transcendental ones "
+    "(exp, sigmoid, tanh, erf, sqrt) included; 1 FLOP per input element for a reduction "
+    "(sum, mean, max; an MoE router's top-k); 1 FLOP per element for a select (the causal "
+    "mask's torch.where, masked_fill); 1 FLOP per added element for index_add; "
+    "0 for copies, casts, reshapes, indexing and integer/bool ops (building the mask, "
+    "positions, sorting the routed slots)"
+)
+
+
+@dataclass(frozen=True)
+class Record:
+    name: str
+    component: str
+    module: str  # where it runs: relative to a block when repeat is set, else to the model
+    repeat: str | None  # "L": once in each block; None: once per pass
+
+    @property
+    def per_layer(self) -> bool:
+        return self.repeat is not None
+
+    def count(self, values: dict[str, int]) -> int:
+        return values[self.repeat] if self.repeat else 1
+
+
+@dataclass(frozen=True)
+class Param(Record):
+    """A parameter tensor; `name` is its state-dict key with "{i}" for the block index."""
+    shape: tuple[str, ...]
+    lookup: bool = False  # an embedding table read by index (a row per token)
+    matmul_weight: bool = False  # read by a matmul (autocast keeps a bf16 copy of it)
+
+    @property
+    def routed_expert(self) -> bool:
+        """One of the E stacked routed experts' matrices (a token runs k of the E)."""
+        return self.shape[:1] == ("E",) and self.module.endswith("experts")
+
+    def formula(self) -> str:
+        return monomial(1, self.shape)
+
+    def numel(self, values: dict[str, int]) -> int:
+        return product(self.shape, values)
+
+    def key(self, layer: int | None = None) -> str:
+        return self.name.format(i=layer) if self.per_layer else self.name
+
+
+@dataclass(frozen=True)
+class Matmul(Record):
+    """C = A·B with A: batch×m×n and B: batch×n×p (n contracted); each of m, n, p a
+    product of shape symbols. Its multiply-adds are batch·m·n·p, its FLOPs
+    FLOPS_PER_MAC times that (the 2mnp rule)."""
+    phase: str
+    batch: tuple[str, ...]
+    m: tuple[str, ...]
+    n: tuple[str, ...]  # contracted
+    p: tuple[str, ...]
+    causal: bool = False  # two of the T factors are a causal (query, key) pair
+    grads: tuple[str, str] = ("dA", "dB")  # names of the gradient matmuls of A and B
+    window: bool = False  # causal within a sliding window: P_W useful pairs, not P
+    note: str = ""
+    recompute_in_backward: bool = False  # a fused kernel's backward runs it again first
+    useful: tuple[str, ...] | None = None  # factors of the useful work, when not the causal rule
+    reads_cache: bool = False  # its rows are what the KV cache holds (latent attention's
+    #                            kv_b_proj): a decode step runs it over all t cached tokens
+
+    @property
+    def factors(self) -> tuple[str, ...]:
+        return self.batch + self.m + self.n + self.p
+
+    def useful_factors(self) -> tuple[str, ...]:
+        """The factors with one causal T·T pair replaced by P = T(T+1)/2 (by P_W, the pairs
+        within a sliding window, for a local layer); a capacity-factor expert matmul's E·C
+        slots by the B·T·k routed ones."""
+        if self.useful is not None:
+            return self.useful
+        if not self.causal:
+            return self.factors
+        f = list(self.factors)
+        f.remove("T")
+        f.remove("T")
+        return tuple(f) + ("P_W" if self.window else "P",)
+
+    def formula(self, counting: str = EXECUTED) -> str:
+        """FLOPs per instance, e.g. '2·B·T·d_model²'."""
+        return monomial(FLOPS_PER_MAC, self.factors if counting == EXECUTED else self.useful_factors())
+
+    @property
+    def shapes(self) -> str:
+        """'[B·h, T, d_k] @ [B·h, d_k, T]' in matmul orientation (A: m×n, B: n×p)."""
+        lead = [dims(self.batch)] if self.batch else []
+        a = ", ".join(lead + [dims(self.m), dims(self.n)])
+        b = ", ".join(lead + [dims(self.n), dims(self.p)])
+        return f"[{a}] @ [{b}]"
+
+    def flops(self, values: dict[str, int], counting: str = EXECUTED) -> int:
+        """FLOPs of one instance (one block's worth when per_layer)."""
+        factors = self.factors if counting == EXECUTED else self.useful_factors()
+        return FLOPS_PER_MAC * product(factors, values)
+
+    def expr(self, counting: str = EXECUTED) -> Expr:
+        """FLOPs of the whole pass (all blocks) as an expression in the symbols."""
+        e = Expr.of(FLOPS_PER_MAC, self.factors if counting == EXECUTED else self.useful_factors())
+        return e.times(self.repeat) if self.repeat else e
+
+    def gradients(self) -> tuple[Matmul, ...]:
+        """dA = dC·Bᵀ (m×p @ p×n) and dB = Aᵀ·dC (n×m @ m×p): the same size as the forward;
+        preceded by the forward product itself when the kernel recomputes it (fused attention)."""
+        d_a, d_b = self.grads
+        common = dict(component=self.component, module=self.module, repeat=self.repeat,
+                      phase=BACKWARD, batch=self.batch, causal=self.causal, note=self.note,
+                      window=self.window, useful=self.useful)
+        again = (Matmul(f"{self.name} (recomputed)", m=self.m, n=self.n, p=self.p, **common),) \
+            if self.recompute_in_backward else ()
+        return again + (Matmul(f"{self.name} {d_a}", m=self.m, n=self.p, p=self.n, **common),
+                        Matmul(f"{self.name} {d_b}", m=self.n, n=self.m, p=self.p, **common))
+
+
+@dataclass(frozen=True)
+class Elementwise(Record):
+    """One non-matmul tensor operation, FLOPs under CONVENTION."""
+    op: str  # the aten operator the model runs
+    elements: tuple[str, ...]  # the tensor the FLOPs are counted over
+    per_element: int = 1
+    copies: int = 1  # instances per block (per_layer) or per pass
+    reduction: bool = False  # `elements` is the reduction's input
+
+    def formula(self) -> str:
+        return monomial(self.per_element * self.copies, self.elements)
+
+    def flops(self, values: dict[str, int]) -> int:
+        """FLOPs of one block's worth (per_layer) or of the whole pass."""
+        return self.per_element * self.copies * product(self.elements, values)
+
+    def expr(self) -> Expr:
+        e = Expr.of(self.per_element * self.copies, self.elements)
+        return e.times(self.repeat) if self.repeat else e
+
+
+@dataclass(frozen=True)
+class Activation(Record):
+    """A tensor of the forward pass that autograd saves for the backward pass, or that the
+    course's list counts (or both). `module` is where it is first saved ("loss" for
+    F.cross_entropy), "" when nothing saves it; `component` is the course's item ("" when
+    the course does not count it)."""
+    shape: tuple[str, ...]
+    elements: Expr  # of all copies in one block (or in the model); h·d_k written d_model
+    why: str  # the op(s) that save it, or why nothing does
+    dtype: str = FP32
+    copies: int = 1
+    block_input: bool = False  # the block's input: what full recomputation keeps
+    weight_copy: bool = False  # autocast's bf16 copy of a weight (saved by its matmul)
+
+    @property
+    def bytes_per_element(self) -> int:
+        return DTYPE_BYTES[self.dtype]
+
+    @property
+    def course(self) -> str:
+        return self.component
+
+    @property
+    def saved_in(self) -> str:
+        return self.module
+
+    @property
+    def saved(self) -> bool:
+        return bool(self.module)
+
+
+@dataclass(frozen=True)
+class Buffer(Record):
+    """A tensor the model holds that is not a parameter (RoPE's cos/sin tables)."""
+    shape: tuple[str, ...]
+    bytes_per_element: int
+
+    def expr(self) -> Expr:
+        e = Expr.of(self.bytes_per_element, self.shape)
+        return e.times(self.repeat) if self.repeat else e
+
+
+@dataclass(frozen=True)
+class CacheEntry(Record):
+    """What one token adds to the KV cache: `shape` elements in each block (a local layer
+    keeps only its last W tokens)."""
+    shape: tuple[str, ...]
+    window: bool = False
+
+    def expr(self) -> Expr:
+        e = Expr.of(1, self.shape)
+        return e.times(self.repeat) if self.repeat else e

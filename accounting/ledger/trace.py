@@ -1,0 +1,467 @@
+"""A symbolic run of the model: tensors are shapes of symbols, every op emits its facts.
+
+`Trace` holds what a run has learned so far. Each op method does what the torch op it
+stands for does to the accounting: it appends a non-matmul record (FLOPs under
+records.CONVENTION) or a matmul record, and it notes the tensors autograd saves for it,
+following PyTorch's derivative formulas (tools/autograd/derivatives.yaml):
+
+  * mul saves the other operand of each input that needs a gradient; div saves its
+    divisor (when either input needs a gradient) and its dividend (when the divisor does);
+  * pow and erf save their input; sqrt, exp, sigmoid and tanh their output; amax its input
+    and output; where its condition; index (a lookup) its indices; bmm both operands;
+    the fused attention kernel its query, key, value, output and per-row log-sum-exp;
+  * add, sub, mean and sum save nothing, and neither does an op with a Python scalar
+    (x * 0.5, x / √d_k, 1.0 + t).
+
+A view shares its base's storage (and so a saved view is the base, counted once); a
+reshape that cannot be a view (of a heads-permuted tensor) is a copy with its own
+storage — torch.einsum makes one for such an operand, and the copy is what bmm saves.
+Parameters are never counted as saved activations (they are the parameters' memory).
+
+Dtypes follow torch: float32 unless the run is under torch.autocast (accounting/
+autocast.py gives each device's policies), where a cast is a copy and is what the op
+then saves. A region run under torch.utils.checkpoint (`recomputed`) keeps its inputs
+and saves nothing inside; its matmuls run again in the backward pass.
+The builder (accounting/ledger/builder/) calls these methods in the order model/ runs.
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from accounting.ledger import autocast as AC
+from accounting.ledger import records as R
+
+LOSS = "loss"  # where F.cross_entropy's ops run: outside the model
+FP32 = R.FP32
+
+
+class Storage:
+    """Identity of a tensor's memory: views share it, ops make new ones."""
+    __slots__ = ()
+
+
+@dataclass(eq=False)
+class Sym:
+    """A symbolic tensor: its elements (a flat tuple of symbols), dtype, storage."""
+    shape: tuple[str, ...]
+    dtype: str = FP32
+    grad: bool = True  # requires a gradient
+    contiguous: bool = True
+    storage: Storage = field(default_factory=Storage)
+    param: str = ""  # the parameter's state-dict name, for a parameter
+
+
+@dataclass
+class Named:
+    """A storage the memory ledger lists: saved for backward, or an item of the course's list."""
+    label: str
+    shape: tuple[str, ...]
+    dtype: str
+    repeat: str | None
+    course: str = ""
+    block_input: bool = False
+    weight_copy: bool = False
+    savers: list[str] = field(default_factory=list)
+    saved_in: str = ""
+    readers: list[str] = field(default_factory=list)
+
+
+class Trace:
+    def __init__(self, autocast: str | None = None):
+        self.autocast = autocast  # None, or the device whose autocast policies apply
+        self.path: list[str] = []
+        self.repeat: str | None = None
+        self.params: list[R.Param] = []
+        self.tied: dict[str, str] = {}  # alias state-dict key -> the parameter's own name
+        self.registered: list[tuple[str, str | None]] = []  # (state-dict key, block kind), in order
+        self.matmuls: list[R.Matmul] = []
+        self.recomputed: list[R.Matmul] = []  # forward matmuls run again in the backward pass
+        self.elementwise: list[R.Elementwise] = []
+        self.buffers: list[R.Buffer] = []
+        self.persistent: list[str] = []  # state-dict keys of persistent buffers
+        self.cache: list[R.CacheEntry] = []
+        self.named: dict[Storage, Named] = {}
+        self.groups: tuple[tuple[str, tuple[int, ...]], ...] = ()  # set by the builder
+        self._region: str | None = None  # inside a checkpointed region: its name
+        self._region_matmuls: list[tuple[int, R.Matmul]] = []  # (op tick, record)
+        self._region_last_save = 0.0
+        self._tick = 0  # counts ops, to order computes and saves within a region
+        self._unnamed_saves: list[str] = []
+
+    # ---- where the run is ----------------------------------------------------------------
+    @property
+    def module(self) -> str:
+        return ".".join(self.path)
+
+    @property
+    def per_block(self) -> bool:
+        return self.repeat is not None
+
+    @contextmanager
+    def scope(self, name: str):
+        self.path.append(name)
+        try:
+            yield
+        finally:
+            self.path.pop()
+
+    @contextmanager
+    def block(self, symbol: str = "L"):
+        """Inside: records repeat in every block of a kind (the symbol counts them: "L" when
+        every block is alike), with block-relative module paths."""
+        outer, self.path, self.repeat = self.path, [], symbol
+        try:
+            yield
+        finally:
+            self.path, self.repeat = outer, None
+
+    @contextmanager
+    def outside(self, name: str):
+        """Ops that run outside the model's modules (the loss)."""
+        outer, self.path = self.path, [name]
+        try:
+            yield
+        finally:
+            self.path = outer
+
+    @contextmanager
+    def recomputed_region(self, name: str, inputs: tuple[Sym, ...]):
+        """torch.utils.checkpoint(fn, *inputs, use_reentrant=False): the inputs are kept
+        until the backward pass; what fn's ops would save is not (they run again). The
+        recomputation stops once the last tensor fn saves is recovered (non-reentrant
+        checkpoint's early stop): an op saves its inputs before it computes and its outputs
+        after, so a final op that saves only its inputs (the block's last matmul) does not
+        run again."""
+        for x in inputs:
+            self._saves(x, f"checkpoint ({name}: kept to recompute it)")
+        outer, self._region = self._region, name
+        self._region_matmuls, self._region_last_save = [], 0.0
+        try:
+            yield
+        finally:
+            self.recomputed += [r for tick, r in self._region_matmuls
+                                if tick < self._region_last_save]
+            self._region = outer
+
+    # ---- declarations -------------------------------------------------------------------
+    def param(self, name: str, shape: tuple[str, ...], component: str, lookup: bool = False) -> Sym:
+        key = ".".join(self.path + [name])
+        full = f"layers.{{i}}.{key}" if self.repeat else key
+        self.params.append(R.Param(full, component, self.module, self.repeat, shape, lookup))
+        self.registered.append((full, self.repeat))
+        return Sym(shape, param=full)
+
+    def alias(self, name: str, p: Sym) -> Sym:
+        """`p` registered again under `name` in this module (a tied weight)."""
+        key = ".".join(self.path + [name])
+        full = f"layers.{{i}}.{key}" if self.repeat else key
+        self.tied[full] = p.param
+        self.registered.append((full, self.repeat))
+        return p
+
+    def buffer(self, name: str, shape: tuple[str, ...], bytes_per_element: int,
+               persistent: bool = False) -> Sym:
+        """register_buffer: a persistent one is in the state dict (not a parameter)."""
+        self.buffers.append(R.Buffer(name, "buffer", self.module, self.repeat, shape,
+                                     bytes_per_element))
+        if persistent:
+            key = ".".join(self.path + [name])
+            full = f"layers.{{i}}.{key}" if self.repeat else key
+            self.registered.append((full, self.repeat))
+            self.persistent.append(full)
+        return Sym(shape, grad=False)
+
+    def cached(self, name: str, per_token: tuple[str, ...], window: bool = False) -> None:
+        """What each token adds to the KV cache here (its K or V after any rotation); a local
+        layer keeps only the last W tokens."""
+        self.cache.append(R.CacheEntry(name, "KV cache", self.module, self.repeat, per_token,
+                                       window))
+
+    def name(self, x: Sym, label: str, course: str = "", block_input: bool = False,
+             weight_copy: bool = False) -> Sym:
+        """Name a tensor for the memory ledger (and tag it with the course's list item)."""
+        n = self.named.get(x.storage)
+        if n is None:
+            self.named[x.storage] = Named(label, x.shape, x.dtype, self.repeat, course,
+                                          block_input, weight_copy)
+        else:
+            n.course, n.block_input = n.course or course, n.block_input or block_input
+        return x
+
+    def fresh(self, shape: tuple[str, ...], dtype: str = FP32, grad: bool = False) -> Sym:
+        """A tensor made from nothing: token ids, positions, the causal mask."""
+        return Sym(shape, dtype, grad)
+
+    # ---- bookkeeping of saves and reads ----------------------------------------------------
+    def _saves(self, x: Sym, by: str, after: bool = False) -> None:
+        """x is saved for backward by the op running now: before it computes (an input), or
+        after (`after`: an output)."""
+        if self._region is not None and not by.startswith("checkpoint"):
+            self._region_last_save = max(self._region_last_save, self._tick + (0.5 if after else -0.5))
+            return  # inside a checkpoint nothing is kept
+        if x.param:
+            return  # parameters are not activations
+        n = self.named.get(x.storage)
+        if n is None:  # the builder must name every tensor autograd saves
+            self._unnamed_saves.append(f"{by} in {self.module or 'model'}")
+            return
+        if not n.savers:
+            n.saved_in = self.module or ("block" if self.repeat else "model")
+        if by not in n.savers:
+            n.savers.append(by)
+
+    def _reads(self, by: str, *xs: Sym) -> None:
+        for x in xs:
+            n = self.named.get(x.storage)
+            if n is not None and by not in n.readers:
+                n.readers.append(by)
+
+    def _record(self, op: str, label: str, component: str, elements: tuple[str, ...],
+                reduction: bool = False) -> str:
+        self._tick += 1
+        self.elementwise.append(R.Elementwise(label, component, self.module, self.repeat, op,
+                                              elements, reduction=reduction))
+        return f"{op.removeprefix('aten.')} ({label})"
+
+    # ---- dtypes ------------------------------------------------------------------------------
+    def cast(self, x: Sym, dtype: str, label: str = "") -> Sym:
+        """x.to(dtype): x itself when it has that dtype, else a copy (0 FLOPs)."""
+        if x.dtype == dtype or x.dtype not in R.FLOAT_DTYPES:
+            return x
+        y = Sym(x.shape, dtype, x.grad, x.contiguous)
+        n = self.named.get(x.storage)
+        if x.param:
+            self.name(y, f"{dtype} copy of {x.param}", weight_copy=True)
+        elif label or n is not None:
+            self.name(y, label or f"{n.label} ({dtype} copy)")
+        self._reads(f"to {dtype}", x)
+        return y
+
+    def _autocast(self, op: str, *xs: Sym | None) -> tuple[list[Sym | None], str]:
+        """The inputs as the op sees them (cast where autocast's policy says) and the dtype
+        of its result (type promotion among float inputs; a scalar does not promote)."""
+        pol = AC.policy(self.autocast, op)
+        target = AC.LOW_DTYPE if pol == AC.LOWER else FP32 if pol == AC.FP32 else None
+        if target is not None:
+            xs = tuple(None if x is None else self.cast(x, target) for x in xs)
+            return list(xs), target
+        floats = [x.dtype for x in xs if x is not None and x.dtype in R.FLOAT_DTYPES]
+        return list(xs), FP32 if FP32 in floats or not floats else floats[0]
+
+    # ---- non-matmul ops ---------------------------------------------------------------------
+    # Each takes `out` (and `course`): the output's activation name, given where the output
+    # may be saved or the course's list counts it. Outputs keep their first operand's
+    # layout (TensorIterator preserves strides), so a permuted input gives a permuted output.
+    def _output(self, like: Sym, dtype: str, grad: bool, shape: tuple[str, ...], out: str,
+                course: str) -> Sym:
+        y = Sym(shape, dtype, grad=grad, contiguous=like.contiguous)
+        return self.name(y, out, course) if out else y
+
+    def binary(self, op: str, a: Sym, b: Sym | None, label: str, component: str,
+               out: str = "", course: str = "") -> Sym:
+        """a op b for op in aten.add/sub/mul/div; b None means a Python scalar. The output
+        has a's shape (the larger operand comes first)."""
+        (a, b), dtype = self._autocast(op, a, b)
+        grad = a.grad or (b is not None and b.grad)
+        y = self._output(a, dtype, grad, a.shape, out, course)
+        desc = self._record(op, label, component, y.shape)
+        self._reads(desc, a, *(() if b is None else (b,)))
+        if b is not None and op == "aten.mul":
+            if a.grad:
+                self._saves(b, desc)
+            if b.grad:
+                self._saves(a, desc)
+        elif b is not None and op == "aten.div":
+            if grad:
+                self._saves(b, desc)
+            if b.grad:
+                self._saves(a, desc)
+        return y
+
+    def unary(self, op: str, x: Sym, label: str, component: str, saves: str = "",
+              out: str = "", course: str = "") -> Sym:
+        """An elementwise function; saves its "input" (pow, erf) or "output" (sqrt, exp,
+        sigmoid, tanh) when a gradient flows."""
+        (x,), dtype = self._autocast(op, x)
+        y = self._output(x, dtype, x.grad, x.shape, out, course)
+        desc = self._record(op, label, component, y.shape)
+        self._reads(desc, x)
+        if x.grad and saves:
+            self._saves(x if saves == "input" else y, desc, after=saves == "output")
+        return y
+
+    def reduce(self, op: str, x: Sym, over: tuple[str, ...], label: str, component: str,
+               saves: bool = False, out: str = "") -> Sym:
+        """A reduction over the trailing dims `over` (keepdim); amax saves input and output."""
+        assert x.shape[-len(over):] == over, (x.shape, over)
+        (x,), dtype = self._autocast(op, x)
+        y = self._output(x, dtype, x.grad, x.shape[:-len(over)], out, "")
+        desc = self._record(op, label, component, x.shape, reduction=True)
+        self._reads(desc, x)
+        if saves and x.grad:
+            self._saves(x, desc)
+            self._saves(y, desc, after=True)
+        return y
+
+    def where(self, cond: Sym, x: Sym, label: str, component: str, out: str = "") -> Sym:
+        y = self._output(x, x.dtype, x.grad, x.shape, out, "")
+        desc = self._record("aten.where", label, component, y.shape)
+        self._reads(desc, x)
+        if x.grad:
+            self._saves(cond, desc)
+        return y
+
+    def topk(self, x: Sym, over: tuple[str, ...], k: tuple[str, ...], label: str, component: str,
+             out: str, values: bool = False):
+        """x.topk(k) over the trailing dims `over`: 1 FLOP per input element (a comparison);
+        autograd saves the indices (int64) when x needs a gradient, whichever output is
+        used. Returns the indices, or (values, indices)."""
+        shape = x.shape[:-len(over)] + k
+        idx = self.name(Sym(shape, R.INT64, grad=False), out)
+        desc = self._record("aten.topk", label, component, x.shape, reduction=True)
+        self._reads(desc, x)
+        if x.grad:
+            self._saves(idx, desc, after=True)
+        return (Sym(shape, x.dtype, x.grad), idx) if values else idx
+
+    def gather(self, x: Sym, index: Sym, label: str = "gather") -> Sym:
+        """x.gather(dim, index): 0 FLOPs; saves x and its index (gather_backward takes self)."""
+        self._tick += 1
+        if x.grad:
+            self._saves(x, f"gather ({label})")
+            self._saves(index, f"gather ({label})")
+        return Sym(index.shape, x.dtype, x.grad)
+
+    def index_add(self, base_shape: tuple[str, ...], index: Sym, src: Sym, label: str,
+                  component: str) -> Sym:
+        """zeros(base).index_add(0, index, src): 1 FLOP per added element; saves its index
+        and the source (its gradient is grad.index_select(...).expand_as(source))."""
+        desc = self._record("aten.index_add", label, component, src.shape)
+        self._reads(desc, src)
+        if src.grad:
+            self._saves(index, desc)
+            self._saves(src, desc)
+        return Sym(base_shape, src.dtype, src.grad)
+
+    def index_copy(self, base_shape: tuple[str, ...], index: Sym, src: Sym, label: str) -> Sym:
+        """zeros(base).index_copy(0, index, src): 0 FLOPs (a copy); saves its index and the
+        source (its gradient is grad.index_select(...).expand_as(source))."""
+        self._tick += 1
+        self._reads(f"index_copy ({label})", src)
+        if src.grad:
+            self._saves(index, f"index_copy ({label})")
+            self._saves(src, f"index_copy ({label})")
+        return Sym(base_shape, src.dtype, src.grad)
+
+    def masked_fill(self, x: Sym, mask: Sym, label: str, component: str) -> Sym:
+        """x.masked_fill(mask, value): a select, 1 FLOP per element; saves its mask."""
+        y = Sym(x.shape, x.dtype, x.grad, x.contiguous)
+        desc = self._record("aten.masked_fill", label, component, y.shape)
+        self._reads(desc, x)
+        if x.grad:
+            self._saves(mask, desc)
+        return y
+
+    def index(self, x: Sym, index: Sym, shape: tuple[str, ...], label: str = "") -> Sym:
+        """x[index] (a gather by rows): 0 FLOPs; saves the index when x needs a gradient."""
+        self._tick += 1
+        if x.grad:
+            self._saves(index, f"index ({label})" if label else "index")
+        return Sym(shape, x.dtype, x.grad)
+
+    def lookup(self, table: Sym, ids: Sym, shape: tuple[str, ...]) -> Sym:
+        """table[ids]: 0 FLOPs; saves the indices when the table needs a gradient."""
+        if table.grad:
+            self._saves(ids, "index (the lookup)")
+        return Sym(shape, table.dtype, grad=table.grad)
+
+    def view(self, x: Sym, shape: tuple[str, ...] | None = None, contiguous: bool | None = None) -> Sym:
+        """A reshape or permute that shares x's storage."""
+        return Sym(x.shape if shape is None else shape, x.dtype, x.grad,
+                   x.contiguous if contiguous is None else contiguous, x.storage, x.param)
+
+    def cat(self, xs: tuple[Sym, ...], shape: tuple[str, ...]) -> Sym:
+        """torch.cat: a new contiguous storage, 0 FLOPs, saves nothing (its backward slices)."""
+        self._tick += 1
+        self._reads("cat", *xs)
+        dtypes = [x.dtype for x in xs]
+        return Sym(shape, FP32 if FP32 in dtypes else dtypes[0], any(x.grad for x in xs))
+
+    def off_gradient_path(self, x: Sym) -> Sym:
+        """x, for ops whose results never reach the loss's gradient (only integer indices
+        leave them): autograd frees what those ops save as soon as their outputs are gone,
+        so nothing they save is held for the backward pass."""
+        return Sym(x.shape, x.dtype, False, x.contiguous, x.storage, x.param)
+
+    def copy(self, x: Sym, shape: tuple[str, ...] | None = None) -> Sym:
+        """A reshape that cannot be a view: a new, contiguous storage (0 FLOPs)."""
+        return Sym(x.shape if shape is None else shape, x.dtype, x.grad)
+
+    # ---- the loss (outside the model: saves only, its FLOPs are not the model's) -------------
+    def cross_entropy(self, logits: Sym, targets: Sym, course: str) -> None:
+        """F.cross_entropy = nll_loss(log_softmax(logits)): log_softmax saves its output,
+        nll_loss its targets and a 0-dim total weight (float32 under autocast too)."""
+        (logits,), dtype = self._autocast("cross_entropy", logits)
+        lsm = self.name(Sym(logits.shape, dtype, grad=True), "log-softmax of the logits", course)
+        self._reads("log_softmax", logits)
+        self._saves(lsm, "log_softmax", after=True)
+        self._saves(targets, "nll_loss")
+        self._saves(self.name(self.fresh((), FP32), "nll_loss total weight"), "nll_loss")
+
+    # ---- matmuls --------------------------------------------------------------------------
+    def matmul(self, a: Sym, b: Sym, record: R.Matmul, copy_labels: tuple[str, str] = ("", "")) -> str:
+        """torch.einsum of two operands, run as one bmm. An operand it cannot view (not
+        contiguous) is copied first, and the copy is what bmm saves (cast first, under
+        autocast); bmm saves each operand the other's gradient needs. Returns the dtype."""
+        self._tick += 1
+        self.matmuls.append(record)
+        if self._region is not None:
+            self._region_matmuls.append((self._tick, record))
+        desc = f"bmm ({record.name})"
+        operands = []
+        for x, label in zip((a, b), copy_labels):
+            if not x.contiguous:
+                self._reads(f"clone ({label})", x)
+                x = self.name(self.copy(x), label)
+            operands.append(x)
+        (a2, b2), dtype = self._autocast("bmm", *operands)
+        self._reads(desc, a2, b2)
+        if a2.grad:
+            self._saves(b2, desc)
+        if b2.grad:
+            self._saves(a2, desc)
+        for x in (a, b):
+            if x.param:
+                name = self.tied.get(x.param, x.param)
+                self.params = [R.Param(p.name, p.component, p.module, p.repeat, p.shape, p.lookup, True)
+                               if p.name == name else p for p in self.params]
+        return dtype
+
+    def fused_attention(self, q: Sym, k: Sym, v: Sym, records: tuple[R.Matmul, R.Matmul],
+                        out_shape: tuple[str, ...], lse_shape: tuple[str, ...],
+                        mask: Sym | None = None) -> Sym:
+        """F.scaled_dot_product_attention(q, k, v, is_causal=True): one kernel, its two
+        matmuls' records, no separate non-matmul op; saves q, k, v, the output and the
+        per-row log-sum-exp (float32)."""
+        self._tick += 1
+        for r in records:
+            self.matmuls.append(r)
+            if self._region is not None:
+                self._region_matmuls.append((self._tick, r))
+        (q, k, v, mask), dtype = self._autocast("sdpa", q, k, v, mask)
+        desc = "fused attention kernel"
+        self._reads(desc, q, k, v)
+        # the kernel lays its output out as q is laid out (heads-major, or a permuted view)
+        out = self.name(Sym(out_shape, dtype, contiguous=q.contiguous),
+                        "attention output (fused kernel)", "attention-weighted values")
+        lse = self.name(Sym(lse_shape, FP32), "log-sum-exp per query row")
+        for x in (q, k, v) + ((mask,) if mask is not None else ()):
+            self._saves(x, desc)
+        for x in (out, lse):
+            self._saves(x, desc, after=True)
+        return out
+
+    def check(self) -> None:
+        if self._unnamed_saves:
+            raise AssertionError(f"builder: unnamed saved tensors: {self._unnamed_saves}")

@@ -1,0 +1,1 @@
+"""Stage 5, the literature's FLOP formulas, evaluated and reconciled beside the exact count."""

@@ -1,0 +1,1 @@
+"""Presentation: plain tables, the renderer, the answer block, views, export and DataFrames. Formatting only."""

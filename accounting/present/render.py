@@ -1,0 +1,118 @@
+"""Render tables as terminal text or Markdown. Rendering never computes a number.
+
+text(tables) writes every line whole (files, pipes, the README: byte-stable). With a width
+(a terminal's), a table wider than it wraps the text of its widest left-aligned columns
+(formulas, notes, descriptions) onto continuation lines, and notes and titles wrap at
+word boundaries: nothing is cut off, and numbers (right-aligned columns) never wrap. A
+table too wide even so (many number columns) is set as records, one field a line.
+"""
+from __future__ import annotations
+
+import re
+import textwrap
+
+from accounting.present.table import Table
+
+MIN_COLUMN = 12  # a wrapped column keeps at least this many characters
+GAP = "  "
+
+
+_LABEL = re.compile(r"^[^ :]{1,20}(?: [^ :]{1,20}){0,2}: +")  # "largest:       ..."
+
+
+def _wrap(text: str, width: int) -> list[str]:
+    """Lines of at most `width` (a word longer than that is broken); a note that starts
+    with an aligned label ('parameters:    ...') continues under its value."""
+    label = _LABEL.match(text)
+    indent = " " * label.end() if label and label.end() <= width // 2 else ""
+    return textwrap.wrap(text, width, break_on_hyphens=False, replace_whitespace=False,
+                         drop_whitespace=True, subsequent_indent=indent) or [""]
+
+
+def _fit(widths: list[int], align: str, width: int) -> list[int]:
+    """Narrow the widest left-aligned columns until the row fits `width` (or none can)."""
+    widths = list(widths)
+    while sum(widths) + len(GAP) * (len(widths) - 1) > width:
+        shrinkable = [i for i, a in enumerate(align) if a == "l" and widths[i] > MIN_COLUMN]
+        if not shrinkable:
+            break
+        i = max(shrinkable, key=lambda j: widths[j])
+        over = sum(widths) + len(GAP) * (len(widths) - 1) - width
+        others = sorted((widths[j] for j in shrinkable if j != i), reverse=True)
+        floor = max(MIN_COLUMN, others[0] if others else MIN_COLUMN, widths[i] - over)
+        widths[i] = floor if floor < widths[i] else widths[i] - 1
+    return widths
+
+
+def _text_table(t: Table, width: int | None = None) -> list[str]:
+    titles = [t.title] if width is None or len(t.title) <= width else _wrap(t.title, width)
+    lines = titles + ["=" * max(len(x) for x in titles)]
+    if t.columns:
+        natural = [max(len(c), *(len(r[i]) for r in t.rows)) if t.rows else len(c)
+                   for i, c in enumerate(t.columns)]
+        align = t.alignment()
+        widths = natural if width is None else _fit(natural, align, width)
+        if width is not None and sum(widths) + len(GAP) * (len(widths) - 1) > width:
+            return lines + _records(t, width)
+
+        def fmt(cells) -> list[str]:
+            parts = [[c] if len(c) <= w else _wrap(c, w) for c, w in zip(cells, widths)]
+            out = []
+            for k in range(max(len(p) for p in parts)):
+                row = [p[k] if k < len(p) else "" for p in parts]
+                out.append(GAP.join(c.ljust(w) if a == "l" else c.rjust(w)
+                                    for c, w, a in zip(row, widths, align)).rstrip())
+            return out
+        lines.extend(fmt(t.columns))
+        lines.append(GAP.join("-" * w for w in widths))
+        for r in t.rows:
+            lines.extend(fmt(r))
+    for note in t.notes:
+        lines.extend([note] if width is None or len(note) <= width else _wrap(note, width))
+    return lines
+
+
+def _records(t: Table, width: int) -> list[str]:
+    """A table as records: each row's first cell, then 'column: value' per other cell."""
+    label = max(len(c) for c in t.columns[1:]) + 2
+    out = []
+    for r in t.rows:
+        out.extend(_wrap(r[0], width) if len(r[0]) > width else [r[0]])
+        for c, v in zip(t.columns[1:], r[1:]):
+            if not v:
+                continue
+            head = f"  {c + ':':<{label}} "
+            body = _wrap(v, max(width - len(head), MIN_COLUMN)) if len(head) + len(v) > width else [v]
+            out.append(head + body[0])
+            out.extend(" " * len(head) + b for b in body[1:])
+    for note in t.notes:
+        out.extend([note] if len(note) <= width else _wrap(note, width))
+    return out
+
+
+def text(tables: list[Table], width: int | None = None) -> str:
+    """Terminal text; `width`: fit a terminal that many columns wide (None: full lines)."""
+    return "\n\n".join("\n".join(_text_table(t, width)) for t in tables) + "\n"
+
+
+def _md_cell(s: str) -> str:
+    return s.replace("|", "\\|")
+
+
+def markdown_table(t: Table, heading: str = "##") -> list[str]:
+    lines = [f"{heading} {t.title}", ""] if heading else []
+    if t.columns:
+        lines.append("| " + " | ".join(_md_cell(c) for c in t.columns) + " |")
+        lines.append("|" + "|".join(":---" if a == "l" else "---:" for a in t.alignment()) + "|")
+        lines.extend("| " + " | ".join(_md_cell(c) for c in r) + " |" for r in t.rows)
+        lines.append("")
+    for n in t.notes:  # each note its own paragraph
+        lines.extend([n, ""])
+    return lines
+
+
+def markdown(tables: list[Table], title: str | None = None) -> str:
+    lines = [f"# {title}", ""] if title else []
+    for t in tables:
+        lines.extend(markdown_table(t))
+    return "\n".join(lines).rstrip("\n") + "\n"

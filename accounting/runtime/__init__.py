@@ -1,0 +1,1 @@
+"""Process plumbing: every way a run ends (errors), safe I/O, forked workers, optional imports."""

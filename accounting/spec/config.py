@@ -1,0 +1,382 @@
+"""The architecture spec: one frozen dataclass that says which operations run, with sizes.
+
+The defaults are the CS336 chapter 3 LM (pre-norm RMSNorm, SwiGLU, RoPE, causal
+multi-head attention, untied LM head, no biases). Every other field switches one
+feature people plan with (see ../shared/architectures.md): grouped-query attention,
+head_dim ≠ d_model/h, LayerNorm, GELU MLPs, learned positions, a tied head, biases,
+QK-norm and OLMo-2's norm placement. accounting/ledger/builder/ walks this spec into the
+ledger, and model/ builds the same network from it.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields, replace
+from fractions import Fraction
+
+from accounting.runtime.errors import UsageError, escape, shorten
+
+
+def default_d_ff(d_model: int) -> int:
+    """8/3·d_model rounded up to a multiple of 64 (CS336 §3.5.2), in integers."""
+    if isinstance(d_model, bool) or not isinstance(d_model, int) or d_model <= 0:
+        raise UsageError(f"d_model must be a positive integer, got {d_model!r}")
+    return -(-8 * d_model // (3 * 64)) * 64
+
+
+@dataclass(frozen=True)
+class MLPKind:
+    """A feed-forward network: gated (W2(act(W1 x) * W3 x), three matrices) or plain
+    (W2 act(W1 x), two matrices), and its activation."""
+    name: str
+    gated: bool
+    activation: str  # "silu", "gelu_tanh" (tanh approximation) or "gelu" (exact, erf)
+    label: str
+
+    def default_d_ff(self, d_model: int) -> int:
+        # gated: the 8/3 rule keeps the parameter count of a 4·d plain MLP (CS336 §3.5.2)
+        return default_d_ff(d_model) if self.gated else 4 * d_model
+
+
+MLPS: dict[str, MLPKind] = {m.name: m for m in (
+    MLPKind("swiglu", True, "silu", "SwiGLU"),
+    MLPKind("geglu", True, "gelu_tanh", "GeGLU (tanh GELU)"),
+    MLPKind("gelu", False, "gelu", "GELU MLP (exact erf GELU)"),
+    MLPKind("gelu_tanh", False, "gelu_tanh", "GELU MLP (tanh approximation, as GPT-2)"),
+)}
+NORMS = {"rmsnorm": "RMSNorm", "layernorm": "LayerNorm"}
+NORM_PLACEMENTS = {"pre": "pre-norm (norm on each sublayer's input)",
+                   "post": "post-sublayer norm (OLMo-2: norm on each sublayer's output, "
+                           "inside the residual)"}
+POSITIONS = {"rope": "RoPE", "learned": "learned absolute positions", "none": "no positions"}
+QK_NORMS = {"none": "no QK-norm", "head": "QK-norm per head (Qwen3)",
+            "full": "QK-norm over the full projection width (OLMo-2)"}
+ATTENTIONS = {"naive": "explicit scores, causal mask and softmax (the course's attention)",
+              "sdpa": "fused attention kernel: F.scaled_dot_product_attention(is_causal=True)"}
+ROUTERS = {"softmax": "softmax over the experts' scores (Mixtral, Qwen3-MoE)",
+           "sigmoid": "a sigmoid per expert's score (DeepSeek-V3)"}
+LAYER_TYPES = ("global", "local")  # full causal attention, or a sliding window of the last W keys
+
+
+@dataclass(frozen=True)
+class LayerKind:
+    """What one block runs: global or local (sliding-window) attention; a dense or MoE MLP."""
+    local: bool
+    moe: bool
+
+    @property
+    def tag(self) -> str:
+        return "_".join(t for t in (("local" if self.local else "global"),
+                                     ("moe" if self.moe else "dense")))
+
+# Bounds on sizes: far beyond any real model, small enough that nothing downstream hangs.
+MAX_SIZE = 10**12
+MAX_NAME = 200  # characters of a config's name (it heads every table)
+MAX_CONFIG_BYTES = 2**20  # a config file is a few hundred bytes; a JSON file is read whole
+
+_SIZES = ("vocab_size", "context_length", "num_layers", "d_model", "num_heads", "d_ff")
+_CHOICES = {"norm": NORMS, "norm_placement": NORM_PLACEMENTS, "mlp": MLPS, "positions": POSITIONS,
+            "qk_norm": QK_NORMS, "attention": ATTENTIONS}
+_FLAGS = ("tie_embeddings", "qkv_bias", "out_bias", "mlp_bias")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Sizes and the choices that decide which operations run (defaults: CS336)."""
+
+    vocab_size: int
+    context_length: int  # the learned position table's length when positions = "learned"
+    num_layers: int
+    d_model: int
+    num_heads: int
+    d_ff: int
+    rope_theta: float = 10000.0
+    name: str = "custom"
+    num_kv_heads: int | None = None  # None: num_heads (multi-head); 1: multi-query
+    head_dim: int | None = None  # None: d_model // num_heads
+    norm: str = "rmsnorm"
+    norm_eps: float = 1e-5
+    norm_placement: str = "pre"
+    mlp: str = "swiglu"
+    positions: str = "rope"
+    tie_embeddings: bool = False
+    qkv_bias: bool = False  # biases on the Q, K and V projections (GPT-2, Qwen2)
+    out_bias: bool = False  # bias on the attention output projection (GPT-2)
+    mlp_bias: bool = False  # biases on the MLP's matrices (GPT-2)
+    qk_norm: str = "none"
+    attention: str = "naive"  # how the attention core runs: "naive" (the course's) or "sdpa"
+    # sliding-window (local) attention: each query attends its last W keys (itself included)
+    sliding_window: int | None = None
+    layer_types: tuple[str, ...] | None = None  # per layer "global"/"local"; None: every layer
+    #                                             local when sliding_window is set, else global
+    # mixture of experts (None: a dense MLP in every layer)
+    num_experts: int | None = None
+    experts_per_token: int = 2  # top-k
+    moe_d_ff: int | None = None  # each expert's width (None: d_ff)
+    num_shared_experts: int = 0  # experts every token runs (DeepSeek), one MLP of n·moe_d_ff
+    router: str = "softmax"
+    router_groups: int = 1  # DeepSeek's n_group: experts in groups, ...
+    router_topk_groups: int = 1  # ... of which topk_group are chosen first (group-limited)
+    router_bias: bool = False  # DeepSeek-V3's e_score_correction_bias (a buffer)
+    norm_topk_prob: bool = True  # renormalise the chosen experts' weights to sum to 1
+    routed_scaling_factor: float = 1.0
+    dense_layers: tuple[int, ...] = ()  # layers that keep a dense MLP (DeepSeek's first k)
+    moe_capacity_factor: float | None = None  # None: dropless; c: ⌈c·B·T·k/E⌉ slots per expert
+    # multi-head latent attention (DeepSeek-V2/V3): set kv_lora_rank and the head dims
+    q_lora_rank: int | None = None
+    kv_lora_rank: int | None = None
+    qk_nope_head_dim: int | None = None
+    qk_rope_head_dim: int | None = None
+    v_head_dim: int | None = None
+
+    def __post_init__(self) -> None:
+        for f in _SIZES + ("num_kv_heads", "head_dim"):
+            value = getattr(self, f)
+            if value is None and f in ("num_kv_heads", "head_dim"):
+                continue
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise UsageError(f"{f} must be a positive integer, got {_short(value)}")
+            if not 0 < value <= MAX_SIZE:
+                raise UsageError(f"{f} must be a positive integer up to 10^12, got {_short(value)}")
+        for f, low in (("rope_theta", "positive"), ("norm_eps", "non-negative")):
+            value = getattr(self, f)
+            finite = isinstance(value, (int, float)) and not isinstance(value, bool) \
+                and value == value and abs(value) != float("inf")
+            if not finite or value < 0 or (low == "positive" and value == 0):
+                raise UsageError(f"{f} must be a {low} finite number, got {_short(value)}")
+        for f, choices in _CHOICES.items():
+            if not _one_of(getattr(self, f), choices):
+                raise UsageError(f"{f} must be one of {', '.join(choices)}, got {_short(getattr(self, f))}")
+        for f in _FLAGS:
+            if not isinstance(getattr(self, f), bool):
+                raise UsageError(f"{f} must be true or false, got {_short(getattr(self, f))}")
+        if not isinstance(self.name, str):
+            raise UsageError(f"name must be a string, got {_short(self.name)}")
+        if len(self.name) > MAX_NAME or escape(self.name) != self.name:
+            raise UsageError(f"name must be at most {MAX_NAME} printable characters (no "
+                             f"newlines or control characters), got {_short(self.name)}")
+        if self.head_dim is None and self.kv_lora_rank is None and self.d_model % self.num_heads:
+            hint = _divisor_hint(self.d_model, self.num_heads, self.positions, self.num_kv_heads)
+            raise UsageError(
+                f"d_model {self.d_model} is not divisible by num_heads {self.num_heads}; choose "
+                f"num_heads dividing d_model{hint}, or give head_dim")
+        if self.num_heads % self.kv_heads:
+            raise UsageError(f"num_heads {self.num_heads} is not divisible by num_kv_heads "
+                             f"{self.kv_heads}; each key/value head serves a whole group of query heads")
+        if self.positions == "rope" and self.mla is False and self.d_k % 2:
+            what = "head_dim" if self.head_dim is not None else "head dimension d_model/num_heads"
+            raise UsageError(f"{what} = {self.d_k} is odd; RoPE rotates pairs, so choose an even "
+                             f"head dimension (or positions other than rope)")
+        _check_window(self)
+        _check_moe(self)
+        _check_mla(self)
+
+    # ---- derived sizes ------------------------------------------------------------------
+    @property
+    def kv_heads(self) -> int:
+        return self.num_heads if self.num_kv_heads is None else self.num_kv_heads
+
+    @property
+    def d_k(self) -> int:
+        """Head dimension; d_v = d_k (CS336 §3.5.5: d_model/h unless head_dim is given; with
+        latent attention, qk_nope_head_dim + qk_rope_head_dim)."""
+        if self.kv_lora_rank is not None:
+            return self.qk_nope_head_dim + self.qk_rope_head_dim
+        return self.d_model // self.num_heads if self.head_dim is None else self.head_dim
+
+    @property
+    def group_size(self) -> int:
+        """Query heads per key/value head."""
+        return self.num_heads // self.kv_heads
+
+    @property
+    def mlp_kind(self) -> MLPKind:
+        return MLPS[self.mlp]
+
+    @property
+    def mla(self) -> bool:
+        """Multi-head latent attention (kv_lora_rank set)."""
+        return self.kv_lora_rank is not None
+
+    @property
+    def expert_d_ff(self) -> int:
+        return self.d_ff if self.moe_d_ff is None else self.moe_d_ff
+
+    @property
+    def layer_kinds(self) -> tuple[LayerKind, ...]:
+        """Each block's kind, in order."""
+        types = self.layer_types or (("local" if self.sliding_window else "global"),) * self.num_layers
+        dense = set(self.dense_layers)
+        return tuple(LayerKind(t == "local", self.num_experts is not None and i not in dense)
+                     for i, t in enumerate(types))
+
+    @property
+    def architecture(self) -> str:
+        """The choices in words, e.g. 'pre-norm RMSNorm, SwiGLU, RoPE, multi-head attention,
+        untied LM head, no biases'."""
+        h, kv = self.num_heads, self.kv_heads
+        attn = ("multi-head attention" if kv == h else "multi-query attention" if kv == 1
+                else f"grouped-query attention ({h // kv} query heads per KV head)")
+        if self.d_k * h != self.d_model:
+            attn += f", head_dim {self.d_k}"
+        biases = [n for n, on in (("QKV", self.qkv_bias), ("attention output", self.out_bias),
+                                  ("MLP", self.mlp_bias)) if on]
+        parts = [f"{'pre-norm' if self.norm_placement == 'pre' else 'post-sublayer-norm'} "
+                 f"{NORMS[self.norm]}", self.mlp_kind.label, POSITIONS[self.positions], attn]
+        if self.qk_norm != "none":
+            parts.append(QK_NORMS[self.qk_norm])
+        if self.mla:
+            parts[3] = (f"multi-head latent attention (kv_lora_rank {self.kv_lora_rank}"
+                        + (f", q_lora_rank {self.q_lora_rank}" if self.q_lora_rank else "") + ")")
+        kinds = self.layer_kinds
+        n_local = sum(k.local for k in kinds)
+        if n_local:
+            parts.append(f"sliding window {self.sliding_window:,}"
+                         + ("" if n_local == len(kinds) else f" on {n_local} of {len(kinds)} layers"))
+        if self.num_experts is not None:
+            n_moe = sum(k.moe for k in kinds)
+            parts.append(f"MoE: {self.num_experts} experts, top-{self.experts_per_token}"
+                         + (f", {self.num_shared_experts} shared" if self.num_shared_experts else "")
+                         + ("" if n_moe == len(kinds) else f", on {n_moe} of {len(kinds)} layers"))
+        if self.attention != "naive":
+            parts.append("fused attention kernel (SDPA)")
+        parts.append("tied LM head" if self.tie_embeddings else "untied LM head")
+        parts.append("biases on " + ", ".join(biases) if biases else "no biases")
+        return ", ".join(parts)
+
+    def model_kwargs(self) -> dict:
+        """Keyword arguments for model.TransformerLM."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "name"}
+
+    def with_overrides(self, **overrides) -> ModelConfig:
+        """A copy with the given fields changed (None: keep). A new num_layers keeps the
+        per-layer lists in step unless they are given too: dense_layers keeps the indices
+        below it; layer_types repeats its pattern (the first n layers' kinds, Gemma's
+        alternation continued)."""
+        changed = {k: v for k, v in overrides.items() if v is not None and getattr(self, k) != v}
+        n = changed.get("num_layers")
+        if n is not None and isinstance(n, int) and not isinstance(n, bool) and n > 0:
+            if overrides.get("dense_layers") is None and self.dense_layers:
+                changed["dense_layers"] = tuple(i for i in self.dense_layers if i < n)
+            if overrides.get("layer_types") is None and self.layer_types:
+                types = self.layer_types
+                changed["layer_types"] = tuple(types[i % len(types)] for i in range(n))
+        if not changed:
+            return self
+        return replace(self, name=self.name if self.name == "custom" else f"{self.name} (modified)",
+                       **changed)
+
+
+def expert_capacity(capacity_factor: float, slots: int, num_experts: int) -> int:
+    """Rows each expert runs under a capacity factor: ⌈c·slots/E⌉, exact (GShard, Switch)."""
+    return math.ceil(Fraction(capacity_factor) * slots / num_experts)
+
+
+def _positive(c: ModelConfig, f: str, allow_none: bool = True) -> None:
+    value = getattr(c, f)
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_SIZE:
+        raise UsageError(f"{f} must be a positive integer up to 10^12, got {_short(value)}")
+
+
+def _check_window(c: ModelConfig) -> None:
+    _positive(c, "sliding_window")
+    if c.layer_types is not None:
+        if not isinstance(c.layer_types, tuple) or len(c.layer_types) != c.num_layers \
+                or any(not _one_of(t, LAYER_TYPES) for t in c.layer_types):
+            raise UsageError(f"layer_types must list {c.num_layers} entries (one per layer), each "
+                             f"global or local, got {_short(c.layer_types)}")
+        if "local" in c.layer_types and c.sliding_window is None:
+            raise UsageError("layer_types has local layers but sliding_window is not given")
+
+
+def _check_moe(c: ModelConfig) -> None:
+    for f in ("num_experts", "moe_d_ff"):
+        _positive(c, f)
+    for f in ("experts_per_token", "router_groups", "router_topk_groups"):
+        _positive(c, f, allow_none=False)
+    if isinstance(c.num_shared_experts, bool) or not isinstance(c.num_shared_experts, int) \
+            or not 0 <= c.num_shared_experts <= MAX_SIZE:
+        raise UsageError(f"num_shared_experts must be a non-negative integer, got {_short(c.num_shared_experts)}")
+    if not _one_of(c.router, ROUTERS):
+        raise UsageError(f"router must be one of {', '.join(ROUTERS)}, got {_short(c.router)}")
+    for f in ("router_bias", "norm_topk_prob"):
+        if not isinstance(getattr(c, f), bool):
+            raise UsageError(f"{f} must be true or false, got {_short(getattr(c, f))}")
+    for f, none_ok in (("routed_scaling_factor", False), ("moe_capacity_factor", True)):
+        value = getattr(c, f)
+        if value is None and none_ok:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+            raise UsageError(f"{f} must be a positive finite number, got {_short(value)}")
+    if c.moe_capacity_factor is not None and c.moe_capacity_factor < 1:
+        raise UsageError(f"moe_capacity_factor {c.moe_capacity_factor} is below 1: it drops tokens "
+                         "even under perfectly balanced routing; use 1 or more (or none: dropless)")
+    if not isinstance(c.dense_layers, tuple) or any(
+            isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < c.num_layers for i in c.dense_layers):
+        raise UsageError(f"dense_layers must be layer indices in [0, {c.num_layers}), got "
+                         f"{_short(c.dense_layers)}")
+    if c.num_experts is None:
+        return
+    if not c.mlp_kind.gated or c.mlp_bias:
+        raise UsageError(f"mixture-of-experts layers run gated experts without biases (swiglu or "
+                         f"geglu, mlp_bias false), got mlp {c.mlp}{' with biases' if c.mlp_bias else ''}")
+    E, k = c.num_experts, c.experts_per_token
+    if k > E:
+        raise UsageError(f"experts_per_token (top-k) {k} is more than num_experts {E}")
+    if E % c.router_groups or c.router_topk_groups > c.router_groups:
+        raise UsageError(f"router_groups {c.router_groups} must divide num_experts {E}, and "
+                         f"router_topk_groups {c.router_topk_groups} be at most router_groups")
+    if k > E // c.router_groups * c.router_topk_groups:
+        raise UsageError(f"top-{k} cannot be chosen from {c.router_topk_groups} groups of "
+                         f"{E // c.router_groups} experts")
+
+
+def _check_mla(c: ModelConfig) -> None:
+    dims = ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+    for f in ("q_lora_rank", "kv_lora_rank") + dims:
+        _positive(c, f)
+    given = [f for f in dims if getattr(c, f) is not None]
+    if c.kv_lora_rank is None:
+        if given or c.q_lora_rank is not None:
+            raise UsageError(f"{', '.join(given) or 'q_lora_rank'} given without kv_lora_rank: "
+                             "multi-head latent attention needs kv_lora_rank, qk_nope_head_dim, "
+                             "qk_rope_head_dim and v_head_dim")
+        return
+    if len(given) != len(dims):
+        missing = [f for f in dims if getattr(c, f) is None]
+        raise UsageError(f"kv_lora_rank needs its companions: {', '.join(missing)} missing")
+    if c.num_kv_heads is not None or c.head_dim is not None:
+        raise UsageError("multi-head latent attention sets its own head dims: drop num_kv_heads "
+                         "and head_dim (qk_nope_head_dim, qk_rope_head_dim, v_head_dim)")
+    if c.qk_norm != "none":
+        raise UsageError("multi-head latent attention has its own latent norms: drop qk_norm")
+    if c.positions == "rope" and c.qk_rope_head_dim % 2:
+        raise UsageError(f"qk_rope_head_dim = {c.qk_rope_head_dim} is odd; RoPE rotates pairs")
+
+
+def _one_of(value, choices) -> bool:
+    """Whether a config's value is one of the choices' names: a string first (a JSON list
+    or object is unhashable: `in` a dict would raise TypeError, not say what is wrong)."""
+    return isinstance(value, str) and value in choices
+
+
+def _short(value, limit: int = 40) -> str:
+    """A user's value for an error message: repr, control characters escaped, shortened."""
+    return shorten(value, limit)
+
+
+def _divisor_hint(n: int, target: int, positions: str, kv_heads: int | None = None) -> str:
+    """' (e.g. 24)': a nearby head count that divides n and passes the other checks (an even
+    head dimension for RoPE, whole groups of the given KV heads); bounded work however
+    large n is."""
+    best = None
+    for delta in range(0, 10_000):
+        for d in (target - delta, target + delta):
+            if 0 < d <= n and n % d == 0 and (positions != "rope" or (n // d) % 2 == 0) \
+                    and (kv_heads is None or d % kv_heads == 0):
+                best = d
+                break
+        if best:
+            break
+    return f" (e.g. {best})" if best else ""

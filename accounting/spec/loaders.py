@@ -1,0 +1,20 @@
+"""A config file, whichever its format: the tool's own JSON (own_format.py) or a Hugging Face
+config.json (it names its model_type; hf_config.py translates it)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from accounting.runtime.errors import escape
+from accounting.spec import hf_config
+from accounting.spec.config import MAX_NAME, ModelConfig
+from accounting.spec.own_format import config_from_dict, read_json
+
+
+def config_from_json(path: str | Path) -> ModelConfig:
+    """A config from a JSON file with ModelConfig's field names (d_ff may be omitted), or
+    a Hugging Face config.json (it names its model_type: accounting/spec/hf_config.py)."""
+    data, source = read_json(path)
+    if "model_type" in data:
+        return hf_config.from_file(path, data, source).config
+    data.setdefault("name", escape(Path(path).stem)[:MAX_NAME])
+    return config_from_dict(data, source)
