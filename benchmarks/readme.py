@@ -1,6 +1,6 @@
-"""The README's Benchmarks section shows the benchmarks' own output.
+"""The Benchmarks page (docs/benchmarks.md) shows the benchmarks' own output.
 
-A block in README.md written as
+A block in README.md or docs/*.md written as
 
     <!-- benchmark: python benchmarks/bench_verify.py --runs 5 -->
     ```text
@@ -27,13 +27,21 @@ BLOCK = re.compile(r"<!-- benchmark: python (?P<args>benchmarks/[^>]*?) -->\n```
                    r"(?P<body>.*?)```", re.S)
 
 
+def documents() -> list[Path]:
+    """Every page that may hold benchmark blocks: the README and the manual under docs/."""
+    return [README, *sorted((ROOT / "docs").glob("*.md"))]
+
+
 def blocks(text: str) -> list[re.Match]:
     return list(BLOCK.finditer(text))
 
 
-def update(only: str | None = None) -> None:
-    text = README.read_text(encoding="utf-8")
+def all_blocks() -> list[re.Match]:
+    """The benchmark blocks of every page, in page order."""
+    return [m for path in documents() for m in blocks(path.read_text(encoding="utf-8"))]
 
+
+def update(only: str | None = None) -> None:
     def fresh(m: re.Match) -> str:
         if only and only not in m["args"]:
             return m.group(0)
@@ -43,7 +51,11 @@ def update(only: str | None = None) -> None:
         start, end = m.span("body")
         return m.group(0)[:start - m.start()] + out + m.group(0)[end - m.start():]
 
-    README.write_text(BLOCK.sub(fresh, text), encoding="utf-8")
+    for path in documents():
+        text = path.read_text(encoding="utf-8")
+        new = BLOCK.sub(fresh, text)
+        if new != text:
+            path.write_text(new, encoding="utf-8")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
-"""The README's example outputs are the tool's real outputs, and its two commands stay true.
+"""The README's and the docs' example outputs are the tool's real outputs, and the README's
+two commands stay true.
 
-A block in README.md written as
+A block in README.md or docs/*.md written as
 
     <!-- output: python -m accounting ARGS -->
     ```text
@@ -27,6 +28,13 @@ import pytest
 pytestmark = pytest.mark.slow  # every README command runs (tests/conftest.py)
 
 README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def documents() -> list[Path]:
+    """Every page that may hold generated blocks: the README and the manual under docs/."""
+    return [README, *sorted((README.parent / "docs").glob("*.md"))]
+
+
 BLOCK = re.compile(r"<!-- output: python -m accounting (?P<args>[^>|]*?)"
                    r"(?: \| sections: (?P<sections>[^>]*?))? -->\n```text\n(?P<body>.*?)```", re.S)
 
@@ -68,15 +76,27 @@ def split_sections(text: str) -> list[str]:
     return ["".join(lines[a:b]).rstrip("\n") + "\n" for a, b in zip(bounds, bounds[1:])]
 
 
-def test_readme_outputs_are_current():
-    blocks = list(BLOCK.finditer(README.read_text(encoding="utf-8")))
-    assert blocks, "README has no generated output blocks"
+@pytest.mark.parametrize("path", documents(), ids=lambda p: p.relative_to(README.parent).as_posix())
+def test_readme_outputs_are_current(path):
+    blocks = list(BLOCK.finditer(path.read_text(encoding="utf-8")))
+    if path == README:
+        assert blocks, "README has no generated output blocks"
     from importlib.util import find_spec
     for m in blocks:
         if "Cross-check: transformers'" in m["body"] and find_spec("transformers") is None:
             continue  # needs the [hf] extra (CI installs it); the other blocks still run
         assert m["body"] == tool_output(m["args"], m["sections"]), \
-            f"README block for '{m['args']}' is stale: run python tests/test_readme.py --update"
+            (f"{path.name} block for '{m['args']}' is stale: "
+             "run python tests/test_readme.py --update")
+
+
+def test_the_docs_hold_generated_output_blocks():
+    # the manual's examples moved from the README to docs/ (issue 22): they stay checked
+    found = {p.name: len(BLOCK.findall(p.read_text(encoding="utf-8"))) for p in documents()[1:]}
+    assert sum(found.values()) > 0, "docs/ has no generated output blocks"
+    for page in ("cli.md", "architectures.md", "crosscheck.md", "literature.md",
+                 "planning.md", "parallel.md"):
+        assert found.get(page), f"docs/{page} has no generated output blocks"
 
 
 def test_readme_starts_with_the_two_fresh_machine_commands():
@@ -89,15 +109,34 @@ def test_readme_starts_with_the_two_fresh_machine_commands():
     assert "python -m pytest -q" in first_blocks[1] and "python -m pytest -q" in ci
 
 
+def test_the_model_type_lists_are_the_hf_tables_own():
+    # docs/architectures.md's table of types and docs/cli.md's --config row restate
+    # accounting/spec/hf_config.py's TYPES (to be generated from it, issue 22); until then
+    # they must say what it says, type for type and in its order
+    from accounting.spec.hf_config import TYPES
+    docs = README.parent / "docs"
+    page = (docs / "architectures.md").read_text(encoding="utf-8")
+    table = page.split("<!-- model types:")[1].split("-->", 1)[1].strip().split("\n\n")[0]
+    rows = [line.strip("| ").split(" | ") for line in table.splitlines()[2:]]
+    assert [(r[0].strip("`"), r[1].strip("`"), r[2]) for r in rows] == \
+        [(t.model_type, t.transformers_class, t.rules) for t in TYPES.values()]
+    cli = (docs / "cli.md").read_text(encoding="utf-8")
+    row = next(line for line in cli.splitlines() if line.startswith("| `--config FILE`"))
+    assert re.findall(r"`([a-z0-9_]+)`", re.search(r"`model_type`: (.*?); see", row)[1]) == \
+        list(TYPES)
+
+
 def update() -> None:
-    text = README.read_text(encoding="utf-8")
     def fresh(m: re.Match) -> str:
         start, end = m.span("body")
         whole = m.group(0)
         offset = m.start()
         return whole[:start - offset] + tool_output(m["args"], m["sections"]) + whole[end - offset:]
-    text = BLOCK.sub(fresh, text)
-    README.write_text(text, encoding="utf-8")
+    for path in documents():
+        text = path.read_text(encoding="utf-8")
+        new = BLOCK.sub(fresh, text)
+        if new != text:
+            path.write_text(new, encoding="utf-8")
 
 
 if __name__ == "__main__":
