@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from accounting.spec.config import ModelConfig
 from accounting.planning.gpus import Hardware, Interconnect
 from accounting.planning.memory import Precision
-from accounting.planning.parallel.layout import Layout, check_model, check_numbers, divisors, problems
+from accounting.planning.parallel.layout import Layout, check_numbers, divisors, experts, problems
 from accounting.planning.parallel.plan import ParallelPlan, parallel_plan
 
 
@@ -40,7 +40,6 @@ def search(config: ModelConfig, base: Layout, seq: int, *, precision: Precision,
            hardware: Hardware, net: Interconnect | None, mfu="0.5", margin="0",
            fix_zero: bool = False, fix_sp: bool = False, fix_micro: bool = False) -> Search:
     """`base` carries the GPUs, global batch, recomputation and whatever the user fixed."""
-    check_model(config)
     check_numbers(base)
     n = base.gpus
     ranked, rejected = [], []
