@@ -60,7 +60,8 @@ def test_each_rank_holds_e_over_ep_whole_experts():
     assert st.params == st.moments == 2 * (DENSE_BLOCK + 2 * ONE_EXPERT) + 6_464 + 32 == 21_216
     # one GPU holds all four: 2·(4,288 + 6,144) + 6,496 = 27,360 (the analysis agrees)
     one = plan(cfg(**MOE), gpus=1).stages[0].states
-    assert one.params == 2 * (DENSE_BLOCK + 4 * ONE_EXPERT) + 6_496 == analyze(cfg(**MOE)).param_count
+    assert one.params == 2 * (DENSE_BLOCK + 4 * ONE_EXPERT) + 6_496 \
+        == analyze(cfg(**MOE)).param_count
 
 
 def test_zero3_shards_experts_over_the_ranks_holding_them():
@@ -180,7 +181,8 @@ DEEPSEEK_LIKE = dict(num_experts=8, experts_per_token=2, moe_d_ff=8, num_shared_
                      router="sigmoid", router_bias=True, router_groups=4, router_topk_groups=2,
                      routed_scaling_factor=2.5, dense_layers=(0,), q_lora_rank=10,
                      kv_lora_rank=8, qk_nope_head_dim=4, qk_rope_head_dim=4, v_head_dim=6)
-KINDS = {"moe": MOE, "deepseek_like": DEEPSEEK_LIKE, "capacity": {**MOE, "moe_capacity_factor": 1.0},
+KINDS = {"moe": MOE, "deepseek_like": DEEPSEEK_LIKE,
+         "capacity": {**MOE, "moe_capacity_factor": 1.0},
          "window_alternating": dict(sliding_window=3, layer_types=("local", "global"))}
 
 
@@ -220,7 +222,8 @@ def test_pipeline_stages_hold_their_own_kinds():
 
 # ---- the layouts that cannot run: one line, exit 2 --------------------------------------
 @pytest.mark.parametrize("argv, fragment", [
-    (["mistralai/Mixtral-8x7B-v0.1", "--gpus", "6", "--ep", "3"], "--ep 3 does not divide the 8 experts"),
+    (["mistralai/Mixtral-8x7B-v0.1", "--gpus", "6", "--ep", "3"],
+     "--ep 3 does not divide the 8 experts"),
     (["deepseek-ai/DeepSeek-V3", "--gpus", "8", "--ep", "16"],
      "--ep 16 does not divide the data-parallel degree 8"),
     (["meta-llama/Llama-3.1-8B", "--gpus", "8", "--ep", "2"], "has no experts"),
@@ -238,9 +241,10 @@ def test_impossible_layouts_are_one_line_exit_2(capsys, argv, fragment):
 def test_uneven_fsdp2_dim1_split_is_refused():
     # dp 8, ep 2: 4 ranks hold the same experts and 4·2 > E = 4, so FSDP2 splits dim 1 evenly
     # (torch asserts it): d_e 18 is not divisible by 4
-    found = problems(cfg(**{**MOE, "moe_d_ff": 18}), Layout(8, dp=8, ep=2, zero=2, global_batch=8), 16)
+    c = cfg(**{**MOE, "moe_d_ff": 18})
+    found = problems(c, Layout(8, dp=8, ep=2, zero=2, global_batch=8), 16)
     assert any("must divide d_e = 18" in f for f in found)
-    assert not problems(cfg(**{**MOE, "moe_d_ff": 18}), Layout(8, dp=8, ep=2, zero=1, global_batch=8), 16)
+    assert not problems(c, Layout(8, dp=8, ep=2, zero=1, global_batch=8), 16)  # no FSDP2
 
 
 # ---- Mixtral 8x7B and DeepSeek-V3 -------------------------------------------------------
@@ -290,8 +294,8 @@ def test_deepseek_v3_on_64_h200s(capsys):
     n = 671_026_404_352
     d = _json(capsys, "deepseek-ai/DeepSeek-V3", "--gpus", "64", "--ep", "64", "--zero", "3",
               "--recompute", "full", "--gpu", "H200", "--batch", "64", *BF)
-    states = sum(i["bytes"] for i in d["stages"][0]["items"]
-                 if i["name"].startswith(("parameters", "gradients", "AdamW first", "AdamW second")))
+    states = sum(i["bytes"] for i in d["stages"][0]["items"] if i["name"].startswith(
+        ("parameters", "gradients", "AdamW first", "AdamW second")))
     assert states >= 16 * n // 64
     assert d["fit"]["shortfall_bytes"] > 16 * n // 64 - d["fit"]["usable_bytes"] > 0
     # 4 of the 256 experts a rank; all-to-alls over the 64 ranks of 58 MoE layers
@@ -358,7 +362,8 @@ def test_torch_distributed_agrees_with_the_plan(measured):
     assert len(measured) == 2 * 4 + 2
     for m in measured:
         rows = compare(m)
-        wrong = [f"{r.what}: plan {r.planned:,}, torch {r.measured:,}" for r in rows if not r.agrees]
+        wrong = [f"{r.what}: plan {r.planned:,}, torch {r.measured:,}" for r in rows
+                 if not r.agrees]
         assert not wrong, (m["case"]["label"], m["case"]["rank"], wrong)
         assert any(r.what.startswith("routed expert parameter") for r in rows)
     real = [m for m in measured if m.get("routing") == "real"]

@@ -211,7 +211,8 @@ def test_bad_input_one_line_exit_2(tmp_path, capsys, extra, needle):
     assert err.startswith("accounting: error: ") and err.count("\n") == 1 and needle in err, err
 
 
-@pytest.mark.parametrize("extra", [MOE, MLA, {"sliding_window": 4, "layer_types": ["local", "global"]}])
+@pytest.mark.parametrize("extra", [MOE, MLA,
+                                   {"sliding_window": 4, "layer_types": ["local", "global"]}])
 def test_multi_gpu_plans_lay_out_experts_latents_and_kinds(tmp_path, capsys, extra):
     # planned on several GPUs as on one (tests/test_expert_parallel.py has the numbers); the
     # layouts the planner does not model are one line, exit 2: tensor parallelism of experts

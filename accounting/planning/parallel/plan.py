@@ -176,9 +176,9 @@ def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage:
     items += engine_buffers(sp, layout, precision, st, stage, values, seq, tp_rank)
     act_bytes = activation_bytes(p)
     norms = [t for u in units for t in u.tensors if sp.sequence_norm(t.tensor)]
-    comms = (C.tensor_parallel(layout, len(layers), stage, layout.micro_batch, seq, c.d_model, act_bytes,
-                               c.positions == "learned", (len(norms), sum(t.numel for t in norms)),
-                               p.grad_bytes)
+    comms = (C.tensor_parallel(layout, len(layers), stage, layout.micro_batch, seq, c.d_model,
+                               act_bytes, c.positions == "learned",
+                               (len(norms), sum(t.numel for t in norms)), p.grad_bytes)
              + C.pipeline(layout, stage, layout.micro_batch, seq // (layout.tp if layout.sp else 1),
                           c.d_model, act_bytes)
              + C.data_parallel(layout, st, p, buf, p.master_bytes))
@@ -186,7 +186,8 @@ def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage:
         table = next(t for t in sp.tensors if t.place == FIRST and t.matmul_weight)
         comms += C.tied_embedding(layout, prod(table.sizes(values, layout.tp)), p.grad_bytes)
     moe_layers = sum(1 for i in layers if c.layer_kinds[i].moe)
-    comms += C.expert_parallel(layout, c, moe_layers, layout.micro_batch * seq, c.d_model, act_bytes)
+    comms += C.expert_parallel(layout, c, moe_layers, layout.micro_batch * seq, c.d_model,
+                               act_bytes)
     return StagePlan(stage, len(layers), st, tuple(items), acts,
                      stage_flops(sp, layout, stage, kinds, seq, st, tp_rank), tuple(comms),
                      kinds)

@@ -74,7 +74,8 @@ def rejected_table(s: Search) -> Table:
     feasible = {(p.layout.tp, p.layout.pp, p.layout.dp) for p in s.ranked}
     for key, rs in fit_fail.items():
         best = min(rs, key=lambda r: r.shortfall)
-        tried = ", ".join(sorted({_variant(r) for r in rs}))
+        order = {_variant(r): (r.layout.ep, r.layout.sharding, r.layout.sp) for r in rs}
+        tried = ", ".join(sorted(order, key=order.get))
         if key in feasible:
             why = (f"{tried}: do not fit ({gigabytes(best.shortfall)} over at best); the other "
                    f"variants are ranked above")
