@@ -317,20 +317,3 @@ def test_frames_hold_exact_integers():
     s = search_frame("gpt2-xl", 8, batch=64, gpu="A100")
     assert s[s.fits]["step_seconds"].is_monotonic_increasing
     assert s[~s.fits]["reason"].str.contains("attention heads").any()
-
-
-def test_expert_parallel_plugs_in_once_the_spec_has_experts():
-    # No preset has experts (the MoE ledger is a later issue); a stand-in with the two fields
-    # the planner reads shows the all-to-alls it will add: per MoE layer and micro-batch a
-    # dispatch and a combine of tokens·k·d_model elements, forward and backward.
-    from types import SimpleNamespace
-
-    from accounting.planning.parallel.comms import ALL_TO_ALL, expert_parallel
-    moe = SimpleNamespace(num_experts=8, experts_per_token=2)
-    lo = Layout(8, dp=8, ep=4, global_batch=16)  # m = 2 micro-batches of 1
-    cs = expert_parallel(lo, moe, layers=4, tokens=1024, d_model=512, act_bytes=2)
-    assert [(c.op, c.phase, c.calls, c.bytes) for c in cs] == [
-        (ALL_TO_ALL, "forward", 2 * 4 * 2, 2 * 4 * 2 * 1024 * 2 * 512 * 2),
-        (ALL_TO_ALL, "backward", 2 * 4 * 2, 2 * 4 * 2 * 1024 * 2 * 512 * 2)]
-    assert expert_parallel(Layout(8, dp=8), moe, 4, 1024, 512, 2) == []  # ep 1
-    assert expert_parallel(lo, XL, 4, 1024, 512, 2) == []  # a dense model

@@ -17,7 +17,7 @@ from accounting.planning.parallel.layout import Layout
 from accounting.planning.parallel.shards import BLOCK, split
 from accounting.planning.parallel.plan import StagePlan, parallel_plan
 
-GROUPS = {C.TENSOR: "tp", C.DATA: "dp", C.PIPELINE: "pp"}
+GROUPS = {C.TENSOR: "tp", C.DATA: "dp", C.PIPELINE: "pp", C.EXPERT: "ep", C.EXPERT_DATA: "edp"}
 
 
 @dataclass(frozen=True)
@@ -35,15 +35,17 @@ class Row:
 
 def config_of(model: dict) -> ModelConfig:
     """{"preset": name, **overrides} (e.g. fewer layers of a real shape) or all the fields."""
-    if "preset" in model:
-        rest = {k: v for k, v in model.items() if k != "preset"}
+    if "preset" in model:  # JSON gives lists where the spec keeps tuples (dense_layers, …)
+        rest = {k: tuple(v) if isinstance(v, list) else v for k, v in model.items()
+                if k != "preset"}
         return get_preset(model["preset"]).with_overrides(**rest)
     return ModelConfig(**model)
 
 
 def layout_of(case: dict) -> Layout:
-    return Layout(case["world"], case["tp"], case["pp"], case["dp"], 1, case["sp"], case["zero"],
-                  case["micro_batch"], case["micro_batch"] * case["micro_batches"] * case["dp"])
+    return Layout(case["world"], case["tp"], case["pp"], case["dp"], case.get("ep", 1), case["sp"],
+                  case["zero"], case["micro_batch"],
+                  case["micro_batch"] * case["micro_batches"] * case["dp"])
 
 
 def plan_for(case: dict, stage: int = 0) -> StagePlan:
@@ -60,7 +62,7 @@ def plan_for(case: dict, stage: int = 0) -> StagePlan:
 def activation_rows(case: dict) -> list[A.Row]:
     """The saved tensors of the measured rank (fp32, no recomputation)."""
     return A.rows(split(config_of(case["model"])), layout_of(case), case["seq"],
-                  tp_rank=case["rank"] % case["tp"])
+                  tp_rank=case["rank"] % case["tp"])  # the layout's micro-batch
 
 
 def compare(measured: dict) -> list[Row]:
@@ -88,10 +90,17 @@ def compare(measured: dict) -> list[Row]:
     rows.append(Row("AdamW m and v elements", 2 * st.moments, m["moment_numel"]))
     rows.append(Row("AdamW step counters", st.owned_tensors, m["step_counters"]))
     if measured.get("block_saved_bytes") is not None:
-        per_layer = sum(r.bytes.at(case["micro_batch"]) for r in activation_rows(case)
-                        if r.place == BLOCK and r.record.saved)
+        count = dict(s.kinds)  # blocks of each kind (DeepSeek's dense and MoE ones)
+        planned = sum(count.get(r.record.repeat, 0) * r.bytes.at(case["micro_batch"])
+                      for r in activation_rows(case) if r.place == BLOCK and r.record.saved)
         rows.append(Row("activation bytes the blocks save (saved_tensors_hooks)",
-                        s.layers * per_layer, measured["block_saved_bytes"]))
+                        planned, measured["block_saved_bytes"]))
+    if case.get("ep", 1) > 1:
+        rows.append(Row("routed expert parameter elements on this rank",
+                        st.expert_numel if case["zero"] < 2 else
+                        sum(t.shard(u.group(layout_of(case)), case["rank"] // case["ep"])
+                            for u in st.units if u.expert for t in u.tensors),
+                        measured["state"]["expert_param_numel"]))
     mb = case["micro_batches"]
     rows.append(Row("matmul FLOPs, forward (FlopCounterMode)", mb * s.flops.forward,
                     measured["flops"]["forward"]))
@@ -113,6 +122,40 @@ def compare(measured: dict) -> list[Row]:
     cdm = sum(measured["comm_debug_counts"].values())
     rows.append(Row("collective calls: the hook's vs CommDebugMode's", hook, cdm))
     rows.append(Row("collectives the hook did not recognize", 0, sum(measured["unrecognized"].values())))
+    if routed(measured):
+        rows = [r for r in rows if not r.what.startswith(ROUTING_DEPENDENT)
+                and not (r.what.startswith("ep all-to-all") and r.what.endswith("bytes"))]
+    return rows
+
+
+# Dropless experts on a real routing: what a rank runs and receives follows its router, so
+# these are compared over each expert-parallel group (compare_expert_group: their sum is ep
+# times the balanced plan, since every row sent is received once); the rest rank by rank.
+ROUTING_DEPENDENT = ("activation bytes", "matmul FLOPs")
+
+
+def routed(measured: dict) -> bool:
+    return measured.get("routing") == "real" and measured["case"].get("ep", 1) > 1
+
+
+def compare_expert_group(group: list[dict]) -> list[Row]:
+    """The ranks of one expert-parallel group (ep of them, one case) under real dropless
+    routing: matmul FLOPs and all-to-all bytes summed over the group against ep × the plan's
+    balanced rank. (Their saved activations are not: the uneven path also saves the index
+    that regroups the received rows by expert, as torchtitan's _permute does.)"""
+    case = group[0]["case"]
+    ep, s = case["ep"], plan_for(case)
+    assert len(group) == ep and all(routed(m) for m in group)
+    mb = case["micro_batches"]
+    rows = [Row("matmul FLOPs, forward, EP group sum", ep * mb * s.flops.forward,
+                sum(m["flops"]["forward"] for m in group)),
+            Row("matmul FLOPs, backward, EP group sum", ep * mb * s.flops.backward,
+                sum(m["flops"]["backward"] for m in group))]
+    for phase in ("forward", "backward"):
+        planned = sum(c.bytes for c in s.collectives if c.group == C.EXPERT and c.phase == phase)
+        got = sum(c["bytes"] for m in group for c in m["collectives"]
+                  if (c["group"], c["phase"]) == ("ep", phase))
+        rows.append(Row(f"ep all-to-all ({phase}) bytes, EP group sum", ep * planned, got))
     return rows
 
 

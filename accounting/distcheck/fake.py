@@ -21,7 +21,8 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
 from accounting.distcheck.measure import Case, quiet_known_warnings, run_step, state_bytes
-from accounting.distcheck.parallelize import fully_shard_model, tensor_parallel
+from accounting.distcheck.parallelize import (expert_parallel, fully_shard_experts,
+                                              fully_shard_model, tensor_parallel)
 
 
 def mesh_for(case: Case):
@@ -36,18 +37,21 @@ def run_case(case: Case) -> dict:
         raise ValueError("the fake backend runs FSDP2 and TP (DDP needs real tensors)")
     dist.init_process_group("fake", store=FakeStore(), rank=case.rank, world_size=case.world)
     try:
-        mesh = mesh_for(case)
-        names = mesh.mesh_dim_names
-        groups = {mesh[n].get_group().group_name if len(names) > 1 else mesh.get_group().group_name: n
-                  for n in names}
         config = case.config()
         with torch.device("meta"):
             lm = TransformerLM.from_config(config, context_length=max(case.seq, config.context_length)
                                            if config.positions == "rope" else None)
-        if case.tp > 1:
-            tensor_parallel(lm, mesh["tp"] if len(names) > 1 else mesh, case.sp)
-        if case.dp > 1:
-            fully_shard_model(lm, mesh["dp"] if len(names) > 1 else mesh, case.zero)
+        if case.ep > 1:
+            groups = _expert_parallel(case, lm, config)
+        else:
+            mesh = mesh_for(case)
+            names = mesh.mesh_dim_names
+            groups = {mesh[n].get_group().group_name if len(names) > 1
+                      else mesh.get_group().group_name: n for n in names}
+            if case.tp > 1:
+                tensor_parallel(lm, mesh["tp"] if len(names) > 1 else mesh, case.sp)
+            if case.dp > 1:
+                fully_shard_model(lm, mesh["dp"] if len(names) > 1 else mesh, case.zero)
         with FakeTensorMode(allow_non_fake_inputs=True):
             lm.to_empty(device="cpu")
             opt = torch.optim.AdamW(lm.parameters())
@@ -56,10 +60,27 @@ def run_case(case: Case) -> dict:
             out["state"] = state_bytes(lm, opt)
         for c in out["collectives"]:
             c["group"] = groups.get(c["group"], c["group"])
+            if c["group"] == "ep|dp":
+                c["group"] = "ep" if c["op"] == "all-to-all" else "dp"
         out["case"] = case.to_json()
         return out
     finally:
         dist.destroy_process_group()
+
+
+def _expert_parallel(case: Case, lm, config) -> dict:
+    """EP groups of ep consecutive ranks inside the dp ones (layout.py), FSDP2 as torchtitan
+    (parallelize.fully_shard_experts); the process groups' names -> "dp", "ep", "edp"."""
+    if case.tp != 1 or case.dp != case.world or case.zero < 2:
+        raise ValueError("the fake backend runs expert parallelism with FSDP2 over all ranks")
+    dp_mesh = init_device_mesh("cpu", (case.world,), mesh_dim_names=("dp",))
+    em = init_device_mesh("cpu", (case.dp // case.ep, case.ep), mesh_dim_names=("edp", "ep"))
+    expert_parallel(lm, em["ep"])
+    fully_shard_experts(lm, dp_mesh, em["edp"], case.zero, config.num_experts)
+    names = {dp_mesh.get_group().group_name: "dp", em["edp"].get_group().group_name: "edp"}
+    # ep = dp: the EP group is the dp ranks (one process group name); its all-to-alls are EP's
+    names[em["ep"].get_group().group_name] = "ep|dp" if case.ep == case.dp else "ep"
+    return names
 
 
 def _child(case: Case, conn) -> None:

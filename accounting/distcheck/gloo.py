@@ -89,6 +89,8 @@ def _fsdp(case: Case, config, rank: int) -> dict:
     from torch.distributed.device_mesh import init_device_mesh
 
     from accounting.distcheck.parallelize import fully_shard_model, tensor_parallel
+    if case.ep > 1:
+        return _fsdp_experts(case, config, rank)
     if case.tp > 1:
         mesh = init_device_mesh("cpu", (case.dp, case.tp), mesh_dim_names=("dp", "tp"))
         tp_mesh, dp_mesh = mesh["tp"], mesh["dp"]
@@ -114,6 +116,38 @@ def _fsdp(case: Case, config, rank: int) -> dict:
     if tp_mesh is not None:
         groups[tp_mesh.get_group().group_name] = "tp"
     groups[dp_mesh.get_group().group_name] = "dp"
+    for c in out["collectives"]:
+        c["group"] = groups.get(c["group"], c["group"])
+    return out
+
+
+def _fsdp_experts(case: Case, config, rank: int) -> dict:
+    """FSDP2 with expert parallelism (parallelize.expert_parallel, fully_shard_experts): EP
+    groups of ep consecutive ranks, the experts' FSDP2 units over the dp/ep ranks that hold
+    the same experts."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from accounting.distcheck.measure import backward, loss_of
+    from accounting.distcheck.parallelize import expert_parallel, fully_shard_experts
+    dp_mesh = init_device_mesh("cpu", (case.world,), mesh_dim_names=("dp",))
+    em = init_device_mesh("cpu", (case.dp // case.ep, case.ep), mesh_dim_names=("edp", "ep"))
+    lm = _model(config)  # the same weights on every rank; each keeps its experts' slice
+    expert_parallel(lm, em["ep"])
+    fully_shard_experts(lm, dp_mesh, em["edp"], case.zero, config.num_experts)
+    opt = torch.optim.AdamW(lm.parameters())
+    data = _batches(case, config, rank)
+    for _ in range(WARMUP["fsdp"]):
+        opt.zero_grad(set_to_none=True)
+        for ids, tgt in data:
+            backward(loss_of(lm(ids), tgt))
+        opt.step()
+    opt.zero_grad(set_to_none=True)
+    out = run_step(lm, opt, lambda i: data[i], case.micro_batches, blocks=lm.layers)
+    out["state"] = state_bytes(lm, opt)
+    # dropless on real data, each rank runs the rows its router sent it (compare.py)
+    out["routing"] = "real" if config.moe_capacity_factor is None else "capacity"
+    groups = {dp_mesh.get_group().group_name: "dp", em["ep"].get_group().group_name: "ep",
+              em["edp"].get_group().group_name: "edp"}
     for c in out["collectives"]:
         c["group"] = groups.get(c["group"], c["group"])
     return out

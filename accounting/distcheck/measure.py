@@ -8,6 +8,7 @@ optimizer step on the current process group and returns a JSON-able dict.
 from __future__ import annotations
 
 import warnings
+import weakref
 from collections import Counter
 from dataclasses import asdict, dataclass
 
@@ -49,6 +50,7 @@ class Case:
     dp: int = 1
     pp: int = 1
     sp: bool = False
+    ep: int = 1  # expert parallelism, carved out of dp (accounting/planning/parallel/layout.py)
     zero: int = 0
     seq: int = 16
     micro_batch: int = 1
@@ -86,6 +88,9 @@ def state_bytes(module: torch.nn.Module, optimizer: torch.optim.Optimizer) -> di
     out["moment_numel"] = sum(m.numel() for m in moments)
     out["moment_bytes"] = sum(m.numel() * m.element_size() for m in moments)
     out["step_counters"] = sum(1 for s in optimizer.state.values() if "step" in s)
+    # model/moe.py's stacked routed experts (E/ep of them per rank under expert parallelism)
+    out["expert_param_numel"] = sum(local(p).numel() for n, p in module.named_parameters()
+                                    if ".ffn.experts.w" in n)
     return out
 
 
@@ -100,10 +105,14 @@ def _unique_bytes(tensors) -> int:
 class BlockSaves:
     """Bytes of the storages autograd saves while the blocks run their forward pass (each
     storage once; parameters — DTensor shards and FSDP2's gathered ones included — left
-    out), the way tests/test_architectures.py measures one GPU's."""
+    out) and still holds when the backward pass starts (`freeze()`, called then), the way
+    tests/test_architectures.py measures one GPU's: a tensor saved by an op off the
+    gradient path (an MoE router's choice, of which only indices leave) is freed with its
+    node before that."""
 
     def __init__(self, model: torch.nn.Module, blocks):
         self.model, self.blocks, self.depth, self.seen = model, list(blocks), 0, {}
+        self.frozen = None
 
     def __enter__(self):
         def enter(module, args):
@@ -120,7 +129,9 @@ class BlockSaves:
                 x = local(t)
                 key = _storage_key(x)
                 if key not in params:
-                    self.seen[key] = x.untyped_storage().nbytes()
+                    nbytes, refs = self.seen.get(key, (x.untyped_storage().nbytes(), []))
+                    refs.append(weakref.ref(t))
+                    self.seen[key] = (nbytes, refs)
             return t
         self.hooks = torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t)
         self.hooks.__enter__()
@@ -131,9 +142,13 @@ class BlockSaves:
         for h in self.handles:
             h.remove()
 
+    def freeze(self) -> None:
+        """Count what is held now (before the backward pass frees it all)."""
+        self.frozen = sum(n for n, refs in self.seen.values() if any(r() is not None for r in refs))
+
     @property
     def bytes(self) -> int:
-        return sum(self.seen.values())
+        return self.frozen
 
 
 def loss_of(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -178,6 +193,8 @@ def run_step(model: torch.nn.Module, optimizer, ids_fn, micro_batches: int,
                     else:
                         logits = model(ids)
                     loss = loss_of(logits, targets)
+                    if i == 0 and saves is not None:
+                        saves.freeze()
                 flops["forward"] += fc.get_total_flops()
                 rec.phase = "backward"
                 with LocalFlopCounter() as fc:

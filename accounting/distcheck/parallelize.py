@@ -37,6 +37,7 @@ from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInp
                                                parallelize_module)
 
 import model as M
+from model.moe import MoE
 
 
 class Colwise(ColwiseParallel):
@@ -118,3 +119,145 @@ def fully_shard_model(lm: torch.nn.Module, mesh, zero: int, mp_policy=None) -> N
     for block in lm.layers:
         fully_shard(block, mesh=mesh, **kw)
     fully_shard(lm, mesh=mesh, **kw)
+
+
+# ---- expert parallelism -------------------------------------------------------------------
+# torchtitan's scheme (distributed/expert_parallel.py ExpertParallel, models/llama4/infra/
+# parallelize.py apply_fsdp), on model/moe.py's MoE without touching its maths: each rank of
+# an expert-parallel group keeps E/ep whole experts (a plain local slice of the stacked
+# w1, w2, w3, as Megatron-LM's local experts); MoE.forward runs as written up to the routed
+# token slots, which an all-to-all (torch.distributed._functional_collectives'
+# all_to_all_single_autograd) sends to the ranks holding their experts and a second brings
+# back; the router and shared experts stay replicated like dense weights. Dropless, the
+# split sizes come from an all-to-all of the E token counts first (torchtitan's
+# _token_dispatch); with a capacity factor every expert has C rows (E·C per rank, equal
+# splits; DeepSpeed-MoE's MOELayer). Where a tensor has no values (the meta device, or
+# FakeTensorMode on the fake backend) the slots are dealt to the experts in turn, as
+# MoE.forward does on meta: routing balanced.
+
+def _no_values(x: torch.Tensor) -> bool:
+    from torch._subclasses.fake_tensor import FakeTensor
+    return x.is_meta or isinstance(x, FakeTensor)
+
+
+def expert_parallel(lm: M.TransformerLM, mesh) -> None:
+    """Shard every MoE block's routed experts over the 1-D expert-parallel `mesh` and route
+    its tokens with all-to-alls."""
+    ep, rank = mesh.size(), mesh.get_local_rank()
+    group = mesh.get_group()
+    for block in lm.layers:
+        moe = block.ffn
+        if not isinstance(moe, MoE):
+            continue  # a dense block (DeepSeek's first layers)
+        ex = moe.experts
+        local = ex.num_experts // ep
+        for name in ("w1", "w2", "w3"):
+            w = getattr(ex, name)
+            mine = w.detach()[rank * local:(rank + 1) * local].clone()
+            setattr(ex, name, torch.nn.Parameter(mine))
+        ex.num_experts = local  # Experts.forward's batched path reshapes by it
+        moe.forward = partial(_moe_forward, moe, group, ep, rank)
+
+
+def _moe_forward(moe, group, ep: int, rank: int, x: torch.Tensor) -> torch.Tensor:
+    """model/moe.py MoE.forward with the routed slots sent to their experts' ranks."""
+    from accounting.spec.config import expert_capacity
+    shape = x.shape
+    x = x.reshape(-1, shape[-1])
+    weights, experts = moe.route(x)
+    n, k = (int(s) for s in experts.shape)
+    E = moe.E
+    flat = experts.reshape(-1)
+    dealt = _no_values(x)
+    if dealt:
+        order = torch.cat([torch.arange(n * k, device=x.device)[e::E] for e in range(E)])
+        counts = [len(range(e, n * k, E)) for e in range(E)]
+    else:
+        order = torch.argsort(flat, stable=True)
+        counts = torch.bincount(flat, minlength=E).tolist()
+    slot_token = torch.arange(n, device=x.device).repeat_interleave(k)[order]
+    slot_weights = weights.reshape(-1)[order]
+    routed = x[slot_token]
+    if moe.capacity_factor is None:
+        out = _dropless(moe, routed, counts, group, ep, rank, dealt)
+    else:
+        capacity = expert_capacity(moe.capacity_factor, n * k, E)
+        trash = E * capacity
+        if dealt:
+            dest = order
+        else:
+            c = torch.tensor(counts, device=x.device)
+            starts = torch.cumsum(c, 0) - c
+            sorted_experts = flat[order]
+            place = torch.arange(n * k, device=x.device) - starts[sorted_experts]
+            dest = torch.where(place < capacity, sorted_experts * capacity + place, trash)
+        dispatched = x.new_zeros(trash + 1, shape[-1]).index_copy(0, dest, routed)
+        ran = _exchange(moe, dispatched[:trash], [capacity] * E, group, ep, rank)
+        out = torch.cat((ran, ran.new_zeros(1, shape[-1])))[dest]
+    y = x.new_zeros(n, shape[-1]).index_add(0, slot_token, out * slot_weights.unsqueeze(-1))
+    if moe.shared is not None:
+        y = y + moe.shared(x)
+    return y.reshape(shape)
+
+
+def _dropless(moe, routed, counts, group, ep, rank, dealt):
+    """The split sizes first: every rank's E token counts, all-to-all (torchtitan)."""
+    from torch.distributed._functional_collectives import all_to_all_single
+    local = moe.E // ep
+    with torch.no_grad():
+        got = all_to_all_single(torch.tensor(counts, device=routed.device), None, None, group)
+        got = torch.ops._c10d_functional.wait_tensor(got)
+    if dealt:  # every rank dealt its slots alike: it gets what it sends to itself
+        received = [counts[rank * local:(rank + 1) * local]] * ep
+    else:
+        received = got.view(ep, local).tolist()
+    return _exchange(moe, routed, counts, group, ep, rank, received)
+
+
+def _exchange(moe, rows, counts, group, ep, rank, received=None):
+    """Dispatch `rows` (grouped by expert, counts[e] for expert e) to the experts' ranks, run
+    the local experts on what arrives, and combine: the outputs back in `rows`' order.
+    `received[j][l]`: rows source rank j sends for local expert l (None: counts alike on
+    every rank, as under a capacity factor)."""
+    from torch.distributed._functional_collectives import all_to_all_single_autograd
+    local = moe.E // ep
+    if received is None:
+        received = [counts[rank * local:(rank + 1) * local]] * ep
+    send = [sum(counts[j * local:(j + 1) * local]) for j in range(ep)]
+    recv = [sum(r) for r in received]
+    got = all_to_all_single_autograd(rows, recv, send, group)
+    if all(c == received[0][0] for r in received for c in r):
+        # (source, local expert, rows) -> (local expert, source, rows): one copy, no index
+        c = received[0][0]
+        grouped = got.view(ep, local, c, -1).transpose(0, 1).reshape(local * ep * c, -1)
+        ran = moe.experts(grouped, [ep * c] * local)
+        back = ran.view(local, ep, c, -1).transpose(0, 1).reshape(ep * local * c, -1)
+    else:  # routed unevenly: gather each local expert's rows from every source
+        starts, at = {}, 0
+        for j in range(ep):
+            for l in range(local):
+                starts[j, l] = at
+                at += received[j][l]
+        idx = torch.tensor([i for l in range(local) for j in range(ep)
+                            for i in range(starts[j, l], starts[j, l] + received[j][l])],
+                           dtype=torch.long, device=rows.device)
+        ran = moe.experts(got[idx], [sum(received[j][l] for j in range(ep)) for l in range(local)])
+        inverse = torch.empty_like(idx)
+        inverse[idx] = torch.arange(len(idx), device=rows.device)
+        back = ran[inverse]
+    return all_to_all_single_autograd(back, send, recv, group)
+
+
+def fully_shard_experts(lm: torch.nn.Module, dp_mesh, edp_mesh, zero: int, experts: int) -> None:
+    """FSDP2 with expert parallelism, as torchtitan's apply_fsdp: each MoE block's routed
+    experts are a unit of their own on the expert-data-parallel mesh (dp/ep ranks; on dim 1
+    when efsdp·ep > E), then every block and the root on the dp mesh."""
+    from torch.distributed.fsdp import fully_shard
+    kw = {"reshard_after_forward": zero == 3}
+    ep = dp_mesh.size() // edp_mesh.size()
+    placement = (lambda p: Shard(1)) if edp_mesh.size() * ep > experts else None
+    for block in lm.layers:
+        if isinstance(block.ffn, MoE):
+            fully_shard(block.ffn.experts, mesh=edp_mesh, shard_placement_fn=placement, **kw)
+        fully_shard(block, mesh=dp_mesh, **kw)
+    fully_shard(lm, mesh=dp_mesh, **kw)

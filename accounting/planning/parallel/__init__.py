@@ -1,6 +1,5 @@
-"""Plans for many GPUs: data, tensor, pipeline and sequence parallelism with ZeRO/FSDP
-sharding (expert parallelism once the spec has experts). Pure Python; the torch.distributed
-checks live in accounting/distcheck.
+"""Plans for many GPUs: data, tensor, pipeline, sequence and expert parallelism with
+ZeRO/FSDP sharding. Pure Python; the torch.distributed checks live in accounting/distcheck.
 """
 from accounting.planning.parallel.layout import (FSDP_NAMES, RECOMPUTE, ZERO_STAGES, Layout,
                                                  check_layout, problems)

@@ -54,17 +54,36 @@ class Row:
 
 
 def rows(sp: Split, layout: Layout, seq: int, megatron_sp: bool = False,
-         tp_rank: int = 0) -> list[Row]:
-    return list(_rows(sp, layout.tp, layout.sp, seq, megatron_sp, tp_rank))
+         tp_rank: int = 0, micro_batch: int | None = None) -> list[Row]:
+    """`micro_batch` (default: the layout's) matters only under an expert capacity factor,
+    whose C = ⌈c·b·T·k/E⌉ rows per expert are not linear in b: there a·b + c is exact at
+    this b only."""
+    b = layout.micro_batch if micro_batch is None else micro_batch
+    capacity = sp.config.num_experts is not None and sp.config.moe_capacity_factor is not None
+    return list(_rows(sp, layout.tp, layout.sp, seq, megatron_sp, tp_rank,
+                      b if capacity else 1, layout.ep))
 
 
 @lru_cache(maxsize=4096)
 def _rows(sp: Split, tp_degree: int, sequence_parallel: bool, seq: int, megatron_sp: bool,
-          tp_rank: int) -> tuple[Row, ...]:
+          tp_rank: int, b: int = 1, ep: int = 1) -> tuple[Row, ...]:
     """Every tensor autograd saves in the run `sp` was built for (its autocast dtypes, its
     recomputation), with its bytes on TP rank `tp_rank` for one micro-batch of b sequences.
-    accounting/distcheck checks the blocks' part on torch, rank by rank."""
-    full = sp.values(seq, 1)
+    accounting/distcheck checks the blocks' part on torch, rank by rank.
+
+    Expert parallelism (ep > 1) changes no saved activation under balanced routing: each
+    rank runs B·T·k expert rows (E/ep experts, each B·T·k·ep/E rows: the ep ranks' B·T·k
+    slots spread evenly over the E experts), as one GPU does; the all-to-all saves nothing.
+    Two differences: autocast's bf16 copies of the routed experts' weights are of the rank's
+    E/ep experts; and under a capacity factor one GPU's experts save the E·C + 1 rows of the
+    dispatch buffer (the last one where dropped slots go), an expert-parallel rank the E·C
+    rows the all-to-all delivered."""
+    full = sp.values(seq, b)
+    local_experts = None
+    if ep > 1:
+        if "E·C+1" in full:
+            full["E·C+1"] = full["E"] * full["C"]
+        local_experts = dict(full, E=full["E"] // ep)
     tp = sp.tp_values(full, tp_degree, tp_rank)
     seq_split = dict(full, T=seq // tp_degree) if sequence_parallel else full
     out = []
@@ -74,7 +93,10 @@ def _rows(sp: Split, tp_degree: int, sequence_parallel: bool, seq: int, megatron
         kind = sp.activation_kind(a)
         v = (tp if kind == TP_SPLIT
              else seq_split if kind == SEQUENCE or (kind == GATHERED and megatron_sp) else full)
-        with_b = a.elements.evaluate(v) * a.bytes_per_element
+        if local_experts and a.weight_copy and a.shape[:1] == ("E",) \
+                and a.saved_in.endswith("experts"):
+            v = local_experts  # the rank's E/ep routed experts (tp = 1 with experts)
+        with_b = a.elements.evaluate(dict(v, B=1)) * a.bytes_per_element
         without_b = a.elements.evaluate(dict(v, B=0)) * a.bytes_per_element
         out.append(Row(a, kind, sp.place(a), Linear(with_b - without_b, without_b)))
     return tuple(out)
@@ -93,27 +115,34 @@ class StageActivations:
 
 
 def stage_activations(kept: list[Row], without_recompute: list[Row], layout: Layout,
-                      stage: int, layers: int) -> StageActivations:
-    """Stage `stage` (0-based) of `layers` blocks under 1F1B: k = min(m, p − s) micro-batches
-    of what the ledger keeps (the blocks', and the embedding's on the first stage, the head's
-    and the loss's on the last), and, with recomputation, what one block saves beyond that
-    while its backward pass runs (the ledger without recomputation, less the one with)."""
+                      stage: int, kinds: tuple[tuple[str, int], ...]) -> StageActivations:
+    """Stage `stage` (0-based) holding `kinds` (blocks of each kind, Split.kinds) under 1F1B:
+    k = min(m, p − s) micro-batches of what the ledger keeps (the blocks', and the
+    embedding's on the first stage, the head's and the loss's on the last), and, with
+    recomputation, what one block saves beyond that while its backward pass runs (the
+    ledger without recomputation, less the one with; the largest over the stage's kinds)."""
     p = layout.pp
+    count = dict(kinds)
     in_flight = min(layout.micro_batches, p - stage)
     places = {BLOCK} | ({FIRST} if stage == 0 else set()) | ({LAST} if stage == p - 1 else set())
 
     def total(rs, where=places, copies=None) -> Linear:
-        return sum(((r.bytes.times(layers) if r.place == BLOCK else r.bytes) for r in rs
+        return sum(((r.bytes.times(count.get(r.record.repeat, 0)) if r.place == BLOCK
+                     else r.bytes) for r in rs
                     if r.place in where and (copies is None or r.record.weight_copy == copies)),
                    Linear())
     per_mb = total(kept)
     recomputed = Linear()
     if layout.recompute != NO_RECOMPUTE:
-        one = Linear()
-        for r in without_recompute:
-            one = one + r.bytes if r.place == BLOCK else one
-        for r in kept:
-            one = one + r.bytes.times(-1) if r.place == BLOCK else one
-        recomputed = one
-    return StageActivations(stage, in_flight, layers, per_mb, total(kept, copies=True),
-                            recomputed, per_mb.times(in_flight) + recomputed)
+        parts = []
+        for g in count:
+            one = Linear()
+            for r in without_recompute:
+                one = one + r.bytes if r.place == BLOCK and r.record.repeat == g else one
+            for r in kept:
+                one = one + r.bytes.times(-1) if r.place == BLOCK and r.record.repeat == g else one
+            parts.append(one)
+        recomputed = max(parts, key=lambda x: x.at(layout.micro_batch), default=Linear())
+    return StageActivations(stage, in_flight, sum(count.values()), per_mb,
+                            total(kept, copies=True), recomputed,
+                            per_mb.times(in_flight) + recomputed)

@@ -27,9 +27,12 @@ class Item:
     activations: bool = False  # the in-flight activations (their count depends on m)
 
 
-def buffers_per_layer(sp: Split, values: dict[str, int]) -> int:
-    """Bytes of one block's buffers (each block builds its own RoPE tables)."""
-    return sum(b.bytes_per_element * product(b.shape, values)
+def stage_buffers(sp: Split, values: dict[str, int], kinds: tuple[tuple[str, int], ...]) -> int:
+    """Bytes of the buffers of a stage's blocks (each block builds its own RoPE tables;
+    DeepSeek-V3's MoE blocks hold their router's correction bias), `kinds` the stage's
+    blocks of each kind (Split.kinds)."""
+    count = dict(kinds)
+    return sum(count.get(b.repeat, 0) * b.bytes_per_element * product(b.shape, values)
                for b in sp.ledger.buffers if b.per_layer)
 
 
@@ -45,7 +48,11 @@ def engine_buffers(sp: Split, layout: Layout, p: Precision, st: States, stage: i
                              "the default)"))
     if d > 1 and z >= 2:
         gathered = p.master_bytes  # no MixedPrecisionPolicy: autocast makes the bf16 copies
-        blocks = [u.unsharded_padded(d) for u in st.units if not u.root]
+        per_layer: dict[int, int] = {}  # a block with its routed experts' unit (ep > 1)
+        for u in st.units:
+            if not u.root:
+                per_layer[u.layer] = per_layer.get(u.layer, 0) + u.unsharded_padded(u.group(layout))
+        blocks = list(per_layer.values())
         root = sum(u.unsharded_padded(d) for u in st.units if u.root)
         held = sum(blocks) if z == 2 else sum(sorted(blocks)[-2:])
         out.append(Item("FSDP2 gathered parameters" + (" (every unit, forward to backward)"

@@ -17,6 +17,21 @@ Korthikanti et al. 2022 §4.2.2 with sequence parallelism), on activations of B�
   with SP: each all-reduce becomes a reduce-scatter plus an all-gather (same bytes moved);
   the vocab-parallel cross-entropy all-reduces three B·T vectors (row max, sum of
   exponentials, target logit) in fp32.
+
+Expert parallelism, per MoE layer and micro-batch (GShard, Lepikhin et al. 2020 §2.2;
+Megatron-LM's MoEAlltoAllTokenDispatcher; torchtitan's ExpertParallel._token_dispatch and
+_token_combine; DeepSpeed-MoE's MOELayer), over the ep ranks of an expert-parallel group:
+  dropless (Mixtral, DeepSeek-V3): first the E token counts per expert (torchtitan
+    all-to-alls them to learn the split sizes; int64 here, as torch.bincount gives them;
+    Megatron-LM all-gathers them instead), then the dispatch of the rank's b·T·k routed
+    token slots (each a d_model row) and the combine that brings their outputs back;
+  with a capacity factor c: the E·C rows of the dispatch buffer, C = ⌈c·b·T·k/E⌉ per
+    expert, zero padding included (DeepSpeed-MoE's (E, C, d_model) `dispatched_input`);
+  the backward pass moves the gradients of both the same way (two more all-to-alls).
+The payload is what the rank sends, itself included; under balanced routing (each rank's
+slots spread evenly over the E experts) (ep − 1)/ep of it leaves the rank, which is what
+`traffic` counts. The gradients of the routed experts are reduced over the
+expert-data-parallel group (the dp/ep ranks holding the same experts), the rest over dp.
 """
 from __future__ import annotations
 
@@ -25,9 +40,11 @@ from fractions import Fraction
 
 from accounting.planning.memory import Precision
 from accounting.planning.parallel.layout import Layout, experts
+from accounting.spec.config import expert_capacity
 from accounting.planning.parallel.states import States
 
 DATA, TENSOR, PIPELINE, EXPERT = "data parallel", "tensor parallel", "pipeline", "expert parallel"
+EXPERT_DATA = "expert data parallel"  # the dp/ep ranks that hold the same experts
 ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER = "all-reduce", "all-gather", "reduce-scatter"
 BROADCAST, SEND, RECV, ALL_TO_ALL = "broadcast", "send", "recv", "all-to-all"
 FORWARD, BACKWARD, STEP = "forward", "backward", "optimizer step"
@@ -146,44 +163,67 @@ def data_parallel(layout: Layout, st: States, precision: Precision, buffer_bytes
     last (one all-reduce per step), FSDP2 reducing after every micro-batch (its default).
     `param_bytes`: bytes per parameter element FSDP gathers (4, or 2 under bf16 mixed
     precision); `buffer_bytes`: the stage's buffers (the RoPE tables), which DDP broadcasts
-    from rank 0 before each forward pass that will synchronize (broadcast_buffers=True)."""
+    from rank 0 before each forward pass that will synchronize (broadcast_buffers=True).
+    With ep > 1 the routed experts' part goes over the expert-data-parallel group of dp/ep
+    ranks (none when ep = dp: each expert lives on one rank; FSDP2 skips the collectives of
+    a one-rank mesh, FSDPParamGroup.unshard and foreach_reduce)."""
     d, z, m = layout.dp, layout.sharding, layout.micro_batches
     if d == 1:
         return []
     g = precision.grad_bytes
+    e = layout.edp
+    dense = st.stage_numel - st.expert_numel
+    moe = bool(st.expert_numel)
     out: list[Collective] = []
     if z <= 1:
-        grads = st.stage_numel * g
+        grads = dense * g
         out.append(Collective(DATA, ALL_REDUCE, "gradients (DDP buckets; once per step, "
-                              "no_sync for the other micro-batches)", BACKWARD,
-                              ddp_buckets(grads), grads, d, f"{g}·N_stage", exact_calls=False))
+                              "no_sync for the other micro-batches)"
+                              + (" of all but the routed experts" if moe else ""), BACKWARD,
+                              ddp_buckets(grads), grads, d,
+                              f"{g}·(N_stage − N_experts/ep)" if moe else f"{g}·N_stage",
+                              exact_calls=False))
+        if moe and e > 1:
+            eg = st.expert_numel * g
+            out.append(Collective(EXPERT_DATA, ALL_REDUCE, "gradients of the routed experts "
+                                  "(once per step, over the dp/ep ranks holding them)", BACKWARD,
+                                  ddp_buckets(eg), eg, e, f"{g}·N_experts/ep", exact_calls=False))
         if buffer_bytes:
             out.append(Collective(DATA, BROADCAST, "buffers (RoPE tables) from rank 0 before the "
                                   "synchronizing forward pass (DDP broadcast_buffers=True; none "
                                   "under no_sync)", FORWARD, 1, buffer_bytes, d, "buffer bytes"))
         if z == 1:
+            mb = precision.master_bytes
             out.append(Collective(DATA, BROADCAST, "updated parameters, each from its owner "
-                                  "(ZeroRedundancyOptimizer)", STEP, st.tensors,
-                                  st.stage_numel * precision.master_bytes, d,
-                                  f"{precision.master_bytes}·N_stage"))
+                                  "(ZeroRedundancyOptimizer)", STEP, st.tensors - st.expert_tensors,
+                                  dense * mb, d,
+                                  f"{mb}·(N_stage − N_experts/ep)" if moe else f"{mb}·N_stage"))
+            if moe and e > 1:
+                out.append(Collective(EXPERT_DATA, BROADCAST, "updated routed experts, each "
+                                      "from its owner (ZeroRedundancyOptimizer over the dp/ep "
+                                      "ranks)", STEP, st.expert_tensors, st.expert_numel * mb, e,
+                                      f"{mb}·N_experts/ep"))
         return out
-    for unit in st.units:
-        gathered = unit.unsharded_padded(d)
-        name = "root unit (embedding, final norm, LM head)" if unit.root else "blocks"
-        same = [u for u in st.units if u.root == unit.root]
-        if not unit.root and unit is not same[0]:
-            continue  # the blocks are identical: one entry for all of them
-        k = len(same)
-        ag = gathered * param_bytes
-        rs = gathered * g
-        pf = f"d·Σ⌈rows/d⌉·cols·{param_bytes}"
-        out.append(Collective(DATA, ALL_GATHER, f"parameters of the {name}", FORWARD, k * m,
-                              k * m * ag, d, f"{k * m:,} × {pf}"))
+    kinds = [("blocks", lambda u: not u.root and not u.expert),
+             ("routed experts", lambda u: u.expert),
+             ("root unit (embedding, final norm, LM head)", lambda u: u.root)]
+    for name, member in kinds:
+        units = [u for u in st.units if member(u)]
+        n = units[0].group(layout) if units else 1
+        if n == 1:
+            continue  # no unit, or experts on a one-rank mesh (ep = dp)
+        k = len(units)
+        gathered = sum(u.unsharded_padded(n) for u in units)
+        group, sym = (EXPERT_DATA, "e") if name == "routed experts" else (DATA, "d")
+        ag, rs = gathered * param_bytes, gathered * g
+        pf = f"{sym}·Σ⌈rows/{sym}⌉·cols·{param_bytes}"
+        out.append(Collective(group, ALL_GATHER, f"parameters of the {name}", FORWARD, k * m,
+                              m * ag, n, f"{k * m:,} × {pf}"))
         if z == 3:
-            out.append(Collective(DATA, ALL_GATHER, f"parameters of the {name}, again",
-                                  BACKWARD, k * m, k * m * ag, d, f"{k * m:,} × {pf}"))
-        out.append(Collective(DATA, REDUCE_SCATTER, f"gradients of the {name}", BACKWARD, k * m,
-                              k * m * rs, d, f"{k * m:,} × d·Σ⌈rows/d⌉·cols·{g}"))
+            out.append(Collective(group, ALL_GATHER, f"parameters of the {name}, again",
+                                  BACKWARD, k * m, m * ag, n, f"{k * m:,} × {pf}"))
+        out.append(Collective(group, REDUCE_SCATTER, f"gradients of the {name}", BACKWARD, k * m,
+                              m * rs, n, f"{k * m:,} × {sym}·Σ⌈rows/{sym}⌉·cols·{g}"))
     return out
 
 
@@ -201,26 +241,43 @@ def ddp_buckets(grad_bytes: int) -> int:
     return 1 + -(-(grad_bytes - DDP_FIRST_BUCKET) // DDP_BUCKET)
 
 
-def expert_all_to_all_bytes(tokens: int, top_k: int, d_model: int, act_bytes: int) -> int:
-    """One all-to-all of a mixture-of-experts layer: every token's hidden state sent to each
-    of its top-k experts (dispatch), or brought back (combine)."""
-    return tokens * top_k * d_model * act_bytes
+COUNT_BYTES = 8  # int64 token counts per expert (torch.bincount), before a dropless dispatch
 
 
-def expert_parallel(layout: Layout, config, layers: int, tokens: int, d_model: int,
+def expert_rows(config, tokens: int) -> int:
+    """Rows one rank sends in a dispatch (and gets back in the combine) for `tokens` tokens:
+    its tokens·k routed slots (dropless), or the E·C rows of the dispatch buffer under a
+    capacity factor c (C = ⌈c·tokens·k/E⌉, model/moe.py and config.expert_capacity)."""
+    slots = tokens * config.experts_per_token
+    if config.moe_capacity_factor is None:
+        return slots
+    return config.num_experts * expert_capacity(config.moe_capacity_factor, slots,
+                                                config.num_experts)
+
+
+def expert_parallel(layout: Layout, config, moe_layers: int, tokens: int, d_model: int,
                     act_bytes: int) -> list[Collective]:
-    """Expert parallelism (Lepikhin et al. 2020, GShard): per MoE layer and micro-batch, a
-    dispatch and a combine all-to-all in the forward pass and the same two in the backward,
-    over the ep ranks that hold the experts. A dense model has none. (Formula only: the
-    planner refuses MoE models in layout.check_model until expert sharding of the
-    parameters is modelled.)"""
-    if layout.ep == 1 or not experts(config):
+    """Expert-parallel all-to-alls of one stage for one step (m micro-batches of `tokens`
+    = b·T tokens; `moe_layers`: the stage's MoE blocks): see the module docstring. A dense
+    model, ep = 1 or a stage without MoE blocks has none."""
+    if layout.ep == 1 or not experts(config) or not moe_layers:
         return []
-    m = layout.micro_batches
-    x = expert_all_to_all_bytes(tokens, config.experts_per_token, d_model, act_bytes)
-    f = f"{2 * layers * m:,} × tokens·k·d_model·{act_bytes}"
-    return [Collective(EXPERT, ALL_TO_ALL, "token dispatch and combine", phase, 2 * layers * m,
-                       2 * layers * m * x, layout.ep, f) for phase in (FORWARD, BACKWARD)]
+    n = moe_layers * layout.micro_batches
+    x = expert_rows(config, tokens) * d_model * act_bytes
+    dropless = config.moe_capacity_factor is None
+    rows = "b·T·k" if dropless else "E·C"
+    f = f"{2 * n:,} × {rows}·d_model·{act_bytes}"
+    out = []
+    if dropless:
+        E = experts(config)
+        out.append(Collective(EXPERT, ALL_TO_ALL, "token counts per expert (the dispatch's "
+                              "split sizes)", FORWARD, n, n * E * COUNT_BYTES, layout.ep,
+                              f"{n:,} × E·{COUNT_BYTES}"))
+    out.append(Collective(EXPERT, ALL_TO_ALL, "token dispatch and combine", FORWARD, 2 * n,
+                          2 * n * x, layout.ep, f))
+    out.append(Collective(EXPERT, ALL_TO_ALL, "gradients of the combine and of the dispatch",
+                          BACKWARD, 2 * n, 2 * n * x, layout.ep, f))
+    return out
 
 
 def tied_embedding(layout: Layout, table_elements: int, grad_bytes: int) -> list[Collective]:

@@ -37,12 +37,12 @@ def _frame(rows: list[dict]) -> pd.DataFrame:
 def build(config, gpus: int, *, tp: int = 1, pp: int = 1, dp: int | None = None, sp: bool = False,
           zero: int = 0, micro_batch: int = 1, batch: int | None = None, seq: int | None = None,
           recompute: str = "none", precision: str = "fp32", gpu: str | None = None,
-          mfu="0.5", margin="0") -> ParallelPlan:
+          mfu="0.5", margin="0", ep: int = 1) -> ParallelPlan:
     """A ParallelPlan from keyword arguments (the CLI's flags)."""
     config = _config(config)
     p = get_precision(precision)
     dp = resolve(gpus, tp, pp, dp)
-    lo = Layout(gpus, tp, pp, dp, 1, sp, zero, micro_batch,
+    lo = Layout(gpus, tp, pp, dp, ep, sp, zero, micro_batch,
                 batch if batch is not None else dp * micro_batch * pp, recompute)
     hw = _hardware(gpu, compute=p.compute) if gpu else None
     return parallel_plan(config, lo, seq, precision=p, hardware=hw,
@@ -73,7 +73,7 @@ def search_frame(config_or_search, gpus: int | None = None, *, batch: int | None
     rows = []
     for rank, p in enumerate(s.ranked, 1):
         lo = p.layout
-        rows.append({"rank": rank, "tp": lo.tp, "pp": lo.pp, "dp": lo.dp, "sp": lo.sp,
+        rows.append({"rank": rank, "tp": lo.tp, "pp": lo.pp, "dp": lo.dp, "ep": lo.ep, "sp": lo.sp,
                      "zero": lo.sharding, "micro_batch": lo.micro_batch, "fits": True,
                      "memory_bytes": p.memory, "headroom_bytes": p.fit.headroom,
                      "largest_micro_batch": p.fit.largest,
@@ -82,7 +82,7 @@ def search_frame(config_or_search, gpus: int | None = None, *, batch: int | None
                      "reason": ""})
     for r in s.rejected:
         lo = r.layout
-        rows.append({"rank": None, "tp": lo.tp, "pp": lo.pp, "dp": lo.dp, "sp": lo.sp,
+        rows.append({"rank": None, "tp": lo.tp, "pp": lo.pp, "dp": lo.dp, "ep": lo.ep, "sp": lo.sp,
                      "zero": lo.sharding, "micro_batch": lo.micro_batch, "fits": False,
                      "memory_bytes": None, "headroom_bytes": None, "largest_micro_batch": None,
                      "bubble": None, "step_seconds": None, "tokens_per_second": None,

@@ -5,6 +5,15 @@ that make a layout valid for a model (bad input is a one-line UsageError, exit 2
 Ranks are numbered tensor-parallel fastest, then data-parallel, then pipeline stage
 (Megatron-LM's default order): a TP group is tp consecutive GPUs, inside a node whenever
 tp divides the GPUs per node.
+
+Expert parallelism (a mixture-of-experts model; --ep) is carved out of the data-parallel
+ranks, as Megatron-LM (expert_model_parallel_size, its rank order "tp-cp-ep-dp-pp") and
+torchtitan (expert_parallel_degree: the "efsdp" × "ep" mesh under "fsdp") do: within the
+dp data-parallel ranks, ep consecutive ones form an expert-parallel group holding E/ep whole
+experts each, and the dp/ep ranks that hold the same experts form the expert-data-parallel
+group (data-parallel rank = expert-data-parallel rank · ep + expert-parallel rank).
+Expert tensor parallelism (Megatron-LM's --expert-tensor-parallel-size, which defaults to
+--tp) is not modelled: MoE models are planned with --tp 1.
 """
 from __future__ import annotations
 
@@ -58,6 +67,11 @@ class Layout:
         return self.global_batch // (self.dp * self.micro_batch)
 
     @property
+    def edp(self) -> int:
+        """The expert-data-parallel degree dp/ep: the ranks holding the same experts."""
+        return self.dp // self.ep
+
+    @property
     def sharding(self) -> int:
         """The stage in effect: nothing to shard without data parallelism."""
         return self.zero if self.dp > 1 else 0
@@ -74,9 +88,22 @@ class Layout:
 
 
 def experts(config: ModelConfig) -> int:
-    """Experts per MoE layer; 0 for a dense model. Expert parallelism plugs in here and in
-    comms.py; check_model refuses MoE models until expert sharding is modelled."""
+    """Experts per MoE layer; 0 for a dense model."""
     return getattr(config, "num_experts", 0) or 0
+
+
+def stage_layers(config: ModelConfig, layout: Layout, stage: int) -> range:
+    """The blocks of pipeline stage `stage`: L/pp consecutive ones."""
+    per = config.num_layers // layout.pp
+    return range(stage * per, (stage + 1) * per)
+
+
+def expert_shard_dim(config: ModelConfig, layout: Layout) -> int:
+    """The dimension FSDP2 shards a routed expert's (E/ep, rows, cols) matrix on over the
+    expert-data-parallel group: torchtitan's apply_fsdp (models/llama4/infra/parallelize.py)
+    shards dim 1 when efsdp·ep > E ("FSDP's default Shard(0) leaves some EFSDP ranks with
+    empty or very small shards"), else FSDP2's default dim 0."""
+    return 1 if layout.edp * layout.ep > experts(config) else 0
 
 
 def divisors(n: int) -> list[int]:
@@ -118,13 +145,29 @@ def problems(config: ModelConfig, layout: Layout, seq: int) -> list[str]:
     if c.num_layers % lo.pp:
         out.append(f"pp {lo.pp} does not divide the {c.num_layers} layers; each pipeline stage "
                    f"holds the same number of blocks (pp among {_choose(c.num_layers)})")
-    if lo.ep > 1 and not experts(c):
+    if lo.tp > 1 and experts(c):
+        out.append(f"tp {lo.tp} with a mixture of experts is not planned: expert tensor "
+                   f"parallelism (Megatron-LM's --expert-tensor-parallel-size, which defaults "
+                   f"to --tp) is not modelled; use --tp 1 and split the experts with --ep")
+    if lo.tp > 1 and c.mla:
+        out.append(f"tp {lo.tp} with multi-head latent attention is not planned (its shared "
+                   f"latent projections are not split by heads); use --tp 1")
+    E = experts(c)
+    if lo.ep > 1 and not E:
         out.append(f"--ep {lo.ep}: {c.name} has no experts (a dense model); expert parallelism "
                    f"needs a mixture-of-experts model (leave --ep at 1)")
-    elif lo.ep > 1 and (lo.dp % lo.ep or experts(c) % lo.ep):
-        out.append(f"--ep {lo.ep} must divide the data-parallel degree {lo.dp} and the "
-                   f"{experts(c)} experts (expert-parallel groups are carved out of the "
-                   f"data-parallel ones, each holding whole experts)")
+    elif lo.ep > 1 and E % lo.ep:
+        out.append(f"--ep {lo.ep} does not divide the {E} experts; each expert-parallel rank "
+                   f"holds whole experts, E/ep of them (ep among {_choose(E)})")
+    elif lo.ep > 1 and lo.dp % lo.ep:
+        out.append(f"--ep {lo.ep} does not divide the data-parallel degree {lo.dp}; "
+                   f"expert-parallel groups are carved out of the data-parallel ranks "
+                   f"(ep among {_choose(lo.dp)})")
+    elif (lo.ep > 1 and lo.sharding >= 2 and lo.edp > 1 and expert_shard_dim(c, lo) == 1
+          and (c.expert_d_ff % lo.edp or c.d_model % lo.edp)):
+        out.append(f"FSDP2 shards the experts' second dimension when dp {lo.dp} > {E} experts "
+                   f"(torchtitan), evenly: dp/ep = {lo.edp} must divide d_e = "
+                   f"{c.expert_d_ff:,} and d_model = {c.d_model:,}; choose another --ep")
     if lo.global_batch % lo.dp:
         out.append(f"global batch {lo.global_batch:,} is not divisible by dp {lo.dp}; each "
                    f"data-parallel rank takes the same number of sequences")
@@ -151,23 +194,7 @@ def check_numbers(layout: Layout) -> None:
         raise UsageError(f"--recompute must be one of {', '.join(RECOMPUTE)}, got {layout.recompute!r}")
 
 
-def check_model(config: ModelConfig) -> None:
-    """Models the multi-GPU planner does not lay out yet, refused in one line rather than
-    planned wrongly: it holds every block alike (one kind of block), splits over TP only
-    tensors with heads, d_ff or V, and has no expert sharding."""
-    c = config
-    kinds = set(c.layer_kinds)
-    what = ("a mixture of experts" if c.num_experts is not None else
-            "multi-head latent attention" if c.mla else
-            "blocks of several kinds (local and global attention layers)" if len(kinds) > 1 else "")
-    if what:
-        raise UsageError(f"multi-GPU plans of {what} are not supported yet (expert and "
-                         f"per-kind sharding are not modelled); plan one GPU without --gpus, "
-                         f"or see the single-GPU memory and FLOPs")
-
-
 def check_layout(config: ModelConfig, layout: Layout, seq: int) -> None:
-    check_model(config)
     check_numbers(layout)
     found = problems(config, layout, seq)
     if found:

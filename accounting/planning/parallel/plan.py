@@ -20,8 +20,8 @@ from accounting.planning.gpus import Hardware, Interconnect
 from accounting.planning.memory import STEP_BYTES, Precision
 from accounting.planning.parallel import activations as A
 from accounting.planning.parallel import comms as C
-from accounting.planning.parallel.buffers import Item, buffers_per_layer, engine_buffers
-from accounting.planning.parallel.layout import Layout, check_layout
+from accounting.planning.parallel.buffers import Item, engine_buffers, stage_buffers
+from accounting.planning.parallel.layout import Layout, check_layout, stage_layers
 from accounting.planning.parallel.shards import FIRST, Split, split
 from accounting.planning.parallel.states import States, stage_tensors, states, zero1_worst_rank
 from accounting.planning.parallel.step import StageFlops, StepTime, bubble, stage_flops, step_time
@@ -51,16 +51,19 @@ class StagePlan:
     activations: A.StageActivations
     flops: StageFlops
     collectives: tuple[C.Collective, ...]
+    kinds: tuple[tuple[str, int], ...] = ()  # blocks of each kind on the stage (Split.kinds)
 
     def memory(self, b: int) -> int:
         """Bytes on the GPU at the layout's micro-batch b."""
         return sum(i.bytes.at(b) for i in self.items if i.on_gpu)
 
-    def memory_at(self, b: int, per_rank: int, pp: int) -> int:
+    def memory_at(self, b: int, per_rank: int, pp: int,
+                  activations: A.StageActivations | None = None) -> int:
         """Bytes at another micro-batch b of the same per-rank batch (m = per_rank / b
-        micro-batches, min(m, p − s) of them in flight)."""
+        micro-batches, min(m, p − s) of them in flight); `activations`: the stage's at b
+        where they are not linear in b (an expert capacity factor)."""
         fixed = sum(i.bytes.at(b) for i in self.items if i.on_gpu and not i.activations)
-        a = self.activations
+        a = activations or self.activations
         return fixed + min(per_rank // b, pp - self.stage) * a.per_micro_batch.at(b) \
             + a.recomputed_block.at(b)  # the weight copies are in per_micro_batch
 
@@ -127,31 +130,39 @@ def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage:
     """One GPU of a stage: TP rank `tp_rank`, data-parallel rank `dp_rank` (default: 0, or
     under ZeroRedundancyOptimizer the rank with the most AdamW state)."""
     c = sp.config
-    layers = c.num_layers // layout.pp
+    layers = stage_layers(c, layout, stage)
+    kinds = sp.kinds(layers)
     units = stage_tensors(sp, values, layout, stage, tp_rank)
     rank = dp_rank if dp_rank is not None else (
-        zero1_worst_rank(units, layout.dp) if layout.sharding == 1 else 0)
+        zero1_worst_rank(units, layout) if layout.sharding == 1 else 0)
     st = states(units, layout, rank)
     z, d, p = layout.sharding, layout.dp, precision
     b_sym = "⌈rows/d⌉·cols" if z >= 2 else ""
-    fsdp_params = f"{p.master_bytes}·Σ{b_sym}" if z >= 2 else f"{p.master_bytes}·N_stage"
+    # with ep > 1: N_stage counts E/ep experts of each MoE block (their FSDP shards over the
+    # dp/ep ranks: ⌈rows/e⌉·cols, e = dp/ep)
+    n_sym = "(N_dense + N_experts/ep)" if st.expert_numel else "N_stage"
+    fsdp_params = f"{p.master_bytes}·Σ{b_sym}" if z >= 2 else f"{p.master_bytes}·{n_sym}"
     items = [Item("parameters (fp32" + (", FSDP shards)" if z >= 2 else ")"), fsdp_params,
                   A.Linear(0, st.params * p.master_bytes))]
     items.append(Item("gradients (fp32" + (", FSDP shards)" if z >= 2 else ")"),
-                      f"{p.grad_bytes}·Σ{b_sym}" if z >= 2 else f"{p.grad_bytes}·N_stage",
+                      f"{p.grad_bytes}·Σ{b_sym}" if z >= 2 else f"{p.grad_bytes}·{n_sym}",
                       A.Linear(0, st.grads * p.grad_bytes)))
-    moments = ("4·N_stage" if z == 0 else "4·(this rank's whole tensors)" if z == 1
+    moments = (f"4·{n_sym}" if z == 0 else "4·(this rank's whole tensors)" if z == 1
                else "4·Σ(this rank's rows)·cols")
     for name in ("AdamW first moment m", "AdamW second moment v"):
         items.append(Item(f"{name} (fp32)", moments, A.Linear(0, st.moments * p.moment_bytes)))
     items.append(Item("AdamW step counters (fp32 scalars)", f"{STEP_BYTES}·(tensors updated)",
                       A.Linear(0, st.owned_tensors * STEP_BYTES), on_gpu=False,
                       note="torch keeps them on the CPU unless fused or capturable"))
-    buf = buffers_per_layer(sp, values) * layers
+    buf = stage_buffers(sp, values, kinds)
     if buf:
-        items.append(Item("RoPE cos/sin tables (fp32 buffers)", "L_stage·2·T_max·(d_k/2)·4",
+        bias = c.num_experts is not None and c.router_bias
+        items.append(Item("RoPE cos/sin tables (fp32 buffers)"
+                          + (" and the routers' correction biases" if bias else ""),
+                          f"L_stage·2·T_max·({'d_rope' if c.mla else 'd_k'}/2)·4"
+                          + (" + L_moe·E·4" if bias else ""),
                           A.Linear(0, buf)))
-    acts = A.stage_activations(*act_rows, layout, stage, layers)
+    acts = A.stage_activations(*act_rows, layout, stage, kinds)
     copies = acts.weight_copies.times(acts.in_flight)
     items.append(Item("activations of the k micro-batches in flight"
                       + ("" if layout.recompute == "none" else " + one block's recomputed part"),
@@ -165,18 +176,21 @@ def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage:
     items += engine_buffers(sp, layout, precision, st, stage, values, seq, tp_rank)
     act_bytes = activation_bytes(p)
     norms = [t for u in units for t in u.tensors if sp.sequence_norm(t.tensor)]
-    comms = (C.tensor_parallel(layout, layers, stage, layout.micro_batch, seq, c.d_model, act_bytes,
-                               c.positions == "learned", (len(norms), sum(t.numel for t in norms)),
-                               p.grad_bytes)
+    comms = (C.tensor_parallel(layout, len(layers), stage, layout.micro_batch, seq, c.d_model,
+                               act_bytes, c.positions == "learned",
+                               (len(norms), sum(t.numel for t in norms)), p.grad_bytes)
              + C.pipeline(layout, stage, layout.micro_batch, seq // (layout.tp if layout.sp else 1),
                           c.d_model, act_bytes)
              + C.data_parallel(layout, st, p, buf, p.master_bytes))
     if dict(sp.ledger.tied) and layout.pp > 1 and stage in (0, layout.pp - 1):
         table = next(t for t in sp.tensors if t.place == FIRST and t.matmul_weight)
         comms += C.tied_embedding(layout, prod(table.sizes(values, layout.tp)), p.grad_bytes)
-    comms += C.expert_parallel(layout, c, layers, layout.micro_batch * seq, c.d_model, act_bytes)
-    return StagePlan(stage, layers, st, tuple(items), acts,
-                     stage_flops(sp, layout, stage, layers, seq, st, tp_rank), tuple(comms))
+    moe_layers = sum(1 for i in layers if c.layer_kinds[i].moe)
+    comms += C.expert_parallel(layout, c, moe_layers, layout.micro_batch * seq, c.d_model,
+                               act_bytes)
+    return StagePlan(stage, len(layers), st, tuple(items), acts,
+                     stage_flops(sp, layout, stage, kinds, seq, st, tp_rank), tuple(comms),
+                     kinds)
 
 
 def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *,
@@ -199,7 +213,14 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
             A.rows(split(config, precision.autocast), layout, seq, tp_rank=tp_rank))
     plans = tuple(stage_plan(sp, layout, precision, seq, s, rows, values, tp_rank, dp_rank)
                   for s in (stages if stages is not None else _shown(layout.pp)))
-    fit = _fit(plans, layout, hardware, m)
+    at = None
+    if config.num_experts is not None and config.moe_capacity_factor is not None:
+        def at(s: StagePlan, b: int) -> A.StageActivations:  # C = ⌈c·b·T·k/E⌉ at this b
+            r = (A.rows(sp, layout, seq, tp_rank=tp_rank, micro_batch=b),
+                 A.rows(split(config, precision.autocast), layout, seq, tp_rank=tp_rank,
+                        micro_batch=b))
+            return A.stage_activations(*r, layout, s.stage, s.kinds)
+    fit = _fit(plans, layout, hardware, m, at)
     time = None
     if hardware is not None and hardware.peak_flops:
         time = step_time(layout, [s.flops for s in plans], [list(s.collectives) for s in plans],
@@ -219,7 +240,8 @@ def divisors_of(n: int) -> list[int]:
     return small + large[::-1]
 
 
-def _fit(plans, layout: Layout, hardware: Hardware | None, margin: Fraction) -> Fit | None:
+def _fit(plans, layout: Layout, hardware: Hardware | None, margin: Fraction,
+         activations_at=None) -> Fit | None:
     if hardware is None or not hardware.memory_bytes:
         return None
     budget = Budget(hardware.memory_bytes, margin)
@@ -227,7 +249,9 @@ def _fit(plans, layout: Layout, hardware: Hardware | None, margin: Fraction) -> 
     largest = 0
     if per_rank <= 10**12:
         for b in reversed(divisors_of(per_rank)):
-            if all(s.memory_at(b, per_rank, layout.pp) <= budget.usable for s in plans):
+            if all(s.memory_at(b, per_rank, layout.pp,
+                               activations_at(s, b) if activations_at else None)
+                   <= budget.usable for s in plans):
                 largest = b
                 break
     need = max(s.memory(layout.micro_batch) for s in plans)

@@ -18,11 +18,13 @@ def _stage(zero: int, dp: int) -> str:
 
 
 def ranked_table(s: Search) -> Table:
+    moe = s.config.num_experts is not None  # an ep column (expert parallelism) after dp
     rows = []
     for i, p in enumerate(s.ranked[:SHOWN], 1):
         lo, t = p.layout, p.time
         tok = Fraction(p.tokens_per_step) / t.seconds
-        rows.append((str(i), str(lo.tp), str(lo.pp), str(lo.dp), "yes" if lo.sp else "-",
+        rows.append((str(i), str(lo.tp), str(lo.pp), str(lo.dp), *([str(lo.ep)] if moe else []),
+                     "yes" if lo.sp else "-",
                      _stage(lo.zero, lo.dp), str(lo.micro_batch), gigabytes(p.memory),
                      gigabytes(p.fit.headroom), f"{p.fit.largest:,}", percent(p.bubble, 1),
                      _seconds(t.seconds), _dec(tok, 0)))
@@ -44,10 +46,15 @@ def ranked_table(s: Search) -> Table:
     notes.append("Step time: compute at the MFU, TP and pipeline communication on the critical "
                  "path, data-parallel communication overlapped (see a single layout's plan for "
                  "the breakdown).")
+    if moe:
+        notes.append("ep: expert-parallel degree (each ep dividing dp and the experts tried"
+                     + (", as given" if s.fixed.get("ep") else "") + "); routing assumed "
+                     "balanced, the all-to-alls on the critical path.")
     return Table(f"Layouts for {s.gpus} GPUs: {s.config.name}, fastest first",
-                 ("#", "tp", "pp", "dp", "sp", "sharding", "micro", "memory/GPU", "to spare",
-                  "largest b", "bubble", "step", "tokens/s"), tuple(rows),
-                 align="lrrrllrrrrrrr", notes=tuple(notes))
+                 ("#", "tp", "pp", "dp", *(("ep",) if moe else ()), "sp", "sharding", "micro",
+                  "memory/GPU", "to spare", "largest b", "bubble", "step", "tokens/s"),
+                 tuple(rows), align="lrrr" + ("r" if moe else "") + "llrrrrrrr",
+                 notes=tuple(notes))
 
 
 def rejected_table(s: Search) -> Table:
@@ -62,11 +69,13 @@ def rejected_table(s: Search) -> Table:
         if (key, r.reason) in seen:
             continue
         seen.add((key, r.reason))
-        rows.append((str(lo.tp), str(lo.pp), str(lo.dp), "-", r.reason))
+        rows.append((str(lo.tp), str(lo.pp), str(lo.dp), _variant(r) if lo.ep > 1 else "-",
+                     r.reason))
     feasible = {(p.layout.tp, p.layout.pp, p.layout.dp) for p in s.ranked}
     for key, rs in fit_fail.items():
         best = min(rs, key=lambda r: r.shortfall)
-        tried = ", ".join(sorted({_variant(r) for r in rs}))
+        order = {_variant(r): (r.layout.ep, r.layout.sharding, r.layout.sp) for r in rs}
+        tried = ", ".join(sorted(order, key=order.get))
         if key in feasible:
             why = (f"{tried}: do not fit ({gigabytes(best.shortfall)} over at best); the other "
                    f"variants are ranked above")
@@ -82,7 +91,7 @@ def rejected_table(s: Search) -> Table:
 
 def _variant(r) -> str:
     lo = r.layout
-    return f"zero {lo.sharding}" + (" sp" if lo.sp else "")
+    return (f"ep {lo.ep} " if lo.ep > 1 else "") + f"zero {lo.sharding}" + (" sp" if lo.sp else "")
 
 
 def tables(s: Search) -> list[Table]:

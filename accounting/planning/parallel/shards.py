@@ -57,6 +57,16 @@ class Tensor:
     tp_dim: int | None  # the dimension TP splits (None: replicated over TP)
     matmul_weight: bool
     lookup: bool
+    group: str | None = None  # the kind of block it belongs to ("L", or "L_dense", "L_moe", …)
+    expert: bool = False  # one of the routed experts' stacked (E, …) matrices
+
+    def local_sizes(self, values: dict[str, int], tp: int = 1, tp_rank: int = 0,
+                    ep: int = 1) -> tuple[int, ...]:
+        """This TP rank's dimensions, and for a routed expert's matrix its E/ep whole experts
+        (expert parallelism: EP rank r holds experts r·E/ep … (r + 1)·E/ep − 1; layout.py
+        requires ep to divide E, so every EP rank holds the same number)."""
+        sizes = self.sizes(values, tp, tp_rank)
+        return (sizes[0] // ep, *sizes[1:]) if self.expert else sizes
 
     def sizes(self, values: dict[str, int], tp: int = 1, tp_rank: int = 0) -> tuple[int, ...]:
         """This TP rank's dimensions."""
@@ -69,8 +79,11 @@ class Tensor:
 
 def _tensor_dims(p: R.Param, linear: dict[str, R.Matmul]) -> tuple[tuple[str, ...], ...]:
     """A Linear's weight is (d_out, d_in), its bias (d_out,); a lookup table (rows, width);
-    anything else one dimension (norm weights and biases)."""
+    the routed experts' stacked matrices (E, d_out, d_in), as model/moe.py's Experts holds
+    them; anything else one dimension (norm weights and biases)."""
     m = linear.get(p.module)
+    if p.routed_expert:
+        return tuple((s,) for s in p.shape)
     if p.lookup:
         return (p.shape[:1], p.shape[1:])
     if m is not None and p.shape == m.p + m.n:
@@ -96,6 +109,13 @@ class Split:
 
     def values(self, seq: int, batch: int) -> dict[str, int]:
         return self.ledger.values(seq, batch)
+
+    def kinds(self, layers: range) -> tuple[tuple[str, int], ...]:
+        """(kind symbol, blocks of that kind) among the blocks `layers`, in the ledger's order
+        of kinds: (("L", n),) when every block is alike; DeepSeek-V3's dense first layers and
+        MoE others, or local and global attention layers, are two kinds."""
+        return tuple((g, n) for g, members in self.ledger.groups
+                     if (n := sum(1 for i in members if i in layers)))
 
     def tp_values(self, values: dict[str, int], tp: int, tp_rank: int = 0) -> dict[str, int]:
         """Symbol values on a TP rank: heads, d_ff and V split (V by torch.chunk)."""
@@ -137,6 +157,6 @@ def split(config: ModelConfig, autocast: str | None = None, recompute: str = "no
         dims = _tensor_dims(p, linear)
         place = BLOCK if p.per_layer else FIRST if p.lookup else LAST
         tensors.append(Tensor(p.name, p.module, p.per_layer, place, dims, _tp_dim(dims),
-                              p.matmul_weight, p.lookup))
+                              p.matmul_weight, p.lookup, p.repeat, p.routed_expert))
     column = frozenset(m.module for m in linear.values() if any(s in TP_SYMBOLS for s in m.p))
     return Split(config, lg, tuple(tensors), column, frozenset(linear))

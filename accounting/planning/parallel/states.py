@@ -12,6 +12,15 @@ Exact, tensor by tensor, as the torch engine of each stage lays them out
     shard to that size), its gradients in one padded buffer per unit, and AdamW moments of
     its unpadded rows (rank 0 holds the full ⌈rows/d⌉ and so the most).
 
+Expert parallelism (layout.py): a routed expert's matrix holds E/ep whole experts on each
+rank, and its data parallelism is the expert-data-parallel group of dp/ep ranks, not the
+dp ranks: Megatron-LM reduces expert gradients and shards their optimizer state over
+that group (expert_data_parallel_size = world / (etp·ep·pp)); torchtitan fully_shards the
+routed experts as their own FSDP unit on that group's mesh ("efsdp"), on dim 1 when
+efsdp·ep > E (layout.expert_shard_dim); DeepSpeed-MoE builds the same expert-data-parallel
+groups (groups._create_expert_and_data_parallel). The router and the shared experts are
+dense weights: replicated over EP, sharded over all dp ranks with the rest of their block.
+
 The ZeRO paper's formula (Rajbhandari et al. 2020, §5.1, Figure 1) is `zero_paper_bytes`:
 (2 + 2 + K)·Ψ per GPU for plain data parallelism, (2 + 2 + K/N_d)·Ψ with the optimizer
 state sharded, (2 + (2 + K)/N_d)·Ψ with gradients too, (2 + 2 + K)·Ψ/N_d with parameters
@@ -24,7 +33,7 @@ from fractions import Fraction
 from math import prod
 
 from accounting.planning.memory import Precision
-from accounting.planning.parallel.layout import Layout
+from accounting.planning.parallel.layout import Layout, expert_shard_dim, stage_layers
 from accounting.planning.parallel.shards import BLOCK, FIRST, LAST, Split, Tensor, chunk
 
 ADAMW_MOMENTS = 2
@@ -32,10 +41,11 @@ ADAMW_MOMENTS = 2
 
 @dataclass(frozen=True)
 class Local:
-    """One parameter tensor on one GPU (after the TP split), and its FSDP shard."""
+    """One parameter tensor on one GPU (after the TP and EP splits), and its FSDP shard."""
     tensor: Tensor
     layer: int | None  # None: the same in every block
-    sizes: tuple[int, ...]  # TP-local dimensions
+    sizes: tuple[int, ...]  # TP- (and EP-) local dimensions
+    dim: int = 0  # the dimension FSDP2 shards (1: torchtitan's routed experts, expert_shard_dim)
 
     @property
     def numel(self) -> int:
@@ -43,24 +53,27 @@ class Local:
 
     @property
     def rest(self) -> int:
-        """Elements per row (dimension 0)."""
-        return prod(self.sizes[1:])
+        """Elements per index of the sharded dimension."""
+        return prod(self.sizes) // self.sizes[self.dim]
 
     def padded(self, d: int) -> int:
-        """Elements of FSDP's padded shard: ⌈rows/d⌉ rows."""
-        return -(-self.sizes[0] // d) * self.rest
+        """Elements of FSDP's padded shard: ⌈rows/d⌉ rows (of the sharded dimension)."""
+        return -(-self.sizes[self.dim] // d) * self.rest
 
     def shard(self, d: int, rank: int) -> int:
         """Elements of this data-parallel rank's unpadded shard."""
-        return chunk(self.sizes[0], d, rank) * self.rest
+        return chunk(self.sizes[self.dim], d, rank) * self.rest
 
 
 @dataclass(frozen=True)
 class Unit:
-    """An FSDP unit (one per block, and one root for the rest of a stage's tensors)."""
+    """An FSDP unit (one per block, one per MoE block's routed experts under expert
+    parallelism, and one root for the rest of a stage's tensors)."""
     name: str
     tensors: tuple[Local, ...]
     root: bool
+    expert: bool = False  # the routed experts of one block: sharded over dp/ep ranks
+    layer: int | None = None  # the block it belongs to (None: the root)
 
     def padded(self, d: int) -> int:
         return sum(t.padded(d) for t in self.tensors)
@@ -69,20 +82,35 @@ class Unit:
         """Elements FSDP all-gathers (and reduce-scatters): d padded shards."""
         return d * self.padded(d)
 
+    def group(self, layout: Layout) -> int:
+        """The data-parallel degree its tensors are replicated (or sharded) over."""
+        return layout.edp if self.expert else layout.dp
+
 
 def stage_tensors(sp: Split, values: dict[str, int], layout: Layout, stage: int,
                   tp_rank: int = 0) -> list[Unit]:
     """The parameter tensors pipeline stage `stage` holds, grouped in FSDP units: its blocks
-    (L/pp each), then a root unit (the embedding tables on the first stage; the final norm
-    and the LM head on the last; with pp > 1 and a tied head, the last stage holds its own
-    copy of the table, as Megatron-LM does)."""
-    c = sp.config
-    per_stage = c.num_layers // layout.pp
+    (L/pp each, each with its kind's tensors; with ep > 1 an MoE block's routed experts form
+    a unit of their own, after the block's), then a root unit (the embedding tables on the
+    first stage; the final norm and the LM head on the last; with pp > 1 and a tied head,
+    the last stage holds its own copy of the table, as Megatron-LM does)."""
     tied = dict(sp.ledger.tied)
-    block = tuple(Local(t, None, t.sizes(values, layout.tp, tp_rank))
-                  for t in sp.tensors if t.place == BLOCK)  # every block alike
-    units = [Unit(f"layers.{layer}", block, False)
-             for layer in range(stage * per_stage, (stage + 1) * per_stage)]
+    ep, dim = layout.ep, expert_shard_dim(sp.config, layout)
+    units: list[Unit] = []
+    kinds: dict[str, tuple[tuple[Local, ...], tuple[Local, ...]]] = {}
+    for layer in stage_layers(sp.config, layout, stage):
+        g = sp.ledger.group_of(layer)
+        if g not in kinds:  # every block of a kind alike
+            mine = [t for t in sp.tensors if t.place == BLOCK and t.group == g]
+            split_off = [t for t in mine if t.expert and ep > 1]
+            kinds[g] = (tuple(Local(t, None, t.local_sizes(values, layout.tp, tp_rank))
+                              for t in mine if t not in split_off),
+                        tuple(Local(t, None, t.local_sizes(values, layout.tp, tp_rank, ep), dim)
+                              for t in split_off))
+        block, experts = kinds[g]
+        units.append(Unit(f"layers.{layer}", block, False, layer=layer))
+        if experts:
+            units.append(Unit(f"layers.{layer}.ffn.experts", experts, False, True, layer))
     root = [t for t in sp.tensors
             if (t.place == FIRST and stage == 0) or (t.place == LAST and stage == layout.pp - 1)]
     if tied and layout.pp > 1 and stage == layout.pp - 1 and stage != 0:
@@ -116,38 +144,55 @@ class States:
     tensors: int  # parameter tensors on this stage (one AdamW step counter each)
     owned_tensors: int  # tensors this rank updates (its step counters)
     matmul_weights: int  # elements of matmul weights on this stage (autocast's bf16 copies)
-    stage_numel: int  # all TP-local elements of the stage (what stage 0 replicates)
+    stage_numel: int  # all TP/EP-local elements of the stage (what stage 0 replicates)
     units: tuple[Unit, ...]
     dp_rank: int
+    expert_numel: int = 0  # of stage_numel, the routed experts' (E/ep per rank; ep > 1 only)
+    expert_tensors: int = 0  # of tensors, the routed experts' (ep > 1 only)
+
+
+def _zero1_owned(flat: list[Local], d: int, rank: int) -> list[int]:
+    return zero1_partition([t.numel for t in flat], d)[rank]
 
 
 def states(units: list[Unit], layout: Layout, dp_rank: int = 0) -> States:
+    """With ep > 1 the routed experts' units are sharded over the expert-data-parallel group
+    (dp/ep ranks; this rank's place in it: dp_rank // ep), the rest over the dp ranks."""
     d, z = layout.dp, layout.sharding
-    flat = [t for u in units for t in u.tensors]
+    dense = [t for u in units if not u.expert for t in u.tensors]
+    expert = [t for u in units if u.expert for t in u.tensors]
+    flat = dense + expert
     numel = sum(t.numel for t in flat)
-    matmul = sum(t.numel for t in flat if t.tensor.matmul_weight)
+    matmul = sum(t.tensor.matmul_weight * t.numel for t in flat)
+    e_numel = sum(t.numel for t in expert)
+    extra = dict(expert_numel=e_numel, expert_tensors=len(expert))
+    e, e_rank = layout.edp, dp_rank // layout.ep
     if z == 0:
         return States(numel, numel, numel, numel, len(flat), len(flat), matmul, numel,
-                      tuple(units), dp_rank)
-    if z == 1:
-        owned = zero1_partition([t.numel for t in flat], d)[dp_rank]
-        mine = sum(flat[i].numel for i in owned)
+                      tuple(units), dp_rank, **extra)
+    if z == 1:  # one ZeroRedundancyOptimizer per group (Megatron-LM: its distributed optimizer)
+        owned = [dense[i] for i in _zero1_owned(dense, d, dp_rank)] + \
+                [expert[i] for i in _zero1_owned(expert, e, e_rank)]
+        mine = sum(t.numel for t in owned)
         return States(numel, numel, numel, mine, len(flat), len(owned), matmul, numel,
-                      tuple(units), dp_rank)
-    padded = sum(t.padded(d) for t in flat)
-    shard = sum(t.shard(d, dp_rank) for t in flat)
+                      tuple(units), dp_rank, **extra)
+    padded = sum(t.padded(d) for t in dense) + sum(t.padded(e) for t in expert)
+    shard = sum(t.shard(d, dp_rank) for t in dense) + sum(t.shard(e, e_rank) for t in expert)
     # every tensor has a shard on every rank, possibly empty (rows < d); AdamW still keeps a
     # step counter for an empty one
     return States(padded, shard, padded, shard, len(flat), len(flat), matmul, numel,
-                  tuple(units), dp_rank)
+                  tuple(units), dp_rank, **extra)
 
 
-def zero1_worst_rank(units: list[Unit], d: int) -> int:
-    """The data-parallel rank with the most AdamW state under ZeroRedundancyOptimizer."""
-    flat = [t.numel for u in units for t in u.tensors]
-    owned = zero1_partition(flat, d)
-    loads = [sum(flat[i] for i in o) for o in owned]
-    return loads.index(max(loads))
+def zero1_worst_rank(units: list[Unit], layout: Layout) -> int:
+    """The data-parallel rank with the most AdamW state under ZeroRedundancyOptimizer (with
+    ep > 1: its dense share over dp ranks plus its experts' share over dp/ep ranks)."""
+    def loads(tensors: list[int], d: int) -> list[int]:
+        return [sum(tensors[i] for i in o) for o in zero1_partition(tensors, d)]
+    dense = loads([t.numel for u in units if not u.expert for t in u.tensors], layout.dp)
+    expert = loads([t.numel for u in units if u.expert for t in u.tensors], layout.edp)
+    total = [dense[r] + expert[r // layout.ep] for r in range(layout.dp)]
+    return total.index(max(total))
 
 
 def state_bytes(s: States, precision: Precision) -> dict[str, int]:

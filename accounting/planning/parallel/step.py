@@ -14,9 +14,10 @@ Time (assumptions, printed with the plan):
   * 1F1B: m + p − 1 micro-batch slots on the critical path of the slowest stage, so the
     bubble — the share of a step a stage idles — is (p − 1)/(m + p − 1) (Narayanan et al.
     2021, §2.2);
-  * tensor-parallel collectives and pipeline sends sit on that critical path (not
-    overlapped); data-parallel collectives (DDP's all-reduce, FSDP's gathers and
-    reduce-scatters) overlap with compute and show only where longer than it;
+  * tensor-parallel collectives, pipeline sends and expert-parallel all-to-alls (the
+    experts wait for their tokens) sit on that critical path (not overlapped);
+    data-parallel collectives (DDP's all-reduce, FSDP's gathers and reduce-scatters, the
+    expert-data-parallel ones too) overlap with compute and show only where longer than it;
   * each collective moves its ring traffic (comms.Collective.traffic) at the per-GPU,
     per-direction bandwidth of the slowest link its group spans: NVLink inside a node,
     the network between nodes.
@@ -29,7 +30,8 @@ from functools import lru_cache
 
 from accounting.planning.compute import ADAMW_OPS, PARAMETER, TENSOR
 from accounting.planning.gpus import Interconnect
-from accounting.planning.parallel.comms import DATA, EXPERT, PIPELINE, TENSOR as TP_GROUP, Collective
+from accounting.planning.parallel.comms import (DATA, EXPERT, EXPERT_DATA, PIPELINE,
+                                                TENSOR as TP_GROUP, Collective)
 from accounting.planning.parallel.layout import Layout
 from accounting.planning.parallel.shards import Split
 from accounting.planning.parallel.states import States
@@ -61,24 +63,28 @@ class StageFlops:
         return self.micro_batches * (self.forward + self.backward) + self.adamw
 
 
-def stage_flops(sp: Split, layout: Layout, stage: int, layers: int, seq: int,
-                st: States, tp_rank: int = 0) -> StageFlops:
+def stage_flops(sp: Split, layout: Layout, stage: int, kinds: tuple[tuple[str, int], ...],
+                seq: int, st: States, tp_rank: int = 0) -> StageFlops:
     """`sp` is the split of the run's ledger (its recomputation: `recomputed` holds the
-    forward matmuls the backward pass runs again)."""
-    fwd, bwd, again = _matmuls(sp, layout.tp, tp_rank, seq, layout.micro_batch, layers,
+    forward matmuls the backward pass runs again); `kinds` the stage's blocks of each kind
+    (Split.kinds). Expert parallelism moves the experts' matmuls between ranks without
+    changing their sum; under balanced routing each rank runs B·T·k expert rows (E·C with
+    a capacity factor), as one GPU does."""
+    fwd, bwd, again = _matmuls(sp, layout.tp, tp_rank, seq, layout.micro_batch, kinds,
                                stage == layout.pp - 1)
     adamw = ADAMW_PER_ELEMENT * st.moments + ADAMW_PER_TENSOR * st.owned_tensors
     return StageFlops(stage, fwd, bwd, again, layout.micro_batches, adamw)
 
 
 @lru_cache(maxsize=4096)
-def _matmuls(sp: Split, tp: int, tp_rank: int, seq: int, b: int, layers: int,
-             last: bool) -> tuple[int, int, int]:
+def _matmuls(sp: Split, tp: int, tp_rank: int, seq: int, b: int,
+             kinds: tuple[tuple[str, int], ...], last: bool) -> tuple[int, int, int]:
     """(forward, backward, recomputed) matmul FLOPs of one micro-batch on a stage."""
     v = sp.tp_values(sp.values(seq, b), tp, tp_rank)
+    count = dict(kinds)
 
     def on_stage(records) -> int:
-        return sum((layers if r.per_layer else 1) * r.flops(v) for r in records
+        return sum((count.get(r.repeat, 0) if r.per_layer else 1) * r.flops(v) for r in records
                    if r.per_layer or last)
     return (on_stage(sp.ledger.forward),
             on_stage(g for r in sp.ledger.forward for g in r.gradients()),
@@ -93,9 +99,10 @@ def bubble(layout: Layout) -> Fraction:
 
 def group_link(layout: Layout, group: str, net: Interconnect) -> tuple[Fraction, str]:
     """The bandwidth a group's collectives run at: NVLink when the whole group sits in one
-    node (ranks: TP fastest, then DP, then PP), else the network."""
-    span = {TP_GROUP: layout.tp, DATA: layout.tp * layout.dp, EXPERT: layout.tp * layout.dp,
-            PIPELINE: layout.tp * layout.dp * layout.pp}[group]
+    node (ranks: TP fastest, then DP — its EP groups ep consecutive DP ranks —, then PP),
+    else the network."""
+    span = {TP_GROUP: layout.tp, DATA: layout.tp * layout.dp, EXPERT: layout.tp * layout.ep,
+            EXPERT_DATA: layout.tp * layout.dp, PIPELINE: layout.tp * layout.dp * layout.pp}[group]
     g = net.gpus_per_node
     if span <= g and g % span == 0 or span == 1:
         return net.nvlink, "NVLink"
@@ -111,12 +118,13 @@ class StepTime:
     optimizer: Fraction
     data_parallel: Fraction  # all of the step's DP communication
     links: dict  # group -> (bandwidth, "NVLink"|"network")
+    expert_parallel_per_micro_batch: Fraction = Fraction(0)  # all-to-alls, slowest stage
 
     @property
     def pipeline_path(self) -> Fraction:
         """The critical path of the 1F1B schedule."""
         return self.slots * (self.compute_per_micro_batch + self.tensor_parallel_per_micro_batch
-                             + self.pipeline_per_micro_batch)
+                             + self.pipeline_per_micro_batch + self.expert_parallel_per_micro_batch)
 
     @property
     def seconds(self) -> Fraction:
@@ -137,20 +145,21 @@ def step_time(layout: Layout, flops: list[StageFlops], comms: list[list[Collecti
     """`flops` and `comms` per stage (every stage, or the first and last)."""
     rate = peak * mfu
     m = layout.micro_batches
-    links = {g: group_link(layout, g, net) for g in (TP_GROUP, DATA, PIPELINE)} if net else {}
+    groups = (TP_GROUP, DATA, PIPELINE) + ((EXPERT, EXPERT_DATA) if layout.ep > 1 else ())
+    links = {g: group_link(layout, g, net) for g in groups} if net else {}
 
     def seconds(cs: list[Collective], group: str) -> Fraction:
-        if not net:
+        if not net or group not in links:
             return Fraction(0)
         return sum((c.traffic for c in cs if c.group == group), Fraction(0)) / links[group][0]
     per_stage = []
     for f, cs in zip(flops, comms):
         per_stage.append((Fraction(f.per_micro_batch) / rate, seconds(cs, TP_GROUP) / m,
                           seconds(cs, PIPELINE) / m, Fraction(f.adamw) / rate,
-                          seconds(cs, DATA)))
-    worst = max(per_stage, key=lambda s: s[0] + s[1] + s[2])
+                          seconds(cs, DATA) + seconds(cs, EXPERT_DATA), seconds(cs, EXPERT) / m))
+    worst = max(per_stage, key=lambda s: s[0] + s[1] + s[2] + s[5])
     return StepTime(worst[0], worst[1], worst[2], m + layout.pp - 1,
-                    max(s[3] for s in per_stage), max(s[4] for s in per_stage), links)
+                    max(s[3] for s in per_stage), max(s[4] for s in per_stage), links, worst[5])
 
 
 def megatron_seconds(tokens: int, params: int, gpus: int, flops_per_gpu: Fraction,

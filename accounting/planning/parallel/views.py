@@ -58,7 +58,8 @@ def summary_table(p: ParallelPlan) -> Table:
         rows.append(("pipeline bubble (p − 1)/(m + p − 1)",
                      f"({lo.pp} − 1)/({lo.micro_batches} + {lo.pp} − 1) = {percent(p.bubble)}"))
     traffic = {g: max(sum((x.traffic for x in s.collectives if x.group == g), Fraction(0))
-                      for s in p.stages) for g in (C.TENSOR, C.PIPELINE, C.DATA)}
+                      for s in p.stages)
+               for g in (C.TENSOR, C.PIPELINE, C.DATA, C.EXPERT, C.EXPERT_DATA)}
     moved = ", ".join(f"{g} {si(round(t), 'B')}" for g, t in traffic.items() if t)
     rows.append(("sent per GPU per step", moved or "nothing (one GPU)"))
     if p.time is not None:
@@ -71,6 +72,8 @@ def summary_table(p: ParallelPlan) -> Table:
             rows.append((f"time for {p.tokens:,} tokens", f"{p.steps:,} steps, {_seconds(total)}"))
     notes = ["Checked on torch.distributed: " + "; ".join(CHECKED) + ".",
              "Formula only: " + "; ".join(FORMULA_ONLY) + "."]
+    if lo.ep > 1:
+        notes.append(expert_note(p))
     if lo.tp > 1 and c.vocab_size % lo.tp:
         notes.append(f"V = {c.vocab_size:,} is not divisible by tp {lo.tp}: torch.chunk gives "
                      f"each TP rank ⌈V/tp⌉ = {-(-c.vocab_size // lo.tp):,} rows of the embedding "
@@ -78,6 +81,28 @@ def summary_table(p: ParallelPlan) -> Table:
                      f"(Megatron-LM pads V to a multiple of 128·tp instead).")
     return Table(f"Plan for {lo.gpus} GPUs: {c.name}", ("", "value"), tuple(rows), align="ll",
                  notes=tuple(notes))
+
+
+def expert_note(p: ParallelPlan) -> str:
+    """What expert parallelism assumes and what of it is checked (ep > 1)."""
+    c, lo = p.config, p.layout
+    E = c.num_experts
+    cap = ("dropless: each rank sends its b·T·k routed slots and gets as many back, after an "
+           "all-to-all of the E token counts" if c.moe_capacity_factor is None else
+           f"capacity factor {c.moe_capacity_factor}: each rank sends the E·C rows of its "
+           f"dispatch buffer, C = ⌈c·b·T·k/E⌉ per expert, padding included")
+    return (f"Expert parallelism: ep {lo.ep} ranks of each data-parallel group hold "
+            f"{E // lo.ep} of the {E} experts of every MoE block each (whole experts); the "
+            f"experts' gradients, optimizer state (and FSDP shards) are over the dp/ep = "
+            f"{lo.edp} ranks holding the same experts, the router, shared experts and the "
+            f"rest over all {lo.dp}. Routing assumed balanced: each rank's slots spread evenly "
+            f"over the experts, so each rank runs b·T·k expert rows (its FLOPs and saved "
+            f"activations as on one GPU) and (ep − 1)/ep of each all-to-all leaves it; a "
+            f"skewed router sends more to some ranks. All-to-alls ({cap}) are on the critical "
+            f"path. Checked on torch.distributed: the experts per rank, states, all-to-all and "
+            f"FSDP2 calls and bytes, FLOPs and saved activations of an EP × FSDP2 layout "
+            f"(fake backend, balanced routing; gloo, capacity factor); formula only: EP with "
+            f"DDP or ZeRO-1, with pipelining, and skewed routing.")
 
 
 def memory_table(p: ParallelPlan) -> Table:
@@ -109,6 +134,19 @@ def memory_table(p: ParallelPlan) -> Table:
              "Recomputation: " + RECOMPUTE[lo.recompute] + ".",
              "Gradients of activations in flight during the backward pass and other temporaries "
              "are not counted; reserve room with --margin."]
+    if lo.ep > 1:
+        e = lo.edp
+        notes.append(f"Routed experts (ep {lo.ep}): {p.config.num_experts // lo.ep} whole experts "
+                     f"of each MoE block per GPU; "
+                     + (f"FSDP2 shards them over the {e} ranks holding the same experts, on "
+                        f"dimension {1 if e * lo.ep > p.config.num_experts else 0} "
+                        f"(torchtitan: dimension 1 when dp > E)" if lo.sharding >= 2 and e > 1 else
+                        f"ZeroRedundancyOptimizer partitions their AdamW state over the {e} "
+                        f"ranks holding the same experts" if lo.sharding == 1 and e > 1 else
+                        "each is held by one rank of the data-parallel group"
+                        if e == 1 else "replicated over the ranks holding the same experts")
+                     + ". Under balanced routing the activations of the experts are one GPU's "
+                       "(b·T·k rows per rank).")
     if lo.zero == 1 and lo.dp > 1:
         notes.append(f"ZeroRedundancyOptimizer: the rank with the most AdamW state is shown "
                      f"(rank {p.worst.states.dp_rank}).")
@@ -162,6 +200,8 @@ def time_table(p: ParallelPlan) -> Table:
     rows = [("compute per micro-batch (slowest stage)", _seconds(t.compute_per_micro_batch)),
             ("tensor-parallel communication per micro-batch", _seconds(t.tensor_parallel_per_micro_batch)),
             ("pipeline sends per micro-batch", _seconds(t.pipeline_per_micro_batch)),
+            *([("expert-parallel all-to-alls per micro-batch",
+                _seconds(t.expert_parallel_per_micro_batch))] if lo.ep > 1 else []),
             ("1F1B slots m + p − 1", f"{t.slots:,}"),
             ("critical path", _seconds(t.pipeline_path)),
             ("data-parallel communication (overlapped)", _seconds(t.data_parallel)
