@@ -23,15 +23,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
+from accounting.ledger.records import BACKWARD, FORWARD
 from accounting.planning.memory import Precision
 from accounting.planning.parallel.layout import Layout, experts
 from accounting.planning.parallel.states import States
+from accounting.units import DTYPE_BYTES, FP32
 
 DATA, TENSOR, PIPELINE, EXPERT = "data parallel", "tensor parallel", "pipeline", "expert parallel"
 ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER = "all-reduce", "all-gather", "reduce-scatter"
 BROADCAST, SEND, RECV, ALL_TO_ALL = "broadcast", "send", "recv", "all-to-all"
-FORWARD, BACKWARD, STEP = "forward", "backward", "optimizer step"
-LOSS_BYTES = 4  # the cross-entropy's statistics are fp32 (autocast runs it in fp32)
+STEP = "optimizer step"  # the third phase a collective runs in (FORWARD, BACKWARD: the ledger's)
+LOSS_BYTES = DTYPE_BYTES[FP32]  # the cross-entropy's statistics are fp32 (autocast runs it in fp32)
 
 _RING = {ALL_REDUCE: (2, 1), ALL_GATHER: (1, 1), REDUCE_SCATTER: (1, 1), BROADCAST: (1, 1),
          ALL_TO_ALL: (1, 1)}
