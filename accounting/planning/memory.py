@@ -23,7 +23,7 @@ from accounting.spec.config import ModelConfig
 from accounting.runtime.errors import UsageError
 from accounting.ledger.ledger import ledger
 from accounting.ledger.symbols import Expr, grouped
-from accounting.units import BF16, DTYPE_BYTES, FP32
+from accounting.units import BF16, DTYPE_BYTES, FP32, INT64
 
 COURSE, MODEL = "course", "model"
 SCOPES = {
@@ -307,18 +307,19 @@ class MemoryModel:
         buffers = buffer_bytes(c)
         kept = sum((r.elements.scale(r.bytes_per_element).times(*((r.repeat,) if r.repeat else ()))
                     for r in self.ledger.activations if r.saved), Expr())
-        loss = Expr.of(4)  # the 0-dim float32 loss the training loop holds
-        logits_grads = Expr.of(2 * 4, ("B", "T", "V"))
-        inputs = Expr.of(2 * 8, ("B", "T"))  # token ids and targets, int64
+        f32, i64 = DTYPE_BYTES[FP32], DTYPE_BYTES[INT64]
+        loss = Expr.of(f32)  # the 0-dim float32 loss the training loop holds
+        logits_grads = Expr.of(2 * f32, ("B", "T", "V"))
+        inputs = Expr.of(2 * i64, ("B", "T"))  # token ids and targets, int64
         boundary = (params.scale(p.master_bytes + 2 * p.moment_bytes) + buffers + kept + loss
                     + logits_grads)
-        optimizer = (params.scale(p.master_bytes + p.grad_bytes + 2 * p.moment_bytes + 4) + buffers
+        optimizer = (params.scale(p.master_bytes + p.grad_bytes + 2 * p.moment_bytes + f32) + buffers
                      + loss + inputs)
         return (PeakPhase("start of the backward pass (log-softmax backward)", boundary,
                           "parameters, m, v, buffers, the kept activations, the loss, and the "
-                          "gradients of the log-softmax and of the logits (2 × 4·B·T·V)"),
+                          f"gradients of the log-softmax and of the logits (2 × {f32}·B·T·V)"),
                 PeakPhase("AdamW update (foreach)", optimizer,
-                          "parameters, gradients, m, v, and √v for every parameter (4·N), "
+                          f"parameters, gradients, m, v, and √v for every parameter ({f32}·N), "
                           "buffers, the loss, token ids and targets"))
 
     def peak(self, batch: int, seq: int) -> int:

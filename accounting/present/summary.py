@@ -57,7 +57,7 @@ def plural(n: int, word: str) -> str:
 # ---- the analysis ---------------------------------------------------------------------------
 def analysis_lines(a: Analysis) -> list[str]:
     mm = a.matmul_flops()
-    if a.phase == "forward":
+    if a.phase == R.FORWARD:
         ew = a.elementwise_flops
         flops = _line("FLOPs", f"{grouped(mm + ew)} = {si(mm + ew, 'FLOPs')} (forward pass; "
                                f"non-matmul ops {percent_of(ew, mm + ew)})")

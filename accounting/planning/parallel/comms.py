@@ -27,7 +27,7 @@ from accounting.ledger.records import BACKWARD, FORWARD
 from accounting.planning.memory import Precision
 from accounting.planning.parallel.layout import Layout, experts
 from accounting.planning.parallel.states import States
-from accounting.units import DTYPE_BYTES, FP32
+from accounting.units import DTYPE_BYTES, FP32, MiB
 
 DATA, TENSOR, PIPELINE, EXPERT = "data parallel", "tensor parallel", "pipeline", "expert parallel"
 ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER = "all-reduce", "all-gather", "reduce-scatter"
@@ -189,8 +189,8 @@ def data_parallel(layout: Layout, st: States, precision: Precision, buffer_bytes
     return out
 
 
-DDP_FIRST_BUCKET = 1024 * 1024  # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES
-DDP_BUCKET = 25 * 1024 * 1024  # bucket_cap_mb = 25
+DDP_FIRST_BUCKET = MiB  # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES = 1024 * 1024
+DDP_BUCKET = 25 * MiB  # bucket_cap_mb = 25 (torch multiplies by 1024 * 1024)
 
 
 def ddp_buckets(grad_bytes: int) -> int:
