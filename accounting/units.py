@@ -11,14 +11,26 @@ from fractions import Fraction
 # fvcore counts one per multiply-add (a MAC); FlopCounterMode counts FLOPs.
 FLOPS_PER_MAC = 2
 
-GB = 10**9  # decimal gigabyte
-GiB = 2**30  # binary gibibyte
+# Decimal (SI) scales: TFLOP/s is TERA FLOP/s, TB/s is TERA bytes/s, GB/s GIGA bytes/s.
+KILO, MEGA, GIGA, TERA = 10**3, 10**6, 10**9, 10**12
+GB = GIGA  # decimal gigabyte (what datasheets and "GB (1e9)" columns mean)
+TB = TERA  # decimal terabyte
+# Binary (IEC) sizes: what nvidia-smi reports (MiB) and "GiB (2^30)" columns mean.
+KiB, MiB, GiB, TiB = 2**10, 2**20, 2**30, 2**40
 
-# Bytes per parameter for the dtypes users ask about.
-BYTES_PER_ELEMENT = {"fp32": 4, "bf16": 2, "fp16": 2, "int8": 1}
+# ---- dtypes: each name and its bytes per element, stated once -------------------------
+# The names are the ones printed and typed (--precision fp32, "bf16 copy", peak keys).
+FP32, BF16, FP16, INT8 = "fp32", "bf16", "fp16", "int8"
+FP64, INT64, BOOL = "fp64", "int64", "bool"
+# IEEE 754 binary32/binary16/binary64, bfloat16 (16 bits), and torch's element sizes
+# (torch.bool and torch.int8 take one byte each, torch.int64 eight).
+DTYPE_BYTES = {FP32: 4, BF16: 2, FP16: 2, INT8: 1, FP64: 8, INT64: 8, BOOL: 1}
 
-_SI = ((10**24, "Y"), (10**21, "Z"), (10**18, "E"), (10**15, "P"), (10**12, "T"),
-       (10**9, "G"), (10**6, "M"), (10**3, "k"))
+# Bytes per parameter for the dtypes users ask about (the parameter-memory table's rows).
+BYTES_PER_ELEMENT = {d: DTYPE_BYTES[d] for d in (FP32, BF16, FP16, INT8)}
+
+_SI = ((10**24, "Y"), (10**21, "Z"), (10**18, "E"), (10**15, "P"), (TERA, "T"),
+       (GIGA, "G"), (MEGA, "M"), (KILO, "k"))
 
 
 def decimal(value: int | Fraction, places: int) -> str:

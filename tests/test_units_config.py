@@ -111,3 +111,77 @@ def test_bad_config_files(tmp_path, text, message):
     with pytest.raises(UsageError, match=message) as e:
         config_from_json(p)
     assert "bad.json" in str(e.value)
+
+
+# ---- one table for units, dtypes and phases -----------------------------------------------
+
+def test_dtype_bytes_are_torch_element_sizes():
+    # independent source: torch's own element sizes (IEEE 754 binary32/16/64, bfloat16's 16
+    # bits, one byte for int8 and bool, eight for int64)
+    import torch
+    dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16,
+              "int8": torch.int8, "fp64": torch.float64, "int64": torch.int64, "bool": torch.bool}
+    assert units.DTYPE_BYTES == {name: torch.empty(0, dtype=d).element_size()
+                                 for name, d in dtypes.items()}
+    # the parameter-memory table's rows: the dtypes users ask about, in this order
+    assert list(units.BYTES_PER_ELEMENT.items()) == [("fp32", 4), ("bf16", 2), ("fp16", 2),
+                                                     ("int8", 1)]
+
+
+def test_unit_scales():
+    assert (units.KILO, units.MEGA, units.GIGA, units.TERA) == (1e3, 1e6, 1e9, 1e12)
+    assert (units.GB, units.TB) == (units.GIGA, units.TERA)
+    assert (units.KiB, units.MiB, units.GiB, units.TiB) == (1024, 1024**2, 1024**3, 1024**4)
+
+
+# Each fact's one home; a module-level constant anywhere else that restates one of these
+# values (a dtype or phase name, a unit scale, a dtype's byte size) fails here.
+_PHASES = {"forward", "backward", "train"}
+_DTYPES = {"fp32", "bf16", "fp16", "int8", "fp64", "int64", "bool"}
+_UNIT_NAMES = {"KILO", "MEGA", "GIGA", "TERA", "KB", "MB", "GB", "TB", "KiB", "MiB", "GiB",
+               "TiB", "GBps", "FP32", "BF16", "FORWARD", "BACKWARD", "TRAIN"}
+# what each home may state: units.py every unit and dtype, records.py the phase names
+_HOMES = {"accounting/units.py": (set(), set()),
+          "accounting/ledger/records.py": (_DTYPES, _UNIT_NAMES - {"FORWARD", "BACKWARD", "TRAIN"})}
+# crosscheck/compare.py is being split by another change; its TRAIN moves with the split.
+_PENDING = {("accounting/crosscheck/compare.py", "TRAIN")}
+
+
+def _restated(root):
+    import ast
+    import pathlib
+    found = []
+    for path in sorted(pathlib.Path(root, "accounting").rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        names_of_facts, unit_names = _HOMES.get(rel, (_PHASES | _DTYPES, _UNIT_NAMES))
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if not isinstance(node, (ast.Assign, ast.AnnAssign)) or node.value is None:
+                continue
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names = [n.id for t in targets for n in (t.elts if isinstance(t, ast.Tuple) else [t])
+                     if isinstance(n, ast.Name)]
+            literals = [c.value for c in ast.walk(node.value) if isinstance(c, ast.Constant)]
+            restates = (any(v in names_of_facts for v in literals if isinstance(v, str))
+                        or (set(names) & unit_names and literals)
+                        or (rel != "accounting/units.py"
+                            and any(n.endswith("_BYTES") and n != "MAX_CONFIG_BYTES"
+                                    and any(v in (1, 2, 4, 8) for v in literals if type(v) is int)
+                                    for n in names)))
+            if restates and not all((rel, n) in _PENDING for n in names):
+                found.append(f"{rel}:{node.lineno} {', '.join(names)}")
+    return found
+
+
+def test_each_fact_is_stated_once():
+    import pathlib
+    assert _restated(pathlib.Path(__file__).resolve().parents[1]) == []
+
+
+def test_the_restatement_check_can_fail(tmp_path):
+    (tmp_path / "accounting").mkdir()
+    for text in ('FP32 = "fp32"\n', "TERA = 10**12\n", 'FORWARD, STEP = "forward", "step"\n',
+                 "LOSS_BYTES = 4\n", 'PRECISION = {"fp32": 4}\n'):
+        (tmp_path / "accounting" / "m.py").write_text(text)
+        assert _restated(tmp_path) == ["accounting/m.py:1 " + text.split(" =")[0]], text
+    (tmp_path / "accounting" / "m.py").write_text("from accounting.units import TERA\nX = TERA\n")
+    assert _restated(tmp_path) == []

@@ -30,14 +30,14 @@ from accounting.analysis.workload import check_workload
 from accounting.spec.config import ModelConfig
 from accounting.runtime.errors import UsageError
 from accounting.ledger.ledger import ledger
-from accounting.ledger.records import EXECUTED
+from accounting.ledger.records import EXECUTED, FORWARD
 from accounting.ledger.symbols import Expr
 
 INT64_MAX = 2**63 - 1
 WORKLOAD = frozenset({"B", "T", "C", "E·C+1"})
 
 
-def matmul_expr(config: ModelConfig, phase: str = "forward", counting: str = EXECUTED,
+def matmul_expr(config: ModelConfig, phase: str = FORWARD, counting: str = EXECUTED,
                 component: str | None = None) -> Expr:
     """The pass's matmul FLOPs in every symbol (Analysis.matmul_expr, without a workload)."""
     return sum((r.expr(counting) for r in ledger(config).matmuls(phase)
@@ -92,7 +92,7 @@ def _bound(poly: Expr, seqs, batches, caps: dict) -> int:
 
 
 def flops_grid(config: ModelConfig, seqs: Iterable[int], batches: Iterable[int] = (1,),
-               phase: str = "forward", counting: str = EXECUTED,
+               phase: str = FORWARD, counting: str = EXECUTED,
                component: str | None = None):
     """Matmul FLOPs for every (T, B): a numpy array of shape (len(seqs), len(batches)),
     dtype int64 where no value can overflow it, else object (Python ints). Equal, point by
@@ -102,7 +102,7 @@ def flops_grid(config: ModelConfig, seqs: Iterable[int], batches: Iterable[int] 
 
 
 def component_grids(config: ModelConfig, seqs: Iterable[int], batches: Iterable[int] = (1,),
-                    phase: str = "forward", counting: str = EXECUTED,
+                    phase: str = FORWARD, counting: str = EXECUTED,
                     components: Iterable[str | None] = (None,)) -> dict:
     """flops_grid for several components at once (None: all of them), the grid validated
     and its branches found once."""

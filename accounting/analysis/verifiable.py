@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from accounting.spec.config import ModelConfig
 from accounting.ledger.ledger import ledger
+from accounting.ledger.records import TRAIN
 from accounting.ledger.symbols import product
 
 MAX_ELEMENTS = 2**60  # 8-byte elements (int64 ids, float64) stay below 2^63 bytes
@@ -24,7 +25,7 @@ def largest_tensor(config: ModelConfig, seq: int, batch: int) -> tuple[int, str]
     v = lg.values(seq, batch)
     best = (batch * seq, "the token ids [B, T]")
     shapes = [(p.shape, f"parameter {p.name}") for p in lg.params]
-    for m in lg.matmuls("train"):
+    for m in lg.matmuls(TRAIN):
         shapes += [(m.batch + m.m + m.n, f"an operand of {m.name}"),
                    (m.batch + m.n + m.p, f"an operand of {m.name}"),
                    (m.batch + m.m + m.p, f"the result of {m.name}")]

@@ -77,7 +77,7 @@ class Analysis:
     config: ModelConfig
     seq: int
     batch: int = 1
-    phase: str = "forward"
+    phase: str = FORWARD
     counting: str = EXECUTED
     values: dict = field(init=False, repr=False, compare=False)
     ledger: Ledger = field(init=False, repr=False, compare=False)
@@ -214,8 +214,8 @@ class Analysis:
         branches = ((1, lambda x: x <= w), (w, lambda x: x >= w)) if w else ((self.seq, None),)
         for seq, inside in branches:
             v = {**self.values, "T": seq}
-            diff = (self.matmul_expr(counting, R.ATTN_CORE, "forward")
-                    - self.matmul_expr(counting, R.FFN, "forward")).partial(v)
+            diff = (self.matmul_expr(counting, R.ATTN_CORE, FORWARD)
+                    - self.matmul_expr(counting, R.FFN, FORWARD)).partial(v)
             # diff = B·(a·T² + b·T + c): zero at its positive root, positive beyond it.
             if not diff.symbols() <= {"B", "T"} or \
                     not set(diff.terms) <= {("B", "T", "T"), ("B", "T"), ("B",)}:
@@ -255,6 +255,6 @@ class Crossover:
 
 
 def analyze(config: ModelConfig, seq: int | None = None, batch: int = 1,
-            phase: str = "forward", counting: str = EXECUTED) -> Analysis:
+            phase: str = FORWARD, counting: str = EXECUTED) -> Analysis:
     """The full accounting of one workload; seq defaults to the config's context_length."""
     return Analysis(config, config.context_length if seq is None else seq, batch, phase, counting)

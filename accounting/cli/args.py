@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import argparse
 import re
-from pathlib import Path
 
+from accounting.present import output
 from accounting.runtime import safe_io
 from accounting.analysis.workload import MAX_WORKLOAD
 from accounting.spec.config import (ATTENTIONS, MAX_CONFIG_BYTES, MAX_NAME, MAX_SIZE, MLPS,
@@ -16,7 +16,7 @@ from accounting.spec.loaders import config_from_json
 from accounting.spec.presets import get_preset
 from accounting.runtime.errors import UsageError, shorten
 
-FORMATS = ("text", "markdown", "csv", "json")
+FORMATS = output.FORMATS  # the one output path's (accounting/present/output.py)
 PROGRAM = "python -m accounting"  # how the usage lines name the program
 LIMITS = (f"Limits, checked before any work: sizes (--vocab-size ... --d-ff, --num-kv-heads, "
           f"--head-dim) up to 10^12; counts (--ctx, --batch, --steps, --tokens, --position) up "
@@ -253,25 +253,9 @@ def hf_source_from_args(ns: argparse.Namespace):
 
 
 def add_output_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--format", choices=FORMATS, default="text",
+    p.add_argument("--format", choices=FORMATS, default=output.TEXT,
                    help="text (default), markdown, csv or json (json holds exact integers)")
     p.add_argument("-o", "--output", metavar="FILE",
                    help="write to FILE atomically (a temporary file beside it, then a rename; "
                         "its permissions kept) instead of stdout; FILE must be a regular file "
                         "or a new name, never a folder or a device; - is stdout")
-
-
-def write_atomic(path: str | Path, data: str | bytes) -> None:
-    """Write the whole file or nothing (accounting.runtime.safe_io)."""
-    safe_io.write_atomic(path, data)
-
-
-def emit(text: str, output: str | None) -> None:
-    """The command's output: standard output (in its encoding), or -o FILE atomically."""
-    safe_io.emit(text, output)
-
-
-def terminal_width(output: str | None) -> int | None:
-    """The width to fit text tables to: the terminal's when stdout is one (or COLUMNS is
-    set), for output to stdout; None (no wrapping: the full lines, byte-stable) otherwise."""
-    return safe_io.terminal_width() if output in (None, "-") else None

@@ -12,7 +12,6 @@ Every exception is decided in accounting/runtime/errors.py (outcome); main() nev
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from importlib import import_module
@@ -20,12 +19,12 @@ from typing import NoReturn
 
 from accounting.cli import args as cli_args
 from accounting.runtime import errors, safe_io
-from accounting.present import export, render, summary, views
+from accounting.present import export, output, summary, views
 from accounting.analysis.workload import analyze
-from accounting.cli.args import (Parser, add_model_args, add_output_args, config_from_args, emit,
-                                 hf_source_from_args, positive_int, terminal_width)
+from accounting.cli.args import (Parser, add_model_args, add_output_args, config_from_args,
+                                 hf_source_from_args, positive_int)
 from accounting.runtime.errors import UsageError
-from accounting.ledger.records import EXECUTED, PHASES, USEFUL
+from accounting.ledger.records import EXECUTED, FORWARD, PHASES, TRAIN, USEFUL
 
 # Subcommands live in their own modules, imported only when used.
 SUBCOMMANDS = {"report": "accounting.cli.report", "plan": "accounting.cli.plan"}
@@ -44,7 +43,7 @@ def parser() -> Parser:
                         "architecture at T tokens; at most 10^15)")
     w.add_argument("--batch", type=positive_int("--batch"), default=1, metavar="B",
                    help="batch size (default 1; at most 10^15)")
-    w.add_argument("--pass", dest="phase", choices=tuple(PHASES), default="forward",
+    w.add_argument("--pass", dest="phase", choices=tuple(PHASES), default=FORWARD,
                    help="forward (default), backward, or train = forward + backward")
     w.add_argument("--count", dest="counting", choices=(EXECUTED, USEFUL), default=EXECUTED,
                    help="attention-core FLOPs in totals and shares: executed (full T×T, what the "
@@ -98,28 +97,25 @@ def _crosscheck(verify: bool | None, a=None, why_not: str = "--no-verify"):
 
 def analyse_main(argv: list[str]) -> int:
     ns = parser().parse_args(argv)
-    width = terminal_width(ns.output)
     if ns.list:
-        table = [views.presets_table()]
-        emit(render.markdown(table) if ns.format == "markdown" else render.text(table, width),
-             ns.output)
+        output.emit(ns.format, ns.output, lambda: [views.presets_table()])
         return 0
     config = config_from_args(ns)
     if ns.compare_formulas:
-        return compare_main(ns, config, width)
+        return compare_main(ns, config)
     hf = hf_source_from_args(ns)
     a = analyze(config, ns.ctx, ns.batch, ns.phase, ns.counting)
     verify = False if ns.brief and ns.verify is None else ns.verify
     check, skipped = _crosscheck(verify, a, "--brief: add --verify" if ns.brief and verify is False
                                  and ns.verify is None else "--no-verify")
     result = None
-    if ns.format in ("text", "markdown"):
+    if ns.format in (output.TEXT, output.MARKDOWN):
         def show(tables):
-            return render.text(tables, width) if ns.format == "text" else render.markdown(tables)
+            return output.tables_text(tables, ns.format, ns.output)
         details = _tables(a, hf, ns.brief)
         stream = ns.output in (None, "-")
         if stream and check is not None:  # the analytic answer at once; the verdict follows
-            emit(show([summary.analysis_answer(a)]), None)
+            output.write(show([summary.analysis_answer(a)]), None)
         if check is not None:
             result = check.cross_check(a, hf=hf)
         tables = ([summary.analysis_answer(a, summary.verdict_line(result, skipped))] + details
@@ -128,47 +124,40 @@ def analyse_main(argv: list[str]) -> int:
         if stream and check is not None:
             head = show([summary.analysis_answer(a)])
             text = text[len(head):] if text.startswith(head) else text
-        emit(text, ns.output)
-    elif ns.format == "csv":
-        if check is not None:
-            result = check.cross_check(a, hf=hf)
-        emit(export.to_csv(a), ns.output)
+        output.write(text, ns.output)
     else:
-        data = export.to_dict(a)
         if check is not None:
             result = check.cross_check(a, hf=hf)
-            data["cross_check"] = result.to_dict()
-        emit(_json(data), ns.output)
+
+        def data():
+            d = export.to_dict(a)
+            if result is not None:
+                d["cross_check"] = result.to_dict()
+            return d
+        output.emit(ns.format, ns.output, None, data, lambda: export.to_csv(a))
     if result is not None and not result.agrees:
         safe_io.say(f"accounting: cross-check DISAGREES: {result.summary()}")
         return 1
     return 0
 
 
-def _json(data) -> str:
-    # allow_nan=False: NaN and Infinity are not JSON; the inputs are finite by construction
-    return json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
-
-
-def compare_main(ns, config, width: int | None = None) -> int:
+def compare_main(ns, config) -> int:
     """--compare-formulas: the literature table first, reconciliations after. The cross-check
     (of the training pass the exact counts come from) runs only when --verify is given."""
     from accounting.literature import compare as literature, views as literature_views
     c = literature.compare(config, ns.ctx, ns.batch)
-    train = analyze(config, ns.ctx, ns.batch, "train") if ns.verify else None
+    train = analyze(config, ns.ctx, ns.batch, TRAIN) if ns.verify else None
     check, _ = _crosscheck(True, train) if ns.verify else (None, None)
     result = check.cross_check(train) if check else None
-    if ns.format in ("text", "markdown"):
-        tables = literature_views.tables(c) + (result.tables() if result else [])
-        emit(render.text(tables, width) if ns.format == "text" else render.markdown(tables),
-             ns.output)
-    elif ns.format == "csv":
-        emit(export.csv_text(literature_views.csv_rows(c), literature_views.CSV_COLUMNS), ns.output)
-    else:
-        data = {"config": export.config_dict(config), **literature_views.to_dict(c)}
+
+    def data():
+        d = {"config": export.config_dict(config), **literature_views.to_dict(c)}
         if result is not None:
-            data["cross_check"] = result.to_dict()
-        emit(_json(data), ns.output)
+            d["cross_check"] = result.to_dict()
+        return d
+    output.emit(ns.format, ns.output,
+                lambda: literature_views.tables(c) + (result.tables() if result else []), data,
+                lambda: export.csv_text(literature_views.csv_rows(c), literature_views.CSV_COLUMNS))
     if result is not None and not result.agrees:
         safe_io.say(f"accounting: cross-check DISAGREES: {result.summary()}")
         return 1

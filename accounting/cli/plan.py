@@ -4,16 +4,14 @@ accounting.cli.main.main, which dispatches here)."""
 from __future__ import annotations
 
 import argparse
-import json
 import re
 from fractions import Fraction
 
-from accounting.present import render, summary
-from accounting.cli.args import (Parser, add_model_args, add_output_args, config_from_args, emit,
-                                 positive_int, terminal_width)
+from accounting.present import output, summary
+from accounting.cli.args import Parser, add_model_args, add_output_args, config_from_args, positive_int
 from accounting.runtime.errors import shorten
 from accounting.planning import export, views
-from accounting.planning.gpus import GPUS
+from accounting.planning.gpus import gpu_help
 from accounting.cli import plan_parallel as parallel_cli
 from accounting.planning.memory import (
     FP32,
@@ -24,10 +22,10 @@ from accounting.planning.memory import (
     SCOPES,
 )
 from accounting.planning.plan import plan
-from accounting.units import GB, GiB
+from accounting.units import GB, KILO, MEGA, TB, GiB, KiB, MiB, TiB
 
-_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": GB, "tb": 10**12,
-          "kib": 2**10, "mib": 2**20, "gib": GiB, "tib": 2**40}
+_UNITS = {"b": 1, "kb": KILO, "mb": MEGA, "gb": GB, "tb": TB,
+          "kib": KiB, "mib": MiB, "gib": GiB, "tib": TiB}
 _SIZE = re.compile(r"^\s*([0-9][0-9_,]*(?:\.[0-9]*)?|\.[0-9]+)\s*([a-zA-Z]*)\s*$")
 
 
@@ -79,9 +77,7 @@ def parser() -> Parser:
                    help="which activations count: model (default; what autograd saves in "
                         "model.TransformerLM) or course (the list of CS336 a1 adamwAccounting)")
     g = p.add_argument_group("hardware (a table GPU, or your own numbers)")
-    g.add_argument("--gpu", metavar="NAME",
-                   help="one of " + ", ".join(GPUS) + " (aliases: A100 = A100-80GB, "
-                        "H100 = H100-SXM); datasheet peaks, memory as nvidia-smi reports it")
+    g.add_argument("--gpu", metavar="NAME", help=gpu_help())
     g.add_argument("--gpu-mem", type=parse_size, metavar="SIZE",
                    help="GPU memory: 80 or 80GB (1e9 bytes), 80GiB (2^30 bytes), 81920MiB, ... "
                         "(at most 10^18 bytes)")
@@ -109,7 +105,7 @@ def main(argv: list[str]) -> int:
     ns = parser().parse_args(argv)
     if ns.list:
         from accounting.present.views import presets_table
-        emit(render.text([presets_table()], terminal_width(ns.output)), ns.output)
+        output.emit(ns.format, ns.output, lambda: [presets_table()])
         return 0
     config = config_from_args(ns)
     if ns.gpus is not None:
@@ -119,15 +115,7 @@ def main(argv: list[str]) -> int:
                   recompute=ns.recompute, gpu=ns.gpu, memory_bytes=ns.gpu_mem,
                   peak_tflops=ns.gpu_flops, bandwidth_tbs=ns.gpu_bw, mfu=ns.mfu,
                   margin=ns.margin, steps=ns.steps, tokens=ns.tokens, position=ns.position)
-    if ns.format == "text":  # the answer first, then the details
-        text = render.text([summary.plan_answer(result)] + views.tables(result),
-                           terminal_width(ns.output))
-    elif ns.format == "markdown":
-        text = render.markdown([summary.plan_answer(result)] + views.tables(result))
-    elif ns.format == "csv":
-        text = export.to_csv(result)
-    else:
-        text = json.dumps(export.to_dict(result), indent=2, ensure_ascii=False,
-                          allow_nan=False) + "\n"
-    emit(text, ns.output)
+    output.emit(ns.format, ns.output,  # the answer first, then the details
+                lambda: [summary.plan_answer(result)] + views.tables(result),
+                lambda: export.to_dict(result), lambda: export.to_csv(result))
     return 0

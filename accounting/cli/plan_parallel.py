@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 
-from accounting.present import render
-from accounting.cli.args import emit, positive_int
+from accounting.present import output
+from accounting.cli.args import positive_int
 from accounting.runtime.errors import UsageError
-from accounting.planning.gpus import interconnect
-from accounting.planning.memory import get_precision
+from accounting.planning.gpus import DEFAULT_GPUS_PER_NODE, interconnect
+from accounting.planning.memory import MODEL, get_precision
 from accounting.planning.parallel import export, views
 from accounting.planning.parallel.layout import FSDP_NAMES, Layout, resolve
 from accounting.planning.parallel.plan import parallel_plan
@@ -56,7 +55,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--network-gbs", metavar="GB/S",
                    help="per-GPU, per-direction bandwidth between nodes (default: the GPU table)")
     g.add_argument("--gpus-per-node", type=positive_int("--gpus-per-node"), metavar="N",
-                   help="GPUs per node (default 8)")
+                   help=f"GPUs per node (default {DEFAULT_GPUS_PER_NODE})")
 
 
 def check_single(ns: argparse.Namespace) -> None:
@@ -71,7 +70,7 @@ def check_single(ns: argparse.Namespace) -> None:
 def run(ns: argparse.Namespace, config) -> int:
     from accounting.planning.plan import hardware
     precision = get_precision(ns.precision)
-    if ns.scope != "model":
+    if ns.scope != MODEL:
         raise UsageError("--scope course is a one-GPU view; the multi-GPU plan counts what "
                          "autograd saves (--scope model)")
     for flag in ("steps", "position"):
@@ -94,23 +93,14 @@ def run(ns: argparse.Namespace, config) -> int:
         result = search(config, base, seq, precision=precision, hardware=hw, net=net,
                         mfu=ns.mfu, margin=ns.margin, fix_zero=ns.zero is not None or bool(ns.fsdp),
                         fix_sp=ns.sp, fix_micro=ns.micro_batch is not None, fix_ep=ns.ep != 1)
-        tables = search_tables(result)
-        data = export.search_dict(result) if ns.format in ("json", "csv") else None
+        tables, data = search_tables, export.search_dict
     else:
         dp = resolve(ns.gpus, ns.tp, ns.pp, ns.dp)
         lo = Layout(ns.gpus, ns.tp, ns.pp, dp, ns.ep, ns.sp, zero, micro,
                     ns.batch or dp * micro * ns.pp, ns.recompute)
         result = parallel_plan(config, lo, seq, precision=precision, hardware=hw, net=net,
                                mfu=ns.mfu, margin=ns.margin, tokens=ns.tokens)
-        tables = views.tables(result)
-        data = export.to_dict(result) if ns.format in ("json", "csv") else None
-    if ns.format == "text":
-        text = render.text(tables)
-    elif ns.format == "markdown":
-        text = render.markdown(tables)
-    elif ns.format == "csv":
-        text = export.to_csv(data)
-    else:
-        text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
-    emit(text, ns.output)
+        tables, data = views.tables, export.to_dict
+    output.emit(ns.format, ns.output, lambda: tables(result), lambda: data(result),
+                lambda: export.to_csv(data(result)))
     return 0

@@ -34,9 +34,9 @@ from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import FlopCounterMode, _FlopCounterMode, flop_registry
 from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
+from accounting.ledger.records import BACKWARD, FORWARD
 from accounting.units import FLOPS_PER_MAC
 
-FORWARD, BACKWARD = "forward", "backward"
 OUTSIDE = "(outside the model)"  # e.g. the loss, or autograd nodes no module created
 
 MATMUL = "matmul"

@@ -32,10 +32,12 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
+from accounting.units import DTYPE_BYTES, FP64, GiB
+
 # Above this, the stock handle is not run: its np.zeros would allocate the dense float64
 # operands (numpy's calloc may succeed lazily, but a MemoryError or swap is the risk).
-STOCK_CAP_BYTES = 2**30
-FLOAT64_BYTES = 8
+STOCK_CAP_BYTES = GiB
+FLOAT64_BYTES = DTYPE_BYTES[FP64]
 
 Label = object  # a letter, or ("...", k): the k-th ellipsis dim counted from the right
 

@@ -24,7 +24,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from accounting.crosscheck.dispatch import BACKWARD, FORWARD, OpCount, OpCounter
 from accounting.crosscheck.measure import _totals
 from accounting.spec.hf_config import storage_dtype
-from accounting.ledger.records import PHASES
+from accounting.ledger.records import FORWARD, PHASES
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -85,7 +85,7 @@ def build(data: Mapping, device: str = "meta", experts: str | None = None) -> to
     return model.eval()  # no dropout: the tool's model has none
 
 
-def measure(data: Mapping, seq: int, batch: int = 1, phase: str = "forward") -> HFMeasurement:
+def measure(data: Mapping, seq: int, batch: int = 1, phase: str = FORWARD) -> HFMeasurement:
     """Count transformers' model of `data` (a config.json object) for one workload."""
     import transformers
     seconds: dict[str, float] = {}

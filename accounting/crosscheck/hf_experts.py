@@ -106,7 +106,7 @@ def check(data: Mapping, seq: int = 4, batch: int = 2) -> ExpertsCheck:
     start = time.perf_counter()
     small = shrink(data)
     config = translate(small, "the shrunk config.json", "shrunk").config
-    a = analyze(config, seq, batch, "train")
+    a = analyze(config, seq, batch, R.TRAIN)
     total = {p: 0 for p in (R.FORWARD, R.BACKWARD)}
     experts = dict(total)
     for r in a.matmul_rows:

@@ -31,7 +31,7 @@ from accounting.crosscheck.dispatch import BACKWARD, FORWARD, OpCount, counting
 from accounting.crosscheck.fused import JIT_NAME, fvcore_sdpa_handle, register_flop_formulas
 from accounting.crosscheck.fvcore_einsum import (_STOCK_CACHE, EinsumCall,
                                                  RecordingEinsumHandle)
-from accounting.ledger.records import PHASES
+from accounting.ledger.records import FORWARD, PHASES
 
 GLOBAL = "Global"  # FlopCounterMode's key for everything counted, inside a module or not
 
@@ -110,7 +110,7 @@ def _fvcore(model: torch.nn.Module, ids: torch.Tensor, stock: bool, worker: bool
     return macs, skipped, tuple(handle.calls), new, time.perf_counter() - t
 
 
-def measure(config: ModelConfig, seq: int, batch: int = 1, phase: str = "forward",
+def measure(config: ModelConfig, seq: int, batch: int = 1, phase: str = FORWARD,
             fvcore: bool = True, stock: bool = True, parallel: bool | None = None) -> Measurement:
     """Count the model's FLOPs for one workload with every counter. parallel: fvcore in a
     forked worker beside the other counters (None: where fork.available())."""

@@ -3,11 +3,11 @@ plan against measurement, rank by rank; exit 1 on any disagreement."""
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 
 from accounting.distcheck.compare import compare
+from accounting.present import output
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -38,9 +38,8 @@ def main(argv: list[str] | None = None) -> int:
         for r in wrong:
             print(f"      {r.what}: plan {r.planned:,}, torch {r.measured:,}")
     print("seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in seconds.items()))
-    if ns.json:
-        with open(ns.json, "w", encoding="utf-8") as f:
-            json.dump(measured, f)
+    if ns.json:  # the one output path: JSON without NaN, written whole or not at all
+        output.write(output.json_text(measured), ns.json, "--json")
     return 1 if bad else 0
 
 

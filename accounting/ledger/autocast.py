@@ -17,7 +17,9 @@ table is not measured here (no GPU), it is the documented policy.
 """
 from __future__ import annotations
 
-LOWER, FP32 = "lower precision", "fp32"
+from accounting.units import BF16, FP32
+
+LOWER = "lower precision"  # the other policy, FP32, casts to float32
 
 # op (the trace's name for it) -> policy, for each device
 POLICIES: dict[str, dict[str, str]] = {
@@ -25,7 +27,7 @@ POLICIES: dict[str, dict[str, str]] = {
     "cuda": {"bmm": LOWER, "sdpa": LOWER, "cross_entropy": FP32,
              "aten.exp": FP32, "aten.pow": FP32, "aten.sum": FP32, "aten.rsqrt": FP32},
 }
-LOW_DTYPE = "bf16"  # torch.autocast(..., dtype=torch.bfloat16)
+LOW_DTYPE = BF16  # torch.autocast(..., dtype=torch.bfloat16)
 
 
 def policy(device: str | None, op: str) -> str | None:

@@ -48,7 +48,7 @@ class Ledger:
         is a scatter-add, not a matmul, and token ids need no gradient)."""
         return tuple(g for f in self.forward for g in f.gradients())
 
-    def matmuls(self, phase: str = "forward") -> list[R.Matmul]:
+    def matmuls(self, phase: str = R.FORWARD) -> list[R.Matmul]:
         """Records of a pass ('forward', 'backward' or 'train'), forward first."""
         passes = R.PHASES[phase]
         return ([*self.forward] if R.FORWARD in passes else []) + \

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from accounting.ledger.symbols import Expr, dims, monomial, product
-from accounting.units import FLOPS_PER_MAC
+from accounting.units import BF16, BOOL, DTYPE_BYTES, FLOPS_PER_MAC, FP32, INT64  # noqa: F401
 
 # ---- components ---------------------------------------------------------------------
 # Matmul FLOPs: every matmul belongs to exactly one of these.
@@ -25,16 +25,16 @@ BLOCK_COMPONENTS = (ATTN_PROJ, ATTN_CORE, FFN)
 EMBEDDING = "token embedding"
 POSITION_EMBEDDING = "position embedding"
 
-FORWARD, BACKWARD = "forward", "backward"
-PHASES = {"forward": (FORWARD,), "backward": (BACKWARD,), "train": (FORWARD, BACKWARD)}
+# ---- phases: the passes a count is for, named here once ----------------------------------
+FORWARD, BACKWARD, TRAIN = "forward", "backward", "train"  # train = forward + backward
+PHASES = {FORWARD: (FORWARD,), BACKWARD: (BACKWARD,), TRAIN: (FORWARD, BACKWARD)}
 
 # Which attention-core FLOPs count: the full T×T the model computes and masks
 # ("executed", what the FLOP counters see), or the T(T+1)/2 unmasked pairs ("useful").
 EXECUTED, USEFUL = "executed", "useful"
 
-FP32, BF16, BOOL, INT64 = "fp32", "bf16", "bool", "int64"  # tensor dtypes
+# The tensors' dtypes: names and bytes are accounting/units.py's (re-exported for R.FP32).
 FLOAT_DTYPES = (FP32, BF16)
-DTYPE_BYTES = {FP32: 4, BF16: 2, BOOL: 1, INT64: 8}
 
 # Non-matmul FLOPs: a choice (other tools count exp or sqrt as several FLOPs), stated
 # wherever these numbers are printed; the op counter (crosscheck/dispatch.py) applies it.

@@ -31,9 +31,9 @@ from dataclasses import dataclass, field
 
 from accounting.ledger import autocast as AC
 from accounting.ledger import records as R
+from accounting.units import FP32
 
 LOSS = "loss"  # where F.cross_entropy's ops run: outside the model
-FP32 = R.FP32
 
 
 class Storage:

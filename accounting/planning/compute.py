@@ -20,6 +20,7 @@ from accounting.spec.config import ModelConfig
 from accounting.runtime.errors import UsageError, shorten
 from accounting.ledger.symbols import Expr
 from accounting.ledger.ledger import ledger
+from accounting.ledger.records import BACKWARD, FORWARD
 from accounting.planning.memory import (
     parameter_count,
     tensor_count,
@@ -107,8 +108,8 @@ class StepFlops:
 
 
 def step_flops(config: ModelConfig, seq: int, batch: int, recompute: str = "none") -> StepFlops:
-    fwd = analyze(config, seq, batch, "forward")
-    bwd = analyze(config, seq, batch, "backward")
+    fwd = analyze(config, seq, batch, FORWARD)
+    bwd = analyze(config, seq, batch, BACKWARD)
     # The matmuls a checkpointed region runs again in the backward pass (the ledger's):
     # every block's forward (full), or every attention core (selective).
     v = fwd.values

@@ -208,6 +208,6 @@ def inference(config: ModelConfig, batch: int, seq: int, precision: Precision,
         weights = w.evaluate(v) * size
     kv_read = batch * kv_elements(config, t) * size
     return Inference(config, batch, seq, t, size, per_token, batch * kv_elements(config, seq) * size,
-                     analyze(config, seq, batch, "forward").matmul_flops(), decode, weights,
+                     analyze(config, seq, batch, R.FORWARD).matmul_flops(), decode, weights,
                      kv_read, Roofline(decode, weights + kv_read, peak_flops, bandwidth),
                      None if absorbed is None else absorbed.evaluate(v), read, expected)

@@ -23,6 +23,7 @@ from accounting.spec.config import ModelConfig
 from accounting.runtime.errors import UsageError
 from accounting.ledger.ledger import ledger
 from accounting.ledger.symbols import Expr, grouped
+from accounting.units import BF16, DTYPE_BYTES, FP32, INT64
 
 COURSE, MODEL = "course", "model"
 SCOPES = {
@@ -44,7 +45,8 @@ RECOMPUTE = {
 }
 
 # ---- precision ----------------------------------------------------------------------
-FP32, BF16_MIXED = "fp32", "bf16-mixed"
+BF16_MIXED = "bf16-mixed"  # the other precision is FP32 (all-fp32), named by its dtype
+_B32, _B16 = DTYPE_BYTES[FP32], DTYPE_BYTES[BF16]
 
 
 @dataclass(frozen=True)
@@ -54,16 +56,16 @@ class Precision:
     grad_bytes: int
     moment_bytes: int  # each of AdamW's m and v
     autocast: str | None  # the device whose torch.autocast policies the activations follow
-    compute: str  # which datasheet peak applies: "fp32" or "bf16"
+    compute: str  # which datasheet peak applies: FP32 or BF16 (a dtype name)
     inference_bytes: int  # weights and KV cache at inference
     assumptions: str
 
 
 PRECISIONS: dict[str, Precision] = {
-    FP32: Precision(FP32, 4, 4, 4, None, "fp32", 4,
+    FP32: Precision(FP32, _B32, _B32, _B32, None, FP32, _B32,
                     "all-fp32 (the course's assumption): weights, gradients, AdamW m and v, and "
                     "activations are 4 bytes each; FP32 peak"),
-    BF16_MIXED: Precision(BF16_MIXED, 4, 4, 4, "cuda", "bf16", 2,
+    BF16_MIXED: Precision(BF16_MIXED, _B32, _B32, _B32, "cuda", BF16, _B16,
                           "bf16 mixed precision, torch.autocast('cuda', dtype=torch.bfloat16): "
                           "fp32 master weights, gradients and AdamW m and v (4 B each); each "
                           "activation in the dtype autocast gives it (accounting/ledger/autocast.py: "
@@ -85,7 +87,7 @@ def get_precision(name: str) -> Precision:
 
 # ---- activations, parameters and buffers: the ledger's -----------------------------------
 Activation = R.Activation
-STEP_BYTES = 4  # torch.optim.AdamW: state["step"] = torch.tensor(0.0), float32, on the CPU
+STEP_BYTES = DTYPE_BYTES[FP32]  # torch.optim.AdamW: state["step"] = torch.tensor(0.0), float32, on the CPU
 #                 unless fused=True or capturable=True
 
 
@@ -305,18 +307,19 @@ class MemoryModel:
         buffers = buffer_bytes(c)
         kept = sum((r.elements.scale(r.bytes_per_element).times(*((r.repeat,) if r.repeat else ()))
                     for r in self.ledger.activations if r.saved), Expr())
-        loss = Expr.of(4)  # the 0-dim float32 loss the training loop holds
-        logits_grads = Expr.of(2 * 4, ("B", "T", "V"))
-        inputs = Expr.of(2 * 8, ("B", "T"))  # token ids and targets, int64
+        f32, i64 = DTYPE_BYTES[FP32], DTYPE_BYTES[INT64]
+        loss = Expr.of(f32)  # the 0-dim float32 loss the training loop holds
+        logits_grads = Expr.of(2 * f32, ("B", "T", "V"))
+        inputs = Expr.of(2 * i64, ("B", "T"))  # token ids and targets, int64
         boundary = (params.scale(p.master_bytes + 2 * p.moment_bytes) + buffers + kept + loss
                     + logits_grads)
-        optimizer = (params.scale(p.master_bytes + p.grad_bytes + 2 * p.moment_bytes + 4) + buffers
+        optimizer = (params.scale(p.master_bytes + p.grad_bytes + 2 * p.moment_bytes + f32) + buffers
                      + loss + inputs)
         return (PeakPhase("start of the backward pass (log-softmax backward)", boundary,
                           "parameters, m, v, buffers, the kept activations, the loss, and the "
-                          "gradients of the log-softmax and of the logits (2 × 4·B·T·V)"),
+                          f"gradients of the log-softmax and of the logits (2 × {f32}·B·T·V)"),
                 PeakPhase("AdamW update (foreach)", optimizer,
-                          "parameters, gradients, m, v, and √v for every parameter (4·N), "
+                          f"parameters, gradients, m, v, and √v for every parameter ({f32}·N), "
                           "buffers, the loss, token ids and targets"))
 
     def peak(self, batch: int, seq: int) -> int:

@@ -56,7 +56,7 @@ class Plan:
 
 
 def hardware(gpu: str | None = None, memory_bytes: int | None = None,
-             peak_tflops=None, bandwidth_tbs=None, compute: str = "fp32") -> Hardware | None:
+             peak_tflops=None, bandwidth_tbs=None, compute: str = FP32) -> Hardware | None:
     """A table GPU, or the user's own numbers (any of them may be left out), or None."""
     custom = (memory_bytes, peak_tflops, bandwidth_tbs)
     if gpu is not None:

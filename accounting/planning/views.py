@@ -16,9 +16,7 @@ from accounting.planning.memory import COURSE, MODEL, RECOMPUTE, SCOPES
 from accounting.planning.plan import Plan
 from accounting.spec.presets import note
 from accounting.present.table import Table
-from accounting.units import decimal, gibibytes, gigabytes, grouped, si
-
-TERA = 10**12
+from accounting.units import MEGA, TERA, decimal, gibibytes, gigabytes, grouped, si
 
 
 def _bytes(n: int) -> tuple[str, str, str]:
@@ -48,7 +46,7 @@ def _seconds(s: Fraction) -> str:
         return f"{_dec(s, 3)} s"
     if s >= Fraction(1, 1000):
         return f"{decimal(s * 1000, 3)} ms"
-    return f"{decimal(s * 10**6, 3)} µs"
+    return f"{decimal(s * MEGA, 3)} µs"
 
 
 def settings_table(p: Plan) -> Table:

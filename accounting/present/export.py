@@ -40,7 +40,7 @@ def ledger_rows(a: Analysis) -> list[dict]:
     for r in a.elementwise_rows:
         e = r.record
         rows.append({"kind": "non-matmul", "name": e.name, "component": e.component,
-                     "phase": "forward", "op": e.op, "where": e.module, "count": r.count,
+                     "phase": R.FORWARD, "op": e.op, "where": e.module, "count": r.count,
                      "shapes": "[" + ", ".join(e.elements) + "]", "formula_each": e.formula(),
                      "flops_each": r.flops_each, "flops": r.flops, "useful_flops": r.flops})
     return rows
@@ -96,6 +96,6 @@ def to_dict(a: Analysis) -> dict:
         out["non_matmul_flops"] = a.elementwise_flops
         out["non_matmul_by_component"] = a.elementwise_by_component()
         out["closed_form"]["non_matmul_flops_polynomial"] = str(a.elementwise_polynomial())
-    if a.phase == "forward":
+    if a.phase == R.FORWARD:
         out["all_flops"] = a.matmul_flops() + a.elementwise_flops
     return out

@@ -21,7 +21,7 @@ def _config(c: ModelConfig | str) -> ModelConfig:
 
 
 def matmul_frame(config: ModelConfig | str, seq: int | None = None, batch: int = 1,
-                 phase: str = "forward", include_non_matmul: bool = False) -> pd.DataFrame:
+                 phase: str = R.FORWARD, include_non_matmul: bool = False) -> pd.DataFrame:
     """One row per matmul (and, optionally, per non-matmul op) with exact integer FLOPs.
 
     `share` is the row's fraction of the pass's matmul FLOPs (executed count), as a float;
@@ -39,7 +39,7 @@ def matmul_frame(config: ModelConfig | str, seq: int | None = None, batch: int =
 
 
 def sweep(configs: Iterable[ModelConfig | str], seqs: Iterable[int], batch: int = 1,
-          phase: str = "forward") -> pd.DataFrame:
+          phase: str = R.FORWARD) -> pd.DataFrame:
     """Long form: one row per (model, seq, component) with executed and useful matmul FLOPs,
     their shares of the pass total, and the parameter counts (total, and active per token:
     less for a mixture of experts). Plot-ready (`share` floats).
@@ -117,7 +117,7 @@ def _shares(columns: list):
 
 
 def sweep_by_analysis(configs: Iterable[ModelConfig | str], seqs: Iterable[int], batch: int = 1,
-                      phase: str = "forward") -> pd.DataFrame:
+                      phase: str = R.FORWARD) -> pd.DataFrame:
     """sweep() the slow way, one analyze() per point (what sweep() did before issue 12):
     kept as the reference tests/test_grid.py compares it with, and bench_sweep.py's peer."""
     rows = []

@@ -16,7 +16,7 @@ from accounting.ledger import records as R
 from accounting.analysis.workload import Analysis
 from accounting.spec.presets import note
 from accounting.present.table import Table
-from accounting.units import decimal, gigabytes, grouped, rounded_percents, si
+from accounting.units import GB, GIGA, MEGA, TERA, GiB, decimal, gigabytes, grouped, rounded_percents, si
 from accounting.present.views import percent_of
 
 LABEL = 14  # width of the answer lines' labels
@@ -34,7 +34,7 @@ def _count(n: int) -> str:
 
 def _words(n: int) -> str:
     """419,430,400,000 -> '419.43 billion'; '' below a million."""
-    for scale, word in ((10**12, "trillion"), (10**9, "billion"), (10**6, "million")):
+    for scale, word in ((TERA, "trillion"), (GIGA, "billion"), (MEGA, "million")):
         if n >= scale:
             return f"{_thousands(decimal(Fraction(n, scale), 2))} {word}"
     return ""
@@ -47,7 +47,7 @@ def _thousands(s: str) -> str:
 
 
 def _gb(n: int) -> str:
-    return f"{_thousands(decimal(Fraction(n, 10**9), 2))} GB"
+    return f"{_thousands(decimal(Fraction(n, GB), 2))} GB"
 
 
 def plural(n: int, word: str) -> str:
@@ -57,7 +57,7 @@ def plural(n: int, word: str) -> str:
 # ---- the analysis ---------------------------------------------------------------------------
 def analysis_lines(a: Analysis) -> list[str]:
     mm = a.matmul_flops()
-    if a.phase == "forward":
+    if a.phase == R.FORWARD:
         ew = a.elementwise_flops
         flops = _line("FLOPs", f"{grouped(mm + ew)} = {si(mm + ew, 'FLOPs')} (forward pass; "
                                f"non-matmul ops {percent_of(ew, mm + ew)})")
@@ -109,7 +109,7 @@ def analysis_answer(a: Analysis, verdict: str | None = None) -> Table:
 
 # ---- the plan -------------------------------------------------------------------------------
 def _bytes(n: int) -> str:
-    return f"{_gb(n)} = {_thousands(decimal(Fraction(n, 2**30), 2))} GiB"
+    return f"{_gb(n)} = {_thousands(decimal(Fraction(n, GiB), 2))} GiB"
 
 
 def plan_answer(p) -> Table:
@@ -147,7 +147,7 @@ def plan_answer(p) -> Table:
         tokens = _words(t.tokens) or grouped(t.tokens)
         lines.append(_line("time to train", f"{_days(t.seconds)} for {plural(t.steps, 'step')} "
                                             f"({tokens} tokens) at MFU {_plain(t.mfu)} of "
-                                            f"{_plain(t.peak_flops / 10**12)} TFLOP/s"))
+                                            f"{_plain(t.peak_flops / TERA)} TFLOP/s"))
     else:
         why = ("no peak FLOP/s (--gpu NAME or --gpu-flops)"
                if not (p.hardware and p.hardware.peak_flops) else "give --steps N or --tokens N")

@@ -123,7 +123,7 @@ def memory_table(a: Analysis) -> Table:
 
 
 def matmul_table(a: Analysis) -> Table:
-    train = a.phase == "train"
+    train = a.phase == R.TRAIN
     cols = ("matmul", "component") + (("pass",) if train else ()) + (
         "count", "shapes", "FLOPs each", "FLOPs (all)", "useful FLOPs (all)")
     rows = []
@@ -170,7 +170,7 @@ def elementwise_table(a: Analysis) -> Table:
                      _count(e.repeat, r.count), e.formula(), grouped(r.flops)))
     rows.append(("total", "", "", "", "", "", grouped(a.elementwise_flops)))
     notes = [f"Convention: {R.CONVENTION}."]
-    if a.phase == "train":
+    if a.phase == R.TRAIN:
         notes.append("Forward pass only: the backward pass's non-matmul FLOPs are not counted.")
     return Table("Non-matmul FLOPs (forward pass)",
                  ("component", "operation", "op", "where", "count", "FLOPs each", "FLOPs (all)"),
@@ -180,7 +180,7 @@ def elementwise_table(a: Analysis) -> Table:
 def totals_table(a: Analysis) -> Table:
     mm = a.matmul_flops()
     rows = [("matmul FLOPs", grouped(mm), si(mm, "FLOPs"))]
-    if a.phase == "forward":
+    if a.phase == R.FORWARD:
         ew = a.elementwise_flops
         rows += [("non-matmul FLOPs", grouped(ew), si(ew, "FLOPs")),
                  ("all FLOPs", grouped(mm + ew), si(mm + ew, "FLOPs"))]
@@ -198,7 +198,7 @@ def closed_form_table(a: Analysis) -> Table:
     valid = validity(a.matmul_expr(), a.values)
     lines = [f"Matmul FLOPs ({a.phase}, {a.counting} attention count): {mm}"
              + (f"  (valid for {valid})" if valid else "")]
-    if a.phase == "forward":
+    if a.phase == R.FORWARD:
         lines.append(f"Non-matmul FLOPs (forward): {a.elementwise_polynomial()}")
     if a.seq != c.context_length:  # at the default length the ratio is 1: nothing to say
         ratio = a.ratio_to_context_length()

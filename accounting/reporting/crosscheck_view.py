@@ -5,13 +5,13 @@ Formatting only: the comparison itself is accounting.crosscheck's.
 """
 from __future__ import annotations
 
+from accounting.ledger.records import FORWARD
 from accounting.present.render import markdown_table
 from accounting.reporting.data import Check, ReportData
 from accounting.present.table import Table
 from accounting.units import gibibytes, grouped
 
 TOTAL = "total"
-FORWARD = "forward"
 
 
 def _row(d: dict, component: str = TOTAL) -> dict:

@@ -12,9 +12,9 @@ from accounting.present.render import markdown_table
 from accounting.reporting.data import LONG_SEQ, REFERENCE_SEQ, ReportData
 from accounting.reporting.figures_index import FIGURES, FIGURES_DIR, FORMULA_CSV
 from accounting.present.table import Table
-from accounting.units import decimal, gigabytes, grouped, percent, rounded_percents, si
+from accounting.units import (BYTES_PER_ELEMENT, FP32, decimal, gigabytes, grouped, percent,
+                              rounded_percents, si)
 
-FP32 = "fp32"
 FIGURE = "formula_error_vs_context"
 
 
@@ -80,7 +80,8 @@ def real_section(d: ReportData) -> list[str]:
              f"T = {grouped(LONG_SEQ)}: its learned position table holds {grouped(limit)} "
              f"positions, so sections 5 and 6 go past {grouped(limit)} tokens with the course "
              "presets only."), "",
-            "Parameters and the memory to load them in fp32 (4 bytes each, GB = 10⁹ bytes):", "",
+            f"Parameters and the memory to load them in {FP32} ({BYTES_PER_ELEMENT[FP32]} bytes each, "
+            "GB = 10⁹ bytes):", "",
             *_table(sizes),
             "The real GPT-2's parameters per component (the course presets' are in section 2):",
             "", *_table(ct),

@@ -21,6 +21,7 @@ from accounting.present.table import Table
 from accounting.units import (
     BYTES_PER_ELEMENT,
     FLOPS_PER_MAC,
+    FP32,
     decimal,
     gibibytes,
     gigabytes,
@@ -33,7 +34,6 @@ from accounting.present.views import COUNTING_NOTE
 
 TITLE = "GPT-2 sizes: parameters, memory and forward FLOPs"
 COMMAND = "python -m accounting report"
-FP32 = "fp32"
 
 
 # ---- small helpers ------------------------------------------------------------------------

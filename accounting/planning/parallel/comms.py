@@ -38,17 +38,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
+from accounting.ledger.records import BACKWARD, FORWARD
 from accounting.planning.memory import Precision
 from accounting.planning.parallel.layout import Layout, experts
 from accounting.spec.config import expert_capacity
 from accounting.planning.parallel.states import States
+from accounting.units import DTYPE_BYTES, FP32, INT64, MiB
 
 DATA, TENSOR, PIPELINE, EXPERT = "data parallel", "tensor parallel", "pipeline", "expert parallel"
 EXPERT_DATA = "expert data parallel"  # the dp/ep ranks that hold the same experts
 ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER = "all-reduce", "all-gather", "reduce-scatter"
 BROADCAST, SEND, RECV, ALL_TO_ALL = "broadcast", "send", "recv", "all-to-all"
-FORWARD, BACKWARD, STEP = "forward", "backward", "optimizer step"
-LOSS_BYTES = 4  # the cross-entropy's statistics are fp32 (autocast runs it in fp32)
+STEP = "optimizer step"  # the third phase a collective runs in (FORWARD, BACKWARD: the ledger's)
+LOSS_BYTES = DTYPE_BYTES[FP32]  # the cross-entropy's statistics are fp32 (autocast runs it in fp32)
 
 _RING = {ALL_REDUCE: (2, 1), ALL_GATHER: (1, 1), REDUCE_SCATTER: (1, 1), BROADCAST: (1, 1),
          ALL_TO_ALL: (1, 1)}
@@ -227,8 +229,8 @@ def data_parallel(layout: Layout, st: States, precision: Precision, buffer_bytes
     return out
 
 
-DDP_FIRST_BUCKET = 1024 * 1024  # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES
-DDP_BUCKET = 25 * 1024 * 1024  # bucket_cap_mb = 25
+DDP_FIRST_BUCKET = MiB  # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES = 1024 * 1024
+DDP_BUCKET = 25 * MiB  # bucket_cap_mb = 25 (torch multiplies by 1024 * 1024)
 
 
 def ddp_buckets(grad_bytes: int) -> int:
@@ -241,7 +243,7 @@ def ddp_buckets(grad_bytes: int) -> int:
     return 1 + -(-(grad_bytes - DDP_FIRST_BUCKET) // DDP_BUCKET)
 
 
-COUNT_BYTES = 8  # int64 token counts per expert (torch.bincount), before a dropless dispatch
+COUNT_BYTES = DTYPE_BYTES[INT64]  # token counts per expert (torch.bincount), before a dropless dispatch
 
 
 def expert_rows(config, tokens: int) -> int:

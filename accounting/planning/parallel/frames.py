@@ -12,7 +12,7 @@ import pandas as pd
 from accounting.spec.config import ModelConfig
 from accounting.spec.presets import get_preset
 from accounting.planning.gpus import interconnect
-from accounting.planning.memory import get_precision
+from accounting.planning.memory import FP32, get_precision
 from accounting.planning.parallel.export import flat_rows, to_dict
 from accounting.planning.parallel.layout import Layout, resolve
 from accounting.planning.parallel.plan import ParallelPlan, parallel_plan
@@ -36,7 +36,7 @@ def _frame(rows: list[dict]) -> pd.DataFrame:
 
 def build(config, gpus: int, *, tp: int = 1, pp: int = 1, dp: int | None = None, sp: bool = False,
           zero: int = 0, micro_batch: int = 1, batch: int | None = None, seq: int | None = None,
-          recompute: str = "none", precision: str = "fp32", gpu: str | None = None,
+          recompute: str = "none", precision: str = FP32, gpu: str | None = None,
           mfu="0.5", margin="0", ep: int = 1) -> ParallelPlan:
     """A ParallelPlan from keyword arguments (the CLI's flags)."""
     config = _config(config)
@@ -57,7 +57,7 @@ def plan_frame(config_or_plan, gpus: int | None = None, **kwargs) -> pd.DataFram
 
 
 def search_frame(config_or_search, gpus: int | None = None, *, batch: int | None = None,
-                 seq: int | None = None, recompute: str = "none", precision: str = "fp32",
+                 seq: int | None = None, recompute: str = "none", precision: str = FP32,
                  gpu: str = "H100", mfu="0.5", margin="0") -> pd.DataFrame:
     """One row per layout of the search, feasible ones first (fastest first), then the
     rejected ones with their reason."""

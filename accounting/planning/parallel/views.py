@@ -11,9 +11,7 @@ from accounting.planning.parallel.step import megatron_seconds
 from accounting.planning.views import _dec, _num, _seconds
 from accounting.spec.presets import note
 from accounting.present.table import Table
-from accounting.units import gibibytes, gigabytes, grouped, percent, si
-
-TERA = 10**12
+from accounting.units import GB, TERA, gibibytes, gigabytes, grouped, percent, si
 
 
 def _gb(n: int) -> str:
@@ -216,7 +214,7 @@ def time_table(p: ParallelPlan) -> Table:
              f"and count only where longer; collectives move ring traffic at the per-GPU, "
              f"per-direction bandwidth of the slowest link their group spans."]
     if p.net is not None:
-        links = ", ".join(f"{g}: {kind} {_num(bw / 10**9)} GB/s" for g, (bw, kind) in t.links.items())
+        links = ", ".join(f"{g}: {kind} {_num(bw / GB)} GB/s" for g, (bw, kind) in t.links.items())
         notes.append(f"Interconnect {p.net.name} ({p.net.source}); {p.net.gpus_per_node} GPUs per "
                      f"node; ranks TP fastest, then DP, then PP. Links: {links}.")
     else:

@@ -1,0 +1,56 @@
+"""The GPU table for the docs, generated from the records in accounting/planning/gpus.py
+(never typed by hand): one row per card, every unit in its column's name, the sources
+under it. Formatting only."""
+from __future__ import annotations
+
+from fractions import Fraction
+
+from accounting.planning.gpus import CARDS, GPU
+from accounting.present.render import markdown_table
+from accounting.present.table import Table
+from accounting.units import GiB, decimal, grouped
+
+COLUMNS = ("GPU", "also", "memory (nvidia-smi, MiB)", "memory (GiB)", "datasheet memory",
+           "fp32 TFLOP/s (dense)", "bf16 TFLOP/s (dense)", "bf16 TFLOP/s (with sparsity)",
+           "memory bandwidth (TB/s)", "NVLink (GB/s, bidirectional)",
+           "network (Gb/s per GPU)", "node")
+TITLE = "GPU table"
+
+
+def _plain(x: Fraction) -> str:
+    """19.5 -> '19.5', 989 -> '989', 1979 -> '1,979' (exact: the table's figures are short
+    decimals)."""
+    places = 0
+    while (x * 10**places).denominator != 1:
+        places += 1
+    whole, _, frac = decimal(x, places).partition(".")
+    return f"{int(whole):,}" + (f".{frac}" if frac else "")
+
+
+def row(g: GPU) -> tuple[str, ...]:
+    also = ", ".join(([g.nickname] if g.nickname else []) + list(g.aliases))
+    return (g.name, also, grouped(g.memory_mib), decimal(Fraction(g.memory_bytes, GiB), 2),
+            g.label, _plain(g.fp32_tflops), _plain(g.bf16_tflops), _plain(g.bf16_sparse_tflops),
+            _plain(g.bandwidth_tbs), grouped(g.fabric.nvlink_gbs), grouped(g.fabric.network_gbits),
+            f"{g.fabric.node}, {g.fabric.gpus_per_node} GPUs")
+
+
+def table() -> Table:
+    sources: dict[str, list[str]] = {}
+    for g in CARDS:
+        for text in (f"{g.datasheet.document}, {g.datasheet.url}: {g.datasheet.where}",
+                     f"memory: {g.memory_source}", f"links: {g.fabric.cited}"):
+            sources.setdefault(text, []).append(g.name)
+    notes = ("TFLOP/s = 10^12 FLOP/s; TB/s = 10^12 bytes/s; GB/s = 10^9 bytes/s; Gb/s = 10^9 "
+             "bits/s; MiB = 2^20 bytes, GiB = 2^30 bytes. Dense peaks are what the planner uses; "
+             "the datasheets' Tensor Core figures with sparsity are twice as high. NVLink as the "
+             "datasheets quote it (both directions together; half flows each way); the network "
+             "is one adapter per GPU. Names are matched in any case.",
+             *(f"Source ({', '.join(names)}): {text}" for text, names in sources.items()))
+    return Table(TITLE, COLUMNS, tuple(row(g) for g in CARDS), align="ll" + "r" * 2 + "l"
+                 + "r" * 6 + "l", notes=notes)
+
+
+def markdown() -> str:
+    """The docs' GPU table (Markdown, no heading): the table, then its units and sources."""
+    return "\n".join(markdown_table(table(), heading="")).rstrip("\n") + "\n"
