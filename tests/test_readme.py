@@ -9,7 +9,14 @@ A block in README.md or docs/*.md written as
     ```
 
 must equal what `main(ARGS)` prints now; with `| sections: A; B` after ARGS, only the
-text tables whose titles start with A or B (in output order). Regenerate them with
+text tables whose titles start with A or B (in output order). A block written as
+
+    <!-- generated: NAME -->
+    ...
+    <!-- end generated: NAME -->
+
+must equal accounting/present/generated.py's BLOCKS[NAME]() (a table generated from the
+one record that states its facts: the GPU cards, ...). Regenerate both kinds with
 `python tests/test_readme.py --update` after a change that moves a number.
 """
 from __future__ import annotations
@@ -37,6 +44,10 @@ def documents() -> list[Path]:
 
 BLOCK = re.compile(r"<!-- output: python -m accounting (?P<args>[^>|]*?)"
                    r"(?: \| sections: (?P<sections>[^>]*?))? -->\n```text\n(?P<body>.*?)```", re.S)
+
+
+GENERATED = re.compile(r"<!-- generated: (?P<name>[\w-]+) -->\n(?P<body>.*?)"
+                       r"<!-- end generated: (?P=name) -->", re.S)
 
 
 @functools.lru_cache(maxsize=None)
@@ -90,6 +101,22 @@ def test_readme_outputs_are_current(path):
              "run python tests/test_readme.py --update")
 
 
+@pytest.mark.parametrize("path", documents(), ids=lambda p: p.relative_to(README.parent).as_posix())
+def test_generated_tables_are_current(path):
+    from accounting.present.generated import BLOCKS
+    for m in GENERATED.finditer(path.read_text(encoding="utf-8")):
+        assert m["name"] in BLOCKS, f"{path.name}: no generator named {m['name']!r}"
+        assert m["body"] == BLOCKS[m["name"]](), \
+            f"{path.name} generated table {m['name']!r} is stale: run python tests/test_readme.py --update"
+
+
+def test_every_generated_table_stands_in_the_docs():
+    # a generator that no page uses would be a table nobody sees, and a name checked nowhere
+    from accounting.present.generated import BLOCKS
+    used = {m["name"] for p in documents() for m in GENERATED.finditer(p.read_text(encoding="utf-8"))}
+    assert used == set(BLOCKS)
+
+
 def test_the_docs_hold_generated_output_blocks():
     # the manual's examples moved from the README to docs/ (issue 22): they stay checked
     found = {p.name: len(BLOCK.findall(p.read_text(encoding="utf-8"))) for p in documents()[1:]}
@@ -132,9 +159,14 @@ def update() -> None:
         whole = m.group(0)
         offset = m.start()
         return whole[:start - offset] + tool_output(m["args"], m["sections"]) + whole[end - offset:]
+    from accounting.present.generated import BLOCKS
+
+    def table(m: re.Match) -> str:
+        return (f"<!-- generated: {m['name']} -->\n{BLOCKS[m['name']]()}"
+                f"<!-- end generated: {m['name']} -->")
     for path in documents():
         text = path.read_text(encoding="utf-8")
-        new = BLOCK.sub(fresh, text)
+        new = GENERATED.sub(table, BLOCK.sub(fresh, text))
         if new != text:
             path.write_text(new, encoding="utf-8")
 
