@@ -22,10 +22,17 @@ import torch
 from einops import einsum
 from torch import nn
 
-from accounting.spec.config import expert_capacity
-
 from .attention import softmax
 from .layers import ACTIVATIONS, GatedMLP, Linear, check_positive_int
+
+
+def expert_capacity(capacity_factor: float, slots: int, num_experts: int) -> int:
+    """C = ⌈c·slots/E⌉ rows per expert (GShard, Lepikhin et al. 2020, §2.2; Switch Transformer,
+    Fedus et al. 2021, eq. 4), in exact arithmetic: the float c is the fraction it stores,
+    so that no rounding of c·slots/E moves C across an integer. Written here, not imported
+    from accounting/: the cross-check compares the model's rows with the ledger's."""
+    numerator, denominator = float(capacity_factor).as_integer_ratio()
+    return -(-numerator * slots // (denominator * num_experts))
 
 
 class Experts(nn.Module):
@@ -61,10 +68,10 @@ class Experts(nn.Module):
 
 
 class MoE(nn.Module):
+    # every option is given by TransformerLM from the spec's fields (no default restated here)
     def __init__(self, d_model, num_experts, experts_per_token, d_ff, device=None, dtype=None, *,
-                 activation="silu", num_shared_experts=0, router="softmax", router_groups=1,
-                 router_topk_groups=1, router_bias=False, norm_topk_prob=True,
-                 routed_scaling_factor=1.0, capacity_factor=None):
+                 activation, num_shared_experts, router, router_groups, router_topk_groups,
+                 router_bias, norm_topk_prob, routed_scaling_factor, capacity_factor):
         super().__init__()
         for name, value in (("num_experts", num_experts), ("experts_per_token", experts_per_token),
                             ("d_ff", d_ff)):

@@ -8,7 +8,9 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from accounting.spec.config import MLPS
+from dataclasses import fields
+
+from accounting.spec.config import MLPS, ModelConfig
 
 from .attention import CausalMultiHeadSelfAttention
 from .latent_attention import LatentAttention
@@ -16,6 +18,25 @@ from .layers import NORM_CLASSES, Embedding, Linear, check_positive_int, feed_fo
 from .moe import MoE
 
 MLA_OPTIONS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+# The variants' options and their defaults are the spec's fields (accounting/spec/config.py),
+# read here once, not restated: the default of every option is the course's model. The
+# course's own arguments (sizes, rope_theta) stay positional, as CS336's adapters pass them.
+_COURSE_ARGS = ("vocab_size", "context_length", "d_model", "num_layers", "num_heads", "d_ff",
+                "rope_theta", "name")
+SPEC_DEFAULTS = {f.name: f.default for f in fields(ModelConfig)}
+OPTIONS = {k: v for k, v in SPEC_DEFAULTS.items() if k not in _COURSE_ARGS}
+# the options each block reads (the rest belong to the whole model: positions, layer kinds, MoE)
+BLOCK_OPTIONS = ("num_kv_heads", "head_dim", "norm", "norm_eps", "norm_placement", "mlp",
+                 "qkv_bias", "out_bias", "mlp_bias", "qk_norm", "attention", *MLA_OPTIONS)
+
+
+def _options(given: dict, allowed, where: str) -> dict:
+    """The spec's defaults for `allowed`, overridden by `given`; an unknown option is refused."""
+    unknown = sorted(set(given) - set(allowed))
+    if unknown:
+        raise TypeError(f"{where} got unknown option(s) {', '.join(unknown)}; the options are "
+                        f"the spec's fields: {', '.join(allowed)}")
+    return {k: given.get(k, OPTIONS[k]) for k in allowed}
 
 
 class TransformerBlock(nn.Module):
@@ -26,11 +47,11 @@ class TransformerBlock(nn.Module):
     """
 
     def __init__(self, d_model, num_heads, d_ff, max_seq_len, theta, device=None, dtype=None, *,
-                 num_kv_heads=None, head_dim=None, norm="rmsnorm", norm_eps=1e-5,
-                 norm_placement="pre", mlp="swiglu", qkv_bias=False, out_bias=False,
-                 mlp_bias=False, qk_norm="none", attention="naive", window=None, moe=None,
-                 q_lora_rank=None, kv_lora_rank=None, qk_nope_head_dim=None,
-                 qk_rope_head_dim=None, v_head_dim=None):
+                 window=None, moe=None, **options):
+        o = _options(options, BLOCK_OPTIONS, "TransformerBlock")
+        norm, norm_eps, mlp = o["norm"], o["norm_eps"], o["mlp"]
+        norm_placement, qkv_bias, out_bias = o["norm_placement"], o["qkv_bias"], o["out_bias"]
+        attention, kv_lora_rank = o["attention"], o["kv_lora_rank"]
         super().__init__()
         if norm not in NORM_CLASSES:
             raise ValueError(f"norm must be one of {', '.join(NORM_CLASSES)}, got {norm!r}")
@@ -42,22 +63,21 @@ class TransformerBlock(nn.Module):
         if kv_lora_rank is not None:  # multi-head latent attention (DeepSeek)
             self.attn = LatentAttention(
                 d_model, num_heads, max_seq_len=max_seq_len, theta=theta, device=device,
-                dtype=dtype, q_lora_rank=q_lora_rank, kv_lora_rank=kv_lora_rank,
-                qk_nope_head_dim=qk_nope_head_dim, qk_rope_head_dim=qk_rope_head_dim,
-                v_head_dim=v_head_dim, qkv_bias=qkv_bias, out_bias=out_bias, norm=norm,
-                norm_eps=norm_eps, attention=attention, window=window)
+                dtype=dtype, **{k: o[k] for k in MLA_OPTIONS}, qkv_bias=qkv_bias,
+                out_bias=out_bias, norm=norm, norm_eps=norm_eps, attention=attention, window=window)
         else:
             self.attn = CausalMultiHeadSelfAttention(
                 d_model, num_heads, max_seq_len=max_seq_len, theta=theta, device=device, dtype=dtype,
-                num_kv_heads=num_kv_heads, head_dim=head_dim, qkv_bias=qkv_bias, out_bias=out_bias,
-                qk_norm=qk_norm, norm=norm, norm_eps=norm_eps, attention=attention, window=window,
+                num_kv_heads=o["num_kv_heads"], head_dim=o["head_dim"], qkv_bias=qkv_bias,
+                out_bias=out_bias, qk_norm=o["qk_norm"], norm=norm, norm_eps=norm_eps,
+                attention=attention, window=window,
             )
         self.ln2 = norm_cls(d_model, eps=norm_eps, device=device, dtype=dtype)
         if moe is not None:  # a mixture of experts: moe holds MoE's options
             self.ffn = MoE(d_model, device=device, dtype=dtype,
                            activation=MLPS[mlp].activation, **moe)
         else:
-            self.ffn = feed_forward(mlp, d_model, d_ff, device=device, dtype=dtype, bias=mlp_bias)
+            self.ffn = feed_forward(mlp, d_model, d_ff, device=device, dtype=dtype, bias=o["mlp_bias"])
 
     def forward(self, x: torch.Tensor, token_positions: torch.Tensor | None = None) -> torch.Tensor:
         # x: (batch seq d_model) -> (batch seq d_model)
@@ -85,28 +105,15 @@ class TransformerLM(nn.Module):
         num_layers,
         num_heads,
         d_ff,
-        rope_theta=10000.0,
+        rope_theta=SPEC_DEFAULTS["rope_theta"],
         device=None,
         dtype=None,
-        *,
-        positions="rope",
-        tie_embeddings=False,
-        sliding_window=None,
-        layer_types=None,
-        dense_layers=(),
-        num_experts=None,
-        experts_per_token=2,
-        moe_d_ff=None,
-        num_shared_experts=0,
-        router="softmax",
-        router_groups=1,
-        router_topk_groups=1,
-        router_bias=False,
-        norm_topk_prob=True,
-        routed_scaling_factor=1.0,
-        moe_capacity_factor=None,
-        **block_options,
+        **options,
     ):
+        o = _options(options, OPTIONS, "TransformerLM")
+        positions, sliding_window, layer_types = o["positions"], o["sliding_window"], o["layer_types"]
+        num_experts, moe_d_ff, dense_layers = o["num_experts"], o["moe_d_ff"], o["dense_layers"]
+        block_options = {k: o[k] for k in BLOCK_OPTIONS}
         super().__init__()
         check_positive_int("vocab_size", vocab_size)
         check_positive_int("context_length", context_length)
@@ -119,11 +126,11 @@ class TransformerLM(nn.Module):
             self.position_embeddings = Embedding(context_length, d_model, device=device, dtype=dtype)
         theta = rope_theta if positions == "rope" else None
         moe = None if num_experts is None else dict(
-            num_experts=num_experts, experts_per_token=experts_per_token,
-            d_ff=d_ff if moe_d_ff is None else moe_d_ff, num_shared_experts=num_shared_experts,
-            router=router, router_groups=router_groups, router_topk_groups=router_topk_groups,
-            router_bias=router_bias, norm_topk_prob=norm_topk_prob,
-            routed_scaling_factor=routed_scaling_factor, capacity_factor=moe_capacity_factor)
+            num_experts=num_experts, d_ff=d_ff if moe_d_ff is None else moe_d_ff,
+            capacity_factor=o["moe_capacity_factor"],
+            **{k: o[k] for k in ("experts_per_token", "num_shared_experts", "router", "router_groups",
+                                 "router_topk_groups", "router_bias", "norm_topk_prob",
+                                 "routed_scaling_factor")})
         types = layer_types or (("local" if sliding_window else "global"),) * num_layers
         self.layers = nn.ModuleList(
             TransformerBlock(d_model, num_heads, d_ff, context_length, theta, device=device, dtype=dtype,
@@ -131,11 +138,9 @@ class TransformerLM(nn.Module):
                              moe=None if i in dense_layers else moe, **block_options)
             for i in range(num_layers)
         )
-        norm = block_options.get("norm", "rmsnorm")
-        self.ln_final = NORM_CLASSES[norm](d_model, eps=block_options.get("norm_eps", 1e-5),
-                                           device=device, dtype=dtype)
+        self.ln_final = NORM_CLASSES[o["norm"]](d_model, eps=o["norm_eps"], device=device, dtype=dtype)
         self.lm_head = Linear(d_model, vocab_size, device=device, dtype=dtype)
-        if tie_embeddings:
+        if o["tie_embeddings"]:
             self.lm_head.weight = self.token_embeddings.weight
         self.recompute = "none"
 

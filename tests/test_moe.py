@@ -92,3 +92,43 @@ def test_capacity_executes_E_times_C_rows_and_says_what_is_useful():
     # hand algebra: three matrices per expert, 2·rows·d·f FLOPs each, in both MoE layers
     assert sum(r.flops for r in experts) == 2 * 3 * 2 * (E * C) * d * f
     assert sum(r.useful_flops for r in experts) == 2 * 3 * 2 * (B * T * k) * d * f
+
+
+def test_the_model_computes_its_own_expert_capacity():
+    # model/ reads only the spec (issue 22): its capacity is its own code, not the ledger's
+    # formula, so that the cross-check compares two derivations. Hand values of ⌈c·slots/E⌉:
+    # 1.25·16/4 = 5; 1.0·10/4 = 2.5 -> 3; 2·7/7 = 2; the float 1.1 is 1.1000000000000000888…,
+    # so 1.1·10/1 is just above 11 -> 12, where float arithmetic (1.1 * 10 == 11.0, as
+    # DeepSpeed's ceil(tokens / E * c) computes it) rounds to 11: the spec's convention is
+    # the exact value of the float given
+    import ast
+    import inspect
+    import math
+
+    import model.moe as mm
+    from accounting.ledger.builder.moe import expert_capacity as ledger_capacity
+    for c, slots, E, rows in ((1.25, 16, 4, 5), (1.0, 10, 4, 3), (2, 7, 7, 2), (1.1, 10, 1, 12)):
+        assert mm.expert_capacity(c, slots, E) == ledger_capacity(c, slots, E) == rows
+        if c != 1.1:
+            assert math.ceil(c * slots / E) == rows  # plain floats agree at these sizes
+    assert math.ceil(1.1 * 10 / 1) == 11
+    imported = {n.module for n in ast.walk(ast.parse(inspect.getsource(mm)))
+                if isinstance(n, ast.ImportFrom) and n.module}
+    assert not any(m.startswith("accounting") for m in imported)
+
+
+def test_the_models_options_default_to_the_spec():
+    # TransformerLM restates no default: every keyword option is a spec field, and an
+    # unknown one is refused rather than ignored
+    from dataclasses import fields
+
+    import pytest as _pytest
+
+    from accounting.spec.config import ModelConfig
+    from model.transformer import OPTIONS, TransformerLM
+    spec = {f.name: f.default for f in fields(ModelConfig)}
+    assert OPTIONS and all(spec[k] == v for k, v in OPTIONS.items())
+    assert set(OPTIONS) | {"vocab_size", "context_length", "d_model", "num_layers", "num_heads",
+                           "d_ff", "rope_theta", "name"} == set(spec)
+    with _pytest.raises(TypeError, match="num_expert"):
+        TransformerLM(10, 8, 16, 1, 2, 32, device="meta", num_expert=4)

@@ -161,7 +161,7 @@ def expert_parallel(lm: M.TransformerLM, mesh) -> None:
 
 def _moe_forward(moe, group, ep: int, rank: int, x: torch.Tensor) -> torch.Tensor:
     """model/moe.py MoE.forward with the routed slots sent to their experts' ranks."""
-    from accounting.spec.config import expert_capacity
+    from model.moe import expert_capacity  # the model's own capacity: this runs model/moe.py's layer
     shape = x.shape
     x = x.reshape(-1, shape[-1])
     weights, experts = moe.route(x)

@@ -14,7 +14,8 @@ from functools import lru_cache
 
 from accounting.ledger import builder
 from accounting.ledger import records as R
-from accounting.spec.config import expert_capacity, ModelConfig
+from accounting.ledger.builder.moe import expert_capacity
+from accounting.spec.config import ModelConfig
 from accounting.runtime.errors import UsageError
 from accounting.ledger.symbols import Expr
 

@@ -24,7 +24,8 @@ from fractions import Fraction
 
 from accounting.ledger import records as R
 from accounting.analysis.workload import analyze
-from accounting.spec.config import ModelConfig, expert_capacity
+from accounting.ledger.builder.moe import expert_capacity
+from accounting.spec.config import ModelConfig
 from accounting.ledger.ledger import ledger
 from accounting.planning.memory import Precision, values
 from accounting.ledger.symbols import Expr, fold_layers

@@ -9,9 +9,7 @@ ledger, and model/ builds the same network from it.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, fields, replace
-from fractions import Fraction
 
 from accounting.runtime.errors import UsageError, escape, shorten
 
@@ -264,11 +262,6 @@ class ModelConfig:
             return self
         return replace(self, name=self.name if self.name == "custom" else f"{self.name} (modified)",
                        **changed)
-
-
-def expert_capacity(capacity_factor: float, slots: int, num_experts: int) -> int:
-    """Rows each expert runs under a capacity factor: ⌈c·slots/E⌉, exact (GShard, Switch)."""
-    return math.ceil(Fraction(capacity_factor) * slots / num_experts)
 
 
 def _positive(c: ModelConfig, f: str, allow_none: bool = True) -> None:

@@ -1,11 +1,20 @@
 """The mixture-of-experts layer: model/moe.py's ops, as facts."""
 from __future__ import annotations
 
+import math
+from fractions import Fraction
+
 from accounting.ledger import records as R
 from accounting.spec.config import ModelConfig
 from accounting.ledger.trace import Sym, Trace
 from accounting.ledger.builder.common import ROUTER, ACTIVATION_COMPONENT
 from accounting.ledger.builder.layers import Linear, activation
+
+
+def expert_capacity(capacity_factor: float, slots: int, num_experts: int) -> int:
+    """Rows each expert runs under a capacity factor: ⌈c·slots/E⌉, exact (GShard, Switch).
+    The ledger's formula; model/moe.py computes its own (the cross-check compares the two)."""
+    return math.ceil(Fraction(capacity_factor) * slots / num_experts)
 
 
 class MoE:

@@ -41,7 +41,7 @@ from fractions import Fraction
 from accounting.ledger.records import BACKWARD, FORWARD
 from accounting.planning.memory import Precision
 from accounting.planning.parallel.layout import Layout, experts
-from accounting.spec.config import expert_capacity
+from accounting.ledger.builder.moe import expert_capacity
 from accounting.planning.parallel.states import States
 from accounting.units import DTYPE_BYTES, FP32, INT64, MiB
 
@@ -249,7 +249,7 @@ COUNT_BYTES = DTYPE_BYTES[INT64]  # token counts per expert (torch.bincount), be
 def expert_rows(config, tokens: int) -> int:
     """Rows one rank sends in a dispatch (and gets back in the combine) for `tokens` tokens:
     its tokens·k routed slots (dropless), or the E·C rows of the dispatch buffer under a
-    capacity factor c (C = ⌈c·tokens·k/E⌉, model/moe.py and config.expert_capacity)."""
+    capacity factor c (C = ⌈c·tokens·k/E⌉, model/moe.py and the ledger's expert_capacity)."""
     slots = tokens * config.experts_per_token
     if config.moe_capacity_factor is None:
         return slots
