@@ -352,3 +352,14 @@ def test_shipped_architectures_by_their_published_descriptions(name):
     assert (c.norm_placement, c.qk_norm, c.qkv_bias, c.kv_heads) == want
     assert (c.mlp, c.norm, c.positions, c.out_bias, c.mlp_bias) == ("swiglu", "rmsnorm", "rope",
                                                                     False, False)
+
+
+def test_a_modified_preset_is_called_modified_once(capsys):
+    # issue 22: the plans' model row printed "X (modified) (modified from …)"
+    from accounting.cli.main import main
+    for argv in (["plan", "gpt2-xl", "--attention", "sdpa", "--gpu", "H100"],
+                 ["plan", "mistralai/Mixtral-8x7B-v0.1", "--gpus", "8", "--ep", "8", "--zero", "3",
+                  "--batch", "8", "--ctx", "4096", "--attention", "sdpa", "--gpu", "H100"]):
+        assert main(argv) == 0
+        row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("model "))
+        assert row.count("modified") == 1 and "modified from " in row, row

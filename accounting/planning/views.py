@@ -14,7 +14,7 @@ from accounting.planning.inference import (
 )
 from accounting.planning.memory import COURSE, MODEL, RECOMPUTE, SCOPES
 from accounting.planning.plan import Plan
-from accounting.spec.presets import note
+from accounting.spec.presets import title
 from accounting.present.table import Table
 from accounting.units import MEGA, TERA, decimal, gibibytes, gigabytes, grouped, si
 
@@ -53,7 +53,7 @@ def settings_table(p: Plan) -> Table:
     c = p.config
     hw = p.hardware
     rows = [
-        ("model", f"{c.name} ({note(c)}): V = {c.vocab_size:,}, context_length = "
+        ("model", f"{title(c)}: V = {c.vocab_size:,}, context_length = "
                   f"{c.context_length:,}, L = {c.num_layers}, d_model = {c.d_model:,}, "
                   f"h = {c.num_heads}"
                   + (f", h_kv = {c.kv_heads}" if c.kv_heads != c.num_heads else "")

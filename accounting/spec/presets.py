@@ -156,3 +156,13 @@ def note(config: ModelConfig) -> str:
     if base in NOTES:
         return f"modified from {NOTES[base]}"
     return "custom config"
+
+
+def title(config: ModelConfig) -> str:
+    """A config's name and what it is, said once: 'gpt2-xl (GPT-2 XL's shape …)', or for a
+    preset changed by flags 'gpt2-xl (modified from GPT-2 XL's shape …)' (the name's own
+    ' (modified)' is the note's 'modified from', not a second mark)."""
+    base = config.name.removesuffix(" (modified)")
+    if config.name != base and base in NOTES:
+        return f"{base} ({note(config)})"
+    return f"{config.name} ({note(config)})"

@@ -9,7 +9,7 @@ from accounting.planning.parallel.layout import RECOMPUTE, ZERO_STAGES, Layout
 from accounting.planning.parallel.plan import CHECKED, FORMULA_ONLY, ParallelPlan
 from accounting.planning.parallel.step import megatron_seconds
 from accounting.planning.views import _dec, _num, _seconds
-from accounting.spec.presets import note
+from accounting.spec.presets import title
 from accounting.present.table import Table
 from accounting.units import GB, TERA, gibibytes, gigabytes, grouped, percent, si
 
@@ -31,7 +31,7 @@ def layout_text(lo: Layout) -> str:
 def summary_table(p: ParallelPlan) -> Table:
     c, lo, w = p.config, p.layout, p.worst
     b = lo.micro_batch
-    rows = [("model", f"{c.name} ({note(c)}), T = {p.seq:,}"),
+    rows = [("model", f"{title(c)}, T = {p.seq:,}"),
             ("layout", layout_text(lo)),
             ("batch", f"global {lo.global_batch:,} sequences = {lo.micro_batches:,} micro-batches "
                       f"of {b:,} on each of {lo.dp} data-parallel ranks "
