@@ -178,3 +178,53 @@ def test_module_entry_point():
                          capture_output=True, text=True)
     # 2·50257·768 + 12·(2·768 + 4·768² + 3·768·3072) + 768 = 190,460,160
     assert out.returncode == 0 and "190,460,160" in out.stdout
+
+
+def test_every_spec_field_has_one_flag_generated_from_its_metadata():
+    # issue 22: the flags were hand-written (5 fields had none, the size caps disagreed);
+    # now each field but its name carries its flag, and the docs' table lists each once
+    import dataclasses
+
+    from accounting.cli.args import flag_table
+    from accounting.spec.config import ModelConfig
+    names = [f.name for f in dataclasses.fields(ModelConfig)]
+    rows = flag_table()[2:]
+    fields_in_table = [r.split(" | ")[1].strip("`") for r in rows]
+    flags = [r.split(" | ")[0].strip("|` ") for r in rows]
+    assert sorted(fields_in_table) == sorted(n for n in names if n != "name")
+    assert len(set(flags)) == len(flags)
+    for flag in ("--router-groups", "--router-topk-groups", "--router-bias",
+                 "--norm-topk-prob", "--routed-scaling-factor"):  # the five that had none
+        assert flag in flags
+
+
+def test_spec_flags_set_their_fields(capsys):
+    from accounting.cli.args import config_from_args
+    from accounting.cli.main import parser
+    ns = parser().parse_args(
+        ["--vocab-size", "1000", "--context-length", "64", "--num-layers", "2", "--d-model", "64",
+         "--num-heads", "4", "--num-experts", "8", "--router", "sigmoid", "--router-groups", "4",
+         "--router-topk-groups", "2", "--router-bias", "--no-norm-topk-prob",
+         "--routed-scaling-factor", "2.5", "--shared-experts", "0"])
+    c = config_from_args(ns)
+    assert (c.num_experts, c.router, c.router_groups, c.router_topk_groups, c.router_bias,
+            c.norm_topk_prob, c.routed_scaling_factor, c.num_shared_experts) == \
+        (8, "sigmoid", 4, 2, True, False, 2.5, 0)
+
+
+@pytest.mark.parametrize("argv, words", [
+    # every size flag has the spec's bound, 10^12 (the MoE sizes had 10^15)
+    (["gpt2-small", "--num-experts", "10000000000000"], "10^12"),
+    (["gpt2-small", "--sliding-window", "10000000000000"], "10^12"),
+    # issue 23: a MoE option on a dense model changed nothing but the title; now refused
+    (["gpt2-small", "--experts-per-token", "4"], "--num-experts"),
+    (["gpt2-small", "--capacity-factor", "1.25"], "--num-experts"),
+    (["gpt2-small", "--shared-experts", "1"], "--num-experts"),
+    (["gpt2-small", "--router", "sigmoid"], "--num-experts"),
+    (["gpt2-small", "--dense-layers", "0"], "--num-experts"),
+])
+def test_spec_flag_bounds_and_needs(capsys, argv, words):
+    from accounting.cli.main import main
+    assert main([*argv, "--no-verify"]) == 2
+    err = capsys.readouterr().err
+    assert words in err and err.count("\n") == 1, err

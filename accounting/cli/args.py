@@ -10,16 +10,16 @@ import re
 from accounting.present import output
 from accounting.runtime import safe_io
 from accounting.analysis.workload import MAX_WORKLOAD
-from accounting.spec.config import (ATTENTIONS, MAX_CONFIG_BYTES, MAX_NAME, MAX_SIZE, MLPS,
-                                    NORM_PLACEMENTS, NORMS, POSITIONS, QK_NORMS, ModelConfig)
+from accounting.spec import fields as fields_meta
+from accounting.spec.config import MAX_CONFIG_BYTES, MAX_NAME, MAX_SIZE, MLPS, ModelConfig
 from accounting.spec.loaders import config_from_json
 from accounting.spec.presets import get_preset
 from accounting.runtime.errors import UsageError, shorten
 
 FORMATS = output.FORMATS  # the one output path's (accounting/present/output.py)
 PROGRAM = "python -m accounting"  # how the usage lines name the program
-LIMITS = (f"Limits, checked before any work: sizes (--vocab-size ... --d-ff, --num-kv-heads, "
-          f"--head-dim) up to 10^12; counts (--ctx, --batch, --steps, --tokens, --position) up "
+LIMITS = (f"Limits, checked before any work: the spec's sizes (every N flag from --vocab-size "
+          f"to --v-head-dim) up to 10^12; counts (--ctx, --batch, --steps, --tokens, --position) up "
           f"to 10^15; decimal numbers (--mfu, --margin, --gpu-flops, --gpu-bw) of at most 100 "
           f"characters with exponents within ±100; --gpu-mem up to 10^18 bytes; config files up "
           f"to {MAX_CONFIG_BYTES // 2**20} MiB, names up to {MAX_NAME} characters. ")
@@ -93,39 +93,6 @@ def positive_float(flag: str, allow_zero: bool = False):
     return parse
 
 
-_SIZE_FLAGS = (("--vocab-size", "vocab_size"), ("--context-length", "context_length"),
-               ("--num-layers", "num_layers"), ("--d-model", "d_model"),
-               ("--num-heads", "num_heads"), ("--d-ff", "d_ff"))
-_ARCH_SIZES = (("--num-kv-heads", "num_kv_heads", "key/value heads (default: num_heads; 1 = "
-                "multi-query; fewer = grouped-query attention)"),
-               ("--head-dim", "head_dim", "head dimension (default: d_model/num_heads)"))
-_ARCH_CHOICES = (("--mlp", "mlp", MLPS, "feed-forward: swiglu (default), geglu, gelu (exact), "
-                  "gelu_tanh (GPT-2)"),
-                 ("--norm", "norm", NORMS, "rmsnorm (default) or layernorm (with bias)"),
-                 ("--norm-placement", "norm_placement", NORM_PLACEMENTS,
-                  "pre (default) or post (OLMo-2: norm on each sublayer's output)"),
-                 ("--positions", "positions", POSITIONS,
-                  "rope (default), learned (a table of context_length positions) or none"),
-                 ("--qk-norm", "qk_norm", QK_NORMS, "none (default), head (Qwen3) or full (OLMo-2)"),
-                 ("--attention", "attention", ATTENTIONS,
-                  "how the attention core runs: naive (default: the course's explicit scores, "
-                  "mask and softmax) or sdpa (the fused kernel, F.scaled_dot_product_attention)"))
-# Sliding windows, mixtures of experts, latent attention (issue 15): flag, field, parser, help.
-_EXTRA_SIZES = (
-    ("--sliding-window", "sliding_window", "a local layer attends its last W keys (every layer "
-     "local unless --layer-types says which)"),
-    ("--num-experts", "num_experts", "routed experts per MoE layer (a mixture of experts)"),
-    ("--experts-per-token", "experts_per_token", "top-k: experts each token runs (default 2)"),
-    ("--moe-d-ff", "moe_d_ff", "each expert's inner width (default: d_ff)"),
-    ("--kv-lora-rank", "kv_lora_rank", "multi-head latent attention: the K/V latent width "
-     "(with --qk-nope-head-dim, --qk-rope-head-dim, --v-head-dim)"),
-    ("--q-lora-rank", "q_lora_rank", "latent attention: the query latent width (default: none)"),
-    ("--qk-nope-head-dim", "qk_nope_head_dim", "latent attention: per-head Q/K dims without RoPE"),
-    ("--qk-rope-head-dim", "qk_rope_head_dim", "latent attention: per-head Q/K dims with RoPE"),
-    ("--v-head-dim", "v_head_dim", "latent attention: per-head value dims"),
-)
-
-
 def _int_list(flag: str, words: tuple[str, ...] = ()):
     """'0,1,2' -> (0, 1, 2); with `words`, 'local,global' -> ('local', 'global')."""
     def parse(text: str) -> tuple:
@@ -143,9 +110,42 @@ def _int_list(flag: str, words: tuple[str, ...] = ()):
     return parse
 
 
-_BIASES = (("--qkv-bias", "qkv_bias", "biases on the Q, K, V projections"),
-           ("--out-bias", "out_bias", "bias on the attention output projection"),
-           ("--mlp-bias", "mlp_bias", "biases on the MLP matrices"))
+_BIASES = ("qkv_bias", "out_bias", "mlp_bias")  # what --bias sets at once
+_REQUIRED = ("vocab_size", "context_length", "num_layers", "d_model", "num_heads")
+
+
+def _non_negative_int(flag: str):
+    """An integer in [0, MAX_SIZE] (a count that may be zero: shared experts)."""
+    positive = positive_int(flag, MAX_SIZE, "10^12")
+
+    def parse(text: str) -> int:
+        if text.strip().replace(",", "").replace("_", "").lstrip("+-0") == "" and text.strip():
+            return 0
+        return positive(text)
+    parse.__name__ = "non-negative integer"
+    return parse
+
+
+def _spec_flag(group, f, m) -> None:
+    """One spec field's flag, from its metadata (accounting/spec/fields.py)."""
+    kw = {"dest": f.name, "help": m.help}
+    if m.kind == fields_meta.SIZE:
+        kw.update(type=positive_int(m.flag, MAX_SIZE, "10^12"), metavar="N")
+    elif m.kind == fields_meta.COUNT:
+        kw.update(type=_non_negative_int(m.flag), metavar="N")
+    elif m.kind in (fields_meta.NUMBER, fields_meta.NUMBER0):
+        kw.update(type=positive_float(m.flag, allow_zero=m.kind == fields_meta.NUMBER0), metavar="X")
+    elif m.kind == fields_meta.CHOICE:
+        kw.update(choices=tuple(m.choices))
+    elif m.kind == fields_meta.FLAG:
+        kw.update(action=argparse.BooleanOptionalAction, default=None)
+    elif m.kind == fields_meta.LAYERS:
+        kw.update(type=_int_list(m.flag), metavar="0,1,…")
+    elif m.kind == fields_meta.TYPES:
+        kw.update(type=_int_list(m.flag, tuple(m.choices)), metavar="local,global,…")
+    else:
+        raise AssertionError(f"no flag kind {m.kind!r} for {f.name}")
+    group.add_argument(m.flag, **kw)
 
 
 def add_model_args(p: argparse.ArgumentParser, model_required: bool = False) -> None:
@@ -155,54 +155,24 @@ def add_model_args(p: argparse.ArgumentParser, model_required: bool = False) -> 
                         "meta-llama/Llama-3.1-8B")
     p.add_argument("--list", action="store_true",
                    help="list the presets with their architecture and parameter count, and exit")
-    g = p.add_argument_group("custom config (each flag also overrides a preset)")
-    g.add_argument("--config", metavar="FILE",
-                   help="JSON object with vocab_size, context_length, num_layers, d_model, "
-                        "num_heads and optionally d_ff, rope_theta, name and the architecture "
-                        "fields below (their names with underscores)")
-    for flag, dest in _SIZE_FLAGS:
-        g.add_argument(flag, dest=dest, type=positive_int(flag, MAX_SIZE, "10^12"), metavar="N")
-    g.add_argument("--rope-theta", type=positive_float("--rope-theta"), metavar="X")
-    a = p.add_argument_group("architecture (defaults: the CS336 model; each overrides a preset)")
-    for flag, dest, text in _ARCH_SIZES:
-        a.add_argument(flag, dest=dest, type=positive_int(flag, MAX_SIZE, "10^12"), metavar="N",
-                       help=text)
-    for flag, dest, choices, text in _ARCH_CHOICES:
-        a.add_argument(flag, dest=dest, choices=tuple(choices), help=text)
-    a.add_argument("--tie-embeddings", action=argparse.BooleanOptionalAction, default=None,
-                   help="the LM head reads the token embedding table (default: untied)")
-    for flag, dest, text in _BIASES:
-        a.add_argument(flag, dest=dest, action=argparse.BooleanOptionalAction, default=None, help=text)
-    a.add_argument("--bias", action=argparse.BooleanOptionalAction, default=None,
-                   help="all three kinds of bias at once (GPT-2)")
-    a.add_argument("--norm-eps", type=positive_float("--norm-eps", allow_zero=True), metavar="X",
-                   help="the norms' epsilon (changes no count)")
-    x = p.add_argument_group("sliding windows, mixtures of experts, latent attention")
-    for flag, dest, text in _EXTRA_SIZES:
-        x.add_argument(flag, dest=dest, type=positive_int(flag), metavar="N", help=text)
-    x.add_argument("--layer-types", type=_int_list("--layer-types", ("local", "global")),
-                   metavar="local,global,…", help="each layer's attention, one per layer")
-    x.add_argument("--dense-layers", type=_int_list("--dense-layers"), metavar="0,1,…",
-                   help="layers that keep a dense MLP among MoE layers (DeepSeek's first k)")
-    x.add_argument("--shared-experts", dest="num_shared_experts", type=positive_int("--shared-experts"),
-                   metavar="N", help="experts every token runs beside its top-k (DeepSeek)")
-    x.add_argument("--router", choices=("softmax", "sigmoid"),
-                   help="softmax over the experts (Mixtral, Qwen3) or a sigmoid each (DeepSeek-V3)")
-    x.add_argument("--capacity-factor", dest="moe_capacity_factor",
-                   type=positive_float("--capacity-factor"), metavar="X",
-                   help="each expert runs ⌈X·B·T·k/E⌉ rows (padding or dropping); default dropless")
+    groups = {name: p.add_argument_group(name) for name in fields_meta.GROUPS}
+    groups[fields_meta.SIZES].add_argument(
+        "--config", metavar="FILE",
+        help="JSON object with vocab_size, context_length, num_layers, d_model, num_heads and "
+             "optionally d_ff, rope_theta, name and the architecture fields below (their names "
+             "with underscores), or a Hugging Face config.json")
+    for f, m in fields_meta.flagged(ModelConfig):
+        _spec_flag(groups[m.group], f, m)
+        if f.name == _BIASES[-1]:
+            groups[m.group].add_argument("--bias", action=argparse.BooleanOptionalAction,
+                                         default=None, help="all three kinds of bias at once (GPT-2)")
 
 
-def _arch_overrides(ns: argparse.Namespace) -> dict:
-    out = {dest: getattr(ns, dest) for _, dest, _ in _ARCH_SIZES}
-    out.update({dest: getattr(ns, dest) for _, dest, _, _ in _ARCH_CHOICES})
-    out["tie_embeddings"] = ns.tie_embeddings
-    out["norm_eps"] = ns.norm_eps
-    out.update({dest: getattr(ns, dest) for _, dest, _ in _EXTRA_SIZES})
-    for dest in ("layer_types", "dense_layers", "num_shared_experts", "router", "moe_capacity_factor"):
-        out[dest] = getattr(ns, dest)
-    for flag, dest, _ in _BIASES:
-        value = getattr(ns, dest)
+def _overrides(ns: argparse.Namespace) -> dict:
+    """Every spec field's flag as given (None: not given); --bias sets the three biases."""
+    out = {f.name: getattr(ns, f.name) for f, _ in fields_meta.flagged(ModelConfig)}
+    for dest in _BIASES:
+        value, flag = out[dest], "--" + dest.replace("_", "-")
         if ns.bias is not None and value is not None and value != ns.bias:
             raise UsageError(f"{'--bias' if ns.bias else '--no-bias'} contradicts "
                              f"{flag if value else '--no-' + flag[2:]}; give one of them")
@@ -210,10 +180,18 @@ def _arch_overrides(ns: argparse.Namespace) -> dict:
     return out
 
 
+def _check_needs(overrides: dict, config: ModelConfig) -> None:
+    """A flag whose field means nothing without another (a MoE option on a dense model)
+    would change no count: refused, not silently ignored."""
+    for f, m in fields_meta.flagged(ModelConfig):
+        if m.needs and overrides.get(f.name) is not None and getattr(config, m.needs) is None:
+            needed = next(n.flag for g, n in fields_meta.flagged(ModelConfig) if g.name == m.needs)
+            raise UsageError(f"{m.flag} applies to a mixture of experts, and {config.name} has "
+                             f"none; give {needed} too (or leave {m.flag} out)")
+
+
 def config_from_args(ns: argparse.Namespace) -> ModelConfig:
-    overrides = {dest: getattr(ns, dest) for _, dest in _SIZE_FLAGS}
-    overrides["rope_theta"] = ns.rope_theta
-    overrides.update(_arch_overrides(ns))
+    overrides = _overrides(ns)
     if ns.model and ns.config:
         raise UsageError("give either a model name or --config FILE, not both")
     if ns.model:
@@ -221,7 +199,7 @@ def config_from_args(ns: argparse.Namespace) -> ModelConfig:
     elif ns.config:
         base = config_from_json(ns.config)
     else:
-        missing = [flag for flag, dest in _SIZE_FLAGS[:5] if overrides[dest] is None]
+        missing = ["--" + f.replace("_", "-") for f in _REQUIRED if overrides[f] is None]
         if missing:
             raise UsageError("no model given: name a preset (see --list), pass --config FILE, or "
                              "give " + ", ".join(missing))
@@ -231,13 +209,30 @@ def config_from_args(ns: argparse.Namespace) -> ModelConfig:
         raise UsageError(f"--rope-theta is given but positions are {positions!r}; RoPE's theta "
                          f"needs --positions rope")
     if base is not None:
-        return base.with_overrides(**overrides)
-    if overrides["d_ff"] is None:  # the MLP's default width
-        overrides["d_ff"] = MLPS[overrides["mlp"] or "swiglu"].default_d_ff(overrides["d_model"])
-        if overrides["d_ff"] > MAX_SIZE:
-            raise UsageError(f"the default d_ff for d_model {overrides['d_model']:,} is "
-                             f"{overrides['d_ff']:,}, past the 10^12 limit; give --d-ff")
-    return ModelConfig(**{k: v for k, v in overrides.items() if v is not None})
+        config = base.with_overrides(**overrides)
+    else:
+        if overrides["d_ff"] is None:  # the MLP's default width
+            overrides["d_ff"] = MLPS[overrides["mlp"] or "swiglu"].default_d_ff(overrides["d_model"])
+            if overrides["d_ff"] > MAX_SIZE:
+                raise UsageError(f"the default d_ff for d_model {overrides['d_model']:,} is "
+                                 f"{overrides['d_ff']:,}, past the 10^12 limit; give --d-ff")
+        config = ModelConfig(**{k: v for k, v in overrides.items() if v is not None})
+    _check_needs(overrides, config)
+    return config
+
+
+def flag_table() -> list[str]:
+    """The spec's flags as Markdown rows (flag | field | kind and bound | meaning), from the
+    fields' metadata: the docs' table, generated (accounting/present/generated.py)."""
+    bounds = {fields_meta.SIZE: "integer, 1 to 10^12", fields_meta.COUNT: "integer, 0 to 10^12",
+              fields_meta.NUMBER: "number > 0, finite", fields_meta.NUMBER0: "number ≥ 0, finite",
+              fields_meta.FLAG: "--x / --no-x", fields_meta.LAYERS: "layer indices, comma-separated",
+              fields_meta.TYPES: "global or local per layer, comma-separated"}
+    rows = ["| flag | spec field | value | meaning |", "| --- | --- | --- | --- |"]
+    for f, m in fields_meta.flagged(ModelConfig):
+        value = ", ".join(m.choices) if m.kind == fields_meta.CHOICE else bounds[m.kind]
+        rows.append(f"| `{m.flag}` | `{f.name}` | {value} | {m.help} |")
+    return rows
 
 
 def hf_source_from_args(ns: argparse.Namespace):

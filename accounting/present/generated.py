@@ -25,7 +25,13 @@ def _gpu_names() -> str:
     return f"Known GPUs: {names} ({aliases}).\n"
 
 
+def _spec_flags() -> str:
+    from accounting.cli.args import flag_table
+    return "\n".join(flag_table()) + "\n"
+
+
 BLOCKS: dict[str, Callable[[], str]] = {
     "gpu-table": _gpus,
     "gpu-names": _gpu_names,
+    "spec-flags": _spec_flags,
 }

@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 
 from accounting.runtime.errors import UsageError, escape, shorten
+from accounting.spec.fields import (CHOICE, COUNT, EXTRAS, FLAG, LAYERS, NUMBER, NUMBER0, SIZE,
+                                     SIZES, TEXT, TYPES, spec)
 
 
 def default_d_ff(d_model: int) -> int:
@@ -81,50 +83,104 @@ _FLAGS = ("tie_embeddings", "qkv_bias", "out_bias", "mlp_bias")
 class ModelConfig:
     """Sizes and the choices that decide which operations run (defaults: CS336)."""
 
-    vocab_size: int
-    context_length: int  # the learned position table's length when positions = "learned"
-    num_layers: int
-    d_model: int
-    num_heads: int
-    d_ff: int
-    rope_theta: float = 10000.0
-    name: str = "custom"
-    num_kv_heads: int | None = None  # None: num_heads (multi-head); 1: multi-query
-    head_dim: int | None = None  # None: d_model // num_heads
-    norm: str = "rmsnorm"
-    norm_eps: float = 1e-5
-    norm_placement: str = "pre"
-    mlp: str = "swiglu"
-    positions: str = "rope"
-    tie_embeddings: bool = False
-    qkv_bias: bool = False  # biases on the Q, K and V projections (GPT-2, Qwen2)
-    out_bias: bool = False  # bias on the attention output projection (GPT-2)
-    mlp_bias: bool = False  # biases on the MLP's matrices (GPT-2)
-    qk_norm: str = "none"
-    attention: str = "naive"  # how the attention core runs: "naive" (the course's) or "sdpa"
+    vocab_size: int = spec(kind=SIZE, flag="--vocab-size", group=SIZES, help="vocabulary size V")
+    # the learned position table's length when positions = "learned"
+    context_length: int = spec(kind=SIZE, flag="--context-length", group=SIZES,
+                               help="context length (with --positions learned, the table's length)")
+    num_layers: int = spec(kind=SIZE, flag="--num-layers", group=SIZES, help="blocks L")
+    d_model: int = spec(kind=SIZE, flag="--d-model", group=SIZES, help="model width d_model")
+    num_heads: int = spec(kind=SIZE, flag="--num-heads", group=SIZES, help="attention (query) heads h")
+    d_ff: int = spec(kind=SIZE, flag="--d-ff", group=SIZES,
+                     help="feed-forward inner width (default: 8/3·d_model rounded up to a multiple "
+                          "of 64 for a gated MLP, 4·d_model for a plain one)")
+    rope_theta: float = spec(10000.0, kind=NUMBER, flag="--rope-theta", group=SIZES,
+                             help="RoPE's theta (default 10,000; changes no count)")
+    name: str = spec("custom", kind=TEXT, help="the config's name (heads every table)")
+    num_kv_heads: int | None = spec(None, kind=SIZE, flag="--num-kv-heads",
+                                    help="key/value heads (default: num_heads; 1 = multi-query; "
+                                         "fewer = grouped-query attention)")
+    head_dim: int | None = spec(None, kind=SIZE, flag="--head-dim",
+                                help="head dimension (default: d_model/num_heads)")
+    norm: str = spec("rmsnorm", kind=CHOICE, flag="--norm", choices=NORMS,
+                     help="rmsnorm (default) or layernorm (with bias)")
+    norm_eps: float = spec(1e-5, kind=NUMBER0, flag="--norm-eps",
+                           help="the norms' epsilon (changes no count)")
+    norm_placement: str = spec("pre", kind=CHOICE, flag="--norm-placement", choices=NORM_PLACEMENTS,
+                               help="pre (default) or post (OLMo-2: norm on each sublayer's output)")
+    mlp: str = spec("swiglu", kind=CHOICE, flag="--mlp", choices=MLPS,
+                    help="feed-forward: swiglu (default), geglu, gelu (exact), gelu_tanh (GPT-2)")
+    positions: str = spec("rope", kind=CHOICE, flag="--positions", choices=POSITIONS,
+                          help="rope (default), learned (a table of context_length positions) or none")
+    tie_embeddings: bool = spec(False, kind=FLAG, flag="--tie-embeddings",
+                                help="the LM head reads the token embedding table (default: untied)")
+    qkv_bias: bool = spec(False, kind=FLAG, flag="--qkv-bias",  # GPT-2, Qwen2
+                          help="biases on the Q, K, V projections")
+    out_bias: bool = spec(False, kind=FLAG, flag="--out-bias",  # GPT-2
+                          help="bias on the attention output projection")
+    mlp_bias: bool = spec(False, kind=FLAG, flag="--mlp-bias",  # GPT-2
+                          help="biases on the MLP matrices")
+    qk_norm: str = spec("none", kind=CHOICE, flag="--qk-norm", choices=QK_NORMS,
+                        help="none (default), head (Qwen3) or full (OLMo-2)")
+    attention: str = spec("naive", kind=CHOICE, flag="--attention", choices=ATTENTIONS,
+                          help="how the attention core runs: naive (default: the course's explicit "
+                               "scores, mask and softmax) or sdpa (the fused kernel, "
+                               "F.scaled_dot_product_attention)")
     # sliding-window (local) attention: each query attends its last W keys (itself included)
-    sliding_window: int | None = None
-    layer_types: tuple[str, ...] | None = None  # per layer "global"/"local"; None: every layer
-    #                                             local when sliding_window is set, else global
+    sliding_window: int | None = spec(None, kind=SIZE, flag="--sliding-window", group=EXTRAS,
+                                      help="a local layer attends its last W keys (every layer "
+                                           "local unless --layer-types says which)")
+    # per layer "global"/"local"; None: every layer local when sliding_window is set, else global
+    layer_types: tuple[str, ...] | None = spec(None, kind=TYPES, flag="--layer-types", group=EXTRAS,
+                                               choices=dict.fromkeys(LAYER_TYPES),
+                                               help="each layer's attention, one per layer")
     # mixture of experts (None: a dense MLP in every layer)
-    num_experts: int | None = None
-    experts_per_token: int = 2  # top-k
-    moe_d_ff: int | None = None  # each expert's width (None: d_ff)
-    num_shared_experts: int = 0  # experts every token runs (DeepSeek), one MLP of n·moe_d_ff
-    router: str = "softmax"
-    router_groups: int = 1  # DeepSeek's n_group: experts in groups, ...
-    router_topk_groups: int = 1  # ... of which topk_group are chosen first (group-limited)
-    router_bias: bool = False  # DeepSeek-V3's e_score_correction_bias (a buffer)
-    norm_topk_prob: bool = True  # renormalise the chosen experts' weights to sum to 1
-    routed_scaling_factor: float = 1.0
-    dense_layers: tuple[int, ...] = ()  # layers that keep a dense MLP (DeepSeek's first k)
-    moe_capacity_factor: float | None = None  # None: dropless; c: ⌈c·B·T·k/E⌉ slots per expert
+    num_experts: int | None = spec(None, kind=SIZE, flag="--num-experts", group=EXTRAS,
+                                   help="routed experts per MoE layer (a mixture of experts)")
+    experts_per_token: int = spec(2, kind=SIZE, flag="--experts-per-token", group=EXTRAS,
+                                  needs="num_experts", help="top-k: experts each token runs (default 2)")
+    moe_d_ff: int | None = spec(None, kind=SIZE, flag="--moe-d-ff", group=EXTRAS, needs="num_experts",
+                                help="each expert's inner width (default: d_ff)")
+    # one MLP of n·moe_d_ff every token runs (DeepSeek)
+    num_shared_experts: int = spec(0, kind=COUNT, flag="--shared-experts", group=EXTRAS,
+                                   needs="num_experts",
+                                   help="experts every token runs beside its top-k (DeepSeek)")
+    router: str = spec("softmax", kind=CHOICE, flag="--router", group=EXTRAS, choices=ROUTERS,
+                       needs="num_experts",
+                       help="softmax over the experts (Mixtral, Qwen3) or a sigmoid each (DeepSeek-V3)")
+    router_groups: int = spec(1, kind=SIZE, flag="--router-groups", group=EXTRAS, needs="num_experts",
+                              help="DeepSeek's n_group: the experts in this many groups (default 1)")
+    router_topk_groups: int = spec(1, kind=SIZE, flag="--router-topk-groups", group=EXTRAS,
+                                   needs="num_experts",
+                                   help="DeepSeek's topk_group: the groups chosen before the "
+                                        "experts (group-limited routing; default 1)")
+    router_bias: bool = spec(False, kind=FLAG, flag="--router-bias", group=EXTRAS, needs="num_experts",
+                             help="DeepSeek-V3's e_score_correction_bias (a buffer) on the choice")
+    norm_topk_prob: bool = spec(True, kind=FLAG, flag="--norm-topk-prob", group=EXTRAS,
+                                needs="num_experts",
+                                help="renormalise the chosen experts' weights to sum to 1 (default)")
+    routed_scaling_factor: float = spec(1.0, kind=NUMBER, flag="--routed-scaling-factor",
+                                        group=EXTRAS, needs="num_experts",
+                                        help="the routed experts' weights scaled by X (default 1)")
+    dense_layers: tuple[int, ...] = spec((), kind=LAYERS, flag="--dense-layers", group=EXTRAS,
+                                         needs="num_experts",
+                                         help="layers that keep a dense MLP among MoE layers "
+                                              "(DeepSeek's first k)")
+    moe_capacity_factor: float | None = spec(None, kind=NUMBER, flag="--capacity-factor",
+                                             group=EXTRAS, needs="num_experts",
+                                             help="each expert runs ⌈X·B·T·k/E⌉ rows (padding or "
+                                                  "dropping); default dropless")
     # multi-head latent attention (DeepSeek-V2/V3): set kv_lora_rank and the head dims
-    q_lora_rank: int | None = None
-    kv_lora_rank: int | None = None
-    qk_nope_head_dim: int | None = None
-    qk_rope_head_dim: int | None = None
-    v_head_dim: int | None = None
+    q_lora_rank: int | None = spec(None, kind=SIZE, flag="--q-lora-rank", group=EXTRAS,
+                                   help="latent attention: the query latent width (default: none)")
+    kv_lora_rank: int | None = spec(None, kind=SIZE, flag="--kv-lora-rank", group=EXTRAS,
+                                    help="multi-head latent attention: the K/V latent width (with "
+                                         "--qk-nope-head-dim, --qk-rope-head-dim, --v-head-dim)")
+    qk_nope_head_dim: int | None = spec(None, kind=SIZE, flag="--qk-nope-head-dim", group=EXTRAS,
+                                        help="latent attention: per-head Q/K dims without RoPE")
+    qk_rope_head_dim: int | None = spec(None, kind=SIZE, flag="--qk-rope-head-dim", group=EXTRAS,
+                                        help="latent attention: per-head Q/K dims with RoPE")
+    v_head_dim: int | None = spec(None, kind=SIZE, flag="--v-head-dim", group=EXTRAS,
+                                  help="latent attention: per-head value dims")
 
     def __post_init__(self) -> None:
         for f in _SIZES + ("num_kv_heads", "head_dim"):

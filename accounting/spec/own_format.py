@@ -3,7 +3,7 @@ omitted), and the reading of any JSON config file (bounded, UTF-8, one object)."
 from __future__ import annotations
 
 import json
-from dataclasses import fields
+from dataclasses import MISSING, fields
 from pathlib import Path
 
 from accounting.runtime.errors import UsageError, escape
@@ -11,7 +11,9 @@ from accounting.runtime.safe_io import read_small_file
 from accounting.spec.config import MAX_CONFIG_BYTES, MAX_SIZE, MLPS, ModelConfig, _one_of, _short
 
 _JSON_KEYS = {f.name for f in fields(ModelConfig)}
-_REQUIRED = ("vocab_size", "context_length", "num_layers", "d_model", "num_heads")
+# the fields with no default, but d_ff (its default follows from the MLP and d_model)
+_REQUIRED = tuple(f.name for f in fields(ModelConfig)
+                  if f.default is MISSING and f.name != "d_ff")
 
 
 def config_from_dict(data: dict, source: str) -> ModelConfig:
