@@ -117,7 +117,30 @@ def test_course_list_against_what_autograd_saves():
         "softmax row sum",  # the model's own softmax
         "sigmoid(W1 output)", "gated product (W2 input)",  # SwiGLU
         "token ids", "targets", "nll_loss total weight"}  # embedding and loss bookkeeping
-    assert saved - course == sum(rows[n] for n in only_saved) - sum(rows[n] for n in only_course)
+    # Each of those rows by hand (fp32, 4 bytes; int64 8; bool 1), L = 2, B = 2, T = 5,
+    # n = B·T = 10, d = 24, h = 2, d_k = 12, d_ff = 40, V = 37; per-layer rows × L:
+    n, L, d, h, dk, f, V = B * T, 2, 24, 2, 12, 40, 37
+    hand_saved = {
+        **{f"{ln} rms": L * 4 * n for ln in ("ln1", "ln2")}, "ln_final rms": 4 * n,
+        **{f"{ln} {what}": L * 4 * n * d for ln in ("ln1", "ln2") for what in ("x / rms", "output")},
+        "ln_final x / rms": 4 * n * d, "ln_final output": 4 * n * d,
+        # cos and sin indexed at the positions, (1, T, d_k/2), once for Q and once for K
+        "RoPE cos and sin at the positions": L * 4 * 4 * T * dk // 2,
+        "Q after RoPE": L * 4 * B * h * T * dk, "K after RoPE": L * 4 * B * h * T * dk,
+        "V (heads layout)": L * 4 * n * d, "attention-weighted values, heads merged": L * 4 * n * d,
+        "causal mask": L * T * T, "masked scores (softmax input)": L * 4 * B * h * T * T,
+        "softmax row max": L * 4 * B * h * T, "exp(scores − max)": L * 4 * B * h * T * T,
+        "softmax row sum": L * 4 * B * h * T,
+        "sigmoid(W1 output)": L * 4 * n * f, "gated product (W2 input)": L * 4 * n * f,
+        "token ids": 8 * n, "targets": 8 * n, "nll_loss total weight": 4}
+    hand_course = {
+        **{f"{x} projection output": L * 4 * n * d for x in ("Q", "K", "V", "output")},
+        "QKᵀ scores": L * 4 * B * h * T * T, "attention-weighted values": L * 4 * B * h * T * dk,
+        "W2 output": L * 4 * n * d, "logits (output embedding)": 4 * n * V}
+    assert {k: rows[k] for k in only_saved} == hand_saved
+    assert {k: rows[k] for k in only_course} == hand_course
+    # the measured total differs from the course's by exactly those rows (26,974 − 13,800)
+    assert saved - course == sum(hand_saved.values()) - sum(hand_course.values()) == 13_174
     # Hand numbers for this config (fp32 bytes; L = 2, B = 2, T = 5, d = 24, h = 2, d_ff = 40,
     # V = 37): course = 4·[2·(8·BTd + 3·BTd_ff + 2·BhT²) + BTd + 2·BTV] = 4·[2·(1,920 + 1,200
     # + 200) + 240 + 740] = 30,480; saved = 43,654 (the sum of the hooked storages).

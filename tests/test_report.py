@@ -181,6 +181,51 @@ def test_regenerated_figures_are_identical(regenerated):
         assert (new / name).read_bytes() == (old / name).read_bytes(), name
 
 
+_DRAW_AND_COMPARE = """
+import pathlib, sys
+from numpy._core._multiarray_umath import __cpu_features__
+off = sys.argv[2].split()
+assert off and not any(__cpu_features__[f] for f in off), off  # numpy honoured the variable
+from accounting.reporting import data, figures
+d = data.assemble(False, checks=False)
+out = pathlib.Path(sys.argv[1])
+for name in figures.FIGURES:
+    figures.save(name, d, out)
+"""
+
+
+def test_figures_do_not_depend_on_the_cpus_simd(tmp_path):
+    """Issue 23: two fresh clones regenerated a different flops_vs_context.png. The cause:
+    matplotlib's log scale took np.log10 of every point, and numpy picks its SIMD code for
+    log10 by the CPU at run time (with AVX-512, SVML kernels that differ in the last bit),
+    so the same versions drew different pixels on another CPU. Here the figures are drawn
+    with every SIMD extension numpy dispatches to switched off (NPY_DISABLE_CPU_FEATURES,
+    numpy's documented switch), as a CPU without them would, and must still be the
+    committed bytes. Before the fix (figures.py's decimal log scale) flops_vs_context.png
+    differed in 61 pixels on an AVX-512 machine."""
+    pytest.importorskip("matplotlib")
+    np_umath = pytest.importorskip("numpy._core._multiarray_umath")
+    import matplotlib
+    import os
+    import subprocess
+    import sys
+    drawn_with = _committed_png_matplotlib()
+    if matplotlib.__version__ not in drawn_with:
+        pytest.skip(f"committed figures drawn with {drawn_with!r}, this is matplotlib "
+                    f"{matplotlib.__version__}")
+    off = [f for f in np_umath.__cpu_dispatch__ if np_umath.__cpu_features__.get(f)]
+    if not off:
+        pytest.skip("numpy dispatches to no SIMD extension on this CPU: nothing to switch off")
+    env = dict(os.environ, NPY_DISABLE_CPU_FEATURES=" ".join(off), PYTHONPATH=str(ROOT))
+    run = subprocess.run([sys.executable, "-c", _DRAW_AND_COMPARE, str(tmp_path), " ".join(off)],
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == sorted(f for info in figures_index.FIGURES.values() for f in info.files())
+    for name in names:
+        assert (tmp_path / name).read_bytes() == (COMMITTED / "figures" / name).read_bytes(), name
+
+
 def test_progress_on_stderr(regenerated):
     _, _, err = regenerated
     lines = err.splitlines()

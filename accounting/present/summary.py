@@ -6,7 +6,7 @@
     plan:     fits or not, the largest batch, the step's peak, FLOPs per step, time to train.
 
 Formatting only: every number is one the Analysis or the Plan already holds (the share is
-rounded exactly as the component table rounds it, so the two always print the same).
+views.component_percents, the component table's own, so the two always print the same).
 """
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from accounting.ledger import records as R
 from accounting.analysis.workload import Analysis
 from accounting.spec.presets import note
 from accounting.present.table import Table
-from accounting.units import GB, GIGA, MEGA, TERA, GiB, decimal, gigabytes, grouped, rounded_percents, si
-from accounting.present.views import percent_of
+from accounting.units import GB, GIGA, MEGA, TERA, GiB, decimal, gigabytes, grouped, si
+from accounting.present.views import component_percents, percent_of
 
 LABEL = 14  # width of the answer lines' labels
 
@@ -64,15 +64,13 @@ def analysis_lines(a: Analysis) -> list[str]:
     else:
         flops = _line("matmul FLOPs", f"{grouped(mm)} = {si(mm, 'FLOPs')} ({a.phase} pass; "
                                       "non-matmul ops: forward pass only)")
-    components = list(R.COMPONENTS)
     shares = a.component_shares(a.counting)
-    shown = rounded_percents([shares[c] for c in components])
-    top = max(range(len(components)), key=lambda i: shares[components[i]])
+    top = max(R.COMPONENTS, key=lambda c: shares[c])  # the first of equal ones
     memory = a.param_memory_bytes()
     return [
         flops,
-        _line("largest", f"{components[top]}, {shown[top]} of the matmul FLOPs ({a.counting} "
-                         "attention count)"),
+        _line("largest", f"{top}, {component_percents(a, a.counting)[top]} of the matmul FLOPs "
+                         f"({a.counting} attention count)"),
         _line("parameters", _count(a.param_count) + _active(a)),
         _line("load memory", f"{gigabytes(memory['fp32'])} in fp32, {gigabytes(memory['bf16'])} "
                              "in bf16 (GB = 10^9 bytes)"),

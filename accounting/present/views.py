@@ -144,12 +144,19 @@ def matmul_table(a: Analysis) -> Table:
                         + _useful_extra(a)))
 
 
+def component_percents(a: Analysis, counting: str) -> dict[str, str]:
+    """Each component's share of the matmul FLOPs as printed: the exact fractions rounded
+    together so that the column adds to 100.00% (largest remainder). The component table
+    and the answer block (summary.py) both print these, so they cannot disagree."""
+    shares = a.component_shares(counting)
+    return dict(zip(R.COMPONENTS, rounded_percents([shares[c] for c in R.COMPONENTS])))
+
+
 def component_table(a: Analysis) -> Table:
     ex, us = a.component_flops("executed"), a.component_flops("useful")
-    ex_pct = rounded_percents(list(a.component_shares("executed").values()))
-    us_pct = rounded_percents(list(a.component_shares("useful").values()))
-    rows = [(c, grouped(ex[c]), si(ex[c], "FLOPs"), ex_pct[i], grouped(us[c]), us_pct[i])
-            for i, c in enumerate(R.COMPONENTS)]
+    ex_pct, us_pct = component_percents(a, "executed"), component_percents(a, "useful")
+    rows = [(c, grouped(ex[c]), si(ex[c], "FLOPs"), ex_pct[c], grouped(us[c]), us_pct[c])
+            for c in R.COMPONENTS]
     total_ex, total_us = sum(ex.values()), sum(us.values())
     rows.append(("total", grouped(total_ex), si(total_ex, "FLOPs"), "100.00%", grouped(total_us), "100.00%"))
     dominant = max(R.COMPONENTS, key=lambda c: (ex if a.counting == "executed" else us)[c])

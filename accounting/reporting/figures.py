@@ -2,16 +2,21 @@
 
 DRAW maps each figure of figures_index.FIGURES to a function from ReportData to a
 matplotlib Figure. save() writes PNG and SVG with fixed metadata and a fixed SVG hash
-salt, so the same data and the same matplotlib version give the same bytes.
+salt, and the log axes take their logarithms in decimal arithmetic (LOG2, LOG10, below),
+so the same data and the same matplotlib version give the same bytes on every machine.
 Colours come from style.py (one colour per component, in every figure).
 """
 from __future__ import annotations
 
+import math
+from decimal import Context, Decimal
 from pathlib import Path
 
 import matplotlib
+import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.scale import InvertedLogTransform, LogScale, LogTransform
 from matplotlib.ticker import NullLocator, PercentFormatter
 
 from accounting.ledger import records as R
@@ -55,6 +60,79 @@ def save(name: str, data: ReportData, folder: Path) -> tuple[str, ...]:
     return info.files()
 
 
+# ---- log axes, the same bytes on every CPU ------------------------------------------------
+# matplotlib's log scale takes np.log10 / np.log2 of every point, and numpy computes those
+# with SIMD code chosen at run time for the CPU: with AVX-512 (its SVML kernels) np.log10
+# differs in the last bit from the code other CPUs run (NPY_DISABLE_CPU_FEATURES shows it
+# on one machine), enough to move a few antialiased pixels of flops_vs_context.png
+# (61 pixels, by at most 2/255), so a clone on another CPU regenerated different bytes.
+# The same log scale (ticks, labels, limits: LogScale's own), with the logarithms taken in
+# decimal arithmetic (libmpdec: integer code, the same result everywhere), rounded once
+# to a float.
+
+_DECIMAL = Context(prec=40)
+
+
+def _log(x: float, base: int) -> float:
+    if math.isnan(x):
+        return x
+    if x <= 0:
+        return -math.inf
+    if math.isinf(x):
+        return x
+    d = Decimal(x)
+    return float(_DECIMAL.log10(d) if base == 10 else _DECIMAL.divide(_DECIMAL.ln(d),
+                                                                    _DECIMAL.ln(Decimal(base))))
+
+
+def _power(base: int, y: float) -> float:
+    if math.isnan(y) or math.isinf(y):
+        return y if y > 0 or math.isnan(y) else 0.0
+    if y * math.log10(base) > 309:  # beyond the largest float
+        return math.inf
+    if y * math.log10(base) < -330:  # below the smallest subnormal
+        return 0.0
+    return float(_DECIMAL.power(Decimal(base), Decimal(y)))
+
+
+def _elementwise(f, values):
+    a = np.asarray(values, dtype=float)
+    out = np.array([f(v) for v in a.ravel().tolist()], dtype=float).reshape(a.shape)
+    if isinstance(values, np.ma.MaskedArray):
+        out = np.ma.array(out, mask=np.ma.getmaskarray(values))
+    return out
+
+
+class _DecimalLogTransform(LogTransform):
+    def transform_non_affine(self, values):
+        out = _elementwise(lambda v: _log(v, self.base), values)
+        if self._clip:  # as LogTransform: non-positive values drawn at -1000 decades
+            out[np.asarray(values) <= 0] = -1000
+        return out
+
+    def inverted(self):
+        return _DecimalInvertedLogTransform(self.base)
+
+
+class _DecimalInvertedLogTransform(InvertedLogTransform):
+    def transform_non_affine(self, values):
+        return _elementwise(lambda y: _power(self.base, y), values)
+
+    def inverted(self):
+        return _DecimalLogTransform(self.base)
+
+
+class DecimalLogScale(LogScale):
+    """LogScale (name 'log', its locators and formatters) with the decimal transform."""
+
+    def __init__(self, base: int):
+        super().__init__(None, base=base)  # axis: unused (required before matplotlib 3.11)
+        self._transform = _DecimalLogTransform(base)
+
+
+LOG2, LOG10 = DecimalLogScale(2), DecimalLogScale(10)
+
+
 # ---- shared pieces ------------------------------------------------------------------------
 
 def _seq_label(seq: int) -> str:
@@ -63,7 +141,7 @@ def _seq_label(seq: int) -> str:
 
 def _context_axis(ax, seqs) -> None:
     """log2 axis with a labelled tick at every power of two."""
-    ax.set_xscale("log", base=2)
+    ax.set_xscale(LOG2)
     ticks = powers_of_two(seqs[0], seqs[-1])
     ax.set_xticks(ticks, [_seq_label(t) for t in ticks])
     ax.xaxis.set_minor_locator(NullLocator())
@@ -156,7 +234,7 @@ def flops_vs_context(data: ReportData) -> Figure:
         ax.plot(s.seqs, [float(f) for f in s.totals], color=style.TOTAL_COLOUR, linewidth=1.2,
                 linestyle="--", label="total")
         _context_axis(ax, s.seqs)
-        ax.set_yscale("log")
+        ax.set_yscale(LOG10)
         ax.set_title(model_title(c))
     for ax in axes[1]:
         ax.set_xlabel("context length T (tokens, log₂ scale)")
