@@ -9,11 +9,11 @@ ledger, and model/ builds the same network from it.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import MISSING, dataclass, fields, replace
 
 from accounting.runtime.errors import UsageError, escape, shorten
 from accounting.spec.fields import (CHOICE, COUNT, EXTRAS, FLAG, LAYERS, NUMBER, NUMBER0, SIZE,
-                                     SIZES, TEXT, TYPES, spec)
+                                     SIZES, TEXT, TYPES, meta, spec)
 
 
 def default_d_ff(d_model: int) -> int:
@@ -72,11 +72,6 @@ class LayerKind:
 MAX_SIZE = 10**12
 MAX_NAME = 200  # characters of a config's name (it heads every table)
 MAX_CONFIG_BYTES = 2**20  # a config file is a few hundred bytes; a JSON file is read whole
-
-_SIZES = ("vocab_size", "context_length", "num_layers", "d_model", "num_heads", "d_ff")
-_CHOICES = {"norm": NORMS, "norm_placement": NORM_PLACEMENTS, "mlp": MLPS, "positions": POSITIONS,
-            "qk_norm": QK_NORMS, "attention": ATTENTIONS}
-_FLAGS = ("tie_embeddings", "qkv_bias", "out_bias", "mlp_bias")
 
 
 @dataclass(frozen=True)
@@ -318,6 +313,15 @@ class ModelConfig:
             return self
         return replace(self, name=self.name if self.name == "custom" else f"{self.name} (modified)",
                        **changed)
+
+
+# What __post_init__ checks field by field, read from the fields' metadata (fields.py), in
+# the spec's order: the required sizes; the choices and switches of the core architecture (the
+# mixture of experts' own are checked with it, in _check_moe, which knows whether it applies).
+_SIZES = tuple(f.name for f in fields(ModelConfig) if meta(f).kind == SIZE and f.default is MISSING)
+_CHOICES = {f.name: meta(f).choices for f in fields(ModelConfig)
+            if meta(f).kind == CHOICE and meta(f).needs is None}
+_FLAGS = tuple(f.name for f in fields(ModelConfig) if meta(f).kind == FLAG and meta(f).needs is None)
 
 
 def _positive(c: ModelConfig, f: str, allow_none: bool = True) -> None:
