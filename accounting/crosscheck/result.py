@@ -9,12 +9,12 @@ from dataclasses import dataclass
 
 from accounting.ledger import records as R
 from accounting.crosscheck.fvcore_einsum import STOCK_CAP_BYTES
-from accounting.ledger.records import EXECUTED, TRAIN
+from accounting.ledger.records import EXECUTED
 from accounting.units import FLOPS_PER_MAC, grouped
 
 TOTAL = "total"
 ELSEWHERE = "not in any component"
-# TRAIN (records.py): the scope of the forward + backward total row
+
 
 @dataclass(frozen=True)
 class ComponentRow:
