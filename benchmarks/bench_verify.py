@@ -184,7 +184,7 @@ def hf_table(runs: int) -> Table:
 
 def matrix_table() -> Table:
     from accounting.crosscheck import cross_check
-    from accounting.crosscheck.compare import TOTAL
+    from accounting.crosscheck.result import TOTAL
     rows, all_agree = [], True
     for name in PRESETS:
         for seq in (s for s in SEQS if s <= get_preset(name).context_length

@@ -25,7 +25,7 @@ F = torch.nn.functional
 from accounting import analyze  # noqa: E402
 from accounting.spec.config import (MLPS, NORM_PLACEMENTS, NORMS, POSITIONS, QK_NORMS, ModelConfig)  # noqa: E402
 from accounting.spec.presets import PRESETS
-from accounting.crosscheck import cross_check  # noqa: E402
+from accounting.crosscheck import cross_check, views  # noqa: E402
 from accounting.ledger.ledger import ledger  # noqa: E402
 from model import TransformerLM  # noqa: E402
 
@@ -190,7 +190,7 @@ def test_saved_activations_equal_the_ledger(name, B, T):
 @pytest.mark.parametrize("name", sorted(VARIANTS))
 def test_variants_agree_exactly(name):
     result = cross_check(analyze(variant(name), 6, 2, "train"))
-    assert result.agrees, result.summary()
+    assert result.agrees, views.summary(result)
     assert all(c.agreeing == c.layers for c in result.layers)
 
 
@@ -210,7 +210,7 @@ SLOW_PRESETS = ("Qwen/Qwen3-30B-A3B", "deepseek-ai/DeepSeek-V3", "mistralai/Mixt
 def test_real_checkpoints_agree_exactly(name):
     # the CS336 presets run in test_crosscheck.py; these at 256 tokens, forward and backward
     [result] = prepared_cross_checks([(PRESETS[name], 256, 1)])
-    assert result.agrees, result.summary()
+    assert result.agrees, views.summary(result)
 
 
 def _check(workload):
@@ -303,5 +303,5 @@ def test_200_random_architectures_agree_exactly(chunk):
     workloads = RANDOM[chunk::10]
     for (c, T, B), result in zip(workloads, prepared_cross_checks(workloads)):
         assert (result.seq, result.batch, result.phase) == (T, B, "train")  # in order
-        assert result.agrees, (c, T, B, result.summary())
+        assert result.agrees, (c, T, B, views.summary(result))
         assert all(layer.agreeing == layer.layers for layer in result.layers)

@@ -16,8 +16,9 @@ from hypothesis import strategies as st
 from accounting import ModelConfig, analyze, get_preset
 from accounting.present import render
 from accounting.cli.main import main
-from accounting.crosscheck import cross_check, measure
-from accounting.crosscheck.compare import TOTAL, compare
+from accounting.crosscheck import cross_check, measure, views
+from accounting.crosscheck.compare import compare
+from accounting.crosscheck.result import TOTAL
 
 PRESETS = ("gpt2-small", "gpt2-medium", "gpt2-large", "gpt2-xl")
 
@@ -35,7 +36,7 @@ def _forward_total_by_hand(c: ModelConfig, T: int, B: int) -> int:
 def test_presets_agree_exactly_forward_and_backward(name, seq, batch):
     a = analyze(get_preset(name), seq, batch, "train")
     result = cross_check(a)
-    assert result.agrees, result.summary()
+    assert result.agrees, views.summary(result)
     fwd = [r for r in result.components if r.scope == "forward" and r.component == TOTAL][0]
     bwd = [r for r in result.components if r.scope == "backward" and r.component == TOTAL][0]
     assert fwd.torch == fwd.fvcore == _forward_total_by_hand(a.config, seq, batch)
@@ -64,7 +65,7 @@ def test_gpt2_xl_16k_stock_is_skipped_where_it_would_allocate_50_gib():
     # 25 heads × 16,384² scores + V (25 × 16,384 × 64), float64: by hand
     worst = max(e["stock_operand_bytes"] for e in result.einsum_calls)
     assert worst == 8 * (25 * 16384 * 16384 + 25 * 16384 * 64)
-    text = render.text(result.tables())
+    text = render.text(views.tables(result))
     assert "skipped" in text and "50.20 GiB" in text
 
 
@@ -83,7 +84,7 @@ def test_random_configs_agree_exactly(config, seq, batch, phase):
     # num_heads = 1, d_ff not a multiple of 64 (even 1), vocab down to 1, T = 1 and
     # T > context_length all occur in this space.
     result = cross_check(analyze(config, seq, batch, phase))
-    assert result.agrees, result.summary()
+    assert result.agrees, views.summary(result)
 
 
 @pytest.mark.parametrize("seq,d_ff", [(1, 12), (5, 1)])
@@ -92,7 +93,7 @@ def test_size_one_contractions_are_explained(seq, d_ff):
     # which FlopCounterMode does not count; the op counter's products fill the gap.
     c = ModelConfig(vocab_size=7, context_length=8, num_layers=2, d_model=8, num_heads=2, d_ff=d_ff)
     result = cross_check(analyze(c, seq, 2, "train"))
-    assert result.agrees, result.summary()
+    assert result.agrees, views.summary(result)
     assert any(r.torch_einsum_products for r in result.components)
     assert any("aten.mul" in n for n in result.notes)
 
@@ -116,8 +117,8 @@ def test_a_disagreement_is_found_and_named():
     assert row.fvcore - row.analytic == 2 and not row.agree  # doubled MACs
     layer = [c for c in bad.layers if c.counter.startswith("fvcore")][0]
     assert [(x.layer, x.component) for x in layer.mismatches] == [(1, "attention projections")]
-    assert "attention projections" in bad.summary() and "fvcore" in bad.summary()
-    assert "NO: fvcore +2" in render.text(bad.tables())
+    assert "attention projections" in views.summary(bad) and "fvcore" in views.summary(bad)
+    assert "NO: fvcore +2" in render.text(views.tables(bad))
 
 
 def test_an_unknown_op_makes_it_disagree():
@@ -132,12 +133,12 @@ def test_an_unknown_op_makes_it_disagree():
 
 def test_tables_render_and_dict_is_json(tmp_path):
     result = cross_check(analyze(_small(), 12, 2, "train"))
-    md = render.markdown(result.tables())
+    md = render.markdown(views.tables(result))
     assert "| pass | component | analytic |" in md and "3/3" in md
     data = json.loads(json.dumps(result.to_dict()))
     assert data["agrees"] is True and data["disagreements"] == []
     assert all(isinstance(r["analytic"], int) for r in data["components"])
-    assert "agree exactly" in result.summary()
+    assert "agree exactly" in views.summary(result)
 
 
 TINY = ["--vocab-size", "11", "--context-length", "8", "--num-layers", "2", "--d-model", "8",

@@ -8,7 +8,7 @@ import pytest
 pytest.importorskip("transformers")
 
 from accounting import analyze  # noqa: E402
-from accounting.crosscheck import cross_check  # noqa: E402
+from accounting.crosscheck import cross_check, views  # noqa: E402
 from accounting.spec.hf_config import translate  # noqa: E402
 from cli_run import agreeing_check, run  # noqa: E402
 from hf_examples import (CONFIGS, SHAPES, forward_matmul_flops_by_hand,  # noqa: E402
@@ -124,7 +124,7 @@ def test_the_llama_3_1_8b_kv_cache_by_hand():
     from accounting.spec.presets import PRESETS, hf_source
     name = "meta-llama/Llama-3.1-8B"
     result = cross_check(analyze(PRESETS[name], 8192), hf=hf_source(name))
-    assert result.agrees, result.summary()
+    assert result.agrees, views.summary(result)
     assert result.hf.kv_bytes == (2 * 32 * 8 * 128 * 8192 * 2,) * 2 == (1 << 30,) * 2
     assert result.hf.params[-1].transformers == 8_030_261_248  # tests/test_presets.py
 

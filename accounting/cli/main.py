@@ -95,6 +95,19 @@ def _crosscheck(verify: bool | None, a=None, why_not: str = "--no-verify"):
     return module, None
 
 
+def _check_tables(result) -> list:
+    """The cross-check's tables, none when it did not run (its views import torch's side)."""
+    if result is None:
+        return []
+    from accounting.crosscheck import views as crosscheck_views
+    return crosscheck_views.tables(result)
+
+
+def _check_summary(result) -> str:
+    from accounting.crosscheck import views as crosscheck_views
+    return crosscheck_views.summary(result)
+
+
 def analyse_main(argv: list[str]) -> int:
     ns = parser().parse_args(argv)
     if ns.list:
@@ -119,7 +132,7 @@ def analyse_main(argv: list[str]) -> int:
         if check is not None:
             result = check.cross_check(a, hf=hf)
         tables = ([summary.analysis_answer(a, summary.verdict_line(result, skipped))] + details
-                  + (result.tables() if result is not None else []))
+                  + _check_tables(result))
         text = show(tables)
         if stream and check is not None:
             head = show([summary.analysis_answer(a)])
@@ -136,7 +149,7 @@ def analyse_main(argv: list[str]) -> int:
             return d
         output.emit(ns.format, ns.output, None, data, lambda: export.to_csv(a))
     if result is not None and not result.agrees:
-        safe_io.say(f"accounting: cross-check DISAGREES: {result.summary()}")
+        safe_io.say(f"accounting: cross-check DISAGREES: {_check_summary(result)}")
         return 1
     return 0
 
@@ -156,10 +169,10 @@ def compare_main(ns, config) -> int:
             d["cross_check"] = result.to_dict()
         return d
     output.emit(ns.format, ns.output,
-                lambda: literature_views.tables(c) + (result.tables() if result else []), data,
+                lambda: literature_views.tables(c) + _check_tables(result), data,
                 lambda: export.csv_text(literature_views.csv_rows(c), literature_views.CSV_COLUMNS))
     if result is not None and not result.agrees:
-        safe_io.say(f"accounting: cross-check DISAGREES: {result.summary()}")
+        safe_io.say(f"accounting: cross-check DISAGREES: {_check_summary(result)}")
         return 1
     return 0
 

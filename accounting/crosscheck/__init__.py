@@ -1,9 +1,9 @@
 """Cross-check the analytic counts against counters run on the real model (meta device).
 
     from accounting import analyze, get_preset
-    from accounting.crosscheck import cross_check
+    from accounting.crosscheck import cross_check, views
     result = cross_check(analyze(get_preset("gpt2-xl"), seq=16384))
-    result.agrees, result.tables(), result.to_dict(), result.summary()
+    result.agrees, result.to_dict(), views.tables(result), views.summary(result)
 
 Counters: fvcore's FlopCountAnalysis (with an exact aten::einsum handle, the stock one
 kept for comparison where it can run), torch's FlopCounterMode (forward and backward),
@@ -19,8 +19,9 @@ from importlib.util import find_spec
 
 from accounting.runtime import fork
 from accounting.analysis.workload import Analysis
-from accounting.crosscheck.compare import (Check, ComponentRow, CrossCheck, LayerCheck,
-                                           LayerMismatch, NonMatmulRow, compare)
+from accounting.crosscheck.compare import compare
+from accounting.crosscheck.result import (Check, ComponentRow, CrossCheck, LayerCheck,
+                                          LayerMismatch, NonMatmulRow)
 from accounting.crosscheck.measure import Measurement, measure
 from accounting.spec.hf_config import HFConfig, for_transformers
 from accounting.ledger.records import BACKWARD, PHASES

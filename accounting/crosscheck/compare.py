@@ -1,299 +1,28 @@
-"""Map measured counts onto the calculator's components and layers; the comparison result.
+"""The model's counters against the ledger: the comparison that builds a CrossCheck.
 
-Module -> component mapping: the ledger's. Every matmul record names the module it runs
-in (e.g. attn.q_proj -> attention projections; attn itself, for its two einsums ->
-attention core; ffn.w1 -> feed-forward; lm_head -> LM head), and a measured count goes to
-the component of the innermost module that ran it. Anything counted elsewhere is "not in
-any component" (analytic 0), so it cannot hide. Works on a Measurement's plain numbers;
-runs nothing.
+The counts are mapped onto the ledger's components and blocks by mapping.py; the result
+is the plain record of result.py (rendered by views.py). Works on a Measurement's plain
+numbers; runs nothing.
 """
 from __future__ import annotations
 
 import re
 from collections import Counter, defaultdict
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from dataclasses import replace
 
-from accounting.ledger import records as R
 from accounting.analysis.workload import Analysis
 from accounting.ledger.ledger import Ledger
 from accounting.crosscheck.dispatch import (BACKWARD, COUNTED, EINSUM_PRODUCT, EINSUM_SUM,
                                             FORWARD, MATMUL, OUTSIDE, UNKNOWN)
-from accounting.crosscheck.fvcore_einsum import STOCK_CAP_BYTES
+from accounting.crosscheck.mapping import (Split, add, analytic_flops, layer_check,
+                                           module_map_text, own, rollup, split)
 from accounting.crosscheck.measure import GLOBAL, Measurement
-from accounting.ledger.records import BLOCK_COMPONENTS, COMPONENTS, EXECUTED, LM_HEAD, PHASES
-from accounting.present.table import Table
+from accounting.crosscheck.result import (ELSEWHERE, TOTAL, Check, ComponentRow, CrossCheck,
+                                          HFCheck, LayerCheck, LayerMismatch, NonMatmulRow)
+from accounting.ledger.records import COMPONENTS, EXECUTED, PHASES, TRAIN
 from accounting.units import FLOPS_PER_MAC, grouped
 
-if TYPE_CHECKING:
-    from accounting.crosscheck.hf_compare import HFCheck
-
-TOTAL = "total"
-ELSEWHERE = "not in any component"
-TRAIN = "train"  # scope of the forward + backward total row
-
 FVCORE, TORCH, OP_COUNTER = "fvcore ×2", "torch", "op counter"
-
-
-# ---------------------------------------------------------------- mapping
-@dataclass(frozen=True)
-class Split:
-    """Counts of one pass mapped onto components: per block, outside the blocks, the rest."""
-
-    layers: tuple[dict, ...]  # block i -> {component: FLOPs}
-    top: dict  # component -> FLOPs outside the blocks (the LM head)
-    elsewhere: int  # counted, but in no component
-
-    def components(self) -> dict[str, int]:
-        out = {c: sum(layer[c] for layer in self.layers) + self.top.get(c, 0)
-               for c in BLOCK_COMPONENTS}
-        out[LM_HEAD] = self.top.get(LM_HEAD, 0)
-        return {c: out[c] for c in COMPONENTS}
-
-
-def rollup(innermost: dict[str, int]) -> dict[str, int]:
-    """Per-innermost-module counts -> hierarchical totals (each module includes its
-    children; '' is the model). Counts outside the model stay under their own key."""
-    out: dict[str, int] = defaultdict(int)
-    for name, n in innermost.items():
-        if name == OUTSIDE:
-            out[OUTSIDE] += n
-            continue
-        parts = name.split(".") if name else []
-        for k in range(len(parts) + 1):
-            out[".".join(parts[:k])] += n
-    return dict(out)
-
-
-def own(totals: dict[str, int]) -> dict[str, int]:
-    """Hierarchical totals -> each module's own count (its total minus its children's):
-    the inverse of rollup. A child is credited to its nearest ancestor that has a total."""
-    keys = [k for k in totals if k not in (GLOBAL, OUTSIDE)]
-    present = set(keys)
-    out = {k: totals[k] for k in keys}
-    for k in keys:
-        if not k:
-            continue
-        parent = k.rpartition(".")[0]
-        while parent and parent not in present:
-            parent = parent.rpartition(".")[0]
-        if parent in present:
-            out[parent] -= totals[k]
-    return out
-
-
-def _path(layer: int | None, module: str) -> str:
-    if layer is None:
-        return module
-    return f"layers.{layer}" + (f".{module}" if module else "")
-
-
-def split(counts: dict[str, int], lg: Ledger, total: int) -> Split:
-    """Each module's own counts -> components, by the ledger's module map; `total` is
-    everything counted."""
-    g = counts.get
-    modules = lg.matmul_modules()
-    layers = []
-    for i in range(lg.config.num_layers):
-        comp = {c: 0 for c in BLOCK_COMPONENTS}
-        for (per_layer, m), c in modules.items():
-            if per_layer:
-                comp[c] += g(_path(i, m), 0)
-        layers.append(comp)
-    top: dict[str, int] = defaultdict(int)
-    for (per_layer, m), c in modules.items():
-        if not per_layer:
-            top[c] += g(m, 0)
-    s = Split(tuple(layers), dict(top), 0)
-    return Split(s.layers, s.top, total - sum(s.components().values()))
-
-
-def module_map_text(lg: Ledger) -> str:
-    """'attn.q_proj, attn.k_proj, ... -> attention projections; attn -> attention core; ...'"""
-    by: dict[str, list[str]] = {}
-    for (per_layer, m), c in lg.matmul_modules().items():
-        by.setdefault(c, []).append((m or "block") + (" (its own einsums)" if m == "attn" else ""))
-    return "; ".join(f"{', '.join(ms)} -> {c}" for c, ms in by.items())
-
-
-# ---------------------------------------------------------------- result rows
-@dataclass(frozen=True)
-class ComponentRow:
-    scope: str  # "forward", "backward", or "train" (the forward + backward total)
-    component: str  # a component, TOTAL, or ELSEWHERE
-    analytic: int
-    fvcore: int | None  # FLOPs (multiply-adds × 2); None: fvcore does not count this pass
-    fvcore_stock: int | None  # the stock einsum handle, ×2; None: not run (or n/a)
-    stock_skipped: bool  # True: the stock handle was not run for part of this row
-    torch: int  # FlopCounterMode (+ einsum products it does not see, torch_einsum_products)
-    torch_einsum_products: int
-    note: str = ""
-    transformers: int | None = None  # transformers' own model (hf_compare.py); None: not run
-
-    @property
-    def agree(self) -> bool:
-        return (self.torch == self.analytic and self.fvcore in (None, self.analytic)
-                and self.transformers in (None, self.analytic))
-
-
-@dataclass(frozen=True)
-class LayerMismatch:
-    layer: int
-    component: str
-    analytic: int
-    measured: int
-
-
-@dataclass(frozen=True)
-class LayerCheck:
-    scope: str
-    counter: str
-    layers: int
-    mismatches: tuple[LayerMismatch, ...]
-
-    @property
-    def agreeing(self) -> int:
-        return self.layers - len({m.layer for m in self.mismatches})
-
-
-@dataclass(frozen=True)
-class NonMatmulRow:
-    where: str  # module, relative to a block for per-block modules
-    op: str
-    components: str  # the analytic components behind this row
-    analytic: int
-    measured: int | None  # None: an op outside the convention (unknown)
-    note: str = ""
-
-    @property
-    def agree(self) -> bool:
-        return self.measured == self.analytic
-
-
-@dataclass(frozen=True)
-class Check:
-    claim: str
-    evidence: str
-    holds: bool
-
-
-@dataclass(frozen=True)
-class CrossCheck:
-    name: str
-    seq: int
-    batch: int
-    phase: str
-    counting: str
-    components: tuple[ComponentRow, ...]
-    layers: tuple[LayerCheck, ...]
-    per_block_analytic: tuple[tuple[str, tuple[tuple[str, int], ...]], ...]
-    non_matmul: tuple[NonMatmulRow, ...]
-    zero_ops: tuple[tuple[str, str, int], ...]  # (op, kind, calls) seen at 0 FLOPs
-    checks: tuple[Check, ...]
-    notes: tuple[str, ...]  # explanations of this run's differences between methods (matmuls)
-    non_matmul_notes: tuple[str, ...]
-    einsum_calls: tuple[dict, ...]  # distinct traced einsums with exact and stock counts
-    module_map: str = ""  # the ledger's module -> component mapping, in words
-    hf: "HFCheck | None" = None  # transformers' model (hf_compare.py), when it ran
-    hf_skipped: str = ""  # why transformers' model did not run, for a Hugging Face config
-
-    @property
-    def agrees(self) -> bool:
-        return (all(r.agree for r in self.components) and all(not c.mismatches for c in self.layers)
-                and all(r.agree for r in self.non_matmul) and all(c.holds for c in self.checks)
-                and (self.hf is None or self.hf.agrees))
-
-    @property
-    def counters(self) -> str:
-        """The counters that ran, in words."""
-        out = "analytic, fvcore and FlopCounterMode"
-        if self.hf is not None:
-            out = f"analytic, fvcore, FlopCounterMode and transformers' {self.hf.transformers_class}"
-        return out
-
-    def disagreements(self) -> list[str]:
-        out = [f"{r.scope} {r.component}: analytic {grouped(r.analytic)}, "
-               + (f"fvcore {grouped(r.fvcore)}, " if r.fvcore is not None else "")
-               + f"torch {grouped(r.torch)}"
-               + (f", transformers {grouped(r.transformers)}" if r.transformers is not None else "")
-               for r in self.components if not r.agree]
-        out += [f"{c.scope} {c.counter}: {c.layers - c.agreeing} of {c.layers} blocks differ "
-                f"(first: block {c.mismatches[0].layer} {c.mismatches[0].component}, analytic "
-                f"{grouped(c.mismatches[0].analytic)}, measured {grouped(c.mismatches[0].measured)})"
-                for c in self.layers if c.mismatches]
-        out += [f"non-matmul {r.where} {r.op}: analytic {grouped(r.analytic)}, measured "
-                f"{'unknown op' if r.measured is None else grouped(r.measured)}"
-                for r in self.non_matmul if not r.agree]
-        out += [f"check failed: {c.claim} ({c.evidence})" for c in self.checks if not c.holds]
-        if self.hf is not None:
-            out += self.hf.disagreements()
-        return out
-
-    def summary(self) -> str:
-        d = self.disagreements()
-        if not d:
-            return (f"{self.counters} agree exactly ({self.name}, "
-                    f"T={self.seq}, B={self.batch}, {self.phase})")
-        more = f" (+{len(d) - 3} more)" if len(d) > 3 else ""
-        return f"{self.name}, T={self.seq}, B={self.batch}, {self.phase}: " + "; ".join(d[:3]) + more
-
-    def tables(self, conventions: bool = True) -> list[Table]:
-        """Matmul, per-block, non-matmul and checks tables. conventions=False leaves out
-        the notes that are the same for every workload (for a report that states them once)."""
-        from accounting.crosscheck.views import tables
-        return tables(self, conventions)
-
-    def to_dict(self) -> dict:
-        out = self._to_dict()
-        if self.hf is not None or self.hf_skipped:
-            for row, r in zip(out["components"], self.components):
-                row["transformers"] = r.transformers
-            out["transformers"] = (self.hf.to_dict() if self.hf is not None
-                                   else {"skipped": self.hf_skipped})
-        return out
-
-    def _to_dict(self) -> dict:
-        return {
-            "agrees": self.agrees,
-            "workload": {"model": self.name, "seq": self.seq, "batch": self.batch,
-                         "pass": self.phase, "compared_count": EXECUTED},
-            "conventions": {"fvcore_unit": "multiply-adds, doubled (FLOPS_PER_MAC = "
-                                           f"{FLOPS_PER_MAC}) before comparing",
-                            "non_matmul": R.CONVENTION,
-                            "stock_einsum_cap_bytes": STOCK_CAP_BYTES},
-            "components": [{"scope": r.scope, "component": r.component, "analytic": r.analytic,
-                            "fvcore": r.fvcore, "fvcore_stock": r.fvcore_stock,
-                            "fvcore_stock_skipped": r.stock_skipped, "torch": r.torch,
-                            "torch_einsum_products": r.torch_einsum_products, "agree": r.agree,
-                            "note": r.note} for r in self.components],
-            "layers": [{"scope": c.scope, "counter": c.counter, "layers": c.layers,
-                        "agreeing": c.agreeing,
-                        "mismatches": [vars(m) for m in c.mismatches]} for c in self.layers],
-            "per_block_analytic": {scope: dict(v) for scope, v in self.per_block_analytic},
-            "non_matmul": [{"where": r.where, "op": r.op, "components": r.components,
-                            "analytic": r.analytic, "measured": r.measured, "agree": r.agree,
-                            "note": r.note} for r in self.non_matmul],
-            "zero_flop_ops": [{"op": op, "kind": kind, "calls": n} for op, kind, n in self.zero_ops],
-            "checks": [{"claim": c.claim, "evidence": c.evidence, "holds": c.holds}
-                       for c in self.checks],
-            "notes": list(self.notes) + list(self.non_matmul_notes),
-            "einsum_calls": list(self.einsum_calls),
-            "disagreements": self.disagreements(),
-        }
-
-
-# ---------------------------------------------------------------- comparison
-def _analytic(a: Analysis):
-    """Executed matmul FLOPs by pass and component, and one block's of each kind by pass
-    (block[kind symbol][pass][component]; one kind, "L", when every block is alike)."""
-    by = {p: {c: 0 for c in COMPONENTS} for p in PHASES[a.phase]}
-    block = {g: {p: {c: 0 for c in BLOCK_COMPONENTS} for p in PHASES[a.phase]}
-             for g, _ in a.ledger.groups}
-    for r in a.matmul_rows:
-        by[r.record.phase][r.record.component] += r.flops
-        if r.record.per_layer:
-            block[r.record.repeat][r.record.phase][r.record.component] += r.flops_each
-    return by, block
 
 
 def _ops_by_module(m: Measurement, phase: str, kinds) -> dict[str, int]:
@@ -303,15 +32,6 @@ def _ops_by_module(m: Measurement, phase: str, kinds) -> dict[str, int]:
             out[r.module] += r.flops
     return dict(out)
 
-
-def _layer_check(scope, counter, s: Split, block: dict, lg: Ledger) -> LayerCheck:
-    """Each block against the analytic block of its kind."""
-    mismatches = []
-    for i, layer in enumerate(s.layers):
-        want = block[lg.group_of(i)][scope]
-        mismatches += [LayerMismatch(i, c, want[c], layer[c]) for c in BLOCK_COMPONENTS
-                       if layer[c] != want[c]]
-    return LayerCheck(scope, counter, len(s.layers), tuple(mismatches))
 
 
 def _rows(scope, analytic: dict, fv: Split | None, stock, torch_split: Split, products: Split,
@@ -364,12 +84,12 @@ def _einsum_summary(m: Measurement) -> tuple[dict, ...]:
     return tuple(distinct.values())
 
 
-def compare(a: Analysis, m: Measurement, hf: "HFCheck | None" = None,
+def compare(a: Analysis, m: Measurement, hf: HFCheck | None = None,
             hf_skipped: str = "") -> CrossCheck:
     """The counters against the ledger; `hf`: transformers' model's counts (hf_compare.py)
     joined as a column and per-block rows, or `hf_skipped`: why it did not run."""
     L, lg = a.config.num_layers, a.ledger
-    analytic, block = _analytic(a)
+    analytic, block = analytic_flops(a)
     rows: list[ComponentRow] = []
     layer_checks: list[LayerCheck] = []
     checks: list[Check] = []
@@ -383,7 +103,7 @@ def compare(a: Analysis, m: Measurement, hf: "HFCheck | None" = None,
             fv_total = macs[""]
             fv = split(own(macs), lg, fv_total)
             stock = _stock_by_component(m, lg)
-            layer_checks.append(_layer_check(FORWARD, FVCORE, fv, block, lg))
+            layer_checks.append(layer_check(FORWARD, FVCORE, fv, block, lg))
         fcm = m.torch_flops[FORWARD]
         t = split(own(fcm), lg, fcm.get(GLOBAL, 0))
         prod_mod = _ops_by_module(m, FORWARD, (EINSUM_PRODUCT,))
@@ -391,7 +111,7 @@ def compare(a: Analysis, m: Measurement, hf: "HFCheck | None" = None,
         p = split(prod_mod, lg, prod_tot)
         rows += _rows(FORWARD, analytic[FORWARD], fv, stock, t, p, fv_total,
                       fcm.get(GLOBAL, 0), prod_tot)
-        layer_checks.append(_layer_check(FORWARD, TORCH, _add(t, p), block, lg))
+        layer_checks.append(layer_check(FORWARD, TORCH, add(t, p), block, lg))
         # The op counter's module attribution, checked where FlopCounterMode's is sound.
         innermost = _ops_by_module(m, FORWARD, (MATMUL,))
         mine = rollup(innermost)
@@ -412,7 +132,7 @@ def compare(a: Analysis, m: Measurement, hf: "HFCheck | None" = None,
         prod_tot = sum(prod_mod.values())
         p = split(prod_mod, lg, prod_tot)
         rows += _rows(BACKWARD, analytic[BACKWARD], None, None, t, p, None, fcm_total, prod_tot)
-        layer_checks.append(_layer_check(BACKWARD, TORCH, _add(t, p), block, lg))
+        layer_checks.append(layer_check(BACKWARD, TORCH, add(t, p), block, lg))
         checks.append(Check("backward: the op counter's matmul FLOPs = FlopCounterMode's",
                             f"{grouped(mine_total)} and {grouped(fcm_total)}",
                             mine_total == fcm_total))
@@ -482,11 +202,6 @@ def _join_hf(rows: list[ComponentRow], hf) -> list[ComponentRow]:
         joined.append(replace(r, transformers=value))
     return joined
 
-
-def _add(x: Split, y: Split) -> Split:
-    return Split(tuple({c: a[c] + b[c] for c in BLOCK_COMPONENTS} for a, b in zip(x.layers, y.layers)),
-                 {c: x.top.get(c, 0) + y.top.get(c, 0) for c in set(x.top) | set(y.top)},
-                 x.elsewhere + y.elsewhere)
 
 
 def _backward_checks(m: Measurement, L: int, bwd_mod: dict, prod_mod: dict) -> list[Check]:

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 
 from accounting.ledger import records as R
 from accounting.analysis.workload import Analysis
-from accounting.crosscheck.compare import (ELSEWHERE, TOTAL, Check, LayerCheck, Split, _analytic,
-                                           _layer_check, own)
+from accounting.crosscheck.mapping import Split, analytic_flops, layer_check, own
+from accounting.crosscheck.result import (ELSEWHERE, TOTAL, Check, HFCheck, LayerCheck,
+                                          ParamRow)
 from accounting.crosscheck.dispatch import BACKWARD, FORWARD, MATMUL
 from accounting.crosscheck.measure import GLOBAL
 from accounting.spec.hf_config import TRANSFORMERS_VERSION, HFConfig, ModuleNames
@@ -24,63 +25,6 @@ from accounting.ledger.records import BLOCK_COMPONENTS, COMPONENTS, PHASES
 from accounting.units import grouped
 
 COUNTER = "transformers"
-
-
-@dataclass(frozen=True)
-class ParamRow:
-    component: str  # a component, ELSEWHERE or TOTAL
-    analytic: int
-    transformers: int
-
-    @property
-    def agree(self) -> bool:
-        return self.analytic == self.transformers
-
-
-@dataclass(frozen=True)
-class HFCheck:
-    """transformers' model against the ledger: FLOPs (joined to the matmul and per-block
-    tables), parameters and KV cache (its own table), with what differs in how it computes."""
-    model_type: str
-    transformers_class: str
-    version: str
-    dtype: str  # what the model was built in, and why
-    flops: dict  # (pass, component or ELSEWHERE or TOTAL) -> FLOPs
-    layers: tuple[LayerCheck, ...]
-    params: tuple[ParamRow, ...]
-    kv_bytes: tuple[int, int]  # (analytic, transformers) after the prefill
-    kv_detail: str
-    checks: tuple[Check, ...]
-    notes: tuple[str, ...]  # how transformers' model computes differently, for this config
-    module_map: str
-
-    @property
-    def agrees(self) -> bool:
-        return (all(r.agree for r in self.params) and self.kv_bytes[0] == self.kv_bytes[1]
-                and all(c.holds for c in self.checks))
-
-    def disagreements(self) -> list[str]:
-        out = [f"transformers parameters {r.component}: analytic {grouped(r.analytic)}, "
-               f"transformers {grouped(r.transformers)}" for r in self.params if not r.agree]
-        if self.kv_bytes[0] != self.kv_bytes[1]:
-            out.append(f"transformers KV cache: analytic {grouped(self.kv_bytes[0])} bytes, "
-                       f"transformers {grouped(self.kv_bytes[1])} bytes")
-        return out + [f"check failed: {c.claim} ({c.evidence})" for c in self.checks if not c.holds]
-
-    def to_dict(self) -> dict:
-        return {"model_type": self.model_type, "class": self.transformers_class,
-                "transformers_version": self.version, "dtype": self.dtype,
-                "agrees": self.agrees,
-                "matmul_flops": [{"pass": p, "component": c, "flops": v}
-                                 for (p, c), v in self.flops.items()],
-                "parameters": [{"component": r.component, "analytic": r.analytic,
-                                "transformers": r.transformers, "agree": r.agree}
-                               for r in self.params],
-                "kv_cache_bytes": {"analytic": self.kv_bytes[0], "transformers": self.kv_bytes[1],
-                                   "detail": self.kv_detail},
-                "checks": [{"claim": c.claim, "evidence": c.evidence, "holds": c.holds}
-                           for c in self.checks],
-                "notes": list(self.notes), "module_map": self.module_map}
 
 
 # ---------------------------------------------------------------- the derived module map
@@ -145,7 +89,7 @@ def module_map(lg: Ledger, names: ModuleNames) -> ModuleMap:
 
 
 def split(counts: dict[str, int], mm: ModuleMap, total: int) -> Split:
-    """Each of their modules' own counts -> components (as compare.split does for ours)."""
+    """Each of their modules' own counts -> components (as mapping.split does for ours)."""
     layers = []
     for i in range(mm.layers):
         comp = {c: 0 for c in BLOCK_COMPONENTS}
@@ -166,7 +110,7 @@ def compare_hf(a: Analysis, m, hf: HFConfig, experts=None) -> HFCheck:
     or why it could not run."""
     lg = a.ledger
     mm = module_map(lg, hf.type.names)
-    _, block = _analytic(a)
+    _, block = analytic_flops(a)
     flops: dict[tuple[str, str], int] = {}
     layers: list[LayerCheck] = []
     checks: list[Check] = []
@@ -189,7 +133,7 @@ def compare_hf(a: Analysis, m, hf: HFConfig, experts=None) -> HFCheck:
             flops[(phase, c)] = comps[c]
         flops[(phase, ELSEWHERE)] = s.elsewhere
         flops[(phase, TOTAL)] = sum(comps.values()) + s.elsewhere
-        layers.append(_layer_check(phase, COUNTER, s, block, lg))
+        layers.append(layer_check(phase, COUNTER, s, block, lg))
 
     params = _params(a, m, mm)
     kv_bytes, kv_detail = _kv(a, m)

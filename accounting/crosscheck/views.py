@@ -1,4 +1,5 @@
-"""A CrossCheck as tables (rendered by accounting/present/render.py). Formatting only.
+"""A CrossCheck in words: its tables (rendered by accounting/present/render.py) and its
+one-line summary. Formatting only; the result (result.py) is plain data.
 
 `conventions=False` drops the notes that read the same for every workload, for a
 report that prints many cross-checks and states the conventions once (CONVENTIONS).
@@ -6,7 +7,7 @@ report that prints many cross-checks and states the conventions once (CONVENTION
 from __future__ import annotations
 
 from accounting.ledger import records as R
-from accounting.crosscheck.compare import CrossCheck
+from accounting.crosscheck.result import CrossCheck
 from accounting.crosscheck.dispatch import EINSUM_PRODUCT, INT_BOOL, MATMUL, ZERO
 from accounting.crosscheck.fvcore_einsum import STOCK_CAP_BYTES
 from accounting.present.table import Table
@@ -165,7 +166,19 @@ def checks_table(c: CrossCheck) -> Table:
                          if c.agrees else "Result: DISAGREEMENT — see the rows marked NO."),))
 
 
+def summary(c: CrossCheck) -> str:
+    """One line: the counters agree, or the first three disagreements."""
+    d = c.disagreements()
+    if not d:
+        return (f"{c.counters} agree exactly ({c.name}, "
+                f"T={c.seq}, B={c.batch}, {c.phase})")
+    more = f" (+{len(d) - 3} more)" if len(d) > 3 else ""
+    return f"{c.name}, T={c.seq}, B={c.batch}, {c.phase}: " + "; ".join(d[:3]) + more
+
+
 def tables(c: CrossCheck, conventions: bool = True) -> list[Table]:
+    """Matmul, per-block, non-matmul and checks tables. conventions=False leaves out
+    the notes that are the same for every workload (for a report that states them once)."""
     nm, tf = non_matmul_table(c, conventions), transformers_table(c)
     return ([matmul_table(c, conventions)] + ([tf] if tf else []) + [layer_table(c)]
             + ([nm] if nm else []) + [checks_table(c)])

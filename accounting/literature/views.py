@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from accounting.literature import compare as lit
+from accounting.literature.compare import Comparison
+from accounting.literature.terms import Estimate
 from accounting.present.export import fraction
 from accounting.spec.presets import note
 from accounting.present.table import Table
@@ -35,7 +36,7 @@ def _signed(n) -> str:
     return ("−" if n < 0 else "+") + text if n else "0"
 
 
-def summary_table(c: lit.Comparison) -> Table:
+def summary_table(c: Comparison) -> Table:
     """The answer: each formula's forward and training FLOPs beside the exact ones."""
     x = c.exact
     cfg = x.config
@@ -62,7 +63,7 @@ def summary_table(c: lit.Comparison) -> Table:
                         "the assumptions this architecture breaks. Reconciliations below."))
 
 
-def reconciliation_table(c: lit.Comparison, e: lit.Estimate) -> Table:
+def reconciliation_table(c: Comparison, e: Estimate) -> Table:
     x = c.exact
     rows = [("the formula, as written", "", flops_text(e.forward), flops_text(e.training))]
     rows += [(t.label, t.kind, _signed(t.forward), _signed(t.training)) for t in e.terms]
@@ -76,7 +77,7 @@ def reconciliation_table(c: lit.Comparison, e: lit.Estimate) -> Table:
                  tuple(rows), align="llrr", notes=tuple(notes))
 
 
-def non_matmul_table(c: lit.Comparison) -> Table:
+def non_matmul_table(c: Comparison) -> Table:
     x = c.exact
     total = sum(x.non_matmul.values())
     rows = [(k, grouped(v), percent(Fraction(v, x.forward))) for k, v in x.non_matmul.items()]
@@ -95,7 +96,7 @@ def non_matmul_table(c: lit.Comparison) -> Table:
                  notes=tuple(notes))
 
 
-def conventions_table(c: lit.Comparison) -> Table:
+def conventions_table(c: Comparison) -> Table:
     x = c.exact
     rows = []
     for cv in c.conventions():
@@ -112,7 +113,7 @@ def conventions_table(c: lit.Comparison) -> Table:
                         "model) under another convention.",))
 
 
-def tables(c: lit.Comparison) -> list[Table]:
+def tables(c: Comparison) -> list[Table]:
     return [summary_table(c), *(reconciliation_table(c, e) for e in c.estimates),
             non_matmul_table(c), conventions_table(c)]
 
@@ -124,7 +125,7 @@ def _num(v):
     return v.numerator if v.denominator == 1 else fraction(v)
 
 
-def to_dict(c: lit.Comparison) -> dict:
+def to_dict(c: Comparison) -> dict:
     x = c.exact
     return {
         "workload": {"seq": x.seq, "batch": x.batch, "tokens": x.tokens},
@@ -150,7 +151,7 @@ def to_dict(c: lit.Comparison) -> dict:
 CSV_COLUMNS = ("formula", "item", "kind", "forward_flops", "training_flops")
 
 
-def csv_rows(c: lit.Comparison) -> list[dict]:
+def csv_rows(c: Comparison) -> list[dict]:
     """Long form: per formula its value, each term, and the exact count they add up to."""
     x = c.exact
     rows = []

@@ -96,7 +96,8 @@ def verdict_line(result=None, skipped: str | None = None) -> str:
         counters = ("fvcore, FlopCounterMode and transformers' own model" if result.hf is not None
                     else "fvcore and FlopCounterMode run on the model")
         return _line("cross-check", f"agrees exactly with {counters} (tables at the end)")
-    return _line("cross-check", f"DISAGREES: {result.summary()} (tables at the end)")
+    from accounting.crosscheck import views as crosscheck_views  # a result: torch is loaded
+    return _line("cross-check", f"DISAGREES: {crosscheck_views.summary(result)} (tables at the end)")
 
 
 def analysis_answer(a: Analysis, verdict: str | None = None) -> Table:

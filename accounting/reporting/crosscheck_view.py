@@ -107,7 +107,8 @@ def section(d: ReportData) -> list[str]:
     worst = max(checks, key=lambda c: (c.seq, c.config.num_layers * c.config.d_model))
     lines += [(f"### The full cross-check of the largest run: {worst.config.name} at "
               f"T = {grouped(worst.seq)}"), ""]
-    for t in worst.result.tables():
+    from accounting.crosscheck import views as crosscheck_views  # imports torch: only here
+    for t in crosscheck_views.tables(worst.result):
         lines += markdown_table(Table(f"{t.title}", t.columns, t.rows, t.align, t.notes),
                                 heading="####")
     return lines

@@ -117,7 +117,7 @@ class Check:
 
     config: ModelConfig
     seq: int
-    result: object  # accounting.crosscheck's result: .agrees, .tables(), .to_dict(), .summary()
+    result: object  # accounting.crosscheck's CrossCheck (crosscheck/result.py)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,319 @@
+"""The table's schema for Hugging Face config.json files (hf_config.py reads them): the
+kinds of value, the row of a model_type (HFType: Key, Must, Noted, Derived, ModuleNames),
+the lists every type shares, the keys the llama family shares, and the registry (TYPES,
+register). The rows themselves: hf_types_dense.py and hf_types_moe.py. Pure Python.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Callable, Mapping
+
+from accounting.spec.config import ModelConfig
+from accounting.runtime.errors import shorten
+
+# The transformers release the tables below are read from (pyproject's [hf] extra pins it).
+TRANSFORMERS_VERSION = "5.23.0"
+
+# ---- value kinds ---------------------------------------------------------------------------
+INT = "a positive integer"
+INT_OR_NULL = "a positive integer or null"
+NONNEG = "a non-negative integer"
+LIST = "a list or null"  # its entries are checked by the type's derive rule
+BOOL = "true or false"
+THETA = "a positive number"
+EPS = "a non-negative number"
+CHOICE = "one of"
+
+
+@dataclass(frozen=True)
+class Required:
+    """No default is taken: transformers would fall back to this class default (a
+    reference model's size), which is never what a config that omits it means."""
+    transformers_default: object
+
+
+@dataclass(frozen=True)
+class Key:
+    """A key that changes a count, read into spec fields (`fields`, all set to its value).
+    None (JSON null) of an INT_OR_NULL key leaves the fields at the spec's default, which
+    is transformers' meaning of null (num_kv_heads = heads, head_dim = d/h, d_ff = 4d)."""
+    hf: str
+    fields: tuple[str, ...]
+    kind: str
+    default: object
+    choices: Mapping[str, str] | None = None  # CHOICE: config.json value -> spec value
+    aliases: tuple[str, ...] = ()  # other spellings transformers reads ("a.b": nested)
+    absent: str = ""  # a note for the output when the key is absent (its default is taken)
+
+
+@dataclass(frozen=True)
+class Must:
+    """A key that changes a count, honoured only where `ok(value, data)` holds; `default`
+    is transformers' value when the key is absent (checked too)."""
+    hf: str
+    ok: Callable[[object, Mapping], bool]
+    wanted: str  # the accepted values, in words
+    what: str  # what another value would mean
+    default: object = None
+
+
+@dataclass(frozen=True)
+class Noted:
+    """Accepted, with a note in the output unless `quiet(value)`."""
+    hf: str
+    quiet: Callable[[object], bool]
+    note: str  # formatted with settings: "key = value" of each key with this note
+
+
+@dataclass(frozen=True)
+class ModuleNames:
+    """transformers' module paths for the ledger's modules (model/'s names): `blocks` is
+    the block list, `block` maps paths inside a block, `top` the others. Names only:
+    which modules exist, their parameters and components come from the ledger."""
+    blocks: str
+    block: Mapping[str, str]
+    top: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class Derived:
+    """Spec fields decided by several keys together, by transformers' rule: `rule(values,
+    where)` gets the values the type's keys were read as (defaults taken) and returns the
+    fields (those it leaves out keep the spec's default) and notes for the output; it
+    raises UsageError for a combination the spec cannot mean."""
+    fields: tuple[str, ...]
+    keys: tuple[str, ...]  # the config.json keys it reads (for the translation table)
+    rule: Callable[[Mapping, str], tuple[Mapping[str, object], tuple[str, ...]]]
+    words: str  # the rule in words, with where transformers has it
+    # the keys that mean a spec's fields (for flags on a config.json), None where none can
+    write: Callable[[ModelConfig], Mapping | None] | None = None
+
+
+@dataclass(frozen=True)
+class HFType:
+    model_type: str
+    transformers_class: str
+    keys: tuple[Key, ...]
+    fixed: Mapping[str, object]  # spec fields the model_type sets without a key
+    rules: str  # the fixed rules in words, with where transformers has them
+    names: ModuleNames
+    must: tuple[Must, ...] = ()
+    noted: tuple[Noted, ...] = ()
+    free: frozenset[str] = frozenset()
+    divides: tuple[tuple[str, str], ...] = ()  # (a, b): transformers refuses b not divisible by a
+    derived: tuple[Derived, ...] = ()
+    # how transformers' experts run for the cross-check (None: no experts in this type);
+    # see accounting/crosscheck/hf_counter.py for why not transformers' default
+    experts_implementation: str | None = None
+
+    def declares(self, key: str) -> bool:
+        """The type reads (or lists) this key itself."""
+        return key in ({k.hf for k in self.keys} | {m.hf for m in self.must}
+                       | {n.hf for n in self.noted} | self.free)
+
+
+# ---- shared lists --------------------------------------------------------------------------
+# Keys of every config that change no count: bookkeeping, token ids, generation settings
+# (transformers pops those), labels for other heads, output switches.
+COMMON_FREE = frozenset({
+    "model_type", "architectures", "auto_map", "transformers_version", "_name_or_path",
+    "name_or_path", "_commit_hash", "use_cache", "initializer_range", "bos_token_id",
+    "eos_token_id", "pad_token_id", "sep_token_id", "decoder_start_token_id",
+    "task_specific_params", "id2label", "label2id", "num_labels", "problem_type",
+    "finetuning_task", "tokenizer_class", "prefix", "return_dict", "output_hidden_states",
+    "output_attentions", "torchscript", "use_bfloat16", "chunk_size_feed_forward",
+    "attn_implementation", "_attn_implementation", "tie_encoder_decoder", "is_decoder",
+    "cross_attention_hidden_size", "max_length", "min_length", "do_sample", "early_stopping",
+    "num_beams", "num_beam_groups", "diversity_penalty", "temperature", "top_k", "top_p",
+    "typical_p", "repetition_penalty", "length_penalty", "no_repeat_ngram_size",
+    "encoder_no_repeat_ngram_size", "bad_words_ids", "num_return_sequences", "output_scores",
+    "return_dict_in_generate", "forced_bos_token_id", "forced_eos_token_id",
+    "remove_invalid_values", "exponential_decay_length_penalty", "suppress_tokens",
+    "begin_suppress_tokens",
+    # the checkpoint's storage dtype: no count; read for the note and the transformers build
+    "torch_dtype", "dtype",
+})
+
+# Keys of architectures a model_type does not build: refused (unless null) in every type
+# that does not read them itself. (A key a type does not know at all is refused as unknown.)
+_MOE = ("a mixture-of-experts key, which this model_type does not build (the types with "
+        "experts: mixtral, qwen3_moe, deepseek_v3)")
+_MLA = "a multi-head latent attention key, which this model_type does not build (deepseek_v3 does)"
+REFUSED = MappingProxyType({
+    **{k: _MOE for k in ("num_local_experts", "num_experts", "num_experts_per_tok",
+                         "moe_intermediate_size", "shared_expert_intermediate_size",
+                         "n_routed_experts", "n_shared_experts", "first_k_dense_replace",
+                         "moe_layer_freq", "decoder_sparse_step", "mlp_only_layers",
+                         "norm_topk_prob", "router_aux_loss_coef", "output_router_logits",
+                         "topk_group", "n_group", "routed_scaling_factor")},
+    **{k: _MLA for k in ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
+                         "qk_rope_head_dim", "v_head_dim")},
+    "num_nextn_predict_layers": "multi-token-prediction layers (deepseek_v3 reads them; no "
+                                "other type has them)",
+    "quantization_config": "a quantized checkpoint (its weights are not dense tensors of "
+                           "the config's shapes; quantization is not supported)",
+})
+
+ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "longrope", "llama3")
+
+
+def _rope_ok(value, data) -> bool:
+    """RoPE scaling changes frequencies, not counts, for these types; a partial rotary
+    factor would rotate only part of each head (a different count)."""
+    if value is None:
+        return True
+    if not isinstance(value, dict):
+        return False
+    kind = value.get("rope_type", value.get("type", "default"))
+    return kind in ROPE_TYPES and value.get("partial_rotary_factor", 1) in (1, 1.0)
+
+
+COMMON_MUST = (
+    Must("is_encoder_decoder", lambda v, d: v is False, "false", "an encoder-decoder model",
+         False),
+    Must("add_cross_attention", lambda v, d: v is False, "false",
+         "cross-attention layers in every block", False),
+    Must("pruned_heads", lambda v, d: not v, "empty", "pruned attention heads (smaller "
+         "projections in some blocks)", {}),
+    Must("partial_rotary_factor", lambda v, d: v in (1, 1.0), "1.0",
+         "RoPE on only part of each head", 1.0),
+)
+ROPE_MUST = (
+    Must("rope_scaling", _rope_ok, f"null or rope_type {', '.join(ROPE_TYPES)}",
+         "a RoPE variant the tool does not know to leave every count unchanged"),
+    Must("rope_parameters", _rope_ok, f"null or rope_type {', '.join(ROPE_TYPES)}",
+         "a RoPE variant the tool does not know to leave every count unchanged"),
+)
+DROPOUT_NOTE = ("{settings}: dropout is not counted (the tool's model has none; it does "
+                "not run at inference, and in training it adds elementwise work per dropped "
+                "tensor)")
+ATTENTION_DROPOUT = Noted("attention_dropout", lambda v: v in (0, 0.0), DROPOUT_NOTE)
+
+# Activations by name (transformers' ACT2FN). Gated: the MLP of the llama family,
+# act(W1·x) · W3·x. gelu_new and gelu_pytorch_tanh are both the tanh approximation.
+GATED_ACTS = MappingProxyType({"silu": "swiglu", "swish": "swiglu", "gelu_new": "geglu",
+                               "gelu_pytorch_tanh": "geglu"})
+PLAIN_ACTS = MappingProxyType({"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
+                               "gelu": "gelu"})
+
+LLAMA_NAMES = ModuleNames(
+    blocks="model.layers",
+    block=MappingProxyType({
+        "ln1": "input_layernorm", "ln2": "post_attention_layernorm", "attn": "self_attn",
+        "attn.q_proj": "self_attn.q_proj", "attn.k_proj": "self_attn.k_proj",
+        "attn.v_proj": "self_attn.v_proj", "attn.output_proj": "self_attn.o_proj",
+        "attn.q_norm": "self_attn.q_norm", "attn.k_norm": "self_attn.k_norm",
+        "ffn.w1": "mlp.gate_proj", "ffn.w3": "mlp.up_proj", "ffn.w2": "mlp.down_proj"}),
+    top=MappingProxyType({"token_embeddings": "model.embed_tokens", "ln_final": "model.norm",
+                          "lm_head": "lm_head"}),
+)
+# A mixture of experts (Mixtral, Qwen3-MoE): the router is mlp.gate (a bare weight, F.linear),
+# the experts one module holding gate_up_proj (E, 2·d_e, d: W1 and W3 of each expert stacked)
+# and down_proj (E, d, d_e); dense layers keep the llama names.
+MOE_NAMES = ModuleNames(LLAMA_NAMES.blocks, MappingProxyType({
+    **LLAMA_NAMES.block, "ffn.router": "mlp.gate", "ffn.experts": "mlp.experts"}),
+    LLAMA_NAMES.top)
+# DeepSeek-V3: latent attention's projections and norms, and the shared experts (one MLP).
+DEEPSEEK_V3_NAMES = ModuleNames(LLAMA_NAMES.blocks, MappingProxyType({
+    **MOE_NAMES.block,
+    "attn.q_a_proj": "self_attn.q_a_proj", "attn.q_a_norm": "self_attn.q_a_layernorm",
+    "attn.q_b_proj": "self_attn.q_b_proj", "attn.kv_a_proj": "self_attn.kv_a_proj_with_mqa",
+    "attn.kv_a_norm": "self_attn.kv_a_layernorm", "attn.kv_b_proj": "self_attn.kv_b_proj",
+    "ffn.shared.w1": "mlp.shared_experts.gate_proj", "ffn.shared.w3": "mlp.shared_experts.up_proj",
+    "ffn.shared.w2": "mlp.shared_experts.down_proj"}), LLAMA_NAMES.top)
+# OLMo-2 names its post-sublayer norms after where they sit.
+OLMO2_NAMES = ModuleNames(LLAMA_NAMES.blocks, MappingProxyType({
+    **LLAMA_NAMES.block, "ln1": "post_attention_layernorm", "ln2": "post_feedforward_layernorm"}),
+    LLAMA_NAMES.top)
+GPT2_NAMES = ModuleNames(
+    blocks="transformer.h",
+    block=MappingProxyType({
+        "ln1": "ln_1", "ln2": "ln_2", "attn": "attn",
+        # one fused Conv1D computes Q, K and V: the ledger's three projections
+        "attn.q_proj": "attn.c_attn", "attn.k_proj": "attn.c_attn", "attn.v_proj": "attn.c_attn",
+        "attn.output_proj": "attn.c_proj", "ffn.w1": "mlp.c_fc", "ffn.w2": "mlp.c_proj"}),
+    top=MappingProxyType({"token_embeddings": "transformer.wte",
+                          "position_embeddings": "transformer.wpe",
+                          "ln_final": "transformer.ln_f", "lm_head": "lm_head"}),
+)
+
+
+def short(value, limit: int = 40) -> str:
+    return shorten(value, limit)  # control characters escaped, never fails (errors.py)
+
+
+def llama_sizes(vocab: int, hidden: int, inter: int, layers: int, heads: int, positions: int):
+    """The llama family's size keys, all required (transformers' class defaults given)."""
+    return (Key("vocab_size", ("vocab_size",), INT, Required(vocab)),
+            Key("hidden_size", ("d_model",), INT, Required(hidden)),
+            Key("intermediate_size", ("d_ff",), INT, Required(inter)),
+            Key("num_hidden_layers", ("num_layers",), INT, Required(layers)),
+            Key("num_attention_heads", ("num_heads",), INT, Required(heads)),
+            Key("max_position_embeddings", ("context_length",), INT, Required(positions)))
+
+
+def kv_heads(default=None, kind: str = INT_OR_NULL) -> Key:
+    """num_key_value_heads, the one declaration every type that reads it shares; null (an
+    INT_OR_NULL kind, default None): as many K/V heads as query heads, transformers' meaning."""
+    return Key("num_key_value_heads", ("num_kv_heads",), kind, default)
+
+
+def head_dim(default=None, kind: str = INT_OR_NULL) -> Key:
+    """head_dim, shared likewise; null: hidden_size // num_attention_heads."""
+    return Key("head_dim", ("head_dim",), kind, default)
+
+
+def rope_keys(eps: float, tie: bool = False):
+    """The llama family's activation, norm epsilon, tie and RoPE theta keys."""
+    return (Key("hidden_act", ("mlp",), CHOICE, "silu", GATED_ACTS),
+            Key("rms_norm_eps", ("norm_eps",), EPS, eps),
+            Key("tie_word_embeddings", ("tie_embeddings",), BOOL, tie),
+            # transformers 5 writes rope_parameters: {"rope_theta": ..}; older files rope_theta
+            Key("rope_theta", ("rope_theta",), THETA, 10000.0,
+                aliases=("rope_parameters.rope_theta", "rope_scaling.rope_theta")))
+
+
+LLAMA_FAMILY = dict(norm="rmsnorm", norm_placement="pre", positions="rope")
+ATTENTION_BIAS = Key("attention_bias", ("qkv_bias", "out_bias"), BOOL, False)
+
+TYPES: dict[str, HFType] = {}
+
+
+def register(t: HFType) -> None:
+    """Add a model_type; refuses a duplicate type, a key listed twice, a key in two
+    categories, and a spec field set both by a key and by a fixed rule."""
+    if t.model_type in TYPES:
+        raise ValueError(f"model_type {t.model_type!r} is registered twice")
+    names = [k.hf for k in t.keys] + [a.split(".")[0] for k in t.keys for a in k.aliases
+                                      if "." not in a] + list(t.free)
+    # a Must may restrict a key the type reads, and a note explain a key a Must restricts
+    must, noted = [m.hf for m in t.must], [n.hf for n in t.noted]
+    shared = set(COMMON_FREE) | {m.hf for m in COMMON_MUST}  # (REFUSED: a type may read one)
+    repeated = ({n for n in names if names.count(n) > 1} | {n for n in must if must.count(n) > 1}
+                | {n for n in noted if noted.count(n) > 1} | (set(names + must + noted) & shared)
+                | (set(must) & set(t.free)) | (set(noted) & set(names)))
+    if repeated:
+        raise ValueError(f"{t.model_type}: key(s) listed twice: {sorted(repeated)}")
+    fields_set = [f for k in t.keys for f in k.fields] + [f for d in t.derived for f in d.fields]
+    if len(set(fields_set)) != len(fields_set) or set(fields_set) & set(t.fixed):
+        raise ValueError(f"{t.model_type}: a spec field is set twice")
+    unread = {k for d in t.derived for k in d.keys} - {k.hf for k in t.keys}
+    if unread:
+        raise ValueError(f"{t.model_type}: a rule reads key(s) the type does not: {sorted(unread)}")
+    TYPES[t.model_type] = t
+
+
+# model_types transformers has that the spec cannot express exactly: refused in one line
+# rather than approximated (a model_type neither here nor in TYPES: "not supported").
+_GEMMA = ("needs what the spec cannot express: four norms per block (sandwich norms before "
+          "and after each sublayer), RMSNorm gains applied as (1 + w), the embedding scaled by "
+          "√hidden_size, query_pre_attn_scalar in place of head_dim for the score scale, and "
+          "{extra}")
+UNSUPPORTED = MappingProxyType({
+    "gemma2": _GEMMA.format(extra="soft-capped attention and final logits (tanh)"),
+    "gemma3": _GEMMA.format(extra="per-head QK-norm with (1 + w) gains; gemma3 is also a "
+                                  "vision-language config (text_config)"),
+    "gemma3_text": _GEMMA.format(extra="per-head QK-norm with (1 + w) gains and a second RoPE "
+                                       "base for the local layers"),
+})

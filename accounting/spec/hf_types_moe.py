@@ -1,0 +1,220 @@
+"""The mixture-of-experts and latent-attention model_types of the Hugging Face table
+(hf_schema.py's rows): Mixtral, Qwen3-MoE, DeepSeek-V3; registered on import (hf_config.py
+imports this module). Defaults and rules from transformers 5.23.0's
+configuration_<type>.py and modeling_<type>.py.
+"""
+from __future__ import annotations
+
+from types import MappingProxyType
+from typing import Mapping
+
+from accounting.spec.config import ModelConfig
+from accounting.spec.hf_schema import (
+    ATTENTION_BIAS, ATTENTION_DROPOUT, BOOL, DEEPSEEK_V3_NAMES, INT, INT_OR_NULL, LIST,
+    LLAMA_FAMILY, MOE_NAMES, NONNEG, ROPE_MUST, THETA, Derived, HFType, Key, Must, Noted,
+    Required, head_dim, kv_heads, llama_sizes, register, rope_keys, short)
+from accounting.spec.hf_types_dense import layers_of
+from accounting.runtime.errors import UsageError
+
+
+# ---- mixtures of experts and latent attention ---------------------------------------------
+ROUTER_NOTES = (
+    Noted("router_jitter_noise", lambda v: v in (0, 0.0),
+          "{settings}: transformers multiplies the MoE input by uniform noise in training mode "
+          "only; not counted (like dropout: elementwise work, no matmul)."),)
+# the router's training loss and its output switch: no count of the model's forward
+ROUTER_FREE = frozenset({"router_aux_loss_coef", "output_router_logits"})
+
+register(HFType(
+    "mixtral", "MixtralForCausalLM",
+    keys=llama_sizes(32000, 4096, 14336, 32, 32, 131072) + (
+        kv_heads(Required(8)),
+        head_dim(),
+        # MixtralConfig.attribute_map: num_experts is num_local_experts
+        Key("num_local_experts", ("num_experts",), INT, Required(8), aliases=("num_experts",)),
+        Key("num_experts_per_tok", ("experts_per_token",), INT, Required(2)),
+        Key("sliding_window", ("sliding_window",), INT_OR_NULL, None)) + rope_keys(1e-5),
+    # each expert is intermediate_size wide (MixtralExperts: no moe_intermediate_size)
+    fixed=MappingProxyType(dict(LLAMA_FAMILY, qk_norm="none", qkv_bias=False, out_bias=False,
+                                mlp_bias=False, router="softmax", norm_topk_prob=True,
+                                num_shared_experts=0, router_bias=False,
+                                routed_scaling_factor=1.0)),
+    rules="every layer's MLP is a mixture of intermediate_size-wide experts: a router without "
+          "bias (mlp.gate), softmax over the experts, top-k, the chosen weights always "
+          "renormalised (MixtralTopKRouter), no shared expert (modeling_mixtral.py); a "
+          "sliding window, when given, on every layer",
+    names=MOE_NAMES, must=ROPE_MUST, noted=(ATTENTION_DROPOUT,) + ROUTER_NOTES,
+    free=ROUTER_FREE, experts_implementation="batched_mm",
+))
+
+
+def _qwen3_moe_layers(v: Mapping, where: str):
+    """Qwen3MoeDecoderLayer: layer i runs the experts iff i is not in mlp_only_layers and
+    num_experts > 0 and (i + 1) % decoder_sparse_step == 0; else a dense MLP of
+    intermediate_size. The window (use_sliding_window) applies to every layer."""
+    L, E, step, only = (v["num_hidden_layers"], v["num_experts"], v["decoder_sparse_step"],
+                        v["mlp_only_layers"])
+    only = [] if only is None else only
+    if any(isinstance(i, bool) or not isinstance(i, int) for i in only):
+        raise UsageError(f"{where}: mlp_only_layers must list layer indices, got {short(only)}")
+    fields: dict = {}
+    if E > 0:
+        fields["num_experts"] = E
+        fields["dense_layers"] = tuple(i for i in range(L)
+                                       if i in only or (i + 1) % step != 0)
+    if v["use_sliding_window"]:
+        fields.update(layers_of(["local"] * L, v["sliding_window"], where))
+    n_dense = L if E == 0 else len(fields["dense_layers"])
+    notes = () if not n_dense else (
+        f"{n_dense} of {L} layers keep a dense MLP of intermediate_size "
+        + ("(num_experts 0)." if E == 0 else "(mlp_only_layers, decoder_sparse_step)."),)
+    return fields, notes
+
+
+def _qwen3_moe_keys(c: ModelConfig) -> Mapping | None:
+    kinds = c.layer_kinds
+    if any(k.local for k in kinds) and not all(k.local for k in kinds):
+        return None  # Qwen3-MoE's window is on every layer or none
+    return {"num_experts": c.num_experts or 0, "decoder_sparse_step": 1,
+            "mlp_only_layers": [i for i, k in enumerate(kinds) if not k.moe],
+            "use_sliding_window": kinds[0].local, "sliding_window": c.sliding_window}
+
+
+register(HFType(
+    "qwen3_moe", "Qwen3MoeForCausalLM",
+    keys=llama_sizes(151936, 2048, 6144, 24, 32, 32768) + (
+        # Qwen3MoeConfig has no null here (num_attention_heads // num_key_value_heads)
+        kv_heads(Required(4), INT),
+        # not a Qwen3MoeConfig field: read when given, else hidden_size // num_attention_heads
+        head_dim(None, INT),
+        ATTENTION_BIAS,
+        Key("moe_intermediate_size", ("moe_d_ff",), INT, Required(768)),
+        Key("num_experts", (), NONNEG, Required(128), aliases=("num_local_experts",)),
+        Key("num_experts_per_tok", ("experts_per_token",), INT, Required(8)),
+        Key("norm_topk_prob", ("norm_topk_prob",), BOOL, False),
+        Key("decoder_sparse_step", (), INT, 1),
+        Key("mlp_only_layers", (), LIST, None),
+        Key("use_sliding_window", (), BOOL, False),
+        Key("sliding_window", (), INT_OR_NULL, 4096)) + rope_keys(1e-6),
+    fixed=MappingProxyType(dict(LLAMA_FAMILY, qk_norm="head", mlp_bias=False, router="softmax",
+                                num_shared_experts=0, router_bias=False,
+                                routed_scaling_factor=1.0)),
+    rules="RMSNorm of each head's Q and K (as Qwen3); MoE layers of moe_intermediate_size-wide "
+          "experts, a router without bias (mlp.gate), softmax over the experts, top-k, no "
+          "shared expert (modeling_qwen3_moe.py)",
+    names=MOE_NAMES, must=ROPE_MUST, noted=(ATTENTION_DROPOUT,) + ROUTER_NOTES,
+    # max_window_layers: Qwen3-MoE's config and model do not read it (every layer slides)
+    free=ROUTER_FREE | {"max_window_layers"},
+    derived=(Derived(("num_experts", "dense_layers", "sliding_window", "layer_types"),
+                     ("num_experts", "decoder_sparse_step", "mlp_only_layers",
+                      "use_sliding_window", "sliding_window"), _qwen3_moe_layers,
+                     "dense layers: mlp_only_layers, and those where (i + 1) % "
+                     "decoder_sparse_step ≠ 0; the window on every layer when "
+                     "use_sliding_window (modeling_qwen3_moe.py)", _qwen3_moe_keys),),
+    experts_implementation="batched_mm",
+))
+
+
+def _deepseek_layers(v: Mapping, where: str):
+    """DeepseekV3DecoderLayer: layers below first_k_dense_replace keep a dense MLP of
+    intermediate_size; DeepseekV3TopkRouter takes each group's two best scores, so a group
+    needs two experts."""
+    L, k = v["num_hidden_layers"], v["first_k_dense_replace"]
+    E, groups = v["n_routed_experts"], v["n_group"]
+    if E % groups == 0 and E // groups < 2:
+        raise UsageError(f"{where}: n_group {groups} leaves {E // groups} expert per group; "
+                         f"transformers' router sums each group's top 2 scores, so each group "
+                         f"needs at least 2 experts")
+    dense = tuple(range(min(k, L)))
+    return {"dense_layers": dense}, ((f"first_k_dense_replace {k}: layers 0 to {len(dense) - 1} "
+                                      f"keep a dense MLP of intermediate_size.",) if dense else ())
+
+
+def _fp8_blocks(v, d) -> bool:
+    return v is None or (isinstance(v, dict) and v.get("quant_method") == "fp8")
+
+
+def _mtp_note(v) -> bool:
+    return v in (0, None)
+
+
+register(HFType(
+    "deepseek_v3", "DeepseekV3ForCausalLM",
+    keys=llama_sizes(129280, 7168, 18432, 61, 128, 4096) + (
+        Key("moe_intermediate_size", ("moe_d_ff",), INT, Required(2048)),
+        # DeepseekV3Config.attribute_map: num_local_experts is n_routed_experts
+        Key("n_routed_experts", ("num_experts",), INT, Required(256),
+            aliases=("num_local_experts",)),
+        Key("num_experts_per_tok", ("experts_per_token",), INT, Required(8)),
+        Key("n_shared_experts", ("num_shared_experts",), NONNEG, Required(1)),
+        Key("first_k_dense_replace", (), NONNEG, Required(3)),
+        Key("n_group", ("router_groups",), INT, Required(8)),
+        Key("topk_group", ("router_topk_groups",), INT, Required(4)),
+        Key("norm_topk_prob", ("norm_topk_prob",), BOOL, True),
+        Key("routed_scaling_factor", ("routed_scaling_factor",), THETA, 2.5),
+        Key("q_lora_rank", ("q_lora_rank",), INT_OR_NULL, Required(1536)),
+        Key("kv_lora_rank", ("kv_lora_rank",), INT, Required(512)),
+        Key("qk_nope_head_dim", ("qk_nope_head_dim",), INT, Required(128)),
+        Key("qk_rope_head_dim", ("qk_rope_head_dim",), INT, Required(64)),
+        Key("v_head_dim", ("v_head_dim",), INT, Required(128)),
+        ATTENTION_BIAS) + rope_keys(1e-6),
+    fixed=MappingProxyType(dict(LLAMA_FAMILY, qk_norm="none", mlp_bias=False, router="sigmoid",
+                                router_bias=True)),
+    rules="multi-head latent attention (q_a_proj, q_a_layernorm, q_b_proj, kv_a_proj_with_mqa, "
+          "kv_a_layernorm, kv_b_proj, o_proj); MoE layers of n_routed_experts experts and "
+          "n_shared_experts shared ones (one MLP of n_shared_experts·moe_intermediate_size), a "
+          "sigmoid router (mlp.gate) whose choice adds e_score_correction_bias (a persistent "
+          "buffer, not a parameter) and is limited to the best topk_group of n_group groups "
+          "(modeling_deepseek_v3.py)",
+    names=DEEPSEEK_V3_NAMES,
+    must=ROPE_MUST + (
+        # the eager attention repeats K/V num_attention_heads // num_key_value_heads times;
+        # latent attention's K/V already have one head per query head
+        Must("num_key_value_heads", lambda v, d: v is None or v == d.get("num_attention_heads"),
+             "null or equal to num_attention_heads",
+             "K and V repeated over groups of heads that latent attention does not have "
+             "(transformers' model fails to run)", 128),
+        # q_proj (no q_lora_rank) has no bias whatever attention_bias says: the spec's
+        # qkv_bias would add one
+        Must("attention_bias", lambda v, d: v is not True or d.get("q_lora_rank", 1536) is not None,
+             "false unless q_lora_rank is set",
+             "biases on kv_a_proj_with_mqa and o_proj but not on q_proj (q_lora_rank null), "
+             "which the spec's qkv_bias cannot say", False),
+        # keys of DeepSeek's own code (auto_map) that transformers does not read: another
+        # value would mean a model transformers does not build
+        Must("scoring_func", lambda v, d: v in (None, "sigmoid"), "sigmoid",
+             "a router transformers' DeepseekV3 does not build (it always uses sigmoid)"),
+        Must("topk_method", lambda v, d: v in (None, "noaux_tc"), "noaux_tc",
+             "a routing transformers' DeepseekV3 does not build (it always uses the "
+             "corrected, group-limited top-k)"),
+        Must("moe_layer_freq", lambda v, d: v in (None, 1), "1",
+             "MoE in only some layers, which transformers' DeepseekV3 ignores (every layer "
+             "from first_k_dense_replace on is MoE)"),
+        Must("quantization_config", _fp8_blocks, 'null or quant_method "fp8"',
+             "a quantized checkpoint whose weights are not dense tensors of the config's "
+             "shapes")),
+    noted=(ATTENTION_DROPOUT,
+           Noted("num_nextn_predict_layers", _mtp_note,
+                 "{settings}: the multi-token-prediction module (DeepSeek-V3 §2.2) is not "
+                 "counted: transformers' DeepseekV3ForCausalLM does not build it (it loads it "
+                 "only as a separate MtpModel for speculative decoding, generate(use_mtp=True)); "
+                 "DeepSeek's 671B excludes it, the Hub's safetensors total (685B) includes it."),
+           Noted("quantization_config", lambda v: v is None,
+                 "quantization_config fp8: the checkpoint stores most matrices in float8 "
+                 "with a float32 scale per 128×128 block (weight_scale_inv); the counts are "
+                 "of the model's parameters as transformers builds them (dense tensors of the "
+                 "config's shapes, what 671B counts), not of the scales, and the memory tables "
+                 "give bytes per dtype, not the checkpoint's mixed fp8/bf16 storage.")),
+    # aux_loss_alpha, seq_aux: training-loss settings; ep_size: expert parallelism of
+    # DeepSeek's code; pretraining_tp: unread; rope_interleave: the same rotation, another
+    # layout; head_dim: DeepseekV3Config overwrites it with qk_rope_head_dim
+    free=ROUTER_FREE | {"aux_loss_alpha", "seq_aux", "ep_size", "pretraining_tp",
+                        "rope_interleave", "head_dim"},
+    derived=(Derived(("dense_layers",), ("first_k_dense_replace",), _deepseek_layers,
+                     "layers below first_k_dense_replace keep a dense MLP "
+                     "(modeling_deepseek_v3.py)",
+                     # only the first k layers can be dense
+                     lambda c: ({"first_k_dense_replace": len(c.dense_layers)}
+                                if c.dense_layers == tuple(range(len(c.dense_layers))) else None)),),
+    experts_implementation="batched_mm",
+))
