@@ -468,23 +468,27 @@ def test_brief_does_not_run_the_cross_check(capsys, monkeypatch):
 
 
 class FakeResult:
-    """A cross-check result without running the model (the CLI's wiring is the subject)."""
+    """A cross-check result without running the model (the CLI's wiring is the subject);
+    its rendering goes through crosscheck.views, patched below (results never render
+    themselves)."""
 
     def __init__(self, agrees):
         self.agrees, self.hf = agrees, None
 
-    def summary(self):
-        return "fake: attention core analytic 1, fvcore 2"
 
-    def tables(self):
-        from accounting.present.table import Table
-        return [Table("Cross-check (fake)", notes=("n",))]
+def _fake_views(monkeypatch):
+    from accounting.crosscheck import views
+    from accounting.present.table import Table
+    monkeypatch.setattr(views, "summary", lambda r: "fake: attention core analytic 1, fvcore 2")
+    monkeypatch.setattr(views, "tables", lambda r, conventions=True:
+                        [Table("Cross-check (fake)", notes=("n",))])
 
 
 @pytest.mark.parametrize("agrees", [True, False])
 def test_verdict_streamed_or_written_is_the_same_text(capsys, tmp_path, monkeypatch, agrees):
     import accounting.crosscheck as crosscheck
     monkeypatch.setattr(crosscheck, "cross_check", lambda a, hf=None: FakeResult(agrees))
+    _fake_views(monkeypatch)
     code, out, err, _ = run(capsys, "gpt2-small", "--brief", "--verify")
     assert code == (0 if agrees else 1)
     code2, _, _, _ = run(capsys, "gpt2-small", "--brief", "--verify", "-o", str(tmp_path / "o"))

@@ -30,7 +30,8 @@ from fractions import Fraction
 
 import pytest
 
-from accounting.literature.compare import UNEXPLAINED, compare
+from accounting.literature.compare import compare
+from accounting.literature.terms import UNEXPLAINED
 from accounting.spec.config import ModelConfig
 
 
