@@ -10,7 +10,7 @@ from pathlib import Path
 
 from accounting.runtime import safe_io
 from accounting.analysis.workload import MAX_WORKLOAD
-from accounting.spec.config import (ATTENTIONS, MAX_CONFIG_BYTES, MAX_NAME, MAX_SIZE, MLPS,
+from accounting.spec.config import (ATTENTIONS, MAX_CONFIG_BYTES, MAX_LAYERS, MAX_NAME, MAX_SIZE, MLPS,
                                     NORM_PLACEMENTS, NORMS, POSITIONS, QK_NORMS, ModelConfig)
 from accounting.spec.loaders import config_from_json
 from accounting.spec.presets import get_preset
@@ -19,13 +19,16 @@ from accounting.runtime.errors import UsageError, shorten
 FORMATS = ("text", "markdown", "csv", "json")
 PROGRAM = "python -m accounting"  # how the usage lines name the program
 LIMITS = (f"Limits, checked before any work: sizes (--vocab-size ... --d-ff, --num-kv-heads, "
-          f"--head-dim) up to 10^12; counts (--ctx, --batch, --steps, --tokens, --position) up "
+          f"--head-dim) up to 10^12, --num-layers up to {MAX_LAYERS:,}; --rope-theta, "
+          f"--norm-eps, --capacity-factor up to 10^18; counts (--ctx, --batch, --steps, "
+          f"--tokens, --position) up "
           f"to 10^15; decimal numbers (--mfu, --margin, --gpu-flops, --gpu-bw) of at most 100 "
           f"characters with exponents within ±100; --gpu-mem up to 10^18 bytes; config files up "
           f"to {MAX_CONFIG_BYTES // 2**20} MiB, names up to {MAX_NAME} characters. ")
 EXIT_STATUS = ("Exit status: 0 an answer, 1 the cross-check disagrees, 2 bad input or an "
                "unusable environment (one line on stderr), 3 an internal error (a bug: please "
-               "report it), 130 interrupted.")
+               "report it), 128 + N ended by signal N: 130 interrupted (Ctrl-C), 143 SIGTERM, "
+               "129 SIGHUP.")
 _QUOTED = re.compile(r"'((?:[^'\\]|\\.){48,})'")
 
 

@@ -5,7 +5,8 @@ turns any exception that reaches the CLI into (exit status, one line for stderr)
 
     2    bad input or an unusable environment (UsageError; an output that cannot be
          written: no space, no permission, a closed or broken pipe; out of memory)
-    130  interrupted (Ctrl-C; 143 for SIGTERM)
+    128 + N  ended by signal N: 130 Ctrl-C (SIGINT), 143 SIGTERM, 129 SIGHUP (the shells'
+         convention, which `timeout`, CI runners and process supervisors read back)
     3    anything else: a bug, reported as one line that names the exception and asks
          for a report (ACCOUNTING_DEBUG=1 re-raises it with its traceback)
 
@@ -28,8 +29,8 @@ class UsageError(ValueError):
 
 
 class Interrupted(KeyboardInterrupt):
-    """SIGINT or SIGTERM, raised by accounting.runtime.safe_io's handler (a KeyboardInterrupt, so
-    that code which cleans up after Ctrl-C cleans up after it too)."""
+    """SIGINT, SIGTERM or SIGHUP, raised by accounting.runtime.safe_io's handler (a
+    KeyboardInterrupt, so that code which cleans up after Ctrl-C cleans up after it too)."""
 
     def __init__(self, signum: int = 2):
         super().__init__(signum)
@@ -115,7 +116,8 @@ def outcome(exc: BaseException) -> tuple[int, str]:
         return BAD_INPUT, one_line(f"accounting: error: {exc}")
     if isinstance(exc, KeyboardInterrupt):
         signum = getattr(exc, "signum", 2)
-        return 128 + signum, "accounting: interrupted" + ("" if signum == 2 else f" (signal {signum})")
+        return 128 + signum, "accounting: interrupted" + ("" if signum == 2 else
+                                                          f" ({signal_name(signum)})")
     if isinstance(exc, BrokenPipeError):
         return BAD_INPUT, ("accounting: error: the output's reader went away before it was "
                            "complete (broken pipe)")
@@ -135,6 +137,15 @@ def outcome(exc: BaseException) -> tuple[int, str]:
                          + (f": {detail}" if detail else "")
                          + ". This is a bug: please report it with the command line "
                            "(ACCOUNTING_DEBUG=1 shows the traceback)")
+
+
+def signal_name(signum: int) -> str:
+    """'SIGTERM' for 15 (the number where the platform has no name for it)."""
+    import signal  # stdlib
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
 
 
 def debugging() -> bool:

@@ -11,7 +11,7 @@
 * `read_small_file(path, ...)`: a config file, refused when it is not a regular file (a FIFO
   or a device would block or never end) or larger than a config can be.
 * `terminal_width()`: the columns to fit text to (a terminal, or COLUMNS), else None.
-* `handling_signals()` (around a CLI run): SIGINT and SIGTERM raise Interrupted;
+* `handling_signals()` (around a CLI run): SIGINT, SIGTERM and SIGHUP raise Interrupted;
   `critical()`: a section Ctrl-C cannot cut in two: they are held until it ends (then
   raised); `interrupted()` tells whether one arrived at all, even if some library
   swallowed the KeyboardInterrupt (nothing is published after one).
@@ -320,6 +320,8 @@ class _Signals:
 
 
 _state = _Signals()
+# the signals a run ends on, each with exit status 128 + its number (errors.outcome)
+HANDLED = tuple(getattr(signal, s) for s in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, s))
 
 
 def _handler(signum, frame):
@@ -334,13 +336,15 @@ def _handler(signum, frame):
 
 @contextlib.contextmanager
 def handling_signals(process_exit: bool = False):
-    """For the CLI's run: SIGINT and SIGTERM raise Interrupted (SIGTERM too, so that a
-    `kill` or a CI timeout cleans up like Ctrl-C); an inherited SIG_IGN stays. With
+    """For the CLI's run: SIGINT, SIGTERM and SIGHUP raise Interrupted (SIGTERM too, so that
+    a `kill` or a CI timeout cleans up like Ctrl-C; SIGHUP, so that a closed terminal or ssh
+    session does too: unhandled, it ended the run on the spot, issue 23); an inherited
+    SIG_IGN stays (nohup). With
     process_exit (the run is the whole process), they are ignored from the end of the run
     on, so that one arriving while the interpreter shuts down (torch's take a moment)
     cannot turn a decided exit status into a KeyboardInterrupt traceback. A no-op outside
     the main thread."""
-    old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    old = {s: signal.getsignal(s) for s in HANDLED}
     old_hook = sys.unraisablehook
     _state.depth = _state.pending = _state.seen = 0
     _state.done = False
@@ -405,7 +409,7 @@ class _Held:
 
 
 class critical:
-    """Hold SIGINT/SIGTERM inside (`with critical() as held:`): `held()` is the held signal
+    """Hold SIGINT/SIGTERM/SIGHUP inside (`with critical() as held:`): `held()` is the held signal
     (0: none), for code that must abandon its work before a commit point; `held.committed()`
     after the commit drops it. On leaving, a held signal is raised as Interrupted unless an
     exception is already on its way out (that one ends the run the same way)."""

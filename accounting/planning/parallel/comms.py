@@ -167,12 +167,13 @@ def data_parallel(layout: Layout, st: States, precision: Precision, buffer_bytes
                                   st.stage_numel * precision.master_bytes, d,
                                   f"{precision.master_bytes}·N_stage"))
         return out
+    by_kind = {root: [u for u in st.units if u.root == root] for root in (True, False)}
     for unit in st.units:
-        gathered = unit.unsharded_padded(d)
-        name = "root unit (embedding, final norm, LM head)" if unit.root else "blocks"
-        same = [u for u in st.units if u.root == unit.root]
+        same = by_kind[unit.root]  # (once: a list per unit made the search quadratic in L)
         if not unit.root and unit is not same[0]:
             continue  # the blocks are identical: one entry for all of them
+        gathered = unit.unsharded_padded(d)
+        name = "root unit (embedding, final norm, LM head)" if unit.root else "blocks"
         k = len(same)
         ag = gathered * param_bytes
         rs = gathered * g
