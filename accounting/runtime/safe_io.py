@@ -26,9 +26,11 @@ import signal
 import stat
 import sys
 from pathlib import Path
+from collections.abc import Callable
 from typing import NoReturn
 
-from accounting.runtime.errors import Interrupted, UsageError, os_problem, shorten
+from accounting.runtime.errors import (Interrupted, UsageError, debugging, os_problem, outcome,
+                                       shorten)
 
 # ---- spelling for encodings without × and · -----------------------------------------------
 ASCII_SPELLINGS = {
@@ -370,6 +372,29 @@ def handling_signals(process_exit: bool = False):
         sys.unraisablehook = old_hook
 
 
+def decided(run: Callable[[list[str]], int], argv: list[str], process: bool = False) -> int:
+    """run(argv) under handling_signals, every way it can end an exit status: an exception
+    becomes errors.outcome's (status, one line on stderr); argparse's own exits (--help) keep
+    0 or 2. process: the run is the whole process (handling_signals' process_exit).
+    ACCOUNTING_DEBUG=1 re-raises what would be exit 3, with its traceback."""
+    with handling_signals(process_exit=process):
+        try:
+            return run(argv)
+        except SystemExit as e:  # --help and --version exit through argparse
+            code = e.code if isinstance(e.code, int) else 0
+            return code if code in (0, 2) else 2
+        except BaseException as e:
+            if interrupted() and not isinstance(e, (UsageError, KeyboardInterrupt)):
+                # a library turned Ctrl-C into its own exception (torch can): it is the
+                # interrupt that ended the run
+                e = Interrupted(interrupted())
+            if debugging() and not isinstance(e, (UsageError, KeyboardInterrupt)):
+                raise
+            status, line = outcome(e)
+            say(line)
+            return status
+
+
 def end_process(status: int) -> NoReturn:
     """End the process with `status`, the CLI's last act (accounting/cli/main.py, run).
 
@@ -435,4 +460,4 @@ def interrupted() -> int:
 
 __all__ = ["ASCII_SPELLINGS", "ascii_spelling", "encodable", "write_stdout", "say", "terminal_width",
            "output_target", "write_atomic", "emit", "read_small_file", "handling_signals",
-           "critical", "interrupted"]
+           "critical", "interrupted", "decided", "end_process"]
