@@ -22,6 +22,7 @@ import codecs
 import contextlib
 import errno
 import os
+import re
 import signal
 import stat
 import sys
@@ -174,6 +175,11 @@ _KINDS = {stat.S_IFDIR: "a folder", stat.S_IFCHR: "a character device", stat.S_I
           "a block device", stat.S_IFIFO: "a FIFO (named pipe)", stat.S_IFSOCK: "a socket"}
 
 
+# Names of this process's standard output: -o /dev/stdout writes there as '-' does (was,
+# on a pipe: 'a symbolic link to a file that does not exist', issue 23)
+STDOUT_NAMES = frozenset(("/dev/stdout", "/dev/fd/1", "/proc/self/fd/1"))
+
+
 def output_target(path: str | None, flag: str = "-o") -> Path | None:
     """The file -o names, checked before any work; None means standard output."""
     if path is None or path == "-":
@@ -183,8 +189,14 @@ def output_target(path: str | None, flag: str = "-o") -> Path | None:
     shown = shorten(path, 80)
     if "\x00" in path:
         raise UsageError(f"{flag} {shown} contains a NUL character")
+    if path in STDOUT_NAMES:  # the process's own standard output, whatever it is (a pipe)
+        return None
     target = Path(os.path.realpath(path)) if os.path.islink(path) else Path(path)
     if os.path.islink(path) and not target.exists():
+        if re.match(r"/proc/[^/]+/fd/", str(target)):
+            # /dev/stderr, /dev/fd/N on a pipe: was 'a link to a file that does not exist'
+            raise UsageError(f"{flag} {shown} is an open stream of this process (a pipe or a "
+                             "socket), not a file; give a file name, or - for standard output")
         raise UsageError(f"{flag} {shown} is a symbolic link to a file that does not exist "
                          f"({shorten(str(target), 80)}); give the file itself")
     try:
@@ -240,7 +252,9 @@ def write_atomic(path: str | Path, data: str | bytes, flag: str = "-o") -> None:
     with critical() as held:
         try:
             mode = stat.S_IMODE(os.stat(target).st_mode) if target.exists() else _default_mode()
-            fd, tmp = tempfile.mkstemp(prefix=f".{target.name[:100]}.", suffix=".tmp",
+            stem = _temp_stem(target)
+            _remove_stale(target.parent, stem)
+            fd, tmp = tempfile.mkstemp(prefix=f"{stem}{os.getpid()}-", suffix=TEMP_SUFFIX,
                                        dir=target.parent)
             with os.fdopen(fd, "wb") as f:
                 f.write(payload)
@@ -258,6 +272,55 @@ def write_atomic(path: str | Path, data: str | bytes, flag: str = "-o") -> None:
             if tmp is not None:
                 with contextlib.suppress(OSError):
                     os.unlink(tmp)
+
+
+# Our temporary files: '.<name>.accounting-<pid>-<random>.tmp' beside the target, the name
+# cut (at a character) so that the whole fits the file system's limit (was: the first 100
+# characters, so that a legal 252-byte name got a temporary name too long to create). One
+# left by a run that could not clean up (SIGKILL, a power cut) is recognisable: the next
+# write to the same target removes those whose process has ended (issue 23).
+TEMP_MARK, TEMP_SUFFIX = ".accounting-", ".tmp"
+_RANDOM = 8  # characters tempfile.mkstemp adds
+
+
+def _temp_stem(target: Path) -> str:
+    """'.<name>.accounting-': what every temporary name for `target` starts with."""
+    room = _name_max(target.parent) - len(os.fsencode(f".{TEMP_MARK}{2**22}-{TEMP_SUFFIX}")) - _RANDOM
+    name = target.name
+    while name and len(os.fsencode(name)) > room:
+        name = name[:-1]
+    return f".{name}{TEMP_MARK}"
+
+
+def _remove_stale(folder: Path, stem: str) -> None:
+    """Remove our temporary files for this target whose process has ended: regular files of
+    this user named stem + '<pid>-<random>.tmp'. Best effort: what cannot be read or
+    removed stays."""
+    try:
+        entries = [e for e in os.scandir(folder)
+                   if e.name.startswith(stem) and e.name.endswith(TEMP_SUFFIX)]
+    except OSError:
+        return
+    for e in entries:
+        pid = e.name[len(stem):].split("-", 1)[0]
+        try:
+            st = e.stat(follow_symlinks=False)
+            if not (pid.isdigit() and stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid()) \
+                    or int(pid) == os.getpid() or _alive(int(pid)):
+                continue
+            os.unlink(e.path)
+        except (OSError, ValueError):
+            continue
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):  # another user's process (or no such number)
+        return True
+    return True
 
 
 def _default_mode() -> int:
