@@ -3,10 +3,11 @@ hostile output targets, and the exit-status contract as a judge. Shared by
 tests/test_fuzz_cli.py (in process, seeded, bounded: CI) and benchmarks/fuzz_cli.py
 (subprocesses, hostile environments, Ctrl-C, many more examples).
 
-The contract judged here (README, "Exit status"; issue 11):
+The contract judged here (README, "Exit status"; issues 11 and 23):
   0 an answer · 1 a cross-check disagreement (stderr says DISAGREES) · 2 bad input or an
-  unusable environment, exactly one line on stderr · 130 interrupted, one line · nothing
-  else (3 = an internal error is a defect too: it is a bug report, not an outcome).
+  unusable environment, exactly one line on stderr · 128 + N ended by signal N (130
+  Ctrl-C, 143 SIGTERM, 129 SIGHUP), one line · nothing else (3 = an internal error is a
+  defect too: it is a bug report, not an outcome).
   No traceback ever; no run longer than the hang bound; a failed or interrupted run leaves
   every file in the scratch folder exactly as it was (bytes, permissions, file type) and no
   new entries; a successful run changes only its -o target (a regular file or a new path).
@@ -426,7 +427,7 @@ def config_texts(draw) -> bytes:
 
 # ---- the judge ----------------------------------------------------------------------------
 ANSWER, DISAGREEMENT, ERROR, INTERRUPTED = ("0 answer", "1 disagreement", "2 clean error",
-                                            "130 interrupted")
+                                            "128+N interrupted")
 
 
 @dataclass
@@ -446,8 +447,14 @@ class Verdict:
 
 
 def _output_target(argv: list[str]) -> str | None:
-    """The -o/--output value the run was given last (argparse keeps the last)."""
+    """The -o/--output value the run was given last (argparse keeps the last); distcheck's
+    --json (an argv that starts with @distcheck, benchmarks/fuzz_cli.py)."""
     target = None
+    if argv[:1] == ["@distcheck"]:
+        for i, a in enumerate(argv):
+            if a == "--json" and i + 1 < len(argv):
+                target = argv[i + 1]
+        return target
     for i, a in enumerate(argv):
         if a in ("-o", "--output") and i + 1 < len(argv):
             target = argv[i + 1]
@@ -477,9 +484,10 @@ def stderr_lines(err: bytes) -> list[str]:
 
 
 def judge(argv: list[str], result: Result, before: dict, after: dict,
-          stdout_ok: bool = True) -> Verdict:
+          stdout_ok: bool = True, signum: int | None = None) -> Verdict:
     """The outcome class and every breach of the contract. stdout_ok: the run's stdout
-    could take the whole output (False for a closed stdout or a full device)."""
+    could take the whole output (False for a closed stdout or a full device); signum: the
+    signal the run was sent (exit 128 + signum is its outcome), if any."""
     defects = []
     err = result.stderr.decode("utf-8", "replace")
     if result.rc is None:
@@ -488,12 +496,13 @@ def judge(argv: list[str], result: Result, before: dict, after: dict,
             or "frame #" in err:
         defects.append("traceback")
     rc = result.rc
-    outcome = {0: ANSWER, 1: DISAGREEMENT, 2: ERROR, 130: INTERRUPTED}.get(rc, f"exit {rc}")
-    if rc not in (0, 1, 2, 130):
+    signalled = 128 + (signum or 2)  # Ctrl-C's 130 when no signal was sent on purpose
+    outcome = {0: ANSWER, 1: DISAGREEMENT, 2: ERROR, signalled: INTERRUPTED}.get(rc, f"exit {rc}")
+    if rc not in (0, 1, 2, signalled):
         defects.append(f"exit status {rc}")
     if rc == 1 and "DISAGREES" not in err:
         defects.append("exit 1 without a disagreement")
-    if rc in (1, 2, 130) and len(stderr_lines(result.stderr)) != 1 and "traceback" not in defects:
+    if rc in (1, 2, signalled) and len(stderr_lines(result.stderr)) != 1 and "traceback" not in defects:
         defects.append(f"{len(stderr_lines(result.stderr))} stderr lines on failure")
     if rc == 0 and not stdout_ok and _output_target(argv) in (None, "-"):
         defects.append("exit 0 though stdout could not take the output")

@@ -6,6 +6,7 @@ accounting/ledger/builder/); nothing restates a formula. Counts are ints, shares
 from __future__ import annotations
 
 import math
+import operator
 from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import cached_property
@@ -85,6 +86,10 @@ class Analysis:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "config", A.config(self.config))  # a preset name: looked up
+        for f in ("seq", "batch"):  # numpy's integers as Python ints (exact arithmetic)
+            value = getattr(self, f)
+            if hasattr(value, "__index__") and not isinstance(value, (bool, int)):
+                object.__setattr__(self, f, operator.index(value))
         check_workload(self.seq, self.batch, self.config)
         if self.phase not in PHASES:
             raise UsageError(f"unknown pass {self.phase!r}; choose forward, backward or train")
