@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from accounting.cli.main import main
-from accounting.runtime import safe_io
+from accounting.runtime import temp_names
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["--vocab-size", "100", "--context-length", "64", "--num-layers", "2", "--d-model",
@@ -45,11 +45,11 @@ def test_temporary_files_of_a_killed_run_are_removed_by_the_next_write(capsys, t
     power cut) left '.out.txt.XXXXXXXX.tmp' for good. Ours are named recognisably; the next
     write to the same target removes those whose process has ended, and nothing else."""
     target = tmp_path / "out.txt"
-    stem = safe_io._temp_stem(target)
+    stem = temp_names.stem(target)
     dead, alive = _dead_pid(), os.getppid()
     stale = tmp_path / f"{stem}{dead}-abcdefgh.tmp"
     running = tmp_path / f"{stem}{alive}-abcdefgh.tmp"  # a write in progress elsewhere
-    other = tmp_path / f"{safe_io._temp_stem(tmp_path / 'other.txt')}{dead}-abcdefgh.tmp"
+    other = tmp_path / f"{temp_names.stem(tmp_path / 'other.txt')}{dead}-abcdefgh.tmp"
     mine_looking = tmp_path / ".out.txt.notes.tmp"  # the user's own file
     for p in (stale, running, other, mine_looking):
         p.write_text("x")

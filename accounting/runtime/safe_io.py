@@ -30,6 +30,7 @@ from pathlib import Path
 from collections.abc import Callable
 from typing import NoReturn
 
+from accounting.runtime import temp_names
 from accounting.runtime.errors import (Interrupted, UsageError, debugging, os_problem, outcome,
                                        shorten)
 
@@ -252,10 +253,10 @@ def write_atomic(path: str | Path, data: str | bytes, flag: str = "-o") -> None:
     with critical() as held:
         try:
             mode = stat.S_IMODE(os.stat(target).st_mode) if target.exists() else _default_mode()
-            stem = _temp_stem(target)
-            _remove_stale(target.parent, stem)
-            fd, tmp = tempfile.mkstemp(prefix=f"{stem}{os.getpid()}-", suffix=TEMP_SUFFIX,
-                                       dir=target.parent)
+            stem = temp_names.stem(target, _name_max(target.parent))
+            temp_names.remove_stale(target.parent, stem)
+            fd, tmp = tempfile.mkstemp(prefix=f"{stem}{os.getpid()}-",
+                                       suffix=temp_names.SUFFIX, dir=target.parent)
             with os.fdopen(fd, "wb") as f:
                 f.write(payload)
                 f.flush()
@@ -272,55 +273,6 @@ def write_atomic(path: str | Path, data: str | bytes, flag: str = "-o") -> None:
             if tmp is not None:
                 with contextlib.suppress(OSError):
                     os.unlink(tmp)
-
-
-# Our temporary files: '.<name>.accounting-<pid>-<random>.tmp' beside the target, the name
-# cut (at a character) so that the whole fits the file system's limit (was: the first 100
-# characters, so that a legal 252-byte name got a temporary name too long to create). One
-# left by a run that could not clean up (SIGKILL, a power cut) is recognisable: the next
-# write to the same target removes those whose process has ended (issue 23).
-TEMP_MARK, TEMP_SUFFIX = ".accounting-", ".tmp"
-_RANDOM = 8  # characters tempfile.mkstemp adds
-
-
-def _temp_stem(target: Path) -> str:
-    """'.<name>.accounting-': what every temporary name for `target` starts with."""
-    room = _name_max(target.parent) - len(os.fsencode(f".{TEMP_MARK}{2**22}-{TEMP_SUFFIX}")) - _RANDOM
-    name = target.name
-    while name and len(os.fsencode(name)) > room:
-        name = name[:-1]
-    return f".{name}{TEMP_MARK}"
-
-
-def _remove_stale(folder: Path, stem: str) -> None:
-    """Remove our temporary files for this target whose process has ended: regular files of
-    this user named stem + '<pid>-<random>.tmp'. Best effort: what cannot be read or
-    removed stays."""
-    try:
-        entries = [e for e in os.scandir(folder)
-                   if e.name.startswith(stem) and e.name.endswith(TEMP_SUFFIX)]
-    except OSError:
-        return
-    for e in entries:
-        pid = e.name[len(stem):].split("-", 1)[0]
-        try:
-            st = e.stat(follow_symlinks=False)
-            if not (pid.isdigit() and stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid()) \
-                    or int(pid) == os.getpid() or _alive(int(pid)):
-                continue
-            os.unlink(e.path)
-        except (OSError, ValueError):
-            continue
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OverflowError):  # another user's process (or no such number)
-        return True
-    return True
 
 
 def _default_mode() -> int:
