@@ -14,6 +14,7 @@ import sys
 import time
 
 from accounting.runtime import safe_io
+from accounting.runtime.errors import UsageError
 
 
 def parser():
@@ -29,6 +30,11 @@ def run(argv: list[str]) -> int:
     ns = parser().parse_args(argv)
     if ns.json is not None:  # before any work: a run takes about 25 s
         safe_io.output_target(ns.json, "--json")
+    from accounting.runtime.optional import missing
+    absent = missing()  # (an address-space limit too low for torch: UsageError, exit 2)
+    if absent:
+        raise UsageError(f"distcheck needs {absent}, which is not importable; install it "
+                         "(pip install -e .)")
     from accounting.distcheck import suite
     from accounting.distcheck.compare import compare
     measured, seconds = [], {}
