@@ -31,7 +31,7 @@ def run(argv: list[str]) -> int:
     if ns.json is not None:  # before any work: a run takes about 25 s
         safe_io.output_target(ns.json, "--json")
     from accounting.runtime.optional import missing
-    absent = missing()  # (an address-space limit too low for torch: UsageError, exit 2)
+    absent = missing(alternative="")  # (an address-space limit too low for torch: UsageError, exit 2)
     if absent:
         raise UsageError(f"distcheck needs {absent}, which is not importable; install it "
                          "(pip install -e .)")

@@ -19,19 +19,21 @@ from accounting.runtime.errors import UsageError, shorten
 TORCH_ADDRESS_SPACE_BYTES = 2 * 2**30
 
 
-def missing() -> str | None:
+def missing(alternative: str = "or pass --no-verify") -> str | None:
     """Name of the first missing dependency of the cross-check, or None. An address-space
-    limit below what torch needs to load raises UsageError (address_space_problem)."""
+    limit below what torch needs to load raises UsageError (address_space_problem, its
+    message ending with `alternative`)."""
     for module in ("torch", "fvcore", "einops"):
         if find_spec(module) is None:
             return module
-    problem = address_space_problem()
+    problem = address_space_problem(alternative=alternative)
     if problem:
         raise UsageError(problem)
     return None
 
 
-def address_space_problem(need: int = TORCH_ADDRESS_SPACE_BYTES) -> str | None:
+def address_space_problem(need: int = TORCH_ADDRESS_SPACE_BYTES,
+                          alternative: str = "or pass --no-verify") -> str | None:
     """Why torch cannot load under this process's address-space limit, or None."""
     try:
         import resource
@@ -42,7 +44,7 @@ def address_space_problem(need: int = TORCH_ADDRESS_SPACE_BYTES) -> str | None:
         return None
     return (f"the address-space limit (ulimit -v) is {soft // 2**20:,} MiB, less than the "
             f"{need // 2**30} GiB the cross-check's torch needs to load; raise it (ulimit -v "
-            f"unlimited) or pass --no-verify")
+            f"unlimited)" + (f" {alternative}" if alternative else ""))
 
 
 def import_matplotlib():
