@@ -232,7 +232,8 @@ def test_ctrl_c_to_the_group_while_the_pool_workers_are_busy(tmp_path):
     assert p.returncode == 130, err[-2000:]
     assert err == b"accounting: interrupted\n", err[-3000:]
     assert not left, f"processes left running after exit: {left}"
-    assert took < 2.5, f"{took:.1f} s from Ctrl-C to the end of the run and its workers"
+    # under the 5 s Streamed grants its child before SIGKILL: the pool ended on SIGTERM
+    assert took < 4.5, f"{took:.1f} s from Ctrl-C to the end of the run and its workers"
 
 
 DIE_WITH_PARENT_SCRIPT = textwrap.dedent("""
