@@ -18,6 +18,10 @@ from accounting.units import FLOPS_PER_MAC
 def config_from_json(path):
     """A config from a JSON file: the tool's own format or a Hugging Face config.json (the
     Hugging Face translation imported on call, so that `import accounting` stays light)."""
+    import os
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be a file path (a str or a pathlib.Path), got "
+                        f"{type(path).__name__}")
     from accounting.spec.loaders import config_from_json as f
     return f(path)
 

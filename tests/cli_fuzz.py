@@ -3,10 +3,11 @@ hostile output targets, and the exit-status contract as a judge. Shared by
 tests/test_fuzz_cli.py (in process, seeded, bounded: CI) and benchmarks/fuzz_cli.py
 (subprocesses, hostile environments, Ctrl-C, many more examples).
 
-The contract judged here (README, "Exit status"; issue 11):
+The contract judged here (README, "Exit status"; issues 11 and 23):
   0 an answer · 1 a cross-check disagreement (stderr says DISAGREES) · 2 bad input or an
-  unusable environment, exactly one line on stderr · 130 interrupted, one line · nothing
-  else (3 = an internal error is a defect too: it is a bug report, not an outcome).
+  unusable environment, exactly one line on stderr · 128 + N ended by signal N (130
+  Ctrl-C, 143 SIGTERM, 129 SIGHUP), one line · nothing else (3 = an internal error is a
+  defect too: it is a bug report, not an outcome).
   No traceback ever; no run longer than the hang bound; a failed or interrupted run leaves
   every file in the scratch folder exactly as it was (bytes, permissions, file type) and no
   new entries; a successful run changes only its -o target (a regular file or a new path).
@@ -20,17 +21,16 @@ import hashlib
 import json
 import os
 import stat
-from dataclasses import dataclass, field
 from pathlib import Path
 
+from fuzz_judge import EXISTING, HANG_SECONDS
 from hypothesis import strategies as st
 
-HANG_SECONDS = 10.0
 SENTINEL = b"previous output: must survive every failed or interrupted run\n"
 
 # ---- the scratch folder -------------------------------------------------------------------
 # Names an argument may refer to (relative to the run's working directory).
-EXISTING = "out.txt"  # a regular file with SENTINEL, mode 0644
+# EXISTING (fuzz_judge.py): a regular file with SENTINEL, mode 0644
 OUTPUT_TARGETS = (
     EXISTING, "new.txt", "", "-", "dir", "dir/", "fifo", "link", "dangling", "missing/out.txt",
     f"{EXISTING}/x", "x" * 300, ".", "dev", "report/gpt2_sizes.md",
@@ -424,107 +424,6 @@ def config_texts(draw) -> bytes:
         return b"{}"
 
 
-# ---- the judge ----------------------------------------------------------------------------
-ANSWER, DISAGREEMENT, ERROR, INTERRUPTED = ("0 answer", "1 disagreement", "2 clean error",
-                                            "130 interrupted")
-
-
-@dataclass
-class Result:
-    rc: int | None  # None: did not finish within the hang bound
-    stdout: bytes
-    stderr: bytes
-    seconds: float
-    escaped: str = ""  # in process: an exception that left main() (a traceback in a shell)
-    strays: list[str] = field(default_factory=list)  # processes of the run alive after it
-
-
-@dataclass
-class Verdict:
-    outcome: str
-    defects: list[str] = field(default_factory=list)
-
-
-def _output_target(argv: list[str]) -> str | None:
-    """The -o/--output value the run was given last (argparse keeps the last)."""
-    target = None
-    for i, a in enumerate(argv):
-        if a in ("-o", "--output") and i + 1 < len(argv):
-            target = argv[i + 1]
-        elif a.startswith("--output="):
-            target = a[len("--output="):]
-        elif a.startswith("-o") and a not in ("-o",) and not a.startswith("--"):
-            target = a[2:].lstrip("=") if a.startswith("-o=") else a[2:]
-    return target
-
-
-def _report_dir(argv: list[str]) -> str | None:
-    if not argv or argv[0] != "report":
-        return None
-    out = "reports"
-    for i, a in enumerate(argv):
-        if a == "--out" and i + 1 < len(argv):
-            out = argv[i + 1]
-        elif a.startswith("--out="):
-            out = a[len("--out="):]
-    return os.path.normpath(out) if out else out
-
-
-def stderr_lines(err: bytes) -> list[str]:
-    """stderr's lines that are not the report's progress lines ('[i/N] ...')."""
-    text = err.decode("utf-8", "replace")
-    return [line for line in text.splitlines() if line and not line.startswith("[")]
-
-
-def judge(argv: list[str], result: Result, before: dict, after: dict,
-          stdout_ok: bool = True) -> Verdict:
-    """The outcome class and every breach of the contract. stdout_ok: the run's stdout
-    could take the whole output (False for a closed stdout or a full device)."""
-    defects = []
-    err = result.stderr.decode("utf-8", "replace")
-    if result.rc is None:
-        return Verdict("hang", [f"no exit within {HANG_SECONDS:g} s"])
-    if result.escaped or "Traceback (most recent call last)" in err or "Exception ignored" in err \
-            or "frame #" in err:
-        defects.append("traceback")
-    rc = result.rc
-    outcome = {0: ANSWER, 1: DISAGREEMENT, 2: ERROR, 130: INTERRUPTED}.get(rc, f"exit {rc}")
-    if rc not in (0, 1, 2, 130):
-        defects.append(f"exit status {rc}")
-    if rc == 1 and "DISAGREES" not in err:
-        defects.append("exit 1 without a disagreement")
-    if rc in (1, 2, 130) and len(stderr_lines(result.stderr)) != 1 and "traceback" not in defects:
-        defects.append(f"{len(stderr_lines(result.stderr))} stderr lines on failure")
-    if rc == 0 and not stdout_ok and _output_target(argv) in (None, "-"):
-        defects.append("exit 0 though stdout could not take the output")
-    target = _output_target(argv)
-    changed = {k for k in set(before) | set(after) if before.get(k) != after.get(k)}
-    if rc != 0:
-        if changed:
-            defects.append("files changed by a failed run: " + ", ".join(sorted(changed))[:200])
-    else:
-        allowed = set()
-        if target not in (None, "", "-"):
-            norm = os.path.normpath(target)
-            allowed.add(norm)
-            if norm == "link":
-                allowed = {EXISTING}
-        extra = changed - allowed
-        for name in allowed & changed:
-            if name in before and before[name][0] != after.get(name, (None,))[0]:
-                defects.append(f"-o replaced {name!r} (not a regular file) with another kind of file")
-            elif name in before and name in after and before[name][1] != after[name][1]:
-                defects.append(f"-o changed the permissions of {name!r}")
-        report = _report_dir(argv)
-        if report:
-            extra = {k for k in extra if k != report and not k.startswith(report + os.sep)}
-        if extra:
-            defects.append("entries changed beside the -o target: " + ", ".join(sorted(extra))[:200])
-        if target == "":
-            defects.append("-o '' accepted")
-        if "-" in after and "-" not in before:
-            defects.append("-o - wrote a file named '-'")
-    leftovers = [k for k in set(after) - set(before) if ".tmp" in os.path.basename(k)]
-    if leftovers:
-        defects.append("temporary entries left behind: " + ", ".join(sorted(leftovers))[:200])
-    return Verdict(outcome, defects)
+# the judge (tests/fuzz_judge.py), here too for the callers that know it as cli_fuzz's
+from fuzz_judge import (ANSWER, DISAGREEMENT, ERROR, INTERRUPTED, Result, Verdict,  # noqa: E402,F401
+                        _output_target, _report_dir, judge, stderr_lines)

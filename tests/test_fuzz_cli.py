@@ -2,8 +2,8 @@
 
 Every example runs main(argv) in process, in a fresh scratch folder of hostile targets
 (tests/cli_fuzz.py: an existing output file, a FIFO, a folder, links, a device node when
-root), with stdout in UTF-8, ASCII or Latin-1 and with or without a terminal width, and is
-judged against the exit-status contract: 0 an answer, 1 only with a disagreement, 2 bad
+root), with stdout in UTF-8, ASCII or Latin-1 and with or without a terminal width (1 and 0 columns included), with warnings made errors or
+not (PYTHONWARNINGS=error as a filter: issue 23), and is judged against the exit-status contract: 0 an answer, 1 only with a disagreement, 2 bad
 input with exactly one stderr line, never anything else, never an exception out of
 main(), never past the hang bound, and a failed run changes no file (bytes, permissions,
 kind) and leaves no temporary entry. The cross-check is not the subject here (--no-verify,
@@ -18,6 +18,7 @@ import os
 import signal
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 import cli_fuzz as F
@@ -28,15 +29,17 @@ from hypothesis import strategies as st
 from accounting.cli.main import main
 
 ENCODINGS = ("utf-8", "utf-8", "ascii", "latin-1")
-WIDTHS = (None, None, "40", "100", "junk")
+WIDTHS = (None, None, "40", "100", "junk", "1", "0")
 
 
 class _Alarm:
     fired = False
 
 
-def run_in_process(argv: list[str], cwd: Path, encoding: str, columns: str | None) -> F.Result:
-    """main(argv) with stdout in `encoding` (strict), a hang bound by SIGALRM."""
+def run_in_process(argv: list[str], cwd: Path, encoding: str, columns: str | None,
+                   warnings_as_errors: bool = False) -> F.Result:
+    """main(argv) with stdout in `encoding` (strict), a hang bound by SIGALRM; with
+    warnings_as_errors, every warning raised as an error (what PYTHONWARNINGS=error does)."""
     raw_out, raw_err = io.BytesIO(), io.BytesIO()
     out = io.TextIOWrapper(raw_out, encoding=encoding, errors="strict", newline="")
     err = io.TextIOWrapper(raw_err, encoding="utf-8", errors="strict", newline="")
@@ -54,7 +57,10 @@ def run_in_process(argv: list[str], cwd: Path, encoding: str, columns: str | Non
     try:
         os.chdir(cwd)
         signal.setitimer(signal.ITIMER_REAL, F.HANG_SECONDS)
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), \
+                warnings.catch_warnings():
+            if warnings_as_errors:
+                warnings.simplefilter("error")
             rc = main(argv)
     except BaseException as e:  # noqa: BLE001 - anything out of main() is a defect
         escaped = f"{type(e).__name__}: {e}"[:300]
@@ -75,13 +81,13 @@ def run_in_process(argv: list[str], cwd: Path, encoding: str, columns: str | Non
 @settings(max_examples=800, deadline=None, database=None,
           suppress_health_check=list(HealthCheck))
 @given(argv=F.argvs(), config=F.config_texts(), encoding=st.sampled_from(ENCODINGS),
-       columns=st.sampled_from(WIDTHS))
-def test_cli_keeps_the_exit_status_contract(argv, config, encoding, columns):
+       columns=st.sampled_from(WIDTHS), strict=st.sampled_from((False, False, False, True)))
+def test_cli_keeps_the_exit_status_contract(argv, config, encoding, columns, strict):
     with tempfile.TemporaryDirectory(prefix="fuzz-") as tmp:
         root = Path(tmp)
         F.make_scratch(root, config)
         before = F.snapshot(root)
-        result = run_in_process(argv, root, encoding, columns)
+        result = run_in_process(argv, root, encoding, columns, strict)
         after = F.snapshot(root)
     verdict = F.judge(argv, result, before, after)
     event(f"{verdict.outcome} ({argv[0] if argv and argv[0] in ('plan', 'report') else 'main'})")

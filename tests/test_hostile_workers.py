@@ -172,3 +172,105 @@ def test_ctrl_c_to_the_group_while_the_report_pool_checks(tmp_path):
     assert r.stdout == b"workers\n" or r.stdout == b"", r.stdout
     assert r.returncode == 130, r.stderr[-2000:]
     assert r.stderr == b"accounting: interrupted\n", r.stderr[-2000:]
+
+
+# ---- the report's pool, busy, when Ctrl-C reaches the whole group (issue 23) -----------------
+BUSY_POOL_SCRIPT = textwrap.dedent("""
+    import sys, time
+    from types import SimpleNamespace
+    from accounting.runtime import errors, safe_io
+    from accounting.reporting import checks
+    import accounting.crosscheck.measure  # torch, imported before the fork as the report does
+
+    def _busy(workload):  # a check of 3 s: busy when Ctrl-C comes, a result to send after
+        time.sleep(3)
+        return workload, None, 3.0
+    checks._timed = _busy
+    with safe_io.handling_signals(process_exit=True):
+        try:
+            with checks.PendingChecks([(SimpleNamespace(num_layers=n), 1) for n in (1, 2)],
+                                     parallel=True) as pending:
+                list(pending.completed())
+            code = 0
+        except BaseException as e:
+            code, line = errors.outcome(e)
+            print(line, file=sys.stderr)
+    sys.exit(code)
+""")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc, fork")
+def test_ctrl_c_to_the_group_while_the_pool_workers_are_busy(tmp_path):
+    """Was (issue 23): exit 130, but the pool's parent died at once on the report's SIGTERM
+    (its worker set-up had reset the handler that ends the pool), so the two workers lived
+    on, finished their check and printed BrokenPipeError tracebacks (about 65 lines) into
+    the terminal the run had left. Now: once both workers run (4 processes: the run, the
+    pool's parent, 2 workers), Ctrl-C to the group ends every one of them promptly, and the
+    run's stderr is the one line."""
+    if fork.usable_cpus() < 2:
+        pytest.skip("the pool needs two usable CPUs")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("ACCOUNTING_WORKERS", None)
+    p = subprocess.Popen([sys.executable, "-c", BUSY_POOL_SCRIPT], cwd=tmp_path, env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    end = time.monotonic() + 60
+    while time.monotonic() < end and p.poll() is None and len(_session(p.pid)) < 4:
+        time.sleep(0.01)
+    assert p.poll() is None and len(_session(p.pid)) >= 4, "the pool never started"
+    time.sleep(0.3)
+    start = time.monotonic()
+    os.killpg(p.pid, signal.SIGINT)
+    try:
+        p.wait(timeout=30)
+        left = _session(p.pid)  # right at exit: nothing of the run may be left behind
+        _, err = p.communicate(timeout=30)
+        took = time.monotonic() - start
+    finally:
+        for pid in _session(p.pid):
+            os.kill(pid, signal.SIGKILL)
+    assert p.returncode == 130, err[-2000:]
+    assert err == b"accounting: interrupted\n", err[-3000:]
+    assert not left, f"processes left running after exit: {left}"
+    # under the 5 s Streamed grants its child before SIGKILL: the pool ended on SIGTERM
+    assert took < 4.5, f"{took:.1f} s from Ctrl-C to the end of the run and its workers"
+
+
+DIE_WITH_PARENT_SCRIPT = textwrap.dedent("""
+    import os, signal, sys, time
+    from accounting.runtime import fork
+    r, w = os.pipe()
+    middle = os.fork()
+    if middle == 0:  # the pool's parent: forks a worker, then is killed outright
+        with fork.signals_held():
+            worker = os.fork()
+            if worker == 0:
+                fork.worker_signals()
+                time.sleep(30)
+                os._exit(0)
+        os.write(w, str(worker).encode())
+        os.kill(os.getpid(), signal.SIGKILL)
+    os.waitpid(middle, 0)
+    worker = int(os.read(r, 64))
+    for _ in range(200):  # 2 s
+        try:
+            state = open(f"/proc/{worker}/stat").read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            state = "gone"
+        if state in ("gone", "Z"):
+            print("ended")
+            break
+        time.sleep(0.01)
+    else:
+        os.kill(worker, signal.SIGKILL)
+        print("still running")
+""")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="prctl, /proc")
+def test_a_worker_dies_with_its_parent():
+    """A worker whose parent is SIGKILLed (Streamed's last resort after its grace period)
+    ends with it (prctl PR_SET_PDEATHSIG), instead of running on as an orphan."""
+    r = subprocess.run([sys.executable, "-c", DIE_WITH_PARENT_SCRIPT], capture_output=True,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60)
+    assert r.stdout == b"ended\n", (r.stdout, r.stderr[-2000:])

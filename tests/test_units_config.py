@@ -162,6 +162,8 @@ def _restated(root):
             restates = (any(v in names_of_facts for v in literals if isinstance(v, str))
                         or (set(names) & unit_names and literals)
                         or (rel != "accounting/units.py"
+                            # a bare size (FP32_BYTES = 4), not a multiple of a unit (2 * GiB)
+                            and not isinstance(node.value, ast.BinOp)
                             and any(n.endswith("_BYTES") and n != "MAX_CONFIG_BYTES"
                                     and any(v in (1, 2, 4, 8) for v in literals if type(v) is int)
                                     for n in names)))

@@ -26,6 +26,7 @@ import operator
 from collections.abc import Iterable, Sequence
 from fractions import Fraction
 
+from accounting.analysis import arguments as A
 from accounting.analysis.workload import check_workload
 from accounting.spec.config import ModelConfig
 from accounting.runtime.errors import UsageError
@@ -40,6 +41,8 @@ WORKLOAD = frozenset({"B", "T", "C", "E·C+1"})
 def matmul_expr(config: ModelConfig, phase: str = FORWARD, counting: str = EXECUTED,
                 component: str | None = None) -> Expr:
     """The pass's matmul FLOPs in every symbol (Analysis.matmul_expr, without a workload)."""
+    config, phase, counting = A.config(config), A.phase(phase), A.counting(counting)
+    component = A.component(component)
     return sum((r.expr(counting) for r in ledger(config).matmuls(phase)
                 if component is None or r.component == component), Expr())
 
@@ -91,13 +94,15 @@ def _bound(poly: Expr, seqs, batches, caps: dict) -> int:
     return sum(abs(c) * math.prod(biggest[s] for s in f) for f, c in poly.terms.items()) + 1
 
 
-def flops_grid(config: ModelConfig, seqs: Iterable[int], batches: Iterable[int] = (1,),
+def flops_grid(config: ModelConfig | str, seqs: Iterable[int], batches: Iterable[int] = (1,),
                phase: str = FORWARD, counting: str = EXECUTED,
                component: str | None = None):
     """Matmul FLOPs for every (T, B): a numpy array of shape (len(seqs), len(batches)),
     dtype int64 where no value can overflow it, else object (Python ints). Equal, point by
     point, to analyze(config, T, B, phase, counting).matmul_flops() (or its
-    component_flops()[component])."""
+    component_flops()[component]). config: a ModelConfig or a preset name; phase 'forward',
+    'backward' or 'train'; counting 'executed' or 'useful'; component one of
+    accounting.ledger.records.COMPONENTS or None (all)."""
     return component_grids(config, seqs, batches, phase, counting, (component,))[component]
 
 
@@ -107,8 +112,10 @@ def component_grids(config: ModelConfig, seqs: Iterable[int], batches: Iterable[
     """flops_grid for several components at once (None: all of them), the grid validated
     and its branches found once."""
     import numpy as np
-    seqs, batches = as_ints(seqs, "--ctx"), as_ints(batches, "--batch")
-    components = tuple(components)
+    config, phase, counting = A.config(config), A.phase(phase), A.counting(counting)
+    seqs = as_ints(A.iterable(seqs, "seqs"), "--ctx")
+    batches = as_ints(A.iterable(batches, "batches"), "--batch")
+    components = tuple(A.component(c) for c in A.iterable(components, "components"))
     if not seqs or not batches:
         return {c: np.zeros((len(seqs), len(batches)), dtype=np.int64) for c in components}
     _validate(config, seqs, batches)

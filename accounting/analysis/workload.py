@@ -6,10 +6,12 @@ accounting/ledger/builder/); nothing restates a formula. Counts are ints, shares
 from __future__ import annotations
 
 import math
+import operator
 from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import cached_property
 
+from accounting.analysis import arguments as A
 from accounting.ledger import records as R
 from accounting.spec.config import ModelConfig
 from accounting.runtime.errors import UsageError
@@ -83,6 +85,11 @@ class Analysis:
     ledger: Ledger = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "config", A.config(self.config))  # a preset name: looked up
+        for f in ("seq", "batch"):  # numpy's integers as Python ints (exact arithmetic)
+            value = getattr(self, f)
+            if hasattr(value, "__index__") and not isinstance(value, (bool, int)):
+                object.__setattr__(self, f, operator.index(value))
         check_workload(self.seq, self.batch, self.config)
         if self.phase not in PHASES:
             raise UsageError(f"unknown pass {self.phase!r}; choose forward, backward or train")
@@ -113,18 +120,34 @@ class Analysis:
         v = self.values
         return tuple(ParamRow(r, r.count(v), r.numel(v)) for r in self.ledger.params)
 
+    # ---- arguments --------------------------------------------------------------------
+    def _counting(self, counting: str | None) -> str:
+        """A method's counting: 'executed', 'useful', or None (this analysis' own)."""
+        return A.counting(counting, f"this analysis' own, {self.counting!r}") or self.counting
+
+    def _part(self, phase: str | None) -> tuple[str, ...]:
+        """The record phases a method's `phase` selects within this analysis' pass."""
+        if A.phase(phase, "the whole pass") is None:
+            return PHASES[self.phase]
+        if not set(PHASES[phase]) <= set(PHASES[self.phase]):
+            raise UsageError(f"phase {phase!r} is not part of this analysis' pass "
+                             f"({self.phase!r}); choose {', '.join(PHASES[self.phase])} or None, "
+                             f"or analyze(..., phase='train') for both passes")
+        return PHASES[phase]
+
     # ---- totals -----------------------------------------------------------------------
     def matmul_flops(self, counting: str | None = None, phase: str | None = None) -> int:
-        counting = counting or self.counting
-        return sum(r.flops_for(counting) for r in self.matmul_rows
-                   if phase is None or r.record.phase == phase)
+        """Matmul FLOPs of this pass, or of one of its parts (phase 'forward' or 'backward'
+        of a 'train' analysis); counting 'executed' or 'useful' (None: the analysis' own)."""
+        counting, part = self._counting(counting), self._part(phase)
+        return sum(r.flops_for(counting) for r in self.matmul_rows if r.record.phase in part)
 
     @property
     def elementwise_flops(self) -> int:
         return sum(r.flops for r in self.elementwise_rows)
 
     def component_flops(self, counting: str | None = None) -> dict[str, int]:
-        counting = counting or self.counting
+        counting = self._counting(counting)
         out = {c: 0 for c in R.COMPONENTS}
         for r in self.matmul_rows:
             out[r.record.component] += r.flops_for(counting)
@@ -137,7 +160,7 @@ class Analysis:
 
     def component_flops_per_layer(self, counting: str | None = None) -> dict[str, int]:
         """One block's matmul FLOPs by component (the LM head is not in a block)."""
-        counting = counting or self.counting
+        counting = self._counting(counting)
         out = {c: 0 for c in R.BLOCK_COMPONENTS}
         for r in self.matmul_rows:
             if r.record.per_layer:
@@ -175,7 +198,7 @@ class Analysis:
 
     def flops_per_token(self, counting: str | None = None) -> Fraction:
         """Matmul FLOPs of this pass per token (B·T tokens), exact."""
-        return Fraction(self.matmul_flops(counting), self.batch * self.seq)
+        return Fraction(self.matmul_flops(self._counting(counting)), self.batch * self.seq)
 
     def param_memory_bytes(self) -> dict[str, int]:
         return {dtype: self.param_count * b for dtype, b in BYTES_PER_ELEMENT.items()}
@@ -183,9 +206,11 @@ class Analysis:
     # ---- closed forms -----------------------------------------------------------------
     def matmul_expr(self, counting: str | None = None, component: str | None = None,
                     phase: str | None = None) -> Expr:
-        """Matmul FLOPs of this pass as an expression in every symbol."""
-        counting = counting or self.counting
-        return sum((r.expr(counting) for r in self.ledger.matmuls(phase or self.phase)
+        """Matmul FLOPs of this pass (or of `phase`: any pass, symbolic) as an expression in
+        every symbol; of one component (None: all)."""
+        counting, component = self._counting(counting), A.component(component)
+        phase = A.phase(phase, "this analysis' pass") or self.phase
+        return sum((r.expr(counting) for r in self.ledger.matmuls(phase)
                     if component is None or r.component == component), Expr())
 
     def matmul_polynomial(self, counting: str | None = None, component: str | None = None,
@@ -200,7 +225,7 @@ class Analysis:
 
     def ratio_to_context_length(self, counting: str | None = None) -> Fraction:
         """Matmul FLOPs at T = seq over those at T = context_length (same batch)."""
-        e = self.matmul_expr(counting)  # each T on its own branch (a sliding window's P_W)
+        e = self.matmul_expr(self._counting(counting))  # each T on its own branch (a sliding window's P_W)
         return Fraction(e.evaluate(self.values),
                         e.evaluate(self.ledger.values(self.config.context_length, self.batch)))
 
@@ -208,6 +233,7 @@ class Analysis:
         """Where the attention core's forward FLOPs overtake the feed-forward's; None where
         they never do on this closed form's branch (no T² term: every layer local, T ≥ W)
         or it is not a polynomial in B and T alone (an expert capacity)."""
+        counting = self._counting(counting)
         w = self.config.sliding_window
         # With a window, P_W is W·T − W(W−1)/2 for T ≥ W and T(T+1)/2 below: solve on each
         # branch, keep a root inside its own branch.
@@ -254,7 +280,14 @@ class Crossover:
     first_seq: int  # smallest integer T with attention core > feed-forward
 
 
-def analyze(config: ModelConfig, seq: int | None = None, batch: int = 1,
+def analyze(config: ModelConfig | str, seq: int | None = None, batch: int = 1,
             phase: str = FORWARD, counting: str = EXECUTED) -> Analysis:
-    """The full accounting of one workload; seq defaults to the config's context_length."""
+    """The full accounting of one workload: config a ModelConfig or a preset name, seq
+    tokens per sequence (None: the config's context_length), batch sequences, phase
+    'forward', 'backward' or 'train', counting 'executed' or 'useful' (the attention core's
+    full T×T, or its T(T+1)/2 causal pairs, in totals and shares)."""
+    config = A.config(config)
+    seq = A.count(seq, "seq", "the config's context_length")
+    batch = A.count(batch, "batch")
+    phase, counting = A.phase(phase), A.counting(counting)
     return Analysis(config, config.context_length if seq is None else seq, batch, phase, counting)

@@ -11,7 +11,8 @@ from accounting.present import output
 from accounting.runtime import safe_io
 from accounting.analysis.workload import MAX_WORKLOAD
 from accounting.spec import fields as fields_meta
-from accounting.spec.config import MAX_CONFIG_BYTES, MAX_NAME, MAX_SIZE, MLPS, ModelConfig
+from accounting.spec.config import (MAX_CONFIG_BYTES, MAX_LAYERS, MAX_NAME, MAX_SIZE, MLPS,
+                                    ModelConfig)
 from accounting.spec.loaders import config_from_json
 from accounting.spec.presets import get_preset
 from accounting.runtime.errors import UsageError, shorten
@@ -19,13 +20,16 @@ from accounting.runtime.errors import UsageError, shorten
 FORMATS = output.FORMATS  # the one output path's (accounting/present/output.py)
 PROGRAM = "python -m accounting"  # how the usage lines name the program
 LIMITS = (f"Limits, checked before any work: the spec's sizes (every N flag from --vocab-size "
-          f"to --v-head-dim) up to 10^12; counts (--ctx, --batch, --steps, --tokens, --position) up "
+          f"to --v-head-dim) up to 10^12, --num-layers up to {MAX_LAYERS:,}; --rope-theta, "
+          f"--norm-eps, --routed-scaling-factor, --capacity-factor up to 10^18; counts (--ctx, "
+          f"--batch, --steps, --tokens, --position) up "
           f"to 10^15; decimal numbers (--mfu, --margin, --gpu-flops, --gpu-bw) of at most 100 "
           f"characters with exponents within ±100; --gpu-mem up to 10^18 bytes; config files up "
           f"to {MAX_CONFIG_BYTES // 2**20} MiB, names up to {MAX_NAME} characters. ")
 EXIT_STATUS = ("Exit status: 0 an answer, 1 the cross-check disagrees, 2 bad input or an "
                "unusable environment (one line on stderr), 3 an internal error (a bug: please "
-               "report it), 130 interrupted.")
+               "report it), 128 + N ended by signal N: 130 interrupted (Ctrl-C), 143 SIGTERM, "
+               "129 SIGHUP.")
 _QUOTED = re.compile(r"'((?:[^'\\]|\\.){48,})'")
 
 

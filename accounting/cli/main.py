@@ -6,7 +6,8 @@
     python -m accounting plan gpt2-xl --gpu A100    # memory, batch that fits, time to train
 
 Exit status: 0 an answer, 1 the cross-check found a disagreement, 2 bad input or an
-unusable environment (one line on stderr), 3 an internal error (a bug), 130 interrupted.
+unusable environment (one line on stderr), 3 an internal error (a bug), 128 + N ended by
+signal N (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP).
 Every exception is decided in accounting/runtime/errors.py (outcome); main() never raises.
 """
 from __future__ import annotations

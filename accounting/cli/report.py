@@ -95,9 +95,9 @@ def _destination(out: str) -> Path:
 
 
 def _check_dependencies(verify: bool) -> None:
-    from accounting.runtime.optional import missing
+    from accounting.runtime.optional import import_matplotlib, missing
     try:
-        import matplotlib  # noqa: F401  (the figures need it, draft or not)
+        import_matplotlib()  # the figures need it, draft or not (a bogus MPLBACKEND: exit 2)
     except ImportError:
         raise UsageError("the report's figures need matplotlib; install it (pip install -e .)") from None
     absent = missing() if verify else None

@@ -84,6 +84,8 @@ def _expert_parallel(case: Case, lm, config) -> dict:
 
 
 def _child(case: Case, conn) -> None:
+    from accounting.runtime import fork
+    fork.worker_signals()  # Ctrl-C is the parent's to decide; it ends this process with it
     quiet_known_warnings()
     try:
         conn.send(json.dumps(run_case(case)))
@@ -96,15 +98,23 @@ def _child(case: Case, conn) -> None:
 def run_cases(cases: list[Case]) -> list[dict]:
     """Each case in a fresh forked process (one process group, one rank, clean caches)."""
     import multiprocessing as mp
+
+    from accounting.runtime import fork
     ctx = mp.get_context("fork")
     out = []
     for case in cases:
         parent, child = ctx.Pipe(duplex=False)
         p = ctx.Process(target=_child, args=(case, child))
-        p.start()
-        child.close()
-        result = json.loads(parent.recv())
-        p.join()
+        with fork.signals_held():  # until the child has set its own (fork.worker_signals)
+            p.start()
+        result = None
+        try:
+            child.close()
+            result = json.loads(parent.recv())
+        finally:
+            if result is None and p.is_alive():
+                p.kill()  # interrupted: the child ends with the run
+            p.join()
         if "error" in result:
             raise RuntimeError(f"{case.label or case}: {result['error']}")
         out.append(result)

@@ -225,6 +225,8 @@ def engine_of(case: Case) -> str:
 
 
 def _worker(rank: int, world: int, port: int, cases: list[dict], out_dir: str) -> None:
+    from accounting.runtime import fork
+    fork.worker_signals()  # Ctrl-C is the parent's to decide; it ends this process with it
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
     quiet_known_warnings()
@@ -244,9 +246,30 @@ def run_group(cases: list[Case]) -> list[dict]:
     """Run every case on one gloo group of cases[0].world processes; each rank's result."""
     world = cases[0].world
     assert all(c.world == world for c in cases)
+    from accounting.runtime import fork
     with tempfile.TemporaryDirectory() as d:
-        # fork: the children start with torch already imported (spawn re-imports it in each)
-        mp.start_processes(_worker, args=(world, _port(), [c.to_json() for c in cases], d),
-                           nprocs=world, start_method="fork")
+        # fork: the children start with torch already imported (spawn re-imports it in each);
+        # with the signals held until each has set its own (fork.worker_signals), so that
+        # a Ctrl-C to the group is the parent's alone (was: each rank printed the CLI's
+        # 'interrupted' line too, issue 23)
+        with fork.signals_held():
+            group = mp.start_processes(_worker, args=(world, _port(), [c.to_json() for c in cases],
+                                                      d), nprocs=world, start_method="fork",
+                                       join=False)
+        try:
+            while not group.join():
+                pass
+        finally:
+            _end(group.processes)
         return [json.loads(Path(d, f"{i}-{r}.json").read_text())
                 for i in range(len(cases)) for r in range(world)]
+
+
+def _end(processes) -> None:
+    """Each rank still running (the parent was interrupted, or another rank failed) killed
+    and waited for."""
+    for p in processes:
+        if p.is_alive():
+            p.kill()
+    for p in processes:
+        p.join()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
+from accounting.analysis import arguments as A
 from accounting.analysis.workload import check_workload
 from accounting.spec.config import ModelConfig
 from accounting.runtime.errors import UsageError
@@ -29,6 +30,9 @@ from accounting.planning.memory import (
     FP32,
     MODEL,
     NO_RECOMPUTE,
+    PRECISIONS,
+    RECOMPUTE,
+    SCOPES,
     MemoryModel,
     Precision,
     TrainingMemory,
@@ -76,12 +80,26 @@ def hardware(gpu: str | None = None, memory_bytes: int | None = None,
     return Hardware.custom(memory_bytes, peak, bw)
 
 
-def plan(config: ModelConfig, seq: int | None = None, batch: int = 1, *,
+def plan(config: ModelConfig | str, seq: int | None = None, batch: int = 1, *,
          precision: str = FP32, scope: str = MODEL, recompute: str = NO_RECOMPUTE,
          gpu: str | None = None, memory_bytes: int | None = None, peak_tflops=None,
          bandwidth_tbs=None, mfu="0.5", margin="0", steps: int | None = None,
          tokens: int | None = None, position: int | None = None) -> Plan:
-    """Every answer for one workload. Numbers given as strings or Fractions stay exact."""
+    """Every answer for one workload. Numbers given as strings or Fractions stay exact.
+    config: a ModelConfig or a preset name; gpu a name of accounting.planning.gpus.GPUS (or
+    memory_bytes, peak_tflops, bandwidth_tbs of your own); precision, scope and recompute
+    one of their names (a wrong type is a TypeError, an unknown name a UsageError)."""
+    config = A.config(config)
+    seq = A.count(seq, "seq", "the config's context_length")
+    batch = A.count(batch, "batch")
+    precision = A.choice(precision, "precision", PRECISIONS)
+    scope = A.choice(scope, "scope", SCOPES)
+    recompute = A.choice(recompute, "recompute", RECOMPUTE)
+    gpu = A.optional_name(gpu, "gpu", "a GPU name such as 'H100'")
+    memory_bytes, steps, tokens, position = (
+        A.count(v, name, "not given") for v, name in ((memory_bytes, "memory_bytes"),
+                                                     (steps, "steps"), (tokens, "tokens"),
+                                                     (position, "position")))
     seq = config.context_length if seq is None else seq
     check_workload(seq, batch, config)
     if position is not None and (isinstance(position, bool) or not isinstance(position, int)

@@ -93,6 +93,9 @@ def to_dict(a: Analysis) -> dict:
         },
     }
     if a.elementwise_rows:
+        # the ledger counts the forward pass's non-matmul ops only: in a 'train' analysis
+        # they are the forward's, said so here (was: unmarked beside train matmul FLOPs)
+        out["non_matmul_pass"] = "forward"
         out["non_matmul_flops"] = a.elementwise_flops
         out["non_matmul_by_component"] = a.elementwise_by_component()
         out["closed_form"]["non_matmul_flops_polynomial"] = str(a.elementwise_polynomial())

@@ -9,15 +9,15 @@ from fractions import Fraction
 
 import pandas as pd
 
+from accounting.analysis import arguments as A
 from accounting.ledger import records as R
 from accounting.analysis.workload import analyze
 from accounting.spec.config import ModelConfig
-from accounting.spec.presets import get_preset
 from accounting.present.export import ledger_rows
 
 
 def _config(c: ModelConfig | str) -> ModelConfig:
-    return get_preset(c) if isinstance(c, str) else c
+    return A.config(c)  # a preset name looked up; anything else a TypeError naming it
 
 
 def matmul_frame(config: ModelConfig | str, seq: int | None = None, batch: int = 1,
@@ -28,6 +28,7 @@ def matmul_frame(config: ModelConfig | str, seq: int | None = None, batch: int =
     the integer columns are exact (dtype object keeps Python ints past 2**63).
     """
     a = analyze(_config(config), seq, batch, phase)
+    include_non_matmul = A.flag(include_non_matmul, "include_non_matmul")
     rows = [r for r in ledger_rows(a) if include_non_matmul or r["kind"] == "matmul"]
     df = pd.DataFrame(rows)
     total = a.matmul_flops("executed")
@@ -50,7 +51,9 @@ def sweep(configs: Iterable[ModelConfig | str], seqs: Iterable[int], batch: int 
     import numpy as np
 
     from accounting.analysis.grid import as_ints, component_grids
-    seqs = as_ints(seqs, "--ctx")
+    configs = A.configs(configs)
+    seqs = as_ints(A.iterable(seqs, "seqs"), "--ctx")
+    batch, phase = A.count(batch, "batch"), A.phase(phase)
     n, T = len(R.COMPONENTS), len(seqs)
     models: list[tuple] = []  # (config, its analysis at the first T): what is constant per model
     counts: dict[str, list] = {k: [] for k in ("flops", "share", "useful_flops", "useful_share",
@@ -121,9 +124,8 @@ def sweep_by_analysis(configs: Iterable[ModelConfig | str], seqs: Iterable[int],
     """sweep() the slow way, one analyze() per point (what sweep() did before issue 12):
     kept as the reference tests/test_grid.py compares it with, and bench_sweep.py's peer."""
     rows = []
-    seqs = list(seqs)
-    for c in configs:
-        config = _config(c)
+    seqs = A.iterable(seqs, "seqs")
+    for config in A.configs(configs):
         for seq in seqs:
             a = analyze(config, seq, batch, phase)
             flops = {k: a.component_flops(k) for k in (R.EXECUTED, R.USEFUL)}
@@ -153,14 +155,15 @@ def formulas_frame(configs: Iterable[ModelConfig | str] | ModelConfig | str,
     object), the exact counts, and `ratio` = formula training / exact training (executed),
     `ratio_useful` (over the causal count) and `error` = ratio − 1 as floats for plotting.
     seqs defaults to each config's context_length."""
+    from accounting.analysis.grid import as_ints
     from accounting.literature.compare import compare
-    if isinstance(configs, (str, ModelConfig)):
-        configs = [configs]
-    if isinstance(seqs, int):
-        seqs = [seqs]
+    configs = A.configs(configs)
+    if seqs is not None:
+        seqs = [A.count(seqs, "seqs")] if hasattr(seqs, "__index__") else \
+            as_ints(A.iterable(seqs, "seqs"), "--ctx")
+    batch = A.count(batch, "batch")
     rows = []
-    for c in configs:
-        config = _config(c)
+    for config in configs:
         for seq in (seqs if seqs is not None else [config.context_length]):
             cmp = compare(config, seq, batch)
             x = cmp.exact
@@ -185,7 +188,9 @@ def formula_terms_frame(config: ModelConfig | str, seq: int | None = None,
     """Each formula's reconciliation, one row per term (forward and training FLOPs to add
     to the formula to reach the exact count), for one workload."""
     from accounting.literature.compare import compare
-    cmp = compare(_config(config), seq, batch)
+    config = _config(config)
+    seq = A.count(seq, "seq", "the config's context_length")
+    cmp = compare(config, seq, A.count(batch, "batch"))
     rows = [{"formula": e.key, "term": t.label, "kind": t.kind, "forward": t.forward,
              "training": t.training} for e in cmp.estimates for t in e.terms]
     df = pd.DataFrame(rows, columns=["formula", "term", "kind", "forward", "training"])

@@ -20,26 +20,67 @@ GAP = "  "
 _LABEL = re.compile(r"^[^ :]{1,20}(?: [^ :]{1,20}){0,2}: +")  # "largest:       ..."
 
 
+# Where a word longer than the line may break: after an operator or a separator, never
+# inside a symbol (d_ff, T_max, QKᵀ) or a number (2,471,493,632; 3.35). Was: textwrap broke
+# long words at the width, 'd_f' on one line and 'f' on the next (issue 23).
+_BREAK_AFTER = frozenset("·×*/,;)]=")
+
+
+_PUNCTUATION = _BREAK_AFTER | frozenset(".:!?'\"")
+
+
+def _pieces(word: str) -> list[str]:
+    """A word cut after each run of break characters ('),' stays whole: no line starts
+    with a comma); a comma or point between digits is part of its number."""
+    out, start = [], 0
+    for i, ch in enumerate(word):
+        if ch in _BREAK_AFTER and i + 1 < len(word) and word[i + 1] not in _PUNCTUATION \
+                and not (ch in ",." and i and word[i - 1].isdigit() and word[i + 1].isdigit()):
+            out.append(word[start:i + 1])
+            start = i + 1
+    return out + [word[start:]]
+
+
+def unbreakable(text: str) -> int:
+    """The columns `text` needs at least: its widest symbol or number, after the indent of
+    its continuation lines when it starts with a label (_wrap)."""
+    label = _LABEL.match(text)
+    return max((len(p) for w in text.split() for p in _pieces(w)), default=0) + \
+        (label.end() if label else 0)
+
+
+class _Wrapper(textwrap.TextWrapper):
+    def _split(self, text):
+        room = self.width - len(self.subsequent_indent)
+        return [p for chunk in super()._split(text)
+                for p in (_pieces(chunk) if len(chunk) > room else (chunk,))]
+
+
 def _wrap(text: str, width: int) -> list[str]:
-    """Lines of at most `width` (a word longer than that is broken); a note that starts
-    with an aligned label ('parameters:    ...') continues under its value."""
+    """Lines of at most `width`; a word longer than that breaks after an operator or a
+    separator, never inside a symbol or a number (one longer than the line overflows it);
+    a note that starts with an aligned label ('parameters:    ...') continues under its
+    value."""
     label = _LABEL.match(text)
     indent = " " * label.end() if label and label.end() <= width // 2 else ""
-    return textwrap.wrap(text, width, break_on_hyphens=False, replace_whitespace=False,
-                         drop_whitespace=True, subsequent_indent=indent) or [""]
+    return _Wrapper(width, break_on_hyphens=False, replace_whitespace=False,
+                    drop_whitespace=True, subsequent_indent=indent,
+                    break_long_words=False).wrap(text) or [""]
 
 
-def _fit(widths: list[int], align: str, width: int) -> list[int]:
-    """Narrow the widest left-aligned columns until the row fits `width` (or none can)."""
+def _fit(widths: list[int], align: str, width: int, least: list[int] | None = None) -> list[int]:
+    """Narrow the widest left-aligned columns until the row fits `width` (or none can);
+    none below MIN_COLUMN or its widest unbreakable symbol (`least`)."""
     widths = list(widths)
+    least = [max(MIN_COLUMN, n) for n in (least or [0] * len(widths))]
     while sum(widths) + len(GAP) * (len(widths) - 1) > width:
-        shrinkable = [i for i, a in enumerate(align) if a == "l" and widths[i] > MIN_COLUMN]
+        shrinkable = [i for i, a in enumerate(align) if a == "l" and widths[i] > least[i]]
         if not shrinkable:
             break
         i = max(shrinkable, key=lambda j: widths[j])
         over = sum(widths) + len(GAP) * (len(widths) - 1) - width
         others = sorted((widths[j] for j in shrinkable if j != i), reverse=True)
-        floor = max(MIN_COLUMN, others[0] if others else MIN_COLUMN, widths[i] - over)
+        floor = max(least[i], others[0] if others else least[i], widths[i] - over)
         widths[i] = floor if floor < widths[i] else widths[i] - 1
     return widths
 
@@ -51,7 +92,9 @@ def _text_table(t: Table, width: int | None = None) -> list[str]:
         natural = [max(len(c), *(len(r[i]) for r in t.rows)) if t.rows else len(c)
                    for i, c in enumerate(t.columns)]
         align = t.alignment()
-        widths = natural if width is None else _fit(natural, align, width)
+        least = [max(unbreakable(c), *(unbreakable(r[i]) for r in t.rows)) if t.rows
+                 else unbreakable(c) for i, c in enumerate(t.columns)]
+        widths = natural if width is None else _fit(natural, align, width, least)
         if width is not None and sum(widths) + len(GAP) * (len(widths) - 1) > width:
             return lines + _records(t, width)
 
@@ -82,9 +125,13 @@ def _records(t: Table, width: int) -> list[str]:
             if not v:
                 continue
             head = f"  {c + ':':<{label}} "
+            indent = " " * len(head)
+            if len(head) + unbreakable(v) > width:  # a symbol or number that cannot fit
+                out.append(head.rstrip())  # beside the label: the value goes under it
+                head = indent = "    "
             body = _wrap(v, max(width - len(head), MIN_COLUMN)) if len(head) + len(v) > width else [v]
             out.append(head + body[0])
-            out.extend(" " * len(head) + b for b in body[1:])
+            out.extend(indent + b for b in body[1:])
     for note in t.notes:
         out.extend([note] if len(note) <= width else _wrap(note, width))
     return out

@@ -34,10 +34,18 @@ def _timed(workload: tuple[ModelConfig, int]):
 
 
 def start_worker() -> None:
-    """A forked check worker's set-up, for good (the report's pool, the tests' prepared
-    checks): signals as a worker's, no nested fork, torch set up as the CLI's process."""
+    """A forked check worker's set-up, for good (the tests' prepared checks): signals as a
+    worker's, then prepare_worker()."""
     from accounting.runtime import fork
     fork.worker_signals()  # Ctrl-C is the report's to decide; terminate() ends the worker
+    prepare_worker()
+
+
+def prepare_worker() -> None:
+    """No nested fork, torch set up as the CLI's process. Signals are left as they are: the
+    pool's parent (a fork.Streamed child) keeps the SIGTERM handler that runs _pool's
+    finally (was: start_worker here reset SIGTERM to its default, so the parent died at
+    once and left its workers running, issue 23)."""
     os.environ["ACCOUNTING_WORKERS"] = "0"  # this worker is the parallelism: no nested fork
     from accounting.crosscheck.measure import prepare_process
     prepare_process()
@@ -55,7 +63,7 @@ def _pool(order: list, n: int):
     process, yield each check as it finishes; the workers end with it."""
     import multiprocessing
     from accounting.runtime import fork
-    start_worker()
+    prepare_worker()
     run_check(WARM_UP, 8)
     pool = None
     try:

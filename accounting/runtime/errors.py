@@ -4,8 +4,10 @@ UsageError is the one exception bad input and unusable environments raise; `outc
 turns any exception that reaches the CLI into (exit status, one line for stderr):
 
     2    bad input or an unusable environment (UsageError; an output that cannot be
-         written: no space, no permission, a closed or broken pipe; out of memory)
-    130  interrupted (Ctrl-C; 143 for SIGTERM)
+         written: no space, no permission, a closed or broken pipe; out of memory, also as a
+         library words it; a warning made an error by PYTHONWARNINGS, -W or a filter)
+    128 + N  ended by signal N: 130 Ctrl-C (SIGINT), 143 SIGTERM, 129 SIGHUP (the shells'
+         convention, which `timeout`, CI runners and process supervisors read back)
     3    anything else: a bug, reported as one line that names the exception and asks
          for a report (ACCOUNTING_DEBUG=1 re-raises it with its traceback)
 
@@ -28,8 +30,8 @@ class UsageError(ValueError):
 
 
 class Interrupted(KeyboardInterrupt):
-    """SIGINT or SIGTERM, raised by accounting.runtime.safe_io's handler (a KeyboardInterrupt, so
-    that code which cleans up after Ctrl-C cleans up after it too)."""
+    """SIGINT, SIGTERM or SIGHUP, raised by accounting.runtime.safe_io's handler (a
+    KeyboardInterrupt, so that code which cleans up after Ctrl-C cleans up after it too)."""
 
     def __init__(self, signum: int = 2):
         super().__init__(signum)
@@ -115,26 +117,78 @@ def outcome(exc: BaseException) -> tuple[int, str]:
         return BAD_INPUT, one_line(f"accounting: error: {exc}")
     if isinstance(exc, KeyboardInterrupt):
         signum = getattr(exc, "signum", 2)
-        return 128 + signum, "accounting: interrupted" + ("" if signum == 2 else f" (signal {signum})")
+        return 128 + signum, "accounting: interrupted" + ("" if signum == 2 else
+                                                          f" ({signal_name(signum)})")
     if isinstance(exc, BrokenPipeError):
         return BAD_INPUT, ("accounting: error: the output's reader went away before it was "
                            "complete (broken pipe)")
-    if isinstance(exc, MemoryError):
+    if isinstance(exc, MemoryError) or _out_of_memory(exc):
         return BAD_INPUT, ("accounting: error: out of memory; give smaller sizes (or close "
-                           "other programs)")
+                           "other programs, or raise the limit: ulimit -v)")
+    if isinstance(exc, Warning) and _escalated():
+        source, fix = _escalated()
+        return BAD_INPUT, one_line(f"accounting: error: {source} turned a warning into an error "
+                                   f"({type(exc).__name__}: {_detail(exc, 160)}); {fix} for "
+                                   "this run (the warning is a library's, not a problem with "
+                                   "the answer)")
     if isinstance(exc, OSError):
         where = f" ({shorten(str(exc.filename), 80)})" if exc.filename else ""
         return BAD_INPUT, one_line("accounting: error: " + os_problem(exc, "operating system "
                                                                       f"error{where}"))
-    try:
-        detail = escape(str(exc))
-    except Exception:  # a __str__ that itself fails
-        detail = ""
-    detail = detail if len(detail) <= 200 else detail[:199] + "…"
+    detail = _detail(exc, 200)
     return BUG, one_line(f"accounting: internal error: {type(exc).__name__}"
                          + (f": {detail}" if detail else "")
                          + ". This is a bug: please report it with the command line "
                            "(ACCOUNTING_DEBUG=1 shows the traceback)")
+
+
+def _detail(exc: BaseException, limit: int) -> str:
+    """str(exc), escaped, cut to `limit` characters ('' when its __str__ fails)."""
+    try:
+        detail = escape(str(exc))
+    except Exception:  # a __str__ that itself fails
+        return ""
+    return detail if len(detail) <= limit else detail[:limit - 1] + "…"
+
+
+# How an allocation that failed reads when a library reports it as something other than
+# MemoryError (torch's C++ allocator, the dynamic loader mapping a shared library under
+# ulimit -v, numpy's import wrapping the loader's error).
+_NO_MEMORY = ("failed to map segment from shared object", "cannot allocate memory",
+              "can't allocate memory", "std::bad_alloc", "out of memory")
+
+
+def _out_of_memory(exc: BaseException) -> bool:
+    if isinstance(exc, OSError):
+        return exc.errno == errno.ENOMEM
+    if not isinstance(exc, (ImportError, RuntimeError)):
+        return False
+    text = _detail(exc, 10_000).lower()
+    return any(s in text for s in _NO_MEMORY)
+
+
+def _escalated() -> tuple[str, str] | None:
+    """(what made warnings errors, its fix), or None if nothing did: the user's
+    PYTHONWARNINGS, -W, or a filter their own code set (warnings.simplefilter('error'))."""
+    import sys  # stdlib
+    import warnings
+    env = os.environ.get("PYTHONWARNINGS", "")
+    if "error" in env:
+        return f"PYTHONWARNINGS={shorten(env, 60)}", "unset PYTHONWARNINGS"
+    if any(opt.startswith("error") for opt in sys.warnoptions):
+        return "-W error", "drop -W error"
+    if any(f[0] == "error" for f in warnings.filters):
+        return "a warnings filter set to 'error'", "remove the filter"
+    return None
+
+
+def signal_name(signum: int) -> str:
+    """'SIGTERM' for 15 (the number where the platform has no name for it)."""
+    import signal  # stdlib
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
 
 
 def debugging() -> bool:

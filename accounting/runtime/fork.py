@@ -22,20 +22,35 @@ import traceback
 from collections.abc import Callable
 from typing import NoReturn
 
-# Ctrl-C and `kill` are the parent's to decide: a terminal sends SIGINT to the whole
-# foreground process group, workers included, and a worker that inherited the CLI's
-# handler (accounting/runtime/safe_io.py: raise Interrupted) printed its own traceback, or
-# multiprocessing's, beside the parent's one line. So workers are forked with these
-# signals blocked, and start by ignoring SIGINT (the parent, interrupted, ends them) and
-# taking SIGTERM's default action (Pool.terminate ends them without a word).
-_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# Ctrl-C, a hang-up and `kill` are the parent's to decide: a terminal sends SIGINT (and,
+# when it closes, SIGHUP) to the whole foreground process group, workers included, and a
+# worker that inherited the CLI's handler (accounting/runtime/safe_io.py: raise
+# Interrupted) printed its own traceback, or multiprocessing's, beside the parent's one
+# line. So workers are forked with these signals blocked, and start by ignoring SIGINT and
+# SIGHUP (the parent, interrupted, ends them) and taking SIGTERM's default action
+# (Pool.terminate ends them without a word). A worker whose parent dies (SIGKILL, a crash)
+# is killed by the kernel at once (worker_signals: PR_SET_PDEATHSIG): left running, the
+# report's pool workers finished their check seconds later and printed BrokenPipeError
+# tracebacks into the terminal the run had left (issue 23).
+_SIGNALS = tuple(getattr(signal, s) for s in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, s))
+_IGNORED = tuple(s for s in _SIGNALS if s != signal.SIGTERM)
+_forker = os.getpid()  # in a forked child: the process that forked it (die_with_parent)
+
+
+def _note_forker() -> None:
+    global _forker
+    _forker = os.getpid()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_note_forker)  # every fork: os.fork, multiprocessing's, torch's
 
 
 @contextlib.contextmanager
 def signals_held():
-    """SIGINT and SIGTERM blocked in this thread while worker processes are forked (a child
-    starts with its parent's mask, so none can reach a child before worker_signals());
-    one that came meanwhile is delivered here when the block ends."""
+    """SIGINT, SIGTERM and SIGHUP blocked in this thread while worker processes are forked
+    (a child starts with its parent's mask, so none can reach a child before
+    worker_signals()); one that came meanwhile is delivered here when the block ends."""
     if not hasattr(signal, "pthread_sigmask"):
         yield
         return
@@ -47,14 +62,37 @@ def signals_held():
 
 
 def worker_signals() -> None:
-    """A forked worker's first act: SIGINT ignored, SIGTERM its default (the process ends),
-    then both unblocked (one pending since the fork is taken now, by these rules); and
-    torch on one thread (single_threaded)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    """A forked worker's first act: SIGINT and SIGHUP ignored, SIGTERM its default (the
+    process ends), death with its parent (die_with_parent), then the three unblocked (one
+    pending since the fork is taken now, by these rules); and torch on one thread
+    (single_threaded)."""
+    for s in _IGNORED:
+        signal.signal(s, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    die_with_parent()
     if hasattr(signal, "pthread_sigmask"):
         signal.pthread_sigmask(signal.SIG_UNBLOCK, _SIGNALS)
     single_threaded()
+
+
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def die_with_parent() -> None:
+    """Linux: SIGKILL to this process when the thread that forked it ends (prctl(2),
+    PR_SET_PDEATHSIG); at once if that happened before this call (the parent is no longer
+    the one that forked: the orphan was re-parented). Elsewhere nothing: the parent still
+    ends its workers on every path it survives (Pool.terminate, Streamed._end)."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):  # no libc symbol: the parent's own clean-up remains
+        return
+    if os.getppid() != _forker:
+        os._exit(1)
 
 
 def single_threaded() -> None:

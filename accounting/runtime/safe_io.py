@@ -11,7 +11,7 @@
 * `read_small_file(path, ...)`: a config file, refused when it is not a regular file (a FIFO
   or a device would block or never end) or larger than a config can be.
 * `terminal_width()`: the columns to fit text to (a terminal, or COLUMNS), else None.
-* `handling_signals()` (around a CLI run): SIGINT and SIGTERM raise Interrupted;
+* `handling_signals()` (around a CLI run): SIGINT, SIGTERM and SIGHUP raise Interrupted;
   `critical()`: a section Ctrl-C cannot cut in two: they are held until it ends (then
   raised); `interrupted()` tells whether one arrived at all, even if some library
   swallowed the KeyboardInterrupt (nothing is published after one).
@@ -22,13 +22,17 @@ import codecs
 import contextlib
 import errno
 import os
+import re
 import signal
 import stat
 import sys
 from pathlib import Path
+from collections.abc import Callable
 from typing import NoReturn
 
-from accounting.runtime.errors import Interrupted, UsageError, os_problem, shorten
+from accounting.runtime import temp_names
+from accounting.runtime.errors import (Interrupted, UsageError, debugging, os_problem, outcome,
+                                       shorten)
 
 # ---- spelling for encodings without × and · -----------------------------------------------
 ASCII_SPELLINGS = {
@@ -172,6 +176,11 @@ _KINDS = {stat.S_IFDIR: "a folder", stat.S_IFCHR: "a character device", stat.S_I
           "a block device", stat.S_IFIFO: "a FIFO (named pipe)", stat.S_IFSOCK: "a socket"}
 
 
+# Names of this process's standard output: -o /dev/stdout writes there as '-' does (was,
+# on a pipe: 'a symbolic link to a file that does not exist', issue 23)
+STDOUT_NAMES = frozenset(("/dev/stdout", "/dev/fd/1", "/proc/self/fd/1"))
+
+
 def output_target(path: str | None, flag: str = "-o") -> Path | None:
     """The file -o names, checked before any work; None means standard output."""
     if path is None or path == "-":
@@ -181,8 +190,14 @@ def output_target(path: str | None, flag: str = "-o") -> Path | None:
     shown = shorten(path, 80)
     if "\x00" in path:
         raise UsageError(f"{flag} {shown} contains a NUL character")
+    if path in STDOUT_NAMES:  # the process's own standard output, whatever it is (a pipe)
+        return None
     target = Path(os.path.realpath(path)) if os.path.islink(path) else Path(path)
     if os.path.islink(path) and not target.exists():
+        if re.match(r"/proc/[^/]+/fd/", str(target)):
+            # /dev/stderr, /dev/fd/N on a pipe: was 'a link to a file that does not exist'
+            raise UsageError(f"{flag} {shown} is an open stream of this process (a pipe or a "
+                             "socket), not a file; give a file name, or - for standard output")
         raise UsageError(f"{flag} {shown} is a symbolic link to a file that does not exist "
                          f"({shorten(str(target), 80)}); give the file itself")
     try:
@@ -238,8 +253,10 @@ def write_atomic(path: str | Path, data: str | bytes, flag: str = "-o") -> None:
     with critical() as held:
         try:
             mode = stat.S_IMODE(os.stat(target).st_mode) if target.exists() else _default_mode()
-            fd, tmp = tempfile.mkstemp(prefix=f".{target.name[:100]}.", suffix=".tmp",
-                                       dir=target.parent)
+            stem = temp_names.stem(target, _name_max(target.parent))
+            temp_names.remove_stale(target.parent, stem)
+            fd, tmp = tempfile.mkstemp(prefix=f"{stem}{os.getpid()}-",
+                                       suffix=temp_names.SUFFIX, dir=target.parent)
             with os.fdopen(fd, "wb") as f:
                 f.write(payload)
                 f.flush()
@@ -320,6 +337,8 @@ class _Signals:
 
 
 _state = _Signals()
+# the signals a run ends on, each with exit status 128 + its number (errors.outcome)
+HANDLED = tuple(getattr(signal, s) for s in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, s))
 
 
 def _handler(signum, frame):
@@ -334,13 +353,15 @@ def _handler(signum, frame):
 
 @contextlib.contextmanager
 def handling_signals(process_exit: bool = False):
-    """For the CLI's run: SIGINT and SIGTERM raise Interrupted (SIGTERM too, so that a
-    `kill` or a CI timeout cleans up like Ctrl-C); an inherited SIG_IGN stays. With
+    """For the CLI's run: SIGINT, SIGTERM and SIGHUP raise Interrupted (SIGTERM too, so that
+    a `kill` or a CI timeout cleans up like Ctrl-C; SIGHUP, so that a closed terminal or ssh
+    session does too: unhandled, it ended the run on the spot, issue 23); an inherited
+    SIG_IGN stays (nohup). With
     process_exit (the run is the whole process), they are ignored from the end of the run
     on, so that one arriving while the interpreter shuts down (torch's take a moment)
     cannot turn a decided exit status into a KeyboardInterrupt traceback. A no-op outside
     the main thread."""
-    old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    old = {s: signal.getsignal(s) for s in HANDLED}
     old_hook = sys.unraisablehook
     _state.depth = _state.pending = _state.seen = 0
     _state.done = False
@@ -364,6 +385,29 @@ def handling_signals(process_exit: bool = False):
             signal.signal(s, signal.SIG_IGN if process_exit else
                           h if h is not None else signal.SIG_DFL)
         sys.unraisablehook = old_hook
+
+
+def decided(run: Callable[[list[str]], int], argv: list[str], process: bool = False) -> int:
+    """run(argv) under handling_signals, every way it can end an exit status: an exception
+    becomes errors.outcome's (status, one line on stderr); argparse's own exits (--help) keep
+    0 or 2. process: the run is the whole process (handling_signals' process_exit).
+    ACCOUNTING_DEBUG=1 re-raises what would be exit 3, with its traceback."""
+    with handling_signals(process_exit=process):
+        try:
+            return run(argv)
+        except SystemExit as e:  # --help and --version exit through argparse
+            code = e.code if isinstance(e.code, int) else 0
+            return code if code in (0, 2) else 2
+        except BaseException as e:
+            if interrupted() and not isinstance(e, (UsageError, KeyboardInterrupt)):
+                # a library turned Ctrl-C into its own exception (torch can): it is the
+                # interrupt that ended the run
+                e = Interrupted(interrupted())
+            if debugging() and not isinstance(e, (UsageError, KeyboardInterrupt)):
+                raise
+            status, line = outcome(e)
+            say(line)
+            return status
 
 
 def end_process(status: int) -> NoReturn:
@@ -405,7 +449,7 @@ class _Held:
 
 
 class critical:
-    """Hold SIGINT/SIGTERM inside (`with critical() as held:`): `held()` is the held signal
+    """Hold SIGINT/SIGTERM/SIGHUP inside (`with critical() as held:`): `held()` is the held signal
     (0: none), for code that must abandon its work before a commit point; `held.committed()`
     after the commit drops it. On leaving, a held signal is raised as Interrupted unless an
     exception is already on its way out (that one ends the run the same way)."""
@@ -431,4 +475,4 @@ def interrupted() -> int:
 
 __all__ = ["ASCII_SPELLINGS", "ascii_spelling", "encodable", "write_stdout", "say", "terminal_width",
            "output_target", "write_atomic", "emit", "read_small_file", "handling_signals",
-           "critical", "interrupted"]
+           "critical", "interrupted", "decided", "end_process"]

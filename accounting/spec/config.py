@@ -70,6 +70,8 @@ class LayerKind:
 
 # Bounds on sizes: far beyond any real model, small enough that nothing downstream hangs.
 MAX_SIZE = 10**12
+MAX_LAYERS = 10**4  # every path answers in well under a second (10^7 took 80 s and 1.5 GB)
+MAX_REAL = 10**18  # rope_theta, norm_eps, factors: floats, and ints torch takes (< 2^63)
 MAX_NAME = 200  # characters of a config's name (it heads every table)
 MAX_CONFIG_BYTES = 2**20  # a config file is a few hundred bytes; a JSON file is read whole
 
@@ -186,12 +188,14 @@ class ModelConfig:
                 raise UsageError(f"{f} must be a positive integer, got {_short(value)}")
             if not 0 < value <= MAX_SIZE:
                 raise UsageError(f"{f} must be a positive integer up to 10^12, got {_short(value)}")
+        if self.num_layers > MAX_LAYERS:
+            raise UsageError(f"num_layers must be at most {MAX_LAYERS:,}, got {self.num_layers:,}")
         for f, low in (("rope_theta", "positive"), ("norm_eps", "non-negative")):
             value = getattr(self, f)
             finite = isinstance(value, (int, float)) and not isinstance(value, bool) \
-                and value == value and abs(value) != float("inf")
+                and value == value and abs(value) <= MAX_REAL
             if not finite or value < 0 or (low == "positive" and value == 0):
-                raise UsageError(f"{f} must be a {low} finite number, got {_short(value)}")
+                raise UsageError(f"{f} must be a {low} finite number up to 10^18, got {_short(value)}")
         for f, choices in _CHOICES.items():
             if not _one_of(getattr(self, f), choices):
                 raise UsageError(f"{f} must be one of {', '.join(choices)}, got {_short(getattr(self, f))}")
@@ -360,8 +364,8 @@ def _check_moe(c: ModelConfig) -> None:
         value = getattr(c, f)
         if value is None and none_ok:
             continue
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
-            raise UsageError(f"{f} must be a positive finite number, got {_short(value)}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_REAL:
+            raise UsageError(f"{f} must be a positive finite number up to 10^18, got {_short(value)}")
     if c.moe_capacity_factor is not None and c.moe_capacity_factor < 1:
         raise UsageError(f"moe_capacity_factor {c.moe_capacity_factor} is below 1: it drops tokens "
                          "even under perfectly balanced routing; use 1 or more (or none: dropless)")

@@ -47,6 +47,19 @@ def config_from_dict(data: dict, source: str) -> ModelConfig:
         raise UsageError(f"{source}: {e}") from None
 
 
+class _DuplicateKey(Exception):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
+    """json's object_pairs_hook: an object whose keys repeat is refused."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen = set()
+        raise _DuplicateKey(next(k for k, _ in pairs if k in seen or seen.add(k)))
+    return out
+
+
 def read_json(path: str | Path) -> tuple[dict, str]:
     """A JSON file's object and how to name the file in messages; UsageError otherwise."""
     path = Path(path)
@@ -58,7 +71,10 @@ def read_json(path: str | Path) -> tuple[dict, str]:
     except UnicodeDecodeError as e:
         raise UsageError(f"{source} is not UTF-8 text (byte {e.start:,})") from None
     try:
-        data = json.loads(text)
+        data = json.loads(text, object_pairs_hook=_unique_keys)
+    except _DuplicateKey as e:  # was: the last one silently won (issue 23)
+        raise UsageError(f"{source} has the key {_short(e.args[0], 60)} twice in one object; "
+                         "keep one (JSON leaves open which of the two counts)") from None
     except json.JSONDecodeError as e:
         raise UsageError(f"{source} is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
     except (ValueError, RecursionError) as e:  # a 5,000-digit integer; nesting 100,000 deep

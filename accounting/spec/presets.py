@@ -137,6 +137,9 @@ PRESETS: Mapping[str, ModelConfig] = _Presets()
 
 def get_preset(name: str) -> ModelConfig:
     """Exact-name lookup; an unknown name suggests the closest presets, never guesses."""
+    if not isinstance(name, str):
+        raise TypeError(f"name must be a preset name (a key of accounting.PRESETS), got "
+                        f"{type(name).__name__}")
     try:
         return PRESETS[name]
     except KeyError:
