@@ -26,6 +26,12 @@ FP64, INT64, BOOL = "fp64", "int64", "bool"
 # (torch.bool and torch.int8 take one byte each, torch.int64 eight).
 DTYPE_BYTES = {FP32: 4, BF16: 2, FP16: 2, INT8: 1, FP64: 8, INT64: 8, BOOL: 1}
 
+# torch's dtype names as a config.json writes them (torch_dtype / dtype: transformers looks
+# each up as getattr(torch, name)); a name outside these is refused (hf_schema.FREE_VALUES).
+TORCH_DTYPE_NAMES = frozenset({"float32", "float16", "bfloat16", "float64", "float8_e4m3fn",
+                               "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "int8",
+                               "uint8", "int16", "int32", "int64", "bool", "complex64"})
+
 # Bytes per parameter for the dtypes users ask about (the parameter-memory table's rows).
 BYTES_PER_ELEMENT = {d: DTYPE_BYTES[d] for d in (FP32, BF16, FP16, INT8)}
 

@@ -80,7 +80,7 @@ MALFORMED = [
     ("llama", {"rope_theta": -1}, "rope_theta must be a positive number"),
     ("llama", {"num_hidden_layers": 0}, "num_hidden_layers must be a positive integer"),
     ("llama", {"num_key_value_heads": True}, "num_key_value_heads must be a positive integer"),
-    ("llama", {"torch_dtype": 16}, "torch_dtype must be a string"),
+    ("llama", {"torch_dtype": 16}, "torch_dtype = 16 is not null or a torch dtype's name"),
     ("llama", {"model_type": 3}, "model_type 3 is not supported"),
     # missing keys (whose transformers default is some reference model's size)
     ("llama", {"hidden_size": DELETE}, "missing hidden_size"),

@@ -138,3 +138,20 @@ def test_a_signal_ends_the_run_with_the_status_help_states(capsys, name):
     assert r.returncode == expected, (r.returncode, r.stderr[-1000:])
     assert r.stderr == (b"accounting: interrupted\n" if name == "SIGINT" else
                         f"accounting: interrupted ({name})\n".encode()), r.stderr[-1000:]
+
+
+def test_decode_past_a_learned_position_table_is_refused(capsys):
+    """Issue 23: `plan openai-community/gpt2 --position 5000` printed decode FLOPs for a token
+    the model cannot place (its table has 1,024 rows). The token at position t attends to t
+    keys, so t = 1,024 is the last that runs; RoPE models have no table and answer any t."""
+    one_line_error(capsys, ["plan", "openai-community/gpt2", "--position", "1025"],
+                   "--position 1,025 is past openai-community/gpt2's learned position table "
+                   "(1,024 positions)")
+    assert main(["plan", "openai-community/gpt2", "--position", "1024"]) == 0
+    out = capsys.readouterr().out
+    # GPT-2 small (V 50,257, d 768, L 12, h 12, d_k 64, d_ff 3,072), B 1, t 1,024, by hand:
+    # 4·h·L·d_k·t + 8·L·d² + 4·L·d·d_ff + 2·d·V = 37,748,736 + 56,623,104 + 113,246,208
+    # + 77,194,752
+    assert re.search(r"decode FLOPs at position t = 1,024 .* 284,812,800 ", out)
+    assert main(["plan", "meta-llama/Llama-3.2-1B", "--position", "200000"]) == 0
+    capsys.readouterr()

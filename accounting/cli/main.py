@@ -68,9 +68,11 @@ def parser() -> Parser:
     return p
 
 
-def _crosscheck(verify: bool | None, a=None, why_not: str = "--no-verify"):
+def _crosscheck(verify: bool | None, a=None, why_not: str = "--no-verify", hf=None):
     """(the cross-check module, None) if it should run for analysis `a`, else (None, the
-    reason it does not, for the answer's cross-check line)."""
+    reason it does not, for the answer's cross-check line). With `hf` (the config.json the
+    config came from), a value transformers' config class refuses is exit 2 here, before
+    any work, not a failed check later."""
     if verify is False:
         return None, f"not run ({why_not})"
     from accounting.runtime.optional import missing
@@ -90,6 +92,11 @@ def _crosscheck(verify: bool | None, a=None, why_not: str = "--no-verify"):
             safe_io.say(f"note: cross-check skipped: {problem}")
             return None, "skipped (see the note on stderr)"
     module = import_module("accounting.crosscheck")
+    if hf is not None and a is not None:
+        refused = module.refusal(a, hf)
+        if refused:
+            raise UsageError(f"{hf.origin}: transformers refuses it ({refused}); correct the "
+                             f"value, or pass --no-verify for the analytic counts")
     if _whole_process:  # this process ends after the check: torch may be set up for good
         from accounting.crosscheck.measure import prepare_process
         prepare_process()
@@ -121,7 +128,7 @@ def analyse_main(argv: list[str]) -> int:
     a = analyze(config, ns.ctx, ns.batch, ns.phase, ns.counting)
     verify = False if ns.brief and ns.verify is None else ns.verify
     check, skipped = _crosscheck(verify, a, "--brief: add --verify" if ns.brief and verify is False
-                                 and ns.verify is None else "--no-verify")
+                                 and ns.verify is None else "--no-verify", hf)
     result = None
     if ns.format in (output.TEXT, output.MARKDOWN):
         def show(tables):

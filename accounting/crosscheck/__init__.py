@@ -73,6 +73,22 @@ def cross_check(analysis: Analysis, fvcore: bool = True, stock: bool = True,
     return compare(analysis, m, compare_hf(analysis, got, hf, experts))
 
 
+def refusal(analysis: Analysis, hf: HFConfig) -> str | None:
+    """Why transformers refuses the config.json its model would be built from (its config
+    class's own checks: a token id that is not an integer, use_cache "yes", a dtype that
+    names no torch dtype), or None. Run before any counting: a value transformers refuses
+    is bad input (exit 2), not a cross-check that disagrees (issue 23)."""
+    data, skipped = _transformers_input(analysis, hf)
+    if data is None or skipped:
+        return None
+    from accounting.crosscheck import hf_counter
+    try:
+        hf_counter.transformers_config(data)
+    except Exception as e:  # whatever transformers raises for a value it refuses
+        return " ".join(f"{type(e).__name__}: {e}".split())[:300]
+    return None
+
+
 def _transformers_input(analysis: Analysis, hf: HFConfig):
     """(the config.json object transformers is given, why it is not run or None)."""
     data, skipped = for_transformers(hf, analysis.config)
@@ -89,5 +105,5 @@ def _transformers_input(analysis: Analysis, hf: HFConfig):
     return data, skipped
 
 
-__all__ = ["cross_check", "compare", "measure", "Measurement", "CrossCheck", "ComponentRow",
+__all__ = ["cross_check", "refusal", "compare", "measure", "Measurement", "CrossCheck", "ComponentRow",
            "LayerCheck", "LayerMismatch", "NonMatmulRow", "Check"]

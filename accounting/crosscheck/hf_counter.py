@@ -57,6 +57,17 @@ def _quiet():
         logging.set_verbosity(level)
 
 
+def transformers_config(data: Mapping):
+    """transformers' config object of a config.json object: its config class's own checks
+    (5.x: strict dataclass fields; a dtype must name a torch dtype) run here, so a value it
+    refuses is found before any counting (accounting.crosscheck.refusal)."""
+    from transformers import AutoConfig
+    # auto_map names remote code; the counter builds transformers' own class for model_type
+    kwargs = {k: v for k, v in data.items() if k not in ("model_type", "auto_map")}
+    with _quiet():
+        return AutoConfig.for_model(data["model_type"], **kwargs)
+
+
 def build(data: Mapping, device: str = "meta", experts: str | None = None) -> torch.nn.Module:
     """transformers' model of a config.json object, on the meta device, eager attention.
 
@@ -67,16 +78,14 @@ def build(data: Mapping, device: str = "meta", experts: str | None = None) -> to
     that got tokens (nonzero(): data-dependent, no meta kernel). batched_mm gathers each
     (token, expert) slot's weights and runs one bmm per matrix: the same multiply-adds,
     B·T·k expert rows, which meta runs and FlopCounterMode counts."""
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM
     from accounting.spec.hf_config import TYPES
-    # auto_map names remote code; the counter builds transformers' own class for model_type
-    kwargs = {k: v for k, v in data.items() if k not in ("model_type", "auto_map")}
     dtype = DTYPES.get(storage_dtype(data), torch.float32)
     t = TYPES.get(data["model_type"])
     experts = experts or (t.experts_implementation if t is not None else None)
     extra = {"experts_implementation": experts} if experts else {}
+    config = transformers_config(data)
     with _quiet():
-        config = AutoConfig.for_model(data["model_type"], **kwargs)
         # quantization_config: from_config builds the dense model (a quantizer runs only in
         # from_pretrained), which is what the tool counts (hf_config.py's note)
         with torch.device(device):

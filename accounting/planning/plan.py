@@ -105,6 +105,11 @@ def plan(config: ModelConfig | str, seq: int | None = None, batch: int = 1, *,
     if position is not None and (isinstance(position, bool) or not isinstance(position, int)
                                  or position <= 0):
         raise UsageError(f"--position must be a positive integer, got {position!r}")
+    if position is not None and config.positions == "learned" and position > config.context_length:
+        # the token at position t attends to t keys; a learned table has no row past its end
+        raise UsageError(f"--position {position:,} is past {config.name}'s learned position "
+                         f"table ({config.context_length:,} positions); give --position up to "
+                         f"{config.context_length:,} (RoPE models decode at any position)")
     if steps is not None and tokens is not None:
         raise UsageError("give either --steps or --tokens, not both")
     p = get_precision(precision)

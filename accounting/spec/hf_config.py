@@ -41,7 +41,8 @@ from accounting.spec.own_format import config_from_dict, read_json
 from accounting.runtime.errors import UsageError
 # the schema and the registry, re-exported: callers read them as hf_config.X
 from accounting.spec.hf_schema import (  # noqa: F401
-    BOOL, CHOICE, COMMON_FREE, COMMON_MUST, EPS, INT, INT_OR_NULL, LIST, NONNEG, REFUSED, THETA,
+    BOOL, CHOICE, COMMON_FREE, COMMON_MUST, EPS, FREE_VALUES, INT, INT_OR_NULL, LIST, NONNEG,
+    REFUSED, THETA,
     TRANSFORMERS_VERSION, TYPES, UNSUPPORTED, Derived, HFType, Key, ModuleNames, Must, Noted,
     Required, register, short)
 # the rows: registered into TYPES on import
@@ -149,6 +150,11 @@ def translate(data: Mapping, source: str, name: str, origin: str = "") -> HFConf
             absent = "" if m.hf in data else " (absent: transformers' default)"
             raise UsageError(f"{where}: {m.hf} = {short(value)}{absent} means {m.what}; the tool "
                              f"counts only {m.hf} {m.wanted}")
+    for k, (ok, wanted) in (list(FREE_VALUES.items())
+                            + [(n.hf, n.valid) for n in t.noted if n.valid]):
+        if k in data and not ok(data[k]):
+            raise UsageError(f"{where}: {k} = {short(data[k])} is not {wanted}; transformers "
+                             f"refuses it (it changes no count, but the value is wrong)")
     spec: dict = {"name": name}
     mapped = []
     for key in t.keys:
@@ -182,10 +188,7 @@ def translate(data: Mapping, source: str, name: str, origin: str = "") -> HFConf
             noisy.setdefault(n.note, []).append(f"{n.hf} = {data[n.hf]!r}")
     notes += [note.format(settings=", ".join(s)) for note, s in noisy.items()]
     notes += _rope_notes(data)
-    dtype = storage_dtype(data)
-    if dtype is not None and not isinstance(dtype, str):
-        raise UsageError(f"{where}: torch_dtype must be a string such as \"bfloat16\", got "
-                         f"{short(dtype)}")
+    dtype = storage_dtype(data)  # a name of TORCH_DTYPES or None (FREE_VALUES, above)
     return HFConfig(mt, MappingProxyType(copy.deepcopy(dict(data))), config, origin or source,
                     tuple(mapped), tuple(notes), dtype)
 

@@ -11,6 +11,7 @@ from typing import Callable, Mapping
 
 from accounting.spec.config import ModelConfig
 from accounting.runtime.errors import shorten
+from accounting.units import TORCH_DTYPE_NAMES as TORCH_DTYPES
 
 # The transformers release the tables below are read from (pyproject's [hf] extra pins it).
 TRANSFORMERS_VERSION = "5.23.0"
@@ -64,6 +65,8 @@ class Noted:
     hf: str
     quiet: Callable[[object], bool]
     note: str  # formatted with settings: "key = value" of each key with this note
+    # the values transformers accepts (others refused, never passed on: see FREE_VALUES)
+    valid: tuple[Callable[[object], bool], str] | None = None
 
 
 @dataclass(frozen=True)
@@ -135,6 +138,45 @@ COMMON_FREE = frozenset({
     "torch_dtype", "dtype",
 })
 
+# The values those keys may take, as transformers' config classes accept them (5.x: strict
+# dataclass fields of PreTrainedConfig and the llama family; a dtype is looked up as
+# getattr(torch, name)). Junk in a key that changes no count is still bad input: it would
+# reach transformers and come back as a failed cross-check, a false verdict (issue 23).
+# The cross-check also asks transformers itself before any work (crosscheck.refusal).
+# (TORCH_DTYPES: units.TORCH_DTYPE_NAMES, imported above)
+
+
+def _bool_or_null(v) -> bool:
+    return v is None or isinstance(v, bool)
+
+
+def _id_or_null(v) -> bool:
+    return v is None or (isinstance(v, int) and not isinstance(v, bool))
+
+
+def _ids_or_null(v) -> bool:
+    return _id_or_null(v) or (isinstance(v, list) and all(_id_or_null(i) and i is not None
+                                                          for i in v))
+
+
+def real(v) -> bool:
+    """A finite number that is not a bool (JSON has no NaN, but Python's json reads it)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v \
+        and abs(v) != float("inf")
+
+
+FREE_VALUES = MappingProxyType({
+    "torch_dtype": (lambda v: v is None or v in TORCH_DTYPES,
+                    "null or a torch dtype's name such as \"bfloat16\""),
+    "dtype": (lambda v: v is None or v in TORCH_DTYPES,
+              "null or a torch dtype's name such as \"bfloat16\""),
+    "use_cache": (_bool_or_null, BOOL),
+    **{k: (_id_or_null, "an integer or null") for k in (
+        "bos_token_id", "pad_token_id", "sep_token_id", "decoder_start_token_id")},
+    "eos_token_id": (_ids_or_null, "an integer, a list of integers or null"),
+    "initializer_range": (lambda v: v is None or real(v), "a number"),
+})
+
 # Keys of architectures a model_type does not build: refused (unless null) in every type
 # that does not read them itself. (A key a type does not know at all is refused as unknown.)
 _MOE = ("a mixture-of-experts key, which this model_type does not build (the types with "
@@ -188,7 +230,15 @@ ROPE_MUST = (
 DROPOUT_NOTE = ("{settings}: dropout is not counted (the tool's model has none; it does "
                 "not run at inference, and in training it adds elementwise work per dropped "
                 "tensor)")
-ATTENTION_DROPOUT = Noted("attention_dropout", lambda v: v in (0, 0.0), DROPOUT_NOTE)
+DROPOUT_VALUE = (lambda v: v is None or real(v), "a number")
+
+
+def dropout(key: str) -> Noted:
+    """A dropout probability: not counted (a note unless 0), a number or null."""
+    return Noted(key, lambda v: v in (0, 0.0, None), DROPOUT_NOTE, DROPOUT_VALUE)
+
+
+ATTENTION_DROPOUT = dropout("attention_dropout")
 
 # Activations by name (transformers' ACT2FN). Gated: the MLP of the llama family,
 # act(W1·x) · W3·x. gelu_new and gelu_pytorch_tanh are both the tanh approximation.

@@ -9,7 +9,7 @@ from typing import Mapping
 
 from accounting.spec.config import ModelConfig
 from accounting.spec.hf_schema import (
-    ATTENTION_BIAS, ATTENTION_DROPOUT, BOOL, CHOICE, DROPOUT_NOTE, EPS, GPT2_NAMES, INT,
+    ATTENTION_BIAS, ATTENTION_DROPOUT, BOOL, CHOICE, EPS, GPT2_NAMES, INT, dropout,
     INT_OR_NULL, LIST, LLAMA_FAMILY, LLAMA_NAMES, NONNEG, OLMO2_NAMES, PLAIN_ACTS, ROPE_MUST,
     Derived, HFType, Key, Must, Noted, Required, head_dim, kv_heads, llama_sizes, register,
     rope_keys, short)
@@ -37,9 +37,9 @@ register(HFType(
           # transformers ignores n_ctx (an old spelling); a different value is a mistake
           Must("n_ctx", lambda v, d: v == d.get("n_positions", v), "equal to n_positions",
                "a context length transformers ignores (it reads n_positions)")),
-    noted=(Noted("resid_pdrop", lambda v: v in (0, 0.0), DROPOUT_NOTE),
-           Noted("embd_pdrop", lambda v: v in (0, 0.0), DROPOUT_NOTE),
-           Noted("attn_pdrop", lambda v: v in (0, 0.0), DROPOUT_NOTE),
+    noted=(dropout("resid_pdrop"),
+           dropout("embd_pdrop"),
+           dropout("attn_pdrop"),
            Noted("scale_attn_weights", lambda v: v is True,
                  "{settings}: transformers multiplies the scores by 1.0 instead of 1/√d_k "
                  "(the same count; the tool's model scales)"),

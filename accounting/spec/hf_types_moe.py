@@ -10,7 +10,7 @@ from typing import Mapping
 
 from accounting.spec.config import ModelConfig
 from accounting.spec.hf_schema import (
-    ATTENTION_BIAS, ATTENTION_DROPOUT, BOOL, DEEPSEEK_V3_NAMES, INT, INT_OR_NULL, LIST,
+    ATTENTION_BIAS, ATTENTION_DROPOUT, BOOL, DEEPSEEK_V3_NAMES, DROPOUT_VALUE, INT, INT_OR_NULL, LIST,
     LLAMA_FAMILY, MOE_NAMES, NONNEG, ROPE_MUST, THETA, Derived, HFType, Key, Must, Noted,
     Required, head_dim, kv_heads, llama_sizes, register, rope_keys, short)
 from accounting.spec.hf_types_dense import layers_of
@@ -21,7 +21,7 @@ from accounting.runtime.errors import UsageError
 ROUTER_NOTES = (
     Noted("router_jitter_noise", lambda v: v in (0, 0.0),
           "{settings}: transformers multiplies the MoE input by uniform noise in training mode "
-          "only; not counted (like dropout: elementwise work, no matmul)."),)
+          "only; not counted (like dropout: elementwise work, no matmul).", DROPOUT_VALUE),)
 # the router's training loss and its output switch: no count of the model's forward
 ROUTER_FREE = frozenset({"router_aux_loss_coef", "output_router_logits"})
 
