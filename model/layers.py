@@ -158,7 +158,8 @@ def default_d_ff(d_model: int) -> int:
 
 
 class GatedMLP(nn.Module):
-    """FFN(x) = W2 (act(W1 x) * W3 x): SwiGLU with SiLU (eq. 7), GeGLU with GELU."""
+    """FFN(x) = W2 (act(W1 x) * W3 x): SwiGLU with SiLU (eq. 7), GeGLU with GELU (tanh or
+    exact erf)."""
 
     def __init__(self, d_model, d_ff=None, device=None, dtype=None, *, activation="silu", bias=False):
         super().__init__()
@@ -205,7 +206,8 @@ class MLP(nn.Module):
 
 
 def feed_forward(mlp: str, d_model, d_ff, device=None, dtype=None, bias=False) -> nn.Module:
-    """The MLP the spec names ("swiglu", "geglu", "gelu", "gelu_tanh"; accounting.spec.config.MLPS)."""
+    """The MLP the spec names ("swiglu", "geglu", "geglu_erf", "gelu", "gelu_tanh";
+    accounting.spec.config.MLPS): gated or not, and its activation, from the spec's table."""
     if mlp not in MLPS:
         raise ValueError(f"mlp must be one of {', '.join(MLPS)}, got {mlp!r}")
     kind = MLPS[mlp]

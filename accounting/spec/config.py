@@ -40,6 +40,9 @@ class MLPKind:
 MLPS: dict[str, MLPKind] = {m.name: m for m in (
     MLPKind("swiglu", True, "silu", "SwiGLU"),
     MLPKind("geglu", True, "gelu_tanh", "GeGLU (tanh GELU)"),
+    # the llama family with hidden_act "gelu": ACT2FN["gelu"] is transformers' GELUActivation,
+    # the exact (erf) GELU (activations.py), in LlamaMLP's gate
+    MLPKind("geglu_erf", True, "gelu", "GeGLU (exact erf GELU)"),
     MLPKind("gelu", False, "gelu", "GELU MLP (exact erf GELU)"),
     MLPKind("gelu_tanh", False, "gelu_tanh", "GELU MLP (tanh approximation, as GPT-2)"),
 )}
@@ -105,7 +108,8 @@ class ModelConfig:
     norm_placement: str = spec("pre", kind=CHOICE, flag="--norm-placement", choices=NORM_PLACEMENTS,
                                help="pre (default) or post (OLMo-2: norm on each sublayer's output)")
     mlp: str = spec("swiglu", kind=CHOICE, flag="--mlp", choices=MLPS,
-                    help="feed-forward: swiglu (default), geglu, gelu (exact), gelu_tanh (GPT-2)")
+                    help="feed-forward: swiglu (default), geglu (tanh GELU), geglu_erf (exact GELU), "
+                         "gelu (exact), gelu_tanh (GPT-2)")
     positions: str = spec("rope", kind=CHOICE, flag="--positions", choices=POSITIONS,
                           help="rope (default), learned (a table of context_length positions) or none")
     tie_embeddings: bool = spec(False, kind=FLAG, flag="--tie-embeddings",
@@ -376,8 +380,8 @@ def _check_moe(c: ModelConfig) -> None:
     if c.num_experts is None:
         return
     if not c.mlp_kind.gated or c.mlp_bias:
-        raise UsageError(f"mixture-of-experts layers run gated experts without biases (swiglu or "
-                         f"geglu, mlp_bias false), got mlp {c.mlp}{' with biases' if c.mlp_bias else ''}")
+        raise UsageError(f"mixture-of-experts layers run gated experts without biases (swiglu, "
+                         f"geglu or geglu_erf, mlp_bias false), got mlp {c.mlp}{' with biases' if c.mlp_bias else ''}")
     E, k = c.num_experts, c.experts_per_token
     if k > E:
         raise UsageError(f"experts_per_token (top-k) {k} is more than num_experts {E}")

@@ -111,9 +111,12 @@ class HFType:
     experts_implementation: str | None = None
 
     def declares(self, key: str) -> bool:
-        """The type reads (or lists) this key itself."""
-        return key in ({k.hf for k in self.keys} | {m.hf for m in self.must}
-                       | {n.hf for n in self.noted} | self.free)
+        """The type reads (or lists) this key itself, under its own name or an alias (a
+        REFUSED key a type reads as an alias, such as Mixtral's num_experts, is the type's:
+        MixtralConfig.attribute_map; the shared refusal is for types that do not read it)."""
+        return key in ({k.hf for k in self.keys} | {a for k in self.keys for a in k.aliases
+                                                     if "." not in a}
+                       | {m.hf for m in self.must} | {n.hf for n in self.noted} | self.free)
 
 
 # ---- shared lists --------------------------------------------------------------------------
@@ -136,6 +139,12 @@ COMMON_FREE = frozenset({
     "begin_suppress_tokens",
     # the checkpoint's storage dtype: no count; read for the note and the transformers build
     "torch_dtype", "dtype",
+    # _num_labels: the spelling of num_labels that transformers 2.x-4.x wrote (distilgpt2's
+    # Hub file has it); PreTrainedConfig keeps it as an unread attribute. is_llama_config and
+    # rope_interleaved: nanotron's export keys (SmolLM2's Hub files); no transformers 5.23.0
+    # configuration_*.py or modeling_*.py reads either (grep: only "mrope_interleaved", a
+    # Qwen3-VL key, contains the text)
+    "_num_labels", "is_llama_config", "rope_interleaved",
 })
 
 # The values those keys may take, as transformers' config classes accept them (5.x: strict
@@ -241,9 +250,11 @@ def dropout(key: str) -> Noted:
 ATTENTION_DROPOUT = dropout("attention_dropout")
 
 # Activations by name (transformers' ACT2FN). Gated: the MLP of the llama family,
-# act(W1·x) · W3·x. gelu_new and gelu_pytorch_tanh are both the tanh approximation.
+# act(W1·x) · W3·x. gelu_new and gelu_pytorch_tanh are both the tanh approximation; "gelu"
+# is GELUActivation, nn.functional.gelu without approximation: the exact (erf) GELU
+# (activations.py), so LlamaMLP with hidden_act "gelu" is the spec's geglu_erf.
 GATED_ACTS = MappingProxyType({"silu": "swiglu", "swish": "swiglu", "gelu_new": "geglu",
-                               "gelu_pytorch_tanh": "geglu"})
+                               "gelu_pytorch_tanh": "geglu", "gelu": "geglu_erf"})
 PLAIN_ACTS = MappingProxyType({"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
                                "gelu": "gelu"})
 

@@ -136,7 +136,8 @@ class FeedForward:
 
     def __init__(self, t: Trace, c: ModelConfig):
         self.t, self.kind = t, c.mlp_kind
-        prefix = {"swiglu": "SwiGLU", "geglu": "GeGLU"}.get(c.mlp, "MLP")
+        prefix = ("MLP" if not self.kind.gated else
+                  "SwiGLU" if self.kind.activation == "silu" else "GeGLU")
         f, d = ("d_ff",), ("d_model",)
         with t.scope("ffn"):
             self.w1 = Linear(t, "w1", d, f, R.FFN, f"{prefix} W1", c.mlp_bias)
