@@ -13,7 +13,7 @@ from accounting.analysis.workload import MAX_WORKLOAD
 from accounting.spec import fields as fields_meta
 from accounting.spec.config import (MAX_CONFIG_BYTES, MAX_LAYERS, MAX_NAME, MAX_SIZE, MLPS,
                                     ModelConfig)
-from accounting.spec.loaders import config_from_json
+from accounting.spec.loaders import read_config
 from accounting.spec.presets import get_preset
 from accounting.runtime.errors import UsageError, shorten
 
@@ -164,7 +164,14 @@ def add_model_args(p: argparse.ArgumentParser, model_required: bool = False) -> 
         "--config", metavar="FILE",
         help="JSON object with vocab_size, context_length, num_layers, d_model, num_heads and "
              "optionally d_ff, rope_theta, name and the architecture fields below (their names "
-             "with underscores), or a Hugging Face config.json")
+             "with underscores), or a Hugging Face config.json (model_type: "
+             + ", ".join(supported_types()) + ")")
+    groups[fields_meta.SIZES].add_argument(
+        "--strict", action="store_true",
+        help="--config: refuse every config.json key the Hugging Face table does not list, "
+             "without judging it (by default such a key is judged by building transformers' "
+             "model on the meta device with and without it: accepted, with a note, when "
+             "nothing the tool counts changes)")
     for f, m in fields_meta.flagged(ModelConfig):
         _spec_flag(groups[m.group], f, m)
         if f.name == _BIASES[-1]:
@@ -201,7 +208,7 @@ def config_from_args(ns: argparse.Namespace) -> ModelConfig:
     if ns.model:
         base = get_preset(ns.model)
     elif ns.config:
-        base = config_from_json(ns.config)
+        base, ns.hf_read = read_config(ns.config, None if ns.strict else judge_keys)
     else:
         missing = ["--" + f.replace("_", "-") for f in _REQUIRED if overrides[f] is None]
         if missing:
@@ -247,8 +254,35 @@ def hf_source_from_args(ns: argparse.Namespace):
     if ns.model:
         return presets.hf_source(ns.model)
     if ns.config:
-        return hf_config.load(ns.config)
+        if hasattr(ns, "hf_read"):  # read (and judged) once, by config_from_args
+            return ns.hf_read
+        return hf_config.load(ns.config, None if ns.strict else judge_keys)
     return None
+
+
+def judge_keys(data, unknown: tuple, t, where: str) -> tuple:
+    """hf_config.translate's judge for the CLI (not with --strict): keys in no list of the
+    table, judged by building transformers' model with and without them
+    (accounting/crosscheck/hf_keys.py); refused in one line where that cannot run here."""
+    from importlib.util import find_spec
+    from accounting.runtime.optional import missing
+    absent = missing("or remove the key") or (None if find_spec("transformers") else
+                                              "transformers")
+    if absent:
+        raise UsageError(f"{where}: unknown key(s) {', '.join(shorten(k, 30) for k in unknown)}: "
+                         f"the tool judges a key its table does not list by building "
+                         f"transformers' model with and without it, which needs {absent}, not "
+                         f"importable here; install the hf extra (pip install -e '.[hf]') or "
+                         f"remove the key")
+    from accounting.crosscheck.hf_keys import judge
+    return judge(data, unknown, t, where)
+
+
+def supported_types() -> tuple[str, ...]:
+    """The model_types a config.json may name: the Hugging Face table's (hf_config.TYPES),
+    the one list --help, the errors and the docs' table are written from."""
+    from accounting.spec.hf_config import TYPES
+    return tuple(TYPES)
 
 
 def add_output_args(p: argparse.ArgumentParser) -> None:

@@ -34,7 +34,7 @@ import re
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from types import MappingProxyType
-from typing import Mapping
+from typing import Callable, Mapping
 
 from accounting.spec.config import MAX_SIZE, ModelConfig
 from accounting.spec.own_format import config_from_dict, read_json
@@ -59,6 +59,7 @@ class HFConfig:
     mapped: tuple[tuple[str, object, tuple[str, ...], bool], ...]  # key, value, fields, given
     notes: tuple[str, ...] = ()
     dtype: str | None = None  # torch_dtype / dtype, when given
+    judged: tuple[str, ...] = ()  # keys of no list, accepted by the judge (see translate)
 
     @property
     def type(self) -> HFType:
@@ -118,9 +119,18 @@ def _read(key: Key, data: Mapping, where: str):
     return value
 
 
-def translate(data: Mapping, source: str, name: str, origin: str = "") -> HFConfig:
+# A judge of keys no list names: judge(data, unknown keys, the row, where) -> notes saying
+# how they were found count-free, or UsageError refusing them. The CLI's builds transformers'
+# model with and without them (accounting/crosscheck/hf_keys.py); none (--strict, and every
+# caller that passes none) refuses them all.
+Judge = Callable[[Mapping, tuple, HFType, str], tuple]
+
+
+def translate(data: Mapping, source: str, name: str, origin: str = "",
+              judge: Judge | None = None) -> HFConfig:
     """The spec a Hugging Face config.json object means; UsageError naming the key when a
-    key would change a count the tool cannot represent, or is unknown, wrong or missing."""
+    key would change a count the tool cannot represent, or is wrong or missing, or is
+    unknown (in no list) and not judged count-free by `judge` (none: refused)."""
     mt = data.get("model_type")
     if isinstance(mt, str) and mt in UNSUPPORTED:
         raise UsageError(f"{source}: model_type {mt} is not supported: it {UNSUPPORTED[mt]}; "
@@ -137,13 +147,15 @@ def translate(data: Mapping, source: str, name: str, origin: str = "") -> HFConf
     known = (COMMON_FREE | set(REFUSED) | {m.hf for m in COMMON_MUST} | {k.hf for k in t.keys}
              | {a for k in t.keys for a in k.aliases if "." not in a} | {m.hf for m in t.must}
              | {n.hf for n in t.noted} | t.free)
-    unknown = sorted(k for k in data if k not in known)
-    if unknown:
+    unknown = tuple(sorted(k for k in data if k not in known))
+    if unknown and judge is None:
         shown = ", ".join(short(k, 30) for k in unknown[:4]) + (" …" if len(unknown) > 4 else "")
         raise UsageError(f"{where}: unknown key(s) {shown}: the tool cannot tell whether "
                          f"{'it changes' if len(unknown) == 1 else 'they change'} a count, so it "
                          f"refuses rather than drop {'it' if len(unknown) == 1 else 'them'} "
-                         f"(the keys it reads: accounting/spec/hf_config.py, model_type {mt})")
+                         f"(the keys it reads: accounting/spec/hf_config.py, model_type {mt}; "
+                         f"without --strict, the CLI judges such a key by building "
+                         f"transformers' model with and without it)")
     for m in COMMON_MUST + t.must:
         value = data.get(m.hf, m.default)
         if not m.ok(value, data):
@@ -188,9 +200,11 @@ def translate(data: Mapping, source: str, name: str, origin: str = "") -> HFConf
             noisy.setdefault(n.note, []).append(f"{n.hf} = {data[n.hf]!r}")
     notes += [note.format(settings=", ".join(s)) for note, s in noisy.items()]
     notes += _rope_notes(data)
+    if unknown:  # last: everything else about the file is checked before any build
+        notes += judge(MappingProxyType(copy.deepcopy(dict(data))), unknown, t, where)
     dtype = storage_dtype(data)  # a name of TORCH_DTYPES or None (FREE_VALUES, above)
     return HFConfig(mt, MappingProxyType(copy.deepcopy(dict(data))), config, origin or source,
-                    tuple(mapped), tuple(notes), dtype)
+                    tuple(mapped), tuple(notes), dtype, unknown)
 
 
 def storage_dtype(data: Mapping):
@@ -283,8 +297,12 @@ def for_transformers(hf: HFConfig, config: ModelConfig) -> tuple[dict | None, st
         return None, (f"{', '.join(fixed)} {'is' if len(fixed) == 1 else 'are'} fixed by "
                       f"model_type {t.model_type} (no config.json key sets "
                       f"{'it' if len(fixed) == 1 else 'them'})")
+    def judged(d, unknown, t, where):  # the keys judged count-free when hf was read
+        if set(unknown) <= set(hf.judged):
+            return ()
+        raise UsageError(f"{where}: keys not judged: {', '.join(unknown)}")
     try:
-        again = translate(data, "the rewritten config.json", config.name).config
+        again = translate(data, "the rewritten config.json", config.name, judge=judged).config
     except UsageError as e:
         return None, str(e)
     if replace(again, name="") != replace(config, name=""):
@@ -298,16 +316,17 @@ def is_hf(data) -> bool:
     return isinstance(data, dict) and "model_type" in data
 
 
-def from_file(path: str | Path, data: Mapping, source: str, name: str | None = None) -> HFConfig:
+def from_file(path: str | Path, data: Mapping, source: str, name: str | None = None,
+              judge: Judge | None = None) -> HFConfig:
     """A parsed config.json file (own_format.read_json reads and parses it)."""
     path = Path(path)
-    return translate(data, source, name or name_for(path, data), str(path))
+    return translate(data, source, name or name_for(path, data), str(path), judge)
 
 
-def load(path: str | Path) -> HFConfig | None:
+def load(path: str | Path, judge: Judge | None = None) -> HFConfig | None:
     """The HFConfig of a JSON file in Hugging Face's format; None for the tool's own format."""
     data, source = read_json(path)
-    return from_file(path, data, source) if is_hf(data) else None
+    return from_file(path, data, source, judge=judge) if is_hf(data) else None
 
 
 # The presets' config.json files, as shipped (package data; accounting/spec/presets.py reads them).

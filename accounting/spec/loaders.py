@@ -13,8 +13,16 @@ from accounting.spec.own_format import config_from_dict, read_json
 def config_from_json(path: str | Path) -> ModelConfig:
     """A config from a JSON file with ModelConfig's field names (d_ff may be omitted), or
     a Hugging Face config.json (it names its model_type: accounting/spec/hf_config.py)."""
+    return read_config(path)[0]
+
+
+def read_config(path: str | Path, judge: hf_config.Judge | None = None
+                ) -> tuple[ModelConfig, hf_config.HFConfig | None]:
+    """The config of a JSON file, and its HFConfig when it is a Hugging Face config.json
+    (`judge`: of its keys in no list, hf_config.translate; none refuses them)."""
     data, source = read_json(path)
     if "model_type" in data:
-        return hf_config.from_file(path, data, source).config
+        hf = hf_config.from_file(path, data, source, judge=judge)
+        return hf.config, hf
     data.setdefault("name", escape(Path(path).stem)[:MAX_NAME])
-    return config_from_dict(data, source)
+    return config_from_dict(data, source), None
