@@ -13,6 +13,7 @@ from accounting.analysis.workload import MAX_WORKLOAD
 from accounting.spec import fields as fields_meta
 from accounting.spec.config import (MAX_CONFIG_BYTES, MAX_LAYERS, MAX_NAME, MAX_SIZE, MLPS,
                                     ModelConfig)
+from accounting.spec.hf_config import supported_types
 from accounting.spec.loaders import read_config
 from accounting.spec.presets import get_preset
 from accounting.runtime.errors import UsageError, shorten
@@ -165,7 +166,7 @@ def add_model_args(p: argparse.ArgumentParser, model_required: bool = False) -> 
         help="JSON object with vocab_size, context_length, num_layers, d_model, num_heads and "
              "optionally d_ff, rope_theta, name and the architecture fields below (their names "
              "with underscores), or a Hugging Face config.json (model_type: "
-             + ", ".join(supported_types()) + ")")
+             + supported_types() + ")")
     groups[fields_meta.SIZES].add_argument(
         "--strict", action="store_true",
         help="--config: refuse every config.json key the Hugging Face table does not list, "
@@ -277,12 +278,6 @@ def judge_keys(data, unknown: tuple, t, where: str) -> tuple:
     from accounting.crosscheck.hf_keys import judge
     return judge(data, unknown, t, where)
 
-
-def supported_types() -> tuple[str, ...]:
-    """The model_types a config.json may name: the Hugging Face table's (hf_config.TYPES),
-    the one list --help, the errors and the docs' table are written from."""
-    from accounting.spec.hf_config import TYPES
-    return tuple(TYPES)
 
 
 def add_output_args(p: argparse.ArgumentParser) -> None:

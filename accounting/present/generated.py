@@ -30,8 +30,29 @@ def _spec_flags() -> str:
     return "\n".join(flag_table()) + "\n"
 
 
+def _model_types() -> str:
+    """The Hugging Face table's model_types (hf_config.TYPES, in its order): transformers'
+    class and the rules with no key, in the row's own words; then the refused ones."""
+    from accounting.spec.hf_config import TYPES, UNSUPPORTED
+    rows = ["| `model_type` | transformers' model | rules with no key (the table's own words) |",
+            "| --- | --- | --- |"]
+    rows += [f"| `{t.model_type}` | `{t.transformers_class}` | {t.rules} |" for t in TYPES.values()]
+    refused = ", ".join(f"`{mt}`" for mt in UNSUPPORTED)
+    tail = (f"\nRefused in one line with the reason (`UNSUPPORTED`, what the spec cannot express): "
+            f"{refused}.\n" if UNSUPPORTED else "")
+    return "\n".join(rows) + "\n" + tail
+
+
+def _model_type_names() -> str:
+    from accounting.spec.hf_config import supported_types
+    return ("Supported `model_type`s (accounting/spec/hf_config.py TYPES): "
+            + ", ".join(f"`{mt}`" for mt in supported_types().split(", ")) + ".\n")
+
+
 BLOCKS: dict[str, Callable[[], str]] = {
     "gpu-table": _gpus,
     "gpu-names": _gpu_names,
     "spec-flags": _spec_flags,
+    "model-types": _model_types,
+    "model-type-names": _model_type_names,
 }

@@ -48,6 +48,12 @@ from accounting.spec.hf_schema import (  # noqa: F401
 # the rows: registered into TYPES on import
 from accounting.spec import hf_types_dense, hf_types_moe  # noqa: F401
 
+def supported_types() -> str:
+    """The model_types a config.json may name, in the table's order: the one list --help,
+    the errors and the docs (accounting/present/generated.py) are written from."""
+    return ", ".join(TYPES)
+
+
 # ---- translation ---------------------------------------------------------------------------
 @dataclass(frozen=True, eq=False)
 class HFConfig:
@@ -134,10 +140,10 @@ def translate(data: Mapping, source: str, name: str, origin: str = "",
     mt = data.get("model_type")
     if isinstance(mt, str) and mt in UNSUPPORTED:
         raise UsageError(f"{source}: model_type {mt} is not supported: it {UNSUPPORTED[mt]}; "
-                         f"refusing rather than approximating it (supported: {', '.join(TYPES)})")
+                         f"refusing rather than approximating it (supported: {supported_types()})")
     if not isinstance(mt, str) or mt not in TYPES:
         raise UsageError(f"{source}: model_type {short(mt)} is not supported; supported: "
-                         f"{', '.join(TYPES)} (or write the tool's own format: see --help)")
+                         f"{supported_types()} (or write the tool's own format: see --help)")
     t = TYPES[mt]
     where = f"{source} ({mt})"
     for k, why in REFUSED.items():
