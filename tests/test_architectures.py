@@ -39,6 +39,9 @@ VARIANTS = {
                  qkv_bias=True, out_bias=True, mlp_bias=True),
     "gelu_erf": dict(mlp="gelu"),
     "geglu": dict(mlp="geglu"),
+    # issue 24: the llama family's hidden_act "gelu" (gated, exact erf GELU), dense and experts
+    "geglu_erf": dict(mlp="geglu_erf"),
+    "moe_geglu_erf": dict(num_experts=4, experts_per_token=2, moe_d_ff=8, mlp="geglu_erf"),
     "no_positions": dict(positions="none"),
     "qwen3": dict(d_model=32, num_heads=4, num_kv_heads=2, head_dim=6, qk_norm="head"),
     "qwen2": dict(d_model=32, num_heads=4, num_kv_heads=2, qkv_bias=True),

@@ -154,3 +154,109 @@ def test_llama_gelu_in_transformers_and_the_cross_check(capsys, tmp_path):
         forward = _gelu_llama_matmul_flops(T)
         assert flops[("forward", "total")] == forward
         assert flops[("backward", "total")] == 2 * forward  # dX and dW of every matmul
+
+
+# ---- Mixtral's num_experts: its own alias, not the shared MoE refusal ----------------------
+MIXTRAL = {"model_type": "mixtral", "vocab_size": 64, "hidden_size": 32, "intermediate_size": 48,
+           "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+           "max_position_embeddings": 64, "num_experts_per_tok": 2}
+
+
+def test_mixtral_reads_num_experts_as_transformers_does():
+    c = translate({**MIXTRAL, "num_experts": 4}, "f.json", "f").config
+    assert c.num_experts == 4
+    # a type that does not build experts still refuses the key, in its own words
+    with pytest.raises(UsageError, match="mixture-of-experts key"):
+        translate({**MIXTRAL, "model_type": "mistral", "num_experts": 4}, "f.json", "f")
+    with pytest.raises(UsageError, match="contradictory keys"):
+        translate({**MIXTRAL, "num_experts": 4, "num_local_experts": 8}, "f.json", "f")
+
+
+def test_mixtral_num_experts_in_transformers():
+    pytest.importorskip("transformers")
+    from transformers import AutoConfig
+    # MixtralConfig.attribute_map: num_experts is num_local_experts
+    assert AutoConfig.for_model("mixtral", num_experts=4).num_local_experts == 4
+    from accounting.crosscheck.hf_counter import build
+    experts = build({**MIXTRAL, "num_experts": 4}).model.layers[0].mlp.experts
+    assert experts.gate_up_proj.shape[0] == 4
+
+
+# ---- keys in no list: judged by transformers' model, or refused with --strict --------------
+TINY_LLAMA = {"model_type": "llama", "vocab_size": 96, "hidden_size": 64,
+              "intermediate_size": 96, "num_hidden_layers": 4, "num_attention_heads": 4,
+              "num_key_value_heads": 2, "max_position_embeddings": 64}
+
+
+def test_strict_refuses_an_unknown_key_without_building(capsys, tmp_path):
+    path = _write(tmp_path, {**TINY_LLAMA, "neftune_noise_alpha": 0.0})
+    code, _, err = run(capsys, "--config", path, "--no-verify", "--strict")
+    assert code == 2 and "unknown key(s) 'neftune_noise_alpha'" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_an_unknown_key_transformers_ignores_is_accepted_with_a_note(capsys, tmp_path):
+    pytest.importorskip("transformers")
+    # neftune_noise_alpha: a training setting of SmolVLM's text config; LlamaForCausalLM
+    # never reads it. qwen2's attention_bias: Qwen2Attention fixes bias=True on q/k/v_proj
+    # and False on o_proj (modeling_qwen2.py), whatever the key says
+    for data, key in (({**TINY_LLAMA, "neftune_noise_alpha": 0.0}, "neftune_noise_alpha"),
+                      ({**TINY_LLAMA, "model_type": "qwen2", "attention_bias": True},
+                       "attention_bias")):
+        code, out, err = run(capsys, "--config", _write(tmp_path, data), "--no-verify")
+        assert code == 0, err
+        note = next(line for line in out.splitlines() if "judged count-free" in line)
+        assert key in note and "with and without" in note
+
+
+def test_an_unknown_key_that_changes_what_transformers_builds_is_refused(capsys, tmp_path):
+    pytest.importorskip("transformers")
+    # LlamaConfig keeps sliding_window (an attribute no field declares) and transformers'
+    # DynamicCache reads it: every layer's cache becomes a DynamicSlidingWindowLayer. The
+    # llama row does not read it, so the tool would count a full cache: refused
+    path = _write(tmp_path, {**TINY_LLAMA, "sliding_window": 8})
+    code, _, err = run(capsys, "--config", path, "--no-verify")
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "sliding_window = 8 changes what transformers' LlamaForCausalLM builds" in err
+    assert "DynamicSlidingWindowLayer" in err
+
+
+def test_without_transformers_an_unknown_key_is_refused_saying_why(monkeypatch):
+    from accounting.cli import args
+    import importlib.util
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "transformers" else real(name, *a))
+    with pytest.raises(UsageError, match=r"needs transformers.*install the hf extra"):
+        translate({**TINY_LLAMA, "neftune_noise_alpha": 0.0}, "f.json", "f",
+                  judge=args.judge_keys)
+
+
+def test_the_judging_builds_keep_every_layer_a_key_can_name():
+    pytest.importorskip("transformers")
+    from accounting.crosscheck import hf_keys
+    t = TYPES["llama"]
+    big = {**TINY_LLAMA, "num_hidden_layers": 80}
+    # no integer in the unknown key: 2 layers; an integer k: layers up to k + 1 (k and one
+    # below it); a per-layer list of 80 entries, or k ≥ L: every layer
+    assert hf_keys.kept_layers({**big, "x": True}, ("x",), t) == 2
+    assert hf_keys.kept_layers({**big, "x": [5]}, ("x",), t) == 7
+    assert hf_keys.kept_layers({**big, "x": [True] * 80}, ("x",), t) is None
+    assert hf_keys.kept_layers({**big, "x": 79}, ("x",), t) is None
+    # the widths stay (on meta they cost nothing): a width-setting key cannot coincide
+    shrunk = hf_keys.shrink(big, t, 2)
+    assert shrunk == {**big, "num_hidden_layers": 2}
+    # a row's per-layer key counts too: qwen2's max_window_layers 28 keeps 30 layers
+    q = {**big, "model_type": "qwen2", "max_window_layers": 28,
+         "layer_types": ["full_attention"] * 80}
+    n = hf_keys.kept_layers({**q, "x": True}, ("x",), TYPES["qwen2"])
+    assert n == 30 and len(hf_keys.shrink(q, TYPES["qwen2"], n)["layer_types"]) == 30
+
+
+def test_a_difference_is_named():
+    pytest.importorskip("transformers")
+    from accounting.crosscheck.hf_keys import probe, difference
+    a, b = probe(TINY_LLAMA), probe({**TINY_LLAMA, "mlp_bias": True})
+    assert difference(a, a) is None
+    assert difference(a, b) == \
+        "the parameters: model.layers.0.mlp.gate_proj.bias ((96,)) is added"

@@ -114,7 +114,8 @@ def ref_latent_attention(c, x, p, a, window):
 
 
 def ref_expert(c, x, p, f, e):
-    act = {"silu": F.silu, "gelu_tanh": lambda t: F.gelu(t, approximate="tanh")}[c.mlp_kind.activation]
+    act = {"silu": F.silu, "gelu": F.gelu,
+           "gelu_tanh": lambda t: F.gelu(t, approximate="tanh")}[c.mlp_kind.activation]
     w1, w2, w3 = (p[f"{f}.experts.{n}"][e] for n in ("w1", "w2", "w3"))
     return F.linear(act(F.linear(x, w1)) * F.linear(x, w3), w2)
 
