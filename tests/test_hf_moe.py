@@ -126,7 +126,9 @@ MALFORMED = [
 @pytest.mark.parametrize("name,changes,expected", MALFORMED,
                          ids=[f"{n}-{'-'.join(c)}" for n, c, _ in MALFORMED])
 def test_malformed_configs_are_refused_in_one_line(capsys, tmp_path, name, changes, expected):
-    code, out, err = run(capsys, "--config", str(write(tmp_path, name, changes)), "--no-verify")
+    # --strict: an unknown key is refused as such, not judged (tests/test_hf_hubconfigs.py)
+    code, out, err = run(capsys, "--config", str(write(tmp_path, name, changes)), "--no-verify",
+                         "--strict")
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and "Traceback" not in err, err
     assert expected in err, err
