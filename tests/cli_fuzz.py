@@ -148,7 +148,7 @@ MODEL_FLAGS = {
     "--vocab-size": INTS, "--context-length": INTS, "--num-layers": INTS, "--d-model": INTS,
     "--num-heads": INTS, "--d-ff": INTS, "--rope-theta": FRACTIONS, "--num-kv-heads": INTS,
     "--head-dim": INTS, "--norm-eps": FRACTIONS,
-    "--mlp": _choice(("swiglu", "geglu", "gelu", "gelu_tanh")),
+    "--mlp": _choice(("swiglu", "geglu", "geglu_erf", "gelu", "gelu_tanh")),
     "--norm": _choice(("rmsnorm", "layernorm")),
     "--norm-placement": _choice(("pre", "post")),
     "--positions": _choice(("rope", "learned", "none")),

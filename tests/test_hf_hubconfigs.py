@@ -154,6 +154,8 @@ def test_llama_gelu_in_transformers_and_the_cross_check(capsys, tmp_path):
         forward = _gelu_llama_matmul_flops(T)
         assert flops[("forward", "total")] == forward
         assert flops[("backward", "total")] == 2 * forward  # dX and dW of every matmul
+    # one aten.gelu in transformers, five ops in the tool's model: said, not hidden
+    assert any("the exact GELU is one aten.gelu" in n for n in x["transformers"]["notes"])
 
 
 # ---- Mixtral's num_experts: its own alias, not the shared MoE refusal ----------------------

@@ -305,6 +305,9 @@ def _notes(a: Analysis, m, mm: ModuleMap) -> list[str]:
     if c.positions == "rope":
         how.append("RoPE's cos/sin are computed once per forward in the model (not per block) "
                    "and applied with rotate_half")
+    if c.mlp_kind.activation == "gelu":  # hidden_act / activation_function "gelu"
+        how.append("the exact GELU is one aten.gelu (GELUActivation, activations.py) where the "
+                   "tool's model writes 0.5·x·(1 + erf(x/√2)), 5 ops per element")
     out.append("Non-matmul work differs in form: " + "; ".join(how) + ". The non-matmul FLOPs "
                "are compared on the tool's model/ only (their table below).")
     if R.BACKWARD in PHASES[a.phase]:
