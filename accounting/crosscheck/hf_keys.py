@@ -19,13 +19,16 @@ transformers: accounting.cli.args imports this module only to judge unknown keys
 
 The shrink. On the meta device nothing is allocated or computed, so widths cost nothing
 (measured, transformers 5.23.0 on 2 shared CPUs: Llama-3-70B's widths at 2 layers build and
-run in 0.06 s); what costs is the number of layers (80 layers: 3.2 s per build). So only
+run in 0.06 s, after the one-time import of transformers and its modeling module, a few
+seconds that --verify pays too); what costs is the number of layers (80 layers: 3.2 s per
+build). So only
 the layer count is shrunk, the same way in both builds, and the widths are kept: a key that
 sets a width can then never coincide with a shrunk size and hide. Fewer layers could hide a
 key that acts on some layers only (an index, a period, "from layer k on"), so the builds keep
-min(L, m + 2) layers, at least 2, where m is the largest integer up to L in the unknown keys'
-values and in the row's per-layer keys (its derive rules' and its Musts': first_k_dense_replace,
-max_window_layers, decoder_sparse_step, ...): layer m and one below it exist in both builds.
+min(L, m + 2) layers, at least 2, where m is the largest integer below L in the unknown keys'
+values and in the row's per-layer keys (the keys its derive rules read: first_k_dense_replace,
+max_window_layers, decoder_sparse_step, mlp_only_layers, ...): layer m and one below it exist
+in both builds.
 An unknown key holding a list of L entries (one per layer) is judged at full depth. A list of
 L entries in a known key (layer_types) is cut to the kept layers, as transformers' config
 requires. Where the shrunk copy cannot be built, the full config is.
@@ -144,8 +147,9 @@ def kept_layers(data: Mapping, unknown: tuple[str, ...], t: HFType) -> int | Non
     names, L = layer_keys(t, data)
     if L is None or any(_lists(data[k], L) for k in unknown):
         return None
-    per_layer = ({k for d in t.derived for k in d.keys} | {m.hf for m in t.must}) & set(data)
-    found = [i for k in (*unknown, *per_layer) for i in _ints(data[k]) if i <= L]
+    per_layer = {k for d in t.derived for k in d.keys} & set(data)
+    # an integer of L or more names no layer (Qwen's max_window_layers = L: none slides)
+    found = [i for k in (*unknown, *per_layer) for i in _ints(data[k]) if i < L]
     n = min(L, max(2, max(found, default=0) + 2))
     return None if n >= L else n
 
