@@ -262,3 +262,16 @@ def test_a_difference_is_named():
     assert difference(a, a) is None
     assert difference(a, b) == \
         "the parameters: model.layers.0.mlp.gate_proj.bias ((96,)) is added"
+
+
+def test_a_judged_key_survives_flags_written_back(tmp_path):
+    pytest.importorskip("transformers")
+    # --num-layers on a config with a judged key: the rewritten config.json for transformers'
+    # model keeps the key (judged once, when the file was read) and means the flags' config
+    import dataclasses
+    from accounting.cli.args import judge_keys
+    from accounting.spec.hf_config import for_transformers
+    h = translate({**TINY_LLAMA, "neftune_noise_alpha": 0.0}, "f.json", "f", judge=judge_keys)
+    assert h.judged == ("neftune_noise_alpha",)
+    data, why = for_transformers(h, dataclasses.replace(h.config, num_layers=1))
+    assert why == "" and data["num_hidden_layers"] == 1 and data["neftune_noise_alpha"] == 0.0
