@@ -195,7 +195,13 @@ def judge(data: Mapping, unknown: tuple[str, ...], t: HFType, where: str) -> tup
             break  # a key alone already changes the count
         copy = {**without, **{x: data[x] for x in keys}}
         try:
-            got = probe(shrink(copy, t, n))
+            try:
+                got = probe(shrink(copy, t, n))
+            except Exception:
+                if n is None:
+                    raise
+                n, base = None, probe(without)  # the shrunk copy may be what fails: full depth
+                got = probe(copy)
         except Exception as e:
             changed.append(f"{' and '.join(keys)}: transformers' {t.transformers_class} cannot "
                            f"be built with {'it' if len(keys) == 1 else 'them'} ({_why(e)})")
