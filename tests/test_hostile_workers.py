@@ -30,7 +30,7 @@ TINY = {"vocab_size": 100, "context_length": 64, "num_layers": 2, "d_model": 64,
 # Each choice field with its allowed names as `python -m accounting --help` lists them.
 CHOICES = {
     "norm": "rmsnorm, layernorm", "norm_placement": "pre, post",
-    "mlp": "swiglu, geglu, gelu, gelu_tanh", "positions": "rope, learned, none",
+    "mlp": "swiglu, geglu, geglu_erf, gelu, gelu_tanh", "positions": "rope, learned, none",
     "qk_norm": "none, head, full", "attention": "naive, sdpa", "router": "softmax, sigmoid",
 }
 
