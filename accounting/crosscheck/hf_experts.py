@@ -71,6 +71,8 @@ def shrink(data: Mapping) -> dict:
     if "q_lora_rank" in small and small["q_lora_rank"] is not None:
         small["q_lora_rank"] = 16
     small["torch_dtype"] = "float32"
+    # nn.Embedding refuses a padding index beyond the shrunk vocabulary (gpt-oss's 199,999)
+    small["pad_token_id"] = None
     return small
 
 
