@@ -301,11 +301,14 @@ class ModelConfig:
         if self.d_k * h != self.d_model:
             attn += f", head_dim {self.d_k}"
         biases = [n for n, on in (("QKV", self.qkv_bias), ("attention output", self.out_bias),
-                                  ("MLP", self.mlp_bias)) if on]
+                                  ("MLP", self.mlp_bias), ("router", self.router_linear_bias),
+                                  ("experts", self.expert_bias)) if on]
         parts = [f"{'pre-norm' if self.norm_placement == 'pre' else 'post-sublayer-norm'} "
                  f"{NORMS[self.norm]}", self.mlp_kind.label, POSITIONS[self.positions], attn]
         if self.qk_norm != "none":
             parts.append(QK_NORMS[self.qk_norm])
+        if self.attention_sinks:
+            parts.append("attention sinks")
         if self.mla:
             parts[3] = (f"multi-head latent attention (kv_lora_rank {self.kv_lora_rank}"
                         + (f", q_lora_rank {self.q_lora_rank}" if self.q_lora_rank else "") + ")")
