@@ -291,7 +291,8 @@ def random_configs(n: int, seed: int = 2026):
             norm_placement=rng.choice(list(NORM_PLACEMENTS)), mlp=rng.choice(list(MLPS)),
             positions=positions, tie_embeddings=rng.random() < 0.5, qkv_bias=rng.random() < 0.5,
             out_bias=rng.random() < 0.5, mlp_bias=rng.random() < 0.5,
-            qk_norm=rng.choice(list(QK_NORMS)), name="random")
+            qk_norm=rng.choice(list(QK_NORMS)), attention_sinks=rng.random() < 0.3,
+            name="random")
         T = rng.randint(1, c.context_length if positions == "learned" else c.context_length + 3)
         yield c, T, rng.randint(1, 3)
 
@@ -303,7 +304,7 @@ def test_the_random_configs_toggle_every_field():
     seen = defaultdict(set)
     for c, T, _ in RANDOM:
         for f in ("norm", "norm_placement", "mlp", "positions", "qk_norm", "tie_embeddings",
-                  "qkv_bias", "out_bias", "mlp_bias"):
+                  "qkv_bias", "out_bias", "mlp_bias", "attention_sinks"):
             seen[f].add(getattr(c, f))
         seen["attention"].add("mha" if c.kv_heads == c.num_heads else
                               "mqa" if c.kv_heads == 1 else "gqa")
@@ -313,7 +314,8 @@ def test_the_random_configs_toggle_every_field():
     assert seen["positions"] == set(POSITIONS) and seen["qk_norm"] == set(QK_NORMS)
     assert seen["norm_placement"] == set(NORM_PLACEMENTS) and seen["attention"] == {"mha", "mqa", "gqa"}
     assert all(seen[f] == {True, False} for f in ("tie_embeddings", "qkv_bias", "out_bias",
-                                                   "mlp_bias", "head_dim", "T=1"))
+                                                   "mlp_bias", "head_dim", "T=1",
+                                                   "attention_sinks"))
 
 
 @pytest.mark.parametrize("chunk", range(10))

@@ -110,7 +110,8 @@ class ModelConfig:
     norm_placement: str = spec("pre", kind=CHOICE, flag="--norm-placement", choices=NORM_PLACEMENTS,
                                help="pre (default) or post (OLMo-2: norm on each sublayer's output)")
     mlp: str = spec("swiglu", kind=CHOICE, flag="--mlp", choices=MLPS,
-                    help="feed-forward: swiglu (default), geglu, gelu (exact), gelu_tanh (GPT-2)")
+                    help="feed-forward: swiglu (default), geglu, gelu (exact), gelu_tanh (GPT-2), "
+                         "swiglu_clamped (gpt-oss)")
     positions: str = spec("rope", kind=CHOICE, flag="--positions", choices=POSITIONS,
                           help="rope (default), learned (a table of context_length positions) or none")
     tie_embeddings: bool = spec(False, kind=FLAG, flag="--tie-embeddings",
