@@ -1,9 +1,13 @@
-"""A mixture-of-experts feed-forward layer (Mixtral, Qwen3-MoE, DeepSeek-V3), from scratch.
+"""A mixture-of-experts feed-forward layer (Mixtral, Qwen3-MoE, DeepSeek-V2/V3, gpt-oss), from
+scratch.
 
 Each token is routed to k of E experts (gated MLPs of width moe_d_ff, stacked as three
 (E, ...) parameters) by a router: a linear map to E scores, a softmax (Mixtral, Qwen3) or
 a sigmoid per expert (DeepSeek-V3, whose choice adds a bias, and is limited to the best
-groups of experts first); the chosen experts' weights are renormalised and scaled. Dropless
+groups of experts first: by a group's two best scores, V3, or its best, V2); the chosen
+experts' weights are renormalised and scaled. gpt-oss's router has a bias and takes the
+top-k of its logits before a softmax over the k; its experts have biases and the clamped
+SwiGLU (model/layers.py clamped_swiglu). Dropless
 by default: every token runs its k experts, however the router spreads them, so the
 matmul FLOPs are B·T·k expert passes whatever the routing. With a capacity factor c ≥ 1 every
 expert runs exactly C = ⌈c·B·T·k/E⌉ rows: its first C slots, zero rows as padding; a slot

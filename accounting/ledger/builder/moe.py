@@ -7,8 +7,7 @@ from fractions import Fraction
 from accounting.ledger import records as R
 from accounting.spec.config import ModelConfig
 from accounting.ledger.trace import Sym, Trace
-from accounting.ledger.builder.common import ROUTER, ACTIVATION_COMPONENT
-from accounting.ledger.builder.common import BIAS
+from accounting.ledger.builder.common import ROUTER, ACTIVATION_COMPONENT, BIAS
 from accounting.ledger.builder.layers import Linear, activation, clamped_swiglu
 
 
@@ -19,8 +18,9 @@ def expert_capacity(capacity_factor: float, slots: int, num_experts: int) -> int
 
 
 class MoE:
-    """Router (a linear map to E scores; softmax, or a sigmoid with DeepSeek's bias and
-    group-limited choice), top-k, the routed token slots gathered, run through E stacked
+    """Router (a linear map to E scores, biased for gpt-oss; softmax, or a sigmoid with
+    DeepSeek-V3's bias; group-limited choice by a group's two best scores (V3) or its best
+    (V2); or gpt-oss's top-k of the logits before the softmax over the k), top-k, the routed token slots gathered, run through E stacked
     gated experts, weighted and added back; shared experts beside. Dropless: B·T·k slots,
     whatever the routing (on meta the model deals them in turn); with a capacity factor,
     E·C slots (C = ⌈c·B·T·k/E⌉), of which B·T·k at most are useful."""
