@@ -23,18 +23,30 @@ def softmax(x: torch.Tensor, dim: int) -> torch.Tensor:
     return e / e.sum(dim=dim, keepdim=True)
 
 
+def softmax_with_sink(x: torch.Tensor, sink: torch.Tensor) -> torch.Tensor:
+    """softmax over x's last dim with one more column, `sink` (a logit per row, broadcast),
+    that is dropped after: gpt-oss's attention sinks (transformers' GptOssAttention
+    concatenates the sink column to the scores, softmaxes the T + 1 columns and slices the
+    sink off). The same values without the extra column: m = max(row max, sink),
+    exp(x − m) / (Σ exp(x − m) + exp(sink − m))."""
+    x_max = torch.maximum(x.amax(dim=-1, keepdim=True), sink)
+    e = torch.exp(x - x_max)
+    return e / (e.sum(dim=-1, keepdim=True) + torch.exp(sink - x_max))
+
+
 def scaled_dot_product_attention(
     Q: torch.Tensor,  # (... queries d_k)
     K: torch.Tensor,  # (... keys d_k)
     V: torch.Tensor,  # (... keys d_v)
     mask: torch.Tensor | None = None,  # (queries keys) bool, True = may attend
+    sinks: torch.Tensor | None = None,  # (... 1 1): one logit per head (attention sinks)
 ) -> torch.Tensor:  # (... queries d_v)
     """softmax(Q K^T / sqrt(d_k)) V (eq. 11); masked-out scores become -inf before softmax."""
     d_k = Q.shape[-1]
     scores = einsum(Q, K, "... queries d_k, ... keys d_k -> ... queries keys") / math.sqrt(d_k)
     if mask is not None:
         scores = torch.where(mask, scores, float("-inf"))
-    weights = softmax(scores, dim=-1)
+    weights = softmax(scores, dim=-1) if sinks is None else softmax_with_sink(scores, sinks)
     return einsum(weights, V, "... queries keys, ... keys d_v -> ... queries d_v")
 
 
@@ -51,7 +63,8 @@ class CausalMultiHeadSelfAttention(nn.Module):
 
     def __init__(self, d_model, num_heads, max_seq_len=None, theta=None, device=None, dtype=None,
                  *, num_kv_heads=None, head_dim=None, qkv_bias=False, out_bias=False,
-                 qk_norm="none", norm="rmsnorm", norm_eps=1e-5, attention="naive", window=None):
+                 qk_norm="none", norm="rmsnorm", norm_eps=1e-5, attention="naive", window=None,
+                 attention_sinks=False):
         super().__init__()
         check_positive_int("d_model", d_model)
         check_positive_int("num_heads", num_heads)
@@ -79,6 +92,12 @@ class CausalMultiHeadSelfAttention(nn.Module):
         self.k_proj = Linear(d_model, kv_width, device=device, dtype=dtype, bias=qkv_bias)
         self.v_proj = Linear(d_model, kv_width, device=device, dtype=dtype, bias=qkv_bias)
         self.output_proj = Linear(q_width, d_model, device=device, dtype=dtype, bias=out_bias)
+        if attention_sinks:  # gpt-oss: one learned logit per head in every softmax row
+            if attention != "naive":
+                raise ValueError("attention sinks need the naive attention core")
+            self.sinks = nn.Parameter(torch.zeros(num_heads, device=device, dtype=dtype))
+        else:
+            self.register_parameter("sinks", None)
         if qk_norm != "none":
             norm_cls = NORM_CLASSES[norm]
             full = qk_norm == "full"
@@ -142,7 +161,10 @@ class CausalMultiHeadSelfAttention(nn.Module):
         """The course's attention core: causal mask (query i may attend key j iff j <= i),
         softmax, weighted values; grouped heads read their K/V head by broadcasting."""
         if self.num_kv_heads == self.num_heads:
-            return scaled_dot_product_attention(q, k, v, mask=causal)  # (... heads seq d_v)
+            sinks = None if self.sinks is None else self.sinks.view(self.num_heads, 1, 1)
+            return scaled_dot_product_attention(q, k, v, mask=causal, sinks=sinks)
         q = rearrange(q, "... (kv_heads group) seq d_k -> ... kv_heads group seq d_k",
                       kv_heads=self.num_kv_heads)
-        return scaled_dot_product_attention(q, k.unsqueeze(-3), v.unsqueeze(-3), mask=causal)
+        sinks = None if self.sinks is None else self.sinks.view(self.num_kv_heads, -1, 1, 1)
+        return scaled_dot_product_attention(q, k.unsqueeze(-3), v.unsqueeze(-3), mask=causal,
+                                            sinks=sinks)

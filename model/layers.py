@@ -149,6 +149,23 @@ def gelu(x: torch.Tensor) -> torch.Tensor:
 
 ACTIVATIONS = {"silu": silu, "gelu_tanh": gelu_tanh, "gelu": gelu}
 
+# gpt-oss's gated unit (transformers' GptOssConfig swiglu_alpha and swiglu_limit defaults,
+# what gpt-oss-20b/120b ship); the values change no count, so they are constants here.
+SWIGLU_ALPHA, SWIGLU_LIMIT = 1.702, 7.0
+
+
+def clamped_swiglu(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    """gpt-oss's experts' gate, op for op as transformers' GptOssExperts._apply_gate writes
+    it: gate clamped above, up clamped both sides, gate·sigmoid(α·gate)·(up + 1)."""
+    gate = gate.clamp(min=None, max=SWIGLU_LIMIT)
+    up = up.clamp(min=-SWIGLU_LIMIT, max=SWIGLU_LIMIT)
+    glu = gate * torch.sigmoid(gate * SWIGLU_ALPHA)
+    return (up + 1) * glu
+
+
+# the activations of a gated MLP: ACTIVATIONS' (act(W1 x) · W3 x) and the clamped SwiGLU
+GATED_ACTIVATIONS = (*ACTIVATIONS, "silu_clamped")
+
 
 def default_d_ff(d_model: int) -> int:
     """8/3 * d_model rounded up to a multiple of 64, in integer arithmetic (no float rounding);
@@ -167,16 +184,20 @@ class GatedMLP(nn.Module):
         if d_ff is None:
             d_ff = default_d_ff(d_model)
         check_positive_int("d_ff", d_ff)
-        if activation not in ACTIVATIONS:
-            raise ValueError(f"activation must be one of {', '.join(ACTIVATIONS)}, got {activation!r}")
+        if activation not in GATED_ACTIVATIONS:
+            raise ValueError(f"activation must be one of {', '.join(GATED_ACTIVATIONS)}, got "
+                             f"{activation!r}")
         self.d_model, self.d_ff, self.activation = d_model, d_ff, activation
         self.w1 = Linear(d_model, d_ff, device=device, dtype=dtype, bias=bias)
         self.w2 = Linear(d_ff, d_model, device=device, dtype=dtype, bias=bias)
         self.w3 = Linear(d_model, d_ff, device=device, dtype=dtype, bias=bias)
-        self.act = ACTIVATIONS[activation]
+        self.act = ACTIVATIONS.get(activation)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # x: (... d_model) -> (... d_model); the gate lives in (... d_ff)
+        if self.act is None:  # the clamped SwiGLU reads both halves
+            a = self.w1(x)
+            return self.w2(clamped_swiglu(a, self.w3(x)))
         return self.w2(self.act(self.w1(x)) * self.w3(x))
 
 

@@ -1,9 +1,13 @@
-"""A mixture-of-experts feed-forward layer (Mixtral, Qwen3-MoE, DeepSeek-V3), from scratch.
+"""A mixture-of-experts feed-forward layer (Mixtral, Qwen3-MoE, DeepSeek-V2/V3, gpt-oss), from
+scratch.
 
 Each token is routed to k of E experts (gated MLPs of width moe_d_ff, stacked as three
 (E, ...) parameters) by a router: a linear map to E scores, a softmax (Mixtral, Qwen3) or
 a sigmoid per expert (DeepSeek-V3, whose choice adds a bias, and is limited to the best
-groups of experts first); the chosen experts' weights are renormalised and scaled. Dropless
+groups of experts first: by a group's two best scores, V3, or its best, V2); the chosen
+experts' weights are renormalised and scaled. gpt-oss's router has a bias and takes the
+top-k of its logits before a softmax over the k; its experts have biases and the clamped
+SwiGLU (model/layers.py clamped_swiglu). Dropless
 by default: every token runs its k experts, however the router spreads them, so the
 matmul FLOPs are B·T·k expert passes whatever the routing. With a capacity factor c ≥ 1 every
 expert runs exactly C = ⌈c·B·T·k/E⌉ rows: its first C slots, zero rows as padding; a slot
@@ -23,7 +27,7 @@ from einops import einsum
 from torch import nn
 
 from .attention import softmax
-from .layers import ACTIVATIONS, GatedMLP, Linear, check_positive_int
+from .layers import ACTIVATIONS, GatedMLP, Linear, check_positive_int, clamped_swiglu
 
 
 def expert_capacity(capacity_factor: float, slots: int, num_experts: int) -> int:
@@ -36,42 +40,58 @@ def expert_capacity(capacity_factor: float, slots: int, num_experts: int) -> int
 
 
 class Experts(nn.Module):
-    """E gated MLPs, stacked: w1, w3 (E, d_ff, d_model) and w2 (E, d_model, d_ff)."""
+    """E gated MLPs, stacked: w1, w3 (E, d_ff, d_model) and w2 (E, d_model, d_ff); with
+    bias=True (gpt-oss) b1, b3 (E, d_ff) and b2 (E, d_model), added after each matmul."""
 
-    def __init__(self, num_experts, d_model, d_ff, device=None, dtype=None, *, activation="silu"):
+    def __init__(self, num_experts, d_model, d_ff, device=None, dtype=None, *, activation="silu",
+                 bias=False):
         super().__init__()
-        self.num_experts, self.act = num_experts, ACTIVATIONS[activation]
+        self.num_experts, self.act = num_experts, ACTIVATIONS.get(activation)  # None: clamped
         std = math.sqrt(2.0 / (d_model + d_ff))  # as Linear's init (section 3.4.1)
         shapes = {"w1": (d_ff, d_model), "w2": (d_model, d_ff), "w3": (d_ff, d_model)}
         for name, shape in shapes.items():
             w = nn.Parameter(torch.empty(num_experts, *shape, device=device, dtype=dtype))
             nn.init.trunc_normal_(w, mean=0.0, std=std, a=-3 * std, b=3 * std)
             setattr(self, name, w)
+        if bias:  # zeros, as Linear's bias
+            for name, width in (("b1", d_ff), ("b2", d_model), ("b3", d_ff)):
+                setattr(self, name, nn.Parameter(torch.zeros(num_experts, width, device=device,
+                                                             dtype=dtype)))
 
     def forward(self, x: torch.Tensor, counts: list[int]) -> torch.Tensor:
         # x: (slots d_model), grouped by expert, counts[e] slots for expert e
         if len(set(counts)) == 1:  # every expert alike: one batched matmul per matrix
-            return self.batched(x.reshape(self.num_experts, counts[0], -1), self.w1, self.w2,
-                                self.w3).reshape(x.shape)
+            return self.batched(x.reshape(self.num_experts, counts[0], -1), None).reshape(x.shape)
         outs, start = [], 0
         for e, n in enumerate(counts):
             if n:
-                outs.append(self.batched(x[start:start + n].unsqueeze(0), self.w1[e:e + 1],
-                                         self.w2[e:e + 1], self.w3[e:e + 1]).squeeze(0))
+                outs.append(self.batched(x[start:start + n].unsqueeze(0), slice(e, e + 1)).squeeze(0))
             start += n
         return torch.cat(outs) if outs else x.new_zeros(x.shape)
 
-    def batched(self, x, w1, w2, w3):
-        # x: (experts slots d_model) -> (experts slots d_model)
-        h = self.act(einsum(x, w1, "e s d, e f d -> e s f")) * einsum(x, w3, "e s d, e f d -> e s f")
-        return einsum(h, w2, "e s f, e d f -> e s d")
+    def _linear(self, x, n: str, experts: slice | None, equation="e s d, e f d -> e s f"):
+        w, b = getattr(self, "w" + n), getattr(self, "b" + n, None)
+        if experts is not None:
+            w, b = w[experts], (None if b is None else b[experts])
+        y = einsum(x, w, equation)
+        return y if b is None else y + b.unsqueeze(-2)  # (e 1 width): over each expert's rows
+
+    def batched(self, x, experts: slice | None):
+        # x: (experts slots d_model) -> (experts slots d_model), for the experts sliced (None: all)
+        a = self._linear(x, "1", experts)
+        if self.act is None:  # gpt-oss's clamped SwiGLU reads both halves
+            h = clamped_swiglu(a, self._linear(x, "3", experts))
+        else:
+            h = self.act(a) * self._linear(x, "3", experts)
+        return self._linear(h, "2", experts, "e s f, e d f -> e s d")
 
 
 class MoE(nn.Module):
     # every option is given by TransformerLM from the spec's fields (no default restated here)
     def __init__(self, d_model, num_experts, experts_per_token, d_ff, device=None, dtype=None, *,
                  activation, num_shared_experts, router, router_groups, router_topk_groups,
-                 router_bias, norm_topk_prob, routed_scaling_factor, capacity_factor):
+                 router_bias, norm_topk_prob, routed_scaling_factor, capacity_factor,
+                 router_group_score, router_topk_first, router_linear_bias, expert_bias):
         super().__init__()
         for name, value in (("num_experts", num_experts), ("experts_per_token", experts_per_token),
                             ("d_ff", d_ff)):
@@ -84,13 +104,14 @@ class MoE(nn.Module):
         self.groups, self.topk_groups = router_groups, router_topk_groups
         self.norm_topk_prob, self.scale = norm_topk_prob, routed_scaling_factor
         self.capacity_factor = capacity_factor
-        self.router = Linear(d_model, num_experts, device=device, dtype=dtype)
+        self.group_score, self.topk_first = router_group_score, router_topk_first
+        self.router = Linear(d_model, num_experts, device=device, dtype=dtype, bias=router_linear_bias)
         if router_bias:  # DeepSeek-V3's e_score_correction_bias: learned outside the gradient
             self.register_buffer("router_bias", torch.zeros(num_experts, device=device, dtype=dtype))
         else:
             self.router_bias = None
         self.experts = Experts(num_experts, d_model, d_ff, device=device, dtype=dtype,
-                               activation=activation)
+                               activation=activation, bias=expert_bias)
         self.shared = (GatedMLP(d_model, num_shared_experts * d_ff, device=device, dtype=dtype,
                                 activation=activation) if num_shared_experts else None)
 
@@ -98,23 +119,32 @@ class MoE(nn.Module):
         """(weights, experts), each (tokens k): which experts each token runs, and how much
         each one's output counts."""
         logits = self.router(x)  # (tokens E)
+        if self.topk_first:  # gpt-oss: the k best logits, then softmax (or sigmoid) over them
+            values, experts = logits.topk(self.k, dim=-1)
+            weights = softmax(values, dim=-1) if self.router_kind == "softmax" else torch.sigmoid(values)
+            return self._scaled(weights), experts
         scores = softmax(logits, dim=-1) if self.router_kind == "softmax" else torch.sigmoid(logits)
         choice = scores if self.router_bias is None else scores + self.router_bias
-        if self.groups > 1:  # keep the best topk_groups groups (by their two best scores)
+        if self.groups > 1:  # keep the best topk_groups groups (by their two best scores, V3)
             grouped = choice.reshape(choice.shape[0], self.groups, -1)
-            group_score = grouped.topk(2, dim=-1).values.sum(dim=-1)  # (tokens groups)
+            if self.group_score == "max":  # DeepSeek-V2: by the best score of each group,
+                group_score = grouped.max(dim=-1).values  # as DeepseekV2TopkRouter writes it
+            else:
+                group_score = grouped.topk(2, dim=-1).values.sum(dim=-1)  # (tokens groups)
             keep = group_score.topk(self.topk_groups, dim=-1).indices
             # as transformers' DeepseekV3TopkRouter builds it (a float mask, then bool)
             mask = torch.zeros_like(group_score).scatter(1, keep, 1.0)
             mask = mask.unsqueeze(-1).expand(-1, -1, self.E // self.groups).reshape(-1, self.E)
             choice = choice.masked_fill(~mask.bool(), 0.0)
         experts = choice.topk(self.k, dim=-1).indices  # (tokens k)
-        weights = scores.gather(1, experts)
+        return self._scaled(scores.gather(1, experts)), experts
+
+    def _scaled(self, weights: torch.Tensor) -> torch.Tensor:
         if self.norm_topk_prob:
             weights = weights / weights.sum(dim=-1, keepdim=True)
         if self.scale != 1.0:
             weights = weights * self.scale
-        return weights, experts
+        return weights
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # x: (... seq d_model) -> (... seq d_model)

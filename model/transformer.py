@@ -27,7 +27,8 @@ SPEC_DEFAULTS = {f.name: f.default for f in fields(ModelConfig)}
 OPTIONS = {k: v for k, v in SPEC_DEFAULTS.items() if k not in _COURSE_ARGS}
 # the options each block reads (the rest belong to the whole model: positions, layer kinds, MoE)
 BLOCK_OPTIONS = ("num_kv_heads", "head_dim", "norm", "norm_eps", "norm_placement", "mlp",
-                 "qkv_bias", "out_bias", "mlp_bias", "qk_norm", "attention", *MLA_OPTIONS)
+                 "qkv_bias", "out_bias", "mlp_bias", "qk_norm", "attention", "attention_sinks",
+                 *MLA_OPTIONS)
 
 
 def _options(given: dict, allowed, where: str) -> dict:
@@ -70,7 +71,7 @@ class TransformerBlock(nn.Module):
                 d_model, num_heads, max_seq_len=max_seq_len, theta=theta, device=device, dtype=dtype,
                 num_kv_heads=o["num_kv_heads"], head_dim=o["head_dim"], qkv_bias=qkv_bias,
                 out_bias=out_bias, qk_norm=o["qk_norm"], norm=norm, norm_eps=norm_eps,
-                attention=attention, window=window,
+                attention=attention, window=window, attention_sinks=o["attention_sinks"],
             )
         self.ln2 = norm_cls(d_model, eps=norm_eps, device=device, dtype=dtype)
         if moe is not None:  # a mixture of experts: moe holds MoE's options
@@ -130,7 +131,8 @@ class TransformerLM(nn.Module):
             capacity_factor=o["moe_capacity_factor"],
             **{k: o[k] for k in ("experts_per_token", "num_shared_experts", "router", "router_groups",
                                  "router_topk_groups", "router_bias", "norm_topk_prob",
-                                 "routed_scaling_factor")})
+                                 "routed_scaling_factor", "router_group_score",
+                                 "router_topk_first", "router_linear_bias", "expert_bias")})
         types = layer_types or (("local" if sliding_window else "global"),) * num_layers
         self.layers = nn.ModuleList(
             TransformerBlock(d_model, num_heads, d_ff, context_length, theta, device=device, dtype=dtype,

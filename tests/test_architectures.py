@@ -63,6 +63,24 @@ VARIANTS = {
                             v_head_dim=6, attention="sdpa"),
     "mla_window_moe": dict(kv_lora_rank=8, qk_nope_head_dim=4, qk_rope_head_dim=2, v_head_dim=4,
                            sliding_window=2, num_experts=3, experts_per_token=1),
+    # issue 24 (h3): gpt-oss (attention sinks with grouped heads and alternating windows;
+    # experts with the clamped SwiGLU and biases; a biased router, top-k before the softmax),
+    # DeepSeek-V2 (groups ranked by their best score, V2-Lite's plain q_proj)
+    "gpt_oss": dict(d_model=32, num_heads=4, num_kv_heads=2, qkv_bias=True, out_bias=True,
+                    attention_sinks=True, sliding_window=3, layer_types=("local", "global"),
+                    num_experts=4, experts_per_token=2, moe_d_ff=8, mlp="swiglu_clamped",
+                    router_topk_first=True, router_linear_bias=True, expert_bias=True,
+                    norm_topk_prob=False),
+    "sinks_mha": dict(attention_sinks=True, positions="none"),
+    "clamped_dense_bias": dict(mlp="swiglu_clamped", mlp_bias=True),
+    "moe_topk_first_sigmoid": dict(num_experts=4, experts_per_token=2, moe_d_ff=8,
+                                   router="sigmoid", router_topk_first=True,
+                                   routed_scaling_factor=2.0, num_shared_experts=1,
+                                   mlp="swiglu_clamped"),
+    "deepseek_v2": dict(kv_lora_rank=8, qk_nope_head_dim=4, qk_rope_head_dim=4, v_head_dim=6,
+                        num_experts=8, experts_per_token=2, moe_d_ff=8, num_shared_experts=2,
+                        router_groups=4, router_topk_groups=2, router_group_score="max",
+                        norm_topk_prob=False, routed_scaling_factor=16.0, dense_layers=(0,)),
 }
 
 
@@ -276,7 +294,8 @@ def random_configs(n: int, seed: int = 2026):
             norm_placement=rng.choice(list(NORM_PLACEMENTS)), mlp=rng.choice(list(MLPS)),
             positions=positions, tie_embeddings=rng.random() < 0.5, qkv_bias=rng.random() < 0.5,
             out_bias=rng.random() < 0.5, mlp_bias=rng.random() < 0.5,
-            qk_norm=rng.choice(list(QK_NORMS)), name="random")
+            qk_norm=rng.choice(list(QK_NORMS)), attention_sinks=rng.random() < 0.3,
+            name="random")
         T = rng.randint(1, c.context_length if positions == "learned" else c.context_length + 3)
         yield c, T, rng.randint(1, 3)
 
@@ -288,7 +307,7 @@ def test_the_random_configs_toggle_every_field():
     seen = defaultdict(set)
     for c, T, _ in RANDOM:
         for f in ("norm", "norm_placement", "mlp", "positions", "qk_norm", "tie_embeddings",
-                  "qkv_bias", "out_bias", "mlp_bias"):
+                  "qkv_bias", "out_bias", "mlp_bias", "attention_sinks"):
             seen[f].add(getattr(c, f))
         seen["attention"].add("mha" if c.kv_heads == c.num_heads else
                               "mqa" if c.kv_heads == 1 else "gqa")
@@ -298,7 +317,8 @@ def test_the_random_configs_toggle_every_field():
     assert seen["positions"] == set(POSITIONS) and seen["qk_norm"] == set(QK_NORMS)
     assert seen["norm_placement"] == set(NORM_PLACEMENTS) and seen["attention"] == {"mha", "mqa", "gqa"}
     assert all(seen[f] == {True, False} for f in ("tie_embeddings", "qkv_bias", "out_bias",
-                                                   "mlp_bias", "head_dim", "T=1"))
+                                                   "mlp_bias", "head_dim", "T=1",
+                                                   "attention_sinks"))
 
 
 @pytest.mark.parametrize("chunk", range(10))

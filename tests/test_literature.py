@@ -288,3 +288,15 @@ def test_every_formula_closes_for_moe_window_and_latent_attention(name):
         closes(cmp)
         if c.num_experts is not None:  # N-based formulas say that N counts every expert
             assert "MoE: N counts every expert" in cmp.estimate("6N").misfits
+
+
+def test_every_formula_closes_for_gpt_oss_and_deepseek_v2():
+    # gpt-oss: the routed experts' biases (only k of E run; the rest are inactive experts,
+    # not biases too) and the sink logits (in N, read by no matmul) each have their term
+    from test_architectures import variant
+    for name in ("gpt_oss", "deepseek_v2", "sinks_mha"):
+        for seq, batch in ((1, 1), (7, 2)):
+            cmp = compare(variant(name), seq, batch)
+            closes(cmp)
+            labels = {t.label for e in cmp.estimates for t in e.terms}
+            assert ("attention sinks counted as matmul weights" in labels) == (name != "deepseek_v2")

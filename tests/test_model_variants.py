@@ -113,11 +113,25 @@ def ref_latent_attention(c, x, p, a, window):
     return ref_linear(out.transpose(1, 2).reshape(B, T, h * dv), p, f"{a}.output_proj")
 
 
-def ref_expert(c, x, p, f, e):
+def ref_clamped_swiglu(gate, up, alpha=1.702, limit=7.0):
+    """gpt-oss's gate as transformers' GptOssExperts._apply_gate writes it."""
+    gate = gate.clamp(max=limit)
+    up = up.clamp(min=-limit, max=limit)
+    return (up + 1) * (gate * torch.sigmoid(gate * alpha))
+
+
+def ref_gated(c, a, b):
+    if c.mlp_kind.activation == "silu_clamped":
+        return ref_clamped_swiglu(a, b)
     act = {"silu": F.silu, "gelu": F.gelu,
            "gelu_tanh": lambda t: F.gelu(t, approximate="tanh")}[c.mlp_kind.activation]
+    return act(a) * b
+
+
+def ref_expert(c, x, p, f, e):
     w1, w2, w3 = (p[f"{f}.experts.{n}"][e] for n in ("w1", "w2", "w3"))
-    return F.linear(act(F.linear(x, w1)) * F.linear(x, w3), w2)
+    b1, b2, b3 = (p[f"{f}.experts.{n}"][e] if c.expert_bias else None for n in ("b1", "b2", "b3"))
+    return F.linear(ref_gated(c, F.linear(x, w1, b1), F.linear(x, w3, b3)), w2, b2)
 
 
 def ref_moe(c, x, p, f):
@@ -127,18 +141,24 @@ def ref_moe(c, x, p, f):
     B, T, d = x.shape
     xt = x.reshape(-1, d)
     n, E, k = xt.shape[0], c.num_experts, c.experts_per_token
-    logits = F.linear(xt, p[f"{f}.router.weight"])
-    scores = logits.softmax(-1) if c.router == "softmax" else logits.sigmoid()
-    choice = scores + p[f"{f}.router_bias"] if c.router_bias else scores.clone()
-    if c.router_groups > 1:
-        size = E // c.router_groups
-        for t in range(n):
-            rank = sorted(range(c.router_groups), key=lambda g: -float(
-                choice[t, g * size:(g + 1) * size].topk(2).values.sum()))
-            for g in rank[c.router_topk_groups:]:
-                choice[t, g * size:(g + 1) * size] = 0.0
-    chosen = choice.topk(k, dim=-1).indices
-    weights = scores.gather(1, chosen)
+    logits = F.linear(xt, p[f"{f}.router.weight"], p.get(f"{f}.router.bias"))
+    if c.router_topk_first:  # gpt-oss's GptOssTopKRouter: top-k logits, softmax over them
+        top, chosen = logits.topk(k, dim=-1)
+        weights = top.softmax(-1) if c.router == "softmax" else top.sigmoid()
+    else:
+        scores = logits.softmax(-1) if c.router == "softmax" else logits.sigmoid()
+        choice = scores + p[f"{f}.router_bias"] if c.router_bias else scores.clone()
+        if c.router_groups > 1:  # DeepSeek-V3: a group's two best; V2: its best
+            size = E // c.router_groups
+            for t in range(n):
+                rank = sorted(range(c.router_groups), key=lambda g: -float(
+                    choice[t, g * size:(g + 1) * size].topk(2).values.sum()
+                    if c.router_group_score == "top2_sum"
+                    else choice[t, g * size:(g + 1) * size].max()))
+                for g in rank[c.router_topk_groups:]:
+                    choice[t, g * size:(g + 1) * size] = 0.0
+        chosen = choice.topk(k, dim=-1).indices
+        weights = scores.gather(1, chosen)
     if c.norm_topk_prob:
         weights = weights / weights.sum(-1, keepdim=True)
     weights = weights * c.routed_scaling_factor
@@ -177,16 +197,24 @@ def ref_attention(c, x, p, a, window=None):
     if c.positions == "rope":
         pos = torch.arange(T).unsqueeze(0)
         q, k = ref_rope(q, pos, c.rope_theta), ref_rope(k, pos, c.rope_theta)
-    out = ref_sdpa(q, k, v, window)
+    if c.attention_sinks:  # gpt-oss's eager attention: the sink column, softmax, dropped
+        k, v = k.repeat_interleave(h // kv, 1), v.repeat_interleave(h // kv, 1)
+        scores = (q @ k.transpose(2, 3) / math.sqrt(d)).masked_fill(~window_mask(T, window),
+                                                                     float("-inf"))
+        sinks = p[f"{a}.sinks"].reshape(1, h, 1, 1).expand(B, h, T, 1)
+        out = torch.cat((scores, sinks), -1).softmax(-1)[..., :-1] @ v
+    else:
+        out = ref_sdpa(q, k, v, window)
     return ref_linear(out.transpose(1, 2).reshape(B, T, h * d), p, f"{a}.output_proj")
 
 
 def ref_mlp(c, x, p, f):
-    act = {"silu": F.silu, "gelu": F.gelu,
-           "gelu_tanh": lambda t: F.gelu(t, approximate="tanh")}[c.mlp_kind.activation]
-    hidden = act(ref_linear(x, p, f"{f}.w1"))
     if c.mlp_kind.gated:
-        hidden = hidden * ref_linear(x, p, f"{f}.w3")
+        hidden = ref_gated(c, ref_linear(x, p, f"{f}.w1"), ref_linear(x, p, f"{f}.w3"))
+    else:
+        act = {"gelu": F.gelu, "gelu_tanh": lambda t: F.gelu(t, approximate="tanh")}[
+            c.mlp_kind.activation]
+        hidden = act(ref_linear(x, p, f"{f}.w1"))
     return ref_linear(hidden, p, f"{f}.w2")
 
 
@@ -223,7 +251,7 @@ def test_every_variant_matches_its_functional_reference(name):
     lm = TransformerLM.from_config(c)
     with torch.no_grad():  # non-trivial gains and biases, so a swapped one would show
         for key, t in lm.named_parameters():
-            if t.dim() == 1:
+            if t.dim() == 1 or key.endswith(("experts.b1", "experts.b2", "experts.b3")):
                 t.copy_(torch.rand_like(t) + 0.5 if key.endswith("weight") else torch.randn_like(t))
         for key, t in lm.named_buffers():
             if key.endswith("router_bias"):  # a bias that changes the choice

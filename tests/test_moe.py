@@ -30,6 +30,14 @@ CONFIGS = {
                                 router="sigmoid", router_bias=True, router_groups=4,
                                 router_topk_groups=2, dense_layers=(0,)),
     "capacity": dict(num_experts=4, experts_per_token=2, moe_capacity_factor=1.25),
+    # gpt-oss's (top-k before the softmax, biased router and experts, the clamped SwiGLU)
+    # and DeepSeek-V2's (groups ranked by their best score)
+    "gpt_oss": dict(num_experts=4, experts_per_token=2, router_topk_first=True,
+                    router_linear_bias=True, expert_bias=True, mlp="swiglu_clamped",
+                    norm_topk_prob=False),
+    "deepseek_v2_grouped": dict(num_experts=8, experts_per_token=2, num_shared_experts=2,
+                                router_groups=4, router_topk_groups=2, router_group_score="max",
+                                norm_topk_prob=False, routed_scaling_factor=16.0),
 }
 B, T = 2, 6
 

@@ -229,6 +229,26 @@ def _experts_note(x) -> str:
             f"the same expert rows whatever the routing ({x.seconds:.1f} s).")
 
 
+def _router_note(c) -> str:
+    """How transformers' router runs, per routing the spec has."""
+    if c.router_topk_first:  # gpt-oss
+        return ("Router (mlp.router, GptOssTopKRouter): F.linear with its bias (addmm: the "
+                "product counted, the bias add non-matmul), top-k of the logits, softmax over "
+                "the k chosen: as the tool's model; the routing ops are non-matmul FLOPs, "
+                "compared on the tool's model/ only.")
+    if c.router == "sigmoid":
+        router = ("F.linear in float32, sigmoid, + e_score_correction_bias (a buffer, in "
+                  "neither parameter count), the best groups' experts kept by masked_fill(−inf)")
+    elif c.router_groups > 1:  # DeepSeek-V2's group_limited_greedy
+        router = ("F.linear and softmax in float32, each group's best score (max(dim).values; "
+                  "V3's router sums each group's two best), the other groups masked_fill(0), "
+                  "top-k of the masked scores, × routed_scaling_factor")
+    else:
+        router = "softmax in float32"
+    return (f"Router (mlp.gate): {router}, top-k: casts and selects, no matmul difference; the "
+            "routing ops are non-matmul FLOPs, compared on the tool's model/ only.")
+
+
 def _prod(shape) -> int:
     out = 1
     for s in shape:
@@ -273,20 +293,36 @@ def _notes(a: Analysis, m, mm: ModuleMap) -> list[str]:
                    "kernel takes bfloat16 only; its \"eager\" loop runs only the experts that "
                    "got tokens, found with nonzero() (data-dependent: meta cannot run it). Both "
                    "are run on CPU at a shrunk size (below).")
-        out.append("mlp.experts.gate_up_proj holds each expert's W1 and W3 stacked (E × 2·d_e "
-                   "× d_model): one matmul where the ledger has two, the same multiply-adds; "
-                   "compared as their sum (the experts module).")
-        router = ("F.linear in float32, sigmoid, + e_score_correction_bias (a buffer, in "
-                  "neither parameter count), the best groups' experts kept by masked_fill(−inf)"
-                  if c.router == "sigmoid" else "softmax in float32")
-        out.append(f"Router (mlp.gate): {router}, top-k: casts and selects, no matmul "
-                   "difference; the routing ops are non-matmul FLOPs, compared on the tool's "
-                   "model/ only.")
+        if c.expert_bias:  # gpt-oss: GptOssExperts (is_transposed, interleaved, biased)
+            out.append("mlp.experts.gate_up_proj holds each expert's W1 and W3 as interleaved "
+                       "columns (E × d_model × 2·d_e: gate = [..., ::2], up = [..., 1::2]), "
+                       "with gate_up_proj_bias (E × 2·d_e) and down_proj_bias: one matmul where "
+                       "the ledger has two, the same multiply-adds, compared as their sum (the "
+                       "experts module); the bias adds and the clamped SwiGLU (clamp, α·gate, "
+                       "sigmoid, products, up + 1) are non-matmul work, compared on the tool's "
+                       "model/ only; batched_mm adds the k weighted rows of a token with "
+                       "view(…).sum where the tool's model runs index_add.")
+        else:
+            out.append("mlp.experts.gate_up_proj holds each expert's W1 and W3 stacked (E × "
+                       "2·d_e × d_model): one matmul where the ledger has two, the same "
+                       "multiply-adds; compared as their sum (the experts module).")
+        out.append(_router_note(c))
     if c.mla:
+        rotate = ("rotates pairs as complex numbers (view_as_complex times torch.polar's "
+                  "freqs_cis, DeepseekV2's apply_rotary_emb)" if m.model_type == "deepseek_v2"
+                  else "rotates in DeepSeek's interleaved layout (rope_interleave)")
         out.append("Latent attention: transformers builds each head's K with new_empty + "
-                   "copy_ of the no-RoPE part and the shared RoPE key (copies, no FLOPs), "
-                   "rotates in DeepSeek's interleaved layout (rope_interleave), and folds "
-                   "yarn's mscale² into the score scale (a value): the same matmuls.")
+                   f"copy_ of the no-RoPE part and the shared RoPE key (copies, no FLOPs), "
+                   f"{rotate}, and folds yarn's mscale² into the score scale (a value): the "
+                   f"same matmuls.")
+    if c.attention_sinks:
+        out.append("Attention sinks (self_attn.sinks, h per layer: the ledger's attention-core "
+                   "parameters): transformers concatenates the sink logit to each row of the "
+                   "scores (cat, a copy), subtracts the row max, runs the fused softmax over "
+                   "the T + 1 columns and slices the sink column off; the tool's model computes "
+                   "the same weights without the extra column (softmax_with_sink: max(row max, "
+                   "sink), exp(x − m) / (Σ exp(x − m) + exp(sink − m))). No matmul differs; "
+                   "the softmax's non-matmul FLOPs are compared on the tool's model/ only.")
     if any(k.local for k in c.layer_kinds):
         out.append(f"Sliding window W = {c.sliding_window:,}: transformers applies it in the "
                    f"mask (create_sliding_window_causal_mask: query i sees key j iff i − W < j "

@@ -35,7 +35,12 @@ SHRINK: Mapping[str, Mapping[str, object]] = {
     "deepseek_v3": {**_WIDTHS, "num_hidden_layers": 2, "num_key_value_heads": 4,
                     "moe_intermediate_size": 16, "first_k_dense_replace": 1, "kv_lora_rank": 16,
                     "qk_nope_head_dim": 8, "qk_rope_head_dim": 4, "v_head_dim": 8},
+    # gpt-oss's experts are intermediate_size wide; two layers keep its window alternation
+    "gpt_oss": {**_WIDTHS, "intermediate_size": 16, "num_hidden_layers": 2,
+                "num_key_value_heads": 2, "head_dim": 8, "sliding_window": 4,
+                "layer_types": ["sliding_attention", "full_attention"]},
 }
+SHRINK["deepseek_v2"] = SHRINK["deepseek_v3"]  # the same latent attention and layout
 IMPLEMENTATIONS = ("eager", "grouped_mm", "batched_mm")
 OWN, FORCED = "its router's choice", "every token to experts 0..k−1"
 
@@ -66,6 +71,8 @@ def shrink(data: Mapping) -> dict:
     if "q_lora_rank" in small and small["q_lora_rank"] is not None:
         small["q_lora_rank"] = 16
     small["torch_dtype"] = "float32"
+    # nn.Embedding refuses a padding index beyond the shrunk vocabulary (gpt-oss's 199,999)
+    small["pad_token_id"] = None
     return small
 
 
@@ -73,11 +80,13 @@ def _force(model, k: int) -> list:
     """Hooks that replace each router's chosen experts by 0..k−1 after it ran."""
     handles = []
     for module in model.modules():
-        if hasattr(module, "experts") and hasattr(module, "gate"):
+        # the router: mlp.gate, or gpt-oss's mlp.router; each returns (logits, weights, indices)
+        router = getattr(module, "gate", None) or getattr(module, "router", None)
+        if hasattr(module, "experts") and router is not None:
             def hook(_, __, out):
                 logits, weights, indices = out
                 return logits, weights, torch.arange(k).expand_as(indices).contiguous()
-            handles.append(module.gate.register_forward_hook(hook))
+            handles.append(router.register_forward_hook(hook))
     return handles
 
 

@@ -62,8 +62,9 @@ class Ledger:
     # ---- components present, in table order ---------------------------------------------
     @property
     def param_components(self) -> tuple[str, ...]:
-        order = (R.EMBEDDING, R.POSITION_EMBEDDING, R.ATTN_PROJ, R.FFN, *builder.NORM_PARAMS.values(),
-                 R.LM_HEAD)
+        # the attention core holds parameters only with attention sinks (gpt-oss)
+        order = (R.EMBEDDING, R.POSITION_EMBEDDING, R.ATTN_PROJ, R.ATTN_CORE, R.FFN,
+                 *builder.NORM_PARAMS.values(), R.LM_HEAD)
         present = {p.component for p in self.params} | {R.LM_HEAD}
         return tuple(c for c in order if c in present)
 

@@ -7,6 +7,7 @@ following PyTorch's derivative formulas (tools/autograd/derivatives.yaml):
 
   * mul saves the other operand of each input that needs a gradient; div saves its
     divisor (when either input needs a gradient) and its dividend (when the divisor does);
+    maximum saves both (its gradient goes where each input is the larger);
   * pow and erf save their input; sqrt, exp, sigmoid and tanh their output; amax its input
     and output; where its condition; index (a lookup) its indices; bmm both operands;
     the fused attention kernel its query, key, value, output and per-row log-sum-exp;
@@ -277,6 +278,9 @@ class Trace:
                 self._saves(b, desc)
             if b.grad:
                 self._saves(a, desc)
+        elif b is not None and op == "aten.maximum" and grad:  # its masks compare both
+            self._saves(a, desc)
+            self._saves(b, desc)
         return y
 
     def unary(self, op: str, x: Sym, label: str, component: str, saves: str = "",

@@ -114,8 +114,22 @@ class Exact:
 
     @cached_property
     def biases(self) -> int:
-        """Bias vectors of the attention and MLP linears (norm biases are norm parameters)."""
-        return self._numel(lambda p: p.component in (R.ATTN_PROJ, R.FFN) and not p.matmul_weight)
+        """Bias vectors of the attention and MLP linears (norm biases are norm parameters);
+        of the routed experts' biases (gpt-oss) the k of E a token runs: the other E − k are
+        in inactive_experts."""
+        c = self.forward_analysis.config
+        total = 0
+        for r in self.forward_analysis.param_rows:
+            p = r.record
+            if p.component in (R.ATTN_PROJ, R.FFN) and not p.matmul_weight:
+                total += r.numel * c.experts_per_token // c.num_experts if p.routed_expert \
+                    else r.numel
+        return total
+
+    @cached_property
+    def attention_sinks(self) -> int:
+        """gpt-oss's sink logits (the attention core's parameters): in N, read by no matmul."""
+        return self._numel(lambda p: p.component == R.ATTN_CORE)
 
     @cached_property
     def norm_params(self) -> int:

@@ -94,6 +94,10 @@ def parameter_terms(x: Exact, counted: dict[str, bool]) -> list[Term]:
         out.append(scaled_term(x, "biases counted as matmul weights", APPROXIMATED, -2 * x.biases * tok,
                       "2 FLOPs per bias per token; the model adds them (non-matmul FLOPs, "
                       "listed below)"))
+    if counted.get("biases", True) and x.attention_sinks:
+        out.append(scaled_term(x, "attention sinks counted as matmul weights", APPROXIMATED,
+                      -2 * x.attention_sinks * tok, "one logit per head joins the softmax "
+                      "(non-matmul FLOPs, listed below)"))
     if x.inactive_experts:
         c = x.config
         out.append(scaled_term(x, f"routed experts a token does not run ({c.num_experts - c.experts_per_token} "

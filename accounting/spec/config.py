@@ -45,6 +45,8 @@ MLPS: dict[str, MLPKind] = {m.name: m for m in (
     MLPKind("geglu_erf", True, "gelu", "GeGLU (exact erf GELU)"),
     MLPKind("gelu", False, "gelu", "GELU MLP (exact erf GELU)"),
     MLPKind("gelu_tanh", False, "gelu_tanh", "GELU MLP (tanh approximation, as GPT-2)"),
+    # gpt-oss's experts: clamp(gate, max=7)·sigmoid(1.702·gate) · (clamp(up, ±7) + 1)
+    MLPKind("swiglu_clamped", True, "silu_clamped", "clamped SwiGLU (gpt-oss)"),
 )}
 NORMS = {"rmsnorm": "RMSNorm", "layernorm": "LayerNorm"}
 NORM_PLACEMENTS = {"pre": "pre-norm (norm on each sublayer's input)",
@@ -57,6 +59,9 @@ ATTENTIONS = {"naive": "explicit scores, causal mask and softmax (the course's a
               "sdpa": "fused attention kernel: F.scaled_dot_product_attention(is_causal=True)"}
 ROUTERS = {"softmax": "softmax over the experts' scores (Mixtral, Qwen3-MoE)",
            "sigmoid": "a sigmoid per expert's score (DeepSeek-V3)"}
+# how group-limited routing ranks a group of experts (router_groups > 1)
+GROUP_SCORES = {"top2_sum": "the sum of its two best scores (DeepSeek-V3)",
+                "max": "its best score (DeepSeek-V2's group_limited_greedy)"}
 LAYER_TYPES = ("global", "local")  # full causal attention, or a sliding window of the last W keys
 
 
@@ -109,7 +114,7 @@ class ModelConfig:
                                help="pre (default) or post (OLMo-2: norm on each sublayer's output)")
     mlp: str = spec("swiglu", kind=CHOICE, flag="--mlp", choices=MLPS,
                     help="feed-forward: swiglu (default), geglu (tanh GELU), geglu_erf (exact GELU), "
-                         "gelu (exact), gelu_tanh (GPT-2)")
+                         "gelu (exact), gelu_tanh (GPT-2), swiglu_clamped (gpt-oss)")
     positions: str = spec("rope", kind=CHOICE, flag="--positions", choices=POSITIONS,
                           help="rope (default), learned (a table of context_length positions) or none")
     tie_embeddings: bool = spec(False, kind=FLAG, flag="--tie-embeddings",
@@ -170,6 +175,26 @@ class ModelConfig:
                                              group=EXTRAS, needs="num_experts",
                                              help="each expert runs ⌈X·B·T·k/E⌉ rows (padding or "
                                                   "dropping); default dropless")
+    # DeepSeek-V2's group score and gpt-oss's router and experts (the clamped SwiGLU is the
+    # mlp "swiglu_clamped"): each off by default, so every other model is unchanged
+    router_group_score: str = spec("top2_sum", kind=CHOICE, flag="--router-group-score",
+                                   group=EXTRAS, choices=GROUP_SCORES, needs="num_experts",
+                                   help="how group-limited routing ranks a group: top2_sum "
+                                        "(DeepSeek-V3, default) or max (DeepSeek-V2)")
+    router_topk_first: bool = spec(False, kind=FLAG, flag="--router-topk-first", group=EXTRAS,
+                                   needs="num_experts",
+                                   help="top-k over the router's logits first, then the softmax "
+                                        "(or sigmoid) over the k chosen only (gpt-oss)")
+    router_linear_bias: bool = spec(False, kind=FLAG, flag="--router-linear-bias", group=EXTRAS,
+                                    needs="num_experts",
+                                    help="a learned bias on the router's linear map (gpt-oss)")
+    expert_bias: bool = spec(False, kind=FLAG, flag="--expert-bias", group=EXTRAS,
+                             needs="num_experts",
+                             help="biases on the routed experts' matrices (gpt-oss)")
+    # one learned logit per head, an extra column of every softmax row (gpt-oss)
+    attention_sinks: bool = spec(False, kind=FLAG, flag="--attention-sinks", group=EXTRAS,
+                                 help="a learned sink logit per head joins each attention "
+                                      "softmax row (gpt-oss)")
     # multi-head latent attention (DeepSeek-V2/V3): set kv_lora_rank and the head dims
     q_lora_rank: int | None = spec(None, kind=SIZE, flag="--q-lora-rank", group=EXTRAS,
                                    help="latent attention: the query latent width (default: none)")
@@ -223,6 +248,10 @@ class ModelConfig:
             what = "head_dim" if self.head_dim is not None else "head dimension d_model/num_heads"
             raise UsageError(f"{what} = {self.d_k} is odd; RoPE rotates pairs, so choose an even "
                              f"head dimension (or positions other than rope)")
+        if self.attention_sinks and (self.attention != "naive" or self.mla):
+            raise UsageError("attention_sinks need the naive attention core of grouped or "
+                             "multi-head attention (the fused kernel has no sink column; latent "
+                             "attention has none): drop --attention sdpa or the latent ranks")
         _check_window(self)
         _check_moe(self)
         _check_mla(self)
@@ -276,11 +305,14 @@ class ModelConfig:
         if self.d_k * h != self.d_model:
             attn += f", head_dim {self.d_k}"
         biases = [n for n, on in (("QKV", self.qkv_bias), ("attention output", self.out_bias),
-                                  ("MLP", self.mlp_bias)) if on]
+                                  ("MLP", self.mlp_bias), ("router", self.router_linear_bias),
+                                  ("experts", self.expert_bias)) if on]
         parts = [f"{'pre-norm' if self.norm_placement == 'pre' else 'post-sublayer-norm'} "
                  f"{NORMS[self.norm]}", self.mlp_kind.label, POSITIONS[self.positions], attn]
         if self.qk_norm != "none":
             parts.append(QK_NORMS[self.qk_norm])
+        if self.attention_sinks:
+            parts.append("attention sinks")
         if self.mla:
             parts[3] = (f"multi-head latent attention (kv_lora_rank {self.kv_lora_rank}"
                         + (f", q_lora_rank {self.q_lora_rank}" if self.q_lora_rank else "") + ")")
@@ -361,7 +393,11 @@ def _check_moe(c: ModelConfig) -> None:
         raise UsageError(f"num_shared_experts must be a non-negative integer, got {_short(c.num_shared_experts)}")
     if not _one_of(c.router, ROUTERS):
         raise UsageError(f"router must be one of {', '.join(ROUTERS)}, got {_short(c.router)}")
-    for f in ("router_bias", "norm_topk_prob"):
+    if not _one_of(c.router_group_score, GROUP_SCORES):
+        raise UsageError(f"router_group_score must be one of {', '.join(GROUP_SCORES)}, got "
+                         f"{_short(c.router_group_score)}")
+    for f in ("router_bias", "norm_topk_prob", "router_topk_first", "router_linear_bias",
+              "expert_bias"):
         if not isinstance(getattr(c, f), bool):
             raise UsageError(f"{f} must be true or false, got {_short(getattr(c, f))}")
     for f, none_ok in (("routed_scaling_factor", False), ("moe_capacity_factor", True)):
@@ -380,8 +416,13 @@ def _check_moe(c: ModelConfig) -> None:
     if c.num_experts is None:
         return
     if not c.mlp_kind.gated or c.mlp_bias:
-        raise UsageError(f"mixture-of-experts layers run gated experts without biases (swiglu, "
-                         f"geglu or geglu_erf, mlp_bias false), got mlp {c.mlp}{' with biases' if c.mlp_bias else ''}")
+        gated = ", ".join(name for name, kind in MLPS.items() if kind.gated)
+        raise UsageError(f"mixture-of-experts layers run gated experts ({gated}) and mlp_bias "
+                         f"false (expert_bias gives the routed experts biases), got mlp "
+                         f"{c.mlp}{' with biases' if c.mlp_bias else ''}")
+    if c.router_topk_first and (c.router_bias or c.router_groups > 1):
+        raise UsageError("router_topk_first takes the top-k of the raw logits (gpt-oss): it has "
+                         "no correction bias (router_bias) or group-limited choice (router_groups)")
     E, k = c.num_experts, c.experts_per_token
     if k > E:
         raise UsageError(f"experts_per_token (top-k) {k} is more than num_experts {E}")

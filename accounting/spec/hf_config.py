@@ -23,8 +23,8 @@ REFUSED) or is refused as unknown: no key is dropped silently. Defaults and rule
 from transformers 5.23.0: models/<type>/configuration_<type>.py (class defaults) and
 modeling_<type>.py (which biases and norms each type builds). Pure Python.
 
-Layout: hf_schema.py (the row's schema, the shared lists, the registry), hf_types_dense.py
-and hf_types_moe.py (the rows), this module (translation, back to config.json, files).
+Layout: hf_schema.py (the row's schema, the shared lists, the registry), hf_types_dense.py,
+hf_types_moe.py and hf_types_gpt_oss.py (the rows), this module (translation, back to config.json, files).
 """
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ from accounting.spec.hf_schema import (  # noqa: F401
     TRANSFORMERS_VERSION, TYPES, UNSUPPORTED, Derived, HFType, Key, ModuleNames, Must, Noted,
     Required, register, short)
 # the rows: registered into TYPES on import
-from accounting.spec import hf_types_dense, hf_types_moe  # noqa: F401
+from accounting.spec import hf_types_dense, hf_types_gpt_oss, hf_types_moe  # noqa: F401
 
 def supported_types() -> str:
     """The model_types a config.json may name, in the table's order: the one list --help,

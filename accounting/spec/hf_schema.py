@@ -1,7 +1,7 @@
 """The table's schema for Hugging Face config.json files (hf_config.py reads them): the
 kinds of value, the row of a model_type (HFType: Key, Must, Noted, Derived, ModuleNames),
 the lists every type shares, the keys the llama family shares, and the registry (TYPES,
-register). The rows themselves: hf_types_dense.py and hf_types_moe.py. Pure Python.
+register). The rows themselves: hf_types_dense.py, hf_types_moe.py, hf_types_gpt_oss.py.
 """
 from __future__ import annotations
 
@@ -189,8 +189,9 @@ FREE_VALUES = MappingProxyType({
 # Keys of architectures a model_type does not build: refused (unless null) in every type
 # that does not read them itself. (A key a type does not know at all is refused as unknown.)
 _MOE = ("a mixture-of-experts key, which this model_type does not build (the types with "
-        "experts: mixtral, qwen3_moe, deepseek_v3)")
-_MLA = "a multi-head latent attention key, which this model_type does not build (deepseek_v3 does)"
+        "experts: mixtral, qwen3_moe, deepseek_v2, deepseek_v3, gpt_oss)")
+_MLA = ("a multi-head latent attention key, which this model_type does not build (deepseek_v2 "
+        "and deepseek_v3 do)")
 REFUSED = MappingProxyType({
     **{k: _MOE for k in ("num_local_experts", "num_experts", "num_experts_per_tok",
                          "moe_intermediate_size", "shared_expert_intermediate_size",

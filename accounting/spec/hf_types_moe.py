@@ -1,5 +1,5 @@
 """The mixture-of-experts and latent-attention model_types of the Hugging Face table
-(hf_schema.py's rows): Mixtral, Qwen3-MoE, DeepSeek-V3; registered on import (hf_config.py
+(hf_schema.py's rows): Mixtral, Qwen3-MoE, DeepSeek-V3, DeepSeek-V2; registered on import (hf_config.py
 imports this module). Defaults and rules from transformers 5.23.0's
 configuration_<type>.py and modeling_<type>.py.
 """
@@ -10,7 +10,7 @@ from typing import Mapping
 
 from accounting.spec.config import ModelConfig
 from accounting.spec.hf_schema import (
-    ATTENTION_BIAS, ATTENTION_DROPOUT, BOOL, DEEPSEEK_V3_NAMES, DROPOUT_VALUE, INT, INT_OR_NULL, LIST,
+    ATTENTION_BIAS, ATTENTION_DROPOUT, BOOL, CHOICE, DEEPSEEK_V3_NAMES, DROPOUT_VALUE, INT, INT_OR_NULL, LIST,
     LLAMA_FAMILY, MOE_NAMES, NONNEG, ROPE_MUST, THETA, Derived, HFType, Key, Must, Noted,
     Required, head_dim, kv_heads, llama_sizes, register, rope_keys, short)
 from accounting.spec.hf_types_dense import layers_of
@@ -115,19 +115,65 @@ register(HFType(
 ))
 
 
-def _deepseek_layers(v: Mapping, where: str):
-    """DeepseekV3DecoderLayer: layers below first_k_dense_replace keep a dense MLP of
-    intermediate_size; DeepseekV3TopkRouter takes each group's two best scores, so a group
-    needs two experts."""
+def _first_k_dense(v: Mapping) -> tuple[dict, tuple[str, ...]]:
+    """DeepseekV2/V3DecoderLayer: layers below first_k_dense_replace keep a dense MLP of
+    intermediate_size (transformers ignores DeepSeek's moe_layer_freq: a Must below)."""
     L, k = v["num_hidden_layers"], v["first_k_dense_replace"]
+    dense = tuple(range(min(k, L)))
+    return {"dense_layers": dense}, ((f"first_k_dense_replace {k}: layers 0 to {len(dense) - 1} "
+                                      f"keep a dense MLP of intermediate_size.",) if dense else ())
+
+
+def _write_first_k(c: ModelConfig) -> Mapping | None:
+    # only the first k layers can be dense
+    return ({"first_k_dense_replace": len(c.dense_layers)}
+            if c.dense_layers == tuple(range(len(c.dense_layers))) else None)
+
+
+def _deepseek_layers(v: Mapping, where: str):
+    """DeepseekV3TopkRouter takes each group's two best scores, so a group needs two
+    experts; the dense layers as _first_k_dense."""
     E, groups = v["n_routed_experts"], v["n_group"]
     if E % groups == 0 and E // groups < 2:
         raise UsageError(f"{where}: n_group {groups} leaves {E // groups} expert per group; "
                          f"transformers' router sums each group's top 2 scores, so each group "
                          f"needs at least 2 experts")
-    dense = tuple(range(min(k, L)))
-    return {"dense_layers": dense}, ((f"first_k_dense_replace {k}: layers 0 to {len(dense) - 1} "
-                                      f"keep a dense MLP of intermediate_size.",) if dense else ())
+    return _first_k_dense(v)
+
+
+# ---- DeepSeek (V2 and V3 share latent attention, the MoE layout and these rules) ---------
+MLA_KEYS = (
+    Key("q_lora_rank", ("q_lora_rank",), INT_OR_NULL, Required(1536)),
+    Key("kv_lora_rank", ("kv_lora_rank",), INT, Required(512)),
+    Key("qk_nope_head_dim", ("qk_nope_head_dim",), INT, Required(128)),
+    Key("qk_rope_head_dim", ("qk_rope_head_dim",), INT, Required(64)),
+    Key("v_head_dim", ("v_head_dim",), INT, Required(128)),
+    ATTENTION_BIAS)
+# aux_loss_alpha, seq_aux: training-loss settings; ep_size: expert parallelism of DeepSeek's
+# code; pretraining_tp: unread; head_dim: DeepseekV2/V3Config overwrite it with qk_rope_head_dim
+DEEPSEEK_FREE = ROUTER_FREE | {"aux_loss_alpha", "seq_aux", "ep_size", "pretraining_tp",
+                               "head_dim"}
+
+
+def mla_must(cls: str) -> tuple[Must, ...]:
+    """The keys latent attention and DeepSeek's MoE layout honour at some values only."""
+    return (
+        # the eager attention repeats K/V num_attention_heads // num_key_value_heads times;
+        # latent attention's K/V already have one head per query head
+        Must("num_key_value_heads", lambda v, d: v is None or v == d.get("num_attention_heads"),
+             "null or equal to num_attention_heads",
+             "K and V repeated over groups of heads that latent attention does not have "
+             "(transformers' model fails to run)", 128),
+        # q_proj (no q_lora_rank) has no bias whatever attention_bias says: the spec's
+        # qkv_bias would add one
+        Must("attention_bias", lambda v, d: v is not True or d.get("q_lora_rank", 1536) is not None,
+             "false unless q_lora_rank is set",
+             "biases on kv_a_proj_with_mqa and o_proj but not on q_proj (q_lora_rank null), "
+             "which the spec's qkv_bias cannot say", False),
+        # DeepSeek's own code (auto_map) reads it; transformers does not
+        Must("moe_layer_freq", lambda v, d: v in (None, 1), "1",
+             f"MoE in only some layers, which transformers' {cls} ignores (every layer "
+             f"from first_k_dense_replace on is MoE)"))
 
 
 def _fp8_blocks(v, d) -> bool:
@@ -151,13 +197,8 @@ register(HFType(
         Key("n_group", ("router_groups",), INT, Required(8)),
         Key("topk_group", ("router_topk_groups",), INT, Required(4)),
         Key("norm_topk_prob", ("norm_topk_prob",), BOOL, True),
-        Key("routed_scaling_factor", ("routed_scaling_factor",), THETA, 2.5),
-        Key("q_lora_rank", ("q_lora_rank",), INT_OR_NULL, Required(1536)),
-        Key("kv_lora_rank", ("kv_lora_rank",), INT, Required(512)),
-        Key("qk_nope_head_dim", ("qk_nope_head_dim",), INT, Required(128)),
-        Key("qk_rope_head_dim", ("qk_rope_head_dim",), INT, Required(64)),
-        Key("v_head_dim", ("v_head_dim",), INT, Required(128)),
-        ATTENTION_BIAS) + rope_keys(1e-6),
+        Key("routed_scaling_factor", ("routed_scaling_factor",), THETA, 2.5)) + MLA_KEYS
+        + rope_keys(1e-6),
     fixed=MappingProxyType(dict(LLAMA_FAMILY, qk_norm="none", mlp_bias=False, router="sigmoid",
                                 router_bias=True)),
     rules="multi-head latent attention (q_a_proj, q_a_layernorm, q_b_proj, kv_a_proj_with_mqa, "
@@ -167,19 +208,7 @@ register(HFType(
           "buffer, not a parameter) and is limited to the best topk_group of n_group groups "
           "(modeling_deepseek_v3.py)",
     names=DEEPSEEK_V3_NAMES,
-    must=ROPE_MUST + (
-        # the eager attention repeats K/V num_attention_heads // num_key_value_heads times;
-        # latent attention's K/V already have one head per query head
-        Must("num_key_value_heads", lambda v, d: v is None or v == d.get("num_attention_heads"),
-             "null or equal to num_attention_heads",
-             "K and V repeated over groups of heads that latent attention does not have "
-             "(transformers' model fails to run)", 128),
-        # q_proj (no q_lora_rank) has no bias whatever attention_bias says: the spec's
-        # qkv_bias would add one
-        Must("attention_bias", lambda v, d: v is not True or d.get("q_lora_rank", 1536) is not None,
-             "false unless q_lora_rank is set",
-             "biases on kv_a_proj_with_mqa and o_proj but not on q_proj (q_lora_rank null), "
-             "which the spec's qkv_bias cannot say", False),
+    must=ROPE_MUST + mla_must("DeepseekV3") + (
         # keys of DeepSeek's own code (auto_map) that transformers does not read: another
         # value would mean a model transformers does not build
         Must("scoring_func", lambda v, d: v in (None, "sigmoid"), "sigmoid",
@@ -187,9 +216,6 @@ register(HFType(
         Must("topk_method", lambda v, d: v in (None, "noaux_tc"), "noaux_tc",
              "a routing transformers' DeepseekV3 does not build (it always uses the "
              "corrected, group-limited top-k)"),
-        Must("moe_layer_freq", lambda v, d: v in (None, 1), "1",
-             "MoE in only some layers, which transformers' DeepseekV3 ignores (every layer "
-             "from first_k_dense_replace on is MoE)"),
         Must("quantization_config", _fp8_blocks, 'null or quant_method "fp8"',
              "a quantized checkpoint whose weights are not dense tensors of the config's "
              "shapes")),
@@ -205,16 +231,94 @@ register(HFType(
                  "of the model's parameters as transformers builds them (dense tensors of the "
                  "config's shapes, what 671B counts), not of the scales, and the memory tables "
                  "give bytes per dtype, not the checkpoint's mixed fp8/bf16 storage.")),
-    # aux_loss_alpha, seq_aux: training-loss settings; ep_size: expert parallelism of
-    # DeepSeek's code; pretraining_tp: unread; rope_interleave: the same rotation, another
-    # layout; head_dim: DeepseekV3Config overwrites it with qk_rope_head_dim
-    free=ROUTER_FREE | {"aux_loss_alpha", "seq_aux", "ep_size", "pretraining_tp",
-                        "rope_interleave", "head_dim"},
+    # rope_interleave: the same rotation, another layout (DEEPSEEK_FREE: the others)
+    free=DEEPSEEK_FREE | {"rope_interleave"},
     derived=(Derived(("dense_layers",), ("first_k_dense_replace",), _deepseek_layers,
                      "layers below first_k_dense_replace keep a dense MLP "
-                     "(modeling_deepseek_v3.py)",
-                     # only the first k layers can be dense
-                     lambda c: ({"first_k_dense_replace": len(c.dense_layers)}
-                                if c.dense_layers == tuple(range(len(c.dense_layers))) else None)),),
+                     "(modeling_deepseek_v3.py)", _write_first_k),),
+    experts_implementation="batched_mm",
+))
+
+
+# DeepSeek-V2 (V2 236B, V2-Lite 16B): V3's latent attention and MoE layout (MLA_KEYS,
+# mla_must, _first_k_dense), with DeepseekV2TopkRouter: softmax over the experts, then top-k
+# ("greedy") or top-k within the topk_group groups of n_group whose best score is highest
+# ("group_limited_greedy": the max of each group, where V3 sums each group's two best); no
+# correction bias; the k weights never renormalised, always × routed_scaling_factor.
+_V2_TOPK = MappingProxyType({"greedy": "top-k of all experts",
+                             "group_limited_greedy": "top-k within the best groups"})
+
+
+def _deepseek_v2_routing(v: Mapping, where: str):
+    """The dense layers (_first_k_dense) and, for group_limited_greedy only, the groups:
+    DeepseekV2TopkRouter reads n_group and topk_group in that branch alone."""
+    fields, notes = _first_k_dense(v)
+    groups, top = v["n_group"], v["topk_group"]
+    if v["topk_method"] == "group_limited_greedy":
+        if groups is None or top is None:
+            raise UsageError(f"{where}: topk_method group_limited_greedy needs n_group and "
+                             f"topk_group (transformers' DeepseekV2TopkRouter fails without them)")
+        fields.update(router_groups=groups, router_topk_groups=top)
+    elif (groups or 1) > 1:
+        notes += (f"topk_method greedy: n_group {groups} and topk_group {top} are not read "
+                  f"(DeepseekV2TopkRouter limits groups only in group_limited_greedy).",)
+    return fields, notes
+
+
+def _write_v2_routing(c: ModelConfig) -> Mapping | None:
+    keys = _write_first_k(c)
+    if keys is None:
+        return None
+    if c.router_groups == 1:
+        return {**keys, "topk_method": "greedy"}
+    return {**keys, "topk_method": "group_limited_greedy", "n_group": c.router_groups,
+            "topk_group": c.router_topk_groups}
+
+
+register(HFType(
+    "deepseek_v2", "DeepseekV2ForCausalLM",
+    keys=llama_sizes(102400, 4096, 11008, 32, 32, 2048) + (
+        Key("moe_intermediate_size", ("moe_d_ff",), INT, Required(1407)),
+        # DeepseekV2Config.attribute_map: num_experts is n_routed_experts
+        Key("n_routed_experts", ("num_experts",), INT, Required(64), aliases=("num_experts",)),
+        Key("num_experts_per_tok", ("experts_per_token",), INT, Required(None)),
+        Key("n_shared_experts", ("num_shared_experts",), NONNEG, Required(2)),
+        Key("first_k_dense_replace", (), NONNEG, 0),
+        Key("topk_method", (), CHOICE, "greedy", _V2_TOPK),
+        Key("n_group", (), INT_OR_NULL, None),
+        Key("topk_group", (), INT_OR_NULL, None),
+        Key("routed_scaling_factor", ("routed_scaling_factor",), THETA, 1.0)) + MLA_KEYS
+        + rope_keys(1e-6),
+    fixed=MappingProxyType(dict(LLAMA_FAMILY, qk_norm="none", mlp_bias=False, router="softmax",
+                                router_bias=False, norm_topk_prob=False,
+                                router_group_score="max")),
+    rules="multi-head latent attention as deepseek_v3 (q_proj where q_lora_rank is null); MoE "
+          "layers of n_routed_experts experts and one shared MLP of "
+          "n_shared_experts·moe_intermediate_size; a router (mlp.gate) with a softmax over the "
+          "experts, top-k, or top-k within the topk_group groups whose best score is highest "
+          "(group_limited_greedy), the k weights never renormalised, × routed_scaling_factor "
+          "(DeepseekV2TopkRouter, modeling_deepseek_v2.py)",
+    names=DEEPSEEK_V3_NAMES,
+    must=ROPE_MUST + mla_must("DeepseekV2") + (
+        # DeepseekV2Config has the key but DeepseekV2TopkRouter never reads it (DeepSeek's own
+        # MoEGate renormalises when it is true): counting what transformers runs would not be
+        # the model the file means
+        Must("norm_topk_prob", lambda v, d: v in (None, False), "false",
+             "renormalised top-k weights, which transformers' DeepseekV2TopkRouter never "
+             "computes (DeepSeek's own code does)", False),
+        Must("scoring_func", lambda v, d: v in (None, "softmax"), "softmax",
+             "a router transformers' DeepseekV2 does not build (it always uses softmax)"),
+        # DeepseekV2MLP's biases: on the dense layers and the shared experts, never on the
+        # routed experts, which the spec's mlp_bias cannot say
+        Must("mlp_bias", lambda v, d: v is False, "false",
+             "biases on the dense and shared-expert MLPs but not on the routed experts", False)),
+    noted=(ATTENTION_DROPOUT,),
+    free=DEEPSEEK_FREE,
+    derived=(Derived(("dense_layers", "router_groups", "router_topk_groups"),
+                     ("num_hidden_layers", "first_k_dense_replace", "topk_method", "n_group",
+                      "topk_group"), _deepseek_v2_routing,
+                     "layers below first_k_dense_replace keep a dense MLP; n_group and "
+                     "topk_group limit the choice only with topk_method group_limited_greedy "
+                     "(modeling_deepseek_v2.py)", _write_v2_routing),),
     experts_implementation="batched_mm",
 ))

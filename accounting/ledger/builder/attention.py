@@ -13,6 +13,8 @@ class Attention:
         self.recompute, self.local = recompute, local
         d = ("d_model",)
         with t.scope("attn"):
+            # gpt-oss's sinks: a module's own parameters come before its children's keys
+            self.sinks = t.param("sinks", ("h",), R.ATTN_CORE) if c.attention_sinks else None
             self.q_proj = Linear(t, "q_proj", d, a.width(), R.ATTN_PROJ, "Q projection", c.qkv_bias)
             self.k_proj = Linear(t, "k_proj", d, a.width(kv=True), R.ATTN_PROJ, "K projection", c.qkv_bias)
             self.v_proj = Linear(t, "v_proj", d, a.width(kv=True), R.ATTN_PROJ, "V projection", c.qkv_bias)
@@ -120,9 +122,17 @@ class Attention:
                          out="masked scores (softmax input)")
         mx = t.reduce("aten.amax", masked, ("T",), "max over keys", SOFTMAX, saves=True,
                       out="softmax row max")
+        if self.sinks is not None:  # softmax_with_sink: the sink's column, not materialised
+            mx = t.binary("aten.maximum", mx, self.sinks, "max with the sink", SOFTMAX,
+                          out="softmax row max with the sink")
         shifted = t.binary("aten.sub", masked, mx, "x − max", SOFTMAX)
         e = t.unary("aten.exp", shifted, "exp", SOFTMAX, saves="output", out="exp(scores − max)")
         s = t.reduce("aten.sum", e, ("T",), "sum over keys", SOFTMAX, out="softmax row sum")
+        if self.sinks is not None:  # + exp(sink − max): the sink's share of the row
+            es = t.unary("aten.exp", t.binary("aten.sub", mx, self.sinks, "sink − max", SOFTMAX),
+                         "exp", SOFTMAX, saves="output", out="exp(sink − max)")
+            s = t.binary("aten.add", s, es, "+ the sink's exp", SOFTMAX,
+                         out="softmax row sum with the sink")
         weights = t.binary("aten.div", e, s, "exp / sum", SOFTMAX, out="softmax output",
                            course="softmax")
         dtype = t.matmul(weights, v, R.Matmul("scores·V", R.ATTN_CORE, t.module, t.repeat,
@@ -133,6 +143,7 @@ class Attention:
         return t.name(Sym(self.out_heads(), dtype), "attention-weighted values",
                       "attention-weighted values")
 
+    sinks = None  # gpt-oss's attention sinks (latent attention has none)
     v_dim = "d_k"  # the value's head dimension as the core sees it (latent attention: d_v)
     v_useful = None  # the factors of useful work when V is zero-padded (latent attention)
 

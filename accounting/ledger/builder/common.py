@@ -17,7 +17,7 @@ RESIDUAL = "residual adds"
 ROUTER = "MoE routing"
 ACTIVATION_COMPONENT = {"swiglu": "SiLU and gating", "geglu": "GELU (tanh) and gating",
                         "geglu_erf": "GELU (erf) and gating", "gelu": "GELU (erf)",
-                        "gelu_tanh": "GELU (tanh)"}
+                        "gelu_tanh": "GELU (tanh)", "swiglu_clamped": "clamped SwiGLU and gating"}
 ELEMENTWISE_ORDER = (*NORMS.values(), QK_NORM, POSITION_ADD, ROPE, ATTN_SCALE, CAUSAL_MASK,
                      SOFTMAX, *dict.fromkeys(ACTIVATION_COMPONENT.values()), ROUTER, BIAS, RESIDUAL)
 NORM_PARAMS = {"rmsnorm": "RMSNorm gains", "layernorm": "LayerNorm weights and biases"}

@@ -131,6 +131,22 @@ def activation(t: Trace, kind: str, x: Sym, component: str, course: str) -> Sym:
                     course=course)
 
 
+def clamped_swiglu(t: Trace, gate: Sym, up: Sym, component: str, out: str) -> Sym:
+    """gpt-oss's gate (model/layers.py clamped_swiglu, transformers' GptOssExperts._apply_gate):
+    clamp(gate, max), clamp(up, ±limit), gate·α, sigmoid, gate·sigmoid, up + 1, the product:
+    7 ops per element. clamp saves its input; mul saves the other operand."""
+    g = t.unary("aten.clamp", gate, "clamp(gate, max=7)", component, saves="input",
+                out=f"{out}: clamped gate")
+    u = t.unary("aten.clamp", up, "clamp(up, ±7)", component, saves="input",
+                out=f"{out}: clamped up")
+    a = t.binary("aten.mul", g, None, "α·gate", component)
+    s = t.unary("aten.sigmoid", a, "sigmoid(α·gate)", component, saves="output",
+                out=f"{out}: sigmoid(α·gate)")
+    glu = t.binary("aten.mul", g, s, "gate·sigmoid(α·gate)", component, out=f"{out}: glu")
+    u1 = t.binary("aten.add", u, None, "up + 1", component, out=f"{out}: up + 1")
+    return t.binary("aten.mul", u1, glu, "(up + 1)·glu", component, out=out)
+
+
 class FeedForward:
     """GatedMLP/SwiGLU (W2(act(W1 x) · W3 x)) or MLP (W2 act(W1 x)); model.feed_forward."""
 
@@ -150,6 +166,10 @@ class FeedForward:
         act_course = "SiLU" if self.kind.activation == "silu" else "GELU"
         with t.scope("ffn"):
             a = self.w1(x, "W1 output", "W1")
+            if self.kind.activation == "silu_clamped":  # reads both halves (gpt-oss)
+                b = self.w3(x, "W3 output", "W3")
+                return self.w2(clamped_swiglu(t, a, b, self.component, "gated product (W2 input)"),
+                               "W2 output", out_course)
             h = activation(t, self.kind.activation, a, self.component, act_course)
             if self.w3 is not None:
                 b = self.w3(x, "W3 output", "W3 (SwiGLU)" if self.kind.activation == "silu" else "W3")

@@ -7,8 +7,8 @@ from fractions import Fraction
 from accounting.ledger import records as R
 from accounting.spec.config import ModelConfig
 from accounting.ledger.trace import Sym, Trace
-from accounting.ledger.builder.common import ROUTER, ACTIVATION_COMPONENT
-from accounting.ledger.builder.layers import Linear, activation
+from accounting.ledger.builder.common import ROUTER, ACTIVATION_COMPONENT, BIAS
+from accounting.ledger.builder.layers import Linear, activation, clamped_swiglu
 
 
 def expert_capacity(capacity_factor: float, slots: int, num_experts: int) -> int:
@@ -18,8 +18,9 @@ def expert_capacity(capacity_factor: float, slots: int, num_experts: int) -> int
 
 
 class MoE:
-    """Router (a linear map to E scores; softmax, or a sigmoid with DeepSeek's bias and
-    group-limited choice), top-k, the routed token slots gathered, run through E stacked
+    """Router (a linear map to E scores, biased for gpt-oss; softmax, or a sigmoid with
+    DeepSeek-V3's bias; group-limited choice by a group's two best scores (V3) or its best
+    (V2); or gpt-oss's top-k of the logits before the softmax over the k), top-k, the routed token slots gathered, run through E stacked
     gated experts, weighted and added back; shared experts beside. Dropless: B·T·k slots,
     whatever the routing (on meta the model deals them in turn); with a capacity factor,
     E·C slots (C = ⌈c·B·T·k/E⌉), of which B·T·k at most are useful."""
@@ -31,11 +32,15 @@ class MoE:
         with t.scope("ffn"):
             # a module's own buffers come before its children's keys in the state dict
             self.bias = t.buffer("router_bias", E, 4, persistent=True) if c.router_bias else None
-            self.router = Linear(t, "router", d, E, R.FFN, "router")
+            self.router = Linear(t, "router", d, E, R.FFN, "router", c.router_linear_bias)
             with t.scope("experts"):
                 self.w1 = t.param("w1", E + f + d, R.FFN)
                 self.w2 = t.param("w2", E + d + f, R.FFN)
                 self.w3 = t.param("w3", E + f + d, R.FFN)
+                self.b = {}
+                if c.expert_bias:  # gpt-oss: (E, width) each, after w1, w2, w3
+                    for n, width in (("1", f), ("2", d), ("3", f)):
+                        self.b[n] = t.param("b" + n, E + width, R.FFN)
             self.shared = None
             if c.num_shared_experts:
                 sf = ("d_s",)
@@ -73,10 +78,14 @@ class MoE:
                 w1, w2, w3 = self.shared
                 with t.scope("shared"):
                     a = w1(x, "shared W1 output")
-                    g = activation(t, self.kind.activation, a, self.component, "")
-                    b = w3(x, "shared W3 output")
-                    g = t.binary("aten.mul", g, b, "shared gate", self.component,
-                                 out="shared gated product")
+                    if self.kind.activation == "silu_clamped":  # as GatedMLP: both halves
+                        g = clamped_swiglu(t, a, w3(x, "shared W3 output"), self.component,
+                                           "shared gated product")
+                    else:
+                        g = activation(t, self.kind.activation, a, self.component, "")
+                        b = w3(x, "shared W3 output")
+                        g = t.binary("aten.mul", g, b, "shared gate", self.component,
+                                     out="shared gated product")
                     sh = w2(g, "shared W2 output")
                 y = t.binary("aten.add", y, sh, "routed + shared", comp)
         return t.name(y, "W2 output", out_course)
@@ -86,30 +95,48 @@ class MoE:
         t, c, comp = self.t, self.c, ROUTER
         tokens = ("B", "T")
         logits = self.router(x, "router scores")
-        if c.router == "softmax":  # model/attention.py's softmax over the experts
-            mx = t.reduce("aten.amax", logits, ("E",), "max over experts", comp, saves=True,
-                          out="router max")
-            shifted = t.binary("aten.sub", logits, mx, "x − max", comp)
-            e = t.unary("aten.exp", shifted, "exp", comp, saves="output", out="router exp")
-            total = t.reduce("aten.sum", e, ("E",), "sum over experts", comp, out="router sum")
-            scores = t.binary("aten.div", e, total, "exp / sum", comp, out="router probabilities")
-        else:
-            scores = t.unary("aten.sigmoid", logits, "sigmoid", comp, saves="output",
-                             out="router probabilities")
+        if c.router_topk_first:  # gpt-oss: the k best logits, then softmax (or sigmoid) over k
+            values, _ = t.topk(logits, ("E",), ("k",), "top-k logits", comp, out="chosen experts",
+                               values=True)
+            values = t.name(values, "router top-k logits")
+            return t.name(self._scaled(self._score(values, ("k",), "the k")), "router weights")
+        scores = self._score(logits, ("E",), "experts")
         # Only the chosen indices leave the choice: its ops are off the gradient path.
         choice = t.off_gradient_path(scores)
         if self.bias is not None:
             choice = t.binary("aten.add", choice, self.bias, "+ correction bias", comp)
-        if c.router_groups > 1:  # keep the best topk_groups groups, by their two best scores
+        if c.router_groups > 1:  # keep the best topk_groups groups, by their score
             grouped = t.view(choice, tokens + ("G", "E/G"))
-            best2, _ = t.topk(grouped, ("E/G",), ("2",), "top-2 in each group", comp,
-                              out="router top-2 per group", values=True)
-            group_score = t.reduce("aten.sum", best2, ("2",), "group score", comp)
+            if c.router_group_score == "max":  # DeepSeek-V2: each group's best score
+                group_score = t.reduce("aten.max", grouped, ("E/G",), "group score (its best)",
+                                       comp)  # max(dim).values: saves its int64 indices only
+            else:  # DeepSeek-V3: the sum of each group's two best
+                best2, _ = t.topk(grouped, ("E/G",), ("2",), "top-2 in each group", comp,
+                                  out="router top-2 per group", values=True)
+                group_score = t.reduce("aten.sum", best2, ("2",), "group score", comp)
             t.topk(group_score, ("G",), ("k_G",), "top groups", comp, out="router top groups")
             keep = t.name(t.fresh(tokens + ("E",), R.BOOL), "router group mask")
             choice = t.masked_fill(choice, keep, "zero the other groups", comp)
         experts = t.topk(choice, ("E",), ("k",), "top-k experts", comp, out="chosen experts")
         weights = t.name(t.gather(scores, experts, "chosen scores"), "chosen experts' scores")
+        return t.name(self._scaled(weights), "router weights")
+
+    def _score(self, logits: Sym, over: tuple[str, ...], what: str) -> Sym:
+        """The router's softmax (model/attention.py's) or sigmoid over `over`."""
+        t, comp = self.t, ROUTER
+        if self.c.router == "softmax":
+            mx = t.reduce("aten.amax", logits, over, f"max over {what}", comp, saves=True,
+                          out="router max")
+            shifted = t.binary("aten.sub", logits, mx, "x − max", comp)
+            e = t.unary("aten.exp", shifted, "exp", comp, saves="output", out="router exp")
+            total = t.reduce("aten.sum", e, over, f"sum over {what}", comp, out="router sum")
+            return t.binary("aten.div", e, total, "exp / sum", comp, out="router probabilities")
+        return t.unary("aten.sigmoid", logits, "sigmoid", comp, saves="output",
+                       out="router probabilities")
+
+    def _scaled(self, weights: Sym) -> Sym:
+        """MoE._scaled: renormalised (norm_topk_prob) and scaled (routed_scaling_factor)."""
+        t, c, comp = self.t, self.c, ROUTER
         if c.norm_topk_prob:
             total = t.reduce("aten.sum", weights, ("k",), "sum of the k weights", comp,
                              out="router weight sum")
@@ -117,7 +144,7 @@ class MoE:
                                out="router weights")
         if c.routed_scaling_factor != 1.0:
             weights = t.binary("aten.mul", weights, None, "× routed_scaling_factor", comp)
-        return t.name(weights, "router weights")
+        return weights
 
     def _experts(self, xs: Sym, rows: tuple[str, ...]) -> Sym:
         """Experts.forward on the routed rows: einsums with w1, w3 (activation, gate), w2.
@@ -130,12 +157,21 @@ class MoE:
                 useful = None if rows == ("B", "T", "k") else ("B", "T", "k") + n + p
                 return t.matmul(x, w, R.Matmul(name, R.FFN, t.module, t.repeat, R.FORWARD, (), rows,
                                                n, p, grads=("dX", "dW"), useful=useful, note=note))
-            dt = mm(xs, self.w1, "expert W1", ("d_model",), ("d_e",))
-            a = t.name(Sym(rows + ("d_e",), dt), "expert W1 output", "W1")
-            g = activation(t, self.kind.activation, a, self.component, "")
-            dt = mm(xs, self.w3, "expert W3", ("d_model",), ("d_e",))
-            b = t.name(Sym(rows + ("d_e",), dt), "expert W3 output", "W3")
-            g = t.binary("aten.mul", g, b, "expert gate", self.component,
-                         out="expert gated product")
-            dt = mm(g, self.w2, "expert W2", ("d_e",), ("d_model",))
-            return t.name(Sym(rows + ("d_model",), dt), "expert outputs", "W2")
+            def linear(x, n, name, d_in, d_out, label, course):
+                y = t.name(Sym(rows + d_out, mm(x, getattr(self, "w" + n), name, d_in, d_out)),
+                           label, course)
+                if n in self.b:  # (E, width): broadcast over each expert's rows
+                    y = t.name(t.binary("aten.add", y, self.b[n], "+ expert bias", BIAS),
+                               label + " + bias")
+                return y
+            d, f = ("d_model",), ("d_e",)
+            a = linear(xs, "1", "expert W1", d, f, "expert W1 output", "W1")
+            if self.kind.activation == "silu_clamped":  # gpt-oss: reads both halves
+                b = linear(xs, "3", "expert W3", d, f, "expert W3 output", "W3")
+                g = clamped_swiglu(t, a, b, self.component, "expert gated product")
+            else:
+                g = activation(t, self.kind.activation, a, self.component, "")
+                b = linear(xs, "3", "expert W3", d, f, "expert W3 output", "W3")
+                g = t.binary("aten.mul", g, b, "expert gate", self.component,
+                             out="expert gated product")
+            return linear(g, "2", "expert W2", f, d, "expert outputs", "W2")
