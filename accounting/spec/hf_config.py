@@ -42,11 +42,11 @@ from accounting.runtime.errors import UsageError
 # the schema and the registry, re-exported: callers read them as hf_config.X
 from accounting.spec.hf_schema import (  # noqa: F401
     BOOL, CHOICE, COMMON_FREE, COMMON_MUST, EPS, FREE_VALUES, INT, INT_OR_NULL, LIST, NONNEG,
-    REFUSED, THETA,
+    NUMBER_OR_NULL, REFUSED, THETA,
     TRANSFORMERS_VERSION, TYPES, UNSUPPORTED, Derived, HFType, Key, ModuleNames, Must, Noted,
     Required, register, short)
 # the rows: registered into TYPES on import
-from accounting.spec import hf_types_dense, hf_types_moe  # noqa: F401
+from accounting.spec import hf_types_dense, hf_types_moe, hf_types_gemma  # noqa: F401
 
 # ---- translation ---------------------------------------------------------------------------
 @dataclass(frozen=True, eq=False)
@@ -86,6 +86,7 @@ def _check_kind(key: Key, value, where: str) -> None:
         LIST: lambda v: v is None or isinstance(v, list),
         BOOL: lambda v: isinstance(v, bool),
         THETA: lambda v: _number(v) and v > 0,
+        NUMBER_OR_NULL: lambda v: v is None or (_number(v) and v > 0),
         EPS: lambda v: _number(v) and v >= 0,
         CHOICE: lambda v: isinstance(v, str) and v in key.choices,
     }[key.kind]

@@ -24,6 +24,7 @@ LIST = "a list or null"  # its entries are checked by the type's derive rule
 BOOL = "true or false"
 THETA = "a positive number"
 EPS = "a non-negative number"
+NUMBER_OR_NULL = "a positive number or null"  # Gemma's soft-caps (null: none)
 CHOICE = "one of"
 
 
@@ -211,6 +212,8 @@ def _rope_ok(value, data) -> bool:
     return kind in ROPE_TYPES and value.get("partial_rotary_factor", 1) in (1, 1.0)
 
 
+rope_ok = _rope_ok  # for rows that check a RoPE setting of their own (gemma3_text's per kind)
+
 COMMON_MUST = (
     Must("is_encoder_decoder", lambda v, d: v is False, "false", "an encoder-decoder model",
          False),
@@ -356,14 +359,10 @@ def register(t: HFType) -> None:
 
 # model_types transformers has that the spec cannot express exactly: refused in one line
 # rather than approximated (a model_type neither here nor in TYPES: "not supported").
-_GEMMA = ("needs what the spec cannot express: four norms per block (sandwich norms before "
-          "and after each sublayer), RMSNorm gains applied as (1 + w), the embedding scaled by "
-          "√hidden_size, query_pre_attn_scalar in place of head_dim for the score scale, and "
-          "{extra}")
 UNSUPPORTED = MappingProxyType({
-    "gemma2": _GEMMA.format(extra="soft-capped attention and final logits (tanh)"),
-    "gemma3": _GEMMA.format(extra="per-head QK-norm with (1 + w) gains; gemma3 is also a "
-                                  "vision-language config (text_config)"),
-    "gemma3_text": _GEMMA.format(extra="per-head QK-norm with (1 + w) gains and a second RoPE "
-                                       "base for the local layers"),
+    "gemma3": "is Gemma 3's vision-language config: AutoModelForCausalLM builds "
+              "Gemma3ForConditionalGeneration, its SigLIP vision tower and projector included, "
+              "which the tool does not count; count the language model from its text_config "
+              "object saved as a config.json of its own with \"model_type\": \"gemma3_text\" "
+              "(Gemma3ForCausalLM)",
 })
