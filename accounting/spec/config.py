@@ -105,7 +105,8 @@ class ModelConfig:
     norm_eps: float = spec(1e-5, kind=NUMBER0, flag="--norm-eps",
                            help="the norms' epsilon (changes no count)")
     norm_placement: str = spec("pre", kind=CHOICE, flag="--norm-placement", choices=NORM_PLACEMENTS,
-                               help="pre (default) or post (OLMo-2: norm on each sublayer's output)")
+                               help="pre (default), post (OLMo-2: norm on each sublayer's "
+                                    "output) or sandwich (Gemma 2/3: norms on its input and output)")
     mlp: str = spec("swiglu", kind=CHOICE, flag="--mlp", choices=MLPS,
                     help="feed-forward: swiglu (default), geglu, gelu (exact), gelu_tanh (GPT-2)")
     positions: str = spec("rope", kind=CHOICE, flag="--positions", choices=POSITIONS,
