@@ -29,7 +29,7 @@ TINY = {"vocab_size": 100, "context_length": 64, "num_layers": 2, "d_model": 64,
 # ---- config values of the wrong JSON kind --------------------------------------------------
 # Each choice field with its allowed names as `python -m accounting --help` lists them.
 CHOICES = {
-    "norm": "rmsnorm, layernorm", "norm_placement": "pre, post",
+    "norm": "rmsnorm, layernorm", "norm_placement": "pre, post, sandwich",
     "mlp": "swiglu, geglu, gelu, gelu_tanh", "positions": "rope, learned, none",
     "qk_norm": "none, head, full", "attention": "naive, sdpa", "router": "softmax, sigmoid",
 }
