@@ -135,10 +135,8 @@ MALFORMED = [
     ("mistral", {"attention_bias": True}, "unknown key(s) 'attention_bias'"),
     ("llama", {"model_type": "gemma"}, "model_type 'gemma' is not supported; supported: gpt2, "
                                        "llama, mistral, qwen2, qwen3, olmo2, mixtral, "
-                                       "qwen3_moe, deepseek_v3, gemma2, gemma3_text, granite"),
-    ("llama", {"model_type": "gemma3"}, "model_type gemma3 is not supported: it is Gemma 3's "
-                                        "vision-language config: AutoModelForCausalLM builds "
-                                        "Gemma3ForConditionalGeneration"),
+                                       "qwen3_moe, deepseek_v3, gemma2, gemma3_text, granite, "
+                                       "gemma3"),
 ]
 
 

@@ -208,7 +208,7 @@ def test_three_ways_each_config(capsys, tmp_path, name):
 
 # Full size, as shipped (hub config.json keys): transformers' own count on the meta device
 # and the hand algebra of SHAPES' formula. Gemma 2 2B: 2,614,341,888; Gemma 3 1B:
-# 999,885,952 (the model cards' 2.6B and 1B).
+# 999,885,952 (the model cards' 2.6B and 1B); Granite 3.1 2B: 2,533,531,648.
 FULL = {
     "gemma-2-2b": ({**CONFIGS["gemma2"], "vocab_size": 256000, "hidden_size": 2304,
                     "intermediate_size": 9216, "num_hidden_layers": 26,
@@ -224,6 +224,13 @@ FULL = {
                     "sliding_window_pattern": 6, "max_position_embeddings": 32768},
                    dict(V=262144, d=1152, L=26, h=4, kv=1, hd=256, f=6912, gemma=True,
                         qk=True, tied=True), 999_885_952),
+    # granite-3.1-2b's config.json sizes: 2,533,531,648 (the model card's 2.5B)
+    "granite-3.1-2b": ({**CONFIGS["granite"], "vocab_size": 49155, "hidden_size": 2048,
+                        "intermediate_size": 8192, "num_hidden_layers": 40,
+                        "num_attention_heads": 32, "num_key_value_heads": 8,
+                        "max_position_embeddings": 131072, "rope_theta": 5000000.0},
+                       dict(V=49155, d=2048, L=40, h=32, kv=8, hd=64, f=8192, gemma=False,
+                            qk=False, tied=True), 2_533_531_648),
 }
 
 
@@ -233,7 +240,9 @@ def test_full_size_gemma_parameters(name):
     assert params_by_hand(s) == published
     c = translate(data, name, name).config
     assert analyze(c).param_count == published
-    assert sum(not k.local for k in c.layer_kinds) == (13 if name == "gemma-2-2b" else 4)
+    # global layers: Gemma 2 every other one, Gemma 3 1B layers 5, 11, 17, 23; Granite all
+    assert sum(not k.local for k in c.layer_kinds) == {"gemma-2-2b": 13, "gemma-3-1b": 4,
+                                                       "granite-3.1-2b": 40}[name]
     pytest.importorskip("transformers")
     from accounting.crosscheck.hf_counter import build
     assert sum(p.numel() for p in build(data).parameters()) == published
@@ -267,12 +276,62 @@ def test_bad_configs_are_refused_in_one_line(capsys, tmp_path, name, changes, wo
     assert words in err, err
 
 
-def test_gemma3_vision_language_is_refused_with_the_way_out(capsys, tmp_path):
-    data = {"model_type": "gemma3", "architectures": ["Gemma3ForConditionalGeneration"],
-            "text_config": {k: v for k, v in CONFIGS["gemma3_text"].items() if k != "model_type"},
-            "vision_config": {"model_type": "siglip_vision_model"}}
+# Gemma 3 4B as shipped (transformers 4.50): text_config gives three sizes, the rest are
+# Gemma3TextConfig's class defaults (vocab 262,208, 8 heads, 4 KV heads, head_dim 256).
+GEMMA3_4B = {
+    "architectures": ["Gemma3ForConditionalGeneration"], "boi_token_index": 255999,
+    "eoi_token_index": 256000, "eos_token_id": [1, 106], "image_token_index": 262144,
+    "initializer_range": 0.02, "mm_tokens_per_image": 256, "model_type": "gemma3",
+    "text_config": {"hidden_size": 2560, "intermediate_size": 10240, "model_type": "gemma3_text",
+                    "num_hidden_layers": 34, "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
+                    "sliding_window": 1024},
+    "torch_dtype": "bfloat16", "transformers_version": "4.50.0.dev0",
+    "vision_config": {"hidden_size": 1152, "image_size": 896, "intermediate_size": 4304,
+                      "model_type": "siglip_vision_model", "num_attention_heads": 16,
+                      "num_hidden_layers": 27, "patch_size": 14, "vision_use_head": False}}
+
+
+def test_gemma3_counts_the_language_model_of_the_vision_language_config():
+    s = dict(V=262208, d=2560, L=34, h=8, kv=4, hd=256, f=10240, gemma=True, qk=True, tied=True)
+    hf = translate(GEMMA3_4B, "gemma-3-4b", "gemma-3-4b")
+    assert hf.model_type == "gemma3_text" and analyze(hf.config).param_count == params_by_hand(s)
+    assert params_by_hand(s) == 3_880_263_168
+    assert sum(not k.local for k in hf.config.layer_kinds) == 5  # layers 5, 11, …, 29: 6·k − 1
+    assert any("vision tower and the multimodal projector" in n for n in hf.notes)
+    assert any("text_config omits vocab_size 262208, num_attention_heads 8" in n for n in hf.notes)
+    pytest.importorskip("transformers")
+    from accounting.crosscheck.hf_counter import build
+    full = build(GEMMA3_4B)  # Gemma3ForConditionalGeneration: the language model and vision
+    assert type(full).__name__ == "Gemma3ForConditionalGeneration"
+    lm = sum(p.numel() for n, p in full.named_parameters() if ".language_model." in f".{n}")
+    assert lm == params_by_hand(s)  # the tied lm_head is the embedding: not a parameter again
+    assert sum(p.numel() for p in full.parameters()) - lm == 419_816_304  # vision: not counted
+
+
+def test_a_small_gemma3_goes_through_the_cross_check(capsys, tmp_path):
+    pytest.importorskip("transformers")
+    text = {k: v for k, v in CONFIGS["gemma3_text"].items() if k not in ("architectures",)}
+    data = {**GEMMA3_4B, "text_config": text}
+    s, T, B = SHAPES["gemma3_text"], 8, 1
+    x = agreeing_check(capsys, "--config", str(write_config(tmp_path, data)), "--ctx", str(T))
+    tf = x["transformers"]
+    assert tf["class"] == "Gemma3ForCausalLM"
+    assert {r["component"]: r["transformers"] for r in tf["parameters"]}["total"] == params_by_hand(s)
+    flops = {(r["pass"], r["component"]): r["flops"] for r in tf["matmul_flops"]}
+    assert flops[("forward", "total")] == forward_matmul_flops_by_hand(s, T, B)
+
+
+@pytest.mark.parametrize("changes,words", [
+    ({"text_config": None}, "text_config must be the language model's config object"),
+    ({"tie_word_embeddings": False}, "tie_word_embeddings False contradicts text_config's True"),
+    ({"vision_tower_frozen": True}, "unknown key(s) 'vision_tower_frozen'"),
+    ({"quantization_config": {"bits": 4}}, "quantization_config"),
+])
+def test_bad_gemma3_configs_are_refused_in_one_line(capsys, tmp_path, changes, words):
+    data = {**GEMMA3_4B, **changes}
     code, out, err = run(capsys, "--config", str(write_config(tmp_path, data)), "--no-verify")
-    assert code == 2 and "Gemma3ForConditionalGeneration" in err and "gemma3_text" in err
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert words in err, err
 
 
 def test_attention_soft_cap_needs_the_explicit_scores(capsys, tmp_path):

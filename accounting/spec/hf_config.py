@@ -43,7 +43,7 @@ from accounting.runtime.errors import UsageError
 from accounting.spec.hf_schema import (  # noqa: F401
     BOOL, CHOICE, COMMON_FREE, COMMON_MUST, EPS, FREE_VALUES, INT, INT_OR_NULL, LIST, NONNEG,
     NUMBER_OR_NULL, REFUSED, THETA,
-    TRANSFORMERS_VERSION, TYPES, UNSUPPORTED, Derived, HFType, Key, ModuleNames, Must, Noted,
+    TRANSFORMERS_VERSION, TYPES, UNSUPPORTED, WRAPPERS, Derived, HFType, Key, ModuleNames, Must, Noted,
     Required, register, short)
 # the rows: registered into TYPES on import
 from accounting.spec import hf_types_dense, hf_types_moe, hf_types_gemma  # noqa: F401
@@ -123,12 +123,17 @@ def translate(data: Mapping, source: str, name: str, origin: str = "") -> HFConf
     """The spec a Hugging Face config.json object means; UsageError naming the key when a
     key would change a count the tool cannot represent, or is unknown, wrong or missing."""
     mt = data.get("model_type")
+    if isinstance(mt, str) and mt in WRAPPERS:  # a vision-language config: its language model
+        inner, said = WRAPPERS[mt](data, f"{source} ({mt})")
+        hf = translate(inner, f"{source} (text_config)", name, origin or source)
+        return replace(hf, notes=said + hf.notes)
     if isinstance(mt, str) and mt in UNSUPPORTED:
         raise UsageError(f"{source}: model_type {mt} is not supported: it {UNSUPPORTED[mt]}; "
                          f"refusing rather than approximating it (supported: {', '.join(TYPES)})")
     if not isinstance(mt, str) or mt not in TYPES:
         raise UsageError(f"{source}: model_type {short(mt)} is not supported; supported: "
-                         f"{', '.join(TYPES)} (or write the tool's own format: see --help)")
+                         f"{', '.join([*TYPES, *WRAPPERS])} (or write the tool's own format: "
+                         f"see --help)")
     t = TYPES[mt]
     where = f"{source} ({mt})"
     for k, why in REFUSED.items():

@@ -359,10 +359,9 @@ def register(t: HFType) -> None:
 
 # model_types transformers has that the spec cannot express exactly: refused in one line
 # rather than approximated (a model_type neither here nor in TYPES: "not supported").
-UNSUPPORTED = MappingProxyType({
-    "gemma3": "is Gemma 3's vision-language config: AutoModelForCausalLM builds "
-              "Gemma3ForConditionalGeneration, its SigLIP vision tower and projector included, "
-              "which the tool does not count; count the language model from its text_config "
-              "object saved as a config.json of its own with \"model_type\": \"gemma3_text\" "
-              "(Gemma3ForCausalLM)",
-})
+UNSUPPORTED: Mapping[str, str] = MappingProxyType({})
+
+# model_types whose config.json wraps a language model's config (a vision-language model):
+# model_type -> unwrap(data, where) = (the inner config.json object of a type in TYPES, the
+# notes the output adds). The rows' modules register them (hf_types_gemma.py: gemma3).
+WRAPPERS: dict[str, Callable[[Mapping, str], tuple[dict, tuple[str, ...]]]] = {}

@@ -10,6 +10,7 @@ from typing import Mapping
 
 from accounting.spec.config import ModelConfig
 from accounting.spec.hf_schema import (
+    COMMON_FREE, COMMON_MUST, FREE_VALUES, REFUSED, TYPES, WRAPPERS,
     ATTENTION_BIAS, ATTENTION_DROPOUT, BOOL, CHOICE, EPS, GATED_ACTS, INT, INT_OR_NULL, LIST,
     LLAMA_FAMILY,
     LLAMA_NAMES, NUMBER_OR_NULL, ROPE_MUST, ROPE_TYPES, THETA, Derived, HFType, Key, ModuleNames,
@@ -203,3 +204,67 @@ register(HFType(
                      "logit_scale = 1/logits_scaling (GraniteForCausalLM divides the logits)",
                      lambda c: None if c.logit_scale is None else {"logits_scaling": 1 / c.logit_scale}),),
 ))
+
+
+# ---- gemma3: Gemma 3's vision-language config (4B, 12B, 27B) --------------------------------
+# Gemma3Config (configuration_gemma3.py) holds the language model's Gemma3TextConfig in
+# text_config and a SigLIP vision tower's in vision_config; AutoModelForCausalLM builds
+# Gemma3ForConditionalGeneration (both, and the multimodal projector). The tool counts the
+# language model: text_config read as a gemma3_text config.json, and transformers' cross-check
+# builds Gemma3ForCausalLM from it. The vision tower is not counted, and the output says so.
+_GEMMA3_OUTER = frozenset({
+    "text_config", "vision_config", "mm_tokens_per_image", "boi_token_index", "eoi_token_index",
+    "image_token_index", "boi_token_id", "eoi_token_id", "image_token_id", "initializer_range",
+    "tie_word_embeddings"})
+
+
+def _unwrap_gemma3(data: Mapping, where: str) -> tuple[dict, tuple[str, ...]]:
+    for k, why in REFUSED.items():
+        if data.get(k) is not None:
+            raise UsageError(f"{where}: {k} = {short(data[k])} is {why}; refusing rather than "
+                             f"dropping it")
+    known = COMMON_FREE | _GEMMA3_OUTER | {m.hf for m in COMMON_MUST}
+    unknown = sorted(k for k in data if k not in known)
+    if unknown:
+        raise UsageError(f"{where}: unknown key(s) {', '.join(short(k, 30) for k in unknown[:4])}"
+                         f": the tool cannot tell whether they change a count of the language "
+                         f"model, so it refuses rather than drop them")
+    for m in COMMON_MUST:
+        if not m.ok(data.get(m.hf, m.default), data):
+            raise UsageError(f"{where}: {m.hf} = {short(data.get(m.hf))} means {m.what}")
+    for k, (ok, wanted) in FREE_VALUES.items():
+        if k in data and not ok(data[k]):
+            raise UsageError(f"{where}: {k} = {short(data[k])} is not {wanted}")
+    text = data.get("text_config")
+    if not isinstance(text, dict) or text.get("model_type", "gemma3_text") != "gemma3_text":
+        raise UsageError(f"{where}: text_config must be the language model's config object "
+                         f"(model_type gemma3_text), got {short(text)}; transformers would "
+                         f"otherwise build its default Gemma3TextConfig")
+    inner = {**text, "model_type": "gemma3_text"}
+    for k in ("torch_dtype", "dtype"):  # the checkpoint's dtype, given once for the whole model
+        if k in data and k not in inner:
+            inner[k] = data[k]
+    outer_tie, inner_tie = data.get("tie_word_embeddings", True), inner.get("tie_word_embeddings", True)
+    if outer_tie != inner_tie:
+        raise UsageError(f"{where}: tie_word_embeddings {short(outer_tie)} contradicts "
+                         f"text_config's {short(inner_tie)}; give one value")
+    # Gemma3TextConfig's class defaults are Gemma 3's own sizes, and the shipped 4B config
+    # relies on them (its text_config gives hidden_size, intermediate_size and
+    # num_hidden_layers only): inside a gemma3 config they are what the file means.
+    filled = []
+    for key in TYPES["gemma3_text"].keys:
+        if isinstance(key.default, Required) and key.hf not in inner:
+            inner[key.hf] = key.default.transformers_default
+            filled.append(f"{key.hf} {key.default.transformers_default!r}")
+    notes = ["model_type gemma3: the language model of Gemma 3's vision-language config, read "
+             "from its text_config as model_type gemma3_text; the SigLIP vision tower and the "
+             "multimodal projector (vision_config, mm_tokens_per_image) are not counted, and "
+             "transformers' cross-check builds Gemma3ForCausalLM from text_config (its "
+             "AutoModelForCausalLM would build Gemma3ForConditionalGeneration, vision included)."]
+    if filled:
+        notes.append(f"text_config omits {', '.join(filled)}: Gemma3TextConfig's class defaults, "
+                     f"as transformers builds Gemma3Config's text_config.")
+    return inner, tuple(notes)
+
+
+WRAPPERS["gemma3"] = _unwrap_gemma3
