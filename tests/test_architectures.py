@@ -73,6 +73,10 @@ VARIANTS = {
                     tie_embeddings=True, num_kv_heads=1),
     "sandwich_layernorm_sdpa": dict(norm="layernorm", norm_placement="sandwich", attention="sdpa",
                                     residual_multiplier=0.5, final_softcap=5.0),
+    "sandwich_mla_moe": dict(kv_lora_rank=8, qk_nope_head_dim=4, qk_rope_head_dim=4, v_head_dim=6,
+                             norm_placement="sandwich", num_experts=4, experts_per_token=2,
+                             moe_d_ff=8, residual_multiplier=0.5, logit_scale=2.0,
+                             embedding_multiplier=3.0),
 }
 
 
