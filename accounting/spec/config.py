@@ -4,8 +4,9 @@ The defaults are the CS336 chapter 3 LM (pre-norm RMSNorm, SwiGLU, RoPE, causal
 multi-head attention, untied LM head, no biases). Every other field switches one
 feature people plan with (see ../shared/architectures.md): grouped-query attention,
 head_dim ≠ d_model/h, LayerNorm, GELU MLPs, learned positions, a tied head, biases,
-QK-norm and OLMo-2's norm placement. accounting/ledger/builder/ walks this spec into the
-ledger, and model/ builds the same network from it.
+QK-norm and OLMo-2's norm placement; Gemma 2/3's sandwich norms, (1 + w) gains, scaled
+embedding and soft-caps, Granite's multipliers. accounting/ledger/builder/ walks this spec
+into the ledger, and model/ builds the same network from it.
 """
 from __future__ import annotations
 

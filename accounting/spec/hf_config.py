@@ -23,8 +23,9 @@ REFUSED) or is refused as unknown: no key is dropped silently. Defaults and rule
 from transformers 5.23.0: models/<type>/configuration_<type>.py (class defaults) and
 modeling_<type>.py (which biases and norms each type builds). Pure Python.
 
-Layout: hf_schema.py (the row's schema, the shared lists, the registry), hf_types_dense.py
-and hf_types_moe.py (the rows), this module (translation, back to config.json, files).
+Layout: hf_schema.py (the row's schema, the shared lists, the registry), hf_types_dense.py,
+hf_types_moe.py and hf_types_gemma.py (the rows; gemma3's vision-language wrapper too), this
+module (translation, back to config.json, files).
 """
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """The table's schema for Hugging Face config.json files (hf_config.py reads them): the
 kinds of value, the row of a model_type (HFType: Key, Must, Noted, Derived, ModuleNames),
 the lists every type shares, the keys the llama family shares, and the registry (TYPES,
-register). The rows themselves: hf_types_dense.py and hf_types_moe.py. Pure Python.
+register). The rows themselves: hf_types_dense.py, hf_types_moe.py and hf_types_gemma.py.
+Pure Python.
 """
 from __future__ import annotations
 
