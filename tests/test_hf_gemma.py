@@ -299,6 +299,8 @@ def test_gemma3_counts_the_language_model_of_the_vision_language_config():
     assert sum(not k.local for k in hf.config.layer_kinds) == 5  # layers 5, 11, …, 29: 6·k − 1
     assert any("vision tower and the multimodal projector" in n for n in hf.notes)
     assert any("text_config omits vocab_size 262208, num_attention_heads 8" in n for n in hf.notes)
+    assert any(n.startswith("gemma3's own keys") and "boi_token_index" in n and "vision_config" in n
+               for n in hf.notes)  # listed, not dropped silently
     pytest.importorskip("transformers")
     from accounting.crosscheck.hf_counter import build
     full = build(GEMMA3_4B)  # Gemma3ForConditionalGeneration: the language model and vision

@@ -261,6 +261,10 @@ def _unwrap_gemma3(data: Mapping, where: str) -> tuple[dict, tuple[str, ...]]:
              "multimodal projector (vision_config, mm_tokens_per_image) are not counted, and "
              "transformers' cross-check builds Gemma3ForCausalLM from text_config (its "
              "AutoModelForCausalLM would build Gemma3ForConditionalGeneration, vision included)."]
+    outer = sorted(k for k in data if k not in ("text_config", "model_type"))
+    if outer:
+        notes.append(f"gemma3's own keys, none of which changes the language model's count: "
+                     f"{', '.join(outer)}.")
     if filled:
         notes.append(f"text_config omits {', '.join(filled)}: Gemma3TextConfig's class defaults, "
                      f"as transformers builds Gemma3Config's text_config.")
