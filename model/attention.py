@@ -40,10 +40,15 @@ def scaled_dot_product_attention(
     V: torch.Tensor,  # (... keys d_v)
     mask: torch.Tensor | None = None,  # (queries keys) bool, True = may attend
     sinks: torch.Tensor | None = None,  # (... 1 1): one logit per head (attention sinks)
+    softcap: float | None = None,
 ) -> torch.Tensor:  # (... queries d_v)
-    """softmax(Q K^T / sqrt(d_k)) V (eq. 11); masked-out scores become -inf before softmax."""
+    """softmax(Q K^T / sqrt(d_k)) V (eq. 11); masked-out scores become -inf before softmax.
+    softcap: the scaled scores soft-capped first, cap·tanh(scores/cap), as transformers'
+    Gemma2 eager_attention_forward does (three ops: divide, tanh, multiply)."""
     d_k = Q.shape[-1]
     scores = einsum(Q, K, "... queries d_k, ... keys d_k -> ... queries keys") / math.sqrt(d_k)
+    if softcap is not None:
+        scores = torch.tanh(scores / softcap) * softcap
     if mask is not None:
         scores = torch.where(mask, scores, float("-inf"))
     weights = softmax(scores, dim=-1) if sinks is None else softmax_with_sink(scores, sinks)
@@ -64,7 +69,7 @@ class CausalMultiHeadSelfAttention(nn.Module):
     def __init__(self, d_model, num_heads, max_seq_len=None, theta=None, device=None, dtype=None,
                  *, num_kv_heads=None, head_dim=None, qkv_bias=False, out_bias=False,
                  qk_norm="none", norm="rmsnorm", norm_eps=1e-5, attention="naive", window=None,
-                 attention_sinks=False):
+                 attention_sinks=False, norm_offset=False, attn_softcap=None):
         super().__init__()
         check_positive_int("d_model", d_model)
         check_positive_int("num_heads", num_heads)
@@ -83,7 +88,9 @@ class CausalMultiHeadSelfAttention(nn.Module):
             raise ValueError(f"attention must be naive or sdpa, got {attention!r}")
         if window is not None:
             check_positive_int("window", window)
-        self.attention, self.window = attention, window
+        if attn_softcap is not None and attention != "naive":
+            raise ValueError("attn_softcap needs the explicit scores (attention naive)")
+        self.attention, self.window, self.softcap = attention, window, attn_softcap
         self.recompute_core = False  # set by TransformerLM.set_recompute("selective")
         self.d_model, self.num_heads, self.num_kv_heads = d_model, num_heads, num_kv_heads
         self.d_k, self.qk_norm = head_dim, qk_norm
@@ -101,8 +108,11 @@ class CausalMultiHeadSelfAttention(nn.Module):
         if qk_norm != "none":
             norm_cls = NORM_CLASSES[norm]
             full = qk_norm == "full"
-            self.q_norm = norm_cls(q_width if full else head_dim, eps=norm_eps, device=device, dtype=dtype)
-            self.k_norm = norm_cls(kv_width if full else head_dim, eps=norm_eps, device=device, dtype=dtype)
+            offset = {"offset": True} if norm_offset else {}  # Gemma 3's (1 + w) gains
+            self.q_norm = norm_cls(q_width if full else head_dim, eps=norm_eps, device=device,
+                                   dtype=dtype, **offset)
+            self.k_norm = norm_cls(kv_width if full else head_dim, eps=norm_eps, device=device,
+                                   dtype=dtype, **offset)
         if theta is not None:
             if max_seq_len is None:
                 raise ValueError("max_seq_len is required when theta is given (RoPE needs its tables)")
@@ -162,9 +172,10 @@ class CausalMultiHeadSelfAttention(nn.Module):
         softmax, weighted values; grouped heads read their K/V head by broadcasting."""
         if self.num_kv_heads == self.num_heads:
             sinks = None if self.sinks is None else self.sinks.view(self.num_heads, 1, 1)
-            return scaled_dot_product_attention(q, k, v, mask=causal, sinks=sinks)
+            return scaled_dot_product_attention(q, k, v, mask=causal, sinks=sinks,
+                                                softcap=self.softcap)
         q = rearrange(q, "... (kv_heads group) seq d_k -> ... kv_heads group seq d_k",
                       kv_heads=self.num_kv_heads)
         sinks = None if self.sinks is None else self.sinks.view(self.num_kv_heads, -1, 1, 1)
         return scaled_dot_product_attention(q, k.unsqueeze(-3), v.unsqueeze(-3), mask=causal,
-                                            sinks=sinks)
+                                            sinks=sinks, softcap=self.softcap)

@@ -83,13 +83,17 @@ def check_norm_args(d_model, eps) -> None:
 
 
 class RMSNorm(nn.Module):
-    """a_i / RMS(a) * g_i, computed in float32 so squaring cannot overflow (eq. 4)."""
+    """a_i / RMS(a) * g_i, computed in float32 so squaring cannot overflow (eq. 4).
 
-    def __init__(self, d_model, eps=1e-5, device=None, dtype=None):
+    offset=True is Gemma's gain (transformers' Gemma2RMSNorm/Gemma3RMSNorm): the weight
+    starts at 0 and is applied as (1 + w), the add run once per call on the d-vector."""
+
+    def __init__(self, d_model, eps=1e-5, device=None, dtype=None, offset=False):
         super().__init__()
         check_norm_args(d_model, eps)
-        self.d_model, self.eps = d_model, eps
-        self.weight = nn.Parameter(torch.ones(d_model, device=device, dtype=dtype))  # the gain g
+        self.d_model, self.eps, self.offset = d_model, eps, offset
+        init = torch.zeros if offset else torch.ones
+        self.weight = nn.Parameter(init(d_model, device=device, dtype=dtype))  # the gain g
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # x: (... d_model) -> (... d_model), same dtype as x.
@@ -97,20 +101,22 @@ class RMSNorm(nn.Module):
         in_dtype = x.dtype
         x = x.to(torch.float32)
         rms = torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True) + self.eps)
-        result = x / rms * self.weight
+        result = x / rms * ((1.0 + self.weight) if self.offset else self.weight)
         return result.to(in_dtype)
 
     def extra_repr(self) -> str:
-        return f"{self.d_model}, eps={self.eps}"
+        return f"{self.d_model}, eps={self.eps}" + (", offset=True" if self.offset else "")
 
 
 class LayerNorm(nn.Module):
     """(a - mean(a)) / sqrt(var(a) + eps) * g + b over the last dim (Ba et al. 2016), in
     float32 like RMSNorm; var is the biased (1/d) variance, as in torch's own layer norm."""
 
-    def __init__(self, d_model, eps=1e-5, device=None, dtype=None):
+    def __init__(self, d_model, eps=1e-5, device=None, dtype=None, offset=False):
         super().__init__()
         check_norm_args(d_model, eps)
+        if offset:
+            raise ValueError("offset (1 + w) gains are an RMSNorm variant (Gemma), not LayerNorm's")
         self.d_model, self.eps = d_model, eps
         self.weight = nn.Parameter(torch.ones(d_model, device=device, dtype=dtype))
         self.bias = nn.Parameter(torch.zeros(d_model, device=device, dtype=dtype))

@@ -28,7 +28,7 @@ OPTIONS = {k: v for k, v in SPEC_DEFAULTS.items() if k not in _COURSE_ARGS}
 # the options each block reads (the rest belong to the whole model: positions, layer kinds, MoE)
 BLOCK_OPTIONS = ("num_kv_heads", "head_dim", "norm", "norm_eps", "norm_placement", "mlp",
                  "qkv_bias", "out_bias", "mlp_bias", "qk_norm", "attention", "attention_sinks",
-                 *MLA_OPTIONS)
+                 *MLA_OPTIONS, "norm_offset", "residual_multiplier", "attn_softcap")
 
 
 def _options(given: dict, allowed, where: str) -> dict:
@@ -45,6 +45,9 @@ class TransformerBlock(nn.Module):
 
     Norms sit on the sublayer inputs, leaving an un-normalized residual stream.
     norm_placement="post" is OLMo-2's: y = x + ln1(MHA(x)); z = y + ln2(FFN(y)).
+    norm_placement="sandwich" is Gemma 2/3's (Gemma2DecoderLayer): y = x + post_attn_norm(
+    MHA(ln1(x))); z = y + post_ffn_norm(FFN(ln2(y))). residual_multiplier m (Granite's
+    GraniteDecoderLayer) scales each sublayer's output before its add: y = x + m·MHA(...).
     """
 
     def __init__(self, d_model, num_heads, d_ff, max_seq_len, theta, device=None, dtype=None, *,
@@ -52,15 +55,17 @@ class TransformerBlock(nn.Module):
         o = _options(options, BLOCK_OPTIONS, "TransformerBlock")
         norm, norm_eps, mlp = o["norm"], o["norm_eps"], o["mlp"]
         norm_placement, qkv_bias, out_bias = o["norm_placement"], o["qkv_bias"], o["out_bias"]
+        offset = {"offset": True} if o["norm_offset"] else {}  # Gemma's (1 + w) gains
+        self.residual_multiplier = o["residual_multiplier"]
         attention, kv_lora_rank = o["attention"], o["kv_lora_rank"]
         super().__init__()
         if norm not in NORM_CLASSES:
             raise ValueError(f"norm must be one of {', '.join(NORM_CLASSES)}, got {norm!r}")
-        if norm_placement not in ("pre", "post"):
-            raise ValueError(f"norm_placement must be pre or post, got {norm_placement!r}")
-        self.post_norm = norm_placement == "post"
+        if norm_placement not in ("pre", "post", "sandwich"):
+            raise ValueError(f"norm_placement must be pre, post or sandwich, got {norm_placement!r}")
+        self.post_norm, self.sandwich = norm_placement == "post", norm_placement == "sandwich"
         norm_cls = NORM_CLASSES[norm]
-        self.ln1 = norm_cls(d_model, eps=norm_eps, device=device, dtype=dtype)
+        self.ln1 = norm_cls(d_model, eps=norm_eps, device=device, dtype=dtype, **offset)
         if kv_lora_rank is not None:  # multi-head latent attention (DeepSeek)
             self.attn = LatentAttention(
                 d_model, num_heads, max_seq_len=max_seq_len, theta=theta, device=device,
@@ -72,21 +77,33 @@ class TransformerBlock(nn.Module):
                 num_kv_heads=o["num_kv_heads"], head_dim=o["head_dim"], qkv_bias=qkv_bias,
                 out_bias=out_bias, qk_norm=o["qk_norm"], norm=norm, norm_eps=norm_eps,
                 attention=attention, window=window, attention_sinks=o["attention_sinks"],
+                norm_offset=o["norm_offset"], attn_softcap=o["attn_softcap"],
             )
-        self.ln2 = norm_cls(d_model, eps=norm_eps, device=device, dtype=dtype)
+        if self.sandwich:
+            self.post_attn_norm = norm_cls(d_model, eps=norm_eps, device=device, dtype=dtype, **offset)
+        self.ln2 = norm_cls(d_model, eps=norm_eps, device=device, dtype=dtype, **offset)
         if moe is not None:  # a mixture of experts: moe holds MoE's options
             self.ffn = MoE(d_model, device=device, dtype=dtype,
                            activation=MLPS[mlp].activation, **moe)
         else:
             self.ffn = feed_forward(mlp, d_model, d_ff, device=device, dtype=dtype, bias=o["mlp_bias"])
+        if self.sandwich:
+            self.post_ffn_norm = norm_cls(d_model, eps=norm_eps, device=device, dtype=dtype, **offset)
+
+    def scaled(self, out: torch.Tensor) -> torch.Tensor:
+        """A sublayer's output as added to the residual (× residual_multiplier, if set)."""
+        return out if self.residual_multiplier is None else out * self.residual_multiplier
 
     def forward(self, x: torch.Tensor, token_positions: torch.Tensor | None = None) -> torch.Tensor:
         # x: (batch seq d_model) -> (batch seq d_model)
         if self.post_norm:
-            y = x + self.ln1(self.attn(x, token_positions))
-            return y + self.ln2(self.ffn(y))
-        y = x + self.attn(self.ln1(x), token_positions)
-        z = y + self.ffn(self.ln2(y))
+            y = x + self.scaled(self.ln1(self.attn(x, token_positions)))
+            return y + self.scaled(self.ln2(self.ffn(y)))
+        if self.sandwich:
+            y = x + self.scaled(self.post_attn_norm(self.attn(self.ln1(x), token_positions)))
+            return y + self.scaled(self.post_ffn_norm(self.ffn(self.ln2(y))))
+        y = x + self.scaled(self.attn(self.ln1(x), token_positions))
+        z = y + self.scaled(self.ffn(self.ln2(y)))
         return z
 
 
@@ -140,7 +157,12 @@ class TransformerLM(nn.Module):
                              moe=None if i in dense_layers else moe, **block_options)
             for i in range(num_layers)
         )
-        self.ln_final = NORM_CLASSES[o["norm"]](d_model, eps=o["norm_eps"], device=device, dtype=dtype)
+        self.ln_final = NORM_CLASSES[o["norm"]](d_model, eps=o["norm_eps"], device=device, dtype=dtype,
+                                                **({"offset": True} if o["norm_offset"] else {}))
+        # Gemma/Granite: the embeddings scaled; the logits scaled (Granite, Cohere), then
+        # soft-capped (Gemma2ForCausalLM: cap·tanh(logits/cap))
+        self.embedding_multiplier = o["embedding_multiplier"]
+        self.logit_scale, self.final_softcap = o["logit_scale"], o["final_softcap"]
         self.lm_head = Linear(d_model, vocab_size, device=device, dtype=dtype)
         if o["tie_embeddings"]:
             self.lm_head.weight = self.token_embeddings.weight
@@ -176,6 +198,8 @@ class TransformerLM(nn.Module):
                 f"build the model with context_length >= {seq}"
             )
         x = self.token_embeddings(token_ids)  # (batch seq d_model)
+        if self.embedding_multiplier is not None:
+            x = x * self.embedding_multiplier
         if hasattr(self, "position_embeddings"):
             x = x + self.position_embeddings(torch.arange(seq, device=token_ids.device))
         for layer in self.layers:
@@ -183,4 +207,9 @@ class TransformerLM(nn.Module):
                 x = checkpoint(layer, x, use_reentrant=False, preserve_rng_state=False)
             else:
                 x = layer(x)
-        return self.lm_head(self.ln_final(x))
+        logits = self.lm_head(self.ln_final(x))
+        if self.logit_scale is not None:
+            logits = logits * self.logit_scale
+        if self.final_softcap is not None:
+            logits = torch.tanh(logits / self.final_softcap) * self.final_softcap
+        return logits

@@ -16,6 +16,7 @@ import functools
 import random
 import weakref
 from collections import Counter, defaultdict
+from dataclasses import replace
 
 import pytest
 
@@ -81,6 +82,22 @@ VARIANTS = {
                         num_experts=8, experts_per_token=2, moe_d_ff=8, num_shared_experts=2,
                         router_groups=4, router_topk_groups=2, router_group_score="max",
                         norm_topk_prob=False, routed_scaling_factor=16.0, dense_layers=(0,)),
+    # issue 24: Gemma 2/3 (sandwich norms, (1 + w) gains, scaled embedding, soft-caps), Granite
+    "gemma2": dict(d_model=32, num_heads=4, num_kv_heads=2, head_dim=16, norm_placement="sandwich",
+                   norm_offset=True, mlp="geglu", tie_embeddings=True, embedding_multiplier=32 ** 0.5,
+                   attn_softcap=0.7, final_softcap=0.9, sliding_window=3,
+                   layer_types=("local", "global")),
+    "gemma3": dict(num_heads=4, num_kv_heads=1, head_dim=8, norm_placement="sandwich",
+                   norm_offset=True, qk_norm="head", mlp="geglu", embedding_multiplier=24 ** 0.5,
+                   final_softcap=1.5, sliding_window=2, layer_types=("local", "global")),
+    "granite": dict(embedding_multiplier=12.0, residual_multiplier=0.22, logit_scale=1 / 8,
+                    tie_embeddings=True, num_kv_heads=1),
+    "sandwich_layernorm_sdpa": dict(norm="layernorm", norm_placement="sandwich", attention="sdpa",
+                                    residual_multiplier=0.5, final_softcap=5.0),
+    "sandwich_mla_moe": dict(kv_lora_rank=8, qk_nope_head_dim=4, qk_rope_head_dim=4, v_head_dim=6,
+                             norm_placement="sandwich", num_experts=4, experts_per_token=2,
+                             moe_d_ff=8, residual_multiplier=0.5, logit_scale=2.0,
+                             embedding_multiplier=3.0),
 }
 
 
@@ -103,8 +120,8 @@ def test_ledger_names_are_the_models_for_every_preset(name):
     first = {g: layers[0] for g, layers in lg.groups}
     named = [(r.per_layer and first[r.repeat], r.module)
              for r in (*lg.params, *lg.forward, *lg.elementwise, *lg.buffers, *lg.cache)]
-    named += [(a.per_layer and first[a.repeat], a.saved_in) for a in lg.activations
-              if a.saved and a.saved_in != "loss"]
+    named += [(a.per_layer and first[a.repeat], "" if a.saved_in == "model" else a.saved_in)
+              for a in lg.activations if a.saved and a.saved_in != "loss"]
     missing = {m for i, m in named
                if (f"layers.{i}.{m}" if i is not False and m else f"layers.{i}"
                    if i is not False else m) not in modules}
@@ -166,6 +183,8 @@ def saved_tensors(model, ids, targets):
 
 
 def relative(module: str) -> str:
+    if module == "":  # the LM itself (Gemma's logit soft-cap saves its tanh there): the
+        return "model"  # ledger's name for a save outside every submodule (trace._saves)
     parts = module.split(".")
     return ".".join(parts[2:]) if parts[0] == "layers" else module
 
@@ -296,6 +315,11 @@ def random_configs(n: int, seed: int = 2026):
             out_bias=rng.random() < 0.5, mlp_bias=rng.random() < 0.5,
             qk_norm=rng.choice(list(QK_NORMS)), attention_sinks=rng.random() < 0.3,
             name="random")
+        # issue 24's scalars (Gemma 2/3, Granite): each set or not; (1 + w) gains on RMSNorm
+        scalars = {f: rng.choice([None, 0.5, 2.0]) for f in (
+            "embedding_multiplier", "residual_multiplier", "attn_softcap", "final_softcap",
+            "logit_scale")}
+        c = replace(c, **scalars, norm_offset=c.norm == "rmsnorm" and rng.random() < 0.5)
         T = rng.randint(1, c.context_length if positions == "learned" else c.context_length + 3)
         yield c, T, rng.randint(1, 3)
 
@@ -307,8 +331,11 @@ def test_the_random_configs_toggle_every_field():
     seen = defaultdict(set)
     for c, T, _ in RANDOM:
         for f in ("norm", "norm_placement", "mlp", "positions", "qk_norm", "tie_embeddings",
-                  "qkv_bias", "out_bias", "mlp_bias", "attention_sinks"):
+                  "qkv_bias", "out_bias", "mlp_bias", "attention_sinks", "norm_offset"):
             seen[f].add(getattr(c, f))
+        for f in ("embedding_multiplier", "residual_multiplier", "attn_softcap", "final_softcap",
+                  "logit_scale"):
+            seen[f].add(getattr(c, f) is not None)
         seen["attention"].add("mha" if c.kv_heads == c.num_heads else
                               "mqa" if c.kv_heads == 1 else "gqa")
         seen["head_dim"].add(c.head_dim is not None)
@@ -317,8 +344,9 @@ def test_the_random_configs_toggle_every_field():
     assert seen["positions"] == set(POSITIONS) and seen["qk_norm"] == set(QK_NORMS)
     assert seen["norm_placement"] == set(NORM_PLACEMENTS) and seen["attention"] == {"mha", "mqa", "gqa"}
     assert all(seen[f] == {True, False} for f in ("tie_embeddings", "qkv_bias", "out_bias",
-                                                   "mlp_bias", "head_dim", "T=1",
-                                                   "attention_sinks"))
+                                                   "mlp_bias", "head_dim", "T=1", "norm_offset",
+                                                   "embedding_multiplier", "residual_multiplier",
+                                                   "attn_softcap", "final_softcap", "logit_scale", "attention_sinks"))
 
 
 @pytest.mark.parametrize("chunk", range(10))

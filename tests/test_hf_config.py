@@ -135,9 +135,8 @@ MALFORMED = [
     ("mistral", {"attention_bias": True}, "unknown key(s) 'attention_bias'"),
     ("llama", {"model_type": "gemma"}, "model_type 'gemma' is not supported; supported: gpt2, "
                                        "llama, mistral, qwen2, qwen3, olmo2, mixtral, "
-                                       "qwen3_moe, deepseek_v3"),
-    ("llama", {"model_type": "gemma2"}, "model_type gemma2 is not supported: it needs what the "
-                                        "spec cannot express: four norms per block"),
+                                       "qwen3_moe, deepseek_v3, gemma2, gemma3_text, granite, "
+                                       "gemma3"),
 ]
 
 
@@ -181,7 +180,7 @@ def test_the_table_is_a_registry_that_refuses_duplicates():
     with pytest.raises(ValueError, match="set twice"):
         register(both)
     assert set(TYPES) == {"gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo2", "mixtral",
-                          "qwen3_moe", "deepseek_v3", "deepseek_v2", "gpt_oss"}
+                          "qwen3_moe", "deepseek_v3", "deepseek_v2", "gpt_oss", "gemma2", "gemma3_text", "granite"}
 
 
 def test_every_type_names_every_module_the_ledger_has():

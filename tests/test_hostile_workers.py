@@ -29,8 +29,8 @@ TINY = {"vocab_size": 100, "context_length": 64, "num_layers": 2, "d_model": 64,
 # ---- config values of the wrong JSON kind --------------------------------------------------
 # Each choice field with its allowed names as `python -m accounting --help` lists them.
 CHOICES = {
-    "norm": "rmsnorm, layernorm", "norm_placement": "pre, post",
-    "mlp": "swiglu, geglu, geglu_erf, gelu, gelu_tanh", "positions": "rope, learned, none",
+    "norm": "rmsnorm, layernorm", "norm_placement": "pre, post, sandwich",
+    "mlp": "swiglu, geglu, geglu_erf, gelu, gelu_tanh, swiglu_clamped", "positions": "rope, learned, none",
     "qk_norm": "none, head, full", "attention": "naive, sdpa", "router": "softmax, sigmoid",
 }
 

@@ -36,7 +36,7 @@ B, T = 2, 5
 # (the MoE variants do not run under CPU autocast: model/moe.py's index_add gets a bfloat16
 # source for its float32 buffer)
 AUTOCAST_VARIANTS = ("cs336", "gqa", "gpt2", "gelu_erf", "qwen3", "olmo2", "no_positions",
-                     "sinks_mha", "clamped_dense_bias")
+                     "sinks_mha", "clamped_dense_bias", "gemma2", "gemma3", "granite")
 
 
 def batch(c):
@@ -138,7 +138,8 @@ class LiveStorages(TorchDispatchMode):
 @pytest.mark.parametrize("recompute", ("full", "selective"))
 @pytest.mark.parametrize("name,attention,autocast", [
     ("cs336", "naive", False), ("gqa", "naive", True), ("gpt2", "naive", False),
-    ("cs336", "sdpa", True), ("olmo2", "sdpa", False)])
+    ("cs336", "sdpa", True), ("olmo2", "sdpa", False), ("gemma2", "naive", True),
+    ("sandwich_layernorm_sdpa", "sdpa", False)])
 def test_recomputation_keeps_what_the_ledger_keeps(recompute, name, attention, autocast):
     c = replace(variant(name), attention=attention)
     torch.manual_seed(0)

@@ -70,7 +70,8 @@ def ref_norm(c, x, p, prefix):
     shape = (x.shape[-1],)
     if c.norm == "layernorm":
         return F.layer_norm(x, shape, p[prefix + ".weight"], p[prefix + ".bias"], eps=c.norm_eps)
-    return F.rms_norm(x, shape, p[prefix + ".weight"], eps=c.norm_eps)
+    gain = p[prefix + ".weight"]
+    return F.rms_norm(x, shape, 1 + gain if c.norm_offset else gain, eps=c.norm_eps)  # Gemma: 1 + w
 
 
 def ref_linear(x, p, prefix):
@@ -88,6 +89,17 @@ def ref_sdpa(q, k, v, window):
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=k.shape[1] != q.shape[1])
     return F.scaled_dot_product_attention(q, k, v, attn_mask=window_mask(q.shape[-2], window),
                                           enable_gqa=k.shape[1] != q.shape[1])
+
+
+def ref_softcapped(q, k, v, window, cap):
+    """Gemma 2's eager attention (modeling_gemma2.eager_attention_forward): scores scaled,
+    cap·tanh(scores/cap), masked, softmax; K/V repeated over each group (repeat_kv)."""
+    g = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1)
+    scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    scores = cap * torch.tanh(scores / cap)
+    scores = scores.masked_fill(~window_mask(q.shape[-2], window), float("-inf"))
+    return scores.softmax(-1) @ v
 
 
 def ref_latent_attention(c, x, p, a, window):
@@ -199,12 +211,15 @@ def ref_attention(c, x, p, a, window=None):
         q, k = ref_rope(q, pos, c.rope_theta), ref_rope(k, pos, c.rope_theta)
     if c.attention_sinks:  # gpt-oss's eager attention: the sink column, softmax, dropped
         k, v = k.repeat_interleave(h // kv, 1), v.repeat_interleave(h // kv, 1)
-        scores = (q @ k.transpose(2, 3) / math.sqrt(d)).masked_fill(~window_mask(T, window),
-                                                                     float("-inf"))
+        scores = q @ k.transpose(2, 3) / math.sqrt(d)
+        if c.attn_softcap is not None:
+            scores = c.attn_softcap * torch.tanh(scores / c.attn_softcap)
+        scores = scores.masked_fill(~window_mask(T, window), float("-inf"))
         sinks = p[f"{a}.sinks"].reshape(1, h, 1, 1).expand(B, h, T, 1)
         out = torch.cat((scores, sinks), -1).softmax(-1)[..., :-1] @ v
     else:
-        out = ref_sdpa(q, k, v, window)
+        out = ref_sdpa(q, k, v, window) if c.attn_softcap is None else \
+            ref_softcapped(q, k, v, window, c.attn_softcap)
     return ref_linear(out.transpose(1, 2).reshape(B, T, h * d), p, f"{a}.output_proj")
 
 
@@ -221,6 +236,9 @@ def ref_mlp(c, x, p, f):
 def ref_lm(c, ids, p):
     T = ids.shape[-1]
     x = F.embedding(ids, p["token_embeddings.weight"])
+    if c.embedding_multiplier is not None:
+        x = x * c.embedding_multiplier
+    m = 1.0 if c.residual_multiplier is None else c.residual_multiplier  # Granite
     if c.positions == "learned":
         x = x + F.embedding(torch.arange(T), p["position_embeddings.weight"])
     types = c.layer_types or (("local" if c.sliding_window else "global"),) * c.num_layers
@@ -235,13 +253,21 @@ def ref_lm(c, ids, p):
         def mlp(z):
             return ref_moe(c, z, p, f"{b}.ffn") if moe else ref_mlp(c, z, p, f"{b}.ffn")
         if c.norm_placement == "pre":
-            y = x + attn(ref_norm(c, x, p, f"{b}.ln1"))
-            x = y + mlp(ref_norm(c, y, p, f"{b}.ln2"))
+            y = x + m * attn(ref_norm(c, x, p, f"{b}.ln1"))
+            x = y + m * mlp(ref_norm(c, y, p, f"{b}.ln2"))
+        elif c.norm_placement == "sandwich":  # Gemma2DecoderLayer
+            y = x + m * ref_norm(c, attn(ref_norm(c, x, p, f"{b}.ln1")), p, f"{b}.post_attn_norm")
+            x = y + m * ref_norm(c, mlp(ref_norm(c, y, p, f"{b}.ln2")), p, f"{b}.post_ffn_norm")
         else:  # OLMo-2
-            y = x + ref_norm(c, attn(x), p, f"{b}.ln1")
-            x = y + ref_norm(c, mlp(y), p, f"{b}.ln2")
+            y = x + m * ref_norm(c, attn(x), p, f"{b}.ln1")
+            x = y + m * ref_norm(c, mlp(y), p, f"{b}.ln2")
     head = p["token_embeddings.weight"] if c.tie_embeddings else p["lm_head.weight"]
-    return F.linear(ref_norm(c, x, p, "ln_final"), head)
+    logits = F.linear(ref_norm(c, x, p, "ln_final"), head)
+    if c.logit_scale is not None:
+        logits = logits * c.logit_scale
+    if c.final_softcap is not None:  # Gemma2ForCausalLM
+        logits = c.final_softcap * torch.tanh(logits / c.final_softcap)
+    return logits
 
 
 @pytest.mark.parametrize("name", sorted(VARIANTS))

@@ -336,6 +336,23 @@ def _notes(a: Analysis, m, mm: ModuleMap) -> list[str]:
     how = ["eager attention multiplies the scores by 1/√d_k (the tool's model divides) and "
            "adds a float causal mask (B×1×T×T, built by create_causal_mask) where the tool's "
            "model selects with torch.where", "softmax is one fused aten._softmax"]
+    # issue 24: Gemma 2/3 and Granite run the spec's scalars in other places or other forms
+    if c.norm_offset or c.attn_softcap is not None or c.residual_multiplier is not None:
+        how[0] += (" (Gemma's scale is query_pre_attn_scalar**-0.5, Granite's "
+                   "attention_multiplier: another value, the same one op per score)")
+    if c.attn_softcap is not None:
+        how.append("the score soft-cap is the same three ops (÷ cap, tanh, × cap) before the "
+                   "mask")
+    if c.norm_offset:
+        how.append("the RMSNorm gain (1 + w) is added in float32 once per call on the gain "
+                   "vector, as in the tool's model (Gemma2RMSNorm/Gemma3RMSNorm)")
+    if c.embedding_multiplier is not None:
+        how.append("the embedding multiply runs inside embed_tokens for Gemma (× embed_scale, "
+                   "a buffer of √hidden_size) and in the model's forward for Granite: one "
+                   "multiply per element, as the tool's model")
+    if c.logit_scale is not None:
+        how.append("Granite divides the logits by logits_scaling where the tool's model "
+                   "multiplies by logit_scale = 1/logits_scaling: one op per logit either way")
     how.append("RMSNorm multiplies by rsqrt (the tool's divides by sqrt)" if c.norm == "rmsnorm"
                else "LayerNorm is one fused aten.native_layer_norm")
     if c.positions == "rope":

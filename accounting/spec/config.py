@@ -4,8 +4,9 @@ The defaults are the CS336 chapter 3 LM (pre-norm RMSNorm, SwiGLU, RoPE, causal
 multi-head attention, untied LM head, no biases). Every other field switches one
 feature people plan with (see ../shared/architectures.md): grouped-query attention,
 head_dim ≠ d_model/h, LayerNorm, GELU MLPs, learned positions, a tied head, biases,
-QK-norm and OLMo-2's norm placement. accounting/ledger/builder/ walks this spec into the
-ledger, and model/ builds the same network from it.
+QK-norm and OLMo-2's norm placement; Gemma 2/3's sandwich norms, (1 + w) gains, scaled
+embedding and soft-caps, Granite's multipliers. accounting/ledger/builder/ walks this spec
+into the ledger, and model/ builds the same network from it.
 """
 from __future__ import annotations
 
@@ -51,7 +52,9 @@ MLPS: dict[str, MLPKind] = {m.name: m for m in (
 NORMS = {"rmsnorm": "RMSNorm", "layernorm": "LayerNorm"}
 NORM_PLACEMENTS = {"pre": "pre-norm (norm on each sublayer's input)",
                    "post": "post-sublayer norm (OLMo-2: norm on each sublayer's output, "
-                           "inside the residual)"}
+                           "inside the residual)",
+                   "sandwich": "sandwich norms (Gemma 2/3: a norm on each sublayer's input "
+                               "and another on its output, inside the residual)"}
 POSITIONS = {"rope": "RoPE", "learned": "learned absolute positions", "none": "no positions"}
 QK_NORMS = {"none": "no QK-norm", "head": "QK-norm per head (Qwen3)",
             "full": "QK-norm over the full projection width (OLMo-2)"}
@@ -111,7 +114,8 @@ class ModelConfig:
     norm_eps: float = spec(1e-5, kind=NUMBER0, flag="--norm-eps",
                            help="the norms' epsilon (changes no count)")
     norm_placement: str = spec("pre", kind=CHOICE, flag="--norm-placement", choices=NORM_PLACEMENTS,
-                               help="pre (default) or post (OLMo-2: norm on each sublayer's output)")
+                               help="pre (default), post (OLMo-2: norm on each sublayer's "
+                                    "output) or sandwich (Gemma 2/3: norms on its input and output)")
     mlp: str = spec("swiglu", kind=CHOICE, flag="--mlp", choices=MLPS,
                     help="feed-forward: swiglu (default), geglu (tanh GELU), geglu_erf (exact GELU), "
                          "gelu (exact), gelu_tanh (GPT-2), swiglu_clamped (gpt-oss)")
@@ -125,6 +129,27 @@ class ModelConfig:
                           help="bias on the attention output projection")
     mlp_bias: bool = spec(False, kind=FLAG, flag="--mlp-bias",  # GPT-2
                           help="biases on the MLP matrices")
+    # ---- Gemma 2/3 and Granite (issue 24): scalars that each add an elementwise op where
+    # set (their values change no count; None: the op is not run). Sandwich norms are
+    # norm_placement "sandwich". logit_scale is generic: Granite divides its logits by
+    # logits_scaling (logit_scale = 1/logits_scaling), Cohere multiplies by logit_scale.
+    norm_offset: bool = spec(False, kind=FLAG, flag="--norm-offset",
+                             help="RMSNorm gains applied as (1 + w), w initialised to 0 (Gemma): "
+                                  "one add over the gain vector per norm call")
+    embedding_multiplier: float | None = spec(None, kind=NUMBER, flag="--embedding-multiplier",
+                                              help="token embeddings multiplied by X (Gemma: "
+                                                   "√d_model; Granite: embedding_multiplier)")
+    residual_multiplier: float | None = spec(None, kind=NUMBER, flag="--residual-multiplier",
+                                             help="each sublayer's output multiplied by X before "
+                                                  "its residual add (Granite)")
+    attn_softcap: float | None = spec(None, kind=NUMBER, flag="--attn-softcap",
+                                      help="attention scores soft-capped: cap·tanh(scores/cap) "
+                                           "(Gemma 2; naive attention only)")
+    final_softcap: float | None = spec(None, kind=NUMBER, flag="--final-softcap",
+                                       help="logits soft-capped: cap·tanh(logits/cap) (Gemma 2/3)")
+    logit_scale: float | None = spec(None, kind=NUMBER, flag="--logit-scale",
+                                     help="logits multiplied by X (Cohere's logit_scale; "
+                                          "Granite's 1/logits_scaling)")
     qk_norm: str = spec("none", kind=CHOICE, flag="--qk-norm", choices=QK_NORMS,
                         help="none (default), head (Qwen3) or full (OLMo-2)")
     attention: str = spec("naive", kind=CHOICE, flag="--attention", choices=ATTENTIONS,
@@ -253,6 +278,7 @@ class ModelConfig:
                              "multi-head attention (the fused kernel has no sink column; latent "
                              "attention has none): drop --attention sdpa or the latent ranks")
         _check_window(self)
+        _check_scales(self)
         _check_moe(self)
         _check_mla(self)
 
@@ -307,8 +333,10 @@ class ModelConfig:
         biases = [n for n, on in (("QKV", self.qkv_bias), ("attention output", self.out_bias),
                                   ("MLP", self.mlp_bias), ("router", self.router_linear_bias),
                                   ("experts", self.expert_bias)) if on]
-        parts = [f"{'pre-norm' if self.norm_placement == 'pre' else 'post-sublayer-norm'} "
-                 f"{NORMS[self.norm]}", self.mlp_kind.label, POSITIONS[self.positions], attn]
+        placement = {"pre": "pre-norm", "post": "post-sublayer-norm",
+                     "sandwich": "sandwich-norm"}[self.norm_placement]
+        parts = [f"{placement} {NORMS[self.norm]}" + (" (1 + w gains)" if self.norm_offset else ""),
+                 self.mlp_kind.label, POSITIONS[self.positions], attn]
         if self.qk_norm != "none":
             parts.append(QK_NORMS[self.qk_norm])
         if self.attention_sinks:
@@ -328,6 +356,10 @@ class ModelConfig:
                          + ("" if n_moe == len(kinds) else f", on {n_moe} of {len(kinds)} layers"))
         if self.attention != "naive":
             parts.append("fused attention kernel (SDPA)")
+        parts += [f"{what} {value:g}" for what, value in (
+            ("embeddings ×", self.embedding_multiplier), ("sublayer outputs ×", self.residual_multiplier),
+            ("scores soft-capped at", self.attn_softcap), ("logits ×", self.logit_scale),
+            ("logits soft-capped at", self.final_softcap)) if value is not None]
         parts.append("tied LM head" if self.tie_embeddings else "untied LM head")
         parts.append("biases on " + ", ".join(biases) if biases else "no biases")
         return ", ".join(parts)
@@ -381,6 +413,25 @@ def _check_window(c: ModelConfig) -> None:
                              f"global or local, got {_short(c.layer_types)}")
         if "local" in c.layer_types and c.sliding_window is None:
             raise UsageError("layer_types has local layers but sliding_window is not given")
+
+
+def _check_scales(c: ModelConfig) -> None:
+    """The Gemma/Granite scalars: positive finite numbers or none, where they can run."""
+    for f in ("embedding_multiplier", "residual_multiplier", "attn_softcap", "final_softcap",
+              "logit_scale"):
+        value = getattr(c, f)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                  or not 0 < value <= MAX_REAL):
+            raise UsageError(f"{f} must be a positive finite number up to 10^18 (or none), got "
+                             f"{_short(value)}")
+    if c.norm_offset and (c.norm != "rmsnorm" or c.mla):
+        raise UsageError("norm_offset (gains applied as 1 + w) is Gemma's RMSNorm, without "
+                         "latent attention; use norm rmsnorm and no kv_lora_rank, or drop "
+                         "norm_offset")
+    if c.attn_softcap is not None and (c.attention != "naive" or c.mla):
+        raise UsageError("attn_softcap needs the explicit attention scores: the fused kernel "
+                         "(attention sdpa) and latent attention cannot soft-cap them; use "
+                         "attention naive without latent attention, or drop attn_softcap")
 
 
 def _check_moe(c: ModelConfig) -> None:

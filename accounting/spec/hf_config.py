@@ -24,7 +24,8 @@ from transformers 5.23.0: models/<type>/configuration_<type>.py (class defaults)
 modeling_<type>.py (which biases and norms each type builds). Pure Python.
 
 Layout: hf_schema.py (the row's schema, the shared lists, the registry), hf_types_dense.py,
-hf_types_moe.py and hf_types_gpt_oss.py (the rows), this module (translation, back to config.json, files).
+hf_types_moe.py, hf_types_gpt_oss.py and hf_types_gemma.py (the rows; gemma3's vision-language
+wrapper too), this module (translation, back to config.json, files).
 """
 from __future__ import annotations
 
@@ -42,16 +43,16 @@ from accounting.runtime.errors import UsageError
 # the schema and the registry, re-exported: callers read them as hf_config.X
 from accounting.spec.hf_schema import (  # noqa: F401
     BOOL, CHOICE, COMMON_FREE, COMMON_MUST, EPS, FREE_VALUES, INT, INT_OR_NULL, LIST, NONNEG,
-    REFUSED, THETA,
-    TRANSFORMERS_VERSION, TYPES, UNSUPPORTED, Derived, HFType, Key, ModuleNames, Must, Noted,
+    NUMBER_OR_NULL, REFUSED, THETA,
+    TRANSFORMERS_VERSION, TYPES, UNSUPPORTED, WRAPPERS, Derived, HFType, Key, ModuleNames, Must, Noted,
     Required, register, short)
 # the rows: registered into TYPES on import
-from accounting.spec import hf_types_dense, hf_types_gpt_oss, hf_types_moe  # noqa: F401
+from accounting.spec import hf_types_dense, hf_types_gemma, hf_types_gpt_oss, hf_types_moe  # noqa: F401
 
 def supported_types() -> str:
     """The model_types a config.json may name, in the table's order: the one list --help,
     the errors and the docs (accounting/present/generated.py) are written from."""
-    return ", ".join(TYPES)
+    return ", ".join([*TYPES, *WRAPPERS])
 
 
 # ---- translation ---------------------------------------------------------------------------
@@ -93,6 +94,7 @@ def _check_kind(key: Key, value, where: str) -> None:
         LIST: lambda v: v is None or isinstance(v, list),
         BOOL: lambda v: isinstance(v, bool),
         THETA: lambda v: _number(v) and v > 0,
+        NUMBER_OR_NULL: lambda v: v is None or (_number(v) and v > 0),
         EPS: lambda v: _number(v) and v >= 0,
         CHOICE: lambda v: isinstance(v, str) and v in key.choices,
     }[key.kind]
@@ -138,6 +140,10 @@ def translate(data: Mapping, source: str, name: str, origin: str = "",
     key would change a count the tool cannot represent, or is wrong or missing, or is
     unknown (in no list) and not judged count-free by `judge` (none: refused)."""
     mt = data.get("model_type")
+    if isinstance(mt, str) and mt in WRAPPERS:  # a vision-language config: its language model
+        inner, said = WRAPPERS[mt](data, f"{source} ({mt})")
+        hf = translate(inner, f"{source} (text_config)", name, origin or source)
+        return replace(hf, notes=said + hf.notes)
     if isinstance(mt, str) and mt in UNSUPPORTED:
         raise UsageError(f"{source}: model_type {mt} is not supported: it {UNSUPPORTED[mt]}; "
                          f"refusing rather than approximating it (supported: {supported_types()})")

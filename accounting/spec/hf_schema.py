@@ -1,7 +1,8 @@
 """The table's schema for Hugging Face config.json files (hf_config.py reads them): the
 kinds of value, the row of a model_type (HFType: Key, Must, Noted, Derived, ModuleNames),
 the lists every type shares, the keys the llama family shares, and the registry (TYPES,
-register). The rows themselves: hf_types_dense.py, hf_types_moe.py, hf_types_gpt_oss.py.
+register). The rows themselves: hf_types_dense.py, hf_types_moe.py, hf_types_gpt_oss.py and
+hf_types_gemma.py. Pure Python.
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ LIST = "a list or null"  # its entries are checked by the type's derive rule
 BOOL = "true or false"
 THETA = "a positive number"
 EPS = "a non-negative number"
+NUMBER_OR_NULL = "a positive number or null"  # Gemma's soft-caps (null: none)
 CHOICE = "one of"
 
 
@@ -221,6 +223,8 @@ def _rope_ok(value, data) -> bool:
     return kind in ROPE_TYPES and value.get("partial_rotary_factor", 1) in (1, 1.0)
 
 
+rope_ok = _rope_ok  # for rows that check a RoPE setting of their own (gemma3_text's per kind)
+
 COMMON_MUST = (
     Must("is_encoder_decoder", lambda v, d: v is False, "false", "an encoder-decoder model",
          False),
@@ -368,14 +372,9 @@ def register(t: HFType) -> None:
 
 # model_types transformers has that the spec cannot express exactly: refused in one line
 # rather than approximated (a model_type neither here nor in TYPES: "not supported").
-_GEMMA = ("needs what the spec cannot express: four norms per block (sandwich norms before "
-          "and after each sublayer), RMSNorm gains applied as (1 + w), the embedding scaled by "
-          "√hidden_size, query_pre_attn_scalar in place of head_dim for the score scale, and "
-          "{extra}")
-UNSUPPORTED = MappingProxyType({
-    "gemma2": _GEMMA.format(extra="soft-capped attention and final logits (tanh)"),
-    "gemma3": _GEMMA.format(extra="per-head QK-norm with (1 + w) gains; gemma3 is also a "
-                                  "vision-language config (text_config)"),
-    "gemma3_text": _GEMMA.format(extra="per-head QK-norm with (1 + w) gains and a second RoPE "
-                                       "base for the local layers"),
-})
+UNSUPPORTED: Mapping[str, str] = MappingProxyType({})
+
+# model_types whose config.json wraps a language model's config (a vision-language model):
+# model_type -> unwrap(data, where) = (the inner config.json object of a type in TYPES, the
+# notes the output adds). The rows' modules register them (hf_types_gemma.py: gemma3).
+WRAPPERS: dict[str, Callable[[Mapping, str], tuple[dict, tuple[str, ...]]]] = {}

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from accounting.ledger import records as R
 from accounting.ledger.trace import Sym, Trace
-from accounting.ledger.builder.common import QK_NORM, ATTN_SCALE, CAUSAL_MASK, SOFTMAX, NORM_PARAMS, Arch
+from accounting.ledger.builder.common import (QK_NORM, ATTN_SCALE, CAUSAL_MASK, SOFTMAX, NORM_PARAMS,
+                                              SOFTCAP, Arch)
 from accounting.ledger.builder.layers import Linear, Norm, RoPE
 
 
@@ -24,9 +25,10 @@ class Attention:
             if c.qk_norm != "none":
                 full = c.qk_norm == "full"
                 comp = NORM_PARAMS[c.norm]
-                self.q_norm = Norm(t, "q_norm", c.norm, a.width() if full else ("d_k",), QK_NORM, comp)
+                self.q_norm = Norm(t, "q_norm", c.norm, a.width() if full else ("d_k",), QK_NORM,
+                                   comp, c.norm_offset)
                 self.k_norm = Norm(t, "k_norm", c.norm, a.width(kv=True) if full else ("d_k",),
-                                   QK_NORM, comp)
+                                   QK_NORM, comp, c.norm_offset)
             self.rope = RoPE(t) if c.positions == "rope" else None
 
     def __call__(self, x: Sym, out_label: str, out_course: str) -> Sym:
@@ -118,6 +120,12 @@ class Attention:
                          copy_labels=("Q (heads layout)", "K (heads layout)"))
         scores = t.name(Sym(scores_shape, dtype), "QKᵀ scores", "QKᵀ")
         scaled = t.binary("aten.div", scores, None, "QKᵀ / √d_k", ATTN_SCALE)
+        cap = self.a.c.attn_softcap
+        if cap is not None:  # Gemma 2: cap·tanh(scores/cap), before the mask
+            scaled = t.binary("aten.div", scaled, None, "scores / cap", SOFTCAP)
+            scaled = t.unary("aten.tanh", scaled, "tanh(scores / cap)", SOFTCAP, saves="output",
+                             out="tanh(scores / cap)")
+            scaled = t.binary("aten.mul", scaled, None, "cap · tanh", SOFTCAP)
         masked = t.where(mask, scaled, "where(mask, scores, −inf)", CAUSAL_MASK,
                          out="masked scores (softmax input)")
         mx = t.reduce("aten.amax", masked, ("T",), "max over keys", SOFTMAX, saves=True,

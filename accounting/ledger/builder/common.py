@@ -15,11 +15,18 @@ SOFTMAX = "softmax"
 BIAS = "bias adds"
 RESIDUAL = "residual adds"
 ROUTER = "MoE routing"
+# Gemma 2/3 and Granite's scalars (spec: embedding_multiplier, residual_multiplier,
+# attn_softcap/final_softcap, logit_scale)
+EMBED_SCALE = "embedding multiplier"
+SOFTCAP = "tanh soft-capping"
+RESIDUAL_SCALE = "residual multiplier"
+LOGIT_SCALE = "logit scale"
 ACTIVATION_COMPONENT = {"swiglu": "SiLU and gating", "geglu": "GELU (tanh) and gating",
                         "geglu_erf": "GELU (erf) and gating", "gelu": "GELU (erf)",
                         "gelu_tanh": "GELU (tanh)", "swiglu_clamped": "clamped SwiGLU and gating"}
-ELEMENTWISE_ORDER = (*NORMS.values(), QK_NORM, POSITION_ADD, ROPE, ATTN_SCALE, CAUSAL_MASK,
-                     SOFTMAX, *dict.fromkeys(ACTIVATION_COMPONENT.values()), ROUTER, BIAS, RESIDUAL)
+ELEMENTWISE_ORDER = (*NORMS.values(), QK_NORM, EMBED_SCALE, POSITION_ADD, ROPE, ATTN_SCALE,
+                     SOFTCAP, CAUSAL_MASK, SOFTMAX, *dict.fromkeys(ACTIVATION_COMPONENT.values()),
+                     ROUTER, BIAS, RESIDUAL_SCALE, RESIDUAL, LOGIT_SCALE)
 NORM_PARAMS = {"rmsnorm": "RMSNorm gains", "layernorm": "LayerNorm weights and biases"}
 
 ROW = ("B", "T", "d_model")

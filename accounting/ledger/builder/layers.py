@@ -36,11 +36,12 @@ class Linear:
 
 class Norm:
     """RMSNorm (x / sqrt(mean(x²) + eps) · g) or LayerNorm ((x − mean) / sqrt(var + eps) · g
-    + b) over the trailing `width` symbols, in float32 (a no-op cast for fp32)."""
+    + b) over the trailing `width` symbols, in float32 (a no-op cast for fp32). offset:
+    Gemma's gain, x / rms · (1 + g): the add runs on the gain vector, once per call."""
 
     def __init__(self, t: Trace, name: str, kind: str, width: tuple[str, ...], component: str,
-                 param_component: str):
-        self.t, self.name, self.kind, self.width = t, name, kind, width
+                 param_component: str, offset: bool = False):
+        self.t, self.name, self.kind, self.width, self.offset = t, name, kind, width, offset
         self.component = component
         with t.scope(name):
             self.weight = t.param("weight", width, param_component)
@@ -59,7 +60,10 @@ class Norm:
                 e = t.binary("aten.add", ms, None, "+ eps", k)
                 rms = t.unary("aten.sqrt", e, "sqrt", k, saves="output", out=f"{m} rms")
                 normed = t.binary("aten.div", x, rms, "x / rms", k, out=f"{m} x / rms")
-                y = t.binary("aten.mul", normed, self.weight, "· gain", k)
+                gain = self.weight
+                if self.offset:  # (1.0 + self.weight): a new d-vector, saved by the multiply
+                    gain = t.binary("aten.add", gain, None, "1 + gain", k, out=f"{m} 1 + gain")
+                y = t.binary("aten.mul", normed, gain, "· gain", k)
             else:
                 mean = t.reduce("aten.mean", x, w, f"mean over {over}", k)
                 xc = t.binary("aten.sub", x, mean, "x − mean", k, out=f"{m} x − mean")

@@ -4,7 +4,8 @@ from __future__ import annotations
 from accounting.ledger import records as R
 from accounting.spec.config import NORMS, ModelConfig
 from accounting.ledger.trace import LOSS, Sym, Trace
-from accounting.ledger.builder.common import POSITION_ADD, RESIDUAL, NORM_PARAMS, ROW, Arch
+from accounting.ledger.builder.common import (POSITION_ADD, RESIDUAL, NORM_PARAMS, ROW, Arch,
+                                              EMBED_SCALE, LOGIT_SCALE, RESIDUAL_SCALE, SOFTCAP)
 from accounting.ledger.builder.layers import Linear, Norm, activation, FeedForward
 from accounting.ledger.builder.attention import Attention
 from accounting.ledger.builder.latent_attention import LatentAttention
@@ -14,12 +15,17 @@ from accounting.ledger.builder.moe import MoE
 class Block:
     def __init__(self, t: Trace, a: Arch, recompute: str = "none", kind=None):
         self.t, self.c, self.recompute, self.kind = t, a.c, recompute, kind
-        comp, kind = NORM_PARAMS[a.c.norm], a.c.norm
-        self.ln1 = Norm(t, "ln1", kind, ("d_model",), NORMS[kind], comp)
+        comp, kind, off = NORM_PARAMS[a.c.norm], a.c.norm, a.c.norm_offset
+        sandwich = a.c.norm_placement == "sandwich"
+        self.ln1 = Norm(t, "ln1", kind, ("d_model",), NORMS[kind], comp, off)
         local = self.kind is not None and self.kind.local
         self.attn = (LatentAttention if a.c.mla else Attention)(t, a, recompute, local)
-        self.ln2 = Norm(t, "ln2", kind, ("d_model",), NORMS[kind], comp)
+        self.post_attn_norm = (Norm(t, "post_attn_norm", kind, ("d_model",), NORMS[kind], comp, off)
+                               if sandwich else None)
+        self.ln2 = Norm(t, "ln2", kind, ("d_model",), NORMS[kind], comp, off)
         self.ffn = MoE(t, a.c) if self.kind is not None and self.kind.moe else FeedForward(t, a.c)
+        self.post_ffn_norm = (Norm(t, "post_ffn_norm", kind, ("d_model",), NORMS[kind], comp, off)
+                              if sandwich else None)
 
     def __call__(self) -> None:
         t, pre = self.t, self.c.norm_placement == "pre"
@@ -31,22 +37,39 @@ class Block:
         else:
             self.run(x)
 
+    def scaled(self, out: Sym) -> Sym:
+        """TransformerBlock.scaled: × residual_multiplier (Granite), a scalar: nothing saved."""
+        m = self.c.residual_multiplier
+        return out if m is None else self.t.binary("aten.mul", out, None, "sublayer output · m",
+                                                     RESIDUAL_SCALE)
+
     def run(self, x: Sym) -> None:
         t, norm_course = self.t, f"{NORMS[self.c.norm]} inputs"
         if self.c.norm_placement == "pre":
             h = self.ln1(x, "ln1 output")
-            y = t.binary("aten.add", x, self.attn(h, "output projection output", "output projection"),
-                         "x + attn, y + ffn", RESIDUAL)
+            o = self.scaled(self.attn(h, "output projection output", "output projection"))
+            y = t.binary("aten.add", x, o, "x + attn, y + ffn", RESIDUAL)
             y = t.name(y, "ln2 input", norm_course)
             h = self.ln2(y, "ln2 output")
-            t.binary("aten.add", y, self.ffn(h, "W2"), "x + attn, y + ffn", RESIDUAL)
+            t.binary("aten.add", y, self.scaled(self.ffn(h, "W2")), "x + attn, y + ffn", RESIDUAL)
+        elif self.c.norm_placement == "sandwich":  # Gemma 2/3: norms before and after
+            h = self.ln1(x, "ln1 output")
+            o = self.attn(h, "output projection output", "output projection")
+            o = self.scaled(self.post_attn_norm(o, "post_attn_norm output"))
+            y = t.binary("aten.add", x, o, "x + post_attn_norm(attn), y + post_ffn_norm(ffn)",
+                         RESIDUAL)
+            y = t.name(y, "ln2 input", norm_course)
+            h = self.ln2(y, "ln2 output")
+            f = self.scaled(self.post_ffn_norm(self.ffn(h, "W2"), "post_ffn_norm output"))
+            t.binary("aten.add", y, f, "x + post_attn_norm(attn), y + post_ffn_norm(ffn)", RESIDUAL)
         else:  # OLMo-2: y = x + ln1(attn(x)); z = y + ln2(ffn(y))
             o = self.attn(x, "output projection output", "output projection")
-            y = t.binary("aten.add", x, self.ln1(o, "ln1 output"), "x + ln1(attn), y + ln2(ffn)",
-                         RESIDUAL)
+            y = t.binary("aten.add", x, self.scaled(self.ln1(o, "ln1 output")),
+                         "x + ln1(attn), y + ln2(ffn)", RESIDUAL)
             y = t.name(y, "residual after attention (ffn input)")
             f = self.ffn(y, "W2")
-            t.binary("aten.add", y, self.ln2(f, "ln2 output"), "x + ln1(attn), y + ln2(ffn)", RESIDUAL)
+            t.binary("aten.add", y, self.scaled(self.ln2(f, "ln2 output")),
+                     "x + ln1(attn), y + ln2(ffn)", RESIDUAL)
 
 
 def _symbol(kind, kinds) -> str:
@@ -85,7 +108,7 @@ def walk(c: ModelConfig, autocast: str | None = None, recompute: str = "none",
         with t.block(symbol):
             blocks.append(Block(t, a, recompute, kind))
     comp = NORM_PARAMS[c.norm]
-    ln_final = Norm(t, "ln_final", c.norm, ("d_model",), NORMS[c.norm], comp)
+    ln_final = Norm(t, "ln_final", c.norm, ("d_model",), NORMS[c.norm], comp, c.norm_offset)
     lm_head = Linear(t, "lm_head", ("d_model",), ("V",), R.LM_HEAD, "LM head",
                      weight=tok if c.tie_embeddings else None)
 
@@ -93,6 +116,8 @@ def walk(c: ModelConfig, autocast: str | None = None, recompute: str = "none",
     ids = t.name(t.fresh(("B", "T"), R.INT64), "token ids")
     with t.scope("token_embeddings"):
         x = t.lookup(tok, ids, ROW)
+    if c.embedding_multiplier is not None:  # Gemma's √d_model, Granite's multiplier: a scalar
+        x = t.binary("aten.mul", x, None, "embedding · multiplier", EMBED_SCALE)
     if pos is not None:
         with t.scope("position_embeddings"):
             positions = t.name(t.fresh(("T",), R.INT64), "position ids")
@@ -105,6 +130,13 @@ def walk(c: ModelConfig, autocast: str | None = None, recompute: str = "none",
     x = t.name(t.fresh(ROW, grad=True), "ln_final input", final_course)
     h = ln_final(x, "ln_final output")
     logits = lm_head(h, "logits (output embedding)", "output embedding")
+    if c.logit_scale is not None:  # Granite (1/logits_scaling), Cohere: a scalar
+        logits = t.binary("aten.mul", logits, None, "logits · logit_scale", LOGIT_SCALE)
+    if c.final_softcap is not None:  # Gemma 2/3: cap·tanh(logits/cap)
+        logits = t.binary("aten.div", logits, None, "logits / cap", SOFTCAP)
+        logits = t.unary("aten.tanh", logits, "tanh(logits / cap)", SOFTCAP, saves="output",
+                         out="tanh(logits / cap)")
+        logits = t.binary("aten.mul", logits, None, "cap · tanh", SOFTCAP)
 
     # F.cross_entropy(logits, targets) = nll_loss(log_softmax(logits)): outside the model
     with t.outside(LOSS):
