@@ -46,12 +46,14 @@ class CausalMultiHeadSelfAttention(nn.Module):
     = the course's): num_kv_heads < num_heads is grouped-query attention (each K/V head
     serves num_heads/num_kv_heads query heads; K and V are broadcast over the group, never
     copied); head_dim other than d_model/num_heads; biases; QK-norm per head (Qwen3) or over
-    the full projection width (OLMo-2), applied before RoPE.
+    the full projection width (OLMo-2), applied before RoPE; RoPE on the first rotary_dim
+    dims of each head only (GPT-NeoX's rotary_pct, Phi's partial_rotary_factor).
     """
 
     def __init__(self, d_model, num_heads, max_seq_len=None, theta=None, device=None, dtype=None,
                  *, num_kv_heads=None, head_dim=None, qkv_bias=False, out_bias=False,
-                 qk_norm="none", norm="rmsnorm", norm_eps=1e-5, attention="naive", window=None):
+                 qk_norm="none", norm="rmsnorm", norm_eps=1e-5, attention="naive", window=None,
+                 rotary_dim=None):
         super().__init__()
         check_positive_int("d_model", d_model)
         check_positive_int("num_heads", num_heads)
@@ -87,7 +89,13 @@ class CausalMultiHeadSelfAttention(nn.Module):
         if theta is not None:
             if max_seq_len is None:
                 raise ValueError("max_seq_len is required when theta is given (RoPE needs its tables)")
-            self.rope = RotaryPositionalEmbedding(theta, self.d_k, max_seq_len, device=device)
+            if rotary_dim is not None:  # partial rotary (GPT-NeoX, Phi): the first rotary_dim dims
+                check_positive_int("rotary_dim", rotary_dim)
+                if rotary_dim >= head_dim:
+                    raise ValueError(f"rotary_dim={rotary_dim} must be below head_dim={head_dim}")
+            self.rotary_dim = rotary_dim
+            self.rope = RotaryPositionalEmbedding(theta, rotary_dim or self.d_k, max_seq_len,
+                                                  device=device)
         else:
             self.rope = None
 
@@ -114,7 +122,12 @@ class CausalMultiHeadSelfAttention(nn.Module):
                 rotate = self.rope  # user positions: range-checked
             # (seq) or (batch seq) -> add a heads axis so every head gets the same rotation
             positions = positions[..., None, :]
-            q, k = rotate(q, positions), rotate(k, positions)
+            if self.rotary_dim is None:
+                q, k = rotate(q, positions), rotate(k, positions)
+            else:  # rotate the first rotary_dim dims, pass the rest through (rotary_pct < 1)
+                r = self.rotary_dim
+                q = torch.cat((rotate(q[..., :r], positions), q[..., r:]), dim=-1)
+                k = torch.cat((rotate(k[..., :r], positions), k[..., r:]), dim=-1)
 
         core, args = self.attention_core(q, k, v, seq, x.device)
         if self.recompute_core:  # Korthikanti et al.'s selective recomputation

@@ -27,7 +27,8 @@ SPEC_DEFAULTS = {f.name: f.default for f in fields(ModelConfig)}
 OPTIONS = {k: v for k, v in SPEC_DEFAULTS.items() if k not in _COURSE_ARGS}
 # the options each block reads (the rest belong to the whole model: positions, layer kinds, MoE)
 BLOCK_OPTIONS = ("num_kv_heads", "head_dim", "norm", "norm_eps", "norm_placement", "mlp",
-                 "qkv_bias", "out_bias", "mlp_bias", "qk_norm", "attention", *MLA_OPTIONS)
+                 "qkv_bias", "out_bias", "mlp_bias", "qk_norm", "attention", "block", "rotary_dim",
+                 *MLA_OPTIONS)
 
 
 def _options(given: dict, allowed, where: str) -> dict:
@@ -44,6 +45,8 @@ class TransformerBlock(nn.Module):
 
     Norms sit on the sublayer inputs, leaving an un-normalized residual stream.
     norm_placement="post" is OLMo-2's: y = x + ln1(MHA(x)); z = y + ln2(FFN(y)).
+    block="parallel" (GPT-NeoX, Falcon-40B): z = x + MHA(ln1(x)) + FFN(ln2(x));
+    "parallel_shared_norm" (Falcon-7B): h = ln1(x), z = x + MHA(h) + FFN(h), no ln2.
     """
 
     def __init__(self, d_model, num_heads, d_ff, max_seq_len, theta, device=None, dtype=None, *,
@@ -57,7 +60,13 @@ class TransformerBlock(nn.Module):
             raise ValueError(f"norm must be one of {', '.join(NORM_CLASSES)}, got {norm!r}")
         if norm_placement not in ("pre", "post"):
             raise ValueError(f"norm_placement must be pre or post, got {norm_placement!r}")
+        if o["block"] not in ("sequential", "parallel", "parallel_shared_norm"):
+            raise ValueError(f"block must be sequential, parallel or parallel_shared_norm, got "
+                             f"{o['block']!r}")
+        if o["block"] != "sequential" and norm_placement != "pre":
+            raise ValueError("a parallel block needs norm_placement pre")
         self.post_norm = norm_placement == "post"
+        self.block = o["block"]
         norm_cls = NORM_CLASSES[norm]
         self.ln1 = norm_cls(d_model, eps=norm_eps, device=device, dtype=dtype)
         if kv_lora_rank is not None:  # multi-head latent attention (DeepSeek)
@@ -70,9 +79,10 @@ class TransformerBlock(nn.Module):
                 d_model, num_heads, max_seq_len=max_seq_len, theta=theta, device=device, dtype=dtype,
                 num_kv_heads=o["num_kv_heads"], head_dim=o["head_dim"], qkv_bias=qkv_bias,
                 out_bias=out_bias, qk_norm=o["qk_norm"], norm=norm, norm_eps=norm_eps,
-                attention=attention, window=window,
+                attention=attention, window=window, rotary_dim=o["rotary_dim"],
             )
-        self.ln2 = norm_cls(d_model, eps=norm_eps, device=device, dtype=dtype)
+        if self.block != "parallel_shared_norm":
+            self.ln2 = norm_cls(d_model, eps=norm_eps, device=device, dtype=dtype)
         if moe is not None:  # a mixture of experts: moe holds MoE's options
             self.ffn = MoE(d_model, device=device, dtype=dtype,
                            activation=MLPS[mlp].activation, **moe)
@@ -81,6 +91,10 @@ class TransformerBlock(nn.Module):
 
     def forward(self, x: torch.Tensor, token_positions: torch.Tensor | None = None) -> torch.Tensor:
         # x: (batch seq d_model) -> (batch seq d_model)
+        if self.block != "sequential":  # attention and MLP both read x, both add to it
+            h = self.ln1(x)
+            y = x + self.attn(h, token_positions)
+            return y + self.ffn(h if self.block == "parallel_shared_norm" else self.ln2(x))
         if self.post_norm:
             y = x + self.ln1(self.attn(x, token_positions))
             return y + self.ln2(self.ffn(y))

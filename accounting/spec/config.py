@@ -54,6 +54,11 @@ ATTENTIONS = {"naive": "explicit scores, causal mask and softmax (the course's a
               "sdpa": "fused attention kernel: F.scaled_dot_product_attention(is_causal=True)"}
 ROUTERS = {"softmax": "softmax over the experts' scores (Mixtral, Qwen3-MoE)",
            "sigmoid": "a sigmoid per expert's score (DeepSeek-V3)"}
+BLOCKS = {"sequential": "attention, then the MLP on its result",
+          "parallel": "attention and MLP in parallel on the block input, a norm each "
+                      "(GPT-NeoX, Falcon-40B)",
+          "parallel_shared_norm": "attention and MLP in parallel on one shared norm of the "
+                                  "block input (Falcon-7B)"}
 LAYER_TYPES = ("global", "local")  # full causal attention, or a sliding window of the last W keys
 
 
@@ -122,6 +127,19 @@ class ModelConfig:
                           help="how the attention core runs: naive (default: the course's explicit "
                                "scores, mask and softmax) or sdpa (the fused kernel, "
                                "F.scaled_dot_product_attention)")
+    # -- the parallel block and partial rotary (GPT-NeoX, Falcon, Phi-3; Cohere can reuse them)
+    # parallel: attention and MLP both read the block input x, and both add to it:
+    # x + attn(ln1(x)) + mlp(ln2(x)) (GPT-NeoX's use_parallel_residual, Falcon-40B's ln_attn
+    # and ln_mlp), or with one shared norm x + attn(ln1(x)) + mlp(ln1(x)) (Falcon-7B's
+    # parallel_attn, Cohere): no ln2
+    block: str = spec("sequential", kind=CHOICE, flag="--block", choices=BLOCKS,
+                      help="sequential (default: y = x + attn, y + mlp), parallel (x + attn + "
+                           "mlp, a norm each) or parallel_shared_norm (one norm feeds both)")
+    # RoPE on the first rotary_dim dims of each head only, the rest passed through and
+    # concatenated back (GPT-NeoX's rotary_pct, Phi's partial_rotary_factor); None: all d_k
+    rotary_dim: int | None = spec(None, kind=SIZE, flag="--rotary-dim",
+                                  help="RoPE on the first N dims of each head (even, below "
+                                       "head_dim; default: the whole head)")
     # sliding-window (local) attention: each query attends its last W keys (itself included)
     sliding_window: int | None = spec(None, kind=SIZE, flag="--sliding-window", group=EXTRAS,
                                       help="a local layer attends its last W keys (every layer "
@@ -219,6 +237,7 @@ class ModelConfig:
             what = "head_dim" if self.head_dim is not None else "head dimension d_model/num_heads"
             raise UsageError(f"{what} = {self.d_k} is odd; RoPE rotates pairs, so choose an even "
                              f"head dimension (or positions other than rope)")
+        _check_parallel(self)
         _check_window(self)
         _check_moe(self)
         _check_mla(self)
@@ -275,11 +294,16 @@ class ModelConfig:
                                   ("MLP", self.mlp_bias)) if on]
         parts = [f"{'pre-norm' if self.norm_placement == 'pre' else 'post-sublayer-norm'} "
                  f"{NORMS[self.norm]}", self.mlp_kind.label, POSITIONS[self.positions], attn]
+        if self.rotary_dim is not None:
+            parts[2] = f"RoPE on {self.rotary_dim} of {self.d_k} dims per head"
         if self.qk_norm != "none":
             parts.append(QK_NORMS[self.qk_norm])
         if self.mla:
             parts[3] = (f"multi-head latent attention (kv_lora_rank {self.kv_lora_rank}"
                         + (f", q_lora_rank {self.q_lora_rank}" if self.q_lora_rank else "") + ")")
+        if self.block != "sequential":
+            parts.insert(1, "parallel attention and MLP" + (
+                " (one shared norm)" if self.block == "parallel_shared_norm" else ""))
         kinds = self.layer_kinds
         n_local = sum(k.local for k in kinds)
         if n_local:
@@ -334,6 +358,18 @@ def _positive(c: ModelConfig, f: str, allow_none: bool = True) -> None:
         return
     if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_SIZE:
         raise UsageError(f"{f} must be a positive integer up to 10^12, got {_short(value)}")
+
+
+def _check_parallel(c: ModelConfig) -> None:
+    _positive(c, "rotary_dim")
+    if c.block != "sequential" and c.norm_placement != "pre":
+        raise UsageError(f"block {c.block} reads norms of the block input: it needs "
+                         f"norm_placement pre, got {c.norm_placement}")
+    if c.rotary_dim is not None and (c.positions != "rope" or c.mla
+                                     or c.rotary_dim % 2 or c.rotary_dim >= c.d_k):
+        raise UsageError(f"rotary_dim {c.rotary_dim} must be even and below the head dimension "
+                         f"{c.d_k}, with positions rope and no latent attention (for RoPE on "
+                         f"the whole head leave it unset)")
 
 
 def _check_window(c: ModelConfig) -> None:

@@ -25,7 +25,8 @@ class Attention:
                 self.q_norm = Norm(t, "q_norm", c.norm, a.width() if full else ("d_k",), QK_NORM, comp)
                 self.k_norm = Norm(t, "k_norm", c.norm, a.width(kv=True) if full else ("d_k",),
                                    QK_NORM, comp)
-            self.rope = RoPE(t) if c.positions == "rope" else None
+            self.rope = None if c.positions != "rope" else \
+                RoPE(t, "d_k" if c.rotary_dim is None else "d_rot")
 
     def __call__(self, x: Sym, out_label: str, out_course: str) -> Sym:
         t, a, c = self.t, self.a, self.a.c
@@ -45,12 +46,25 @@ class Attention:
                 k = self.k_norm(k, "K after QK-norm")
             if self.rope is not None:
                 positions = t.fresh(("T",), R.INT64)  # torch.arange(seq)
-                q = self.rope.rotate(q, positions, "Q after RoPE")
-                k = self.rope.rotate(k, positions, "K after RoPE")
+                if c.rotary_dim is None:
+                    q = self.rope.rotate(q, positions, "Q after RoPE")
+                    k = self.rope.rotate(k, positions, "K after RoPE")
+                else:  # cat((rotate(q[..., :r]), q[..., r:])): slices are views, cat a copy
+                    q = self.partial(q, positions, "Q")
+                    k = self.partial(k, positions, "K")
             t.cached("K", a.width(kv=True), window=self.local)
             t.cached("V", a.width(kv=True), window=self.local)
             out = self.run_core(q, k, v)
             return self.output_proj(self.merge(out, a.width()), out_label, out_course)
+
+    def partial(self, x: Sym, positions: Sym, what: str) -> Sym:
+        """Partial rotary (model/attention.py): the first d_rot dims of each head rotated,
+        the other d_k − d_rot passed through, concatenated back (a new tensor, 0 FLOPs)."""
+        t, lead = self.t, x.shape[:-1]
+        rot = self.rope.rotate(t.view(x, lead + ("d_rot",), contiguous=False), positions,
+                               f"{what} rotary part after RoPE")
+        rest = t.view(x, lead + ("d_pass",), contiguous=False)
+        return t.name(t.cat((rot, rest), x.shape), f"{what} after partial RoPE")
 
     def merge(self, out: Sym, width: tuple[str, ...]) -> Sym:
         """"... heads seq d -> ... seq (heads d)": a copy of a heads-major tensor, a view

@@ -18,7 +18,8 @@ class Block:
         self.ln1 = Norm(t, "ln1", kind, ("d_model",), NORMS[kind], comp)
         local = self.kind is not None and self.kind.local
         self.attn = (LatentAttention if a.c.mla else Attention)(t, a, recompute, local)
-        self.ln2 = Norm(t, "ln2", kind, ("d_model",), NORMS[kind], comp)
+        self.ln2 = None if a.c.block == "parallel_shared_norm" else \
+            Norm(t, "ln2", kind, ("d_model",), NORMS[kind], comp)
         self.ffn = MoE(t, a.c) if self.kind is not None and self.kind.moe else FeedForward(t, a.c)
 
     def __call__(self) -> None:
@@ -33,7 +34,13 @@ class Block:
 
     def run(self, x: Sym) -> None:
         t, norm_course = self.t, f"{NORMS[self.c.norm]} inputs"
-        if self.c.norm_placement == "pre":
+        if self.c.block != "sequential":  # z = x + attn(ln1(x)) + ffn(ln2(x) or ln1(x))
+            h = self.ln1(x, "ln1 output")
+            y = t.binary("aten.add", x, self.attn(h, "output projection output", "output projection"),
+                         "x + attn + ffn (parallel)", RESIDUAL)
+            m = self.ffn(h if self.ln2 is None else self.ln2(x, "ln2 output"), "W2")
+            t.binary("aten.add", y, m, "x + attn + ffn (parallel)", RESIDUAL)
+        elif self.c.norm_placement == "pre":
             h = self.ln1(x, "ln1 output")
             y = t.binary("aten.add", x, self.attn(h, "output projection output", "output projection"),
                          "x + attn, y + ffn", RESIDUAL)
