@@ -46,7 +46,7 @@ from accounting.spec.hf_schema import (  # noqa: F401
     TRANSFORMERS_VERSION, TYPES, UNSUPPORTED, Derived, HFType, Key, ModuleNames, Must, Noted,
     Required, register, short)
 # the rows: registered into TYPES on import
-from accounting.spec import hf_types_dense, hf_types_moe  # noqa: F401
+from accounting.spec import hf_types_dense, hf_types_moe, hf_types_parallel  # noqa: F401
 
 # ---- translation ---------------------------------------------------------------------------
 @dataclass(frozen=True, eq=False)
@@ -144,7 +144,7 @@ def translate(data: Mapping, source: str, name: str, origin: str = "") -> HFConf
                          f"{'it changes' if len(unknown) == 1 else 'they change'} a count, so it "
                          f"refuses rather than drop {'it' if len(unknown) == 1 else 'them'} "
                          f"(the keys it reads: accounting/spec/hf_config.py, model_type {mt})")
-    for m in COMMON_MUST + t.must:
+    for m in [m for m in COMMON_MUST if not t.declares(m.hf)] + list(t.must):
         value = data.get(m.hf, m.default)
         if not m.ok(value, data):
             absent = "" if m.hf in data else " (absent: transformers' default)"
