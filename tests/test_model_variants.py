@@ -175,7 +175,9 @@ def ref_attention(c, x, p, a, window=None):
         q, k = ref_norm(c, q, p, f"{a}.q_norm"), ref_norm(c, k, p, f"{a}.k_norm")
     if c.positions == "rope":
         pos = torch.arange(T).unsqueeze(0)
-        q, k = ref_rope(q, pos, c.rope_theta), ref_rope(k, pos, c.rope_theta)
+        r = c.rotary_dim or d  # partial rotary: the first r dims rotated, the rest kept
+        q = torch.cat((ref_rope(q[..., :r], pos, c.rope_theta), q[..., r:]), -1)
+        k = torch.cat((ref_rope(k[..., :r], pos, c.rope_theta), k[..., r:]), -1)
     out = ref_sdpa(q, k, v, window)
     return ref_linear(out.transpose(1, 2).reshape(B, T, h * d), p, f"{a}.output_proj")
 
@@ -205,7 +207,11 @@ def ref_lm(c, ids, p):
 
         def mlp(z):
             return ref_moe(c, z, p, f"{b}.ffn") if moe else ref_mlp(c, z, p, f"{b}.ffn")
-        if c.norm_placement == "pre":
+        if c.block != "sequential":  # GPT-NeoX/Falcon: both sublayers read x
+            h = ref_norm(c, x, p, f"{b}.ln1")
+            x = x + attn(h) + mlp(h if c.block == "parallel_shared_norm"
+                                  else ref_norm(c, x, p, f"{b}.ln2"))
+        elif c.norm_placement == "pre":
             y = x + attn(ref_norm(c, x, p, f"{b}.ln1"))
             x = y + mlp(ref_norm(c, y, p, f"{b}.ln2"))
         else:  # OLMo-2
