@@ -206,3 +206,26 @@ def test_full_rotary_is_plain_rope_and_falcon_names_its_norms():
         assert mm.params[f"transformer.h.0.{ln1}"] == "LayerNorm weights and biases"
         assert mm.block["self_attention.query_key_value"][1] == \
             ("attn.q_proj", "attn.k_proj", "attn.v_proj")
+
+
+def test_flags_are_written_back_as_the_types_own_keys():
+    # transformers' own rules decide what a flag means: Falcon's layout keys, GPT-NeoX's
+    # use_parallel_residual and rotary_pct, Phi-3's partial_rotary_factor
+    from dataclasses import replace
+    from accounting.spec.hf_config import for_transformers
+    f7 = translate(CONFIGS["falcon (7B)"], "t", "f7")
+    data, why = for_transformers(f7, replace(f7.config, block="parallel"))
+    assert why == "" and data["new_decoder_architecture"] is True \
+        and data["num_kv_heads"] == 1 and data["num_ln_in_parallel_attn"] == 2
+    data, why = for_transformers(f7, replace(f7.config, block="sequential"))
+    assert (data["new_decoder_architecture"], data["multi_query"], data["parallel_attn"]) == \
+        (False, True, False)
+    seq = translate(CONFIGS["falcon (sequential)"], "t", "fs")
+    data, why = for_transformers(seq, replace(seq.config, num_kv_heads=2))
+    assert data is None and "cannot be written" in why  # sequential Falcon: 1 or h K/V heads
+    neox = translate(CONFIGS["gpt_neox"], "t", "n")
+    data, why = for_transformers(neox, replace(neox.config, rotary_dim=8, block="sequential"))
+    assert (data["rotary_pct"], data["use_parallel_residual"]) == (0.5, False)
+    phi = translate(CONFIGS["phi3"], "t", "p")
+    data, why = for_transformers(phi, replace(phi.config, rotary_dim=None))
+    assert data["partial_rotary_factor"] == 1.0

@@ -104,12 +104,14 @@ def split(counts: dict[str, int], mm: ModuleMap, total: int) -> Split:
 
 
 # ---------------------------------------------------------------- comparison
-def compare_hf(a: Analysis, m, hf: HFConfig, experts=None) -> HFCheck:
+def compare_hf(a: Analysis, m, hf: HFConfig, experts=None, data=None) -> HFCheck:
     """`m`: an hf_counter.HFMeasurement for `a`'s workload; `experts`: an
     hf_experts.ExpertsCheck (transformers' expert implementations on CPU at a shrunk size),
-    or why it could not run."""
+    or why it could not run; `data`: the config.json transformers' model was built from
+    (flags written back; default: hf's own)."""
     lg = a.ledger
-    mm = module_map(lg, hf.type.module_names(hf.data))
+    data = hf.data if data is None else data
+    mm = module_map(lg, hf.type.module_names(data))
     _, block = analytic_flops(a)
     flops: dict[tuple[str, str], int] = {}
     layers: list[LayerCheck] = []
@@ -136,7 +138,7 @@ def compare_hf(a: Analysis, m, hf: HFConfig, experts=None) -> HFCheck:
         layers.append(layer_check(phase, COUNTER, s, block, lg))
 
     params = _params(a, m, mm)
-    kv_bytes, kv_detail = _kv(a, m, hf)
+    kv_bytes, kv_detail = _kv(a, m, hf, data)
     checks.append(Check("transformers: the LM head reads the token embedding (tied) exactly "
                         "when the ledger's does", f"transformers {'tied' if m.tied else 'untied'}, "
                         f"ledger {'tied' if lg.tied else 'untied'}", m.tied == bool(lg.tied)))
@@ -160,7 +162,7 @@ def _params(a: Analysis, m, mm: ModuleMap) -> tuple[ParamRow, ...]:
     return tuple(rows)
 
 
-def _kv(a: Analysis, m, hf: HFConfig) -> tuple[tuple[int, int], str]:
+def _kv(a: Analysis, m, hf: HFConfig, data) -> tuple[tuple[int, int], str]:
     """Bytes of the cache after the prefill: the ledger's cache entries (per token, per
     block, all blocks) × B·T × the model's element size, against past_key_values. A local
     (sliding-window) layer's entry counts min(T, W − 1) tokens: between steps transformers'
@@ -172,7 +174,7 @@ def _kv(a: Analysis, m, hf: HFConfig) -> tuple[tuple[int, int], str]:
     itemsize = m.kv[0][2] if m.kv else 0
     analytic = sum(int(e.expr().value(v)) * kept[e.window] for e in a.ledger.cache) \
         * a.batch * itemsize
-    broadcast = hf.type.kv_broadcast is not None and hf.type.kv_broadcast(hf.data)
+    broadcast = hf.type.kv_broadcast is not None and hf.type.kv_broadcast(data)
     if broadcast:  # compared as the ledger's h_kv heads × g, said in the detail
         analytic *= a.config.group_size
     measured = sum((_prod(k) + _prod(val)) * size for k, val, size in m.kv)

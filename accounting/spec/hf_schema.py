@@ -175,9 +175,9 @@ def real(v) -> bool:
 
 
 FREE_VALUES = MappingProxyType({
-    "torch_dtype": (lambda v: v is None or v in TORCH_DTYPES,
+    "torch_dtype": (lambda v: v is None or (isinstance(v, str) and v in TORCH_DTYPES),
                     "null or a torch dtype's name such as \"bfloat16\""),
-    "dtype": (lambda v: v is None or v in TORCH_DTYPES,
+    "dtype": (lambda v: v is None or (isinstance(v, str) and v in TORCH_DTYPES),
               "null or a torch dtype's name such as \"bfloat16\""),
     "use_cache": (_bool_or_null, BOOL),
     **{k: (_id_or_null, "an integer or null") for k in (

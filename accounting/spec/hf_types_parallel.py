@@ -145,6 +145,20 @@ def _falcon_names(data: Mapping) -> ModuleNames:
     return FALCON_TWO_NORMS if two else FALCON_NAMES
 
 
+def _falcon_back(c) -> Mapping:
+    """The layout keys that mean a spec's block and K/V heads (flags on a config.json): the
+    old architecture where it can (one K/V head or all of them), else the new one."""
+    kv, h = c.kv_heads, c.num_heads
+    old = {"new_decoder_architecture": False, "multi_query": kv == 1, "num_kv_heads": None,
+           "num_ln_in_parallel_attn": None}
+    if c.block == "sequential":
+        return None if kv not in (1, h) else {**old, "parallel_attn": False}
+    if c.block == "parallel_shared_norm" and kv in (1, h):
+        return {**old, "parallel_attn": True}
+    return {"new_decoder_architecture": True, "num_kv_heads": kv, "parallel_attn": True,
+            "num_ln_in_parallel_attn": 1 if c.block == "parallel_shared_norm" else 2}
+
+
 register(HFType(
     "falcon", "FalconForCausalLM",
     keys=(Key("vocab_size", ("vocab_size",), INT, Required(65024)),
@@ -186,7 +200,8 @@ register(HFType(
                      "new_decoder_architecture: num_kv_heads K/V heads, parallel with ln_attn "
                      "and ln_mlp (one input_layernorm if num_ln_in_parallel_attn is 1); else "
                      "multi_query: one K/V head, parallel_attn: one input_layernorm feeding "
-                     "both, or sequential (FalconAttention, FalconDecoderLayer)"),),
+                     "both, or sequential (FalconAttention, FalconDecoderLayer)",
+                     _falcon_back),),
 ))
 
 
