@@ -90,7 +90,8 @@ def tensor_parallel(lm: M.TransformerLM, mesh, sp: bool) -> None:
             plan["ffn.w3"] = Colwise()
         if sp:
             plan["ln1"] = SequenceParallel()
-            plan["ln2"] = SequenceParallel()
+            if hasattr(block, "ln2"):  # a parallel block with one shared norm has none
+                plan["ln2"] = SequenceParallel()
         parallelize_module(block, mesh, plan)
         block.attn.num_heads //= tp
         block.attn.num_kv_heads //= tp
