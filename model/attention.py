@@ -28,10 +28,15 @@ def scaled_dot_product_attention(
     K: torch.Tensor,  # (... keys d_k)
     V: torch.Tensor,  # (... keys d_v)
     mask: torch.Tensor | None = None,  # (queries keys) bool, True = may attend
+    bias: torch.Tensor | None = None,  # (... 1 keys): ALiBi's, added before the scale
 ) -> torch.Tensor:  # (... queries d_v)
-    """softmax(Q K^T / sqrt(d_k)) V (eq. 11); masked-out scores become -inf before softmax."""
+    """softmax(Q K^T / sqrt(d_k)) V (eq. 11); masked-out scores become -inf before softmax.
+    With ALiBi, softmax((Q K^T + bias) / sqrt(d_k)) V, as Falcon's FalconAttention (alibi)."""
     d_k = Q.shape[-1]
-    scores = einsum(Q, K, "... queries d_k, ... keys d_k -> ... queries keys") / math.sqrt(d_k)
+    scores = einsum(Q, K, "... queries d_k, ... keys d_k -> ... queries keys")
+    if bias is not None:
+        scores = scores + bias.to(scores.dtype)
+    scores = scores / math.sqrt(d_k)
     if mask is not None:
         scores = torch.where(mask, scores, float("-inf"))
     weights = softmax(scores, dim=-1)
@@ -53,7 +58,7 @@ class CausalMultiHeadSelfAttention(nn.Module):
     def __init__(self, d_model, num_heads, max_seq_len=None, theta=None, device=None, dtype=None,
                  *, num_kv_heads=None, head_dim=None, qkv_bias=False, out_bias=False,
                  qk_norm="none", norm="rmsnorm", norm_eps=1e-5, attention="naive", window=None,
-                 rotary_dim=None):
+                 rotary_dim=None, alibi=False):
         super().__init__()
         check_positive_int("d_model", d_model)
         check_positive_int("num_heads", num_heads)
@@ -86,6 +91,11 @@ class CausalMultiHeadSelfAttention(nn.Module):
             full = qk_norm == "full"
             self.q_norm = norm_cls(q_width if full else head_dim, eps=norm_eps, device=device, dtype=dtype)
             self.k_norm = norm_cls(kv_width if full else head_dim, eps=norm_eps, device=device, dtype=dtype)
+        if alibi:  # per-head slopes (Press et al. 2022), as transformers' build_alibi_tensor
+            if theta is not None:
+                raise ValueError("ALiBi replaces RoPE: give theta None with alibi")
+            self.register_buffer("alibi_slopes", alibi_slopes(num_heads, device), persistent=False)
+        self.alibi = alibi
         if theta is not None:
             if max_seq_len is None:
                 raise ValueError("max_seq_len is required when theta is given (RoPE needs its tables)")
@@ -149,13 +159,35 @@ class CausalMultiHeadSelfAttention(nn.Module):
                 mask = mask.triu(1 - self.window)
         if self.attention == "sdpa":
             return fused_causal_attention, (q, k, v) + ((mask,) if mask is not None else ())
+        if self.alibi:  # key j's bias slope_h·j (softmax ignores a query's constant shift)
+            keys = torch.arange(seq, device=device, dtype=self.alibi_slopes.dtype)
+            bias = self.alibi_slopes[:, None] * keys  # (heads seq)
+            return self.core, (q, k, v, mask, bias)
         return self.core, (q, k, v, mask)
 
-    def core(self, q, k, v, causal):
+    def core(self, q, k, v, causal, bias=None):
         """The course's attention core: causal mask (query i may attend key j iff j <= i),
-        softmax, weighted values; grouped heads read their K/V head by broadcasting."""
+        softmax, weighted values; grouped heads read their K/V head by broadcasting; ALiBi's
+        (heads keys) bias added to the scores of every query."""
         if self.num_kv_heads == self.num_heads:
-            return scaled_dot_product_attention(q, k, v, mask=causal)  # (... heads seq d_v)
+            if bias is not None:
+                bias = rearrange(bias, "heads keys -> heads 1 keys")
+            return scaled_dot_product_attention(q, k, v, mask=causal, bias=bias)
         q = rearrange(q, "... (kv_heads group) seq d_k -> ... kv_heads group seq d_k",
                       kv_heads=self.num_kv_heads)
-        return scaled_dot_product_attention(q, k.unsqueeze(-3), v.unsqueeze(-3), mask=causal)
+        if bias is not None:
+            bias = rearrange(bias, "(kv_heads group) keys -> kv_heads group 1 keys",
+                             kv_heads=self.num_kv_heads)
+        return scaled_dot_product_attention(q, k.unsqueeze(-3), v.unsqueeze(-3), mask=causal,
+                                            bias=bias)
+
+
+def alibi_slopes(num_heads: int, device=None) -> torch.Tensor:
+    """ALiBi's slope per head: 2^(-8i/n) for i = 1..n with n the largest power of two <=
+    num_heads, then every other slope of 2n for the rest (transformers' build_alibi_tensor
+    in modeling_falcon.py, in float32: transformers rounds slope·position to bfloat16)."""
+    n = 2 ** math.floor(math.log2(num_heads))
+    slopes = [2 ** (-8 * i / n) for i in range(1, n + 1)]
+    rest = min(n, num_heads - n)
+    slopes += [2 ** (-4 * i / n) for i in range(1, 2 * rest, 2)]
+    return torch.tensor(slopes, dtype=torch.float32, device=device)

@@ -28,7 +28,7 @@ OPTIONS = {k: v for k, v in SPEC_DEFAULTS.items() if k not in _COURSE_ARGS}
 # the options each block reads (the rest belong to the whole model: positions, layer kinds, MoE)
 BLOCK_OPTIONS = ("num_kv_heads", "head_dim", "norm", "norm_eps", "norm_placement", "mlp",
                  "qkv_bias", "out_bias", "mlp_bias", "qk_norm", "attention", "block", "rotary_dim",
-                 *MLA_OPTIONS)
+                 "positions", *MLA_OPTIONS)
 
 
 def _options(given: dict, allowed, where: str) -> dict:
@@ -80,6 +80,7 @@ class TransformerBlock(nn.Module):
                 num_kv_heads=o["num_kv_heads"], head_dim=o["head_dim"], qkv_bias=qkv_bias,
                 out_bias=out_bias, qk_norm=o["qk_norm"], norm=norm, norm_eps=norm_eps,
                 attention=attention, window=window, rotary_dim=o["rotary_dim"],
+                alibi=o["positions"] == "alibi",
             )
         if self.block != "parallel_shared_norm":
             self.ln2 = norm_cls(d_model, eps=norm_eps, device=device, dtype=dtype)
@@ -132,8 +133,8 @@ class TransformerLM(nn.Module):
         check_positive_int("vocab_size", vocab_size)
         check_positive_int("context_length", context_length)
         check_positive_int("num_layers", num_layers)
-        if positions not in ("rope", "learned", "none"):
-            raise ValueError(f"positions must be rope, learned or none, got {positions!r}")
+        if positions not in ("rope", "learned", "none", "alibi"):
+            raise ValueError(f"positions must be rope, learned, none or alibi, got {positions!r}")
         self.vocab_size, self.context_length = vocab_size, context_length
         self.token_embeddings = Embedding(vocab_size, d_model, device=device, dtype=dtype)
         if positions == "learned":

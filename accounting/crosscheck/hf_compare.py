@@ -309,6 +309,14 @@ def _notes(a: Analysis, m, mm: ModuleMap, hf: HFConfig) -> list[str]:
                    + ("one shared norm" if c.block == "parallel_shared_norm" else "a norm each")
                    + ") and both are added to it, in transformers' model as in the tool's "
                    "(the order of the two residual adds differs: the same FLOPs).")
+    if c.positions == "alibi":
+        out.append("ALiBi: transformers' FalconModel builds the bias once per forward "
+                   "(build_alibi_tensor: slope · key position, rounded to bfloat16) where the "
+                   "tool's model builds it per block in float32; its eager attention adds it to "
+                   "the scores before the scale and also folds alibi/√d_k into the causal mask "
+                   "(masked_fill), so eager scores carry it twice (its sdpa path, Falcon's "
+                   "original code and the tool's model once). No matmul; the non-matmul ops "
+                   "are compared on the tool's model/.")
     if c.rotary_dim is not None:
         out.append(f"Partial rotary: transformers rotates q[..., :{c.rotary_dim}] and "
                    f"k[..., :{c.rotary_dim}] with rotate_half and concatenates the rest "

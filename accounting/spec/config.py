@@ -47,7 +47,8 @@ NORMS = {"rmsnorm": "RMSNorm", "layernorm": "LayerNorm"}
 NORM_PLACEMENTS = {"pre": "pre-norm (norm on each sublayer's input)",
                    "post": "post-sublayer norm (OLMo-2: norm on each sublayer's output, "
                            "inside the residual)"}
-POSITIONS = {"rope": "RoPE", "learned": "learned absolute positions", "none": "no positions"}
+POSITIONS = {"rope": "RoPE", "learned": "learned absolute positions", "none": "no positions",
+             "alibi": "ALiBi (a linear bias per head on the scores; Falcon)"}
 QK_NORMS = {"none": "no QK-norm", "head": "QK-norm per head (Qwen3)",
             "full": "QK-norm over the full projection width (OLMo-2)"}
 ATTENTIONS = {"naive": "explicit scores, causal mask and softmax (the course's attention)",
@@ -112,7 +113,8 @@ class ModelConfig:
     mlp: str = spec("swiglu", kind=CHOICE, flag="--mlp", choices=MLPS,
                     help="feed-forward: swiglu (default), geglu, gelu (exact), gelu_tanh (GPT-2)")
     positions: str = spec("rope", kind=CHOICE, flag="--positions", choices=POSITIONS,
-                          help="rope (default), learned (a table of context_length positions) or none")
+                          help="rope (default), learned (a table of context_length positions), "
+                               "none, or alibi (Falcon's linear bias per head on the scores)")
     tie_embeddings: bool = spec(False, kind=FLAG, flag="--tie-embeddings",
                                 help="the LM head reads the token embedding table (default: untied)")
     qkv_bias: bool = spec(False, kind=FLAG, flag="--qkv-bias",  # GPT-2, Qwen2
@@ -365,6 +367,10 @@ def _check_parallel(c: ModelConfig) -> None:
     if c.block != "sequential" and c.norm_placement != "pre":
         raise UsageError(f"block {c.block} reads norms of the block input: it needs "
                          f"norm_placement pre, got {c.norm_placement}")
+    if c.positions == "alibi" and (c.mla or c.attention != "naive"):
+        raise UsageError("positions alibi adds its bias to the scores of the naive attention "
+                         "core (the fused kernel would take it as a float mask; latent attention "
+                         "has its own RoPE): use attention naive and no latent attention")
     if c.rotary_dim is not None and (c.positions != "rope" or c.mla
                                      or c.rotary_dim % 2 or c.rotary_dim >= c.d_k):
         raise UsageError(f"rotary_dim {c.rotary_dim} must be even and below the head dimension "

@@ -103,6 +103,10 @@ def _falcon_layout(v: Mapping, where: str):
     input_layernorm with num_ln_in_parallel_attn 1); else multi_query is one K/V head and
     parallel_attn one input_layernorm feeding both (sequential: post_attention_layernorm)."""
     h, kv, n_ln = v["num_attention_heads"], v["num_kv_heads"], v["num_ln_in_parallel_attn"]
+    # alibi: FalconModel builds build_alibi_tensor's bias and FalconAttention adds it to the
+    # scores before the scale, in place of RoPE (config.rotary = not alibi)
+    positions = {"positions": "alibi"} if v["alibi"] else \
+        {"positions": "rope", "rope_theta": v["rope_theta"]}
     if v["new_decoder_architecture"]:
         if not v["parallel_attn"]:
             raise UsageError(f"{where}: new_decoder_architecture with parallel_attn false: "
@@ -110,7 +114,7 @@ def _falcon_layout(v: Mapping, where: str):
         if n_ln not in (None, 1, 2):
             raise UsageError(f"{where}: num_ln_in_parallel_attn must be 1, 2 or null, got "
                              f"{short(n_ln)}")
-        return {"num_kv_heads": h if kv is None else kv,
+        return {"num_kv_heads": h if kv is None else kv, **positions,
                 "block": "parallel_shared_norm" if n_ln == 1 else "parallel"}, ()
     if kv is not None and kv != h and not v["multi_query"]:
         raise UsageError(f"{where}: num_kv_heads {kv} without new_decoder_architecture or "
@@ -120,7 +124,7 @@ def _falcon_layout(v: Mapping, where: str):
         raise UsageError(f"{where}: num_ln_in_parallel_attn {short(n_ln)} without "
                          f"new_decoder_architecture: transformers' layer reads "
                          f"input_layernorm, which it then does not build")
-    return {"num_kv_heads": 1 if v["multi_query"] else h,
+    return {"num_kv_heads": 1 if v["multi_query"] else h, **positions,
             "block": "parallel_shared_norm" if v["parallel_attn"] else "sequential"}, ()
 
 
@@ -145,17 +149,19 @@ def _falcon_names(data: Mapping) -> ModuleNames:
     return FALCON_TWO_NORMS if two else FALCON_NAMES
 
 
-def _falcon_back(c) -> Mapping:
-    """The layout keys that mean a spec's block and K/V heads (flags on a config.json): the
-    old architecture where it can (one K/V head or all of them), else the new one."""
+def _falcon_back(c):
+    """The keys that mean a spec's positions, block and K/V heads (flags on a config.json):
+    the old architecture where it can (one K/V head or all of them), else the new one."""
     kv, h = c.kv_heads, c.num_heads
-    old = {"new_decoder_architecture": False, "multi_query": kv == 1, "num_kv_heads": None,
-           "num_ln_in_parallel_attn": None}
-    if c.block == "sequential":
-        return None if kv not in (1, h) else {**old, "parallel_attn": False}
-    if c.block == "parallel_shared_norm" and kv in (1, h):
-        return {**old, "parallel_attn": True}
-    return {"new_decoder_architecture": True, "num_kv_heads": kv, "parallel_attn": True,
+    if c.positions not in ("rope", "alibi") or (c.block == "sequential" and kv not in (1, h)):
+        return None
+    keys = {"alibi": True} if c.positions == "alibi" else {"alibi": False,
+                                                           "rope_theta": c.rope_theta}
+    if c.block == "sequential" or (c.block == "parallel_shared_norm" and kv in (1, h)):
+        return {**keys, "new_decoder_architecture": False, "multi_query": kv == 1,
+                "num_kv_heads": None, "num_ln_in_parallel_attn": None,
+                "parallel_attn": c.block != "sequential"}
+    return {**keys, "new_decoder_architecture": True, "num_kv_heads": kv, "parallel_attn": True,
             "num_ln_in_parallel_attn": 1 if c.block == "parallel_shared_norm" else 2}
 
 
@@ -172,35 +178,34 @@ register(HFType(
           Key("layer_norm_epsilon", ("norm_eps",), EPS, 1e-5),
           Key("tie_word_embeddings", ("tie_embeddings",), BOOL, True),
           Key("bias", ("qkv_bias", "out_bias", "mlp_bias"), BOOL, False),
-          Key("rope_theta", ("rope_theta",), THETA, 10000.0, aliases=_THETA_ALIASES),
+          Key("rope_theta", (), THETA, 10000.0, aliases=_THETA_ALIASES),  # RoPE's, not ALiBi's
           Key("num_kv_heads", (), INT_OR_NULL, None),
           Key("new_decoder_architecture", (), BOOL, False),
           Key("multi_query", (), BOOL, True),
           Key("parallel_attn", (), BOOL, True),
-          Key("num_ln_in_parallel_attn", (), INT_OR_NULL, None)),
-    fixed=MappingProxyType(dict(norm="layernorm", norm_placement="pre", positions="rope",
-                                qk_norm="none")),
-    rules="LayerNorm with bias, RoPE, one fused query_key_value, a plain MLP (FalconMLP; "
+          Key("num_ln_in_parallel_attn", (), INT_OR_NULL, None),
+          Key("alibi", (), BOOL, False)),
+    fixed=MappingProxyType(dict(norm="layernorm", norm_placement="pre", qk_norm="none")),
+    rules="LayerNorm with bias, one fused query_key_value, a plain MLP (FalconMLP; "
           "modeling_falcon.py)",
     names=FALCON_NAMES, names_of=_falcon_names,
     kv_broadcast=lambda data: bool(data.get("new_decoder_architecture")),
     must=rope_must() + (
-        Must("alibi", lambda v, d: v in (False, None), "false",
-             "ALiBi: linear position biases added to the scores in place of RoPE (a different "
-             "position scheme, not supported)", False),
         # transformers 5 ignores it; older Falcon code put the residual after the norm
         Must("apply_residual_connection_post_layernorm", lambda v, d: v is False, "false",
              "a residual taken after the norm (older Falcon code; transformers ignores it)",
-             False)),
+             False),),
     noted=(ATTENTION_DROPOUT, dropout("hidden_dropout")),
-    derived=(Derived(("num_kv_heads", "block"),
+    derived=(Derived(("num_kv_heads", "block", "positions", "rope_theta"),
                      ("num_attention_heads", "num_kv_heads", "new_decoder_architecture",
-                      "multi_query", "parallel_attn", "num_ln_in_parallel_attn"),
+                      "multi_query", "parallel_attn", "num_ln_in_parallel_attn", "alibi",
+                      "rope_theta"),
                      _falcon_layout,
                      "new_decoder_architecture: num_kv_heads K/V heads, parallel with ln_attn "
                      "and ln_mlp (one input_layernorm if num_ln_in_parallel_attn is 1); else "
                      "multi_query: one K/V head, parallel_attn: one input_layernorm feeding "
-                     "both, or sequential (FalconAttention, FalconDecoderLayer)",
+                     "both, or sequential (FalconAttention, FalconDecoderLayer); alibi: ALiBi "
+                     "in place of RoPE (FalconModel: build_alibi_tensor)",
                      _falcon_back),),
 ))
 

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from accounting.ledger import records as R
 from accounting.ledger.trace import Sym, Trace
-from accounting.ledger.builder.common import QK_NORM, ATTN_SCALE, CAUSAL_MASK, SOFTMAX, NORM_PARAMS, Arch
+from accounting.ledger.builder.common import (ALIBI, QK_NORM, ATTN_SCALE, CAUSAL_MASK, SOFTMAX,
+                                              NORM_PARAMS, Arch)
 from accounting.ledger.builder.layers import Linear, Norm, RoPE
 
 
@@ -25,6 +26,8 @@ class Attention:
                 self.q_norm = Norm(t, "q_norm", c.norm, a.width() if full else ("d_k",), QK_NORM, comp)
                 self.k_norm = Norm(t, "k_norm", c.norm, a.width(kv=True) if full else ("d_k",),
                                    QK_NORM, comp)
+            if c.positions == "alibi":  # Falcon's per-head slopes (float32, persistent=False)
+                self.slopes = t.buffer("alibi_slopes", ("h",), 4)
             self.rope = None if c.positions != "rope" else \
                 RoPE(t, "d_k" if c.rotary_dim is None else "d_rot")
 
@@ -88,6 +91,11 @@ class Attention:
                                       CAUSAL_MASK), "sliding-window mask (additive)")
             inputs, core = (q, k, v) + ((mask,) if mask is not None else ()), \
                 lambda: self.fused(q, k, v, mask)
+        elif self.slopes is not None:  # ALiBi: slopes[:, None] · arange(T), key j's bias
+            keys = t.fresh(("T",), R.FP32)
+            bias = t.name(t.binary("aten.mul", t.view(self.slopes, ("h", "T")), keys,
+                                   "slope · key position", ALIBI), "ALiBi bias")
+            inputs, core = (q, k, v, mask, bias), lambda: self.core(q, k, v, mask, bias)
         else:
             inputs, core = (q, k, v, mask), lambda: self.core(q, k, v, mask)
         if self.recompute == "selective":  # checkpoint(attention core, q, k, v, ...)
@@ -118,9 +126,10 @@ class Attention:
                       window=self.local, useful=self.v_useful)
         return t.fused_attention(q, k, v, (qk, pv), self.out_heads(), ("B", "h", "T"), mask)
 
-    def core(self, q: Sym, k: Sym, v: Sym, mask: Sym) -> Sym:
+    def core(self, q: Sym, k: Sym, v: Sym, mask: Sym, bias: Sym | None = None) -> Sym:
         """scaled_dot_product_attention: softmax(QKᵀ/√d_k, masked) V, with grouped K/V
-        broadcast over each group of query heads (bmm batch B·h_kv, g·T query rows)."""
+        broadcast over each group of query heads (bmm batch B·h_kv, g·T query rows); ALiBi's
+        bias added to the scores before the scale."""
         t, a = self.t, self.a
         batch, rows, note = self._grouping()
         scores_shape = ("B", "h", "T", "T")
@@ -129,6 +138,9 @@ class Attention:
                                         grads=("dQ", "dK"), note=note, window=self.local),
                          copy_labels=("Q (heads layout)", "K (heads layout)"))
         scores = t.name(Sym(scores_shape, dtype), "QKᵀ scores", "QKᵀ")
+        if bias is not None:  # scores + bias.to(scores.dtype)
+            scores = t.binary("aten.add", scores, t.cast(bias, dtype, "ALiBi bias (copy)"),
+                              "QKᵀ + ALiBi bias", ALIBI, out="QKᵀ scores + ALiBi bias")
         scaled = t.binary("aten.div", scores, None, "QKᵀ / √d_k", ATTN_SCALE)
         masked = t.where(mask, scaled, "where(mask, scores, −inf)", CAUSAL_MASK,
                          out="masked scores (softmax input)")
@@ -147,6 +159,7 @@ class Attention:
         return t.name(Sym(self.out_heads(), dtype), "attention-weighted values",
                       "attention-weighted values")
 
+    slopes = None  # ALiBi's per-head slopes (a buffer), when positions is alibi
     v_dim = "d_k"  # the value's head dimension as the core sees it (latent attention: d_v)
     v_useful = None  # the factors of useful work when V is zero-padded (latent attention)
 
