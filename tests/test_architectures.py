@@ -70,6 +70,11 @@ VARIANTS = {
                      block="parallel_shared_norm", tie_embeddings=True),
     "phi3_sdpa_window": dict(d_model=32, num_heads=4, num_kv_heads=2, rotary_dim=6,
                              sliding_window=3, attention="sdpa"),
+    # ALiBi (Falcon's alibi): 3 heads (not a power of two), and multi-query, parallel, biased
+    "alibi": dict(positions="alibi", num_heads=3),
+    "falcon_alibi": dict(positions="alibi", d_model=32, num_heads=4, num_kv_heads=1,
+                         block="parallel_shared_norm", norm="layernorm", mlp="gelu",
+                         qkv_bias=True, out_bias=True, mlp_bias=True, sliding_window=3),
 }
 
 

@@ -50,6 +50,12 @@ CONFIGS = {
         "bias": True, "ffn_hidden_size": 96, "hidden_size": D, "model_type": "falcon",
         "multi_query": False, "num_attention_heads": H, "num_hidden_layers": L,
         "parallel_attn": False, "vocab_size": V},
+    # Falcon with ALiBi (FalconModel's build_alibi_tensor, no RoPE): 6 heads of 8, multi-query,
+    # parallel_attn, biases, tied
+    "falcon (alibi)": {
+        "alibi": True, "bias": True, "hidden_size": 48, "model_type": "falcon",
+        "multi_query": True, "num_attention_heads": 6, "num_hidden_layers": L,
+        "parallel_attn": True, "vocab_size": V},
     # Phi-4-mini-like: fused qkv_proj and gate_up_proj, GQA, RoPE on int(16·0.75) = 12
     # dims, a sliding window of 8 on every layer
     "phi3": {
@@ -80,6 +86,9 @@ SHAPES = {
                         gated=False, bias=(0, 0), norm="layernorm", tied=True, W=None),
     "falcon (40B)": dict(block="parallel", kv=2, dk=8, rot=None, f=256, gated=False,
                          bias=(0, 0), norm="layernorm", tied=False, W=None, h=8),
+    "falcon (alibi)": dict(block="parallel_shared_norm", kv=1, dk=8, rot=None, f=192,
+                           gated=False, bias=(1, 1), norm="layernorm", tied=True, W=None, h=6,
+                           d=48, pos="alibi"),
     "falcon (sequential)": dict(block="sequential", kv=4, dk=16, rot=None, f=96, gated=False,
                                 bias=(1, 1), norm="layernorm", tied=True, W=None),
     "phi3": dict(block="sequential", kv=2, dk=16, rot=12, f=96, gated=True, bias=(0, 0),
@@ -93,7 +102,7 @@ def params_by_hand(name: str) -> int:
     """nn.Linear(in, out, bias) = in·out (+ out); LayerNorm 2·d, RMSNorm d; the norms per
     block: two, or one for Falcon's shared input_layernorm (FalconDecoderLayer)."""
     s = SHAPES[name]
-    h, kv, dk, f = s.get("h", H), s["kv"], s["dk"], s["f"]
+    h, kv, dk, f, D = s.get("h", H), s["kv"], s["dk"], s["f"], s.get("d", globals()["D"])
     qkv = D * (h + 2 * kv) * dk + s["bias"][0] * (h + 2 * kv) * dk  # fused or not: the same
     out = h * dk * D + s["bias"][0] * D
     mlp = (3 if s["gated"] else 2) * D * f + s["bias"][1] * (f + D)
@@ -106,7 +115,7 @@ def forward_matmul_flops_by_hand(name: str, T: int, B: int = 1) -> int:
     """2·m·n·p per matmul: the QKV projection(s), QKᵀ and scores·V over the full T×T the
     eager attention computes (masked after), the output projection, the MLP, the head."""
     s = SHAPES[name]
-    h, kv, dk, f = s.get("h", H), s["kv"], s["dk"], s["f"]
+    h, kv, dk, f, D = s.get("h", H), s["kv"], s["dk"], s["f"], s.get("d", globals()["D"])
     per_layer = (2 * B * T * D * (h + 2 * kv) * dk + 2 * 2 * B * h * T * T * dk
                  + 2 * B * T * h * dk * D + (3 if s["gated"] else 2) * 2 * B * T * D * f)
     return L * per_layer + 2 * B * T * D * V
@@ -132,7 +141,7 @@ def test_each_config_means_what_transformers_builds(name):
             c.sliding_window) == (s["gated"], *(bool(b) for b in (s["bias"][0], s["bias"][0],
                                                                   s["bias"][1])),
                                   s["norm"], s["tied"], s["W"])
-    assert c.positions == "rope" and c.norm_placement == "pre"
+    assert c.positions == s.get("pos", "rope") and c.norm_placement == "pre"
 
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))
@@ -175,7 +184,7 @@ def test_the_cross_check_agrees_with_every_counter(capsys, tmp_path, name):
 
 
 @pytest.mark.parametrize("name, changes, expected", [
-    ("falcon (7B)", {"alibi": True}, "alibi = True means ALiBi"),
+    ("falcon (alibi)", {"alibi": None}, "alibi must be true or false"),
     ("falcon (40B)", {"parallel_attn": False}, "builds no ln_attn"),
     ("falcon (sequential)", {"num_kv_heads": 2}, "cannot reshape K and V to 2 heads"),
     ("falcon (7B)", {"num_ln_in_parallel_attn": 2}, "which it then does not build"),
@@ -229,3 +238,16 @@ def test_flags_are_written_back_as_the_types_own_keys():
     phi = translate(CONFIGS["phi3"], "t", "p")
     data, why = for_transformers(phi, replace(phi.config, rotary_dim=None))
     assert data["partial_rotary_factor"] == 1.0
+
+
+def test_alibi_is_falcons_own_and_runs_in_the_naive_core(capsys, tmp_path):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.falcon.modeling_falcon import build_alibi_tensor
+    from model.attention import alibi_slopes
+    # 6 heads: every slope a power of two, so transformers' bfloat16 rounding is exact
+    theirs = build_alibi_tensor(torch.ones(1, 2, dtype=torch.long), 6, torch.float32)[:, 0, 1]
+    assert torch.equal(alibi_slopes(6), theirs)
+    code, out, err = run(capsys, "--config", str(write_config(tmp_path, CONFIGS["falcon (alibi)"])),
+                         "--attention", "sdpa", "--no-verify")
+    assert code == 2 and "positions alibi adds its bias to the scores of the naive" in err
