@@ -52,7 +52,9 @@ class CausalMultiHeadSelfAttention(nn.Module):
     serves num_heads/num_kv_heads query heads; K and V are broadcast over the group, never
     copied); head_dim other than d_model/num_heads; biases; QK-norm per head (Qwen3) or over
     the full projection width (OLMo-2), applied before RoPE; RoPE on the first rotary_dim
-    dims of each head only (GPT-NeoX's rotary_pct, Phi's partial_rotary_factor).
+    dims of each head only (GPT-NeoX's rotary_pct, Phi's partial_rotary_factor); ALiBi in
+    place of RoPE (alibi=True: Falcon's slope per head times the key position, added to the
+    scores before the scale; the naive core only).
     """
 
     def __init__(self, d_model, num_heads, max_seq_len=None, theta=None, device=None, dtype=None,

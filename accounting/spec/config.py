@@ -239,7 +239,7 @@ class ModelConfig:
             what = "head_dim" if self.head_dim is not None else "head dimension d_model/num_heads"
             raise UsageError(f"{what} = {self.d_k} is odd; RoPE rotates pairs, so choose an even "
                              f"head dimension (or positions other than rope)")
-        _check_parallel(self)
+        _check_block_and_positions(self)
         _check_window(self)
         _check_moe(self)
         _check_mla(self)
@@ -362,7 +362,7 @@ def _positive(c: ModelConfig, f: str, allow_none: bool = True) -> None:
         raise UsageError(f"{f} must be a positive integer up to 10^12, got {_short(value)}")
 
 
-def _check_parallel(c: ModelConfig) -> None:
+def _check_block_and_positions(c: ModelConfig) -> None:
     _positive(c, "rotary_dim")
     if c.block != "sequential" and c.norm_placement != "pre":
         raise UsageError(f"block {c.block} reads norms of the block input: it needs "
