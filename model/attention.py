@@ -94,8 +94,9 @@ class CausalMultiHeadSelfAttention(nn.Module):
             self.q_norm = norm_cls(q_width if full else head_dim, eps=norm_eps, device=device, dtype=dtype)
             self.k_norm = norm_cls(kv_width if full else head_dim, eps=norm_eps, device=device, dtype=dtype)
         if alibi:  # per-head slopes (Press et al. 2022), as transformers' build_alibi_tensor
-            if theta is not None:
-                raise ValueError("ALiBi replaces RoPE: give theta None with alibi")
+            if theta is not None or attention != "naive":
+                raise ValueError("ALiBi replaces RoPE and runs in the naive core: give theta "
+                                 "None and attention naive with alibi")
             self.register_buffer("alibi_slopes", alibi_slopes(num_heads, device), persistent=False)
         self.alibi = alibi
         if theta is not None:
