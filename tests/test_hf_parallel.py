@@ -161,6 +161,15 @@ def test_parameters_three_ways_and_flops_at_two_lengths(name):
     with torch.device("meta"):
         m = transformers.AutoModelForCausalLM.from_config(hf)
     assert sum(p.numel() for p in m.parameters()) == params_by_hand(name)
+    # what transformers built means the same: its RoPE's frequencies (rotary_dim/2 of
+    # them; Falcon builds them under ALiBi too, unused) and one or two norms per block
+    s = SHAPES[name]
+    rotary = [mod for n, mod in m.named_modules() if n.endswith("rotary_emb")]
+    if s.get("pos", "rope") == "rope":
+        assert 2 * rotary[0].inv_freq.numel() == (s["rot"] or s["dk"])
+    layer = next(mod for n, mod in m.named_modules() if n.endswith("layers.0") or n.endswith("h.0"))
+    norms = [n for n, mod in layer.named_children() if "Norm" in type(mod).__name__]
+    assert len(norms) == (1 if s["block"] == "parallel_shared_norm" else 2), norms
 
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))
