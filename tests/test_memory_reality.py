@@ -33,7 +33,8 @@ from model import TransformerLM  # noqa: E402
 from test_architectures import DTYPE, VARIANTS, relative, variant  # noqa: E402
 
 B, T = 2, 5
-AUTOCAST_VARIANTS = ("cs336", "gqa", "gpt2", "gelu_erf", "qwen3", "olmo2", "no_positions")
+AUTOCAST_VARIANTS = ("cs336", "gqa", "gpt2", "gelu_erf", "qwen3", "olmo2", "no_positions",
+                     "neox", "falcon7b", "alibi", "falcon_alibi")
 
 
 def batch(c):
@@ -98,7 +99,7 @@ def test_bf16_autocast_saved_tensors_equal_the_ledger(name):
     assert any(m == "ln_final" for m, _ in fp32)
 
 
-@pytest.mark.parametrize("name", ("cs336", "gqa", "gpt2", "qwen3", "olmo2"))
+@pytest.mark.parametrize("name", ("cs336", "gqa", "gpt2", "qwen3", "olmo2", "neox", "falcon7b"))
 @pytest.mark.parametrize("autocast", (False, True))
 def test_fused_attention_saves_q_k_v_output_and_logsumexp(name, autocast):
     c = replace(variant(name), attention="sdpa")
@@ -135,7 +136,8 @@ class LiveStorages(TorchDispatchMode):
 @pytest.mark.parametrize("recompute", ("full", "selective"))
 @pytest.mark.parametrize("name,attention,autocast", [
     ("cs336", "naive", False), ("gqa", "naive", True), ("gpt2", "naive", False),
-    ("cs336", "sdpa", True), ("olmo2", "sdpa", False)])
+    ("cs336", "sdpa", True), ("olmo2", "sdpa", False), ("falcon_alibi", "naive", True),
+    ("neox", "sdpa", False)])
 def test_recomputation_keeps_what_the_ledger_keeps(recompute, name, attention, autocast):
     c = replace(variant(name), attention=attention)
     torch.manual_seed(0)
