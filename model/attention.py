@@ -41,12 +41,17 @@ def scaled_dot_product_attention(
     mask: torch.Tensor | None = None,  # (queries keys) bool, True = may attend
     sinks: torch.Tensor | None = None,  # (... 1 1): one logit per head (attention sinks)
     softcap: float | None = None,
+    bias: torch.Tensor | None = None,  # (... 1 keys): ALiBi's, added before the scale
 ) -> torch.Tensor:  # (... queries d_v)
     """softmax(Q K^T / sqrt(d_k)) V (eq. 11); masked-out scores become -inf before softmax.
+    With ALiBi, softmax((Q K^T + bias) / sqrt(d_k)) V, as Falcon's FalconAttention (alibi).
     softcap: the scaled scores soft-capped first, cap·tanh(scores/cap), as transformers'
     Gemma2 eager_attention_forward does (three ops: divide, tanh, multiply)."""
     d_k = Q.shape[-1]
-    scores = einsum(Q, K, "... queries d_k, ... keys d_k -> ... queries keys") / math.sqrt(d_k)
+    scores = einsum(Q, K, "... queries d_k, ... keys d_k -> ... queries keys")
+    if bias is not None:
+        scores = scores + bias.to(scores.dtype)
+    scores = scores / math.sqrt(d_k)
     if softcap is not None:
         scores = torch.tanh(scores / softcap) * softcap
     if mask is not None:
@@ -63,13 +68,17 @@ class CausalMultiHeadSelfAttention(nn.Module):
     = the course's): num_kv_heads < num_heads is grouped-query attention (each K/V head
     serves num_heads/num_kv_heads query heads; K and V are broadcast over the group, never
     copied); head_dim other than d_model/num_heads; biases; QK-norm per head (Qwen3) or over
-    the full projection width (OLMo-2), applied before RoPE.
+    the full projection width (OLMo-2), applied before RoPE; RoPE on the first rotary_dim
+    dims of each head only (GPT-NeoX's rotary_pct, Phi's partial_rotary_factor); ALiBi in
+    place of RoPE (alibi=True: Falcon's slope per head times the key position, added to the
+    scores before the scale; the naive core only).
     """
 
     def __init__(self, d_model, num_heads, max_seq_len=None, theta=None, device=None, dtype=None,
                  *, num_kv_heads=None, head_dim=None, qkv_bias=False, out_bias=False,
                  qk_norm="none", norm="rmsnorm", norm_eps=1e-5, attention="naive", window=None,
-                 attention_sinks=False, norm_offset=False, attn_softcap=None):
+                 attention_sinks=False, norm_offset=False, attn_softcap=None,
+                 rotary_dim=None, alibi=False):
         super().__init__()
         check_positive_int("d_model", d_model)
         check_positive_int("num_heads", num_heads)
@@ -113,10 +122,22 @@ class CausalMultiHeadSelfAttention(nn.Module):
                                    dtype=dtype, **offset)
             self.k_norm = norm_cls(kv_width if full else head_dim, eps=norm_eps, device=device,
                                    dtype=dtype, **offset)
+        if alibi:  # per-head slopes (Press et al. 2022), as transformers' build_alibi_tensor
+            if theta is not None or attention != "naive":
+                raise ValueError("ALiBi replaces RoPE and runs in the naive core: give theta "
+                                 "None and attention naive with alibi")
+            self.register_buffer("alibi_slopes", alibi_slopes(num_heads, device), persistent=False)
+        self.alibi = alibi
         if theta is not None:
             if max_seq_len is None:
                 raise ValueError("max_seq_len is required when theta is given (RoPE needs its tables)")
-            self.rope = RotaryPositionalEmbedding(theta, self.d_k, max_seq_len, device=device)
+            if rotary_dim is not None:  # partial rotary (GPT-NeoX, Phi): the first rotary_dim dims
+                check_positive_int("rotary_dim", rotary_dim)
+                if rotary_dim >= head_dim:
+                    raise ValueError(f"rotary_dim={rotary_dim} must be below head_dim={head_dim}")
+            self.rotary_dim = rotary_dim
+            self.rope = RotaryPositionalEmbedding(theta, rotary_dim or self.d_k, max_seq_len,
+                                                  device=device)
         else:
             self.rope = None
 
@@ -143,7 +164,12 @@ class CausalMultiHeadSelfAttention(nn.Module):
                 rotate = self.rope  # user positions: range-checked
             # (seq) or (batch seq) -> add a heads axis so every head gets the same rotation
             positions = positions[..., None, :]
-            q, k = rotate(q, positions), rotate(k, positions)
+            if self.rotary_dim is None:
+                q, k = rotate(q, positions), rotate(k, positions)
+            else:  # rotate the first rotary_dim dims, pass the rest through (rotary_pct < 1)
+                r = self.rotary_dim
+                q = torch.cat((rotate(q[..., :r], positions), q[..., r:]), dim=-1)
+                k = torch.cat((rotate(k[..., :r], positions), k[..., r:]), dim=-1)
 
         core, args = self.attention_core(q, k, v, seq, x.device)
         if self.recompute_core:  # Korthikanti et al.'s selective recomputation
@@ -165,17 +191,38 @@ class CausalMultiHeadSelfAttention(nn.Module):
                 mask = mask.triu(1 - self.window)
         if self.attention == "sdpa":
             return fused_causal_attention, (q, k, v) + ((mask,) if mask is not None else ())
+        if self.alibi:  # key j's bias slope_h·j (softmax ignores a query's constant shift)
+            keys = torch.arange(seq, device=device, dtype=self.alibi_slopes.dtype)
+            bias = self.alibi_slopes[:, None] * keys  # (heads seq)
+            return self.core, (q, k, v, mask, bias)
         return self.core, (q, k, v, mask)
 
-    def core(self, q, k, v, causal):
+    def core(self, q, k, v, causal, bias=None):
         """The course's attention core: causal mask (query i may attend key j iff j <= i),
-        softmax, weighted values; grouped heads read their K/V head by broadcasting."""
+        softmax, weighted values; grouped heads read their K/V head by broadcasting; ALiBi's
+        (heads keys) bias added to the scores of every query."""
         if self.num_kv_heads == self.num_heads:
             sinks = None if self.sinks is None else self.sinks.view(self.num_heads, 1, 1)
+            if bias is not None:
+                bias = rearrange(bias, "heads keys -> heads 1 keys")
             return scaled_dot_product_attention(q, k, v, mask=causal, sinks=sinks,
-                                                softcap=self.softcap)
+                                                softcap=self.softcap, bias=bias)
         q = rearrange(q, "... (kv_heads group) seq d_k -> ... kv_heads group seq d_k",
                       kv_heads=self.num_kv_heads)
         sinks = None if self.sinks is None else self.sinks.view(self.num_kv_heads, -1, 1, 1)
+        if bias is not None:
+            bias = rearrange(bias, "(kv_heads group) keys -> kv_heads group 1 keys",
+                             kv_heads=self.num_kv_heads)
         return scaled_dot_product_attention(q, k.unsqueeze(-3), v.unsqueeze(-3), mask=causal,
-                                            sinks=sinks, softcap=self.softcap)
+                                            sinks=sinks, softcap=self.softcap, bias=bias)
+
+
+def alibi_slopes(num_heads: int, device=None) -> torch.Tensor:
+    """ALiBi's slope per head: 2^(-8i/n) for i = 1..n with n the largest power of two <=
+    num_heads, then every other slope of 2n for the rest (transformers' build_alibi_tensor
+    in modeling_falcon.py, in float32: transformers rounds slope·position to bfloat16)."""
+    n = 2 ** math.floor(math.log2(num_heads))
+    slopes = [2 ** (-8 * i / n) for i in range(1, n + 1)]
+    rest = min(n, num_heads - n)
+    slopes += [2 ** (-4 * i / n) for i in range(1, 2 * rest, 2)]
+    return torch.tensor(slopes, dtype=torch.float32, device=device)

@@ -28,7 +28,8 @@ OPTIONS = {k: v for k, v in SPEC_DEFAULTS.items() if k not in _COURSE_ARGS}
 # the options each block reads (the rest belong to the whole model: positions, layer kinds, MoE)
 BLOCK_OPTIONS = ("num_kv_heads", "head_dim", "norm", "norm_eps", "norm_placement", "mlp",
                  "qkv_bias", "out_bias", "mlp_bias", "qk_norm", "attention", "attention_sinks",
-                 *MLA_OPTIONS, "norm_offset", "residual_multiplier", "attn_softcap")
+                 "block", "rotary_dim", "positions", *MLA_OPTIONS, "norm_offset",
+                 "residual_multiplier", "attn_softcap")
 
 
 def _options(given: dict, allowed, where: str) -> dict:
@@ -48,6 +49,8 @@ class TransformerBlock(nn.Module):
     norm_placement="sandwich" is Gemma 2/3's (Gemma2DecoderLayer): y = x + post_attn_norm(
     MHA(ln1(x))); z = y + post_ffn_norm(FFN(ln2(y))). residual_multiplier m (Granite's
     GraniteDecoderLayer) scales each sublayer's output before its add: y = x + m·MHA(...).
+    block="parallel" (GPT-NeoX, Falcon-40B): z = x + MHA(ln1(x)) + FFN(ln2(x));
+    "parallel_shared_norm" (Falcon-7B): h = ln1(x), z = x + MHA(h) + FFN(h), no ln2.
     """
 
     def __init__(self, d_model, num_heads, d_ff, max_seq_len, theta, device=None, dtype=None, *,
@@ -64,6 +67,12 @@ class TransformerBlock(nn.Module):
         if norm_placement not in ("pre", "post", "sandwich"):
             raise ValueError(f"norm_placement must be pre, post or sandwich, got {norm_placement!r}")
         self.post_norm, self.sandwich = norm_placement == "post", norm_placement == "sandwich"
+        if o["block"] not in ("sequential", "parallel", "parallel_shared_norm"):
+            raise ValueError(f"block must be sequential, parallel or parallel_shared_norm, got "
+                             f"{o['block']!r}")
+        if o["block"] != "sequential" and norm_placement != "pre":
+            raise ValueError("a parallel block needs norm_placement pre")
+        self.block = o["block"]
         norm_cls = NORM_CLASSES[norm]
         self.ln1 = norm_cls(d_model, eps=norm_eps, device=device, dtype=dtype, **offset)
         if kv_lora_rank is not None:  # multi-head latent attention (DeepSeek)
@@ -78,10 +87,12 @@ class TransformerBlock(nn.Module):
                 out_bias=out_bias, qk_norm=o["qk_norm"], norm=norm, norm_eps=norm_eps,
                 attention=attention, window=window, attention_sinks=o["attention_sinks"],
                 norm_offset=o["norm_offset"], attn_softcap=o["attn_softcap"],
+                rotary_dim=o["rotary_dim"], alibi=o["positions"] == "alibi",
             )
         if self.sandwich:
             self.post_attn_norm = norm_cls(d_model, eps=norm_eps, device=device, dtype=dtype, **offset)
-        self.ln2 = norm_cls(d_model, eps=norm_eps, device=device, dtype=dtype, **offset)
+        if self.block != "parallel_shared_norm":
+            self.ln2 = norm_cls(d_model, eps=norm_eps, device=device, dtype=dtype, **offset)
         if moe is not None:  # a mixture of experts: moe holds MoE's options
             self.ffn = MoE(d_model, device=device, dtype=dtype,
                            activation=MLPS[mlp].activation, **moe)
@@ -96,6 +107,10 @@ class TransformerBlock(nn.Module):
 
     def forward(self, x: torch.Tensor, token_positions: torch.Tensor | None = None) -> torch.Tensor:
         # x: (batch seq d_model) -> (batch seq d_model)
+        if self.block != "sequential":  # attention and MLP both read x, both add to it
+            h = self.ln1(x)
+            y = x + self.scaled(self.attn(h, token_positions))
+            return y + self.scaled(self.ffn(h if self.block == "parallel_shared_norm" else self.ln2(x)))
         if self.post_norm:
             y = x + self.scaled(self.ln1(self.attn(x, token_positions)))
             return y + self.scaled(self.ln2(self.ffn(y)))
@@ -136,8 +151,8 @@ class TransformerLM(nn.Module):
         check_positive_int("vocab_size", vocab_size)
         check_positive_int("context_length", context_length)
         check_positive_int("num_layers", num_layers)
-        if positions not in ("rope", "learned", "none"):
-            raise ValueError(f"positions must be rope, learned or none, got {positions!r}")
+        if positions not in ("rope", "learned", "none", "alibi"):
+            raise ValueError(f"positions must be rope, learned, none or alibi, got {positions!r}")
         self.vocab_size, self.context_length = vocab_size, context_length
         self.token_embeddings = Embedding(vocab_size, d_model, device=device, dtype=dtype)
         if positions == "learned":

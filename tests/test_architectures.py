@@ -24,7 +24,10 @@ torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
 from accounting import analyze  # noqa: E402
-from accounting.spec.config import (MLPS, NORM_PLACEMENTS, NORMS, POSITIONS, QK_NORMS, ModelConfig)  # noqa: E402
+from dataclasses import replace  # noqa: E402
+
+from accounting.spec.config import (BLOCKS, MLPS, NORM_PLACEMENTS, NORMS, POSITIONS, QK_NORMS,  # noqa: E402
+                                    ModelConfig)
 from accounting.spec.presets import PRESETS
 from accounting.crosscheck import cross_check, views  # noqa: E402
 from accounting.ledger.ledger import ledger  # noqa: E402
@@ -98,6 +101,18 @@ VARIANTS = {
                              norm_placement="sandwich", num_experts=4, experts_per_token=2,
                              moe_d_ff=8, residual_multiplier=0.5, logit_scale=2.0,
                              embedding_multiplier=3.0),
+    # issue 24: the parallel block and partial rotary (GPT-NeoX, Falcon, Phi-3)
+    "neox": dict(norm="layernorm", mlp="gelu", block="parallel", rotary_dim=4, qkv_bias=True,
+                 out_bias=True, mlp_bias=True),
+    "falcon7b": dict(d_model=32, num_heads=4, num_kv_heads=1, norm="layernorm", mlp="gelu",
+                     block="parallel_shared_norm", tie_embeddings=True),
+    "phi3_sdpa_window": dict(d_model=32, num_heads=4, num_kv_heads=2, rotary_dim=6,
+                             sliding_window=3, attention="sdpa"),
+    # ALiBi (Falcon's alibi): 3 heads (not a power of two), and multi-query, parallel, biased
+    "alibi": dict(positions="alibi", num_heads=3),
+    "falcon_alibi": dict(positions="alibi", d_model=32, num_heads=4, num_kv_heads=1,
+                         block="parallel_shared_norm", norm="layernorm", mlp="gelu",
+                         qkv_bias=True, out_bias=True, mlp_bias=True, sliding_window=3),
 }
 
 
@@ -320,6 +335,11 @@ def random_configs(n: int, seed: int = 2026):
             "embedding_multiplier", "residual_multiplier", "attn_softcap", "final_softcap",
             "logit_scale")}
         c = replace(c, **scalars, norm_offset=c.norm == "rmsnorm" and rng.random() < 0.5)
+        # the parallel block (pre-norm only) and partial rotary (an even part of a RoPE head)
+        block = rng.choice(list(BLOCKS)) if c.norm_placement == "pre" else "sequential"
+        rot = 2 * rng.randint(1, (c.d_k - 1) // 2) if positions == "rope" and c.d_k >= 4 \
+            and rng.random() < 0.4 else None
+        c = replace(c, block=block, rotary_dim=rot)
         T = rng.randint(1, c.context_length if positions == "learned" else c.context_length + 3)
         yield c, T, rng.randint(1, 3)
 
@@ -340,13 +360,17 @@ def test_the_random_configs_toggle_every_field():
                               "mqa" if c.kv_heads == 1 else "gqa")
         seen["head_dim"].add(c.head_dim is not None)
         seen["T=1"].add(T == 1)
+        seen["block"].add(c.block)
+        seen["rotary_dim"].add(c.rotary_dim is not None)
     assert seen["norm"] == set(NORMS) and seen["mlp"] == set(MLPS)
     assert seen["positions"] == set(POSITIONS) and seen["qk_norm"] == set(QK_NORMS)
     assert seen["norm_placement"] == set(NORM_PLACEMENTS) and seen["attention"] == {"mha", "mqa", "gqa"}
+    assert seen["block"] == set(BLOCKS)
     assert all(seen[f] == {True, False} for f in ("tie_embeddings", "qkv_bias", "out_bias",
                                                    "mlp_bias", "head_dim", "T=1", "norm_offset",
                                                    "embedding_multiplier", "residual_multiplier",
-                                                   "attn_softcap", "final_softcap", "logit_scale", "attention_sinks"))
+                                                   "attn_softcap", "final_softcap", "logit_scale", "attention_sinks",
+                                                   "rotary_dim"))
 
 
 @pytest.mark.parametrize("chunk", range(10))

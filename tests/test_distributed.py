@@ -78,7 +78,7 @@ def test_only_the_known_warnings_are_hidden():
 
 def test_every_rank_agrees_with_the_plan(measured):
     assert measured["code"] == 0, measured["stdout"]
-    assert len(measured["results"]) == 5 * 4 + 7  # gloo: 5 cases × 4 ranks; fake: 7 ranks
+    assert len(measured["results"]) == 5 * 4 + 8  # gloo: 5 cases × 4 ranks; fake: 8 ranks
     for m in measured["results"]:
         rows = compare(m)
         assert len(rows) >= 12

@@ -36,7 +36,8 @@ B, T = 2, 5
 # (the MoE variants do not run under CPU autocast: model/moe.py's index_add gets a bfloat16
 # source for its float32 buffer)
 AUTOCAST_VARIANTS = ("cs336", "gqa", "gpt2", "gelu_erf", "qwen3", "olmo2", "no_positions",
-                     "sinks_mha", "clamped_dense_bias", "gemma2", "gemma3", "granite")
+                     "sinks_mha", "clamped_dense_bias", "gemma2", "gemma3", "granite",
+                     "neox", "falcon7b", "alibi", "falcon_alibi")
 
 
 def batch(c):
@@ -101,7 +102,7 @@ def test_bf16_autocast_saved_tensors_equal_the_ledger(name):
     assert any(m == "ln_final" for m, _ in fp32)
 
 
-@pytest.mark.parametrize("name", ("cs336", "gqa", "gpt2", "qwen3", "olmo2"))
+@pytest.mark.parametrize("name", ("cs336", "gqa", "gpt2", "qwen3", "olmo2", "neox", "falcon7b"))
 @pytest.mark.parametrize("autocast", (False, True))
 def test_fused_attention_saves_q_k_v_output_and_logsumexp(name, autocast):
     c = replace(variant(name), attention="sdpa")
@@ -139,7 +140,8 @@ class LiveStorages(TorchDispatchMode):
 @pytest.mark.parametrize("name,attention,autocast", [
     ("cs336", "naive", False), ("gqa", "naive", True), ("gpt2", "naive", False),
     ("cs336", "sdpa", True), ("olmo2", "sdpa", False), ("gemma2", "naive", True),
-    ("sandwich_layernorm_sdpa", "sdpa", False)])
+    ("sandwich_layernorm_sdpa", "sdpa", False),
+    ("falcon_alibi", "naive", True), ("neox", "sdpa", False)])
 def test_recomputation_keeps_what_the_ledger_keeps(recompute, name, attention, autocast):
     c = replace(variant(name), attention=attention)
     torch.manual_seed(0)

@@ -84,7 +84,24 @@ def window_mask(T, window):
     return (j <= i) & ((i - j < window) if window is not None else True)
 
 
-def ref_sdpa(q, k, v, window):
+def ref_alibi(h: int, T: int) -> torch.Tensor:
+    """(h, 1, T): head i's slope times key position j, the slopes as transformers'
+    build_alibi_tensor writes them (modeling_falcon.py): base^1..base^p for p the largest
+    power of two <= h, base = 2^(−2^−(log2 p − 3)), then the odd powers of the next base."""
+    p = 2 ** math.floor(math.log2(h))
+    base = 2 ** (-(2 ** -(math.log2(p) - 3)))
+    slopes = [base ** i for i in range(1, p + 1)]
+    extra = 2 ** (-(2 ** -(math.log2(2 * p) - 3)))
+    slopes += [extra ** i for i in range(1, 1 + 2 * min(p, h - p), 2)]
+    return torch.tensor(slopes, dtype=torch.float64)[:, None, None] * torch.arange(T)
+
+
+def ref_sdpa(q, k, v, window, alibi=False):
+    if alibi:  # softmax((QKᵀ + bias)/√d_k): the bias scaled too, in the float mask
+        bias = ref_alibi(q.shape[1], q.shape[-2]).to(q.dtype) / math.sqrt(q.shape[-1])
+        mask = torch.where(window_mask(q.shape[-2], window), bias, float("-inf"))
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
+                                              enable_gqa=k.shape[1] != q.shape[1])
     if window is None:
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=k.shape[1] != q.shape[1])
     return F.scaled_dot_product_attention(q, k, v, attn_mask=window_mask(q.shape[-2], window),
@@ -208,7 +225,9 @@ def ref_attention(c, x, p, a, window=None):
         q, k = ref_norm(c, q, p, f"{a}.q_norm"), ref_norm(c, k, p, f"{a}.k_norm")
     if c.positions == "rope":
         pos = torch.arange(T).unsqueeze(0)
-        q, k = ref_rope(q, pos, c.rope_theta), ref_rope(k, pos, c.rope_theta)
+        r = c.rotary_dim or d  # partial rotary: the first r dims rotated, the rest kept
+        q = torch.cat((ref_rope(q[..., :r], pos, c.rope_theta), q[..., r:]), -1)
+        k = torch.cat((ref_rope(k[..., :r], pos, c.rope_theta), k[..., r:]), -1)
     if c.attention_sinks:  # gpt-oss's eager attention: the sink column, softmax, dropped
         k, v = k.repeat_interleave(h // kv, 1), v.repeat_interleave(h // kv, 1)
         scores = q @ k.transpose(2, 3) / math.sqrt(d)
@@ -218,7 +237,7 @@ def ref_attention(c, x, p, a, window=None):
         sinks = p[f"{a}.sinks"].reshape(1, h, 1, 1).expand(B, h, T, 1)
         out = torch.cat((scores, sinks), -1).softmax(-1)[..., :-1] @ v
     else:
-        out = ref_sdpa(q, k, v, window) if c.attn_softcap is None else \
+        out = ref_sdpa(q, k, v, window, alibi=c.positions == "alibi") if c.attn_softcap is None else \
             ref_softcapped(q, k, v, window, c.attn_softcap)
     return ref_linear(out.transpose(1, 2).reshape(B, T, h * d), p, f"{a}.output_proj")
 
@@ -252,7 +271,11 @@ def ref_lm(c, ids, p):
 
         def mlp(z):
             return ref_moe(c, z, p, f"{b}.ffn") if moe else ref_mlp(c, z, p, f"{b}.ffn")
-        if c.norm_placement == "pre":
+        if c.block != "sequential":  # GPT-NeoX/Falcon: both sublayers read x
+            h = ref_norm(c, x, p, f"{b}.ln1")
+            x = x + m * attn(h) + m * mlp(h if c.block == "parallel_shared_norm"
+                                          else ref_norm(c, x, p, f"{b}.ln2"))
+        elif c.norm_placement == "pre":
             y = x + m * attn(ref_norm(c, x, p, f"{b}.ln1"))
             x = y + m * mlp(ref_norm(c, y, p, f"{b}.ln2"))
         elif c.norm_placement == "sandwich":  # Gemma2DecoderLayer
@@ -285,6 +308,13 @@ def test_every_variant_matches_its_functional_reference(name):
     p = {k: v.detach().double() for k, v in lm.state_dict().items()}
     ids = torch.randint(0, c.vocab_size, (2, 7))
     torch.testing.assert_close(lm(ids).double(), ref_lm(c, ids, p), **F32_TOL)
+
+
+def test_alibi_slopes_are_transformers_own():
+    # 6 heads: 2^(−8i/4) for i = 1..4, then 2^(−4i/4) for i = 1, 3 (written out by hand)
+    from model.attention import alibi_slopes
+    assert alibi_slopes(6).tolist() == [2 ** -2, 2 ** -4, 2 ** -6, 2 ** -8, 2 ** -1, 2 ** -3]
+    torch.testing.assert_close(alibi_slopes(12), ref_alibi(12, 2)[:, 0, 1].float())  # float32
 
 
 def test_grouped_attention_does_not_copy_k_and_v():

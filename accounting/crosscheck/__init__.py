@@ -70,7 +70,7 @@ def cross_check(analysis: Analysis, fvcore: bool = True, stock: bool = True,
             experts = hf_experts.check(data)
         except Exception as e:
             experts = " ".join(f"{type(e).__name__}: {e}".split())[:300]
-    return compare(analysis, m, compare_hf(analysis, got, hf, experts))
+    return compare(analysis, m, compare_hf(analysis, got, hf, experts, data))
 
 
 def refusal(analysis: Analysis, hf: HFConfig) -> str | None:

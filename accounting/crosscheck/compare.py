@@ -136,7 +136,8 @@ def compare(a: Analysis, m: Measurement, hf: HFCheck | None = None,
         checks.append(Check("backward: the op counter's matmul FLOPs = FlopCounterMode's",
                             f"{grouped(mine_total)} and {grouped(fcm_total)}",
                             mine_total == fcm_total))
-        checks += _backward_checks(m, L, bwd_mod, prod_mod)
+        shared = lg.config.block == "parallel_shared_norm"
+        checks += _backward_checks(m, L, bwd_mod, prod_mod, shared)
         notes += _module_tracker_note(m, lg, bwd_mod)
     if len(passes) > 1:
         fwd = [r for r in rows if r.scope == FORWARD and r.component == TOTAL][0]
@@ -204,9 +205,11 @@ def _join_hf(rows: list[ComponentRow], hf) -> list[ComponentRow]:
 
 
 
-def _backward_checks(m: Measurement, L: int, bwd_mod: dict, prod_mod: dict) -> list[Check]:
+def _backward_checks(m: Measurement, L: int, bwd_mod: dict, prod_mod: dict,
+                     shared: bool = False) -> list[Check]:
     """The analytic backward ledger's claims, measured, and where FlopCounterMode's own
-    backward module hierarchy is sound."""
+    backward module hierarchy is sound (`shared`: attn and ffn read one norm's output, a
+    parallel block with a shared norm, so only the block's total is)."""
     calls: dict[str, int] = defaultdict(int)
     for r in m.ops:
         if r.phase == BACKWARD and r.kind in (MATMUL, EINSUM_PRODUCT):
@@ -218,7 +221,8 @@ def _backward_checks(m: Measurement, L: int, bwd_mod: dict, prod_mod: dict) -> l
     emb_matmul = bwd_mod.get("token_embeddings", 0) + prod_mod.get("token_embeddings", 0)
     mine = rollup({k: bwd_mod.get(k, 0) + prod_mod.get(k, 0) for k in set(bwd_mod) | set(prod_mod)})
     fcm = m.torch_flops[BACKWARD]
-    coarse = ["", "lm_head"] + [f"layers.{i}{s}" for i in range(L) for s in ("", ".attn", ".ffn")]
+    coarse = ["", "lm_head"] + [f"layers.{i}{s}" for i in range(L)
+                                for s in (("",) if shared else ("", ".attn", ".ffn"))]
     coarse_differ = [k or "model" for k in coarse if fcm.get(k, 0) + _products(prod_mod, k)
                      != mine.get(k, 0)]
     return [
@@ -235,8 +239,9 @@ def _backward_checks(m: Measurement, L: int, bwd_mod: dict, prod_mod: dict) -> l
         Check("token ids get no gradient",
               "ids.grad is None" if not m.token_ids_have_grad else "the token ids have a gradient",
               m.token_ids_have_grad is False),
-        Check("FlopCounterMode's backward totals per block, attn, ffn and lm_head = the op "
-              "counter's",
+        Check("FlopCounterMode's backward totals per block"
+              + (" and lm_head (attn and ffn share an input here)" if shared else
+                 ", attn, ffn and lm_head") + " = the op counter's",
               f"{len(coarse) - len(coarse_differ)}/{len(coarse)} modules equal"
               + (f"; differ: {', '.join(coarse_differ[:4])}" if coarse_differ else ""),
               not coarse_differ),
@@ -267,7 +272,10 @@ def _module_tracker_note(m: Measurement, lg: Ledger, bwd_mod: dict) -> list[str]
             "'entered' in backward until the gradient of its input is complete, so modules "
             "sharing an input are credited with each other's backward FLOPs"
             + (f" (block 0: {', '.join(block0)} their own)" if block0 else "")
-            + ". Its block, attn, ffn and lm_head totals are sound (checked below)."]
+            + (". Its block and lm_head totals are sound (checked below; with one norm shared "
+               "by a parallel block's attn and ffn, theirs are not)"
+               if lg.config.block == "parallel_shared_norm" else
+               ". Its block, attn, ffn and lm_head totals are sound (checked below).")]
 
 
 # ---------------------------------------------------------------- non-matmul FLOPs

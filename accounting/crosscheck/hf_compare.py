@@ -104,12 +104,14 @@ def split(counts: dict[str, int], mm: ModuleMap, total: int) -> Split:
 
 
 # ---------------------------------------------------------------- comparison
-def compare_hf(a: Analysis, m, hf: HFConfig, experts=None) -> HFCheck:
+def compare_hf(a: Analysis, m, hf: HFConfig, experts=None, data=None) -> HFCheck:
     """`m`: an hf_counter.HFMeasurement for `a`'s workload; `experts`: an
     hf_experts.ExpertsCheck (transformers' expert implementations on CPU at a shrunk size),
-    or why it could not run."""
+    or why it could not run; `data`: the config.json transformers' model was built from
+    (flags written back; default: hf's own)."""
     lg = a.ledger
-    mm = module_map(lg, hf.type.names)
+    data = hf.data if data is None else data
+    mm = module_map(lg, hf.type.module_names(data))
     _, block = analytic_flops(a)
     flops: dict[tuple[str, str], int] = {}
     layers: list[LayerCheck] = []
@@ -136,13 +138,13 @@ def compare_hf(a: Analysis, m, hf: HFConfig, experts=None) -> HFCheck:
         layers.append(layer_check(phase, COUNTER, s, block, lg))
 
     params = _params(a, m, mm)
-    kv_bytes, kv_detail = _kv(a, m)
+    kv_bytes, kv_detail = _kv(a, m, hf, data)
     checks.append(Check("transformers: the LM head reads the token embedding (tied) exactly "
                         "when the ledger's does", f"transformers {'tied' if m.tied else 'untied'}, "
                         f"ledger {'tied' if lg.tied else 'untied'}", m.tied == bool(lg.tied)))
     if experts is not None:
         checks += _experts_checks(experts)
-    notes = _notes(a, m, mm) + ([_experts_note(experts)] if experts is not None else [])
+    notes = _notes(a, m, mm, hf) + ([_experts_note(experts)] if experts is not None else [])
     return HFCheck(hf.model_type, m.transformers_class, m.version, _dtype_text(m, hf), flops,
                    tuple(layers), params, kv_bytes, kv_detail, tuple(checks), tuple(notes),
                    mm.text())
@@ -160,7 +162,7 @@ def _params(a: Analysis, m, mm: ModuleMap) -> tuple[ParamRow, ...]:
     return tuple(rows)
 
 
-def _kv(a: Analysis, m) -> tuple[tuple[int, int], str]:
+def _kv(a: Analysis, m, hf: HFConfig, data) -> tuple[tuple[int, int], str]:
     """Bytes of the cache after the prefill: the ledger's cache entries (per token, per
     block, all blocks) × B·T × the model's element size, against past_key_values. A local
     (sliding-window) layer's entry counts min(T, W − 1) tokens: between steps transformers'
@@ -172,6 +174,9 @@ def _kv(a: Analysis, m) -> tuple[tuple[int, int], str]:
     itemsize = m.kv[0][2] if m.kv else 0
     analytic = sum(int(e.expr().value(v)) * kept[e.window] for e in a.ledger.cache) \
         * a.batch * itemsize
+    broadcast = hf.type.kv_broadcast is not None and hf.type.kv_broadcast(data)
+    if broadcast:  # compared as the ledger's h_kv heads × g, said in the detail
+        analytic *= a.config.group_size
     measured = sum((_prod(k) + _prod(val)) * size for k, val, size in m.kv)
     shapes = sorted({(k, val) for k, val, _ in m.kv})
     shown = "; ".join(f"K {list(k)}, V {list(val)}" for k, val in shapes)
@@ -181,6 +186,13 @@ def _kv(a: Analysis, m) -> tuple[tuple[int, int], str]:
                    f"output, kv_lora_rank {a.config.kv_lora_rank}) as its 'K' and the rotated "
                    f"RoPE key (qk_rope_head_dim {a.config.qk_rope_head_dim}) as its 'V', the "
                    f"ledger's cache entry")
+    if broadcast:
+        detail += (f"; transformers' {hf.model_type} caches K and V broadcast to all "
+                   f"{a.config.num_heads} query heads ({hf.type.transformers_class.removesuffix('ForCausalLM')}"
+                   f"Attention._split_heads: torch.broadcast_to, then reshape to num_heads), "
+                   f"g = {a.config.group_size} times the {a.config.kv_heads} K/V heads a cache "
+                   f"needs: analytic here is the ledger's cache × g (the tool's tables count "
+                   f"the h_kv heads)")
     if any(e.window for e in a.ledger.cache):
         detail += (f"; local layers keep min(T, W − 1) = {kept[True]:,} tokens after the "
                    f"prefill (transformers' DynamicSlidingWindowLayer: the next token's own K "
@@ -264,7 +276,7 @@ def _dtype_text(m, hf: HFConfig) -> str:
     return f"{m.dtype} (config.json's torch_dtype {hf.dtype} is not float32, bfloat16 or float16)"
 
 
-def _notes(a: Analysis, m, mm: ModuleMap) -> list[str]:
+def _notes(a: Analysis, m, mm: ModuleMap, hf: HFConfig) -> list[str]:
     """Where transformers' model computes differently from the tool's, for this config, and
     why the compared counts are still equal (or what is compared on the tool's model only)."""
     c = a.config
@@ -328,7 +340,32 @@ def _notes(a: Analysis, m, mm: ModuleMap) -> list[str]:
                    f"mask (create_sliding_window_causal_mask: query i sees key j iff i − W < j "
                    f"≤ i, the tool's window) and eager attention computes all T×T scores, as "
                    f"the tool's model does (the executed count).")
-    if c.kv_heads != c.num_heads:
+    if c.block != "sequential":
+        out.append("Parallel block: attention and MLP both read the block input (through "
+                   + ("one shared norm" if c.block == "parallel_shared_norm" else "a norm each")
+                   + ") and both are added to it, in transformers' model as in the tool's "
+                   "(the order of the two residual adds differs: the same FLOPs).")
+    if c.positions == "alibi":
+        out.append("ALiBi: transformers' FalconModel builds the bias once per forward "
+                   "(build_alibi_tensor: slope · key position, rounded to bfloat16) where the "
+                   "tool's model builds it per block in float32; its eager attention adds it to "
+                   "the scores before the scale and also folds alibi/√d_k into the causal mask "
+                   "(masked_fill), so eager scores carry it twice (its sdpa path, Falcon's "
+                   "original code and the tool's model once). No matmul; the non-matmul ops "
+                   "are compared on the tool's model/.")
+    if c.rotary_dim is not None:
+        out.append(f"Partial rotary: transformers rotates q[..., :{c.rotary_dim}] and "
+                   f"k[..., :{c.rotary_dim}] with rotate_half and concatenates the rest "
+                   f"(apply_rotary_pos_emb), as the tool's model slices, rotates and "
+                   f"concatenates: no matmul; the non-matmul ops are compared on the tool's "
+                   f"model/.")
+    if c.kv_heads != c.num_heads and hf.type.kv_broadcast is not None:
+        out.append(f"{hf.type.transformers_class}: K and V reach the {c.num_heads} query heads "
+                   f"by broadcasting (the new decoder architecture copies them in _split_heads "
+                   f"before the cache; multi_query lets the score matmul broadcast its one K/V "
+                   f"head); the tool's model broadcasts. The matmul FLOPs are the same "
+                   f"(h·T²·d_k per sequence).")
+    elif c.kv_heads != c.num_heads:
         out.append(f"Grouped-query attention: transformers copies K and V to all {c.num_heads} "
                    f"query heads (repeat_kv: expand + reshape) before the score matmul; the "
                    f"tool's model broadcasts them. The matmul FLOPs are the same (h·T²·d_k per "

@@ -40,7 +40,7 @@ def run_case(case: Case) -> dict:
         config = case.config()
         with torch.device("meta"):
             lm = TransformerLM.from_config(config, context_length=max(case.seq, config.context_length)
-                                           if config.positions == "rope" else None)
+                                           if config.positions != "learned" else None)
         if case.ep > 1:
             groups = _expert_parallel(case, lm, config)
         else:

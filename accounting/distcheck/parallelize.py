@@ -90,10 +90,14 @@ def tensor_parallel(lm: M.TransformerLM, mesh, sp: bool) -> None:
             plan["ffn.w3"] = Colwise()
         if sp:
             plan["ln1"] = SequenceParallel()
-            plan["ln2"] = SequenceParallel()
+            if hasattr(block, "ln2"):  # a parallel block with one shared norm has none
+                plan["ln2"] = SequenceParallel()
         parallelize_module(block, mesh, plan)
         block.attn.num_heads //= tp
         block.attn.num_kv_heads //= tp
+        if getattr(block.attn, "alibi", False):  # ALiBi: this rank's heads' slopes
+            n = block.attn.num_heads
+            block.attn.alibi_slopes = block.attn.alibi_slopes[mesh.get_local_rank() * n:][:n]
     tied = lm.lm_head.weight is emb.weight
     parallelize_module(lm, mesh, {"lm_head": Colwise(input_layouts=seq, use_local_output=False)})
     if tied:

@@ -43,6 +43,14 @@ FAKE = (
          ep=8, zero=2, seq=32, micro_batch=2, micro_batches=1, rank=5,
          label="DeepSeek-V3 shape, a dense and an MoE layer: EP 8 = dp × FSDP2 ZeRO-2, 8 ranks "
                "(32 experts a rank, whole)"),
+    # a parallel block with one shared norm (Falcon-7B's layout) and partial rotary: with SP
+    # the norm's output is all-gathered, and saved, once for attn and once for ffn
+    Case({"vocab_size": 1002, "context_length": 16, "num_layers": 2, "d_model": 32,
+          "num_heads": 4, "d_ff": 96, "norm": "layernorm", "mlp": "gelu",
+          "block": "parallel_shared_norm", "rotary_dim": 4, "name": "tiny-falcon"}, 8, dp=2,
+         tp=4, sp=True, zero=2, seq=32, rank=5,
+         label="Falcon-7B's block (one shared norm), partial rotary: FSDP2 ZeRO-2 × TP 4 + SP, "
+               "8 ranks"),
 )
 
 TINY = {"vocab_size": 1002, "context_length": 16, "num_layers": 4, "d_model": 32,

@@ -117,6 +117,9 @@ class Ledger:
                 cap = expert_capacity(c.moe_capacity_factor, batch * seq * c.experts_per_token,
                                       c.num_experts)
                 out["C"], out["E·C+1"] = cap, c.num_experts * cap + 1
+        if c.rotary_dim is not None:  # partial rotary: RoPE on d_rot of each head's d_k
+            out.update({"d_rot": c.rotary_dim, "d_rot/2": c.rotary_dim // 2,
+                        "d_pass": c.d_k - c.rotary_dim})
         if c.mla:
             out.update({"r_kv": c.kv_lora_rank, "d_nope": c.qk_nope_head_dim,
                         "d_rope": c.qk_rope_head_dim, "d_rope/2": c.qk_rope_head_dim // 2,

@@ -39,6 +39,9 @@ SYMBOLS: dict[str, str] = {
     "k_G": "router_topk_groups, groups kept before top-k",
     "C": "expert capacity in rows, ⌈c·B·T·k/E⌉ (capacity factor c)",
     "E·C+1": "dispatch buffer rows: E experts × C, and one trash row for dropped slots",
+    "d_rot": "rotary_dim: the dims of each head RoPE rotates (partial rotary)",
+    "d_rot/2": "RoPE rotation pairs of the rotary part",
+    "d_pass": "d_k − rotary_dim: the dims of each head passed through without RoPE",
     "r_q": "q_lora_rank (latent attention's query latent)",
     "r_kv": "kv_lora_rank (latent attention's key/value latent)",
     "d_nope": "qk_nope_head_dim (the part of a head's query/key without RoPE)",
@@ -53,6 +56,7 @@ SYMBOLS: dict[str, str] = {
 # symbols not listed (t, T_max, T_pos) come last, in alphabetical order.
 _ORDER = {s: i for i, s in enumerate(("B", "h_kv", "g", "h", "T", "P", "P_W", "W", "C", "E·C+1",
                                       "L", "E", "k", "G", "E/G", "k_G", "d_model", "d_k", "d_k/2",
+                                      "d_rot", "d_rot/2", "d_pass",
                                       "r_q", "r_kv", "d_kv_a", "d_kv_b", "d_nope", "d_rope",
                                       "d_rope/2", "d_v", "d_ff", "d_e", "d_s", "V"))}
 _SUPERSCRIPT = str.maketrans("0123456789", "⁰¹²³⁴⁵⁶⁷⁸⁹")

@@ -55,7 +55,8 @@ NORM_PLACEMENTS = {"pre": "pre-norm (norm on each sublayer's input)",
                            "inside the residual)",
                    "sandwich": "sandwich norms (Gemma 2/3: a norm on each sublayer's input "
                                "and another on its output, inside the residual)"}
-POSITIONS = {"rope": "RoPE", "learned": "learned absolute positions", "none": "no positions"}
+POSITIONS = {"rope": "RoPE", "learned": "learned absolute positions", "none": "no positions",
+             "alibi": "ALiBi (a linear bias per head on the scores; Falcon)"}
 QK_NORMS = {"none": "no QK-norm", "head": "QK-norm per head (Qwen3)",
             "full": "QK-norm over the full projection width (OLMo-2)"}
 ATTENTIONS = {"naive": "explicit scores, causal mask and softmax (the course's attention)",
@@ -65,6 +66,11 @@ ROUTERS = {"softmax": "softmax over the experts' scores (Mixtral, Qwen3-MoE)",
 # how group-limited routing ranks a group of experts (router_groups > 1)
 GROUP_SCORES = {"top2_sum": "the sum of its two best scores (DeepSeek-V3)",
                 "max": "its best score (DeepSeek-V2's group_limited_greedy)"}
+BLOCKS = {"sequential": "attention, then the MLP on its result",
+          "parallel": "attention and MLP in parallel on the block input, a norm each "
+                      "(GPT-NeoX, Falcon-40B)",
+          "parallel_shared_norm": "attention and MLP in parallel on one shared norm of the "
+                                  "block input (Falcon-7B)"}
 LAYER_TYPES = ("global", "local")  # full causal attention, or a sliding window of the last W keys
 
 
@@ -120,7 +126,8 @@ class ModelConfig:
                     help="feed-forward: swiglu (default), geglu (tanh GELU), geglu_erf (exact GELU), "
                          "gelu (exact), gelu_tanh (GPT-2), swiglu_clamped (gpt-oss)")
     positions: str = spec("rope", kind=CHOICE, flag="--positions", choices=POSITIONS,
-                          help="rope (default), learned (a table of context_length positions) or none")
+                          help="rope (default), learned (a table of context_length positions), "
+                               "none, or alibi (Falcon's linear bias per head on the scores)")
     tie_embeddings: bool = spec(False, kind=FLAG, flag="--tie-embeddings",
                                 help="the LM head reads the token embedding table (default: untied)")
     qkv_bias: bool = spec(False, kind=FLAG, flag="--qkv-bias",  # GPT-2, Qwen2
@@ -156,6 +163,19 @@ class ModelConfig:
                           help="how the attention core runs: naive (default: the course's explicit "
                                "scores, mask and softmax) or sdpa (the fused kernel, "
                                "F.scaled_dot_product_attention)")
+    # -- the parallel block and partial rotary (GPT-NeoX, Falcon, Phi-3; Cohere can reuse them)
+    # parallel: attention and MLP both read the block input x, and both add to it:
+    # x + attn(ln1(x)) + mlp(ln2(x)) (GPT-NeoX's use_parallel_residual, Falcon-40B's ln_attn
+    # and ln_mlp), or with one shared norm x + attn(ln1(x)) + mlp(ln1(x)) (Falcon-7B's
+    # parallel_attn, Cohere): no ln2
+    block: str = spec("sequential", kind=CHOICE, flag="--block", choices=BLOCKS,
+                      help="sequential (default: y = x + attn, y + mlp), parallel (x + attn + "
+                           "mlp, a norm each) or parallel_shared_norm (one norm feeds both)")
+    # RoPE on the first rotary_dim dims of each head only, the rest passed through and
+    # concatenated back (GPT-NeoX's rotary_pct, Phi's partial_rotary_factor); None: all d_k
+    rotary_dim: int | None = spec(None, kind=SIZE, flag="--rotary-dim",
+                                  help="RoPE on the first N dims of each head (even, below "
+                                       "head_dim; default: the whole head)")
     # sliding-window (local) attention: each query attends its last W keys (itself included)
     sliding_window: int | None = spec(None, kind=SIZE, flag="--sliding-window", group=EXTRAS,
                                       help="a local layer attends its last W keys (every layer "
@@ -277,6 +297,7 @@ class ModelConfig:
             raise UsageError("attention_sinks need the naive attention core of grouped or "
                              "multi-head attention (the fused kernel has no sink column; latent "
                              "attention has none): drop --attention sdpa or the latent ranks")
+        _check_block_and_positions(self)
         _check_window(self)
         _check_scales(self)
         _check_moe(self)
@@ -337,6 +358,8 @@ class ModelConfig:
                      "sandwich": "sandwich-norm"}[self.norm_placement]
         parts = [f"{placement} {NORMS[self.norm]}" + (" (1 + w gains)" if self.norm_offset else ""),
                  self.mlp_kind.label, POSITIONS[self.positions], attn]
+        if self.rotary_dim is not None:
+            parts[2] = f"RoPE on {self.rotary_dim} of {self.d_k} dims per head"
         if self.qk_norm != "none":
             parts.append(QK_NORMS[self.qk_norm])
         if self.attention_sinks:
@@ -344,6 +367,9 @@ class ModelConfig:
         if self.mla:
             parts[3] = (f"multi-head latent attention (kv_lora_rank {self.kv_lora_rank}"
                         + (f", q_lora_rank {self.q_lora_rank}" if self.q_lora_rank else "") + ")")
+        if self.block != "sequential":
+            parts.insert(1, "parallel attention and MLP" + (
+                " (one shared norm)" if self.block == "parallel_shared_norm" else ""))
         kinds = self.layer_kinds
         n_local = sum(k.local for k in kinds)
         if n_local:
@@ -402,6 +428,22 @@ def _positive(c: ModelConfig, f: str, allow_none: bool = True) -> None:
         return
     if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_SIZE:
         raise UsageError(f"{f} must be a positive integer up to 10^12, got {_short(value)}")
+
+
+def _check_block_and_positions(c: ModelConfig) -> None:
+    _positive(c, "rotary_dim")
+    if c.block != "sequential" and c.norm_placement != "pre":
+        raise UsageError(f"block {c.block} reads norms of the block input: it needs "
+                         f"norm_placement pre, got {c.norm_placement}")
+    if c.positions == "alibi" and (c.mla or c.attention != "naive"):
+        raise UsageError("positions alibi adds its bias to the scores of the naive attention "
+                         "core (the fused kernel would take it as a float mask; latent attention "
+                         "has its own RoPE): use attention naive and no latent attention")
+    if c.rotary_dim is not None and (c.positions != "rope" or c.mla
+                                     or c.rotary_dim % 2 or c.rotary_dim >= c.d_k):
+        raise UsageError(f"rotary_dim {c.rotary_dim} must be even and below the head dimension "
+                         f"{c.d_k}, with positions rope and no latent attention (for RoPE on "
+                         f"the whole head leave it unset)")
 
 
 def _check_window(c: ModelConfig) -> None:

@@ -47,7 +47,8 @@ from accounting.spec.hf_schema import (  # noqa: F401
     TRANSFORMERS_VERSION, TYPES, UNSUPPORTED, WRAPPERS, Derived, HFType, Key, ModuleNames, Must, Noted,
     Required, register, short)
 # the rows: registered into TYPES on import
-from accounting.spec import hf_types_dense, hf_types_gemma, hf_types_gpt_oss, hf_types_moe  # noqa: F401
+from accounting.spec import (  # noqa: F401
+    hf_types_dense, hf_types_gemma, hf_types_gpt_oss, hf_types_moe, hf_types_parallel)
 
 def supported_types() -> str:
     """The model_types a config.json may name, in the table's order: the one list --help,
@@ -168,7 +169,7 @@ def translate(data: Mapping, source: str, name: str, origin: str = "",
                          f"(the keys it reads: accounting/spec/hf_config.py, model_type {mt}; "
                          f"without --strict, the CLI judges such a key by building "
                          f"transformers' model with and without it)")
-    for m in COMMON_MUST + t.must:
+    for m in [m for m in COMMON_MUST if not t.declares(m.hf)] + list(t.must):
         value = data.get(m.hf, m.default)
         if not m.ok(value, data):
             absent = "" if m.hf in data else " (absent: transformers' default)"

@@ -111,6 +111,15 @@ class HFType:
     # how transformers' experts run for the cross-check (None: no experts in this type);
     # see accounting/crosscheck/hf_counter.py for why not transformers' default
     experts_implementation: str | None = None
+    # names that depend on the config.json (Falcon's norms: ln_attn/ln_mlp or
+    # input_layernorm); None: `names` for every config of the type
+    names_of: Callable[[Mapping], ModuleNames] | None = None
+    # whether transformers' KV cache holds K and V broadcast to all h query heads for this
+    # config.json (Falcon's new decoder architecture): h/h_kv times the ledger's cache
+    kv_broadcast: Callable[[Mapping], bool] | None = None
+
+    def module_names(self, data: Mapping) -> ModuleNames:
+        return self.names if self.names_of is None else self.names_of(data)
 
     def declares(self, key: str) -> bool:
         """The type reads (or lists) this key itself, under its own name or an alias (a
@@ -177,9 +186,9 @@ def real(v) -> bool:
 
 
 FREE_VALUES = MappingProxyType({
-    "torch_dtype": (lambda v: v is None or v in TORCH_DTYPES,
+    "torch_dtype": (lambda v: v is None or (isinstance(v, str) and v in TORCH_DTYPES),
                     "null or a torch dtype's name such as \"bfloat16\""),
-    "dtype": (lambda v: v is None or v in TORCH_DTYPES,
+    "dtype": (lambda v: v is None or (isinstance(v, str) and v in TORCH_DTYPES),
               "null or a torch dtype's name such as \"bfloat16\""),
     "use_cache": (_bool_or_null, BOOL),
     **{k: (_id_or_null, "an integer or null") for k in (
@@ -212,15 +221,25 @@ REFUSED = MappingProxyType({
 ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "longrope", "llama3")
 
 
-def _rope_ok(value, data) -> bool:
+def _rope_ok(value, data, kinds=ROPE_TYPES, partial: bool = False) -> bool:
     """RoPE scaling changes frequencies, not counts, for these types; a partial rotary
-    factor would rotate only part of each head (a different count)."""
+    factor would rotate only part of each head (a different count), unless the type reads
+    it (`partial`: a Key of the type, GPT-NeoX, Phi-3)."""
     if value is None:
         return True
     if not isinstance(value, dict):
         return False
     kind = value.get("rope_type", value.get("type", "default"))
-    return kind in ROPE_TYPES and value.get("partial_rotary_factor", 1) in (1, 1.0)
+    return kind in kinds and (partial or value.get("partial_rotary_factor", 1) in (1, 1.0))
+
+
+def rope_must(kinds=ROPE_TYPES, partial: bool = False) -> tuple[Must, ...]:
+    """rope_scaling and rope_parameters: a RoPE type of `kinds`; a partial rotary factor
+    inside them only where the type reads it (partial)."""
+    words = f"null or rope_type {', '.join(kinds)}"
+    what = "a RoPE variant the tool does not know to leave every count unchanged"
+    return tuple(Must(k, lambda v, d: _rope_ok(v, d, kinds, partial), words, what)
+                 for k in ("rope_scaling", "rope_parameters"))
 
 
 rope_ok = _rope_ok  # for rows that check a RoPE setting of their own (gemma3_text's per kind)
@@ -235,12 +254,7 @@ COMMON_MUST = (
     Must("partial_rotary_factor", lambda v, d: v in (1, 1.0), "1.0",
          "RoPE on only part of each head", 1.0),
 )
-ROPE_MUST = (
-    Must("rope_scaling", _rope_ok, f"null or rope_type {', '.join(ROPE_TYPES)}",
-         "a RoPE variant the tool does not know to leave every count unchanged"),
-    Must("rope_parameters", _rope_ok, f"null or rope_type {', '.join(ROPE_TYPES)}",
-         "a RoPE variant the tool does not know to leave every count unchanged"),
-)
+ROPE_MUST = rope_must()
 DROPOUT_NOTE = ("{settings}: dropout is not counted (the tool's model has none; it does "
                 "not run at inference, and in training it adds elementwise work per dropped "
                 "tensor)")
@@ -355,7 +369,8 @@ def register(t: HFType) -> None:
                                       if "." not in a] + list(t.free)
     # a Must may restrict a key the type reads, and a note explain a key a Must restricts
     must, noted = [m.hf for m in t.must], [n.hf for n in t.noted]
-    shared = set(COMMON_FREE) | {m.hf for m in COMMON_MUST}  # (REFUSED: a type may read one)
+    # (REFUSED: a type may read one; a COMMON_MUST key too, as a Key: Phi-3's partial factor)
+    shared = set(COMMON_FREE) | ({m.hf for m in COMMON_MUST} - {k.hf for k in t.keys})
     repeated = ({n for n in names if names.count(n) > 1} | {n for n in must if must.count(n) > 1}
                 | {n for n in noted if noted.count(n) > 1} | (set(names + must + noted) & shared)
                 | (set(must) & set(t.free)) | (set(noted) & set(names)))

@@ -8,7 +8,7 @@ facts as it runs (FLOPs, saved tensors, KV cache, module path); ledger.py only c
 Where the spec switches a feature, both this file and model/ branch on the same field.
 """
 from accounting.ledger.builder.common import (  # noqa: F401  (the tables' component names)
-    ACTIVATION_COMPONENT, ATTN_SCALE, BIAS, CAUSAL_MASK, ELEMENTWISE_ORDER, NORM_PARAMS,
+    ACTIVATION_COMPONENT, ALIBI, ATTN_SCALE, BIAS, CAUSAL_MASK, ELEMENTWISE_ORDER, NORM_PARAMS,
     POSITION_ADD, QK_NORM, RESIDUAL, ROPE, ROUTER, SOFTMAX, EMBED_SCALE, SOFTCAP, RESIDUAL_SCALE,
     LOGIT_SCALE)
 from accounting.ledger.builder.transformer import walk  # noqa: F401

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from accounting.ledger import records as R
 from accounting.ledger.trace import Sym, Trace
-from accounting.ledger.builder.common import (QK_NORM, ATTN_SCALE, CAUSAL_MASK, SOFTMAX, NORM_PARAMS,
-                                              SOFTCAP, Arch)
+from accounting.ledger.builder.common import (ALIBI, QK_NORM, ATTN_SCALE, CAUSAL_MASK, SOFTMAX,
+                                              NORM_PARAMS, SOFTCAP, Arch)
 from accounting.ledger.builder.layers import Linear, Norm, RoPE
 
 
@@ -29,7 +29,10 @@ class Attention:
                                    comp, c.norm_offset)
                 self.k_norm = Norm(t, "k_norm", c.norm, a.width(kv=True) if full else ("d_k",),
                                    QK_NORM, comp, c.norm_offset)
-            self.rope = RoPE(t) if c.positions == "rope" else None
+            if c.positions == "alibi":  # Falcon's per-head slopes (float32, persistent=False)
+                self.slopes = t.buffer("alibi_slopes", ("h",), 4)
+            self.rope = None if c.positions != "rope" else \
+                RoPE(t, "d_k" if c.rotary_dim is None else "d_rot")
 
     def __call__(self, x: Sym, out_label: str, out_course: str) -> Sym:
         t, a, c = self.t, self.a, self.a.c
@@ -49,12 +52,25 @@ class Attention:
                 k = self.k_norm(k, "K after QK-norm")
             if self.rope is not None:
                 positions = t.fresh(("T",), R.INT64)  # torch.arange(seq)
-                q = self.rope.rotate(q, positions, "Q after RoPE")
-                k = self.rope.rotate(k, positions, "K after RoPE")
+                if c.rotary_dim is None:
+                    q = self.rope.rotate(q, positions, "Q after RoPE")
+                    k = self.rope.rotate(k, positions, "K after RoPE")
+                else:  # cat((rotate(q[..., :r]), q[..., r:])): slices are views, cat a copy
+                    q = self.partial(q, positions, "Q")
+                    k = self.partial(k, positions, "K")
             t.cached("K", a.width(kv=True), window=self.local)
             t.cached("V", a.width(kv=True), window=self.local)
             out = self.run_core(q, k, v)
             return self.output_proj(self.merge(out, a.width()), out_label, out_course)
+
+    def partial(self, x: Sym, positions: Sym, what: str) -> Sym:
+        """Partial rotary (model/attention.py): the first d_rot dims of each head rotated,
+        the other d_k − d_rot passed through, concatenated back (a new tensor, 0 FLOPs)."""
+        t, lead = self.t, x.shape[:-1]
+        rot = self.rope.rotate(t.view(x, lead + ("d_rot",), contiguous=False), positions,
+                               f"{what} rotary part after RoPE")
+        rest = t.view(x, lead + ("d_pass",), contiguous=False)
+        return t.name(t.cat((rot, rest), x.shape), f"{what} after partial RoPE")
 
     def merge(self, out: Sym, width: tuple[str, ...]) -> Sym:
         """"... heads seq d -> ... seq (heads d)": a copy of a heads-major tensor, a view
@@ -78,6 +94,11 @@ class Attention:
                                       CAUSAL_MASK), "sliding-window mask (additive)")
             inputs, core = (q, k, v) + ((mask,) if mask is not None else ()), \
                 lambda: self.fused(q, k, v, mask)
+        elif self.slopes is not None:  # ALiBi: slopes[:, None] · arange(T), key j's bias
+            keys = t.fresh(("T",), R.FP32)
+            bias = t.name(t.binary("aten.mul", t.view(self.slopes, ("h", "T")), keys,
+                                   "slope · key position", ALIBI), "ALiBi bias")
+            inputs, core = (q, k, v, mask, bias), lambda: self.core(q, k, v, mask, bias)
         else:
             inputs, core = (q, k, v, mask), lambda: self.core(q, k, v, mask)
         if self.recompute == "selective":  # checkpoint(attention core, q, k, v, ...)
@@ -108,9 +129,10 @@ class Attention:
                       window=self.local, useful=self.v_useful)
         return t.fused_attention(q, k, v, (qk, pv), self.out_heads(), ("B", "h", "T"), mask)
 
-    def core(self, q: Sym, k: Sym, v: Sym, mask: Sym) -> Sym:
+    def core(self, q: Sym, k: Sym, v: Sym, mask: Sym, bias: Sym | None = None) -> Sym:
         """scaled_dot_product_attention: softmax(QKᵀ/√d_k, masked) V, with grouped K/V
-        broadcast over each group of query heads (bmm batch B·h_kv, g·T query rows)."""
+        broadcast over each group of query heads (bmm batch B·h_kv, g·T query rows); ALiBi's
+        bias added to the scores before the scale."""
         t, a = self.t, self.a
         batch, rows, note = self._grouping()
         scores_shape = ("B", "h", "T", "T")
@@ -119,6 +141,9 @@ class Attention:
                                         grads=("dQ", "dK"), note=note, window=self.local),
                          copy_labels=("Q (heads layout)", "K (heads layout)"))
         scores = t.name(Sym(scores_shape, dtype), "QKᵀ scores", "QKᵀ")
+        if bias is not None:  # scores + bias.to(scores.dtype)
+            scores = t.binary("aten.add", scores, t.cast(bias, dtype, "ALiBi bias (copy)"),
+                              "QKᵀ + ALiBi bias", ALIBI, out="QKᵀ scores + ALiBi bias")
         scaled = t.binary("aten.div", scores, None, "QKᵀ / √d_k", ATTN_SCALE)
         cap = self.a.c.attn_softcap
         if cap is not None:  # Gemma 2: cap·tanh(scores/cap), before the mask
@@ -152,6 +177,7 @@ class Attention:
                       "attention-weighted values")
 
     sinks = None  # gpt-oss's attention sinks (latent attention has none)
+    slopes = None  # ALiBi's per-head slopes (a buffer), when positions is alibi
     v_dim = "d_k"  # the value's head dimension as the core sees it (latent attention: d_v)
     v_useful = None  # the factors of useful work when V is zero-padded (latent attention)
 

@@ -9,6 +9,7 @@ from accounting.spec.config import NORMS, ModelConfig
 QK_NORM = "QK-norm"
 POSITION_ADD = "position add"
 ROPE = "RoPE"
+ALIBI = "ALiBi bias"
 ATTN_SCALE = "scale by 1/√d_k"
 CAUSAL_MASK = "causal mask"
 SOFTMAX = "softmax"
@@ -24,7 +25,7 @@ LOGIT_SCALE = "logit scale"
 ACTIVATION_COMPONENT = {"swiglu": "SiLU and gating", "geglu": "GELU (tanh) and gating",
                         "geglu_erf": "GELU (erf) and gating", "gelu": "GELU (erf)",
                         "gelu_tanh": "GELU (tanh)", "swiglu_clamped": "clamped SwiGLU and gating"}
-ELEMENTWISE_ORDER = (*NORMS.values(), QK_NORM, EMBED_SCALE, POSITION_ADD, ROPE, ATTN_SCALE,
+ELEMENTWISE_ORDER = (*NORMS.values(), QK_NORM, EMBED_SCALE, POSITION_ADD, ROPE, ALIBI, ATTN_SCALE,
                      SOFTCAP, CAUSAL_MASK, SOFTMAX, *dict.fromkeys(ACTIVATION_COMPONENT.values()),
                      ROUTER, BIAS, RESIDUAL_SCALE, RESIDUAL, LOGIT_SCALE)
 NORM_PARAMS = {"rmsnorm": "RMSNorm gains", "layernorm": "LayerNorm weights and biases"}

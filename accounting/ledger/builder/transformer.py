@@ -22,7 +22,8 @@ class Block:
         self.attn = (LatentAttention if a.c.mla else Attention)(t, a, recompute, local)
         self.post_attn_norm = (Norm(t, "post_attn_norm", kind, ("d_model",), NORMS[kind], comp, off)
                                if sandwich else None)
-        self.ln2 = Norm(t, "ln2", kind, ("d_model",), NORMS[kind], comp, off)
+        self.ln2 = None if a.c.block == "parallel_shared_norm" else \
+            Norm(t, "ln2", kind, ("d_model",), NORMS[kind], comp, off)
         self.ffn = MoE(t, a.c) if self.kind is not None and self.kind.moe else FeedForward(t, a.c)
         self.post_ffn_norm = (Norm(t, "post_ffn_norm", kind, ("d_model",), NORMS[kind], comp, off)
                               if sandwich else None)
@@ -45,7 +46,13 @@ class Block:
 
     def run(self, x: Sym) -> None:
         t, norm_course = self.t, f"{NORMS[self.c.norm]} inputs"
-        if self.c.norm_placement == "pre":
+        if self.c.block != "sequential":  # z = x + attn(ln1(x)) + ffn(ln2(x) or ln1(x))
+            h = self.ln1(x, "ln1 output")
+            o = self.scaled(self.attn(h, "output projection output", "output projection"))
+            y = t.binary("aten.add", x, o, "x + attn + ffn (parallel)", RESIDUAL)
+            m = self.scaled(self.ffn(h if self.ln2 is None else self.ln2(x, "ln2 output"), "W2"))
+            t.binary("aten.add", y, m, "x + attn + ffn (parallel)", RESIDUAL)
+        elif self.c.norm_placement == "pre":
             h = self.ln1(x, "ln1 output")
             o = self.scaled(self.attn(h, "output projection output", "output projection"))
             y = t.binary("aten.add", x, o, "x + attn, y + ffn", RESIDUAL)

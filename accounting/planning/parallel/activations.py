@@ -87,6 +87,9 @@ def _rows(sp: Split, tp_degree: int, sequence_parallel: bool, seq: int, megatron
     tp = sp.tp_values(full, tp_degree, tp_rank)
     seq_split = dict(full, T=seq // tp_degree) if sequence_parallel else full
     out = []
+    # A parallel block's shared norm output feeds attn and ffn: with --sp each sublayer's
+    # PrepareModuleInput all-gathers it, and each gathered copy is saved (two, not one)
+    shared = sequence_parallel and not megatron_sp and sp.config.block == "parallel_shared_norm"
     for a in sp.ledger.activations:
         if not a.saved:
             continue
@@ -98,7 +101,9 @@ def _rows(sp: Split, tp_degree: int, sequence_parallel: bool, seq: int, megatron
             v = local_experts  # the rank's E/ep routed experts (tp = 1 with experts)
         with_b = a.elements.evaluate(dict(v, B=1)) * a.bytes_per_element
         without_b = a.elements.evaluate(dict(v, B=0)) * a.bytes_per_element
-        out.append(Row(a, kind, sp.place(a), Linear(with_b - without_b, without_b)))
+        twice = shared and kind == GATHERED and a.per_layer and a.saved_in.startswith("attn.")
+        out.append(Row(a, kind, sp.place(a),
+                       Linear(with_b - without_b, without_b).times(2 if twice else 1)))
     return tuple(out)
 
 

@@ -159,7 +159,7 @@ def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage:
         bias = c.num_experts is not None and c.router_bias
         items.append(Item("RoPE cos/sin tables (fp32 buffers)"
                           + (" and the routers' correction biases" if bias else ""),
-                          f"L_stage·2·T_max·({'d_rope' if c.mla else 'd_k'}/2)·4"
+                          f"L_stage·2·T_max·({'d_rope' if c.mla else 'd_rot' if c.rotary_dim else 'd_k'}/2)·4"
                           + (" + L_moe·E·4" if bias else ""),
                           A.Linear(0, buf)))
     acts = A.stage_activations(*act_rows, layout, stage, kinds)
