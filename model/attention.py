@@ -9,7 +9,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from .fused import fused_causal_attention
-from .layers import NORM_CLASSES, Linear, RotaryPositionalEmbedding, check_positive_int
+from .layers import NORM_CLASSES, Linear, RotaryPositionalEmbedding, check_positive_int, rms_normalize
 
 
 def softmax(x: torch.Tensor, dim: int) -> torch.Tensor:
@@ -46,12 +46,16 @@ class CausalMultiHeadSelfAttention(nn.Module):
     = the course's): num_kv_heads < num_heads is grouped-query attention (each K/V head
     serves num_heads/num_kv_heads query heads; K and V are broadcast over the group, never
     copied); head_dim other than d_model/num_heads; biases; QK-norm per head (Qwen3) or over
-    the full projection width (OLMo-2), applied before RoPE.
+    the full projection width (OLMo-2), applied before RoPE. Llama 4: chunk (a query attends
+    only the keys of its own chunk of `chunk` tokens), qk_norm="l2" (a weightless RMS norm of
+    each head's Q and K after RoPE, on a layer with RoPE only), temperature=(F, s) on a layer
+    without RoPE (each query scaled by 1 + s·log(1 + ⌊(i + 1)/F⌋)).
     """
 
     def __init__(self, d_model, num_heads, max_seq_len=None, theta=None, device=None, dtype=None,
                  *, num_kv_heads=None, head_dim=None, qkv_bias=False, out_bias=False,
-                 qk_norm="none", norm="rmsnorm", norm_eps=1e-5, attention="naive", window=None):
+                 qk_norm="none", norm="rmsnorm", norm_eps=1e-5, attention="naive", window=None,
+                 chunk=None, temperature=None):
         super().__init__()
         check_positive_int("d_model", d_model)
         check_positive_int("num_heads", num_heads)
@@ -64,13 +68,15 @@ class CausalMultiHeadSelfAttention(nn.Module):
         check_positive_int("head_dim", head_dim)
         if num_heads % num_kv_heads:
             raise ValueError(f"num_heads={num_heads} is not divisible by num_kv_heads={num_kv_heads}")
-        if qk_norm not in ("none", "head", "full"):
-            raise ValueError(f"qk_norm must be none, head or full, got {qk_norm!r}")
+        if qk_norm not in ("none", "head", "full", "l2"):
+            raise ValueError(f"qk_norm must be none, head, full or l2, got {qk_norm!r}")
         if attention not in ("naive", "sdpa"):
             raise ValueError(f"attention must be naive or sdpa, got {attention!r}")
-        if window is not None:
-            check_positive_int("window", window)
-        self.attention, self.window = attention, window
+        for name, value in (("window", window), ("chunk", chunk)):
+            if value is not None:
+                check_positive_int(name, value)
+        self.attention, self.window, self.chunk = attention, window, chunk
+        self.temperature, self.norm_eps = temperature, norm_eps
         self.recompute_core = False  # set by TransformerLM.set_recompute("selective")
         self.d_model, self.num_heads, self.num_kv_heads = d_model, num_heads, num_kv_heads
         self.d_k, self.qk_norm = head_dim, qk_norm
@@ -79,7 +85,7 @@ class CausalMultiHeadSelfAttention(nn.Module):
         self.k_proj = Linear(d_model, kv_width, device=device, dtype=dtype, bias=qkv_bias)
         self.v_proj = Linear(d_model, kv_width, device=device, dtype=dtype, bias=qkv_bias)
         self.output_proj = Linear(q_width, d_model, device=device, dtype=dtype, bias=out_bias)
-        if qk_norm != "none":
+        if qk_norm in ("head", "full"):
             norm_cls = NORM_CLASSES[norm]
             full = qk_norm == "full"
             self.q_norm = norm_cls(q_width if full else head_dim, eps=norm_eps, device=device, dtype=dtype)
@@ -115,6 +121,10 @@ class CausalMultiHeadSelfAttention(nn.Module):
             # (seq) or (batch seq) -> add a heads axis so every head gets the same rotation
             positions = positions[..., None, :]
             q, k = rotate(q, positions), rotate(k, positions)
+            if self.qk_norm == "l2":  # Llama 4: after the rotation, on RoPE layers only
+                q, k = rms_normalize(q, self.norm_eps), rms_normalize(k, self.norm_eps)
+        if self.temperature is not None:
+            q = self.tune(q, seq, token_positions, x.device)
 
         core, args = self.attention_core(q, k, v, seq, x.device)
         if self.recompute_core:  # Korthikanti et al.'s selective recomputation
@@ -125,15 +135,29 @@ class CausalMultiHeadSelfAttention(nn.Module):
             out = rearrange(out, "... kv_heads group seq d_v -> ... (kv_heads group) seq d_v")
         return self.output_proj(rearrange(out, "... heads seq d_v -> ... seq (heads d_v)"))
 
+    def tune(self, q, seq, token_positions, device):
+        """Llama 4's attention-temperature tuning (Nakanishi 2025, transformers'
+        Llama4TextAttention): the query at position i times 1 + s·log(1 + ⌊(i + 1)/F⌋). The
+        floor is an integer division of the positions (no float op)."""
+        floor, s = self.temperature
+        positions = torch.arange(seq, device=device) if token_positions is None else token_positions
+        steps = torch.div(positions + 1, floor, rounding_mode="floor")  # int64
+        scale = torch.log1p(steps.to(torch.float32)) * s + 1.0  # (seq) or (batch seq)
+        scale = scale[..., None, :, None] if scale.dim() > 1 else scale[:, None]
+        return (q * scale).to(q.dtype)
+
     def attention_core(self, q, k, v, seq, device):
         """The core to run and its arguments: the fused kernel (a mask only for a window), or
         the course's core with the causal mask (query i may attend key j iff j <= i, and
         with a window W iff i - W < j <= i)."""
         mask = None
-        if self.attention == "naive" or self.window is not None:
+        if self.attention == "naive" or self.window is not None or self.chunk is not None:
             mask = torch.ones(seq, seq, dtype=torch.bool, device=device).tril()
             if self.window is not None:
                 mask = mask.triu(1 - self.window)
+            if self.chunk is not None:  # and iff ⌊j/C⌋ = ⌊i/C⌋ (integer ops, no FLOPs)
+                chunk = torch.div(torch.arange(seq, device=device), self.chunk, rounding_mode="floor")
+                mask = mask & (chunk[:, None] == chunk[None, :])
         if self.attention == "sdpa":
             return fused_causal_attention, (q, k, v) + ((mask,) if mask is not None else ())
         return self.core, (q, k, v, mask)

@@ -77,16 +77,18 @@ def ref_linear(x, p, prefix):
     return F.linear(x, p[prefix + ".weight"], p.get(prefix + ".bias"))
 
 
-def window_mask(T, window):
-    """True where query i may attend key j: j <= i, and i − j < W for a window."""
+def window_mask(T, window, chunk=None):
+    """True where query i may attend key j: j <= i, and i − j < W for a window; for a chunk
+    of C (Llama 4, transformers' chunked_overlay) j // C == i // C."""
     i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
-    return (j <= i) & ((i - j < window) if window is not None else True)
+    return (j <= i) & ((i - j < window) if window is not None else True) \
+        & ((j // chunk == i // chunk) if chunk is not None else True)
 
 
-def ref_sdpa(q, k, v, window):
-    if window is None:
+def ref_sdpa(q, k, v, window, chunk=None):
+    if window is None and chunk is None:
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=k.shape[1] != q.shape[1])
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=window_mask(q.shape[-2], window),
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=window_mask(q.shape[-2], window, chunk),
                                           enable_gqa=k.shape[1] != q.shape[1])
 
 
@@ -127,6 +129,16 @@ def ref_moe(c, x, p, f):
     xt = x.reshape(-1, d)
     n, E, k = xt.shape[0], c.num_experts, c.experts_per_token
     logits = F.linear(xt, p[f"{f}.router.weight"])
+    if c.router == "topk_sigmoid":  # Llama 4 (transformers' Llama4TextMoe, token by token)
+        top, chosen = logits.topk(k, dim=-1)
+        y = torch.zeros_like(xt)
+        for t in range(n):
+            for j in range(k):
+                w = torch.sigmoid(top[t, j])  # scales the expert's input, not its output
+                y[t] += ref_expert(c, w * xt[t], p, f, int(chosen[t, j]))
+        if c.num_shared_experts:
+            y = y + ref_mlp(c, xt, p, f"{f}.shared")
+        return y.reshape(B, T, d)
     scores = logits.softmax(-1) if c.router == "softmax" else logits.sigmoid()
     choice = scores + p[f"{f}.router_bias"] if c.router_bias else scores.clone()
     if c.router_groups > 1:
@@ -160,7 +172,7 @@ def ref_moe(c, x, p, f):
     return y.reshape(B, T, d)
 
 
-def ref_attention(c, x, p, a, window=None):
+def ref_attention(c, x, p, a, window=None, chunk=None, nope=False):
     if c.mla:
         return ref_latent_attention(c, x, p, a, window)
     B, T, _ = x.shape
@@ -173,10 +185,16 @@ def ref_attention(c, x, p, a, window=None):
     v = v.view(B, T, kv, d).transpose(1, 2)
     if c.qk_norm == "head":
         q, k = ref_norm(c, q, p, f"{a}.q_norm"), ref_norm(c, k, p, f"{a}.k_norm")
-    if c.positions == "rope":
+    if c.positions == "rope" and not nope:
         pos = torch.arange(T).unsqueeze(0)
         q, k = ref_rope(q, pos, c.rope_theta), ref_rope(k, pos, c.rope_theta)
-    out = ref_sdpa(q, k, v, window)
+        if c.qk_norm == "l2":  # Llama4TextL2Norm after the rotation, RoPE layers only
+            q, k = F.rms_norm(q, (d,), eps=c.norm_eps), F.rms_norm(k, (d,), eps=c.norm_eps)
+    if nope and c.temperature_floor is not None:  # Llama4TextAttention, as transformers writes it
+        i = torch.arange(T).double()
+        scale = torch.log1p(torch.floor((i + 1.0) / c.temperature_floor)) * c.temperature_scale + 1.0
+        q = q * scale[:, None]
+    out = ref_sdpa(q, k, v, window, chunk)
     return ref_linear(out.transpose(1, 2).reshape(B, T, h * d), p, f"{a}.output_proj")
 
 
@@ -194,14 +212,15 @@ def ref_lm(c, ids, p):
     x = F.embedding(ids, p["token_embeddings.weight"])
     if c.positions == "learned":
         x = x + F.embedding(torch.arange(T), p["position_embeddings.weight"])
-    types = c.layer_types or (("local" if c.sliding_window else "global"),) * c.num_layers
+    types = [("local" if k.local else "chunked" if k.chunked else "global") for k in c.layer_kinds]
     for i in range(c.num_layers):
         b = f"layers.{i}"
         window = c.sliding_window if types[i] == "local" else None
+        chunk = c.attention_chunk if types[i] == "chunked" else None
         moe = c.num_experts is not None and i not in c.dense_layers
 
         def attn(z):
-            return ref_attention(c, z, p, f"{b}.attn", window)
+            return ref_attention(c, z, p, f"{b}.attn", window, chunk, i in c.nope_layers)
 
         def mlp(z):
             return ref_moe(c, z, p, f"{b}.ffn") if moe else ref_mlp(c, z, p, f"{b}.ffn")

@@ -9,6 +9,7 @@ from accounting.spec.config import NORMS, ModelConfig
 QK_NORM = "QK-norm"
 POSITION_ADD = "position add"
 ROPE = "RoPE"
+TEMPERATURE = "temperature tuning"
 ATTN_SCALE = "scale by 1/√d_k"
 CAUSAL_MASK = "causal mask"
 SOFTMAX = "softmax"
@@ -17,7 +18,7 @@ RESIDUAL = "residual adds"
 ROUTER = "MoE routing"
 ACTIVATION_COMPONENT = {"swiglu": "SiLU and gating", "geglu": "GELU (tanh) and gating",
                         "gelu": "GELU (erf)", "gelu_tanh": "GELU (tanh)"}
-ELEMENTWISE_ORDER = (*NORMS.values(), QK_NORM, POSITION_ADD, ROPE, ATTN_SCALE, CAUSAL_MASK,
+ELEMENTWISE_ORDER = (*NORMS.values(), QK_NORM, POSITION_ADD, ROPE, TEMPERATURE, ATTN_SCALE, CAUSAL_MASK,
                      SOFTMAX, *dict.fromkeys(ACTIVATION_COMPONENT.values()), ROUTER, BIAS, RESIDUAL)
 NORM_PARAMS = {"rmsnorm": "RMSNorm gains", "layernorm": "LayerNorm weights and biases"}
 

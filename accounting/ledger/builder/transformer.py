@@ -17,7 +17,11 @@ class Block:
         comp, kind = NORM_PARAMS[a.c.norm], a.c.norm
         self.ln1 = Norm(t, "ln1", kind, ("d_model",), NORMS[kind], comp)
         local = self.kind is not None and self.kind.local
-        self.attn = (LatentAttention if a.c.mla else Attention)(t, a, recompute, local)
+        if a.c.mla:
+            self.attn = LatentAttention(t, a, recompute, local)
+        else:
+            self.attn = Attention(t, a, recompute, local, self.kind is not None and self.kind.chunked,
+                                  self.kind is not None and self.kind.nope)
         self.ln2 = Norm(t, "ln2", kind, ("d_model",), NORMS[kind], comp)
         self.ffn = MoE(t, a.c) if self.kind is not None and self.kind.moe else FeedForward(t, a.c)
 
@@ -56,8 +60,12 @@ def _symbol(kind, kinds) -> str:
     parts = []
     if len({k.local for k in kinds}) > 1:
         parts.append("local" if kind.local else "global")
+    if len({k.chunked for k in kinds}) > 1:
+        parts.append("chunked" if kind.chunked else "full")
     if len({k.moe for k in kinds}) > 1:
         parts.append("moe" if kind.moe else "dense")
+    if len({k.nope for k in kinds}) > 1:
+        parts.append("nope" if kind.nope else "rope")
     return "L_" + "_".join(parts)
 
 
