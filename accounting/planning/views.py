@@ -294,7 +294,11 @@ def inference_table(p: Plan) -> Table:
     r = i.roofline
     c = p.config
     window = c.sliding_window is not None and any(k.local for k in c.layer_kinds)
-    held = "B·(T on global layers, min(T, W) on local ones)·" if window else "B·T·"
+    chunked = any(k.chunked for k in c.layer_kinds)
+    held = ("B·(T on global layers, min(T, W) on local ones)·" if window and not chunked else
+            "B·(T on global layers, min(T, C) on chunked ones)·" if chunked and not window else
+            "B·(T on global layers, min(T, W) on local, min(T, C) on chunked ones)·" if window
+            else "B·T·")
     rows = [
         ("KV cache per token", f"{s}·({kv_elements_per_token(c)})", grouped(i.kv_bytes_per_token), "bytes"),
         (f"KV cache for B = {i.batch:,}, T = {i.seq:,}", f"{s}·{held}({kv_elements_per_token(c)})",
