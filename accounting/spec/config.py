@@ -474,8 +474,6 @@ def _check_llama4(c: ModelConfig) -> None:
     if (c.nope_layers or c.qk_norm == "l2" or c.temperature_floor) and (c.positions != "rope" or c.mla):
         raise UsageError("nope_layers, qk_norm l2 and temperature_floor act on RoPE attention: "
                          "they need positions rope (and no latent attention)")
-    if c.temperature_floor is not None and not c.nope_layers:
-        raise UsageError("temperature_floor tunes the NoPE layers' queries: give nope_layers")
     if c.num_experts is not None and (c.router == "topk_sigmoid") != c.router_scales_input:
         raise UsageError("router topk_sigmoid and router_scales_input go together (Llama 4's "
                          "router: the chosen score's sigmoid scales the expert's input)")

@@ -1,7 +1,8 @@
 """The table's schema for Hugging Face config.json files (hf_config.py reads them): the
 kinds of value, the row of a model_type (HFType: Key, Must, Noted, Derived, ModuleNames),
 the lists every type shares, the keys the llama family shares, and the registry (TYPES,
-register). The rows themselves: hf_types_dense.py and hf_types_moe.py. Pure Python.
+register). The rows themselves: hf_types_dense.py, hf_types_moe.py, hf_types_llama4.py. Pure
+Python.
 """
 from __future__ import annotations
 
@@ -109,6 +110,11 @@ class HFType:
     # how transformers' experts run for the cross-check (None: no experts in this type);
     # see accounting/crosscheck/hf_counter.py for why not transformers' default
     experts_implementation: str | None = None
+    # a multimodal file (Llama 4): the language model's keys are those of the object under
+    # `nested` ("text_config"), read as the row's keys; `outer` lists the other top-level
+    # keys, which change no count of the language model (the vision tower is not counted)
+    nested: str | None = None
+    outer: frozenset[str] = frozenset()
 
     def declares(self, key: str) -> bool:
         """The type reads (or lists) this key itself."""
@@ -180,7 +186,7 @@ FREE_VALUES = MappingProxyType({
 # Keys of architectures a model_type does not build: refused (unless null) in every type
 # that does not read them itself. (A key a type does not know at all is refused as unknown.)
 _MOE = ("a mixture-of-experts key, which this model_type does not build (the types with "
-        "experts: mixtral, qwen3_moe, deepseek_v3)")
+        "experts: mixtral, qwen3_moe, deepseek_v3, llama4_text, llama4)")
 _MLA = "a multi-head latent attention key, which this model_type does not build (deepseek_v3 does)"
 REFUSED = MappingProxyType({
     **{k: _MOE for k in ("num_local_experts", "num_experts", "num_experts_per_tok",
