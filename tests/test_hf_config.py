@@ -179,7 +179,7 @@ def test_the_table_is_a_registry_that_refuses_duplicates():
     with pytest.raises(ValueError, match="set twice"):
         register(both)
     assert set(TYPES) == {"gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo2", "mixtral",
-                          "qwen3_moe", "deepseek_v3"}
+                          "qwen3_moe", "deepseek_v3", "llama4_text", "llama4"}
 
 
 def test_every_type_names_every_module_the_ledger_has():

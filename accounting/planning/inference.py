@@ -125,8 +125,8 @@ def experts_read(config: ModelConfig, batch: int) -> tuple[int, Fraction] | None
     if config.num_experts is None:
         return None
     E, k = config.num_experts, config.experts_per_token
-    if config.moe_capacity_factor is not None:
-        return E, Fraction(E)  # every expert runs its C rows, padded or not
+    if config.moe_capacity_factor is not None or config.router_scales_input:
+        return E, Fraction(E)  # every expert runs (its C rows; Llama 4: every token)
     return min(E, batch * k), E * (1 - (1 - Fraction(k, E)) ** batch)
 
 

@@ -127,7 +127,8 @@ class ModelConfig:
     mlp_bias: bool = spec(False, kind=FLAG, flag="--mlp-bias",  # GPT-2
                           help="biases on the MLP matrices")
     qk_norm: str = spec("none", kind=CHOICE, flag="--qk-norm", choices=QK_NORMS,
-                        help="none (default), head (Qwen3) or full (OLMo-2)")
+                        help="none (default), head (Qwen3), full (OLMo-2) or l2 (Llama 4: "
+                             "weightless, after RoPE, on RoPE layers)")
     attention: str = spec("naive", kind=CHOICE, flag="--attention", choices=ATTENTIONS,
                           help="how the attention core runs: naive (default: the course's explicit "
                                "scores, mask and softmax) or sdpa (the fused kernel, "
@@ -153,7 +154,8 @@ class ModelConfig:
                                    help="experts every token runs beside its top-k (DeepSeek)")
     router: str = spec("softmax", kind=CHOICE, flag="--router", group=EXTRAS, choices=ROUTERS,
                        needs="num_experts",
-                       help="softmax over the experts (Mixtral, Qwen3) or a sigmoid each (DeepSeek-V3)")
+                       help="softmax over the experts (Mixtral, Qwen3), a sigmoid each "
+                            "(DeepSeek-V3) or topk_sigmoid (Llama 4: a sigmoid of the top k)")
     router_groups: int = spec(1, kind=SIZE, flag="--router-groups", group=EXTRAS, needs="num_experts",
                               help="DeepSeek's n_group: the experts in this many groups (default 1)")
     router_topk_groups: int = spec(1, kind=SIZE, flag="--router-topk-groups", group=EXTRAS,
