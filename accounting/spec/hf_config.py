@@ -223,7 +223,8 @@ def _translate_nested(t: HFType, data: Mapping, source: str, name: str, origin: 
     mapped = tuple((f"{t.nested}.{k}", v, f, g) for k, v, f, g in hf.mapped)
     vision = ("vision_config: the vision tower and the multi-modal projector "
               "(Llama4ForConditionalGeneration's) are not counted; the counts are the language "
-              f"model's, {t.nested}, as AutoModelForCausalLM builds it (Llama4ForCausalLM).")
+              f"model's, {t.nested}, as AutoModelForCausalLM builds it (Llama4ForCausalLM, "
+              f"whose head is tied by {t.nested}.tie_word_embeddings, not the top-level key).")
     return HFConfig(t.model_type, MappingProxyType(copy.deepcopy(dict(data))), hf.config,
                     origin or source, mapped, hf.notes + (vision,), storage_dtype(data))
 
