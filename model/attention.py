@@ -9,7 +9,8 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from .fused import fused_causal_attention
-from .layers import NORM_CLASSES, Linear, RotaryPositionalEmbedding, check_positive_int, rms_normalize
+from .layers import (NORM_CLASSES, Linear, RotaryPositionalEmbedding, check_positive_int,
+                     rms_normalize)
 
 
 def softmax(x: torch.Tensor, dim: int) -> torch.Tensor:

@@ -18,8 +18,8 @@ RESIDUAL = "residual adds"
 ROUTER = "MoE routing"
 ACTIVATION_COMPONENT = {"swiglu": "SiLU and gating", "geglu": "GELU (tanh) and gating",
                         "gelu": "GELU (erf)", "gelu_tanh": "GELU (tanh)"}
-ELEMENTWISE_ORDER = (*NORMS.values(), QK_NORM, POSITION_ADD, ROPE, TEMPERATURE, ATTN_SCALE, CAUSAL_MASK,
-                     SOFTMAX, *dict.fromkeys(ACTIVATION_COMPONENT.values()), ROUTER, BIAS, RESIDUAL)
+ELEMENTWISE_ORDER = (*NORMS.values(), QK_NORM, POSITION_ADD, ROPE, TEMPERATURE, ATTN_SCALE,
+                     CAUSAL_MASK, SOFTMAX, *dict.fromkeys(ACTIVATION_COMPONENT.values()), ROUTER, BIAS, RESIDUAL)
 NORM_PARAMS = {"rmsnorm": "RMSNorm gains", "layernorm": "LayerNorm weights and biases"}
 
 ROW = ("B", "T", "d_model")

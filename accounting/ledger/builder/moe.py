@@ -78,9 +78,9 @@ class MoE:
                           "expert input × router weight", comp,
                           out="expert inputs (scaled by the router)")
         out = self._experts(routed, ("E",) + tokens)
-        summed = t.reduce("aten.sum", t.view(out, tokens + ("d_model", "E"), contiguous=False),
-                          ("E",), "sum over the experts", comp)
-        return summed
+        # out.sum(dim=0): one add per expert output element (a reduction over the leading E)
+        return t.reduce("aten.sum", t.view(out, tokens + ("d_model", "E"), contiguous=False),
+                        ("E",), "sum over the experts", comp)
 
     def _dispatched(self, x: Sym, weights: Sym) -> Sym:
         """The routed token slots gathered, run through their experts, weighted, added back."""

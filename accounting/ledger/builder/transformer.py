@@ -20,8 +20,9 @@ class Block:
         if a.c.mla:
             self.attn = LatentAttention(t, a, recompute, local)
         else:
-            self.attn = Attention(t, a, recompute, local, self.kind is not None and self.kind.chunked,
-                                  self.kind is not None and self.kind.nope)
+            lk = self.kind  # the block's LayerKind (`kind` above is the norm's)
+            self.attn = Attention(t, a, recompute, local, lk is not None and lk.chunked,
+                                  lk is not None and lk.nope)
         self.ln2 = Norm(t, "ln2", kind, ("d_model",), NORMS[kind], comp)
         self.ffn = MoE(t, a.c) if self.kind is not None and self.kind.moe else FeedForward(t, a.c)
 
