@@ -246,3 +246,25 @@ def test_scout_has_metas_published_parameters():
     from accounting.crosscheck.hf_counter import build
     model = build({**SCOUT, "torch_dtype": "bfloat16"})
     assert sum(p.numel() for p in model.parameters()) == total
+
+
+def test_decode_and_cache_on_chunked_layers():
+    # A chunked layer's cache holds at most C tokens (transformers keeps C − 1 between steps,
+    # and the step's own token makes C); a decode step at position t attends them, masked to
+    # its own chunk: min(t, C) keys executed, as the rolling cache runs it. Every expert
+    # runs the token (Llama 4's form), so all E experts' weights are read.
+    from accounting.planning import PRECISIONS, inference
+    s = SHAPES["text"]
+    c = translate(TEXT, "t", "text").config
+    d, per = s["d"], 2 * s["kv"] * s["hd"]
+    for t in (3, 9):
+        i = inference(c, 1, t, PRECISIONS["fp32"])
+        keys = [min(t, s["C"]) if layer in s["chunked"] else t for layer in range(s["L"])]
+        assert i.kv_bytes == sum(keys) * per * 4
+        proj = 2 * (2 * d * s["h"] * s["hd"] + 2 * d * s["kv"] * s["hd"])
+        moe = 2 * (d * s["E"] + s["E"] * 3 * d * s["f"] + 3 * d * s["f"])
+        flops = sum(proj + 2 * 2 * s["h"] * s["hd"] * keys[layer]
+                    + (moe if layer in s["moe"] else 2 * 3 * d * s["f_mlp"])
+                    for layer in range(s["L"])) + 2 * d * s["V"]
+        assert i.decode_flops == flops
+        assert i.experts_read[0] == s["E"]
