@@ -127,7 +127,8 @@ class MoE(nn.Module):
     def all_experts(self, x, weights, experts):
         """Every expert on every token, its input scaled by the token's weight for it (0
         unless chosen), the outputs summed over the experts (Llama 4's form)."""
-        gate = x.new_zeros(x.shape[0], self.E).scatter(1, experts, weights)  # (tokens E)
+        # (tokens E), in the weights' dtype (bf16 under autocast, where x stays fp32)
+        gate = x.new_zeros(x.shape[0], self.E, dtype=weights.dtype).scatter(1, experts, weights)
         n, d = x.shape
         routed = x * gate.t().unsqueeze(-1)  # (E tokens d_model)
         out = self.experts(routed.reshape(self.E * n, d), [n] * self.E)  # every expert alike

@@ -33,7 +33,8 @@ from model import TransformerLM  # noqa: E402
 from test_architectures import DTYPE, VARIANTS, relative, variant  # noqa: E402
 
 B, T = 2, 5
-AUTOCAST_VARIANTS = ("cs336", "gqa", "gpt2", "gelu_erf", "qwen3", "olmo2", "no_positions")
+AUTOCAST_VARIANTS = ("cs336", "gqa", "gpt2", "gelu_erf", "qwen3", "olmo2", "no_positions",
+                     "llama4", "llama4_sdpa_top2")  # Llama 4: its router's bf16 gate
 
 
 def batch(c):
@@ -135,7 +136,8 @@ class LiveStorages(TorchDispatchMode):
 @pytest.mark.parametrize("recompute", ("full", "selective"))
 @pytest.mark.parametrize("name,attention,autocast", [
     ("cs336", "naive", False), ("gqa", "naive", True), ("gpt2", "naive", False),
-    ("cs336", "sdpa", True), ("olmo2", "sdpa", False)])
+    ("cs336", "sdpa", True), ("olmo2", "sdpa", False), ("llama4", "naive", True),
+    ("llama4_sdpa_top2", "sdpa", False), ("window_sdpa", "sdpa", True)])
 def test_recomputation_keeps_what_the_ledger_keeps(recompute, name, attention, autocast):
     c = replace(variant(name), attention=attention)
     torch.manual_seed(0)

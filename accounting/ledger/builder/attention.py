@@ -94,12 +94,17 @@ class Attention:
         kind = "sliding-window" if self.local else "chunked" if self.chunked else "causal"
         if c.attention == "naive" or self.local or self.chunked:
             mask = t.name(t.fresh(("T", "T"), R.BOOL), f"{kind} mask")
-        if c.attention == "sdpa":  # F.scaled_dot_product_attention(q, k, v, ...)
-            if mask is not None:  # the kernel takes an additive mask: where(mask, 0, −inf)
-                mask = t.name(t.where(mask, t.fresh(("T", "T"), R.FP32), "where(mask, 0, −inf)",
-                                      CAUSAL_MASK), f"{kind} mask (additive)")
-            inputs, core = (q, k, v) + ((mask,) if mask is not None else ()), \
-                lambda: self.fused(q, k, v, mask)
+        if c.attention == "sdpa":  # model/fused.py's fused_causal_attention(q, k, v, mask)
+            def core():
+                additive = None
+                if mask is not None:  # the kernel takes an additive mask: where(mask, 0, −inf),
+                    # made inside fused_causal_attention (so inside a selective checkpoint,
+                    # which keeps the bool mask, its input)
+                    additive = t.name(t.where(mask, t.fresh(("T", "T"), R.FP32),
+                                              "where(mask, 0, −inf)", CAUSAL_MASK),
+                                      f"{kind} mask (additive)")
+                return self.fused(q, k, v, additive)
+            inputs = (q, k, v) + ((mask,) if mask is not None else ())
         else:
             inputs, core = (q, k, v, mask), lambda: self.core(q, k, v, mask)
         if self.recompute == "selective":  # checkpoint(attention core, q, k, v, ...)
