@@ -135,7 +135,7 @@ _TEXT = dict(
           "temperature tuning of the NoPE layers' queries (modeling_llama4.py)",
     names=LLAMA4_NAMES, must=ROPE_MUST, noted=(ATTENTION_DROPOUT,) + ROUTER_NOTES,
     # for_llm_compressor, cache_implementation: Meta's files carry them; no count
-    free=ROUTER_FREE | {"for_llm_compressor", "cache_implementation", "pretraining_tp"},
+    free=ROUTER_FREE | {"for_llm_compressor", "cache_implementation"},
     derived=(Derived(("dense_layers", "nope_layers", "qk_norm", "attention_chunk",
                       "layer_types", "temperature_floor", "temperature_scale"),
                      ("num_hidden_layers", "moe_layers", "interleave_moe_layer_step",
