@@ -9,7 +9,8 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from .fused import fused_causal_attention
-from .layers import NORM_CLASSES, Linear, RotaryPositionalEmbedding, check_positive_int
+from .layers import (NORM_CLASSES, Linear, RotaryPositionalEmbedding, check_positive_int,
+                     rms_normalize)
 
 
 def softmax(x: torch.Tensor, dim: int) -> torch.Tensor:
@@ -72,13 +73,18 @@ class CausalMultiHeadSelfAttention(nn.Module):
     dims of each head only (GPT-NeoX's rotary_pct, Phi's partial_rotary_factor); ALiBi in
     place of RoPE (alibi=True: Falcon's slope per head times the key position, added to the
     scores before the scale; the naive core only).
+    Llama 4: chunk (a query attends
+    only the keys of its own chunk of `chunk` tokens), qk_norm="l2" (a weightless RMS norm of
+    each head's Q and K after RoPE, on a layer with RoPE only), temperature=(F, s) on a layer
+    without RoPE (each query scaled by 1 + s·log(1 + ⌊(i + 1)/F⌋)).
     """
 
     def __init__(self, d_model, num_heads, max_seq_len=None, theta=None, device=None, dtype=None,
                  *, num_kv_heads=None, head_dim=None, qkv_bias=False, out_bias=False,
                  qk_norm="none", norm="rmsnorm", norm_eps=1e-5, attention="naive", window=None,
                  attention_sinks=False, norm_offset=False, attn_softcap=None,
-                 rotary_dim=None, alibi=False):
+                 rotary_dim=None, alibi=False,
+                 chunk=None, temperature=None):
         super().__init__()
         check_positive_int("d_model", d_model)
         check_positive_int("num_heads", num_heads)
@@ -91,15 +97,18 @@ class CausalMultiHeadSelfAttention(nn.Module):
         check_positive_int("head_dim", head_dim)
         if num_heads % num_kv_heads:
             raise ValueError(f"num_heads={num_heads} is not divisible by num_kv_heads={num_kv_heads}")
-        if qk_norm not in ("none", "head", "full"):
-            raise ValueError(f"qk_norm must be none, head or full, got {qk_norm!r}")
+        if qk_norm not in ("none", "head", "full", "l2"):
+            raise ValueError(f"qk_norm must be none, head, full or l2, got {qk_norm!r}")
         if attention not in ("naive", "sdpa"):
             raise ValueError(f"attention must be naive or sdpa, got {attention!r}")
-        if window is not None:
-            check_positive_int("window", window)
+        for name, value in (("window", window), ("chunk", chunk)):
+            if value is not None:
+                check_positive_int(name, value)
         if attn_softcap is not None and attention != "naive":
             raise ValueError("attn_softcap needs the explicit scores (attention naive)")
-        self.attention, self.window, self.softcap = attention, window, attn_softcap
+        self.attention, self.window, self.chunk = attention, window, chunk
+        self.softcap = attn_softcap
+        self.temperature, self.norm_eps = temperature, norm_eps
         self.recompute_core = False  # set by TransformerLM.set_recompute("selective")
         self.d_model, self.num_heads, self.num_kv_heads = d_model, num_heads, num_kv_heads
         self.d_k, self.qk_norm = head_dim, qk_norm
@@ -114,7 +123,7 @@ class CausalMultiHeadSelfAttention(nn.Module):
             self.sinks = nn.Parameter(torch.zeros(num_heads, device=device, dtype=dtype))
         else:
             self.register_parameter("sinks", None)
-        if qk_norm != "none":
+        if qk_norm in ("head", "full"):
             norm_cls = NORM_CLASSES[norm]
             full = qk_norm == "full"
             offset = {"offset": True} if norm_offset else {}  # Gemma 3's (1 + w) gains
@@ -170,6 +179,10 @@ class CausalMultiHeadSelfAttention(nn.Module):
                 r = self.rotary_dim
                 q = torch.cat((rotate(q[..., :r], positions), q[..., r:]), dim=-1)
                 k = torch.cat((rotate(k[..., :r], positions), k[..., r:]), dim=-1)
+            if self.qk_norm == "l2":  # Llama 4: after the rotation, on RoPE layers only
+                q, k = rms_normalize(q, self.norm_eps), rms_normalize(k, self.norm_eps)
+        if self.temperature is not None:
+            q = self.tune(q, seq, token_positions, x.device)
 
         core, args = self.attention_core(q, k, v, seq, x.device)
         if self.recompute_core:  # Korthikanti et al.'s selective recomputation
@@ -180,15 +193,29 @@ class CausalMultiHeadSelfAttention(nn.Module):
             out = rearrange(out, "... kv_heads group seq d_v -> ... (kv_heads group) seq d_v")
         return self.output_proj(rearrange(out, "... heads seq d_v -> ... seq (heads d_v)"))
 
+    def tune(self, q, seq, token_positions, device):
+        """Llama 4's attention-temperature tuning (Nakanishi 2025, transformers'
+        Llama4TextAttention): the query at position i times 1 + s·log(1 + ⌊(i + 1)/F⌋). The
+        floor is an integer division of the positions (no float op)."""
+        floor, s = self.temperature
+        positions = torch.arange(seq, device=device) if token_positions is None else token_positions
+        steps = torch.div(positions + 1, floor, rounding_mode="floor")  # int64
+        scale = torch.log1p(steps.to(torch.float32)) * s + 1.0  # (seq) or (batch seq)
+        scale = scale[..., None, :, None] if scale.dim() > 1 else scale[:, None]
+        return (q * scale).to(q.dtype)
+
     def attention_core(self, q, k, v, seq, device):
         """The core to run and its arguments: the fused kernel (a mask only for a window), or
         the course's core with the causal mask (query i may attend key j iff j <= i, and
         with a window W iff i - W < j <= i)."""
         mask = None
-        if self.attention == "naive" or self.window is not None:
+        if self.attention == "naive" or self.window is not None or self.chunk is not None:
             mask = torch.ones(seq, seq, dtype=torch.bool, device=device).tril()
             if self.window is not None:
                 mask = mask.triu(1 - self.window)
+            if self.chunk is not None:  # and iff ⌊j/C⌋ = ⌊i/C⌋ (integer ops, no FLOPs)
+                chunk = torch.div(torch.arange(seq, device=device), self.chunk, rounding_mode="floor")
+                mask = mask & (chunk[:, None] == chunk[None, :])
         if self.attention == "sdpa":
             return fused_causal_attention, (q, k, v) + ((mask,) if mask is not None else ())
         if self.alibi:  # key j's bias slope_h·j (softmax ignores a query's constant shift)

@@ -108,6 +108,14 @@ class RMSNorm(nn.Module):
         return f"{self.d_model}, eps={self.eps}" + (", offset=True" if self.offset else "")
 
 
+def rms_normalize(x: torch.Tensor, eps: float) -> torch.Tensor:
+    """x / RMS(x) over the last dim, in float32, with no gain: Llama 4's QK-norm
+    (transformers' Llama4TextL2Norm, which multiplies by rsqrt; the same value)."""
+    in_dtype = x.dtype
+    x = x.to(torch.float32)
+    return (x / torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps)).to(in_dtype)
+
+
 class LayerNorm(nn.Module):
     """(a - mean(a)) / sqrt(var(a) + eps) * g + b over the last dim (Ba et al. 2016), in
     float32 like RMSNorm; var is the biased (1/d) variance, as in torch's own layer norm."""

@@ -13,6 +13,10 @@ matmul FLOPs are B·T·k expert passes whatever the routing. With a capacity fac
 expert runs exactly C = ⌈c·B·T·k/E⌉ rows: its first C slots, zero rows as padding; a slot
 beyond C is dropped (its output is 0; the residual carries the token on).
 Shared experts (DeepSeek) are one gated MLP of n_shared·moe_d_ff every token runs.
+Llama 4 (router "topk_sigmoid", scales_input): top-k of the raw scores, a sigmoid of the
+chosen k, and the weight scales the expert's INPUT; as Meta's reference and transformers'
+Llama4TextMoe run it, every expert runs every token (the unchosen at weight 0, so its output
+is 0: no biases, act(0)·0 = 0) and the outputs are summed: E·n expert rows, n·k useful.
 
 Which expert a token goes to depends on the data. On the meta device there is none: there
 the token slots are dealt to the experts in turn (balanced), which changes no FLOP of a
@@ -91,19 +95,20 @@ class MoE(nn.Module):
     def __init__(self, d_model, num_experts, experts_per_token, d_ff, device=None, dtype=None, *,
                  activation, num_shared_experts, router, router_groups, router_topk_groups,
                  router_bias, norm_topk_prob, routed_scaling_factor, capacity_factor,
-                 router_group_score, router_topk_first, router_linear_bias, expert_bias):
+                 router_group_score, router_topk_first, router_linear_bias, expert_bias,
+                 scales_input=False):
         super().__init__()
         for name, value in (("num_experts", num_experts), ("experts_per_token", experts_per_token),
                             ("d_ff", d_ff)):
             check_positive_int(name, value)
         if experts_per_token > num_experts:
             raise ValueError(f"experts_per_token {experts_per_token} > num_experts {num_experts}")
-        if router not in ("softmax", "sigmoid"):
-            raise ValueError(f"router must be softmax or sigmoid, got {router!r}")
+        if router not in ("softmax", "sigmoid", "topk_sigmoid"):
+            raise ValueError(f"router must be softmax, sigmoid or topk_sigmoid, got {router!r}")
         self.E, self.k, self.router_kind = num_experts, experts_per_token, router
         self.groups, self.topk_groups = router_groups, router_topk_groups
         self.norm_topk_prob, self.scale = norm_topk_prob, routed_scaling_factor
-        self.capacity_factor = capacity_factor
+        self.capacity_factor, self.scales_input = capacity_factor, scales_input
         self.group_score, self.topk_first = router_group_score, router_topk_first
         self.router = Linear(d_model, num_experts, device=device, dtype=dtype, bias=router_linear_bias)
         if router_bias:  # DeepSeek-V3's e_score_correction_bias: learned outside the gradient
@@ -119,6 +124,9 @@ class MoE(nn.Module):
         """(weights, experts), each (tokens k): which experts each token runs, and how much
         each one's output counts."""
         logits = self.router(x)  # (tokens E)
+        if self.router_kind == "topk_sigmoid":  # Llama 4: the sigmoid of the chosen k only
+            top, experts = logits.topk(self.k, dim=-1)
+            return torch.sigmoid(top), experts
         if self.topk_first:  # gpt-oss: the k best logits, then softmax (or sigmoid) over them
             values, experts = logits.topk(self.k, dim=-1)
             weights = softmax(values, dim=-1) if self.router_kind == "softmax" else torch.sigmoid(values)
@@ -146,11 +154,24 @@ class MoE(nn.Module):
             weights = weights * self.scale
         return weights
 
+    def all_experts(self, x, weights, experts):
+        """Every expert on every token, its input scaled by the token's weight for it (0
+        unless chosen), the outputs summed over the experts (Llama 4's form)."""
+        # (tokens E), in the weights' dtype (bf16 under autocast, where x stays fp32)
+        gate = x.new_zeros(x.shape[0], self.E, dtype=weights.dtype).scatter(1, experts, weights)
+        n, d = x.shape
+        routed = x * gate.t().unsqueeze(-1)  # (E tokens d_model)
+        out = self.experts(routed.reshape(self.E * n, d), [n] * self.E)  # every expert alike
+        return out.reshape(self.E, n, d).sum(dim=0)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # x: (... seq d_model) -> (... seq d_model)
         shape = x.shape
         x = x.reshape(-1, shape[-1])  # (tokens d_model)
         weights, experts = self.route(x)
+        if self.scales_input:
+            y = self.all_experts(x, weights, experts)
+            return (y if self.shared is None else y + self.shared(x)).reshape(shape)
         n, k = (int(s) for s in experts.shape)  # ints under jit tracing too
         flat = experts.reshape(-1)  # the expert of each slot (token-major)
         if x.is_meta:  # no router values on meta: deal the slots to the experts in turn

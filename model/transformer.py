@@ -54,7 +54,7 @@ class TransformerBlock(nn.Module):
     """
 
     def __init__(self, d_model, num_heads, d_ff, max_seq_len, theta, device=None, dtype=None, *,
-                 window=None, moe=None, **options):
+                 window=None, chunk=None, temperature=None, moe=None, **options):
         o = _options(options, BLOCK_OPTIONS, "TransformerBlock")
         norm, norm_eps, mlp = o["norm"], o["norm_eps"], o["mlp"]
         norm_placement, qkv_bias, out_bias = o["norm_placement"], o["qkv_bias"], o["out_bias"]
@@ -88,6 +88,7 @@ class TransformerBlock(nn.Module):
                 attention=attention, window=window, attention_sinks=o["attention_sinks"],
                 norm_offset=o["norm_offset"], attn_softcap=o["attn_softcap"],
                 rotary_dim=o["rotary_dim"], alibi=o["positions"] == "alibi",
+                chunk=chunk, temperature=temperature,
             )
         if self.sandwich:
             self.post_attn_norm = norm_cls(d_model, eps=norm_eps, device=device, dtype=dtype, **offset)
@@ -160,15 +161,23 @@ class TransformerLM(nn.Module):
         theta = rope_theta if positions == "rope" else None
         moe = None if num_experts is None else dict(
             num_experts=num_experts, d_ff=d_ff if moe_d_ff is None else moe_d_ff,
-            capacity_factor=o["moe_capacity_factor"],
+            capacity_factor=o["moe_capacity_factor"], scales_input=o["router_scales_input"],
             **{k: o[k] for k in ("experts_per_token", "num_shared_experts", "router", "router_groups",
                                  "router_topk_groups", "router_bias", "norm_topk_prob",
                                  "routed_scaling_factor", "router_group_score",
                                  "router_topk_first", "router_linear_bias", "expert_bias")})
-        types = layer_types or (("local" if sliding_window else "global"),) * num_layers
+        chunk, nope = o["attention_chunk"], o["nope_layers"]
+        default = "local" if sliding_window else "chunked" if chunk else "global"
+        types = layer_types or (default,) * num_layers
+        # Llama 4's NoPE layers: no RoPE; their queries' temperature tuned when asked
+        floor = o["temperature_floor"]
+        temperature = None if floor is None else (floor, o["temperature_scale"])
         self.layers = nn.ModuleList(
-            TransformerBlock(d_model, num_heads, d_ff, context_length, theta, device=device, dtype=dtype,
+            TransformerBlock(d_model, num_heads, d_ff, context_length,
+                             None if i in nope else theta, device=device, dtype=dtype,
                              window=sliding_window if types[i] == "local" else None,
+                             chunk=chunk if types[i] == "chunked" else None,
+                             temperature=temperature if i in nope else None,
                              moe=None if i in dense_layers else moe, **block_options)
             for i in range(num_layers)
         )

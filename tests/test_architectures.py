@@ -12,6 +12,7 @@
 Expected values come from the running model (autograd's saved tensors, torch's counters);
 the ledger is built without torch, from the spec alone.
 """
+import dataclasses
 import functools
 import random
 import weakref
@@ -113,6 +114,21 @@ VARIANTS = {
     "falcon_alibi": dict(positions="alibi", d_model=32, num_heads=4, num_kv_heads=1,
                          block="parallel_shared_norm", norm="layernorm", mlp="gelu",
                          qkv_bias=True, out_bias=True, mlp_bias=True, sliding_window=3),
+    # Llama 4 (h4): NoPE layers with temperature tuning, chunked RoPE layers with the weightless
+    # QK-norm, MoE every other layer (top-1, sigmoid after top-k scaling the experts' input,
+    # every expert on every token) with a shared expert, dense layers between
+    "llama4": dict(num_layers=4, d_model=32, num_heads=4, num_kv_heads=2, nope_layers=(3,),
+                   attention_chunk=3, layer_types=("chunked", "chunked", "chunked", "global"),
+                   qk_norm="l2", temperature_floor=2, temperature_scale=0.5, num_experts=4,
+                   experts_per_token=1, moe_d_ff=8, router="topk_sigmoid",
+                   router_scales_input=True, norm_topk_prob=False, num_shared_experts=1,
+                   dense_layers=(0, 2)),
+    "llama4_sdpa_top2": dict(nope_layers=(0,), attention_chunk=2, attention="sdpa",
+                             qk_norm="l2", temperature_floor=1, num_experts=3,
+                             experts_per_token=2, router="topk_sigmoid", router_scales_input=True,
+                             norm_topk_prob=False, tie_embeddings=True),
+    "chunked_window": dict(num_layers=3, sliding_window=2, attention_chunk=3,
+                           layer_types=("local", "chunked", "global")),
 }
 
 
@@ -328,7 +344,8 @@ def random_configs(n: int, seed: int = 2026):
             norm_placement=rng.choice(list(NORM_PLACEMENTS)), mlp=rng.choice(list(MLPS)),
             positions=positions, tie_embeddings=rng.random() < 0.5, qkv_bias=rng.random() < 0.5,
             out_bias=rng.random() < 0.5, mlp_bias=rng.random() < 0.5,
-            qk_norm=rng.choice(list(QK_NORMS)), attention_sinks=rng.random() < 0.3,
+            qk_norm=rng.choice([q for q in QK_NORMS if q != "l2" or positions == "rope"]),
+            attention_sinks=rng.random() < 0.3,
             name="random")
         # issue 24's scalars (Gemma 2/3, Granite): each set or not; (1 + w) gains on RMSNorm
         scalars = {f: rng.choice([None, 0.5, 2.0]) for f in (
@@ -341,7 +358,23 @@ def random_configs(n: int, seed: int = 2026):
             and rng.random() < 0.4 else None
         c = replace(c, block=block, rotary_dim=rot)
         T = rng.randint(1, c.context_length if positions == "learned" else c.context_length + 3)
-        yield c, T, rng.randint(1, 3)
+        B = rng.randint(1, 3)
+        yield _llama4_fields(rng, c), T, B
+
+
+def _llama4_fields(rng, c):
+    """Llama 4's fields drawn on top (h4): NoPE layers (with temperature tuning or not) and
+    chunked layers among global ones."""
+    L, more = c.num_layers, {}
+    if c.positions == "rope" and rng.random() < 0.4:
+        more["nope_layers"] = tuple(sorted(rng.sample(range(L), rng.randint(1, L))))
+        if rng.random() < 0.5:
+            more["temperature_floor"] = rng.randint(1, 4)
+            more["temperature_scale"] = rng.choice([0.1, 1.0, 2.5])
+    if rng.random() < 0.4:
+        more["attention_chunk"] = rng.randint(1, 5)
+        more["layer_types"] = tuple(rng.choice(["chunked", "global"]) for _ in range(L))
+    return dataclasses.replace(c, **more)
 
 
 RANDOM = list(random_configs(200))
@@ -362,6 +395,9 @@ def test_the_random_configs_toggle_every_field():
         seen["T=1"].add(T == 1)
         seen["block"].add(c.block)
         seen["rotary_dim"].add(c.rotary_dim is not None)
+        seen["nope"].add(bool(c.nope_layers))
+        seen["temperature"].add(c.temperature_floor is not None)
+        seen["chunked"].add(any(k.chunked for k in c.layer_kinds))
     assert seen["norm"] == set(NORMS) and seen["mlp"] == set(MLPS)
     assert seen["positions"] == set(POSITIONS) and seen["qk_norm"] == set(QK_NORMS)
     assert seen["norm_placement"] == set(NORM_PLACEMENTS) and seen["attention"] == {"mha", "mqa", "gqa"}
@@ -370,7 +406,7 @@ def test_the_random_configs_toggle_every_field():
                                                    "mlp_bias", "head_dim", "T=1", "norm_offset",
                                                    "embedding_multiplier", "residual_multiplier",
                                                    "attn_softcap", "final_softcap", "logit_scale", "attention_sinks",
-                                                   "rotary_dim"))
+                                                   "rotary_dim", "nope", "temperature", "chunked"))
 
 
 @pytest.mark.parametrize("chunk", range(10))

@@ -24,7 +24,8 @@ PHASES = ("forward", "backward", "train")
 
 def _points(rng: random.Random, config: ModelConfig, n: int) -> list[int]:
     """Contexts on both sides of every branch point of this config (and at them)."""
-    marks = [1, config.context_length] + ([config.sliding_window] if config.sliding_window else [])
+    marks = [1, config.context_length] + ([config.sliding_window] if config.sliding_window else []) \
+        + ([config.attention_chunk] if config.attention_chunk else [])  # Llama 4's chunks
     near = {max(1, m + d) for m in marks for d in (-1, 0, 1)}
     limit = config.context_length if config.positions == "learned" else 4 * max(marks) + 40
     picks = near | {rng.randint(1, limit) for _ in range(n)}

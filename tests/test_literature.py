@@ -56,7 +56,8 @@ def random_configs(n: int, seed: int = 13):
             norm_placement=rng.choice(list(NORM_PLACEMENTS)), mlp=rng.choice(list(MLPS)),
             positions=positions, tie_embeddings=rng.random() < 0.5, qkv_bias=rng.random() < 0.5,
             out_bias=rng.random() < 0.5, mlp_bias=rng.random() < 0.5,
-            qk_norm=rng.choice(list(QK_NORMS)), attention=rng.choice(["naive", "sdpa"]),
+            qk_norm=rng.choice([q for q in QK_NORMS if q != "l2" or positions == "rope"]),
+            attention=rng.choice(["naive", "sdpa"]),
             name="random")
         T = rng.randint(1, c.context_length if positions == "learned" else c.context_length + 3)
         yield c, T, rng.randint(1, 3)

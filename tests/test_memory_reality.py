@@ -37,7 +37,8 @@ B, T = 2, 5
 # source for its float32 buffer)
 AUTOCAST_VARIANTS = ("cs336", "gqa", "gpt2", "gelu_erf", "qwen3", "olmo2", "no_positions",
                      "sinks_mha", "clamped_dense_bias", "gemma2", "gemma3", "granite",
-                     "neox", "falcon7b", "alibi", "falcon_alibi")
+                     "neox", "falcon7b", "alibi", "falcon_alibi",
+                     "llama4", "llama4_sdpa_top2")  # Llama 4: its router's bf16 gate
 
 
 def batch(c):
@@ -141,7 +142,8 @@ class LiveStorages(TorchDispatchMode):
     ("cs336", "naive", False), ("gqa", "naive", True), ("gpt2", "naive", False),
     ("cs336", "sdpa", True), ("olmo2", "sdpa", False), ("gemma2", "naive", True),
     ("sandwich_layernorm_sdpa", "sdpa", False),
-    ("falcon_alibi", "naive", True), ("neox", "sdpa", False)])
+    ("falcon_alibi", "naive", True), ("neox", "sdpa", False),
+    ("llama4", "naive", True), ("llama4_sdpa_top2", "sdpa", False), ("window_sdpa", "sdpa", True)])
 def test_recomputation_keeps_what_the_ledger_keeps(recompute, name, attention, autocast):
     c = replace(variant(name), attention=attention)
     torch.manual_seed(0)

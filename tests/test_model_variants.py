@@ -78,10 +78,12 @@ def ref_linear(x, p, prefix):
     return F.linear(x, p[prefix + ".weight"], p.get(prefix + ".bias"))
 
 
-def window_mask(T, window):
-    """True where query i may attend key j: j <= i, and i − j < W for a window."""
+def window_mask(T, window, chunk=None):
+    """True where query i may attend key j: j <= i, and i − j < W for a window; for a chunk
+    of C (Llama 4, transformers' chunked_overlay) j // C == i // C."""
     i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
-    return (j <= i) & ((i - j < window) if window is not None else True)
+    return (j <= i) & ((i - j < window) if window is not None else True) \
+        & ((j // chunk == i // chunk) if chunk is not None else True)
 
 
 def ref_alibi(h: int, T: int) -> torch.Tensor:
@@ -96,15 +98,15 @@ def ref_alibi(h: int, T: int) -> torch.Tensor:
     return torch.tensor(slopes, dtype=torch.float64)[:, None, None] * torch.arange(T)
 
 
-def ref_sdpa(q, k, v, window, alibi=False):
+def ref_sdpa(q, k, v, window, chunk=None, alibi=False):
     if alibi:  # softmax((QKᵀ + bias)/√d_k): the bias scaled too, in the float mask
         bias = ref_alibi(q.shape[1], q.shape[-2]).to(q.dtype) / math.sqrt(q.shape[-1])
-        mask = torch.where(window_mask(q.shape[-2], window), bias, float("-inf"))
+        mask = torch.where(window_mask(q.shape[-2], window, chunk), bias, float("-inf"))
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
                                               enable_gqa=k.shape[1] != q.shape[1])
-    if window is None:
+    if window is None and chunk is None:
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=k.shape[1] != q.shape[1])
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=window_mask(q.shape[-2], window),
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=window_mask(q.shape[-2], window, chunk),
                                           enable_gqa=k.shape[1] != q.shape[1])
 
 
@@ -171,6 +173,16 @@ def ref_moe(c, x, p, f):
     xt = x.reshape(-1, d)
     n, E, k = xt.shape[0], c.num_experts, c.experts_per_token
     logits = F.linear(xt, p[f"{f}.router.weight"], p.get(f"{f}.router.bias"))
+    if c.router == "topk_sigmoid":  # Llama 4 (transformers' Llama4TextMoe, token by token)
+        top, chosen = logits.topk(k, dim=-1)
+        y = torch.zeros_like(xt)
+        for t in range(n):
+            for j in range(k):
+                w = torch.sigmoid(top[t, j])  # scales the expert's input, not its output
+                y[t] += ref_expert(c, w * xt[t], p, f, int(chosen[t, j]))
+        if c.num_shared_experts:
+            y = y + ref_mlp(c, xt, p, f"{f}.shared")
+        return y.reshape(B, T, d)
     if c.router_topk_first:  # gpt-oss's GptOssTopKRouter: top-k logits, softmax over them
         top, chosen = logits.topk(k, dim=-1)
         weights = top.softmax(-1) if c.router == "softmax" else top.sigmoid()
@@ -210,7 +222,7 @@ def ref_moe(c, x, p, f):
     return y.reshape(B, T, d)
 
 
-def ref_attention(c, x, p, a, window=None):
+def ref_attention(c, x, p, a, window=None, chunk=None, nope=False):
     if c.mla:
         return ref_latent_attention(c, x, p, a, window)
     B, T, _ = x.shape
@@ -223,11 +235,17 @@ def ref_attention(c, x, p, a, window=None):
     v = v.view(B, T, kv, d).transpose(1, 2)
     if c.qk_norm == "head":
         q, k = ref_norm(c, q, p, f"{a}.q_norm"), ref_norm(c, k, p, f"{a}.k_norm")
-    if c.positions == "rope":
+    if c.positions == "rope" and not nope:
         pos = torch.arange(T).unsqueeze(0)
         r = c.rotary_dim or d  # partial rotary: the first r dims rotated, the rest kept
         q = torch.cat((ref_rope(q[..., :r], pos, c.rope_theta), q[..., r:]), -1)
         k = torch.cat((ref_rope(k[..., :r], pos, c.rope_theta), k[..., r:]), -1)
+        if c.qk_norm == "l2":  # Llama4TextL2Norm after the rotation, RoPE layers only
+            q, k = F.rms_norm(q, (d,), eps=c.norm_eps), F.rms_norm(k, (d,), eps=c.norm_eps)
+    if nope and c.temperature_floor is not None:  # Llama4TextAttention, as transformers writes it
+        i = torch.arange(T).double()
+        scale = torch.log1p(torch.floor((i + 1.0) / c.temperature_floor)) * c.temperature_scale + 1.0
+        q = q * scale[:, None]
     if c.attention_sinks:  # gpt-oss's eager attention: the sink column, softmax, dropped
         k, v = k.repeat_interleave(h // kv, 1), v.repeat_interleave(h // kv, 1)
         scores = q @ k.transpose(2, 3) / math.sqrt(d)
@@ -237,7 +255,7 @@ def ref_attention(c, x, p, a, window=None):
         sinks = p[f"{a}.sinks"].reshape(1, h, 1, 1).expand(B, h, T, 1)
         out = torch.cat((scores, sinks), -1).softmax(-1)[..., :-1] @ v
     else:
-        out = ref_sdpa(q, k, v, window, alibi=c.positions == "alibi") if c.attn_softcap is None else \
+        out = ref_sdpa(q, k, v, window, chunk, alibi=c.positions == "alibi") if c.attn_softcap is None else \
             ref_softcapped(q, k, v, window, c.attn_softcap)
     return ref_linear(out.transpose(1, 2).reshape(B, T, h * d), p, f"{a}.output_proj")
 
@@ -260,14 +278,15 @@ def ref_lm(c, ids, p):
     m = 1.0 if c.residual_multiplier is None else c.residual_multiplier  # Granite
     if c.positions == "learned":
         x = x + F.embedding(torch.arange(T), p["position_embeddings.weight"])
-    types = c.layer_types or (("local" if c.sliding_window else "global"),) * c.num_layers
+    types = [("local" if k.local else "chunked" if k.chunked else "global") for k in c.layer_kinds]
     for i in range(c.num_layers):
         b = f"layers.{i}"
         window = c.sliding_window if types[i] == "local" else None
+        chunk = c.attention_chunk if types[i] == "chunked" else None
         moe = c.num_experts is not None and i not in c.dense_layers
 
         def attn(z):
-            return ref_attention(c, z, p, f"{b}.attn", window)
+            return ref_attention(c, z, p, f"{b}.attn", window, chunk, i in c.nope_layers)
 
         def mlp(z):
             return ref_moe(c, z, p, f"{b}.ffn") if moe else ref_mlp(c, z, p, f"{b}.ffn")

@@ -51,10 +51,13 @@ def _branches(config: ModelConfig, symbols: set, seqs: Sequence[int]) -> list[tu
     """Which closed form holds at each T (see the module docstring)."""
     window = "P_W" in symbols
     table = "T_max" in symbols
-    if not (window or table):
+    chunk = "P_C" in symbols  # T ≤ C, or beyond it one branch per T mod C
+    if not (window or table or chunk):
         return [()] * len(seqs)
+    c = config.attention_chunk
     return [((t >= config.sliding_window,) if window else ()) +
-            ((t >= config.context_length,) if table else ()) for t in seqs]
+            ((t >= config.context_length,) if table else ()) +
+            (((t > c, t % c if t > c else 0),) if chunk else ()) for t in seqs]
 
 
 def _polynomials(config: ModelConfig, e: Expr, first_t: dict[tuple, int]) -> dict[tuple, Expr]:

@@ -232,12 +232,18 @@ class Analysis:
     def crossover(self, counting: str | None = None) -> Crossover | None:
         """Where the attention core's forward FLOPs overtake the feed-forward's; None where
         they never do on this closed form's branch (no T² term: every layer local, T ≥ W)
-        or it is not a polynomial in B and T alone (an expert capacity)."""
+        or it is not a polynomial in B and T alone (an expert capacity; chunked layers
+        beyond one chunk, where P_C depends on T mod C)."""
         counting = self._counting(counting)
-        w = self.config.sliding_window
+        w, chunk = self.config.sliding_window, self.config.attention_chunk
         # With a window, P_W is W·T − W(W−1)/2 for T ≥ W and T(T+1)/2 below: solve on each
         # branch, keep a root inside its own branch.
         branches = ((1, lambda x: x <= w), (w, lambda x: x >= w)) if w else ((self.seq, None),)
+        if "P_C" in self.matmul_expr(counting, R.ATTN_CORE, FORWARD).symbols():
+            # chunked layers (Llama 4): P_C = T(T+1)/2 up to C, beyond it a form per T mod C
+            if self.seq > chunk or w:
+                return None
+            branches = ((self.seq, lambda x: x <= chunk),)
         for seq, inside in branches:
             v = {**self.values, "T": seq}
             diff = (self.matmul_expr(counting, R.ATTN_CORE, FORWARD)

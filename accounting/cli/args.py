@@ -239,7 +239,7 @@ def flag_table() -> list[str]:
     bounds = {fields_meta.SIZE: "integer, 1 to 10^12", fields_meta.COUNT: "integer, 0 to 10^12",
               fields_meta.NUMBER: "number > 0, finite", fields_meta.NUMBER0: "number ≥ 0, finite",
               fields_meta.FLAG: "--x / --no-x", fields_meta.LAYERS: "layer indices, comma-separated",
-              fields_meta.TYPES: "global or local per layer, comma-separated"}
+              fields_meta.TYPES: "global, local or chunked per layer, comma-separated"}
     rows = ["| flag | spec field | value | meaning |", "| --- | --- | --- | --- |"]
     for f, m in fields_meta.flagged(ModelConfig):
         value = ", ".join(m.choices) if m.kind == fields_meta.CHOICE else bounds[m.kind]

@@ -160,7 +160,12 @@ def compare(a: Analysis, m: Measurement, hf: HFCheck | None = None,
         notes.append("Compared on executed counts (the full T×T attention core the model "
                      "computes and masks, as the counters see it); the useful counts are "
                      "analytic only.")
-    if a.config.num_experts is not None:
+    if a.config.num_experts is not None and a.config.router_scales_input:
+        notes.append("Mixture of experts (Llama 4's form): every expert runs every token, the "
+                     "unchosen at weight 0, so the count (E·B·T expert rows) is the same "
+                     "whatever the routing; tests/test_model_variants.py checks the values "
+                     "against a token-by-token reference on real CPU tensors.")
+    elif a.config.num_experts is not None:
         notes.append("Mixture of experts: the meta device has no data for the router to choose "
                      "by, so model/moe.py deals the B·T·k token slots to the experts in turn there. "
                      + ("Dropless, the count is B·T·k expert rows whatever the routing"

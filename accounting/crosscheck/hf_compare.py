@@ -169,11 +169,14 @@ def _kv(a: Analysis, m, hf: HFConfig, data) -> tuple[tuple[int, int], str]:
     DynamicSlidingWindowLayer keeps the last W − 1 (the next token's own K and V make the
     W it attends), where the tool's planning counts W (the cache while a step attends)."""
     v = a.values
-    w = a.config.sliding_window
+    w, chunk = a.config.sliding_window, a.config.attention_chunk
     kept = {False: a.seq, True: min(a.seq, w - 1) if w else a.seq}
+    # a chunked layer (Llama 4) is cached as a sliding window of C (cache_utils: "sliding
+    # and chunked are the same in how they should behave, only the mask differs")
+    chunk_kept = min(a.seq, chunk - 1) if chunk else a.seq
     itemsize = m.kv[0][2] if m.kv else 0
-    analytic = sum(int(e.expr().value(v)) * kept[e.window] for e in a.ledger.cache) \
-        * a.batch * itemsize
+    analytic = sum(int(e.expr().value(v)) * (chunk_kept if e.chunk else kept[e.window])
+                   for e in a.ledger.cache) * a.batch * itemsize
     broadcast = hf.type.kv_broadcast is not None and hf.type.kv_broadcast(data)
     if broadcast:  # compared as the ledger's h_kv heads × g, said in the detail
         analytic *= a.config.group_size
@@ -198,6 +201,10 @@ def _kv(a: Analysis, m, hf: HFConfig, data) -> tuple[tuple[int, int], str]:
                    f"prefill (transformers' DynamicSlidingWindowLayer: the next token's own K "
                    f"and V make the W = {w:,} it attends; the tool's inference tables count W, "
                    f"the cache while a step attends)")
+    if any(e.chunk for e in a.ledger.cache):
+        detail += (f"; chunked layers keep min(T, C − 1) = {chunk_kept:,} tokens after the "
+                   f"prefill (transformers caches them as a DynamicSlidingWindowLayer of C = "
+                   f"{chunk:,}; the tool's inference tables count min(T, C))")
     return (analytic, measured), detail
 
 
@@ -268,6 +275,41 @@ def _prod(shape) -> int:
     return out
 
 
+def _llama4_moe_notes() -> list[str]:
+    """Llama4TextMoe (modeling_llama4.py) as transformers runs it, and why the counts agree."""
+    return [
+        "Experts (Llama4TextMoe): transformers repeats every token E times "
+        "(hidden_states.repeat), scales each copy by its router score (0 for the unchosen: "
+        "sigmoid(−inf)), and runs every expert on every token: one bmm per matrix over E·B·T "
+        "rows (Llama4TextExperts), then sums the E outputs. That executed count is the "
+        "ledger's (E·B·T expert rows, as the tool's model runs them); the dropless useful "
+        "count, B·T·k rows, is E/k times smaller and is the useful column. "
+        "experts.gate_up_proj holds W1 and W3 (E × d_model × 2·d_e): one matmul where the "
+        "ledger has two, the same multiply-adds; compared as their sum.",
+        "Router (feed_forward.router, an nn.Linear): topk of the raw scores, then a sigmoid "
+        "over all E scores after scattering the top k into −inf (the tool's model takes the "
+        "sigmoid of the k chosen only): non-matmul work, compared on the tool's model/ only."]
+
+
+def _llama4_attention_notes(c) -> list[str]:
+    """Llama4TextAttention's features as transformers computes them."""
+    out = []
+    if any(k.chunked for k in c.layer_kinds):
+        out.append(f"Chunked attention C = {c.attention_chunk:,}: transformers applies it in "
+                   f"the mask (create_chunked_causal_mask: query i sees key j iff j ≤ i and "
+                   f"⌊j/C⌋ = ⌊i/C⌋, the tool's chunks) and eager attention computes all T×T "
+                   f"scores, as the tool's model does (the executed count; useful: P_C).")
+    if c.qk_norm == "l2":
+        out.append("QK-norm (Llama4TextL2Norm, after RoPE, on RoPE layers): x·rsqrt(mean(x²) "
+                   "+ eps), no weight; the tool's model divides by sqrt: the same value.")
+    if c.temperature_floor is not None and c.nope_layers:
+        out.append("Temperature tuning (NoPE layers): transformers computes log1p(floor((i + "
+                   "1.0)/floor_scale))·attn_scale + 1 in float ops (floor is no FLOP in "
+                   "either counter); the tool's model floors by integer division: the same "
+                   "scale, non-matmul work compared on the tool's model/ only.")
+    return out
+
+
 def _dtype_text(m, hf: HFConfig) -> str:
     if hf.dtype is None:
         return f"{m.dtype} (config.json gives no torch_dtype)"
@@ -295,7 +337,9 @@ def _notes(a: Analysis, m, mm: ModuleMap, hf: HFConfig) -> list[str]:
                    + ") run aten.addmm(bias, x, W): FlopCounterMode counts its product only, "
                    "as the ledger's matmul rows do; the bias add is non-matmul work, counted "
                    "and compared on the tool's model/.")
-    if c.num_experts is not None:
+    if c.num_experts is not None and c.router_scales_input:
+        out += _llama4_moe_notes()
+    elif c.num_experts is not None:
         out.append("Experts: transformers' model runs its experts here as "
                    "experts_implementation=\"batched_mm\": each (token, expert) slot's "
                    "gate_up_proj and down_proj slices gathered and one bmm per matrix, B·T·k "
@@ -335,6 +379,7 @@ def _notes(a: Analysis, m, mm: ModuleMap, hf: HFConfig) -> list[str]:
                    "the same weights without the extra column (softmax_with_sink: max(row max, "
                    "sink), exp(x − m) / (Σ exp(x − m) + exp(sink − m))). No matmul differs; "
                    "the softmax's non-matmul FLOPs are compared on the tool's model/ only.")
+    out += _llama4_attention_notes(c)
     if any(k.local for k in c.layer_kinds):
         out.append(f"Sliding window W = {c.sliding_window:,}: transformers applies it in the "
                    f"mask (create_sliding_window_causal_mask: query i sees key j iff i − W < j "
@@ -392,7 +437,11 @@ def _notes(a: Analysis, m, mm: ModuleMap, hf: HFConfig) -> list[str]:
                    "multiplies by logit_scale = 1/logits_scaling: one op per logit either way")
     how.append("RMSNorm multiplies by rsqrt (the tool's divides by sqrt)" if c.norm == "rmsnorm"
                else "LayerNorm is one fused aten.native_layer_norm")
-    if c.positions == "rope":
+    if c.positions == "rope" and c.router_scales_input:  # Llama 4
+        how.append("RoPE's rotation is computed once per forward (freqs_cis, torch.polar) and "
+                   "applied as a complex multiplication (view_as_complex: one complex multiply "
+                   "per pair, where the tool's model writes 4 multiplies and 2 adds)")
+    elif c.positions == "rope":
         how.append("RoPE's cos/sin are computed once per forward in the model (not per block) "
                    "and applied with rotate_half")
     if c.mlp_kind.activation == "gelu":  # hidden_act / activation_function "gelu"

@@ -108,6 +108,9 @@ class Ledger:
             w = c.sliding_window
             out["W"] = w
             out["P_W"] = window_pairs(seq, w)
+        if c.attention_chunk is not None:  # chunked layers: query i attends (i mod C) + 1 keys
+            out["C_a"] = c.attention_chunk
+            out["P_C"] = chunk_pairs(seq, c.attention_chunk)
         if c.num_experts is not None:
             out.update({"E": c.num_experts, "k": c.experts_per_token, "d_e": c.expert_d_ff,
                         "d_s": c.num_shared_experts * c.expert_d_ff, "G": c.router_groups,
@@ -136,6 +139,13 @@ def window_pairs(seq: int, window: int) -> int:
     if seq <= window:
         return seq * (seq + 1) // 2
     return window * seq - window * (window - 1) // 2
+
+
+def chunk_pairs(seq: int, chunk: int) -> int:
+    """Σ_{i<T} ((i mod C) + 1): the (query, key) pairs causal chunks of C keep (Llama 4's
+    chunked attention: query i sees key j iff j ≤ i and ⌊j/C⌋ = ⌊i/C⌋)."""
+    q, r = divmod(seq, chunk)
+    return q * chunk * (chunk + 1) // 2 + r * (r + 1) // 2
 
 
 def coalesce(records) -> list[R.Elementwise]:

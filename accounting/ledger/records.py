@@ -98,6 +98,7 @@ class Matmul(Record):
     causal: bool = False  # two of the T factors are a causal (query, key) pair
     grads: tuple[str, str] = ("dA", "dB")  # names of the gradient matmuls of A and B
     window: bool = False  # causal within a sliding window: P_W useful pairs, not P
+    chunk: bool = False  # causal within the query's chunk (Llama 4): P_C useful pairs
     note: str = ""
     recompute_in_backward: bool = False  # a fused kernel's backward runs it again first
     useful: tuple[str, ...] | None = None  # factors of the useful work, when not the causal rule
@@ -119,7 +120,7 @@ class Matmul(Record):
         f = list(self.factors)
         f.remove("T")
         f.remove("T")
-        return tuple(f) + ("P_W" if self.window else "P",)
+        return tuple(f) + ("P_W" if self.window else "P_C" if self.chunk else "P",)
 
     def formula(self, counting: str = EXECUTED) -> str:
         """FLOPs per instance, e.g. '2·B·T·d_model²'."""
@@ -149,7 +150,7 @@ class Matmul(Record):
         d_a, d_b = self.grads
         common = dict(component=self.component, module=self.module, repeat=self.repeat,
                       phase=BACKWARD, batch=self.batch, causal=self.causal, note=self.note,
-                      window=self.window, useful=self.useful)
+                      window=self.window, chunk=self.chunk, useful=self.useful)
         again = (Matmul(f"{self.name} (recomputed)", m=self.m, n=self.n, p=self.p, **common),) \
             if self.recompute_in_backward else ()
         return again + (Matmul(f"{self.name} {d_a}", m=self.m, n=self.p, p=self.n, **common),
@@ -222,9 +223,10 @@ class Buffer(Record):
 @dataclass(frozen=True)
 class CacheEntry(Record):
     """What one token adds to the KV cache: `shape` elements in each block (a local layer
-    keeps only its last W tokens)."""
+    keeps only its last W tokens; a chunked layer at most its chunk's C)."""
     shape: tuple[str, ...]
     window: bool = False
+    chunk: bool = False
 
     def expr(self) -> Expr:
         e = Expr.of(1, self.shape)

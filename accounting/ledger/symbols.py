@@ -29,6 +29,8 @@ SYMBOLS: dict[str, str] = {
     "T_pos": "learned position table length (context_length)",
     "W": "sliding_window: a local layer's query attends its last W keys (itself included)",
     "P_W": "query-key pairs a causal sliding window keeps, Σᵢ min(i+1, W) = W·T − W(W−1)/2 for T ≥ W",
+    "C_a": "attention_chunk: a chunked layer's query attends the keys of its own chunk of C_a tokens",
+    "P_C": "query-key pairs causal chunks keep, Σᵢ ((i mod C_a) + 1) = (C_a+1)·T/2 + r(r−C_a)/2, r = T mod C_a",
     "E": "num_experts, routed experts per MoE layer",
     "k": "experts_per_token (top-k)",
     "d_e": "moe_d_ff, each expert's inner width",
@@ -54,7 +56,7 @@ SYMBOLS: dict[str, str] = {
 
 # Order in which symbols are written in a monomial: workload first, then model sizes;
 # symbols not listed (t, T_max, T_pos) come last, in alphabetical order.
-_ORDER = {s: i for i, s in enumerate(("B", "h_kv", "g", "h", "T", "P", "P_W", "W", "C", "E·C+1",
+_ORDER = {s: i for i, s in enumerate(("B", "h_kv", "g", "h", "T", "P", "P_W", "W", "P_C", "C_a", "C", "E·C+1",
                                       "L", "E", "k", "G", "E/G", "k_G", "d_model", "d_k", "d_k/2",
                                       "d_rot", "d_rot/2", "d_pass",
                                       "r_q", "r_kv", "d_kv_a", "d_kv_b", "d_nope", "d_rope",
@@ -166,6 +168,8 @@ class Expr:
             e = e.substitute("P", Expr({("T", "T"): Fraction(1, 2), ("T",): Fraction(1, 2)}))
         if "T" in keep and "P_W" in e.symbols():  # the branch the analysed T is on
             e = e.substitute("P_W", window_pairs_expr(values["W"], values["T"]))
+        if "T" in keep and "P_C" in e.symbols():  # the branch (T mod C_a) the analysed T is on
+            e = e.substitute("P_C", chunk_pairs_expr(values["C_a"], values["T"]))
         if "T" in keep:  # an expert's capacity rows stay symbolic: C = ⌈c·B·T·k/E⌉
             keep = tuple(keep) + ("C", "E·C+1")
         out: dict[tuple[str, ...], Fraction] = {}
@@ -266,12 +270,25 @@ def window_pairs_expr(window: int, seq: int) -> Expr:
     return Expr({("T", "T"): Fraction(1, 2), ("T",): Fraction(1, 2)})
 
 
+def chunk_pairs_expr(chunk: int, seq: int) -> Expr:
+    """P_C in T on the branch holding `seq`: T(T+1)/2 for T ≤ C_a; beyond, with r = T mod
+    C_a fixed, ⌊T/C_a⌋ whole chunks of C_a(C_a+1)/2 pairs and r(r+1)/2 in the last, which is
+    (C_a+1)·T/2 + r(r−C_a)/2."""
+    if seq <= chunk:
+        return Expr({("T", "T"): Fraction(1, 2), ("T",): Fraction(1, 2)})
+    r = seq % chunk
+    return Expr({("T",): Fraction(chunk + 1, 2), (): Fraction(r * (r - chunk), 2)})
+
+
 def validity(e: Expr, values: dict[str, int]) -> str:
     """The condition a closed form in B and T holds under: '' or e.g. 'T ≥ W = 4,096'."""
     parts = []
     if "P_W" in e.symbols():
         w = values["W"]
         parts.append(f"T ≥ W = {w:,}" if values["T"] >= w else f"T ≤ W = {w:,}")
+    if "P_C" in e.symbols():
+        c, seq = values["C_a"], values["T"]
+        parts.append(f"T ≤ C_a = {c:,}" if seq <= c else f"T ≥ C_a = {c:,}, T mod C_a = {seq % c:,}")
     if "C" in e.symbols() or "E·C+1" in e.symbols():
         parts.append("C = ⌈c·B·T·k/E⌉ (expert capacity)")
     return "; ".join(parts)

@@ -173,11 +173,12 @@ class Trace:
             self.persistent.append(full)
         return Sym(shape, grad=False)
 
-    def cached(self, name: str, per_token: tuple[str, ...], window: bool = False) -> None:
+    def cached(self, name: str, per_token: tuple[str, ...], window: bool = False,
+               chunk: bool = False) -> None:
         """What each token adds to the KV cache here (its K or V after any rotation); a local
-        layer keeps only the last W tokens."""
+        layer keeps only the last W tokens, a chunked one at most C."""
         self.cache.append(R.CacheEntry(name, "KV cache", self.module, self.repeat, per_token,
-                                       window))
+                                       window, chunk))
 
     def name(self, x: Sym, label: str, course: str = "", block_input: bool = False,
              weight_copy: bool = False) -> Sym:
@@ -336,6 +337,15 @@ class Trace:
             self._saves(x, f"gather ({label})")
             self._saves(index, f"gather ({label})")
         return Sym(index.shape, x.dtype, x.grad)
+
+    def scatter(self, base_shape: tuple[str, ...], index: Sym, src: Sym, label: str) -> Sym:
+        """zeros(base).scatter(dim, index, src): 0 FLOPs (a copy); saves its index when src
+        needs a gradient (scatter's backward gathers it)."""
+        self._tick += 1
+        self._reads(f"scatter ({label})", src)
+        if src.grad:
+            self._saves(index, f"scatter ({label})")
+        return Sym(base_shape, src.dtype, src.grad)
 
     def index_add(self, base_shape: tuple[str, ...], index: Sym, src: Sym, label: str,
                   component: str) -> Sym:

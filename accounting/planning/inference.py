@@ -43,16 +43,21 @@ def _kinds(lg) -> tuple[str, ...]:
 
 
 def kv_elements(config: ModelConfig, tokens: int) -> int:
-    """Cached elements for one sequence of `tokens` tokens: a local layer keeps min(T, W)."""
+    """Cached elements for one sequence of `tokens` tokens: a local layer keeps min(T, W), a
+    chunked one min(T, C) (its query attends at most its chunk's C keys)."""
     lg = ledger(config)
     v = lg.values(max(tokens, 1), 1)
-    w = config.sliding_window
-    return sum(e.expr().evaluate(v) * (min(tokens, w) if e.window else tokens) for e in lg.cache)
+    w, chunk = config.sliding_window, config.attention_chunk
+    return sum(e.expr().evaluate(v) * (min(tokens, w) if e.window else min(tokens, chunk)
+                                       if e.chunk else tokens) for e in lg.cache)
 
 
 def _decode_factors(r: R.Matmul) -> tuple[str, ...]:
-    """The record's factors for one query at key length t (t_W = min(t, W) on a local layer)."""
-    key = "t_W" if r.window else "t"
+    """The record's factors for one query at key length t (t_W = min(t, W) on a local layer,
+    t_C = min(t, C) on a chunked one: the rolling cache a step attends, masked to the keys of
+    its own chunk, ((t − 1) mod C) + 1 of them, as transformers' DynamicSlidingWindowLayer
+    and chunked mask run it)."""
+    key = "t_W" if r.window else "t_C" if r.chunk else "t"
     if r.reads_cache:  # it runs over every cached token
         return r.batch + tuple(key if f == "T" else f for f in r.m) + r.n + r.p
     if "T" not in r.m:  # experts under a capacity factor: E·C rows, C at one token each
@@ -120,8 +125,8 @@ def experts_read(config: ModelConfig, batch: int) -> tuple[int, Fraction] | None
     if config.num_experts is None:
         return None
     E, k = config.num_experts, config.experts_per_token
-    if config.moe_capacity_factor is not None:
-        return E, Fraction(E)  # every expert runs its C rows, padded or not
+    if config.moe_capacity_factor is not None or config.router_scales_input:
+        return E, Fraction(E)  # every expert runs (its C rows; Llama 4: every token)
     return min(E, batch * k), E * (1 - (1 - Fraction(k, E)) ** batch)
 
 
@@ -192,6 +197,8 @@ def inference(config: ModelConfig, batch: int, seq: int, precision: Precision,
     v["t"] = t
     if config.sliding_window is not None:
         v["t_W"] = min(t, config.sliding_window)
+    if config.attention_chunk is not None:  # the rolling cache of a chunked layer
+        v["t_C"] = min(t, config.attention_chunk)
     if config.moe_capacity_factor is not None:
         v["C_1"] = expert_capacity(config.moe_capacity_factor, batch * config.experts_per_token,
                                    config.num_experts)

@@ -294,7 +294,11 @@ def inference_table(p: Plan) -> Table:
     r = i.roofline
     c = p.config
     window = c.sliding_window is not None and any(k.local for k in c.layer_kinds)
-    held = "B·(T on global layers, min(T, W) on local ones)·" if window else "B·T·"
+    chunked = any(k.chunked for k in c.layer_kinds)
+    held = ("B·(T on global layers, min(T, W) on local ones)·" if window and not chunked else
+            "B·(T on global layers, min(T, C) on chunked ones)·" if chunked and not window else
+            "B·(T on global layers, min(T, W) on local, min(T, C) on chunked ones)·" if window
+            else "B·T·")
     rows = [
         ("KV cache per token", f"{s}·({kv_elements_per_token(c)})", grouped(i.kv_bytes_per_token), "bytes"),
         (f"KV cache for B = {i.batch:,}, T = {i.seq:,}", f"{s}·{held}({kv_elements_per_token(c)})",
@@ -322,6 +326,8 @@ def inference_table(p: Plan) -> Table:
     notes = [f"Inference in {s}-byte elements ({'fp32' if s == 4 else 'bf16'}). The decode formula "
              "is the forward matmul records with a query length of 1 and a key length of t "
              "(QKᵀ and scores·V grow with t" + ("; t_W = min(t, W) on a local layer" if window else "")
+             + ("; t_C = min(t, C) on a chunked layer: the rolling cache it attends, masked to "
+                "its own chunk" if chunked else "")
              + "); B sequences decode together. "
              "Prefill computes logits at every position, as the model does."]
     if c.mla:
@@ -337,8 +343,10 @@ def inference_table(p: Plan) -> Table:
                      f"min(E, B·k) = {most:,} per MoE layer (used for the roofline); if every "
                      f"token picked its k experts uniformly at random (an assumption: trained "
                      f"routers are not uniform), E·(1 − (1 − k/E)^B) = {decimal(mean, 3)} on average."
-                     if c.moe_capacity_factor is None else
-                     "Under a capacity factor every expert runs its C rows: all E are read.")
+                     if c.moe_capacity_factor is None and not c.router_scales_input else
+                     "Under a capacity factor every expert runs its C rows: all E are read."
+                     if c.moe_capacity_factor is not None else
+                     "Every expert runs every token (Llama 4's form): all E are read.")
     if r.ridge is not None:
         rows += [("ridge point (peak / bandwidth)", "", decimal(r.ridge, 3), "FLOP/byte"),
                  ("compute time (FLOPs / peak)", "", _seconds(r.compute_seconds), ""),

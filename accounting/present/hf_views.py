@@ -48,7 +48,10 @@ def translation_table(hf: HFConfig) -> Table:
              for d in t.derived for field in d.fields]
     rows += [("(no key)", f"model_type {t.model_type}", field, _spec(c, field))
              for field in t.fixed]
-    free = sorted(k for k in hf.data if k in COMMON_FREE | t.free and k != "model_type")
+    free = sorted(k for k in hf.data if k in COMMON_FREE | t.free | t.outer and k != "model_type")
+    if t.nested:  # a multimodal file: the language model's count-free keys too
+        free += sorted(f"{t.nested}.{k}" for k in hf.data[t.nested]
+                       if k in COMMON_FREE | t.free and k != "model_type")
     notes = [f"model_type {t.model_type}: transformers' {t.transformers_class}; rules with no "
              f"key: {t.rules}.",
              *(f"(rule) {', '.join(d.fields)}: {d.words}." for d in t.derived),

@@ -219,6 +219,8 @@ def closed_form_table(a: Analysis) -> Table:
         if x is None:
             why = ("an expert capacity C = ⌈c·B·T·k/E⌉ is not a polynomial in T"
                    if c.moe_capacity_factor is not None else
+                   "chunked layers' useful pairs P_C depend on T mod C past one chunk"
+                   if counting == "useful" and any(k.chunked for k in c.layer_kinds) else
                    "with sliding windows the attention core grows only linearly in T past W")
             lines.append(f"Attention core overtakes feed-forward ({counting} count, forward): "
                          f"never on a closed form in T ({why}).")

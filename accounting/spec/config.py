@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import MISSING, dataclass, fields, replace
 
 from accounting.runtime.errors import UsageError, escape, shorten
+from accounting.spec.hints import divisor_hint as _divisor_hint
 from accounting.spec.fields import (CHOICE, COUNT, EXTRAS, FLAG, LAYERS, NUMBER, NUMBER0, SIZE,
                                      SIZES, TEXT, TYPES, meta, spec)
 
@@ -58,11 +59,15 @@ NORM_PLACEMENTS = {"pre": "pre-norm (norm on each sublayer's input)",
 POSITIONS = {"rope": "RoPE", "learned": "learned absolute positions", "none": "no positions",
              "alibi": "ALiBi (a linear bias per head on the scores; Falcon)"}
 QK_NORMS = {"none": "no QK-norm", "head": "QK-norm per head (Qwen3)",
-            "full": "QK-norm over the full projection width (OLMo-2)"}
+            "full": "QK-norm over the full projection width (OLMo-2)",
+            # transformers' Llama4TextL2Norm: x·rsqrt(mean(x²) + eps), no gain
+            "l2": "weightless RMS norm of each head's Q and K after RoPE, on RoPE layers (Llama 4)"}
 ATTENTIONS = {"naive": "explicit scores, causal mask and softmax (the course's attention)",
               "sdpa": "fused attention kernel: F.scaled_dot_product_attention(is_causal=True)"}
 ROUTERS = {"softmax": "softmax over the experts' scores (Mixtral, Qwen3-MoE)",
-           "sigmoid": "a sigmoid per expert's score (DeepSeek-V3)"}
+           "sigmoid": "a sigmoid per expert's score (DeepSeek-V3)",
+           # transformers' Llama4Router: topk of the logits, then sigmoid of the chosen k
+           "topk_sigmoid": "top-k of the raw scores, then a sigmoid of the chosen k (Llama 4)"}
 # how group-limited routing ranks a group of experts (router_groups > 1)
 GROUP_SCORES = {"top2_sum": "the sum of its two best scores (DeepSeek-V3)",
                 "max": "its best score (DeepSeek-V2's group_limited_greedy)"}
@@ -71,19 +76,24 @@ BLOCKS = {"sequential": "attention, then the MLP on its result",
                       "(GPT-NeoX, Falcon-40B)",
           "parallel_shared_norm": "attention and MLP in parallel on one shared norm of the "
                                   "block input (Falcon-7B)"}
-LAYER_TYPES = ("global", "local")  # full causal attention, or a sliding window of the last W keys
+# full causal attention, a sliding window of the last W keys, or the keys of the query's
+# own chunk of C tokens (Llama 4's chunked attention)
+LAYER_TYPES = ("global", "local", "chunked")
 
 
 @dataclass(frozen=True)
 class LayerKind:
-    """What one block runs: global or local (sliding-window) attention; a dense or MoE MLP."""
+    """What one block runs: global, local (sliding-window) or chunked attention; a dense or
+    MoE MLP; RoPE or none (a NoPE layer, Llama 4)."""
     local: bool
     moe: bool
+    chunked: bool = False
+    nope: bool = False
 
     @property
     def tag(self) -> str:
-        return "_".join(t for t in (("local" if self.local else "global"),
-                                     ("moe" if self.moe else "dense")))
+        attn = "local" if self.local else "chunked" if self.chunked else "global"
+        return "_".join((attn, "moe" if self.moe else "dense") + (("nope",) if self.nope else ()))
 
 # Bounds on sizes: far beyond any real model, small enough that nothing downstream hangs.
 MAX_SIZE = 10**12
@@ -158,7 +168,8 @@ class ModelConfig:
                                      help="logits multiplied by X (Cohere's logit_scale; "
                                           "Granite's 1/logits_scaling)")
     qk_norm: str = spec("none", kind=CHOICE, flag="--qk-norm", choices=QK_NORMS,
-                        help="none (default), head (Qwen3) or full (OLMo-2)")
+                        help="none (default), head (Qwen3), full (OLMo-2) or l2 (Llama 4: "
+                             "weightless, after RoPE, on RoPE layers)")
     attention: str = spec("naive", kind=CHOICE, flag="--attention", choices=ATTENTIONS,
                           help="how the attention core runs: naive (default: the course's explicit "
                                "scores, mask and softmax) or sdpa (the fused kernel, "
@@ -197,7 +208,8 @@ class ModelConfig:
                                    help="experts every token runs beside its top-k (DeepSeek)")
     router: str = spec("softmax", kind=CHOICE, flag="--router", group=EXTRAS, choices=ROUTERS,
                        needs="num_experts",
-                       help="softmax over the experts (Mixtral, Qwen3) or a sigmoid each (DeepSeek-V3)")
+                       help="softmax over the experts (Mixtral, Qwen3), a sigmoid each "
+                            "(DeepSeek-V3) or topk_sigmoid (Llama 4: a sigmoid of the top k)")
     router_groups: int = spec(1, kind=SIZE, flag="--router-groups", group=EXTRAS, needs="num_experts",
                               help="DeepSeek's n_group: the experts in this many groups (default 1)")
     router_topk_groups: int = spec(1, kind=SIZE, flag="--router-topk-groups", group=EXTRAS,
@@ -252,6 +264,28 @@ class ModelConfig:
                                         help="latent attention: per-head Q/K dims with RoPE")
     v_head_dim: int | None = spec(None, kind=SIZE, flag="--v-head-dim", group=EXTRAS,
                                   help="latent attention: per-head value dims")
+    # Llama 4 (transformers' modeling_llama4.py): layers without RoPE (NoPE), chunked
+    # attention (layer_types "chunked"), a weightless QK-norm after RoPE (qk_norm "l2"),
+    # attention-temperature tuning on the NoPE layers, and a router whose sigmoid weight
+    # scales the expert's input (router "topk_sigmoid", router_scales_input)
+    nope_layers: tuple[int, ...] = spec((), kind=LAYERS, flag="--nope-layers", group=EXTRAS,
+                                        help="layers without RoPE (NoPE: Llama 4's every 4th)")
+    attention_chunk: int | None = spec(None, kind=SIZE, flag="--attention-chunk", group=EXTRAS,
+                                       help="a chunked layer's query attends only the keys of its "
+                                            "own chunk of C tokens (every layer chunked unless "
+                                            "--layer-types says which)")
+    temperature_floor: int | None = spec(None, kind=SIZE, flag="--temperature-floor",
+                                         group=EXTRAS,
+                                         help="NoPE layers scale Q at position i by 1 + "
+                                              "s·log(1 + ⌊(i + 1)/F⌋) (Llama 4's floor_scale F)")
+    temperature_scale: float = spec(0.1, kind=NUMBER, flag="--temperature-scale", group=EXTRAS,
+                                    needs="temperature_floor",
+                                    help="the temperature tuning's s (Llama 4's attn_scale, 0.1)")
+    router_scales_input: bool = spec(False, kind=FLAG, flag="--router-scales-input",
+                                     group=EXTRAS, needs="num_experts",
+                                     help="the router's weight scales each expert's input and "
+                                          "every expert runs every token, the unchosen at weight "
+                                          "0 (Llama 4: E·B·T expert rows executed, B·T·k useful)")
 
     def __post_init__(self) -> None:
         for f in _SIZES + ("num_kv_heads", "head_dim"):
@@ -302,6 +336,7 @@ class ModelConfig:
         _check_scales(self)
         _check_moe(self)
         _check_mla(self)
+        _check_llama4(self)
 
     # ---- derived sizes ------------------------------------------------------------------
     @property
@@ -337,10 +372,11 @@ class ModelConfig:
     @property
     def layer_kinds(self) -> tuple[LayerKind, ...]:
         """Each block's kind, in order."""
-        types = self.layer_types or (("local" if self.sliding_window else "global"),) * self.num_layers
-        dense = set(self.dense_layers)
-        return tuple(LayerKind(t == "local", self.num_experts is not None and i not in dense)
-                     for i, t in enumerate(types))
+        default = "local" if self.sliding_window else "chunked" if self.attention_chunk else "global"
+        types = self.layer_types or (default,) * self.num_layers
+        dense, nope = set(self.dense_layers), set(self.nope_layers)
+        return tuple(LayerKind(t == "local", self.num_experts is not None and i not in dense,
+                               t == "chunked", i in nope) for i, t in enumerate(types))
 
     @property
     def architecture(self) -> str:
@@ -375,6 +411,13 @@ class ModelConfig:
         if n_local:
             parts.append(f"sliding window {self.sliding_window:,}"
                          + ("" if n_local == len(kinds) else f" on {n_local} of {len(kinds)} layers"))
+        n_chunked, n_nope = sum(k.chunked for k in kinds), sum(k.nope for k in kinds)
+        if n_chunked:
+            parts.append(f"chunked attention {self.attention_chunk:,}"
+                         + ("" if n_chunked == len(kinds) else f" on {n_chunked} of {len(kinds)} layers"))
+        if n_nope:
+            parts.append(f"no RoPE on {n_nope} of {len(kinds)} layers"
+                         + (", temperature tuning there" if self.temperature_floor else ""))
         if self.num_experts is not None:
             n_moe = sum(k.moe for k in kinds)
             parts.append(f"MoE: {self.num_experts} experts, top-{self.experts_per_token}"
@@ -397,13 +440,14 @@ class ModelConfig:
     def with_overrides(self, **overrides) -> ModelConfig:
         """A copy with the given fields changed (None: keep). A new num_layers keeps the
         per-layer lists in step unless they are given too: dense_layers keeps the indices
-        below it; layer_types repeats its pattern (the first n layers' kinds, Gemma's
+        below it (nope_layers too); layer_types repeats its pattern (the first n layers' kinds, Gemma's
         alternation continued)."""
         changed = {k: v for k, v in overrides.items() if v is not None and getattr(self, k) != v}
         n = changed.get("num_layers")
         if n is not None and isinstance(n, int) and not isinstance(n, bool) and n > 0:
-            if overrides.get("dense_layers") is None and self.dense_layers:
-                changed["dense_layers"] = tuple(i for i in self.dense_layers if i < n)
+            for f in ("dense_layers", "nope_layers"):  # the indices below n
+                if overrides.get(f) is None and getattr(self, f):
+                    changed[f] = tuple(i for i in getattr(self, f) if i < n)
             if overrides.get("layer_types") is None and self.layer_types:
                 types = self.layer_types
                 changed["layer_types"] = tuple(types[i % len(types)] for i in range(n))
@@ -452,9 +496,11 @@ def _check_window(c: ModelConfig) -> None:
         if not isinstance(c.layer_types, tuple) or len(c.layer_types) != c.num_layers \
                 or any(not _one_of(t, LAYER_TYPES) for t in c.layer_types):
             raise UsageError(f"layer_types must list {c.num_layers} entries (one per layer), each "
-                             f"global or local, got {_short(c.layer_types)}")
+                             f"global, local or chunked, got {_short(c.layer_types)}")
         if "local" in c.layer_types and c.sliding_window is None:
             raise UsageError("layer_types has local layers but sliding_window is not given")
+        if "chunked" in c.layer_types and c.attention_chunk is None:
+            raise UsageError("layer_types has chunked layers but attention_chunk is not given")
 
 
 def _check_scales(c: ModelConfig) -> None:
@@ -550,6 +596,34 @@ def _check_mla(c: ModelConfig) -> None:
         raise UsageError(f"qk_rope_head_dim = {c.qk_rope_head_dim} is odd; RoPE rotates pairs")
 
 
+def _check_llama4(c: ModelConfig) -> None:
+    """Llama 4's fields: each means something only with what it acts on."""
+    _positive(c, "attention_chunk")
+    _positive(c, "temperature_floor")
+    if not isinstance(c.router_scales_input, bool):
+        raise UsageError(f"router_scales_input must be true or false, got {_short(c.router_scales_input)}")
+    value = c.temperature_scale
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_REAL:
+        raise UsageError(f"temperature_scale must be a positive finite number up to 10^18, got {_short(value)}")
+    if not isinstance(c.nope_layers, tuple) or any(
+            isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < c.num_layers for i in c.nope_layers):
+        raise UsageError(f"nope_layers must be layer indices in [0, {c.num_layers}), got {_short(c.nope_layers)}")
+    if c.sliding_window is not None and c.attention_chunk is not None and c.layer_types is None:
+        raise UsageError("sliding_window and attention_chunk together need layer_types (which "
+                         "layers are local, which chunked)")
+    if (c.nope_layers or c.qk_norm == "l2" or c.temperature_floor) and (c.positions != "rope" or c.mla):
+        raise UsageError("nope_layers, qk_norm l2 and temperature_floor act on RoPE attention: "
+                         "they need positions rope (and no latent attention)")
+    if c.num_experts is not None and (c.router == "topk_sigmoid") != c.router_scales_input:
+        raise UsageError("router topk_sigmoid and router_scales_input go together (Llama 4's "
+                         "router: the chosen score's sigmoid scales the expert's input)")
+    if c.router == "topk_sigmoid" and (c.norm_topk_prob or c.router_bias or c.router_groups > 1
+                                       or c.routed_scaling_factor != 1.0
+                                       or c.moe_capacity_factor is not None):
+        raise UsageError("router topk_sigmoid (Llama 4) takes no renormalisation, bias, groups, "
+                         "scaling or capacity factor: set norm_topk_prob false and drop the others")
+
+
 def _one_of(value, choices) -> bool:
     """Whether a config's value is one of the choices' names: a string first (a JSON list
     or object is unhashable: `in` a dict would raise TypeError, not say what is wrong)."""
@@ -559,19 +633,3 @@ def _one_of(value, choices) -> bool:
 def _short(value, limit: int = 40) -> str:
     """A user's value for an error message: repr, control characters escaped, shortened."""
     return shorten(value, limit)
-
-
-def _divisor_hint(n: int, target: int, positions: str, kv_heads: int | None = None) -> str:
-    """' (e.g. 24)': a nearby head count that divides n and passes the other checks (an even
-    head dimension for RoPE, whole groups of the given KV heads); bounded work however
-    large n is."""
-    best = None
-    for delta in range(0, 10_000):
-        for d in (target - delta, target + delta):
-            if 0 < d <= n and n % d == 0 and (positions != "rope" or (n // d) % 2 == 0) \
-                    and (kv_heads is None or d % kv_heads == 0):
-                best = d
-                break
-        if best:
-            break
-    return f" (e.g. {best})" if best else ""

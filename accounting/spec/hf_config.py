@@ -48,7 +48,8 @@ from accounting.spec.hf_schema import (  # noqa: F401
     Required, register, short)
 # the rows: registered into TYPES on import
 from accounting.spec import (  # noqa: F401
-    hf_types_dense, hf_types_gemma, hf_types_gpt_oss, hf_types_moe, hf_types_parallel)
+    hf_types_dense, hf_types_gemma, hf_types_gpt_oss, hf_types_llama4, hf_types_moe,
+    hf_types_parallel)
 
 def supported_types() -> str:
     """The model_types a config.json may name, in the table's order: the one list --help,
@@ -153,6 +154,8 @@ def translate(data: Mapping, source: str, name: str, origin: str = "",
                          f"{supported_types()} (or write the tool's own format: see --help)")
     t = TYPES[mt]
     where = f"{source} ({mt})"
+    if t.nested:
+        return _translate_nested(t, data, source, name, origin, where)
     for k, why in REFUSED.items():
         if data.get(k) is not None and not t.declares(k):
             raise UsageError(f"{where}: {k} = {short(data[k])} is {why}; refusing rather than "
@@ -220,10 +223,51 @@ def translate(data: Mapping, source: str, name: str, origin: str = "",
                     tuple(mapped), tuple(notes), dtype, unknown)
 
 
+def _translate_nested(t: HFType, data: Mapping, source: str, name: str, origin: str,
+                      where: str) -> HFConfig:
+    """A multimodal file (Llama 4): its top-level keys checked against the type's `outer`
+    list, the language model read from data[t.nested] as a file of the text type, and the
+    vision tower said to be uncounted. HFConfig.data stays the whole file: transformers'
+    AutoModelForCausalLM builds the text model from it (Llama4ForCausalLM of text_config)."""
+    inner = data.get(t.nested)
+    if not isinstance(inner, dict):
+        raise UsageError(f"{where}: {t.nested} must be an object (the language model's "
+                         f"config), got {short(inner)}")
+    known = COMMON_FREE | COMMON_MUST_KEYS | t.outer | {t.nested}
+    unknown = sorted(k for k in data if k not in known)
+    if unknown:
+        raise UsageError(f"{where}: unknown key(s) {', '.join(short(k, 30) for k in unknown[:4])}: "
+                         f"the tool cannot tell whether they change a count, so it refuses "
+                         f"rather than drop them (model_type {t.model_type})")
+    for k, (ok, wanted) in FREE_VALUES.items():
+        if k in data and not ok(data[k]):
+            raise UsageError(f"{where}: {k} = {short(data[k])} is not {wanted}; transformers "
+                             f"refuses it (it changes no count, but the value is wrong)")
+    text_type = f"{t.model_type}_text"
+    if inner.get("model_type", text_type) != text_type:
+        raise UsageError(f"{where}: {t.nested}.model_type must be {text_type}, got "
+                         f"{short(inner.get('model_type'))}")
+    hf = translate({**inner, "model_type": text_type}, f"{source} {t.nested}", name, origin)
+    mapped = tuple((f"{t.nested}.{k}", v, f, g) for k, v, f, g in hf.mapped)
+    vision = ("vision_config: the vision tower and the multi-modal projector "
+              "(Llama4ForConditionalGeneration's) are not counted; the counts are the language "
+              f"model's, {t.nested}, as AutoModelForCausalLM builds it (Llama4ForCausalLM, "
+              f"whose head is tied by {t.nested}.tie_word_embeddings, not the top-level key).")
+    return HFConfig(t.model_type, MappingProxyType(copy.deepcopy(dict(data))), hf.config,
+                    origin or source, mapped, hf.notes + (vision,), storage_dtype(data))
+
+
+COMMON_MUST_KEYS = frozenset(m.hf for m in COMMON_MUST)
+
+
 def storage_dtype(data: Mapping):
     """The checkpoint's dtype: "dtype" (transformers 5's spelling) unless null, else
-    "torch_dtype", as transformers' PreTrainedConfig reads them."""
-    return data["dtype"] if data.get("dtype") is not None else data.get("torch_dtype")
+    "torch_dtype", as transformers' PreTrainedConfig reads them; a multimodal file's
+    text_config's when the file gives none at the top."""
+    dtype = data["dtype"] if data.get("dtype") is not None else data.get("torch_dtype")
+    if dtype is None and isinstance(data.get("text_config"), dict):
+        return storage_dtype(data["text_config"])
+    return dtype
 
 
 def _field(t: HFType, hf_key: str) -> str:
@@ -268,6 +312,16 @@ def for_transformers(hf: HFConfig, config: ModelConfig) -> tuple[dict | None, st
     a changed field has no key in this model_type or the result would not mean `config`."""
     data = copy.deepcopy(dict(hf.data))
     t = hf.type
+    if t.nested:  # the text model's keys, rewritten inside the nested object
+        inner = translate({**data[t.nested], "model_type": f"{t.model_type}_text"},
+                          "config.json", hf.config.name)
+        text, why = for_transformers(inner, config)
+        if text is None:
+            return None, why
+        text["model_type"] = data[t.nested].get("model_type", text["model_type"])
+        if "model_type" not in data[t.nested]:
+            del text["model_type"]
+        return {**data, t.nested: text}, ""
     # how the tool's model runs its attention is no key of config.json (the transformers
     # counter always runs eager attention): it is not written back
     config = replace(config, **{f: getattr(hf.config, f) for f in RUNTIME_FIELDS

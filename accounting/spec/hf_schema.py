@@ -1,8 +1,8 @@
 """The table's schema for Hugging Face config.json files (hf_config.py reads them): the
 kinds of value, the row of a model_type (HFType: Key, Must, Noted, Derived, ModuleNames),
 the lists every type shares, the keys the llama family shares, and the registry (TYPES,
-register). The rows themselves: hf_types_dense.py, hf_types_moe.py, hf_types_gpt_oss.py and
-hf_types_gemma.py. Pure Python.
+register). The rows themselves: hf_types_dense.py, hf_types_moe.py, hf_types_gpt_oss.py,
+hf_types_gemma.py, hf_types_parallel.py and hf_types_llama4.py. Pure Python.
 """
 from __future__ import annotations
 
@@ -120,6 +120,11 @@ class HFType:
 
     def module_names(self, data: Mapping) -> ModuleNames:
         return self.names if self.names_of is None else self.names_of(data)
+    # a multimodal file (Llama 4): the language model's keys are those of the object under
+    # `nested` ("text_config"), read as the row's keys; `outer` lists the other top-level
+    # keys, which change no count of the language model (the vision tower is not counted)
+    nested: str | None = None
+    outer: frozenset[str] = frozenset()
 
     def declares(self, key: str) -> bool:
         """The type reads (or lists) this key itself, under its own name or an alias (a
@@ -200,7 +205,7 @@ FREE_VALUES = MappingProxyType({
 # Keys of architectures a model_type does not build: refused (unless null) in every type
 # that does not read them itself. (A key a type does not know at all is refused as unknown.)
 _MOE = ("a mixture-of-experts key, which this model_type does not build (the types with "
-        "experts: mixtral, qwen3_moe, deepseek_v2, deepseek_v3, gpt_oss)")
+        "experts: mixtral, qwen3_moe, deepseek_v2, deepseek_v3, gpt_oss, llama4_text, llama4)")
 _MLA = ("a multi-head latent attention key, which this model_type does not build (deepseek_v2 "
         "and deepseek_v3 do)")
 REFUSED = MappingProxyType({

@@ -1,17 +1,24 @@
-"""Causal multi-head (grouped-query, sliding-window) attention: model/attention.py's ops, as facts."""
+"""Causal multi-head (grouped-query, sliding-window, chunked) attention: model/attention.py's
+ops, as facts."""
 from __future__ import annotations
 
 from accounting.ledger import records as R
 from accounting.ledger.trace import Sym, Trace
 from accounting.ledger.builder.common import (ALIBI, QK_NORM, ATTN_SCALE, CAUSAL_MASK, SOFTMAX,
-                                              NORM_PARAMS, SOFTCAP, Arch)
-from accounting.ledger.builder.layers import Linear, Norm, RoPE
+                                              NORM_PARAMS, SOFTCAP, TEMPERATURE, Arch)
+from accounting.ledger.builder.layers import Linear, Norm, RoPE, l2_norm
 
 
 class Attention:
-    def __init__(self, t: Trace, a: Arch, recompute: str = "none", local: bool = False):
+    def __init__(self, t: Trace, a: Arch, recompute: str = "none", local: bool = False,
+                 chunked: bool = False, nope: bool = False):
         self.t, self.a, c = t, a, a.c
-        self.recompute, self.local = recompute, local
+        self.recompute, self.local, self.chunked = recompute, local, chunked
+        # Llama 4: a NoPE layer has no RoPE (and no l2 QK-norm) but tunes its queries'
+        # temperature; a RoPE layer normalizes Q and K after the rotation (qk_norm "l2")
+        rope = c.positions == "rope" and not nope
+        self.l2 = c.qk_norm == "l2" and rope
+        self.temperature = nope and c.temperature_floor is not None
         d = ("d_model",)
         with t.scope("attn"):
             # gpt-oss's sinks: a module's own parameters come before its children's keys
@@ -22,7 +29,7 @@ class Attention:
             self.output_proj = Linear(t, "output_proj", a.width(), d, R.ATTN_PROJ,
                                       "output projection", c.out_bias)
             self.q_norm = self.k_norm = None
-            if c.qk_norm != "none":
+            if c.qk_norm in ("head", "full"):
                 full = c.qk_norm == "full"
                 comp = NORM_PARAMS[c.norm]
                 self.q_norm = Norm(t, "q_norm", c.norm, a.width() if full else ("d_k",), QK_NORM,
@@ -31,7 +38,7 @@ class Attention:
                                    QK_NORM, comp, c.norm_offset)
             if c.positions == "alibi":  # Falcon's per-head slopes (float32, persistent=False)
                 self.slopes = t.buffer("alibi_slopes", ("h",), 4)
-            self.rope = None if c.positions != "rope" else \
+            self.rope = None if not rope else \
                 RoPE(t, "d_k" if c.rotary_dim is None else "d_rot")
 
     def __call__(self, x: Sym, out_label: str, out_course: str) -> Sym:
@@ -58,10 +65,28 @@ class Attention:
                 else:  # cat((rotate(q[..., :r]), q[..., r:])): slices are views, cat a copy
                     q = self.partial(q, positions, "Q")
                     k = self.partial(k, positions, "K")
-            t.cached("K", a.width(kv=True), window=self.local)
-            t.cached("V", a.width(kv=True), window=self.local)
+            if self.l2:
+                q = l2_norm(t, q, "d_k", "Q after QK-norm", QK_NORM)
+                k = l2_norm(t, k, "d_k", "K after QK-norm", QK_NORM)
+            if self.temperature:
+                q = self.tune(q)
+            t.cached("K", a.width(kv=True), window=self.local, chunk=self.chunked)
+            t.cached("V", a.width(kv=True), window=self.local, chunk=self.chunked)
             out = self.run_core(q, k, v)
             return self.output_proj(self.merge(out, a.width()), out_label, out_course)
+
+    def tune(self, q: Sym) -> Sym:
+        """Llama 4's temperature tuning (model/attention.py's tune): the query at position i
+        times 1 + s·log1p(⌊(i + 1)/F⌋); the floor is integer division of the positions
+        (no FLOPs), then log1p, × s and + 1 on T elements, and one multiply per Q element."""
+        t, comp = self.t, TEMPERATURE
+        steps = t.name(t.fresh(("T",), R.INT64), "⌊(i + 1)/F⌋ per position")
+        lg = t.unary("aten.log1p", steps, "log1p(⌊(i + 1)/F⌋)", comp)
+        s = t.binary("aten.mul", lg, None, "× attn_scale", comp)
+        scale = t.binary("aten.add", s, None, "+ 1", comp, out="temperature per position")
+        dtype = q.dtype
+        return t.name(t.cast(t.binary("aten.mul", q, scale, "Q × temperature", comp), dtype),
+                      "Q after temperature tuning")
 
     def partial(self, x: Sym, positions: Sym, what: str) -> Sym:
         """Partial rotary (model/attention.py): the first d_rot dims of each head rotated,
@@ -85,15 +110,20 @@ class Attention:
         under checkpoint for selective recomputation."""
         t, c = self.t, self.a.c
         mask = None
-        if c.attention == "naive" or self.local:
-            mask = t.name(t.fresh(("T", "T"), R.BOOL),
-                          "sliding-window mask" if self.local else "causal mask")
-        if c.attention == "sdpa":  # F.scaled_dot_product_attention(q, k, v, ...)
-            if mask is not None:  # the kernel takes an additive mask: where(mask, 0, −inf)
-                mask = t.name(t.where(mask, t.fresh(("T", "T"), R.FP32), "where(mask, 0, −inf)",
-                                      CAUSAL_MASK), "sliding-window mask (additive)")
-            inputs, core = (q, k, v) + ((mask,) if mask is not None else ()), \
-                lambda: self.fused(q, k, v, mask)
+        kind = "sliding-window" if self.local else "chunked" if self.chunked else "causal"
+        if c.attention == "naive" or self.local or self.chunked:
+            mask = t.name(t.fresh(("T", "T"), R.BOOL), f"{kind} mask")
+        if c.attention == "sdpa":  # model/fused.py's fused_causal_attention(q, k, v, mask)
+            def core():
+                additive = None
+                if mask is not None:  # the kernel takes an additive mask: where(mask, 0, −inf),
+                    # made inside fused_causal_attention (so inside a selective checkpoint,
+                    # which keeps the bool mask, its input)
+                    additive = t.name(t.where(mask, t.fresh(("T", "T"), R.FP32),
+                                              "where(mask, 0, −inf)", CAUSAL_MASK),
+                                      f"{kind} mask (additive)")
+                return self.fused(q, k, v, additive)
+            inputs = (q, k, v) + ((mask,) if mask is not None else ())
         elif self.slopes is not None:  # ALiBi: slopes[:, None] · arange(T), key j's bias
             keys = t.fresh(("T",), R.FP32)
             bias = t.name(t.binary("aten.mul", t.view(self.slopes, ("h", "T")), keys,
@@ -121,12 +151,13 @@ class Attention:
         note = "fused kernel" + (f"; {note}" if note else "")
         qk = R.Matmul("QKᵀ scores", R.ATTN_CORE, t.module, t.repeat, R.FORWARD, batch, rows,
                       ("d_k",), ("T",), causal=True, grads=("dQ", "dK"), note=note,
-                      recompute_in_backward=True, window=self.local)
+                      recompute_in_backward=True, window=self.local, chunk=self.chunked)
         if self.v_useful is not None:
             note += "; V zero-padded from d_v to d_k (useful: d_v)"
         pv = R.Matmul("scores·V", R.ATTN_CORE, t.module, t.repeat, R.FORWARD, batch, rows,
                       ("T",), (self.v_dim,), causal=True, grads=("d(scores)", "dV"), note=note,
-                      window=self.local, useful=self.v_useful)
+                      window=self.local, chunk=self.chunked,
+                      useful=self.v_useful)
         return t.fused_attention(q, k, v, (qk, pv), self.out_heads(), ("B", "h", "T"), mask)
 
     def core(self, q: Sym, k: Sym, v: Sym, mask: Sym, bias: Sym | None = None) -> Sym:
@@ -138,7 +169,8 @@ class Attention:
         scores_shape = ("B", "h", "T", "T")
         dtype = t.matmul(q, k, R.Matmul("QKᵀ scores", R.ATTN_CORE, t.module, t.repeat, R.FORWARD,
                                         batch, rows, ("d_k",), ("T",), causal=True,
-                                        grads=("dQ", "dK"), note=note, window=self.local),
+                                        grads=("dQ", "dK"), note=note, window=self.local,
+                                        chunk=self.chunked),
                          copy_labels=("Q (heads layout)", "K (heads layout)"))
         scores = t.name(Sym(scores_shape, dtype), "QKᵀ scores", "QKᵀ")
         if bias is not None:  # scores + bias.to(scores.dtype)
@@ -171,13 +203,14 @@ class Attention:
         dtype = t.matmul(weights, v, R.Matmul("scores·V", R.ATTN_CORE, t.module, t.repeat,
                                               R.FORWARD, batch, rows, ("T",), (self.v_dim,),
                                               causal=True, grads=("d(scores)", "dV"), note=note,
-                                              window=self.local),
+                                              window=self.local, chunk=self.chunked),
                          copy_labels=("softmax output (copy)", "V (heads layout)"))
         return t.name(Sym(self.out_heads(), dtype), "attention-weighted values",
                       "attention-weighted values")
 
     sinks = None  # gpt-oss's attention sinks (latent attention has none)
     slopes = None  # ALiBi's per-head slopes (a buffer), when positions is alibi
+    chunked = False  # latent attention has no chunked layers (config.py refuses them)
     v_dim = "d_k"  # the value's head dimension as the core sees it (latent attention: d_v)
     v_useful = None  # the factors of useful work when V is zero-padded (latent attention)
 

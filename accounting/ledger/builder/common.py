@@ -10,6 +10,7 @@ QK_NORM = "QK-norm"
 POSITION_ADD = "position add"
 ROPE = "RoPE"
 ALIBI = "ALiBi bias"
+TEMPERATURE = "temperature tuning"
 ATTN_SCALE = "scale by 1/√d_k"
 CAUSAL_MASK = "causal mask"
 SOFTMAX = "softmax"
@@ -25,8 +26,8 @@ LOGIT_SCALE = "logit scale"
 ACTIVATION_COMPONENT = {"swiglu": "SiLU and gating", "geglu": "GELU (tanh) and gating",
                         "geglu_erf": "GELU (erf) and gating", "gelu": "GELU (erf)",
                         "gelu_tanh": "GELU (tanh)", "swiglu_clamped": "clamped SwiGLU and gating"}
-ELEMENTWISE_ORDER = (*NORMS.values(), QK_NORM, EMBED_SCALE, POSITION_ADD, ROPE, ALIBI, ATTN_SCALE,
-                     SOFTCAP, CAUSAL_MASK, SOFTMAX, *dict.fromkeys(ACTIVATION_COMPONENT.values()),
+ELEMENTWISE_ORDER = (*NORMS.values(), QK_NORM, EMBED_SCALE, POSITION_ADD, ROPE, ALIBI,
+                     TEMPERATURE, ATTN_SCALE, SOFTCAP, CAUSAL_MASK, SOFTMAX, *dict.fromkeys(ACTIVATION_COMPONENT.values()),
                      ROUTER, BIAS, RESIDUAL_SCALE, RESIDUAL, LOGIT_SCALE)
 NORM_PARAMS = {"rmsnorm": "RMSNorm gains", "layernorm": "LayerNorm weights and biases"}
 

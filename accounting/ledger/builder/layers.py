@@ -79,6 +79,19 @@ class Norm:
         return t.name(y, out_label, course)
 
 
+def l2_norm(t: Trace, x: Sym, over: str, out_label: str, component: str) -> Sym:
+    """model.layers.rms_normalize: x / sqrt(mean(x²) + eps) over the last dim, in float32,
+    no gain (Llama 4's weightless QK-norm, transformers' Llama4TextL2Norm)."""
+    in_dtype = x.dtype
+    x = t.cast(x, R.FP32, f"{out_label} input (fp32 copy)")
+    sq = t.unary("aten.pow", x, "x²", component, saves="input")
+    ms = t.reduce("aten.mean", sq, (over,), f"mean over {over}", component)
+    e = t.binary("aten.add", ms, None, "+ eps", component)
+    rms = t.unary("aten.sqrt", e, "sqrt", component, saves="output", out=f"{out_label}: rms")
+    y = t.binary("aten.div", x, rms, "x / rms", component)
+    return t.name(t.cast(y, in_dtype), out_label)
+
+
 class RoPE:
     """model.RotaryPositionalEmbedding.rotate: cos/sin tables (buffers) gathered at the
     positions; per pair (x_even, x_odd): 4 multiplies, a subtract and an add."""

@@ -50,30 +50,13 @@ class MoE:
                                    Linear(t, "w3", d, sf, R.FFN, "shared expert W3"))
 
     def __call__(self, x: Sym, out_course: str) -> Sym:
-        t, c = self.t, self.c
-        tokens, comp = ("B", "T"), ROUTER
-        slots = tokens + ("k",)
+        t, c, comp = self.t, self.c, ROUTER
         with t.scope("ffn"):
             weights = self.route(x)
-            # the slots (token-major), ordered by expert: int ops, no FLOPs
-            order = t.name(t.fresh(slots, R.INT64), "slot order (by expert)")
-            token = t.name(t.fresh(slots, R.INT64), "token of each slot")
-            slot_w = t.name(t.index(weights, order, slots, "weights in slot order"), "slot weights")
-            routed = t.name(t.index(x, token, slots + ("d_model",), "the slots' tokens"),
-                            "routed tokens")
-            if c.moe_capacity_factor is None:  # dropless
-                out = self._experts(routed, slots)
-            else:  # E·C rows (a slot beyond C goes to a trash row), then back to the slots
-                dest = t.name(t.fresh(slots, R.INT64), "dispatch row of each slot")
-                rows = t.name(t.index_copy(("E·C+1", "d_model"), dest, routed, "dispatch"),
-                              "dispatched rows (E·C + a trash row)")
-                ran = self._experts(t.view(rows, ("E", "C", "d_model")), ("E", "C"))
-                padded = t.cat((ran,), ("E·C+1", "d_model"))
-                out = t.name(t.index(padded, dest, slots + ("d_model",), "back to the slots"),
-                             "expert outputs, back in slot order")
-            out = t.binary("aten.mul", out, slot_w, "× router weight", comp,
-                           out="weighted expert outputs")
-            y = t.index_add(tokens + ("d_model",), token, out, "add back to the tokens", comp)
+            if c.router_scales_input:
+                y = self._all_experts(x, weights)
+            else:
+                y = self._dispatched(x, weights)
             if self.shared is not None:
                 w1, w2, w3 = self.shared
                 with t.scope("shared"):
@@ -90,11 +73,58 @@ class MoE:
                 y = t.binary("aten.add", y, sh, "routed + shared", comp)
         return t.name(y, "W2 output", out_course)
 
+    def _all_experts(self, x: Sym, weights: Sym) -> Sym:
+        """Llama 4 (MoE._all_experts): each token's chosen weights scattered into an E-wide
+        gate (zero elsewhere), every expert's input the tokens scaled by its gate, all E
+        experts run on all B·T tokens (E·B·T rows executed, the B·T·k chosen useful), and the
+        expert outputs summed over the experts."""
+        t, comp = self.t, ROUTER
+        tokens = ("B", "T")
+        gate = t.name(t.scatter(tokens + ("E",), self.chosen, weights, "router gate"),
+                      "router gate (zero but the chosen experts)")
+        xs = t.view(x, ("E",) + tokens + ("d_model",))  # broadcast over the experts
+        routed = t.binary("aten.mul", xs, t.view(gate, ("E",) + tokens, contiguous=False),
+                          "expert input × router weight", comp,
+                          out="expert inputs (scaled by the router)")
+        out = self._experts(routed, ("E",) + tokens)
+        # out.sum(dim=0): one add per expert output element (a reduction over the leading E)
+        return t.reduce("aten.sum", t.view(out, tokens + ("d_model", "E"), contiguous=False),
+                        ("E",), "sum over the experts", comp)
+
+    def _dispatched(self, x: Sym, weights: Sym) -> Sym:
+        """The routed token slots gathered, run through their experts, weighted, added back."""
+        t, c, comp = self.t, self.c, ROUTER
+        tokens, slots = ("B", "T"), ("B", "T", "k")
+        # the slots (token-major), ordered by expert: int ops, no FLOPs
+        order = t.name(t.fresh(slots, R.INT64), "slot order (by expert)")
+        token = t.name(t.fresh(slots, R.INT64), "token of each slot")
+        slot_w = t.name(t.index(weights, order, slots, "weights in slot order"), "slot weights")
+        routed = t.name(t.index(x, token, slots + ("d_model",), "the slots' tokens"),
+                        "routed tokens")
+        if c.moe_capacity_factor is None:  # dropless
+            out = self._experts(routed, slots)
+        else:  # E·C rows (a slot beyond C goes to a trash row), then back to the slots
+            dest = t.name(t.fresh(slots, R.INT64), "dispatch row of each slot")
+            rows = t.name(t.index_copy(("E·C+1", "d_model"), dest, routed, "dispatch"),
+                          "dispatched rows (E·C + a trash row)")
+            ran = self._experts(t.view(rows, ("E", "C", "d_model")), ("E", "C"))
+            padded = t.cat((ran,), ("E·C+1", "d_model"))
+            out = t.name(t.index(padded, dest, slots + ("d_model",), "back to the slots"),
+                         "expert outputs, back in slot order")
+        out = t.binary("aten.mul", out, slot_w, "× router weight", comp,
+                       out="weighted expert outputs")
+        return t.index_add(tokens + ("d_model",), token, out, "add back to the tokens", comp)
+
     def route(self, x: Sym) -> Sym:
         """MoE.route: the router's scores, the chosen experts and their weights (B, T, k)."""
         t, c, comp = self.t, self.c, ROUTER
         tokens = ("B", "T")
         logits = self.router(x, "router scores")
+        if c.router == "topk_sigmoid":  # Llama 4: top-k of the raw scores, sigmoid of the k
+            top, self.chosen = t.topk(logits, ("E",), ("k",), "top-k experts", comp,
+                                      out="chosen experts", values=True)
+            return t.unary("aten.sigmoid", top, "sigmoid of the chosen scores", comp,
+                           saves="output", out="router weights")
         if c.router_topk_first:  # gpt-oss: the k best logits, then softmax (or sigmoid) over k
             values, _ = t.topk(logits, ("E",), ("k",), "top-k logits", comp, out="chosen experts",
                                values=True)
@@ -151,7 +181,8 @@ class MoE:
         Under a capacity factor the E·C rows run; the B·T·k routed slots are the useful work."""
         t = self.t
         note = "routed token slots" if rows == ("B", "T", "k") else \
-            "capacity: E·C rows run (padding included), B·T·k useful"
+            "capacity: E·C rows run (padding included), B·T·k useful" if "C" in rows else \
+            "every expert runs every token (the unchosen at weight 0): E·B·T rows, B·T·k useful"
         with t.scope("experts"):
             def mm(x, w, name, n, p):
                 useful = None if rows == ("B", "T", "k") else ("B", "T", "k") + n + p

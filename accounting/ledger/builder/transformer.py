@@ -19,7 +19,12 @@ class Block:
         sandwich = a.c.norm_placement == "sandwich"
         self.ln1 = Norm(t, "ln1", kind, ("d_model",), NORMS[kind], comp, off)
         local = self.kind is not None and self.kind.local
-        self.attn = (LatentAttention if a.c.mla else Attention)(t, a, recompute, local)
+        if a.c.mla:
+            self.attn = LatentAttention(t, a, recompute, local)
+        else:
+            lk = self.kind  # the block's LayerKind (`kind` above is the norm's)
+            self.attn = Attention(t, a, recompute, local, lk is not None and lk.chunked,
+                                  lk is not None and lk.nope)
         self.post_attn_norm = (Norm(t, "post_attn_norm", kind, ("d_model",), NORMS[kind], comp, off)
                                if sandwich else None)
         self.ln2 = None if a.c.block == "parallel_shared_norm" else \
@@ -86,8 +91,12 @@ def _symbol(kind, kinds) -> str:
     parts = []
     if len({k.local for k in kinds}) > 1:
         parts.append("local" if kind.local else "global")
+    if len({k.chunked for k in kinds}) > 1:
+        parts.append("chunked" if kind.chunked else "full")
     if len({k.moe for k in kinds}) > 1:
         parts.append("moe" if kind.moe else "dense")
+    if len({k.nope for k in kinds}) > 1:
+        parts.append("nope" if kind.nope else "rope")
     return "L_" + "_".join(parts)
 
 
