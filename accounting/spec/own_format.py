@@ -8,7 +8,8 @@ from pathlib import Path
 
 from accounting.runtime.errors import UsageError, escape
 from accounting.runtime.safe_io import read_small_file
-from accounting.spec.config import MAX_CONFIG_BYTES, MAX_SIZE, MLPS, ModelConfig, _one_of, _short
+from accounting.spec.checks import one_of as _one_of, short_value as _short
+from accounting.spec.config import MAX_CONFIG_BYTES, MAX_SIZE, MLPS, ModelConfig
 
 _JSON_KEYS = {f.name for f in fields(ModelConfig)}
 # the fields with no default, but d_ff (its default follows from the MLP and d_model)

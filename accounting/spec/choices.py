@@ -1,0 +1,94 @@
+"""The spec's vocabulary: each choice a field may take (its name and what it means), the
+MLP kinds, the layer kinds and the bounds on sizes. ModelConfig (config.py) reads its
+choices from these tables, and so do the CLI, the builder and model/ (through config.py,
+which re-exports them)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from accounting.runtime.errors import UsageError
+
+
+def default_d_ff(d_model: int) -> int:
+    """8/3·d_model rounded up to a multiple of 64 (CS336 §3.5.2), in integers."""
+    if isinstance(d_model, bool) or not isinstance(d_model, int) or d_model <= 0:
+        raise UsageError(f"d_model must be a positive integer, got {d_model!r}")
+    return -(-8 * d_model // (3 * 64)) * 64
+
+
+@dataclass(frozen=True)
+class MLPKind:
+    """A feed-forward network: gated (W2(act(W1 x) * W3 x), three matrices) or plain
+    (W2 act(W1 x), two matrices), and its activation."""
+    name: str
+    gated: bool
+    activation: str  # "silu", "gelu_tanh" (tanh approximation) or "gelu" (exact, erf)
+    label: str
+
+    def default_d_ff(self, d_model: int) -> int:
+        # gated: the 8/3 rule keeps the parameter count of a 4·d plain MLP (CS336 §3.5.2)
+        return default_d_ff(d_model) if self.gated else 4 * d_model
+
+
+MLPS: dict[str, MLPKind] = {m.name: m for m in (
+    MLPKind("swiglu", True, "silu", "SwiGLU"),
+    MLPKind("geglu", True, "gelu_tanh", "GeGLU (tanh GELU)"),
+    # the llama family with hidden_act "gelu": ACT2FN["gelu"] is transformers' GELUActivation,
+    # the exact (erf) GELU (activations.py), in LlamaMLP's gate
+    MLPKind("geglu_erf", True, "gelu", "GeGLU (exact erf GELU)"),
+    MLPKind("gelu", False, "gelu", "GELU MLP (exact erf GELU)"),
+    MLPKind("gelu_tanh", False, "gelu_tanh", "GELU MLP (tanh approximation, as GPT-2)"),
+    # gpt-oss's experts: clamp(gate, max=7)·sigmoid(1.702·gate) · (clamp(up, ±7) + 1)
+    MLPKind("swiglu_clamped", True, "silu_clamped", "clamped SwiGLU (gpt-oss)"),
+)}
+NORMS = {"rmsnorm": "RMSNorm", "layernorm": "LayerNorm"}
+NORM_PLACEMENTS = {"pre": "pre-norm (norm on each sublayer's input)",
+                   "post": "post-sublayer norm (OLMo-2: norm on each sublayer's output, "
+                           "inside the residual)",
+                   "sandwich": "sandwich norms (Gemma 2/3: a norm on each sublayer's input "
+                               "and another on its output, inside the residual)"}
+POSITIONS = {"rope": "RoPE", "learned": "learned absolute positions", "none": "no positions",
+             "alibi": "ALiBi (a linear bias per head on the scores; Falcon)"}
+QK_NORMS = {"none": "no QK-norm", "head": "QK-norm per head (Qwen3)",
+            "full": "QK-norm over the full projection width (OLMo-2)",
+            # transformers' Llama4TextL2Norm: x·rsqrt(mean(x²) + eps), no gain
+            "l2": "weightless RMS norm of each head's Q and K after RoPE, on RoPE layers (Llama 4)"}
+ATTENTIONS = {"naive": "explicit scores, causal mask and softmax (the course's attention)",
+              "sdpa": "fused attention kernel: F.scaled_dot_product_attention(is_causal=True)"}
+ROUTERS = {"softmax": "softmax over the experts' scores (Mixtral, Qwen3-MoE)",
+           "sigmoid": "a sigmoid per expert's score (DeepSeek-V3)",
+           # transformers' Llama4Router: topk of the logits, then sigmoid of the chosen k
+           "topk_sigmoid": "top-k of the raw scores, then a sigmoid of the chosen k (Llama 4)"}
+# how group-limited routing ranks a group of experts (router_groups > 1)
+GROUP_SCORES = {"top2_sum": "the sum of its two best scores (DeepSeek-V3)",
+                "max": "its best score (DeepSeek-V2's group_limited_greedy)"}
+BLOCKS = {"sequential": "attention, then the MLP on its result",
+          "parallel": "attention and MLP in parallel on the block input, a norm each "
+                      "(GPT-NeoX, Falcon-40B)",
+          "parallel_shared_norm": "attention and MLP in parallel on one shared norm of the "
+                                  "block input (Falcon-7B)"}
+# full causal attention, a sliding window of the last W keys, or the keys of the query's
+# own chunk of C tokens (Llama 4's chunked attention)
+LAYER_TYPES = ("global", "local", "chunked")
+
+
+@dataclass(frozen=True)
+class LayerKind:
+    """What one block runs: global, local (sliding-window) or chunked attention; a dense or
+    MoE MLP; RoPE or none (a NoPE layer, Llama 4)."""
+    local: bool
+    moe: bool
+    chunked: bool = False
+    nope: bool = False
+
+    @property
+    def tag(self) -> str:
+        attn = "local" if self.local else "chunked" if self.chunked else "global"
+        return "_".join((attn, "moe" if self.moe else "dense") + (("nope",) if self.nope else ()))
+
+# Bounds on sizes: far beyond any real model, small enough that nothing downstream hangs.
+MAX_SIZE = 10**12
+MAX_LAYERS = 10**4  # every path answers in well under a second (10^7 took 80 s and 1.5 GB)
+MAX_REAL = 10**18  # rope_theta, norm_eps, factors: floats, and ints torch takes (< 2^63)
+MAX_NAME = 200  # characters of a config's name (it heads every table)
+MAX_CONFIG_BYTES = 2**20  # a config file is a few hundred bytes; a JSON file is read whole
