@@ -143,7 +143,7 @@ def test_the_model_type_lists_are_the_hf_tables_own():
     # unknown model_type name every type, in the table's order
     from accounting.cli.main import parser
     from accounting.runtime.errors import UsageError
-    from accounting.spec.hf_config import TYPES, translate
+    from accounting.spec.hf_config import TYPES, WRAPPERS, translate
     docs = README.parent / "docs"
     for page, name in (("architectures.md", "model-types"), ("cli.md", "model-type-names")):
         assert f"<!-- generated: {name} -->" in (docs / page).read_text(encoding="utf-8"), page
@@ -151,11 +151,14 @@ def test_the_model_type_lists_are_the_hf_tables_own():
     rows = [line.strip("| ").split(" | ") for line in table.splitlines()[2:] if line.startswith("|")]
     assert [(r[0].strip("`"), r[1].strip("`"), r[2]) for r in rows] == \
         [(t.model_type, t.transformers_class, t.rules) for t in TYPES.values()]
-    listed = "(model_type: " + ", ".join(TYPES) + ")"
+    # the types, then the multimodal files read for their language model (gemma3)
+    names = ", ".join([*TYPES, *WRAPPERS])
+    assert TYPES and WRAPPERS and set(TYPES).isdisjoint(WRAPPERS)
+    listed = "(model_type: " + names + ")"
     assert listed in " ".join(parser().format_help().split())
     with pytest.raises(UsageError) as e:
         translate({"model_type": "no_such_type"}, "f.json", "f")
-    assert "supported: " + ", ".join(TYPES) + " (or" in str(e.value)
+    assert "supported: " + names + " (or" in str(e.value)
 
 
 def generated_body(path: Path, name: str) -> str:

@@ -142,6 +142,10 @@ def _spec_flag(group, f, m) -> None:
         kw.update(type=positive_float(m.flag, allow_zero=m.kind == fields_meta.NUMBER0), metavar="X")
     elif m.kind == fields_meta.CHOICE:
         kw.update(choices=tuple(m.choices))
+        if len(",".join(m.choices)) > 40:  # argparse cannot break {a,b,…} in the usage line
+            missing = [c for c in m.choices if c not in m.help]
+            kw.update(metavar=f.name.upper(), help=m.help + (f"; also {', '.join(missing)}"
+                                                              if missing else ""))
     elif m.kind == fields_meta.FLAG:
         kw.update(action=argparse.BooleanOptionalAction, default=None)
     elif m.kind == fields_meta.LAYERS:
