@@ -91,8 +91,8 @@ class CausalMultiHeadSelfAttention(nn.Module):
         check_positive_int("head_dim", head_dim)
         if num_heads % num_kv_heads:
             raise ValueError(f"num_heads={num_heads} is not divisible by num_kv_heads={num_kv_heads}")
-        if qk_norm not in ("none", "head", "full"):
-            raise ValueError(f"qk_norm must be none, head or full, got {qk_norm!r}")
+        if qk_norm not in ("none", "head", "full", "per_head"):
+            raise ValueError(f"qk_norm must be none, head, full or per_head, got {qk_norm!r}")
         if attention not in ("naive", "sdpa"):
             raise ValueError(f"attention must be naive or sdpa, got {attention!r}")
         if window is not None:
@@ -118,10 +118,14 @@ class CausalMultiHeadSelfAttention(nn.Module):
             norm_cls = NORM_CLASSES[norm]
             full = qk_norm == "full"
             offset = {"offset": True} if norm_offset else {}  # Gemma 3's (1 + w) gains
+            if qk_norm == "per_head":  # Cohere: over each head's d_k, a weight per head
+                q_heads, kv_heads = {"heads": num_heads}, {"heads": num_kv_heads}
+            else:
+                q_heads = kv_heads = {}
             self.q_norm = norm_cls(q_width if full else head_dim, eps=norm_eps, device=device,
-                                   dtype=dtype, **offset)
+                                   dtype=dtype, **offset, **q_heads)
             self.k_norm = norm_cls(kv_width if full else head_dim, eps=norm_eps, device=device,
-                                   dtype=dtype, **offset)
+                                   dtype=dtype, **offset, **kv_heads)
         if alibi:  # per-head slopes (Press et al. 2022), as transformers' build_alibi_tensor
             if theta is not None or attention != "naive":
                 raise ValueError("ALiBi replaces RoPE and runs in the naive core: give theta "
@@ -147,6 +151,14 @@ class CausalMultiHeadSelfAttention(nn.Module):
         q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
         if self.qk_norm == "full":  # OLMo-2: over the whole projection
             q, k = self.q_norm(q), self.k_norm(k)
+        elif self.qk_norm == "per_head":  # Cohere (CohereAttention): on (... seq heads d_k),
+            # before the heads move ahead of seq, each head's own (d_k) weight broadcast
+            q = self.q_norm(rearrange(q, "... seq (heads d_k) -> ... seq heads d_k",
+                                      heads=self.num_heads))
+            k = self.k_norm(rearrange(k, "... seq (heads d_k) -> ... seq heads d_k",
+                                      heads=self.num_kv_heads))
+            q = rearrange(q, "... seq heads d_k -> ... seq (heads d_k)")
+            k = rearrange(k, "... seq heads d_k -> ... seq (heads d_k)")
         q = rearrange(q, "... seq (heads d_k) -> ... heads seq d_k", heads=self.num_heads)
         k = rearrange(k, "... seq (heads d_k) -> ... heads seq d_k", heads=self.num_kv_heads)
         v = rearrange(v, "... seq (heads d_v) -> ... heads seq d_v", heads=self.num_kv_heads)

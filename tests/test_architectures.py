@@ -113,6 +113,16 @@ VARIANTS = {
     "falcon_alibi": dict(positions="alibi", d_model=32, num_heads=4, num_kv_heads=1,
                          block="parallel_shared_norm", norm="layernorm", mlp="gelu",
                          qkv_bias=True, out_bias=True, mlp_bias=True, sliding_window=3),
+    # issue 24: Cohere (CohereLayerNorm: no bias; one shared norm; logits × logit_scale) and
+    # Command R+'s QK-norm with a weight per head, grouped, and under the fused kernel
+    "cohere": dict(d_model=32, num_heads=4, num_kv_heads=2, norm="layernorm_nobias",
+                   block="parallel_shared_norm", tie_embeddings=True, logit_scale=0.0625,
+                   qkv_bias=True, out_bias=True),
+    "cohere_plus": dict(d_model=32, num_heads=4, num_kv_heads=2, norm="layernorm_nobias",
+                        block="parallel_shared_norm", qk_norm="per_head", tie_embeddings=True,
+                        logit_scale=0.125),
+    "per_head_rms_sdpa": dict(num_heads=4, head_dim=8, qk_norm="per_head", attention="sdpa",
+                              sliding_window=3),
 }
 
 

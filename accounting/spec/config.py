@@ -49,7 +49,9 @@ MLPS: dict[str, MLPKind] = {m.name: m for m in (
     # gpt-oss's experts: clamp(gate, max=7)·sigmoid(1.702·gate) · (clamp(up, ±7) + 1)
     MLPKind("swiglu_clamped", True, "silu_clamped", "clamped SwiGLU (gpt-oss)"),
 )}
-NORMS = {"rmsnorm": "RMSNorm", "layernorm": "LayerNorm"}
+# layernorm_nobias: mean-centred LayerNorm with a weight and no bias (transformers'
+# CohereLayerNorm, modeling_cohere.py)
+NORMS = {"rmsnorm": "RMSNorm", "layernorm": "LayerNorm", "layernorm_nobias": "LayerNorm (no bias)"}
 NORM_PLACEMENTS = {"pre": "pre-norm (norm on each sublayer's input)",
                    "post": "post-sublayer norm (OLMo-2: norm on each sublayer's output, "
                            "inside the residual)",
@@ -58,7 +60,10 @@ NORM_PLACEMENTS = {"pre": "pre-norm (norm on each sublayer's input)",
 POSITIONS = {"rope": "RoPE", "learned": "learned absolute positions", "none": "no positions",
              "alibi": "ALiBi (a linear bias per head on the scores; Falcon)"}
 QK_NORMS = {"none": "no QK-norm", "head": "QK-norm per head (Qwen3)",
-            "full": "QK-norm over the full projection width (OLMo-2)"}
+            "full": "QK-norm over the full projection width (OLMo-2)",
+            # Cohere's use_qk_norm (CohereAttention: CohereLayerNorm((num_heads, head_dim))):
+            # each head's d_k vector normalised, with its own d_k weight per head
+            "per_head": "QK-norm per head with a weight per head (Command R+)"}
 ATTENTIONS = {"naive": "explicit scores, causal mask and softmax (the course's attention)",
               "sdpa": "fused attention kernel: F.scaled_dot_product_attention(is_causal=True)"}
 ROUTERS = {"softmax": "softmax over the experts' scores (Mixtral, Qwen3-MoE)",
@@ -116,7 +121,8 @@ class ModelConfig:
     head_dim: int | None = spec(None, kind=SIZE, flag="--head-dim",
                                 help="head dimension (default: d_model/num_heads)")
     norm: str = spec("rmsnorm", kind=CHOICE, flag="--norm", choices=NORMS,
-                     help="rmsnorm (default) or layernorm (with bias)")
+                     help="rmsnorm (default), layernorm (with bias) or layernorm_nobias "
+                          "(a weight only: Cohere)")
     norm_eps: float = spec(1e-5, kind=NUMBER0, flag="--norm-eps",
                            help="the norms' epsilon (changes no count)")
     norm_placement: str = spec("pre", kind=CHOICE, flag="--norm-placement", choices=NORM_PLACEMENTS,
@@ -158,7 +164,8 @@ class ModelConfig:
                                      help="logits multiplied by X (Cohere's logit_scale; "
                                           "Granite's 1/logits_scaling)")
     qk_norm: str = spec("none", kind=CHOICE, flag="--qk-norm", choices=QK_NORMS,
-                        help="none (default), head (Qwen3) or full (OLMo-2)")
+                        help="none (default), head (Qwen3), full (OLMo-2) or per_head (Cohere: "
+                             "a d_k weight for each head)")
     attention: str = spec("naive", kind=CHOICE, flag="--attention", choices=ATTENTIONS,
                           help="how the attention core runs: naive (default: the course's explicit "
                                "scores, mask and softmax) or sdpa (the fused kernel, "
