@@ -37,7 +37,7 @@ B, T = 2, 5
 # source for its float32 buffer)
 AUTOCAST_VARIANTS = ("cs336", "gqa", "gpt2", "gelu_erf", "qwen3", "olmo2", "no_positions",
                      "sinks_mha", "clamped_dense_bias", "gemma2", "gemma3", "granite",
-                     "neox", "falcon7b", "alibi", "falcon_alibi")
+                     "neox", "falcon7b", "alibi", "falcon_alibi", "cohere_plus")
 
 
 def batch(c):
