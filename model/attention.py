@@ -67,8 +67,9 @@ class CausalMultiHeadSelfAttention(nn.Module):
     then act as a batch dimension. Beyond the course's model (all keyword-only, defaults
     = the course's): num_kv_heads < num_heads is grouped-query attention (each K/V head
     serves num_heads/num_kv_heads query heads; K and V are broadcast over the group, never
-    copied); head_dim other than d_model/num_heads; biases; QK-norm per head (Qwen3) or over
-    the full projection width (OLMo-2), applied before RoPE; RoPE on the first rotary_dim
+    copied); head_dim other than d_model/num_heads; biases; QK-norm per head (Qwen3), per head
+    with a weight per head (Cohere's use_qk_norm) or over the full projection width (OLMo-2),
+    applied before RoPE; RoPE on the first rotary_dim
     dims of each head only (GPT-NeoX's rotary_pct, Phi's partial_rotary_factor); ALiBi in
     place of RoPE (alibi=True: Falcon's slope per head times the key position, added to the
     scores before the scale; the naive core only).
