@@ -68,8 +68,9 @@ class CausalMultiHeadSelfAttention(nn.Module):
     then act as a batch dimension. Beyond the course's model (all keyword-only, defaults
     = the course's): num_kv_heads < num_heads is grouped-query attention (each K/V head
     serves num_heads/num_kv_heads query heads; K and V are broadcast over the group, never
-    copied); head_dim other than d_model/num_heads; biases; QK-norm per head (Qwen3) or over
-    the full projection width (OLMo-2), applied before RoPE; RoPE on the first rotary_dim
+    copied); head_dim other than d_model/num_heads; biases; QK-norm per head (Qwen3), per head
+    with a weight per head (Cohere's use_qk_norm) or over the full projection width (OLMo-2),
+    applied before RoPE; RoPE on the first rotary_dim
     dims of each head only (GPT-NeoX's rotary_pct, Phi's partial_rotary_factor); ALiBi in
     place of RoPE (alibi=True: Falcon's slope per head times the key position, added to the
     scores before the scale; the naive core only).
@@ -97,8 +98,8 @@ class CausalMultiHeadSelfAttention(nn.Module):
         check_positive_int("head_dim", head_dim)
         if num_heads % num_kv_heads:
             raise ValueError(f"num_heads={num_heads} is not divisible by num_kv_heads={num_kv_heads}")
-        if qk_norm not in ("none", "head", "full", "l2"):
-            raise ValueError(f"qk_norm must be none, head, full or l2, got {qk_norm!r}")
+        if qk_norm not in ("none", "head", "full", "l2", "per_head"):
+            raise ValueError(f"qk_norm must be none, head, full, l2 or per_head, got {qk_norm!r}")
         if attention not in ("naive", "sdpa"):
             raise ValueError(f"attention must be naive or sdpa, got {attention!r}")
         for name, value in (("window", window), ("chunk", chunk)):
@@ -127,10 +128,14 @@ class CausalMultiHeadSelfAttention(nn.Module):
             norm_cls = NORM_CLASSES[norm]
             full = qk_norm == "full"
             offset = {"offset": True} if norm_offset else {}  # Gemma 3's (1 + w) gains
+            if qk_norm == "per_head":  # Cohere: over each head's d_k, a weight per head
+                q_heads, kv_heads = {"heads": num_heads}, {"heads": num_kv_heads}
+            else:
+                q_heads = kv_heads = {}
             self.q_norm = norm_cls(q_width if full else head_dim, eps=norm_eps, device=device,
-                                   dtype=dtype, **offset)
+                                   dtype=dtype, **offset, **q_heads)
             self.k_norm = norm_cls(kv_width if full else head_dim, eps=norm_eps, device=device,
-                                   dtype=dtype, **offset)
+                                   dtype=dtype, **offset, **kv_heads)
         if alibi:  # per-head slopes (Press et al. 2022), as transformers' build_alibi_tensor
             if theta is not None or attention != "naive":
                 raise ValueError("ALiBi replaces RoPE and runs in the naive core: give theta "
@@ -156,6 +161,14 @@ class CausalMultiHeadSelfAttention(nn.Module):
         q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
         if self.qk_norm == "full":  # OLMo-2: over the whole projection
             q, k = self.q_norm(q), self.k_norm(k)
+        elif self.qk_norm == "per_head":  # Cohere (CohereAttention): on (... seq heads d_k),
+            # before the heads move ahead of seq, each head's own (d_k) weight broadcast
+            q = self.q_norm(rearrange(q, "... seq (heads d_k) -> ... seq heads d_k",
+                                      heads=self.num_heads))
+            k = self.k_norm(rearrange(k, "... seq (heads d_k) -> ... seq heads d_k",
+                                      heads=self.num_kv_heads))
+            q = rearrange(q, "... seq heads d_k -> ... seq (heads d_k)")
+            k = rearrange(k, "... seq heads d_k -> ... seq (heads d_k)")
         q = rearrange(q, "... seq (heads d_k) -> ... heads seq d_k", heads=self.num_heads)
         k = rearrange(k, "... seq (heads d_k) -> ... heads seq d_k", heads=self.num_kv_heads)
         v = rearrange(v, "... seq (heads d_v) -> ... heads seq d_v", heads=self.num_kv_heads)

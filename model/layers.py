@@ -82,18 +82,29 @@ def check_norm_args(d_model, eps) -> None:
         raise ValueError(f"eps must be a non-negative number, got {eps!r}")
 
 
+def norm_shape(d_model, heads) -> tuple:
+    """A norm's weight shape: (d_model,), or (heads, d_model) for a weight per head over
+    (... heads d_model) inputs, normalised over the last dim only (Cohere's use_qk_norm:
+    CohereLayerNorm(hidden_size=(num_heads, head_dim)), modeling_cohere.py)."""
+    if heads is None:
+        return (d_model,)
+    check_positive_int("heads", heads)
+    return (heads, d_model)
+
+
 class RMSNorm(nn.Module):
     """a_i / RMS(a) * g_i, computed in float32 so squaring cannot overflow (eq. 4).
 
     offset=True is Gemma's gain (transformers' Gemma2RMSNorm/Gemma3RMSNorm): the weight
     starts at 0 and is applied as (1 + w), the add run once per call on the d-vector."""
 
-    def __init__(self, d_model, eps=1e-5, device=None, dtype=None, offset=False):
+    def __init__(self, d_model, eps=1e-5, device=None, dtype=None, offset=False, heads=None):
         super().__init__()
         check_norm_args(d_model, eps)
-        self.d_model, self.eps, self.offset = d_model, eps, offset
+        self.d_model, self.eps, self.offset, self.heads = d_model, eps, offset, heads
         init = torch.zeros if offset else torch.ones
-        self.weight = nn.Parameter(init(d_model, device=device, dtype=dtype))  # the gain g
+        # the gain g: (heads, d_model) when each head has its own (see norm_shape)
+        self.weight = nn.Parameter(init(norm_shape(d_model, heads), device=device, dtype=dtype))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # x: (... d_model) -> (... d_model), same dtype as x.
@@ -105,7 +116,8 @@ class RMSNorm(nn.Module):
         return result.to(in_dtype)
 
     def extra_repr(self) -> str:
-        return f"{self.d_model}, eps={self.eps}" + (", offset=True" if self.offset else "")
+        return (f"{self.d_model}, eps={self.eps}" + (", offset=True" if self.offset else "")
+                + (f", heads={self.heads}" if self.heads else ""))
 
 
 def rms_normalize(x: torch.Tensor, eps: float) -> torch.Tensor:
@@ -120,14 +132,19 @@ class LayerNorm(nn.Module):
     """(a - mean(a)) / sqrt(var(a) + eps) * g + b over the last dim (Ba et al. 2016), in
     float32 like RMSNorm; var is the biased (1/d) variance, as in torch's own layer norm."""
 
-    def __init__(self, d_model, eps=1e-5, device=None, dtype=None, offset=False):
+    def __init__(self, d_model, eps=1e-5, device=None, dtype=None, offset=False, heads=None,
+                 bias=True):
         super().__init__()
         check_norm_args(d_model, eps)
         if offset:
             raise ValueError("offset (1 + w) gains are an RMSNorm variant (Gemma), not LayerNorm's")
-        self.d_model, self.eps = d_model, eps
-        self.weight = nn.Parameter(torch.ones(d_model, device=device, dtype=dtype))
-        self.bias = nn.Parameter(torch.zeros(d_model, device=device, dtype=dtype))
+        self.d_model, self.eps, self.heads = d_model, eps, heads
+        shape = norm_shape(d_model, heads)
+        self.weight = nn.Parameter(torch.ones(shape, device=device, dtype=dtype))
+        if bias:
+            self.bias = nn.Parameter(torch.zeros(shape, device=device, dtype=dtype))
+        else:
+            self.register_parameter("bias", None)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # x: (... d_model) -> (... d_model), same dtype as x
@@ -135,14 +152,25 @@ class LayerNorm(nn.Module):
         x = x.to(torch.float32)
         centered = x - x.mean(dim=-1, keepdim=True)
         std = torch.sqrt(centered.pow(2).mean(dim=-1, keepdim=True) + self.eps)
-        result = centered / std * self.weight + self.bias
+        result = centered / std * self.weight
+        if self.bias is not None:
+            result = result + self.bias
         return result.to(in_dtype)
 
     def extra_repr(self) -> str:
-        return f"{self.d_model}, eps={self.eps}"
+        return f"{self.d_model}, eps={self.eps}" + ("" if self.bias is not None else ", bias=False")
 
 
-NORM_CLASSES = {"rmsnorm": RMSNorm, "layernorm": LayerNorm}
+class LayerNormNoBias(LayerNorm):
+    """LayerNorm with a weight and no bias: (a - mean(a)) / sqrt(var(a) + eps) * g, as
+    transformers' CohereLayerNorm (modeling_cohere.py), which multiplies by rsqrt where this
+    divides by sqrt (the same count of elementwise ops: one each)."""
+
+    def __init__(self, d_model, eps=1e-5, device=None, dtype=None, offset=False, heads=None):
+        super().__init__(d_model, eps, device, dtype, offset, heads, bias=False)
+
+
+NORM_CLASSES = {"rmsnorm": RMSNorm, "layernorm": LayerNorm, "layernorm_nobias": LayerNormNoBias}
 
 
 def silu(x: torch.Tensor) -> torch.Tensor:

@@ -129,6 +129,16 @@ VARIANTS = {
                              norm_topk_prob=False, tie_embeddings=True),
     "chunked_window": dict(num_layers=3, sliding_window=2, attention_chunk=3,
                            layer_types=("local", "chunked", "global")),
+    # issue 24: Cohere (CohereLayerNorm: no bias; one shared norm; logits × logit_scale) and
+    # Command R+'s QK-norm with a weight per head, grouped, and under the fused kernel
+    "cohere": dict(d_model=32, num_heads=4, num_kv_heads=2, norm="layernorm_nobias",
+                   block="parallel_shared_norm", tie_embeddings=True, logit_scale=0.0625,
+                   qkv_bias=True, out_bias=True),
+    "cohere_plus": dict(d_model=32, num_heads=4, num_kv_heads=2, norm="layernorm_nobias",
+                        block="parallel_shared_norm", qk_norm="per_head", tie_embeddings=True,
+                        logit_scale=0.125),
+    "per_head_rms_sdpa": dict(num_heads=4, head_dim=8, qk_norm="per_head", attention="sdpa",
+                              sliding_window=3),
 }
 
 

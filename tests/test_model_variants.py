@@ -68,10 +68,16 @@ def test_mlps_match_functional_references(activation, act):
 
 def ref_norm(c, x, p, prefix):
     shape = (x.shape[-1],)
-    if c.norm == "layernorm":
-        return F.layer_norm(x, shape, p[prefix + ".weight"], p[prefix + ".bias"], eps=c.norm_eps)
+    if c.norm in ("layernorm", "layernorm_nobias"):  # Cohere's: bias None
+        weight = p[prefix + ".weight"]
+        if weight.dim() == 2:  # a weight per head (Cohere's QK-norm): normalise, then scale
+            return F.layer_norm(x, shape, eps=c.norm_eps) * weight
+        return F.layer_norm(x, shape, weight, p.get(prefix + ".bias"), eps=c.norm_eps)
     gain = p[prefix + ".weight"]
-    return F.rms_norm(x, shape, 1 + gain if c.norm_offset else gain, eps=c.norm_eps)  # Gemma: 1 + w
+    gain = 1 + gain if c.norm_offset else gain  # Gemma: 1 + w
+    if gain.dim() == 2:  # a gain per head (per_head QK-norm)
+        return F.rms_norm(x, shape, eps=c.norm_eps) * gain
+    return F.rms_norm(x, shape, gain, eps=c.norm_eps)
 
 
 def ref_linear(x, p, prefix):
@@ -230,6 +236,9 @@ def ref_attention(c, x, p, a, window=None, chunk=None, nope=False):
     q, k, v = (ref_linear(x, p, f"{a}.{n}_proj") for n in "qkv")
     if c.qk_norm == "full":
         q, k = ref_norm(c, q, p, f"{a}.q_norm"), ref_norm(c, k, p, f"{a}.k_norm")
+    if c.qk_norm == "per_head":  # CohereAttention: on (B, T, heads, d_k), weights (heads, d_k)
+        q = ref_norm(c, q.view(B, T, h, d), p, f"{a}.q_norm").reshape(B, T, h * d)
+        k = ref_norm(c, k.view(B, T, kv, d), p, f"{a}.k_norm").reshape(B, T, kv * d)
     q = q.view(B, T, h, d).transpose(1, 2)
     k = k.view(B, T, kv, d).transpose(1, 2)
     v = v.view(B, T, kv, d).transpose(1, 2)
@@ -319,7 +328,8 @@ def test_every_variant_matches_its_functional_reference(name):
     lm = TransformerLM.from_config(c)
     with torch.no_grad():  # non-trivial gains and biases, so a swapped one would show
         for key, t in lm.named_parameters():
-            if t.dim() == 1 or key.endswith(("experts.b1", "experts.b2", "experts.b3")):
+            if t.dim() == 1 or key.endswith(("experts.b1", "experts.b2", "experts.b3",
+                                             "q_norm.weight", "k_norm.weight")):
                 t.copy_(torch.rand_like(t) + 0.5 if key.endswith("weight") else torch.randn_like(t))
         for key, t in lm.named_buffers():
             if key.endswith("router_bias"):  # a bias that changes the choice

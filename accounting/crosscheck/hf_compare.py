@@ -432,11 +432,26 @@ def _notes(a: Analysis, m, mm: ModuleMap, hf: HFConfig) -> list[str]:
         how.append("the embedding multiply runs inside embed_tokens for Gemma (× embed_scale, "
                    "a buffer of √hidden_size) and in the model's forward for Granite: one "
                    "multiply per element, as the tool's model")
-    if c.logit_scale is not None:
+    if c.logit_scale is not None and hf.type.model_type == "cohere":
+        how.append("CohereForCausalLM multiplies the logits by logit_scale, as the tool's model")
+    elif c.logit_scale is not None:
         how.append("Granite divides the logits by logits_scaling where the tool's model "
                    "multiplies by logit_scale = 1/logits_scaling: one op per logit either way")
     how.append("RMSNorm multiplies by rsqrt (the tool's divides by sqrt)" if c.norm == "rmsnorm"
-               else "LayerNorm is one fused aten.native_layer_norm")
+               else "LayerNorm is one fused aten.native_layer_norm" if c.norm == "layernorm"
+               # modeling_cohere.py: CohereLayerNorm.forward
+               else "CohereLayerNorm writes its ops out: mean, x − mean twice (for the variance "
+                    "and for the result), square, mean, + eps, rsqrt, multiply, × weight (one "
+                    "subtract more per element than the tool's model, which divides by sqrt)")
+    if c.qk_norm == "per_head":
+        how.append("the per-head QK-norm is CohereLayerNorm on (B, T, heads, d_k) with a "
+                   "(heads, d_k) weight before the transpose, as the tool's model")
+    if c.positions == "rope" and hf.type.model_type == "cohere":
+        how.append("RoPE rotates interleaved pairs (x[2k], x[2k+1]) as the tool's model does, "
+                   "but in another form: cos/sin once per forward, repeat_interleave'd to d_k, "
+                   "then q·cos + rotate_half(q)·sin in float32 (rotate_half: stack(−x[1::2], "
+                   "x[::2]), a negation and a copy), where the tool's model runs 4 multiplies, "
+                   "a subtract and an add per pair; no matmul either way")
     if c.positions == "rope" and c.router_scales_input:  # Llama 4
         how.append("RoPE's rotation is computed once per forward (freqs_cis, torch.polar) and "
                    "applied as a complex multiplication (view_as_complex: one complex multiply "

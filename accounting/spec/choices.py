@@ -41,7 +41,9 @@ MLPS: dict[str, MLPKind] = {m.name: m for m in (
     # gpt-oss's experts: clamp(gate, max=7)·sigmoid(1.702·gate) · (clamp(up, ±7) + 1)
     MLPKind("swiglu_clamped", True, "silu_clamped", "clamped SwiGLU (gpt-oss)"),
 )}
-NORMS = {"rmsnorm": "RMSNorm", "layernorm": "LayerNorm"}
+# layernorm_nobias: mean-centred LayerNorm with a weight and no bias (transformers'
+# CohereLayerNorm, modeling_cohere.py)
+NORMS = {"rmsnorm": "RMSNorm", "layernorm": "LayerNorm", "layernorm_nobias": "LayerNorm (no bias)"}
 NORM_PLACEMENTS = {"pre": "pre-norm (norm on each sublayer's input)",
                    "post": "post-sublayer norm (OLMo-2: norm on each sublayer's output, "
                            "inside the residual)",
@@ -52,7 +54,10 @@ POSITIONS = {"rope": "RoPE", "learned": "learned absolute positions", "none": "n
 QK_NORMS = {"none": "no QK-norm", "head": "QK-norm per head (Qwen3)",
             "full": "QK-norm over the full projection width (OLMo-2)",
             # transformers' Llama4TextL2Norm: x·rsqrt(mean(x²) + eps), no gain
-            "l2": "weightless RMS norm of each head's Q and K after RoPE, on RoPE layers (Llama 4)"}
+            "l2": "weightless RMS norm of each head's Q and K after RoPE, on RoPE layers (Llama 4)",
+            # Cohere's use_qk_norm (CohereAttention: CohereLayerNorm((num_heads, head_dim))):
+            # each head's d_k vector normalised, with its own d_k weight per head
+            "per_head": "QK-norm per head with a weight per head (Command R+)"}
 ATTENTIONS = {"naive": "explicit scores, causal mask and softmax (the course's attention)",
               "sdpa": "fused attention kernel: F.scaled_dot_product_attention(is_causal=True)"}
 ROUTERS = {"softmax": "softmax over the experts' scores (Mixtral, Qwen3-MoE)",

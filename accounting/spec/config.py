@@ -45,7 +45,8 @@ class ModelConfig:
     head_dim: int | None = spec(None, kind=SIZE, flag="--head-dim",
                                 help="head dimension (default: d_model/num_heads)")
     norm: str = spec("rmsnorm", kind=CHOICE, flag="--norm", choices=NORMS,
-                     help="rmsnorm (default) or layernorm (with bias)")
+                     help="rmsnorm (default), layernorm (with bias) or layernorm_nobias "
+                          "(a weight only: Cohere)")
     norm_eps: float = spec(1e-5, kind=NUMBER0, flag="--norm-eps",
                            help="the norms' epsilon (changes no count)")
     norm_placement: str = spec("pre", kind=CHOICE, flag="--norm-placement", choices=NORM_PLACEMENTS,
@@ -87,8 +88,9 @@ class ModelConfig:
                                      help="logits multiplied by X (Cohere's logit_scale; "
                                           "Granite's 1/logits_scaling)")
     qk_norm: str = spec("none", kind=CHOICE, flag="--qk-norm", choices=QK_NORMS,
-                        help="none (default), head (Qwen3), full (OLMo-2) or l2 (Llama 4: "
-                             "weightless, after RoPE, on RoPE layers)")
+                        help="none (default), head (Qwen3), full (OLMo-2), l2 (Llama 4: "
+                             "weightless, after RoPE, on RoPE layers) or per_head (Cohere: a d_k "
+                             "weight for each head)")
     attention: str = spec("naive", kind=CHOICE, flag="--attention", choices=ATTENTIONS,
                           help="how the attention core runs: naive (default: the course's explicit "
                                "scores, mask and softmax) or sdpa (the fused kernel, "

@@ -392,7 +392,11 @@ def register(t: HFType) -> None:
 
 # model_types transformers has that the spec cannot express exactly: refused in one line
 # rather than approximated (a model_type neither here nor in TYPES: "not supported").
-UNSUPPORTED: Mapping[str, str] = MappingProxyType({})
+UNSUPPORTED: Mapping[str, str] = MappingProxyType({
+    # modeling_cohere2.py: Cohere2Attention applies RoPE only where the layer slides
+    "cohere2": "runs RoPE only on its sliding-window layers and none on the global ones "
+               "(Cohere2Attention), and the spec has one positions setting for every layer",
+})
 
 # model_types whose config.json wraps a language model's config (a vision-language model):
 # model_type -> unwrap(data, where) = (the inner config.json object of a type in TYPES, the

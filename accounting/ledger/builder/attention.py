@@ -32,10 +32,12 @@ class Attention:
             if c.qk_norm in ("head", "full"):
                 full = c.qk_norm == "full"
                 comp = NORM_PARAMS[c.norm]
+                # per_head (Cohere): over each head's d_k, a gain per head: h·d_k and h_kv·d_k
+                per = c.qk_norm == "per_head"
                 self.q_norm = Norm(t, "q_norm", c.norm, a.width() if full else ("d_k",), QK_NORM,
-                                   comp, c.norm_offset)
+                                   comp, c.norm_offset, a.width() if per else None)
                 self.k_norm = Norm(t, "k_norm", c.norm, a.width(kv=True) if full else ("d_k",),
-                                   QK_NORM, comp, c.norm_offset)
+                                   QK_NORM, comp, c.norm_offset, a.width(kv=True) if per else None)
             if c.positions == "alibi":  # Falcon's per-head slopes (float32, persistent=False)
                 self.slopes = t.buffer("alibi_slopes", ("h",), 4)
             self.rope = None if not rope else \
@@ -50,6 +52,11 @@ class Attention:
             if c.qk_norm == "full":
                 q = self.q_norm(q, "Q after QK-norm")
                 k = self.k_norm(k, "K after QK-norm")
+            elif c.qk_norm == "per_head":  # on (B, T, heads, d_k): views in, new tensors out
+                q = self.q_norm(t.view(q, ("B", "T", "h", "d_k"), contiguous=True),
+                                "Q after QK-norm")
+                k = self.k_norm(t.view(k, ("B", "T", "h_kv" if a.gqa else "h", "d_k"),
+                                       contiguous=True), "K after QK-norm")
             # "... seq (heads d_k) -> ... heads seq d_k": a permuted view
             q = t.view(q, a.heads(), contiguous=False)
             k = t.view(k, a.heads(kv=True), contiguous=False)

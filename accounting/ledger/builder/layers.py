@@ -36,16 +36,20 @@ class Linear:
 
 class Norm:
     """RMSNorm (x / sqrt(mean(x²) + eps) · g) or LayerNorm ((x − mean) / sqrt(var + eps) · g
-    + b) over the trailing `width` symbols, in float32 (a no-op cast for fp32). offset:
-    Gemma's gain, x / rms · (1 + g): the add runs on the gain vector, once per call."""
+    + b; layernorm_nobias: no + b, Cohere's) over the trailing `width` symbols, in float32
+    (a no-op cast for fp32). offset: Gemma's gain, x / rms · (1 + g): the add runs on the
+    gain vector, once per call. weight_shape: a gain of another shape, broadcast over the
+    input (Cohere's per-head QK-norm: (heads, d_k) over (B, T, heads, d_k))."""
 
     def __init__(self, t: Trace, name: str, kind: str, width: tuple[str, ...], component: str,
-                 param_component: str, offset: bool = False):
+                 param_component: str, offset: bool = False,
+                 weight_shape: tuple[str, ...] | None = None):
         self.t, self.name, self.kind, self.width, self.offset = t, name, kind, width, offset
         self.component = component
+        shape = width if weight_shape is None else weight_shape
         with t.scope(name):
-            self.weight = t.param("weight", width, param_component)
-            self.bias = t.param("bias", width, param_component) if kind == "layernorm" else None
+            self.weight = t.param("weight", shape, param_component)
+            self.bias = t.param("bias", shape, param_component) if kind == "layernorm" else None
 
     def __call__(self, x: Sym, out_label: str, course: str = "") -> Sym:
         t, w, k = self.t, self.width, self.component
@@ -74,7 +78,8 @@ class Norm:
                 normed = t.binary("aten.div", xc, std, "(x − mean) / std", k,
                                   out=f"{m} normalized")
                 y = t.binary("aten.mul", normed, self.weight, "· weight", k)
-                y = t.binary("aten.add", y, self.bias, "+ bias", k)
+                if self.bias is not None:  # layernorm_nobias has none
+                    y = t.binary("aten.add", y, self.bias, "+ bias", k)
             y = t.cast(y, in_dtype)  # result.to(in_dtype)
         return t.name(y, out_label, course)
 
