@@ -124,7 +124,7 @@ class CausalMultiHeadSelfAttention(nn.Module):
             self.sinks = nn.Parameter(torch.zeros(num_heads, device=device, dtype=dtype))
         else:
             self.register_parameter("sinks", None)
-        if qk_norm in ("head", "full"):
+        if qk_norm in ("head", "full", "per_head"):  # (l2: weightless, no module)
             norm_cls = NORM_CLASSES[norm]
             full = qk_norm == "full"
             offset = {"offset": True} if norm_offset else {}  # Gemma 3's (1 + w) gains

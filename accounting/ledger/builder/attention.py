@@ -29,7 +29,7 @@ class Attention:
             self.output_proj = Linear(t, "output_proj", a.width(), d, R.ATTN_PROJ,
                                       "output projection", c.out_bias)
             self.q_norm = self.k_norm = None
-            if c.qk_norm in ("head", "full"):
+            if c.qk_norm in ("head", "full", "per_head"):  # (l2: weightless, no module)
                 full = c.qk_norm == "full"
                 comp = NORM_PARAMS[c.norm]
                 # per_head (Cohere): over each head's d_k, a gain per head: h·d_k and h_kv·d_k
