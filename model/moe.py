@@ -13,7 +13,7 @@ matmul FLOPs are B·T·k expert passes whatever the routing. With a capacity fac
 expert runs exactly C = ⌈c·B·T·k/E⌉ rows: its first C slots, zero rows as padding; a slot
 beyond C is dropped (its output is 0; the residual carries the token on).
 Shared experts (DeepSeek) are one gated MLP of n_shared·moe_d_ff every token runs.
-Llama 4 (router "topk_sigmoid", scales_input): top-k of the raw scores, a sigmoid of the
+Llama 4 (router sigmoid with topk_first, scales_input): top-k of the raw scores, a sigmoid of the
 chosen k, and the weight scales the expert's INPUT; as Meta's reference and transformers'
 Llama4TextMoe run it, every expert runs every token (the unchosen at weight 0, so its output
 is 0: no biases, act(0)·0 = 0) and the outputs are summed: E·n expert rows, n·k useful.
@@ -103,8 +103,8 @@ class MoE(nn.Module):
             check_positive_int(name, value)
         if experts_per_token > num_experts:
             raise ValueError(f"experts_per_token {experts_per_token} > num_experts {num_experts}")
-        if router not in ("softmax", "sigmoid", "topk_sigmoid"):
-            raise ValueError(f"router must be softmax, sigmoid or topk_sigmoid, got {router!r}")
+        if router not in ("softmax", "sigmoid"):
+            raise ValueError(f"router must be softmax or sigmoid, got {router!r}")
         self.E, self.k, self.router_kind = num_experts, experts_per_token, router
         self.groups, self.topk_groups = router_groups, router_topk_groups
         self.norm_topk_prob, self.scale = norm_topk_prob, routed_scaling_factor
@@ -124,10 +124,7 @@ class MoE(nn.Module):
         """(weights, experts), each (tokens k): which experts each token runs, and how much
         each one's output counts."""
         logits = self.router(x)  # (tokens E)
-        if self.router_kind == "topk_sigmoid":  # Llama 4: the sigmoid of the chosen k only
-            top, experts = logits.topk(self.k, dim=-1)
-            return torch.sigmoid(top), experts
-        if self.topk_first:  # gpt-oss: the k best logits, then softmax (or sigmoid) over them
+        if self.topk_first:  # gpt-oss: the k best logits, then softmax over them; Llama 4: sigmoid
             values, experts = logits.topk(self.k, dim=-1)
             weights = softmax(values, dim=-1) if self.router_kind == "softmax" else torch.sigmoid(values)
             return self._scaled(weights), experts

@@ -115,7 +115,8 @@ def test_each_config_means_what_transformers_builds(name):
     assert c.attention_chunk == s["C"] and not any(k.local for k in kinds)
     assert (c.num_experts, c.experts_per_token, c.expert_d_ff, c.d_ff, c.num_shared_experts) == \
         (s["E"], s["k"], s["f"], s["f_mlp"], 1)
-    assert (c.router, c.router_scales_input, c.norm_topk_prob) == ("topk_sigmoid", True, False)
+    assert (c.router, c.router_topk_first, c.router_scales_input, c.norm_topk_prob) == \
+        ("sigmoid", True, True, False)
     assert c.qk_norm == ("l2" if name != "lists" else "none")
     assert (c.temperature_floor, c.temperature_scale) == ((2, 0.1) if name != "lists" else (None, 0.1))
     assert (c.num_kv_heads, c.head_dim, c.tie_embeddings) == (s["kv"], s["hd"], s["tied"])

@@ -179,7 +179,7 @@ def ref_moe(c, x, p, f):
     xt = x.reshape(-1, d)
     n, E, k = xt.shape[0], c.num_experts, c.experts_per_token
     logits = F.linear(xt, p[f"{f}.router.weight"], p.get(f"{f}.router.bias"))
-    if c.router == "topk_sigmoid":  # Llama 4 (transformers' Llama4TextMoe, token by token)
+    if c.router_scales_input:  # Llama 4 (transformers' Llama4TextMoe, token by token)
         top, chosen = logits.topk(k, dim=-1)
         y = torch.zeros_like(xt)
         for t in range(n):

@@ -229,14 +229,15 @@ def _check_llama4(c) -> None:
     if (c.nope_layers or c.qk_norm == "l2" or c.temperature_floor) and (c.positions != "rope" or c.mla):
         raise UsageError("nope_layers, qk_norm l2 and temperature_floor act on RoPE attention: "
                          "they need positions rope (and no latent attention)")
-    if c.num_experts is not None and (c.router == "topk_sigmoid") != c.router_scales_input:
-        raise UsageError("router topk_sigmoid and router_scales_input go together (Llama 4's "
-                         "router: the chosen score's sigmoid scales the expert's input)")
-    if c.router == "topk_sigmoid" and (c.norm_topk_prob or c.router_bias or c.router_groups > 1
-                                       or c.routed_scaling_factor != 1.0
-                                       or c.moe_capacity_factor is not None):
-        raise UsageError("router topk_sigmoid (Llama 4) takes no renormalisation, bias, groups, "
-                         "scaling or capacity factor: set norm_topk_prob false and drop the others")
+    # Llama 4's router (transformers' Llama4Router): the top-k raw scores, a sigmoid of them
+    # (router sigmoid, router_topk_first), each weight scaling its expert's input
+    if c.router_scales_input and not (c.router == "sigmoid" and c.router_topk_first):
+        raise UsageError("router_scales_input is Llama 4's router: it needs router sigmoid and "
+                         "router_topk_first (the sigmoid of the top-k raw scores)")
+    if c.router_scales_input and (c.norm_topk_prob or c.routed_scaling_factor != 1.0
+                                  or c.moe_capacity_factor is not None):
+        raise UsageError("router_scales_input (Llama 4) takes no renormalisation, scaling or "
+                         "capacity factor: set norm_topk_prob false and drop the others")
 
 
 def one_of(value, choices) -> bool:

@@ -61,9 +61,7 @@ QK_NORMS = {"none": "no QK-norm", "head": "QK-norm per head (Qwen3)",
 ATTENTIONS = {"naive": "explicit scores, causal mask and softmax (the course's attention)",
               "sdpa": "fused attention kernel: F.scaled_dot_product_attention(is_causal=True)"}
 ROUTERS = {"softmax": "softmax over the experts' scores (Mixtral, Qwen3-MoE)",
-           "sigmoid": "a sigmoid per expert's score (DeepSeek-V3)",
-           # transformers' Llama4Router: topk of the logits, then sigmoid of the chosen k
-           "topk_sigmoid": "top-k of the raw scores, then a sigmoid of the chosen k (Llama 4)"}
+           "sigmoid": "a sigmoid per expert's score (DeepSeek-V3)"}
 # how group-limited routing ranks a group of experts (router_groups > 1)
 GROUP_SCORES = {"top2_sum": "the sum of its two best scores (DeepSeek-V3)",
                 "max": "its best score (DeepSeek-V2's group_limited_greedy)"}

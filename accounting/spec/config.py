@@ -129,8 +129,8 @@ class ModelConfig:
                                    help="experts every token runs beside its top-k (DeepSeek)")
     router: str = spec("softmax", kind=CHOICE, flag="--router", group=EXTRAS, choices=ROUTERS,
                        needs="num_experts",
-                       help="softmax over the experts (Mixtral, Qwen3), a sigmoid each "
-                            "(DeepSeek-V3) or topk_sigmoid (Llama 4: a sigmoid of the top k)")
+                       help="softmax over the experts (Mixtral, Qwen3) or a sigmoid each "
+                            "(DeepSeek-V3; with --router-topk-first, of the top k: Llama 4)")
     router_groups: int = spec(1, kind=SIZE, flag="--router-groups", group=EXTRAS, needs="num_experts",
                               help="DeepSeek's n_group: the experts in this many groups (default 1)")
     router_topk_groups: int = spec(1, kind=SIZE, flag="--router-topk-groups", group=EXTRAS,
@@ -188,7 +188,7 @@ class ModelConfig:
     # Llama 4 (transformers' modeling_llama4.py): layers without RoPE (NoPE), chunked
     # attention (layer_types "chunked"), a weightless QK-norm after RoPE (qk_norm "l2"),
     # attention-temperature tuning on the NoPE layers, and a router whose sigmoid weight
-    # scales the expert's input (router "topk_sigmoid", router_scales_input)
+    # scales the expert's input (router sigmoid, router_topk_first, router_scales_input)
     nope_layers: tuple[int, ...] = spec((), kind=LAYERS, flag="--nope-layers", group=EXTRAS,
                                         help="layers without RoPE (NoPE: Llama 4's every 4th)")
     attention_chunk: int | None = spec(None, kind=SIZE, flag="--attention-chunk", group=EXTRAS,
@@ -204,7 +204,9 @@ class ModelConfig:
                                     help="the temperature tuning's s (Llama 4's attn_scale, 0.1)")
     router_scales_input: bool = spec(False, kind=FLAG, flag="--router-scales-input",
                                      group=EXTRAS, needs="num_experts",
-                                     help="the router's weight scales each expert's input and "
+                                     help="the router's weight (the sigmoid of its top-k raw "
+                                          "scores: --router sigmoid --router-topk-first) scales "
+                                          "each expert's input and "
                                           "every expert runs every token, the unchosen at weight "
                                           "0 (Llama 4: E·B·T expert rows executed, B·T·k useful)")
 

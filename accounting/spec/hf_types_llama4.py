@@ -122,7 +122,7 @@ _TEXT = dict(
           Key("attn_temperature_tuning", (), BOOL, True),
           Key("floor_scale", (), INT, 8192),
           Key("attn_scale", (), THETA, 0.1)),
-    fixed=MappingProxyType(dict(LLAMA_FAMILY, mlp_bias=False, router="topk_sigmoid",
+    fixed=MappingProxyType(dict(LLAMA_FAMILY, mlp_bias=False, router="sigmoid", router_topk_first=True,
                                 router_scales_input=True, norm_topk_prob=False,
                                 num_shared_experts=1, router_bias=False,
                                 routed_scaling_factor=1.0)),

@@ -120,14 +120,10 @@ class MoE:
         t, c, comp = self.t, self.c, ROUTER
         tokens = ("B", "T")
         logits = self.router(x, "router scores")
-        if c.router == "topk_sigmoid":  # Llama 4: top-k of the raw scores, sigmoid of the k
-            top, self.chosen = t.topk(logits, ("E",), ("k",), "top-k experts", comp,
-                                      out="chosen experts", values=True)
-            return t.unary("aten.sigmoid", top, "sigmoid of the chosen scores", comp,
-                           saves="output", out="router weights")
         if c.router_topk_first:  # gpt-oss: the k best logits, then softmax (or sigmoid) over k
-            values, _ = t.topk(logits, ("E",), ("k",), "top-k logits", comp, out="chosen experts",
-                               values=True)
+            # (Llama 4's sigmoid of the chosen k: its experts' indices kept for the gate)
+            values, self.chosen = t.topk(logits, ("E",), ("k",), "top-k logits", comp,
+                                         out="chosen experts", values=True)
             values = t.name(values, "router top-k logits")
             return t.name(self._scaled(self._score(values, ("k",), "the k")), "router weights")
         scores = self._score(logits, ("E",), "experts")
