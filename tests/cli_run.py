@@ -20,3 +20,13 @@ def agreeing_check(capsys, *argv) -> dict:
     x = json.loads(out)["cross_check"]
     assert x["agrees"], x["disagreements"]
     return x
+
+
+def refused_in_one_line(capsys, *argv, expected: str) -> str:
+    """`argv` must be bad input: exit 2, nothing on stdout, one line on stderr (no traceback)
+    holding `expected`. Returns the line."""
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and out == "", (code, err[-500:])
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert expected in err, err
+    return err
