@@ -129,9 +129,15 @@ class BlockSaves:
                 x = local(t)
                 key = _storage_key(x)
                 if key not in params:
-                    nbytes, refs = self.seen.get(key, (x.untyped_storage().nbytes(), []))
-                    refs.append(weakref.ref(t))
-                    self.seen[key] = (nbytes, refs)
+                    # A key (the storage's address) whose tensors are all gone names a freed
+                    # storage: a new one at the same address is counted afresh, not at the
+                    # old one's size (the address is reused only once the old one is freed,
+                    # so it sometimes was, run to run: an MoE router's freed choice)
+                    entry = self.seen.get(key)
+                    if entry is None or not any(r() is not None for r in entry[1]):
+                        entry = (x.untyped_storage().nbytes(), [])
+                    entry[1].append(weakref.ref(t))
+                    self.seen[key] = entry
             return t
         self.hooks = torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t)
         self.hooks.__enter__()
