@@ -14,7 +14,6 @@ from transformers 5.23.0's modeling files (never from the tool's tables):
     embedding_multiplier` (GraniteModel), `residual + hidden_states * residual_multiplier`
     twice per GraniteDecoderLayer, `logits / logits_scaling` (GraniteForCausalLM).
 """
-import json
 
 import pytest
 
