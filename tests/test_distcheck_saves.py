@@ -37,3 +37,31 @@ def test_one_storage_saved_twice_is_counted_once(monkeypatch):
         pack(x[1:])  # a view: the same storage
         saves.freeze()
     assert saves.frozen == 4 * 4
+
+
+def test_the_trace_runs_with_the_signals_held_once_the_tracer_calls_python(monkeypatch):
+    """A SIGTERM (or Ctrl-C) raised inside the tracer's ctypes no-op callback (tracer.py) is
+    lost and printed as "Exception ignored on calling ctypes callback function" (the fuzz
+    harness: SIGHUP to a --verify run's group, the fvcore worker SIGTERMed mid-trace, about
+    1 run in 16). With the callback installed, fvcore's trace runs with SIGINT, SIGTERM and
+    SIGHUP blocked, delivered when it ends; without it, nothing is held."""
+    import signal
+    from fvcore.nn import FlopCountAnalysis
+    from importlib import import_module
+    from accounting.crosscheck import tracer
+    M = import_module("accounting.crosscheck.measure")  # (the package exports a function so named)
+    from accounting.spec.presets import get_preset
+    seen = []
+    real = FlopCountAnalysis.by_module
+
+    def by_module(self):
+        seen.append(signal.SIGTERM in signal.pthread_sigmask(signal.SIG_BLOCK, []))
+        return real(self)
+    monkeypatch.setattr(FlopCountAnalysis, "by_module", by_module)
+    model = M.build_model(get_preset("gpt2-small").with_overrides(num_layers=1), 4)
+    ids = torch.zeros((1, 4), dtype=torch.long, device="meta")
+    for installed in (False, True):
+        monkeypatch.setattr(tracer, "active", lambda: installed)
+        M._fvcore(model, ids, stock=False, worker=False)
+    assert seen == [False, True]
+    assert signal.SIGTERM not in signal.pthread_sigmask(signal.SIG_BLOCK, [])  # restored

@@ -103,7 +103,11 @@ def _fvcore(model: torch.nn.Module, ids: torch.Tensor, stock: bool, worker: bool
     fa = FlopCountAnalysis(model, (ids,)).set_op_handle("aten::einsum", handle)
     fa.set_op_handle(JIT_NAME, fvcore_sdpa_handle)
     fa.unsupported_ops_warnings(False).uncalled_modules_warnings(False).tracer_warnings("none")
-    with torch.no_grad():
+    from accounting.crosscheck import tracer
+    # with the tracer's no-op callback installed, a signal arriving mid-trace is held and
+    # delivered when the trace ends (tracer.active: raised inside the callback, it is lost)
+    held = fork.signals_held() if tracer.active() else nullcontext()
+    with torch.no_grad(), held:
         macs = {k: int(v) for k, v in fa.by_module().items()}
         skipped = dict(fa.unsupported_ops())
     new = {k: v for k, v in _STOCK_CACHE.items() if k not in cached}

@@ -41,3 +41,11 @@ def skip_source_locations() -> bool:
     _callback = _NODE_CALLBACK(lambda node: None)
     setter(_callback)
     return True
+
+
+def active() -> bool:
+    """Whether this process's tracer calls the Python no-op above for every node. A signal
+    handler that raises while it runs cannot leave it: ctypes prints "Exception ignored on
+    calling ctypes callback function" and goes on (a worker's SIGTERM, a user's Ctrl-C lost),
+    so the trace runs with the run's signals held (measure._fvcore)."""
+    return _callback is not None
