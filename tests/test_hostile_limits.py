@@ -155,3 +155,19 @@ def test_decode_past_a_learned_position_table_is_refused(capsys):
     assert re.search(r"decode FLOPs at position t = 1,024 .* 284,812,800 ", out)
     assert main(["plan", "meta-llama/Llama-3.2-1B", "--position", "200000"]) == 0
     capsys.readouterr()
+
+
+@pytest.mark.parametrize("name", ["SIGTERM", "SIGHUP", "SIGINT"])
+def test_a_signal_during_the_imports_is_exit_128_plus_n(name):
+    """The final fuzz run of this session: SIGTERM to `python -m accounting … --verify` a
+    moment after it started ended it with -15 (killed: runtime/startup.py handled only
+    SIGINT while the package imports, before main() installs its handling). A process that
+    is the CLI (argv[0] '-m' while the package imports) sends itself the signal there."""
+    code = ("import sys; sys.argv = ['-m']; import accounting.runtime.startup, os, signal, time; "
+            f"os.kill(os.getpid(), signal.{name}); time.sleep(5)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    signum = getattr(signal, name)
+    assert r.returncode == 128 + signum, (r.returncode, r.stderr[-500:])
+    assert r.stderr == (b"accounting: interrupted\n" if name == "SIGINT" else
+                        f"accounting: interrupted ({name})\n".encode())
