@@ -5,9 +5,12 @@ vllm/utils memory_profiling; read at commit 35d5cda of vllm-project/vllm):
     requested   = total_memory · gpu_memory_utilization            (Worker.init_device)
     pool        = requested − (weights + torch activation peak of the profile run at
                   max_num_batched_tokens + non-torch increase)      (non_kv_cache_memory)
-    CUDA graphs are captured after the pool is allocated (compile_or_warm_up_model); their
-    memory is not subtracted from it but must fit in the (1 − utilization) headroom: the
-    worker only logs a suggested --kv-cache-memory that accounts it.
+    CUDA graphs are captured after the pool is allocated (compile_or_warm_up_model); at that
+    commit their memory is not subtracted from it but must fit in the (1 − utilization)
+    headroom (the worker only logs a suggested --kv-cache-memory that accounts it). Newer
+    vLLM profiles the graphs too (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS, vllm/envs.py:
+    "Profile CUDA graph memory during memory profiling for more accurate KV cache sizing")
+    and subtracts them: --cuda-graph-mem SIZE (default 0, the older rule).
     blocks      = pool // (block_size · Σ over layers of bytes per token) (v1 kv_cache_utils:
                   one page of block_size tokens per layer); block_size 16 (CacheConfig).
     Defaults (vllm/engine/arg_utils.py, EngineArgs.get_batch_defaults, `vllm serve`):
@@ -78,9 +81,24 @@ def defaults(engine: str, gpu_name: str | None, memory_bytes: int, tp: int, pp: 
 
 
 def vllm_pool(memory_bytes: int, utilization: Fraction, weights: int, activation: int,
-              non_torch: int) -> int:
+              non_torch: int, cuda_graphs: int = 0) -> int:
     """vLLM's available KV cache memory (may be negative: does not fit)."""
-    return int(memory_bytes * utilization) - weights - activation - non_torch
+    return int(memory_bytes * utilization) - weights - activation - non_torch - cuda_graphs
+
+
+# Memory outside torch per GPU, an assumption (a term vLLM and SGLang measure, not derive):
+# the CUDA context and library workspaces, 0.5 GiB (vLLM printed non_torch_memory 0.35 GiB
+# on an RTX 3090, vllm issue #10517). SGLang measures its start memory after the distributed
+# set-up, so with TP or PP its NCCL and custom all-reduce buffers come off too: 2 GiB more
+# (vLLM 0.6.4 printed 1.79 GiB more at TP 2 than at TP 1 for Llama-3-8B, vllm PR #10511).
+# vLLM now builds NCCL before its memory snapshot, outside the budget (gpu_worker.py,
+# init_device: "Initialize the distributed environment BEFORE taking memory snapshot").
+NON_TORCH_BYTES = GiB // 2
+NCCL_BYTES = 2 * GiB
+
+
+def non_torch_default(engine: str, gpus: int) -> int:
+    return NON_TORCH_BYTES + (NCCL_BYTES if engine == SGLANG and gpus > 1 else 0)
 
 
 def sglang_pool(memory_bytes: int, fraction: Fraction, weights: int, non_torch: int) -> int:

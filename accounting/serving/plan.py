@@ -16,9 +16,8 @@ from accounting.runtime.errors import UsageError
 from accounting.serving import engines, kv, shards, timing
 from accounting.serving.activation import activation_peak
 from accounting.spec.config import ModelConfig
-from accounting.units import GiB, TERA
+from accounting.units import TERA
 
-NON_TORCH_BYTES = GiB // 2  # CUDA context, cuBLAS and NCCL workspaces outside torch (assumed)
 MAX_CONTEXT_SEARCH = 10**9
 
 
@@ -49,6 +48,7 @@ class ServePlan:
     utilization: Fraction
     max_num_batched_tokens: int
     non_torch_bytes: int
+    cuda_graph_bytes: int
     stages: tuple[StagePool, ...]
     max_concurrency: int
     longest_context: int | None  # at `concurrency` (or 1), capped at MAX_CONTEXT_SEARCH
@@ -98,6 +98,7 @@ def serve(config: ModelConfig, scheme: Scheme, *, gpu: str | None = None,
           utilization=None, max_num_batched_tokens: int | None = None,
           max_num_seqs: int | None = None, block_size: int | None = None,
           activation_bytes: int | None = None, non_torch_bytes: int | None = None,
+          cuda_graph_bytes: int = 0,
           mfu=Fraction(1, 2), bandwidth_efficiency=Fraction(8, 10), names=None,
           model_dtype_bytes: int = 2, peak_tflops=None, bandwidth_tbs=None,
           prompt: int | None = None) -> ServePlan:
@@ -116,7 +117,8 @@ def serve(config: ModelConfig, scheme: Scheme, *, gpu: str | None = None,
         raise UsageError(f"--gpu-memory-utilization must be in (0, 1], got {float(util)}")
     n_tokens = max_num_batched_tokens or d.max_num_batched_tokens
     seqs = max_num_seqs or d.max_num_seqs
-    non_torch = NON_TORCH_BYTES if non_torch_bytes is None else non_torch_bytes
+    non_torch = (engines.non_torch_default(engine, tp * pp) if non_torch_bytes is None
+                 else non_torch_bytes)
     kv_b = kv.kv_dtype_bytes(kv_dtype)
     stage_list = shards.stages(config, scheme, model_dtype_bytes, tp, pp, names)
     pools = []
@@ -126,7 +128,8 @@ def serve(config: ModelConfig, scheme: Scheme, *, gpu: str | None = None,
         if engine == engines.VLLM:
             act = (activation_peak(config, n_tokens, seqs, tp)
                    if activation_bytes is None else activation_bytes)
-            pool = engines.vllm_pool(memory_bytes, util, st.bytes, act, non_torch)
+            pool = engines.vllm_pool(memory_bytes, util, st.bytes, act, non_torch,
+                                     cuda_graph_bytes)
             page = d.block_size * per_token
             blocks = max(pool, 0) // page if page else 0
             tokens = blocks * d.block_size
@@ -156,7 +159,7 @@ def serve(config: ModelConfig, scheme: Scheme, *, gpu: str | None = None,
                              Fraction(bandwidth_efficiency), scheme, model_dtype_bytes)
     return ServePlan(config, scheme, engine, card.name if card else "custom GPU", memory_bytes,
                      tp, pp, kv_dtype, ctx, concurrency, d, util, n_tokens, non_torch,
-                     tuple(pools), max_conc, longest, time, tuple(notes))
+                     cuda_graph_bytes, tuple(pools), max_conc, longest, time, tuple(notes))
 
 
 def _longest(pools, batch: int, block: int) -> int:
