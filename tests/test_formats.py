@@ -143,3 +143,12 @@ def test_registry_refuses_duplicates():
     from accounting.formats.schemes import register
     with pytest.raises(ValueError, match="registered twice"):
         register(SCHEMES["awq"])
+
+
+def test_storage_dtype_sizes_are_torch_s():
+    torch = pytest.importorskip("torch")
+    from accounting import units
+    sizes = {"int32": torch.int32, "uint8": torch.uint8, "fp8_e4m3": torch.float8_e4m3fn,
+             "fp8_e5m2": torch.float8_e5m2}
+    assert units.STORAGE_BYTES == {k: torch.empty(0, dtype=d).element_size()
+                                   for k, d in sizes.items()}

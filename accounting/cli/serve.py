@@ -3,6 +3,7 @@ stored, the engine's KV pool, concurrency at a context, TTFT and TPOT). main(arg
 bad input raises UsageError (exit 2 in accounting.cli.main)."""
 from __future__ import annotations
 
+import argparse
 import json
 from fractions import Fraction
 
@@ -24,7 +25,7 @@ def _fraction(flag: str, low_open: bool = True):
         except (ValueError, ZeroDivisionError):
             x = None
         if x is None or not 0 < x <= 1:
-            raise UsageError(f"{flag} must be a number in (0, 1], got {shorten(text)}")
+            raise argparse.ArgumentTypeError(f"must be a number in (0, 1], got {shorten(text)}")
         return x
     parse.__name__ = "fraction"
     return parse
@@ -37,7 +38,7 @@ def _positive(flag: str):
         except (ValueError, ZeroDivisionError):
             x = None
         if x is None or x <= 0:
-            raise UsageError(f"{flag} must be a positive number, got {shorten(text)}")
+            raise argparse.ArgumentTypeError(f"must be a positive number, got {shorten(text)}")
         return x
     parse.__name__ = "number"
     return parse

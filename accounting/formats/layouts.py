@@ -12,8 +12,11 @@ from __future__ import annotations
 from math import ceil
 
 from accounting.runtime.errors import UsageError
+from accounting.units import DTYPE_BYTES, FP32, FP16 as _FP16, INT64 as _INT64, STORAGE_BYTES
+from accounting.units import INT32 as _INT32
 
-INT32, INT64, FP32_BYTES = 4, 8, 4
+INT32, INT64, FP32_BYTES = STORAGE_BYTES[_INT32], DTYPE_BYTES[_INT64], DTYPE_BYTES[FP32]
+FP16_BYTES = DTYPE_BYTES[_FP16]
 
 
 def _check(what: str, n: int, by: int, axis: str) -> None:
@@ -36,7 +39,7 @@ def awq(out: int, inp: int, bits: int = 4, group: int = 128) -> dict[str, int]:
     _check("awq packing", out, 32 // bits, "output")
     groups, packed_out = inp // group, out * bits // 32
     return {"qweight": inp * packed_out * INT32, "qzeros": groups * packed_out * INT32,
-            "scales": groups * out * 2}
+            "scales": groups * out * FP16_BYTES}
 
 
 def gptq(out: int, inp: int, bits: int = 4, group: int = 128,
@@ -55,7 +58,7 @@ def gptq(out: int, inp: int, bits: int = 4, group: int = 128,
     groups = ceil((scale_in or inp) / group)
     return {"qweight": inp * bits // 32 * out * INT32,
             "qzeros": groups * ceil(out * bits / 32) * INT32,
-            "scales": groups * out * 2, "g_idx": inp * INT32}
+            "scales": groups * out * FP16_BYTES, "g_idx": inp * INT32}
 
 
 def ct_packed(out: int, inp: int, bits: int = 4, group: int | None = 128,

@@ -19,10 +19,11 @@ GiB in vllm issue #10517).
 from __future__ import annotations
 
 from accounting.spec.config import ModelConfig
+from accounting.units import BF16, DTYPE_BYTES, FP32
 from accounting.serving.shards import kv_heads_per_gpu
 
-ACT_BYTES = 2  # bf16/fp16 activations
-LOGIT_BYTES = 8  # fp32 logits and fp32 probabilities per row and vocabulary entry
+ACT_BYTES = DTYPE_BYTES[BF16]  # bf16/fp16 activations
+LOGIT_BYTES = 2 * DTYPE_BYTES[FP32]  # fp32 logits and fp32 probabilities per row and entry
 
 
 def forward_peak(c: ModelConfig, tokens: int, tp: int) -> int:
@@ -34,7 +35,7 @@ def forward_peak(c: ModelConfig, tokens: int, tp: int) -> int:
     if c.num_experts is not None:
         shared = n * 3 * c.num_shared_experts * c.expert_d_ff // tp
         mlps.append(n * c.experts_per_token * 3 * c.expert_d_ff // tp + shared
-                    + n * c.num_experts * 4 // ACT_BYTES)
+                    + n * c.num_experts * DTYPE_BYTES[FP32] // ACT_BYTES)
     if c.mla:
         attn = n * c.num_heads // tp * (c.d_k + c.v_head_dim + c.d_k)
     else:

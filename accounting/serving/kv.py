@@ -25,8 +25,10 @@ from accounting.ledger.ledger import ledger
 from accounting.runtime.errors import UsageError
 from accounting.serving.shards import kv_heads_per_gpu
 from accounting.spec.config import ModelConfig
+from accounting.units import BF16, DTYPE_BYTES, FP8, FP8_E4M3, FP8_E5M2, FP16, STORAGE_BYTES
 
-KV_DTYPES = {"bf16": 2, "fp16": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
+KV_DTYPES = {BF16: DTYPE_BYTES[BF16], FP16: DTYPE_BYTES[FP16], FP8: STORAGE_BYTES[FP8_E4M3],
+             FP8_E4M3: STORAGE_BYTES[FP8_E4M3], FP8_E5M2: STORAGE_BYTES[FP8_E5M2]}
 
 
 def kv_dtype_bytes(name: str) -> int:
