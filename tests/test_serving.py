@@ -168,3 +168,16 @@ def test_longest_context_and_text_answer(capsys):
                          "8192")
     assert code == 0 and out.startswith("Answer: serve meta-llama/Llama-3.1-8B")
     assert "MFU 0.5" in out and "bandwidth efficiency 0.8" in out
+
+
+def test_a_serving_plan_is_quick():
+    # issue 29: a serving plan under 0.5 s (benchmarks/bench_serve.py measures the median);
+    # DeepSeek-V3 (61 layers, 256 experts) from a cold ledger, the slowest case there
+    import time
+    from accounting.ledger import ledger
+    ledger.ledger.cache_clear()
+    ledger.unfolded_ledger.cache_clear()
+    c = get_preset("deepseek-ai/DeepSeek-V3")
+    t0 = time.perf_counter()
+    serve(c, get_scheme("fp8-block"), gpu="H200", tp=8, ctx=8192)
+    assert time.perf_counter() - t0 < 0.5

@@ -32,9 +32,14 @@ def answer(p: ServePlan) -> Table:
     b = p.binding
     conc = p.concurrency
     lines = []
-    if p.fits:
-        lines.append(_line("fits", f"yes: {grouped(conc or 1)} × {grouped(p.ctx)} tokens in a "
-                                   f"{_gb(b.pool_bytes)} KV pool per GPU"))
+    if p.fits and conc is None:
+        lines.append(_line("fits", f"yes: up to {grouped(p.max_concurrency)} sequences of "
+                                   f"{grouped(p.ctx)} tokens in a {_gb(b.pool_bytes)} KV pool "
+                                   f"per GPU"))
+    elif p.fits:
+        lines.append(_line("fits", f"yes: {grouped(conc)} × {grouped(p.ctx)} tokens in a "
+                                   f"{_gb(b.pool_bytes)} KV pool per GPU (at most "
+                                   f"{grouped(p.max_concurrency)} sequences)"))
     elif b.pool_bytes <= 0:
         lines.append(_line("fits", f"NO: the weights and the engine's reserves exceed "
                                    f"{p.utilization and _plain(p.utilization)} of the memory "
@@ -43,7 +48,7 @@ def answer(p: ServePlan) -> Table:
         lines.append(_line("fits", f"NO: {grouped(conc)} × {grouped(p.ctx)} tokens need "
                                    f"{_gb(p.shortfall_bytes)} more KV pool per GPU "
                                    f"(at most {grouped(p.max_concurrency)} sequences)"))
-    lines.append(_line("weights/GPU", f"{_gb(p.weights_bytes_per_gpu)} ({p.scheme.label})"))
+    lines.append(_line("weights/GPU", f"{_gb(p.weights_bytes_per_gpu)}: {p.scheme.label}"))
     lines.append(_line("KV/token/GPU", f"{grouped(p.kv_bytes_per_token_per_gpu)} bytes "
                                        f"({p.kv_dtype}; every layer of a stage)"))
     lines.append(_line("KV pool/GPU", f"{_gb(max(b.pool_bytes, 0))}: {grouped(b.tokens)} tokens"
@@ -51,8 +56,10 @@ def answer(p: ServePlan) -> Table:
     lines.append(_line("max concurrency", f"{grouped(p.max_concurrency)} sequences of "
                                           f"{grouped(p.ctx)} tokens"))
     if p.longest_context is not None:
+        beyond = (f" (past the model's {grouped(p.config.context_length)}-token context)"
+                  if p.longest_context > p.config.context_length else "")
         lines.append(_line("longest context", f"{grouped(p.longest_context)} tokens at "
-                                              f"concurrency {grouped(conc or 1)}"))
+                                              f"concurrency {grouped(conc or 1)}{beyond}"))
     t = p.time
     if t is not None:
         lines.append(_line("TTFT", f"{_ms(t.ttft_seconds)} for a {grouped(t.prompt)}-token "
@@ -61,7 +68,7 @@ def answer(p: ServePlan) -> Table:
                                    f"sequences at t = {grouped(t.position)} ({t.bound}-bound, "
                                    f"bandwidth efficiency {_plain(t.bandwidth_efficiency)})"))
         lines.append(_line("throughput", f"{decimal(t.tokens_per_second_per_gpu, 1)} tokens/s "
-                                         f"per GPU ({grouped(p.gpus)} GPUs, one batch in "
+                                         f"per GPU ({grouped(p.gpus)} GPU{'s' if p.gpus > 1 else ''}, one batch in "
                                          f"flight; CUDA-graph regime)"))
     lines.append(_line("engine", f"{p.engine}: " + _pool_rule(p)))
     title = (f"Answer: serve {p.config.name} on {grouped(p.gpus)} × {p.gpu} (TP {p.tp}, PP "
