@@ -64,3 +64,20 @@ def test_llama_3_8b_bf16_weights_as_vllm_prints():
     for tp, printed in ((1, "14.96"), (2, "7.48")):
         (st,) = stages(c, get_scheme("bf16"), 2, tp, 1)
         assert within(st.bytes, Fraction(printed) * GiB, "0.001")
+
+
+def test_gpt_oss_120b_mxfp4_checkpoint():
+    # OpenAI's gpt-oss model card (arXiv 2508.10925, table 1) lists a 60.8 GiB checkpoint for
+    # gpt-oss-120b: the experts in MXFP4 (blocks and e8m0 scales), attention, router,
+    # embedding and head bf16 (its quantization_config's modules_to_not_convert)
+    from accounting.formats.hf_quant import scheme_from_config
+    from accounting.spec.own_format import read_json
+    path = Path(__file__).parent / "data" / "serving" / "gpt-oss-120b.json"
+    data, _ = read_json(path)
+    c, _ = read_config(path, drop=("quantization_config",))
+    (st,) = stages(c, scheme_from_config(data["quantization_config"]), 2, 1, 1)
+    assert within(st.bytes, Fraction("60.8") * GiB, "0.005")
+    # the experts by hand: 36 layers · 128 experts · (gate_up 5,760 × 2,880 and down
+    # 2,880 × 2,880) at half a byte per value plus a byte per 32
+    experts = 36 * 128 * (5760 * 2880 + 2880 * 2880) * (Fraction(1, 2) + Fraction(1, 32))
+    assert dict(st.by_part)["quantized blocks"] + dict(st.by_part)["quantized scales"] == experts
