@@ -181,3 +181,15 @@ def test_a_serving_plan_is_quick():
     t0 = time.perf_counter()
     serve(c, get_scheme("fp8-block"), gpu="H200", tp=8, ctx=8192)
     assert time.perf_counter() - t0 < 0.5
+
+
+def test_weights_alone_too_big_says_by_how_much():
+    # Llama-3.1-70B bf16 on one H100: 141,107,675,136 bytes of weights (70,553,706,496
+    # parameters, Meta's 70.6B, × 2) against 0.9 · 81,559 MiB
+    c, _ = read_config(L70)
+    p = serve(c, get_scheme("bf16"), gpu="H100", ctx=8192)
+    assert p.weights_bytes_per_gpu == llama_bf16_per_gpu(8192, 28672, 80, 64, 8, 128, 128256, 1)
+    assert p.weights_bytes_per_gpu == 2 * 70_553_706_496
+    act = p.binding.activation_bytes
+    short = p.weights_bytes_per_gpu + act + 2**29 - int(81_559 * 2**20 * Fraction(9, 10))
+    assert not p.fits and p.max_concurrency == 0 and p.shortfall_bytes == short

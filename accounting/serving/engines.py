@@ -54,7 +54,10 @@ def defaults(engine: str, gpu_name: str | None, memory_bytes: int, tp: int, pp: 
              mla: bool) -> Defaults:
     if engine == VLLM:
         big = memory_bytes >= 70 * GiB and "a100" not in (gpu_name or "").lower()
-        block = 64 if mla else 16  # FlashMLA's page: vLLM raises block_size to 64 for MLA
+        # FlashMLA's page: vLLM raises block_size to 64 for MLA on Hopper
+        # (vllm/platforms/cuda.py, CudaPlatform.check_and_update_config: "Forcing kv cache
+        # block size to 64 for FlashMLA backend")
+        block = 64 if mla else 16
         return Defaults(Fraction(9, 10), 8192 if big else 2048, 1024 if big else 256, block,
                         "vLLM defaults: gpu_memory_utilization 0.9; max_num_batched_tokens "
                         + ("8192, max_num_seqs 1024 (≥ 70 GiB, not an A100)" if big else

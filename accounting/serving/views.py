@@ -62,11 +62,13 @@ def answer(p: ServePlan) -> Table:
                                               f"concurrency {grouped(conc or 1)}{beyond}"))
     t = p.time
     if t is not None:
+        were = "" if b.pool_bytes > 0 else " were it to fit"
         lines.append(_line("TTFT", f"{_ms(t.ttft_seconds)} for a {grouped(t.prompt)}-token "
-                                   f"prompt (compute-bound at MFU {_plain(t.mfu)})"))
-        lines.append(_line("TPOT", f"{_ms(t.tpot_seconds)} per step of {grouped(t.batch)} "
-                                   f"sequences at t = {grouped(t.position)} ({t.bound}-bound, "
-                                   f"bandwidth efficiency {_plain(t.bandwidth_efficiency)})"))
+                                   f"prompt (compute-bound at MFU {_plain(t.mfu)}){were}"))
+        seqs = f"{grouped(t.batch)} sequence{'s' if t.batch != 1 else ''}"
+        lines.append(_line("TPOT", f"{_ms(t.tpot_seconds)} per step of {seqs} at t = "
+                                   f"{grouped(t.position)} ({t.bound}-bound, bandwidth "
+                                   f"efficiency {_plain(t.bandwidth_efficiency)}){were}"))
         lines.append(_line("throughput", f"{decimal(t.tokens_per_second_per_gpu, 1)} tokens/s "
                                          f"per GPU ({grouped(p.gpus)} GPU{'s' if p.gpus > 1 else ''}, one batch in "
                                          f"flight; CUDA-graph regime)"))
