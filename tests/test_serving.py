@@ -135,6 +135,9 @@ def test_contract_json_and_refusals(capsys):
     (["--kv-dtype", "int4"], "invalid choice"),
     (["--pp", "33"], "--pp 33 is more than the 32 layers"),
     (["--gpu-memory-utilization", "1.5"], "must be a number in (0, 1]"),
+    (["--mfu", "1e999999999"], "the exponent must be within ±100"),
+    (["--gpu-bw", "1" * 5000], "at most 100 characters"),
+    (["--block-size", "0"], "must be a positive integer"),
 ])
 def test_bad_input_is_one_line(capsys, argv, words):
     refused_in_one_line(capsys, "serve", "meta-llama/Llama-3.1-8B", "--gpu", "H100", *argv,
@@ -193,3 +196,20 @@ def test_weights_alone_too_big_says_by_how_much():
     act = p.binding.activation_bytes
     short = p.weights_bytes_per_gpu + act + 2**29 - int(81_559 * 2**20 * Fraction(9, 10))
     assert not p.fits and p.max_concurrency == 0 and p.shortfall_bytes == short
+
+
+def test_decode_terms_and_a_huge_concurrency_stay_quick():
+    # the step's FLOPs are planning/inference.py's (the same ledger expressions); the expert
+    # share is 1 − (1 − k/E)^B by hand for Mixtral (E 8, k 2) at B 3: 1 − (3/4)^3 = 37/64
+    from accounting.planning.inference import inference
+    from accounting.planning.memory import BF16_MIXED, PRECISIONS
+    from accounting.serving.timing import decode_flops, expert_share
+    c = get_preset("mistralai/Mixtral-8x7B-v0.1")
+    assert decode_flops(c, 3, 100) == inference(c, 3, 100, PRECISIONS[BF16_MIXED]).decode_flops
+    assert expert_share(c, 3) == Fraction(37, 64)
+    assert expert_share(c, 10**15) == 1  # every expert; no 10^15-th power of a Fraction
+    ds = get_preset("deepseek-ai/DeepSeek-V3")
+    absorbed = inference(ds, 2, 64, PRECISIONS[BF16_MIXED]).decode_flops_absorbed
+    assert decode_flops(ds, 2, 64) == absorbed
+    p = serve(c, get_scheme("bf16"), gpu="H100", tp=8, ctx=10**15, concurrency=10**15)
+    assert not p.fits and p.time is not None

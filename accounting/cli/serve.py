@@ -10,6 +10,7 @@ from fractions import Fraction
 from accounting.cli.args import Parser, add_model_args, add_output_args, config_from_args, positive_int
 from accounting.cli.plan import parse_size
 from accounting.formats.schemes import SCHEMES, get_scheme
+from accounting.planning.compute import exact
 from accounting.planning.gpus import gpu_help
 from accounting.present import output
 from accounting.runtime.errors import UsageError, shorten
@@ -18,13 +19,14 @@ from accounting.serving import engines, kv
 QUANT_KEY = "quantization_config"
 
 
-def _fraction(flag: str, low_open: bool = True):
+def _fraction(flag: str):
+    """A number in (0, 1], read exactly and bounded (planning/compute.py's exact())."""
     def parse(text: str) -> Fraction:
         try:
-            x = Fraction(text.strip()) if len(text) <= 100 else None
-        except (ValueError, ZeroDivisionError):
-            x = None
-        if x is None or not 0 < x <= 1:
+            x = exact(text, flag)
+        except UsageError as e:
+            raise argparse.ArgumentTypeError(str(e).removeprefix(flag + ": ").removeprefix(flag + " ")) from None
+        if not 0 < x <= 1:
             raise argparse.ArgumentTypeError(f"must be a number in (0, 1], got {shorten(text)}")
         return x
     parse.__name__ = "fraction"
@@ -32,12 +34,13 @@ def _fraction(flag: str, low_open: bool = True):
 
 
 def _positive(flag: str):
+    """A positive number, read exactly and bounded."""
     def parse(text: str) -> Fraction:
         try:
-            x = Fraction(text.strip()) if len(text) <= 100 else None
-        except (ValueError, ZeroDivisionError):
-            x = None
-        if x is None or x <= 0:
+            x = exact(text, flag)
+        except UsageError as e:
+            raise argparse.ArgumentTypeError(str(e).removeprefix(flag + ": ").removeprefix(flag + " ")) from None
+        if x <= 0:
             raise argparse.ArgumentTypeError(f"must be a positive number, got {shorten(text)}")
         return x
     parse.__name__ = "number"

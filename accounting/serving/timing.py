@@ -8,7 +8,7 @@ LM head on the last position only (a server samples one token), compute-bound at
 Decode (TPOT), one step of B sequences at context t, as a roofline at a bandwidth efficiency:
     bytes  = per GPU, over the stages in turn: the weights (a routed expert's only when the
              step routes a token to it: E·(1 − (1 − k/E)^B) experts per layer under uniform
-             routing, planning/inference.py's experts_read; a looked-up table's B rows) plus
+             routing, all of them once B·k ≥ 64·E; a looked-up table's B rows) plus
              the B sequences' KV cache at t (a window layer's min(t, W))
     TPOT   = max(bytes / (bandwidth · efficiency), FLOPs / (tp · peak · MFU))
 The regime is that of an engine that captures CUDA graphs (vLLM, SGLang): eager decode in
@@ -23,9 +23,15 @@ from fractions import Fraction
 
 from accounting.analysis.workload import analyze
 from accounting.ledger import records as R
-from accounting.planning.inference import inference
-from accounting.planning.memory import BF16_MIXED, PRECISIONS
+from accounting.ledger.builder.moe import expert_capacity
+from accounting.planning.inference import absorbed_decode_flops_expr, decode_flops_expr
+from accounting.planning.memory import values
 from accounting.serving.kv import LayerKV
+
+# Under uniform routing an expert is missed by all B tokens with probability (1 − k/E)^B;
+# once B·k ≥ 64·E that is below e^−64 and every expert is counted as read (the exact power
+# would have B·log2(E) bits: B up to 10^15 is a bounded input).
+ALL_EXPERTS_AT = 64
 
 
 @dataclass(frozen=True)
@@ -72,14 +78,39 @@ def prefill_flops(config, prompt: int) -> int:
     return a.matmul_flops(R.USEFUL) - head + head // prompt
 
 
+def decode_flops(config, batch: int, position: int) -> int:
+    """One decode step's matmul FLOPs for B sequences at key length t (planning/inference.py's
+    expressions; latent attention in its absorbed form, as engines decode it)."""
+    v = values(config, position, batch)
+    v["t"] = position
+    if config.sliding_window is not None:
+        v["t_W"] = min(position, config.sliding_window)
+    if config.attention_chunk is not None:
+        v["t_C"] = min(position, config.attention_chunk)
+    if config.moe_capacity_factor is not None:
+        v["C_1"] = expert_capacity(config.moe_capacity_factor, batch * config.experts_per_token,
+                                   config.num_experts)
+    absorbed = absorbed_decode_flops_expr(config)
+    return (decode_flops_expr(config) if absorbed is None else absorbed).evaluate(v)
+
+
+def expert_share(config, batch: int) -> Fraction:
+    """The routed experts' share a decode step reads: 1 − (1 − k/E)^B under uniform routing
+    (every expert when a capacity factor or Llama 4's router runs them all)."""
+    if config.num_experts is None:
+        return Fraction(1)
+    E, k = config.num_experts, config.experts_per_token
+    if (config.moe_capacity_factor is not None or config.router_scales_input
+            or batch * k >= ALL_EXPERTS_AT * E):
+        return Fraction(1)
+    return 1 - (1 - Fraction(k, E)) ** batch
+
+
 def timing(config, stages, caches: list[list[LayerKV]], tp: int, pp: int, prompt: int,
            position: int, batch: int, peak: Fraction, bandwidth: Fraction, mfu: Fraction,
            efficiency: Fraction, scheme, model_bytes: int) -> Timing:
-    inf = inference(config, batch, position, PRECISIONS[BF16_MIXED])
-    decode = inf.decode_flops if inf.decode_flops_absorbed is None else inf.decode_flops_absorbed
-    share = Fraction(1)
-    if inf.experts_read is not None:
-        share = inf.experts_read[1] / config.num_experts
+    decode = decode_flops(config, batch, position)
+    share = expert_share(config, batch)
     weights = Fraction(0)
     for st in stages:
         rows = Fraction(st.lookup_bytes * batch, config.vocab_size)  # B rows of the table
