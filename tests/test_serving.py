@@ -144,9 +144,13 @@ def test_bad_input_is_one_line(capsys, argv, words):
                         expected=words)
 
 
-def test_quantized_config_refuses_weights_flag_and_reads_its_own(capsys, tmp_path):
-    refused_in_one_line(capsys, "serve", "--config", AWQ70, "--gpu", "H100", "--weights",
-                        "fp8", expected="already quantized")
+def test_quantized_config_read_or_replaced_by_weights_flag(capsys, tmp_path):
+    code, out, err = run(capsys, "serve", "--config", AWQ70, "--gpu", "H100", "--gpus", "4",
+                         "--weights", "bf16", "--format", "json")
+    d = json.loads(out)
+    assert d["assumptions"]["weights"] == "bf16" and "replaces" in d["notes"][0]
+    assert d["weights_bytes_per_gpu"] == llama_bf16_per_gpu(8192, 28672, 80, 64, 8, 128,
+                                                            128256, 4)
     code, out, err = run(capsys, "serve", "--config", AWQ70, "--gpu", "H100", "--gpus", "2",
                          "--format", "json")
     d = json.loads(out)

@@ -155,11 +155,14 @@ def main(argv: list[str]) -> int:
     config = config_from_args(ns, drop=(QUANT_KEY,))
     quant, names = _quantization(ns)
     from accounting.formats.hf_quant import scheme_from_config
-    if quant is not None:
-        if ns.weights is not None:
-            raise UsageError(f"the checkpoint is already quantized (quant_method "
-                             f"{shorten(json.dumps(quant.get('quant_method')), 30)}); drop "
-                             f"--weights, or use the unquantized model's config")
+    notes = ()
+    if quant is not None and ns.weights is not None:
+        method = quant.get("quant_method") if isinstance(quant, dict) else None
+        notes = (f"--weights {ns.weights} replaces the checkpoint's quantization_config "
+                 f"(quant_method {json.dumps(method)[:30]}): the weights as if "
+                 f"stored so",)
+        scheme = get_scheme(ns.weights)
+    elif quant is not None:
         scheme = scheme_from_config(quant)
     else:
         scheme = get_scheme(ns.weights or "bf16")
@@ -177,7 +180,8 @@ def main(argv: list[str]) -> int:
                  cuda_graph_bytes=ns.cuda_graph_mem or 0,
                  mfu=ns.mfu, bandwidth_efficiency=ns.bandwidth_efficiency, names=names,
                  model_dtype_bytes=4 if scheme.name == "fp32" else 2,
-                 peak_tflops=ns.gpu_flops, bandwidth_tbs=ns.gpu_bw, prompt=ns.prompt)
+                 peak_tflops=ns.gpu_flops, bandwidth_tbs=ns.gpu_bw, prompt=ns.prompt,
+                 notes=notes)
     output.emit(ns.format, ns.output, lambda: [views.answer(plan)] + views.tables(plan),
                 lambda: views.to_dict(plan), lambda: views.to_csv(plan))
     return 0

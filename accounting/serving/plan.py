@@ -14,7 +14,7 @@ from accounting.formats.schemes import Scheme
 from accounting.planning.gpus import get_gpu
 from accounting.runtime.errors import UsageError
 from accounting.serving import engines, kv, shards, timing
-from accounting.serving.activation import activation_peak
+from accounting.serving.activation import activation_peak, forward_peak
 from accounting.spec.config import ModelConfig
 from accounting.units import TERA
 
@@ -101,7 +101,7 @@ def serve(config: ModelConfig, scheme: Scheme, *, gpu: str | None = None,
           cuda_graph_bytes: int = 0,
           mfu=Fraction(1, 2), bandwidth_efficiency=Fraction(8, 10), names=None,
           model_dtype_bytes: int = 2, peak_tflops=None, bandwidth_tbs=None,
-          prompt: int | None = None) -> ServePlan:
+          prompt: int | None = None, notes: tuple[str, ...] = ()) -> ServePlan:
     card = get_gpu(gpu) if gpu else None
     if memory_bytes is None:
         if card is None:
@@ -126,7 +126,9 @@ def serve(config: ModelConfig, scheme: Scheme, *, gpu: str | None = None,
         caches = tuple(kv.layer_caches(config, kv_b, tp, st.layers))
         per_token = sum(c.bytes_per_token for c in caches)
         if engine == engines.VLLM:
-            act = (activation_peak(config, n_tokens, seqs, tp)
+            last = st.index == pp - 1  # only the last stage runs the sampler
+            act = ((activation_peak(config, n_tokens, seqs, tp) if last
+                    else forward_peak(config, n_tokens, tp))
                    if activation_bytes is None else activation_bytes)
             pool = engines.vllm_pool(memory_bytes, util, st.bytes, act, non_torch,
                                      cuda_graph_bytes)
@@ -145,7 +147,7 @@ def serve(config: ModelConfig, scheme: Scheme, *, gpu: str | None = None,
                                                                    d.block_size)
                    for p in pools) if per_seq else 0
     longest = _longest(pools, concurrency or 1, d.block_size) if bind.pool_bytes > 0 else None
-    notes = []
+    notes = list(notes)
     if engine == engines.VLLM and ctx > n_tokens:
         notes.append(f"vLLM prefills a {ctx:,}-token prompt in chunks of {n_tokens:,} "
                      f"(max_num_batched_tokens; chunked prefill)")
