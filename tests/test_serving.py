@@ -212,6 +212,10 @@ def test_decode_terms_and_a_huge_concurrency_stay_quick():
     assert decode_flops(c, 3, 100) == inference(c, 3, 100, PRECISIONS[BF16_MIXED]).decode_flops
     assert expert_share(c, 3) == Fraction(37, 64)
     assert expert_share(c, 10**15) == 1  # every expert; no 10^15-th power of a Fraction
+    from accounting.planning.inference import experts_read
+    assert experts_read(c, 10**15) == (8, 8)  # plan's decode terms too (it hung before)
+    # at B·k = 64·E - 2 the exact expectation still: 8·(1 − (3/4)^255)
+    assert experts_read(c, 255)[1] == 8 * (1 - Fraction(3, 4) ** 255)
     ds = get_preset("deepseek-ai/DeepSeek-V3")
     absorbed = inference(ds, 2, 64, PRECISIONS[BF16_MIXED]).decode_flops_absorbed
     assert decode_flops(ds, 2, 64) == absorbed

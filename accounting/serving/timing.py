@@ -24,14 +24,10 @@ from fractions import Fraction
 from accounting.analysis.workload import analyze
 from accounting.ledger import records as R
 from accounting.ledger.builder.moe import expert_capacity
-from accounting.planning.inference import absorbed_decode_flops_expr, decode_flops_expr
+from accounting.planning.inference import (absorbed_decode_flops_expr, decode_flops_expr,
+                                           experts_read)
 from accounting.planning.memory import values
 from accounting.serving.kv import LayerKV
-
-# Under uniform routing an expert is missed by all B tokens with probability (1 − k/E)^B;
-# once B·k ≥ 64·E that is below e^−64 and every expert is counted as read (the exact power
-# would have B·log2(E) bits: B up to 10^15 is a bounded input).
-ALL_EXPERTS_AT = 64
 
 
 @dataclass(frozen=True)
@@ -95,15 +91,10 @@ def decode_flops(config, batch: int, position: int) -> int:
 
 
 def expert_share(config, batch: int) -> Fraction:
-    """The routed experts' share a decode step reads: 1 − (1 − k/E)^B under uniform routing
-    (every expert when a capacity factor or Llama 4's router runs them all)."""
-    if config.num_experts is None:
-        return Fraction(1)
-    E, k = config.num_experts, config.experts_per_token
-    if (config.moe_capacity_factor is not None or config.router_scales_input
-            or batch * k >= ALL_EXPERTS_AT * E):
-        return Fraction(1)
-    return 1 - (1 - Fraction(k, E)) ** batch
+    """The routed experts' share a decode step reads under uniform routing
+    (planning/inference.py's experts_read, its expectation over E)."""
+    read = experts_read(config, batch)
+    return Fraction(1) if read is None else read[1] / config.num_experts
 
 
 def timing(config, stages, caches: list[list[LayerKV]], tp: int, pp: int, prompt: int,
