@@ -138,6 +138,7 @@ def test_contract_json_and_refusals(capsys):
     (["--mfu", "1e999999999"], "the exponent must be within ±100"),
     (["--gpu-bw", "1" * 5000], "at most 100 characters"),
     (["--block-size", "0"], "must be a positive integer"),
+    (["--engine", "sglang", "--gpu-mem", "1B"], "default mem_fraction_static is not positive"),
 ])
 def test_bad_input_is_one_line(capsys, argv, words):
     refused_in_one_line(capsys, "serve", "meta-llama/Llama-3.1-8B", "--gpu", "H100", *argv,
@@ -221,3 +222,11 @@ def test_decode_terms_and_a_huge_concurrency_stay_quick():
     assert decode_flops(ds, 2, 64) == absorbed
     p = serve(c, get_scheme("bf16"), gpu="H100", tp=8, ctx=10**15, concurrency=10**15)
     assert not p.fits and p.time is not None
+
+
+def test_one_sequence_too_long_without_a_concurrency(capsys):
+    # a pool that holds blocks but not one sequence of --ctx tokens (found by a fuzz run:
+    # the answer line had no concurrency to print)
+    code, out, err = run(capsys, "serve", "meta-llama/Llama-3.1-8B", "--gpu-mem", "24GiB",
+                         "--ctx", "10000000")
+    assert code == 0 and "NO: 1 × 10,000,000 tokens need" in out

@@ -74,6 +74,10 @@ def defaults(engine: str, gpu_name: str | None, memory_bytes: int, tp: int, pp: 
             reserved = (12 + par) * 1024
         else:
             reserved = Fraction(32 * 1024)
+        if mem_mib <= reserved:
+            raise UsageError(f"SGLang's default mem_fraction_static is not positive on a GPU of "
+                             f"{mem_mib:,} MiB (it reserves {float(reserved):g} MiB); give "
+                             f"--gpu-memory-utilization F")
         frac = Fraction(round(Fraction(mem_mib - reserved, mem_mib), 3)).limit_denominator(1000)
         chunk = 2048 if mem_mib < 35 * 1024 else 8192 if mem_mib < 160 * 1024 else 16384
         return Defaults(frac, chunk, 1024, 1,

@@ -45,7 +45,7 @@ def answer(p: ServePlan) -> Table:
                                    f"{p.utilization and _plain(p.utilization)} of the memory "
                                    f"by {_gb(p.shortfall_bytes)} per GPU"))
     else:
-        lines.append(_line("fits", f"NO: {grouped(conc)} × {grouped(p.ctx)} tokens need "
+        lines.append(_line("fits", f"NO: {grouped(conc or 1)} × {grouped(p.ctx)} tokens need "
                                    f"{_gb(p.shortfall_bytes)} more KV pool per GPU "
                                    f"(at most {grouped(p.max_concurrency)} sequences)"))
     lines.append(_line("weights/GPU", f"{_gb(p.weights_bytes_per_gpu)}: {p.scheme.label}"))
