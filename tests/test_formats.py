@@ -152,3 +152,26 @@ def test_storage_dtype_sizes_are_torch_s():
              "fp8_e5m2": torch.float8_e5m2}
     assert units.STORAGE_BYTES == {k: torch.empty(0, dtype=d).element_size()
                                    for k, d in sizes.items()}
+
+
+def test_bitsandbytes_schemes_call_the_sibling_layouts(monkeypatch):
+    # accounting/formats/bnb.py (the fine-tuning branch's) owns the layouts; the schemes call
+    # bnb_4bit_bytes(out, in, *, quant_type, blocksize, double_quant) and bnb_8bit_bytes(out,
+    # in), imported when used. A stub stands in for the module: the wiring, not the bytes.
+    import sys
+    import types
+    calls = []
+    stub = types.ModuleType("accounting.formats.bnb")
+    stub.bnb_4bit_bytes = lambda o, i, **kw: calls.append((o, i, kw)) or {"weight": 1}
+    stub.bnb_8bit_bytes = lambda o, i: calls.append((o, i)) or {"CB": 2}
+    monkeypatch.setitem(sys.modules, "accounting.formats.bnb", stub)
+    import accounting.formats as pkg
+    monkeypatch.setattr(pkg, "bnb", stub, raising=False)
+    assert get_scheme("nf4").tensors(64, 128) == {"weight": 1}
+    assert get_scheme("bnb-int8").tensors(64, 128) == {"CB": 2}
+    fp4 = scheme_from_config({"quant_method": "bitsandbytes", "load_in_4bit": True,
+                              "bnb_4bit_quant_type": "fp4", "bnb_4bit_use_double_quant": False})
+    fp4.tensors(64, 128)
+    assert calls == [(64, 128, {"quant_type": "nf4", "blocksize": 64, "double_quant": True}),
+                     (64, 128), (64, 128, {"quant_type": "fp4", "blocksize": 64,
+                                           "double_quant": False})]
