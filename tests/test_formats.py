@@ -92,6 +92,15 @@ def test_fp8_block_and_mxfp4_by_hand():
     assert layouts.mxfp4(5760, 2880) == {"blocks": 5760 * 90 * 16, "scales": 5760 * 90}
 
 
+def test_fbgemm_fp8_by_hand():
+    # FbgemmFp8Linear: weight fp8 (out, in), weight_scale fp32 (out, 1), input_scale_ub (1)
+    assert layouts.fbgemm_fp8(53248, 16384) == {"weight": 53248 * 16384,
+                                                "weight_scale": 53248 * 4, "input_scale_ub": 4}
+    s = scheme_from_config({"quant_method": "fbgemm_fp8", "activation_scale_ub": 1200.0,
+                            "modules_to_not_convert": ["lm_head", "self_attn"]})
+    assert s.kind == "fbgemm_fp8" and s.ignore == ("lm_head", "self_attn")
+
+
 def test_quantization_configs_read():
     awq = scheme_from_config({"bits": 4, "group_size": 128, "modules_to_not_convert": None,
                               "quant_method": "awq", "version": "gemm", "zero_point": True})

@@ -11,6 +11,7 @@ tensors' QuantizationConfig); a key the tool cannot honour is refused in one lin
                          input_activations (static or dynamic), ignore
     fp8                  weight_block_size (block-wise) or none (per tensor), activation_scheme,
                          modules_to_not_convert
+    fbgemm_fp8           modules_to_not_convert (per-row scales)
     bitsandbytes         load_in_4bit / load_in_8bit, bnb_4bit_quant_type,
                          bnb_4bit_use_double_quant, llm_int8_skip_modules
     mxfp4                modules_to_not_convert (gpt-oss)
@@ -23,7 +24,7 @@ from collections.abc import Mapping
 from accounting.formats.schemes import Scheme, get_scheme
 from accounting.runtime.errors import UsageError
 
-METHODS = ("awq", "gptq", "compressed-tensors", "fp8", "bitsandbytes", "mxfp4")
+METHODS = ("awq", "gptq", "compressed-tensors", "fp8", "fbgemm_fp8", "bitsandbytes", "mxfp4")
 
 
 def _bad(what: str) -> UsageError:
@@ -71,6 +72,8 @@ def scheme_from_config(q) -> Scheme:
         else:
             s = replace(get_scheme("fp8"), params=(("static_input", static),))
         return s.with_ignore(_names(q.get("modules_to_not_convert")))
+    if method == "fbgemm_fp8":
+        return get_scheme("fbgemm-fp8").with_ignore(_names(q.get("modules_to_not_convert")))
     if method == "bitsandbytes":
         skip = _names(q.get("llm_int8_skip_modules"))
         if q.get("load_in_4bit"):

@@ -127,6 +127,13 @@ def fp8_tensor(out: int, inp: int, static_input: bool = False) -> dict[str, int]
     return d
 
 
+def fbgemm_fp8(out: int, inp: int) -> dict[str, int]:
+    """FBGEMM's per-row FP8 (quant_method "fbgemm_fp8", Meta's Llama-3.1-405B-Instruct-FP8;
+    transformers' FbgemmFp8Linear, integrations/fbgemm_fp8.py): weight float8_e4m3fn (out,
+    in), weight_scale float32 (out, 1), input_scale_ub float32 (1)."""
+    return {"weight": out * inp, "weight_scale": out * FP32_BYTES, "input_scale_ub": FP32_BYTES}
+
+
 MXFP4_BLOCK = 32  # OCP Microscaling: 32 FP4 (e2m1) values share one E8M0 scale
 
 

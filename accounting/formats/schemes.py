@@ -79,6 +79,7 @@ for _s in (
            (("block", (128, 128)),)),
     Scheme("fp8-channel", "FP8 e4m3, bf16 scale per output channel (compressed-tensors "
            "FP8_DYNAMIC)", "ct_8bit", (("strategy", "channel"),)),
+    Scheme("fbgemm-fp8", "FP8 e4m3, fp32 scale per output row (FBGEMM)", "fbgemm_fp8"),
     Scheme("int8", "int8, bf16 scale per output channel (compressed-tensors W8A8)", "ct_8bit",
            (("strategy", "channel"),)),
     Scheme("w4a16", "int4 packed in int32, bf16 scale per group 128, symmetric "
