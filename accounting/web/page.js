@@ -1,0 +1,33 @@
+// The page's only script: submit on a question change, leave empty fields out of the URL
+// (the permalink), read an uploaded config.json into the textarea, copy the command.
+(function () {
+  var form = document.getElementById("form");
+  form.addEventListener("submit", function () {
+    form.querySelectorAll("input, select, textarea").forEach(function (el) {
+      if ((el.name && el.value === "" && el.type !== "radio") || !el.name) el.disabled = true;
+    });
+  });
+  form.querySelectorAll("input[name=question]").forEach(function (r) {
+    r.addEventListener("change", function () { form.requestSubmit(); });
+  });
+  var file = document.getElementById("config-file");
+  file.addEventListener("change", function () {
+    var f = file.files[0];
+    if (!f) return;
+    f.text().then(function (text) {
+      document.getElementById("f-config").value = text;
+      document.getElementById("f-model").value = "";
+    });
+  });
+  document.getElementById("f-config").addEventListener("input", function (e) {
+    if (e.target.value.trim()) document.getElementById("f-model").value = "";
+  });
+  var copy = document.getElementById("copy");
+  if (copy) copy.addEventListener("click", function () {
+    var cmd = document.getElementById("cli-command");
+    cmd.select();
+    if (navigator.clipboard) navigator.clipboard.writeText(cmd.value).catch(function () {});
+    else document.execCommand("copy");
+    copy.textContent = "Copied";
+  });
+})();
