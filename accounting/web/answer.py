@@ -17,6 +17,7 @@ SWEEP_CTX = (1024, 2048, 4096, 8192, 16384)
 # The page passes at most this many characters of a pasted config; the CLI then bounds
 # the file as it bounds every config file (spec/choices.py MAX_CONFIG_BYTES, safe_io)
 MAX_CONFIG_CHARS = 2**20 + 1
+PASTED_NAME = "pasted-config"  # the model's name for a pasted config.json
 
 
 @dataclass
@@ -47,7 +48,11 @@ class _Config:
         if not self.text.strip():
             return None
         self.folder = tempfile.TemporaryDirectory(prefix="accounting-web-")
-        self.path = os.path.join(self.folder.name, form.CONFIG_NAME)
+        # the CLI names a config.json after its folder (spec/loaders.py): a fixed name,
+        # not the temporary folder's random one
+        folder = os.path.join(self.folder.name, PASTED_NAME)
+        os.mkdir(folder)
+        self.path = os.path.join(folder, form.CONFIG_NAME)
         with open(self.path, "w", encoding="utf-8") as f:
             f.write(self.text[:MAX_CONFIG_CHARS])
         return self.path

@@ -20,7 +20,8 @@ def _static(name: str) -> str:
 
 def _short(help_text: str, n: int = 90) -> str:
     text = help_text.split("; ")[0]
-    return text if len(text) <= n else text[:n - 1] + "…"
+    text = text if len(text) <= n else text[:n - 1] + "…"
+    return text + ")" * max(0, text.count("(") - text.count(")"))
 
 
 def _error(name: str, a) -> str:

@@ -38,7 +38,7 @@ def _legend(names: list[str], y: int) -> tuple[str, int]:
 def _svg(body: str, height: int, title: str, plot_id: str) -> str:
     return (f'<figure class="plot" id="{plot_id}"><figcaption>{escape(title)}</figcaption>'
             f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {height}" '
-            f'width="{WIDTH}" height="{height}" font-size="12" font-family="sans-serif">'
+            f'width="100%" style="max-width:{WIDTH * 4 // 3}px" font-size="12" font-family="sans-serif">'
             f'{body}</svg></figure>')
 
 

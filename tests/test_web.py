@@ -1,0 +1,178 @@
+"""The web page's server without a browser (accounting/web/): the query -> the CLI's argv,
+the page and the downloads against the CLI run as its own process (python -m accounting:
+an independent path, argv to stdout), bad input, the `web` subcommand's contract (URL on
+the first line, loopback only, Ctrl-C -> 130 without a traceback). The browser's view is
+tests/test_web_browser.py."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import urllib.error
+import urllib.request
+from html import unescape
+from pathlib import Path
+from urllib.parse import urlencode
+
+import pytest
+
+from accounting.cli import plan as plan_cli
+from accounting.web import form
+from accounting.web.server import make_server, url
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
+ENV.pop("COLUMNS", None)
+
+
+def cli(*argv: str) -> subprocess.CompletedProcess:
+    """The CLI as a person runs it: its own process."""
+    return subprocess.run([sys.executable, "-m", "accounting", *argv], capture_output=True,
+                          text=True, env=ENV, cwd=ROOT, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def base():
+    server = make_server(0)
+    t = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    t.start()
+    yield url(server)
+    server.shutdown()
+    server.server_close()
+
+
+def get(base: str, path: str, data: bytes | None = None) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(base.rstrip("/") + path, data=data, timeout=60) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def answer_block(html: str) -> str:
+    m = re.search(r'<pre id="answer">(.*?)</pre>', html, re.S)
+    assert m, html[-2000:]
+    return unescape(m.group(1))
+
+
+def page_data(html: str) -> dict:
+    m = re.search(r'<script type="application/json" id="data">(.*?)</script>', html, re.S)
+    return json.loads(m.group(1).replace("<\\/", "</"))
+
+
+def test_contract_query_shows_the_cli_answer(base):
+    # the issue's contract: ?model=gpt2-xl&ctx=16384 shows 151,812,993,744,896, the
+    # FLOPs the CLI's JSON gives (all_flops) as the CLI prints integers
+    status, html = get(base, "/?model=gpt2-xl&ctx=16384")
+    assert status == 200
+    p = cli("gpt2-xl", "--ctx", "16384", "--no-verify", "--format", "json")
+    flops = json.loads(p.stdout)["all_flops"]
+    assert f"{flops:,}" == "151,812,993,744,896" and f"{flops:,}" in answer_block(html)
+    assert page_data(html) == json.loads(p.stdout)
+    text = cli("gpt2-xl", "--ctx", "16384", "--no-verify").stdout
+    assert answer_block(html) == text.split("\n\n")[0]  # the CLI's answer block, verbatim
+    assert 'id="plot-flops"' in html
+
+
+@pytest.mark.parametrize("query, argv", [
+    ({"question": "plan", "model": "meta-llama/Llama-3.1-8B", "ctx": "8192", "gpu": "H100",
+      "precision": "bf16-mixed", "recompute": "full"},
+     ["plan", "meta-llama/Llama-3.1-8B", "--ctx", "8192", "--gpu", "H100", "--precision",
+      "bf16-mixed", "--recompute", "full"]),
+    ({"question": "serve", "model": "meta-llama/Llama-3.1-8B", "gpu": "H100", "ctx": "8192",
+      "kv_dtype": "fp8"},
+     ["serve", "meta-llama/Llama-3.1-8B", "--gpu", "H100", "--ctx", "8192", "--kv-dtype", "fp8"]),
+    ({"question": "layouts", "model": "gpt2-xl", "gpu": "H100", "gpus": "8", "search": "1",
+      "ctx": "4096", "precision": "bf16-mixed", "recompute": "full"},
+     ["plan", "gpt2-xl", "--gpu", "H100", "--gpus", "8", "--search", "--ctx", "4096",
+      "--precision", "bf16-mixed", "--recompute", "full"]),
+])
+def test_page_and_downloads_equal_the_cli(base, query, argv):
+    _, html = get(base, "/?" + urlencode(query))
+    data = json.loads(cli(*argv, "--format", "json").stdout)
+    assert page_data(html) == data
+    text = cli(*argv).stdout
+    assert answer_block(html) == text.split("\n\n")[0]
+    assert get(base, "/download.json?" + urlencode(query)) == (200, json.dumps(
+        data, indent=2, ensure_ascii=False) + "\n")
+    assert get(base, "/download.csv?" + urlencode(query))[1] == cli(*argv, "--format", "csv").stdout
+
+
+def test_the_form_is_the_parsers():
+    # every option of `plan` a person sets is a field, with argparse's own choices
+    parser = plan_cli.parser()
+    fields = {f.flag: f for f in form.fields(form.QUESTIONS["plan"])}
+    for action in parser._actions:
+        longs = [s for s in action.option_strings if s.startswith("--") and not s.startswith("--no-")]
+        if not longs or longs[0][2:].replace("-", "_") in form.SKIPPED:
+            continue
+        if action.nargs == 0 and not isinstance(action, type(parser._option_string_actions["--sp"])):
+            continue
+        assert longs[0] in fields, longs[0]
+        if action.choices:
+            assert fields[longs[0]].choices == tuple(str(c) for c in action.choices)
+
+
+def test_bad_input_one_line_beside_its_field_and_the_server_survives(base):
+    _, html = get(base, "/?model=gpt2-xl&ctx=16k&batch=2")
+    line = cli("gpt2-xl", "--ctx", "16k", "--no-verify").stderr.strip()  # the CLI's message
+    assert line.startswith("accounting: error: argument --ctx")
+    m = re.search(r'<span class="error" id="error-ctx" role="alert">(.*?)</span>', html)
+    assert m and unescape(m.group(1)) == line.removeprefix("accounting: error: ")
+    assert 'value="2"' in html and 'value="16k"' in html  # the inputs are kept
+    assert "Traceback" not in html
+    _, html = get(base, "/?model=no-such-model")
+    assert 'id="error-model"' in html
+    assert get(base, "/?model=gpt2-xl&ctx=1024")[0] == 200
+    status, body = get(base, "/download.json?model=gpt2-xl&ctx=-1")
+    assert status == 400 and body.count("\n") == 1 and "--ctx" in body
+
+
+def test_pasted_config_is_the_cli_config(base, tmp_path):
+    source = ROOT / "accounting/hf_configs/meta-llama/Llama-3.2-1B.json"
+    text = source.read_text()
+    body = urlencode({"question": "plan", "model": "", "config": text, "ctx": "2048"}).encode()
+    _, html = get(base, "/", data=body)  # POST, as a long config goes
+    (tmp_path / "pasted-config").mkdir()  # the page's name for it (the CLI names a
+    (tmp_path / "pasted-config" / "config.json").write_text(text)  # config.json by its folder)
+    p = cli("plan", "--config", str(tmp_path / "pasted-config" / "config.json"), "--ctx", "2048",
+            "--format", "json")
+    assert page_data(html) == json.loads(p.stdout)
+    assert "--config=config.json" in unescape(html)
+    big = urlencode({"model": "", "config": "{" + " " * (2**20 + 10) + "}"}).encode()
+    _, html = get(base, "/", data=big)
+    assert 'id="error-config"' in html and "1,048,576" in html  # the CLI's bound
+
+
+def test_permalink_round_trip(base):
+    _, html = get(base, "/?question=plan&model=gpt2-large&ctx=2048&gpu=A100&batch=4")
+    link = unescape(re.search(r'id="permalink" href="([^"]*)"', html).group(1))
+    _, again = get(base, link)
+    assert answer_block(again) == answer_block(html) and page_data(again) == page_data(html)
+
+
+def test_web_subcommand_url_first_loopback_and_ctrl_c():
+    p = subprocess.Popen([sys.executable, "-m", "accounting", "web"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=ENV, cwd=ROOT)
+    try:
+        first = p.stdout.readline().strip()
+        assert re.fullmatch(r"http://127\.0\.0\.1:\d+/", first), first
+        with urllib.request.urlopen(first + "healthz", timeout=30) as r:
+            assert r.read() == b"ok\n"
+        p.send_signal(signal.SIGINT)
+        assert p.wait(timeout=30) == 130
+        err = p.stderr.read()
+        assert "Traceback" not in err and err.strip().splitlines()[-1] == "accounting: interrupted"
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+def test_bad_port_one_line():
+    p = cli("web", "--port", "70000")
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "--port" in p.stderr
