@@ -153,6 +153,19 @@ def with_defaults(query: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
+SWITCH = "switch"  # set by the page's script when the question changes
+
+
+def switched(query: Mapping[str, str]) -> dict[str, str]:
+    """After a change of question: the query with the new question's starting values for
+    the inputs it does not give (a GPU for a plan), the switch mark dropped, empties left out."""
+    q = question_of(query)
+    out = {k: v for k, v in query.items() if v and k != SWITCH}
+    for k, v in q.defaults.items():
+        out.setdefault(k, v)
+    return out
+
+
 CONFIG_NAME = "config.json"  # how the page's pasted config is named in argv and messages
 
 

@@ -3,12 +3,20 @@
 (function () {
   var form = document.getElementById("form");
   form.addEventListener("submit", function () {
+    // a long config.json goes in the body: http.server refuses a request line over 64 KiB
+    form.method = document.getElementById("f-config").value.length > 16000 ? "post" : "get";
     form.querySelectorAll("input, select, textarea").forEach(function (el) {
       if ((el.name && el.value === "" && el.type !== "radio") || !el.name) el.disabled = true;
     });
   });
   form.querySelectorAll("input[name=question]").forEach(function (r) {
-    r.addEventListener("change", function () { form.requestSubmit(); });
+    r.addEventListener("change", function () {
+      // the server fills in the new question's starting values, then redirects (form.py)
+      var mark = document.createElement("input");
+      mark.type = "hidden"; mark.name = "switch"; mark.value = "1";
+      form.appendChild(mark);
+      form.requestSubmit();
+    });
   });
   var file = document.getElementById("config-file");
   file.addEventListener("change", function () {

@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from accounting.web import answer, form, page
 
@@ -51,8 +51,11 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.write(data)
 
     def _route(self, path: str, query: dict[str, str]) -> None:
-        if path == "/":
-            q = form.with_defaults(query)
+        if path == "/" and form.SWITCH in query and self.command != "POST":
+            self._send(HTTPStatus.SEE_OTHER, "", "text/plain; charset=utf-8",
+                       {"Location": "/?" + urlencode(form.switched(query))})
+        elif path == "/":
+            q = form.switched(query) if form.SWITCH in query else form.with_defaults(query)
             self._send(HTTPStatus.OK, page.render(q, answer.run(q)), "text/html; charset=utf-8")
         elif path in ("/download.json", "/download.csv"):
             fmt = path.rsplit(".", 1)[1]

@@ -1,0 +1,148 @@
+"""The web page in a real browser: Debian's Chromium (apt-get install -y chromium) driven by
+Playwright (the `web` extra). Skipped, with the reason, where either is missing. One
+server and one browser for the module; the page's numbers are compared with the CLI run
+as its own process (python -m accounting ... --format json), the independent path."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM = os.environ.get("CHROMIUM") or ("/usr/bin/chromium" if os.access(
+    "/usr/bin/chromium", os.X_OK) else shutil.which("chromium"))
+if CHROMIUM is None:
+    pytest.skip("no Chromium installed (apt-get install -y chromium, or set CHROMIUM): the "
+                "browser tests need Debian's package; a browser download cannot work here",
+                allow_module_level=True)
+sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright is not installed "
+                               "(pip install -e '.[web]')")
+
+from accounting.web.server import make_server, url  # noqa: E402
+
+ENV = {k: v for k, v in os.environ.items() if k != "COLUMNS"} | {"PYTHONPATH": str(ROOT)}
+
+
+def cli(*argv: str) -> str:
+    p = subprocess.run([sys.executable, "-m", "accounting", *argv], capture_output=True,
+                       text=True, env=ENV, cwd=ROOT, timeout=120)
+    assert p.returncode == 0, p.stderr
+    return p.stdout
+
+
+@pytest.fixture(scope="module")
+def base():
+    server = make_server(0)
+    t = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    t.start()
+    yield url(server)
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with sync_api.sync_playwright() as p:
+        try:
+            b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        except Exception as e:  # a broken install: say so, do not fail the suite on it
+            pytest.skip(f"Chromium at {CHROMIUM} does not start under Playwright: "
+                        f"{str(e).splitlines()[0]}")
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser):
+    ctx = browser.new_context(viewport={"width": 1200, "height": 900})
+    pg = ctx.new_page()
+    yield pg
+    ctx.close()
+
+
+CASES = [  # (query, the CLI's argv for it, [JSON path, ...] shown in the answer block)
+    ("?model=gpt2-xl&ctx=16384", ["gpt2-xl", "--ctx", "16384", "--no-verify"],
+     [("all_flops",), ("parameters", "total")]),
+    ("?question=plan&model=meta-llama/Llama-3.1-8B&ctx=8192&gpu=H100&precision=bf16-mixed"
+     "&recompute=full", ["plan", "meta-llama/Llama-3.1-8B", "--ctx", "8192", "--gpu", "H100",
+                         "--precision", "bf16-mixed", "--recompute", "full"],
+     [("flops_per_step", "total")]),
+    ("?question=serve&model=meta-llama/Llama-3.1-8B&gpu=H100&ctx=8192",
+     ["serve", "meta-llama/Llama-3.1-8B", "--gpu", "H100", "--ctx", "8192"],
+     [("max_concurrency",), ("kv_pool_tokens",)]),
+]
+
+
+@pytest.mark.parametrize("query, argv, paths", CASES)
+def test_page_numbers_equal_the_cli_json(base, page, query, argv, paths):
+    page.goto(base + query)
+    shown = page.inner_text("#answer")
+    data = json.loads(cli(*argv, "--format", "json"))
+    for path in paths:
+        value = data
+        for key in path:
+            value = value[key]
+        assert f"{value:,}" in shown, (path, value)  # as the CLI prints an integer
+    assert shown == cli(*argv).split("\n\n")[0]  # the CLI's answer block, as the page shows it
+    assert json.loads(page.inner_text("#data")) == data
+    assert page.locator("figure.plot svg").count() >= 1
+
+
+def test_bad_input_beside_the_field_keeps_the_rest(base, page):
+    page.goto(base + "?question=plan&model=gpt2-large&ctx=2048&gpu=A100")
+    page.fill("#f-ctx", "two thousand")
+    page.fill("#f-batch", "3")
+    page.click("#submit")
+    page.wait_for_selector("#error-ctx")
+    assert "argument --ctx: must be a positive integer" in page.inner_text("#error-ctx")
+    assert page.input_value("#f-batch") == "3" and page.input_value("#f-gpu") == "A100"
+    assert page.input_value("#f-model") == "gpt2-large"
+    assert "Traceback" not in page.content()
+    page.fill("#f-ctx", "2048")
+    page.click("#submit")
+    page.wait_for_selector("#answer")  # the server survived it
+
+
+def test_permalink_round_trip(base, page):
+    page.goto(base + "?model=gpt2-xl")
+    page.click("label.tab:has-text('Serving plan')")  # a question change submits the form
+    page.wait_for_url("**question=serve**")
+    page.select_option("#f-model", "meta-llama/Llama-3.2-1B")
+    page.fill("#f-ctx", "4096")
+    page.select_option("#f-kv_dtype", "fp8")
+    page.click("#submit")
+    page.wait_for_selector("#answer")
+    query = parse_qs(urlsplit(page.url).query)
+    assert query["ctx"] == ["4096"] and query["kv_dtype"] == ["fp8"]
+    assert all(v != [""] for v in query.values())  # empty fields stay out of the URL
+    answer, data = page.inner_text("#answer"), page.inner_text("#data")
+    permalink = page.get_attribute("#permalink", "href")
+    page.goto("about:blank")
+    page.goto(base + permalink.lstrip("/"))
+    assert page.inner_text("#answer") == answer and page.inner_text("#data") == data
+    assert page.input_value("#f-kv_dtype") == "fp8"
+    cmd = page.input_value("#cli-command")
+    assert cmd.startswith("python -m accounting serve ") and "--kv-dtype=fp8" in cmd
+
+
+def test_upload_a_config_json(base, page, tmp_path):
+    source = ROOT / "accounting/hf_configs/Qwen/Qwen3-0.6B.json"
+    page.goto(base + "?question=flops&model=gpt2-xl&ctx=4096")
+    page.set_input_files("#config-file", str(source))
+    page.wait_for_function("document.getElementById('f-config').value.length > 0")
+    assert page.input_value("#f-model") == ""
+    page.click("#submit")
+    page.wait_for_selector("#answer")
+    folder = tmp_path / "pasted-config"  # the page's name for a pasted config
+    folder.mkdir()
+    (folder / "config.json").write_text(source.read_text())
+    data = json.loads(cli("--config", str(folder / "config.json"), "--ctx", "4096",
+                          "--no-verify", "--format", "json"))
+    assert json.loads(page.inner_text("#data")) == data
