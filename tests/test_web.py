@@ -132,6 +132,16 @@ def test_bad_input_one_line_beside_its_field_and_the_server_survives(base):
     assert status == 400 and body.count("\n") == 1 and "--ctx" in body
 
 
+def test_long_search_is_bounded_on_the_page(base):
+    # a layout search over 720,720 GPUs runs over a minute in the CLI; the page refuses it
+    # beside --gpus at once, and says why
+    _, html = get(base, "/?question=layouts&model=gpt2-xl&gpu=H100&gpus=720720&search=1")
+    assert 'id="error-gpus"' in unescape(html) and "at most 4,096 GPUs" in html
+    status, body = get(base, "/download.json?question=layouts&model=gpt2-xl&gpu=H100"
+                             "&gpus=720720&search=1")
+    assert status == 400 and "4,096" in body
+
+
 def test_pasted_config_is_the_cli_config(base, tmp_path):
     source = ROOT / "accounting/hf_configs/meta-llama/Llama-3.2-1B.json"
     text = source.read_text()

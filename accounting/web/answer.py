@@ -75,6 +75,10 @@ def run(query: Mapping[str, str], sweep: bool = True) -> Answer:
     with _Config(query.get("config", "")) as path:
         args = form.argv(query, path)
         a.command = form.command(args, path)
+        refused = form.page_refusal(query)
+        if refused:
+            a.status, (a.error_field, a.error) = 2, refused
+            return a
         text = run_cli(args)
         if text.status != 0:
             a.status, a.error = text.status, _clean(text.error_line, path)
@@ -95,6 +99,9 @@ def run(query: Mapping[str, str], sweep: bool = True) -> Answer:
 
 def download(query: Mapping[str, str], fmt: str) -> tuple[int, str, str]:
     """(exit status, the CLI's output in `fmt` (json or csv), its one-line message)."""
+    refused = form.page_refusal(query)
+    if refused:
+        return 2, "", refused[1]
     with _Config(query.get("config", "")) as path:
         args = form.argv(query, path) + [f"--format={fmt}"]
         r = run_cli(args)

@@ -193,6 +193,22 @@ def command(args: list[str], config_path: str | None = None) -> str:
     return "python -m accounting " + shlex.join(shown)
 
 
+# What the page bounds beyond the CLI: a layout search grows with the divisors of --gpus
+# (4,096 GPUs: about 1 s; 65,536: 5 s; 720,720: over a minute on one core), and one run
+# holds the page's lock. 4,096 is also `serve --gpus`'s own bound.
+MAX_SEARCH_GPUS = 4096
+
+
+def page_refusal(query: Mapping[str, str]) -> tuple[str, str] | None:
+    """(field, one line) for an input the page bounds tighter than the CLI, else None."""
+    gpus = query.get("gpus", "").strip().replace(",", "").replace("_", "")
+    if query.get("search", "").lower() in TRUE_WORDS and gpus.isdigit() and \
+            int(gpus) > MAX_SEARCH_GPUS:
+        return "gpus", (f"the page searches the layouts of at most {MAX_SEARCH_GPUS:,} GPUs "
+                        f"(a larger search takes minutes); run the command below in a terminal")
+    return None
+
+
 _FLAG = re.compile(r"--([a-z][a-z0-9-]*)")
 _KEYWORDS = (("unknown model", "model"), ("no model given", "model"), ("model name", "model"),
              ("unknown GPU", "gpu"), ("weight scheme", "weights"), (CONFIG_NAME, "config"))
