@@ -88,9 +88,9 @@ def _form(query: dict, a) -> str:
 <div class="source">
  <div class="field"><label for="f-model">model (a preset)</label>
   <select name="model" id="f-model"{bad}>{"".join(opts)}</select>{_error("model", a)}</div>
- <details class="group"{" open" if config.strip() else ""}><summary>or paste / upload a config.json
-  (a Hugging Face config or the tool's own format; at most {MAX_CONFIG_CHARS - 1:,} bytes, as the
-  CLI's --config)</summary>
+ <details class="group"{" open" if config.strip() else ""}><summary>or a config.json (paste or upload)</summary>
+  <p class="muted">A Hugging Face config.json or the tool's own format, at most
+  {MAX_CONFIG_CHARS - 1:,} bytes (the CLI's --config bound); choose "(none)" as the model.</p>
   <div class="field wide"><input type="file" id="config-file" accept=".json,application/json">
   <textarea name="config" id="f-config" rows="8" spellcheck="false"
    placeholder='{{"model_type": "llama", ...}}'>{escape(config)}</textarea>{_error("config", a)}</div>

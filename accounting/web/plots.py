@@ -44,12 +44,13 @@ def _svg(body: str, height: int, title: str, plot_id: str) -> str:
 
 def stacked_bars(rows: list[tuple[str, list[float]]], names: list[str], title: str,
                  plot_id: str, scale: float, labels: list[str], marker: float | None = None,
-                 marker_label: str = "") -> str:
-    """Horizontal bars, one per row, each the stack of its parts; `scale` = full width."""
-    left, bar, gap, right = 110, 22, 10, 20
+                 marker_label: str = "", ends: list[str] | None = None) -> str:
+    """Horizontal bars, one per row, each the stack of its parts; `scale` = full width;
+    `ends`: a label after each bar."""
+    left, bar, gap, right = 130, 22, 10, 110 if ends else 20
     span = WIDTH - left - right
     parts, y = [], 10
-    for (label, values), text in zip(rows, labels):
+    for k, ((label, values), text) in enumerate(zip(rows, labels)):
         x = float(left)
         parts.append(f'<text x="{left - 6}" y="{y + 15}" text-anchor="end">{escape(label)}</text>')
         for i, v in enumerate(values):
@@ -59,6 +60,8 @@ def stacked_bars(rows: list[tuple[str, list[float]]], names: list[str], title: s
                              f'fill="{PALETTE[i % 10]}"><title>{escape(names[i])}: '
                              f'{escape(text.split(";")[i] if ";" in text else text)}</title></rect>')
             x += w
+        if ends:
+            parts.append(f'<text x="{x + 4:.1f}" y="{y + 15}">{escape(ends[k])}</text>')
         y += bar + gap
     if marker is not None and scale:
         mx = left + span * marker / scale
@@ -95,7 +98,8 @@ def _memory(parts: list[tuple[str, float]], capacity: float | None, title: str,
     scale = max(total, capacity or 0)
     mark = f"GPU capacity {_gb(capacity)}" if capacity else ""
     return stacked_bars([(label, values)], names, f"{title}: {_gb(total)} in all",
-                        plot_id, scale, [";".join(_gb(v) for v in values)], capacity, mark)
+                        plot_id, scale, [";".join(_gb(v) for v in values)], capacity, mark,
+                        [_gb(total)])
 
 
 def plan_memory(d: dict) -> str:
@@ -103,8 +107,10 @@ def plan_memory(d: dict) -> str:
     items = [(i["name"], float(i["bytes"])) for i in d["training_memory"]["items"]
              if i.get("on_gpu", True) and i["bytes"]]
     capacity = (d.get("fit") or {}).get("capacity_bytes")
-    return _memory(items, capacity, "Memory of a training step (GB = 10^9 bytes)",
-                   "plot-memory", f"B = {d['workload']['batch']:,}")
+    peak = (d.get("peak") or {}).get("peak_bytes")
+    title = "Training memory by part, as in its table (GB = 10^9 bytes"
+    title += f"; the step's peak: {_gb(peak)})" if peak else ")"
+    return _memory(items, capacity, title, "plot-memory", f"B = {d['workload']['batch']:,}")
 
 
 def serve_memory(d: dict) -> str:
@@ -118,7 +124,7 @@ def serve_memory(d: dict) -> str:
 
 
 def _layout_name(lo: dict) -> str:
-    text = f"tp{lo['tp']} pp{lo['pp']} dp{lo['dp']} z{lo['zero']}"
+    text = f"tp{lo['tp']} pp{lo['pp']} dp{lo['dp']} zero{lo['zero']}"
     return text + (" sp" if lo.get("sp") else "")
 
 
@@ -131,7 +137,8 @@ def layouts(d: dict) -> str:
     scale = max(v[0] for _, v in rows)
     labels = [f"{v[0]:.4g} s per step" for _, v in rows]
     return stacked_bars(rows, ["estimated step time"], f"Layouts of {d['gpus']:,} GPUs, "
-                        "fastest first (step time, s)", "plot-layouts", scale, labels)
+                        "fastest first (step time, s)", "plot-layouts", scale, labels,
+                        ends=[f"{v[0] * 1000:,.3f} ms" for _, v in rows])
 
 
 def plots(answer) -> list[str]:
