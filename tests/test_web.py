@@ -186,3 +186,19 @@ def test_web_subcommand_url_first_loopback_and_ctrl_c():
 def test_bad_port_one_line():
     p = cli("web", "--port", "70000")
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "--port" in p.stderr
+
+
+def test_space_app_serves_the_page():
+    # app.py, the Hugging Face Space's entry: the same server, host and port from the
+    # environment (here loopback and a free port), the shipped presets only
+    env = {**ENV, "PORT": "0", "ACCOUNTING_WEB_HOST": "127.0.0.1"}
+    p = subprocess.Popen([sys.executable, str(ROOT / "app.py")], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    try:
+        first = p.stdout.readline().strip()
+        assert re.fullmatch(r"http://127\.0\.0\.1:\d+/", first), first
+        with urllib.request.urlopen(first + "?model=gpt2-xl&ctx=16384", timeout=60) as r:
+            assert "151,812,993,744,896" in r.read().decode()
+    finally:
+        p.terminate()
+        p.wait(timeout=30)

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 from html import escape
 
+from fractions import Fraction
+
+from accounting.units import gigabytes, percent
+
 PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1",
            "#ff9da7", "#9c755f", "#bab0ac")
-GB = 10**9  # the CLI's GB (accounting/units.py)
 WIDTH = 760
 
 
@@ -20,7 +23,8 @@ def _approx(x) -> float:
 
 
 def _gb(n: float) -> str:
-    return f"{n / GB:,.2f} GB"
+    """As the CLI writes a size (accounting/units.py)."""
+    return gigabytes(int(n))
 
 
 def _legend(names: list[str], y: int) -> tuple[str, int]:
@@ -85,7 +89,8 @@ def flops_shares(sweep: dict[int, dict], counting: str) -> str:
         shares = d["components"][counting]["shares"]
         values = [_approx(shares[n]) if n in shares else 0.0 for n in names]
         rows.append((f"T = {ctx:,}", values))
-        labels.append(";".join(f"{100 * v:.2f}%" for v in values))
+        labels.append(";".join(percent(Fraction(shares[n]["numerator"], shares[n]["denominator"]))
+                               if n in shares else "0%" for n in names))
     return stacked_bars(rows, names, f"Share of the matmul FLOPs by component ({counting} "
                         f"attention count), T = 1k to 16k", "plot-flops", 1.0, labels)
 
