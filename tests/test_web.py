@@ -202,3 +202,12 @@ def test_space_app_serves_the_page():
     finally:
         p.terminate()
         p.wait(timeout=30)
+
+
+def test_no_field_names_a_file_on_the_server():
+    # --config is the page's textarea and -o is left out: no field of any question takes a
+    # path, so a page served to others (a Space) reads and writes none of its files
+    for q in form.QUESTIONS.values():
+        names = {f.name for f in form.fields(q)}
+        assert not names & {"config", "output", "o"}, q.key
+        assert all(f.kind != form.TEXT or f.flag not in ("--config", "--output") for f in form.fields(q))

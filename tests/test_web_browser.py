@@ -146,3 +146,14 @@ def test_upload_a_config_json(base, page, tmp_path):
     data = json.loads(cli("--config", str(folder / "config.json"), "--ctx", "4096",
                           "--no-verify", "--format", "json"))
     assert json.loads(page.inner_text("#data")) == data
+
+
+def test_upload_past_the_cli_bound_is_refused_beside_it(base, page, tmp_path):
+    # the CLI reads a config file of at most 2^20 bytes (spec/choices.py MAX_CONFIG_BYTES)
+    big = tmp_path / "config.json"
+    big.write_text("{" + " " * 2**20 + "}")
+    page.goto(base + "?model=gpt2-xl&ctx=1024")
+    page.set_input_files("#config-file", str(big))
+    page.wait_for_function("document.getElementById('error-config-file').textContent")
+    assert "1,048,578 bytes" in page.inner_text("#error-config-file")
+    assert page.input_value("#f-config") == "" and page.input_value("#f-model") == "gpt2-xl"

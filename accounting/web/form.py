@@ -27,6 +27,11 @@ SKIPPED = frozenset({"help", "list", "format", "output", "config", "verify", "br
                      "compare_formulas", "version"})
 
 
+# An option that names a file is not a field: a page (a Space) must not read or write the
+# server's files. --config is the page's textarea, written to a private folder (answer.py).
+FILE_METAVARS = frozenset({"FILE", "PATH", "DIR", "FOLDER"})
+
+
 def _main_parser():
     return import_module("accounting.cli.main").parser()
 
@@ -103,6 +108,8 @@ def _field(action: argparse.Action, group: str, suggest: dict) -> Field | None:
         return None
     name = flag[2:].replace("-", "_")
     if name in SKIPPED or action.dest in SKIPPED:
+        return None
+    if str(action.metavar or "").upper() in FILE_METAVARS:  # never a path on the server's disk
         return None
     default = action.default
     shown = "" if default in (None, False, argparse.SUPPRESS) else str(default)

@@ -22,6 +22,14 @@
   file.addEventListener("change", function () {
     var f = file.files[0];
     if (!f) return;
+    var limit = +file.dataset.limit, note = document.getElementById("error-config-file");
+    note.textContent = "";
+    if (f.size > limit) {  // the CLI's bound on a config file, said before reading it
+      note.textContent = f.name + " has " + f.size.toLocaleString("en-US") +
+        " bytes; a config file has at most " + limit.toLocaleString("en-US");
+      file.value = "";
+      return;
+    }
     f.text().then(function (text) {
       document.getElementById("f-config").value = text;
       document.getElementById("f-model").value = "";

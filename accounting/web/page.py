@@ -91,7 +91,8 @@ def _form(query: dict, a) -> str:
  <details class="group"{" open" if config.strip() else ""}><summary>or a config.json (paste or upload)</summary>
   <p class="muted">A Hugging Face config.json or the tool's own format, at most
   {MAX_CONFIG_CHARS - 1:,} bytes (the CLI's --config bound); choose "(none)" as the model.</p>
-  <div class="field wide"><input type="file" id="config-file" accept=".json,application/json">
+  <div class="field wide"><input type="file" id="config-file" accept=".json,application/json"
+   data-limit="{MAX_CONFIG_CHARS - 1}"><span class="error" id="error-config-file"></span>
   <textarea name="config" id="f-config" rows="8" spellcheck="false"
    placeholder='{{"model_type": "llama", ...}}'>{escape(config)}</textarea>{_error("config", a)}</div>
  </details>
