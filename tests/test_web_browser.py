@@ -135,6 +135,7 @@ def test_permalink_round_trip(base, page):
 def test_upload_a_config_json(base, page, tmp_path):
     source = ROOT / "accounting/hf_configs/Qwen/Qwen3-0.6B.json"
     page.goto(base + "?question=flops&model=gpt2-xl&ctx=4096")
+    page.click("summary:has-text('or a config.json')")
     page.set_input_files("#config-file", str(source))
     page.wait_for_function("document.getElementById('f-config').value.length > 0")
     assert page.input_value("#f-model") == ""
@@ -153,6 +154,7 @@ def test_upload_past_the_cli_bound_is_refused_beside_it(base, page, tmp_path):
     big = tmp_path / "config.json"
     big.write_text("{" + " " * 2**20 + "}")
     page.goto(base + "?model=gpt2-xl&ctx=1024")
+    page.click("summary:has-text('or a config.json')")  # as a person opens it
     page.set_input_files("#config-file", str(big))
     page.wait_for_function("document.getElementById('error-config-file').textContent")
     assert "1,048,578 bytes" in page.inner_text("#error-config-file")
