@@ -19,7 +19,7 @@ LLM.int8 (nn/modules.py Int8Params, Linear8bitLt, has_fp16_weights=False): the i
 """
 from __future__ import annotations
 
-from accounting.units import DTYPE_BYTES, FP32, INT8
+from accounting.units import DTYPE_BYTES, FP32, INT8, UINT8
 
 NF4, FP4 = "nf4", "fp4"
 QUANT_TYPES = (NF4, FP4)  # bitsandbytes' 4-bit data types: 16 values each
@@ -27,7 +27,7 @@ CODE_VALUES = 16  # get_4bit_type(): a 16-entry map for nf4 and fp4
 NESTED_BLOCKSIZE = 256  # quantize_4bit(compress_statistics=True): quantize_blockwise(absmax, blocksize=256)
 NESTED_CODE_VALUES = 256  # create_dynamic_map(): the 8-bit dynamic map, 256 float32
 BLOCKSIZES = (32, 64, 128, 256, 512, 1024, 2048, 4096)  # quantize_4bit's accepted block sizes
-UINT8_BYTES = 1
+UINT8_BYTES = DTYPE_BYTES[UINT8]
 
 PACKED, ABSMAX, CODE = "packed weight", "absmax", "quant map"
 NESTED_ABSMAX, NESTED_CODE, OFFSET = "nested absmax", "nested quant map", "nested offset"

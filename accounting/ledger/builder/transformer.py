@@ -35,7 +35,7 @@ class Block:
 
     def __call__(self) -> None:
         t, pre = self.t, self.c.norm_placement == "pre"
-        x = t.name(t.fresh(ROW, grad=True), "ln1 input" if pre else "block input",
+        x = t.name(t.fresh(ROW, t.stream_dtype, grad=True), "ln1 input" if pre else "block input",
                    f"{NORMS[self.c.norm]} inputs" if pre else "", block_input=True)
         if self.recompute == "full":  # checkpoint(block, x): keeps x, runs it again
             with t.recomputed_region("block", (x,)):
@@ -101,12 +101,13 @@ def _symbol(kind, kinds) -> str:
 
 
 def walk(c: ModelConfig, autocast: str | None = None, recompute: str = "none",
-         fold: bool = True) -> Trace:
+         fold: bool = True, adapters=None) -> Trace:
     """Build (declare) the model, then run one training step's forward and loss: in float32,
     or under torch.autocast(autocast, dtype=torch.bfloat16); with activation recomputation
     "none", "full" (checkpoint each block) or "selective" (checkpoint the attention core);
-    fold=False writes widths h·d_k even where that is d_model."""
-    t, a = Trace(autocast), Arch(c, fold)
+    fold=False writes widths h·d_k even where that is d_model; adapters (builder/lora.py):
+    LoRA on the linears it names, every other parameter frozen."""
+    t, a = Trace(autocast, adapters), Arch(c, fold)
     # __init__, in model/transformer.py's registration order
     with t.scope("token_embeddings"):
         tok = t.param("weight", ("V", "d_model"), R.EMBEDDING, lookup=True)
@@ -143,7 +144,7 @@ def walk(c: ModelConfig, autocast: str | None = None, recompute: str = "none",
         with t.block(symbol):
             block()
     final_course = f"final {NORMS[c.norm]}"
-    x = t.name(t.fresh(ROW, grad=True), "ln_final input", final_course)
+    x = t.name(t.fresh(ROW, t.stream_dtype, grad=True), "ln_final input", final_course)
     h = ln_final(x, "ln_final output")
     logits = lm_head(h, "logits (output embedding)", "output embedding")
     if c.logit_scale is not None:  # Granite (1/logits_scaling), Cohere: a scalar

@@ -1,0 +1,209 @@
+"""Fine-tuning plans: LoRA and QLoRA on a frozen base (PEFT 0.21.2, bitsandbytes 0.50.2).
+
+    lora = LoRA(rank=16, alpha=32, dropout=0.05, targets=("all-linear",))
+    ft = resolve(config, lora, names, precision)       # names: transformers' module names, or None
+    ft.trainable, ft.adapters                           # adapter parameters; the ledger's spec
+
+Targets are PEFT's module names: the last part of a module's path in the model being
+planned (transformers': q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj,
+GPT-2's c_attn, c_proj, c_fc; the course model's q_proj, output_proj, w1, w2, w3). A name
+targets every linear layer whose path ends in it (peft/tuners/tuners_utils.py
+check_target_module_exists: a suffix match on ".NAME"). "all-linear" is every linear layer
+but the output layer (peft/tuners/tuners_utils.py _maybe_include_all_linear_layers: the
+model's get_output_embeddings() is left out). A PEFT layer adds lora_A (r × d_in) and
+lora_B (d_out × r), float32 (autocast_adapter_dtype); a fused layer (GPT-2's c_attn: Q, K
+and V) is one PEFT layer. Routed experts and routers are not planned: transformers 5 holds
+the experts as stacked 3-D parameters, which PEFT wraps with ParamWrapper
+(target_parameters), not as linear layers.
+
+The base: every parameter frozen (requires_grad False: no gradient, no optimizer state),
+stored in the compute dtype (bf16 under bf16-mixed, fp32 under fp32: a frozen weight needs
+no fp32 master copy), or, with base_weights "nf4" (QLoRA; transformers'
+BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
+bnb_4bit_compute_dtype=bfloat16)), every linear layer but the output layer in
+bitsandbytes' NF4 layout (accounting/formats/bnb.py: with or without double quantization),
+the rest (embeddings, norms, the LM head, biases) in bf16.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+
+from accounting.formats.bnb import bnb_4bit_bytes
+from accounting.ledger.builder.lora import Adapters
+from accounting.ledger.ledger import ledger
+from accounting.ledger import records as R
+from accounting.runtime.errors import UsageError
+from accounting.spec.config import ModelConfig
+from accounting.units import BF16, FP32
+
+ALL_LINEAR = "all-linear"  # PEFT's shorthand (peft/utils/constants.py INCLUDE_LINEAR_LAYERS_SHORTHAND)
+NF4 = "nf4"
+BASE_WEIGHTS = (NF4,)  # --base-weights: the base's storage other than the compute dtype
+# PEFT's LoraConfig defaults (peft/tuners/lora/config.py): r=8, lora_alpha=8, lora_dropout=0.0
+DEFAULT_RANK, DEFAULT_ALPHA = 8, 8
+MAX_RANK = 10**6
+
+
+@dataclass(frozen=True)
+class LoRA:
+    """PEFT's LoraConfig, the parts a plan needs: r, lora_alpha, lora_dropout, target_modules."""
+    rank: int = DEFAULT_RANK
+    alpha: Fraction = Fraction(DEFAULT_ALPHA)
+    dropout: Fraction = Fraction(0)
+    targets: tuple[str, ...] = (ALL_LINEAR,)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.rank, bool) or not isinstance(self.rank, int) or not 0 < self.rank <= MAX_RANK:
+            raise UsageError(f"--lora-rank must be a positive integer up to {MAX_RANK:,}, "
+                             f"got {self.rank!r}")
+        if not 0 <= self.dropout < 1:
+            raise UsageError(f"--lora-dropout must be in [0, 1), got {self.dropout}")
+        if self.alpha <= 0:
+            raise UsageError(f"--lora-alpha must be positive, got {self.alpha}")
+        if not self.targets or any(not t for t in self.targets):
+            raise UsageError("--lora-targets needs module names (e.g. q_proj,v_proj) or all-linear")
+
+    @property
+    def scaling(self) -> Fraction:
+        """lora_alpha / r (use_rslora False): the factor on lora_B's output."""
+        return Fraction(self.alpha) / self.rank
+
+
+@dataclass(frozen=True)
+class Target:
+    """One PEFT LoRA layer: its name, where it is, and the ledger linears it covers."""
+    name: str  # PEFT's module name (the path's last part)
+    path: str  # the module's path in a block (or in the model)
+    per_layer: bool
+    members: tuple[str, ...]  # the ledger's modules (one, or a fused layer's several)
+    d_in: tuple[str, ...]
+    d_out: tuple[tuple[str, ...], ...]  # per member
+
+
+@dataclass(frozen=True)
+class FineTune:
+    """A resolved fine-tuning plan: the LoRA layers and what the base holds."""
+    config: ModelConfig
+    lora: LoRA
+    targets: tuple[Target, ...]
+    base_weights: str | None  # None: the compute dtype; "nf4": QLoRA
+    double_quant: bool
+    base_dtype: str  # the frozen parameters' dtype (the non-quantized ones under QLoRA)
+    adapters: Adapters
+
+    @property
+    def qlora(self) -> bool:
+        return self.base_weights == NF4
+
+    def adapter_count(self) -> int:
+        """lora_A and lora_B elements over the whole model (PEFT's trainable parameters)."""
+        lg = ledger(self.config, None, "none", self.adapters)
+        v = lg.values(1, 1)
+        return sum(p.numel(v) * p.count(v) for p in lg.params if not p.frozen)
+
+    def quantized(self) -> tuple[R.Param, ...]:
+        """The base weights bitsandbytes stores in NF4 (every linear layer but the LM head)."""
+        if not self.qlora:
+            return ()
+        lin = {(per, m) for per, m, _, _ in _linears(self.config)}
+        return tuple(p for p in ledger(self.config).params
+                     if p.name.endswith(".weight") and (p.per_layer, p.module) in lin
+                     and p.module != "lm_head")
+
+    def nf4_bytes(self) -> dict[str, int]:
+        """Component -> bytes of the NF4 base weights, all layers (bitsandbytes' layout)."""
+        lg = ledger(self.config)
+        v = lg.values(1, 1)
+        shapes = {(per, m): (din, dout) for per, m, din, dout in _linears(self.config)}
+        out: dict[str, int] = {}
+        for p in self.quantized():
+            din, dout = shapes[(p.per_layer, p.module)]
+            n_in, n_out = R.product(din, v), R.product(dout, v)
+            for k, b in bnb_4bit_bytes(n_out, n_in, double_quant=self.double_quant).items():
+                out[k] = out.get(k, 0) + b * p.count(v)
+        return out
+
+
+def _linears(config: ModelConfig) -> list[tuple[bool, str, tuple, tuple]]:
+    """(per block?, module, d_in, d_out) of every linear layer of the ledger, in order:
+    the modules a Linear's matmul runs in (routed experts excluded: stacked weights)."""
+    lg = ledger(config)
+    experts = {(p.per_layer, p.module) for p in lg.params if p.routed_expert}
+    out, seen = [], set()
+    for m in lg.forward:
+        key = (m.per_layer, m.module)
+        if m.grads != ("dX", "dW") or key in experts or key in seen or m.batch:
+            continue
+        seen.add(key)
+        out.append((m.per_layer, m.module, m.n, m.p))
+    return out
+
+
+def module_path(names, per_layer: bool, module: str) -> str:
+    """The module's path in the implementation planned: transformers' (names: its
+    ModuleNames) or the course model's (names None)."""
+    if names is None:
+        return module
+    table = names.block if per_layer else names.top
+    return table.get(module, module)
+
+
+def resolve(config: ModelConfig, lora: LoRA, names=None, precision_autocast: str | None = None,
+            base_weights: str | None = None, double_quant: bool = True) -> FineTune:
+    """The LoRA layers `lora.targets` name in `config`'s model (names: transformers'
+    ModuleNames, or None for the course model), on a frozen base. Bad input: UsageError."""
+    if base_weights is not None and base_weights not in BASE_WEIGHTS:
+        raise UsageError(f"unknown --base-weights {base_weights!r}; choose {' or '.join(BASE_WEIGHTS)}")
+    lins = _linears(config)
+    lm = [(per, m) for per, m, _, _ in lins if m == "lm_head"]
+    if base_weights == NF4 and not [x for x in lins if (x[0], x[1]) not in lm]:
+        raise UsageError(f"--base-weights nf4 (QLoRA) quantizes linear layers, and {config.name} "
+                         "has none but its LM head; leave --base-weights out")
+    if base_weights == NF4 and precision_autocast is None:
+        raise UsageError("--base-weights nf4 (QLoRA) computes in bf16: give --precision bf16-mixed")
+    moe = config.num_experts is not None
+    # PEFT's name -> the ledger linears it names, grouped by module path (a fused layer once)
+    groups: dict[tuple[bool, str], list] = {}
+    for per, m, din, dout in lins:
+        groups.setdefault((per, module_path(names, per, m)), []).append((m, din, dout))
+    by_name: dict[str, list] = {}
+    for (per, path), members in groups.items():
+        by_name.setdefault(path.rsplit(".", 1)[-1], []).append((per, path, members))
+    routed = {module_path(names, p.per_layer, p.module).rsplit(".", 1)[-1]
+              for p in ledger(config).params if p.routed_expert}
+    routers = {module_path(names, per, m).rsplit(".", 1)[-1] for per, m, _, _ in lins
+               if m.endswith("router")}
+    chosen: list = []
+    if lora.targets == (ALL_LINEAR,):
+        if moe:
+            raise UsageError(f"--lora-targets all-linear on a mixture of experts ({config.name}): "
+                             "PEFT also wraps the routed experts' stacked weights and the router, "
+                             "which are not planned; name the layers instead, e.g. "
+                             "--lora-targets " + ",".join(n for n in by_name if n not in routers)[:80])
+        chosen = [g for n, gs in by_name.items() if n != "lm_head" for g in gs
+                  if not (not g[0] and g[1] == module_path(names, False, "lm_head"))]
+    else:
+        valid = [n for n in by_name if n not in routers]
+        for name in lora.targets:
+            if name == ALL_LINEAR:
+                raise UsageError("--lora-targets all-linear stands alone (no other names with it)")
+            if name in routed or name in routers:
+                raise UsageError(f"--lora-targets {name}: a mixture of experts' routed experts and "
+                                 "router are not planned (PEFT wraps them with target_parameters); "
+                                 f"valid names: {', '.join(valid)}")
+            if name not in by_name:
+                raise UsageError(f"--lora-target {name!r} names no linear layer of {config.name}; "
+                                 f"valid names: {', '.join(valid)} (or all-linear)")
+            chosen += [g for g in by_name[name] if g not in chosen]
+    targets, modules, followers = [], set(), set()
+    order = {(per, m): i for i, (per, m, _, _) in enumerate(lins)}
+    for per, path, members in sorted(chosen, key=lambda g: order[(g[0], g[2][0][0])]):
+        targets.append(Target(path.rsplit(".", 1)[-1], path, per, tuple(m for m, _, _ in members),
+                              members[0][1], tuple(d for _, _, d in members)))
+        modules |= {(per, m) for m, _, _ in members}
+        followers |= {(per, m) for m, _, _ in members[1:]}
+    compute = BF16 if precision_autocast is not None else FP32
+    adapters = Adapters(lora.rank, frozenset(modules), frozenset(followers), lora.dropout > 0,
+                        compute, FP32)
+    return FineTune(config, lora, tuple(targets), base_weights, double_quant, compute, adapters)
