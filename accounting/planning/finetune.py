@@ -35,7 +35,8 @@ from accounting.ledger.ledger import ledger
 from accounting.ledger import records as R
 from accounting.runtime.errors import UsageError
 from accounting.spec.config import ModelConfig
-from accounting.units import BF16, FP32
+from accounting.ledger.symbols import Expr
+from accounting.units import BF16, DTYPE_BYTES, FP32
 
 ALL_LINEAR = "all-linear"  # PEFT's shorthand (peft/utils/constants.py INCLUDE_LINEAR_LAYERS_SHORTHAND)
 NF4 = "nf4"
@@ -92,6 +93,12 @@ class FineTune:
     base_dtype: str  # the frozen parameters' dtype (the non-quantized ones under QLoRA)
     adapters: Adapters
 
+    def state_terms(self, model, copies) -> list:
+        return state_terms(self, model, copies)
+
+    def state_bytes(self, model):
+        return state_bytes(self, model)
+
     @property
     def qlora(self) -> bool:
         return self.base_weights == NF4
@@ -123,6 +130,73 @@ class FineTune:
             for k, b in bnb_4bit_bytes(n_out, n_in, double_quant=self.double_quant).items():
                 out[k] = out.get(k, 0) + b * p.count(v)
         return out
+
+
+def _count(params) -> Expr:
+    return sum((Expr.of(1, p.shape).times(*((p.repeat,) if p.repeat else ())) for p in params),
+               Expr())
+
+
+def _state(ft: FineTune, model) -> dict[str, Expr]:
+    """The step's state as closed forms: frozen base (bf16 or fp32, and NF4), adapters."""
+    lg = model.ledger
+    quantized = {p.name for p in ft.quantized()}
+    base = [p for p in lg.params if p.frozen and p.name not in quantized]
+    adapters = [p for p in lg.params if not p.frozen]
+    b = DTYPE_BYTES[ft.base_dtype]
+    return {"base": _count(base).scale(b), "base_count": _count(base),
+            "nf4": Expr.of(sum(ft.nf4_bytes().values()), ()) if quantized else Expr(),
+            "adapters": _count(adapters), "adapter_tensors": sum((Expr.of(1, (p.repeat,) if p.repeat else ())
+                                       for p in adapters), Expr())}
+
+
+def state_bytes(ft: FineTune, model) -> tuple[Expr, Expr, Expr, Expr]:
+    """(weights, gradients, AdamW's m and v, AdamW's √v temporary) in bytes: the base's and
+    the adapters' weights; gradients and optimizer state of the adapters only."""
+    st, p = _state(ft, model), model.precision
+    f32 = DTYPE_BYTES[FP32]
+    n = st["adapters"]
+    return (st["base"] + st["nf4"] + n.scale(DTYPE_BYTES[ft.adapters.adapter_dtype]),
+            n.scale(p.grad_bytes), n.scale(2 * p.moment_bytes), n.scale(f32))
+
+
+def state_terms(ft: FineTune, model, copies) -> list:
+    """The memory items of a fine-tuning step before the buffers and activations."""
+    from accounting.planning.memory import MODEL, STEP_BYTES, Term  # the memory model's types
+    st, p = _state(ft, model), model.precision
+    a = DTYPE_BYTES[ft.adapters.adapter_dtype]
+    n = st["adapters"]
+    what = f"rank r = {ft.lora.rank} on {', '.join(dict.fromkeys(t.name for t in ft.targets))}"
+    out = []
+    if ft.qlora:
+        dq = "with" if ft.double_quant else "without"
+        out.append(Term(f"base weights (frozen, nf4: bitsandbytes, {dq} double quantization)",
+                        "packed 4-bit weights + absmax + quant maps", st["nf4"],
+                        note="every linear layer but the LM head (accounting/formats/bnb.py, "
+                             "blocksize 64); dequantized to bf16 one layer at a time"))
+        out.append(Term(f"base parameters not quantized (frozen, {ft.base_dtype})",
+                        f"{DTYPE_BYTES[ft.base_dtype]}·({st['base_count']})", st["base"],
+                        note="embeddings, norms, the LM head and biases"))
+    else:
+        out.append(Term(f"base parameters (frozen, {ft.base_dtype})",
+                        f"{DTYPE_BYTES[ft.base_dtype]}·N", st["base"],
+                        note="requires_grad False: no gradient, no optimizer state"))
+    out.append(Term(f"LoRA adapters ({ft.adapters.adapter_dtype}, trainable)", f"{a}·N_LoRA",
+                    n.scale(a), note=f"{what}; N_LoRA = {n}"))
+    if copies:
+        out.append(Term("bf16 copies of the adapters' weights", str(copies.bytes), copies.bytes,
+                        note="autocast casts lora_A and lora_B for their matmuls, which save the copies"))
+    out += [Term("gradients of the adapters (fp32)", f"{p.grad_bytes}·N_LoRA", n.scale(p.grad_bytes)),
+            Term("AdamW first moment m of the adapters (fp32)", f"{p.moment_bytes}·N_LoRA",
+                 n.scale(p.moment_bytes)),
+            Term("AdamW second moment v of the adapters (fp32)", f"{p.moment_bytes}·N_LoRA",
+                 n.scale(p.moment_bytes))]
+    if model.scope == MODEL:
+        t = st["adapter_tensors"]
+        out.append(Term("AdamW step counters (fp32 scalars)", f"{STEP_BYTES}·({t})",
+                        t.scale(STEP_BYTES), on_gpu=False,
+                        note="one per trained tensor, on the CPU (not in the GPU total)"))
+    return out
 
 
 def _linears(config: ModelConfig) -> list[tuple[bool, str, tuple, tuple]]:
