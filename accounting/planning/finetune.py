@@ -199,6 +199,33 @@ def state_terms(ft: FineTune, model, copies) -> list:
     return out
 
 
+def step_flops(ft: FineTune, seq: int, batch: int, recompute: str = "none"):
+    """FLOPs of one LoRA step (compute.StepFlops): the forward's matmuls with the adapters';
+    in the backward pass each matmul's input gradient, and a weight gradient only for a
+    trained weight (a frozen linear's dW is never computed: autograd skips an input that
+    needs no gradient); AdamW over the adapters only."""
+    from accounting.planning import compute  # compute.py's types and AdamW ops
+    lg = ledger(ft.config, None, recompute, ft.adapters)
+    v = lg.values(seq, batch)
+    trained = {(p.per_layer, p.module) for p in lg.params if not p.frozen}
+    fwd = sum(m.count(v) * m.flops(v) for m in lg.forward)
+    bwd = 0
+    for m in lg.forward:
+        frozen = m.grads == ("dX", "dW") and (m.per_layer, m.module) not in trained
+        for g in m.gradients():
+            if not (frozen and g.name.endswith(" dW")):
+                bwd += g.count(v) * g.flops(v)
+    again = sum(r.count(v) * r.flops(v) for r in lg.recomputed)
+    per_param = sum(o.flops_per_element for o in compute.ADAMW_OPS if o.per == compute.PARAMETER)
+    per_tensor = sum(o.flops_per_element for o in compute.ADAMW_OPS if o.per == compute.TENSOR)
+    adapters = [p for p in lg.params if not p.frozen]
+    adamw = sum(p.numel(v) * p.count(v) * per_param + p.count(v) * per_tensor for p in adapters)
+    non_matmul = sum(e.count(v) * e.flops(v) for e in lg.elementwise)
+    return compute.StepFlops(ft.config, seq, batch, fwd, bwd, again, adamw, non_matmul,
+                             "LoRA: the forward's matmuls with the adapters'",
+                             "LoRA: input gradients everywhere, weight gradients of the adapters only")
+
+
 def _linears(config: ModelConfig) -> list[tuple[bool, str, tuple, tuple]]:
     """(per block?, module, d_in, d_out) of every linear layer of the ledger, in order:
     the modules a Linear's matmul runs in (routed experts excluded: stacked weights)."""

@@ -90,7 +90,7 @@ def memory_table(p: Plan) -> Table:
         rows.append((name, i.formula, *_bytes(i.bytes)))
     rows.append(("total on the GPU", f"{grouped(tm.per_sequence)}·B + {grouped(tm.fixed)}",
                  *_bytes(tm.total)))
-    v = memory.values(p.config, p.seq, p.batch)
+    v = p.memory.model.values(p.seq, p.batch)
     n = memory.parameter_count(p.config)
     notes = [f"N = {n} = {grouped(tm.parameters)} parameters."]
     if p.precision.autocast:
@@ -156,7 +156,7 @@ def peak_table(p: Plan) -> Table:
         return Table("Peak of a training step", notes=(
             "The course's accounting is a sum of what a step holds; the peak is given for the "
             "model scope (--scope model).",))
-    v = memory.values(p.config, p.seq, p.batch)
+    v = p.memory.model.values(p.seq, p.batch)
     rows, values_ = [], []
     for ph in model.peak_terms:
         n = ph.bytes.evaluate(v)
@@ -258,7 +258,7 @@ def flops_table(p: Plan) -> Table:
 def adamw_table(p: Plan) -> Table:
     rows = tuple((o.name, o.op, str(o.flops_per_element), o.per, o.counted_as or "-")
                  for o in ADAMW_OPS)
-    v = memory.values(p.config, 1, 1)
+    v = p.memory.model.values(1, 1)
     e = compute.adamw_flops_expr(p.config)
     return Table("AdamW update FLOPs (torch.optim.AdamW)",
                  ("operation", "torch op", "FLOPs", "per", "counted as"), rows, align="llrll",
