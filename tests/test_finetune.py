@@ -247,3 +247,26 @@ def test_qlora_needs_a_linear_layer_besides_the_head():
     assert sys.modules["accounting.formats.bnb"]  # the one layout module
     with pytest.raises(UsageError):
         resolve(c, LoRA(rank=2), None, "cuda", "int4")
+
+
+@pytest.mark.parametrize("name", ("cs336", "gqa", "gpt2"))
+def test_peft_step_flops_equal_flop_counter_mode(name):
+    """FlopCounterMode on a real PEFT step: forward and backward matmul FLOPs equal the LoRA
+    ledger's (the frozen weights' gradient matmuls are not run)."""
+    from torch.utils.flop_counter import FlopCounterMode
+    from accounting.planning.finetune import flops_exprs
+    c = variant(name)
+    pm, ft = _peft_course_model(c, 4, 0.0, torch.float32)
+    ids, targets = batch(c)
+    with FlopCounterMode(display=False) as fwd_counter:
+        logits = pm(ids)
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                                 targets.reshape(-1))
+    with FlopCounterMode(display=False) as bwd_counter:
+        loss.backward()
+    fwd, bwd, _ = flops_exprs(ft)
+    v = ledger(c, None, "none", ft.adapters).values(T, B)
+    assert fwd.evaluate(v) == fwd_counter.get_total_flops()
+    assert bwd.evaluate(v) == bwd_counter.get_total_flops()
+    # without LoRA the backward would be twice the forward; the frozen dW are skipped
+    assert bwd.evaluate(v) < 2 * fwd.evaluate(v)

@@ -199,31 +199,51 @@ def state_terms(ft: FineTune, model, copies) -> list:
     return out
 
 
+def flops_exprs(ft: FineTune, recompute: str = "none") -> tuple[Expr, Expr, Expr]:
+    """(forward, backward, recomputed) matmul FLOPs of one LoRA step as closed forms: the
+    forward's matmuls with the adapters'; in the backward pass each matmul's input
+    gradient, and a weight gradient only for a trained weight (a frozen linear's dW is never
+    computed: autograd skips an input that needs no gradient)."""
+    lg = ledger(ft.config, None, recompute, ft.adapters)
+    trained = {(p.per_layer, p.module) for p in lg.params if not p.frozen}
+    fwd = sum((m.expr() for m in lg.forward), Expr())
+    bwd = Expr()
+    for m in lg.forward:
+        frozen = m.grads == ("dX", "dW") and (m.per_layer, m.module) not in trained
+        bwd = sum((g.expr() for g in m.gradients()
+                   if not (frozen and g.name.endswith(" dW"))), bwd)
+    again = sum((r.expr() for r in lg.recomputed), Expr())
+    return fwd, bwd, again
+
+
+def adamw_exprs(ft: FineTune) -> tuple[Expr, Expr]:
+    """(N_LoRA, trained tensors): what AdamW updates (14 FLOPs per element, 1 per tensor)."""
+    lg = ledger(ft.config, None, "none", ft.adapters)
+    adapters = [p for p in lg.params if not p.frozen]
+    return _count(adapters), sum((Expr.of(1, (p.repeat,) if p.repeat else ()) for p in adapters),
+                                 Expr())
+
+
 def step_flops(ft: FineTune, seq: int, batch: int, recompute: str = "none"):
-    """FLOPs of one LoRA step (compute.StepFlops): the forward's matmuls with the adapters';
-    in the backward pass each matmul's input gradient, and a weight gradient only for a
-    trained weight (a frozen linear's dW is never computed: autograd skips an input that
-    needs no gradient); AdamW over the adapters only."""
+    """FLOPs of one LoRA step (compute.StepFlops), AdamW over the adapters only."""
     from accounting.planning import compute  # compute.py's types and AdamW ops
     lg = ledger(ft.config, None, recompute, ft.adapters)
     v = lg.values(seq, batch)
-    trained = {(p.per_layer, p.module) for p in lg.params if not p.frozen}
-    fwd = sum(m.count(v) * m.flops(v) for m in lg.forward)
-    bwd = 0
-    for m in lg.forward:
-        frozen = m.grads == ("dX", "dW") and (m.per_layer, m.module) not in trained
-        for g in m.gradients():
-            if not (frozen and g.name.endswith(" dW")):
-                bwd += g.count(v) * g.flops(v)
-    again = sum(r.count(v) * r.flops(v) for r in lg.recomputed)
+    fwd, bwd, again = flops_exprs(ft, recompute)
+    n, tensors = adamw_exprs(ft)
     per_param = sum(o.flops_per_element for o in compute.ADAMW_OPS if o.per == compute.PARAMETER)
     per_tensor = sum(o.flops_per_element for o in compute.ADAMW_OPS if o.per == compute.TENSOR)
-    adapters = [p for p in lg.params if not p.frozen]
-    adamw = sum(p.numel(v) * p.count(v) * per_param + p.count(v) * per_tensor for p in adapters)
+    adamw = n.scale(per_param) + tensors.scale(per_tensor)
     non_matmul = sum(e.count(v) * e.flops(v) for e in lg.elementwise)
-    return compute.StepFlops(ft.config, seq, batch, fwd, bwd, again, adamw, non_matmul,
-                             "LoRA: the forward's matmuls with the adapters'",
-                             "LoRA: input gradients everywhere, weight gradients of the adapters only")
+    return compute.StepFlops(ft.config, seq, batch, fwd.evaluate(v), bwd.evaluate(v),
+                             again.evaluate(v), adamw.evaluate(v), non_matmul,
+                             str(fwd.partial(v)), str(bwd.partial(v)))
+
+
+def adamw_formula(ft: FineTune) -> str:
+    """'14·N_LoRA + (14·L)': AdamW over the adapters."""
+    _, tensors = adamw_exprs(ft)
+    return f"14·N_LoRA + ({tensors})"
 
 
 def _linears(config: ModelConfig) -> list[tuple[bool, str, tuple, tuple]]:
