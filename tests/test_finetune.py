@@ -270,3 +270,53 @@ def test_peft_step_flops_equal_flop_counter_mode(name):
     assert bwd.evaluate(v) == bwd_counter.get_total_flops()
     # without LoRA the backward would be twice the forward; the frozen dW are skipped
     assert bwd.evaluate(v) < 2 * fwd.evaluate(v)
+
+
+class _Logits(torch.nn.Module):
+    """transformers' model returning its logits (what saved_by_module runs)."""
+
+    def __init__(self, m):
+        super().__init__()
+        self.m = m
+
+    def forward(self, ids):
+        return self.m(input_ids=ids).logits
+
+
+@pytest.mark.parametrize("name,dropout", [("llama", 0.0), ("llama", 0.1), ("qwen2", 0.0),
+                                          ("mistral", 0.1)])
+@pytest.mark.parametrize("base", ("fp32", "bf16"))
+def test_transformers_peft_step_lora_saves_equal_the_ledger(name, dropout, base):
+    """On transformers' own model wrapped by PEFT (one real step, no autocast; the base in
+    fp32, or in bf16 as the config's torch_dtype builds it): what the LoRA modules
+    (lora_dropout, lora_A, lora_B) save, layer by layer, equals the ledger's LoRA records
+    (mapped by transformers' module names). With a bf16 base each LoRA layer saves its own
+    float32 copy of the input (PEFT's _cast_input_dtype to the fp32 adapter)."""
+    data = DENSE[name]
+    h = translate(data, "t", name)
+    names = h.type.module_names(h.data)
+    ft = resolve(h.config, LoRA(rank=4, dropout=dropout), names)
+    adapters = replace(ft.adapters, base_dtype=base)
+    torch.manual_seed(0)
+    m = _hf_model(data).to(torch.float32 if base == "fp32" else torch.bfloat16)
+    pm = peft.get_peft_model(m, peft.LoraConfig(r=4, target_modules="all-linear",
+                                                lora_dropout=dropout))
+    m.enable_input_require_grads()
+    measured = {}
+    theirs = {v: k for k, v in names.block.items()}
+    for k, v in saved_by_module(_Logits(pm), *batch(h.config), autocast=False).items():
+        k = k.replace(".default", "")
+        if ".lora_" not in k:
+            continue
+        path = k.split(".layers.", 1)[1].split(".", 1)[1]  # in the block
+        module, _, lora = path.rpartition(".")
+        measured.setdefault(f"{theirs[module]}.{lora}", Counter()).update(v)
+    lg = ledger(h.config, None, "none", adapters)
+    expected = {k: c for k, c in _expected(lg, "fp32").items() if ".lora_" in k}
+    if base == "fp32" and dropout == 0:
+        # lora_A's input is then the base model's own tensor (the layer's input, no copy),
+        # which an op of the base may save first: which one is the implementation's
+        # (transformers' SDPA output is o_proj's input as a view), not LoRA's
+        measured = {k: c for k, c in measured.items() if not k.endswith("lora_A")}
+        expected = {k: c for k, c in expected.items() if not k.endswith("lora_A")}
+    assert measured == expected and expected
