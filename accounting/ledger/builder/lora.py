@@ -105,3 +105,28 @@ def dropout(t: Trace, x: Sym, out: str, component: str) -> Sym:
     if x.grad:
         t._saves(mask, desc, after=True)
     return y
+
+
+LEAF = "token embeddings: a leaf that requires grad (enable_input_require_grads)"
+
+
+def input_leaf(t: Trace, x: Sym) -> Sym:
+    """The frozen embedding's output made to require a gradient (transformers'
+    enable_input_require_grads: output.requires_grad_(True)), so that every block saves
+    what the first one saves."""
+    return Sym(x.shape, x.dtype, grad=True)
+
+
+def keep_leaf(t: Trace, leaf: Sym, transformed: bool) -> None:
+    """The leaf stays alive until the backward pass: its AccumulateGrad node holds it (not
+    a saved tensor: saved_tensors_hooks do not see it). It is the first block's input
+    unless the embedding is scaled or has positions added (`transformed`); then it costs
+    nothing more when the first block keeps its input anyway (saved by its first norm in
+    fp32, or by full recomputation's checkpoint)."""
+    if not transformed:
+        first = next(symbol for symbol, layers in t.groups if 0 in layers)
+        if any(n.block_input and n.repeat == first and n.savers for n in t.named.values()):
+            return
+    with t.scope("token_embeddings"):
+        t.name(leaf, LEAF)
+        t._saves(leaf, "AccumulateGrad (holds the leaf until the backward pass)")

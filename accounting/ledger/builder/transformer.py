@@ -10,6 +10,7 @@ from accounting.ledger.builder.layers import Linear, Norm, activation, FeedForwa
 from accounting.ledger.builder.attention import Attention
 from accounting.ledger.builder.latent_attention import LatentAttention
 from accounting.ledger.builder.moe import MoE
+from accounting.ledger.builder import lora
 
 
 class Block:
@@ -133,6 +134,8 @@ def walk(c: ModelConfig, autocast: str | None = None, recompute: str = "none",
     ids = t.name(t.fresh(("B", "T"), R.INT64), "token ids")
     with t.scope("token_embeddings"):
         x = t.lookup(tok, ids, ROW)
+        if t.adapters is not None:  # a frozen table: enable_input_require_grads' leaf
+            x = leaf = lora.input_leaf(t, x)
     if c.embedding_multiplier is not None:  # Gemma's √d_model, Granite's multiplier: a scalar
         x = t.binary("aten.mul", x, None, "embedding · multiplier", EMBED_SCALE)
     if pos is not None:
@@ -143,6 +146,8 @@ def walk(c: ModelConfig, autocast: str | None = None, recompute: str = "none",
     for block, (symbol, _) in zip(blocks, t.groups):
         with t.block(symbol):
             block()
+    if t.adapters is not None:
+        lora.keep_leaf(t, leaf, pos is not None or c.embedding_multiplier is not None)
     final_course = f"final {NORMS[c.norm]}"
     x = t.name(t.fresh(ROW, t.stream_dtype, grad=True), "ln_final input", final_course)
     h = ln_final(x, "ln_final output")
