@@ -214,6 +214,11 @@ def test_cli_lora_and_qlora_json(capsys):
     # 6,979,321,856 4-bit weights: packed halves, one uint8 absmax per 64
     assert q["finetune"]["nf4_bytes"]["packed weight"] == 6_979_321_856 // 2
     assert q["peak"]["peak_bytes"] < lora["peak"]["peak_bytes"]
+    # torchao's layout of the same weights: n/2 packed, an int8 scale per 64, a bf16 factor
+    # per 64·256, and per layer a bf16 mean and the 16 bf16 NF4 values (224 weights)
+    ao = q["finetune"]["nf4_bytes_torchao_layout"]
+    n = 6_979_321_856
+    assert sum(ao.values()) == n // 2 + n // 64 + n // 64 // 256 * 2 + 224 * (2 + 32)
     code, out, err = run(capsys, *base, "--lora-rank", "16", "--base-weights", "nf4",
                          "--no-double-quant")
     assert json.loads(out)["finetune"]["nf4_bytes"]["absmax"] == 6_979_321_856 // 64 * 4

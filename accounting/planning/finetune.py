@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from accounting.formats.bnb import bnb_4bit_bytes
+from accounting.formats.torchao_nf4 import torchao_nf4_bytes
 from accounting.ledger.builder.lora import Adapters
 from accounting.ledger.ledger import ledger
 from accounting.ledger import records as R
@@ -118,6 +119,23 @@ class FineTune:
                      if p.name.endswith(".weight") and (p.per_layer, p.module) in lin
                      and p.module != "lm_head")
 
+    def nf4_bytes_torchao(self) -> dict[str, int] | None:
+        """The same weights in torchao's NF4Tensor layout (formats/torchao_nf4.py), for
+        comparison; None where a weight's size is not a multiple of 64·256 (to_nf4 refuses)."""
+        lg = ledger(self.config)
+        v = lg.values(1, 1)
+        shapes = {(per, m): (din, dout) for per, m, din, dout in _linears(self.config)}
+        out: dict[str, int] = {}
+        for p in self.quantized():
+            din, dout = shapes[(p.per_layer, p.module)]
+            try:
+                parts = torchao_nf4_bytes(R.product(dout, v), R.product(din, v), dtype=BF16)
+            except ValueError:
+                return None
+            for k, b in parts.items():
+                out[k] = out.get(k, 0) + b * p.count(v)
+        return out
+
     def nf4_bytes(self) -> dict[str, int]:
         """Component -> bytes of the NF4 base weights, all layers (bitsandbytes' layout)."""
         lg = ledger(self.config)
@@ -130,6 +148,22 @@ class FineTune:
             for k, b in bnb_4bit_bytes(n_out, n_in, double_quant=self.double_quant).items():
                 out[k] = out.get(k, 0) + b * p.count(v)
         return out
+
+
+def describe(ft: FineTune) -> str:
+    """The plan's fine-tuning assumptions in words (the settings table)."""
+    lo = ft.lora
+    names = ", ".join(dict.fromkeys(t.name for t in ft.targets))
+    base = (f"every linear layer but the LM head in bitsandbytes' NF4 ("
+            f"{'with' if ft.double_quant else 'without'} double quantization, blocksize 64), "
+            f"the rest in {ft.base_dtype}, compute in bf16" if ft.qlora else
+            f"stored in {ft.base_dtype}")
+    return (f"{'QLoRA' if ft.qlora else 'LoRA'} (PEFT): r = {lo.rank}, alpha = {lo.alpha}, "
+            f"dropout = {lo.dropout}, on {names} ({len(ft.targets)} layer kinds); the base "
+            f"frozen (no gradient, no optimizer state), {base}; adapters in "
+            f"{ft.adapters.adapter_dtype} (autocast_adapter_dtype) with fp32 gradients and "
+            "AdamW m and v; the embedding's output requires grad (enable_input_require_grads); "
+            "this overrides the precision's master weights, gradients and moments")
 
 
 def _count(params) -> Expr:

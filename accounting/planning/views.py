@@ -65,6 +65,8 @@ def settings_table(p: Plan) -> Table:
         ("memory scope", f"{p.scope}: {SCOPES[p.scope]}"),
         ("recomputation", f"{p.recompute}: {RECOMPUTE[p.recompute]}"),
     ]
+    if p.finetune is not None:  # issue 28: LoRA/QLoRA overrides the precision's state
+        rows.append(("fine-tuning", finetune.describe(p.finetune)))
     if hw is None:
         rows.append(("hardware", "none given (--gpu NAME, or --gpu-mem/--gpu-flops/--gpu-bw): "
                                  "no fit, time or roofline"))
