@@ -68,6 +68,7 @@ def test_trainable_parameters_equal_peft_count(name, table, rank, targets):
     assert wrapped == {x.name for x in ft.targets}
 
 
+@pytest.mark.slow
 def test_llama_31_8b_r16_all_linear_by_hand_and_by_peft_on_meta():
     h = hf_source("meta-llama/Llama-3.1-8B")
     ft = resolve(h.config, LoRA(rank=16), h.type.module_names(h.data))
