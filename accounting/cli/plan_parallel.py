@@ -69,6 +69,8 @@ def check_single(ns: argparse.Namespace) -> None:
 
 def run(ns: argparse.Namespace, config) -> int:
     from accounting.planning.plan import hardware
+    if getattr(ns, "lora_rank", None) is not None or getattr(ns, "base_weights", None):
+        raise UsageError("LoRA and QLoRA are planned on one GPU; leave out --gpus")
     precision = get_precision(ns.precision)
     if ns.scope != MODEL:
         raise UsageError("--scope course is a one-GPU view; the multi-GPU plan counts what "
