@@ -25,6 +25,7 @@ class Item:
     on_gpu: bool = True
     note: str = ""
     activations: bool = False  # the in-flight activations (their count depends on m)
+    model_state: bool = False  # parameters, gradients, master copy, optimizer moments
 
 
 def stage_buffers(sp: Split, values: dict[str, int], kinds: tuple[tuple[str, int], ...]) -> int:
@@ -37,16 +38,22 @@ def stage_buffers(sp: Split, values: dict[str, int], kinds: tuple[tuple[str, int
 
 
 def engine_buffers(sp: Split, layout: Layout, p: Precision, st: States, stage: int,
-                   values: dict[str, int], seq: int, tp_rank: int = 0) -> list[Item]:
-    """What the engines allocate besides the model states and activations (formula only)."""
+                   values: dict[str, int], seq: int, tp_rank: int = 0,
+                   bf16_gathers: bool = False) -> list[Item]:
+    """What the engines allocate besides the model states and activations (formula only).
+    `bf16_gathers`: FSDP2 under MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)
+    (torchtitan): it gathers bf16 units, and each unit's unsharded bf16 gradients are cast
+    to fp32 for the reduce-scatter (both held then)."""
     out = []
     z, d = layout.sharding, layout.dp
-    if d > 1 and z <= 1:
+    if d > 1 and z >= 2 and bf16_gathers:
+        out += _fsdp_bf16(layout, st)
+    elif d > 1 and z <= 1:
         out.append(Item("DDP gradient buckets", f"{p.grad_bytes}·N_stage",
                         Linear(0, st.stage_numel * p.grad_bytes),
                         note="a flat copy of the gradients (gradient_as_bucket_view=False, "
                              "the default)"))
-    if d > 1 and z >= 2:
+    elif d > 1 and z >= 2:
         gathered = p.master_bytes  # no MixedPrecisionPolicy: autocast makes the bf16 copies
         per_layer: dict[int, int] = {}  # a block with its routed experts' unit (ep > 1)
         for u in st.units:
@@ -81,3 +88,38 @@ def engine_buffers(sp: Split, layout: Layout, p: Precision, st: States, stage: i
                         note="torch PipelineStage allocates one per micro-batch for activations "
                              "(not on the first stage) and gradients (not on the last)"))
     return out
+
+
+def _fsdp_units(layout: Layout, st: States) -> tuple[list[int], int]:
+    """Elements FSDP2 gathers per block (a block with its routed experts' unit) and for the
+    root."""
+    per_layer: dict[int, int] = {}
+    for u in st.units:
+        if not u.root:
+            per_layer[u.layer] = per_layer.get(u.layer, 0) + u.unsharded_padded(u.group(layout))
+    root = sum(u.unsharded_padded(layout.dp) for u in st.units if u.root)
+    return list(per_layer.values()), root
+
+
+def _fsdp_bf16(layout: Layout, st: States) -> list[Item]:
+    blocks, root = _fsdp_units(layout, st)
+    held = sum(blocks) if layout.sharding == 2 else sum(sorted(blocks)[-2:])
+    one = root + max(blocks, default=0)
+    return [Item("FSDP2 all-gathered bf16 units" + (" (every unit, forward to backward)"
+                                                  if layout.sharding == 2 else " (root + 2 blocks)"),
+                 "2·d·Σ⌈rows/d⌉·cols", Linear(0, 2 * (root + held)),
+                 note="MixedPrecisionPolicy(param_dtype=bf16): the gathered copies are bf16"),
+            Item("FSDP2 unsharded bf16 grads and their fp32 copy for the reduce-scatter "
+                 "(root + 1 block)", "(2 + 4)·d·Σ⌈rows/d⌉·cols", Linear(0, 6 * one),
+                 note="reduce_dtype=fp32: the bf16 gradient is cast before reduce-scatter")]
+
+
+def largest_module(st: States) -> int:
+    """Elements of the largest module on this stage (its own parameters), DeepSpeed's
+    `largest_layer_params` (estimate_zero3_model_states_mem_needs_all_live)."""
+    sizes: dict[str, int] = {}
+    for u in st.units:
+        for t in u.tensors:
+            key = t.tensor.module.replace("{i}", str(u.layer)) if u.layer is not None else t.tensor.module
+            sizes[key] = sizes.get(key, 0) + t.numel
+    return max(sizes.values(), default=0)

@@ -21,21 +21,35 @@ def layout_dict(lo: Layout) -> dict:
             "micro_batches": lo.micro_batches, "recompute": lo.recompute}
 
 
+def stack_dict(p: ParallelPlan) -> dict:
+    s = p.stack
+    z = p.layout.zero
+    return {"name": s.name, "title": s.stack.title, "engine": s.stack.engines.get(z, ""),
+            "checked_against": s.stack.checked,
+            "dropout": s.dropout if s.name == "megatron" else None,
+            "attention_kernel": s.kernel if s.name == "megatron" else None}
+
+
 def to_dict(p: ParallelPlan) -> dict:
     b = p.layout.micro_batch
     out = {"config": config_dict(p.config), "seq": p.seq, "layout": layout_dict(p.layout),
            "precision": p.precision.name, "mfu": _f(p.mfu),
            "memory_per_gpu_bytes": p.memory, "worst_stage": p.worst.stage,
+           "stack": stack_dict(p), "model_states_per_gpu_bytes": p.model_states,
+           "per_layer_activation_bytes": p.per_layer_activation_bytes,
+           "per_layer_activations": [{"name": n, "bytes": v} for n, v in p.per_layer],
            "bubble": _f(p.bubble), "checked_on_torch_distributed": list(CHECKED),
            "formula_only": list(FORMULA_ONLY), "stages": []}
     for s in p.stages:
         out["stages"].append({
             "stage": s.stage, "layers": s.layers, "memory_bytes": s.memory(b),
+            "model_states_bytes": s.model_states,
             "activations_per_micro_batch": {"a": s.activations.per_micro_batch.a,
                                             "c": s.activations.per_micro_batch.c},
             "micro_batches_in_flight": s.activations.in_flight,
             "items": [{"name": i.name, "formula": i.formula, "bytes": i.bytes.at(b),
-                       "on_gpu": i.on_gpu, "note": i.note} for i in s.items],
+                       "on_gpu": i.on_gpu, "model_state": i.model_state, "note": i.note}
+                      for i in s.items],
             "flops": {"forward_per_micro_batch": s.flops.forward,
                       "backward_per_micro_batch": s.flops.backward,
                       "recompute_per_micro_batch": s.flops.recompute,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 from accounting.planning.parallel import comms as C
+from accounting.planning.parallel import stack_views
 from accounting.planning.parallel.layout import RECOMPUTE, ZERO_STAGES, Layout
 from accounting.planning.parallel.plan import CHECKED, FORMULA_ONLY, ParallelPlan
 from accounting.planning.parallel.step import megatron_seconds
@@ -38,6 +39,7 @@ def summary_table(p: ParallelPlan) -> Table:
                       f"({p.tokens_per_step:,} tokens per step)"),
             ("recomputation", f"{lo.recompute}"),
             ("precision", p.precision.name)]
+    rows += stack_views.summary_rows(p)
     label = f"memory per GPU (stage {w.stage} of {lo.pp})" if lo.pp > 1 else "memory per GPU"
     rows.append((label, f"{grouped(p.memory)} bytes = {_gb(p.memory)}"))
     if p.fit is not None:
@@ -70,9 +72,11 @@ def summary_table(p: ParallelPlan) -> Table:
             rows.append((f"time for {p.tokens:,} tokens", f"{p.steps:,} steps, {_seconds(total)}"))
     notes = ["Checked on torch.distributed: " + "; ".join(CHECKED) + ".",
              "Formula only: " + "; ".join(FORMULA_ONLY) + "."]
+    if stack_views.checked_note(p):
+        notes = [stack_views.checked_note(p)]
     if lo.ep > 1:
         notes.append(expert_note(p))
-    if lo.tp > 1 and c.vocab_size % lo.tp:
+    if lo.tp > 1 and c.vocab_size % lo.tp and p.stack.name == "torch":
         notes.append(f"V = {c.vocab_size:,} is not divisible by tp {lo.tp}: torch.chunk gives "
                      f"each TP rank ⌈V/tp⌉ = {-(-c.vocab_size // lo.tp):,} rows of the embedding "
                      f"and the LM head but the last ones fewer; rank 0, shown, holds the most "
@@ -239,5 +243,7 @@ def _parameters(p: ParallelPlan) -> int:
 
 
 def tables(p: ParallelPlan) -> list[Table]:
-    return [summary_table(p), memory_table(p), flops_table(p), comms_table(p), time_table(p)]
+    extra = [] if p.stack.name == "torch" else [stack_views.per_layer_table(p)]
+    return [summary_table(p), memory_table(p), *extra, flops_table(p), comms_table(p),
+            time_table(p)]
 
