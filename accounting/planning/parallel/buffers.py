@@ -117,9 +117,9 @@ def _fsdp_bf16(layout: Layout, st: States) -> list[Item]:
 def largest_module(st: States) -> int:
     """Elements of the largest module on this stage (its own parameters), DeepSpeed's
     `largest_layer_params` (estimate_zero3_model_states_mem_needs_all_live)."""
-    sizes: dict[str, int] = {}
+    sizes: dict[tuple, int] = {}
     for u in st.units:
         for t in u.tensors:
-            key = t.tensor.module.replace("{i}", str(u.layer)) if u.layer is not None else t.tensor.module
+            key = (u.layer, t.tensor.module)
             sizes[key] = sizes.get(key, 0) + t.numel
     return max(sizes.values(), default=0)

@@ -112,6 +112,14 @@ def problems(stack: Stack, config: ModelConfig, layout: Layout, dropout: float) 
     if dropout and stack.name != MEGATRON:
         out.append(f"--dropout is the megatron stack's (its masks are counted there); the "
                    f"{stack.name} stack plans without dropout: leave --dropout out")
+    if stack.name == DEEPSPEED and (layout.tp > 1 or layout.pp > 1):
+        out.append("--stack deepspeed plans ZeRO data parallelism around the implementation "
+                   "given (tensor and pipeline parallelism are Megatron-DeepSpeed's, not "
+                   "modelled); give --tp 1 --pp 1, or use --stack megatron")
+    if stack.name == TORCHTITAN and layout.recompute == "selective":
+        out.append("--stack torchtitan with --recompute selective: torchtitan's per-op selective "
+                   "checkpointing (selective_ac_option 'op', its save list) is not planned; use "
+                   "--recompute none or full")
     if stack.name == MEGATRON:
         why = [(c.num_experts is not None, "mixtures of experts"), (c.mla, "latent attention"),
                (c.block != "sequential", f"the {c.block} block"),

@@ -1,0 +1,227 @@
+"""Named training stacks (`plan … --stack megatron|deepspeed|torchtitan`) against independent
+sources: Korthikanti et al. 2022's per-layer activation formulas (their Table 2, typed here
+from the paper), Megatron's theoretical_memory_usage.py (bytes per parameter, typed from
+its source), the ZeRO paper's Figure 1 (from the CLI), DeepSpeed's own estimators (the
+installed library) and hand algebra of what Transformer Engine's modules save.
+"""
+import json
+from fractions import Fraction
+
+import pytest
+
+from accounting import get_preset
+from accounting.planning.memory import PRECISIONS
+from accounting.planning.parallel import Layout, parallel_plan
+from accounting.planning.parallel.stack_memory import StackRun
+from accounting.planning.parallel.stacks import get_stack
+from accounting.spec.config import ModelConfig
+from tests.cli_run import refused_in_one_line, run
+
+BF16 = PRECISIONS["bf16-mixed"]
+# GPT-3 175B (Brown et al. 2020, Table 2.1): 96 layers, d = 12,288, 96 heads, GELU MLP of 4d,
+# LayerNorm, learned positions, biases, tied embedding; s = 2,048
+GPT3 = ModelConfig(vocab_size=50257, context_length=2048, num_layers=96, d_model=12288,
+                   num_heads=96, d_ff=49152, mlp="gelu", norm="layernorm", positions="learned",
+                   qkv_bias=True, out_bias=True, mlp_bias=True, tie_embeddings=True, name="gpt3")
+GPT3_FLAGS = ("--vocab-size 50257 --context-length 2048 --num-layers 96 --d-model 12288 "
+              "--num-heads 96 --d-ff 49152 --mlp gelu --norm layernorm --positions learned "
+              "--bias --tie-embeddings").split()
+
+
+def megatron(config, gpus, tp=1, sp=False, recompute="none", dropout=0.1, kernel="unfused",
+             seq=2048, **layout):
+    lo = Layout(gpus, tp=tp, dp=gpus // tp // layout.pop("pp", 1), sp=sp, recompute=recompute,
+                global_batch=layout.pop("global_batch", gpus // tp), **layout)
+    return parallel_plan(config, lo, seq, precision=BF16,
+                         stack=StackRun(get_stack("megatron"), dropout, kernel))
+
+
+# ---- Korthikanti et al. 2022, Table 2 (activation bytes per layer; s, b, h, a, t) -----------
+def table2(row, s, b, h, a, t):
+    sbh = s * b * h
+    return {"no parallelism": sbh * (34 + Fraction(5 * a * s, h)),
+            "tensor parallel": sbh * (10 + Fraction(24, t) + Fraction(5 * a * s, h * t)),
+            "tensor + sequence parallel": Fraction(sbh, t) * (34 + Fraction(5 * a * s, h)),
+            "tensor parallel + selective": sbh * (10 + Fraction(24, t)),
+            "tensor + sequence parallel + selective": Fraction(34 * sbh, t),
+            "full recompute": 2 * sbh}[row]
+
+
+ROWS = [("no parallelism", dict(gpus=1)),
+        ("tensor parallel", dict(gpus=8, tp=8)),
+        ("tensor + sequence parallel", dict(gpus=8, tp=8, sp=True)),
+        ("tensor parallel + selective", dict(gpus=8, tp=8, recompute="selective")),
+        ("tensor + sequence parallel + selective", dict(gpus=8, tp=8, sp=True,
+                                                        recompute="selective")),
+        ("full recompute", dict(gpus=1, recompute="full"))]
+
+
+@pytest.mark.parametrize("row,kw", ROWS, ids=[r for r, _ in ROWS])
+def test_korthikanti_table_2_gpt3(row, kw):
+    """The paper's assumptions (16-bit activations, 1-byte dropout masks, GELU MLP of 4h,
+    unfused attention): its terms come out exactly; the stack's count adds only the
+    LayerNorms' fp32 mean and 1/σ (TE's LayerNormLinear saves mu and rsigma, one each per
+    token and norm), which the paper leaves out as a small buffer."""
+    s, b, h, a, t = 2048, 1, 12288, 96, kw.get("tp", 1)
+    p = megatron(GPT3, **kw)
+    paper = table2(row, s, b, h, a, t)
+    from accounting.planning.parallel import megatron as M
+    terms = M.layer(GPT3, p.stack.megatron(p.layout, s))
+    assert sum(x.bytes for x in terms if x.paper) == paper or kw.get("recompute") == "full"
+    stats = 0 if kw.get("recompute") == "full" else 2 * 2 * 4 * s * b // (t if kw.get("sp") else 1)
+    assert p.per_layer_activation_bytes == paper + stats
+
+
+def test_korthikanti_gpt3_figures():
+    """The issue's figures for GPT-3 175B per layer (s = 2,048, b = 1): sbh(34 + 5as/h) =
+    2,868,903,936 bytes and, with TP 8 + SP + selective, 34sbh/t = 106,954,752."""
+    assert table2("no parallelism", 2048, 1, 12288, 96, 1) == 2_868_903_936
+    assert table2("tensor + sequence parallel + selective", 2048, 1, 12288, 96, 8) == 106_954_752
+    p = megatron(GPT3, 8, tp=8, sp=True, recompute="selective")
+    assert p.per_layer_activation_bytes == 106_954_752 + 2 * 2 * 4 * 2048 // 8
+
+
+def test_korthikanti_from_the_cli_json(capsys):
+    code, out, _ = run(capsys, "plan", *GPT3_FLAGS, "--gpus", "1", "--batch", "1", "--stack",
+                       "megatron", "--dropout", "0.1", "--attention-kernel", "unfused",
+                       "--format", "json")
+    assert code == 0
+    d = json.loads(out)
+    assert d["per_layer_activation_bytes"] == 2_868_903_936 + 2 * 2 * 4 * 2048
+    assert d["stack"]["name"] == "megatron" and d["stack"]["dropout"] == 0.1
+
+
+def test_megatron_flash_llama_hand_algebra():
+    """Llama 3.1 8B (h = 4,096, 32 heads of 128, 8 KV heads, SwiGLU d_ff = 14,336, RMSNorm)
+    at TP 8 + SP, s = 8,192, no dropout, flash attention. Per layer on one rank, in bytes:
+    two norms, each its input 2sbh/t, its output 2sbh/t (TE saves the shard), 1/σ 4sb/t;
+    Q 2·s·(a/t)·d, K and V 2·s·(g/t)·d each, O 2·s·(a/t)·d, the log-sum-exp 4·(a/t)·s;
+    fc1's output 2·s·2f/t (SwiGLU's input), fc2's input 2·s·f/t."""
+    s, h, a, g, d, f, t = 8192, 4096, 32, 8, 128, 14336, 8
+    expected = 2 * (2 * s * h // t + 2 * s * h // t + 4 * s // t) \
+        + 2 * s * (a // t) * d + 2 * 2 * s * (g // t) * d + 2 * s * (a // t) * d + 4 * (a // t) * s \
+        + 2 * s * 2 * f // t + 2 * s * f // t
+    p = megatron(get_preset("meta-llama/Llama-3.1-8B"), 8, tp=8, sp=True, dropout=0,
+                 kernel="flash", seq=s)
+    assert p.per_layer_activation_bytes == expected
+
+
+# ---- Megatron's theoretical_memory_usage.py: bytes per parameter ---------------------------
+def _small(**kw):
+    # every tensor a multiple of 64 elements, V a multiple of 128: no padding anywhere
+    return ModelConfig(**dict(dict(vocab_size=1024, context_length=256, num_layers=2,
+                                   d_model=128, num_heads=4, d_ff=512, name="small"), **kw))
+
+
+def test_megatron_bytes_per_parameter():
+    """compute_weight_and_optimizer_memory: 18 bytes per parameter without the distributed
+    optimizer, 6 + 12/d with it (megatron/training/theoretical_memory_usage.py)."""
+    c = _small()
+    n = 1024 * 128 * 2 + 2 * (4 * 128 * 128 + 3 * 128 * 512 + 2 * 128) + 128  # by hand
+    plain = megatron(c, 8, dropout=0, seq=256, zero=0, global_batch=8)
+    assert plain.model_states == 18 * n
+    dist = megatron(c, 8, dropout=0, seq=256, zero=1, global_batch=8)
+    assert n % 128 == 0 and dist.model_states == (6 + Fraction(12, 8)) * n
+
+
+def test_megatron_distributed_optimizer_padding():
+    """An unaligned model: each parameter starts at a multiple of 64 elements (Megatron
+    iterates params[::-1]) and the buffer ends at a multiple of lcm(d, 128); the optimizer
+    shard is 1/d of it (param_and_grad_buffer.py)."""
+    c = _small(d_model=96, num_heads=3, d_ff=200, vocab_size=1000)
+    p = megatron(c, 16, dropout=0, seq=256, zero=1, global_batch=16)
+    # state-dict order: embedding (1024·96: V padded to 1,024), per block ln1 96, q, k, v,
+    # o 96·96 each, ln2 96, w1 200·96, w3 200·96, w2 96·200; final norm 96; head 1024·96
+    sizes = [1024 * 96] + [96, 9216, 9216, 9216, 9216, 96, 19200, 19200, 19200] * 2 \
+        + [96, 1024 * 96]
+    from accounting.planning.parallel.states import stage_tensors  # noqa: F401 (order)
+    end = 0
+    for size in reversed(sizes):
+        end = -(-end // 64) * 64 + size
+    buffer = -(-end // 128) * 128  # lcm(16, 128)
+    shard = buffer // 16
+    assert p.model_states == 2 * buffer + 4 * buffer + 12 * shard
+
+
+# ---- DeepSpeed: the ZeRO paper's Figure 1, from the CLI ------------------------------------
+# Ψ = 7.5B: 36 GPT layers of d = 4,096 (12d² + 13d with biases), V = 59,904, 2,048 positions,
+# tied embedding, final LayerNorm: 7,503,437,824 parameters (Figure 1 uses Ψ = 7.5B)
+ZERO_FLAGS = ("--vocab-size 59904 --context-length 2048 --num-layers 36 --d-model 4096 "
+              "--num-heads 32 --d-ff 16384 --mlp gelu --norm layernorm --positions learned "
+              "--bias --tie-embeddings --gpus 64 --stack deepspeed --format json").split()
+PSI = 36 * (12 * 4096**2 + 13 * 4096) + 59904 * 4096 + 2048 * 4096 + 2 * 4096
+STATE_WORDS = ("parameters", "gradients", "master copy", "moments", "optimizer state")
+
+
+@pytest.mark.parametrize("zero,figure,exact", [(0, "120", 16 * PSI),
+                                               (1, "31.4", 4 * PSI + Fraction(12 * PSI, 64)),
+                                               (2, "16.6", 2 * PSI + Fraction(14 * PSI, 64)),
+                                               (3, "1.88", Fraction(16 * PSI, 64))])
+def test_zero_figure_1_from_the_cli(capsys, zero, figure, exact):
+    """Rajbhandari et al. 2020, Figure 1: 120, 31.4, 16.6 and 1.88 GB per GPU (Ψ = 7.5B,
+    N_d = 64, K = 12)."""
+    assert PSI == 7_503_437_824
+    code, out, _ = run(capsys, "plan", *ZERO_FLAGS, "--zero", str(zero))
+    assert code == 0
+    d = json.loads(out)
+    items = d["stages"][0]["items"]
+    states = sum(i["bytes"] for i in items if any(w in i["name"] for w in STATE_WORDS))
+    assert states == d["model_states_per_gpu_bytes"] == exact
+    digits = len(figure.split(".")[1]) if "." in figure else 0
+    assert f"{states / 1e9:.{digits}f}" == figure
+
+
+def test_deepspeed_estimators():
+    """DeepSpeed's own estimators (the installed library) against the stack, term by term.
+    ZeRO-2: gpu = 2Ψ + 18Ψ/N ("2 = params_16bit, 18 = 2_grads_16bit + 4_grads_32bit +
+    4_params_32bit + 8_optimizer_states_32bit"): the stack's 2Ψ + 2Ψ/N + 12Ψ/N plus the fp32
+    gradient partition DeepSpeed makes at the step (4Ψ/N, the item's note). ZeRO-3: gpu =
+    4·largest_layer + 18Ψ/N: the stack's 16Ψ/N + its 4·largest working set, plus the fp32
+    gradient partition (4Ψ/N), less the 16-bit gradient partition (2Ψ/N) the estimator does
+    not count."""
+    pytest.importorskip("deepspeed")
+    from deepspeed.runtime.zero.stage3 import estimate_zero3_model_states_mem_needs
+    from deepspeed.runtime.zero.stage_1_and_2 import estimate_zero2_model_states_mem_needs
+    c = get_preset("meta-llama/Llama-3.2-1B")
+    n = 64
+    run = StackRun(get_stack("deepspeed"))
+    p2 = parallel_plan(c, Layout(n, dp=n, zero=2, global_batch=n), 2048, precision=BF16, stack=run)
+    psi = sum(t.numel for u in p2.worst.states.units for t in u.tensors)
+    assert psi == 1_235_814_400 and psi % (2 * n) == 0  # no alignment padding
+    _, gpu2 = estimate_zero2_model_states_mem_needs(psi, 8, 8, cpu_offload=False)
+    assert gpu2 == p2.model_states + 4 * psi // n
+    p3 = parallel_plan(c, Layout(n, dp=n, zero=3, global_batch=n), 2048, precision=BF16, stack=run)
+    largest = 128256 * 2048  # the tied embedding table, the largest module
+    _, gpu3, largest_bytes = estimate_zero3_model_states_mem_needs(psi, largest, 8, 8,
+                                                                    cpu_offload=False)
+    working = next(i.bytes.c for i in p3.worst.items if "working set" in i.name)
+    assert working == largest_bytes
+    assert gpu3 == p3.model_states + working + 4 * psi // n - 2 * psi // n
+
+
+# ---- torchtitan: FSDP2 with bf16 all-gathers ----------------------------------------------
+def test_torchtitan_gathers_bf16():
+    """The gathered units are bf16: half of torch's FSDP2 (fp32) gathered parameters, unit by
+    unit; the sharded fp32 states are torch's."""
+    c = get_preset("meta-llama/Llama-3.2-1B")
+    lo = Layout(8, dp=8, zero=3, global_batch=8)
+    torch_plan = parallel_plan(c, lo, 2048, precision=BF16)
+    tt = parallel_plan(c, lo, 2048, precision=BF16, stack=StackRun(get_stack("torchtitan")))
+    item = {i.name: i.bytes.c for i in torch_plan.worst.items}
+    gathered = next(i.bytes.c for i in tt.worst.items if "all-gathered bf16" in i.name)
+    assert 2 * gathered == item["FSDP2 gathered parameters (root + 2 blocks)"]
+    assert tt.model_states == torch_plan.model_states
+
+
+# ---- refusals (exit 2, one line) ----------------------------------------------------------
+@pytest.mark.parametrize("args,words", [
+    (["--stack", "megatron", "--zero", "3"], "--zero among 0, 1"),
+    (["--stack", "torch", "--dropout", "0.1"], "--stack megatron"),
+    (["--stack", "megatron", "--dropout", "1.5"], "[0, 1)"),
+    (["--stack", "megatron", "--precision", "fp32"], "leave --precision out"),
+    (["--stack", "deepspeed", "--tp", "2"], "--tp 1 --pp 1"),
+    (["--stack", "torchtitan", "--recompute", "selective"], "per-op"),
+])
+def test_refusals(capsys, args, words):
+    refused_in_one_line(capsys, "plan", "meta-llama/Llama-3.2-1B", "--gpus", "8", *args,
+                        expected=words)
