@@ -30,7 +30,8 @@ GPT3_FLAGS = ("--vocab-size 50257 --context-length 2048 --num-layers 96 --d-mode
 
 def megatron(config, gpus, tp=1, sp=False, recompute="none", dropout=0.1, kernel="unfused",
              seq=2048, **layout):
-    lo = Layout(gpus, tp=tp, dp=gpus // tp // layout.pop("pp", 1), sp=sp, recompute=recompute,
+    pp = layout.pop("pp", 1)
+    lo = Layout(gpus, tp=tp, pp=pp, dp=gpus // tp // pp, sp=sp, recompute=recompute,
                 global_batch=layout.pop("global_batch", gpus // tp), **layout)
     return parallel_plan(config, lo, seq, precision=BF16,
                          stack=StackRun(get_stack("megatron"), dropout, kernel))
@@ -225,3 +226,59 @@ def test_torchtitan_gathers_bf16():
 def test_refusals(capsys, args, words):
     refused_in_one_line(capsys, "plan", "meta-llama/Llama-3.2-1B", "--gpus", "8", *args,
                         expected=words)
+
+
+# ---- Must 2: the literature's memory formulas beside the plan -----------------------------
+def _plans():
+    llama = get_preset("meta-llama/Llama-3.1-8B")
+    small = get_preset("meta-llama/Llama-3.2-1B")
+    yield megatron(GPT3, 8, tp=8)
+    yield megatron(GPT3, 8, tp=8, sp=True, recompute="selective")
+    yield megatron(GPT3, 8, tp=8, recompute="full")
+    yield megatron(llama, 64, tp=8, sp=True, dropout=0, kernel="flash", seq=8192, zero=1,
+                   pp=2, global_batch=16)
+    for stack, zero in (("torch", 3), ("torch", 1), ("deepspeed", 2), ("torchtitan", 3)):
+        yield parallel_plan(small, Layout(8, dp=8, zero=zero, global_batch=8), 2048,
+                            precision=BF16, stack=StackRun(get_stack(stack)))
+    yield parallel_plan(small, Layout(8, tp=2, pp=2, dp=2, sp=True, zero=1, global_batch=8,
+                                      recompute="full"), 2048, precision=BF16)
+
+
+def test_every_formula_closes_term_by_term():
+    """formula + Σ terms = the plan's exact bytes, for every formula, quantity, stack and
+    layout above; no term is a remainder ('unexplained' never appears)."""
+    from accounting.literature.memory_compare import compare
+    for p in _plans():
+        for e in compare(p):
+            assert e.closes, (p.stack.name, p.layout, e.key, e.quantity)
+            assert not any("unexplained" in t.label for t in e.terms)
+
+
+def test_formula_values_gpt3():
+    """The formulas' own values for GPT-3 175B at TP 8 + SP + selective, typed from their
+    sources: Korthikanti 34sbh/t; Megatron's per layer sbh(18 + 4·ffn/h)/t = the same for
+    ffn = 4h; its weights and optimizer: the most loaded shard (block/pp + embedding)/tp,
+    layer = 2h(ffn + 2) + 2h²·2 (LayerNorm: norm_size 2), block + final norm 2h, V padded
+    to 51,200 (128·8), times 18 bytes; the ZeRO paper's baseline 16Ψ/(tp·pp)."""
+    from accounting.literature.memory_compare import compare
+    s, h, t = 2048, 12288, 8
+    p = megatron(GPT3, 8, tp=8, sp=True, recompute="selective")
+    got = {(e.key, e.quantity.split()[0]): e.formula for e in compare(p)}
+    assert got[("korthikanti", "activations")] == 34 * s * h // t == 106_954_752
+    assert got[("megatron", "activations")] == s * h * (18 + 16) // t
+    layer = 2 * h * (4 * h + 2) + 2 * h * h * 2
+    shard = Fraction(96 * layer + 2 * h + h * 51200, t)
+    assert got[("megatron", "model")] == 18 * shard
+    psi = 96 * (12 * h * h + 13 * h) + 50257 * h + 2048 * h + 2 * h
+    assert got[("zero", "model")] == Fraction(16 * psi, t)
+
+
+def test_compare_formulas_cli_json(capsys):
+    code, out, _ = run(capsys, "plan", *GPT3_FLAGS, "--gpus", "8", "--tp", "8", "--sp",
+                       "--recompute", "selective", "--stack", "megatron", "--dropout", "0.1",
+                       "--batch", "1", "--compare-formulas", "--format", "json")
+    assert code == 0
+    d = json.loads(out)
+    k = next(e for e in d["literature_memory"] if e["key"] == "korthikanti")
+    assert k["formula_bytes"]["numerator"] == 106_954_752
+    assert k["exact_bytes"] == d["per_layer_activation_bytes"]

@@ -20,7 +20,7 @@ from accounting.planning.parallel.stacks import STACKS, TORCH, get_stack
 
 LAYOUT_FLAGS = ("tp", "pp", "dp", "ep", "sp", "zero", "fsdp", "micro_batch", "search",
                 "nvlink_gbs", "network_gbs", "gpus_per_node", "stack", "dropout",
-                "attention_kernel")
+                "attention_kernel", "compare_formulas")
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
@@ -70,6 +70,10 @@ def add_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--attention-kernel", choices=tuple(KERNELS),
                    help="--stack megatron: " + "; ".join(f"{k}: {v}" for k, v in KERNELS.items())
                         + f" (default {FLASH})")
+    g.add_argument("--compare-formulas", action="store_true",
+                   help="the literature's memory formulas beside the plan (the ZeRO paper, "
+                        "Korthikanti et al., Megatron's theoretical_memory_usage.py, Transformer "
+                        "Math 101), each reconciled term by term with its exact count")
     p.set_defaults(precision=None)  # a stack other than torch names its own (see stack_run)
 
 
@@ -131,6 +135,9 @@ def run(ns: argparse.Namespace, config) -> int:
     micro = ns.micro_batch or 1
     seq = ns.ctx or config.context_length
     if ns.search:
+        if ns.compare_formulas:
+            raise UsageError("--compare-formulas sets one plan beside the literature; leave "
+                             "--search out")
         if run_stack.name != TORCH:
             raise UsageError(f"--search ranks the torch stack's layouts; with --stack "
                              f"{run_stack.name} give the layout (--tp, --pp, --zero)")
@@ -152,6 +159,12 @@ def run(ns: argparse.Namespace, config) -> int:
         result = parallel_plan(config, lo, seq, precision=precision, hardware=hw, net=net,
                                mfu=ns.mfu, margin=ns.margin, tokens=ns.tokens, stack=run_stack)
         tables, data = views.tables, export.to_dict
+        if ns.compare_formulas:
+            from accounting.literature.memory_compare import compare
+            from accounting.planning.parallel.stack_views import formulas_dict, formulas_tables
+            est = compare(result)
+            tables = lambda r: views.tables(r) + formulas_tables(est)  # noqa: E731
+            data = lambda r: {**export.to_dict(r), "literature_memory": formulas_dict(est)}  # noqa: E731
     output.emit(ns.format, ns.output, lambda: tables(result), lambda: data(result),
                 lambda: export.to_csv(data(result)))
     return 0

@@ -26,6 +26,7 @@ class Item:
     note: str = ""
     activations: bool = False  # the in-flight activations (their count depends on m)
     model_state: bool = False  # parameters, gradients, master copy, optimizer moments
+    per_element: int = 0  # a model state's bytes per element (12: master, m and v together)
 
 
 def stage_buffers(sp: Split, values: dict[str, int], kinds: tuple[tuple[str, int], ...]) -> int:

@@ -168,15 +168,17 @@ def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage:
     n_sym = "(N_dense + N_experts/ep)" if st.expert_numel else "N_stage"
     fsdp_params = f"{p.master_bytes}·Σ{b_sym}" if z >= 2 else f"{p.master_bytes}·{n_sym}"
     items = [Item("parameters (fp32" + (", FSDP shards)" if z >= 2 else ")"), fsdp_params,
-                  A.Linear(0, st.params * p.master_bytes), model_state=True)]
+                  A.Linear(0, st.params * p.master_bytes), model_state=True,
+                  per_element=p.master_bytes)]
     items.append(Item("gradients (fp32" + (", FSDP shards)" if z >= 2 else ")"),
                       f"{p.grad_bytes}·Σ{b_sym}" if z >= 2 else f"{p.grad_bytes}·{n_sym}",
-                      A.Linear(0, st.grads * p.grad_bytes), model_state=True))
+                      A.Linear(0, st.grads * p.grad_bytes), model_state=True,
+                      per_element=p.grad_bytes))
     moments = (f"4·{n_sym}" if z == 0 else "4·(this rank's whole tensors)" if z == 1
                else "4·Σ(this rank's rows)·cols")
     for name in ("AdamW first moment m", "AdamW second moment v"):
         items.append(Item(f"{name} (fp32)", moments, A.Linear(0, st.moments * p.moment_bytes),
-                          model_state=True))
+                          model_state=True, per_element=p.moment_bytes))
     items.append(Item("AdamW step counters (fp32 scalars)", f"{STEP_BYTES}·(tensors updated)",
                       A.Linear(0, st.owned_tensors * STEP_BYTES), on_gpu=False,
                       note="torch keeps them on the CPU unless fused or capturable"))

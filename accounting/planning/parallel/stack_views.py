@@ -46,3 +46,37 @@ def per_layer_table(p: ParallelPlan) -> Table:
                                     f"rank 0 of {p.layout.tp}"
                                     + (" with sequence parallelism" if p.layout.sp else "")
                                     + f", recomputation {p.layout.recompute}.",))
+
+
+def formulas_tables(estimates) -> list[Table]:
+    """--compare-formulas: the literature's memory formulas beside the plan, then each one's
+    reconciliation (formula + Σ terms = the plan's exact bytes)."""
+    def num(x) -> str:
+        from fractions import Fraction
+        x = Fraction(x)
+        return grouped(x.numerator) if x.denominator == 1 else f"{float(x):,.2f}"
+    rows = tuple((e.name, e.quantity, e.source, num(e.formula), grouped(e.exact),
+                  num(e.exact - e.formula)) for e in estimates)
+    out = [Table("Memory formulas of the literature beside the plan",
+                 ("formula", "quantity", "as written", "formula (bytes)", "this plan (bytes)",
+                  "difference"), rows, align="lllrrr",
+                 notes=("Model states: the most loaded GPU's parameters, gradients and optimizer "
+                        "state; activations: one transformer layer, one micro-batch, TP rank 0. "
+                        "Each difference is itemized below; no term is a remainder.",))]
+    for e in estimates:
+        if e.terms:
+            out.append(Table(f"{e.name}: {e.quantity}", ("term", "bytes", "what"),
+                             tuple((t.label, num(t.bytes), t.detail) for t in e.terms),
+                             align="lrl", notes=(f"Evaluated with {e.evaluated_with}. Formula "
+                                                 f"{num(e.formula)} + terms = {grouped(e.exact)}.",)))
+    return out
+
+
+def formulas_dict(estimates) -> list[dict]:
+    from accounting.present.export import fraction
+    from fractions import Fraction
+    return [{"key": e.key, "name": e.name, "source": e.source, "quantity": e.quantity,
+             "formula_bytes": fraction(Fraction(e.formula)), "exact_bytes": e.exact,
+             "evaluated_with": e.evaluated_with,
+             "terms": [{"label": t.label, "bytes": fraction(Fraction(t.bytes)), "detail": t.detail}
+                       for t in e.terms]} for e in estimates]

@@ -190,27 +190,30 @@ def state_items(stack: Stack, config: ModelConfig, st: States, layout: Layout) -
         sym = "⌈B/d⌉" if dist else "N_stage"
         pad = " (buffer B padded)" if dist else ""
         items = [Item("parameters (bf16)" + pad, "2·B" if dist else "2·N_stage",
-                      Linear(0, W16 * buf), model_state=True),
+                      Linear(0, W16 * buf), model_state=True, per_element=W16),
                  Item("gradients (fp32 main_grad buffer)" + pad, "4·B" if dist else "4·N_stage",
-                      Linear(0, W32 * buf), model_state=True)]
+                      Linear(0, W32 * buf), model_state=True, per_element=W32)]
         scope = ", distributed optimizer shard" if dist else ""
         items += [Item(f"master copy of the parameters (fp32{scope})", f"4·{sym}",
-                       Linear(0, W32 * shard), model_state=True),
+                       Linear(0, W32 * shard), model_state=True, per_element=W32),
                   Item(f"Adam moments: first moment m (fp32{scope})", f"4·{sym}",
-                       Linear(0, W32 * shard), model_state=True),
+                       Linear(0, W32 * shard), model_state=True, per_element=W32),
                   Item(f"Adam moments: second moment v (fp32{scope})", f"4·{sym}",
-                       Linear(0, W32 * shard), model_state=True)]
+                       Linear(0, W32 * shard), model_state=True, per_element=W32)]
         return items
     if stack.name == DEEPSPEED:
         p, g, o = _deepspeed_elements(st, layout)
         part = "Ψ/N_d" if z else "Ψ"
         return [Item("parameters (16-bit" + (", partitioned)" if z == 3 else ")"),
-                     f"2·{'Ψ/N_d' if z == 3 else 'Ψ'}", Linear(0, W16 * p), model_state=True),
+                     f"2·{'Ψ/N_d' if z == 3 else 'Ψ'}", Linear(0, W16 * p), model_state=True,
+                     per_element=W16),
                 Item("gradients (16-bit" + (", partitioned)" if z >= 2 else ")"),
-                     f"2·{'Ψ/N_d' if z >= 2 else 'Ψ'}", Linear(0, W16 * g), model_state=True),
+                     f"2·{'Ψ/N_d' if z >= 2 else 'Ψ'}", Linear(0, W16 * g), model_state=True,
+                     per_element=W16),
                 Item("optimizer state: fp32 master copy, Adam moments m and v"
                      + (" (partitioned)" if z else ""), f"12·{part}",
                      Linear(0, ADAM_STATE_BYTES * o), model_state=True,
+                     per_element=ADAM_STATE_BYTES,
                      note="at the step DeepSpeed also casts this rank's 16-bit gradient "
                           "partition to fp32 (4·Ψ/N_d) while the activations are freed; not in "
                           "the total")]
@@ -218,9 +221,11 @@ def state_items(stack: Stack, config: ModelConfig, st: States, layout: Layout) -
     fs = ", FSDP shards)" if z >= 2 else ")"
     b_sym = "⌈rows/d⌉·cols" if z >= 2 else ""
     n = f"4·Σ{b_sym}" if z >= 2 else "4·N_stage"
-    return [Item("parameters (fp32" + fs, n, Linear(0, W32 * st.params), model_state=True),
-            Item("gradients (fp32" + fs, n, Linear(0, W32 * st.grads), model_state=True),
+    return [Item("parameters (fp32" + fs, n, Linear(0, W32 * st.params), model_state=True,
+                 per_element=W32),
+            Item("gradients (fp32" + fs, n, Linear(0, W32 * st.grads), model_state=True,
+                 per_element=W32),
             Item("AdamW moments: first moment m (fp32)", "4·Σ(this rank's rows)·cols",
-                 Linear(0, W32 * st.moments), model_state=True),
+                 Linear(0, W32 * st.moments), model_state=True, per_element=W32),
             Item("AdamW moments: second moment v (fp32)", "4·Σ(this rank's rows)·cols",
-                 Linear(0, W32 * st.moments), model_state=True)]
+                 Linear(0, W32 * st.moments), model_state=True, per_element=W32)]
