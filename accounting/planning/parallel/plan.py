@@ -25,7 +25,7 @@ from accounting.planning.parallel.layout import Layout, check_layout, stage_laye
 from accounting.planning.parallel.shards import FIRST, Split, split
 from accounting.planning.parallel.stack_memory import StackRun, per_layer
 from accounting.planning.parallel.stack_memory import memory as stack_memory
-from accounting.planning.parallel.stacks import TORCH, check as check_stack
+from accounting.planning.parallel.stacks import TORCH, TORCHTITAN, W16, check as check_stack
 from accounting.planning.parallel.states import States, stage_tensors, states, zero1_worst_rank
 from accounting.planning.parallel.step import StageFlops, StepTime, bubble, stage_flops, step_time
 
@@ -161,7 +161,7 @@ def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage:
         items, acts = stack_memory(stack, sp, layout, precision, st, stage, kinds, values, seq,
                                    act_rows, tp_rank)
         return _finish(sp, layout, precision, seq, stage, layers, kinds, units, st, items,
-                       acts, values, tp_rank)
+                       acts, values, tp_rank, W16 if stack.name == TORCHTITAN else None)
     b_sym = "⌈rows/d⌉·cols" if z >= 2 else ""
     # with ep > 1: N_stage counts E/ep experts of each MoE block (their FSDP shards over the
     # dp/ep ranks: ⌈rows/e⌉·cols, e = dp/ep)
@@ -208,8 +208,10 @@ def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage:
 
 def _finish(sp: Split, layout: Layout, p: Precision, seq: int, stage: int, layers, kinds,
             units, st: States, items: list[Item], acts: A.StageActivations,
-            values: dict[str, int], tp_rank: int) -> StagePlan:
-    """The stage's communication and FLOPs, beside its memory items."""
+            values: dict[str, int], tp_rank: int, gather_bytes: int | None = None
+            ) -> StagePlan:
+    """The stage's communication and FLOPs, beside its memory items (`gather_bytes`: what
+    FSDP2 gathers per element, when not the master's: bf16 under torchtitan's policy)."""
     c = sp.config
     buf = stage_buffers(sp, values, kinds)
     act_bytes = activation_bytes(p)
@@ -219,7 +221,7 @@ def _finish(sp: Split, layout: Layout, p: Precision, seq: int, stage: int, layer
                                (len(norms), sum(t.numel for t in norms)), p.grad_bytes)
              + C.pipeline(layout, stage, layout.micro_batch, seq // (layout.tp if layout.sp else 1),
                           c.d_model, act_bytes)
-             + C.data_parallel(layout, st, p, buf, p.master_bytes))
+             + C.data_parallel(layout, st, p, buf, gather_bytes or p.master_bytes))
     if dict(sp.ledger.tied) and layout.pp > 1 and stage in (0, layout.pp - 1):
         table = next(t for t in sp.tensors if t.place == FIRST and t.matmul_weight)
         comms += C.tied_embedding(layout, prod(table.sizes(values, layout.tp)), p.grad_bytes)

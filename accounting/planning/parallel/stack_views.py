@@ -12,6 +12,11 @@ def _gb(n: int) -> str:
     return f"{gigabytes(n)} = {gibibytes(n)}"
 
 
+def engine(p: ParallelPlan) -> str | None:
+    """The named stack's engine for the layout's sharding stage (None: torch's)."""
+    return None if p.stack.name == TORCH else p.stack.stack.engines.get(p.layout.zero)
+
+
 def summary_rows(p: ParallelPlan) -> list[tuple[str, str]]:
     """Rows for the plan's first screen (none for the torch stack, whose plan is unchanged)."""
     s = p.stack

@@ -19,8 +19,10 @@ def _gb(n: int) -> str:
     return f"{gigabytes(n)} = {gibibytes(n)}"
 
 
-def layout_text(lo: Layout) -> str:
-    name, engine, _ = ZERO_STAGES[lo.zero]
+def layout_text(lo: Layout, engine: str | None = None) -> str:
+    """`engine`: a named stack's engine for the sharding stage (default: torch's)."""
+    name, torch_engine, _ = ZERO_STAGES[lo.zero]
+    engine = engine or torch_engine
     parts = [f"tp {lo.tp}" + (" + sequence parallel" if lo.sp else ""), f"pp {lo.pp}",
              f"dp {lo.dp}"]
     if lo.ep > 1:
@@ -33,7 +35,7 @@ def summary_table(p: ParallelPlan) -> Table:
     c, lo, w = p.config, p.layout, p.worst
     b = lo.micro_batch
     rows = [("model", f"{title(c)}, T = {p.seq:,}"),
-            ("layout", layout_text(lo)),
+            ("layout", layout_text(lo, stack_views.engine(p))),
             ("batch", f"global {lo.global_batch:,} sequences = {lo.micro_batches:,} micro-batches "
                       f"of {b:,} on each of {lo.dp} data-parallel ranks "
                       f"({p.tokens_per_step:,} tokens per step)"),
@@ -149,7 +151,7 @@ def memory_table(p: ParallelPlan) -> Table:
                         if e == 1 else "replicated over the ranks holding the same experts")
                      + ". Under balanced routing the activations of the experts are one GPU's "
                        "(b·T·k rows per rank).")
-    if lo.zero == 1 and lo.dp > 1:
+    if lo.zero == 1 and lo.dp > 1 and p.stack.name == "torch":
         notes.append(f"ZeroRedundancyOptimizer: the rank with the most AdamW state is shown "
                      f"(rank {p.worst.states.dp_rank}).")
     return Table("Memory per GPU, by pipeline stage", tuple(cols), tuple(rows),
