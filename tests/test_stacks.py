@@ -210,7 +210,7 @@ def test_torchtitan_gathers_bf16():
     tt = parallel_plan(c, lo, 2048, precision=BF16, stack=StackRun(get_stack("torchtitan")))
     item = {i.name: i.bytes.c for i in torch_plan.worst.items}
     gathered = next(i.bytes.c for i in tt.worst.items if "all-gathered bf16" in i.name)
-    assert 2 * gathered == item["FSDP2 gathered parameters (root + 2 blocks)"]
+    assert 2 * gathered == item["FSDP2 gathered fp32 units (root + 2 blocks)"]
     assert tt.model_states == torch_plan.model_states
 
 
@@ -282,3 +282,18 @@ def test_compare_formulas_cli_json(capsys):
     k = next(e for e in d["literature_memory"] if e["key"] == "korthikanti")
     assert k["formula_bytes"]["numerator"] == 106_954_752
     assert k["exact_bytes"] == d["per_layer_activation_bytes"]
+
+
+@pytest.mark.parametrize("stack,zero,tp,pp", [("torch", 0, 2, 2), ("torch", 1, 1, 2),
+                                              ("torch", 3, 2, 1), ("megatron", 1, 2, 2),
+                                              ("deepspeed", 3, 1, 1), ("torchtitan", 2, 2, 2)])
+def test_model_state_items_named_as_the_contract_says(stack, zero, tp, pp):
+    """The JSON contract: the model states are the items whose names say parameters,
+    gradients, master copy, moments or optimizer state — and only those."""
+    c = get_preset("meta-llama/Llama-3.2-1B")
+    lo = Layout(8, tp=tp, pp=pp, dp=8 // tp // pp, sp=tp > 1, zero=zero, global_batch=16)
+    p = parallel_plan(c, lo, 1024, precision=BF16, stack=StackRun(get_stack(stack)))
+    for s in p.stages:
+        for i in s.items:
+            if i.on_gpu:
+                assert i.model_state == any(w in i.name for w in STATE_WORDS), i.name

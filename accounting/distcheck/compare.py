@@ -80,7 +80,7 @@ def compare(measured: dict) -> list[Row]:
     rows = [Row("parameter elements", st.params_unpadded, m["param_numel"]),
             Row("parameter bytes (storage)", st.params * 4, m["param_bytes"],
                 "FSDP2 pads each shard to ⌈rows/d⌉ rows" if case["zero"] >= 2 and case["dp"] > 1 else "")]
-    whole = items.get("embedding gradient computed whole (torch DTensor)", 0)
+    whole = items.get("embedding grad computed whole (torch DTensor)", 0)
     fsdp = case["zero"] >= 2 and case["dp"] > 1
     # the whole gradient stays as .grad unless FSDP2 takes it, or the tied LM head's sharded
     # gradient is there first (accumulating into it keeps the LM head's placement)

@@ -50,7 +50,7 @@ def engine_buffers(sp: Split, layout: Layout, p: Precision, st: States, stage: i
     if d > 1 and z >= 2 and bf16_gathers:
         out += _fsdp_bf16(layout, st)
     elif d > 1 and z <= 1:
-        out.append(Item("DDP gradient buckets", f"{p.grad_bytes}·N_stage",
+        out.append(Item("DDP grad buckets", f"{p.grad_bytes}·N_stage",
                         Linear(0, st.stage_numel * p.grad_bytes),
                         note="a flat copy of the gradients (gradient_as_bucket_view=False, "
                              "the default)"))
@@ -63,19 +63,19 @@ def engine_buffers(sp: Split, layout: Layout, p: Precision, st: States, stage: i
         blocks = list(per_layer.values())
         root = sum(u.unsharded_padded(d) for u in st.units if u.root)
         held = sum(blocks) if z == 2 else sum(sorted(blocks)[-2:])
-        out.append(Item("FSDP2 gathered parameters" + (" (every unit, forward to backward)"
+        out.append(Item("FSDP2 gathered fp32 units" + (" (every unit, forward to backward)"
                                                        if z == 2 else " (root + 2 blocks)"),
                         f"{gathered}·d·Σ⌈rows/d⌉·cols", Linear(0, (root + held) * gathered),
                         note="the root unit stays gathered through each pass; at stage 3 one "
                              "block is gathered while the next is prefetched"))
-        out.append(Item("FSDP2 unsharded gradients before reduce-scatter (root + 1 block)",
+        out.append(Item("FSDP2 unsharded grads before reduce-scatter (root + 1 block)",
                         f"{p.grad_bytes}·d·Σ⌈rows/d⌉·cols",
                         Linear(0, (root + max(blocks, default=0)) * p.grad_bytes)))
     if layout.tp > 1 and stage == 0:
         table = next(t for t in sp.tensors if t.place == FIRST and t.dims[0] == ("V",))
         whole = prod(table.sizes(values, 1))
         local = prod(table.sizes(values, layout.tp, tp_rank))
-        out.append(Item("embedding gradient computed whole (torch DTensor)",
+        out.append(Item("embedding grad computed whole (torch DTensor)",
                         f"{p.grad_bytes}·(V − ⌈V/tp⌉)·d_model", Linear(0, (whole - local) * p.grad_bytes),
                         note="aten.embedding_dense_backward has no vocabulary-sharded strategy "
                              "in torch 2.13: each TP rank computes the V×d_model gradient, then "

@@ -100,6 +100,19 @@ def flat_rows(data: dict) -> list[dict]:
         common = {"model": d["config"]["name"], "gpus": lo["gpus"], "tp": lo["tp"], "pp": lo["pp"],
                   "dp": lo["dp"], "sp": lo["sp"], "zero": lo["zero"],
                   "micro_batch": lo["micro_batch"], "global_batch": lo["global_batch"]}
+        flat.append({**common, "stage": d["worst_stage"], "section": "memory",
+                     "item": "model states per GPU (most loaded stage)", "formula": "",
+                     "value": d["model_states_per_gpu_bytes"], "unit": "bytes"})
+        flat.append({**common, "stage": None, "section": "memory",
+                     "item": f"one block's activations, one micro-batch ({d['stack']['name']} "
+                             f"stack)", "formula": "", "value": d["per_layer_activation_bytes"],
+                     "unit": "bytes"})
+        for e in d.get("literature_memory", ()):
+            f = e["formula_bytes"]
+            flat.append({**common, "stage": None, "section": "literature",
+                         "item": f"{e['name']}: {e['quantity']}", "formula": e["source"],
+                         "value": f["numerator"] if f["denominator"] == 1 else f["approx"],
+                         "unit": "bytes"})
         for s in d["stages"]:
             for i in s["items"]:
                 flat.append({**common, "stage": s["stage"], "section": "memory", "item": i["name"],

@@ -176,7 +176,7 @@ def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage:
                       per_element=p.grad_bytes))
     moments = (f"4·{n_sym}" if z == 0 else "4·(this rank's whole tensors)" if z == 1
                else "4·Σ(this rank's rows)·cols")
-    for name in ("AdamW first moment m", "AdamW second moment v"):
+    for name in ("AdamW moments: first moment m", "AdamW moments: second moment v"):
         items.append(Item(f"{name} (fp32)", moments, A.Linear(0, st.moments * p.moment_bytes),
                           model_state=True, per_element=p.moment_bytes))
     items.append(Item("AdamW step counters (fp32 scalars)", f"{STEP_BYTES}·(tensors updated)",
