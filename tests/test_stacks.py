@@ -297,3 +297,20 @@ def test_model_state_items_named_as_the_contract_says(stack, zero, tp, pp):
         for i in s.items:
             if i.on_gpu:
                 assert i.model_state == any(w in i.name for w in STATE_WORDS), i.name
+
+
+def test_megatron_embedding_and_loss_against_theoretical_memory_usage():
+    """compute_activation_memory's non-layer terms (with SP; everything / t): the input to
+    the embedding 8·s·b and its dropout s·b·h (first stage); the output layer and the loss
+    4·s·b·h·(1 + V/h) (the final norm's 2sbh and the head's input 2sbh, the fp32 softmax
+    4sbV). Megatron's own count divides the token ids by t too (every TP rank keeps them
+    whole) and leaves out the norm's statistics and the loss's target mask and int64
+    masked targets: those are the differences, by hand."""
+    from accounting.planning.parallel import megatron as M
+    s, h, t = 2048, 12288, 8
+    v = 51200  # 50,257 padded to a multiple of 128·8
+    st = M.Setting(s, t, True, True, M.UNFUSED)
+    first = sum(x.bytes for x in M.first_stage(GPT3, st))
+    assert first == (8 * s + s * h) // t + 8 * s * (t - 1) // t
+    last = sum(x.bytes for x in M.last_stage(GPT3, st))
+    assert last == 4 * s * h * (1 + Fraction(v, h)) / t + 8 * s // t + 9 * s

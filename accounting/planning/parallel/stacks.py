@@ -143,27 +143,24 @@ def check(stack: Stack, config: ModelConfig, layout: Layout, dropout: float) -> 
 
 
 # ---- model states ------------------------------------------------------------------------
-def _megatron_buffer(st: States, layout: Layout, vocab_extra: int) -> tuple[int, int]:
+def _megatron_sizes(config: ModelConfig, st: States, layout: Layout) -> list[int]:
+    """Elements of each parameter Megatron holds on this GPU, state-dict order: the
+    vocabulary tables padded to 128·tp rows (padded_vocab) on each TP rank."""
+    rows = padded_vocab(config, layout.tp) // layout.tp
+    return [(rows * t.rest if t.tensor.tp_dim == 0 and t.tensor.dims[0] == ("V",) else t.numel)
+            for u in st.units for t in u.tensors]
+
+
+def _megatron_buffer(sizes: list[int], layout: Layout) -> tuple[int, int]:
     """(elements of the param/grad buffer, elements of this rank's optimizer shard)."""
-    sizes = [t.numel for u in st.units for t in u.tensors]
-    n = sum(sizes) + vocab_extra
+    n = sum(sizes)
     if layout.sharding != 1:
         return n, n
     end = 0
-    for i, size in enumerate(reversed(sizes)):  # params[::-1], starts padded to 64
-        end = -(-end // 64) * 64 + size + (vocab_extra if i == len(sizes) - 1 else 0)
+    for size in reversed(sizes):  # params[::-1], starts padded to 64
+        end = -(-end // 64) * 64 + size
     total = -(-end // lcm(layout.dp, 128)) * lcm(layout.dp, 128)
     return total, total // layout.dp
-
-
-def vocab_padding(config: ModelConfig, st: States, layout: Layout) -> int:
-    """Elements Megatron adds to this stage's vocabulary tables (V padded to 128·tp)."""
-    extra = 0
-    for u in st.units:
-        for t in u.tensors:
-            if t.tensor.tp_dim == 0 and t.tensor.dims[0] == ("V",):
-                extra += (padded_vocab(config, layout.tp) // layout.tp - t.sizes[0]) * t.rest
-    return extra
 
 
 def _deepspeed_elements(st: States, layout: Layout) -> tuple[int, int, int]:
@@ -185,7 +182,7 @@ def state_items(stack: Stack, config: ModelConfig, st: States, layout: Layout) -
     a stack other than torch."""
     z, d = layout.sharding, layout.dp
     if stack.name == MEGATRON:
-        buf, shard = _megatron_buffer(st, layout, vocab_padding(config, st, layout))
+        buf, shard = _megatron_buffer(_megatron_sizes(config, st, layout), layout)
         dist = z == 1
         sym = "⌈B/d⌉" if dist else "N_stage"
         pad = " (buffer B padded)" if dist else ""
