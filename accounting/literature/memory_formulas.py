@@ -14,9 +14,10 @@ Sources:
   partitioned stages (K = 12 for mixed-precision Adam).
 * NVIDIA/Megatron-LM, megatron/training/theoretical_memory_usage.py:
   compute_weight_and_optimizer_memory (18 bytes per parameter, 6 + 12/d with the
-  distributed optimizer: bf16 parameter 2, fp32 gradient 4, fp32 master, m and v 12 —
-  the distributed optimizer documentation's table of bytes per parameter, "bf16 param, fp32 grads: 18 / 6 + 12/d") and compute_activation_memory (per layer
-  s·b·h·(18 + 4·ffn/h) with SP and selective recomputation; sbh·(10 + 24/t) without SP).
+  distributed optimizer: bf16 parameter 2, fp32 gradient 4, fp32 master, m and v 12 — the
+  distributed optimizer documentation's table, "bf16 param, fp32 grads: 18 | 6 + 12/d")
+  and compute_activation_memory (per layer s·b·h·(18 + 4·ffn/h) with SP and selective
+  recomputation; sbh·(10 + 24/t) without SP).
 * Anthony, Biderman, Schoelkopf 2023, "Transformer Math 101", EleutherAI blog
   (https://blog.eleuther.ai/transformer-math/): mixed-precision training holds 2 bytes per
   parameter of model weights, 2 of gradients (fp16/bf16) and 12 of AdamW state (fp32
