@@ -221,7 +221,7 @@ def test_torchtitan_gathers_bf16():
     (["--stack", "megatron", "--dropout", "1.5"], "[0, 1)"),
     (["--stack", "megatron", "--precision", "fp32"], "leave --precision out"),
     (["--stack", "deepspeed", "--tp", "2"], "--tp 1 --pp 1"),
-    (["--stack", "torchtitan", "--recompute", "selective"], "per-op"),
+    (["--stack", "torchtitan", "--recompute", "selective", "--block", "parallel"], "per-op"),
 ])
 def test_refusals(capsys, args, words):
     refused_in_one_line(capsys, "plan", "meta-llama/Llama-3.2-1B", "--gpus", "8", *args,
@@ -314,3 +314,91 @@ def test_megatron_embedding_and_loss_against_theoretical_memory_usage():
     assert first == (8 * s + s * h) // t + 8 * s * (t - 1) // t
     last = sum(x.bytes for x in M.last_stage(GPT3, st))
     assert last == 4 * s * h * (1 + Fraction(v, h)) / t + 8 * s // t + 9 * s
+
+
+# ---- torchtitan's per-op selective checkpointing, on the CPU -------------------------------
+def _titan_block(torch, h, a, g, d, f, gated):
+    """A transformer block written as torchtitan's Llama (models/llama3/model/model.py):
+    nn.Linear projections wq, wk, wv, SDPA, wo; feed-forward w2(silu(w1 x)·w3 x) (or
+    w2(gelu(w1 x)) without the gate); RMSNorm before each. RoPE is left out: its elementwise
+    ops are recomputed under the policy, so it changes nothing saved."""
+    nn, F = torch.nn, torch.nn.functional
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.wq, self.wk = nn.Linear(h, a * d, bias=False), nn.Linear(h, g * d, bias=False)
+            self.wv, self.wo = nn.Linear(h, g * d, bias=False), nn.Linear(a * d, h, bias=False)
+            self.w1, self.w2 = nn.Linear(h, f, bias=False), nn.Linear(f, h, bias=False)
+            self.w3 = nn.Linear(h, f, bias=False) if gated else None
+            self.n1, self.n2 = nn.RMSNorm(h), nn.RMSNorm(h)
+
+        def forward(self, x):
+            B, T, _ = x.shape
+            y = self.n1(x)
+            q = self.wq(y).view(B, T, a, d).transpose(1, 2)
+            k = self.wk(y).view(B, T, g, d).transpose(1, 2).repeat_interleave(a // g, dim=1)
+            v = self.wv(y).view(B, T, g, d).transpose(1, 2).repeat_interleave(a // g, dim=1)
+            o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            x = x + self.wo(o.transpose(1, 2).contiguous().view(B, T, a * d))
+            y = self.n2(x)
+            z = F.silu(self.w1(y)) * self.w3(y) if gated else F.gelu(self.w1(y))
+            return x + self.w2(z)
+    return Block().to(torch.bfloat16)
+
+
+@pytest.mark.parametrize("mlp", ["swiglu", "gelu"])
+def test_torchtitan_op_sac_on_cpu(mlp):
+    """torchtitan's policy (its _op_sac_save_list and 'every second mm recomputed', typed from
+    torchtitan/models/llama3/infra/parallelize.py) under torch.utils.checkpoint's selective
+    checkpointing: the bytes of the outputs it saves plus the block's input equal the
+    stack's per-layer count. The CPU's flash kernel stands in for CUDA's in the save list."""
+    torch = pytest.importorskip("torch")
+    from torch.utils.checkpoint import (CheckpointPolicy, checkpoint,
+                                        create_selective_checkpoint_contexts)
+    ops = torch.ops
+    save = {ops.aten.mm.default, ops.aten._scaled_dot_product_flash_attention.default,
+            ops.aten._scaled_dot_product_efficient_attention.default,
+            ops.aten._scaled_dot_product_flash_attention_for_cpu.default,
+            ops._c10d_functional.reduce_scatter_tensor.default, ops.aten.max.default}
+    saved, storages = [0], set()
+
+    def context():
+        meta = {"forward": 0, "recompute": 0}
+
+        def policy(ctx, func, *args, **kwargs):
+            mode = "recompute" if ctx.is_recompute else "forward"
+            if func == ops.aten.mm.default:
+                meta[mode] += 1
+            keep = func in save and not (func == ops.aten.mm.default and meta[mode] % 2 == 0)
+            if keep and not ctx.is_recompute:
+                outs = ctx.op_output if isinstance(ctx.op_output, tuple) else (ctx.op_output,)
+                for o in outs:
+                    if isinstance(o, torch.Tensor) and o.untyped_storage()._cdata not in storages:
+                        storages.add(o.untyped_storage()._cdata)
+                        saved[0] += o.untyped_storage().nbytes()
+            return CheckpointPolicy.MUST_SAVE if keep else CheckpointPolicy.PREFER_RECOMPUTE
+        return create_selective_checkpoint_contexts(policy)
+
+    h, a, g, d, f, T = 64, 8, 2, 8, 96, 16
+    block = _titan_block(torch, h, a, g, d, f, mlp == "swiglu")
+    x = torch.randn(1, T, h, dtype=torch.bfloat16, requires_grad=True)
+    y = checkpoint(block, x, use_reentrant=False, context_fn=context)
+    y.sum().backward()
+    measured = saved[0] + x.untyped_storage().nbytes()
+    c = ModelConfig(vocab_size=128, context_length=T, num_layers=1, d_model=h, num_heads=a,
+                    num_kv_heads=g, head_dim=d, d_ff=f, mlp=mlp, name="titan")
+    from accounting.planning.parallel import megatron as M
+    from accounting.planning.parallel import torchtitan as TT
+    assert sum(s.bytes for s in TT.sac_layer(c, M.Setting(T))) == measured
+
+
+def test_torchtitan_selective_plan():
+    """The plan uses the per-op list for every block (Llama 3.1 8B, 8 GPUs, ZeRO-3)."""
+    c = get_preset("meta-llama/Llama-3.1-8B")
+    p = parallel_plan(c, Layout(8, dp=8, zero=3, global_batch=8, recompute="selective"), 8192,
+                      precision=BF16, stack=StackRun(get_stack("torchtitan")))
+    s, h, a, g, d, f = 8192, 4096, 32, 8, 128, 14336
+    # input, wq out, attention out + lse, wv out, w1 out, w2 out (mm 1, 3, 5, 7)
+    assert p.per_layer_activation_bytes == 2 * s * h + 2 * s * a * d + 2 * s * a * d \
+        + 4 * a * s + 2 * s * g * d + 2 * s * f + 2 * s * h

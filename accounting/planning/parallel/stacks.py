@@ -32,7 +32,8 @@ default, checked on torch.distributed). The others:
 
 DeepSpeed and torchtitan activations: the implementation's saved tensors as under bf16
 autocast, less autocast's weight copies (the 16-bit weights are the parameters themselves,
-or FSDP's gathered bf16 ones, freed after use).
+or FSDP's gathered bf16 ones, freed after use); torchtitan with --recompute selective: its
+per-op selective checkpointing (torchtitan.py).
 """
 from __future__ import annotations
 
@@ -92,7 +93,8 @@ register(Stack(TORCHTITAN, "torchtitan: FSDP2 with MixedPrecisionPolicy(param_dt
                "reduce_dtype=fp32), no autocast", {2: "FSDP2 SHARD_GRAD_OP, bf16 all-gathers",
                                                    3: "FSDP2 FULL_SHARD, bf16 all-gathers"}, 3,
                True, "FSDP2 with a bf16 MixedPrecisionPolicy on torch.distributed's fake "
-               "backend (accounting/distcheck)"))
+               "backend (accounting/distcheck); per-op selective checkpointing with torch's "
+               "selective checkpointing on the CPU (tests/test_stacks.py)"))
 
 
 def get_stack(name: str) -> Stack:
@@ -116,9 +118,10 @@ def problems(stack: Stack, config: ModelConfig, layout: Layout, dropout: float) 
         out.append("--stack deepspeed plans ZeRO data parallelism around the implementation "
                    "given (tensor and pipeline parallelism are Megatron-DeepSpeed's, not "
                    "modelled); give --tp 1 --pp 1, or use --stack megatron")
-    if stack.name == TORCHTITAN and layout.recompute == "selective":
-        out.append("--stack torchtitan with --recompute selective: torchtitan's per-op selective "
-                   "checkpointing (selective_ac_option 'op', its save list) is not planned; use "
+    if stack.name == TORCHTITAN and layout.recompute == "selective" and (
+            c.num_experts is not None or c.mla or c.block != "sequential"):
+        out.append("--stack torchtitan with --recompute selective plans per-op checkpointing of "
+                   "torchtitan's dense Llama block; this model's block is not one: use "
                    "--recompute none or full")
     if stack.name == MEGATRON:
         why = [(c.num_experts is not None, "mixtures of experts"), (c.mla, "latent attention"),
