@@ -124,15 +124,15 @@ def problems(stack: Stack, config: ModelConfig, layout: Layout, dropout: float) 
                    "torchtitan's dense Llama block; this model's block is not one: use "
                    "--recompute none or full")
     if stack.name == MEGATRON:
-        why = [(c.num_experts is not None, "mixtures of experts"), (c.mla, "latent attention"),
+        why = [(c.num_experts is not None, "a mixture of experts"), (c.mla, "latent attention"),
                (c.block != "sequential", f"the {c.block} block"),
                (c.norm_placement != "pre", f"{c.norm_placement} norms"),
                (c.qk_norm != "none", "QK-norm"),
                (c.mlp_kind.activation not in ("silu", "gelu", "gelu_tanh"), f"the {c.mlp} MLP")]
         for bad, what in why:
             if bad:
-                out.append(f"--stack megatron plans dense pre-norm GPT/Llama layers; {what} "
-                           f"is not modelled in it: use --stack torch")
+                out.append(f"--stack megatron plans dense pre-norm GPT/Llama layers, and "
+                           f"{c.name} has {what} (not modelled there): use --stack torch")
                 break
         if layout.ep > 1:
             out.append("--stack megatron with --ep is not planned; use --stack torch")
