@@ -402,3 +402,25 @@ def test_torchtitan_selective_plan():
     # input, wq out, attention out + lse, wv out, w1 out, w2 out (mm 1, 3, 5, 7)
     assert p.per_layer_activation_bytes == 2 * s * h + 2 * s * a * d + 2 * s * a * d \
         + 4 * a * s + 2 * s * g * d + 2 * s * f + 2 * s * h
+
+
+def test_megatron_pipeline_stage_activations_by_hand():
+    """A 4-layer GPT (h = 256, 4 heads, GELU 4h, LayerNorm, s = 128) on 2 stages, 4
+    micro-batches of 1, dropout on, unfused attention: stage 0 holds min(m, p) = 2
+    micro-batches of 2 layers — each sbh(34 + 5as/h) + 16sb (the norms' statistics) —
+    and the embedding's token ids (8sb) and dropout mask (sbh); the last stage 1 micro-batch
+    of its 2 layers, the final norm (2sbh + 8sb), the head's input (2sbh), the fp32 softmax
+    (4sbV, V = 512 already a multiple of 128) and the loss's target mask and ids (9sb). With
+    full recomputation: 2sbh per layer kept, and one layer's whole set while it recomputes."""
+    c = ModelConfig(vocab_size=512, context_length=128, num_layers=4, d_model=256, num_heads=4,
+                    d_ff=1024, mlp="gelu", norm="layernorm", positions="learned", name="gpt")
+    s, h, a, v = 128, 256, 4, 512
+    layer = s * h * 34 + 5 * a * s * s + 16 * s
+    p = megatron(c, 2, pp=2, seq=s, global_batch=4)
+    first, last = p.stages[0], p.stages[-1]
+    assert first.activations.total.at(1) == 2 * (2 * layer + 8 * s + s * h)
+    assert last.activations.total.at(1) == 2 * layer + 2 * s * h + 8 * s + 2 * s * h \
+        + 4 * s * v + 9 * s
+    full = megatron(c, 2, pp=2, seq=s, global_batch=4, recompute="full")
+    assert full.stages[0].activations.total.at(1) == 2 * (2 * 2 * s * h + 8 * s + s * h) \
+        + layer - 2 * s * h
