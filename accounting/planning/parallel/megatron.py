@@ -24,7 +24,10 @@ Sources (NVIDIA/Megatron-LM and NVIDIA/TransformerEngine, read from source: they
   * Korthikanti et al. 2022 (arXiv:2205.05198) §4.1-4.2 count the same tensors in 16 bits
     (34·sbh + 5·as²b per layer); the norm statistics are the "small buffers" they leave out.
 
-Everything is per micro-batch of b sequences (the count is b times that of b = 1).
+Everything is per micro-batch of b sequences (the count is b times that of b = 1). Each
+tensor is counted as its own storage: where Megatron keeps a view of a larger buffer (V is a
+split of linear_qkv's fused output; with RoPE, Q and K are new tensors), the whole buffer
+may stay alive — not modelled (it needs a GPU to measure).
 """
 from __future__ import annotations
 
