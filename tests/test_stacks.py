@@ -89,6 +89,7 @@ def test_korthikanti_from_the_cli_json(capsys):
     assert code == 0
     d = json.loads(out)
     assert d["per_layer_activation_bytes"] == 2_868_903_936 + 2 * 2 * 4 * 2048
+    assert d["stack"]["per_layer_korthikanti_bytes"] == 2_868_903_936
     assert d["stack"]["name"] == "megatron" and d["stack"]["dropout"] == 0.1
 
 

@@ -24,10 +24,19 @@ def layout_dict(lo: Layout) -> dict:
 def stack_dict(p: ParallelPlan) -> dict:
     s = p.stack
     z = p.layout.zero
-    return {"name": s.name, "title": s.stack.title, "engine": s.stack.engines.get(z, ""),
-            "checked_against": s.stack.checked,
-            "dropout": s.dropout if s.name == "megatron" else None,
-            "attention_kernel": s.kernel if s.name == "megatron" else None}
+    out = {"name": s.name, "title": s.stack.title, "engine": s.stack.engines.get(z, ""),
+           "checked_against": s.stack.checked,
+           "dropout": s.dropout if s.name == "megatron" else None,
+           "attention_kernel": s.kernel if s.name == "megatron" else None}
+    if s.name == "megatron":  # the per-layer tensors Korthikanti et al. count, by their term
+        from accounting.planning.parallel import megatron as M
+        terms: dict[str, int] = {}
+        for x in M.layer(p.config, s.megatron(p.layout, p.seq)):
+            if x.paper:
+                terms[x.paper] = terms.get(x.paper, 0) + x.bytes * p.layout.micro_batch
+        out["per_layer_korthikanti_terms_bytes"] = terms
+        out["per_layer_korthikanti_bytes"] = sum(terms.values())
+    return out
 
 
 def to_dict(p: ParallelPlan) -> dict:
