@@ -177,6 +177,10 @@ PLAN_FLAGS = {
     "--position": INTS, "--precision": _choice(("fp32", "bf16-mixed")),
     "--recompute": _choice(("none", "full", "selective")),
     "--scope": _choice(("model", "course")),
+    # fine-tuning (issue 28)
+    "--lora-rank": INTS, "--lora-alpha": FRACTIONS, "--lora-dropout": FRACTIONS,
+    "--lora-targets": _choice(("all-linear", "q_proj,v_proj", "c_attn", "w1,w2,w3", "experts")),
+    "--base-weights": _choice(("nf4",)),
 }
 # the multi-GPU planner (plan --gpus N ...)
 PARALLEL_FLAGS = {
@@ -302,7 +306,7 @@ def argvs(draw) -> list[str]:
         # shared CPUs; the judging has its own tests, tests/test_hf_hubconfigs.py)
         head.append("--strict")
     if kind == "plan":
-        return (["plan"] + head + sizes + draw(_flags(PLAN_FLAGS, MODEL_SWITCHES, most))
+        return (["plan"] + head + sizes + draw(_flags(PLAN_FLAGS, MODEL_SWITCHES + ("--no-double-quant",), most))
                 + draw(_gpus()))
     if kind == "serve":
         gpu = draw(st.sampled_from((["--gpu", "H100"], ["--gpu", "H200"], [])))

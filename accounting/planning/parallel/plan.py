@@ -23,6 +23,9 @@ from accounting.planning.parallel import comms as C
 from accounting.planning.parallel.buffers import Item, engine_buffers, stage_buffers
 from accounting.planning.parallel.layout import Layout, check_layout, stage_layers
 from accounting.planning.parallel.shards import FIRST, Split, split
+from accounting.planning.parallel.stack_memory import StackRun, per_layer
+from accounting.planning.parallel.stack_memory import memory as stack_memory
+from accounting.planning.parallel.stacks import TORCH, TORCHTITAN, W16, check as check_stack
 from accounting.planning.parallel.states import States, stage_tensors, states, zero1_worst_rank
 from accounting.planning.parallel.step import StageFlops, StepTime, bubble, stage_flops, step_time
 
@@ -57,6 +60,10 @@ class StagePlan:
         """Bytes on the GPU at the layout's micro-batch b."""
         return sum(i.bytes.at(b) for i in self.items if i.on_gpu)
 
+    @property
+    def model_states(self) -> int:
+        return sum(i.bytes.c for i in self.items if i.on_gpu and i.model_state)
+
     def memory_at(self, b: int, per_rank: int, pp: int,
                   activations: A.StageActivations | None = None) -> int:
         """Bytes at another micro-batch b of the same per-rank batch (m = per_rank / b
@@ -89,6 +96,18 @@ class ParallelPlan:
     fit: Fit | None
     time: StepTime | None
     tokens: int | None = None  # to train on, for the time to train
+    stack: StackRun = StackRun()
+    per_layer: tuple[tuple[str, int], ...] = ()  # one block's saved tensors, one micro-batch
+
+    @property
+    def per_layer_activation_bytes(self) -> int:
+        """What one block saves for one micro-batch on one GPU of the layout (TP rank 0)."""
+        return sum(b for _, b in self.per_layer)
+
+    @property
+    def model_states(self) -> int:
+        """Parameters, gradients, master copy and optimizer moments on the GPU (worst stage)."""
+        return self.worst.model_states
 
     @property
     def worst(self) -> StagePlan:
@@ -126,7 +145,8 @@ def activation_bytes(precision: Precision) -> int:
 
 def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage: int,
                act_rows: tuple[list[A.Row], list[A.Row]], values: dict[str, int],
-               tp_rank: int = 0, dp_rank: int | None = None) -> StagePlan:
+               tp_rank: int = 0, dp_rank: int | None = None,
+               stack: StackRun = StackRun()) -> StagePlan:
     """One GPU of a stage: TP rank `tp_rank`, data-parallel rank `dp_rank` (default: 0, or
     under ZeroRedundancyOptimizer the rank with the most AdamW state)."""
     c = sp.config
@@ -137,20 +157,28 @@ def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage:
         zero1_worst_rank(units, layout) if layout.sharding == 1 else 0)
     st = states(units, layout, rank)
     z, d, p = layout.sharding, layout.dp, precision
+    if stack.name != TORCH:
+        items, acts = stack_memory(stack, sp, layout, precision, st, stage, kinds, values, seq,
+                                   act_rows, tp_rank)
+        return _finish(sp, layout, precision, seq, stage, layers, kinds, units, st, items,
+                       acts, values, tp_rank, W16 if stack.name == TORCHTITAN else None)
     b_sym = "⌈rows/d⌉·cols" if z >= 2 else ""
     # with ep > 1: N_stage counts E/ep experts of each MoE block (their FSDP shards over the
     # dp/ep ranks: ⌈rows/e⌉·cols, e = dp/ep)
     n_sym = "(N_dense + N_experts/ep)" if st.expert_numel else "N_stage"
     fsdp_params = f"{p.master_bytes}·Σ{b_sym}" if z >= 2 else f"{p.master_bytes}·{n_sym}"
     items = [Item("parameters (fp32" + (", FSDP shards)" if z >= 2 else ")"), fsdp_params,
-                  A.Linear(0, st.params * p.master_bytes))]
+                  A.Linear(0, st.params * p.master_bytes), model_state=True,
+                  per_element=p.master_bytes)]
     items.append(Item("gradients (fp32" + (", FSDP shards)" if z >= 2 else ")"),
                       f"{p.grad_bytes}·Σ{b_sym}" if z >= 2 else f"{p.grad_bytes}·{n_sym}",
-                      A.Linear(0, st.grads * p.grad_bytes)))
+                      A.Linear(0, st.grads * p.grad_bytes), model_state=True,
+                      per_element=p.grad_bytes))
     moments = (f"4·{n_sym}" if z == 0 else "4·(this rank's whole tensors)" if z == 1
                else "4·Σ(this rank's rows)·cols")
-    for name in ("AdamW first moment m", "AdamW second moment v"):
-        items.append(Item(f"{name} (fp32)", moments, A.Linear(0, st.moments * p.moment_bytes)))
+    for name in ("AdamW moments: first moment m", "AdamW moments: second moment v"):
+        items.append(Item(f"{name} (fp32)", moments, A.Linear(0, st.moments * p.moment_bytes),
+                          model_state=True, per_element=p.moment_bytes))
     items.append(Item("AdamW step counters (fp32 scalars)", f"{STEP_BYTES}·(tensors updated)",
                       A.Linear(0, st.owned_tensors * STEP_BYTES), on_gpu=False,
                       note="torch keeps them on the CPU unless fused or capturable"))
@@ -174,6 +202,18 @@ def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage:
                           note="autocast casts each weight for its matmul, which saves the copy "
                                "until its backward pass"))
     items += engine_buffers(sp, layout, precision, st, stage, values, seq, tp_rank)
+    return _finish(sp, layout, precision, seq, stage, layers, kinds, units, st, items, acts,
+                   values, tp_rank)
+
+
+def _finish(sp: Split, layout: Layout, p: Precision, seq: int, stage: int, layers, kinds,
+            units, st: States, items: list[Item], acts: A.StageActivations,
+            values: dict[str, int], tp_rank: int, gather_bytes: int | None = None
+            ) -> StagePlan:
+    """The stage's communication and FLOPs, beside its memory items (`gather_bytes`: what
+    FSDP2 gathers per element, when not the master's: bf16 under torchtitan's policy)."""
+    c = sp.config
+    buf = stage_buffers(sp, values, kinds)
     act_bytes = activation_bytes(p)
     norms = [t for u in units for t in u.tensors if sp.sequence_norm(t.tensor)]
     comms = (C.tensor_parallel(layout, len(layers), stage, layout.micro_batch, seq, c.d_model,
@@ -181,7 +221,7 @@ def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage:
                                (len(norms), sum(t.numel for t in norms)), p.grad_bytes)
              + C.pipeline(layout, stage, layout.micro_batch, seq // (layout.tp if layout.sp else 1),
                           c.d_model, act_bytes)
-             + C.data_parallel(layout, st, p, buf, p.master_bytes))
+             + C.data_parallel(layout, st, p, buf, gather_bytes or p.master_bytes))
     if dict(sp.ledger.tied) and layout.pp > 1 and stage in (0, layout.pp - 1):
         table = next(t for t in sp.tensors if t.place == FIRST and t.matmul_weight)
         comms += C.tied_embedding(layout, prod(table.sizes(values, layout.tp)), p.grad_bytes)
@@ -197,12 +237,14 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
                   precision: Precision, hardware: Hardware | None = None,
                   net: Interconnect | None = None, mfu="0.5", margin="0",
                   tokens: int | None = None, stages: list[int] | None = None,
-                  tp_rank: int = 0, dp_rank: int | None = None) -> ParallelPlan:
+                  tp_rank: int = 0, dp_rank: int | None = None,
+                  stack: StackRun = StackRun()) -> ParallelPlan:
     """The plan of one GPU per stage shown (TP rank 0 — it holds the most of an uneven
     split — and data-parallel rank 0, or the given ranks)."""
     seq = config.context_length if seq is None else seq
     check_workload(seq, layout.global_batch, config)
     check_layout(config, layout, seq)
+    check_stack(stack.stack, config, layout, stack.dropout)
     u = check_mfu(mfu)
     m = exact(margin, "--margin")
     if not 0 <= m < 1:
@@ -211,7 +253,8 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
     values = sp.values(seq, layout.micro_batch)
     rows = (A.rows(sp, layout, seq, tp_rank=tp_rank),
             A.rows(split(config, precision.autocast), layout, seq, tp_rank=tp_rank))
-    plans = tuple(stage_plan(sp, layout, precision, seq, s, rows, values, tp_rank, dp_rank)
+    plans = tuple(stage_plan(sp, layout, precision, seq, s, rows, values, tp_rank, dp_rank,
+                             stack)
                   for s in (stages if stages is not None else _shown(layout.pp)))
     at = None
     if config.num_experts is not None and config.moe_capacity_factor is not None:
@@ -225,7 +268,8 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
     if hardware is not None and hardware.peak_flops:
         time = step_time(layout, [s.flops for s in plans], [list(s.collectives) for s in plans],
                          hardware.peak_flops, u, net)
-    return ParallelPlan(config, layout, seq, precision, hardware, net, u, plans, fit, time, tokens)
+    return ParallelPlan(config, layout, seq, precision, hardware, net, u, plans, fit, time, tokens,
+                        stack, per_layer(stack, sp, layout, seq, rows[0]))
 
 
 def divisors_of(n: int) -> list[int]:
