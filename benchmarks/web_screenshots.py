@@ -16,6 +16,8 @@ VIEWS = (
                           "&precision=bf16-mixed&recompute=full"),
     ("serve-llama-3.1-8b", "?question=serve&model=meta-llama/Llama-3.1-8B&gpu=H100&ctx=8192"),
     ("layouts-gpt2-xl-8gpus", "?question=layouts"),
+    ("plan-8gpus-llama-3.1-8b", "?question=layouts&model=meta-llama/Llama-3.1-8B&gpu=H100&gpus=8"
+                                "&tp=2&pp=2&zero=1&ctx=4096&precision=bf16-mixed&recompute=full"),
     ("bad-input", "?model=gpt2-xl&ctx=16k&batch=2"),
 )
 
@@ -28,7 +30,7 @@ def main() -> None:
     with served() as base, browser_page() as page:
         for name, query in VIEWS:
             page.goto(base + query)
-            page.wait_for_selector("#answer, .error")
+            page.wait_for_selector("#answer, [role=alert]")
             path = ns.outdir / f"{name}.png"
             page.screenshot(path=str(path), full_page=True)
             print(path)

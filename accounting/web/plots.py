@@ -118,6 +118,29 @@ def plan_memory(d: dict) -> str:
     return _memory(items, capacity, title, "plot-memory", f"B = {d['workload']['batch']:,}")
 
 
+def parallel_memory(d: dict) -> str:
+    """A multi-GPU plan: each pipeline stage's memory per GPU as stacked parts, against the
+    usable memory of a GPU."""
+    stages = d["stages"][:16]
+    names: list[str] = []
+    for st in stages:
+        for i in st["items"]:
+            if i.get("on_gpu", True) and i["bytes"] and i["name"] not in names:
+                names.append(i["name"])
+    rows, labels, ends = [], [], []
+    for st in stages:
+        held = {i["name"]: float(i["bytes"]) for i in st["items"] if i.get("on_gpu", True)}
+        values = [held.get(n, 0.0) for n in names]
+        rows.append((f"stage {st['stage']}", values))
+        labels.append(";".join(_gb(v) for v in values))
+        ends.append(_gb(sum(values)))
+    usable = (d.get("fit") or {}).get("usable_bytes")
+    scale = max([sum(v) for _, v in rows] + [usable or 0])
+    return stacked_bars(rows, names, "Memory per GPU by pipeline stage, by part (GB = 10^9 "
+                        "bytes)", "plot-memory", scale, labels, usable,
+                        f"usable {_gb(usable)}" if usable else "", ends)
+
+
 def serve_memory(d: dict) -> str:
     """One GPU's memory when serving: weights, activation peak, KV pool, outside torch."""
     s, a = d["stages"][0], d["assumptions"]
@@ -155,6 +178,8 @@ def plots(answer) -> list[str]:
         makers.append(lambda: flops_shares(answer.sweep, counting))
     if d is not None and "training_memory" in d:
         makers.append(lambda: plan_memory(d))
+    if d is not None and "stages" in d and "layout" in d:
+        makers.append(lambda: parallel_memory(d))
     if d is not None and "kv_pool_bytes_per_gpu" in d:
         makers.append(lambda: serve_memory(d))
     if d is not None and "ranked" in d:
