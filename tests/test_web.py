@@ -186,6 +186,14 @@ def test_web_subcommand_url_first_loopback_and_ctrl_c():
 def test_bad_port_one_line():
     p = cli("web", "--port", "70000")
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "--port" in p.stderr
+    import socket
+    with socket.socket() as taken:  # a port in use: exit 2, one line naming it
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        p = cli("web", "--port", str(port))
+        assert p.returncode == 2 and p.stdout == "" and p.stderr.count("\n") == 1
+        assert f"cannot listen on 127.0.0.1:{port}" in p.stderr
 
 
 def test_space_app_serves_the_page():
