@@ -118,8 +118,12 @@ def _result(query: dict, a) -> str:
     if a is None:
         return ""
     if not a.ok:
-        general = "" if a.error_field else (
-            f'<p class="error" id="error" role="alert">{escape(a.error)}</p>')
+        where = "the model" if a.error_field in ("model", "config") else next(
+            (f.flag for f in form.fields(form.question_of(query)) if f.name == a.error_field), "")
+        general = (f'<p class="error" id="error-summary">No answer: see the message beside '
+                   f'<a href="#f-{escape(a.error_field)}">{escape(where)}</a>.</p>'
+                   if a.error_field else
+                   f'<p class="error" id="error" role="alert">{escape(a.error)}</p>')
         return (f'<section id="result" class="failed">{general}<p class="muted">The command: '
                 f'<code id="cli-command-failed">{escape(a.command)}</code></p></section>')
     blocks = split_tables(a.text)
