@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import urllib.error
+import urllib.parse
 import urllib.request
 from html import unescape
 from pathlib import Path
@@ -156,6 +157,20 @@ def test_pasted_config_is_the_cli_config(base, tmp_path):
     big = urlencode({"model": "", "config": "{" + " " * (2**20 + 10) + "}"}).encode()
     _, html = get(base, "/", data=big)
     assert 'id="error-config"' in html and "1,048,576" in html  # the CLI's bound
+
+
+def test_question_change_keeps_inputs_and_adds_starting_values(base):
+    # the page's script marks a change of question with switch=1: the server redirects to
+    # the new question with its starting values added (an H100 for a serving plan), and a
+    # one-GPU plan drops a layout's inputs (the flags cli/plan_parallel.py lists)
+    opener = urllib.request.build_opener()
+    with opener.open(base + "?question=serve&model=gpt2-large&ctx=2048&switch=1", timeout=60) as r:
+        q = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(r.url).query))
+    assert q == {"question": "serve", "model": "gpt2-large", "ctx": "2048", "gpu": "H100"}
+    with opener.open(base + "?question=plan&model=gpt2-large&gpus=8&search=1&tp=2&gpu=A100"
+                            "&switch=1", timeout=60) as r:
+        q = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(r.url).query))
+    assert q == {"question": "plan", "model": "gpt2-large", "gpu": "A100"}
 
 
 def test_permalink_round_trip(base):

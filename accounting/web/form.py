@@ -49,13 +49,14 @@ class Question:
     parser: Callable[[], argparse.ArgumentParser]
     defaults: Mapping[str, str] = field(default_factory=dict)  # the page's starting values
     open_groups: tuple[str, ...] = ()  # argparse group titles shown open (prefix match)
+    one_gpu: bool = False  # a change to this question drops the many-GPU layout's inputs
 
 
 QUESTIONS: dict[str, Question] = {q.key: q for q in (
     Question("flops", "FLOPs and where they go", (), ("--no-verify",), _main_parser,
              {"ctx": "16384"}, ("workload",)),
     Question("plan", "Training plan (one GPU)", ("plan",), (), _subparser("plan"),
-             {"gpu": "H100"}, ("workload", "hardware", "time", "training", "recipe")),
+             {"gpu": "H100"}, ("workload", "hardware", "time", "training", "recipe"), True),
     Question("serve", "Serving plan", ("serve",), (), _subparser("serve"),
              {"gpu": "H100", "ctx": "8192"}, ("hardware", "weights", "workload")),
     Question("layouts", "Layouts for many GPUs", ("plan",), (), _subparser("plan"),
@@ -168,6 +169,10 @@ def switched(query: Mapping[str, str]) -> dict[str, str]:
     the inputs it does not give (a GPU for a plan), the switch mark dropped, empties left out."""
     q = question_of(query)
     out = {k: v for k, v in query.items() if v and k != SWITCH}
+    if q.one_gpu:  # the layout's flags, as `plan` lists them (cli/plan_parallel.py)
+        from accounting.cli.plan_parallel import LAYOUT_FLAGS
+        for k in ("gpus",) + tuple(LAYOUT_FLAGS):
+            out.pop(k, None)
     for k, v in q.defaults.items():
         out.setdefault(k, v)
     return out
