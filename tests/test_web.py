@@ -234,3 +234,26 @@ def test_no_field_names_a_file_on_the_server():
         names = {f.name for f in form.fields(q)}
         assert not names & {"config", "output", "o"}, q.key
         assert all(f.kind != form.TEXT or f.flag not in ("--config", "--output") for f in form.fields(q))
+
+
+@pytest.mark.parametrize("query", [
+    {"model": "-o", "ctx": "1"},  # a model that looks like a flag stays the model
+    {"model": "gpt2-xl", "ctx": "9" * 40},  # past the CLI's 10^15
+    {"model": "gpt2-xl", "batch": "\x00"},
+    {"question": "nonsense", "model": "gpt2-xl", "ctx": "1024"},
+    {"question": "plan", "model": "gpt2-xl", "gpu": "/etc/passwd"},
+    {"question": "plan", "model": "gpt2-xl", "steps": "10", "tokens": "10"},  # exclusive
+    {"question": "serve", "model": "gpt2-xl", "gpu": "H100", "weights": "zzz"},
+    {"model": "", "config": '{"model_type": "llama"'},  # truncated JSON
+    {"model": "", "config": "\x00\x01"},
+    {"model": "gpt2-xl", "config": "{}"},  # both: the CLI's message
+])
+def test_hostile_query_is_an_answer_or_one_line(base, query):
+    for path in ("/", "/download.json", "/download.csv"):
+        status, body = get(base, path + "?" + urlencode(query))
+        assert status in (200, 400) and "Traceback" not in body, (path, status, body[:300])
+        if path == "/":
+            assert 'id="answer"' in body or 'class="error"' in body
+        elif status == 400:
+            assert body.count("\n") == 1
+    assert get(base, "/healthz") == (200, "ok\n")  # the server goes on
