@@ -79,6 +79,10 @@ def run(ns: argparse.Namespace, config) -> int:
                              f"time to train)")
     hw = hardware(ns.gpu, ns.gpu_mem, ns.gpu_flops, ns.gpu_bw, precision.compute)
     net = interconnect(ns.gpu, ns.nvlink_gbs, ns.network_gbs, ns.gpus_per_node)
+    if net is not None and net.network is None and ns.gpus > net.gpus_per_node:
+        raise UsageError(f"--gpus {ns.gpus} spans more than one {net.name} of "
+                         f"{net.gpus_per_node} {ns.gpu} cards, and the GPU table lists no cluster "
+                         f"network for them: give --network-gbs (or --gpus-per-node)")
     zero = FSDP_NAMES[ns.fsdp] if ns.fsdp else (ns.zero or 0)
     micro = ns.micro_batch or 1
     seq = ns.ctx or config.context_length

@@ -30,6 +30,7 @@ from functools import lru_cache
 
 from accounting.planning.compute import ADAMW_OPS, PARAMETER, TENSOR
 from accounting.planning.gpus import Interconnect
+from accounting.runtime.errors import UsageError
 from accounting.planning.parallel.comms import (DATA, EXPERT, EXPERT_DATA, PIPELINE,
                                                 TENSOR as TP_GROUP, Collective)
 from accounting.planning.parallel.layout import Layout
@@ -106,6 +107,9 @@ def group_link(layout: Layout, group: str, net: Interconnect) -> tuple[Fraction,
     g = net.gpus_per_node
     if span <= g and g % span == 0 or span == 1:
         return net.nvlink, "NVLink"
+    if net.network is None:
+        raise UsageError(f"the {group} group spans {span} GPUs, beyond one {net.name} of {g}, "
+                         f"and the GPU table lists no cluster network for it: give --network-gbs")
     return net.network, "network"
 
 
