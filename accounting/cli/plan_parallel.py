@@ -9,6 +9,7 @@ from accounting.cli.args import positive_int
 from accounting.runtime.errors import UsageError
 from accounting.planning.gpus import DEFAULT_GPUS_PER_NODE, interconnect
 from accounting.planning.memory import MODEL, get_precision
+from accounting.planning.mfu import COMPUTE, CONVENTIONS, EXECUTED, SCOPES
 from accounting.planning.parallel import export, views
 from accounting.planning.parallel.layout import FSDP_NAMES, Layout, resolve
 from accounting.planning.parallel.plan import parallel_plan
@@ -16,7 +17,8 @@ from accounting.planning.parallel.search import search
 from accounting.planning.parallel.search_views import tables as search_tables
 
 LAYOUT_FLAGS = ("tp", "pp", "dp", "ep", "sp", "zero", "fsdp", "micro_batch", "search",
-                "nvlink_gbs", "network_gbs", "gpus_per_node")
+                "nvlink_gbs", "network_gbs", "gpus_per_node", "mfu_convention", "mfu_scope",
+                "hfu", "measured_tokens_per_s")
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
@@ -55,7 +57,23 @@ def add_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--network-gbs", metavar="GB/S",
                    help="per-GPU, per-direction bandwidth between nodes (default: the GPU table)")
     g.add_argument("--gpus-per-node", type=positive_int("--gpus-per-node"), metavar="N",
-                   help=f"GPUs per node (default {DEFAULT_GPUS_PER_NODE})")
+                   help=f"GPUs per node: the fast-link domain (default: the GPU table's, "
+                        f"{DEFAULT_GPUS_PER_NODE} for most, 72 for GB200 NVL72)")
+    u = p.add_argument_group("utilization (with --gpus N: which FLOPs --mfu counts)")
+    u.add_argument("--mfu-convention", choices=tuple(CONVENTIONS), default=None,
+                   help="executed (full T×T attention; default), causal (the attention core's "
+                        "causal pairs: MaxText, NeMo), 6N (6 FLOPs per active parameter per "
+                        "token; end-to-end scope only)")
+    u.add_argument("--mfu-scope", choices=tuple(SCOPES), default=None,
+                   help="compute (default): --mfu is the rate each stage computes at, the "
+                        "bubble and communication added; end-to-end: a whole-step figure as "
+                        "papers report it, nothing added")
+    u.add_argument("--hfu", action="store_true",
+                   help="with --mfu-scope end-to-end: the --mfu figure counts the recomputed "
+                        "FLOPs (a hardware FLOPs utilization, as Megatron-LM's X)")
+    u.add_argument("--measured-tokens-per-s", metavar="N",
+                   help="a measured throughput of the whole job, converted into MFU and HFU "
+                        "under each convention")
 
 
 def check_single(ns: argparse.Namespace) -> None:
@@ -86,6 +104,8 @@ def run(ns: argparse.Namespace, config) -> int:
     zero = FSDP_NAMES[ns.fsdp] if ns.fsdp else (ns.zero or 0)
     micro = ns.micro_batch or 1
     seq = ns.ctx or config.context_length
+    utilization = {"mfu_convention": ns.mfu_convention or EXECUTED,
+                   "mfu_scope": ns.mfu_scope or COMPUTE, "hfu": ns.hfu}
     if ns.search:
         if ns.dp is not None or ns.tp != 1 or ns.pp != 1:
             raise UsageError("--search tries every tp, pp and dp; leave them out")
@@ -95,7 +115,8 @@ def run(ns: argparse.Namespace, config) -> int:
         base = Layout(ns.gpus, ep=ns.ep, sp=ns.sp, zero=zero, micro_batch=micro,
                       global_batch=ns.batch or ns.gpus * micro, recompute=ns.recompute)
         result = search(config, base, seq, precision=precision, hardware=hw, net=net,
-                        mfu=ns.mfu, margin=ns.margin, fix_zero=ns.zero is not None or bool(ns.fsdp),
+                        mfu=ns.mfu, margin=ns.margin, **utilization,
+                        fix_zero=ns.zero is not None or bool(ns.fsdp),
                         fix_sp=ns.sp, fix_micro=ns.micro_batch is not None, fix_ep=ns.ep != 1)
         tables, data = search_tables, export.search_dict
     else:
@@ -103,7 +124,8 @@ def run(ns: argparse.Namespace, config) -> int:
         lo = Layout(ns.gpus, ns.tp, ns.pp, dp, ns.ep, ns.sp, zero, micro,
                     ns.batch or dp * micro * ns.pp, ns.recompute)
         result = parallel_plan(config, lo, seq, precision=precision, hardware=hw, net=net,
-                               mfu=ns.mfu, margin=ns.margin, tokens=ns.tokens)
+                               mfu=ns.mfu, margin=ns.margin, tokens=ns.tokens, **utilization,
+                               measured_tokens_per_second=ns.measured_tokens_per_s)
         tables, data = views.tables, export.to_dict
     output.emit(ns.format, ns.output, lambda: tables(result), lambda: data(result),
                 lambda: export.to_csv(data(result)))

@@ -55,9 +55,33 @@ def to_dict(p: ParallelPlan) -> dict:
                             "data_parallel_seconds": _f(t.data_parallel),
                             "links": {g: {"bytes_per_s": _f(bw), "kind": k}
                                       for g, (bw, k) in t.links.items()}}
+        out["step_time"].update({"mfu_convention": p.mfu_convention, "mfu_scope": p.mfu_scope,
+                                 "hfu": p.hfu, "compute_scope_seconds": _f(t.seconds),
+                                 "seconds": _f(p.step_seconds),
+                                 "tokens_per_second": _f(p.tokens_per_second)})
+        out["utilization"] = utilization_dict(p, p.measured_tokens_per_second)
         if p.steps is not None:
             out["time_to_train"] = {"tokens": p.tokens, "steps": p.steps,
-                                    "seconds": _f(t.seconds * p.steps)}
+                                    "seconds": _f(p.step_seconds * p.steps)}
+    return out
+
+
+def utilization_dict(p: ParallelPlan, measured=None) -> list[dict]:
+    """Each convention's FLOPs per token and the MFU and HFU at the plan's throughput (and at
+    a measured one)."""
+    from accounting.planning.mfu import utilizations
+    lo = p.layout
+    out = []
+    for u in utilizations(p.config, p.seq, lo.recompute, p.tokens_per_second, lo.gpus,
+                          p.hardware.peak_flops):
+        out.append({"convention": u.convention, "model_flops_per_token": _f(u.model_flops_per_token),
+                    "hardware_flops_per_token": _f(u.hardware_flops_per_token),
+                    "mfu": _f(u.mfu), "hfu": _f(u.hfu)})
+    if measured is not None:
+        for row, u in zip(out, utilizations(p.config, p.seq, lo.recompute, measured, lo.gpus,
+                                            p.hardware.peak_flops)):
+            row.update({"measured_tokens_per_second": _f(measured), "measured_mfu": _f(u.mfu),
+                        "measured_hfu": _f(u.hfu)})
     return out
 
 

@@ -17,7 +17,10 @@ from accounting.runtime.errors import UsageError
 from accounting.planning.compute import check_mfu, exact
 from accounting.planning.fit import Budget
 from accounting.planning.gpus import Hardware, Interconnect
+from accounting.ledger.records import EXECUTED, USEFUL
 from accounting.planning.memory import STEP_BYTES, Precision
+from accounting.planning.mfu import (COMPUTE, END_TO_END, SIX_N, check_convention, check_scope,
+                                     end_to_end_seconds)
 from accounting.planning.parallel import activations as A
 from accounting.planning.parallel import comms as C
 from accounting.planning.parallel.buffers import Item, engine_buffers, stage_buffers
@@ -89,6 +92,28 @@ class ParallelPlan:
     fit: Fit | None
     time: StepTime | None
     tokens: int | None = None  # to train on, for the time to train
+    mfu_convention: str = EXECUTED  # which FLOPs the --mfu figure counts (planning/mfu.py)
+    mfu_scope: str = COMPUTE  # the rate on each stage, or a whole-step (end-to-end) figure
+    hfu: bool = False  # an end-to-end figure that counts the recomputed FLOPs
+    measured_tokens_per_second: Fraction | None = None  # to convert into MFU/HFU
+
+    @property
+    def step_seconds(self) -> Fraction | None:
+        """The step time: the compute-scope estimate (bubble and communication added), or
+        at an end-to-end utilization the convention's FLOPs of the step / (n·peak·u)."""
+        if self.hardware is None or not self.hardware.peak_flops:
+            return None
+        if self.mfu_scope == END_TO_END:
+            return end_to_end_seconds(self.config, self.seq, self.layout.recompute,
+                                      self.mfu_convention, self.layout.global_batch,
+                                      self.layout.gpus, self.hardware.peak_flops, self.mfu,
+                                      self.hfu)
+        return None if self.time is None else self.time.seconds
+
+    @property
+    def tokens_per_second(self) -> Fraction | None:
+        t = self.step_seconds
+        return None if t is None else Fraction(self.tokens_per_step) / t
 
     @property
     def worst(self) -> StagePlan:
@@ -126,7 +151,8 @@ def activation_bytes(precision: Precision) -> int:
 
 def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage: int,
                act_rows: tuple[list[A.Row], list[A.Row]], values: dict[str, int],
-               tp_rank: int = 0, dp_rank: int | None = None) -> StagePlan:
+               tp_rank: int = 0, dp_rank: int | None = None,
+               counting: str = EXECUTED) -> StagePlan:
     """One GPU of a stage: TP rank `tp_rank`, data-parallel rank `dp_rank` (default: 0, or
     under ZeroRedundancyOptimizer the rank with the most AdamW state)."""
     c = sp.config
@@ -189,7 +215,8 @@ def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage:
     comms += C.expert_parallel(layout, c, moe_layers, layout.micro_batch * seq, c.d_model,
                                act_bytes)
     return StagePlan(stage, len(layers), st, tuple(items), acts,
-                     stage_flops(sp, layout, stage, kinds, seq, st, tp_rank), tuple(comms),
+                     stage_flops(sp, layout, stage, kinds, seq, st, tp_rank, counting),
+                     tuple(comms),
                      kinds)
 
 
@@ -197,9 +224,30 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
                   precision: Precision, hardware: Hardware | None = None,
                   net: Interconnect | None = None, mfu="0.5", margin="0",
                   tokens: int | None = None, stages: list[int] | None = None,
-                  tp_rank: int = 0, dp_rank: int | None = None) -> ParallelPlan:
+                  tp_rank: int = 0, dp_rank: int | None = None,
+                  mfu_convention: str = EXECUTED, mfu_scope: str = COMPUTE,
+                  hfu: bool = False, measured_tokens_per_second=None) -> ParallelPlan:
     """The plan of one GPU per stage shown (TP rank 0 — it holds the most of an uneven
-    split — and data-parallel rank 0, or the given ranks)."""
+    split — and data-parallel rank 0, or the given ranks). `mfu` is read under
+    `mfu_convention` and `mfu_scope` (planning/mfu.py): in the compute scope the rate each
+    stage executes its FLOPs at (executed, or causal: the attention core's causal pairs, as
+    a causal flash kernel runs them), the bubble and the communication added; end to end a
+    whole-step MFU (an HFU with `hfu`)."""
+    check_convention(mfu_convention)
+    check_scope(mfu_scope)
+    measured = None
+    if measured_tokens_per_second is not None:
+        measured = exact(measured_tokens_per_second, "--measured-tokens-per-s")
+        if measured <= 0:
+            raise UsageError(f"--measured-tokens-per-s must be positive, got "
+                             f"{measured_tokens_per_second}")
+    if mfu_scope == COMPUTE and mfu_convention == SIX_N:
+        raise UsageError("--mfu-convention 6N has no per-stage count (no attention, no "
+                         "layer split); use it with --mfu-scope end-to-end")
+    if mfu_scope == COMPUTE and hfu:
+        raise UsageError("--hfu reads an end-to-end figure as a hardware FLOPs utilization; in "
+                         "--mfu-scope compute every executed FLOP (recomputation included) is "
+                         "already timed at the figure: give --mfu-scope end-to-end with --hfu")
     seq = config.context_length if seq is None else seq
     check_workload(seq, layout.global_batch, config)
     check_layout(config, layout, seq)
@@ -211,7 +259,9 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
     values = sp.values(seq, layout.micro_batch)
     rows = (A.rows(sp, layout, seq, tp_rank=tp_rank),
             A.rows(split(config, precision.autocast), layout, seq, tp_rank=tp_rank))
-    plans = tuple(stage_plan(sp, layout, precision, seq, s, rows, values, tp_rank, dp_rank)
+    counting = USEFUL if mfu_convention != EXECUTED else EXECUTED
+    plans = tuple(stage_plan(sp, layout, precision, seq, s, rows, values, tp_rank, dp_rank,
+                             counting)
                   for s in (stages if stages is not None else _shown(layout.pp)))
     at = None
     if config.num_experts is not None and config.moe_capacity_factor is not None:
@@ -225,7 +275,8 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
     if hardware is not None and hardware.peak_flops:
         time = step_time(layout, [s.flops for s in plans], [list(s.collectives) for s in plans],
                          hardware.peak_flops, u, net)
-    return ParallelPlan(config, layout, seq, precision, hardware, net, u, plans, fit, time, tokens)
+    return ParallelPlan(config, layout, seq, precision, hardware, net, u, plans, fit, time, tokens,
+                        mfu_convention, mfu_scope, hfu, measured)
 
 
 def divisors_of(n: int) -> list[int]:

@@ -43,7 +43,7 @@ class Search:
 def search(config: ModelConfig, base: Layout, seq: int, *, precision: Precision,
            hardware: Hardware, net: Interconnect | None, mfu="0.5", margin="0",
            fix_zero: bool = False, fix_sp: bool = False, fix_micro: bool = False,
-           fix_ep: bool = False) -> Search:
+           fix_ep: bool = False, **utilization) -> Search:
     """`base` carries the GPUs, global batch, recomputation and whatever the user fixed."""
     check_numbers(base)
     n, E = base.gpus, experts(config)
@@ -63,11 +63,12 @@ def search(config: ModelConfig, base: Layout, seq: int, *, precision: Precision,
                         rejected.append(Rejected(lo, found[0]))
                         break  # the same reason holds for every further sharding stage
                     p = parallel_plan(config, lo, seq, precision=precision, hardware=hardware,
-                                      net=net, mfu=mfu, margin=margin)
+                                      net=net, mfu=mfu, margin=margin, **utilization)
                     if p.fit is not None and p.fit.shortfall:
                         rejected.append(Rejected(lo, "does not fit", p.fit.shortfall))
                     else:
                         ranked.append(p)
-    ranked.sort(key=lambda p: (p.time.seconds if p.time else 0, p.memory, p.layout.label()))
+    ranked.sort(key=lambda p: (p.step_seconds or 0, p.time.seconds if p.time else 0, p.memory,
+                               p.layout.label()))
     return Search(config, n, seq, tuple(ranked), tuple(rejected),
                   {"zero": fix_zero, "sp": fix_sp, "micro_batch": fix_micro, "ep": fix_ep})

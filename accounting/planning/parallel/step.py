@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache
 
+from accounting.ledger.records import EXECUTED
 from accounting.planning.compute import ADAMW_OPS, PARAMETER, TENSOR
 from accounting.planning.gpus import Interconnect
 from accounting.runtime.errors import UsageError
@@ -65,28 +66,31 @@ class StageFlops:
 
 
 def stage_flops(sp: Split, layout: Layout, stage: int, kinds: tuple[tuple[str, int], ...],
-                seq: int, st: States, tp_rank: int = 0) -> StageFlops:
+                seq: int, st: States, tp_rank: int = 0, counting: str = EXECUTED) -> StageFlops:
     """`sp` is the split of the run's ledger (its recomputation: `recomputed` holds the
     forward matmuls the backward pass runs again); `kinds` the stage's blocks of each kind
     (Split.kinds). Expert parallelism moves the experts' matmuls between ranks without
     changing their sum; under balanced routing each rank runs B·T·k expert rows (E·C with
     a capacity factor), as one GPU does."""
     fwd, bwd, again = _matmuls(sp, layout.tp, tp_rank, seq, layout.micro_batch, kinds,
-                               stage == layout.pp - 1)
+                               stage == layout.pp - 1, counting)
     adamw = ADAMW_PER_ELEMENT * st.moments + ADAMW_PER_TENSOR * st.owned_tensors
     return StageFlops(stage, fwd, bwd, again, layout.micro_batches, adamw)
 
 
 @lru_cache(maxsize=4096)
 def _matmuls(sp: Split, tp: int, tp_rank: int, seq: int, b: int,
-             kinds: tuple[tuple[str, int], ...], last: bool) -> tuple[int, int, int]:
-    """(forward, backward, recomputed) matmul FLOPs of one micro-batch on a stage."""
+             kinds: tuple[tuple[str, int], ...], last: bool,
+             counting: str = EXECUTED) -> tuple[int, int, int]:
+    """(forward, backward, recomputed) matmul FLOPs of one micro-batch on a stage, counted
+    as executed (full T×T attention) or useful (the causal pairs: what a causal flash
+    kernel runs; --mfu-convention causal)."""
     v = sp.tp_values(sp.values(seq, b), tp, tp_rank)
     count = dict(kinds)
 
     def on_stage(records) -> int:
-        return sum((count.get(r.repeat, 0) if r.per_layer else 1) * r.flops(v) for r in records
-                   if r.per_layer or last)
+        return sum((count.get(r.repeat, 0) if r.per_layer else 1) * r.flops(v, counting)
+                   for r in records if r.per_layer or last)
     return (on_stage(sp.ledger.forward),
             on_stage(g for r in sp.ledger.forward for g in r.gradients()),
             on_stage(sp.ledger.recomputed))
@@ -168,9 +172,10 @@ def step_time(layout: Layout, flops: list[StageFlops], comms: list[list[Collecti
 
 def megatron_seconds(tokens: int, params: int, gpus: int, flops_per_gpu: Fraction,
                      recompute: bool = True) -> Fraction:
-    """Narayanan et al. 2021 (Megatron-LM), §5.1 eq. (4): end-to-end training time
-    ≈ 8·T·P/(n·X) for T tokens, P parameters, n GPUs each achieving X FLOP/s: 2·P FLOPs per
-    token forward, 4·P backward, 2·P more for the forward recomputed (6·T·P/(n·X) without
-    recomputation)."""
+    """Narayanan et al. 2021 (Megatron-LM), §5.1: end-to-end training time ≈ 8·T·P/(n·X)
+    (their eq. (4), with activation recomputation) for T tokens, P parameters, n GPUs each
+    achieving X FLOP/s: 2·P FLOPs per token forward, 4·P backward, 2·P more for the forward
+    recomputed. Without recomputation the paper's text gives 6·T·P/(n·X); that is not eq.
+    (4). X is a hardware rate (recomputed FLOPs counted): an HFU times the peak."""
     k = 8 if recompute else 6
     return Fraction(k * tokens * params) / (gpus * Fraction(flops_per_gpu))

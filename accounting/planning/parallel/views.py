@@ -7,6 +7,7 @@ from fractions import Fraction
 from accounting.planning.parallel import comms as C
 from accounting.planning.parallel.layout import RECOMPUTE, ZERO_STAGES, Layout
 from accounting.planning.parallel.plan import CHECKED, FORMULA_ONLY, ParallelPlan
+from accounting.planning.mfu import END_TO_END
 from accounting.planning.parallel.step import megatron_seconds
 from accounting.planning.views import _dec, _num, _seconds
 from accounting.spec.presets import title
@@ -60,14 +61,22 @@ def summary_table(p: ParallelPlan) -> Table:
                for g in (C.TENSOR, C.PIPELINE, C.DATA, C.EXPERT, C.EXPERT_DATA)}
     moved = ", ".join(f"{g} {si(round(t), 'B')}" for g, t in traffic.items() if t)
     rows.append(("sent per GPU per step", moved or "nothing (one GPU)"))
-    if p.time is not None:
-        t = p.time
-        tok = Fraction(p.tokens_per_step) / t.seconds
-        rows.append(("step time (estimate)", f"{_seconds(t.seconds)} ({_dec(tok, 0)} tokens/s; "
-                                             f"no overlap at all: {_seconds(t.no_overlap)})"))
+    if p.step_seconds is not None:
+        step, tok = p.step_seconds, p.tokens_per_second
+        if p.mfu_scope == END_TO_END:
+            kind = "HFU" if p.hfu else "MFU"
+            rows.append(("step time (end to end)",
+                         f"{_seconds(step)} ({_dec(tok, 0)} tokens/s) at {kind} "
+                         f"{_num(p.mfu, 4)} under '{p.mfu_convention}' (bubble and "
+                         f"communication inside the figure; the compute-scope estimate would "
+                         f"be {_seconds(p.time.seconds)})"))
+        else:
+            rows.append(("step time (estimate)",
+                         f"{_seconds(step)} ({_dec(tok, 0)} tokens/s; no overlap at all: "
+                         f"{_seconds(p.time.no_overlap)})"))
         if p.steps is not None:
-            total = t.seconds * p.steps
-            rows.append((f"time for {p.tokens:,} tokens", f"{p.steps:,} steps, {_seconds(total)}"))
+            rows.append((f"time for {p.tokens:,} tokens",
+                         f"{p.steps:,} steps, {_seconds(step * p.steps)}"))
     notes = ["Checked on torch.distributed: " + "; ".join(CHECKED) + ".",
              "Formula only: " + "; ".join(FORMULA_ONLY) + "."]
     if lo.ep > 1:
@@ -207,6 +216,9 @@ def time_table(p: ParallelPlan) -> Table:
             ("optimizer step", _seconds(t.optimizer)),
             ("step", _seconds(t.seconds)),
             ("step without any overlap", _seconds(t.no_overlap))]
+    if p.mfu_scope == END_TO_END:
+        rows.append((f"step at the end-to-end {'HFU' if p.hfu else 'MFU'} (used)",
+                     _seconds(p.step_seconds)))
     hw = p.hardware
     notes = [f"Compute at MFU {_num(p.mfu, 4)} of {_num(hw.peak_flops / TERA)} TFLOP/s "
              f"({p.precision.compute}). Assumptions: tensor-parallel collectives and pipeline "
@@ -226,8 +238,9 @@ def time_table(p: ParallelPlan) -> Table:
         meg = megatron_seconds(p.steps * p.tokens_per_step, n, lo.gpus, x,
                                recompute=lo.recompute == "full")
         k = 8 if lo.recompute == "full" else 6
+        cite = "eq. (4)" if k == 8 else "§5.1's text beside eq. (4), without recomputation"
         notes.append(f"Megatron-LM's end-to-end estimate {k}·T·P/(n·X) (Narayanan et al. 2021, "
-                     f"eq. 4) with T = {p.steps * p.tokens_per_step:,} tokens, P = {n:,}, n = "
+                     f"{cite}) with T = {p.steps * p.tokens_per_step:,} tokens, P = {n:,}, n = "
                      f"{lo.gpus}, X = {_num(x / TERA)} TFLOP/s: {_seconds(meg)} (no bubble, no "
                      f"communication, attention FLOPs left out).")
     return Table("Step time (estimate)", ("", "seconds"), tuple(rows), align="lr", notes=tuple(notes))
@@ -239,5 +252,7 @@ def _parameters(p: ParallelPlan) -> int:
 
 
 def tables(p: ParallelPlan) -> list[Table]:
-    return [summary_table(p), memory_table(p), flops_table(p), comms_table(p), time_table(p)]
+    from accounting.planning.parallel.utilization_views import utilization_table
+    return [summary_table(p), memory_table(p), flops_table(p), comms_table(p), time_table(p),
+            utilization_table(p, p.measured_tokens_per_second)]
 
