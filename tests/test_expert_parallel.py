@@ -230,7 +230,8 @@ def test_pipeline_stages_hold_their_own_kinds():
     (["mistralai/Mixtral-8x7B-v0.1", "--gpus", "8", "--tp", "2", "--ep", "4"],
      "expert tensor parallelism"),
     (["deepseek-ai/DeepSeek-V3", "--gpus", "8", "--tp", "2"], "expert tensor parallelism"),
-    (["deepseek-ai/DeepSeek-V3", "--gpus", "8", "--pp", "8"], "does not divide the 61 layers"),
+    (["deepseek-ai/DeepSeek-V3", "--gpus", "8", "--pp", "8", "--stage-layers", "8,8"],
+     "--stage-layers gives 2 numbers; pp 8 needs 8"),
 ])
 def test_impossible_layouts_are_one_line_exit_2(capsys, argv, fragment):
     code, out, err = run(capsys, *argv)

@@ -16,7 +16,8 @@ from accounting.planning.parallel.plan import parallel_plan
 from accounting.planning.parallel.search import search
 from accounting.planning.parallel.search_views import tables as search_tables
 
-LAYOUT_FLAGS = ("tp", "pp", "dp", "ep", "sp", "zero", "fsdp", "micro_batch", "search",
+LAYOUT_FLAGS = ("tp", "pp", "dp", "ep", "cp", "virtual_stages", "stage_layers", "sp", "zero",
+                "fsdp", "micro_batch", "search",
                 "nvlink_gbs", "network_gbs", "gpus_per_node", "mfu_convention", "mfu_scope",
                 "hfu", "measured_tokens_per_s")
 
@@ -33,6 +34,16 @@ def add_args(p: argparse.ArgumentParser) -> None:
                    help="pipeline stages (1F1B schedule; default 1)")
     g.add_argument("--dp", type=positive_int("--dp"), metavar="N",
                    help="data-parallel degree (default: gpus / (tp·pp))")
+    g.add_argument("--cp", type=positive_int("--cp"), default=1, metavar="N",
+                   help="context-parallel degree: each sequence split over N ranks, ring "
+                        "attention exchanging keys and values (needs --attention sdpa; default 1)")
+    g.add_argument("--virtual-stages", type=positive_int("--virtual-stages"), default=1,
+                   metavar="V", help="virtual pipeline stages per GPU: the interleaved 1F1B "
+                                     "schedule, bubble (p − 1)/(v·m) (default 1)")
+    g.add_argument("--stage-layers", metavar="N,N,...",
+                   help="layers per pipeline stage (per virtual stage with --virtual-stages), "
+                        "in model order; default: even, or one fewer on the first and last "
+                        "stage where pp does not divide the layers (Llama 3)")
     g.add_argument("--ep", type=positive_int("--ep"), default=1, metavar="N",
                    help="expert-parallel degree (mixture-of-experts models only; default 1)")
     g.add_argument("--sp", action="store_true",
@@ -74,6 +85,17 @@ def add_args(p: argparse.ArgumentParser) -> None:
     u.add_argument("--measured-tokens-per-s", metavar="N",
                    help="a measured throughput of the whole job, converted into MFU and HFU "
                         "under each convention")
+
+
+def stage_split(text: str | None) -> tuple[int, ...] | None:
+    """'7,8,8' -> (7, 8, 8)."""
+    if text is None:
+        return None
+    parts = [x.strip() for x in str(text).split(",")]
+    if not parts or len(parts) > 100_000 or not all(x.isdigit() and len(x) <= 12 for x in parts):
+        raise UsageError(f"--stage-layers takes positive integers separated by commas (layers "
+                         f"per stage, e.g. 7,8,8,7), got {str(text)[:60]!r}")
+    return tuple(int(x) for x in parts)
 
 
 def check_single(ns: argparse.Namespace) -> None:
@@ -120,9 +142,10 @@ def run(ns: argparse.Namespace, config) -> int:
                         fix_sp=ns.sp, fix_micro=ns.micro_batch is not None, fix_ep=ns.ep != 1)
         tables, data = search_tables, export.search_dict
     else:
-        dp = resolve(ns.gpus, ns.tp, ns.pp, ns.dp)
+        dp = resolve(ns.gpus, ns.tp, ns.pp, ns.dp, ns.cp)
         lo = Layout(ns.gpus, ns.tp, ns.pp, dp, ns.ep, ns.sp, zero, micro,
-                    ns.batch or dp * micro * ns.pp, ns.recompute)
+                    ns.batch or dp * micro * ns.pp, ns.recompute, cp=ns.cp,
+                    vpp=ns.virtual_stages, stage_split=stage_split(ns.stage_layers))
         result = parallel_plan(config, lo, seq, precision=precision, hardware=hw, net=net,
                                mfu=ns.mfu, margin=ns.margin, tokens=ns.tokens, **utilization,
                                measured_tokens_per_second=ns.measured_tokens_per_s)

@@ -7,7 +7,8 @@ no more memory and no more work than one of these.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import lru_cache
 from fractions import Fraction
 from math import prod
 
@@ -24,7 +25,8 @@ from accounting.planning.mfu import (COMPUTE, END_TO_END, SIX_N, check_conventio
 from accounting.planning.parallel import activations as A
 from accounting.planning.parallel import comms as C
 from accounting.planning.parallel.buffers import Item, engine_buffers, stage_buffers
-from accounting.planning.parallel.layout import Layout, check_layout, stage_layers
+from accounting.planning.parallel.layout import (Layout, check_layout, layer_split,
+                                                 micro_batches_in_flight, stage_layers)
 from accounting.planning.parallel.shards import FIRST, Split, split
 from accounting.planning.parallel.states import States, stage_tensors, states, zero1_worst_rank
 from accounting.planning.parallel.step import StageFlops, StepTime, bubble, stage_flops, step_time
@@ -60,14 +62,15 @@ class StagePlan:
         """Bytes on the GPU at the layout's micro-batch b."""
         return sum(i.bytes.at(b) for i in self.items if i.on_gpu)
 
-    def memory_at(self, b: int, per_rank: int, pp: int,
+    def memory_at(self, b: int, per_rank: int, layout: Layout,
                   activations: A.StageActivations | None = None) -> int:
         """Bytes at another micro-batch b of the same per-rank batch (m = per_rank / b
         micro-batches, min(m, p − s) of them in flight); `activations`: the stage's at b
         where they are not linear in b (an expert capacity factor)."""
         fixed = sum(i.bytes.at(b) for i in self.items if i.on_gpu and not i.activations)
         a = activations or self.activations
-        return fixed + min(per_rank // b, pp - self.stage) * a.per_micro_batch.at(b) \
+        k = micro_batches_in_flight(layout, self.stage, per_rank // b)
+        return fixed + k * a.per_micro_batch.at(b) \
             + a.recomputed_block.at(b)  # the weight copies are in per_micro_batch
 
 
@@ -137,8 +140,49 @@ class ParallelPlan:
         return None if self.tokens is None else -(-self.tokens // self.tokens_per_step)
 
 
-def _shown(pp: int) -> list[int]:
-    return sorted({0, min(1, pp - 1), pp - 1})
+def _shown(config: ModelConfig, layout: Layout) -> list[int]:
+    """The first stage, the second, the last, and with an uneven split the middle stage with
+    the most blocks (the slowest), the first of them."""
+    pp = layout.pp
+    shown = {0, min(1, pp - 1), pp - 1}
+    if pp > 2:
+        sizes = [len(stage_layers(config, layout, s)) for s in range(pp)]
+        shown.add(max(range(1, pp - 1), key=lambda s: (sizes[s], -s)))
+    return sorted(shown)
+
+
+def _states_key(dl: Layout) -> Layout:
+    """What the model states depend on (not the batch, recomputation or SP): the search's
+    layouts that differ only there share them."""
+    return replace(dl, sp=False, micro_batch=1, global_batch=dl.dp, recompute="none")
+
+
+@lru_cache(maxsize=4096)
+def _states(sp: Split, seq: int, b: int, dl: Layout, stage: int, tp_rank: int,
+            dp_rank: int | None):
+    values = sp.values(seq, b)
+    units = stage_tensors(sp, values, dl, stage, tp_rank)
+    rank = dp_rank if dp_rank is not None else (
+        zero1_worst_rank(units, dl) if dl.sharding == 1 else 0)
+    return units, states(units, dl, rank)
+
+
+@lru_cache(maxsize=4096)
+def _activations(sp: Split, plain: Split, layout: Layout, local: int, tp_rank: int, stage: int,
+                 kinds: tuple) -> A.StageActivations:
+    """A stage's activations (the same for every sharding stage: `layout` has zero 0)."""
+    rows = (A.rows(sp, layout, local, tp_rank=tp_rank),
+            A.rows(plain, layout, local, tp_rank=tp_rank))
+    return A.stage_activations(*rows, layout, stage, kinds)
+
+
+def data_layout(layout: Layout) -> Layout:
+    """The layout the sharding and the data-parallel collectives see: dp·cp ranks (the same
+    micro-batches each: the global batch scaled with them)."""
+    if layout.cp == 1:
+        return layout
+    return replace(layout, dp=layout.dp * layout.cp, cp=1,
+                   global_batch=layout.global_batch * layout.cp)
 
 
 def activation_bytes(precision: Precision) -> int:
@@ -150,7 +194,7 @@ def activation_bytes(precision: Precision) -> int:
 
 
 def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage: int,
-               act_rows: tuple[list[A.Row], list[A.Row]], values: dict[str, int],
+               act_rows: tuple[list[A.Row], list[A.Row]] | None, values: dict[str, int],
                tp_rank: int = 0, dp_rank: int | None = None,
                counting: str = EXECUTED) -> StagePlan:
     """One GPU of a stage: TP rank `tp_rank`, data-parallel rank `dp_rank` (default: 0, or
@@ -158,11 +202,13 @@ def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage:
     c = sp.config
     layers = stage_layers(c, layout, stage)
     kinds = sp.kinds(layers)
-    units = stage_tensors(sp, values, layout, stage, tp_rank)
-    rank = dp_rank if dp_rank is not None else (
-        zero1_worst_rank(units, layout) if layout.sharding == 1 else 0)
-    st = states(units, layout, rank)
-    z, d, p = layout.sharding, layout.dp, precision
+    # context parallelism: the cp ranks of a group hold the same parameters, so gradients
+    # are reduced (and ZeRO/FSDP shards spread) over dp·cp ranks (Megatron-LM's data-parallel
+    # group with context parallelism; torchtitan's dp_shard_cp mesh); each rank runs T/cp tokens
+    dl = data_layout(layout)
+    local = seq // layout.cp
+    units, st = _states(sp, seq, layout.micro_batch, _states_key(dl), stage, tp_rank, dp_rank)
+    z, d, p = dl.sharding, dl.dp, precision
     b_sym = "⌈rows/d⌉·cols" if z >= 2 else ""
     # with ep > 1: N_stage counts E/ep experts of each MoE block (their FSDP shards over the
     # dp/ep ranks: ⌈rows/e⌉·cols, e = dp/ep)
@@ -188,7 +234,9 @@ def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage:
                           f"L_stage·2·T_max·({'d_rope' if c.mla else 'd_rot' if c.rotary_dim else 'd_k'}/2)·4"
                           + (" + L_moe·E·4" if bias else ""),
                           A.Linear(0, buf)))
-    acts = A.stage_activations(*act_rows, layout, stage, kinds)
+    acts = (A.stage_activations(*act_rows, layout, stage, kinds) if act_rows is not None else
+            _activations(sp, split(c, precision.autocast), replace(layout, zero=0), local,
+                         tp_rank, stage, kinds))
     copies = acts.weight_copies.times(acts.in_flight)
     items.append(Item("activations of the k micro-batches in flight"
                       + ("" if layout.recompute == "none" else " + one block's recomputed part"),
@@ -199,19 +247,22 @@ def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage:
                           "k·2·N_matmul_stage", copies, activations=True,
                           note="autocast casts each weight for its matmul, which saves the copy "
                                "until its backward pass"))
-    items += engine_buffers(sp, layout, precision, st, stage, values, seq, tp_rank)
+    items += engine_buffers(sp, dl, precision, st, stage, values, local, tp_rank)
     act_bytes = activation_bytes(p)
     norms = [t for u in units for t in u.tensors if sp.sequence_norm(t.tensor)]
-    comms = (C.tensor_parallel(layout, len(layers), stage, layout.micro_batch, seq, c.d_model,
+    comms = (C.tensor_parallel(layout, len(layers), stage, layout.micro_batch, local, c.d_model,
                                act_bytes, c.positions == "learned",
                                (len(norms), sum(t.numel for t in norms)), p.grad_bytes)
-             + C.pipeline(layout, stage, layout.micro_batch, seq // (layout.tp if layout.sp else 1),
-                          c.d_model, act_bytes)
-             + C.data_parallel(layout, st, p, buf, p.master_bytes))
+             + C.pipeline(layout, stage, layout.micro_batch,
+                          local // (layout.tp if layout.sp else 1), c.d_model, act_bytes)
+             + C.context_parallel(layout, len(layers), layout.micro_batch, seq,
+                                  -(-c.kv_heads // layout.tp) * c.d_k, act_bytes)
+             + C.data_parallel(dl, st, p, buf, p.master_bytes))
     if dict(sp.ledger.tied) and layout.pp > 1 and stage in (0, layout.pp - 1):
         table = next(t for t in sp.tensors if t.place == FIRST and t.matmul_weight)
         comms += C.tied_embedding(layout, prod(table.sizes(values, layout.tp)), p.grad_bytes)
-    moe_layers = sum(1 for i in layers if c.layer_kinds[i].moe)
+    kinds_of = c.layer_kinds  # a property that builds the tuple: read it once
+    moe_layers = sum(1 for i in layers if kinds_of[i].moe) if c.num_experts is not None else 0
     comms += C.expert_parallel(layout, c, moe_layers, layout.micro_batch * seq, c.d_model,
                                act_bytes)
     return StagePlan(stage, len(layers), st, tuple(items), acts,
@@ -257,17 +308,16 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
         raise UsageError(f"--margin must be in [0, 1) (a share of the memory), got {margin}")
     sp = split(config, precision.autocast, layout.recompute)
     values = sp.values(seq, layout.micro_batch)
-    rows = (A.rows(sp, layout, seq, tp_rank=tp_rank),
-            A.rows(split(config, precision.autocast), layout, seq, tp_rank=tp_rank))
+    local = seq // layout.cp  # each context-parallel rank saves its T/cp tokens' tensors
     counting = USEFUL if mfu_convention != EXECUTED else EXECUTED
-    plans = tuple(stage_plan(sp, layout, precision, seq, s, rows, values, tp_rank, dp_rank,
+    plans = tuple(stage_plan(sp, layout, precision, seq, s, None, values, tp_rank, dp_rank,
                              counting)
-                  for s in (stages if stages is not None else _shown(layout.pp)))
+                  for s in (stages if stages is not None else _shown(config, layout)))
     at = None
     if config.num_experts is not None and config.moe_capacity_factor is not None:
         def at(s: StagePlan, b: int) -> A.StageActivations:  # C = ⌈c·b·T·k/E⌉ at this b
-            r = (A.rows(sp, layout, seq, tp_rank=tp_rank, micro_batch=b),
-                 A.rows(split(config, precision.autocast), layout, seq, tp_rank=tp_rank,
+            r = (A.rows(sp, layout, local, tp_rank=tp_rank, micro_batch=b),
+                 A.rows(split(config, precision.autocast), layout, local, tp_rank=tp_rank,
                         micro_batch=b))
             return A.stage_activations(*r, layout, s.stage, s.kinds)
     fit = _fit(plans, layout, hardware, m, at)
@@ -300,7 +350,7 @@ def _fit(plans, layout: Layout, hardware: Hardware | None, margin: Fraction,
     largest = 0
     if per_rank <= 10**12:
         for b in reversed(divisors_of(per_rank)):
-            if all(s.memory_at(b, per_rank, layout.pp,
+            if all(s.memory_at(b, per_rank, layout,
                                activations_at(s, b) if activations_at else None)
                    <= budget.usable for s in plans):
                 largest = b

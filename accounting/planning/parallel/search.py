@@ -1,6 +1,9 @@
 """Every layout of N GPUs for a model, ranked by estimated step time, and why the others fail.
 
-Candidates: each tp·pp·dp = N; for a mixture of experts each expert-parallel degree ep
+Candidates: each tp·cp·pp·dp = N (cp, context parallelism, only for a model with the fused
+attention kernel, --attention sdpa; pp up to the layers, split evenly or, where pp does not
+divide them, with one layer fewer on the first and last stage); 1 and 2 virtual stages per
+GPU where the pipeline has the layers and the micro-batches; for a mixture of experts each expert-parallel degree ep
 dividing both dp and the experts (unless the user fixed --ep); sequence parallelism on and
 off when tp > 1; each sharding stage (one, when dp = 1: nothing to shard); the micro-batch
 the user gave, else 1 — with a
@@ -43,20 +46,37 @@ class Search:
 def search(config: ModelConfig, base: Layout, seq: int, *, precision: Precision,
            hardware: Hardware, net: Interconnect | None, mfu="0.5", margin="0",
            fix_zero: bool = False, fix_sp: bool = False, fix_micro: bool = False,
-           fix_ep: bool = False, **utilization) -> Search:
+           fix_ep: bool = False, fix_cp: bool = False, fix_vpp: bool = False,
+           **utilization) -> Search:
     """`base` carries the GPUs, global batch, recomputation and whatever the user fixed."""
     check_numbers(base)
     n, E = base.gpus, experts(config)
+    L = config.num_layers
     ranked, rejected = [], []
-    for tp in divisors(n):
-        for pp in divisors(n // tp):
-            dp = n // (tp * pp)
+    # context parallelism replaces a fused attention kernel: tried only with --attention sdpa
+    # (every degree 2·cp divides T), unless fixed; virtual stages: 1, and 2 where the pipeline
+    # has the layers and the micro-batches for them (Megatron-LM: m a multiple of pp)
+    if fix_cp or config.attention != "sdpa":
+        cps = (base.cp,)
+    else:
+        cps = tuple(c for c in divisors(n) if seq % (2 * c) == 0)
+    for cp, tp in product(cps, divisors(n)):
+        if (n // cp) % tp:
+            continue
+        for pp in divisors(n // (cp * tp)):
+            if pp > L and not fix_vpp:
+                continue  # a stage per layer at most (refused; not worth a row each)
+            dp = n // (tp * cp * pp)
             eps = (base.ep,) if fix_ep or not E else tuple(divisors(gcd(dp, E)))
-            for ep, sp in product(eps, ((base.sp,) if fix_sp else
-                                        ((False, True) if tp > 1 else (False,)))):
-                zeros = (base.zero,) if fix_zero else ((0, 1, 2, 3) if dp > 1 else (0,))
+            vpps = (base.vpp,) if fix_vpp or pp == 1 else tuple(
+                v for v in (1, 2) if v == 1 or (L >= 2 * pp and
+                                                (base.global_batch // (dp * base.micro_batch)) % pp == 0))
+            for ep, sp, vpp in product(eps, ((base.sp,) if fix_sp else
+                                             ((False, True) if tp > 1 else (False,))), vpps):
+                zeros = (base.zero,) if fix_zero else ((0, 1, 2, 3) if dp * cp > 1 else (0,))
                 for zero in zeros:
-                    lo = replace(base, tp=tp, pp=pp, dp=dp, ep=ep, sp=sp, zero=zero,
+                    lo = replace(base, tp=tp, pp=pp, dp=dp, ep=ep, sp=sp, zero=zero, cp=cp,
+                                 vpp=vpp, stage_split=base.stage_split if pp == base.pp else None,
                                  micro_batch=base.micro_batch if fix_micro else 1)
                     found = problems(config, lo, seq)
                     if found:
@@ -71,4 +91,5 @@ def search(config: ModelConfig, base: Layout, seq: int, *, precision: Precision,
     ranked.sort(key=lambda p: (p.step_seconds or 0, p.time.seconds if p.time else 0, p.memory,
                                p.layout.label()))
     return Search(config, n, seq, tuple(ranked), tuple(rejected),
-                  {"zero": fix_zero, "sp": fix_sp, "micro_batch": fix_micro, "ep": fix_ep})
+                  {"zero": fix_zero, "sp": fix_sp, "micro_batch": fix_micro, "ep": fix_ep,
+                   "cp": fix_cp, "vpp": fix_vpp})

@@ -19,9 +19,30 @@ def _gb(n: int) -> str:
     return f"{gigabytes(n)} = {gibibytes(n)}"
 
 
+def split_text(p: ParallelPlan) -> str:
+    """'7, 8 × 14, 7 (chosen: one fewer on the first and last stage)'."""
+    from accounting.planning.parallel.layout import layer_split
+    lo = p.layout
+    sizes = layer_split(p.config, lo)
+    runs, out = [], []
+    for n in sizes:
+        if runs and runs[-1][0] == n:
+            runs[-1][1] += 1
+        else:
+            runs.append([n, 1])
+    out = ", ".join(f"{n} × {k}" if k > 1 else str(n) for n, k in runs)
+    what = f"per virtual stage, {lo.chunks} in model order" if lo.vpp > 1 else "per stage"
+    how = ("given (--stage-layers)" if lo.stage_split is not None else
+           "even" if len(set(sizes)) == 1 else
+           "chosen: one fewer on the first and the last stage first (Llama 3's rule)")
+    return f"{out} ({what}; {how})"
+
+
 def layout_text(lo: Layout) -> str:
     name, engine, _ = ZERO_STAGES[lo.zero]
-    parts = [f"tp {lo.tp}" + (" + sequence parallel" if lo.sp else ""), f"pp {lo.pp}",
+    parts = [f"tp {lo.tp}" + (" + sequence parallel" if lo.sp else ""),
+             *([f"cp {lo.cp} (ring attention)"] if lo.cp > 1 else []),
+             f"pp {lo.pp}" + (f" × {lo.vpp} virtual stages" if lo.vpp > 1 else ""),
              f"dp {lo.dp}"]
     if lo.ep > 1:
         parts.append(f"ep {lo.ep}")
@@ -54,8 +75,17 @@ def summary_table(p: ParallelPlan) -> Table:
     flops = max(s.flops.total for s in p.stages)
     rows.append(("FLOPs per GPU per step", f"{grouped(flops)} = {si(flops, 'FLOP')} (slowest stage)"))
     if lo.pp > 1:
-        rows.append(("pipeline bubble (p − 1)/(m + p − 1)",
-                     f"({lo.pp} − 1)/({lo.micro_batches} + {lo.pp} − 1) = {percent(p.bubble)}"))
+        if lo.vpp > 1:
+            rows.append(("pipeline bubble (p − 1)/(v·m + p − 1), interleaved",
+                         f"({lo.pp} − 1)/({lo.vpp}·{lo.micro_batches} + {lo.pp} − 1) = "
+                         f"{percent(p.bubble)} of the step (Narayanan et al.'s (p − 1)/(v·m) "
+                         f"= {percent(Fraction(lo.pp - 1, lo.vpp * lo.micro_batches))} of the "
+                         f"ideal time)"))
+        else:
+            rows.append(("pipeline bubble (p − 1)/(m + p − 1)",
+                         f"({lo.pp} − 1)/({lo.micro_batches} + {lo.pp} − 1) = "
+                         f"{percent(p.bubble)}"))
+        rows.append(("layers per stage", split_text(p)))
     traffic = {g: max(sum((x.traffic for x in s.collectives if x.group == g), Fraction(0))
                       for s in p.stages)
                for g in (C.TENSOR, C.PIPELINE, C.DATA, C.EXPERT, C.EXPERT_DATA)}
@@ -209,7 +239,10 @@ def time_table(p: ParallelPlan) -> Table:
             ("pipeline sends per micro-batch", _seconds(t.pipeline_per_micro_batch)),
             *([("expert-parallel all-to-alls per micro-batch",
                 _seconds(t.expert_parallel_per_micro_batch))] if lo.ep > 1 else []),
-            ("1F1B slots m + p − 1", f"{t.slots:,}"),
+            (("interleaved slots m + (p − 1)/v" if lo.vpp > 1 else "1F1B slots m + p − 1"),
+             _num(t.slots)),
+            *([("context-parallel K/V exchange per micro-batch",
+                _seconds(t.context_parallel_per_micro_batch))] if lo.cp > 1 else []),
             ("critical path", _seconds(t.pipeline_path)),
             ("data-parallel communication (overlapped)", _seconds(t.data_parallel)
              + (f", {_seconds(t.exposed_data_parallel)} exposed" if t.exposed_data_parallel else "")),
