@@ -150,11 +150,19 @@ def micro_batches_in_flight(layout: Layout, stage: int, m: int | None = None) ->
     first stage is Megatron-LM's in_flight_microbatches = ⌈p·(1 + (p − 1)/(p·v))⌉
     (theoretical_memory_usage.py: the interleaved schedule's memory penalty)."""
     m = layout.micro_batches if m is None else m
+    if layout.vpp == 1:
+        return min(m, layout.pp - stage)
+    return -(-chunks_in_flight(layout, stage, m) // layout.vpp)
+
+
+def chunks_in_flight(layout: Layout, stage: int, m: int | None = None) -> int:
+    """Model chunks (micro-batch × virtual stage) whose activations stage `stage` holds at its
+    peak under the interleaved schedule: min(v·m, 2(p − s − 1) + (v − 1)·p + 1) (torch's
+    _get_warmup_ops with m a multiple of p, plus the steady state's one;
+    tests/test_pipeline_schedules.py reads it off ScheduleInterleaved1F1B's order)."""
+    m = layout.micro_batches if m is None else m
     p, v = layout.pp, layout.vpp
-    if v == 1:
-        return min(m, p - stage)
-    chunks = min(v * m, 2 * (p - stage - 1) + (v - 1) * p + 1)
-    return -(-chunks // v)
+    return min(v * m, 2 * (p - stage - 1) + (v - 1) * p + 1)
 
 
 def expert_shard_dim(config: ModelConfig, layout: Layout) -> int:
