@@ -39,12 +39,16 @@ CHECKED = ("parameter, gradient and AdamW-state bytes per rank (FSDP2 and TP/SP 
            "the activation bytes each rank's blocks save, TP/SP splits included "
            "(saved_tensors_hooks), and the micro-batches a 1F1B stage holds (Schedule1F1B)",
            "matmul FLOPs per rank (FlopCounterMode on the rank's local tensors)",
-           "collectives per step, calls and bytes, by kind (a dispatch hook beside CommDebugMode)")
+           "collectives per step, calls and bytes, by kind (a dispatch hook beside CommDebugMode)",
+           "the interleaved schedule's chunks in flight, step length and sends per rank "
+           "(ScheduleInterleaved1F1B's own order)", "the context-parallel K/V exchange (torch's "
+           "ring attention on a gloo group, against full attention)")
 FORMULA_ONLY = ("recomputation",
                 "communication buffers (DDP buckets, FSDP2's gathered units, pipelining receive "
                 "buffers)", "bf16 mixed precision", "TP or PP combined with DDP or ZeRO-1, and "
                 "PP combined with TP or FSDP", "the tied embedding's gradient all-reduce across "
-                "pipeline stages (Megatron-LM)", "step time")
+                "pipeline stages (Megatron-LM)", "step time", "context parallelism's activations "
+                "and FLOPs per rank (the ledger at T/cp: torch's context_parallel needs CUDA)")
 
 
 @dataclass(frozen=True)

@@ -261,7 +261,7 @@ def time_table(p: ParallelPlan) -> Table:
     if p.net is not None:
         links = ", ".join(f"{g}: {kind} {_num(bw / GB)} GB/s" for g, (bw, kind) in t.links.items())
         notes.append(f"Interconnect {p.net.name} ({p.net.source}); {p.net.gpus_per_node} GPUs per "
-                     f"node; ranks TP fastest, then DP, then PP. Links: {links}.")
+                     f"node; ranks TP fastest, then CP, then DP, then PP. Links: {links}.")
     else:
         notes.append("No interconnect known (a custom GPU): communication not timed; give "
                      "--nvlink-gbs and --network-gbs.")
