@@ -72,10 +72,16 @@ class Collective:
     @property
     def traffic(self) -> Fraction:
         """Bytes this GPU sends, ring algorithms."""
+        sent, over = self.traffic_parts
+        return Fraction(sent, over)
+
+    @property
+    def traffic_parts(self) -> tuple[int, int]:
+        """traffic as (numerator, ranks): sums of many collectives stay ints until divided."""
         if self.op in (SEND, RECV):
-            return Fraction(self.bytes if self.op == SEND else 0)
+            return (self.bytes if self.op == SEND else 0), 1
         k, _ = _RING[self.op]
-        return Fraction(k * (self.ranks - 1) * self.bytes, self.ranks)
+        return k * (self.ranks - 1) * self.bytes, self.ranks
 
 
 def tensor_parallel(layout: Layout, layers: int, stage: int, b: int, seq: int, d_model: int,
@@ -250,7 +256,7 @@ def data_parallel(layout: Layout, st: States, precision: Precision, buffer_bytes
         if n == 1:
             continue  # no unit, or experts on a one-rank mesh (ep = dp)
         k = len(units)
-        gathered = sum(u.unsharded_padded(n) for u in units)
+        gathered = _gathered(st, name, units, n)
         group, sym = (EXPERT_DATA, "e") if name == "routed experts" else (DATA, "d")
         ag, rs = gathered * param_bytes, gathered * g
         pf = f"{sym}·Σ⌈rows/{sym}⌉·cols·{param_bytes}"
@@ -262,6 +268,23 @@ def data_parallel(layout: Layout, st: States, precision: Precision, buffer_bytes
         out.append(Collective(group, REDUCE_SCATTER, f"gradients of the {name}", BACKWARD, k * m,
                               m * rs, n, f"{k * m:,} × {sym}·Σ⌈rows/{sym}⌉·cols·{g}"))
     return out
+
+
+_GATHERED: dict = {}  # (id(states), kind, n) -> (states, elements): the search's plans share states
+
+
+def _gathered(st: States, name: str, units, n: int) -> int:
+    """Σ of the units' gathered (padded) elements, remembered per States object (the
+    planner's cache hands the same one to the layouts that differ only in batch or SP)."""
+    key = (id(st), name, n)
+    hit = _GATHERED.get(key)
+    if hit is not None and hit[0] is st:
+        return hit[1]
+    if len(_GATHERED) > 4096:
+        _GATHERED.clear()
+    value = sum(u.unsharded_padded(n) for u in units)
+    _GATHERED[key] = (st, value)
+    return value
 
 
 DDP_FIRST_BUCKET = MiB  # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES = 1024 * 1024

@@ -18,6 +18,7 @@ Expert tensor parallelism (Megatron-LM's --expert-tensor-parallel-size, which de
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from accounting.spec.config import ModelConfig
 from accounting.runtime.errors import UsageError
@@ -106,6 +107,7 @@ def experts(config: ModelConfig) -> int:
     return getattr(config, "num_experts", 0) or 0
 
 
+@lru_cache(maxsize=1024)
 def split_layers(num_layers: int, chunks: int) -> tuple[int, ...]:
     """Layers per model chunk when none are given: as even as can be, and where `chunks`
     does not divide the layers, one layer fewer on the first and the last chunk first (then
@@ -131,13 +133,18 @@ def layer_split(config: ModelConfig, layout: Layout) -> tuple[int, ...]:
 def stage_layers(config: ModelConfig, layout: Layout, stage: int) -> tuple[int, ...]:
     """The blocks of pipeline stage `stage`, in order: its chunks stage, stage + pp, ... of
     the layer split (one chunk, consecutive blocks, without virtual stages)."""
-    sizes = layer_split(config, layout)
-    out, start = [], 0
+    return _stage_table(layer_split(config, layout), layout.pp)[stage]
+
+
+@lru_cache(maxsize=1024)
+def _stage_table(sizes: tuple[int, ...], pp: int) -> tuple[tuple[int, ...], ...]:
+    """Every stage's blocks for a split of the layers into chunks (chunk c on stage c mod pp)."""
+    out: list[list[int]] = [[] for _ in range(pp)]
+    start = 0
     for c, n in enumerate(sizes):
-        if c % layout.pp == stage:
-            out.extend(range(start, start + n))
+        out[c % pp].extend(range(start, start + n))
         start += n
-    return tuple(out)
+    return tuple(tuple(x) for x in out)
 
 
 def micro_batches_in_flight(layout: Layout, stage: int, m: int | None = None) -> int:

@@ -265,8 +265,10 @@ def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage:
     if dict(sp.ledger.tied) and layout.pp > 1 and stage in (0, layout.pp - 1):
         table = next(t for t in sp.tensors if t.place == FIRST and t.matmul_weight)
         comms += C.tied_embedding(layout, prod(table.sizes(values, layout.tp)), p.grad_bytes)
-    kinds_of = c.layer_kinds  # a property that builds the tuple: read it once
-    moe_layers = sum(1 for i in layers if kinds_of[i].moe) if c.num_experts is not None else 0
+    moe_layers = 0
+    if c.num_experts is not None:
+        kinds_of = c.layer_kinds  # a property that builds the tuple: read it once
+        moe_layers = sum(1 for i in layers if kinds_of[i].moe)
     comms += C.expert_parallel(layout, c, moe_layers, layout.micro_batch * seq, c.d_model,
                                act_bytes)
     return StagePlan(stage, len(layers), st, tuple(items), acts,

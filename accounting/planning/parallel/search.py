@@ -1,8 +1,9 @@
 """Every layout of N GPUs for a model, ranked by estimated step time, and why the others fail.
 
 Candidates: each tp·cp·pp·dp = N (cp, context parallelism, only for a model with the fused
-attention kernel, --attention sdpa; pp up to the layers, split evenly or, where pp does not
-divide them, with one layer fewer on the first and last stage); 1 and 2 virtual stages per
+attention kernel, --attention sdpa, and down to 1,024 tokens a rank; pp up to the layers, split evenly or, where pp does not
+divide them, with one layer fewer on the first and last stage; cp from 1 up until a layout
+of the (tp, pp) fits); 1 and 2 virtual stages per
 GPU where the pipeline has the layers and the micro-batches; for a mixture of experts each expert-parallel degree ep
 dividing both dp and the experts (unless the user fixed --ep); sequence parallelism on and
 off when tp > 1; each sharding stage (one, when dp = 1: nothing to shard); the micro-batch
@@ -24,6 +25,9 @@ from accounting.planning.gpus import Hardware, Interconnect
 from accounting.planning.memory import Precision
 from accounting.planning.parallel.layout import Layout, check_numbers, divisors, experts, problems
 from accounting.planning.parallel.plan import ParallelPlan, parallel_plan
+
+
+MIN_CP_TOKENS = 1024  # the shortest sequence shard the search gives a context-parallel rank
 
 
 @dataclass(frozen=True)
@@ -58,36 +62,54 @@ def search(config: ModelConfig, base: Layout, seq: int, *, precision: Precision,
     # has the layers and the micro-batches for them (Megatron-LM: m a multiple of pp)
     if fix_cp or config.attention != "sdpa":
         cps = (base.cp,)
-    else:
-        cps = tuple(c for c in divisors(n) if seq % (2 * c) == 0)
-    for cp, tp in product(cps, divisors(n)):
-        if (n // cp) % tp:
-            continue
-        for pp in divisors(n // (cp * tp)):
+    else:  # down to MIN_CP_TOKENS a rank: below, the K/V exchange outweighs its attention
+        cps = tuple(c for c in divisors(n) if seq % (2 * c) == 0
+                    and (c == 1 or seq // c >= MIN_CP_TOKENS))
+    def family(tp: int, cp: int, pp: int, dp: int) -> bool:
+        """Every variant of one (tp, cp, pp, dp): ranked or rejected; True if any fits."""
+        fits = False
+        eps = (base.ep,) if fix_ep or not E else tuple(divisors(gcd(dp, E)))
+        vpps = (base.vpp,) if fix_vpp or pp == 1 else tuple(
+            v for v in (1, 2) if v == 1 or (L >= 2 * pp and
+                                            (base.global_batch // (dp * base.micro_batch)) % pp == 0))
+        for ep, sp, vpp in product(eps, ((base.sp,) if fix_sp else
+                                         ((False, True) if tp > 1 else (False,))), vpps):
+            # the sharding stages from ZeRO-3 down: each lower one holds more, so once one
+            # does not fit the lower ones are rejected without planning them
+            zeros = (base.zero,) if fix_zero else ((3, 2, 1, 0) if dp * cp > 1 else (0,))
+            short = 0
+            for zero in zeros:
+                lo = replace(base, tp=tp, pp=pp, dp=dp, ep=ep, sp=sp, zero=zero, cp=cp,
+                             vpp=vpp, stage_split=base.stage_split if pp == base.pp else None,
+                             micro_batch=base.micro_batch if fix_micro else 1)
+                if short:
+                    rejected.append(Rejected(lo, f"does not fit (ZeRO-{zero + 1} did not: "
+                                                 f"this stage holds more)", short))
+                    continue
+                found = problems(config, lo, seq)
+                if found:
+                    rejected.append(Rejected(lo, found[0]))
+                    break  # the same reason holds for every further sharding stage
+                p = parallel_plan(config, lo, seq, precision=precision, hardware=hardware,
+                                  net=net, mfu=mfu, margin=margin, **utilization)
+                if p.fit is not None and p.fit.shortfall:
+                    rejected.append(Rejected(lo, "does not fit", p.fit.shortfall))
+                    short = p.fit.shortfall  # at least this much for the stages below
+                else:
+                    ranked.append(p)
+                    fits = True
+        return fits
+
+    for tp in divisors(n):
+        for pp in divisors(n // tp):
             if pp > L and not fix_vpp:
                 continue  # a stage per layer at most (refused; not worth a row each)
-            dp = n // (tp * cp * pp)
-            eps = (base.ep,) if fix_ep or not E else tuple(divisors(gcd(dp, E)))
-            vpps = (base.vpp,) if fix_vpp or pp == 1 else tuple(
-                v for v in (1, 2) if v == 1 or (L >= 2 * pp and
-                                                (base.global_batch // (dp * base.micro_batch)) % pp == 0))
-            for ep, sp, vpp in product(eps, ((base.sp,) if fix_sp else
-                                             ((False, True) if tp > 1 else (False,))), vpps):
-                zeros = (base.zero,) if fix_zero else ((0, 1, 2, 3) if dp * cp > 1 else (0,))
-                for zero in zeros:
-                    lo = replace(base, tp=tp, pp=pp, dp=dp, ep=ep, sp=sp, zero=zero, cp=cp,
-                                 vpp=vpp, stage_split=base.stage_split if pp == base.pp else None,
-                                 micro_batch=base.micro_batch if fix_micro else 1)
-                    found = problems(config, lo, seq)
-                    if found:
-                        rejected.append(Rejected(lo, found[0]))
-                        break  # the same reason holds for every further sharding stage
-                    p = parallel_plan(config, lo, seq, precision=precision, hardware=hardware,
-                                      net=net, mfu=mfu, margin=margin, **utilization)
-                    if p.fit is not None and p.fit.shortfall:
-                        rejected.append(Rejected(lo, "does not fit", p.fit.shortfall))
-                    else:
-                        ranked.append(p)
+            rest = n // (tp * pp)
+            for cp in (c for c in cps if rest % c == 0):
+                # context parallelism from 1 up, until a layout fits: a larger cp only adds
+                # K/V traffic to the same per-GPU work
+                if family(tp, cp, pp, rest // cp) and not fix_cp:
+                    break
     ranked.sort(key=lambda p: (p.step_seconds or 0, p.time.seconds if p.time else 0, p.memory,
                                p.layout.label()))
     return Search(config, n, seq, tuple(ranked), tuple(rejected),

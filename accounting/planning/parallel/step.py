@@ -174,12 +174,19 @@ def step_time(layout: Layout, flops: list[StageFlops], comms: list[list[Collecti
               + ((CONTEXT,) if layout.cp > 1 else ()))
     links = {g: group_link(layout, g, net) for g in groups} if net else {}
 
-    def seconds(cs: list[Collective], group: str) -> Fraction:
-        if not net or group not in links:
+    def seconds(traffic: dict, group: str) -> Fraction:
+        if not net or group not in links or group not in traffic:
             return Fraction(0)
-        return sum((c.traffic for c in cs if c.group == group), Fraction(0)) / links[group][0]
+        return traffic[group] / links[group][0]
     per_stage = []
-    for f, cs in zip(flops, comms):
+    for f, collectives in zip(flops, comms):
+        sums: dict[str, dict[int, int]] = {}  # group -> ranks -> Σ numerators (ints)
+        for c in collectives:
+            sent, over = c.traffic_parts
+            g = sums.setdefault(c.group, {})
+            g[over] = g.get(over, 0) + sent
+        cs = {grp: sum((Fraction(v, n) for n, v in by.items()), Fraction(0))
+              for grp, by in sums.items()}
         per_stage.append((Fraction(f.per_micro_batch) / rate, seconds(cs, TP_GROUP) / m,
                           seconds(cs, PIPELINE) / m, Fraction(f.adamw) / rate,
                           seconds(cs, DATA) + seconds(cs, EXPERT_DATA), seconds(cs, EXPERT) / m,
