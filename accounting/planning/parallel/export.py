@@ -5,7 +5,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 from accounting.present.export import config_dict, csv_text, fraction
-from accounting.planning.parallel.layout import ZERO_STAGES, Layout
+from accounting.planning.parallel.layout import ZERO_STAGES, Layout, layer_split
 from accounting.planning.parallel.plan import CHECKED, FORMULA_ONLY, ParallelPlan
 
 
@@ -18,7 +18,8 @@ def layout_dict(lo: Layout) -> dict:
     return {"gpus": lo.gpus, "tp": lo.tp, "pp": lo.pp, "dp": lo.dp, "ep": lo.ep, "sp": lo.sp,
             "zero": lo.zero, "zero_name": name, "engine": engine, "engine_meaning": meaning,
             "micro_batch": lo.micro_batch, "global_batch": lo.global_batch,
-            "micro_batches": lo.micro_batches, "recompute": lo.recompute}
+            "micro_batches": lo.micro_batches, "recompute": lo.recompute, "cp": lo.cp,
+            "virtual_stages": lo.vpp, "stage_layers_given": lo.stage_split is not None}
 
 
 def to_dict(p: ParallelPlan) -> dict:
@@ -27,6 +28,7 @@ def to_dict(p: ParallelPlan) -> dict:
            "precision": p.precision.name, "mfu": _f(p.mfu),
            "memory_per_gpu_bytes": p.memory, "worst_stage": p.worst.stage,
            "bubble": _f(p.bubble), "checked_on_torch_distributed": list(CHECKED),
+           "layers_per_chunk": list(layer_split(p.config, p.layout)),
            "formula_only": list(FORMULA_ONLY), "stages": []}
     for s in p.stages:
         out["stages"].append({

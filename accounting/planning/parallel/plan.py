@@ -25,7 +25,7 @@ from accounting.planning.mfu import (COMPUTE, END_TO_END, SIX_N, check_conventio
 from accounting.planning.parallel import activations as A
 from accounting.planning.parallel import comms as C
 from accounting.planning.parallel.buffers import Item, engine_buffers, stage_buffers
-from accounting.planning.parallel.layout import (Layout, check_layout, layer_split,
+from accounting.planning.parallel.layout import (Layout, check_layout,
                                                  micro_batches_in_flight, stage_layers)
 from accounting.planning.parallel.shards import FIRST, Split, split
 from accounting.planning.parallel.states import States, stage_tensors, states, zero1_worst_rank
