@@ -134,12 +134,17 @@ def run(ns: argparse.Namespace, config) -> int:
         if hw is None or not hw.memory_bytes or not hw.peak_flops:
             raise UsageError("--search ranks layouts by memory and step time; give --gpu NAME "
                              "(or --gpu-mem and --gpu-flops)")
+        if ns.stage_layers is not None:
+            raise UsageError("--stage-layers fixes one pipeline's split; --search tries every "
+                             "pp (each split evenly, or one fewer on the first and last stage)")
         base = Layout(ns.gpus, ep=ns.ep, sp=ns.sp, zero=zero, micro_batch=micro,
-                      global_batch=ns.batch or ns.gpus * micro, recompute=ns.recompute)
+                      global_batch=ns.batch or ns.gpus * micro, recompute=ns.recompute,
+                      cp=ns.cp, vpp=ns.virtual_stages)
         result = search(config, base, seq, precision=precision, hardware=hw, net=net,
                         mfu=ns.mfu, margin=ns.margin, **utilization,
                         fix_zero=ns.zero is not None or bool(ns.fsdp),
-                        fix_sp=ns.sp, fix_micro=ns.micro_batch is not None, fix_ep=ns.ep != 1)
+                        fix_sp=ns.sp, fix_micro=ns.micro_batch is not None, fix_ep=ns.ep != 1,
+                        fix_cp=ns.cp != 1, fix_vpp=ns.virtual_stages != 1)
         tables, data = search_tables, export.search_dict
     else:
         dp = resolve(ns.gpus, ns.tp, ns.pp, ns.dp, ns.cp)
