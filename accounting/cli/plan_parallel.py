@@ -104,6 +104,9 @@ def check_single(ns: argparse.Namespace) -> None:
              or (f == "zero" and ns.zero is not None)]
     if given:
         flag = "--" + given[0].replace("_", "-")
+        if given[0] in ("mfu_convention", "mfu_scope", "hfu", "measured_tokens_per_s"):
+            raise UsageError(f"{flag} is read by the many-GPU planner; give --gpus N with it "
+                             f"(--gpus 1 for one GPU)")
         raise UsageError(f"{flag} describes a multi-GPU layout; give --gpus N with it")
 
 
