@@ -34,7 +34,7 @@ def split_text(p: ParallelPlan) -> str:
     what = f"per virtual stage, {lo.chunks} in model order" if lo.vpp > 1 else "per stage"
     how = ("given (--stage-layers)" if lo.stage_split is not None else
            "even" if len(set(sizes)) == 1 else
-           "chosen: one fewer on the first and the last stage first (Llama 3's rule)")
+           "chosen: one fewer on the first and the last stage (Llama 3's rule)")
     return f"{out} ({what}; {how})"
 
 
@@ -88,7 +88,7 @@ def summary_table(p: ParallelPlan) -> Table:
         rows.append(("layers per stage", split_text(p)))
     traffic = {g: max(sum((x.traffic for x in s.collectives if x.group == g), Fraction(0))
                       for s in p.stages)
-               for g in (C.TENSOR, C.PIPELINE, C.DATA, C.EXPERT, C.EXPERT_DATA)}
+               for g in (C.TENSOR, C.CONTEXT, C.PIPELINE, C.DATA, C.EXPERT, C.EXPERT_DATA)}
     moved = ", ".join(f"{g} {si(round(t), 'B')}" for g, t in traffic.items() if t)
     rows.append(("sent per GPU per step", moved or "nothing (one GPU)"))
     if p.step_seconds is not None:
