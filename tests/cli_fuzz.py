@@ -177,6 +177,10 @@ PLAN_FLAGS = {
     "--position": INTS, "--precision": _choice(("fp32", "bf16-mixed")),
     "--recompute": _choice(("none", "full", "selective")),
     "--scope": _choice(("model", "course")),
+    # fine-tuning (issue 28)
+    "--lora-rank": INTS, "--lora-alpha": FRACTIONS, "--lora-dropout": FRACTIONS,
+    "--lora-targets": _choice(("all-linear", "q_proj,v_proj", "c_attn", "w1,w2,w3", "experts")),
+    "--base-weights": _choice(("nf4",)),
 }
 # the multi-GPU planner (plan --gpus N ...)
 PARALLEL_FLAGS = {
@@ -191,6 +195,21 @@ PARALLEL_FLAGS = {
     "--mfu-scope": _choice(("compute", "end-to-end")), "--measured-tokens-per-s": FRACTIONS,
 }
 PARALLEL_SWITCHES = ("--sp", "--search", "--fsdp", "--hfu")
+# serving capacity (serve MODEL --gpu NAME ...), issue 29
+SERVE_FLAGS = {
+    **MODEL_FLAGS,
+    "--gpu": _choice(("H100", "H200", "A100", "A100-40GB", "B200")),
+    "--gpu-mem": SIZES, "--gpu-flops": FRACTIONS, "--gpu-bw": FRACTIONS,
+    "--gpus": DEGREES, "--tp": DEGREES, "--pp": DEGREES, "--ctx": INTS, "--prompt": INTS,
+    "--concurrency": INTS, "--max-num-batched-tokens": INTS, "--max-num-seqs": INTS,
+    "--block-size": INTS, "--group-size": INTS, "--mfu": FRACTIONS,
+    "--bandwidth-efficiency": FRACTIONS, "--gpu-memory-utilization": FRACTIONS,
+    "--activation-peak": SIZES, "--non-torch": SIZES, "--cuda-graph-mem": SIZES,
+    "--kv-dtype": _choice(("bf16", "fp16", "fp8", "fp8_e4m3", "fp8_e5m2", "int4")),
+    "--weights": _choice(("bf16", "awq", "gptq", "gptq-act-order", "w4a16", "fp8",
+                          "fp8-block", "int8", "mxfp4", "nf4", "bnb-int8", "int3")),
+    "--engine": _choice(("vllm", "sglang", "trtllm")),
+}
 
 
 def _model():
@@ -269,8 +288,8 @@ def _gpus():
 def argvs(draw) -> list[str]:
     """One command line that should finish in well under a second: the cross-check only
     where sizes are past what torch can index (refused before any model runs)."""
-    kind = draw(st.sampled_from(("analyse", "analyse", "compare", "plan", "plan", "report",
-                                 "misc")))
+    kind = draw(st.sampled_from(("analyse", "analyse", "compare", "plan", "plan", "serve",
+                                 "report", "misc")))
     model = draw(_model())
     head = [] if model is None else [model]
     if kind == "report":
@@ -280,6 +299,7 @@ def argvs(draw) -> list[str]:
         return ["report"] + args
     if kind == "misc":
         return draw(st.sampled_from((["--help"], ["plan", "--help"], ["--list"], ["plan", "--list"],
+                                     ["serve", "--help"], ["serve", "--list"], ["serve"],
                                      [], ["plan"], ["--version"], ["--brief"], ["report", "-h"],
                                      ["--list", "--format", "json"], ["--list", "-o", EXISTING])))
     sizes, most = draw(_custom_sizes()), 5
@@ -290,8 +310,11 @@ def argvs(draw) -> list[str]:
         # shared CPUs; the judging has its own tests, tests/test_hf_hubconfigs.py)
         head.append("--strict")
     if kind == "plan":
-        return (["plan"] + head + sizes + draw(_flags(PLAN_FLAGS, MODEL_SWITCHES, most))
+        return (["plan"] + head + sizes + draw(_flags(PLAN_FLAGS, MODEL_SWITCHES + ("--no-double-quant",), most))
                 + draw(_gpus()))
+    if kind == "serve":
+        gpu = draw(st.sampled_from((["--gpu", "H100"], ["--gpu", "H200"], [])))
+        return ["serve"] + head + sizes + gpu + draw(_flags(SERVE_FLAGS, MODEL_SWITCHES, most))
     extra = draw(_flags(ANALYSE_FLAGS, MODEL_SWITCHES + ("--brief",), most))
     if kind == "compare":
         extra.append("--compare-formulas")

@@ -78,7 +78,7 @@ def test_only_the_known_warnings_are_hidden():
 
 def test_every_rank_agrees_with_the_plan(measured):
     assert measured["code"] == 0, measured["stdout"]
-    assert len(measured["results"]) == 6 * 4 + 8  # gloo: 6 cases × 4 ranks; fake: 8 ranks
+    assert len(measured["results"]) == 6 * 4 + 9  # gloo: 6 cases × 4 ranks; fake: 9 ranks
     for m in measured["results"]:
         rows = compare(m)
         assert len(rows) >= 12
@@ -86,6 +86,17 @@ def test_every_rank_agrees_with_the_plan(measured):
         assert not wrong, (m["case"]["label"], m["case"]["rank"], wrong)
         assert m["flops"] and all(v > 0 for v in m["flops"].values())
         assert m["collectives"]  # something was communicated
+
+
+def test_torchtitan_bf16_gathers_by_hand(measured):
+    """torchtitan's MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32): FSDP2 gathers
+    each unit in bf16 (2 bytes per element) and reduce-scatters its gradient in fp32 (4), so
+    the forward all-gathers move half the bytes of the reduce-scatters (the same units, one
+    micro-batch)."""
+    (m,) = [m for m in measured["results"] if m["case"].get("stack") == "torchtitan"]
+    ag = collective(m, "dp", "all-gather", "forward")
+    rs = collective(m, "dp", "reduce-scatter", "backward")
+    assert ag["calls"] == rs["calls"] == 3 and 2 * ag["bytes"] == rs["bytes"]
 
 
 def test_ddp_by_hand(measured):

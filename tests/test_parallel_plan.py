@@ -70,11 +70,11 @@ def test_stages_shard_one_more_state_each():
     z0, z2 = (plan(XL, gpus=8, dp=8, zero=z).stages[0] for z in (0, 2))
     items0 = {i.name: i.bytes.at(1) for i in z0.items}
     assert items0["parameters (fp32)"] == items0["gradients (fp32)"] == 4 * n
-    assert items0["AdamW first moment m (fp32)"] == 4 * n
-    assert items0["DDP gradient buckets"] == 4 * n  # a flat copy of the gradients
+    assert items0["AdamW moments: first moment m (fp32)"] == 4 * n
+    assert items0["DDP grad buckets"] == 4 * n  # a flat copy of the gradients
     items2 = {i.name: i.bytes.at(1) for i in z2.items}
     # ZeRO-2 under FSDP2 keeps every unit gathered from its forward to its backward pass
-    assert items2["FSDP2 gathered parameters (every unit, forward to backward)"] == 8 * z2.states.params * 4
+    assert items2["FSDP2 gathered fp32 units (every unit, forward to backward)"] == 8 * z2.states.params * 4
     z1 = plan(XL, gpus=8, dp=8, zero=1).stages[0].states
     assert z1.params == z1.grads == n and z1.moments < n
 

@@ -206,14 +206,15 @@ def _check_needs(overrides: dict, config: ModelConfig) -> None:
                              f"none; give {needed} too (or leave {m.flag} out)")
 
 
-def config_from_args(ns: argparse.Namespace) -> ModelConfig:
+def config_from_args(ns: argparse.Namespace, drop: tuple[str, ...] = ()) -> ModelConfig:
+    """The spec the flags name (`drop`: config.json keys another reader handles)."""
     overrides = _overrides(ns)
     if ns.model and ns.config:
         raise UsageError("give either a model name or --config FILE, not both")
     if ns.model:
         base = get_preset(ns.model)
     elif ns.config:
-        base, ns.hf_read = read_config(ns.config, None if ns.strict else judge_keys)
+        base, ns.hf_read = read_config(ns.config, None if ns.strict else judge_keys, drop)
     else:
         missing = ["--" + f.replace("_", "-") for f in _REQUIRED if overrides[f] is None]
         if missing:

@@ -4,6 +4,7 @@
     python -m accounting gpt2-xl --compare-formulas # Kaplan, Chinchilla, Megatron, PaLM, 6N
     python -m accounting report                     # regenerate reports/gpt2_sizes.md
     python -m accounting plan gpt2-xl --gpu A100    # memory, batch that fits, time to train
+    python -m accounting serve meta-llama/Llama-3.1-8B --gpu H100 --ctx 8192  # serving
 
 Exit status: 0 an answer, 1 the cross-check found a disagreement, 2 bad input or an
 unusable environment (one line on stderr), 3 an internal error (a bug), 128 + N ended by
@@ -28,7 +29,8 @@ from accounting.runtime.errors import UsageError
 from accounting.ledger.records import EXECUTED, FORWARD, PHASES, TRAIN, USEFUL
 
 # Subcommands live in their own modules, imported only when used.
-SUBCOMMANDS = {"report": "accounting.cli.report", "plan": "accounting.cli.plan"}
+SUBCOMMANDS = {"report": "accounting.cli.report", "plan": "accounting.cli.plan",
+               "serve": "accounting.cli.serve"}
 
 
 def parser() -> Parser:
@@ -36,7 +38,9 @@ def parser() -> Parser:
                description="Exact parameter, memory and FLOPs accounting of a decoder-only "
                            "Transformer LM (the CS336 ch. 3 architecture and the variants of "
                            "GPT-2, Llama, Qwen and OLMo), cross-checked on the real model. Subcommands: 'report' (GPT-2 size report), 'plan' (capacity "
-                           "planning); see 'python -m accounting plan --help'.")
+                           "planning), 'serve' (serving capacity: weights as stored, the "
+                           "engine's KV pool, concurrency, TTFT, TPOT); see 'python -m "
+                           "accounting plan --help'.")
     add_model_args(p)
     w = p.add_argument_group("workload")
     w.add_argument("--ctx", type=positive_int("--ctx"), metavar="T",

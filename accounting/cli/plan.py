@@ -13,6 +13,7 @@ from accounting.runtime.errors import shorten
 from accounting.planning import export, views
 from accounting.planning.gpus import gpu_help
 from accounting.cli import plan_parallel as parallel_cli
+from accounting.cli import plan_finetune as finetune_cli
 from accounting.planning.memory import (
     FP32,
     MODEL,
@@ -96,6 +97,7 @@ def parser() -> Parser:
     i = p.add_argument_group("inference")
     i.add_argument("--position", type=positive_int("--position"), metavar="t",
                    help="decode the token at position t (it attends to t keys; default T)")
+    finetune_cli.add_args(p)  # issue 28: LoRA / QLoRA
     parallel_cli.add_args(p)
     add_output_args(p)
     return p
@@ -114,7 +116,8 @@ def main(argv: list[str]) -> int:
     result = plan(config, ns.ctx, ns.batch or 1, precision=ns.precision, scope=ns.scope,
                   recompute=ns.recompute, gpu=ns.gpu, memory_bytes=ns.gpu_mem,
                   peak_tflops=ns.gpu_flops, bandwidth_tbs=ns.gpu_bw, mfu=ns.mfu,
-                  margin=ns.margin, steps=ns.steps, tokens=ns.tokens, position=ns.position)
+                  margin=ns.margin, steps=ns.steps, tokens=ns.tokens, position=ns.position,
+                  **finetune_cli.plan_kwargs(ns))
     output.emit(ns.format, ns.output,  # the answer first, then the details
                 lambda: [summary.plan_answer(result)] + views.tables(result),
                 lambda: export.to_dict(result), lambda: export.to_csv(result))

@@ -8,18 +8,21 @@ from accounting.present import output
 from accounting.cli.args import positive_int
 from accounting.runtime.errors import UsageError
 from accounting.planning.gpus import DEFAULT_GPUS_PER_NODE, interconnect
-from accounting.planning.memory import MODEL, get_precision
+from accounting.planning.memory import BF16_MIXED, FP32, MODEL, get_precision
 from accounting.planning.mfu import COMPUTE, CONVENTIONS, EXECUTED, SCOPES
 from accounting.planning.parallel import export, views
 from accounting.planning.parallel.layout import FSDP_NAMES, Layout, resolve
 from accounting.planning.parallel.plan import parallel_plan
 from accounting.planning.parallel.search import search
 from accounting.planning.parallel.search_views import tables as search_tables
+from accounting.planning.parallel.megatron import FLASH, KERNELS
+from accounting.planning.parallel.stack_memory import StackRun
+from accounting.planning.parallel.stacks import STACKS, TORCH, get_stack
 
 LAYOUT_FLAGS = ("tp", "pp", "dp", "ep", "cp", "virtual_stages", "stage_layers", "sp", "zero",
-                "fsdp", "micro_batch", "search",
-                "nvlink_gbs", "network_gbs", "gpus_per_node", "mfu_convention", "mfu_scope",
-                "hfu", "measured_tokens_per_s")
+                "fsdp", "micro_batch", "search", "nvlink_gbs", "network_gbs", "gpus_per_node",
+                "stack", "dropout", "attention_kernel", "compare_formulas", "mfu_convention",
+                "mfu_scope", "hfu", "measured_tokens_per_s")
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
@@ -85,6 +88,21 @@ def add_args(p: argparse.ArgumentParser) -> None:
     u.add_argument("--measured-tokens-per-s", metavar="N",
                    help="a measured throughput of the whole job, converted into MFU and HFU "
                         "under each convention")
+    g.add_argument("--stack", choices=tuple(STACKS), metavar="NAME",
+                   help="the training stack whose memory is planned: "
+                        + "; ".join(f"{s.name}: {s.title}" for s in STACKS.values())
+                        + " (default torch)")
+    g.add_argument("--dropout", metavar="P",
+                   help="--stack megatron: hidden and attention dropout probability (its 1-byte "
+                        "masks are kept for the backward pass; default 0: none)")
+    g.add_argument("--attention-kernel", choices=tuple(KERNELS),
+                   help="--stack megatron: " + "; ".join(f"{k}: {v}" for k, v in KERNELS.items())
+                        + f" (default {FLASH})")
+    g.add_argument("--compare-formulas", action="store_true",
+                   help="the literature's memory formulas beside the plan (the ZeRO paper, "
+                        "Korthikanti et al., Megatron's theoretical_memory_usage.py, Transformer "
+                        "Math 101), each reconciled term by term with its exact count")
+    p.set_defaults(precision=None)  # a stack other than torch names its own (see stack_run)
 
 
 def stage_split(text: str | None) -> tuple[int, ...] | None:
@@ -108,11 +126,45 @@ def check_single(ns: argparse.Namespace) -> None:
             raise UsageError(f"{flag} is read by the many-GPU planner; give --gpus N with it "
                              f"(--gpus 1 for one GPU)")
         raise UsageError(f"{flag} describes a multi-GPU layout; give --gpus N with it")
+    ns.precision = ns.precision or FP32
+
+
+def _dropout(text: str | None) -> float:
+    if text is None:
+        return 0.0
+    try:
+        p = float(text)
+    except ValueError:
+        p = -1.0
+    if not 0 <= p < 1:
+        raise UsageError(f"--dropout must be a probability in [0, 1), got {text!r}")
+    return p
+
+
+def stack_run(ns: argparse.Namespace) -> tuple[StackRun, str]:
+    """The stack and its settings, and the precision name to plan in: the torch stack's is
+    --precision (default fp32); the others train in bf16 (their own precision)."""
+    stack = get_stack(ns.stack or TORCH)
+    if stack.name != "megatron":
+        for flag, v in (("--dropout", ns.dropout), ("--attention-kernel", ns.attention_kernel)):
+            if v is not None:
+                raise UsageError(f"{flag} is a setting of --stack megatron (Megatron-Core + "
+                                 f"Transformer Engine); give --stack megatron with it")
+    precision = ns.precision or FP32
+    if stack.bf16:
+        if ns.precision not in (None, BF16_MIXED):
+            raise UsageError(f"--stack {stack.name} trains with 16-bit parameters and "
+                             f"activations (its own precision); leave --precision out")
+        precision = BF16_MIXED
+    return StackRun(stack, _dropout(ns.dropout), ns.attention_kernel or FLASH), precision
 
 
 def run(ns: argparse.Namespace, config) -> int:
     from accounting.planning.plan import hardware
-    precision = get_precision(ns.precision)
+    if getattr(ns, "lora_rank", None) is not None or getattr(ns, "base_weights", None):
+        raise UsageError("LoRA and QLoRA are planned on one GPU; leave out --gpus")
+    run_stack, name = stack_run(ns)
+    precision = get_precision(name)
     if ns.scope != MODEL:
         raise UsageError("--scope course is a one-GPU view; the multi-GPU plan counts what "
                          "autograd saves (--scope model)")
@@ -126,12 +178,19 @@ def run(ns: argparse.Namespace, config) -> int:
         raise UsageError(f"--gpus {ns.gpus} spans more than one {net.name} of "
                          f"{net.gpus_per_node} {ns.gpu} cards, and the GPU table lists no cluster "
                          f"network for them: give --network-gbs (or --gpus-per-node)")
-    zero = FSDP_NAMES[ns.fsdp] if ns.fsdp else (ns.zero or 0)
+    zero = FSDP_NAMES[ns.fsdp] if ns.fsdp else (
+        ns.zero if ns.zero is not None else run_stack.stack.default_zero)
     micro = ns.micro_batch or 1
     seq = ns.ctx or config.context_length
     utilization = {"mfu_convention": ns.mfu_convention or EXECUTED,
                    "mfu_scope": ns.mfu_scope or COMPUTE, "hfu": ns.hfu}
     if ns.search:
+        if ns.compare_formulas:
+            raise UsageError("--compare-formulas sets one plan beside the literature; leave "
+                             "--search out")
+        if run_stack.name != TORCH:
+            raise UsageError(f"--search ranks the torch stack's layouts; with --stack "
+                             f"{run_stack.name} give the layout (--tp, --pp, --zero)")
         if ns.dp is not None or ns.tp != 1 or ns.pp != 1:
             raise UsageError("--search tries every tp, pp and dp; leave them out")
         if hw is None or not hw.memory_bytes or not hw.peak_flops:
@@ -155,9 +214,16 @@ def run(ns: argparse.Namespace, config) -> int:
                     ns.batch or dp * micro * ns.pp, ns.recompute, cp=ns.cp,
                     vpp=ns.virtual_stages, stage_split=stage_split(ns.stage_layers))
         result = parallel_plan(config, lo, seq, precision=precision, hardware=hw, net=net,
-                               mfu=ns.mfu, margin=ns.margin, tokens=ns.tokens, **utilization,
+                               mfu=ns.mfu, margin=ns.margin, tokens=ns.tokens, stack=run_stack,
+                               **utilization,
                                measured_tokens_per_second=ns.measured_tokens_per_s)
         tables, data = views.tables, export.to_dict
+        if ns.compare_formulas:
+            from accounting.literature.memory_compare import compare
+            from accounting.planning.parallel.stack_views import formulas_dict, formulas_tables
+            est = compare(result)
+            tables = lambda r: views.tables(r) + formulas_tables(est)  # noqa: E731
+            data = lambda r: {**export.to_dict(r), "literature_memory": formulas_dict(est)}  # noqa: E731
     output.emit(ns.format, ns.output, lambda: tables(result), lambda: data(result),
                 lambda: export.to_csv(data(result)))
     return 0

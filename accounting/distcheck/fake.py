@@ -31,6 +31,15 @@ def mesh_for(case: Case):
     return init_device_mesh("cpu", (case.world,), mesh_dim_names=("tp" if case.tp > 1 else "dp",))
 
 
+def mp_policy(case: Case):
+    """torchtitan's FSDP2 policy (torchtitan/models/llama3/infra/parallelize.py, apply_fsdp:
+    MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32)); None for torch's."""
+    if case.stack != "torchtitan":
+        return None
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+    return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+
+
 def run_case(case: Case) -> dict:
     from model import TransformerLM
     if case.pp != 1 or (case.dp > 1 and case.zero < 2):
@@ -51,7 +60,8 @@ def run_case(case: Case) -> dict:
             if case.tp > 1:
                 tensor_parallel(lm, mesh["tp"] if len(names) > 1 else mesh, case.sp)
             if case.dp > 1:
-                fully_shard_model(lm, mesh["dp"] if len(names) > 1 else mesh, case.zero)
+                fully_shard_model(lm, mesh["dp"] if len(names) > 1 else mesh, case.zero,
+                                  mp_policy(case))
         with FakeTensorMode(allow_non_fake_inputs=True):
             lm.to_empty(device="cpu")
             opt = torch.optim.AdamW(lm.parameters())

@@ -57,6 +57,7 @@ class Case:
     micro_batches: int = 2
     rank: int = 0
     label: str = ""
+    stack: str = "torch"  # torchtitan: FSDP2 with MixedPrecisionPolicy(bf16 params, fp32 reduce)
 
     def to_json(self) -> dict:
         return asdict(self)

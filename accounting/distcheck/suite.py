@@ -33,6 +33,12 @@ FAKE = (
                "(the short end of the uneven vocabulary split)"),
     Case({"preset": "meta-llama/Llama-3.1-8B", "num_layers": 2}, 48, dp=48, zero=2, seq=32,
          rank=47, label="Llama 3.1 8B shape, 2 layers: FSDP2 ZeRO-2, 48 ranks, last rank"),
+    # torchtitan's FSDP2: MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32); the
+    # all-gathers move bf16, the reduce-scatters fp32, the shards stay fp32
+    Case({"preset": "meta-llama/Llama-3.1-8B", "num_layers": 2}, 64, dp=64, zero=3, seq=32,
+         micro_batches=1, rank=63, stack="torchtitan",
+         label="Llama 3.1 8B shape, 2 layers: torchtitan's FSDP2 (bf16 all-gathers), ZeRO-3, "
+               "64 ranks, last rank"),
     Case({"preset": "mistralai/Mixtral-8x7B-v0.1", "num_layers": 2}, 16, dp=16, ep=4, zero=3,
          seq=32, micro_batches=1, rank=13,
          label="Mixtral 8x7B shape, 2 layers: EP 4 × FSDP2 ZeRO-3, 16 ranks (2 experts a rank, "

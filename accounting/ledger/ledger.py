@@ -34,6 +34,7 @@ class Ledger:
     recomputed: tuple[R.Matmul, ...] = ()  # forward matmuls run again in the backward pass
     groups: tuple[tuple[str, tuple[int, ...]], ...] = (("L", ()),)  # kind symbol -> its blocks
     persistent: tuple[str, ...] = ()  # state-dict keys of persistent buffers (not parameters)
+    adapters: object = None  # LoRA (builder/lora.py Adapters): its rank is the symbol r
 
     def group_of(self, layer: int) -> str:
         """The symbol of block `layer`'s kind ("L" when every block is alike)."""
@@ -102,6 +103,8 @@ class Ledger:
             "h_kv": c.kv_heads, "g": c.group_size, "d_k": c.d_k, "d_k/2": c.d_k // 2,
             "T_max": max(seq, c.context_length), "T_pos": c.context_length,
         }
+        if self.adapters is not None:
+            out["r"] = self.adapters.rank
         for symbol, layers in self.groups:
             out[symbol] = len(layers)
         if c.sliding_window is not None:  # local layers: query i attends min(i + 1, W) keys
@@ -206,11 +209,13 @@ def _activations(t, fold: bool) -> tuple[R.Activation, ...]:
 
 
 @lru_cache(maxsize=64)
-def ledger(config: ModelConfig, autocast: str | None = None, recompute: str = "none") -> Ledger:
+def ledger(config: ModelConfig, autocast: str | None = None, recompute: str = "none",
+           adapters=None) -> Ledger:
     """The ledger of `config`: in float32 (autocast None) or under torch.autocast on the
-    device named ("cpu", "cuda"), with recomputation "none", "full" or "selective"."""
+    device named ("cpu", "cuda"), with recomputation "none", "full" or "selective"; with
+    LoRA adapters (builder/lora.py Adapters) on a frozen base, or without."""
     return _build(config, autocast, recompute,
-                  fold=config.num_heads * config.d_k == config.d_model)
+                  fold=config.num_heads * config.d_k == config.d_model, adapters=adapters)
 
 
 @lru_cache(maxsize=64)
@@ -221,8 +226,9 @@ def unfolded_ledger(config: ModelConfig, autocast: str | None = None,
     return _build(config, autocast, recompute, fold=False)
 
 
-def _build(config: ModelConfig, autocast: str | None, recompute: str, fold: bool) -> Ledger:
-    t = builder.walk(config, autocast, recompute, fold)
+def _build(config: ModelConfig, autocast: str | None, recompute: str, fold: bool,
+           adapters=None) -> Ledger:
+    t = builder.walk(config, autocast, recompute, fold, adapters)
     acts = _activations(t, fold)
     inputs = [a for a in acts if a.block_input]
     if len(inputs) != len(t.groups) or not all(a.per_layer for a in inputs):
@@ -230,7 +236,7 @@ def _build(config: ModelConfig, autocast: str | None, recompute: str, fold: bool
     return Ledger(config, tuple(t.params), tuple(t.tied.items()), tuple(t.matmuls),
                   tuple(t.elementwise), acts, tuple(t.buffers), tuple(t.cache),
                   tuple(t.registered), tuple(t.recomputed), tuple(t.groups),
-                  tuple(t.persistent))
+                  tuple(t.persistent), adapters)
 
 
 def check_seq(config: ModelConfig, seq: int) -> None:

@@ -69,6 +69,7 @@ class Param(Record):
     shape: tuple[str, ...]
     lookup: bool = False  # an embedding table read by index (a row per token)
     matmul_weight: bool = False  # read by a matmul (autocast keeps a bf16 copy of it)
+    frozen: bool = False  # requires_grad False (a LoRA plan's base): no gradient, no optimizer state
 
     @property
     def routed_expert(self) -> bool:

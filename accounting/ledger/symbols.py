@@ -44,6 +44,7 @@ SYMBOLS: dict[str, str] = {
     "d_rot": "rotary_dim: the dims of each head RoPE rotates (partial rotary)",
     "d_rot/2": "RoPE rotation pairs of the rotary part",
     "d_pass": "d_k − rotary_dim: the dims of each head passed through without RoPE",
+    "r": "LoRA rank (PEFT's r): lora_A is r × d_in, lora_B d_out × r",
     "r_q": "q_lora_rank (latent attention's query latent)",
     "r_kv": "kv_lora_rank (latent attention's key/value latent)",
     "d_nope": "qk_nope_head_dim (the part of a head's query/key without RoPE)",

@@ -28,7 +28,7 @@ The builder (accounting/ledger/builder/) calls these methods in the order model/
 from __future__ import annotations
 
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from accounting.ledger import autocast as AC
 from accounting.ledger import records as R
@@ -69,8 +69,11 @@ class Named:
 
 
 class Trace:
-    def __init__(self, autocast: str | None = None):
+    def __init__(self, autocast: str | None = None, adapters=None):
         self.autocast = autocast  # None, or the device whose autocast policies apply
+        # LoRA (builder/lora.py Adapters): the base parameters frozen in its base_dtype
+        self.adapters = adapters
+        self.lora_outputs: dict = {}  # a fused PEFT layer's lora_A output, by its input
         self.path: list[str] = []
         self.repeat: str | None = None
         self.params: list[R.Param] = []
@@ -89,6 +92,11 @@ class Trace:
         self._region_last_save = 0.0
         self._tick = 0  # counts ops, to order computes and saves within a region
         self._unnamed_saves: list[str] = []
+
+    @property
+    def stream_dtype(self) -> str:
+        """The residual stream's dtype: the (frozen) embedding's, fp32 unless adapters say."""
+        return self.adapters.base_dtype if self.adapters is not None else FP32
 
     # ---- where the run is ----------------------------------------------------------------
     @property
@@ -146,11 +154,20 @@ class Trace:
             self._region = outer
 
     # ---- declarations -------------------------------------------------------------------
-    def param(self, name: str, shape: tuple[str, ...], component: str, lookup: bool = False) -> Sym:
+    def param(self, name: str, shape: tuple[str, ...], component: str, lookup: bool = False,
+              trainable: bool = False) -> Sym:
+        """A parameter; with adapters, every one but an adapter's (`trainable`) is frozen
+        (requires_grad False) and stored in the adapters' base dtype."""
         key = ".".join(self.path + [name])
         full = f"layers.{{i}}.{key}" if self.repeat else key
-        self.params.append(R.Param(full, component, self.module, self.repeat, shape, lookup))
+        frozen = self.adapters is not None and not trainable
+        self.params.append(R.Param(full, component, self.module, self.repeat, shape, lookup,
+                                   frozen=frozen))
         self.registered.append((full, self.repeat))
+        if frozen:
+            return Sym(shape, self.adapters.base_dtype, grad=False, param=full)
+        if trainable:
+            return Sym(shape, self.adapters.adapter_dtype, param=full)
         return Sym(shape, param=full)
 
     def alias(self, name: str, p: Sym) -> Sym:
@@ -448,8 +465,8 @@ class Trace:
         for x in (a, b):
             if x.param:
                 name = self.tied.get(x.param, x.param)
-                self.params = [R.Param(p.name, p.component, p.module, p.repeat, p.shape, p.lookup, True)
-                               if p.name == name else p for p in self.params]
+                self.params = [replace(p, matmul_weight=True) if p.name == name else p
+                               for p in self.params]
         return dtype
 
     def fused_attention(self, q: Sym, k: Sym, v: Sym, records: tuple[R.Matmul, R.Matmul],

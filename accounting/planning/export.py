@@ -15,9 +15,24 @@ def _fraction(f: Fraction | None) -> dict | None:
     return None if f is None else fraction(Fraction(f))
 
 
+def finetune_dict(ft) -> dict:
+    """The LoRA layers and the base of a fine-tuning plan (planning/finetune.py)."""
+    return {"method": "qlora" if ft.qlora else "lora", "rank": ft.lora.rank,
+            "alpha": fraction(Fraction(ft.lora.alpha)), "dropout": fraction(Fraction(ft.lora.dropout)),
+            "scaling": fraction(ft.lora.scaling), "targets": list(ft.lora.targets),
+            "layers": [{"name": t.name, "path": t.path, "per_layer": t.per_layer,
+                        "ledger_modules": list(t.members)} for t in ft.targets],
+            "trainable_parameters": ft.adapter_count(),
+            "adapter_dtype": ft.adapters.adapter_dtype, "base_dtype": ft.base_dtype,
+            "base_weights": ft.base_weights or ft.base_dtype,
+            "double_quant": ft.double_quant if ft.qlora else None,
+            "nf4_bytes": ft.nf4_bytes() if ft.qlora else None,
+            "nf4_bytes_torchao_layout": ft.nf4_bytes_torchao() if ft.qlora else None}
+
+
 def to_dict(p: Plan) -> dict:
     c, tm, hw = p.config, p.memory, p.hardware
-    v = memory.values(c, p.seq, p.batch)
+    v = tm.model.values(p.seq, p.batch)
     out = {
         "config": config_dict(c),
         "workload": {"seq": p.seq, "batch": p.batch},
@@ -32,7 +47,8 @@ def to_dict(p: Plan) -> dict:
             "name": hw.name, "source": hw.source, "memory_bytes": hw.memory_bytes,
             "peak_flops_per_s": _fraction(hw.peak_flops), "bandwidth_bytes_per_s": _fraction(hw.bandwidth)},
         "parameters": {"formula": str(memory.parameter_count(p.config)),
-                       "count": tm.parameters},
+                       "count": tm.parameters,
+                       "trainable": tm.parameters if tm.trainable is None else tm.trainable},
         "training_memory": {
             "items": [{"name": i.name, "formula": i.formula, "expression": i.expression,
                        "bytes": i.bytes, "per_sequence": i.per_sequence, "fixed": i.fixed,
@@ -60,6 +76,8 @@ def to_dict(p: Plan) -> dict:
         "adamw_ops": [{"name": o.name, "op": o.op, "flops_per_element": o.flops_per_element,
                        "per": o.per} for o in compute.ADAMW_OPS],
     }
+    if p.finetune is not None:  # issue 28: LoRA / QLoRA
+        out["finetune"] = finetune_dict(p.finetune)
     if p.batch_fit is not None:
         bf, cf, b = p.batch_fit, p.context_fit, p.batch_fit.budget
         out["fit"] = {"capacity_bytes": b.capacity, "reserved_bytes": b.reserved,
@@ -102,6 +120,8 @@ def rows(p: Plan) -> list[dict]:
     for i in p.memory.items:
         add("training memory", i.name + ("" if i.on_gpu else " (CPU)"), i.formula, i.bytes, "bytes")
     add("training memory", "total on the GPU", "a·B + b", p.memory.total, "bytes")
+    add("parameters", "trainable", "LoRA adapters" if p.finetune is not None else "N",
+        p.memory.parameters if p.memory.trainable is None else p.memory.trainable, "parameters")
     add("training memory", "a (per sequence)", "", p.memory.per_sequence, "bytes")
     add("training memory", "b (fixed)", "", p.memory.fixed, "bytes")
     for r in p.memory.activation_rows:

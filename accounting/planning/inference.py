@@ -118,15 +118,24 @@ def weights_read_expr(config: ModelConfig) -> Expr:
     return fold_layers(total, _kinds(ledger(config)))
 
 
+# Once B·k ≥ 64·E an expert is missed by all B tokens with probability (1 − k/E)^B < e^−64:
+# every expert is counted as read. The exact power has B·log2(E) bits, and B is a bounded
+# input up to 10^15: computing it would not end (serve and plan at a huge batch).
+ALL_EXPERTS_AT = 64
+
+
 def experts_read(config: ModelConfig, batch: int) -> tuple[int, Fraction] | None:
     """(worst case, expectation under uniform routing) of the distinct experts one MoE
     layer's decode step touches: B tokens, k distinct experts each. Uniform: each expert is
-    missed by a token with probability 1 − k/E, by all B with (1 − k/E)^B."""
+    missed by a token with probability 1 − k/E, by all B with (1 − k/E)^B (all E once
+    B·k ≥ 64·E)."""
     if config.num_experts is None:
         return None
     E, k = config.num_experts, config.experts_per_token
     if config.moe_capacity_factor is not None or config.router_scales_input:
         return E, Fraction(E)  # every expert runs (its C rows; Llama 4: every token)
+    if batch * k >= ALL_EXPERTS_AT * E:
+        return E, Fraction(E)
     return min(E, batch * k), E * (1 - (1 - Fraction(k, E)) ** batch)
 
 

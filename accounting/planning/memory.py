@@ -167,6 +167,9 @@ class MemoryModel:
     precision: Precision
     scope: str = MODEL
     recompute: str = NO_RECOMPUTE
+    # fine-tuning (issue 28): a planning.finetune.FineTune (LoRA/QLoRA on a frozen base),
+    # which supplies the state terms; None: every parameter trained
+    finetune: object = None
 
     def __post_init__(self) -> None:
         if self.scope not in SCOPES:
@@ -182,7 +185,14 @@ class MemoryModel:
     @property
     def ledger(self):
         """The ledger of this run: the precision's autocast, this recomputation."""
-        return ledger(self.config, self.precision.autocast, self.recompute)
+        return self._ledger(self.recompute)
+
+    def _ledger(self, recompute: str = NO_RECOMPUTE):
+        adapters = self.finetune.adapters if self.finetune is not None else None
+        return ledger(self.config, self.precision.autocast, recompute, adapters)
+
+    def values(self, seq: int, batch: int) -> dict[str, int]:
+        return self.ledger.values(seq, batch)
 
     def activations(self) -> tuple[Activation, ...]:
         return tuple(r for r in self.ledger.activations
@@ -214,6 +224,19 @@ class MemoryModel:
         p, c = self.precision, self.config
         n, params, tensors = "N", parameter_count(c), tensor_count(c)
         copies = self._weight_copies()
+        if self.finetune is not None:  # LoRA/QLoRA: frozen base, trained adapters
+            out = list(self.finetune.state_terms(self, copies))
+        else:
+            out = self._full_state_terms(p, n, params, tensors, copies)
+        if self.scope == MODEL:
+            buffers = buffer_bytes(c)
+            if buffers:
+                out.append(Term("RoPE cos/sin tables (fp32 buffers)", str(buffers), buffers,
+                                note="T_max = max(T, context_length): the model's table length"))
+        out += self._activation_terms()
+        return tuple(out)
+
+    def _full_state_terms(self, p, n, params, tensors, copies) -> list[Term]:
         out = [Term("parameters (fp32 master copy)" if copies else "parameters (fp32)",
                     f"{p.master_bytes}·{n}", params.scale(p.master_bytes))]
         if copies:
@@ -228,10 +251,10 @@ class MemoryModel:
                             tensors.scale(STEP_BYTES), on_gpu=False,
                             note="one per parameter tensor; torch keeps them on the CPU unless "
                                  "fused=True or capturable=True, so not in the GPU total"))
-            buffers = buffer_bytes(c)
-            if buffers:
-                out.append(Term("RoPE cos/sin tables (fp32 buffers)", str(buffers), buffers,
-                                note="T_max = max(T, context_length): the model's table length"))
+        return out
+
+    def _activation_terms(self) -> list[Term]:
+        out: list[Term] = []
         acts = self.activations()
         outside = [r for r in acts if not r.per_layer]
         kinds = [g for g, _ in self.ledger.groups]
@@ -253,18 +276,18 @@ class MemoryModel:
                             note="alive while that block is differentiated"))
         g = self._by_size(outside)
         out.append(Term("activations: outside the blocks", grouped(g), self._bytes(g)))
-        return tuple(out)
+        return out
 
     def _recompute_split(self, block, kind: str) -> tuple[list, list]:
         """(kept per block, recomputed for the one block being differentiated), by size,
         for the blocks of one kind."""
         if self.scope == COURSE:  # the course's list: each block keeps its input
-            kept = [r for r in ledger(self.config, self.precision.autocast).activations
+            kept = [r for r in self._ledger().activations
                     if r.block_input and r.repeat == kind]
             return self._by_size(kept), self._by_size([r for r in block if not r.block_input])
         # what a block saves without recomputation, less what it keeps with it (weight
         # copies included: the recomputed matmuls cast their weights again)
-        full = [r for r in ledger(self.config, self.precision.autocast).activations
+        full = [r for r in self._ledger().activations
                 if r.repeat == kind and in_scope(r, MODEL)]
         kept_all = [r for r in self.ledger.activations if r.repeat == kind and in_scope(r, MODEL)]
         diff: dict[int, Expr] = {}
@@ -311,10 +334,12 @@ class MemoryModel:
         loss = Expr.of(f32)  # the 0-dim float32 loss the training loop holds
         logits_grads = Expr.of(2 * f32, ("B", "T", "V"))
         inputs = Expr.of(2 * i64, ("B", "T"))  # token ids and targets, int64
-        boundary = (params.scale(p.master_bytes + 2 * p.moment_bytes) + buffers + kept + loss
-                    + logits_grads)
-        optimizer = (params.scale(p.master_bytes + p.grad_bytes + 2 * p.moment_bytes + f32) + buffers
-                     + loss + inputs)
+        weights, grads, moments, sqrt = (
+            self.finetune.state_bytes(self) if self.finetune is not None else  # LoRA/QLoRA
+            (params.scale(p.master_bytes), params.scale(p.grad_bytes),
+             params.scale(2 * p.moment_bytes), params.scale(f32)))
+        boundary = weights + moments + buffers + kept + loss + logits_grads
+        optimizer = weights + grads + moments + sqrt + buffers + loss + inputs
         return (PeakPhase("start of the backward pass (log-softmax backward)", boundary,
                           "parameters, m, v, buffers, the kept activations, the loss, and the "
                           f"gradients of the log-softmax and of the logits (2 × {f32}·B·T·V)"),
@@ -324,7 +349,7 @@ class MemoryModel:
 
     def peak(self, batch: int, seq: int) -> int:
         """Bytes at the step's modelled peak: the larger of the two moments."""
-        v = values(self.config, seq, batch)
+        v = self.values(seq, batch)
         return max(ph.bytes.evaluate(v) for ph in self.peak_terms)
 
     def fit_bytes(self, batch: int, seq: int) -> int:
@@ -334,7 +359,7 @@ class MemoryModel:
     def fit_lines(self, seq: int) -> list[tuple[int, int]]:
         """fit_bytes(batch, seq) = max over these (a, b) of a·batch + b, for every batch."""
         exprs = [ph.bytes for ph in self.peak_terms] if self.scope == MODEL else [self.total_expr()]
-        v = values(self.config, seq, 1)
+        v = self.values(seq, 1)
         out = []
         for e in exprs:
             with_b, without_b = e.split("B")
@@ -344,18 +369,18 @@ class MemoryModel:
 
     def total(self, batch: int, seq: int) -> int:
         """Bytes on the GPU for one training step at (batch, seq): exact."""
-        return self.total_expr().evaluate(values(self.config, seq, batch))
+        return self.total_expr().evaluate(self.values(seq, batch))
 
     def linear(self, seq: int) -> tuple[int, int]:
         """(a, b) with total(batch, seq) = a·batch + b for every batch."""
         with_b, without_b = self.total_expr().split("B")
         assert all(f.count("B") == 1 for f in with_b.terms), "memory must be linear in B"
-        v = values(self.config, seq, 1)
+        v = self.values(seq, 1)
         return with_b.evaluate(v), without_b.evaluate(v)
 
     def at(self, batch: int, seq: int) -> TrainingMemory:
-        v = values(self.config, seq, batch)
-        v1 = values(self.config, seq, 1)
+        v = self.values(seq, batch)
+        v1 = self.values(seq, 1)
         items = []
         for t in self.terms:
             with_b, without_b = t.bytes.split("B")
@@ -366,7 +391,8 @@ class MemoryModel:
                      for r in self.ledger.activations)
         return TrainingMemory(self, batch, seq, tuple(items), a, b, rows,
                               parameter_count(self.config).evaluate(v),
-                              matmul_weight_count(self.config).evaluate(v))
+                              matmul_weight_count(self.config).evaluate(v),
+                              None if self.finetune is None else self.finetune.adapter_count())
 
 
 @dataclass(frozen=True)
@@ -391,6 +417,7 @@ class TrainingMemory:
     activation_rows: tuple[ActivationRow, ...]  # every record, in or out of scope
     parameters: int  # N
     matmul_weights: int  # N_matmul
+    trainable: int | None = None  # parameters trained (LoRA: the adapters); None: all of them
 
     @property
     def total(self) -> int:

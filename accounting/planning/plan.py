@@ -24,6 +24,7 @@ from accounting.planning.fit import (
     largest_batch,
     longest_context,
 )
+from accounting.planning import finetune
 from accounting.planning.gpus import Hardware, get_gpu
 from accounting.planning.inference import Inference, inference
 from accounting.planning.memory import (
@@ -57,6 +58,7 @@ class Plan:
     flops: StepFlops
     time: TrainingTime | None  # None without a peak or without --steps/--tokens
     inference: Inference
+    finetune: object = None  # issue 28: a planning.finetune.FineTune (LoRA/QLoRA), or None
 
 
 def hardware(gpu: str | None = None, memory_bytes: int | None = None,
@@ -84,11 +86,15 @@ def plan(config: ModelConfig | str, seq: int | None = None, batch: int = 1, *,
          precision: str = FP32, scope: str = MODEL, recompute: str = NO_RECOMPUTE,
          gpu: str | None = None, memory_bytes: int | None = None, peak_tflops=None,
          bandwidth_tbs=None, mfu="0.5", margin="0", steps: int | None = None,
-         tokens: int | None = None, position: int | None = None) -> Plan:
+         tokens: int | None = None, position: int | None = None, lora=None,
+         base_weights: str | None = None, double_quant: bool = True, module_names=None) -> Plan:
     """Every answer for one workload. Numbers given as strings or Fractions stay exact.
     config: a ModelConfig or a preset name; gpu a name of accounting.planning.gpus.GPUS (or
     memory_bytes, peak_tflops, bandwidth_tbs of your own); precision, scope and recompute
-    one of their names (a wrong type is a TypeError, an unknown name a UsageError)."""
+    one of their names (a wrong type is a TypeError, an unknown name a UsageError).
+    lora: a planning.finetune.LoRA (fine-tune adapters on a frozen base), base_weights
+    "nf4" for QLoRA (double_quant: bitsandbytes' double quantization), module_names:
+    transformers' ModuleNames for PEFT's target names (None: the course model's)."""
     config = A.config(config)
     seq = A.count(seq, "seq", "the config's context_length")
     batch = A.count(batch, "batch")
@@ -116,11 +122,13 @@ def plan(config: ModelConfig | str, seq: int | None = None, batch: int = 1, *,
     hw = hardware(gpu, memory_bytes, peak_tflops, bandwidth_tbs, p.compute)
     u = check_mfu(mfu)
     m = exact(margin, "--margin")
-    model = MemoryModel(config, p, scope, recompute)
+    ft = _finetune(config, p, scope, lora, base_weights, double_quant, module_names)  # issue 28
+    model = MemoryModel(config, p, scope, recompute, ft)
     budget = Budget(hw.memory_bytes, m) if hw and hw.memory_bytes else None
     if budget is None and not 0 <= m < 1:
         raise UsageError(f"--margin must be in [0, 1) (a share of the memory), got {margin}")
-    flops = step_flops(config, seq, batch, recompute)
+    flops = (step_flops(config, seq, batch, recompute) if ft is None
+             else finetune.step_flops(ft, seq, batch, recompute))
     time = None
     if hw and hw.peak_flops and (steps is not None or tokens is not None):
         time = training_time(flops, hw.peak_flops, u, steps, tokens)
@@ -131,4 +139,18 @@ def plan(config: ModelConfig | str, seq: int | None = None, batch: int = 1, *,
                 longest_context(model, batch, budget) if budget else None,
                 flops, time,
                 inference(config, batch, seq, p, position,
-                          hw.peak_flops if hw else None, hw.bandwidth if hw else None))
+                          hw.peak_flops if hw else None, hw.bandwidth if hw else None), ft)
+
+
+def _finetune(config, p: Precision, scope: str, lora, base_weights, double_quant, names):
+    """The LoRA/QLoRA plan (planning/finetune.py), or None for full training."""
+    if lora is None:
+        if base_weights is not None:
+            raise UsageError(f"--base-weights {base_weights} is QLoRA, which trains LoRA adapters: "
+                             "give --lora-rank R (and --lora-targets) too")
+        return None
+    if not isinstance(lora, finetune.LoRA):
+        raise TypeError(f"lora must be a planning.finetune.LoRA, not {type(lora).__name__}")
+    if scope != MODEL:
+        raise UsageError("LoRA plans count what autograd saves: give --scope model (the default)")
+    return finetune.resolve(config, lora, names, p.autocast, base_weights, double_quant)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from accounting.planning import compute, memory
+from accounting.planning import compute, finetune, memory
 from accounting.planning.compute import ADAMW_CONVENTION, ADAMW_OPS
 from accounting.planning.inference import (
     absorbed_decode_flops_expr,
@@ -65,6 +65,8 @@ def settings_table(p: Plan) -> Table:
         ("memory scope", f"{p.scope}: {SCOPES[p.scope]}"),
         ("recomputation", f"{p.recompute}: {RECOMPUTE[p.recompute]}"),
     ]
+    if p.finetune is not None:  # issue 28: LoRA/QLoRA overrides the precision's state
+        rows.append(("fine-tuning", finetune.describe(p.finetune)))
     if hw is None:
         rows.append(("hardware", "none given (--gpu NAME, or --gpu-mem/--gpu-flops/--gpu-bw): "
                                  "no fit, time or roofline"))
@@ -90,7 +92,7 @@ def memory_table(p: Plan) -> Table:
         rows.append((name, i.formula, *_bytes(i.bytes)))
     rows.append(("total on the GPU", f"{grouped(tm.per_sequence)}·B + {grouped(tm.fixed)}",
                  *_bytes(tm.total)))
-    v = memory.values(p.config, p.seq, p.batch)
+    v = p.memory.model.values(p.seq, p.batch)
     n = memory.parameter_count(p.config)
     notes = [f"N = {n} = {grouped(tm.parameters)} parameters."]
     if p.precision.autocast:
@@ -156,7 +158,7 @@ def peak_table(p: Plan) -> Table:
         return Table("Peak of a training step", notes=(
             "The course's accounting is a sum of what a step holds; the peak is given for the "
             "model scope (--scope model).",))
-    v = memory.values(p.config, p.seq, p.batch)
+    v = p.memory.model.values(p.seq, p.batch)
     rows, values_ = [], []
     for ph in model.peak_terms:
         n = ph.bytes.evaluate(v)
@@ -229,14 +231,20 @@ def flops_table(p: Plan) -> Table:
     if p.recompute != "none":
         rows.append((f"recomputation ({p.recompute})", "the checkpointed matmuls' forward again",
                      grouped(f.recompute), si(f.recompute, "FLOP")))
-    rows.append(("AdamW update", compute.adamw_formula(p.config), grouped(f.adamw), si(f.adamw, "FLOP")))
+    ft = p.finetune  # issue 28: LoRA/QLoRA (planning/finetune.py)
+    rows.append(("AdamW update", compute.adamw_formula(p.config) if ft is None else
+                 finetune.adamw_formula(ft), grouped(f.adamw), si(f.adamw, "FLOP")))
     rows.append(("total per step", "", grouped(f.total), si(f.total, "FLOP")))
     ratio = Fraction(f.backward, f.forward)
+    r = ratio if ratio.denominator > 1 else ratio.numerator
     notes = [
-        f"Backward = {ratio if ratio.denominator > 1 else ratio.numerator} × forward, exactly: "
+        f"Backward = {r} × forward, exactly: "
         "the analytic ledger (accounting.analysis.workload, phase 'backward') has one gradient matmul "
         "per operand of every forward matmul, each the size of the forward one (the embedding's "
-        "backward is a scatter-add, not a matmul).",
+        "backward is a scatter-add, not a matmul)." if ft is None else
+        f"Backward = {r} × forward, exactly: LoRA computes every matmul's input gradient and "
+        "a weight gradient only for the adapters (the frozen weights' are never computed); "
+        "the adapters' matmuls are in both passes.",
         "Matmul FLOPs, executed count (the full T×T attention scores the model computes), "
         "2 FLOPs per multiply-add. Non-matmul FLOPs (norms, softmax, SiLU, residuals, the "
         f"cross-entropy) are not in the total: {grouped(f.forward_non_matmul)} in the forward "
@@ -258,7 +266,15 @@ def flops_table(p: Plan) -> Table:
 def adamw_table(p: Plan) -> Table:
     rows = tuple((o.name, o.op, str(o.flops_per_element), o.per, o.counted_as or "-")
                  for o in ADAMW_OPS)
-    v = memory.values(p.config, 1, 1)
+    v = p.memory.model.values(1, 1)
+    if p.finetune is not None:  # issue 28: AdamW over the adapters
+        n, tensors = finetune.adamw_exprs(p.finetune)
+        return Table("AdamW update FLOPs (torch.optim.AdamW over the LoRA adapters)",
+                     ("operation", "torch op", "FLOPs", "per", "counted as"), rows, align="llrll",
+                     notes=(f"{finetune.adamw_formula(p.finetune)} = {grouped(p.flops.adamw)} "
+                            f"FLOPs per step (N_LoRA = {grouped(n.evaluate(v))} adapter "
+                            f"parameters in {grouped(tensors.evaluate(v))} tensors; the frozen "
+                            "base is not updated).",))
     e = compute.adamw_flops_expr(p.config)
     return Table("AdamW update FLOPs (torch.optim.AdamW)",
                  ("operation", "torch op", "FLOPs", "per", "counted as"), rows, align="llrll",

@@ -141,6 +141,15 @@ def plan_answer(p) -> Table:
         lines.append(_line("memory", f"{_bytes(need)} at batch {grouped(p.batch)} (the course's "
                                      "sum of memory items)"))
     lines.append(_line("FLOPs/step", f"{grouped(p.flops.total)} = {si(p.flops.total, 'FLOPs')}"))
+    ft = getattr(p, "finetune", None)
+    if ft is not None:  # issue 28: LoRA / QLoRA
+        base = (f"NF4 ({'with' if ft.double_quant else 'without'} double quantization, "
+                f"bitsandbytes) with bf16 compute" if ft.qlora else ft.base_dtype)
+        names = ",".join(dict.fromkeys(t.name for t in ft.targets))
+        lines.append(_line("fine-tuning", f"{'QLoRA' if ft.qlora else 'LoRA'} r = {ft.lora.rank} "
+                                          f"on {names}: {grouped(ft.adapter_count())} trainable "
+                                          f"parameters ({ft.adapters.adapter_dtype}, AdamW) of "
+                                          f"{grouped(p.memory.parameters)}, the base frozen in {base}"))
     t = p.time
     if t is not None:
         tokens = _words(t.tokens) or grouped(t.tokens)

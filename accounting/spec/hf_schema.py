@@ -220,7 +220,8 @@ REFUSED = MappingProxyType({
     "num_nextn_predict_layers": "multi-token-prediction layers (deepseek_v3 reads them; no "
                                 "other type has them)",
     "quantization_config": "a quantized checkpoint (its weights are not dense tensors of "
-                           "the config's shapes; quantization is not supported)",
+                           "the config's shapes; the 'serve' subcommand reads it: python -m "
+                           "accounting serve --config FILE)",
 })
 
 ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "longrope", "llama3")

@@ -16,12 +16,15 @@ def config_from_json(path: str | Path) -> ModelConfig:
     return read_config(path)[0]
 
 
-def read_config(path: str | Path, judge: hf_config.Judge | None = None
-                ) -> tuple[ModelConfig, hf_config.HFConfig | None]:
+def read_config(path: str | Path, judge: hf_config.Judge | None = None,
+                drop: tuple[str, ...] = ()) -> tuple[ModelConfig, hf_config.HFConfig | None]:
     """The config of a JSON file, and its HFConfig when it is a Hugging Face config.json
-    (`judge`: of its keys in no list, hf_config.translate; none refuses them)."""
+    (`judge`: of its keys in no list, hf_config.translate; none refuses them; `drop`: keys of
+    a config.json read elsewhere, e.g. quantization_config by `serve`)."""
     data, source = read_json(path)
     if "model_type" in data:
+        if drop:
+            data = {k: v for k, v in data.items() if k not in drop}
         hf = hf_config.from_file(path, data, source, judge=judge)
         return hf.config, hf
     data.setdefault("name", escape(Path(path).stem)[:MAX_NAME])

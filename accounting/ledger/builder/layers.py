@@ -5,6 +5,7 @@ from accounting.ledger import records as R
 from accounting.spec.config import ModelConfig
 from accounting.ledger.trace import Sym, Trace
 from accounting.ledger.builder.common import ROPE, BIAS, ACTIVATION_COMPONENT
+from accounting.ledger.builder import lora
 
 
 class Linear:
@@ -31,6 +32,8 @@ class Linear:
             y = Sym(rows + self.d_out, dtype)
             if self.bias is not None:
                 y = t.binary("aten.add", y, self.bias, "+ bias", BIAS)
+            if t.adapters is not None and t.adapters.targets(t.per_block, t.module):
+                y = lora.apply(t, self, x, y)  # PEFT's LoRA on this layer
         return t.name(y, label, course)
 
 

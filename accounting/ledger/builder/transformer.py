@@ -10,6 +10,7 @@ from accounting.ledger.builder.layers import Linear, Norm, activation, FeedForwa
 from accounting.ledger.builder.attention import Attention
 from accounting.ledger.builder.latent_attention import LatentAttention
 from accounting.ledger.builder.moe import MoE
+from accounting.ledger.builder import lora
 
 
 class Block:
@@ -35,7 +36,7 @@ class Block:
 
     def __call__(self) -> None:
         t, pre = self.t, self.c.norm_placement == "pre"
-        x = t.name(t.fresh(ROW, grad=True), "ln1 input" if pre else "block input",
+        x = t.name(t.fresh(ROW, t.stream_dtype, grad=True), "ln1 input" if pre else "block input",
                    f"{NORMS[self.c.norm]} inputs" if pre else "", block_input=True)
         if self.recompute == "full":  # checkpoint(block, x): keeps x, runs it again
             with t.recomputed_region("block", (x,)):
@@ -101,12 +102,13 @@ def _symbol(kind, kinds) -> str:
 
 
 def walk(c: ModelConfig, autocast: str | None = None, recompute: str = "none",
-         fold: bool = True) -> Trace:
+         fold: bool = True, adapters=None) -> Trace:
     """Build (declare) the model, then run one training step's forward and loss: in float32,
     or under torch.autocast(autocast, dtype=torch.bfloat16); with activation recomputation
     "none", "full" (checkpoint each block) or "selective" (checkpoint the attention core);
-    fold=False writes widths h·d_k even where that is d_model."""
-    t, a = Trace(autocast), Arch(c, fold)
+    fold=False writes widths h·d_k even where that is d_model; adapters (builder/lora.py):
+    LoRA on the linears it names, every other parameter frozen."""
+    t, a = Trace(autocast, adapters), Arch(c, fold)
     # __init__, in model/transformer.py's registration order
     with t.scope("token_embeddings"):
         tok = t.param("weight", ("V", "d_model"), R.EMBEDDING, lookup=True)
@@ -132,6 +134,8 @@ def walk(c: ModelConfig, autocast: str | None = None, recompute: str = "none",
     ids = t.name(t.fresh(("B", "T"), R.INT64), "token ids")
     with t.scope("token_embeddings"):
         x = t.lookup(tok, ids, ROW)
+        if t.adapters is not None:  # a frozen table: enable_input_require_grads' leaf
+            x = leaf = lora.input_leaf(t, x)
     if c.embedding_multiplier is not None:  # Gemma's √d_model, Granite's multiplier: a scalar
         x = t.binary("aten.mul", x, None, "embedding · multiplier", EMBED_SCALE)
     if pos is not None:
@@ -142,8 +146,10 @@ def walk(c: ModelConfig, autocast: str | None = None, recompute: str = "none",
     for block, (symbol, _) in zip(blocks, t.groups):
         with t.block(symbol):
             block()
+    if t.adapters is not None:
+        lora.keep_leaf(t, leaf, pos is not None or c.embedding_multiplier is not None)
     final_course = f"final {NORMS[c.norm]}"
-    x = t.name(t.fresh(ROW, grad=True), "ln_final input", final_course)
+    x = t.name(t.fresh(ROW, t.stream_dtype, grad=True), "ln_final input", final_course)
     h = ln_final(x, "ln_final output")
     logits = lm_head(h, "logits (output embedding)", "output embedding")
     if c.logit_scale is not None:  # Granite (1/logits_scaling), Cohere: a scalar

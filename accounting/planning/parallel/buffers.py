@@ -25,6 +25,8 @@ class Item:
     on_gpu: bool = True
     note: str = ""
     activations: bool = False  # the in-flight activations (their count depends on m)
+    model_state: bool = False  # parameters, gradients, master copy, optimizer moments
+    per_element: int = 0  # a model state's bytes per element (12: master, m and v together)
 
 
 def stage_buffers(sp: Split, values: dict[str, int], kinds: tuple[tuple[str, int], ...]) -> int:
@@ -37,16 +39,22 @@ def stage_buffers(sp: Split, values: dict[str, int], kinds: tuple[tuple[str, int
 
 
 def engine_buffers(sp: Split, layout: Layout, p: Precision, st: States, stage: int,
-                   values: dict[str, int], seq: int, tp_rank: int = 0) -> list[Item]:
-    """What the engines allocate besides the model states and activations (formula only)."""
+                   values: dict[str, int], seq: int, tp_rank: int = 0,
+                   bf16_gathers: bool = False) -> list[Item]:
+    """What the engines allocate besides the model states and activations (formula only).
+    `bf16_gathers`: FSDP2 under MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)
+    (torchtitan): it gathers bf16 units, and each unit's unsharded bf16 gradients are cast
+    to fp32 for the reduce-scatter (both held then)."""
     out = []
     z, d = layout.sharding, layout.dp
-    if d > 1 and z <= 1:
-        out.append(Item("DDP gradient buckets", f"{p.grad_bytes}·N_stage",
+    if d > 1 and z >= 2 and bf16_gathers:
+        out += _fsdp_bf16(layout, st)
+    elif d > 1 and z <= 1:
+        out.append(Item("DDP grad buckets", f"{p.grad_bytes}·N_stage",
                         Linear(0, st.stage_numel * p.grad_bytes),
                         note="a flat copy of the gradients (gradient_as_bucket_view=False, "
                              "the default)"))
-    if d > 1 and z >= 2:
+    elif d > 1 and z >= 2:
         gathered = p.master_bytes  # no MixedPrecisionPolicy: autocast makes the bf16 copies
         per_layer: dict[int, int] = {}  # a block with its routed experts' unit (ep > 1)
         for u in st.units:
@@ -55,19 +63,19 @@ def engine_buffers(sp: Split, layout: Layout, p: Precision, st: States, stage: i
         blocks = list(per_layer.values())
         root = sum(u.unsharded_padded(d) for u in st.units if u.root)
         held = sum(blocks) if z == 2 else sum(sorted(blocks)[-2:])
-        out.append(Item("FSDP2 gathered parameters" + (" (every unit, forward to backward)"
+        out.append(Item("FSDP2 gathered fp32 units" + (" (every unit, forward to backward)"
                                                        if z == 2 else " (root + 2 blocks)"),
                         f"{gathered}·d·Σ⌈rows/d⌉·cols", Linear(0, (root + held) * gathered),
                         note="the root unit stays gathered through each pass; at stage 3 one "
                              "block is gathered while the next is prefetched"))
-        out.append(Item("FSDP2 unsharded gradients before reduce-scatter (root + 1 block)",
+        out.append(Item("FSDP2 unsharded grads before reduce-scatter (root + 1 block)",
                         f"{p.grad_bytes}·d·Σ⌈rows/d⌉·cols",
                         Linear(0, (root + max(blocks, default=0)) * p.grad_bytes)))
     if layout.tp > 1 and stage == 0:
         table = next(t for t in sp.tensors if t.place == FIRST and t.dims[0] == ("V",))
         whole = prod(table.sizes(values, 1))
         local = prod(table.sizes(values, layout.tp, tp_rank))
-        out.append(Item("embedding gradient computed whole (torch DTensor)",
+        out.append(Item("embedding grad computed whole (torch DTensor)",
                         f"{p.grad_bytes}·(V − ⌈V/tp⌉)·d_model", Linear(0, (whole - local) * p.grad_bytes),
                         note="aten.embedding_dense_backward has no vocabulary-sharded strategy "
                              "in torch 2.13: each TP rank computes the V×d_model gradient, then "
@@ -81,3 +89,38 @@ def engine_buffers(sp: Split, layout: Layout, p: Precision, st: States, stage: i
                         note="torch PipelineStage allocates one per micro-batch for activations "
                              "(not on the first stage) and gradients (not on the last)"))
     return out
+
+
+def _fsdp_units(layout: Layout, st: States) -> tuple[list[int], int]:
+    """Elements FSDP2 gathers per block (a block with its routed experts' unit) and for the
+    root."""
+    per_layer: dict[int, int] = {}
+    for u in st.units:
+        if not u.root:
+            per_layer[u.layer] = per_layer.get(u.layer, 0) + u.unsharded_padded(u.group(layout))
+    root = sum(u.unsharded_padded(layout.dp) for u in st.units if u.root)
+    return list(per_layer.values()), root
+
+
+def _fsdp_bf16(layout: Layout, st: States) -> list[Item]:
+    blocks, root = _fsdp_units(layout, st)
+    held = sum(blocks) if layout.sharding == 2 else sum(sorted(blocks)[-2:])
+    one = root + max(blocks, default=0)
+    return [Item("FSDP2 all-gathered bf16 units" + (" (every unit, forward to backward)"
+                                                  if layout.sharding == 2 else " (root + 2 blocks)"),
+                 "2·d·Σ⌈rows/d⌉·cols", Linear(0, 2 * (root + held)),
+                 note="MixedPrecisionPolicy(param_dtype=bf16): the gathered copies are bf16"),
+            Item("FSDP2 unsharded bf16 grads and their fp32 copy for the reduce-scatter "
+                 "(root + 1 block)", "(2 + 4)·d·Σ⌈rows/d⌉·cols", Linear(0, 6 * one),
+                 note="reduce_dtype=fp32: the bf16 gradient is cast before reduce-scatter")]
+
+
+def largest_module(st: States) -> int:
+    """Elements of the largest module on this stage (its own parameters), DeepSpeed's
+    `largest_layer_params` (estimate_zero3_model_states_mem_needs_all_live)."""
+    sizes: dict[tuple, int] = {}
+    for u in st.units:
+        for t in u.tensors:
+            key = (u.layer, t.tensor.module)
+            sizes[key] = sizes.get(key, 0) + t.numel
+    return max(sizes.values(), default=0)

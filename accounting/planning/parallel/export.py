@@ -22,22 +22,45 @@ def layout_dict(lo: Layout) -> dict:
             "virtual_stages": lo.vpp, "stage_layers_given": lo.stage_split is not None}
 
 
+def stack_dict(p: ParallelPlan) -> dict:
+    s = p.stack
+    z = p.layout.zero
+    out = {"name": s.name, "title": s.stack.title, "engine": s.stack.engines.get(z, ""),
+           "checked_against": s.stack.checked,
+           "dropout": s.dropout if s.name == "megatron" else None,
+           "attention_kernel": s.kernel if s.name == "megatron" else None}
+    if s.name == "megatron":  # the per-layer tensors Korthikanti et al. count, by their term
+        from accounting.planning.parallel import megatron as M
+        terms: dict[str, int] = {}
+        for x in M.layer(p.config, s.megatron(p.layout, p.seq)):
+            if x.paper:
+                terms[x.paper] = terms.get(x.paper, 0) + x.bytes * p.layout.micro_batch
+        out["per_layer_korthikanti_terms_bytes"] = terms
+        out["per_layer_korthikanti_bytes"] = sum(terms.values())
+    return out
+
+
 def to_dict(p: ParallelPlan) -> dict:
     b = p.layout.micro_batch
     out = {"config": config_dict(p.config), "seq": p.seq, "layout": layout_dict(p.layout),
            "precision": p.precision.name, "mfu": _f(p.mfu),
            "memory_per_gpu_bytes": p.memory, "worst_stage": p.worst.stage,
+           "stack": stack_dict(p), "model_states_per_gpu_bytes": p.model_states,
+           "per_layer_activation_bytes": p.per_layer_activation_bytes,
+           "per_layer_activations": [{"name": n, "bytes": v} for n, v in p.per_layer],
            "bubble": _f(p.bubble), "checked_on_torch_distributed": list(CHECKED),
            "layers_per_chunk": list(layer_split(p.config, p.layout)),
            "formula_only": list(FORMULA_ONLY), "stages": []}
     for s in p.stages:
         out["stages"].append({
             "stage": s.stage, "layers": s.layers, "memory_bytes": s.memory(b),
+            "model_states_bytes": s.model_states,
             "activations_per_micro_batch": {"a": s.activations.per_micro_batch.a,
                                             "c": s.activations.per_micro_batch.c},
             "micro_batches_in_flight": s.activations.in_flight,
             "items": [{"name": i.name, "formula": i.formula, "bytes": i.bytes.at(b),
-                       "on_gpu": i.on_gpu, "note": i.note} for i in s.items],
+                       "on_gpu": i.on_gpu, "model_state": i.model_state, "note": i.note}
+                      for i in s.items],
             "flops": {"forward_per_micro_batch": s.flops.forward,
                       "backward_per_micro_batch": s.flops.backward,
                       "recompute_per_micro_batch": s.flops.recompute,
@@ -112,6 +135,19 @@ def flat_rows(data: dict) -> list[dict]:
         common = {"model": d["config"]["name"], "gpus": lo["gpus"], "tp": lo["tp"], "pp": lo["pp"],
                   "dp": lo["dp"], "sp": lo["sp"], "zero": lo["zero"],
                   "micro_batch": lo["micro_batch"], "global_batch": lo["global_batch"]}
+        flat.append({**common, "stage": d["worst_stage"], "section": "memory",
+                     "item": "model states per GPU (most loaded stage)", "formula": "",
+                     "value": d["model_states_per_gpu_bytes"], "unit": "bytes"})
+        flat.append({**common, "stage": None, "section": "memory",
+                     "item": f"one block's activations, one micro-batch ({d['stack']['name']} "
+                             f"stack)", "formula": "", "value": d["per_layer_activation_bytes"],
+                     "unit": "bytes"})
+        for e in d.get("literature_memory", ()):
+            f = e["formula_bytes"]
+            flat.append({**common, "stage": None, "section": "literature",
+                         "item": f"{e['name']}: {e['quantity']}", "formula": e["source"],
+                         "value": f["numerator"] if f["denominator"] == 1 else f["approx"],
+                         "unit": "bytes"})
         for s in d["stages"]:
             for i in s["items"]:
                 flat.append({**common, "stage": s["stage"], "section": "memory", "item": i["name"],

@@ -8,8 +8,8 @@ no more memory and no more work than one of these.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from functools import lru_cache
 from fractions import Fraction
+from functools import lru_cache
 from math import prod
 
 from accounting.analysis.workload import check_workload
@@ -28,6 +28,9 @@ from accounting.planning.parallel.buffers import Item, engine_buffers, stage_buf
 from accounting.planning.parallel.layout import (Layout, check_layout,
                                                  micro_batches_in_flight, stage_layers)
 from accounting.planning.parallel.shards import FIRST, Split, split
+from accounting.planning.parallel.stack_memory import StackRun, per_layer
+from accounting.planning.parallel.stack_memory import memory as stack_memory
+from accounting.planning.parallel.stacks import TORCH, TORCHTITAN, W16, check as check_stack
 from accounting.planning.parallel.states import States, stage_tensors, states, zero1_worst_rank
 from accounting.planning.parallel.step import StageFlops, StepTime, bubble, stage_flops, step_time
 
@@ -66,6 +69,10 @@ class StagePlan:
         """Bytes on the GPU at the layout's micro-batch b."""
         return sum(i.bytes.at(b) for i in self.items if i.on_gpu)
 
+    @property
+    def model_states(self) -> int:
+        return sum(i.bytes.c for i in self.items if i.on_gpu and i.model_state)
+
     def memory_at(self, b: int, per_rank: int, layout: Layout,
                   activations: A.StageActivations | None = None) -> int:
         """Bytes at another micro-batch b of the same per-rank batch (m = per_rank / b
@@ -99,6 +106,8 @@ class ParallelPlan:
     fit: Fit | None
     time: StepTime | None
     tokens: int | None = None  # to train on, for the time to train
+    stack: StackRun = StackRun()
+    per_layer: tuple[tuple[str, int], ...] = ()  # one block's saved tensors, one micro-batch
     mfu_convention: str = EXECUTED  # which FLOPs the --mfu figure counts (planning/mfu.py)
     mfu_scope: str = COMPUTE  # the rate on each stage, or a whole-step (end-to-end) figure
     hfu: bool = False  # an end-to-end figure that counts the recomputed FLOPs
@@ -121,6 +130,16 @@ class ParallelPlan:
     def tokens_per_second(self) -> Fraction | None:
         t = self.step_seconds
         return None if t is None else Fraction(self.tokens_per_step) / t
+
+    @property
+    def per_layer_activation_bytes(self) -> int:
+        """What one block saves for one micro-batch on one GPU of the layout (TP rank 0)."""
+        return sum(b for _, b in self.per_layer)
+
+    @property
+    def model_states(self) -> int:
+        """Parameters, gradients, master copy and optimizer moments on the GPU (worst stage)."""
+        return self.worst.model_states
 
     @property
     def worst(self) -> StagePlan:
@@ -198,11 +217,12 @@ def activation_bytes(precision: Precision) -> int:
 
 
 def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage: int,
-               act_rows: tuple[list[A.Row], list[A.Row]] | None, values: dict[str, int],
+               act_rows: tuple[list[A.Row], list[A.Row]], values: dict[str, int],
                tp_rank: int = 0, dp_rank: int | None = None,
-               counting: str = EXECUTED) -> StagePlan:
+               stack: StackRun = StackRun(), counting: str = EXECUTED) -> StagePlan:
     """One GPU of a stage: TP rank `tp_rank`, data-parallel rank `dp_rank` (default: 0, or
-    under ZeroRedundancyOptimizer the rank with the most AdamW state)."""
+    under ZeroRedundancyOptimizer the rank with the most AdamW state). `act_rows` are the
+    saved tensors of a rank's T/cp tokens."""
     c = sp.config
     layers = stage_layers(c, layout, stage)
     kinds = sp.kinds(layers)
@@ -213,20 +233,29 @@ def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage:
     local = seq // layout.cp
     units, st = _states(sp, seq, layout.micro_batch, _states_key(dl), stage, tp_rank, dp_rank)
     z, d, p = dl.sharding, dl.dp, precision
+    if stack.name != TORCH:
+        items, acts = stack_memory(stack, sp, dl, precision, st, stage, kinds, values, local,
+                                   act_rows, tp_rank)
+        return _finish(sp, layout, precision, seq, stage, layers, kinds, units, st, items,
+                       acts, values, tp_rank, W16 if stack.name == TORCHTITAN else None,
+                       counting)
     b_sym = "⌈rows/d⌉·cols" if z >= 2 else ""
     # with ep > 1: N_stage counts E/ep experts of each MoE block (their FSDP shards over the
     # dp/ep ranks: ⌈rows/e⌉·cols, e = dp/ep)
     n_sym = "(N_dense + N_experts/ep)" if st.expert_numel else "N_stage"
     fsdp_params = f"{p.master_bytes}·Σ{b_sym}" if z >= 2 else f"{p.master_bytes}·{n_sym}"
     items = [Item("parameters (fp32" + (", FSDP shards)" if z >= 2 else ")"), fsdp_params,
-                  A.Linear(0, st.params * p.master_bytes))]
+                  A.Linear(0, st.params * p.master_bytes), model_state=True,
+                  per_element=p.master_bytes)]
     items.append(Item("gradients (fp32" + (", FSDP shards)" if z >= 2 else ")"),
                       f"{p.grad_bytes}·Σ{b_sym}" if z >= 2 else f"{p.grad_bytes}·{n_sym}",
-                      A.Linear(0, st.grads * p.grad_bytes)))
+                      A.Linear(0, st.grads * p.grad_bytes), model_state=True,
+                      per_element=p.grad_bytes))
     moments = (f"4·{n_sym}" if z == 0 else "4·(this rank's whole tensors)" if z == 1
                else "4·Σ(this rank's rows)·cols")
-    for name in ("AdamW first moment m", "AdamW second moment v"):
-        items.append(Item(f"{name} (fp32)", moments, A.Linear(0, st.moments * p.moment_bytes)))
+    for name in ("AdamW moments: first moment m", "AdamW moments: second moment v"):
+        items.append(Item(f"{name} (fp32)", moments, A.Linear(0, st.moments * p.moment_bytes),
+                          model_state=True, per_element=p.moment_bytes))
     items.append(Item("AdamW step counters (fp32 scalars)", f"{STEP_BYTES}·(tensors updated)",
                       A.Linear(0, st.owned_tensors * STEP_BYTES), on_gpu=False,
                       note="torch keeps them on the CPU unless fused or capturable"))
@@ -238,9 +267,8 @@ def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage:
                           f"L_stage·2·T_max·({'d_rope' if c.mla else 'd_rot' if c.rotary_dim else 'd_k'}/2)·4"
                           + (" + L_moe·E·4" if bias else ""),
                           A.Linear(0, buf)))
-    acts = (A.stage_activations(*act_rows, layout, stage, kinds) if act_rows is not None else
-            _activations(sp, split(c, precision.autocast), replace(layout, zero=0), local,
-                         tp_rank, stage, kinds))
+    acts = _activations(sp, split(c, precision.autocast), replace(layout, zero=0), local,
+                        tp_rank, stage, kinds)
     copies = acts.weight_copies.times(acts.in_flight)
     items.append(Item("activations of the k micro-batches in flight"
                       + ("" if layout.recompute == "none" else " + one block's recomputed part"),
@@ -252,6 +280,19 @@ def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage:
                           note="autocast casts each weight for its matmul, which saves the copy "
                                "until its backward pass"))
     items += engine_buffers(sp, dl, precision, st, stage, values, local, tp_rank)
+    return _finish(sp, layout, precision, seq, stage, layers, kinds, units, st, items, acts,
+                   values, tp_rank, None, counting)
+
+
+def _finish(sp: Split, layout: Layout, p: Precision, seq: int, stage: int, layers, kinds,
+            units, st: States, items: list[Item], acts: A.StageActivations,
+            values: dict[str, int], tp_rank: int, gather_bytes: int | None = None,
+            counting: str = EXECUTED) -> StagePlan:
+    """The stage's communication and FLOPs, beside its memory items (`gather_bytes`: what
+    FSDP2 gathers per element, when not the master's: bf16 under torchtitan's policy)."""
+    c = sp.config
+    dl, local = data_layout(layout), seq // layout.cp
+    buf = stage_buffers(sp, values, kinds)
     act_bytes = activation_bytes(p)
     norms = [t for u in units for t in u.tensors if sp.sequence_norm(t.tensor)]
     comms = (C.tensor_parallel(layout, len(layers), stage, layout.micro_batch, local, c.d_model,
@@ -261,7 +302,7 @@ def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage:
                           local // (layout.tp if layout.sp else 1), c.d_model, act_bytes)
              + C.context_parallel(layout, len(layers), layout.micro_batch, seq,
                                   -(-c.kv_heads // layout.tp) * c.d_k, act_bytes)
-             + C.data_parallel(dl, st, p, buf, p.master_bytes))
+             + C.data_parallel(dl, st, p, buf, gather_bytes or p.master_bytes))
     if dict(sp.ledger.tied) and layout.pp > 1 and stage in (0, layout.pp - 1):
         table = next(t for t in sp.tensors if t.place == FIRST and t.matmul_weight)
         comms += C.tied_embedding(layout, prod(table.sizes(values, layout.tp)), p.grad_bytes)
@@ -273,8 +314,7 @@ def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage:
                                act_bytes)
     return StagePlan(stage, len(layers), st, tuple(items), acts,
                      stage_flops(sp, layout, stage, kinds, seq, st, tp_rank, counting),
-                     tuple(comms),
-                     kinds)
+                     tuple(comms), kinds)
 
 
 def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *,
@@ -282,8 +322,9 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
                   net: Interconnect | None = None, mfu="0.5", margin="0",
                   tokens: int | None = None, stages: list[int] | None = None,
                   tp_rank: int = 0, dp_rank: int | None = None,
-                  mfu_convention: str = EXECUTED, mfu_scope: str = COMPUTE,
-                  hfu: bool = False, measured_tokens_per_second=None) -> ParallelPlan:
+                  stack: StackRun = StackRun(), mfu_convention: str = EXECUTED,
+                  mfu_scope: str = COMPUTE, hfu: bool = False,
+                  measured_tokens_per_second=None) -> ParallelPlan:
     """The plan of one GPU per stage shown (TP rank 0 — it holds the most of an uneven
     split — and data-parallel rank 0, or the given ranks). `mfu` is read under
     `mfu_convention` and `mfu_scope` (planning/mfu.py): in the compute scope the rate each
@@ -292,12 +333,6 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
     whole-step MFU (an HFU with `hfu`)."""
     check_convention(mfu_convention)
     check_scope(mfu_scope)
-    measured = None
-    if measured_tokens_per_second is not None:
-        measured = exact(measured_tokens_per_second, "--measured-tokens-per-s")
-        if measured <= 0:
-            raise UsageError(f"--measured-tokens-per-s must be positive, got "
-                             f"{measured_tokens_per_second}")
     if mfu_scope == COMPUTE and mfu_convention == SIX_N:
         raise UsageError("--mfu-convention 6N has no per-stage count (no attention, no "
                          "layer split); use it with --mfu-scope end-to-end")
@@ -305,9 +340,16 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
         raise UsageError("--hfu reads an end-to-end figure as a hardware FLOPs utilization; in "
                          "--mfu-scope compute every executed FLOP (recomputation included) is "
                          "already timed at the figure: give --mfu-scope end-to-end with --hfu")
+    measured = None
+    if measured_tokens_per_second is not None:
+        measured = exact(measured_tokens_per_second, "--measured-tokens-per-s")
+        if measured <= 0:
+            raise UsageError(f"--measured-tokens-per-s must be positive, got "
+                             f"{measured_tokens_per_second}")
     seq = config.context_length if seq is None else seq
     check_workload(seq, layout.global_batch, config)
     check_layout(config, layout, seq)
+    check_stack(stack.stack, config, layout, stack.dropout)
     u = check_mfu(mfu)
     m = exact(margin, "--margin")
     if not 0 <= m < 1:
@@ -315,9 +357,11 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
     sp = split(config, precision.autocast, layout.recompute)
     values = sp.values(seq, layout.micro_batch)
     local = seq // layout.cp  # each context-parallel rank saves its T/cp tokens' tensors
+    rows = (A.rows(sp, layout, local, tp_rank=tp_rank),
+            A.rows(split(config, precision.autocast), layout, local, tp_rank=tp_rank))
     counting = USEFUL if mfu_convention != EXECUTED else EXECUTED
-    plans = tuple(stage_plan(sp, layout, precision, seq, s, None, values, tp_rank, dp_rank,
-                             counting)
+    plans = tuple(stage_plan(sp, layout, precision, seq, s, rows, values, tp_rank, dp_rank,
+                             stack, counting)
                   for s in (stages if stages is not None else _shown(config, layout)))
     at = None
     if config.num_experts is not None and config.moe_capacity_factor is not None:
@@ -332,7 +376,8 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
         time = step_time(layout, [s.flops for s in plans], [list(s.collectives) for s in plans],
                          hardware.peak_flops, u, net)
     return ParallelPlan(config, layout, seq, precision, hardware, net, u, plans, fit, time, tokens,
-                        mfu_convention, mfu_scope, hfu, measured)
+                        stack, per_layer(stack, sp, layout, local, rows[0]), mfu_convention,
+                        mfu_scope, hfu, measured)
 
 
 def divisors_of(n: int) -> list[int]:

@@ -21,7 +21,8 @@ efsdp·ep > E (layout.expert_shard_dim); DeepSpeed-MoE builds the same expert-da
 groups (groups._create_expert_and_data_parallel). The router and the shared experts are
 dense weights: replicated over EP, sharded over all dp ranks with the rest of their block.
 
-The ZeRO paper's formula (Rajbhandari et al. 2020, §5.1, Figure 1) is `zero_paper_bytes`:
+The ZeRO paper's formula (Rajbhandari et al. 2020, §5.1, Figure 1) is `zero_paper_bytes`
+(accounting/literature/memory_formulas.py):
 (2 + 2 + K)·Ψ per GPU for plain data parallelism, (2 + 2 + K/N_d)·Ψ with the optimizer
 state sharded, (2 + (2 + K)/N_d)·Ψ with gradients too, (2 + 2 + K)·Ψ/N_d with parameters
 too, for mixed-precision Adam (K = 12: fp32 parameter copy, momentum and variance).
@@ -29,9 +30,10 @@ too, for mixed-precision Adam (K = 12: fp32 parameter copy, momentum and varianc
 from __future__ import annotations
 
 from dataclasses import dataclass
-from fractions import Fraction
 from math import prod
 
+# the ZeRO paper's formula is written once, in the literature's memory formulas
+from accounting.literature.memory_formulas import ZERO_PAPER_STAGES, zero_paper_bytes  # noqa: F401
 from accounting.planning.memory import Precision
 from accounting.planning.parallel.layout import Layout, expert_shard_dim, stage_layers
 from accounting.planning.parallel.shards import BLOCK, FIRST, LAST, Split, Tensor, chunk
@@ -203,20 +205,3 @@ def state_bytes(s: States, precision: Precision) -> dict[str, int]:
             "AdamW m": s.moments * precision.moment_bytes,
             "AdamW v": s.moments * precision.moment_bytes}
 
-
-# ---- the ZeRO paper's formula -------------------------------------------------------------
-ZERO_PAPER_STAGES = ("baseline", "P_os", "P_os+g", "P_os+g+p")
-
-
-def zero_paper_bytes(psi: int, n_d: int, stage: int, k: int = 12) -> Fraction:
-    """Model-state bytes per GPU, Rajbhandari et al. 2020 §5.1 / Figure 1: fp16 parameters
-    (2Ψ) and gradients (2Ψ), K·Ψ of optimizer state; each stage divides one more of the three
-    by the data-parallel degree N_d."""
-    p, g, o = Fraction(2 * psi), Fraction(2 * psi), Fraction(k * psi)
-    if stage >= 1:
-        o /= n_d
-    if stage >= 2:
-        g /= n_d
-    if stage >= 3:
-        p /= n_d
-    return p + g + o

@@ -5,6 +5,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 from accounting.planning.parallel import comms as C
+from accounting.planning.parallel import stack_views
 from accounting.planning.parallel.layout import RECOMPUTE, ZERO_STAGES, Layout
 from accounting.planning.parallel.plan import CHECKED, FORMULA_ONLY, ParallelPlan
 from accounting.planning.mfu import END_TO_END
@@ -38,8 +39,10 @@ def split_text(p: ParallelPlan) -> str:
     return f"{out} ({what}; {how})"
 
 
-def layout_text(lo: Layout) -> str:
-    name, engine, _ = ZERO_STAGES[lo.zero]
+def layout_text(lo: Layout, engine: str | None = None) -> str:
+    """`engine`: a named stack's engine for the sharding stage (default: torch's)."""
+    name, torch_engine, _ = ZERO_STAGES[lo.zero]
+    engine = engine or torch_engine
     parts = [f"tp {lo.tp}" + (" + sequence parallel" if lo.sp else ""),
              *([f"cp {lo.cp} (ring attention)"] if lo.cp > 1 else []),
              f"pp {lo.pp}" + (f" × {lo.vpp} virtual stages" if lo.vpp > 1 else ""),
@@ -54,12 +57,13 @@ def summary_table(p: ParallelPlan) -> Table:
     c, lo, w = p.config, p.layout, p.worst
     b = lo.micro_batch
     rows = [("model", f"{title(c)}, T = {p.seq:,}"),
-            ("layout", layout_text(lo)),
+            ("layout", layout_text(lo, stack_views.engine(p))),
             ("batch", f"global {lo.global_batch:,} sequences = {lo.micro_batches:,} micro-batches "
                       f"of {b:,} on each of {lo.dp} data-parallel ranks "
                       f"({p.tokens_per_step:,} tokens per step)"),
             ("recomputation", f"{lo.recompute}"),
             ("precision", p.precision.name)]
+    rows += stack_views.summary_rows(p)
     label = f"memory per GPU (stage {w.stage} of {lo.pp})" if lo.pp > 1 else "memory per GPU"
     rows.append((label, f"{grouped(p.memory)} bytes = {_gb(p.memory)}"))
     if p.fit is not None:
@@ -109,9 +113,11 @@ def summary_table(p: ParallelPlan) -> Table:
                          f"{p.steps:,} steps, {_seconds(step * p.steps)}"))
     notes = ["Checked on torch.distributed: " + "; ".join(CHECKED) + ".",
              "Formula only: " + "; ".join(FORMULA_ONLY) + "."]
+    if stack_views.checked_note(p):
+        notes = [stack_views.checked_note(p)]
     if lo.ep > 1:
         notes.append(expert_note(p))
-    if lo.tp > 1 and c.vocab_size % lo.tp:
+    if lo.tp > 1 and c.vocab_size % lo.tp and p.stack.name == "torch":
         notes.append(f"V = {c.vocab_size:,} is not divisible by tp {lo.tp}: torch.chunk gives "
                      f"each TP rank ⌈V/tp⌉ = {-(-c.vocab_size // lo.tp):,} rows of the embedding "
                      f"and the LM head but the last ones fewer; rank 0, shown, holds the most "
@@ -184,7 +190,7 @@ def memory_table(p: ParallelPlan) -> Table:
                         if e == 1 else "replicated over the ranks holding the same experts")
                      + ". Under balanced routing the activations of the experts are one GPU's "
                        "(b·T·k rows per rank).")
-    if lo.zero == 1 and lo.dp > 1:
+    if lo.zero == 1 and lo.dp > 1 and p.stack.name == "torch":
         notes.append(f"ZeroRedundancyOptimizer: the rank with the most AdamW state is shown "
                      f"(rank {p.worst.states.dp_rank}).")
     return Table("Memory per GPU, by pipeline stage", tuple(cols), tuple(rows),
@@ -286,6 +292,7 @@ def _parameters(p: ParallelPlan) -> int:
 
 def tables(p: ParallelPlan) -> list[Table]:
     from accounting.planning.parallel.utilization_views import utilization_table
-    return [summary_table(p), memory_table(p), flops_table(p), comms_table(p), time_table(p),
-            utilization_table(p, p.measured_tokens_per_second)]
+    extra = [] if p.stack.name == "torch" else [stack_views.per_layer_table(p)]
+    return [summary_table(p), memory_table(p), *extra, flops_table(p), comms_table(p),
+            time_table(p), utilization_table(p, p.measured_tokens_per_second)]
 

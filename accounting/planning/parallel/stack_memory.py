@@ -1,0 +1,117 @@
+"""The memory items of one GPU under a named stack (stacks.py): model states by the stack's
+rules, activations by its implementation, and its engine's buffers. plan.py calls `memory`
+for every stack but torch, whose items it builds itself.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from accounting.planning.parallel import activations as A
+from accounting.planning.parallel import megatron as M
+from accounting.planning.parallel.buffers import (Item, engine_buffers, largest_module,
+                                                  stage_buffers)
+from accounting.planning.parallel import torchtitan as TT
+from accounting.planning.parallel.layout import NO_RECOMPUTE, SELECTIVE, Layout
+from accounting.planning.parallel.shards import BLOCK, Split
+from accounting.planning.parallel.stacks import (DEEPSPEED, MEGATRON, TORCH, TORCHTITAN, Stack,
+                                                 get_stack, state_items)
+from accounting.planning.parallel.states import States
+from accounting.planning.memory import Precision
+
+
+@dataclass(frozen=True)
+class StackRun:
+    """A stack and its settings for one plan."""
+    stack: Stack = get_stack(TORCH)
+    dropout: float = 0.0  # megatron: the hidden and attention dropout probability
+    kernel: str = M.FLASH  # megatron: the attention kernel
+
+    @property
+    def name(self) -> str:
+        return self.stack.name
+
+    def megatron(self, layout: Layout, seq: int) -> M.Setting:
+        return M.Setting(seq, layout.tp, layout.sp, self.dropout > 0, self.kernel, layout.recompute)
+
+
+def per_layer(run: StackRun, sp: Split, layout: Layout, seq: int,
+              rows: list[A.Row]) -> tuple[tuple[str, int], ...]:
+    """(name, bytes) of what one block saves for one micro-batch on this GPU (TP rank 0):
+    Megatron's tensors, or the implementation's saved tensors (the first kind of block when
+    there are several)."""
+    b = layout.micro_batch
+    if run.name == MEGATRON:
+        return tuple((s.name, s.bytes * b) for s in M.layer(sp.config, run.megatron(layout, seq)))
+    if run.name == TORCHTITAN and layout.recompute == SELECTIVE:
+        return tuple((s.name, s.bytes * b)
+                     for s in TT.sac_layer(sp.config, run.megatron(layout, seq)))
+    kind = sp.ledger.groups[0][0]
+    keep = [r for r in rows if r.place == BLOCK and r.record.repeat == kind
+            and not (run.name != TORCH and r.record.weight_copy)]
+    return tuple((r.record.name, r.bytes.at(b)) for r in keep)
+
+
+def _megatron_activations(run: StackRun, sp: Split, layout: Layout, seq: int, stage: int,
+                          layers: int) -> A.StageActivations:
+    s = run.megatron(layout, seq)
+    one = sum(x.bytes for x in M.layer(sp.config, s))
+    extra = (sum(x.bytes for x in M.first_stage(sp.config, s)) if stage == 0 else 0) + \
+        (sum(x.bytes for x in M.last_stage(sp.config, s)) if stage == layout.pp - 1 else 0)
+    per_mb = A.Linear(layers * one + extra, M.rope_bytes(sp.config, s))
+    k = min(layout.micro_batches, layout.pp - stage)
+    again = A.Linear(M.recomputed(sp.config, s), 0)
+    return A.StageActivations(stage, k, layers, per_mb, A.Linear(), again,
+                              per_mb.times(k) + again)
+
+
+def _sac_activations(run: StackRun, sp: Split, layout: Layout, seq: int, stage: int,
+                     kinds: tuple[tuple[str, int], ...], whole: list[A.Row]) -> A.StageActivations:
+    """Per-op SAC: each block keeps torchtitan.sac_layer's tensors; the embedding and the
+    loss keep the implementation's (bf16 autocast, no weight copies); while a block's
+    backward recomputes, it holds the rest of its tensors."""
+    rows = [r for r in whole if not r.record.weight_copy]
+    one = sum(x.bytes for x in TT.sac_layer(sp.config, run.megatron(layout, seq)))
+    layers = sum(n for _, n in kinds)
+    ends = A.stage_activations(rows, rows, replace(layout, recompute=NO_RECOMPUTE), stage, ())
+    per_mb = A.Linear(layers * one, 0) + ends.per_micro_batch
+    kind = sp.ledger.groups[0][0]
+    block = sum((r.bytes for r in rows if r.place == BLOCK and r.record.repeat == kind), A.Linear())
+    again = A.Linear(max(0, block.a - one), block.c)
+    k = min(layout.micro_batches, layout.pp - stage)
+    return A.StageActivations(stage, k, layers, per_mb, A.Linear(), again, per_mb.times(k) + again)
+
+
+def memory(run: StackRun, sp: Split, layout: Layout, precision: Precision, st: States,
+           stage: int, kinds: tuple[tuple[str, int], ...], values: dict[str, int], seq: int,
+           act_rows: tuple[list[A.Row], list[A.Row]], tp_rank: int = 0
+           ) -> tuple[list[Item], A.StageActivations]:
+    c = sp.config
+    items = state_items(run.stack, c, st, layout)
+    layers = sum(n for _, n in kinds)
+    if run.name == MEGATRON:
+        acts = _megatron_activations(run, sp, layout, seq, stage, layers)
+        what = ("Megatron-Core + TE saved tensors (16-bit; 1-byte dropout masks"
+                + (f", dropout {run.dropout}" if run.dropout else ", no dropout") + f"; {run.kernel} attention)")
+    elif run.name == TORCHTITAN and layout.recompute == SELECTIVE:
+        acts = _sac_activations(run, sp, layout, seq, stage, kinds, act_rows[1])
+        what = "torchtitan's per-op selective checkpointing: the saved op outputs"
+    else:
+        kept, whole = ([r for r in rs if not r.record.weight_copy] for rs in act_rows)
+        acts = A.stage_activations(kept, whole, layout, stage, kinds)
+        what = "saved tensors as under bf16 autocast, without autocast's weight copies"
+        buf = stage_buffers(sp, values, kinds)
+        if buf:
+            items.append(Item("RoPE cos/sin tables (fp32 buffers)", "L_stage·2·T_max·(d_k/2)·4",
+                              A.Linear(0, buf)))
+    items.append(Item("activations of the k micro-batches in flight"
+                      + ("" if layout.recompute == NO_RECOMPUTE else " + one block's recomputed part"),
+                      f"k·(a·b + c) ({what})", acts.total, activations=True))
+    if run.name == TORCHTITAN:
+        items += engine_buffers(sp, layout, precision, st, stage, values, seq, tp_rank,
+                                bf16_gathers=True)
+    if run.name == DEEPSPEED and layout.sharding == 3:
+        items.append(Item("ZeRO-3 working set: the largest module gathered (2 + 2 bytes per "
+                          "element)", "4·largest_layer_params", A.Linear(0, 4 * largest_module(st)),
+                          note="DeepSpeed's estimate_zero3_model_states_mem_needs counts it "
+                               "(largest_layer_memory)"))
+    return items, acts

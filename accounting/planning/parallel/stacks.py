@@ -1,0 +1,231 @@
+"""Named training stacks: what each framework holds per GPU (`plan … --stack NAME`).
+
+A stack brings its engine (how the model states are kept and sharded) and, for Megatron and
+torchtitan, its own implementation of the model (what the layers save). `torch` is the
+course model under torch's engines (DDP, ZeroRedundancyOptimizer, FSDP2 with autocast; the
+default, checked on torch.distributed). The others:
+
+  * megatron — Megatron-Core with Transformer Engine: bf16 parameters, fp32 gradients (the
+    DDP grad buffer, `main_grad`), fp32 master copy and Adam moments; `--zero 1` is its
+    distributed optimizer, which shards the master copy and the moments over the
+    data-parallel ranks: 6 + 12/d bytes per parameter, 18 without
+    (megatron/training/theoretical_memory_usage.py, compute_weight_and_optimizer_memory;
+    megatron/core/optimizer/distrib_optimizer.py). With the distributed optimizer the
+    parameter and gradient buffers are padded: each parameter starts at a multiple of 64
+    elements, the buffer ends at a multiple of lcm(d, 128)
+    (megatron/core/distributed/param_and_grad_buffer.py, _pad_start_of_param_if_needed,
+    _pad_end_of_bucket_if_needed; one bucket, i.e. overlap_grad_reduce off). The vocabulary
+    is padded to a multiple of 128·tp. Activations: megatron.py.
+  * deepspeed — DeepSpeed ZeRO 1–3 wrapping the implementation given (here the course
+    model): 16-bit parameters and gradients, an fp32 master copy and Adam's moments (K = 12
+    bytes per parameter, the ZeRO paper's §5.1), the optimizer state partitioned at stage 1,
+    gradients too at 2, parameters too at 3. Partitions: stages 1–2 flatten the 16-bit
+    parameters into one buffer padded to a multiple of 2·d elements
+    (runtime/zero/stage_1_and_2.py: nccl_start_alignment_factor = 2), each rank owning 1/d
+    of it; stage 3 pads each parameter to a multiple of d (partition_parameters.py,
+    _aligned_size). Stage 0 is the paper's baseline (16 bytes per parameter; DeepSpeed's
+    FP16_Optimizer).
+  * torchtitan — FSDP2 with MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)
+    (torchtitan/distributed/parallel_dims.py and models/llama3/infra/parallelize.py,
+    apply_fsdp): fp32 sharded parameters, gradients and AdamW moments as torch's FSDP2, but
+    the all-gathers move bf16 and the blocks compute in bf16 without autocast's copies.
+
+DeepSpeed and torchtitan activations: the implementation's saved tensors as under bf16
+autocast, less autocast's weight copies (the 16-bit weights are the parameters themselves,
+or FSDP's gathered bf16 ones, freed after use); torchtitan with --recompute selective: its
+per-op selective checkpointing (torchtitan.py).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import lcm
+
+from accounting.planning.parallel.activations import Linear
+from accounting.planning.parallel.buffers import Item
+from accounting.planning.parallel.layout import Layout
+from accounting.planning.parallel.megatron import padded_vocab
+from accounting.planning.parallel.states import States
+from accounting.runtime.errors import UsageError
+from accounting.spec.config import ModelConfig
+from accounting.units import BF16, DTYPE_BYTES, FP32
+
+TORCH, MEGATRON, DEEPSPEED, TORCHTITAN = "torch", "megatron", "deepspeed", "torchtitan"
+W16, W32 = DTYPE_BYTES[BF16], DTYPE_BYTES[FP32]
+ADAM_STATE_BYTES = 3 * W32  # fp32 master copy, m and v: the ZeRO paper's K = 12
+
+
+@dataclass(frozen=True)
+class Stack:
+    name: str
+    title: str
+    engines: dict[int, str]  # sharding stage → the engine that runs it
+    default_zero: int
+    bf16: bool  # plans in 16-bit (the stack's own precision, not --precision)
+    checked: str
+
+
+STACKS: dict[str, Stack] = {}
+
+
+def register(s: Stack) -> Stack:
+    if s.name in STACKS:
+        raise ValueError(f"stack {s.name!r} registered twice")
+    STACKS[s.name] = s
+    return s
+
+
+register(Stack(TORCH, "the course model under torch's engines (DDP, ZeroRedundancyOptimizer, "
+               "FSDP2; autocast)", {0: "DDP", 1: "DDP + ZeroRedundancyOptimizer",
+                                    2: "FSDP SHARD_GRAD_OP", 3: "FSDP FULL_SHARD"}, 0, False,
+               "torch.distributed (accounting/distcheck)"))
+register(Stack(MEGATRON, "Megatron-Core with Transformer Engine (bf16 parameters, fp32 gradient "
+               "buffer, fused norm+linear, fused activations, flash attention)",
+               {0: "Megatron DDP (fp32 grad buffer)", 1: "Megatron distributed optimizer"}, 0,
+               True, "Korthikanti et al. 2022's equations (1)-(6) and Megatron's "
+               "theoretical_memory_usage.py (tests/test_stacks.py); read from source: it needs a GPU"))
+register(Stack(DEEPSPEED, "DeepSpeed ZeRO wrapping the course model (16-bit parameters and "
+               "gradients, fp32 master copy and Adam moments, K = 12)",
+               {0: "DeepSpeed without ZeRO (FP16_Optimizer)", 1: "DeepSpeed ZeRO-1",
+                2: "DeepSpeed ZeRO-2", 3: "DeepSpeed ZeRO-3"}, 0, True,
+               "the ZeRO paper's Figure 1 and DeepSpeed's own estimators "
+               "(estimate_zero2/3_model_states_mem_needs, tests/test_stacks.py)"))
+register(Stack(TORCHTITAN, "torchtitan: FSDP2 with MixedPrecisionPolicy(param_dtype=bf16, "
+               "reduce_dtype=fp32), no autocast", {2: "FSDP2 SHARD_GRAD_OP, bf16 all-gathers",
+                                                   3: "FSDP2 FULL_SHARD, bf16 all-gathers"}, 3,
+               True, "FSDP2 with a bf16 MixedPrecisionPolicy on torch.distributed's fake "
+               "backend (accounting/distcheck); per-op selective checkpointing with torch's "
+               "selective checkpointing on the CPU (tests/test_stacks.py)"))
+
+
+def get_stack(name: str) -> Stack:
+    try:
+        return STACKS[name]
+    except KeyError:
+        raise UsageError(f"unknown --stack {name!r}; choose among {', '.join(STACKS)}") from None
+
+
+def problems(stack: Stack, config: ModelConfig, layout: Layout, dropout: float) -> list[str]:
+    """Why this stack cannot plan this model and layout (one sentence each, naming the fix)."""
+    c, out = config, []
+    if layout.zero not in stack.engines and layout.dp > 1:
+        out.append(f"--stack {stack.name} runs --zero among {', '.join(map(str, stack.engines))} "
+                   f"({'; '.join(f'{z}: {e}' for z, e in stack.engines.items())}), not "
+                   f"--zero {layout.zero}")
+    if dropout and stack.name != MEGATRON:
+        out.append(f"--dropout is the megatron stack's (its masks are counted there); the "
+                   f"{stack.name} stack plans without dropout: leave --dropout out")
+    if stack.name == DEEPSPEED and (layout.tp > 1 or layout.pp > 1):
+        out.append("--stack deepspeed plans ZeRO data parallelism around the implementation "
+                   "given (tensor and pipeline parallelism are Megatron-DeepSpeed's, not "
+                   "modelled); give --tp 1 --pp 1, or use --stack megatron")
+    if stack.name == TORCHTITAN and layout.recompute == "selective" and (
+            c.num_experts is not None or c.mla or c.block != "sequential"):
+        out.append("--stack torchtitan with --recompute selective plans per-op checkpointing of "
+                   "torchtitan's dense Llama block; this model's block is not one: use "
+                   "--recompute none or full")
+    if stack.name == MEGATRON:
+        why = [(c.num_experts is not None, "a mixture of experts"), (c.mla, "latent attention"),
+               (c.block != "sequential", f"the {c.block} block"),
+               (c.norm_placement != "pre", f"{c.norm_placement} norms"),
+               (c.qk_norm != "none", "QK-norm"),
+               (c.mlp_kind.activation not in ("silu", "gelu", "gelu_tanh"), f"the {c.mlp} MLP")]
+        for bad, what in why:
+            if bad:
+                out.append(f"--stack megatron plans dense pre-norm GPT/Llama layers, and "
+                           f"{c.name} has {what} (not modelled there): use --stack torch")
+                break
+        if layout.ep > 1:
+            out.append("--stack megatron with --ep is not planned; use --stack torch")
+    return out
+
+
+def check(stack: Stack, config: ModelConfig, layout: Layout, dropout: float) -> None:
+    found = problems(stack, config, layout, dropout)
+    if found:
+        raise UsageError(found[0])
+
+
+# ---- model states ------------------------------------------------------------------------
+def _megatron_sizes(config: ModelConfig, st: States, layout: Layout) -> list[int]:
+    """Elements of each parameter Megatron holds on this GPU, state-dict order: the
+    vocabulary tables padded to 128·tp rows (padded_vocab) on each TP rank."""
+    rows = padded_vocab(config, layout.tp) // layout.tp
+    return [(rows * t.rest if t.tensor.tp_dim == 0 and t.tensor.dims[0] == ("V",) else t.numel)
+            for u in st.units for t in u.tensors]
+
+
+def _megatron_buffer(sizes: list[int], layout: Layout) -> tuple[int, int]:
+    """(elements of the param/grad buffer, elements of this rank's optimizer shard)."""
+    n = sum(sizes)
+    if layout.sharding != 1:
+        return n, n
+    end = 0
+    for size in reversed(sizes):  # params[::-1], starts padded to 64
+        end = -(-end // 64) * 64 + size
+    total = -(-end // lcm(layout.dp, 128)) * lcm(layout.dp, 128)
+    return total, total // layout.dp
+
+
+def _deepspeed_elements(st: States, layout: Layout) -> tuple[int, int, int]:
+    """(16-bit parameter, 16-bit gradient, optimizer-partition) elements on this rank."""
+    z, d = layout.sharding, layout.dp
+    sizes = [t.numel for u in st.units for t in u.tensors]
+    n = sum(sizes)
+    if z == 0:
+        return n, n, n
+    if z <= 2:
+        part = -(-n // (2 * d)) * 2  # flat buffer padded to a multiple of 2·d, 1/d each
+        return n, (n if z == 1 else part), part
+    part = sum(-(-s // d) for s in sizes)  # each parameter padded to a multiple of d
+    return part, part, part
+
+
+def state_items(stack: Stack, config: ModelConfig, st: States, layout: Layout) -> list[Item]:
+    """The model-state items of one GPU (parameters, gradients, master copy, moments) under
+    a stack other than torch."""
+    z, d = layout.sharding, layout.dp
+    if stack.name == MEGATRON:
+        buf, shard = _megatron_buffer(_megatron_sizes(config, st, layout), layout)
+        dist = z == 1
+        sym = "⌈B/d⌉" if dist else "N_stage"
+        pad = " (buffer B padded)" if dist else ""
+        items = [Item("parameters (bf16)" + pad, "2·B" if dist else "2·N_stage",
+                      Linear(0, W16 * buf), model_state=True, per_element=W16),
+                 Item("gradients (fp32 main_grad buffer)" + pad, "4·B" if dist else "4·N_stage",
+                      Linear(0, W32 * buf), model_state=True, per_element=W32)]
+        scope = ", distributed optimizer shard" if dist else ""
+        items += [Item(f"master copy of the parameters (fp32{scope})", f"4·{sym}",
+                       Linear(0, W32 * shard), model_state=True, per_element=W32),
+                  Item(f"Adam moments: first moment m (fp32{scope})", f"4·{sym}",
+                       Linear(0, W32 * shard), model_state=True, per_element=W32),
+                  Item(f"Adam moments: second moment v (fp32{scope})", f"4·{sym}",
+                       Linear(0, W32 * shard), model_state=True, per_element=W32)]
+        return items
+    if stack.name == DEEPSPEED:
+        p, g, o = _deepspeed_elements(st, layout)
+        part = "Ψ/N_d" if z else "Ψ"
+        return [Item("parameters (16-bit" + (", partitioned)" if z == 3 else ")"),
+                     f"2·{'Ψ/N_d' if z == 3 else 'Ψ'}", Linear(0, W16 * p), model_state=True,
+                     per_element=W16),
+                Item("gradients (16-bit" + (", partitioned)" if z >= 2 else ")"),
+                     f"2·{'Ψ/N_d' if z >= 2 else 'Ψ'}", Linear(0, W16 * g), model_state=True,
+                     per_element=W16),
+                Item("optimizer state: fp32 master copy, Adam moments m and v"
+                     + (" (partitioned)" if z else ""), f"12·{part}",
+                     Linear(0, ADAM_STATE_BYTES * o), model_state=True,
+                     per_element=ADAM_STATE_BYTES,
+                     note="at the step DeepSpeed also casts this rank's 16-bit gradient "
+                          "partition to fp32 (4·Ψ/N_d) while the activations are freed; not in "
+                          "the total")]
+    # torchtitan: FSDP2's fp32 shards, as torch's (states.py)
+    fs = ", FSDP shards)" if z >= 2 else ")"
+    b_sym = "⌈rows/d⌉·cols" if z >= 2 else ""
+    n = f"4·Σ{b_sym}" if z >= 2 else "4·N_stage"
+    return [Item("parameters (fp32" + fs, n, Linear(0, W32 * st.params), model_state=True,
+                 per_element=W32),
+            Item("gradients (fp32" + fs, n, Linear(0, W32 * st.grads), model_state=True,
+                 per_element=W32),
+            Item("AdamW moments: first moment m (fp32)", "4·Σ(this rank's rows)·cols",
+                 Linear(0, W32 * st.moments), model_state=True, per_element=W32),
+            Item("AdamW moments: second moment v (fp32)", "4·Σ(this rank's rows)·cols",
+                 Linear(0, W32 * st.moments), model_state=True, per_element=W32)]

@@ -1,0 +1,86 @@
+"""The KV cache per GPU: bytes per token by dtype and layout, from the ledger's cache records
+(accounting/ledger/builder/: K and V of h_kv·d_k each per layer, or latent attention's
+c_KV and RoPE key of d_kv_a = kv_lora_rank + qk_rope_head_dim).
+
+  dtype      bf16/fp16 2 bytes; fp8 (e4m3 or e5m2) 1 byte. vLLM's fp8 cache keeps one fp32
+             scale per layer for K and one for V (Attention._k_scale/_v_scale,
+             vllm/attention/layer.py), outside the pool: nothing per token.
+  TP         a GPU holds the KV heads of its shard (h_kv / tp; one head, replicated, once tp
+             exceeds h_kv: shards.kv_heads_per_gpu). Latent attention's cache has no heads:
+             every TP rank stores the whole latent of each token (vLLM's MLAAttentionSpec,
+             one "head" of d_kv_a; SGLang's MLATokenToKVPool, cell size (kv_lora_rank +
+             qk_rope_head_dim) · layers, not divided by TP either); SGLang's DP attention
+             instead gives each rank its own requests.
+  window     a sliding-window layer keeps its last W tokens: vLLM's hybrid allocator
+             (v1 SlidingWindowManager) frees the blocks that fall out of the window, so a
+             sequence holds ceil(W / block) + 1 blocks on such a layer; modelled so. A
+             chunked layer (Llama 4) keeps its chunk, min(T, C) (ChunkedLocalAttentionSpec).
+  PP         a stage holds only its own layers' cache.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from accounting.ledger.ledger import ledger
+from accounting.runtime.errors import UsageError
+from accounting.serving.shards import kv_heads_per_gpu
+from accounting.spec.config import ModelConfig
+from accounting.units import BF16, DTYPE_BYTES, FP8, FP8_E4M3, FP8_E5M2, FP16, STORAGE_BYTES
+
+KV_DTYPES = {BF16: DTYPE_BYTES[BF16], FP16: DTYPE_BYTES[FP16], FP8: STORAGE_BYTES[FP8_E4M3],
+             FP8_E4M3: STORAGE_BYTES[FP8_E4M3], FP8_E5M2: STORAGE_BYTES[FP8_E5M2]}
+
+
+def kv_dtype_bytes(name: str) -> int:
+    if name not in KV_DTYPES:
+        raise UsageError(f"unknown --kv-dtype {name!r}; choose {', '.join(KV_DTYPES)}")
+    return KV_DTYPES[name]
+
+
+@dataclass(frozen=True)
+class LayerKV:
+    """One layer's cache on one GPU: bytes per token, and how many tokens it keeps."""
+    layer: int
+    bytes_per_token: int
+    window: int | None  # keeps at most this many tokens (sliding window or chunk)
+
+
+def layer_caches(config: ModelConfig, kv_bytes: int, tp: int, layers: tuple[int, ...]
+                 ) -> list[LayerKV]:
+    """Each of `layers`' cache on one TP rank."""
+    lg = ledger(config)
+    v = lg.values(1, 1)
+    heads = kv_heads_per_gpu(config.kv_heads, tp) if not config.mla else None
+    groups = dict(lg.groups)
+    out = []
+    for i in layers:
+        per_token, window = 0, None
+        for e in lg.cache:
+            if e.repeat is not None and i not in groups[e.repeat]:
+                continue
+            n = 1
+            for s in e.shape:
+                n *= heads if s == "h_kv" and heads is not None else v[s]
+            if e.shape == ("d_model",):  # multi-head attention written as h·d_k = d_model
+                n = n // config.kv_heads * heads
+            per_token += n * kv_bytes
+            if e.window:
+                window = config.sliding_window
+            elif e.chunk:
+                window = config.attention_chunk
+        out.append(LayerKV(i, per_token, window))
+    return out
+
+
+def blocks_for(tokens: int, block: int, window: int | None) -> int:
+    """Blocks one sequence of `tokens` tokens holds on a layer (window: the hybrid
+    allocator's ceil(W / block) + 1 at most)."""
+    full = -(-tokens // block)
+    if window is None:
+        return full
+    return min(full, -(-window // block) + 1)
+
+
+def bytes_per_sequence(caches: list[LayerKV], tokens: int, block: int) -> int:
+    """Pool bytes a sequence of `tokens` tokens occupies on this GPU, in whole blocks."""
+    return sum(blocks_for(tokens, block, c.window) * block * c.bytes_per_token for c in caches)
