@@ -188,9 +188,13 @@ PARALLEL_FLAGS = {
     "--zero": _choice(("0", "1", "2", "3")),
     "--fsdp": _choice(("no_shard", "shard_grad_op", "full_shard")),
     "--micro-batch": DEGREES, "--nvlink-gbs": FRACTIONS, "--network-gbs": FRACTIONS,
-    "--gpus-per-node": DEGREES,
+    "--gpus-per-node": DEGREES, "--cp": DEGREES, "--virtual-stages": DEGREES,
+    "--stage-layers": st.one_of(st.sampled_from(("7,8,8,7", "1,2,2,1", "4", "0,4", "", "1,,2",
+                                                 "9" * 30)), JUNK),
+    "--mfu-convention": _choice(("executed", "causal", "6N")),
+    "--mfu-scope": _choice(("compute", "end-to-end")), "--measured-tokens-per-s": FRACTIONS,
 }
-PARALLEL_SWITCHES = ("--sp", "--search", "--fsdp")
+PARALLEL_SWITCHES = ("--sp", "--search", "--fsdp", "--hfu")
 # serving capacity (serve MODEL --gpu NAME ...), issue 29
 SERVE_FLAGS = {
     **MODEL_FLAGS,

@@ -78,7 +78,7 @@ def test_only_the_known_warnings_are_hidden():
 
 def test_every_rank_agrees_with_the_plan(measured):
     assert measured["code"] == 0, measured["stdout"]
-    assert len(measured["results"]) == 5 * 4 + 9  # gloo: 5 cases × 4 ranks; fake: 9 ranks
+    assert len(measured["results"]) == 6 * 4 + 9  # gloo: 6 cases × 4 ranks; fake: 9 ranks
     for m in measured["results"]:
         rows = compare(m)
         assert len(rows) >= 12
@@ -119,7 +119,7 @@ def test_zero1_partitions_the_optimizer_state(measured):
 
 
 def test_pipeline_messages_by_hand(measured):
-    stages = sorted(by_label(measured, "1F1B"), key=lambda m: m["case"]["rank"])
+    stages = sorted(by_label(measured, "1F1B pipeline of 4 stages"), key=lambda m: m["case"]["rank"])
     message = 1 * 16 * 32 * 4  # b · T · d_model · fp32, per micro-batch and direction
     for m in stages:
         s, last = m["case"]["rank"], m["case"]["rank"] == 3
@@ -131,6 +131,18 @@ def test_pipeline_messages_by_hand(measured):
         assert m["in_flight_peak"] == 4 - s
     params = sum(m["state"]["param_numel"] for m in stages)
     assert params == N_TINY  # the stages partition the model
+
+
+def test_uneven_pipeline_stages(measured):
+    # 6 layers on 4 stages: 1, 2, 2, 1 (one fewer on the first and last, Llama 3's rule),
+    # the embedding on stage 0, the final norm and the LM head on stage 3
+    stages = sorted(by_label(measured, "1F1B pipeline of 6 layers"), key=lambda m: m["case"]["rank"])
+    layer = 2 * 32 + 2 * 32 * 32 + 2 * 16 * 32 + 3 * 96 * 32  # norms, Q and O, K and V, SwiGLU
+    table = 1002 * 32
+    assert [m["state"]["param_numel"] for m in stages] == [
+        table + layer, 2 * layer, 2 * layer, layer + 32 + table]
+    for m in stages:
+        assert m["in_flight_peak"] == 4 - m["case"]["rank"]
 
 
 def test_fsdp_pads_and_tp_whole_embedding_gradient(measured):

@@ -9,6 +9,7 @@ from accounting.cli.args import positive_int
 from accounting.runtime.errors import UsageError
 from accounting.planning.gpus import DEFAULT_GPUS_PER_NODE, interconnect
 from accounting.planning.memory import BF16_MIXED, FP32, MODEL, get_precision
+from accounting.planning.mfu import COMPUTE, CONVENTIONS, EXECUTED, SCOPES
 from accounting.planning.parallel import export, views
 from accounting.planning.parallel.layout import FSDP_NAMES, Layout, resolve
 from accounting.planning.parallel.plan import parallel_plan
@@ -18,9 +19,10 @@ from accounting.planning.parallel.megatron import FLASH, KERNELS
 from accounting.planning.parallel.stack_memory import StackRun
 from accounting.planning.parallel.stacks import STACKS, TORCH, get_stack
 
-LAYOUT_FLAGS = ("tp", "pp", "dp", "ep", "sp", "zero", "fsdp", "micro_batch", "search",
-                "nvlink_gbs", "network_gbs", "gpus_per_node", "stack", "dropout",
-                "attention_kernel", "compare_formulas")
+LAYOUT_FLAGS = ("tp", "pp", "dp", "ep", "cp", "virtual_stages", "stage_layers", "sp", "zero",
+                "fsdp", "micro_batch", "search", "nvlink_gbs", "network_gbs", "gpus_per_node",
+                "stack", "dropout", "attention_kernel", "compare_formulas", "mfu_convention",
+                "mfu_scope", "hfu", "measured_tokens_per_s")
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
@@ -35,6 +37,16 @@ def add_args(p: argparse.ArgumentParser) -> None:
                    help="pipeline stages (1F1B schedule; default 1)")
     g.add_argument("--dp", type=positive_int("--dp"), metavar="N",
                    help="data-parallel degree (default: gpus / (tp·pp))")
+    g.add_argument("--cp", type=positive_int("--cp"), default=1, metavar="N",
+                   help="context-parallel degree: each sequence split over N ranks, ring "
+                        "attention exchanging keys and values (needs --attention sdpa; default 1)")
+    g.add_argument("--virtual-stages", type=positive_int("--virtual-stages"), default=1,
+                   metavar="V", help="virtual pipeline stages per GPU: the interleaved 1F1B "
+                                     "schedule, bubble (p − 1)/(v·m) (default 1)")
+    g.add_argument("--stage-layers", metavar="N,N,...",
+                   help="layers per pipeline stage (per virtual stage with --virtual-stages), "
+                        "in model order; default: even, or one fewer on the first and last "
+                        "stage where pp does not divide the layers (Llama 3)")
     g.add_argument("--ep", type=positive_int("--ep"), default=1, metavar="N",
                    help="expert-parallel degree (mixture-of-experts models only; default 1)")
     g.add_argument("--sp", action="store_true",
@@ -59,7 +71,23 @@ def add_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--network-gbs", metavar="GB/S",
                    help="per-GPU, per-direction bandwidth between nodes (default: the GPU table)")
     g.add_argument("--gpus-per-node", type=positive_int("--gpus-per-node"), metavar="N",
-                   help=f"GPUs per node (default {DEFAULT_GPUS_PER_NODE})")
+                   help=f"GPUs per node: the fast-link domain (default: the GPU table's, "
+                        f"{DEFAULT_GPUS_PER_NODE} for most, 72 for GB200 NVL72)")
+    u = p.add_argument_group("utilization (with --gpus N: which FLOPs --mfu counts)")
+    u.add_argument("--mfu-convention", choices=tuple(CONVENTIONS), default=None,
+                   help="executed (full T×T attention; default), causal (the attention core's "
+                        "causal pairs: MaxText, NeMo), 6N (6 FLOPs per active parameter per "
+                        "token; end-to-end scope only)")
+    u.add_argument("--mfu-scope", choices=tuple(SCOPES), default=None,
+                   help="compute (default): --mfu is the rate each stage computes at, the "
+                        "bubble and communication added; end-to-end: a whole-step figure as "
+                        "papers report it, nothing added")
+    u.add_argument("--hfu", action="store_true",
+                   help="with --mfu-scope end-to-end: the --mfu figure counts the recomputed "
+                        "FLOPs (a hardware FLOPs utilization, as Megatron-LM's X)")
+    u.add_argument("--measured-tokens-per-s", metavar="N",
+                   help="a measured throughput of the whole job, converted into MFU and HFU "
+                        "under each convention")
     g.add_argument("--stack", choices=tuple(STACKS), metavar="NAME",
                    help="the training stack whose memory is planned: "
                         + "; ".join(f"{s.name}: {s.title}" for s in STACKS.values())
@@ -77,12 +105,26 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.set_defaults(precision=None)  # a stack other than torch names its own (see stack_run)
 
 
+def stage_split(text: str | None) -> tuple[int, ...] | None:
+    """'7,8,8' -> (7, 8, 8)."""
+    if text is None:
+        return None
+    parts = [x.strip() for x in str(text).split(",")]
+    if not parts or len(parts) > 100_000 or not all(x.isdigit() and len(x) <= 12 for x in parts):
+        raise UsageError(f"--stage-layers takes positive integers separated by commas (layers "
+                         f"per stage, e.g. 7,8,8,7), got {str(text)[:60]!r}")
+    return tuple(int(x) for x in parts)
+
+
 def check_single(ns: argparse.Namespace) -> None:
     """Layout flags without --gpus are a mistake."""
     given = [f for f in LAYOUT_FLAGS if getattr(ns, f) not in (None, False, 1)
              or (f == "zero" and ns.zero is not None)]
     if given:
         flag = "--" + given[0].replace("_", "-")
+        if given[0] in ("mfu_convention", "mfu_scope", "hfu", "measured_tokens_per_s"):
+            raise UsageError(f"{flag} is read by the many-GPU planner; give --gpus N with it "
+                             f"(--gpus 1 for one GPU)")
         raise UsageError(f"{flag} describes a multi-GPU layout; give --gpus N with it")
     ns.precision = ns.precision or FP32
 
@@ -132,10 +174,16 @@ def run(ns: argparse.Namespace, config) -> int:
                              f"time to train)")
     hw = hardware(ns.gpu, ns.gpu_mem, ns.gpu_flops, ns.gpu_bw, precision.compute)
     net = interconnect(ns.gpu, ns.nvlink_gbs, ns.network_gbs, ns.gpus_per_node)
+    if net is not None and net.network is None and ns.gpus > net.gpus_per_node:
+        raise UsageError(f"--gpus {ns.gpus} spans more than one {net.name} of "
+                         f"{net.gpus_per_node} {ns.gpu} cards, and the GPU table lists no cluster "
+                         f"network for them: give --network-gbs (or --gpus-per-node)")
     zero = FSDP_NAMES[ns.fsdp] if ns.fsdp else (
         ns.zero if ns.zero is not None else run_stack.stack.default_zero)
     micro = ns.micro_batch or 1
     seq = ns.ctx or config.context_length
+    utilization = {"mfu_convention": ns.mfu_convention or EXECUTED,
+                   "mfu_scope": ns.mfu_scope or COMPUTE, "hfu": ns.hfu}
     if ns.search:
         if ns.compare_formulas:
             raise UsageError("--compare-formulas sets one plan beside the literature; leave "
@@ -148,18 +196,27 @@ def run(ns: argparse.Namespace, config) -> int:
         if hw is None or not hw.memory_bytes or not hw.peak_flops:
             raise UsageError("--search ranks layouts by memory and step time; give --gpu NAME "
                              "(or --gpu-mem and --gpu-flops)")
+        if ns.stage_layers is not None:
+            raise UsageError("--stage-layers fixes one pipeline's split; --search tries every "
+                             "pp (each split evenly, or one fewer on the first and last stage)")
         base = Layout(ns.gpus, ep=ns.ep, sp=ns.sp, zero=zero, micro_batch=micro,
-                      global_batch=ns.batch or ns.gpus * micro, recompute=ns.recompute)
+                      global_batch=ns.batch or ns.gpus * micro, recompute=ns.recompute,
+                      cp=ns.cp, vpp=ns.virtual_stages)
         result = search(config, base, seq, precision=precision, hardware=hw, net=net,
-                        mfu=ns.mfu, margin=ns.margin, fix_zero=ns.zero is not None or bool(ns.fsdp),
-                        fix_sp=ns.sp, fix_micro=ns.micro_batch is not None, fix_ep=ns.ep != 1)
+                        mfu=ns.mfu, margin=ns.margin, **utilization,
+                        fix_zero=ns.zero is not None or bool(ns.fsdp),
+                        fix_sp=ns.sp, fix_micro=ns.micro_batch is not None, fix_ep=ns.ep != 1,
+                        fix_cp=ns.cp != 1, fix_vpp=ns.virtual_stages != 1)
         tables, data = search_tables, export.search_dict
     else:
-        dp = resolve(ns.gpus, ns.tp, ns.pp, ns.dp)
+        dp = resolve(ns.gpus, ns.tp, ns.pp, ns.dp, ns.cp)
         lo = Layout(ns.gpus, ns.tp, ns.pp, dp, ns.ep, ns.sp, zero, micro,
-                    ns.batch or dp * micro * ns.pp, ns.recompute)
+                    ns.batch or dp * micro * ns.pp, ns.recompute, cp=ns.cp,
+                    vpp=ns.virtual_stages, stage_split=stage_split(ns.stage_layers))
         result = parallel_plan(config, lo, seq, precision=precision, hardware=hw, net=net,
-                               mfu=ns.mfu, margin=ns.margin, tokens=ns.tokens, stack=run_stack)
+                               mfu=ns.mfu, margin=ns.margin, tokens=ns.tokens, stack=run_stack,
+                               **utilization,
+                               measured_tokens_per_second=ns.measured_tokens_per_s)
         tables, data = views.tables, export.to_dict
         if ns.compare_formulas:
             from accounting.literature.memory_compare import compare

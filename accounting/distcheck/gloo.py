@@ -157,9 +157,13 @@ def _pipeline(case: Case, config, rank: int) -> dict:
     from torch.distributed.pipelining import Schedule1F1B, SplitPoint, pipeline
 
     from accounting.distcheck.hooks import Collectives, LocalFlopCounter
+    from itertools import accumulate
+
+    from accounting.planning.parallel.layout import split_layers
     lm = _model(config)
-    per = config.num_layers // case.pp
-    split = {f"layers.{per * s}": SplitPoint.BEGINNING for s in range(1, case.pp)}
+    # the planner's split: even, or one layer fewer on the first and last stage (Llama 3's)
+    starts = list(accumulate(split_layers(config.num_layers, case.pp)))[:-1]
+    split = {f"layers.{start}": SplitPoint.BEGINNING for start in starts}
     data = _batches(case, config, 0)
     example = data[0][0]
     pipe = pipeline(lm, mb_args=(example,), split_spec=split)

@@ -3,7 +3,7 @@
 Fake backend (one rank of 8 to 64; FakeTensorMode: nothing allocated): FSDP2 and DTensor
 TP/SP on real presets (some with fewer layers of the same shape, to keep CI fast). gloo (4
 real CPU processes, a tiny model): DDP, ZeroRedundancyOptimizer, FSDP2 × TP + SP on a 2 × 2
-mesh, and a 4-stage 1F1B pipeline.
+mesh, and a 4-stage 1F1B pipeline, even and uneven (6 layers: 1, 2, 2, 1).
 
 Expert parallelism (parallelize.expert_parallel: model/moe.py's MoE with all_to_all_single
 for dispatch and combine; FSDP2 as torchtitan, the experts over the dp/ep ranks holding
@@ -72,4 +72,7 @@ GLOO = (
                                                "4 processes"),
     Case(TINY_MOE, 4, dp=4, ep=2, zero=3, label="EP 2 × FSDP2 ZeRO-3 of a tiny MoE (capacity "
                                                 "factor 1.25), 4 processes"),
+    Case({**TINY, "num_layers": 6, "name": "tiny-6"}, 4, pp=4, micro_batches=8,
+         label="1F1B pipeline of 6 layers on 4 stages (uneven: 1, 2, 2, 1, Llama 3's rule), "
+               "8 micro-batches, 4 processes"),
 )

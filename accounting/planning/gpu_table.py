@@ -10,10 +10,12 @@ from accounting.present.render import markdown_table
 from accounting.present.table import Table
 from accounting.units import GiB, decimal, grouped
 
-COLUMNS = ("GPU", "also", "memory (nvidia-smi, MiB)", "memory (GiB)", "datasheet memory",
-           "fp32 TFLOP/s (dense)", "bf16 TFLOP/s (dense)", "bf16 TFLOP/s (with sparsity)",
-           "memory bandwidth (TB/s)", "NVLink (GB/s, bidirectional)",
-           "network (Gb/s per GPU)", "node")
+COLUMNS = ("GPU", "also", "memory (MiB)", "memory (GiB)", "memory as reported by",
+           "datasheet memory", "fp32 TFLOP/s (dense)", "bf16 TFLOP/s (dense)",
+           "bf16 TFLOP/s (with sparsity)", "fp8 TFLOP/s (dense)", "fp8 TFLOP/s (with sparsity)",
+           "fp4 TFLOP/s (dense)", "fp4 TFLOP/s (with sparsity)", "memory bandwidth (TB/s)",
+           "GPU link", "link (GB/s, bidirectional)", "network (Gb/s per GPU)", "node")
+NONE = "–"  # the card has no Tensor Core format of that width (or no network listed)
 TITLE = "GPU table"
 
 
@@ -27,11 +29,18 @@ def _plain(x: Fraction) -> str:
     return f"{int(whole):,}" + (f".{frac}" if frac else "")
 
 
+def _maybe(x: Fraction | int | None) -> str:
+    return NONE if x is None else _plain(Fraction(x))
+
+
 def row(g: GPU) -> tuple[str, ...]:
     also = ", ".join(([g.nickname] if g.nickname else []) + list(g.aliases))
     return (g.name, also, grouped(g.memory_mib), decimal(Fraction(g.memory_bytes, GiB), 2),
+            "label (no driver figure)" if g.memory_from_label else g.smi,
             g.label, _plain(g.fp32_tflops), _plain(g.bf16_tflops), _plain(g.bf16_sparse_tflops),
-            _plain(g.bandwidth_tbs), grouped(g.fabric.nvlink_gbs), grouped(g.fabric.network_gbits),
+            _maybe(g.fp8_tflops), _maybe(g.fp8_sparse_tflops), _maybe(g.fp4_tflops),
+            _maybe(g.fp4_sparse_tflops), _plain(g.bandwidth_tbs), g.fabric.link,
+            _plain(Fraction(g.fabric.nvlink_gbs)), _maybe(g.fabric.network_gbits),
             f"{g.fabric.node}, {g.fabric.gpus_per_node} GPUs")
 
 
@@ -43,12 +52,18 @@ def table() -> Table:
             sources.setdefault(text, []).append(g.name)
     notes = ("TFLOP/s = 10^12 FLOP/s; TB/s = 10^12 bytes/s; GB/s = 10^9 bytes/s; Gb/s = 10^9 "
              "bits/s; MiB = 2^20 bytes, GiB = 2^30 bytes. Dense peaks are what the planner uses; "
-             "the datasheets' Tensor Core figures with sparsity are twice as high. NVLink as the "
-             "datasheets quote it (both directions together; half flows each way); the network "
-             "is one adapter per GPU. Names are matched in any case.",
+             "the datasheets' Tensor Core figures with 2:4 sparsity are twice as high (B300's "
+             "fp4: 13,500 dense as NVIDIA gives it). Memory is the total the driver reports "
+             "(nvidia-smi memory.total, rocm-smi VRAM total), or the label read as GiB where no "
+             "driver figure was found (marked). " + NONE + ": no Tensor Core format of that width "
+             "(or no cluster network listed: give --network-gbs). The GPU link (NVLink, AMD "
+             "Infinity Fabric, PCIe) as the datasheets quote it (both directions together; half "
+             "flows each way); the network is one adapter per GPU; the node is the fast-link "
+             "domain (72 GPUs in a GB200 NVL72 rack). Names are matched in any case, a space "
+             "as a hyphen.",
              *(f"Source ({', '.join(names)}): {text}" for text, names in sources.items()))
-    return Table(TITLE, COLUMNS, tuple(row(g) for g in CARDS), align="ll" + "r" * 2 + "l"
-                 + "r" * 6 + "l", notes=notes)
+    return Table(TITLE, COLUMNS, tuple(row(g) for g in CARDS), align="ll" + "r" * 2 + "ll"
+                 + "r" * 8 + "l" + "r" * 2 + "l", notes=notes)
 
 
 def markdown() -> str:

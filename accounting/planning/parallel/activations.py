@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from accounting.ledger import records as R
-from accounting.planning.parallel.layout import NO_RECOMPUTE, Layout
+from accounting.planning.parallel.layout import NO_RECOMPUTE, Layout, micro_batches_in_flight
 from accounting.planning.parallel.shards import (BLOCK, FIRST, GATHERED, LAST, SEQUENCE,
                                                  TP_SPLIT, Split)
 
@@ -128,7 +128,7 @@ def stage_activations(kept: list[Row], without_recompute: list[Row], layout: Lay
     ledger without recomputation, less the one with; the largest over the stage's kinds)."""
     p = layout.pp
     count = dict(kinds)
-    in_flight = min(layout.micro_batches, p - stage)
+    in_flight = micro_batches_in_flight(layout, stage)
     places = {BLOCK} | ({FIRST} if stage == 0 else set()) | ({LAST} if stage == p - 1 else set())
 
     def total(rs, where=places, copies=None) -> Linear:

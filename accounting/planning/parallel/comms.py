@@ -46,6 +46,7 @@ from accounting.planning.parallel.states import States
 from accounting.units import DTYPE_BYTES, FP32, INT64, MiB
 
 DATA, TENSOR, PIPELINE, EXPERT = "data parallel", "tensor parallel", "pipeline", "expert parallel"
+CONTEXT = "context parallel"  # the cp ranks that split one sequence (ring attention)
 EXPERT_DATA = "expert data parallel"  # the dp/ep ranks that hold the same experts
 ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER = "all-reduce", "all-gather", "reduce-scatter"
 BROADCAST, SEND, RECV, ALL_TO_ALL = "broadcast", "send", "recv", "all-to-all"
@@ -71,10 +72,16 @@ class Collective:
     @property
     def traffic(self) -> Fraction:
         """Bytes this GPU sends, ring algorithms."""
+        sent, over = self.traffic_parts
+        return Fraction(sent, over)
+
+    @property
+    def traffic_parts(self) -> tuple[int, int]:
+        """traffic as (numerator, ranks): sums of many collectives stay ints until divided."""
         if self.op in (SEND, RECV):
-            return Fraction(self.bytes if self.op == SEND else 0)
+            return (self.bytes if self.op == SEND else 0), 1
         k, _ = _RING[self.op]
-        return Fraction(k * (self.ranks - 1) * self.bytes, self.ranks)
+        return k * (self.ranks - 1) * self.bytes, self.ranks
 
 
 def tensor_parallel(layout: Layout, layers: int, stage: int, b: int, seq: int, d_model: int,
@@ -139,23 +146,57 @@ def tensor_parallel(layout: Layout, layers: int, stage: int, b: int, seq: int, d
 
 def pipeline(layout: Layout, stage: int, b: int, seq: int, d_model: int,
              act_bytes: int) -> list[Collective]:
-    """1F1B point-to-point: each micro-batch's output to the next stage (forward) and the
-    gradient of its input to the previous one (backward), on every TP rank."""
-    p, m = layout.pp, layout.micro_batches
+    """Point-to-point per step: each micro-batch's output to the next stage (forward) and the
+    gradient of its input to the previous one (backward), on every TP rank. With v virtual
+    stages (the interleaved schedule) each of the stage's v chunks sends its output on, the
+    last stage's to the first (chunk j·p + p − 1 feeds chunk (j + 1)·p), all but the model's
+    last chunk: v·m sends a step instead of m (Narayanan et al. 2021, §2.2.2: "the amount of
+    communication also increases by v")."""
+    p, m, v = layout.pp, layout.micro_batches, layout.vpp
     if p == 1:
         return []
     x = b * seq * d_model * act_bytes
-    f = f"{m:,} × b·T·d_model·{act_bytes}"
     out = []
-    if stage < p - 1:
-        out += [Collective(PIPELINE, SEND, "activations to the next stage", FORWARD, m, m * x, 2, f),
-                Collective(PIPELINE, RECV, "gradients from the next stage", BACKWARD, m, m * x, 2, f)]
-    if stage > 0:
-        out += [Collective(PIPELINE, RECV, "activations from the previous stage", FORWARD, m,
-                           m * x, 2, f),
-                Collective(PIPELINE, SEND, "gradients to the previous stage", BACKWARD, m,
-                           m * x, 2, f)]
+    sends, recvs = v - (stage == p - 1), v - (stage == 0)  # chunks with a next / a previous
+    f = f"{{n:,}} × b·T·d_model·{act_bytes}"
+    if sends:
+        n = sends * m
+        out += [Collective(PIPELINE, SEND, "activations to the next stage", FORWARD, n, n * x, 2,
+                           f.format(n=n)),
+                Collective(PIPELINE, RECV, "gradients from the next stage", BACKWARD, n, n * x,
+                           2, f.format(n=n))]
+    if recvs:
+        n = recvs * m
+        out += [Collective(PIPELINE, RECV, "activations from the previous stage", FORWARD, n,
+                           n * x, 2, f.format(n=n)),
+                Collective(PIPELINE, SEND, "gradients to the previous stage", BACKWARD, n,
+                           n * x, 2, f.format(n=n))]
     return out
+
+
+def context_parallel(layout: Layout, layers: int, b: int, seq: int, kv_width: int,
+                     act_bytes: int) -> list[Collective]:
+    """Context parallelism, per step (m micro-batches of b sequences, `layers` blocks on the
+    stage): each attention needs the keys and values of all T tokens, of which a rank holds
+    T/cp. torch's context_parallel (torch.distributed.tensor.experimental._attention, the
+    ring: cp − 1 rotations of the K and V shards, each sent on while a block of attention
+    runs) and Llama 3's all-gather (Dubey et al. 2024, §3.3.2: all-gather K and V, attend
+    with the local queries) move the same bytes per rank: (cp − 1)/cp of b·T·2·kv_width
+    elements (kv_width = h_kv/tp·d_k) forward; backward the K and V again and their
+    gradients back (a reduce-scatter; the ring rotates dK and dV home). Counted here as the
+    all-gather form: payload b·T·2·kv_width, ring traffic (cp − 1)/cp of it."""
+    cp, m = layout.cp, layout.micro_batches
+    if cp == 1 or not layers:
+        return []
+    n = layers * m
+    x = b * seq * 2 * kv_width * act_bytes
+    f = f"{n:,} × b·T·2·(h_kv/tp)·d_k·{act_bytes}"
+    return [Collective(CONTEXT, ALL_GATHER, "keys and values of the whole sequence", FORWARD, n,
+                       n * x, cp, f),
+            Collective(CONTEXT, ALL_GATHER, "keys and values again (not kept from the forward)",
+                       BACKWARD, n, n * x, cp, f),
+            Collective(CONTEXT, REDUCE_SCATTER, "gradients of the keys and values", BACKWARD, n,
+                       n * x, cp, f)]
 
 
 def data_parallel(layout: Layout, st: States, precision: Precision, buffer_bytes: int,
@@ -215,7 +256,7 @@ def data_parallel(layout: Layout, st: States, precision: Precision, buffer_bytes
         if n == 1:
             continue  # no unit, or experts on a one-rank mesh (ep = dp)
         k = len(units)
-        gathered = sum(u.unsharded_padded(n) for u in units)
+        gathered = _gathered(st, name, units, n)
         group, sym = (EXPERT_DATA, "e") if name == "routed experts" else (DATA, "d")
         ag, rs = gathered * param_bytes, gathered * g
         pf = f"{sym}·Σ⌈rows/{sym}⌉·cols·{param_bytes}"
@@ -227,6 +268,23 @@ def data_parallel(layout: Layout, st: States, precision: Precision, buffer_bytes
         out.append(Collective(group, REDUCE_SCATTER, f"gradients of the {name}", BACKWARD, k * m,
                               m * rs, n, f"{k * m:,} × {sym}·Σ⌈rows/{sym}⌉·cols·{g}"))
     return out
+
+
+_GATHERED: dict = {}  # (id(states), kind, n) -> (states, elements): the search's plans share states
+
+
+def _gathered(st: States, name: str, units, n: int) -> int:
+    """Σ of the units' gathered (padded) elements, remembered per States object (the
+    planner's cache hands the same one to the layouts that differ only in batch or SP)."""
+    key = (id(st), name, n)
+    hit = _GATHERED.get(key)
+    if hit is not None and hit[0] is st:
+        return hit[1]
+    if len(_GATHERED) > 4096:
+        _GATHERED.clear()
+    value = sum(u.unsharded_padded(n) for u in units)
+    _GATHERED[key] = (st, value)
+    return value
 
 
 DDP_FIRST_BUCKET = MiB  # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES = 1024 * 1024

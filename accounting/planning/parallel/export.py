@@ -5,7 +5,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 from accounting.present.export import config_dict, csv_text, fraction
-from accounting.planning.parallel.layout import ZERO_STAGES, Layout
+from accounting.planning.parallel.layout import ZERO_STAGES, Layout, layer_split
 from accounting.planning.parallel.plan import CHECKED, FORMULA_ONLY, ParallelPlan
 
 
@@ -18,7 +18,8 @@ def layout_dict(lo: Layout) -> dict:
     return {"gpus": lo.gpus, "tp": lo.tp, "pp": lo.pp, "dp": lo.dp, "ep": lo.ep, "sp": lo.sp,
             "zero": lo.zero, "zero_name": name, "engine": engine, "engine_meaning": meaning,
             "micro_batch": lo.micro_batch, "global_batch": lo.global_batch,
-            "micro_batches": lo.micro_batches, "recompute": lo.recompute}
+            "micro_batches": lo.micro_batches, "recompute": lo.recompute, "cp": lo.cp,
+            "virtual_stages": lo.vpp, "stage_layers_given": lo.stage_split is not None}
 
 
 def stack_dict(p: ParallelPlan) -> dict:
@@ -48,6 +49,7 @@ def to_dict(p: ParallelPlan) -> dict:
            "per_layer_activation_bytes": p.per_layer_activation_bytes,
            "per_layer_activations": [{"name": n, "bytes": v} for n, v in p.per_layer],
            "bubble": _f(p.bubble), "checked_on_torch_distributed": list(CHECKED),
+           "layers_per_chunk": list(layer_split(p.config, p.layout)),
            "formula_only": list(FORMULA_ONLY), "stages": []}
     for s in p.stages:
         out["stages"].append({
@@ -78,9 +80,33 @@ def to_dict(p: ParallelPlan) -> dict:
                             "data_parallel_seconds": _f(t.data_parallel),
                             "links": {g: {"bytes_per_s": _f(bw), "kind": k}
                                       for g, (bw, k) in t.links.items()}}
+        out["step_time"].update({"mfu_convention": p.mfu_convention, "mfu_scope": p.mfu_scope,
+                                 "hfu": p.hfu, "compute_scope_seconds": _f(t.seconds),
+                                 "seconds": _f(p.step_seconds),
+                                 "tokens_per_second": _f(p.tokens_per_second)})
+        out["utilization"] = utilization_dict(p, p.measured_tokens_per_second)
         if p.steps is not None:
             out["time_to_train"] = {"tokens": p.tokens, "steps": p.steps,
-                                    "seconds": _f(t.seconds * p.steps)}
+                                    "seconds": _f(p.step_seconds * p.steps)}
+    return out
+
+
+def utilization_dict(p: ParallelPlan, measured=None) -> list[dict]:
+    """Each convention's FLOPs per token and the MFU and HFU at the plan's throughput (and at
+    a measured one)."""
+    from accounting.planning.mfu import utilizations
+    lo = p.layout
+    out = []
+    for u in utilizations(p.config, p.seq, lo.recompute, p.tokens_per_second, lo.gpus,
+                          p.hardware.peak_flops):
+        out.append({"convention": u.convention, "model_flops_per_token": _f(u.model_flops_per_token),
+                    "hardware_flops_per_token": _f(u.hardware_flops_per_token),
+                    "mfu": _f(u.mfu), "hfu": _f(u.hfu)})
+    if measured is not None:
+        for row, u in zip(out, utilizations(p.config, p.seq, lo.recompute, measured, lo.gpus,
+                                            p.hardware.peak_flops)):
+            row.update({"measured_tokens_per_second": _f(measured), "measured_mfu": _f(u.mfu),
+                        "measured_hfu": _f(u.hfu)})
     return out
 
 

@@ -5,7 +5,6 @@
 """
 from __future__ import annotations
 
-from fractions import Fraction
 
 import pandas as pd
 
@@ -80,16 +79,17 @@ def search_frame(config_or_search, gpus: int | None = None, *, batch: int | None
     for rank, p in enumerate(s.ranked, 1):
         lo = p.layout
         rows.append({"rank": rank, "tp": lo.tp, "pp": lo.pp, "dp": lo.dp, "ep": lo.ep, "sp": lo.sp,
+                     "cp": lo.cp, "virtual_stages": lo.vpp,
                      "zero": lo.sharding, "micro_batch": lo.micro_batch, "fits": True,
                      "memory_bytes": p.memory, "headroom_bytes": p.fit.headroom,
                      "largest_micro_batch": p.fit.largest,
-                     "bubble": float(p.bubble), "step_seconds": float(p.time.seconds),
-                     "tokens_per_second": float(Fraction(p.tokens_per_step) / p.time.seconds),
+                     "bubble": float(p.bubble), "step_seconds": float(p.step_seconds),
+                     "tokens_per_second": float(p.tokens_per_second),
                      "reason": ""})
     for r in s.rejected:
         lo = r.layout
         rows.append({"rank": None, "tp": lo.tp, "pp": lo.pp, "dp": lo.dp, "ep": lo.ep, "sp": lo.sp,
-                     "zero": lo.sharding, "micro_batch": lo.micro_batch, "fits": False,
+                     "cp": lo.cp, "virtual_stages": lo.vpp, "zero": lo.sharding, "micro_batch": lo.micro_batch, "fits": False,
                      "memory_bytes": None, "headroom_bytes": None, "largest_micro_batch": None,
                      "bubble": None, "step_seconds": None, "tokens_per_second": None,
                      "reason": r.reason + (f" (short by {r.shortfall:,} bytes)" if r.shortfall else "")})

@@ -18,6 +18,7 @@ Expert tensor parallelism (Megatron-LM's --expert-tensor-parallel-size, which de
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from accounting.spec.config import ModelConfig
 from accounting.runtime.errors import UsageError
@@ -60,6 +61,9 @@ class Layout:
     micro_batch: int = 1  # sequences per micro-batch on one data-parallel rank
     global_batch: int = 1  # sequences per optimizer step, all data-parallel ranks together
     recompute: str = NO_RECOMPUTE
+    cp: int = 1  # context parallelism: the sequence split over cp ranks (ring attention)
+    vpp: int = 1  # virtual pipeline stages per GPU (the interleaved 1F1B schedule)
+    stage_split: tuple[int, ...] | None = None  # layers per (virtual) stage, when given
 
     @property
     def micro_batches(self) -> int:
@@ -76,8 +80,19 @@ class Layout:
         """The stage in effect: nothing to shard without data parallelism."""
         return self.zero if self.dp > 1 else 0
 
+    @property
+    def chunks(self) -> int:
+        """Model chunks in the pipeline: pp stages of vpp virtual stages each."""
+        return self.pp * self.vpp
+
     def label(self) -> str:
         parts = [f"tp={self.tp}", f"pp={self.pp}", f"dp={self.dp}"]
+        if self.cp > 1:
+            parts.append(f"cp={self.cp}")
+        if self.vpp > 1:
+            parts.append(f"vpp={self.vpp}")
+        if self.stage_split is not None:
+            parts.append("layers=" + ",".join(map(str, self.stage_split)))
         if self.ep > 1:
             parts.append(f"ep={self.ep}")
         if self.sp:
@@ -92,10 +107,71 @@ def experts(config: ModelConfig) -> int:
     return getattr(config, "num_experts", 0) or 0
 
 
-def stage_layers(config: ModelConfig, layout: Layout, stage: int) -> range:
-    """The blocks of pipeline stage `stage`: L/pp consecutive ones."""
-    per = config.num_layers // layout.pp
-    return range(stage * per, (stage + 1) * per)
+@lru_cache(maxsize=1024)
+def split_layers(num_layers: int, chunks: int) -> tuple[int, ...]:
+    """Layers per model chunk when none are given: as even as can be, and where `chunks`
+    does not divide the layers, one layer fewer on the first and the last chunk first (then
+    the second and the second to last, ...): Llama 3's rule for 126 layers on 16 stages
+    (Dubey et al. 2024, §3.3.2: "we reduce one Transformer layer each from the first and
+    the last stages", which hold the embedding and the output layer with the loss)."""
+    per = -(-num_layers // chunks)
+    sizes = [per] * chunks
+    spare = per * chunks - num_layers
+    for i in range(spare):
+        sizes[i // 2 if i % 2 == 0 else chunks - 1 - i // 2] -= 1
+    return tuple(sizes)
+
+
+def layer_split(config: ModelConfig, layout: Layout) -> tuple[int, ...]:
+    """Layers per model chunk, in model order (pp·vpp chunks; chunk c on stage c mod pp):
+    the given --stage-layers, or split_layers'."""
+    if layout.stage_split is not None:
+        return layout.stage_split
+    return split_layers(config.num_layers, layout.chunks)
+
+
+def stage_layers(config: ModelConfig, layout: Layout, stage: int) -> tuple[int, ...]:
+    """The blocks of pipeline stage `stage`, in order: its chunks stage, stage + pp, ... of
+    the layer split (one chunk, consecutive blocks, without virtual stages)."""
+    return _stage_table(layer_split(config, layout), layout.pp)[stage]
+
+
+@lru_cache(maxsize=1024)
+def _stage_table(sizes: tuple[int, ...], pp: int) -> tuple[tuple[int, ...], ...]:
+    """Every stage's blocks for a split of the layers into chunks (chunk c on stage c mod pp)."""
+    out: list[list[int]] = [[] for _ in range(pp)]
+    start = 0
+    for c, n in enumerate(sizes):
+        out[c % pp].extend(range(start, start + n))
+        start += n
+    return tuple(tuple(x) for x in out)
+
+
+def micro_batches_in_flight(layout: Layout, stage: int, m: int | None = None) -> int:
+    """Micro-batches whose activations stage `stage` (0-based) holds at its peak, of m.
+    1F1B (Narayanan et al. 2021, §2.2; torch's Schedule1F1B): min(m, p − s). The interleaved
+    schedule (vpp = v > 1; Megatron-LM's forward_backward_pipelining_with_interleaving and
+    torch's ScheduleInterleaved1F1B) runs 2(p − s − 1) + (v − 1)·p warm-up chunk forwards
+    before its first backward, so 2(p − s − 1) + (v − 1)·p + 1 chunks (each 1/v of the
+    stage's blocks) are held: ⌈that / v⌉ micro-batches of the whole stage, which for the
+    first stage is Megatron-LM's in_flight_microbatches = ⌈p·(1 + (p − 1)/(p·v))⌉
+    (theoretical_memory_usage.py: the interleaved schedule's memory penalty). Rounded up:
+    Megatron-LM scales the layers' activations by the fraction p + (p − 1)/v itself (23.5
+    micro-batches for p 16, v 2, where this counts 24: half a stage more, an upper bound)."""
+    m = layout.micro_batches if m is None else m
+    if layout.vpp == 1:
+        return min(m, layout.pp - stage)
+    return -(-chunks_in_flight(layout, stage, m) // layout.vpp)
+
+
+def chunks_in_flight(layout: Layout, stage: int, m: int | None = None) -> int:
+    """Model chunks (micro-batch × virtual stage) whose activations stage `stage` holds at its
+    peak under the interleaved schedule: min(v·m, 2(p − s − 1) + (v − 1)·p + 1) (torch's
+    _get_warmup_ops with m a multiple of p, plus the steady state's one;
+    tests/test_pipeline_schedules.py reads it off ScheduleInterleaved1F1B's order)."""
+    m = layout.micro_batches if m is None else m
+    p, v = layout.pp, layout.vpp
+    return min(v * m, 2 * (p - stage - 1) + (v - 1) * p + 1)
 
 
 def expert_shard_dim(config: ModelConfig, layout: Layout) -> int:
@@ -119,9 +195,10 @@ def problems(config: ModelConfig, layout: Layout, seq: int) -> list[str]:
     """Why a layout cannot run this model (empty: it can). One sentence each, naming the fix."""
     c, lo = config, layout
     out = []
-    product = lo.tp * lo.pp * lo.dp
+    product = lo.tp * lo.cp * lo.pp * lo.dp
     if product != lo.gpus:
-        out.append(f"tp {lo.tp} × pp {lo.pp} × dp {lo.dp} = {product} GPUs, not --gpus "
+        cp = f" × cp {lo.cp}" if lo.cp > 1 else ""
+        out.append(f"tp {lo.tp}{cp} × pp {lo.pp} × dp {lo.dp} = {product} GPUs, not --gpus "
                    f"{lo.gpus}; the degrees must multiply to the number of GPUs")
     if lo.tp > 1:
         if c.num_heads % lo.tp:
@@ -142,9 +219,8 @@ def problems(config: ModelConfig, layout: Layout, seq: int) -> list[str]:
     elif lo.sp and seq % lo.tp:
         out.append(f"sequence parallelism splits T = {seq:,} tokens over tp {lo.tp} ranks; "
                    f"choose a T divisible by {lo.tp}")
-    if c.num_layers % lo.pp:
-        out.append(f"pp {lo.pp} does not divide the {c.num_layers} layers; each pipeline stage "
-                   f"holds the same number of blocks (pp among {_choose(c.num_layers)})")
+    out += pipeline_problems(c, lo)
+    out += context_problems(c, lo, seq)
     if lo.tp > 1 and experts(c):
         out.append(f"tp {lo.tp} with a mixture of experts is not planned: expert tensor "
                    f"parallelism (Megatron-LM's --expert-tensor-parallel-size, which defaults "
@@ -179,13 +255,70 @@ def problems(config: ModelConfig, layout: Layout, seq: int) -> list[str]:
     return out
 
 
+def pipeline_problems(c: ModelConfig, lo: Layout) -> list[str]:
+    """The layer split and the virtual stages."""
+    out = []
+    if lo.vpp > 1 and lo.pp == 1:
+        out.append(f"--virtual-stages {lo.vpp} interleaves the stages of a pipeline; it needs "
+                   f"--pp > 1")
+    elif lo.vpp > 1 and lo.micro_batches % lo.pp:
+        out.append(f"the interleaved schedule runs the micro-batches in groups of pp: "
+                   f"{lo.micro_batches:,} micro-batches is not a multiple of pp {lo.pp} "
+                   f"(Megatron-LM's rule; choose a global batch of dp·micro-batch·{lo.pp}·k)")
+    if lo.stage_split is not None:
+        n = lo.chunks
+        what = f"pp {lo.pp}" + (f" × {lo.vpp} virtual stages" if lo.vpp > 1 else "")
+        if len(lo.stage_split) != n:
+            out.append(f"--stage-layers gives {len(lo.stage_split)} numbers; {what} needs {n}, "
+                       f"one per {'virtual ' if lo.vpp > 1 else ''}stage in model order")
+        elif sum(lo.stage_split) != c.num_layers:
+            out.append(f"--stage-layers adds up to {sum(lo.stage_split)} layers; {c.name} has "
+                       f"{c.num_layers}")
+    elif c.num_layers < lo.chunks:
+        out.append(f"{lo.chunks} pipeline chunks (pp {lo.pp} × {lo.vpp}) for {c.num_layers} "
+                   f"layers: each chunk needs a layer at least; choose a smaller --pp or "
+                   f"--virtual-stages")
+    return out
+
+
+def context_problems(c: ModelConfig, lo: Layout, seq: int) -> list[str]:
+    """Context parallelism: torch's context_parallel (and Megatron-LM's, with Transformer
+    Engine) replaces a fused attention kernel; each rank holds T/cp tokens, two load-balanced
+    chunks of T/(2·cp) (the causal mask's work evened out)."""
+    if lo.cp == 1:
+        return []
+    out = []
+    if c.attention != "sdpa":
+        out.append(f"--cp {lo.cp}: context parallelism (ring attention) replaces the fused "
+                   f"attention kernel (F.scaled_dot_product_attention), not the explicit scores "
+                   f"and softmax; give --attention sdpa")
+    if seq % (2 * lo.cp):
+        out.append(f"--cp {lo.cp} splits T = {seq:,} into 2·cp = {2 * lo.cp} load-balanced "
+                   f"chunks; choose a T divisible by {2 * lo.cp}")
+    if lo.sp and (seq // lo.cp) % lo.tp:
+        out.append(f"sequence parallelism splits the T/cp = {seq // lo.cp:,} tokens of a "
+                   f"context-parallel rank over tp {lo.tp}; choose a T divisible by "
+                   f"{lo.cp * lo.tp}")
+    if lo.ep > 1:
+        out.append("context parallelism with expert parallelism is not planned; leave --ep at 1")
+    if c.sliding_window is not None or c.attention_chunk is not None:
+        out.append("context parallelism with sliding-window or chunked attention is not planned "
+                   "(torch's ring attention runs full causal attention)")
+    return out
+
+
 def check_numbers(layout: Layout) -> None:
     """Types and ranges (before the model-specific checks)."""
-    for name in ("gpus", "tp", "pp", "dp", "ep", "micro_batch", "global_batch"):
+    for name in ("gpus", "tp", "pp", "dp", "ep", "micro_batch", "global_batch", "cp", "vpp"):
         v = getattr(layout, name)
         if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-            flag = "--" + name.replace("_", "-")
+            flag = "--virtual-stages" if name == "vpp" else "--" + name.replace("_", "-")
             raise UsageError(f"{flag} must be a positive integer, got {v!r}")
+    if layout.stage_split is not None and (
+            not layout.stage_split or any(isinstance(n, bool) or not isinstance(n, int) or n <= 0
+                                          for n in layout.stage_split)):
+        raise UsageError(f"--stage-layers must be positive integers, one per stage, got "
+                         f"{layout.stage_split!r}")
     if layout.gpus > 10**6:
         raise UsageError(f"--gpus must be at most 1,000,000, got {layout.gpus:,}")
     if layout.zero not in ZERO_STAGES:
@@ -201,11 +334,12 @@ def check_layout(config: ModelConfig, layout: Layout, seq: int) -> None:
         raise UsageError(found[0])
 
 
-def resolve(gpus: int, tp: int = 1, pp: int = 1, dp: int | None = None) -> int:
-    """The data-parallel degree: given, or gpus / (tp·pp)."""
+def resolve(gpus: int, tp: int = 1, pp: int = 1, dp: int | None = None, cp: int = 1) -> int:
+    """The data-parallel degree: given, or gpus / (tp·cp·pp)."""
     if dp is not None:
         return dp
-    if gpus % (tp * pp):
-        raise UsageError(f"--gpus {gpus} is not divisible by tp {tp} × pp {pp}; give degrees "
-                         f"whose product is the number of GPUs")
-    return gpus // (tp * pp)
+    if gpus % (tp * cp * pp):
+        cps = f" × cp {cp}" if cp > 1 else ""
+        raise UsageError(f"--gpus {gpus} is not divisible by tp {tp}{cps} × pp {pp}; give "
+                         f"degrees whose product is the number of GPUs")
+    return gpus // (tp * cp * pp)

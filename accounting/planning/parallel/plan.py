@@ -7,8 +7,9 @@ no more memory and no more work than one of these.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
+from functools import lru_cache
 from math import prod
 
 from accounting.analysis.workload import check_workload
@@ -17,11 +18,15 @@ from accounting.runtime.errors import UsageError
 from accounting.planning.compute import check_mfu, exact
 from accounting.planning.fit import Budget
 from accounting.planning.gpus import Hardware, Interconnect
+from accounting.ledger.records import EXECUTED, USEFUL
 from accounting.planning.memory import STEP_BYTES, Precision
+from accounting.planning.mfu import (COMPUTE, END_TO_END, SIX_N, check_convention, check_scope,
+                                     end_to_end_seconds)
 from accounting.planning.parallel import activations as A
 from accounting.planning.parallel import comms as C
 from accounting.planning.parallel.buffers import Item, engine_buffers, stage_buffers
-from accounting.planning.parallel.layout import Layout, check_layout, stage_layers
+from accounting.planning.parallel.layout import (Layout, check_layout,
+                                                 micro_batches_in_flight, stage_layers)
 from accounting.planning.parallel.shards import FIRST, Split, split
 from accounting.planning.parallel.stack_memory import StackRun, per_layer
 from accounting.planning.parallel.stack_memory import memory as stack_memory
@@ -37,12 +42,16 @@ CHECKED = ("parameter, gradient and AdamW-state bytes per rank (FSDP2 and TP/SP 
            "the activation bytes each rank's blocks save, TP/SP splits included "
            "(saved_tensors_hooks), and the micro-batches a 1F1B stage holds (Schedule1F1B)",
            "matmul FLOPs per rank (FlopCounterMode on the rank's local tensors)",
-           "collectives per step, calls and bytes, by kind (a dispatch hook beside CommDebugMode)")
+           "collectives per step, calls and bytes, by kind (a dispatch hook beside CommDebugMode)",
+           "the interleaved schedule's chunks in flight, step length and sends per rank "
+           "(ScheduleInterleaved1F1B's own order)", "the context-parallel K/V exchange (torch's "
+           "ring attention on a gloo group, against full attention)")
 FORMULA_ONLY = ("recomputation",
                 "communication buffers (DDP buckets, FSDP2's gathered units, pipelining receive "
                 "buffers)", "bf16 mixed precision", "TP or PP combined with DDP or ZeRO-1, and "
                 "PP combined with TP or FSDP", "the tied embedding's gradient all-reduce across "
-                "pipeline stages (Megatron-LM)", "step time")
+                "pipeline stages (Megatron-LM)", "step time", "context parallelism's activations "
+                "and FLOPs per rank (the ledger at T/cp: torch's context_parallel needs CUDA)")
 
 
 @dataclass(frozen=True)
@@ -64,14 +73,15 @@ class StagePlan:
     def model_states(self) -> int:
         return sum(i.bytes.c for i in self.items if i.on_gpu and i.model_state)
 
-    def memory_at(self, b: int, per_rank: int, pp: int,
+    def memory_at(self, b: int, per_rank: int, layout: Layout,
                   activations: A.StageActivations | None = None) -> int:
         """Bytes at another micro-batch b of the same per-rank batch (m = per_rank / b
         micro-batches, min(m, p − s) of them in flight); `activations`: the stage's at b
         where they are not linear in b (an expert capacity factor)."""
         fixed = sum(i.bytes.at(b) for i in self.items if i.on_gpu and not i.activations)
         a = activations or self.activations
-        return fixed + min(per_rank // b, pp - self.stage) * a.per_micro_batch.at(b) \
+        k = micro_batches_in_flight(layout, self.stage, per_rank // b)
+        return fixed + k * a.per_micro_batch.at(b) \
             + a.recomputed_block.at(b)  # the weight copies are in per_micro_batch
 
 
@@ -98,6 +108,28 @@ class ParallelPlan:
     tokens: int | None = None  # to train on, for the time to train
     stack: StackRun = StackRun()
     per_layer: tuple[tuple[str, int], ...] = ()  # one block's saved tensors, one micro-batch
+    mfu_convention: str = EXECUTED  # which FLOPs the --mfu figure counts (planning/mfu.py)
+    mfu_scope: str = COMPUTE  # the rate on each stage, or a whole-step (end-to-end) figure
+    hfu: bool = False  # an end-to-end figure that counts the recomputed FLOPs
+    measured_tokens_per_second: Fraction | None = None  # to convert into MFU/HFU
+
+    @property
+    def step_seconds(self) -> Fraction | None:
+        """The step time: the compute-scope estimate (bubble and communication added), or
+        at an end-to-end utilization the convention's FLOPs of the step / (n·peak·u)."""
+        if self.hardware is None or not self.hardware.peak_flops:
+            return None
+        if self.mfu_scope == END_TO_END:
+            return end_to_end_seconds(self.config, self.seq, self.layout.recompute,
+                                      self.mfu_convention, self.layout.global_batch,
+                                      self.layout.gpus, self.hardware.peak_flops, self.mfu,
+                                      self.hfu)
+        return None if self.time is None else self.time.seconds
+
+    @property
+    def tokens_per_second(self) -> Fraction | None:
+        t = self.step_seconds
+        return None if t is None else Fraction(self.tokens_per_step) / t
 
     @property
     def per_layer_activation_bytes(self) -> int:
@@ -131,8 +163,49 @@ class ParallelPlan:
         return None if self.tokens is None else -(-self.tokens // self.tokens_per_step)
 
 
-def _shown(pp: int) -> list[int]:
-    return sorted({0, min(1, pp - 1), pp - 1})
+def _shown(config: ModelConfig, layout: Layout) -> list[int]:
+    """The first stage, the second, the last, and with an uneven split the middle stage with
+    the most blocks (the slowest), the first of them."""
+    pp = layout.pp
+    shown = {0, min(1, pp - 1), pp - 1}
+    if pp > 2:
+        sizes = [len(stage_layers(config, layout, s)) for s in range(pp)]
+        shown.add(max(range(1, pp - 1), key=lambda s: (sizes[s], -s)))
+    return sorted(shown)
+
+
+def _states_key(dl: Layout) -> Layout:
+    """What the model states depend on (not the batch, recomputation or SP): the search's
+    layouts that differ only there share them."""
+    return replace(dl, sp=False, micro_batch=1, global_batch=dl.dp, recompute="none")
+
+
+@lru_cache(maxsize=4096)
+def _states(sp: Split, seq: int, b: int, dl: Layout, stage: int, tp_rank: int,
+            dp_rank: int | None):
+    values = sp.values(seq, b)
+    units = stage_tensors(sp, values, dl, stage, tp_rank)
+    rank = dp_rank if dp_rank is not None else (
+        zero1_worst_rank(units, dl) if dl.sharding == 1 else 0)
+    return units, states(units, dl, rank)
+
+
+@lru_cache(maxsize=4096)
+def _activations(sp: Split, plain: Split, layout: Layout, local: int, tp_rank: int, stage: int,
+                 kinds: tuple) -> A.StageActivations:
+    """A stage's activations (the same for every sharding stage: `layout` has zero 0)."""
+    rows = (A.rows(sp, layout, local, tp_rank=tp_rank),
+            A.rows(plain, layout, local, tp_rank=tp_rank))
+    return A.stage_activations(*rows, layout, stage, kinds)
+
+
+def data_layout(layout: Layout) -> Layout:
+    """The layout the sharding and the data-parallel collectives see: dp·cp ranks (the same
+    micro-batches each: the global batch scaled with them)."""
+    if layout.cp == 1:
+        return layout
+    return replace(layout, dp=layout.dp * layout.cp, cp=1,
+                   global_batch=layout.global_batch * layout.cp)
 
 
 def activation_bytes(precision: Precision) -> int:
@@ -146,22 +219,26 @@ def activation_bytes(precision: Precision) -> int:
 def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage: int,
                act_rows: tuple[list[A.Row], list[A.Row]], values: dict[str, int],
                tp_rank: int = 0, dp_rank: int | None = None,
-               stack: StackRun = StackRun()) -> StagePlan:
+               stack: StackRun = StackRun(), counting: str = EXECUTED) -> StagePlan:
     """One GPU of a stage: TP rank `tp_rank`, data-parallel rank `dp_rank` (default: 0, or
-    under ZeroRedundancyOptimizer the rank with the most AdamW state)."""
+    under ZeroRedundancyOptimizer the rank with the most AdamW state). `act_rows` are the
+    saved tensors of a rank's T/cp tokens."""
     c = sp.config
     layers = stage_layers(c, layout, stage)
     kinds = sp.kinds(layers)
-    units = stage_tensors(sp, values, layout, stage, tp_rank)
-    rank = dp_rank if dp_rank is not None else (
-        zero1_worst_rank(units, layout) if layout.sharding == 1 else 0)
-    st = states(units, layout, rank)
-    z, d, p = layout.sharding, layout.dp, precision
+    # context parallelism: the cp ranks of a group hold the same parameters, so gradients
+    # are reduced (and ZeRO/FSDP shards spread) over dp·cp ranks (Megatron-LM's data-parallel
+    # group with context parallelism; torchtitan's dp_shard_cp mesh); each rank runs T/cp tokens
+    dl = data_layout(layout)
+    local = seq // layout.cp
+    units, st = _states(sp, seq, layout.micro_batch, _states_key(dl), stage, tp_rank, dp_rank)
+    z, d, p = dl.sharding, dl.dp, precision
     if stack.name != TORCH:
-        items, acts = stack_memory(stack, sp, layout, precision, st, stage, kinds, values, seq,
+        items, acts = stack_memory(stack, sp, dl, precision, st, stage, kinds, values, local,
                                    act_rows, tp_rank)
         return _finish(sp, layout, precision, seq, stage, layers, kinds, units, st, items,
-                       acts, values, tp_rank, W16 if stack.name == TORCHTITAN else None)
+                       acts, values, tp_rank, W16 if stack.name == TORCHTITAN else None,
+                       counting)
     b_sym = "⌈rows/d⌉·cols" if z >= 2 else ""
     # with ep > 1: N_stage counts E/ep experts of each MoE block (their FSDP shards over the
     # dp/ep ranks: ⌈rows/e⌉·cols, e = dp/ep)
@@ -190,7 +267,8 @@ def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage:
                           f"L_stage·2·T_max·({'d_rope' if c.mla else 'd_rot' if c.rotary_dim else 'd_k'}/2)·4"
                           + (" + L_moe·E·4" if bias else ""),
                           A.Linear(0, buf)))
-    acts = A.stage_activations(*act_rows, layout, stage, kinds)
+    acts = _activations(sp, split(c, precision.autocast), replace(layout, zero=0), local,
+                        tp_rank, stage, kinds)
     copies = acts.weight_copies.times(acts.in_flight)
     items.append(Item("activations of the k micro-batches in flight"
                       + ("" if layout.recompute == "none" else " + one block's recomputed part"),
@@ -201,36 +279,42 @@ def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage:
                           "k·2·N_matmul_stage", copies, activations=True,
                           note="autocast casts each weight for its matmul, which saves the copy "
                                "until its backward pass"))
-    items += engine_buffers(sp, layout, precision, st, stage, values, seq, tp_rank)
+    items += engine_buffers(sp, dl, precision, st, stage, values, local, tp_rank)
     return _finish(sp, layout, precision, seq, stage, layers, kinds, units, st, items, acts,
-                   values, tp_rank)
+                   values, tp_rank, None, counting)
 
 
 def _finish(sp: Split, layout: Layout, p: Precision, seq: int, stage: int, layers, kinds,
             units, st: States, items: list[Item], acts: A.StageActivations,
-            values: dict[str, int], tp_rank: int, gather_bytes: int | None = None
-            ) -> StagePlan:
+            values: dict[str, int], tp_rank: int, gather_bytes: int | None = None,
+            counting: str = EXECUTED) -> StagePlan:
     """The stage's communication and FLOPs, beside its memory items (`gather_bytes`: what
     FSDP2 gathers per element, when not the master's: bf16 under torchtitan's policy)."""
     c = sp.config
+    dl, local = data_layout(layout), seq // layout.cp
     buf = stage_buffers(sp, values, kinds)
     act_bytes = activation_bytes(p)
     norms = [t for u in units for t in u.tensors if sp.sequence_norm(t.tensor)]
-    comms = (C.tensor_parallel(layout, len(layers), stage, layout.micro_batch, seq, c.d_model,
+    comms = (C.tensor_parallel(layout, len(layers), stage, layout.micro_batch, local, c.d_model,
                                act_bytes, c.positions == "learned",
                                (len(norms), sum(t.numel for t in norms)), p.grad_bytes)
-             + C.pipeline(layout, stage, layout.micro_batch, seq // (layout.tp if layout.sp else 1),
-                          c.d_model, act_bytes)
-             + C.data_parallel(layout, st, p, buf, gather_bytes or p.master_bytes))
+             + C.pipeline(layout, stage, layout.micro_batch,
+                          local // (layout.tp if layout.sp else 1), c.d_model, act_bytes)
+             + C.context_parallel(layout, len(layers), layout.micro_batch, seq,
+                                  -(-c.kv_heads // layout.tp) * c.d_k, act_bytes)
+             + C.data_parallel(dl, st, p, buf, gather_bytes or p.master_bytes))
     if dict(sp.ledger.tied) and layout.pp > 1 and stage in (0, layout.pp - 1):
         table = next(t for t in sp.tensors if t.place == FIRST and t.matmul_weight)
         comms += C.tied_embedding(layout, prod(table.sizes(values, layout.tp)), p.grad_bytes)
-    moe_layers = sum(1 for i in layers if c.layer_kinds[i].moe)
+    moe_layers = 0
+    if c.num_experts is not None:
+        kinds_of = c.layer_kinds  # a property that builds the tuple: read it once
+        moe_layers = sum(1 for i in layers if kinds_of[i].moe)
     comms += C.expert_parallel(layout, c, moe_layers, layout.micro_batch * seq, c.d_model,
                                act_bytes)
     return StagePlan(stage, len(layers), st, tuple(items), acts,
-                     stage_flops(sp, layout, stage, kinds, seq, st, tp_rank), tuple(comms),
-                     kinds)
+                     stage_flops(sp, layout, stage, kinds, seq, st, tp_rank, counting),
+                     tuple(comms), kinds)
 
 
 def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *,
@@ -238,9 +322,30 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
                   net: Interconnect | None = None, mfu="0.5", margin="0",
                   tokens: int | None = None, stages: list[int] | None = None,
                   tp_rank: int = 0, dp_rank: int | None = None,
-                  stack: StackRun = StackRun()) -> ParallelPlan:
+                  stack: StackRun = StackRun(), mfu_convention: str = EXECUTED,
+                  mfu_scope: str = COMPUTE, hfu: bool = False,
+                  measured_tokens_per_second=None) -> ParallelPlan:
     """The plan of one GPU per stage shown (TP rank 0 — it holds the most of an uneven
-    split — and data-parallel rank 0, or the given ranks)."""
+    split — and data-parallel rank 0, or the given ranks). `mfu` is read under
+    `mfu_convention` and `mfu_scope` (planning/mfu.py): in the compute scope the rate each
+    stage executes its FLOPs at (executed, or causal: the attention core's causal pairs, as
+    a causal flash kernel runs them), the bubble and the communication added; end to end a
+    whole-step MFU (an HFU with `hfu`)."""
+    check_convention(mfu_convention)
+    check_scope(mfu_scope)
+    if mfu_scope == COMPUTE and mfu_convention == SIX_N:
+        raise UsageError("--mfu-convention 6N has no per-stage count (no attention, no "
+                         "layer split); use it with --mfu-scope end-to-end")
+    if mfu_scope == COMPUTE and hfu:
+        raise UsageError("--hfu reads an end-to-end figure as a hardware FLOPs utilization; in "
+                         "--mfu-scope compute every executed FLOP (recomputation included) is "
+                         "already timed at the figure: give --mfu-scope end-to-end with --hfu")
+    measured = None
+    if measured_tokens_per_second is not None:
+        measured = exact(measured_tokens_per_second, "--measured-tokens-per-s")
+        if measured <= 0:
+            raise UsageError(f"--measured-tokens-per-s must be positive, got "
+                             f"{measured_tokens_per_second}")
     seq = config.context_length if seq is None else seq
     check_workload(seq, layout.global_batch, config)
     check_layout(config, layout, seq)
@@ -251,16 +356,18 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
         raise UsageError(f"--margin must be in [0, 1) (a share of the memory), got {margin}")
     sp = split(config, precision.autocast, layout.recompute)
     values = sp.values(seq, layout.micro_batch)
-    rows = (A.rows(sp, layout, seq, tp_rank=tp_rank),
-            A.rows(split(config, precision.autocast), layout, seq, tp_rank=tp_rank))
+    local = seq // layout.cp  # each context-parallel rank saves its T/cp tokens' tensors
+    rows = (A.rows(sp, layout, local, tp_rank=tp_rank),
+            A.rows(split(config, precision.autocast), layout, local, tp_rank=tp_rank))
+    counting = USEFUL if mfu_convention != EXECUTED else EXECUTED
     plans = tuple(stage_plan(sp, layout, precision, seq, s, rows, values, tp_rank, dp_rank,
-                             stack)
-                  for s in (stages if stages is not None else _shown(layout.pp)))
+                             stack, counting)
+                  for s in (stages if stages is not None else _shown(config, layout)))
     at = None
     if config.num_experts is not None and config.moe_capacity_factor is not None:
         def at(s: StagePlan, b: int) -> A.StageActivations:  # C = ⌈c·b·T·k/E⌉ at this b
-            r = (A.rows(sp, layout, seq, tp_rank=tp_rank, micro_batch=b),
-                 A.rows(split(config, precision.autocast), layout, seq, tp_rank=tp_rank,
+            r = (A.rows(sp, layout, local, tp_rank=tp_rank, micro_batch=b),
+                 A.rows(split(config, precision.autocast), layout, local, tp_rank=tp_rank,
                         micro_batch=b))
             return A.stage_activations(*r, layout, s.stage, s.kinds)
     fit = _fit(plans, layout, hardware, m, at)
@@ -269,7 +376,8 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
         time = step_time(layout, [s.flops for s in plans], [list(s.collectives) for s in plans],
                          hardware.peak_flops, u, net)
     return ParallelPlan(config, layout, seq, precision, hardware, net, u, plans, fit, time, tokens,
-                        stack, per_layer(stack, sp, layout, seq, rows[0]))
+                        stack, per_layer(stack, sp, layout, local, rows[0]), mfu_convention,
+                        mfu_scope, hfu, measured)
 
 
 def divisors_of(n: int) -> list[int]:
@@ -293,7 +401,7 @@ def _fit(plans, layout: Layout, hardware: Hardware | None, margin: Fraction,
     largest = 0
     if per_rank <= 10**12:
         for b in reversed(divisors_of(per_rank)):
-            if all(s.memory_at(b, per_rank, layout.pp,
+            if all(s.memory_at(b, per_rank, layout,
                                activations_at(s, b) if activations_at else None)
                    <= budget.usable for s in plans):
                 largest = b

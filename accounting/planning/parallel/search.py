@@ -1,6 +1,10 @@
 """Every layout of N GPUs for a model, ranked by estimated step time, and why the others fail.
 
-Candidates: each tp·pp·dp = N; for a mixture of experts each expert-parallel degree ep
+Candidates: each tp·cp·pp·dp = N (cp, context parallelism, only for a model with the fused
+attention kernel, --attention sdpa, and down to 1,024 tokens a rank; pp up to the layers, split evenly or, where pp does not
+divide them, with one layer fewer on the first and last stage; cp from 1 up until a layout
+of the (tp, pp) fits); 1 and 2 virtual stages per
+GPU where the pipeline has the layers and the micro-batches; for a mixture of experts each expert-parallel degree ep
 dividing both dp and the experts (unless the user fixed --ep); sequence parallelism on and
 off when tp > 1; each sharding stage (one, when dp = 1: nothing to shard); the micro-batch
 the user gave, else 1 — with a
@@ -23,6 +27,9 @@ from accounting.planning.parallel.layout import Layout, check_numbers, divisors,
 from accounting.planning.parallel.plan import ParallelPlan, parallel_plan
 
 
+MIN_CP_TOKENS = 1024  # the shortest sequence shard the search gives a context-parallel rank
+
+
 @dataclass(frozen=True)
 class Rejected:
     layout: Layout
@@ -43,31 +50,68 @@ class Search:
 def search(config: ModelConfig, base: Layout, seq: int, *, precision: Precision,
            hardware: Hardware, net: Interconnect | None, mfu="0.5", margin="0",
            fix_zero: bool = False, fix_sp: bool = False, fix_micro: bool = False,
-           fix_ep: bool = False) -> Search:
+           fix_ep: bool = False, fix_cp: bool = False, fix_vpp: bool = False,
+           **utilization) -> Search:
     """`base` carries the GPUs, global batch, recomputation and whatever the user fixed."""
     check_numbers(base)
     n, E = base.gpus, experts(config)
+    L = config.num_layers
     ranked, rejected = [], []
+    # context parallelism replaces a fused attention kernel: tried only with --attention sdpa
+    # (every degree 2·cp divides T), unless fixed; virtual stages: 1, and 2 where the pipeline
+    # has the layers and the micro-batches for them (Megatron-LM: m a multiple of pp)
+    if fix_cp or config.attention != "sdpa":
+        cps = (base.cp,)
+    else:  # down to MIN_CP_TOKENS a rank: below, the K/V exchange outweighs its attention
+        cps = tuple(c for c in divisors(n) if seq % (2 * c) == 0
+                    and (c == 1 or seq // c >= MIN_CP_TOKENS))
+    def family(tp: int, cp: int, pp: int, dp: int) -> bool:
+        """Every variant of one (tp, cp, pp, dp): ranked or rejected; True if any fits."""
+        fits = False
+        eps = (base.ep,) if fix_ep or not E else tuple(divisors(gcd(dp, E)))
+        vpps = (base.vpp,) if fix_vpp or pp == 1 else tuple(
+            v for v in (1, 2) if v == 1 or (L >= 2 * pp and
+                                            (base.global_batch // (dp * base.micro_batch)) % pp == 0))
+        for ep, sp, vpp in product(eps, ((base.sp,) if fix_sp else
+                                         ((False, True) if tp > 1 else (False,))), vpps):
+            # the sharding stages from ZeRO-3 down: each lower one holds more, so once one
+            # does not fit the lower ones are rejected without planning them
+            zeros = (base.zero,) if fix_zero else ((3, 2, 1, 0) if dp * cp > 1 else (0,))
+            short = 0
+            for zero in zeros:
+                lo = replace(base, tp=tp, pp=pp, dp=dp, ep=ep, sp=sp, zero=zero, cp=cp,
+                             vpp=vpp, stage_split=base.stage_split if pp == base.pp else None,
+                             micro_batch=base.micro_batch if fix_micro else 1)
+                if short:
+                    rejected.append(Rejected(lo, f"does not fit (ZeRO-{zero + 1} did not: "
+                                                 f"this stage holds more)", short))
+                    continue
+                found = problems(config, lo, seq)
+                if found:
+                    rejected.append(Rejected(lo, found[0]))
+                    break  # the same reason holds for every further sharding stage
+                p = parallel_plan(config, lo, seq, precision=precision, hardware=hardware,
+                                  net=net, mfu=mfu, margin=margin, **utilization)
+                if p.fit is not None and p.fit.shortfall:
+                    rejected.append(Rejected(lo, "does not fit", p.fit.shortfall))
+                    short = p.fit.shortfall  # at least this much for the stages below
+                else:
+                    ranked.append(p)
+                    fits = True
+        return fits
+
     for tp in divisors(n):
         for pp in divisors(n // tp):
-            dp = n // (tp * pp)
-            eps = (base.ep,) if fix_ep or not E else tuple(divisors(gcd(dp, E)))
-            for ep, sp in product(eps, ((base.sp,) if fix_sp else
-                                        ((False, True) if tp > 1 else (False,)))):
-                zeros = (base.zero,) if fix_zero else ((0, 1, 2, 3) if dp > 1 else (0,))
-                for zero in zeros:
-                    lo = replace(base, tp=tp, pp=pp, dp=dp, ep=ep, sp=sp, zero=zero,
-                                 micro_batch=base.micro_batch if fix_micro else 1)
-                    found = problems(config, lo, seq)
-                    if found:
-                        rejected.append(Rejected(lo, found[0]))
-                        break  # the same reason holds for every further sharding stage
-                    p = parallel_plan(config, lo, seq, precision=precision, hardware=hardware,
-                                      net=net, mfu=mfu, margin=margin)
-                    if p.fit is not None and p.fit.shortfall:
-                        rejected.append(Rejected(lo, "does not fit", p.fit.shortfall))
-                    else:
-                        ranked.append(p)
-    ranked.sort(key=lambda p: (p.time.seconds if p.time else 0, p.memory, p.layout.label()))
+            if pp > L and not fix_vpp:
+                continue  # a stage per layer at most (refused; not worth a row each)
+            rest = n // (tp * pp)
+            for cp in (c for c in cps if rest % c == 0):
+                # context parallelism from 1 up, until a layout fits: a larger cp only adds
+                # K/V traffic to the same per-GPU work
+                if family(tp, cp, pp, rest // cp) and not fix_cp:
+                    break
+    ranked.sort(key=lambda p: (p.step_seconds or 0, p.time.seconds if p.time else 0, p.memory,
+                               p.layout.label()))
     return Search(config, n, seq, tuple(ranked), tuple(rejected),
-                  {"zero": fix_zero, "sp": fix_sp, "micro_batch": fix_micro, "ep": fix_ep})
+                  {"zero": fix_zero, "sp": fix_sp, "micro_batch": fix_micro, "ep": fix_ep,
+                   "cp": fix_cp, "vpp": fix_vpp})

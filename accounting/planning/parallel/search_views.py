@@ -19,15 +19,18 @@ def _stage(zero: int, dp: int) -> str:
 
 def ranked_table(s: Search) -> Table:
     moe = s.config.num_experts is not None  # an ep column (expert parallelism) after dp
+    cps = any(p.layout.cp > 1 for p in s.ranked[:SHOWN])
+    vs = any(p.layout.vpp > 1 for p in s.ranked[:SHOWN])
     rows = []
     for i, p in enumerate(s.ranked[:SHOWN], 1):
-        lo, t = p.layout, p.time
-        tok = Fraction(p.tokens_per_step) / t.seconds
-        rows.append((str(i), str(lo.tp), str(lo.pp), str(lo.dp), *([str(lo.ep)] if moe else []),
+        lo, step = p.layout, p.step_seconds
+        tok = Fraction(p.tokens_per_step) / step
+        rows.append((str(i), str(lo.tp), *([str(lo.cp)] if cps else []), str(lo.pp),
+                     *([str(lo.vpp)] if vs else []), str(lo.dp), *([str(lo.ep)] if moe else []),
                      "yes" if lo.sp else "-",
                      _stage(lo.zero, lo.dp), str(lo.micro_batch), gigabytes(p.memory),
                      gigabytes(p.fit.headroom), f"{p.fit.largest:,}", percent(p.bubble, 1),
-                     _seconds(t.seconds), _dec(tok, 0)))
+                     _seconds(step), _dec(tok, 0)))
     first = s.ranked[0] if s.ranked else None
     notes = []
     if first is not None:
@@ -46,14 +49,22 @@ def ranked_table(s: Search) -> Table:
     notes.append("Step time: compute at the MFU, TP and pipeline communication on the critical "
                  "path, data-parallel communication overlapped (see a single layout's plan for "
                  "the breakdown).")
+    if cps or vs:
+        notes.append(("cp: context-parallel degree (tried from 1 up, per tp and pp, until a "
+                      "layout fits; " + ("as given); " if s.fixed.get("cp") else "with the "
+                      "fused attention kernel, --attention sdpa, only); ") if cps else "")
+                     + ("v: virtual stages per GPU (the interleaved schedule; 1 and 2 tried); "
+                        if vs else "")
+                     + "pp need not divide the layers (one fewer on the first and last stage).")
     if moe:
         notes.append("ep: expert-parallel degree (each ep dividing dp and the experts tried"
                      + (", as given" if s.fixed.get("ep") else "") + "); routing assumed "
                      "balanced, the all-to-alls on the critical path.")
     return Table(f"Layouts for {s.gpus} GPUs: {s.config.name}, fastest first",
-                 ("#", "tp", "pp", "dp", *(("ep",) if moe else ()), "sp", "sharding", "micro",
-                  "memory/GPU", "to spare", "largest b", "bubble", "step", "tokens/s"),
-                 tuple(rows), align="lrrr" + ("r" if moe else "") + "llrrrrrrr",
+                 ("#", "tp", *(("cp",) if cps else ()), "pp", *(("v",) if vs else ()), "dp",
+                  *(("ep",) if moe else ()), "sp", "sharding", "micro", "memory/GPU",
+                  "to spare", "largest b", "bubble", "step", "tokens/s"),
+                 tuple(rows), align="lrrr" + "r" * (cps + vs) + ("r" if moe else "") + "llrrrrrrr",
                  notes=tuple(notes))
 
 
@@ -62,26 +73,29 @@ def rejected_table(s: Search) -> Table:
     fit_fail: dict[tuple, list] = {}
     for r in s.rejected:
         lo = r.layout
-        key = (lo.tp, lo.pp, lo.dp)
+        key = (lo.tp, lo.pp, lo.dp, lo.cp)
         if r.shortfall:
             fit_fail.setdefault(key, []).append(r)
             continue
         if (key, r.reason) in seen:
             continue
         seen.add((key, r.reason))
-        rows.append((str(lo.tp), str(lo.pp), str(lo.dp), _variant(r) if lo.ep > 1 else "-",
-                     r.reason))
-    feasible = {(p.layout.tp, p.layout.pp, p.layout.dp) for p in s.ranked}
+        rows.append((str(lo.tp), str(lo.pp), str(lo.dp) + (f" (cp {lo.cp})" if lo.cp > 1 else ""),
+                     _variant(r) if lo.ep > 1 else "-", r.reason))
+    feasible = {(p.layout.tp, p.layout.pp, p.layout.dp, p.layout.cp) for p in s.ranked}
     for key, rs in fit_fail.items():
         best = min(rs, key=lambda r: r.shortfall)
-        order = {_variant(r): (r.layout.ep, r.layout.sharding, r.layout.sp) for r in rs}
+        order = {_variant(r): (r.layout.ep, r.layout.sharding, r.layout.sp, r.layout.vpp)
+                 for r in rs}
         tried = ", ".join(sorted(order, key=order.get))
         if key in feasible:
             why = (f"{tried}: do not fit ({gigabytes(best.shortfall)} over at best); the other "
                    f"variants are ranked above")
         else:
             why = f"does not fit: {gigabytes(best.shortfall)} over at best ({tried} tried)"
-        rows.append((*map(str, key), _variant(best), why))
+        tp, pp, dp, cp = key
+        rows.append((str(tp), str(pp), str(dp) + (f" (cp {cp})" if cp > 1 else ""),
+                     _variant(best), why))
     return Table(f"Rejected layouts of {s.gpus} GPUs", ("tp", "pp", "dp", "closest", "why"),
                  tuple(rows), align="rrrll",
                  notes=("Each (tp, pp, dp) once; a layout that cannot run at all is rejected for "
@@ -91,7 +105,8 @@ def rejected_table(s: Search) -> Table:
 
 def _variant(r) -> str:
     lo = r.layout
-    return (f"ep {lo.ep} " if lo.ep > 1 else "") + f"zero {lo.sharding}" + (" sp" if lo.sp else "")
+    return ((f"ep {lo.ep} " if lo.ep > 1 else "") + f"zero {lo.sharding}" + (" sp" if lo.sp else "")
+            + (f" v{lo.vpp}" if lo.vpp > 1 else ""))
 
 
 def tables(s: Search) -> list[Table]:

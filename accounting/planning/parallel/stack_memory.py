@@ -11,7 +11,8 @@ from accounting.planning.parallel import megatron as M
 from accounting.planning.parallel.buffers import (Item, engine_buffers, largest_module,
                                                   stage_buffers)
 from accounting.planning.parallel import torchtitan as TT
-from accounting.planning.parallel.layout import NO_RECOMPUTE, SELECTIVE, Layout
+from accounting.planning.parallel.layout import (NO_RECOMPUTE, SELECTIVE, Layout,
+                                                 micro_batches_in_flight)
 from accounting.planning.parallel.shards import BLOCK, Split
 from accounting.planning.parallel.stacks import (DEEPSPEED, MEGATRON, TORCH, TORCHTITAN, Stack,
                                                  get_stack, state_items)
@@ -58,7 +59,7 @@ def _megatron_activations(run: StackRun, sp: Split, layout: Layout, seq: int, st
     extra = (sum(x.bytes for x in M.first_stage(sp.config, s)) if stage == 0 else 0) + \
         (sum(x.bytes for x in M.last_stage(sp.config, s)) if stage == layout.pp - 1 else 0)
     per_mb = A.Linear(layers * one + extra, M.rope_bytes(sp.config, s))
-    k = min(layout.micro_batches, layout.pp - stage)
+    k = micro_batches_in_flight(layout, stage)  # 1F1B: min(m, p − s); interleaved: more
     again = A.Linear(M.recomputed(sp.config, s), 0)
     return A.StageActivations(stage, k, layers, per_mb, A.Linear(), again,
                               per_mb.times(k) + again)
@@ -77,7 +78,7 @@ def _sac_activations(run: StackRun, sp: Split, layout: Layout, seq: int, stage: 
     kind = sp.ledger.groups[0][0]
     block = sum((r.bytes for r in rows if r.place == BLOCK and r.record.repeat == kind), A.Linear())
     again = A.Linear(max(0, block.a - one), block.c)
-    k = min(layout.micro_batches, layout.pp - stage)
+    k = micro_batches_in_flight(layout, stage)  # 1F1B: min(m, p − s); interleaved: more
     return A.StageActivations(stage, k, layers, per_mb, A.Linear(), again, per_mb.times(k) + again)
 
 

@@ -28,9 +28,11 @@ from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache
 
+from accounting.ledger.records import EXECUTED
 from accounting.planning.compute import ADAMW_OPS, PARAMETER, TENSOR
 from accounting.planning.gpus import Interconnect
-from accounting.planning.parallel.comms import (DATA, EXPERT, EXPERT_DATA, PIPELINE,
+from accounting.runtime.errors import UsageError
+from accounting.planning.parallel.comms import (CONTEXT, DATA, EXPERT, EXPERT_DATA, PIPELINE,
                                                 TENSOR as TP_GROUP, Collective)
 from accounting.planning.parallel.layout import Layout
 from accounting.planning.parallel.shards import Split
@@ -64,48 +66,69 @@ class StageFlops:
 
 
 def stage_flops(sp: Split, layout: Layout, stage: int, kinds: tuple[tuple[str, int], ...],
-                seq: int, st: States, tp_rank: int = 0) -> StageFlops:
+                seq: int, st: States, tp_rank: int = 0, counting: str = EXECUTED) -> StageFlops:
     """`sp` is the split of the run's ledger (its recomputation: `recomputed` holds the
     forward matmuls the backward pass runs again); `kinds` the stage's blocks of each kind
     (Split.kinds). Expert parallelism moves the experts' matmuls between ranks without
     changing their sum; under balanced routing each rank runs B·T·k expert rows (E·C with
     a capacity factor), as one GPU does."""
     fwd, bwd, again = _matmuls(sp, layout.tp, tp_rank, seq, layout.micro_batch, kinds,
-                               stage == layout.pp - 1)
+                               stage == layout.pp - 1, counting)
+    if layout.cp > 1:
+        # each context-parallel rank runs T/cp tokens through every matmul and, the chunks
+        # load-balanced, 1/cp of the attention core's (query, key) pairs: exactly 1/cp
+        # (2·cp divides T, so cp divides T, T², and the causal pairs (T/2)·(T + 1))
+        fwd, bwd, again = (x // layout.cp for x in (fwd, bwd, again))
     adamw = ADAMW_PER_ELEMENT * st.moments + ADAMW_PER_TENSOR * st.owned_tensors
     return StageFlops(stage, fwd, bwd, again, layout.micro_batches, adamw)
 
 
 @lru_cache(maxsize=4096)
 def _matmuls(sp: Split, tp: int, tp_rank: int, seq: int, b: int,
-             kinds: tuple[tuple[str, int], ...], last: bool) -> tuple[int, int, int]:
-    """(forward, backward, recomputed) matmul FLOPs of one micro-batch on a stage."""
+             kinds: tuple[tuple[str, int], ...], last: bool,
+             counting: str = EXECUTED) -> tuple[int, int, int]:
+    """(forward, backward, recomputed) matmul FLOPs of one micro-batch on a stage, counted
+    as executed (full T×T attention) or useful (the causal pairs: what a causal flash
+    kernel runs; --mfu-convention causal)."""
     v = sp.tp_values(sp.values(seq, b), tp, tp_rank)
     count = dict(kinds)
 
     def on_stage(records) -> int:
-        return sum((count.get(r.repeat, 0) if r.per_layer else 1) * r.flops(v) for r in records
-                   if r.per_layer or last)
+        return sum((count.get(r.repeat, 0) if r.per_layer else 1) * r.flops(v, counting)
+                   for r in records if r.per_layer or last)
     return (on_stage(sp.ledger.forward),
             on_stage(g for r in sp.ledger.forward for g in r.gradients()),
             on_stage(sp.ledger.recomputed))
 
 
+def slots(layout: Layout) -> Fraction:
+    """Micro-batch slots on the critical path: m + p − 1 under 1F1B; with v virtual stages
+    each slot of the fill and drain is a chunk's, 1/v of the stage's work: m + (p − 1)/v
+    (Narayanan et al. 2021, §2.2.2: bubble time fraction (p − 1)/(v·m))."""
+    p, m, v = layout.pp, layout.micro_batches, layout.vpp
+    return m + Fraction(p - 1, v)
+
+
 def bubble(layout: Layout) -> Fraction:
-    """(p − 1)/(m + p − 1): the share of a 1F1B step each stage idles."""
-    p, m = layout.pp, layout.micro_batches
-    return Fraction(p - 1, m + p - 1)
+    """The share of a step each stage idles: (p − 1)/(m + p − 1) under 1F1B,
+    (p − 1)/(v·m + p − 1) interleaved (the paper's (p − 1)/(v·m) is the idle time over the
+    ideal time, not over the step)."""
+    return (slots(layout) - layout.micro_batches) / slots(layout)
 
 
 def group_link(layout: Layout, group: str, net: Interconnect) -> tuple[Fraction, str]:
     """The bandwidth a group's collectives run at: NVLink when the whole group sits in one
     node (ranks: TP fastest, then DP — its EP groups ep consecutive DP ranks —, then PP),
     else the network."""
-    span = {TP_GROUP: layout.tp, DATA: layout.tp * layout.dp, EXPERT: layout.tp * layout.ep,
-            EXPERT_DATA: layout.tp * layout.dp, PIPELINE: layout.tp * layout.dp * layout.pp}[group]
+    tc = layout.tp * layout.cp  # Megatron-LM's rank order tp-cp-(ep)-dp-pp
+    span = {TP_GROUP: layout.tp, CONTEXT: tc, DATA: tc * layout.dp, EXPERT: layout.tp * layout.ep,
+            EXPERT_DATA: layout.tp * layout.dp, PIPELINE: tc * layout.dp * layout.pp}[group]
     g = net.gpus_per_node
     if span <= g and g % span == 0 or span == 1:
         return net.nvlink, "NVLink"
+    if net.network is None:
+        raise UsageError(f"the {group} group spans {span} GPUs, beyond one {net.name} of {g}, "
+                         f"and the GPU table lists no cluster network for it: give --network-gbs")
     return net.network, "network"
 
 
@@ -114,17 +137,19 @@ class StepTime:
     compute_per_micro_batch: Fraction  # seconds, slowest stage
     tensor_parallel_per_micro_batch: Fraction
     pipeline_per_micro_batch: Fraction
-    slots: int  # m + p − 1
+    slots: Fraction  # m + p − 1, or m + (p − 1)/v interleaved
     optimizer: Fraction
     data_parallel: Fraction  # all of the step's DP communication
     links: dict  # group -> (bandwidth, "NVLink"|"network")
     expert_parallel_per_micro_batch: Fraction = Fraction(0)  # all-to-alls, slowest stage
+    context_parallel_per_micro_batch: Fraction = Fraction(0)  # K/V exchange, slowest stage
 
     @property
     def pipeline_path(self) -> Fraction:
         """The critical path of the 1F1B schedule."""
         return self.slots * (self.compute_per_micro_batch + self.tensor_parallel_per_micro_batch
-                             + self.pipeline_per_micro_batch + self.expert_parallel_per_micro_batch)
+                             + self.pipeline_per_micro_batch + self.expert_parallel_per_micro_batch
+                             + self.context_parallel_per_micro_batch)
 
     @property
     def seconds(self) -> Fraction:
@@ -145,28 +170,39 @@ def step_time(layout: Layout, flops: list[StageFlops], comms: list[list[Collecti
     """`flops` and `comms` per stage (every stage, or the first and last)."""
     rate = peak * mfu
     m = layout.micro_batches
-    groups = (TP_GROUP, DATA, PIPELINE) + ((EXPERT, EXPERT_DATA) if layout.ep > 1 else ())
+    groups = ((TP_GROUP, DATA, PIPELINE) + ((EXPERT, EXPERT_DATA) if layout.ep > 1 else ())
+              + ((CONTEXT,) if layout.cp > 1 else ()))
     links = {g: group_link(layout, g, net) for g in groups} if net else {}
 
-    def seconds(cs: list[Collective], group: str) -> Fraction:
-        if not net or group not in links:
+    def seconds(traffic: dict, group: str) -> Fraction:
+        if not net or group not in links or group not in traffic:
             return Fraction(0)
-        return sum((c.traffic for c in cs if c.group == group), Fraction(0)) / links[group][0]
+        return traffic[group] / links[group][0]
     per_stage = []
-    for f, cs in zip(flops, comms):
+    for f, collectives in zip(flops, comms):
+        sums: dict[str, dict[int, int]] = {}  # group -> ranks -> Σ numerators (ints)
+        for c in collectives:
+            sent, over = c.traffic_parts
+            g = sums.setdefault(c.group, {})
+            g[over] = g.get(over, 0) + sent
+        cs = {grp: sum((Fraction(v, n) for n, v in by.items()), Fraction(0))
+              for grp, by in sums.items()}
         per_stage.append((Fraction(f.per_micro_batch) / rate, seconds(cs, TP_GROUP) / m,
                           seconds(cs, PIPELINE) / m, Fraction(f.adamw) / rate,
-                          seconds(cs, DATA) + seconds(cs, EXPERT_DATA), seconds(cs, EXPERT) / m))
-    worst = max(per_stage, key=lambda s: s[0] + s[1] + s[2] + s[5])
-    return StepTime(worst[0], worst[1], worst[2], m + layout.pp - 1,
-                    max(s[3] for s in per_stage), max(s[4] for s in per_stage), links, worst[5])
+                          seconds(cs, DATA) + seconds(cs, EXPERT_DATA), seconds(cs, EXPERT) / m,
+                          seconds(cs, CONTEXT) / m))
+    worst = max(per_stage, key=lambda s: s[0] + s[1] + s[2] + s[5] + s[6])
+    return StepTime(worst[0], worst[1], worst[2], slots(layout),
+                    max(s[3] for s in per_stage), max(s[4] for s in per_stage), links, worst[5],
+                    worst[6])
 
 
 def megatron_seconds(tokens: int, params: int, gpus: int, flops_per_gpu: Fraction,
                      recompute: bool = True) -> Fraction:
-    """Narayanan et al. 2021 (Megatron-LM), §5.1 eq. (4): end-to-end training time
-    ≈ 8·T·P/(n·X) for T tokens, P parameters, n GPUs each achieving X FLOP/s: 2·P FLOPs per
-    token forward, 4·P backward, 2·P more for the forward recomputed (6·T·P/(n·X) without
-    recomputation)."""
+    """Narayanan et al. 2021 (Megatron-LM), §5.1: end-to-end training time ≈ 8·T·P/(n·X)
+    (their eq. (4), with activation recomputation) for T tokens, P parameters, n GPUs each
+    achieving X FLOP/s: 2·P FLOPs per token forward, 4·P backward, 2·P more for the forward
+    recomputed. Without recomputation the paper's text gives 6·T·P/(n·X); that is not eq.
+    (4). X is a hardware rate (recomputed FLOPs counted): an HFU times the peak."""
     k = 8 if recompute else 6
     return Fraction(k * tokens * params) / (gpus * Fraction(flops_per_gpu))

@@ -8,6 +8,7 @@ from accounting.planning.parallel import comms as C
 from accounting.planning.parallel import stack_views
 from accounting.planning.parallel.layout import RECOMPUTE, ZERO_STAGES, Layout
 from accounting.planning.parallel.plan import CHECKED, FORMULA_ONLY, ParallelPlan
+from accounting.planning.mfu import END_TO_END
 from accounting.planning.parallel.step import megatron_seconds
 from accounting.planning.views import _dec, _num, _seconds
 from accounting.spec.presets import title
@@ -19,11 +20,32 @@ def _gb(n: int) -> str:
     return f"{gigabytes(n)} = {gibibytes(n)}"
 
 
+def split_text(p: ParallelPlan) -> str:
+    """'7, 8 × 14, 7 (chosen: one fewer on the first and last stage)'."""
+    from accounting.planning.parallel.layout import layer_split
+    lo = p.layout
+    sizes = layer_split(p.config, lo)
+    runs, out = [], []
+    for n in sizes:
+        if runs and runs[-1][0] == n:
+            runs[-1][1] += 1
+        else:
+            runs.append([n, 1])
+    out = ", ".join(f"{n} × {k}" if k > 1 else str(n) for n, k in runs)
+    what = f"per virtual stage, {lo.chunks} in model order" if lo.vpp > 1 else "per stage"
+    how = ("given (--stage-layers)" if lo.stage_split is not None else
+           "even" if len(set(sizes)) == 1 else
+           "chosen: one fewer on the first and the last stage (Llama 3's rule)")
+    return f"{out} ({what}; {how})"
+
+
 def layout_text(lo: Layout, engine: str | None = None) -> str:
     """`engine`: a named stack's engine for the sharding stage (default: torch's)."""
     name, torch_engine, _ = ZERO_STAGES[lo.zero]
     engine = engine or torch_engine
-    parts = [f"tp {lo.tp}" + (" + sequence parallel" if lo.sp else ""), f"pp {lo.pp}",
+    parts = [f"tp {lo.tp}" + (" + sequence parallel" if lo.sp else ""),
+             *([f"cp {lo.cp} (ring attention)"] if lo.cp > 1 else []),
+             f"pp {lo.pp}" + (f" × {lo.vpp} virtual stages" if lo.vpp > 1 else ""),
              f"dp {lo.dp}"]
     if lo.ep > 1:
         parts.append(f"ep {lo.ep}")
@@ -57,21 +79,38 @@ def summary_table(p: ParallelPlan) -> Table:
     flops = max(s.flops.total for s in p.stages)
     rows.append(("FLOPs per GPU per step", f"{grouped(flops)} = {si(flops, 'FLOP')} (slowest stage)"))
     if lo.pp > 1:
-        rows.append(("pipeline bubble (p − 1)/(m + p − 1)",
-                     f"({lo.pp} − 1)/({lo.micro_batches} + {lo.pp} − 1) = {percent(p.bubble)}"))
+        if lo.vpp > 1:
+            rows.append(("pipeline bubble (p − 1)/(v·m + p − 1), interleaved",
+                         f"({lo.pp} − 1)/({lo.vpp}·{lo.micro_batches} + {lo.pp} − 1) = "
+                         f"{percent(p.bubble)} of the step (Narayanan et al.'s (p − 1)/(v·m) "
+                         f"= {percent(Fraction(lo.pp - 1, lo.vpp * lo.micro_batches))} of the "
+                         f"ideal time)"))
+        else:
+            rows.append(("pipeline bubble (p − 1)/(m + p − 1)",
+                         f"({lo.pp} − 1)/({lo.micro_batches} + {lo.pp} − 1) = "
+                         f"{percent(p.bubble)}"))
+        rows.append(("layers per stage", split_text(p)))
     traffic = {g: max(sum((x.traffic for x in s.collectives if x.group == g), Fraction(0))
                       for s in p.stages)
-               for g in (C.TENSOR, C.PIPELINE, C.DATA, C.EXPERT, C.EXPERT_DATA)}
+               for g in (C.TENSOR, C.CONTEXT, C.PIPELINE, C.DATA, C.EXPERT, C.EXPERT_DATA)}
     moved = ", ".join(f"{g} {si(round(t), 'B')}" for g, t in traffic.items() if t)
     rows.append(("sent per GPU per step", moved or "nothing (one GPU)"))
-    if p.time is not None:
-        t = p.time
-        tok = Fraction(p.tokens_per_step) / t.seconds
-        rows.append(("step time (estimate)", f"{_seconds(t.seconds)} ({_dec(tok, 0)} tokens/s; "
-                                             f"no overlap at all: {_seconds(t.no_overlap)})"))
+    if p.step_seconds is not None:
+        step, tok = p.step_seconds, p.tokens_per_second
+        if p.mfu_scope == END_TO_END:
+            kind = "HFU" if p.hfu else "MFU"
+            rows.append(("step time (end to end)",
+                         f"{_seconds(step)} ({_dec(tok, 0)} tokens/s) at {kind} "
+                         f"{_num(p.mfu, 4)} under '{p.mfu_convention}' (bubble and "
+                         f"communication inside the figure; the compute-scope estimate would "
+                         f"be {_seconds(p.time.seconds)})"))
+        else:
+            rows.append(("step time (estimate)",
+                         f"{_seconds(step)} ({_dec(tok, 0)} tokens/s; no overlap at all: "
+                         f"{_seconds(p.time.no_overlap)})"))
         if p.steps is not None:
-            total = t.seconds * p.steps
-            rows.append((f"time for {p.tokens:,} tokens", f"{p.steps:,} steps, {_seconds(total)}"))
+            rows.append((f"time for {p.tokens:,} tokens",
+                         f"{p.steps:,} steps, {_seconds(step * p.steps)}"))
     notes = ["Checked on torch.distributed: " + "; ".join(CHECKED) + ".",
              "Formula only: " + "; ".join(FORMULA_ONLY) + "."]
     if stack_views.checked_note(p):
@@ -206,13 +245,19 @@ def time_table(p: ParallelPlan) -> Table:
             ("pipeline sends per micro-batch", _seconds(t.pipeline_per_micro_batch)),
             *([("expert-parallel all-to-alls per micro-batch",
                 _seconds(t.expert_parallel_per_micro_batch))] if lo.ep > 1 else []),
-            ("1F1B slots m + p − 1", f"{t.slots:,}"),
+            (("interleaved slots m + (p − 1)/v" if lo.vpp > 1 else "1F1B slots m + p − 1"),
+             _num(t.slots)),
+            *([("context-parallel K/V exchange per micro-batch",
+                _seconds(t.context_parallel_per_micro_batch))] if lo.cp > 1 else []),
             ("critical path", _seconds(t.pipeline_path)),
             ("data-parallel communication (overlapped)", _seconds(t.data_parallel)
              + (f", {_seconds(t.exposed_data_parallel)} exposed" if t.exposed_data_parallel else "")),
             ("optimizer step", _seconds(t.optimizer)),
             ("step", _seconds(t.seconds)),
             ("step without any overlap", _seconds(t.no_overlap))]
+    if p.mfu_scope == END_TO_END:
+        rows.append((f"step at the end-to-end {'HFU' if p.hfu else 'MFU'} (used)",
+                     _seconds(p.step_seconds)))
     hw = p.hardware
     notes = [f"Compute at MFU {_num(p.mfu, 4)} of {_num(hw.peak_flops / TERA)} TFLOP/s "
              f"({p.precision.compute}). Assumptions: tensor-parallel collectives and pipeline "
@@ -222,7 +267,7 @@ def time_table(p: ParallelPlan) -> Table:
     if p.net is not None:
         links = ", ".join(f"{g}: {kind} {_num(bw / GB)} GB/s" for g, (bw, kind) in t.links.items())
         notes.append(f"Interconnect {p.net.name} ({p.net.source}); {p.net.gpus_per_node} GPUs per "
-                     f"node; ranks TP fastest, then DP, then PP. Links: {links}.")
+                     f"node; ranks TP fastest, then CP, then DP, then PP. Links: {links}.")
     else:
         notes.append("No interconnect known (a custom GPU): communication not timed; give "
                      "--nvlink-gbs and --network-gbs.")
@@ -232,8 +277,9 @@ def time_table(p: ParallelPlan) -> Table:
         meg = megatron_seconds(p.steps * p.tokens_per_step, n, lo.gpus, x,
                                recompute=lo.recompute == "full")
         k = 8 if lo.recompute == "full" else 6
+        cite = "eq. (4)" if k == 8 else "§5.1's text beside eq. (4), without recomputation"
         notes.append(f"Megatron-LM's end-to-end estimate {k}·T·P/(n·X) (Narayanan et al. 2021, "
-                     f"eq. 4) with T = {p.steps * p.tokens_per_step:,} tokens, P = {n:,}, n = "
+                     f"{cite}) with T = {p.steps * p.tokens_per_step:,} tokens, P = {n:,}, n = "
                      f"{lo.gpus}, X = {_num(x / TERA)} TFLOP/s: {_seconds(meg)} (no bubble, no "
                      f"communication, attention FLOPs left out).")
     return Table("Step time (estimate)", ("", "seconds"), tuple(rows), align="lr", notes=tuple(notes))
@@ -245,7 +291,8 @@ def _parameters(p: ParallelPlan) -> int:
 
 
 def tables(p: ParallelPlan) -> list[Table]:
+    from accounting.planning.parallel.utilization_views import utilization_table
     extra = [] if p.stack.name == "torch" else [stack_views.per_layer_table(p)]
     return [summary_table(p), memory_table(p), *extra, flops_table(p), comms_table(p),
-            time_table(p)]
+            time_table(p), utilization_table(p, p.measured_tokens_per_second)]
 
