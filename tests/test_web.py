@@ -134,7 +134,7 @@ def test_bad_input_one_line_beside_its_field_and_the_server_survives(base):
 
 
 def test_long_search_is_bounded_on_the_page(base):
-    # a layout search over 720,720 GPUs runs over a minute in the CLI; the page refuses it
+    # a layout search over 720,720 GPUs takes about 9 s in the CLI; the page refuses it
     # beside --gpus at once, and says why
     _, html = get(base, "/?question=layouts&model=gpt2-xl&gpu=H100&gpus=720720&search=1")
     assert 'id="error-gpus"' in unescape(html) and "at most 4,096 GPUs" in html
