@@ -10,7 +10,7 @@ from html import escape
 
 from fractions import Fraction
 
-from accounting.units import gigabytes, percent
+from accounting.units import decimal, gigabytes, percent
 
 PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1",
            "#ff9da7", "#9c755f", "#bab0ac")
@@ -20,6 +20,11 @@ WIDTH = 760
 def _approx(x) -> float:
     """A JSON number or the CLI's exact fraction ({numerator, denominator, approx})."""
     return float(x["approx"]) if isinstance(x, dict) else float(x)
+
+
+def _exact(x) -> Fraction:
+    """The CLI's exact fraction ({numerator, denominator, approx}) or a JSON integer."""
+    return Fraction(x["numerator"], x["denominator"]) if isinstance(x, dict) else Fraction(x)
 
 
 def _gb(n: float) -> str:
@@ -51,7 +56,7 @@ def stacked_bars(rows: list[tuple[str, list[float]]], names: list[str], title: s
                  marker_label: str = "", ends: list[str] | None = None) -> str:
     """Horizontal bars, one per row, each the stack of its parts; `scale` = full width;
     `ends`: a label after each bar."""
-    left, bar, gap, right = 130, 22, 10, 110 if ends else 20
+    left, bar, gap, right = 160, 22, 10, 110 if ends else 20
     span = WIDTH - left - right
     parts, y = [], 10
     for k, ((label, values), text) in enumerate(zip(rows, labels)):
@@ -89,8 +94,8 @@ def flops_shares(sweep: dict[int, dict], counting: str) -> str:
         shares = d["components"][counting]["shares"]
         values = [_approx(shares[n]) if n in shares else 0.0 for n in names]
         rows.append((f"T = {ctx:,}", values))
-        labels.append(";".join(percent(Fraction(shares[n]["numerator"], shares[n]["denominator"]))
-                               if n in shares else "0%" for n in names))
+        labels.append(";".join(percent(_exact(shares[n])) if n in shares else "0%"
+                               for n in names))
     return stacked_bars(rows, names, f"Share of the matmul FLOPs by component ({counting} "
                         f"attention count), T = 1k to 16k", "plot-flops", 1.0, labels)
 
@@ -152,8 +157,13 @@ def serve_memory(d: dict) -> str:
 
 
 def _layout_name(lo: dict) -> str:
-    text = f"tp{lo['tp']} pp{lo['pp']} dp{lo['dp']} zero{lo['zero']}"
-    return text + (" sp" if lo.get("sp") else "")
+    """tp, pp and dp always; the other degrees (cp, ep, virtual stages) where not 1."""
+    text = f"tp{lo['tp']} pp{lo['pp']}"
+    text += f" v{lo['virtual_stages']}" if lo.get("virtual_stages", 1) != 1 else ""
+    text += f" cp{lo['cp']}" if lo.get("cp", 1) != 1 else ""
+    text += f" dp{lo['dp']}"
+    text += f" ep{lo['ep']}" if lo.get("ep", 1) != 1 else ""
+    return text + f" zero{lo['zero']}" + (" sp" if lo.get("sp") else "")
 
 
 def layouts(d: dict) -> str:
@@ -166,7 +176,8 @@ def layouts(d: dict) -> str:
     labels = [f"{v[0]:.4g} s per step" for _, v in rows]
     return stacked_bars(rows, ["estimated step time"], f"Layouts of {d['gpus']:,} GPUs, "
                         "fastest first (step time, s)", "plot-layouts", scale, labels,
-                        ends=[f"{v[0] * 1000:,.3f} ms" for _, v in rows])
+                        ends=[f"{decimal(_exact(r['step_time']['seconds']) * 1000, 3)} ms"
+                              for r in ranked])
 
 
 def plots(answer) -> list[str]:
