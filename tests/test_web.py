@@ -257,3 +257,24 @@ def test_hostile_query_is_an_answer_or_one_line(base, query):
         elif status == 400:
             assert body.count("\n") == 1
     assert get(base, "/healthz") == (200, "ok\n")  # the server goes on
+
+
+def test_plots_say_what_the_cli_says(base):
+    # the plots' labels are the CLI's numbers: each ranked layout's step time is in the
+    # CLI's own layouts table, and the FLOPs shares at T = 16,384 are its component shares
+    query = {"question": "layouts", "model": "gpt2-xl", "gpu": "H100", "gpus": "8", "search": "1",
+             "ctx": "4096", "precision": "bf16-mixed", "recompute": "full"}
+    _, html = get(base, "/?" + urlencode(query))
+    svg = re.search(r'<figure class="plot" id="plot-layouts">(.*?)</figure>', html, re.S).group(1)
+    labels = re.findall(r">([0-9.,]+ ms)<", svg)
+    text = cli("plan", "gpt2-xl", "--gpu", "H100", "--gpus", "8", "--search", "--ctx", "4096",
+               "--precision", "bf16-mixed", "--recompute", "full").stdout
+    assert labels and all(label in text for label in labels)
+    _, html = get(base, "/?model=gpt2-xl&ctx=16384")
+    svg = re.search(r'<figure class="plot" id="plot-flops">(.*?)</figure>', html, re.S).group(1)
+    last = re.findall(r"<title>([^<]*): ([0-9.]+%)</title>", svg)[-4:]  # the T = 16,384 bar
+    table = cli("gpt2-xl", "--ctx", "16384", "--no-verify").stdout
+    block = table[table.index("Matmul FLOPs by component"):]
+    for name, share in last:
+        row = next(line for line in block.splitlines() if line.startswith(name + " "))
+        assert share in row, (name, share, row)
