@@ -206,11 +206,15 @@ def _activations(t, fold: bool) -> tuple[R.Activation, ...]:
 
 
 @lru_cache(maxsize=64)
-def ledger(config: ModelConfig, autocast: str | None = None, recompute: str = "none") -> Ledger:
+def ledger(config: ModelConfig, autocast: str | None = None, recompute: str = "none",
+           implementation: str = "course", param_dtype: str = "fp32") -> Ledger:
     """The ledger of `config`: in float32 (autocast None) or under torch.autocast on the
-    device named ("cpu", "cuda"), with recomputation "none", "full" or "selective"."""
+    device named ("cpu", "cuda"), with recomputation "none", "full" or "selective"; as
+    model/ runs it (implementation "course") or as transformers' modeling code does
+    ("transformers"); with parameters in param_dtype ("bf16": model.to(torch.bfloat16))."""
     return _build(config, autocast, recompute,
-                  fold=config.num_heads * config.d_k == config.d_model)
+                  fold=config.num_heads * config.d_k == config.d_model,
+                  implementation=implementation, param_dtype=param_dtype)
 
 
 @lru_cache(maxsize=64)
@@ -221,8 +225,9 @@ def unfolded_ledger(config: ModelConfig, autocast: str | None = None,
     return _build(config, autocast, recompute, fold=False)
 
 
-def _build(config: ModelConfig, autocast: str | None, recompute: str, fold: bool) -> Ledger:
-    t = builder.walk(config, autocast, recompute, fold)
+def _build(config: ModelConfig, autocast: str | None, recompute: str, fold: bool,
+           implementation: str = "course", param_dtype: str = "fp32") -> Ledger:
+    t = builder.walk(config, autocast, recompute, fold, implementation, param_dtype)
     acts = _activations(t, fold)
     inputs = [a for a in acts if a.block_input]
     if len(inputs) != len(t.groups) or not all(a.per_layer for a in inputs):

@@ -69,8 +69,10 @@ class Named:
 
 
 class Trace:
-    def __init__(self, autocast: str | None = None):
+    def __init__(self, autocast: str | None = None, param_dtype: str = FP32):
         self.autocast = autocast  # None, or the device whose autocast policies apply
+        self.param_dtype = param_dtype  # the parameters' dtype (bf16: model.to(torch.bfloat16))
+        self.hf = False  # the ops of transformers' modeling code, where they differ (builder)
         self.path: list[str] = []
         self.repeat: str | None = None
         self.params: list[R.Param] = []
@@ -146,12 +148,14 @@ class Trace:
             self._region = outer
 
     # ---- declarations -------------------------------------------------------------------
-    def param(self, name: str, shape: tuple[str, ...], component: str, lookup: bool = False) -> Sym:
+    def param(self, name: str, shape: tuple[str, ...], component: str, lookup: bool = False,
+              dims: tuple[int, ...] = ()) -> Sym:
         key = ".".join(self.path + [name])
         full = f"layers.{{i}}.{key}" if self.repeat else key
-        self.params.append(R.Param(full, component, self.module, self.repeat, shape, lookup))
+        self.params.append(R.Param(full, component, self.module, self.repeat, shape, lookup,
+                                   dims=dims))
         self.registered.append((full, self.repeat))
-        return Sym(shape, param=full)
+        return Sym(shape, self.param_dtype, param=full)
 
     def alias(self, name: str, p: Sym) -> Sym:
         """`p` registered again under `name` in this module (a tied weight)."""
@@ -191,9 +195,10 @@ class Trace:
             n.course, n.block_input = n.course or course, n.block_input or block_input
         return x
 
-    def fresh(self, shape: tuple[str, ...], dtype: str = FP32, grad: bool = False) -> Sym:
-        """A tensor made from nothing: token ids, positions, the causal mask."""
-        return Sym(shape, dtype, grad)
+    def fresh(self, shape: tuple[str, ...], dtype: str | None = None, grad: bool = False) -> Sym:
+        """A tensor made from nothing: token ids, positions, the causal mask; a block's input
+        (grad) is in the parameters' dtype (the residual stream's)."""
+        return Sym(shape, dtype or (self.param_dtype if grad else FP32), grad)
 
     # ---- bookkeeping of saves and reads ----------------------------------------------------
     def _saves(self, x: Sym, by: str, after: bool = False) -> None:
@@ -415,13 +420,15 @@ class Trace:
     # ---- the loss (outside the model: saves only, its FLOPs are not the model's) -------------
     def cross_entropy(self, logits: Sym, targets: Sym, course: str) -> None:
         """F.cross_entropy = nll_loss(log_softmax(logits)): log_softmax saves its output,
-        nll_loss its targets and a 0-dim total weight (float32 under autocast too)."""
+        nll_loss its targets and a 0-dim total weight (float32 under autocast too, bf16 for
+        bf16 logits)."""
         (logits,), dtype = self._autocast("cross_entropy", logits)
         lsm = self.name(Sym(logits.shape, dtype, grad=True), "log-softmax of the logits", course)
         self._reads("log_softmax", logits)
         self._saves(lsm, "log_softmax", after=True)
         self._saves(targets, "nll_loss")
-        self._saves(self.name(self.fresh((), FP32), "nll_loss total weight"), "nll_loss")
+        # the total weight has the log-probabilities' dtype (bf16 logits without autocast)
+        self._saves(self.name(self.fresh((), dtype), "nll_loss total weight"), "nll_loss")
 
     # ---- matmuls --------------------------------------------------------------------------
     def matmul(self, a: Sym, b: Sym, record: R.Matmul, copy_labels: tuple[str, str] = ("", "")) -> str:
@@ -448,7 +455,8 @@ class Trace:
         for x in (a, b):
             if x.param:
                 name = self.tied.get(x.param, x.param)
-                self.params = [R.Param(p.name, p.component, p.module, p.repeat, p.shape, p.lookup, True)
+                self.params = [R.Param(p.name, p.component, p.module, p.repeat, p.shape, p.lookup, True,
+                                       p.dims)
                                if p.name == name else p for p in self.params]
         return dtype
 

@@ -34,13 +34,13 @@ class MoE:
             self.bias = t.buffer("router_bias", E, 4, persistent=True) if c.router_bias else None
             self.router = Linear(t, "router", d, E, R.FFN, "router", c.router_linear_bias)
             with t.scope("experts"):
-                self.w1 = t.param("w1", E + f + d, R.FFN)
-                self.w2 = t.param("w2", E + d + f, R.FFN)
-                self.w3 = t.param("w3", E + f + d, R.FFN)
+                self.w1 = t.param("w1", E + f + d, R.FFN, dims=(1, len(f), len(d)))
+                self.w2 = t.param("w2", E + d + f, R.FFN, dims=(1, len(d), len(f)))
+                self.w3 = t.param("w3", E + f + d, R.FFN, dims=(1, len(f), len(d)))
                 self.b = {}
                 if c.expert_bias:  # gpt-oss: (E, width) each, after w1, w2, w3
                     for n, width in (("1", f), ("2", d), ("3", f)):
-                        self.b[n] = t.param("b" + n, E + width, R.FFN)
+                        self.b[n] = t.param("b" + n, E + width, R.FFN, dims=(1, len(width)))
             self.shared = None
             if c.num_shared_experts:
                 sf = ("d_s",)

@@ -4,9 +4,10 @@ from __future__ import annotations
 from accounting.ledger import records as R
 from accounting.spec.config import NORMS, ModelConfig
 from accounting.ledger.trace import LOSS, Sym, Trace
-from accounting.ledger.builder.common import (POSITION_ADD, RESIDUAL, NORM_PARAMS, ROW, Arch,
+from accounting.ledger.builder.common import (POSITION_ADD, RESIDUAL, NORM_PARAMS, ROW, Arch, COURSE,
                                               EMBED_SCALE, LOGIT_SCALE, RESIDUAL_SCALE, SOFTCAP)
-from accounting.ledger.builder.layers import Linear, Norm, activation, FeedForward
+from accounting.ledger.builder.layers import Linear, Norm, activation, FeedForward, RotaryEmbedding
+from accounting.units import FP32
 from accounting.ledger.builder.attention import Attention
 from accounting.ledger.builder.latent_attention import LatentAttention
 from accounting.ledger.builder.moe import MoE
@@ -101,12 +102,16 @@ def _symbol(kind, kinds) -> str:
 
 
 def walk(c: ModelConfig, autocast: str | None = None, recompute: str = "none",
-         fold: bool = True) -> Trace:
+         fold: bool = True, implementation: str = COURSE, param_dtype: str = FP32) -> Trace:
     """Build (declare) the model, then run one training step's forward and loss: in float32,
     or under torch.autocast(autocast, dtype=torch.bfloat16); with activation recomputation
     "none", "full" (checkpoint each block) or "selective" (checkpoint the attention core);
-    fold=False writes widths h·d_k even where that is d_model."""
-    t, a = Trace(autocast), Arch(c, fold)
+    fold=False writes widths h·d_k even where that is d_model. implementation TRANSFORMERS
+    runs transformers' ops where they differ from model/'s (its RoPE module, RMSNorm and
+    SiLU; accounting/planning/recipes.py says for which configs); param_dtype bf16 holds
+    the parameters in bf16 (model.to(torch.bfloat16), no autocast)."""
+    t, a = Trace(autocast, param_dtype), Arch(c, fold, implementation)
+    t.hf = a.hf
     # __init__, in model/transformer.py's registration order
     with t.scope("token_embeddings"):
         tok = t.param("weight", ("V", "d_model"), R.EMBEDDING, lookup=True)
@@ -119,6 +124,8 @@ def walk(c: ModelConfig, autocast: str | None = None, recompute: str = "none",
     kinds = list(dict.fromkeys(c.layer_kinds))
     t.groups = tuple((_symbol(kind, kinds),
                       tuple(i for i, k in enumerate(c.layer_kinds) if k == kind)) for kind in kinds)
+    if a.hf and c.positions == "rope":  # LlamaModel.rotary_emb: before the blocks' keys
+        a.rotary = RotaryEmbedding(t)
     blocks = []
     for kind, (symbol, _) in zip(kinds, t.groups):
         with t.block(symbol):
@@ -139,6 +146,8 @@ def walk(c: ModelConfig, autocast: str | None = None, recompute: str = "none",
             positions = t.name(t.fresh(("T",), R.INT64), "position ids")
             p = t.lookup(pos, positions, ("T", "d_model"))
         t.binary("aten.add", x, p, "token + position embedding", POSITION_ADD)
+    if a.hf and c.positions == "rope":  # position_embeddings = self.rotary_emb(x, position_ids)
+        a.rope_tables = a.rotary.tables(x)
     for block, (symbol, _) in zip(blocks, t.groups):
         with t.block(symbol):
             block()

@@ -1,0 +1,75 @@
+"""The transformers implementation's ledger against transformers' own model on the CPU.
+
+For each model type the planner models under implementation "transformers"
+(accounting/planning/recipes.py), a tiny config.json (tests/hf_examples.py) is built with
+AutoModelForCausalLM.from_config(attn_implementation="sdpa"), one training step's forward
+and loss run under torch.autograd.graph.saved_tensors_hooks, and every storage autograd
+saves (parameters excluded, each storage once: tests/test_architectures.py saved_tensors)
+is compared, by size and dtype, with the ledger's saved records built with
+implementation="transformers" — in fp32, under torch.autocast("cpu", bfloat16) and with
+bf16 parameters. The model's buffers are compared with the ledger's buffers.
+"""
+from collections import Counter
+from dataclasses import replace
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from accounting.ledger.ledger import ledger
+from accounting.spec.hf_config import translate
+from hf_examples import CONFIGS
+from test_architectures import saved_tensors
+
+DTYPE = {"fp32": torch.float32, "bf16": torch.bfloat16, "bool": torch.bool, "int64": torch.int64}
+SIZE = {"fp32": 4, "bf16": 2, "bool": 1, "int64": 8}
+FAMILIES = ("llama", "mistral", "qwen2", "qwen3")
+# (ledger autocast, parameter dtype): fp32, bf16-mixed on the CPU's autocast, pure bf16
+MODES = {"fp32": (None, "fp32"), "autocast": ("cpu", "fp32"), "bf16": (None, "bf16")}
+
+
+def build(name, param_dtype):
+    from transformers import AutoModelForCausalLM
+    from accounting.crosscheck.hf_counter import transformers_config
+    torch.manual_seed(0)
+    # dtype= as from_pretrained(dtype=torch.bfloat16) does: the parameters in bf16, the
+    # rotary inverse frequencies still float32 (computed with dtype=torch.float)
+    model = AutoModelForCausalLM.from_config(transformers_config(CONFIGS[name]),
+                                             attn_implementation="sdpa",
+                                             dtype=DTYPE[param_dtype])
+    assert {p.dtype for p in model.parameters()} == {DTYPE[param_dtype]}
+    return model.train()
+
+
+def measured(model, B, T, autocast):
+    g = torch.Generator().manual_seed(1)
+    V = model.config.vocab_size
+    ids, targets = (torch.randint(0, V, (B, T), generator=g) for _ in range(2))
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast is not None):
+        seen = saved_tensors(model, ids, targets, use_cache=False)
+    return Counter((n, str(dtype).removeprefix("torch.")) for _, n, dtype in seen.values())
+
+
+def expected(config, B, T, autocast, param_dtype):
+    lg = ledger(config, autocast, "none", "transformers", param_dtype)
+    v = lg.values(T, B)
+    out = Counter()
+    for a in lg.activations:
+        if a.saved:
+            out[(SIZE[a.dtype] * a.elements.evaluate(v) // a.copies,
+                 str(DTYPE[a.dtype]).removeprefix("torch."))] += a.copies * a.count(v)
+    return out, sum(b.expr().evaluate(v) for b in lg.buffers)
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+@pytest.mark.parametrize("name", FAMILIES)
+def test_saved_tensors_equal_the_transformers_ledger(name, mode):
+    autocast, param_dtype = MODES[mode]
+    config = replace(translate(CONFIGS[name], "test", name).config, attention="sdpa")
+    model = build(name, param_dtype)
+    B, T = 2, 5
+    want, buffers = expected(config, B, T, autocast, param_dtype)
+    assert measured(model, B, T, autocast) == want
+    # the buffers: inv_freq and original_inv_freq, d_k/2 float32 each
+    assert sum(b.numel() * b.element_size() for b in model.buffers()) == buffers
