@@ -14,10 +14,7 @@ from dataclasses import dataclass
 from math import prod
 
 from accounting.runtime.errors import UsageError
-from accounting.units import DTYPE_BYTES, FP32
-
-UINT8 = "uint8"
-_BYTES = {**DTYPE_BYTES, UINT8: 1}
+from accounting.units import DTYPE_BYTES, FP32, UINT8
 
 
 @dataclass(frozen=True)
@@ -29,7 +26,7 @@ class State:
 
     @property
     def bytes(self) -> int:
-        return _BYTES[self.dtype] * self.numel
+        return DTYPE_BYTES[self.dtype] * self.numel
 
 
 @dataclass(frozen=True)
@@ -40,6 +37,7 @@ class Optimizer:
     step_counter: str | None  # "cpu" / "device": a 0-dim fp32 tensor per tensor; None: a Python int
     foreach_temporary: bool = False  # the update makes one state-sized tensor per parameter (√v)
     refuses_master: bool = False  # its state is not the fp32 moments a master-copy recipe keeps
+    counter_label: str = "AdamW"  # whose step counters (Muon's are its AdamW part's)
 
     def state(self, shape: tuple[int, ...], state_dtype: str, role: str = "") -> tuple[State, ...]:
         raise NotImplementedError
@@ -221,7 +219,8 @@ register(AdamW8bit("adamw8bit", "bitsandbytes.optim.AdamW8bit",
                    "bitsandbytes/optim/optimizer.py", None, refuses_master=True))
 register(TorchaoAdamW8bit("adamw8bit-torchao", "torchao.optim.AdamW8bit",
                           "torchao/optim/adam.py", "device", refuses_master=True))
-register(Adafactor("adafactor", "torch.optim.Adafactor", "torch/optim/_adafactor.py", "cpu"))
+register(Adafactor("adafactor", "torch.optim.Adafactor", "torch/optim/_adafactor.py", "cpu",
+                   counter_label="Adafactor"))
 register(SGD("sgd", "torch.optim.SGD(momentum=0.9)", "torch/optim/sgd.py", None))
 register(Muon("muon", "torch.optim.Muon on the hidden 2-D matrices, torch.optim.AdamW on the rest",
               "torch/optim/_muon.py", "cpu"))

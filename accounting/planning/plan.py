@@ -26,6 +26,7 @@ from accounting.planning.fit import (
 )
 from accounting.planning.gpus import Hardware, get_gpu
 from accounting.planning.inference import Inference, inference
+from accounting.planning import recipes
 from accounting.planning.memory import (
     FP32,
     MODEL,
@@ -57,6 +58,7 @@ class Plan:
     flops: StepFlops
     time: TrainingTime | None  # None without a peak or without --steps/--tokens
     inference: Inference
+    recipe: recipes.Recipe | None = None
 
 
 def hardware(gpu: str | None = None, memory_bytes: int | None = None,
@@ -81,18 +83,31 @@ def hardware(gpu: str | None = None, memory_bytes: int | None = None,
 
 
 def plan(config: ModelConfig | str, seq: int | None = None, batch: int = 1, *,
-         precision: str = FP32, scope: str = MODEL, recompute: str = NO_RECOMPUTE,
+         precision: str | None = None, scope: str = MODEL, recompute: str = NO_RECOMPUTE,
          gpu: str | None = None, memory_bytes: int | None = None, peak_tflops=None,
          bandwidth_tbs=None, mfu="0.5", margin="0", steps: int | None = None,
-         tokens: int | None = None, position: int | None = None) -> Plan:
+         tokens: int | None = None, position: int | None = None,
+         implementation: str | None = None, optimizer: str | None = None,
+         from_hf: bool | None = None, attention_given: bool = False,
+         trainable=None) -> Plan:
     """Every answer for one workload. Numbers given as strings or Fractions stay exact.
     config: a ModelConfig or a preset name; gpu a name of accounting.planning.gpus.GPUS (or
-    memory_bytes, peak_tflops, bandwidth_tbs of your own); precision, scope and recompute
-    one of their names (a wrong type is a TypeError, an unknown name a UsageError)."""
+    memory_bytes, peak_tflops, bandwidth_tbs of your own); precision, scope, recompute,
+    implementation and optimizer one of their names (a wrong type is a TypeError, an
+    unknown name a UsageError). The recipe's defaults follow the input
+    (accounting/planning/recipes.py): from_hf (default: config is the name of a Hugging
+    Face preset) plans transformers' implementation in bf16-mixed, else model/ in fp32.
+    trainable: a predicate on the ledger's parameters (None: all trained)."""
+    if from_hf is None:
+        from accounting.spec.presets import HF_IDS
+        from_hf = isinstance(config, str) and config in HF_IDS
     config = A.config(config)
     seq = A.count(seq, "seq", "the config's context_length")
     batch = A.count(batch, "batch")
-    precision = A.choice(precision, "precision", PRECISIONS)
+    precision = A.choice(precision, "precision", PRECISIONS, "the input's default")
+    implementation = A.choice(implementation, "implementation", recipes.IMPLEMENTATIONS,
+                              "the input's default")
+    optimizer = A.choice(optimizer, "optimizer", recipes.OPTIMIZERS, "adamw")
     scope = A.choice(scope, "scope", SCOPES)
     recompute = A.choice(recompute, "recompute", RECOMPUTE)
     gpu = A.optional_name(gpu, "gpu", "a GPU name such as 'H100'")
@@ -112,15 +127,18 @@ def plan(config: ModelConfig | str, seq: int | None = None, batch: int = 1, *,
                          f"{config.context_length:,} (RoPE models decode at any position)")
     if steps is not None and tokens is not None:
         raise UsageError("give either --steps or --tokens, not both")
-    p = get_precision(precision)
+    recipe, config = recipes.resolve(config, from_hf, implementation, precision, optimizer,
+                                     recompute, attention_given)
+    p = get_precision(recipe.precision)
     hw = hardware(gpu, memory_bytes, peak_tflops, bandwidth_tbs, p.compute)
     u = check_mfu(mfu)
     m = exact(margin, "--margin")
-    model = MemoryModel(config, p, scope, recompute)
+    model = MemoryModel(config, p, scope, recompute, recipe.implementation, recipe.optimizer,
+                        trainable)
     budget = Budget(hw.memory_bytes, m) if hw and hw.memory_bytes else None
     if budget is None and not 0 <= m < 1:
         raise UsageError(f"--margin must be in [0, 1) (a share of the memory), got {margin}")
-    flops = step_flops(config, seq, batch, recompute)
+    flops = step_flops(config, seq, batch, recompute, recipe.optimizer, trainable)
     time = None
     if hw and hw.peak_flops and (steps is not None or tokens is not None):
         time = training_time(flops, hw.peak_flops, u, steps, tokens)
@@ -131,4 +149,5 @@ def plan(config: ModelConfig | str, seq: int | None = None, batch: int = 1, *,
                 longest_context(model, batch, budget) if budget else None,
                 flops, time,
                 inference(config, batch, seq, p, position,
-                          hw.peak_flops if hw else None, hw.bandwidth if hw else None))
+                          hw.peak_flops if hw else None, hw.bandwidth if hw else None),
+                recipe)

@@ -140,6 +140,13 @@ def plan_answer(p) -> Table:
     else:
         lines.append(_line("memory", f"{_bytes(need)} at batch {grouped(p.batch)} (the course's "
                                      "sum of memory items)"))
+    recipe = getattr(p, "recipe", None)
+    if recipe is not None:  # what is planned, named (accounting/planning/recipes.py)
+        lines.append(_line("recipe", f"{recipe.implementation} implementation, "
+                                     f"{recipe.precision}, {recipe.attention} attention, "
+                                     f"recomputation {recipe.recompute}, optimizer "
+                                     f"{recipe.optimizer}"
+                                     + (f" ({recipe.note})" if recipe.note else "")))
     lines.append(_line("FLOPs/step", f"{grouped(p.flops.total)} = {si(p.flops.total, 'FLOPs')}"))
     t = p.time
     if t is not None:
