@@ -145,3 +145,70 @@ def test_state_per_tensor_equals_the_real_optimizer(name, dtype):
     assert sum(t.bytes.evaluate(v) for t in items) == total_real
     counters = [t for t in mm.state_terms if "step counters" in t.name]
     assert sum(t.bytes.evaluate(v) for t in counters) == 4 * len(steps)
+
+
+# ---- precision recipes --------------------------------------------------------------------
+
+def nbytes(ts):
+    return sum(t.numel() * t.element_size() for t in ts)
+
+
+def items(mm, prefix):
+    v = ledger(SMALL).values(SMALL.context_length, 1)
+    return sum(t.bytes.evaluate(v) for t in mm.state_terms if t.name.startswith(prefix))
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16-mixed", "bf16", "bf16-master"])
+def test_precision_recipe_equals_a_real_step(precision):
+    """fp32 and bf16-mixed: fp32 parameters and AdamW (autocast for the second); bf16:
+    model.to(torch.bfloat16), AdamW over it; bf16-master: bf16 parameters, an fp32 copy of
+    each that AdamW updates (Megatron-LM's Float16OptimizerWithFloat16Params: the bf16
+    gradients are copied into the fp32 copy's .grad, the step runs there, the result is
+    copied back)."""
+    p = get_precision(precision)
+    model = build(p.param_dtype)
+    params = list(model.parameters())
+    master = [q.detach().float().clone().requires_grad_() for q in params] if p.master else None
+    opt = torch.optim.AdamW(master or params, foreach=True)
+    step(model, [], autocast=p.autocast is not None)
+    if master:
+        for m, q in zip(master, params):
+            m.grad = q.grad.float()
+    opt.step()
+    if master:
+        with torch.no_grad():
+            for m, q in zip(master, params):
+                q.copy_(m)
+    mm = MemoryModel(SMALL, p)
+    assert {q.dtype for q in params} == {TORCH_DTYPE[p.param_dtype]}
+    assert items(mm, "parameters") == nbytes(params)
+    assert items(mm, "gradients") == nbytes(q.grad for q in params)
+    assert {q.grad.dtype for q in params} == {TORCH_DTYPE[p.grad_dtype]}
+    assert items(mm, "fp32 master copy") == (nbytes(master) if master else 0)
+    state = list(opt.state.values())
+    assert {s["exp_avg"].dtype for s in state} == {TORCH_DTYPE[p.state_dtype]}
+    assert items(mm, "AdamW first moment") == nbytes(s["exp_avg"] for s in state)
+    assert items(mm, "AdamW second moment") == nbytes(s["exp_avg_sq"] for s in state)
+
+
+def test_bf16_parameters_saved_tensors_equal_the_ledger():
+    """model/ in bf16 (no autocast): the saved tensors, by size and dtype, are the ledger's
+    with param_dtype bf16 (the norms' fp32 copies, the bf16 residual stream, bf16 logits
+    and log-probabilities)."""
+    from collections import Counter
+    from test_architectures import saved_tensors
+    model = build("bf16")
+    g = torch.Generator().manual_seed(1)
+    ids, targets = (torch.randint(0, SMALL.vocab_size, (2, 5), generator=g) for _ in range(2))
+    seen = saved_tensors(model, ids, targets)
+    got = Counter((n, dtype) for _, n, dtype in seen.values())
+    lg = ledger(SMALL, None, "none", "course", "bf16")
+    v = lg.values(5, 2)
+    want = Counter()
+    size = {"fp32": 4, "bf16": 2, "int64": 8, "bool": 1}
+    dt = {"fp32": torch.float32, "bf16": torch.bfloat16, "int64": torch.int64, "bool": torch.bool}
+    for a in lg.activations:
+        if a.saved:
+            want[(size[a.dtype] * a.elements.evaluate(v) // a.copies, dt[a.dtype])] += \
+                a.copies * a.count(v)
+    assert got == want
