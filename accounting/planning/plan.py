@@ -128,7 +128,7 @@ def plan(config: ModelConfig | str, seq: int | None = None, batch: int = 1, *,
     if steps is not None and tokens is not None:
         raise UsageError("give either --steps or --tokens, not both")
     recipe, config = recipes.resolve(config, from_hf, implementation, precision, optimizer,
-                                     recompute, attention_given)
+                                     recompute, attention_given, scope)
     p = get_precision(recipe.precision)
     hw = hardware(gpu, memory_bytes, peak_tflops, bandwidth_tbs, p.compute)
     u = check_mfu(mfu)

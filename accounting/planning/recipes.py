@@ -70,13 +70,14 @@ class Recipe:
 
 def resolve(config: ModelConfig, from_hf: bool, implementation: str | None = None,
             precision: str | None = None, optimizer: str | None = None,
-            recompute: str = "none", attention_given: bool = False) -> tuple[Recipe, ModelConfig]:
+            recompute: str = "none", attention_given: bool = False,
+            scope: str = "model") -> tuple[Recipe, ModelConfig]:
     """The recipe for `config` (from a Hugging Face config.json or hub preset when from_hf),
     with the caller's choices where given, and the config its attention kernel sets."""
     note = ""
     if implementation is None:
         implementation = COURSE
-        if from_hf:
+        if from_hf and scope != "course":
             gap = transformers_gap(config)
             if gap is None:
                 implementation = TRANSFORMERS
@@ -96,11 +97,18 @@ def resolve(config: ModelConfig, from_hf: bool, implementation: str | None = Non
                                  "transformers' eager attention is not modelled: drop "
                                  "--attention naive or give --implementation course")
             config = replace(config, attention="sdpa")
+    if from_hf and scope != "course" and not attention_given and config.attention != "sdpa":
+        config = replace(config, attention="sdpa")  # transformers' default kernel, either way
     if precision is None:
-        precision = BF16_MIXED if from_hf else FP32
+        precision = BF16_MIXED if from_hf and scope != "course" else FP32
     get_precision(precision)
     optimizer = optimizer or "adamw"
     opt = get_optimizer(optimizer)
+    if scope == "course" and (optimizer != "adamw" or implementation != COURSE
+                              or precision not in (FP32, BF16_MIXED)):
+        raise UsageError("--scope course is the CS336 problem's accounting (model/, AdamW, fp32 "
+                         "or bf16-mixed): drop --optimizer/--implementation/--precision bf16*, "
+                         "or give --scope model")
     if opt.refuses_master and precision == BF16_MASTER:
         raise UsageError(f"--optimizer {optimizer} keeps 8-bit moments, while --precision "
                          f"bf16-master means fp32 moments beside the fp32 master copy: give "
