@@ -131,7 +131,8 @@ def memory_table(p: Plan) -> Table:
     notes.append("This is the sum of what a step holds at one time or another (activations and "
                  "gradients never all at once); the step's peak, which decides what fits in the "
                  "model scope, is the next table.")
-    opt = "AdamW" if p.recipe is None else get_optimizer(p.recipe.optimizer).title
+    opt = ("AdamW" if p.recipe is None or p.recipe.optimizer == "adamw" else
+           f"{p.recipe.optimizer} ({get_optimizer(p.recipe.optimizer).title})")
     return Table(f"Training memory with {opt} ({p.precision.name}, B = {p.batch:,}, T = {p.seq:,})",
                  ("item", "bytes (formula)", "bytes", "GB (1e9)", "GiB (2^30)"), tuple(rows),
                  align="llrrr", notes=tuple(notes))
