@@ -21,10 +21,10 @@ KiB, MiB, GiB, TiB = 2**10, 2**20, 2**30, 2**40
 # ---- dtypes: each name and its bytes per element, stated once -------------------------
 # The names are the ones printed and typed (--precision fp32, "bf16 copy", peak keys).
 FP32, BF16, FP16, INT8 = "fp32", "bf16", "fp16", "int8"
-FP64, INT64, BOOL, UINT8 = "fp64", "int64", "bool", "uint8"
+FP64, INT64, BOOL, UINT8, INT32 = "fp64", "int64", "bool", "uint8", "int32"
 # IEEE 754 binary32/binary16/binary64, bfloat16 (16 bits), and torch's element sizes
 # (torch.bool and torch.int8 take one byte each, torch.int64 eight).
-DTYPE_BYTES = {FP32: 4, BF16: 2, FP16: 2, INT8: 1, FP64: 8, INT64: 8, BOOL: 1, UINT8: 1}
+DTYPE_BYTES = {FP32: 4, BF16: 2, FP16: 2, INT8: 1, FP64: 8, INT64: 8, BOOL: 1, UINT8: 1, INT32: 4}
 
 # torch's dtype names as a config.json writes them (torch_dtype / dtype: transformers looks
 # each up as getattr(torch, name)); a name outside these is refused (hf_schema.FREE_VALUES).

@@ -18,13 +18,21 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from accounting.ledger.ledger import ledger
+from accounting.planning.recipes import transformers_gap
 from accounting.spec.hf_config import translate
-from hf_examples import CONFIGS
+from hf_examples import CONFIGS as DENSE
+from hf_moe_examples import CONFIGS as MOE
+
+CONFIGS = {**DENSE, "qwen3_moe": MOE["qwen3_moe"]}
 from test_architectures import saved_tensors
 
-DTYPE = {"fp32": torch.float32, "bf16": torch.bfloat16, "bool": torch.bool, "int64": torch.int64}
-SIZE = {"fp32": 4, "bf16": 2, "bool": 1, "int64": 8}
-FAMILIES = ("llama", "mistral", "qwen2", "qwen3")
+DTYPE = {"fp32": torch.float32, "bf16": torch.bfloat16, "bool": torch.bool, "int64": torch.int64,
+         "int32": torch.int32}
+SIZE = {"fp32": 4, "bf16": 2, "bool": 1, "int64": 8, "int32": 4}
+# qwen3_moe: a dense and two sparse blocks, transformers' grouped_mm experts (the default
+# experts implementation): the sorted slots' indices, the int32 offsets, the stacked
+# gate_up output, all in fp32 under autocast (grouped_mm is not autocast-enabled)
+FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "qwen3_moe")
 # (ledger autocast, parameter dtype): fp32, bf16-mixed on the CPU's autocast, pure bf16
 MODES = {"fp32": (None, "fp32"), "autocast": ("cpu", "fp32"), "bf16": (None, "bf16")}
 
@@ -71,5 +79,6 @@ def test_saved_tensors_equal_the_transformers_ledger(name, mode):
     B, T = 2, 5
     want, buffers = expected(config, B, T, autocast, param_dtype)
     assert measured(model, B, T, autocast) == want
+    assert transformers_gap(config) is None  # the recipe plans transformers' ops for it
     # the buffers: inv_freq and original_inv_freq, d_k/2 float32 each
     assert sum(b.numel() * b.element_size() for b in model.buffers()) == buffers

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from accounting.ledger.symbols import Expr, dims, monomial, product
-from accounting.units import BF16, BOOL, DTYPE_BYTES, FLOPS_PER_MAC, FP32, INT64  # noqa: F401
+from accounting.units import BF16, BOOL, DTYPE_BYTES, FLOPS_PER_MAC, FP32, INT32, INT64  # noqa: F401
 
 # ---- components ---------------------------------------------------------------------
 # Matmul FLOPs: every matmul belongs to exactly one of these.

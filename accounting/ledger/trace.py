@@ -431,10 +431,13 @@ class Trace:
         self._saves(self.name(self.fresh((), dtype), "nll_loss total weight"), "nll_loss")
 
     # ---- matmuls --------------------------------------------------------------------------
-    def matmul(self, a: Sym, b: Sym, record: R.Matmul, copy_labels: tuple[str, str] = ("", "")) -> str:
+    def matmul(self, a: Sym, b: Sym, record: R.Matmul, copy_labels: tuple[str, str] = ("", ""),
+               op: str = "bmm") -> str:
         """torch.einsum of two operands, run as one bmm. An operand it cannot view (not
         contiguous) is copied first, and the copy is what bmm saves (cast first, under
-        autocast); bmm saves each operand the other's gradient needs. Returns the dtype."""
+        autocast); bmm saves each operand the other's gradient needs. Returns the dtype.
+        op: the autocast policy's name for it (grouped_mm has none: it runs in its inputs'
+        dtype)."""
         self._tick += 1
         self.matmuls.append(record)
         if self._region is not None:
@@ -446,7 +449,7 @@ class Trace:
                 self._reads(f"clone ({label})", x)
                 x = self.name(self.copy(x), label)
             operands.append(x)
-        (a2, b2), dtype = self._autocast("bmm", *operands)
+        (a2, b2), dtype = self._autocast(op, *operands)
         self._reads(desc, a2, b2)
         if a2.grad:
             self._saves(b2, desc)

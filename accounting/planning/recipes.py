@@ -36,16 +36,22 @@ _MEASURED = {"vocab_size", "context_length", "num_layers", "d_model", "num_heads
              "qkv_bias", "out_bias", "mlp_bias", "attention"}
 
 
+# Qwen3-MoE's sparse block (softmax router, top-k, grouped_mm experts), measured too; with
+# per-head QK-norm only (Mixtral's router differs: no cast of the top-k weights)
+_MOE = {"num_experts", "experts_per_token", "moe_d_ff", "norm_topk_prob", "dense_layers"}
+
+
 def transformers_gap(config: ModelConfig) -> str | None:
     """Why transformers' ops for this architecture are not modelled yet (None: they are)."""
     defaults = {f.name: f.default for f in fields(ModelConfig)}
-    other = [f.name for f in fields(ModelConfig) if f.name not in _MEASURED
+    measured = _MEASURED | (_MOE if config.qk_norm == "head" else set())
+    other = [f.name for f in fields(ModelConfig) if f.name not in measured
              and getattr(config, f.name) != defaults[f.name]
              and not (f.name == "qk_norm" and config.qk_norm == "head")]
     if not other:
         return None
     return (f"{', '.join(other[:3])}{' …' if len(other) > 3 else ''} (transformers' ops are "
-            f"measured for the Llama, Mistral, Qwen2 and Qwen3 layouts only)")
+            f"measured for the Llama, Mistral, Qwen2, Qwen3 and Qwen3-MoE layouts only)")
 
 
 @dataclass(frozen=True)
