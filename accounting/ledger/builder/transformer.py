@@ -15,7 +15,7 @@ from accounting.ledger.builder.moe import MoE
 
 class Block:
     def __init__(self, t: Trace, a: Arch, recompute: str = "none", kind=None):
-        self.t, self.c, self.recompute, self.kind = t, a.c, recompute, kind
+        self.t, self.c, self.recompute, self.kind, self.a = t, a.c, recompute, kind, a
         comp, kind, off = NORM_PARAMS[a.c.norm], a.c.norm, a.c.norm_offset
         sandwich = a.c.norm_placement == "sandwich"
         self.ln1 = Norm(t, "ln1", kind, ("d_model",), NORMS[kind], comp, off)
@@ -39,7 +39,9 @@ class Block:
         x = t.name(t.fresh(ROW, grad=True), "ln1 input" if pre else "block input",
                    f"{NORMS[self.c.norm]} inputs" if pre else "", block_input=True)
         if self.recompute == "full":  # checkpoint(block, x): keeps x, runs it again
-            with t.recomputed_region("block", (x,)):
+            # transformers passes the rotary cos/sin into each layer: checkpoint keeps them
+            extra = tuple(self.a.rope_tables) if self.a.hf and self.a.rope_tables else ()
+            with t.recomputed_region("block", (x,) + extra):
                 self.run(x)
         else:
             self.run(x)
