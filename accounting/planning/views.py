@@ -80,7 +80,11 @@ def settings_table(p: Plan) -> Table:
                      f"sequence{'' if p.batch == 1 else 's'} per step"),
         ("precision", f"{p.precision.name}: {p.precision.assumptions}"),
         *_recipe_rows(p),
-        ("memory scope", f"{p.scope}: {SCOPES[p.scope]}"),
+        ("memory scope", f"{p.scope}: " + (
+            SCOPES[p.scope] if p.recipe is None or p.recipe.implementation == "course" else
+            "what a training step of transformers' model holds: the tensors autograd saves "
+            "(checked on the CPU by tests/test_transformers_saves.py), its buffers (the "
+            "rotary inv_freq), the optimizer's state and step counters")),
         ("recomputation", f"{p.recompute}: {RECOMPUTE[p.recompute]}"),
     ]
     if hw is None:
