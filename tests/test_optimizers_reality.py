@@ -212,3 +212,18 @@ def test_bf16_parameters_saved_tensors_equal_the_ledger():
             want[(size[a.dtype] * a.elements.evaluate(v) // a.copies, dt[a.dtype])] += \
                 a.copies * a.count(v)
     assert got == want
+
+
+@pytest.mark.parametrize("shape", [(64, 96), (96, 64), (64, 64)])
+def test_muon_newton_schulz_flops_equal_flop_counter(shape):
+    """Muon's five Newton-Schulz steps: FlopCounterMode's count of the step's mm and addmm
+    equals 5·(4m²n + 2m³) with m = min(rows, cols), n = max."""
+    from torch.utils.flop_counter import FlopCounterMode
+    p = torch.nn.Parameter(torch.randn(*shape))
+    p.grad = torch.randn_like(p)
+    opt = torch.optim.Muon([p])
+    with FlopCounterMode(display=False) as counter:
+        opt.step()
+    m, n = min(shape), max(shape)
+    assert counter.get_total_flops() == 5 * (4 * m * m * n + 2 * m ** 3)
+    assert counter.get_total_flops() == get_optimizer("muon").newton_schulz_flops(shape)

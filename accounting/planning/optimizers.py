@@ -139,11 +139,16 @@ class Muon(Optimizer):
         return (State("optimizer state: Muon momentum buffer (hidden matrices)", state_dtype,
                       prod(shape)),)
 
+    @staticmethod
+    def newton_schulz_flops(shape: tuple[int, ...]) -> int:
+        """The orthogonalisation's matmul FLOPs (mm and addmm), 2 per multiply-add."""
+        m, n = min(shape), max(shape)
+        return MUON_NS_STEPS * (4 * m * m * n + 2 * m ** 3)
+
     def update_flops(self, shape, role=""):
         if role != HIDDEN_MATRIX:
             return ADAMW.update_flops(shape)
-        m, n = min(shape), max(shape)
-        return MUON_NS_STEPS * (4 * m * m * n + 2 * m ** 3) + 9 * m * n
+        return self.newton_schulz_flops(shape) + 9 * prod(shape)
 
 
 # ---- 8-bit AdamW ----------------------------------------------------------------------------
