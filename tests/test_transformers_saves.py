@@ -32,7 +32,9 @@ SIZE = {"fp32": 4, "bf16": 2, "bool": 1, "int64": 8, "int32": 4}
 # qwen3_moe: a dense and two sparse blocks, transformers' grouped_mm experts (the default
 # experts implementation): the sorted slots' indices, the int32 offsets, the stacked
 # gate_up output, all in fp32 under autocast (grouped_mm is not autocast-enabled)
-FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "qwen3_moe")
+# olmo2: post-norms and full-width QK-norm; Olmo2RMSNorm multiplies by the gain in fp32
+# before its cast, and its rotary cos/sin stay fp32 (q_embed cast back)
+FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "olmo2")
 # (ledger autocast, parameter dtype): fp32, bf16-mixed on the CPU's autocast, pure bf16
 MODES = {"fp32": (None, "fp32"), "autocast": ("cpu", "fp32"), "bf16": (None, "bf16")}
 

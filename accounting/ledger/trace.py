@@ -73,6 +73,7 @@ class Trace:
         self.autocast = autocast  # None, or the device whose autocast policies apply
         self.param_dtype = param_dtype  # the parameters' dtype (bf16: model.to(torch.bfloat16))
         self.hf = False  # the ops of transformers' modeling code, where they differ (builder)
+        self.hf_olmo2 = False  # OLMo-2's RMSNorm (the gain in fp32, then the cast), fp32 RoPE
         self.path: list[str] = []
         self.repeat: str | None = None
         self.params: list[R.Param] = []

@@ -30,7 +30,8 @@ ATTENTION_NAMES = {"naive": "naive (the course's explicit softmax(QKᵀ)V, T×T 
 TRAIN_FULL = "full"
 
 # Spec fields whose transformers ops tests/test_transformers_saves.py measures (llama,
-# mistral, qwen2, qwen3): sizes, biases, a tied head, GQA, head_dim, per-head QK-norm.
+# mistral, qwen2, qwen3, qwen3_moe, olmo2): sizes, biases, a tied head, GQA, head_dim,
+# per-head QK-norm; OLMo-2's post-norms with full-width QK-norm; Qwen3-MoE's sparse block.
 _MEASURED = {"vocab_size", "context_length", "num_layers", "d_model", "num_heads", "d_ff",
              "rope_theta", "name", "num_kv_heads", "head_dim", "norm_eps", "tie_embeddings",
              "qkv_bias", "out_bias", "mlp_bias", "attention"}
@@ -45,13 +46,16 @@ def transformers_gap(config: ModelConfig) -> str | None:
     """Why transformers' ops for this architecture are not modelled yet (None: they are)."""
     defaults = {f.name: f.default for f in fields(ModelConfig)}
     measured = _MEASURED | (_MOE if config.qk_norm == "head" else set())
+    olmo2 = config.norm_placement == "post" and config.qk_norm == "full"  # OLMo-2's layout
+    if olmo2:
+        measured = measured | {"norm_placement", "qk_norm"}
     other = [f.name for f in fields(ModelConfig) if f.name not in measured
              and getattr(config, f.name) != defaults[f.name]
              and not (f.name == "qk_norm" and config.qk_norm == "head")]
     if not other:
         return None
     return (f"{', '.join(other[:3])}{' …' if len(other) > 3 else ''} (transformers' ops are "
-            f"measured for the Llama, Mistral, Qwen2, Qwen3 and Qwen3-MoE layouts only)")
+            f"measured for the Llama, Mistral, Qwen2, Qwen3, Qwen3-MoE and OLMo-2 layouts only)")
 
 
 @dataclass(frozen=True)

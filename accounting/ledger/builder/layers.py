@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from accounting.ledger import records as R
+from accounting.units import FP32
 from accounting.spec.config import ModelConfig
 from accounting.ledger.trace import Sym, Trace
 from accounting.ledger.builder.common import ROPE, BIAS, ACTIVATION_COMPONENT
@@ -75,6 +76,9 @@ class Norm:
                 e = t.binary("aten.add", ms, None, "+ eps", k)
                 r = t.unary("aten.rsqrt", e, "rsqrt", k, saves="output", out=f"{m} rms")
                 normed = t.binary("aten.mul", x, r, "x · rsqrt", k, out=f"{m} x / rms")
+                if t.hf_olmo2:  # Olmo2RMSNorm: (weight · x).to(input_dtype)
+                    y = t.cast(t.binary("aten.mul", normed, self.weight, "· gain", k), in_dtype)
+                    return t.name(y, out_label, course)
                 normed = t.cast(normed, in_dtype, f"{m} x / rms")
                 y = t.binary("aten.mul", normed, self.weight, "· gain", k)
                 return t.name(y, out_label, course)
@@ -166,9 +170,11 @@ class RotaryEmbedding:
 
     def tables(self, like: Sym) -> tuple[Sym, Sym]:
         t = self.t
+        # Olmo2RotaryEmbedding returns them in float32 (no cast to the hidden states' dtype)
+        dtype = FP32 if t.hf_olmo2 else like.dtype
         with t.scope("rotary_emb"):
-            cos = t.name(t.fresh(("T", self.dim), like.dtype), "RoPE cos and sin (once per pass)")
-            sin = t.name(t.fresh(("T", self.dim), like.dtype), "RoPE cos and sin (once per pass)")
+            cos = t.name(t.fresh(("T", self.dim), dtype), "RoPE cos and sin (once per pass)")
+            sin = t.name(t.fresh(("T", self.dim), dtype), "RoPE cos and sin (once per pass)")
         return cos, sin
 
     def rotate(self, x: Sym, tables: tuple[Sym, Sym], out_label: str) -> Sym:
@@ -180,6 +186,8 @@ class RotaryEmbedding:
         rot = t.cat((half, x), x.shape)
         b = t.binary("aten.mul", rot, sin, "x·cos, rotate_half(x)·sin", ROPE)
         y = t.binary("aten.add", a, b, "x·cos + rotate_half(x)·sin", ROPE)
+        if t.hf_olmo2:  # OLMo-2's apply_rotary_pos_emb: q_embed.to(q_type)
+            y = t.cast(y, x.dtype)
         return t.name(y, out_label)
 
 

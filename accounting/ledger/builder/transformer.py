@@ -114,6 +114,7 @@ def walk(c: ModelConfig, autocast: str | None = None, recompute: str = "none",
     the parameters in bf16 (model.to(torch.bfloat16), no autocast)."""
     t, a = Trace(autocast, param_dtype), Arch(c, fold, implementation)
     t.hf = a.hf
+    t.hf_olmo2 = a.hf and c.norm_placement == "post"  # Olmo2RMSNorm
     # __init__, in model/transformer.py's registration order
     with t.scope("token_embeddings"):
         tok = t.param("weight", ("V", "d_model"), R.EMBEDDING, lookup=True)
