@@ -40,8 +40,9 @@ def test_defaults_follow_the_input(capsys):
     assert hf["parameters"]["count"] == hf["parameters"]["trainable"] == N == 8_030_261_248
     # inference in bf16: 2 bytes per weight and KV element
     assert hf["inference"]["bytes_per_element"] == 2
-    # a MoE config.json: transformers' routing is not modelled yet, so model/'s ops, named
-    moe = plan_json(capsys, "mistralai/Mixtral-8x7B-v0.1", "--ctx", "1024")
+    # DeepSeek-V3 (latent attention, grouped routing): transformers' ops not modelled yet,
+    # so model/'s ops, named
+    moe = plan_json(capsys, "deepseek-ai/DeepSeek-V3", "--ctx", "1024")
     assert moe["assumptions"]["implementation"] == "course"
     assert "not yet modelled" in moe["assumptions"]["implementation_meaning"]
     assert moe["assumptions"]["attention"] == "sdpa"
@@ -111,7 +112,8 @@ def test_csv_and_dataframe_carry_the_recipe(capsys):
     (("gpt2-small", "--optimizer", "adamw8bit-torchao", "--precision", "bf16-master"),
      "keeps 8-bit moments"),
     ((LLAMA, "--implementation", "transformers", "--attention", "naive"), "eager attention"),
-    (("mistralai/Mixtral-8x7B-v0.1", "--implementation", "transformers"), "num_experts"),
+    (("deepseek-ai/DeepSeek-V3", "--implementation", "transformers"), "modelled"),
+    (("mistralai/Mistral-7B-v0.1", "--implementation", "transformers"), "sliding_window"),
     (("gpt2-small", "--scope", "course", "--optimizer", "sgd"), "--scope course"),
     (("gpt2-small", "--gpus", "8", "--optimizer", "muon"), "many-GPU"),
     (("gpt2-small", "--gpus", "8", "--precision", "bf16-master"), "many-GPU"),

@@ -23,7 +23,10 @@ from accounting.spec.hf_config import translate
 from hf_examples import CONFIGS as DENSE
 from hf_moe_examples import CONFIGS as MOE
 
-CONFIGS = {**DENSE, "qwen3_moe": MOE["qwen3_moe"]}
+# Mixtral without its example's window (Mixtral-8x7B's config.json has none; a window is
+# planned with model/'s ops: transformers masks only once T passes it)
+CONFIGS = {**DENSE, "qwen3_moe": MOE["qwen3_moe"],
+           "mixtral": {**MOE["mixtral"], "sliding_window": None}}
 from test_architectures import saved_tensors
 
 DTYPE = {"fp32": torch.float32, "bf16": torch.bfloat16, "bool": torch.bool, "int64": torch.int64,
@@ -34,7 +37,7 @@ SIZE = {"fp32": 4, "bf16": 2, "bool": 1, "int64": 8, "int32": 4}
 # gate_up output, all in fp32 under autocast (grouped_mm is not autocast-enabled)
 # olmo2: post-norms and full-width QK-norm; Olmo2RMSNorm multiplies by the gain in fp32
 # before its cast, and its rotary cos/sin stay fp32 (q_embed cast back)
-FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "olmo2")
+FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "mixtral", "olmo2")
 # (ledger autocast, parameter dtype): fp32, bf16-mixed on the CPU's autocast, pure bf16
 MODES = {"fp32": (None, "fp32"), "autocast": ("cpu", "fp32"), "bf16": (None, "bf16")}
 

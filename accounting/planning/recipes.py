@@ -37,15 +37,16 @@ _MEASURED = {"vocab_size", "context_length", "num_layers", "d_model", "num_heads
              "qkv_bias", "out_bias", "mlp_bias", "attention"}
 
 
-# Qwen3-MoE's sparse block (softmax router, top-k, grouped_mm experts), measured too; with
-# per-head QK-norm only (Mixtral's router differs: no cast of the top-k weights)
+# Qwen3-MoE's and Mixtral's sparse blocks (softmax router, top-k, grouped_mm experts),
+# measured too (the builder tells them apart by Qwen3's QK-norm: only Qwen3-MoE casts the
+# top-k weights to the logits' dtype); other routers set fields outside this list
 _MOE = {"num_experts", "experts_per_token", "moe_d_ff", "norm_topk_prob", "dense_layers"}
 
 
 def transformers_gap(config: ModelConfig) -> str | None:
     """Why transformers' ops for this architecture are not modelled yet (None: they are)."""
     defaults = {f.name: f.default for f in fields(ModelConfig)}
-    measured = _MEASURED | (_MOE if config.qk_norm == "head" else set())
+    measured = _MEASURED | (_MOE if config.qk_norm in ("head", "none") else set())
     olmo2 = config.norm_placement == "post" and config.qk_norm == "full"  # OLMo-2's layout
     if olmo2:
         measured = measured | {"norm_placement", "qk_norm"}
@@ -55,7 +56,7 @@ def transformers_gap(config: ModelConfig) -> str | None:
     if not other:
         return None
     return (f"{', '.join(other[:3])}{' …' if len(other) > 3 else ''} (transformers' ops are "
-            f"measured for the Llama, Mistral, Qwen2, Qwen3, Qwen3-MoE and OLMo-2 layouts only)")
+            f"measured for the Llama, Mistral, Qwen2, Qwen3, Qwen3-MoE, Mixtral and OLMo-2 layouts only)")
 
 
 @dataclass(frozen=True)

@@ -146,7 +146,8 @@ class MoE:
                                out="router weights")
         if c.mlp != "swiglu" or c.num_shared_experts:
             raise AssertionError("transformers' MoE: swiglu experts without shared ones only")
-        if True:  # Qwen3-MoE: router_top_value.to(router_logits.dtype) (Mixtral has no cast)
+        if c.qk_norm == "head":  # Qwen3-MoE: router_top_value.to(router_logits.dtype);
+            # Mixtral (no QK-norm) keeps the float32 weights
             weights = t.cast(weights, logits.dtype, "router weights (cast)")
         perm = t.name(t.fresh(slots, R.INT64), "slot order (by expert)")
         token = t.name(t.fresh(slots, R.INT64), "token of each slot (perm // k)")
