@@ -117,8 +117,6 @@ def real_state(optimizers, model):
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if "torchao" in n
                                   else n for n in sorted(OPTIMIZERS)])
 def test_state_per_tensor_equals_the_real_optimizer(name, dtype):
-    if name == "adamw-fused" and dtype == "bf16":
-        pytest.skip("the CPU's fused AdamW takes bf16 too, but the same rule as fp32 applies")
     model = build(dtype)
     opts = make(name, model)
     step(model, opts)

@@ -160,9 +160,12 @@ def activation_table(p: Plan) -> Table:
         f"Course list: {grouped(course)} bytes; saved by autograd: {grouped(saved)} bytes "
         f"(ratio {decimal(Fraction(saved, course), 3)}). The course counts "
         f"{grouped(only_course)} bytes autograd does not keep (outputs that no backward "
-        f"formula needs) and misses {grouped(only_saved)} bytes it does keep (RMSNorm and "
-        f"softmax internals, the inputs of the matmuls, RoPE tables, SiLU's sigmoid, the mask, "
-        f"token ids and targets).",
+        f"formula needs) and misses {grouped(only_saved)} bytes it does keep ("
+        + ("RMSNorm and softmax internals, the inputs of the matmuls, RoPE tables, SiLU's "
+           "sigmoid, the mask, token ids and targets)."
+           if p.recipe is None or p.recipe.implementation == "course" else
+           "the norms' internals, the inputs of the matmuls, the rotary cos/sin, the fused "
+           "kernel's log-sum-exp, token ids and targets)."),
         "'saved in' is the module whose op saves the tensor (relative to a block, or to the "
         "model; 'loss' is F.cross_entropy); tests/test_planning_reality.py checks every row "
         "against the tensors autograd saves on the CPU (torch.autograd.graph."
