@@ -225,3 +225,73 @@ def test_muon_newton_schulz_flops_equal_flop_counter(shape):
     m, n = min(shape), max(shape)
     assert counter.get_total_flops() == 5 * (4 * m * m * n + 2 * m ** 3)
     assert counter.get_total_flops() == get_optimizer("muon").newton_schulz_flops(shape)
+
+
+class OpFlops:
+    """The update's FLOPs counted from the aten ops the real optimizer runs, under the
+    project's convention (accounting/ledger/records.py CONVENTION): 1 per output element of
+    an elementwise op, 2 for add_/sub_ with an alpha (multiply and add), 3 for lerp_,
+    addcmul_ and addcdiv_, 1 per input element of a reduction (mean, sum), 2 per input
+    element of a norm (square, add) and 1 per output (sqrt), 2 per multiply-add of a
+    matmul; copies and scalar reads 0."""
+    ELEMENTWISE = {"add", "sub", "mul", "div", "rsqrt", "clamp", "pow", "square", "sqrt"}
+    FUSED = {"lerp", "addcmul", "addcdiv"}
+    FREE = {"clone", "_to_copy", "_local_scalar_dense", "permute", "copy", "detach", "alias",
+            "zeros_like", "empty_like", "lift_fresh", "_record_function_enter_new",
+            "_record_function_exit", "expand", "view", "reshape", "_unsafe_view"}
+
+    def __init__(self):
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        outer = self
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                out = func(*args, **(kwargs or {}))
+                outer.flops += outer.count(func.__name__.split(".")[0], args, kwargs or {}, out)
+                return out
+        self.flops, self.mode = 0, Mode()
+
+    def count(self, op, args, kwargs, out):
+        base = op.removeprefix("_foreach_").rstrip("_")
+        if base in self.FREE:
+            return 0
+        if base in ("mm", "addmm", "bmm"):
+            a, b = args[-2], args[-1]
+            return 2 * a.numel() * b.shape[-1]
+        n = out.numel() if torch.is_tensor(out) else 0
+        if base in self.FUSED:
+            return 3 * n
+        if base in ("add", "sub") and kwargs.get("alpha", 1) != 1:
+            return 2 * n
+        if base in self.ELEMENTWISE:
+            return n
+        if base in ("mean", "sum"):
+            return args[0].numel()
+        if base == "linalg_vector_norm":
+            return 2 * args[0].numel() + n
+        raise AssertionError(f"no convention for {op}")
+
+
+@pytest.mark.parametrize("name", ["sgd", "adafactor", "muon"])
+@pytest.mark.parametrize("shape", [(6, 8), (8, 6), (48,), (3, 4, 5)])
+def test_update_flops_equal_the_real_optimizers_ops(name, shape):
+    """The second step's ops (the first creates the state), counted by OpFlops, equal the
+    registry's update FLOPs (Muon takes 2-D tensors only)."""
+    if name == "muon" and len(shape) != 2:
+        pytest.skip("torch.optim.Muon refuses non-2-D parameters (AdamW runs them)")
+    torch.manual_seed(0)
+    p = torch.nn.Parameter(torch.randn(*shape))
+    opt = {"sgd": lambda: torch.optim.SGD([p], lr=0.1, momentum=0.9),
+           "adafactor": lambda: torch.optim.Adafactor([p], foreach=False),
+           "muon": lambda: torch.optim.Muon([p])}[name]()
+    for i in range(2):
+        p.grad = torch.randn_like(p)
+        if i == 0:
+            opt.step()
+            continue
+        counter = OpFlops()
+        with counter.mode:
+            opt.step()
+    role = "hidden matrix" if name == "muon" else ""
+    assert counter.flops == get_optimizer(name).update_flops(shape, role)

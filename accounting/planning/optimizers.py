@@ -76,7 +76,7 @@ class AdamW(Optimizer):
 class SGD(Optimizer):
     """torch/optim/sgd.py with momentum > 0: state['momentum_buffer'] = clone(grad) on the
     first step (the gradient's dtype), buf.mul_(momentum).add_(grad) after; no step counter.
-    The update: buf·μ (1), + g (1), θ − lr·buf (2: multiply, add)."""
+    The update: buf·μ (1), + g (1), θ.add_(buf, alpha=−lr) (2: multiply, add)."""
 
     def state(self, shape, state_dtype, role=""):
         return (State("optimizer state: SGD momentum buffer", state_dtype, prod(shape)),)
@@ -90,17 +90,24 @@ class Adafactor(Optimizer):
     """torch/optim/_adafactor.py (_init_group): a tensor of ≥ 2 dimensions keeps factored
     second moments, row_var = zeros(shape[:-1] + (1,)) and col_var = zeros(shape[:-2] + (1,
     shape[-1])); a 1-D tensor keeps variance = zeros_like(p); no first moment (beta1 None);
-    state['step'] a 0-dim float32 tensor on the CPU. Update FLOPs (single-tensor path, read
-    from the source, not measured op by op): for a factored tensor, g² (1), the row and
-    column means (2 per element), their lerps (3 per row or column), the outer product
-    row·col (1) and its scale by 1/mean (1), rsqrt (1), g·rsqrt (1), the RMS clip (2),
-    weight decay (1), the update (2): 12 per element; for a 1-D tensor the variance's lerp
-    (3) replaces the means and outer product: 11 per element."""
+    state['step'] a 0-dim float32 tensor on the CPU. Update FLOPs of the single-tensor path
+    (_single_tensor_adafactor), op by op under records.CONVENTION (a norm: square and add per
+    input element, sqrt per output): with n elements, r = ∏shape[:-1] rows, c =
+    ∏shape[:-2]·shape[-1] columns and b = ∏shape[:-2]: the norms of θ, of g over each row
+    and column and of the update (8n + r + c + 2), the rows' and columns' square, divide
+    and lerp (5(r + c)), the row mean (r) and its clamp (b), row·col (a matmul, 2n), its
+    divide, clamp, rsqrt and product with g (4n), θ.add_(·, alpha) (2n), the step (1):
+    16n + 6(r + c) + r + b + 3; a 1-D tensor: the two norms (4n + 2), g² (n), the
+    variance's lerp (3n), clamp, rsqrt and product (3n), the update (2n), the step (1):
+    13n + 3."""
+
+    @staticmethod
+    def _factors(shape):
+        return prod(shape[:-1]), prod(shape[:-2]) * shape[-1], prod(shape[:-2])
 
     def state(self, shape, state_dtype, role=""):
         if len(shape) >= 2:
-            rows = prod(shape[:-1])
-            cols = prod(shape[:-2]) * shape[-1]
+            rows, cols, _ = self._factors(shape)
             return (State("optimizer state: Adafactor factored second moment (row and column)",
                           state_dtype, rows + cols),)
         return (State("optimizer state: Adafactor second moment (1-D tensors)", state_dtype,
@@ -109,10 +116,9 @@ class Adafactor(Optimizer):
     def update_flops(self, shape, role=""):
         n = prod(shape)
         if len(shape) >= 2:
-            rows = prod(shape[:-1])
-            cols = prod(shape[:-2]) * shape[-1]
-            return 12 * n + 3 * (rows + cols) + 1
-        return 11 * n + 1
+            r, c, b = self._factors(shape)
+            return 16 * n + 6 * (r + c) + r + b + 3
+        return 13 * n + 3
 
 
 # ---- Muon (with AdamW for what is not a hidden matrix) ------------------------------------
@@ -129,9 +135,10 @@ class Muon(Optimizer):
     state['momentum_buffer'] = zeros_like(grad); no step counter. Its update orthogonalises
     the momentum by 5 Newton-Schulz steps in bf16 (_zeropower_via_newtonschulz): with
     m = min(rows, cols), n = max, each step X·Xᵀ (2m²n), addmm(A, A, A) (2m³) and
-    addmm(X, B, X) (2m²n) in matmul FLOPs; plus the momentum lerp (3 per element) and
-    nesterov lerp (3), the weight decay (1) and the update (2) per element. Its bf16
-    temporaries (one matrix at a time) are not modelled."""
+    addmm(X, B, X) (2m²n) in matmul FLOPs (FlopCounterMode's count); per element the
+    momentum lerp_ and the nesterov lerp (3 each), the norm (2, and its sqrt and clamp: 2
+    per tensor), the divide by it (1), the weight decay (1) and the update (2): 12 per
+    element. Its bf16 temporaries (one matrix at a time) are not modelled."""
 
     def state(self, shape, state_dtype, role=""):
         if role != HIDDEN_MATRIX:
@@ -148,7 +155,7 @@ class Muon(Optimizer):
     def update_flops(self, shape, role=""):
         if role != HIDDEN_MATRIX:
             return ADAMW.update_flops(shape)
-        return self.newton_schulz_flops(shape) + 9 * prod(shape)
+        return self.newton_schulz_flops(shape) + 12 * prod(shape) + 2
 
 
 # ---- 8-bit AdamW ----------------------------------------------------------------------------
