@@ -91,6 +91,7 @@ def test_saved_tensors_equal_the_transformers_ledger(name, mode):
 
 # ---- the step's two moments on transformers' model ------------------------------------------
 
+@pytest.mark.slow  # two real steps each under a live-storage tracker (scheduled first)
 @pytest.mark.parametrize("mode", ["fp32", "autocast"])
 @pytest.mark.parametrize("name", ["llama", "qwen3_moe"])
 def test_the_two_moments_equal_a_real_step_of_transformers_model(name, mode):
