@@ -21,16 +21,18 @@ KiB, MiB, GiB, TiB = 2**10, 2**20, 2**30, 2**40
 # ---- dtypes: each name and its bytes per element, stated once -------------------------
 # The names are the ones printed and typed (--precision fp32, "bf16 copy", peak keys).
 FP32, BF16, FP16, INT8 = "fp32", "bf16", "fp16", "int8"
-FP64, INT64, BOOL, UINT8 = "fp64", "int64", "bool", "uint8"
+FP64, INT64, BOOL, UINT8, INT32 = "fp64", "int64", "bool", "uint8", "int32"
 # IEEE 754 binary32/binary16/binary64, bfloat16 (16 bits), and torch's element sizes
-# (torch.bool, torch.int8 and torch.uint8 take one byte each, torch.int64 eight).
-DTYPE_BYTES = {FP32: 4, BF16: 2, FP16: 2, INT8: 1, FP64: 8, INT64: 8, BOOL: 1, UINT8: 1}
+# (torch.bool, torch.int8 and torch.uint8 take one byte each, torch.int32 four, torch.int64
+# eight). uint8 holds 8-bit optimizer state and packed NF4 weights; int32 grouped_mm offsets
+# and packed GPTQ/AWQ weights.
+DTYPE_BYTES = {FP32: 4, BF16: 2, FP16: 2, INT8: 1, FP64: 8, INT64: 8, BOOL: 1, UINT8: 1, INT32: 4}
 
 # Storage dtypes of quantized checkpoints and KV caches (accounting/formats/, serving/kv.py):
-# torch.int32, torch.uint8 and the two float8 formats' element sizes (tests/test_formats.py
-# checks them against torch).
-INT32, UINT8, FP8, FP8_E4M3, FP8_E5M2 = "int32", "uint8", "fp8", "fp8_e4m3", "fp8_e5m2"
-STORAGE_BYTES = {INT32: 4, UINT8: 1, FP8_E4M3: 1, FP8_E5M2: 1}
+# the two float8 formats' element sizes (tests/test_formats.py checks them against torch);
+# int32 and uint8 storage is DTYPE_BYTES'.
+FP8, FP8_E4M3, FP8_E5M2 = "fp8", "fp8_e4m3", "fp8_e5m2"
+STORAGE_BYTES = {FP8_E4M3: 1, FP8_E5M2: 1}
 
 # torch's dtype names as a config.json writes them (torch_dtype / dtype: transformers looks
 # each up as getattr(torch, name)); a name outside these is refused (hf_schema.FREE_VALUES).

@@ -174,7 +174,10 @@ PLAN_FLAGS = {
     "--gpu": _choice(("A100", "H100", "A100-40GB", "H100-SXM", "a100-80gb")),
     "--gpu-mem": SIZES, "--gpu-flops": FRACTIONS, "--gpu-bw": FRACTIONS,
     "--margin": FRACTIONS, "--mfu": FRACTIONS, "--steps": INTS, "--tokens": INTS,
-    "--position": INTS, "--precision": _choice(("fp32", "bf16-mixed")),
+    "--position": INTS, "--precision": _choice(("fp32", "bf16-mixed", "bf16", "bf16-master")),
+    "--implementation": _choice(("course", "transformers")),
+    "--optimizer": _choice(("adamw", "adamw-fused", "adamw8bit", "adamw8bit-torchao",
+                            "adafactor", "sgd", "muon")),
     "--recompute": _choice(("none", "full", "selective")),
     "--scope": _choice(("model", "course")),
     # fine-tuning (issue 28)

@@ -80,7 +80,7 @@ def test_a_config_of_the_wrong_type_is_named(bad):
 @pytest.mark.parametrize("kwargs,exc,fragment", [
     ({"gpu": 5}, TypeError, "gpu must be a GPU name"),
     ({"gpu": "H1000"}, UsageError, "unknown GPU 'H1000'"),
-    ({"precision": "bf16"}, UsageError, "precision must be one of 'fp32', 'bf16-mixed'"),
+    ({"precision": "fp16"}, UsageError, "precision must be one of 'fp32', 'bf16-mixed', 'bf16'"),
     ({"scope": {}}, TypeError, "scope must be one of 'course', 'model'"),
     ({"recompute": True}, TypeError, "recompute must be one of 'none', 'full', 'selective'"),
     ({"steps": 1.5}, TypeError, "steps must be an integer"),

@@ -184,9 +184,10 @@ def test_tied_head_is_one_parameter_under_two_names():
 
 # ---- memory: saved tensors ---------------------------------------------------------------
 
-def saved_tensors(model, ids, targets):
+def saved_tensors(model, ids, targets, use_cache=None):
     """{storage: (module path, nbytes, dtype)} of every storage autograd saves, parameters
-    excluded; module = the innermost module running when it is first saved."""
+    excluded; module = the innermost module running when it is first saved. A transformers
+    model (use_cache=False given) returns an output whose .logits are taken."""
     names = {m: n for n, m in model.named_modules()}
     stack, seen = [], {}
     params = {p.untyped_storage().data_ptr() for p in model.parameters()}
@@ -206,7 +207,7 @@ def saved_tensors(model, ids, targets):
         return t
     try:
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            logits = model(ids)
+            logits = model(ids) if use_cache is None else model(ids, use_cache=use_cache).logits
             loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
     finally:
         for h in handles:

@@ -59,7 +59,7 @@ def test_trainable_parameters_equal_peft_count(name, table, rank, targets):
     pm = peft.get_peft_model(_hf_model(table[name]), peft.LoraConfig(r=rank, target_modules=t))
     trainable, total = pm.get_nb_trainable_parameters()  # PEFT's own count
     assert ft.adapter_count() == trainable
-    lg = ledger(h.config, None, "none", ft.adapters)
+    lg = ft.ledger(None, "none")
     v = lg.values(1, 1)
     assert sum(p.numel(v) * p.count(v) for p in lg.params) == total  # base + adapters
     # the layers PEFT wrapped are the plan's
@@ -137,7 +137,7 @@ def test_peft_step_saves_what_the_lora_ledger_says(name, autocast, dropout):
     c = variant(name)
     pm, ft = _peft_course_model(c, 4, dropout, torch.bfloat16 if autocast else torch.float32)
     assert pm.get_nb_trainable_parameters()[0] == ft.adapter_count()
-    lg = ledger(c, "cpu" if autocast else None, "none", ft.adapters)
+    lg = ft.ledger("cpu" if autocast else None, "none")
     # the dropout's input is the adapter's float32 copy of x
     assert _measured(pm, c, autocast) == _expected(lg, "fp32")
     names = {a.name for a in lg.activations if a.saved}
@@ -229,7 +229,9 @@ def test_cli_lora_and_qlora_json(capsys):
     (("--lora-rank", "-3"), "positive integer"),
     (("--lora-rank", "8", "--lora-targets", "qproj"), "valid names: q_proj"),
     (("--base-weights", "nf4"), "--lora-rank"),
-    (("--lora-rank", "8", "--base-weights", "nf4"), "--precision bf16-mixed"),
+    # an HF input plans bf16-mixed by default (the recipe); fp32 named is refused
+    (("--lora-rank", "8", "--base-weights", "nf4", "--precision", "fp32"), "--precision bf16-mixed"),
+    (("--lora-rank", "8", "--precision", "bf16"), "fp32 or bf16-mixed"),
     (("--lora-alpha", "16"), "--lora-rank"),
     (("--lora-rank", "8", "--lora-dropout", "1"), "[0, 1)"),
     (("--lora-rank", "8", "--gpus", "8"), "one GPU"),
@@ -275,7 +277,7 @@ def test_peft_step_flops_equal_flop_counter_mode(name):
     with FlopCounterMode(display=False) as bwd_counter:
         loss.backward()
     fwd, bwd, _ = flops_exprs(ft)
-    v = ledger(c, None, "none", ft.adapters).values(T, B)
+    v = ft.ledger(None, "none").values(T, B)
     assert fwd.evaluate(v) == fwd_counter.get_total_flops()
     assert bwd.evaluate(v) == bwd_counter.get_total_flops()
     # without LoRA the backward would be twice the forward; the frozen dW are skipped
@@ -306,7 +308,6 @@ def test_transformers_peft_step_lora_saves_equal_the_ledger(name, dropout, base)
     h = translate(data, "t", name)
     names = h.type.module_names(h.data)
     ft = resolve(h.config, LoRA(rank=4, dropout=dropout), names)
-    adapters = replace(ft.adapters, base_dtype=base)
     torch.manual_seed(0)
     m = _hf_model(data).to(torch.float32 if base == "fp32" else torch.bfloat16)
     pm = peft.get_peft_model(m, peft.LoraConfig(r=4, target_modules="all-linear",
@@ -321,7 +322,7 @@ def test_transformers_peft_step_lora_saves_equal_the_ledger(name, dropout, base)
         path = k.split(".layers.", 1)[1].split(".", 1)[1]  # in the block
         module, _, lora = path.rpartition(".")
         measured.setdefault(f"{theirs[module]}.{lora}", Counter()).update(v)
-    lg = ledger(h.config, None, "none", adapters)
+    lg = ledger(h.config, None, "none", param_dtype=base, adapters=ft.adapters)
     expected = {k: c for k, c in _expected(lg, "fp32").items() if ".lora_" in k}
     if base == "fp32" and dropout == 0:
         # lora_A's input is then the base model's own tensor (the layer's input, no copy),
@@ -367,7 +368,7 @@ def test_peft_step_with_recomputation_keeps_what_the_lora_ledger_keeps(recompute
             del logits
             kept = Counter((n, dtype) for n, dtype in live.live.values())
     kept[(4, torch.float32)] -= 1  # the loss itself, held by this test
-    lg = ledger(c, "cpu" if autocast else None, recompute, ft.adapters)
+    lg = ft.ledger("cpu" if autocast else None, recompute)
     v = lg.values(T, B)
     expected = Counter()
     for a in lg.activations:

@@ -8,7 +8,9 @@ import re
 from fractions import Fraction
 
 from accounting.present import output, summary
-from accounting.cli.args import Parser, add_model_args, add_output_args, config_from_args, positive_int
+from accounting.cli.args import (Parser, add_model_args, add_output_args, config_from_args,
+                                 hf_source_from_args, positive_int)
+from accounting.runtime.errors import UsageError
 from accounting.runtime.errors import shorten
 from accounting.planning import export, views
 from accounting.planning.gpus import gpu_help
@@ -23,6 +25,7 @@ from accounting.planning.memory import (
     SCOPES,
 )
 from accounting.planning.plan import plan
+from accounting.planning.recipes import IMPLEMENTATIONS, OPTIMIZERS
 from accounting.units import GB, KILO, MEGA, TB, GiB, KiB, MiB, TiB
 
 _UNITS = {"b": 1, "kb": KILO, "mb": MEGA, "gb": GB, "tb": TB,
@@ -67,9 +70,21 @@ def parser() -> Parser:
                    help="sequences per step (default 1; with --gpus the global batch, default "
                         "dp·micro-batch·pp); the largest batch that fits is reported whenever a "
                         "GPU memory is known")
-    w.add_argument("--precision", choices=tuple(PRECISIONS), default=FP32,
-                   help="fp32 (default; the course's assumption) or bf16-mixed (fp32 master "
-                        "weights and AdamW state, bf16 working weights and activations)")
+    w.add_argument("--precision", choices=tuple(PRECISIONS), default=None,
+                   help="fp32 (the default for the course presets), bf16-mixed (the default for "
+                        "a Hugging Face config or hub preset: fp32 parameters, gradients and "
+                        "optimizer state under bf16 autocast), bf16 (bf16 parameters, gradients "
+                        "and optimizer state) or bf16-master (bf16 parameters and gradients, an "
+                        "fp32 master copy and fp32 moments in the optimizer: 2 + 2 + 12 bytes "
+                        "per parameter with AdamW)")
+    w.add_argument("--implementation", choices=tuple(IMPLEMENTATIONS), default=None,
+                   help="whose ops are planned: course (model/ as written; the default for the "
+                        "course presets) or transformers (transformers' modeling code with SDPA "
+                        "attention; the default for a Hugging Face config or hub preset)")
+    w.add_argument("--optimizer", choices=tuple(OPTIMIZERS), default=None,
+                   help="adamw (default; torch.optim.AdamW, foreach), adamw-fused, adamw8bit "
+                        "(bitsandbytes), adamw8bit-torchao, adafactor, sgd (momentum) or muon "
+                        "(torch.optim.Muon on the hidden matrices, AdamW on the rest)")
     w.add_argument("--recompute", choices=tuple(RECOMPUTE), default=NO_RECOMPUTE,
                    help="none (default), selective (recompute the attention core, Korthikanti "
                         "et al. 2022) or full activation recomputation (keep each block's input; "
@@ -103,6 +118,19 @@ def parser() -> Parser:
     return p
 
 
+def _check_parallel(ns) -> None:
+    """The many-GPU plans keep model/'s ops, AdamW and fp32 or bf16-mixed (today's)."""
+    if ns.precision not in (None, FP32, "bf16-mixed"):  # None: the stack's own (plan_parallel)
+        raise UsageError(f"--precision {ns.precision} is not in the many-GPU plans yet; give "
+                         f"--precision fp32 or bf16-mixed with --gpus")
+    if ns.implementation not in (None, "course"):
+        raise UsageError("--implementation transformers is not in the many-GPU plans yet "
+                         "(they plan model/'s ops); drop it with --gpus")
+    if ns.optimizer not in (None, "adamw"):
+        raise UsageError(f"--optimizer {ns.optimizer} is not in the many-GPU plans yet (they "
+                         f"plan AdamW); drop it with --gpus")
+
+
 def main(argv: list[str]) -> int:
     ns = parser().parse_args(argv)
     if ns.list:
@@ -111,9 +139,13 @@ def main(argv: list[str]) -> int:
         return 0
     config = config_from_args(ns)
     if ns.gpus is not None:
+        _check_parallel(ns)
         return parallel_cli.run(ns, config)
     parallel_cli.check_single(ns)
     result = plan(config, ns.ctx, ns.batch or 1, precision=ns.precision, scope=ns.scope,
+                  implementation=ns.implementation, optimizer=ns.optimizer,
+                  from_hf=hf_source_from_args(ns) is not None,
+                  attention_given=ns.attention is not None,
                   recompute=ns.recompute, gpu=ns.gpu, memory_bytes=ns.gpu_mem,
                   peak_tflops=ns.gpu_flops, bandwidth_tbs=ns.gpu_bw, mfu=ns.mfu,
                   margin=ns.margin, steps=ns.steps, tokens=ns.tokens, position=ns.position,

@@ -126,7 +126,7 @@ def check_single(ns: argparse.Namespace) -> None:
             raise UsageError(f"{flag} is read by the many-GPU planner; give --gpus N with it "
                              f"(--gpus 1 for one GPU)")
         raise UsageError(f"{flag} describes a multi-GPU layout; give --gpus N with it")
-    ns.precision = ns.precision or FP32
+    # ns.precision stays None without one: plan()'s recipe picks the input's default
 
 
 def _dropout(text: str | None) -> float:

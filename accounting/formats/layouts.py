@@ -12,10 +12,10 @@ from __future__ import annotations
 from math import ceil
 
 from accounting.runtime.errors import UsageError
-from accounting.units import DTYPE_BYTES, FP32, FP16 as _FP16, INT64 as _INT64, STORAGE_BYTES
+from accounting.units import DTYPE_BYTES, FP32, FP16 as _FP16, INT64 as _INT64
 from accounting.units import INT32 as _INT32
 
-INT32, INT64, FP32_BYTES = STORAGE_BYTES[_INT32], DTYPE_BYTES[_INT64], DTYPE_BYTES[FP32]
+INT32, INT64, FP32_BYTES = DTYPE_BYTES[_INT32], DTYPE_BYTES[_INT64], DTYPE_BYTES[FP32]
 FP16_BYTES = DTYPE_BYTES[_FP16]
 
 

@@ -210,12 +210,15 @@ def _activations(t, fold: bool) -> tuple[R.Activation, ...]:
 
 @lru_cache(maxsize=64)
 def ledger(config: ModelConfig, autocast: str | None = None, recompute: str = "none",
-           adapters=None) -> Ledger:
+           implementation: str = "course", param_dtype: str = "fp32", adapters=None) -> Ledger:
     """The ledger of `config`: in float32 (autocast None) or under torch.autocast on the
-    device named ("cpu", "cuda"), with recomputation "none", "full" or "selective"; with
-    LoRA adapters (builder/lora.py Adapters) on a frozen base, or without."""
+    device named ("cpu", "cuda"), with recomputation "none", "full" or "selective"; as
+    model/ runs it (implementation "course") or as transformers' modeling code does
+    ("transformers"); with parameters in param_dtype ("bf16": model.to(torch.bfloat16));
+    with LoRA adapters (builder/lora.py Adapters) on a base frozen in param_dtype, or without."""
     return _build(config, autocast, recompute,
-                  fold=config.num_heads * config.d_k == config.d_model, adapters=adapters)
+                  fold=config.num_heads * config.d_k == config.d_model,
+                  implementation=implementation, param_dtype=param_dtype, adapters=adapters)
 
 
 @lru_cache(maxsize=64)
@@ -227,8 +230,8 @@ def unfolded_ledger(config: ModelConfig, autocast: str | None = None,
 
 
 def _build(config: ModelConfig, autocast: str | None, recompute: str, fold: bool,
-           adapters=None) -> Ledger:
-    t = builder.walk(config, autocast, recompute, fold, adapters)
+           implementation: str = "course", param_dtype: str = "fp32", adapters=None) -> Ledger:
+    t = builder.walk(config, autocast, recompute, fold, implementation, param_dtype, adapters)
     acts = _activations(t, fold)
     inputs = [a for a in acts if a.block_input]
     if len(inputs) != len(t.groups) or not all(a.per_layer for a in inputs):

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from accounting.ledger.symbols import Expr, dims, monomial, product
-from accounting.units import BF16, BOOL, DTYPE_BYTES, FLOPS_PER_MAC, FP32, INT64  # noqa: F401
+from accounting.units import BF16, BOOL, DTYPE_BYTES, FLOPS_PER_MAC, FP32, INT32, INT64  # noqa: F401
 
 # ---- components ---------------------------------------------------------------------
 # Matmul FLOPs: every matmul belongs to exactly one of these.
@@ -70,6 +70,16 @@ class Param(Record):
     lookup: bool = False  # an embedding table read by index (a row per token)
     matmul_weight: bool = False  # read by a matmul (autocast keeps a bf16 copy of it)
     frozen: bool = False  # requires_grad False (a LoRA plan's base): no gradient, no optimizer state
+    dims: tuple[int, ...] = ()  # symbols per real dimension (a Linear's (h_kv, d_k, d_model)
+    #                             is 2-D: dims (2, 1)); () = one symbol per dimension
+
+    def sizes(self, values: dict[str, int]) -> tuple[int, ...]:
+        """The tensor's real shape (what an optimizer's per-dimension state sees)."""
+        dims, out, i = self.dims or (1,) * len(self.shape), [], 0
+        for n in dims:
+            out.append(product(self.shape[i:i + n], values))
+            i += n
+        return tuple(out)
 
     @property
     def routed_expert(self) -> bool:

@@ -69,9 +69,12 @@ class Named:
 
 
 class Trace:
-    def __init__(self, autocast: str | None = None, adapters=None):
+    def __init__(self, autocast: str | None = None, param_dtype: str = FP32, adapters=None):
         self.autocast = autocast  # None, or the device whose autocast policies apply
-        # LoRA (builder/lora.py Adapters): the base parameters frozen in its base_dtype
+        self.param_dtype = param_dtype  # bf16: model.to(torch.bfloat16); LoRA: the frozen base's
+        self.hf = False  # the ops of transformers' modeling code, where they differ (builder)
+        self.hf_olmo2 = False  # OLMo-2's RMSNorm (the gain in fp32, then the cast), fp32 RoPE
+        # LoRA (builder/lora.py Adapters): every other parameter frozen, in param_dtype
         self.adapters = adapters
         self.lora_outputs: dict = {}  # a fused PEFT layer's lora_A output, by its input
         self.path: list[str] = []
@@ -92,11 +95,6 @@ class Trace:
         self._region_last_save = 0.0
         self._tick = 0  # counts ops, to order computes and saves within a region
         self._unnamed_saves: list[str] = []
-
-    @property
-    def stream_dtype(self) -> str:
-        """The residual stream's dtype: the (frozen) embedding's, fp32 unless adapters say."""
-        return self.adapters.base_dtype if self.adapters is not None else FP32
 
     # ---- where the run is ----------------------------------------------------------------
     @property
@@ -155,20 +153,17 @@ class Trace:
 
     # ---- declarations -------------------------------------------------------------------
     def param(self, name: str, shape: tuple[str, ...], component: str, lookup: bool = False,
-              trainable: bool = False) -> Sym:
-        """A parameter; with adapters, every one but an adapter's (`trainable`) is frozen
-        (requires_grad False) and stored in the adapters' base dtype."""
+              trainable: bool = False, dims: tuple[int, ...] = ()) -> Sym:
+        """A parameter in param_dtype; with adapters, every one but an adapter's
+        (`trainable`, in the adapters' dtype) is frozen (requires_grad False)."""
         key = ".".join(self.path + [name])
         full = f"layers.{{i}}.{key}" if self.repeat else key
         frozen = self.adapters is not None and not trainable
         self.params.append(R.Param(full, component, self.module, self.repeat, shape, lookup,
-                                   frozen=frozen))
+                                   frozen=frozen, dims=dims))
         self.registered.append((full, self.repeat))
-        if frozen:
-            return Sym(shape, self.adapters.base_dtype, grad=False, param=full)
-        if trainable:
-            return Sym(shape, self.adapters.adapter_dtype, param=full)
-        return Sym(shape, param=full)
+        return Sym(shape, self.adapters.adapter_dtype if trainable else self.param_dtype,
+                   grad=not frozen, param=full)
 
     def alias(self, name: str, p: Sym) -> Sym:
         """`p` registered again under `name` in this module (a tied weight)."""
@@ -208,9 +203,10 @@ class Trace:
             n.course, n.block_input = n.course or course, n.block_input or block_input
         return x
 
-    def fresh(self, shape: tuple[str, ...], dtype: str = FP32, grad: bool = False) -> Sym:
-        """A tensor made from nothing: token ids, positions, the causal mask."""
-        return Sym(shape, dtype, grad)
+    def fresh(self, shape: tuple[str, ...], dtype: str | None = None, grad: bool = False) -> Sym:
+        """A tensor made from nothing: token ids, positions, the causal mask; a block's input
+        (grad) is in the parameters' dtype (the residual stream's)."""
+        return Sym(shape, dtype or (self.param_dtype if grad else FP32), grad)
 
     # ---- bookkeeping of saves and reads ----------------------------------------------------
     def _saves(self, x: Sym, by: str, after: bool = False) -> None:
@@ -432,19 +428,24 @@ class Trace:
     # ---- the loss (outside the model: saves only, its FLOPs are not the model's) -------------
     def cross_entropy(self, logits: Sym, targets: Sym, course: str) -> None:
         """F.cross_entropy = nll_loss(log_softmax(logits)): log_softmax saves its output,
-        nll_loss its targets and a 0-dim total weight (float32 under autocast too)."""
+        nll_loss its targets and a 0-dim total weight (float32 under autocast too, bf16 for
+        bf16 logits)."""
         (logits,), dtype = self._autocast("cross_entropy", logits)
         lsm = self.name(Sym(logits.shape, dtype, grad=True), "log-softmax of the logits", course)
         self._reads("log_softmax", logits)
         self._saves(lsm, "log_softmax", after=True)
         self._saves(targets, "nll_loss")
-        self._saves(self.name(self.fresh((), FP32), "nll_loss total weight"), "nll_loss")
+        # the total weight has the log-probabilities' dtype (bf16 logits without autocast)
+        self._saves(self.name(self.fresh((), dtype), "nll_loss total weight"), "nll_loss")
 
     # ---- matmuls --------------------------------------------------------------------------
-    def matmul(self, a: Sym, b: Sym, record: R.Matmul, copy_labels: tuple[str, str] = ("", "")) -> str:
+    def matmul(self, a: Sym, b: Sym, record: R.Matmul, copy_labels: tuple[str, str] = ("", ""),
+               op: str = "bmm") -> str:
         """torch.einsum of two operands, run as one bmm. An operand it cannot view (not
         contiguous) is copied first, and the copy is what bmm saves (cast first, under
-        autocast); bmm saves each operand the other's gradient needs. Returns the dtype."""
+        autocast); bmm saves each operand the other's gradient needs. Returns the dtype.
+        op: the autocast policy's name for it (grouped_mm has none: it runs in its inputs'
+        dtype)."""
         self._tick += 1
         self.matmuls.append(record)
         if self._region is not None:
@@ -456,7 +457,7 @@ class Trace:
                 self._reads(f"clone ({label})", x)
                 x = self.name(self.copy(x), label)
             operands.append(x)
-        (a2, b2), dtype = self._autocast("bmm", *operands)
+        (a2, b2), dtype = self._autocast(op, *operands)
         self._reads(desc, a2, b2)
         if a2.grad:
             self._saves(b2, desc)

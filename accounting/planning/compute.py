@@ -84,6 +84,14 @@ def adamw_flops(config: ModelConfig) -> int:
     return adamw_flops_expr(config).evaluate(values(config, 1, 1))
 
 
+def optimizer_flops(config: ModelConfig, optimizer: str = "adamw", trainable=None) -> int:
+    """The update's FLOPs over the trained tensors (accounting/planning/optimizers.py); for
+    AdamW over every parameter, adamw_flops (14·N + tensors) exactly."""
+    from accounting.planning import training_state as TS
+    from accounting.planning.optimizers import get_optimizer
+    return TS.update_flops(get_optimizer(optimizer), TS.tensors(config, trainable))
+
+
 @dataclass(frozen=True)
 class StepFlops:
     config: ModelConfig
@@ -92,7 +100,7 @@ class StepFlops:
     forward: int  # matmul FLOPs, executed count (full T×T attention, as the model runs it)
     backward: int
     recompute: int  # the blocks' forward again (0 without recomputation)
-    adamw: int
+    adamw: int  # the optimizer's update (AdamW's unless another optimizer is planned)
     forward_non_matmul: int  # not in the total; reported for scale
     forward_formula: str  # the forward matmul FLOPs as a polynomial in B and T
     backward_formula: str
@@ -107,7 +115,8 @@ class StepFlops:
         return self.forward + self.backward + self.adamw
 
 
-def step_flops(config: ModelConfig, seq: int, batch: int, recompute: str = "none") -> StepFlops:
+def step_flops(config: ModelConfig, seq: int, batch: int, recompute: str = "none",
+               optimizer: str = "adamw", trainable=None) -> StepFlops:
     fwd = analyze(config, seq, batch, FORWARD)
     bwd = analyze(config, seq, batch, BACKWARD)
     # The matmuls a checkpointed region runs again in the backward pass (the ledger's):
@@ -115,7 +124,8 @@ def step_flops(config: ModelConfig, seq: int, batch: int, recompute: str = "none
     v = fwd.values
     again = sum(r.count(v) * r.flops(v) for r in ledger(config, recompute=recompute).recomputed)
     return StepFlops(config, seq, batch, fwd.matmul_flops(), bwd.matmul_flops(), again,
-                     adamw_flops(config), fwd.elementwise_flops, str(fwd.matmul_polynomial()),
+                     optimizer_flops(config, optimizer, trainable), fwd.elementwise_flops,
+                     str(fwd.matmul_polynomial()),
                      str(bwd.matmul_polynomial()))
 
 

@@ -9,6 +9,9 @@ from accounting.present.export import config_dict, csv_text, fraction
 from accounting.planning import compute, memory
 from accounting.planning.inference import decode_flops_expr, kv_elements_per_token
 from accounting.planning.plan import Plan
+from accounting.planning import finetune, training_state
+from accounting.planning.optimizers import get_optimizer
+from accounting.planning.recipes import ATTENTION_NAMES, IMPLEMENTATIONS
 
 
 def _fraction(f: Fraction | None) -> dict | None:
@@ -30,6 +33,19 @@ def finetune_dict(ft) -> dict:
             "nf4_bytes_torchao_layout": ft.nf4_bytes_torchao() if ft.qlora else None}
 
 
+def _recipe(p: Plan) -> dict:
+    """implementation, attention, optimizer (and what they mean), as strings."""
+    r = p.recipe
+    if r is None:
+        return {}
+    opt = get_optimizer(r.optimizer)
+    return {"implementation": r.implementation,
+            "implementation_meaning": IMPLEMENTATIONS[r.implementation]
+            + (f"; {r.note}" if r.note else ""),
+            "attention": r.attention, "attention_meaning": ATTENTION_NAMES[r.attention],
+            "optimizer": r.optimizer, "optimizer_meaning": f"{opt.title} ({opt.source})"}
+
+
 def to_dict(p: Plan) -> dict:
     c, tm, hw = p.config, p.memory, p.hardware
     v = tm.model.values(p.seq, p.batch)
@@ -42,13 +58,14 @@ def to_dict(p: Plan) -> dict:
             "recompute": p.recompute, "recompute_meaning": memory.RECOMPUTE[p.recompute],
             "mfu": _fraction(p.mfu), "margin": _fraction(p.margin),
             "adamw_flops": compute.ADAMW_CONVENTION,
+            **_recipe(p),
         },
         "hardware": None if hw is None else {
             "name": hw.name, "source": hw.source, "memory_bytes": hw.memory_bytes,
             "peak_flops_per_s": _fraction(hw.peak_flops), "bandwidth_bytes_per_s": _fraction(hw.bandwidth)},
         "parameters": {"formula": str(memory.parameter_count(p.config)),
                        "count": tm.parameters,
-                       "trainable": tm.parameters if tm.trainable is None else tm.trainable},
+                       "trainable": tm.trainable},
         "training_memory": {
             "items": [{"name": i.name, "formula": i.formula, "expression": i.expression,
                        "bytes": i.bytes, "per_sequence": i.per_sequence, "fixed": i.fixed,
@@ -70,6 +87,7 @@ def to_dict(p: Plan) -> dict:
                          "bytes": r.bytes} for r in tm.activation_rows],
         "flops_per_step": {"forward": p.flops.forward, "backward": p.flops.backward,
                            "recompute": p.flops.recompute, "adamw": p.flops.adamw,
+                           "optimizer": p.flops.adamw,
                            "total": p.flops.total, "forward_non_matmul_not_in_total":
                                p.flops.forward_non_matmul,
                            "adamw_formula": compute.adamw_formula(p.config)},
@@ -117,11 +135,17 @@ def rows(p: Plan) -> list[dict]:
 
     def add(section, item, formula, value, unit):
         out.append({"section": section, "item": item, "formula": formula, "value": value, "unit": unit})
+    for key, value in _recipe(p).items():
+        if not key.endswith("_meaning"):
+            add("recipe", key, "", value, "")
+    add("recipe", "precision", "", p.precision.name, "")
+    add("parameters", "count", str(memory.parameter_count(p.config)), p.memory.parameters,
+        "parameters")
+    add("parameters", "trainable", "LoRA adapters" if p.finetune is not None else "",
+        p.memory.trainable, "parameters")
     for i in p.memory.items:
         add("training memory", i.name + ("" if i.on_gpu else " (CPU)"), i.formula, i.bytes, "bytes")
     add("training memory", "total on the GPU", "a·B + b", p.memory.total, "bytes")
-    add("parameters", "trainable", "LoRA adapters" if p.finetune is not None else "N",
-        p.memory.parameters if p.memory.trainable is None else p.memory.trainable, "parameters")
     add("training memory", "a (per sequence)", "", p.memory.per_sequence, "bytes")
     add("training memory", "b (fixed)", "", p.memory.fixed, "bytes")
     for r in p.memory.activation_rows:
@@ -134,7 +158,11 @@ def rows(p: Plan) -> list[dict]:
     f = p.flops
     for name, value in (("forward", f.forward), ("backward", f.backward),
                         ("recompute", f.recompute), ("adamw", f.adamw), ("total", f.total)):
-        add("flops per step", name, compute.adamw_formula(p.config) if name == "adamw" else "", value, "FLOPs")
+        formula = ((compute.adamw_formula(p.config) if p.finetune is None else
+                    finetune.adamw_formula(p.finetune)) if name == "adamw" and p.recipe is not None
+                   and p.recipe.optimizer in ("adamw", "adamw-fused") else "")
+        add("flops per step", "optimizer" if name == "adamw" and formula == "" else name,
+            formula, value, "FLOPs")
     if p.time is not None:
         add("time to train", "steps", "", p.time.steps, "steps")
         add("time to train", "seconds", "steps·FLOPs per step / (MFU·peak)", float(p.time.seconds), "s")
@@ -152,3 +180,9 @@ def rows(p: Plan) -> list[dict]:
 
 def to_csv(p: Plan) -> str:
     return csv_text(rows(p), COLUMNS)
+
+
+def to_frame(p: Plan):
+    """The CSV rows as a pandas DataFrame (pandas imported on call)."""
+    import pandas as pd
+    return pd.DataFrame(rows(p), columns=list(COLUMNS))

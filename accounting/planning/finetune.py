@@ -93,12 +93,19 @@ class FineTune:
     double_quant: bool
     base_dtype: str  # the frozen parameters' dtype (the non-quantized ones under QLoRA)
     adapters: Adapters
+    implementation: str = "course"  # the recipe's (planning/recipes.py): whose ops the ledger runs
 
-    def state_terms(self, model, copies) -> list:
-        return state_terms(self, model, copies)
+    def ledger(self, autocast: str | None = None, recompute: str = "none"):
+        """The ledger of the LoRA step: adapters on a base frozen in base_dtype."""
+        return ledger(self.config, autocast, recompute, self.implementation, self.base_dtype,
+                      self.adapters)
 
-    def state_bytes(self, model):
-        return state_bytes(self, model)
+    def weight_terms(self, model, copies) -> list:
+        return weight_terms(self, model, copies)
+
+    def adapter_expr(self) -> Expr:
+        """N_LoRA: the adapters' elements as a closed form in r and the widths."""
+        return _count([p for p in self.ledger().params if not p.frozen])
 
     @property
     def qlora(self) -> bool:
@@ -106,7 +113,7 @@ class FineTune:
 
     def adapter_count(self) -> int:
         """lora_A and lora_B elements over the whole model (PEFT's trainable parameters)."""
-        lg = ledger(self.config, None, "none", self.adapters)
+        lg = self.ledger()
         v = lg.values(1, 1)
         return sum(p.numel(v) * p.count(v) for p in lg.params if not p.frozen)
 
@@ -161,9 +168,10 @@ def describe(ft: FineTune) -> str:
     return (f"{'QLoRA' if ft.qlora else 'LoRA'} (PEFT): r = {lo.rank}, alpha = {lo.alpha}, "
             f"dropout = {lo.dropout}, on {names} ({len(ft.targets)} layer kinds); the base "
             f"frozen (no gradient, no optimizer state), {base}; adapters in "
-            f"{ft.adapters.adapter_dtype} (autocast_adapter_dtype) with fp32 gradients and "
-            "AdamW m and v; the embedding's output requires grad (enable_input_require_grads); "
-            "this overrides the precision's master weights, gradients and moments")
+            f"{ft.adapters.adapter_dtype} (autocast_adapter_dtype), the trained tensors: their "
+            f"{ft.adapters.adapter_dtype} gradients and the optimizer's state (--optimizer) only; "
+            "the embedding's output requires grad (enable_input_require_grads); this overrides "
+            "the precision's master weights, gradients and state dtype")
 
 
 def _count(params) -> Expr:
@@ -184,20 +192,12 @@ def _state(ft: FineTune, model) -> dict[str, Expr]:
                                        for p in adapters), Expr())}
 
 
-def state_bytes(ft: FineTune, model) -> tuple[Expr, Expr, Expr, Expr]:
-    """(weights, gradients, AdamW's m and v, AdamW's √v temporary) in bytes: the base's and
-    the adapters' weights; gradients and optimizer state of the adapters only."""
-    st, p = _state(ft, model), model.precision
-    f32 = DTYPE_BYTES[FP32]
-    n = st["adapters"]
-    return (st["base"] + st["nf4"] + n.scale(DTYPE_BYTES[ft.adapters.adapter_dtype]),
-            n.scale(p.grad_bytes), n.scale(2 * p.moment_bytes), n.scale(f32))
-
-
-def state_terms(ft: FineTune, model, copies) -> list:
-    """The memory items of a fine-tuning step before the buffers and activations."""
-    from accounting.planning.memory import MODEL, STEP_BYTES, Term  # the memory model's types
-    st, p = _state(ft, model), model.precision
+def weight_terms(ft: FineTune, model, copies) -> list:
+    """The weights of a fine-tuning step: the frozen base (its dtype, or NF4 and the rest)
+    and the adapters; the memory model adds the adapters' gradients and optimizer state
+    (training_state.py: the adapters are its trained tensors)."""
+    from accounting.planning.memory import Term  # the memory model's type
+    st = _state(ft, model)
     a = DTYPE_BYTES[ft.adapters.adapter_dtype]
     n = st["adapters"]
     what = f"rank r = {ft.lora.rank} on {', '.join(dict.fromkeys(t.name for t in ft.targets))}"
@@ -220,16 +220,6 @@ def state_terms(ft: FineTune, model, copies) -> list:
     if copies:
         out.append(Term("bf16 copies of the adapters' weights", str(copies.bytes), copies.bytes,
                         note="autocast casts lora_A and lora_B for their matmuls, which save the copies"))
-    out += [Term("gradients of the adapters (fp32)", f"{p.grad_bytes}·N_LoRA", n.scale(p.grad_bytes)),
-            Term("AdamW first moment m of the adapters (fp32)", f"{p.moment_bytes}·N_LoRA",
-                 n.scale(p.moment_bytes)),
-            Term("AdamW second moment v of the adapters (fp32)", f"{p.moment_bytes}·N_LoRA",
-                 n.scale(p.moment_bytes))]
-    if model.scope == MODEL:
-        t = st["adapter_tensors"]
-        out.append(Term("AdamW step counters (fp32 scalars)", f"{STEP_BYTES}·({t})",
-                        t.scale(STEP_BYTES), on_gpu=False,
-                        note="one per trained tensor, on the CPU (not in the GPU total)"))
     return out
 
 
@@ -238,7 +228,7 @@ def flops_exprs(ft: FineTune, recompute: str = "none") -> tuple[Expr, Expr, Expr
     forward's matmuls with the adapters'; in the backward pass each matmul's input
     gradient, and a weight gradient only for a trained weight (a frozen linear's dW is never
     computed: autograd skips an input that needs no gradient)."""
-    lg = ledger(ft.config, None, recompute, ft.adapters)
+    lg = ft.ledger(None, recompute)
     trained = {(p.per_layer, p.module) for p in lg.params if not p.frozen}
     fwd = sum((m.expr() for m in lg.forward), Expr())
     bwd = Expr()
@@ -252,25 +242,25 @@ def flops_exprs(ft: FineTune, recompute: str = "none") -> tuple[Expr, Expr, Expr
 
 def adamw_exprs(ft: FineTune) -> tuple[Expr, Expr]:
     """(N_LoRA, trained tensors): what AdamW updates (14 FLOPs per element, 1 per tensor)."""
-    lg = ledger(ft.config, None, "none", ft.adapters)
+    lg = ft.ledger()
     adapters = [p for p in lg.params if not p.frozen]
     return _count(adapters), sum((Expr.of(1, (p.repeat,) if p.repeat else ()) for p in adapters),
                                  Expr())
 
 
-def step_flops(ft: FineTune, seq: int, batch: int, recompute: str = "none"):
-    """FLOPs of one LoRA step (compute.StepFlops), AdamW over the adapters only."""
-    from accounting.planning import compute  # compute.py's types and AdamW ops
-    lg = ledger(ft.config, None, recompute, ft.adapters)
+def step_flops(ft: FineTune, seq: int, batch: int, recompute: str = "none",
+               optimizer: str = "adamw"):
+    """FLOPs of one LoRA step (compute.StepFlops), the optimizer (optimizers.py's
+    registry) over the adapters only: they are training_state's trained tensors."""
+    from accounting.planning import compute, training_state as TS  # StepFlops; the state
+    from accounting.planning.optimizers import get_optimizer
+    lg = ft.ledger(None, recompute)
     v = lg.values(seq, batch)
     fwd, bwd, again = flops_exprs(ft, recompute)
-    n, tensors = adamw_exprs(ft)
-    per_param = sum(o.flops_per_element for o in compute.ADAMW_OPS if o.per == compute.PARAMETER)
-    per_tensor = sum(o.flops_per_element for o in compute.ADAMW_OPS if o.per == compute.TENSOR)
-    adamw = n.scale(per_param) + tensors.scale(per_tensor)
+    update = TS.update_flops(get_optimizer(optimizer), TS.tensors(ft.config, TS.unfrozen, ft.ledger()))
     non_matmul = sum(e.count(v) * e.flops(v) for e in lg.elementwise)
     return compute.StepFlops(ft.config, seq, batch, fwd.evaluate(v), bwd.evaluate(v),
-                             again.evaluate(v), adamw.evaluate(v), non_matmul,
+                             again.evaluate(v), update, non_matmul,
                              str(fwd.partial(v)), str(bwd.partial(v)))
 
 
@@ -305,7 +295,8 @@ def module_path(names, per_layer: bool, module: str) -> str:
 
 
 def resolve(config: ModelConfig, lora: LoRA, names=None, precision_autocast: str | None = None,
-            base_weights: str | None = None, double_quant: bool = True) -> FineTune:
+            base_weights: str | None = None, double_quant: bool = True,
+            implementation: str = "course") -> FineTune:
     """The LoRA layers `lora.targets` name in `config`'s model (names: transformers'
     ModuleNames, or None for the course model), on a frozen base. Bad input: UsageError."""
     if base_weights is not None and base_weights not in BASE_WEIGHTS:
@@ -360,5 +351,6 @@ def resolve(config: ModelConfig, lora: LoRA, names=None, precision_autocast: str
         followers |= {(per, m) for m, _, _ in members[1:]}
     compute = BF16 if precision_autocast is not None else FP32
     adapters = Adapters(lora.rank, frozenset(modules), frozenset(followers), lora.dropout > 0,
-                        compute, FP32)
-    return FineTune(config, lora, tuple(targets), base_weights, double_quant, compute, adapters)
+                        FP32)
+    return FineTune(config, lora, tuple(targets), base_weights, double_quant, compute, adapters,
+                    implementation)

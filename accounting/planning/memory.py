@@ -15,7 +15,7 @@ Two scopes:
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 from accounting.ledger import records as R
@@ -23,7 +23,12 @@ from accounting.spec.config import ModelConfig
 from accounting.runtime.errors import UsageError
 from accounting.ledger.ledger import ledger
 from accounting.ledger.symbols import Expr, grouped
-from accounting.units import BF16, DTYPE_BYTES, FP32, INT64
+from accounting.units import DTYPE_BYTES, FP32, INT64
+from accounting.ledger.builder.common import COURSE as COURSE_IMPL
+from accounting.planning import training_state as TS
+from accounting.planning.optimizers import get_optimizer
+from accounting.planning.precisions import (BF16_MIXED, PRECISIONS, Precision,  # noqa: F401
+                                            get_precision)
 
 COURSE, MODEL = "course", "model"
 SCOPES = {
@@ -44,51 +49,10 @@ RECOMPUTE = {
                          "the mask), not its T×T tensors; costs the cores' forward again",
 }
 
-# ---- precision ----------------------------------------------------------------------
-BF16_MIXED = "bf16-mixed"  # the other precision is FP32 (all-fp32), named by its dtype
-_B32, _B16 = DTYPE_BYTES[FP32], DTYPE_BYTES[BF16]
-
-
-@dataclass(frozen=True)
-class Precision:
-    name: str
-    master_bytes: int  # per parameter
-    grad_bytes: int
-    moment_bytes: int  # each of AdamW's m and v
-    autocast: str | None  # the device whose torch.autocast policies the activations follow
-    compute: str  # which datasheet peak applies: FP32 or BF16 (a dtype name)
-    inference_bytes: int  # weights and KV cache at inference
-    assumptions: str
-
-
-PRECISIONS: dict[str, Precision] = {
-    FP32: Precision(FP32, _B32, _B32, _B32, None, FP32, _B32,
-                    "all-fp32 (the course's assumption): weights, gradients, AdamW m and v, and "
-                    "activations are 4 bytes each; FP32 peak"),
-    BF16_MIXED: Precision(BF16_MIXED, _B32, _B32, _B32, "cuda", BF16, _B16,
-                          "bf16 mixed precision, torch.autocast('cuda', dtype=torch.bfloat16): "
-                          "fp32 master weights, gradients and AdamW m and v (4 B each); each "
-                          "activation in the dtype autocast gives it (accounting/ledger/autocast.py: "
-                          "matmuls in bf16 with their inputs cast to bf16 copies, which they "
-                          "save, the weights' bf16 copies included; exp, pow, sum and the loss in "
-                          "fp32; norms in fp32 as the model computes them); bf16 Tensor Core "
-                          "peak; inference in bf16. The CPU's autocast policies are checked on a "
-                          "real step (tests/test_memory_reality.py); CUDA's are PyTorch's "
-                          "documented ones, not measured here"),
-}
-
-
-def get_precision(name: str) -> Precision:
-    try:
-        return PRECISIONS[name]
-    except KeyError:
-        raise UsageError(f"unknown precision {name!r}; choose {' or '.join(PRECISIONS)}") from None
-
-
 # ---- activations, parameters and buffers: the ledger's -----------------------------------
 Activation = R.Activation
-STEP_BYTES = DTYPE_BYTES[FP32]  # torch.optim.AdamW: state["step"] = torch.tensor(0.0), float32, on the CPU
-#                 unless fused=True or capturable=True
+STEP_BYTES = TS.STEP_BYTES  # torch.optim.AdamW: state["step"] = torch.tensor(0.0), float32,
+#                             on the CPU unless fused=True or capturable=True
 
 
 def bytes_per_element(a: R.Activation, precision: Precision | None = None) -> int:
@@ -162,13 +126,19 @@ class MemoryItem:
 
 @dataclass(frozen=True)
 class MemoryModel:
-    """Training memory as a function of (batch, seq) for one config, precision, scope."""
+    """Training memory as a function of (batch, seq) for one config, precision, scope,
+    recomputation, implementation (accounting/planning/recipes.py) and optimizer
+    (accounting/planning/optimizers.py); trainable: a predicate on the ledger's parameters
+    (None: all are trained; a frozen one has no gradient and no optimizer state)."""
     config: ModelConfig
     precision: Precision
     scope: str = MODEL
     recompute: str = NO_RECOMPUTE
-    # fine-tuning (issue 28): a planning.finetune.FineTune (LoRA/QLoRA on a frozen base),
-    # which supplies the state terms; None: every parameter trained
+    implementation: str = COURSE_IMPL
+    optimizer: str = "adamw"
+    trainable: TS.Trainable = None
+    # fine-tuning (issue 28): a planning.finetune.FineTune (LoRA/QLoRA): its adapters are the
+    # trained tensors (trainable is theirs), the base frozen in its dtype or NF4
     finetune: object = None
 
     def __post_init__(self) -> None:
@@ -180,19 +150,23 @@ class MemoryModel:
         if self.scope == COURSE and self.recompute == SELECTIVE_RECOMPUTE:
             raise UsageError("the course's activation list has no attention-core split: "
                              "--recompute selective needs --scope model")
+        get_optimizer(self.optimizer)
 
     # -- activations --
+    def _ledger(self, recompute: str):
+        p = self.precision
+        if self.finetune is not None:  # the adapters on a base frozen in the compute dtype
+            return self.finetune.ledger(p.autocast, recompute)
+        return ledger(self.config, p.autocast, recompute, self.implementation, p.param_dtype)
+
     @property
     def ledger(self):
-        """The ledger of this run: the precision's autocast, this recomputation."""
+        """The ledger of this run: the precision's autocast and parameter dtype, this
+        recomputation, this implementation."""
         return self._ledger(self.recompute)
 
-    def _ledger(self, recompute: str = NO_RECOMPUTE):
-        adapters = self.finetune.adapters if self.finetune is not None else None
-        return ledger(self.config, self.precision.autocast, recompute, adapters)
-
     def values(self, seq: int, batch: int) -> dict[str, int]:
-        return self.ledger.values(seq, batch)
+        return self.ledger.values(seq, batch)  # with LoRA: the rank r too
 
     def activations(self) -> tuple[Activation, ...]:
         return tuple(r for r in self.ledger.activations
@@ -219,42 +193,89 @@ class MemoryModel:
                     note="autocast casts each weight for its matmul (the einsum's transposed "
                          "view is not cached), and the matmul saves the copy until the backward pass")
 
+    # -- parameters, gradients, optimizer state --
     @cached_property
-    def terms(self) -> tuple[Term, ...]:
-        p, c = self.precision, self.config
-        n, params, tensors = "N", parameter_count(c), tensor_count(c)
-        copies = self._weight_copies()
-        if self.finetune is not None:  # LoRA/QLoRA: frozen base, trained adapters
-            out = list(self.finetune.state_terms(self, copies))
+    def tensors(self) -> tuple[TS.Tensor, ...]:
+        if self.finetune is not None:  # LoRA: the adapters are the trained tensors
+            return TS.tensors(self.config, TS.unfrozen, self.finetune.ledger())
+        return TS.tensors(self.config, self.trainable)
+
+    @property
+    def state_precision(self) -> Precision:
+        """The dtypes of the trained tensors: the precision's, or (LoRA) the adapters' own
+        for the weights, gradients and optimizer state, without a master copy."""
+        if self.finetune is None:
+            return self.precision
+        a = self.finetune.adapters.adapter_dtype
+        return replace(self.precision, param_dtype=a, grad_dtype=a, state_dtype=a, master=False)
+
+    @cached_property
+    def state_terms(self) -> tuple[Term, ...]:
+        """Parameters, weight copies, gradients, the master copy, the optimizer's state and
+        its step counters: one term each, tensor by tensor (frozen tensors: none but the
+        parameter itself)."""
+        p, c, ts = self.state_precision, self.config, self.tensors
+        opt = get_optimizer(self.optimizer)
+        n_all, n_trained = TS.counts(ts)
+        params = parameter_count(c)
+        trained = params if n_trained == n_all else Expr.of(n_trained)
+        n_name = "N" if n_trained == n_all else "N_trainable"
+        copies, whose = self._weight_copies(), ""
+        if self.finetune is not None:  # LoRA/QLoRA: the base frozen, the adapters trained
+            out = list(self.finetune.weight_terms(self, copies))
+            trained, n_name, whose = self.finetune.adapter_expr(), "N_LoRA", " of the adapters"
         else:
-            out = self._full_state_terms(p, n, params, tensors, copies)
-        if self.scope == MODEL:
-            buffers = buffer_bytes(c)
-            if buffers:
-                out.append(Term("RoPE cos/sin tables (fp32 buffers)", str(buffers), buffers,
-                                note="T_max = max(T, context_length): the model's table length"))
-        out += self._activation_terms()
+            pb = p.master_bytes
+            what = (f"{p.param_dtype} master copy" if copies else p.param_dtype)
+            out = [Term(f"parameters ({what})", f"{pb}·N", params.scale(pb))]
+            if copies:
+                out.append(copies)
+        if n_trained:
+            out.append(Term(f"gradients{whose} ({p.grad_dtype})", f"{p.grad_bytes}·{n_name}",
+                            trained.scale(p.grad_bytes)))
+        if p.master and n_trained:
+            out.append(Term("fp32 master copy of the parameters (optimizer)", f"4·{n_name}",
+                            trained.scale(4),
+                            note="held by the optimizer (Megatron-LM, DeepSpeed); it updates "
+                                 "this copy and casts it back to the bf16 parameters"))
+        for item in TS.optimizer_items(opt, p, ts):
+            per = DTYPE_BYTES.get(item.dtype, 1)
+            e, formula = TS.as_expr(item.numel, per, n_trained, trained, n_name)
+            if item.bytes != item.numel * per:  # mixed dtypes in one item: the integer
+                e, formula = Expr.of(item.bytes), f"{item.bytes:,}"
+            out.append(Term(f"{item.name}{whose}" + (f" ({item.dtype})" if item.dtype not in item.name
+                                                        else ""), formula, e,
+                            note=f"{opt.title} ({opt.source})"))
+        steps = TS.step_counters(opt, ts)
+        if self.scope == MODEL and steps:
+            on_gpu = opt.step_counter == "device"
+            out.append(Term(f"{opt.counter_label} step counters (fp32 scalars)", f"{STEP_BYTES}·({steps})"
+                            if n_trained != n_all or steps != tensor_count(c).evaluate(self._v1)
+                            else f"{STEP_BYTES}·({tensor_count(c)})",
+                            Expr.of(STEP_BYTES * steps), on_gpu=on_gpu,
+                            note="one per parameter tensor; " + (
+                                "on the GPU (fused or capturable)" if on_gpu else
+                                "torch keeps them on the CPU unless fused=True or "
+                                "capturable=True, so not in the GPU total")))
         return tuple(out)
 
-    def _full_state_terms(self, p, n, params, tensors, copies) -> list[Term]:
-        out = [Term("parameters (fp32 master copy)" if copies else "parameters (fp32)",
-                    f"{p.master_bytes}·{n}", params.scale(p.master_bytes))]
-        if copies:
-            out.append(copies)
-        out += [Term("gradients (fp32)", f"{p.grad_bytes}·{n}", params.scale(p.grad_bytes)),
-                Term("AdamW first moment m (fp32)", f"{p.moment_bytes}·{n}",
-                     params.scale(p.moment_bytes)),
-                Term("AdamW second moment v (fp32)", f"{p.moment_bytes}·{n}",
-                     params.scale(p.moment_bytes))]
-        if self.scope == MODEL:
-            out.append(Term("AdamW step counters (fp32 scalars)", f"{STEP_BYTES}·({tensors})",
-                            tensors.scale(STEP_BYTES), on_gpu=False,
-                            note="one per parameter tensor; torch keeps them on the CPU unless "
-                                 "fused=True or capturable=True, so not in the GPU total"))
-        return out
+    @property
+    def _v1(self) -> dict[str, int]:
+        return values(self.config, self.config.context_length, 1)
 
-    def _activation_terms(self) -> list[Term]:
-        out: list[Term] = []
+    @cached_property
+    def terms(self) -> tuple[Term, ...]:
+        c = self.config
+        out = list(self.state_terms)
+        if self.scope == MODEL:
+            buffers = sum((b.expr() for b in self.ledger.buffers), Expr())
+            if buffers:
+                name = ("RoPE inverse frequencies (fp32 buffers inv_freq, original_inv_freq)"
+                        if self.implementation != COURSE_IMPL else
+                        "RoPE cos/sin tables (fp32 buffers)")
+                out.append(Term(name, str(buffers), buffers,
+                                note="" if self.implementation != COURSE_IMPL else
+                                "T_max = max(T, context_length): the model's table length"))
         acts = self.activations()
         outside = [r for r in acts if not r.per_layer]
         kinds = [g for g, _ in self.ledger.groups]
@@ -282,12 +303,12 @@ class MemoryModel:
         """(kept per block, recomputed for the one block being differentiated), by size,
         for the blocks of one kind."""
         if self.scope == COURSE:  # the course's list: each block keeps its input
-            kept = [r for r in self._ledger().activations
+            kept = [r for r in self._ledger(NO_RECOMPUTE).activations
                     if r.block_input and r.repeat == kind]
             return self._by_size(kept), self._by_size([r for r in block if not r.block_input])
         # what a block saves without recomputation, less what it keeps with it (weight
         # copies included: the recomputed matmuls cast their weights again)
-        full = [r for r in self._ledger().activations
+        full = [r for r in self._ledger(NO_RECOMPUTE).activations
                 if r.repeat == kind and in_scope(r, MODEL)]
         kept_all = [r for r in self.ledger.activations if r.repeat == kind and in_scope(r, MODEL)]
         diff: dict[int, Expr] = {}
@@ -314,38 +335,52 @@ class MemoryModel:
     def peak_terms(self) -> tuple[PeakPhase, ...]:
         """The live bytes at the two moments of a training step that decide its peak (with
         optimizer.zero_grad(set_to_none=True), PyTorch's default, so no gradient exists in
-        the forward pass), each exact (tests/test_peak.py measures them):
-          * the backward pass's first op, log_softmax's backward: the parameters, AdamW's
-            m and v, the buffers, every kept activation, the loss, and two tensors of B·T·V
-            float32 — the gradient of the log-softmax (nll_loss's backward) and of the
-            logits (the log-softmax's backward);
-          * AdamW's update (foreach, the default on CUDA): parameters, gradients, m, v, and
-            one more float32 tensor per parameter (torch._foreach_sqrt of v), the buffers,
-            the loss, the token ids and targets.
+        the forward pass), each exact for AdamW (tests/test_peak.py measures them):
+          * the backward pass's first op, log_softmax's backward: the parameters, the
+            optimizer's state (and master copy), the buffers, every kept activation, the
+            loss, and two tensors of B·T·V in the log-probabilities' dtype — the gradient of
+            the log-softmax (nll_loss's backward) and of the logits (the log-softmax's
+            backward);
+          * the optimizer's update: parameters, gradients, state, and for AdamW's foreach
+            path one more state-sized tensor per parameter (torch._foreach_sqrt of v); under
+            bf16-master the fp32 gradients of the master copy as well; the buffers, the
+            loss, the token ids and targets.
         Gradient temporaries inside one block's backward pass can exceed both (the naive
         softmax's backward makes five tensors of B·h·T²): not modelled, measured in
         tests/test_peak.py."""
-        c, p = self.config, self.precision
-        params = parameter_count(c)
-        buffers = buffer_bytes(c)
+        p, opt = self.precision, get_optimizer(self.optimizer)
+        held = sum((t.bytes for t in self.state_terms if t.on_gpu and not t.name.startswith(
+            ("gradients", "bf16 copies"))), Expr())
+        grads = sum((t.bytes for t in self.state_terms if t.name.startswith("gradients")), Expr())
+        buffers = sum((b.expr() for b in self.ledger.buffers), Expr())
         kept = sum((r.elements.scale(r.bytes_per_element).times(*((r.repeat,) if r.repeat else ()))
                     for r in self.ledger.activations if r.saved), Expr())
         f32, i64 = DTYPE_BYTES[FP32], DTYPE_BYTES[INT64]
-        loss = Expr.of(f32)  # the 0-dim float32 loss the training loop holds
-        logits_grads = Expr.of(2 * f32, ("B", "T", "V"))
+        lsm = next(r for r in self.ledger.activations if r.name == "log-softmax of the logits")
+        loss = Expr.of(lsm.bytes_per_element)  # the 0-dim loss the training loop holds
+        logits_grads = Expr.of(2 * lsm.bytes_per_element, ("B", "T", "V"))
         inputs = Expr.of(2 * i64, ("B", "T"))  # token ids and targets, int64
-        weights, grads, moments, sqrt = (
-            self.finetune.state_bytes(self) if self.finetune is not None else  # LoRA/QLoRA
-            (params.scale(p.master_bytes), params.scale(p.grad_bytes),
-             params.scale(2 * p.moment_bytes), params.scale(f32)))
-        boundary = weights + moments + buffers + kept + loss + logits_grads
-        optimizer = weights + grads + moments + sqrt + buffers + loss + inputs
+        _, n_trained = TS.counts(self.tensors)
+        temp, temp_what = Expr(), ""
+        if opt.foreach_temporary and n_trained:
+            sb = p.moment_bytes
+            temp = Expr.of(sb * n_trained) if n_trained != TS.counts(self.tensors)[0] else \
+                parameter_count(self.config).scale(sb)
+            temp_what = f", and √v for every trained parameter ({sb}·N)"
+        if p.master and n_trained:
+            temp = temp + Expr.of(f32 * n_trained)
+            temp_what += ", the master copy's fp32 gradients (4·N)"
+        boundary = held + buffers + kept + loss + logits_grads
+        update = held + grads + temp + buffers + loss + inputs
+        b = lsm.bytes_per_element
         return (PeakPhase("start of the backward pass (log-softmax backward)", boundary,
-                          "parameters, m, v, buffers, the kept activations, the loss, and the "
-                          f"gradients of the log-softmax and of the logits (2 × {f32}·B·T·V)"),
-                PeakPhase("AdamW update (foreach)", optimizer,
-                          f"parameters, gradients, m, v, and √v for every parameter ({f32}·N), "
-                          "buffers, the loss, token ids and targets"))
+                          "parameters, optimizer state, buffers, the kept activations, the "
+                          f"loss, and the gradients of the log-softmax and of the logits "
+                          f"(2 × {b}·B·T·V)"),
+                PeakPhase("AdamW update (foreach)" if self.optimizer == "adamw" else
+                          f"optimizer update ({self.optimizer})", update,
+                          f"parameters, gradients, optimizer state{temp_what}, buffers, the "
+                          "loss, token ids and targets"))
 
     def peak(self, batch: int, seq: int) -> int:
         """Bytes at the step's modelled peak: the larger of the two moments."""
@@ -392,7 +427,7 @@ class MemoryModel:
         return TrainingMemory(self, batch, seq, tuple(items), a, b, rows,
                               parameter_count(self.config).evaluate(v),
                               matmul_weight_count(self.config).evaluate(v),
-                              None if self.finetune is None else self.finetune.adapter_count())
+                              TS.counts(self.tensors)[1])
 
 
 @dataclass(frozen=True)
@@ -417,7 +452,7 @@ class TrainingMemory:
     activation_rows: tuple[ActivationRow, ...]  # every record, in or out of scope
     parameters: int  # N
     matmul_weights: int  # N_matmul
-    trainable: int | None = None  # parameters trained (LoRA: the adapters); None: all of them
+    trainable: int = 0  # parameters trained (training_state's trained tensors; LoRA: the adapters)
 
     @property
     def total(self) -> int:

@@ -27,6 +27,7 @@ from accounting.planning.fit import (
 from accounting.planning import finetune
 from accounting.planning.gpus import Hardware, get_gpu
 from accounting.planning.inference import Inference, inference
+from accounting.planning import recipes
 from accounting.planning.memory import (
     FP32,
     MODEL,
@@ -59,6 +60,7 @@ class Plan:
     time: TrainingTime | None  # None without a peak or without --steps/--tokens
     inference: Inference
     finetune: object = None  # issue 28: a planning.finetune.FineTune (LoRA/QLoRA), or None
+    recipe: recipes.Recipe | None = None
 
 
 def hardware(gpu: str | None = None, memory_bytes: int | None = None,
@@ -83,22 +85,36 @@ def hardware(gpu: str | None = None, memory_bytes: int | None = None,
 
 
 def plan(config: ModelConfig | str, seq: int | None = None, batch: int = 1, *,
-         precision: str = FP32, scope: str = MODEL, recompute: str = NO_RECOMPUTE,
+         precision: str | None = None, scope: str = MODEL, recompute: str = NO_RECOMPUTE,
          gpu: str | None = None, memory_bytes: int | None = None, peak_tflops=None,
          bandwidth_tbs=None, mfu="0.5", margin="0", steps: int | None = None,
-         tokens: int | None = None, position: int | None = None, lora=None,
-         base_weights: str | None = None, double_quant: bool = True, module_names=None) -> Plan:
+         tokens: int | None = None, position: int | None = None,
+         implementation: str | None = None, optimizer: str | None = None,
+         from_hf: bool | None = None, attention_given: bool = False,
+         trainable=None, lora=None, base_weights: str | None = None, double_quant: bool = True,
+         module_names=None) -> Plan:
     """Every answer for one workload. Numbers given as strings or Fractions stay exact.
     config: a ModelConfig or a preset name; gpu a name of accounting.planning.gpus.GPUS (or
-    memory_bytes, peak_tflops, bandwidth_tbs of your own); precision, scope and recompute
-    one of their names (a wrong type is a TypeError, an unknown name a UsageError).
-    lora: a planning.finetune.LoRA (fine-tune adapters on a frozen base), base_weights
-    "nf4" for QLoRA (double_quant: bitsandbytes' double quantization), module_names:
-    transformers' ModuleNames for PEFT's target names (None: the course model's)."""
+    memory_bytes, peak_tflops, bandwidth_tbs of your own); precision, scope, recompute,
+    implementation and optimizer one of their names (a wrong type is a TypeError, an
+    unknown name a UsageError). The recipe's defaults follow the input
+    (accounting/planning/recipes.py): from_hf (default: config is the name of a Hugging
+    Face preset) plans transformers' implementation in bf16-mixed, else model/ in fp32.
+    trainable: a predicate on the ledger's parameters (None: all trained).
+    lora: a planning.finetune.LoRA (fine-tune adapters on a frozen base: the adapters are
+    the trained tensors, the optimizer's state theirs), base_weights "nf4" for QLoRA
+    (double_quant: bitsandbytes' double quantization), module_names: transformers'
+    ModuleNames for PEFT's target names (None: the course model's)."""
+    if from_hf is None:
+        from accounting.spec.presets import HF_IDS
+        from_hf = isinstance(config, str) and config in HF_IDS
     config = A.config(config)
     seq = A.count(seq, "seq", "the config's context_length")
     batch = A.count(batch, "batch")
-    precision = A.choice(precision, "precision", PRECISIONS)
+    precision = A.choice(precision, "precision", PRECISIONS, "the input's default")
+    implementation = A.choice(implementation, "implementation", recipes.IMPLEMENTATIONS,
+                              "the input's default")
+    optimizer = A.choice(optimizer, "optimizer", recipes.OPTIMIZERS, "adamw")
     scope = A.choice(scope, "scope", SCOPES)
     recompute = A.choice(recompute, "recompute", RECOMPUTE)
     gpu = A.optional_name(gpu, "gpu", "a GPU name such as 'H100'")
@@ -118,17 +134,21 @@ def plan(config: ModelConfig | str, seq: int | None = None, batch: int = 1, *,
                          f"{config.context_length:,} (RoPE models decode at any position)")
     if steps is not None and tokens is not None:
         raise UsageError("give either --steps or --tokens, not both")
-    p = get_precision(precision)
+    recipe, config = recipes.resolve(config, from_hf, implementation, precision, optimizer,
+                                     recompute, attention_given, scope)
+    p = get_precision(recipe.precision)
     hw = hardware(gpu, memory_bytes, peak_tflops, bandwidth_tbs, p.compute)
     u = check_mfu(mfu)
     m = exact(margin, "--margin")
-    ft = _finetune(config, p, scope, lora, base_weights, double_quant, module_names)  # issue 28
-    model = MemoryModel(config, p, scope, recompute, ft)
+    ft = _finetune(config, p, scope, lora, base_weights, double_quant, module_names,
+                   recipe.implementation, trainable)  # issue 28
+    model = MemoryModel(config, p, scope, recompute, recipe.implementation, recipe.optimizer,
+                        trainable, ft)
     budget = Budget(hw.memory_bytes, m) if hw and hw.memory_bytes else None
     if budget is None and not 0 <= m < 1:
         raise UsageError(f"--margin must be in [0, 1) (a share of the memory), got {margin}")
-    flops = (step_flops(config, seq, batch, recompute) if ft is None
-             else finetune.step_flops(ft, seq, batch, recompute))
+    flops = (step_flops(config, seq, batch, recompute, recipe.optimizer, trainable) if ft is None
+             else finetune.step_flops(ft, seq, batch, recompute, recipe.optimizer))
     time = None
     if hw and hw.peak_flops and (steps is not None or tokens is not None):
         time = training_time(flops, hw.peak_flops, u, steps, tokens)
@@ -139,10 +159,12 @@ def plan(config: ModelConfig | str, seq: int | None = None, batch: int = 1, *,
                 longest_context(model, batch, budget) if budget else None,
                 flops, time,
                 inference(config, batch, seq, p, position,
-                          hw.peak_flops if hw else None, hw.bandwidth if hw else None), ft)
+                          hw.peak_flops if hw else None, hw.bandwidth if hw else None),
+                ft, recipe)
 
 
-def _finetune(config, p: Precision, scope: str, lora, base_weights, double_quant, names):
+def _finetune(config, p: Precision, scope: str, lora, base_weights, double_quant, names,
+              implementation: str, trainable):
     """The LoRA/QLoRA plan (planning/finetune.py), or None for full training."""
     if lora is None:
         if base_weights is not None:
@@ -151,6 +173,12 @@ def _finetune(config, p: Precision, scope: str, lora, base_weights, double_quant
         return None
     if not isinstance(lora, finetune.LoRA):
         raise TypeError(f"lora must be a planning.finetune.LoRA, not {type(lora).__name__}")
+    if trainable is not None:
+        raise UsageError("LoRA decides what is trained (its adapters): give lora or trainable, not both")
     if scope != MODEL:
         raise UsageError("LoRA plans count what autograd saves: give --scope model (the default)")
-    return finetune.resolve(config, lora, names, p.autocast, base_weights, double_quant)
+    if p.param_dtype != FP32:
+        raise UsageError(f"LoRA is planned with --precision fp32 or bf16-mixed (the base frozen in "
+                         f"the compute dtype), not {p.name}")
+    return finetune.resolve(config, lora, names, p.autocast, base_weights, double_quant,
+                            implementation)

@@ -14,6 +14,9 @@ from accounting.planning.inference import (
 )
 from accounting.planning.memory import COURSE, MODEL, RECOMPUTE, SCOPES
 from accounting.planning.plan import Plan
+from accounting.planning import training_state
+from accounting.planning.optimizers import get_optimizer
+from accounting.planning.recipes import ATTENTION_NAMES, IMPLEMENTATIONS
 from accounting.spec.presets import title
 from accounting.present.table import Table
 from accounting.units import MEGA, TERA, decimal, gibibytes, gigabytes, grouped, si
@@ -49,6 +52,20 @@ def _seconds(s: Fraction) -> str:
     return f"{decimal(s * MEGA, 3)} µs"
 
 
+def _recipe_rows(p: Plan) -> list[tuple[str, str]]:
+    """The implementation, attention kernel and optimizer (accounting/planning/recipes.py)."""
+    if p.recipe is None:
+        return []
+    r, opt = p.recipe, get_optimizer(p.recipe.optimizer)
+    trained = p.memory.model.tensors
+    n_all, n_trained = training_state.counts(trained)
+    return [("implementation", f"{r.implementation}: {IMPLEMENTATIONS[r.implementation]}"
+                               + (f"; {r.note}" if r.note else "")),
+            ("attention", ATTENTION_NAMES[r.attention]),
+            ("optimizer", f"{r.optimizer}: {opt.title} ({opt.source})"),
+            ("trained", f"{grouped(n_trained)} of {grouped(n_all)} parameters")]
+
+
 def settings_table(p: Plan) -> Table:
     c = p.config
     hw = p.hardware
@@ -62,7 +79,12 @@ def settings_table(p: Plan) -> Table:
         ("workload", f"T = {p.seq:,} tokens per sequence, B = {p.batch:,} "
                      f"sequence{'' if p.batch == 1 else 's'} per step"),
         ("precision", f"{p.precision.name}: {p.precision.assumptions}"),
-        ("memory scope", f"{p.scope}: {SCOPES[p.scope]}"),
+        *_recipe_rows(p),
+        ("memory scope", f"{p.scope}: " + (
+            SCOPES[p.scope] if p.recipe is None or p.recipe.implementation == "course" else
+            "what a training step of transformers' model holds: the tensors autograd saves "
+            "(checked on the CPU by tests/test_transformers_saves.py), its buffers (the "
+            "rotary inv_freq), the optimizer's state and step counters")),
         ("recomputation", f"{p.recompute}: {RECOMPUTE[p.recompute]}"),
     ]
     if p.finetune is not None:  # issue 28: LoRA/QLoRA overrides the precision's state
@@ -99,7 +121,8 @@ def memory_table(p: Plan) -> Table:
         nm = memory.matmul_weight_count(p.config)
         notes.append(f"N_matmul = {nm} = {grouped(tm.matmul_weights)} (the weights matmuls read: "
                      f"not the embedding table, not the RMSNorm gains).")
-    if p.scope == MODEL and memory.buffer_bytes(p.config):
+    course_tables = p.recipe is None or p.recipe.implementation == "course"
+    if p.scope == MODEL and memory.buffer_bytes(p.config) and course_tables:
         notes.append(f"T_max = max(T, context_length) = {v['T_max']:,} (the RoPE table length the "
                      f"model is built with).")
     a, b = tm.per_sequence, tm.fixed
@@ -109,12 +132,14 @@ def memory_table(p: Plan) -> Table:
     expr = p.memory.model.total_expr()
     poly = expr.partial(v)
     cond = (" (for T ≤ context_length; T_max grows with T beyond it)"
-            if p.scope == MODEL and memory.buffer_bytes(p.config) else "")
+            if p.scope == MODEL and memory.buffer_bytes(p.config) and course_tables else "")
     notes.append(f"Total bytes as a polynomial in B and T{cond}: {poly}.")
     notes.append("This is the sum of what a step holds at one time or another (activations and "
                  "gradients never all at once); the step's peak, which decides what fits in the "
                  "model scope, is the next table.")
-    return Table(f"Training memory with AdamW ({p.precision.name}, B = {p.batch:,}, T = {p.seq:,})",
+    opt = ("AdamW" if p.recipe is None or p.recipe.optimizer == "adamw" else
+           f"{p.recipe.optimizer} ({get_optimizer(p.recipe.optimizer).title})")
+    return Table(f"Training memory with {opt} ({p.precision.name}, B = {p.batch:,}, T = {p.seq:,})",
                  ("item", "bytes (formula)", "bytes", "GB (1e9)", "GiB (2^30)"), tuple(rows),
                  align="llrrr", notes=tuple(notes))
 
@@ -137,9 +162,12 @@ def activation_table(p: Plan) -> Table:
         f"Course list: {grouped(course)} bytes; saved by autograd: {grouped(saved)} bytes "
         f"(ratio {decimal(Fraction(saved, course), 3)}). The course counts "
         f"{grouped(only_course)} bytes autograd does not keep (outputs that no backward "
-        f"formula needs) and misses {grouped(only_saved)} bytes it does keep (RMSNorm and "
-        f"softmax internals, the inputs of the matmuls, RoPE tables, SiLU's sigmoid, the mask, "
-        f"token ids and targets).",
+        f"formula needs) and misses {grouped(only_saved)} bytes it does keep ("
+        + ("RMSNorm and softmax internals, the inputs of the matmuls, RoPE tables, SiLU's "
+           "sigmoid, the mask, token ids and targets)."
+           if p.recipe is None or p.recipe.implementation == "course" else
+           "the norms' internals, the inputs of the matmuls, the rotary cos/sin, the fused "
+           "kernel's log-sum-exp, token ids and targets)."),
         "'saved in' is the module whose op saves the tensor (relative to a block, or to the "
         "model; 'loss' is F.cross_entropy); tests/test_planning_reality.py checks every row "
         "against the tensors autograd saves on the CPU (torch.autograd.graph."
@@ -231,9 +259,15 @@ def flops_table(p: Plan) -> Table:
     if p.recompute != "none":
         rows.append((f"recomputation ({p.recompute})", "the checkpointed matmuls' forward again",
                      grouped(f.recompute), si(f.recompute, "FLOP")))
-    ft = p.finetune  # issue 28: LoRA/QLoRA (planning/finetune.py)
-    rows.append(("AdamW update", compute.adamw_formula(p.config) if ft is None else
-                 finetune.adamw_formula(ft), grouped(f.adamw), si(f.adamw, "FLOP")))
+    ft = p.finetune  # issue 28: LoRA/QLoRA (planning/finetune.py): the adapters are trained
+    adamw = p.recipe is None or p.recipe.optimizer in ("adamw", "adamw-fused")
+    if adamw:
+        rows.append(("AdamW update", compute.adamw_formula(p.config) if ft is None else
+                     finetune.adamw_formula(ft), grouped(f.adamw), si(f.adamw, "FLOP")))
+    else:
+        opt = get_optimizer(p.recipe.optimizer)
+        rows.append((f"{p.recipe.optimizer} update", f"{opt.source} (per {'adapter ' if ft else ''}tensor)",
+                     grouped(f.adamw), si(f.adamw, "FLOP")))
     rows.append(("total per step", "", grouped(f.total), si(f.total, "FLOP")))
     ratio = Fraction(f.backward, f.forward)
     r = ratio if ratio.denominator > 1 else ratio.numerator
@@ -250,7 +284,8 @@ def flops_table(p: Plan) -> Table:
         f"cross-entropy) are not in the total: {grouped(f.forward_non_matmul)} in the forward "
         f"pass ({decimal(Fraction(100 * f.forward_non_matmul, f.forward), 2)}% of the forward "
         "matmuls).",
-        f"{ADAMW_CONVENTION}.",
+        f"{ADAMW_CONVENTION}." if adamw else
+        f"{p.recipe.optimizer} update: {_first_line(get_optimizer(p.recipe.optimizer))}",
         f"Per token: {_dec(Fraction(f.total, p.batch * p.seq), 1)} FLOPs (the 6·N rule of "
         f"thumb gives {grouped(6 * p.memory.parameters)}).",
     ]
@@ -261,6 +296,11 @@ def flops_table(p: Plan) -> Table:
     return Table(f"FLOPs per training step (B = {p.batch:,}, T = {p.seq:,})",
                  ("part", "formula (B, T)", "FLOPs", ""), tuple(rows), align="llrr",
                  notes=tuple(notes))
+
+
+def _first_line(opt) -> str:
+    """The optimizer's rule as its registry entry states it (its docstring, one line)."""
+    return " ".join(type(opt).__doc__.split())
 
 
 def adamw_table(p: Plan) -> Table:

@@ -140,6 +140,13 @@ def plan_answer(p) -> Table:
     else:
         lines.append(_line("memory", f"{_bytes(need)} at batch {grouped(p.batch)} (the course's "
                                      "sum of memory items)"))
+    recipe = getattr(p, "recipe", None)
+    if recipe is not None:  # what is planned, named (accounting/planning/recipes.py)
+        lines.append(_line("recipe", f"{recipe.implementation} implementation, "
+                                     f"{recipe.precision}, {recipe.attention} attention, "
+                                     f"recomputation {recipe.recompute}, optimizer "
+                                     f"{recipe.optimizer}"
+                                     + (f" ({recipe.note})" if recipe.note else "")))
     lines.append(_line("FLOPs/step", f"{grouped(p.flops.total)} = {si(p.flops.total, 'FLOPs')}"))
     ft = getattr(p, "finetune", None)
     if ft is not None:  # issue 28: LoRA / QLoRA
@@ -148,7 +155,8 @@ def plan_answer(p) -> Table:
         names = ",".join(dict.fromkeys(t.name for t in ft.targets))
         lines.append(_line("fine-tuning", f"{'QLoRA' if ft.qlora else 'LoRA'} r = {ft.lora.rank} "
                                           f"on {names}: {grouped(ft.adapter_count())} trainable "
-                                          f"parameters ({ft.adapters.adapter_dtype}, AdamW) of "
+                                          f"parameters ({ft.adapters.adapter_dtype}, "
+                                          f"{p.recipe.optimizer if p.recipe else 'adamw'}) of "
                                           f"{grouped(p.memory.parameters)}, the base frozen in {base}"))
     t = p.time
     if t is not None:

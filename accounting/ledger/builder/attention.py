@@ -40,8 +40,10 @@ class Attention:
                                    QK_NORM, comp, c.norm_offset, a.width(kv=True) if per else None)
             if c.positions == "alibi":  # Falcon's per-head slopes (float32, persistent=False)
                 self.slopes = t.buffer("alibi_slopes", ("h",), 4)
-            self.rope = None if not rope else \
+            # transformers: one RotaryEmbedding for the model (transformer.walk), none here
+            self.rope = None if not rope or a.hf else \
                 RoPE(t, "d_k" if c.rotary_dim is None else "d_rot")
+            self.hf_rope = rope and a.hf
 
     def __call__(self, x: Sym, out_label: str, out_course: str) -> Sym:
         t, a, c = self.t, self.a, self.a.c
@@ -64,6 +66,9 @@ class Attention:
             if c.qk_norm == "head":
                 q = self.q_norm(q, "Q after QK-norm")
                 k = self.k_norm(k, "K after QK-norm")
+            if self.hf_rope:  # apply_rotary_pos_emb(q, k, cos, sin)
+                q = a.rotary.rotate(q, a.rope_tables, "Q after RoPE")
+                k = a.rotary.rotate(k, a.rope_tables, "K after RoPE")
             if self.rope is not None:
                 positions = t.fresh(("T",), R.INT64)  # torch.arange(seq)
                 if c.rotary_dim is None:

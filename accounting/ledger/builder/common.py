@@ -33,13 +33,17 @@ NORM_PARAMS = {"rmsnorm": "RMSNorm gains", "layernorm": "LayerNorm weights and b
                "layernorm_nobias": "LayerNorm weights (no bias)"}
 
 ROW = ("B", "T", "d_model")
+COURSE, TRANSFORMERS = "course", "transformers"  # the implementations the builder mirrors
 
 
 class Arch:
     """The symbols the spec's sizes are written in, shared by every module below."""
 
-    def __init__(self, c: ModelConfig, fold: bool = True):
+    def __init__(self, c: ModelConfig, fold: bool = True, implementation: str = COURSE):
         self.c = c
+        # whose ops: model/ as written (COURSE) or transformers' modeling code (TRANSFORMERS)
+        self.hf = implementation == TRANSFORMERS
+        self.rope_tables = None  # transformers: (cos, sin), computed once per forward
         # h·d_k is written d_model (fold=False keeps the heads dimension visible: tensor
         # parallelism splits exactly the tensors that have one)
         self.fold = fold and c.num_heads * c.d_k == c.d_model

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from accounting.ledger import records as R
+from accounting.units import FP32
 from accounting.spec.config import ModelConfig
 from accounting.ledger.trace import Sym, Trace
 from accounting.ledger.builder.common import ROPE, BIAS, ACTIVATION_COMPONENT
@@ -16,9 +17,10 @@ class Linear:
         self.t, self.name, self.d_in, self.d_out = t, name, d_in, d_out
         self.component, self.record = component, record
         with t.scope(name):
-            self.weight = (t.param("weight", d_out + d_in, component) if weight is None
+            self.weight = (t.param("weight", d_out + d_in, component, dims=(len(d_out), len(d_in)))
+                           if weight is None
                            else t.alias("weight", weight))
-            self.bias = t.param("bias", d_out, component) if bias else None
+            self.bias = t.param("bias", d_out, component, dims=(len(d_out),)) if bias else None
 
     def __call__(self, x: Sym, label: str, course: str = "", reads_cache: bool = False) -> Sym:
         t = self.t
@@ -32,6 +34,8 @@ class Linear:
             y = Sym(rows + self.d_out, dtype)
             if self.bias is not None:
                 y = t.binary("aten.add", y, self.bias, "+ bias", BIAS)
+                if t.hf:  # nn.Linear: one F.linear (addmm), autocast casts the bias too,
+                    y.dtype = dtype  # so the output stays bf16 (model/'s fp32 bias promotes it)
             if t.adapters is not None and t.adapters.targets(t.per_block, t.module):
                 y = lora.apply(t, self, x, y)  # PEFT's LoRA on this layer
         return t.name(y, label, course)
@@ -51,8 +55,11 @@ class Norm:
         self.component = component
         shape = width if weight_shape is None else weight_shape
         with t.scope(name):
-            self.weight = t.param("weight", shape, param_component)
-            self.bias = t.param("bias", shape, param_component) if kind == "layernorm" else None
+            # a gain over (h, d_k) is one dimension unless given per head (Cohere's 2-D gain)
+            dims = (len(shape),) if weight_shape is None else ()
+            self.weight = t.param("weight", shape, param_component, dims=dims)
+            self.bias = (t.param("bias", shape, param_component, dims=dims)
+                         if kind == "layernorm" else None)
 
     def __call__(self, x: Sym, out_label: str, course: str = "") -> Sym:
         t, w, k = self.t, self.width, self.component
@@ -61,6 +68,23 @@ class Norm:
         in_dtype = x.dtype
         with t.scope(self.name):
             x = t.cast(x, R.FP32, f"{m} input (fp32 copy)")  # x.to(torch.float32)
+            if self.kind == "rmsnorm" and t.hf:
+                # transformers' LlamaRMSNorm (and Qwen2/3's, Mistral's): x·rsqrt(mean(x²) +
+                # eps), then weight · x.to(input_dtype): the same three tensors saved as the
+                # course's x / sqrt (x, the B×T rms, the normalized x), but the normalized x
+                # is saved after its cast back (bf16 under bf16 parameters), and the product
+                # with an fp32 weight is fp32 under autocast (type promotion)
+                sq = t.unary("aten.pow", x, "x²", k, saves="input")
+                ms = t.reduce("aten.mean", sq, w, f"mean over {over}", k)
+                e = t.binary("aten.add", ms, None, "+ eps", k)
+                r = t.unary("aten.rsqrt", e, "rsqrt", k, saves="output", out=f"{m} rms")
+                normed = t.binary("aten.mul", x, r, "x · rsqrt", k, out=f"{m} x / rms")
+                if t.hf_olmo2:  # Olmo2RMSNorm: (weight · x).to(input_dtype)
+                    y = t.cast(t.binary("aten.mul", normed, self.weight, "· gain", k), in_dtype)
+                    return t.name(y, out_label, course)
+                normed = t.cast(normed, in_dtype, f"{m} x / rms")
+                y = t.binary("aten.mul", normed, self.weight, "· gain", k)
+                return t.name(y, out_label, course)
             if self.kind == "rmsnorm":
                 sq = t.unary("aten.pow", x, "x²", k, saves="input")
                 ms = t.reduce("aten.mean", sq, w, f"mean over {over}", k)
@@ -133,8 +157,48 @@ class RoPE:
         return t.name(out, out_label)
 
 
+class RotaryEmbedding:
+    """transformers' LlamaRotaryEmbedding (models/llama/modeling_llama.py), one module for
+    the model: two non-persistent float32 buffers of d_k/2 inverse frequencies (inv_freq,
+    original_inv_freq), where model/ keeps cos/sin tables of T_max·d_k/2 in every block.
+    Its forward computes cos and sin once per forward pass, (1, T, d_k) each in the hidden
+    states' dtype (no grad), and every layer's apply_rotary_pos_emb multiplies by them: the
+    products save the same two tensors in every layer (counted once)."""
+
+    def __init__(self, t: Trace, dim: str = "d_k"):
+        self.t, self.dim = t, dim
+        with t.scope("rotary_emb"):
+            t.buffer("inv_freq", (f"{dim}/2",), 4)
+            t.buffer("original_inv_freq", (f"{dim}/2",), 4)
+
+    def tables(self, like: Sym) -> tuple[Sym, Sym]:
+        t = self.t
+        # Olmo2RotaryEmbedding returns them in float32 (no cast to the hidden states' dtype)
+        dtype = FP32 if t.hf_olmo2 else like.dtype
+        with t.scope("rotary_emb"):
+            cos = t.name(t.fresh(("T", self.dim), dtype), "RoPE cos and sin (once per pass)")
+            sin = t.name(t.fresh(("T", self.dim), dtype), "RoPE cos and sin (once per pass)")
+        return cos, sin
+
+    def rotate(self, x: Sym, tables: tuple[Sym, Sym], out_label: str) -> Sym:
+        """q·cos + rotate_half(q)·sin; rotate_half = cat(−x2, x1), a new tensor."""
+        t, (cos, sin) = self.t, tables
+        a = t.binary("aten.mul", x, cos, "x·cos, rotate_half(x)·sin", ROPE)
+        half = t.unary("aten.neg", t.view(x, x.shape[:-1] + (f"{self.dim}/2",), False),
+                       "−x2", ROPE)
+        rot = t.cat((half, x), x.shape)
+        b = t.binary("aten.mul", rot, sin, "x·cos, rotate_half(x)·sin", ROPE)
+        y = t.binary("aten.add", a, b, "x·cos + rotate_half(x)·sin", ROPE)
+        if t.hf_olmo2:  # OLMo-2's apply_rotary_pos_emb: q_embed.to(q_type)
+            y = t.cast(y, x.dtype)
+        return t.name(y, out_label)
+
+
 def activation(t: Trace, kind: str, x: Sym, component: str, course: str) -> Sym:
     """silu, gelu_tanh or gelu (model/layers.py), op by op."""
+    if kind == "silu" and t.hf:  # transformers: nn.SiLU, one op (F.silu) that saves its input
+        return t.unary("aten.silu", x, "SiLU", component, saves="input", out="SiLU output",
+                       course=course)
     if kind == "silu":  # x * sigmoid(x)
         s = t.unary("aten.sigmoid", x, "sigmoid(W1·x)", component, saves="output",
                     out="sigmoid(W1 output)")

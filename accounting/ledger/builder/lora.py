@@ -21,8 +21,8 @@ and V projections): the first member runs the dropout and lora_A, every member a
 lora_B (d_out_i × r each, which adds up to PEFT's one lora_B), so that the parameter count
 and FLOPs are PEFT's.
 
-Frozen base (Adapters.base_dtype): every parameter that is not an adapter has
-requires_grad False and is stored in base_dtype; the residual stream is in that dtype too
+Frozen base (the ledger's param_dtype): every parameter that is not an adapter has
+requires_grad False and is stored in param_dtype; the residual stream is in that dtype too
 (the frozen embedding's output). A frozen weight's matmul saves nothing of its input for a
 weight gradient, and a frozen gain's multiply nothing of the normalized input (trace.py's
 rules follow requires_grad). The blocks' inputs require a gradient: transformers'
@@ -50,7 +50,6 @@ class Adapters:
     modules: frozenset  # of (per_layer: bool, module: str)
     followers: frozenset = frozenset()
     dropout: bool = False  # lora_dropout > 0
-    base_dtype: str = FP32  # the frozen parameters' dtype
     adapter_dtype: str = FP32
 
     def targets(self, per_layer: bool, module: str) -> bool:
@@ -68,7 +67,8 @@ def apply(t: Trace, linear, x: Sym, y: Sym) -> Sym:
     if True:
         if key not in ad.followers:
             with t.scope("lora_A"):
-                a_w = t.param("weight", ("r",) + linear.d_in, linear.component, trainable=True)
+                a_w = t.param("weight", ("r",) + linear.d_in, linear.component, trainable=True,
+                              dims=(1, len(linear.d_in)))  # a 2-D nn.Linear weight
             xa = t.cast(x, ad.adapter_dtype, f"{linear.record}: LoRA input ({ad.adapter_dtype} copy)")
             rows = x.shape[:-len(linear.d_in)]
             if ad.dropout:
@@ -85,7 +85,8 @@ def apply(t: Trace, linear, x: Sym, y: Sym) -> Sym:
             a = first[fused]
             rows = a.shape[:-1]
         with t.scope("lora_B"):
-            b_w = t.param("weight", linear.d_out + ("r",), linear.component, trainable=True)
+            b_w = t.param("weight", linear.d_out + ("r",), linear.component, trainable=True,
+                          dims=(len(linear.d_out), 1))
             dtype = t.matmul(a, b_w, R.Matmul(f"{linear.record} LoRA B", linear.component,
                                               t.module, t.repeat, R.FORWARD, (), rows, ("r",),
                                               linear.d_out, grads=("dX", "dW")))

@@ -5,6 +5,7 @@ import math
 from fractions import Fraction
 
 from accounting.ledger import records as R
+from accounting.units import FP32
 from accounting.spec.config import ModelConfig
 from accounting.ledger.trace import Sym, Trace
 from accounting.ledger.builder.common import ROUTER, ACTIVATION_COMPONENT, BIAS
@@ -34,13 +35,13 @@ class MoE:
             self.bias = t.buffer("router_bias", E, 4, persistent=True) if c.router_bias else None
             self.router = Linear(t, "router", d, E, R.FFN, "router", c.router_linear_bias)
             with t.scope("experts"):
-                self.w1 = t.param("w1", E + f + d, R.FFN)
-                self.w2 = t.param("w2", E + d + f, R.FFN)
-                self.w3 = t.param("w3", E + f + d, R.FFN)
+                self.w1 = t.param("w1", E + f + d, R.FFN, dims=(1, len(f), len(d)))
+                self.w2 = t.param("w2", E + d + f, R.FFN, dims=(1, len(d), len(f)))
+                self.w3 = t.param("w3", E + f + d, R.FFN, dims=(1, len(f), len(d)))
                 self.b = {}
                 if c.expert_bias:  # gpt-oss: (E, width) each, after w1, w2, w3
                     for n, width in (("1", f), ("2", d), ("3", f)):
-                        self.b[n] = t.param("b" + n, E + width, R.FFN)
+                        self.b[n] = t.param("b" + n, E + width, R.FFN, dims=(1, len(width)))
             self.shared = None
             if c.num_shared_experts:
                 sf = ("d_s",)
@@ -51,6 +52,10 @@ class MoE:
 
     def __call__(self, x: Sym, out_course: str) -> Sym:
         t, c, comp = self.t, self.c, ROUTER
+        if t.hf:  # transformers' sparse MoE block (accounting/planning/recipes.py: which)
+            with t.scope("ffn"):
+                y = self._transformers(x)
+            return t.name(y, "W2 output", out_course)
         with t.scope("ffn"):
             weights = self.route(x)
             if c.router_scales_input:
@@ -114,6 +119,75 @@ class MoE:
         out = t.binary("aten.mul", out, slot_w, "× router weight", comp,
                        out="weighted expert outputs")
         return t.index_add(tokens + ("d_model",), token, out, "add back to the tokens", comp)
+
+    def _transformers(self, x: Sym) -> Sym:
+        """Qwen3MoeSparseMoeBlock / MixtralSparseMoeBlock with transformers' default experts
+        kernel for training (integrations/moe.py grouped_mm_experts_forward), where model/
+        dispatches by its own index ops: the router's F.linear, softmax in float32 (saves its
+        output), top-k (saves the indices), the renormalisation in place (Mixtral, or
+        norm_topk_prob); then the S = B·T·k slots sorted by expert: the tokens gathered by
+        perm // k and the weights by perm (each index saved), one grouped matmul with the
+        stacked gate_up_proj (E, 2·d_e, d) that saves its input and the int32 offsets, SiLU
+        on the gate half and the product with the up half (both halves one storage), the
+        grouped down_proj, the routing weights' product (saves both), the slots put back by
+        inv_perm (saved) and summed over k."""
+        t, c, comp = self.t, self.c, ROUTER
+        slots = ("B", "T", "k")
+        logits = self.router(x, "router scores")
+        probs = t.unary("aten.softmax", t.cast(logits, FP32), "softmax (float32)", comp,
+                        saves="output", out="router probabilities")
+        values, _ = t.topk(probs, ("E",), ("k",), "top-k experts", comp, out="chosen experts",
+                           values=True)
+        weights = t.name(values, "router top-k weights")
+        if c.norm_topk_prob:  # router_top_value /= router_top_value.sum(-1, keepdim=True)
+            total = t.reduce("aten.sum", weights, ("k",), "sum of the k weights", comp,
+                             out="router weight sum")
+            weights = t.binary("aten.div", weights, total, "renormalise", comp,
+                               out="router weights")
+        if c.mlp != "swiglu" or c.num_shared_experts:
+            raise AssertionError("transformers' MoE: swiglu experts without shared ones only")
+        if c.qk_norm == "head":  # Qwen3-MoE: router_top_value.to(router_logits.dtype);
+            # Mixtral (no QK-norm) keeps the float32 weights
+            weights = t.cast(weights, logits.dtype, "router weights (cast)")
+        perm = t.name(t.fresh(slots, R.INT64), "slot order (by expert)")
+        token = t.name(t.fresh(slots, R.INT64), "token of each slot (perm // k)")
+        w = t.name(t.index(weights, perm, slots, "weights in slot order"), "slot weights")
+        routed = t.name(t.index(x, token, slots + ("d_model",), "the slots' tokens"),
+                        "routed tokens")
+        offsets = t.name(t.fresh(("E",), R.INT32), "grouped_mm offsets (int32)")
+        with t.scope("experts"):
+            note = "grouped_mm over the routed slots"
+
+            def grouped(a, weight, name, n, p):
+                # grouped_mm is not autocast-enabled: transformers casts the input to the
+                # weight's dtype (_grouped_mm: input.to(weight.dtype)), so under bf16
+                # autocast over fp32 weights the experts run in fp32
+                a = t.cast(a, weight.dtype, "")
+                dtype = t.matmul(a, weight, R.Matmul(name, R.FFN, t.module, t.repeat,
+                                                     R.FORWARD, (), slots, n, p,
+                                                     grads=("dX", "dW"), note=note),
+                                 op="grouped_mm")
+                t._saves(offsets, "grouped_mm")
+                return dtype
+            d, f = ("d_model",), ("d_e",)
+            dtype = grouped(routed, self.w1, "expert W1", d, f)
+            grouped(routed, self.w3, "expert W3", d, f)
+            gate_up = t.name(Sym(slots + ("2", "d_e"), dtype), "expert gate_up output")
+            gate = t.view(gate_up, slots + f, contiguous=False)
+            up = t.view(gate_up, slots + f, contiguous=False)
+            act = t.unary("aten.silu", gate, "SiLU", self.component, saves="input",
+                          out="SiLU output")
+            g = t.binary("aten.mul", act, up, "expert gate", self.component,
+                         out="expert gated product")
+            out = t.name(Sym(slots + d, grouped(g, self.w2, "expert W2", f, d)),
+                         "expert outputs")
+        out = t.binary("aten.mul", out, t.view(w, slots + ("1",)), "× router weight", comp,
+                       out="weighted expert outputs")
+        back = t.name(t.fresh(slots, R.INT64), "inverse slot order")
+        out = t.index(out, back, slots + d, "back to token order")
+        y = t.reduce("aten.sum", t.view(out, ("B", "T", "d_model", "k"), contiguous=False),
+                     ("k",), "sum over the k slots", comp)
+        return t.cast(y, x.dtype)
 
     def route(self, x: Sym) -> Sym:
         """MoE.route: the router's scores, the chosen experts and their weights (B, T, k)."""

@@ -4,9 +4,10 @@ from __future__ import annotations
 from accounting.ledger import records as R
 from accounting.spec.config import NORMS, ModelConfig
 from accounting.ledger.trace import LOSS, Sym, Trace
-from accounting.ledger.builder.common import (POSITION_ADD, RESIDUAL, NORM_PARAMS, ROW, Arch,
+from accounting.ledger.builder.common import (POSITION_ADD, RESIDUAL, NORM_PARAMS, ROW, Arch, COURSE,
                                               EMBED_SCALE, LOGIT_SCALE, RESIDUAL_SCALE, SOFTCAP)
-from accounting.ledger.builder.layers import Linear, Norm, activation, FeedForward
+from accounting.ledger.builder.layers import Linear, Norm, activation, FeedForward, RotaryEmbedding
+from accounting.units import FP32
 from accounting.ledger.builder.attention import Attention
 from accounting.ledger.builder.latent_attention import LatentAttention
 from accounting.ledger.builder.moe import MoE
@@ -15,7 +16,7 @@ from accounting.ledger.builder import lora
 
 class Block:
     def __init__(self, t: Trace, a: Arch, recompute: str = "none", kind=None):
-        self.t, self.c, self.recompute, self.kind = t, a.c, recompute, kind
+        self.t, self.c, self.recompute, self.kind, self.a = t, a.c, recompute, kind, a
         comp, kind, off = NORM_PARAMS[a.c.norm], a.c.norm, a.c.norm_offset
         sandwich = a.c.norm_placement == "sandwich"
         self.ln1 = Norm(t, "ln1", kind, ("d_model",), NORMS[kind], comp, off)
@@ -36,10 +37,12 @@ class Block:
 
     def __call__(self) -> None:
         t, pre = self.t, self.c.norm_placement == "pre"
-        x = t.name(t.fresh(ROW, t.stream_dtype, grad=True), "ln1 input" if pre else "block input",
+        x = t.name(t.fresh(ROW, grad=True), "ln1 input" if pre else "block input",
                    f"{NORMS[self.c.norm]} inputs" if pre else "", block_input=True)
         if self.recompute == "full":  # checkpoint(block, x): keeps x, runs it again
-            with t.recomputed_region("block", (x,)):
+            # transformers passes the rotary cos/sin into each layer: checkpoint keeps them
+            extra = tuple(self.a.rope_tables) if self.a.hf and self.a.rope_tables else ()
+            with t.recomputed_region("block", (x,) + extra):
                 self.run(x)
         else:
             self.run(x)
@@ -102,13 +105,19 @@ def _symbol(kind, kinds) -> str:
 
 
 def walk(c: ModelConfig, autocast: str | None = None, recompute: str = "none",
-         fold: bool = True, adapters=None) -> Trace:
+         fold: bool = True, implementation: str = COURSE, param_dtype: str = FP32,
+         adapters=None) -> Trace:
     """Build (declare) the model, then run one training step's forward and loss: in float32,
     or under torch.autocast(autocast, dtype=torch.bfloat16); with activation recomputation
     "none", "full" (checkpoint each block) or "selective" (checkpoint the attention core);
-    fold=False writes widths h·d_k even where that is d_model; adapters (builder/lora.py):
-    LoRA on the linears it names, every other parameter frozen."""
-    t, a = Trace(autocast, adapters), Arch(c, fold)
+    fold=False writes widths h·d_k even where that is d_model. implementation TRANSFORMERS
+    runs transformers' ops where they differ from model/'s (its RoPE module, RMSNorm and
+    SiLU; accounting/planning/recipes.py says for which configs); param_dtype bf16 holds
+    the parameters in bf16 (model.to(torch.bfloat16), no autocast); adapters (builder/lora.py):
+    LoRA on the linears it names, every other parameter frozen in param_dtype."""
+    t, a = Trace(autocast, param_dtype, adapters), Arch(c, fold, implementation)
+    t.hf = a.hf
+    t.hf_olmo2 = a.hf and c.norm_placement == "post"  # Olmo2RMSNorm
     # __init__, in model/transformer.py's registration order
     with t.scope("token_embeddings"):
         tok = t.param("weight", ("V", "d_model"), R.EMBEDDING, lookup=True)
@@ -121,6 +130,8 @@ def walk(c: ModelConfig, autocast: str | None = None, recompute: str = "none",
     kinds = list(dict.fromkeys(c.layer_kinds))
     t.groups = tuple((_symbol(kind, kinds),
                       tuple(i for i, k in enumerate(c.layer_kinds) if k == kind)) for kind in kinds)
+    if a.hf and c.positions == "rope":  # LlamaModel.rotary_emb: before the blocks' keys
+        a.rotary = RotaryEmbedding(t)
     blocks = []
     for kind, (symbol, _) in zip(kinds, t.groups):
         with t.block(symbol):
@@ -143,13 +154,15 @@ def walk(c: ModelConfig, autocast: str | None = None, recompute: str = "none",
             positions = t.name(t.fresh(("T",), R.INT64), "position ids")
             p = t.lookup(pos, positions, ("T", "d_model"))
         t.binary("aten.add", x, p, "token + position embedding", POSITION_ADD)
+    if a.hf and c.positions == "rope":  # position_embeddings = self.rotary_emb(x, position_ids)
+        a.rope_tables = a.rotary.tables(x)
     for block, (symbol, _) in zip(blocks, t.groups):
         with t.block(symbol):
             block()
     if t.adapters is not None:
         lora.keep_leaf(t, leaf, pos is not None or c.embedding_multiplier is not None)
     final_course = f"final {NORMS[c.norm]}"
-    x = t.name(t.fresh(ROW, t.stream_dtype, grad=True), "ln_final input", final_course)
+    x = t.name(t.fresh(ROW, grad=True), "ln_final input", final_course)
     h = ln_final(x, "ln_final output")
     logits = lm_head(h, "logits (output embedding)", "output embedding")
     if c.logit_scale is not None:  # Granite (1/logits_scaling), Cohere: a scalar

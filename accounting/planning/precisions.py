@@ -1,0 +1,83 @@
+"""Precision recipes: the dtype of the parameters, gradients and optimizer state a training
+step holds, whether the optimizer keeps an fp32 master copy, and the autocast policy the
+activations follow. Each is checked on a real CPU step (tests/test_recipes_reality.py).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from accounting.runtime.errors import UsageError
+from accounting.units import BF16, DTYPE_BYTES, FP32
+
+BF16_MIXED = "bf16-mixed"  # the other precision is FP32 (all-fp32), named by its dtype
+BF16_PURE = BF16  # bf16 parameters, gradients and optimizer state
+BF16_MASTER = "bf16-master"
+
+
+@dataclass(frozen=True)
+class Precision:
+    name: str
+    param_dtype: str  # what the model's parameters are stored in
+    grad_dtype: str  # .grad, the parameter's dtype in torch
+    state_dtype: str  # the optimizer's floating-point state (torch.optim: zeros_like(param))
+    master: bool  # the optimizer keeps an fp32 copy of every trained parameter
+    autocast: str | None  # the device whose torch.autocast policies the activations follow
+    compute: str  # which datasheet peak applies: FP32 or BF16 (a dtype name)
+    inference_bytes: int  # weights and KV cache at inference
+    assumptions: str
+
+    @property
+    def master_bytes(self) -> int:
+        """Bytes of each parameter as the model holds it (the name the many-GPU plans use)."""
+        return DTYPE_BYTES[self.param_dtype]
+
+    @property
+    def grad_bytes(self) -> int:
+        return DTYPE_BYTES[self.grad_dtype]
+
+    @property
+    def moment_bytes(self) -> int:
+        """Bytes of each element of the optimizer's floating-point state (one of AdamW's m, v)."""
+        return DTYPE_BYTES[self.state_dtype]
+
+    @property
+    def activation_dtype(self) -> str:
+        """The dtype of the residual stream: the parameters' (autocast keeps it fp32)."""
+        return self.param_dtype
+
+
+_B16 = DTYPE_BYTES[BF16]
+_B32 = DTYPE_BYTES[FP32]
+PRECISIONS: dict[str, Precision] = {
+    FP32: Precision(FP32, FP32, FP32, FP32, False, None, FP32, _B32,
+                    "all-fp32 (the course's assumption): weights, gradients, optimizer state "
+                    "and activations are 4 bytes each; FP32 peak"),
+    BF16_MIXED: Precision(BF16_MIXED, FP32, FP32, FP32, False, "cuda", BF16, _B16,
+                          "bf16 mixed precision, torch.autocast('cuda', dtype=torch.bfloat16): "
+                          "fp32 master weights, gradients and optimizer state (4 B each); each "
+                          "activation in the dtype autocast gives it (accounting/ledger/autocast.py: "
+                          "matmuls in bf16 with their inputs cast to bf16 copies, which they "
+                          "save, the weights' bf16 copies included; exp, pow, sum and the loss in "
+                          "fp32; norms in fp32 as the model computes them); bf16 Tensor Core "
+                          "peak; inference in bf16. The CPU's autocast policies are checked on a "
+                          "real step (tests/test_memory_reality.py); CUDA's are PyTorch's "
+                          "documented ones, not measured here"),
+    BF16_PURE: Precision(BF16_PURE, BF16, BF16, BF16, False, None, BF16, _B16,
+                         "pure bf16 (model.to(torch.bfloat16), no autocast): parameters, "
+                         "gradients, optimizer state and activations in bf16 (2 B each; norms "
+                         "still compute in fp32 as the model writes them); bf16 peak"),
+    BF16_MASTER: Precision(BF16_MASTER, BF16, BF16, FP32, True, None, BF16, _B16,
+                           "bf16 parameters and gradients with an fp32 master copy and fp32 "
+                           "optimizer state held by the optimizer: 2 + 2 + 4 + 8 = 16 bytes per "
+                           "AdamW parameter, DeepSpeed's and Megatron-LM's layout (Megatron "
+                           "megatron/core/optimizer/optimizer.py Float16OptimizerWithFloat16Params: "
+                           "fp32_from_float16_groups; DeepSpeed runtime/bf16_optimizer.py: "
+                           "fp32_groups_flat_partition); activations in bf16; bf16 peak"),
+}
+
+
+def get_precision(name: str) -> Precision:
+    try:
+        return PRECISIONS[name]
+    except KeyError:
+        raise UsageError(f"unknown precision {name!r}; choose {', '.join(PRECISIONS)}") from None

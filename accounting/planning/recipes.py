@@ -1,0 +1,131 @@
+"""A training recipe as data: which implementation runs the model, in which precision, with
+which attention kernel, recomputation and optimizer, and what is trained. The defaults
+follow the input: the course presets (gpt2-small … gpt2-xl on the CS336 architecture) are
+planned as model/ runs them, in fp32; a Hugging Face config.json or hub preset as
+transformers' modeling code runs it (SDPA attention, its buffers and saved tensors), in bf16
+mixed precision (bf16 autocast over fp32 parameters: what transformers' Trainer does with
+bf16=True and what torchtitan and Megatron-LM default to), bf16 at inference.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+
+from accounting.ledger.builder.common import COURSE, TRANSFORMERS
+from accounting.planning.optimizers import OPTIMIZERS, get_optimizer
+from accounting.planning.precisions import BF16_MASTER, BF16_MIXED, get_precision
+from accounting.runtime.errors import UsageError
+from accounting.spec.config import ModelConfig
+from accounting.units import FP32
+
+IMPLEMENTATIONS = {
+    COURSE: "model/ as written (the course's eager ops: RoPE cos/sin tables in every block, "
+            "RMSNorm by sqrt and divide, SiLU as x·sigmoid(x))",
+    TRANSFORMERS: "transformers' modeling code (AutoModelForCausalLM, attn_implementation="
+                  "'sdpa'): one rotary module with two d_k/2 inv_freq buffers, cos/sin computed "
+                  "once per pass, LlamaRMSNorm, F.silu; its saved tensors measured on its own "
+                  "model (tests/test_transformers_saves.py)",
+}
+ATTENTION_NAMES = {"naive": "naive (the course's explicit softmax(QKᵀ)V, T×T scores saved)",
+                   "sdpa": "SDPA (F.scaled_dot_product_attention, fused: no T×T tensor saved)"}
+TRAIN_FULL = "full"
+
+# Spec fields whose transformers ops tests/test_transformers_saves.py measures (llama,
+# mistral, qwen2, qwen3, qwen3_moe, olmo2): sizes, biases, a tied head, GQA, head_dim,
+# per-head QK-norm; OLMo-2's post-norms with full-width QK-norm; Qwen3-MoE's sparse block.
+_MEASURED = {"vocab_size", "context_length", "num_layers", "d_model", "num_heads", "d_ff",
+             "rope_theta", "name", "num_kv_heads", "head_dim", "norm_eps", "tie_embeddings",
+             "qkv_bias", "out_bias", "mlp_bias", "attention"}
+
+
+# Qwen3-MoE's and Mixtral's sparse blocks (softmax router, top-k, grouped_mm experts),
+# measured too (the builder tells them apart by Qwen3's QK-norm: only Qwen3-MoE casts the
+# top-k weights to the logits' dtype); other routers set fields outside this list
+_MOE = {"num_experts", "experts_per_token", "moe_d_ff", "norm_topk_prob", "dense_layers"}
+
+
+def transformers_gap(config: ModelConfig) -> str | None:
+    """Why transformers' ops for this architecture are not modelled yet (None: they are)."""
+    defaults = {f.name: f.default for f in fields(ModelConfig)}
+    measured = _MEASURED | (_MOE if config.qk_norm in ("head", "none") else set())
+    olmo2 = config.norm_placement == "post" and config.qk_norm == "full"  # OLMo-2's layout
+    if olmo2:
+        measured = measured | {"norm_placement", "qk_norm"}
+    other = [f.name for f in fields(ModelConfig) if f.name not in measured
+             and getattr(config, f.name) != defaults[f.name]
+             and not (f.name == "qk_norm" and config.qk_norm == "head")]
+    if not other:
+        return None
+    return (f"{', '.join(other[:3])}{' …' if len(other) > 3 else ''} (transformers' ops are "
+            f"measured for the Llama, Mistral, Qwen2, Qwen3, Qwen3-MoE, Mixtral and OLMo-2 layouts only)")
+
+
+@dataclass(frozen=True)
+class Recipe:
+    implementation: str
+    precision: str
+    attention: str  # the config's attention kernel: naive or sdpa
+    recompute: str
+    optimizer: str
+    train: str = TRAIN_FULL
+    note: str = ""  # why a default was not the input's (e.g. transformers' ops not modelled)
+
+    def lines(self) -> dict[str, str]:
+        """The recipe in words, one line per choice (the first screen and --format json)."""
+        opt = get_optimizer(self.optimizer)
+        return {"implementation": self.implementation + (f" ({self.note})" if self.note else ""),
+                "precision": self.precision,
+                "attention": ATTENTION_NAMES[self.attention],
+                "recomputation": self.recompute,
+                "optimizer": f"{self.optimizer}: {opt.title}"}
+
+
+def resolve(config: ModelConfig, from_hf: bool, implementation: str | None = None,
+            precision: str | None = None, optimizer: str | None = None,
+            recompute: str = "none", attention_given: bool = False,
+            scope: str = "model") -> tuple[Recipe, ModelConfig]:
+    """The recipe for `config` (from a Hugging Face config.json or hub preset when from_hf),
+    with the caller's choices where given, and the config its attention kernel sets."""
+    note = ""
+    if implementation is None:
+        implementation = COURSE
+        if from_hf and scope != "course":
+            gap = transformers_gap(config)
+            if gap is None:
+                implementation = TRANSFORMERS
+            else:
+                note = f"transformers' ops not yet modelled for {gap}"
+    if implementation not in IMPLEMENTATIONS:
+        raise UsageError(f"unknown implementation {implementation!r}; choose "
+                         f"{' or '.join(IMPLEMENTATIONS)}")
+    if implementation == TRANSFORMERS:
+        gap = transformers_gap(config)
+        if gap is not None:
+            raise UsageError(f"--implementation transformers is not modelled for {gap}; "
+                             f"give --implementation course")
+        if config.attention != "sdpa":
+            if attention_given:
+                raise UsageError("--implementation transformers plans attn_implementation='sdpa'; "
+                                 "transformers' eager attention is not modelled: drop "
+                                 "--attention naive or give --implementation course")
+            config = replace(config, attention="sdpa")
+    if from_hf and scope != "course" and not attention_given and config.attention != "sdpa":
+        config = replace(config, attention="sdpa")  # transformers' default kernel, either way
+    if precision is None:
+        precision = BF16_MIXED if from_hf and scope != "course" else FP32
+    get_precision(precision)
+    optimizer = optimizer or "adamw"
+    opt = get_optimizer(optimizer)
+    if scope == "course" and (optimizer != "adamw" or implementation != COURSE
+                              or precision not in (FP32, BF16_MIXED)):
+        raise UsageError("--scope course is the CS336 problem's accounting (model/, AdamW, fp32 "
+                         "or bf16-mixed): drop --optimizer/--implementation/--precision bf16*, "
+                         "or give --scope model")
+    if opt.refuses_master and precision == BF16_MASTER:
+        raise UsageError(f"--optimizer {optimizer} keeps 8-bit moments, while --precision "
+                         f"bf16-master means fp32 moments beside the fp32 master copy: give "
+                         f"--precision bf16-mixed, bf16 or fp32 with it")
+    return Recipe(implementation, precision, config.attention, recompute, optimizer,
+                  note=note), config
+
+
+__all__ = ["IMPLEMENTATIONS", "OPTIMIZERS", "Recipe", "resolve", "transformers_gap"]

@@ -1,0 +1,136 @@
+"""The transformers implementation's ledger against transformers' own model on the CPU.
+
+For each model type the planner models under implementation "transformers"
+(accounting/planning/recipes.py), a tiny config.json (tests/hf_examples.py) is built with
+AutoModelForCausalLM.from_config(attn_implementation="sdpa"), one training step's forward
+and loss run under torch.autograd.graph.saved_tensors_hooks, and every storage autograd
+saves (parameters excluded, each storage once: tests/test_architectures.py saved_tensors)
+is compared, by size and dtype, with the ledger's saved records built with
+implementation="transformers" — in fp32, under torch.autocast("cpu", bfloat16) and with
+bf16 parameters. The model's buffers are compared with the ledger's buffers.
+"""
+from collections import Counter
+from dataclasses import replace
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from accounting.ledger.ledger import ledger
+from accounting.planning.recipes import transformers_gap
+from accounting.spec.hf_config import translate
+from hf_examples import CONFIGS as DENSE
+from hf_moe_examples import CONFIGS as MOE
+
+# Mixtral without its example's window (Mixtral-8x7B's config.json has none; a window is
+# planned with model/'s ops: transformers masks only once T passes it)
+CONFIGS = {**DENSE, "qwen3_moe": MOE["qwen3_moe"],
+           "mixtral": {**MOE["mixtral"], "sliding_window": None}}
+from test_architectures import saved_tensors
+
+DTYPE = {"fp32": torch.float32, "bf16": torch.bfloat16, "bool": torch.bool, "int64": torch.int64,
+         "int32": torch.int32}
+SIZE = {"fp32": 4, "bf16": 2, "bool": 1, "int64": 8, "int32": 4}
+# qwen3_moe: a dense and two sparse blocks, transformers' grouped_mm experts (the default
+# experts implementation): the sorted slots' indices, the int32 offsets, the stacked
+# gate_up output, all in fp32 under autocast (grouped_mm is not autocast-enabled)
+# olmo2: post-norms and full-width QK-norm; Olmo2RMSNorm multiplies by the gain in fp32
+# before its cast, and its rotary cos/sin stay fp32 (q_embed cast back)
+FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "mixtral", "olmo2")
+# (ledger autocast, parameter dtype): fp32, bf16-mixed on the CPU's autocast, pure bf16
+MODES = {"fp32": (None, "fp32"), "autocast": ("cpu", "fp32"), "bf16": (None, "bf16")}
+
+
+def build(name, param_dtype):
+    from transformers import AutoModelForCausalLM
+    from accounting.crosscheck.hf_counter import transformers_config
+    torch.manual_seed(0)
+    # dtype= as from_pretrained(dtype=torch.bfloat16) does: the parameters in bf16, the
+    # rotary inverse frequencies still float32 (computed with dtype=torch.float)
+    model = AutoModelForCausalLM.from_config(transformers_config(CONFIGS[name]),
+                                             attn_implementation="sdpa",
+                                             dtype=DTYPE[param_dtype])
+    assert {p.dtype for p in model.parameters()} == {DTYPE[param_dtype]}
+    return model.train()
+
+
+def measured(model, B, T, autocast):
+    g = torch.Generator().manual_seed(1)
+    V = model.config.vocab_size
+    ids, targets = (torch.randint(0, V, (B, T), generator=g) for _ in range(2))
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast is not None):
+        seen = saved_tensors(model, ids, targets, use_cache=False)
+    return Counter((n, str(dtype).removeprefix("torch.")) for _, n, dtype in seen.values())
+
+
+def expected(config, B, T, autocast, param_dtype):
+    lg = ledger(config, autocast, "none", "transformers", param_dtype)
+    v = lg.values(T, B)
+    out = Counter()
+    for a in lg.activations:
+        if a.saved:
+            out[(SIZE[a.dtype] * a.elements.evaluate(v) // a.copies,
+                 str(DTYPE[a.dtype]).removeprefix("torch."))] += a.copies * a.count(v)
+    return out, sum(b.expr().evaluate(v) for b in lg.buffers)
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+@pytest.mark.parametrize("name", FAMILIES)
+def test_saved_tensors_equal_the_transformers_ledger(name, mode):
+    autocast, param_dtype = MODES[mode]
+    config = replace(translate(CONFIGS[name], "test", name).config, attention="sdpa")
+    model = build(name, param_dtype)
+    B, T = 2, 5
+    want, buffers = expected(config, B, T, autocast, param_dtype)
+    assert measured(model, B, T, autocast) == want
+    assert transformers_gap(config) is None  # the recipe plans transformers' ops for it
+    # the buffers: inv_freq and original_inv_freq, d_k/2 float32 each
+    assert sum(b.numel() * b.element_size() for b in model.buffers()) == buffers
+
+
+# ---- the step's two moments on transformers' model ------------------------------------------
+
+@pytest.mark.slow  # two real steps each under a live-storage tracker (scheduled first)
+@pytest.mark.parametrize("mode", ["fp32", "autocast"])
+@pytest.mark.parametrize("name", ["llama", "qwen3_moe"])
+def test_the_two_moments_equal_a_real_step_of_transformers_model(name, mode):
+    """tests/test_peak.py's live-storage tracker over a real CPU step of transformers' model
+    (F.cross_entropy on its logits, AdamW foreach, the second step): the live bytes at the
+    first log_softmax backward and at AdamW's _foreach_sqrt equal the planner's two moments
+    for implementation "transformers" (its parameters, buffers, AdamW state, what the
+    model saves); bf16-mixed with the CPU's autocast policies (the CUDA table is
+    documented, not measured)."""
+    import torch.nn.functional as F
+    from test_peak import MARKS, LiveBytes
+    from accounting.planning.memory import MemoryModel, get_precision
+    autocast, param_dtype = MODES[mode]
+    config = replace(translate(CONFIGS[name], "test", name).config, attention="sdpa")
+    model = build(name, param_dtype)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.1, foreach=True)
+    B, T = 2, 5
+    g = torch.Generator().manual_seed(1)
+    ids, targets = (torch.randint(0, config.vocab_size, (B, T), generator=g) for _ in range(2))
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast is not None):
+            logits = model(ids, use_cache=False).logits
+            loss = F.cross_entropy(logits.reshape(-1, config.vocab_size), targets.reshape(-1))
+        del logits
+        loss.backward()
+        opt.step()
+    step()
+    state = [t for s in opt.state.values() for t in s.values()]
+    steps = sum(s["step"].untyped_storage().nbytes() for s in opt.state.values())
+    tracker = LiveBytes([*model.parameters(), *model.buffers(), ids, targets, *state])
+    with tracker:
+        step()
+    precision = get_precision("fp32" if mode == "fp32" else "bf16-mixed")
+    if autocast:
+        precision = replace(precision, autocast="cpu")
+    m = MemoryModel(config, precision, implementation="transformers")
+    v = m.ledger.values(T, B)
+    boundary, update = (ph.bytes.evaluate(v) for ph in m.peak_terms)
+    assert tracker.marks[MARKS[0]] - steps == boundary
+    assert tracker.marks[MARKS[1]] - steps == update
