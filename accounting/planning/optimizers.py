@@ -42,8 +42,9 @@ class Optimizer:
     def state(self, shape: tuple[int, ...], state_dtype: str, role: str = "") -> tuple[State, ...]:
         raise NotImplementedError
 
-    def shared(self) -> tuple[State, ...]:
-        """State held once per optimizer, whatever the parameters (bitsandbytes' maps)."""
+    def shared(self, shapes=None) -> tuple[State, ...]:
+        """State held once per optimizer (bitsandbytes' maps), given the trained tensors'
+        shapes (None: some tensor of every kind)."""
         return ()
 
     def update_flops(self, shape: tuple[int, ...], role: str = "") -> int:
@@ -185,7 +186,12 @@ class AdamW8bit(Optimizer):
         return (State("8-bit AdamW moments m and v (uint8)", UINT8, 2 * n),
                 State("8-bit AdamW optimizer state: block scales (absmax, fp32)", FP32, 2 * blocks))
 
-    def shared(self):
+    def shared(self, shapes=None):
+        # init_state fills name2qmap only for a tensor it keeps in 8 bits (optimizer.py
+        # Optimizer2State.init_state: `if "dynamic" not in self.name2qmap: self.fill_qmap()`
+        # in the 8-bit branch): LoRA's small adapters keep fp32 state and no code books
+        if shapes is not None and all(prod(s) < MIN_8BIT_SIZE for s in shapes):
+            return ()
         return (State("8-bit AdamW optimizer state: code books (qmap1, qmap2)", FP32,
                       2 * QMAP_ENTRIES),)
 
@@ -210,7 +216,7 @@ class TorchaoAdamW8bit(AdamW8bit):
                 State("8-bit AdamW optimizer state: block scales and code books (fp32)", FP32,
                       2 * (n // BNB_BLOCK + QMAP_ENTRIES)))
 
-    def shared(self):
+    def shared(self, shapes=None):
         return ()
 
 

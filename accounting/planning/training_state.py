@@ -85,7 +85,7 @@ def optimizer_items(opt: Optimizer, precision: Precision, ts: tuple[Tensor, ...]
             for s in opt.state(t.sizes, precision.state_dtype, t.role):
                 add(s, t.copies)
     if any(t.trained for t in ts):
-        for s in opt.shared():
+        for s in opt.shared([t.sizes for t in ts if t.trained]):
             add(s, 1)
     return [StateItem(k, b, n, dtypes[k]) for k, (b, n) in items.items()]
 
