@@ -264,6 +264,16 @@ def step_flops(ft: FineTune, seq: int, batch: int, recompute: str = "none",
                              str(fwd.partial(v)), str(bwd.partial(v)))
 
 
+def adamw_flops(ft: FineTune) -> Expr:
+    """AdamW's update FLOPs over the adapters (compute.ADAMW_OPS, per element and per tensor),
+    whichever optimizer the plan runs (the FLOPs table's reference)."""
+    from accounting.planning import compute  # compute.py's AdamW ops
+    n, tensors = adamw_exprs(ft)
+    return (n.scale(sum(o.flops_per_element for o in compute.ADAMW_OPS if o.per == compute.PARAMETER))
+            + tensors.scale(sum(o.flops_per_element for o in compute.ADAMW_OPS
+                                if o.per == compute.TENSOR)))
+
+
 def adamw_formula(ft: FineTune) -> str:
     """'14·N_LoRA + (14·L)': AdamW over the adapters."""
     _, tensors = adamw_exprs(ft)

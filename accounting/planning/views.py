@@ -311,7 +311,8 @@ def adamw_table(p: Plan) -> Table:
         n, tensors = finetune.adamw_exprs(p.finetune)
         return Table("AdamW update FLOPs (torch.optim.AdamW over the LoRA adapters)",
                      ("operation", "torch op", "FLOPs", "per", "counted as"), rows, align="llrll",
-                     notes=(f"{finetune.adamw_formula(p.finetune)} = {grouped(p.flops.adamw)} "
+                     notes=(f"{finetune.adamw_formula(p.finetune)} = "
+                            f"{grouped(finetune.adamw_flops(p.finetune).evaluate(v))} "
                             f"FLOPs per step (N_LoRA = {grouped(n.evaluate(v))} adapter "
                             f"parameters in {grouped(tensors.evaluate(v))} tensors; the frozen "
                             "base is not updated).",))
