@@ -63,7 +63,9 @@ def _recipe_rows(p: Plan) -> list[tuple[str, str]]:
                                + (f"; {r.note}" if r.note else "")),
             ("attention", ATTENTION_NAMES[r.attention]),
             ("optimizer", f"{r.optimizer}: {opt.title} ({opt.source})"),
-            ("trained", f"{grouped(n_trained)} of {grouped(n_all)} parameters")]
+            ("trained", f"{grouped(n_trained)} of {grouped(n_all)} parameters"
+                        + (" (the LoRA adapters; of the base's and the adapters', as PEFT's "
+                           "get_nb_trainable_parameters counts)" if p.finetune else ""))]
 
 
 def settings_table(p: Plan) -> Table:
