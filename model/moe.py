@@ -12,7 +12,8 @@ by default: every token runs its k experts, however the router spreads them, so 
 matmul FLOPs are B·T·k expert passes whatever the routing. With a capacity factor c ≥ 1 every
 expert runs exactly C = ⌈c·B·T·k/E⌉ rows: its first C slots, zero rows as padding; a slot
 beyond C is dropped (its output is 0; the residual carries the token on).
-Shared experts (DeepSeek) are one gated MLP of n_shared·moe_d_ff every token runs.
+Shared experts (DeepSeek) are one gated MLP of n_shared·moe_d_ff every token runs; Qwen2-MoE
+scales their output by sigmoid(x·w), a gate of d_model weights (shared_expert_gate).
 Llama 4 (router sigmoid with topk_first, scales_input): top-k of the raw scores, a sigmoid of the
 chosen k, and the weight scales the expert's INPUT; as Meta's reference and transformers'
 Llama4TextMoe run it, every expert runs every token (the unchosen at weight 0, so its output
@@ -96,7 +97,7 @@ class MoE(nn.Module):
                  activation, num_shared_experts, router, router_groups, router_topk_groups,
                  router_bias, norm_topk_prob, routed_scaling_factor, capacity_factor,
                  router_group_score, router_topk_first, router_linear_bias, expert_bias,
-                 scales_input=False):
+                 scales_input=False, shared_expert_gate=False):
         super().__init__()
         for name, value in (("num_experts", num_experts), ("experts_per_token", experts_per_token),
                             ("d_ff", d_ff)):
@@ -119,6 +120,14 @@ class MoE(nn.Module):
                                activation=activation, bias=expert_bias)
         self.shared = (GatedMLP(d_model, num_shared_experts * d_ff, device=device, dtype=dtype,
                                 activation=activation) if num_shared_experts else None)
+        # Qwen2-MoE's shared_expert_gate: one output, no bias (Qwen2MoeSparseMoeBlock)
+        self.shared_gate = (Linear(d_model, 1, device=device, dtype=dtype)
+                            if shared_expert_gate else None)
+
+    def shared_output(self, x: torch.Tensor) -> torch.Tensor:
+        """The shared experts' output, × sigmoid(gate(x)) with Qwen2-MoE's gate."""
+        y = self.shared(x)
+        return y if self.shared_gate is None else y * torch.sigmoid(self.shared_gate(x))
 
     def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(weights, experts), each (tokens k): which experts each token runs, and how much
@@ -168,7 +177,7 @@ class MoE(nn.Module):
         weights, experts = self.route(x)
         if self.scales_input:
             y = self.all_experts(x, weights, experts)
-            return (y if self.shared is None else y + self.shared(x)).reshape(shape)
+            return (y if self.shared is None else y + self.shared_output(x)).reshape(shape)
         n, k = (int(s) for s in experts.shape)  # ints under jit tracing too
         flat = experts.reshape(-1)  # the expert of each slot (token-major)
         if x.is_meta:  # no router values on meta: deal the slots to the experts in turn
@@ -198,5 +207,5 @@ class MoE(nn.Module):
             out = torch.cat((ran, ran.new_zeros(1, shape[-1])))[dest]  # a dropped slot: 0
         y = x.new_zeros(n, shape[-1]).index_add(0, slot_token, out * slot_weights.unsqueeze(-1))
         if self.shared is not None:
-            y = y + self.shared(x)
+            y = y + self.shared_output(x)
         return y.reshape(shape)

@@ -114,7 +114,7 @@ class Ledger:
         if c.num_experts is not None:
             out.update({"E": c.num_experts, "k": c.experts_per_token, "d_e": c.expert_d_ff,
                         "d_s": c.num_shared_experts * c.expert_d_ff, "G": c.router_groups,
-                        "E/G": c.num_experts // c.router_groups, "2": 2,
+                        "E/G": c.num_experts // c.router_groups, "2": 2, "1": 1,
                         "k_G": c.router_topk_groups})
             if c.moe_capacity_factor is not None:
                 cap = expert_capacity(c.moe_capacity_factor, batch * seq * c.experts_per_token,

@@ -38,6 +38,7 @@ SYMBOLS: dict[str, str] = {
     "G": "router_groups (DeepSeek's n_group)",
     "E/G": "experts per router group",
     "2": "the two best scores that rank a router group",
+    "1": "the one output of the shared experts' gate (Qwen2-MoE)",
     "k_G": "router_topk_groups, groups kept before top-k",
     "C": "expert capacity in rows, ⌈c·B·T·k/E⌉ (capacity factor c)",
     "E·C+1": "dispatch buffer rows: E experts × C, and one trash row for dropped slots",

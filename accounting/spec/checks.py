@@ -151,7 +151,7 @@ def _check_moe(c) -> None:
         raise UsageError(f"router_group_score must be one of {', '.join(GROUP_SCORES)}, got "
                          f"{short_value(c.router_group_score)}")
     for f in ("router_bias", "norm_topk_prob", "router_topk_first", "router_linear_bias",
-              "expert_bias"):
+              "expert_bias", "shared_expert_gate"):
         if not isinstance(getattr(c, f), bool):
             raise UsageError(f"{f} must be true or false, got {short_value(getattr(c, f))}")
     for f, none_ok in (("routed_scaling_factor", False), ("moe_capacity_factor", True)):
@@ -169,6 +169,9 @@ def _check_moe(c) -> None:
                          f"{short_value(c.dense_layers)}")
     if c.num_experts is None:
         return
+    if c.shared_expert_gate and not c.num_shared_experts:
+        raise UsageError("shared_expert_gate scales the shared experts' output, but "
+                         "num_shared_experts is 0; give --shared-experts N or drop the gate")
     if not c.mlp_kind.gated or c.mlp_bias:
         gated = ", ".join(name for name, kind in MLPS.items() if kind.gated)
         raise UsageError(f"mixture-of-experts layers run gated experts ({gated}) and mlp_bias "

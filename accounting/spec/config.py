@@ -127,6 +127,12 @@ class ModelConfig:
     num_shared_experts: int = spec(0, kind=COUNT, flag="--shared-experts", group=EXTRAS,
                                    needs="num_experts",
                                    help="experts every token runs beside its top-k (DeepSeek)")
+    # Qwen2-MoE's shared_expert_gate (Qwen3-Next's too): sigmoid(x·w), w of d_model, scales the
+    # shared experts' output per token
+    shared_expert_gate: bool = spec(False, kind=FLAG, flag="--shared-expert-gate", group=EXTRAS,
+                                    needs="num_experts",
+                                    help="the shared experts' output times sigmoid(x·w), a "
+                                         "learned gate of d_model weights (Qwen2-MoE)")
     router: str = spec("softmax", kind=CHOICE, flag="--router", group=EXTRAS, choices=ROUTERS,
                        needs="num_experts",
                        help="softmax over the experts (Mixtral, Qwen3) or a sigmoid each "
@@ -297,6 +303,7 @@ class ModelConfig:
             n_moe = sum(k.moe for k in kinds)
             parts.append(f"MoE: {self.num_experts} experts, top-{self.experts_per_token}"
                          + (f", {self.num_shared_experts} shared" if self.num_shared_experts else "")
+                         + (" (sigmoid-gated)" if self.shared_expert_gate else "")
                          + ("" if n_moe == len(kinds) else f", on {n_moe} of {len(kinds)} layers"))
         if self.attention != "naive":
             parts.append("fused attention kernel (SDPA)")
