@@ -27,6 +27,7 @@ THETA = "a positive number"
 EPS = "a non-negative number"
 NUMBER_OR_NULL = "a positive number or null"  # Gemma's soft-caps (null: none)
 CHOICE = "one of"
+PATTERN = "a positive integer, a string or null"  # EXAONE 4's sliding_window_pattern ("LLLG")
 
 
 @dataclass(frozen=True)
