@@ -183,7 +183,8 @@ def test_the_table_is_a_registry_that_refuses_duplicates():
                           "gpt_neox", "falcon", "phi3", "starcoder2",
                           "llama4_text", "llama4", "cohere",
                           # issue 31 (part A)
-                          "olmoe", "qwen2_moe", "smollm3", "glm4", "olmo3", "seed_oss", "exaone4"}
+                          "olmoe", "qwen2_moe", "glm4_moe", "minimax_m2", "smollm3", "glm4", "olmo3",
+                          "seed_oss", "exaone4"}
 
 
 def test_every_type_names_every_module_the_ledger_has():

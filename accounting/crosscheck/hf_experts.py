@@ -45,7 +45,11 @@ SHRINK["deepseek_v2"] = SHRINK["deepseek_v3"]
 SHRINK["olmoe"] = {**_WIDTHS, "intermediate_size": 16, "num_key_value_heads": 2}
 SHRINK["qwen2_moe"] = {**_WIDTHS, "num_key_value_heads": 2, "moe_intermediate_size": 16,
                        "shared_expert_intermediate_size": 32, "mlp_only_layers": [],
-                       "decoder_sparse_step": 1}  # the same latent attention and layout
+                       "decoder_sparse_step": 1}
+SHRINK["glm4_moe"] = {**_WIDTHS, "num_hidden_layers": 2, "num_key_value_heads": 2,
+                      "head_dim": 8, "moe_intermediate_size": 16, "first_k_dense_replace": 1}
+SHRINK["minimax_m2"] = {**_WIDTHS, "intermediate_size": 16, "num_key_value_heads": 2,
+                        "head_dim": 8, "rotary_dim": 4}  # the same latent attention and layout
 IMPLEMENTATIONS = ("eager", "grouped_mm", "batched_mm")
 OWN, FORCED = "its router's choice", "every token to experts 0..k−1"
 

@@ -397,6 +397,23 @@ UNSUPPORTED: Mapping[str, str] = MappingProxyType({
     # modeling_cohere2.py: Cohere2Attention applies RoPE only where the layer slides
     "cohere2": "runs RoPE only on its sliding-window layers and none on the global ones "
                "(Cohere2Attention), and the spec has one positions setting for every layer",
+    # issue 31: each names the feature the spec lacks and how the size flags come closest
+    "ernie4_5_moe": "keeps its router's correction bias as a frozen nn.Parameter (E per MoE "
+                    "layer in transformers' count; the spec's --router-bias is a buffer) and "
+                    "clamps the top-k weights' sum at moe_norm_min (Ernie4_5_MoeTopKRouter); "
+                    "--num-experts, --experts-per-token, --shared-experts, --moe-d-ff, "
+                    "--router-bias and --dense-layers (moe_layer_start_index, "
+                    "moe_layer_interval) give its counts to within those E parameters per layer",
+    "phimoe": "routes with SparseMixer (two masked softmaxes, the second expert chosen after "
+              "masking the first; modeling_phimoe.py sparsemixer), not a softmax or sigmoid "
+              "top-k, and Phi-3.5-MoE has an LM-head bias (lm_head_bias) the spec lacks; "
+              "--norm layernorm --qkv-bias --out-bias --num-experts 16 --experts-per-token 2 "
+              "give its parameters (less the V head biases) and matmul FLOPs exactly",
+    "gemma4": "runs a dense MLP and a mixture of experts side by side in every layer "
+              "(enable_moe_block), full-attention layers with their own head_dim, K/V heads "
+              "and K = V (global_head_dim, num_global_key_value_heads, attention_k_eq_v) and "
+              "per-layer-kind partial RoPE; the spec has one head shape for every layer and "
+              "one MLP per block, so no flags describe it",
 })
 
 # model_types whose config.json wraps a language model's config (a vision-language model):

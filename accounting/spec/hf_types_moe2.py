@@ -10,11 +10,13 @@ from typing import Mapping
 from accounting.runtime.errors import UsageError
 from accounting.spec.config import ModelConfig
 from accounting.spec.hf_schema import (
-    ATTENTION_BIAS, ATTENTION_DROPOUT, BOOL, INT, INT_OR_NULL, LIST, LLAMA_FAMILY, MOE_NAMES,
-    NONNEG, ROPE_MUST, Derived, HFType, Key, ModuleNames, Must, Required, head_dim, kv_heads,
-    llama_sizes, register, rope_keys, short)
+    ATTENTION_BIAS, ATTENTION_DROPOUT, BOOL, DEEPSEEK_V3_NAMES, INT, INT_OR_NULL, LIST,
+    LLAMA_FAMILY, MOE_NAMES, NONNEG, ROPE_MUST, THETA, Derived, HFType, Key, ModuleNames, Must,
+    Noted, Required, head_dim, kv_heads, llama_sizes, register, rope_keys, rope_must, short)
 from accounting.spec.hf_types_dense import layers_of
-from accounting.spec.hf_types_moe import ROUTER_FREE, ROUTER_NOTES, _qwen3_moe_layers
+from accounting.spec.hf_types_moe import (ROUTER_FREE, ROUTER_NOTES, _deepseek_layers,
+                                          _mtp_note, _qwen3_moe_layers, _write_first_k)
+from accounting.spec.hf_types_parallel import _FACTOR_ALIASES, _rotary, _rotary_back
 
 # OLMoE-1B-7B (allenai/OLMoE-1B-7B-0924): OlmoeAttention's q_norm over hidden_size and
 # k_norm over (hidden_size // heads)·kv_heads, on the projections before the head split
@@ -140,5 +142,156 @@ register(HFType(
                      "_size / moe_intermediate_size experts; local layers: layer_types, else "
                      "the even layers below max_window_layers when use_sliding_window "
                      "(configuration_qwen2_moe.py)", _qwen2_moe_keys),),
+    experts_implementation="batched_mm",
+))
+
+
+# transformers builds no MTP layer into the causal LM (MtpModel, modeling_layers.py, loads them
+# apart for generate(use_mtp=True))
+MTP_NOTE = Noted("num_nextn_predict_layers", _mtp_note,
+                 "{settings}: the multi-token-prediction layers are not counted: transformers' "
+                 "causal LM does not build them (modeling_layers.py MtpModel loads them apart, "
+                 "for speculative decoding with generate(use_mtp=True)); the checkpoint holds "
+                 "them.")
+
+
+# ---- GLM-4.5 / GLM-4.6 (zai-org/GLM-4.5, GLM-4.5-Air; model_type glm4_moe) -------------------
+def _glm4_moe_layers(v: Mapping, where: str):
+    """Glm4MoeDecoderLayer: layers from first_k_dense_replace on run Glm4MoeMoE (DeepSeek-V3's
+    router and shared experts); RoPE on int(head_dim·partial_rotary_factor) dims."""
+    fields, notes = _deepseek_layers(v, where)
+    head = v["head_dim"] or v["hidden_size"] // v["num_attention_heads"]
+    return {**fields, **_rotary(head, v["partial_rotary_factor"], where,
+                                "partial_rotary_factor")}, notes
+
+
+def _glm4_moe_back(c: ModelConfig) -> Mapping | None:
+    keys = _write_first_k(c)
+    return None if keys is None else {**keys, **_rotary_back("partial_rotary_factor")(c)}
+
+
+def _qk_norm_head(v: Mapping, where: str):
+    """use_qk_norm: q_norm and k_norm, RMSNorm of head_dim each (Glm4MoeAttention: Qwen3's)."""
+    return {"qk_norm": "head" if v["use_qk_norm"] else "none"}, ()
+
+
+def _qk_norm_head_back(c: ModelConfig) -> Mapping | None:
+    return None if c.qk_norm not in ("none", "head") else {"use_qk_norm": c.qk_norm == "head"}
+
+
+register(HFType(
+    "glm4_moe", "Glm4MoeForCausalLM",
+    keys=llama_sizes(151552, 4096, 10944, 46, 96, 131072) + (
+        kv_heads(Required(8), INT),
+        head_dim(),  # Glm4MoeAttention: getattr(config, "head_dim", hidden_size // heads)
+        Key("attention_bias", ("qkv_bias",), BOOL, False),  # q/k/v_proj; o_proj never
+        Key("use_qk_norm", (), BOOL, False),
+        Key("partial_rotary_factor", (), THETA, 0.5, aliases=_FACTOR_ALIASES),
+        Key("moe_intermediate_size", ("moe_d_ff",), INT, Required(1408)),
+        # Glm4MoeConfig.attribute_map: num_local_experts is n_routed_experts
+        Key("n_routed_experts", ("num_experts",), INT, Required(128),
+            aliases=("num_local_experts",)),
+        Key("num_experts_per_tok", ("experts_per_token",), INT, Required(8)),
+        Key("n_shared_experts", ("num_shared_experts",), NONNEG, Required(1)),
+        Key("first_k_dense_replace", (), NONNEG, Required(1)),
+        Key("n_group", ("router_groups",), INT, 1),
+        Key("topk_group", ("router_topk_groups",), INT, 1),
+        Key("norm_topk_prob", ("norm_topk_prob",), BOOL, True),
+        Key("routed_scaling_factor", ("routed_scaling_factor",), THETA, 1.0)) + rope_keys(1e-5),
+    fixed=MappingProxyType(dict(LLAMA_FAMILY, out_bias=False, mlp_bias=False, router="sigmoid",
+                                router_bias=True)),
+    rules="grouped-query attention with biases on Q, K and V only, RMSNorm of each head's Q "
+          "and K when use_qk_norm, RoPE on int(head_dim·partial_rotary_factor) dims; MoE "
+          "layers from first_k_dense_replace on as DeepSeek-V3's (a sigmoid router, mlp.gate, "
+          "whose choice adds e_score_correction_bias and keeps the best topk_group of n_group "
+          "groups; n_shared_experts·moe_intermediate_size shared) (modeling_glm4_moe.py)",
+    names=DEEPSEEK_V3_NAMES, must=rope_must(partial=True),
+    noted=(ATTENTION_DROPOUT, MTP_NOTE),
+    free=ROUTER_FREE,
+    derived=(Derived(("dense_layers", "rotary_dim"),
+                     ("num_hidden_layers", "first_k_dense_replace", "n_routed_experts",
+                      "n_group", "hidden_size", "num_attention_heads", "head_dim",
+                      "partial_rotary_factor"), _glm4_moe_layers,
+                     "layers below first_k_dense_replace keep a dense MLP; RoPE on "
+                     "int(head_dim·partial_rotary_factor) dims (modeling_glm4_moe.py)",
+                     _glm4_moe_back),
+             Derived(("qk_norm",), ("use_qk_norm",), _qk_norm_head,
+                     "use_qk_norm: RMSNorm of each head's Q and K (Glm4MoeAttention)",
+                     _qk_norm_head_back)),
+    experts_implementation="batched_mm",
+))
+
+
+# ---- MiniMax-M2 (MiniMaxAI/MiniMax-M2) -------------------------------------------------------
+def _minimax_m2_rotary(v: Mapping, where: str):
+    """MiniMaxM2Config.convert_rope_params_to_dict: rotary_dim sets partial_rotary_factor =
+    rotary_dim / head_dim unless the factor is given; RoPE on int(head_dim·factor) dims."""
+    head, factor, rd = v["head_dim"], v["partial_rotary_factor"], v["rotary_dim"]
+    if rd is not None and factor == 1.0:
+        factor = rd / head
+    elif rd is not None and int(head * factor) != rd:
+        raise UsageError(f"{where}: rotary_dim {rd} and partial_rotary_factor {factor} "
+                         f"disagree (head_dim {head}); transformers reads the factor, so give one")
+    return _rotary(head, factor, where, "rotary_dim / partial_rotary_factor"), ()
+
+
+MINIMAX_MTP = ("{settings}: MiniMax's multi-token-prediction modules are not counted: "
+               "transformers' MiniMaxM2ForCausalLM does not build them (the checkpoint "
+               "holds them for speculative decoding).")
+
+register(HFType(
+    "minimax_m2", "MiniMaxM2ForCausalLM",
+    keys=llama_sizes(200064, 3072, 1536, 62, 48, 196608) + (
+        kv_heads(Required(8), INT),
+        head_dim(Required(128), INT),  # MiniMaxM2Config.head_dim: 128 by default
+        Key("rotary_dim", (), INT_OR_NULL, None),
+        Key("partial_rotary_factor", (), THETA, 1.0, aliases=_FACTOR_ALIASES),
+        Key("num_local_experts", ("num_experts",), INT, Required(256)),
+        Key("num_experts_per_tok", ("experts_per_token",), INT, Required(8))) + rope_keys(1e-6),
+    # each expert is intermediate_size wide; MiniMaxM2TopKRouter renormalises always
+    fixed=MappingProxyType(dict(LLAMA_FAMILY, qk_norm="full", qkv_bias=False, out_bias=False,
+                                mlp_bias=False, router="sigmoid", router_bias=True,
+                                norm_topk_prob=True, num_shared_experts=0,
+                                routed_scaling_factor=1.0)),
+    rules="grouped-query attention without biases, RMSNorm over the full Q and K projections "
+          "(q_norm of heads·head_dim, k_norm of kv_heads·head_dim), RoPE on rotary_dim dims of "
+          "each head; on every layer a mixture of intermediate_size-wide experts whose router "
+          "(mlp.gate, no bias) takes a sigmoid per expert, chooses the top k of the scores "
+          "plus e_score_correction_bias (a buffer) and renormalises the k weights; no shared "
+          "expert (modeling_minimax_m2.py)",
+    names=MOE_NAMES, must=rope_must(partial=True) + (
+        # keys of MiniMax's own code (auto_map): another value would be another model
+        Must("scoring_func", lambda v, d: v in (None, "sigmoid"), "sigmoid",
+             "a router transformers' MiniMaxM2 does not build (it always uses sigmoid)"),
+        Must("use_routing_bias", lambda v, d: v in (None, True), "true",
+             "a router without the correction bias, which transformers always builds"),
+        Must("use_qk_norm", lambda v, d: v in (None, True), "true",
+             "attention without QK-norm, which transformers' MiniMaxM2Attention always has"),
+        Must("qk_norm_type", lambda v, d: v in (None, "per_layer"), "per_layer",
+             "a QK-norm other than transformers' (one over the whole projection)"),
+        Must("shared_intermediate_size", lambda v, d: v in (None, 0), "0",
+             "a shared expert, which transformers' MiniMaxM2 does not build"),
+        Must("attn_type_list", lambda v, d: v is None or (isinstance(v, list) and all(
+            x == 1 for x in v)), "null or all 1 (full attention)",
+             "lightning (linear) attention layers, MiniMax-01's, which MiniMax-M2 does not have "
+             "(transformers' minimax type builds them)"),
+        Must("quantization_config", lambda v, d: v is None or (
+            isinstance(v, dict) and v.get("quant_method") == "fp8"), 'null or quant_method "fp8"',
+             "a quantized checkpoint whose weights are not dense tensors of the config's "
+             "shapes")),
+    noted=(ATTENTION_DROPOUT,) + ROUTER_NOTES + (
+        Noted("use_mtp", lambda v: not v, MINIMAX_MTP),
+        Noted("num_mtp_modules", lambda v: not v, MINIMAX_MTP),
+        Noted("mtp_transformer_layers", lambda v: not v, MINIMAX_MTP),
+        Noted("quantization_config", lambda v: v is None,
+              "quantization_config fp8: the checkpoint stores most matrices in float8 with "
+              "block scales; the counts are of the model's parameters as transformers builds "
+              "them (dense tensors of the config's shapes), not of the scales.")),
+    free=ROUTER_FREE,
+    derived=(Derived(("rotary_dim",), ("head_dim", "rotary_dim", "partial_rotary_factor"),
+                     _minimax_m2_rotary, "RoPE on rotary_dim (or int(head_dim·"
+                     "partial_rotary_factor)) dims of each head (modeling_minimax_m2.py)",
+                     lambda c: {"rotary_dim": c.rotary_dim or c.d_k,
+                                "partial_rotary_factor": 1.0}),),
     experts_implementation="batched_mm",
 ))
