@@ -206,7 +206,8 @@ FREE_VALUES = MappingProxyType({
 # Keys of architectures a model_type does not build: refused (unless null) in every type
 # that does not read them itself. (A key a type does not know at all is refused as unknown.)
 _MOE = ("a mixture-of-experts key, which this model_type does not build (the types with "
-        "experts: mixtral, qwen3_moe, deepseek_v2, deepseek_v3, gpt_oss, llama4_text, llama4)")
+        "experts: mixtral, qwen3_moe, deepseek_v2, deepseek_v3, gpt_oss, llama4_text, llama4, "
+        "olmoe, qwen2_moe, glm4_moe, minimax_m2)")
 _MLA = ("a multi-head latent attention key, which this model_type does not build (deepseek_v2 "
         "and deepseek_v3 do)")
 REFUSED = MappingProxyType({
