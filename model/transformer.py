@@ -29,6 +29,7 @@ OPTIONS = {k: v for k, v in SPEC_DEFAULTS.items() if k not in _COURSE_ARGS}
 BLOCK_OPTIONS = ("num_kv_heads", "head_dim", "norm", "norm_eps", "norm_placement", "mlp",
                  "qkv_bias", "out_bias", "mlp_bias", "qk_norm", "attention", "attention_sinks",
                  "block", "rotary_dim", "positions", *MLA_OPTIONS, "norm_offset",
+                 "attn_output_gate",
                  "residual_multiplier", "attn_softcap")
 
 
@@ -88,7 +89,7 @@ class TransformerBlock(nn.Module):
                 attention=attention, window=window, attention_sinks=o["attention_sinks"],
                 norm_offset=o["norm_offset"], attn_softcap=o["attn_softcap"],
                 rotary_dim=o["rotary_dim"], alibi=o["positions"] == "alibi",
-                chunk=chunk, temperature=temperature,
+                chunk=chunk, temperature=temperature, output_gate=o["attn_output_gate"],
             )
         if self.sandwich:
             self.post_attn_norm = norm_cls(d_model, eps=norm_eps, device=device, dtype=dtype, **offset)

@@ -224,7 +224,10 @@ def ref_moe(c, x, p, f):
             if keep[t, j]:
                 y[t] += weights[t, j] * ref_expert(c, xt[t], p, f, int(chosen[t, j]))
     if c.num_shared_experts:
-        y = y + ref_mlp(c, xt, p, f"{f}.shared")
+        shared = ref_mlp(c, xt, p, f"{f}.shared")
+        if c.shared_expert_gate:  # Qwen2MoeSparseMoeBlock: sigmoid(shared_expert_gate(x)) ·
+            shared = torch.sigmoid(xt @ p[f"{f}.shared_gate.weight"].T) * shared
+        y = y + shared
     return y.reshape(B, T, d)
 
 
@@ -266,7 +269,10 @@ def ref_attention(c, x, p, a, window=None, chunk=None, nope=False):
     else:
         out = ref_sdpa(q, k, v, window, chunk, alibi=c.positions == "alibi") if c.attn_softcap is None else \
             ref_softcapped(q, k, v, window, c.attn_softcap)
-    return ref_linear(out.transpose(1, 2).reshape(B, T, h * d), p, f"{a}.output_proj")
+    out = out.transpose(1, 2).reshape(B, T, h * d)
+    if c.attn_output_gate:  # Qwen3NextAttention: attn_output * sigmoid(gate), then o_proj
+        out = out * torch.sigmoid(ref_linear(x, p, f"{a}.gate_proj"))
+    return ref_linear(out, p, f"{a}.output_proj")
 
 
 def ref_mlp(c, x, p, f):

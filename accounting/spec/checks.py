@@ -60,6 +60,9 @@ def validate(c) -> None:
         raise UsageError("attention_sinks need the naive attention core of grouped or "
                          "multi-head attention (the fused kernel has no sink column; latent "
                          "attention has none): drop --attention sdpa or the latent ranks")
+    if c.attn_output_gate and c.mla:
+        raise UsageError("attn_output_gate gates grouped or multi-head attention's output; "
+                         "latent attention has none in the spec: drop one of them")
     _check_block_and_positions(c)
     _check_window(c)
     _check_scales(c)

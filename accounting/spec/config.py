@@ -175,6 +175,13 @@ class ModelConfig:
     expert_bias: bool = spec(False, kind=FLAG, flag="--expert-bias", group=EXTRAS,
                              needs="num_experts",
                              help="biases on the routed experts' matrices (gpt-oss)")
+    # Qwen3-Next's gated attention (Qiu et al. 2025, "Gated Attention for LLMs"): a second
+    # projection of Q's width (transformers doubles q_proj) whose sigmoid scales the heads'
+    # merged output before the output projection
+    attn_output_gate: bool = spec(False, kind=FLAG, flag="--attn-output-gate", group=EXTRAS,
+                                  help="attention's merged heads times sigmoid(W_g x), a gate "
+                                       "of Q's width, before the output projection "
+                                       "(Qwen3-Next)")
     # one learned logit per head, an extra column of every softmax row (gpt-oss)
     attention_sinks: bool = spec(False, kind=FLAG, flag="--attention-sinks", group=EXTRAS,
                                  help="a learned sink logit per head joins each attention "
@@ -281,6 +288,8 @@ class ModelConfig:
             parts.append(QK_NORMS[self.qk_norm])
         if self.attention_sinks:
             parts.append("attention sinks")
+        if self.attn_output_gate:
+            parts.append("sigmoid-gated attention output")
         if self.mla:
             parts[3] = (f"multi-head latent attention (kv_lora_rank {self.kv_lora_rank}"
                         + (f", q_lora_rank {self.q_lora_rank}" if self.q_lora_rank else "") + ")")

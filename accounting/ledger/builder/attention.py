@@ -5,7 +5,8 @@ from __future__ import annotations
 from accounting.ledger import records as R
 from accounting.ledger.trace import Sym, Trace
 from accounting.ledger.builder.common import (ALIBI, QK_NORM, ATTN_SCALE, CAUSAL_MASK, SOFTMAX,
-                                              NORM_PARAMS, SOFTCAP, TEMPERATURE, Arch)
+                                              NORM_PARAMS, OUTPUT_GATE, SOFTCAP, TEMPERATURE,
+                                              Arch)
 from accounting.ledger.builder.layers import Linear, Norm, RoPE, l2_norm
 
 
@@ -28,6 +29,10 @@ class Attention:
             self.v_proj = Linear(t, "v_proj", d, a.width(kv=True), R.ATTN_PROJ, "V projection", c.qkv_bias)
             self.output_proj = Linear(t, "output_proj", a.width(), d, R.ATTN_PROJ,
                                       "output projection", c.out_bias)
+            # Qwen3-Next's output gate (model/attention.py gate_proj): Q's width, Q's bias
+            self.gate_proj = (Linear(t, "gate_proj", d, a.width(), R.ATTN_PROJ,
+                                     "output gate projection", c.qkv_bias)
+                              if c.attn_output_gate else None)
             self.q_norm = self.k_norm = None
             if c.qk_norm in ("head", "full", "per_head"):  # (l2: weightless, no module)
                 full = c.qk_norm == "full"
@@ -49,6 +54,8 @@ class Attention:
             q = self.q_proj(x, "Q projection output", "Q/K/V projections")
             k = self.k_proj(x, "K projection output", "Q/K/V projections")
             v = self.v_proj(x, "V projection output", "Q/K/V projections")
+            gate = (None if self.gate_proj is None else
+                    self.gate_proj(x, "output gate projection output", "Q/K/V projections"))
             if c.qk_norm == "full":
                 q = self.q_norm(q, "Q after QK-norm")
                 k = self.k_norm(k, "K after QK-norm")
@@ -79,8 +86,13 @@ class Attention:
                 q = self.tune(q)
             t.cached("K", a.width(kv=True), window=self.local, chunk=self.chunked)
             t.cached("V", a.width(kv=True), window=self.local, chunk=self.chunked)
-            out = self.run_core(q, k, v)
-            return self.output_proj(self.merge(out, a.width()), out_label, out_course)
+            out = self.merge(self.run_core(q, k, v), a.width())
+            if gate is not None:  # out · sigmoid(gate): the sigmoid saves its output
+                s = t.unary("aten.sigmoid", gate, "sigmoid(gate)", OUTPUT_GATE, saves="output",
+                            out="sigmoid(output gate)")
+                out = t.binary("aten.mul", out, s, "heads · sigmoid(gate)", OUTPUT_GATE,
+                               out="gated attention output")
+            return self.output_proj(out, out_label, out_course)
 
     def tune(self, q: Sym) -> Sym:
         """Llama 4's temperature tuning (model/attention.py's tune): the query at position i
