@@ -223,6 +223,13 @@ class ModelConfig:
                                           "every expert runs every token, the unchosen at weight "
                                           "0 (Llama 4: E·B·T expert rows executed, B·T·k useful)")
 
+    # multi-token prediction (DeepSeek-V3 §2.2, GLM-4.5): modules that train beside the model
+    # (accounting/analysis/mtp.py); not in the model's parameter count or its inference
+    mtp_layers: int = spec(0, kind=COUNT, flag="--mtp-layers", group=EXTRAS,
+                           help="multi-token-prediction modules (DeepSeek-V3's "
+                                "num_nextn_predict_layers): counted apart and in training, "
+                                "left out at inference")
+
     def __post_init__(self) -> None:
         validate(self)
 

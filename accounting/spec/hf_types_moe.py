@@ -180,8 +180,11 @@ def _fp8_blocks(v, d) -> bool:
     return v is None or (isinstance(v, dict) and v.get("quant_method") == "fp8")
 
 
-def _mtp_note(v) -> bool:
-    return v in (0, None)
+# The multi-token-prediction modules (DeepSeek-V3 §2.2): counted beside the model, in
+# training, not at inference (accounting/analysis/mtp.py). DeepseekV3Config's and
+# Glm4MoeConfig's num_mtp_layers (attribute_map: num_nextn_predict_layers) defaults to 1, but
+# a file without the key declares no MTP weights: none counted then.
+MTP_KEY = Key("num_nextn_predict_layers", ("mtp_layers",), NONNEG, 0, aliases=("num_mtp_layers",))
 
 
 register(HFType(
@@ -197,7 +200,7 @@ register(HFType(
         Key("n_group", ("router_groups",), INT, Required(8)),
         Key("topk_group", ("router_topk_groups",), INT, Required(4)),
         Key("norm_topk_prob", ("norm_topk_prob",), BOOL, True),
-        Key("routed_scaling_factor", ("routed_scaling_factor",), THETA, 2.5)) + MLA_KEYS
+        Key("routed_scaling_factor", ("routed_scaling_factor",), THETA, 2.5), MTP_KEY) + MLA_KEYS
         + rope_keys(1e-6),
     fixed=MappingProxyType(dict(LLAMA_FAMILY, qk_norm="none", mlp_bias=False, router="sigmoid",
                                 router_bias=True)),
@@ -220,11 +223,6 @@ register(HFType(
              "a quantized checkpoint whose weights are not dense tensors of the config's "
              "shapes")),
     noted=(ATTENTION_DROPOUT,
-           Noted("num_nextn_predict_layers", _mtp_note,
-                 "{settings}: the multi-token-prediction module (DeepSeek-V3 §2.2) is not "
-                 "counted: transformers' DeepseekV3ForCausalLM does not build it (it loads it "
-                 "only as a separate MtpModel for speculative decoding, generate(use_mtp=True)); "
-                 "DeepSeek's 671B excludes it, the Hub's safetensors total (685B) includes it."),
            Noted("quantization_config", lambda v: v is None,
                  "quantization_config fp8: the checkpoint stores most matrices in float8 "
                  "with a float32 scale per 128×128 block (weight_scale_inv); the counts are "

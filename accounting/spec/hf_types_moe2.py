@@ -15,7 +15,7 @@ from accounting.spec.hf_schema import (
     Noted, Required, head_dim, kv_heads, llama_sizes, register, rope_keys, rope_must, short)
 from accounting.spec.hf_types_dense import layers_of
 from accounting.spec.hf_types_moe import (ROUTER_FREE, ROUTER_NOTES, _deepseek_layers,
-                                          _mtp_note, _qwen3_moe_layers, _write_first_k)
+                                          MTP_KEY, _qwen3_moe_layers, _write_first_k)
 from accounting.spec.hf_types_parallel import _FACTOR_ALIASES, _rotary, _rotary_back
 
 # OLMoE-1B-7B (allenai/OLMoE-1B-7B-0924): OlmoeAttention's q_norm over hidden_size and
@@ -146,15 +146,6 @@ register(HFType(
 ))
 
 
-# transformers builds no MTP layer into the causal LM (MtpModel, modeling_layers.py, loads them
-# apart for generate(use_mtp=True))
-MTP_NOTE = Noted("num_nextn_predict_layers", _mtp_note,
-                 "{settings}: the multi-token-prediction layers are not counted: transformers' "
-                 "causal LM does not build them (modeling_layers.py MtpModel loads them apart, "
-                 "for speculative decoding with generate(use_mtp=True)); the checkpoint holds "
-                 "them.")
-
-
 # ---- GLM-4.5 / GLM-4.6 (zai-org/GLM-4.5, GLM-4.5-Air; model_type glm4_moe) -------------------
 def _glm4_moe_layers(v: Mapping, where: str):
     """Glm4MoeDecoderLayer: layers from first_k_dense_replace on run Glm4MoeMoE (DeepSeek-V3's
@@ -197,7 +188,8 @@ register(HFType(
         Key("n_group", ("router_groups",), INT, 1),
         Key("topk_group", ("router_topk_groups",), INT, 1),
         Key("norm_topk_prob", ("norm_topk_prob",), BOOL, True),
-        Key("routed_scaling_factor", ("routed_scaling_factor",), THETA, 1.0)) + rope_keys(1e-5),
+        Key("routed_scaling_factor", ("routed_scaling_factor",), THETA, 1.0), MTP_KEY)
+    + rope_keys(1e-5),
     fixed=MappingProxyType(dict(LLAMA_FAMILY, out_bias=False, mlp_bias=False, router="sigmoid",
                                 router_bias=True)),
     rules="grouped-query attention with biases on Q, K and V only, RMSNorm of each head's Q "
@@ -206,7 +198,7 @@ register(HFType(
           "whose choice adds e_score_correction_bias and keeps the best topk_group of n_group "
           "groups; n_shared_experts·moe_intermediate_size shared) (modeling_glm4_moe.py)",
     names=DEEPSEEK_V3_NAMES, must=rope_must(partial=True),
-    noted=(ATTENTION_DROPOUT, MTP_NOTE),
+    noted=(ATTENTION_DROPOUT,),
     free=ROUTER_FREE,
     derived=(Derived(("dense_layers", "rotary_dim"),
                      ("num_hidden_layers", "first_k_dense_replace", "n_routed_experts",
