@@ -17,7 +17,8 @@ from .latent_attention import LatentAttention
 from .layers import NORM_CLASSES, Embedding, Linear, check_positive_int, feed_forward
 from .moe import MoE
 
-MLA_OPTIONS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+MLA_OPTIONS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
+               "index_heads", "index_head_dim", "index_topk")  # the last three: DeepSeek-V3.2
 # The variants' options and their defaults are the spec's fields (accounting/spec/config.py),
 # read here once, not restated: the default of every option is the course's model. The
 # course's own arguments (sizes, rope_theta) stay positional, as CS336's adapters pass them.

@@ -41,6 +41,9 @@ SHRINK: Mapping[str, Mapping[str, object]] = {
                 "layer_types": ["sliding_attention", "full_attention"]},
 }
 SHRINK["deepseek_v2"] = SHRINK["deepseek_v3"]
+# DeepSeek-V3.2: V3's, with a small indexer (3 of the keys per query)
+SHRINK["deepseek_v32"] = {**SHRINK["deepseek_v3"], "index_n_heads": 2, "index_head_dim": 8,
+                          "index_topk": 3}
 # OLMoE: intermediate_size-wide experts, head_dim hidden_size // heads (no head_dim key)
 SHRINK["olmoe"] = {**_WIDTHS, "intermediate_size": 16, "num_key_value_heads": 2}
 SHRINK["qwen2_moe"] = {**_WIDTHS, "num_key_value_heads": 2, "moe_intermediate_size": 16,

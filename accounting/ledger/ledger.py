@@ -130,6 +130,10 @@ class Ledger:
                         "d_kv_b": c.qk_nope_head_dim + c.v_head_dim})
             if c.q_lora_rank is not None:
                 out["r_q"] = c.q_lora_rank
+            if c.index_topk is not None:  # DeepSeek-V3.2's indexer: query i keeps min(i+1, k)
+                out.update({"h_I": c.index_heads, "d_I": c.index_head_dim,
+                            "d_I_pass": c.index_head_dim - c.qk_rope_head_dim,
+                            "k_I": c.index_topk, "P_K": window_pairs(seq, c.index_topk)})
         return out
 
 

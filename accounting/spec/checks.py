@@ -64,6 +64,17 @@ def validate(c) -> None:
         raise UsageError("attention_sinks need the naive attention core of grouped or "
                          "multi-head attention (the fused kernel has no sink column; latent "
                          "attention has none): drop --attention sdpa or the latent ranks")
+    for f in ("index_heads", "index_head_dim", "index_topk"):
+        _positive(c, f)
+    dsa = (c.index_heads, c.index_head_dim, c.index_topk)
+    if any(x is not None for x in dsa):
+        if None in dsa or c.q_lora_rank is None or not c.mla or c.positions != "rope" \
+                or c.attention != "naive" or c.index_head_dim < c.qk_rope_head_dim:
+            raise UsageError("the sparse-attention indexer (index_heads, index_head_dim, "
+                             "index_topk: give all three) reads latent attention's query "
+                             "latent and rotates its first qk_rope_head_dim dims: it needs "
+                             "kv_lora_rank and q_lora_rank, positions rope, attention naive "
+                             "and index_head_dim ≥ qk_rope_head_dim")
     if c.attn_output_gate and c.mla:
         raise UsageError("attn_output_gate gates grouped or multi-head attention's output; "
                          "latent attention has none in the spec: drop one of them")

@@ -198,6 +198,18 @@ class ModelConfig:
                                         help="latent attention: per-head Q/K dims with RoPE")
     v_head_dim: int | None = spec(None, kind=SIZE, flag="--v-head-dim", group=EXTRAS,
                                   help="latent attention: per-head value dims")
+    # DeepSeek Sparse Attention (DeepSeek-V3.2; transformers' DeepseekV32Indexer): a lightning
+    # indexer in every latent-attention layer scores all T keys per query with index_heads
+    # heads of index_head_dim (ReLU, weighted per head, no gradients) and the attention keeps
+    # the index_topk best: executed T×T in the eager core, T·k useful, plus the indexer's T²
+    index_heads: int | None = spec(None, kind=SIZE, flag="--index-heads", group=EXTRAS,
+                                   help="DeepSeek-V3.2's lightning indexer: its heads (with "
+                                        "--index-head-dim and --index-topk; latent attention)")
+    index_head_dim: int | None = spec(None, kind=SIZE, flag="--index-head-dim", group=EXTRAS,
+                                      help="the indexer's head dimension (its first "
+                                           "qk_rope_head_dim dims rotated)")
+    index_topk: int | None = spec(None, kind=SIZE, flag="--index-topk", group=EXTRAS,
+                                  help="the keys each query attends, chosen by the indexer")
     # Llama 4 (transformers' modeling_llama4.py): layers without RoPE (NoPE), chunked
     # attention (layer_types "chunked"), a weightless QK-norm after RoPE (qk_norm "l2"),
     # attention-temperature tuning on the NoPE layers, and a router whose sigmoid weight
@@ -297,6 +309,9 @@ class ModelConfig:
             parts.append("attention sinks")
         if self.attn_output_gate:
             parts.append("sigmoid-gated attention output")
+        if self.index_topk is not None:
+            parts.append(f"sparse attention: an indexer of {self.index_heads} heads × "
+                         f"{self.index_head_dim} picks {self.index_topk:,} keys per query")
         if self.mla:
             parts[3] = (f"multi-head latent attention (kv_lora_rank {self.kv_lora_rank}"
                         + (f", q_lora_rank {self.q_lora_rank}" if self.q_lora_rank else "") + ")")

@@ -410,13 +410,6 @@ UNSUPPORTED: Mapping[str, str] = MappingProxyType({
               "top-k, and Phi-3.5-MoE has an LM-head bias (lm_head_bias) the spec lacks; "
               "--norm layernorm --qkv-bias --out-bias --num-experts 16 --experts-per-token 2 "
               "give its parameters (less the V head biases) and matmul FLOPs exactly",
-    # modeling_deepseek_v32.py: DeepseekV32Indexer in every layer, under torch.no_grad
-    "deepseek_v32": "adds DeepSeek Sparse Attention's lightning indexer to every layer "
-                    "(DeepseekV32Indexer: wq_b r_q → index_n_heads·index_head_dim, wk d → "
-                    "index_head_dim, a LayerNorm, weights_proj d → index_n_heads; ReLU scores "
-                    "over all T keys, top index_topk, run without gradients), which the spec "
-                    "does not have yet; as deepseek_v3 it is DeepSeek-V3 less the indexers' "
-                    "r_q·H_I·d_I + d·d_I + 2·d_I + d·H_I parameters per layer",
     "gemma4": "runs a dense MLP and a mixture of experts side by side in every layer "
               "(enable_moe_block), full-attention layers with their own head_dim, K/V heads "
               "and K = V (global_head_dim, num_global_key_value_heads, attention_k_eq_v) and "

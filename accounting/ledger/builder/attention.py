@@ -170,12 +170,12 @@ class Attention:
         note = "fused kernel" + (f"; {note}" if note else "")
         qk = R.Matmul("QKᵀ scores", R.ATTN_CORE, t.module, t.repeat, R.FORWARD, batch, rows,
                       ("d_k",), ("T",), causal=True, grads=("dQ", "dK"), note=note,
-                      recompute_in_backward=True, window=self.local, chunk=self.chunked)
+                      recompute_in_backward=True, window=self.local, chunk=self.chunked, topk=self.topk)
         if self.v_useful is not None:
             note += "; V zero-padded from d_v to d_k (useful: d_v)"
         pv = R.Matmul("scores·V", R.ATTN_CORE, t.module, t.repeat, R.FORWARD, batch, rows,
                       ("T",), (self.v_dim,), causal=True, grads=("d(scores)", "dV"), note=note,
-                      window=self.local, chunk=self.chunked,
+                      window=self.local, chunk=self.chunked, topk=self.topk,
                       useful=self.v_useful)
         return t.fused_attention(q, k, v, (qk, pv), self.out_heads(), ("B", "h", "T"), mask)
 
@@ -189,7 +189,7 @@ class Attention:
         dtype = t.matmul(q, k, R.Matmul("QKᵀ scores", R.ATTN_CORE, t.module, t.repeat, R.FORWARD,
                                         batch, rows, ("d_k",), ("T",), causal=True,
                                         grads=("dQ", "dK"), note=note, window=self.local,
-                                        chunk=self.chunked),
+                                        chunk=self.chunked, topk=self.topk),
                          copy_labels=("Q (heads layout)", "K (heads layout)"))
         scores = t.name(Sym(scores_shape, dtype), "QKᵀ scores", "QKᵀ")
         if bias is not None:  # scores + bias.to(scores.dtype)
@@ -222,7 +222,7 @@ class Attention:
         dtype = t.matmul(weights, v, R.Matmul("scores·V", R.ATTN_CORE, t.module, t.repeat,
                                               R.FORWARD, batch, rows, ("T",), (self.v_dim,),
                                               causal=True, grads=("d(scores)", "dV"), note=note,
-                                              window=self.local, chunk=self.chunked),
+                                              window=self.local, chunk=self.chunked, topk=self.topk),
                          copy_labels=("softmax output (copy)", "V (heads layout)"))
         return t.name(Sym(self.out_heads(), dtype), "attention-weighted values",
                       "attention-weighted values")
@@ -230,6 +230,7 @@ class Attention:
     sinks = None  # gpt-oss's attention sinks (latent attention has none)
     slopes = None  # ALiBi's per-head slopes (a buffer), when positions is alibi
     chunked = False  # latent attention has no chunked layers (config.py refuses them)
+    topk = False  # the core keeps the indexer's top k_I keys (DeepSeek-V3.2's latent attention)
     v_dim = "d_k"  # the value's head dimension as the core sees it (latent attention: d_v)
     v_useful = None  # the factors of useful work when V is zero-padded (latent attention)
 
