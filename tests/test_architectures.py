@@ -149,6 +149,11 @@ VARIANTS = {
                             attn_output_gate=True, rotary_dim=4),
     "gated_attention_sdpa": dict(attn_output_gate=True, attention="sdpa", sliding_window=3,
                                  nope_layers=(0,)),
+    # DeepSeek-V3.2's sparse attention: the indexer's top 3 keys per query (latent attention)
+    "dsa_mla_moe": dict(kv_lora_rank=8, q_lora_rank=6, qk_nope_head_dim=4, qk_rope_head_dim=4,
+                        v_head_dim=6, index_heads=2, index_head_dim=6, index_topk=3,
+                        num_experts=4, experts_per_token=2, moe_d_ff=8, router="sigmoid",
+                        router_bias=True, dense_layers=(0,)),
 }
 
 

@@ -131,7 +131,9 @@ class Attention:
         mask = None
         kind = "sliding-window" if self.local else "chunked" if self.chunked else "causal"
         if c.attention == "naive" or self.local or self.chunked:
-            mask = t.name(t.fresh(("T", "T"), R.BOOL), f"{kind} mask")
+            # DeepSeek-V3.2: causal & the indexer's top-k, one per sequence, (B, 1, T, T)
+            mask = t.name(t.fresh(("B", "T", "T") if self.topk else ("T", "T"), R.BOOL),
+                          f"{kind} mask" + (" and the indexer's top-k" if self.topk else ""))
         if c.attention == "sdpa":  # model/fused.py's fused_causal_attention(q, k, v, mask)
             def core():
                 additive = None
