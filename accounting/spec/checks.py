@@ -40,8 +40,8 @@ def validate(c) -> None:
         if not isinstance(getattr(c, f), bool):
             raise UsageError(f"{f} must be true or false, got {short_value(getattr(c, f))}")
     if isinstance(c.mtp_layers, bool) or not isinstance(c.mtp_layers, int) \
-            or not 0 <= c.mtp_layers <= MAX_LAYERS:
-        raise UsageError(f"mtp_layers must be a non-negative integer up to {MAX_LAYERS:,}, got "
+            or not 0 <= c.mtp_layers <= MAX_SIZE:
+        raise UsageError(f"mtp_layers must be a non-negative integer up to 10^12, got "
                          f"{short_value(c.mtp_layers)}")
     if not isinstance(c.name, str):
         raise UsageError(f"name must be a string, got {short_value(c.name)}")
