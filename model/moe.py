@@ -91,13 +91,24 @@ class Experts(nn.Module):
         return self._linear(h, "2", experts, "e s f, e d f -> e s d")
 
 
+class RouterStatics(nn.Module):
+    """ERNIE 4.5's e_score_correction_bias (transformers' Ernie4_5_MoeStatics): a parameter
+    that is never trained by the loss (requires_grad=False), added to the router's scores
+    for the choice only."""
+
+    def __init__(self, num_experts, device=None, dtype=None):
+        super().__init__()
+        self.bias = nn.Parameter(torch.zeros(num_experts, device=device, dtype=dtype),
+                                 requires_grad=False)
+
+
 class MoE(nn.Module):
     # every option is given by TransformerLM from the spec's fields (no default restated here)
     def __init__(self, d_model, num_experts, experts_per_token, d_ff, device=None, dtype=None, *,
                  activation, num_shared_experts, router, router_groups, router_topk_groups,
                  router_bias, norm_topk_prob, routed_scaling_factor, capacity_factor,
                  router_group_score, router_topk_first, router_linear_bias, expert_bias,
-                 scales_input=False, shared_expert_gate=False):
+                 scales_input=False, shared_expert_gate=False, router_bias_param=False):
         super().__init__()
         for name, value in (("num_experts", num_experts), ("experts_per_token", experts_per_token),
                             ("d_ff", d_ff)):
@@ -112,7 +123,11 @@ class MoE(nn.Module):
         self.capacity_factor, self.scales_input = capacity_factor, scales_input
         self.group_score, self.topk_first = router_group_score, router_topk_first
         self.router = Linear(d_model, num_experts, device=device, dtype=dtype, bias=router_linear_bias)
-        if router_bias:  # DeepSeek-V3's e_score_correction_bias: learned outside the gradient
+        # ERNIE 4.5 (Ernie4_5_MoeStatics): the correction bias as a frozen parameter
+        self.router_statics = (RouterStatics(num_experts, device, dtype)
+                               if router_bias and router_bias_param else None)
+        if router_bias and not router_bias_param:  # DeepSeek-V3's e_score_correction_bias:
+            # learned outside the gradient, a buffer
             self.register_buffer("router_bias", torch.zeros(num_experts, device=device, dtype=dtype))
         else:
             self.router_bias = None
@@ -138,7 +153,8 @@ class MoE(nn.Module):
             weights = softmax(values, dim=-1) if self.router_kind == "softmax" else torch.sigmoid(values)
             return self._scaled(weights), experts
         scores = softmax(logits, dim=-1) if self.router_kind == "softmax" else torch.sigmoid(logits)
-        choice = scores if self.router_bias is None else scores + self.router_bias
+        bias = self.router_bias if self.router_statics is None else self.router_statics.bias
+        choice = scores if bias is None else scores + bias
         if self.groups > 1:  # keep the best topk_groups groups (by their two best scores, V3)
             grouped = choice.reshape(choice.shape[0], self.groups, -1)
             if self.group_score == "max":  # DeepSeek-V2: by the best score of each group,

@@ -80,6 +80,18 @@ CONFIGS = {
         "scoring_func": "sigmoid", "shared_intermediate_size": 0, "tie_word_embeddings": False,
         "torch_dtype": "bfloat16", "transformers_version": "4.46.1", "use_cache": True,
         "use_mtp": True, "use_qk_norm": True, "use_routing_bias": True, "vocab_size": 96},
+    'ernie4_5_moe': {
+        "architectures": ["Ernie4_5_MoeForCausalLM"], "bos_token_id": 1, "eos_token_id": 2,
+        "hidden_act": "silu", "hidden_size": 64, "intermediate_size": 96,
+        "max_position_embeddings": 64, "model_type": "ernie4_5_moe",
+        "moe_intermediate_size": 16, "moe_k": 2, "moe_layer_end_index": -1,
+        "moe_layer_interval": 1, "moe_layer_start_index": 1, "moe_norm_min": 1e-12,
+        "moe_num_experts": 8, "moe_num_shared_experts": 2, "num_attention_heads": 4,
+        "num_hidden_layers": 3, "num_key_value_heads": 2, "pad_token_id": 0,
+        "rms_norm_eps": 1e-05, "rope_theta": 500000, "tie_word_embeddings": True,
+        "torch_dtype": "bfloat16", "use_bias": False, "use_cache": False, "vocab_size": 96,
+        "head_dim": 16},
+
 }
 # What each means (read from the modeling files above): layers, query / K/V heads, head dim,
 # Q/K/V biases, QK-norm weights per layer, the MoE layers, experts E, top-k, expert width,
@@ -95,6 +107,10 @@ SHAPES = {
                      ds=16, gate=0, f=96, rot=12),
     "minimax_m2": dict(L=2, h=4, kv=2, dk=16, qkv_b=0, qk=4 * 16 + 2 * 16, moe=(0, 1), E=8,
                        k=2, de=24, ds=0, gate=0, f=24, rot=8),
+    # ERNIE 4.5: layer 0 dense (moe_layer_start_index 1), two shared experts, the router's
+    # correction bias a (frozen) parameter of E, a tied head
+    "ernie4_5_moe": dict(L=3, h=4, kv=2, dk=16, qkv_b=0, qk=0, moe=(1, 2), E=8, k=2, de=16,
+                         ds=32, gate=0, f=96, rot=16, rb=1, tied=True),
 }
 
 
@@ -107,11 +123,12 @@ def params_by_hand(name: str, active: bool = False) -> int:
     h, kv, dk = s["h"], s["kv"], s["dk"]
     attn = D * (h + 2 * kv) * dk + h * dk * D + s["qkv_b"] * (h + 2 * kv) * dk
     experts = s["k"] if active else s["E"]
-    moe = s["E"] * D + experts * 3 * D * s["de"] + 3 * D * s["ds"] + s["gate"] * D
+    moe = (s["E"] * D + experts * 3 * D * s["de"] + 3 * D * s["ds"] + s["gate"] * D
+           + s.get("rb", 0) * s["E"])
     dense = 3 * D * s["f"]
     blocks = sum(attn + s["qk"] + 2 * D + (moe if i in s["moe"] else dense)
                  for i in range(s["L"]))
-    return 2 * V * D + blocks + D
+    return (1 if s.get("tied") else 2) * V * D + blocks + D
 
 
 def forward_matmul_flops_by_hand(name: str, T: int, B: int = 1) -> int:
@@ -137,7 +154,8 @@ def test_each_config_means_what_transformers_builds(name):
     assert tuple(i for i, k in enumerate(c.layer_kinds) if k.moe) == s["moe"]
     assert c.num_shared_experts * c.expert_d_ff == s["ds"]
     assert c.shared_expert_gate == bool(s["gate"]) and (c.rotary_dim or c.d_k) == s["rot"]
-    router = {"glm4_moe": ("sigmoid", True), "minimax_m2": ("sigmoid", True)}
+    router = {"glm4_moe": ("sigmoid", True), "minimax_m2": ("sigmoid", True),
+              "ernie4_5_moe": ("softmax", True)}
     assert (c.router, c.router_bias) == router.get(name, ("softmax", False))
 
 
@@ -244,6 +262,14 @@ MINIMAX_M2 = {"model_type": "minimax_m2", "vocab_size": 200064, "hidden_size": 3
               "num_key_value_heads": 8, "head_dim": 128, "rotary_dim": 64,
               "num_local_experts": 256, "num_experts_per_tok": 8,
               "max_position_embeddings": 196608}
+# ERNIE-4.5-21B-A3B-PT (baidu): 28 layers, the first dense, 64 experts top-6 and 2 shared of
+# 1536, tied; published "21B total, 3B activated" (ERNIE 4.5 technical report, Table 1)
+ERNIE_21B = {"model_type": "ernie4_5_moe", "vocab_size": 103424, "hidden_size": 2560,
+             "intermediate_size": 12288, "num_hidden_layers": 28, "num_attention_heads": 20,
+             "num_key_value_heads": 4, "head_dim": 128, "moe_intermediate_size": 1536,
+             "moe_num_experts": 64, "moe_k": 6, "moe_num_shared_experts": 2,
+             "moe_layer_start_index": 1, "moe_layer_interval": 1, "tie_word_embeddings": True,
+             "max_position_embeddings": 131072, "pad_token_id": 0}
 
 
 def _moe_total(V, D, L, attn, norms, router, expert, k_or_e, shared, dense, n_dense, tied=False):
@@ -287,8 +313,15 @@ def _moe_total(V, D, L, attn, norms, router, expert, k_or_e, shared, dense, n_de
                             2 * 3072, 256 * 3072, 3 * 3072 * 1536, 256, 0, 0, 0),
      _moe_total(200064, 3072, 62, 3072 * 64 * 128 + 48 * 128 * 3072 + 56 * 128, 2 * 3072,
                 256 * 3072, 3 * 3072 * 1536, 8, 0, 0, 0), (228.7, 11.0)),
+    # attn 2560·28·128 + 20·128·2560; router 64·2560 + its frozen bias 64; 2 shared of 1536
+    (ERNIE_21B, _moe_total(103424, 2560, 28, 2560 * 28 * 128 + 20 * 128 * 2560, 2 * 2560,
+                           64 * 2560 + 64, 3 * 2560 * 1536, 64, 3 * 2560 * 3072,
+                           3 * 2560 * 12288, 1, tied=True),
+     _moe_total(103424, 2560, 28, 2560 * 28 * 128 + 20 * 128 * 2560, 2 * 2560, 64 * 2560 + 64,
+                3 * 2560 * 1536, 6, 3 * 2560 * 3072, 3 * 2560 * 12288, 1, tied=True),
+     (21.8, 3.4)),
 ], ids=["OLMoE-1B-7B", "Qwen1.5-MoE-A2.7B", "Qwen2-57B-A14B", "GLM-4.5-Air", "GLM-4.5",
-        "MiniMax-M2"])
+        "MiniMax-M2", "ERNIE-4.5-21B-A3B"])
 def test_full_size(data, total, active, published):
     torch = pytest.importorskip("torch")
     a = analyze(translate(data, "t", "full").config)
@@ -308,6 +341,8 @@ def test_full_size(data, total, active, published):
     ("minimax_m2", {"scoring_func": "softmax"}, "scoring_func"),
     ("minimax_m2", {"attn_type_list": [0, 1]}, "attn_type_list"),
     ("minimax_m2", {"rotary_dim": 8, "partial_rotary_factor": 0.25}, "disagree"),
+    ("ernie4_5_moe", {"use_bias": True}, "use_bias"),
+    ("ernie4_5_moe", {"moe_layer_start_index": 5}, "leave no MoE layer"),
 ])
 def test_what_the_spec_cannot_mean_is_refused_in_one_line(capsys, tmp_path, name, changes,
                                                           expected):
@@ -316,7 +351,6 @@ def test_what_the_spec_cannot_mean_is_refused_in_one_line(capsys, tmp_path, name
 
 
 @pytest.mark.parametrize("model_type, expected", [
-    ("ernie4_5_moe", "correction bias as a frozen nn.Parameter"),
     ("phimoe", "routes with SparseMixer"),
     ("gemma4", "a dense MLP and a mixture of experts side by side"),
 ])
@@ -350,3 +384,6 @@ def test_flags_are_written_back_as_the_families_keys():
     assert why == "" and data["use_qk_norm"] is False
     data, why = for_transformers(g, replace(g.config, dense_layers=(0, 1)))
     assert why == "" and data["first_k_dense_replace"] == 2
+    e = translate(CONFIGS["ernie4_5_moe"], "t", "e")
+    data, why = for_transformers(e, replace(e.config, dense_layers=(0, 1)))
+    assert why == "" and (data["moe_layer_start_index"], data["moe_layer_end_index"]) == (2, 2)

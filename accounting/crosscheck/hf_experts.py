@@ -51,6 +51,9 @@ SHRINK["qwen2_moe"] = {**_WIDTHS, "num_key_value_heads": 2, "moe_intermediate_si
                        "decoder_sparse_step": 1}
 SHRINK["glm4_moe"] = {**_WIDTHS, "num_hidden_layers": 2, "num_key_value_heads": 2,
                       "head_dim": 8, "moe_intermediate_size": 16, "first_k_dense_replace": 1}
+SHRINK["ernie4_5_moe"] = {**_WIDTHS, "num_hidden_layers": 2, "num_key_value_heads": 2,
+                          "moe_intermediate_size": 16, "moe_layer_start_index": 1,
+                          "moe_layer_end_index": -1, "moe_layer_interval": 1}
 SHRINK["minimax_m2"] = {**_WIDTHS, "intermediate_size": 16, "num_key_value_heads": 2,
                         "head_dim": 8, "rotary_dim": 4}  # the same latent attention and layout
 IMPLEMENTATIONS = ("eager", "grouped_mm", "batched_mm")

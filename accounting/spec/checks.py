@@ -169,7 +169,7 @@ def _check_moe(c) -> None:
         raise UsageError(f"router_group_score must be one of {', '.join(GROUP_SCORES)}, got "
                          f"{short_value(c.router_group_score)}")
     for f in ("router_bias", "norm_topk_prob", "router_topk_first", "router_linear_bias",
-              "expert_bias", "shared_expert_gate"):
+              "expert_bias", "shared_expert_gate", "router_bias_param"):
         if not isinstance(getattr(c, f), bool):
             raise UsageError(f"{f} must be true or false, got {short_value(getattr(c, f))}")
     for f, none_ok in (("routed_scaling_factor", False), ("moe_capacity_factor", True)):
@@ -187,6 +187,9 @@ def _check_moe(c) -> None:
                          f"{short_value(c.dense_layers)}")
     if c.num_experts is None:
         return
+    if c.router_bias_param and not c.router_bias:
+        raise UsageError("router_bias_param says how the router's correction bias is held, "
+                         "but router_bias is off; give --router-bias too or drop it")
     if c.shared_expert_gate and not c.num_shared_experts:
         raise UsageError("shared_expert_gate scales the shared experts' output, but "
                          "num_shared_experts is 0; give --shared-experts N or drop the gate")

@@ -145,6 +145,12 @@ class ModelConfig:
                                         "experts (group-limited routing; default 1)")
     router_bias: bool = spec(False, kind=FLAG, flag="--router-bias", group=EXTRAS, needs="num_experts",
                              help="DeepSeek-V3's e_score_correction_bias (a buffer) on the choice")
+    # ERNIE 4.5 keeps the correction bias as a frozen nn.Parameter (Ernie4_5_MoeStatics): E
+    # more parameters per MoE layer in the count, where DeepSeek-V3's is a buffer
+    router_bias_param: bool = spec(False, kind=FLAG, flag="--router-bias-param", group=EXTRAS,
+                                   needs="num_experts",
+                                   help="--router-bias held as a frozen parameter (ERNIE 4.5: "
+                                        "counted), not a buffer")
     norm_topk_prob: bool = spec(True, kind=FLAG, flag="--norm-topk-prob", group=EXTRAS,
                                 needs="num_experts",
                                 help="renormalise the chosen experts' weights to sum to 1 (default)")

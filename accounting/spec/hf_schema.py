@@ -27,6 +27,7 @@ THETA = "a positive number"
 EPS = "a non-negative number"
 NUMBER_OR_NULL = "a positive number or null"  # Gemma's soft-caps (null: none)
 CHOICE = "one of"
+INTEGER = "an integer"  # ERNIE 4.5's moe_layer_end_index (-1: the last layer)
 PATTERN = "a positive integer, a string or null"  # EXAONE 4's sliding_window_pattern ("LLLG")
 
 
@@ -399,12 +400,6 @@ UNSUPPORTED: Mapping[str, str] = MappingProxyType({
     "cohere2": "runs RoPE only on its sliding-window layers and none on the global ones "
                "(Cohere2Attention), and the spec has one positions setting for every layer",
     # issue 31: each names the feature the spec lacks and how the size flags come closest
-    "ernie4_5_moe": "keeps its router's correction bias as a frozen nn.Parameter (E per MoE "
-                    "layer in transformers' count; the spec's --router-bias is a buffer) and "
-                    "clamps the top-k weights' sum at moe_norm_min (Ernie4_5_MoeTopKRouter); "
-                    "--num-experts, --experts-per-token, --shared-experts, --moe-d-ff, "
-                    "--router-bias and --dense-layers (moe_layer_start_index, "
-                    "moe_layer_interval) give its counts to within those E parameters per layer",
     "phimoe": "routes with SparseMixer (two masked softmaxes, the second expert chosen after "
               "masking the first; modeling_phimoe.py sparsemixer), not a softmax or sigmoid "
               "top-k, and Phi-3.5-MoE has an LM-head bias (lm_head_bias) the spec lacks; "

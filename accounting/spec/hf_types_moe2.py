@@ -10,7 +10,8 @@ from typing import Mapping
 from accounting.runtime.errors import UsageError
 from accounting.spec.config import ModelConfig
 from accounting.spec.hf_schema import (
-    ATTENTION_BIAS, ATTENTION_DROPOUT, BOOL, DEEPSEEK_V3_NAMES, INT, INT_OR_NULL, LIST,
+    ATTENTION_BIAS, ATTENTION_DROPOUT, BOOL, CHOICE, DEEPSEEK_V3_NAMES, EPS, GATED_ACTS, INT,
+    INTEGER, INT_OR_NULL, LIST,
     LLAMA_FAMILY, MOE_NAMES, NONNEG, ROPE_MUST, THETA, Derived, HFType, Key, ModuleNames, Must,
     Noted, Required, head_dim, kv_heads, llama_sizes, register, rope_keys, rope_must, short)
 from accounting.spec.hf_types_dense import layers_of
@@ -285,5 +286,86 @@ register(HFType(
                      "partial_rotary_factor)) dims of each head (modeling_minimax_m2.py)",
                      lambda c: {"rotary_dim": c.rotary_dim or c.d_k,
                                 "partial_rotary_factor": 1.0}),),
+    experts_implementation="batched_mm",
+))
+
+
+# ---- ERNIE 4.5 MoE (baidu/ERNIE-4.5-21B-A3B-PT, ERNIE-4.5-300B-A47B-PT) -------------------------
+def _ernie_layers(v: Mapping, where: str):
+    """Ernie4_5_MoeDecoderLayer: layer i runs the experts iff (i + 1) % moe_layer_interval
+    == 0 and moe_layer_start_index ≤ i ≤ moe_layer_end_index (-1: the last layer,
+    Ernie4_5_MoeConfig.__post_init__); the others a dense MLP of intermediate_size."""
+    L, start, end, step = (v["num_hidden_layers"], v["moe_layer_start_index"],
+                           v["moe_layer_end_index"], v["moe_layer_interval"])
+    end = L - 1 if end == -1 else end
+    dense = tuple(i for i in range(L) if not ((i + 1) % step == 0 and start <= i <= end))
+    if len(dense) == L:
+        raise UsageError(f"{where}: moe_layer_start_index {start}, moe_layer_end_index "
+                         f"{v['moe_layer_end_index']} and moe_layer_interval {step} leave no MoE "
+                         f"layer; the spec's experts need one (write the model as dense)")
+    return {"dense_layers": dense}, ((f"{len(dense)} of {L} layers keep a dense MLP of "
+                                      f"intermediate_size (moe_layer_start_index, "
+                                      f"moe_layer_end_index, moe_layer_interval).",)
+                                     if dense else ())
+
+
+def _ernie_back(c: ModelConfig) -> Mapping | None:
+    moe = [i for i, k in enumerate(c.layer_kinds) if k.moe]
+    if moe != list(range(moe[0], moe[-1] + 1)):
+        return None  # only a contiguous run of MoE layers (interval 1) is written back
+    return {"moe_layer_start_index": moe[0], "moe_layer_end_index": moe[-1],
+            "moe_layer_interval": 1}
+
+
+ERNIE_NAMES = ModuleNames(MOE_NAMES.blocks, MappingProxyType({
+    **MOE_NAMES.block, "ffn.router_statics": "mlp.gate.moe_statics",
+    "ffn.shared.w1": "mlp.shared_experts.gate_proj", "ffn.shared.w3": "mlp.shared_experts.up_proj",
+    "ffn.shared.w2": "mlp.shared_experts.down_proj"}), MOE_NAMES.top)
+
+register(HFType(
+    "ernie4_5_moe", "Ernie4_5_MoeForCausalLM",
+    keys=llama_sizes(103424, 2560, 12288, 28, 20, 131072) + (
+        kv_heads(Required(4)),
+        head_dim(),  # Ernie4_5_MoeAttention: getattr(config, "head_dim", hidden // heads)
+        Key("moe_intermediate_size", ("moe_d_ff",), INT, Required(1536)),
+        # Ernie4_5_MoeConfig.attribute_map: num_experts, num_experts_per_tok
+        Key("moe_num_experts", ("num_experts",), INT, Required(64), aliases=("num_experts",)),
+        Key("moe_k", ("experts_per_token",), INT, Required(6), aliases=("num_experts_per_tok",)),
+        Key("moe_num_shared_experts", ("num_shared_experts",), NONNEG, Required(2)),
+        Key("moe_layer_start_index", (), NONNEG, 1),
+        Key("moe_layer_end_index", (), INTEGER, -1),
+        Key("moe_layer_interval", (), INT, 1),
+        Key("hidden_act", ("mlp",), CHOICE, "silu", GATED_ACTS),
+        Key("rms_norm_eps", ("norm_eps",), EPS, 1e-5),
+        Key("tie_word_embeddings", ("tie_embeddings",), BOOL, True),
+        Key("rope_theta", ("rope_theta",), THETA, 500_000.0,  # Ernie4_5_MoeConfig.default_theta
+            aliases=("rope_parameters.rope_theta", "rope_scaling.rope_theta"))),
+    fixed=MappingProxyType(dict(LLAMA_FAMILY, qk_norm="none", qkv_bias=False, out_bias=False,
+                                mlp_bias=False, router="softmax", router_bias=True,
+                                router_bias_param=True, norm_topk_prob=True,
+                                routed_scaling_factor=1.0)),
+    rules="grouped-query attention; MoE layers (moe_layer_start_index to moe_layer_end_index, "
+          "every moe_layer_interval-th) of moe_intermediate_size-wide experts and one shared "
+          "MLP of moe_num_shared_experts·moe_intermediate_size; the router (mlp.gate, a float32 "
+          "weight) takes a softmax over the experts, chooses the top k of the probabilities "
+          "plus e_score_correction_bias (Ernie4_5_MoeStatics: a frozen nn.Parameter, counted) "
+          "and renormalises the k weights (their sum clamped at moe_norm_min: one op per "
+          "token, not counted) (modeling_ernie4_5_moe.py)",
+    names=ERNIE_NAMES, must=ROPE_MUST + (
+        # Ernie4_5_MoeAttention, MLPs and the LM head all take bias=use_bias: the spec's head
+        # has no bias
+        Must("use_bias", lambda v, d: v in (None, False), "false",
+             "biases on every projection and on the LM head, which the spec's head cannot have",
+             False),),
+    noted=(ATTENTION_DROPOUT,),
+    # moe_norm_min: the clamp's floor (no count); moe_capacity, moe_gate, moe_use_aux_free,
+    # use_rmsnorm, compression_ratio, ...: keys of Baidu's own code some files carry are
+    # judged by the CLI (unknown keys)
+    free=ROUTER_FREE | {"moe_norm_min"},
+    derived=(Derived(("dense_layers",), ("num_hidden_layers", "moe_layer_start_index",
+                                         "moe_layer_end_index", "moe_layer_interval"),
+                     _ernie_layers, "MoE layers: every moe_layer_interval-th from "
+                     "moe_layer_start_index to moe_layer_end_index (-1: the last); the others "
+                     "dense (modeling_ernie4_5_moe.py)", _ernie_back),),
     experts_implementation="batched_mm",
 ))

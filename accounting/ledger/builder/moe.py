@@ -31,8 +31,12 @@ class MoE:
         self.component = ACTIVATION_COMPONENT[c.mlp]
         with t.scope("ffn"):
             # a module's own buffers come before its children's keys in the state dict
-            self.bias = t.buffer("router_bias", E, 4, persistent=True) if c.router_bias else None
+            self.bias = (t.buffer("router_bias", E, 4, persistent=True)
+                         if c.router_bias and not c.router_bias_param else None)
             self.router = Linear(t, "router", d, E, R.FFN, "router", c.router_linear_bias)
+            if c.router_bias_param:  # ERNIE 4.5: a frozen parameter (model/moe.py RouterStatics)
+                with t.scope("router_statics"):
+                    self.bias = t.param("bias", E, R.FFN)
             with t.scope("experts"):
                 self.w1 = t.param("w1", E + f + d, R.FFN)
                 self.w2 = t.param("w2", E + d + f, R.FFN)
