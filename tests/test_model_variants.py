@@ -223,7 +223,9 @@ def ref_moe(c, x, p, f):
         weights = top.softmax(-1) if c.router == "softmax" else top.sigmoid()
     else:
         scores = logits.softmax(-1) if c.router == "softmax" else logits.sigmoid()
-        choice = scores + p[f"{f}.router_bias"] if c.router_bias else scores.clone()
+        # ERNIE 4.5 holds the bias as a frozen parameter (ffn.router_statics.bias)
+        bias = p.get(f"{f}.router_bias", p.get(f"{f}.router_statics.bias"))
+        choice = scores + bias if c.router_bias else scores.clone()
         if c.router_groups > 1:  # DeepSeek-V3: a group's two best; V2: its best
             size = E // c.router_groups
             for t in range(n):
