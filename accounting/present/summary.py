@@ -155,8 +155,9 @@ def plan_answer(p) -> Table:
                                      "sum of memory items)"))
     mtp_flops = p.flops.mtp + p.flops.mtp_adamw
     lines.append(_line("FLOPs/step", f"{grouped(p.flops.total)} = {si(p.flops.total, 'FLOPs')}"
-                       + (f" (the MTP modules' {si(mtp_flops, 'FLOPs')} included)"
-                          if mtp_flops else "")))
+                       + (f" (the MTP modules' {si(mtp_flops, 'FLOPs')} included; their "
+                          f"weights, gradients, optimizer state and activations are not in "
+                          f"the memory above)" if mtp_flops else "")))
     t = p.time
     if t is not None:
         tokens = _words(t.tokens) or grouped(t.tokens)
