@@ -91,6 +91,7 @@ class Trace:
         self._region_matmuls: list[tuple[int, R.Matmul]] = []  # (op tick, record)
         self._region_last_save = 0.0
         self._tick = 0  # counts ops, to order computes and saves within a region
+        self._no_grad = False  # inside torch.no_grad(): nothing saved, no gradient matmul
         self._unnamed_saves: list[str] = []
 
     @property
@@ -124,6 +125,15 @@ class Trace:
             yield
         finally:
             self.path, self.repeat = outer, None
+
+    @contextmanager
+    def no_grad(self):
+        """torch.no_grad(): its ops save nothing and its matmuls have no backward."""
+        outer, self._no_grad = self._no_grad, True
+        try:
+            yield
+        finally:
+            self._no_grad = outer
 
     @contextmanager
     def outside(self, name: str):
@@ -216,6 +226,8 @@ class Trace:
     def _saves(self, x: Sym, by: str, after: bool = False) -> None:
         """x is saved for backward by the op running now: before it computes (an input), or
         after (`after`: an output)."""
+        if self._no_grad:
+            return  # torch.no_grad(): autograd records nothing
         if self._region is not None and not by.startswith("checkpoint"):
             self._region_last_save = max(self._region_last_save, self._tick + (0.5 if after else -0.5))
             return  # inside a checkpoint nothing is kept
@@ -446,6 +458,8 @@ class Trace:
         contiguous) is copied first, and the copy is what bmm saves (cast first, under
         autocast); bmm saves each operand the other's gradient needs. Returns the dtype."""
         self._tick += 1
+        if self._no_grad:
+            record = replace(record, backward=False)
         self.matmuls.append(record)
         if self._region is not None:
             self._region_matmuls.append((self._tick, record))

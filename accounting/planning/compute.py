@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass
 from fractions import Fraction
 
+from accounting.analysis.mtp import mtp
 from accounting.analysis.workload import analyze
 from accounting.spec.config import ModelConfig
 from accounting.runtime.errors import UsageError, shorten
@@ -96,15 +97,21 @@ class StepFlops:
     forward_non_matmul: int  # not in the total; reported for scale
     forward_formula: str  # the forward matmul FLOPs as a polynomial in B and T
     backward_formula: str
+    # multi-token prediction (accounting/analysis/mtp.py): its modules' forward and backward
+    # matmul FLOPs and their AdamW update; 0 without MTP modules
+    mtp: int = 0
+    mtp_adamw: int = 0
 
     @property
     def total(self) -> int:
-        return self.forward + self.backward + self.recompute + self.adamw
+        return self.forward + self.backward + self.recompute + self.adamw + self.mtp \
+            + self.mtp_adamw
 
     @property
     def model_flops(self) -> int:
-        """Forward + backward + optimizer: what MFU counts (recomputation excluded)."""
-        return self.forward + self.backward + self.adamw
+        """Forward + backward + optimizer: what MFU counts (recomputation excluded), the MTP
+        modules' included (training runs them)."""
+        return self.forward + self.backward + self.adamw + self.mtp + self.mtp_adamw
 
 
 def step_flops(config: ModelConfig, seq: int, batch: int, recompute: str = "none") -> StepFlops:
@@ -114,9 +121,23 @@ def step_flops(config: ModelConfig, seq: int, batch: int, recompute: str = "none
     # every block's forward (full), or every attention core (selective).
     v = fwd.values
     again = sum(r.count(v) * r.flops(v) for r in ledger(config, recompute=recompute).recomputed)
+    m = mtp(config, seq, batch)
+    # AdamW on the MTP modules' own parameters: 14 per element (ADAMW_OPS) and one step
+    # counter per tensor, as on the model's (the tensors: the block's, W_eh and three norms)
+    per_param = sum(o.flops_per_element for o in ADAMW_OPS if o.per == PARAMETER)
+    mtp_adamw = 0 if m is None else m.modules * (per_param * m.params_each + _mtp_tensors(config))
     return StepFlops(config, seq, batch, fwd.matmul_flops(), bwd.matmul_flops(), again,
                      adamw_flops(config), fwd.elementwise_flops, str(fwd.matmul_polynomial()),
-                     str(bwd.matmul_polynomial()))
+                     str(bwd.matmul_polynomial()), 0 if m is None else m.train_flops, mtp_adamw)
+
+
+def _mtp_tensors(config: ModelConfig) -> int:
+    """Parameter tensors of one MTP module: one block of the last layer's kind, W_eh, and
+    three norms of ln_final's tensors."""
+    lg = ledger(config)
+    last = lg.group_of(config.num_layers - 1)
+    return (sum(1 for p in lg.params if p.repeat == last) + 1
+            + 3 * sum(1 for p in lg.params if p.module == "ln_final"))
 
 
 # A user's decimal: digits, an optional fraction and exponent, or a ratio 'p/q'. Bounded

@@ -42,7 +42,7 @@ from accounting.spec.own_format import config_from_dict, read_json
 from accounting.runtime.errors import UsageError
 # the schema and the registry, re-exported: callers read them as hf_config.X
 from accounting.spec.hf_schema import (  # noqa: F401
-    BOOL, CHOICE, COMMON_FREE, COMMON_MUST, EPS, FREE_VALUES, INT, INT_OR_NULL, LIST, NONNEG,
+    BOOL, CHOICE, INTEGER, PATTERN, COMMON_FREE, COMMON_MUST, EPS, FREE_VALUES, INT, INT_OR_NULL, LIST, NONNEG,
     NUMBER_OR_NULL, REFUSED, THETA,
     TRANSFORMERS_VERSION, TYPES, UNSUPPORTED, WRAPPERS, Derived, HFType, Key, ModuleNames, Must, Noted,
     Required, register, short)
@@ -50,7 +50,7 @@ from accounting.spec.hf_schema import (  # noqa: F401
 # (in this order: the order --help, the errors and the docs list the types in)
 from accounting.spec import (  # noqa: F401
     hf_types_dense, hf_types_parallel, hf_types_gemma, hf_types_moe, hf_types_gpt_oss,
-    hf_types_llama4, hf_types_cohere)
+    hf_types_llama4, hf_types_cohere, hf_types_moe2, hf_types_dense2)
 
 def supported_types() -> str:
     """The model_types a config.json may name, in the table's order: the one list --help,
@@ -100,6 +100,9 @@ def _check_kind(key: Key, value, where: str) -> None:
         NUMBER_OR_NULL: lambda v: v is None or (_number(v) and v > 0),
         EPS: lambda v: _number(v) and v >= 0,
         CHOICE: lambda v: isinstance(v, str) and v in key.choices,
+        INTEGER: lambda v: isinstance(v, int) and not isinstance(v, bool) and abs(v) <= MAX_SIZE,
+        PATTERN: lambda v: v is None or (isinstance(v, str) and 0 < len(v) <= 1000) or (
+            isinstance(v, int) and not isinstance(v, bool) and 0 < v <= MAX_SIZE),
     }[key.kind]
     if not ok(value):
         wanted = (f"{CHOICE} {', '.join(key.choices)} (the activations the tool's spec has)"
