@@ -42,7 +42,8 @@ from accounting.spec.own_format import config_from_dict, read_json
 from accounting.runtime.errors import UsageError
 # the schema and the registry, re-exported: callers read them as hf_config.X
 from accounting.spec.hf_schema import (  # noqa: F401
-    BOOL, CHOICE, COMMON_FREE, COMMON_MUST, EPS, FREE_VALUES, INT, INT_OR_NULL, LIST, NONNEG,
+    BOOL, CHOICE, COMMON_FREE, COMMON_MUST, EPS, FREE_VALUES, INT, INT_OR_ABSENT, INT_OR_NULL,
+    LIST, NONNEG,
     NUMBER_OR_NULL, REFUSED, THETA,
     TRANSFORMERS_VERSION, TYPES, UNSUPPORTED, WRAPPERS, Derived, HFType, Key, ModuleNames, Must, Noted,
     Required, register, short)
@@ -91,6 +92,8 @@ def _get(data: Mapping, path: str):
 def _check_kind(key: Key, value, where: str) -> None:
     ok = {
         INT: lambda v: isinstance(v, int) and not isinstance(v, bool) and 0 < v <= MAX_SIZE,
+        INT_OR_ABSENT: lambda v: isinstance(v, int) and not isinstance(v, bool)
+        and 0 < v <= MAX_SIZE,
         INT_OR_NULL: lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool)
                                              and 0 < v <= MAX_SIZE),
         NONNEG: lambda v: isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_SIZE,
