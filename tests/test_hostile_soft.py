@@ -1,0 +1,57 @@
+"""Issue 32's soft items: each a wrong word or a silent acceptance the third hostile round
+found, with the answer the contract (README "Exit status"; docs/cli.md) asks for: exit 2
+and one line naming the problem and its fix, or the number the docs promise.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+QWEN = str(ROOT / "accounting/hf_configs/Qwen/Qwen2.5-0.5B.json")
+
+
+def _run(argv, env_extra=None, timeout=180):
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONWARNINGS", "MPLBACKEND")}
+    env.update({"PYTHONPATH": str(ROOT), **(env_extra or {})})
+    return subprocess.run([sys.executable, "-m", "accounting", *argv], capture_output=True,
+                          env=env, timeout=timeout)
+
+
+def _one_line(r, *fragments):
+    err = r.stderr.decode("utf-8", "replace")
+    assert r.returncode == 2, (r.returncode, err[-2000:])
+    assert err.count("\n") == 1 and err.startswith("accounting: error: "), err[-2000:]
+    for f in fragments:
+        assert f in err, err
+    return err
+
+
+# ---- a broken or old transformers is the environment's problem, not the config's ----------
+OLD = '''__version__ = "4.30.0"
+class AutoConfig:
+    @staticmethod
+    def for_model(model_type, **kwargs):  # what transformers 4.30 says of a newer type
+        raise ValueError(f"Unrecognized model identifier: {model_type}")
+'''
+BROKEN = 'raise ImportError("cannot import name GenerationMixin (partially initialized)")\n'
+
+
+@pytest.mark.parametrize("package,fragments", [
+    (OLD, ("transformers 4.30.0 is installed", "pip install transformers==5.23.0")),
+    (BROKEN, ("transformers is installed but cannot be imported",
+              "environment is the problem, not the config",
+              "pip install --force-reinstall transformers==5.23.0"))], ids=["old", "broken"])
+def test_a_bad_transformers_install_is_named_with_its_fix(tmp_path, package, fragments):
+    """Was: 'FILE: transformers refuses it (...); correct the value', blaming the file."""
+    pytest.importorskip("fvcore")
+    (tmp_path / "transformers").mkdir()
+    (tmp_path / "transformers" / "__init__.py").write_text(package)
+    r = _run(["--config", QWEN, "--ctx", "64", "--verify"],
+             {"PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"})
+    err = _one_line(r, *fragments)
+    assert "correct the value" not in err
