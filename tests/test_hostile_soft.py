@@ -55,3 +55,31 @@ def test_a_bad_transformers_install_is_named_with_its_fix(tmp_path, package, fra
              {"PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"})
     err = _one_line(r, *fragments)
     assert "correct the value" not in err
+
+
+# ---- one value in two spellings is not a contradiction ------------------------------------
+def _llama(**changes) -> dict:
+    import json
+    data = json.loads((ROOT / "accounting/hf_configs/meta-llama/Llama-3.2-1B.json").read_text())
+    return {**data, **changes}
+
+
+def test_an_int_and_a_float_of_one_value_agree():
+    """Was: 'contradictory keys rope_theta = 500000, rope_parameters.rope_theta = 500000.0'."""
+    from accounting.spec.hf_config import translate
+    data = _llama(rope_theta=500000, rope_parameters={"rope_type": "default",
+                                                      "rope_theta": 500000.0})
+    data.pop("rope_scaling")
+    assert translate(data, "f", "f").config.rope_theta == 500000
+
+
+def test_two_values_still_contradict():
+    from accounting.runtime.errors import UsageError
+    from accounting.spec.hf_config import translate
+    data = _llama(rope_theta=500000, rope_parameters={"rope_type": "default",
+                                                      "rope_theta": 500001.0})
+    data.pop("rope_scaling")
+    with pytest.raises(UsageError, match="contradictory keys"):
+        translate(data, "f", "f")
+    with pytest.raises(UsageError, match="contradictory keys"):  # a bool is not the number 1
+        translate({**data, "rope_theta": True, "rope_parameters": {"rope_theta": 1}}, "f", "f")

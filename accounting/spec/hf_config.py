@@ -114,11 +114,21 @@ def _number(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
+def _same(a, b) -> bool:
+    """One value however spelt: 500000 and 500000.0 are one rope_theta (JSON does not tell
+    them apart in meaning; transformers reads both as the number); otherwise equal reprs."""
+    def number(v):  # (not _number: math.isfinite overflows on a huge int)
+        return isinstance(v, (int, float)) and not isinstance(v, bool)
+    if number(a) and number(b):
+        return a == b
+    return type(a) is type(b) and repr(a) == repr(b)
+
+
 def _read(key: Key, data: Mapping, where: str):
     """The key's value (from it or an alias), checked; contradicting spellings refused."""
     found = [(p, _get(data, p)) for p in (key.hf, *key.aliases)]
     found = [(p, v) for p, v in found if v is not _MISSING]
-    if len({repr(v) for _, v in found}) > 1:
+    if any(not _same(v, found[0][1]) for _, v in found):
         shown = ", ".join(f"{p} = {short(v)}" for p, v in found)
         raise UsageError(f"{where}: contradictory keys {shown}; transformers reads them as one "
                          f"setting, so give one value")
