@@ -83,3 +83,23 @@ def test_two_values_still_contradict():
         translate(data, "f", "f")
     with pytest.raises(UsageError, match="contradictory keys"):  # a bool is not the number 1
         translate({**data, "rope_theta": True, "rope_parameters": {"rope_theta": 1}}, "f", "f")
+
+
+# ---- an unknown key inside text_config is judged, as the message says ---------------------
+def test_an_unknown_key_inside_text_config_is_judged(capsys, tmp_path):
+    """Was: refused with '...without --strict, the CLI judges such a key' even without
+    --strict: the nested translation got no judge. The judge (transformers' Llama4ForCausalLM
+    built with and without the key) is the independent source."""
+    pytest.importorskip("transformers")
+    import copy
+    from cli_run import run
+    from hf_examples import write_config
+    from test_hf_llama4 import MULTIMODAL
+    data = copy.deepcopy(MULTIMODAL)
+    data["text_config"]["my_unread_key"] = 3
+    path = str(write_config(tmp_path, data))
+    code, out, err = run(capsys, "--config", path, "--ctx", "16", "--no-verify")
+    assert code == 0, err[-800:]
+    assert "'my_unread_key': not in the tool's table for llama4_text; judged count-free" in out
+    code, out, err = run(capsys, "--config", path, "--ctx", "16", "--no-verify", "--strict")
+    assert code == 2 and "unknown key(s) 'my_unread_key'" in err
