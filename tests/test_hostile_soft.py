@@ -103,3 +103,17 @@ def test_an_unknown_key_inside_text_config_is_judged(capsys, tmp_path):
     assert "'my_unread_key': not in the tool's table for llama4_text; judged count-free" in out
     code, out, err = run(capsys, "--config", path, "--ctx", "16", "--no-verify", "--strict")
     assert code == 2 and "unknown key(s) 'my_unread_key'" in err
+
+
+# ---- a config is never refused for its file name -------------------------------------------
+@pytest.mark.parametrize("stem,shown", [("a\tb", "a\\tb"), ("m" * 230, "m" * 200)],
+                         ids=["tab", "230 characters"])
+def test_a_config_json_is_named_not_refused_by_its_file_name(capsys, tmp_path, stem, shown):
+    """Was: 'name must be at most 200 printable characters ...' for a Hugging Face file (the
+    tool's own format already escaped and cut its stem: loaders.read_config)."""
+    from cli_run import run
+    path = tmp_path / f"{stem}.json"
+    path.write_text(Path(QWEN).read_text())
+    code, out, err = run(capsys, "--config", str(path), "--no-verify", "--brief")
+    assert code == 0, err
+    assert out.startswith(f"Answer: {shown} (custom config)")

@@ -37,9 +37,9 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Callable, Mapping
 
-from accounting.spec.config import MAX_SIZE, ModelConfig
+from accounting.spec.config import MAX_NAME, MAX_SIZE, ModelConfig
 from accounting.spec.own_format import config_from_dict, read_json
-from accounting.runtime.errors import UsageError
+from accounting.runtime.errors import UsageError, escape
 # the schema and the registry, re-exported: callers read them as hf_config.X
 from accounting.spec.hf_schema import (  # noqa: F401
     BOOL, CHOICE, COMMON_FREE, COMMON_MUST, EPS, FREE_VALUES, INT, INT_OR_ABSENT, INT_OR_NULL,
@@ -315,10 +315,14 @@ def name_for(path: Path, data: Mapping) -> str:
     config.json, as checkpoints ship it), else the file's stem."""
     given = data.get("_name_or_path")
     if isinstance(given, str) and given.strip():
-        return given.strip()
-    if path.name == "config.json" and path.resolve().parent.name:
-        return path.resolve().parent.name
-    return path.stem
+        name = given.strip()
+    elif path.name == "config.json" and path.resolve().parent.name:
+        name = path.resolve().parent.name
+    else:
+        name = path.stem
+    # a name the file's path or bookkeeping gives is shown, never refused (issue 32): control
+    # characters escaped and cut to the length a name may have, as the own format does
+    return escape(name)[:MAX_NAME]
 
 
 # ---- back to config.json, for a config modified by flags ----------------------------------
