@@ -117,3 +117,81 @@ def test_a_config_json_is_named_not_refused_by_its_file_name(capsys, tmp_path, s
     code, out, err = run(capsys, "--config", str(path), "--no-verify", "--brief")
     assert code == 0, err
     assert out.startswith(f"Answer: {shown} (custom config)")
+
+
+# ---- the Python API names its own arguments, types and bounds ------------------------------
+def _api_error(call):
+    with pytest.raises((TypeError, ValueError)) as e:
+        call()
+    return e.type, str(e.value)
+
+
+TINY_ARGS = dict(vocab_size=100, context_length=64, num_layers=2, d_model=64, num_heads=4,
+                 d_ff=128, name="tiny")
+
+
+@pytest.mark.parametrize("call,said", [
+    (lambda a, p, c: a.analyze(c, 10**20), "seq must be at most 10^15"),
+    (lambda a, p, c: a.analyze(c, 64, batch=10**20), "batch must be at most 10^15"),
+    (lambda a, p, c: a.flops_grid(c, [10**20]), "seq must be at most 10^15"),
+    (lambda a, p, c: p(c, 64, mfu=2), "mfu must be in (0, 1]"),
+    (lambda a, p, c: p(c, 64, margin="1"), "margin must be in [0, 1)"),
+    (lambda a, p, c: p(c, 64, memory_bytes=10**9, peak_tflops=0, bandwidth_tbs=1),
+     "peak_tflops must be positive"),
+    (lambda a, p, c: p(c, 64, gpu="H100", memory_bytes=10**9), "give either gpu or "
+                                                                 "memory_bytes/peak_tflops/"),
+    (lambda a, p, c: p(c, 64, steps=1, tokens=64), "give either steps or tokens"),
+], ids=["seq", "batch", "grid", "mfu", "margin", "peak", "gpu", "steps"])
+def test_api_errors_name_the_argument_not_the_flag(call, said):
+    """Was: '--ctx must be at most 10^15', '--mfu must be ...': flags a notebook never typed."""
+    import accounting
+    from accounting.planning import plan
+    kind, message = _api_error(lambda: call(accounting, plan, accounting.ModelConfig(**TINY_ARGS)))
+    assert said in message and "--" not in message, message
+
+
+def test_the_command_line_still_names_its_flags(capsys):
+    from cli_run import run
+    code, out, err = run(capsys, "plan", "gpt2-small", "--mfu", "2")
+    assert code == 2 and "--mfu must be in (0, 1]" in err
+
+
+@pytest.mark.parametrize("kwargs", [dict(mfu=[0.5]), dict(margin={}), dict(
+    memory_bytes=10**9, peak_tflops=[100], bandwidth_tbs=1)], ids=["mfu", "margin", "peak"])
+def test_a_number_of_the_wrong_type_is_a_type_error(kwargs):
+    """plan()'s docstring: 'a wrong type is a TypeError'. Was: UsageError (a ValueError)."""
+    import accounting
+    from accounting.planning import plan
+    kind, message = _api_error(lambda: plan(accounting.ModelConfig(**TINY_ARGS), 64, **kwargs))
+    assert kind is TypeError and "must be a number" in message, message
+
+
+def test_numpy_scalars_are_numbers_everywhere():
+    """Was: np.int64 taken by seq, batch, steps; np.float64 refused by mfu, margin and
+    peak_tflops ('must be a number ..., got np.float64(0.4)'). The float a numpy scalar holds
+    is the value (0.25 and 0.5 are exact in binary: the same Fraction either way)."""
+    np = pytest.importorskip("numpy")
+    import accounting
+    from accounting.planning import plan
+    c = accounting.ModelConfig(**TINY_ARGS)
+    mine = plan(c, np.int64(64), np.int64(2), memory_bytes=np.int64(10**9),
+                peak_tflops=np.float64(100.0), bandwidth_tbs=np.float32(1.0),
+                mfu=np.float64(0.5), margin=np.float32(0.25), steps=np.int64(10))
+    plain = plan(c, 64, 2, memory_bytes=10**9, peak_tflops=100, bandwidth_tbs=1,
+                 mfu="0.5", margin="0.25", steps=10)
+    assert mine.time.seconds == plain.time.seconds and mine.batch_fit == plain.batch_fit
+
+
+@pytest.mark.parametrize("kwargs,said", [
+    (dict(steps=10**16, gpu="H100"), "steps must be at most 10^15"),
+    (dict(tokens=10**16, gpu="H100"), "tokens must be at most 10^15"),
+    (dict(position=10**16), "position must be at most 10^15"),
+    (dict(memory_bytes=10**19), "memory_bytes must be at most 10^18 bytes"),
+], ids=["steps", "tokens", "position", "memory"])
+def test_plan_keeps_the_command_lines_bounds(kwargs, said):
+    """Was: plan(cfg, steps=10**30) answered; --steps stops at 10^15 (cli/args.py), --gpu-mem
+    at 10^18 bytes (cli/plan.py)."""
+    import accounting
+    from accounting.planning import plan
+    kind, message = _api_error(lambda: plan(accounting.ModelConfig(**TINY_ARGS), 64, **kwargs))
+    assert said in message, message

@@ -22,15 +22,12 @@ from accounting.planning.memory import (
     RECOMPUTE,
     SCOPES,
 )
-from accounting.planning.plan import plan
+from accounting.planning.plan import MAX_MEMORY_BYTES, plan
 from accounting.units import GB, KILO, MEGA, TB, GiB, KiB, MiB, TiB
 
 _UNITS = {"b": 1, "kb": KILO, "mb": MEGA, "gb": GB, "tb": TB,
           "kib": KiB, "mib": MiB, "gib": GiB, "tib": TiB}
 _SIZE = re.compile(r"^\s*([0-9][0-9_,]*(?:\.[0-9]*)?|\.[0-9]+)\s*([a-zA-Z]*)\s*$")
-
-
-MAX_MEMORY_BYTES = 10**18  # an exabyte: far past any GPU, and every fit stays quick
 
 
 def parse_size(text: str) -> int:
