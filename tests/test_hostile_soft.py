@@ -195,3 +195,26 @@ def test_plan_keeps_the_command_lines_bounds(kwargs, said):
     from accounting.planning import plan
     kind, message = _api_error(lambda: plan(accounting.ModelConfig(**TINY_ARGS), 64, **kwargs))
     assert said in message, message
+
+
+# ---- --temperature-floor acts on NoPE layers: without any it is refused ---------------------
+def test_temperature_floor_without_nope_layers_is_refused(capsys):
+    """Was: exit 0 with the same counts as without the flag (the temperature tuning scales
+    the NoPE layers' queries only: ledger/builder/attention.py)."""
+    from cli_run import refused_in_one_line, run
+    refused_in_one_line(capsys, "gpt2-small", "--temperature-floor", "8192", "--no-verify",
+                        expected="give nope_layers (--nope-layers) or drop it")
+    code, out, err = run(capsys, "gpt2-small", "--temperature-floor", "8192", "--nope-layers",
+                         "3", "--no-verify", "--brief")
+    assert code == 0, err
+
+
+def test_a_llama4_file_tuning_no_nope_layer_still_reads():
+    """attn_temperature_tuning true with every layer RoPE (no_rope_layers all 1) is a no-op
+    in transformers' Llama4TextAttention (it scales only where not use_rope): read, not
+    refused."""
+    from accounting.spec.hf_config import translate
+    from test_hf_llama4 import TEXT
+    data = {**TEXT, "no_rope_layers": [1, 1, 1, 1], "attn_temperature_tuning": True}
+    c = translate(data, "f", "f").config
+    assert c.nope_layers == () and c.temperature_floor is None
