@@ -218,3 +218,23 @@ def test_a_llama4_file_tuning_no_nope_layer_still_reads():
     data = {**TEXT, "no_rope_layers": [1, 1, 1, 1], "attn_temperature_tuning": True}
     c = translate(data, "f", "f").config
     assert c.nope_layers == () and c.temperature_floor is None
+
+
+# ---- the fused attention's backward is not "each the size of the forward one" --------------
+def test_the_sdpa_plan_says_why_backward_is_not_twice_forward(capsys):
+    """Was: 'Backward = 456866/222289 × forward, exactly: ... each the size of the forward
+    one'. Hand algebra, gpt2-small at T = 1,024 (d = 768, L = 12, B = 1): the forward's two
+    T×T matmuls per layer are 2·2·T²·d FLOPs; the fused backward recomputes QKᵀ, one more
+    T×T matmul (2·T²·d) beyond eager attention's 2 × forward."""
+    from dataclasses import replace
+    from accounting import get_preset
+    from accounting.planning import plan
+    from cli_run import run
+    T, d, L = 1024, 768, 12
+    p = plan(replace(get_preset("gpt2-small"), attention="sdpa"), T)
+    assert p.flops.backward == 2 * p.flops.forward + 2 * T * T * d * L
+    code, out, err = run(capsys, "plan", "gpt2-small", "--attention", "sdpa", "--ctx", "1024")
+    assert code == 0, err
+    line = next(x for x in out.splitlines() if x.startswith("Backward = "))
+    assert line.startswith("Backward = 2.0553 × forward (456,866/222,289 exactly)"), line
+    assert "recomputes the scores QKᵀ" in line
