@@ -238,3 +238,20 @@ def test_the_sdpa_plan_says_why_backward_is_not_twice_forward(capsys):
     line = next(x for x in out.splitlines() if x.startswith("Backward = "))
     assert line.startswith("Backward = 2.0553 × forward (456,866/222,289 exactly)"), line
     assert "recomputes the scores QKᵀ" in line
+
+
+# ---- distcheck --json -: standard output holds the JSON alone ------------------------------
+def test_distcheck_json_on_stdout_is_json_alone(capsys, monkeypatch):
+    """Was: the 'ok rank ...' lines and the JSON both on stdout: `| jq` failed. The checks
+    are replaced by one canned measurement (the workers are not the subject here)."""
+    import json
+    from accounting.distcheck import __main__ as distcheck, compare, fake, gloo
+    case = {"case": {"rank": 0, "world": 1, "label": "canned"}}
+    monkeypatch.setattr(gloo, "run_group", lambda cases: [case])
+    monkeypatch.setattr(fake, "run_cases", lambda cases: [])
+    monkeypatch.setattr(compare, "compare", lambda m: [])
+    code = distcheck.main(["--json", "-"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert json.loads(out) == [case]
+    assert "ok  rank  0 of 1: canned: 0/0 quantities agree" in err
