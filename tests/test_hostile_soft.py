@@ -255,3 +255,17 @@ def test_distcheck_json_on_stdout_is_json_alone(capsys, monkeypatch):
     assert code == 0, err
     assert json.loads(out) == [case]
     assert "ok  rank  0 of 1: canned: 0/0 quantities agree" in err
+
+
+# ---- markdown output shows a config's name as text, never as HTML --------------------------
+def test_markdown_escapes_html_from_a_config_name(capsys, tmp_path):
+    """Was: '## Answer: <img src=x onerror=alert(1)> ...' (raw HTML in any rendered page)."""
+    import json
+    from cli_run import run
+    path = tmp_path / "evil.json"
+    path.write_text(json.dumps({"name": "<img src=x onerror=alert(1)> & co", "vocab_size": 100,
+                                "context_length": 64, "num_layers": 2, "d_model": 64,
+                                "num_heads": 4}))
+    code, out, err = run(capsys, "--config", str(path), "--no-verify", "--format", "markdown")
+    assert code == 0, err
+    assert "<img" not in out and "&lt;img src=x onerror=alert(1)&gt; &amp; co" in out
