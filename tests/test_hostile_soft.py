@@ -269,3 +269,33 @@ def test_markdown_escapes_html_from_a_config_name(capsys, tmp_path):
     code, out, err = run(capsys, "--config", str(path), "--no-verify", "--format", "markdown")
     assert code == 0, err
     assert "<img" not in out and "&lt;img src=x onerror=alert(1)&gt; &amp; co" in out
+
+
+# ---- --list takes no other argument; --help names every preset -----------------------------
+@pytest.mark.parametrize("argv,named", [(["--list", "gpt2-xl"], "the model 'gpt2-xl'"),
+                                        (["--list", "--ctx", "80"], "--ctx"),
+                                        (["plan", "--list", "--gpu", "H100"], "--gpu"),
+                                        (["serve", "--list", "--config", "x.json"], "--config")])
+def test_list_refuses_what_it_would_ignore(capsys, argv, named):
+    """Was: exit 0 with the preset table, the model or flag silently dropped."""
+    from cli_run import refused_in_one_line
+    refused_in_one_line(capsys, *argv, expected=f"so {named} would be ignored")
+
+
+def test_list_keeps_its_output_options(capsys):
+    from cli_run import run
+    code, out, err = run(capsys, "--list", "--format", "markdown")
+    assert code == 0 and out.startswith("## Presets"), err
+
+
+def test_help_names_every_preset_list_shows(capsys):
+    """Was: the help's list stopped at meta-llama/Llama-3.1-8B; --list had 20 presets. The
+    names are read from --list's own table, not from the code under test."""
+    import re
+    from cli_run import run
+    code, out, err = run(capsys, "--list")
+    rows = out.split("\n---")[1].split("\n")[1:]
+    names = [r.split()[0] for r in rows if r.strip() and not r.startswith("Give ")]
+    code, out, err = run(capsys, "--help")
+    flat = re.sub(r"\s+", "", out)  # argparse wraps the help anywhere, hyphens included
+    assert len(names) >= 20 and all(n in flat for n in names), [n for n in names if n not in flat]

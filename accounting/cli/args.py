@@ -15,7 +15,7 @@ from accounting.spec.config import (MAX_CONFIG_BYTES, MAX_LAYERS, MAX_NAME, MAX_
                                     ModelConfig)
 from accounting.spec.hf_config import supported_types
 from accounting.spec.loaders import read_config
-from accounting.spec.presets import get_preset
+from accounting.spec.presets import PRESETS, get_preset
 from accounting.runtime.errors import UsageError, shorten
 
 FORMATS = output.FORMATS  # the one output path's (accounting/present/output.py)
@@ -32,6 +32,9 @@ EXIT_STATUS = ("Exit status: 0 an answer, 1 the cross-check disagrees, 2 bad inp
                "report it), 128 + N ended by signal N: 130 interrupted (Ctrl-C), 143 SIGTERM, "
                "129 SIGHUP.")
 _QUOTED = re.compile(r"'((?:[^'\\]|\\.){48,})'")
+
+
+_LIST_TAKES = frozenset({"help", "list", "format", "output", "version"})
 
 
 class Parser(argparse.ArgumentParser):
@@ -57,9 +60,22 @@ class Parser(argparse.ArgumentParser):
 
     def parse_args(self, args=None, namespace=None):  # type: ignore[override]
         ns = super().parse_args(args, namespace)
+        if getattr(ns, "list", False):
+            self._list_alone(ns)
         if getattr(ns, "output", None) is not None:
             safe_io.output_target(ns.output)
         return ns
+
+    def _list_alone(self, ns: argparse.Namespace) -> None:
+        """--list lists the presets and exits: another argument (a model, --ctx) would be
+        ignored silently (issue 32), so it is refused. The output's form and target may go."""
+        for a in self._actions:
+            if a.dest in _LIST_TAKES or getattr(ns, a.dest, a.default) == a.default:
+                continue
+            what = (a.option_strings[0] if a.option_strings else
+                    f"the {a.dest} {shorten(getattr(ns, a.dest), 40)}")
+            raise UsageError(f"--list lists the presets and exits, so {what} would be ignored; "
+                             f"drop it (or drop --list)")
 
 
 def positive_int(flag: str, maximum: int = MAX_WORKLOAD, limit_text: str = "10^15"):
@@ -158,10 +174,10 @@ def _spec_flag(group, f, m) -> None:
 
 
 def add_model_args(p: argparse.ArgumentParser, model_required: bool = False) -> None:
+    # every preset, from the one list --list shows (was: a hand-written list that stopped at
+    # Llama-3.1-8B, issue 32)
     p.add_argument("model", nargs=None if model_required else "?",
-                   help="a preset (see --list): gpt2-small … gpt2-xl (GPT-2 shapes on the CS336 "
-                        "architecture), openai-community/gpt2 … gpt2-xl, meta-llama/Llama-3.2-1B, "
-                        "meta-llama/Llama-3.1-8B")
+                   help="a preset (--list says what each is): " + ", ".join(PRESETS))
     p.add_argument("--list", action="store_true",
                    help="list the presets with their architecture and parameter count, and exit")
     groups = {name: p.add_argument_group(name) for name in fields_meta.GROUPS}
