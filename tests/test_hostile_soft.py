@@ -299,3 +299,26 @@ def test_help_names_every_preset_list_shows(capsys):
     code, out, err = run(capsys, "--help")
     flat = re.sub(r"\s+", "", out)  # argparse wraps the help anywhere, hyphens included
     assert len(names) >= 20 and all(n in flat for n in names), [n for n in names if n not in flat]
+
+
+# ---- a numeral is digits (with thousands groups), never Python's int() syntax -------------
+@pytest.mark.parametrize("argv,flag", [
+    (["gpt2-small", "--ctx", "8_0"], "--ctx"), (["gpt2-small", "--ctx", "8,0"], "--ctx"),
+    (["gpt2-small", "--ctx", "٨٠"], "--ctx"), (["gpt2-small", "--num-layers", "1_2"], "--num-layers"),
+    (["gpt2-small", "--nope-layers", "1_0"], "--nope-layers"),
+    (["gpt2-small", "--norm-eps", "1_0"], "--norm-eps"),
+    (["plan", "gpt2-small", "--gpu-mem", "8_0GB"], "--gpu-mem"),
+    (["plan", "gpt2-small", "--mfu", "0.5_0"], "--mfu"),
+    (["plan", "gpt2-small", "--gpus", "2", "--zero", "0_1"], "--zero")],
+    ids=lambda x: " ".join(x) if isinstance(x, list) else None)
+def test_odd_numerals_are_refused(capsys, argv, flag):
+    """Was: '--ctx 8_0' answered for T = 80 (int('8_0') == 80), '--zero 0_1' planned ZeRO-1."""
+    from cli_run import refused_in_one_line
+    refused_in_one_line(capsys, *argv, "--no-verify" if argv[0] != "plan" else "--format",
+                        *([] if argv[0] != "plan" else ["text"]), expected=flag)
+
+
+def test_thousands_groups_still_read(capsys):
+    from cli_run import run
+    code, out, err = run(capsys, "gpt2-small", "--ctx", "1,024", "--no-verify", "--brief")
+    assert code == 0 and "T = 1,024" in out, err

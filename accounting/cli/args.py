@@ -78,11 +78,23 @@ class Parser(argparse.ArgumentParser):
                              f"drop it (or drop --list)")
 
 
+# An integer as the command line takes it: ASCII digits, optionally in thousands groups
+# ('1,024', '1,000,000'). Not Python's int() syntax: '8_0' and '8,0' are no numerals a
+# user means as 80 (issue 32), nor are other scripts' digits.
+_INTEGER = re.compile(r"^[+-]?(?:\d{1,3}(?:,\d{3})+|\d+)$", re.ASCII)
+
+
+def integer_digits(text: str) -> str | None:
+    """The sign and digits of an integer numeral (separators dropped), or None."""
+    text = text.strip()
+    return text.replace(",", "") if _INTEGER.match(text) else None
+
+
 def positive_int(flag: str, maximum: int = MAX_WORKLOAD, limit_text: str = "10^15"):
     """An integer in [1, maximum], digits with optional thousands separators ('1,024')."""
     def parse(text: str) -> int:
-        digits = text.strip().replace(",", "").replace("_", "")
-        if not digits.isascii() or not digits.lstrip("+-").isdigit():
+        digits = integer_digits(text)
+        if digits is None:
             raise argparse.ArgumentTypeError(
                 f"must be a positive integer, got {shorten(text)}") from None
         if len(digits.lstrip("+-0")) > len(str(maximum)):
@@ -104,6 +116,8 @@ def positive_float(flag: str, allow_zero: bool = False):
 
     def parse(text: str) -> float:
         try:
+            if "_" in text or not text.isascii():  # float()'s Python syntax: '8_0', '８'
+                raise ValueError
             value = float(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"must be a {what} number, got {shorten(text)}") from None
@@ -123,10 +137,10 @@ def _int_list(flag: str, words: tuple[str, ...] = ()):
             if bad:
                 raise argparse.ArgumentTypeError(f"must list {' or '.join(words)}, got {bad[0]!r}")
             return items
-        try:
-            return tuple(int(x) for x in items)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"must list layer indices, got {text!r}") from None
+        digits = [integer_digits(x) for x in items]
+        if any(d is None for d in digits):
+            raise argparse.ArgumentTypeError(f"must list layer indices, got {shorten(text)}")
+        return tuple(int(d) for d in digits)
     parse.__name__ = "list"
     return parse
 
@@ -140,7 +154,8 @@ def _non_negative_int(flag: str):
     positive = positive_int(flag, MAX_SIZE, "10^12")
 
     def parse(text: str) -> int:
-        if text.strip().replace(",", "").replace("_", "").lstrip("+-0") == "" and text.strip():
+        digits = integer_digits(text)
+        if digits is not None and digits.lstrip("+-0") == "":
             return 0
         return positive(text)
     parse.__name__ = "non-negative integer"

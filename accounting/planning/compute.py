@@ -148,7 +148,7 @@ def exact(value, what: str) -> Fraction:
         return f
     if isinstance(value, float):
         value = float.__repr__(value)
-    text = str(value).strip().replace("_", "")
+    text = str(value).strip()  # (no '_': '0.5_0' is no decimal a user writes, issue 32)
     m = _DECIMAL.match(text) if len(text) <= MAX_NUMBER_CHARS else None
     if m is None:
         raise UsageError(f"{what} must be a number (digits, a decimal point, an exponent; at "
