@@ -322,3 +322,30 @@ def test_thousands_groups_still_read(capsys):
     from cli_run import run
     code, out, err = run(capsys, "gpt2-small", "--ctx", "1,024", "--no-verify", "--brief")
     assert code == 0 and "T = 1,024" in out, err
+
+
+# ---- a time to train for what does not fit is labelled so ----------------------------------
+def test_a_layout_that_does_not_fit_has_its_time_labelled(capsys):
+    """Was: 'time for 1,000,000,000 tokens  3,815 steps, 43.40 days' beside 'does not fit'.
+    Llama-3.1-8B at T = 131,072 in fp32 on 2 H100s needs ~214 TB per GPU (the plan's own
+    'does not fit' line, checked here first)."""
+    from cli_run import run
+    code, out, err = run(capsys, "plan", "meta-llama/Llama-3.1-8B", "--gpus", "2", "--gpu",
+                         "H100", "--tokens", "1000000000")
+    assert code == 0, err
+    assert "does not fit:" in out
+    times = [x for x in out.splitlines() if x.startswith(("step time (estimate)", "time for "))]
+    assert len(times) == 2 and all(x.endswith("; if it fitted, which it does not on H100-SXM")
+                                   for x in times), times
+
+
+def test_one_gpu_that_does_not_fit_has_its_time_labelled(capsys):
+    from cli_run import run
+    code, out, err = run(capsys, "plan", "meta-llama/Llama-3.1-8B", "--gpu", "H100",
+                         "--tokens", "1000000000")
+    assert code == 0 and "fits:          NO" in out, err
+    line = next(x for x in out.splitlines() if x.startswith("time to train:"))
+    assert line.endswith("; if it fitted, which batch 1 does not on H100-SXM"), line
+    code, out, err = run(capsys, "plan", "gpt2-small", "--gpu", "H100", "--tokens", "1000000000")
+    line = next(x for x in out.splitlines() if x.startswith("time to train:"))
+    assert "if it fitted" not in line

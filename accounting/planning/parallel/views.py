@@ -67,11 +67,16 @@ def summary_table(p: ParallelPlan) -> Table:
     if p.time is not None:
         t = p.time
         tok = Fraction(p.tokens_per_step) / t.seconds
+        # a layout that does not fit runs no step: its times are labelled so (issue 32)
+        unfit = (f"; if it fitted, which it does not on {p.hardware.name}"
+                 if p.fit is not None and p.fit.shortfall else "")
         rows.append(("step time (estimate)", f"{_seconds(t.seconds)} ({_dec(tok, 0)} tokens/s; "
-                                             f"no overlap at all: {_seconds(t.no_overlap)})"))
+                                             f"no overlap at all: {_seconds(t.no_overlap)})"
+                                             + unfit))
         if p.steps is not None:
             total = t.seconds * p.steps
-            rows.append((f"time for {p.tokens:,} tokens", f"{p.steps:,} steps, {_seconds(total)}"))
+            rows.append((f"time for {p.tokens:,} tokens",
+                         f"{p.steps:,} steps, {_seconds(total)}" + unfit))
     notes = ["Checked on torch.distributed: " + "; ".join(CHECKED) + ".",
              "Formula only: " + "; ".join(FORMULA_ONLY) + "."]
     if stack_views.checked_note(p):
