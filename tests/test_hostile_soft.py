@@ -349,3 +349,24 @@ def test_one_gpu_that_does_not_fit_has_its_time_labelled(capsys):
     code, out, err = run(capsys, "plan", "gpt2-small", "--gpu", "H100", "--tokens", "1000000000")
     line = next(x for x in out.splitlines() if x.startswith("time to train:"))
     assert "if it fitted" not in line
+
+
+# ---- --search with --tokens gives each layout its time to train ---------------------------
+def test_search_shows_each_layouts_time_to_train(capsys):
+    """Was: no time to train in the search table, and none in its JSON. By hand: 10^9 tokens
+    in steps of 16 × 8,192 tokens is ⌈7,629.39⌉ = 7,630 steps; the time is 7,630 steps of
+    the layout's own step time."""
+    import json
+    from cli_run import run
+    argv = ["plan", "meta-llama/Llama-3.1-8B", "--gpus", "16", "--gpu", "H100", "--search",
+            "--tokens", "1000000000", "--ctx", "8192", "--precision", "bf16-mixed",
+            "--recompute", "full"]
+    code, out, err = run(capsys, *argv, "--format", "json")
+    assert code == 0, err
+    first = json.loads(out)["ranked"][0]["time_to_train"]
+    assert first["steps"] == 7630
+    hours = first["seconds"]["numerator"] / first["seconds"]["denominator"] / 3600
+    code, out, err = run(capsys, *argv)
+    lines = out.splitlines()
+    assert lines[2].endswith("time for 1,000,000,000 tokens"), lines[2]
+    assert lines[4].endswith(f"{hours:.2f} h"), (lines[4], hours)

@@ -43,8 +43,9 @@ class Search:
 def search(config: ModelConfig, base: Layout, seq: int, *, precision: Precision,
            hardware: Hardware, net: Interconnect | None, mfu="0.5", margin="0",
            fix_zero: bool = False, fix_sp: bool = False, fix_micro: bool = False,
-           fix_ep: bool = False) -> Search:
-    """`base` carries the GPUs, global batch, recomputation and whatever the user fixed."""
+           fix_ep: bool = False, tokens: int | None = None) -> Search:
+    """`base` carries the GPUs, global batch, recomputation and whatever the user fixed;
+    `tokens` (--tokens) gives each layout its time to train."""
     check_numbers(base)
     n, E = base.gpus, experts(config)
     ranked, rejected = [], []
@@ -63,7 +64,7 @@ def search(config: ModelConfig, base: Layout, seq: int, *, precision: Precision,
                         rejected.append(Rejected(lo, found[0]))
                         break  # the same reason holds for every further sharding stage
                     p = parallel_plan(config, lo, seq, precision=precision, hardware=hardware,
-                                      net=net, mfu=mfu, margin=margin)
+                                      net=net, mfu=mfu, margin=margin, tokens=tokens)
                     if p.fit is not None and p.fit.shortfall:
                         rejected.append(Rejected(lo, "does not fit", p.fit.shortfall))
                     else:
