@@ -1,7 +1,8 @@
 """A config.json that transformers itself cannot build is refused, never answered under
 --no-verify (issue 32): a null head_dim on the types whose config class keeps the null
 (qwen2, olmo2, cohere, granite), a null num_key_value_heads where the class types it int
-(mistral, mixtral), DeepSeek-V3's head_dim other than qk_rope_head_dim. The expected
+(mistral, mixtral, gemma2, gemma3_text, llama4_text; llama4_text's head_dim too),
+DeepSeek-V3's head_dim other than qk_rope_head_dim. The expected
 verdicts come from transformers 5.23.0 itself: each test builds its model and runs one
 forward (CPU, tiny), and the tool must refuse exactly where transformers fails.
 """
@@ -12,10 +13,12 @@ from hf_examples import CONFIGS as DENSE, DELETE, write_config
 from hf_moe_examples import CONFIGS as MOE
 from test_hf_cohere import CONFIGS as COHERE
 from test_hf_gemma import CONFIGS as GEMMA
+from test_hf_llama4 import TEXT as LLAMA4_TEXT
 
 BASE = {"qwen2": DENSE["qwen2"], "olmo2": DENSE["olmo2"], "cohere": COHERE["command-r"],
         "granite": GEMMA["granite"], "mistral": DENSE["mistral"], "mixtral": MOE["mixtral"],
-        "llama": DENSE["llama"], "deepseek_v3": MOE["deepseek_v3"]}
+        "llama": DENSE["llama"], "deepseek_v3": MOE["deepseek_v3"], "gemma2": GEMMA["gemma2"],
+        "gemma3_text": GEMMA["gemma3_text"], "llama4_text": LLAMA4_TEXT}
 
 
 def transformers_runs(data: dict) -> bool:
@@ -39,6 +42,10 @@ REFUSED = [("qwen2", {"head_dim": None}, "head_dim must be"),
            ("granite", {"head_dim": None}, "head_dim must be"),
            ("mistral", {"num_key_value_heads": None}, "num_key_value_heads must be"),
            ("mixtral", {"num_key_value_heads": None}, "num_key_value_heads must be"),
+           ("gemma2", {"num_key_value_heads": None}, "num_key_value_heads must be"),
+           ("gemma3_text", {"num_key_value_heads": None}, "num_key_value_heads must be"),
+           ("llama4_text", {"num_key_value_heads": None}, "num_key_value_heads must be"),
+           ("llama4_text", {"head_dim": None}, "head_dim must be"),
            ("deepseek_v3", {"head_dim": None}, "head_dim = None"),
            ("deepseek_v3", {"head_dim": 2 * MOE["deepseek_v3"]["qk_rope_head_dim"]},
             "qk_rope_head_dim")]

@@ -97,7 +97,7 @@ _GEMMA_FREE = frozenset({"cache_implementation"})  # generate()'s cache choice: 
 
 def _gemma_keys(sizes, kv_default, softcap_default):
     return sizes + (
-        kv_heads(Required(kv_default)),
+        kv_heads(Required(kv_default), INT),  # typed int: null refused (StrictDataclass)
         head_dim(Required(256), INT),  # the real models' 256, whatever hidden_size/heads is
         ATTENTION_BIAS,
         Key("hidden_activation", ("mlp",), CHOICE, "gelu_pytorch_tanh", GATED_ACTS),
