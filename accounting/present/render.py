@@ -144,8 +144,10 @@ def text(tables: list[Table], width: int | None = None) -> str:
 
 def _md_text(s: str) -> str:
     """Text as Markdown shows it: a config's name such as '<img src=x onerror=...>' stays
-    text, never raw HTML in a rendered page (issue 32); &, < and > as entities."""
-    return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    text, never raw HTML in a rendered page (issue 32). Every HTML tag, comment and
+    declaration opens with '<': that one character as an entity suffices ('>' alone, as in
+    'core > FFN', opens nothing and stays readable in the source)."""
+    return s.replace("<", "&lt;")
 
 
 def _md_cell(s: str) -> str:
