@@ -11,13 +11,17 @@ forward pass's are reported beside it.
 """
 from __future__ import annotations
 
+import numbers
+import operator
 import re
 from dataclasses import dataclass
+from decimal import Decimal
 from fractions import Fraction
 
 from accounting.analysis.mtp import mtp
 from accounting.analysis.workload import analyze
 from accounting.spec.config import ModelConfig
+from accounting.runtime import names
 from accounting.runtime.errors import UsageError, shorten
 from accounting.ledger.symbols import Expr
 from accounting.ledger.ledger import ledger
@@ -150,16 +154,22 @@ MAX_BITS = 2000  # an int or Fraction passed by code: about 600 digits
 def exact(value, what: str) -> Fraction:
     """A user number as an exact Fraction: a decimal string or float as written ("19.5" is
     39/2, not the nearest binary double). At most 100 characters, exponent within ±100."""
-    if isinstance(value, bool):
-        raise UsageError(f"{what} must be a number, got {shorten(value)}")
+    if isinstance(value, bool) or not isinstance(value, (str, numbers.Real, Decimal)):
+        # a wrong type from code is a TypeError, as the API's docstrings say (issue 32)
+        raise TypeError(f"{what} must be a number (an int, a float, a Fraction, a Decimal or "
+                        f"a decimal string), got {shorten(value)} ({type(value).__name__})")
+    if isinstance(value, numbers.Integral):  # numpy's integers too, as A.count takes them
+        value = operator.index(value)
+    elif isinstance(value, numbers.Real) and not isinstance(value, Fraction):
+        value = float(value)  # numpy's floats: read as the float they hold (repr below)
     if isinstance(value, (int, Fraction)):  # from code: bounded in size, not in spelling
         f = Fraction(value)
         if max(f.numerator.bit_length(), f.denominator.bit_length()) > MAX_BITS:
             raise UsageError(f"{what} is too large or too precise (more than {MAX_BITS} bits)")
         return f
     if isinstance(value, float):
-        value = repr(value)
-    text = str(value).strip().replace("_", "")
+        value = float.__repr__(value)
+    text = str(value).strip()  # (no '_': '0.5_0' is no decimal a user writes, issue 32)
     m = _DECIMAL.match(text) if len(text) <= MAX_NUMBER_CHARS else None
     if m is None:
         raise UsageError(f"{what} must be a number (digits, a decimal point, an exponent; at "
@@ -174,9 +184,10 @@ def exact(value, what: str) -> Fraction:
 
 
 def check_mfu(mfu) -> Fraction:
-    u = exact(mfu, "--mfu")
+    u = exact(mfu, names.arg("mfu"))
     if not 0 < u <= 1:
-        raise UsageError(f"--mfu must be in (0, 1] (a fraction of the peak, e.g. 0.5), got {mfu}")
+        raise UsageError(f"{names.arg('mfu')} must be in (0, 1] (a fraction of the peak, e.g. "
+                         f"0.5), got {mfu}")
     return u
 
 

@@ -170,9 +170,12 @@ def plan_answer(p) -> Table:
     t = p.time
     if t is not None:
         tokens = _words(t.tokens) or grouped(t.tokens)
+        # batch B does not fit: no step runs, so the time is what it would be (issue 32)
+        unfit = (f"; if it fitted, which batch {grouped(p.batch)} does not on {where}"
+                 if bf is not None and need > bf.budget.usable else "")
         lines.append(_line("time to train", f"{_days(t.seconds)} for {plural(t.steps, 'step')} "
                                             f"({tokens} tokens) at MFU {_plain(t.mfu)} of "
-                                            f"{_plain(t.peak_flops / TERA)} TFLOP/s"))
+                                            f"{_plain(t.peak_flops / TERA)} TFLOP/s" + unfit))
     else:
         why = ("no peak FLOP/s (--gpu NAME or --gpu-flops)"
                if not (p.hardware and p.hardware.peak_flops) else "give --steps N or --tokens N")

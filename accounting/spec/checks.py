@@ -250,6 +250,10 @@ def _check_llama4(c) -> None:
     if c.sliding_window is not None and c.attention_chunk is not None and c.layer_types is None:
         raise UsageError("sliding_window and attention_chunk together need layer_types (which "
                          "layers are local, which chunked)")
+    if c.temperature_floor is not None and not c.nope_layers:  # was: accepted, ignored (issue 32)
+        raise UsageError("temperature_floor (--temperature-floor) scales the queries of the NoPE "
+                         "layers only, and there are none: give nope_layers (--nope-layers) or "
+                         "drop it")
     if (c.nope_layers or c.qk_norm == "l2" or c.temperature_floor) and (c.positions != "rope" or c.mla):
         raise UsageError("nope_layers, qk_norm l2 and temperature_floor act on RoPE attention: "
                          "they need positions rope (and no latent attention)")

@@ -370,6 +370,11 @@ class ModelConfig:
             if overrides.get("layer_types") is None and self.layer_types:
                 types = self.layer_types
                 changed["layer_types"] = tuple(types[i % len(types)] for i in range(n))
+            if changed.get("nope_layers") == () and overrides.get("temperature_floor") is None \
+                    and overrides.get("temperature_scale") is None:
+                # the temperature tuning acts on NoPE layers only: with none left, none
+                changed.update(temperature_floor=None, temperature_scale=next(
+                    f.default for f in fields(self) if f.name == "temperature_scale"))
         if not changed:
             return self
         return replace(self, name=self.name if self.name == "custom" else f"{self.name} (modified)",

@@ -20,6 +20,10 @@ TRANSFORMERS_VERSION = "5.23.0"
 # ---- value kinds ---------------------------------------------------------------------------
 INT = "a positive integer"
 INT_OR_NULL = "a positive integer or null"
+# a key whose null transformers' model cannot run (Qwen2/OLMo-2/Cohere/Granite's head_dim:
+# their configs keep the null, and the attention's getattr(config, "head_dim", d // h)
+# returns None: TypeError in the RoPE or the scaling); absent takes the default
+INT_OR_ABSENT = "a positive integer or absent (transformers' model fails on null)"
 NONNEG = "a non-negative integer"
 LIST = "a list or null"  # its entries are checked by the type's derive rule
 BOOL = "true or false"
@@ -349,7 +353,9 @@ def kv_heads(default=None, kind: str = INT_OR_NULL) -> Key:
 
 
 def head_dim(default=None, kind: str = INT_OR_NULL) -> Key:
-    """head_dim, shared likewise; null: hidden_size // num_attention_heads."""
+    """head_dim, shared likewise; null: hidden_size // num_attention_heads where the config
+    class turns null into it (LlamaConfig, MistralConfig, MixtralConfig); INT_OR_ABSENT where
+    the class keeps the null and the model fails on it (Qwen2, OLMo-2, Cohere, Granite)."""
     return Key("head_dim", ("head_dim",), kind, default)
 
 

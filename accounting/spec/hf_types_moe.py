@@ -28,7 +28,8 @@ ROUTER_FREE = frozenset({"router_aux_loss_coef", "output_router_logits"})
 register(HFType(
     "mixtral", "MixtralForCausalLM",
     keys=llama_sizes(32000, 4096, 14336, 32, 32, 131072) + (
-        kv_heads(Required(8)),
+        # MistralConfig/MixtralConfig type it int: null is refused (StrictDataclass)
+        kv_heads(Required(8), INT),
         head_dim(),
         # MixtralConfig.attribute_map: num_experts is num_local_experts
         Key("num_local_experts", ("num_experts",), INT, Required(8), aliases=("num_experts",)),
@@ -150,9 +151,16 @@ MLA_KEYS = (
     Key("v_head_dim", ("v_head_dim",), INT, Required(128)),
     ATTENTION_BIAS)
 # aux_loss_alpha, seq_aux: training-loss settings; ep_size: expert parallelism of DeepSeek's
-# code; pretraining_tp: unread; head_dim: DeepseekV2/V3Config overwrite it with qk_rope_head_dim
-DEEPSEEK_FREE = ROUTER_FREE | {"aux_loss_alpha", "seq_aux", "ep_size", "pretraining_tp",
-                               "head_dim"}
+# code; pretraining_tp: unread. head_dim: DeepseekV2Config (a field) overwrites it with
+# qk_rope_head_dim; DeepseekV3Config has no such field, so a given head_dim survives
+# __post_init__ and sizes the rotary embedding (DeepseekV3RotaryEmbedding: getattr(config,
+# "head_dim")): only qk_rope_head_dim runs (null: TypeError; another value: a shape error)
+DEEPSEEK_FREE = ROUTER_FREE | {"aux_loss_alpha", "seq_aux", "ep_size", "pretraining_tp"}
+V3_HEAD_DIM = Must("head_dim", lambda v, d: "head_dim" not in d
+                   or v == d.get("qk_rope_head_dim", 64),
+                   "absent or equal to qk_rope_head_dim",
+                   "a rotary embedding of another size than qk_rope_head_dim (transformers' "
+                   "DeepseekV3 model fails to run)")
 
 
 def mla_must(cls: str) -> tuple[Must, ...]:
@@ -211,7 +219,7 @@ register(HFType(
           "buffer, not a parameter) and is limited to the best topk_group of n_group groups "
           "(modeling_deepseek_v3.py)",
     names=DEEPSEEK_V3_NAMES,
-    must=ROPE_MUST + mla_must("DeepseekV3") + (
+    must=ROPE_MUST + mla_must("DeepseekV3") + (V3_HEAD_DIM,
         # keys of DeepSeek's own code (auto_map) that transformers does not read: another
         # value would mean a model transformers does not build
         Must("scoring_func", lambda v, d: v in (None, "sigmoid"), "sigmoid",
@@ -386,7 +394,7 @@ register(HFType(
         Must("mlp_bias", lambda v, d: v is False, "false",
              "biases on the dense and shared-expert MLPs but not on the routed experts", False)),
     noted=(ATTENTION_DROPOUT,),
-    free=DEEPSEEK_FREE,
+    free=DEEPSEEK_FREE | {"head_dim"},
     derived=(Derived(("dense_layers", "router_groups", "router_topk_groups"),
                      ("num_hidden_layers", "first_k_dense_replace", "topk_method", "n_group",
                       "topk_group"), _deepseek_v2_routing,
