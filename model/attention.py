@@ -78,6 +78,8 @@ class CausalMultiHeadSelfAttention(nn.Module):
     only the keys of its own chunk of `chunk` tokens), qk_norm="l2" (a weightless RMS norm of
     each head's Q and K after RoPE, on a layer with RoPE only), temperature=(F, s) on a layer
     without RoPE (each query scaled by 1 + s·log(1 + ⌊(i + 1)/F⌋)).
+    Qwen3-Next: output_gate (the merged heads times sigmoid(gate_proj(x)) before the output
+    projection; gate_proj is Q's width).
     """
 
     def __init__(self, d_model, num_heads, max_seq_len=None, theta=None, device=None, dtype=None,
@@ -85,7 +87,7 @@ class CausalMultiHeadSelfAttention(nn.Module):
                  qk_norm="none", norm="rmsnorm", norm_eps=1e-5, attention="naive", window=None,
                  attention_sinks=False, norm_offset=False, attn_softcap=None,
                  rotary_dim=None, alibi=False,
-                 chunk=None, temperature=None):
+                 chunk=None, temperature=None, output_gate=False):
         super().__init__()
         check_positive_int("d_model", d_model)
         check_positive_int("num_heads", num_heads)
@@ -118,6 +120,11 @@ class CausalMultiHeadSelfAttention(nn.Module):
         self.k_proj = Linear(d_model, kv_width, device=device, dtype=dtype, bias=qkv_bias)
         self.v_proj = Linear(d_model, kv_width, device=device, dtype=dtype, bias=qkv_bias)
         self.output_proj = Linear(q_width, d_model, device=device, dtype=dtype, bias=out_bias)
+        # Qwen3-Next's output gate: transformers' q_proj is twice as wide (each head's query,
+        # then its gate); here the gate half is its own projection (the same parameters and
+        # matmul FLOPs), biased as q_proj is
+        self.gate_proj = (Linear(d_model, q_width, device=device, dtype=dtype, bias=qkv_bias)
+                          if output_gate else None)
         if attention_sinks:  # gpt-oss: one learned logit per head in every softmax row
             if attention != "naive":
                 raise ValueError("attention sinks need the naive attention core")
@@ -159,6 +166,7 @@ class CausalMultiHeadSelfAttention(nn.Module):
         # x: (... seq d_model) -> (... seq d_model)
         seq = x.shape[-2]
         q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        gate = None if self.gate_proj is None else self.gate_proj(x)
         if self.qk_norm == "full":  # OLMo-2: over the whole projection
             q, k = self.q_norm(q), self.k_norm(k)
         elif self.qk_norm == "per_head":  # Cohere (CohereAttention): on (... seq heads d_k),
@@ -204,7 +212,10 @@ class CausalMultiHeadSelfAttention(nn.Module):
             out = core(*args)
         if out.dim() == q.dim() + 1:  # grouped: (... kv_heads group seq d_v)
             out = rearrange(out, "... kv_heads group seq d_v -> ... (kv_heads group) seq d_v")
-        return self.output_proj(rearrange(out, "... heads seq d_v -> ... seq (heads d_v)"))
+        out = rearrange(out, "... heads seq d_v -> ... seq (heads d_v)")
+        if gate is not None:  # Qwen3NextAttention: attn_output * sigmoid(gate), then o_proj
+            out = out * torch.sigmoid(gate)
+        return self.output_proj(out)
 
     def tune(self, q, seq, token_positions, device):
         """Llama 4's attention-temperature tuning (Nakanishi 2025, transformers'

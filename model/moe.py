@@ -12,7 +12,8 @@ by default: every token runs its k experts, however the router spreads them, so 
 matmul FLOPs are B·T·k expert passes whatever the routing. With a capacity factor c ≥ 1 every
 expert runs exactly C = ⌈c·B·T·k/E⌉ rows: its first C slots, zero rows as padding; a slot
 beyond C is dropped (its output is 0; the residual carries the token on).
-Shared experts (DeepSeek) are one gated MLP of n_shared·moe_d_ff every token runs.
+Shared experts (DeepSeek) are one gated MLP of n_shared·moe_d_ff every token runs; Qwen2-MoE
+scales their output by sigmoid(x·w), a gate of d_model weights (shared_expert_gate).
 Llama 4 (router sigmoid with topk_first, scales_input): top-k of the raw scores, a sigmoid of the
 chosen k, and the weight scales the expert's INPUT; as Meta's reference and transformers'
 Llama4TextMoe run it, every expert runs every token (the unchosen at weight 0, so its output
@@ -90,13 +91,24 @@ class Experts(nn.Module):
         return self._linear(h, "2", experts, "e s f, e d f -> e s d")
 
 
+class RouterStatics(nn.Module):
+    """ERNIE 4.5's e_score_correction_bias (transformers' Ernie4_5_MoeStatics): a parameter
+    that is never trained by the loss (requires_grad=False), added to the router's scores
+    for the choice only."""
+
+    def __init__(self, num_experts, device=None, dtype=None):
+        super().__init__()
+        self.bias = nn.Parameter(torch.zeros(num_experts, device=device, dtype=dtype),
+                                 requires_grad=False)
+
+
 class MoE(nn.Module):
     # every option is given by TransformerLM from the spec's fields (no default restated here)
     def __init__(self, d_model, num_experts, experts_per_token, d_ff, device=None, dtype=None, *,
                  activation, num_shared_experts, router, router_groups, router_topk_groups,
                  router_bias, norm_topk_prob, routed_scaling_factor, capacity_factor,
                  router_group_score, router_topk_first, router_linear_bias, expert_bias,
-                 scales_input=False):
+                 scales_input=False, shared_expert_gate=False, router_bias_param=False):
         super().__init__()
         for name, value in (("num_experts", num_experts), ("experts_per_token", experts_per_token),
                             ("d_ff", d_ff)):
@@ -111,7 +123,11 @@ class MoE(nn.Module):
         self.capacity_factor, self.scales_input = capacity_factor, scales_input
         self.group_score, self.topk_first = router_group_score, router_topk_first
         self.router = Linear(d_model, num_experts, device=device, dtype=dtype, bias=router_linear_bias)
-        if router_bias:  # DeepSeek-V3's e_score_correction_bias: learned outside the gradient
+        # ERNIE 4.5 (Ernie4_5_MoeStatics): the correction bias as a frozen parameter
+        self.router_statics = (RouterStatics(num_experts, device, dtype)
+                               if router_bias and router_bias_param else None)
+        if router_bias and not router_bias_param:  # DeepSeek-V3's e_score_correction_bias:
+            # learned outside the gradient, a buffer
             self.register_buffer("router_bias", torch.zeros(num_experts, device=device, dtype=dtype))
         else:
             self.router_bias = None
@@ -119,6 +135,14 @@ class MoE(nn.Module):
                                activation=activation, bias=expert_bias)
         self.shared = (GatedMLP(d_model, num_shared_experts * d_ff, device=device, dtype=dtype,
                                 activation=activation) if num_shared_experts else None)
+        # Qwen2-MoE's shared_expert_gate: one output, no bias (Qwen2MoeSparseMoeBlock)
+        self.shared_gate = (Linear(d_model, 1, device=device, dtype=dtype)
+                            if shared_expert_gate else None)
+
+    def shared_output(self, x: torch.Tensor) -> torch.Tensor:
+        """The shared experts' output, × sigmoid(gate(x)) with Qwen2-MoE's gate."""
+        y = self.shared(x)
+        return y if self.shared_gate is None else y * torch.sigmoid(self.shared_gate(x))
 
     def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(weights, experts), each (tokens k): which experts each token runs, and how much
@@ -129,7 +153,8 @@ class MoE(nn.Module):
             weights = softmax(values, dim=-1) if self.router_kind == "softmax" else torch.sigmoid(values)
             return self._scaled(weights), experts
         scores = softmax(logits, dim=-1) if self.router_kind == "softmax" else torch.sigmoid(logits)
-        choice = scores if self.router_bias is None else scores + self.router_bias
+        bias = self.router_bias if self.router_statics is None else self.router_statics.bias
+        choice = scores if bias is None else scores + bias
         if self.groups > 1:  # keep the best topk_groups groups (by their two best scores, V3)
             grouped = choice.reshape(choice.shape[0], self.groups, -1)
             if self.group_score == "max":  # DeepSeek-V2: by the best score of each group,
@@ -168,7 +193,7 @@ class MoE(nn.Module):
         weights, experts = self.route(x)
         if self.scales_input:
             y = self.all_experts(x, weights, experts)
-            return (y if self.shared is None else y + self.shared(x)).reshape(shape)
+            return (y if self.shared is None else y + self.shared_output(x)).reshape(shape)
         n, k = (int(s) for s in experts.shape)  # ints under jit tracing too
         flat = experts.reshape(-1)  # the expert of each slot (token-major)
         if x.is_meta:  # no router values on meta: deal the slots to the experts in turn
@@ -198,5 +223,5 @@ class MoE(nn.Module):
             out = torch.cat((ran, ran.new_zeros(1, shape[-1])))[dest]  # a dropped slot: 0
         y = x.new_zeros(n, shape[-1]).index_add(0, slot_token, out * slot_weights.unsqueeze(-1))
         if self.shared is not None:
-            y = y + self.shared(x)
+            y = y + self.shared_output(x)
         return y.reshape(shape)

@@ -17,7 +17,8 @@ from .latent_attention import LatentAttention
 from .layers import NORM_CLASSES, Embedding, Linear, check_positive_int, feed_forward
 from .moe import MoE
 
-MLA_OPTIONS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+MLA_OPTIONS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
+               "index_heads", "index_head_dim", "index_topk")  # the last three: DeepSeek-V3.2
 # The variants' options and their defaults are the spec's fields (accounting/spec/config.py),
 # read here once, not restated: the default of every option is the course's model. The
 # course's own arguments (sizes, rope_theta) stay positional, as CS336's adapters pass them.
@@ -29,6 +30,7 @@ OPTIONS = {k: v for k, v in SPEC_DEFAULTS.items() if k not in _COURSE_ARGS}
 BLOCK_OPTIONS = ("num_kv_heads", "head_dim", "norm", "norm_eps", "norm_placement", "mlp",
                  "qkv_bias", "out_bias", "mlp_bias", "qk_norm", "attention", "attention_sinks",
                  "block", "rotary_dim", "positions", *MLA_OPTIONS, "norm_offset",
+                 "attn_output_gate",
                  "residual_multiplier", "attn_softcap")
 
 
@@ -88,7 +90,7 @@ class TransformerBlock(nn.Module):
                 attention=attention, window=window, attention_sinks=o["attention_sinks"],
                 norm_offset=o["norm_offset"], attn_softcap=o["attn_softcap"],
                 rotary_dim=o["rotary_dim"], alibi=o["positions"] == "alibi",
-                chunk=chunk, temperature=temperature,
+                chunk=chunk, temperature=temperature, output_gate=o["attn_output_gate"],
             )
         if self.sandwich:
             self.post_attn_norm = norm_cls(d_model, eps=norm_eps, device=device, dtype=dtype, **offset)
@@ -165,7 +167,8 @@ class TransformerLM(nn.Module):
             **{k: o[k] for k in ("experts_per_token", "num_shared_experts", "router", "router_groups",
                                  "router_topk_groups", "router_bias", "norm_topk_prob",
                                  "routed_scaling_factor", "router_group_score",
-                                 "router_topk_first", "router_linear_bias", "expert_bias")})
+                                 "router_topk_first", "router_linear_bias", "expert_bias",
+                                 "shared_expert_gate", "router_bias_param")})
         chunk, nope = o["attention_chunk"], o["nope_layers"]
         default = "local" if sliding_window else "chunked" if chunk else "global"
         types = layer_types or (default,) * num_layers

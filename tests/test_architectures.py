@@ -140,6 +140,24 @@ VARIANTS = {
                         logit_scale=0.125),
     "per_head_rms_sdpa": dict(num_heads=4, head_dim=8, qk_norm="per_head", attention="sdpa",
                               sliding_window=3),
+    # issue 31: Qwen2-MoE's sigmoid-gated shared expert; Qwen3-Next's gated attention output
+    # (biased, grouped; and under the fused kernel with a window)
+    "qwen2_moe": dict(num_layers=3, num_experts=4, experts_per_token=2, moe_d_ff=8,
+                      num_shared_experts=2, shared_expert_gate=True, norm_topk_prob=False,
+                      qkv_bias=True, dense_layers=(1,)),
+    "gated_attention": dict(num_heads=4, num_kv_heads=2, qk_norm="head", qkv_bias=True,
+                            attn_output_gate=True, rotary_dim=4),
+    "gated_attention_sdpa": dict(attn_output_gate=True, attention="sdpa", sliding_window=3,
+                                 nope_layers=(0,)),
+    # ERNIE 4.5: the correction bias a frozen parameter (RouterStatics), softmax router
+    "ernie_router_statics": dict(num_layers=3, num_experts=4, experts_per_token=2, moe_d_ff=8,
+                                 router_bias=True, router_bias_param=True,
+                                 num_shared_experts=1, dense_layers=(0,)),
+    # DeepSeek-V3.2's sparse attention: the indexer's top 3 keys per query (latent attention)
+    "dsa_mla_moe": dict(kv_lora_rank=8, q_lora_rank=6, qk_nope_head_dim=4, qk_rope_head_dim=4,
+                        v_head_dim=6, index_heads=2, index_head_dim=6, index_topk=3,
+                        num_experts=4, experts_per_token=2, moe_d_ff=8, router="sigmoid",
+                        router_bias=True, dense_layers=(0,)),
 }
 
 

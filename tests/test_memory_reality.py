@@ -39,7 +39,8 @@ AUTOCAST_VARIANTS = ("cs336", "gqa", "gpt2", "gelu_erf", "qwen3", "olmo2", "no_p
                      "sinks_mha", "clamped_dense_bias", "gemma2", "gemma3", "granite",
                      "neox", "falcon7b", "alibi", "falcon_alibi",
                      "llama4", "llama4_sdpa_top2",
-                     "cohere_plus")  # Llama 4: its router's bf16 gate
+                     "cohere_plus", "gated_attention",
+                     "gated_attention_sdpa")  # Llama 4: its router's bf16 gate
 
 
 def batch(c):

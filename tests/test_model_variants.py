@@ -127,6 +127,30 @@ def ref_softcapped(q, k, v, window, cap):
     return scores.softmax(-1) @ v
 
 
+def ref_indexer(c, x, q_latent, p, a):
+    """DeepSeek-V3.2's lightning indexer (DeepseekV32Indexer's equations, query by query):
+    I[s, t] = Σ_h w[s, h]·h_I^−½ · ReLU(q[s, h]·k[t] / √d_I) over the causal keys t ≤ s, the
+    top index_topk kept (RoPE on the first qk_rope_head_dim dims of q and k)."""
+    B, T, _ = x.shape
+    hI, dI, r = c.index_heads, c.index_head_dim, c.qk_rope_head_dim
+    q = ref_linear(q_latent, p, f"{a}.wq_b").view(B, T, hI, dI)
+    k = F.layer_norm(ref_linear(x, p, f"{a}.wk"), (dI,), p[f"{a}.k_norm.weight"],
+                     p[f"{a}.k_norm.bias"], eps=1e-6)
+    pos = torch.arange(T).unsqueeze(0)
+    q = torch.cat((ref_rope(q[..., :r].transpose(1, 2), pos, c.rope_theta).transpose(1, 2),
+                   q[..., r:]), -1)
+    k = torch.cat((ref_rope(k[..., :r], pos, c.rope_theta), k[..., r:]), -1)
+    w = ref_linear(x, p, f"{a}.weights_proj") * hI ** -0.5
+    keep = torch.zeros(B, T, T, dtype=torch.bool)
+    for b in range(B):
+        for s in range(T):
+            scores = [float((w[b, s] * F.relu(q[b, s] @ k[b, t] / math.sqrt(dI))).sum())
+                      for t in range(s + 1)]
+            for t in sorted(range(s + 1), key=lambda t: -scores[t])[:c.index_topk]:
+                keep[b, s, t] = True
+    return keep
+
+
 def ref_latent_attention(c, x, p, a, window):
     """DeepSeek-V2/V3 multi-head latent attention, from its equations (training form)."""
     B, T, _ = x.shape
@@ -134,7 +158,8 @@ def ref_latent_attention(c, x, p, a, window):
     if c.q_lora_rank is None:
         q = ref_linear(x, p, f"{a}.q_proj")
     else:
-        q = ref_linear(ref_norm(c, ref_linear(x, p, f"{a}.q_a_proj"), p, f"{a}.q_a_norm"), p, f"{a}.q_b_proj")
+        q_latent = ref_norm(c, ref_linear(x, p, f"{a}.q_a_proj"), p, f"{a}.q_a_norm")
+        q = ref_linear(q_latent, p, f"{a}.q_b_proj")
     q = q.view(B, T, h, nope + rope).transpose(1, 2)
     q_nope, q_pe = q.split([nope, rope], dim=-1)
     c_kv, k_pe = ref_linear(x, p, f"{a}.kv_a_proj").split([r, rope], dim=-1)
@@ -146,7 +171,11 @@ def ref_latent_attention(c, x, p, a, window):
         q_pe, k_pe = ref_rope(q_pe, pos, c.rope_theta), ref_rope(k_pe, pos, c.rope_theta)
     q = torch.cat((q_nope, q_pe), -1)
     k = torch.cat((k_nope, k_pe.expand(B, h, T, rope)), -1)
-    out = ref_sdpa(q, k, v, window)
+    if c.index_topk is not None:  # DeepSeek-V3.2: attend only the indexer's top-k keys
+        mask = window_mask(T, window) & ref_indexer(c, x, q_latent, p, f"{a}.indexer")
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.unsqueeze(1))
+    else:
+        out = ref_sdpa(q, k, v, window)
     return ref_linear(out.transpose(1, 2).reshape(B, T, h * dv), p, f"{a}.output_proj")
 
 
@@ -194,7 +223,9 @@ def ref_moe(c, x, p, f):
         weights = top.softmax(-1) if c.router == "softmax" else top.sigmoid()
     else:
         scores = logits.softmax(-1) if c.router == "softmax" else logits.sigmoid()
-        choice = scores + p[f"{f}.router_bias"] if c.router_bias else scores.clone()
+        # ERNIE 4.5 holds the bias as a frozen parameter (ffn.router_statics.bias)
+        bias = p.get(f"{f}.router_bias", p.get(f"{f}.router_statics.bias"))
+        choice = scores + bias if c.router_bias else scores.clone()
         if c.router_groups > 1:  # DeepSeek-V3: a group's two best; V2: its best
             size = E // c.router_groups
             for t in range(n):
@@ -224,7 +255,10 @@ def ref_moe(c, x, p, f):
             if keep[t, j]:
                 y[t] += weights[t, j] * ref_expert(c, xt[t], p, f, int(chosen[t, j]))
     if c.num_shared_experts:
-        y = y + ref_mlp(c, xt, p, f"{f}.shared")
+        shared = ref_mlp(c, xt, p, f"{f}.shared")
+        if c.shared_expert_gate:  # Qwen2MoeSparseMoeBlock: sigmoid(shared_expert_gate(x)) ·
+            shared = torch.sigmoid(xt @ p[f"{f}.shared_gate.weight"].T) * shared
+        y = y + shared
     return y.reshape(B, T, d)
 
 
@@ -266,7 +300,10 @@ def ref_attention(c, x, p, a, window=None, chunk=None, nope=False):
     else:
         out = ref_sdpa(q, k, v, window, chunk, alibi=c.positions == "alibi") if c.attn_softcap is None else \
             ref_softcapped(q, k, v, window, c.attn_softcap)
-    return ref_linear(out.transpose(1, 2).reshape(B, T, h * d), p, f"{a}.output_proj")
+    out = out.transpose(1, 2).reshape(B, T, h * d)
+    if c.attn_output_gate:  # Qwen3NextAttention: attn_output * sigmoid(gate), then o_proj
+        out = out * torch.sigmoid(ref_linear(x, p, f"{a}.gate_proj"))
+    return ref_linear(out, p, f"{a}.output_proj")
 
 
 def ref_mlp(c, x, p, f):

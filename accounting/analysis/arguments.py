@@ -66,10 +66,12 @@ def component(value, none_means: str | None = "every component") -> str | None:
     return choice(value, "component", R.COMPONENTS, none_means)
 
 
-def count(value, name: str, none_means: str | None = None, minimum: int = 1) -> int | None:
-    """A whole number (numpy's included, not bool) of at least `minimum`; None too when
-    none_means says what None means. Upper bounds are the callee's (its limits name the
-    CLI's flags)."""
+def count(value, name: str, none_means: str | None = None, minimum: int = 1,
+          maximum: tuple[int, str] | None = None) -> int | None:
+    """A whole number (numpy's included, not bool) of at least `minimum` and, given
+    `maximum` (the bound and its words), at most that: the bound the CLI's flag has, so that
+    the API answers no more than the command line does (issue 32); None too when none_means
+    says what None means."""
     if value is None and none_means:
         return None
     import operator
@@ -79,6 +81,8 @@ def count(value, name: str, none_means: str | None = None, minimum: int = 1) -> 
     value = operator.index(value)
     if value < minimum:
         raise UsageError(f"{name} must be at least {minimum}, got {value}")
+    if maximum is not None and value > maximum[0]:
+        raise UsageError(f"{name} must be at most {maximum[1]}, got {value:.3e}")
     return value
 
 

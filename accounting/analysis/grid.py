@@ -52,10 +52,12 @@ def _branches(config: ModelConfig, symbols: set, seqs: Sequence[int]) -> list[tu
     window = "P_W" in symbols
     table = "T_max" in symbols
     chunk = "P_C" in symbols  # T ≤ C, or beyond it one branch per T mod C
-    if not (window or table or chunk):
+    topk = "P_K" in symbols  # the indexer's k_I keys per query: a window's two branches
+    if not (window or table or chunk or topk):
         return [()] * len(seqs)
     c = config.attention_chunk
     return [((t >= config.sliding_window,) if window else ()) +
+            ((t >= config.index_topk,) if topk else ()) +
             ((t >= config.context_length,) if table else ()) +
             (((t > c, t % c if t > c else 0),) if chunk else ()) for t in seqs]
 

@@ -14,6 +14,7 @@ from functools import cached_property
 from accounting.analysis import arguments as A
 from accounting.ledger import records as R
 from accounting.spec.config import ModelConfig
+from accounting.runtime import names
 from accounting.runtime.errors import UsageError
 from accounting.ledger.ledger import Ledger, check_seq, coalesce, ledger
 from accounting.ledger.records import EXECUTED, FORWARD, PHASES, USEFUL
@@ -65,7 +66,7 @@ class ParamRow:
 
 
 def check_workload(seq: int, batch: int, config: ModelConfig | None = None) -> None:
-    for flag, value in (("--ctx", seq), ("--batch", batch)):
+    for flag, value in ((names.arg("seq"), seq), (names.arg("batch"), batch)):
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise UsageError(f"{flag} must be a positive integer, got {value!r}")
         if value > MAX_WORKLOAD:

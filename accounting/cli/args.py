@@ -15,7 +15,7 @@ from accounting.spec.config import (MAX_CONFIG_BYTES, MAX_LAYERS, MAX_NAME, MAX_
                                     ModelConfig)
 from accounting.spec.hf_config import supported_types
 from accounting.spec.loaders import read_config
-from accounting.spec.presets import get_preset
+from accounting.spec.presets import PRESETS, get_preset
 from accounting.runtime.errors import UsageError, shorten
 
 FORMATS = output.FORMATS  # the one output path's (accounting/present/output.py)
@@ -32,6 +32,9 @@ EXIT_STATUS = ("Exit status: 0 an answer, 1 the cross-check disagrees, 2 bad inp
                "report it), 128 + N ended by signal N: 130 interrupted (Ctrl-C), 143 SIGTERM, "
                "129 SIGHUP.")
 _QUOTED = re.compile(r"'((?:[^'\\]|\\.){48,})'")
+
+
+_LIST_TAKES = frozenset({"help", "list", "format", "output", "version"})
 
 
 class Parser(argparse.ArgumentParser):
@@ -57,16 +60,41 @@ class Parser(argparse.ArgumentParser):
 
     def parse_args(self, args=None, namespace=None):  # type: ignore[override]
         ns = super().parse_args(args, namespace)
+        if getattr(ns, "list", False):
+            self._list_alone(ns)
         if getattr(ns, "output", None) is not None:
             safe_io.output_target(ns.output)
         return ns
+
+    def _list_alone(self, ns: argparse.Namespace) -> None:
+        """--list lists the presets and exits: another argument (a model, --ctx) would be
+        ignored silently (issue 32), so it is refused. The output's form and target may go."""
+        for a in self._actions:
+            if a.dest in _LIST_TAKES or getattr(ns, a.dest, a.default) == a.default:
+                continue
+            what = (a.option_strings[0] if a.option_strings else
+                    f"the {a.dest} {shorten(getattr(ns, a.dest), 40)}")
+            raise UsageError(f"--list lists the presets and exits, so {what} would be ignored; "
+                             f"drop it (or drop --list)")
+
+
+# An integer as the command line takes it: ASCII digits, optionally in thousands groups
+# ('1,024', '1,000,000'). Not Python's int() syntax: '8_0' and '8,0' are no numerals a
+# user means as 80 (issue 32), nor are other scripts' digits.
+_INTEGER = re.compile(r"^[+-]?(?:\d{1,3}(?:,\d{3})+|\d+)$", re.ASCII)
+
+
+def integer_digits(text: str) -> str | None:
+    """The sign and digits of an integer numeral (separators dropped), or None."""
+    text = text.strip()
+    return text.replace(",", "") if _INTEGER.match(text) else None
 
 
 def positive_int(flag: str, maximum: int = MAX_WORKLOAD, limit_text: str = "10^15"):
     """An integer in [1, maximum], digits with optional thousands separators ('1,024')."""
     def parse(text: str) -> int:
-        digits = text.strip().replace(",", "").replace("_", "")
-        if not digits.isascii() or not digits.lstrip("+-").isdigit():
+        digits = integer_digits(text)
+        if digits is None:
             raise argparse.ArgumentTypeError(
                 f"must be a positive integer, got {shorten(text)}") from None
         if len(digits.lstrip("+-0")) > len(str(maximum)):
@@ -88,6 +116,8 @@ def positive_float(flag: str, allow_zero: bool = False):
 
     def parse(text: str) -> float:
         try:
+            if "_" in text or not text.isascii():  # float()'s Python syntax: '8_0', '８'
+                raise ValueError
             value = float(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"must be a {what} number, got {shorten(text)}") from None
@@ -107,10 +137,10 @@ def _int_list(flag: str, words: tuple[str, ...] = ()):
             if bad:
                 raise argparse.ArgumentTypeError(f"must list {' or '.join(words)}, got {bad[0]!r}")
             return items
-        try:
-            return tuple(int(x) for x in items)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"must list layer indices, got {text!r}") from None
+        digits = [integer_digits(x) for x in items]
+        if any(d is None for d in digits):
+            raise argparse.ArgumentTypeError(f"must list layer indices, got {shorten(text)}")
+        return tuple(int(d) for d in digits)
     parse.__name__ = "list"
     return parse
 
@@ -124,7 +154,8 @@ def _non_negative_int(flag: str):
     positive = positive_int(flag, MAX_SIZE, "10^12")
 
     def parse(text: str) -> int:
-        if text.strip().replace(",", "").replace("_", "").lstrip("+-0") == "" and text.strip():
+        digits = integer_digits(text)
+        if digits is not None and digits.lstrip("+-0") == "":
             return 0
         return positive(text)
     parse.__name__ = "non-negative integer"
@@ -158,10 +189,10 @@ def _spec_flag(group, f, m) -> None:
 
 
 def add_model_args(p: argparse.ArgumentParser, model_required: bool = False) -> None:
+    # every preset, from the one list --list shows (was: a hand-written list that stopped at
+    # Llama-3.1-8B, issue 32)
     p.add_argument("model", nargs=None if model_required else "?",
-                   help="a preset (see --list): gpt2-small … gpt2-xl (GPT-2 shapes on the CS336 "
-                        "architecture), openai-community/gpt2 … gpt2-xl, meta-llama/Llama-3.2-1B, "
-                        "meta-llama/Llama-3.1-8B")
+                   help="a preset (--list says what each is): " + ", ".join(PRESETS))
     p.add_argument("--list", action="store_true",
                    help="list the presets with their architecture and parameter count, and exit")
     groups = {name: p.add_argument_group(name) for name in fields_meta.GROUPS}

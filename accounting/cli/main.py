@@ -21,7 +21,7 @@ from importlib import import_module
 from typing import NoReturn
 
 from accounting.cli import args as cli_args
-from accounting.runtime import errors, safe_io
+from accounting.runtime import errors, names, safe_io
 from accounting.present import export, output, summary, views
 from accounting.analysis.workload import analyze
 from accounting.cli.args import (Parser, add_model_args, add_output_args, config_from_args,
@@ -238,7 +238,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with safe_io.handling_signals(process_exit=process):
             try:
-                return _run(list(argv))
+                with names.command_line():  # messages name flags, not API arguments
+                    return _run(list(argv))
             except SystemExit as e:  # --help and --version exit through argparse
                 code = e.code if isinstance(e.code, int) else 0
                 return code if code in (0, 2) else 2

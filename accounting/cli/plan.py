@@ -24,16 +24,14 @@ from accounting.planning.memory import (
     RECOMPUTE,
     SCOPES,
 )
-from accounting.planning.plan import plan
+from accounting.planning.plan import MAX_MEMORY_BYTES, plan
 from accounting.planning.recipes import IMPLEMENTATIONS, OPTIMIZERS
 from accounting.units import GB, KILO, MEGA, TB, GiB, KiB, MiB, TiB
 
 _UNITS = {"b": 1, "kb": KILO, "mb": MEGA, "gb": GB, "tb": TB,
           "kib": KiB, "mib": MiB, "gib": GiB, "tib": TiB}
-_SIZE = re.compile(r"^\s*([0-9][0-9_,]*(?:\.[0-9]*)?|\.[0-9]+)\s*([a-zA-Z]*)\s*$")
-
-
-MAX_MEMORY_BYTES = 10**18  # an exabyte: far past any GPU, and every fit stays quick
+# digits, optionally in thousands groups ('1,024GB'), as cli/args.py's integers (no '8_0')
+_SIZE = re.compile(r"^\s*((?:[0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(?:\.[0-9]*)?|\.[0-9]+)\s*([a-zA-Z]*)\s*$")
 
 
 def parse_size(text: str) -> int:
@@ -44,7 +42,7 @@ def parse_size(text: str) -> int:
         raise argparse.ArgumentTypeError(
             f"must be a size like 80, 80GB, 80GiB or 81920MiB (a bare number is GB = 1e9 bytes), "
             f"got {shorten(text)}")
-    n = Fraction(m.group(1).replace(",", "").replace("_", "")) * _UNITS[unit]
+    n = Fraction(m.group(1).replace(",", "")) * _UNITS[unit]
     if n < 1:
         raise argparse.ArgumentTypeError(f"must be at least one byte, got {shorten(text)}")
     if n > MAX_MEMORY_BYTES:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from accounting.present import output
-from accounting.cli.args import positive_int
+from accounting.cli.args import integer_digits, positive_int
 from accounting.runtime.errors import UsageError
 from accounting.planning.gpus import DEFAULT_GPUS_PER_NODE, interconnect
 from accounting.planning.memory import BF16_MIXED, FP32, MODEL, get_precision
@@ -53,7 +53,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
                    help="sequence parallelism over the tensor-parallel group (Korthikanti et al. "
                         "2022)")
     s = g.add_mutually_exclusive_group()
-    s.add_argument("--zero", type=int, choices=(0, 1, 2, 3), metavar="{0,1,2,3}",
+    s.add_argument("--zero", type=_stage, choices=(0, 1, 2, 3), metavar="{0,1,2,3}",
                    help="sharding stage: 0 DDP, 1 optimizer state (ZeroRedundancyOptimizer), "
                         "2 + gradients (FSDP SHARD_GRAD_OP), 3 + parameters (FSDP FULL_SHARD); "
                         "default 0")
@@ -129,11 +129,22 @@ def check_single(ns: argparse.Namespace) -> None:
     # ns.precision stays None without one: plan()'s recipe picks the input's default
 
 
+def _stage(text: str) -> int:
+    """A ZeRO stage's digit (argparse's choices then bound it); not int()'s '0_1'."""
+    digits = integer_digits(text)
+    if digits is None:
+        raise argparse.ArgumentTypeError(f"must be 0, 1, 2 or 3, got {text!r}")
+    return int(digits)
+
+
+_stage.__name__ = "stage"
+
+
 def _dropout(text: str | None) -> float:
     if text is None:
         return 0.0
     try:
-        p = float(text)
+        p = float(text) if "_" not in text and text.isascii() else -1.0
     except ValueError:
         p = -1.0
     if not 0 <= p < 1:
@@ -206,7 +217,8 @@ def run(ns: argparse.Namespace, config) -> int:
                         mfu=ns.mfu, margin=ns.margin, **utilization,
                         fix_zero=ns.zero is not None or bool(ns.fsdp),
                         fix_sp=ns.sp, fix_micro=ns.micro_batch is not None, fix_ep=ns.ep != 1,
-                        fix_cp=ns.cp != 1, fix_vpp=ns.virtual_stages != 1)
+                        fix_cp=ns.cp != 1, fix_vpp=ns.virtual_stages != 1,
+                        tokens=ns.tokens)
         tables, data = search_tables, export.search_dict
     else:
         dp = resolve(ns.gpus, ns.tp, ns.pp, ns.dp, ns.cp)

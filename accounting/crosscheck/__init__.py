@@ -23,7 +23,8 @@ from accounting.crosscheck.compare import compare
 from accounting.crosscheck.result import (Check, ComponentRow, CrossCheck, LayerCheck,
                                           LayerMismatch, NonMatmulRow)
 from accounting.crosscheck.measure import Measurement, measure
-from accounting.spec.hf_config import HFConfig, for_transformers
+from accounting.spec.hf_config import TRANSFORMERS_VERSION, HFConfig, for_transformers
+from accounting.runtime.errors import UsageError
 from accounting.ledger.records import BACKWARD, PHASES
 
 
@@ -82,11 +83,33 @@ def refusal(analysis: Analysis, hf: HFConfig) -> str | None:
     if data is None or skipped:
         return None
     from accounting.crosscheck import hf_counter
+    version = _transformers_version()
     try:
         hf_counter.transformers_config(data)
     except Exception as e:  # whatever transformers raises for a value it refuses
-        return " ".join(f"{type(e).__name__}: {e}".split())[:300]
+        why = " ".join(f"{type(e).__name__}: {e}".split())[:300]
+        if version != TRANSFORMERS_VERSION:  # the install, not the file (issue 32)
+            raise UsageError(f"transformers {version} is installed, and the tool's tables are "
+                             f"read from {TRANSFORMERS_VERSION}: it cannot read "
+                             f"{hf.origin} ({why[:160]}); install the pinned one (pip install "
+                             f"transformers=={TRANSFORMERS_VERSION}) or pass --no-verify") from None
+        return why
     return None
+
+
+def _transformers_version() -> str:
+    """transformers.__version__; UsageError naming the fix when the installed transformers
+    cannot be imported at all (a broken install is the environment's problem, never the
+    config's: issue 32)."""
+    try:
+        import transformers
+        return str(transformers.__version__)
+    except Exception as e:  # a half-installed package fails in many ways
+        why = " ".join(f"{type(e).__name__}: {e}".split())[:160]
+        raise UsageError(f"transformers is installed but cannot be imported ({why}); the "
+                         f"environment is the problem, not the config: reinstall it (pip "
+                         f"install --force-reinstall transformers=={TRANSFORMERS_VERSION}) or "
+                         f"pass --no-verify") from None
 
 
 def _transformers_input(analysis: Analysis, hf: HFConfig):

@@ -137,7 +137,8 @@ def compare(a: Analysis, m: Measurement, hf: HFCheck | None = None,
                             f"{grouped(mine_total)} and {grouped(fcm_total)}",
                             mine_total == fcm_total))
         shared = lg.config.block == "parallel_shared_norm"
-        checks += _backward_checks(m, L, bwd_mod, prod_mod, shared)
+        frozen = {r.module for r in lg.forward if not r.backward}  # run under torch.no_grad
+        checks += _backward_checks(m, L, bwd_mod, prod_mod, shared, frozen)
         notes += _module_tracker_note(m, lg, bwd_mod)
     if len(passes) > 1:
         fwd = [r for r in rows if r.scope == FORWARD and r.component == TOTAL][0]
@@ -211,15 +212,21 @@ def _join_hf(rows: list[ComponentRow], hf) -> list[ComponentRow]:
 
 
 def _backward_checks(m: Measurement, L: int, bwd_mod: dict, prod_mod: dict,
-                     shared: bool = False) -> list[Check]:
+                     shared: bool = False, frozen: frozenset | set = frozenset()) -> list[Check]:
     """The analytic backward ledger's claims, measured, and where FlopCounterMode's own
     backward module hierarchy is sound (`shared`: attn and ffn read one norm's output, a
-    parallel block with a shared norm, so only the block's total is)."""
+    parallel block with a shared norm, so only the block's total is; `frozen`: the block
+    modules the ledger runs under torch.no_grad, DeepSeek-V3.2's indexer, which must run
+    no backward matmul)."""
     calls: dict[str, int] = defaultdict(int)
     for r in m.ops:
         if r.phase == BACKWARD and r.kind in (MATMUL, EINSUM_PRODUCT):
             calls[r.module] += r.calls
-    two = [n for n in m.linear_modules if calls.get(n, 0) == 2]
+    def no_grad(n: str) -> bool:
+        block = _BLOCK.fullmatch(n)
+        return block is not None and block.group(2) in frozen
+    two = [n for n in m.linear_modules
+           if calls.get(n, 0) == (0 if no_grad(n) else 2)]
     first = [n for n in m.linear_modules if n.startswith("layers.0.")]
     first_two = [n for n in first if n in two]
     emb_ops = sorted({r.op for r in m.ops if r.phase == BACKWARD and r.module == "token_embeddings"})
@@ -232,7 +239,8 @@ def _backward_checks(m: Measurement, L: int, bwd_mod: dict, prod_mod: dict,
                      != mine.get(k, 0)]
     return [
         Check("every Linear needs dX and dW (2 backward matmuls), block 0's too: its input "
-              "depends on the trainable embedding",
+              "depends on the trainable embedding" + (
+                  " (the indexer's, under torch.no_grad, none)" if frozen else ""),
               f"{len(two)}/{len(m.linear_modules)} Linear modules ran 2; block 0: "
               f"{len(first_two)}/{len(first)}",
               len(two) == len(m.linear_modules)),

@@ -55,7 +55,8 @@ ELEMENTWISE_OPS = frozenset(f"aten.{n}" for n in (
     "add", "sub", "rsub", "mul", "div", "pow", "neg", "reciprocal", "abs", "exp", "exp2",
     "expm1", "log", "log2", "log1p", "sqrt", "rsqrt", "sigmoid", "tanh", "erf", "silu", "gelu",
     "sin", "cos", "maximum", "minimum", "square",
-    "clamp"))  # a min and/or max against scalars (gpt-oss's clamped SwiGLU), one per element
+    "clamp",  # a min and/or max against scalars (gpt-oss's clamped SwiGLU), one per element
+    "relu"))  # max(x, 0): DeepSeek-V3.2's indexer scores, one per element
 # 1 FLOP per input element.
 REDUCTION_OPS = frozenset(f"aten.{n}" for n in ("sum", "mean", "amax", "amin", "max", "min",
                                                  "topk"))

@@ -180,7 +180,8 @@ def _kv(a: Analysis, m, hf: HFConfig, data) -> tuple[tuple[int, int], str]:
     broadcast = hf.type.kv_broadcast is not None and hf.type.kv_broadcast(data)
     if broadcast:  # compared as the ledger's h_kv heads × g, said in the detail
         analytic *= a.config.group_size
-    measured = sum((_prod(k) + _prod(val)) * size for k, val, size in m.kv)
+    measured = sum((_prod(k) + _prod(val)) * size for k, val, size in m.kv) \
+        + sum(_prod(k) * size for k, size in getattr(m, "indexer_kv", ()))
     shapes = sorted({(k, val) for k, val, _ in m.kv})
     shown = "; ".join(f"K {list(k)}, V {list(val)}" for k, val in shapes)
     detail = f"{len(m.kv)} layers × ({shown}) × {itemsize} bytes ({m.dtype})"
@@ -189,6 +190,9 @@ def _kv(a: Analysis, m, hf: HFConfig, data) -> tuple[tuple[int, int], str]:
                    f"output, kv_lora_rank {a.config.kv_lora_rank}) as its 'K' and the rotated "
                    f"RoPE key (qk_rope_head_dim {a.config.qk_rope_head_dim}) as its 'V', the "
                    f"ledger's cache entry")
+    if getattr(m, "indexer_kv", ()):
+        detail += (f"; and the sparse-attention indexer's keys, {len(m.indexer_kv)} layers × "
+                   f"{list(m.indexer_kv[0][0])} (DynamicIndexedLayer.indexer_keys)")
     if broadcast:
         detail += (f"; transformers' {hf.model_type} caches K and V broadcast to all "
                    f"{a.config.num_heads} query heads ({hf.type.transformers_class.removesuffix('ForCausalLM')}"

@@ -42,6 +42,9 @@ class HFMeasurement:
     ops: tuple[OpCount, ...]  # the op counter's records
     kv: tuple[tuple[tuple[int, ...], tuple[int, ...], int], ...]  # per layer: K, V shapes, bytes/elt
     seconds: Mapping[str, float] = field(compare=False)
+    # DeepSeek-V3.2's indexer key cache per layer (DynamicIndexedLayer.indexer_keys): shape,
+    # bytes per element
+    indexer_kv: tuple[tuple[tuple[int, ...], int], ...] = ()
 
 
 @contextmanager
@@ -125,10 +128,12 @@ def measure(data: Mapping, seq: int, batch: int = 1, phase: str = FORWARD) -> HF
     cache = out.past_key_values
     kv = tuple((tuple(layer.keys.shape), tuple(layer.values.shape), layer.keys.element_size())
                for layer in cache.layers)
+    indexer_kv = tuple((tuple(layer.indexer_keys.shape), layer.indexer_keys.element_size())
+                       for layer in cache.layers if getattr(layer, "indexer_keys", None) is not None)
     embedding = model.get_input_embeddings().weight
     return HFMeasurement(
         data["model_type"], root, transformers.__version__, str(embedding.dtype).removeprefix("torch."),
         tuple((n, p.numel()) for n, p in model.named_parameters()),
         model.get_output_embeddings().weight is embedding,
         {n: type(m).__name__ for n, m in model.named_modules()},
-        torch_flops, ops, kv, seconds)
+        torch_flops, ops, kv, seconds, indexer_kv)

@@ -40,7 +40,22 @@ SHRINK: Mapping[str, Mapping[str, object]] = {
                 "num_key_value_heads": 2, "head_dim": 8, "sliding_window": 4,
                 "layer_types": ["sliding_attention", "full_attention"]},
 }
-SHRINK["deepseek_v2"] = SHRINK["deepseek_v3"]  # the same latent attention and layout
+SHRINK["deepseek_v2"] = SHRINK["deepseek_v3"]
+# DeepSeek-V3.2: V3's, with a small indexer (3 of the keys per query)
+SHRINK["deepseek_v32"] = {**SHRINK["deepseek_v3"], "index_n_heads": 2, "index_head_dim": 8,
+                          "index_topk": 3}
+# OLMoE: intermediate_size-wide experts, head_dim hidden_size // heads (no head_dim key)
+SHRINK["olmoe"] = {**_WIDTHS, "intermediate_size": 16, "num_key_value_heads": 2}
+SHRINK["qwen2_moe"] = {**_WIDTHS, "num_key_value_heads": 2, "moe_intermediate_size": 16,
+                       "shared_expert_intermediate_size": 32, "mlp_only_layers": [],
+                       "decoder_sparse_step": 1}
+SHRINK["glm4_moe"] = {**_WIDTHS, "num_hidden_layers": 2, "num_key_value_heads": 2,
+                      "head_dim": 8, "moe_intermediate_size": 16, "first_k_dense_replace": 1}
+SHRINK["ernie4_5_moe"] = {**_WIDTHS, "num_hidden_layers": 2, "num_key_value_heads": 2,
+                          "moe_intermediate_size": 16, "moe_layer_start_index": 1,
+                          "moe_layer_end_index": -1, "moe_layer_interval": 1}
+SHRINK["minimax_m2"] = {**_WIDTHS, "intermediate_size": 16, "num_key_value_heads": 2,
+                        "head_dim": 8, "rotary_dim": 4}  # the same latent attention and layout
 IMPLEMENTATIONS = ("eager", "grouped_mm", "batched_mm")
 OWN, FORCED = "its router's choice", "every token to experts 0..k−1"
 

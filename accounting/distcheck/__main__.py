@@ -21,15 +21,17 @@ def parser():
     from accounting.cli.args import EXIT_STATUS, Parser
     p = Parser(prog="python -m accounting.distcheck", description=__doc__.split("\n\n")[0],
                epilog=EXIT_STATUS)
-    p.add_argument("--json", metavar="FILE", help="also write every measurement here")
+    p.add_argument("--json", metavar="FILE", help="also write every measurement here (- for "
+                   "standard output: the JSON alone there, the text lines on stderr)")
     p.add_argument("--only", choices=("fake", "gloo"), help="run one engine family")
     return p
 
 
 def run(argv: list[str]) -> int:
     ns = parser().parse_args(argv)
-    if ns.json is not None:  # before any work: a run takes about 25 s
-        safe_io.output_target(ns.json, "--json")
+    # before any work (a run takes about 25 s); --json - (or /dev/stdout): standard output
+    # holds the JSON alone, and the text goes to stderr (was: both on stdout, issue 32)
+    json_on_stdout = ns.json is not None and safe_io.output_target(ns.json, "--json") is None
     from accounting.runtime.optional import missing
     absent = missing(alternative="")  # (an address-space limit too low for torch: UsageError, exit 2)
     if absent:
@@ -58,7 +60,11 @@ def run(argv: list[str]) -> int:
                      f"{c['label']}: {len(rows) - len(wrong)}/{len(rows)} quantities agree")
         lines += [f"      {r.what}: plan {r.planned:,}, torch {r.measured:,}" for r in wrong]
     lines.append("seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in seconds.items()))
-    output.write("\n".join(lines) + "\n", None)
+    if json_on_stdout:
+        for line in lines:
+            safe_io.say(line)
+    else:
+        output.write("\n".join(lines) + "\n", None)
     if ns.json is not None:  # the one output path: JSON without NaN, written whole or not at all
         output.write(output.json_text(measured), ns.json, "--json")
     if bad:

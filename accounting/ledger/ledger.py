@@ -117,7 +117,7 @@ class Ledger:
         if c.num_experts is not None:
             out.update({"E": c.num_experts, "k": c.experts_per_token, "d_e": c.expert_d_ff,
                         "d_s": c.num_shared_experts * c.expert_d_ff, "G": c.router_groups,
-                        "E/G": c.num_experts // c.router_groups, "2": 2,
+                        "E/G": c.num_experts // c.router_groups, "2": 2, "1": 1,
                         "k_G": c.router_topk_groups})
             if c.moe_capacity_factor is not None:
                 cap = expert_capacity(c.moe_capacity_factor, batch * seq * c.experts_per_token,
@@ -133,6 +133,10 @@ class Ledger:
                         "d_kv_b": c.qk_nope_head_dim + c.v_head_dim})
             if c.q_lora_rank is not None:
                 out["r_q"] = c.q_lora_rank
+            if c.index_topk is not None:  # DeepSeek-V3.2's indexer: query i keeps min(i+1, k)
+                out.update({"h_I": c.index_heads, "d_I": c.index_head_dim,
+                            "d_I_pass": c.index_head_dim - c.qk_rope_head_dim,
+                            "k_I": c.index_topk, "P_K": window_pairs(seq, c.index_topk)})
         return out
 
 

@@ -115,6 +115,8 @@ class Matmul(Record):
     useful: tuple[str, ...] | None = None  # factors of the useful work, when not the causal rule
     reads_cache: bool = False  # its rows are what the KV cache holds (latent attention's
     #                            kv_b_proj): a decode step runs it over all t cached tokens
+    topk: bool = False  # causal within the indexer's top k keys (DeepSeek-V3.2): P_K useful
+    backward: bool = True  # False: run without gradients (the sparse-attention indexer)
 
     @property
     def factors(self) -> tuple[str, ...]:
@@ -131,7 +133,8 @@ class Matmul(Record):
         f = list(self.factors)
         f.remove("T")
         f.remove("T")
-        return tuple(f) + ("P_W" if self.window else "P_C" if self.chunk else "P",)
+        return tuple(f) + ("P_W" if self.window else "P_C" if self.chunk else
+                           "P_K" if self.topk else "P",)
 
     def formula(self, counting: str = EXECUTED) -> str:
         """FLOPs per instance, e.g. '2·B·T·d_model²'."""
@@ -158,10 +161,13 @@ class Matmul(Record):
     def gradients(self) -> tuple[Matmul, ...]:
         """dA = dC·Bᵀ (m×p @ p×n) and dB = Aᵀ·dC (n×m @ m×p): the same size as the forward;
         preceded by the forward product itself when the kernel recomputes it (fused attention)."""
+        if not self.backward:  # under torch.no_grad: no gradient matmul
+            return ()
         d_a, d_b = self.grads
         common = dict(component=self.component, module=self.module, repeat=self.repeat,
                       phase=BACKWARD, batch=self.batch, causal=self.causal, note=self.note,
-                      window=self.window, chunk=self.chunk, useful=self.useful)
+                      window=self.window, chunk=self.chunk, useful=self.useful,
+                      topk=self.topk)
         again = (Matmul(f"{self.name} (recomputed)", m=self.m, n=self.n, p=self.p, **common),) \
             if self.recompute_in_backward else ()
         return again + (Matmul(f"{self.name} {d_a}", m=self.m, n=self.p, p=self.n, **common),

@@ -38,6 +38,7 @@ SYMBOLS: dict[str, str] = {
     "G": "router_groups (DeepSeek's n_group)",
     "E/G": "experts per router group",
     "2": "the two best scores that rank a router group",
+    "1": "the one output of the shared experts' gate (Qwen2-MoE)",
     "k_G": "router_topk_groups, groups kept before top-k",
     "C": "expert capacity in rows, ⌈c·B·T·k/E⌉ (capacity factor c)",
     "E·C+1": "dispatch buffer rows: E experts × C, and one trash row for dropped slots",
@@ -53,6 +54,11 @@ SYMBOLS: dict[str, str] = {
     "d_v": "v_head_dim (latent attention's value head dimension)",
     "d_kv_a": "kv_lora_rank + qk_rope_head_dim: kv_a_proj's width, the cache per token",
     "d_kv_b": "qk_nope_head_dim + v_head_dim: kv_b_proj's width per head",
+    "h_I": "index_heads: the sparse-attention indexer's heads (DeepSeek-V3.2)",
+    "d_I": "index_head_dim: the indexer's head dimension (one key per token)",
+    "d_I_pass": "index_head_dim − qk_rope_head_dim: the indexer dims without RoPE",
+    "k_I": "index_topk: the keys the indexer keeps per query",
+    "P_K": "query-key pairs the indexer keeps, Σᵢ min(i+1, k_I) = k_I·T − k_I(k_I−1)/2 for T ≥ k_I",
 }
 
 # Order in which symbols are written in a monomial: workload first, then model sizes;
@@ -61,7 +67,8 @@ _ORDER = {s: i for i, s in enumerate(("B", "h_kv", "g", "h", "T", "P", "P_W", "W
                                       "L", "E", "k", "G", "E/G", "k_G", "d_model", "d_k", "d_k/2",
                                       "d_rot", "d_rot/2", "d_pass",
                                       "r_q", "r_kv", "d_kv_a", "d_kv_b", "d_nope", "d_rope",
-                                      "d_rope/2", "d_v", "d_ff", "d_e", "d_s", "V"))}
+                                      "d_rope/2", "d_v", "h_I", "d_I", "d_I_pass", "k_I", "P_K",
+                                      "d_ff", "d_e", "d_s", "V"))}
 _SUPERSCRIPT = str.maketrans("0123456789", "⁰¹²³⁴⁵⁶⁷⁸⁹")
 
 
@@ -169,6 +176,8 @@ class Expr:
             e = e.substitute("P", Expr({("T", "T"): Fraction(1, 2), ("T",): Fraction(1, 2)}))
         if "T" in keep and "P_W" in e.symbols():  # the branch the analysed T is on
             e = e.substitute("P_W", window_pairs_expr(values["W"], values["T"]))
+        if "T" in keep and "P_K" in e.symbols():  # the indexer's top-k: a window's count
+            e = e.substitute("P_K", window_pairs_expr(values["k_I"], values["T"]))
         if "T" in keep and "P_C" in e.symbols():  # the branch (T mod C_a) the analysed T is on
             e = e.substitute("P_C", chunk_pairs_expr(values["C_a"], values["T"]))
         if "T" in keep:  # an expert's capacity rows stay symbolic: C = ⌈c·B·T·k/E⌉
@@ -287,6 +296,9 @@ def validity(e: Expr, values: dict[str, int]) -> str:
     if "P_W" in e.symbols():
         w = values["W"]
         parts.append(f"T ≥ W = {w:,}" if values["T"] >= w else f"T ≤ W = {w:,}")
+    if "P_K" in e.symbols():
+        k = values["k_I"]
+        parts.append(f"T ≥ k_I = {k:,}" if values["T"] >= k else f"T ≤ k_I = {k:,}")
     if "P_C" in e.symbols():
         c, seq = values["C_a"], values["T"]
         parts.append(f"T ≤ C_a = {c:,}" if seq <= c else f"T ≥ C_a = {c:,}, T mod C_a = {seq % c:,}")

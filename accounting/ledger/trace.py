@@ -74,8 +74,7 @@ class Trace:
         self.param_dtype = param_dtype  # bf16: model.to(torch.bfloat16); LoRA: the frozen base's
         self.hf = False  # the ops of transformers' modeling code, where they differ (builder)
         self.hf_olmo2 = False  # OLMo-2's RMSNorm (the gain in fp32, then the cast), fp32 RoPE
-        # LoRA (builder/lora.py Adapters): every other parameter frozen, in param_dtype
-        self.adapters = adapters
+        self.adapters = adapters  # LoRA (builder/lora.py): every other parameter frozen
         self.lora_outputs: dict = {}  # a fused PEFT layer's lora_A output, by its input
         self.path: list[str] = []
         self.repeat: str | None = None
@@ -94,6 +93,7 @@ class Trace:
         self._region_matmuls: list[tuple[int, R.Matmul]] = []  # (op tick, record)
         self._region_last_save = 0.0
         self._tick = 0  # counts ops, to order computes and saves within a region
+        self._no_grad = False  # inside torch.no_grad(): nothing saved, no gradient matmul
         self._unnamed_saves: list[str] = []
 
     # ---- where the run is ----------------------------------------------------------------
@@ -122,6 +122,15 @@ class Trace:
             yield
         finally:
             self.path, self.repeat = outer, None
+
+    @contextmanager
+    def no_grad(self):
+        """torch.no_grad(): its ops save nothing and its matmuls have no backward."""
+        outer, self._no_grad = self._no_grad, True
+        try:
+            yield
+        finally:
+            self._no_grad = outer
 
     @contextmanager
     def outside(self, name: str):
@@ -212,6 +221,8 @@ class Trace:
     def _saves(self, x: Sym, by: str, after: bool = False) -> None:
         """x is saved for backward by the op running now: before it computes (an input), or
         after (`after`: an output)."""
+        if self._no_grad:
+            return  # torch.no_grad(): autograd records nothing
         if self._region is not None and not by.startswith("checkpoint"):
             self._region_last_save = max(self._region_last_save, self._tick + (0.5 if after else -0.5))
             return  # inside a checkpoint nothing is kept
@@ -426,18 +437,6 @@ class Trace:
         return Sym(x.shape if shape is None else shape, x.dtype, x.grad)
 
     # ---- the loss (outside the model: saves only, its FLOPs are not the model's) -------------
-    def cross_entropy(self, logits: Sym, targets: Sym, course: str) -> None:
-        """F.cross_entropy = nll_loss(log_softmax(logits)): log_softmax saves its output,
-        nll_loss its targets and a 0-dim total weight (float32 under autocast too, bf16 for
-        bf16 logits)."""
-        (logits,), dtype = self._autocast("cross_entropy", logits)
-        lsm = self.name(Sym(logits.shape, dtype, grad=True), "log-softmax of the logits", course)
-        self._reads("log_softmax", logits)
-        self._saves(lsm, "log_softmax", after=True)
-        self._saves(targets, "nll_loss")
-        # the total weight has the log-probabilities' dtype (bf16 logits without autocast)
-        self._saves(self.name(self.fresh((), dtype), "nll_loss total weight"), "nll_loss")
-
     # ---- matmuls --------------------------------------------------------------------------
     def matmul(self, a: Sym, b: Sym, record: R.Matmul, copy_labels: tuple[str, str] = ("", ""),
                op: str = "bmm") -> str:
@@ -447,6 +446,8 @@ class Trace:
         op: the autocast policy's name for it (grouped_mm has none: it runs in its inputs'
         dtype)."""
         self._tick += 1
+        if self._no_grad:
+            record = replace(record, backward=False)
         self.matmuls.append(record)
         if self._region is not None:
             self._region_matmuls.append((self._tick, record))

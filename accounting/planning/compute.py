@@ -11,12 +11,17 @@ forward pass's are reported beside it.
 """
 from __future__ import annotations
 
+import numbers
+import operator
 import re
 from dataclasses import dataclass
+from decimal import Decimal
 from fractions import Fraction
 
+from accounting.analysis.mtp import mtp
 from accounting.analysis.workload import analyze
 from accounting.spec.config import ModelConfig
+from accounting.runtime import names
 from accounting.runtime.errors import UsageError, shorten
 from accounting.ledger.symbols import Expr
 from accounting.ledger.ledger import ledger
@@ -104,15 +109,21 @@ class StepFlops:
     forward_non_matmul: int  # not in the total; reported for scale
     forward_formula: str  # the forward matmul FLOPs as a polynomial in B and T
     backward_formula: str
+    # multi-token prediction (accounting/analysis/mtp.py): its modules' forward and backward
+    # matmul FLOPs and their AdamW update; 0 without MTP modules
+    mtp: int = 0
+    mtp_adamw: int = 0
 
     @property
     def total(self) -> int:
-        return self.forward + self.backward + self.recompute + self.adamw
+        return self.forward + self.backward + self.recompute + self.adamw + self.mtp \
+            + self.mtp_adamw
 
     @property
     def model_flops(self) -> int:
-        """Forward + backward + optimizer: what MFU counts (recomputation excluded)."""
-        return self.forward + self.backward + self.adamw
+        """Forward + backward + optimizer: what MFU counts (recomputation excluded), the MTP
+        modules' included (training runs them)."""
+        return self.forward + self.backward + self.adamw + self.mtp + self.mtp_adamw
 
 
 def step_flops(config: ModelConfig, seq: int, batch: int, recompute: str = "none",
@@ -123,10 +134,24 @@ def step_flops(config: ModelConfig, seq: int, batch: int, recompute: str = "none
     # every block's forward (full), or every attention core (selective).
     v = fwd.values
     again = sum(r.count(v) * r.flops(v) for r in ledger(config, recompute=recompute).recomputed)
+    m = mtp(config, seq, batch)
+    # AdamW on the MTP modules' own parameters: 14 per element (ADAMW_OPS) and one step
+    # counter per tensor, as on the model's (the tensors: the block's, W_eh and three norms)
+    per_param = sum(o.flops_per_element for o in ADAMW_OPS if o.per == PARAMETER)
+    mtp_adamw = 0 if m is None else m.modules * (per_param * m.params_each + _mtp_tensors(config))
     return StepFlops(config, seq, batch, fwd.matmul_flops(), bwd.matmul_flops(), again,
                      optimizer_flops(config, optimizer, trainable), fwd.elementwise_flops,
-                     str(fwd.matmul_polynomial()),
-                     str(bwd.matmul_polynomial()))
+                     str(fwd.matmul_polynomial()), str(bwd.matmul_polynomial()),
+                     0 if m is None else m.train_flops, mtp_adamw)
+
+
+def _mtp_tensors(config: ModelConfig) -> int:
+    """Parameter tensors of one MTP module: one block of the last layer's kind, W_eh, and
+    three norms of ln_final's tensors."""
+    lg = ledger(config)
+    last = lg.group_of(config.num_layers - 1)
+    return (sum(1 for p in lg.params if p.repeat == last) + 1
+            + 3 * sum(1 for p in lg.params if p.module == "ln_final"))
 
 
 # A user's decimal: digits, an optional fraction and exponent, or a ratio 'p/q'. Bounded
@@ -139,16 +164,22 @@ MAX_BITS = 2000  # an int or Fraction passed by code: about 600 digits
 def exact(value, what: str) -> Fraction:
     """A user number as an exact Fraction: a decimal string or float as written ("19.5" is
     39/2, not the nearest binary double). At most 100 characters, exponent within ±100."""
-    if isinstance(value, bool):
-        raise UsageError(f"{what} must be a number, got {shorten(value)}")
+    if isinstance(value, bool) or not isinstance(value, (str, numbers.Real, Decimal)):
+        # a wrong type from code is a TypeError, as the API's docstrings say (issue 32)
+        raise TypeError(f"{what} must be a number (an int, a float, a Fraction, a Decimal or "
+                        f"a decimal string), got {shorten(value)} ({type(value).__name__})")
+    if isinstance(value, numbers.Integral):  # numpy's integers too, as A.count takes them
+        value = operator.index(value)
+    elif isinstance(value, numbers.Real) and not isinstance(value, Fraction):
+        value = float(value)  # numpy's floats: read as the float they hold (repr below)
     if isinstance(value, (int, Fraction)):  # from code: bounded in size, not in spelling
         f = Fraction(value)
         if max(f.numerator.bit_length(), f.denominator.bit_length()) > MAX_BITS:
             raise UsageError(f"{what} is too large or too precise (more than {MAX_BITS} bits)")
         return f
     if isinstance(value, float):
-        value = repr(value)
-    text = str(value).strip().replace("_", "")
+        value = float.__repr__(value)
+    text = str(value).strip()  # (no '_': '0.5_0' is no decimal a user writes, issue 32)
     m = _DECIMAL.match(text) if len(text) <= MAX_NUMBER_CHARS else None
     if m is None:
         raise UsageError(f"{what} must be a number (digits, a decimal point, an exponent; at "
@@ -163,9 +194,10 @@ def exact(value, what: str) -> Fraction:
 
 
 def check_mfu(mfu) -> Fraction:
-    u = exact(mfu, "--mfu")
+    u = exact(mfu, names.arg("mfu"))
     if not 0 < u <= 1:
-        raise UsageError(f"--mfu must be in (0, 1] (a fraction of the peak, e.g. 0.5), got {mfu}")
+        raise UsageError(f"{names.arg('mfu')} must be in (0, 1] (a fraction of the peak, e.g. "
+                         f"0.5), got {mfu}")
     return u
 
 

@@ -88,6 +88,9 @@ def to_dict(p: Plan) -> dict:
         "flops_per_step": {"forward": p.flops.forward, "backward": p.flops.backward,
                            "recompute": p.flops.recompute, "adamw": p.flops.adamw,
                            "optimizer": p.flops.adamw,
+                           # multi-token prediction modules (0 without): forward + backward
+                           # matmuls, and their AdamW update (accounting/analysis/mtp.py)
+                           "mtp": p.flops.mtp, "mtp_adamw": p.flops.mtp_adamw,
                            "total": p.flops.total, "forward_non_matmul_not_in_total":
                                p.flops.forward_non_matmul,
                            "adamw_formula": compute.adamw_formula(p.config)},

@@ -57,7 +57,13 @@ def _decode_factors(r: R.Matmul) -> tuple[str, ...]:
     t_C = min(t, C) on a chunked one: the rolling cache a step attends, masked to the keys of
     its own chunk, ((t − 1) mod C) + 1 of them, as transformers' DynamicSlidingWindowLayer
     and chunked mask run it)."""
-    key = "t_W" if r.window else "t_C" if r.chunk else "t"
+    key = "t_W" if r.window else "t_C" if r.chunk else "t_K" if r.topk else "t"
+    # DeepSeek-V3.2's indexer scores every cached key (t); the attention then reads the
+    # t_K = min(t, k_I) it chose (the sparse kernel's count; transformers' eager path masks
+    # all t). The indexer's weighted sum has its query rows in the batch (B·T)
+    if "T" in r.batch:
+        return tuple(f for f in r.batch if f != "T") + r.m + r.n + \
+            tuple(key if f == "T" else f for f in r.p)
     if r.reads_cache:  # it runs over every cached token
         return r.batch + tuple(key if f == "T" else f for f in r.m) + r.n + r.p
     if "T" not in r.m:  # experts under a capacity factor: E·C rows, C at one token each
@@ -208,6 +214,8 @@ def inference(config: ModelConfig, batch: int, seq: int, precision: Precision,
         v["t_W"] = min(t, config.sliding_window)
     if config.attention_chunk is not None:  # the rolling cache of a chunked layer
         v["t_C"] = min(t, config.attention_chunk)
+    if config.index_topk is not None:  # the keys the indexer keeps (DeepSeek-V3.2)
+        v["t_K"] = min(t, config.index_topk)
     if config.moe_capacity_factor is not None:
         v["C_1"] = expert_capacity(config.moe_capacity_factor, batch * config.experts_per_token,
                                    config.num_experts)

@@ -6,8 +6,9 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from accounting.analysis import arguments as A
-from accounting.analysis.workload import check_workload
+from accounting.analysis.workload import MAX_WORKLOAD, check_workload
 from accounting.spec.config import ModelConfig
+from accounting.runtime import names
 from accounting.runtime.errors import UsageError
 from accounting.planning.compute import (
     StepFlops,
@@ -63,22 +64,28 @@ class Plan:
     recipe: recipes.Recipe | None = None
 
 
+MAX_MEMORY_BYTES = 10**18  # an exabyte: far past any GPU, and every fit stays quick
+
+
 def hardware(gpu: str | None = None, memory_bytes: int | None = None,
              peak_tflops=None, bandwidth_tbs=None, compute: str = FP32) -> Hardware | None:
     """A table GPU, or the user's own numbers (any of them may be left out), or None."""
     custom = (memory_bytes, peak_tflops, bandwidth_tbs)
     if gpu is not None:
         if any(x is not None for x in custom):
-            raise UsageError("give either --gpu NAME or --gpu-mem/--gpu-flops/--gpu-bw, not both")
+            raise UsageError(f"give either {names.arg('gpu')} or "
+                             f"{'/'.join(map(names.arg, ('memory_bytes', 'peak_tflops', 'bandwidth_tbs')))}"
+                             f", not both")
         return Hardware.from_gpu(get_gpu(gpu), compute)
     if all(x is None for x in custom):
         return None
     if memory_bytes is not None and (isinstance(memory_bytes, bool) or not isinstance(memory_bytes, int)
                                      or memory_bytes <= 0):
-        raise UsageError(f"--gpu-mem must be a positive size, got {memory_bytes!r}")
-    peak = None if peak_tflops is None else exact(peak_tflops, "--gpu-flops")
-    bw = None if bandwidth_tbs is None else exact(bandwidth_tbs, "--gpu-bw")
-    for flag, x in (("--gpu-flops", peak), ("--gpu-bw", bw)):
+        raise UsageError(f"{names.arg('memory_bytes')} must be a positive size, got "
+                         f"{memory_bytes!r}")
+    peak = None if peak_tflops is None else exact(peak_tflops, names.arg("peak_tflops"))
+    bw = None if bandwidth_tbs is None else exact(bandwidth_tbs, names.arg("bandwidth_tbs"))
+    for flag, x in ((names.arg("peak_tflops"), peak), (names.arg("bandwidth_tbs"), bw)):
         if x is not None and x <= 0:
             raise UsageError(f"{flag} must be positive, got {x}")
     return Hardware.custom(memory_bytes, peak, bw)
@@ -118,35 +125,39 @@ def plan(config: ModelConfig | str, seq: int | None = None, batch: int = 1, *,
     scope = A.choice(scope, "scope", SCOPES)
     recompute = A.choice(recompute, "recompute", RECOMPUTE)
     gpu = A.optional_name(gpu, "gpu", "a GPU name such as 'H100'")
+    # the command line's bounds (cli/args.py positive_int, cli/plan.py parse_size)
     memory_bytes, steps, tokens, position = (
-        A.count(v, name, "not given") for v, name in ((memory_bytes, "memory_bytes"),
-                                                     (steps, "steps"), (tokens, "tokens"),
-                                                     (position, "position")))
+        A.count(v, name, "not given", maximum=bound) for v, name, bound in (
+            (memory_bytes, "memory_bytes", (MAX_MEMORY_BYTES, "10^18 bytes")),
+            (steps, "steps", (MAX_WORKLOAD, "10^15")), (tokens, "tokens", (MAX_WORKLOAD, "10^15")),
+            (position, "position", (MAX_WORKLOAD, "10^15"))))
     seq = config.context_length if seq is None else seq
     check_workload(seq, batch, config)
     if position is not None and (isinstance(position, bool) or not isinstance(position, int)
                                  or position <= 0):
-        raise UsageError(f"--position must be a positive integer, got {position!r}")
+        raise UsageError(f"{names.arg('position')} must be a positive integer, got {position!r}")
     if position is not None and config.positions == "learned" and position > config.context_length:
         # the token at position t attends to t keys; a learned table has no row past its end
-        raise UsageError(f"--position {position:,} is past {config.name}'s learned position "
-                         f"table ({config.context_length:,} positions); give --position up to "
+        raise UsageError(f"{names.arg('position')} {position:,} is past {config.name}'s learned "
+                         f"position table ({config.context_length:,} positions); give "
+                         f"{names.arg('position')} up to "
                          f"{config.context_length:,} (RoPE models decode at any position)")
     if steps is not None and tokens is not None:
-        raise UsageError("give either --steps or --tokens, not both")
+        raise UsageError(f"give either {names.arg('steps')} or {names.arg('tokens')}, not both")
     recipe, config = recipes.resolve(config, from_hf, implementation, precision, optimizer,
                                      recompute, attention_given, scope)
     p = get_precision(recipe.precision)
     hw = hardware(gpu, memory_bytes, peak_tflops, bandwidth_tbs, p.compute)
     u = check_mfu(mfu)
-    m = exact(margin, "--margin")
+    m = exact(margin, names.arg("margin"))
     ft = _finetune(config, p, scope, lora, base_weights, double_quant, module_names,
                    recipe.implementation, trainable)  # issue 28
     model = MemoryModel(config, p, scope, recompute, recipe.implementation, recipe.optimizer,
                         trainable, ft)
     budget = Budget(hw.memory_bytes, m) if hw and hw.memory_bytes else None
     if budget is None and not 0 <= m < 1:
-        raise UsageError(f"--margin must be in [0, 1) (a share of the memory), got {margin}")
+        raise UsageError(f"{names.arg('margin')} must be in [0, 1) (a share of the memory), "
+                         f"got {margin}")
     flops = (step_flops(config, seq, batch, recompute, recipe.optimizer, trainable) if ft is None
              else finetune.step_flops(ft, seq, batch, recompute, recipe.optimizer))
     time = None

@@ -109,7 +109,10 @@ def resolve(config: ModelConfig, from_hf: bool, implementation: str | None = Non
                                  "--attention naive or give --implementation course")
             config = replace(config, attention="sdpa")
     if from_hf and scope != "course" and not attention_given and config.attention != "sdpa":
-        config = replace(config, attention="sdpa")  # transformers' default kernel, either way
+        try:  # transformers' default kernel, either way
+            config = replace(config, attention="sdpa")
+        except UsageError:  # a config whose attention needs the naive core (DSA's indexer)
+            pass
     if precision is None:
         precision = BF16_MIXED if from_hf and scope != "course" else FP32
     get_precision(precision)

@@ -272,15 +272,22 @@ def flops_table(p: Plan) -> Table:
                      grouped(f.adamw), si(f.adamw, "FLOP")))
     rows.append(("total per step", "", grouped(f.total), si(f.total, "FLOP")))
     ratio = Fraction(f.backward, f.forward)
-    r = ratio if ratio.denominator > 1 else ratio.numerator
+    # a ratio such as 456866/222289 reads as a decimal, the exact fraction beside it
+    r = (f"{ratio.numerator} × forward, exactly" if ratio.denominator == 1 else
+         f"{decimal(ratio, 4)} × forward ({ratio.numerator:,}/{ratio.denominator:,} exactly)")
+    fused = ("" if p.config.attention == "naive" else
+             f" With the fused attention kernel (--attention {p.config.attention}) the backward "
+             "also recomputes the scores QKᵀ: 5 T×T matmuls per head where the forward runs 2 "
+             "(eager attention's backward: 4), so the attention core's backward is 5/2 of its "
+             "forward, the rest 2×.")
     notes = [
-        f"Backward = {r} × forward, exactly: "
-        "the analytic ledger (accounting.analysis.workload, phase 'backward') has one gradient matmul "
-        "per operand of every forward matmul, each the size of the forward one (the embedding's "
-        "backward is a scatter-add, not a matmul)." if ft is None else
-        f"Backward = {r} × forward, exactly: LoRA computes every matmul's input gradient and "
-        "a weight gradient only for the adapters (the frozen weights' are never computed); "
-        "the adapters' matmuls are in both passes.",
+        (f"Backward = {r}: "
+         "the analytic ledger (accounting.analysis.workload, phase 'backward') has one gradient "
+         "matmul per operand of every forward matmul, each the size of the forward one (the "
+         "embedding's backward is a scatter-add, not a matmul)." if ft is None else
+         f"Backward = {r}: LoRA computes every matmul's input gradient and "
+         "a weight gradient only for the adapters (the frozen weights' are never computed); "
+         "the adapters' matmuls are in both passes.") + fused,
         "Matmul FLOPs, executed count (the full T×T attention scores the model computes), "
         "2 FLOPs per multiply-add. Non-matmul FLOPs (norms, softmax, SiLU, residuals, the "
         f"cross-entropy) are not in the total: {grouped(f.forward_non_matmul)} in the forward "

@@ -7,6 +7,7 @@ from fractions import Fraction
 
 from accounting.ledger import records as R
 from accounting.spec.presets import note
+from accounting.analysis.mtp import mtp
 from accounting.analysis.workload import Analysis
 from accounting.ledger.symbols import validity
 from accounting.units import FLOPS_PER_MAC
@@ -56,6 +57,27 @@ def config_dict(c) -> dict:
             "d_k": c.d_k, "architecture": c.architecture, "preset": note(c)}
 
 
+def mtp_dict(a: Analysis) -> dict | None:
+    """The multi-token-prediction modules (None without): not in `total` (transformers'
+    causal LM does not build them), beside it (accounting/analysis/mtp.py)."""
+    m = mtp(a.config, a.seq, a.batch)
+    if m is None:
+        return None
+    return {"modules": m.modules, "params_each": m.params_each, "params": m.params,
+            "total_with_mtp": a.param_count + m.params,
+            "checkpoint_total_with_copies": a.param_count + m.params + m.checkpoint_copies,
+            "train_matmul_flops": {"forward": m.forward_flops, "backward": m.backward_flops},
+            "note": MTP_NOTE}
+
+
+MTP_NOTE = ("multi-token-prediction modules: each one block of the last layer's kind, W_eh "
+            "(2·d_model → d_model) and three norms, sharing the embedding and the head; not in "
+            "the model's total (transformers' causal LM does not build them), run in training "
+            "(their FLOPs are in the plan's step), left out at inference. DeepSeek-V3's "
+            "checkpoint also stores the embedding and head again per module "
+            "(checkpoint_total_with_copies).")
+
+
 def to_dict(a: Analysis) -> dict:
     c = a.config
     out = {
@@ -69,7 +91,8 @@ def to_dict(a: Analysis) -> dict:
                        "memory_bytes": a.param_memory_bytes(),
                        "tensors": [{"name": r.record.name, "component": r.record.component,
                                     "shape": list(r.record.shape), "count": r.count,
-                                    "numel_each": r.numel_each} for r in a.param_rows]},
+                                    "numel_each": r.numel_each} for r in a.param_rows],
+                       "mtp": mtp_dict(a)},
         "matmul_flops": {"executed": a.matmul_flops("executed"), "useful": a.matmul_flops("useful"),
                          "per_token": {counting: fraction(a.flops_per_token(counting))
                                        for counting in ("executed", "useful")}},

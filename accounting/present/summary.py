@@ -13,6 +13,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 from accounting.ledger import records as R
+from accounting.analysis.mtp import mtp
 from accounting.analysis.workload import Analysis
 from accounting.spec.presets import note
 from accounting.present.table import Table
@@ -72,9 +73,21 @@ def analysis_lines(a: Analysis) -> list[str]:
         _line("largest", f"{top}, {component_percents(a, a.counting)[top]} of the matmul FLOPs "
                          f"({a.counting} attention count)"),
         _line("parameters", _count(a.param_count) + _active(a)),
+        *_mtp(a),
         _line("load memory", f"{gigabytes(memory['fp32'])} in fp32, {gigabytes(memory['bf16'])} "
                              "in bf16 (GB = 10^9 bytes)"),
     ]
+
+
+def _mtp(a: Analysis) -> list[str]:
+    """The multi-token-prediction modules (accounting/analysis/mtp.py): beside the total."""
+    m = mtp(a.config)
+    if m is None:
+        return []
+    return [_line("MTP modules", f"{plural(m.modules, 'module')} of {grouped(m.params_each)} "
+                                 f"more, not in the total (transformers' causal LM does not "
+                                 f"build them): {_count(a.param_count + m.params)} with them; "
+                                 f"trained (in the plan's FLOPs/step), not run at inference")]
 
 
 def _active(a: Analysis) -> str:
@@ -147,7 +160,11 @@ def plan_answer(p) -> Table:
                                      f"recomputation {recipe.recompute}, optimizer "
                                      f"{recipe.optimizer}"
                                      + (f" ({recipe.note})" if recipe.note else "")))
-    lines.append(_line("FLOPs/step", f"{grouped(p.flops.total)} = {si(p.flops.total, 'FLOPs')}"))
+    mtp_flops = p.flops.mtp + p.flops.mtp_adamw
+    lines.append(_line("FLOPs/step", f"{grouped(p.flops.total)} = {si(p.flops.total, 'FLOPs')}"
+                       + (f" (the MTP modules' {si(mtp_flops, 'FLOPs')} included; their "
+                          f"weights, gradients, optimizer state and activations are not in "
+                          f"the memory above)" if mtp_flops else "")))
     ft = getattr(p, "finetune", None)
     if ft is not None:  # issue 28: LoRA / QLoRA
         base = (f"NF4 ({'with' if ft.double_quant else 'without'} double quantization, "
@@ -161,9 +178,12 @@ def plan_answer(p) -> Table:
     t = p.time
     if t is not None:
         tokens = _words(t.tokens) or grouped(t.tokens)
+        # batch B does not fit: no step runs, so the time is what it would be (issue 32)
+        unfit = (f"; if it fitted, which batch {grouped(p.batch)} does not on {where}"
+                 if bf is not None and need > bf.budget.usable else "")
         lines.append(_line("time to train", f"{_days(t.seconds)} for {plural(t.steps, 'step')} "
                                             f"({tokens} tokens) at MFU {_plain(t.mfu)} of "
-                                            f"{_plain(t.peak_flops / TERA)} TFLOP/s"))
+                                            f"{_plain(t.peak_flops / TERA)} TFLOP/s" + unfit))
     else:
         why = ("no peak FLOP/s (--gpu NAME or --gpu-flops)"
                if not (p.hardware and p.hardware.peak_flops) else "give --steps N or --tokens N")

@@ -39,6 +39,10 @@ def validate(c) -> None:
     for f in _FLAGS:
         if not isinstance(getattr(c, f), bool):
             raise UsageError(f"{f} must be true or false, got {short_value(getattr(c, f))}")
+    if isinstance(c.mtp_layers, bool) or not isinstance(c.mtp_layers, int) \
+            or not 0 <= c.mtp_layers <= MAX_SIZE:
+        raise UsageError(f"mtp_layers must be a non-negative integer up to 10^12, got "
+                         f"{short_value(c.mtp_layers)}")
     if not isinstance(c.name, str):
         raise UsageError(f"name must be a string, got {short_value(c.name)}")
     if len(c.name) > MAX_NAME or escape(c.name) != c.name:
@@ -60,6 +64,20 @@ def validate(c) -> None:
         raise UsageError("attention_sinks need the naive attention core of grouped or "
                          "multi-head attention (the fused kernel has no sink column; latent "
                          "attention has none): drop --attention sdpa or the latent ranks")
+    for f in ("index_heads", "index_head_dim", "index_topk"):
+        _positive(c, f)
+    dsa = (c.index_heads, c.index_head_dim, c.index_topk)
+    if any(x is not None for x in dsa):
+        if None in dsa or c.q_lora_rank is None or not c.mla or c.positions != "rope" \
+                or c.attention != "naive" or c.index_head_dim < c.qk_rope_head_dim:
+            raise UsageError("the sparse-attention indexer (index_heads, index_head_dim, "
+                             "index_topk: give all three) reads latent attention's query "
+                             "latent and rotates its first qk_rope_head_dim dims: it needs "
+                             "kv_lora_rank and q_lora_rank, positions rope, attention naive "
+                             "and index_head_dim ≥ qk_rope_head_dim")
+    if c.attn_output_gate and c.mla:
+        raise UsageError("attn_output_gate gates grouped or multi-head attention's output; "
+                         "latent attention has none in the spec: drop one of them")
     _check_block_and_positions(c)
     _check_window(c)
     _check_scales(c)
@@ -151,7 +169,7 @@ def _check_moe(c) -> None:
         raise UsageError(f"router_group_score must be one of {', '.join(GROUP_SCORES)}, got "
                          f"{short_value(c.router_group_score)}")
     for f in ("router_bias", "norm_topk_prob", "router_topk_first", "router_linear_bias",
-              "expert_bias"):
+              "expert_bias", "shared_expert_gate", "router_bias_param"):
         if not isinstance(getattr(c, f), bool):
             raise UsageError(f"{f} must be true or false, got {short_value(getattr(c, f))}")
     for f, none_ok in (("routed_scaling_factor", False), ("moe_capacity_factor", True)):
@@ -169,6 +187,12 @@ def _check_moe(c) -> None:
                          f"{short_value(c.dense_layers)}")
     if c.num_experts is None:
         return
+    if c.router_bias_param and not c.router_bias:
+        raise UsageError("router_bias_param says how the router's correction bias is held, "
+                         "but router_bias is off; give --router-bias too or drop it")
+    if c.shared_expert_gate and not c.num_shared_experts:
+        raise UsageError("shared_expert_gate scales the shared experts' output, but "
+                         "num_shared_experts is 0; give --shared-experts N or drop the gate")
     if not c.mlp_kind.gated or c.mlp_bias:
         gated = ", ".join(name for name, kind in MLPS.items() if kind.gated)
         raise UsageError(f"mixture-of-experts layers run gated experts ({gated}) and mlp_bias "
@@ -226,6 +250,10 @@ def _check_llama4(c) -> None:
     if c.sliding_window is not None and c.attention_chunk is not None and c.layer_types is None:
         raise UsageError("sliding_window and attention_chunk together need layer_types (which "
                          "layers are local, which chunked)")
+    if c.temperature_floor is not None and not c.nope_layers:  # was: accepted, ignored (issue 32)
+        raise UsageError("temperature_floor (--temperature-floor) scales the queries of the NoPE "
+                         "layers only, and there are none: give nope_layers (--nope-layers) or "
+                         "drop it")
     if (c.nope_layers or c.qk_norm == "l2" or c.temperature_floor) and (c.positions != "rope" or c.mla):
         raise UsageError("nope_layers, qk_norm l2 and temperature_floor act on RoPE attention: "
                          "they need positions rope (and no latent attention)")

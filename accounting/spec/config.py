@@ -127,6 +127,12 @@ class ModelConfig:
     num_shared_experts: int = spec(0, kind=COUNT, flag="--shared-experts", group=EXTRAS,
                                    needs="num_experts",
                                    help="experts every token runs beside its top-k (DeepSeek)")
+    # Qwen2-MoE's shared_expert_gate (Qwen3-Next's too): sigmoid(x·w), w of d_model, scales the
+    # shared experts' output per token
+    shared_expert_gate: bool = spec(False, kind=FLAG, flag="--shared-expert-gate", group=EXTRAS,
+                                    needs="num_experts",
+                                    help="the shared experts' output times sigmoid(x·w), a "
+                                         "learned gate of d_model weights (Qwen2-MoE)")
     router: str = spec("softmax", kind=CHOICE, flag="--router", group=EXTRAS, choices=ROUTERS,
                        needs="num_experts",
                        help="softmax over the experts (Mixtral, Qwen3) or a sigmoid each "
@@ -139,6 +145,12 @@ class ModelConfig:
                                         "experts (group-limited routing; default 1)")
     router_bias: bool = spec(False, kind=FLAG, flag="--router-bias", group=EXTRAS, needs="num_experts",
                              help="DeepSeek-V3's e_score_correction_bias (a buffer) on the choice")
+    # ERNIE 4.5 keeps the correction bias as a frozen nn.Parameter (Ernie4_5_MoeStatics): E
+    # more parameters per MoE layer in the count, where DeepSeek-V3's is a buffer
+    router_bias_param: bool = spec(False, kind=FLAG, flag="--router-bias-param", group=EXTRAS,
+                                   needs="num_experts",
+                                   help="--router-bias held as a frozen parameter (ERNIE 4.5: "
+                                        "counted), not a buffer")
     norm_topk_prob: bool = spec(True, kind=FLAG, flag="--norm-topk-prob", group=EXTRAS,
                                 needs="num_experts",
                                 help="renormalise the chosen experts' weights to sum to 1 (default)")
@@ -169,6 +181,13 @@ class ModelConfig:
     expert_bias: bool = spec(False, kind=FLAG, flag="--expert-bias", group=EXTRAS,
                              needs="num_experts",
                              help="biases on the routed experts' matrices (gpt-oss)")
+    # Qwen3-Next's gated attention (Qiu et al. 2025, "Gated Attention for LLMs"): a second
+    # projection of Q's width (transformers doubles q_proj) whose sigmoid scales the heads'
+    # merged output before the output projection
+    attn_output_gate: bool = spec(False, kind=FLAG, flag="--attn-output-gate", group=EXTRAS,
+                                  help="attention's merged heads times sigmoid(W_g x), a gate "
+                                       "of Q's width, before the output projection "
+                                       "(Qwen3-Next)")
     # one learned logit per head, an extra column of every softmax row (gpt-oss)
     attention_sinks: bool = spec(False, kind=FLAG, flag="--attention-sinks", group=EXTRAS,
                                  help="a learned sink logit per head joins each attention "
@@ -185,6 +204,18 @@ class ModelConfig:
                                         help="latent attention: per-head Q/K dims with RoPE")
     v_head_dim: int | None = spec(None, kind=SIZE, flag="--v-head-dim", group=EXTRAS,
                                   help="latent attention: per-head value dims")
+    # DeepSeek Sparse Attention (DeepSeek-V3.2; transformers' DeepseekV32Indexer): a lightning
+    # indexer in every latent-attention layer scores all T keys per query with index_heads
+    # heads of index_head_dim (ReLU, weighted per head, no gradients) and the attention keeps
+    # the index_topk best: executed T×T in the eager core, T·k useful, plus the indexer's T²
+    index_heads: int | None = spec(None, kind=SIZE, flag="--index-heads", group=EXTRAS,
+                                   help="DeepSeek-V3.2's lightning indexer: its heads (with "
+                                        "--index-head-dim and --index-topk; latent attention)")
+    index_head_dim: int | None = spec(None, kind=SIZE, flag="--index-head-dim", group=EXTRAS,
+                                      help="the indexer's head dimension (its first "
+                                           "qk_rope_head_dim dims rotated)")
+    index_topk: int | None = spec(None, kind=SIZE, flag="--index-topk", group=EXTRAS,
+                                  help="the keys each query attends, chosen by the indexer")
     # Llama 4 (transformers' modeling_llama4.py): layers without RoPE (NoPE), chunked
     # attention (layer_types "chunked"), a weightless QK-norm after RoPE (qk_norm "l2"),
     # attention-temperature tuning on the NoPE layers, and a router whose sigmoid weight
@@ -209,6 +240,13 @@ class ModelConfig:
                                           "each expert's input and "
                                           "every expert runs every token, the unchosen at weight "
                                           "0 (Llama 4: E·B·T expert rows executed, B·T·k useful)")
+
+    # multi-token prediction (DeepSeek-V3 §2.2, GLM-4.5): modules that train beside the model
+    # (accounting/analysis/mtp.py); not in the model's parameter count or its inference
+    mtp_layers: int = spec(0, kind=COUNT, flag="--mtp-layers", group=EXTRAS,
+                           help="multi-token-prediction modules (DeepSeek-V3's "
+                                "num_nextn_predict_layers): counted apart and in training, "
+                                "left out at inference")
 
     def __post_init__(self) -> None:
         validate(self)
@@ -275,6 +313,11 @@ class ModelConfig:
             parts.append(QK_NORMS[self.qk_norm])
         if self.attention_sinks:
             parts.append("attention sinks")
+        if self.attn_output_gate:
+            parts.append("sigmoid-gated attention output")
+        if self.index_topk is not None:
+            parts.append(f"sparse attention: an indexer of {self.index_heads} heads × "
+                         f"{self.index_head_dim} picks {self.index_topk:,} keys per query")
         if self.mla:
             parts[3] = (f"multi-head latent attention (kv_lora_rank {self.kv_lora_rank}"
                         + (f", q_lora_rank {self.q_lora_rank}" if self.q_lora_rank else "") + ")")
@@ -297,6 +340,7 @@ class ModelConfig:
             n_moe = sum(k.moe for k in kinds)
             parts.append(f"MoE: {self.num_experts} experts, top-{self.experts_per_token}"
                          + (f", {self.num_shared_experts} shared" if self.num_shared_experts else "")
+                         + (" (sigmoid-gated)" if self.shared_expert_gate else "")
                          + ("" if n_moe == len(kinds) else f", on {n_moe} of {len(kinds)} layers"))
         if self.attention != "naive":
             parts.append("fused attention kernel (SDPA)")
@@ -326,6 +370,11 @@ class ModelConfig:
             if overrides.get("layer_types") is None and self.layer_types:
                 types = self.layer_types
                 changed["layer_types"] = tuple(types[i % len(types)] for i in range(n))
+            if changed.get("nope_layers") == () and overrides.get("temperature_floor") is None \
+                    and overrides.get("temperature_scale") is None:
+                # the temperature tuning acts on NoPE layers only: with none left, none
+                changed.update(temperature_floor=None, temperature_scale=next(
+                    f.default for f in fields(self) if f.name == "temperature_scale"))
         if not changed:
             return self
         return replace(self, name=self.name if self.name == "custom" else f"{self.name} (modified)",

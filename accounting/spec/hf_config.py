@@ -37,12 +37,13 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Callable, Mapping
 
-from accounting.spec.config import MAX_SIZE, ModelConfig
+from accounting.spec.config import MAX_NAME, MAX_SIZE, ModelConfig
 from accounting.spec.own_format import config_from_dict, read_json
-from accounting.runtime.errors import UsageError
+from accounting.runtime.errors import UsageError, escape
 # the schema and the registry, re-exported: callers read them as hf_config.X
 from accounting.spec.hf_schema import (  # noqa: F401
-    BOOL, CHOICE, COMMON_FREE, COMMON_MUST, EPS, FREE_VALUES, INT, INT_OR_NULL, LIST, NONNEG,
+    BOOL, CHOICE, INTEGER, PATTERN, COMMON_FREE, COMMON_MUST, EPS, FREE_VALUES, INT, INT_OR_ABSENT,
+    INT_OR_NULL, LIST, NONNEG,
     NUMBER_OR_NULL, REFUSED, THETA,
     TRANSFORMERS_VERSION, TYPES, UNSUPPORTED, WRAPPERS, Derived, HFType, Key, ModuleNames, Must, Noted,
     Required, register, short)
@@ -50,7 +51,7 @@ from accounting.spec.hf_schema import (  # noqa: F401
 # (in this order: the order --help, the errors and the docs list the types in)
 from accounting.spec import (  # noqa: F401
     hf_types_dense, hf_types_parallel, hf_types_gemma, hf_types_moe, hf_types_gpt_oss,
-    hf_types_llama4, hf_types_cohere)
+    hf_types_llama4, hf_types_cohere, hf_types_moe2, hf_types_dense2)
 
 def supported_types() -> str:
     """The model_types a config.json may name, in the table's order: the one list --help,
@@ -91,6 +92,8 @@ def _get(data: Mapping, path: str):
 def _check_kind(key: Key, value, where: str) -> None:
     ok = {
         INT: lambda v: isinstance(v, int) and not isinstance(v, bool) and 0 < v <= MAX_SIZE,
+        INT_OR_ABSENT: lambda v: isinstance(v, int) and not isinstance(v, bool)
+        and 0 < v <= MAX_SIZE,
         INT_OR_NULL: lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool)
                                              and 0 < v <= MAX_SIZE),
         NONNEG: lambda v: isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_SIZE,
@@ -100,6 +103,9 @@ def _check_kind(key: Key, value, where: str) -> None:
         NUMBER_OR_NULL: lambda v: v is None or (_number(v) and v > 0),
         EPS: lambda v: _number(v) and v >= 0,
         CHOICE: lambda v: isinstance(v, str) and v in key.choices,
+        INTEGER: lambda v: isinstance(v, int) and not isinstance(v, bool) and abs(v) <= MAX_SIZE,
+        PATTERN: lambda v: v is None or (isinstance(v, str) and 0 < len(v) <= 1000) or (
+            isinstance(v, int) and not isinstance(v, bool) and 0 < v <= MAX_SIZE),
     }[key.kind]
     if not ok(value):
         wanted = (f"{CHOICE} {', '.join(key.choices)} (the activations the tool's spec has)"
@@ -111,11 +117,21 @@ def _number(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
+def _same(a, b) -> bool:
+    """One value however spelt: 500000 and 500000.0 are one rope_theta (JSON does not tell
+    them apart in meaning; transformers reads both as the number); otherwise equal reprs."""
+    def number(v):  # (not _number: math.isfinite overflows on a huge int)
+        return isinstance(v, (int, float)) and not isinstance(v, bool)
+    if number(a) and number(b):
+        return a == b
+    return type(a) is type(b) and repr(a) == repr(b)
+
+
 def _read(key: Key, data: Mapping, where: str):
     """The key's value (from it or an alias), checked; contradicting spellings refused."""
     found = [(p, _get(data, p)) for p in (key.hf, *key.aliases)]
     found = [(p, v) for p, v in found if v is not _MISSING]
-    if len({repr(v) for _, v in found}) > 1:
+    if any(not _same(v, found[0][1]) for _, v in found):
         shown = ", ".join(f"{p} = {short(v)}" for p, v in found)
         raise UsageError(f"{where}: contradictory keys {shown}; transformers reads them as one "
                          f"setting, so give one value")
@@ -145,7 +161,8 @@ def translate(data: Mapping, source: str, name: str, origin: str = "",
     mt = data.get("model_type")
     if isinstance(mt, str) and mt in WRAPPERS:  # a vision-language config: its language model
         inner, said = WRAPPERS[mt](data, f"{source} ({mt})")
-        hf = translate(inner, f"{source} (text_config)", name, origin or source)
+        # the language model's own unknown keys are judged as a file of its type would be
+        hf = translate(inner, f"{source} (text_config)", name, origin or source, judge)
         return replace(hf, notes=said + hf.notes)
     if isinstance(mt, str) and mt in UNSUPPORTED:
         raise UsageError(f"{source}: model_type {mt} is not supported: it {UNSUPPORTED[mt]}; "
@@ -156,7 +173,7 @@ def translate(data: Mapping, source: str, name: str, origin: str = "",
     t = TYPES[mt]
     where = f"{source} ({mt})"
     if t.nested:
-        return _translate_nested(t, data, source, name, origin, where)
+        return _translate_nested(t, data, source, name, origin, where, judge)
     for k, why in REFUSED.items():
         if data.get(k) is not None and not t.declares(k):
             raise UsageError(f"{where}: {k} = {short(data[k])} is {why}; refusing rather than "
@@ -225,7 +242,7 @@ def translate(data: Mapping, source: str, name: str, origin: str = "",
 
 
 def _translate_nested(t: HFType, data: Mapping, source: str, name: str, origin: str,
-                      where: str) -> HFConfig:
+                      where: str, judge: Judge | None = None) -> HFConfig:
     """A multimodal file (Llama 4): its top-level keys checked against the type's `outer`
     list, the language model read from data[t.nested] as a file of the text type, and the
     vision tower said to be uncounted. HFConfig.data stays the whole file: transformers'
@@ -248,14 +265,16 @@ def _translate_nested(t: HFType, data: Mapping, source: str, name: str, origin: 
     if inner.get("model_type", text_type) != text_type:
         raise UsageError(f"{where}: {t.nested}.model_type must be {text_type}, got "
                          f"{short(inner.get('model_type'))}")
-    hf = translate({**inner, "model_type": text_type}, f"{source} {t.nested}", name, origin)
+    hf = translate({**inner, "model_type": text_type}, f"{source} {t.nested}", name, origin,
+                   judge)
     mapped = tuple((f"{t.nested}.{k}", v, f, g) for k, v, f, g in hf.mapped)
     vision = ("vision_config: the vision tower and the multi-modal projector "
               "(Llama4ForConditionalGeneration's) are not counted; the counts are the language "
               f"model's, {t.nested}, as AutoModelForCausalLM builds it (Llama4ForCausalLM, "
               f"whose head is tied by {t.nested}.tie_word_embeddings, not the top-level key).")
     return HFConfig(t.model_type, MappingProxyType(copy.deepcopy(dict(data))), hf.config,
-                    origin or source, mapped, hf.notes + (vision,), storage_dtype(data))
+                    origin or source, mapped, hf.notes + (vision,), storage_dtype(data),
+                    hf.judged)
 
 
 COMMON_MUST_KEYS = frozenset(m.hf for m in COMMON_MUST)
@@ -299,10 +318,14 @@ def name_for(path: Path, data: Mapping) -> str:
     config.json, as checkpoints ship it), else the file's stem."""
     given = data.get("_name_or_path")
     if isinstance(given, str) and given.strip():
-        return given.strip()
-    if path.name == "config.json" and path.resolve().parent.name:
-        return path.resolve().parent.name
-    return path.stem
+        name = given.strip()
+    elif path.name == "config.json" and path.resolve().parent.name:
+        name = path.resolve().parent.name
+    else:
+        name = path.stem
+    # a name the file's path or bookkeeping gives is shown, never refused (issue 32): control
+    # characters escaped and cut to the length a name may have, as the own format does
+    return escape(name)[:MAX_NAME]
 
 
 # ---- back to config.json, for a config modified by flags ----------------------------------
@@ -315,7 +338,7 @@ def for_transformers(hf: HFConfig, config: ModelConfig) -> tuple[dict | None, st
     t = hf.type
     if t.nested:  # the text model's keys, rewritten inside the nested object
         inner = translate({**data[t.nested], "model_type": f"{t.model_type}_text"},
-                          "config.json", hf.config.name)
+                          "config.json", hf.config.name, judge=_already(hf))
         text, why = for_transformers(inner, config)
         if text is None:
             return None, why
@@ -365,17 +388,23 @@ def for_transformers(hf: HFConfig, config: ModelConfig) -> tuple[dict | None, st
         return None, (f"{', '.join(fixed)} {'is' if len(fixed) == 1 else 'are'} fixed by "
                       f"model_type {t.model_type} (no config.json key sets "
                       f"{'it' if len(fixed) == 1 else 'them'})")
-    def judged(d, unknown, t, where):  # the keys judged count-free when hf was read
-        if set(unknown) <= set(hf.judged):
-            return ()
-        raise UsageError(f"{where}: keys not judged: {', '.join(unknown)}")
     try:
-        again = translate(data, "the rewritten config.json", config.name, judge=judged).config
+        again = translate(data, "the rewritten config.json", config.name,
+                          judge=_already(hf)).config
     except UsageError as e:
         return None, str(e)
     if replace(again, name="") != replace(config, name=""):
         return None, "the flags' changes cannot be written as config.json keys"
     return data, ""
+
+
+def _already(hf: HFConfig) -> Judge:
+    """A judge accepting the keys judged count-free when hf was read, and no other."""
+    def judged(d, unknown, t, where):
+        if set(unknown) <= set(hf.judged):
+            return ()
+        raise UsageError(f"{where}: keys not judged: {', '.join(unknown)}")
+    return judged
 
 
 # ---- files ---------------------------------------------------------------------------------

@@ -20,6 +20,10 @@ TRANSFORMERS_VERSION = "5.23.0"
 # ---- value kinds ---------------------------------------------------------------------------
 INT = "a positive integer"
 INT_OR_NULL = "a positive integer or null"
+# a key whose null transformers' model cannot run (Qwen2/OLMo-2/Cohere/Granite's head_dim:
+# their configs keep the null, and the attention's getattr(config, "head_dim", d // h)
+# returns None: TypeError in the RoPE or the scaling); absent takes the default
+INT_OR_ABSENT = "a positive integer or absent (transformers' model fails on null)"
 NONNEG = "a non-negative integer"
 LIST = "a list or null"  # its entries are checked by the type's derive rule
 BOOL = "true or false"
@@ -27,6 +31,8 @@ THETA = "a positive number"
 EPS = "a non-negative number"
 NUMBER_OR_NULL = "a positive number or null"  # Gemma's soft-caps (null: none)
 CHOICE = "one of"
+INTEGER = "an integer"  # ERNIE 4.5's moe_layer_end_index (-1: the last layer)
+PATTERN = "a positive integer, a string or null"  # EXAONE 4's sliding_window_pattern ("LLLG")
 
 
 @dataclass(frozen=True)
@@ -205,7 +211,8 @@ FREE_VALUES = MappingProxyType({
 # Keys of architectures a model_type does not build: refused (unless null) in every type
 # that does not read them itself. (A key a type does not know at all is refused as unknown.)
 _MOE = ("a mixture-of-experts key, which this model_type does not build (the types with "
-        "experts: mixtral, qwen3_moe, deepseek_v2, deepseek_v3, gpt_oss, llama4_text, llama4)")
+        "experts: mixtral, qwen3_moe, deepseek_v2, deepseek_v3, gpt_oss, llama4_text, llama4, "
+        "olmoe, qwen2_moe, glm4_moe, minimax_m2)")
 _MLA = ("a multi-head latent attention key, which this model_type does not build (deepseek_v2 "
         "and deepseek_v3 do)")
 REFUSED = MappingProxyType({
@@ -346,7 +353,9 @@ def kv_heads(default=None, kind: str = INT_OR_NULL) -> Key:
 
 
 def head_dim(default=None, kind: str = INT_OR_NULL) -> Key:
-    """head_dim, shared likewise; null: hidden_size // num_attention_heads."""
+    """head_dim, shared likewise; null: hidden_size // num_attention_heads where the config
+    class turns null into it (LlamaConfig, MistralConfig, MixtralConfig); INT_OR_ABSENT where
+    the class keeps the null and the model fails on it (Qwen2, OLMo-2, Cohere, Granite)."""
     return Key("head_dim", ("head_dim",), kind, default)
 
 
@@ -397,6 +406,17 @@ UNSUPPORTED: Mapping[str, str] = MappingProxyType({
     # modeling_cohere2.py: Cohere2Attention applies RoPE only where the layer slides
     "cohere2": "runs RoPE only on its sliding-window layers and none on the global ones "
                "(Cohere2Attention), and the spec has one positions setting for every layer",
+    # issue 31: each names the feature the spec lacks and how the size flags come closest
+    "phimoe": "routes with SparseMixer (two masked softmaxes, the second expert chosen after "
+              "masking the first; modeling_phimoe.py sparsemixer), not a softmax or sigmoid "
+              "top-k, and Phi-3.5-MoE has an LM-head bias (lm_head_bias) the spec lacks; "
+              "--norm layernorm --qkv-bias --out-bias --num-experts 16 --experts-per-token 2 "
+              "give its parameters (less the V head biases) and matmul FLOPs exactly",
+    "gemma4": "runs a dense MLP and a mixture of experts side by side in every layer "
+              "(enable_moe_block), full-attention layers with their own head_dim, K/V heads "
+              "and K = V (global_head_dim, num_global_key_value_heads, attention_k_eq_v) and "
+              "per-layer-kind partial RoPE; the spec has one head shape for every layer and "
+              "one MLP per block, so no flags describe it",
 })
 
 # model_types whose config.json wraps a language model's config (a vision-language model):

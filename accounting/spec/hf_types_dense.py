@@ -10,7 +10,7 @@ from typing import Mapping
 from accounting.spec.config import ModelConfig
 from accounting.spec.hf_schema import (
     ATTENTION_BIAS, ATTENTION_DROPOUT, BOOL, CHOICE, EPS, GPT2_NAMES, INT, dropout,
-    INT_OR_NULL, LIST, LLAMA_FAMILY, LLAMA_NAMES, NONNEG, OLMO2_NAMES, PLAIN_ACTS, ROPE_MUST,
+    INT_OR_ABSENT, INT_OR_NULL, LIST, LLAMA_FAMILY, LLAMA_NAMES, NONNEG, OLMO2_NAMES, PLAIN_ACTS, ROPE_MUST,
     Derived, HFType, Key, Must, Noted, Required, head_dim, kv_heads, llama_sizes, register,
     rope_keys, short)
 from accounting.runtime.errors import UsageError
@@ -71,7 +71,8 @@ register(HFType(
 register(HFType(
     "mistral", "MistralForCausalLM",
     keys=llama_sizes(32000, 4096, 14336, 32, 32, 131072) + (
-        kv_heads(Required(8)),
+        # MistralConfig/MixtralConfig type it int: null is refused (StrictDataclass)
+        kv_heads(Required(8), INT),
         head_dim(),
         # every layer attends its last W keys; MistralConfig's default is W = 4,096, so an
         # absent key means a window too (null: none)
@@ -154,7 +155,7 @@ register(HFType(
     "qwen2", "Qwen2ForCausalLM",
     keys=llama_sizes(151936, 4096, 22016, 32, 32, 32768) + (
         kv_heads(Required(32)),
-        head_dim()) + rope_keys(1e-6) + _QWEN_WINDOW_KEYS,
+        head_dim(None, INT_OR_ABSENT)) + rope_keys(1e-6) + _QWEN_WINDOW_KEYS,
     fixed=MappingProxyType(dict(LLAMA_FAMILY, qk_norm="none", qkv_bias=True, out_bias=False,
                                 mlp_bias=False)),
     rules="biases on Q, K and V only (modeling_qwen2.py: bias=True on q/k/v_proj, False on "
@@ -182,7 +183,7 @@ register(HFType(
     "olmo2", "Olmo2ForCausalLM",
     keys=llama_sizes(50304, 4096, 11008, 32, 32, 2048) + (
         kv_heads(),
-        head_dim(),
+        head_dim(None, INT_OR_ABSENT),
         ATTENTION_BIAS) + rope_keys(1e-5),
     fixed=MappingProxyType(dict(LLAMA_FAMILY, norm_placement="post", qk_norm="full",
                                 mlp_bias=False)),

@@ -11,7 +11,8 @@ from typing import Mapping
 from accounting.spec.config import ModelConfig
 from accounting.spec.hf_schema import (
     COMMON_FREE, COMMON_MUST, FREE_VALUES, REFUSED, TYPES, WRAPPERS,
-    ATTENTION_BIAS, ATTENTION_DROPOUT, BOOL, CHOICE, EPS, GATED_ACTS, INT, INT_OR_NULL, LIST,
+    ATTENTION_BIAS, ATTENTION_DROPOUT, BOOL, CHOICE, EPS, GATED_ACTS, INT, INT_OR_ABSENT,
+    INT_OR_NULL, LIST,
     LLAMA_FAMILY,
     LLAMA_NAMES, NUMBER_OR_NULL, ROPE_MUST, ROPE_TYPES, THETA, Derived, HFType, Key, ModuleNames,
     Must, Noted, Required, head_dim, kv_heads, llama_sizes, real, register, rope_keys, rope_ok,
@@ -96,7 +97,7 @@ _GEMMA_FREE = frozenset({"cache_implementation"})  # generate()'s cache choice: 
 
 def _gemma_keys(sizes, kv_default, softcap_default):
     return sizes + (
-        kv_heads(Required(kv_default)),
+        kv_heads(Required(kv_default), INT),  # typed int: null refused (StrictDataclass)
         head_dim(Required(256), INT),  # the real models' 256, whatever hidden_size/heads is
         ATTENTION_BIAS,
         Key("hidden_activation", ("mlp",), CHOICE, "gelu_pytorch_tanh", GATED_ACTS),
@@ -181,7 +182,7 @@ register(HFType(
     "granite", "GraniteForCausalLM",
     keys=llama_sizes(32000, 4096, 11008, 32, 32, 2048) + (
         kv_heads(),
-        head_dim(),  # GraniteAttention: getattr(config, "head_dim", hidden_size // heads)
+        head_dim(None, INT_OR_ABSENT),  # GraniteAttention: getattr(config, "head_dim", hidden_size // heads)
         ATTENTION_BIAS,
         Key("mlp_bias", ("mlp_bias",), BOOL, False),
         # GraniteModel multiplies the embeddings, GraniteDecoderLayer each sublayer's output,

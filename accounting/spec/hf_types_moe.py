@@ -10,7 +10,7 @@ from typing import Mapping
 
 from accounting.spec.config import ModelConfig
 from accounting.spec.hf_schema import (
-    ATTENTION_BIAS, ATTENTION_DROPOUT, BOOL, CHOICE, DEEPSEEK_V3_NAMES, DROPOUT_VALUE, INT, INT_OR_NULL, LIST,
+    ATTENTION_BIAS, ATTENTION_DROPOUT, BOOL, CHOICE, DEEPSEEK_V3_NAMES, ModuleNames, DROPOUT_VALUE, INT, INT_OR_NULL, LIST,
     LLAMA_FAMILY, MOE_NAMES, NONNEG, ROPE_MUST, THETA, Derived, HFType, Key, Must, Noted,
     Required, head_dim, kv_heads, llama_sizes, register, rope_keys, short)
 from accounting.spec.hf_types_dense import layers_of
@@ -28,7 +28,8 @@ ROUTER_FREE = frozenset({"router_aux_loss_coef", "output_router_logits"})
 register(HFType(
     "mixtral", "MixtralForCausalLM",
     keys=llama_sizes(32000, 4096, 14336, 32, 32, 131072) + (
-        kv_heads(Required(8)),
+        # MistralConfig/MixtralConfig type it int: null is refused (StrictDataclass)
+        kv_heads(Required(8), INT),
         head_dim(),
         # MixtralConfig.attribute_map: num_experts is num_local_experts
         Key("num_local_experts", ("num_experts",), INT, Required(8), aliases=("num_experts",)),
@@ -150,9 +151,16 @@ MLA_KEYS = (
     Key("v_head_dim", ("v_head_dim",), INT, Required(128)),
     ATTENTION_BIAS)
 # aux_loss_alpha, seq_aux: training-loss settings; ep_size: expert parallelism of DeepSeek's
-# code; pretraining_tp: unread; head_dim: DeepseekV2/V3Config overwrite it with qk_rope_head_dim
-DEEPSEEK_FREE = ROUTER_FREE | {"aux_loss_alpha", "seq_aux", "ep_size", "pretraining_tp",
-                               "head_dim"}
+# code; pretraining_tp: unread. head_dim: DeepseekV2Config (a field) overwrites it with
+# qk_rope_head_dim; DeepseekV3Config has no such field, so a given head_dim survives
+# __post_init__ and sizes the rotary embedding (DeepseekV3RotaryEmbedding: getattr(config,
+# "head_dim")): only qk_rope_head_dim runs (null: TypeError; another value: a shape error)
+DEEPSEEK_FREE = ROUTER_FREE | {"aux_loss_alpha", "seq_aux", "ep_size", "pretraining_tp"}
+V3_HEAD_DIM = Must("head_dim", lambda v, d: "head_dim" not in d
+                   or v == d.get("qk_rope_head_dim", 64),
+                   "absent or equal to qk_rope_head_dim",
+                   "a rotary embedding of another size than qk_rope_head_dim (transformers' "
+                   "DeepseekV3 model fails to run)")
 
 
 def mla_must(cls: str) -> tuple[Must, ...]:
@@ -180,8 +188,11 @@ def _fp8_blocks(v, d) -> bool:
     return v is None or (isinstance(v, dict) and v.get("quant_method") == "fp8")
 
 
-def _mtp_note(v) -> bool:
-    return v in (0, None)
+# The multi-token-prediction modules (DeepSeek-V3 §2.2): counted beside the model, in
+# training, not at inference (accounting/analysis/mtp.py). DeepseekV3Config's and
+# Glm4MoeConfig's num_mtp_layers (attribute_map: num_nextn_predict_layers) defaults to 1, but
+# a file without the key declares no MTP weights: none counted then.
+MTP_KEY = Key("num_nextn_predict_layers", ("mtp_layers",), NONNEG, 0, aliases=("num_mtp_layers",))
 
 
 register(HFType(
@@ -197,7 +208,7 @@ register(HFType(
         Key("n_group", ("router_groups",), INT, Required(8)),
         Key("topk_group", ("router_topk_groups",), INT, Required(4)),
         Key("norm_topk_prob", ("norm_topk_prob",), BOOL, True),
-        Key("routed_scaling_factor", ("routed_scaling_factor",), THETA, 2.5)) + MLA_KEYS
+        Key("routed_scaling_factor", ("routed_scaling_factor",), THETA, 2.5), MTP_KEY) + MLA_KEYS
         + rope_keys(1e-6),
     fixed=MappingProxyType(dict(LLAMA_FAMILY, qk_norm="none", mlp_bias=False, router="sigmoid",
                                 router_bias=True)),
@@ -208,7 +219,7 @@ register(HFType(
           "buffer, not a parameter) and is limited to the best topk_group of n_group groups "
           "(modeling_deepseek_v3.py)",
     names=DEEPSEEK_V3_NAMES,
-    must=ROPE_MUST + mla_must("DeepseekV3") + (
+    must=ROPE_MUST + mla_must("DeepseekV3") + (V3_HEAD_DIM,
         # keys of DeepSeek's own code (auto_map) that transformers does not read: another
         # value would mean a model transformers does not build
         Must("scoring_func", lambda v, d: v in (None, "sigmoid"), "sigmoid",
@@ -220,11 +231,81 @@ register(HFType(
              "a quantized checkpoint whose weights are not dense tensors of the config's "
              "shapes")),
     noted=(ATTENTION_DROPOUT,
-           Noted("num_nextn_predict_layers", _mtp_note,
-                 "{settings}: the multi-token-prediction module (DeepSeek-V3 §2.2) is not "
-                 "counted: transformers' DeepseekV3ForCausalLM does not build it (it loads it "
-                 "only as a separate MtpModel for speculative decoding, generate(use_mtp=True)); "
-                 "DeepSeek's 671B excludes it, the Hub's safetensors total (685B) includes it."),
+           Noted("quantization_config", lambda v: v is None,
+                 "quantization_config fp8: the checkpoint stores most matrices in float8 "
+                 "with a float32 scale per 128×128 block (weight_scale_inv); the counts are "
+                 "of the model's parameters as transformers builds them (dense tensors of the "
+                 "config's shapes, what 671B counts), not of the scales, and the memory tables "
+                 "give bytes per dtype, not the checkpoint's mixed fp8/bf16 storage.")),
+    # rope_interleave: the same rotation, another layout (DEEPSEEK_FREE: the others)
+    free=DEEPSEEK_FREE | {"rope_interleave"},
+    derived=(Derived(("dense_layers",), ("first_k_dense_replace",), _deepseek_layers,
+                     "layers below first_k_dense_replace keep a dense MLP "
+                     "(modeling_deepseek_v3.py)", _write_first_k),),
+    experts_implementation="batched_mm",
+))
+
+
+# DeepSeek-V3.2 (deepseek_v32): V3 with the sparse-attention indexer in every layer; the
+# indexer's modules as transformers names them (DeepseekV32Indexer)
+DEEPSEEK_V32_NAMES = ModuleNames(DEEPSEEK_V3_NAMES.blocks, MappingProxyType({
+    **DEEPSEEK_V3_NAMES.block, **{f"attn.indexer.{n}": f"self_attn.indexer.{n}"
+                                  for n in ("wq_b", "wk", "k_norm", "weights_proj")},
+    "attn.indexer": "self_attn.indexer"}),
+    DEEPSEEK_V3_NAMES.top)
+
+register(HFType(
+    "deepseek_v32", "DeepseekV32ForCausalLM",
+    keys=llama_sizes(129280, 7168, 18432, 61, 128, 4096) + (
+        Key("moe_intermediate_size", ("moe_d_ff",), INT, Required(2048)),
+        # DeepseekV3Config.attribute_map: num_local_experts is n_routed_experts
+        Key("n_routed_experts", ("num_experts",), INT, Required(256),
+            aliases=("num_local_experts",)),
+        Key("num_experts_per_tok", ("experts_per_token",), INT, Required(8)),
+        Key("n_shared_experts", ("num_shared_experts",), NONNEG, Required(1)),
+        Key("first_k_dense_replace", (), NONNEG, Required(3)),
+        Key("n_group", ("router_groups",), INT, Required(8)),
+        Key("topk_group", ("router_topk_groups",), INT, Required(4)),
+        Key("norm_topk_prob", ("norm_topk_prob",), BOOL, True),
+        Key("routed_scaling_factor", ("routed_scaling_factor",), THETA, 2.5), MTP_KEY,
+        # DeepseekV32Indexer (modeling_deepseek_v32.py), in every layer
+        Key("index_n_heads", ("index_heads",), INT, Required(64)),
+        Key("index_head_dim", ("index_head_dim",), INT, Required(128)),
+        Key("index_topk", ("index_topk",), INT, Required(2048))) + MLA_KEYS
+        + rope_keys(1e-6),
+    fixed=MappingProxyType(dict(LLAMA_FAMILY, qk_norm="none", mlp_bias=False, router="sigmoid",
+                                router_bias=True)),
+    rules="DeepSeek-V3's layers with DeepSeek Sparse Attention: in every layer a lightning "
+          "indexer (self_attn.indexer: wq_b on the query latent, wk and a LayerNorm for one "
+          "key per token, weights_proj for per-head weights; ReLU scores over every key, "
+          "summed over index_n_heads, the causal top index_topk kept; under torch.no_grad) "
+          "whose keys are the only ones the attention attends; "
+          "multi-head latent attention (q_a_proj, q_a_layernorm, q_b_proj, kv_a_proj_with_mqa, "
+          "kv_a_layernorm, kv_b_proj, o_proj); MoE layers of n_routed_experts experts and "
+          "n_shared_experts shared ones (one MLP of n_shared_experts·moe_intermediate_size), a "
+          "sigmoid router (mlp.gate) whose choice adds e_score_correction_bias (a persistent "
+          "buffer, not a parameter) and is limited to the best topk_group of n_group groups "
+          "(modeling_deepseek_v32.py)",
+    names=DEEPSEEK_V32_NAMES,
+    must=ROPE_MUST + mla_must("DeepseekV32") + (
+        # keys of DeepSeek's own code (auto_map) that transformers does not read: another
+        # value would mean a model transformers does not build
+        Must("scoring_func", lambda v, d: v in (None, "sigmoid"), "sigmoid",
+             "a router transformers' DeepseekV3 does not build (it always uses sigmoid)"),
+        Must("topk_method", lambda v, d: v in (None, "noaux_tc"), "noaux_tc",
+             "a routing transformers' DeepseekV3 does not build (it always uses the "
+             "corrected, group-limited top-k)"),
+        Must("quantization_config", _fp8_blocks, 'null or quant_method "fp8"',
+             "a quantized checkpoint whose weights are not dense tensors of the config's "
+             "shapes"),
+        # DeepseekV32Config.__post_init__ writes these from first_k_dense_replace: other
+        # values would be another layout
+        Must("mlp_layer_types", lambda v, d: v is None, "null",
+             "per-layer MLP kinds other than first_k_dense_replace's"),
+        Must("layer_types", lambda v, d: v is None or (isinstance(v, list) and all(
+            x == "indexed_attention" for x in v)), 'null or all "indexed_attention"',
+             "layers without the indexer")),
+    noted=(ATTENTION_DROPOUT,
            Noted("quantization_config", lambda v: v is None,
                  "quantization_config fp8: the checkpoint stores most matrices in float8 "
                  "with a float32 scale per 128×128 block (weight_scale_inv); the counts are "
@@ -313,7 +394,7 @@ register(HFType(
         Must("mlp_bias", lambda v, d: v is False, "false",
              "biases on the dense and shared-expert MLPs but not on the routed experts", False)),
     noted=(ATTENTION_DROPOUT,),
-    free=DEEPSEEK_FREE,
+    free=DEEPSEEK_FREE | {"head_dim"},
     derived=(Derived(("dense_layers", "router_groups", "router_topk_groups"),
                      ("num_hidden_layers", "first_k_dense_replace", "topk_method", "n_group",
                       "topk_group"), _deepseek_v2_routing,

@@ -5,7 +5,8 @@ from __future__ import annotations
 from accounting.ledger import records as R
 from accounting.ledger.trace import Sym, Trace
 from accounting.ledger.builder.common import (ALIBI, QK_NORM, ATTN_SCALE, CAUSAL_MASK, SOFTMAX,
-                                              NORM_PARAMS, SOFTCAP, TEMPERATURE, Arch)
+                                              NORM_PARAMS, OUTPUT_GATE, SOFTCAP, TEMPERATURE,
+                                              Arch)
 from accounting.ledger.builder.layers import Linear, Norm, RoPE, l2_norm
 
 
@@ -28,6 +29,10 @@ class Attention:
             self.v_proj = Linear(t, "v_proj", d, a.width(kv=True), R.ATTN_PROJ, "V projection", c.qkv_bias)
             self.output_proj = Linear(t, "output_proj", a.width(), d, R.ATTN_PROJ,
                                       "output projection", c.out_bias)
+            # Qwen3-Next's output gate (model/attention.py gate_proj): Q's width, Q's bias
+            self.gate_proj = (Linear(t, "gate_proj", d, a.width(), R.ATTN_PROJ,
+                                     "output gate projection", c.qkv_bias)
+                              if c.attn_output_gate else None)
             self.q_norm = self.k_norm = None
             if c.qk_norm in ("head", "full", "per_head"):  # (l2: weightless, no module)
                 full = c.qk_norm == "full"
@@ -51,6 +56,8 @@ class Attention:
             q = self.q_proj(x, "Q projection output", "Q/K/V projections")
             k = self.k_proj(x, "K projection output", "Q/K/V projections")
             v = self.v_proj(x, "V projection output", "Q/K/V projections")
+            gate = (None if self.gate_proj is None else
+                    self.gate_proj(x, "output gate projection output", "Q/K/V projections"))
             if c.qk_norm == "full":
                 q = self.q_norm(q, "Q after QK-norm")
                 k = self.k_norm(k, "K after QK-norm")
@@ -84,8 +91,13 @@ class Attention:
                 q = self.tune(q)
             t.cached("K", a.width(kv=True), window=self.local, chunk=self.chunked)
             t.cached("V", a.width(kv=True), window=self.local, chunk=self.chunked)
-            out = self.run_core(q, k, v)
-            return self.output_proj(self.merge(out, a.width()), out_label, out_course)
+            out = self.merge(self.run_core(q, k, v), a.width())
+            if gate is not None:  # out · sigmoid(gate): the sigmoid saves its output
+                s = t.unary("aten.sigmoid", gate, "sigmoid(gate)", OUTPUT_GATE, saves="output",
+                            out="sigmoid(output gate)")
+                out = t.binary("aten.mul", out, s, "heads · sigmoid(gate)", OUTPUT_GATE,
+                               out="gated attention output")
+            return self.output_proj(out, out_label, out_course)
 
     def tune(self, q: Sym) -> Sym:
         """Llama 4's temperature tuning (model/attention.py's tune): the query at position i
@@ -124,7 +136,9 @@ class Attention:
         mask = None
         kind = "sliding-window" if self.local else "chunked" if self.chunked else "causal"
         if c.attention == "naive" or self.local or self.chunked:
-            mask = t.name(t.fresh(("T", "T"), R.BOOL), f"{kind} mask")
+            # DeepSeek-V3.2: causal & the indexer's top-k, one per sequence, (B, 1, T, T)
+            mask = t.name(t.fresh(("B", "T", "T") if self.topk else ("T", "T"), R.BOOL),
+                          f"{kind} mask" + (" and the indexer's top-k" if self.topk else ""))
         if c.attention == "sdpa":  # model/fused.py's fused_causal_attention(q, k, v, mask)
             def core():
                 additive = None
@@ -163,12 +177,12 @@ class Attention:
         note = "fused kernel" + (f"; {note}" if note else "")
         qk = R.Matmul("QKᵀ scores", R.ATTN_CORE, t.module, t.repeat, R.FORWARD, batch, rows,
                       ("d_k",), ("T",), causal=True, grads=("dQ", "dK"), note=note,
-                      recompute_in_backward=True, window=self.local, chunk=self.chunked)
+                      recompute_in_backward=True, window=self.local, chunk=self.chunked, topk=self.topk)
         if self.v_useful is not None:
             note += "; V zero-padded from d_v to d_k (useful: d_v)"
         pv = R.Matmul("scores·V", R.ATTN_CORE, t.module, t.repeat, R.FORWARD, batch, rows,
                       ("T",), (self.v_dim,), causal=True, grads=("d(scores)", "dV"), note=note,
-                      window=self.local, chunk=self.chunked,
+                      window=self.local, chunk=self.chunked, topk=self.topk,
                       useful=self.v_useful)
         return t.fused_attention(q, k, v, (qk, pv), self.out_heads(), ("B", "h", "T"), mask)
 
@@ -182,7 +196,7 @@ class Attention:
         dtype = t.matmul(q, k, R.Matmul("QKᵀ scores", R.ATTN_CORE, t.module, t.repeat, R.FORWARD,
                                         batch, rows, ("d_k",), ("T",), causal=True,
                                         grads=("dQ", "dK"), note=note, window=self.local,
-                                        chunk=self.chunked),
+                                        chunk=self.chunked, topk=self.topk),
                          copy_labels=("Q (heads layout)", "K (heads layout)"))
         scores = t.name(Sym(scores_shape, dtype), "QKᵀ scores", "QKᵀ")
         if bias is not None:  # scores + bias.to(scores.dtype)
@@ -215,7 +229,7 @@ class Attention:
         dtype = t.matmul(weights, v, R.Matmul("scores·V", R.ATTN_CORE, t.module, t.repeat,
                                               R.FORWARD, batch, rows, ("T",), (self.v_dim,),
                                               causal=True, grads=("d(scores)", "dV"), note=note,
-                                              window=self.local, chunk=self.chunked),
+                                              window=self.local, chunk=self.chunked, topk=self.topk),
                          copy_labels=("softmax output (copy)", "V (heads layout)"))
         return t.name(Sym(self.out_heads(), dtype), "attention-weighted values",
                       "attention-weighted values")
@@ -223,6 +237,7 @@ class Attention:
     sinks = None  # gpt-oss's attention sinks (latent attention has none)
     slopes = None  # ALiBi's per-head slopes (a buffer), when positions is alibi
     chunked = False  # latent attention has no chunked layers (config.py refuses them)
+    topk = False  # the core keeps the indexer's top k_I keys (DeepSeek-V3.2's latent attention)
     v_dim = "d_k"  # the value's head dimension as the core sees it (latent attention: d_v)
     v_useful = None  # the factors of useful work when V is zero-padded (latent attention)
 

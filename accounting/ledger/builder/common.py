@@ -14,6 +14,8 @@ TEMPERATURE = "temperature tuning"
 ATTN_SCALE = "scale by 1/√d_k"
 CAUSAL_MASK = "causal mask"
 SOFTMAX = "softmax"
+OUTPUT_GATE = "attention output gate"  # Qwen3-Next: sigmoid(W_g x) · the merged heads
+INDEXER = "sparse-attention indexer"  # DeepSeek-V3.2: its scale, ReLU, mask and top-k
 BIAS = "bias adds"
 RESIDUAL = "residual adds"
 ROUTER = "MoE routing"
@@ -27,7 +29,7 @@ ACTIVATION_COMPONENT = {"swiglu": "SiLU and gating", "geglu": "GELU (tanh) and g
                         "geglu_erf": "GELU (erf) and gating", "gelu": "GELU (erf)",
                         "gelu_tanh": "GELU (tanh)", "swiglu_clamped": "clamped SwiGLU and gating"}
 ELEMENTWISE_ORDER = (*NORMS.values(), QK_NORM, EMBED_SCALE, POSITION_ADD, ROPE, ALIBI,
-                     TEMPERATURE, ATTN_SCALE, SOFTCAP, CAUSAL_MASK, SOFTMAX, *dict.fromkeys(ACTIVATION_COMPONENT.values()),
+                     TEMPERATURE, ATTN_SCALE, SOFTCAP, CAUSAL_MASK, SOFTMAX, OUTPUT_GATE, INDEXER, *dict.fromkeys(ACTIVATION_COMPONENT.values()),
                      ROUTER, BIAS, RESIDUAL_SCALE, RESIDUAL, LOGIT_SCALE)
 NORM_PARAMS = {"rmsnorm": "RMSNorm gains", "layernorm": "LayerNorm weights and biases",
                "layernorm_nobias": "LayerNorm weights (no bias)"}

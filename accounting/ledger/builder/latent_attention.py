@@ -4,9 +4,61 @@ from __future__ import annotations
 from accounting.ledger import records as R
 from accounting.spec.config import NORMS
 from accounting.ledger.trace import Sym, Trace
-from accounting.ledger.builder.common import NORM_PARAMS, Arch
+from accounting.ledger.builder.common import INDEXER, NORM_PARAMS, Arch
 from accounting.ledger.builder.layers import Linear, Norm, RoPE
 from accounting.ledger.builder.attention import Attention
+
+
+class Indexer:
+    """DeepSeek-V3.2's lightning indexer (model/latent_attention.py Indexer), under
+    torch.no_grad: wq_b on the query latent, wk and a LayerNorm for one key per token,
+    RoPE on the first d_rope dims of each, the h_I·T×T scores (ReLU, scaled), weighted by
+    weights_proj(x) and summed over the heads, the causal mask, the top k_I keys."""
+
+    def __init__(self, t: Trace, rope: RoPE | None):
+        self.t, self.rope = t, rope
+        d, I = ("d_model",), ("d_I",)
+        with t.scope("indexer"):
+            self.wq_b = Linear(t, "wq_b", ("r_q",), ("h_I", "d_I"), R.ATTN_PROJ,
+                               "indexer Q projection")
+            self.wk = Linear(t, "wk", d, I, R.ATTN_PROJ, "indexer K projection")
+            self.k_norm = Norm(t, "k_norm", "layernorm", I, NORMS["layernorm"],
+                               NORM_PARAMS["layernorm"])
+            self.weights_proj = Linear(t, "weights_proj", d, ("h_I",), R.ATTN_PROJ,
+                                       "indexer head weights")
+
+    def __call__(self, x: Sym, q_latent: Sym) -> None:
+        t = self.t
+        with t.scope("indexer"), t.no_grad():
+            q = self.wq_b(q_latent, "indexer queries")
+            q = t.view(q, ("B", "T", "h_I", "d_I"), contiguous=True)
+            k = self.k_norm(self.wk(x, "indexer key"), "indexer key after its norm")
+            if self.rope is not None:  # the first d_rope dims rotated, the rest passed through
+                positions = t.fresh(("T",), R.INT64)
+                q = t.cat((self.rope.rotate(t.view(q, ("B", "T", "h_I", "d_rope"), False),
+                                            positions, "indexer Q after RoPE"),
+                           t.view(q, ("B", "T", "h_I", "d_I_pass"), False)), q.shape)
+                k = t.cat((self.rope.rotate(t.view(k, ("B", "T", "d_rope"), False), positions,
+                                            "indexer K after RoPE"),
+                           t.view(k, ("B", "T", "d_I_pass"), False)), k.shape)
+            t.cached("indexer key", ("d_I",))
+            # einsum("bshd,btd->bsht"): B bmm of (T·h_I × d_I) @ (d_I × T), all T² pairs
+            dtype = t.matmul(q, k, R.Matmul("indexer scores", R.ATTN_CORE, t.module, t.repeat,
+                                            R.FORWARD, ("B",), ("T", "h_I"), ("d_I",), ("T",),
+                                            causal=True, note="the indexer's T² (no gradient)"))
+            scores = Sym(("B", "T", "h_I", "T"), dtype)
+            scores = t.binary("aten.mul", scores, None, "indexer scores / √d_I", INDEXER)
+            scores = t.unary("aten.relu", scores, "ReLU", INDEXER)
+            w = self.weights_proj(x, "indexer head weights")
+            w = t.binary("aten.mul", w, None, "× h_I^(−1/2)", INDEXER)
+            # einsum("bsh,bsht->bst"): B·T bmm of (1 × h_I) @ (h_I × T)
+            dtype = t.matmul(w, scores, R.Matmul("indexer weighted sum", R.ATTN_CORE, t.module,
+                                                 t.repeat, R.FORWARD, ("B", "T"), (), ("h_I",),
+                                                 ("T",), causal=True,
+                                                 note="the indexer's T² (no gradient)"))
+            index = Sym(("B", "T", "T"), dtype)
+            index = t.masked_fill(index, t.fresh(("T", "T"), R.BOOL), "causal mask", INDEXER)
+            t.topk(index, ("T",), ("k_I",), "top-k keys", INDEXER, out="")
 
 
 class LatentAttention(Attention):
@@ -39,9 +91,13 @@ class LatentAttention(Attention):
             self.output_proj = Linear(t, "output_proj", ("h", "d_v"), d, R.ATTN_PROJ,
                                       "output projection", c.out_bias)
             self.rope = RoPE(t, "d_rope") if c.positions == "rope" else None
+            # DeepSeek-V3.2: registered after the RoPE tables (model/'s order)
+            self.indexer = Indexer(t, self.rope) if c.index_topk is not None else None
+        self.topk = c.index_topk is not None  # the core keeps the indexer's k_I keys
         self.pad = c.attention == "sdpa" and c.v_head_dim != c.d_k
         self.v_dim = "d_k" if self.pad else "d_v"
-        self.v_useful = ("B", "h", "P_W" if local else "P", "d_v") if self.pad else None
+        self.v_useful = ("B", "h", "P_W" if local else "P_K" if self.topk else "P", "d_v") \
+            if self.pad else None
 
     def __call__(self, x: Sym, out_label: str, out_course: str) -> Sym:
         t = self.t
@@ -51,7 +107,7 @@ class LatentAttention(Attention):
                 q = self.q_proj(x, "Q projection output", "Q/K/V projections")
             else:
                 q = self.q_a_proj(x, "Q latent", "Q/K/V projections")
-                q = self.q_a_norm(q, "Q latent after its norm")
+                q_latent = q = self.q_a_norm(q, "Q latent after its norm")
                 q = self.q_b_proj(q, "Q projection output", "Q/K/V projections")
             q = t.view(q, heads + ("d_k",), contiguous=False)  # ... heads seq d
             q_nope = t.view(q, heads + ("d_nope",), contiguous=False)  # q[..., :nope]
@@ -74,6 +130,8 @@ class LatentAttention(Attention):
             q = t.name(t.cat((q_nope, q_pe), heads + ("d_k",)), "Q (no-RoPE and RoPE parts)")
             k = t.name(t.cat((k_nope, k_pe), heads + ("d_k",)),
                        "K (no-RoPE part and the shared RoPE key)")
+            if self.indexer is not None:  # the mask: causal and the top k_I (no FLOPs there)
+                self.indexer(x, q_latent)
             if self.pad:  # F.pad(v, (0, d_k − d_v)): the fused kernel needs one head size
                 v = t.name(t.copy(v, heads + ("d_k",)), "V zero-padded to d_k")
             out = self.run_core(q, k, v)

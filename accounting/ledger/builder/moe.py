@@ -32,8 +32,12 @@ class MoE:
         self.component = ACTIVATION_COMPONENT[c.mlp]
         with t.scope("ffn"):
             # a module's own buffers come before its children's keys in the state dict
-            self.bias = t.buffer("router_bias", E, 4, persistent=True) if c.router_bias else None
+            self.bias = (t.buffer("router_bias", E, 4, persistent=True)
+                         if c.router_bias and not c.router_bias_param else None)
             self.router = Linear(t, "router", d, E, R.FFN, "router", c.router_linear_bias)
+            if c.router_bias_param:  # ERNIE 4.5: a frozen parameter (model/moe.py RouterStatics)
+                with t.scope("router_statics"):
+                    self.bias = t.param("bias", E, R.FFN)
             with t.scope("experts"):
                 self.w1 = t.param("w1", E + f + d, R.FFN, dims=(1, len(f), len(d)))
                 self.w2 = t.param("w2", E + d + f, R.FFN, dims=(1, len(d), len(f)))
@@ -49,6 +53,9 @@ class MoE:
                     self.shared = (Linear(t, "w1", d, sf, R.FFN, "shared expert W1"),
                                    Linear(t, "w2", sf, d, R.FFN, "shared expert W2"),
                                    Linear(t, "w3", d, sf, R.FFN, "shared expert W3"))
+            # Qwen2-MoE: sigmoid(x·w) scales the shared output (model/moe.py shared_gate)
+            self.shared_gate = (Linear(t, "shared_gate", d, ("1",), R.FFN, "shared expert gate")
+                                if c.shared_expert_gate else None)
 
     def __call__(self, x: Sym, out_course: str) -> Sym:
         t, c, comp = self.t, self.c, ROUTER
@@ -75,6 +82,12 @@ class MoE:
                         g = t.binary("aten.mul", g, b, "shared gate", self.component,
                                      out="shared gated product")
                     sh = w2(g, "shared W2 output")
+                if self.shared_gate is not None:  # sigmoid(gate(x)) · shared: (B, T, 1) broadcast
+                    z = self.shared_gate(x, "shared expert gate logit")
+                    s = t.unary("aten.sigmoid", z, "sigmoid(gate)", comp, saves="output",
+                                out="shared expert gate")
+                    sh = t.binary("aten.mul", sh, s, "shared · gate", comp,
+                                  out="gated shared output")
                 y = t.binary("aten.add", y, sh, "routed + shared", comp)
         return t.name(y, "W2 output", out_course)
 

@@ -176,6 +176,19 @@ def walk(c: ModelConfig, autocast: str | None = None, recompute: str = "none",
     # F.cross_entropy(logits, targets) = nll_loss(log_softmax(logits)): outside the model
     with t.outside(LOSS):
         targets = t.name(t.fresh(("B", "T"), R.INT64), "targets")
-        t.cross_entropy(logits, targets, "cross-entropy")
+        cross_entropy(t, logits, targets, "cross-entropy")
     t.check()
     return t
+
+
+def cross_entropy(t: Trace, logits: Sym, targets: Sym, course: str) -> None:
+    """F.cross_entropy = nll_loss(log_softmax(logits)): log_softmax saves its output,
+    nll_loss its targets and a 0-dim total weight (float32 under autocast too, bf16 for
+    bf16 logits)."""
+    (logits,), dtype = t._autocast("cross_entropy", logits)
+    lsm = t.name(Sym(logits.shape, dtype, grad=True), "log-softmax of the logits", course)
+    t._reads("log_softmax", logits)
+    t._saves(lsm, "log_softmax", after=True)
+    t._saves(targets, "nll_loss")
+    # the total weight has the log-probabilities' dtype (bf16 logits without autocast)
+    t._saves(t.name(t.fresh((), dtype), "nll_loss total weight"), "nll_loss")

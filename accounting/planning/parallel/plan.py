@@ -14,6 +14,7 @@ from math import prod
 
 from accounting.analysis.workload import check_workload
 from accounting.spec.config import ModelConfig
+from accounting.runtime import names
 from accounting.runtime.errors import UsageError
 from accounting.planning.compute import check_mfu, exact
 from accounting.planning.fit import Budget
@@ -351,9 +352,10 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
     check_layout(config, layout, seq)
     check_stack(stack.stack, config, layout, stack.dropout)
     u = check_mfu(mfu)
-    m = exact(margin, "--margin")
+    m = exact(margin, names.arg("margin"))
     if not 0 <= m < 1:
-        raise UsageError(f"--margin must be in [0, 1) (a share of the memory), got {margin}")
+        raise UsageError(f"{names.arg('margin')} must be in [0, 1) (a share of the memory), "
+                         f"got {margin}")
     sp = split(config, precision.autocast, layout.recompute)
     values = sp.values(seq, layout.micro_batch)
     local = seq // layout.cp  # each context-parallel rank saves its T/cp tokens' tensors

@@ -51,8 +51,9 @@ def search(config: ModelConfig, base: Layout, seq: int, *, precision: Precision,
            hardware: Hardware, net: Interconnect | None, mfu="0.5", margin="0",
            fix_zero: bool = False, fix_sp: bool = False, fix_micro: bool = False,
            fix_ep: bool = False, fix_cp: bool = False, fix_vpp: bool = False,
-           **utilization) -> Search:
-    """`base` carries the GPUs, global batch, recomputation and whatever the user fixed."""
+           tokens: int | None = None, **utilization) -> Search:
+    """`base` carries the GPUs, global batch, recomputation and whatever the user fixed;
+    `tokens` (--tokens) gives each layout its time to train."""
     check_numbers(base)
     n, E = base.gpus, experts(config)
     L = config.num_layers
@@ -91,7 +92,8 @@ def search(config: ModelConfig, base: Layout, seq: int, *, precision: Precision,
                     rejected.append(Rejected(lo, found[0]))
                     break  # the same reason holds for every further sharding stage
                 p = parallel_plan(config, lo, seq, precision=precision, hardware=hardware,
-                                  net=net, mfu=mfu, margin=margin, **utilization)
+                                  net=net, mfu=mfu, margin=margin, tokens=tokens,
+                                  **utilization)
                 if p.fit is not None and p.fit.shortfall:
                     rejected.append(Rejected(lo, "does not fit", p.fit.shortfall))
                     short = p.fit.shortfall  # at least this much for the stages below

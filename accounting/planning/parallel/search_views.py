@@ -21,6 +21,8 @@ def ranked_table(s: Search) -> Table:
     moe = s.config.num_experts is not None  # an ep column (expert parallelism) after dp
     cps = any(p.layout.cp > 1 for p in s.ranked[:SHOWN])
     vs = any(p.layout.vpp > 1 for p in s.ranked[:SHOWN])
+    # --tokens: each layout's time to train, its last column (was: none shown, issue 32)
+    train = any(p.steps is not None for p in s.ranked)
     rows = []
     for i, p in enumerate(s.ranked[:SHOWN], 1):
         lo, step = p.layout, p.step_seconds
@@ -30,7 +32,8 @@ def ranked_table(s: Search) -> Table:
                      "yes" if lo.sp else "-",
                      _stage(lo.zero, lo.dp), str(lo.micro_batch), gigabytes(p.memory),
                      gigabytes(p.fit.headroom), f"{p.fit.largest:,}", percent(p.bubble, 1),
-                     _seconds(step), _dec(tok, 0)))
+                     _seconds(step), _dec(tok, 0),
+                     *([_seconds(step * p.steps)] if train else [])))
     first = s.ranked[0] if s.ranked else None
     notes = []
     if first is not None:
@@ -63,8 +66,10 @@ def ranked_table(s: Search) -> Table:
     return Table(f"Layouts for {s.gpus} GPUs: {s.config.name}, fastest first",
                  ("#", "tp", *(("cp",) if cps else ()), "pp", *(("v",) if vs else ()), "dp",
                   *(("ep",) if moe else ()), "sp", "sharding", "micro", "memory/GPU",
-                  "to spare", "largest b", "bubble", "step", "tokens/s"),
-                 tuple(rows), align="lrrr" + "r" * (cps + vs) + ("r" if moe else "") + "llrrrrrrr",
+                  "to spare", "largest b", "bubble", "step", "tokens/s",
+                  *((f"time for {s.ranked[0].tokens:,} tokens",) if train else ())),
+                 tuple(rows), align="lrrr" + "r" * (cps + vs) + ("r" if moe else "") + "llrrrrrrr"
+                 + ("r" if train else ""),
                  notes=tuple(notes))
 
 

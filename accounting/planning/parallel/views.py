@@ -97,20 +97,23 @@ def summary_table(p: ParallelPlan) -> Table:
     rows.append(("sent per GPU per step", moved or "nothing (one GPU)"))
     if p.step_seconds is not None:
         step, tok = p.step_seconds, p.tokens_per_second
+        # a layout that does not fit runs no step: its times are labelled so (issue 32)
+        unfit = (f"; if it fitted, which it does not on {p.hardware.name}"
+                 if p.fit is not None and p.fit.shortfall else "")
         if p.mfu_scope == END_TO_END:
             kind = "HFU" if p.hfu else "MFU"
             rows.append(("step time (end to end)",
                          f"{_seconds(step)} ({_dec(tok, 0)} tokens/s) at {kind} "
                          f"{_num(p.mfu, 4)} under '{p.mfu_convention}' (bubble and "
                          f"communication inside the figure; the compute-scope estimate would "
-                         f"be {_seconds(p.time.seconds)})"))
+                         f"be {_seconds(p.time.seconds)})" + unfit))
         else:
             rows.append(("step time (estimate)",
                          f"{_seconds(step)} ({_dec(tok, 0)} tokens/s; no overlap at all: "
-                         f"{_seconds(p.time.no_overlap)})"))
+                         f"{_seconds(p.time.no_overlap)})" + unfit))
         if p.steps is not None:
             rows.append((f"time for {p.tokens:,} tokens",
-                         f"{p.steps:,} steps, {_seconds(step * p.steps)}"))
+                         f"{p.steps:,} steps, {_seconds(step * p.steps)}" + unfit))
     notes = ["Checked on torch.distributed: " + "; ".join(CHECKED) + ".",
              "Formula only: " + "; ".join(FORMULA_ONLY) + "."]
     if stack_views.checked_note(p):
