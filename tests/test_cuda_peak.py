@@ -340,3 +340,17 @@ def test_cudas_autocast_lists_in_the_installed_headers():
     fp32 = block("AT_FORALL_FP32")
     assert "nll_loss" in fp32 and "cross_entropy_loss" not in fp32
     assert "log_softmax, int" in block("AT_FORALL_FP32_SET_OPT_DTYPE")
+
+
+def test_the_rules_reach_json_and_csv():
+    from accounting.planning import plan
+    from accounting.planning.export import rows, to_dict
+    B, T, V = 2, 32, SMALL["vocab_size"]
+    p = plan(ModelConfig(**SMALL, attention="naive"), T, B, precision="bf16-mixed")
+    peak = to_dict(p)["peak"]
+    assert peak["device"] == "cuda"
+    got = {r["rule"]: r["bytes"] for r in peak["cuda_rules"]}
+    assert got == {CP.LOSS: -2 * B * T * V, CP.CUBLAS_WORKSPACE: WORKSPACES}  # by hand above
+    csv = {r["item"]: r["value"] for r in rows(p) if r["section"] == "peak"}
+    assert csv[f"CUDA rule: {CP.LOSS}"] == -2 * B * T * V
+    assert max(v for k, v in csv.items() if not k.startswith("CUDA")) == peak["peak_bytes"]

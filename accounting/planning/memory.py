@@ -375,6 +375,12 @@ class MemoryModel:
                           + (f"; {CP.RULES[CP.CUBLAS_WORKSPACE].name}" if self.device == CP.CUDA
                              else "")))
 
+    @property
+    def peak_rules(self) -> tuple[CP.Adjustment, ...]:
+        """The CUDA rules in the peak: the start of the backward pass's adjustments and the
+        cuBLAS workspaces (live at both moments); none for device="cpu"."""
+        return self.cuda_adjustments + ((CP.workspace(),) if self.device == CP.CUDA else ())
+
     @cached_property
     def cuda_adjustments(self) -> tuple[CP.Adjustment, ...]:
         """What a CUDA step keeps at the start of its backward pass beyond (or short of)
