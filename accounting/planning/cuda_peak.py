@@ -149,10 +149,6 @@ def _bytes(r: R.Activation) -> Expr:
     return r.elements.scale(r.bytes_per_element)
 
 
-def _dim(shape_symbol: str, values: dict[str, int]) -> int:
-    return values[shape_symbol]
-
-
 def attention(activations, values: dict[str, int]) -> list[Adjustment]:
     """Per kind of block, the fused-kernel records the CUDA backend saves differently (only
     what the step keeps: under recomputation the kernel's saves are not kept)."""
@@ -160,11 +156,14 @@ def attention(activations, values: dict[str, int]) -> list[Adjustment]:
     kinds = sorted({r.repeat for r in activations if r.repeat and r.saved and r.why == KERNEL})
     for kind in kinds:
         block = [r for r in activations if r.repeat == kind and r.saved]
-        kernel = [r for r in block if r.why == KERNEL]
-        result = next((r for r in kernel if r.name == "attention output (fused kernel)"), None)
+        kernel = [r for r in block if r.why == KERNEL]  # saved by the kernel alone
+        # the output: the kernel's alone, or (q laid out (B, T, h, d), a fused QKV
+        # projection's split) also the output projection's, the merge being a view
+        result = next((r for r in block if r.name == "attention output (fused kernel)"
+                       and r.why.startswith(KERNEL)), None)
         if result is None:
             continue
-        d = _dim(result.shape[-1], values)
+        d = values[result.shape[-1]]
         grouped = any("h_kv" in r.shape for r in kernel) and values.get("h_kv") != values["h"]
         masked = any(r.shape[-2:] == ("T", "T") for r in kernel)
         backend = select_backend(result.dtype, d, d, grouped, masked)
@@ -177,9 +176,11 @@ def attention(activations, values: dict[str, int]) -> list[Adjustment]:
                                       "in place"))
         elif backend == MATH:
             f32 = DTYPE_BYTES[FP32]
-            row = result.shape  # (B, h, T, d): one query head's rows
-            math = (Expr.of(3 * f32, row)  # q·s, kᵀ·s, V repeated (or upcast)
+            rows = result.elements  # (B, h, T, d): as many as the output's
+            math = (rows.scale(3 * f32)  # q·s, kᵀ·s, V repeated (or upcast)
                     + Expr.of(f32, ("B", "h", "T", "T")))  # the softmax's result
+            # the kernel's saves go; an output the projection saves too stays, as the
+            # merge's copy of the math's (B, h, T, d) output, the same bytes
             fused = sum((_bytes(r) for r in kernel), Expr())
             out.append(Adjustment(MATH_SAVES, (math - fused).times(kind),
                                   f"{kind} blocks: math attention "
