@@ -221,7 +221,11 @@ class MoE(nn.Module):
             dispatched = x.new_zeros(trash + 1, shape[-1]).index_copy(0, dest, routed)
             ran = self.experts(dispatched[:trash], [capacity] * self.E)
             out = torch.cat((ran, ran.new_zeros(1, shape[-1])))[dest]  # a dropped slot: 0
-        y = x.new_zeros(n, shape[-1]).index_add(0, slot_token, out * slot_weights.unsqueeze(-1))
+        # the weighted outputs in x's dtype: under CUDA autocast they are float32 already (the
+        # router's exp runs in float32), under CPU autocast bf16, which index_add refuses
+        # into a float32 buffer (issue 32); a no-op cast wherever the dtypes agree
+        weighted = (out * slot_weights.unsqueeze(-1)).to(x.dtype)
+        y = x.new_zeros(n, shape[-1]).index_add(0, slot_token, weighted)
         if self.shared is not None:
             y = y + self.shared_output(x)
         return y.reshape(shape)

@@ -33,8 +33,7 @@ from model import TransformerLM  # noqa: E402
 from test_architectures import DTYPE, VARIANTS, relative, variant  # noqa: E402
 
 B, T = 2, 5
-# (the MoE variants do not run under CPU autocast: model/moe.py's index_add gets a bfloat16
-# source for its float32 buffer)
+# (the MoE variants under CPU autocast: tests/test_moe_autocast.py)
 AUTOCAST_VARIANTS = ("cs336", "gqa", "gpt2", "gelu_erf", "qwen3", "olmo2", "no_positions",
                      "sinks_mha", "clamped_dense_bias", "gemma2", "gemma3", "granite",
                      "neox", "falcon7b", "alibi", "falcon_alibi",

@@ -115,7 +115,7 @@ def test_the_two_moments_and_the_peak_are_exact(V, T, h, attention, d_ff):
                     **{**SMALL, "d_ff": d_ff})
     B = 4
     tracker, steps = measure(c, B, T)
-    m = MemoryModel(c, PRECISIONS["fp32"], "model")
+    m = MemoryModel(c, PRECISIONS["fp32"], "model", device="cpu")
     v = m.ledger.values(T, B)
     boundary, optimizer = (ph.bytes.evaluate(v) for ph in m.peak_terms)
     assert tracker.marks[MARKS[0]] - steps == boundary
@@ -132,7 +132,7 @@ def test_where_a_block_backward_exceeds_both_the_gap_is_its_temporaries(V, T, h,
                     **{**SMALL, "d_ff": d_ff})
     B = 4
     tracker, steps = measure(c, B, T)
-    m = MemoryModel(c, PRECISIONS["fp32"], "model")
+    m = MemoryModel(c, PRECISIONS["fp32"], "model", device="cpu")
     modelled = m.peak(B, T)
     assert tracker.peak - steps > modelled  # the model is a lower bound here, by:
     created = sum(n for n, _ in tracker.at_peak)
@@ -153,7 +153,7 @@ def test_the_two_moments_under_recomputation_are_exact(recompute, attention):
     c = ModelConfig(vocab_size=300, context_length=64, num_heads=2, attention=attention, **SMALL)
     B, T = 4, 64
     tracker, steps = measure(c, B, T, recompute)
-    m = MemoryModel(c, PRECISIONS["fp32"], "model", recompute)
+    m = MemoryModel(c, PRECISIONS["fp32"], "model", recompute, device="cpu")
     boundary, optimizer = (ph.bytes.evaluate(m.ledger.values(T, B)) for ph in m.peak_terms)
     measured = (tracker.marks[MARKS[0]] - steps, tracker.marks[MARKS[1]] - steps)
     assert (boundary, optimizer) == measured
@@ -174,7 +174,7 @@ def test_bf16_moments_are_a_cpu_autocast_step_plus_cudas_float32_softmax():
     c = ModelConfig(vocab_size=300, context_length=64, num_heads=2, attention="naive", **SMALL)
     B, T, L, h = 4, 32, SMALL["num_layers"], 2
     tracker, steps = measure(c, B, T, autocast=True)
-    m = MemoryModel(c, PRECISIONS["bf16-mixed"], "model")
+    m = MemoryModel(c, PRECISIONS["bf16-mixed"], "model", device="cpu")
     boundary, optimizer = (ph.bytes.evaluate(m.ledger.values(T, B)) for ph in m.peak_terms)
     assert boundary == tracker.marks[MARKS[0]] - steps + 2 * L * (B * h * T * T + B * h * T)
     assert optimizer == tracker.marks[MARKS[1]] - steps

@@ -28,6 +28,10 @@ POLICIES: dict[str, dict[str, str]] = {
              "aten.exp": FP32, "aten.pow": FP32, "aten.sum": FP32, "aten.rsqrt": FP32},
 }
 LOW_DTYPE = BF16  # torch.autocast(..., dtype=torch.bfloat16)
+# (On CUDA, F.cross_entropy itself is on no list: it calls log_softmax with the logits' own
+# dtype, which autocast leaves alone, and nll_loss casts the bf16 result to a float32 copy.
+# The ledger keeps the CPU's form here; the step's peak on CUDA corrects the loss region:
+# accounting/planning/cuda_peak.py, rule LOSS.)
 
 
 def policy(device: str | None, op: str) -> str | None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 from accounting.present.export import config_dict, csv_text, fraction
-from accounting.planning import compute, memory
+from accounting.planning import compute, cuda_peak, memory
 from accounting.planning.inference import decode_flops_expr, kv_elements_per_token
 from accounting.planning.plan import Plan
 from accounting.planning import finetune, training_state
@@ -78,6 +78,10 @@ def to_dict(p: Plan) -> dict:
             "moments": [{"name": ph.name, "bytes": ph.bytes.evaluate(v), "formula": str(ph.bytes),
                          "what": ph.what} for ph in tm.model.peak_terms],
             "peak_bytes": tm.model.peak(p.batch, p.seq),
+            "device": tm.model.device,
+            "cuda_rules": [{"rule": a.rule, "bytes": a.bytes.evaluate(v), "formula": str(a.bytes),
+                            "what": a.what, "source": cuda_peak.RULES[a.rule].source}
+                           for a in tm.model.peak_rules],
         },
         "activations": [{"name": r.record.name, "shape": list(r.record.shape),
                          "per_layer": r.record.per_layer, "copies": r.record.copies,
@@ -154,6 +158,12 @@ def rows(p: Plan) -> list[dict]:
     for r in p.memory.activation_rows:
         if memory.in_scope(r.record, p.scope):
             add("activations", r.record.name, "×".join(r.record.shape), r.bytes, "bytes")
+    if p.scope == memory.MODEL:
+        v = memory.values(p.config, p.seq, p.batch)
+        for ph in p.memory.model.peak_terms:
+            add("peak", ph.name, str(ph.bytes), ph.bytes.evaluate(v), "bytes")
+        for a in p.memory.model.peak_rules:
+            add("peak", f"CUDA rule: {a.rule}", str(a.bytes), a.bytes.evaluate(v), "bytes")
     if p.batch_fit is not None:
         add("fit", "usable memory", "", p.batch_fit.budget.usable, "bytes")
         add("fit", "largest batch", "floor((usable − b) / a)", p.batch_fit.largest, "sequences")

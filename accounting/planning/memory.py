@@ -25,6 +25,7 @@ from accounting.ledger.ledger import ledger
 from accounting.ledger.symbols import Expr, grouped
 from accounting.units import DTYPE_BYTES, FP32, INT64
 from accounting.ledger.builder.common import COURSE as COURSE_IMPL
+from accounting.planning import cuda_peak as CP
 from accounting.planning import training_state as TS
 from accounting.planning.optimizers import get_optimizer
 from accounting.planning.precisions import (BF16_MIXED, PRECISIONS, Precision,  # noqa: F401
@@ -129,7 +130,9 @@ class MemoryModel:
     """Training memory as a function of (batch, seq) for one config, precision, scope,
     recomputation, implementation (accounting/planning/recipes.py) and optimizer
     (accounting/planning/optimizers.py); trainable: a predicate on the ledger's parameters
-    (None: all are trained; a frozen one has no gradient and no optimizer state)."""
+    (None: all are trained; a frozen one has no gradient and no optimizer state); device:
+    whose kernels the step's peak follows (accounting/planning/cuda_peak.py: "cuda", the
+    plan's default, or "cpu", what the tests measure on a CPU step)."""
     config: ModelConfig
     precision: Precision
     scope: str = MODEL
@@ -140,6 +143,7 @@ class MemoryModel:
     # fine-tuning (issue 28): a planning.finetune.FineTune (LoRA/QLoRA): its adapters are the
     # trained tensors (trainable is theirs), the base frozen in its dtype or NF4
     finetune: object = None
+    device: str = CP.CUDA
 
     def __post_init__(self) -> None:
         if self.scope not in SCOPES:
@@ -151,6 +155,8 @@ class MemoryModel:
             raise UsageError("the course's activation list has no attention-core split: "
                              "--recompute selective needs --scope model")
         get_optimizer(self.optimizer)
+        if self.device not in CP.DEVICES:
+            raise UsageError(f"unknown device {self.device!r}; choose {' or '.join(CP.DEVICES)}")
 
     # -- activations --
     def _ledger(self, recompute: str):
@@ -373,14 +379,40 @@ class MemoryModel:
         boundary = held + buffers + kept + loss + logits_grads
         update = held + grads + temp + buffers + loss + inputs
         b = lsm.bytes_per_element
+        cuda = ""
+        for a in self.cuda_adjustments:  # CUDA's kernels (accounting/planning/cuda_peak.py)
+            boundary = boundary + a.bytes
+            cuda += f"; {a.rule}: {a.what}"
+        if self.device == CP.CUDA:
+            reserve = CP.workspace()
+            boundary, update = boundary + reserve.bytes, update + reserve.bytes
+            cuda += f"; {reserve.rule}: {reserve.what}"
         return (PeakPhase("start of the backward pass (log-softmax backward)", boundary,
                           "parameters, optimizer state, buffers, the kept activations, the "
                           f"loss, and the gradients of the log-softmax and of the logits "
-                          f"(2 × {b}·B·T·V)"),
+                          f"(2 × {b}·B·T·V){cuda}"),
                 PeakPhase("AdamW update (foreach)" if self.optimizer == "adamw" else
                           f"optimizer update ({self.optimizer})", update,
                           f"parameters, gradients, optimizer state{temp_what}, buffers, the "
-                          "loss, token ids and targets"))
+                          "loss, token ids and targets"
+                          + (f"; {CP.RULES[CP.CUBLAS_WORKSPACE].name}" if self.device == CP.CUDA
+                             else "")))
+
+    @property
+    def peak_rules(self) -> tuple[CP.Adjustment, ...]:
+        """The CUDA rules in the peak: the start of the backward pass's adjustments and the
+        cuBLAS workspaces (live at both moments); none for device="cpu"."""
+        return self.cuda_adjustments + ((CP.workspace(),) if self.device == CP.CUDA else ())
+
+    @cached_property
+    def cuda_adjustments(self) -> tuple[CP.Adjustment, ...]:
+        """What a CUDA step keeps at the start of its backward pass beyond (or short of)
+        the CPU step's: the SDPA backend's saves and the loss under CUDA autocast (none for
+        device="cpu")."""
+        if self.device != CP.CUDA:
+            return ()
+        return tuple(CP.boundary(self.ledger.activations, self._v1, self.precision.autocast,
+                                 self.implementation))
 
     def peak(self, batch: int, seq: int) -> int:
         """Bytes at the step's modelled peak: the larger of the two moments."""

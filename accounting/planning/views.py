@@ -198,7 +198,10 @@ def peak_table(p: Plan) -> Table:
     rows.append((f"peak ({model.peak_terms[top].name.split(' (')[0]})", *_bytes(values_[top])))
     notes = [f"{ph.name}: {ph.what}." for ph in model.peak_terms]
     notes.append("Each moment's bytes are exact (measured on a real CPU step by "
-                 "tests/test_peak.py), with optimizer.zero_grad(set_to_none=True). Not modelled: "
+                 "tests/test_peak.py, and on CUDA with the rules of "
+                 "accounting/planning/cuda_peak.py, checked against H200 measurements by "
+                 "tests/test_cuda_peak.py), with optimizer.zero_grad(set_to_none=True). "
+                 "Not modelled: "
                  "gradient temporaries inside one block's backward pass, which can exceed both "
                  "with the naive attention at long contexts (its softmax backward makes five "
                  "tensors of B·h·T²) or with a wide MLP; the fused attention (--attention sdpa) "

@@ -131,6 +131,7 @@ class MoE:
                          "expert outputs, back in slot order")
         out = t.binary("aten.mul", out, slot_w, "× router weight", comp,
                        out="weighted expert outputs")
+        out = t.cast(out, x.dtype, "weighted expert outputs (cast to the tokens' dtype)")
         return t.index_add(tokens + ("d_model",), token, out, "add back to the tokens", comp)
 
     def _transformers(self, x: Sym) -> Sym:
