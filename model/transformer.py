@@ -16,6 +16,7 @@ from .attention import CausalMultiHeadSelfAttention
 from .latent_attention import LatentAttention
 from .layers import NORM_CLASSES, Embedding, Linear, check_positive_int, feed_forward
 from .moe import MoE
+from .recurrent import ShortConv
 
 MLA_OPTIONS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 # The variants' options and their defaults are the spec's fields (accounting/spec/config.py),
@@ -54,7 +55,7 @@ class TransformerBlock(nn.Module):
     """
 
     def __init__(self, d_model, num_heads, d_ff, max_seq_len, theta, device=None, dtype=None, *,
-                 window=None, chunk=None, temperature=None, moe=None, **options):
+                 window=None, chunk=None, temperature=None, moe=None, mixer=None, **options):
         o = _options(options, BLOCK_OPTIONS, "TransformerBlock")
         norm, norm_eps, mlp = o["norm"], o["norm_eps"], o["mlp"]
         norm_placement, qkv_bias, out_bias = o["norm_placement"], o["qkv_bias"], o["out_bias"]
@@ -75,7 +76,12 @@ class TransformerBlock(nn.Module):
         self.block = o["block"]
         norm_cls = NORM_CLASSES[norm]
         self.ln1 = norm_cls(d_model, eps=norm_eps, device=device, dtype=dtype, **offset)
-        if kv_lora_rank is not None:  # multi-head latent attention (DeepSeek)
+        if mixer is not None:  # a recurrent token mixer (issue 31): mixer holds its options
+            kind = mixer.pop("kind")
+            if kind != "conv":
+                raise ValueError(f"mixer must be conv, got {kind!r}")
+            self.attn = ShortConv(d_model, device=device, dtype=dtype, **mixer)
+        elif kv_lora_rank is not None:  # multi-head latent attention (DeepSeek)
             self.attn = LatentAttention(
                 d_model, num_heads, max_seq_len=max_seq_len, theta=theta, device=device,
                 dtype=dtype, **{k: o[k] for k in MLA_OPTIONS}, qkv_bias=qkv_bias,
@@ -178,7 +184,8 @@ class TransformerLM(nn.Module):
                              window=sliding_window if types[i] == "local" else None,
                              chunk=chunk if types[i] == "chunked" else None,
                              temperature=temperature if i in nope else None,
-                             moe=None if i in dense_layers else moe, **block_options)
+                             moe=None if i in dense_layers else moe,
+                             mixer=self._mixer(types[i], o), **block_options)
             for i in range(num_layers)
         )
         self.ln_final = NORM_CLASSES[o["norm"]](d_model, eps=o["norm_eps"], device=device, dtype=dtype,
@@ -191,6 +198,13 @@ class TransformerLM(nn.Module):
         if o["tie_embeddings"]:
             self.lm_head.weight = self.token_embeddings.weight
         self.recompute = "none"
+
+    @staticmethod
+    def _mixer(kind: str, o: dict) -> dict | None:
+        """A recurrent layer's options (None: an attention layer)."""
+        if kind == "conv":
+            return {"kind": "conv", "kernel": o["conv_kernel"], "bias": o["conv_bias"]}
+        return None
 
     def set_recompute(self, mode: str) -> "TransformerLM":
         """Activation recomputation for training (torch.utils.checkpoint, non-reentrant, no

@@ -140,6 +140,13 @@ VARIANTS = {
                         logit_scale=0.125),
     "per_head_rms_sdpa": dict(num_heads=4, head_dim=8, qk_norm="per_head", attention="sdpa",
                               sliding_window=3),
+    # issue 31: hybrid layers. LFM2: short convolutions (K = 3) beside attention layers with
+    # a per-head QK-norm; biased, with MoE and a window
+    "lfm2": dict(num_layers=3, d_model=32, num_heads=4, num_kv_heads=2, qk_norm="head",
+                 conv_kernel=3, layer_types=("conv", "global", "conv"), tie_embeddings=True),
+    "short_conv_bias_moe": dict(conv_kernel=2, conv_bias=True, sliding_window=3,
+                                layer_types=("conv", "local"), num_experts=4, experts_per_token=2,
+                                moe_d_ff=8),
 }
 
 

@@ -279,6 +279,18 @@ def ref_mlp(c, x, p, f):
     return ref_linear(hidden, p, f"{f}.w2")
 
 
+def ref_short_conv(c, x, p, a):
+    """transformers' Lfm2ShortConv.slow_forward, transcribed: B, C, x from in_proj (the
+    channels-first chunk), B·x, nn.Conv1d(groups=d, padding=K − 1) cut to T, C·conv, out_proj."""
+    T = x.shape[1]
+    bcx = ref_linear(x, p, f"{a}.in_proj").transpose(-1, -2)
+    b, gate, h = bcx.chunk(3, dim=-2)
+    w = p[f"{a}.conv.weight"].unsqueeze(1)  # (d, 1, K), nn.Conv1d's layout
+    conv = F.conv1d(b * h, w, p.get(f"{a}.conv.bias"), padding=c.conv_kernel - 1,
+                    groups=c.d_model)[..., :T]
+    return ref_linear((gate * conv).transpose(-1, -2), p, f"{a}.out_proj")
+
+
 def ref_lm(c, ids, p):
     T = ids.shape[-1]
     x = F.embedding(ids, p["token_embeddings.weight"])
@@ -294,7 +306,9 @@ def ref_lm(c, ids, p):
         chunk = c.attention_chunk if types[i] == "chunked" else None
         moe = c.num_experts is not None and i not in c.dense_layers
 
-        def attn(z):
+        def attn(z, mixer=c.layer_kinds[i].mixer):
+            if mixer == "conv":
+                return ref_short_conv(c, z, p, f"{b}.attn")
             return ref_attention(c, z, p, f"{b}.attn", window, chunk, i in c.nope_layers)
 
         def mlp(z):

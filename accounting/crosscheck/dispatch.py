@@ -70,7 +70,8 @@ ZERO_OPS = frozenset(f"aten.{n}" for n in (
     "ones", "ones_like", "full", "full_like", "fill", "scalar_tensor", "arange", "lift_fresh",
     "lift_fresh_copy", "new_empty", "new_empty_strided", "new_zeros", "new_ones", "new_full",
     "_local_scalar_dense", "randn", "rand", "randint", "normal", "uniform", "gather",
-    "index_copy", "constant_pad_nd", "scatter", "index_fill"))
+    "index_copy", "constant_pad_nd", "scatter", "index_fill",
+    "unfold"))  # a view: the recurrent layers' conv windows (model/recurrent.py)
 # Not here: index_put with accumulate (the embedding's backward scatter-add) adds values;
 # it shows up as "unknown", which only matters in the forward pass (none runs there).
 

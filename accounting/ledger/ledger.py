@@ -63,7 +63,7 @@ class Ledger:
     @property
     def param_components(self) -> tuple[str, ...]:
         # the attention core holds parameters only with attention sinks (gpt-oss)
-        order = (R.EMBEDDING, R.POSITION_EMBEDDING, R.ATTN_PROJ, R.ATTN_CORE, R.FFN,
+        order = (R.EMBEDDING, R.POSITION_EMBEDDING, R.ATTN_PROJ, R.ATTN_CORE, R.RECURRENT, R.FFN,
                  *builder.NORM_PARAMS.values(), R.LM_HEAD)
         present = {p.component for p in self.params} | {R.LM_HEAD}
         return tuple(c for c in order if c in present)
@@ -111,6 +111,8 @@ class Ledger:
         if c.attention_chunk is not None:  # chunked layers: query i attends (i mod C) + 1 keys
             out["C_a"] = c.attention_chunk
             out["P_C"] = chunk_pairs(seq, c.attention_chunk)
+        if c.conv_kernel is not None:  # the recurrent layers' depthwise conv (width K)
+            out.update({"K": c.conv_kernel, "T_K": seq + c.conv_kernel - 1, "3": 3})
         if c.num_experts is not None:
             out.update({"E": c.num_experts, "k": c.experts_per_token, "d_e": c.expert_d_ff,
                         "d_s": c.num_shared_experts * c.expert_d_ff, "G": c.router_groups,

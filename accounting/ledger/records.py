@@ -16,10 +16,14 @@ from accounting.units import BF16, BOOL, DTYPE_BYTES, FLOPS_PER_MAC, FP32, INT64
 # Matmul FLOPs: every matmul belongs to exactly one of these.
 ATTN_PROJ = "attention projections"
 ATTN_CORE = "attention core"
+# the recurrent layers' token mixing (issue 31): a short convolution's and a gated DeltaNet's
+# depthwise conv1d, the chunked delta rule's products; their in/out projections are
+# attention projections (the token mixer's projections, as attention's are)
+RECURRENT = "recurrent mixing"
 FFN = "feed-forward"
 LM_HEAD = "LM head"
-COMPONENTS = (ATTN_PROJ, ATTN_CORE, FFN, LM_HEAD)
-BLOCK_COMPONENTS = (ATTN_PROJ, ATTN_CORE, FFN)
+COMPONENTS = (ATTN_PROJ, ATTN_CORE, RECURRENT, FFN, LM_HEAD)
+BLOCK_COMPONENTS = (ATTN_PROJ, ATTN_CORE, RECURRENT, FFN)
 
 # Parameters (the norm component is named by the norm kind: "RMSNorm gains", ...).
 EMBEDDING = "token embedding"
@@ -223,10 +227,15 @@ class Buffer(Record):
 @dataclass(frozen=True)
 class CacheEntry(Record):
     """What one token adds to the KV cache: `shape` elements in each block (a local layer
-    keeps only its last W tokens; a chunked layer at most its chunk's C)."""
+    keeps only its last W tokens; a chunked layer at most its chunk's C). A recurrent
+    layer's state (per_sequence) is `shape` elements for a sequence of any length (its conv
+    window, its recurrent state), in float32 where the model keeps it so (fp32: the gated
+    delta rule's state, computed in float32 whatever the model's dtype)."""
     shape: tuple[str, ...]
     window: bool = False
     chunk: bool = False
+    per_sequence: bool = False
+    fp32: bool = False
 
     def expr(self) -> Expr:
         e = Expr.of(1, self.shape)

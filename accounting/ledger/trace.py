@@ -180,6 +180,12 @@ class Trace:
         self.cache.append(R.CacheEntry(name, "KV cache", self.module, self.repeat, per_token,
                                        window, chunk))
 
+    def state(self, name: str, shape: tuple[str, ...], fp32: bool = False) -> None:
+        """A recurrent layer's cached state here: `shape` elements per sequence, whatever
+        its length (a conv window, a recurrent state)."""
+        self.cache.append(R.CacheEntry(name, "recurrent state", self.module, self.repeat, shape,
+                                       per_sequence=True, fp32=fp32))
+
     def name(self, x: Sym, label: str, course: str = "", block_input: bool = False,
              weight_copy: bool = False) -> Sym:
         """Name a tensor for the memory ledger (and tag it with the course's list item)."""

@@ -15,7 +15,7 @@ from dataclasses import dataclass, fields, replace
 from accounting.spec.checks import validate
 # the vocabulary, re-exported: the CLI, the builder and model/ read it as config.X
 from accounting.spec.choices import (  # noqa: F401
-    ATTENTIONS, BLOCKS, GROUP_SCORES, LAYER_TYPES, MAX_CONFIG_BYTES, MAX_LAYERS, MAX_NAME,
+    ATTENTIONS, BLOCKS, GROUP_SCORES, LAYER_TYPES, MAX_CONFIG_BYTES, MIXER_TYPES, MAX_LAYERS, MAX_NAME,
     MAX_REAL, MAX_SIZE, MLPS, NORM_PLACEMENTS, NORMS, POSITIONS, QK_NORMS, ROUTERS, LayerKind,
     MLPKind, default_d_ff)
 from accounting.spec.fields import (CHOICE, COUNT, EXTRAS, FLAG, LAYERS, NUMBER, NUMBER0, SIZE,
@@ -210,6 +210,40 @@ class ModelConfig:
                                           "every expert runs every token, the unchosen at weight "
                                           "0 (Llama 4: E·B·T expert rows executed, B·T·k useful)")
 
+    # ---- hybrid models (issue 31): token mixers without attention, chosen per layer by
+    # layer_types. A gated DeltaNet layer (Qwen3-Next's Qwen3NextGatedDeltaNet, Yang et al.
+    # 2024, "Gated Delta Networks"): in_proj_qkvz and in_proj_ba, a depthwise causal conv1d
+    # over Q, K and V, the chunked gated delta rule (fla's chunk_gated_delta_rule, chunk 64;
+    # transformers' torch_chunk_gated_delta_rule), a gated RMSNorm, out_proj. A short
+    # convolution (LFM2's Lfm2ShortConv): in_proj to B, C, x; B·x; a depthwise causal conv1d;
+    # C·conv; out_proj.
+    conv_kernel: int | None = spec(None, kind=SIZE, flag="--conv-kernel", group=EXTRAS,
+                                   help="the depthwise causal convolution's width K of the "
+                                        "recurrent layers (LFM2's conv_L_cache, Qwen3-Next's "
+                                        "linear_conv_kernel_dim)")
+    conv_bias: bool = spec(False, kind=FLAG, flag="--conv-bias", group=EXTRAS,
+                           help="biases on the short convolution layers' in_proj, conv and "
+                                "out_proj (LFM2's conv_bias)")
+    linear_key_heads: int | None = spec(None, kind=SIZE, flag="--linear-key-heads", group=EXTRAS,
+                                        help="gated DeltaNet layers: query/key heads "
+                                             "(linear_num_key_heads)")
+    linear_value_heads: int | None = spec(None, kind=SIZE, flag="--linear-value-heads",
+                                          group=EXTRAS,
+                                          help="gated DeltaNet layers: value heads, a multiple "
+                                               "of the key heads (linear_num_value_heads)")
+    linear_key_head_dim: int | None = spec(None, kind=SIZE, flag="--linear-key-head-dim",
+                                           group=EXTRAS,
+                                           help="gated DeltaNet layers: each query/key head's "
+                                                "width (linear_key_head_dim)")
+    linear_value_head_dim: int | None = spec(None, kind=SIZE, flag="--linear-value-head-dim",
+                                             group=EXTRAS,
+                                             help="gated DeltaNet layers: each value head's "
+                                                  "width (linear_value_head_dim)")
+    linear_chunk: int = spec(64, kind=SIZE, flag="--linear-chunk", group=EXTRAS,
+                             help="gated DeltaNet layers: the chunk size C of the chunked delta "
+                                  "rule (default 64: fla's chunk_gated_delta_rule and "
+                                  "transformers' torch_chunk_gated_delta_rule)")
+
     def __post_init__(self) -> None:
         validate(self)
 
@@ -251,7 +285,9 @@ class ModelConfig:
         types = self.layer_types or (default,) * self.num_layers
         dense, nope = set(self.dense_layers), set(self.nope_layers)
         return tuple(LayerKind(t == "local", self.num_experts is not None and i not in dense,
-                               t == "chunked", i in nope) for i, t in enumerate(types))
+                               t == "chunked", i in nope,
+                               t if t in MIXER_TYPES else "attention")
+                     for i, t in enumerate(types))
 
     @property
     def architecture(self) -> str:
@@ -293,6 +329,12 @@ class ModelConfig:
         if n_nope:
             parts.append(f"no RoPE on {n_nope} of {len(kinds)} layers"
                          + (", temperature tuning there" if self.temperature_floor else ""))
+        for mixer, what in (("linear_attention", "gated DeltaNet (chunk "
+                             f"{self.linear_chunk})"), ("conv", "short convolution")):
+            n = sum(k.mixer == mixer for k in kinds)
+            if n:
+                parts.append(f"{what} on {n} of {len(kinds)} layers (conv width "
+                             f"{self.conv_kernel})")
         if self.num_experts is not None:
             n_moe = sum(k.moe for k in kinds)
             parts.append(f"MoE: {self.num_experts} experts, top-{self.experts_per_token}"

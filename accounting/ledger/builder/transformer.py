@@ -10,6 +10,7 @@ from accounting.ledger.builder.layers import Linear, Norm, activation, FeedForwa
 from accounting.ledger.builder.attention import Attention
 from accounting.ledger.builder.latent_attention import LatentAttention
 from accounting.ledger.builder.moe import MoE
+from accounting.ledger.builder.recurrent import ShortConv
 
 
 class Block:
@@ -19,7 +20,9 @@ class Block:
         sandwich = a.c.norm_placement == "sandwich"
         self.ln1 = Norm(t, "ln1", kind, ("d_model",), NORMS[kind], comp, off)
         local = self.kind is not None and self.kind.local
-        if a.c.mla:
+        if self.kind is not None and self.kind.mixer == "conv":
+            self.attn = ShortConv(t, a)
+        elif a.c.mla:
             self.attn = LatentAttention(t, a, recompute, local)
         else:
             lk = self.kind  # the block's LayerKind (`kind` above is the norm's)
@@ -89,6 +92,8 @@ def _symbol(kind, kinds) -> str:
     if len(kinds) == 1:
         return "L"
     parts = []
+    if len({k.mixer for k in kinds}) > 1:
+        parts.append({"attention": "attn", "linear_attention": "linear", "conv": "conv"}[kind.mixer])
     if len({k.local for k in kinds}) > 1:
         parts.append("local" if kind.local else "global")
     if len({k.chunked for k in kinds}) > 1:
