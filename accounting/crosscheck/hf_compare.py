@@ -176,14 +176,25 @@ def _kv(a: Analysis, m, hf: HFConfig, data) -> tuple[tuple[int, int], str]:
     chunk_kept = min(a.seq, chunk - 1) if chunk else a.seq
     itemsize = m.kv[0][2] if m.kv else 0
     analytic = sum(int(e.expr().value(v)) * (chunk_kept if e.chunk else kept[e.window])
-                   for e in a.ledger.cache) * a.batch * itemsize
+                   for e in a.ledger.cache if not e.per_sequence) * a.batch * itemsize
+    # the recurrent layers' states: per sequence, at the model's element size (float32 where
+    # the model keeps them so)
+    state_size = (m.states[0][1] if m.states else itemsize) or 4
+    analytic_states = sum(int(e.expr().value(v)) * (4 if e.fp32 else state_size)
+                          for e in a.ledger.cache if e.per_sequence) * a.batch
     broadcast = hf.type.kv_broadcast is not None and hf.type.kv_broadcast(data)
     if broadcast:  # compared as the ledger's h_kv heads × g, said in the detail
         analytic *= a.config.group_size
-    measured = sum((_prod(k) + _prod(val)) * size for k, val, size in m.kv)
+    measured = sum((_prod(k) + _prod(val)) * size for k, val, size in m.kv) \
+        + sum(_prod(shape) * size for shape, size in m.states)
+    analytic += analytic_states
     shapes = sorted({(k, val) for k, val, _ in m.kv})
     shown = "; ".join(f"K {list(k)}, V {list(val)}" for k, val in shapes)
     detail = f"{len(m.kv)} layers × ({shown}) × {itemsize} bytes ({m.dtype})"
+    if m.states:
+        held = "; ".join(f"{list(s)}" for s in sorted({s for s, _ in m.states}))
+        detail += (f"; and {len(m.states)} recurrent-layer states ({held}: conv windows of "
+                   f"the last K inputs, recurrent states), per sequence whatever T")
     if a.config.mla:
         detail += (f"; latent attention: transformers caches the latent (kv_a_layernorm's "
                    f"output, kv_lora_rank {a.config.kv_lora_rank}) as its 'K' and the rotated "
