@@ -23,18 +23,28 @@ from torch import nn
 from .layers import Linear, check_positive_int
 
 
-class CausalConv1d(nn.Module):
+def causal_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     """y[t, c] = Σ_j w[c, j]·x[t − K + 1 + j, c] (+ b[c]), each channel on its own (a
     depthwise causal conv1d, transformers' nn.Conv1d(groups=channels)): the input padded
-    with K − 1 zeros in front, its T windows of K (a view), contracted with the weight
-    by one einsum (a bmm over the channels: 2·B·T·C·K FLOPs, the T outputs a causal conv
-    kernel computes). weight: (channels, K) (nn.Conv1d's (channels, 1, K), squeezed)."""
+    with K − 1 zeros in front, its T windows of K (a view), contracted with the (channels,
+    K) weight by one einsum (a bmm over the channels, which copies the windows: 2·B·T·C·K
+    FLOPs, the T outputs a causal conv kernel computes). x: (batch seq channels)."""
+    kernel = weight.shape[-1]
+    padded = torch.constant_pad_nd(x, [0, 0, kernel - 1, 0])
+    windows = padded.unfold(1, kernel, 1)  # (batch seq channels K), a view
+    y = einsum(windows, weight, "b t c k, c k -> b t c")
+    return y if bias is None else y + bias
+
+
+class CausalConv1d(nn.Module):
+    """The depthwise conv's parameters: weight (channels, K) (nn.Conv1d's (channels, 1, K),
+    squeezed) and an optional bias. As in transformers (causal_conv1d_fn reads
+    self.conv.weight), the layer that owns it runs the convolution (causal_conv)."""
 
     def __init__(self, channels, kernel, bias=False, device=None, dtype=None):
         super().__init__()
         check_positive_int("channels", channels)
         check_positive_int("kernel", kernel)
-        self.kernel, self.channels = kernel, channels
         self.weight = nn.Parameter(torch.empty(channels, kernel, device=device, dtype=dtype))
         bound = 1 / math.sqrt(kernel)  # nn.Conv1d's default: U(±1/√(fan_in)), fan_in = K
         nn.init.uniform_(self.weight, -bound, bound)
@@ -45,10 +55,7 @@ class CausalConv1d(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # x: (batch seq channels) -> (batch seq channels)
-        padded = torch.constant_pad_nd(x, [0, 0, self.kernel - 1, 0])
-        windows = padded.unfold(1, self.kernel, 1)  # (batch seq channels K), a view
-        y = einsum(windows, self.weight, "b t c k, c k -> b t c")
-        return y if self.bias is None else y + self.bias
+        return causal_conv(x, self.weight, self.bias)
 
 
 class ShortConv(nn.Module):
@@ -65,4 +72,4 @@ class ShortConv(nn.Module):
     def forward(self, x: torch.Tensor, token_positions=None) -> torch.Tensor:
         # x: (batch seq d_model) -> (batch seq d_model)
         b, c, h = self.in_proj(x).chunk(3, dim=-1)  # views of one (batch seq 3·d_model)
-        return self.out_proj(c * self.conv(b * h))
+        return self.out_proj(c * causal_conv(b * h, self.conv.weight, self.conv.bias))

@@ -80,7 +80,9 @@ class TransformerBlock(nn.Module):
             kind = mixer.pop("kind")
             if kind != "conv":
                 raise ValueError(f"mixer must be conv, got {kind!r}")
-            self.attn = ShortConv(d_model, device=device, dtype=dtype, **mixer)
+            # registered under transformers' name for it (Lfm2DecoderLayer.conv); .attn is
+            # the block's token mixer, whichever it is
+            self.conv = ShortConv(d_model, device=device, dtype=dtype, **mixer)
         elif kv_lora_rank is not None:  # multi-head latent attention (DeepSeek)
             self.attn = LatentAttention(
                 d_model, num_heads, max_seq_len=max_seq_len, theta=theta, device=device,
@@ -107,6 +109,11 @@ class TransformerBlock(nn.Module):
             self.ffn = feed_forward(mlp, d_model, d_ff, device=device, dtype=dtype, bias=o["mlp_bias"])
         if self.sandwich:
             self.post_ffn_norm = norm_cls(d_model, eps=norm_eps, device=device, dtype=dtype, **offset)
+
+    @property
+    def attn(self) -> nn.Module:
+        """The block's token mixer: its attention, or a recurrent layer (self.conv)."""
+        return self._modules["conv"] if "conv" in self._modules else self._modules["attn"]
 
     def scaled(self, out: torch.Tensor) -> torch.Tensor:
         """A sublayer's output as added to the residual (× residual_multiplier, if set)."""

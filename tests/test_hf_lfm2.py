@@ -106,3 +106,19 @@ def test_cache_bytes_equal_transformers_cache(tmp_path, capsys, T, B):
     else:  # the plan's inference precision: the same elements at its element size
         assert inference["kv_cache_bytes"] * 4 == held * inference["bytes_per_element"]
     assert inference["recurrent_state_bytes"] == B * 3 * D * K * inference["bytes_per_element"]
+
+
+def test_verify_agrees_with_transformers(tmp_path, capsys):
+    """--verify: the tool's model/ (fvcore, FlopCounterMode, the op counter) and transformers'
+    Lfm2ForCausalLM (meta device, FlopCounterMode) agree with the ledger, transformers' conv
+    less the K − 1 outputs its torch fallback computes and drops (2·B·d·(K − 1)·K per conv
+    layer, its own check row); parameters and the cache (K, V and conv states) equal."""
+    from cli_run import agreeing_check
+    path = write_config(tmp_path, DATA)
+    x = agreeing_check(capsys, "--config", str(path), "--ctx", "32")
+    hf = x["transformers"]
+    assert hf["agrees"] and hf["model_type"] == "lfm2"
+    rows = [c for c in hf["checks"] if "depthwise conv1d" in c["claim"]]
+    B = 1
+    assert rows and rows[0]["holds"]
+    assert f"{2 * B * D * (K - 1) * K * 3:,} for the K − 1 dropped" in rows[0]["evidence"]

@@ -308,7 +308,7 @@ def ref_lm(c, ids, p):
 
         def attn(z, mixer=c.layer_kinds[i].mixer):
             if mixer == "conv":
-                return ref_short_conv(c, z, p, f"{b}.attn")
+                return ref_short_conv(c, z, p, f"{b}.conv")
             return ref_attention(c, z, p, f"{b}.attn", window, chunk, i in c.nope_layers)
 
         def mlp(z):

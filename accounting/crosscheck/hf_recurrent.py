@@ -1,0 +1,45 @@
+"""transformers' recurrent layers beside the ledger's (issue 31): what their torch paths
+run that the ledger does not count, subtracted with a stated reason (hf_compare.py)."""
+from __future__ import annotations
+
+from collections import defaultdict
+
+from accounting.analysis.workload import Analysis
+from accounting.crosscheck.mapping import Split
+from accounting.crosscheck.result import Check
+from accounting.ledger import records as R
+from accounting.units import grouped
+
+
+def conv_surplus(a: Analysis) -> dict[int, int]:
+    """FLOPs transformers' torch fallback of the depthwise causal conv runs beyond the
+    ledger's, per block: causal_conv1d_fn (modeling_lfm2.py, modeling_qwen3_next.py) is
+    F.conv1d with padding K − 1, T + K − 1 outputs per channel of which it keeps the first
+    T; the ledger counts the T a causal conv kernel computes. Each conv record's FLOPs at
+    T = K − 1: 2·B·C·(K − 1)·K."""
+    c, lg = a.config, a.ledger
+    if c.conv_kernel is None or c.conv_kernel == 1:
+        return {}
+    v = {**a.values, "T": c.conv_kernel - 1}
+    layers = dict(lg.groups)
+    out: dict[int, int] = defaultdict(int)
+    for r in lg.forward:
+        if r.component == R.RECURRENT and r.n == ("K",):
+            for i in layers[r.repeat]:
+                out[i] += r.flops(v)
+    return dict(out)
+
+
+def less_surplus(s: Split, surplus: dict[int, int]) -> tuple[Split, Check]:
+    """transformers' recurrent-mixing counts less the fallback's dropped conv outputs."""
+    core = R.RECURRENT
+    got = [layer[core] for layer in s.layers]
+    layers = tuple({**layer, core: layer[core] - surplus.get(i, 0)} for i, layer in enumerate(s.layers))
+    total = sum(surplus.values())
+    return Split(layers, s.top, s.elsewhere), Check(
+        "transformers' depthwise conv1d (the torch fallback causal_conv1d_fn: F.conv1d with "
+        "padding K − 1) computes T + K − 1 outputs per channel and keeps T: its count less "
+        "2·B·C·(K − 1)·K per conv layer is compared (the ledger counts the T outputs a "
+        "causal conv kernel computes)",
+        f"{len(surplus)} conv layers, {grouped(sum(got))} measured, {grouped(total)} for the "
+        f"K − 1 dropped outputs", all(g >= surplus.get(i, 0) for i, g in enumerate(got)))
