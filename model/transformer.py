@@ -17,6 +17,7 @@ from .latent_attention import LatentAttention
 from .layers import NORM_CLASSES, Embedding, Linear, check_positive_int, feed_forward
 from .moe import MoE
 from .recurrent import ShortConv
+from .delta import GatedDeltaNet
 
 MLA_OPTIONS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 # The variants' options and their defaults are the spec's fields (accounting/spec/config.py),
@@ -77,12 +78,17 @@ class TransformerBlock(nn.Module):
         norm_cls = NORM_CLASSES[norm]
         self.ln1 = norm_cls(d_model, eps=norm_eps, device=device, dtype=dtype, **offset)
         if mixer is not None:  # a recurrent token mixer (issue 31): mixer holds its options
-            kind = mixer.pop("kind")
-            if kind != "conv":
-                raise ValueError(f"mixer must be conv, got {kind!r}")
-            # registered under transformers' name for it (Lfm2DecoderLayer.conv); .attn is
-            # the block's token mixer, whichever it is
-            self.conv = ShortConv(d_model, device=device, dtype=dtype, **mixer)
+            kind = dict(mixer).pop("kind")
+            options = {k: v for k, v in mixer.items() if k != "kind"}
+            # registered under transformers' names for them (Lfm2DecoderLayer.conv,
+            # Qwen3NextDecoderLayer.linear_attn); .attn is the block's token mixer
+            if kind == "conv":
+                self.conv = ShortConv(d_model, device=device, dtype=dtype, **options)
+            elif kind == "linear_attention":
+                self.linear_attn = GatedDeltaNet(d_model, device=device, dtype=dtype,
+                                                 norm_eps=norm_eps, **options)
+            else:
+                raise ValueError(f"mixer must be conv or linear_attention, got {kind!r}")
         elif kv_lora_rank is not None:  # multi-head latent attention (DeepSeek)
             self.attn = LatentAttention(
                 d_model, num_heads, max_seq_len=max_seq_len, theta=theta, device=device,
@@ -113,7 +119,10 @@ class TransformerBlock(nn.Module):
     @property
     def attn(self) -> nn.Module:
         """The block's token mixer: its attention, or a recurrent layer (self.conv)."""
-        return self._modules["conv"] if "conv" in self._modules else self._modules["attn"]
+        for name in ("conv", "linear_attn", "attn"):
+            if name in self._modules:
+                return self._modules[name]
+        raise AttributeError("attn")
 
     def scaled(self, out: torch.Tensor) -> torch.Tensor:
         """A sublayer's output as added to the residual (× residual_multiplier, if set)."""
@@ -211,6 +220,11 @@ class TransformerLM(nn.Module):
         """A recurrent layer's options (None: an attention layer)."""
         if kind == "conv":
             return {"kind": "conv", "kernel": o["conv_kernel"], "bias": o["conv_bias"]}
+        if kind == "linear_attention":
+            return {"kind": "linear_attention", "key_heads": o["linear_key_heads"],
+                    "value_heads": o["linear_value_heads"], "key_dim": o["linear_key_head_dim"],
+                    "value_dim": o["linear_value_head_dim"], "kernel": o["conv_kernel"],
+                    "chunk": o["linear_chunk"]}
         return None
 
     def set_recompute(self, mode: str) -> "TransformerLM":

@@ -144,6 +144,16 @@ VARIANTS = {
     # a per-head QK-norm; biased, with MoE and a window
     "lfm2": dict(num_layers=3, d_model=32, num_heads=4, num_kv_heads=2, qk_norm="head",
                  conv_kernel=3, layer_types=("conv", "global", "conv"), tie_embeddings=True),
+    # Qwen3-Next's gated DeltaNet (chunk 2: three or more chunks at the tested lengths),
+    # grouped value heads, beside a global attention layer
+    "gated_deltanet": dict(num_layers=3, d_model=32, num_heads=4, num_kv_heads=2,
+                           conv_kernel=3, linear_key_heads=2, linear_value_heads=4,
+                           linear_key_head_dim=8, linear_value_head_dim=6, linear_chunk=2,
+                           layer_types=("linear_attention", "global", "linear_attention")),
+    "gated_deltanet_moe": dict(conv_kernel=4, linear_key_heads=2, linear_value_heads=2,
+                               linear_key_head_dim=4, linear_value_head_dim=4, linear_chunk=2,
+                               layer_types=("linear_attention", "linear_attention"),
+                               num_experts=4, experts_per_token=2, moe_d_ff=8),
     "short_conv_bias_moe": dict(conv_kernel=2, conv_bias=True, sliding_window=3,
                                 layer_types=("conv", "local"), num_experts=4, experts_per_token=2,
                                 moe_d_ff=8),
@@ -260,8 +270,11 @@ def test_saved_activations_equal_the_ledger(name, B, T):
     for a in lg.activations:
         if a.saved:
             dtype, size = DTYPE[a.dtype]
-            expected[a.saved_in][(size * a.elements.evaluate(v) // a.copies, dtype)] += \
-                a.copies * a.count(v)
+            # a record of `storages` equal tensors (the delta rule's per-chunk states): that
+            # many storages, each its share
+            n = v[a.storages] if a.storages else 1
+            expected[a.saved_in][(size * a.elements.evaluate(v) // a.copies // n, dtype)] += \
+                a.copies * a.count(v) * n
     if c.num_experts is not None and c.moe_capacity_factor is None:
         # Dropless experts on a real routing run expert by expert: the ledger's one tensor
         # of B·T·k rows is there in pieces of each expert's rows (sizes that depend on the

@@ -55,6 +55,9 @@ ELEMENTWISE_OPS = frozenset(f"aten.{n}" for n in (
     "add", "sub", "rsub", "mul", "div", "pow", "neg", "reciprocal", "abs", "exp", "exp2",
     "expm1", "log", "log2", "log1p", "sqrt", "rsqrt", "sigmoid", "tanh", "erf", "silu", "gelu",
     "sin", "cos", "maximum", "minimum", "square",
+    # the gated delta rule (model/delta.py): softplus, one per element like sigmoid; cumsum,
+    # a running sum, one add per element
+    "softplus", "cumsum",
     "clamp"))  # a min and/or max against scalars (gpt-oss's clamped SwiGLU), one per element
 # 1 FLOP per input element.
 REDUCTION_OPS = frozenset(f"aten.{n}" for n in ("sum", "mean", "amax", "amin", "max", "min",

@@ -112,7 +112,14 @@ class Ledger:
             out["C_a"] = c.attention_chunk
             out["P_C"] = chunk_pairs(seq, c.attention_chunk)
         if c.conv_kernel is not None:  # the recurrent layers' depthwise conv (width K)
-            out.update({"K": c.conv_kernel, "T_K": seq + c.conv_kernel - 1, "3": 3})
+            out.update({"K": c.conv_kernel, "3": 3, "2": 2, "1": 1})
+        if c.linear_key_heads is not None:  # gated DeltaNet layers (builder/delta.py)
+            hk, hv = c.linear_key_heads, c.linear_value_heads
+            dk, dv, chunk = c.linear_key_head_dim, c.linear_value_head_dim, c.linear_chunk
+            out.update({"h_lk": hk, "h_lv": hv, "d_lk": dk, "d_lv": dv,
+                        "d_conv": 2 * hk * dk + hv * dv, "d_qkvz": 2 * hk * dk + 2 * hv * dv,
+                        "C_l": chunk, "N_c": -(-seq // chunk), "N_c-1": -(-seq // chunk) - 1,
+                        "P_L": chunk * (chunk - 1) // 2})
         if c.num_experts is not None:
             out.update({"E": c.num_experts, "k": c.experts_per_token, "d_e": c.expert_d_ff,
                         "d_s": c.num_shared_experts * c.expert_d_ff, "G": c.router_groups,
@@ -192,17 +199,17 @@ def _activations(t, fold: bool) -> tuple[R.Activation, ...]:
         else:
             why = "not saved: no operation with a backward formula reads it"
         key = (n.label, n.saved_in if saved else "", n.shape, n.dtype, n.course, n.repeat,
-               n.block_input, n.weight_copy)
+               n.block_input, n.weight_copy, n.storages)
         if key in rows:
             rows[key][1] += 1
         else:
             rows[key] = [why, 1]
     out = []
-    for (label, saved_in, shape, dtype, course, repeat, block_input, weight_copy), (why, copies) \
-            in rows.items():
+    for (label, saved_in, shape, dtype, course, repeat, block_input, weight_copy, storages), \
+            (why, copies) in rows.items():
         e = Expr.of(copies, shape)
         out.append(R.Activation(label, course, saved_in, repeat, shape, _fold(e) if fold else e,
-                                why, dtype, copies, block_input, weight_copy))
+                                why, dtype, copies, block_input, weight_copy, storages))
     # blocks first (execution order), then the rest
     return tuple([a for a in out if a.per_layer] + [a for a in out if not a.per_layer])
 

@@ -108,6 +108,11 @@ class Matmul(Record):
     useful: tuple[str, ...] | None = None  # factors of the useful work, when not the causal rule
     reads_cache: bool = False  # its rows are what the KV cache holds (latent attention's
     #                            kv_b_proj): a decode step runs it over all t cached tokens
+    # a unit lower-triangular solve A·X = B (the gated delta rule's UT system): m is P_L,
+    # the strictly lower pairs of an n×n A, p the right-hand columns; its backward is a
+    # solve of the same size (dB) and one dense product dA = −dB·Xᵀ (n×p @ p×n)
+    triangular: tuple[str, ...] | None = None  # n, when a solve
+    grad_b: bool = True  # B needs a gradient (the delta rule's first state, zeros, does not)
 
     @property
     def factors(self) -> tuple[str, ...]:
@@ -157,6 +162,12 @@ class Matmul(Record):
                       window=self.window, chunk=self.chunk, useful=self.useful)
         again = (Matmul(f"{self.name} (recomputed)", m=self.m, n=self.n, p=self.p, **common),) \
             if self.recompute_in_backward else ()
+        if not self.grad_b:  # only dA = dC·Bᵀ
+            return again + (Matmul(f"{self.name} {d_a}", m=self.m, n=self.p, p=self.n, **common),)
+        if self.triangular is not None:  # linalg_solve_triangular_backward
+            return (Matmul(f"{self.name} {d_a}", m=self.m, n=self.n, p=self.p, **common),
+                    Matmul(f"{self.name} {d_b}", m=self.triangular, n=self.p,
+                           p=self.triangular, **common))
         return again + (Matmul(f"{self.name} {d_a}", m=self.m, n=self.p, p=self.n, **common),
                         Matmul(f"{self.name} {d_b}", m=self.n, n=self.m, p=self.p, **common))
 
@@ -195,6 +206,7 @@ class Activation(Record):
     copies: int = 1
     block_input: bool = False  # the block's input: what full recomputation keeps
     weight_copy: bool = False  # autocast's bf16 copy of a weight (saved by its matmul)
+    storages: str | None = None  # these elements are that many equal tensors (a loop's N_c)
 
     @property
     def bytes_per_element(self) -> int:

@@ -66,6 +66,7 @@ class Named:
     savers: list[str] = field(default_factory=list)
     saved_in: str = ""
     readers: list[str] = field(default_factory=list)
+    storages: str | None = None  # the symbol of separate storages it is (a loop's N_c)
 
 
 class Trace:
@@ -187,12 +188,14 @@ class Trace:
                                        per_sequence=True, fp32=fp32))
 
     def name(self, x: Sym, label: str, course: str = "", block_input: bool = False,
-             weight_copy: bool = False) -> Sym:
-        """Name a tensor for the memory ledger (and tag it with the course's list item)."""
+             weight_copy: bool = False, storages: str | None = None) -> Sym:
+        """Name a tensor for the memory ledger (and tag it with the course's list item).
+        storages: the symbol counting the separate, equal tensors it stands for (the
+        gated delta rule's per-chunk states: "N_c")."""
         n = self.named.get(x.storage)
         if n is None:
             self.named[x.storage] = Named(label, x.shape, x.dtype, self.repeat, course,
-                                          block_input, weight_copy)
+                                          block_input, weight_copy, storages=storages)
         else:
             n.course, n.block_input = n.course or course, n.block_input or block_input
         return x
@@ -457,6 +460,23 @@ class Trace:
                 self.params = [R.Param(p.name, p.component, p.module, p.repeat, p.shape, p.lookup, True)
                                if p.name == name else p for p in self.params]
         return dtype
+
+    def solve(self, a: Sym, b: Sym, record: R.Matmul, label: str) -> Sym:
+        """torch.linalg.solve_triangular(a, b, upper=False, unitriangular=True): one kernel,
+        its FLOPs the record's (a triangular record: its backward is a solve and one dense
+        product); saves a and its result (linalg_solve_triangular_backward takes both)."""
+        self._tick += 1
+        self.matmuls.append(record)
+        if self._region is not None:
+            self._region_matmuls.append((self._tick, record))
+        desc = f"linalg_solve_triangular ({record.name})"
+        (a2, b2), dtype = self._autocast("solve", a, b)
+        self._reads(desc, a2, b2)
+        y = self.name(Sym(b.shape, dtype, a.grad or b.grad), label)
+        if a2.grad or b2.grad:
+            self._saves(a2, desc)
+            self._saves(y, desc, after=True)
+        return y
 
     def fused_attention(self, q: Sym, k: Sym, v: Sym, records: tuple[R.Matmul, R.Matmul],
                         out_shape: tuple[str, ...], lse_shape: tuple[str, ...],

@@ -11,6 +11,7 @@ from accounting.ledger.builder.attention import Attention
 from accounting.ledger.builder.latent_attention import LatentAttention
 from accounting.ledger.builder.moe import MoE
 from accounting.ledger.builder.recurrent import ShortConv
+from accounting.ledger.builder.delta import GatedDeltaNet
 
 
 class Block:
@@ -22,6 +23,8 @@ class Block:
         local = self.kind is not None and self.kind.local
         if self.kind is not None and self.kind.mixer == "conv":
             self.attn = ShortConv(t, a)
+        elif self.kind is not None and self.kind.mixer == "linear_attention":
+            self.attn = GatedDeltaNet(t, a)
         elif a.c.mla:
             self.attn = LatentAttention(t, a, recompute, local)
         else:
