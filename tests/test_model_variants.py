@@ -291,6 +291,23 @@ def ref_short_conv(c, x, p, a):
     return ref_linear((gate * conv).transpose(-1, -2), p, f"{a}.out_proj")
 
 
+def ref_gated_deltanet(c, x, p, a):
+    """transformers' own Qwen3NextGatedDeltaNet (its torch path, torch_chunk_gated_delta_rule
+    with chunk 64: the chunk changes no result), loaded with the block's weights."""
+    from transformers import Qwen3NextConfig
+    from transformers.models.qwen3_next.modeling_qwen3_next import Qwen3NextGatedDeltaNet
+    cfg = Qwen3NextConfig(hidden_size=c.d_model, linear_num_key_heads=c.linear_key_heads,
+                          linear_num_value_heads=c.linear_value_heads,
+                          linear_key_head_dim=c.linear_key_head_dim,
+                          linear_value_head_dim=c.linear_value_head_dim,
+                          linear_conv_kernel_dim=c.conv_kernel, rms_norm_eps=c.norm_eps,
+                          num_hidden_layers=1, layer_types=["linear_attention"])
+    ref = Qwen3NextGatedDeltaNet(cfg, 0).to(x.dtype)
+    ref.load_state_dict({k[len(a) + 1:]: v.unsqueeze(1) if k.endswith("conv1d.weight") else v
+                         for k, v in p.items() if k.startswith(a + ".")})
+    return ref(x)
+
+
 def ref_lm(c, ids, p):
     T = ids.shape[-1]
     x = F.embedding(ids, p["token_embeddings.weight"])
@@ -309,6 +326,8 @@ def ref_lm(c, ids, p):
         def attn(z, mixer=c.layer_kinds[i].mixer):
             if mixer == "conv":
                 return ref_short_conv(c, z, p, f"{b}.conv")
+            if mixer == "linear_attention":
+                return ref_gated_deltanet(c, z, p, f"{b}.linear_attn")
             return ref_attention(c, z, p, f"{b}.attn", window, chunk, i in c.nope_layers)
 
         def mlp(z):

@@ -92,11 +92,34 @@ def _decode_factors(r: R.Matmul) -> tuple[str, ...]:
     return r.batch + m + n + p
 
 
+CHUNKED = ("N_c", "N_c-1", "C_l", "P_L")  # the chunked delta rule's records (builder/delta.py)
+
+
+def _chunked(r: R.Matmul) -> bool:
+    return any(f in CHUNKED for f in r.factors)
+
+
+def recurrent_decode_expr(config: ModelConfig) -> Expr:
+    """A gated DeltaNet layer's decode step per sequence, in place of its chunked records
+    (transformers' torch_recurrent_gated_delta_rule, fla's fused_recurrent kernel): three
+    products of the d_lk × d_lv state of each value head with one vector, kᵀS (what the
+    state predicts for the key), k·δᵀ (the delta-rule write) and qᵀS (the read): 2·3·B·
+    h_lv·d_lk·d_lv FLOPs; the decay and β scalings are elementwise (0 here)."""
+    total = Expr()
+    for g, layers in ledger(config).groups:
+        if config.layer_kinds[layers[0]].mixer == "linear_attention":
+            total = total + Expr({("B", "h_lv", "d_lk", "d_lv"): 3 * FLOPS_PER_MAC}).times(g)
+    return total
+
+
 def decode_flops_expr(config: ModelConfig) -> Expr:
     """Matmul FLOPs to decode one token at position t (it attends to t keys) for B sequences
-    (latent attention: the naive form, as trained)."""
-    total = Expr()
+    (latent attention: the naive form, as trained; a gated DeltaNet layer: its recurrent
+    form, recurrent_decode_expr)."""
+    total = recurrent_decode_expr(config)
     for r in ledger(config).forward:
+        if _chunked(r):
+            continue
         e = Expr.of(FLOPS_PER_MAC, _decode_factors(r))
         total = total + (e.times(r.repeat) if r.repeat else e)
     return fold_layers(total, _kinds(ledger(config)))
@@ -107,9 +130,9 @@ def absorbed_decode_flops_expr(config: ModelConfig) -> Expr | None:
     count less kv_b_proj and the attention core, plus attention over the latent."""
     if not config.mla:
         return None
-    total = Expr()
+    total = recurrent_decode_expr(config)
     for r in ledger(config).forward:
-        if r.reads_cache or r.component == R.ATTN_CORE:
+        if r.reads_cache or r.component == R.ATTN_CORE or _chunked(r):
             continue
         e = Expr.of(FLOPS_PER_MAC, _decode_factors(r))
         total = total + (e.times(r.repeat) if r.repeat else e)
