@@ -176,22 +176,17 @@ class Trace:
 
     def cached(self, name: str, per_token: tuple[str, ...], window: bool = False,
                chunk: bool = False) -> None:
-        """What each token adds to the KV cache here (its K or V after any rotation); a local
-        layer keeps only the last W tokens, a chunked one at most C."""
+        """What each token adds to the KV cache here (K or V after any rotation)."""
         self.cache.append(R.CacheEntry(name, "KV cache", self.module, self.repeat, per_token,
                                        window, chunk))
 
     def state(self, name: str, shape: tuple[str, ...], fp32: bool = False) -> None:
-        """A recurrent layer's cached state here: `shape` elements per sequence, whatever
-        its length (a conv window, a recurrent state)."""
         self.cache.append(R.CacheEntry(name, "recurrent state", self.module, self.repeat, shape,
-                                       per_sequence=True, fp32=fp32))
+                                       per_sequence=True, fp32=fp32))  # per sequence
 
     def name(self, x: Sym, label: str, course: str = "", block_input: bool = False,
              weight_copy: bool = False, storages: str | None = None) -> Sym:
-        """Name a tensor for the memory ledger (and tag it with the course's list item).
-        storages: the symbol counting the separate, equal tensors it stands for (the
-        gated delta rule's per-chunk states: "N_c")."""
+        """Name a tensor for the memory ledger (storages: it is that many tensors, "N_c")."""
         n = self.named.get(x.storage)
         if n is None:
             self.named[x.storage] = Named(label, x.shape, x.dtype, self.repeat, course,
@@ -358,8 +353,7 @@ class Trace:
 
     def index_add(self, base_shape: tuple[str, ...], index: Sym, src: Sym, label: str,
                   component: str) -> Sym:
-        """zeros(base).index_add(0, index, src): 1 FLOP per added element; saves its index
-        and the source (its gradient is grad.index_select(...).expand_as(source))."""
+        """zeros(base).index_add(0, index, src): 1 FLOP per added element; saves index, src."""
         desc = self._record("aten.index_add", label, component, src.shape)
         self._reads(desc, src)
         if src.grad:
@@ -368,8 +362,7 @@ class Trace:
         return Sym(base_shape, src.dtype, src.grad)
 
     def index_copy(self, base_shape: tuple[str, ...], index: Sym, src: Sym, label: str) -> Sym:
-        """zeros(base).index_copy(0, index, src): 0 FLOPs (a copy); saves its index and the
-        source (its gradient is grad.index_select(...).expand_as(source))."""
+        """zeros(base).index_copy(0, index, src): 0 FLOPs (a copy); saves index and src."""
         self._tick += 1
         self._reads(f"index_copy ({label})", src)
         if src.grad:
@@ -462,9 +455,8 @@ class Trace:
         return dtype
 
     def solve(self, a: Sym, b: Sym, record: R.Matmul, label: str) -> Sym:
-        """torch.linalg.solve_triangular(a, b, upper=False, unitriangular=True): one kernel,
-        its FLOPs the record's (a triangular record: its backward is a solve and one dense
-        product); saves a and its result (linalg_solve_triangular_backward takes both)."""
+        """torch.linalg.solve_triangular(a, b, upper=False, unitriangular=True): FLOPs the
+        record's; saves a and its result (linalg_solve_triangular_backward takes both)."""
         self._tick += 1
         self.matmuls.append(record)
         if self._region is not None:
