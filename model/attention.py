@@ -85,7 +85,7 @@ class CausalMultiHeadSelfAttention(nn.Module):
                  qk_norm="none", norm="rmsnorm", norm_eps=1e-5, attention="naive", window=None,
                  attention_sinks=False, norm_offset=False, attn_softcap=None,
                  rotary_dim=None, alibi=False,
-                 chunk=None, temperature=None):
+                 chunk=None, temperature=None, output_gate=False):
         super().__init__()
         check_positive_int("d_model", d_model)
         check_positive_int("num_heads", num_heads)
@@ -114,7 +114,10 @@ class CausalMultiHeadSelfAttention(nn.Module):
         self.d_model, self.num_heads, self.num_kv_heads = d_model, num_heads, num_kv_heads
         self.d_k, self.qk_norm = head_dim, qk_norm
         q_width, kv_width = num_heads * head_dim, num_kv_heads * head_dim
-        self.q_proj = Linear(d_model, q_width, device=device, dtype=dtype, bias=qkv_bias)
+        # Qwen3-Next's gated attention: q_proj computes each head's query and output gate
+        self.output_gate = output_gate
+        self.q_proj = Linear(d_model, q_width * (2 if output_gate else 1), device=device,
+                             dtype=dtype, bias=qkv_bias)
         self.k_proj = Linear(d_model, kv_width, device=device, dtype=dtype, bias=qkv_bias)
         self.v_proj = Linear(d_model, kv_width, device=device, dtype=dtype, bias=qkv_bias)
         self.output_proj = Linear(q_width, d_model, device=device, dtype=dtype, bias=out_bias)
@@ -159,6 +162,10 @@ class CausalMultiHeadSelfAttention(nn.Module):
         # x: (... seq d_model) -> (... seq d_model)
         seq = x.shape[-2]
         q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        gate = None
+        if self.output_gate:  # per head: d_k of query, then d_k of gate (Qwen3NextAttention)
+            q, gate = rearrange(q, "... seq (heads two d_k) -> two ... seq (heads d_k)",
+                                heads=self.num_heads, two=2)
         if self.qk_norm == "full":  # OLMo-2: over the whole projection
             q, k = self.q_norm(q), self.k_norm(k)
         elif self.qk_norm == "per_head":  # Cohere (CohereAttention): on (... seq heads d_k),
@@ -204,7 +211,10 @@ class CausalMultiHeadSelfAttention(nn.Module):
             out = core(*args)
         if out.dim() == q.dim() + 1:  # grouped: (... kv_heads group seq d_v)
             out = rearrange(out, "... kv_heads group seq d_v -> ... (kv_heads group) seq d_v")
-        return self.output_proj(rearrange(out, "... heads seq d_v -> ... seq (heads d_v)"))
+        out = rearrange(out, "... heads seq d_v -> ... seq (heads d_v)")
+        if gate is not None:
+            out = out * torch.sigmoid(gate)
+        return self.output_proj(out)
 
     def tune(self, q, seq, token_positions, device):
         """Llama 4's attention-temperature tuning (Nakanishi 2025, transformers'

@@ -96,7 +96,7 @@ class MoE(nn.Module):
                  activation, num_shared_experts, router, router_groups, router_topk_groups,
                  router_bias, norm_topk_prob, routed_scaling_factor, capacity_factor,
                  router_group_score, router_topk_first, router_linear_bias, expert_bias,
-                 scales_input=False):
+                 scales_input=False, shared_expert_gate=False):
         super().__init__()
         for name, value in (("num_experts", num_experts), ("experts_per_token", experts_per_token),
                             ("d_ff", d_ff)):
@@ -119,6 +119,14 @@ class MoE(nn.Module):
                                activation=activation, bias=expert_bias)
         self.shared = (GatedMLP(d_model, num_shared_experts * d_ff, device=device, dtype=dtype,
                                 activation=activation) if num_shared_experts else None)
+        # Qwen3-Next/Qwen2-MoE: sigmoid(x·w) scales the shared expert's output
+        self.shared_gate = (Linear(d_model, 1, device=device, dtype=dtype)
+                            if shared_expert_gate else None)
+
+    def shared_out(self, x: torch.Tensor) -> torch.Tensor:
+        """The shared experts' output (gated by sigmoid(shared_gate(x)) where it has one)."""
+        s = self.shared(x)
+        return s if self.shared_gate is None else torch.sigmoid(self.shared_gate(x)) * s
 
     def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(weights, experts), each (tokens k): which experts each token runs, and how much
@@ -168,7 +176,7 @@ class MoE(nn.Module):
         weights, experts = self.route(x)
         if self.scales_input:
             y = self.all_experts(x, weights, experts)
-            return (y if self.shared is None else y + self.shared(x)).reshape(shape)
+            return (y if self.shared is None else y + self.shared_out(x)).reshape(shape)
         n, k = (int(s) for s in experts.shape)  # ints under jit tracing too
         flat = experts.reshape(-1)  # the expert of each slot (token-major)
         if x.is_meta:  # no router values on meta: deal the slots to the experts in turn
@@ -198,5 +206,5 @@ class MoE(nn.Module):
             out = torch.cat((ran, ran.new_zeros(1, shape[-1])))[dest]  # a dropped slot: 0
         y = x.new_zeros(n, shape[-1]).index_add(0, slot_token, out * slot_weights.unsqueeze(-1))
         if self.shared is not None:
-            y = y + self.shared(x)
+            y = y + self.shared_out(x)
         return y.reshape(shape)

@@ -29,6 +29,7 @@ SPEC_DEFAULTS = {f.name: f.default for f in fields(ModelConfig)}
 OPTIONS = {k: v for k, v in SPEC_DEFAULTS.items() if k not in _COURSE_ARGS}
 # the options each block reads (the rest belong to the whole model: positions, layer kinds, MoE)
 BLOCK_OPTIONS = ("num_kv_heads", "head_dim", "norm", "norm_eps", "norm_placement", "mlp",
+                 "attention_output_gate",
                  "qkv_bias", "out_bias", "mlp_bias", "qk_norm", "attention", "attention_sinks",
                  "block", "rotary_dim", "positions", *MLA_OPTIONS, "norm_offset",
                  "residual_multiplier", "attn_softcap")
@@ -102,7 +103,7 @@ class TransformerBlock(nn.Module):
                 attention=attention, window=window, attention_sinks=o["attention_sinks"],
                 norm_offset=o["norm_offset"], attn_softcap=o["attn_softcap"],
                 rotary_dim=o["rotary_dim"], alibi=o["positions"] == "alibi",
-                chunk=chunk, temperature=temperature,
+                chunk=chunk, temperature=temperature, output_gate=o["attention_output_gate"],
             )
         if self.sandwich:
             self.post_attn_norm = norm_cls(d_model, eps=norm_eps, device=device, dtype=dtype, **offset)
@@ -187,7 +188,8 @@ class TransformerLM(nn.Module):
             **{k: o[k] for k in ("experts_per_token", "num_shared_experts", "router", "router_groups",
                                  "router_topk_groups", "router_bias", "norm_topk_prob",
                                  "routed_scaling_factor", "router_group_score",
-                                 "router_topk_first", "router_linear_bias", "expert_bias")})
+                                 "router_topk_first", "router_linear_bias", "expert_bias",
+                                 "shared_expert_gate")})
         chunk, nope = o["attention_chunk"], o["nope_layers"]
         default = "local" if sliding_window else "chunked" if chunk else "global"
         types = layer_types or (default,) * num_layers

@@ -187,7 +187,10 @@ def ref_moe(c, x, p, f):
                 w = torch.sigmoid(top[t, j])  # scales the expert's input, not its output
                 y[t] += ref_expert(c, w * xt[t], p, f, int(chosen[t, j]))
         if c.num_shared_experts:
-            y = y + ref_mlp(c, xt, p, f"{f}.shared")
+            shared = ref_mlp(c, xt, p, f"{f}.shared")
+            if c.shared_expert_gate:  # Qwen3NextSparseMoeBlock: sigmoid(gate(x)) · shared
+                shared = torch.sigmoid(ref_linear(xt, p, f"{f}.shared_gate")) * shared
+            y = y + shared
         return y.reshape(B, T, d)
     if c.router_topk_first:  # gpt-oss's GptOssTopKRouter: top-k logits, softmax over them
         top, chosen = logits.topk(k, dim=-1)
@@ -224,7 +227,10 @@ def ref_moe(c, x, p, f):
             if keep[t, j]:
                 y[t] += weights[t, j] * ref_expert(c, xt[t], p, f, int(chosen[t, j]))
     if c.num_shared_experts:
-        y = y + ref_mlp(c, xt, p, f"{f}.shared")
+        shared = ref_mlp(c, xt, p, f"{f}.shared")
+        if c.shared_expert_gate:  # Qwen3NextSparseMoeBlock: sigmoid(gate(x)) · shared
+            shared = torch.sigmoid(ref_linear(xt, p, f"{f}.shared_gate")) * shared
+        y = y + shared
     return y.reshape(B, T, d)
 
 
@@ -234,6 +240,10 @@ def ref_attention(c, x, p, a, window=None, chunk=None, nope=False):
     B, T, _ = x.shape
     h, kv, d = c.num_heads, c.kv_heads, c.d_k
     q, k, v = (ref_linear(x, p, f"{a}.{n}_proj") for n in "qkv")
+    gate = None
+    if c.attention_output_gate:  # Qwen3NextAttention: view (B, T, h, 2·d_k), chunk in two
+        q, gate = torch.chunk(q.view(B, T, h, 2 * d), 2, dim=-1)
+        q, gate = q.reshape(B, T, h * d), gate.reshape(B, T, h * d)
     if c.qk_norm == "full":
         q, k = ref_norm(c, q, p, f"{a}.q_norm"), ref_norm(c, k, p, f"{a}.k_norm")
     if c.qk_norm == "per_head":  # CohereAttention: on (B, T, heads, d_k), weights (heads, d_k)
@@ -266,7 +276,10 @@ def ref_attention(c, x, p, a, window=None, chunk=None, nope=False):
     else:
         out = ref_sdpa(q, k, v, window, chunk, alibi=c.positions == "alibi") if c.attn_softcap is None else \
             ref_softcapped(q, k, v, window, c.attn_softcap)
-    return ref_linear(out.transpose(1, 2).reshape(B, T, h * d), p, f"{a}.output_proj")
+    out = out.transpose(1, 2).reshape(B, T, h * d)
+    if gate is not None:
+        out = out * torch.sigmoid(gate)
+    return ref_linear(out, p, f"{a}.output_proj")
 
 
 def ref_mlp(c, x, p, f):

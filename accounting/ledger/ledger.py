@@ -100,7 +100,7 @@ class Ledger:
             "B": batch, "T": seq, "P": seq * (seq + 1) // 2, "L": c.num_layers,
             "V": c.vocab_size, "d_model": c.d_model, "d_ff": c.d_ff, "h": c.num_heads,
             "h_kv": c.kv_heads, "g": c.group_size, "d_k": c.d_k, "d_k/2": c.d_k // 2,
-            "T_max": max(seq, c.context_length), "T_pos": c.context_length,
+            "T_max": max(seq, c.context_length), "T_pos": c.context_length, "1": 1, "2": 2,
         }
         for symbol, layers in self.groups:
             out[symbol] = len(layers)
@@ -112,7 +112,7 @@ class Ledger:
             out["C_a"] = c.attention_chunk
             out["P_C"] = chunk_pairs(seq, c.attention_chunk)
         if c.conv_kernel is not None:  # the recurrent layers' depthwise conv (width K)
-            out.update({"K": c.conv_kernel, "3": 3, "2": 2, "1": 1})
+            out.update({"K": c.conv_kernel, "3": 3})
         if c.linear_key_heads is not None:  # gated DeltaNet layers (builder/delta.py)
             hk, hv = c.linear_key_heads, c.linear_value_heads
             dk, dv, chunk = c.linear_key_head_dim, c.linear_value_head_dim, c.linear_chunk

@@ -88,6 +88,10 @@ def _check_recurrent(c) -> None:
         if c.linear_value_heads % c.linear_key_heads:
             raise UsageError(f"linear_value_heads {c.linear_value_heads} is not a multiple of "
                              f"linear_key_heads {c.linear_key_heads}")
+    if c.attention_output_gate and c.mla:
+        raise UsageError("attention_output_gate needs q_proj's query heads (no latent attention)")
+    if c.shared_expert_gate and c.num_experts is not None and not c.num_shared_experts:
+        raise UsageError("shared_expert_gate needs a shared expert (--shared-experts 1)")
     if types & {"linear_attention", "conv"} and c.block != "sequential":
         raise UsageError("recurrent layers (linear_attention, conv) need block sequential")
 

@@ -210,6 +210,18 @@ class ModelConfig:
                                           "every expert runs every token, the unchosen at weight "
                                           "0 (Llama 4: E·B·T expert rows executed, B·T·k useful)")
 
+    # Qwen3-Next (issue 31): a sigmoid gate on the attention output, from a second half of
+    # q_proj (Qwen3NextAttention: q_proj 2·h·d_k wide, query and gate per head; the output
+    # times sigmoid(gate) before o_proj); a sigmoid gate on the shared expert
+    # (Qwen3NextSparseMoeBlock: sigmoid(shared_expert_gate(x)) · shared_expert(x))
+    attention_output_gate: bool = spec(False, kind=FLAG, flag="--attention-output-gate",
+                                       group=EXTRAS,
+                                       help="the attention output times sigmoid of a gate "
+                                            "that q_proj computes beside the query (Qwen3-Next)")
+    shared_expert_gate: bool = spec(False, kind=FLAG, flag="--shared-expert-gate", group=EXTRAS,
+                                    needs="num_experts",
+                                    help="the shared experts' output times sigmoid(x·w), w a "
+                                         "d_model vector (Qwen3-Next, Qwen2-MoE)")
     # ---- hybrid models (issue 31): token mixers without attention, chosen per layer by
     # layer_types. A gated DeltaNet layer (Qwen3-Next's Qwen3NextGatedDeltaNet, Yang et al.
     # 2024, "Gated Delta Networks"): in_proj_qkvz and in_proj_ba, a depthwise causal conv1d
@@ -311,6 +323,8 @@ class ModelConfig:
             parts.append(QK_NORMS[self.qk_norm])
         if self.attention_sinks:
             parts.append("attention sinks")
+        if self.attention_output_gate:
+            parts.append("a sigmoid gate on the attention output")
         if self.mla:
             parts[3] = (f"multi-head latent attention (kv_lora_rank {self.kv_lora_rank}"
                         + (f", q_lora_rank {self.q_lora_rank}" if self.q_lora_rank else "") + ")")
@@ -339,6 +353,7 @@ class ModelConfig:
             n_moe = sum(k.moe for k in kinds)
             parts.append(f"MoE: {self.num_experts} experts, top-{self.experts_per_token}"
                          + (f", {self.num_shared_experts} shared" if self.num_shared_experts else "")
+                         + (" (gated)" if self.shared_expert_gate else "")
                          + ("" if n_moe == len(kinds) else f", on {n_moe} of {len(kinds)} layers"))
         if self.attention != "naive":
             parts.append("fused attention kernel (SDPA)")

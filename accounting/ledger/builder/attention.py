@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from accounting.ledger import records as R
 from accounting.ledger.trace import Sym, Trace
-from accounting.ledger.builder.common import (ALIBI, QK_NORM, ATTN_SCALE, CAUSAL_MASK, SOFTMAX,
+from accounting.ledger.builder.common import (ALIBI, OUTPUT_GATE, QK_NORM, ATTN_SCALE, CAUSAL_MASK, SOFTMAX,
                                               NORM_PARAMS, SOFTCAP, TEMPERATURE, Arch)
 from accounting.ledger.builder.layers import Linear, Norm, RoPE, l2_norm
 
@@ -23,7 +23,11 @@ class Attention:
         with t.scope("attn"):
             # gpt-oss's sinks: a module's own parameters come before its children's keys
             self.sinks = t.param("sinks", ("h",), R.ATTN_CORE) if c.attention_sinks else None
-            self.q_proj = Linear(t, "q_proj", d, a.width(), R.ATTN_PROJ, "Q projection", c.qkv_bias)
+            # Qwen3-Next's gated attention: q_proj computes each head's query and output gate
+            self.gated = c.attention_output_gate and not c.mla
+            self.q_proj = Linear(t, "q_proj", d, (("2",) if self.gated else ()) + a.width(),
+                                 R.ATTN_PROJ, "Q projection" + (" and output gate" if self.gated
+                                                                 else ""), c.qkv_bias)
             self.k_proj = Linear(t, "k_proj", d, a.width(kv=True), R.ATTN_PROJ, "K projection", c.qkv_bias)
             self.v_proj = Linear(t, "v_proj", d, a.width(kv=True), R.ATTN_PROJ, "V projection", c.qkv_bias)
             self.output_proj = Linear(t, "output_proj", a.width(), d, R.ATTN_PROJ,
@@ -47,6 +51,12 @@ class Attention:
         t, a, c = self.t, self.a, self.a.c
         with t.scope("attn"):
             q = self.q_proj(x, "Q projection output", "Q/K/V projections")
+            gate = None
+            if self.gated:  # rearranged into (2, ..., h·d_k): one copy, query and gate views
+                both = t.name(t.copy(q, ("2", "B", "T") + a.width()),
+                              "query and output gate (a copy)")
+                q = t.view(both, ("B", "T") + a.width(), contiguous=True)
+                gate = t.view(both, ("B", "T") + a.width(), contiguous=True)
             k = self.k_proj(x, "K projection output", "Q/K/V projections")
             v = self.v_proj(x, "V projection output", "Q/K/V projections")
             if c.qk_norm == "full":
@@ -79,8 +89,13 @@ class Attention:
                 q = self.tune(q)
             t.cached("K", a.width(kv=True), window=self.local, chunk=self.chunked)
             t.cached("V", a.width(kv=True), window=self.local, chunk=self.chunked)
-            out = self.run_core(q, k, v)
-            return self.output_proj(self.merge(out, a.width()), out_label, out_course)
+            out = self.merge(self.run_core(q, k, v), a.width())
+            if gate is not None:  # out · sigmoid(gate), before o_proj
+                sig = t.unary("aten.sigmoid", gate, "sigmoid(output gate)", OUTPUT_GATE,
+                              saves="output", out="sigmoid(output gate)")
+                out = t.binary("aten.mul", out, sig, "output · sigmoid(gate)", OUTPUT_GATE,
+                               out="gated attention output")
+            return self.output_proj(out, out_label, out_course)
 
     def tune(self, q: Sym) -> Sym:
         """Llama 4's temperature tuning (model/attention.py's tune): the query at position i

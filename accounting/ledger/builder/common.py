@@ -25,6 +25,8 @@ RESIDUAL_SCALE = "residual multiplier"
 LOGIT_SCALE = "logit scale"
 # the recurrent layers' non-matmul work (issue 31; accounting/ledger/builder/recurrent.py)
 SHORT_CONV = "short convolution gating"
+OUTPUT_GATE = "attention output gate"  # Qwen3-Next: sigmoid(gate) · attention output
+SHARED_GATE = "shared expert gate"  # Qwen3-Next: sigmoid(x·w) · shared expert
 DELTA_RULE = "gated delta rule"  # β, g, SiLU of the conv, L2 norms, decays, the scan's adds
 GATED_NORM = "gated RMSNorm"  # the gated DeltaNet's output norm, x·rsqrt·w·SiLU(z)
 ACTIVATION_COMPONENT = {"swiglu": "SiLU and gating", "geglu": "GELU (tanh) and gating",
@@ -32,7 +34,7 @@ ACTIVATION_COMPONENT = {"swiglu": "SiLU and gating", "geglu": "GELU (tanh) and g
                         "gelu_tanh": "GELU (tanh)", "swiglu_clamped": "clamped SwiGLU and gating"}
 ELEMENTWISE_ORDER = (*NORMS.values(), QK_NORM, EMBED_SCALE, POSITION_ADD, ROPE, ALIBI,
                      TEMPERATURE, ATTN_SCALE, SOFTCAP, CAUSAL_MASK, SOFTMAX, *dict.fromkeys(ACTIVATION_COMPONENT.values()),
-                     SHORT_CONV, DELTA_RULE, GATED_NORM, ROUTER, BIAS, RESIDUAL_SCALE, RESIDUAL, LOGIT_SCALE)
+                     OUTPUT_GATE, SHORT_CONV, DELTA_RULE, GATED_NORM, ROUTER, SHARED_GATE, BIAS, RESIDUAL_SCALE, RESIDUAL, LOGIT_SCALE)
 NORM_PARAMS = {"rmsnorm": "RMSNorm gains", "layernorm": "LayerNorm weights and biases",
                "layernorm_nobias": "LayerNorm weights (no bias)"}
 

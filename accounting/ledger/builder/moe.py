@@ -7,7 +7,7 @@ from fractions import Fraction
 from accounting.ledger import records as R
 from accounting.spec.config import ModelConfig
 from accounting.ledger.trace import Sym, Trace
-from accounting.ledger.builder.common import ROUTER, ACTIVATION_COMPONENT, BIAS
+from accounting.ledger.builder.common import ROUTER, ACTIVATION_COMPONENT, BIAS, SHARED_GATE
 from accounting.ledger.builder.layers import Linear, activation, clamped_swiglu
 
 
@@ -48,6 +48,9 @@ class MoE:
                     self.shared = (Linear(t, "w1", d, sf, R.FFN, "shared expert W1"),
                                    Linear(t, "w2", sf, d, R.FFN, "shared expert W2"),
                                    Linear(t, "w3", d, sf, R.FFN, "shared expert W3"))
+            # Qwen3-Next/Qwen2-MoE: sigmoid(x·w) scales the shared expert's output
+            self.shared_gate = (Linear(t, "shared_gate", d, ("1",), R.FFN, "shared expert gate")
+                                if c.shared_expert_gate else None)
 
     def __call__(self, x: Sym, out_course: str) -> Sym:
         t, c, comp = self.t, self.c, ROUTER
@@ -70,6 +73,11 @@ class MoE:
                         g = t.binary("aten.mul", g, b, "shared gate", self.component,
                                      out="shared gated product")
                     sh = w2(g, "shared W2 output")
+                if self.shared_gate is not None:  # in the MoE's own forward (shared_out)
+                    gl = self.shared_gate(x, "shared expert gate logit")
+                    sig = t.unary("aten.sigmoid", gl, "sigmoid(gate logit)", SHARED_GATE,
+                                  saves="output", out="shared expert gate")
+                    sh = t.binary("aten.mul", sh, sig, "shared · gate", SHARED_GATE)
                 y = t.binary("aten.add", y, sh, "routed + shared", comp)
         return t.name(y, "W2 output", out_course)
 
