@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from accounting.ledger import records as R
 from accounting.analysis.workload import Analysis
 from accounting.crosscheck.mapping import Split, analytic_flops, layer_check, own
-from accounting.crosscheck.hf_recurrent import conv_surplus, less_surplus
+from accounting.crosscheck.hf_recurrent import less_surplus, surpluses
 from accounting.crosscheck.result import (ELSEWHERE, TOTAL, Check, HFCheck, LayerCheck,
                                           ParamRow)
 from accounting.crosscheck.dispatch import BACKWARD, FORWARD, MATMUL
@@ -121,9 +121,8 @@ def compare_hf(a: Analysis, m, hf: HFConfig, experts=None, data=None) -> HFCheck
         if phase == FORWARD:  # FlopCounterMode's own module hierarchy
             fcm = m.torch_flops[FORWARD]
             s = split(own(fcm), mm, fcm.get(GLOBAL, 0))
-            surplus = conv_surplus(a)
-            if surplus:
-                s, check = less_surplus(s, surplus)
+            for claim, what, surplus in surpluses(a):  # transformers' torch paths' extra work
+                s, check = less_surplus(s, surplus, claim, what)
                 checks.append(check)
         else:  # by the module whose forward made each autograd node (the op counter)
             mine = defaultdict(int)

@@ -118,6 +118,8 @@ def measure(data: Mapping, seq: int, batch: int = 1, phase: str = FORWARD) -> HF
     seconds["build"] = time.perf_counter() - t
 
     passes = PHASES[phase]
+    from accounting.crosscheck.fused import register_flop_formulas
+    register_flop_formulas()  # the CPU fused kernel, the triangular solve (its own formulas)
     ids = torch.zeros((batch, seq), dtype=torch.long, device="meta")
     root = type(model).__name__
     torch_flops: dict[str, dict[str, int]] = {}

@@ -30,16 +30,50 @@ def conv_surplus(a: Analysis) -> dict[int, int]:
     return dict(out)
 
 
-def less_surplus(s: Split, surplus: dict[int, int]) -> tuple[Split, Check]:
-    """transformers' recurrent-mixing counts less the fallback's dropped conv outputs."""
+def state_surplus(a: Analysis) -> dict[int, int]:
+    """transformers' torch_chunk_gated_delta_rule updates the state after the last chunk
+    too (its final state, returned for the cache): one more Kᵀ·V_new per gated DeltaNet
+    layer than the ledger's N_c − 1 (a forward without a cache has no use for it), its
+    FLOPs the state-update record's at N_c − 1 = 1: 2·B·h_lv·d_lk·C_l·d_lv."""
+    lg = a.ledger
+    v = {**a.values, "N_c-1": 1}
+    layers = dict(lg.groups)
+    out: dict[int, int] = defaultdict(int)
+    for r in lg.forward:
+        if r.component == R.RECURRENT and "N_c-1" in r.batch and r.n == ("C_l",):
+            for i in layers[r.repeat]:
+                out[i] += r.flops(v)
+    return dict(out)
+
+
+CONV_CLAIM = ("transformers' depthwise conv1d (the torch fallback causal_conv1d_fn: F.conv1d "
+              "with padding K − 1) computes T + K − 1 outputs per channel and keeps T: its "
+              "count less 2·B·C·(K − 1)·K per conv layer is compared (the ledger counts the T "
+              "outputs a causal conv kernel computes)")
+STATE_CLAIM = ("transformers' chunked delta rule (torch_chunk_gated_delta_rule) updates the "
+               "state after the last chunk as well, for its cache: its count less that one "
+               "Kᵀ·V_new per gated DeltaNet layer (2·B·h_lv·d_lk·C_l·d_lv) is compared (the "
+               "ledger's forward has no cache: N_c − 1 updates)")
+
+
+def surpluses(a: Analysis) -> list[tuple[str, str, dict[int, int]]]:
+    """(claim, what the subtracted FLOPs are, per block) for each form transformers' torch
+    path runs beyond the ledger's."""
+    out = []
+    conv, state = conv_surplus(a), state_surplus(a)
+    if conv:
+        out.append((CONV_CLAIM, "for the K − 1 dropped outputs", conv))
+    if state:
+        out.append((STATE_CLAIM, "for the final state update", state))
+    return out
+
+
+def less_surplus(s: Split, surplus: dict[int, int], claim: str, what: str) -> tuple[Split, Check]:
+    """transformers' recurrent-mixing counts less a stated surplus, per block."""
     core = R.RECURRENT
     got = [layer[core] for layer in s.layers]
     layers = tuple({**layer, core: layer[core] - surplus.get(i, 0)} for i, layer in enumerate(s.layers))
     total = sum(surplus.values())
     return Split(layers, s.top, s.elsewhere), Check(
-        "transformers' depthwise conv1d (the torch fallback causal_conv1d_fn: F.conv1d with "
-        "padding K − 1) computes T + K − 1 outputs per channel and keeps T: its count less "
-        "2·B·C·(K − 1)·K per conv layer is compared (the ledger counts the T outputs a "
-        "causal conv kernel computes)",
-        f"{len(surplus)} conv layers, {grouped(sum(got))} measured, {grouped(total)} for the "
-        f"K − 1 dropped outputs", all(g >= surplus.get(i, 0) for i, g in enumerate(got)))
+        claim, f"{len(surplus)} layers, {grouped(sum(got))} measured, {grouped(total)} {what}",
+        all(g >= surplus.get(i, 0) for i, g in enumerate(got)))

@@ -1,6 +1,7 @@
-"""Hybrid models' model_types (issue 31): LFM2 (short convolutions beside attention);
-registered on import (hf_config.py imports this module). Defaults and rules from
-transformers 5.23.0's models/lfm2/configuration_lfm2.py (Lfm2Config) and modeling_lfm2.py.
+"""Hybrid models' model_types (issue 31): LFM2 (short convolutions beside attention) and
+Qwen3-Next (gated DeltaNet beside gated attention, experts); registered on import
+(hf_config.py imports this module). Defaults and rules from transformers 5.23.0's
+configuration_<type>.py and modeling_<type>.py.
 """
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ from typing import Mapping
 
 from accounting.runtime.errors import UsageError
 from accounting.spec.hf_schema import (
-    BOOL, EPS, INT, LIST, LLAMA_FAMILY, NUMBER_OR_NULL, ROPE_MUST, THETA, Derived, HFType, Key,
-    ModuleNames, Required, head_dim, kv_heads, register)
+    ATTENTION_BIAS, ATTENTION_DROPOUT, BOOL, CHOICE, EPS, GATED_ACTS, INT, LIST, LLAMA_FAMILY,
+    NONNEG, NUMBER_OR_NULL, ROPE_MUST, THETA, Derived, HFType, Key, ModuleNames, Required,
+    head_dim, kv_heads, register, rope_must)
+from accounting.spec.hf_types_moe import ROUTER_FREE
 
 
 def _lfm2_d_ff(v: Mapping, where: str):
@@ -100,4 +103,123 @@ register(HFType(
                      _lfm2_layers,
                      "conv layers: those layer_types names conv, else those not in "
                      "full_attn_idxs (Lfm2Config.__post_init__)")),
+))
+
+
+# ---- Qwen3-Next: gated DeltaNet layers 3:1 with gated attention, experts with a gated
+# shared expert (transformers 5.23.0's configuration_qwen3_next.py, modeling_qwen3_next.py)
+def _qwen3_next_layers(v: Mapping, where: str):
+    """Qwen3NextConfig.__post_init__: layer_types as given, else layer i full attention iff
+    (i + 1) % full_attention_interval == 0; Qwen3NextDecoderLayer: experts iff i is not in
+    mlp_only_layers and num_experts > 0 and (i + 1) % decoder_sparse_step == 0, with the
+    shared expert (shared_expert_intermediate_size wide, a multiple of the experts' width
+    here) gated by sigmoid(shared_expert_gate(x)); RoPE on int(head_dim · partial_rotary_factor)."""
+    L, given, every = v["num_hidden_layers"], v["layer_types"], v["full_attention_interval"]
+    if given is None:
+        given = ["linear_attention" if (i + 1) % every else "full_attention" for i in range(L)]
+    kinds = {"linear_attention": "linear_attention", "full_attention": "global"}
+    if not isinstance(given, list) or len(given) != L or any(t not in kinds for t in given):
+        raise UsageError(f"{where}: layer_types must list {L} entries (num_hidden_layers), "
+                         f"each linear_attention or full_attention")
+    fields: dict = {"layer_types": tuple(kinds[t] for t in given)}
+    E, step, only = v["num_experts"], v["decoder_sparse_step"], v["mlp_only_layers"] or []
+    if any(isinstance(i, bool) or not isinstance(i, int) for i in only):
+        raise UsageError(f"{where}: mlp_only_layers must list layer indices")
+    if E > 0:
+        shared, each = v["shared_expert_intermediate_size"], v["moe_intermediate_size"]
+        if shared % each:
+            raise UsageError(f"{where}: shared_expert_intermediate_size {shared} is not a "
+                             f"multiple of moe_intermediate_size {each}: the spec's shared "
+                             f"experts are n experts' width (--shared-experts n)")
+        fields.update(num_experts=E, num_shared_experts=shared // each,
+                      shared_expert_gate=True,
+                      dense_layers=tuple(i for i in range(L) if i in only or (i + 1) % step))
+    head, factor = v["head_dim"], v["partial_rotary_factor"]
+    if not (isinstance(factor, (int, float)) and 0 < factor <= 1):
+        raise UsageError(f"{where}: partial_rotary_factor must be in (0, 1], got {factor!r}")
+    r = int(head * factor)
+    if r != head:
+        if r == 0 or r % 2:
+            raise UsageError(f"{where}: partial_rotary_factor {factor} gives {r} rotary dims "
+                             f"per head; RoPE rotates pairs, so it must be even and positive")
+        fields["rotary_dim"] = r
+    return fields, ()
+
+
+QWEN3_NEXT_NAMES = ModuleNames(
+    blocks="model.layers",
+    block=MappingProxyType({
+        "ln1": "input_layernorm", "ln2": "post_attention_layernorm", "attn": "self_attn",
+        "attn.q_proj": "self_attn.q_proj", "attn.k_proj": "self_attn.k_proj",
+        "attn.v_proj": "self_attn.v_proj", "attn.output_proj": "self_attn.o_proj",
+        "attn.q_norm": "self_attn.q_norm", "attn.k_norm": "self_attn.k_norm",
+        "linear_attn": "linear_attn", "linear_attn.conv1d": "linear_attn.conv1d",
+        "linear_attn.in_proj_qkvz": "linear_attn.in_proj_qkvz",
+        "linear_attn.in_proj_ba": "linear_attn.in_proj_ba", "linear_attn.norm": "linear_attn.norm",
+        "linear_attn.out_proj": "linear_attn.out_proj",
+        "ffn": "mlp", "ffn.router": "mlp.gate", "ffn.experts": "mlp.experts",
+        "ffn.shared.w1": "mlp.shared_expert.gate_proj", "ffn.shared.w3": "mlp.shared_expert.up_proj",
+        "ffn.shared.w2": "mlp.shared_expert.down_proj", "ffn.shared_gate": "mlp.shared_expert_gate",
+        "ffn.w1": "mlp.gate_proj", "ffn.w3": "mlp.up_proj", "ffn.w2": "mlp.down_proj"}),
+    top=MappingProxyType({"token_embeddings": "model.embed_tokens", "ln_final": "model.norm",
+                          "lm_head": "lm_head"}),
+)
+
+register(HFType(
+    "qwen3_next", "Qwen3NextForCausalLM",
+    keys=(Key("vocab_size", ("vocab_size",), INT, Required(151936)),
+          Key("hidden_size", ("d_model",), INT, Required(2048)),
+          Key("intermediate_size", ("d_ff",), INT, Required(5632)),
+          Key("num_hidden_layers", ("num_layers",), INT, Required(48)),
+          Key("num_attention_heads", ("num_heads",), INT, Required(16)),
+          Key("max_position_embeddings", ("context_length",), INT, Required(32768)),
+          kv_heads(Required(2), INT), head_dim(Required(256), INT),
+          ATTENTION_BIAS,
+          Key("hidden_act", ("mlp",), CHOICE, "silu", GATED_ACTS),
+          Key("rms_norm_eps", ("norm_eps",), EPS, 1e-6),
+          Key("tie_word_embeddings", ("tie_embeddings",), BOOL, False),
+          Key("rope_theta", ("rope_theta",), THETA, 10000.0,
+              aliases=("rope_parameters.rope_theta", "rope_scaling.rope_theta")),
+          Key("partial_rotary_factor", (), THETA, 0.25,
+              aliases=("rope_parameters.partial_rotary_factor",
+                       "rope_scaling.partial_rotary_factor")),
+          Key("linear_conv_kernel_dim", ("conv_kernel",), INT, 4),
+          Key("linear_key_head_dim", ("linear_key_head_dim",), INT, 128),
+          Key("linear_value_head_dim", ("linear_value_head_dim",), INT, 128),
+          Key("linear_num_key_heads", ("linear_key_heads",), INT, 16),
+          Key("linear_num_value_heads", ("linear_value_heads",), INT, 32),
+          Key("moe_intermediate_size", ("moe_d_ff",), INT, 512),
+          Key("shared_expert_intermediate_size", (), INT, 512),
+          Key("num_experts", (), NONNEG, 512),
+          Key("num_experts_per_tok", ("experts_per_token",), INT, 10),
+          Key("norm_topk_prob", ("norm_topk_prob",), BOOL, True),
+          Key("decoder_sparse_step", (), INT, 1),
+          Key("mlp_only_layers", (), LIST, None),
+          Key("full_attention_interval", (), INT, 4),
+          Key("layer_types", (), LIST, None)),
+    fixed=MappingProxyType(dict(LLAMA_FAMILY, norm_offset=True, qk_norm="head",
+                                attention_output_gate=True, mlp_bias=False, router="softmax",
+                                router_bias=False, routed_scaling_factor=1.0, linear_chunk=64)),
+    rules="(1 + w) RMSNorm everywhere (Qwen3NextRMSNorm) but the linear-attention output's "
+          "gated RMSNorm (Qwen3NextRMSNormGated); full-attention layers with q_proj computing "
+          "each head's query and a sigmoid gate on the attention output, the per-head QK-norm "
+          "and partial RoPE (Qwen3NextAttention); gated DeltaNet layers (Qwen3NextGatedDeltaNet, "
+          "chunk 64 as torch_chunk_gated_delta_rule); experts with a softmax router and a "
+          "shared expert gated by sigmoid(shared_expert_gate(x)) (Qwen3NextSparseMoeBlock)",
+    names=QWEN3_NEXT_NAMES, must=rope_must(partial=True), noted=(ATTENTION_DROPOUT,),
+    # the router's training loss and its output switch; use_sliding_window, sliding_window
+    # and max_window_layers: Qwen3NextConfig and its model read none of them
+    free=ROUTER_FREE | {"use_sliding_window", "sliding_window", "max_window_layers"},
+    derived=(Derived(("layer_types", "num_experts", "num_shared_experts", "shared_expert_gate",
+                      "dense_layers", "rotary_dim"),
+                     ("num_hidden_layers", "layer_types", "full_attention_interval",
+                      "num_experts", "decoder_sparse_step", "mlp_only_layers",
+                      "shared_expert_intermediate_size", "moe_intermediate_size", "head_dim",
+                      "partial_rotary_factor"), _qwen3_next_layers,
+                     "linear_attention layers: layer_types, else those where (i + 1) % "
+                     "full_attention_interval ≠ 0; dense layers: mlp_only_layers and (i + 1) % "
+                     "decoder_sparse_step ≠ 0; the shared expert as shared/moe "
+                     "intermediate_size experts, gated; RoPE on int(head_dim · "
+                     "partial_rotary_factor) dims (Qwen3NextConfig, modeling_qwen3_next.py)"),),
+    experts_implementation="batched_mm",
 ))
