@@ -166,6 +166,15 @@ VARIANTS = {
     "gated_attention_sdpa_shared_gate": dict(attention="sdpa", attention_output_gate=True,
                                              num_experts=3, experts_per_token=1,
                                              num_shared_experts=2, shared_expert_gate=True),
+    # Nemotron-H: one sublayer per block (Mamba-2, attention without RoPE, or a squared-ReLU
+    # MLP), grouped B and C; and Mamba-2 in sequential blocks with biases and a MoE
+    "nemotron_h": dict(num_layers=4, positions="none", block="single", mlp="relu2",
+                       layer_types=("mamba", "global", "mlp", "mamba"), conv_kernel=4,
+                       conv_bias=True, mamba_heads=4, mamba_head_dim=4, ssm_state=3,
+                       mamba_groups=2, mamba_chunk=2, mamba_dt_min=0.001),
+    "mamba_sequential_moe": dict(layer_types=("mamba", "global"), conv_kernel=3, mamba_heads=2,
+                                 mamba_head_dim=6, ssm_state=4, mamba_chunk=3, mamba_bias=True,
+                                 num_experts=4, experts_per_token=2, moe_d_ff=8),
     "short_conv_bias_moe": dict(conv_kernel=2, conv_bias=True, sliding_window=3,
                                 layer_types=("conv", "local"), num_experts=4, experts_per_token=2,
                                 moe_d_ff=8),

@@ -286,8 +286,8 @@ def ref_mlp(c, x, p, f):
     if c.mlp_kind.gated:
         hidden = ref_gated(c, ref_linear(x, p, f"{f}.w1"), ref_linear(x, p, f"{f}.w3"))
     else:
-        act = {"gelu": F.gelu, "gelu_tanh": lambda t: F.gelu(t, approximate="tanh")}[
-            c.mlp_kind.activation]
+        act = {"gelu": F.gelu, "gelu_tanh": lambda t: F.gelu(t, approximate="tanh"),
+               "relu2": lambda t: F.relu(t) ** 2}[c.mlp_kind.activation]  # Nemotron-H's
         hidden = act(ref_linear(x, p, f"{f}.w1"))
     return ref_linear(hidden, p, f"{f}.w2")
 
@@ -321,6 +321,24 @@ def ref_gated_deltanet(c, x, p, a):
     return ref(x)
 
 
+def ref_mamba(c, x, p, a):
+    """transformers' own NemotronHMamba2Mixer (its torch path: causal_conv1d_fn,
+    mamba2_chunk_scan), loaded with the block's weights."""
+    from transformers import NemotronHConfig
+    from transformers.models.nemotron_h.modeling_nemotron_h import NemotronHMamba2Mixer
+    cfg = NemotronHConfig(hidden_size=c.d_model, mamba_num_heads=c.mamba_heads,
+                          mamba_head_dim=c.mamba_head_dim, ssm_state_size=c.ssm_state,
+                          n_groups=c.mamba_groups, conv_kernel=c.conv_kernel,
+                          chunk_size=c.mamba_chunk, use_conv_bias=c.conv_bias,
+                          use_bias=c.mamba_bias, time_step_min=c.mamba_dt_min,
+                          layer_norm_epsilon=c.norm_eps, num_hidden_layers=1,
+                          hybrid_override_pattern="M")
+    ref = NemotronHMamba2Mixer(cfg, 0).to(x.dtype)
+    ref.load_state_dict({k[len(a) + 1:]: v.unsqueeze(1) if k.endswith("conv1d.weight") else v
+                         for k, v in p.items() if k.startswith(a + ".")})
+    return ref(x)
+
+
 def ref_lm(c, ids, p):
     T = ids.shape[-1]
     x = F.embedding(ids, p["token_embeddings.weight"])
@@ -341,11 +359,16 @@ def ref_lm(c, ids, p):
                 return ref_short_conv(c, z, p, f"{b}.conv")
             if mixer == "linear_attention":
                 return ref_gated_deltanet(c, z, p, f"{b}.linear_attn")
+            if mixer == "mamba":
+                return ref_mamba(c, z, p, f"{b}.mixer")
             return ref_attention(c, z, p, f"{b}.attn", window, chunk, i in c.nope_layers)
 
         def mlp(z):
             return ref_moe(c, z, p, f"{b}.ffn") if moe else ref_mlp(c, z, p, f"{b}.ffn")
-        if c.block != "sequential":  # GPT-NeoX/Falcon: both sublayers read x
+        if c.block == "single":  # NemotronHBlock: x + mixer(norm(x)), the mixer or the MLP
+            h = ref_norm(c, x, p, f"{b}.ln1")
+            x = x + m * (mlp(h) if c.layer_kinds[i].mixer == "mlp" else attn(h))
+        elif c.block != "sequential":  # GPT-NeoX/Falcon: both sublayers read x
             h = ref_norm(c, x, p, f"{b}.ln1")
             x = x + m * attn(h) + m * mlp(h if c.block == "parallel_shared_norm"
                                           else ref_norm(c, x, p, f"{b}.ln2"))

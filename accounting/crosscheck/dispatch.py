@@ -57,7 +57,7 @@ ELEMENTWISE_OPS = frozenset(f"aten.{n}" for n in (
     "sin", "cos", "maximum", "minimum", "square",
     # the gated delta rule (model/delta.py): softplus, one per element like sigmoid; cumsum,
     # a running sum, one add per element
-    "softplus", "cumsum",
+    "softplus", "cumsum", "relu",
     "clamp"))  # a min and/or max against scalars (gpt-oss's clamped SwiGLU), one per element
 # 1 FLOP per input element.
 REDUCTION_OPS = frozenset(f"aten.{n}" for n in ("sum", "mean", "amax", "amin", "max", "min",

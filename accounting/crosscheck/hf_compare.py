@@ -135,7 +135,7 @@ def compare_hf(a: Analysis, m, hf: HFConfig, experts=None, data=None) -> HFCheck
                                 "FlopCounterMode's", f"{grouped(sum(mine.values()))} and "
                                 f"{grouped(total)}", sum(mine.values()) == total))
         comps = s.components()
-        for c in COMPONENTS:
+        for c in a.components:  # (the recurrent mixing only for a model that has it)
             flops[(phase, c)] = comps[c]
         flops[(phase, ELSEWHERE)] = s.elsewhere
         flops[(phase, TOTAL)] = sum(comps.values()) + s.elsewhere

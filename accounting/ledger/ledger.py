@@ -120,6 +120,12 @@ class Ledger:
                         "d_conv": 2 * hk * dk + hv * dv, "d_qkvz": 2 * hk * dk + 2 * hv * dv,
                         "C_l": chunk, "N_c": -(-seq // chunk), "N_c-1": -(-seq // chunk) - 1,
                         "P_L": chunk * (chunk - 1) // 2})
+        if c.mamba_heads is not None:  # Mamba-2 layers (builder/mamba.py)
+            h, p, n, g, chunk = (c.mamba_heads, c.mamba_head_dim, c.ssm_state, c.mamba_groups,
+                                 c.mamba_chunk)
+            out.update({"h_m": h, "p_m": p, "n_s": n, "G_m": g, "p_g": h * p // g,
+                        "d_xbc": h * p + 2 * g * n, "d_zxbcdt": 2 * h * p + 2 * g * n + h,
+                        "C_m": chunk, "N_m": -(-seq // chunk), "N_m+1": -(-seq // chunk) + 1})
         if c.num_experts is not None:
             out.update({"E": c.num_experts, "k": c.experts_per_token, "d_e": c.expert_d_ff,
                         "d_s": c.num_shared_experts * c.expert_d_ff, "G": c.router_groups,

@@ -25,6 +25,12 @@ LM_HEAD = "LM head"
 COMPONENTS = (ATTN_PROJ, ATTN_CORE, RECURRENT, FFN, LM_HEAD)
 BLOCK_COMPONENTS = (ATTN_PROJ, ATTN_CORE, RECURRENT, FFN)
 
+
+def components_of(seen, among: tuple[str, ...] = COMPONENTS) -> tuple[str, ...]:
+    """The components a model's tables list: every one, but the recurrent mixing only for a
+    model with recurrent layers (`seen`: the components of its matmul records)."""
+    return tuple(c for c in among if c != RECURRENT or c in seen)
+
 # Parameters (the norm component is named by the norm kind: "RMSNorm gains", ...).
 EMBEDDING = "token embedding"
 POSITION_EMBEDDING = "position embedding"

@@ -130,7 +130,7 @@ def sweep_by_analysis(configs: Iterable[ModelConfig | str], seqs: Iterable[int],
             a = analyze(config, seq, batch, phase)
             flops = {k: a.component_flops(k) for k in (R.EXECUTED, R.USEFUL)}
             shares = {k: a.component_shares(k) for k in flops}
-            for comp in R.COMPONENTS:
+            for comp in a.components:
                 rows.append({
                     "model": config.name, "seq": seq, "batch": batch, "pass": phase,
                     "component": comp, "flops": flops["executed"][comp],

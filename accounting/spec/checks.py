@@ -72,9 +72,21 @@ def validate(c) -> None:
 def _check_recurrent(c) -> None:
     """The hybrid layers (issue 31): each kind's sizes given where layer_types names it."""
     for f in ("conv_kernel", "linear_key_heads", "linear_value_heads", "linear_key_head_dim",
-              "linear_value_head_dim", "linear_chunk"):
+              "linear_value_head_dim", "linear_chunk", "mamba_heads", "mamba_head_dim",
+              "ssm_state", "mamba_groups", "mamba_chunk"):
         _positive(c, f)
     types = set(c.layer_types or ())
+    if "mamba" in types:
+        missing = [f for f in ("mamba_heads", "mamba_head_dim", "ssm_state", "conv_kernel")
+                   if getattr(c, f) is None]
+        if missing:
+            raise UsageError(f"layer_types has mamba layers but {', '.join(missing)} not given")
+        if c.mamba_heads % c.mamba_groups:
+            raise UsageError(f"mamba_heads {c.mamba_heads} is not a multiple of mamba_groups "
+                             f"{c.mamba_groups}")
+    if "mlp" in types and c.block != "single":
+        raise UsageError("layer_types mlp (a block with its MLP only) needs block single (one "
+                         "sublayer per block, Nemotron-H)")
     if types & {"linear_attention", "conv"} and c.conv_kernel is None:
         raise UsageError("layer_types has linear_attention or conv layers but conv_kernel is "
                          "not given (the depthwise convolution's width, e.g. --conv-kernel 4)")
@@ -92,8 +104,9 @@ def _check_recurrent(c) -> None:
         raise UsageError("attention_output_gate needs q_proj's query heads (no latent attention)")
     if c.shared_expert_gate and c.num_experts is not None and not c.num_shared_experts:
         raise UsageError("shared_expert_gate needs a shared expert (--shared-experts 1)")
-    if types & {"linear_attention", "conv"} and c.block != "sequential":
-        raise UsageError("recurrent layers (linear_attention, conv) need block sequential")
+    if types & {"linear_attention", "conv", "mamba"} and c.block not in ("sequential", "single"):
+        raise UsageError("recurrent layers (linear_attention, conv, mamba) need block "
+                         "sequential or single")
 
 
 @cache

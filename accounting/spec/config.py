@@ -251,6 +251,24 @@ class ModelConfig:
                                              group=EXTRAS,
                                              help="gated DeltaNet layers: each value head's "
                                                   "width (linear_value_head_dim)")
+    # Mamba-2 layers (layer_types "mamba"; Nemotron-H's NemotronHMamba2Mixer, transformers'
+    # Mamba2Mixer): in_proj to z, x·B·C, dt; conv1d over x·B·C; the chunked SSD scan;
+    # a grouped gated RMSNorm; out_proj
+    mamba_heads: int | None = spec(None, kind=SIZE, flag="--mamba-heads", group=EXTRAS,
+                                   help="Mamba-2 layers: heads (mamba_num_heads)")
+    mamba_head_dim: int | None = spec(None, kind=SIZE, flag="--mamba-head-dim", group=EXTRAS,
+                                      help="Mamba-2 layers: each head's width (mamba_head_dim)")
+    ssm_state: int | None = spec(None, kind=SIZE, flag="--ssm-state", group=EXTRAS,
+                                 help="Mamba-2 layers: the state per head (ssm_state_size)")
+    mamba_groups: int = spec(1, kind=SIZE, flag="--mamba-groups", group=EXTRAS,
+                             help="Mamba-2 layers: groups sharing B and C (n_groups, default 1)")
+    mamba_chunk: int = spec(256, kind=SIZE, flag="--mamba-chunk", group=EXTRAS,
+                            help="Mamba-2 layers: the SSD scan's chunk (chunk_size, default 256)")
+    mamba_bias: bool = spec(False, kind=FLAG, flag="--mamba-bias", group=EXTRAS,
+                            help="Mamba-2 layers: biases on in_proj and out_proj (use_bias)")
+    mamba_dt_min: float = spec(0.0, kind=NUMBER0, flag="--mamba-dt-min", group=EXTRAS,
+                               help="Mamba-2 layers: dt clamped from below (time_step_min; "
+                                    "changes no count)")
     linear_chunk: int = spec(64, kind=SIZE, flag="--linear-chunk", group=EXTRAS,
                              help="gated DeltaNet layers: the chunk size C of the chunked delta "
                                   "rule (default 64: fla's chunk_gated_delta_rule and "
@@ -298,7 +316,7 @@ class ModelConfig:
         dense, nope = set(self.dense_layers), set(self.nope_layers)
         return tuple(LayerKind(t == "local", self.num_experts is not None and i not in dense,
                                t == "chunked", i in nope,
-                               t if t in MIXER_TYPES else "attention")
+                               t if t in MIXER_TYPES or t == "mlp" else "attention")
                      for i, t in enumerate(types))
 
     @property
@@ -344,7 +362,8 @@ class ModelConfig:
             parts.append(f"no RoPE on {n_nope} of {len(kinds)} layers"
                          + (", temperature tuning there" if self.temperature_floor else ""))
         for mixer, what in (("linear_attention", "gated DeltaNet (chunk "
-                             f"{self.linear_chunk})"), ("conv", "short convolution")):
+                             f"{self.linear_chunk})"), ("conv", "short convolution"),
+                            ("mamba", f"Mamba-2 (chunk {self.mamba_chunk})")):
             n = sum(k.mixer == mixer for k in kinds)
             if n:
                 parts.append(f"{what} on {n} of {len(kinds)} layers (conv width "

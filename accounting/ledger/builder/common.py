@@ -27,14 +27,16 @@ LOGIT_SCALE = "logit scale"
 SHORT_CONV = "short convolution gating"
 OUTPUT_GATE = "attention output gate"  # Qwen3-Next: sigmoid(gate) · attention output
 SHARED_GATE = "shared expert gate"  # Qwen3-Next: sigmoid(x·w) · shared expert
+SSD = "state-space scan"  # Mamba-2: dt, decays, segment sums, the SSD's elementwise terms
 DELTA_RULE = "gated delta rule"  # β, g, SiLU of the conv, L2 norms, decays, the scan's adds
 GATED_NORM = "gated RMSNorm"  # the gated DeltaNet's output norm, x·rsqrt·w·SiLU(z)
 ACTIVATION_COMPONENT = {"swiglu": "SiLU and gating", "geglu": "GELU (tanh) and gating",
                         "geglu_erf": "GELU (erf) and gating", "gelu": "GELU (erf)",
-                        "gelu_tanh": "GELU (tanh)", "swiglu_clamped": "clamped SwiGLU and gating"}
+                        "gelu_tanh": "GELU (tanh)", "swiglu_clamped": "clamped SwiGLU and gating",
+                        "relu2": "squared ReLU"}
 ELEMENTWISE_ORDER = (*NORMS.values(), QK_NORM, EMBED_SCALE, POSITION_ADD, ROPE, ALIBI,
                      TEMPERATURE, ATTN_SCALE, SOFTCAP, CAUSAL_MASK, SOFTMAX, *dict.fromkeys(ACTIVATION_COMPONENT.values()),
-                     OUTPUT_GATE, SHORT_CONV, DELTA_RULE, GATED_NORM, ROUTER, SHARED_GATE, BIAS, RESIDUAL_SCALE, RESIDUAL, LOGIT_SCALE)
+                     OUTPUT_GATE, SHORT_CONV, DELTA_RULE, SSD, GATED_NORM, ROUTER, SHARED_GATE, BIAS, RESIDUAL_SCALE, RESIDUAL, LOGIT_SCALE)
 NORM_PARAMS = {"rmsnorm": "RMSNorm gains", "layernorm": "LayerNorm weights and biases",
                "layernorm_nobias": "LayerNorm weights (no bias)"}
 
