@@ -181,7 +181,7 @@ def test_the_table_is_a_registry_that_refuses_duplicates():
     assert set(TYPES) == {"gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo2", "mixtral",
                           "qwen3_moe", "deepseek_v3", "deepseek_v2", "gpt_oss", "gemma2", "gemma3_text", "granite",
                           "gpt_neox", "falcon", "phi3", "starcoder2",
-                          "llama4_text", "llama4", "cohere", "lfm2", "qwen3_next"}
+                          "llama4_text", "llama4", "cohere", "lfm2", "qwen3_next", "nemotron_h"}
 
 
 def test_every_type_names_every_module_the_ledger_has():

@@ -37,12 +37,13 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Callable, Mapping
 
-from accounting.spec.config import MAX_SIZE, ModelConfig
+from accounting.spec.config import MAX_LAYERS, MAX_SIZE, ModelConfig
 from accounting.spec.own_format import config_from_dict, read_json
 from accounting.runtime.errors import UsageError
 # the schema and the registry, re-exported: callers read them as hf_config.X
 from accounting.spec.hf_schema import (  # noqa: F401
     BOOL, CHOICE, COMMON_FREE, COMMON_MUST, EPS, FREE_VALUES, INT, INT_OR_NULL, LIST, NONNEG,
+    PATTERN,
     NUMBER_OR_NULL, REFUSED, THETA,
     TRANSFORMERS_VERSION, TYPES, UNSUPPORTED, WRAPPERS, Derived, HFType, Key, ModuleNames, Must, Noted,
     Required, register, short)
@@ -95,6 +96,7 @@ def _check_kind(key: Key, value, where: str) -> None:
                                              and 0 < v <= MAX_SIZE),
         NONNEG: lambda v: isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_SIZE,
         LIST: lambda v: v is None or isinstance(v, list),
+        PATTERN: lambda v: v is None or (isinstance(v, str) and len(v) <= MAX_LAYERS),
         BOOL: lambda v: isinstance(v, bool),
         THETA: lambda v: _number(v) and v > 0,
         NUMBER_OR_NULL: lambda v: v is None or (_number(v) and v > 0),

@@ -22,6 +22,7 @@ INT = "a positive integer"
 INT_OR_NULL = "a positive integer or null"
 NONNEG = "a non-negative integer"
 LIST = "a list or null"  # its entries are checked by the type's derive rule
+PATTERN = "a string or null"  # a layer pattern (Nemotron-H's "M*-"), checked by its rule
 BOOL = "true or false"
 THETA = "a positive number"
 EPS = "a non-negative number"

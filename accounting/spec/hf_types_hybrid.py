@@ -11,8 +11,8 @@ from typing import Mapping
 from accounting.runtime.errors import UsageError
 from accounting.spec.hf_schema import (
     ATTENTION_BIAS, ATTENTION_DROPOUT, BOOL, CHOICE, EPS, GATED_ACTS, INT, LIST, LLAMA_FAMILY,
-    NONNEG, NUMBER_OR_NULL, ROPE_MUST, THETA, Derived, HFType, Key, ModuleNames, Required,
-    head_dim, kv_heads, register, rope_must)
+    NONNEG, NUMBER_OR_NULL, PATTERN, ROPE_MUST, THETA, Derived, HFType, Key, ModuleNames, Must, Noted,
+    Required, head_dim, kv_heads, register, rope_must)
 from accounting.spec.hf_types_moe import ROUTER_FREE
 
 
@@ -222,4 +222,100 @@ register(HFType(
                      "intermediate_size experts, gated; RoPE on int(head_dim · "
                      "partial_rotary_factor) dims (Qwen3NextConfig, modeling_qwen3_next.py)"),),
     experts_implementation="batched_mm",
+))
+
+
+# ---- Nemotron-H: one sublayer per block, Mamba-2 (M), attention without RoPE (*) or a
+# squared-ReLU MLP (-) (transformers 5.23.0's configuration_nemotron_h.py, modeling_nemotron_h.py)
+NEMOTRON_KINDS = {"M": "mamba", "*": "global", "-": "mlp", "linear_attention": "mamba",
+                  "mamba": "mamba", "full_attention": "global", "attention": "global",
+                  "mlp": "mlp"}
+
+
+def _nemotron_h_layers(v: Mapping, where: str):
+    """NemotronHConfig.__post_init__: layers_block_type (layer_types) as given, else the
+    hybrid_override_pattern's characters (M Mamba-2, * attention, - MLP, E experts); the
+    layer count is that list's length (num_hidden_layers is then ignored)."""
+    given, pattern = v["layers_block_type"], v["hybrid_override_pattern"]
+    kinds = list(pattern) if given is None and isinstance(pattern, str) else given
+    if not isinstance(kinds, list) or not kinds:
+        raise UsageError(f"{where}: hybrid_override_pattern (or layers_block_type) must name "
+                         f"the layers, e.g. \"M*-\"")
+    if any(k in ("E", "moe") for k in kinds):
+        raise UsageError(f"{where}: Nemotron-H's expert blocks (E, NemotronHMoE: a latent "
+                         f"projection and shared experts) are not expressed yet; the Mamba-2, "
+                         f"attention and MLP blocks are")
+    bad = [k for k in kinds if k not in NEMOTRON_KINDS]
+    if bad:
+        raise UsageError(f"{where}: unknown Nemotron-H layer kind {bad[0]!r} (M, *, -)")
+    return {"num_layers": len(kinds), "layer_types": tuple(NEMOTRON_KINDS[k] for k in kinds)}, (
+        f"{len(kinds)} layers from the pattern (num_hidden_layers {v['num_hidden_layers']} is "
+        f"ignored where they differ, as NemotronHConfig does).",)
+
+
+NEMOTRON_H_NAMES = ModuleNames(
+    blocks="model.layers",
+    block=MappingProxyType({
+        "ln1": "norm", "attn": "mixer", "attn.q_proj": "mixer.q_proj",
+        "attn.k_proj": "mixer.k_proj", "attn.v_proj": "mixer.v_proj",
+        "attn.output_proj": "mixer.o_proj", "mixer": "mixer", "mixer.conv1d": "mixer.conv1d",
+        "mixer.in_proj": "mixer.in_proj", "mixer.norm": "mixer.norm",
+        "mixer.out_proj": "mixer.out_proj", "ffn.w1": "mixer.up_proj",
+        "ffn.w2": "mixer.down_proj"}),
+    top=MappingProxyType({"token_embeddings": "model.embeddings", "ln_final": "model.norm_f",
+                          "lm_head": "lm_head"}),
+)
+
+register(HFType(
+    "nemotron_h", "NemotronHForCausalLM",
+    keys=(Key("vocab_size", ("vocab_size",), INT, Required(131072)),
+          Key("hidden_size", ("d_model",), INT, Required(4096)),
+          Key("intermediate_size", ("d_ff",), INT, Required(21504)),
+          Key("num_hidden_layers", (), INT, 52),
+          Key("num_attention_heads", ("num_heads",), INT, Required(32)),
+          Key("max_position_embeddings", ("context_length",), INT, 4096),
+          kv_heads(8, INT), head_dim(128, INT),
+          Key("mlp_bias", ("mlp_bias",), BOOL, False),
+          Key("mlp_hidden_act", ("mlp",), CHOICE, "relu2", MappingProxyType({"relu2": "relu2"})),
+          Key("layer_norm_epsilon", ("norm_eps",), EPS, 1e-5),
+          Key("tie_word_embeddings", ("tie_embeddings",), BOOL, False),
+          Key("ssm_state_size", ("ssm_state",), INT, 128),
+          Key("mamba_num_heads", ("mamba_heads",), INT, 128),
+          Key("mamba_head_dim", ("mamba_head_dim",), INT, 64),
+          Key("n_groups", ("mamba_groups",), INT, 8, aliases=("mamba_n_groups",)),
+          Key("conv_kernel", ("conv_kernel",), INT, 4, aliases=("mamba_d_conv",)),
+          Key("chunk_size", ("mamba_chunk",), INT, 128, aliases=("mamba_chunk_size",)),
+          Key("use_conv_bias", ("conv_bias",), BOOL, True, aliases=("mamba_conv_bias",)),
+          Key("use_bias", ("mamba_bias",), BOOL, False),
+          Key("time_step_min", ("mamba_dt_min",), EPS, 0.001, aliases=("mamba_dt_min",)),
+          Key("mamba_hidden_act", (), CHOICE, "silu", MappingProxyType({"silu": "silu"})),
+          Key("hybrid_override_pattern", (), PATTERN, None),
+          Key("layers_block_type", (), LIST, None, aliases=("layer_types",))),
+    fixed=MappingProxyType(dict(norm="rmsnorm", norm_placement="pre", positions="none",
+                                block="single", qk_norm="none", qkv_bias=False,
+                                out_bias=False)),
+    rules="blocks of one sublayer each, x + mixer(norm(x)) (NemotronHBlock): Mamba-2 "
+          "(NemotronHMamba2Mixer: in_proj to z, x·B·C, dt; conv1d and SiLU; the chunked SSD "
+          "scan; a grouped gated RMSNorm; out_proj), grouped attention without RoPE and "
+          "without biases (NemotronHAttention), or a squared-ReLU MLP (NemotronHMLP); final "
+          "norm_f; head untied unless tie_word_embeddings",
+    names=NEMOTRON_H_NAMES, must=(
+        Must("sliding_window", lambda v, d: v is None, "null",
+             "a sliding window on the attention blocks"),),
+    noted=(ATTENTION_DROPOUT, Noted("hidden_dropout", lambda v: v in (0, 0.0, None),
+                                    "{settings}: dropout is not counted")),
+    # keys NemotronHConfig keeps that no NemotronH module reads for a count (the SSM's
+    # init and dt range but time_step_min, its cache dtype, kernel switches, the
+    # expand ratio the heads replace, attention_bias: NemotronHAttention has no biases)
+    free=frozenset({"expand", "time_step_max", "time_step_floor", "time_step_limit",
+                    "time_step_rank", "rescale_prenorm_residual", "residual_in_fp32",
+                    "num_logits_to_keep", "use_mamba_kernels", "mamba_proj_bias",
+                    "mamba_ssm_cache_dtype", "attention_bias", "attention_head_dim",
+                    "rms_norm_eps"}),
+    derived=(Derived(("num_layers", "layer_types"),
+                     ("num_hidden_layers", "hybrid_override_pattern", "layers_block_type"),
+                     _nemotron_h_layers,
+                     "the layers: layers_block_type, else hybrid_override_pattern's characters "
+                     "(M Mamba-2, * attention, - MLP), their count the layer count "
+                     "(NemotronHConfig.__post_init__)"),),
 ))

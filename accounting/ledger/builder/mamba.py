@@ -60,7 +60,7 @@ class Mamba2Mixer:
             h = t.view(xbc, ROW + ("h_m", "p_m"), contiguous=False)
             y = self.scan(h, dt, A, xbc)
             t.state("conv state", ("d_xbc", "K"))
-            t.state("SSM state", ("h_m", "p_m", "n_s"))
+            t.state("SSM state", ("h_m", "p_m", "n_s"), fp32=True)  # the scan runs in fp32
             y = self.gated_norm(y, gate)
             return self.out_proj(y, out_label, out_course)
 
