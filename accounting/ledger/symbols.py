@@ -66,6 +66,16 @@ SYMBOLS: dict[str, str] = {
     "N_c": "chunks, ⌈T/C_l⌉ (the sequence padded to N_c·C_l)",
     "N_c-1": "chunks less one: the state updates of a forward without a cache",
     "P_L": "a chunk's strictly lower pairs, C_l(C_l − 1)/2 (a unit triangular solve's multiply-adds per column)",
+    "h_m": "mamba_heads: a Mamba-2 layer's heads",
+    "p_m": "mamba_head_dim",
+    "n_s": "ssm_state: the state per head and channel",
+    "G_m": "mamba_groups: groups sharing B and C",
+    "p_g": "a group's width in the gated norm, h_m·p_m/G_m",
+    "d_xbc": "the Mamba-2 conv's channels, h_m·p_m + 2·G_m·n_s (x, B, C)",
+    "d_zxbcdt": "Mamba-2 in_proj's width, 2·h_m·p_m + 2·G_m·n_s + h_m",
+    "C_m": "mamba_chunk: the SSD scan's chunk",
+    "N_m": "the SSD scan's chunks, ⌈T/C_m⌉",
+    "N_m+1": "chunk states with the initial one (exchanged by an (N_m+1)² decay matrix)",
 }
 
 # Order in which symbols are written in a monomial: workload first, then model sizes;
@@ -187,6 +197,9 @@ class Expr:
         if "T" in keep and {"N_c", "N_c-1"} & e.symbols():  # ⌈T/C_l⌉ on T's branch mod C_l
             chunks = chunks_expr(values["C_l"], values["T"])
             e = e.substitute("N_c", chunks).substitute("N_c-1", chunks + Expr({(): -1}))
+        if "T" in keep and {"N_m", "N_m+1"} & e.symbols():  # Mamba-2's chunks, likewise
+            chunks = chunks_expr(values["C_m"], values["T"])
+            e = e.substitute("N_m", chunks).substitute("N_m+1", chunks + Expr({(): 1}))
         if "T" in keep:  # an expert's capacity rows stay symbolic: C = ⌈c·B·T·k/E⌉
             keep = tuple(keep) + ("C", "E·C+1")
         out: dict[tuple[str, ...], Fraction] = {}
@@ -316,6 +329,9 @@ def validity(e: Expr, values: dict[str, int]) -> str:
     if {"N_c", "N_c-1"} & e.symbols():
         c, seq = values["C_l"], values["T"]
         parts.append(f"T mod C_l = {seq % c:,} (C_l = {c:,}: chunks of the delta rule)")
+    if {"N_m", "N_m+1"} & e.symbols():
+        c, seq = values["C_m"], values["T"]
+        parts.append(f"T mod C_m = {seq % c:,} (C_m = {c:,}: chunks of the SSD scan)")
     if "C" in e.symbols() or "E·C+1" in e.symbols():
         parts.append("C = ⌈c·B·T·k/E⌉ (expert capacity)")
     return "; ".join(parts)

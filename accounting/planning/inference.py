@@ -92,7 +92,8 @@ def _decode_factors(r: R.Matmul) -> tuple[str, ...]:
     return r.batch + m + n + p
 
 
-CHUNKED = ("N_c", "N_c-1", "C_l", "P_L")  # the chunked delta rule's records (builder/delta.py)
+# the chunked delta rule's and the SSD scan's records (builder/delta.py, builder/mamba.py)
+CHUNKED = ("N_c", "N_c-1", "C_l", "P_L", "N_m", "N_m+1", "C_m")
 
 
 def _chunked(r: R.Matmul) -> bool:
@@ -104,11 +105,16 @@ def recurrent_decode_expr(config: ModelConfig) -> Expr:
     (transformers' torch_recurrent_gated_delta_rule, fla's fused_recurrent kernel): three
     products of the d_lk × d_lv state of each value head with one vector, kᵀS (what the
     state predicts for the key), k·δᵀ (the delta-rule write) and qᵀS (the read): 2·3·B·
-    h_lv·d_lk·d_lv FLOPs; the decay and β scalings are elementwise (0 here)."""
+    h_lv·d_lk·d_lv FLOPs; the decay and β scalings are elementwise (0 here). A Mamba-2
+    layer's (transformers' selective_state_update, mamba_ssm's kernel): the state write
+    dt·B·xᵀ and the read state·C, 2·2·B·h_m·p_m·n_s."""
     total = Expr()
     for g, layers in ledger(config).groups:
-        if config.layer_kinds[layers[0]].mixer == "linear_attention":
+        mixer = config.layer_kinds[layers[0]].mixer
+        if mixer == "linear_attention":
             total = total + Expr({("B", "h_lv", "d_lk", "d_lv"): 3 * FLOPS_PER_MAC}).times(g)
+        elif mixer == "mamba":
+            total = total + Expr({("B", "h_m", "p_m", "n_s"): 2 * FLOPS_PER_MAC}).times(g)
     return total
 
 
