@@ -54,7 +54,8 @@ class ModelConfig:
                                     "output) or sandwich (Gemma 2/3: norms on its input and output)")
     mlp: str = spec("swiglu", kind=CHOICE, flag="--mlp", choices=MLPS,
                     help="feed-forward: swiglu (default), geglu (tanh GELU), geglu_erf (exact GELU), "
-                         "gelu (exact), gelu_tanh (GPT-2), swiglu_clamped (gpt-oss)")
+                         "gelu (exact), gelu_tanh (GPT-2), swiglu_clamped (gpt-oss), relu2 "
+                         "(Nemotron-H: relu(W1 x)², two matrices)")
     positions: str = spec("rope", kind=CHOICE, flag="--positions", choices=POSITIONS,
                           help="rope (default), learned (a table of context_length positions), "
                                "none, or alibi (Falcon's linear bias per head on the scores)")
@@ -102,7 +103,8 @@ class ModelConfig:
     # parallel_attn, Cohere): no ln2
     block: str = spec("sequential", kind=CHOICE, flag="--block", choices=BLOCKS,
                       help="sequential (default: y = x + attn, y + mlp), parallel (x + attn + "
-                           "mlp, a norm each) or parallel_shared_norm (one norm feeds both)")
+                           "mlp, a norm each), parallel_shared_norm (one norm feeds both) or "
+                           "single (one sublayer per block: Nemotron-H)")
     # RoPE on the first rotary_dim dims of each head only, the rest passed through and
     # concatenated back (GPT-NeoX's rotary_pct, Phi's partial_rotary_factor); None: all d_k
     rotary_dim: int | None = spec(None, kind=SIZE, flag="--rotary-dim",
@@ -115,7 +117,11 @@ class ModelConfig:
     # per layer "global"/"local"; None: every layer local when sliding_window is set, else global
     layer_types: tuple[str, ...] | None = spec(None, kind=TYPES, flag="--layer-types", group=EXTRAS,
                                                choices=dict.fromkeys(LAYER_TYPES),
-                                               help="each layer's attention, one per layer")
+                                               help="each layer's kind, one per layer: "
+                                                    "global, local, chunked (attention), "
+                                                    "linear_attention (gated DeltaNet), conv "
+                                                    "(short convolution), mamba (Mamba-2), mlp "
+                                                    "(an MLP-only block, with --block single)")
     # mixture of experts (None: a dense MLP in every layer)
     num_experts: int | None = spec(None, kind=SIZE, flag="--num-experts", group=EXTRAS,
                                    help="routed experts per MoE layer (a mixture of experts)")
