@@ -352,7 +352,9 @@ class ModelConfig:
         if self.mla:
             parts[3] = (f"multi-head latent attention (kv_lora_rank {self.kv_lora_rank}"
                         + (f", q_lora_rank {self.q_lora_rank}" if self.q_lora_rank else "") + ")")
-        if self.block != "sequential":
+        if self.block == "single":  # Nemotron-H
+            parts.insert(1, "one sublayer per block (a token mixer or an MLP)")
+        elif self.block != "sequential":
             parts.insert(1, "parallel attention and MLP" + (
                 " (one shared norm)" if self.block == "parallel_shared_norm" else ""))
         kinds = self.layer_kinds
