@@ -220,7 +220,7 @@ class ModelConfig:
     # q_proj (Qwen3NextAttention: q_proj 2·h·d_k wide, query and gate per head; the output
     # times sigmoid(gate) before o_proj); a sigmoid gate on the shared expert
     # (Qwen3NextSparseMoeBlock: sigmoid(shared_expert_gate(x)) · shared_expert(x))
-    attention_output_gate: bool = spec(False, kind=FLAG, flag="--attention-output-gate",
+    attention_output_gate: bool = spec(False, kind=FLAG, flag="--attn-output-gate",
                                        group=EXTRAS,
                                        help="the attention output times sigmoid of a gate "
                                             "that q_proj computes beside the query (Qwen3-Next)")
