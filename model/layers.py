@@ -189,7 +189,13 @@ def gelu(x: torch.Tensor) -> torch.Tensor:
     return 0.5 * x * (1.0 + torch.erf(x / math.sqrt(2.0)))
 
 
-ACTIVATIONS = {"silu": silu, "gelu_tanh": gelu_tanh, "gelu": gelu}
+def relu2(x: torch.Tensor) -> torch.Tensor:
+    """relu(x)², Nemotron-H's MLP activation (transformers' ReLUSquaredActivation)."""
+    r = torch.relu(x)
+    return r * r
+
+
+ACTIVATIONS = {"silu": silu, "gelu_tanh": gelu_tanh, "gelu": gelu, "relu2": relu2}
 
 # gpt-oss's gated unit (transformers' GptOssConfig swiglu_alpha and swiglu_limit defaults,
 # what gpt-oss-20b/120b ship); the values change no count, so they are constants here.

@@ -16,6 +16,9 @@ from .attention import CausalMultiHeadSelfAttention
 from .latent_attention import LatentAttention
 from .layers import NORM_CLASSES, Embedding, Linear, check_positive_int, feed_forward
 from .moe import MoE
+from .recurrent import ShortConv
+from .delta import GatedDeltaNet
+from .mamba import Mamba2Mixer
 
 MLA_OPTIONS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
                "index_heads", "index_head_dim", "index_topk")  # the last three: DeepSeek-V3.2
@@ -56,7 +59,7 @@ class TransformerBlock(nn.Module):
     """
 
     def __init__(self, d_model, num_heads, d_ff, max_seq_len, theta, device=None, dtype=None, *,
-                 window=None, chunk=None, temperature=None, moe=None, **options):
+                 window=None, chunk=None, temperature=None, moe=None, mixer=None, **options):
         o = _options(options, BLOCK_OPTIONS, "TransformerBlock")
         norm, norm_eps, mlp = o["norm"], o["norm_eps"], o["mlp"]
         norm_placement, qkv_bias, out_bias = o["norm_placement"], o["qkv_bias"], o["out_bias"]
@@ -69,15 +72,33 @@ class TransformerBlock(nn.Module):
         if norm_placement not in ("pre", "post", "sandwich"):
             raise ValueError(f"norm_placement must be pre, post or sandwich, got {norm_placement!r}")
         self.post_norm, self.sandwich = norm_placement == "post", norm_placement == "sandwich"
-        if o["block"] not in ("sequential", "parallel", "parallel_shared_norm"):
-            raise ValueError(f"block must be sequential, parallel or parallel_shared_norm, got "
-                             f"{o['block']!r}")
+        if o["block"] not in ("sequential", "parallel", "parallel_shared_norm", "single"):
+            raise ValueError(f"block must be sequential, parallel, parallel_shared_norm or "
+                             f"single, got {o['block']!r}")
         if o["block"] != "sequential" and norm_placement != "pre":
             raise ValueError("a parallel block needs norm_placement pre")
         self.block = o["block"]
         norm_cls = NORM_CLASSES[norm]
         self.ln1 = norm_cls(d_model, eps=norm_eps, device=device, dtype=dtype, **offset)
-        if kv_lora_rank is not None:  # multi-head latent attention (DeepSeek)
+        single = self.block == "single"  # one sublayer per block (Nemotron-H)
+        kind = None if mixer is None else mixer["kind"]
+        if kind == "mlp":  # a block with its MLP only (single): no token mixer
+            pass
+        elif mixer is not None:  # a recurrent token mixer (issue 31): mixer holds its options
+            options = {k: v for k, v in mixer.items() if k != "kind"}
+            # registered under transformers' names for them (Lfm2DecoderLayer.conv,
+            # Qwen3NextDecoderLayer.linear_attn); .attn is the block's token mixer
+            if kind == "conv":
+                self.conv = ShortConv(d_model, device=device, dtype=dtype, **options)
+            elif kind == "linear_attention":
+                self.linear_attn = GatedDeltaNet(d_model, device=device, dtype=dtype,
+                                                 norm_eps=norm_eps, **options)
+            elif kind == "mamba":  # NemotronHBlock.mixer
+                self.mixer = Mamba2Mixer(d_model, device=device, dtype=dtype, norm_eps=norm_eps,
+                                         **options)
+            else:
+                raise ValueError(f"mixer must be conv, linear_attention, mamba or mlp, got {kind!r}")
+        elif kv_lora_rank is not None:  # multi-head latent attention (DeepSeek)
             self.attn = LatentAttention(
                 d_model, num_heads, max_seq_len=max_seq_len, theta=theta, device=device,
                 dtype=dtype, **{k: o[k] for k in MLA_OPTIONS}, qkv_bias=qkv_bias,
@@ -94,9 +115,11 @@ class TransformerBlock(nn.Module):
             )
         if self.sandwich:
             self.post_attn_norm = norm_cls(d_model, eps=norm_eps, device=device, dtype=dtype, **offset)
-        if self.block != "parallel_shared_norm":
+        if self.block not in ("parallel_shared_norm", "single"):
             self.ln2 = norm_cls(d_model, eps=norm_eps, device=device, dtype=dtype, **offset)
-        if moe is not None:  # a mixture of experts: moe holds MoE's options
+        if single and kind != "mlp":
+            pass  # the token mixer is the block's one sublayer
+        elif moe is not None:  # a mixture of experts: moe holds MoE's options
             self.ffn = MoE(d_model, device=device, dtype=dtype,
                            activation=MLPS[mlp].activation, **moe)
         else:
@@ -104,12 +127,24 @@ class TransformerBlock(nn.Module):
         if self.sandwich:
             self.post_ffn_norm = norm_cls(d_model, eps=norm_eps, device=device, dtype=dtype, **offset)
 
+    @property
+    def attn(self) -> nn.Module:
+        """The block's token mixer: its attention, or a recurrent layer (self.conv)."""
+        for name in ("conv", "linear_attn", "mixer", "attn"):
+            if name in self._modules:
+                return self._modules[name]
+        return None  # a block with its MLP only
+
     def scaled(self, out: torch.Tensor) -> torch.Tensor:
         """A sublayer's output as added to the residual (× residual_multiplier, if set)."""
         return out if self.residual_multiplier is None else out * self.residual_multiplier
 
     def forward(self, x: torch.Tensor, token_positions: torch.Tensor | None = None) -> torch.Tensor:
         # x: (batch seq d_model) -> (batch seq d_model)
+        if self.block == "single":  # x + sublayer(ln1(x)) (NemotronHBlock)
+            h = self.ln1(x)
+            return x + self.scaled(self.attn(h, token_positions) if self.attn is not None
+                                   else self.ffn(h))
         if self.block != "sequential":  # attention and MLP both read x, both add to it
             h = self.ln1(x)
             y = x + self.scaled(self.attn(h, token_positions))
@@ -181,7 +216,8 @@ class TransformerLM(nn.Module):
                              window=sliding_window if types[i] == "local" else None,
                              chunk=chunk if types[i] == "chunked" else None,
                              temperature=temperature if i in nope else None,
-                             moe=None if i in dense_layers else moe, **block_options)
+                             moe=None if i in dense_layers else moe,
+                             mixer=self._mixer(types[i], o), **block_options)
             for i in range(num_layers)
         )
         self.ln_final = NORM_CLASSES[o["norm"]](d_model, eps=o["norm_eps"], device=device, dtype=dtype,
@@ -195,6 +231,26 @@ class TransformerLM(nn.Module):
             self.lm_head.weight = self.token_embeddings.weight
         self.recompute = "none"
 
+    @staticmethod
+    def _mixer(kind: str, o: dict) -> dict | None:
+        """A recurrent layer's options (None: an attention layer)."""
+        if kind == "conv":
+            return {"kind": "conv", "kernel": o["conv_kernel"], "bias": o["conv_bias"]}
+        if kind == "mamba":
+            return {"kind": "mamba", "heads": o["mamba_heads"], "head_dim": o["mamba_head_dim"],
+                    "state": o["ssm_state"], "groups": o["mamba_groups"],
+                    "kernel": o["conv_kernel"], "chunk": o["mamba_chunk"],
+                    "conv_bias": o["conv_bias"], "bias": o["mamba_bias"],
+                    "dt_min": o["mamba_dt_min"]}
+        if kind == "mlp":
+            return {"kind": "mlp"}
+        if kind == "linear_attention":
+            return {"kind": "linear_attention", "key_heads": o["linear_key_heads"],
+                    "value_heads": o["linear_value_heads"], "key_dim": o["linear_key_head_dim"],
+                    "value_dim": o["linear_value_head_dim"], "kernel": o["conv_kernel"],
+                    "chunk": o["linear_chunk"]}
+        return None
+
     def set_recompute(self, mode: str) -> "TransformerLM":
         """Activation recomputation for training (torch.utils.checkpoint, non-reentrant, no
         RNG state: the model has no dropout): "full" checkpoints each block (keeps its input,
@@ -204,7 +260,8 @@ class TransformerLM(nn.Module):
             raise ValueError(f"recompute must be none, full or selective, got {mode!r}")
         self.recompute = mode
         for layer in self.layers:
-            layer.attn.recompute_core = mode == "selective"  # both attention kinds have it
+            if layer.attn is not None:  # (a block with its MLP only has none)
+                layer.attn.recompute_core = mode == "selective"  # every token mixer has it
         return self
 
     @classmethod

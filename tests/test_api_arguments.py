@@ -50,7 +50,8 @@ def test_matmul_flops_refuses_a_bogus_phase():
 @pytest.mark.parametrize("kwargs,fragment", [
     ({"counting": "Executed"}, "counting must be one of 'executed', 'useful'"),
     ({"component": "attention_core"}, "component must be one of 'attention projections', "
-                                      "'attention core', 'feed-forward', 'LM head'"),
+                                      "'attention core', 'recurrent mixing', 'feed-forward', "
+                                      "'LM head'"),
     ({"phase": "fwd"}, "phase must be one of 'forward', 'backward', 'train'"),
 ])
 def test_flops_grid_refuses_typos(kwargs, fragment):

@@ -158,6 +158,44 @@ VARIANTS = {
                         v_head_dim=6, index_heads=2, index_head_dim=6, index_topk=3,
                         num_experts=4, experts_per_token=2, moe_d_ff=8, router="sigmoid",
                         router_bias=True, dense_layers=(0,)),
+    # issue 31: hybrid layers. LFM2: short convolutions (K = 3) beside attention layers with
+    # a per-head QK-norm; biased, with MoE and a window
+    "lfm2": dict(num_layers=3, d_model=32, num_heads=4, num_kv_heads=2, qk_norm="head",
+                 conv_kernel=3, layer_types=("conv", "global", "conv"), tie_embeddings=True),
+    # Qwen3-Next's gated DeltaNet (chunk 2: three or more chunks at the tested lengths),
+    # grouped value heads, beside a global attention layer
+    "gated_deltanet": dict(num_layers=3, d_model=32, num_heads=4, num_kv_heads=2,
+                           conv_kernel=3, linear_key_heads=2, linear_value_heads=4,
+                           linear_key_head_dim=8, linear_value_head_dim=6, linear_chunk=2,
+                           layer_types=("linear_attention", "global", "linear_attention")),
+    "gated_deltanet_moe": dict(conv_kernel=4, linear_key_heads=2, linear_value_heads=2,
+                               linear_key_head_dim=4, linear_value_head_dim=4, linear_chunk=2,
+                               layer_types=("linear_attention", "linear_attention"),
+                               num_experts=4, experts_per_token=2, moe_d_ff=8),
+    # Qwen3-Next: (1 + w) norms, gated attention with partial RoPE and the per-head QK-norm,
+    # a gated shared expert beside softmax-routed experts, gated DeltaNet layers
+    "qwen3_next": dict(num_layers=4, d_model=32, num_heads=4, num_kv_heads=2, head_dim=8,
+                       rotary_dim=2, qk_norm="head", norm_offset=True,
+                       attn_output_gate=True, num_experts=4, experts_per_token=2,
+                       moe_d_ff=8, num_shared_experts=1, shared_expert_gate=True,
+                       conv_kernel=4, linear_key_heads=2, linear_value_heads=4,
+                       linear_key_head_dim=4, linear_value_head_dim=4, linear_chunk=2,
+                       layer_types=("linear_attention",) * 3 + ("global",)),
+    "gated_attention_sdpa_shared_gate": dict(attention="sdpa", attn_output_gate=True,
+                                             num_experts=3, experts_per_token=1,
+                                             num_shared_experts=2, shared_expert_gate=True),
+    # Nemotron-H: one sublayer per block (Mamba-2, attention without RoPE, or a squared-ReLU
+    # MLP), grouped B and C; and Mamba-2 in sequential blocks with biases and a MoE
+    "nemotron_h": dict(num_layers=4, positions="none", block="single", mlp="relu2",
+                       layer_types=("mamba", "global", "mlp", "mamba"), conv_kernel=4,
+                       conv_bias=True, mamba_heads=4, mamba_head_dim=4, ssm_state=3,
+                       mamba_groups=2, mamba_chunk=2, mamba_dt_min=0.001),
+    "mamba_sequential_moe": dict(layer_types=("mamba", "global"), conv_kernel=3, mamba_heads=2,
+                                 mamba_head_dim=6, ssm_state=4, mamba_chunk=3, mamba_bias=True,
+                                 num_experts=4, experts_per_token=2, moe_d_ff=8),
+    "short_conv_bias_moe": dict(conv_kernel=2, conv_bias=True, sliding_window=3,
+                                layer_types=("conv", "local"), num_experts=4, experts_per_token=2,
+                                moe_d_ff=8),
 }
 
 
@@ -272,8 +310,11 @@ def test_saved_activations_equal_the_ledger(name, B, T):
     for a in lg.activations:
         if a.saved:
             dtype, size = DTYPE[a.dtype]
-            expected[a.saved_in][(size * a.elements.evaluate(v) // a.copies, dtype)] += \
-                a.copies * a.count(v)
+            # a record of `storages` equal tensors (the delta rule's per-chunk states): that
+            # many storages, each its share
+            n = v[a.storages] if a.storages else 1
+            expected[a.saved_in][(size * a.elements.evaluate(v) // a.copies // n, dtype)] += \
+                a.copies * a.count(v) * n
     if c.num_experts is not None and c.moe_capacity_factor is None:
         # Dropless experts on a real routing run expert by expert: the ledger's one tensor
         # of B·T·k rows is there in pieces of each expert's rows (sizes that depend on the

@@ -47,7 +47,8 @@ def test_every_family_equals_analyze(name):
                     assert grids[None][i, j] == a.matmul_flops(), (phase, counting, t, b)
                     comps = a.component_flops()
                     for c in R.COMPONENTS:
-                        assert grids[c][i, j] == comps[c], (phase, counting, c, t, b)
+                        # (a model without recurrent layers lists no recurrent mixing)
+                        assert grids[c][i, j] == comps.get(c, 0), (phase, counting, c, t, b)
 
 
 def test_capacity_rows_follow_b_times_t():
@@ -122,7 +123,8 @@ def test_sweep_shares_past_2_to_the_53():
 def test_an_empty_sweep_has_the_columns_and_dtypes_of_any_other():
     from accounting import sweep
     empty, one = sweep(["gpt2-small"], []), sweep(["gpt2-small"], [8])
-    assert len(empty) == 0 and len(one) == len(R.COMPONENTS)
+    # one row per component gpt2-small has (no recurrent mixing: it has no recurrent layers)
+    assert len(empty) == 0 and len(one) == len(R.COMPONENTS) - 1
     assert list(empty.columns) == list(one.columns)
     assert list(empty.dtypes) == list(one.dtypes)
 

@@ -216,7 +216,10 @@ def ref_moe(c, x, p, f):
                 w = torch.sigmoid(top[t, j])  # scales the expert's input, not its output
                 y[t] += ref_expert(c, w * xt[t], p, f, int(chosen[t, j]))
         if c.num_shared_experts:
-            y = y + ref_mlp(c, xt, p, f"{f}.shared")
+            shared = ref_mlp(c, xt, p, f"{f}.shared")
+            if c.shared_expert_gate:  # Qwen3NextSparseMoeBlock: sigmoid(gate(x)) · shared
+                shared = torch.sigmoid(ref_linear(xt, p, f"{f}.shared_gate")) * shared
+            y = y + shared
         return y.reshape(B, T, d)
     if c.router_topk_first:  # gpt-oss's GptOssTopKRouter: top-k logits, softmax over them
         top, chosen = logits.topk(k, dim=-1)
@@ -310,10 +313,57 @@ def ref_mlp(c, x, p, f):
     if c.mlp_kind.gated:
         hidden = ref_gated(c, ref_linear(x, p, f"{f}.w1"), ref_linear(x, p, f"{f}.w3"))
     else:
-        act = {"gelu": F.gelu, "gelu_tanh": lambda t: F.gelu(t, approximate="tanh")}[
-            c.mlp_kind.activation]
+        act = {"gelu": F.gelu, "gelu_tanh": lambda t: F.gelu(t, approximate="tanh"),
+               "relu2": lambda t: F.relu(t) ** 2}[c.mlp_kind.activation]  # Nemotron-H's
         hidden = act(ref_linear(x, p, f"{f}.w1"))
     return ref_linear(hidden, p, f"{f}.w2")
+
+
+def ref_short_conv(c, x, p, a):
+    """transformers' Lfm2ShortConv.slow_forward, transcribed: B, C, x from in_proj (the
+    channels-first chunk), B·x, nn.Conv1d(groups=d, padding=K − 1) cut to T, C·conv, out_proj."""
+    T = x.shape[1]
+    bcx = ref_linear(x, p, f"{a}.in_proj").transpose(-1, -2)
+    b, gate, h = bcx.chunk(3, dim=-2)
+    w = p[f"{a}.conv.weight"].unsqueeze(1)  # (d, 1, K), nn.Conv1d's layout
+    conv = F.conv1d(b * h, w, p.get(f"{a}.conv.bias"), padding=c.conv_kernel - 1,
+                    groups=c.d_model)[..., :T]
+    return ref_linear((gate * conv).transpose(-1, -2), p, f"{a}.out_proj")
+
+
+def ref_gated_deltanet(c, x, p, a):
+    """transformers' own Qwen3NextGatedDeltaNet (its torch path, torch_chunk_gated_delta_rule
+    with chunk 64: the chunk changes no result), loaded with the block's weights."""
+    from transformers import Qwen3NextConfig
+    from transformers.models.qwen3_next.modeling_qwen3_next import Qwen3NextGatedDeltaNet
+    cfg = Qwen3NextConfig(hidden_size=c.d_model, linear_num_key_heads=c.linear_key_heads,
+                          linear_num_value_heads=c.linear_value_heads,
+                          linear_key_head_dim=c.linear_key_head_dim,
+                          linear_value_head_dim=c.linear_value_head_dim,
+                          linear_conv_kernel_dim=c.conv_kernel, rms_norm_eps=c.norm_eps,
+                          num_hidden_layers=1, layer_types=["linear_attention"])
+    ref = Qwen3NextGatedDeltaNet(cfg, 0).to(x.dtype)
+    ref.load_state_dict({k[len(a) + 1:]: v.unsqueeze(1) if k.endswith("conv1d.weight") else v
+                         for k, v in p.items() if k.startswith(a + ".")})
+    return ref(x)
+
+
+def ref_mamba(c, x, p, a):
+    """transformers' own NemotronHMamba2Mixer (its torch path: causal_conv1d_fn,
+    mamba2_chunk_scan), loaded with the block's weights."""
+    from transformers import NemotronHConfig
+    from transformers.models.nemotron_h.modeling_nemotron_h import NemotronHMamba2Mixer
+    cfg = NemotronHConfig(hidden_size=c.d_model, mamba_num_heads=c.mamba_heads,
+                          mamba_head_dim=c.mamba_head_dim, ssm_state_size=c.ssm_state,
+                          n_groups=c.mamba_groups, conv_kernel=c.conv_kernel,
+                          chunk_size=c.mamba_chunk, use_conv_bias=c.conv_bias,
+                          use_bias=c.mamba_bias, time_step_min=c.mamba_dt_min,
+                          layer_norm_epsilon=c.norm_eps, num_hidden_layers=1,
+                          hybrid_override_pattern="M")
+    ref = NemotronHMamba2Mixer(cfg, 0).to(x.dtype)
+    ref.load_state_dict({k[len(a) + 1:]: v.unsqueeze(1) if k.endswith("conv1d.weight") else v
+                         for k, v in p.items() if k.startswith(a + ".")})
+    return ref(x)
 
 
 def ref_lm(c, ids, p):
@@ -331,12 +381,21 @@ def ref_lm(c, ids, p):
         chunk = c.attention_chunk if types[i] == "chunked" else None
         moe = c.num_experts is not None and i not in c.dense_layers
 
-        def attn(z):
+        def attn(z, mixer=c.layer_kinds[i].mixer):
+            if mixer == "conv":
+                return ref_short_conv(c, z, p, f"{b}.conv")
+            if mixer == "linear_attention":
+                return ref_gated_deltanet(c, z, p, f"{b}.linear_attn")
+            if mixer == "mamba":
+                return ref_mamba(c, z, p, f"{b}.mixer")
             return ref_attention(c, z, p, f"{b}.attn", window, chunk, i in c.nope_layers)
 
         def mlp(z):
             return ref_moe(c, z, p, f"{b}.ffn") if moe else ref_mlp(c, z, p, f"{b}.ffn")
-        if c.block != "sequential":  # GPT-NeoX/Falcon: both sublayers read x
+        if c.block == "single":  # NemotronHBlock: x + mixer(norm(x)), the mixer or the MLP
+            h = ref_norm(c, x, p, f"{b}.ln1")
+            x = x + m * (mlp(h) if c.layer_kinds[i].mixer == "mlp" else attn(h))
+        elif c.block != "sequential":  # GPT-NeoX/Falcon: both sublayers read x
             h = ref_norm(c, x, p, f"{b}.ln1")
             x = x + m * attn(h) + m * mlp(h if c.block == "parallel_shared_norm"
                                           else ref_norm(c, x, p, f"{b}.ln2"))

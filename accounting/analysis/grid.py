@@ -52,14 +52,20 @@ def _branches(config: ModelConfig, symbols: set, seqs: Sequence[int]) -> list[tu
     window = "P_W" in symbols
     table = "T_max" in symbols
     chunk = "P_C" in symbols  # T ≤ C, or beyond it one branch per T mod C
+    # the recurrent layers' chunks (N = (T + pad)/C): one branch per T mod C
+    scans = [size for size, marks in ((config.linear_chunk, ("N_c", "N_c-1")),
+                                      (config.mamba_chunk, ("N_m", "N_m+1")))
+             if set(marks) & symbols]
     topk = "P_K" in symbols  # the indexer's k_I keys per query: a window's two branches
-    if not (window or table or chunk or topk):
+    if not (window or table or chunk or topk or scans):
         return [()] * len(seqs)
     c = config.attention_chunk
     return [((t >= config.sliding_window,) if window else ()) +
             ((t >= config.index_topk,) if topk else ()) +
+            ((t >= config.index_topk,) if topk else ()) +
             ((t >= config.context_length,) if table else ()) +
-            (((t > c, t % c if t > c else 0),) if chunk else ()) for t in seqs]
+            (((t > c, t % c if t > c else 0),) if chunk else ()) +
+            tuple(t % size for size in scans) for t in seqs]
 
 
 def _polynomials(config: ModelConfig, e: Expr, first_t: dict[tuple, int]) -> dict[tuple, Expr]:

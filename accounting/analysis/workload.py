@@ -147,9 +147,14 @@ class Analysis:
     def elementwise_flops(self) -> int:
         return sum(r.flops for r in self.elementwise_rows)
 
+    @property
+    def components(self) -> tuple[str, ...]:
+        """The matmul components this model's tables list (R.components_of)."""
+        return R.components_of({r.record.component for r in self.matmul_rows})
+
     def component_flops(self, counting: str | None = None) -> dict[str, int]:
         counting = self._counting(counting)
-        out = {c: 0 for c in R.COMPONENTS}
+        out = {c: 0 for c in self.components}
         for r in self.matmul_rows:
             out[r.record.component] += r.flops_for(counting)
         return out
@@ -162,7 +167,7 @@ class Analysis:
     def component_flops_per_layer(self, counting: str | None = None) -> dict[str, int]:
         """One block's matmul FLOPs by component (the LM head is not in a block)."""
         counting = self._counting(counting)
-        out = {c: 0 for c in R.BLOCK_COMPONENTS}
+        out = {c: 0 for c in R.components_of(self.components, R.BLOCK_COMPONENTS)}
         for r in self.matmul_rows:
             if r.record.per_layer:
                 out[r.record.component] += (r.flops_each if counting == EXECUTED else r.useful_flops_each)

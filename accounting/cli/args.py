@@ -11,7 +11,7 @@ from accounting.present import output
 from accounting.runtime import safe_io
 from accounting.analysis.workload import MAX_WORKLOAD
 from accounting.spec import fields as fields_meta
-from accounting.spec.config import (MAX_CONFIG_BYTES, MAX_LAYERS, MAX_NAME, MAX_SIZE, MLPS,
+from accounting.spec.config import (LAYER_TYPES, MAX_CONFIG_BYTES, MAX_LAYERS, MAX_NAME, MAX_SIZE, MLPS,
                                     ModelConfig)
 from accounting.spec.hf_config import supported_types
 from accounting.spec.loaders import read_config
@@ -275,7 +275,8 @@ def flag_table() -> list[str]:
     bounds = {fields_meta.SIZE: "integer, 1 to 10^12", fields_meta.COUNT: "integer, 0 to 10^12",
               fields_meta.NUMBER: "number > 0, finite", fields_meta.NUMBER0: "number ≥ 0, finite",
               fields_meta.FLAG: "--x / --no-x", fields_meta.LAYERS: "layer indices, comma-separated",
-              fields_meta.TYPES: "global, local or chunked per layer, comma-separated"}
+              fields_meta.TYPES: f"a layer kind per layer ({', '.join(LAYER_TYPES)}), "
+                                 "comma-separated"}
     rows = ["| flag | spec field | value | meaning |", "| --- | --- | --- | --- |"]
     for f, m in fields_meta.flagged(ModelConfig):
         value = ", ".join(m.choices) if m.kind == fields_meta.CHOICE else bounds[m.kind]

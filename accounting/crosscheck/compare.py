@@ -19,7 +19,7 @@ from accounting.crosscheck.mapping import (Split, add, analytic_flops, layer_che
 from accounting.crosscheck.measure import GLOBAL, Measurement
 from accounting.crosscheck.result import (ELSEWHERE, TOTAL, Check, ComponentRow, CrossCheck,
                                           HFCheck, LayerCheck, LayerMismatch, NonMatmulRow)
-from accounting.ledger.records import COMPONENTS, EXECUTED, PHASES, TRAIN
+from accounting.ledger.records import COMPONENTS, EXECUTED, PHASES, RECURRENT, TRAIN
 from accounting.units import FLOPS_PER_MAC, grouped
 
 FVCORE, TORCH, OP_COUNTER = "fvcore ×2", "torch", "op counter"
@@ -40,6 +40,8 @@ def _rows(scope, analytic: dict, fv: Split | None, stock, torch_split: Split, pr
     fvc = fv.components() if fv else None
     tc, pc = torch_split.components(), products.components()
     for c in COMPONENTS:
+        if c == RECURRENT and not (analytic[c] or (fvc and fvc[c]) or tc[c] or pc[c]):
+            continue  # a model without recurrent layers: no row
         st, skipped = (stock[c] if stock else (None, False))
         rows.append(ComponentRow(scope, c, analytic[c], fvc[c] if fvc else None, st, skipped,
                                  tc[c] + pc[c], pc[c]))
@@ -179,7 +181,9 @@ def compare(a: Analysis, m: Measurement, hf: HFCheck | None = None,
             f"{g}: {len(layers)}" for g, layers in lg.groups) + "): each block is checked "
             "against the analytic block of its kind.")
     one = len(lg.groups) == 1
-    per_block = tuple((s if one else f"{s}, a block of {g}", tuple(block[g][s].items()))
+    shown = set(a.components)  # the recurrent mixing only for a model that has it
+    per_block = tuple((s if one else f"{s}, a block of {g}",
+                       tuple((c, v) for c, v in block[g][s].items() if c in shown))
                       for g, _ in lg.groups for s in passes)
     if hf is not None:
         rows, layer_checks = _join_hf(rows, hf), layer_checks + list(hf.layers)

@@ -56,6 +56,9 @@ ELEMENTWISE_OPS = frozenset(f"aten.{n}" for n in (
     "expm1", "log", "log2", "log1p", "sqrt", "rsqrt", "sigmoid", "tanh", "erf", "silu", "gelu",
     "sin", "cos", "maximum", "minimum", "square",
     "clamp",  # a min and/or max against scalars (gpt-oss's clamped SwiGLU), one per element
+    # the gated delta rule (model/delta.py): softplus, one per element like sigmoid; cumsum,
+    # a running sum, one add per element
+    "softplus", "cumsum",
     "relu"))  # max(x, 0): DeepSeek-V3.2's indexer scores, one per element
 # 1 FLOP per input element.
 REDUCTION_OPS = frozenset(f"aten.{n}" for n in ("sum", "mean", "amax", "amin", "max", "min",
@@ -71,7 +74,8 @@ ZERO_OPS = frozenset(f"aten.{n}" for n in (
     "ones", "ones_like", "full", "full_like", "fill", "scalar_tensor", "arange", "lift_fresh",
     "lift_fresh_copy", "new_empty", "new_empty_strided", "new_zeros", "new_ones", "new_full",
     "_local_scalar_dense", "randn", "rand", "randint", "normal", "uniform", "gather",
-    "index_copy", "constant_pad_nd", "scatter", "index_fill"))
+    "index_copy", "constant_pad_nd", "scatter", "index_fill",
+    "unfold"))  # a view: the recurrent layers' conv windows (model/recurrent.py)
 # Not here: index_put with accumulate (the embedding's backward scatter-add) adds values;
 # it shows up as "unknown", which only matters in the forward pass (none runs there).
 

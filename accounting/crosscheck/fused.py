@@ -22,7 +22,10 @@ JIT_NAME = "aten::_scaled_dot_product_flash_attention_for_cpu"
 
 
 def register_flop_formulas() -> None:
-    """Teach FlopCounterMode the CPU kernel (once; the registry refuses duplicates)."""
+    """Teach FlopCounterMode the CPU kernel (once; the registry refuses duplicates), and
+    the triangular solve of the recurrent layers (triangular.py)."""
+    from accounting.crosscheck.triangular import register_solve_formula
+    register_solve_formula()
     if CPU_KERNEL not in flop_counter.flop_registry:
         flop_counter.register_flop_formula(CPU_KERNEL, get_raw=True)(flop_counter.sdpa_flop)
     if CPU_KERNEL_BACKWARD not in flop_counter.flop_registry:

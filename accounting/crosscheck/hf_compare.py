@@ -10,11 +10,12 @@ modules it stands for. Works on an HFMeasurement's plain numbers; runs nothing.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from accounting.ledger import records as R
 from accounting.analysis.workload import Analysis
 from accounting.crosscheck.mapping import Split, analytic_flops, layer_check, own
+from accounting.crosscheck.hf_recurrent import less_surplus, recurrent_states, surpluses
 from accounting.crosscheck.result import (ELSEWHERE, TOTAL, Check, HFCheck, LayerCheck,
                                           ParamRow)
 from accounting.crosscheck.dispatch import BACKWARD, FORWARD, MATMUL
@@ -36,7 +37,10 @@ class ModuleMap:
     block: dict  # their path inside a block -> (component, the ledger's modules) for matmuls
     top: dict  # their path outside the blocks -> (component, ledger modules) for matmuls
     params: dict  # their full module path -> component, for parameters
-
+    # a path whose component depends on the block's kind (Nemotron-H's "mixer": attention
+    # in one block, Mamba-2 in another; component None in `block`): (kind, path) -> component
+    by_kind: dict = field(default_factory=dict)
+    kinds: tuple = ()  # each block's kind symbol
     def path(self, layer: int | None, theirs: str) -> str:
         if layer is None:
             return theirs
@@ -51,6 +55,7 @@ class ModuleMap:
         by: dict[str, list[str]] = defaultdict(list)
         for where, table in ((f"{self.names.blocks}.{{i}}.", self.block), ("", self.top)):
             for theirs, (comp, mods) in table.items():
+                comp = comp or "its block's kind's component"
                 own_ops = " (its own matmuls)" if R.ATTN_CORE == comp else ""
                 fused = f" (= {' + '.join(mods)})" if len(mods) > 1 else ""
                 by[comp].append(f"{where}{theirs}{own_ops}{fused}")
@@ -72,9 +77,16 @@ def module_map(lg: Ledger, names: ModuleNames) -> ModuleMap:
     for (per_layer, module), comp in lg.matmul_modules().items():
         table = block if per_layer else top
         entry = table.setdefault(theirs(per_layer, module), [comp, []])
-        if entry[0] != comp:
-            raise AssertionError(f"{theirs(per_layer, module)} would hold two components")
+        if entry[0] != comp:  # by the block's kind (by_kind), or a developer error
+            if not per_layer:
+                raise AssertionError(f"{theirs(per_layer, module)} would hold two components")
+            entry[0] = None
         entry[1].append(module)
+    by_kind = {(r.repeat, theirs(True, r.module)): r.component for r in lg.forward
+               if r.per_layer and block[theirs(True, r.module)][0] is None}
+    for (kind, path), comp in by_kind.items():
+        if any(k == kind and p == path and c != comp for (k, p), c in by_kind.items()):
+            raise AssertionError(f"{path} would hold two components in blocks {kind}")
     params: dict[str, str] = {}
     modules = {(p.per_layer, p.module): p.component for p in lg.params}
     modules.update(lg.matmul_modules())
@@ -85,7 +97,8 @@ def module_map(lg: Ledger, names: ModuleNames) -> ModuleMap:
             params.setdefault(path, comp)
     return ModuleMap(names, lg.config.num_layers,
                      {k: (c, tuple(m)) for k, (c, m) in block.items()},
-                     {k: (c, tuple(m)) for k, (c, m) in top.items()}, params)
+                     {k: (c, tuple(m)) for k, (c, m) in top.items()}, params, by_kind,
+                     tuple(lg.group_of(i) for i in range(lg.config.num_layers)))
 
 
 def split(counts: dict[str, int], mm: ModuleMap, total: int) -> Split:
@@ -94,7 +107,9 @@ def split(counts: dict[str, int], mm: ModuleMap, total: int) -> Split:
     for i in range(mm.layers):
         comp = {c: 0 for c in BLOCK_COMPONENTS}
         for theirs, (c, _) in mm.block.items():
-            comp[c] += counts.get(mm.path(i, theirs), 0)
+            c = c or mm.by_kind.get((mm.kinds[i], theirs))
+            if c is not None:  # (else no ledger matmul there in this kind: elsewhere)
+                comp[c] += counts.get(mm.path(i, theirs), 0)
         layers.append(comp)
     top: dict[str, int] = defaultdict(int)
     for theirs, (c, _) in mm.top.items():
@@ -120,6 +135,9 @@ def compare_hf(a: Analysis, m, hf: HFConfig, experts=None, data=None) -> HFCheck
         if phase == FORWARD:  # FlopCounterMode's own module hierarchy
             fcm = m.torch_flops[FORWARD]
             s = split(own(fcm), mm, fcm.get(GLOBAL, 0))
+            for claim, what, surplus in surpluses(a):  # transformers' torch paths' extra work
+                s, check = less_surplus(s, surplus, claim, what)
+                checks.append(check)
         else:  # by the module whose forward made each autograd node (the op counter)
             mine = defaultdict(int)
             for r in m.ops:
@@ -131,7 +149,7 @@ def compare_hf(a: Analysis, m, hf: HFConfig, experts=None, data=None) -> HFCheck
                                 "FlopCounterMode's", f"{grouped(sum(mine.values()))} and "
                                 f"{grouped(total)}", sum(mine.values()) == total))
         comps = s.components()
-        for c in COMPONENTS:
+        for c in a.components:  # (the recurrent mixing only for a model that has it)
             flops[(phase, c)] = comps[c]
         flops[(phase, ELSEWHERE)] = s.elsewhere
         flops[(phase, TOTAL)] = sum(comps.values()) + s.elsewhere
@@ -176,15 +194,18 @@ def _kv(a: Analysis, m, hf: HFConfig, data) -> tuple[tuple[int, int], str]:
     chunk_kept = min(a.seq, chunk - 1) if chunk else a.seq
     itemsize = m.kv[0][2] if m.kv else 0
     analytic = sum(int(e.expr().value(v)) * (chunk_kept if e.chunk else kept[e.window])
-                   for e in a.ledger.cache) * a.batch * itemsize
+                   for e in a.ledger.cache if not e.per_sequence) * a.batch * itemsize
+    analytic_states, states_detail = recurrent_states(a, m, itemsize)
     broadcast = hf.type.kv_broadcast is not None and hf.type.kv_broadcast(data)
     if broadcast:  # compared as the ledger's h_kv heads × g, said in the detail
         analytic *= a.config.group_size
     measured = sum((_prod(k) + _prod(val)) * size for k, val, size in m.kv) \
-        + sum(_prod(k) * size for k, size in getattr(m, "indexer_kv", ()))
+        + sum(_prod(k) * size for k, size in getattr(m, "indexer_kv", ()) + m.states)
+    analytic += analytic_states
     shapes = sorted({(k, val) for k, val, _ in m.kv})
     shown = "; ".join(f"K {list(k)}, V {list(val)}" for k, val in shapes)
     detail = f"{len(m.kv)} layers × ({shown}) × {itemsize} bytes ({m.dtype})"
+    detail += states_detail
     if a.config.mla:
         detail += (f"; latent attention: transformers caches the latent (kv_a_layernorm's "
                    f"output, kv_lora_rank {a.config.kv_lora_rank}) as its 'K' and the rotated "

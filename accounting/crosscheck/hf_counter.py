@@ -45,6 +45,21 @@ class HFMeasurement:
     # DeepSeek-V3.2's indexer key cache per layer (DynamicIndexedLayer.indexer_keys): shape,
     # bytes per element
     indexer_kv: tuple[tuple[tuple[int, ...], int], ...] = ()
+    # the recurrent layers' cache (issue 31): bytes of every conv and recurrent state tensor
+    # of the cache's LinearAttentionLayer objects (cache_utils.py), and their shapes
+    states: tuple[tuple[tuple[int, ...], int], ...] = ()
+
+
+def _state_tensors(layer) -> list:
+    """The conv and recurrent state tensors a cache layer holds (a dict or list by state
+    index in transformers 5.23's LinearAttentionLayer; none in a DynamicLayer)."""
+    out = []
+    for attr in ("conv_states", "recurrent_states"):
+        held = getattr(layer, attr, None)
+        items = held.values() if isinstance(held, dict) else held if isinstance(held, (list, tuple)) \
+            else [held]
+        out += [x for x in items if isinstance(x, torch.Tensor)]
+    return out
 
 
 @contextmanager
@@ -106,6 +121,8 @@ def measure(data: Mapping, seq: int, batch: int = 1, phase: str = FORWARD) -> HF
     seconds["build"] = time.perf_counter() - t
 
     passes = PHASES[phase]
+    from accounting.crosscheck.fused import register_flop_formulas
+    register_flop_formulas()  # the CPU fused kernel, the triangular solve (its own formulas)
     ids = torch.zeros((batch, seq), dtype=torch.long, device="meta")
     root = type(model).__name__
     torch_flops: dict[str, dict[str, int]] = {}
@@ -127,13 +144,15 @@ def measure(data: Mapping, seq: int, batch: int = 1, phase: str = FORWARD) -> HF
 
     cache = out.past_key_values
     kv = tuple((tuple(layer.keys.shape), tuple(layer.values.shape), layer.keys.element_size())
-               for layer in cache.layers)
+               for layer in cache.layers if getattr(layer, "keys", None) is not None)
     indexer_kv = tuple((tuple(layer.indexer_keys.shape), layer.indexer_keys.element_size())
                        for layer in cache.layers if getattr(layer, "indexer_keys", None) is not None)
+    states = tuple((tuple(x.shape), x.element_size()) for layer in cache.layers
+                   for x in _state_tensors(layer))
     embedding = model.get_input_embeddings().weight
     return HFMeasurement(
         data["model_type"], root, transformers.__version__, str(embedding.dtype).removeprefix("torch."),
         tuple((n, p.numel()) for n, p in model.named_parameters()),
         model.get_output_embeddings().weight is embedding,
         {n: type(m).__name__ for n, m in model.named_modules()},
-        torch_flops, ops, kv, seconds, indexer_kv)
+        torch_flops, ops, kv, seconds, indexer_kv, states)

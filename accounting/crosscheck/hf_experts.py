@@ -39,6 +39,13 @@ SHRINK: Mapping[str, Mapping[str, object]] = {
     "gpt_oss": {**_WIDTHS, "intermediate_size": 16, "num_hidden_layers": 2,
                 "num_key_value_heads": 2, "head_dim": 8, "sliding_window": 4,
                 "layer_types": ["sliding_attention", "full_attention"]},
+    # one full-attention layer (its experts and gated shared expert; no DeltaNet layer)
+    "qwen3_next": {**_WIDTHS, "num_key_value_heads": 2, "head_dim": 8,
+                   "moe_intermediate_size": 16, "shared_expert_intermediate_size": 16,
+                   "mlp_only_layers": [], "decoder_sparse_step": 1,
+                   "layer_types": ["full_attention"], "linear_num_key_heads": 2,
+                   "linear_num_value_heads": 2, "linear_key_head_dim": 8,
+                   "linear_value_head_dim": 8},
 }
 SHRINK["deepseek_v2"] = SHRINK["deepseek_v3"]
 # DeepSeek-V3.2: V3's, with a small indexer (3 of the keys per query)

@@ -102,6 +102,8 @@ def _fvcore(model: torch.nn.Module, ids: torch.Tensor, stock: bool, worker: bool
     handle = RecordingEinsumHandle(stock=stock)
     fa = FlopCountAnalysis(model, (ids,)).set_op_handle("aten::einsum", handle)
     fa.set_op_handle(JIT_NAME, fvcore_sdpa_handle)
+    from accounting.crosscheck.triangular import JIT_NAME as SOLVE_JIT, fvcore_solve_handle
+    fa.set_op_handle(SOLVE_JIT, fvcore_solve_handle)
     fa.unsupported_ops_warnings(False).uncalled_modules_warnings(False).tracer_warnings("none")
     from accounting.crosscheck import tracer
     # with the tracer's no-op callback installed, a signal arriving mid-trace is held and

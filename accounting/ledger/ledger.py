@@ -64,7 +64,7 @@ class Ledger:
     @property
     def param_components(self) -> tuple[str, ...]:
         # the attention core holds parameters only with attention sinks (gpt-oss)
-        order = (R.EMBEDDING, R.POSITION_EMBEDDING, R.ATTN_PROJ, R.ATTN_CORE, R.FFN,
+        order = (R.EMBEDDING, R.POSITION_EMBEDDING, R.ATTN_PROJ, R.ATTN_CORE, R.RECURRENT, R.FFN,
                  *builder.NORM_PARAMS.values(), R.LM_HEAD)
         present = {p.component for p in self.params} | {R.LM_HEAD}
         return tuple(c for c in order if c in present)
@@ -101,7 +101,7 @@ class Ledger:
             "B": batch, "T": seq, "P": seq * (seq + 1) // 2, "L": c.num_layers,
             "V": c.vocab_size, "d_model": c.d_model, "d_ff": c.d_ff, "h": c.num_heads,
             "h_kv": c.kv_heads, "g": c.group_size, "d_k": c.d_k, "d_k/2": c.d_k // 2,
-            "T_max": max(seq, c.context_length), "T_pos": c.context_length,
+            "T_max": max(seq, c.context_length), "T_pos": c.context_length, "1": 1, "2": 2,
         }
         if self.adapters is not None:
             out["r"] = self.adapters.rank
@@ -114,6 +114,21 @@ class Ledger:
         if c.attention_chunk is not None:  # chunked layers: query i attends (i mod C) + 1 keys
             out["C_a"] = c.attention_chunk
             out["P_C"] = chunk_pairs(seq, c.attention_chunk)
+        if c.conv_kernel is not None:  # the recurrent layers' depthwise conv (width K)
+            out.update({"K": c.conv_kernel, "3": 3})
+        if c.linear_key_heads is not None:  # gated DeltaNet layers (builder/delta.py)
+            hk, hv = c.linear_key_heads, c.linear_value_heads
+            dk, dv, chunk = c.linear_key_head_dim, c.linear_value_head_dim, c.linear_chunk
+            out.update({"h_lk": hk, "h_lv": hv, "d_lk": dk, "d_lv": dv,
+                        "d_conv": 2 * hk * dk + hv * dv, "d_qkvz": 2 * hk * dk + 2 * hv * dv,
+                        "C_l": chunk, "N_c": -(-seq // chunk), "N_c-1": -(-seq // chunk) - 1,
+                        "P_L": chunk * (chunk - 1) // 2})
+        if c.mamba_heads is not None:  # Mamba-2 layers (builder/mamba.py)
+            h, p, n, g, chunk = (c.mamba_heads, c.mamba_head_dim, c.ssm_state, c.mamba_groups,
+                                 c.mamba_chunk)
+            out.update({"h_m": h, "p_m": p, "n_s": n, "G_m": g, "p_g": h * p // g,
+                        "d_xbc": h * p + 2 * g * n, "d_zxbcdt": 2 * h * p + 2 * g * n + h,
+                        "C_m": chunk, "N_m": -(-seq // chunk), "N_m+1": -(-seq // chunk) + 1})
         if c.num_experts is not None:
             out.update({"E": c.num_experts, "k": c.experts_per_token, "d_e": c.expert_d_ff,
                         "d_s": c.num_shared_experts * c.expert_d_ff, "G": c.router_groups,
@@ -197,17 +212,17 @@ def _activations(t, fold: bool) -> tuple[R.Activation, ...]:
         else:
             why = "not saved: no operation with a backward formula reads it"
         key = (n.label, n.saved_in if saved else "", n.shape, n.dtype, n.course, n.repeat,
-               n.block_input, n.weight_copy)
+               n.block_input, n.weight_copy, n.storages)
         if key in rows:
             rows[key][1] += 1
         else:
             rows[key] = [why, 1]
     out = []
-    for (label, saved_in, shape, dtype, course, repeat, block_input, weight_copy), (why, copies) \
-            in rows.items():
+    for (label, saved_in, shape, dtype, course, repeat, block_input, weight_copy, storages), \
+            (why, copies) in rows.items():
         e = Expr.of(copies, shape)
         out.append(R.Activation(label, course, saved_in, repeat, shape, _fold(e) if fold else e,
-                                why, dtype, copies, block_input, weight_copy))
+                                why, dtype, copies, block_input, weight_copy, storages))
     # blocks first (execution order), then the rest
     return tuple([a for a in out if a.per_layer] + [a for a in out if not a.per_layer])
 

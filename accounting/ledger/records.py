@@ -16,10 +16,20 @@ from accounting.units import BF16, BOOL, DTYPE_BYTES, FLOPS_PER_MAC, FP32, INT32
 # Matmul FLOPs: every matmul belongs to exactly one of these.
 ATTN_PROJ = "attention projections"
 ATTN_CORE = "attention core"
+# the recurrent layers' token mixing (issue 31): a short convolution's and a gated DeltaNet's
+# depthwise conv1d, the chunked delta rule's products; their in/out projections are
+# attention projections (the token mixer's projections, as attention's are)
+RECURRENT = "recurrent mixing"
 FFN = "feed-forward"
 LM_HEAD = "LM head"
-COMPONENTS = (ATTN_PROJ, ATTN_CORE, FFN, LM_HEAD)
-BLOCK_COMPONENTS = (ATTN_PROJ, ATTN_CORE, FFN)
+COMPONENTS = (ATTN_PROJ, ATTN_CORE, RECURRENT, FFN, LM_HEAD)
+BLOCK_COMPONENTS = (ATTN_PROJ, ATTN_CORE, RECURRENT, FFN)
+
+
+def components_of(seen, among: tuple[str, ...] = COMPONENTS) -> tuple[str, ...]:
+    """The components a model's tables list: every one, but the recurrent mixing only for a
+    model with recurrent layers (`seen`: the components of its matmul records)."""
+    return tuple(c for c in among if c != RECURRENT or c in seen)
 
 # Parameters (the norm component is named by the norm kind: "RMSNorm gains", ...).
 EMBEDDING = "token embedding"
@@ -117,6 +127,11 @@ class Matmul(Record):
     #                            kv_b_proj): a decode step runs it over all t cached tokens
     topk: bool = False  # causal within the indexer's top k keys (DeepSeek-V3.2): P_K useful
     backward: bool = True  # False: run without gradients (the sparse-attention indexer)
+    # a unit lower-triangular solve A·X = B (the gated delta rule's UT system): m is P_L,
+    # the strictly lower pairs of an n×n A, p the right-hand columns; its backward is a
+    # solve of the same size (dB) and one dense product dA = −dB·Xᵀ (n×p @ p×n)
+    triangular: tuple[str, ...] | None = None  # n, when a solve
+    grad_b: bool = True  # B needs a gradient (the delta rule's first state, zeros, does not)
 
     @property
     def factors(self) -> tuple[str, ...]:
@@ -170,6 +185,12 @@ class Matmul(Record):
                       topk=self.topk)
         again = (Matmul(f"{self.name} (recomputed)", m=self.m, n=self.n, p=self.p, **common),) \
             if self.recompute_in_backward else ()
+        if not self.grad_b:  # only dA = dC·Bᵀ
+            return again + (Matmul(f"{self.name} {d_a}", m=self.m, n=self.p, p=self.n, **common),)
+        if self.triangular is not None:  # linalg_solve_triangular_backward
+            return (Matmul(f"{self.name} {d_a}", m=self.m, n=self.n, p=self.p, **common),
+                    Matmul(f"{self.name} {d_b}", m=self.triangular, n=self.p,
+                           p=self.triangular, **common))
         return again + (Matmul(f"{self.name} {d_a}", m=self.m, n=self.p, p=self.n, **common),
                         Matmul(f"{self.name} {d_b}", m=self.n, n=self.m, p=self.p, **common))
 
@@ -208,6 +229,7 @@ class Activation(Record):
     copies: int = 1
     block_input: bool = False  # the block's input: what full recomputation keeps
     weight_copy: bool = False  # autocast's bf16 copy of a weight (saved by its matmul)
+    storages: str | None = None  # these elements are that many equal tensors (a loop's N_c)
 
     @property
     def bytes_per_element(self) -> int:
@@ -240,10 +262,15 @@ class Buffer(Record):
 @dataclass(frozen=True)
 class CacheEntry(Record):
     """What one token adds to the KV cache: `shape` elements in each block (a local layer
-    keeps only its last W tokens; a chunked layer at most its chunk's C)."""
+    keeps only its last W tokens; a chunked layer at most its chunk's C). A recurrent
+    layer's state (per_sequence) is `shape` elements for a sequence of any length (its conv
+    window, its recurrent state), in float32 where the model keeps it so (fp32: the gated
+    delta rule's state, computed in float32 whatever the model's dtype)."""
     shape: tuple[str, ...]
     window: bool = False
     chunk: bool = False
+    per_sequence: bool = False
+    fp32: bool = False
 
     def expr(self) -> Expr:
         e = Expr.of(1, self.shape)

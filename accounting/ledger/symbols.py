@@ -59,6 +59,30 @@ SYMBOLS: dict[str, str] = {
     "d_I_pass": "index_head_dim − qk_rope_head_dim: the indexer dims without RoPE",
     "k_I": "index_topk: the keys the indexer keeps per query",
     "P_K": "query-key pairs the indexer keeps, Σᵢ min(i+1, k_I) = k_I·T − k_I(k_I−1)/2 for T ≥ k_I",
+    # the recurrent layers (issue 31)
+    "K": "conv_kernel: the depthwise causal convolution's width",
+    "3": "the short convolution's three in_proj outputs (B, C, x)",
+    "1": "a size-one dim (broadcast)",
+    "h_lk": "linear_key_heads: a gated DeltaNet layer's query/key heads",
+    "h_lv": "linear_value_heads: its value heads (and recurrent states)",
+    "d_lk": "linear_key_head_dim",
+    "d_lv": "linear_value_head_dim",
+    "d_conv": "the gated DeltaNet conv's channels, 2·h_lk·d_lk + h_lv·d_lv (Q, K, V)",
+    "d_qkvz": "in_proj_qkvz's width, 2·h_lk·d_lk + 2·h_lv·d_lv",
+    "C_l": "linear_chunk: the chunked delta rule's chunk",
+    "N_c": "chunks, ⌈T/C_l⌉ (the sequence padded to N_c·C_l)",
+    "N_c-1": "chunks less one: the state updates of a forward without a cache",
+    "P_L": "a chunk's strictly lower pairs, C_l(C_l − 1)/2 (a unit triangular solve's multiply-adds per column)",
+    "h_m": "mamba_heads: a Mamba-2 layer's heads",
+    "p_m": "mamba_head_dim",
+    "n_s": "ssm_state: the state per head and channel",
+    "G_m": "mamba_groups: groups sharing B and C",
+    "p_g": "a group's width in the gated norm, h_m·p_m/G_m",
+    "d_xbc": "the Mamba-2 conv's channels, h_m·p_m + 2·G_m·n_s (x, B, C)",
+    "d_zxbcdt": "Mamba-2 in_proj's width, 2·h_m·p_m + 2·G_m·n_s + h_m",
+    "C_m": "mamba_chunk: the SSD scan's chunk",
+    "N_m": "the SSD scan's chunks, ⌈T/C_m⌉",
+    "N_m+1": "chunk states with the initial one (exchanged by an (N_m+1)² decay matrix)",
 }
 
 # Order in which symbols are written in a monomial: workload first, then model sizes;
@@ -180,6 +204,12 @@ class Expr:
             e = e.substitute("P_K", window_pairs_expr(values["k_I"], values["T"]))
         if "T" in keep and "P_C" in e.symbols():  # the branch (T mod C_a) the analysed T is on
             e = e.substitute("P_C", chunk_pairs_expr(values["C_a"], values["T"]))
+        if "T" in keep and {"N_c", "N_c-1"} & e.symbols():  # ⌈T/C_l⌉ on T's branch mod C_l
+            chunks = chunks_expr(values["C_l"], values["T"])
+            e = e.substitute("N_c", chunks).substitute("N_c-1", chunks + Expr({(): -1}))
+        if "T" in keep and {"N_m", "N_m+1"} & e.symbols():  # Mamba-2's chunks, likewise
+            chunks = chunks_expr(values["C_m"], values["T"])
+            e = e.substitute("N_m", chunks).substitute("N_m+1", chunks + Expr({(): 1}))
         if "T" in keep:  # an expert's capacity rows stay symbolic: C = ⌈c·B·T·k/E⌉
             keep = tuple(keep) + ("C", "E·C+1")
         out: dict[tuple[str, ...], Fraction] = {}
@@ -290,6 +320,13 @@ def chunk_pairs_expr(chunk: int, seq: int) -> Expr:
     return Expr({("T",): Fraction(chunk + 1, 2), (): Fraction(r * (r - chunk), 2)})
 
 
+def chunks_expr(chunk: int, seq: int) -> Expr:
+    """N_c = ⌈T/C_l⌉ in T on the branch holding `seq`: (T + p)/C_l with p = (C_l − T mod
+    C_l) mod C_l, the padding (linear in T)."""
+    pad = (chunk - seq % chunk) % chunk
+    return Expr({("T",): Fraction(1, chunk), (): Fraction(pad, chunk)})
+
+
 def validity(e: Expr, values: dict[str, int]) -> str:
     """The condition a closed form in B and T holds under: '' or e.g. 'T ≥ W = 4,096'."""
     parts = []
@@ -302,6 +339,12 @@ def validity(e: Expr, values: dict[str, int]) -> str:
     if "P_C" in e.symbols():
         c, seq = values["C_a"], values["T"]
         parts.append(f"T ≤ C_a = {c:,}" if seq <= c else f"T ≥ C_a = {c:,}, T mod C_a = {seq % c:,}")
+    if {"N_c", "N_c-1"} & e.symbols():
+        c, seq = values["C_l"], values["T"]
+        parts.append(f"T mod C_l = {seq % c:,} (C_l = {c:,}: chunks of the delta rule)")
+    if {"N_m", "N_m+1"} & e.symbols():
+        c, seq = values["C_m"], values["T"]
+        parts.append(f"T mod C_m = {seq % c:,} (C_m = {c:,}: chunks of the SSD scan)")
     if "C" in e.symbols() or "E·C+1" in e.symbols():
         parts.append("C = ⌈c·B·T·k/E⌉ (expert capacity)")
     return "; ".join(parts)

@@ -28,47 +28,18 @@ The builder (accounting/ledger/builder/) calls these methods in the order model/
 from __future__ import annotations
 
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 from accounting.ledger import autocast as AC
 from accounting.ledger import records as R
+from accounting.ledger.trace_values import Named, Storage, Sym  # noqa: F401 (re-exported)
+from accounting.ledger.trace_kernels import KernelOps
 from accounting.units import FP32
 
 LOSS = "loss"  # where F.cross_entropy's ops run: outside the model
 
 
-class Storage:
-    """Identity of a tensor's memory: views share it, ops make new ones."""
-    __slots__ = ()
-
-
-@dataclass(eq=False)
-class Sym:
-    """A symbolic tensor: its elements (a flat tuple of symbols), dtype, storage."""
-    shape: tuple[str, ...]
-    dtype: str = FP32
-    grad: bool = True  # requires a gradient
-    contiguous: bool = True
-    storage: Storage = field(default_factory=Storage)
-    param: str = ""  # the parameter's state-dict name, for a parameter
-
-
-@dataclass
-class Named:
-    """A storage the memory ledger lists: saved for backward, or an item of the course's list."""
-    label: str
-    shape: tuple[str, ...]
-    dtype: str
-    repeat: str | None
-    course: str = ""
-    block_input: bool = False
-    weight_copy: bool = False
-    savers: list[str] = field(default_factory=list)
-    saved_in: str = ""
-    readers: list[str] = field(default_factory=list)
-
-
-class Trace:
+class Trace(KernelOps):
     def __init__(self, autocast: str | None = None, param_dtype: str = FP32, adapters=None):
         self.autocast = autocast  # None, or the device whose autocast policies apply
         self.param_dtype = param_dtype  # bf16: model.to(torch.bfloat16); LoRA: the frozen base's
@@ -196,18 +167,21 @@ class Trace:
 
     def cached(self, name: str, per_token: tuple[str, ...], window: bool = False,
                chunk: bool = False) -> None:
-        """What each token adds to the KV cache here (its K or V after any rotation); a local
-        layer keeps only the last W tokens, a chunked one at most C."""
+        """What each token adds to the KV cache here (K or V after any rotation)."""
         self.cache.append(R.CacheEntry(name, "KV cache", self.module, self.repeat, per_token,
                                        window, chunk))
 
+    def state(self, name: str, shape: tuple[str, ...], fp32: bool = False) -> None:
+        self.cache.append(R.CacheEntry(name, "recurrent state", self.module, self.repeat, shape,
+                                       per_sequence=True, fp32=fp32))  # per sequence
+
     def name(self, x: Sym, label: str, course: str = "", block_input: bool = False,
-             weight_copy: bool = False) -> Sym:
-        """Name a tensor for the memory ledger (and tag it with the course's list item)."""
+             weight_copy: bool = False, storages: str | None = None) -> Sym:
+        """Name a tensor for the memory ledger (storages: it is that many tensors, "N_c")."""
         n = self.named.get(x.storage)
         if n is None:
             self.named[x.storage] = Named(label, x.shape, x.dtype, self.repeat, course,
-                                          block_input, weight_copy)
+                                          block_input, weight_copy, storages=storages)
         else:
             n.course, n.block_input = n.course or course, n.block_input or block_input
         return x
@@ -373,8 +347,7 @@ class Trace:
 
     def index_add(self, base_shape: tuple[str, ...], index: Sym, src: Sym, label: str,
                   component: str) -> Sym:
-        """zeros(base).index_add(0, index, src): 1 FLOP per added element; saves its index
-        and the source (its gradient is grad.index_select(...).expand_as(source))."""
+        """zeros(base).index_add(0, index, src): 1 FLOP per added element; saves index, src."""
         desc = self._record("aten.index_add", label, component, src.shape)
         self._reads(desc, src)
         if src.grad:
@@ -383,8 +356,7 @@ class Trace:
         return Sym(base_shape, src.dtype, src.grad)
 
     def index_copy(self, base_shape: tuple[str, ...], index: Sym, src: Sym, label: str) -> Sym:
-        """zeros(base).index_copy(0, index, src): 0 FLOPs (a copy); saves its index and the
-        source (its gradient is grad.index_select(...).expand_as(source))."""
+        """zeros(base).index_copy(0, index, src): 0 FLOPs (a copy); saves index and src."""
         self._tick += 1
         self._reads(f"index_copy ({label})", src)
         if src.grad:
@@ -436,7 +408,6 @@ class Trace:
         """A reshape that cannot be a view: a new, contiguous storage (0 FLOPs)."""
         return Sym(x.shape if shape is None else shape, x.dtype, x.grad)
 
-    # ---- the loss (outside the model: saves only, its FLOPs are not the model's) -------------
     # ---- matmuls --------------------------------------------------------------------------
     def matmul(self, a: Sym, b: Sym, record: R.Matmul, copy_labels: tuple[str, str] = ("", ""),
                op: str = "bmm") -> str:
@@ -470,30 +441,6 @@ class Trace:
                 self.params = [replace(p, matmul_weight=True) if p.name == name else p
                                for p in self.params]
         return dtype
-
-    def fused_attention(self, q: Sym, k: Sym, v: Sym, records: tuple[R.Matmul, R.Matmul],
-                        out_shape: tuple[str, ...], lse_shape: tuple[str, ...],
-                        mask: Sym | None = None) -> Sym:
-        """F.scaled_dot_product_attention(q, k, v, is_causal=True): one kernel, its two
-        matmuls' records, no separate non-matmul op; saves q, k, v, the output and the
-        per-row log-sum-exp (float32)."""
-        self._tick += 1
-        for r in records:
-            self.matmuls.append(r)
-            if self._region is not None:
-                self._region_matmuls.append((self._tick, r))
-        (q, k, v, mask), dtype = self._autocast("sdpa", q, k, v, mask)
-        desc = "fused attention kernel"
-        self._reads(desc, q, k, v)
-        # the kernel lays its output out as q is laid out (heads-major, or a permuted view)
-        out = self.name(Sym(out_shape, dtype, contiguous=q.contiguous),
-                        "attention output (fused kernel)", "attention-weighted values")
-        lse = self.name(Sym(lse_shape, FP32), "log-sum-exp per query row")
-        for x in (q, k, v) + ((mask,) if mask is not None else ()):
-            self._saves(x, desc)
-        for x in (out, lse):
-            self._saves(x, desc, after=True)
-        return out
 
     def check(self) -> None:
         if self._unnamed_saves:

@@ -69,9 +69,15 @@ class Exact:
 
     @cached_property
     def kernel_recompute(self) -> int:
-        """Training FLOPs beyond 3 × forward: the fused attention kernel's backward runs QKᵀ
-        again (every other matmul has exactly two gradient matmuls of its size)."""
-        return self.training - 3 * self.forward
+        """The fused attention kernel's backward runs QKᵀ again: those records' FLOPs (every
+        other attention and MLP matmul has exactly two gradient matmuls of its size)."""
+        return sum(r.flops for r in self.forward_analysis.matmul_rows
+                   if r.record.recompute_in_backward)
+
+    @property
+    def recurrent(self) -> bool:
+        """The model has recurrent layers (issue 31), which no formula of the literature has."""
+        return R.RECURRENT in self.components
 
     @cached_property
     def non_matmul(self) -> dict[str, int]:

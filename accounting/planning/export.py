@@ -7,7 +7,8 @@ from fractions import Fraction
 
 from accounting.present.export import config_dict, csv_text, fraction
 from accounting.planning import compute, cuda_peak, memory
-from accounting.planning.inference import decode_flops_expr, kv_elements_per_token
+from accounting.planning.inference import (decode_flops_expr, kv_elements_per_token,
+                                           state_elements_per_sequence)
 from accounting.planning.plan import Plan
 from accounting.planning import finetune, training_state
 from accounting.planning.optimizers import get_optimizer
@@ -120,6 +121,8 @@ def to_dict(p: Plan) -> dict:
     out["inference"] = {
         "bytes_per_element": i.bytes_per_element,
         "kv_cache_bytes_per_token": i.kv_bytes_per_token, "kv_cache_bytes": i.kv_bytes,
+        "recurrent_state_bytes": i.state_bytes,
+        "state_elements_per_sequence_formula": str(state_elements_per_sequence(p.config)),
         "kv_elements_per_token_formula": str(kv_elements_per_token(p.config)),
         "prefill_flops": i.prefill_flops, "position": i.position,
         "decode_flops": i.decode_flops, "decode_flops_formula": str(decode_flops_expr(p.config)),
@@ -182,7 +185,9 @@ def rows(p: Plan) -> list[dict]:
         add("time to train", "days", "", float(p.time.days), "days")
     i = p.inference
     add("inference", "KV cache per token", str(kv_elements_per_token(p.config)), i.kv_bytes_per_token, "bytes")
-    add("inference", "KV cache", "B·T·per token", i.kv_bytes, "bytes")
+    add("inference", "recurrent state", "B·(" + str(state_elements_per_sequence(p.config)) + ")",
+        i.state_bytes, "bytes")
+    add("inference", "KV cache", "B·T·per token + recurrent state", i.kv_bytes, "bytes")
     add("inference", "prefill", "forward matmuls", i.prefill_flops, "FLOPs")
     add("inference", f"decode at t = {i.position}", str(decode_flops_expr(p.config)), i.decode_flops, "FLOPs")
     if i.roofline.seconds is not None:

@@ -13,6 +13,9 @@ Everything is derived from the ledger (accounting/ledger/builder/):
   - latent attention's absorbed form (DeepSeek-V2 §2.1.3: W^UK folded into the query, W^UV
     into the output) replaces kv_b_proj and the attention core by attention over the latent:
     h·(2·d_nope·r_kv + 2·t·(r_kv + d_rope) + 2·t·r_kv + 2·r_kv·d_v) per layer and sequence;
+  - a recurrent layer (short convolution, gated DeltaNet) caches a fixed-size state per
+    sequence instead of K and V per token (its conv window, its recurrent state), read and
+    written once per decode step; kv_bytes counts it beside the attention layers' KV;
   - a mixture of experts' decode step reads the weights of the experts its B·k token slots
     touch: at worst min(E, B·k); under uniform routing, E·(1 − (1 − k/E)^B) on average
     (an assumption: real routers are not uniform).
@@ -33,9 +36,26 @@ from accounting.units import FLOPS_PER_MAC
 
 
 def kv_elements_per_token(config: ModelConfig) -> Expr:
-    """Cached elements per token (every layer; a local layer's once T ≤ W)."""
+    """Cached elements per token (every layer; a local layer's once T ≤ W; a recurrent
+    layer's state is per sequence, not here)."""
     lg = ledger(config)
-    return fold_layers(sum((e.expr() for e in lg.cache), Expr()), _kinds(lg))
+    return fold_layers(sum((e.expr() for e in lg.cache if not e.per_sequence), Expr()), _kinds(lg))
+
+
+def state_elements_per_sequence(config: ModelConfig) -> Expr:
+    """The recurrent layers' cached state per sequence (conv windows, recurrent states),
+    whatever its length: the sum over those layers (0 without any)."""
+    lg = ledger(config)
+    return fold_layers(sum((e.expr() for e in lg.cache if e.per_sequence), Expr()), _kinds(lg))
+
+
+def state_bytes_per_sequence(config: ModelConfig, bytes_per_element: int) -> int:
+    """The recurrent layers' state in bytes for one sequence: each entry at the cache's
+    element size, or 4 where the model keeps it in float32 (the gated delta rule's state)."""
+    lg = ledger(config)
+    v = lg.values(1, 1)
+    return sum(e.expr().evaluate(v) * (4 if e.fp32 else bytes_per_element)
+               for e in lg.cache if e.per_sequence)
 
 
 def _kinds(lg) -> tuple[str, ...]:
@@ -49,7 +69,8 @@ def kv_elements(config: ModelConfig, tokens: int) -> int:
     v = lg.values(max(tokens, 1), 1)
     w, chunk = config.sliding_window, config.attention_chunk
     return sum(e.expr().evaluate(v) * (min(tokens, w) if e.window else min(tokens, chunk)
-                                       if e.chunk else tokens) for e in lg.cache)
+                                       if e.chunk else tokens)
+               for e in lg.cache if not e.per_sequence)
 
 
 def _decode_factors(r: R.Matmul) -> tuple[str, ...]:
@@ -77,11 +98,40 @@ def _decode_factors(r: R.Matmul) -> tuple[str, ...]:
     return r.batch + m + n + p
 
 
+# the chunked delta rule's and the SSD scan's records (builder/delta.py, builder/mamba.py)
+CHUNKED = ("N_c", "N_c-1", "C_l", "P_L", "N_m", "N_m+1", "C_m")
+
+
+def _chunked(r: R.Matmul) -> bool:
+    return any(f in CHUNKED for f in r.factors)
+
+
+def recurrent_decode_expr(config: ModelConfig) -> Expr:
+    """A gated DeltaNet layer's decode step per sequence, in place of its chunked records
+    (transformers' torch_recurrent_gated_delta_rule, fla's fused_recurrent kernel): three
+    products of the d_lk × d_lv state of each value head with one vector, kᵀS (what the
+    state predicts for the key), k·δᵀ (the delta-rule write) and qᵀS (the read): 2·3·B·
+    h_lv·d_lk·d_lv FLOPs; the decay and β scalings are elementwise (0 here). A Mamba-2
+    layer's (transformers' selective_state_update, mamba_ssm's kernel): the state write
+    dt·B·xᵀ and the read state·C, 2·2·B·h_m·p_m·n_s."""
+    total = Expr()
+    for g, layers in ledger(config).groups:
+        mixer = config.layer_kinds[layers[0]].mixer
+        if mixer == "linear_attention":
+            total = total + Expr({("B", "h_lv", "d_lk", "d_lv"): 3 * FLOPS_PER_MAC}).times(g)
+        elif mixer == "mamba":
+            total = total + Expr({("B", "h_m", "p_m", "n_s"): 2 * FLOPS_PER_MAC}).times(g)
+    return total
+
+
 def decode_flops_expr(config: ModelConfig) -> Expr:
     """Matmul FLOPs to decode one token at position t (it attends to t keys) for B sequences
-    (latent attention: the naive form, as trained)."""
-    total = Expr()
+    (latent attention: the naive form, as trained; a gated DeltaNet layer: its recurrent
+    form, recurrent_decode_expr)."""
+    total = recurrent_decode_expr(config)
     for r in ledger(config).forward:
+        if _chunked(r):
+            continue
         e = Expr.of(FLOPS_PER_MAC, _decode_factors(r))
         total = total + (e.times(r.repeat) if r.repeat else e)
     return fold_layers(total, _kinds(ledger(config)))
@@ -92,9 +142,9 @@ def absorbed_decode_flops_expr(config: ModelConfig) -> Expr | None:
     count less kv_b_proj and the attention core, plus attention over the latent."""
     if not config.mla:
         return None
-    total = Expr()
+    total = recurrent_decode_expr(config)
     for r in ledger(config).forward:
-        if r.reads_cache or r.component == R.ATTN_CORE:
+        if r.reads_cache or r.component == R.ATTN_CORE or _chunked(r):
             continue
         e = Expr.of(FLOPS_PER_MAC, _decode_factors(r))
         total = total + (e.times(r.repeat) if r.repeat else e)
@@ -193,7 +243,8 @@ class Inference:
     position: int  # the decoded token's position t (1-based: it attends to t keys)
     bytes_per_element: int
     kv_bytes_per_token: int  # every layer's entry (a local layer's while T ≤ W)
-    kv_bytes: int  # for (batch, seq): a local layer holds min(seq, W) tokens
+    kv_bytes: int  # for (batch, seq): a local layer holds min(seq, W) tokens; with the
+    #               recurrent layers' states (state_bytes) included
     prefill_flops: int  # forward matmuls over seq tokens (logits for every position)
     decode_flops: int  # at position t, all B sequences (latent attention: naive form)
     weight_bytes_read: int  # MoE: at worst (min(E, B·k) experts per layer)
@@ -202,6 +253,7 @@ class Inference:
     decode_flops_absorbed: int | None = None  # latent attention's absorbed form
     experts_read: tuple[int, Fraction] | None = None  # (worst, uniform expectation) per layer
     weight_bytes_read_expected: Fraction | None = None  # MoE, uniform routing (assumption)
+    state_bytes: int = 0  # the recurrent layers' states for the batch (in kv_bytes too)
 
 
 def inference(config: ModelConfig, batch: int, seq: int, precision: Precision,
@@ -231,8 +283,10 @@ def inference(config: ModelConfig, batch: int, seq: int, precision: Precision,
         expected = w.value({**v, "E_read": read[1]}) * size
     else:
         weights = w.evaluate(v) * size
-    kv_read = batch * kv_elements(config, t) * size
-    return Inference(config, batch, seq, t, size, per_token, batch * kv_elements(config, seq) * size,
+    state = batch * state_bytes_per_sequence(config, size)  # read and written each step
+    kv_read = batch * kv_elements(config, t) * size + state
+    return Inference(config, batch, seq, t, size, per_token,
+                     batch * kv_elements(config, seq) * size + state,
                      analyze(config, seq, batch, R.FORWARD).matmul_flops(), decode, weights,
                      kv_read, Roofline(decode, weights + kv_read, peak_flops, bandwidth),
-                     None if absorbed is None else absorbed.evaluate(v), read, expected)
+                     None if absorbed is None else absorbed.evaluate(v), read, expected, state)

@@ -10,6 +10,7 @@ from accounting.planning.inference import (
     absorbed_decode_flops_expr,
     decode_flops_expr,
     kv_elements_per_token,
+    state_elements_per_sequence,
     weights_read_expr,
 )
 from accounting.planning.memory import COURSE, MODEL, RECOMPUTE, SCOPES
@@ -368,10 +369,19 @@ def inference_table(p: Plan) -> Table:
             "B·(T on global layers, min(T, C) on chunked ones)·" if chunked and not window else
             "B·(T on global layers, min(T, W) on local, min(T, C) on chunked ones)·" if window
             else "B·T·")
+    # the recurrent layers' state per sequence (conv windows; the delta rule's, in float32)
+    state = (f" + B·(states: {state_elements_per_sequence(c)}, per sequence)"
+             if i.state_bytes else "")
     rows = [
         ("KV cache per token", f"{s}·({kv_elements_per_token(c)})", grouped(i.kv_bytes_per_token), "bytes"),
-        (f"KV cache for B = {i.batch:,}, T = {i.seq:,}", f"{s}·{held}({kv_elements_per_token(c)})",
-         grouped(i.kv_bytes), f"{gigabytes(i.kv_bytes)} = {gibibytes(i.kv_bytes)}"),
+    ]
+    if i.state_bytes:
+        rows.append((f"recurrent state for B = {i.batch:,} (any T)",
+                     f"B·({state_elements_per_sequence(c)}) elements (the delta rule's state in "
+                     f"fp32)", grouped(i.state_bytes), gigabytes(i.state_bytes)))
+    rows += [
+        (f"KV cache for B = {i.batch:,}, T = {i.seq:,}", f"{s}·{held}({kv_elements_per_token(c)})"
+         + state, grouped(i.kv_bytes), f"{gigabytes(i.kv_bytes)} = {gibibytes(i.kv_bytes)}"),
         (f"prefill FLOPs (T = {i.seq:,})", "the forward pass's matmuls", grouped(i.prefill_flops),
          si(i.prefill_flops, "FLOP")),
         (f"decode FLOPs at position t = {i.position:,}" + (" (naive form)" if c.mla else ""),
@@ -388,7 +398,7 @@ def inference_table(p: Plan) -> Table:
         rows.append(("decode: weights read, uniform routing (assumed)", f"E_read = {decimal(mean, 3)}",
                      grouped(round(i.weight_bytes_read_expected)), gigabytes(round(i.weight_bytes_read_expected))))
     rows += [
-        ("decode: KV cache read", f"{s}·{held.replace('T', 't')}({kv_elements_per_token(c)})",
+        ("decode: KV cache read", f"{s}·{held.replace('T', 't')}({kv_elements_per_token(c)})" + state,
          grouped(i.kv_bytes_read), gigabytes(i.kv_bytes_read)),
         ("arithmetic intensity", "FLOPs / bytes", decimal(r.intensity, 3), "FLOP/byte"),
     ]

@@ -12,6 +12,7 @@ import pandas as pd
 from accounting.analysis import arguments as A
 from accounting.ledger import records as R
 from accounting.analysis.workload import analyze
+from accounting.ledger.ledger import ledger
 from accounting.spec.config import ModelConfig
 from accounting.present.export import ledger_rows
 
@@ -54,7 +55,9 @@ def sweep(configs: Iterable[ModelConfig | str], seqs: Iterable[int], batch: int 
     configs = A.configs(configs)
     seqs = as_ints(A.iterable(seqs, "seqs"), "--ctx")
     batch, phase = A.count(batch, "batch"), A.phase(phase)
-    n, T = len(R.COMPONENTS), len(seqs)
+    # the components these models have (the recurrent mixing only with a hybrid among them)
+    comps = R.components_of({r.component for c in configs for r in ledger(_config(c)).forward})
+    n, T = len(comps), len(seqs)
     models: list[tuple] = []  # (config, its analysis at the first T): what is constant per model
     counts: dict[str, list] = {k: [] for k in ("flops", "share", "useful_flops", "useful_share",
                                               "total_flops")}
@@ -65,8 +68,8 @@ def sweep(configs: Iterable[ModelConfig | str], seqs: Iterable[int], batch: int 
         models.append((config, analyze(config, seqs[0], batch, phase)))
         for k, flops_col, share_col in ((R.EXECUTED, "flops", "share"),
                                          (R.USEFUL, "useful_flops", "useful_share")):
-            grids = component_grids(config, seqs, (batch,), phase, k, R.COMPONENTS)
-            m, total, share = _shares([grids[comp][:, 0] for comp in R.COMPONENTS])
+            grids = component_grids(config, seqs, (batch,), phase, k, comps)
+            m, total, share = _shares([grids[comp][:, 0] for comp in comps])
             counts[flops_col].append(m.ravel())  # row-major: per T, every component
             counts[share_col].append(share.ravel())
             if k == R.EXECUTED:
@@ -87,7 +90,7 @@ def sweep(configs: Iterable[ModelConfig | str], seqs: Iterable[int], batch: int 
         "pass": pd.array(per_model(lambda c, a: phase, object), dtype="str"),
         "component": pd.Categorical.from_codes(np.tile(np.arange(n, dtype=np.int8),
                                                        T * len(models)),
-                                               categories=list(R.COMPONENTS), ordered=True),
+                                               categories=list(comps), ordered=True),
         "flops": stacked("flops", object),
         "share": stacked("share", np.float64),
         "useful_flops": stacked("useful_flops", object),
@@ -130,7 +133,7 @@ def sweep_by_analysis(configs: Iterable[ModelConfig | str], seqs: Iterable[int],
             a = analyze(config, seq, batch, phase)
             flops = {k: a.component_flops(k) for k in (R.EXECUTED, R.USEFUL)}
             shares = {k: a.component_shares(k) for k in flops}
-            for comp in R.COMPONENTS:
+            for comp in a.components:
                 rows.append({
                     "model": config.name, "seq": seq, "batch": batch, "pass": phase,
                     "component": comp, "flops": flops["executed"][comp],
@@ -144,7 +147,8 @@ def sweep_by_analysis(configs: Iterable[ModelConfig | str], seqs: Iterable[int],
     df = pd.DataFrame(rows)
     for col in ("flops", "useful_flops", "total_flops", "params", "active_params"):
         df[col] = df[col].astype(object)
-    df["component"] = pd.Categorical(df["component"], categories=list(R.COMPONENTS), ordered=True)
+    present = R.components_of(set(df["component"]) if len(df) else set())
+    df["component"] = pd.Categorical(df["component"], categories=list(present), ordered=True)
     return df
 
 

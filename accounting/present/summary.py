@@ -66,7 +66,7 @@ def analysis_lines(a: Analysis) -> list[str]:
         flops = _line("matmul FLOPs", f"{grouped(mm)} = {si(mm, 'FLOPs')} ({a.phase} pass; "
                                       "non-matmul ops: forward pass only)")
     shares = a.component_shares(a.counting)
-    top = max(R.COMPONENTS, key=lambda c: shares[c])  # the first of equal ones
+    top = max(shares, key=lambda c: shares[c])  # the first of equal ones
     memory = a.param_memory_bytes()
     return [
         flops,

@@ -149,17 +149,17 @@ def component_percents(a: Analysis, counting: str) -> dict[str, str]:
     together so that the column adds to 100.00% (largest remainder). The component table
     and the answer block (summary.py) both print these, so they cannot disagree."""
     shares = a.component_shares(counting)
-    return dict(zip(R.COMPONENTS, rounded_percents([shares[c] for c in R.COMPONENTS])))
+    return dict(zip(shares, rounded_percents(list(shares.values()))))
 
 
 def component_table(a: Analysis) -> Table:
     ex, us = a.component_flops("executed"), a.component_flops("useful")
     ex_pct, us_pct = component_percents(a, "executed"), component_percents(a, "useful")
     rows = [(c, grouped(ex[c]), si(ex[c], "FLOPs"), ex_pct[c], grouped(us[c]), us_pct[c])
-            for c in R.COMPONENTS]
+            for c in a.components]
     total_ex, total_us = sum(ex.values()), sum(us.values())
     rows.append(("total", grouped(total_ex), si(total_ex, "FLOPs"), "100.00%", grouped(total_us), "100.00%"))
-    dominant = max(R.COMPONENTS, key=lambda c: (ex if a.counting == "executed" else us)[c])
+    dominant = max(a.components, key=lambda c: (ex if a.counting == "executed" else us)[c])
     return Table(f"Matmul FLOPs by component ({a.phase} pass)",
                  ("component", "FLOPs (executed)", "", "share", "useful FLOPs", "useful share"),
                  tuple(rows), align="lrrrrr",

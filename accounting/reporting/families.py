@@ -9,7 +9,7 @@ from fractions import Fraction
 from accounting.ledger import records as R
 from accounting.literature.views import ratio_text
 from accounting.present.render import markdown_table
-from accounting.reporting.data import LONG_SEQ, REFERENCE_SEQ, ReportData
+from accounting.reporting.data import COMPONENTS, LONG_SEQ, REFERENCE_SEQ, ReportData
 from accounting.reporting.figures_index import FIGURES, FIGURES_DIR, FORMULA_CSV
 from accounting.present.table import Table
 from accounting.units import (BYTES_PER_ELEMENT, FP32, decimal, gigabytes, grouped, percent,
@@ -65,7 +65,7 @@ def real_section(d: ReportData) -> list[str]:
             mm, ew = a.matmul_flops(), a.elementwise_flops
             flops_rows.append((m.name, grouped(mm), si(mm, "FLOPs"), *shares, grouped(ew),
                                percent(Fraction(ew, mm + ew))))
-    ft = Table("", ("model", "forward matmul FLOPs", "", *R.COMPONENTS, "non-matmul FLOPs",
+    ft = Table("", ("model", "forward matmul FLOPs", "", *COMPONENTS, "non-matmul FLOPs",
                     "non-matmul share"), tuple(flops_rows))
     xl_c, xl_r = d.models[-1], d.real[-1]
     fc, fr = d.reference[xl_c.name].matmul_flops(), d.real_reference[xl_r.name].matmul_flops()

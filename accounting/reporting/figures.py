@@ -21,7 +21,7 @@ from matplotlib.ticker import NullLocator, PercentFormatter
 
 from accounting.ledger import records as R
 from accounting.reporting import style
-from accounting.reporting.data import LONG_SEQ, REFERENCE_SEQ, ReportData, powers_of_two
+from accounting.reporting.data import COMPONENTS, LONG_SEQ, REFERENCE_SEQ, ReportData, powers_of_two
 from accounting.reporting.figures_index import FIGURES
 from accounting.reporting.fmt import model_title, seq_text
 from accounting.units import decimal, grouped
@@ -150,7 +150,7 @@ def _context_axis(ax, seqs) -> None:
 
 def _component_handles():
     from matplotlib.patches import Patch
-    return [Patch(facecolor=style.COMPONENT_COLOURS[c], label=c) for c in R.COMPONENTS]
+    return [Patch(facecolor=style.COMPONENT_COLOURS[c], label=c) for c in COMPONENTS]
 
 
 def _percent(share) -> str:
@@ -168,11 +168,11 @@ def shares_by_model(data: ReportData) -> Figure:
         s = data.sweep[c.name]
         for seq in (REFERENCE_SEQ, LONG_SEQ):
             i = s.at(seq)
-            rows.append((f"{c.name}\nT = {_seq_label(seq)}", {k: s.shares(k)[i] for k in R.COMPONENTS}))
+            rows.append((f"{c.name}\nT = {_seq_label(seq)}", {k: s.shares(k)[i] for k in COMPONENTS}))
     rows.reverse()  # smallest model at the top
     y = list(range(len(rows)))
     left = [0.0] * len(rows)
-    for comp in R.COMPONENTS:
+    for comp in COMPONENTS:
         widths = [float(r[1][comp]) for r in rows]
         ax.barh(y, widths, left=left, height=0.72, color=style.COMPONENT_COLOURS[comp],
                 edgecolor="white", linewidth=0.8, label=comp)
@@ -198,8 +198,8 @@ def share_vs_context(data: ReportData) -> Figure:
     axes = fig.subplots(2, 2, sharex=True, sharey=True)
     for ax, c in zip(axes.flat, data.models):
         s = data.sweep[c.name]
-        ax.stackplot(s.seqs, *[[float(x) for x in s.shares(k)] for k in R.COMPONENTS],
-                     colors=[style.COMPONENT_COLOURS[k] for k in R.COMPONENTS],
+        ax.stackplot(s.seqs, *[[float(x) for x in s.shares(k)] for k in COMPONENTS],
+                     colors=[style.COMPONENT_COLOURS[k] for k in COMPONENTS],
                      edgecolor="white", linewidth=0.5)
         x = s.crossover.equal_at
         ax.axvline(float(x), color="black", linestyle="--", linewidth=1)
@@ -228,7 +228,7 @@ def flops_vs_context(data: ReportData) -> Figure:
     axes = fig.subplots(2, 2, sharex=True, sharey=True)
     for ax, c in zip(axes.flat, data.models):
         s = data.sweep[c.name]
-        for k in R.COMPONENTS:
+        for k in COMPONENTS:
             ax.plot(s.seqs, [float(f) for f in s.flops[k]], color=style.COMPONENT_COLOURS[k],
                     linewidth=2, label=k)
         ax.plot(s.seqs, [float(f) for f in s.totals], color=style.TOTAL_COLOUR, linewidth=1.2,
@@ -243,7 +243,7 @@ def flops_vs_context(data: ReportData) -> Figure:
     fig.suptitle("Forward-pass matmul FLOPs per component (executed count)")
     from matplotlib.lines import Line2D
     handles = [Line2D([], [], color=style.COMPONENT_COLOURS[k], linewidth=2, label=k)
-               for k in R.COMPONENTS]
+               for k in COMPONENTS]
     handles.append(Line2D([], [], color=style.TOTAL_COLOUR, linewidth=1.2, linestyle="--", label="total"))
     fig.legend(handles=handles, loc="outside lower center", ncols=5, frameon=False)
     return fig

@@ -13,7 +13,7 @@ from accounting.ledger import records as R
 from accounting.ledger.ledger import ledger
 from accounting.present.render import markdown_table
 from accounting.reporting import crosscheck_view, families
-from accounting.reporting.data import LONG_SEQ, REFERENCE_SEQ, ReportData
+from accounting.reporting.data import COMPONENTS, LONG_SEQ, REFERENCE_SEQ, ReportData
 from accounting.reporting.figures_index import FIGURES, FIGURES_DIR, SWEEP_CSV
 from accounting.reporting.fmt import seq_text
 from accounting.ledger.symbols import monomial
@@ -239,16 +239,16 @@ def size_trend(d: ReportData) -> str:
                  for i, k in enumerate(group)]
         return _join(parts)
 
-    up = [k for k in R.COMPONENTS if change(k) > 0]
-    down = [k for k in R.COMPONENTS if change(k) < 0]
-    same = [k for k in R.COMPONENTS if change(k) == 0]
+    up = [k for k in COMPONENTS if change(k) > 0]
+    down = [k for k in COMPONENTS if change(k) < 0]
+    same = [k for k in COMPONENTS if change(k) == 0]
     clauses = [clause(g) for g in (up, down) if g]
     first_sentence = (f"From {first.name} to {last.name} at T = {grouped(REFERENCE_SEQ)}, "
                       + ", while ".join(clauses)
                       + (f" ({_join(same)} unchanged)" if same else "") + ".")
     grow = {k: Fraction(d.reference[last.name].component_flops()[k],
-                        d.reference[first.name].component_flops()[k]) for k in R.COMPONENTS}
-    order = sorted(R.COMPONENTS, key=lambda k: -grow[k])
+                        d.reference[first.name].component_flops()[k]) for k in COMPONENTS}
+    order = sorted(COMPONENTS, key=lambda k: -grow[k])
     fastest = [k for k in order if grow[k] == grow[order[0]]]
     second = ("Their FLOPs grow at different rates with the config: from "
               f"{first.name} to {last.name} "
@@ -260,7 +260,7 @@ def size_trend(d: ReportData) -> str:
 
 def shares_section(d: ReportData) -> list[str]:
     shown = {c.name: _shares(d.reference[c.name]) for c in d.models}
-    rows = [(k, *(shown[c.name][k] for c in d.models)) for k in R.COMPONENTS]
+    rows = [(k, *(shown[c.name][k] for c in d.models)) for k in COMPONENTS]
     rows.append(("total forward matmul FLOPs",
                  *(_flops(d.reference[c.name].matmul_flops()) for c in d.models)))
     rows.append(("largest component", *(_largest(d.reference[c.name].component_flops())
@@ -276,7 +276,7 @@ def long_context_section(d: ReportData) -> list[str]:
     f1, f2 = short.component_flops(), long.component_flops()
     s1, s2 = _shares(short), _shares(long)
     rows = [(k, grouped(f1[k]), s1[k], grouped(f2[k]), s2[k], _times(Fraction(f2[k], f1[k])))
-            for k in R.COMPONENTS]
+            for k in COMPONENTS]
     t1, t2 = short.matmul_flops(), long.matmul_flops()
     ratio = long.ratio_to_context_length()
     assert ratio == Fraction(t2, t1)  # the closed form and the direct sums agree
@@ -287,9 +287,9 @@ def long_context_section(d: ReportData) -> list[str]:
               tuple(rows))
     top1, top2 = _largest(f1), _largest(f2)
     tokens = Fraction(LONG_SEQ, REFERENCE_SEQ)
-    growth = {k: Fraction(f2[k], f1[k]) for k in R.COMPONENTS}
-    rises = [k for k in R.COMPONENTS if long.component_shares()[k] > short.component_shares()[k]]
-    falls = [k for k in R.COMPONENTS if k not in rises]
+    growth = {k: Fraction(f2[k], f1[k]) for k in COMPONENTS}
+    rises = [k for k in COMPONENTS if long.component_shares()[k] > short.component_shares()[k]]
+    falls = [k for k in COMPONENTS if k not in rises]
     sentences = [(f"{decimal(tokens, 0) if tokens.denominator == 1 else decimal(tokens, 2)}× the "
                  f"tokens multiplies {_possessive(name)} forward matmul FLOPs by {_times(ratio)} "
                  f"({_flops(t1)} → {_flops(t2)}).")]
@@ -334,9 +334,9 @@ def sweep_section(d: ReportData) -> list[str]:
         s = d.sweep[c.name]
         for seq in d.check_seqs:
             i = s.at(seq)
-            pct = rounded_percents([s.shares(k)[i] for k in R.COMPONENTS])
+            pct = rounded_percents([s.shares(k)[i] for k in COMPONENTS])
             table_rows.append((c.name, grouped(seq), grouped(s.totals[i]), _flops(s.totals[i]), *pct))
-    pt = Table("", ("model", "T", "forward matmul FLOPs", "", *R.COMPONENTS), tuple(table_rows))
+    pt = Table("", ("model", "T", "forward matmul FLOPs", "", *COMPONENTS), tuple(table_rows))
     return [f"## 6. Context sweep, T = {grouped(seqs[0])} to {grouped(seqs[-1])}", "",
             (f"{len(seqs)} context lengths per model (every {_join([grouped(x) for x in steps])} "
             f"tokens, every power of two included); the data behind the plots is "

@@ -84,6 +84,43 @@ def validate(c) -> None:
     _check_moe(c)
     _check_mla(c)
     _check_llama4(c)
+    _check_recurrent(c)
+
+
+def _check_recurrent(c) -> None:
+    """The hybrid layers (issue 31): each kind's sizes given where layer_types names it."""
+    for f in ("conv_kernel", "linear_key_heads", "linear_value_heads", "linear_key_head_dim",
+              "linear_value_head_dim", "linear_chunk", "mamba_heads", "mamba_head_dim",
+              "ssm_state", "mamba_groups", "mamba_chunk"):
+        _positive(c, f)
+    types = set(c.layer_types or ())
+    if "mamba" in types:
+        missing = [f for f in ("mamba_heads", "mamba_head_dim", "ssm_state", "conv_kernel")
+                   if getattr(c, f) is None]
+        if missing:
+            raise UsageError(f"layer_types has mamba layers but {', '.join(missing)} not given")
+        if c.mamba_heads % c.mamba_groups:
+            raise UsageError(f"mamba_heads {c.mamba_heads} is not a multiple of mamba_groups "
+                             f"{c.mamba_groups}")
+    if "mlp" in types and c.block != "single":
+        raise UsageError("layer_types mlp (a block with its MLP only) needs block single (one "
+                         "sublayer per block, Nemotron-H)")
+    if types & {"linear_attention", "conv"} and c.conv_kernel is None:
+        raise UsageError("layer_types has linear_attention or conv layers but conv_kernel is "
+                         "not given (the depthwise convolution's width, e.g. --conv-kernel 4)")
+    lin = ("linear_key_heads", "linear_value_heads", "linear_key_head_dim",
+           "linear_value_head_dim")
+    if "linear_attention" in types:
+        missing = [f for f in lin if getattr(c, f) is None]
+        if missing:
+            raise UsageError(f"layer_types has linear_attention layers but "
+                             f"{', '.join(missing)} not given")
+        if c.linear_value_heads % c.linear_key_heads:
+            raise UsageError(f"linear_value_heads {c.linear_value_heads} is not a multiple of "
+                             f"linear_key_heads {c.linear_key_heads}")
+    if types & {"linear_attention", "conv", "mamba"} and c.block not in ("sequential", "single"):
+        raise UsageError("recurrent layers (linear_attention, conv, mamba) need block "
+                         "sequential or single")
 
 
 @cache
@@ -129,7 +166,7 @@ def _check_window(c) -> None:
         if not isinstance(c.layer_types, tuple) or len(c.layer_types) != c.num_layers \
                 or any(not one_of(t, LAYER_TYPES) for t in c.layer_types):
             raise UsageError(f"layer_types must list {c.num_layers} entries (one per layer), each "
-                             f"global, local or chunked, got {short_value(c.layer_types)}")
+                             f"{', '.join(LAYER_TYPES)}, got {short_value(c.layer_types)}")
         if "local" in c.layer_types and c.sliding_window is None:
             raise UsageError("layer_types has local layers but sliding_window is not given")
         if "chunked" in c.layer_types and c.attention_chunk is None:

@@ -40,6 +40,8 @@ MLPS: dict[str, MLPKind] = {m.name: m for m in (
     MLPKind("gelu_tanh", False, "gelu_tanh", "GELU MLP (tanh approximation, as GPT-2)"),
     # gpt-oss's experts: clamp(gate, max=7)·sigmoid(1.702·gate) · (clamp(up, ±7) + 1)
     MLPKind("swiglu_clamped", True, "silu_clamped", "clamped SwiGLU (gpt-oss)"),
+    # Nemotron-H's MLP: W2 relu(W1 x)² (transformers' ReLUSquaredActivation)
+    MLPKind("relu2", False, "relu2", "squared-ReLU MLP (Nemotron-H)"),
 )}
 # layernorm_nobias: mean-centred LayerNorm with a weight and no bias (transformers'
 # CohereLayerNorm, modeling_cohere.py)
@@ -69,24 +71,41 @@ BLOCKS = {"sequential": "attention, then the MLP on its result",
           "parallel": "attention and MLP in parallel on the block input, a norm each "
                       "(GPT-NeoX, Falcon-40B)",
           "parallel_shared_norm": "attention and MLP in parallel on one shared norm of the "
-                                  "block input (Falcon-7B)"}
+                                  "block input (Falcon-7B)",
+          "single": "one sublayer per block, a norm before it: the token mixer, or the MLP "
+                    "where layer_types says mlp (Nemotron-H)"}
 # full causal attention, a sliding window of the last W keys, or the keys of the query's
-# own chunk of C tokens (Llama 4's chunked attention)
-LAYER_TYPES = ("global", "local", "chunked")
+# own chunk of C tokens (Llama 4's chunked attention); or a layer that mixes tokens without
+# attention, keeping a fixed-size state instead of a KV cache: a gated DeltaNet layer
+# (Qwen3-Next's linear_attention, transformers' Qwen3NextGatedDeltaNet) or a short gated
+# convolution (LFM2's conv, Lfm2ShortConv) or a Mamba-2 mixer (Nemotron-H's M,
+# NemotronHMamba2Mixer); or, in single-sublayer blocks (block "single", Nemotron-H's "-"),
+# a block with its MLP only ("mlp")
+ATTENTION_TYPES = ("global", "local", "chunked")
+MIXER_TYPES = ("linear_attention", "conv", "mamba")
+LAYER_TYPES = ATTENTION_TYPES + MIXER_TYPES + ("mlp",)
 
 
 @dataclass(frozen=True)
 class LayerKind:
-    """What one block runs: global, local (sliding-window) or chunked attention; a dense or
-    MoE MLP; RoPE or none (a NoPE layer, Llama 4)."""
+    """What one block runs: global, local (sliding-window) or chunked attention, or a
+    recurrent token mixer (mixer: "linear_attention", "conv"; "attention" otherwise); a
+    dense or MoE MLP; RoPE or none (a NoPE layer, Llama 4)."""
     local: bool
     moe: bool
     chunked: bool = False
     nope: bool = False
+    mixer: str = "attention"
+
+    @property
+    def recurrent(self) -> bool:
+        """A token mixer with a fixed-size state (no attention, no KV cache)."""
+        return self.mixer != "attention"
 
     @property
     def tag(self) -> str:
-        attn = "local" if self.local else "chunked" if self.chunked else "global"
+        attn = self.mixer if self.recurrent else \
+            "local" if self.local else "chunked" if self.chunked else "global"
         return "_".join((attn, "moe" if self.moe else "dense") + (("nope",) if self.nope else ()))
 
 # Bounds on sizes: far beyond any real model, small enough that nothing downstream hangs.

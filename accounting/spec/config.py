@@ -15,7 +15,7 @@ from dataclasses import dataclass, fields, replace
 from accounting.spec.checks import validate
 # the vocabulary, re-exported: the CLI, the builder and model/ read it as config.X
 from accounting.spec.choices import (  # noqa: F401
-    ATTENTIONS, BLOCKS, GROUP_SCORES, LAYER_TYPES, MAX_CONFIG_BYTES, MAX_LAYERS, MAX_NAME,
+    ATTENTIONS, BLOCKS, GROUP_SCORES, LAYER_TYPES, MAX_CONFIG_BYTES, MIXER_TYPES, MAX_LAYERS, MAX_NAME,
     MAX_REAL, MAX_SIZE, MLPS, NORM_PLACEMENTS, NORMS, POSITIONS, QK_NORMS, ROUTERS, LayerKind,
     MLPKind, default_d_ff)
 from accounting.spec.fields import (CHOICE, COUNT, EXTRAS, FLAG, LAYERS, NUMBER, NUMBER0, SIZE,
@@ -54,7 +54,8 @@ class ModelConfig:
                                     "output) or sandwich (Gemma 2/3: norms on its input and output)")
     mlp: str = spec("swiglu", kind=CHOICE, flag="--mlp", choices=MLPS,
                     help="feed-forward: swiglu (default), geglu (tanh GELU), geglu_erf (exact GELU), "
-                         "gelu (exact), gelu_tanh (GPT-2), swiglu_clamped (gpt-oss)")
+                         "gelu (exact), gelu_tanh (GPT-2), swiglu_clamped (gpt-oss), relu2 "
+                         "(Nemotron-H: relu(W1 x)², two matrices)")
     positions: str = spec("rope", kind=CHOICE, flag="--positions", choices=POSITIONS,
                           help="rope (default), learned (a table of context_length positions), "
                                "none, or alibi (Falcon's linear bias per head on the scores)")
@@ -102,7 +103,8 @@ class ModelConfig:
     # parallel_attn, Cohere): no ln2
     block: str = spec("sequential", kind=CHOICE, flag="--block", choices=BLOCKS,
                       help="sequential (default: y = x + attn, y + mlp), parallel (x + attn + "
-                           "mlp, a norm each) or parallel_shared_norm (one norm feeds both)")
+                           "mlp, a norm each), parallel_shared_norm (one norm feeds both) or "
+                           "single (one sublayer per block: Nemotron-H)")
     # RoPE on the first rotary_dim dims of each head only, the rest passed through and
     # concatenated back (GPT-NeoX's rotary_pct, Phi's partial_rotary_factor); None: all d_k
     rotary_dim: int | None = spec(None, kind=SIZE, flag="--rotary-dim",
@@ -115,7 +117,11 @@ class ModelConfig:
     # per layer "global"/"local"; None: every layer local when sliding_window is set, else global
     layer_types: tuple[str, ...] | None = spec(None, kind=TYPES, flag="--layer-types", group=EXTRAS,
                                                choices=dict.fromkeys(LAYER_TYPES),
-                                               help="each layer's attention, one per layer")
+                                               help="each layer's kind, one per layer: "
+                                                    "global, local, chunked (attention), "
+                                                    "linear_attention (gated DeltaNet), conv "
+                                                    "(short convolution), mamba (Mamba-2), mlp "
+                                                    "(an MLP-only block, with --block single)")
     # mixture of experts (None: a dense MLP in every layer)
     num_experts: int | None = spec(None, kind=SIZE, flag="--num-experts", group=EXTRAS,
                                    help="routed experts per MoE layer (a mixture of experts)")
@@ -247,6 +253,57 @@ class ModelConfig:
                            help="multi-token-prediction modules (DeepSeek-V3's "
                                 "num_nextn_predict_layers): counted apart and in training, "
                                 "left out at inference")
+    # ---- hybrid models (issue 31): token mixers without attention, chosen per layer by
+    # layer_types. A gated DeltaNet layer (Qwen3-Next's Qwen3NextGatedDeltaNet, Yang et al.
+    # 2024, "Gated Delta Networks"): in_proj_qkvz and in_proj_ba, a depthwise causal conv1d
+    # over Q, K and V, the chunked gated delta rule (fla's chunk_gated_delta_rule, chunk 64;
+    # transformers' torch_chunk_gated_delta_rule), a gated RMSNorm, out_proj. A short
+    # convolution (LFM2's Lfm2ShortConv): in_proj to B, C, x; B·x; a depthwise causal conv1d;
+    # C·conv; out_proj.
+    conv_kernel: int | None = spec(None, kind=SIZE, flag="--conv-kernel", group=EXTRAS,
+                                   help="the depthwise causal convolution's width K of the "
+                                        "recurrent layers (LFM2's conv_L_cache, Qwen3-Next's "
+                                        "linear_conv_kernel_dim)")
+    conv_bias: bool = spec(False, kind=FLAG, flag="--conv-bias", group=EXTRAS,
+                           help="biases on the short convolution layers' in_proj, conv and "
+                                "out_proj (LFM2's conv_bias)")
+    linear_key_heads: int | None = spec(None, kind=SIZE, flag="--linear-key-heads", group=EXTRAS,
+                                        help="gated DeltaNet layers: query/key heads "
+                                             "(linear_num_key_heads)")
+    linear_value_heads: int | None = spec(None, kind=SIZE, flag="--linear-value-heads",
+                                          group=EXTRAS,
+                                          help="gated DeltaNet layers: value heads, a multiple "
+                                               "of the key heads (linear_num_value_heads)")
+    linear_key_head_dim: int | None = spec(None, kind=SIZE, flag="--linear-key-head-dim",
+                                           group=EXTRAS,
+                                           help="gated DeltaNet layers: each query/key head's "
+                                                "width (linear_key_head_dim)")
+    linear_value_head_dim: int | None = spec(None, kind=SIZE, flag="--linear-value-head-dim",
+                                             group=EXTRAS,
+                                             help="gated DeltaNet layers: each value head's "
+                                                  "width (linear_value_head_dim)")
+    # Mamba-2 layers (layer_types "mamba"; Nemotron-H's NemotronHMamba2Mixer, transformers'
+    # Mamba2Mixer): in_proj to z, x·B·C, dt; conv1d over x·B·C; the chunked SSD scan;
+    # a grouped gated RMSNorm; out_proj
+    mamba_heads: int | None = spec(None, kind=SIZE, flag="--mamba-heads", group=EXTRAS,
+                                   help="Mamba-2 layers: heads (mamba_num_heads)")
+    mamba_head_dim: int | None = spec(None, kind=SIZE, flag="--mamba-head-dim", group=EXTRAS,
+                                      help="Mamba-2 layers: each head's width (mamba_head_dim)")
+    ssm_state: int | None = spec(None, kind=SIZE, flag="--ssm-state", group=EXTRAS,
+                                 help="Mamba-2 layers: the state per head (ssm_state_size)")
+    mamba_groups: int = spec(1, kind=SIZE, flag="--mamba-groups", group=EXTRAS,
+                             help="Mamba-2 layers: groups sharing B and C (n_groups, default 1)")
+    mamba_chunk: int = spec(256, kind=SIZE, flag="--mamba-chunk", group=EXTRAS,
+                            help="Mamba-2 layers: the SSD scan's chunk (chunk_size, default 256)")
+    mamba_bias: bool = spec(False, kind=FLAG, flag="--mamba-bias", group=EXTRAS,
+                            help="Mamba-2 layers: biases on in_proj and out_proj (use_bias)")
+    mamba_dt_min: float = spec(0.0, kind=NUMBER0, flag="--mamba-dt-min", group=EXTRAS,
+                               help="Mamba-2 layers: dt clamped from below (time_step_min; "
+                                    "changes no count)")
+    linear_chunk: int = spec(64, kind=SIZE, flag="--linear-chunk", group=EXTRAS,
+                             help="gated DeltaNet layers: the chunk size C of the chunked delta "
+                                  "rule (default 64: fla's chunk_gated_delta_rule and "
+                                  "transformers' torch_chunk_gated_delta_rule)")
 
     def __post_init__(self) -> None:
         validate(self)
@@ -289,7 +346,9 @@ class ModelConfig:
         types = self.layer_types or (default,) * self.num_layers
         dense, nope = set(self.dense_layers), set(self.nope_layers)
         return tuple(LayerKind(t == "local", self.num_experts is not None and i not in dense,
-                               t == "chunked", i in nope) for i, t in enumerate(types))
+                               t == "chunked", i in nope,
+                               t if t in MIXER_TYPES or t == "mlp" else "attention")
+                     for i, t in enumerate(types))
 
     @property
     def architecture(self) -> str:
@@ -321,7 +380,9 @@ class ModelConfig:
         if self.mla:
             parts[3] = (f"multi-head latent attention (kv_lora_rank {self.kv_lora_rank}"
                         + (f", q_lora_rank {self.q_lora_rank}" if self.q_lora_rank else "") + ")")
-        if self.block != "sequential":
+        if self.block == "single":  # Nemotron-H
+            parts.insert(1, "one sublayer per block (a token mixer or an MLP)")
+        elif self.block != "sequential":
             parts.insert(1, "parallel attention and MLP" + (
                 " (one shared norm)" if self.block == "parallel_shared_norm" else ""))
         kinds = self.layer_kinds
@@ -336,6 +397,13 @@ class ModelConfig:
         if n_nope:
             parts.append(f"no RoPE on {n_nope} of {len(kinds)} layers"
                          + (", temperature tuning there" if self.temperature_floor else ""))
+        for mixer, what in (("linear_attention", "gated DeltaNet (chunk "
+                             f"{self.linear_chunk})"), ("conv", "short convolution"),
+                            ("mamba", f"Mamba-2 (chunk {self.mamba_chunk})")):
+            n = sum(k.mixer == mixer for k in kinds)
+            if n:
+                parts.append(f"{what} on {n} of {len(kinds)} layers (conv width "
+                             f"{self.conv_kernel})")
         if self.num_experts is not None:
             n_moe = sum(k.moe for k in kinds)
             parts.append(f"MoE: {self.num_experts} experts, top-{self.experts_per_token}"

@@ -37,7 +37,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Callable, Mapping
 
-from accounting.spec.config import MAX_NAME, MAX_SIZE, ModelConfig
+from accounting.spec.config import MAX_LAYERS, MAX_NAME, MAX_SIZE, ModelConfig
 from accounting.spec.own_format import config_from_dict, read_json
 from accounting.runtime.errors import UsageError, escape
 # the schema and the registry, re-exported: callers read them as hf_config.X
@@ -51,7 +51,8 @@ from accounting.spec.hf_schema import (  # noqa: F401
 # (in this order: the order --help, the errors and the docs list the types in)
 from accounting.spec import (  # noqa: F401
     hf_types_dense, hf_types_parallel, hf_types_gemma, hf_types_moe, hf_types_gpt_oss,
-    hf_types_llama4, hf_types_cohere, hf_types_moe2, hf_types_dense2)
+    hf_types_llama4, hf_types_cohere, hf_types_moe2, hf_types_dense2,
+    hf_types_hybrid)
 
 def supported_types() -> str:
     """The model_types a config.json may name, in the table's order: the one list --help,
@@ -98,6 +99,7 @@ def _check_kind(key: Key, value, where: str) -> None:
                                              and 0 < v <= MAX_SIZE),
         NONNEG: lambda v: isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_SIZE,
         LIST: lambda v: v is None or isinstance(v, list),
+        PATTERN: lambda v: v is None or (isinstance(v, str) and len(v) <= MAX_LAYERS),
         BOOL: lambda v: isinstance(v, bool),
         THETA: lambda v: _number(v) and v > 0,
         NUMBER_OR_NULL: lambda v: v is None or (_number(v) and v > 0),

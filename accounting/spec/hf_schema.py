@@ -26,6 +26,7 @@ INT_OR_NULL = "a positive integer or null"
 INT_OR_ABSENT = "a positive integer or absent (transformers' model fails on null)"
 NONNEG = "a non-negative integer"
 LIST = "a list or null"  # its entries are checked by the type's derive rule
+PATTERN = "a string or null"  # a layer pattern (Nemotron-H's "M*-"), checked by its rule
 BOOL = "true or false"
 THETA = "a positive number"
 EPS = "a non-negative number"
@@ -417,6 +418,23 @@ UNSUPPORTED: Mapping[str, str] = MappingProxyType({
               "and K = V (global_head_dim, num_global_key_value_heads, attention_k_eq_v) and "
               "per-layer-kind partial RoPE; the spec has one head shape for every layer and "
               "one MLP per block, so no flags describe it",
+    # issue 31: hybrid families whose layers the spec does not express yet (the gated
+    # DeltaNet, Mamba-2 and short-convolution layers it has: qwen3_next, nemotron_h, lfm2)
+    "qwen3_5": "wraps qwen3_5_text, whose gated DeltaNet splits its input projections "
+               "(in_proj_qkv, in_proj_z, in_proj_b, in_proj_a: the same parameters as "
+               "Qwen3-Next's two, not yet a module layout of the spec) beside interleaved "
+               "M-RoPE and MTP layers (mtp_num_hidden_layers) the spec does not read yet",
+    "qwen3_5_moe": "is Qwen3.5 with experts: its gated DeltaNet's split input projections, "
+                   "interleaved M-RoPE and MTP layers are not expressed yet",
+    "kimi_linear": "runs Kimi Delta Attention (a delta rule with a decay per channel, not per "
+                   "head as the spec's gated DeltaNet) beside latent-attention layers",
+    "falcon_h1": "runs attention and Mamba-2 side by side in every block (a parallel "
+                 "hybrid), and the spec has one token mixer per block",
+    "jamba": "runs Mamba-1 layers (a selective scan with x_proj and dt_proj and a state per "
+             "channel), and the spec has Mamba-2's",
+    "granitemoehybrid": "mixes Mamba-2 and attention layers with Granite's multipliers and a "
+                        "shared MLP beside each mixture of experts, a layout the spec does "
+                        "not express yet",
 })
 
 # model_types whose config.json wraps a language model's config (a vision-language model):

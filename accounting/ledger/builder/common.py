@@ -25,12 +25,18 @@ EMBED_SCALE = "embedding multiplier"
 SOFTCAP = "tanh soft-capping"
 RESIDUAL_SCALE = "residual multiplier"
 LOGIT_SCALE = "logit scale"
+# the recurrent layers' non-matmul work (issue 31; accounting/ledger/builder/recurrent.py)
+SHORT_CONV = "short convolution gating"
+SSD = "state-space scan"  # Mamba-2: dt, decays, segment sums, the SSD's elementwise terms
+DELTA_RULE = "gated delta rule"  # β, g, SiLU of the conv, L2 norms, decays, the scan's adds
+GATED_NORM = "gated RMSNorm"  # the gated DeltaNet's output norm, x·rsqrt·w·SiLU(z)
 ACTIVATION_COMPONENT = {"swiglu": "SiLU and gating", "geglu": "GELU (tanh) and gating",
                         "geglu_erf": "GELU (erf) and gating", "gelu": "GELU (erf)",
-                        "gelu_tanh": "GELU (tanh)", "swiglu_clamped": "clamped SwiGLU and gating"}
+                        "gelu_tanh": "GELU (tanh)", "swiglu_clamped": "clamped SwiGLU and gating",
+                        "relu2": "squared ReLU"}
 ELEMENTWISE_ORDER = (*NORMS.values(), QK_NORM, EMBED_SCALE, POSITION_ADD, ROPE, ALIBI,
                      TEMPERATURE, ATTN_SCALE, SOFTCAP, CAUSAL_MASK, SOFTMAX, OUTPUT_GATE, INDEXER, *dict.fromkeys(ACTIVATION_COMPONENT.values()),
-                     ROUTER, BIAS, RESIDUAL_SCALE, RESIDUAL, LOGIT_SCALE)
+                     SHORT_CONV, DELTA_RULE, SSD, GATED_NORM, ROUTER, BIAS, RESIDUAL_SCALE, RESIDUAL, LOGIT_SCALE)
 NORM_PARAMS = {"rmsnorm": "RMSNorm gains", "layernorm": "LayerNorm weights and biases",
                "layernorm_nobias": "LayerNorm weights (no bias)"}
 

@@ -204,6 +204,9 @@ def activation(t: Trace, kind: str, x: Sym, component: str, course: str) -> Sym:
                     out="sigmoid(W1 output)")
         return t.binary("aten.mul", x, s, "SiLU: W1·x · sigmoid", component, out="SiLU output",
                         course=course)
+    if kind == "relu2":  # r = relu(x) (saves its output), r · r (saves r)
+        r = t.unary("aten.relu", x, "relu(W1·x)", component, saves="output", out="relu(W1 output)")
+        return t.binary("aten.mul", r, r, "relu²", component, out="relu² output", course=course)
     half = t.binary("aten.mul", x, None, "0.5·x", component, out="0.5·x")
     if kind == "gelu_tanh":  # 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))
         cube = t.unary("aten.pow", x, "x³", component, saves="input")

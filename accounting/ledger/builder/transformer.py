@@ -12,6 +12,9 @@ from accounting.ledger.builder.attention import Attention
 from accounting.ledger.builder.latent_attention import LatentAttention
 from accounting.ledger.builder.moe import MoE
 from accounting.ledger.builder import lora
+from accounting.ledger.builder.recurrent import ShortConv
+from accounting.ledger.builder.delta import GatedDeltaNet
+from accounting.ledger.builder.mamba import Mamba2Mixer
 
 
 class Block:
@@ -21,7 +24,17 @@ class Block:
         sandwich = a.c.norm_placement == "sandwich"
         self.ln1 = Norm(t, "ln1", kind, ("d_model",), NORMS[kind], comp, off)
         local = self.kind is not None and self.kind.local
-        if a.c.mla:
+        mixer = "attention" if self.kind is None else self.kind.mixer
+        single = a.c.block == "single"  # one sublayer per block (Nemotron-H)
+        if mixer == "mlp":
+            self.attn = None
+        elif mixer == "conv":
+            self.attn = ShortConv(t, a)
+        elif mixer == "linear_attention":
+            self.attn = GatedDeltaNet(t, a)
+        elif mixer == "mamba":
+            self.attn = Mamba2Mixer(t, a)
+        elif a.c.mla:
             self.attn = LatentAttention(t, a, recompute, local)
         else:
             lk = self.kind  # the block's LayerKind (`kind` above is the norm's)
@@ -29,9 +42,10 @@ class Block:
                                   lk is not None and lk.nope)
         self.post_attn_norm = (Norm(t, "post_attn_norm", kind, ("d_model",), NORMS[kind], comp, off)
                                if sandwich else None)
-        self.ln2 = None if a.c.block == "parallel_shared_norm" else \
+        self.ln2 = None if a.c.block in ("parallel_shared_norm", "single") else \
             Norm(t, "ln2", kind, ("d_model",), NORMS[kind], comp, off)
-        self.ffn = MoE(t, a.c) if self.kind is not None and self.kind.moe else FeedForward(t, a.c)
+        self.ffn = None if single and mixer != "mlp" else \
+            MoE(t, a.c) if self.kind is not None and self.kind.moe else FeedForward(t, a.c)
         self.post_ffn_norm = (Norm(t, "post_ffn_norm", kind, ("d_model",), NORMS[kind], comp, off)
                               if sandwich else None)
 
@@ -55,7 +69,12 @@ class Block:
 
     def run(self, x: Sym) -> None:
         t, norm_course = self.t, f"{NORMS[self.c.norm]} inputs"
-        if self.c.block != "sequential":  # z = x + attn(ln1(x)) + ffn(ln2(x) or ln1(x))
+        if self.c.block == "single":  # x + sublayer(ln1(x)): the mixer, or the MLP
+            h = self.ln1(x, "ln1 output")
+            o = self.attn(h, "output projection output", "output projection") \
+                if self.attn is not None else self.ffn(h, "W2")
+            t.binary("aten.add", x, self.scaled(o), "x + sublayer", RESIDUAL)
+        elif self.c.block != "sequential":  # z = x + attn(ln1(x)) + ffn(ln2(x) or ln1(x))
             h = self.ln1(x, "ln1 output")
             o = self.scaled(self.attn(h, "output projection output", "output projection"))
             y = t.binary("aten.add", x, o, "x + attn + ffn (parallel)", RESIDUAL)
@@ -93,6 +112,9 @@ def _symbol(kind, kinds) -> str:
     if len(kinds) == 1:
         return "L"
     parts = []
+    if len({k.mixer for k in kinds}) > 1:
+        parts.append({"attention": "attn", "linear_attention": "linear", "conv": "conv",
+                      "mamba": "mamba", "mlp": "mlp"}[kind.mixer])
     if len({k.local for k in kinds}) > 1:
         parts.append("local" if kind.local else "global")
     if len({k.chunked for k in kinds}) > 1:

@@ -1,0 +1,199 @@
+"""The gated DeltaNet layer: model/delta.py's ops, as facts (issue 31).
+
+Symbols: h_lk, h_lv (key and value heads), d_lk, d_lv (their widths), d_conv = 2·h_lk·d_lk
++ h_lv·d_lv (the conv's channels: Q, K, V), d_qkvz = 2·h_lk·d_lk + 2·h_lv·d_lv
+(in_proj_qkvz's width), C_l (the chunk), N_c = ⌈T/C_l⌉ (chunks; the sequence is padded to
+N_c·C_l), P_L = C_l(C_l − 1)/2 (the strictly lower pairs of a chunk: a unit lower
+triangular solve's multiply-adds per right-hand column).
+
+Executed FLOPs per layer and sequence (2mnp; the chunked algorithm as
+torch_chunk_gated_delta_rule and fla's chunk_gated_delta_rule run it):
+  intra-chunk: K_β·Kᵀ and Q·Kᵀ, 2·2·h_lv·N_c·C_l²·d_lk; the two UT solves,
+  2·h_lv·N_c·P_L·(d_lv + d_lk);
+  inter-chunk (the scan over N_c chunks): W·S, Q·S, 2·2·h_lv·N_c·C_l·d_lk·d_lv; A·V_new,
+  2·h_lv·N_c·C_l²·d_lv; the state update Kᵀ·V_new, 2·h_lv·(N_c − 1)·C_l·d_lk·d_lv (the
+  state after the last chunk is not computed: a forward without a cache has no use for
+  it; transformers computes it for its cache, fvcore's trace drops it as dead code).
+A triangular solve's backward is another solve and one dense product (dA = −dB·Xᵀ,
+2·C_l²·d per column block), not the two equal products of a matmul.
+
+Memory (saved tensors): the scan keeps a state S_i (h_lv·d_lk·d_lv) and a V_new_i
+(h_lv·C_l·d_lv) per chunk, N_c storages each. Written for N_c ≥ 3: with fewer chunks the
+first state (zeros) has no gradient, so the decayed queries (N_c = 1) and the chunk decays
+(N_c ≤ 2) are not saved, small tensors the ledger then over-counts.
+"""
+from __future__ import annotations
+
+from accounting.ledger import records as R
+from accounting.ledger.trace import Sym, Trace
+from accounting.ledger.builder.common import DELTA_RULE, GATED_NORM, NORM_PARAMS, Arch
+from accounting.ledger.builder.layers import Linear
+from accounting.ledger.builder.recurrent import CausalConv1d, causal_conv
+
+ROW = ("B", "T")
+HEADS = ("B", "h_lv", "N_c", "C_l")  # a padded, chunked per-head sequence
+
+
+def _mm(t: Trace, name: str, batch, m, n, p, grads=("dA", "dB"), tri: bool = False,
+        grad_b: bool = True) -> R.Matmul:
+    return R.Matmul(name, R.RECURRENT, t.module, t.repeat, R.FORWARD, batch, m, n, p,
+                    grads=grads, triangular=("C_l",) if tri else None, grad_b=grad_b)
+
+
+class GatedDeltaNet:
+    def __init__(self, t: Trace, a: Arch):
+        self.t, c = t, a.c
+        self.grouped = c.linear_value_heads != c.linear_key_heads
+        with t.scope("linear_attn"):
+            self.dt_bias = t.param("dt_bias", ("h_lv",), R.RECURRENT)
+            self.A_log = t.param("A_log", ("h_lv",), R.RECURRENT)
+            self.conv1d = CausalConv1d(t, "conv1d", ("d_conv",), False)
+            self.in_proj_qkvz = Linear(t, "in_proj_qkvz", ("d_model",), ("d_qkvz",), R.ATTN_PROJ,
+                                       "gated DeltaNet in_proj_qkvz")
+            self.in_proj_ba = Linear(t, "in_proj_ba", ("d_model",), ("2", "h_lv"), R.ATTN_PROJ,
+                                     "gated DeltaNet in_proj_ba")
+            with t.scope("norm"):
+                self.norm_weight = t.param("weight", ("d_lv",), NORM_PARAMS["rmsnorm"])
+            self.out_proj = Linear(t, "out_proj", ("h_lv", "d_lv"), ("d_model",), R.ATTN_PROJ,
+                                   "gated DeltaNet out_proj")
+
+    def __call__(self, x: Sym, out_label: str, out_course: str) -> Sym:
+        t, k = self.t, DELTA_RULE
+        with t.scope("linear_attn"):
+            qkvz = self.in_proj_qkvz(x, "in_proj_qkvz output")
+            ba = self.in_proj_ba(x, "in_proj_ba output")
+            # z, b, a: slices of a per-key-head layout reshaped: copies
+            # (a view when h_lv = h_lk: the key heads' slices are the value heads')
+            z = t.copy(qkvz, ROW + ("h_lv", "d_lv")) if self.grouped else \
+                t.view(qkvz, ROW + ("h_lv", "d_lv"), contiguous=False)
+            z = t.name(z, "z (the output gate)")
+            b = t.copy(ba, ROW + ("h_lv",))
+            a_ = t.copy(ba, ROW + ("h_lv",))
+            qkv = t.cat((t.copy(qkvz), t.copy(qkvz), t.copy(qkvz)), ROW + ("d_conv",))
+            conv = causal_conv(t, qkv, self.conv1d.weight, None, ("d_conv",), "gated DeltaNet")
+            sig = t.unary("aten.sigmoid", conv, "sigmoid(conv)", k, saves="output",
+                          out="sigmoid(conv output)")
+            mixed = t.binary("aten.mul", conv, sig, "SiLU: conv · sigmoid", k)
+            beta = t.unary("aten.sigmoid", b, "β = sigmoid(b)", k, saves="output", out="β")
+            ea = t.unary("aten.exp", self.A_log, "exp(A_log)", k, saves="output", out="exp(A_log)")
+            neg = t.name(t.unary("aten.neg", ea, "−exp(A_log)", k), "−exp(A_log)")
+            pre = t.name(t.binary("aten.add", a_, self.dt_bias, "a + dt_bias", k),
+                         "a + dt_bias (softplus input)")
+            sp = t.unary("aten.softplus", pre, "softplus(a + dt_bias)", k, saves="input",
+                         out="softplus(a + dt_bias)")
+            g = t.binary("aten.mul", sp, neg, "g = −exp(A_log)·softplus(…)", k)
+            out = self.rule(mixed, beta, g)
+            # the cache: the conv's last K inputs and the d_lk × d_lv state of each value
+            # head (float32: the rule computes it so; transformers caches it as returned)
+            t.state("conv state", ("d_conv", "K"))
+            t.state("recurrent state", ("h_lv", "d_lk", "d_lv"), fp32=True)
+            y = self.gated_norm(out, z)
+            return self.out_proj(y, out_label, out_course)
+
+    def l2norm(self, x: Sym, label: str) -> Sym:
+        """x · rsqrt(Σ x² + eps) over the last dim."""
+        t, k = self.t, DELTA_RULE
+        sq = t.binary("aten.mul", x, x, f"{label}·{label}", k)
+        s = t.reduce("aten.sum", sq, ("d_lk",), f"Σ {label}² over d_lk", k)
+        e = t.binary("aten.add", s, None, "+ eps", k)
+        inv = t.unary("aten.rsqrt", e, "rsqrt", k, saves="output", out=f"rsqrt(Σ {label}²)")
+        return t.binary("aten.mul", x, inv, f"{label} · rsqrt", k)
+
+    def rule(self, mixed: Sym, beta: Sym, g: Sym) -> Sym:
+        """chunk_gated_delta_rule (model/delta.py), op for op."""
+        t, k = self.t, DELTA_RULE
+        lk, lv = ("d_lk",), ("d_lv",)
+        per_head = ("B", "h_lv", "T")
+        # the grouped heads' expand + reshape (a copy), then transpose + contiguous (a copy)
+        q = t.copy(mixed, per_head + lk)
+        kk = t.copy(mixed, per_head + lk)
+        v = t.copy(mixed, per_head + lv)
+        beta = t.copy(beta, per_head)
+        g = t.copy(g, per_head)
+        q = t.name(q, "Q (heads, float32 copy)")
+        kk = t.name(kk, "K (heads, float32 copy)")
+        q = t.binary("aten.mul", self.l2norm(q, "Q"), None, "Q / √d_lk", k)
+        kk = t.name(self.l2norm(kk, "K"), "K, L2-normalised")
+        # padded to N_c·C_l (constant_pad_nd: new tensors), then viewed as chunks
+        q = t.name(t.copy(q, HEADS + lk), "Q (padded)")
+        kk = t.name(t.copy(kk, HEADS + lk), "K (padded)")
+        v = t.name(t.copy(v, HEADS + lv), "V (padded)")
+        beta = t.name(t.copy(beta, HEADS), "β (padded)")
+        g = t.copy(g, HEADS)
+        v_beta = t.name(t.binary("aten.mul", v, t.view(beta, HEADS + lv), "V·β", k), "V·β")
+        k_beta = t.name(t.binary("aten.mul", kk, t.view(beta, HEADS + lk), "K·β", k), "K·β")
+        upper = t.name(t.fresh(("C_l", "C_l"), R.BOOL), "strictly upper mask (C_l×C_l)")
+        cum = t.unary("aten.cumsum", g, "cumsum(g) within each chunk", k)
+        pair = t.binary("aten.sub", t.view(cum, HEADS + ("C_l",)), cum, "cum_i − cum_j", k)
+        pair = t.masked_fill(pair, upper, "masked_fill(upper, −inf)", k)
+        pair = t.unary("aten.exp", pair, "exp", k, saves="output", out="pairwise decay")
+        chunk = ("B", "h_lv", "N_c")
+        ut = Sym(HEADS + ("C_l",), t.matmul(k_beta, kk, _mm(t, "K·β Kᵀ (UT system)", chunk,
+                                                             ("C_l",), lk, ("C_l",))))
+        ut = t.binary("aten.mul", t.name(ut, "K·β Kᵀ"), pair, "· pairwise decay", k)
+        ut = t.name(ut, "UT system (K·β Kᵀ ⊙ decay)")
+        intra = Sym(HEADS + ("C_l",), t.matmul(q, kk, _mm(t, "Q Kᵀ (intra-chunk)", chunk,
+                                                          ("C_l",), lk, ("C_l",))))
+        intra = t.binary("aten.mul", t.name(intra, "Q Kᵀ"), pair, "· pairwise decay", k)
+        intra = t.name(intra, "intra-chunk attention (Q Kᵀ ⊙ decay)")
+        ec = t.unary("aten.exp", cum, "exp(cum)", k, saves="output", out="exp(cum)")
+        dkb = t.binary("aten.mul", k_beta, t.view(ec, HEADS + lk), "K·β · exp(cum)", k)
+        dkb = t.name(dkb, "decayed K·β")
+        u = t.solve(ut, v_beta, _mm(t, "UT solve for V·β", chunk, ("P_L",), (), lv,
+                                    grads=("dB (a solve)", "dA"), tri=True), "U (new values)")
+        w = t.solve(ut, dkb, _mm(t, "UT solve for the decayed K·β", chunk, ("P_L",), (), lk,
+                                 grads=("dB (a solve)", "dA"), tri=True), "W (decayed keys)")
+        # the solve's result is column-major per chunk: one row-major copy for the scan
+        w = t.name(t.copy(w), "W (row-major copy)")
+        eq = t.unary("aten.exp", cum, "exp(cum) (again)", k, saves="output", out="exp(cum) (again)")
+        qd = t.name(t.binary("aten.mul", q, t.view(eq, HEADS + lk), "Q · exp(cum)", k),
+                    "decayed Q")
+        last = t.binary("aten.sub", cum, t.view(cum, ("B", "h_lv", "N_c", "1")),
+                        "cum_last − cum", k)
+        el = t.unary("aten.exp", last, "exp(cum_last − cum)", k, saves="output",
+                     out="exp(cum_last − cum)")
+        kd = t.name(t.binary("aten.mul", kk, t.view(el, HEADS + lk), "K · exp(cum_last − cum)", k),
+                    "decayed K")
+        decay = t.unary("aten.exp", t.view(cum, chunk), "exp(cum_last)", k, saves="output",
+                        out="chunk decay exp(cum_last)")
+        # the scan over the N_c chunks: one record per op over all chunks (the first
+        # chunk's products with S_0, zeros without a gradient, apart: they have no dB);
+        # the states and new values are N_c tensors each; N_c − 1 state updates
+        state = t.name(t.fresh(("B", "h_lv", "N_c", "d_lk", "d_lv"), grad=True),
+                       "states S_i (one per chunk)", storages="N_c")
+        one, rest = ("B", "h_lv"), ("B", "h_lv", "N_c-1")
+        ws = Sym(HEADS + lv, t.matmul(w, state, _mm(t, "W S_0 (first chunk)", one, ("C_l",),
+                                                    lk, lv, grad_b=False)))
+        t.matmul(w, state, _mm(t, "W S (inter-chunk)", rest, ("C_l",), lk, lv))
+        v_new = t.binary("aten.sub", u, ws, "V_new = U − W S", k)
+        v_new = t.name(v_new, "V_new (one per chunk)", storages="N_c")
+        inter = Sym(HEADS + lv, t.matmul(qd, state, _mm(t, "Q S_0 (first chunk)", one,
+                                                        ("C_l",), lk, lv, grad_b=False)))
+        t.matmul(qd, state, _mm(t, "Q S (inter-chunk)", rest, ("C_l",), lk, lv))
+        av = Sym(HEADS + lv, t.matmul(intra, v_new, _mm(t, "A V_new (intra-chunk)", chunk,
+                                                        ("C_l",), ("C_l",), lv)))
+        t.binary("aten.add", inter, av, "Q S + A V_new", k)
+        upd = rest + lk + lv
+        t.binary("aten.mul", t.view(state, upd), t.view(decay, rest + ("1", "1")),
+                 "S · chunk decay", k)
+        kv = Sym(upd, t.matmul(kd, v_new, _mm(t, "Kᵀ V_new (state update)", rest, lk,
+                                              ("C_l",), lv)))
+        t.binary("aten.add", t.view(state, upd), kv, "S · decay + Kᵀ V_new", k)
+        # the output, cut to T, transposed back: a copy
+        return t.name(Sym(("B", "T", "h_lv", "d_lv"), mixed.dtype), "delta rule output")
+
+    def gated_norm(self, x: Sym, z: Sym) -> Sym:
+        """GatedRMSNorm: x · rsqrt(mean(x²) + eps) · w · SiLU(z), over d_lv, in float32."""
+        t, k = self.t, GATED_NORM
+        with t.scope("norm"):
+            x = t.cast(x, R.FP32, "delta rule output (fp32 copy)")
+            sq = t.unary("aten.pow", x, "x²", k, saves="input")
+            ms = t.reduce("aten.mean", sq, ("d_lv",), "mean over d_lv", k)
+            e = t.binary("aten.add", ms, None, "+ eps", k)
+            inv = t.unary("aten.rsqrt", e, "rsqrt", k, saves="output", out="norm: rsqrt")
+            h = t.name(t.binary("aten.mul", x, inv, "x · rsqrt", k), "norm: x · rsqrt")
+            h = t.name(t.binary("aten.mul", h, self.norm_weight, "· weight", k), "norm: · weight")
+            zs = t.unary("aten.sigmoid", z, "sigmoid(z)", k, saves="output", out="sigmoid(z)")
+            silu = t.name(t.binary("aten.mul", z, zs, "SiLU(z)", k), "SiLU(z)")
+            y = t.binary("aten.mul", h, silu, "· SiLU(z)", k)
+        return t.name(y, "gated norm output (out_proj input)")
