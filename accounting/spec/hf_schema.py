@@ -349,13 +349,14 @@ def head_dim(default=None, kind: str = INT_OR_NULL) -> Key:
     return Key("head_dim", ("head_dim",), kind, default)
 
 
-def rope_keys(eps: float, tie: bool = False):
-    """The llama family's activation, norm epsilon, tie and RoPE theta keys."""
+def rope_keys(eps: float, tie: bool = False, theta: float = 10000.0):
+    """The llama family's activation, norm epsilon, tie and RoPE theta keys (theta: the
+    class's default_theta, 10,000 unless the row says otherwise)."""
     return (Key("hidden_act", ("mlp",), CHOICE, "silu", GATED_ACTS),
             Key("rms_norm_eps", ("norm_eps",), EPS, eps),
             Key("tie_word_embeddings", ("tie_embeddings",), BOOL, tie),
             # transformers 5 writes rope_parameters: {"rope_theta": ..}; older files rope_theta
-            Key("rope_theta", ("rope_theta",), THETA, 10000.0,
+            Key("rope_theta", ("rope_theta",), THETA, theta,
                 aliases=("rope_parameters.rope_theta", "rope_scaling.rope_theta")))
 
 
