@@ -67,6 +67,18 @@ def check_single(ns: argparse.Namespace) -> None:
         raise UsageError(f"{flag} describes a multi-GPU layout; give --gpus N with it")
 
 
+def _ticker():
+    """--search's progress on stderr once it has run a few seconds (issue 32)."""
+    from accounting.runtime.progress import Ticker
+    ticker = None
+
+    def tick(done: int, total: int) -> None:
+        nonlocal ticker
+        ticker = ticker or Ticker("plan --search", total, "(tp, pp) pairs planned")
+        ticker(done)
+    return tick
+
+
 def run(ns: argparse.Namespace, config) -> int:
     from accounting.planning.plan import hardware
     precision = get_precision(ns.precision)
@@ -92,7 +104,8 @@ def run(ns: argparse.Namespace, config) -> int:
                       global_batch=ns.batch or ns.gpus * micro, recompute=ns.recompute)
         result = search(config, base, seq, precision=precision, hardware=hw, net=net,
                         mfu=ns.mfu, margin=ns.margin, fix_zero=ns.zero is not None or bool(ns.fsdp),
-                        fix_sp=ns.sp, fix_micro=ns.micro_batch is not None, fix_ep=ns.ep != 1)
+                        fix_sp=ns.sp, fix_micro=ns.micro_batch is not None, fix_ep=ns.ep != 1,
+                        progress=_ticker())
         tables, data = search_tables, export.search_dict
     else:
         dp = resolve(ns.gpus, ns.tp, ns.pp, ns.dp)

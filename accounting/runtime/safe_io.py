@@ -238,10 +238,37 @@ def _name_max(folder: Path) -> int:
         return 255
 
 
+def same_file(a: str | Path, b: str | Path) -> bool:
+    """Whether two names are one file (links, hard links and relative names alike)."""
+    try:
+        return os.path.samefile(a, b)
+    except (OSError, ValueError):
+        return False
+
+
+def _in_place(target: Path, payload: bytes) -> None:
+    """Write payload into the target itself (its inode: every hard link and its owner
+    kept), the space reserved first so that a full disk fails before any byte changes."""
+    fd = os.open(target, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        if payload and hasattr(os, "posix_fallocate"):
+            os.posix_fallocate(fd, 0, len(payload))
+        view = memoryview(payload)
+        while view:
+            view = view[os.write(fd, view):]
+        os.ftruncate(fd, len(payload))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def write_atomic(path: str | Path, data: str | bytes, flag: str = "-o") -> None:
     """Write the whole file or nothing: a temporary file beside the target, flushed to
     disk, given the old file's permissions, then renamed over it. Ctrl-C is held for the
-    few milliseconds this takes; one that arrives before the rename abandons the write."""
+    few milliseconds this takes; one that arrives before the rename abandons the write.
+    A target with other hard links, or another owner than this process (root writing a
+    user's file), is written in place once the temporary file is complete, so that the
+    links and the owner stay (a rename would make a new file: issue 32)."""
     target = output_target(str(path), flag)
     if target is None:
         write_stdout(data if isinstance(data, str) else data.decode("utf-8"))
@@ -264,7 +291,13 @@ def write_atomic(path: str | Path, data: str | bytes, flag: str = "-o") -> None:
             os.chmod(tmp, mode)
             if held() or _state.seen:  # Ctrl-C before the rename (also one a library
                 raise Interrupted(held() or _state.seen)  # swallowed): the old file stays
-            os.replace(tmp, target)
+            old = os.stat(target) if target.exists() else None
+            if old is not None and (old.st_nlink > 1 or (old.st_uid, old.st_gid)
+                                    != (os.geteuid(), os.getegid())):
+                _in_place(target, payload)  # (the temporary file was complete: removed)
+                os.unlink(tmp)
+            else:
+                os.replace(tmp, target)
             tmp = None
             held.committed()
         except OSError as e:

@@ -43,13 +43,19 @@ class Search:
 def search(config: ModelConfig, base: Layout, seq: int, *, precision: Precision,
            hardware: Hardware, net: Interconnect | None, mfu="0.5", margin="0",
            fix_zero: bool = False, fix_sp: bool = False, fix_micro: bool = False,
-           fix_ep: bool = False) -> Search:
-    """`base` carries the GPUs, global batch, recomputation and whatever the user fixed."""
+           fix_ep: bool = False, progress=None) -> Search:
+    """`base` carries the GPUs, global batch, recomputation and whatever the user fixed;
+    `progress(done, total)`, if given, is called after each (tp, pp) pair (the CLI's
+    accounting/runtime/progress.Ticker: a line on stderr when a search runs long)."""
     check_numbers(base)
     n, E = base.gpus, experts(config)
     ranked, rejected = [], []
+    pairs, done = sum(len(divisors(n // tp)) for tp in divisors(n)), 0
     for tp in divisors(n):
         for pp in divisors(n // tp):
+            if progress is not None:
+                progress(done, pairs)
+            done += 1
             dp = n // (tp * pp)
             eps = (base.ep,) if fix_ep or not E else tuple(divisors(gcd(dp, E)))
             for ep, sp in product(eps, ((base.sp,) if fix_sp else

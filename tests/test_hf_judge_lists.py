@@ -1,0 +1,53 @@
+"""A list in an unknown key is judged on every layer, or refused (issue 32). The judge
+builds transformers' model with fewer layers where no key can name a later one; a list one
+entry longer than the layers was cut away with them: a 6-layer llama with a 7-entry
+`kv_sharing_modes` (transformers' cache_utils: a "reuse" layer gets a DynamicLayer it cannot
+update, NotImplementedError at that layer) was "judged count-free … (2 of 6 layers)".
+"""
+import json
+
+import pytest
+
+from cli_run import refused_in_one_line, run
+from hf_examples import CONFIGS
+
+pytest.importorskip("transformers")
+
+SIX = {**CONFIGS["llama"], "num_hidden_layers": 6}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _imported():
+    """transformers' first model build in this process, outside the captured runs (its
+    imports may print warnings of the environment's own on stderr once)."""
+    from accounting.crosscheck.hf_keys import probe
+    probe(SIX)
+
+
+def _write(tmp_path, data):
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(data))
+    return str(p)
+
+
+@pytest.mark.parametrize("modes", [
+    ["none"] * 5 + ["reuse", "none"],  # 7 entries: layer 5 reuses (zip stops at 6)
+    ["none"] * 5 + ["reuse"],          # 6 entries, the last layer reuses
+])
+def test_a_list_is_judged_at_full_depth(capsys, tmp_path, modes):
+    refused_in_one_line(capsys, "--config", _write(tmp_path, {**SIX, "kv_sharing_modes": modes}),
+                        "--no-verify", expected="kv_sharing_modes")
+
+
+def test_a_harmless_list_is_still_judged_count_free_on_every_layer(capsys, tmp_path):
+    code, out, err = run(capsys, "--config", _write(tmp_path, {**SIX, "x_notes": [1, 2, 3]}),
+                         "--no-verify")
+    assert code == 0, err
+    assert "judged count-free" in out and "(all layers" in out
+
+
+def test_past_the_full_depth_bound_a_list_is_refused_at_once(capsys, tmp_path):
+    from accounting.crosscheck.hf_keys import FULL_DEPTH_LAYERS
+    big = {**SIX, "num_hidden_layers": FULL_DEPTH_LAYERS + 1, "x_notes": [1]}
+    refused_in_one_line(capsys, "--config", _write(tmp_path, big), "--no-verify",
+                        expected=f"needs transformers' model at all {FULL_DEPTH_LAYERS + 1} layers")
