@@ -31,6 +31,7 @@ from collections.abc import Callable
 from typing import NoReturn
 
 from accounting.runtime import temp_names
+from accounting.runtime.in_place import same_file, write_in_place  # noqa: F401 (same_file: cli/args.py)
 from accounting.runtime.errors import (Interrupted, UsageError, debugging, os_problem, outcome,
                                        shorten)
 
@@ -238,30 +239,6 @@ def _name_max(folder: Path) -> int:
         return 255
 
 
-def same_file(a: str | Path, b: str | Path) -> bool:
-    """Whether two names are one file (links, hard links and relative names alike)."""
-    try:
-        return os.path.samefile(a, b)
-    except (OSError, ValueError):
-        return False
-
-
-def _in_place(target: Path, payload: bytes) -> None:
-    """Write payload into the target itself (its inode: every hard link and its owner
-    kept), the space reserved first so that a full disk fails before any byte changes."""
-    fd = os.open(target, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0))
-    try:
-        if payload and hasattr(os, "posix_fallocate"):
-            os.posix_fallocate(fd, 0, len(payload))
-        view = memoryview(payload)
-        while view:
-            view = view[os.write(fd, view):]
-        os.ftruncate(fd, len(payload))
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def write_atomic(path: str | Path, data: str | bytes, flag: str = "-o") -> None:
     """Write the whole file or nothing: a temporary file beside the target, flushed to
     disk, given the old file's permissions, then renamed over it. Ctrl-C is held for the
@@ -294,7 +271,7 @@ def write_atomic(path: str | Path, data: str | bytes, flag: str = "-o") -> None:
             old = os.stat(target) if target.exists() else None
             if old is not None and (old.st_nlink > 1 or (old.st_uid, old.st_gid)
                                     != (os.geteuid(), os.getegid())):
-                _in_place(target, payload)  # (the temporary file was complete: removed)
+                write_in_place(target, payload)  # (the temporary file was complete)
                 os.unlink(tmp)
             else:
                 os.replace(tmp, target)
