@@ -108,7 +108,7 @@ FIXED = (
      b'"task_specific_params": ' + b'{"x": ' * 900 + b"1" + b"}" * 900 + b"}"),
     (["--config", "config.json", "--no-verify", "--pass", "train"],
      b'{"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "vocab_size": 100, '
-     b'"n_positions": 64, "gradient_checkpointing": true}'),
+     b'"n_positions": 64, "n_ctx": 64, "gradient_checkpointing": true}'),
     (["--config", "config.json", "--no-verify"],
      b'{"vocab_size": 100, "context_length": 64, "num_layers": 2, "d_model": 64, '
      b'"num_heads": 4, "num_shared_experts": 1, "moe_d_ff": 32}'),

@@ -22,8 +22,8 @@ from accounting.cli import args as cli_args
 from accounting.runtime import errors, safe_io
 from accounting.present import export, output, summary, views
 from accounting.analysis.workload import analyze
-from accounting.cli.args import (Parser, add_model_args, add_output_args, config_from_args,
-                                 hf_source_from_args, positive_int)
+from accounting.cli.args import (Parser, add_model_args, add_output_args, check_list_alone,
+                                 config_from_args, hf_source_from_args, positive_int)
 from accounting.runtime.errors import UsageError
 from accounting.ledger.records import EXECUTED, FORWARD, PHASES, TRAIN, USEFUL
 
@@ -117,8 +117,10 @@ def _check_summary(result) -> str:
 
 
 def analyse_main(argv: list[str]) -> int:
-    ns = parser().parse_args(argv)
+    p = parser()
+    ns = p.parse_args(argv)
     if ns.list:
+        check_list_alone(p, ns)
         output.emit(ns.format, ns.output, lambda: [views.presets_table()])
         return 0
     config = config_from_args(ns)

@@ -102,9 +102,12 @@ def parser() -> Parser:
 
 
 def main(argv: list[str]) -> int:
-    ns = parser().parse_args(argv)
+    p = parser()
+    ns = p.parse_args(argv)
     if ns.list:
+        from accounting.cli.args import check_list_alone
         from accounting.present.views import presets_table
+        check_list_alone(p, ns)
         output.emit(ns.format, ns.output, lambda: [presets_table()])
         return 0
     config = config_from_args(ns)

@@ -105,7 +105,7 @@ def run(ns: argparse.Namespace, config) -> int:
         result = search(config, base, seq, precision=precision, hardware=hw, net=net,
                         mfu=ns.mfu, margin=ns.margin, fix_zero=ns.zero is not None or bool(ns.fsdp),
                         fix_sp=ns.sp, fix_micro=ns.micro_batch is not None, fix_ep=ns.ep != 1,
-                        progress=_ticker())
+                        progress=_ticker(), tokens=ns.tokens)
         tables, data = search_tables, export.search_dict
     else:
         dp = resolve(ns.gpus, ns.tp, ns.pp, ns.dp)

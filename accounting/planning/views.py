@@ -232,11 +232,16 @@ def flops_table(p: Plan) -> Table:
     rows.append(("AdamW update", compute.adamw_formula(p.config), grouped(f.adamw), si(f.adamw, "FLOP")))
     rows.append(("total per step", "", grouped(f.total), si(f.total, "FLOP")))
     ratio = Fraction(f.backward, f.forward)
+    extra = f.backward - 2 * f.forward  # issue 32: "456866/222289 ×" read as a size claim
     notes = [
-        f"Backward = {ratio if ratio.denominator > 1 else ratio.numerator} × forward, exactly: "
-        "the analytic ledger (accounting.analysis.workload, phase 'backward') has one gradient matmul "
-        "per operand of every forward matmul, each the size of the forward one (the embedding's "
-        "backward is a scatter-add, not a matmul).",
+        (f"Backward = 2 × forward, exactly: " if not extra else
+         f"Backward = {decimal(ratio, 4)} × forward: 2 × forward and "
+         f"{grouped(extra)} FLOPs more ("
+         + ("the fused attention kernel recomputes QKᵀ in its backward" if
+            p.config.attention == "sdpa" else "matmuls the backward runs again") + "); ")
+        + "the analytic ledger (accounting.analysis.workload, phase 'backward') has one gradient "
+        "matmul per operand of every forward matmul, each the size of the forward one (the "
+        "embedding's backward is a scatter-add, not a matmul).",
         "Matmul FLOPs, executed count (the full T×T attention scores the model computes), "
         "2 FLOPs per multiply-add. Non-matmul FLOPs (norms, softmax, SiLU, residuals, the "
         f"cross-entropy) are not in the total: {grouped(f.forward_non_matmul)} in the forward "

@@ -142,24 +142,30 @@ def text(tables: list[Table], width: int | None = None) -> str:
     return "\n\n".join("\n".join(_text_table(t, width)) for t in tables) + "\n"
 
 
+def _md_text(s: str) -> str:
+    """Text as Markdown shows it, never as HTML: '<' (a tag's start: a config's name may
+    hold one, issue 32) written as the entity."""
+    return s.replace("<", "&lt;")
+
+
 def _md_cell(s: str) -> str:
-    return s.replace("|", "\\|")
+    return _md_text(s).replace("|", "\\|")
 
 
 def markdown_table(t: Table, heading: str = "##") -> list[str]:
-    lines = [f"{heading} {t.title}", ""] if heading else []
+    lines = [f"{heading} {_md_text(t.title)}", ""] if heading else []
     if t.columns:
         lines.append("| " + " | ".join(_md_cell(c) for c in t.columns) + " |")
         lines.append("|" + "|".join(":---" if a == "l" else "---:" for a in t.alignment()) + "|")
         lines.extend("| " + " | ".join(_md_cell(c) for c in r) + " |" for r in t.rows)
         lines.append("")
     for n in t.notes:  # each note its own paragraph
-        lines.extend([n, ""])
+        lines.extend([_md_text(n), ""])
     return lines
 
 
 def markdown(tables: list[Table], title: str | None = None) -> str:
-    lines = [f"# {title}", ""] if title else []
+    lines = [f"# {_md_text(title)}", ""] if title else []
     for t in tables:
         lines.extend(markdown_table(t))
     return "\n".join(lines).rstrip("\n") + "\n"

@@ -237,6 +237,10 @@ def _check_llama4(c) -> None:
     if not isinstance(c.nope_layers, tuple) or any(
             isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < c.num_layers for i in c.nope_layers):
         raise UsageError(f"nope_layers must be layer indices in [0, {c.num_layers}), got {short_value(c.nope_layers)}")
+    if c.temperature_floor is not None and not c.nope_layers:  # issue 32: was ignored
+        raise UsageError("temperature_floor scales the queries of the NoPE layers "
+                         "(nope_layers), and there are none: it would change nothing; give "
+                         "nope_layers too, or leave temperature_floor out")
     if c.sliding_window is not None and c.attention_chunk is not None and c.layer_types is None:
         raise UsageError("sliding_window and attention_chunk together need layer_types (which "
                          "layers are local, which chunked)")

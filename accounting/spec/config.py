@@ -327,6 +327,8 @@ class ModelConfig:
             for f in ("dense_layers", "nope_layers"):  # the indices below n
                 if overrides.get(f) is None and getattr(self, f):
                     changed[f] = tuple(i for i in getattr(self, f) if i < n)
+            if changed.get("nope_layers") == () and overrides.get("temperature_floor") is None:
+                changed["temperature_floor"] = None  # it tuned the NoPE layers cut away
             if overrides.get("layer_types") is None and self.layer_types:
                 types = self.layer_types
                 changed["layer_types"] = tuple(types[i % len(types)] for i in range(n))

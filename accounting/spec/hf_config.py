@@ -110,11 +110,19 @@ def _number(v) -> bool:
     return real(v)  # ints and floats alike, bounded (hf_schema.real)
 
 
+def _same(a, b) -> bool:
+    """One setting: equal numbers (500000 and 500000.0, issue 32) or the same value; a bool
+    is not the number 1."""
+    if real(a) and real(b):
+        return a == b
+    return type(a) is type(b) and repr(a) == repr(b)
+
+
 def _read(key: Key, data: Mapping, where: str):
     """The key's value (from it or an alias), checked; contradicting spellings refused."""
     found = [(p, _get(data, p)) for p in (key.hf, *key.aliases)]
     found = [(p, v) for p, v in found if v is not _MISSING]
-    if len({repr(v) for _, v in found}) > 1:
+    if any(not _same(v, found[0][1]) for _, v in found):
         shown = ", ".join(f"{p} = {short(v)}" for p, v in found)
         raise UsageError(f"{where}: contradictory keys {shown}; transformers reads them as one "
                          f"setting, so give one value")

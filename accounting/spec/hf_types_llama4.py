@@ -64,7 +64,7 @@ def _llama4_layers(v: Mapping, where: str):
                     "nope_layers": nope, "qk_norm": "l2" if v["use_qk_norm"] else "none",
                     "attention_chunk": v["attention_chunk_size"],
                     "layer_types": tuple(_ATTENTION[t] for t in types[:L])}
-    if v["attn_temperature_tuning"]:  # it acts on the NoPE layers only (none: no op)
+    if v["attn_temperature_tuning"] and nope:  # it acts on the NoPE layers only (none: no op)
         fields.update(temperature_floor=v["floor_scale"], temperature_scale=v["attn_scale"])
     notes = []
     if fields["dense_layers"]:

@@ -55,7 +55,7 @@ def to_dict(p: ParallelPlan) -> dict:
                             "data_parallel_seconds": _f(t.data_parallel),
                             "links": {g: {"bytes_per_s": _f(bw), "kind": k}
                                       for g, (bw, k) in t.links.items()}}
-        if p.steps is not None:
+        if p.steps is not None and not (p.fit is not None and p.fit.shortfall):  # (fits)
             out["time_to_train"] = {"tokens": p.tokens, "steps": p.steps,
                                     "seconds": _f(t.seconds * p.steps)}
     return out

@@ -43,7 +43,7 @@ class Search:
 def search(config: ModelConfig, base: Layout, seq: int, *, precision: Precision,
            hardware: Hardware, net: Interconnect | None, mfu="0.5", margin="0",
            fix_zero: bool = False, fix_sp: bool = False, fix_micro: bool = False,
-           fix_ep: bool = False, progress=None) -> Search:
+           fix_ep: bool = False, progress=None, tokens: int | None = None) -> Search:
     """`base` carries the GPUs, global batch, recomputation and whatever the user fixed;
     `progress(done, total)`, if given, is called after each (tp, pp) pair (the CLI's
     accounting/runtime/progress.Ticker: a line on stderr when a search runs long)."""
@@ -69,7 +69,7 @@ def search(config: ModelConfig, base: Layout, seq: int, *, precision: Precision,
                         rejected.append(Rejected(lo, found[0]))
                         break  # the same reason holds for every further sharding stage
                     p = parallel_plan(config, lo, seq, precision=precision, hardware=hardware,
-                                      net=net, mfu=mfu, margin=margin)
+                                      net=net, mfu=mfu, margin=margin, tokens=tokens)
                     if p.fit is not None and p.fit.shortfall:
                         rejected.append(Rejected(lo, "does not fit", p.fit.shortfall))
                     else:

@@ -19,6 +19,7 @@ def _stage(zero: int, dp: int) -> str:
 
 def ranked_table(s: Search) -> Table:
     moe = s.config.num_experts is not None  # an ep column (expert parallelism) after dp
+    tokens = next((p.tokens for p in s.ranked if p.steps is not None), None)  # --tokens
     rows = []
     for i, p in enumerate(s.ranked[:SHOWN], 1):
         lo, t = p.layout, p.time
@@ -27,7 +28,8 @@ def ranked_table(s: Search) -> Table:
                      "yes" if lo.sp else "-",
                      _stage(lo.zero, lo.dp), str(lo.micro_batch), gigabytes(p.memory),
                      gigabytes(p.fit.headroom), f"{p.fit.largest:,}", percent(p.bubble, 1),
-                     _seconds(t.seconds), _dec(tok, 0)))
+                     _seconds(t.seconds), _dec(tok, 0),
+                     *([_seconds(t.seconds * p.steps)] if tokens else [])))
     first = s.ranked[0] if s.ranked else None
     notes = []
     if first is not None:
@@ -52,8 +54,10 @@ def ranked_table(s: Search) -> Table:
                      "balanced, the all-to-alls on the critical path.")
     return Table(f"Layouts for {s.gpus} GPUs: {s.config.name}, fastest first",
                  ("#", "tp", "pp", "dp", *(("ep",) if moe else ()), "sp", "sharding", "micro",
-                  "memory/GPU", "to spare", "largest b", "bubble", "step", "tokens/s"),
-                 tuple(rows), align="lrrr" + ("r" if moe else "") + "llrrrrrrr",
+                  "memory/GPU", "to spare", "largest b", "bubble", "step", "tokens/s",
+                  *((f"{tokens:,} tokens",) if tokens else ())),
+                 tuple(rows), align="lrrr" + ("r" if moe else "") + "llrrrrrrr"
+                 + ("r" if tokens else ""),
                  notes=tuple(notes))
 
 

@@ -67,7 +67,10 @@ def summary_table(p: ParallelPlan) -> Table:
                                              f"no overlap at all: {_seconds(t.no_overlap)})"))
         if p.steps is not None:
             total = t.seconds * p.steps
-            rows.append((f"time for {p.tokens:,} tokens", f"{p.steps:,} steps, {_seconds(total)}"))
+            rows.append((f"time for {p.tokens:,} tokens",
+                         f"not estimated: the layout does not fit ({gigabytes(p.fit.shortfall)} "
+                         f"short per GPU)" if _short(p) else
+                         f"{p.steps:,} steps, {_seconds(total)}"))
     notes = ["Checked on torch.distributed: " + "; ".join(CHECKED) + ".",
              "Formula only: " + "; ".join(FORMULA_ONLY) + "."]
     if lo.ep > 1:
@@ -220,7 +223,7 @@ def time_table(p: ParallelPlan) -> Table:
     else:
         notes.append("No interconnect known (a custom GPU): communication not timed; give "
                      "--nvlink-gbs and --network-gbs.")
-    if p.steps is not None:
+    if p.steps is not None and not _short(p):
         x = p.mfu * hw.peak_flops
         n = _parameters(p)
         meg = megatron_seconds(p.steps * p.tokens_per_step, n, lo.gpus, x,
@@ -231,6 +234,12 @@ def time_table(p: ParallelPlan) -> Table:
                      f"{lo.gpus}, X = {_num(x / TERA)} TFLOP/s: {_seconds(meg)} (no bubble, no "
                      f"communication, attention FLOPs left out).")
     return Table("Step time (estimate)", ("", "seconds"), tuple(rows), align="lr", notes=tuple(notes))
+
+
+def _short(p: ParallelPlan) -> bool:
+    """The layout does not fit the GPU's memory: no time to train is shown for it (a run
+    that cannot start takes no days; issue 32)."""
+    return p.fit is not None and bool(p.fit.shortfall)
 
 
 def _parameters(p: ParallelPlan) -> int:
