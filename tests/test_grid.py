@@ -133,11 +133,11 @@ def test_sweeps_refuse_contexts_that_are_not_integers():
 
     from accounting import sweep
     for seqs in ([1024.5], ["1024"], [1024, 2048.0]):
-        with pytest.raises(UsageError, match="--ctx must be a positive integer"):
+        with pytest.raises(UsageError, match=r"seq \(--ctx\) must be a positive integer"):
             sweep(["gpt2-small"], seqs)
-        with pytest.raises(UsageError, match="--ctx must be a positive integer"):
+        with pytest.raises(UsageError, match=r"seq \(--ctx\) must be a positive integer"):
             flops_grid(get_preset("gpt2-small"), seqs)
-    with pytest.raises(UsageError, match="--batch must be a positive integer"):
+    with pytest.raises(UsageError, match=r"batch \(--batch\) must be a positive integer"):
         flops_grid(get_preset("gpt2-small"), [8], [2.5])
     # numpy's integers are integers: 2·3·T·(…) exactly as for Python ints
     assert (flops_grid(get_preset("gpt2-small"), np.array([8, 9]), np.array([3])) ==

@@ -116,8 +116,8 @@ def component_grids(config: ModelConfig, seqs: Iterable[int], batches: Iterable[
     and its branches found once."""
     import numpy as np
     config, phase, counting = A.config(config), A.phase(phase), A.counting(counting)
-    seqs = as_ints(A.iterable(seqs, "seqs"), "--ctx")
-    batches = as_ints(A.iterable(batches, "batches"), "--batch")
+    seqs = as_ints(A.iterable(seqs, "seqs"), "seq (--ctx)")
+    batches = as_ints(A.iterable(batches, "batches"), "batch (--batch)")
     components = tuple(A.component(c) for c in A.iterable(components, "components"))
     if not seqs or not batches:
         return {c: np.zeros((len(seqs), len(batches)), dtype=np.int64) for c in components}

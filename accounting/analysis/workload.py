@@ -65,11 +65,13 @@ class ParamRow:
 
 
 def check_workload(seq: int, batch: int, config: ModelConfig | None = None) -> None:
-    for flag, value in (("--ctx", seq), ("--batch", batch)):
+    # named as the Python API's argument and the CLI's flag (issue 32: an API caller was
+    # told about --ctx)
+    for name, value in (("seq (--ctx)", seq), ("batch (--batch)", batch)):
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise UsageError(f"{flag} must be a positive integer, got {value!r}")
+            raise UsageError(f"{name} must be a positive integer, got {value!r}")
         if value > MAX_WORKLOAD:
-            raise UsageError(f"{flag} must be at most 10^15, got {value:.3e}")
+            raise UsageError(f"{name} must be at most 10^15, got {value:.3e}")
     if config is not None:
         check_seq(config, seq)
 

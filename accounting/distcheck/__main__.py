@@ -28,8 +28,9 @@ def parser():
 
 def run(argv: list[str]) -> int:
     ns = parser().parse_args(argv)
+    json_on_stdout = False
     if ns.json is not None:  # before any work: a run takes about 25 s
-        safe_io.output_target(ns.json, "--json")
+        json_on_stdout = safe_io.output_target(ns.json, "--json") is None
     from accounting.runtime.optional import missing
     absent = missing(alternative="")  # (an address-space limit too low for torch: UsageError, exit 2)
     if absent:
@@ -58,12 +59,14 @@ def run(argv: list[str]) -> int:
                      f"{c['label']}: {len(rows) - len(wrong)}/{len(rows)} quantities agree")
         lines += [f"      {r.what}: plan {r.planned:,}, torch {r.measured:,}" for r in wrong]
     lines.append("seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in seconds.items()))
-    output.write("\n".join(lines) + "\n", None)
+    if not json_on_stdout:  # --json -: standard output is the JSON alone (issue 32)
+        output.write("\n".join(lines) + "\n", None)
     if ns.json is not None:  # the one output path: JSON without NaN, written whole or not at all
         output.write(output.json_text(measured), ns.json, "--json")
     if bad:
-        safe_io.say(f"accounting: distcheck DISAGREES with torch on {bad} quantities (the NO "
-                    "lines above)")
+        safe_io.say(f"accounting: distcheck DISAGREES with torch on {bad} quantities ("
+                    + ("the measurements whose plan and torch differ, in the JSON)"
+                       if json_on_stdout else "the NO lines above)"))
         return 1
     return 0
 

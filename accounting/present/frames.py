@@ -52,7 +52,7 @@ def sweep(configs: Iterable[ModelConfig | str], seqs: Iterable[int], batch: int 
 
     from accounting.analysis.grid import as_ints, component_grids
     configs = A.configs(configs)
-    seqs = as_ints(A.iterable(seqs, "seqs"), "--ctx")
+    seqs = as_ints(A.iterable(seqs, "seqs"), "seq (--ctx)")
     batch, phase = A.count(batch, "batch"), A.phase(phase)
     n, T = len(R.COMPONENTS), len(seqs)
     models: list[tuple] = []  # (config, its analysis at the first T): what is constant per model
@@ -160,7 +160,7 @@ def formulas_frame(configs: Iterable[ModelConfig | str] | ModelConfig | str,
     configs = A.configs(configs)
     if seqs is not None:
         seqs = [A.count(seqs, "seqs")] if hasattr(seqs, "__index__") else \
-            as_ints(A.iterable(seqs, "seqs"), "--ctx")
+            as_ints(A.iterable(seqs, "seqs"), "seq (--ctx)")
     batch = A.count(batch, "batch")
     rows = []
     for config in configs:
