@@ -51,3 +51,32 @@ def test_past_the_full_depth_bound_a_list_is_refused_at_once(capsys, tmp_path):
     big = {**SIX, "num_hidden_layers": FULL_DEPTH_LAYERS + 1, "x_notes": [1]}
     refused_in_one_line(capsys, "--config", _write(tmp_path, big), "--no-verify",
                         expected=f"needs transformers' model at all {FULL_DEPTH_LAYERS + 1} layers")
+
+
+# ---- keys inside text_config: judged as a text file's are (issue 32) -------------------------
+def _text_config_files():
+    from test_hf_gemma import CONFIGS as GEMMA, GEMMA3_4B
+    from test_hf_llama4 import MULTIMODAL
+    gemma_text = {k: v for k, v in GEMMA["gemma3_text"].items() if k != "architectures"}
+    return {"llama4": MULTIMODAL, "gemma3": {**GEMMA3_4B, "text_config": gemma_text}}
+
+
+@pytest.mark.parametrize("name", ["llama4", "gemma3"])
+def test_an_unknown_key_inside_text_config_is_judged(capsys, tmp_path, name):
+    data = _text_config_files()[name]
+    data = {**data, "text_config": {**data["text_config"], "my_note": "hello"}}
+    path = _write(tmp_path, data)
+    code, out, err = run(capsys, "--config", path, "--no-verify")
+    assert code == 0, err
+    assert "'my_note': not in the tool's table" in out and "judged count-free" in out
+    refused_in_one_line(capsys, "--config", path, "--no-verify", "--strict",
+                        expected="unknown key(s) 'my_note'")
+
+
+def test_a_judged_text_config_key_survives_the_cross_check(capsys, tmp_path):
+    from cli_run import agreeing_check
+    from test_hf_llama4 import MULTIMODAL
+    data = {**MULTIMODAL, "text_config": {**MULTIMODAL["text_config"], "my_note": "hello"}}
+    x = agreeing_check(capsys, "--config", _write(tmp_path, data), "--num-layers", "2",
+                       "--ctx", "6", "--pass", "forward")
+    assert x["transformers"]["agrees"]

@@ -153,7 +153,7 @@ def translate(data: Mapping, source: str, name: str, origin: str = "",
     mt = data.get("model_type")
     if isinstance(mt, str) and mt in WRAPPERS:  # a vision-language config: its language model
         inner, said = WRAPPERS[mt](data, f"{source} ({mt})")
-        hf = translate(inner, f"{source} (text_config)", name, origin or source)
+        hf = translate(inner, f"{source} (text_config)", name, origin or source, judge)
         return replace(hf, notes=said + hf.notes)
     if isinstance(mt, str) and mt in UNSUPPORTED:
         raise UsageError(f"{source}: model_type {mt} is not supported: it {UNSUPPORTED[mt]}; "
@@ -164,7 +164,7 @@ def translate(data: Mapping, source: str, name: str, origin: str = "",
     t = TYPES[mt]
     where = f"{source} ({mt})"
     if t.nested:
-        return _translate_nested(t, data, source, name, origin, where)
+        return _translate_nested(t, data, source, name, origin, where, judge)
     for k, why in REFUSED.items():
         if data.get(k) is not None and not t.declares(k):
             raise UsageError(f"{where}: {k} = {short(data[k])} is {why}; refusing rather than "
@@ -233,7 +233,7 @@ def translate(data: Mapping, source: str, name: str, origin: str = "",
 
 
 def _translate_nested(t: HFType, data: Mapping, source: str, name: str, origin: str,
-                      where: str) -> HFConfig:
+                      where: str, judge: Judge | None = None) -> HFConfig:
     """A multimodal file (Llama 4): its top-level keys checked against the type's `outer`
     list, the language model read from data[t.nested] as a file of the text type, and the
     vision tower said to be uncounted. HFConfig.data stays the whole file: transformers'
@@ -256,14 +256,17 @@ def _translate_nested(t: HFType, data: Mapping, source: str, name: str, origin: 
     if inner.get("model_type", text_type) != text_type:
         raise UsageError(f"{where}: {t.nested}.model_type must be {text_type}, got "
                          f"{short(inner.get('model_type'))}")
-    hf = translate({**inner, "model_type": text_type}, f"{source} {t.nested}", name, origin)
+    # (judge: the text model's unknown keys are judged as a text file's are, issue 32)
+    hf = translate({**inner, "model_type": text_type}, f"{source} {t.nested}", name, origin,
+                   judge)
     mapped = tuple((f"{t.nested}.{k}", v, f, g) for k, v, f, g in hf.mapped)
     vision = ("vision_config: the vision tower and the multi-modal projector "
               "(Llama4ForConditionalGeneration's) are not counted; the counts are the language "
               f"model's, {t.nested}, as AutoModelForCausalLM builds it (Llama4ForCausalLM, "
               f"whose head is tied by {t.nested}.tie_word_embeddings, not the top-level key).")
     return HFConfig(t.model_type, MappingProxyType(copy.deepcopy(dict(data))), hf.config,
-                    origin or source, mapped, hf.notes + (vision,), storage_dtype(data))
+                    origin or source, mapped, hf.notes + (vision,), storage_dtype(data),
+                    hf.judged)
 
 
 COMMON_MUST_KEYS = frozenset(m.hf for m in COMMON_MUST)
@@ -321,9 +324,14 @@ def for_transformers(hf: HFConfig, config: ModelConfig) -> tuple[dict | None, st
     a changed field has no key in this model_type or the result would not mean `config`."""
     data = copy.deepcopy(dict(hf.data))
     t = hf.type
+
+    def judged(d, unknown, t, where):  # the keys judged count-free when hf was read
+        if set(unknown) <= set(hf.judged):
+            return ()
+        raise UsageError(f"{where}: keys not judged: {', '.join(unknown)}")
     if t.nested:  # the text model's keys, rewritten inside the nested object
         inner = translate({**data[t.nested], "model_type": f"{t.model_type}_text"},
-                          "config.json", hf.config.name)
+                          "config.json", hf.config.name, judge=judged)
         text, why = for_transformers(inner, config)
         if text is None:
             return None, why
@@ -373,10 +381,6 @@ def for_transformers(hf: HFConfig, config: ModelConfig) -> tuple[dict | None, st
         return None, (f"{', '.join(fixed)} {'is' if len(fixed) == 1 else 'are'} fixed by "
                       f"model_type {t.model_type} (no config.json key sets "
                       f"{'it' if len(fixed) == 1 else 'them'})")
-    def judged(d, unknown, t, where):  # the keys judged count-free when hf was read
-        if set(unknown) <= set(hf.judged):
-            return ()
-        raise UsageError(f"{where}: keys not judged: {', '.join(unknown)}")
     try:
         again = translate(data, "the rewritten config.json", config.name, judge=judged).config
     except UsageError as e:
