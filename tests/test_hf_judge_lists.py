@@ -80,3 +80,31 @@ def test_a_judged_text_config_key_survives_the_cross_check(capsys, tmp_path):
     x = agreeing_check(capsys, "--config", _write(tmp_path, data), "--num-layers", "2",
                        "--ctx", "6", "--pass", "forward")
     assert x["transformers"]["agrees"]
+
+
+# ---- a broken or other transformers is not the config's fault (issue 32) ----------------------
+def test_a_transformers_that_fails_to_import_is_named(monkeypatch):
+    from accounting.cli import args
+    from accounting.spec.hf_config import translate
+
+    def broken(name):
+        raise ImportError("libtorch_cpu.so: cannot open shared object file")
+    monkeypatch.setattr(args, "import_module", broken)
+    with pytest.raises(Exception) as e:
+        translate({**SIX, "my_note": 1}, "f.json", "f", judge=args.judge_keys)
+    assert "installed but fails to import (ImportError: libtorch_cpu.so" in str(e.value)
+    assert "reinstall the hf extra" in str(e.value)
+
+
+def test_another_transformers_version_is_named_when_the_build_fails(monkeypatch):
+    import transformers
+    from accounting.crosscheck import hf_keys
+    from accounting.spec.hf_config import TYPES
+
+    def fails(data):
+        raise AttributeError("module has no attribute 'LlamaForCausalLM'")
+    monkeypatch.setattr(hf_keys, "probe", fails)
+    monkeypatch.setattr(transformers, "__version__", "4.30.0")
+    with pytest.raises(Exception) as e:
+        hf_keys.judge({**SIX, "my_note": 1}, ("my_note",), TYPES["llama"], "f.json (llama)")
+    assert "transformers 4.30.0 is installed, the tool's tables are read from 5.23.0" in str(e.value)

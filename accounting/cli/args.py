@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import re
+from importlib import import_module
 
 from accounting.present import output
 from accounting.runtime import safe_io
@@ -323,6 +324,15 @@ def judge_keys(data, unknown: tuple, t, where: str) -> tuple:
                          f"transformers' model with and without it, which needs {absent}, not "
                          f"importable here; install the hf extra (pip install -e '.[hf]') or "
                          f"remove the key")
+    try:  # an install that is there but broken is not the config's fault (issue 32)
+        import_module("transformers")
+    except Exception as e:  # noqa: BLE001 - whatever a broken install raises
+        raise UsageError(f"{where}: unknown key(s) {', '.join(shorten(k, 30) for k in unknown)}: "
+                         f"judging it needs transformers, which is installed but fails to "
+                         f"import ({' '.join(f'{type(e).__name__}: {e}'.split())[:120]}); "
+                         f"reinstall the "
+                         f"hf extra (pip install -e '.[hf]'), or pass --strict to refuse the "
+                         f"key without judging") from None
     from accounting.crosscheck.hf_keys import judge
     return judge(data, unknown, t, where)
 

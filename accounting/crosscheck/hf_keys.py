@@ -48,7 +48,7 @@ from accounting.crosscheck import hf_counter
 from accounting.crosscheck.dispatch import OpCounter
 from accounting.runtime.errors import UsageError, shorten
 from accounting.runtime.progress import Ticker
-from accounting.spec.hf_schema import HFType
+from accounting.spec.hf_schema import TRANSFORMERS_VERSION, HFType
 
 SEQ = 4  # tokens of the judging forward pass: enough for every op; a few ms on meta
 # the most layers judged at full depth (a list-valued unknown key): 80 layers build in about
@@ -238,10 +238,15 @@ def judge(data: Mapping, unknown: tuple[str, ...], t: HFType, where: str) -> tup
         try:
             base = probe(without)
         except Exception as e:
+            import transformers
+            other = transformers.__version__ != TRANSFORMERS_VERSION
             raise UsageError(f"{where}: unknown key(s) {shown}: transformers' "
                              f"{t.transformers_class} could not be built without them to judge "
-                             f"whether they change a count ({_why(e)}); correct the config or "
-                             f"remove the key(s)") from None
+                             f"whether they change a count ({_why(e)}); "
+                             + (f"transformers {transformers.__version__} is installed, the "
+                                f"tool's tables are read from {TRANSFORMERS_VERSION}: install "
+                                f"that (pip install -e '.[hf]'), or remove the key(s)" if other
+                                else "correct the config or remove the key(s)")) from None
     changed = []
     for i, k in enumerate(unknown + ((unknown,) if len(unknown) > 1 else ())):
         keys = k if isinstance(k, tuple) else (k,)
