@@ -187,3 +187,30 @@ def test_a_required_key_is_refused_in_one_line_by_the_cli(capsys, tmp_path, mt):
     p = tmp_path / "config.json"
     p.write_text(json.dumps(_without(EXAMPLES[mt], mt, key)))
     refused_in_one_line(capsys, "--config", str(p), "--no-verify", expected=f"missing {key.hf}")
+
+
+# ---- null where the table allows it: only where transformers builds the model (issue 32) ----
+def _nullable():
+    for mt, t in TYPES.items():
+        for key in t.keys:
+            if key.kind.endswith("or null"):
+                yield pytest.param(mt, key.hf, id=f"{mt}-{key.hf}")
+
+
+@pytest.mark.parametrize("mt,hf_key", list(_nullable()))
+def test_null_is_read_only_where_transformers_builds_it(mt, hf_key):
+    """head_dim: null on qwen2 was "transformers' default" to the tool, while Qwen2's
+    RoPE init fails on it (None ** float): a config transformers rejects was answered."""
+    data = copy.deepcopy(EXAMPLES[mt])
+    _inner(data, mt)[hf_key] = None
+    try:
+        hf_counter.measure(data, 4, 1, "forward")
+        builds = True
+    except Exception:  # noqa: BLE001 - its config class or model refuses it
+        builds = False
+    try:
+        translate(data, "config.json", "t")
+        read = True
+    except UsageError:
+        read = False
+    assert read == builds, f"{mt} {hf_key} null: transformers {'builds' if builds else 'fails'}"

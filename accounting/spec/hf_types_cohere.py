@@ -8,7 +8,7 @@ from types import MappingProxyType
 from typing import Mapping
 
 from accounting.spec.hf_schema import (
-    ATTENTION_BIAS, ATTENTION_DROPOUT, BOOL, CHOICE, EPS, GATED_ACTS, LLAMA_NAMES, ROPE_MUST,
+    ATTENTION_BIAS, ATTENTION_DROPOUT, BOOL, CHOICE, EPS, GATED_ACTS, INT, LLAMA_NAMES, ROPE_MUST,
     THETA, Derived, HFType, Key, head_dim, kv_heads, llama_sizes, register)
 
 
@@ -32,7 +32,8 @@ register(HFType(
     # CohereConfig's class defaults are Command R's sizes (256000, 8192, 22528, 40, 64, 8192)
     keys=llama_sizes(256000, 8192, 22528, 40, 64, 8192) + (
         kv_heads(),  # CohereConfig.__post_init__: None -> num_attention_heads
-        head_dim(),  # CohereAttention: getattr(config, "head_dim", hidden_size // heads)
+        # CohereAttention: getattr(config, "head_dim", hidden_size // heads); null refused
+        head_dim(None, INT),
         ATTENTION_BIAS,  # q/k/v_proj and o_proj alike (CohereAttention)
         Key("hidden_act", ("mlp",), CHOICE, "silu", GATED_ACTS),  # CohereMLP: gated
         Key("layer_norm_eps", ("norm_eps",), EPS, 1e-5),

@@ -71,7 +71,7 @@ register(HFType(
 register(HFType(
     "mistral", "MistralForCausalLM",
     keys=llama_sizes(32000, 4096, 14336, 32, 32, 131072) + (
-        kv_heads(Required(8)),
+        kv_heads(Required(8), INT),  # null: refused by transformers (issue 32)
         head_dim(),
         # every layer attends its last W keys; MistralConfig's default is W = 4,096, so an
         # absent key means a window too (null: none)
@@ -154,7 +154,8 @@ register(HFType(
     "qwen2", "Qwen2ForCausalLM",
     keys=llama_sizes(151936, 4096, 22016, 32, 32, 32768) + (
         kv_heads(Required(32)),
-        head_dim()) + rope_keys(1e-6) + _QWEN_WINDOW_KEYS,
+        # null: Qwen2's RoPE init fails on it (issue 32; tests/test_hf_default_sweep.py)
+        head_dim(None, INT)) + rope_keys(1e-6) + _QWEN_WINDOW_KEYS,
     fixed=MappingProxyType(dict(LLAMA_FAMILY, qk_norm="none", qkv_bias=True, out_bias=False,
                                 mlp_bias=False)),
     rules="biases on Q, K and V only (modeling_qwen2.py: bias=True on q/k/v_proj, False on "
@@ -182,7 +183,7 @@ register(HFType(
     "olmo2", "Olmo2ForCausalLM",
     keys=llama_sizes(50304, 4096, 11008, 32, 32, 2048) + (
         kv_heads(),
-        head_dim(),
+        head_dim(None, INT),  # null: Olmo2's RoPE init fails on it (issue 32)
         ATTENTION_BIAS) + rope_keys(1e-5),
     fixed=MappingProxyType(dict(LLAMA_FAMILY, norm_placement="post", qk_norm="full",
                                 mlp_bias=False)),

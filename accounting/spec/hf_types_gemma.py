@@ -96,7 +96,7 @@ _GEMMA_FREE = frozenset({"cache_implementation"})  # generate()'s cache choice: 
 
 def _gemma_keys(sizes, kv_default, softcap_default):
     return sizes + (
-        kv_heads(Required(kv_default)),
+        kv_heads(Required(kv_default), INT),  # null: refused by transformers (issue 32)
         head_dim(Required(256), INT),  # the real models' 256, whatever hidden_size/heads is
         ATTENTION_BIAS,
         Key("hidden_activation", ("mlp",), CHOICE, "gelu_pytorch_tanh", GATED_ACTS),
@@ -181,7 +181,8 @@ register(HFType(
     "granite", "GraniteForCausalLM",
     keys=llama_sizes(32000, 4096, 11008, 32, 32, 2048) + (
         kv_heads(),
-        head_dim(),  # GraniteAttention: getattr(config, "head_dim", hidden_size // heads)
+        # GraniteAttention: getattr(config, "head_dim", hidden_size // heads); null refused
+        head_dim(None, INT),
         ATTENTION_BIAS,
         Key("mlp_bias", ("mlp_bias",), BOOL, False),
         # GraniteModel multiplies the embeddings, GraniteDecoderLayer each sublayer's output,

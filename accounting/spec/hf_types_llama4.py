@@ -99,8 +99,9 @@ _TEXT = dict(
           Key("num_hidden_layers", ("num_layers",), INT, Required(48)),
           Key("num_attention_heads", ("num_heads",), INT, Required(40)),
           Key("max_position_embeddings", ("context_length",), INT, Required(131072)),
-          Key("num_key_value_heads", ("num_kv_heads",), INT_OR_NULL, Required(8)),
-          Key("head_dim", ("head_dim",), INT_OR_NULL, Required(128)),
+          # null: Llama4TextConfig's strict fields refuse it (issue 32)
+          Key("num_key_value_heads", ("num_kv_heads",), INT, Required(8)),
+          Key("head_dim", ("head_dim",), INT, Required(128)),
           Key("num_local_experts", ("num_experts",), INT, Required(16)),
           Key("num_experts_per_tok", ("experts_per_token",), INT, Required(1)),
           Key("hidden_act", ("mlp",), CHOICE, "silu", GATED_ACTS),

@@ -28,7 +28,7 @@ ROUTER_FREE = frozenset({"router_aux_loss_coef", "output_router_logits"})
 register(HFType(
     "mixtral", "MixtralForCausalLM",
     keys=llama_sizes(32000, 4096, 14336, 32, 32, 131072) + (
-        kv_heads(Required(8)),
+        kv_heads(Required(8), INT),  # null: refused by transformers (issue 32)
         head_dim(),
         # MixtralConfig.attribute_map: num_experts is num_local_experts
         Key("num_local_experts", ("num_experts",), INT, Required(8), aliases=("num_experts",)),
