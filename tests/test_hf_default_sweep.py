@@ -214,3 +214,22 @@ def test_null_is_read_only_where_transformers_builds_it(mt, hf_key):
     except UsageError:
         read = False
     assert read == builds, f"{mt} {hf_key} null: transformers {'builds' if builds else 'fails'}"
+
+
+@pytest.mark.parametrize("mt,builds", [("deepseek_v3", False), ("deepseek_v2", True)])
+def test_deepseek_head_dim_null_is_read_as_transformers_reads_it(mt, builds):
+    """DeepseekV3Config replaces head_dim by qk_rope_head_dim (no count), but null fails
+    its RoPE init: refused; DeepseekV2Config's head_dim is int | None and builds."""
+    data = {**copy.deepcopy(EXAMPLES[mt]), "head_dim": None}
+    try:
+        hf_counter.measure(data, 4, 1, "forward")
+        built = True
+    except Exception:  # noqa: BLE001
+        built = False
+    assert built == builds
+    if builds:
+        translate(data, "config.json", "t")
+    else:
+        with pytest.raises(UsageError, match="head_dim = None is not a positive integer"):
+            translate(data, "config.json", "t")
+    translate({**data, "head_dim": 64}, "config.json", "t")

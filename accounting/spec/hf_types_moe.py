@@ -151,9 +151,13 @@ MLA_KEYS = (
     Key("v_head_dim", ("v_head_dim",), INT, Required(128)),
     ATTENTION_BIAS)
 # aux_loss_alpha, seq_aux: training-loss settings; ep_size: expert parallelism of DeepSeek's
-# code; pretraining_tp: unread; head_dim: DeepseekV2/V3Config overwrite it with qk_rope_head_dim
-DEEPSEEK_FREE = ROUTER_FREE | {"aux_loss_alpha", "seq_aux", "ep_size", "pretraining_tp",
-                               "head_dim"}
+# code; pretraining_tp: unread
+DEEPSEEK_FREE = ROUTER_FREE | {"aux_loss_alpha", "seq_aux", "ep_size", "pretraining_tp"}
+# head_dim: DeepseekV3Config replaces it with qk_rope_head_dim (no count), but a null one
+# fails transformers' RoPE init (issue 32): a positive integer or absent
+DEEPSEEK_HEAD_DIM = Noted("head_dim", lambda v: True, "",
+                          (lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 0,
+                           "a positive integer"))
 
 
 def mla_must(cls: str) -> tuple[Must, ...]:
@@ -220,7 +224,7 @@ register(HFType(
         Must("quantization_config", _fp8_blocks, 'null or quant_method "fp8"',
              "a quantized checkpoint whose weights are not dense tensors of the config's "
              "shapes")),
-    noted=(ATTENTION_DROPOUT,
+    noted=(ATTENTION_DROPOUT, DEEPSEEK_HEAD_DIM,
            Noted("num_nextn_predict_layers", _mtp_note,
                  "{settings}: the multi-token-prediction module (DeepSeek-V3 §2.2) is not "
                  "counted: transformers' DeepseekV3ForCausalLM does not build it (it loads it "
@@ -314,7 +318,7 @@ register(HFType(
         Must("mlp_bias", lambda v, d: v is False, "false",
              "biases on the dense and shared-expert MLPs but not on the routed experts", False)),
     noted=(ATTENTION_DROPOUT,),
-    free=DEEPSEEK_FREE,
+    free=DEEPSEEK_FREE | {"head_dim"},  # DeepseekV2Config: int | None, null builds
     derived=(Derived(("dense_layers", "router_groups", "router_topk_groups"),
                      ("num_hidden_layers", "first_k_dense_replace", "topk_method", "n_group",
                       "topk_group"), _deepseek_v2_routing,
