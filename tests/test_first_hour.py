@@ -107,3 +107,15 @@ def test_equal_numbers_are_one_setting():
     with pytest.raises(UsageError, match="contradictory"):
         translate({**data, "rope_parameters": {"rope_type": "default", "rope_theta": 4e5}},
                   "c", "t")
+
+
+@pytest.mark.parametrize("folder", ["y" * 230, "tab\tname", "esc\x1bname"])
+def test_a_config_json_is_not_refused_for_its_folders_name(capsys, tmp_path, folder):
+    """A config.json is named by its folder; a long one or one with a control character was
+    refused as the spec's name ("name must be at most 200 printable characters")."""
+    where = tmp_path / folder
+    where.mkdir()
+    (where / "config.json").write_text(json.dumps(CONFIGS["llama"]))
+    code, out, err = run(capsys, "--config", str(where / "config.json"), "--no-verify")
+    assert code == 0, err
+    assert out.startswith("Answer: ") and "\t" not in out.splitlines()[0]

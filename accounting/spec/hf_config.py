@@ -36,9 +36,9 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Callable, Mapping
 
-from accounting.spec.config import MAX_SIZE, ModelConfig
+from accounting.spec.config import MAX_NAME, MAX_SIZE, ModelConfig
 from accounting.spec.own_format import check_depth, config_from_dict, read_json
-from accounting.runtime.errors import UsageError
+from accounting.runtime.errors import UsageError, escape
 # the schema and the registry, re-exported: callers read them as hf_config.X
 from accounting.spec.hf_schema import (  # noqa: F401
     BOOL, CHOICE, COMMON_FREE, COMMON_MUST, EPS, FREE_VALUES, INT, INT_OR_NULL, LIST, NONNEG,
@@ -310,10 +310,14 @@ def name_for(path: Path, data: Mapping) -> str:
     config.json, as checkpoints ship it), else the file's stem."""
     given = data.get("_name_or_path")
     if isinstance(given, str) and given.strip():
-        return given.strip()
-    if path.name == "config.json" and path.resolve().parent.name:
-        return path.resolve().parent.name
-    return path.stem
+        name = given.strip()
+    elif path.name == "config.json" and path.resolve().parent.name:
+        name = path.resolve().parent.name
+    else:
+        name = path.stem
+    # shown as text, within the spec's bound: a folder named with a tab or 230 letters is
+    # no reason to refuse the file (issue 32), as the tool's own format does
+    return escape(name)[:MAX_NAME]
 
 
 # ---- back to config.json, for a config modified by flags ----------------------------------
