@@ -119,3 +119,12 @@ def test_a_config_json_is_not_refused_for_its_folders_name(capsys, tmp_path, fol
     code, out, err = run(capsys, "--config", str(where / "config.json"), "--no-verify")
     assert code == 0, err
     assert out.startswith("Answer: ") and "\t" not in out.splitlines()[0]
+
+
+@pytest.mark.parametrize("name", ["steps", "tokens", "position"])
+def test_plan_keeps_the_clis_bounds(name):
+    """plan() took steps, tokens and positions of 10^30, which the CLI refuses past 10^15."""
+    from accounting.planning.plan import plan
+    with pytest.raises(UsageError, match=rf"{name} \(--{name}\) must be at most 10\^15"):
+        plan("gpt2-small", 64, gpu="H100", **{name: 10**30})
+    plan("gpt2-small", 64, gpu="H100", **{name: 10**15})

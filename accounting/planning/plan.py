@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from accounting.analysis import arguments as A
-from accounting.analysis.workload import check_workload
+from accounting.analysis.workload import MAX_WORKLOAD, check_workload
 from accounting.spec.config import ModelConfig
 from accounting.runtime.errors import UsageError
 from accounting.planning.compute import (
@@ -102,6 +102,9 @@ def plan(config: ModelConfig | str, seq: int | None = None, batch: int = 1, *,
                                                      (position, "position")))
     seq = config.context_length if seq is None else seq
     check_workload(seq, batch, config)
+    for value, name in ((steps, "steps"), (tokens, "tokens"), (position, "position")):
+        if value is not None and value > MAX_WORKLOAD:  # the CLI's bound (issue 32)
+            raise UsageError(f"{name} (--{name}) must be at most 10^15, got {value:.3e}")
     if position is not None and (isinstance(position, bool) or not isinstance(position, int)
                                  or position <= 0):
         raise UsageError(f"--position must be a positive integer, got {position!r}")
