@@ -105,5 +105,29 @@ def test_search_reports_each_pair(monkeypatch):
     monkeypatch.setattr("accounting.cli.plan_parallel.search", spy)
     with contextlib.redirect_stdout(io.StringIO()):
         assert main(_plan(4, 8)) == 0
-    # 8 GPUs: tp in 1, 2, 4, 8 and pp dividing 8/tp: 4 + 3 + 2 + 1 = 10 pairs
-    assert calls == [(i, 10) for i in range(10)]
+    # 8 GPUs: tp in 1, 2, 4, 8 and pp dividing 8/tp: 4 + 3 + 2 + 1 = 10 pairs, each
+    # reported as it starts (and again before each of its layouts)
+    assert sorted(set(calls)) == [(i, 10) for i in range(10)] and calls == sorted(calls)
+
+
+def _zero1_by_scanning(sizes, d):
+    """torch's ZeroRedundancyOptimizer._partition_parameters as written there: for each
+    tensor, largest first, the rank of least load (the first on a tie), by a scan."""
+    order = sorted(range(len(sizes)), key=lambda i: sizes[i], reverse=True)
+    load, owned = [0] * d, [[] for _ in range(d)]
+    for i in order:
+        r = load.index(min(load))
+        owned[r].append(i)
+        load[r] += sizes[i]
+    return owned
+
+
+def test_zero1_partition_is_torchs_without_the_scan():
+    import random
+    from accounting.planning.parallel.states import zero1_partition
+    rng = random.Random(3)
+    for _ in range(200):
+        sizes = [rng.choice((1, 7, 64, 64, 4096, rng.randint(1, 10**6)))
+                 for _ in range(rng.randint(0, 40))]
+        d = rng.randint(1, 50)
+        assert zero1_partition(sizes, d) == _zero1_by_scanning(sizes, d)

@@ -62,6 +62,8 @@ def search(config: ModelConfig, base: Layout, seq: int, *, precision: Precision,
                                         ((False, True) if tp > 1 else (False,)))):
                 zeros = (base.zero,) if fix_zero else ((0, 1, 2, 3) if dp > 1 else (0,))
                 for zero in zeros:
+                    if progress is not None:  # (a pair's layouts may take long themselves)
+                        progress(done - 1, pairs)
                     lo = replace(base, tp=tp, pp=pp, dp=dp, ep=ep, sp=sp, zero=zero,
                                  micro_batch=base.micro_batch if fix_micro else 1)
                     found = problems(config, lo, seq)

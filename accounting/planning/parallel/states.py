@@ -28,6 +28,7 @@ too, for mixed-precision Adam (K = 12: fp32 parameter copy, momentum and varianc
 """
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import cached_property
@@ -129,11 +130,15 @@ def zero1_partition(sizes: list[int], d: int) -> list[list[int]]:
     """torch ZeroRedundancyOptimizer._partition_parameters: indices of the tensors each rank
     owns (largest first, each to the least-loaded rank, the first one on a tie)."""
     order = sorted(range(len(sizes)), key=lambda i: sizes[i], reverse=True)  # stable
-    load, owned = [0] * d, [[] for _ in range(d)]
+    owned: list[list[int]] = [[] for _ in range(d)]
+    # (load, rank) in a heap: its smallest is the least load, the first rank on a tie, as
+    # torch's min over the ranks, without scanning every rank per tensor (DeepSeek-V3 on
+    # 720,720 GPUs: 72 s in min(); issue 32)
+    heap = [(0, r) for r in range(d)]  # sorted: already a heap
     for i in order:
-        r = load.index(min(load))
+        load, r = heapq.heappop(heap)
         owned[r].append(i)
-        load[r] += sizes[i]
+        heapq.heappush(heap, (load + sizes[i], r))
     return owned
 
 
