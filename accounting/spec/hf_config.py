@@ -30,7 +30,6 @@ wrapper too), this module (translation, back to config.json, files).
 from __future__ import annotations
 
 import copy
-import math
 import re
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -38,13 +37,13 @@ from types import MappingProxyType
 from typing import Callable, Mapping
 
 from accounting.spec.config import MAX_NAME, MAX_SIZE, ModelConfig
-from accounting.spec.own_format import config_from_dict, read_json
+from accounting.spec.own_format import check_depth, config_from_dict, read_json
 from accounting.runtime.errors import UsageError, escape
 # the schema and the registry, re-exported: callers read them as hf_config.X
 from accounting.spec.hf_schema import (  # noqa: F401
     BOOL, CHOICE, INTEGER, PATTERN, COMMON_FREE, COMMON_MUST, EPS, FREE_VALUES, INT, INT_OR_ABSENT,
     INT_OR_NULL, LIST, NONNEG,
-    NUMBER_OR_NULL, REFUSED, THETA,
+    NUMBER_OR_NULL, REFUSED, THETA, real,
     TRANSFORMERS_VERSION, TYPES, UNSUPPORTED, WRAPPERS, Derived, HFType, Key, ModuleNames, Must, Noted,
     Required, register, short)
 # the rows: registered into TYPES on import
@@ -114,7 +113,7 @@ def _check_kind(key: Key, value, where: str) -> None:
 
 
 def _number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    return real(v)  # ints and floats alike, bounded (hf_schema.real)
 
 
 def _same(a, b) -> bool:
@@ -158,6 +157,7 @@ def translate(data: Mapping, source: str, name: str, origin: str = "",
     """The spec a Hugging Face config.json object means; UsageError naming the key when a
     key would change a count the tool cannot represent, or is wrong or missing, or is
     unknown (in no list) and not judged count-free by `judge` (none: refused)."""
+    check_depth(data, source)  # (the Python API's dicts too: the copies below recurse)
     mt = data.get("model_type")
     if isinstance(mt, str) and mt in WRAPPERS:  # a vision-language config: its language model
         inner, said = WRAPPERS[mt](data, f"{source} ({mt})")
