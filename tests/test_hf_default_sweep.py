@@ -63,11 +63,25 @@ def _examples() -> dict[str, dict]:
 EXAMPLES = _examples()
 
 
+# disagreements the sweep found in rows added beside it (the merge of wt-reliability), left
+# to those rows' owners; strict: each must fail until it is fixed, then this entry goes
+KNOWN = {
+    ("deepseek_v3", "num_nextn_predict_layers"): "DeepseekV3Config's default is 1 MTP layer, "
+    "the table reads an absent key as 0 (mtp_layers: training FLOPs and memory)",
+    ("glm4_moe", "num_nextn_predict_layers"): "Glm4MoeConfig's default is 1 MTP layer, the "
+    "table reads an absent key as 0",
+    ("qwen2_moe", "sliding_window"): "Qwen2MoeConfig writes sliding_window 0 when "
+    "use_sliding_window is false; the table refuses 0 (a file transformers saved)",
+}
+
+
 def _cases():
     """(model_type, key) for every key of every row: defaulted or Required."""
     for mt, t in TYPES.items():
         for key in t.keys:
-            yield pytest.param(mt, key.hf, id=f"{mt}-{key.hf}")
+            why = KNOWN.get((mt, key.hf))
+            yield pytest.param(mt, key.hf, id=f"{mt}-{key.hf}", marks=() if why is None else
+                               pytest.mark.xfail(strict=True, reason=why))
 
 
 def test_every_model_type_has_an_example():
@@ -222,8 +236,8 @@ def test_null_is_read_only_where_transformers_builds_it(mt, hf_key):
 
 @pytest.mark.parametrize("mt,builds", [("deepseek_v3", False), ("deepseek_v2", True)])
 def test_deepseek_head_dim_null_is_read_as_transformers_reads_it(mt, builds):
-    """DeepseekV3Config replaces head_dim by qk_rope_head_dim (no count), but null fails
-    its RoPE init: refused; DeepseekV2Config's head_dim is int | None and builds."""
+    """DeepSeek-V3's RoPE is sized by head_dim, so null fails its RoPE init: refused;
+    DeepseekV2Config's head_dim is int | None and builds."""
     data = {**copy.deepcopy(EXAMPLES[mt]), "head_dim": None}
     try:
         hf_counter.measure(data, 4, 1, "forward")
@@ -234,6 +248,8 @@ def test_deepseek_head_dim_null_is_read_as_transformers_reads_it(mt, builds):
     if builds:
         translate(data, "config.json", "t")
     else:
-        with pytest.raises(UsageError, match="head_dim = None is not a positive integer"):
+        # (the row's rule: head_dim absent or qk_rope_head_dim, hf_types_moe.V3_HEAD_DIM)
+        with pytest.raises(UsageError, match="head_dim = None means a rotary embedding of "
+                                             "another size than qk_rope_head_dim"):
             translate(data, "config.json", "t")
-    translate({**data, "head_dim": 64}, "config.json", "t")
+    translate({**data, "head_dim": data.get("qk_rope_head_dim", 64)}, "config.json", "t")
