@@ -37,6 +37,7 @@ from types import MappingProxyType
 from typing import Callable, Mapping
 
 from accounting.spec.config import MAX_NAME, MAX_SIZE, ModelConfig
+from accounting.spec.fields import meta
 from accounting.spec.own_format import check_depth, config_from_dict, read_json
 from accounting.runtime.errors import UsageError, escape
 # the schema and the registry, re-exported: callers read them as hf_config.X
@@ -224,6 +225,10 @@ def translate(data: Mapping, source: str, name: str, origin: str = "",
         spec.update(fields)
         notes += said
     spec.update(t.fixed)
+    for f in _SPEC_FIELDS:  # a dense reading (Qwen-MoE's num_experts 0): the table's
+        needs = meta(f).needs      # MoE keys build nothing in transformers, so they are not
+        if needs and spec.get(needs) is None:  # the spec's (whose own JSON refuses them)
+            spec.pop(f.name, None)
     try:
         config = config_from_dict(spec, where)
     except UsageError as e:
@@ -277,6 +282,7 @@ def _translate_nested(t: HFType, data: Mapping, source: str, name: str, origin: 
                     hf.judged)
 
 
+_SPEC_FIELDS = fields(ModelConfig)
 COMMON_MUST_KEYS = frozenset(m.hf for m in COMMON_MUST)
 
 
