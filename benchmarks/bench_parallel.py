@@ -4,14 +4,22 @@ context parallelism, virtual and uneven stages among the candidates, under 2 s),
 N runs, in-process (the CLI's interpreter start-up is what bench_cli.py measures).
 
     python benchmarks/bench_parallel.py [--runs 9]
+    python benchmarks/bench_parallel.py --layers 1000,10000 [--code DIR]
+
+--layers: the CLI (a fresh process each, wall time) for a 1,024-wide model of that many
+layers, `plan ... --gpus 64 --search --gpu H100` (issue 32: the plan was quadratic in the
+layer count); --code DIR times another checkout (e.g. the code before a fix).
 """
 from __future__ import annotations
 
 import argparse
 import os
 import statistics
+import subprocess
+import sys
 import time
 from dataclasses import replace
+from pathlib import Path
 
 from accounting import get_preset
 from accounting.planning.gpus import interconnect
@@ -54,10 +62,30 @@ def _median(fn, runs: int, cold: bool) -> tuple[float, object]:
     return statistics.median(times), out
 
 
+def deep(layers: list[int], code: Path) -> None:
+    """The CLI's --search on 64 GPUs for a model of each layer count, wall time."""
+    print(f"plan --gpus 64 --search --gpu H100, 1,024-wide, 16 heads, T = 1,024 ({code})")
+    for L in layers:
+        argv = [sys.executable, "-m", "accounting", "plan", "--vocab-size", "50257",
+                "--context-length", "1024", "--num-layers", str(L), "--d-model", "1024",
+                "--num-heads", "16", "--gpus", "64", "--search", "--gpu", "H100"]
+        t0 = time.perf_counter()
+        r = subprocess.run(argv, capture_output=True, env={**os.environ, "PYTHONPATH": str(code)})
+        took = time.perf_counter() - t0
+        ticks = sum(line.startswith("[plan --search]") for line in r.stderr.decode().splitlines())
+        print(f"  {L:>6,} layers: {took:7.1f} s wall, exit {r.returncode}, "
+              f"{ticks} progress lines on stderr")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--runs", type=int, default=9)
-    n = p.parse_args().runs
+    p.add_argument("--layers", help="comma-separated layer counts: time the CLI's --search")
+    p.add_argument("--code", type=Path, default=Path(__file__).resolve().parents[1])
+    ns = p.parse_args()
+    if ns.layers:
+        return deep([int(x) for x in ns.layers.split(",")], ns.code.resolve())
+    n = ns.runs
     bf16 = get_precision("bf16-mixed")
     hw, net = hardware("H100", compute="bf16"), interconnect("H100")
     print(f"multi-GPU planner, median of {n} runs, {os.cpu_count()} CPUs (goals: 64-GPU search ≤ 0.5 s, 4,096 ≤ 2 s)")

@@ -78,13 +78,45 @@ INTERRUPTED = (
     (["gpt2-small", "--verify", "-o", F.EXISTING], 6.0),
     (["gpt2-small", "--verify", "--format", "json", "-o", "link"], 6.0),
     (["openai-community/gpt2", "--compare-formulas", "--verify", "-o", F.EXISTING], 6.0),
-    (["report", "--no-verify", "--out", "report"], 30.0),
+    (["report", "--no-verify", "--out", "report_old"], 30.0),
     (["gpt2-small", "--verify", "-o", F.EXISTING], "workers"),
     (["meta-llama/Llama-3.2-1B", "--verify", "-o", F.EXISTING], "workers"),
     (["Qwen/Qwen3-30B-A3B", "--verify", "--format", "json", "-o", F.EXISTING], "workers"),
-    (["report", "--out", "report"], "workers"),
+    (["report", "--out", "report_old"], "workers"),
     (["@distcheck", "--only", "gloo", "--json", "m.json"], "workers"),
     (["@distcheck", "--only", "fake", "--json", F.EXISTING], "workers"),
+)
+
+
+# issue 32: runs that were endless (the many-GPU plan was quadratic in the layer count) and
+# the new attack classes as fixed command lines (each once, beside the drawn ones): a huge
+# integer, deep nesting, training switches, MoE keys without experts, the --config file
+# as -o, a hard-linked -o, a report folder holding the user's own figure
+_LAYERS = ["--vocab-size", "50257", "--context-length", "1024", "--d-model", "1024",
+           "--num-heads", "16", "--gpu", "H100"]
+FIXED = (
+    (["plan", "--num-layers", "1000", *_LAYERS, "--gpus", "64", "--search"], None),
+    (["plan", "--num-layers", "10000", *_LAYERS, "--gpus", "2"], None),
+    (["plan", "--num-layers", "10000", *_LAYERS, "--gpus", "64", "--search"], None),
+    (["--config", "config.json", "--no-verify", "--strict"],
+     b'{"model_type": "llama", "vocab_size": 100, "hidden_size": 64, "intermediate_size": 96, '
+     b'"num_hidden_layers": 2, "num_attention_heads": 4, "max_position_embeddings": 64, '
+     b'"rope_theta": 1' + b"0" * 400 + b"}"),
+    (["--config", "config.json", "--no-verify", "--strict"],
+     b'{"model_type": "llama", "vocab_size": 100, "hidden_size": 64, "intermediate_size": 96, '
+     b'"num_hidden_layers": 2, "num_attention_heads": 4, "max_position_embeddings": 64, '
+     b'"task_specific_params": ' + b'{"x": ' * 900 + b"1" + b"}" * 900 + b"}"),
+    (["--config", "config.json", "--no-verify", "--pass", "train"],
+     b'{"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "vocab_size": 100, '
+     b'"n_positions": 64, "n_ctx": 64, "gradient_checkpointing": true}'),
+    (["--config", "config.json", "--no-verify"],
+     b'{"vocab_size": 100, "context_length": 64, "num_layers": 2, "d_model": 64, '
+     b'"num_heads": 4, "num_shared_experts": 1, "moe_d_ff": 32}'),
+    (["--config", "config.json", "--no-verify", "-o", "config.json"],
+     b'{"vocab_size": 100, "context_length": 64, "num_layers": 2, "d_model": 64, '
+     b'"num_heads": 4}'),
+    (["gpt2-small", "--no-verify", "-o", "hardlink"], None),
+    (["report", "--no-verify", "--out", "report"], None),
 )
 
 
@@ -239,7 +271,9 @@ def one(code: Path, argv, config, env_i, stdout, interrupt_after=None, timeout=F
         # the pipe's buffer before it left, exit 2 (broken pipe) otherwise
         verdict = F.judge(argv, result, before, after,
                           stdout_ok=stdout in ("pipe", "stderr-closed", "reader-goes-away"),
-                          signum=signum if interrupt_after is not None else None)
+                          signum=signum if interrupt_after is not None else None,
+                          config=(root / "config.json").read_bytes()
+                          if (root / "config.json").is_file() else None)
         if stdout == "stderr-closed":  # nothing to count lines of
             verdict.defects = [d for d in verdict.defects if "stderr lines" not in d]
         if interrupt_after is not None and result.rc not in (0, 128 + signum, None):
@@ -308,6 +342,7 @@ def main() -> int:
     start = time.perf_counter()
     todo = [(a, c, e, s, None, F.HANG_SECONDS)
             for a, c, e, s in (cases(ns.examples, ns.seed) if ns.examples else [])]
+    todo += [(a, c, 0, "pipe", None, F.HANG_SECONDS) for a, c in FIXED]  # issue 32's classes
     rng = random.Random(ns.seed)
     for i in range(ns.interrupts):
         argv, when = INTERRUPTED[i % len(INTERRUPTED)]

@@ -34,11 +34,14 @@ SENTINEL = b"previous output: must survive every failed or interrupted run\n"
 OUTPUT_TARGETS = (
     EXISTING, "new.txt", "", "-", "dir", "dir/", "fifo", "link", "dangling", "missing/out.txt",
     f"{EXISTING}/x", "x" * 300, ".", "dev", "report/gpt2_sizes.md",
+    # issue 32: the --config input itself, and a file with a second hard link
+    "config.json", "hardlink",
 )
 CONFIG_PATHS = ("config.json", "config.json", "config.json", "fifo", "dir", "missing.json",
                 "/dev/null", EXISTING, "", "x" * 300, "dev")
 REPORT_DIRS = (EXISTING, "fifo", "missing/deeper", "", "figures_is_a_file",
-               "report_is_a_folder", "dev")
+               "report_is_a_folder", "dev",
+               "report")  # issue 32: report/figures/ holds the user's own my_plot.png
 
 
 def make_scratch(root: Path, config: bytes | None) -> None:
@@ -61,6 +64,13 @@ def make_scratch(root: Path, config: bytes | None) -> None:
     (md / "figures" / "old.png").write_bytes(SENTINEL)
     (root / "report").mkdir()
     (root / "report" / "gpt2_sizes.md").write_bytes(SENTINEL)
+    # issue 32: files no run may delete or change (fuzz_judge.USER_FILES), and a hard link
+    (root / "report" / "figures").mkdir()
+    (root / "report" / "figures" / "my_plot.png").write_bytes(SENTINEL)
+    (root / "report_old").mkdir()  # a previous report's folder (the signalled report runs)
+    (root / "report_old" / "gpt2_sizes.md").write_bytes(SENTINEL)
+    (root / "linked.txt").write_bytes(SENTINEL)
+    os.link(root / "linked.txt", root / "hardlink")
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         os.mknod(root / "dev", 0o666 | stat.S_IFCHR, os.makedev(1, 3))
     else:  # not root: another FIFO, so that 'dev' is never a new path (report --out dev
@@ -75,12 +85,12 @@ def snapshot(root: Path) -> dict[str, tuple]:
             p = Path(dirpath) / name
             st_ = os.lstat(p)
             kind = stat.S_IFMT(st_.st_mode)
-            extra = ""
+            extra, links = "", 1
             if stat.S_ISREG(st_.st_mode):
-                extra = hashlib.sha256(p.read_bytes()).hexdigest()
+                extra, links = hashlib.sha256(p.read_bytes()).hexdigest(), st_.st_nlink
             elif stat.S_ISLNK(st_.st_mode):
                 extra = os.readlink(p)
-            out[str(p.relative_to(root))] = (kind, stat.S_IMODE(st_.st_mode), extra)
+            out[str(p.relative_to(root))] = (kind, stat.S_IMODE(st_.st_mode), extra, links)
     return out
 
 
@@ -334,9 +344,12 @@ _BASE = {"vocab_size": 100, "context_length": 64, "num_layers": 2, "d_model": 64
 _FIELDS = ("vocab_size", "context_length", "num_layers", "d_model", "num_heads", "d_ff",
            "rope_theta", "name", "num_kv_heads", "head_dim", "norm", "norm_eps",
            "norm_placement", "mlp", "positions", "tie_embeddings", "qkv_bias", "out_bias",
-           "mlp_bias", "qk_norm", "attention")
+           "mlp_bias", "qk_norm", "attention",
+           # issue 32: mixture-of-experts keys that mean nothing without num_experts
+           "num_shared_experts", "experts_per_token", "moe_d_ff", "dense_layers")
 _VALUES = st.one_of(
-    st.integers(-10, 4096), st.integers(-10**13, 10**13), st.sampled_from((10**12, 10**12 + 1)),
+    st.integers(-10, 4096), st.integers(-10**13, 10**13),
+    st.sampled_from((10**12, 10**12 + 1, 10**400)),
     st.floats(allow_nan=True, allow_infinity=True), _TEXT, st.none(), st.booleans(),
     st.lists(st.integers(), max_size=3), st.dictionaries(_TEXT, st.integers(), max_size=2),
     st.sampled_from(("swiglu", "gelu", "layernorm", "learned", "none", "head", "sdpa", "x" * 5000,
@@ -382,14 +395,22 @@ _HF_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers
             "kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
             "n_embd", "n_layer", "n_head", "n_positions", "n_inner", "activation_function",
             "rope_scaling", "quantization_config", "norm_topk_prob", "topk_group", "n_group",
-            "moe_layer_freq", "layer_norm_epsilon", "router_aux_loss_coef")
+            "moe_layer_freq", "layer_norm_epsilon", "router_aux_loss_coef",
+            # issue 32: number-valued keys of the newer rows, a training switch, a per-layer
+            # list of transformers' cache, a value that may nest deep
+            "rotary_pct", "partial_rotary_factor", "attn_logit_softcapping",
+            "final_logit_softcapping", "embedding_multiplier", "residual_multiplier",
+            "logits_scaling", "routed_scaling_factor", "gradient_checkpointing",
+            "task_specific_params", "kv_sharing_modes", "router_jitter_noise")
 _HF_VALUES = st.one_of(
     _VALUES, st.sampled_from((0, -1, 1, 2, 8, 10**12, 10**12 + 1, 10**15, 10**18, 2**63,
                               10**40, float("nan"), float("inf"), float("-inf"), 1e308, 0.5,
                               True, False, "8", "", [], {}, [None], ["full_attention"] * 3,
                               ["sliding_attention"] * 500, list(range(100)), [-1], [10**9],
                               "sigmoid", "softmax", "silu", "gelu_new", "relu", "tanh",
-                              {"type": "yarn", "factor": float("inf")}, {"a": {"b": [1]}})))
+                              {"type": "yarn", "factor": float("inf")}, {"a": {"b": [1]}},
+                              # issue 32: integers past any float, one past the bound
+                              10**400, -10**400, 10**19, ["none"] * 7)))
 _MODEL_TYPES = ("gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo2", "mixtral", "qwen3_moe",
                 "deepseek_v3", "bert", "llama4", "", "GPT2", "deepseek_v2", None, 3, ["llama"],
                 "x" * 5000, "a\nb")
@@ -414,7 +435,7 @@ def hf_config_texts(draw) -> bytes:
         elif op == 6:
             key = draw(st.sampled_from(_HF_KEYS))
             value = draw(_HF_VALUES)
-            for _ in range(draw(st.sampled_from((2, 50, 500, 5000)))):
+            for _ in range(draw(st.sampled_from((2, 50, 500, 990, 5000)))):
                 value = {"x": value} if draw(st.booleans()) else [value]
             data[key] = value
         else:  # another shipped file's keys merged in (a hybrid of two model types)

@@ -8,6 +8,13 @@ from dataclasses import dataclass, field
 
 HANG_SECONDS = 10.0  # no run may take longer
 EXISTING = "out.txt"  # the scratch folder's regular file (cli_fuzz.make_scratch); 'link' -> it
+# the user's files no run may delete or change, whatever it is told (issue 32: a report
+# swapped its figures/ folder as a whole)
+USER_FILES = ("report/figures/my_plot.png",)
+HARD_LINKS = ("hardlink", "linked.txt")  # two names of one file (cli_fuzz.make_scratch)
+# keys a config may not be answered with (issue 32): a training switch; mixture-of-experts
+# keys of the tool's own format without num_experts
+MOE_KEYS = ("num_shared_experts", "experts_per_token", "moe_d_ff", "dense_layers")
 
 
 # ---- the judge ----------------------------------------------------------------------------
@@ -62,6 +69,33 @@ def _report_dir(argv: list[str]) -> str | None:
     return os.path.normpath(out) if out else out
 
 
+def _config_path(argv: list[str]) -> str | None:
+    for i, a in enumerate(argv):
+        if a == "--config" and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith("--config="):
+            return a[len("--config="):]
+    return None
+
+
+def _config_defects(config: bytes | None) -> list[str]:
+    """What an answer (exit 0) must not have read from the config.json (issue 32)."""
+    import json
+    try:
+        data = json.loads(config) if config else None
+    except (ValueError, RecursionError):
+        return []
+    if not isinstance(data, dict):
+        return []
+    inner = data.get("text_config") if isinstance(data.get("text_config"), dict) else {}
+    if data.get("gradient_checkpointing") is True or inner.get("gradient_checkpointing") is True:
+        return ["a config with gradient_checkpointing true answered"]
+    if "model_type" not in data and data.get("num_experts") is None \
+            and any(k in data for k in MOE_KEYS):
+        return ["mixture-of-experts keys without num_experts answered"]
+    return []
+
+
 def stderr_lines(err: bytes) -> list[str]:
     """stderr's lines that are not the report's progress lines ('[i/N] ...')."""
     text = err.decode("utf-8", "replace")
@@ -69,11 +103,16 @@ def stderr_lines(err: bytes) -> list[str]:
 
 
 def judge(argv: list[str], result: Result, before: dict, after: dict,
-          stdout_ok: bool = True, signum: int | None = None) -> Verdict:
+          stdout_ok: bool = True, signum: int | None = None,
+          config: bytes | None = None) -> Verdict:
     """The outcome class and every breach of the contract. stdout_ok: the run's stdout
     could take the whole output (False for a closed stdout or a full device); signum: the
-    signal the run was sent (exit 128 + signum is its outcome), if any."""
+    signal the run was sent (exit 128 + signum is its outcome), if any; config: the bytes
+    of the scratch folder's config.json."""
     defects = []
+    for name in USER_FILES:  # whatever the outcome
+        if name in before and before.get(name) != after.get(name):
+            defects.append(f"a file the run did not write was deleted or changed: {name}")
     err = result.stderr.decode("utf-8", "replace")
     if result.rc is None:
         return Verdict("hang", [f"no exit within {HANG_SECONDS:g} s"])
@@ -98,11 +137,20 @@ def judge(argv: list[str], result: Result, before: dict, after: dict,
             defects.append("files changed by a failed run: " + ", ".join(sorted(changed))[:200])
     else:
         allowed = set()
+        if _config_path(argv) == "config.json":
+            defects += _config_defects(config)
         if target not in (None, "", "-"):
             norm = os.path.normpath(target)
             allowed.add(norm)
             if norm == "link":
                 allowed = {EXISTING}
+            if norm in HARD_LINKS:  # one file: both names change together
+                allowed = set(HARD_LINKS)
+                if after.get(norm, (0, 0, "", 1))[3] != 2:
+                    defects.append("-o broke a hard link")
+            src = _config_path(argv)
+            if src and os.path.normpath(src) == norm and before.get(norm) != after.get(norm):
+                defects.append("-o overwrote the --config input")
         extra = changed - allowed
         for name in allowed & changed:
             if name in before and before[name][0] != after.get(name, (None,))[0]:

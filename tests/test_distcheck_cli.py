@@ -83,6 +83,17 @@ def test_json_is_written_whole(capsys, tmp_path, monkeypatch):
     assert os.listdir(tmp_path) == ["m.json"]
 
 
+def test_json_on_stdout_is_the_json_alone(capsys, monkeypatch):
+    """--json -: the text report went to stdout too, before the JSON (issue 32): not JSON."""
+    from accounting.distcheck import compare, fake, gloo
+    one = {"case": {"rank": 0, "world": 2, "label": "canned"}, "flops": {}}
+    monkeypatch.setattr(gloo, "run_group", lambda cases: [one])
+    monkeypatch.setattr(fake, "run_cases", lambda cases: [one])
+    monkeypatch.setattr(compare, "compare", lambda m: [])
+    assert distcheck.main(["--json", "-"]) == 0
+    assert json.loads(capsys.readouterr().out) == [one, one]
+
+
 def _session(sid: int) -> list[int]:
     pids = []
     for entry in os.listdir("/proc"):

@@ -89,7 +89,7 @@ def test_cli_keeps_the_exit_status_contract(argv, config, encoding, columns, str
         before = F.snapshot(root)
         result = run_in_process(argv, root, encoding, columns, strict)
         after = F.snapshot(root)
-    verdict = F.judge(argv, result, before, after)
+    verdict = F.judge(argv, result, before, after, config=config)
     event(f"{verdict.outcome} ({argv[0] if argv and argv[0] in ('plan', 'report') else 'main'})")
     assert not verdict.defects, (verdict.defects, argv, result.rc, result.escaped,
                                  result.stderr[-400:])

@@ -240,9 +240,12 @@ def test_the_judging_builds_keep_every_layer_a_key_can_name():
     t = TYPES["llama"]
     big = {**TINY_LLAMA, "num_hidden_layers": 80}
     # no integer in the unknown key: 2 layers; an integer k: layers up to k + 1 (k and one
-    # below it); a per-layer list of 80 entries, or k ≥ L: every layer
+    # below it); a list of any length (issue 32: it may be per layer, one entry off), or
+    # k ≥ L: every layer
     assert hf_keys.kept_layers({**big, "x": True}, ("x",), t) == 2
-    assert hf_keys.kept_layers({**big, "x": [5]}, ("x",), t) == 7
+    assert hf_keys.kept_layers({**big, "x": 5}, ("x",), t) == 7
+    assert hf_keys.kept_layers({**big, "x": [5]}, ("x",), t) is None
+    assert hf_keys.kept_layers({**big, "x": {"y": [True] * 81}}, ("x",), t) is None
     assert hf_keys.kept_layers({**big, "x": [True] * 80}, ("x",), t) is None
     assert hf_keys.kept_layers({**big, "x": 79}, ("x",), t) is None
     # the widths stay (on meta they cost nothing): a width-setting key cannot coincide

@@ -691,9 +691,14 @@ def test_failure_while_swapping_rolls_back(old_report, monkeypatch):
     assert sorted(p.name for p in out.iterdir()) == ["figures", REPORT]
 
 
-def test_success_replaces_stale_figures(old_report):
-    out, _ = old_report
+def test_a_file_in_figures_the_report_does_not_write_is_kept_and_refused(old_report):
+    # issue 32: the report replaces figures/ as a whole, and deleted such a file (exit 0);
+    # the tool cannot tell a stale figure from the user's own, so it refuses before any work
+    out, before = old_report
     (out / "figures" / "stale.png").write_bytes(b"old")
-    assert report_cli.main(["--no-verify", "--out", str(out)]) == 0
-    assert not (out / "figures" / "stale.png").exists()
-    assert sorted(p.name for p in out.iterdir()) == ["figures", REPORT]
+    with pytest.raises(UsageError, match="figures/ holds 'stale.png', which the report does "
+                                         "not write"):
+        report_cli.main(["--no-verify", "--out", str(out)])
+    assert (out / "figures" / "stale.png").read_bytes() == b"old"
+    assert _snapshot(out) == {**before, **{k: v for k, v in _snapshot(out).items()
+                                           if k.endswith("stale.png")}}

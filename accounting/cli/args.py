@@ -63,7 +63,11 @@ class Parser(argparse.ArgumentParser):
         if getattr(ns, "list", False):
             self._list_alone(ns)
         if getattr(ns, "output", None) is not None:
-            safe_io.output_target(ns.output)
+            target = safe_io.output_target(ns.output)
+            source = getattr(ns, "config", None)
+            if target is not None and source and safe_io.same_file(target, source):
+                raise UsageError(f"-o {shorten(ns.output, 80)} is the --config file: the "
+                                 f"answer would replace its own input; give another name")
         return ns
 
     def _list_alone(self, ns: argparse.Namespace) -> None:
@@ -227,13 +231,21 @@ def _overrides(ns: argparse.Namespace) -> dict:
     return out
 
 
-def _check_needs(overrides: dict, config: ModelConfig) -> None:
+def _check_needs(overrides: dict, base: ModelConfig | None) -> None:
     """A flag whose field means nothing without another (a MoE option on a dense model)
-    would change no count: refused, not silently ignored."""
+    would change no count: refused, not silently ignored (before the config is built, so
+    that the message names the flags; ModelConfig refuses it too, in its field names)."""
     for f, m in fields_meta.flagged(ModelConfig):
-        if m.needs and overrides.get(f.name) is not None and getattr(config, m.needs) is None:
+        needed_value = overrides.get(m.needs) if m.needs else None
+        if needed_value is None and m.needs and base is not None:
+            needed_value = getattr(base, m.needs)
+        if m.needs and overrides.get(f.name) is not None and needed_value is None:
             needed = next(n.flag for g, n in fields_meta.flagged(ModelConfig) if g.name == m.needs)
-            raise UsageError(f"{m.flag} applies to a mixture of experts, and {config.name} has "
+            name = base.name if base is not None else "custom"
+            if m.needs != "num_experts":
+                raise UsageError(f"{m.flag} means nothing without {needed}, and {name} has "
+                                 f"none; give {needed} too (or leave {m.flag} out)")
+            raise UsageError(f"{m.flag} applies to a mixture of experts, and {name} has "
                              f"none; give {needed} too (or leave {m.flag} out)")
 
 
@@ -256,6 +268,7 @@ def config_from_args(ns: argparse.Namespace, drop: tuple[str, ...] = ()) -> Mode
     if ns.rope_theta is not None and positions != "rope":
         raise UsageError(f"--rope-theta is given but positions are {positions!r}; RoPE's theta "
                          f"needs --positions rope")
+    _check_needs(overrides, base)
     if base is not None:
         config = base.with_overrides(**overrides)
     else:
@@ -265,7 +278,6 @@ def config_from_args(ns: argparse.Namespace, drop: tuple[str, ...] = ()) -> Mode
                 raise UsageError(f"the default d_ff for d_model {overrides['d_model']:,} is "
                                  f"{overrides['d_ff']:,}, past the 10^12 limit; give --d-ff")
         config = ModelConfig(**{k: v for k, v in overrides.items() if v is not None})
-    _check_needs(overrides, config)
     return config
 
 
@@ -312,6 +324,8 @@ def judge_keys(data, unknown: tuple, t, where: str) -> tuple:
                          f"transformers' model with and without it, which needs {absent}, not "
                          f"importable here; install the hf extra (pip install -e '.[hf]') or "
                          f"remove the key")
+    from accounting.crosscheck import transformers_version  # a broken install: named (issue 32)
+    transformers_version("pass --strict to refuse the key without judging")
     from accounting.crosscheck.hf_keys import judge
     return judge(data, unknown, t, where)
 

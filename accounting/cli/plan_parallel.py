@@ -170,6 +170,18 @@ def stack_run(ns: argparse.Namespace) -> tuple[StackRun, str]:
     return StackRun(stack, _dropout(ns.dropout), ns.attention_kernel or FLASH), precision
 
 
+def _ticker():
+    """--search's progress on stderr once it has run a few seconds (issue 32)."""
+    from accounting.runtime.progress import Ticker
+    ticker = None
+
+    def tick(done: int, total: int) -> None:
+        nonlocal ticker
+        ticker = ticker or Ticker("plan --search", total, "(tp, pp) pairs planned")
+        ticker(done)
+    return tick
+
+
 def run(ns: argparse.Namespace, config) -> int:
     from accounting.planning.plan import hardware
     if getattr(ns, "lora_rank", None) is not None or getattr(ns, "base_weights", None):
@@ -218,7 +230,7 @@ def run(ns: argparse.Namespace, config) -> int:
                         fix_zero=ns.zero is not None or bool(ns.fsdp),
                         fix_sp=ns.sp, fix_micro=ns.micro_batch is not None, fix_ep=ns.ep != 1,
                         fix_cp=ns.cp != 1, fix_vpp=ns.virtual_stages != 1,
-                        tokens=ns.tokens)
+                        progress=_ticker(), tokens=ns.tokens)
         tables, data = search_tables, export.search_dict
     else:
         dp = resolve(ns.gpus, ns.tp, ns.pp, ns.dp, ns.cp)

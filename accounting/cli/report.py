@@ -84,6 +84,7 @@ def _destination(out: str) -> Path:
                 kind = "a folder" if want_dir else "a regular file"
                 raise UsageError(f"--out {shown}: {name} there is not {kind}; the report "
                                  f"would replace it. Move it away or choose another --out")
+        _no_foreign_figures(path, shown)
         if not path.exists():
             if not path.parent.is_dir():
                 raise UsageError(f"--out {shown}: folder {shorten(str(path.parent), 80)} does "
@@ -92,6 +93,26 @@ def _destination(out: str) -> Path:
     except OSError as e:
         raise UsageError(os_problem(e, f"cannot use --out {shown}")) from None
     return path
+
+
+def _own_figures() -> set[str]:
+    """The names the report writes into figures/ (every figure's files and the two CSVs)."""
+    return {f for name in FIGURES for f in FIGURES[name].files()} | {SWEEP_CSV, FORMULA_CSV}
+
+
+def _no_foreign_figures(path: Path, shown: str) -> None:
+    """The report replaces figures/ as a whole (publish): a file in it the report does not
+    write would be deleted with it (issue 32: DIR/figures/my_plot.png was), so such a
+    folder is refused before any work."""
+    folder = path / FIGURES_DIR
+    if not folder.is_dir():
+        return
+    foreign = sorted(set(os.listdir(folder)) - _own_figures())
+    if foreign:
+        raise UsageError(f"--out {shown}: {FIGURES_DIR}/ holds {shorten(foreign[0], 40)}"
+                         f"{f' and {len(foreign) - 1} more' if len(foreign) > 1 else ''}, "
+                         f"which the report does not write and would delete (it replaces "
+                         f"{FIGURES_DIR}/ as a whole); move it away or choose another --out")
 
 
 def _check_dependencies(verify: bool) -> None:

@@ -83,24 +83,33 @@ def refusal(analysis: Analysis, hf: HFConfig) -> str | None:
     if data is None or skipped:
         return None
     from accounting.crosscheck import hf_counter
-    version = _transformers_version()
+    version = transformers_version()
     try:
         hf_counter.transformers_config(data)
     except Exception as e:  # whatever transformers raises for a value it refuses
         why = " ".join(f"{type(e).__name__}: {e}".split())[:300]
-        if version != TRANSFORMERS_VERSION:  # the install, not the file (issue 32)
-            raise UsageError(f"transformers {version} is installed, and the tool's tables are "
-                             f"read from {TRANSFORMERS_VERSION}: it cannot read "
+        if other_version(version):  # the install, not the file (issue 32)
+            raise UsageError(f"{other_version(version)}: it cannot read "
                              f"{hf.origin} ({why[:160]}); install the pinned one (pip install "
                              f"transformers=={TRANSFORMERS_VERSION}) or pass --no-verify") from None
         return why
     return None
 
 
-def _transformers_version() -> str:
+def other_version(version: str) -> str | None:
+    """The words naming an installed transformers other than the tables' (issue 32: the
+    install, not the file), or None for the pinned one."""
+    if version == TRANSFORMERS_VERSION:
+        return None
+    return (f"transformers {version} is installed, and the tool's tables are read from "
+            f"{TRANSFORMERS_VERSION}")
+
+
+def transformers_version(skip: str = "pass --no-verify") -> str:
     """transformers.__version__; UsageError naming the fix when the installed transformers
     cannot be imported at all (a broken install is the environment's problem, never the
-    config's: issue 32)."""
+    config's: issue 32). `skip`: how the caller's command does without it (--verify's
+    --no-verify; the judge of unknown keys, cli/args.py: --strict)."""
     try:
         import transformers
         return str(transformers.__version__)
@@ -109,7 +118,7 @@ def _transformers_version() -> str:
         raise UsageError(f"transformers is installed but cannot be imported ({why}); the "
                          f"environment is the problem, not the config: reinstall it (pip "
                          f"install --force-reinstall transformers=={TRANSFORMERS_VERSION}) or "
-                         f"pass --no-verify") from None
+                         f"{skip}") from None
 
 
 def _transformers_input(analysis: Analysis, hf: HFConfig):

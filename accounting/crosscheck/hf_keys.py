@@ -12,7 +12,10 @@ accepted when the two builds are the same in everything the tool counts:
     (accounting/crosscheck/dispatch.py: every aten op's FLOPs under the tool's convention,
     by module: elementwise work too);
   * the KV cache after that prefill: each layer's class and key/value shapes (a sliding
-    window that changes only the cache shows here).
+    window that changes only the cache shows here);
+  * a training step in train mode (forward and backward, the op counter's records): what
+    only training runs, dropout, a router's jitter, the recomputation a true
+    gradient_checkpointing turns on (the builds are otherwise in eval mode: issue 32).
 
 Otherwise it is refused, naming the key and the first thing that changed. Imports torch and
 transformers: accounting.cli.args imports this module only to judge unknown keys.
@@ -41,12 +44,16 @@ from typing import Mapping
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from accounting.crosscheck import hf_counter
+from accounting.crosscheck import hf_counter, other_version
 from accounting.crosscheck.dispatch import OpCounter
 from accounting.runtime.errors import UsageError, shorten
+from accounting.runtime.progress import Ticker
 from accounting.spec.hf_schema import HFType
 
 SEQ = 4  # tokens of the judging forward pass: enough for every op; a few ms on meta
+# the most layers judged at full depth (a list-valued unknown key): 80 layers build in about
+# 3 s on meta here, and the judge builds each model twice and runs a training step
+FULL_DEPTH_LAYERS = 128
 
 
 @dataclass(frozen=True)
@@ -58,11 +65,15 @@ class Build:
     flops: tuple  # (operator, FLOPs): FlopCounterMode's totals of the forward pass
     ops: tuple  # the op counter's records that count: (module, op, kind, FLOPs), FLOPs > 0
     cache: tuple  # per layer: ("layer i", its class and K/V shapes in words)
+    # a training step in train mode (forward and backward, op counter): what only training
+    # runs (dropout, a router's jitter, the recomputation gradient_checkpointing turns on)
+    training: tuple = ()
 
 
 WHAT = {"params": "the parameters", "buffers": "the buffers", "modules": "the modules",
         "flops": "FlopCounterMode's forward FLOPs", "ops": "the forward pass's operators",
-        "cache": "the KV cache"}
+        "cache": "the KV cache",
+        "training": "a training step's operators (train mode, forward and backward)"}
 
 
 def probe(data: Mapping) -> Build:
@@ -73,6 +84,28 @@ def probe(data: Mapping) -> Build:
         out = model(input_ids=ids, use_cache=True)
     per_op = fcm.get_flop_counts().get("Global", {})  # the whole forward, by operator
     layers = getattr(out.past_key_values, "layers", ())
+    return _build(model, ids, per_op, counter, layers)
+
+
+def _train_step(model, ids) -> tuple:
+    """The op counter's records (FLOPs > 0) of one training step of `model`: train mode,
+    forward with an all-ones attention mask (no cache: a training step's), backward of the
+    logits' sum. A step that cannot run is recorded as why, so that it differs only where
+    the key makes the difference."""
+    model.train()
+    try:
+        with OpCounter(model) as counter:
+            out = model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=False)
+            out.logits.float().sum().backward()
+    except Exception as e:  # noqa: BLE001 - the same failure both ways is no difference
+        return (("the training step", "fails", _why(e)),)
+    finally:
+        model.eval()
+    return tuple(sorted((c.phase, c.module, c.op, c.kind, c.flops) for c in counter.counts()
+                        if c.flops))
+
+
+def _build(model, ids, per_op, counter, layers) -> Build:
     return Build(
         tuple((n, tuple(p.shape)) for n, p in model.named_parameters()),
         tuple((n, tuple(b.shape)) for n, b in model.named_buffers()),
@@ -81,7 +114,8 @@ def probe(data: Mapping) -> Build:
         # zero-FLOP ops (views, slices, casts) may differ without a count changing
         tuple(sorted((c.module, c.op, c.kind, c.flops) for c in counter.counts() if c.flops)),
         tuple((f"layer {i}", f"{type(x).__name__} (K {_shape(x, 'keys')}, V "
-                              f"{_shape(x, 'values')})") for i, x in enumerate(layers)))
+                              f"{_shape(x, 'values')})") for i, x in enumerate(layers)),
+        _train_step(model, ids))
 
 
 def _shape(layer, which: str) -> str:
@@ -91,7 +125,7 @@ def _shape(layer, which: str) -> str:
 
 def difference(a: Build, b: Build) -> str | None:
     """The first thing that differs between two builds, in words; None if none does."""
-    for f in ("params", "buffers", "modules", "flops", "ops", "cache"):
+    for f in ("params", "buffers", "modules", "flops", "ops", "cache", "training"):
         x, y = getattr(a, f), getattr(b, f)
         if x == y:
             continue
@@ -142,10 +176,20 @@ def layer_keys(t: HFType, data: Mapping) -> tuple[list[str], int | None]:
     return names, (values.pop() if len(values) == 1 else None)
 
 
+def _has_list(value) -> bool:
+    """A list anywhere in a JSON value."""
+    if isinstance(value, list):
+        return True
+    return isinstance(value, dict) and any(_has_list(v) for v in value.values())
+
+
 def kept_layers(data: Mapping, unknown: tuple[str, ...], t: HFType) -> int | None:
-    """How many layers the judging builds keep (the module docstring); None: all of them."""
+    """How many layers the judging builds keep (the module docstring); None: all of them.
+    An unknown key holding a list, of any length, is judged at full depth: a list one entry
+    longer or shorter than the layers may be one entry per layer that transformers cannot
+    run at the last layer (issue 32: a 7-entry kv_sharing_modes on 6 layers passed at 2)."""
     names, L = layer_keys(t, data)
-    if L is None or any(_lists(data[k], L) for k in unknown):
+    if L is None or any(_has_list(data[k]) for k in unknown):
         return None
     per_layer = {k for d in t.derived for k in d.keys} & set(data)
     # an integer of L or more names no layer (Qwen's max_window_layers = L: none slides)
@@ -177,6 +221,16 @@ def judge(data: Mapping, unknown: tuple[str, ...], t: HFType, where: str) -> tup
     shown = ", ".join(shorten(k, 30) for k in unknown)
     without = {k: v for k, v in data.items() if k not in unknown}
     n = kept_layers(data, unknown, t)
+    L = layers_of(t, data)
+    if n is None and L is not None and L > FULL_DEPTH_LAYERS:
+        raise UsageError(f"{where}: unknown key(s) {shown}: judging "
+                         f"{'it' if len(unknown) == 1 else 'them'} needs transformers' model "
+                         f"at all {L:,} layers (a list value, which may hold one entry per "
+                         f"layer), past the {FULL_DEPTH_LAYERS} layers judged in seconds; "
+                         f"remove the key(s), or give a model_type whose table reads them")
+    tick = Ticker(f"judging {shown[:60]}", 1 + len(unknown) + (len(unknown) > 1),
+                  "builds of transformers' model")
+    tick(0)
     try:
         base = probe(shrink(without, t, n))
     except Exception:
@@ -184,16 +238,21 @@ def judge(data: Mapping, unknown: tuple[str, ...], t: HFType, where: str) -> tup
         try:
             base = probe(without)
         except Exception as e:
+            import transformers
+            other = other_version(transformers.__version__)  # the install's fault (issue 32)
             raise UsageError(f"{where}: unknown key(s) {shown}: transformers' "
                              f"{t.transformers_class} could not be built without them to judge "
-                             f"whether they change a count ({_why(e)}); correct the config or "
-                             f"remove the key(s)") from None
+                             f"whether they change a count ({_why(e)}); "
+                             + (f"{other}: install that (pip install -e '.[hf]'), or remove the "
+                                f"key(s)" if other else "correct the config or remove the key(s)")
+                             ) from None
     changed = []
-    for k in unknown + ((unknown,) if len(unknown) > 1 else ()):
+    for i, k in enumerate(unknown + ((unknown,) if len(unknown) > 1 else ())):
         keys = k if isinstance(k, tuple) else (k,)
         if isinstance(k, tuple) and changed:
             break  # a key alone already changes the count
         copy = {**without, **{x: data[x] for x in keys}}
+        tick(i + 1)
         try:
             try:
                 got = probe(shrink(copy, t, n))
@@ -220,7 +279,7 @@ def judge(data: Mapping, unknown: tuple[str, ...], t: HFType, where: str) -> tup
     return (f"{shown}: not in the tool's table for {t.model_type}; judged count-free: "
             f"transformers' {t.transformers_class} built on the meta device with and without "
             f"{'it' if len(unknown) == 1 else 'them'} ({depth}, T = {SEQ}) has the same "
-            f"parameters, modules, operators, FLOPs and KV cache (--strict refuses "
+            f"parameters, modules, operators, FLOPs, KV cache and training step (--strict refuses "
             f"{'it' if len(unknown) == 1 else 'them'} instead).",)
 
 

@@ -10,7 +10,7 @@ this; none of them restates the architecture.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 from accounting.ledger import builder
 from accounting.ledger import records as R
@@ -38,10 +38,16 @@ class Ledger:
 
     def group_of(self, layer: int) -> str:
         """The symbol of block `layer`'s kind ("L" when every block is alike)."""
-        for symbol, layers in self.groups:
-            if layer in layers:
-                return symbol
-        raise IndexError(layer)
+        try:
+            return self._group_index[layer]
+        except KeyError:
+            raise IndexError(layer) from None
+
+    @cached_property
+    def _group_index(self) -> dict[int, str]:
+        """block -> its kind's symbol, built once (group_of is called per block: a scan of
+        the groups per call was quadratic in the layer count, issue 32)."""
+        return {layer: symbol for symbol, layers in reversed(self.groups) for layer in layers}
 
     # ---- matmuls --------------------------------------------------------------------------
     @property

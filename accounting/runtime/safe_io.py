@@ -31,6 +31,7 @@ from collections.abc import Callable
 from typing import NoReturn
 
 from accounting.runtime import temp_names
+from accounting.runtime.in_place import same_file, write_in_place  # noqa: F401 (same_file: cli/args.py)
 from accounting.runtime.errors import (Interrupted, UsageError, debugging, os_problem, outcome,
                                        shorten)
 
@@ -241,7 +242,10 @@ def _name_max(folder: Path) -> int:
 def write_atomic(path: str | Path, data: str | bytes, flag: str = "-o") -> None:
     """Write the whole file or nothing: a temporary file beside the target, flushed to
     disk, given the old file's permissions, then renamed over it. Ctrl-C is held for the
-    few milliseconds this takes; one that arrives before the rename abandons the write."""
+    few milliseconds this takes; one that arrives before the rename abandons the write.
+    A target with other hard links, or another owner than this process (root writing a
+    user's file), is written in place once the temporary file is complete, so that the
+    links and the owner stay (a rename would make a new file: issue 32)."""
     target = output_target(str(path), flag)
     if target is None:
         write_stdout(data if isinstance(data, str) else data.decode("utf-8"))
@@ -264,7 +268,13 @@ def write_atomic(path: str | Path, data: str | bytes, flag: str = "-o") -> None:
             os.chmod(tmp, mode)
             if held() or _state.seen:  # Ctrl-C before the rename (also one a library
                 raise Interrupted(held() or _state.seen)  # swallowed): the old file stays
-            os.replace(tmp, target)
+            old = os.stat(target) if target.exists() else None
+            if old is not None and (old.st_nlink > 1 or (old.st_uid, old.st_gid)
+                                    != (os.geteuid(), os.getegid())):
+                write_in_place(target, payload)  # (the temporary file was complete)
+                os.unlink(tmp)
+            else:
+                os.replace(tmp, target)
             tmp = None
             held.committed()
         except OSError as e:

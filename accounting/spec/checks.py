@@ -82,6 +82,7 @@ def validate(c) -> None:
     _check_window(c)
     _check_scales(c)
     _check_moe(c)
+    _check_needs(c)
     _check_mla(c)
     _check_llama4(c)
     _check_recurrent(c)
@@ -190,6 +191,19 @@ def _check_scales(c) -> None:
         raise UsageError("attn_softcap needs the explicit attention scores: the fused kernel "
                          "(attention sdpa) and latent attention cannot soft-cap them; use "
                          "attention naive without latent attention, or drop attn_softcap")
+
+
+def _check_needs(c) -> None:
+    """A field that means nothing without another (a mixture-of-experts setting on a dense
+    model, a temperature scale without the floor) must keep its default: the CLI refuses
+    its flag (cli/args.py), and a config file or ModelConfig(...) is refused the same way
+    rather than answered with counts that ignore it (issue 32)."""
+    for f in fields(c):
+        needs = meta(f).needs
+        if needs and getattr(c, needs) is None and getattr(c, f.name) != f.default:
+            raise UsageError(f"{f.name} = {short_value(getattr(c, f.name))} means nothing "
+                             f"without {needs} (the config has none); give {needs} too, or "
+                             f"leave {f.name} out (its default: {short_value(f.default)})")
 
 
 def _check_moe(c) -> None:

@@ -30,7 +30,6 @@ wrapper too), this module (translation, back to config.json, files).
 from __future__ import annotations
 
 import copy
-import math
 import re
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -38,13 +37,14 @@ from types import MappingProxyType
 from typing import Callable, Mapping
 
 from accounting.spec.config import MAX_LAYERS, MAX_NAME, MAX_SIZE, ModelConfig
-from accounting.spec.own_format import config_from_dict, read_json
+from accounting.spec.fields import meta
+from accounting.spec.own_format import check_depth, config_from_dict, read_json
 from accounting.runtime.errors import UsageError, escape
 # the schema and the registry, re-exported: callers read them as hf_config.X
 from accounting.spec.hf_schema import (  # noqa: F401
     BOOL, CHOICE, INTEGER, PATTERN, COMMON_FREE, COMMON_MUST, EPS, FREE_VALUES, INT, INT_OR_ABSENT,
     INT_OR_NULL, LIST, NONNEG,
-    NUMBER_OR_NULL, REFUSED, THETA,
+    NUMBER_OR_NULL, REFUSED, THETA, real,
     TRANSFORMERS_VERSION, TYPES, UNSUPPORTED, WRAPPERS, Derived, HFType, Key, ModuleNames, Must, Noted,
     Required, register, short)
 # the rows: registered into TYPES on import
@@ -116,7 +116,7 @@ def _check_kind(key: Key, value, where: str) -> None:
 
 
 def _number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    return real(v)  # ints and floats alike, bounded (hf_schema.real)
 
 
 def _same(a, b) -> bool:
@@ -160,6 +160,7 @@ def translate(data: Mapping, source: str, name: str, origin: str = "",
     """The spec a Hugging Face config.json object means; UsageError naming the key when a
     key would change a count the tool cannot represent, or is wrong or missing, or is
     unknown (in no list) and not judged count-free by `judge` (none: refused)."""
+    check_depth(data, source)  # (the Python API's dicts too: the copies below recurse)
     mt = data.get("model_type")
     if isinstance(mt, str) and mt in WRAPPERS:  # a vision-language config: its language model
         inner, said = WRAPPERS[mt](data, f"{source} ({mt})")
@@ -226,6 +227,10 @@ def translate(data: Mapping, source: str, name: str, origin: str = "",
         spec.update(fields)
         notes += said
     spec.update(t.fixed)
+    for f in _SPEC_FIELDS:  # a dense reading (Qwen-MoE's num_experts 0): the table's
+        needs = meta(f).needs      # MoE keys build nothing in transformers, so they are not
+        if needs and spec.get(needs) is None:  # the spec's (whose own JSON refuses them)
+            spec.pop(f.name, None)
     try:
         config = config_from_dict(spec, where)
     except UsageError as e:
@@ -279,6 +284,7 @@ def _translate_nested(t: HFType, data: Mapping, source: str, name: str, origin: 
                     hf.judged)
 
 
+_SPEC_FIELDS = fields(ModelConfig)
 COMMON_MUST_KEYS = frozenset(m.hf for m in COMMON_MUST)
 
 

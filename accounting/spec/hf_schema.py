@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Callable, Mapping
 
-from accounting.spec.config import ModelConfig
+from accounting.spec.config import MAX_REAL, ModelConfig
 from accounting.runtime.errors import shorten
 from accounting.units import TORCH_DTYPE_NAMES as TORCH_DTYPES
 
@@ -192,9 +192,11 @@ def _ids_or_null(v) -> bool:
 
 
 def real(v) -> bool:
-    """A finite number that is not a bool (JSON has no NaN, but Python's json reads it)."""
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v \
-        and abs(v) != float("inf")
+    """A number that is not a bool, finite and at most MAX_REAL (10^18) in size, checked
+    the same way for an int and a float: JSON has no NaN, but Python's json reads it, and
+    an integer of 400 digits is valid JSON that math.isfinite cannot take (OverflowError,
+    issue 32); abs(v) <= MAX_REAL compares either exactly."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and abs(v) <= MAX_REAL
 
 
 FREE_VALUES = MappingProxyType({
@@ -267,6 +269,13 @@ COMMON_MUST = (
          "projections in some blocks)", {}),
     Must("partial_rotary_factor", lambda v, d: v in (1, 1.0), "1.0",
          "RoPE on only part of each head", 1.0),
+    # PreTrainedModel._backward_compatibility_gradient_checkpointing (modeling_utils.py):
+    # a true key turns on gradient checkpointing in post_init, so every training step
+    # recomputes each block's forward (issue 32: llama ×1.26 matmul FLOPs per step)
+    Must("gradient_checkpointing", lambda v, d: v in (False, None), "false (or absent)",
+         "transformers recomputing each block's forward in every training step (it turns "
+         "on gradient checkpointing for such a file); remove the key and plan the "
+         "recomputation with plan's --recompute full", False),
 )
 ROPE_MUST = rope_must()
 DROPOUT_NOTE = ("{settings}: dropout is not counted (the tool's model has none; it does "
@@ -360,13 +369,14 @@ def head_dim(default=None, kind: str = INT_OR_NULL) -> Key:
     return Key("head_dim", ("head_dim",), kind, default)
 
 
-def rope_keys(eps: float, tie: bool = False):
-    """The llama family's activation, norm epsilon, tie and RoPE theta keys."""
+def rope_keys(eps: float, tie: bool = False, theta: float = 10000.0):
+    """The llama family's activation, norm epsilon, tie and RoPE theta keys (theta: the
+    class's default_theta, 10,000 unless the row says otherwise)."""
     return (Key("hidden_act", ("mlp",), CHOICE, "silu", GATED_ACTS),
             Key("rms_norm_eps", ("norm_eps",), EPS, eps),
             Key("tie_word_embeddings", ("tie_embeddings",), BOOL, tie),
             # transformers 5 writes rope_parameters: {"rope_theta": ..}; older files rope_theta
-            Key("rope_theta", ("rope_theta",), THETA, 10000.0,
+            Key("rope_theta", ("rope_theta",), THETA, theta,
                 aliases=("rope_parameters.rope_theta", "rope_scaling.rope_theta")))
 
 

@@ -47,11 +47,11 @@ register(HFType(
                  "{settings}: transformers folds 1/(layer + 1) into the one score scale "
                  "(the same count; the tool's model does not)")),
     # summary_*: GPT2DoubleHeadsModel's classification head, not built for a causal LM;
-    # n_special, predict_special_tokens, output_past, gradient_checkpointing: old keys
-    # transformers no longer reads.
+    # n_special, predict_special_tokens, output_past: old keys transformers no longer
+    # reads (gradient_checkpointing it still reads: hf_schema.COMMON_MUST).
     free=frozenset({"summary_type", "summary_use_proj", "summary_activation",
                     "summary_proj_to_labels", "summary_first_dropout", "n_special",
-                    "predict_special_tokens", "output_past", "gradient_checkpointing"}),
+                    "predict_special_tokens", "output_past"}),
 ))
 
 register(HFType(

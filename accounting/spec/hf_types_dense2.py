@@ -11,7 +11,7 @@ from typing import Mapping
 from accounting.runtime.errors import UsageError
 from accounting.spec.config import ModelConfig
 from accounting.spec.hf_schema import (
-    ATTENTION_BIAS, ATTENTION_DROPOUT, BOOL, CHOICE, EPS, GATED_ACTS, INT, INT_OR_NULL, LIST,
+    ATTENTION_BIAS, ATTENTION_DROPOUT, BOOL, CHOICE, EPS, GATED_ACTS, INT, INT_OR_ABSENT, INT_OR_NULL, LIST,
     LLAMA_FAMILY, LLAMA_NAMES, OLMO2_NAMES, PATTERN, ROPE_MUST, ROPE_TYPES, THETA, Derived,
     HFType, Key, ModuleNames, Must, Required, dropout, head_dim, kv_heads, llama_sizes,
     register, rope_keys, rope_must, rope_ok, short)
@@ -93,7 +93,7 @@ register(HFType(
     "smollm3", "SmolLM3ForCausalLM",
     keys=llama_sizes(128256, 2048, 11008, 36, 16, 32768) + (
         kv_heads(Required(4)),  # SmolLM3Config.__post_init__: None -> num_attention_heads
-        head_dim(),  # SmolLM3Attention: getattr(config, "head_dim", hidden_size // heads)
+        head_dim(None, INT_OR_ABSENT),  # SmolLM3Attention: getattr(config, "head_dim", hidden_size // heads)
         ATTENTION_BIAS,  # q/k/v/o_proj alike
         Key("mlp_bias", ("mlp_bias",), BOOL, False),
         Key("hidden_act", ("mlp",), CHOICE, "silu", GATED_ACTS),
@@ -180,7 +180,7 @@ register(HFType(
     "olmo3", "Olmo3ForCausalLM",
     keys=llama_sizes(50304, 4096, 11008, 32, 32, 2048) + (
         kv_heads(),  # Olmo3Config.__post_init__: None -> num_attention_heads
-        head_dim(),
+        head_dim(None, INT_OR_ABSENT),  # null refused: transformers fails on it (tests/test_hf_default_sweep.py)
         ATTENTION_BIAS,
         Key("hidden_act", ("mlp",), CHOICE, "silu", GATED_ACTS),
         Key("rms_norm_eps", ("norm_eps",), EPS, 1e-5),
@@ -262,7 +262,7 @@ register(HFType(
     "exaone4", "Exaone4ForCausalLM",
     keys=llama_sizes(102400, 4096, 16384, 32, 32, 2048) + (
         kv_heads(Required(32), INT),
-        head_dim(),  # Exaone4Attention: getattr(config, "head_dim", hidden_size // heads)
+        head_dim(None, INT_OR_ABSENT),  # Exaone4Attention: getattr(config, "head_dim", hidden_size // heads)
         Key("sliding_window", (), INT_OR_NULL, 4096),
         Key("sliding_window_pattern", (), PATTERN, 4),
         Key("layer_types", (), LIST, None)) + rope_keys(1e-5),

@@ -34,7 +34,8 @@ register(HFType(
         # MixtralConfig.attribute_map: num_experts is num_local_experts
         Key("num_local_experts", ("num_experts",), INT, Required(8), aliases=("num_experts",)),
         Key("num_experts_per_tok", ("experts_per_token",), INT, Required(2)),
-        Key("sliding_window", ("sliding_window",), INT_OR_NULL, None)) + rope_keys(1e-5),
+        # MixtralConfig.default_theta = 1000000.0 (configuration_mixtral.py), not 10,000
+        Key("sliding_window", ("sliding_window",), INT_OR_NULL, None)) + rope_keys(1e-5, theta=1e6),
     # each expert is intermediate_size wide (MixtralExperts: no moe_intermediate_size)
     fixed=MappingProxyType(dict(LLAMA_FAMILY, qk_norm="none", qkv_bias=False, out_bias=False,
                                 mlp_bias=False, router="softmax", norm_topk_prob=True,

@@ -11,7 +11,7 @@ from accounting.runtime.errors import UsageError
 from accounting.spec.config import ModelConfig
 from accounting.spec.hf_schema import (
     ATTENTION_BIAS, ATTENTION_DROPOUT, BOOL, CHOICE, DEEPSEEK_V3_NAMES, EPS, GATED_ACTS, INT,
-    INTEGER, INT_OR_NULL, LIST,
+    INTEGER, INT_OR_ABSENT, INT_OR_NULL, LIST,
     LLAMA_FAMILY, MOE_NAMES, NONNEG, ROPE_MUST, THETA, Derived, HFType, Key, ModuleNames, Must,
     Noted, Required, head_dim, kv_heads, llama_sizes, register, rope_keys, rope_must, short)
 from accounting.spec.hf_types_dense import layers_of
@@ -107,9 +107,9 @@ QWEN2_MOE_NAMES = ModuleNames(MOE_NAMES.blocks, MappingProxyType({
 register(HFType(
     "qwen2_moe", "Qwen2MoeForCausalLM",
     keys=llama_sizes(151936, 2048, 5632, 24, 16, 32768) + (
-        kv_heads(Required(16)),
+        kv_heads(Required(16), INT),  # null refused: transformers fails on it (tests/test_hf_default_sweep.py)
         # not a Qwen2MoeConfig field: Qwen2MoeAttention reads it when given (getattr)
-        head_dim(),
+        head_dim(None, INT_OR_ABSENT),  # null refused: transformers fails on it (tests/test_hf_default_sweep.py)
         Key("qkv_bias", ("qkv_bias",), BOOL, True),  # q/k/v_proj; o_proj never
         Key("moe_intermediate_size", ("moe_d_ff",), INT, Required(1408)),
         Key("shared_expert_intermediate_size", (), INT, Required(5632)),
@@ -175,7 +175,7 @@ register(HFType(
     "glm4_moe", "Glm4MoeForCausalLM",
     keys=llama_sizes(151552, 4096, 10944, 46, 96, 131072) + (
         kv_heads(Required(8), INT),
-        head_dim(),  # Glm4MoeAttention: getattr(config, "head_dim", hidden_size // heads)
+        head_dim(None, INT_OR_ABSENT),  # Glm4MoeAttention: getattr(config, "head_dim", hidden_size // heads)
         Key("attention_bias", ("qkv_bias",), BOOL, False),  # q/k/v_proj; o_proj never
         Key("use_qk_norm", (), BOOL, False),
         Key("partial_rotary_factor", (), THETA, 0.5, aliases=_FACTOR_ALIASES),
@@ -240,7 +240,8 @@ register(HFType(
         Key("rotary_dim", (), INT_OR_NULL, None),
         Key("partial_rotary_factor", (), THETA, 1.0, aliases=_FACTOR_ALIASES),
         Key("num_local_experts", ("num_experts",), INT, Required(256)),
-        Key("num_experts_per_tok", ("experts_per_token",), INT, Required(8))) + rope_keys(1e-6),
+        # MiniMaxM2Config.default_theta = 5000000.0 (configuration_minimax_m2.py)
+        Key("num_experts_per_tok", ("experts_per_token",), INT, Required(8))) + rope_keys(1e-6, theta=5e6),
     # each expert is intermediate_size wide; MiniMaxM2TopKRouter renormalises always
     fixed=MappingProxyType(dict(LLAMA_FAMILY, qk_norm="full", qkv_bias=False, out_bias=False,
                                 mlp_bias=False, router="sigmoid", router_bias=True,
@@ -325,8 +326,8 @@ ERNIE_NAMES = ModuleNames(MOE_NAMES.blocks, MappingProxyType({
 register(HFType(
     "ernie4_5_moe", "Ernie4_5_MoeForCausalLM",
     keys=llama_sizes(103424, 2560, 12288, 28, 20, 131072) + (
-        kv_heads(Required(4)),
-        head_dim(),  # Ernie4_5_MoeAttention: getattr(config, "head_dim", hidden // heads)
+        kv_heads(Required(4), INT),  # null refused: transformers fails on it (tests/test_hf_default_sweep.py)
+        head_dim(None, INT_OR_ABSENT),  # Ernie4_5_MoeAttention: getattr(config, "head_dim", hidden // heads)
         Key("moe_intermediate_size", ("moe_d_ff",), INT, Required(1536)),
         # Ernie4_5_MoeConfig.attribute_map: num_experts, num_experts_per_tok
         Key("moe_num_experts", ("num_experts",), INT, Required(64), aliases=("num_experts",)),

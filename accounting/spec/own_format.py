@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import MISSING, fields
+from collections.abc import Mapping
 from pathlib import Path
 
 from accounting.runtime.errors import UsageError, escape
 from accounting.runtime.safe_io import read_small_file
 from accounting.spec.checks import one_of as _one_of, short_value as _short
 from accounting.spec.config import MAX_CONFIG_BYTES, MAX_SIZE, MLPS, ModelConfig
+from accounting.spec.fields import meta
 
 _JSON_KEYS = {f.name for f in fields(ModelConfig)}
 # the fields with no default, but d_ff (its default follows from the MLP and d_model)
@@ -26,6 +28,12 @@ def config_from_dict(data: dict, source: str) -> ModelConfig:
     missing = [k for k in _REQUIRED if k not in data]
     if missing:
         raise UsageError(f"{source} is missing key(s) {', '.join(missing)}")
+    for f in fields(ModelConfig):  # as the CLI refuses its flag (cli/args.py _check_needs)
+        needs = meta(f).needs
+        if needs and f.name in data and data.get(needs) is None:
+            raise UsageError(f"{source}: {f.name} is given but {needs} is "
+                             f"{'null' if needs in data else 'absent'}; {f.name} means nothing "
+                             f"without it, so give {needs} too (or leave {f.name} out)")
     if "rope_theta" in data and data.get("positions", "rope") != "rope":
         raise UsageError(f"{source}: rope_theta is given but positions is "
                          f"{_short(data.get('positions'))}; RoPE's theta needs positions = rope")
@@ -46,6 +54,25 @@ def config_from_dict(data: dict, source: str) -> ModelConfig:
         return ModelConfig(**data)
     except UsageError as e:
         raise UsageError(f"{source}: {e}") from None
+
+
+MAX_DEPTH = 64  # objects and lists within each other: a config.json nests a few levels
+
+
+def check_depth(data, source: str) -> None:
+    """UsageError for a value nested deeper than MAX_DEPTH (walked without recursion): the
+    copies and comparisons downstream recurse, and 990 levels in task_specific_params ended
+    in a RecursionError, exit 3 (issue 32)."""
+    todo = [(data, 1)]
+    while todo:
+        value, depth = todo.pop()
+        if depth > MAX_DEPTH:
+            raise UsageError(f"{source} nests objects or lists more than {MAX_DEPTH} levels "
+                             f"deep; a config holds a few levels, so correct the file")
+        if isinstance(value, Mapping):
+            todo.extend((v, depth + 1) for v in value.values())
+        elif isinstance(value, (list, tuple)):
+            todo.extend((v, depth + 1) for v in value)
 
 
 class _DuplicateKey(Exception):
@@ -82,4 +109,5 @@ def read_json(path: str | Path) -> tuple[dict, str]:
         raise UsageError(f"{source} cannot be read as JSON: {_short(str(e), 80)}") from None
     if not isinstance(data, dict):
         raise UsageError(f"{source} must hold a JSON object, got {type(data).__name__}")
+    check_depth(data, source)
     return data, source

@@ -51,9 +51,11 @@ def search(config: ModelConfig, base: Layout, seq: int, *, precision: Precision,
            hardware: Hardware, net: Interconnect | None, mfu="0.5", margin="0",
            fix_zero: bool = False, fix_sp: bool = False, fix_micro: bool = False,
            fix_ep: bool = False, fix_cp: bool = False, fix_vpp: bool = False,
-           tokens: int | None = None, **utilization) -> Search:
+           progress=None, tokens: int | None = None, **utilization) -> Search:
     """`base` carries the GPUs, global batch, recomputation and whatever the user fixed;
-    `tokens` (--tokens) gives each layout its time to train."""
+    `tokens` (--tokens) gives each layout its time to train; `progress(done, total)`, if
+    given, is called before each (tp, pp) pair and each layout planned (the CLI's
+    accounting/runtime/progress.Ticker: a line on stderr when a search runs long)."""
     check_numbers(base)
     n, E = base.gpus, experts(config)
     L = config.num_layers
@@ -80,6 +82,8 @@ def search(config: ModelConfig, base: Layout, seq: int, *, precision: Precision,
             zeros = (base.zero,) if fix_zero else ((3, 2, 1, 0) if dp * cp > 1 else (0,))
             short = 0
             for zero in zeros:
+                if progress is not None:  # (a pair's layouts may take long themselves)
+                    progress(state[0] - 1, state[1])
                 lo = replace(base, tp=tp, pp=pp, dp=dp, ep=ep, sp=sp, zero=zero, cp=cp,
                              vpp=vpp, stage_split=base.stage_split if pp == base.pp else None,
                              micro_batch=base.micro_batch if fix_micro else 1)
@@ -102,8 +106,12 @@ def search(config: ModelConfig, base: Layout, seq: int, *, precision: Precision,
                     fits = True
         return fits
 
+    state = [0, sum(len(divisors(n // tp)) for tp in divisors(n))]  # (pairs done, pairs)
     for tp in divisors(n):
         for pp in divisors(n // tp):
+            if progress is not None:
+                progress(*state)
+            state[0] += 1
             if pp > L and not fix_vpp:
                 continue  # a stage per layer at most (refused; not worth a row each)
             rest = n // (tp * pp)
