@@ -42,8 +42,8 @@ from accounting.spec.own_format import check_depth, config_from_dict, read_json
 from accounting.runtime.errors import UsageError, escape
 # the schema and the registry, re-exported: callers read them as hf_config.X
 from accounting.spec.hf_schema import (  # noqa: F401
-    BOOL, CHOICE, INTEGER, PATTERN, COMMON_FREE, COMMON_MUST, EPS, FREE_VALUES, INT, INT_OR_ABSENT,
-    INT_OR_NULL, LIST, NONNEG,
+    BOOL, CHOICE, INTEGER, PATTERN, WINDOW_PATTERN, COMMON_FREE, COMMON_MUST, EPS, FREE_VALUES,
+    INT, INT_OR_ABSENT, INT_OR_NULL, LIST, NONNEG,
     NUMBER_OR_NULL, REFUSED, THETA, real,
     TRANSFORMERS_VERSION, TYPES, UNSUPPORTED, WRAPPERS, Derived, HFType, Key, ModuleNames, Must, Noted,
     Required, register, short)
@@ -106,7 +106,7 @@ def _check_kind(key: Key, value, where: str) -> None:
         EPS: lambda v: _number(v) and v >= 0,
         CHOICE: lambda v: isinstance(v, str) and v in key.choices,
         INTEGER: lambda v: isinstance(v, int) and not isinstance(v, bool) and abs(v) <= MAX_SIZE,
-        PATTERN: lambda v: v is None or (isinstance(v, str) and 0 < len(v) <= 1000) or (
+        WINDOW_PATTERN: lambda v: v is None or (isinstance(v, str) and 0 < len(v) <= 1000) or (
             isinstance(v, int) and not isinstance(v, bool) and 0 < v <= MAX_SIZE),
     }[key.kind]
     if not ok(value):

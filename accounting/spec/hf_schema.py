@@ -33,7 +33,7 @@ EPS = "a non-negative number"
 NUMBER_OR_NULL = "a positive number or null"  # Gemma's soft-caps (null: none)
 CHOICE = "one of"
 INTEGER = "an integer"  # ERNIE 4.5's moe_layer_end_index (-1: the last layer)
-PATTERN = "a positive integer, a string or null"  # EXAONE 4's sliding_window_pattern ("LLLG")
+WINDOW_PATTERN = "a positive integer, a string or null"  # EXAONE 4's sliding_window_pattern ("LLLG")
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from accounting.runtime.errors import UsageError
 from accounting.spec.config import ModelConfig
 from accounting.spec.hf_schema import (
     ATTENTION_BIAS, ATTENTION_DROPOUT, BOOL, CHOICE, EPS, GATED_ACTS, INT, INT_OR_ABSENT, INT_OR_NULL, LIST,
-    LLAMA_FAMILY, LLAMA_NAMES, OLMO2_NAMES, PATTERN, ROPE_MUST, ROPE_TYPES, THETA, Derived,
+    LLAMA_FAMILY, LLAMA_NAMES, OLMO2_NAMES, WINDOW_PATTERN, ROPE_MUST, ROPE_TYPES, THETA, Derived,
     HFType, Key, ModuleNames, Must, Required, dropout, head_dim, kv_heads, llama_sizes,
     register, rope_keys, rope_must, rope_ok, short)
 from accounting.spec.hf_types_dense import layers_of
@@ -264,7 +264,7 @@ register(HFType(
         kv_heads(Required(32), INT),
         head_dim(None, INT_OR_ABSENT),  # Exaone4Attention: getattr(config, "head_dim", hidden_size // heads)
         Key("sliding_window", (), INT_OR_NULL, 4096),
-        Key("sliding_window_pattern", (), PATTERN, 4),
+        Key("sliding_window_pattern", (), WINDOW_PATTERN, 4),
         Key("layer_types", (), LIST, None)) + rope_keys(1e-5),
     fixed=MappingProxyType(dict(LLAMA_FAMILY, norm_placement="post", qk_norm="head",
                                 qkv_bias=False, out_bias=False, mlp_bias=False)),

@@ -191,9 +191,9 @@ def _fp8_blocks(v, d) -> bool:
 
 # The multi-token-prediction modules (DeepSeek-V3 §2.2): counted beside the model, in
 # training, not at inference (accounting/analysis/mtp.py). DeepseekV3Config's and
-# Glm4MoeConfig's num_mtp_layers (attribute_map: num_nextn_predict_layers) defaults to 1, but
-# a file without the key declares no MTP weights: none counted then.
-MTP_KEY = Key("num_nextn_predict_layers", ("mtp_layers",), NONNEG, 0, aliases=("num_mtp_layers",))
+# Glm4MoeConfig's num_mtp_layers (attribute_map: num_nextn_predict_layers) defaults to 1: an
+# absent key means what transformers means (issue 34), one module; 0 declares none.
+MTP_KEY = Key("num_nextn_predict_layers", ("mtp_layers",), NONNEG, 1, aliases=("num_mtp_layers",))
 
 
 register(HFType(
