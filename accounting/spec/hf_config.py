@@ -43,7 +43,7 @@ from accounting.runtime.errors import UsageError, escape
 # the schema and the registry, re-exported: callers read them as hf_config.X
 from accounting.spec.hf_schema import (  # noqa: F401
     BOOL, CHOICE, INTEGER, PATTERN, WINDOW_PATTERN, COMMON_FREE, COMMON_MUST, EPS, FREE_VALUES,
-    INT, INT_OR_ABSENT, INT_OR_NULL, LIST, NONNEG,
+    INT, INT_OR_ABSENT, INT_OR_NULL, LIST, NONNEG, NONNEG_OR_NULL,
     NUMBER_OR_NULL, REFUSED, THETA, real,
     TRANSFORMERS_VERSION, TYPES, UNSUPPORTED, WRAPPERS, Derived, HFType, Key, ModuleNames, Must, Noted,
     Required, register, short)
@@ -98,6 +98,8 @@ def _check_kind(key: Key, value, where: str) -> None:
         INT_OR_NULL: lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool)
                                              and 0 < v <= MAX_SIZE),
         NONNEG: lambda v: isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_SIZE,
+        NONNEG_OR_NULL: lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool)
+                                                and 0 <= v <= MAX_SIZE),
         LIST: lambda v: v is None or isinstance(v, list),
         PATTERN: lambda v: v is None or (isinstance(v, str) and len(v) <= MAX_LAYERS),
         BOOL: lambda v: isinstance(v, bool),

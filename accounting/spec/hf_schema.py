@@ -25,6 +25,8 @@ INT_OR_NULL = "a positive integer or null"
 # returns None: TypeError in the RoPE or the scaling); absent takes the default
 INT_OR_ABSENT = "a positive integer or absent (transformers' model fails on null)"
 NONNEG = "a non-negative integer"
+# Qwen2-MoE's sliding_window: Qwen2MoeConfig writes 0 when use_sliding_window is false
+NONNEG_OR_NULL = "a non-negative integer or null"
 LIST = "a list or null"  # its entries are checked by the type's derive rule
 PATTERN = "a string or null"  # a layer pattern (Nemotron-H's "M*-"), checked by its rule
 BOOL = "true or false"

@@ -12,7 +12,7 @@ from accounting.spec.config import ModelConfig
 from accounting.spec.hf_schema import (
     ATTENTION_BIAS, ATTENTION_DROPOUT, BOOL, CHOICE, DEEPSEEK_V3_NAMES, EPS, GATED_ACTS, INT,
     INTEGER, INT_OR_ABSENT, INT_OR_NULL, LIST,
-    LLAMA_FAMILY, MOE_NAMES, NONNEG, ROPE_MUST, THETA, Derived, HFType, Key, ModuleNames, Must,
+    LLAMA_FAMILY, MOE_NAMES, NONNEG, NONNEG_OR_NULL, ROPE_MUST, THETA, Derived, HFType, Key, ModuleNames, Must,
     Noted, Required, head_dim, kv_heads, llama_sizes, register, rope_keys, rope_must, short)
 from accounting.spec.hf_types_dense import layers_of
 from accounting.spec.hf_types_moe import (ROUTER_FREE, ROUTER_NOTES, _deepseek_layers,
@@ -119,7 +119,7 @@ register(HFType(
         Key("decoder_sparse_step", (), INT, 1),
         Key("mlp_only_layers", (), LIST, None),
         Key("use_sliding_window", (), BOOL, False),
-        Key("sliding_window", (), INT_OR_NULL, 4096),
+        Key("sliding_window", (), NONNEG_OR_NULL, 4096),  # 0 as transformers writes it unused
         Key("max_window_layers", (), NONNEG, 28),
         Key("layer_types", (), LIST, None)) + rope_keys(1e-6),
     fixed=MappingProxyType(dict(LLAMA_FAMILY, qk_norm="none", out_bias=False, mlp_bias=False,
