@@ -94,6 +94,10 @@ def _check_recurrent(c) -> None:
               "linear_value_head_dim", "linear_chunk", "mamba_heads", "mamba_head_dim",
               "ssm_state", "mamba_groups", "mamba_chunk"):
         _positive(c, f)
+    value = c.mamba_dt_min  # a number as the other number fields: bounded (issue 32)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= MAX_REAL:
+        raise UsageError(f"mamba_dt_min must be a non-negative finite number up to 10^18, got "
+                         f"{short_value(value)}")
     types = set(c.layer_types or ())
     if "mamba" in types:
         missing = [f for f in ("mamba_heads", "mamba_head_dim", "ssm_state", "conv_kernel")

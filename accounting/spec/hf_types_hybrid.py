@@ -10,8 +10,9 @@ from typing import Mapping
 
 from accounting.runtime.errors import UsageError
 from accounting.spec.hf_schema import (
-    ATTENTION_BIAS, ATTENTION_DROPOUT, BOOL, CHOICE, EPS, GATED_ACTS, INT, LIST, LLAMA_FAMILY,
-    NONNEG, NUMBER_OR_NULL, PATTERN, ROPE_MUST, THETA, Derived, HFType, Key, ModuleNames, Must, Noted,
+    ATTENTION_BIAS, ATTENTION_DROPOUT, BOOL, CHOICE, EPS, GATED_ACTS, INT, INT_OR_ABSENT, LIST,
+    LLAMA_FAMILY,
+    NONNEG, PATTERN, ROPE_MUST, THETA, Derived, HFType, Key, ModuleNames, Must, Noted,
     Required, head_dim, kv_heads, register, rope_must)
 from accounting.spec.hf_types_moe import ROUTER_FREE
 
@@ -76,9 +77,11 @@ register(HFType(
           # Lfm2Config.__post_init__: block_ff_dim, an older spelling, overrides
           Key("intermediate_size", (), INT, Required(12288), aliases=("block_ff_dim",)),
           Key("block_auto_adjust_ff_dim", (), BOOL, True),
-          Key("block_ffn_dim_multiplier", (), NUMBER_OR_NULL, 1.0),
+          # null refused: Lfm2MLP multiplies by it, and transformers fails on null, as on a
+          # null num_key_value_heads or head_dim (tests/test_hf_default_sweep.py)
+          Key("block_ffn_dim_multiplier", (), THETA, 1.0),
           Key("block_multiple_of", (), INT, 256),
-          kv_heads(8), head_dim(),
+          kv_heads(8, INT), head_dim(None, INT_OR_ABSENT),
           Key("norm_eps", ("norm_eps",), EPS, 1e-5),
           Key("tie_word_embeddings", ("tie_embeddings",), BOOL, True, aliases=("tie_embedding",)),
           Key("rope_theta", ("rope_theta",), THETA, 1000000.0,
