@@ -21,6 +21,7 @@ over k ranks gives ⌈n/k⌉ to each rank but the last ones; rank 0 holds the mo
 from __future__ import annotations
 
 from dataclasses import dataclass
+from bisect import bisect_left
 from functools import lru_cache
 
 from accounting.ledger import records as R
@@ -115,7 +116,7 @@ class Split:
         of kinds: (("L", n),) when every block is alike; DeepSeek-V3's dense first layers and
         MoE others, or local and global attention layers, are two kinds."""
         return tuple((g, n) for g, members in self.ledger.groups
-                     if (n := sum(1 for i in members if i in layers)))
+                     if (n := _count_in(members, layers)))
 
     def tp_values(self, values: dict[str, int], tp: int, tp_rank: int = 0) -> dict[str, int]:
         """Symbol values on a TP rank: heads, d_ff and V split (V by torch.chunk)."""
@@ -160,3 +161,14 @@ def split(config: ModelConfig, autocast: str | None = None, recompute: str = "no
                               p.matmul_weight, p.lookup, p.repeat, p.routed_expert))
     column = frozenset(m.module for m in linear.values() if any(s in TP_SYMBOLS for s in m.p))
     return Split(config, lg, tuple(tensors), column, frozenset(linear))
+
+
+def _count_in(members: tuple[int, ...], layers) -> int:
+    """How many of the sorted block indices `members` are among `layers` (a range or a
+    collection of indices), by bisection: counting member by member made a search over
+    pipeline splits of a 10,000-layer model spend most of its time here (issue 32)."""
+    if isinstance(layers, range) and layers.step == 1:
+        return max(0, bisect_left(members, layers.stop) - bisect_left(members, layers.start))
+    n = len(members)
+    return sum(1 for i in set(layers)
+               if (j := bisect_left(members, i)) < n and members[j] == i)
