@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 
 from accounting.formats import layouts
 from accounting.runtime.errors import UsageError
+from accounting.registry import registrar
 
 LINEAR, EXPERTS = "every Linear of the blocks", "the routed experts only"
 
@@ -63,11 +64,7 @@ def _relabel(label: str, group: int) -> str:
 SCHEMES: dict[str, Scheme] = {}
 
 
-def register(s: Scheme) -> Scheme:
-    if s.name in SCHEMES:
-        raise ValueError(f"scheme {s.name!r} registered twice")
-    SCHEMES[s.name] = s
-    return s
+register = registrar(SCHEMES, "scheme")
 
 
 for _s in (

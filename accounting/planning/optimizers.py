@@ -15,6 +15,7 @@ from math import prod
 
 from accounting.runtime.errors import UsageError
 from accounting.units import DTYPE_BYTES, FP32, UINT8
+from accounting.registry import registrar
 
 
 @dataclass(frozen=True)
@@ -223,11 +224,7 @@ class TorchaoAdamW8bit(AdamW8bit):
 OPTIMIZERS: dict[str, Optimizer] = {}
 
 
-def register(o: Optimizer) -> Optimizer:
-    if o.name in OPTIMIZERS:
-        raise ValueError(f"optimizer {o.name!r} registered twice")
-    OPTIMIZERS[o.name] = o
-    return o
+register = registrar(OPTIMIZERS, "optimizer")
 
 
 ADAMW = register(AdamW("adamw", "torch.optim.AdamW (foreach, the default on CUDA)",

@@ -48,6 +48,7 @@ from accounting.planning.parallel.states import States
 from accounting.runtime.errors import UsageError
 from accounting.spec.config import ModelConfig
 from accounting.units import BF16, DTYPE_BYTES, FP32
+from accounting.registry import registrar
 
 TORCH, MEGATRON, DEEPSPEED, TORCHTITAN = "torch", "megatron", "deepspeed", "torchtitan"
 W16, W32 = DTYPE_BYTES[BF16], DTYPE_BYTES[FP32]
@@ -67,11 +68,7 @@ class Stack:
 STACKS: dict[str, Stack] = {}
 
 
-def register(s: Stack) -> Stack:
-    if s.name in STACKS:
-        raise ValueError(f"stack {s.name!r} registered twice")
-    STACKS[s.name] = s
-    return s
+register = registrar(STACKS, "stack")
 
 
 register(Stack(TORCH, "the course model under torch's engines (DDP, ZeroRedundancyOptimizer, "
