@@ -195,21 +195,25 @@ def _fp8_blocks(v, d) -> bool:
 # absent key means what transformers means (issue 34), one module; 0 declares none.
 MTP_KEY = Key("num_nextn_predict_layers", ("mtp_layers",), NONNEG, 1, aliases=("num_mtp_layers",))
 
+# DeepSeek-V3's routed and shared experts, its group-limited router and MTP: the keys of
+# deepseek_v3 and deepseek_v32 alike (DeepseekV32Config extends DeepseekV3Config's)
+V3_MOE_KEYS = (
+    Key("moe_intermediate_size", ("moe_d_ff",), INT, Required(2048)),
+    # DeepseekV3Config.attribute_map: num_local_experts is n_routed_experts
+    Key("n_routed_experts", ("num_experts",), INT, Required(256),
+        aliases=("num_local_experts",)),
+    Key("num_experts_per_tok", ("experts_per_token",), INT, Required(8)),
+    Key("n_shared_experts", ("num_shared_experts",), NONNEG, Required(1)),
+    Key("first_k_dense_replace", (), NONNEG, Required(3)),
+    Key("n_group", ("router_groups",), INT, Required(8)),
+    Key("topk_group", ("router_topk_groups",), INT, Required(4)),
+    Key("norm_topk_prob", ("norm_topk_prob",), BOOL, True),
+    Key("routed_scaling_factor", ("routed_scaling_factor",), THETA, 2.5), MTP_KEY)
+
 
 register(HFType(
     "deepseek_v3", "DeepseekV3ForCausalLM",
-    keys=llama_sizes(129280, 7168, 18432, 61, 128, 4096) + (
-        Key("moe_intermediate_size", ("moe_d_ff",), INT, Required(2048)),
-        # DeepseekV3Config.attribute_map: num_local_experts is n_routed_experts
-        Key("n_routed_experts", ("num_experts",), INT, Required(256),
-            aliases=("num_local_experts",)),
-        Key("num_experts_per_tok", ("experts_per_token",), INT, Required(8)),
-        Key("n_shared_experts", ("num_shared_experts",), NONNEG, Required(1)),
-        Key("first_k_dense_replace", (), NONNEG, Required(3)),
-        Key("n_group", ("router_groups",), INT, Required(8)),
-        Key("topk_group", ("router_topk_groups",), INT, Required(4)),
-        Key("norm_topk_prob", ("norm_topk_prob",), BOOL, True),
-        Key("routed_scaling_factor", ("routed_scaling_factor",), THETA, 2.5), MTP_KEY) + MLA_KEYS
+    keys=llama_sizes(129280, 7168, 18432, 61, 128, 4096) + V3_MOE_KEYS + MLA_KEYS
         + rope_keys(1e-6),
     fixed=MappingProxyType(dict(LLAMA_FAMILY, qk_norm="none", mlp_bias=False, router="sigmoid",
                                 router_bias=True)),
@@ -257,18 +261,7 @@ DEEPSEEK_V32_NAMES = ModuleNames(DEEPSEEK_V3_NAMES.blocks, MappingProxyType({
 
 register(HFType(
     "deepseek_v32", "DeepseekV32ForCausalLM",
-    keys=llama_sizes(129280, 7168, 18432, 61, 128, 4096) + (
-        Key("moe_intermediate_size", ("moe_d_ff",), INT, Required(2048)),
-        # DeepseekV3Config.attribute_map: num_local_experts is n_routed_experts
-        Key("n_routed_experts", ("num_experts",), INT, Required(256),
-            aliases=("num_local_experts",)),
-        Key("num_experts_per_tok", ("experts_per_token",), INT, Required(8)),
-        Key("n_shared_experts", ("num_shared_experts",), NONNEG, Required(1)),
-        Key("first_k_dense_replace", (), NONNEG, Required(3)),
-        Key("n_group", ("router_groups",), INT, Required(8)),
-        Key("topk_group", ("router_topk_groups",), INT, Required(4)),
-        Key("norm_topk_prob", ("norm_topk_prob",), BOOL, True),
-        Key("routed_scaling_factor", ("routed_scaling_factor",), THETA, 2.5), MTP_KEY,
+    keys=llama_sizes(129280, 7168, 18432, 61, 128, 4096) + V3_MOE_KEYS + (
         # DeepseekV32Indexer (modeling_deepseek_v32.py), in every layer
         Key("index_n_heads", ("index_heads",), INT, Required(64)),
         Key("index_head_dim", ("index_head_dim",), INT, Required(128)),
