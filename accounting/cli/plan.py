@@ -14,6 +14,7 @@ from accounting.runtime.errors import UsageError
 from accounting.runtime.errors import shorten
 from accounting.planning import export, views
 from accounting.planning.gpus import gpu_help
+from accounting.planning.optimizers import optimizer_help
 from accounting.cli import plan_parallel as parallel_cli
 from accounting.cli import plan_finetune as finetune_cli
 from accounting.planning.memory import (
@@ -80,9 +81,7 @@ def parser() -> Parser:
                         "course presets) or transformers (transformers' modeling code with SDPA "
                         "attention; the default for a Hugging Face config or hub preset)")
     w.add_argument("--optimizer", choices=tuple(OPTIMIZERS), default=None,
-                   help="adamw (default; torch.optim.AdamW, foreach), adamw-fused, adamw8bit "
-                        "(bitsandbytes), adamw8bit-torchao, adafactor, sgd (momentum) or muon "
-                        "(torch.optim.Muon on the hidden matrices, AdamW on the rest)")
+                   help=optimizer_help())
     w.add_argument("--recompute", choices=tuple(RECOMPUTE), default=NO_RECOMPUTE,
                    help="none (default), selective (recompute the attention core, Korthikanti "
                         "et al. 2022) or full activation recomputation (keep each block's input; "

@@ -241,6 +241,12 @@ register(Muon("muon", "torch.optim.Muon on the hidden 2-D matrices, torch.optim.
               "torch/optim/_muon.py", "cpu"))
 
 
+def optimizer_help() -> str:
+    """--optimizer's help, written from the registry (one fact, one place)."""
+    return "; ".join(f"{o.name}: {o.title}" for o in OPTIMIZERS.values()) + \
+        f" (default: {ADAMW.name})"
+
+
 def get_optimizer(name: str) -> Optimizer:
     try:
         return OPTIMIZERS[name]
