@@ -46,9 +46,10 @@ in CausalLMOutputWithPast, which the training loop `out = model(ids, labels=...)
 out.loss.backward()` holds through the backward pass: b·B·T·V more).
 
 And one reserve the tracker does not see (CUBLAS_WORKSPACE): cuBLAS keeps a workspace per
-(handle, stream) (aten/src/ATen/cuda/CublasHandlePool.cpp: cublas_handle_stream_to_workspace,
-getChosenWorkspaceSize: 4096 KiB × 8 = 32 MiB from sm90 on), handles come from a per-thread
-pool, and the backward pass runs on the autograd engine's device thread: two workspaces.
+(handle, stream) (aten/src/ATen/cuda/CublasHandlePool.cpp: cublas_handle_stream_to_workspace;
+its size from parseChosenWorkspaceSize, whose default depends on the GPU's architecture:
+cublas_workspace_bytes below), handles come from a per-thread pool, and the backward pass
+runs on the autograd engine's device thread: two workspaces.
 
 The philox seed and offset the flash and memory-efficient kernels save without dropout are
 two int64 host scalars (flash_api.cpp mha_fwd, attention.cu: at::empty({}, at::dtype(kLong))
@@ -73,7 +74,16 @@ FLASH_MAX_HEAD_DIM = 256  # check_head_dim_size_flash
 EFFICIENT_ALIGNMENT = {BF16: 8, FP16: 8, FP32: 4}  # minimum_gemm_alignment on sm80+
 EFFICIENT_GROUPED_KV = False  # torch <= 2.11 (the measured build); main has supports_gqa = true
 KERNEL = "saved by fused attention kernel"  # the ledger's record of F.sdpa's saves (trace.py)
-CUBLAS_WORKSPACE_BYTES = 4096 * 1024 * 8  # getChosenWorkspaceSize, sm90 and newer: ":4096:8"
+# parseChosenWorkspaceSize's default (aten/src/ATen/cuda/CublasHandlePool.cpp, torch 2.10+):
+# CUDA: ":4096:8" = 32 MiB where the compute capability's major is 9, 10, 11 or 12 (Hopper and
+# Blackwell), else ":4096:2:16:8" = 8 MiB + 128 KiB; ROCm (hipBLAS): 128 MiB on gfx942, gfx950
+# and gfx1250, else 32 MiB. A GPU's arch is its record's (accounting/planning/gpus.py GPU.arch);
+# a GPU of unknown arch (numbers given by hand) is planned with Hopper's.
+CUBLAS_WORKSPACE_BYTES = 4096 * 1024 * 8  # ":4096:8", sm90 and newer
+CUBLAS_WORKSPACE_BYTES_OLDER = 4096 * 1024 * 2 + 16 * 1024 * 8  # ":4096:2:16:8", before sm90
+HIPBLAS_WORKSPACE_BYTES, HIPBLAS_WORKSPACE_BYTES_CDNA3 = 32 * 1024 * 1024, 128 * 1024 * 1024
+CUBLAS_32MIB_MAJORS = (9, 10, 11, 12)
+HIPBLAS_128MIB_ARCHS = ("gfx942", "gfx950", "gfx1250")
 CUBLAS_WORKSPACES = 2  # the forward's thread and the autograd engine's device thread
 PHILOX_HOST_BYTES = 2 * DTYPE_BYTES[INT64]  # per flash/efficient call: seed and offset
 
@@ -120,7 +130,8 @@ MATH_SAVES = _rule("math attention's saves",
                    "the fused kernel's q, k, v, output and log-sum-exp")
 CUBLAS_WORKSPACE = _rule("cuBLAS workspaces", "CublasHandlePool.cpp getChosenWorkspaceSize, "
                          "cublas_handle_stream_to_workspace",
-                         f"{CUBLAS_WORKSPACES} × {CUBLAS_WORKSPACE_BYTES:,} bytes (sm90+)")
+                         f"{CUBLAS_WORKSPACES} workspaces of parseChosenWorkspaceSize's default "
+                         "for the GPU's architecture")
 
 
 @dataclass(frozen=True)
@@ -217,7 +228,23 @@ def boundary(activations, values: dict[str, int], autocast: str | None,
     return attention(activations, values) + loss(activations, autocast, implementation)
 
 
-def workspace() -> Adjustment:
-    """The cuBLAS workspaces, live at every moment of the step."""
-    return Adjustment(CUBLAS_WORKSPACE, Expr.of(CUBLAS_WORKSPACES * CUBLAS_WORKSPACE_BYTES),
-                      RULES[CUBLAS_WORKSPACE].what)
+def cublas_workspace_bytes(arch: str | None) -> int:
+    """One workspace's bytes on a GPU of architecture `arch` ("sm90", "sm100", "gfx942", …;
+    None: unknown, planned as Hopper)."""
+    if arch is None:
+        return CUBLAS_WORKSPACE_BYTES
+    if arch.startswith("gfx"):
+        return HIPBLAS_WORKSPACE_BYTES_CDNA3 if arch in HIPBLAS_128MIB_ARCHS else \
+            HIPBLAS_WORKSPACE_BYTES
+    if not arch.startswith("sm") or not arch[2:].isdigit():
+        raise ValueError(f"unknown GPU architecture {arch!r} (sm<major><minor> or gfx<N>)")
+    major = int(arch[2:]) // 10
+    return CUBLAS_WORKSPACE_BYTES if major in CUBLAS_32MIB_MAJORS else CUBLAS_WORKSPACE_BYTES_OLDER
+
+
+def workspace(arch: str | None = None) -> Adjustment:
+    """The cuBLAS (hipBLAS) workspaces, live at every moment of the step."""
+    one = cublas_workspace_bytes(arch)
+    return Adjustment(CUBLAS_WORKSPACE, Expr.of(CUBLAS_WORKSPACES * one),
+                      f"{CUBLAS_WORKSPACES} × {one:,} bytes "
+                      f"({arch or 'GPU of unknown architecture: planned as sm90'})")

@@ -96,6 +96,11 @@ class GPU:
     fp4_sparse_tflops: Fraction | None = None
     memory_from_label: bool = False  # True: no driver total found; the label read as GiB
     vendor: str = "NVIDIA"
+    # the architecture the driver reports: CUDA compute capability "sm<major><minor>"
+    # (developer.nvidia.com/cuda-gpus) or AMD's LLVM target "gfx<N>" (ROCm's GPU
+    # architecture specs, rocm.docs.amd.com/en/latest/reference/gpu-arch-specs.html); it sizes
+    # the cuBLAS/hipBLAS workspace (accounting/planning/cuda_peak.py cublas_workspace_bytes)
+    arch: str | None = None
 
     @property
     def memory_bytes(self) -> int:
@@ -286,59 +291,60 @@ PCIE5_SERVER = Fabric("PCIe Gen5 server", "PCIe Gen5 x16", 128, None, None,
 F = Fraction
 CARDS: tuple[GPU, ...] = (
     GPU("A100-40GB", None, ("a100-40",), "40 GB HBM2", 40_960, F("19.5"), F(312), F(624),
-        F("1.555"), DGX_A100, A100_DATASHEET, _SMI),
+        F("1.555"), DGX_A100, A100_DATASHEET, _SMI, arch="sm80"),
     GPU("A100-80GB", "A100", ("a100-80",), "80 GB HBM2e", 81_920, F("19.5"), F(312), F(624),
-        F("2.039"), DGX_A100, A100_DATASHEET, _SMI),
+        F("2.039"), DGX_A100, A100_DATASHEET, _SMI, arch="sm80"),
     # Dense BF16 on Hopper: the datasheets give only the figure with sparsity (1,979); the
     # dense 989 is the whole part of the Hopper architecture whitepaper's 989.4 (H100 SXM5),
     # a hair under half the sparse figure; FP8 likewise 1,979 (3,958 with sparsity). The
     # H200 SXM has the same GH100 compute.
     GPU("H100-SXM", "H100", ("h100-80gb",), "80 GB HBM3", 81_559, F(67), F(989), F(1979),
-        F("3.35"), DGX_H100, H100_DATASHEET, _SMI, fp8_tflops=F(1979), fp8_sparse_tflops=F(3958)),
+        F("3.35"), DGX_H100, H100_DATASHEET, _SMI, fp8_tflops=F(1979), fp8_sparse_tflops=F(3958),
+        arch="sm90"),
     GPU("H200", None, ("h200-sxm",), "141 GB HBM3e", 143_771, F(67), F(989), F(1979),
         F("4.8"), DGX_H200, H200_DATASHEET, _SMI_H200, fp8_tflops=F(1979),
-        fp8_sparse_tflops=F(3958)),
+        fp8_sparse_tflops=F(3958), arch="sm90"),
     # Blackwell: the per-GPU figures are the 8-GPU (72-GPU) system's divided by 8 (72); the
     # dense ones half of those with sparsity, except B300's FP4, whose dense figure is given.
     GPU("B200", None, ("b200-sxm", "hgx-b200"), "180 GB HBM3e", 183_359, F(75), F(2250),
         F(4500), F(8), DGX_B200, B200_DATASHEET, _smi_logs("NVIDIA B200", "1000 W"),
         fp8_tflops=F(4500), fp8_sparse_tflops=F(9000), fp4_tflops=F(9000),
-        fp4_sparse_tflops=F(18000)),
+        fp4_sparse_tflops=F(18000), arch="sm100"),
     GPU("B300", None, ("b300-sxm", "hgx-b300"), "288 GB HBM3e", 275_040, F(75), F(2250),
         F(4500), F(8), DGX_B300, B300_DATASHEET,
         _smi_logs("NVIDIA B300 SXM6 AC", "1100 W"), fp8_tflops=F(4500),
-        fp8_sparse_tflops=F(9000), fp4_tflops=F(13500), fp4_sparse_tflops=F(18000)),
+        fp8_sparse_tflops=F(9000), fp4_tflops=F(13500), fp4_sparse_tflops=F(18000), arch="sm103"),
     GPU("GB200", None, ("gb200-nvl72", "b200-nvl72"), "186 GB HBM3e", 189_471, F(80), F(2500),
         F(5000), F(8), NVL72, GB200_DATASHEET, _smi_logs("NVIDIA GB200", "1200 W"),
         fp8_tflops=F(5000), fp8_sparse_tflops=F(10000), fp4_tflops=F(10000),
-        fp4_sparse_tflops=F(20000)),
+        fp4_sparse_tflops=F(20000), arch="sm100"),
     GPU("MI300X", None, ("amd-mi300x",), "192 GB HBM3", 196_288, F("163.4"), F("1307.4"),
         F("2614.9"), F("5.3"), MI300X_PLATFORM, MI300X_DATASHEET, _ROCM_MI300X,
-        fp8_tflops=F("2614.9"), fp8_sparse_tflops=F("5229.8"), vendor="AMD"),
+        fp8_tflops=F("2614.9"), fp8_sparse_tflops=F("5229.8"), vendor="AMD", arch="gfx942"),
     GPU("MI325X", None, ("amd-mi325x",), "256 GB HBM3E", 262_144, F("163.4"), F("1307.4"),
         F("2614.9"), F(6), MI325X_PLATFORM, MI325X_DATASHEET, _LABEL_MI325X,
         fp8_tflops=F("2614.9"), fp8_sparse_tflops=F("5229.8"), memory_from_label=True,
-        vendor="AMD"),
+        vendor="AMD", arch="gfx942"),
     GPU("MI355X", None, ("amd-mi355x",), "288 GB HBM3E", 294_896, F("157.3"), F("2516.6"),
         F("5033.2"), F(8), MI355X_PLATFORM, MI355X_DATASHEET, _ROCM_MI355X,
         fp8_tflops=F("5033.2"), fp8_sparse_tflops=F("10066.4"), fp4_tflops=F("10066.4"),
-        vendor="AMD"),
+        vendor="AMD", arch="gfx950"),
     GPU("L40S", None, (), "48 GB GDDR6", 46_068, F("91.6"), F("362.05"), F(733), F("0.864"),
         PCIE4_SERVER, L40S_DATASHEET, _smi_logs("NVIDIA L40S", "350 W"), fp8_tflops=F(733),
-        fp8_sparse_tflops=F(1466)),
+        fp8_sparse_tflops=F(1466), arch="sm89"),
     GPU("L4", None, (), "24 GB GDDR6", 23_034, F("30.3"), F(121), F(242), F("0.3"),
         PCIE4_SERVER, L4_DATASHEET, _smi_logs("NVIDIA L4", "72 W"), fp8_tflops=F("242.5"),
-        fp8_sparse_tflops=F(485)),
+        fp8_sparse_tflops=F(485), arch="sm89"),
     GPU("A10G", None, (), "24 GB GDDR6", 23_028, F("31.52"), F(70), F(140), F("0.6"),
-        PCIE4_SERVER, A10G_DATASHEET, _smi_logs("NVIDIA A10G", "300 W")),
+        PCIE4_SERVER, A10G_DATASHEET, _smi_logs("NVIDIA A10G", "300 W"), arch="sm86"),
     GPU("RTX-4090", None, ("rtx4090", "4090", "geforce-rtx-4090"), "24 GB GDDR6X", 24_564,
         F("82.6"), F("165.2"), F("330.4"), F("1.008"), PCIE4_SERVER, ADA_WHITEPAPER,
         _smi_logs("NVIDIA GeForce RTX 4090", "450 W"), fp8_tflops=F("330.3"),
-        fp8_sparse_tflops=F("660.6")),
+        fp8_sparse_tflops=F("660.6"), arch="sm89"),
     GPU("RTX-5090", None, ("rtx5090", "5090", "geforce-rtx-5090"), "32 GB GDDR7", 32_607,
         F("104.8"), F("209.5"), F(419), F("1.792"), PCIE5_SERVER, RTX_BLACKWELL_WHITEPAPER,
         _smi_logs("NVIDIA GeForce RTX 5090", "575 W"), fp8_tflops=F(419),
-        fp8_sparse_tflops=F(838), fp4_tflops=F(1676), fp4_sparse_tflops=F(3352)),
+        fp8_sparse_tflops=F(838), fp4_tflops=F(1676), fp4_sparse_tflops=F(3352), arch="sm120"),
 )
 del F
 
@@ -385,6 +391,7 @@ class Hardware:
     peak_flops: Fraction | None  # FLOP/s at the plan's precision
     bandwidth: Fraction | None  # bytes/s
     source: str
+    arch: str | None = None  # GPU.arch (None: numbers given by hand)
 
     @classmethod
     def from_gpu(cls, gpu: GPU, compute: str) -> Hardware:
@@ -394,7 +401,7 @@ class Hardware:
                    f"{_num(gpu.bandwidth_tbs)} TB/s; memory {gpu.memory_bytes // MiB:,} MiB "
                    + (f"from the label (no driver total found; datasheet: {gpu.label})"
                       if gpu.memory_from_label else
-                      f"as {gpu.smi} reports (datasheet: {gpu.label})"))
+                      f"as {gpu.smi} reports (datasheet: {gpu.label})"), gpu.arch)
 
     @classmethod
     def custom(cls, memory_bytes: int | None = None, peak_tflops: Fraction | None = None,

@@ -144,6 +144,7 @@ class MemoryModel:
     # trained tensors (trainable is theirs), the base frozen in its dtype or NF4
     finetune: object = None
     device: str = CP.CUDA
+    arch: str | None = None  # the GPU's architecture (GPU.arch): the cuBLAS workspace's size
 
     def __post_init__(self) -> None:
         if self.scope not in SCOPES:
@@ -384,7 +385,7 @@ class MemoryModel:
             boundary = boundary + a.bytes
             cuda += f"; {a.rule}: {a.what}"
         if self.device == CP.CUDA:
-            reserve = CP.workspace()
+            reserve = CP.workspace(self.arch)
             boundary, update = boundary + reserve.bytes, update + reserve.bytes
             cuda += f"; {reserve.rule}: {reserve.what}"
         return (PeakPhase("start of the backward pass (log-softmax backward)", boundary,
@@ -402,7 +403,8 @@ class MemoryModel:
     def peak_rules(self) -> tuple[CP.Adjustment, ...]:
         """The CUDA rules in the peak: the start of the backward pass's adjustments and the
         cuBLAS workspaces (live at both moments); none for device="cpu"."""
-        return self.cuda_adjustments + ((CP.workspace(),) if self.device == CP.CUDA else ())
+        return self.cuda_adjustments + ((CP.workspace(self.arch),) if self.device == CP.CUDA
+                                        else ())
 
     @cached_property
     def cuda_adjustments(self) -> tuple[CP.Adjustment, ...]:

@@ -153,7 +153,7 @@ def plan(config: ModelConfig | str, seq: int | None = None, batch: int = 1, *,
     ft = _finetune(config, p, scope, lora, base_weights, double_quant, module_names,
                    recipe.implementation, trainable)  # issue 28
     model = MemoryModel(config, p, scope, recompute, recipe.implementation, recipe.optimizer,
-                        trainable, ft)
+                        trainable, ft, arch=hw.arch if hw else None)
     budget = Budget(hw.memory_bytes, m) if hw and hw.memory_bytes else None
     if budget is None and not 0 <= m < 1:
         raise UsageError(f"{names.arg('margin')} must be in [0, 1) (a share of the memory), "
