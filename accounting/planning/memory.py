@@ -144,7 +144,7 @@ class MemoryModel:
     # trained tensors (trainable is theirs), the base frozen in its dtype or NF4
     finetune: object = None
     device: str = CP.CUDA
-    arch: str | None = None  # the GPU's architecture (GPU.arch): the cuBLAS workspace's size
+    arch: str | None = None  # the GPU's (GPU.arch): sizes the cuBLAS workspaces; None: unknown
 
     def __post_init__(self) -> None:
         if self.scope not in SCOPES:
@@ -401,10 +401,9 @@ class MemoryModel:
 
     @property
     def peak_rules(self) -> tuple[CP.Adjustment, ...]:
-        """The CUDA rules in the peak: the start of the backward pass's adjustments and the
-        cuBLAS workspaces (live at both moments); none for device="cpu"."""
-        return self.cuda_adjustments + ((CP.workspace(self.arch),) if self.device == CP.CUDA
-                                        else ())
+        """The CUDA rules in the peak: the backward pass's start adjustments and the cuBLAS
+        workspaces (live at both moments); none for device="cpu"."""
+        return self.cuda_adjustments + ((CP.workspace(self.arch),) if self.device == CP.CUDA else ())
 
     @cached_property
     def cuda_adjustments(self) -> tuple[CP.Adjustment, ...]:
