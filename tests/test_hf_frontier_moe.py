@@ -387,3 +387,40 @@ def test_flags_are_written_back_as_the_families_keys():
     e = translate(CONFIGS["ernie4_5_moe"], "t", "e")
     data, why = for_transformers(e, replace(e.config, dense_layers=(0, 1)))
     assert why == "" and (data["moe_layer_start_index"], data["moe_layer_end_index"]) == (2, 2)
+
+
+def test_ernie_router_statics_are_frozen_as_transformers_builds_them(capsys, tmp_path):
+    """Ernie4_5_MoeStatics.e_score_correction_bias is an nn.Parameter with requires_grad=False
+    (transformers 5.23 modeling_ernie4_5_moe.py): in the total, not trained. The plan's
+    trained parameters must equal transformers' own requires_grad count on the meta device,
+    and the gradient and the AdamW moments cover exactly those (fp32: 4 bytes each)."""
+    import json
+    import torch
+    import transformers
+    cfg = dict(CONFIGS["ernie4_5_moe"])
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    with torch.device("meta"):
+        m = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(**cfg))
+    seen, total, trained, tensors = set(), 0, 0, 0
+    for p in m.parameters():  # tied weights once
+        if id(p) not in seen:
+            seen.add(id(p))
+            total += p.numel()
+            trained += p.numel() if p.requires_grad else 0
+            tensors += p.requires_grad  # torch.optim.AdamW keeps a step counter per trained one
+    assert total - trained == 8 * 2  # 8 experts in each of the 2 MoE layers (layers 1 and 2)
+    code, out, err = run(capsys, "plan", "--config", str(path), "--precision", "fp32",
+                         "--ctx", "32", "--format", "json")
+    assert code == 0, err
+    j = json.loads(out)
+    assert (j["parameters"]["count"], j["parameters"]["trainable"]) == (total, trained)
+    items = {i["name"]: i["bytes"] for i in j["training_memory"]["items"]}
+    grads = [b for n, b in items.items() if "gradient" in n]
+    moments = [b for n, b in items.items() if "moment" in n]
+    counters = [b for n, b in items.items() if "step counter" in n]
+    assert grads == [4 * trained] and moments == [4 * trained, 4 * trained]
+    # the step counters follow the tool's tensors: its experts keep w1 and w3 apart (model/moe.py)
+    # where transformers fuses them (experts.gate_up_proj): one tensor more per MoE layer (2),
+    # and none for the two frozen statics
+    assert counters == [4 * (tensors + 2)]

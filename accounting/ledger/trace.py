@@ -133,12 +133,14 @@ class Trace(KernelOps):
 
     # ---- declarations -------------------------------------------------------------------
     def param(self, name: str, shape: tuple[str, ...], component: str, lookup: bool = False,
-              trainable: bool = False, dims: tuple[int, ...] = ()) -> Sym:
+              trainable: bool = False, dims: tuple[int, ...] = (),
+              requires_grad: bool = True) -> Sym:
         """A parameter in param_dtype; with adapters, every one but an adapter's
-        (`trainable`, in the adapters' dtype) is frozen (requires_grad False)."""
+        (`trainable`, in the adapters' dtype) is frozen (requires_grad False), and one made
+        with requires_grad=False is frozen always (ERNIE 4.5's router statics)."""
         key = ".".join(self.path + [name])
         full = f"layers.{{i}}.{key}" if self.repeat else key
-        frozen = self.adapters is not None and not trainable
+        frozen = (self.adapters is not None and not trainable) or not requires_grad
         self.params.append(R.Param(full, component, self.module, self.repeat, shape, lookup,
                                    frozen=frozen, dims=dims))
         self.registered.append((full, self.repeat))

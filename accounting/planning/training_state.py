@@ -56,7 +56,8 @@ def tensors(config: ModelConfig, trainable: Trainable = None, lg=None) -> tuple[
     out = []
     for p in lg.params:
         sizes = p.sizes(v)
-        out.append(Tensor(p, sizes, p.count(v), trainable is None or bool(trainable(p)),
+        trained = not p.frozen and (trainable is None or bool(trainable(p)))
+        out.append(Tensor(p, sizes, p.count(v), trained,
                           role(p, sizes)))
     return tuple(out)
 

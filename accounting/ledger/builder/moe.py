@@ -37,7 +37,7 @@ class MoE:
             self.router = Linear(t, "router", d, E, R.FFN, "router", c.router_linear_bias)
             if c.router_bias_param:  # ERNIE 4.5: a frozen parameter (model/moe.py RouterStatics)
                 with t.scope("router_statics"):
-                    self.bias = t.param("bias", E, R.FFN)
+                    self.bias = t.param("bias", E, R.FFN, requires_grad=False)
             with t.scope("experts"):
                 self.w1 = t.param("w1", E + f + d, R.FFN, dims=(1, len(f), len(d)))
                 self.w2 = t.param("w2", E + d + f, R.FFN, dims=(1, len(d), len(f)))
