@@ -170,6 +170,9 @@ COMMON_FREE = frozenset({
     # configuration_*.py or modeling_*.py reads either (grep: only "mrope_interleaved", a
     # Qwen3-VL key, contains the text)
     "_num_labels", "is_llama_config", "rope_interleaved",
+    # tf_legacy_loss: transformers 4.x PretrainedConfig's TensorFlow-loss switch (Kimi-K2.5's
+    # text_config, written by 4.56.2); 5.23 neither defines nor reads it
+    "tf_legacy_loss",
 })
 
 # The values those keys may take, as transformers' config classes accept them (5.x: strict
