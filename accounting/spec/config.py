@@ -120,7 +120,8 @@ class ModelConfig:
                                                choices=dict.fromkeys(LAYER_TYPES),
                                                help="each layer's kind, one per layer: "
                                                     "global, local, chunked (attention), "
-                                                    "linear_attention (gated DeltaNet), conv "
+                                                    "linear_attention (gated DeltaNet), kda "
+                                                    "(Kimi Delta Attention), conv "
                                                     "(short convolution), mamba (Mamba-2), mlp "
                                                     "(an MLP-only block, with --block single)")
     # mixture of experts (None: a dense MLP in every layer)
@@ -402,6 +403,7 @@ class ModelConfig:
             parts.append(f"no RoPE on {n_nope} of {len(kinds)} layers"
                          + (", temperature tuning there" if self.temperature_floor else ""))
         for mixer, what in (("linear_attention", "gated DeltaNet (chunk "
+                             f"{self.linear_chunk})"), ("kda", "Kimi Delta Attention (chunk "
                              f"{self.linear_chunk})"), ("conv", "short convolution"),
                             ("mamba", f"Mamba-2 (chunk {self.mamba_chunk})")):
             n = sum(k.mixer == mixer for k in kinds)
