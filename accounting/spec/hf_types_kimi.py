@@ -6,6 +6,7 @@ attention). Registered on import (hf_config.py imports this module). Rules from 
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from types import MappingProxyType
 from typing import Mapping
 
@@ -222,7 +223,8 @@ register(HFType(
           "(KimiLinearAttention); DeepSeek-V3's experts (KimiLinearMoE) "
           "(modeling_kimi_linear.py)",
     names=KIMI_LINEAR_NAMES,
-    must=mla_must("KimiLinear") + (
+    # num_key_value_heads: KimiLinearConfig's default is 32 (DeepSeek-V3's 128)
+    must=(replace(mla_must("KimiLinear")[0], default=32),) + mla_must("KimiLinear")[1:] + (
         Must("linear_attn_config", lambda v, d: v is None or (
             isinstance(v, dict) and set(v) <= _KDA_CONFIG_KEYS), "an object of "
              + ", ".join(sorted(_KDA_CONFIG_KEYS)), "KDA settings transformers' "
