@@ -24,17 +24,19 @@ from accounting.spec.hf_config import translate
 from cli_run import agreeing_check, refused_in_one_line, run
 from hf_examples import write_config
 
-V, D, F, L = 96, 32, 48, 4
-H, R_KV, NOPE, ROPE, DV = 4, 16, 8, 4, 8  # latent attention (layer 3)
-HK, DH, K, C = 2, 8, 4, 64  # KDA (layers 0-2): heads, head width, conv width, chunk
-E, TOPK, DE = 4, 2, 8  # experts (layers 1-3), one shared expert of DE
+V, D, F, L = 96, 32, 48, 5
+H, R_KV, NOPE, ROPE, DV = 4, 16, 8, 4, 8  # latent attention (layer 4)
+HK, DH, K, C = 2, 8, 4, 64  # KDA (layers 0-3): heads, head width, conv width, chunk
+E, TOPK, DE = 4, 2, 8  # experts (layers 1-4), one shared expert of DE
+# layer 4 full attention: what KimiLinearConfig's default layout (i > 0, i % 4 == 0) makes
+# of 5 layers too, so the default sweep may drop either layer list
 DATA = {"architectures": ["KimiLinearForCausalLM"], "model_type": "kimi_linear",
         "vocab_size": V, "hidden_size": D, "intermediate_size": F, "num_hidden_layers": L,
         "num_attention_heads": H, "num_key_value_heads": H, "model_max_length": 4096,
         "q_lora_rank": None, "kv_lora_rank": R_KV, "qk_nope_head_dim": NOPE,
         "qk_rope_head_dim": ROPE, "v_head_dim": DV, "mla_use_nope": True,
         "linear_attn_config": {"head_dim": DH, "num_heads": HK, "short_conv_kernel_size": K,
-                               "kda_layers": [1, 2, 3], "full_attn_layers": [4]},
+                               "kda_layers": [1, 2, 3, 4], "full_attn_layers": [5]},
         "moe_intermediate_size": DE, "num_experts": E, "num_experts_per_token": TOPK,
         "num_shared_experts": 1, "moe_renormalize": True, "num_expert_group": 1,
         "topk_group": 1, "routed_scaling_factor": 2.446, "first_k_dense_replace": 1,
@@ -50,7 +52,7 @@ def spec():
 
 def test_read_as_written():
     c = spec()
-    assert c.layer_types == ("kda",) * 3 + ("global",) and c.positions == "none"
+    assert c.layer_types == ("kda",) * 4 + ("global",) and c.positions == "none"
     assert (c.linear_key_heads, c.linear_value_heads, c.linear_key_head_dim, c.conv_kernel,
             c.linear_chunk) == (HK, HK, DH, K, 64)
     assert c.dense_layers == (0,) and c.q_lora_rank is None and c.router == "sigmoid"
@@ -64,7 +66,7 @@ def kda_params() -> int:
 def hand_params(active: bool = False) -> int:
     mla = D * H * (NOPE + ROPE) + D * (R_KV + ROPE) + R_KV + R_KV * H * (NOPE + DV) + H * DV * D
     moe = E * D + 3 * (TOPK if active else E) * D * DE + 3 * D * DE
-    return 2 * V * D + D + 3 * kda_params() + mla + L * 2 * D + 3 * D * F + 3 * moe
+    return 2 * V * D + D + 4 * kda_params() + mla + L * 2 * D + 3 * D * F + 4 * moe
 
 
 def hand_forward_flops(T: int) -> int:
@@ -82,14 +84,14 @@ def hand_forward_flops(T: int) -> int:
     mla = (2 * T * D * H * (NOPE + ROPE) + 2 * T * D * (R_KV + ROPE) + 2 * T * R_KV * H * (NOPE + DV)
            + 2 * H * T * T * (NOPE + ROPE) + 2 * H * T * T * DV + 2 * T * H * DV * D)
     moe = 2 * T * D * E + 2 * T * TOPK * 3 * D * DE + 2 * T * 3 * D * DE
-    return 3 * kda + mla + 2 * T * 3 * D * F + 3 * moe + 2 * T * D * V
+    return 4 * kda + mla + 2 * T * 3 * D * F + 4 * moe + 2 * T * D * V
 
 
 def test_parameters_equal_hand_algebra_transformers_and_the_model():
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     a = analyze(spec(), 8, 1)
-    assert a.param_count == hand_params() == 36_478 and a.active_param_count == hand_params(True)
+    assert a.param_count == hand_params() == 43_608 and a.active_param_count == hand_params(True)
     data = {k: v for k, v in DATA.items() if k not in ("architectures", "torch_dtype")}
     with torch.device("meta"):
         m = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(**data))
@@ -146,7 +148,7 @@ def test_cache_bytes_equal_transformers_cache(tmp_path, capsys, T, B):
             x = getattr(layer, attr, None)
             items = x.values() if isinstance(x, dict) else x if isinstance(x, (list, tuple)) else [x]
             held += sum(t.numel() * t.element_size() for t in items if isinstance(t, torch.Tensor))
-    assert held == B * ((R_KV + ROPE) * T + 3 * (D_CONV * K + HK * DH * DH)) * 4
+    assert held == B * ((R_KV + ROPE) * T + 4 * (D_CONV * K + HK * DH * DH)) * 4
     code, out, err = run(capsys, "plan", "--config", str(write_config(tmp_path, DATA)), "--ctx",
                          str(T), "--batch", str(B), "--precision", "fp32", "--format", "json")
     assert code == 0, err
