@@ -119,3 +119,13 @@ def recurrent_states(a: Analysis, m, itemsize: int) -> tuple[int, str]:
     held = "; ".join(f"{list(s)}" for s in sorted({s for s, _ in m.states}))
     return analytic, (f"; and {len(m.states)} recurrent-layer states ({held}: conv windows of "
                       f"the last K inputs, recurrent states), per sequence whatever T")
+
+
+def in_one_kind(lg, modules: tuple[str, ...]) -> bool:
+    """Whether two of the ledger's `modules` run in one kind of block (transformers' module
+    then fuses them), not one in each (Kimi Linear's self_attn.q_proj: KDA's or latent
+    attention's, by the block's kind)."""
+    kinds = defaultdict(set)
+    for r in lg.forward:
+        kinds[r.module].add(r.repeat)
+    return any(len([m for m in modules if g in kinds[m]]) > 1 for x in modules for g in kinds[x])

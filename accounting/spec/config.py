@@ -271,7 +271,8 @@ class ModelConfig:
                                 "out_proj (LFM2's conv_bias)")
     linear_key_heads: int | None = spec(None, kind=SIZE, flag="--linear-key-heads", group=EXTRAS,
                                         help="gated DeltaNet layers: query/key heads "
-                                             "(linear_num_key_heads)")
+                                             "(linear_num_key_heads); KDA layers: their heads, "
+                                             "as many as linear_value_heads")
     linear_value_heads: int | None = spec(None, kind=SIZE, flag="--linear-value-heads",
                                           group=EXTRAS,
                                           help="gated DeltaNet layers: value heads, a multiple "
