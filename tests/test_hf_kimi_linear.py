@@ -176,6 +176,48 @@ def test_refuses_what_it_cannot_express(tmp_path, capsys):
                         expected="mla_use_nope")
 
 
+# moonshotai/Kimi-Linear-48B-A3B-Instruct's config.json, its count-relevant keys as published
+# (https://huggingface.co/moonshotai/Kimi-Linear-48B-A3B-Instruct/blob/main/config.json),
+# written here: MLA at the 1-indexed layers 4, 8, …, 24 and 27, KDA at the other 20
+PUBLISHED = {
+    "architectures": ["KimiLinearForCausalLM"], "model_type": "kimi_linear",
+    "bos_token_id": 163584, "eos_token_id": 163586, "pad_token_id": 163839, "dtype": "bfloat16",
+    "first_k_dense_replace": 1, "head_dim": 72, "hidden_act": "silu", "hidden_size": 2304,
+    "initializer_range": 0.02, "intermediate_size": 9216, "kv_lora_rank": 512,
+    "linear_attn_config": {"full_attn_layers": [4, 8, 12, 16, 20, 24, 27], "head_dim": 128,
+                           "kda_layers": [i for i in range(1, 28)
+                                          if i not in (4, 8, 12, 16, 20, 24, 27)],
+                           "num_heads": 32, "short_conv_kernel_size": 4},
+    "mla_use_nope": True, "model_max_length": 1048576, "moe_intermediate_size": 1024,
+    "moe_layer_freq": 1, "moe_renormalize": True, "moe_router_activation_func": "sigmoid",
+    "num_attention_heads": 32, "num_expert_group": 1, "num_experts": 256,
+    "num_experts_per_token": 8, "num_hidden_layers": 27, "num_key_value_heads": 32,
+    "num_nextn_predict_layers": 0, "num_shared_experts": 1, "q_lora_rank": None,
+    "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "rms_norm_eps": 1e-05,
+    "rope_scaling": None, "rope_theta": 10000.0, "routed_scaling_factor": 2.446,
+    "tie_word_embeddings": False, "topk_group": 1, "use_cache": True, "use_grouped_topk": True,
+    "v_head_dim": 128, "vocab_size": 163840}
+
+
+def test_published_config_counts(capsys, tmp_path):
+    """The published file, read as written (--strict: no key judged), against transformers'
+    model of the same file on the meta device; the model card's "48B total, 3B activated"
+    is the count without the embedding table and the untied LM head (2·163,840·2,304)."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    code, out, err = run(capsys, "--config", str(write_config(tmp_path, PUBLISHED)),
+                         "--no-verify", "--strict", "--format", "json")
+    assert code == 0, err
+    p = json.loads(out)["parameters"]
+    data = {k: v for k, v in PUBLISHED.items() if k != "architectures"}
+    with torch.device("meta"):
+        m = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(**data))
+    assert p["total"] == sum(x.numel() for x in m.parameters())
+    embeddings = 2 * 163_840 * 2_304
+    assert (p["total"] - embeddings) // 10**9 == 48
+    assert round(p["active_per_token"] / 1e9) == 3 == round((p["active_per_token"] - embeddings) / 1e9)
+
+
 def test_full_size_from_transformers_defaults():
     """KimiLinearConfig's defaults are Kimi-Linear-48B-A3B's sizes (hidden 2304, 27 layers,
     256 experts top-8, KDA 32 heads of 128; full attention at layers 4, 8, …, 24): the tool's

@@ -235,6 +235,9 @@ register(HFType(
              "have"),
         Must("moe_router_activation_func", lambda v, d: v in (None, "sigmoid"), "sigmoid",
              "a router transformers' KimiLinearMoE does not build (sigmoid)"),
+        Must("use_grouped_topk", lambda v, d: v in (None, True), "true",
+             "a router without the group-limited top-k transformers' KimiLinearMoE always "
+             "runs"),
         Must("num_nextn_predict_layers", lambda v, d: v in (None, 0), "0 or absent",
              "multi-token-prediction layers, which KimiLinearConfig does not have")),
     noted=(ATTENTION_DROPOUT,),
