@@ -82,10 +82,10 @@ def _unwrap_kimi_k25(data: Mapping, where: str) -> tuple[dict, tuple[str, ...]]:
             inner[k] = data[k]
     tie = data.get("tie_word_embeddings", True)  # Kimi_K25Config's default
     if "tie_word_embeddings" in inner and inner["tie_word_embeddings"] != tie:
-        raise UsageError(f"{where}: tie_word_embeddings {short(tie)}"
-                         f"{'' if 'tie_word_embeddings' in data else ' (absent: Kimi_K25Config default)'}"
-                         f" contradicts text_config's {short(inner['tie_word_embeddings'])}; "
-                         f"transformers ties by the top-level key, so give one value")
+        absent = "" if "tie_word_embeddings" in data else " (absent: Kimi_K25Config default)"
+        raise UsageError(f"{where}: tie_word_embeddings {short(tie)}{absent} contradicts "
+                         f"text_config's {short(inner['tie_word_embeddings'])}; transformers "
+                         f"ties by the top-level key, so give one value")
     inner["tie_word_embeddings"] = tie
     notes = ["model_type kimi_k25: the language model of Kimi-K2.5's vision-language config, "
              "read from its text_config as model_type deepseek_v3 (K2's); the MoonViT vision "
