@@ -30,11 +30,14 @@ def l2norm(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
 
 
 class GatedRMSNorm(nn.Module):
-    """Qwen3NextRMSNormGated: x · rsqrt(mean(x²) + eps) · w · SiLU(z), in float32."""
+    """Qwen3NextRMSNormGated: x · rsqrt(mean(x²) + eps) · w · SiLU(z), in float32;
+    gate="sigmoid": KimiLinearRMSNormGated's · sigmoid(z) (Kimi Delta Attention)."""
 
-    def __init__(self, dim, eps=1e-6, device=None, dtype=None):
+    def __init__(self, dim, eps=1e-6, device=None, dtype=None, gate="silu"):
         super().__init__()
-        self.eps = eps
+        if gate not in ("silu", "sigmoid"):
+            raise ValueError(f"gate must be silu or sigmoid, got {gate!r}")
+        self.eps, self.gate = eps, gate
         self.weight = nn.Parameter(torch.ones(dim, device=device, dtype=dtype))
 
     def forward(self, x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
@@ -42,7 +45,8 @@ class GatedRMSNorm(nn.Module):
         x = x.to(torch.float32)
         x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
         x = self.weight * x.to(in_dtype)
-        return (x * silu(gate.to(torch.float32))).to(in_dtype)
+        gate = gate.to(torch.float32)
+        return (x * (silu(gate) if self.gate == "silu" else torch.sigmoid(gate))).to(in_dtype)
 
 
 def chunk_gated_delta_rule(q, k, v, g, beta, chunk: int) -> torch.Tensor:
@@ -81,17 +85,28 @@ def chunk_gated_delta_rule(q, k, v, g, beta, chunk: int) -> torch.Tensor:
     # the solve returns each chunk's matrix column-major (LAPACK's layout): one copy of W,
     # row-major, for the scan's products (transformers' loop copies each chunk's slice)
     w = w.contiguous()
-    state = torch.zeros(batch, hv, dk, dv, dtype=u.dtype, device=u.device)
-    out = torch.zeros_like(u)
     q = q * cum.exp().unsqueeze(-1)
     k = k * (cum[..., -1:] - cum).exp().unsqueeze(-1)
     decay = cum[..., -1].exp()[..., None, None]
+    return delta_scan(u, w, q, intra, k, decay, dk, seq)
+
+
+def delta_scan(u, w, q, intra, k, decay, dk: int, seq: int) -> torch.Tensor:
+    """The scan over the chunks shared by the gated delta rule and Kimi Delta Attention:
+    u, w (the UT solves' new values and decayed keys), q (decayed queries), k (keys decayed
+    to the chunk's end), (batch h n chunk ·); intra (batch h n chunk chunk); decay, each
+    chunk's state decay, broadcast over the state (batch h n 1 1: a scalar per head, or
+    batch h n d_k 1: one per key channel). N_c − 1 state updates (the state after the last
+    chunk is no output here: transformers computes it for its cache; a forward without one
+    has no use for it). -> (batch seq h d_v)."""
+    batch, hv, n, chunk, dv = u.shape
+    state = torch.zeros(batch, hv, dk, dv, dtype=u.dtype, device=u.device)
+    out = torch.zeros_like(u)
     for i in range(n):
         v_new = u[:, :, i] - einsum(w[:, :, i], state, "b h c k, b h k v -> b h c v")
         inter = einsum(q[:, :, i], state, "b h c k, b h k v -> b h c v")
         out[:, :, i] = inter + einsum(intra[:, :, i], v_new, "b h c j, b h j v -> b h c v")
-        if i < n - 1:  # the state after the last chunk is no output here (transformers
-            # computes it for its cache; a forward without one has no use for it)
+        if i < n - 1:
             state = state * decay[:, :, i] + einsum(k[:, :, i], v_new, "b h c k, b h c v -> b h k v")
     out = out.reshape(batch, hv, n * chunk, dv)[:, :, :seq]
     return out.transpose(1, 2).contiguous()

@@ -18,6 +18,7 @@ from .layers import NORM_CLASSES, Embedding, Linear, check_positive_int, feed_fo
 from .moe import MoE
 from .recurrent import ShortConv
 from .delta import GatedDeltaNet
+from .kda import KimiDeltaAttention
 from .mamba import Mamba2Mixer
 
 MLA_OPTIONS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
@@ -93,11 +94,15 @@ class TransformerBlock(nn.Module):
             elif kind == "linear_attention":
                 self.linear_attn = GatedDeltaNet(d_model, device=device, dtype=dtype,
                                                  norm_eps=norm_eps, **options)
+            elif kind == "kda":  # Kimi Linear's KDA (registered .kda: model/kda.py)
+                self.kda = KimiDeltaAttention(d_model, device=device, dtype=dtype,
+                                              norm_eps=norm_eps, **options)
             elif kind == "mamba":  # NemotronHBlock.mixer
                 self.mixer = Mamba2Mixer(d_model, device=device, dtype=dtype, norm_eps=norm_eps,
                                          **options)
             else:
-                raise ValueError(f"mixer must be conv, linear_attention, mamba or mlp, got {kind!r}")
+                raise ValueError(f"mixer must be conv, linear_attention, kda, mamba or mlp, "
+                                 f"got {kind!r}")
         elif kv_lora_rank is not None:  # multi-head latent attention (DeepSeek)
             self.attn = LatentAttention(
                 d_model, num_heads, max_seq_len=max_seq_len, theta=theta, device=device,
@@ -130,7 +135,7 @@ class TransformerBlock(nn.Module):
     @property
     def attn(self) -> nn.Module:
         """The block's token mixer: its attention, or a recurrent layer (self.conv)."""
-        for name in ("conv", "linear_attn", "mixer", "attn"):
+        for name in ("conv", "linear_attn", "kda", "mixer", "attn"):
             if name in self._modules:
                 return self._modules[name]
         return None  # a block with its MLP only
@@ -244,6 +249,10 @@ class TransformerLM(nn.Module):
                     "dt_min": o["mamba_dt_min"]}
         if kind == "mlp":
             return {"kind": "mlp"}
+        if kind == "kda":  # one head count and width for Q, K (linear_key_*) and V
+            return {"kind": "kda", "heads": o["linear_key_heads"],
+                    "key_dim": o["linear_key_head_dim"], "value_dim": o["linear_value_head_dim"],
+                    "kernel": o["conv_kernel"], "chunk": o["linear_chunk"]}
         if kind == "linear_attention":
             return {"kind": "linear_attention", "key_heads": o["linear_key_heads"],
                     "value_heads": o["linear_value_heads"], "key_dim": o["linear_key_head_dim"],

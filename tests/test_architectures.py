@@ -181,6 +181,17 @@ VARIANTS = {
                        conv_kernel=4, linear_key_heads=2, linear_value_heads=4,
                        linear_key_head_dim=4, linear_value_head_dim=4, linear_chunk=2,
                        layer_types=("linear_attention",) * 3 + ("global",)),
+    # Kimi Delta Attention (chunk 2: three or more chunks); and Kimi Linear: KDA layers
+    # beside latent attention without RoPE, DeepSeek-V3's experts
+    "kda": dict(num_layers=3, d_model=32, num_heads=4, conv_kernel=3, linear_key_heads=2,
+                linear_value_heads=2, linear_key_head_dim=6, linear_value_head_dim=6,
+                linear_chunk=2, layer_types=("kda", "global", "kda")),
+    "kimi_linear": dict(num_layers=4, positions="none", kv_lora_rank=8, qk_nope_head_dim=4,
+                        qk_rope_head_dim=4, v_head_dim=6, num_experts=4, experts_per_token=2,
+                        moe_d_ff=8, router="sigmoid", router_bias=True, num_shared_experts=1,
+                        dense_layers=(0,), conv_kernel=4, linear_key_heads=2,
+                        linear_value_heads=2, linear_key_head_dim=4, linear_value_head_dim=4,
+                        linear_chunk=2, layer_types=("kda",) * 3 + ("global",)),
     "gated_attention_sdpa_shared_gate": dict(attention="sdpa", attn_output_gate=True,
                                              num_experts=3, experts_per_token=1,
                                              num_shared_experts=2, shared_expert_gate=True),

@@ -348,6 +348,24 @@ def ref_gated_deltanet(c, x, p, a):
     return ref(x)
 
 
+def ref_kda(c, x, p, a):
+    """transformers' own KimiLinearDeltaAttention (its torch path, chunk_kimi_delta_attention
+    with chunk 64: the chunk changes no result), loaded with the block's weights (A_log
+    (h,) as its (1, 1, h, 1))."""
+    from transformers import KimiLinearConfig
+    from transformers.models.kimi_linear.modeling_kimi_linear import KimiLinearDeltaAttention
+    cfg = KimiLinearConfig(hidden_size=c.d_model, linear_num_heads=c.linear_key_heads,
+                           linear_head_dim=c.linear_key_head_dim,
+                           linear_conv_kernel_dim=c.conv_kernel, rms_norm_eps=c.norm_eps,
+                           num_hidden_layers=1, layer_types=["linear_attention"])
+    ref = KimiLinearDeltaAttention(cfg, 0).to(x.dtype)
+    shapes = {"conv1d.weight": lambda v: v.unsqueeze(1),
+              "forget_gate.A_log": lambda v: v.view(1, 1, -1, 1)}
+    ref.load_state_dict({k[len(a) + 1:]: shapes.get(k[len(a) + 1:], lambda v: v)(v)
+                         for k, v in p.items() if k.startswith(a + ".")})
+    return ref(x)
+
+
 def ref_mamba(c, x, p, a):
     """transformers' own NemotronHMamba2Mixer (its torch path: causal_conv1d_fn,
     mamba2_chunk_scan), loaded with the block's weights."""
@@ -388,6 +406,8 @@ def ref_lm(c, ids, p):
                 return ref_gated_deltanet(c, z, p, f"{b}.linear_attn")
             if mixer == "mamba":
                 return ref_mamba(c, z, p, f"{b}.mixer")
+            if mixer == "kda":
+                return ref_kda(c, z, p, f"{b}.kda")
             return ref_attention(c, z, p, f"{b}.attn", window, chunk, i in c.nope_layers)
 
         def mlp(z):

@@ -141,8 +141,13 @@ def _quantization(ns) -> tuple[object, object]:
     if ns.config:
         data, _ = read_json(ns.config)
         if isinstance(data, dict) and "model_type" in data:
-            t = hf_config.TYPES.get(data["model_type"])
-            return data.get(QUANT_KEY), (t.names if t is not None else None)
+            from accounting.spec.hf_types_kimi import checkpoint_quantization
+            mt = data["model_type"]
+            if mt in hf_config.WRAPPERS:  # a wrapper's language model names the modules
+                rest = {k: v for k, v in data.items() if k != QUANT_KEY}
+                mt = hf_config.WRAPPERS[mt](rest, ns.config)[0]["model_type"]
+            t = hf_config.TYPES.get(mt)
+            return checkpoint_quantization(data), (t.names if t is not None else None)
     return None, None
 
 

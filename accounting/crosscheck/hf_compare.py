@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from accounting.ledger import records as R
 from accounting.analysis.workload import Analysis
 from accounting.crosscheck.mapping import Split, analytic_flops, layer_check, own
-from accounting.crosscheck.hf_recurrent import less_surplus, recurrent_states, surpluses
+from accounting.crosscheck.hf_recurrent import (in_one_kind, less_surplus, recurrent_states,
+                                                 surpluses)
 from accounting.crosscheck.result import (ELSEWHERE, TOTAL, Check, HFCheck, LayerCheck,
                                           ParamRow)
 from accounting.crosscheck.dispatch import BACKWARD, FORWARD, MATMUL
@@ -354,6 +355,8 @@ def _notes(a: Analysis, m, mm: ModuleMap, hf: HFConfig) -> list[str]:
                    f"{TRANSFORMERS_VERSION} (pip install -e '.[hf]' installs it), so a difference "
                    f"may be a change in transformers.")
     for theirs, mods in mm.fused():
+        if not in_one_kind(a.ledger, mods):  # (Kimi Linear's self_attn: KDA or MLA by kind)
+            continue
         out.append(f"{theirs} is one fused matmul for the ledger's {', '.join(mods)} "
                    f"({m.module_classes.get(mm.path(0, theirs), '?')}): compared as their sum "
                    f"(the same multiply-adds, one wider matmul).")

@@ -63,6 +63,11 @@ SHRINK["ernie4_5_moe"] = {**_WIDTHS, "num_hidden_layers": 2, "num_key_value_head
                           "moe_layer_end_index": -1, "moe_layer_interval": 1}
 SHRINK["minimax_m2"] = {**_WIDTHS, "intermediate_size": 16, "num_key_value_heads": 2,
                         "head_dim": 8, "rotary_dim": 4}  # the same latent attention and layout
+# Kimi Linear: DeepSeek-V3's experts beside two latent-attention layers (no KDA layer);
+# its token ids default past a shrunk vocabulary (pad_token_id 163839: the embedding refuses)
+SHRINK["kimi_linear"] = {**SHRINK["deepseek_v3"], "q_lora_rank": None,
+                         "layer_types": ["full_attention"] * 2, "pad_token_id": 0,
+                         "bos_token_id": 1, "eos_token_id": 2}
 IMPLEMENTATIONS = ("eager", "grouped_mm", "batched_mm")
 OWN, FORCED = "its router's choice", "every token to experts 0..k−1"
 

@@ -46,25 +46,52 @@ def state_surplus(a: Analysis) -> dict[int, int]:
     return dict(out)
 
 
+def kda_surplus(a: Analysis) -> dict[int, int]:
+    """What transformers' torch path of Kimi Delta Attention (chunk_kimi_delta_attention,
+    modeling_kimi_linear.py) counts beyond the ledger's fla-form records, per KDA block (a
+    negative number: it counts less): it forms the UT system and the intra-chunk scores as
+    broadcast products summed over d_lk (elementwise: no matmul for FlopCounterMode, where the
+    ledger has two C_l × d_lk × C_l products, 4·B·h·N_c·C_l²·d_lk) and applies the UT
+    system's inverse, built by a row loop, as two dense C_l × C_l products
+    (2·B·h·N_c·C_l²·(d_lk + d_lv), where the ledger has two unit lower-triangular solves,
+    2·B·h·N_c·P_L·(d_lk + d_lv))."""
+    v = a.values
+    if "N_c" not in v:
+        return {}
+    B, h, n, C, dk, dv, pl = (v[s] for s in ("B", "h_lv", "N_c", "C_l", "d_lk", "d_lv", "P_L"))
+    per = B * h * n * (2 * C * C * (dk + dv) - 4 * C * C * dk - 2 * pl * (dk + dv))
+    return {i: per for i, k in enumerate(a.config.layer_kinds) if k.mixer == "kda"}
+
+
 CONV_CLAIM = ("transformers' depthwise conv1d (the torch fallback causal_conv1d_fn: F.conv1d "
               "with padding K − 1) computes T + K − 1 outputs per channel and keeps T: its "
               "count less 2·B·C·(K − 1)·K per conv layer is compared (the ledger counts the T "
               "outputs a causal conv kernel computes)")
-STATE_CLAIM = ("transformers' chunked delta rule (torch_chunk_gated_delta_rule) updates the "
-               "state after the last chunk as well, for its cache: its count less that one "
-               "Kᵀ·V_new per gated DeltaNet layer (2·B·h_lv·d_lk·C_l·d_lv) is compared (the "
-               "ledger's forward has no cache: N_c − 1 updates)")
+STATE_CLAIM = ("transformers' chunked delta rule (torch_chunk_gated_delta_rule, "
+               "chunk_kimi_delta_attention) updates the state after the last chunk as well, for "
+               "its cache: its count less that one Kᵀ·V_new per gated DeltaNet or KDA layer "
+               "(2·B·h_lv·d_lk·C_l·d_lv) is compared (the ledger's forward has no cache: N_c − 1 "
+               "updates)")
+KDA_CLAIM = ("transformers' Kimi Delta Attention (chunk_kimi_delta_attention, its torch path) "
+             "forms the UT system and the intra-chunk scores elementwise (broadcast products "
+             "summed over d_lk: no matmul) and applies the UT system's inverse as two dense "
+             "C_l × C_l products, where the ledger counts fla's chunk_kda (two C_l × d_lk × C_l "
+             "products, two unit triangular solves): its count less 2·B·h·N_c·C_l²·(d_lk + "
+             "d_lv) − 4·B·h·N_c·C_l²·d_lk − 2·B·h·N_c·P_L·(d_lk + d_lv) per KDA layer is "
+             "compared")
 
 
 def surpluses(a: Analysis) -> list[tuple[str, str, dict[int, int]]]:
     """(claim, what the subtracted FLOPs are, per block) for each form transformers' torch
     path runs beyond the ledger's."""
     out = []
-    conv, state = conv_surplus(a), state_surplus(a)
+    conv, state, kda = conv_surplus(a), state_surplus(a), kda_surplus(a)
     if conv:
         out.append((CONV_CLAIM, "for the K − 1 dropped outputs", conv))
     if state:
         out.append((STATE_CLAIM, "for the final state update", state))
+    if kda:
+        out.append((KDA_CLAIM, "for the torch path's other form", kda))
     return out
 
 
@@ -92,3 +119,13 @@ def recurrent_states(a: Analysis, m, itemsize: int) -> tuple[int, str]:
     held = "; ".join(f"{list(s)}" for s in sorted({s for s, _ in m.states}))
     return analytic, (f"; and {len(m.states)} recurrent-layer states ({held}: conv windows of "
                       f"the last K inputs, recurrent states), per sequence whatever T")
+
+
+def in_one_kind(lg, modules: tuple[str, ...]) -> bool:
+    """Whether two of the ledger's `modules` run in one kind of block (transformers' module
+    then fuses them), not one in each (Kimi Linear's self_attn.q_proj: KDA's or latent
+    attention's, by the block's kind)."""
+    kinds = defaultdict(set)
+    for r in lg.forward:
+        kinds[r.module].add(r.repeat)
+    return any(len([m for m in modules if g in kinds[m]]) > 1 for x in modules for g in kinds[x])

@@ -117,7 +117,8 @@ def recurrent_decode_expr(config: ModelConfig) -> Expr:
     total = Expr()
     for g, layers in ledger(config).groups:
         mixer = config.layer_kinds[layers[0]].mixer
-        if mixer == "linear_attention":
+        if mixer in ("linear_attention", "kda"):  # KDA: the same three products
+            # (fla's fused_recurrent_kda; its per-channel decay is elementwise)
             total = total + Expr({("B", "h_lv", "d_lk", "d_lv"): 3 * FLOPS_PER_MAC}).times(g)
         elif mixer == "mamba":
             total = total + Expr({("B", "h_m", "p_m", "n_s"): 2 * FLOPS_PER_MAC}).times(g)

@@ -110,21 +110,25 @@ def _check_recurrent(c) -> None:
     if "mlp" in types and c.block != "single":
         raise UsageError("layer_types mlp (a block with its MLP only) needs block single (one "
                          "sublayer per block, Nemotron-H)")
-    if types & {"linear_attention", "conv"} and c.conv_kernel is None:
-        raise UsageError("layer_types has linear_attention or conv layers but conv_kernel is "
-                         "not given (the depthwise convolution's width, e.g. --conv-kernel 4)")
+    if types & {"linear_attention", "kda", "conv"} and c.conv_kernel is None:
+        raise UsageError("layer_types has linear_attention, kda or conv layers but conv_kernel "
+                         "is not given (the depthwise convolution's width, e.g. --conv-kernel 4)")
     lin = ("linear_key_heads", "linear_value_heads", "linear_key_head_dim",
            "linear_value_head_dim")
-    if "linear_attention" in types:
+    for kind in ("linear_attention", "kda"):
         missing = [f for f in lin if getattr(c, f) is None]
-        if missing:
-            raise UsageError(f"layer_types has linear_attention layers but "
-                             f"{', '.join(missing)} not given")
+        if kind in types and missing:
+            raise UsageError(f"layer_types has {kind} layers but {', '.join(missing)} not given")
+    if "kda" in types and c.linear_key_heads != c.linear_value_heads:
+        raise UsageError(f"kda layers have one head count for Q, K and V, but "
+                         f"linear_key_heads is {c.linear_key_heads} and linear_value_heads "
+                         f"{c.linear_value_heads}; give equal values")
+    if "linear_attention" in types:
         if c.linear_value_heads % c.linear_key_heads:
             raise UsageError(f"linear_value_heads {c.linear_value_heads} is not a multiple of "
                              f"linear_key_heads {c.linear_key_heads}")
-    if types & {"linear_attention", "conv", "mamba"} and c.block not in ("sequential", "single"):
-        raise UsageError("recurrent layers (linear_attention, conv, mamba) need block "
+    if types & {"linear_attention", "kda", "conv", "mamba"} and c.block not in ("sequential", "single"):
+        raise UsageError("recurrent layers (linear_attention, kda, conv, mamba) need block "
                          "sequential or single")
 
 

@@ -82,7 +82,9 @@ BLOCKS = {"sequential": "attention, then the MLP on its result",
 # NemotronHMamba2Mixer); or, in single-sublayer blocks (block "single", Nemotron-H's "-"),
 # a block with its MLP only ("mlp")
 ATTENTION_TYPES = ("global", "local", "chunked")
-MIXER_TYPES = ("linear_attention", "conv", "mamba")
+# Kimi Delta Attention (Kimi Linear's KDA layers, KimiLinearDeltaAttention): the gated
+# delta rule with a decay per key channel (kda)
+MIXER_TYPES = ("linear_attention", "kda", "conv", "mamba")
 LAYER_TYPES = ATTENTION_TYPES + MIXER_TYPES + ("mlp",)
 
 

@@ -120,7 +120,8 @@ class ModelConfig:
                                                choices=dict.fromkeys(LAYER_TYPES),
                                                help="each layer's kind, one per layer: "
                                                     "global, local, chunked (attention), "
-                                                    "linear_attention (gated DeltaNet), conv "
+                                                    "linear_attention (gated DeltaNet), kda "
+                                                    "(Kimi Delta Attention), conv "
                                                     "(short convolution), mamba (Mamba-2), mlp "
                                                     "(an MLP-only block, with --block single)")
     # mixture of experts (None: a dense MLP in every layer)
@@ -270,7 +271,8 @@ class ModelConfig:
                                 "out_proj (LFM2's conv_bias)")
     linear_key_heads: int | None = spec(None, kind=SIZE, flag="--linear-key-heads", group=EXTRAS,
                                         help="gated DeltaNet layers: query/key heads "
-                                             "(linear_num_key_heads)")
+                                             "(linear_num_key_heads); KDA layers: their heads, "
+                                             "as many as linear_value_heads")
     linear_value_heads: int | None = spec(None, kind=SIZE, flag="--linear-value-heads",
                                           group=EXTRAS,
                                           help="gated DeltaNet layers: value heads, a multiple "
@@ -402,6 +404,7 @@ class ModelConfig:
             parts.append(f"no RoPE on {n_nope} of {len(kinds)} layers"
                          + (", temperature tuning there" if self.temperature_floor else ""))
         for mixer, what in (("linear_attention", "gated DeltaNet (chunk "
+                             f"{self.linear_chunk})"), ("kda", "Kimi Delta Attention (chunk "
                              f"{self.linear_chunk})"), ("conv", "short convolution"),
                             ("mamba", f"Mamba-2 (chunk {self.mamba_chunk})")):
             n = sum(k.mixer == mixer for k in kinds)

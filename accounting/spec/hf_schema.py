@@ -170,6 +170,9 @@ COMMON_FREE = frozenset({
     # configuration_*.py or modeling_*.py reads either (grep: only "mrope_interleaved", a
     # Qwen3-VL key, contains the text)
     "_num_labels", "is_llama_config", "rope_interleaved",
+    # tf_legacy_loss: transformers 4.x PretrainedConfig's TensorFlow-loss switch (Kimi-K2.5's
+    # text_config, written by 4.56.2); 5.23 neither defines nor reads it
+    "tf_legacy_loss",
 })
 
 # The values those keys may take, as transformers' config classes accept them (5.x: strict
@@ -438,8 +441,6 @@ UNSUPPORTED: Mapping[str, str] = MappingProxyType({
                "M-RoPE and MTP layers (mtp_num_hidden_layers) the spec does not read yet",
     "qwen3_5_moe": "is Qwen3.5 with experts: its gated DeltaNet's split input projections, "
                    "interleaved M-RoPE and MTP layers are not expressed yet",
-    "kimi_linear": "runs Kimi Delta Attention (a delta rule with a decay per channel, not per "
-                   "head as the spec's gated DeltaNet) beside latent-attention layers",
     "falcon_h1": "runs attention and Mamba-2 side by side in every block (a parallel "
                  "hybrid), and the spec has one token mixer per block",
     "jamba": "runs Mamba-1 layers (a selective scan with x_proj and dt_proj and a state per "

@@ -156,6 +156,16 @@ class GatedDeltaNet:
                     "decayed K")
         decay = t.unary("aten.exp", t.view(cum, chunk), "exp(cum_last)", k, saves="output",
                         out="chunk decay exp(cum_last)")
+        rest = ("B", "h_lv", "N_c-1")
+        return self.scan(u, w, qd, intra, kd, t.view(decay, rest + ("1", "1")), mixed.dtype)
+
+    def scan(self, u: Sym, w: Sym, qd: Sym, intra: Sym, kd: Sym, decay: Sym, dtype) -> Sym:
+        """model/delta.py's delta_scan (the gated delta rule's and Kimi Delta Attention's):
+        `decay` each updated state's decay, broadcast over it (B, h_lv, N_c − 1, then 1 × 1
+        or d_lk × 1)."""
+        t, k = self.t, DELTA_RULE
+        lk, lv = ("d_lk",), ("d_lv",)
+        chunk = ("B", "h_lv", "N_c")
         # the scan over the N_c chunks: one record per op over all chunks (the first
         # chunk's products with S_0, zeros without a gradient, apart: they have no dB);
         # the states and new values are N_c tensors each; N_c − 1 state updates
@@ -174,18 +184,18 @@ class GatedDeltaNet:
                                                         ("C_l",), ("C_l",), lv)))
         t.binary("aten.add", inter, av, "Q S + A V_new", k)
         upd = rest + lk + lv
-        t.binary("aten.mul", t.view(state, upd), t.view(decay, rest + ("1", "1")),
-                 "S · chunk decay", k)
+        t.binary("aten.mul", t.view(state, upd), decay, "S · chunk decay", k)
         kv = Sym(upd, t.matmul(kd, v_new, _mm(t, "Kᵀ V_new (state update)", rest, lk,
                                               ("C_l",), lv)))
         t.binary("aten.add", t.view(state, upd), kv, "S · decay + Kᵀ V_new", k)
         # the output, cut to T, transposed back: a copy
-        return t.name(Sym(("B", "T", "h_lv", "d_lv"), mixed.dtype), "delta rule output")
+        return t.name(Sym(("B", "T", "h_lv", "d_lv"), dtype), "delta rule output")
 
-    def gated_norm(self, x: Sym, z: Sym) -> Sym:
-        """GatedRMSNorm: x · rsqrt(mean(x²) + eps) · w · SiLU(z), over d_lv, in float32."""
+    def gated_norm(self, x: Sym, z: Sym, scope: str = "norm", gate: str = "silu") -> Sym:
+        """GatedRMSNorm: x · rsqrt(mean(x²) + eps) · w · SiLU(z), over d_lv, in float32
+        (gate "sigmoid": · sigmoid(z), Kimi Delta Attention's o_norm)."""
         t, k = self.t, GATED_NORM
-        with t.scope("norm"):
+        with t.scope(scope):
             x = t.cast(x, R.FP32, "delta rule output (fp32 copy)")
             sq = t.unary("aten.pow", x, "x²", k, saves="input")
             ms = t.reduce("aten.mean", sq, ("d_lv",), "mean over d_lv", k)
@@ -194,6 +204,9 @@ class GatedDeltaNet:
             h = t.name(t.binary("aten.mul", x, inv, "x · rsqrt", k), "norm: x · rsqrt")
             h = t.name(t.binary("aten.mul", h, self.norm_weight, "· weight", k), "norm: · weight")
             zs = t.unary("aten.sigmoid", z, "sigmoid(z)", k, saves="output", out="sigmoid(z)")
-            silu = t.name(t.binary("aten.mul", z, zs, "SiLU(z)", k), "SiLU(z)")
-            y = t.binary("aten.mul", h, silu, "· SiLU(z)", k)
+            if gate == "sigmoid":
+                y = t.binary("aten.mul", h, zs, "· sigmoid(z)", k)
+            else:
+                silu = t.name(t.binary("aten.mul", z, zs, "SiLU(z)", k), "SiLU(z)")
+                y = t.binary("aten.mul", h, silu, "· SiLU(z)", k)
         return t.name(y, "gated norm output (out_proj input)")

@@ -14,6 +14,7 @@ from accounting.ledger.builder.moe import MoE
 from accounting.ledger.builder import lora
 from accounting.ledger.builder.recurrent import ShortConv
 from accounting.ledger.builder.delta import GatedDeltaNet
+from accounting.ledger.builder.kda import KimiDeltaAttention
 from accounting.ledger.builder.mamba import Mamba2Mixer
 
 
@@ -32,6 +33,8 @@ class Block:
             self.attn = ShortConv(t, a)
         elif mixer == "linear_attention":
             self.attn = GatedDeltaNet(t, a)
+        elif mixer == "kda":
+            self.attn = KimiDeltaAttention(t, a)
         elif mixer == "mamba":
             self.attn = Mamba2Mixer(t, a)
         elif a.c.mla:
@@ -113,7 +116,7 @@ def _symbol(kind, kinds) -> str:
         return "L"
     parts = []
     if len({k.mixer for k in kinds}) > 1:
-        parts.append({"attention": "attn", "linear_attention": "linear", "conv": "conv",
+        parts.append({"attention": "attn", "linear_attention": "linear", "kda": "kda", "conv": "conv",
                       "mamba": "mamba", "mlp": "mlp"}[kind.mixer])
     if len({k.local for k in kinds}) > 1:
         parts.append("local" if kind.local else "global")
