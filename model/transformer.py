@@ -84,7 +84,7 @@ class TransformerBlock(nn.Module):
         kind = None if mixer is None else mixer["kind"]
         if kind == "mlp":  # a block with its MLP only (single): no token mixer
             pass
-        elif mixer is not None:  # a recurrent token mixer (issue 31): mixer holds its options
+        elif mixer is not None:  # (a hybrid layer's attention is built below, beside it)  # a recurrent token mixer (issue 31): mixer holds its options
             options = {k: v for k, v in mixer.items() if k != "kind"}
             # registered under transformers' names for them (Lfm2DecoderLayer.conv,
             # Qwen3NextDecoderLayer.linear_attn); .attn is the block's token mixer
@@ -93,11 +93,14 @@ class TransformerBlock(nn.Module):
             elif kind == "linear_attention":
                 self.linear_attn = GatedDeltaNet(d_model, device=device, dtype=dtype,
                                                  norm_eps=norm_eps, **options)
-            elif kind == "mamba":  # NemotronHBlock.mixer
+            elif kind in ("mamba", "hybrid"):  # NemotronHBlock.mixer, FalconH1DecoderLayer.mamba
                 self.mixer = Mamba2Mixer(d_model, device=device, dtype=dtype, norm_eps=norm_eps,
-                                         **options)
+                                         **{k: v for k, v in options.items() if k != "mup"},
+                                         mup=options.get("mup", False))
             else:
                 raise ValueError(f"mixer must be conv, linear_attention, mamba or mlp, got {kind!r}")
+        if kind not in (None, "hybrid"):
+            pass
         elif kv_lora_rank is not None:  # multi-head latent attention (DeepSeek)
             self.attn = LatentAttention(
                 d_model, num_heads, max_seq_len=max_seq_len, theta=theta, device=device,
@@ -124,13 +127,19 @@ class TransformerBlock(nn.Module):
                            activation=MLPS[mlp].activation, **moe)
         else:
             self.ffn = feed_forward(mlp, d_model, d_ff, device=device, dtype=dtype, bias=o["mlp_bias"])
+        # Falcon-H1's muP multipliers (hybrid layers): scalars at 1.0 here, as its defaults
+        # (their values change no count); each is an op transformers runs
+        self.mup = kind == "hybrid" and mixer.get("mup", False)
+        if self.mup:
+            self.attn.key_multiplier = 1.0
+            self.ffn.multipliers = (1.0, 1.0)
         if self.sandwich:
             self.post_ffn_norm = norm_cls(d_model, eps=norm_eps, device=device, dtype=dtype, **offset)
 
     @property
     def attn(self) -> nn.Module:
         """The block's token mixer: its attention, or a recurrent layer (self.conv)."""
-        for name in ("conv", "linear_attn", "mixer", "attn"):
+        for name in ("conv", "linear_attn", "attn", "mixer"):  # hybrid: attn beside mixer
             if name in self._modules:
                 return self._modules[name]
         return None  # a block with its MLP only
@@ -155,9 +164,20 @@ class TransformerBlock(nn.Module):
         if self.sandwich:
             y = x + self.scaled(self.post_attn_norm(self.attn(self.ln1(x), token_positions)))
             return y + self.scaled(self.post_ffn_norm(self.ffn(self.ln2(y))))
-        y = x + self.scaled(self.attn(self.ln1(x), token_positions))
+        h = self.ln1(x)
+        y = x + self.scaled(self.attn(h, token_positions) if "mixer" not in self._modules
+                            else self.hybrid(h, token_positions))
         z = y + self.scaled(self.ffn(self.ln2(y)))
         return z
+
+
+    def hybrid(self, h: torch.Tensor, token_positions=None) -> torch.Tensor:
+        """FalconH1DecoderLayer: mamba(h)·ssm_out + attn(h·attention_in)·attention_out (the
+        multipliers with mup), the Mamba-2 mixer first."""
+        if not self.mup:
+            return self.mixer(h) + self.attn(h, token_positions)
+        m = self.mixer(h) * 1.0
+        return m + self.attn(h * 1.0, token_positions) * 1.0
 
 
 class TransformerLM(nn.Module):
@@ -236,12 +256,13 @@ class TransformerLM(nn.Module):
         """A recurrent layer's options (None: an attention layer)."""
         if kind == "conv":
             return {"kind": "conv", "kernel": o["conv_kernel"], "bias": o["conv_bias"]}
-        if kind == "mamba":
-            return {"kind": "mamba", "heads": o["mamba_heads"], "head_dim": o["mamba_head_dim"],
+        if kind in ("mamba", "hybrid"):
+            return {"kind": kind, "heads": o["mamba_heads"], "head_dim": o["mamba_head_dim"],
                     "state": o["ssm_state"], "groups": o["mamba_groups"],
                     "kernel": o["conv_kernel"], "chunk": o["mamba_chunk"],
                     "conv_bias": o["conv_bias"], "bias": o["mamba_bias"],
-                    "dt_min": o["mamba_dt_min"]}
+                    "dt_min": o["mamba_dt_min"], "gate_only": o["mamba_gate_only"],
+                    **({"mup": o["mup_multipliers"]} if kind == "hybrid" else {})}
         if kind == "mlp":
             return {"kind": "mlp"}
         if kind == "linear_attention":

@@ -119,7 +119,7 @@ def recurrent_decode_expr(config: ModelConfig) -> Expr:
         mixer = config.layer_kinds[layers[0]].mixer
         if mixer == "linear_attention":
             total = total + Expr({("B", "h_lv", "d_lk", "d_lv"): 3 * FLOPS_PER_MAC}).times(g)
-        elif mixer == "mamba":
+        elif mixer in ("mamba", "hybrid"):  # a hybrid layer's attention decodes as any
             total = total + Expr({("B", "h_m", "p_m", "n_s"): 2 * FLOPS_PER_MAC}).times(g)
     return total
 

@@ -99,11 +99,15 @@ def _check_recurrent(c) -> None:
         raise UsageError(f"mamba_dt_min must be a non-negative finite number up to 10^18, got "
                          f"{short_value(value)}")
     types = set(c.layer_types or ())
-    if "mamba" in types:
+    if c.mup_multipliers and "hybrid" not in types:
+        raise UsageError("mup_multipliers (Falcon-H1's) needs hybrid layers (layer_types hybrid: "
+                         "attention beside Mamba-2)")
+    if types & {"mamba", "hybrid"}:
         missing = [f for f in ("mamba_heads", "mamba_head_dim", "ssm_state", "conv_kernel")
                    if getattr(c, f) is None]
         if missing:
-            raise UsageError(f"layer_types has mamba layers but {', '.join(missing)} not given")
+            raise UsageError(f"layer_types has mamba or hybrid layers but {', '.join(missing)} "
+                             f"not given")
         if c.mamba_heads % c.mamba_groups:
             raise UsageError(f"mamba_heads {c.mamba_heads} is not a multiple of mamba_groups "
                              f"{c.mamba_groups}")
@@ -126,6 +130,9 @@ def _check_recurrent(c) -> None:
     if types & {"linear_attention", "conv", "mamba"} and c.block not in ("sequential", "single"):
         raise UsageError("recurrent layers (linear_attention, conv, mamba) need block "
                          "sequential or single")
+    if "hybrid" in types and (c.block != "sequential" or c.norm_placement != "pre" or c.mla):
+        raise UsageError("hybrid layers (attention beside Mamba-2) need block sequential, "
+                         "norm_placement pre and attention without a latent (Falcon-H1's)")
 
 
 @cache

@@ -301,6 +301,16 @@ class ModelConfig:
     mamba_dt_min: float = spec(0.0, kind=NUMBER0, flag="--mamba-dt-min", group=EXTRAS,
                                help="Mamba-2 layers: dt clamped from below (time_step_min; "
                                     "changes no count)")
+    # Falcon-H1 (layer_types "hybrid": attention and a Mamba-2 mixer side by side, summed;
+    # FalconH1DecoderLayer): its mixer without the grouped gated RMSNorm (mamba_rms_norm
+    # false: y·SiLU(z)), and its muP multipliers, each an elementwise op transformers runs
+    mamba_gate_only: bool = spec(False, kind=FLAG, flag="--mamba-gate-only", group=EXTRAS,
+                                 help="Mamba-2 layers: y·SiLU(z) before out_proj, no grouped "
+                                      "gated RMSNorm (Falcon-H1's mamba_rms_norm false)")
+    mup_multipliers: bool = spec(False, kind=FLAG, flag="--mup-multipliers", group=EXTRAS,
+                                 help="Falcon-H1's muP multipliers on hybrid layers: attention "
+                                      "input, K and output, the Mamba-2 input, in_proj output "
+                                      "(per channel) and output, the MLP's gate and output")
     linear_chunk: int = spec(64, kind=SIZE, flag="--linear-chunk", group=EXTRAS,
                              help="gated DeltaNet layers: the chunk size C of the chunked delta "
                                   "rule (default 64: fla's chunk_gated_delta_rule and "
@@ -403,7 +413,8 @@ class ModelConfig:
                          + (", temperature tuning there" if self.temperature_floor else ""))
         for mixer, what in (("linear_attention", "gated DeltaNet (chunk "
                              f"{self.linear_chunk})"), ("conv", "short convolution"),
-                            ("mamba", f"Mamba-2 (chunk {self.mamba_chunk})")):
+                            ("mamba", f"Mamba-2 (chunk {self.mamba_chunk})"),
+                            ("hybrid", f"attention beside Mamba-2 (chunk {self.mamba_chunk})")):
             n = sum(k.mixer == mixer for k in kinds)
             if n:
                 parts.append(f"{what} on {n} of {len(kinds)} layers (conv width "
@@ -414,6 +425,8 @@ class ModelConfig:
                          + (f", {self.num_shared_experts} shared" if self.num_shared_experts else "")
                          + (" (sigmoid-gated)" if self.shared_expert_gate else "")
                          + ("" if n_moe == len(kinds) else f", on {n_moe} of {len(kinds)} layers"))
+        if self.mup_multipliers:
+            parts.append("muP multipliers (Falcon-H1)")
         if self.attention != "naive":
             parts.append("fused attention kernel (SDPA)")
         parts += [f"{what} {value:g}" for what, value in (
