@@ -46,6 +46,7 @@ def _examples() -> dict[str, dict]:
     import hf_moe_examples
     import test_hf_cohere
     import test_hf_deepseek_v32
+    import test_hf_falcon_h1
     import test_hf_frontier_dense
     import test_hf_frontier_moe
     import test_hf_gemma
@@ -60,7 +61,8 @@ def _examples() -> dict[str, dict]:
               test_hf_frontier_moe):
         for data in m.CONFIGS.values():
             out.setdefault(data["model_type"], data)
-    for m in (test_hf_lfm2, test_hf_qwen3_next, test_hf_nemotron_h):  # one example each
+    for m in (test_hf_lfm2, test_hf_qwen3_next, test_hf_nemotron_h,
+              test_hf_falcon_h1):  # one example each
         out.setdefault(m.DATA["model_type"], m.DATA)
     return out
 

@@ -121,7 +121,8 @@ class ModelConfig:
                                                help="each layer's kind, one per layer: "
                                                     "global, local, chunked (attention), "
                                                     "linear_attention (gated DeltaNet), conv "
-                                                    "(short convolution), mamba (Mamba-2), mlp "
+                                                    "(short convolution), mamba (Mamba-2), hybrid "
+                                                    "(attention beside Mamba-2, Falcon-H1), mlp "
                                                     "(an MLP-only block, with --block single)")
     # mixture of experts (None: a dense MLP in every layer)
     num_experts: int | None = spec(None, kind=SIZE, flag="--num-experts", group=EXTRAS,
