@@ -129,7 +129,8 @@ class TransformerBlock(nn.Module):
             self.ffn = feed_forward(mlp, d_model, d_ff, device=device, dtype=dtype, bias=o["mlp_bias"])
         # Falcon-H1's muP multipliers (hybrid layers): scalars at 1.0 here, as its defaults
         # (their values change no count); each is an op transformers runs
-        self.mup = kind == "hybrid" and mixer.get("mup", False)
+        self.is_hybrid = kind == "hybrid"
+        self.mup = self.is_hybrid and mixer.get("mup", False)
         if self.mup:
             self.attn.key_multiplier = 1.0
             self.ffn.multipliers = (1.0, 1.0)
@@ -165,8 +166,8 @@ class TransformerBlock(nn.Module):
             y = x + self.scaled(self.post_attn_norm(self.attn(self.ln1(x), token_positions)))
             return y + self.scaled(self.post_ffn_norm(self.ffn(self.ln2(y))))
         h = self.ln1(x)
-        y = x + self.scaled(self.attn(h, token_positions) if "mixer" not in self._modules
-                            else self.hybrid(h, token_positions))
+        y = x + self.scaled(self.hybrid(h, token_positions) if self.is_hybrid
+                            else self.attn(h, token_positions))
         z = y + self.scaled(self.ffn(self.ln2(y)))
         return z
 

@@ -92,7 +92,7 @@ def _check_recurrent(c) -> None:
     """The hybrid layers (issue 31): each kind's sizes given where layer_types names it."""
     for f in ("conv_kernel", "linear_key_heads", "linear_value_heads", "linear_key_head_dim",
               "linear_value_head_dim", "linear_chunk", "mamba_heads", "mamba_head_dim",
-              "ssm_state", "mamba_groups", "mamba_chunk"):
+              "ssm_state", "mamba_groups", "mamba_chunk", "mamba_inner", "mamba_dt_rank"):
         _positive(c, f)
     value = c.mamba_dt_min  # a number as the other number fields: bounded (issue 32)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= MAX_REAL:
@@ -111,6 +111,11 @@ def _check_recurrent(c) -> None:
         if c.mamba_heads % c.mamba_groups:
             raise UsageError(f"mamba_heads {c.mamba_heads} is not a multiple of mamba_groups "
                              f"{c.mamba_groups}")
+    if "mamba1" in types:
+        missing = [f for f in ("mamba_inner", "mamba_dt_rank", "ssm_state", "conv_kernel")
+                   if getattr(c, f) is None]
+        if missing:
+            raise UsageError(f"layer_types has mamba1 layers but {', '.join(missing)} not given")
     if "mlp" in types and c.block != "single":
         raise UsageError("layer_types mlp (a block with its MLP only) needs block single (one "
                          "sublayer per block, Nemotron-H)")
@@ -127,8 +132,9 @@ def _check_recurrent(c) -> None:
         if c.linear_value_heads % c.linear_key_heads:
             raise UsageError(f"linear_value_heads {c.linear_value_heads} is not a multiple of "
                              f"linear_key_heads {c.linear_key_heads}")
-    if types & {"linear_attention", "conv", "mamba"} and c.block not in ("sequential", "single"):
-        raise UsageError("recurrent layers (linear_attention, conv, mamba) need block "
+    if types & {"linear_attention", "conv", "mamba", "mamba1"} and \
+            c.block not in ("sequential", "single"):
+        raise UsageError("recurrent layers (linear_attention, conv, mamba, mamba1) need block "
                          "sequential or single")
     if "hybrid" in types and (c.block != "sequential" or c.norm_placement != "pre" or c.mla):
         raise UsageError("hybrid layers (attention beside Mamba-2) need block sequential, "

@@ -80,11 +80,12 @@ BLOCKS = {"sequential": "attention, then the MLP on its result",
 # (Qwen3-Next's linear_attention, transformers' Qwen3NextGatedDeltaNet) or a short gated
 # convolution (LFM2's conv, Lfm2ShortConv) or a Mamba-2 mixer (Nemotron-H's M,
 # NemotronHMamba2Mixer); or attention and a Mamba-2 mixer side by side on the same normed
-# input, their outputs summed (Falcon-H1's "hybrid" layers, FalconH1DecoderLayer); or, in
+# input, their outputs summed (Falcon-H1's "hybrid" layers, FalconH1DecoderLayer); or a
+# Mamba-1 mixer, a selective scan with a state per channel (Jamba's, JambaMambaMixer); or, in
 # single-sublayer blocks (block "single", Nemotron-H's "-"),
 # a block with its MLP only ("mlp")
 ATTENTION_TYPES = ("global", "local", "chunked")
-MIXER_TYPES = ("linear_attention", "conv", "mamba", "hybrid")
+MIXER_TYPES = ("linear_attention", "conv", "mamba", "hybrid", "mamba1")
 LAYER_TYPES = ATTENTION_TYPES + MIXER_TYPES + ("mlp",)
 
 
