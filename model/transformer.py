@@ -19,6 +19,7 @@ from .moe import MoE
 from .recurrent import ShortConv
 from .delta import GatedDeltaNet
 from .mamba import Mamba2Mixer
+from .mamba1 import Mamba1Mixer
 
 MLA_OPTIONS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
                "index_heads", "index_head_dim", "index_topk")  # the last three: DeepSeek-V3.2
@@ -97,8 +98,12 @@ class TransformerBlock(nn.Module):
                 self.mixer = Mamba2Mixer(d_model, device=device, dtype=dtype, norm_eps=norm_eps,
                                          **{k: v for k, v in options.items() if k != "mup"},
                                          mup=options.get("mup", False))
+            elif kind == "mamba1":  # JambaMambaDecoderLayer.mamba
+                self.mixer = Mamba1Mixer(d_model, device=device, dtype=dtype, norm_eps=norm_eps,
+                                         **options)
             else:
-                raise ValueError(f"mixer must be conv, linear_attention, mamba or mlp, got {kind!r}")
+                raise ValueError(f"mixer must be conv, linear_attention, mamba, hybrid, mamba1 "
+                                 f"or mlp, got {kind!r}")
         if kind not in (None, "hybrid"):
             pass
         elif kv_lora_rank is not None:  # multi-head latent attention (DeepSeek)
@@ -264,6 +269,10 @@ class TransformerLM(nn.Module):
                     "conv_bias": o["conv_bias"], "bias": o["mamba_bias"],
                     "dt_min": o["mamba_dt_min"], "gate_only": o["mamba_gate_only"],
                     **({"mup": o["mup_multipliers"]} if kind == "hybrid" else {})}
+        if kind == "mamba1":
+            return {"kind": "mamba1", "inner": o["mamba_inner"], "dt_rank": o["mamba_dt_rank"],
+                    "state": o["ssm_state"], "kernel": o["conv_kernel"],
+                    "conv_bias": o["conv_bias"], "bias": o["mamba_bias"]}
         if kind == "mlp":
             return {"kind": "mlp"}
         if kind == "linear_attention":

@@ -389,6 +389,22 @@ def ref_falcon_mixer(c, x, p, a):
     return ref(x)
 
 
+def ref_jamba_mixer(c, x, p, a):
+    """transformers' own JambaMambaMixer (its torch path: causal_conv1d_fn and
+    mamba_selective_scan's sequential loop), loaded with the block's weights."""
+    from transformers import JambaConfig
+    from transformers.models.jamba.modeling_jamba import JambaMambaMixer
+    cfg = JambaConfig(hidden_size=c.d_model, mamba_expand=c.mamba_inner // c.d_model,
+                      mamba_dt_rank=c.mamba_dt_rank, mamba_d_state=c.ssm_state,
+                      mamba_d_conv=c.conv_kernel, mamba_conv_bias=c.conv_bias,
+                      mamba_proj_bias=c.mamba_bias, rms_norm_eps=c.norm_eps,
+                      num_hidden_layers=1, use_associative_scan=False)
+    ref = JambaMambaMixer(cfg, 0).to(x.dtype)
+    ref.load_state_dict({k[len(a) + 1:]: v.unsqueeze(1) if k.endswith("conv1d.weight") else v
+                         for k, v in p.items() if k.startswith(a + ".")})
+    return ref(x)
+
+
 def ref_lm(c, ids, p):
     T = ids.shape[-1]
     x = F.embedding(ids, p["token_embeddings.weight"])
@@ -411,6 +427,8 @@ def ref_lm(c, ids, p):
                 return ref_gated_deltanet(c, z, p, f"{b}.linear_attn")
             if mixer == "mamba":
                 return ref_mamba(c, z, p, f"{b}.mixer")
+            if mixer == "mamba1":
+                return ref_jamba_mixer(c, z, p, f"{b}.mixer")
             if mixer == "hybrid":  # FalconH1DecoderLayer: the mixer plus attention
                 return ref_falcon_mixer(c, z, p, f"{b}.mixer") + ref_attention(
                     c, z, p, f"{b}.attn", window, chunk, i in c.nope_layers)

@@ -63,6 +63,9 @@ SHRINK["ernie4_5_moe"] = {**_WIDTHS, "num_hidden_layers": 2, "num_key_value_head
                           "moe_layer_end_index": -1, "moe_layer_interval": 1}
 SHRINK["minimax_m2"] = {**_WIDTHS, "intermediate_size": 16, "num_key_value_heads": 2,
                         "head_dim": 8, "rotary_dim": 4}  # the same latent attention and layout
+# Jamba: one attention layer with its experts (no Mamba-1 layer)
+SHRINK["jamba"] = {**_WIDTHS, "num_key_value_heads": 2, "attn_layer_period": 1,
+                   "attn_layer_offset": 0, "expert_layer_period": 1, "expert_layer_offset": 0}
 IMPLEMENTATIONS = ("eager", "grouped_mm", "batched_mm")
 OWN, FORCED = "its router's choice", "every token to experts 0..k−1"
 

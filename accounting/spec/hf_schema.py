@@ -440,8 +440,6 @@ UNSUPPORTED: Mapping[str, str] = MappingProxyType({
                    "interleaved M-RoPE and MTP layers are not expressed yet",
     "kimi_linear": "runs Kimi Delta Attention (a delta rule with a decay per channel, not per "
                    "head as the spec's gated DeltaNet) beside latent-attention layers",
-    "jamba": "runs Mamba-1 layers (a selective scan with x_proj and dt_proj and a state per "
-             "channel), and the spec has Mamba-2's",
     "granitemoehybrid": "mixes Mamba-2 and attention layers with Granite's multipliers and a "
                         "shared MLP beside each mixture of experts, a layout the spec does "
                         "not express yet",

@@ -15,6 +15,7 @@ from accounting.ledger.builder import lora
 from accounting.ledger.builder.recurrent import ShortConv
 from accounting.ledger.builder.delta import GatedDeltaNet
 from accounting.ledger.builder.mamba import Mamba2Mixer
+from accounting.ledger.builder.mamba1 import Mamba1Mixer
 
 
 class Block:
@@ -36,6 +37,8 @@ class Block:
             self.attn = GatedDeltaNet(t, a)
         elif mixer == "mamba":
             self.attn = Mamba2Mixer(t, a)
+        elif mixer == "mamba1":
+            self.attn = Mamba1Mixer(t, a)
         elif mixer == "hybrid":  # Falcon-H1: the Mamba-2 mixer first, then attention
             self.mamba = Mamba2Mixer(t, a)
             self.attn = Attention(t, a, recompute)
@@ -135,7 +138,8 @@ def _symbol(kind, kinds) -> str:
     parts = []
     if len({k.mixer for k in kinds}) > 1:
         parts.append({"attention": "attn", "linear_attention": "linear", "conv": "conv",
-                      "mamba": "mamba", "hybrid": "hybrid", "mlp": "mlp"}[kind.mixer])
+                      "mamba": "mamba", "hybrid": "hybrid", "mamba1": "mamba1",
+                      "mlp": "mlp"}[kind.mixer])
     if len({k.local for k in kinds}) > 1:
         parts.append("local" if kind.local else "global")
     if len({k.chunked for k in kinds}) > 1:
