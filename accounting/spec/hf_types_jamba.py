@@ -11,7 +11,7 @@ from typing import Mapping
 
 from accounting.runtime.errors import UsageError
 from accounting.spec.hf_schema import (
-    ATTENTION_DROPOUT, BOOL, CHOICE, EPS, INT, INT_OR_ABSENT, INT_OR_NULL, NONNEG,
+    ATTENTION_DROPOUT, BOOL, CHOICE, EPS, INT, INT_OR_ABSENT, NONNEG,
     WINDOW_PATTERN, Derived, HFType, Key, ModuleNames, Required, head_dim, kv_heads, register)
 from accounting.spec.hf_types_moe import ROUTER_FREE, ROUTER_NOTES
 
@@ -71,7 +71,8 @@ register(HFType(
           Key("num_hidden_layers", ("num_layers",), INT, Required(32)),
           Key("num_attention_heads", ("num_heads",), INT, Required(32)),
           Key("max_position_embeddings", ("context_length",), INT, 262144),
-          kv_heads(8, INT_OR_NULL), head_dim(None, INT_OR_ABSENT),
+          # JambaConfig types num_key_value_heads int: null refused (transformers fails)
+          kv_heads(8, INT), head_dim(None, INT_OR_ABSENT),
           # the mixer's conv activation is hidden_act too (JambaMambaMixer.act): SiLU only
           Key("hidden_act", ("mlp",), CHOICE, "silu", MappingProxyType({"silu": "swiglu"})),
           Key("rms_norm_eps", ("norm_eps",), EPS, 1e-6),

@@ -55,7 +55,8 @@ class Mamba1Mixer:
             conv = causal_conv(t, h, self.conv1d.weight, self.conv1d.bias, ("d_i",), "Mamba-1")
             sig = t.unary("aten.sigmoid", conv, "sigmoid(conv)", k, saves="output",
                           out="sigmoid(conv output)")
-            h = t.name(t.binary("aten.mul", conv, sig, "SiLU: conv · sigmoid", k), "SiLU(conv) (x)")
+            h = t.name(t.binary("aten.mul", conv, sig, "SiLU: conv · sigmoid", k),
+                       "SiLU(conv) (x)")
             hc = t.name(t.copy(h), "x (contiguous: x_proj's input)")
             rbc = self.x_proj(hc, "x_proj output (dt, B, C)")
             # each slice RMS-normed; a sliced (not dense) input's result is laid out contiguous
@@ -82,7 +83,8 @@ class Mamba1Mixer:
             y = t.name(t.binary("aten.add", y, hd, "y + D · x", k), "scan output + D · x")
             zs = t.unary("aten.sigmoid", gate, "sigmoid(z)", k, saves="output", out="sigmoid(z)")
             silu = t.name(t.binary("aten.mul", gate, zs, "SiLU(z)", k), "SiLU(z)")
-            y = t.name(t.binary("aten.mul", y, silu, "y · SiLU(z)", k), "y · SiLU(z) (out_proj input)")
+            y = t.name(t.binary("aten.mul", y, silu, "y · SiLU(z)", k),
+                       "y · SiLU(z) (out_proj input)")
             t.state("conv state", ("d_i", "K"))
             t.state("SSM state", ("d_i", "n_s"), fp32=True)  # the scan runs in float32
             return self.out_proj(y, out_label, out_course)
