@@ -147,8 +147,10 @@ def test_inexpressible_settings_are_refused_in_one_line(tmp_path, capsys, change
     refused_in_one_line(capsys, "--config", str(path), "--no-verify", expected=expected)
 
 
-# Falcon-H1-7B-Base's sizes (https://huggingface.co/tiiuae/Falcon-H1-7B-Base, config.json;
-# the model card names it 7B): counted by transformers on the meta device here
+# Falcon-H1-7B's sizes (https://huggingface.co/tiiuae/Falcon-H1-7B-Base; the model card
+# names it 7B), as public copies of its config.json write them (no Hub access here: read
+# from mlx-community's Falcon-H1-7B-Instruct config and a test suite's copy of the 7B's;
+# mamba_rms_norm false as the Falcon-H1 files seen): counted by transformers on meta here
 FALCON_H1_7B = {"model_type": "falcon_h1", "vocab_size": 130048, "hidden_size": 3072,
                 "intermediate_size": 12288, "num_hidden_layers": 44, "num_attention_heads": 12,
                 "num_key_value_heads": 2, "head_dim": 128, "mamba_d_ssm": 3072,
