@@ -21,7 +21,7 @@ from .recurrent import CausalConv1d, causal_conv
 
 
 class DtProj(nn.Module):
-    """dt_proj's weight (d_i, r) and bias (d_i): transformers' nn.Linear, whose forward is
+    """dt_proj's weight (d_i, r) and bias (d_i): a linear layer in transformers, whose forward is
     never called (the mixer runs weight @ dt and adds the bias in the scan), so a holder of
     the two parameters here, not a Linear."""
 

@@ -103,7 +103,8 @@ class LayerKind:
 
     @property
     def recurrent(self) -> bool:
-        """A token mixer with a fixed-size state (no attention, no KV cache)."""
+        """A token mixer with a fixed-size state (no attention, no KV cache; a hybrid
+        layer's attention beside its Mamba-2 mixer keeps one too)."""
         return self.mixer != "attention"
 
     @property
