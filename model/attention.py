@@ -162,6 +162,8 @@ class CausalMultiHeadSelfAttention(nn.Module):
         else:
             self.rope = None
 
+    key_multiplier = None  # Falcon-H1's muP scalar on K (TransformerBlock sets it)
+
     def forward(self, x: torch.Tensor, token_positions: torch.Tensor | None = None) -> torch.Tensor:
         # x: (... seq d_model) -> (... seq d_model)
         seq = x.shape[-2]
@@ -180,6 +182,8 @@ class CausalMultiHeadSelfAttention(nn.Module):
         q = rearrange(q, "... seq (heads d_k) -> ... heads seq d_k", heads=self.num_heads)
         k = rearrange(k, "... seq (heads d_k) -> ... heads seq d_k", heads=self.num_kv_heads)
         v = rearrange(v, "... seq (heads d_v) -> ... heads seq d_v", heads=self.num_kv_heads)
+        if self.key_multiplier is not None:  # Falcon-H1: k_proj(x) · key_multiplier
+            k = k * self.key_multiplier
         if self.qk_norm == "head":  # Qwen3: each head's vector
             q, k = self.q_norm(q), self.k_norm(k)
 

@@ -241,11 +241,16 @@ class GatedMLP(nn.Module):
         self.w3 = Linear(d_model, d_ff, device=device, dtype=dtype, bias=bias)
         self.act = ACTIVATIONS.get(activation)
 
+    multipliers = None  # Falcon-H1's muP (gate, down) scalars (TransformerBlock sets them)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # x: (... d_model) -> (... d_model); the gate lives in (... d_ff)
         if self.act is None:  # the clamped SwiGLU reads both halves
             a = self.w1(x)
             return self.w2(clamped_swiglu(a, self.w3(x)))
+        if self.multipliers is not None:  # FalconH1MLP: act(W1 x · g) · W3 x, W2 (…) · d
+            gate, down = self.multipliers
+            return self.w2(self.act(self.w1(x) * gate) * self.w3(x)) * down
         return self.w2(self.act(self.w1(x)) * self.w3(x))
 
 

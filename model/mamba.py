@@ -98,7 +98,8 @@ class Mamba2Mixer(nn.Module):
     dt_bias, A_log, norm, D, out_proj; the state dict lists a module's own first)."""
 
     def __init__(self, d_model, heads, head_dim, state, groups, kernel, chunk, conv_bias=True,
-                 bias=False, dt_min=0.0, norm_eps=1e-5, device=None, dtype=None):
+                 bias=False, dt_min=0.0, norm_eps=1e-5, device=None, dtype=None,
+                 gate_only=False, mup=False):
         super().__init__()
         for name, value in (("heads", heads), ("head_dim", head_dim), ("state", state),
                             ("groups", groups), ("chunk", chunk)):
@@ -116,16 +117,29 @@ class Mamba2Mixer(nn.Module):
         a = torch.arange(1, heads + 1, device=device, dtype=dtype) if device != "meta" else \
             torch.empty(heads, device=device, dtype=dtype)
         self.A_log = nn.Parameter(torch.log(a))
-        self.norm = GroupedGatedRMSNorm(inner, groups, norm_eps, device=device, dtype=dtype)
+        # FalconH1Mixer with mamba_rms_norm false: y·SiLU(z), no norm (gate_only)
+        self.norm = None if gate_only else GroupedGatedRMSNorm(inner, groups, norm_eps,
+                                                               device=device, dtype=dtype)
         self.D = nn.Parameter(torch.ones(heads, device=device, dtype=dtype))
         self.out_proj = Linear(inner, d_model, device=device, dtype=dtype, bias=bias)
+        # Falcon-H1's muP: the input × ssm_in_multiplier, in_proj's output × mup_vector (one
+        # multiplier per channel; ones here: the values change no count)
+        self.ssm_in_multiplier = 1.0 if mup else None
+        if mup:
+            self.register_buffer("mup_vector", torch.ones(
+                1, 1, inner + self.conv_dim + heads, device=device, dtype=torch.float32),
+                persistent=False)
         self.recompute_core = False  # no attention core to checkpoint
 
     def forward(self, x: torch.Tensor, token_positions=None) -> torch.Tensor:
         # x: (batch seq d_model) -> (batch seq d_model)
         batch, seq, _ = x.shape
         inner, heads, groups, n = self.heads * self.head_dim, self.heads, self.groups, self.state
-        zxbcdt = self.in_proj(x)
+        if self.ssm_in_multiplier is not None:
+            x = x * self.ssm_in_multiplier
+            zxbcdt = self.in_proj(x) * self.mup_vector
+        else:
+            zxbcdt = self.in_proj(x)
         A = -torch.exp(self.A_log.float())
         gate, xbc, dt = torch.split(zxbcdt, [inner, self.conv_dim, heads], dim=-1)
         xbc = silu(causal_conv(xbc, self.conv1d.weight, self.conv1d.bias))
@@ -133,5 +147,6 @@ class Mamba2Mixer(nn.Module):
         y = chunk_scan(h.view(batch, seq, heads, self.head_dim), dt, A,
                        B.view(batch, seq, groups, n), C.view(batch, seq, groups, n),
                        self.chunk, self.D, self.dt_bias, self.dt_min)
-        y = self.norm(y.reshape(batch, seq, inner), gate)
+        y = y.reshape(batch, seq, inner)
+        y = y * silu(gate) if self.norm is None else self.norm(y, gate)
         return self.out_proj(y)

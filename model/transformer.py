@@ -20,6 +20,7 @@ from .recurrent import ShortConv
 from .delta import GatedDeltaNet
 from .kda import KimiDeltaAttention
 from .mamba import Mamba2Mixer
+from .mamba1 import Mamba1Mixer
 
 MLA_OPTIONS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
                "index_heads", "index_head_dim", "index_topk")  # the last three: DeepSeek-V3.2
@@ -86,6 +87,7 @@ class TransformerBlock(nn.Module):
         if kind == "mlp":  # a block with its MLP only (single): no token mixer
             pass
         elif mixer is not None:  # a recurrent token mixer (issue 31): mixer holds its options
+            # (a hybrid layer's attention is built below, beside it)
             options = {k: v for k, v in mixer.items() if k != "kind"}
             # registered under transformers' names for them (Lfm2DecoderLayer.conv,
             # Qwen3NextDecoderLayer.linear_attn); .attn is the block's token mixer
@@ -97,12 +99,18 @@ class TransformerBlock(nn.Module):
             elif kind == "kda":  # Kimi Linear's KDA (registered .kda: model/kda.py)
                 self.kda = KimiDeltaAttention(d_model, device=device, dtype=dtype,
                                               norm_eps=norm_eps, **options)
-            elif kind == "mamba":  # NemotronHBlock.mixer
+            elif kind in ("mamba", "hybrid"):  # NemotronHBlock.mixer, FalconH1DecoderLayer.mamba
                 self.mixer = Mamba2Mixer(d_model, device=device, dtype=dtype, norm_eps=norm_eps,
+                                         **{k: v for k, v in options.items() if k != "mup"},
+                                         mup=options.get("mup", False))
+            elif kind == "mamba1":  # JambaMambaDecoderLayer.mamba
+                self.mixer = Mamba1Mixer(d_model, device=device, dtype=dtype, norm_eps=norm_eps,
                                          **options)
             else:
-                raise ValueError(f"mixer must be conv, linear_attention, kda, mamba or mlp, "
-                                 f"got {kind!r}")
+                raise ValueError(f"mixer must be conv, linear_attention, kda, mamba, hybrid, "
+                                 f"mamba1 or mlp, got {kind!r}")
+        if kind not in (None, "hybrid"):
+            pass  # no attention: the recurrent mixer (or none, "mlp") mixes the tokens
         elif kv_lora_rank is not None:  # multi-head latent attention (DeepSeek)
             self.attn = LatentAttention(
                 d_model, num_heads, max_seq_len=max_seq_len, theta=theta, device=device,
@@ -129,13 +137,20 @@ class TransformerBlock(nn.Module):
                            activation=MLPS[mlp].activation, **moe)
         else:
             self.ffn = feed_forward(mlp, d_model, d_ff, device=device, dtype=dtype, bias=o["mlp_bias"])
+        # Falcon-H1's muP multipliers (hybrid layers): scalars at 1.0 here, as its defaults
+        # (their values change no count); each is an op transformers runs
+        self.is_hybrid = kind == "hybrid"
+        self.mup = self.is_hybrid and mixer.get("mup", False)
+        if self.mup:
+            self.attn.key_multiplier = 1.0
+            self.ffn.multipliers = (1.0, 1.0)
         if self.sandwich:
             self.post_ffn_norm = norm_cls(d_model, eps=norm_eps, device=device, dtype=dtype, **offset)
 
     @property
     def attn(self) -> nn.Module:
         """The block's token mixer: its attention, or a recurrent layer (self.conv)."""
-        for name in ("conv", "linear_attn", "kda", "mixer", "attn"):
+        for name in ("conv", "linear_attn", "kda", "attn", "mixer"):  # hybrid: attn beside mixer
             if name in self._modules:
                 return self._modules[name]
         return None  # a block with its MLP only
@@ -160,9 +175,20 @@ class TransformerBlock(nn.Module):
         if self.sandwich:
             y = x + self.scaled(self.post_attn_norm(self.attn(self.ln1(x), token_positions)))
             return y + self.scaled(self.post_ffn_norm(self.ffn(self.ln2(y))))
-        y = x + self.scaled(self.attn(self.ln1(x), token_positions))
+        h = self.ln1(x)
+        y = x + self.scaled(self.hybrid(h, token_positions) if self.is_hybrid
+                            else self.attn(h, token_positions))
         z = y + self.scaled(self.ffn(self.ln2(y)))
         return z
+
+
+    def hybrid(self, h: torch.Tensor, token_positions=None) -> torch.Tensor:
+        """FalconH1DecoderLayer: mamba(h)·ssm_out + attn(h·attention_in)·attention_out (the
+        multipliers with mup), the Mamba-2 mixer first."""
+        if not self.mup:
+            return self.mixer(h) + self.attn(h, token_positions)
+        m = self.mixer(h) * 1.0
+        return m + self.attn(h * 1.0, token_positions) * 1.0
 
 
 class TransformerLM(nn.Module):
@@ -241,12 +267,17 @@ class TransformerLM(nn.Module):
         """A recurrent layer's options (None: an attention layer)."""
         if kind == "conv":
             return {"kind": "conv", "kernel": o["conv_kernel"], "bias": o["conv_bias"]}
-        if kind == "mamba":
-            return {"kind": "mamba", "heads": o["mamba_heads"], "head_dim": o["mamba_head_dim"],
+        if kind in ("mamba", "hybrid"):
+            return {"kind": kind, "heads": o["mamba_heads"], "head_dim": o["mamba_head_dim"],
                     "state": o["ssm_state"], "groups": o["mamba_groups"],
                     "kernel": o["conv_kernel"], "chunk": o["mamba_chunk"],
                     "conv_bias": o["conv_bias"], "bias": o["mamba_bias"],
-                    "dt_min": o["mamba_dt_min"]}
+                    "dt_min": o["mamba_dt_min"], "gate_only": o["mamba_gate_only"],
+                    **({"mup": o["mup_multipliers"]} if kind == "hybrid" else {})}
+        if kind == "mamba1":
+            return {"kind": "mamba1", "inner": o["mamba_inner"], "dt_rank": o["mamba_dt_rank"],
+                    "state": o["ssm_state"], "kernel": o["conv_kernel"],
+                    "conv_bias": o["conv_bias"], "bias": o["mamba_bias"]}
         if kind == "mlp":
             return {"kind": "mlp"}
         if kind == "kda":  # one head count and width for Q, K (linear_key_*) and V

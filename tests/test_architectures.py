@@ -204,6 +204,20 @@ VARIANTS = {
     "mamba_sequential_moe": dict(layer_types=("mamba", "global"), conv_kernel=3, mamba_heads=2,
                                  mamba_head_dim=6, ssm_state=4, mamba_chunk=3, mamba_bias=True,
                                  num_experts=4, experts_per_token=2, moe_d_ff=8),
+    # Falcon-H1: attention beside Mamba-2 in every layer (hybrid), its muP multipliers, the
+    # mixer without its norm; and with the grouped gated norm, no multipliers, a MoE
+    "falcon_h1": dict(num_layers=2, d_model=32, num_heads=4, num_kv_heads=2,
+                      layer_types=("hybrid", "hybrid"), conv_kernel=4, conv_bias=True,
+                      mamba_heads=4, mamba_head_dim=4, ssm_state=3, mamba_groups=2,
+                      mamba_chunk=2, mamba_gate_only=True, mup_multipliers=True,
+                      embedding_multiplier=2.0, logit_scale=0.5),
+    "hybrid_norm_moe": dict(layer_types=("hybrid", "global"), conv_kernel=3, mamba_heads=2,
+                            mamba_head_dim=6, ssm_state=4, mamba_chunk=3, mamba_bias=True,
+                            num_experts=4, experts_per_token=2, moe_d_ff=8),
+    # Jamba: Mamba-1 (a sequential selective scan) beside attention without RoPE, a MoE
+    "jamba": dict(num_layers=3, positions="none", layer_types=("mamba1", "global", "mamba1"),
+                  conv_kernel=4, conv_bias=True, mamba_inner=48, mamba_dt_rank=3, ssm_state=4,
+                  num_experts=4, experts_per_token=2, dense_layers=(0, 2), norm_topk_prob=False),
     "short_conv_bias_moe": dict(conv_kernel=2, conv_bias=True, sliding_window=3,
                                 layer_types=("conv", "local"), num_experts=4, experts_per_token=2,
                                 moe_d_ff=8),

@@ -188,7 +188,9 @@ def test_the_table_is_a_registry_that_refuses_duplicates():
                           # issue 31 (part B)
                           "lfm2", "qwen3_next", "nemotron_h",
                           # issue 31 (Kimi; kimi_k2 and kimi_k25 are WRAPPERS of deepseek_v3)
-                          "kimi_linear"}
+                          "kimi_linear",
+                          # issue 31: the parallel hybrid and Mamba-1
+                          "falcon_h1", "jamba"}
 
 
 def test_every_type_names_every_module_the_ledger_has():

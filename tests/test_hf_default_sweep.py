@@ -46,10 +46,12 @@ def _examples() -> dict[str, dict]:
     import hf_moe_examples
     import test_hf_cohere
     import test_hf_deepseek_v32
+    import test_hf_falcon_h1
     import test_hf_frontier_dense
     import test_hf_frontier_moe
     import test_hf_gemma
     import test_hf_kimi_linear
+    import test_hf_jamba
     import test_hf_lfm2
     import test_hf_llama4
     import test_hf_nemotron_h
@@ -62,7 +64,7 @@ def _examples() -> dict[str, dict]:
         for data in m.CONFIGS.values():
             out.setdefault(data["model_type"], data)
     for m in (test_hf_lfm2, test_hf_qwen3_next, test_hf_nemotron_h,
-              test_hf_kimi_linear):  # one example each
+              test_hf_kimi_linear, test_hf_falcon_h1, test_hf_jamba):  # one example each
         out.setdefault(m.DATA["model_type"], m.DATA)
     return out
 

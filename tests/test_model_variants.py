@@ -384,6 +384,45 @@ def ref_mamba(c, x, p, a):
     return ref(x)
 
 
+def ref_falcon_mixer(c, x, p, a):
+    """transformers' own FalconH1Mixer (its torch path, as Nemotron-H's), loaded with the
+    block's weights; its muP multipliers 1 and mup_vector ones (model/'s: the values change
+    no count); with the gated norm, gating first (mamba_norm_before_gate false)."""
+    from transformers import FalconH1Config
+    from transformers.models.falcon_h1.modeling_falcon_h1 import FalconH1Mixer
+    cfg = FalconH1Config(hidden_size=c.d_model, mamba_d_ssm=c.mamba_heads * c.mamba_head_dim,
+                         mamba_n_heads=c.mamba_heads, mamba_d_head=c.mamba_head_dim,
+                         mamba_n_groups=c.mamba_groups, mamba_d_state=c.ssm_state,
+                         mamba_d_conv=c.conv_kernel, mamba_chunk_size=c.mamba_chunk,
+                         mamba_conv_bias=c.conv_bias, mamba_proj_bias=c.mamba_bias,
+                         projectors_bias=c.mamba_bias, mamba_rms_norm=not c.mamba_gate_only,
+                         mamba_norm_before_gate=False, rms_norm_eps=c.norm_eps,
+                         time_step_limit=(c.mamba_dt_min, float("inf")), num_hidden_layers=1,
+                         num_attention_heads=c.num_heads, num_key_value_heads=c.kv_heads)
+    ref = FalconH1Mixer(cfg, 0).to(x.dtype)
+    width = 2 * c.mamba_heads * c.mamba_head_dim + 2 * c.mamba_groups * c.ssm_state + c.mamba_heads
+    ref.register_buffer("mup_vector", torch.ones(1, 1, width, dtype=x.dtype), persistent=False)
+    ref.load_state_dict({k[len(a) + 1:]: v.unsqueeze(1) if k.endswith("conv1d.weight") else v
+                         for k, v in p.items() if k.startswith(a + ".")})
+    return ref(x)
+
+
+def ref_jamba_mixer(c, x, p, a):
+    """transformers' own JambaMambaMixer (its torch path: causal_conv1d_fn and
+    mamba_selective_scan's sequential loop), loaded with the block's weights."""
+    from transformers import JambaConfig
+    from transformers.models.jamba.modeling_jamba import JambaMambaMixer
+    cfg = JambaConfig(hidden_size=c.d_model, mamba_expand=c.mamba_inner // c.d_model,
+                      mamba_dt_rank=c.mamba_dt_rank, mamba_d_state=c.ssm_state,
+                      mamba_d_conv=c.conv_kernel, mamba_conv_bias=c.conv_bias,
+                      mamba_proj_bias=c.mamba_bias, rms_norm_eps=c.norm_eps,
+                      num_hidden_layers=1, use_associative_scan=False)
+    ref = JambaMambaMixer(cfg, 0).to(x.dtype)
+    ref.load_state_dict({k[len(a) + 1:]: v.unsqueeze(1) if k.endswith("conv1d.weight") else v
+                         for k, v in p.items() if k.startswith(a + ".")})
+    return ref(x)
+
+
 def ref_lm(c, ids, p):
     T = ids.shape[-1]
     x = F.embedding(ids, p["token_embeddings.weight"])
@@ -408,6 +447,11 @@ def ref_lm(c, ids, p):
                 return ref_mamba(c, z, p, f"{b}.mixer")
             if mixer == "kda":
                 return ref_kda(c, z, p, f"{b}.kda")
+            if mixer == "mamba1":
+                return ref_jamba_mixer(c, z, p, f"{b}.mixer")
+            if mixer == "hybrid":  # FalconH1DecoderLayer: the mixer plus attention
+                return ref_falcon_mixer(c, z, p, f"{b}.mixer") + ref_attention(
+                    c, z, p, f"{b}.attn", window, chunk, i in c.nope_layers)
             return ref_attention(c, z, p, f"{b}.attn", window, chunk, i in c.nope_layers)
 
         def mlp(z):

@@ -138,7 +138,12 @@ def compare(a: Analysis, m: Measurement, hf: HFCheck | None = None,
         checks.append(Check("backward: the op counter's matmul FLOPs = FlopCounterMode's",
                             f"{grouped(mine_total)} and {grouped(fcm_total)}",
                             mine_total == fcm_total))
-        shared = lg.config.block == "parallel_shared_norm"
+        # attn and ffn (parallel_shared_norm), or attn and the Mamba-2 mixer of a hybrid
+        # layer without muP multipliers, read one tensor: FlopCounterMode's backward module
+        # hierarchy then sees one module's input gradient as another's
+        c = lg.config
+        shared = c.block == "parallel_shared_norm" or (
+            not c.mup_multipliers and any(k.mixer == "hybrid" for k in c.layer_kinds))
         frozen = {r.module for r in lg.forward if not r.backward}  # run under torch.no_grad
         checks += _backward_checks(m, L, bwd_mod, prod_mod, shared, frozen)
         notes += _module_tracker_note(m, lg, bwd_mod)
@@ -219,7 +224,8 @@ def _backward_checks(m: Measurement, L: int, bwd_mod: dict, prod_mod: dict,
                      shared: bool = False, frozen: frozenset | set = frozenset()) -> list[Check]:
     """The analytic backward ledger's claims, measured, and where FlopCounterMode's own
     backward module hierarchy is sound (`shared`: attn and ffn read one norm's output, a
-    parallel block with a shared norm, so only the block's total is; `frozen`: the block
+    parallel block with a shared norm, or attn and a hybrid layer's mixer do, so only the
+    block's total is; `frozen`: the block
     modules the ledger runs under torch.no_grad, DeepSeek-V3.2's indexer, which must run
     no backward matmul)."""
     calls: dict[str, int] = defaultdict(int)
@@ -257,7 +263,7 @@ def _backward_checks(m: Measurement, L: int, bwd_mod: dict, prod_mod: dict,
               "ids.grad is None" if not m.token_ids_have_grad else "the token ids have a gradient",
               m.token_ids_have_grad is False),
         Check("FlopCounterMode's backward totals per block"
-              + (" and lm_head (attn and ffn share an input here)" if shared else
+              + (" and lm_head (attn and another sublayer share an input here)" if shared else
                  ", attn, ffn and lm_head") + " = the op counter's",
               f"{len(coarse) - len(coarse_differ)}/{len(coarse)} modules equal"
               + (f"; differ: {', '.join(coarse_differ[:4])}" if coarse_differ else ""),

@@ -68,6 +68,9 @@ SHRINK["minimax_m2"] = {**_WIDTHS, "intermediate_size": 16, "num_key_value_heads
 SHRINK["kimi_linear"] = {**SHRINK["deepseek_v3"], "q_lora_rank": None,
                          "layer_types": ["full_attention"] * 2, "pad_token_id": 0,
                          "bos_token_id": 1, "eos_token_id": 2}
+# Jamba: one attention layer with its experts (no Mamba-1 layer)
+SHRINK["jamba"] = {**_WIDTHS, "num_key_value_heads": 2, "attn_layer_period": 1,
+                   "attn_layer_offset": 0, "expert_layer_period": 1, "expert_layer_offset": 0}
 IMPLEMENTATIONS = ("eager", "grouped_mm", "batched_mm")
 OWN, FORCED = "its router's choice", "every token to experts 0..k−1"
 

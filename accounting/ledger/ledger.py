@@ -135,6 +135,9 @@ class Ledger:
             out.update({"h_m": h, "p_m": p, "n_s": n, "G_m": g, "p_g": h * p // g,
                         "d_xbc": h * p + 2 * g * n, "d_zxbcdt": 2 * h * p + 2 * g * n + h,
                         "C_m": chunk, "N_m": -(-seq // chunk), "N_m+1": -(-seq // chunk) + 1})
+        if c.mamba_inner is not None:  # Mamba-1 layers (builder/mamba1.py)
+            di, r, n = c.mamba_inner, c.mamba_dt_rank, c.ssm_state
+            out.update({"d_i": di, "2d_i": 2 * di, "r_dt": r, "n_s": n, "d_rbc": r + 2 * n})
         if c.num_experts is not None:
             out.update({"E": c.num_experts, "k": c.experts_per_token, "d_e": c.expert_d_ff,
                         "d_s": c.num_shared_experts * c.expert_d_ff, "G": c.router_groups,

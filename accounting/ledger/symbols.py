@@ -83,6 +83,10 @@ SYMBOLS: dict[str, str] = {
     "C_m": "mamba_chunk: the SSD scan's chunk",
     "N_m": "the SSD scan's chunks, ⌈T/C_m⌉",
     "N_m+1": "chunk states with the initial one (exchanged by an (N_m+1)² decay matrix)",
+    "d_i": "mamba_inner: a Mamba-1 layer's inner width (its channels, each with a state)",
+    "2d_i": "Mamba-1 in_proj's width, 2·d_i (x and the gate z)",
+    "r_dt": "mamba_dt_rank: the rank of Mamba-1's dt (x_proj's first part, dt_proj's input)",
+    "d_rbc": "Mamba-1 x_proj's width, r_dt + 2·n_s (dt, B, C)",
 }
 
 # Order in which symbols are written in a monomial: workload first, then model sizes;

@@ -59,7 +59,7 @@ def make_estimate(x: Exact, key: str, name: str, source: str, forward: Number, t
     gap_t = x.training - training - sum(t.training for t in terms)
     if (gap_f or gap_t) and x.recurrent:  # a hybrid model: the formulas do not apply there
         misfits = [*misfits, "hybrid: recurrent layers"]
-        terms.append(Term("recurrent layers (short conv, gated DeltaNet, Mamba-2): the formula "
+        terms.append(Term("recurrent layers (short conv, gated DeltaNet, Mamba-2/-1): the formula "
                           "does not apply", DOES_NOT_FIT, F.exact(gap_f), F.exact(gap_t),
                           "its terms assume attention and MLP in every block; the recurrent "
                           "layers' projections, conv and chunked scan (and the MLP-only or "

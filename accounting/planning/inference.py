@@ -120,7 +120,7 @@ def recurrent_decode_expr(config: ModelConfig) -> Expr:
         if mixer in ("linear_attention", "kda"):  # KDA: the same three products
             # (fla's fused_recurrent_kda; its per-channel decay is elementwise)
             total = total + Expr({("B", "h_lv", "d_lk", "d_lv"): 3 * FLOPS_PER_MAC}).times(g)
-        elif mixer == "mamba":
+        elif mixer in ("mamba", "hybrid"):  # a hybrid layer's attention decodes as any
             total = total + Expr({("B", "h_m", "p_m", "n_s"): 2 * FLOPS_PER_MAC}).times(g)
     return total
 

@@ -92,21 +92,30 @@ def _check_recurrent(c) -> None:
     """The hybrid layers (issue 31): each kind's sizes given where layer_types names it."""
     for f in ("conv_kernel", "linear_key_heads", "linear_value_heads", "linear_key_head_dim",
               "linear_value_head_dim", "linear_chunk", "mamba_heads", "mamba_head_dim",
-              "ssm_state", "mamba_groups", "mamba_chunk"):
+              "ssm_state", "mamba_groups", "mamba_chunk", "mamba_inner", "mamba_dt_rank"):
         _positive(c, f)
     value = c.mamba_dt_min  # a number as the other number fields: bounded (issue 32)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= MAX_REAL:
         raise UsageError(f"mamba_dt_min must be a non-negative finite number up to 10^18, got "
                          f"{short_value(value)}")
     types = set(c.layer_types or ())
-    if "mamba" in types:
+    if c.mup_multipliers and "hybrid" not in types:
+        raise UsageError("mup_multipliers (Falcon-H1's) needs hybrid layers (layer_types hybrid: "
+                         "attention beside Mamba-2)")
+    if types & {"mamba", "hybrid"}:
         missing = [f for f in ("mamba_heads", "mamba_head_dim", "ssm_state", "conv_kernel")
                    if getattr(c, f) is None]
         if missing:
-            raise UsageError(f"layer_types has mamba layers but {', '.join(missing)} not given")
+            raise UsageError(f"layer_types has mamba or hybrid layers but {', '.join(missing)} "
+                             f"not given")
         if c.mamba_heads % c.mamba_groups:
             raise UsageError(f"mamba_heads {c.mamba_heads} is not a multiple of mamba_groups "
                              f"{c.mamba_groups}")
+    if "mamba1" in types:
+        missing = [f for f in ("mamba_inner", "mamba_dt_rank", "ssm_state", "conv_kernel")
+                   if getattr(c, f) is None]
+        if missing:
+            raise UsageError(f"layer_types has mamba1 layers but {', '.join(missing)} not given")
     if "mlp" in types and c.block != "single":
         raise UsageError("layer_types mlp (a block with its MLP only) needs block single (one "
                          "sublayer per block, Nemotron-H)")
@@ -127,9 +136,13 @@ def _check_recurrent(c) -> None:
         if c.linear_value_heads % c.linear_key_heads:
             raise UsageError(f"linear_value_heads {c.linear_value_heads} is not a multiple of "
                              f"linear_key_heads {c.linear_key_heads}")
-    if types & {"linear_attention", "kda", "conv", "mamba"} and c.block not in ("sequential", "single"):
-        raise UsageError("recurrent layers (linear_attention, kda, conv, mamba) need block "
+    if types & {"linear_attention", "kda", "conv", "mamba", "mamba1"} and \
+            c.block not in ("sequential", "single"):
+        raise UsageError("recurrent layers (linear_attention, kda, conv, mamba, mamba1) need block "
                          "sequential or single")
+    if "hybrid" in types and (c.block != "sequential" or c.norm_placement != "pre" or c.mla):
+        raise UsageError("hybrid layers (attention beside Mamba-2) need block sequential, "
+                         "norm_placement pre and attention without a latent (Falcon-H1's)")
 
 
 @cache

@@ -79,19 +79,23 @@ BLOCKS = {"sequential": "attention, then the MLP on its result",
 # attention, keeping a fixed-size state instead of a KV cache: a gated DeltaNet layer
 # (Qwen3-Next's linear_attention, transformers' Qwen3NextGatedDeltaNet) or a short gated
 # convolution (LFM2's conv, Lfm2ShortConv) or a Mamba-2 mixer (Nemotron-H's M,
-# NemotronHMamba2Mixer); or, in single-sublayer blocks (block "single", Nemotron-H's "-"),
+# NemotronHMamba2Mixer); or attention and a Mamba-2 mixer side by side on the same normed
+# input, their outputs summed (Falcon-H1's "hybrid" layers, FalconH1DecoderLayer); or a
+# Mamba-1 mixer, a selective scan with a state per channel (Jamba's, JambaMambaMixer); or, in
+# single-sublayer blocks (block "single", Nemotron-H's "-"),
 # a block with its MLP only ("mlp")
 ATTENTION_TYPES = ("global", "local", "chunked")
 # Kimi Delta Attention (Kimi Linear's KDA layers, KimiLinearDeltaAttention): the gated
 # delta rule with a decay per key channel (kda)
-MIXER_TYPES = ("linear_attention", "kda", "conv", "mamba")
+MIXER_TYPES = ("linear_attention", "kda", "conv", "mamba", "hybrid", "mamba1")
 LAYER_TYPES = ATTENTION_TYPES + MIXER_TYPES + ("mlp",)
 
 
 @dataclass(frozen=True)
 class LayerKind:
     """What one block runs: global, local (sliding-window) or chunked attention, or a
-    recurrent token mixer (mixer: "linear_attention", "conv"; "attention" otherwise); a
+    recurrent token mixer (mixer: "linear_attention", "conv", "mamba"; "hybrid": attention
+    and Mamba-2 side by side; "attention" otherwise); a
     dense or MoE MLP; RoPE or none (a NoPE layer, Llama 4)."""
     local: bool
     moe: bool
@@ -101,7 +105,8 @@ class LayerKind:
 
     @property
     def recurrent(self) -> bool:
-        """A token mixer with a fixed-size state (no attention, no KV cache)."""
+        """A token mixer with a fixed-size state (no attention, no KV cache; a hybrid
+        layer's attention beside its Mamba-2 mixer keeps one too)."""
         return self.mixer != "attention"
 
     @property

@@ -122,7 +122,9 @@ class ModelConfig:
                                                     "global, local, chunked (attention), "
                                                     "linear_attention (gated DeltaNet), kda "
                                                     "(Kimi Delta Attention), conv "
-                                                    "(short convolution), mamba (Mamba-2), mlp "
+                                                    "(short convolution), mamba (Mamba-2), hybrid "
+                                                    "(attention beside Mamba-2, Falcon-H1), mamba1 "
+                                                    "(Mamba-1, Jamba), mlp "
                                                     "(an MLP-only block, with --block single)")
     # mixture of experts (None: a dense MLP in every layer)
     num_experts: int | None = spec(None, kind=SIZE, flag="--num-experts", group=EXTRAS,
@@ -303,6 +305,25 @@ class ModelConfig:
     mamba_dt_min: float = spec(0.0, kind=NUMBER0, flag="--mamba-dt-min", group=EXTRAS,
                                help="Mamba-2 layers: dt clamped from below (time_step_min; "
                                     "changes no count)")
+    # Falcon-H1 (layer_types "hybrid": attention and a Mamba-2 mixer side by side, summed;
+    # FalconH1DecoderLayer): its mixer without the grouped gated RMSNorm (mamba_rms_norm
+    # false: y·SiLU(z)), and its muP multipliers, each an elementwise op transformers runs
+    mamba_gate_only: bool = spec(False, kind=FLAG, flag="--mamba-gate-only", group=EXTRAS,
+                                 help="Mamba-2 layers: y·SiLU(z) before out_proj, no grouped "
+                                      "gated RMSNorm (Falcon-H1's mamba_rms_norm false)")
+    mup_multipliers: bool = spec(False, kind=FLAG, flag="--mup-multipliers", group=EXTRAS,
+                                 help="Falcon-H1's muP multipliers on hybrid layers: attention "
+                                      "input, K and output, the Mamba-2 input, in_proj output "
+                                      "(per channel) and output, the MLP's gate and output")
+    # Mamba-1 layers (layer_types "mamba1"; Jamba's JambaMambaMixer): in_proj to x and z;
+    # conv1d over x; x_proj to dt, B, C (each RMS-normed); dt_proj; the sequential selective
+    # scan with a d_state state per channel; out_proj (ssm_state, conv_kernel, conv_bias,
+    # mamba_bias as Mamba-2's)
+    mamba_inner: int | None = spec(None, kind=SIZE, flag="--mamba-inner", group=EXTRAS,
+                                   help="Mamba-1 layers: the inner width (mamba_expand · "
+                                        "hidden_size)")
+    mamba_dt_rank: int | None = spec(None, kind=SIZE, flag="--mamba-dt-rank", group=EXTRAS,
+                                     help="Mamba-1 layers: dt's rank (mamba_dt_rank)")
     linear_chunk: int = spec(64, kind=SIZE, flag="--linear-chunk", group=EXTRAS,
                              help="gated DeltaNet layers: the chunk size C of the chunked delta "
                                   "rule (default 64: fla's chunk_gated_delta_rule and "
@@ -406,7 +427,9 @@ class ModelConfig:
         for mixer, what in (("linear_attention", "gated DeltaNet (chunk "
                              f"{self.linear_chunk})"), ("kda", "Kimi Delta Attention (chunk "
                              f"{self.linear_chunk})"), ("conv", "short convolution"),
-                            ("mamba", f"Mamba-2 (chunk {self.mamba_chunk})")):
+                            ("mamba", f"Mamba-2 (chunk {self.mamba_chunk})"),
+                            ("hybrid", f"attention beside Mamba-2 (chunk {self.mamba_chunk})"),
+                            ("mamba1", "Mamba-1 (a sequential selective scan)")):
             n = sum(k.mixer == mixer for k in kinds)
             if n:
                 parts.append(f"{what} on {n} of {len(kinds)} layers (conv width "
@@ -417,6 +440,8 @@ class ModelConfig:
                          + (f", {self.num_shared_experts} shared" if self.num_shared_experts else "")
                          + (" (sigmoid-gated)" if self.shared_expert_gate else "")
                          + ("" if n_moe == len(kinds) else f", on {n_moe} of {len(kinds)} layers"))
+        if self.mup_multipliers:
+            parts.append("muP multipliers (Falcon-H1)")
         if self.attention != "naive":
             parts.append("fused attention kernel (SDPA)")
         parts += [f"{what} {value:g}" for what, value in (

@@ -441,10 +441,6 @@ UNSUPPORTED: Mapping[str, str] = MappingProxyType({
                "M-RoPE and MTP layers (mtp_num_hidden_layers) the spec does not read yet",
     "qwen3_5_moe": "is Qwen3.5 with experts: its gated DeltaNet's split input projections, "
                    "interleaved M-RoPE and MTP layers are not expressed yet",
-    "falcon_h1": "runs attention and Mamba-2 side by side in every block (a parallel "
-                 "hybrid), and the spec has one token mixer per block",
-    "jamba": "runs Mamba-1 layers (a selective scan with x_proj and dt_proj and a state per "
-             "channel), and the spec has Mamba-2's",
     "granitemoehybrid": "mixes Mamba-2 and attention layers with Granite's multipliers and a "
                         "shared MLP beside each mixture of experts, a layout the spec does "
                         "not express yet",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from accounting.ledger import records as R
 from accounting.ledger.trace import Sym, Trace
 from accounting.ledger.builder.common import (ALIBI, QK_NORM, ATTN_SCALE, CAUSAL_MASK, SOFTMAX,
-                                              NORM_PARAMS, OUTPUT_GATE, SOFTCAP, TEMPERATURE,
+                                              MUP, NORM_PARAMS, OUTPUT_GATE, SOFTCAP, TEMPERATURE,
                                               Arch)
 from accounting.ledger.builder.layers import Linear, Norm, RoPE, l2_norm
 
@@ -70,6 +70,9 @@ class Attention:
             q = t.view(q, a.heads(), contiguous=False)
             k = t.view(k, a.heads(kv=True), contiguous=False)
             v = t.view(v, a.heads(kv=True), contiguous=False)
+            if c.mup_multipliers:  # Falcon-H1: k_proj(x) · key_multiplier, before RoPE
+                k = t.name(t.binary("aten.mul", k, None, "K · key_multiplier", MUP),
+                           "K · key_multiplier")
             if c.qk_norm == "head":
                 q = self.q_norm(q, "Q after QK-norm")
                 k = self.k_norm(k, "K after QK-norm")

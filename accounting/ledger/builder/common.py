@@ -25,6 +25,7 @@ EMBED_SCALE = "embedding multiplier"
 SOFTCAP = "tanh soft-capping"
 RESIDUAL_SCALE = "residual multiplier"
 LOGIT_SCALE = "logit scale"
+MUP = "muP multipliers"  # Falcon-H1's (spec: mup_multipliers), scalars and one per-channel vector
 # the recurrent layers' non-matmul work (issue 31; accounting/ledger/builder/recurrent.py)
 SHORT_CONV = "short convolution gating"
 SSD = "state-space scan"  # Mamba-2: dt, decays, segment sums, the SSD's elementwise terms
@@ -36,7 +37,7 @@ ACTIVATION_COMPONENT = {"swiglu": "SiLU and gating", "geglu": "GELU (tanh) and g
                         "relu2": "squared ReLU"}
 ELEMENTWISE_ORDER = (*NORMS.values(), QK_NORM, EMBED_SCALE, POSITION_ADD, ROPE, ALIBI,
                      TEMPERATURE, ATTN_SCALE, SOFTCAP, CAUSAL_MASK, SOFTMAX, OUTPUT_GATE, INDEXER, *dict.fromkeys(ACTIVATION_COMPONENT.values()),
-                     SHORT_CONV, DELTA_RULE, SSD, GATED_NORM, ROUTER, BIAS, RESIDUAL_SCALE, RESIDUAL, LOGIT_SCALE)
+                     SHORT_CONV, DELTA_RULE, SSD, GATED_NORM, ROUTER, BIAS, MUP, RESIDUAL_SCALE, RESIDUAL, LOGIT_SCALE)
 NORM_PARAMS = {"rmsnorm": "RMSNorm gains", "layernorm": "LayerNorm weights and biases",
                "layernorm_nobias": "LayerNorm weights (no bias)"}
 

@@ -5,7 +5,7 @@ from accounting.ledger import records as R
 from accounting.units import FP32
 from accounting.spec.config import ModelConfig
 from accounting.ledger.trace import Sym, Trace
-from accounting.ledger.builder.common import ROPE, BIAS, ACTIVATION_COMPONENT
+from accounting.ledger.builder.common import ROPE, BIAS, MUP, ACTIVATION_COMPONENT
 from accounting.ledger.builder import lora
 
 
@@ -252,12 +252,16 @@ class FeedForward:
             self.w2 = Linear(t, "w2", f, d, R.FFN, f"{prefix} W2", c.mlp_bias)
             self.w3 = Linear(t, "w3", d, f, R.FFN, f"{prefix} W3", c.mlp_bias) if self.kind.gated else None
         self.component = ACTIVATION_COMPONENT[c.mlp]
+        self.mup = c.mup_multipliers
 
     def __call__(self, x: Sym, out_course: str) -> Sym:
         t = self.t
         act_course = "SiLU" if self.kind.activation == "silu" else "GELU"
         with t.scope("ffn"):
             a = self.w1(x, "W1 output", "W1")
+            if self.mup:  # Falcon-H1: act(gate_proj(x) · gate_multiplier)
+                a = t.name(t.binary("aten.mul", a, None, "W1·x · gate_multiplier", MUP),
+                           "W1 output · gate_multiplier")
             if self.kind.activation == "silu_clamped":  # reads both halves (gpt-oss)
                 b = self.w3(x, "W3 output", "W3")
                 return self.w2(clamped_swiglu(t, a, b, self.component, "gated product (W2 input)"),
@@ -268,4 +272,6 @@ class FeedForward:
                 act = "SiLU(W1·x)" if self.kind.activation == "silu" else "GELU(W1·x)"
                 h = t.binary("aten.mul", h, b, f"gate: {act} · W3·x", self.component,
                              out="gated product (W2 input)")
-            return self.w2(h, "W2 output", out_course)
+            y = self.w2(h, "W2 output", out_course)
+            # Falcon-H1: down_proj(y) · down_multiplier
+            return t.binary("aten.mul", y, None, "W2·y · down_multiplier", MUP) if self.mup else y

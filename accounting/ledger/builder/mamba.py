@@ -11,12 +11,16 @@ Bᵀ·x, 2·h_m·N_m·C_m·p_m·n_s; their exchange across chunks as one (N_m+1)
 matrix times the states, 2·h_m·(N_m+1)²·p_m·n_s (quadratic in the chunks: the torch path's
 form; the mamba_ssm kernel passes the states sequentially, linear in N_m); the output
 C·state, 2·h_m·N_m·C_m·n_s·p_m.
+
+Falcon-H1's FalconH1Mixer (modeling_falcon_h1.py) is this mixer with its input × ssm_in_multiplier
+and in_proj's output × the per-channel mup_vector (a buffer of d_zxbcdt, spec mup_multipliers),
+and, with mamba_rms_norm false (spec mamba_gate_only), y·SiLU(z) in place of the gated norm.
 """
 from __future__ import annotations
 
 from accounting.ledger import records as R
 from accounting.ledger.trace import Sym, Trace
-from accounting.ledger.builder.common import GATED_NORM, NORM_PARAMS, SSD, Arch
+from accounting.ledger.builder.common import GATED_NORM, MUP, NORM_PARAMS, SSD, Arch
 from accounting.ledger.builder.layers import Linear
 from accounting.ledger.builder.recurrent import CausalConv1d, causal_conv
 
@@ -38,15 +42,27 @@ class Mamba2Mixer:
             self.conv1d = CausalConv1d(t, "conv1d", ("d_xbc",), c.conv_bias)
             self.in_proj = Linear(t, "in_proj", ("d_model",), ("d_zxbcdt",), R.ATTN_PROJ,
                                   "Mamba-2 in_proj", c.mamba_bias)
-            with t.scope("norm"):
-                self.norm_weight = t.param("weight", ("h_m", "p_m"), NORM_PARAMS["rmsnorm"])
+            if not c.mamba_gate_only:
+                with t.scope("norm"):
+                    self.norm_weight = t.param("weight", ("h_m", "p_m"), NORM_PARAMS["rmsnorm"])
             self.out_proj = Linear(t, "out_proj", ("h_m", "p_m"), ("d_model",), R.ATTN_PROJ,
                                    "Mamba-2 out_proj", c.mamba_bias)
+            # Falcon-H1's mup_vector: registered after the parameters (persistent=False)
+            self.mup = (t.name(t.buffer("mup_vector", ("d_zxbcdt",), 4), "mup_vector (buffer)")
+                        if c.mup_multipliers else None)
+            self.gate_only = c.mamba_gate_only
 
     def __call__(self, x: Sym, out_label: str, out_course: str) -> Sym:
         t, k = self.t, SSD
         with t.scope("mixer"):
-            z = self.in_proj(x, "in_proj output (z, x·B·C, dt)")
+            if self.mup is not None:  # x · ssm_in_multiplier; in_proj(x) · mup_vector
+                x = t.name(t.binary("aten.mul", x, None, "x · ssm_in_multiplier", MUP),
+                           "Mamba-2 input · ssm_in_multiplier")
+                z = self.in_proj(x, "in_proj output (z, x·B·C, dt)")
+                z = t.name(t.binary("aten.mul", z, self.mup, "in_proj output · mup_vector", MUP),
+                           "in_proj output · mup_vector")
+            else:
+                z = self.in_proj(x, "in_proj output (z, x·B·C, dt)")
             ea = t.unary("aten.exp", self.A_log, "exp(A_log)", k, saves="output", out="exp(A_log)")
             A = t.name(t.unary("aten.neg", ea, "A = −exp(A_log)", k), "A")
             gate = t.view(z, ROW + ("h_m", "p_m"), contiguous=False)
@@ -61,7 +77,7 @@ class Mamba2Mixer:
             y = self.scan(h, dt, A, xbc)
             t.state("conv state", ("d_xbc", "K"))
             t.state("SSM state", ("h_m", "p_m", "n_s"), fp32=True)  # the scan runs in fp32
-            y = self.gated_norm(y, gate)
+            y = self.gate(y, gate) if self.gate_only else self.gated_norm(y, gate)
             return self.out_proj(y, out_label, out_course)
 
     def segment_sum(self, a: Sym, n: str, label: str) -> Sym:
@@ -143,6 +159,14 @@ class Mamba2Mixer:
         y = t.binary("aten.add", y, d_res, "+ D · x", k)
         # out[:, :T]: a view of the padded sum
         return t.view(t.name(y, "SSD output (padded)"), ROW + ("h_m", "p_m"))
+
+    def gate(self, y: Sym, gate: Sym) -> Sym:
+        """Falcon-H1 without its norm (mamba_rms_norm false): y · SiLU(z)."""
+        t, k = self.t, GATED_NORM
+        zs = t.unary("aten.sigmoid", gate, "sigmoid(z)", k, saves="output", out="sigmoid(z)")
+        silu = t.name(t.binary("aten.mul", gate, zs, "SiLU(z)", k), "SiLU(z)")
+        out = t.binary("aten.mul", t.view(y, ROW + ("h_m", "p_m")), silu, "y · SiLU(z)", k)
+        return t.name(out, "y · SiLU(z) (out_proj input)")
 
     def gated_norm(self, y: Sym, gate: Sym) -> Sym:
         """GroupedGatedRMSNorm: y·SiLU(z), rsqrt of each group's mean square, × w."""

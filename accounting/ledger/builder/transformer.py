@@ -5,7 +5,7 @@ from accounting.ledger import records as R
 from accounting.spec.config import NORMS, ModelConfig
 from accounting.ledger.trace import LOSS, Sym, Trace
 from accounting.ledger.builder.common import (POSITION_ADD, RESIDUAL, NORM_PARAMS, ROW, Arch, COURSE,
-                                              EMBED_SCALE, LOGIT_SCALE, RESIDUAL_SCALE, SOFTCAP)
+                                              EMBED_SCALE, LOGIT_SCALE, MUP, RESIDUAL_SCALE, SOFTCAP)
 from accounting.ledger.builder.layers import Linear, Norm, activation, FeedForward, RotaryEmbedding
 from accounting.units import FP32
 from accounting.ledger.builder.attention import Attention
@@ -16,9 +16,12 @@ from accounting.ledger.builder.recurrent import ShortConv
 from accounting.ledger.builder.delta import GatedDeltaNet
 from accounting.ledger.builder.kda import KimiDeltaAttention
 from accounting.ledger.builder.mamba import Mamba2Mixer
+from accounting.ledger.builder.mamba1 import Mamba1Mixer
 
 
 class Block:
+    mamba = None  # a hybrid layer's Mamba-2 mixer beside its attention (Falcon-H1)
+
     def __init__(self, t: Trace, a: Arch, recompute: str = "none", kind=None):
         self.t, self.c, self.recompute, self.kind, self.a = t, a.c, recompute, kind, a
         comp, kind, off = NORM_PARAMS[a.c.norm], a.c.norm, a.c.norm_offset
@@ -37,6 +40,11 @@ class Block:
             self.attn = KimiDeltaAttention(t, a)
         elif mixer == "mamba":
             self.attn = Mamba2Mixer(t, a)
+        elif mixer == "mamba1":
+            self.attn = Mamba1Mixer(t, a)
+        elif mixer == "hybrid":  # Falcon-H1: the Mamba-2 mixer first, then attention
+            self.mamba = Mamba2Mixer(t, a)
+            self.attn = Attention(t, a, recompute)
         elif a.c.mla:
             self.attn = LatentAttention(t, a, recompute, local)
         else:
@@ -85,7 +93,8 @@ class Block:
             t.binary("aten.add", y, m, "x + attn + ffn (parallel)", RESIDUAL)
         elif self.c.norm_placement == "pre":
             h = self.ln1(x, "ln1 output")
-            o = self.scaled(self.attn(h, "output projection output", "output projection"))
+            o = self.scaled(self.attn(h, "output projection output", "output projection")
+                            if self.mamba is None else self.hybrid(h))
             y = t.binary("aten.add", x, o, "x + attn, y + ffn", RESIDUAL)
             y = t.name(y, "ln2 input", norm_course)
             h = self.ln2(y, "ln2 output")
@@ -110,6 +119,21 @@ class Block:
                      "x + ln1(attn), y + ln2(ffn)", RESIDUAL)
 
 
+    def hybrid(self, h: Sym) -> Sym:
+        """FalconH1DecoderLayer: mamba(h)·ssm_out_multiplier + attn(h·attention_in_multiplier)
+        ·attention_out_multiplier (the multipliers with mup_multipliers)."""
+        t, mup = self.t, self.c.mup_multipliers
+        m = self.mamba(h, "Mamba-2 out_proj output", "output projection")
+        if mup:
+            m = t.binary("aten.mul", m, None, "Mamba-2 output · ssm_out_multiplier", MUP)
+            h = t.name(t.binary("aten.mul", h, None, "x · attention_in_multiplier", MUP),
+                       "attention input · attention_in_multiplier")
+        o = self.attn(h, "output projection output", "output projection")
+        if mup:
+            o = t.binary("aten.mul", o, None, "attention output · attention_out_multiplier", MUP)
+        return t.binary("aten.add", m, o, "Mamba-2 + attention", RESIDUAL)
+
+
 def _symbol(kind, kinds) -> str:
     """"L" when every block is alike, else L_ and what sets this kind apart."""
     if len(kinds) == 1:
@@ -117,7 +141,8 @@ def _symbol(kind, kinds) -> str:
     parts = []
     if len({k.mixer for k in kinds}) > 1:
         parts.append({"attention": "attn", "linear_attention": "linear", "kda": "kda", "conv": "conv",
-                      "mamba": "mamba", "mlp": "mlp"}[kind.mixer])
+                      "mamba": "mamba", "hybrid": "hybrid", "mamba1": "mamba1",
+                      "mlp": "mlp"}[kind.mixer])
     if len({k.local for k in kinds}) > 1:
         parts.append("local" if kind.local else "global")
     if len({k.chunked for k in kinds}) > 1:
