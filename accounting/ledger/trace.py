@@ -45,6 +45,8 @@ class Trace(KernelOps):
         self.param_dtype = param_dtype  # bf16: model.to(torch.bfloat16); LoRA: the frozen base's
         self.hf = False  # the ops of transformers' modeling code, where they differ (builder)
         self.hf_olmo2 = False  # OLMo-2's RMSNorm (the gain in fp32, then the cast), fp32 RoPE
+        self.megatron = False  # Megatron-Core + TE's fused modules (builder/megatron.py)
+        self.dropout = False  # Megatron: dropout on (its masks saved)
         self.adapters = adapters  # LoRA (builder/lora.py): every other parameter frozen
         self.lora_outputs: dict = {}  # a fused PEFT layer's lora_A output, by its input
         self.path: list[str] = []

@@ -6,7 +6,7 @@ from accounting.units import FP32
 from accounting.spec.config import ModelConfig
 from accounting.ledger.trace import Sym, Trace
 from accounting.ledger.builder.common import ROPE, BIAS, ACTIVATION_COMPONENT
-from accounting.ledger.builder import lora
+from accounting.ledger.builder import lora, megatron
 
 
 class Linear:
@@ -62,6 +62,11 @@ class Norm:
                          if kind == "layernorm" else None)
 
     def __call__(self, x: Sym, out_label: str, course: str = "") -> Sym:
+        if self.t.megatron:  # Transformer Engine's fused norm (builder/megatron.py)
+            return megatron.fused_norm(self.t, self, x, out_label, course)
+        return self.ops(x, out_label, course)
+
+    def ops(self, x: Sym, out_label: str, course: str = "") -> Sym:
         t, w, k = self.t, self.width, self.component
         over = "·".join(w)
         m = f"{t.module}.{self.name}" if t.module else self.name
@@ -262,10 +267,20 @@ class FeedForward:
                 b = self.w3(x, "W3 output", "W3")
                 return self.w2(clamped_swiglu(t, a, b, self.component, "gated product (W2 input)"),
                                "W2 output", out_course)
-            h = activation(t, self.kind.activation, a, self.component, act_course)
-            if self.w3 is not None:
-                b = self.w3(x, "W3 output", "W3 (SwiGLU)" if self.kind.activation == "silu" else "W3")
+            b = (self.w3(x, "W3 output", "W3 (SwiGLU)" if self.kind.activation == "silu" else "W3")
+                 if self.w3 is not None and t.megatron else None)
+
+            def run() -> Sym:
+                h = activation(t, self.kind.activation, a, self.component, act_course)
+                if self.w3 is None:
+                    return h
+                w3 = b if b is not None else self.w3(
+                    x, "W3 output", "W3 (SwiGLU)" if self.kind.activation == "silu" else "W3")
                 act = "SiLU(W1·x)" if self.kind.activation == "silu" else "GELU(W1·x)"
-                h = t.binary("aten.mul", h, b, f"gate: {act} · W3·x", self.component,
-                             out="gated product (W2 input)")
+                return t.binary("aten.mul", h, w3, f"gate: {act} · W3·x", self.component,
+                                out="gated product (W2 input)")
+            if t.megatron:  # Megatron's fused bias-GeLU/SwiGLU (builder/megatron.py)
+                h = megatron.fused_activation(t, run, a, b, "activation output (W2 input)")
+            else:
+                h = run()
             return self.w2(h, "W2 output", out_course)

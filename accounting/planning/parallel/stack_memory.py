@@ -31,21 +31,22 @@ class StackRun:
     def name(self) -> str:
         return self.stack.name
 
-    def megatron(self, layout: Layout, seq: int) -> M.Setting:
-        return M.Setting(seq, layout.tp, layout.sp, self.dropout > 0, self.kernel, layout.recompute)
+    def megatron_layer(self, config, layout: Layout, seq: int) -> list[tuple[str, str | None, int]]:
+        """(name, Korthikanti's term, bytes at b = 1) of one block under Megatron."""
+        return M.layer(config, layout, seq, self.dropout > 0, self.kernel)
 
 
 def per_layer(run: StackRun, sp: Split, layout: Layout, seq: int,
               rows: list[A.Row]) -> tuple[tuple[str, int], ...]:
     """(name, bytes) of what one block saves for one micro-batch on this GPU (TP rank 0):
-    Megatron's tensors, or the implementation's saved tensors (the first kind of block when
-    there are several)."""
+    the stack's implementation's saved tensors (the first kind of block when there are
+    several)."""
     b = layout.micro_batch
     if run.name == MEGATRON:
-        return tuple((s.name, s.bytes * b) for s in M.layer(sp.config, run.megatron(layout, seq)))
+        return tuple((n, x * b) for n, _, x in run.megatron_layer(sp.config, layout, seq))
     if run.name == TORCHTITAN and layout.recompute == SELECTIVE:
-        return tuple((s.name, s.bytes * b)
-                     for s in TT.sac_layer(sp.config, run.megatron(layout, seq)))
+        return tuple((s.name, s.bytes * b) for s in TT.sac_layer(
+            sp.config, TT.Setting(seq, layout.tp, layout.sp)))
     kind = sp.ledger.groups[0][0]
     keep = [r for r in rows if r.place == BLOCK and r.record.repeat == kind
             and not (run.name != TORCH and r.record.weight_copy)]
@@ -53,16 +54,13 @@ def per_layer(run: StackRun, sp: Split, layout: Layout, seq: int,
 
 
 def _megatron_activations(run: StackRun, sp: Split, layout: Layout, seq: int, stage: int,
-                          layers: int) -> A.StageActivations:
-    s = run.megatron(layout, seq)
-    one = sum(x.bytes for x in M.layer(sp.config, s))
-    extra = (sum(x.bytes for x in M.first_stage(sp.config, s)) if stage == 0 else 0) + \
-        (sum(x.bytes for x in M.last_stage(sp.config, s)) if stage == layout.pp - 1 else 0)
-    per_mb = A.Linear(layers * one + extra, M.rope_bytes(sp.config, s))
-    k = micro_batches_in_flight(layout, stage)  # 1F1B: min(m, p − s); interleaved: more
-    again = A.Linear(M.recomputed(sp.config, s), 0)
-    return A.StageActivations(stage, k, layers, per_mb, A.Linear(), again,
-                              per_mb.times(k) + again)
+                          kinds: tuple[tuple[str, int], ...], tp_rank: int) -> A.StageActivations:
+    """The MEGATRON ledger's saved tensors as Megatron splits them (megatron.py): with
+    recomputation, against the same ledger without it."""
+    c, drop = sp.config, run.dropout > 0
+    _, kept = M.rows(c, layout, seq, drop, run.kernel, tp_rank=tp_rank)
+    _, whole = M.rows(c, layout, seq, drop, run.kernel, NO_RECOMPUTE, tp_rank)
+    return A.stage_activations(kept, whole, layout, stage, kinds)
 
 
 def _sac_activations(run: StackRun, sp: Split, layout: Layout, seq: int, stage: int,
@@ -71,7 +69,7 @@ def _sac_activations(run: StackRun, sp: Split, layout: Layout, seq: int, stage: 
     loss keep the implementation's (bf16 autocast, no weight copies); while a block's
     backward recomputes, it holds the rest of its tensors."""
     rows = [r for r in whole if not r.record.weight_copy]
-    one = sum(x.bytes for x in TT.sac_layer(sp.config, run.megatron(layout, seq)))
+    one = sum(x.bytes for x in TT.sac_layer(sp.config, TT.Setting(seq, layout.tp, layout.sp)))
     layers = sum(n for _, n in kinds)
     ends = A.stage_activations(rows, rows, replace(layout, recompute=NO_RECOMPUTE), stage, ())
     per_mb = A.Linear(layers * one, 0) + ends.per_micro_batch
@@ -90,7 +88,7 @@ def memory(run: StackRun, sp: Split, layout: Layout, precision: Precision, st: S
     items = state_items(run.stack, c, st, layout)
     layers = sum(n for _, n in kinds)
     if run.name == MEGATRON:
-        acts = _megatron_activations(run, sp, layout, seq, stage, layers)
+        acts = _megatron_activations(run, sp, layout, seq, stage, kinds, tp_rank)
         what = ("Megatron-Core + TE saved tensors (16-bit; 1-byte dropout masks"
                 + (f", dropout {run.dropout}" if run.dropout else ", no dropout") + f"; {run.kernel} attention)")
     elif run.name == TORCHTITAN and layout.recompute == SELECTIVE:

@@ -22,10 +22,28 @@ the CPU's flash kernel (`_scaled_dot_product_flash_attention_for_cpu`) stands in
 """
 from __future__ import annotations
 
-from accounting.planning.parallel.megatron import ACT, STAT, Saved, Setting
+from dataclasses import dataclass
+
 from accounting.spec.config import ModelConfig
+from accounting.units import BF16, DTYPE_BYTES, FP32
 
 SOURCE = "torchtitan/models/llama3/infra/parallelize.py (_op_sac_save_list, _get_custom_policy)"
+ACT, STAT = DTYPE_BYTES[BF16], DTYPE_BYTES[FP32]
+
+
+@dataclass(frozen=True)
+class Saved:
+    name: str
+    saved_by: str  # the op (and source) whose output the policy keeps
+    bytes: int  # per micro-batch of b = 1, on this GPU
+    formula: str
+
+
+@dataclass(frozen=True)
+class Setting:
+    seq: int
+    tp: int = 1
+    sp: bool = False
 
 
 def projections(c: ModelConfig) -> list[tuple[str, str]]:
