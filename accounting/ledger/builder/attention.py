@@ -47,10 +47,11 @@ class Attention:
             if c.positions == "alibi":  # Falcon's per-head slopes (float32, persistent=False)
                 self.slopes = t.buffer("alibi_slopes", ("h",), 4)
             # transformers and Megatron: one rotary module for the model (transformer.walk)
-            self.rope = None if not rope or a.hf or a.megatron else \
+            self.rope = None if not rope or a.hf or a.megatron or a.titan else \
                 RoPE(t, "d_k" if c.rotary_dim is None else "d_rot")
             self.hf_rope = rope and a.hf
             self.megatron_rope = rope and a.megatron
+            self.titan_rope = rope and a.titan
 
     def __call__(self, x: Sym, out_label: str, out_course: str) -> Sym:
         t, a, c = self.t, self.a, self.a.c
@@ -81,6 +82,14 @@ class Attention:
             if self.megatron_rope:  # TE's fused RoPE on the model's frequencies
                 q = megatron.fused_rope(t, q, a.freqs, "Q after RoPE")
                 k = megatron.fused_rope(t, k, a.freqs, "K after RoPE")
+            if self.titan_rope:  # apply_rotary_emb: complex product with the freqs_cis buffer
+                q = megatron.fused_rope(t, q, None, "Q after RoPE")
+                k = megatron.fused_rope(t, k, None, "K after RoPE")
+            if a.titan and a.gqa:  # repeat_kv: expand + reshape, a copy of h heads each
+                k = t.view(t.name(t.copy(k, ("B", "T", "h", "d_k")), "K repeated (repeat_kv)"),
+                           a.heads(), contiguous=False)
+                v = t.view(t.name(t.copy(v, ("B", "T", "h", "d_k")), "V repeated (repeat_kv)"),
+                           a.heads(), contiguous=False)
             if self.rope is not None:
                 positions = t.fresh(("T",), R.INT64)  # torch.arange(seq)
                 if c.rotary_dim is None:

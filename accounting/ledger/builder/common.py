@@ -45,6 +45,9 @@ COURSE, TRANSFORMERS = "course", "transformers"  # the implementations the build
 # Megatron-Core with Transformer Engine (builder/megatron.py): the `--stack megatron` plans'
 # implementation, its fused modules' saved tensors (not a single-GPU --implementation)
 MEGATRON = "megatron"
+# torchtitan's own Llama (builder: torch's fused rms_norm, complex RoPE, repeat_kv, F.silu,
+# the loss in fp32): the `--stack torchtitan` plans' implementation for dense Llama blocks
+TORCHTITAN = "torchtitan"
 DROPOUT_MASK = "dropout mask"  # the label every dropout's saved 1-byte mask ends with
 
 
@@ -58,6 +61,7 @@ class Arch:
         # or Megatron-Core + TE's fused modules (MEGATRON; `dropout`: its dropouts on)
         self.hf = implementation == TRANSFORMERS
         self.megatron = implementation == MEGATRON
+        self.titan = implementation == TORCHTITAN
         self.dropout = dropout and self.megatron
         self.freqs = None  # Megatron: the fp32 RoPE frequencies, computed once per pass
         self.rope_tables = None  # transformers: (cos, sin), computed once per forward

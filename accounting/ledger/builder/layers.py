@@ -62,7 +62,8 @@ class Norm:
                          if kind == "layernorm" else None)
 
     def __call__(self, x: Sym, out_label: str, course: str = "") -> Sym:
-        if self.t.megatron:  # Transformer Engine's fused norm (builder/megatron.py)
+        # Transformer Engine's fused norm, or torch's fused rms_norm (builder/megatron.py)
+        if self.t.megatron or (self.t.titan and self.kind == "rmsnorm"):
             return megatron.fused_norm(self.t, self, x, out_label, course)
         return self.ops(x, out_label, course)
 

@@ -45,7 +45,8 @@ def fused_norm(t: Trace, norm, x: Sym, out_label: str, course: str) -> Sym:
     with t.no_grad():  # the norm's ops, for their FLOPs; the kernel saves what follows
         y = norm.ops(x, out_label, course)
     m = f"{t.module}.{norm.name}" if t.module else norm.name
-    desc = f"TE {'LayerNorm' if norm.kind != 'rmsnorm' else 'RMSNorm'} ({m})"
+    desc = (f"torch's _fused_rms_norm ({m})" if t.titan else
+            f"TE {'LayerNorm' if norm.kind != 'rmsnorm' else 'RMSNorm'} ({m})")
     rows = x.shape[:-len(norm.width)]
     with t.scope(norm.name):
         t._saves(x, desc)
@@ -79,11 +80,14 @@ def dropout(t: Trace, x: Sym, where: str) -> Sym:
     return y
 
 
-def fused_rope(t: Trace, x: Sym, freqs: Sym, out_label: str) -> Sym:
-    """TE's fused RoPE: a new tensor; saves the frequencies (shared by every layer)."""
+def fused_rope(t: Trace, x: Sym, freqs: Sym | None, out_label: str) -> Sym:
+    """TE's fused RoPE: a new tensor; saves the frequencies (shared by every layer).
+    torchtitan's apply_rotary_emb (freqs None): x.float() viewed as complex times a slice of
+    the freqs_cis buffer (complex mul saves the other operand: the buffer's view, no new
+    memory), back to x's dtype: a new tensor, nothing else saved."""
     t._tick += 1
-    t._reads("fused RoPE", x)
-    if x.grad:
+    t._reads("fused RoPE" if freqs is not None else "apply_rotary_emb", x)
+    if x.grad and freqs is not None:
         t._saves(freqs, "TE fused RoPE (FusedRoPEFunc)")
     return t.name(Sym(x.shape, x.dtype, x.grad, x.contiguous), out_label)
 

@@ -144,7 +144,8 @@ def walk(c: ModelConfig, autocast: str | None = None, recompute: str = "none",
     implementation MEGATRON runs Megatron-Core + Transformer Engine's fused modules
     (builder/megatron.py; `dropout`: its dropouts on, their masks saved)."""
     t, a = Trace(autocast, param_dtype, adapters), Arch(c, fold, implementation, dropout)
-    t.hf, t.megatron, t.dropout = a.hf, a.megatron, a.dropout
+    t.hf, t.megatron, t.dropout = a.hf or a.titan, a.megatron, a.dropout  # titan: F.silu
+    t.titan = a.titan
     t.hf_olmo2 = a.hf and c.norm_placement == "post"  # Olmo2RMSNorm
     # __init__, in model/transformer.py's registration order
     with t.scope("token_embeddings"):
@@ -208,6 +209,8 @@ def walk(c: ModelConfig, autocast: str | None = None, recompute: str = "none",
 
     # F.cross_entropy(logits, targets) = nll_loss(log_softmax(logits)): outside the model
     with t.outside(LOSS):
+        if a.titan:  # torchtitan's cross_entropy_loss: F.cross_entropy(pred.float(), …)
+            logits = t.cast(logits, FP32, "logits (fp32 copy)")
         if a.megatron:
             megatron.vocab_parallel_cross_entropy(t, logits)
         else:

@@ -13,11 +13,15 @@ from accounting.planning.parallel.buffers import (Item, engine_buffers, largest_
 from accounting.planning.parallel import torchtitan as TT
 from accounting.planning.parallel.layout import (NO_RECOMPUTE, SELECTIVE, Layout,
                                                  micro_batches_in_flight)
-from accounting.planning.parallel.shards import BLOCK, Split
+from accounting.planning.parallel.shards import BLOCK, Split, split
 from accounting.planning.parallel.stacks import (DEEPSPEED, MEGATRON, TORCH, TORCHTITAN, Stack,
                                                  get_stack, state_items)
 from accounting.planning.parallel.states import States
 from accounting.planning.memory import Precision
+from accounting.planning.recipes import transformers_gap
+from accounting.ledger.builder.common import COURSE, TORCHTITAN as TITAN_IMPL, TRANSFORMERS
+from accounting.spec.config import ModelConfig
+from accounting.units import BF16
 
 
 @dataclass(frozen=True)
@@ -36,6 +40,36 @@ class StackRun:
         return M.layer(config, layout, seq, self.dropout > 0, self.kernel)
 
 
+def implementation(run: StackRun, c: ModelConfig) -> str:
+    """Which implementation of the model the stack runs (builder.walk's knob): DeepSpeed
+    wraps the one given, transformers' where its ops are modelled for this config
+    (recipes.transformers_gap), else model/'s; torchtitan runs its own Llama (dense
+    pre-norm RMSNorm/RoPE/SwiGLU blocks; another block: model/'s ops, the closest modelled)."""
+    if run.name == DEEPSPEED:
+        return TRANSFORMERS if transformers_gap(c) is None else COURSE
+    if run.name == TORCHTITAN:
+        llama = (c.num_experts is None and not c.mla and c.block == "sequential"
+                 and c.norm == "rmsnorm" and c.norm_placement == "pre" and c.qk_norm == "none"
+                 and c.positions == "rope" and c.mlp == "swiglu" and len(set(c.layer_kinds)) == 1)
+        return TITAN_IMPL if llama and transformers_gap(c) is None else COURSE
+    return COURSE
+
+
+def ledger_rows(run: StackRun, c: ModelConfig, layout: Layout, seq: int, tp_rank: int = 0,
+                recompute: str | None = None) -> tuple[Split, list[A.Row]]:
+    """The saved tensors of one GPU's `seq` tokens under a stack other than torch: its
+    implementation's ledger in 16-bit parameters without autocast (DeepSpeed's bf16 engine
+    calls module.bfloat16(); torchtitan's FSDP2 MixedPrecisionPolicy gathers bf16
+    parameters and the blocks compute in them; Megatron's Float16Module)."""
+    rc = layout.recompute if recompute is None else recompute
+    if run.name == MEGATRON:
+        return M.rows(c, layout, seq, run.dropout > 0, run.kernel, rc, tp_rank)
+    impl = implementation(run, c)
+    config = replace(c, attention="sdpa") if impl != COURSE else c
+    sp = split(config, None, rc, impl, BF16)
+    return sp, A.rows(sp, layout, seq, tp_rank=tp_rank)
+
+
 def per_layer(run: StackRun, sp: Split, layout: Layout, seq: int,
               rows: list[A.Row]) -> tuple[tuple[str, int], ...]:
     """(name, bytes) of what one block saves for one micro-batch on this GPU (TP rank 0):
@@ -47,9 +81,10 @@ def per_layer(run: StackRun, sp: Split, layout: Layout, seq: int,
     if run.name == TORCHTITAN and layout.recompute == SELECTIVE:
         return tuple((s.name, s.bytes * b) for s in TT.sac_layer(
             sp.config, TT.Setting(seq, layout.tp, layout.sp)))
+    if run.name != TORCH:
+        sp, rows = ledger_rows(run, sp.config, layout, seq)
     kind = sp.ledger.groups[0][0]
-    keep = [r for r in rows if r.place == BLOCK and r.record.repeat == kind
-            and not (run.name != TORCH and r.record.weight_copy)]
+    keep = [r for r in rows if r.place == BLOCK and r.record.repeat == kind]
     return tuple((r.record.name, r.bytes.at(b)) for r in keep)
 
 
@@ -64,11 +99,11 @@ def _megatron_activations(run: StackRun, sp: Split, layout: Layout, seq: int, st
 
 
 def _sac_activations(run: StackRun, sp: Split, layout: Layout, seq: int, stage: int,
-                     kinds: tuple[tuple[str, int], ...], whole: list[A.Row]) -> A.StageActivations:
+                     kinds: tuple[tuple[str, int], ...], tp_rank: int) -> A.StageActivations:
     """Per-op SAC: each block keeps torchtitan.sac_layer's tensors; the embedding and the
-    loss keep the implementation's (bf16 autocast, no weight copies); while a block's
-    backward recomputes, it holds the rest of its tensors."""
-    rows = [r for r in whole if not r.record.weight_copy]
+    loss keep the implementation's; while a block's backward recomputes, it holds the rest
+    of its tensors."""
+    sp, rows = ledger_rows(run, sp.config, layout, seq, tp_rank, NO_RECOMPUTE)
     one = sum(x.bytes for x in TT.sac_layer(sp.config, TT.Setting(seq, layout.tp, layout.sp)))
     layers = sum(n for _, n in kinds)
     ends = A.stage_activations(rows, rows, replace(layout, recompute=NO_RECOMPUTE), stage, ())
@@ -86,19 +121,19 @@ def memory(run: StackRun, sp: Split, layout: Layout, precision: Precision, st: S
            ) -> tuple[list[Item], A.StageActivations]:
     c = sp.config
     items = state_items(run.stack, c, st, layout)
-    layers = sum(n for _, n in kinds)
     if run.name == MEGATRON:
         acts = _megatron_activations(run, sp, layout, seq, stage, kinds, tp_rank)
         what = ("Megatron-Core + TE saved tensors (16-bit; 1-byte dropout masks"
                 + (f", dropout {run.dropout}" if run.dropout else ", no dropout") + f"; {run.kernel} attention)")
     elif run.name == TORCHTITAN and layout.recompute == SELECTIVE:
-        acts = _sac_activations(run, sp, layout, seq, stage, kinds, act_rows[1])
+        acts = _sac_activations(run, sp, layout, seq, stage, kinds, tp_rank)
         what = "torchtitan's per-op selective checkpointing: the saved op outputs"
     else:
-        kept, whole = ([r for r in rs if not r.record.weight_copy] for rs in act_rows)
+        own, kept = ledger_rows(run, c, layout, seq, tp_rank)
+        _, whole = ledger_rows(run, c, layout, seq, tp_rank, NO_RECOMPUTE)
         acts = A.stage_activations(kept, whole, layout, stage, kinds)
-        what = "saved tensors as under bf16 autocast, without autocast's weight copies"
-        buf = stage_buffers(sp, values, kinds)
+        what = f"the {implementation(run, c)} implementation, bf16 parameters, no autocast"
+        buf = stage_buffers(own, values, kinds)
         if buf:
             items.append(Item("RoPE cos/sin tables (fp32 buffers)", "L_stage·2·T_max·(d_k/2)·4",
                               A.Linear(0, buf)))
