@@ -119,7 +119,7 @@ COLUMNS = ("model", "gpus", "tp", "pp", "dp", "sp", "zero", "micro_batch", "glob
 
 
 def search_dict(s) -> dict:
-    return {"gpus": s.gpus, "seq": s.seq, "config": config_dict(s.config),
+    return {"gpus": s.gpus, "seq": s.seq, "config": config_dict(s.config), "stack": s.stack.name,
             "ranked": [to_dict(p) for p in s.ranked],
             "rejected": [{"layout": layout_dict(r.layout), "reason": r.reason,
                           "shortfall_bytes": r.shortfall} for r in s.rejected]}

@@ -11,6 +11,7 @@ and which of its tensors are which of Korthikanti et al.'s terms.
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import lru_cache
 
 from accounting.ledger.builder.common import MEGATRON
 from accounting.planning.parallel import activations as A
@@ -51,6 +52,7 @@ def padded_vocab(c: ModelConfig, tp: int, divisible_by: int = 128) -> int:
     return -(-c.vocab_size // m) * m
 
 
+@lru_cache(maxsize=256)
 def ledger_split(c: ModelConfig, recompute: str, dropout: bool, kernel: str = FLASH) -> Split:
     """The ledger Megatron runs: the builder's MEGATRON implementation, bf16 parameters (its
     Float16Module), no autocast; the attention kernel as given."""

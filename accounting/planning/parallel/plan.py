@@ -232,7 +232,10 @@ def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage:
     # group with context parallelism; torchtitan's dp_shard_cp mesh); each rank runs T/cp tokens
     dl = data_layout(layout)
     local = seq // layout.cp
-    units, st = _states(sp, seq, layout.micro_batch, _states_key(dl), stage, tp_rank, dp_rank)
+    # (ZeroRedundancyOptimizer's most loaded rank is torch's; the other stacks' states are
+    # the same on every data-parallel rank)
+    units, st = _states(sp, seq, layout.micro_batch, _states_key(dl), stage, tp_rank,
+                        dp_rank if dp_rank is not None or stack.name == TORCH else 0)
     z, d, p = dl.sharding, dl.dp, precision
     if stack.name != TORCH:
         items, acts = stack_memory(stack, sp, dl, precision, st, stage, kinds, values, local,
@@ -359,8 +362,10 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
     sp = split(config, precision.autocast, layout.recompute)
     values = sp.values(seq, layout.micro_batch)
     local = seq // layout.cp  # each context-parallel rank saves its T/cp tokens' tensors
-    rows = (A.rows(sp, layout, local, tp_rank=tp_rank),
-            A.rows(split(config, precision.autocast), layout, local, tp_rank=tp_rank))
+    # the course model's saved tensors (a stack other than torch plans its own: stack_memory)
+    rows = ((A.rows(sp, layout, local, tp_rank=tp_rank),
+             A.rows(split(config, precision.autocast), layout, local, tp_rank=tp_rank))
+            if stack.name == TORCH else ([], []))
     counting = USEFUL if mfu_convention != EXECUTED else EXECUTED
     plans = tuple(stage_plan(sp, layout, precision, seq, s, rows, values, tp_rank, dp_rank,
                              stack, counting)

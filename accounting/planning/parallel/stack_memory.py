@@ -5,6 +5,7 @@ for every stack but torch, whose items it builds itself.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 from accounting.planning.parallel import activations as A
 from accounting.planning.parallel import megatron as M
@@ -64,10 +65,34 @@ def ledger_rows(run: StackRun, c: ModelConfig, layout: Layout, seq: int, tp_rank
     rc = layout.recompute if recompute is None else recompute
     if run.name == MEGATRON:
         return M.rows(c, layout, seq, run.dropout > 0, run.kernel, rc, tp_rank)
-    impl = implementation(run, c)
-    config = replace(c, attention="sdpa") if impl != COURSE else c
-    sp = split(config, None, rc, impl, BF16)
+    sp = _split(c, rc, implementation(run, c))
     return sp, A.rows(sp, layout, seq, tp_rank=tp_rank)
+
+
+@lru_cache(maxsize=256)
+def _split(c: ModelConfig, recompute: str, impl: str) -> Split:
+    """The implementation's ledger in bf16 parameters (transformers' and torchtitan's with
+    their SDPA kernel)."""
+    return split(replace(c, attention="sdpa") if impl != COURSE else c, None, recompute, impl,
+                 BF16)
+
+
+def stage_activations(run: StackRun, c: ModelConfig, layout: Layout, seq: int, stage: int,
+                      kinds: tuple[tuple[str, int], ...], tp_rank: int) -> A.StageActivations:
+    """A stage's activations under the stack's ledger (the same for every sharding stage:
+    `layout` has zero 0), against the same ledger without recomputation."""
+    return _stage_activations(run.name, run.dropout, run.kernel, c, layout, seq, stage, kinds,
+                              tp_rank)
+
+
+@lru_cache(maxsize=4096)
+def _stage_activations(name: str, dropout: float, kernel: str, c: ModelConfig, layout: Layout,
+                       seq: int, stage: int, kinds: tuple[tuple[str, int], ...],
+                       tp_rank: int) -> A.StageActivations:
+    run = StackRun(get_stack(name), dropout, kernel)
+    _, kept = ledger_rows(run, c, layout, seq, tp_rank)
+    _, whole = ledger_rows(run, c, layout, seq, tp_rank, NO_RECOMPUTE)
+    return A.stage_activations(kept, whole, layout, stage, kinds)
 
 
 def per_layer(run: StackRun, sp: Split, layout: Layout, seq: int,
@@ -86,16 +111,6 @@ def per_layer(run: StackRun, sp: Split, layout: Layout, seq: int,
     kind = sp.ledger.groups[0][0]
     keep = [r for r in rows if r.place == BLOCK and r.record.repeat == kind]
     return tuple((r.record.name, r.bytes.at(b)) for r in keep)
-
-
-def _megatron_activations(run: StackRun, sp: Split, layout: Layout, seq: int, stage: int,
-                          kinds: tuple[tuple[str, int], ...], tp_rank: int) -> A.StageActivations:
-    """The MEGATRON ledger's saved tensors as Megatron splits them (megatron.py): with
-    recomputation, against the same ledger without it."""
-    c, drop = sp.config, run.dropout > 0
-    _, kept = M.rows(c, layout, seq, drop, run.kernel, tp_rank=tp_rank)
-    _, whole = M.rows(c, layout, seq, drop, run.kernel, NO_RECOMPUTE, tp_rank)
-    return A.stage_activations(kept, whole, layout, stage, kinds)
 
 
 def _sac_activations(run: StackRun, sp: Split, layout: Layout, seq: int, stage: int,
@@ -122,16 +137,15 @@ def memory(run: StackRun, sp: Split, layout: Layout, precision: Precision, st: S
     c = sp.config
     items = state_items(run.stack, c, st, layout)
     if run.name == MEGATRON:
-        acts = _megatron_activations(run, sp, layout, seq, stage, kinds, tp_rank)
+        acts = stage_activations(run, c, replace(layout, zero=0), seq, stage, kinds, tp_rank)
         what = ("Megatron-Core + TE saved tensors (16-bit; 1-byte dropout masks"
                 + (f", dropout {run.dropout}" if run.dropout else ", no dropout") + f"; {run.kernel} attention)")
     elif run.name == TORCHTITAN and layout.recompute == SELECTIVE:
         acts = _sac_activations(run, sp, layout, seq, stage, kinds, tp_rank)
         what = "torchtitan's per-op selective checkpointing: the saved op outputs"
     else:
-        own, kept = ledger_rows(run, c, layout, seq, tp_rank)
-        _, whole = ledger_rows(run, c, layout, seq, tp_rank, NO_RECOMPUTE)
-        acts = A.stage_activations(kept, whole, layout, stage, kinds)
+        own = _split(c, layout.recompute, implementation(run, c))
+        acts = stage_activations(run, c, replace(layout, zero=0), seq, stage, kinds, tp_rank)
         what = f"the {implementation(run, c)} implementation, bf16 parameters, no autocast"
         buf = stage_buffers(own, values, kinds)
         if buf:
