@@ -140,3 +140,31 @@ def test_torchtitan_block_as_its_model_runs_it():
         + 2 * T * a * d + 4 * a * T + 4 * 2 * T * f
     # full activation checkpointing: the block's input only
     assert _plan(c, "torchtitan", T, "full").per_layer_activation_bytes == 2 * T * h
+
+
+@pytest.mark.parametrize("stack,zeros", [("megatron", {0, 1}), ("deepspeed", {0, 1, 2, 3}),
+                                         ("torchtitan", {2, 3})])
+def test_search_under_a_stack(capsys, stack, zeros):
+    """--search with --stack: every ranked layout planned under that stack, among its own
+    sharding stages (DeepSpeed's data parallelism only); the first one's memory is the
+    single-layout plan's for the same layout and stack."""
+    import json
+    from accounting import get_preset
+    from tests.cli_run import run
+    code, out, _ = run(capsys, "plan", "meta-llama/Llama-3.2-1B", "--gpus", "8", "--search",
+                       "--ctx", "2048", "--batch", "16", "--gpu", "H100", "--stack", stack,
+                       "--format", "json")
+    assert code == 0
+    d = json.loads(out)
+    assert d["stack"] == stack and d["ranked"]
+    for p in d["ranked"]:
+        assert p["stack"]["name"] == stack
+        assert p["layout"]["zero"] in zeros or p["layout"]["dp"] == 1
+        if stack == "deepspeed":
+            assert p["layout"]["tp"] == p["layout"]["pp"] == 1
+    first = d["ranked"][0]["layout"]
+    lo = Layout(8, tp=first["tp"], pp=first["pp"], dp=first["dp"], sp=first["sp"],
+                zero=first["zero"], global_batch=16, vpp=first["virtual_stages"])
+    one = parallel_plan(get_preset("meta-llama/Llama-3.2-1B"), lo, 2048, precision=BF16,
+                        stack=StackRun(get_stack(stack)))
+    assert one.memory == d["ranked"][0]["memory_per_gpu_bytes"]
