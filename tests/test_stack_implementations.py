@@ -86,9 +86,7 @@ def _titan_block(h, a, g, d, f, T):
             self.w1, self.w2 = nn.Linear(h, f, bias=False), nn.Linear(f, h, bias=False)
             self.w3 = nn.Linear(h, f, bias=False)
             self.n1, self.n2 = nn.Parameter(torch.ones(h)), nn.Parameter(torch.ones(h))
-            freqs = 1.0 / (10000.0 ** (torch.arange(0, d, 2).float() / d))
-            angles = torch.outer(torch.arange(T).float(), freqs)
-            self.register_buffer("freqs_cis", torch.polar(torch.ones_like(angles), angles))
+            self.register_buffer("freqs_cis", None)
 
         def rope(self, x):  # apply_rotary_emb
             x_ = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))
@@ -109,7 +107,11 @@ def _titan_block(h, a, g, d, f, T):
             x = x + self.wo(o.transpose(1, 2).contiguous().view(B, T, a * d))
             y = _FusedRMSNorm.apply(x, self.n2)
             return x + self.w2(F.silu(self.w1(y)) * self.w3(y))
-    return Block().to(torch.bfloat16)
+    block = Block().to(torch.bfloat16)  # (FSDP2's policy casts the parameters only:)
+    freqs = 1.0 / (10000.0 ** (torch.arange(0, d, 2).float() / d))
+    angles = torch.outer(torch.arange(T).float(), freqs)
+    block.freqs_cis = torch.polar(torch.ones_like(angles), angles)  # complex64, as torchtitan's
+    return block
 
 
 def test_torchtitan_block_as_its_model_runs_it():

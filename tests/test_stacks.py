@@ -14,6 +14,7 @@ from accounting.planning.memory import PRECISIONS
 from accounting.planning.parallel import Layout, parallel_plan
 from accounting.planning.parallel.stack_memory import StackRun
 from accounting.planning.parallel.stacks import get_stack
+from accounting.runtime.errors import UsageError
 from accounting.spec.config import ModelConfig
 from tests.cli_run import refused_in_one_line, run
 
@@ -356,7 +357,8 @@ def test_torchtitan_op_sac_on_cpu(mlp):
     """torchtitan's policy (its _op_sac_save_list and 'every second mm recomputed', typed from
     torchtitan/models/llama3/infra/parallelize.py) under torch.utils.checkpoint's selective
     checkpointing: the bytes of the outputs it saves plus the block's input equal the
-    stack's per-layer count. The CPU's flash kernel stands in for CUDA's in the save list."""
+    stack's per-layer count (the torchtitan ledger under the builder's policy region). The
+    CPU's flash kernel stands in for CUDA's in the save list."""
     torch = pytest.importorskip("torch")
     from torch.utils.checkpoint import (CheckpointPolicy, checkpoint,
                                         create_selective_checkpoint_contexts)
@@ -392,8 +394,15 @@ def test_torchtitan_op_sac_on_cpu(mlp):
     measured = saved[0] + x.untyped_storage().nbytes()
     c = ModelConfig(vocab_size=128, context_length=T, num_layers=1, d_model=h, num_heads=a,
                     num_kv_heads=g, head_dim=d, d_ff=f, mlp=mlp, name="titan")
-    from accounting.planning.parallel import torchtitan as TT
-    assert sum(s.bytes for s in TT.sac_layer(c, TT.Setting(T))) == measured
+    if mlp == "gelu":  # torchtitan's Llama is SwiGLU: another block is refused
+        refused = "per-op"
+        with pytest.raises(UsageError, match=refused):
+            parallel_plan(c, Layout(2, dp=2, zero=3, global_batch=2, recompute="selective"), T,
+                          precision=BF16, stack=StackRun(get_stack("torchtitan")))
+        return
+    p = parallel_plan(c, Layout(2, dp=2, zero=3, global_batch=2, recompute="selective"), T,
+                      precision=BF16, stack=StackRun(get_stack("torchtitan")))
+    assert p.per_layer_activation_bytes == measured
 
 
 def test_torchtitan_selective_plan():

@@ -175,10 +175,12 @@ def _megatron_terms(p: ParallelPlan, paper: list[tuple[str, Number]]) -> list[Me
                                     exact(mine - value),
                                     "; ".join(n for n, term, _ in saved if term == label)
                                     or "not saved by this stack in this setting"))
+    _, rows = M.rows(p.config, p.layout, p.seq // p.layout.cp, p.stack.dropout > 0,
+                     p.stack.kernel)
+    why = {r.record.name: r.record.why for r in rows}  # the ledger's "saved by …"
     for name, term, x in saved:
         if term is None:
-            terms.append(MemoryTerm(f"not in the formula: {name}", x * b,
-                                    "Megatron-Core + TE (accounting/ledger/builder/megatron.py)"))
+            terms.append(MemoryTerm(f"not in the formula: {name}", x * b, why.get(name, "")))
     return terms
 
 

@@ -38,7 +38,9 @@ class Linear:
                     y.dtype = dtype  # so the output stays bf16 (model/'s fp32 bias promotes it)
             if t.adapters is not None and t.adapters.targets(t.per_block, t.module):
                 y = lora.apply(t, self, x, y)  # PEFT's LoRA on this layer
-        return t.name(y, label, course)
+            y = t.name(y, label, course)
+            t.mm_output(y)  # under a selective-checkpoint policy (torchtitan's)
+        return y
 
 
 class Norm:

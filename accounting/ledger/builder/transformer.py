@@ -38,8 +38,9 @@ class Block:
             self.attn = LatentAttention(t, a, recompute, local)
         else:
             lk = self.kind  # the block's LayerKind (`kind` above is the norm's)
-            self.attn = Attention(t, a, recompute, local, lk is not None and lk.chunked,
-                                  lk is not None and lk.nope)
+            # (torchtitan's selective recomputation is per op: the block's, not the core's)
+            self.attn = Attention(t, a, "none" if a.titan else recompute, local,
+                                  lk is not None and lk.chunked, lk is not None and lk.nope)
         self.post_attn_norm = (Norm(t, "post_attn_norm", kind, ("d_model",), NORMS[kind], comp, off)
                                if sandwich else None)
         self.ln2 = None if a.c.block in ("parallel_shared_norm", "single") else \
@@ -53,7 +54,10 @@ class Block:
         t, pre = self.t, self.c.norm_placement == "pre"
         x = t.name(t.fresh(ROW, grad=True), "ln1 input" if pre else "block input",
                    f"{NORMS[self.c.norm]} inputs" if pre else "", block_input=True)
-        if self.recompute == "full":  # checkpoint(block, x): keeps x, runs it again
+        if self.recompute == "selective" and self.a.titan:  # torchtitan's per-op SAC
+            with t.policy_region("block (per-op selective checkpointing)", (x,)):
+                self.run(x)
+        elif self.recompute == "full":  # checkpoint(block, x): keeps x, runs it again
             # transformers passes the rotary cos/sin into each layer, Megatron its
             # frequencies: checkpoint keeps them (one storage for every layer)
             extra = tuple(self.a.rope_tables) if self.a.hf and self.a.rope_tables else \

@@ -135,6 +135,8 @@ class Split:
             return REPLICATED
         if any(s in TP_SYMBOLS for s in a.shape):
             return TP_SPLIT
+        if a.saved_in in self.row_parallel:  # a row-parallel matmul's output (kept by a
+            return REPLICATED  # checkpoint policy): partial sums over the whole sequence
         if "B" in a.shape and a.shape.count("T") == 1:
             return GATHERED if a.saved_in in self.column_parallel else SEQUENCE
         return REPLICATED
@@ -152,6 +154,13 @@ class Split:
         if a.saved_in in first:
             return FIRST
         return EVERY if a.saved_in in self.block_modules else LAST
+
+    @cached_property
+    def row_parallel(self) -> frozenset[str]:
+        """Modules whose matmul splits its input dimension over TP (the output projection,
+        W2): each rank's output is a partial sum, whole along T."""
+        return frozenset(m.module for m in self.ledger.forward if m.grads == ("dX", "dW")
+                         and any(s in TP_SYMBOLS for s in m.n))
 
     @cached_property
     def block_modules(self) -> frozenset[str]:

@@ -11,12 +11,10 @@ from accounting.planning.parallel import activations as A
 from accounting.planning.parallel import megatron as M
 from accounting.planning.parallel.buffers import (Item, engine_buffers, largest_module,
                                                   stage_buffers)
-from accounting.planning.parallel import torchtitan as TT
-from accounting.planning.parallel.layout import (NO_RECOMPUTE, SELECTIVE, Layout,
-                                                 micro_batches_in_flight)
+from accounting.planning.parallel.layout import NO_RECOMPUTE, SELECTIVE, Layout
 from accounting.planning.parallel.shards import BLOCK, Split, split
-from accounting.planning.parallel.stacks import (DEEPSPEED, MEGATRON, TORCH, TORCHTITAN, Stack,
-                                                 get_stack, state_items)
+from accounting.planning.parallel.stacks import (DEEPSPEED, MEGATRON, TORCH, TORCHTITAN, W16,
+                                                 Stack, get_stack, llama_block, state_items)
 from accounting.planning.parallel.states import States
 from accounting.planning.memory import Precision
 from accounting.planning.recipes import transformers_gap
@@ -49,10 +47,7 @@ def implementation(run: StackRun, c: ModelConfig) -> str:
     if run.name == DEEPSPEED:
         return TRANSFORMERS if transformers_gap(c) is None else COURSE
     if run.name == TORCHTITAN:
-        llama = (c.num_experts is None and not c.mla and c.block == "sequential"
-                 and c.norm == "rmsnorm" and c.norm_placement == "pre" and c.qk_norm == "none"
-                 and c.positions == "rope" and c.mlp == "swiglu" and len(set(c.layer_kinds)) == 1)
-        return TITAN_IMPL if llama and transformers_gap(c) is None else COURSE
+        return TITAN_IMPL if llama_block(c) else COURSE
     return COURSE
 
 
@@ -92,7 +87,28 @@ def _stage_activations(name: str, dropout: float, kernel: str, c: ModelConfig, l
     run = StackRun(get_stack(name), dropout, kernel)
     _, kept = ledger_rows(run, c, layout, seq, tp_rank)
     _, whole = ledger_rows(run, c, layout, seq, tp_rank, NO_RECOMPUTE)
-    return A.stage_activations(kept, whole, layout, stage, kinds)
+    acts = A.stage_activations(kept, whole, layout, stage, kinds)
+    extra = sum(x for _, x in reduce_scattered(run, c, layout, seq))
+    if not extra:
+        return acts
+    per_mb = acts.per_micro_batch + A.Linear(extra * acts.layers, 0)
+    again = acts.recomputed_block + A.Linear(-min(extra, acts.recomputed_block.a), 0)
+    return replace(acts, per_micro_batch=per_mb, recomputed_block=again,
+                   total=per_mb.times(acts.in_flight) + again)
+
+
+def reduce_scattered(run: StackRun, c: ModelConfig, layout: Layout,
+                     seq: int) -> list[tuple[str, int]]:
+    """torchtitan's per-op SAC under TP + SP also keeps the two reduce-scattered sublayer
+    outputs of each block (_c10d_functional.reduce_scatter_tensor is in its save list,
+    torchtitan/models/llama3/infra/parallelize.py _op_sac_save_list): bf16 sequence shards,
+    b = 1. A collective the ledger does not run: the stack adds it."""
+    if not (run.name == TORCHTITAN and layout.recompute == SELECTIVE and layout.tp > 1
+            and layout.sp and implementation(run, c) == TITAN_IMPL):
+        return []
+    one = W16 * (seq // layout.tp) * c.d_model
+    return [(f"{where} output reduce-scattered (sequence shard; SAC save list)", one)
+            for where in ("attention", "feed-forward")]
 
 
 def per_layer(run: StackRun, sp: Split, layout: Layout, seq: int,
@@ -103,31 +119,14 @@ def per_layer(run: StackRun, sp: Split, layout: Layout, seq: int,
     b = layout.micro_batch
     if run.name == MEGATRON:
         return tuple((n, x * b) for n, _, x in run.megatron_layer(sp.config, layout, seq))
-    if run.name == TORCHTITAN and layout.recompute == SELECTIVE:
-        return tuple((s.name, s.bytes * b) for s in TT.sac_layer(
-            sp.config, TT.Setting(seq, layout.tp, layout.sp)))
+    extra = []
     if run.name != TORCH:
+        extra = reduce_scattered(run, sp.config, layout, seq)
         sp, rows = ledger_rows(run, sp.config, layout, seq)
     kind = sp.ledger.groups[0][0]
     keep = [r for r in rows if r.place == BLOCK and r.record.repeat == kind]
-    return tuple((r.record.name, r.bytes.at(b)) for r in keep)
-
-
-def _sac_activations(run: StackRun, sp: Split, layout: Layout, seq: int, stage: int,
-                     kinds: tuple[tuple[str, int], ...], tp_rank: int) -> A.StageActivations:
-    """Per-op SAC: each block keeps torchtitan.sac_layer's tensors; the embedding and the
-    loss keep the implementation's; while a block's backward recomputes, it holds the rest
-    of its tensors."""
-    sp, rows = ledger_rows(run, sp.config, layout, seq, tp_rank, NO_RECOMPUTE)
-    one = sum(x.bytes for x in TT.sac_layer(sp.config, TT.Setting(seq, layout.tp, layout.sp)))
-    layers = sum(n for _, n in kinds)
-    ends = A.stage_activations(rows, rows, replace(layout, recompute=NO_RECOMPUTE), stage, ())
-    per_mb = A.Linear(layers * one, 0) + ends.per_micro_batch
-    kind = sp.ledger.groups[0][0]
-    block = sum((r.bytes for r in rows if r.place == BLOCK and r.record.repeat == kind), A.Linear())
-    again = A.Linear(max(0, block.a - one), block.c)
-    k = micro_batches_in_flight(layout, stage)  # 1F1B: min(m, p − s); interleaved: more
-    return A.StageActivations(stage, k, layers, per_mb, A.Linear(), again, per_mb.times(k) + again)
+    return tuple((r.record.name, r.bytes.at(b)) for r in keep) + \
+        tuple((n, x * b) for n, x in extra)
 
 
 def memory(run: StackRun, sp: Split, layout: Layout, precision: Precision, st: States,
@@ -140,13 +139,12 @@ def memory(run: StackRun, sp: Split, layout: Layout, precision: Precision, st: S
         acts = stage_activations(run, c, replace(layout, zero=0), seq, stage, kinds, tp_rank)
         what = ("Megatron-Core + TE saved tensors (16-bit; 1-byte dropout masks"
                 + (f", dropout {run.dropout}" if run.dropout else ", no dropout") + f"; {run.kernel} attention)")
-    elif run.name == TORCHTITAN and layout.recompute == SELECTIVE:
-        acts = _sac_activations(run, sp, layout, seq, stage, kinds, tp_rank)
-        what = "torchtitan's per-op selective checkpointing: the saved op outputs"
     else:
         own = _split(c, layout.recompute, implementation(run, c))
         acts = stage_activations(run, c, replace(layout, zero=0), seq, stage, kinds, tp_rank)
-        what = f"the {implementation(run, c)} implementation, bf16 parameters, no autocast"
+        what = f"the {implementation(run, c)} implementation, bf16 parameters, no autocast" + (
+            "; torchtitan's per-op selective checkpointing" if run.name == TORCHTITAN
+            and layout.recompute == SELECTIVE else "")
         buf = stage_buffers(own, values, kinds)
         if buf:
             items.append(Item("RoPE cos/sin tables (fp32 buffers)", "L_stage·2·T_max·(d_k/2)·4",

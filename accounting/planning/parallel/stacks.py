@@ -35,7 +35,8 @@ DeepSpeed and torchtitan activations: the ledger of the implementation each runs
 (stack_memory.implementation: transformers' for DeepSpeed, the builder's TORCHTITAN for
 torchtitan's Llama) with bf16 parameters and no autocast (DeepSpeed's bf16 engine calls
 module.bfloat16(); FSDP2's MixedPrecisionPolicy hands the blocks bf16 parameters);
-torchtitan with --recompute selective: its per-op selective checkpointing (torchtitan.py).
+torchtitan with --recompute selective: its per-op selective checkpointing (the builder's
+policy region: Trace.policy_region; the SP reduce-scatters' outputs: stack_memory).
 """
 from __future__ import annotations
 
@@ -119,8 +120,7 @@ def problems(stack: Stack, config: ModelConfig, layout: Layout, dropout: float) 
         out.append("--stack deepspeed plans ZeRO data parallelism around the implementation "
                    "given (tensor and pipeline parallelism are Megatron-DeepSpeed's, not "
                    "modelled); give --tp 1 --pp 1, or use --stack megatron")
-    if stack.name == TORCHTITAN and layout.recompute == "selective" and (
-            c.num_experts is not None or c.mla or c.block != "sequential"):
+    if stack.name == TORCHTITAN and layout.recompute == "selective" and not llama_block(c):
         out.append("--stack torchtitan with --recompute selective plans per-op checkpointing of "
                    "torchtitan's dense Llama block; this model's block is not one: use "
                    "--recompute none or full")
@@ -138,6 +138,17 @@ def problems(stack: Stack, config: ModelConfig, layout: Layout, dropout: float) 
         if layout.ep > 1:
             out.append("--stack megatron with --ep is not planned; use --stack torch")
     return out
+
+
+def llama_block(c: ModelConfig) -> bool:
+    """A block torchtitan's Llama runs (torchtitan/models/llama3/model/model.py): dense,
+    pre-norm RMSNorm, RoPE, SwiGLU, no QK-norm, every block alike, and transformers' ops
+    modelled for it (recipes.transformers_gap: the same Llama layout)."""
+    from accounting.planning.recipes import transformers_gap
+    return (c.num_experts is None and not c.mla and c.block == "sequential"
+            and c.norm == "rmsnorm" and c.norm_placement == "pre" and c.qk_norm == "none"
+            and c.positions == "rope" and c.mlp == "swiglu" and len(set(c.layer_kinds)) == 1
+            and transformers_gap(c) is None)
 
 
 def check(stack: Stack, config: ModelConfig, layout: Layout, dropout: float) -> None:
