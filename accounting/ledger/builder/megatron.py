@@ -26,6 +26,10 @@ Sources (NVIDIA/Megatron-LM and NVIDIA/TransformerEngine, read from source: they
     GPTModel computes once per forward pass (s × d_k, shared by every layer).
   * megatron/core/tensor_parallel/cross_entropy.py (vocab_parallel_cross_entropy): saves the
     fp32 softmax of this rank's logits, the target mask and the masked targets.
+The TORCHTITAN implementation (torchtitan's Llama) uses two of these: fused_norm, as torch's
+nn.RMSNorm runs on CUDA (aten::_fused_rms_norm saves its input and the fp32 rstd:
+tools/autograd/derivatives.yaml), and fused_rope without frequencies (its apply_rotary_emb
+multiplies by a slice of the freqs_cis buffer: nothing new saved).
 Korthikanti et al. 2022 (arXiv:2205.05198) §4.1-4.2 count the same tensors in 16 bits
 (34·sbh + 5·as²b per layer); the norms' statistics are the "small buffers" they leave out.
 Each tensor is its own storage: where Megatron keeps a view of a larger buffer (V is a

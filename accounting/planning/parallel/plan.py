@@ -223,7 +223,7 @@ def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage:
                stack: StackRun = StackRun(), counting: str = EXECUTED) -> StagePlan:
     """One GPU of a stage: TP rank `tp_rank`, data-parallel rank `dp_rank` (default: 0, or
     under ZeroRedundancyOptimizer the rank with the most AdamW state). `act_rows` are the
-    saved tensors of a rank's T/cp tokens."""
+    saved tensors of a rank's T/cp tokens (the course model's: another stack plans its own)."""
     c = sp.config
     layers = stage_layers(c, layout, stage)
     kinds = sp.kinds(layers)
@@ -239,7 +239,7 @@ def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage:
     z, d, p = dl.sharding, dl.dp, precision
     if stack.name != TORCH:
         items, acts = stack_memory(stack, sp, dl, precision, st, stage, kinds, values, local,
-                                   act_rows, tp_rank)
+                                   tp_rank)
         return _finish(sp, layout, precision, seq, stage, layers, kinds, units, st, items,
                        acts, values, tp_rank, W16 if stack.name == TORCHTITAN else None,
                        counting)

@@ -131,8 +131,7 @@ def per_layer(run: StackRun, sp: Split, layout: Layout, seq: int,
 
 def memory(run: StackRun, sp: Split, layout: Layout, precision: Precision, st: States,
            stage: int, kinds: tuple[tuple[str, int], ...], values: dict[str, int], seq: int,
-           act_rows: tuple[list[A.Row], list[A.Row]], tp_rank: int = 0
-           ) -> tuple[list[Item], A.StageActivations]:
+           tp_rank: int = 0) -> tuple[list[Item], A.StageActivations]:
     c = sp.config
     items = state_items(run.stack, c, st, layout)
     if run.name == MEGATRON:
