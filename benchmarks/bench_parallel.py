@@ -30,14 +30,18 @@ from accounting.planning.parallel.search import search
 from accounting.planning.plan import hardware
 
 CASES = (
-    # (model, gpus, global batch, seq, recompute, attention)
-    ("openai-community/gpt2-xl", 8, 512, 1024, "none", None),
-    ("openai-community/gpt2-xl", 64, 1024, 1024, "none", None),
-    ("meta-llama/Llama-3.1-8B", 64, 512, 8192, "selective", None),
-    ("meta-llama/Llama-3.1-8B", 512, 4096, 8192, "selective", None),
-    ("meta-llama/Llama-3.1-8B", 4096, 4096, 8192, "selective", None),
+    # (model, gpus, global batch, seq, recompute, attention, stack)
+    ("openai-community/gpt2-xl", 8, 512, 1024, "none", None, "torch"),
+    ("openai-community/gpt2-xl", 64, 1024, 1024, "none", None, "torch"),
+    ("meta-llama/Llama-3.1-8B", 64, 512, 8192, "selective", None, "torch"),
+    ("meta-llama/Llama-3.1-8B", 512, 4096, 8192, "selective", None, "torch"),
+    ("meta-llama/Llama-3.1-8B", 4096, 4096, 8192, "selective", None, "torch"),
     # the fused kernel: context parallelism is tried too (128k tokens)
-    ("meta-llama/Llama-3.1-8B", 4096, 512, 131072, "selective", "sdpa"),
+    ("meta-llama/Llama-3.1-8B", 4096, 512, 131072, "selective", "sdpa", "torch"),
+    # the named stacks' searches (issue 30: their ledgers, their sharding stages)
+    ("meta-llama/Llama-3.1-8B", 4096, 4096, 8192, "selective", None, "megatron"),
+    ("meta-llama/Llama-3.1-8B", 4096, 4096, 8192, "full", None, "torchtitan"),
+    ("meta-llama/Llama-3.1-8B", 4096, 4096, 8192, "selective", None, "deepspeed"),
 )
 
 
@@ -90,24 +94,32 @@ def main() -> None:
     hw, net = hardware("H100", compute="bf16"), interconnect("H100")
     print(f"multi-GPU planner, median of {n} runs, {os.cpu_count()} CPUs (goals: 64-GPU search ≤ 0.5 s, 4,096 ≤ 2 s)")
     print("cold: every cache cleared before each run (a fresh process); warm: caches kept")
-    print(f"{'case':<62} {'one plan':>9} {'search cold':>12} {'warm':>8} {'layouts':>8}")
-    for name, gpus, batch, seq, rc, attention in CASES:
+    print(f"{'case':<80} {'one plan':>9} {'search cold':>12} {'warm':>8} {'layouts':>8}")
+    from accounting.planning.parallel.stack_memory import StackRun
+    from accounting.planning.parallel.stacks import get_stack
+    for name, gpus, batch, seq, rc, attention, stack_name in CASES:
+        stack = StackRun(get_stack(stack_name))
+        zero = stack.stack.default_zero if stack_name != "torch" else 3
         config = get_preset(name)
         if attention:
             config = replace(config, attention=attention)
-        base = Layout(gpus, global_batch=batch, recompute=rc)
-        one = Layout(gpus, tp=1, pp=1, dp=gpus, zero=3, global_batch=batch, recompute=rc)
+        base = Layout(gpus, global_batch=batch, recompute=rc, zero=stack.stack.default_zero)
+        one = Layout(gpus, tp=1, pp=1, dp=gpus, zero=zero if zero in stack.stack.engines else 3,
+                     global_batch=batch, recompute=rc)
         t_plan = None
         if batch % gpus == 0:  # one plan: every GPU data parallel (ZeRO-3)
             t_plan, _ = _median(lambda: parallel_plan(config, one, seq, precision=bf16,
-                                                      hardware=hw, net=net), n, cold=True)
-        run = lambda: search(config, base, seq, precision=bf16, hardware=hw, net=net)  # noqa: E731
+                                                      hardware=hw, net=net, stack=stack),
+                                n, cold=True)
+        run = lambda: search(config, base, seq, precision=bf16, hardware=hw, net=net,  # noqa: E731
+                             stack=stack)
         t_cold, s = _median(run, n, cold=True)
         t_warm, _ = _median(run, n, cold=False)
         tried = len(s.ranked) + len(s.rejected)
-        label = f"{name} on {gpus} GPUs, B={batch}, T={seq}, {rc}" + (f", {attention}" if attention else "")
+        label = f"{name} on {gpus} GPUs, B={batch}, T={seq}, {rc}" + (f", {attention}" if attention else "") \
+            + (f", --stack {stack_name}" if stack_name != "torch" else "")
         plan_s = f"{t_plan:>8.4f}s" if t_plan is not None else f"{'-':>9}"
-        print(f"{label:<62} {plan_s} "
+        print(f"{label:<80} {plan_s} "
               f"{t_cold:>11.3f}s {t_warm:>7.3f}s {tried:>8}")
 
 

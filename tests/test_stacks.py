@@ -14,6 +14,7 @@ from accounting.planning.memory import PRECISIONS
 from accounting.planning.parallel import Layout, parallel_plan
 from accounting.planning.parallel.stack_memory import StackRun
 from accounting.planning.parallel.stacks import get_stack
+from accounting.runtime.errors import UsageError
 from accounting.spec.config import ModelConfig
 from tests.cli_run import refused_in_one_line, run
 
@@ -66,9 +67,8 @@ def test_korthikanti_table_2_gpt3(row, kw):
     s, b, h, a, t = 2048, 1, 12288, 96, kw.get("tp", 1)
     p = megatron(GPT3, **kw)
     paper = table2(row, s, b, h, a, t)
-    from accounting.planning.parallel import megatron as M
-    terms = M.layer(GPT3, p.stack.megatron(p.layout, s))
-    assert sum(x.bytes for x in terms if x.paper) == paper or kw.get("recompute") == "full"
+    terms = p.stack.megatron_layer(GPT3, p.layout, s)
+    assert sum(x for _, term, x in terms if term) == paper or kw.get("recompute") == "full"
     stats = 0 if kw.get("recompute") == "full" else 2 * 2 * 4 * s * b // (t if kw.get("sp") else 1)
     assert p.per_layer_activation_bytes == paper + stats
 
@@ -308,12 +308,16 @@ def test_megatron_embedding_and_loss_against_theoretical_memory_usage():
     whole) and leaves out the norm's statistics and the loss's target mask and int64
     masked targets: those are the differences, by hand."""
     from accounting.planning.parallel import megatron as M
+    from accounting.planning.parallel.shards import FIRST, LAST
     s, h, t = 2048, 12288, 8
     v = 51200  # 50,257 padded to a multiple of 128·8
-    st = M.Setting(s, t, True, True, M.UNFUSED)
-    first = sum(x.bytes for x in M.first_stage(GPT3, st))
-    assert first == (8 * s + s * h) // t + 8 * s * (t - 1) // t
-    last = sum(x.bytes for x in M.last_stage(GPT3, st))
+    lo = Layout(8, tp=t, dp=1, sp=True, global_batch=1)
+    _, rows = M.rows(GPT3, lo, s, True, M.UNFUSED)
+    first = sum(r.bytes.at(1) for r in rows if r.place == FIRST)
+    # + 8·s: GPT-3's learned positions, whose ids (arange(s) expanded over b: one storage)
+    # nn.Embedding's backward keeps too; theoretical_memory_usage.py counts the token ids only
+    assert first == (8 * s + s * h) // t + 8 * s * (t - 1) // t + 8 * s
+    last = sum(r.bytes.at(1) for r in rows if r.place == LAST)
     assert last == 4 * s * h * (1 + Fraction(v, h)) / t + 8 * s // t + 9 * s
 
 
@@ -353,7 +357,8 @@ def test_torchtitan_op_sac_on_cpu(mlp):
     """torchtitan's policy (its _op_sac_save_list and 'every second mm recomputed', typed from
     torchtitan/models/llama3/infra/parallelize.py) under torch.utils.checkpoint's selective
     checkpointing: the bytes of the outputs it saves plus the block's input equal the
-    stack's per-layer count. The CPU's flash kernel stands in for CUDA's in the save list."""
+    stack's per-layer count (the torchtitan ledger under the builder's policy region). The
+    CPU's flash kernel stands in for CUDA's in the save list."""
     torch = pytest.importorskip("torch")
     from torch.utils.checkpoint import (CheckpointPolicy, checkpoint,
                                         create_selective_checkpoint_contexts)
@@ -389,9 +394,15 @@ def test_torchtitan_op_sac_on_cpu(mlp):
     measured = saved[0] + x.untyped_storage().nbytes()
     c = ModelConfig(vocab_size=128, context_length=T, num_layers=1, d_model=h, num_heads=a,
                     num_kv_heads=g, head_dim=d, d_ff=f, mlp=mlp, name="titan")
-    from accounting.planning.parallel import megatron as M
-    from accounting.planning.parallel import torchtitan as TT
-    assert sum(s.bytes for s in TT.sac_layer(c, M.Setting(T))) == measured
+    if mlp == "gelu":  # torchtitan's Llama is SwiGLU: another block is refused
+        refused = "per-op"
+        with pytest.raises(UsageError, match=refused):
+            parallel_plan(c, Layout(2, dp=2, zero=3, global_batch=2, recompute="selective"), T,
+                          precision=BF16, stack=StackRun(get_stack("torchtitan")))
+        return
+    p = parallel_plan(c, Layout(2, dp=2, zero=3, global_batch=2, recompute="selective"), T,
+                      precision=BF16, stack=StackRun(get_stack("torchtitan")))
+    assert p.per_layer_activation_bytes == measured
 
 
 def test_torchtitan_selective_plan():
@@ -409,7 +420,8 @@ def test_megatron_pipeline_stage_activations_by_hand():
     """A 4-layer GPT (h = 256, 4 heads, GELU 4h, LayerNorm, s = 128) on 2 stages, 4
     micro-batches of 1, dropout on, unfused attention: stage 0 holds min(m, p) = 2
     micro-batches of 2 layers — each sbh(34 + 5as/h) + 16sb (the norms' statistics) —
-    and the embedding's token ids (8sb) and dropout mask (sbh); the last stage 1 micro-batch
+    and the embedding's token ids (8sb), position ids (8s: arange(s) expanded over the batch,
+    one storage, kept by nn.Embedding's backward) and dropout mask (sbh); the last stage 1 micro-batch
     of its 2 layers, the final norm (2sbh + 8sb), the head's input (2sbh), the fp32 softmax
     (4sbV, V = 512 already a multiple of 128) and the loss's target mask and ids (9sb). With
     full recomputation: 2sbh per layer kept, and one layer's whole set while it recomputes."""
@@ -419,9 +431,9 @@ def test_megatron_pipeline_stage_activations_by_hand():
     layer = s * h * 34 + 5 * a * s * s + 16 * s
     p = megatron(c, 2, pp=2, seq=s, global_batch=4)
     first, last = p.stages[0], p.stages[-1]
-    assert first.activations.total.at(1) == 2 * (2 * layer + 8 * s + s * h)
+    assert first.activations.total.at(1) == 2 * (2 * layer + 8 * s + 8 * s + s * h)
     assert last.activations.total.at(1) == 2 * layer + 2 * s * h + 8 * s + 2 * s * h \
         + 4 * s * v + 9 * s
     full = megatron(c, 2, pp=2, seq=s, global_batch=4, recompute="full")
-    assert full.stages[0].activations.total.at(1) == 2 * (2 * 2 * s * h + 8 * s + s * h) \
+    assert full.stages[0].activations.total.at(1) == 2 * (2 * 2 * s * h + 8 * s + 8 * s + s * h) \
         + layer - 2 * s * h

@@ -211,9 +211,6 @@ def run(ns: argparse.Namespace, config) -> int:
         if ns.compare_formulas:
             raise UsageError("--compare-formulas sets one plan beside the literature; leave "
                              "--search out")
-        if run_stack.name != TORCH:
-            raise UsageError(f"--search ranks the torch stack's layouts; with --stack "
-                             f"{run_stack.name} give the layout (--tp, --pp, --zero)")
         if ns.dp is not None or ns.tp != 1 or ns.pp != 1:
             raise UsageError("--search tries every tp, pp and dp; leave them out")
         if hw is None or not hw.memory_bytes or not hw.peak_flops:
@@ -230,7 +227,7 @@ def run(ns: argparse.Namespace, config) -> int:
                         fix_zero=ns.zero is not None or bool(ns.fsdp),
                         fix_sp=ns.sp, fix_micro=ns.micro_batch is not None, fix_ep=ns.ep != 1,
                         fix_cp=ns.cp != 1, fix_vpp=ns.virtual_stages != 1,
-                        progress=_ticker(), tokens=ns.tokens)
+                        progress=_ticker(), tokens=ns.tokens, stack=run_stack)
         tables, data = search_tables, export.search_dict
     else:
         dp = resolve(ns.gpus, ns.tp, ns.pp, ns.dp, ns.cp)

@@ -94,11 +94,12 @@ def compare(measured: dict) -> list[Row]:
                     if whole else ""))
     rows.append(Row("AdamW m and v elements", 2 * st.moments, m["moment_numel"]))
     rows.append(Row("AdamW step counters", st.owned_tensors, m["step_counters"]))
-    # torchtitan's stack: its blocks compute in bf16 (FSDP2's bf16 parameters, fp32 buffers
-    # such as the RoPE tables promoting what they touch), where the plan counts the tensors
-    # as under bf16 autocast less the weight copies: formula only (measured here for Llama
-    # 3.1 8B's shape, 2 blocks, T = 32: 16,165,376 bytes saved against 17,873,408 planned);
-    # its states, bf16 all-gathers, fp32 reduce-scatters and FLOPs are compared
+    # torchtitan's stack: the plan counts torchtitan's own Llama (the builder's TORCHTITAN
+    # implementation in bf16, checked on the CPU by tests/test_stack_implementations.py);
+    # this suite runs model/'s blocks under FSDP2's bf16 policy (fp32 buffers such as the
+    # RoPE tables promoting what they touch), another model: not compared (measured for
+    # Llama 3.1 8B's shape, 2 blocks, T = 32: 16,165,376 bytes saved); its states, bf16
+    # all-gathers, fp32 reduce-scatters and FLOPs are compared
     if measured.get("block_saved_bytes") is not None and case.get("stack", "torch") == "torch":
         count = dict(s.kinds)  # blocks of each kind (DeepSeek's dense and MoE ones)
         planned = sum(count.get(r.record.repeat, 0) * r.bytes.at(case["micro_batch"])

@@ -251,15 +251,20 @@ def ledger(config: ModelConfig, autocast: str | None = None, recompute: str = "n
 
 @lru_cache(maxsize=64)
 def unfolded_ledger(config: ModelConfig, autocast: str | None = None,
-                    recompute: str = "none") -> Ledger:
+                    recompute: str = "none", implementation: str = "course",
+                    param_dtype: str = "fp32", dropout: bool = False) -> Ledger:
     """The same facts with h·d_k never written d_model, so that every tensor and weight with
-    a heads dimension shows it (the parallel planner splits exactly those over TP ranks)."""
-    return _build(config, autocast, recompute, fold=False)
+    a heads dimension shows it (the parallel planner splits exactly those over TP ranks);
+    `dropout`: Megatron's dropouts on (implementation "megatron")."""
+    return _build(config, autocast, recompute, fold=False, implementation=implementation,
+                  param_dtype=param_dtype, dropout=dropout)
 
 
 def _build(config: ModelConfig, autocast: str | None, recompute: str, fold: bool,
-           implementation: str = "course", param_dtype: str = "fp32", adapters=None) -> Ledger:
-    t = builder.walk(config, autocast, recompute, fold, implementation, param_dtype, adapters)
+           implementation: str = "course", param_dtype: str = "fp32", adapters=None,
+           dropout: bool = False) -> Ledger:
+    t = builder.walk(config, autocast, recompute, fold, implementation, param_dtype, adapters,
+                     dropout)
     acts = _activations(t, fold)
     inputs = [a for a in acts if a.block_input]
     if len(inputs) != len(t.groups) or not all(a.per_layer for a in inputs):

@@ -37,6 +37,7 @@ from accounting.ledger.trace_kernels import KernelOps
 from accounting.units import FP32
 
 LOSS = "loss"  # where F.cross_entropy's ops run: outside the model
+SAC = "SAC policy"  # what a selective checkpoint's policy keeps (Trace.policy_region)
 
 
 class Trace(KernelOps):
@@ -45,6 +46,9 @@ class Trace(KernelOps):
         self.param_dtype = param_dtype  # bf16: model.to(torch.bfloat16); LoRA: the frozen base's
         self.hf = False  # the ops of transformers' modeling code, where they differ (builder)
         self.hf_olmo2 = False  # OLMo-2's RMSNorm (the gain in fp32, then the cast), fp32 RoPE
+        self.megatron = False  # Megatron-Core + TE's fused modules (builder/megatron.py)
+        self.dropout = False  # Megatron: dropout on (its masks saved)
+        self.titan = False  # torchtitan's Llama (builder/megatron.py's fused norm, its RoPE)
         self.adapters = adapters  # LoRA (builder/lora.py): every other parameter frozen
         self.lora_outputs: dict = {}  # a fused PEFT layer's lora_A output, by its input
         self.path: list[str] = []
@@ -66,6 +70,7 @@ class Trace(KernelOps):
         self._tick = 0  # counts ops, to order computes and saves within a region
         self._no_grad = False  # inside torch.no_grad(): nothing saved, no gradient matmul
         self._unnamed_saves: list[str] = []
+        self.sac_mms: int | None = None  # inside policy_region: the block's mms so far
 
     # ---- where the run is ----------------------------------------------------------------
     @property
@@ -130,6 +135,27 @@ class Trace(KernelOps):
             self.recomputed += [r for tick, r in self._region_matmuls
                                 if tick < self._region_last_save]
             self._region = outer
+
+    @contextmanager
+    def policy_region(self, name: str, inputs: tuple[Sym, ...]):
+        """torch.utils.checkpoint with a selective-checkpoint policy (torchtitan's per-op
+        SAC, torchtitan/models/llama3/infra/parallelize.py _get_custom_policy): as
+        recomputed_region, but the outputs the policy marks MUST_SAVE are kept — here every
+        odd mm's output (mm_output) and the attention kernel's outputs (fused_attention)."""
+        with self.recomputed_region(name, inputs):
+            outer, self.sac_mms = self.sac_mms, 0
+            try:
+                yield
+            finally:
+                self.sac_mms = outer
+
+    def mm_output(self, y: Sym) -> None:
+        """A linear's mm under the policy: the 1st, 3rd, 5th … of the block saved, every
+        second one recomputed."""
+        if self.sac_mms is not None:
+            self.sac_mms += 1
+            if self.sac_mms % 2:
+                self._saves(y, f"{SAC}: mm #{self.sac_mms} (odd: saved)", after=True)
 
     # ---- declarations -------------------------------------------------------------------
     def param(self, name: str, shape: tuple[str, ...], component: str, lookup: bool = False,
@@ -199,7 +225,7 @@ class Trace(KernelOps):
         after (`after`: an output)."""
         if self._no_grad:
             return  # torch.no_grad(): autograd records nothing
-        if self._region is not None and not by.startswith("checkpoint"):
+        if self._region is not None and not by.startswith(("checkpoint", SAC)):
             self._region_last_save = max(self._region_last_save, self._tick + (0.5 if after else -0.5))
             return  # inside a checkpoint nothing is kept
         if x.param:

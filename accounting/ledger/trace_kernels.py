@@ -49,4 +49,6 @@ class KernelOps:
             self._saves(x, desc)
         for x in (out, lse):
             self._saves(x, desc, after=True)
+            if self.sac_mms is not None:  # the policy's save list has SDPA's outputs
+                self._saves(x, f"SAC policy: {desc}", after=True)
         return out

@@ -166,18 +166,21 @@ def model_state_estimates(p: ParallelPlan) -> list[MemoryEstimate]:
 
 def _megatron_terms(p: ParallelPlan, paper: list[tuple[str, Number]]) -> list[MemoryTerm]:
     b = p.layout.micro_batch
-    saved = M.layer(p.config, p.stack.megatron(p.layout, p.seq))
+    saved = p.stack.megatron_layer(p.config, p.layout, p.seq // p.layout.cp)
     terms = []
     for label, value in paper:
-        mine = sum(s.bytes * b for s in saved if s.paper == label)
+        mine = sum(x * b for _, term, x in saved if term == label)
         if mine != value:
             terms.append(MemoryTerm(f"{label}: {mine:,} here, the formula {_num(value)}",
                                     exact(mine - value),
-                                    "; ".join(s.name for s in saved if s.paper == label)
+                                    "; ".join(n for n, term, _ in saved if term == label)
                                     or "not saved by this stack in this setting"))
-    for s in saved:
-        if s.paper is None:
-            terms.append(MemoryTerm(f"not in the formula: {s.name}", s.bytes * b, s.saved_by))
+    _, rows = M.rows(p.config, p.layout, p.seq // p.layout.cp, p.stack.dropout > 0,
+                     p.stack.kernel)
+    why = {r.record.name: r.record.why for r in rows}  # the ledger's "saved by …"
+    for name, term, x in saved:
+        if term is None:
+            terms.append(MemoryTerm(f"not in the formula: {name}", x * b, why.get(name, "")))
     return terms
 
 

@@ -8,6 +8,7 @@ from accounting.ledger.builder.common import (ALIBI, QK_NORM, ATTN_SCALE, CAUSAL
                                               MUP, NORM_PARAMS, OUTPUT_GATE, SOFTCAP, TEMPERATURE,
                                               Arch)
 from accounting.ledger.builder.layers import Linear, Norm, RoPE, l2_norm
+from accounting.ledger.builder import megatron
 
 
 class Attention:
@@ -45,10 +46,12 @@ class Attention:
                                    QK_NORM, comp, c.norm_offset, a.width(kv=True) if per else None)
             if c.positions == "alibi":  # Falcon's per-head slopes (float32, persistent=False)
                 self.slopes = t.buffer("alibi_slopes", ("h",), 4)
-            # transformers: one RotaryEmbedding for the model (transformer.walk), none here
-            self.rope = None if not rope or a.hf else \
+            # transformers and Megatron: one rotary module for the model (transformer.walk)
+            self.rope = None if not rope or a.hf or a.megatron or a.titan else \
                 RoPE(t, "d_k" if c.rotary_dim is None else "d_rot")
             self.hf_rope = rope and a.hf
+            self.megatron_rope = rope and a.megatron
+            self.titan_rope = rope and a.titan
 
     def __call__(self, x: Sym, out_label: str, out_course: str) -> Sym:
         t, a, c = self.t, self.a, self.a.c
@@ -79,6 +82,17 @@ class Attention:
             if self.hf_rope:  # apply_rotary_pos_emb(q, k, cos, sin)
                 q = a.rotary.rotate(q, a.rope_tables, "Q after RoPE")
                 k = a.rotary.rotate(k, a.rope_tables, "K after RoPE")
+            if self.megatron_rope:  # TE's fused RoPE on the model's frequencies
+                q = megatron.fused_rope(t, q, a.freqs, "Q after RoPE")
+                k = megatron.fused_rope(t, k, a.freqs, "K after RoPE")
+            if self.titan_rope:  # apply_rotary_emb: complex product with the freqs_cis buffer
+                q = megatron.fused_rope(t, q, None, "Q after RoPE")
+                k = megatron.fused_rope(t, k, None, "K after RoPE")
+            if a.titan and a.gqa:  # repeat_kv: expand + reshape, a copy of h heads each
+                k = t.view(t.name(t.copy(k, ("B", "T", "h", "d_k")), "K repeated (repeat_kv)"),
+                           a.heads(), contiguous=False)
+                v = t.view(t.name(t.copy(v, ("B", "T", "h", "d_k")), "V repeated (repeat_kv)"),
+                           a.heads(), contiguous=False)
             if self.rope is not None:
                 positions = t.fresh(("T",), R.INT64)  # torch.arange(seq)
                 if c.rotary_dim is None:
@@ -138,11 +152,13 @@ class Attention:
         t, c = self.t, self.a.c
         mask = None
         kind = "sliding-window" if self.local else "chunked" if self.chunked else "causal"
-        if c.attention == "naive" or self.local or self.chunked:
+        if (c.attention == "naive" and not self.a.megatron) or self.local or self.chunked:
             # DeepSeek-V3.2: causal & the indexer's top-k, one per sequence, (B, 1, T, T)
             mask = t.name(t.fresh(("B", "T", "T") if self.topk else ("T", "T"), R.BOOL),
                           f"{kind} mask" + (" and the indexer's top-k" if self.topk else ""))
-        if c.attention == "sdpa":  # model/fused.py's fused_causal_attention(q, k, v, mask)
+        if self.a.megatron and c.attention == "naive" and mask is None:  # Megatron's unfused
+            inputs, core = (q, k, v), lambda: megatron.unfused_core(self, q, k, v)
+        elif c.attention == "sdpa":  # model/fused.py's fused_causal_attention(q, k, v, mask)
             def core():
                 additive = None
                 if mask is not None:  # the kernel takes an additive mask: where(mask, 0, −inf),
@@ -189,18 +205,24 @@ class Attention:
                       useful=self.v_useful)
         return t.fused_attention(q, k, v, (qk, pv), self.out_heads(), ("B", "h", "T"), mask)
 
+    def records(self) -> tuple[R.Matmul, R.Matmul]:
+        """The core's two matmuls, QKᵀ and scores·V, as the unfused core runs them."""
+        t = self.t
+        batch, rows, note = self._grouping()
+        kw = dict(causal=True, note=note, window=self.local, chunk=self.chunked, topk=self.topk)
+        return (R.Matmul("QKᵀ scores", R.ATTN_CORE, t.module, t.repeat, R.FORWARD, batch, rows,
+                         ("d_k",), ("T",), grads=("dQ", "dK"), **kw),
+                R.Matmul("scores·V", R.ATTN_CORE, t.module, t.repeat, R.FORWARD, batch, rows,
+                         ("T",), (self.v_dim,), grads=("d(scores)", "dV"), **kw))
+
     def core(self, q: Sym, k: Sym, v: Sym, mask: Sym, bias: Sym | None = None) -> Sym:
         """scaled_dot_product_attention: softmax(QKᵀ/√d_k, masked) V, with grouped K/V
         broadcast over each group of query heads (bmm batch B·h_kv, g·T query rows); ALiBi's
         bias added to the scores before the scale."""
         t, a = self.t, self.a
-        batch, rows, note = self._grouping()
+        qk, pv = self.records()
         scores_shape = ("B", "h", "T", "T")
-        dtype = t.matmul(q, k, R.Matmul("QKᵀ scores", R.ATTN_CORE, t.module, t.repeat, R.FORWARD,
-                                        batch, rows, ("d_k",), ("T",), causal=True,
-                                        grads=("dQ", "dK"), note=note, window=self.local,
-                                        chunk=self.chunked, topk=self.topk),
-                         copy_labels=("Q (heads layout)", "K (heads layout)"))
+        dtype = t.matmul(q, k, qk, copy_labels=("Q (heads layout)", "K (heads layout)"))
         scores = t.name(Sym(scores_shape, dtype), "QKᵀ scores", "QKᵀ")
         if bias is not None:  # scores + bias.to(scores.dtype)
             scores = t.binary("aten.add", scores, t.cast(bias, dtype, "ALiBi bias (copy)"),
@@ -229,11 +251,7 @@ class Attention:
                          out="softmax row sum with the sink")
         weights = t.binary("aten.div", e, s, "exp / sum", SOFTMAX, out="softmax output",
                            course="softmax")
-        dtype = t.matmul(weights, v, R.Matmul("scores·V", R.ATTN_CORE, t.module, t.repeat,
-                                              R.FORWARD, batch, rows, ("T",), (self.v_dim,),
-                                              causal=True, grads=("d(scores)", "dV"), note=note,
-                                              window=self.local, chunk=self.chunked, topk=self.topk),
-                         copy_labels=("softmax output (copy)", "V (heads layout)"))
+        dtype = t.matmul(weights, v, pv, copy_labels=("softmax output (copy)", "V (heads layout)"))
         return t.name(Sym(self.out_heads(), dtype), "attention-weighted values",
                       "attention-weighted values")
 

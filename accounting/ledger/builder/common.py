@@ -43,15 +43,28 @@ NORM_PARAMS = {"rmsnorm": "RMSNorm gains", "layernorm": "LayerNorm weights and b
 
 ROW = ("B", "T", "d_model")
 COURSE, TRANSFORMERS = "course", "transformers"  # the implementations the builder mirrors
+# Megatron-Core with Transformer Engine (builder/megatron.py): the `--stack megatron` plans'
+# implementation, its fused modules' saved tensors (not a single-GPU --implementation)
+MEGATRON = "megatron"
+# torchtitan's own Llama (builder: torch's fused rms_norm, complex RoPE, repeat_kv, F.silu,
+# the loss in fp32): the `--stack torchtitan` plans' implementation for dense Llama blocks
+TORCHTITAN = "torchtitan"
+DROPOUT_MASK = "dropout mask"  # the label every dropout's saved 1-byte mask ends with
 
 
 class Arch:
     """The symbols the spec's sizes are written in, shared by every module below."""
 
-    def __init__(self, c: ModelConfig, fold: bool = True, implementation: str = COURSE):
+    def __init__(self, c: ModelConfig, fold: bool = True, implementation: str = COURSE,
+                 dropout: bool = False):
         self.c = c
-        # whose ops: model/ as written (COURSE) or transformers' modeling code (TRANSFORMERS)
+        # whose ops: model/ as written (COURSE), transformers' modeling code (TRANSFORMERS)
+        # or Megatron-Core + TE's fused modules (MEGATRON; `dropout`: its dropouts on)
         self.hf = implementation == TRANSFORMERS
+        self.megatron = implementation == MEGATRON
+        self.titan = implementation == TORCHTITAN
+        self.dropout = dropout and self.megatron
+        self.freqs = None  # Megatron: the fp32 RoPE frequencies, computed once per pass
         self.rope_tables = None  # transformers: (cos, sin), computed once per forward
         # h·d_k is written d_model (fold=False keeps the heads dimension visible: tensor
         # parallelism splits exactly the tensors that have one)

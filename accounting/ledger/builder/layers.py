@@ -6,7 +6,7 @@ from accounting.units import FP32
 from accounting.spec.config import ModelConfig
 from accounting.ledger.trace import Sym, Trace
 from accounting.ledger.builder.common import ROPE, BIAS, MUP, ACTIVATION_COMPONENT
-from accounting.ledger.builder import lora
+from accounting.ledger.builder import lora, megatron
 
 
 class Linear:
@@ -38,7 +38,9 @@ class Linear:
                     y.dtype = dtype  # so the output stays bf16 (model/'s fp32 bias promotes it)
             if t.adapters is not None and t.adapters.targets(t.per_block, t.module):
                 y = lora.apply(t, self, x, y)  # PEFT's LoRA on this layer
-        return t.name(y, label, course)
+            y = t.name(y, label, course)
+            t.mm_output(y)  # under a selective-checkpoint policy (torchtitan's)
+        return y
 
 
 class Norm:
@@ -62,6 +64,12 @@ class Norm:
                          if kind == "layernorm" else None)
 
     def __call__(self, x: Sym, out_label: str, course: str = "") -> Sym:
+        # Transformer Engine's fused norm, or torch's fused rms_norm (builder/megatron.py)
+        if self.t.megatron or (self.t.titan and self.kind == "rmsnorm"):
+            return megatron.fused_norm(self.t, self, x, out_label, course)
+        return self.ops(x, out_label, course)
+
+    def ops(self, x: Sym, out_label: str, course: str = "") -> Sym:
         t, w, k = self.t, self.width, self.component
         over = "·".join(w)
         m = f"{t.module}.{self.name}" if t.module else self.name
@@ -266,12 +274,22 @@ class FeedForward:
                 b = self.w3(x, "W3 output", "W3")
                 return self.w2(clamped_swiglu(t, a, b, self.component, "gated product (W2 input)"),
                                "W2 output", out_course)
-            h = activation(t, self.kind.activation, a, self.component, act_course)
-            if self.w3 is not None:
-                b = self.w3(x, "W3 output", "W3 (SwiGLU)" if self.kind.activation == "silu" else "W3")
+            b = (self.w3(x, "W3 output", "W3 (SwiGLU)" if self.kind.activation == "silu" else "W3")
+                 if self.w3 is not None and t.megatron else None)
+
+            def run() -> Sym:
+                h = activation(t, self.kind.activation, a, self.component, act_course)
+                if self.w3 is None:
+                    return h
+                w3 = b if b is not None else self.w3(
+                    x, "W3 output", "W3 (SwiGLU)" if self.kind.activation == "silu" else "W3")
                 act = "SiLU(W1·x)" if self.kind.activation == "silu" else "GELU(W1·x)"
-                h = t.binary("aten.mul", h, b, f"gate: {act} · W3·x", self.component,
-                             out="gated product (W2 input)")
+                return t.binary("aten.mul", h, w3, f"gate: {act} · W3·x", self.component,
+                                out="gated product (W2 input)")
+            if t.megatron:  # Megatron's fused bias-GeLU/SwiGLU (builder/megatron.py)
+                h = megatron.fused_activation(t, run, a, b, "activation output (W2 input)")
+            else:
+                h = run()
             y = self.w2(h, "W2 output", out_course)
             # Falcon-H1: down_proj(y) · down_multiplier
             return t.binary("aten.mul", y, None, "W2·y · down_multiplier", MUP) if self.mup else y

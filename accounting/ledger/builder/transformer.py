@@ -11,7 +11,7 @@ from accounting.units import FP32
 from accounting.ledger.builder.attention import Attention
 from accounting.ledger.builder.latent_attention import LatentAttention
 from accounting.ledger.builder.moe import MoE
-from accounting.ledger.builder import lora
+from accounting.ledger.builder import lora, megatron
 from accounting.ledger.builder.recurrent import ShortConv
 from accounting.ledger.builder.delta import GatedDeltaNet
 from accounting.ledger.builder.kda import KimiDeltaAttention
@@ -49,8 +49,9 @@ class Block:
             self.attn = LatentAttention(t, a, recompute, local)
         else:
             lk = self.kind  # the block's LayerKind (`kind` above is the norm's)
-            self.attn = Attention(t, a, recompute, local, lk is not None and lk.chunked,
-                                  lk is not None and lk.nope)
+            # (torchtitan's selective recomputation is per op: the block's, not the core's)
+            self.attn = Attention(t, a, "none" if a.titan else recompute, local,
+                                  lk is not None and lk.chunked, lk is not None and lk.nope)
         self.post_attn_norm = (Norm(t, "post_attn_norm", kind, ("d_model",), NORMS[kind], comp, off)
                                if sandwich else None)
         self.ln2 = None if a.c.block in ("parallel_shared_norm", "single") else \
@@ -64,9 +65,14 @@ class Block:
         t, pre = self.t, self.c.norm_placement == "pre"
         x = t.name(t.fresh(ROW, grad=True), "ln1 input" if pre else "block input",
                    f"{NORMS[self.c.norm]} inputs" if pre else "", block_input=True)
-        if self.recompute == "full":  # checkpoint(block, x): keeps x, runs it again
-            # transformers passes the rotary cos/sin into each layer: checkpoint keeps them
-            extra = tuple(self.a.rope_tables) if self.a.hf and self.a.rope_tables else ()
+        if self.recompute == "selective" and self.a.titan:  # torchtitan's per-op SAC
+            with t.policy_region("block (per-op selective checkpointing)", (x,)):
+                self.run(x)
+        elif self.recompute == "full":  # checkpoint(block, x): keeps x, runs it again
+            # transformers passes the rotary cos/sin into each layer, Megatron its
+            # frequencies: checkpoint keeps them (one storage for every layer)
+            extra = tuple(self.a.rope_tables) if self.a.hf and self.a.rope_tables else \
+                (self.a.freqs,) if self.a.freqs is not None else ()
             with t.recomputed_region("block", (x,) + extra):
                 self.run(x)
         else:
@@ -91,14 +97,16 @@ class Block:
             y = t.binary("aten.add", x, o, "x + attn + ffn (parallel)", RESIDUAL)
             m = self.scaled(self.ffn(h if self.ln2 is None else self.ln2(x, "ln2 output"), "W2"))
             t.binary("aten.add", y, m, "x + attn + ffn (parallel)", RESIDUAL)
-        elif self.c.norm_placement == "pre":
+        elif self.c.norm_placement == "pre":  # (Megatron: each sublayer's output dropped out)
             h = self.ln1(x, "ln1 output")
             o = self.scaled(self.attn(h, "output projection output", "output projection")
                             if self.mamba is None else self.hybrid(h))
+            o = megatron.dropout(t, o, "attention's hidden")
             y = t.binary("aten.add", x, o, "x + attn, y + ffn", RESIDUAL)
             y = t.name(y, "ln2 input", norm_course)
             h = self.ln2(y, "ln2 output")
-            t.binary("aten.add", y, self.scaled(self.ffn(h, "W2")), "x + attn, y + ffn", RESIDUAL)
+            f = megatron.dropout(t, self.scaled(self.ffn(h, "W2")), "MLP's hidden")
+            t.binary("aten.add", y, f, "x + attn, y + ffn", RESIDUAL)
         elif self.c.norm_placement == "sandwich":  # Gemma 2/3: norms before and after
             h = self.ln1(x, "ln1 output")
             o = self.attn(h, "output projection output", "output projection")
@@ -156,7 +164,7 @@ def _symbol(kind, kinds) -> str:
 
 def walk(c: ModelConfig, autocast: str | None = None, recompute: str = "none",
          fold: bool = True, implementation: str = COURSE, param_dtype: str = FP32,
-         adapters=None) -> Trace:
+         adapters=None, dropout: bool = False) -> Trace:
     """Build (declare) the model, then run one training step's forward and loss: in float32,
     or under torch.autocast(autocast, dtype=torch.bfloat16); with activation recomputation
     "none", "full" (checkpoint each block) or "selective" (checkpoint the attention core);
@@ -164,9 +172,12 @@ def walk(c: ModelConfig, autocast: str | None = None, recompute: str = "none",
     runs transformers' ops where they differ from model/'s (its RoPE module, RMSNorm and
     SiLU; accounting/planning/recipes.py says for which configs); param_dtype bf16 holds
     the parameters in bf16 (model.to(torch.bfloat16), no autocast); adapters (builder/lora.py):
-    LoRA on the linears it names, every other parameter frozen in param_dtype."""
-    t, a = Trace(autocast, param_dtype, adapters), Arch(c, fold, implementation)
-    t.hf = a.hf
+    LoRA on the linears it names, every other parameter frozen in param_dtype.
+    implementation MEGATRON runs Megatron-Core + Transformer Engine's fused modules
+    (builder/megatron.py; `dropout`: its dropouts on, their masks saved)."""
+    t, a = Trace(autocast, param_dtype, adapters), Arch(c, fold, implementation, dropout)
+    t.hf, t.megatron, t.dropout = a.hf or a.titan, a.megatron, a.dropout  # titan: F.silu
+    t.titan = a.titan
     t.hf_olmo2 = a.hf and c.norm_placement == "post"  # Olmo2RMSNorm
     # __init__, in model/transformer.py's registration order
     with t.scope("token_embeddings"):
@@ -203,7 +214,12 @@ def walk(c: ModelConfig, autocast: str | None = None, recompute: str = "none",
         with t.scope("position_embeddings"):
             positions = t.name(t.fresh(("T",), R.INT64), "position ids")
             p = t.lookup(pos, positions, ("T", "d_model"))
-        t.binary("aten.add", x, p, "token + position embedding", POSITION_ADD)
+        x = t.binary("aten.add", x, p, "token + position embedding", POSITION_ADD)
+    if a.megatron:  # LanguageModelEmbedding.embedding_dropout; GPTModel's rotary_pos_emb
+        with t.scope("token_embeddings"):
+            x = megatron.dropout(t, x, "embedding")
+        if c.positions == "rope":
+            a.freqs = t.name(t.fresh(("T", "d_k"), FP32), "RoPE frequencies (fp32, once per pass)")
     if a.hf and c.positions == "rope":  # position_embeddings = self.rotary_emb(x, position_ids)
         a.rope_tables = a.rotary.tables(x)
     for block, (symbol, _) in zip(blocks, t.groups):
@@ -225,8 +241,13 @@ def walk(c: ModelConfig, autocast: str | None = None, recompute: str = "none",
 
     # F.cross_entropy(logits, targets) = nll_loss(log_softmax(logits)): outside the model
     with t.outside(LOSS):
-        targets = t.name(t.fresh(("B", "T"), R.INT64), "targets")
-        cross_entropy(t, logits, targets, "cross-entropy")
+        if a.titan:  # torchtitan's cross_entropy_loss: F.cross_entropy(pred.float(), …)
+            logits = t.cast(logits, FP32, "logits (fp32 copy)")
+        if a.megatron:
+            megatron.vocab_parallel_cross_entropy(t, logits)
+        else:
+            targets = t.name(t.fresh(("B", "T"), R.INT64), "targets")
+            cross_entropy(t, logits, targets, "cross-entropy")
     t.check()
     return t
 

@@ -25,8 +25,8 @@ from functools import lru_cache
 
 from accounting.ledger import records as R
 from accounting.planning.parallel.layout import NO_RECOMPUTE, Layout, micro_batches_in_flight
-from accounting.planning.parallel.shards import (BLOCK, FIRST, GATHERED, LAST, SEQUENCE,
-                                                 TP_SPLIT, Split)
+from accounting.planning.parallel.shards import (BLOCK, EVERY, FIRST, GATHERED, LAST,
+                                                 SEQUENCE, TP_SPLIT, Split)
 
 
 @dataclass(frozen=True)
@@ -54,19 +54,20 @@ class Row:
 
 
 def rows(sp: Split, layout: Layout, seq: int, megatron_sp: bool = False,
-         tp_rank: int = 0, micro_batch: int | None = None) -> list[Row]:
+         tp_rank: int = 0, micro_batch: int | None = None,
+         vocab: int | None = None) -> list[Row]:
     """`micro_batch` (default: the layout's) matters only under an expert capacity factor,
     whose C = ⌈c·b·T·k/E⌉ rows per expert are not linear in b: there a·b + c is exact at
-    this b only."""
+    this b only. `vocab`: V as the stack holds it (Megatron pads it), if not the config's."""
     b = layout.micro_batch if micro_batch is None else micro_batch
     capacity = sp.config.num_experts is not None and sp.config.moe_capacity_factor is not None
     return list(_rows(sp, layout.tp, layout.sp, seq, megatron_sp, tp_rank,
-                      b if capacity else 1, layout.ep))
+                      b if capacity else 1, layout.ep, vocab))
 
 
 @lru_cache(maxsize=4096)
 def _rows(sp: Split, tp_degree: int, sequence_parallel: bool, seq: int, megatron_sp: bool,
-          tp_rank: int, b: int = 1, ep: int = 1) -> tuple[Row, ...]:
+          tp_rank: int, b: int = 1, ep: int = 1, vocab: int | None = None) -> tuple[Row, ...]:
     """Every tensor autograd saves in the run `sp` was built for (its autocast dtypes, its
     recomputation), with its bytes on TP rank `tp_rank` for one micro-batch of b sequences.
     accounting/distcheck checks the blocks' part on torch, rank by rank.
@@ -79,6 +80,8 @@ def _rows(sp: Split, tp_degree: int, sequence_parallel: bool, seq: int, megatron
     dispatch buffer (the last one where dropped slots go), an expert-parallel rank the E·C
     rows the all-to-all delivered."""
     full = sp.values(seq, b)
+    if vocab is not None:
+        full["V"] = vocab
     local_experts = None
     if ep > 1:
         if "E·C+1" in full:
@@ -129,7 +132,8 @@ def stage_activations(kept: list[Row], without_recompute: list[Row], layout: Lay
     p = layout.pp
     count = dict(kinds)
     in_flight = micro_batches_in_flight(layout, stage)
-    places = {BLOCK} | ({FIRST} if stage == 0 else set()) | ({LAST} if stage == p - 1 else set())
+    places = {BLOCK, EVERY} | ({FIRST} if stage == 0 else set()) | \
+        ({LAST} if stage == p - 1 else set())
 
     def total(rs, where=places, copies=None) -> Linear:
         return sum(((r.bytes.times(count.get(r.record.repeat, 0)) if r.place == BLOCK

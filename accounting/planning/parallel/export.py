@@ -30,11 +30,10 @@ def stack_dict(p: ParallelPlan) -> dict:
            "dropout": s.dropout if s.name == "megatron" else None,
            "attention_kernel": s.kernel if s.name == "megatron" else None}
     if s.name == "megatron":  # the per-layer tensors Korthikanti et al. count, by their term
-        from accounting.planning.parallel import megatron as M
         terms: dict[str, int] = {}
-        for x in M.layer(p.config, s.megatron(p.layout, p.seq)):
-            if x.paper:
-                terms[x.paper] = terms.get(x.paper, 0) + x.bytes * p.layout.micro_batch
+        for _, paper, x in s.megatron_layer(p.config, p.layout, p.seq // p.layout.cp):
+            if paper:
+                terms[paper] = terms.get(paper, 0) + x * p.layout.micro_batch
         out["per_layer_korthikanti_terms_bytes"] = terms
         out["per_layer_korthikanti_bytes"] = sum(terms.values())
     return out
@@ -120,7 +119,7 @@ COLUMNS = ("model", "gpus", "tp", "pp", "dp", "sp", "zero", "micro_batch", "glob
 
 
 def search_dict(s) -> dict:
-    return {"gpus": s.gpus, "seq": s.seq, "config": config_dict(s.config),
+    return {"gpus": s.gpus, "seq": s.seq, "config": config_dict(s.config), "stack": s.stack.name,
             "ranked": [to_dict(p) for p in s.ranked],
             "rejected": [{"layout": layout_dict(r.layout), "reason": r.reason,
                           "shortfall_bytes": r.shortfall} for r in s.rejected]}

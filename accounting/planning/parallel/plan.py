@@ -223,7 +223,7 @@ def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage:
                stack: StackRun = StackRun(), counting: str = EXECUTED) -> StagePlan:
     """One GPU of a stage: TP rank `tp_rank`, data-parallel rank `dp_rank` (default: 0, or
     under ZeroRedundancyOptimizer the rank with the most AdamW state). `act_rows` are the
-    saved tensors of a rank's T/cp tokens."""
+    saved tensors of a rank's T/cp tokens (the course model's: another stack plans its own)."""
     c = sp.config
     layers = stage_layers(c, layout, stage)
     kinds = sp.kinds(layers)
@@ -232,11 +232,14 @@ def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage:
     # group with context parallelism; torchtitan's dp_shard_cp mesh); each rank runs T/cp tokens
     dl = data_layout(layout)
     local = seq // layout.cp
-    units, st = _states(sp, seq, layout.micro_batch, _states_key(dl), stage, tp_rank, dp_rank)
+    # (ZeroRedundancyOptimizer's most loaded rank is torch's; the other stacks' states are
+    # the same on every data-parallel rank)
+    units, st = _states(sp, seq, layout.micro_batch, _states_key(dl), stage, tp_rank,
+                        dp_rank if dp_rank is not None or stack.name == TORCH else 0)
     z, d, p = dl.sharding, dl.dp, precision
     if stack.name != TORCH:
         items, acts = stack_memory(stack, sp, dl, precision, st, stage, kinds, values, local,
-                                   act_rows, tp_rank)
+                                   tp_rank)
         return _finish(sp, layout, precision, seq, stage, layers, kinds, units, st, items,
                        acts, values, tp_rank, W16 if stack.name == TORCHTITAN else None,
                        counting)
@@ -359,8 +362,10 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
     sp = split(config, precision.autocast, layout.recompute)
     values = sp.values(seq, layout.micro_batch)
     local = seq // layout.cp  # each context-parallel rank saves its T/cp tokens' tensors
-    rows = (A.rows(sp, layout, local, tp_rank=tp_rank),
-            A.rows(split(config, precision.autocast), layout, local, tp_rank=tp_rank))
+    # the course model's saved tensors (a stack other than torch plans its own: stack_memory)
+    rows = ((A.rows(sp, layout, local, tp_rank=tp_rank),
+             A.rows(split(config, precision.autocast), layout, local, tp_rank=tp_rank))
+            if stack.name == TORCH else ([], []))
     counting = USEFUL if mfu_convention != EXECUTED else EXECUTED
     plans = tuple(stage_plan(sp, layout, precision, seq, s, rows, values, tp_rank, dp_rank,
                              stack, counting)

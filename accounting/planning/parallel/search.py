@@ -25,6 +25,8 @@ from accounting.planning.gpus import Hardware, Interconnect
 from accounting.planning.memory import Precision
 from accounting.planning.parallel.layout import Layout, check_numbers, divisors, experts, problems
 from accounting.planning.parallel.plan import ParallelPlan, parallel_plan
+from accounting.planning.parallel.stack_memory import StackRun
+from accounting.planning.parallel.stacks import DEEPSPEED, TORCH, problems as stack_problems
 
 
 MIN_CP_TOKENS = 1024  # the shortest sequence shard the search gives a context-parallel rank
@@ -45,17 +47,22 @@ class Search:
     ranked: tuple[ParallelPlan, ...]  # fastest first
     rejected: tuple[Rejected, ...]
     fixed: dict  # what the user fixed (zero, sp, micro_batch)
+    stack: StackRun = StackRun()  # the training stack every layout is planned under
 
 
 def search(config: ModelConfig, base: Layout, seq: int, *, precision: Precision,
            hardware: Hardware, net: Interconnect | None, mfu="0.5", margin="0",
            fix_zero: bool = False, fix_sp: bool = False, fix_micro: bool = False,
            fix_ep: bool = False, fix_cp: bool = False, fix_vpp: bool = False,
-           progress=None, tokens: int | None = None, **utilization) -> Search:
+           progress=None, tokens: int | None = None, stack: StackRun = StackRun(),
+           **utilization) -> Search:
     """`base` carries the GPUs, global batch, recomputation and whatever the user fixed;
     `tokens` (--tokens) gives each layout its time to train; `progress(done, total)`, if
     given, is called before each (tp, pp) pair and each layout planned (the CLI's
-    accounting/runtime/progress.Ticker: a line on stderr when a search runs long)."""
+    accounting/runtime/progress.Ticker: a line on stderr when a search runs long).
+    `stack`: every layout planned as that stack holds it, among its sharding stages (its
+    engines: Megatron 0-1, DeepSpeed 0-3, torchtitan 2-3); DeepSpeed's data parallelism
+    alone (tp = pp = 1: Megatron-DeepSpeed's TP and PP are not modelled)."""
     check_numbers(base)
     n, E = base.gpus, experts(config)
     L = config.num_layers
@@ -79,7 +86,9 @@ def search(config: ModelConfig, base: Layout, seq: int, *, precision: Precision,
                                          ((False, True) if tp > 1 else (False,))), vpps):
             # the sharding stages from ZeRO-3 down: each lower one holds more, so once one
             # does not fit the lower ones are rejected without planning them
-            zeros = (base.zero,) if fix_zero else ((3, 2, 1, 0) if dp * cp > 1 else (0,))
+            zeros = (base.zero,) if fix_zero else (
+                tuple(z for z in (3, 2, 1, 0) if stack.name == TORCH or z in stack.stack.engines)
+                if dp * cp > 1 else (0,))
             short = 0
             for zero in zeros:
                 if progress is not None:  # (a pair's layouts may take long themselves)
@@ -91,13 +100,14 @@ def search(config: ModelConfig, base: Layout, seq: int, *, precision: Precision,
                     rejected.append(Rejected(lo, f"does not fit (ZeRO-{zero + 1} did not: "
                                                  f"this stage holds more)", short))
                     continue
-                found = problems(config, lo, seq)
+                found = problems(config, lo, seq) or stack_problems(stack.stack, config, lo,
+                                                                     stack.dropout)
                 if found:
                     rejected.append(Rejected(lo, found[0]))
                     break  # the same reason holds for every further sharding stage
                 p = parallel_plan(config, lo, seq, precision=precision, hardware=hardware,
                                   net=net, mfu=mfu, margin=margin, tokens=tokens,
-                                  **utilization)
+                                  stack=stack, **utilization)
                 if p.fit is not None and p.fit.shortfall:
                     rejected.append(Rejected(lo, "does not fit", p.fit.shortfall))
                     short = p.fit.shortfall  # at least this much for the stages below
@@ -114,6 +124,8 @@ def search(config: ModelConfig, base: Layout, seq: int, *, precision: Precision,
             state[0] += 1
             if pp > L and not fix_vpp:
                 continue  # a stage per layer at most (refused; not worth a row each)
+            if stack.name == DEEPSPEED and tp * pp > 1:
+                continue  # ZeRO's data parallelism only (stacks.problems says why)
             rest = n // (tp * pp)
             for cp in (c for c in cps if rest % c == 0):
                 # context parallelism from 1 up, until a layout fits: a larger cp only adds
@@ -124,4 +136,4 @@ def search(config: ModelConfig, base: Layout, seq: int, *, precision: Precision,
                                p.layout.label()))
     return Search(config, n, seq, tuple(ranked), tuple(rejected),
                   {"zero": fix_zero, "sp": fix_sp, "micro_batch": fix_micro, "ep": fix_ep,
-                   "cp": fix_cp, "vpp": fix_vpp})
+                   "cp": fix_cp, "vpp": fix_vpp}, stack)

@@ -6,6 +6,7 @@ from fractions import Fraction
 
 from accounting.planning.parallel.layout import ZERO_STAGES
 from accounting.planning.parallel.search import Search
+from accounting.planning.parallel.stacks import TORCH
 from accounting.planning.views import _dec, _seconds
 from accounting.present.table import Table
 from accounting.units import gigabytes, percent
@@ -13,8 +14,9 @@ from accounting.units import gigabytes, percent
 SHOWN = 20
 
 
-def _stage(zero: int, dp: int) -> str:
-    return "-" if dp == 1 else f"{zero} ({ZERO_STAGES[zero][1]})"
+def _stage(zero: int, dp: int, s: Search) -> str:
+    engine = ZERO_STAGES[zero][1] if s.stack.name == TORCH else s.stack.stack.engines[zero]
+    return "-" if dp == 1 else f"{zero} ({engine})"
 
 
 def ranked_table(s: Search) -> Table:
@@ -30,7 +32,7 @@ def ranked_table(s: Search) -> Table:
         rows.append((str(i), str(lo.tp), *([str(lo.cp)] if cps else []), str(lo.pp),
                      *([str(lo.vpp)] if vs else []), str(lo.dp), *([str(lo.ep)] if moe else []),
                      "yes" if lo.sp else "-",
-                     _stage(lo.zero, lo.dp), str(lo.micro_batch), gigabytes(p.memory),
+                     _stage(lo.zero, lo.dp, s), str(lo.micro_batch), gigabytes(p.memory),
                      gigabytes(p.fit.headroom), f"{p.fit.largest:,}", percent(p.bubble, 1),
                      _seconds(step), _dec(tok, 0),
                      *([_seconds(step * p.steps)] if train else [])))
@@ -42,7 +44,9 @@ def ranked_table(s: Search) -> Table:
                      + (f" (the {SHOWN} fastest shown)" if len(s.ranked) > SHOWN else "")
                      + f"; global batch {lo.global_batch:,} sequences of T = {s.seq:,}, "
                        f"recomputation {lo.recompute}, {first.precision.name}, "
-                       f"{first.hardware.name} at MFU {float(first.mfu):g}.")
+                       f"{first.hardware.name} at MFU {float(first.mfu):g}"
+                     + ("." if s.stack.name == TORCH else
+                        f"; memory as the {s.stack.name} stack holds it ({s.stack.stack.title})."))
     else:
         notes.append(f"No layout of {s.gpus} GPUs fits; see the rejected layouts below.")
     if not s.fixed["micro_batch"]:

@@ -21,17 +21,21 @@ over k ranks gives ⌈n/k⌉ to each rank but the last ones; rank 0 holds the mo
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property, lru_cache
 from bisect import bisect_left
-from functools import lru_cache
 
 from accounting.ledger import records as R
 from accounting.spec.config import ModelConfig
 from accounting.ledger.ledger import Ledger, unfolded_ledger
 from accounting.ledger.symbols import product
+from accounting.ledger.builder.common import DROPOUT_MASK
 
 TP_SYMBOLS = ("h", "h_kv", "d_ff", "V")
 
 FIRST, BLOCK, LAST = "first stage", "every block", "last stage"
+# a tensor made once per forward pass and saved by the blocks (the RoPE tables transformers
+# and Megatron compute once): held once on every stage
+EVERY = "every stage, once"
 
 # Activation split kinds.
 TP_SPLIT = "split over TP (heads, d_ff or V)"
@@ -126,10 +130,13 @@ class Split:
         return v
 
     def activation_kind(self, a: R.Activation) -> str:
-        if a.dtype not in R.FLOAT_DTYPES:
+        # a dropout's 1-byte mask is split as the tensor it masks
+        if a.dtype not in R.FLOAT_DTYPES and not a.name.split(" (")[0].endswith(DROPOUT_MASK):
             return REPLICATED
         if any(s in TP_SYMBOLS for s in a.shape):
             return TP_SPLIT
+        if a.saved_in in self.row_parallel:  # a row-parallel matmul's output (kept by a
+            return REPLICATED  # checkpoint policy): partial sums over the whole sequence
         if "B" in a.shape and a.shape.count("T") == 1:
             return GATHERED if a.saved_in in self.column_parallel else SEQUENCE
         return REPLICATED
@@ -144,14 +151,36 @@ class Split:
         if a.per_layer:
             return BLOCK
         first = {t.module for t in self.tensors if t.place == FIRST}
-        return FIRST if a.saved_in in first else LAST
+        if a.saved_in in first:
+            return FIRST
+        return EVERY if a.saved_in in self.block_modules else LAST
+
+    @cached_property
+    def row_parallel(self) -> frozenset[str]:
+        """Modules whose matmul splits its input dimension over TP (the output projection,
+        W2): each rank's output is a partial sum, whole along T."""
+        return frozenset(m.module for m in self.ledger.forward if m.grads == ("dX", "dW")
+                         and any(s in TP_SYMBOLS for s in m.n))
+
+    @cached_property
+    def block_modules(self) -> frozenset[str]:
+        """The blocks' modules and their parents (block-relative paths: "attn", "attn.q_proj")."""
+        out = set()
+        for t in self.tensors:
+            if t.per_layer:
+                parts = t.module.split(".")
+                out.update(".".join(parts[:i]) for i in range(1, len(parts) + 1))
+        return frozenset(out)
 
 
 @lru_cache(maxsize=64)
-def split(config: ModelConfig, autocast: str | None = None, recompute: str = "none") -> Split:
-    """The ledger of this run (precision's autocast, recomputation), unfolded, with its
-    parameters' TP layout."""
-    lg = unfolded_ledger(config, autocast, recompute)
+def split(config: ModelConfig, autocast: str | None = None, recompute: str = "none",
+          implementation: str = "course", param_dtype: str = "fp32",
+          dropout: bool = False) -> Split:
+    """The ledger of this run (precision's autocast, recomputation; the implementation and
+    the parameters' dtype: builder.walk's), unfolded, with its parameters' TP layout."""
+    lg = unfolded_ledger(config, autocast, recompute, implementation, param_dtype, dropout)
+
     linear = {m.module: m for m in lg.forward if m.grads == ("dX", "dW")}
     tensors = []
     for p in lg.params:

@@ -5,19 +5,22 @@ for every stack but torch, whose items it builds itself.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 from accounting.planning.parallel import activations as A
 from accounting.planning.parallel import megatron as M
 from accounting.planning.parallel.buffers import (Item, engine_buffers, largest_module,
                                                   stage_buffers)
-from accounting.planning.parallel import torchtitan as TT
-from accounting.planning.parallel.layout import (NO_RECOMPUTE, SELECTIVE, Layout,
-                                                 micro_batches_in_flight)
-from accounting.planning.parallel.shards import BLOCK, Split
-from accounting.planning.parallel.stacks import (DEEPSPEED, MEGATRON, TORCH, TORCHTITAN, Stack,
-                                                 get_stack, state_items)
+from accounting.planning.parallel.layout import NO_RECOMPUTE, SELECTIVE, Layout
+from accounting.planning.parallel.shards import BLOCK, Split, split
+from accounting.planning.parallel.stacks import (DEEPSPEED, MEGATRON, TORCH, TORCHTITAN, W16,
+                                                 Stack, get_stack, llama_block, state_items)
 from accounting.planning.parallel.states import States
 from accounting.planning.memory import Precision
+from accounting.planning.recipes import transformers_gap
+from accounting.ledger.builder.common import COURSE, TORCHTITAN as TITAN_IMPL, TRANSFORMERS
+from accounting.spec.config import ModelConfig
+from accounting.units import BF16
 
 
 @dataclass(frozen=True)
@@ -31,76 +34,117 @@ class StackRun:
     def name(self) -> str:
         return self.stack.name
 
-    def megatron(self, layout: Layout, seq: int) -> M.Setting:
-        return M.Setting(seq, layout.tp, layout.sp, self.dropout > 0, self.kernel, layout.recompute)
+    def megatron_layer(self, config, layout: Layout, seq: int) -> list[tuple[str, str | None, int]]:
+        """(name, Korthikanti's term, bytes at b = 1) of one block under Megatron."""
+        return M.layer(config, layout, seq, self.dropout > 0, self.kernel)
+
+
+def implementation(run: StackRun, c: ModelConfig) -> str:
+    """Which implementation of the model the stack runs (builder.walk's knob): DeepSpeed
+    wraps the one given, transformers' where its ops are modelled for this config
+    (recipes.transformers_gap), else model/'s; torchtitan runs its own Llama (dense
+    pre-norm RMSNorm/RoPE/SwiGLU blocks; another block: model/'s ops, the closest modelled)."""
+    if run.name == DEEPSPEED:
+        return TRANSFORMERS if transformers_gap(c) is None else COURSE
+    if run.name == TORCHTITAN:
+        return TITAN_IMPL if llama_block(c) else COURSE
+    return COURSE
+
+
+def ledger_rows(run: StackRun, c: ModelConfig, layout: Layout, seq: int, tp_rank: int = 0,
+                recompute: str | None = None) -> tuple[Split, list[A.Row]]:
+    """The saved tensors of one GPU's `seq` tokens under a stack other than torch: its
+    implementation's ledger in 16-bit parameters without autocast (DeepSpeed's bf16 engine
+    calls module.bfloat16(); torchtitan's FSDP2 MixedPrecisionPolicy gathers bf16
+    parameters and the blocks compute in them; Megatron's Float16Module)."""
+    rc = layout.recompute if recompute is None else recompute
+    if run.name == MEGATRON:
+        return M.rows(c, layout, seq, run.dropout > 0, run.kernel, rc, tp_rank)
+    sp = _split(c, rc, implementation(run, c))
+    return sp, A.rows(sp, layout, seq, tp_rank=tp_rank)
+
+
+@lru_cache(maxsize=256)
+def _split(c: ModelConfig, recompute: str, impl: str) -> Split:
+    """The implementation's ledger in bf16 parameters (transformers' and torchtitan's with
+    their SDPA kernel)."""
+    return split(replace(c, attention="sdpa") if impl != COURSE else c, None, recompute, impl,
+                 BF16)
+
+
+def stage_activations(run: StackRun, c: ModelConfig, layout: Layout, seq: int, stage: int,
+                      kinds: tuple[tuple[str, int], ...], tp_rank: int) -> A.StageActivations:
+    """A stage's activations under the stack's ledger (the same for every sharding stage:
+    `layout` has zero 0), against the same ledger without recomputation."""
+    return _stage_activations(run.name, run.dropout, run.kernel, c, layout, seq, stage, kinds,
+                              tp_rank)
+
+
+@lru_cache(maxsize=4096)
+def _stage_activations(name: str, dropout: float, kernel: str, c: ModelConfig, layout: Layout,
+                       seq: int, stage: int, kinds: tuple[tuple[str, int], ...],
+                       tp_rank: int) -> A.StageActivations:
+    run = StackRun(get_stack(name), dropout, kernel)
+    _, kept = ledger_rows(run, c, layout, seq, tp_rank)
+    _, whole = ledger_rows(run, c, layout, seq, tp_rank, NO_RECOMPUTE)
+    acts = A.stage_activations(kept, whole, layout, stage, kinds)
+    extra = sum(x for _, x in reduce_scattered(run, c, layout, seq))
+    if not extra:
+        return acts
+    per_mb = acts.per_micro_batch + A.Linear(extra * acts.layers, 0)
+    again = acts.recomputed_block + A.Linear(-min(extra, acts.recomputed_block.a), 0)
+    return replace(acts, per_micro_batch=per_mb, recomputed_block=again,
+                   total=per_mb.times(acts.in_flight) + again)
+
+
+def reduce_scattered(run: StackRun, c: ModelConfig, layout: Layout,
+                     seq: int) -> list[tuple[str, int]]:
+    """torchtitan's per-op SAC under TP + SP also keeps the two reduce-scattered sublayer
+    outputs of each block (_c10d_functional.reduce_scatter_tensor is in its save list,
+    torchtitan/models/llama3/infra/parallelize.py _op_sac_save_list): bf16 sequence shards,
+    b = 1. A collective the ledger does not run: the stack adds it."""
+    if not (run.name == TORCHTITAN and layout.recompute == SELECTIVE and layout.tp > 1
+            and layout.sp and implementation(run, c) == TITAN_IMPL):
+        return []
+    one = W16 * (seq // layout.tp) * c.d_model
+    return [(f"{where} output reduce-scattered (sequence shard; SAC save list)", one)
+            for where in ("attention", "feed-forward")]
 
 
 def per_layer(run: StackRun, sp: Split, layout: Layout, seq: int,
               rows: list[A.Row]) -> tuple[tuple[str, int], ...]:
     """(name, bytes) of what one block saves for one micro-batch on this GPU (TP rank 0):
-    Megatron's tensors, or the implementation's saved tensors (the first kind of block when
-    there are several)."""
+    the stack's implementation's saved tensors (the first kind of block when there are
+    several)."""
     b = layout.micro_batch
     if run.name == MEGATRON:
-        return tuple((s.name, s.bytes * b) for s in M.layer(sp.config, run.megatron(layout, seq)))
-    if run.name == TORCHTITAN and layout.recompute == SELECTIVE:
-        return tuple((s.name, s.bytes * b)
-                     for s in TT.sac_layer(sp.config, run.megatron(layout, seq)))
+        return tuple((n, x * b) for n, _, x in run.megatron_layer(sp.config, layout, seq))
+    extra = []
+    if run.name != TORCH:
+        extra = reduce_scattered(run, sp.config, layout, seq)
+        sp, rows = ledger_rows(run, sp.config, layout, seq)
     kind = sp.ledger.groups[0][0]
-    keep = [r for r in rows if r.place == BLOCK and r.record.repeat == kind
-            and not (run.name != TORCH and r.record.weight_copy)]
-    return tuple((r.record.name, r.bytes.at(b)) for r in keep)
-
-
-def _megatron_activations(run: StackRun, sp: Split, layout: Layout, seq: int, stage: int,
-                          layers: int) -> A.StageActivations:
-    s = run.megatron(layout, seq)
-    one = sum(x.bytes for x in M.layer(sp.config, s))
-    extra = (sum(x.bytes for x in M.first_stage(sp.config, s)) if stage == 0 else 0) + \
-        (sum(x.bytes for x in M.last_stage(sp.config, s)) if stage == layout.pp - 1 else 0)
-    per_mb = A.Linear(layers * one + extra, M.rope_bytes(sp.config, s))
-    k = micro_batches_in_flight(layout, stage)  # 1F1B: min(m, p − s); interleaved: more
-    again = A.Linear(M.recomputed(sp.config, s), 0)
-    return A.StageActivations(stage, k, layers, per_mb, A.Linear(), again,
-                              per_mb.times(k) + again)
-
-
-def _sac_activations(run: StackRun, sp: Split, layout: Layout, seq: int, stage: int,
-                     kinds: tuple[tuple[str, int], ...], whole: list[A.Row]) -> A.StageActivations:
-    """Per-op SAC: each block keeps torchtitan.sac_layer's tensors; the embedding and the
-    loss keep the implementation's (bf16 autocast, no weight copies); while a block's
-    backward recomputes, it holds the rest of its tensors."""
-    rows = [r for r in whole if not r.record.weight_copy]
-    one = sum(x.bytes for x in TT.sac_layer(sp.config, run.megatron(layout, seq)))
-    layers = sum(n for _, n in kinds)
-    ends = A.stage_activations(rows, rows, replace(layout, recompute=NO_RECOMPUTE), stage, ())
-    per_mb = A.Linear(layers * one, 0) + ends.per_micro_batch
-    kind = sp.ledger.groups[0][0]
-    block = sum((r.bytes for r in rows if r.place == BLOCK and r.record.repeat == kind), A.Linear())
-    again = A.Linear(max(0, block.a - one), block.c)
-    k = micro_batches_in_flight(layout, stage)  # 1F1B: min(m, p − s); interleaved: more
-    return A.StageActivations(stage, k, layers, per_mb, A.Linear(), again, per_mb.times(k) + again)
+    keep = [r for r in rows if r.place == BLOCK and r.record.repeat == kind]
+    return tuple((r.record.name, r.bytes.at(b)) for r in keep) + \
+        tuple((n, x * b) for n, x in extra)
 
 
 def memory(run: StackRun, sp: Split, layout: Layout, precision: Precision, st: States,
            stage: int, kinds: tuple[tuple[str, int], ...], values: dict[str, int], seq: int,
-           act_rows: tuple[list[A.Row], list[A.Row]], tp_rank: int = 0
-           ) -> tuple[list[Item], A.StageActivations]:
+           tp_rank: int = 0) -> tuple[list[Item], A.StageActivations]:
     c = sp.config
     items = state_items(run.stack, c, st, layout)
-    layers = sum(n for _, n in kinds)
     if run.name == MEGATRON:
-        acts = _megatron_activations(run, sp, layout, seq, stage, layers)
+        acts = stage_activations(run, c, replace(layout, zero=0), seq, stage, kinds, tp_rank)
         what = ("Megatron-Core + TE saved tensors (16-bit; 1-byte dropout masks"
                 + (f", dropout {run.dropout}" if run.dropout else ", no dropout") + f"; {run.kernel} attention)")
-    elif run.name == TORCHTITAN and layout.recompute == SELECTIVE:
-        acts = _sac_activations(run, sp, layout, seq, stage, kinds, act_rows[1])
-        what = "torchtitan's per-op selective checkpointing: the saved op outputs"
     else:
-        kept, whole = ([r for r in rs if not r.record.weight_copy] for rs in act_rows)
-        acts = A.stage_activations(kept, whole, layout, stage, kinds)
-        what = "saved tensors as under bf16 autocast, without autocast's weight copies"
-        buf = stage_buffers(sp, values, kinds)
+        own = _split(c, layout.recompute, implementation(run, c))
+        acts = stage_activations(run, c, replace(layout, zero=0), seq, stage, kinds, tp_rank)
+        what = f"the {implementation(run, c)} implementation, bf16 parameters, no autocast" + (
+            "; torchtitan's per-op selective checkpointing" if run.name == TORCHTITAN
+            and layout.recompute == SELECTIVE else "")
+        buf = stage_buffers(own, values, kinds)
         if buf:
             items.append(Item("RoPE cos/sin tables (fp32 buffers)", "L_stage·2·T_max·(d_k/2)·4",
                               A.Linear(0, buf)))

@@ -15,9 +15,10 @@ default, checked on torch.distributed). The others:
     elements, the buffer ends at a multiple of lcm(d, 128)
     (megatron/core/distributed/param_and_grad_buffer.py, _pad_start_of_param_if_needed,
     _pad_end_of_bucket_if_needed; one bucket, i.e. overlap_grad_reduce off). The vocabulary
-    is padded to a multiple of 128·tp. Activations: megatron.py.
-  * deepspeed — DeepSpeed ZeRO 1–3 wrapping the implementation given (here the course
-    model): 16-bit parameters and gradients, an fp32 master copy and Adam's moments (K = 12
+    is padded to a multiple of 128·tp. Activations: the builder's MEGATRON implementation
+    (accounting/ledger/builder/megatron.py), reduced by megatron.py.
+  * deepspeed — DeepSpeed ZeRO 1–3 wrapping the implementation given (transformers' where
+    its ops are modelled for the config, else the course model): 16-bit parameters and gradients, an fp32 master copy and Adam's moments (K = 12
     bytes per parameter, the ZeRO paper's §5.1), the optimizer state partitioned at stage 1,
     gradients too at 2, parameters too at 3. Partitions: stages 1–2 flatten the 16-bit
     parameters into one buffer padded to a multiple of 2·d elements
@@ -30,10 +31,12 @@ default, checked on torch.distributed). The others:
     apply_fsdp): fp32 sharded parameters, gradients and AdamW moments as torch's FSDP2, but
     the all-gathers move bf16 and the blocks compute in bf16 without autocast's copies.
 
-DeepSpeed and torchtitan activations: the implementation's saved tensors as under bf16
-autocast, less autocast's weight copies (the 16-bit weights are the parameters themselves,
-or FSDP's gathered bf16 ones, freed after use); torchtitan with --recompute selective: its
-per-op selective checkpointing (torchtitan.py).
+DeepSpeed and torchtitan activations: the ledger of the implementation each runs
+(stack_memory.implementation: transformers' for DeepSpeed, the builder's TORCHTITAN for
+torchtitan's Llama) with bf16 parameters and no autocast (DeepSpeed's bf16 engine calls
+module.bfloat16(); FSDP2's MixedPrecisionPolicy hands the blocks bf16 parameters);
+torchtitan with --recompute selective: its per-op selective checkpointing (the builder's
+policy region: Trace.policy_region; the SP reduce-scatters' outputs: stack_memory).
 """
 from __future__ import annotations
 
@@ -80,18 +83,20 @@ register(Stack(MEGATRON, "Megatron-Core with Transformer Engine (bf16 parameters
                {0: "Megatron DDP (fp32 grad buffer)", 1: "Megatron distributed optimizer"}, 0,
                True, "Korthikanti et al. 2022's equations (1)-(6) and Megatron's "
                "theoretical_memory_usage.py (tests/test_stacks.py); read from source: it needs a GPU"))
-register(Stack(DEEPSPEED, "DeepSpeed ZeRO wrapping the course model (16-bit parameters and "
+register(Stack(DEEPSPEED, "DeepSpeed ZeRO wrapping the implementation given (transformers' "
+               "model in bf16 where modelled, else the course model; 16-bit parameters and "
                "gradients, fp32 master copy and Adam moments, K = 12)",
                {0: "DeepSpeed without ZeRO (FP16_Optimizer)", 1: "DeepSpeed ZeRO-1",
                 2: "DeepSpeed ZeRO-2", 3: "DeepSpeed ZeRO-3"}, 0, True,
                "the ZeRO paper's Figure 1 and DeepSpeed's own estimators "
-               "(estimate_zero2/3_model_states_mem_needs, tests/test_stacks.py)"))
-register(Stack(TORCHTITAN, "torchtitan: FSDP2 with MixedPrecisionPolicy(param_dtype=bf16, "
-               "reduce_dtype=fp32), no autocast", {2: "FSDP2 SHARD_GRAD_OP, bf16 all-gathers",
+               "(estimate_zero2/3_model_states_mem_needs, tests/test_stacks.py); the "
+               "activations on transformers' model in bf16 (tests/test_stack_implementations.py)"))
+register(Stack(TORCHTITAN, "torchtitan: its own Llama under FSDP2 with MixedPrecisionPolicy("
+               "param_dtype=bf16, reduce_dtype=fp32), no autocast", {2: "FSDP2 SHARD_GRAD_OP, bf16 all-gathers",
                                                    3: "FSDP2 FULL_SHARD, bf16 all-gathers"}, 3,
                True, "FSDP2 with a bf16 MixedPrecisionPolicy on torch.distributed's fake "
-               "backend (accounting/distcheck); per-op selective checkpointing with torch's "
-               "selective checkpointing on the CPU (tests/test_stacks.py)"))
+               "backend (accounting/distcheck); its block's saved tensors and per-op selective "
+               "checkpointing on the CPU (tests/test_stack_implementations.py, test_stacks.py)"))
 
 
 def get_stack(name: str) -> Stack:
@@ -115,8 +120,7 @@ def problems(stack: Stack, config: ModelConfig, layout: Layout, dropout: float) 
         out.append("--stack deepspeed plans ZeRO data parallelism around the implementation "
                    "given (tensor and pipeline parallelism are Megatron-DeepSpeed's, not "
                    "modelled); give --tp 1 --pp 1, or use --stack megatron")
-    if stack.name == TORCHTITAN and layout.recompute == "selective" and (
-            c.num_experts is not None or c.mla or c.block != "sequential"):
+    if stack.name == TORCHTITAN and layout.recompute == "selective" and not llama_block(c):
         out.append("--stack torchtitan with --recompute selective plans per-op checkpointing of "
                    "torchtitan's dense Llama block; this model's block is not one: use "
                    "--recompute none or full")
@@ -134,6 +138,17 @@ def problems(stack: Stack, config: ModelConfig, layout: Layout, dropout: float) 
         if layout.ep > 1:
             out.append("--stack megatron with --ep is not planned; use --stack torch")
     return out
+
+
+def llama_block(c: ModelConfig) -> bool:
+    """A block torchtitan's Llama runs (torchtitan/models/llama3/model/model.py): dense,
+    pre-norm RMSNorm, RoPE, SwiGLU, no QK-norm, every block alike, and transformers' ops
+    modelled for it (recipes.transformers_gap: the same Llama layout)."""
+    from accounting.planning.recipes import transformers_gap
+    return (c.num_experts is None and not c.mla and c.block == "sequential"
+            and c.norm == "rmsnorm" and c.norm_placement == "pre" and c.qk_norm == "none"
+            and c.positions == "rope" and c.mlp == "swiglu" and len(set(c.layer_kinds)) == 1
+            and transformers_gap(c) is None)
 
 
 def check(stack: Stack, config: ModelConfig, layout: Layout, dropout: float) -> None:
