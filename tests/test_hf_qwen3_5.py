@@ -56,6 +56,9 @@ DENSE = {"architectures": ["Qwen3_5ForConditionalGeneration"], "model_type": "qw
 MOE = {**DENSE, "architectures": ["Qwen3_5MoeForConditionalGeneration"],
        "model_type": "qwen3_5_moe", "text_config": MOE_TEXT,
        "vision_config": {**VISION, "model_type": "qwen3_5_moe"}}
+# one example of each model_type, for the default sweep (tests/test_hf_default_sweep.py)
+CONFIGS = {"qwen3_5_text": TEXT, "qwen3_5_moe_text": MOE_TEXT, "qwen3_5": DENSE,
+           "qwen3_5_moe": MOE}
 FRONTIER = Path(__file__).resolve().parents[2] / "shared" / "frontier"
 D_CONV = 2 * HK * DK + HV * DV  # the conv's channels: Q, K, V
 
