@@ -180,7 +180,9 @@ _OUTER = frozenset({"vision_config", "image_token_id", "video_token_id",
 for _mt in ("qwen3_5", "qwen3_5_moe"):
     _text = TYPES[f"{_mt}_text"]
     register(HFType(_mt, _text.transformers_class, keys=_text.keys, fixed=_text.fixed,
-                    rules=_text.rules, names=_text.names, must=_text.must, noted=_text.noted,
+                    rules=_text.rules + "; the vision tower (Qwen3_5VisionModel, model.visual: "
+                    "vision_config's depth blocks and its merger into hidden_size) is "
+                    "Qwen3_5ForConditionalGeneration's, not counted", names=_text.names, must=_text.must, noted=_text.noted,
                     free=_text.free, derived=_text.derived,
                     experts_implementation=_text.experts_implementation,
                     nested="text_config", outer=_OUTER))
