@@ -282,15 +282,17 @@ def test_published_27b_mtp_by_hand():
         == 424_699_392
 
 
-def _cache_by_layer_kind(T: int) -> tuple[int, int]:
+def _cache_by_layer_kind(T: int, name: str = "Qwen3.5-27B.json") -> tuple[int, int]:
     """(bytes of one gated DeltaNet layer's cache, of one full-attention layer's) for one
-    sequence of T tokens: transformers' Qwen3_5ForCausalLM of Qwen3.5-27B's text_config cut
-    to its first 4 layers (3 DeltaNet, 1 attention), bf16, run on the meta device."""
+    sequence of T tokens: transformers' model of the file's text_config cut to its first 4
+    layers (3 DeltaNet, 1 attention), bf16, run on the meta device."""
     torch = pytest.importorskip("torch")
-    data = json.loads((FRONTIER / "Qwen3.5-27B.json").read_text())
+    data = json.loads((FRONTIER / name).read_text())
     text = {**data["text_config"], "num_hidden_layers": 4,
             "layer_types": data["text_config"]["layer_types"][:4]}
     model = hf_model({**data, "text_config": text}).to(torch.bfloat16)
+    if "num_experts" in text:  # an implementation the meta device runs (hf_counter.build)
+        model.set_experts_implementation("batched_mm")
     with torch.no_grad():
         cache = model(torch.zeros(1, T, dtype=torch.long, device="meta"), use_cache=True,
                       logits_to_keep=1).past_key_values
@@ -303,8 +305,6 @@ def _cache_by_layer_kind(T: int) -> tuple[int, int]:
             held += sum(t.numel() * t.element_size() for t in items if isinstance(t, torch.Tensor))
         per.append(held)
     assert per[0] == per[1] == per[2]
-    # conv [1, 10240, 4] bf16 and recurrent [1, 48, 128, 128] float32; K and V [1, 4, T, 256]
-    assert per[0] == 10240 * 4 * 2 + 48 * 128 * 128 * 4 and per[3] == 2 * 4 * T * 256 * 2
     return per[0], per[3]
 
 
@@ -317,9 +317,28 @@ def test_published_27b_cache_bytes_per_sequence(capsys, T):
     if not path.exists():
         pytest.skip("the published config.json is not here")
     linear, full = _cache_by_layer_kind(T)
+    # conv [1, 10240, 4] bf16 and recurrent [1, 48, 128, 128] float32; K and V [1, 4, T, 256]
+    assert linear == 10240 * 4 * 2 + 48 * 128 * 128 * 4 and full == 2 * 4 * T * 256 * 2
     code, out, err = run(capsys, "plan", "--config", str(path), "--ctx", str(T), "--format",
                          "json")
     assert code == 0, err
     got = json.loads(out)["inference"]["kv_cache_bytes"]
     assert got == 48 * linear + 16 * full
     assert got == {4096: 423_362_560, 32768: 2_302_410_752, 131072: 8_744_861_696}[T]
+
+
+def test_published_35b_cache_bytes_per_sequence(capsys):
+    """Qwen3.5-35B-A3B at 32k: 30 DeltaNet layers (conv [1, 8192, 4] bf16, recurrent
+    [1, 32, 128, 128] float32) and 10 attention layers (K and V [1, 2, T, 256] bf16), each as
+    transformers' cache holds it: 735,969,280 bytes."""
+    path = FRONTIER / "Qwen3.5-35B-A3B.json"
+    if not path.exists():
+        pytest.skip("the published config.json is not here")
+    T = 32768
+    linear, full = _cache_by_layer_kind(T, path.name)
+    assert linear == 8192 * 4 * 2 + 32 * 128 * 128 * 4 and full == 2 * 2 * T * 256 * 2
+    code, out, err = run(capsys, "plan", "--config", str(path), "--ctx", str(T), "--format",
+                         "json")
+    assert code == 0, err
+    assert json.loads(out)["inference"]["kv_cache_bytes"] == 30 * linear + 10 * full \
+        == 735_969_280
