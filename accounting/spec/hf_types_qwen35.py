@@ -148,8 +148,10 @@ register(HFType(
 
 register(HFType(
     "qwen3_5_moe_text", "Qwen3_5MoeForCausalLM",
-    keys=_sizes(2048, 40, 2) + _shared("moe_intermediate_size",
-                                       "shared_expert_intermediate_size") + (
+    # no dense MLP (Qwen3_5MoeTextConfig deletes intermediate_size): d_ff is the experts'
+    # width, as Mixtral's, not the spec's default
+    keys=_sizes(2048, 40, 2) + (Key("moe_intermediate_size", ("d_ff", "moe_d_ff"), INT, 512),)
+    + _shared("shared_expert_intermediate_size") + (
         Key("num_experts", (), INT, 256),
         Key("num_experts_per_tok", ("experts_per_token",), INT, 8)) + _COMMON,
     fixed=MappingProxyType(dict(_FIXED, router="softmax", router_bias=False,
