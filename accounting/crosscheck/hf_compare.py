@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from accounting.ledger import records as R
 from accounting.analysis.workload import Analysis
 from accounting.crosscheck.mapping import Split, analytic_flops, layer_check, own
-from accounting.crosscheck.hf_recurrent import less_surplus, recurrent_states, surpluses
+from accounting.crosscheck.hf_recurrent import (
+    backward_surpluses, less_surplus, recurrent_states, surpluses)
 from accounting.crosscheck.result import (ELSEWHERE, TOTAL, Check, HFCheck, LayerCheck,
                                           ParamRow)
 from accounting.crosscheck.dispatch import BACKWARD, FORWARD, MATMUL
@@ -148,6 +149,9 @@ def compare_hf(a: Analysis, m, hf: HFConfig, experts=None, data=None) -> HFCheck
             checks.append(Check("transformers backward: the op counter's matmul FLOPs = "
                                 "FlopCounterMode's", f"{grouped(sum(mine.values()))} and "
                                 f"{grouped(total)}", sum(mine.values()) == total))
+            for claim, what, surplus in backward_surpluses(a):
+                s, check = less_surplus(s, surplus, claim, what)
+                checks.append(check)
         comps = s.components()
         for c in a.components:  # (the recurrent mixing only for a model that has it)
             flops[(phase, c)] = comps[c]
