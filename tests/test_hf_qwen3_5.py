@@ -185,7 +185,8 @@ def _hybrids():
             "lfm2": test_hf_lfm2.DATA, "nemotron_h": test_hf_nemotron_h.DATA}
 
 
-@pytest.mark.parametrize("name", ["qwen3_5", "qwen3_5_moe", "qwen3_next", "lfm2", "nemotron_h"])
+@pytest.mark.parametrize("name", ["qwen3_5"] + [pytest.param(n, marks=pytest.mark.slow) for n in (
+    "qwen3_5_moe", "qwen3_next", "lfm2", "nemotron_h")])
 def test_verify_train_agrees_with_transformers(tmp_path, capsys, name):
     """Training (forward and backward) at T = 70: every counter and transformers' model,
     the split projections' gradients included. transformers' depthwise conv backward is
@@ -310,7 +311,8 @@ def _cache_by_layer_kind(T: int, name: str = "Qwen3.5-27B.json") -> tuple[int, i
     return per[0], per[3]
 
 
-@pytest.mark.parametrize("T", [4096, 32768, pytest.param(131072, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("T", [4096] + [pytest.param(T, marks=pytest.mark.slow)
+                                       for T in (32768, 131072)])
 def test_published_27b_cache_bytes_per_sequence(capsys, T):
     """Qwen3.5-27B at T tokens: plan's .inference.kv_cache_bytes (bf16) = 48 DeltaNet layers'
     conv and recurrent state + 16 attention layers' K and V, each as transformers' cache holds
@@ -329,6 +331,7 @@ def test_published_27b_cache_bytes_per_sequence(capsys, T):
     assert got == {4096: 423_362_560, 32768: 2_302_410_752, 131072: 8_744_861_696}[T]
 
 
+@pytest.mark.slow
 def test_published_35b_cache_bytes_per_sequence(capsys):
     """Qwen3.5-35B-A3B at 32k: 30 DeltaNet layers (conv [1, 8192, 4] bf16, recurrent
     [1, 32, 128, 128] float32) and 10 attention layers (K and V [1, 2, T, 256] bf16), each as
