@@ -347,3 +347,16 @@ def test_published_35b_cache_bytes_per_sequence(capsys):
     assert code == 0, err
     assert json.loads(out)["inference"]["kv_cache_bytes"] == 30 * linear + 10 * full \
         == 735_969_280
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_published_cut_to_4_layers_verifies(capsys, name):
+    """The published file with --num-layers 4 (3 DeltaNet layers and 1 attention layer at
+    full width): the flags written back into text_config (layer_types, the rotary factor,
+    the experts) and transformers' model built from it agrees with every counter."""
+    path = FRONTIER / name
+    if not path.exists():
+        pytest.skip("the published config.json is not here")
+    x = agreeing_check(capsys, "--config", str(path), "--num-layers", "4", "--ctx", "64")
+    assert x["transformers"]["agrees"]

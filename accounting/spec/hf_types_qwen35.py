@@ -98,6 +98,25 @@ def _layers(v: Mapping, where: str):
     return fields, notes
 
 
+def _write(c) -> Mapping | None:
+    """The keys that mean a config's layers (flags on a Qwen3.5 config.json, written back
+    for transformers' cross-check): layer_types, RoPE's dims as partial_rotary_factor, the
+    experts and the shared expert's width; None where the row cannot mean the config."""
+    kinds = {"linear_attention": "linear_attention", "global": "full_attention"}
+    types = c.layer_types or ("global",) * c.num_layers
+    rotary = c.rotary_dim or c.d_k
+    if any(t not in kinds for t in types) or c.dense_layers or \
+            int(c.d_k * (rotary / c.d_k)) != rotary:
+        return None
+    out = {"layer_types": [kinds[t] for t in types], "partial_rotary_factor": rotary / c.d_k}
+    if c.num_experts is not None:
+        if not (c.shared_expert_gate and c.num_shared_experts):
+            return None
+        out.update(num_experts=c.num_experts,
+                   shared_expert_intermediate_size=c.num_shared_experts * c.expert_d_ff)
+    return out
+
+
 _DERIVED_KEYS = ("num_hidden_layers", "layer_types", "full_attention_interval", "head_dim",
                  "partial_rotary_factor", "rope_parameters.mrope_section",
                  "rope_parameters.mrope_interleaved", "mtp_num_hidden_layers")
@@ -143,7 +162,8 @@ register(HFType(
     # Qwen3_5TextConfig deletes mlp_only_layers (every layer dense); the published files
     # still write it, empty
     free=frozenset({"mlp_only_layers"}),
-    derived=(Derived(("layer_types", "rotary_dim"), _DERIVED_KEYS, _layers, _DERIVED_WORDS),),
+    derived=(Derived(("layer_types", "rotary_dim"), _DERIVED_KEYS, _layers, _DERIVED_WORDS,
+                     _write),),
 ))
 
 register(HFType(
@@ -169,7 +189,7 @@ register(HFType(
                      _DERIVED_KEYS + ("num_experts", "shared_expert_intermediate_size",
                                       "moe_intermediate_size"), _layers,
                      _DERIVED_WORDS + "; experts in every layer, the shared expert as "
-                                      "shared/moe intermediate_size experts, gated"),),
+                                      "shared/moe intermediate_size experts, gated", _write),),
     experts_implementation="batched_mm",
 ))
 
