@@ -88,16 +88,13 @@ CONV_BACKWARD_CLAIM = (
     "outputs, 2·B·T·C·K each)")
 
 
-def backward_surpluses(a: Analysis) -> list[tuple[str, str, dict[int, int]]]:
-    """As surpluses(), for the backward pass (the op counter's, which reads FlopCounterMode's
-    formulas)."""
-    conv = conv_backward_surplus(a)
-    return [(CONV_BACKWARD_CLAIM, "for the conv backward's formula", conv)] if conv else []
-
-
-def surpluses(a: Analysis) -> list[tuple[str, str, dict[int, int]]]:
+def surpluses(a: Analysis, phase: str = R.FORWARD) -> list[tuple[str, str, dict[int, int]]]:
     """(claim, what the subtracted FLOPs are, per block) for each form transformers' torch
-    path runs beyond the ledger's."""
+    path runs beyond the ledger's in the pass (the backward's: the op counter's, which reads
+    FlopCounterMode's formulas)."""
+    if phase != R.FORWARD:
+        conv = conv_backward_surplus(a)
+        return [(CONV_BACKWARD_CLAIM, "for the conv backward's formula", conv)] if conv else []
     out = []
     conv, state = conv_surplus(a), state_surplus(a)
     if conv:
