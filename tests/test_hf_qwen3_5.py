@@ -360,3 +360,26 @@ def test_published_cut_to_4_layers_verifies(capsys, name):
         pytest.skip("the published config.json is not here")
     x = agreeing_check(capsys, "--config", str(path), "--num-layers", "4", "--ctx", "64")
     assert x["transformers"]["agrees"]
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_serve_counts_the_state_per_sequence(capsys, tp):
+    """serve on a hybrid: KV per token is the 16 attention layers' K and V only
+    (16·2·(4/tp)·256·2 bytes), and each sequence holds the 48 DeltaNet layers' conv window
+    (10240/tp channels × 4, bf16) and recurrent state (48/tp heads × 128 × 128, float32),
+    whatever its length, heads split over TP as vLLM shards them; concurrency is the pool
+    over both (blocks of 16 tokens)."""
+    path = FRONTIER / "Qwen3.5-27B.json"
+    if not path.exists():
+        pytest.skip("the published config.json is not here")
+    T = 32768
+    code, out, err = run(capsys, "serve", "--config", str(path), "--gpu", "H100", "--tp",
+                         str(tp), "--ctx", str(T), "--format", "json")
+    assert code == 0, err
+    d = json.loads(out)
+    per_token = 16 * 2 * (4 // tp) * 256 * 2
+    state = 48 * (10240 // tp * 4 * 2 + 48 // tp * 128 * 128 * 4)
+    assert (d["kv_bytes_per_token_per_gpu"], d["state_bytes_per_sequence_per_gpu"]) == \
+        (per_token, state)
+    assert d["max_concurrency"] == d["kv_pool_bytes_per_gpu"] // (-(-T // 16) * 16 * per_token
+                                                                 + state)
