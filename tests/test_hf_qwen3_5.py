@@ -227,6 +227,7 @@ def test_lora_on_split_projections_equals_peft(tmp_path, capsys, targets):
     ({"attn_output_gate": False}, "attn_output_gate"),
     ({"rope_parameters": {**ROPE, "mrope_section": [11, 11, 10]}}, "mrope_section"),
     ({"layer_types": ["full_attention"] * 3 + ["linear_attention"]}, "MTP"),
+    ({"mtp_num_hidden_layers": 2}, "share one fc"),
 ])
 def test_refusals_in_one_line(tmp_path, capsys, change, expected):
     data = {**DENSE, "text_config": {**TEXT, **change}}

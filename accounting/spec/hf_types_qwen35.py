@@ -90,6 +90,11 @@ def _layers(v: Mapping, where: str):
                          f"(Qwen3_5MultiTokenPredictor) and the spec counts an MTP block as the "
                          f"last layer, here linear_attention: not expressible; drop "
                          f"mtp_num_hidden_layers to count the model without them")
+    if v["mtp_num_hidden_layers"] > 1:
+        raise UsageError(f"{where}: mtp_num_hidden_layers {v['mtp_num_hidden_layers']}: "
+                         f"Qwen3.5's MTP layers share one fc and its norms "
+                         f"(Qwen3_5MultiTokenPredictor) where the spec's MTP modules each have "
+                         f"their own; give 1 (every published Qwen3.5) or 0")
     if v["mtp_num_hidden_layers"]:
         notes += (f"mtp_num_hidden_layers {v['mtp_num_hidden_layers']}: multi-token-prediction "
                   f"layers transformers does not build (vLLM's Qwen3_5MultiTokenPredictor: fc "
