@@ -115,10 +115,11 @@ def delta_scan(u, w, q, intra, k, decay, dk: int, seq: int) -> torch.Tensor:
 class GatedDeltaNet(nn.Module):
     """Qwen3NextGatedDeltaNet's modules, in its registration order: conv1d (over Q, K, V:
     2·h_k·d_k + h_v·d_v channels, no bias), in_proj_qkvz, in_proj_ba, dt_bias, A_log, norm,
-    out_proj."""
+    out_proj; with `split`, Qwen3_5GatedDeltaNet's in_proj_qkv, in_proj_z, in_proj_b and
+    in_proj_a for the two (modular_qwen3_5.py)."""
 
     def __init__(self, d_model, key_heads, value_heads, key_dim, value_dim, kernel, chunk,
-                 norm_eps=1e-6, device=None, dtype=None):
+                 norm_eps=1e-6, split=False, device=None, dtype=None):
         super().__init__()
         for name, value in (("key_heads", key_heads), ("value_heads", value_heads),
                             ("key_dim", key_dim), ("value_dim", value_dim), ("chunk", chunk)):
@@ -128,8 +129,15 @@ class GatedDeltaNet(nn.Module):
         self.hk, self.hv, self.dk, self.dv, self.chunk = key_heads, value_heads, key_dim, value_dim, chunk
         key, value = key_heads * key_dim, value_heads * value_dim
         self.conv1d = CausalConv1d(2 * key + value, kernel, device=device, dtype=dtype)
-        self.in_proj_qkvz = Linear(d_model, 2 * key + 2 * value, device=device, dtype=dtype)
-        self.in_proj_ba = Linear(d_model, 2 * value_heads, device=device, dtype=dtype)
+        self.split = split
+        if split:  # Qwen3_5GatedDeltaNet: in_proj_qkv, in_proj_z, in_proj_b, in_proj_a
+            self.in_proj_qkv = Linear(d_model, 2 * key + value, device=device, dtype=dtype)
+            self.in_proj_z = Linear(d_model, value, device=device, dtype=dtype)
+            self.in_proj_b = Linear(d_model, value_heads, device=device, dtype=dtype)
+            self.in_proj_a = Linear(d_model, value_heads, device=device, dtype=dtype)
+        else:
+            self.in_proj_qkvz = Linear(d_model, 2 * key + 2 * value, device=device, dtype=dtype)
+            self.in_proj_ba = Linear(d_model, 2 * value_heads, device=device, dtype=dtype)
         self.dt_bias = nn.Parameter(torch.ones(value_heads, device=device, dtype=dtype))
         a = torch.empty(value_heads, device=device, dtype=dtype)
         if a.device.type != "meta":
@@ -143,12 +151,17 @@ class GatedDeltaNet(nn.Module):
         # x: (batch seq d_model) -> (batch seq d_model)
         batch, seq, _ = x.shape
         hk, hv, dk, dv, r = self.hk, self.hv, self.dk, self.dv, self.hv // self.hk
-        qkvz = self.in_proj_qkvz(x).view(batch, seq, hk, 2 * dk + 2 * r * dv)
-        q, k, v, z = torch.split(qkvz, [dk, dk, r * dv, r * dv], dim=3)
-        b, a = torch.split(self.in_proj_ba(x).view(batch, seq, hk, 2 * r), [r, r], dim=3)
-        z = z.reshape(batch, seq, hv, dv)
-        b, a = b.reshape(batch, seq, hv), a.reshape(batch, seq, hv)
-        mixed = torch.cat([t.reshape(batch, seq, -1) for t in (q, k, v)], dim=-1)
+        if self.split:  # Qwen3.5: Q, K, V already in the conv's order; z, b, a their own
+            mixed = self.in_proj_qkv(x)
+            z = self.in_proj_z(x).view(batch, seq, hv, dv)
+            b, a = self.in_proj_b(x), self.in_proj_a(x)
+        else:
+            qkvz = self.in_proj_qkvz(x).view(batch, seq, hk, 2 * dk + 2 * r * dv)
+            q, k, v, z = torch.split(qkvz, [dk, dk, r * dv, r * dv], dim=3)
+            b, a = torch.split(self.in_proj_ba(x).view(batch, seq, hk, 2 * r), [r, r], dim=3)
+            z = z.reshape(batch, seq, hv, dv)
+            b, a = b.reshape(batch, seq, hv), a.reshape(batch, seq, hv)
+            mixed = torch.cat([t.reshape(batch, seq, -1) for t in (q, k, v)], dim=-1)
         mixed = silu(causal_conv(mixed, self.conv1d.weight, self.conv1d.bias))
         q, k, v = torch.split(mixed, [hk * dk, hk * dk, hv * dv], dim=-1)
         q, k = q.reshape(batch, seq, hk, dk), k.reshape(batch, seq, hk, dk)

@@ -288,7 +288,7 @@ class TransformerLM(nn.Module):
             return {"kind": "linear_attention", "key_heads": o["linear_key_heads"],
                     "value_heads": o["linear_value_heads"], "key_dim": o["linear_key_head_dim"],
                     "value_dim": o["linear_value_head_dim"], "kernel": o["conv_kernel"],
-                    "chunk": o["linear_chunk"]}
+                    "chunk": o["linear_chunk"], "split": o["linear_split_proj"]}
         return None
 
     def set_recompute(self, mode: str) -> "TransformerLM":

@@ -192,6 +192,13 @@ VARIANTS = {
                         dense_layers=(0,), conv_kernel=4, linear_key_heads=2,
                         linear_value_heads=2, linear_key_head_dim=4, linear_value_head_dim=4,
                         linear_chunk=2, layer_types=("kda",) * 3 + ("global",)),
+    # Qwen3.5: the same layers with the gated DeltaNet's input projections split in four
+    # (in_proj_qkv, in_proj_z, in_proj_b, in_proj_a) and ungrouped value heads, a dense MLP
+    "qwen3_5": dict(num_layers=4, d_model=32, num_heads=4, num_kv_heads=2, head_dim=8,
+                    rotary_dim=2, qk_norm="head", norm_offset=True, attn_output_gate=True,
+                    conv_kernel=4, linear_key_heads=2, linear_value_heads=4,
+                    linear_key_head_dim=4, linear_value_head_dim=6, linear_chunk=2,
+                    linear_split_proj=True, layer_types=("linear_attention",) * 3 + ("global",)),
     "gated_attention_sdpa_shared_gate": dict(attention="sdpa", attn_output_gate=True,
                                              num_experts=3, experts_per_token=1,
                                              num_shared_experts=2, shared_expert_gate=True),

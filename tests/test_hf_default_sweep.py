@@ -57,10 +57,11 @@ def _examples() -> dict[str, dict]:
     import test_hf_nemotron_h
     import test_hf_parallel
     import test_hf_qwen3_next
+    import test_hf_qwen3_5
     out: dict[str, dict] = {}
     for m in (hf_examples, hf_moe_examples, hf_h3_examples, test_hf_parallel, test_hf_gemma,
               test_hf_cohere, test_hf_llama4, test_hf_deepseek_v32, test_hf_frontier_dense,
-              test_hf_frontier_moe):
+              test_hf_frontier_moe, test_hf_qwen3_5):
         for data in m.CONFIGS.values():
             out.setdefault(data["model_type"], data)
     for m in (test_hf_lfm2, test_hf_qwen3_next, test_hf_nemotron_h,
@@ -80,6 +81,8 @@ KNOWN: dict[tuple[str, str], str] = {
     "the routed experts' width; without the key transformers' 512 makes the small example's "
     "shared width 8 no multiple, and the tool refuses what transformers builds",
 }
+for _mt in ("qwen3_5_moe_text", "qwen3_5_moe"):  # the same experts and shared expert
+    KNOWN[(_mt, "moe_intermediate_size")] = KNOWN[("qwen3_next", "moe_intermediate_size")]
 
 
 def _cases():

@@ -334,15 +334,19 @@ def ref_short_conv(c, x, p, a):
 def ref_gated_deltanet(c, x, p, a):
     """transformers' own Qwen3NextGatedDeltaNet (its torch path, torch_chunk_gated_delta_rule
     with chunk 64: the chunk changes no result), loaded with the block's weights."""
-    from transformers import Qwen3NextConfig
+    from transformers import Qwen3_5TextConfig, Qwen3NextConfig
+    from transformers.models.qwen3_5.modeling_qwen3_5 import Qwen3_5GatedDeltaNet
     from transformers.models.qwen3_next.modeling_qwen3_next import Qwen3NextGatedDeltaNet
-    cfg = Qwen3NextConfig(hidden_size=c.d_model, linear_num_key_heads=c.linear_key_heads,
-                          linear_num_value_heads=c.linear_value_heads,
-                          linear_key_head_dim=c.linear_key_head_dim,
-                          linear_value_head_dim=c.linear_value_head_dim,
-                          linear_conv_kernel_dim=c.conv_kernel, rms_norm_eps=c.norm_eps,
-                          num_hidden_layers=1, layer_types=["linear_attention"])
-    ref = Qwen3NextGatedDeltaNet(cfg, 0).to(x.dtype)
+    # Qwen3.5's (split input projections: linear_split_proj) or Qwen3-Next's
+    config, layer = ((Qwen3_5TextConfig, Qwen3_5GatedDeltaNet) if c.linear_split_proj
+                     else (Qwen3NextConfig, Qwen3NextGatedDeltaNet))
+    cfg = config(hidden_size=c.d_model, linear_num_key_heads=c.linear_key_heads,
+                 linear_num_value_heads=c.linear_value_heads,
+                 linear_key_head_dim=c.linear_key_head_dim,
+                 linear_value_head_dim=c.linear_value_head_dim,
+                 linear_conv_kernel_dim=c.conv_kernel, rms_norm_eps=c.norm_eps,
+                 num_hidden_layers=1, layer_types=["linear_attention"])
+    ref = layer(cfg, 0).to(x.dtype)
     ref.load_state_dict({k[len(a) + 1:]: v.unsqueeze(1) if k.endswith("conv1d.weight") else v
                          for k, v in p.items() if k.startswith(a + ".")})
     return ref(x)

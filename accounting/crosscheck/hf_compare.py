@@ -136,9 +136,6 @@ def compare_hf(a: Analysis, m, hf: HFConfig, experts=None, data=None) -> HFCheck
         if phase == FORWARD:  # FlopCounterMode's own module hierarchy
             fcm = m.torch_flops[FORWARD]
             s = split(own(fcm), mm, fcm.get(GLOBAL, 0))
-            for claim, what, surplus in surpluses(a):  # transformers' torch paths' extra work
-                s, check = less_surplus(s, surplus, claim, what)
-                checks.append(check)
         else:  # by the module whose forward made each autograd node (the op counter)
             mine = defaultdict(int)
             for r in m.ops:
@@ -149,6 +146,9 @@ def compare_hf(a: Analysis, m, hf: HFConfig, experts=None, data=None) -> HFCheck
             checks.append(Check("transformers backward: the op counter's matmul FLOPs = "
                                 "FlopCounterMode's", f"{grouped(sum(mine.values()))} and "
                                 f"{grouped(total)}", sum(mine.values()) == total))
+        for claim, what, surplus in surpluses(a, phase):  # transformers' torch paths' extra work
+            s, check = less_surplus(s, surplus, claim, what)
+            checks.append(check)
         comps = s.components()
         for c in a.components:  # (the recurrent mixing only for a model that has it)
             flops[(phase, c)] = comps[c]

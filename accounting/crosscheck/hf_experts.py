@@ -47,6 +47,12 @@ SHRINK: Mapping[str, Mapping[str, object]] = {
                    "linear_num_value_heads": 2, "linear_key_head_dim": 8,
                    "linear_value_head_dim": 8},
 }
+# Qwen3.5-MoE: the same one full-attention layer (no MTP: transformers builds none)
+SHRINK["qwen3_5_moe_text"] = {**{k: v for k, v in SHRINK["qwen3_next"].items()
+                                 if k not in ("mlp_only_layers", "decoder_sparse_step",
+                                              "intermediate_size", "head_dim")},
+                              "mtp_num_hidden_layers": 0}  # the config's own head_dim: its
+# M-RoPE sections add up to its rotary frequencies (Qwen3.5-35B-A3B: 256 · 0.25 / 2 = 32)
 SHRINK["deepseek_v2"] = SHRINK["deepseek_v3"]
 # DeepSeek-V3.2: V3's, with a small indexer (3 of the keys per query)
 SHRINK["deepseek_v32"] = {**SHRINK["deepseek_v3"], "index_n_heads": 2, "index_head_dim": 8,
@@ -95,7 +101,14 @@ class ExpertsCheck:
 
 
 def shrink(data: Mapping) -> dict:
-    """The config.json object at the shrunk size, in float32."""
+    """The config.json object at the shrunk size, in float32 (a vision-language file's
+    language model, its text_config, shrunk as a file of the text type)."""
+    from accounting.spec.hf_config import TYPES
+    t = TYPES.get(data["model_type"])
+    if t is not None and t.nested:
+        inner = shrink({**data[t.nested], "model_type": f"{t.model_type}_text"})
+        outer = {k: v for k, v in data.items() if k not in ("dtype", "torch_dtype")}
+        return {**outer, t.nested: inner, "torch_dtype": "float32"}
     small = {k: v for k, v in data.items() if k != "dtype"}
     small.update(SHRINK[data["model_type"]])
     if "q_lora_rank" in small and small["q_lora_rank"] is not None:

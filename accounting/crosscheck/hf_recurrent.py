@@ -30,6 +30,30 @@ def conv_surplus(a: Analysis) -> dict[int, int]:
     return dict(out)
 
 
+def conv_backward_surplus(a: Analysis) -> dict[int, int]:
+    """FLOPs FlopCounterMode counts for the backward of transformers' depthwise conv beyond
+    the ledger's, per block. Its conv_backward_flop (torch 2.13's torch/utils/flop_counter.py,
+    "details involving ... groups ... I skip") counts grad_input as the conv over the
+    T + K − 1 padded outputs, 2·B·C·K·(T + K − 1), and grad_weight as a dense conv of the
+    transposed input and gradient, ignoring groups: 2·B·C²·K·(T + K − 1), C times a
+    depthwise conv's; the ledger counts dX and dW of the T outputs, 2·B·T·C·K each. Each
+    conv record's FLOPs F(T) = 2·B·T·C·K: the surplus is (1 + C)·F(T + K − 1) − 2·F(T)."""
+    c, lg = a.config, a.ledger
+    if c.conv_kernel is None:
+        return {}
+    K, v = c.conv_kernel, a.values
+    wide = {**v, "T": v["T"] + K - 1}
+    layers = dict(lg.groups)
+    out: dict[int, int] = defaultdict(int)
+    for r in lg.forward:
+        if r.component == R.RECURRENT and r.n == ("K",):
+            f, f_wide = r.flops(v), r.flops(wide)
+            channels = f // (2 * v["B"] * v["T"] * K)
+            for i in layers[r.repeat]:
+                out[i] += (1 + channels) * f_wide - 2 * f
+    return dict(out)
+
+
 def state_surplus(a: Analysis) -> dict[int, int]:
     """transformers' torch_chunk_gated_delta_rule updates the state after the last chunk
     too (its final state, returned for the cache): one more Kᵀ·V_new per gated DeltaNet
@@ -81,9 +105,21 @@ KDA_CLAIM = ("transformers' Kimi Delta Attention (chunk_kimi_delta_attention, it
              "compared")
 
 
-def surpluses(a: Analysis) -> list[tuple[str, str, dict[int, int]]]:
+CONV_BACKWARD_CLAIM = (
+    "transformers' depthwise conv1d backward as FlopCounterMode counts it (its "
+    "conv_backward_flop ignores groups for the weight gradient: 2·B·C²·K·(T + K − 1), C times "
+    "a depthwise conv's, and its input gradient spans the T + K − 1 padded outputs): its count "
+    "less that surplus per conv layer is compared (the ledger counts dX and dW of the T "
+    "outputs, 2·B·T·C·K each)")
+
+
+def surpluses(a: Analysis, phase: str = R.FORWARD) -> list[tuple[str, str, dict[int, int]]]:
     """(claim, what the subtracted FLOPs are, per block) for each form transformers' torch
-    path runs beyond the ledger's."""
+    path runs beyond the ledger's in the pass (the backward's: the op counter's, which reads
+    FlopCounterMode's formulas)."""
+    if phase != R.FORWARD:
+        conv = conv_backward_surplus(a)
+        return [(CONV_BACKWARD_CLAIM, "for the conv backward's formula", conv)] if conv else []
     out = []
     conv, state, kda = conv_surplus(a), state_surplus(a), kda_surplus(a)
     if conv:

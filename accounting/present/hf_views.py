@@ -8,7 +8,21 @@ from accounting.present.table import Table
 
 
 def _json(value) -> str:
+    """The value as JSON; a long list that repeats one period written once, × its count
+    (Qwen3.5's 64 layer_types: ["linear_attention", …, "full_attention"] × 16)."""
+    period = _period(value)
+    if period:
+        return f"{json.dumps(value[:period], ensure_ascii=False)} × {len(value) // period}"
     return json.dumps(value, ensure_ascii=False)
+
+
+def _period(value) -> int:
+    """The shortest period a list of more than 8 entries repeats whole, or 0."""
+    if not isinstance(value, (list, tuple)) or len(value) <= 8:
+        return 0
+    n = len(value)
+    return next((p for p in range(1, n // 2 + 1) if n % p == 0 and
+                 list(value) == list(value[:p]) * (n // p)), 0)
 
 
 def _spec(c, field: str) -> str:
@@ -21,8 +35,12 @@ def _spec(c, field: str) -> str:
                 "sliding_window": "null (no window)",
                 "num_experts": "null (dense MLPs)"}.get(field, "null")
     if isinstance(value, tuple):
-        return _ranges(value) if all(isinstance(v, int) for v in value) else \
-            ", ".join(map(str, value)) or "none"
+        if all(isinstance(v, int) for v in value):
+            return _ranges(value)
+        period = _period(value)
+        if period:
+            return f"({', '.join(map(str, value[:period]))}) × {len(value) // period}"
+        return ", ".join(map(str, value)) or "none"
     return json.dumps(value) if isinstance(value, bool) else str(value)
 
 

@@ -16,6 +16,10 @@ c_KV and RoPE key of d_kv_a = kv_lora_rank + qk_rope_head_dim).
              sequence holds ceil(W / block) + 1 blocks on such a layer; modelled so. A
              chunked layer (Llama 4) keeps its chunk, min(T, C) (ChunkedLocalAttentionSpec).
   PP         a stage holds only its own layers' cache.
+  state      a recurrent layer (gated DeltaNet, Mamba-2, short conv: the ledger's
+             per-sequence cache entries) keeps a fixed state per sequence whatever T: its
+             conv window (in the cache dtype) and recurrent state (float32 where the ledger
+             keeps it so), its heads split over TP as vLLM shards them; not per token.
 """
 from __future__ import annotations
 
@@ -39,10 +43,12 @@ def kv_dtype_bytes(name: str) -> int:
 
 @dataclass(frozen=True)
 class LayerKV:
-    """One layer's cache on one GPU: bytes per token, and how many tokens it keeps."""
+    """One layer's cache on one GPU: bytes per token, and how many tokens it keeps; a
+    recurrent layer's state per sequence."""
     layer: int
     bytes_per_token: int
     window: int | None  # keeps at most this many tokens (sliding window or chunk)
+    state_bytes: int = 0  # per sequence, whatever its length (a recurrent layer's)
 
 
 def layer_caches(config: ModelConfig, kv_bytes: int, tp: int, layers: tuple[int, ...]
@@ -54,13 +60,16 @@ def layer_caches(config: ModelConfig, kv_bytes: int, tp: int, layers: tuple[int,
     groups = dict(lg.groups)
     out = []
     for i in layers:
-        per_token, window = 0, None
+        per_token, window, state = 0, None, 0
         for e in lg.cache:
             if e.repeat is not None and i not in groups[e.repeat]:
                 continue
             n = 1
             for s in e.shape:
                 n *= heads if s == "h_kv" and heads is not None else v[s]
+            if e.per_sequence:  # a recurrent layer's state: per sequence, its heads over TP
+                state += -(-n // tp) * (4 if e.fp32 else kv_bytes)
+                continue
             if e.shape == ("d_model",):  # multi-head attention written as h·d_k = d_model
                 n = n // config.kv_heads * heads
             per_token += n * kv_bytes
@@ -68,7 +77,7 @@ def layer_caches(config: ModelConfig, kv_bytes: int, tp: int, layers: tuple[int,
                 window = config.sliding_window
             elif e.chunk:
                 window = config.attention_chunk
-        out.append(LayerKV(i, per_token, window))
+        out.append(LayerKV(i, per_token, window, state))
     return out
 
 
@@ -82,5 +91,7 @@ def blocks_for(tokens: int, block: int, window: int | None) -> int:
 
 
 def bytes_per_sequence(caches: list[LayerKV], tokens: int, block: int) -> int:
-    """Pool bytes a sequence of `tokens` tokens occupies on this GPU, in whole blocks."""
-    return sum(blocks_for(tokens, block, c.window) * block * c.bytes_per_token for c in caches)
+    """Pool bytes a sequence of `tokens` tokens occupies on this GPU, in whole blocks, and
+    the recurrent layers' state."""
+    return sum(blocks_for(tokens, block, c.window) * block * c.bytes_per_token + c.state_bytes
+               for c in caches)

@@ -73,6 +73,12 @@ class ServePlan:
         return max(s.kv_bytes_per_token for s in self.stages)
 
     @property
+    def state_bytes_per_sequence_per_gpu(self) -> int:
+        """The recurrent layers' state of one sequence (conv windows, recurrent states),
+        whatever its length: 0 for a model without such layers."""
+        return max(sum(c.state_bytes for c in s.caches) for s in self.stages)
+
+    @property
     def kv_pool_bytes_per_gpu(self) -> int:
         return self.binding.pool_bytes
 

@@ -107,8 +107,9 @@ def timing(config, stages, caches: list[list[LayerKV]], tp: int, pp: int, prompt
         rows = Fraction(st.lookup_bytes * batch, config.vocab_size)  # B rows of the table
         weights += st.bytes - st.expert_bytes - st.lookup_bytes + st.expert_bytes * share \
             + min(rows, st.lookup_bytes)
+    # the KV read, and each recurrent layer's state read and written once per step
     kv_read = batch * sum(c.bytes_per_token * (position if c.window is None
-                                               else min(position, c.window))
+                                               else min(position, c.window)) + 2 * c.state_bytes
                           for layer in caches for c in layer)
     flops = prefill_flops(config, prompt)
     return Timing(prompt, position, batch, mfu, efficiency, peak, bandwidth, flops,

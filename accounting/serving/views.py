@@ -51,6 +51,10 @@ def answer(p: ServePlan) -> Table:
     lines.append(_line("weights/GPU", f"{_gb(p.weights_bytes_per_gpu)}: {p.scheme.label}"))
     lines.append(_line("KV/token/GPU", f"{grouped(p.kv_bytes_per_token_per_gpu)} bytes "
                                        f"({p.kv_dtype}; every layer of a stage)"))
+    if p.state_bytes_per_sequence_per_gpu:
+        lines.append(_line("state/seq/GPU", f"{grouped(p.state_bytes_per_sequence_per_gpu)} "
+                                            f"bytes (the recurrent layers' conv windows and "
+                                            f"states, whatever the length; in the pool)"))
     lines.append(_line("KV pool/GPU", f"{_gb(max(b.pool_bytes, 0))}: {grouped(b.tokens)} tokens"
                                       f" in blocks of {p.defaults.block_size}"))
     lines.append(_line("max concurrency", f"{grouped(p.max_concurrency)} sequences of "
@@ -134,6 +138,7 @@ def to_dict(p: ServePlan) -> dict:
         "fits": p.fits,
         "weights_bytes_per_gpu": p.weights_bytes_per_gpu,
         "kv_bytes_per_token_per_gpu": p.kv_bytes_per_token_per_gpu,
+        "state_bytes_per_sequence_per_gpu": p.state_bytes_per_sequence_per_gpu,
         "kv_pool_bytes_per_gpu": b.pool_bytes,
         "max_concurrency": p.max_concurrency,
         "ttft_seconds": None if t is None else _num(t.ttft_seconds),

@@ -98,6 +98,9 @@ def _check_recurrent(c) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= MAX_REAL:
         raise UsageError(f"mamba_dt_min must be a non-negative finite number up to 10^18, got "
                          f"{short_value(value)}")
+    if not isinstance(c.linear_split_proj, bool):
+        raise UsageError(f"linear_split_proj must be true or false, got "
+                         f"{short_value(c.linear_split_proj)}")
     types = set(c.layer_types or ())
     if c.mup_multipliers and "hybrid" not in types:
         raise UsageError("mup_multipliers (Falcon-H1's) needs hybrid layers (layer_types hybrid: "

@@ -287,6 +287,15 @@ class ModelConfig:
                                              group=EXTRAS,
                                              help="gated DeltaNet layers: each value head's "
                                                   "width (linear_value_head_dim)")
+    # Qwen3.5's Qwen3_5GatedDeltaNet (transformers 5.23's modular_qwen3_5.py): the same
+    # layer with in_proj_qkv, in_proj_z, in_proj_b and in_proj_a for Qwen3-Next's two
+    linear_split_proj: bool = spec(False, kind=FLAG, flag="--linear-split-proj", group=EXTRAS,
+                                   needs="linear_key_heads",
+                                   help="gated DeltaNet layers: four input projections "
+                                        "(in_proj_qkv, in_proj_z, in_proj_b, in_proj_a: "
+                                        "Qwen3.5) instead of in_proj_qkvz and in_proj_ba "
+                                        "(Qwen3-Next); the same parameters and FLOPs, other "
+                                        "LoRA targets and no regrouping copies")
     # Mamba-2 layers (layer_types "mamba"; Nemotron-H's NemotronHMamba2Mixer, transformers'
     # Mamba2Mixer): in_proj to z, x·B·C, dt; conv1d over x·B·C; the chunked SSD scan;
     # a grouped gated RMSNorm; out_proj
@@ -424,8 +433,9 @@ class ModelConfig:
         if n_nope:
             parts.append(f"no RoPE on {n_nope} of {len(kinds)} layers"
                          + (", temperature tuning there" if self.temperature_floor else ""))
+        split = ", split in_proj" if self.linear_split_proj else ""
         for mixer, what in (("linear_attention", "gated DeltaNet (chunk "
-                             f"{self.linear_chunk})"), ("kda", "Kimi Delta Attention (chunk "
+                             f"{self.linear_chunk}{split})"), ("kda", "Kimi Delta Attention (chunk "
                              f"{self.linear_chunk})"), ("conv", "short convolution"),
                             ("mamba", f"Mamba-2 (chunk {self.mamba_chunk})"),
                             ("hybrid", f"attention beside Mamba-2 (chunk {self.mamba_chunk})"),

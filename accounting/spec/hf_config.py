@@ -52,7 +52,7 @@ from accounting.spec.hf_schema import (  # noqa: F401
 from accounting.spec import (  # noqa: F401
     hf_types_dense, hf_types_parallel, hf_types_gemma, hf_types_moe, hf_types_gpt_oss,
     hf_types_llama4, hf_types_cohere, hf_types_moe2, hf_types_dense2,
-    hf_types_hybrid, hf_types_kimi, hf_types_falcon_h1, hf_types_jamba)
+    hf_types_hybrid, hf_types_kimi, hf_types_falcon_h1, hf_types_jamba, hf_types_qwen35)
 
 def supported_types() -> str:
     """The model_types a config.json may name, in the table's order: the one list --help,
@@ -277,9 +277,9 @@ def _translate_nested(t: HFType, data: Mapping, source: str, name: str, origin: 
     hf = translate({**inner, "model_type": text_type}, f"{source} {t.nested}", name, origin,
                    judge)
     mapped = tuple((f"{t.nested}.{k}", v, f, g) for k, v, f, g in hf.mapped)
-    vision = ("vision_config: the vision tower and the multi-modal projector "
-              "(Llama4ForConditionalGeneration's) are not counted; the counts are the language "
-              f"model's, {t.nested}, as AutoModelForCausalLM builds it (Llama4ForCausalLM, "
+    vision = ("vision_config: the vision tower and the multi-modal projector (the "
+              "vision-language model's) are not counted; the counts are the language "
+              f"model's, {t.nested}, as AutoModelForCausalLM builds it ({t.transformers_class}, "
               f"whose head is tied by {t.nested}.tie_word_embeddings, not the top-level key).")
     return HFConfig(t.model_type, MappingProxyType(copy.deepcopy(dict(data))), hf.config,
                     origin or source, mapped, hf.notes + (vision,), storage_dtype(data),

@@ -434,13 +434,8 @@ UNSUPPORTED: Mapping[str, str] = MappingProxyType({
               "per-layer-kind partial RoPE; the spec has one head shape for every layer and "
               "one MLP per block, so no flags describe it",
     # issue 31: hybrid families whose layers the spec does not express yet (the gated
-    # DeltaNet, Mamba-2 and short-convolution layers it has: qwen3_next, nemotron_h, lfm2)
-    "qwen3_5": "wraps qwen3_5_text, whose gated DeltaNet splits its input projections "
-               "(in_proj_qkv, in_proj_z, in_proj_b, in_proj_a: the same parameters as "
-               "Qwen3-Next's two, not yet a module layout of the spec) beside interleaved "
-               "M-RoPE and MTP layers (mtp_num_hidden_layers) the spec does not read yet",
-    "qwen3_5_moe": "is Qwen3.5 with experts: its gated DeltaNet's split input projections, "
-                   "interleaved M-RoPE and MTP layers are not expressed yet",
+    # DeltaNet, Mamba-2 and short-convolution layers it has: qwen3_next, qwen3_5, nemotron_h,
+    # lfm2)
     "granitemoehybrid": "mixes Mamba-2 and attention layers with Granite's multipliers and a "
                         "shared MLP beside each mixture of experts, a layout the spec does "
                         "not express yet",

@@ -2,7 +2,8 @@
 
 Symbols: h_lk, h_lv (key and value heads), d_lk, d_lv (their widths), d_conv = 2·h_lk·d_lk
 + h_lv·d_lv (the conv's channels: Q, K, V), d_qkvz = 2·h_lk·d_lk + 2·h_lv·d_lv
-(in_proj_qkvz's width), C_l (the chunk), N_c = ⌈T/C_l⌉ (chunks; the sequence is padded to
+(in_proj_qkvz's width; Qwen3.5's four projections in_proj_qkv, in_proj_z, in_proj_b,
+in_proj_a have d_conv, h_lv·d_lv, h_lv and h_lv: the same sum), C_l (the chunk), N_c = ⌈T/C_l⌉ (chunks; the sequence is padded to
 N_c·C_l), P_L = C_l(C_l − 1)/2 (the strictly lower pairs of a chunk: a unit lower
 triangular solve's multiply-adds per right-hand column).
 
@@ -48,10 +49,17 @@ class GatedDeltaNet:
             self.dt_bias = t.param("dt_bias", ("h_lv",), R.RECURRENT)
             self.A_log = t.param("A_log", ("h_lv",), R.RECURRENT)
             self.conv1d = CausalConv1d(t, "conv1d", ("d_conv",), False)
-            self.in_proj_qkvz = Linear(t, "in_proj_qkvz", ("d_model",), ("d_qkvz",), R.ATTN_PROJ,
-                                       "gated DeltaNet in_proj_qkvz")
-            self.in_proj_ba = Linear(t, "in_proj_ba", ("d_model",), ("2", "h_lv"), R.ATTN_PROJ,
-                                     "gated DeltaNet in_proj_ba")
+            self.split = c.linear_split_proj
+            if self.split:  # Qwen3.5: in_proj_qkv (Q, K, V in the conv's order), z, b, a
+                self.projs = {n: Linear(t, f"in_proj_{n}", ("d_model",), out, R.ATTN_PROJ,
+                                        f"gated DeltaNet in_proj_{n}")
+                              for n, out in (("qkv", ("d_conv",)), ("z", ("h_lv", "d_lv")),
+                                             ("b", ("h_lv",)), ("a", ("h_lv",)))}
+            else:
+                self.in_proj_qkvz = Linear(t, "in_proj_qkvz", ("d_model",), ("d_qkvz",),
+                                           R.ATTN_PROJ, "gated DeltaNet in_proj_qkvz")
+                self.in_proj_ba = Linear(t, "in_proj_ba", ("d_model",), ("2", "h_lv"),
+                                         R.ATTN_PROJ, "gated DeltaNet in_proj_ba")
             with t.scope("norm"):
                 self.norm_weight = t.param("weight", ("d_lv",), NORM_PARAMS["rmsnorm"])
             self.out_proj = Linear(t, "out_proj", ("h_lv", "d_lv"), ("d_model",), R.ATTN_PROJ,
@@ -60,16 +68,11 @@ class GatedDeltaNet:
     def __call__(self, x: Sym, out_label: str, out_course: str) -> Sym:
         t, k = self.t, DELTA_RULE
         with t.scope("linear_attn"):
-            qkvz = self.in_proj_qkvz(x, "in_proj_qkvz output")
-            ba = self.in_proj_ba(x, "in_proj_ba output")
-            # z, b, a: slices of a per-key-head layout reshaped: copies
-            # (a view when h_lv = h_lk: the key heads' slices are the value heads')
-            z = t.copy(qkvz, ROW + ("h_lv", "d_lv")) if self.grouped else \
-                t.view(qkvz, ROW + ("h_lv", "d_lv"), contiguous=False)
-            z = t.name(z, "z (the output gate)")
-            b = t.copy(ba, ROW + ("h_lv",))
-            a_ = t.copy(ba, ROW + ("h_lv",))
-            qkv = t.cat((t.copy(qkvz), t.copy(qkvz), t.copy(qkvz)), ROW + ("d_conv",))
+            if self.split:  # each its own projection's output: no regrouping
+                qkv, z, b, a_ = (self.projs[n](x, f"in_proj_{n} output") for n in "qkv z b a".split())
+                z = t.name(z, "z (the output gate)")
+            else:
+                qkv, z, b, a_ = self.regroup(x)
             conv = causal_conv(t, qkv, self.conv1d.weight, None, ("d_conv",), "gated DeltaNet")
             sig = t.unary("aten.sigmoid", conv, "sigmoid(conv)", k, saves="output",
                           out="sigmoid(conv output)")
@@ -89,6 +92,21 @@ class GatedDeltaNet:
             t.state("recurrent state", ("h_lv", "d_lk", "d_lv"), fp32=True)
             y = self.gated_norm(out, z)
             return self.out_proj(y, out_label, out_course)
+
+    def regroup(self, x: Sym) -> tuple[Sym, Sym, Sym, Sym]:
+        """Qwen3-Next's fused projections: Q·K·V, z, b and a cut from a per-key-head layout."""
+        t = self.t
+        qkvz = self.in_proj_qkvz(x, "in_proj_qkvz output")
+        ba = self.in_proj_ba(x, "in_proj_ba output")
+        # z, b, a: slices of a per-key-head layout reshaped: copies
+        # (a view when h_lv = h_lk: the key heads' slices are the value heads')
+        z = t.copy(qkvz, ROW + ("h_lv", "d_lv")) if self.grouped else \
+            t.view(qkvz, ROW + ("h_lv", "d_lv"), contiguous=False)
+        z = t.name(z, "z (the output gate)")
+        b = t.copy(ba, ROW + ("h_lv",))
+        a_ = t.copy(ba, ROW + ("h_lv",))
+        qkv = t.cat((t.copy(qkvz), t.copy(qkvz), t.copy(qkvz)), ROW + ("d_conv",))
+        return qkv, z, b, a_
 
     def l2norm(self, x: Sym, label: str) -> Sym:
         """x · rsqrt(Σ x² + eps) over the last dim."""
