@@ -7,11 +7,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from accounting.runtime.errors import UsageError
-from accounting.units import BF16, DTYPE_BYTES, FP32
+from accounting.ledger.autocast import TE, TORCHAO
+from accounting.units import BF16, DTYPE_BYTES, FP8, FP32
 
 BF16_MIXED = "bf16-mixed"  # the other precision is FP32 (all-fp32), named by its dtype
 BF16_PURE = BF16  # bf16 parameters, gradients and optimizer state
 BF16_MASTER = "bf16-master"
+FP8_TORCHAO, FP8_TE = "fp8-torchao", "fp8-te"
+# Precision.fp8 names the float8 library (ledger/autocast.py TORCHAO, TE): which linear
+# layers run in fp8 and what each saves for the backward pass (ledger/trace.py _fp8_linear)
 
 
 @dataclass(frozen=True)
@@ -25,6 +29,7 @@ class Precision:
     compute: str  # which datasheet peak applies: FP32 or BF16 (a dtype name)
     inference_bytes: int  # weights and KV cache at inference
     assumptions: str
+    fp8: str | None = None  # TORCHAO or TE: the linear layers' matmuls in fp8 (None: none)
 
     @property
     def master_bytes(self) -> int:
@@ -73,6 +78,35 @@ PRECISIONS: dict[str, Precision] = {
                            "megatron/core/optimizer/optimizer.py Float16OptimizerWithFloat16Params: "
                            "fp32_from_float16_groups; DeepSpeed runtime/bf16_optimizer.py: "
                            "fp32_groups_flat_partition); activations in bf16; bf16 peak"),
+    # ---- fp8 training: the linear layers' three GEMMs (forward, grad-input, grad-weight) in
+    # fp8 at the GPU's dense fp8 peak; the attention core, the MoE experts' grouped_mm and
+    # every other op in bf16 (accounting/planning/fp8.py: the rules, the scaling state, the
+    # time split) ---------------------------------------------------------------------------
+    FP8_TORCHAO: Precision(FP8_TORCHAO, FP32, FP32, FP32, False, "cuda", FP8, _B16,
+                           "torchao float8 training (torchao.float8.convert_to_float8_training, "
+                           "Float8LinearConfig's default recipe: dynamic tensorwise scaling, "
+                           "e4m3 forward, e5m2 gradients) under bf16 mixed precision: every "
+                           "nn.Linear a Float8Linear; fp32 parameters, gradients and optimizer "
+                           "state; a Float8Linear saves its bf16 input and the fp32 weight "
+                           "parameter itself (torchao/float8/float8_linear.py "
+                           "matmul_with_hp_or_float8_args.forward: ctx.save_for_backward("
+                           "input_hp, weight_hp_t)), so no bf16 weight copy; its fp8 casts "
+                           "(and their one-element fp32 scales) are made again in the backward "
+                           "pass and live one matmul at a time; no scaling state is kept. "
+                           "Linear GEMMs at the fp8 peak, the rest at the bf16 peak",
+                           fp8=TORCHAO),
+    FP8_TE: Precision(FP8_TE, BF16, BF16, FP32, True, None, FP8, _B16,
+                      "Transformer Engine fp8 training (te.Linear under te.fp8_autocast with "
+                      "DelayedScaling: HYBRID format, amax history per tensor) over "
+                      "Megatron-LM's bf16 parameters and gradients with an fp32 master copy "
+                      "and fp32 moments (bf16-master): each te.Linear saves its input as fp8 "
+                      "(1 byte an element) and the parameter, and keeps fp8 copies of its "
+                      "weight and of the weight's transpose across micro-batches (TE "
+                      "module/linear.py _Linear.forward); its scaling state is counted per "
+                      "linear layer (accounting/planning/fp8.py). Linear GEMMs at the fp8 "
+                      "peak, the rest at the bf16 peak; the LM head stays bf16 (Megatron's "
+                      "output layer is not a TE module)",
+                      fp8=TE),
 }
 
 

@@ -128,7 +128,7 @@ def _symbol(kind, kinds) -> str:
 
 def walk(c: ModelConfig, autocast: str | None = None, recompute: str = "none",
          fold: bool = True, implementation: str = COURSE, param_dtype: str = FP32,
-         adapters=None) -> Trace:
+         adapters=None, fp8: str | None = None) -> Trace:
     """Build (declare) the model, then run one training step's forward and loss: in float32,
     or under torch.autocast(autocast, dtype=torch.bfloat16); with activation recomputation
     "none", "full" (checkpoint each block) or "selective" (checkpoint the attention core);
@@ -136,8 +136,9 @@ def walk(c: ModelConfig, autocast: str | None = None, recompute: str = "none",
     runs transformers' ops where they differ from model/'s (its RoPE module, RMSNorm and
     SiLU; accounting/planning/recipes.py says for which configs); param_dtype bf16 holds
     the parameters in bf16 (model.to(torch.bfloat16), no autocast); adapters (builder/lora.py):
-    LoRA on the linears it names, every other parameter frozen in param_dtype."""
-    t, a = Trace(autocast, param_dtype, adapters), Arch(c, fold, implementation)
+    LoRA on the linears it names, every other parameter frozen in param_dtype; fp8 ("torchao"
+    or "te") runs the linear layers' matmuls in fp8 (Trace.matmul)."""
+    t, a = Trace(autocast, param_dtype, adapters, fp8), Arch(c, fold, implementation)
     t.hf = a.hf
     t.hf_olmo2 = a.hf and c.norm_placement == "post"  # Olmo2RMSNorm
     # __init__, in model/transformer.py's registration order

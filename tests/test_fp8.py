@@ -1,0 +1,123 @@
+"""fp8 training (issue 30, Must 4): the precisions fp8-torchao and fp8-te.
+
+What a Float8Linear saves is measured on the CPU: transformers' tiny models converted by
+torchao.float8.convert_to_float8_training(config=Float8LinearConfig(emulate=True)) (the
+CPU has no fp8 matmul; emulate runs the same casts and saves), one forward and loss run
+under saved-tensor hooks, every saved storage that is not a parameter counted by size and
+dtype (tests/test_architectures.py saved_tensors) and compared with the ledger built with
+fp8="torchao" — in fp32, with bf16 parameters, and under the CPU's autocast. The expected
+values are the real library's; the hand algebra below checks the rest (Transformer
+Engine's state, read from its source: it needs a GPU).
+"""
+from collections import Counter
+from dataclasses import replace
+from fractions import Fraction
+
+import pytest
+
+from accounting.cli.main import main
+from accounting.ledger.ledger import ledger
+from accounting.planning.memory import MemoryModel, get_precision
+from accounting.planning import fp8 as F8
+from accounting.spec.presets import get_preset
+
+torch = pytest.importorskip("torch")
+
+
+def _converted(name, param_dtype):
+    pytest.importorskip("torchao")
+    from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+    from test_transformers_saves import build
+    model = build(name, param_dtype)
+    convert_to_float8_training(model, config=Float8LinearConfig(emulate=True))
+    kinds = Counter(type(m).__name__ for m in model.modules())
+    assert kinds["Float8Linear"] > 0 and kinds["Linear"] == 0  # every nn.Linear, the head too
+    return model
+
+
+@pytest.mark.parametrize("name,mode", [("llama", "fp32"), ("llama", "bf16"),
+                                       ("llama", "autocast"), ("qwen3_moe", "bf16")])
+def test_float8_linear_saves_what_the_ledger_says(name, mode):
+    from accounting.spec.hf_config import translate
+    from test_transformers_saves import CONFIGS, MODES, measured, SIZE, DTYPE
+    autocast, param_dtype = MODES[mode]
+    config = replace(translate(CONFIGS[name], "test", name).config, attention="sdpa")
+    model = _converted(name, param_dtype)
+    B, T = 2, 5
+    lg = ledger(config, autocast, "none", "transformers", param_dtype, fp8="torchao")
+    v = lg.values(T, B)
+    want = Counter()
+    for a in lg.activations:
+        if a.saved:
+            want[(SIZE[a.dtype] * a.elements.evaluate(v) // a.copies,
+                  str(DTYPE[a.dtype]).removeprefix("torch."))] += a.copies * a.count(v)
+    assert measured(model, B, T, autocast) == want
+    # no fp8 tensor is saved (the casts are made again in the backward pass), and without
+    # autocast the saves are the unconverted model's: the weight is the parameter itself
+    assert not any("float8" in d for _, d in want)
+    if autocast is None:
+        plain = ledger(config, None, "none", "transformers", param_dtype)
+        assert sum(a.elements.evaluate(v) * a.bytes_per_element for a in lg.activations if a.saved) \
+            == sum(a.elements.evaluate(v) * a.bytes_per_element for a in plain.activations if a.saved)
+
+
+def _items(name, precision):
+    m = MemoryModel(get_preset(name), get_precision(precision))
+    v = m.values(1024, 1)
+    return {t.name: t.bytes.evaluate(v) for t in m.terms}
+
+
+def test_torchao_drops_autocasts_weight_copies_and_nothing_else():
+    """Under CUDA autocast F.linear saves a bf16 copy of each weight; a Float8Linear saves
+    the fp32 parameter itself (float8_linear.py: weight_hp_t = self.weight.t(), never
+    cast): the difference is 2 bytes per matmul weight of gpt2-small (hand count below)."""
+    a, b = _items("gpt2-small", "bf16-mixed"), _items("gpt2-small", "fp8-torchao")
+    L, d, f, V = 12, 768, 3072, 50257
+    n_matmul = 4 * L * d * d + 3 * L * d * f + d * V
+    assert a.pop("bf16 copies of the matmul weights") == 2 * n_matmul
+    a["parameters (fp32)"] = a.pop("parameters (fp32 master copy)")
+    assert a == b
+
+
+def test_transformer_engine_state_by_hand():
+    """fp8-te on gpt2-small (no bias, untied head, 7 te.Linear per block, the LM head bf16):
+    fp8 weight and transpose, 2 bytes per linear weight element; DelayedScaling: per
+    te.Linear scale [3] + amax_history [1024, 3] forward, [2] + [1024, 2] backward, fp32."""
+    items = _items("gpt2-small", "fp8-te")
+    L, d, f = 12, 768, 3072
+    assert items["fp8 weight copies (Transformer Engine: weight and transpose, e4m3)"] == \
+        2 * L * (4 * d * d + 3 * d * f)
+    assert items["fp8 scaling state (DelayedScaling: scales, amax history)"] == \
+        7 * L * 4 * (3 + 3 * 1024 + 2 + 2 * 1024)
+    # each te.Linear saves a 1-byte copy of its input instead of the bf16 activation: six
+    # of d_model wide per block (x̂ of the attention norm for W_q, W_k, W_v; the attention
+    # output for W_o; x̂ of the FFN norm for W1, W3) and one of d_ff (the gated product for
+    # W2); the bf16 ones only the linears saved drop out: the two x̂, the attention output
+    # and the gated product (RMSNorm's backward saves its input, SwiGLU's product its factors)
+    bf = _items("gpt2-small", "bf16-master")
+    B, T = 1, 1024
+    assert bf["activations: all L blocks"] - items["activations: all L blocks"] == \
+        L * B * T * (2 * 3 * d - 1 * (6 * d + f) + 2 * f)
+
+
+def test_the_fp8_flops_and_the_effective_peak():
+    """gpt2-small, B = 1, T = 1,024: the fp8 GEMMs are the linear layers' (torchao: the LM
+    head too), 3 × 2·B·T·(4d² + 3df + dV) per step; the effective peak is the harmonic
+    mix total / (f8/P8 + rest/P16) (H100 SXM: 1,979 and 989 TFLOP/s dense)."""
+    c = get_preset("gpt2-small")
+    lg = ledger(c, "cuda", fp8="torchao")
+    v = lg.values(1024, 1)
+    L, d, f, V, T = 12, 768, 3072, 50257, 1024
+    f8 = 3 * 2 * T * (L * (4 * d * d + 3 * d * f) + d * V)
+    assert F8.matmul_flops(lg, v) == f8
+    total = 10 ** 12
+    p = F8.effective_peak(total, f8, Fraction(1979), Fraction(989))
+    assert Fraction(f8) / 1979 + Fraction(total - f8) / 989 == total / p
+    te = ledger(c, None, param_dtype="bf16", fp8="te")
+    assert F8.matmul_flops(te, v) == f8 - 3 * 2 * T * d * V  # Megatron's head is not TE's
+
+
+def test_fp8_on_a_gpu_without_fp8_is_one_line(capsys):
+    assert main(["plan", "gpt2-small", "--precision", "fp8-torchao", "--gpu", "A100"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no fp8 Tensor Cores" in err[0]
