@@ -117,16 +117,10 @@ def parser() -> Parser:
 
 
 def _check_parallel(ns) -> None:
-    """The many-GPU plans keep model/'s ops, AdamW and fp32 or bf16-mixed (today's)."""
-    if ns.precision not in (None, FP32, "bf16-mixed"):  # None: the stack's own (plan_parallel)
-        raise UsageError(f"--precision {ns.precision} is not in the many-GPU plans yet; give "
-                         f"--precision fp32 or bf16-mixed with --gpus")
+    """The many-GPU plans keep model/'s ops (any precision and optimizer: issue 30)."""
     if ns.implementation not in (None, "course"):
         raise UsageError("--implementation transformers is not in the many-GPU plans yet "
                          "(they plan model/'s ops); drop it with --gpus")
-    if ns.optimizer not in (None, "adamw"):
-        raise UsageError(f"--optimizer {ns.optimizer} is not in the many-GPU plans yet (they "
-                         f"plan AdamW); drop it with --gpus")
 
 
 def main(argv: list[str]) -> int:

@@ -170,6 +170,18 @@ def stack_run(ns: argparse.Namespace) -> tuple[StackRun, str]:
     return StackRun(stack, _dropout(ns.dropout), ns.attention_kernel or FLASH), precision
 
 
+def fp8_peak(hw, gpu: str, config, p, seq: int, recompute: str):
+    """The table GPU's peak for an fp8 run: the fp8 GEMMs' share of one sequence's step
+    (model/'s ops, as the many-GPU plans run them) at the fp8 peak, the rest at bf16."""
+    from accounting.ledger.ledger import ledger
+    from accounting.planning.compute import step_flops
+    from accounting.planning.gpus import get_gpu
+    from accounting.planning.plan import fp8_hardware
+    lg = ledger(config, p.autocast, recompute, "course", p.param_dtype, fp8=p.fp8)
+    return fp8_hardware(hw, get_gpu(gpu), lg, step_flops(config, seq, 1, recompute).total,
+                        lg.values(seq, 1))
+
+
 def _ticker():
     """--search's progress on stderr once it has run a few seconds (issue 32)."""
     from accounting.runtime.progress import Ticker
@@ -196,6 +208,9 @@ def run(ns: argparse.Namespace, config) -> int:
             raise UsageError(f"--{flag} is not used by the multi-GPU plan (give --tokens for a "
                              f"time to train)")
     hw = hardware(ns.gpu, ns.gpu_mem, ns.gpu_flops, ns.gpu_bw, precision.compute)
+    if precision.fp8 is not None and ns.gpu is not None:  # fp8 GEMMs at fp8, the rest bf16
+        hw = fp8_peak(hw, ns.gpu, config, precision, ns.ctx or config.context_length,
+                      ns.recompute)
     net = interconnect(ns.gpu, ns.nvlink_gbs, ns.network_gbs, ns.gpus_per_node)
     if net is not None and net.network is None and ns.gpus > net.gpus_per_node:
         raise UsageError(f"--gpus {ns.gpus} spans more than one {net.name} of "
@@ -214,6 +229,9 @@ def run(ns: argparse.Namespace, config) -> int:
         if run_stack.name != TORCH:
             raise UsageError(f"--search ranks the torch stack's layouts; with --stack "
                              f"{run_stack.name} give the layout (--tp, --pp, --zero)")
+        if ns.optimizer not in (None, "adamw"):
+            raise UsageError(f"--search ranks layouts with AdamW's state; with --optimizer "
+                             f"{ns.optimizer} give the layout (--tp, --pp, --zero)")
         if ns.dp is not None or ns.tp != 1 or ns.pp != 1:
             raise UsageError("--search tries every tp, pp and dp; leave them out")
         if hw is None or not hw.memory_bytes or not hw.peak_flops:
@@ -239,7 +257,7 @@ def run(ns: argparse.Namespace, config) -> int:
                     vpp=ns.virtual_stages, stage_split=stage_split(ns.stage_layers))
         result = parallel_plan(config, lo, seq, precision=precision, hardware=hw, net=net,
                                mfu=ns.mfu, margin=ns.margin, tokens=ns.tokens, stack=run_stack,
-                               **utilization,
+                               **utilization, optimizer=ns.optimizer or "adamw",
                                measured_tokens_per_second=ns.measured_tokens_per_s)
         tables, data = views.tables, export.to_dict
         if ns.compare_formulas:

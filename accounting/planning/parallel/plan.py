@@ -33,6 +33,8 @@ from accounting.planning.parallel.stack_memory import StackRun, per_layer
 from accounting.planning.parallel.stack_memory import memory as stack_memory
 from accounting.planning.parallel.stacks import TORCH, TORCHTITAN, W16, check as check_stack
 from accounting.planning.parallel.states import States, stage_tensors, states, zero1_worst_rank
+from accounting.planning.parallel.optimizer_state import check as check_optimizer
+from accounting.planning.parallel.optimizer_state import fp8_items, optimizer_items
 from accounting.planning.parallel.step import StageFlops, StepTime, bubble, stage_flops, step_time
 
 # What the torch.distributed checks (accounting/distcheck, tests/test_distributed.py) verify,
@@ -200,6 +202,11 @@ def _activations(sp: Split, plain: Split, layout: Layout, local: int, tp_rank: i
     return A.stage_activations(*rows, layout, stage, kinds)
 
 
+def run_split(config: ModelConfig, p: Precision, recompute: str = "none") -> Split:
+    """The split ledger of a run in precision `p` (its autocast, parameter dtype, fp8)."""
+    return split(config, p.autocast, recompute, p.param_dtype, p.fp8)
+
+
 def data_layout(layout: Layout) -> Layout:
     """The layout the sharding and the data-parallel collectives see: dp·cp ranks (the same
     micro-batches each: the global batch scaled with them)."""
@@ -220,7 +227,8 @@ def activation_bytes(precision: Precision) -> int:
 def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage: int,
                act_rows: tuple[list[A.Row], list[A.Row]], values: dict[str, int],
                tp_rank: int = 0, dp_rank: int | None = None,
-               stack: StackRun = StackRun(), counting: str = EXECUTED) -> StagePlan:
+               stack: StackRun = StackRun(), counting: str = EXECUTED,
+               optimizer: str = "adamw") -> StagePlan:
     """One GPU of a stage: TP rank `tp_rank`, data-parallel rank `dp_rank` (default: 0, or
     under ZeroRedundancyOptimizer the rank with the most AdamW state). `act_rows` are the
     saved tensors of a rank's T/cp tokens."""
@@ -245,21 +253,16 @@ def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage:
     # dp/ep ranks: ⌈rows/e⌉·cols, e = dp/ep)
     n_sym = "(N_dense + N_experts/ep)" if st.expert_numel else "N_stage"
     fsdp_params = f"{p.master_bytes}·Σ{b_sym}" if z >= 2 else f"{p.master_bytes}·{n_sym}"
-    items = [Item("parameters (fp32" + (", FSDP shards)" if z >= 2 else ")"), fsdp_params,
+    shards = ", FSDP shards" if z >= 2 else ""
+    items = [Item(f"parameters ({p.param_dtype}{shards})", fsdp_params,
                   A.Linear(0, st.params * p.master_bytes), model_state=True,
                   per_element=p.master_bytes)]
-    items.append(Item("gradients (fp32" + (", FSDP shards)" if z >= 2 else ")"),
+    items.append(Item(f"gradients ({p.grad_dtype}{shards})",
                       f"{p.grad_bytes}·Σ{b_sym}" if z >= 2 else f"{p.grad_bytes}·{n_sym}",
                       A.Linear(0, st.grads * p.grad_bytes), model_state=True,
                       per_element=p.grad_bytes))
-    moments = (f"4·{n_sym}" if z == 0 else "4·(this rank's whole tensors)" if z == 1
-               else "4·Σ(this rank's rows)·cols")
-    for name in ("AdamW moments: first moment m", "AdamW moments: second moment v"):
-        items.append(Item(f"{name} (fp32)", moments, A.Linear(0, st.moments * p.moment_bytes),
-                          model_state=True, per_element=p.moment_bytes))
-    items.append(Item("AdamW step counters (fp32 scalars)", f"{STEP_BYTES}·(tensors updated)",
-                      A.Linear(0, st.owned_tensors * STEP_BYTES), on_gpu=False,
-                      note="torch keeps them on the CPU unless fused or capturable"))
+    items += optimizer_items(units, dl, st, optimizer, p, n_sym)
+    items += fp8_items(sp, units, p, values)
     buf = stage_buffers(sp, values, kinds)
     if buf:
         bias = c.num_experts is not None and c.router_bias
@@ -268,7 +271,7 @@ def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage:
                           f"L_stage·2·T_max·({'d_rope' if c.mla else 'd_rot' if c.rotary_dim else 'd_k'}/2)·4"
                           + (" + L_moe·E·4" if bias else ""),
                           A.Linear(0, buf)))
-    acts = _activations(sp, split(c, precision.autocast), replace(layout, zero=0), local,
+    acts = _activations(sp, run_split(c, precision), replace(layout, zero=0), local,
                         tp_rank, stage, kinds)
     copies = acts.weight_copies.times(acts.in_flight)
     items.append(Item("activations of the k micro-batches in flight"
@@ -325,13 +328,14 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
                   tp_rank: int = 0, dp_rank: int | None = None,
                   stack: StackRun = StackRun(), mfu_convention: str = EXECUTED,
                   mfu_scope: str = COMPUTE, hfu: bool = False,
-                  measured_tokens_per_second=None) -> ParallelPlan:
+                  measured_tokens_per_second=None, optimizer: str = "adamw") -> ParallelPlan:
     """The plan of one GPU per stage shown (TP rank 0 — it holds the most of an uneven
     split — and data-parallel rank 0, or the given ranks). `mfu` is read under
     `mfu_convention` and `mfu_scope` (planning/mfu.py): in the compute scope the rate each
     stage executes its FLOPs at (executed, or causal: the attention core's causal pairs, as
     a causal flash kernel runs them), the bubble and the communication added; end to end a
-    whole-step MFU (an HFU with `hfu`)."""
+    whole-step MFU (an HFU with `hfu`). `optimizer`: planning/optimizers.py's name (the
+    torch stack; the other stacks plan their own Adam)."""
     check_convention(mfu_convention)
     check_scope(mfu_scope)
     if mfu_scope == COMPUTE and mfu_convention == SIX_N:
@@ -351,25 +355,29 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
     check_workload(seq, layout.global_batch, config)
     check_layout(config, layout, seq)
     check_stack(stack.stack, config, layout, stack.dropout)
+    check_optimizer(optimizer, data_layout(layout))
+    if stack.name != TORCH and (optimizer != "adamw" or precision.fp8 is not None):
+        raise UsageError(f"--stack {stack.name} plans its own Adam in its own precision; give "
+                         f"--optimizer and an fp8 --precision with --stack torch")
     u = check_mfu(mfu)
     m = exact(margin, names.arg("margin"))
     if not 0 <= m < 1:
         raise UsageError(f"{names.arg('margin')} must be in [0, 1) (a share of the memory), "
                          f"got {margin}")
-    sp = split(config, precision.autocast, layout.recompute)
+    sp = run_split(config, precision, layout.recompute)
     values = sp.values(seq, layout.micro_batch)
     local = seq // layout.cp  # each context-parallel rank saves its T/cp tokens' tensors
     rows = (A.rows(sp, layout, local, tp_rank=tp_rank),
-            A.rows(split(config, precision.autocast), layout, local, tp_rank=tp_rank))
+            A.rows(run_split(config, precision), layout, local, tp_rank=tp_rank))
     counting = USEFUL if mfu_convention != EXECUTED else EXECUTED
     plans = tuple(stage_plan(sp, layout, precision, seq, s, rows, values, tp_rank, dp_rank,
-                             stack, counting)
+                             stack, counting, optimizer)
                   for s in (stages if stages is not None else _shown(config, layout)))
     at = None
     if config.num_experts is not None and config.moe_capacity_factor is not None:
         def at(s: StagePlan, b: int) -> A.StageActivations:  # C = ⌈c·b·T·k/E⌉ at this b
             r = (A.rows(sp, layout, local, tp_rank=tp_rank, micro_batch=b),
-                 A.rows(split(config, precision.autocast), layout, local, tp_rank=tp_rank,
+                 A.rows(run_split(config, precision), layout, local, tp_rank=tp_rank,
                         micro_batch=b))
             return A.stage_activations(*r, layout, s.stage, s.kinds)
     fit = _fit(plans, layout, hardware, m, at)

@@ -148,10 +148,11 @@ class Split:
 
 
 @lru_cache(maxsize=64)
-def split(config: ModelConfig, autocast: str | None = None, recompute: str = "none") -> Split:
-    """The ledger of this run (precision's autocast, recomputation), unfolded, with its
-    parameters' TP layout."""
-    lg = unfolded_ledger(config, autocast, recompute)
+def split(config: ModelConfig, autocast: str | None = None, recompute: str = "none",
+          param_dtype: str = "fp32", fp8: str | None = None) -> Split:
+    """The ledger of this run (precision's autocast, parameter dtype and fp8 library,
+    recomputation), unfolded, with its parameters' TP layout."""
+    lg = unfolded_ledger(config, autocast, recompute, param_dtype, fp8)
     linear = {m.module: m for m in lg.forward if m.grads == ("dX", "dW")}
     tensors = []
     for p in lg.params:
