@@ -6,9 +6,12 @@ rules are the one-GPU plan's, applied to the tensors this rank updates
 Under FSDP2 (stages 2-3) an optimizer steps each DTensor's local shard: an elementwise
 state (AdamW's m and v, SGD's momentum) is shaped like the shard, exactly; the others are
 refused there (Adafactor's factored rows and columns, Muon's orthogonalisation and the
-8-bit optimizers' blocks need the whole matrix or a library's own FSDP support).
+8-bit optimizers' blocks need the whole matrix or a library's own FSDP support), and Muon
+under ZeRO-1 too (ZeroRedundancyOptimizer wraps one optimizer class; the recipe is two).
 """
 from __future__ import annotations
+
+from math import prod
 
 from accounting.planning import fp8 as F8
 from accounting.planning.memory import Precision
@@ -16,7 +19,8 @@ from accounting.planning.optimizers import get_optimizer
 from accounting.planning.parallel import activations as A
 from accounting.planning.parallel.buffers import Item
 from accounting.planning.parallel.layout import Layout
-from accounting.planning.parallel.states import ELEMENTWISE, States, Unit, optimizer_state
+from accounting.planning.parallel.states import (ELEMENTWISE, States, Unit, optimizer_state,
+                                                 updated)
 from accounting.planning.training_state import STEP_BYTES
 from accounting.runtime.errors import UsageError
 from accounting.units import DTYPE_BYTES
@@ -29,6 +33,10 @@ _NAMES = {"AdamW first moment m": "AdamW moments: first moment m",
 def check(optimizer: str, layout: Layout) -> None:
     """An optimizer whose state is not elementwise is planned up to ZeRO-1 only."""
     get_optimizer(optimizer)
+    if optimizer == "muon" and layout.sharding == 1:
+        raise UsageError("--optimizer muon under ZeRO-1 is not modelled (its recipe is two "
+                         "optimizers, Muon and AdamW, and ZeroRedundancyOptimizer wraps one "
+                         "class): give --zero 0")
     if layout.sharding >= 2 and optimizer not in ELEMENTWISE:
         raise UsageError(f"--optimizer {optimizer} under FSDP (--zero {layout.sharding}) is not "
                          f"modelled (its state needs whole matrices, not row shards): give "
@@ -43,12 +51,13 @@ def optimizer_items(units: list[Unit], layout: Layout, st: States, optimizer: st
     scope = (n_sym if z == 0 else "(this rank's whole tensors)" if z == 1
              else "Σ(this rank's rows)·cols")
     state, counters = optimizer_state(units, layout, st, optimizer, p)
+    numel = sum(prod(shape) for _, shape in updated(list(units), layout, st.dp_rank))
     opt = get_optimizer(optimizer)
     items = []
     for name, b, dtype in state:
         per = DTYPE_BYTES[dtype]
         label = _NAMES.get(name, name) + ("" if dtype in name else f" ({dtype})")
-        items.append(Item(label, f"{per}·{scope}" if b % per == 0 else f"{b:,}",
+        items.append(Item(label, f"{per}·{scope}" if b == per * numel else f"{b:,}",
                           A.Linear(0, b), model_state=True, per_element=per))
     on_gpu = opt.step_counter == "device"
     if counters:
