@@ -121,3 +121,37 @@ def test_fp8_on_a_gpu_without_fp8_is_one_line(capsys):
     assert main(["plan", "gpt2-small", "--precision", "fp8-torchao", "--gpu", "A100"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no fp8 Tensor Cores" in err[0]
+
+
+def _gpus(*args):
+    import json
+    import io
+    from contextlib import redirect_stdout
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert main(["plan", "gpt2-small", "--gpus", "8", "--gpu", "H100", "--ctx", "256",
+                     "--format", "json", *args]) == 0
+    d = json.loads(out.getvalue())
+    return d, {i["name"]: i["bytes"] for i in d["stages"][0]["items"]}
+
+
+def test_many_gpus_te_copies_follow_the_tp_split():
+    """fp8-te on 8 GPUs, TP 2: each rank's fp8 weight copies are 2 bytes per element of its
+    TP-local linear weights (every block matrix split in two: d_model·d_model and
+    d_model·d_ff are even), its scaling state 20,500 bytes per te.Linear (7 a block)."""
+    _, items = _gpus("--precision", "fp8-te", "--tp", "2")
+    L, d, f = 12, 768, 3072
+    assert items["fp8 weight copies (Transformer Engine: weight and transpose, e4m3)"] == \
+        2 * L * (4 * d * d + 3 * d * f) // 2
+    assert items["fp8 scaling state (DelayedScaling: scales, amax history)"] == 20_500 * 7 * L
+
+
+def test_torchtitan_with_float8_saves_as_its_bf16_run_and_steps_faster():
+    """torchtitan's float8 converter: the blocks' saves are torchtitan's own (bf16, no
+    weight copies: a Float8Linear saves its input and the gathered parameter), the
+    all-gathers stay bf16 (enable_fsdp_float8_all_gather False by default); only the time
+    changes: the linear GEMMs at the fp8 peak."""
+    a, ia = _gpus("--stack", "torchtitan", "--zero", "3")
+    b, ib = _gpus("--stack", "torchtitan", "--zero", "3", "--precision", "fp8-torchao")
+    assert ia == ib and a["memory_per_gpu_bytes"] == b["memory_per_gpu_bytes"]
+    assert b["step_time"]["seconds"]["approx"] < a["step_time"]["seconds"]["approx"]

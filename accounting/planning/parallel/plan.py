@@ -356,9 +356,11 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
     check_layout(config, layout, seq)
     check_stack(stack.stack, config, layout, stack.dropout)
     check_optimizer(optimizer, data_layout(layout))
-    if stack.name != TORCH and (optimizer != "adamw" or precision.fp8 is not None):
+    if stack.name != TORCH and (optimizer != "adamw" or precision.fp8 not in (
+            None, *(("torchao",) if stack.name == TORCHTITAN else ()))):
         raise UsageError(f"--stack {stack.name} plans its own Adam in its own precision; give "
-                         f"--optimizer and an fp8 --precision with --stack torch")
+                         f"--optimizer and --precision fp8-te with --stack torch (torchtitan "
+                         f"takes fp8-torchao)")
     u = check_mfu(mfu)
     m = exact(margin, names.arg("margin"))
     if not 0 <= m < 1:
