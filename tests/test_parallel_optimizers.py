@@ -122,3 +122,18 @@ def test_refusals_are_one_line(capsys):
         assert main(["plan", "gpt2-small", "--gpus", "8", *args]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and "not modelled" in err[0]
+
+
+def test_the_update_flops_are_the_optimizers_on_the_rank_s_tensors():
+    """AdamW through the registry gives step.py's own count (14 per element, 1 per tensor:
+    the update FLOPs measured by tests/test_optimizers_reality.py); SGD's is 4 per element
+    of the same tensors, no per-tensor term."""
+    from test_optimizers_reality import SMALL
+    lo = Layout(WORLD, dp=WORLD, zero=1, micro_batch=1, global_batch=WORLD)
+    from accounting.planning.parallel.optimizer_state import update_flops
+    a, s = (parallel_plan(SMALL, lo, 8, precision=get_precision("fp32"), dp_rank=1,
+                          optimizer=o).stages[0] for o in ("adamw", "sgd"))
+    units = list(a.states.units)
+    assert update_flops(units, lo, a.states, "adamw") == a.flops.adamw == \
+        14 * a.states.moments + a.states.owned_tensors
+    assert s.flops.adamw == 4 * a.states.moments

@@ -20,7 +20,7 @@ from accounting.planning.parallel import activations as A
 from accounting.planning.parallel.buffers import Item
 from accounting.planning.parallel.layout import Layout
 from accounting.planning.parallel.states import (ELEMENTWISE, States, Unit, optimizer_state,
-                                                 updated)
+                                                 role, updated)
 from accounting.planning.training_state import STEP_BYTES
 from accounting.runtime.errors import UsageError
 from accounting.units import DTYPE_BYTES
@@ -83,3 +83,12 @@ def fp8_items(sp, units: list[Unit], p: Precision, values: dict[str, int]) -> li
             Item("fp8 scaling state (DelayedScaling: scales, amax history)",
                  f"{F8.TE_SCALING_BYTES:,}·(te.Linear layers)",
                  A.Linear(0, F8.TE_SCALING_BYTES * len(weights)))]
+
+
+def update_flops(units: list[Unit], layout: Layout, st: States, optimizer: str) -> int:
+    """FLOPs of this rank's optimizer update: the registry's per-tensor count
+    (planning/optimizers.py update_flops) over the tensors it updates, in the shapes it
+    sees them (AdamW's gives step.py's 14 per element and 1 per tensor)."""
+    opt = get_optimizer(optimizer)
+    return sum(opt.update_flops(shape, role(t)) for t, shape in updated(list(units), layout,
+                                                                        st.dp_rank))

@@ -34,7 +34,8 @@ from accounting.planning.parallel.stack_memory import memory as stack_memory
 from accounting.planning.parallel.stacks import TORCH, TORCHTITAN, W16, check as check_stack
 from accounting.planning.parallel.states import States, stage_tensors, states, zero1_worst_rank
 from accounting.planning.parallel.optimizer_state import check as check_optimizer
-from accounting.planning.parallel.optimizer_state import fp8_items, optimizer_items
+from accounting.planning.parallel.optimizer_state import (fp8_items, optimizer_items,
+                                                          update_flops)
 from accounting.planning.parallel.step import StageFlops, StepTime, bubble, stage_flops, step_time
 
 # What the torch.distributed checks (accounting/distcheck, tests/test_distributed.py) verify,
@@ -262,6 +263,7 @@ def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage:
                       A.Linear(0, st.grads * p.grad_bytes), model_state=True,
                       per_element=p.grad_bytes))
     items += optimizer_items(units, dl, st, optimizer, p, n_sym)
+    update = None if optimizer == "adamw" else update_flops(units, dl, st, optimizer)
     items += fp8_items(sp, units, p, values)
     buf = stage_buffers(sp, values, kinds)
     if buf:
@@ -285,13 +287,13 @@ def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage:
                                "until its backward pass"))
     items += engine_buffers(sp, dl, precision, st, stage, values, local, tp_rank)
     return _finish(sp, layout, precision, seq, stage, layers, kinds, units, st, items, acts,
-                   values, tp_rank, None, counting)
+                   values, tp_rank, None, counting, update)
 
 
 def _finish(sp: Split, layout: Layout, p: Precision, seq: int, stage: int, layers, kinds,
             units, st: States, items: list[Item], acts: A.StageActivations,
             values: dict[str, int], tp_rank: int, gather_bytes: int | None = None,
-            counting: str = EXECUTED) -> StagePlan:
+            counting: str = EXECUTED, update: int | None = None) -> StagePlan:
     """The stage's communication and FLOPs, beside its memory items (`gather_bytes`: what
     FSDP2 gathers per element, when not the master's: bf16 under torchtitan's policy)."""
     c = sp.config
@@ -316,9 +318,10 @@ def _finish(sp: Split, layout: Layout, p: Precision, seq: int, stage: int, layer
         moe_layers = sum(1 for i in layers if kinds_of[i].moe)
     comms += C.expert_parallel(layout, c, moe_layers, layout.micro_batch * seq, c.d_model,
                                act_bytes)
-    return StagePlan(stage, len(layers), st, tuple(items), acts,
-                     stage_flops(sp, layout, stage, kinds, seq, st, tp_rank, counting),
-                     tuple(comms), kinds)
+    flops = stage_flops(sp, layout, stage, kinds, seq, st, tp_rank, counting)
+    if update is not None:  # another optimizer's update (`update`: its FLOPs on this rank)
+        flops = replace(flops, adamw=update)
+    return StagePlan(stage, len(layers), st, tuple(items), acts, flops, tuple(comms), kinds)
 
 
 def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *,
