@@ -116,6 +116,7 @@ class ParallelPlan:
     mfu_scope: str = COMPUTE  # the rate on each stage, or a whole-step (end-to-end) figure
     hfu: bool = False  # an end-to-end figure that counts the recomputed FLOPs
     measured_tokens_per_second: Fraction | None = None  # to convert into MFU/HFU
+    optimizer: str = "adamw"  # planning/optimizers.py's name (the torch stack's choice)
 
     @property
     def step_seconds(self) -> Fraction | None:
@@ -392,7 +393,7 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
                          hardware.peak_flops, u, net)
     return ParallelPlan(config, layout, seq, precision, hardware, net, u, plans, fit, time, tokens,
                         stack, per_layer(stack, sp, layout, local, rows[0]), mfu_convention,
-                        mfu_scope, hfu, measured)
+                        mfu_scope, hfu, measured, optimizer)
 
 
 def divisors_of(n: int) -> list[int]:
