@@ -155,3 +155,11 @@ def test_torchtitan_with_float8_saves_as_its_bf16_run_and_steps_faster():
     b, ib = _gpus("--stack", "torchtitan", "--zero", "3", "--precision", "fp8-torchao")
     assert ia == ib and a["memory_per_gpu_bytes"] == b["memory_per_gpu_bytes"]
     assert b["step_time"]["seconds"]["approx"] < a["step_time"]["seconds"]["approx"]
+
+
+def test_te_current_scaling_keeps_no_amax_history():
+    """Float8CurrentScaling (TE quantization.py Float8CurrentScalingRecipeState: no buffer):
+    fp8-te less its scaling state, everything else alike."""
+    te, cur = _items("gpt2-small", "fp8-te"), _items("gpt2-small", "fp8-te-current")
+    assert te.pop("fp8 scaling state (DelayedScaling: scales, amax history)") == 20_500 * 7 * 12
+    assert te == cur

@@ -72,9 +72,12 @@ def parser() -> Parser:
                    help="fp32 (the default for the course presets), bf16-mixed (the default for "
                         "a Hugging Face config or hub preset: fp32 parameters, gradients and "
                         "optimizer state under bf16 autocast), bf16 (bf16 parameters, gradients "
-                        "and optimizer state) or bf16-master (bf16 parameters and gradients, an "
+                        "and optimizer state), bf16-master (bf16 parameters and gradients, an "
                         "fp32 master copy and fp32 moments in the optimizer: 2 + 2 + 12 bytes "
-                        "per parameter with AdamW)")
+                        "per parameter with AdamW), or fp8 training of the linear layers: "
+                        "fp8-torchao (torchao's Float8Linear over bf16-mixed), fp8-te / "
+                        "fp8-te-current (Transformer Engine's delayed / current scaling over "
+                        "bf16-master); fp8 needs a GPU with fp8 Tensor Cores")
     w.add_argument("--implementation", choices=tuple(IMPLEMENTATIONS), default=None,
                    help="whose ops are planned: course (model/ as written; the default for the "
                         "course presets) or transformers (transformers' modeling code with SDPA "

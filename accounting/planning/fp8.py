@@ -81,18 +81,19 @@ def effective_peak(total_flops: int, fp8_flops: int, fp8_peak: Fraction,
                                     + Fraction(total_flops - fp8_flops) / bf16_peak)
 
 
-def te_state(lg, values: dict[str, int]) -> list[tuple[str, str, Expr, str]]:
+def te_state(lg, values: dict[str, int], delayed: bool = True) -> list[tuple[str, str, Expr, str]]:
     """Transformer Engine's persistent fp8 state, as (name, formula, bytes, note): the fp8
-    copies of each te.Linear's weight and transpose, and its DelayedScaling scales and amax
-    history."""
+    copies of each te.Linear's weight and transpose, and (`delayed`: DelayedScaling) its
+    scales and amax history; current scaling keeps none."""
     names = weight_names(lg)
     n = sum((Expr.of(1, p.shape).times(*((p.repeat,) if p.repeat else ()))
              for p in lg.params if p.name in names), Expr())
     k, modules = TE_WEIGHT_COPIES * FP8_BYTES, linear_modules(lg, values)
-    return [("fp8 weight copies (Transformer Engine: weight and transpose, e4m3)",
+    out = [("fp8 weight copies (Transformer Engine: weight and transpose, e4m3)",
              f"{k}·N_fp8", n.scale(k),
              "the linear layers' weights (N_fp8), cast once per step and cached across "
-             "micro-batches (te.Linear weight_fp8, weight_t_fp8)"),
+             "micro-batches (te.Linear weight_fp8, weight_t_fp8)")]
+    return out if not delayed else out + [
             ("fp8 scaling state (DelayedScaling: scales, amax history)",
              f"{TE_SCALING_BYTES:,}·{modules}", Expr.of(TE_SCALING_BYTES * modules),
              f"per te.Linear: 5 scales and a {AMAX_HISTORY_LEN}-step amax history of 5 "

@@ -235,8 +235,8 @@ class MemoryModel:
             out = [Term(f"parameters ({what})", f"{pb}·N", params.scale(pb))]
             if copies:
                 out.append(copies)
-            if p.fp8 == F8.TE:  # its fp8 weight copies and scaling state (planning/fp8.py)
-                out += [Term(*t[:3], note=t[3]) for t in F8.te_state(self.ledger, self._v1)]
+            te = F8.te_state(self.ledger, self._v1, p.delayed_scaling) if p.fp8 == F8.TE else []
+            out += [Term(*t[:3], note=t[3]) for t in te]  # TE's fp8 copies and scaling state
         if n_trained:
             out.append(Term(f"gradients{whose} ({p.grad_dtype})", f"{p.grad_bytes}·{n_name}",
                             trained.scale(p.grad_bytes)))

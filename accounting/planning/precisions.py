@@ -13,7 +13,7 @@ from accounting.units import BF16, DTYPE_BYTES, FP8, FP32
 BF16_MIXED = "bf16-mixed"  # the other precision is FP32 (all-fp32), named by its dtype
 BF16_PURE = BF16  # bf16 parameters, gradients and optimizer state
 BF16_MASTER = "bf16-master"
-FP8_TORCHAO, FP8_TE = "fp8-torchao", "fp8-te"
+FP8_TORCHAO, FP8_TE, FP8_TE_CURRENT = "fp8-torchao", "fp8-te", "fp8-te-current"
 # Precision.fp8 names the float8 library (ledger/autocast.py TORCHAO, TE): which linear
 # layers run in fp8 and what each saves for the backward pass (ledger/trace.py _fp8_linear)
 
@@ -30,6 +30,7 @@ class Precision:
     inference_bytes: int  # weights and KV cache at inference
     assumptions: str
     fp8: str | None = None  # TORCHAO or TE: the linear layers' matmuls in fp8 (None: none)
+    delayed_scaling: bool = False  # TE's DelayedScaling: an amax history kept per tensor
 
     @property
     def master_bytes(self) -> int:
@@ -106,7 +107,16 @@ PRECISIONS: dict[str, Precision] = {
                       "linear layer (accounting/planning/fp8.py). Linear GEMMs at the fp8 "
                       "peak, the rest at the bf16 peak; the LM head stays bf16 (Megatron's "
                       "output layer is not a TE module)",
-                      fp8=TE),
+                      fp8=TE, delayed_scaling=True),
+    FP8_TE_CURRENT: Precision(FP8_TE_CURRENT, BF16, BF16, FP32, True, None, FP8, _B16,
+                              "Transformer Engine fp8 training with current scaling "
+                              "(Float8CurrentScaling: each tensor's scale from its own amax "
+                              "as it is cast, no amax history: TE's "
+                              "Float8CurrentScalingRecipeState keeps no buffer) over "
+                              "Megatron-LM's bf16 parameters, fp32 master copy and moments; "
+                              "what te.Linear saves and its cached fp8 weight copies as "
+                              "fp8-te; linear GEMMs at the fp8 peak, the LM head bf16",
+                              fp8=TE),
 }
 
 

@@ -78,8 +78,9 @@ def fp8_items(sp, units: list[Unit], p: Precision, values: dict[str, int]) -> li
     weights = [t for u in units for t in u.tensors if t.tensor.name in names]
     n = sum(t.numel for t in weights)
     k = F8.TE_WEIGHT_COPIES * F8.FP8_BYTES
-    return [Item("fp8 weight copies (Transformer Engine: weight and transpose, e4m3)",
-                 f"{k}·N_fp8_stage", A.Linear(0, k * n), model_state=True, per_element=k),
+    copies = [Item("fp8 weight copies (Transformer Engine: weight and transpose, e4m3)",
+                   f"{k}·N_fp8_stage", A.Linear(0, k * n), model_state=True, per_element=k)]
+    return copies if not p.delayed_scaling else copies + [
             Item("fp8 scaling state (DelayedScaling: scales, amax history)",
                  f"{F8.TE_SCALING_BYTES:,}·(te.Linear layers)",
                  A.Linear(0, F8.TE_SCALING_BYTES * len(weights)))]

@@ -220,7 +220,8 @@ def state_bytes(s: States, precision: Precision) -> dict[str, int]:
 ELEMENTWISE = ("adamw", "adamw-fused", "sgd")  # state shaped like the parameter: any shard
 
 
-def updated(units: list[Unit], layout: Layout, dp_rank: int = 0) -> list[tuple[Local, tuple[int, ...]]]:
+def updated(units: list[Unit], layout: Layout,
+            dp_rank: int = 0) -> list[tuple[Local, tuple[int, ...]]]:
     """The tensors this rank's optimizer updates and the shape it sees of each: every
     TP-local tensor (stage 0); the whole tensors ZeroRedundancyOptimizer assigns it (stage
     1); its FSDP2 shard of each, ⌈rows/d⌉ or fewer rows of the sharded dimension, unpadded
