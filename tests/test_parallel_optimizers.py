@@ -137,3 +137,23 @@ def test_the_update_flops_are_the_optimizers_on_the_rank_s_tensors():
     assert update_flops(units, lo, a.states, "adamw") == a.flops.adamw == \
         14 * a.states.moments + a.states.owned_tensors
     assert s.flops.adamw == 4 * a.states.moments
+
+
+def test_bf16_parameters_send_bf16_activations():
+    """With bf16 parameters (no autocast) the residual stream is bf16: the pipeline's
+    receive buffers hold m·b·T·d_model·2 bytes — gpt2-small, 8 GPUs as tp 2 × pp 2 × dp 2,
+    global batch dp·b·pp = 4, so m = 2 micro-batches of b = 1 on stage 0 (gradients from
+    the next stage only): 2·1·1,024·768·2 = 3,145,728 (fp32: twice that)."""
+    import io
+    import json
+    from contextlib import redirect_stdout
+
+    def receive(precision):
+        out = io.StringIO()
+        with redirect_stdout(out):
+            main(["plan", "gpt2-small", "--gpus", "8", "--tp", "2", "--pp", "2", "--precision",
+                  precision, "--format", "json"])
+        items = json.loads(out.getvalue())["stages"][0]["items"]
+        return next(i["bytes"] for i in items if i["name"] == "pipelining receive buffers")
+    assert receive("bf16") == receive("bf16-master") == 2 * 1 * 1024 * 768 * 2
+    assert receive("fp32") == 2 * 1 * 1024 * 768 * 4

@@ -51,6 +51,13 @@ class Precision:
         """The dtype of the residual stream: the parameters' (autocast keeps it fp32)."""
         return self.param_dtype
 
+    @property
+    def message_bytes(self) -> int:
+        """Bytes per element of the activations the TP and PP collectives move: 2 under
+        autocast (Megatron-LM's convention; torch sends some fp32 tensors there: formula
+        only) or with bf16 parameters, else 4."""
+        return _B16 if self.autocast or self.param_dtype == BF16 else DTYPE_BYTES[FP32]
+
 
 _B16 = DTYPE_BYTES[BF16]
 _B32 = DTYPE_BYTES[FP32]

@@ -81,7 +81,7 @@ def engine_buffers(sp: Split, layout: Layout, p: Precision, st: States, stage: i
                              "in torch 2.13: each TP rank computes the V×d_model gradient, then "
                              "keeps its rows"))
     if layout.pp > 1:
-        size = 2 if p.autocast else 4  # plan.activation_bytes
+        size = p.message_bytes  # plan.activation_bytes
         x = layout.micro_batch * seq // (layout.tp if layout.sp else 1) * sp.config.d_model * size
         k = (stage > 0) + (stage < layout.pp - 1)
         out.append(Item("pipelining receive buffers", f"{k}·m·b·T·d_model·{size}",

@@ -219,11 +219,9 @@ def data_layout(layout: Layout) -> Layout:
 
 
 def activation_bytes(precision: Precision) -> int:
-    """Bytes per element of the activations the TP and PP collectives move: 4 in fp32; 2
-    under bf16 mixed precision (Megatron-LM's convention; under torch.autocast the residual
-    stream and the norms' outputs stay fp32, so torch sends some of them at 4 — formula
-    only, no bf16 run is checked here)."""
-    return 2 if precision.autocast else 4
+    """Bytes per element of the activations the TP and PP collectives move
+    (Precision.message_bytes: 2 in bf16 or under autocast, 4 in fp32)."""
+    return precision.message_bytes
 
 
 def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage: int,
