@@ -163,3 +163,25 @@ def test_te_current_scaling_keeps_no_amax_history():
     te, cur = _items("gpt2-small", "fp8-te"), _items("gpt2-small", "fp8-te-current")
     assert te.pop("fp8 scaling state (DelayedScaling: scales, amax history)") == 20_500 * 7 * 12
     assert te == cur
+
+
+def test_the_fp8_gemms_reach_the_json_and_the_time():
+    """plan --format json: flops_per_step.fp8_linear_gemms is the hand count of
+    test_the_fp8_flops_and_the_effective_peak; the time to train divides the step's FLOPs
+    by MFU × the mixed peak (H100 SXM: 1,979 fp8, 989 bf16 TFLOP/s dense)."""
+    import io
+    import json
+    from contextlib import redirect_stdout
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert main(["plan", "gpt2-small", "--precision", "fp8-torchao", "--gpu", "H100",
+                     "--steps", "1", "--format", "json"]) == 0
+    d = json.loads(out.getvalue())
+    L, dm, f, V, T = 12, 768, 3072, 50257, 1024
+    f8 = 3 * 2 * T * (L * (4 * dm * dm + 3 * dm * f) + dm * V)
+    flops = d["flops_per_step"]
+    assert flops["fp8_linear_gemms"] == f8
+    total = flops["total"]
+    seconds = (Fraction(f8, 1979 * 10**12) + Fraction(total - f8, 989 * 10**12)) / Fraction(1, 2)
+    got = d["time_to_train"]["seconds"]
+    assert Fraction(got["numerator"], got["denominator"]) == seconds

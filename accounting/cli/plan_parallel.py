@@ -183,8 +183,9 @@ def fp8_peak(hw, gpu: str, config, p, seq: int, recompute: str):
     from accounting.planning.gpus import get_gpu
     from accounting.planning.plan import fp8_hardware
     lg = ledger(config, p.autocast, recompute, "course", p.param_dtype, fp8=p.fp8)
-    return fp8_hardware(hw, get_gpu(gpu), lg, step_flops(config, seq, 1, recompute).total,
-                        lg.values(seq, 1))
+    from accounting.planning import fp8 as F8
+    return fp8_hardware(hw, get_gpu(gpu), F8.matmul_flops(lg, lg.values(seq, 1)),
+                        step_flops(config, seq, 1, recompute).total)
 
 
 def _ticker():

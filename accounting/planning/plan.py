@@ -2,7 +2,7 @@
 fits, FLOPs per step, time to train, inference. Returns data; views.py renders it."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 
 from accounting.analysis import arguments as A
@@ -64,6 +64,7 @@ class Plan:
     inference: Inference
     finetune: object = None  # issue 28: a planning.finetune.FineTune (LoRA/QLoRA), or None
     recipe: recipes.Recipe | None = None
+    fp8_flops: int = 0  # of flops.total, the fp8 GEMMs of the linear layers (an fp8 precision)
 
 
 MAX_MEMORY_BYTES = 10**18  # an exabyte: far past any GPU, and every fit stays quick
@@ -93,11 +94,10 @@ def hardware(gpu: str | None = None, memory_bytes: int | None = None,
     return Hardware.custom(memory_bytes, peak, bw)
 
 
-def fp8_hardware(hw: Hardware, gpu, lg, total_flops: int, values: dict[str, int]) -> Hardware:
+def fp8_hardware(hw: Hardware, gpu, f8: int, total_flops: int) -> Hardware:
     """A table GPU under fp8 training: one peak at which the step's FLOPs take as long as
-    its fp8 GEMMs at the fp8 peak plus the rest at the bf16 peak (planning/fp8.py)."""
-    from dataclasses import replace
-    f8 = F8.matmul_flops(lg, values)
+    its fp8 GEMMs (f8 of them) at the fp8 peak plus the rest at the bf16 peak
+    (planning/fp8.py)."""
     p8, p16 = gpu.peak_tflops[FP8] * TERA, gpu.peak_tflops[BF16] * TERA
     peak = F8.effective_peak(total_flops, f8, p8, p16)
     share = Fraction(f8, total_flops) if total_flops else Fraction(0)
@@ -176,8 +176,9 @@ def plan(config: ModelConfig | str, seq: int | None = None, batch: int = 1, *,
                          f"got {margin}")
     flops = (step_flops(config, seq, batch, recompute, recipe.optimizer, trainable) if ft is None
              else finetune.step_flops(ft, seq, batch, recompute, recipe.optimizer))
+    f8 = 0 if p.fp8 is None else F8.matmul_flops(model.ledger, model.values(seq, batch))
     if p.fp8 is not None and gpu is not None:  # the linear GEMMs at the fp8 peak, the rest bf16
-        hw = fp8_hardware(hw, get_gpu(gpu), model.ledger, flops.total, model.values(seq, batch))
+        hw = fp8_hardware(hw, get_gpu(gpu), f8, flops.total)
     time = None
     if hw and hw.peak_flops and (steps is not None or tokens is not None):
         time = training_time(flops, hw.peak_flops, u, steps, tokens)
@@ -189,7 +190,7 @@ def plan(config: ModelConfig | str, seq: int | None = None, batch: int = 1, *,
                 flops, time,
                 inference(config, batch, seq, p, position,
                           hw.peak_flops if hw else None, hw.bandwidth if hw else None),
-                ft, recipe)
+                ft, recipe, f8)
 
 
 def _finetune(config, p: Precision, scope: str, lora, base_weights, double_quant, names,
