@@ -185,3 +185,78 @@ def test_the_fp8_gemms_reach_the_json_and_the_time():
     seconds = (Fraction(f8, 1979 * 10**12) + Fraction(total - f8, 989 * 10**12)) / Fraction(1, 2)
     got = d["time_to_train"]["seconds"]
     assert Fraction(got["numerator"], got["denominator"]) == seconds
+
+
+def test_fsdp_fp8_all_gather_by_hand():
+    """fp8-torchao-fsdp (Float8LinearConfig(enable_fsdp_float8_all_gather=True)), gpt2-small
+    on 8 GPUs, ZeRO-3: FSDP2 gathers each Float8Linear weight in fp8 (1 byte) and the rest
+    in fp32 (4), each tensor's first dimension padded to a multiple of 8. A block: 4·768² +
+    3·768·3,072 = 9,437,184 linear elements and two 768-element norms; the root: the
+    50,257 × 768 embedding (50,264 rows padded), the LM head (a Float8Linear: 1 byte) and the
+    final norm. The gathered units held (root + 2 blocks) and the forward all-gathers of
+    the 12 blocks; one fp32 amax all-reduce per fp8 weight per gather."""
+    d, items = _gpus("--zero", "3", "--precision", "fp8-torchao-fsdp", "--ctx", "1024")
+    lin, norm, rows = 4 * 768 ** 2 + 3 * 768 * 3072, 768, 50264
+    block = lin * 1 + 2 * norm * 4
+    root = rows * 768 * 4 + rows * 768 * 1 + norm * 4
+    assert items["FSDP2 gathered fp32 units (root + 2 blocks)"] == root + 2 * block
+    coll = d["stages"][0]["collectives"]
+    ag = next(c for c in coll if c["what"] == "parameters of the blocks")
+    assert ag["bytes"] == 12 * block and ag["calls"] == 12
+    amax = next(c for c in coll if c["what"].startswith("amax of each fp8 weight of the blocks"))
+    assert amax["calls"] == 7 * 12 and amax["bytes"] == 7 * 12 * 4
+    # without the option: every weight gathered in fp32, no amax all-reduce
+    d0, items0 = _gpus("--zero", "3", "--precision", "fp8-torchao", "--ctx", "1024")
+    assert items0["FSDP2 gathered fp32 units (root + 2 blocks)"] == \
+        rows * 768 * 8 + norm * 4 + 2 * (lin + 2 * norm) * 4
+    assert not any(c["what"].startswith("amax") for c in d0["stages"][0]["collectives"])
+
+
+# one rank of 4 on the fake backend, in a fresh interpreter (a forked one can hang on the
+# threads earlier tests started); prints the collectives as JSON
+_FSDP_FP8_GATHERS = """
+import json, torch, torch.nn as nn, torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
+from torch.testing._internal.distributed.fake_pg import FakeStore
+from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+from accounting.distcheck.hooks import Collectives
+dist.init_process_group("fake", store=FakeStore(), rank=1, world_size=4)
+mesh = init_device_mesh("cpu", (4,))
+torch.manual_seed(0)
+m = nn.Sequential(nn.Linear(64, 128, bias=False), nn.Linear(128, 64, bias=False), nn.LayerNorm(64))
+convert_to_float8_training(m, config=Float8LinearConfig(emulate=True,
+                                                        enable_fsdp_float8_all_gather=True))
+for layer in m[:2]:
+    fully_shard(layer, mesh=mesh)
+fully_shard(m, mesh=mesh)
+with Collectives() as c:
+    m(torch.randn(2, 64))
+print(json.dumps([(call.op, call.bytes) for call in c.calls]))
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow  # a fresh interpreter importing torchao: about 14 s on one core
+def test_fsdp_fp8_all_gather_on_the_fake_backend():
+    """torchao's fp8 all-gather under FSDP2 (4 ranks of the fake backend, emulate=True): the
+    root unit (a LayerNorm, fp32: 2·64·4 bytes) gathers as usual; each Float8Linear unit
+    all-reduces its weight's amax (one fp32) and all-gathers the weight at one byte an
+    element — the plan's rule (FSDP_FP8_ALL_GATHER_BYTES, comms.AMAX_BYTES)."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    pytest.importorskip("torchao")
+    from accounting.planning.parallel import comms as C
+    root = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    run = subprocess.run([sys.executable, "-c", _FSDP_FP8_GATHERS], capture_output=True,
+                         text=True, timeout=300, env=env, cwd=root)
+    assert run.returncode == 0, run.stderr[-2000:]
+    calls = [tuple(c) for c in json.loads(run.stdout.strip().splitlines()[-1])]
+    amax, ag = C.AMAX_BYTES, F8.FSDP_FP8_ALL_GATHER_BYTES
+    assert calls == [("all-gather", 2 * 64 * 4), ("all-reduce", amax), ("all-gather", 64 * 128 * ag),
+                     ("all-reduce", amax), ("all-gather", 128 * 64 * ag)]
+    assert (amax, ag) == (4, 1)

@@ -9,7 +9,7 @@ from accounting.cli.args import integer_digits, positive_int
 from accounting.runtime.errors import UsageError
 from accounting.planning.gpus import DEFAULT_GPUS_PER_NODE, interconnect
 from accounting.planning.memory import BF16_MIXED, FP32, MODEL, get_precision
-from accounting.planning.precisions import FP8_TORCHAO
+from accounting.planning.precisions import FP8_TORCHAO, FP8_TORCHAO_FSDP
 from accounting.planning.mfu import COMPUTE, CONVENTIONS, EXECUTED, SCOPES
 from accounting.planning.parallel import export, views
 from accounting.planning.parallel.layout import FSDP_NAMES, Layout, resolve
@@ -163,10 +163,10 @@ def stack_run(ns: argparse.Namespace) -> tuple[StackRun, str]:
                 raise UsageError(f"{flag} is a setting of --stack megatron (Megatron-Core + "
                                  f"Transformer Engine); give --stack megatron with it")
     precision = ns.precision or FP32
-    if stack.name == "torchtitan" and ns.precision == FP8_TORCHAO:
+    if stack.name == "torchtitan" and ns.precision in (FP8_TORCHAO, FP8_TORCHAO_FSDP):
         # torchtitan's float8 converter (torchao's Float8Linear in its bf16 FSDP2 blocks;
-        # its default enable_fsdp_float8_all_gather=False: the all-gathers stay bf16)
-        return StackRun(stack, _dropout(ns.dropout), ns.attention_kernel or FLASH), FP8_TORCHAO
+        # enable_fsdp_float8_all_gather: fp8-torchao-fsdp; its default, False: fp8-torchao)
+        return StackRun(stack, _dropout(ns.dropout), ns.attention_kernel or FLASH), ns.precision
     if stack.bf16:
         if ns.precision not in (None, BF16_MIXED):
             raise UsageError(f"--stack {stack.name} trains with 16-bit parameters and "

@@ -163,6 +163,9 @@ def plan(config: ModelConfig | str, seq: int | None = None, batch: int = 1, *,
     recipe, config = recipes.resolve(config, from_hf, implementation, precision, optimizer,
                                      recompute, attention_given, scope)
     p = get_precision(recipe.precision)
+    if p.fsdp_fp8_gather:
+        raise UsageError(f"--precision {p.name} all-gathers fp8 weights under FSDP2, a "
+                         f"many-GPU plan: give --gpus N --zero 3, or --precision fp8-torchao")
     hw = hardware(gpu, memory_bytes, peak_tflops, bandwidth_tbs, p.compute)
     u = check_mfu(mfu)
     m = exact(margin, names.arg("margin"))

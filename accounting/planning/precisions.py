@@ -14,6 +14,7 @@ BF16_MIXED = "bf16-mixed"  # the other precision is FP32 (all-fp32), named by it
 BF16_PURE = BF16  # bf16 parameters, gradients and optimizer state
 BF16_MASTER = "bf16-master"
 FP8_TORCHAO, FP8_TE, FP8_TE_CURRENT = "fp8-torchao", "fp8-te", "fp8-te-current"
+FP8_TORCHAO_FSDP = "fp8-torchao-fsdp"
 # Precision.fp8 names the float8 library (ledger/autocast.py TORCHAO, TE): which linear
 # layers run in fp8 and what each saves for the backward pass (ledger/trace.py _fp8_linear)
 
@@ -31,6 +32,7 @@ class Precision:
     assumptions: str
     fp8: str | None = None  # TORCHAO or TE: the linear layers' matmuls in fp8 (None: none)
     delayed_scaling: bool = False  # TE's DelayedScaling: an amax history kept per tensor
+    fsdp_fp8_gather: bool = False  # FSDP2 all-gathers the fp8 linear weights in fp8 (torchao)
 
     @property
     def master_bytes(self) -> int:
@@ -103,6 +105,17 @@ PRECISIONS: dict[str, Precision] = {
                            "pass and live one matmul at a time; no scaling state is kept. "
                            "Linear GEMMs at the fp8 peak, the rest at the bf16 peak",
                            fp8=TORCHAO),
+    FP8_TORCHAO_FSDP: Precision(FP8_TORCHAO_FSDP, FP32, FP32, FP32, False, "cuda", FP8, _B16,
+                                "fp8-torchao with Float8LinearConfig(enable_fsdp_float8_all_"
+                                "gather=True) under FSDP2 (--zero 2 or 3): each Float8Linear "
+                                "weight shard is cast to fp8 before the all-gather "
+                                "(torchao/float8/fsdp_utils.py WeightWithDynamicFloat8CastTensor"
+                                ".fsdp_pre_all_gather), so the gathered weights are 1 byte an "
+                                "element on the wire and in memory; its scale is the amax of "
+                                "the whole weight, one fp32 all-reduce per weight at each "
+                                "all-gather (hp_tensor_to_float8_dynamic(reduce_amax=True)); "
+                                "the rest as fp8-torchao",
+                                fp8=TORCHAO, fsdp_fp8_gather=True),
     FP8_TE: Precision(FP8_TE, BF16, BF16, FP32, True, None, FP8, _B16,
                       "Transformer Engine fp8 training (te.Linear under te.fp8_autocast with "
                       "DelayedScaling: HYBRID format, amax history per tensor) over "

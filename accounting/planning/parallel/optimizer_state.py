@@ -30,9 +30,14 @@ _NAMES = {"AdamW first moment m": "AdamW moments: first moment m",
           "AdamW second moment v": "AdamW moments: second moment v"}
 
 
-def check(optimizer: str, layout: Layout) -> None:
-    """An optimizer whose state is not elementwise is planned up to ZeRO-1 only."""
+def check(optimizer: str, layout: Layout, p: Precision | None = None) -> None:
+    """An optimizer whose state is not elementwise is planned up to ZeRO-1 only; fp8
+    all-gathers need FSDP."""
     get_optimizer(optimizer)
+    if p is not None and p.fsdp_fp8_gather and (layout.sharding < 2 or layout.dp == 1):
+        raise UsageError(f"--precision {p.name} all-gathers the fp8 weights under FSDP2: give "
+                         f"--zero 2 or 3 over more than one data-parallel rank, or --precision "
+                         f"fp8-torchao")
     if optimizer == "muon" and layout.sharding == 1:
         raise UsageError("--optimizer muon under ZeRO-1 is not modelled (its recipe is two "
                          "optimizers, Muon and AdamW, and ZeroRedundancyOptimizer wraps one "
@@ -93,3 +98,9 @@ def update_flops(units: list[Unit], layout: Layout, st: States, optimizer: str) 
     opt = get_optimizer(optimizer)
     return sum(opt.update_flops(shape, role(t)) for t, shape in updated(list(units), layout,
                                                                         st.dp_rank))
+
+
+def fp8_gathered(sp, p: Precision) -> frozenset[str]:
+    """The weights FSDP2 all-gathers in fp8 (Precision.fsdp_fp8_gather: the Float8Linear
+    weights), else none."""
+    return F8.weight_names(sp.ledger) if p.fsdp_fp8_gather else frozenset()

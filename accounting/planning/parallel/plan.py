@@ -34,8 +34,8 @@ from accounting.planning.parallel.stack_memory import memory as stack_memory
 from accounting.planning.parallel.stacks import TORCH, TORCHTITAN, W16, check as check_stack
 from accounting.planning.parallel.states import States, stage_tensors, states, zero1_worst_rank
 from accounting.planning.parallel.optimizer_state import check as check_optimizer
-from accounting.planning.parallel.optimizer_state import (fp8_items, optimizer_items,
-                                                          update_flops)
+from accounting.planning.parallel.optimizer_state import (fp8_gathered, fp8_items,
+                                                          optimizer_items, update_flops)
 from accounting.planning.parallel.step import StageFlops, StepTime, bubble, stage_flops, step_time
 
 # What the torch.distributed checks (accounting/distcheck, tests/test_distributed.py) verify,
@@ -307,7 +307,8 @@ def _finish(sp: Split, layout: Layout, p: Precision, seq: int, stage: int, layer
                           local // (layout.tp if layout.sp else 1), c.d_model, act_bytes)
              + C.context_parallel(layout, len(layers), layout.micro_batch, seq,
                                   -(-c.kv_heads // layout.tp) * c.d_k, act_bytes)
-             + C.data_parallel(dl, st, p, buf, gather_bytes or p.master_bytes))
+             + C.data_parallel(dl, st, p, buf, gather_bytes or p.master_bytes,
+                               fp8_gathered(sp, p)))
     if dict(sp.ledger.tied) and layout.pp > 1 and stage in (0, layout.pp - 1):
         table = next(t for t in sp.tensors if t.place == FIRST and t.matmul_weight)
         comms += C.tied_embedding(layout, prod(table.sizes(values, layout.tp)), p.grad_bytes)
@@ -357,7 +358,7 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
     check_workload(seq, layout.global_batch, config)
     check_layout(config, layout, seq)
     check_stack(stack.stack, config, layout, stack.dropout)
-    check_optimizer(optimizer, data_layout(layout))
+    check_optimizer(optimizer, data_layout(layout), precision)
     if stack.name != TORCH and (optimizer != "adamw" or precision.fp8 not in (
             None, *(("torchao",) if stack.name == TORCHTITAN else ()))):
         raise UsageError(f"--stack {stack.name} plans its own Adam in its own precision; give "

@@ -89,6 +89,11 @@ class Unit:
         """Elements FSDP all-gathers (and reduce-scatters): d padded shards."""
         return d * self.padded(d)
 
+    def gathered_of(self, d: int, names: frozenset[str]) -> tuple[int, int]:
+        """(elements, tensors) of the named tensors in the all-gather (the fp8 weights)."""
+        mine = [t for t in self.tensors if t.tensor.name in names]
+        return d * sum(t.padded(d) for t in mine), len(mine)
+
     def group(self, layout: Layout) -> int:
         """The data-parallel degree its tensors are replicated (or sharded) over."""
         return layout.edp if self.expert else layout.dp
