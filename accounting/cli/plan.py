@@ -75,7 +75,8 @@ def parser() -> Parser:
                         "and optimizer state), bf16-master (bf16 parameters and gradients, an "
                         "fp32 master copy and fp32 moments in the optimizer: 2 + 2 + 12 bytes "
                         "per parameter with AdamW), or fp8 training of the linear layers: "
-                        "fp8-torchao (torchao's Float8Linear over bf16-mixed), fp8-te / "
+                        "fp8-torchao (torchao's Float8Linear over bf16-mixed; "
+                        "fp8-torchao-fsdp: its fp8 all-gathers under --zero 2|3), fp8-te / "
                         "fp8-te-current (Transformer Engine's delayed / current scaling over "
                         "bf16-master); fp8 needs a GPU with fp8 Tensor Cores")
     w.add_argument("--implementation", choices=tuple(IMPLEMENTATIONS), default=None,
