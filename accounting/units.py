@@ -26,13 +26,15 @@ FP64, INT64, BOOL, UINT8, INT32 = "fp64", "int64", "bool", "uint8", "int32"
 # (torch.bool, torch.int8 and torch.uint8 take one byte each, torch.int32 four, torch.int64
 # eight). uint8 holds 8-bit optimizer state and packed NF4 weights; int32 grouped_mm offsets
 # and packed GPTQ/AWQ weights.
-DTYPE_BYTES = {FP32: 4, BF16: 2, FP16: 2, INT8: 1, FP64: 8, INT64: 8, BOOL: 1, UINT8: 1, INT32: 4}
 
 # Storage dtypes of quantized checkpoints and KV caches (accounting/formats/, serving/kv.py):
 # the two float8 formats' element sizes (tests/test_formats.py checks them against torch);
 # int32 and uint8 storage is DTYPE_BYTES'.
 FP8, FP8_E4M3, FP8_E5M2 = "fp8", "fp8_e4m3", "fp8_e5m2"
 STORAGE_BYTES = {FP8_E4M3: 1, FP8_E5M2: 1}
+# an fp8 activation or weight copy (Transformer Engine's saved input) is one of these
+DTYPE_BYTES = {FP32: 4, BF16: 2, FP16: 2, INT8: 1, FP64: 8, INT64: 8, BOOL: 1, UINT8: 1, INT32: 4,
+               **STORAGE_BYTES}
 
 # torch's dtype names as a config.json writes them (torch_dtype / dtype: transformers looks
 # each up as getattr(torch, name)); a name outside these is refused (hf_schema.FREE_VALUES).

@@ -115,8 +115,10 @@ def test_csv_and_dataframe_carry_the_recipe(capsys):
     (("deepseek-ai/DeepSeek-V3", "--implementation", "transformers"), "modelled"),
     (("mistralai/Mistral-7B-v0.1", "--implementation", "transformers"), "sliding_window"),
     (("gpt2-small", "--scope", "course", "--optimizer", "sgd"), "--scope course"),
-    (("gpt2-small", "--gpus", "8", "--optimizer", "muon"), "many-GPU"),
-    (("gpt2-small", "--gpus", "8", "--precision", "bf16-master"), "many-GPU"),
+    # issue 30: the many-GPU plans take every precision and optimizer, but not these
+    (("gpt2-small", "--gpus", "8", "--optimizer", "muon", "--zero", "1"), "ZeRO-1"),
+    (("gpt2-small", "--gpus", "8", "--optimizer", "adafactor", "--zero", "3"), "FSDP"),
+    (("gpt2-small", "--gpus", "8", "--precision", "fp8-te", "--gpu", "A100"), "fp8 Tensor Cores"),
     (("gpt2-small", "--gpus", "8", "--implementation", "transformers"), "many-GPU"),
     (("gpt2-small", "--optimizer", "lion"), "invalid choice"),
     (("gpt2-small", "--implementation", "vllm"), "invalid choice"),

@@ -73,9 +73,13 @@ def parser() -> Parser:
                    help="fp32 (the default for the course presets), bf16-mixed (the default for "
                         "a Hugging Face config or hub preset: fp32 parameters, gradients and "
                         "optimizer state under bf16 autocast), bf16 (bf16 parameters, gradients "
-                        "and optimizer state) or bf16-master (bf16 parameters and gradients, an "
+                        "and optimizer state), bf16-master (bf16 parameters and gradients, an "
                         "fp32 master copy and fp32 moments in the optimizer: 2 + 2 + 12 bytes "
-                        "per parameter with AdamW)")
+                        "per parameter with AdamW), or fp8 training of the linear layers: "
+                        "fp8-torchao (torchao's Float8Linear over bf16-mixed; "
+                        "fp8-torchao-fsdp: its fp8 all-gathers under --zero 2|3), fp8-te / "
+                        "fp8-te-current (Transformer Engine's delayed / current scaling over "
+                        "bf16-master); fp8 needs a GPU with fp8 Tensor Cores")
     w.add_argument("--implementation", choices=tuple(IMPLEMENTATIONS), default=None,
                    help="whose ops are planned: course (model/ as written; the default for the "
                         "course presets) or transformers (transformers' modeling code with SDPA "
@@ -116,16 +120,10 @@ def parser() -> Parser:
 
 
 def _check_parallel(ns) -> None:
-    """The many-GPU plans keep model/'s ops, AdamW and fp32 or bf16-mixed (today's)."""
-    if ns.precision not in (None, FP32, "bf16-mixed"):  # None: the stack's own (plan_parallel)
-        raise UsageError(f"--precision {ns.precision} is not in the many-GPU plans yet; give "
-                         f"--precision fp32 or bf16-mixed with --gpus")
+    """The many-GPU plans keep model/'s ops (any precision and optimizer: issue 30)."""
     if ns.implementation not in (None, "course"):
         raise UsageError("--implementation transformers is not in the many-GPU plans yet "
                          "(they plan model/'s ops); drop it with --gpus")
-    if ns.optimizer not in (None, "adamw"):
-        raise UsageError(f"--optimizer {ns.optimizer} is not in the many-GPU plans yet (they "
-                         f"plan AdamW); drop it with --gpus")
 
 
 def main(argv: list[str]) -> int:

@@ -9,6 +9,7 @@ from accounting.cli.args import integer_digits, positive_int
 from accounting.runtime.errors import UsageError
 from accounting.planning.gpus import DEFAULT_GPUS_PER_NODE, interconnect
 from accounting.planning.memory import BF16_MIXED, FP32, MODEL, get_precision
+from accounting.planning.precisions import FP8_TORCHAO, FP8_TORCHAO_FSDP
 from accounting.planning.mfu import COMPUTE, CONVENTIONS, EXECUTED, SCOPES
 from accounting.planning.parallel import export, views
 from accounting.planning.parallel.layout import FSDP_NAMES, Layout, resolve
@@ -162,12 +163,29 @@ def stack_run(ns: argparse.Namespace) -> tuple[StackRun, str]:
                 raise UsageError(f"{flag} is a setting of --stack megatron (Megatron-Core + "
                                  f"Transformer Engine); give --stack megatron with it")
     precision = ns.precision or FP32
+    if stack.name == "torchtitan" and ns.precision in (FP8_TORCHAO, FP8_TORCHAO_FSDP):
+        # torchtitan's float8 converter (torchao's Float8Linear in its bf16 FSDP2 blocks;
+        # enable_fsdp_float8_all_gather: fp8-torchao-fsdp; its default, False: fp8-torchao)
+        return StackRun(stack, _dropout(ns.dropout), ns.attention_kernel or FLASH), ns.precision
     if stack.bf16:
         if ns.precision not in (None, BF16_MIXED):
             raise UsageError(f"--stack {stack.name} trains with 16-bit parameters and "
                              f"activations (its own precision); leave --precision out")
         precision = BF16_MIXED
     return StackRun(stack, _dropout(ns.dropout), ns.attention_kernel or FLASH), precision
+
+
+def fp8_peak(hw, gpu: str, config, p, seq: int, recompute: str):
+    """The table GPU's peak for an fp8 run: the fp8 GEMMs' share of one sequence's step
+    (model/'s ops, as the many-GPU plans run them) at the fp8 peak, the rest at bf16."""
+    from accounting.ledger.ledger import ledger
+    from accounting.planning.compute import step_flops
+    from accounting.planning.gpus import get_gpu
+    from accounting.planning.plan import fp8_hardware
+    lg = ledger(config, p.autocast, recompute, "course", p.param_dtype, fp8=p.fp8)
+    from accounting.planning import fp8 as F8
+    return fp8_hardware(hw, get_gpu(gpu), F8.matmul_flops(lg, lg.values(seq, 1)),
+                        step_flops(config, seq, 1, recompute).total)
 
 
 def _ticker():
@@ -196,6 +214,9 @@ def run(ns: argparse.Namespace, config) -> int:
             raise UsageError(f"--{flag} is not used by the multi-GPU plan (give --tokens for a "
                              f"time to train)")
     hw = hardware(ns.gpu, ns.gpu_mem, ns.gpu_flops, ns.gpu_bw, precision.compute)
+    if precision.fp8 is not None and ns.gpu is not None:  # fp8 GEMMs at fp8, the rest bf16
+        hw = fp8_peak(hw, ns.gpu, config, precision, ns.ctx or config.context_length,
+                      ns.recompute)
     net = interconnect(ns.gpu, ns.nvlink_gbs, ns.network_gbs, ns.gpus_per_node)
     if net is not None and net.network is None and ns.gpus > net.gpus_per_node:
         raise UsageError(f"--gpus {ns.gpus} spans more than one {net.name} of "
@@ -211,6 +232,9 @@ def run(ns: argparse.Namespace, config) -> int:
         if ns.compare_formulas:
             raise UsageError("--compare-formulas sets one plan beside the literature; leave "
                              "--search out")
+        if ns.optimizer not in (None, "adamw"):
+            raise UsageError(f"--search ranks layouts with AdamW's state; with --optimizer "
+                             f"{ns.optimizer} give the layout (--tp, --pp, --zero)")
         if ns.dp is not None or ns.tp != 1 or ns.pp != 1:
             raise UsageError("--search tries every tp, pp and dp; leave them out")
         if hw is None or not hw.memory_bytes or not hw.peak_flops:
@@ -236,7 +260,7 @@ def run(ns: argparse.Namespace, config) -> int:
                     vpp=ns.virtual_stages, stage_split=stage_split(ns.stage_layers))
         result = parallel_plan(config, lo, seq, precision=precision, hardware=hw, net=net,
                                mfu=ns.mfu, margin=ns.margin, tokens=ns.tokens, stack=run_stack,
-                               **utilization,
+                               **utilization, optimizer=ns.optimizer or "adamw",
                                measured_tokens_per_second=ns.measured_tokens_per_s)
         tables, data = views.tables, export.to_dict
         if ns.compare_formulas:

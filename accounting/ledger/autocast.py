@@ -17,7 +17,7 @@ table is not measured here (no GPU), it is the documented policy.
 """
 from __future__ import annotations
 
-from accounting.units import BF16, FP32
+from accounting.units import BF16, FP8_E4M3, FP32
 
 LOWER = "lower precision"  # the other policy, FP32, casts to float32
 
@@ -39,3 +39,13 @@ def policy(device: str | None, op: str) -> str | None:
     if device is None:
         return None
     return POLICIES[device].get(op)
+
+
+# ---- fp8 training of the linear layers (trace.Trace._fp8_linear applies these) -----------
+# The float8 training libraries a precision names (accounting/planning/precisions.py):
+# torchao.float8 (Float8Linear) and NVIDIA Transformer Engine (te.Linear).
+TORCHAO, TE = "torchao", "te"
+FP8_LIBRARIES = (TORCHAO, TE)
+# the dtype of Transformer Engine's saved fp8 input (HYBRID: e4m3 in the forward pass, e5m2
+# for the gradients; both one byte, units.STORAGE_BYTES)
+FP8_SAVED_DTYPE = FP8_E4M3

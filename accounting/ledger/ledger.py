@@ -238,33 +238,37 @@ def _activations(t, fold: bool) -> tuple[R.Activation, ...]:
 
 @lru_cache(maxsize=64)
 def ledger(config: ModelConfig, autocast: str | None = None, recompute: str = "none",
-           implementation: str = "course", param_dtype: str = "fp32", adapters=None) -> Ledger:
+           implementation: str = "course", param_dtype: str = "fp32", adapters=None,
+           fp8: str | None = None) -> Ledger:
     """The ledger of `config`: in float32 (autocast None) or under torch.autocast on the
     device named ("cpu", "cuda"), with recomputation "none", "full" or "selective"; as
     model/ runs it (implementation "course") or as transformers' modeling code does
     ("transformers"); with parameters in param_dtype ("bf16": model.to(torch.bfloat16));
-    with LoRA adapters (builder/lora.py Adapters) on a base frozen in param_dtype, or without."""
+    with LoRA adapters (builder/lora.py Adapters) on a base frozen in param_dtype, or without;
+    with the linear layers in fp8 (fp8: "torchao" or "te", planning/precisions.py) or not."""
     return _build(config, autocast, recompute,
                   fold=config.num_heads * config.d_k == config.d_model,
-                  implementation=implementation, param_dtype=param_dtype, adapters=adapters)
+                  implementation=implementation, param_dtype=param_dtype, adapters=adapters,
+                  fp8=fp8)
 
 
 @lru_cache(maxsize=64)
 def unfolded_ledger(config: ModelConfig, autocast: str | None = None,
                     recompute: str = "none", implementation: str = "course",
-                    param_dtype: str = "fp32", dropout: bool = False) -> Ledger:
+                    param_dtype: str = "fp32", dropout: bool = False,
+                    fp8: str | None = None) -> Ledger:
     """The same facts with h·d_k never written d_model, so that every tensor and weight with
     a heads dimension shows it (the parallel planner splits exactly those over TP ranks);
     `dropout`: Megatron's dropouts on (implementation "megatron")."""
     return _build(config, autocast, recompute, fold=False, implementation=implementation,
-                  param_dtype=param_dtype, dropout=dropout)
+                  param_dtype=param_dtype, dropout=dropout, fp8=fp8)
 
 
 def _build(config: ModelConfig, autocast: str | None, recompute: str, fold: bool,
            implementation: str = "course", param_dtype: str = "fp32", adapters=None,
-           dropout: bool = False) -> Ledger:
+           dropout: bool = False, fp8: str | None = None) -> Ledger:
     t = builder.walk(config, autocast, recompute, fold, implementation, param_dtype, adapters,
-                     dropout)
+                     dropout, fp8)
     acts = _activations(t, fold)
     inputs = [a for a in acts if a.block_input]
     if len(inputs) != len(t.groups) or not all(a.per_layer for a in inputs):

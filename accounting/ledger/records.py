@@ -132,6 +132,8 @@ class Matmul(Record):
     # solve of the same size (dB) and one dense product dA = −dB·Xᵀ (n×p @ p×n)
     triangular: tuple[str, ...] | None = None  # n, when a solve
     grad_b: bool = True  # B needs a gradient (the delta rule's first state, zeros, does not)
+    fp8: bool = False  # a linear layer's GEMM run in fp8 (an fp8 precision; its gradients too)
+    weight: str = ""  # an fp8 linear layer's weight (its parameter's name)
 
     @property
     def factors(self) -> tuple[str, ...]:
@@ -182,7 +184,7 @@ class Matmul(Record):
         common = dict(component=self.component, module=self.module, repeat=self.repeat,
                       phase=BACKWARD, batch=self.batch, causal=self.causal, note=self.note,
                       window=self.window, chunk=self.chunk, useful=self.useful,
-                      topk=self.topk)
+                      topk=self.topk, fp8=self.fp8)
         again = (Matmul(f"{self.name} (recomputed)", m=self.m, n=self.n, p=self.p, **common),) \
             if self.recompute_in_backward else ()
         if not self.grad_b:  # only dA = dC·Bᵀ

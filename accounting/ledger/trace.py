@@ -41,8 +41,10 @@ SAC = "SAC policy"  # what a selective checkpoint's policy keeps (Trace.policy_r
 
 
 class Trace(KernelOps):
-    def __init__(self, autocast: str | None = None, param_dtype: str = FP32, adapters=None):
+    def __init__(self, autocast: str | None = None, param_dtype: str = FP32, adapters=None,
+                 fp8: str | None = None):
         self.autocast = autocast  # None, or the device whose autocast policies apply
+        self.fp8 = fp8  # "torchao" / "te": the linear layers in fp8 (matmul's `linear`)
         self.param_dtype = param_dtype  # bf16: model.to(torch.bfloat16); LoRA: the frozen base's
         self.hf = False  # the ops of transformers' modeling code, where they differ (builder)
         self.hf_olmo2 = False  # OLMo-2's RMSNorm (the gain in fp32, then the cast), fp32 RoPE
@@ -438,15 +440,18 @@ class Trace(KernelOps):
 
     # ---- matmuls --------------------------------------------------------------------------
     def matmul(self, a: Sym, b: Sym, record: R.Matmul, copy_labels: tuple[str, str] = ("", ""),
-               op: str = "bmm") -> str:
+               op: str = "bmm", linear: bool = False) -> str:
         """torch.einsum of two operands, run as one bmm. An operand it cannot view (not
         contiguous) is copied first, and the copy is what bmm saves (cast first, under
         autocast); bmm saves each operand the other's gradient needs. Returns the dtype.
         op: the autocast policy's name for it (grouped_mm has none: it runs in its inputs'
-        dtype)."""
+        dtype). linear: a linear layer's x·Wᵀ (b the weight), which an fp8 run runs in fp8."""
         self._tick += 1
         if self._no_grad:
             record = replace(record, backward=False)
+        if linear and self.fp8 is not None and not (self.fp8 == AC.TE and record.component == R.LM_HEAD):
+            return self._fp8_linear(a, b, replace(record, fp8=True,
+                                                          weight=self.tied.get(b.param, b.param)))
         self.matmuls.append(record)
         if self._region is not None:
             self._region_matmuls.append((self._tick, record))
@@ -468,6 +473,38 @@ class Trace(KernelOps):
                 name = self.tied.get(x.param, x.param)
                 self.params = [replace(p, matmul_weight=True) if p.name == name else p
                                for p in self.params]
+        return dtype
+
+    def _fp8_linear(self, x: Sym, w: Sym, record: R.Matmul) -> str:
+        """A linear layer under fp8 training: its three GEMMs in fp8. What it saves:
+        torchao's Float8Linear its input as it reaches the module (cast to the autocast
+        dtype under CUDA autocast) and the weight parameter itself, no copy
+        (torchao/float8/float8_linear.py: Float8Linear.forward, input.to(autocast dtype);
+        matmul_with_hp_or_float8_args.forward, ctx.save_for_backward(input_hp, weight_hp_t));
+        Transformer Engine's te.Linear an fp8 copy of its input (1 byte an element; the
+        transposed copy inputmat_t, or inputmat under sequence parallelism: one of them)
+        and the parameter (transformer_engine/pytorch/module/linear.py _Linear.forward,
+        ctx.save_for_backward(saved_inputmat, saved_inputmat_t, weight, ..., weight_t_fp8)):
+        its fp8 weight copies are TE's cached workspaces, held across micro-batches and
+        counted as model state (accounting/planning/fp8.py), not here."""
+        self.matmuls.append(record)
+        if self._region is not None:
+            self._region_matmuls.append((self._tick, record))
+        desc = f"fp8 linear ({record.name})"
+        if self.fp8 == AC.TORCHAO and self.autocast != "cuda":
+            # Float8Linear casts its input to the GPU's autocast dtype only (torch.
+            # is_autocast_enabled(), torch.get_autocast_gpu_dtype()); under the CPU's
+            # autocast its input stays as it came, its output in the autocast dtype
+            x2, dtype = x, (AC.LOW_DTYPE if self.autocast else x.dtype)
+        else:
+            (x2,), dtype = self._autocast("bmm", x)  # autocast's bf16 copy of the input only
+        self._reads(desc, x2, w)
+        saved = self.cast(x2, AC.FP8_SAVED_DTYPE) if self.fp8 == AC.TE else x2
+        if w.grad:
+            self._saves(saved, desc)
+        name = self.tied.get(w.param, w.param)
+        self.params = [replace(p, matmul_weight=True) if p.name == name else p
+                       for p in self.params]
         return dtype
 
     def check(self) -> None:

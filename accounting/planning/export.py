@@ -96,7 +96,9 @@ def to_dict(p: Plan) -> dict:
                            # multi-token prediction modules (0 without): forward + backward
                            # matmuls, and their AdamW update (accounting/analysis/mtp.py)
                            "mtp": p.flops.mtp, "mtp_adamw": p.flops.mtp_adamw,
-                           "total": p.flops.total, "forward_non_matmul_not_in_total":
+                           "total": p.flops.total,
+                           # of the total, the linear layers' fp8 GEMMs (0 without fp8)
+                           "fp8_linear_gemms": p.fp8_flops, "forward_non_matmul_not_in_total":
                                p.flops.forward_non_matmul,
                            "adamw_formula": compute.adamw_formula(p.config)},
         "adamw_ops": [{"name": o.name, "op": o.op, "flops_per_element": o.flops_per_element,
@@ -179,6 +181,9 @@ def rows(p: Plan) -> list[dict]:
                    and p.recipe.optimizer in ("adamw", "adamw-fused") else "")
         add("flops per step", "optimizer" if name == "adamw" and formula == "" else name,
             formula, value, "FLOPs")
+    if p.fp8_flops:
+        add("flops per step", "of which fp8 linear GEMMs", "forward, grad-input, grad-weight",
+            p.fp8_flops, "FLOPs")
     if p.time is not None:
         add("time to train", "steps", "", p.time.steps, "steps")
         add("time to train", "seconds", "steps·FLOPs per step / (MFU·peak)", float(p.time.seconds), "s")

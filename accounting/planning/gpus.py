@@ -26,9 +26,10 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from accounting.runtime.errors import UsageError
-from accounting.units import BF16, FP32, GB, TERA, MiB
+from accounting.units import BF16, FP8, FP32, GB, TERA, MiB
 
-FP8, FP4 = "fp8", "fp4"  # peak keys (Tensor Core formats; no dtype of the planner's yet)
+FP4 = "fp4"  # a peak key (a Tensor Core format; no dtype of the planner's yet); FP8 is units'
+
 
 GBps = GB  # bytes/s in one GB/s
 DEFAULT_GPUS_PER_NODE = 8  # DGX/HGX baseboards; also a custom fabric's default
@@ -395,6 +396,11 @@ class Hardware:
 
     @classmethod
     def from_gpu(cls, gpu: GPU, compute: str) -> Hardware:
+        if compute not in gpu.peak_tflops:  # fp8 training on a card without fp8 Tensor Cores
+            have = ", ".join(g.name for g in CARDS if compute in g.peak_tflops)
+            raise UsageError(f"{gpu.name} has no {compute} Tensor Cores (its datasheet lists "
+                             f"none), so {compute} training cannot run on it: give --gpu one "
+                             f"of {have}, or --precision bf16-mixed")
         return cls(gpu.name, gpu.memory_bytes, gpu.peak_tflops[compute] * TERA,
                    gpu.bandwidth_tbs * TERA,
                    f"{gpu.source}: {compute} peak {_num(gpu.peak_tflops[compute])} TFLOP/s, "

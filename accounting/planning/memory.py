@@ -25,8 +25,7 @@ from accounting.ledger.ledger import ledger
 from accounting.ledger.symbols import Expr, grouped
 from accounting.units import DTYPE_BYTES, FP32, INT64
 from accounting.ledger.builder.common import COURSE as COURSE_IMPL
-from accounting.planning import cuda_peak as CP
-from accounting.planning import training_state as TS
+from accounting.planning import cuda_peak as CP, fp8 as F8, training_state as TS
 from accounting.planning.optimizers import get_optimizer
 from accounting.planning.precisions import (BF16_MIXED, PRECISIONS, Precision,  # noqa: F401
                                             get_precision)
@@ -52,8 +51,7 @@ RECOMPUTE = {
 
 # ---- activations, parameters and buffers: the ledger's -----------------------------------
 Activation = R.Activation
-STEP_BYTES = TS.STEP_BYTES  # torch.optim.AdamW: state["step"] = torch.tensor(0.0), float32,
-#                             on the CPU unless fused=True or capturable=True
+STEP_BYTES = TS.STEP_BYTES  # AdamW's state["step"], float32, on the CPU unless fused/capturable
 
 
 def bytes_per_element(a: R.Activation, precision: Precision | None = None) -> int:
@@ -164,7 +162,8 @@ class MemoryModel:
         p = self.precision
         if self.finetune is not None:  # the adapters on a base frozen in the compute dtype
             return self.finetune.ledger(p.autocast, recompute)
-        return ledger(self.config, p.autocast, recompute, self.implementation, p.param_dtype)
+        return ledger(self.config, p.autocast, recompute, self.implementation, p.param_dtype,
+                      fp8=p.fp8)
 
     @property
     def ledger(self):
@@ -237,6 +236,8 @@ class MemoryModel:
             out = [Term(f"parameters ({what})", f"{pb}·N", params.scale(pb))]
             if copies:
                 out.append(copies)
+            te = F8.te_state(self.ledger, self._v1, p.delayed_scaling) if p.fp8 == F8.TE else []
+            out += [Term(*t[:3], note=t[3]) for t in te]  # TE's fp8 copies and scaling state
         if n_trained:
             out.append(Term(f"gradients{whose} ({p.grad_dtype})", f"{p.grad_bytes}·{n_name}",
                             trained.scale(p.grad_bytes)))

@@ -2,7 +2,7 @@
 fits, FLOPs per step, time to train, inference. Returns data; views.py renders it."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 
 from accounting.analysis import arguments as A
@@ -26,6 +26,8 @@ from accounting.planning.fit import (
     longest_context,
 )
 from accounting.planning import finetune
+from accounting.planning import fp8 as F8
+from accounting.units import BF16, FP8, TERA
 from accounting.planning.gpus import Hardware, get_gpu
 from accounting.planning.inference import Inference, inference
 from accounting.planning import recipes
@@ -62,6 +64,7 @@ class Plan:
     inference: Inference
     finetune: object = None  # issue 28: a planning.finetune.FineTune (LoRA/QLoRA), or None
     recipe: recipes.Recipe | None = None
+    fp8_flops: int = 0  # of flops.total, the fp8 GEMMs of the linear layers (an fp8 precision)
 
 
 MAX_MEMORY_BYTES = 10**18  # an exabyte: far past any GPU, and every fit stays quick
@@ -89,6 +92,19 @@ def hardware(gpu: str | None = None, memory_bytes: int | None = None,
         if x is not None and x <= 0:
             raise UsageError(f"{flag} must be positive, got {x}")
     return Hardware.custom(memory_bytes, peak, bw)
+
+
+def fp8_hardware(hw: Hardware, gpu, f8: int, total_flops: int) -> Hardware:
+    """A table GPU under fp8 training: one peak at which the step's FLOPs take as long as
+    its fp8 GEMMs (f8 of them) at the fp8 peak plus the rest at the bf16 peak
+    (planning/fp8.py)."""
+    p8, p16 = gpu.peak_tflops[FP8] * TERA, gpu.peak_tflops[BF16] * TERA
+    peak = F8.effective_peak(total_flops, f8, p8, p16)
+    share = Fraction(f8, total_flops) if total_flops else Fraction(0)
+    return replace(hw, peak_flops=peak, source=(
+        f"{hw.source}; the fp8 linear GEMMs ({float(share):.1%} of the step's FLOPs) at the "
+        f"fp8 peak, the rest at the bf16 peak {gpu.peak_tflops[BF16]} TFLOP/s: "
+        f"{float(peak / TERA):,.1f} TFLOP/s for the step as a whole"))
 
 
 def plan(config: ModelConfig | str, seq: int | None = None, batch: int = 1, *,
@@ -147,6 +163,9 @@ def plan(config: ModelConfig | str, seq: int | None = None, batch: int = 1, *,
     recipe, config = recipes.resolve(config, from_hf, implementation, precision, optimizer,
                                      recompute, attention_given, scope)
     p = get_precision(recipe.precision)
+    if p.fsdp_fp8_gather:
+        raise UsageError(f"--precision {p.name} all-gathers fp8 weights under FSDP2, a "
+                         f"many-GPU plan: give --gpus N --zero 3, or --precision fp8-torchao")
     hw = hardware(gpu, memory_bytes, peak_tflops, bandwidth_tbs, p.compute)
     u = check_mfu(mfu)
     m = exact(margin, names.arg("margin"))
@@ -160,6 +179,9 @@ def plan(config: ModelConfig | str, seq: int | None = None, batch: int = 1, *,
                          f"got {margin}")
     flops = (step_flops(config, seq, batch, recompute, recipe.optimizer, trainable) if ft is None
              else finetune.step_flops(ft, seq, batch, recompute, recipe.optimizer))
+    f8 = 0 if p.fp8 is None else F8.matmul_flops(model.ledger, model.values(seq, batch))
+    if p.fp8 is not None and gpu is not None:  # the linear GEMMs at the fp8 peak, the rest bf16
+        hw = fp8_hardware(hw, get_gpu(gpu), f8, flops.total)
     time = None
     if hw and hw.peak_flops and (steps is not None or tokens is not None):
         time = training_time(flops, hw.peak_flops, u, steps, tokens)
@@ -171,7 +193,7 @@ def plan(config: ModelConfig | str, seq: int | None = None, batch: int = 1, *,
                 flops, time,
                 inference(config, batch, seq, p, position,
                           hw.peak_flops if hw else None, hw.bandwidth if hw else None),
-                ft, recipe)
+                ft, recipe, f8)
 
 
 def _finetune(config, p: Precision, scope: str, lora, base_weights, double_quant, names,
@@ -188,6 +210,10 @@ def _finetune(config, p: Precision, scope: str, lora, base_weights, double_quant
         raise UsageError("LoRA decides what is trained (its adapters): give lora or trainable, not both")
     if scope != MODEL:
         raise UsageError("LoRA plans count what autograd saves: give --scope model (the default)")
+    if p.fp8 is not None:
+        raise UsageError(f"LoRA is planned without fp8 linear layers (PEFT's LoRA layers "
+                         f"wrap nn.Linear, which float8 conversion replaces); give --precision "
+                         f"bf16-mixed, not {p.name}")
     if p.param_dtype != FP32:
         raise UsageError(f"LoRA is planned with --precision fp32 or bf16-mixed (the base frozen in "
                          f"the compute dtype), not {p.name}")

@@ -30,7 +30,7 @@ class Linear:
             dtype = t.matmul(x, self.weight, R.Matmul(self.record, self.component, t.module,
                                                       t.repeat, R.FORWARD, (), rows, self.d_in,
                                                       self.d_out, grads=("dX", "dW"),
-                                                      reads_cache=reads_cache))
+                                                      reads_cache=reads_cache), linear=True)
             y = Sym(rows + self.d_out, dtype)
             if self.bias is not None:
                 y = t.binary("aten.add", y, self.bias, "+ bias", BIAS)

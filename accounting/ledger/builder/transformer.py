@@ -164,7 +164,7 @@ def _symbol(kind, kinds) -> str:
 
 def walk(c: ModelConfig, autocast: str | None = None, recompute: str = "none",
          fold: bool = True, implementation: str = COURSE, param_dtype: str = FP32,
-         adapters=None, dropout: bool = False) -> Trace:
+         adapters=None, dropout: bool = False, fp8: str | None = None) -> Trace:
     """Build (declare) the model, then run one training step's forward and loss: in float32,
     or under torch.autocast(autocast, dtype=torch.bfloat16); with activation recomputation
     "none", "full" (checkpoint each block) or "selective" (checkpoint the attention core);
@@ -174,8 +174,9 @@ def walk(c: ModelConfig, autocast: str | None = None, recompute: str = "none",
     the parameters in bf16 (model.to(torch.bfloat16), no autocast); adapters (builder/lora.py):
     LoRA on the linears it names, every other parameter frozen in param_dtype.
     implementation MEGATRON runs Megatron-Core + Transformer Engine's fused modules
-    (builder/megatron.py; `dropout`: its dropouts on, their masks saved)."""
-    t, a = Trace(autocast, param_dtype, adapters), Arch(c, fold, implementation, dropout)
+    (builder/megatron.py; `dropout`: its dropouts on, their masks saved); fp8 ("torchao" or
+    "te") runs the linear layers' matmuls in fp8 (Trace.matmul)."""
+    t, a = Trace(autocast, param_dtype, adapters, fp8), Arch(c, fold, implementation, dropout)
     t.hf, t.megatron, t.dropout = a.hf or a.titan, a.megatron, a.dropout  # titan: F.silu
     t.titan = a.titan
     t.hf_olmo2 = a.hf and c.norm_placement == "post"  # Olmo2RMSNorm

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from math import prod
 
 from accounting.planning.memory import Precision
+from accounting.planning.fp8 import weight_names as fp8_names
 from accounting.planning.parallel.activations import Linear
 from accounting.planning.parallel.layout import Layout
 from accounting.planning.parallel.shards import FIRST, Split
@@ -47,8 +48,10 @@ def engine_buffers(sp: Split, layout: Layout, p: Precision, st: States, stage: i
     to fp32 for the reduce-scatter (both held then)."""
     out = []
     z, d = layout.sharding, layout.dp
+    # the weights gathered in fp8, one byte an element (Precision.fsdp_fp8_gather: torchao)
+    f8 = fp8_names(sp.ledger) if p.fsdp_fp8_gather else frozenset()
     if d > 1 and z >= 2 and bf16_gathers:
-        out += _fsdp_bf16(layout, st)
+        out += _fsdp_bf16(layout, st, f8)
     elif d > 1 and z <= 1:
         out.append(Item("DDP grad buckets", f"{p.grad_bytes}·N_stage",
                         Linear(0, st.stage_numel * p.grad_bytes),
@@ -56,16 +59,13 @@ def engine_buffers(sp: Split, layout: Layout, p: Precision, st: States, stage: i
                              "the default)"))
     elif d > 1 and z >= 2:
         gathered = p.master_bytes  # no MixedPrecisionPolicy: autocast makes the bf16 copies
-        per_layer: dict[int, int] = {}  # a block with its routed experts' unit (ep > 1)
-        for u in st.units:
-            if not u.root:
-                per_layer[u.layer] = per_layer.get(u.layer, 0) + u.unsharded_padded(u.group(layout))
-        blocks = list(per_layer.values())
-        root = sum(u.unsharded_padded(d) for u in st.units if u.root)
-        held = sum(blocks) if z == 2 else sum(sorted(blocks)[-2:])
+        blocks, root = _fsdp_units(layout, st)
+        bb, rb = _fsdp_units(layout, st, gathered, f8)  # in bytes (fp8 weights: 1 each)
+        held = sum(bb) if z == 2 else sum(sorted(bb)[-2:])
         out.append(Item("FSDP2 gathered fp32 units" + (" (every unit, forward to backward)"
                                                        if z == 2 else " (root + 2 blocks)"),
-                        f"{gathered}·d·Σ⌈rows/d⌉·cols", Linear(0, (root + held) * gathered),
+                        f"{gathered}·d·Σ⌈rows/d⌉·cols" + (" (fp8 weights: 1)" if f8 else ""),
+                        Linear(0, rb + held),
                         note="the root unit stays gathered through each pass; at stage 3 one "
                              "block is gathered while the next is prefetched"))
         out.append(Item("FSDP2 unsharded grads before reduce-scatter (root + 1 block)",
@@ -81,7 +81,7 @@ def engine_buffers(sp: Split, layout: Layout, p: Precision, st: States, stage: i
                              "in torch 2.13: each TP rank computes the V×d_model gradient, then "
                              "keeps its rows"))
     if layout.pp > 1:
-        size = 2 if p.autocast else 4  # plan.activation_bytes
+        size = p.message_bytes  # plan.activation_bytes
         x = layout.micro_batch * seq // (layout.tp if layout.sp else 1) * sp.config.d_model * size
         k = (stage > 0) + (stage < layout.pp - 1)
         out.append(Item("pipelining receive buffers", f"{k}·m·b·T·d_model·{size}",
@@ -91,24 +91,29 @@ def engine_buffers(sp: Split, layout: Layout, p: Precision, st: States, stage: i
     return out
 
 
-def _fsdp_units(layout: Layout, st: States) -> tuple[list[int], int]:
+def _fsdp_units(layout: Layout, st: States, width: int = 1,
+                f8: frozenset[str] = frozenset()) -> tuple[list[int], int]:
     """Elements FSDP2 gathers per block (a block with its routed experts' unit) and for the
-    root."""
+    root; or their bytes at `width` bytes an element, the weights named in f8 at one."""
+    def size(u, n: int) -> int:
+        e8 = u.gathered_of(n, f8)[0] if f8 else 0
+        return (u.unsharded_padded(n) - e8) * width + e8
     per_layer: dict[int, int] = {}
     for u in st.units:
         if not u.root:
-            per_layer[u.layer] = per_layer.get(u.layer, 0) + u.unsharded_padded(u.group(layout))
-    root = sum(u.unsharded_padded(layout.dp) for u in st.units if u.root)
+            per_layer[u.layer] = per_layer.get(u.layer, 0) + size(u, u.group(layout))
+    root = sum(size(u, layout.dp) for u in st.units if u.root)
     return list(per_layer.values()), root
 
 
-def _fsdp_bf16(layout: Layout, st: States) -> list[Item]:
+def _fsdp_bf16(layout: Layout, st: States, f8: frozenset[str] = frozenset()) -> list[Item]:
     blocks, root = _fsdp_units(layout, st)
-    held = sum(blocks) if layout.sharding == 2 else sum(sorted(blocks)[-2:])
+    bb, rb = _fsdp_units(layout, st, 2, f8)
+    held = sum(bb) if layout.sharding == 2 else sum(sorted(bb)[-2:])
     one = root + max(blocks, default=0)
     return [Item("FSDP2 all-gathered bf16 units" + (" (every unit, forward to backward)"
                                                   if layout.sharding == 2 else " (root + 2 blocks)"),
-                 "2·d·Σ⌈rows/d⌉·cols", Linear(0, 2 * (root + held)),
+                 "2·d·Σ⌈rows/d⌉·cols" + (" (fp8 weights: 1)" if f8 else ""), Linear(0, rb + held),
                  note="MixedPrecisionPolicy(param_dtype=bf16): the gathered copies are bf16"),
             Item("FSDP2 unsharded bf16 grads and their fp32 copy for the reduce-scatter "
                  "(root + 1 block)", "(2 + 4)·d·Σ⌈rows/d⌉·cols", Linear(0, 6 * one),

@@ -43,7 +43,10 @@ from accounting.planning.memory import Precision
 from accounting.planning.parallel.layout import Layout, experts
 from accounting.ledger.builder.moe import expert_capacity
 from accounting.planning.parallel.states import States
+from accounting.planning.fp8 import FSDP_FP8_ALL_GATHER_BYTES
 from accounting.units import DTYPE_BYTES, FP32, INT64, MiB
+
+AMAX_BYTES = DTYPE_BYTES[FP32]  # one weight's amax, all-reduced (torchao: a 0-dim fp32)
 
 DATA, TENSOR, PIPELINE, EXPERT = "data parallel", "tensor parallel", "pipeline", "expert parallel"
 CONTEXT = "context parallel"  # the cp ranks that split one sequence (ring attention)
@@ -200,7 +203,7 @@ def context_parallel(layout: Layout, layers: int, b: int, seq: int, kv_width: in
 
 
 def data_parallel(layout: Layout, st: States, precision: Precision, buffer_bytes: int,
-                  param_bytes: int) -> list[Collective]:
+                  param_bytes: int, fp8_weights: frozenset[str] = frozenset()) -> list[Collective]:
     """Sharding-stage collectives of one stage's data-parallel group for one step, with
     gradient accumulation as torch does it: DDP under no_sync for all micro-batches but the
     last (one all-reduce per step), FSDP2 reducing after every micro-batch (its default).
@@ -209,7 +212,9 @@ def data_parallel(layout: Layout, st: States, precision: Precision, buffer_bytes
     from rank 0 before each forward pass that will synchronize (broadcast_buffers=True).
     With ep > 1 the routed experts' part goes over the expert-data-parallel group of dp/ep
     ranks (none when ep = dp: each expert lives on one rank; FSDP2 skips the collectives of
-    a one-rank mesh, FSDPParamGroup.unshard and foreach_reduce)."""
+    a one-rank mesh, FSDPParamGroup.unshard and foreach_reduce). `fp8_weights`: the
+    weights FSDP2 gathers in fp8, one byte an element (Precision.fsdp_fp8_gather), each
+    with an fp32 amax all-reduce per gather (torchao fsdp_utils.py)."""
     d, z, m = layout.dp, layout.sharding, layout.micro_batches
     if d == 1:
         return []
@@ -258,13 +263,17 @@ def data_parallel(layout: Layout, st: States, precision: Precision, buffer_bytes
         k = len(units)
         gathered = _gathered(st, name, units, n)
         group, sym = (EXPERT_DATA, "e") if name == "routed experts" else (DATA, "d")
-        ag, rs = gathered * param_bytes, gathered * g
-        pf = f"{sym}·Σ⌈rows/{sym}⌉·cols·{param_bytes}"
-        out.append(Collective(group, ALL_GATHER, f"parameters of the {name}", FORWARD, k * m,
-                              m * ag, n, f"{k * m:,} × {pf}"))
-        if z == 3:
-            out.append(Collective(group, ALL_GATHER, f"parameters of the {name}, again",
-                                  BACKWARD, k * m, m * ag, n, f"{k * m:,} × {pf}"))
+        f8, w8 = (sum(x) for x in zip((0, 0), *(u.gathered_of(n, fp8_weights) for u in units)))
+        ag, rs = (gathered - f8) * param_bytes + f8 * FSDP_FP8_ALL_GATHER_BYTES, gathered * g
+        pf = f"{sym}·Σ⌈rows/{sym}⌉·cols·{param_bytes}" + (" (fp8 weights: ·1)" if f8 else "")
+        passes = [(FORWARD, "")] + ([(BACKWARD, ", again")] if z == 3 else [])
+        for phase, again in passes:
+            out.append(Collective(group, ALL_GATHER, f"parameters of the {name}{again}", phase,
+                                  k * m, m * ag, n, f"{k * m:,} × {pf}"))
+            if w8:  # each fp8 weight's amax over its shards, before it is cast
+                out.append(Collective(group, ALL_REDUCE, f"amax of each fp8 weight of the "
+                                      f"{name}{again} (torchao reduce_amax)", phase, m * w8,
+                                      m * w8 * AMAX_BYTES, n, f"{m * w8:,} × 4"))
         out.append(Collective(group, REDUCE_SCATTER, f"gradients of the {name}", BACKWARD, k * m,
                               m * rs, n, f"{k * m:,} × {sym}·Σ⌈rows/{sym}⌉·cols·{g}"))
     return out

@@ -42,7 +42,7 @@ def stack_dict(p: ParallelPlan) -> dict:
 def to_dict(p: ParallelPlan) -> dict:
     b = p.layout.micro_batch
     out = {"config": config_dict(p.config), "seq": p.seq, "layout": layout_dict(p.layout),
-           "precision": p.precision.name, "mfu": _f(p.mfu),
+           "precision": p.precision.name, "optimizer": p.optimizer, "mfu": _f(p.mfu),
            "memory_per_gpu_bytes": p.memory, "worst_stage": p.worst.stage,
            "stack": stack_dict(p), "model_states_per_gpu_bytes": p.model_states,
            "per_layer_activation_bytes": p.per_layer_activation_bytes,

@@ -33,6 +33,9 @@ from accounting.planning.parallel.stack_memory import StackRun, per_layer
 from accounting.planning.parallel.stack_memory import memory as stack_memory
 from accounting.planning.parallel.stacks import TORCH, TORCHTITAN, W16, check as check_stack
 from accounting.planning.parallel.states import States, stage_tensors, states, zero1_worst_rank
+from accounting.planning.parallel.optimizer_state import check as check_optimizer
+from accounting.planning.parallel.optimizer_state import (fp8_gathered, fp8_items,
+                                                          optimizer_items, update_flops)
 from accounting.planning.parallel.step import StageFlops, StepTime, bubble, stage_flops, step_time
 
 # What the torch.distributed checks (accounting/distcheck, tests/test_distributed.py) verify,
@@ -113,6 +116,7 @@ class ParallelPlan:
     mfu_scope: str = COMPUTE  # the rate on each stage, or a whole-step (end-to-end) figure
     hfu: bool = False  # an end-to-end figure that counts the recomputed FLOPs
     measured_tokens_per_second: Fraction | None = None  # to convert into MFU/HFU
+    optimizer: str = "adamw"  # planning/optimizers.py's name (the torch stack's choice)
 
     @property
     def step_seconds(self) -> Fraction | None:
@@ -200,6 +204,11 @@ def _activations(sp: Split, plain: Split, layout: Layout, local: int, tp_rank: i
     return A.stage_activations(*rows, layout, stage, kinds)
 
 
+def run_split(config: ModelConfig, p: Precision, recompute: str = "none") -> Split:
+    """The split ledger of a run in precision `p` (its autocast, parameter dtype, fp8)."""
+    return split(config, p.autocast, recompute, param_dtype=p.param_dtype, fp8=p.fp8)
+
+
 def data_layout(layout: Layout) -> Layout:
     """The layout the sharding and the data-parallel collectives see: dp·cp ranks (the same
     micro-batches each: the global batch scaled with them)."""
@@ -210,17 +219,16 @@ def data_layout(layout: Layout) -> Layout:
 
 
 def activation_bytes(precision: Precision) -> int:
-    """Bytes per element of the activations the TP and PP collectives move: 4 in fp32; 2
-    under bf16 mixed precision (Megatron-LM's convention; under torch.autocast the residual
-    stream and the norms' outputs stay fp32, so torch sends some of them at 4 — formula
-    only, no bf16 run is checked here)."""
-    return 2 if precision.autocast else 4
+    """Bytes per element of the activations the TP and PP collectives move
+    (Precision.message_bytes: 2 in bf16 or under autocast, 4 in fp32)."""
+    return precision.message_bytes
 
 
 def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage: int,
                act_rows: tuple[list[A.Row], list[A.Row]], values: dict[str, int],
                tp_rank: int = 0, dp_rank: int | None = None,
-               stack: StackRun = StackRun(), counting: str = EXECUTED) -> StagePlan:
+               stack: StackRun = StackRun(), counting: str = EXECUTED,
+               optimizer: str = "adamw") -> StagePlan:
     """One GPU of a stage: TP rank `tp_rank`, data-parallel rank `dp_rank` (default: 0, or
     under ZeroRedundancyOptimizer the rank with the most AdamW state). `act_rows` are the
     saved tensors of a rank's T/cp tokens (the course model's: another stack plans its own)."""
@@ -248,21 +256,17 @@ def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage:
     # dp/ep ranks: ⌈rows/e⌉·cols, e = dp/ep)
     n_sym = "(N_dense + N_experts/ep)" if st.expert_numel else "N_stage"
     fsdp_params = f"{p.master_bytes}·Σ{b_sym}" if z >= 2 else f"{p.master_bytes}·{n_sym}"
-    items = [Item("parameters (fp32" + (", FSDP shards)" if z >= 2 else ")"), fsdp_params,
+    shards = ", FSDP shards" if z >= 2 else ""
+    items = [Item(f"parameters ({p.param_dtype}{shards})", fsdp_params,
                   A.Linear(0, st.params * p.master_bytes), model_state=True,
                   per_element=p.master_bytes)]
-    items.append(Item("gradients (fp32" + (", FSDP shards)" if z >= 2 else ")"),
+    items.append(Item(f"gradients ({p.grad_dtype}{shards})",
                       f"{p.grad_bytes}·Σ{b_sym}" if z >= 2 else f"{p.grad_bytes}·{n_sym}",
                       A.Linear(0, st.grads * p.grad_bytes), model_state=True,
                       per_element=p.grad_bytes))
-    moments = (f"4·{n_sym}" if z == 0 else "4·(this rank's whole tensors)" if z == 1
-               else "4·Σ(this rank's rows)·cols")
-    for name in ("AdamW moments: first moment m", "AdamW moments: second moment v"):
-        items.append(Item(f"{name} (fp32)", moments, A.Linear(0, st.moments * p.moment_bytes),
-                          model_state=True, per_element=p.moment_bytes))
-    items.append(Item("AdamW step counters (fp32 scalars)", f"{STEP_BYTES}·(tensors updated)",
-                      A.Linear(0, st.owned_tensors * STEP_BYTES), on_gpu=False,
-                      note="torch keeps them on the CPU unless fused or capturable"))
+    items += optimizer_items(units, dl, st, optimizer, p, n_sym)
+    update = None if optimizer == "adamw" else update_flops(units, dl, st, optimizer)
+    items += fp8_items(sp, units, p, values)
     buf = stage_buffers(sp, values, kinds)
     if buf:
         bias = c.num_experts is not None and c.router_bias
@@ -271,7 +275,7 @@ def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage:
                           f"L_stage·2·T_max·({'d_rope' if c.mla else 'd_rot' if c.rotary_dim else 'd_k'}/2)·4"
                           + (" + L_moe·E·4" if bias else ""),
                           A.Linear(0, buf)))
-    acts = _activations(sp, split(c, precision.autocast), replace(layout, zero=0), local,
+    acts = _activations(sp, run_split(c, precision), replace(layout, zero=0), local,
                         tp_rank, stage, kinds)
     copies = acts.weight_copies.times(acts.in_flight)
     items.append(Item("activations of the k micro-batches in flight"
@@ -285,13 +289,13 @@ def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage:
                                "until its backward pass"))
     items += engine_buffers(sp, dl, precision, st, stage, values, local, tp_rank)
     return _finish(sp, layout, precision, seq, stage, layers, kinds, units, st, items, acts,
-                   values, tp_rank, None, counting)
+                   values, tp_rank, None, counting, update)
 
 
 def _finish(sp: Split, layout: Layout, p: Precision, seq: int, stage: int, layers, kinds,
             units, st: States, items: list[Item], acts: A.StageActivations,
             values: dict[str, int], tp_rank: int, gather_bytes: int | None = None,
-            counting: str = EXECUTED) -> StagePlan:
+            counting: str = EXECUTED, update: int | None = None) -> StagePlan:
     """The stage's communication and FLOPs, beside its memory items (`gather_bytes`: what
     FSDP2 gathers per element, when not the master's: bf16 under torchtitan's policy)."""
     c = sp.config
@@ -306,7 +310,8 @@ def _finish(sp: Split, layout: Layout, p: Precision, seq: int, stage: int, layer
                           local // (layout.tp if layout.sp else 1), c.d_model, act_bytes)
              + C.context_parallel(layout, len(layers), layout.micro_batch, seq,
                                   -(-c.kv_heads // layout.tp) * c.d_k, act_bytes)
-             + C.data_parallel(dl, st, p, buf, gather_bytes or p.master_bytes))
+             + C.data_parallel(dl, st, p, buf, gather_bytes or p.master_bytes,
+                               fp8_gathered(sp, p)))
     if dict(sp.ledger.tied) and layout.pp > 1 and stage in (0, layout.pp - 1):
         table = next(t for t in sp.tensors if t.place == FIRST and t.matmul_weight)
         comms += C.tied_embedding(layout, prod(table.sizes(values, layout.tp)), p.grad_bytes)
@@ -316,9 +321,10 @@ def _finish(sp: Split, layout: Layout, p: Precision, seq: int, stage: int, layer
         moe_layers = sum(1 for i in layers if kinds_of[i].moe)
     comms += C.expert_parallel(layout, c, moe_layers, layout.micro_batch * seq, c.d_model,
                                act_bytes)
-    return StagePlan(stage, len(layers), st, tuple(items), acts,
-                     stage_flops(sp, layout, stage, kinds, seq, st, tp_rank, counting),
-                     tuple(comms), kinds)
+    flops = stage_flops(sp, layout, stage, kinds, seq, st, tp_rank, counting)
+    if update is not None:  # another optimizer's update (`update`: its FLOPs on this rank)
+        flops = replace(flops, adamw=update)
+    return StagePlan(stage, len(layers), st, tuple(items), acts, flops, tuple(comms), kinds)
 
 
 def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *,
@@ -328,13 +334,14 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
                   tp_rank: int = 0, dp_rank: int | None = None,
                   stack: StackRun = StackRun(), mfu_convention: str = EXECUTED,
                   mfu_scope: str = COMPUTE, hfu: bool = False,
-                  measured_tokens_per_second=None) -> ParallelPlan:
+                  measured_tokens_per_second=None, optimizer: str = "adamw") -> ParallelPlan:
     """The plan of one GPU per stage shown (TP rank 0 — it holds the most of an uneven
     split — and data-parallel rank 0, or the given ranks). `mfu` is read under
     `mfu_convention` and `mfu_scope` (planning/mfu.py): in the compute scope the rate each
     stage executes its FLOPs at (executed, or causal: the attention core's causal pairs, as
     a causal flash kernel runs them), the bubble and the communication added; end to end a
-    whole-step MFU (an HFU with `hfu`)."""
+    whole-step MFU (an HFU with `hfu`). `optimizer`: planning/optimizers.py's name (the
+    torch stack; the other stacks plan their own Adam)."""
     check_convention(mfu_convention)
     check_scope(mfu_scope)
     if mfu_scope == COMPUTE and mfu_convention == SIX_N:
@@ -354,27 +361,33 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
     check_workload(seq, layout.global_batch, config)
     check_layout(config, layout, seq)
     check_stack(stack.stack, config, layout, stack.dropout)
+    check_optimizer(optimizer, data_layout(layout), precision)
+    if stack.name != TORCH and (optimizer != "adamw" or precision.fp8 not in (
+            None, *(("torchao",) if stack.name == TORCHTITAN else ()))):
+        raise UsageError(f"--stack {stack.name} plans its own Adam in its own precision; give "
+                         f"--optimizer and --precision fp8-te with --stack torch (torchtitan "
+                         f"takes fp8-torchao)")
     u = check_mfu(mfu)
     m = exact(margin, names.arg("margin"))
     if not 0 <= m < 1:
         raise UsageError(f"{names.arg('margin')} must be in [0, 1) (a share of the memory), "
                          f"got {margin}")
-    sp = split(config, precision.autocast, layout.recompute)
+    sp = run_split(config, precision, layout.recompute)
     values = sp.values(seq, layout.micro_batch)
     local = seq // layout.cp  # each context-parallel rank saves its T/cp tokens' tensors
     # the course model's saved tensors (a stack other than torch plans its own: stack_memory)
     rows = ((A.rows(sp, layout, local, tp_rank=tp_rank),
-             A.rows(split(config, precision.autocast), layout, local, tp_rank=tp_rank))
+             A.rows(run_split(config, precision), layout, local, tp_rank=tp_rank))
             if stack.name == TORCH else ([], []))
     counting = USEFUL if mfu_convention != EXECUTED else EXECUTED
     plans = tuple(stage_plan(sp, layout, precision, seq, s, rows, values, tp_rank, dp_rank,
-                             stack, counting)
+                             stack, counting, optimizer)
                   for s in (stages if stages is not None else _shown(config, layout)))
     at = None
     if config.num_experts is not None and config.moe_capacity_factor is not None:
         def at(s: StagePlan, b: int) -> A.StageActivations:  # C = ⌈c·b·T·k/E⌉ at this b
             r = (A.rows(sp, layout, local, tp_rank=tp_rank, micro_batch=b),
-                 A.rows(split(config, precision.autocast), layout, local, tp_rank=tp_rank,
+                 A.rows(run_split(config, precision), layout, local, tp_rank=tp_rank,
                         micro_batch=b))
             return A.stage_activations(*r, layout, s.stage, s.kinds)
     fit = _fit(plans, layout, hardware, m, at)
@@ -384,7 +397,7 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
                          hardware.peak_flops, u, net)
     return ParallelPlan(config, layout, seq, precision, hardware, net, u, plans, fit, time, tokens,
                         stack, per_layer(stack, sp, layout, local, rows[0]), mfu_convention,
-                        mfu_scope, hfu, measured)
+                        mfu_scope, hfu, measured, optimizer)
 
 
 def divisors_of(n: int) -> list[int]:

@@ -176,10 +176,11 @@ class Split:
 @lru_cache(maxsize=64)
 def split(config: ModelConfig, autocast: str | None = None, recompute: str = "none",
           implementation: str = "course", param_dtype: str = "fp32",
-          dropout: bool = False) -> Split:
-    """The ledger of this run (precision's autocast, recomputation; the implementation and
-    the parameters' dtype: builder.walk's), unfolded, with its parameters' TP layout."""
-    lg = unfolded_ledger(config, autocast, recompute, implementation, param_dtype, dropout)
+          dropout: bool = False, fp8: str | None = None) -> Split:
+    """The ledger of this run (precision's autocast, parameter dtype and fp8 library,
+    recomputation; the implementation: builder.walk's), unfolded, with its parameters' TP
+    layout."""
+    lg = unfolded_ledger(config, autocast, recompute, implementation, param_dtype, dropout, fp8)
 
     linear = {m.module: m for m in lg.forward if m.grads == ("dX", "dW")}
     tensors = []

@@ -37,6 +37,7 @@ from math import prod
 # the ZeRO paper's formula is written once, in the literature's memory formulas
 from accounting.literature.memory_formulas import ZERO_PAPER_STAGES, zero_paper_bytes  # noqa: F401
 from accounting.planning.memory import Precision
+from accounting.planning.optimizers import HIDDEN_MATRIX, get_optimizer
 from accounting.planning.parallel.layout import Layout, expert_shard_dim, stage_layers
 from accounting.planning.parallel.shards import BLOCK, FIRST, LAST, Split, Tensor, chunk
 
@@ -87,6 +88,11 @@ class Unit:
     def unsharded_padded(self, d: int) -> int:
         """Elements FSDP all-gathers (and reduce-scatters): d padded shards."""
         return d * self.padded(d)
+
+    def gathered_of(self, d: int, names: frozenset[str]) -> tuple[int, int]:
+        """(elements, tensors) of the named tensors in the all-gather (the fp8 weights)."""
+        mine = [t for t in self.tensors if t.tensor.name in names]
+        return d * sum(t.padded(d) for t in mine), len(mine)
 
     def group(self, layout: Layout) -> int:
         """The data-parallel degree its tensors are replicated (or sharded) over."""
@@ -213,3 +219,60 @@ def state_bytes(s: States, precision: Precision) -> dict[str, int]:
             "AdamW m": s.moments * precision.moment_bytes,
             "AdamW v": s.moments * precision.moment_bytes}
 
+
+
+# ---- any precision and optimizer (issue 30): the state of the tensors this rank updates ----
+ELEMENTWISE = ("adamw", "adamw-fused", "sgd")  # state shaped like the parameter: any shard
+
+
+def updated(units: list[Unit], layout: Layout,
+            dp_rank: int = 0) -> list[tuple[Local, tuple[int, ...]]]:
+    """The tensors this rank's optimizer updates and the shape it sees of each: every
+    TP-local tensor (stage 0); the whole tensors ZeroRedundancyOptimizer assigns it (stage
+    1); its FSDP2 shard of each, ⌈rows/d⌉ or fewer rows of the sharded dimension, unpadded
+    (stages 2-3: the optimizer steps the DTensor's local tensor)."""
+    d, z = layout.dp, layout.sharding
+    dense = [t for u in units if not u.expert for t in u.tensors]
+    expert = [t for u in units if u.expert for t in u.tensors]
+    e, e_rank = layout.edp, dp_rank // layout.ep
+    if z == 0:
+        return [(t, t.sizes) for t in dense + expert]
+    if z == 1:
+        return [(dense[i], dense[i].sizes) for i in _zero1_owned(dense, d, dp_rank)] + \
+               [(expert[i], expert[i].sizes) for i in _zero1_owned(expert, e, e_rank)]
+
+    def shard(t: Local, n: int, rank: int) -> tuple[int, ...]:
+        sizes = list(t.sizes)
+        sizes[t.dim] = chunk(sizes[t.dim], n, rank)
+        return tuple(sizes)
+    return [(t, shard(t, d, dp_rank)) for t in dense] + [(t, shard(t, e, e_rank)) for t in expert]
+
+
+def role(t: Local) -> str:
+    """Muon's hidden matrices: a block's 2-D weights (training_state.role's rule: not an
+    embedding table, not the LM head, which live outside the blocks)."""
+    return HIDDEN_MATRIX if t.tensor.place == BLOCK and len(t.sizes) == 2 else ""
+
+
+def optimizer_state(units: list[Unit], layout: Layout, s: States, optimizer: str,
+                    precision: Precision) -> tuple[list[tuple[str, int, str]], int]:
+    """([(item, bytes, dtype)], step counters) of this rank's optimizer, tensor by tensor
+    with the rules of planning/optimizers.py (checked against torch.optim and bitsandbytes
+    there); the fp32 master copy of bf16-master first, shaped like the updated tensors."""
+    opt = get_optimizer(optimizer)
+    mine = updated(list(units), layout, s.dp_rank)
+    items: dict[str, list] = {}
+    if precision.master:
+        items["fp32 master copy of the parameters (optimizer)"] = [
+            4 * sum(prod(shape) for _, shape in mine), "fp32"]
+    for t, shape in mine:
+        for st in opt.state(shape, precision.state_dtype, role(t)):
+            acc = items.setdefault(st.item, [0, st.dtype])
+            acc[0] += st.bytes
+    if mine:
+        for st in opt.shared([shape for _, shape in mine]):
+            acc = items.setdefault(st.item, [0, st.dtype])
+            acc[0] += st.bytes
+    counters = 0 if opt.step_counter is None else sum(
+        1 for t, _ in mine if not (opt.name == "muon" and role(t)))
+    return [(k, b, dt) for k, (b, dt) in items.items()], counters

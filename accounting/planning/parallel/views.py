@@ -63,6 +63,8 @@ def summary_table(p: ParallelPlan) -> Table:
                       f"({p.tokens_per_step:,} tokens per step)"),
             ("recomputation", f"{lo.recompute}"),
             ("precision", p.precision.name)]
+    if p.optimizer != "adamw":  # (AdamW, the default, goes unsaid as it always has)
+        rows.append(("optimizer", p.optimizer))
     rows += stack_views.summary_rows(p)
     label = f"memory per GPU (stage {w.stage} of {lo.pp})" if lo.pp > 1 else "memory per GPU"
     rows.append((label, f"{grouped(p.memory)} bytes = {_gb(p.memory)}"))
