@@ -166,6 +166,66 @@ def test_verify_agrees_with_transformers(tmp_path, capsys):
     assert "chunk_kimi_delta_attention" in claims and "depthwise conv1d" in claims
 
 
+def hf_rule_backward_flops(B: int, T: int, h: int, dk: int, dv: int, chunk: int) -> int:
+    """Backward matmul FLOPs of transformers' chunk_kimi_delta_attention (hand algebra from
+    its code, every input requiring grad; 2mnp per dA and per dB): attn @ v_beta and
+    attn @ (k_beta·e^g) over n chunks, both operands with a gradient; per chunk
+    (q·e^g) @ S and k_cumdecay @ S (S_0 zeros without a gradient: the first chunk's dA only),
+    attn_intra @ v_new (both), the state update kᵀ @ v_new (both; the last one is off the
+    loss's path: n − 1 of them)."""
+    n = -(-T // chunk)
+    ut = 2 * 2 * n * chunk * chunk * (dv + dk)
+    scan = (2 * (2 * chunk * dk * dv + (n - 1) * 2 * 2 * chunk * dk * dv)
+            + 2 * 2 * n * chunk * chunk * dv + (n - 1) * 2 * 2 * dk * chunk * dv)
+    return B * h * (ut + scan)
+
+
+def ledger_rule_backward_flops(B: int, T: int, h: int, dk: int, dv: int, chunk: int) -> int:
+    """The same for the ledger's fla form (model/kda.py, hand algebra): the two
+    C × d_k × C products a dA and a dB each; each unit triangular solve of d columns another
+    solve (C(C−1)/2·2·d) and dA = −dB·Xᵀ (2·C²·d); the scan's products as transformers'."""
+    n, pairs = -(-T // chunk), chunk * (chunk - 1) // 2
+    products = 2 * 2 * 2 * n * chunk * chunk * dk
+    solves = n * sum(2 * pairs * d + 2 * chunk * chunk * d for d in (dv, dk))
+    scan = hf_rule_backward_flops(1, T, 1, dk, dv, chunk) - 2 * 2 * n * chunk * chunk * (dv + dk)
+    return B * h * (products + solves + scan)
+
+
+@pytest.mark.parametrize("B,T", [(1, 70), (2, 200), (1, 30)])  # 2, 4 and 1 chunks of 64
+def test_transformers_kda_backward_equals_hand_algebra(B, T):
+    """FlopCounterMode over the backward of transformers' chunk_kimi_delta_attention (CPU,
+    inputs requiring grad) against the hand algebra above; hf_recurrent's backward row is
+    the difference from the ledger's fla form, hand algebra too."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from torch.utils.flop_counter import FlopCounterMode
+    from transformers.models.kimi_linear import modeling_kimi_linear as M
+    from accounting.crosscheck.hf_recurrent import kda_backward_surplus
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(B, T, HK, DH, requires_grad=True) for _ in range(3))
+    g = (-0.1 * torch.rand(B, T, HK, DH)).requires_grad_()
+    beta = torch.rand(B, T, HK, requires_grad=True)
+    out, _ = M.chunk_kimi_delta_attention(q, k, v, g, beta, chunk_size=C,
+                                          use_qk_l2norm_in_kernel=True)
+    with FlopCounterMode(display=False) as fc:
+        out.sum().backward()
+    assert fc.get_total_flops() == hf_rule_backward_flops(B, T, HK, DH, DH, C)
+    surplus = kda_backward_surplus(analyze(spec(), T, B, "train"))
+    assert sorted(surplus) == [0, 1, 2, 3]
+    assert set(surplus.values()) == {hf_rule_backward_flops(B, T, HK, DH, DH, C)
+                                     - ledger_rule_backward_flops(B, T, HK, DH, DH, C)}
+
+
+@pytest.mark.parametrize("T,B", [(70, 1), (200, 2)])
+def test_train_verify_agrees_with_transformers(tmp_path, capsys, T, B):
+    """--pass train --verify (issue 31): transformers' backward of its torch form of KDA, its
+    difference from the ledger's a stated row, agrees at two and four chunks."""
+    x = agreeing_check(capsys, "--config", str(write_config(tmp_path, DATA)), "--ctx", str(T),
+                       "--batch", str(B), "--pass", "train")
+    claims = " ".join(c["claim"] for c in x["transformers"]["checks"])
+    assert "Kimi Delta Attention backward" in claims
+
+
 def test_refuses_what_it_cannot_express(tmp_path, capsys):
     extra = {**DATA, "linear_attn_config": {**DATA["linear_attn_config"],
                                             "gate_lower_bound": -5.0}}

@@ -87,6 +87,27 @@ def kda_surplus(a: Analysis) -> dict[int, int]:
     return {i: per for i, k in enumerate(a.config.layer_kinds) if k.mixer == "kda"}
 
 
+def kda_backward_surplus(a: Analysis) -> dict[int, int]:
+    """The same for the backward (a negative number), derived from
+    chunk_kimi_delta_attention's code: its matmuls are attn @ v_beta and
+    attn @ (k_beta·e^g) over all N_c chunks, attn built from K and β, both operands
+    requiring grad in training (Q, K, V, g, β come from trainable projections): a dA and a dB
+    each, 2·2·B·h·N_c·C_l²·(d_lv + d_lk); its scores and UT system are elementwise (no
+    backward matmul). The ledger's fla form has, for the two C_l × d_lk × C_l products, a dA
+    and a dB each, 2·2·2·B·h·N_c·C_l²·d_lk, and for each unit triangular solve a solve and
+    one dense product (dB 2·P_L·d, dA = −dB·Xᵀ 2·C_l²·d, d = d_lv, d_lk). The scans' products
+    run the same backward in both (the first chunk's W·S_0 and Q·S_0, S_0 zeros without a
+    gradient: dA only; A·V_new: both; the N_c − 1 state updates: both, transformers' update
+    after the last chunk being off the loss's path, so never differentiated): no term.
+    Per KDA layer: B·h·N_c·(2·C_l²·(d_lk + d_lv) − 8·C_l²·d_lk − 2·P_L·(d_lk + d_lv))."""
+    v = a.values
+    if "N_c" not in v:
+        return {}
+    B, h, n, C, dk, dv, pl = (v[s] for s in ("B", "h_lv", "N_c", "C_l", "d_lk", "d_lv", "P_L"))
+    per = B * h * n * (2 * C * C * (dk + dv) - 8 * C * C * dk - 2 * pl * (dk + dv))
+    return {i: per for i, k in enumerate(a.config.layer_kinds) if k.mixer == "kda"}
+
+
 CONV_CLAIM = ("transformers' depthwise conv1d (the torch fallback causal_conv1d_fn: F.conv1d "
               "with padding K − 1) computes T + K − 1 outputs per channel and keeps T: its "
               "count less 2·B·C·(K − 1)·K per conv layer is compared (the ledger counts the T "
@@ -111,6 +132,15 @@ CONV_BACKWARD_CLAIM = (
     "a depthwise conv's, and its input gradient spans the T + K − 1 padded outputs): its count "
     "less that surplus per conv layer is compared (the ledger counts dX and dW of the T "
     "outputs, 2·B·T·C·K each)")
+KDA_BACKWARD_CLAIM = (
+    "transformers' Kimi Delta Attention backward (chunk_kimi_delta_attention's autograd, every "
+    "input of the rule requiring grad, as in training): a dA and a dB for its two dense C_l × "
+    "C_l products, 4·B·h·N_c·C_l²·(d_lk + d_lv), none for its elementwise UT system and scores, "
+    "where the ledger's fla form has a dA and a dB for its two C_l × d_lk × C_l products, "
+    "8·B·h·N_c·C_l²·d_lk, and a solve and a dense product per triangular solve, "
+    "2·B·h·N_c·(P_L + C_l²)·(d_lk + d_lv); the scans' backward the same in both: its count "
+    "less 2·B·h·N_c·C_l²·(d_lk + d_lv) − 8·B·h·N_c·C_l²·d_lk − 2·B·h·N_c·P_L·(d_lk + d_lv) "
+    "per KDA layer is compared")
 
 
 def surpluses(a: Analysis, phase: str = R.FORWARD) -> list[tuple[str, str, dict[int, int]]]:
@@ -118,8 +148,13 @@ def surpluses(a: Analysis, phase: str = R.FORWARD) -> list[tuple[str, str, dict[
     path runs beyond the ledger's in the pass (the backward's: the op counter's, which reads
     FlopCounterMode's formulas)."""
     if phase != R.FORWARD:
-        conv = conv_backward_surplus(a)
-        return [(CONV_BACKWARD_CLAIM, "for the conv backward's formula", conv)] if conv else []
+        out = []
+        conv, kda = conv_backward_surplus(a), kda_backward_surplus(a)
+        if conv:
+            out.append((CONV_BACKWARD_CLAIM, "for the conv backward's formula", conv))
+        if kda:
+            out.append((KDA_BACKWARD_CLAIM, "for the torch path's other form", kda))
+        return out
     out = []
     conv, state, kda = conv_surplus(a), state_surplus(a), kda_surplus(a)
     if conv:
