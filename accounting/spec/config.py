@@ -306,6 +306,28 @@ class ModelConfig:
                                   "rule (default 64: fla's chunk_gated_delta_rule and "
                                   "transformers' torch_chunk_gated_delta_rule)")
 
+    # ---- Gemma 4 (issue 31; transformers' modeling_gemma4.py): global layers with their own
+    # head shape and K = V, a weightless RMSNorm on V, a dense MLP beside the experts
+    global_head_dim: int | None = spec(None, kind=SIZE, flag="--global-head-dim", group=EXTRAS,
+                                       help="global (full-attention) layers' head dimension, "
+                                            "where local ones use head_dim (Gemma 4)")
+    global_kv_heads: int | None = spec(None, kind=SIZE, flag="--global-kv-heads", group=EXTRAS,
+                                       help="global layers' key/value heads (Gemma 4's "
+                                            "num_global_key_value_heads)")
+    global_k_eq_v: bool = spec(False, kind=FLAG, flag="--global-k-eq-v", group=EXTRAS,
+                               help="global layers have no v_proj: V is K's projection "
+                                    "(Gemma 4's attention_k_eq_v)")
+    v_norm: bool = spec(False, kind=FLAG, flag="--v-norm", group=EXTRAS,
+                        help="a weightless RMSNorm of each value head (Gemma 4)")
+    mlp_beside_moe: bool = spec(False, kind=FLAG, flag="--mlp-beside-moe", group=EXTRAS,
+                                needs="num_experts",
+                                help="MoE layers run a dense MLP (d_ff) beside the experts, "
+                                     "each output normed, summed (Gemma 4's enable_moe_block; "
+                                     "its router: weightless RMSNorm, a d_model scale, a "
+                                     "per-expert scale)")
+    layer_scalar: bool = spec(False, kind=FLAG, flag="--layer-scalar", group=EXTRAS,
+                              help="each block's output times a one-element buffer (Gemma 4)")
+
     def __post_init__(self) -> None:
         validate(self)
 
@@ -321,6 +343,21 @@ class ModelConfig:
         if self.kv_lora_rank is not None:
             return self.qk_nope_head_dim + self.qk_rope_head_dim
         return self.d_model // self.num_heads if self.head_dim is None else self.head_dim
+
+    @property
+    def global_d_k(self) -> int:
+        """The global layers' head dimension (Gemma 4's global_head_dim; else d_k)."""
+        return self.d_k if self.global_head_dim is None else self.global_head_dim
+
+    @property
+    def global_kv(self) -> int:
+        return self.kv_heads if self.global_kv_heads is None else self.global_kv_heads
+
+    @property
+    def global_shape(self) -> bool:
+        """Global layers with a head shape of their own (symbols d_kG, h_kvG, g_G)."""
+        return self.global_head_dim is not None or self.global_kv_heads is not None \
+            or self.global_k_eq_v
 
     @property
     def group_size(self) -> int:

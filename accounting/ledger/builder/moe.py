@@ -9,7 +9,7 @@ from accounting.units import FP32
 from accounting.spec.config import ModelConfig
 from accounting.ledger.trace import Sym, Trace
 from accounting.ledger.builder.common import ROUTER, ACTIVATION_COMPONENT, BIAS
-from accounting.ledger.builder.layers import Linear, activation, clamped_swiglu
+from accounting.ledger.builder.layers import Linear, activation, clamped_swiglu, l2_norm
 
 
 def expert_capacity(capacity_factor: float, slots: int, num_experts: int) -> int:
@@ -26,14 +26,18 @@ class MoE:
     whatever the routing (on meta the model deals them in turn); with a capacity factor,
     E·C slots (C = ⌈c·B·T·k/E⌉), of which B·T·k at most are useful."""
 
-    def __init__(self, t: Trace, c: ModelConfig):
-        self.t, self.c, self.kind = t, c, c.mlp_kind
+    def __init__(self, t: Trace, c: ModelConfig, scope: str = "ffn"):
+        self.t, self.c, self.kind, self.scope = t, c, c.mlp_kind, scope
         d, f, E = ("d_model",), ("d_e",), ("E",)
         self.component = ACTIVATION_COMPONENT[c.mlp]
-        with t.scope("ffn"):
+        with t.scope(scope):
             # a module's own buffers come before its children's keys in the state dict
             self.bias = (t.buffer("router_bias", E, 4, persistent=True)
                          if c.router_bias and not c.router_bias_param else None)
+            # Gemma4TextRouter: a gain on its normalized input (scale) and one per expert
+            # on the chosen weights (per_expert_scale): the module's own, before its children
+            self.gains = ((t.param("router_scale", d, R.FFN), t.param("expert_scale", E, R.FFN))
+                          if c.mlp_beside_moe else None)
             self.router = Linear(t, "router", d, E, R.FFN, "router", c.router_linear_bias)
             if c.router_bias_param:  # ERNIE 4.5: a frozen parameter (model/moe.py RouterStatics)
                 with t.scope("router_statics"):
@@ -57,14 +61,16 @@ class MoE:
             self.shared_gate = (Linear(t, "shared_gate", d, ("1",), R.FFN, "shared expert gate")
                                 if c.shared_expert_gate else None)
 
-    def __call__(self, x: Sym, out_course: str) -> Sym:
+    def __call__(self, x: Sym, out_course: str, router_x: Sym | None = None) -> Sym:
+        """router_x: the router's input where it is not the experts' (Gemma 4 routes the
+        residual stream and runs the experts on pre_feedforward_layernorm_2 of it)."""
         t, c, comp = self.t, self.c, ROUTER
         if t.hf:  # transformers' sparse MoE block (accounting/planning/recipes.py: which)
-            with t.scope("ffn"):
+            with t.scope(self.scope):
                 y = self._transformers(x)
             return t.name(y, "W2 output", out_course)
-        with t.scope("ffn"):
-            weights = self.route(x)
+        with t.scope(self.scope):
+            weights = self.route(x if router_x is None else router_x)
             if c.router_scales_input:
                 y = self._all_experts(x, weights)
             else:
@@ -207,6 +213,10 @@ class MoE:
         """MoE.route: the router's scores, the chosen experts and their weights (B, T, k)."""
         t, c, comp = self.t, self.c, ROUTER
         tokens = ("B", "T")
+        if self.gains is not None:  # Gemma4TextRouter: norm(x) · scale · d_model^-½
+            x = l2_norm(t, x, "d_model", "router input, normalized", comp)
+            x = t.binary("aten.mul", x, self.gains[0], "× router scale", comp)
+            x = t.binary("aten.mul", x, None, "× d_model^-½", comp, out="router input")
         logits = self.router(x, "router scores")
         if c.router_topk_first:  # gpt-oss: the k best logits, then softmax (or sigmoid) over k
             # (Llama 4's sigmoid of the chosen k: its experts' indices kept for the gate)
@@ -233,7 +243,13 @@ class MoE:
             choice = t.masked_fill(choice, keep, "zero the other groups", comp)
         experts = t.topk(choice, ("E",), ("k",), "top-k experts", comp, out="chosen experts")
         weights = t.name(t.gather(scores, experts, "chosen scores"), "chosen experts' scores")
-        return t.name(self._scaled(weights), "router weights")
+        weights = self._scaled(weights)
+        if self.gains is not None:  # × per_expert_scale[top_k_index]
+            s = t.name(t.index(self.gains[1], experts, tokens + ("k",), "per_expert_scale"),
+                       "the chosen experts' scales")
+            weights = t.binary("aten.mul", weights, s, "× per-expert scale", comp,
+                               out="router weights (per-expert scaled)")
+        return t.name(weights, "router weights")
 
     def _score(self, logits: Sym, over: tuple[str, ...], what: str) -> Sym:
         """The router's softmax (model/attention.py's) or sigmoid over `over`."""
