@@ -411,6 +411,10 @@ class ModelConfig:
             parts[2] = f"RoPE on {self.rotary_dim} of {self.d_k} dims per head"
         if self.qk_norm != "none":
             parts.append(QK_NORMS[self.qk_norm])
+        if self.global_shape or self.v_norm:  # Gemma 4
+            parts.append(", ".join(([f"global layers: head_dim {self.global_d_k}, {self.global_kv}"
+                                     f" K/V heads" + (", V = K" if self.global_k_eq_v else "")]
+                                    if self.global_shape else []) + ["RMS-normed V"] * self.v_norm))
         if self.attention_sinks:
             parts.append("attention sinks")
         if self.attn_output_gate:
@@ -450,6 +454,7 @@ class ModelConfig:
             parts.append(f"MoE: {self.num_experts} experts, top-{self.experts_per_token}"
                          + (f", {self.num_shared_experts} shared" if self.num_shared_experts else "")
                          + (" (sigmoid-gated)" if self.shared_expert_gate else "")
+                         + (" beside a dense MLP" if self.mlp_beside_moe else "")
                          + ("" if n_moe == len(kinds) else f", on {n_moe} of {len(kinds)} layers"))
         if self.attention != "naive":
             parts.append("fused attention kernel (SDPA)")

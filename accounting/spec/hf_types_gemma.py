@@ -67,7 +67,7 @@ def _normalizer(v: Mapping, where: str):
     return {"embedding_multiplier": math.sqrt(v["hidden_size"])}, ()
 
 
-_NORMALIZER = Derived(("embedding_multiplier",), ("hidden_size",), _normalizer,
+NORMALIZER = Derived(("embedding_multiplier",), ("hidden_size",), _normalizer,
                       "the embeddings multiplied by √hidden_size (Gemma2TextScaledWordEmbedding, "
                       "Gemma3TextScaledWordEmbedding)",
                       lambda c: {} if c.embedding_multiplier == math.sqrt(c.d_model) else None)
@@ -126,7 +126,7 @@ register(HFType(
                                                          "layer_types"),
                      _gemma_windows(None, 2),
                      "local layers: those of layer_types, else every other layer from layer 0 "
-                     "(configuration_gemma2.py)", _gemma_windows_keys), _NORMALIZER),
+                     "(configuration_gemma2.py)", _gemma_windows_keys), NORMALIZER),
 ))
 
 
@@ -168,7 +168,7 @@ register(HFType(
                      _gemma_windows("sliding_window_pattern", 6),
                      "local layers: those of layer_types, else all but every "
                      "sliding_window_pattern-th (configuration_gemma3.py)", _gemma_windows_keys),
-             _NORMALIZER),
+             NORMALIZER),
 ))
 
 
