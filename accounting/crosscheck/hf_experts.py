@@ -63,6 +63,11 @@ SHRINK["ernie4_5_moe"] = {**_WIDTHS, "num_hidden_layers": 2, "num_key_value_head
                           "moe_layer_end_index": -1, "moe_layer_interval": 1}
 SHRINK["minimax_m2"] = {**_WIDTHS, "intermediate_size": 16, "num_key_value_heads": 2,
                         "head_dim": 8, "rotary_dim": 4}  # the same latent attention and layout
+# Gemma 4: one full-attention layer (its own head_dim; the experts beside the MLP, the
+# Gemma4TextDecoderLayer holding router and experts, as _force finds them)
+SHRINK["gemma4_text"] = {**_WIDTHS, "num_key_value_heads": 2, "head_dim": 8,
+                         "global_head_dim": 16, "moe_intermediate_size": 16,
+                         "layer_types": ["full_attention"]}
 IMPLEMENTATIONS = ("eager", "grouped_mm", "batched_mm")
 OWN, FORCED = "its router's choice", "every token to experts 0..k−1"
 
