@@ -51,6 +51,8 @@ def layer_caches(config: ModelConfig, kv_bytes: int, tp: int, layers: tuple[int,
     lg = ledger(config)
     v = lg.values(1, 1)
     heads = kv_heads_per_gpu(config.kv_heads, tp) if not config.mla else None
+    # Gemma 4's global layers: their own K/V heads (h_kvG), split over TP the same way
+    global_heads = kv_heads_per_gpu(config.global_kv, tp) if config.global_shape else None
     groups = dict(lg.groups)
     out = []
     for i in layers:
@@ -60,7 +62,8 @@ def layer_caches(config: ModelConfig, kv_bytes: int, tp: int, layers: tuple[int,
                 continue
             n = 1
             for s in e.shape:
-                n *= heads if s == "h_kv" and heads is not None else v[s]
+                n *= heads if s == "h_kv" and heads is not None else \
+                    global_heads if s == "h_kvG" else v[s]
             if e.shape == ("d_model",):  # multi-head attention written as h·d_k = d_model
                 n = n // config.kv_heads * heads
             per_token += n * kv_bytes
