@@ -28,7 +28,7 @@ from typing import Mapping
 from accounting.runtime.errors import UsageError
 from accounting.spec.hf_schema import (
     ATTENTION_BIAS, ATTENTION_DROPOUT, BOOL, CHOICE, EPS, GATED_ACTS, INT, INT_OR_NULL, LIST,
-    NUMBER_OR_NULL, ROPE_TYPES, WRAPPERS, Derived, HFType, Key, ModuleNames, Must, Noted,
+    NUMBER_OR_NULL, ROPE_TYPES, WRAPPERS, Derived, HFType, Key, ModuleNames, Must,
     Required, head_dim, kv_heads, llama_sizes, register, rope_ok, short)
 from accounting.spec.hf_types_dense import layers_of
 from accounting.spec.hf_types_gemma import GEMMA_NAMES, NORMALIZER, unwrapper

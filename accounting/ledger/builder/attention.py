@@ -71,9 +71,9 @@ class Attention:
                 q = self.q_norm(q, "Q after QK-norm")
                 k = self.k_norm(k, "K after QK-norm")
             elif c.qk_norm == "per_head":  # on (B, T, heads, d_k): views in, new tensors out
-                q = self.q_norm(t.view(q, ("B", "T", "h", "d_k"), contiguous=True),
+                q = self.q_norm(t.view(q, ("B", "T", "h", self.dk), contiguous=True),
                                 "Q after QK-norm")
-                k = self.k_norm(t.view(k, ("B", "T", "h_kv" if a.gqa else "h", dk),
+                k = self.k_norm(t.view(k, ("B", "T", "h_kv" if a.gqa else "h", self.dk),
                                        contiguous=True), "K after QK-norm")
             # "... seq (heads d_k) -> ... heads seq d_k": a permuted view
             q = t.view(q, a.heads(shape=self.s), contiguous=False)
@@ -99,8 +99,8 @@ class Attention:
                     q = self.partial(q, positions, "Q")
                     k = self.partial(k, positions, "K")
             if self.l2:
-                q = l2_norm(t, q, dk, "Q after QK-norm", QK_NORM)
-                k = l2_norm(t, k, dk, "K after QK-norm", QK_NORM)
+                q = l2_norm(t, q, self.dk, "Q after QK-norm", QK_NORM)
+                k = l2_norm(t, k, self.dk, "K after QK-norm", QK_NORM)
             if self.temperature:
                 q = self.tune(q)
             t.cached("K", a.width(True, self.s), window=self.local, chunk=self.chunked)
