@@ -103,6 +103,29 @@ class RouterStatics(nn.Module):
                                  requires_grad=False)
 
 
+# Phi-3.5-MoE's router_jitter_noise, the sparsemixer's threshold (which scores its softmax
+# keeps): a value of its comparison, no count
+SPARSEMIXER_EPS = 0.01
+
+
+def sparsemixer(scores: torch.Tensor, eps: float = SPARSEMIXER_EPS):
+    """transformers' modeling_phimoe.py sparsemixer in its inference form (training draws
+    Gumbel samples instead of the max): the best expert, weighted by the softmax of the
+    scores within 2·eps (relative) of its score, then the best of the rest likewise.
+    Returns (weights, experts), each (tokens 2)."""
+    weights, experts, src = [], [], scores
+    for _ in range(2):
+        with torch.no_grad():
+            m, best = src.max(dim=-1, keepdim=True)
+            factor = scores.abs().clamp(min=m)
+            mask = ((m - scores) / factor) > (2 * eps)
+        probs = softmax(src.masked_fill(mask, float("-inf")), dim=-1)
+        weights.append(probs.gather(dim=-1, index=best))
+        experts.append(best)
+        src = torch.scatter(scores, -1, best, float("-inf"))  # the first expert masked out
+    return torch.cat(weights, dim=-1), torch.cat(experts, dim=-1)
+
+
 class MoE(nn.Module):
     # every option is given by TransformerLM from the spec's fields (no default restated here)
     def __init__(self, d_model, num_experts, experts_per_token, d_ff, device=None, dtype=None, *,
@@ -117,8 +140,10 @@ class MoE(nn.Module):
             check_positive_int(name, value)
         if experts_per_token > num_experts:
             raise ValueError(f"experts_per_token {experts_per_token} > num_experts {num_experts}")
-        if router not in ("softmax", "sigmoid"):
-            raise ValueError(f"router must be softmax or sigmoid, got {router!r}")
+        if router not in ("softmax", "sigmoid", "sparsemixer"):
+            raise ValueError(f"router must be softmax, sigmoid or sparsemixer, got {router!r}")
+        if router == "sparsemixer" and experts_per_token != 2:
+            raise ValueError("the sparsemixer router picks two experts")
         self.E, self.k, self.router_kind = num_experts, experts_per_token, router
         self.groups, self.topk_groups = router_groups, router_topk_groups
         self.norm_topk_prob, self.scale = norm_topk_prob, routed_scaling_factor
@@ -160,6 +185,8 @@ class MoE(nn.Module):
         if self.router_scale is not None:  # Gemma4TextRouter
             x = rms_normalize(x, self.norm_eps) * self.router_scale * x.shape[-1] ** -0.5
         logits = self.router(x)  # (tokens E)
+        if self.router_kind == "sparsemixer":  # Phi-3.5-MoE
+            return sparsemixer(logits)
         if self.topk_first:  # gpt-oss: the k best logits, then softmax over them; Llama 4: sigmoid
             values, experts = logits.topk(self.k, dim=-1)
             weights = softmax(values, dim=-1) if self.router_kind == "softmax" else torch.sigmoid(values)

@@ -250,7 +250,8 @@ class TransformerLM(nn.Module):
         # soft-capped (Gemma2ForCausalLM: cap·tanh(logits/cap))
         self.embedding_multiplier = o["embedding_multiplier"]
         self.logit_scale, self.final_softcap = o["logit_scale"], o["final_softcap"]
-        self.lm_head = Linear(d_model, vocab_size, device=device, dtype=dtype)
+        self.lm_head = Linear(d_model, vocab_size, device=device, dtype=dtype,
+                              bias=o["lm_head_bias"])
         if o["tie_embeddings"]:
             self.lm_head.weight = self.token_embeddings.weight
         self.recompute = "none"

@@ -87,6 +87,7 @@ def validate(c) -> None:
     _check_llama4(c)
     _check_recurrent(c)
     _check_global_shape(c)
+    _check_beside_and_router(c)
 
 
 def _check_recurrent(c) -> None:
@@ -351,9 +352,20 @@ def _check_global_shape(c) -> None:
     if c.global_shape and c.rotary_dim is not None:
         raise UsageError("rotary_dim with a global head shape: the spec's partial rotary is "
                          "one width for every layer; drop one of them")
+
+
+def _check_beside_and_router(c) -> None:
+    """Gemma 4's block extras (sandwich blocks only) and Phi-3.5-MoE's SparseMixer router."""
     if c.mlp_beside_moe and c.norm_placement != "sandwich":
         raise UsageError("mlp_beside_moe is Gemma 4's sandwich block (each of the MLP's and "
                          "the experts' outputs normed): it needs norm_placement sandwich")
     if c.layer_scalar and c.norm_placement != "sandwich":
         raise UsageError("layer_scalar is Gemma 4's sandwich block: it needs norm_placement "
                          "sandwich")
+    if c.router == "sparsemixer" and (c.experts_per_token != 2 or c.router_topk_first
+                                      or c.router_groups > 1 or c.router_bias
+                                      or c.norm_topk_prob):
+        raise UsageError("router sparsemixer (Phi-3.5-MoE) picks two experts in two rounds "
+                         "and weights each by its own masked softmax: it needs "
+                         "experts_per_token 2, no norm_topk_prob, no router groups, bias or "
+                         "topk-first")

@@ -68,6 +68,8 @@ class ModelConfig:
                           help="bias on the attention output projection")
     mlp_bias: bool = spec(False, kind=FLAG, flag="--mlp-bias",  # GPT-2
                           help="biases on the MLP matrices")
+    lm_head_bias: bool = spec(False, kind=FLAG, flag="--lm-head-bias",  # Phi-3.5-MoE
+                              help="a bias on the LM head (V)")
     # ---- Gemma 2/3 and Granite (issue 24): scalars that each add an elementwise op where
     # set (their values change no count; None: the op is not run). Sandwich norms are
     # norm_placement "sandwich". logit_scale is generic: Granite divides its logits by
@@ -401,7 +403,7 @@ class ModelConfig:
         if self.d_k * h != self.d_model:
             attn += f", head_dim {self.d_k}"
         biases = [n for n, on in (("QKV", self.qkv_bias), ("attention output", self.out_bias),
-                                  ("MLP", self.mlp_bias), ("router", self.router_linear_bias),
+                                  ("MLP", self.mlp_bias), ("LM head", self.lm_head_bias), ("router", self.router_linear_bias),
                                   ("experts", self.expert_bias)) if on]
         placement = {"pre": "pre-norm", "post": "post-sublayer-norm",
                      "sandwich": "sandwich-norm"}[self.norm_placement]

@@ -218,6 +218,8 @@ class MoE:
             x = t.binary("aten.mul", x, self.gains[0], "× router scale", comp)
             x = t.binary("aten.mul", x, None, "× d_model^-½", comp, out="router input")
         logits = self.router(x, "router scores")
+        if c.router == "sparsemixer":  # Phi-3.5-MoE
+            return self._sparsemixer(logits)
         if c.router_topk_first:  # gpt-oss: the k best logits, then softmax (or sigmoid) over k
             # (Llama 4's sigmoid of the chosen k: its experts' indices kept for the gate)
             values, self.chosen = t.topk(logits, ("E",), ("k",), "top-k logits", comp,
@@ -251,16 +253,52 @@ class MoE:
                                out="router weights (per-expert scaled)")
         return t.name(weights, "router weights")
 
+    def _sparsemixer(self, logits: Sym) -> Sym:
+        """model/moe.py's sparsemixer (modeling_phimoe.py's inference form), two rounds:
+        under no_grad the best score m of `src` (the scores; then the scores with the first
+        choice at −inf), |scores| clamped from below by m, (m − scores)/that, compared with
+        2·eps (a bool); src masked where it is beyond, a softmax, the best's weight."""
+        t, comp = self.t, ROUTER
+        rows, E = ("B", "T"), ("E",)
+        src, weights, chosen = logits, [], None
+        for r in ("first", "second"):
+            ng = t.off_gradient_path(logits)
+            m = t.reduce("aten.max", t.off_gradient_path(src), E, f"{r}: max over experts",
+                         comp)
+            factor = t.binary("aten.clamp", t.unary("aten.abs", ng, f"{r}: |scores|", comp),
+                              m, f"{r}: clamp(min=max)", comp)
+            # (m − scores: the (B, T, E) operand first, for the output's shape)
+            gap = t.binary("aten.div", t.binary("aten.sub", ng, m, f"{r}: max − scores", comp),
+                           factor, f"{r}: ÷ factor", comp)
+            mask = t.name(t.fresh(rows + E, R.BOOL), f"{r} SparseMixer mask (gap > 2·eps)")
+            del gap  # (the comparison: a bool, 0 FLOPs)
+            masked = t.name(t.masked_fill(src, mask, f"{r}: masked_fill −inf", comp),
+                            f"{r} SparseMixer masked scores")
+            probs = self._softmax(masked, E, "experts", f"{r} SparseMixer")
+            idx = t.name(t.fresh(rows + ("1",), R.INT64), f"{r} expert (max index)")
+            weights.append(t.name(t.gather(probs, idx, f"{r} weight"), f"{r} expert's weight"))
+            if chosen is None:  # scatter(scores, −1, first, −inf): a copy, 0 FLOPs
+                chosen = idx
+                src = t.name(t.scatter(rows + E, idx, logits, "the first expert masked out"),
+                             "scores without the first expert")
+        self.chosen = t.name(t.fresh(rows + ("k",), R.INT64), "chosen experts")
+        return t.name(t.cat(tuple(weights), rows + ("k",)), "router weights")
+
+    def _softmax(self, x: Sym, over: tuple[str, ...], what: str, name: str = "router") -> Sym:
+        """model/attention.py's softmax over `over`."""
+        t, comp = self.t, ROUTER
+        mx = t.reduce("aten.amax", x, over, f"max over {what}", comp, saves=True,
+                      out=f"{name} max")
+        e = t.unary("aten.exp", t.binary("aten.sub", x, mx, "x − max", comp), "exp", comp,
+                    saves="output", out=f"{name} exp")
+        total = t.reduce("aten.sum", e, over, f"sum over {what}", comp, out=f"{name} sum")
+        return t.binary("aten.div", e, total, "exp / sum", comp, out=f"{name} probabilities")
+
     def _score(self, logits: Sym, over: tuple[str, ...], what: str) -> Sym:
         """The router's softmax (model/attention.py's) or sigmoid over `over`."""
         t, comp = self.t, ROUTER
         if self.c.router == "softmax":
-            mx = t.reduce("aten.amax", logits, over, f"max over {what}", comp, saves=True,
-                          out="router max")
-            shifted = t.binary("aten.sub", logits, mx, "x − max", comp)
-            e = t.unary("aten.exp", shifted, "exp", comp, saves="output", out="router exp")
-            total = t.reduce("aten.sum", e, over, f"sum over {what}", comp, out="router sum")
-            return t.binary("aten.div", e, total, "exp / sum", comp, out="router probabilities")
+            return self._softmax(logits, over, what)
         return t.unary("aten.sigmoid", logits, "sigmoid", comp, saves="output",
                        out="router probabilities")
 

@@ -190,7 +190,7 @@ def walk(c: ModelConfig, autocast: str | None = None, recompute: str = "none",
     comp = NORM_PARAMS[c.norm]
     ln_final = Norm(t, "ln_final", c.norm, ("d_model",), NORMS[c.norm], comp, c.norm_offset)
     lm_head = Linear(t, "lm_head", ("d_model",), ("V",), R.LM_HEAD, "LM head",
-                     weight=tok if c.tie_embeddings else None)
+                     c.lm_head_bias, weight=tok if c.tie_embeddings else None)
 
     # forward
     ids = t.name(t.fresh(("B", "T"), R.INT64), "token ids")
