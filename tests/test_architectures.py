@@ -201,6 +201,10 @@ VARIANTS = {
                    layer_types=("local", "local", "global"), num_experts=4,
                    experts_per_token=2, moe_d_ff=8, mlp_beside_moe=True, layer_scalar=True,
                    embedding_multiplier=2.0, final_softcap=30.0, tie_embeddings=True),
+    # Phi-3.5-MoE: LayerNorm with biases, biased attention and LM head, SparseMixer routing
+    "phimoe": dict(norm="layernorm", qkv_bias=True, out_bias=True, lm_head_bias=True,
+                   num_kv_heads=2, num_experts=4, experts_per_token=2, router="sparsemixer",
+                   norm_topk_prob=False, moe_d_ff=8),
     "short_conv_bias_moe": dict(conv_kernel=2, conv_bias=True, sliding_window=3,
                                 layer_types=("conv", "local"), num_experts=4, experts_per_token=2,
                                 moe_d_ff=8),

@@ -226,7 +226,10 @@ def ref_moe(c, x, p, f, router_x=None):
                 shared = torch.sigmoid(ref_linear(xt, p, f"{f}.shared_gate")) * shared
             y = y + shared
         return y.reshape(B, T, d)
-    if c.router_topk_first:  # gpt-oss's GptOssTopKRouter: top-k logits, softmax over them
+    if c.router == "sparsemixer":  # transformers' own (modeling_phimoe.py), inference form
+        from transformers.models.phimoe.modeling_phimoe import sparsemixer
+        weights, chosen = sparsemixer(logits, jitter_eps=0.01, training=False)
+    elif c.router_topk_first:  # gpt-oss's GptOssTopKRouter: top-k logits, softmax over them
         top, chosen = logits.topk(k, dim=-1)
         weights = top.softmax(-1) if c.router == "softmax" else top.sigmoid()
     else:
@@ -433,7 +436,7 @@ def ref_lm(c, ids, p):
         if c.layer_scalar:  # Gemma4TextDecoderLayer: hidden_states *= layer_scalar
             x = x * p[f"{b}.layer_scalar"]
     head = p["token_embeddings.weight"] if c.tie_embeddings else p["lm_head.weight"]
-    logits = F.linear(ref_norm(c, x, p, "ln_final"), head)
+    logits = F.linear(ref_norm(c, x, p, "ln_final"), head, p.get("lm_head.bias"))
     if c.logit_scale is not None:
         logits = logits * c.logit_scale
     if c.final_softcap is not None:  # Gemma2ForCausalLM
