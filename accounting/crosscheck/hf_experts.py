@@ -68,6 +68,10 @@ SHRINK["minimax_m2"] = {**_WIDTHS, "intermediate_size": 16, "num_key_value_heads
 SHRINK["gemma4_text"] = {**_WIDTHS, "num_key_value_heads": 2, "head_dim": 8,
                          "global_head_dim": 16, "moe_intermediate_size": 16,
                          "layer_types": ["full_attention"]}
+# Phi-3.5-MoE: intermediate_size-wide experts, head_dim hidden_size // heads, no RoPE scaling
+# (longrope's factor lists are head_dim/2 long: the shrunk heads would not take them)
+SHRINK["phimoe"] = {**_WIDTHS, "intermediate_size": 16, "num_key_value_heads": 2,
+                    "rope_scaling": None, "rope_parameters": None}
 IMPLEMENTATIONS = ("eager", "grouped_mm", "batched_mm")
 OWN, FORCED = "its router's choice", "every token to experts 0..k−1"
 

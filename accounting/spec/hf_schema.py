@@ -420,11 +420,6 @@ UNSUPPORTED: Mapping[str, str] = MappingProxyType({
     "cohere2": "runs RoPE only on its sliding-window layers and none on the global ones "
                "(Cohere2Attention), and the spec has one positions setting for every layer",
     # issue 31: each names the feature the spec lacks and how the size flags come closest
-    "phimoe": "routes with SparseMixer (two masked softmaxes, the second expert chosen after "
-              "masking the first; modeling_phimoe.py sparsemixer), not a softmax or sigmoid "
-              "top-k, and Phi-3.5-MoE has an LM-head bias (lm_head_bias) the spec lacks; "
-              "--norm layernorm --qkv-bias --out-bias --num-experts 16 --experts-per-token 2 "
-              "give its parameters (less the V head biases) and matmul FLOPs exactly",
     # issue 31: hybrid families whose layers the spec does not express yet (the gated
     # DeltaNet, Mamba-2 and short-convolution layers it has: qwen3_next, nemotron_h, lfm2)
     "qwen3_5": "wraps qwen3_5_text, whose gated DeltaNet splits its input projections "
