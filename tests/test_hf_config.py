@@ -186,7 +186,7 @@ def test_the_table_is_a_registry_that_refuses_duplicates():
                           "olmoe", "qwen2_moe", "glm4_moe", "minimax_m2", "smollm3", "glm4", "olmo3",
                           "seed_oss", "exaone4", "deepseek_v32", "ernie4_5_moe",
                           # issue 31 (part B)
-                          "lfm2", "qwen3_next", "nemotron_h", "gemma4_text"}
+                          "lfm2", "qwen3_next", "nemotron_h", "gemma4_text", "phimoe"}
 
 
 def test_every_type_names_every_module_the_ledger_has():

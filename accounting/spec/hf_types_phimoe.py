@@ -29,7 +29,7 @@ PHIMOE_NAMES = ModuleNames(LLAMA_NAMES.blocks, MappingProxyType({
 register(HFType(
     "phimoe", "PhimoeForCausalLM",
     keys=llama_sizes(32064, 4096, 6400, 32, 32, 131072) + (
-        kv_heads(8, INT_OR_NULL),  # PhimoeConfig.__post_init__: null is num_attention_heads
+        kv_heads(8, INT),  # typed int: null refused (StrictDataclass), as transformers fails
         head_dim(None, INT_OR_ABSENT),  # PhimoeAttention: getattr(config, "head_dim", d // h)
         ATTENTION_BIAS,
         Key("lm_head_bias", ("lm_head_bias",), BOOL, False),
