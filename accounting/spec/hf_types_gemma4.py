@@ -96,6 +96,35 @@ def _experts(v: Mapping, where: str):
             "mlp_beside_moe": True}, ()
 
 
+def _layers_keys(c) -> Mapping | None:
+    """The keys that give the spec's layer kinds (flags on a config.json): layer_types, and
+    the window where a layer slides; none where the last layer slides (transformers forces
+    it to full attention)."""
+    local = [k.local for k in c.layer_kinds]
+    if local[-1] or any(k.mixer != "attention" or k.chunked for k in c.layer_kinds):
+        return None
+    out = {"layer_types": ["sliding_attention" if x else "full_attention" for x in local]}
+    return {**out, "sliding_window": c.sliding_window} if any(local) else out
+
+
+def _global_keys(c) -> Mapping | None:
+    """Gemma 4's keys for a global head shape: its own K/V heads only with K = V."""
+    if c.global_kv_heads is not None and not c.global_k_eq_v:
+        return None
+    return {"global_head_dim": c.global_d_k, "attention_k_eq_v": c.global_k_eq_v,
+            "num_global_key_value_heads": c.global_kv_heads}
+
+
+def _experts_keys(c) -> Mapping | None:
+    """enable_moe_block and its sizes: experts only beside the MLP, in every layer."""
+    if c.num_experts is None:
+        return {"enable_moe_block": False}
+    if not c.mlp_beside_moe or not all(k.moe for k in c.layer_kinds):
+        return None
+    return {"enable_moe_block": True, "num_experts": c.num_experts,
+            "top_k_experts": c.experts_per_token, "moe_intermediate_size": c.expert_d_ff}
+
+
 def _rope_parameters_ok(value, data) -> bool:
     """One RoPE setting per layer kind (or one for both): a type that changes no count;
     partial_rotary_factor only with "proportional" (or "default", whose Gemma 4 form reads
@@ -167,20 +196,20 @@ register(HFType(
     derived=(Derived(("sliding_window", "layer_types"),
                      ("num_hidden_layers", "sliding_window", "layer_types"), _layers,
                      "local layers: those of layer_types, else all but every 6th; the last "
-                     "layer full attention (Gemma4TextConfig.__post_init__)"),
+                     "layer full attention (Gemma4TextConfig.__post_init__)", _layers_keys),
              Derived(("global_head_dim", "global_kv_heads", "global_k_eq_v"),
                      ("global_head_dim", "num_global_key_value_heads", "attention_k_eq_v",
                       "head_dim", "num_key_value_heads", "num_attention_heads"),
                      _global_shape,
                      "full-attention layers: head_dim global_head_dim; with attention_k_eq_v, "
                      "num_global_key_value_heads K/V heads and no v_proj "
-                     "(Gemma4TextConfig.per_layer_config, Gemma4TextAttention)"),
+                     "(Gemma4TextConfig.per_layer_config, Gemma4TextAttention)", _global_keys),
              Derived(("num_experts", "experts_per_token", "moe_d_ff", "mlp_beside_moe"),
                      ("enable_moe_block", "num_experts", "top_k_experts",
                       "moe_intermediate_size"), _experts,
                      "with enable_moe_block, num_experts experts (top_k_experts, "
                      "moe_intermediate_size wide) beside the MLP in every layer "
-                     "(Gemma4TextDecoderLayer)"),
+                     "(Gemma4TextDecoderLayer)", _experts_keys),
              NORMALIZER),
     experts_implementation="batched_mm",
 ))
