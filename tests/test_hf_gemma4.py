@@ -196,3 +196,18 @@ def test_published_config_counts(capsys):
     assert code == 0, err
     assert json.loads(out)["inference"]["kv_cache_bytes"] == \
         (25 * 2 * 8 * 256 * 1024 + 5 * 2 * 2 * 512 * 4096) * 2
+
+
+def test_flags_are_written_back_as_gemma4_keys(tmp_path, capsys):
+    """--num-layers 12 --global-head-dim 32 on the config.json: written back as layer_types
+    (the pattern continued: 10 sliding, 2 full) and global_head_dim, transformers builds that
+    model and agrees; its parameters by the hand algebra at that size."""
+    x = agreeing_check(capsys, "--config", str(write_config(tmp_path, DATA)), "--num-layers",
+                       "12", "--global-head-dim", "32", "--ctx", "20")
+    assert x["transformers"]["agrees"]
+    total = next(r for r in x["transformers"]["parameters"] if r["component"] == "total")
+    glob = D * H * 32 + D * GKV * 32 + H * 32 * D + 2 * 32
+    local = D * H * HD + 2 * D * KV * HD + H * HD * D + 2 * HD
+    block = 7 * D + 3 * D * F + (D * E + D + E) + E * 3 * FE * D
+    expected = V * D + D + 10 * local + 2 * glob + 12 * block
+    assert total["analytic"] == total["transformers"] == expected
