@@ -114,7 +114,6 @@ def test_cache_bytes_equal_transformers_cache(tmp_path, capsys, T, B):
     of h_kv·d_h for min(T, W − 1) tokens (DynamicSlidingWindowLayer keeps W − 1 between
     steps), per full layer K and V (V = v_norm(K), stored apart) of h_kvG·d_hG for T; the
     plan counts min(T, W) on a sliding layer (the cache while a step attends)."""
-    torch = pytest.importorskip("torch")
     held = _held(_transformers_model(device="cpu").eval(), T, B)
     kept = min(T, W - 1)
     assert held == B * 2 * (LOCAL * KV * HD * kept + GLOBAL * GKV * GHD * T) * 4
@@ -126,7 +125,6 @@ def test_cache_bytes_equal_transformers_cache(tmp_path, capsys, T, B):
     assert planned == B * 2 * (LOCAL * KV * HD * min(T, W) + GLOBAL * GKV * GHD * T) * 4
     if T < W:
         assert planned == held
-    del torch
 
 
 def test_verify_agrees_with_transformers(tmp_path, capsys):
