@@ -209,3 +209,16 @@ def test_flags_are_written_back_as_gemma4_keys(tmp_path, capsys):
     block = 7 * D + 3 * D * F + (D * E + D + E) + E * 3 * FE * D
     expected = V * D + D + 10 * local + 2 * glob + 12 * block
     assert total["analytic"] == total["transformers"] == expected
+
+
+@pytest.mark.parametrize("T", [16, 100])
+def test_the_literature_formulas_close(T):
+    """Every literature formula's terms close on the exact count (no unexplained term): the
+    reconciliation knows this family's parameters (accounting/literature/)."""
+    from accounting.literature.compare import compare
+    from accounting.literature.terms import UNEXPLAINED
+    cmp = compare(spec(), T, 2)
+    for e in cmp.estimates:
+        assert not [t for t in e.terms if t.kind == UNEXPLAINED], (e.key, e.terms)
+        assert e.forward + sum(t.forward for t in e.terms) == cmp.exact.forward, e.key
+        assert e.training + sum(t.training for t in e.terms) == cmp.exact.training, e.key

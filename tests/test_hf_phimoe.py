@@ -124,3 +124,16 @@ def test_phi_3_5_moe_published_counts():
     size = dict(v=32064, d=4096, f=6400, layers=32, h=32, kv=8, e=16)
     assert a.param_count == hand_params(**size) == 41_873_153_344
     assert a.active_param_count == hand_params(**size, active=True) == 6_640_999_744
+
+
+@pytest.mark.parametrize("T", [16, 100])
+def test_the_literature_formulas_close(T):
+    """Every literature formula's terms close on the exact count (no unexplained term): the
+    reconciliation knows this family's parameters (accounting/literature/)."""
+    from accounting.literature.compare import compare
+    from accounting.literature.terms import UNEXPLAINED
+    cmp = compare(spec(), T, 2)
+    for e in cmp.estimates:
+        assert not [t for t in e.terms if t.kind == UNEXPLAINED], (e.key, e.terms)
+        assert e.forward + sum(t.forward for t in e.terms) == cmp.exact.forward, e.key
+        assert e.training + sum(t.training for t in e.terms) == cmp.exact.training, e.key
