@@ -87,7 +87,7 @@ class CausalMultiHeadSelfAttention(nn.Module):
                  qk_norm="none", norm="rmsnorm", norm_eps=1e-5, attention="naive", window=None,
                  attention_sinks=False, norm_offset=False, attn_softcap=None,
                  rotary_dim=None, alibi=False,
-                 chunk=None, temperature=None, output_gate=False):
+                 chunk=None, temperature=None, output_gate=False, k_eq_v=False, v_norm=False):
         super().__init__()
         check_positive_int("d_model", d_model)
         check_positive_int("num_heads", num_heads)
@@ -115,10 +115,13 @@ class CausalMultiHeadSelfAttention(nn.Module):
         self.recompute_core = False  # set by TransformerLM.set_recompute("selective")
         self.d_model, self.num_heads, self.num_kv_heads = d_model, num_heads, num_kv_heads
         self.d_k, self.qk_norm = head_dim, qk_norm
+        self.v_norm = v_norm  # Gemma 4: a weightless RMSNorm of each value head
         q_width, kv_width = num_heads * head_dim, num_kv_heads * head_dim
         self.q_proj = Linear(d_model, q_width, device=device, dtype=dtype, bias=qkv_bias)
         self.k_proj = Linear(d_model, kv_width, device=device, dtype=dtype, bias=qkv_bias)
-        self.v_proj = Linear(d_model, kv_width, device=device, dtype=dtype, bias=qkv_bias)
+        # Gemma 4's attention_k_eq_v (a global layer): no v_proj, V is K's projection
+        self.v_proj = (None if k_eq_v else
+                       Linear(d_model, kv_width, device=device, dtype=dtype, bias=qkv_bias))
         self.output_proj = Linear(q_width, d_model, device=device, dtype=dtype, bias=out_bias)
         # Qwen3-Next's output gate: transformers' q_proj is twice as wide (each head's query,
         # then its gate); here the gate half is its own projection (the same parameters and
@@ -167,7 +170,8 @@ class CausalMultiHeadSelfAttention(nn.Module):
     def forward(self, x: torch.Tensor, token_positions: torch.Tensor | None = None) -> torch.Tensor:
         # x: (... seq d_model) -> (... seq d_model)
         seq = x.shape[-2]
-        q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        q, k = self.q_proj(x), self.k_proj(x)
+        v = k if self.v_proj is None else self.v_proj(x)
         gate = None if self.gate_proj is None else self.gate_proj(x)
         if self.qk_norm == "full":  # OLMo-2: over the whole projection
             q, k = self.q_norm(q), self.k_norm(k)
@@ -186,6 +190,8 @@ class CausalMultiHeadSelfAttention(nn.Module):
             k = k * self.key_multiplier
         if self.qk_norm == "head":  # Qwen3: each head's vector
             q, k = self.q_norm(q), self.k_norm(k)
+        if self.v_norm:  # Gemma4RMSNorm(with_scale=False) on each value head
+            v = rms_normalize(v, self.norm_eps)
 
         if self.rope is not None:  # rotate Q and K, never V
             if token_positions is None:

@@ -32,7 +32,8 @@ from einops import einsum
 from torch import nn
 
 from .attention import softmax
-from .layers import ACTIVATIONS, GatedMLP, Linear, check_positive_int, clamped_swiglu
+from .layers import (ACTIVATIONS, GatedMLP, Linear, check_positive_int, clamped_swiglu,
+                     rms_normalize)
 
 
 def expert_capacity(capacity_factor: float, slots: int, num_experts: int) -> int:
@@ -102,26 +103,60 @@ class RouterStatics(nn.Module):
                                  requires_grad=False)
 
 
+# Phi-3.5-MoE's router_jitter_noise, the sparsemixer's threshold (which scores its softmax
+# keeps): a value of its comparison, no count
+SPARSEMIXER_EPS = 0.01
+
+
+def sparsemixer(scores: torch.Tensor, eps: float = SPARSEMIXER_EPS):
+    """transformers' modeling_phimoe.py sparsemixer in its inference form (training draws
+    Gumbel samples instead of the max): the best expert, weighted by the softmax of the
+    scores within 2·eps (relative) of its score, then the best of the rest likewise.
+    Returns (weights, experts), each (tokens 2)."""
+    weights, experts, src = [], [], scores
+    for _ in range(2):
+        with torch.no_grad():
+            m, best = src.max(dim=-1, keepdim=True)
+            factor = scores.abs().clamp(min=m)
+            mask = ((m - scores) / factor) > (2 * eps)
+        probs = softmax(src.masked_fill(mask, float("-inf")), dim=-1)
+        weights.append(probs.gather(dim=-1, index=best))
+        experts.append(best)
+        src = torch.scatter(scores, -1, best, float("-inf"))  # the first expert masked out
+    return torch.cat(weights, dim=-1), torch.cat(experts, dim=-1)
+
+
 class MoE(nn.Module):
     # every option is given by TransformerLM from the spec's fields (no default restated here)
     def __init__(self, d_model, num_experts, experts_per_token, d_ff, device=None, dtype=None, *,
                  activation, num_shared_experts, router, router_groups, router_topk_groups,
                  router_bias, norm_topk_prob, routed_scaling_factor, capacity_factor,
                  router_group_score, router_topk_first, router_linear_bias, expert_bias,
-                 scales_input=False, shared_expert_gate=False, router_bias_param=False):
+                 scales_input=False, shared_expert_gate=False, router_bias_param=False,
+                 gains=False, norm_eps=1e-6):
         super().__init__()
         for name, value in (("num_experts", num_experts), ("experts_per_token", experts_per_token),
                             ("d_ff", d_ff)):
             check_positive_int(name, value)
         if experts_per_token > num_experts:
             raise ValueError(f"experts_per_token {experts_per_token} > num_experts {num_experts}")
-        if router not in ("softmax", "sigmoid"):
-            raise ValueError(f"router must be softmax or sigmoid, got {router!r}")
+        if router not in ("softmax", "sigmoid", "sparsemixer"):
+            raise ValueError(f"router must be softmax, sigmoid or sparsemixer, got {router!r}")
+        if router == "sparsemixer" and experts_per_token != 2:
+            raise ValueError("the sparsemixer router picks two experts")
         self.E, self.k, self.router_kind = num_experts, experts_per_token, router
         self.groups, self.topk_groups = router_groups, router_topk_groups
         self.norm_topk_prob, self.scale = norm_topk_prob, routed_scaling_factor
         self.capacity_factor, self.scales_input = capacity_factor, scales_input
         self.group_score, self.topk_first = router_group_score, router_topk_first
+        # Gemma4TextRouter (gains): its input normalized (no weight), times a learned gain
+        # (scale) and d_model^-½; each chosen weight times its expert's per_expert_scale
+        if gains:
+            self.router_scale = nn.Parameter(torch.ones(d_model, device=device, dtype=dtype))
+            self.expert_scale = nn.Parameter(torch.ones(num_experts, device=device, dtype=dtype))
+        else:
+            self.router_scale = self.expert_scale = None
+        self.norm_eps = norm_eps
         self.router = Linear(d_model, num_experts, device=device, dtype=dtype, bias=router_linear_bias)
         # ERNIE 4.5 (Ernie4_5_MoeStatics): the correction bias as a frozen parameter
         self.router_statics = (RouterStatics(num_experts, device, dtype)
@@ -147,7 +182,11 @@ class MoE(nn.Module):
     def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(weights, experts), each (tokens k): which experts each token runs, and how much
         each one's output counts."""
+        if self.router_scale is not None:  # Gemma4TextRouter
+            x = rms_normalize(x, self.norm_eps) * self.router_scale * x.shape[-1] ** -0.5
         logits = self.router(x)  # (tokens E)
+        if self.router_kind == "sparsemixer":  # Phi-3.5-MoE
+            return sparsemixer(logits)
         if self.topk_first:  # gpt-oss: the k best logits, then softmax over them; Llama 4: sigmoid
             values, experts = logits.topk(self.k, dim=-1)
             weights = softmax(values, dim=-1) if self.router_kind == "softmax" else torch.sigmoid(values)
@@ -167,7 +206,10 @@ class MoE(nn.Module):
             mask = mask.unsqueeze(-1).expand(-1, -1, self.E // self.groups).reshape(-1, self.E)
             choice = choice.masked_fill(~mask.bool(), 0.0)
         experts = choice.topk(self.k, dim=-1).indices  # (tokens k)
-        return self._scaled(scores.gather(1, experts)), experts
+        weights = self._scaled(scores.gather(1, experts))
+        if self.expert_scale is not None:  # Gemma 4: × per_expert_scale[top_k_index]
+            weights = weights * self.expert_scale[experts]
+        return weights, experts
 
     def _scaled(self, weights: torch.Tensor) -> torch.Tensor:
         if self.norm_topk_prob:
@@ -186,11 +228,12 @@ class MoE(nn.Module):
         out = self.experts(routed.reshape(self.E * n, d), [n] * self.E)  # every expert alike
         return out.reshape(self.E, n, d).sum(dim=0)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # x: (... seq d_model) -> (... seq d_model)
+    def forward(self, x: torch.Tensor, router_x: torch.Tensor | None = None) -> torch.Tensor:
+        # x: (... seq d_model) -> (... seq d_model); router_x: the router's input where it
+        # is not the experts' (Gemma 4 routes the residual stream)
         shape = x.shape
         x = x.reshape(-1, shape[-1])  # (tokens d_model)
-        weights, experts = self.route(x)
+        weights, experts = self.route(x if router_x is None else router_x.reshape(-1, shape[-1]))
         if self.scales_input:
             y = self.all_experts(x, weights, experts)
             return (y if self.shared is None else y + self.shared_output(x)).reshape(shape)

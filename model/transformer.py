@@ -36,7 +36,8 @@ BLOCK_OPTIONS = ("num_kv_heads", "head_dim", "norm", "norm_eps", "norm_placement
                  "qkv_bias", "out_bias", "mlp_bias", "qk_norm", "attention", "attention_sinks",
                  "block", "rotary_dim", "positions", *MLA_OPTIONS, "norm_offset",
                  "attn_output_gate",
-                 "residual_multiplier", "attn_softcap")
+                 "residual_multiplier", "attn_softcap", "v_norm", "mlp_beside_moe", "layer_scalar",
+                 "global_k_eq_v")
 
 
 def _options(given: dict, allowed, where: str) -> dict:
@@ -69,6 +70,10 @@ class TransformerBlock(nn.Module):
         self.residual_multiplier = o["residual_multiplier"]
         attention, kv_lora_rank = o["attention"], o["kv_lora_rank"]
         super().__init__()
+        if o["layer_scalar"]:  # Gemma4TextDecoderLayer.layer_scalar: a persistent buffer
+            self.register_buffer("layer_scalar", torch.ones(1, device=device, dtype=torch.float32))
+        else:
+            self.layer_scalar = None
         if norm not in NORM_CLASSES:
             raise ValueError(f"norm must be one of {', '.join(NORM_CLASSES)}, got {norm!r}")
         if norm_placement not in ("pre", "post", "sandwich"):
@@ -125,6 +130,7 @@ class TransformerBlock(nn.Module):
                 norm_offset=o["norm_offset"], attn_softcap=o["attn_softcap"],
                 rotary_dim=o["rotary_dim"], alibi=o["positions"] == "alibi",
                 chunk=chunk, temperature=temperature, output_gate=o["attn_output_gate"],
+                k_eq_v=o["global_k_eq_v"], v_norm=o["v_norm"],
             )
         if self.sandwich:
             self.post_attn_norm = norm_cls(d_model, eps=norm_eps, device=device, dtype=dtype, **offset)
@@ -132,6 +138,16 @@ class TransformerBlock(nn.Module):
             self.ln2 = norm_cls(d_model, eps=norm_eps, device=device, dtype=dtype, **offset)
         if single and kind != "mlp":
             pass  # the token mixer is the block's one sublayer
+        elif moe is not None and o["mlp_beside_moe"]:  # Gemma 4: the MLP and the experts
+            # side by side, each output normed (post_feedforward_layernorm_1/_2), the
+            # experts' input its own norm (pre_feedforward_layernorm_2)
+            if not self.sandwich:
+                raise ValueError("mlp_beside_moe needs norm_placement sandwich")
+            self.ffn = feed_forward(mlp, d_model, d_ff, device=device, dtype=dtype, bias=o["mlp_bias"])
+            self.moe = MoE(d_model, device=device, dtype=dtype, activation=MLPS[mlp].activation,
+                           gains=True, norm_eps=norm_eps, **moe)
+            for n in ("post_ffn_norm_1", "pre_ffn_norm_2", "post_ffn_norm_2"):
+                setattr(self, n, norm_cls(d_model, eps=norm_eps, device=device, dtype=dtype, **offset))
         elif moe is not None:  # a mixture of experts: moe holds MoE's options
             self.ffn = MoE(d_model, device=device, dtype=dtype,
                            activation=MLPS[mlp].activation, **moe)
@@ -174,7 +190,12 @@ class TransformerBlock(nn.Module):
             return y + self.scaled(self.ln2(self.ffn(y)))
         if self.sandwich:
             y = x + self.scaled(self.post_attn_norm(self.attn(self.ln1(x), token_positions)))
-            return y + self.scaled(self.post_ffn_norm(self.ffn(self.ln2(y))))
+            f = self.ffn(self.ln2(y))
+            if "moe" in self._modules:  # Gemma4TextDecoderLayer: the router reads y
+                f = self.post_ffn_norm_1(f) + self.post_ffn_norm_2(
+                    self.moe(self.pre_ffn_norm_2(y), router_x=y))
+            z = y + self.scaled(self.post_ffn_norm(f))
+            return z if self.layer_scalar is None else z * self.layer_scalar
         h = self.ln1(x)
         y = x + self.scaled(self.hybrid(h, token_positions) if self.is_hybrid
                             else self.attn(h, token_positions))
@@ -216,6 +237,7 @@ class TransformerLM(nn.Module):
         positions, sliding_window, layer_types = o["positions"], o["sliding_window"], o["layer_types"]
         num_experts, moe_d_ff, dense_layers = o["num_experts"], o["moe_d_ff"], o["dense_layers"]
         block_options = {k: o[k] for k in BLOCK_OPTIONS}
+        block_options["global_k_eq_v"] = False  # a local layer's; _global_shape sets it
         super().__init__()
         check_positive_int("vocab_size", vocab_size)
         check_positive_int("context_length", context_length)
@@ -248,7 +270,9 @@ class TransformerLM(nn.Module):
                              chunk=chunk if types[i] == "chunked" else None,
                              temperature=temperature if i in nope else None,
                              moe=None if i in dense_layers else moe,
-                             mixer=self._mixer(types[i], o), **block_options)
+                             mixer=self._mixer(types[i], o),
+                             **(block_options if types[i] == "local" else
+                                self._global_shape(block_options, o)))
             for i in range(num_layers)
         )
         self.ln_final = NORM_CLASSES[o["norm"]](d_model, eps=o["norm_eps"], device=device, dtype=dtype,
@@ -257,10 +281,21 @@ class TransformerLM(nn.Module):
         # soft-capped (Gemma2ForCausalLM: cap·tanh(logits/cap))
         self.embedding_multiplier = o["embedding_multiplier"]
         self.logit_scale, self.final_softcap = o["logit_scale"], o["final_softcap"]
-        self.lm_head = Linear(d_model, vocab_size, device=device, dtype=dtype)
+        self.lm_head = Linear(d_model, vocab_size, device=device, dtype=dtype,
+                              bias=o["lm_head_bias"])
         if o["tie_embeddings"]:
             self.lm_head.weight = self.token_embeddings.weight
         self.recompute = "none"
+
+    @staticmethod
+    def _global_shape(block: dict, o: dict) -> dict:
+        """A non-local layer's options: Gemma 4's global head shape and K = V where given."""
+        out = dict(block, global_k_eq_v=o["global_k_eq_v"])
+        if o["global_head_dim"] is not None:
+            out["head_dim"] = o["global_head_dim"]
+        if o["global_kv_heads"] is not None:
+            out["num_kv_heads"] = o["global_kv_heads"]
+        return out
 
     @staticmethod
     def _mixer(kind: str, o: dict) -> dict | None:

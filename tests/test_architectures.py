@@ -225,6 +225,18 @@ VARIANTS = {
     "jamba": dict(num_layers=3, positions="none", layer_types=("mamba1", "global", "mamba1"),
                   conv_kernel=4, conv_bias=True, mamba_inner=48, mamba_dt_rank=3, ssm_state=4,
                   num_experts=4, experts_per_token=2, dense_layers=(0, 2), norm_topk_prob=False),
+    # Gemma 4: global layers with their own head shape and K = V, a weightless V norm, the
+    # experts beside the dense MLP (Gemma4TextRouter's gains), layer_scalar, sandwich norms
+    "gemma4": dict(num_layers=3, d_model=32, num_heads=4, num_kv_heads=2, head_dim=8,
+                   global_head_dim=16, global_kv_heads=1, global_k_eq_v=True, v_norm=True,
+                   qk_norm="head", norm_placement="sandwich", mlp="geglu", sliding_window=3,
+                   layer_types=("local", "local", "global"), num_experts=4,
+                   experts_per_token=2, moe_d_ff=8, mlp_beside_moe=True, layer_scalar=True,
+                   embedding_multiplier=2.0, final_softcap=30.0, tie_embeddings=True),
+    # Phi-3.5-MoE: LayerNorm with biases, biased attention and LM head, SparseMixer routing
+    "phimoe": dict(norm="layernorm", qkv_bias=True, out_bias=True, lm_head_bias=True,
+                   num_kv_heads=2, num_experts=4, experts_per_token=2, router="sparsemixer",
+                   norm_topk_prob=False, moe_d_ff=8),
     "short_conv_bias_moe": dict(conv_kernel=2, conv_bias=True, sliding_window=3,
                                 layer_types=("conv", "local"), num_experts=4, experts_per_token=2,
                                 moe_d_ff=8),
@@ -317,7 +329,10 @@ def relative(module: str) -> str:
     if module == "":  # the LM itself (Gemma's logit soft-cap saves its tanh there): the
         return "model"  # ledger's name for a save outside every submodule (trace._saves)
     parts = module.split(".")
-    return ".".join(parts[2:]) if parts[0] == "layers" else module
+    if parts[0] != "layers":
+        return module
+    # a block's own save (Gemma 4's × layer_scalar): the ledger's "block" (trace._saves)
+    return ".".join(parts[2:]) or "block"
 
 
 DTYPE = {"fp32": (torch.float32, 4), "bf16": (torch.bfloat16, 2), "bool": (torch.bool, 1),
@@ -352,10 +367,12 @@ def test_saved_activations_equal_the_ledger(name, B, T):
         # of B·T·k rows is there in pieces of each expert's rows (sizes that depend on the
         # routing), so ffn.experts is compared by its total bytes per dtype.
         for counts in (measured, expected):
-            total = Counter()
-            for (n, dtype), k in counts.pop("ffn.experts", Counter()).items():
-                total[dtype] += n * k
-            counts["ffn.experts"] = total
+            for experts in ("ffn.experts", "moe.experts"):  # (moe: Gemma 4's, beside the MLP)
+                total = Counter()
+                for (n, dtype), k in counts.pop(experts, Counter()).items():
+                    total[dtype] += n * k
+                if total or experts == "ffn.experts":
+                    counts[experts] = total
     assert dict(measured) == dict(expected)
 
 

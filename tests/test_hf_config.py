@@ -192,7 +192,9 @@ def test_the_table_is_a_registry_that_refuses_duplicates():
                           # issue 31: the parallel hybrid and Mamba-1
                           "falcon_h1", "jamba",
                           # issue 31 (Qwen3.5)
-                          "qwen3_5_text", "qwen3_5_moe_text", "qwen3_5", "qwen3_5_moe"}
+                          "qwen3_5_text", "qwen3_5_moe_text", "qwen3_5", "qwen3_5_moe",
+                          # issue 31: Gemma 4 and Phi-3.5-MoE
+                          "gemma4_text", "phimoe"}
 
 
 def test_every_type_names_every_module_the_ledger_has():

@@ -52,6 +52,8 @@ def _examples() -> dict[str, dict]:
     import test_hf_gemma
     import test_hf_kimi_linear
     import test_hf_jamba
+    import test_hf_gemma4
+    import test_hf_phimoe
     import test_hf_lfm2
     import test_hf_llama4
     import test_hf_nemotron_h
@@ -65,7 +67,8 @@ def _examples() -> dict[str, dict]:
         for data in m.CONFIGS.values():
             out.setdefault(data["model_type"], data)
     for m in (test_hf_lfm2, test_hf_qwen3_next, test_hf_nemotron_h,
-              test_hf_kimi_linear, test_hf_falcon_h1, test_hf_jamba):  # one example each
+              test_hf_kimi_linear, test_hf_falcon_h1, test_hf_jamba, test_hf_gemma4,
+              test_hf_phimoe):  # one example each
         out.setdefault(m.DATA["model_type"], m.DATA)
     return out
 
@@ -205,6 +208,8 @@ def test_an_absent_key_means_what_transformers_means(mt, hf_key):
     if hf.config.positions == "rope" and rotated:
         c = hf.config
         mine = {c.rotary_dim or c.d_k} if not c.mla else {c.qk_rope_head_dim}
+        if c.global_shape:  # Gemma 4's full layers: their own head (proportional RoPE)
+            mine.add(c.global_d_k)
         assert rotated == mine, f"{mt} without {hf_key}: transformers rotates {rotated} dims"
 
 

@@ -200,14 +200,19 @@ def ref_expert(c, x, p, f, e):
     return F.linear(ref_gated(c, F.linear(x, w1, b1), F.linear(x, w3, b3)), w2, b2)
 
 
-def ref_moe(c, x, p, f):
+def ref_moe(c, x, p, f, router_x=None):
     """Token by token: the router's top-k (group-limited, biased choice where configured),
     each chosen expert run on the token, weighted; with a capacity factor each expert keeps
-    its first C slots in token order (Switch/GShard), the rest are dropped."""
+    its first C slots in token order (Switch/GShard), the rest are dropped. Gemma 4
+    (mlp_beside_moe): the router reads router_x, F.rms_norm'd, × scale × d^-½
+    (Gemma4TextRouter), and each chosen weight × per_expert_scale."""
     B, T, d = x.shape
     xt = x.reshape(-1, d)
     n, E, k = xt.shape[0], c.num_experts, c.experts_per_token
-    logits = F.linear(xt, p[f"{f}.router.weight"], p.get(f"{f}.router.bias"))
+    rt = xt if router_x is None else router_x.reshape(-1, d)
+    if c.mlp_beside_moe:
+        rt = F.rms_norm(rt, (d,), eps=c.norm_eps) * p[f"{f}.router_scale"] * d ** -0.5
+    logits = F.linear(rt, p[f"{f}.router.weight"], p.get(f"{f}.router.bias"))
     if c.router_scales_input:  # Llama 4 (transformers' Llama4TextMoe, token by token)
         top, chosen = logits.topk(k, dim=-1)
         y = torch.zeros_like(xt)
@@ -221,7 +226,10 @@ def ref_moe(c, x, p, f):
                 shared = torch.sigmoid(ref_linear(xt, p, f"{f}.shared_gate")) * shared
             y = y + shared
         return y.reshape(B, T, d)
-    if c.router_topk_first:  # gpt-oss's GptOssTopKRouter: top-k logits, softmax over them
+    if c.router == "sparsemixer":  # transformers' own (modeling_phimoe.py), inference form
+        from transformers.models.phimoe.modeling_phimoe import sparsemixer
+        weights, chosen = sparsemixer(logits, jitter_eps=0.01, training=False)
+    elif c.router_topk_first:  # gpt-oss's GptOssTopKRouter: top-k logits, softmax over them
         top, chosen = logits.topk(k, dim=-1)
         weights = top.softmax(-1) if c.router == "softmax" else top.sigmoid()
     else:
@@ -243,6 +251,8 @@ def ref_moe(c, x, p, f):
     if c.norm_topk_prob:
         weights = weights / weights.sum(-1, keepdim=True)
     weights = weights * c.routed_scaling_factor
+    if c.mlp_beside_moe:  # Gemma4TextRouter: × per_expert_scale[top_k_index]
+        weights = weights * p[f"{f}.expert_scale"][chosen]
     keep = torch.ones(n, k, dtype=torch.bool)
     if c.moe_capacity_factor is not None:
         cap = math.ceil(c.moe_capacity_factor * n * k / E)
@@ -270,7 +280,12 @@ def ref_attention(c, x, p, a, window=None, chunk=None, nope=False):
         return ref_latent_attention(c, x, p, a, window)
     B, T, _ = x.shape
     h, kv, d = c.num_heads, c.kv_heads, c.d_k
-    q, k, v = (ref_linear(x, p, f"{a}.{n}_proj") for n in "qkv")
+    glob = window is None and c.global_shape  # Gemma 4's full layer: its own head shape
+    if glob:
+        kv, d = c.global_kv, c.global_d_k
+    q, k = (ref_linear(x, p, f"{a}.{n}_proj") for n in "qk")
+    # Gemma4TextAttention with attention_k_eq_v: value_states = key_states (no v_proj)
+    v = k if glob and c.global_k_eq_v else ref_linear(x, p, f"{a}.v_proj")
     if c.qk_norm == "full":
         q, k = ref_norm(c, q, p, f"{a}.q_norm"), ref_norm(c, k, p, f"{a}.k_norm")
     if c.qk_norm == "per_head":  # CohereAttention: on (B, T, heads, d_k), weights (heads, d_k)
@@ -281,6 +296,8 @@ def ref_attention(c, x, p, a, window=None, chunk=None, nope=False):
     v = v.view(B, T, kv, d).transpose(1, 2)
     if c.qk_norm == "head":
         q, k = ref_norm(c, q, p, f"{a}.q_norm"), ref_norm(c, k, p, f"{a}.k_norm")
+    if c.v_norm:  # Gemma4RMSNorm(with_scale=False) on each value head
+        v = F.rms_norm(v, (d,), eps=c.norm_eps)
     if c.positions == "rope" and not nope:
         pos = torch.arange(T).unsqueeze(0)
         r = c.rotary_dim or d  # partial rotary: the first r dims rotated, the rest kept
@@ -470,14 +487,24 @@ def ref_lm(c, ids, p):
         elif c.norm_placement == "pre":
             y = x + m * attn(ref_norm(c, x, p, f"{b}.ln1"))
             x = y + m * mlp(ref_norm(c, y, p, f"{b}.ln2"))
+        elif c.norm_placement == "sandwich" and moe and c.mlp_beside_moe:
+            # Gemma4TextDecoderLayer: the MLP and the experts (routed by y) side by side
+            y = x + m * ref_norm(c, attn(ref_norm(c, x, p, f"{b}.ln1")), p, f"{b}.post_attn_norm")
+            f = ref_norm(c, ref_mlp(c, ref_norm(c, y, p, f"{b}.ln2"), p, f"{b}.ffn"), p,
+                         f"{b}.post_ffn_norm_1")
+            e = ref_moe(c, ref_norm(c, y, p, f"{b}.pre_ffn_norm_2"), p, f"{b}.moe", router_x=y)
+            f = f + ref_norm(c, e, p, f"{b}.post_ffn_norm_2")
+            x = y + m * ref_norm(c, f, p, f"{b}.post_ffn_norm")
         elif c.norm_placement == "sandwich":  # Gemma2DecoderLayer
             y = x + m * ref_norm(c, attn(ref_norm(c, x, p, f"{b}.ln1")), p, f"{b}.post_attn_norm")
             x = y + m * ref_norm(c, mlp(ref_norm(c, y, p, f"{b}.ln2")), p, f"{b}.post_ffn_norm")
         else:  # OLMo-2
             y = x + m * ref_norm(c, attn(x), p, f"{b}.ln1")
             x = y + m * ref_norm(c, mlp(y), p, f"{b}.ln2")
+        if c.layer_scalar:  # Gemma4TextDecoderLayer: hidden_states *= layer_scalar
+            x = x * p[f"{b}.layer_scalar"]
     head = p["token_embeddings.weight"] if c.tie_embeddings else p["lm_head.weight"]
-    logits = F.linear(ref_norm(c, x, p, "ln_final"), head)
+    logits = F.linear(ref_norm(c, x, p, "ln_final"), head, p.get("lm_head.bias"))
     if c.logit_scale is not None:
         logits = logits * c.logit_scale
     if c.final_softcap is not None:  # Gemma2ForCausalLM
@@ -498,6 +525,8 @@ def test_every_variant_matches_its_functional_reference(name):
         for key, t in lm.named_buffers():
             if key.endswith("router_bias"):  # a bias that changes the choice
                 t.copy_(torch.randn_like(t))
+            if key.endswith("layer_scalar"):  # Gemma 4's: not 1, so a missing one would show
+                t.fill_(0.75)
     p = {k: v.detach().double() for k, v in lm.state_dict().items()}
     ids = torch.randint(0, c.vocab_size, (2, 7))
     torch.testing.assert_close(lm(ids).double(), ref_lm(c, ids, p), **F32_TOL)

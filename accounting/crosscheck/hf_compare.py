@@ -281,7 +281,11 @@ def _router_note(c) -> str:
                 "product counted, the bias add non-matmul), top-k of the logits, softmax over "
                 "the k chosen: as the tool's model; the routing ops are non-matmul FLOPs, "
                 "compared on the tool's model/ only.")
-    if c.router == "sigmoid":
+    name = "mlp.router" if c.router == "sparsemixer" else "router.proj" if c.mlp_beside_moe \
+        else "mlp.gate"  # (Phi-3.5-MoE's; Gemma 4's, whose input is normed, × scale, × d^-½)
+    if c.router == "sparsemixer":  # its inference form: the max, not Gumbel samples
+        router = "sparsemixer: two rounds of max, abs, clamp, −, ÷, masked_fill(−inf), softmax"
+    elif c.router == "sigmoid":
         router = ("F.linear in float32, sigmoid, + e_score_correction_bias (a buffer, in "
                   "neither parameter count), the best groups' experts kept by masked_fill(−inf)")
     elif c.router_groups > 1:  # DeepSeek-V2's group_limited_greedy
@@ -290,7 +294,7 @@ def _router_note(c) -> str:
                   "top-k of the masked scores, × routed_scaling_factor")
     else:
         router = "softmax in float32"
-    return (f"Router (mlp.gate): {router}, top-k: casts and selects, no matmul difference; the "
+    return (f"Router ({name}): {router}, top-k: casts and selects, no matmul difference; the "
             "routing ops are non-matmul FLOPs, compared on the tool's model/ only.")
 
 
@@ -387,7 +391,7 @@ def _notes(a: Analysis, m, mm: ModuleMap, hf: HFConfig) -> list[str]:
                        "model/ only; batched_mm adds the k weighted rows of a token with "
                        "view(…).sum where the tool's model runs index_add.")
         else:
-            out.append("mlp.experts.gate_up_proj holds each expert's W1 and W3 stacked (E × "
+            out.append(f"{'' if c.mlp_beside_moe else 'mlp.'}experts.gate_up_proj holds each expert's W1 and W3 stacked (E × "
                        "2·d_e × d_model): one matmul where the ledger has two, the same "
                        "multiply-adds; compared as their sum (the experts module).")
         out.append(_router_note(c))

@@ -77,6 +77,15 @@ SHRINK["kimi_linear"] = {**SHRINK["deepseek_v3"], "q_lora_rank": None,
 # Jamba: one attention layer with its experts (no Mamba-1 layer)
 SHRINK["jamba"] = {**_WIDTHS, "num_key_value_heads": 2, "attn_layer_period": 1,
                    "attn_layer_offset": 0, "expert_layer_period": 1, "expert_layer_offset": 0}
+# Gemma 4: one full-attention layer (its own head_dim; the experts beside the MLP, the
+# Gemma4TextDecoderLayer holding router and experts, as _force finds them)
+SHRINK["gemma4_text"] = {**_WIDTHS, "num_key_value_heads": 2, "head_dim": 8,
+                         "global_head_dim": 16, "moe_intermediate_size": 16,
+                         "layer_types": ["full_attention"]}
+# Phi-3.5-MoE: intermediate_size-wide experts, head_dim hidden_size // heads, no RoPE scaling
+# (longrope's factor lists are head_dim/2 long: the shrunk heads would not take them)
+SHRINK["phimoe"] = {**_WIDTHS, "intermediate_size": 16, "num_key_value_heads": 2,
+                    "rope_scaling": None, "rope_parameters": None}
 IMPLEMENTATIONS = ("eager", "grouped_mm", "batched_mm")
 OWN, FORCED = "its router's choice", "every token to experts 0..k−1"
 

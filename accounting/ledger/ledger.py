@@ -109,6 +109,9 @@ class Ledger:
             "h_kv": c.kv_heads, "g": c.group_size, "d_k": c.d_k, "d_k/2": c.d_k // 2,
             "T_max": max(seq, c.context_length), "T_pos": c.context_length, "1": 1, "2": 2,
         }
+        if c.global_shape:  # Gemma 4's global layers: their own head shape
+            out.update({"d_kG": c.global_d_k, "d_kG/2": c.global_d_k // 2,
+                        "h_kvG": c.global_kv, "g_G": c.num_heads // c.global_kv})
         if self.adapters is not None:
             out["r"] = self.adapters.rank
         for symbol, layers in self.groups:

@@ -25,6 +25,10 @@ SYMBOLS: dict[str, str] = {
     "g": "query heads per key/value head, h/h_kv",
     "d_k": "head dimension; d_v = d_k",
     "d_k/2": "RoPE rotation pairs per head",
+    "d_kG": "global_head_dim: a global layer's head dimension (Gemma 4)",
+    "d_kG/2": "RoPE rotation pairs per global head",
+    "h_kvG": "global_kv_heads: a global layer's key/value heads (Gemma 4)",
+    "g_G": "query heads per global key/value head, h/h_kvG",
     "T_max": "RoPE table length the model is built with, max(T, context_length)",
     "T_pos": "learned position table length (context_length)",
     "W": "sliding_window: a local layer's query attends its last W keys (itself included)",
@@ -91,8 +95,8 @@ SYMBOLS: dict[str, str] = {
 
 # Order in which symbols are written in a monomial: workload first, then model sizes;
 # symbols not listed (t, T_max, T_pos) come last, in alphabetical order.
-_ORDER = {s: i for i, s in enumerate(("B", "h_kv", "g", "h", "T", "P", "P_W", "W", "P_C", "C_a", "C", "E·C+1",
-                                      "L", "E", "k", "G", "E/G", "k_G", "d_model", "d_k", "d_k/2",
+_ORDER = {s: i for i, s in enumerate(("B", "h_kv", "h_kvG", "g", "g_G", "h", "T", "P", "P_W", "W", "P_C", "C_a", "C", "E·C+1",
+                                      "L", "E", "k", "G", "E/G", "k_G", "d_model", "d_k", "d_k/2", "d_kG", "d_kG/2",
                                       "d_rot", "d_rot/2", "d_pass",
                                       "r_q", "r_kv", "d_kv_a", "d_kv_b", "d_nope", "d_rope",
                                       "d_rope/2", "d_v", "h_I", "d_I", "d_I_pass", "k_I", "P_K",

@@ -116,18 +116,19 @@ class Exact:
 
     @cached_property
     def head_weight_untied(self) -> int:
-        return self._numel(lambda p: p.component == R.LM_HEAD)
+        return self._numel(lambda p: p.component == R.LM_HEAD and p.matmul_weight)
 
     @cached_property
     def biases(self) -> int:
-        """Bias vectors of the attention and MLP linears (norm biases are norm parameters);
+        """Bias vectors of the attention, MLP and LM-head linears (Phi-3.5-MoE's lm_head_bias;
+        norm biases are norm parameters);
         of the routed experts' biases (gpt-oss) the k of E a token runs: the other E − k are
         in inactive_experts."""
         c = self.forward_analysis.config
         total = 0
         for r in self.forward_analysis.param_rows:
             p = r.record
-            if p.component in (R.ATTN_PROJ, R.FFN) and not p.matmul_weight:
+            if p.component in (R.ATTN_PROJ, R.FFN, R.LM_HEAD) and not p.matmul_weight:
                 total += r.numel * c.experts_per_token // c.num_experts if p.routed_expert \
                     else r.numel
         return total

@@ -57,6 +57,8 @@ def layer_caches(config: ModelConfig, kv_bytes: int, tp: int, layers: tuple[int,
     lg = ledger(config)
     v = lg.values(1, 1)
     heads = kv_heads_per_gpu(config.kv_heads, tp) if not config.mla else None
+    # Gemma 4's global layers: their own K/V heads (h_kvG), split over TP the same way
+    global_heads = kv_heads_per_gpu(config.global_kv, tp) if config.global_shape else None
     groups = dict(lg.groups)
     out = []
     for i in layers:
@@ -66,7 +68,8 @@ def layer_caches(config: ModelConfig, kv_bytes: int, tp: int, layers: tuple[int,
                 continue
             n = 1
             for s in e.shape:
-                n *= heads if s == "h_kv" and heads is not None else v[s]
+                n *= heads if s == "h_kv" and heads is not None else \
+                    global_heads if s == "h_kvG" else v[s]
             if e.per_sequence:  # a recurrent layer's state: per sequence, its heads over TP
                 state += -(-n // tp) * (4 if e.fp32 else kv_bytes)
                 continue

@@ -147,8 +147,9 @@ def _local(p, v: dict, tp: int, c: ModelConfig) -> tuple[int, int, int, int, boo
         n = product(dims, v)
         if kind in (COL, HEADS):
             n = _divide(n, tp, f"elements of {p.name}")
-        elif kind == KV:
-            n = n // c.kv_heads * kv_heads_per_gpu(c.kv_heads, tp)
+        elif kind == KV:  # (Gemma 4's global layers: h_kvG heads)
+            hk = c.global_kv if "h_kvG" in dims else c.kv_heads
+            n = n // hk * kv_heads_per_gpu(hk, tp)
         elif kind == ROW and dims[0] != shape[-1]:
             pass
         return count, n, 1, 1, False
@@ -164,7 +165,8 @@ def _local(p, v: dict, tp: int, c: ModelConfig) -> tuple[int, int, int, int, boo
     if kind == COL:
         out = _divide(out, tp, f"output rows of {p.name} ({'×'.join(out_dims)})")
     elif kind == KV:
-        out = out // c.kv_heads * kv_heads_per_gpu(c.kv_heads, tp)
+        hk = c.global_kv if "h_kvG" in dims else c.kv_heads
+        out = out // hk * kv_heads_per_gpu(hk, tp)
     elif kind == ROW:
         return count, out, _divide(inp, tp, f"input columns of {p.name}"), inp, True
     return count, out, inp, inp, True

@@ -86,6 +86,8 @@ def validate(c) -> None:
     _check_mla(c)
     _check_llama4(c)
     _check_recurrent(c)
+    _check_global_shape(c)
+    _check_beside_and_router(c)
 
 
 def _check_recurrent(c) -> None:
@@ -352,3 +354,38 @@ def one_of(value, choices) -> bool:
 def short_value(value, limit: int = 40) -> str:
     """A user's value for an error message: repr, control characters escaped, shortened."""
     return shorten(value, limit)
+
+
+def _check_global_shape(c) -> None:
+    """Gemma 4's global layers (global_head_dim, global_kv_heads, global_k_eq_v) and v_norm:
+    grouped or multi-head attention only; the global K/V heads divide the query heads."""
+    for f in ("global_head_dim", "global_kv_heads"):
+        _positive(c, f)
+    if (c.global_shape or c.v_norm) and c.mla:
+        raise UsageError("global_head_dim, global_kv_heads, global_k_eq_v and v_norm shape "
+                         "grouped or multi-head attention; latent attention has none of them")
+    if c.num_heads % c.global_kv:
+        raise UsageError(f"num_heads {c.num_heads} is not a multiple of global_kv_heads "
+                         f"{c.global_kv}: each global K/V head serves a whole group")
+    if c.positions == "rope" and c.global_d_k % 2:
+        raise UsageError(f"global_head_dim {c.global_d_k} is odd; RoPE rotates pairs")
+    if c.global_shape and c.rotary_dim is not None:
+        raise UsageError("rotary_dim with a global head shape: the spec's partial rotary is "
+                         "one width for every layer; drop one of them")
+
+
+def _check_beside_and_router(c) -> None:
+    """Gemma 4's block extras (sandwich blocks only) and Phi-3.5-MoE's SparseMixer router."""
+    if c.mlp_beside_moe and c.norm_placement != "sandwich":
+        raise UsageError("mlp_beside_moe is Gemma 4's sandwich block (each of the MLP's and "
+                         "the experts' outputs normed): it needs norm_placement sandwich")
+    if c.layer_scalar and c.norm_placement != "sandwich":
+        raise UsageError("layer_scalar is Gemma 4's sandwich block: it needs norm_placement "
+                         "sandwich")
+    if c.router == "sparsemixer" and (c.experts_per_token != 2 or c.router_topk_first
+                                      or c.router_groups > 1 or c.router_bias
+                                      or c.norm_topk_prob):
+        raise UsageError("router sparsemixer (Phi-3.5-MoE) picks two experts in two rounds "
+                         "and weights each by its own masked softmax: it needs "
+                         "experts_per_token 2, no norm_topk_prob, no router groups, bias or "
+                         "topk-first")

@@ -63,7 +63,12 @@ QK_NORMS = {"none": "no QK-norm", "head": "QK-norm per head (Qwen3)",
 ATTENTIONS = {"naive": "explicit scores, causal mask and softmax (the course's attention)",
               "sdpa": "fused attention kernel: F.scaled_dot_product_attention(is_causal=True)"}
 ROUTERS = {"softmax": "softmax over the experts' scores (Mixtral, Qwen3-MoE)",
-           "sigmoid": "a sigmoid per expert's score (DeepSeek-V3)"}
+           "sigmoid": "a sigmoid per expert's score (DeepSeek-V3)",
+           # modeling_phimoe.py sparsemixer (inference form): two rounds, each a max, a
+           # mask of the scores beyond 2·eps of it (relative), a masked softmax, the best's
+           # weight; the second round with the first expert masked out. Top-2 only.
+           "sparsemixer": "SparseMixer (Phi-3.5-MoE): the best expert, then the best of the "
+                          "rest, each weighted by a softmax over the scores near its max"}
 # how group-limited routing ranks a group of experts (router_groups > 1)
 GROUP_SCORES = {"top2_sum": "the sum of its two best scores (DeepSeek-V3)",
                 "max": "its best score (DeepSeek-V2's group_limited_greedy)"}

@@ -68,6 +68,8 @@ class ModelConfig:
                           help="bias on the attention output projection")
     mlp_bias: bool = spec(False, kind=FLAG, flag="--mlp-bias",  # GPT-2
                           help="biases on the MLP matrices")
+    lm_head_bias: bool = spec(False, kind=FLAG, flag="--lm-head-bias",  # Phi-3.5-MoE
+                              help="a bias on the LM head (V)")
     # ---- Gemma 2/3 and Granite (issue 24): scalars that each add an elementwise op where
     # set (their values change no count; None: the op is not run). Sandwich norms are
     # norm_placement "sandwich". logit_scale is generic: Granite divides its logits by
@@ -338,6 +340,28 @@ class ModelConfig:
                                   "rule (default 64: fla's chunk_gated_delta_rule and "
                                   "transformers' torch_chunk_gated_delta_rule)")
 
+    # ---- Gemma 4 (issue 31; transformers' modeling_gemma4.py): global layers with their own
+    # head shape and K = V, a weightless RMSNorm on V, a dense MLP beside the experts
+    global_head_dim: int | None = spec(None, kind=SIZE, flag="--global-head-dim", group=EXTRAS,
+                                       help="global (full-attention) layers' head dimension, "
+                                            "where local ones use head_dim (Gemma 4)")
+    global_kv_heads: int | None = spec(None, kind=SIZE, flag="--global-kv-heads", group=EXTRAS,
+                                       help="global layers' key/value heads (Gemma 4's "
+                                            "num_global_key_value_heads)")
+    global_k_eq_v: bool = spec(False, kind=FLAG, flag="--global-k-eq-v", group=EXTRAS,
+                               help="global layers have no v_proj: V is K's projection "
+                                    "(Gemma 4's attention_k_eq_v)")
+    v_norm: bool = spec(False, kind=FLAG, flag="--v-norm", group=EXTRAS,
+                        help="a weightless RMSNorm of each value head (Gemma 4)")
+    mlp_beside_moe: bool = spec(False, kind=FLAG, flag="--mlp-beside-moe", group=EXTRAS,
+                                needs="num_experts",
+                                help="MoE layers run a dense MLP (d_ff) beside the experts, "
+                                     "each output normed, summed (Gemma 4's enable_moe_block; "
+                                     "its router: weightless RMSNorm, a d_model scale, a "
+                                     "per-expert scale)")
+    layer_scalar: bool = spec(False, kind=FLAG, flag="--layer-scalar", group=EXTRAS,
+                              help="each block's output times a one-element buffer (Gemma 4)")
+
     def __post_init__(self) -> None:
         validate(self)
 
@@ -353,6 +377,21 @@ class ModelConfig:
         if self.kv_lora_rank is not None:
             return self.qk_nope_head_dim + self.qk_rope_head_dim
         return self.d_model // self.num_heads if self.head_dim is None else self.head_dim
+
+    @property
+    def global_d_k(self) -> int:
+        """The global layers' head dimension (Gemma 4's global_head_dim; else d_k)."""
+        return self.d_k if self.global_head_dim is None else self.global_head_dim
+
+    @property
+    def global_kv(self) -> int:
+        return self.kv_heads if self.global_kv_heads is None else self.global_kv_heads
+
+    @property
+    def global_shape(self) -> bool:
+        """Global layers with a head shape of their own (symbols d_kG, h_kvG, g_G)."""
+        return self.global_head_dim is not None or self.global_kv_heads is not None \
+            or self.global_k_eq_v
 
     @property
     def group_size(self) -> int:
@@ -396,7 +435,7 @@ class ModelConfig:
         if self.d_k * h != self.d_model:
             attn += f", head_dim {self.d_k}"
         biases = [n for n, on in (("QKV", self.qkv_bias), ("attention output", self.out_bias),
-                                  ("MLP", self.mlp_bias), ("router", self.router_linear_bias),
+                                  ("MLP", self.mlp_bias), ("LM head", self.lm_head_bias), ("router", self.router_linear_bias),
                                   ("experts", self.expert_bias)) if on]
         placement = {"pre": "pre-norm", "post": "post-sublayer-norm",
                      "sandwich": "sandwich-norm"}[self.norm_placement]
@@ -406,6 +445,10 @@ class ModelConfig:
             parts[2] = f"RoPE on {self.rotary_dim} of {self.d_k} dims per head"
         if self.qk_norm != "none":
             parts.append(QK_NORMS[self.qk_norm])
+        if self.global_shape or self.v_norm:  # Gemma 4
+            parts.append(", ".join(([f"global layers: head_dim {self.global_d_k}, {self.global_kv}"
+                                     f" K/V heads" + (", V = K" if self.global_k_eq_v else "")]
+                                    if self.global_shape else []) + ["RMS-normed V"] * self.v_norm))
         if self.attention_sinks:
             parts.append("attention sinks")
         if self.attn_output_gate:
@@ -449,6 +492,7 @@ class ModelConfig:
             parts.append(f"MoE: {self.num_experts} experts, top-{self.experts_per_token}"
                          + (f", {self.num_shared_experts} shared" if self.num_shared_experts else "")
                          + (" (sigmoid-gated)" if self.shared_expert_gate else "")
+                         + (" beside a dense MLP" if self.mlp_beside_moe else "")
                          + ("" if n_moe == len(kinds) else f", on {n_moe} of {len(kinds)} layers"))
         if self.mup_multipliers:
             parts.append("muP multipliers (Falcon-H1)")

@@ -423,16 +423,6 @@ UNSUPPORTED: Mapping[str, str] = MappingProxyType({
     "cohere2": "runs RoPE only on its sliding-window layers and none on the global ones "
                "(Cohere2Attention), and the spec has one positions setting for every layer",
     # issue 31: each names the feature the spec lacks and how the size flags come closest
-    "phimoe": "routes with SparseMixer (two masked softmaxes, the second expert chosen after "
-              "masking the first; modeling_phimoe.py sparsemixer), not a softmax or sigmoid "
-              "top-k, and Phi-3.5-MoE has an LM-head bias (lm_head_bias) the spec lacks; "
-              "--norm layernorm --qkv-bias --out-bias --num-experts 16 --experts-per-token 2 "
-              "give its parameters (less the V head biases) and matmul FLOPs exactly",
-    "gemma4": "runs a dense MLP and a mixture of experts side by side in every layer "
-              "(enable_moe_block), full-attention layers with their own head_dim, K/V heads "
-              "and K = V (global_head_dim, num_global_key_value_heads, attention_k_eq_v) and "
-              "per-layer-kind partial RoPE; the spec has one head shape for every layer and "
-              "one MLP per block, so no flags describe it",
     # issue 31: hybrid families whose layers the spec does not express yet (the gated
     # DeltaNet, Mamba-2 and short-convolution layers it has: qwen3_next, qwen3_5, nemotron_h,
     # lfm2)

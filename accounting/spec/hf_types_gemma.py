@@ -67,7 +67,7 @@ def _normalizer(v: Mapping, where: str):
     return {"embedding_multiplier": math.sqrt(v["hidden_size"])}, ()
 
 
-_NORMALIZER = Derived(("embedding_multiplier",), ("hidden_size",), _normalizer,
+NORMALIZER = Derived(("embedding_multiplier",), ("hidden_size",), _normalizer,
                       "the embeddings multiplied by √hidden_size (Gemma2TextScaledWordEmbedding, "
                       "Gemma3TextScaledWordEmbedding)",
                       lambda c: {} if c.embedding_multiplier == math.sqrt(c.d_model) else None)
@@ -126,7 +126,7 @@ register(HFType(
                                                          "layer_types"),
                      _gemma_windows(None, 2),
                      "local layers: those of layer_types, else every other layer from layer 0 "
-                     "(configuration_gemma2.py)", _gemma_windows_keys), _NORMALIZER),
+                     "(configuration_gemma2.py)", _gemma_windows_keys), NORMALIZER),
 ))
 
 
@@ -168,7 +168,7 @@ register(HFType(
                      _gemma_windows("sliding_window_pattern", 6),
                      "local layers: those of layer_types, else all but every "
                      "sliding_window_pattern-th (configuration_gemma3.py)", _gemma_windows_keys),
-             _NORMALIZER),
+             NORMALIZER),
 ))
 
 
@@ -219,12 +219,23 @@ _GEMMA3_OUTER = frozenset({
     "tie_word_embeddings"})
 
 
-def _unwrap_gemma3(data: Mapping, where: str) -> tuple[dict, tuple[str, ...]]:
+def unwrapper(outer_type: str, inner_type: str, outer_keys: frozenset, causal_lm: str,
+              tower: str, outer_defaults: Mapping | None = None):
+    """The unwrap rule of a Gemma vision-language config.json (gemma3, gemma4): text_config
+    read as an `inner_type` config.json, the other keys checked and listed as uncounted."""
+    def unwrap(data: Mapping, where: str) -> tuple[dict, tuple[str, ...]]:
+        return _unwrap(data, where, outer_type, inner_type, outer_keys, causal_lm, tower,
+                       outer_defaults or {})
+    return unwrap
+
+
+def _unwrap(data: Mapping, where: str, outer_type: str, inner_type: str, outer_keys: frozenset,
+            causal_lm: str, tower: str, outer_defaults: Mapping) -> tuple[dict, tuple[str, ...]]:
     for k, why in REFUSED.items():
         if data.get(k) is not None:
             raise UsageError(f"{where}: {k} = {short(data[k])} is {why}; refusing rather than "
                              f"dropping it")
-    known = COMMON_FREE | _GEMMA3_OUTER | {m.hf for m in COMMON_MUST}
+    known = COMMON_FREE | outer_keys | {m.hf for m in COMMON_MUST}
     unknown = sorted(k for k in data if k not in known)
     if unknown:
         raise UsageError(f"{where}: unknown key(s) {', '.join(short(k, 30) for k in unknown[:4])}"
@@ -237,11 +248,11 @@ def _unwrap_gemma3(data: Mapping, where: str) -> tuple[dict, tuple[str, ...]]:
         if k in data and not ok(data[k]):
             raise UsageError(f"{where}: {k} = {short(data[k])} is not {wanted}")
     text = data.get("text_config")
-    if not isinstance(text, dict) or text.get("model_type", "gemma3_text") != "gemma3_text":
+    if not isinstance(text, dict) or text.get("model_type", inner_type) != inner_type:
         raise UsageError(f"{where}: text_config must be the language model's config object "
-                         f"(model_type gemma3_text), got {short(text)}; transformers would "
-                         f"otherwise build its default Gemma3TextConfig")
-    inner = {**text, "model_type": "gemma3_text"}
+                         f"(model_type {inner_type}), got {short(text)}; transformers would "
+                         f"otherwise build its default text config")
+    inner = {**text, "model_type": inner_type}
     for k in ("torch_dtype", "dtype"):  # the checkpoint's dtype, given once for the whole model
         if k in data and k not in inner:
             inner[k] = data[k]
@@ -249,27 +260,31 @@ def _unwrap_gemma3(data: Mapping, where: str) -> tuple[dict, tuple[str, ...]]:
     if outer_tie != inner_tie:
         raise UsageError(f"{where}: tie_word_embeddings {short(outer_tie)} contradicts "
                          f"text_config's {short(inner_tie)}; give one value")
-    # Gemma3TextConfig's class defaults are Gemma 3's own sizes, and the shipped 4B config
-    # relies on them (its text_config gives hidden_size, intermediate_size and
-    # num_hidden_layers only): inside a gemma3 config they are what the file means.
+    # The text config classes' defaults are the family's own sizes, and shipped configs
+    # rely on them (Gemma 3 4B's text_config gives hidden_size, intermediate_size and
+    # num_hidden_layers only): inside the wrapper they are what the file means.
     filled = []
-    for key in TYPES["gemma3_text"].keys:
+    for key in TYPES[inner_type].keys:
         if isinstance(key.default, Required) and key.hf not in inner:
             inner[key.hf] = key.default.transformers_default
             filled.append(f"{key.hf} {key.default.transformers_default!r}")
-    notes = ["model_type gemma3: the language model of Gemma 3's vision-language config, read "
-             "from its text_config as model_type gemma3_text; the SigLIP vision tower and the "
-             "multimodal projector (vision_config, mm_tokens_per_image) are not counted, and "
-             "transformers' cross-check builds Gemma3ForCausalLM from text_config (its "
-             "AutoModelForCausalLM would build Gemma3ForConditionalGeneration, vision included)."]
+    for k, v in outer_defaults.items():
+        if k not in inner:
+            inner[k] = v
+            filled.append(f"{k} {v!r}")
+    notes = [f"model_type {outer_type}: the language model of its vision-language config, "
+             f"read from its text_config as model_type {inner_type}; {tower} are not "
+             f"counted, and transformers' cross-check builds {causal_lm} from text_config."]
     outer = sorted(k for k in data if k not in ("text_config", "model_type"))
     if outer:
-        notes.append(f"gemma3's own keys, none of which changes the language model's count: "
-                     f"{', '.join(outer)}.")
+        notes.append(f"{outer_type}'s own keys, none of which changes the language model's "
+                     f"count: {', '.join(outer)}.")
     if filled:
-        notes.append(f"text_config omits {', '.join(filled)}: Gemma3TextConfig's class defaults, "
-                     f"as transformers builds Gemma3Config's text_config.")
+        notes.append(f"text_config omits {', '.join(filled)}: the text config class's "
+                     f"defaults, as transformers builds the wrapper's text_config.")
     return inner, tuple(notes)
 
 
-WRAPPERS["gemma3"] = _unwrap_gemma3
+WRAPPERS["gemma3"] = unwrapper(
+    "gemma3", "gemma3_text", _GEMMA3_OUTER, "Gemma3ForCausalLM",
+    "the SigLIP vision tower and the multimodal projector (vision_config, mm_tokens_per_image)")

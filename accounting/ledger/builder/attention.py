@@ -16,6 +16,10 @@ class Attention:
                  chunked: bool = False, nope: bool = False):
         self.t, self.a, c = t, a, a.c
         self.recompute, self.local, self.chunked = recompute, local, chunked
+        # Gemma 4: a global layer's own head shape (d_kG, h_kvG, g_G) and K = V
+        self.s = s = a.shape(local)
+        self.dk = self.v_dim = dk = s[0]
+        k_eq_v = c.global_k_eq_v and not local
         # Llama 4: a NoPE layer has no RoPE (and no l2 QK-norm) but tunes its queries'
         # temperature; a RoPE layer normalizes Q and K after the rotation (qk_norm "l2")
         rope = c.positions == "rope" and not nope
@@ -25,13 +29,16 @@ class Attention:
         with t.scope("attn"):
             # gpt-oss's sinks: a module's own parameters come before its children's keys
             self.sinks = t.param("sinks", ("h",), R.ATTN_CORE) if c.attention_sinks else None
-            self.q_proj = Linear(t, "q_proj", d, a.width(), R.ATTN_PROJ, "Q projection", c.qkv_bias)
-            self.k_proj = Linear(t, "k_proj", d, a.width(kv=True), R.ATTN_PROJ, "K projection", c.qkv_bias)
-            self.v_proj = Linear(t, "v_proj", d, a.width(kv=True), R.ATTN_PROJ, "V projection", c.qkv_bias)
-            self.output_proj = Linear(t, "output_proj", a.width(), d, R.ATTN_PROJ,
+            self.q_proj = Linear(t, "q_proj", d, a.width(shape=s), R.ATTN_PROJ, "Q projection",
+                                 c.qkv_bias)
+            self.k_proj = Linear(t, "k_proj", d, a.width(True, s), R.ATTN_PROJ, "K projection",
+                                 c.qkv_bias)
+            self.v_proj = None if k_eq_v else Linear(t, "v_proj", d, a.width(True, s),
+                                                     R.ATTN_PROJ, "V projection", c.qkv_bias)
+            self.output_proj = Linear(t, "output_proj", a.width(shape=s), d, R.ATTN_PROJ,
                                       "output projection", c.out_bias)
             # Qwen3-Next's output gate (model/attention.py gate_proj): Q's width, Q's bias
-            self.gate_proj = (Linear(t, "gate_proj", d, a.width(), R.ATTN_PROJ,
+            self.gate_proj = (Linear(t, "gate_proj", d, a.width(shape=s), R.ATTN_PROJ,
                                      "output gate projection", c.qkv_bias)
                               if c.attn_output_gate else None)
             self.q_norm = self.k_norm = None
@@ -40,15 +47,16 @@ class Attention:
                 comp = NORM_PARAMS[c.norm]
                 # per_head (Cohere): over each head's d_k, a gain per head: h·d_k and h_kv·d_k
                 per = c.qk_norm == "per_head"
-                self.q_norm = Norm(t, "q_norm", c.norm, a.width() if full else ("d_k",), QK_NORM,
-                                   comp, c.norm_offset, a.width() if per else None)
-                self.k_norm = Norm(t, "k_norm", c.norm, a.width(kv=True) if full else ("d_k",),
-                                   QK_NORM, comp, c.norm_offset, a.width(kv=True) if per else None)
+                self.q_norm = Norm(t, "q_norm", c.norm, a.width(shape=s) if full else (dk,),
+                                   QK_NORM, comp, c.norm_offset, a.width(shape=s) if per else None)
+                self.k_norm = Norm(t, "k_norm", c.norm, a.width(True, s) if full else (dk,),
+                                   QK_NORM, comp, c.norm_offset, a.width(True, s) if per else None)
             if c.positions == "alibi":  # Falcon's per-head slopes (float32, persistent=False)
                 self.slopes = t.buffer("alibi_slopes", ("h",), 4)
-            # transformers and Megatron: one rotary module for the model (transformer.walk)
+            # transformers, Megatron and torchtitan: one rotary module for the model
+            # (transformer.walk), none here
             self.rope = None if not rope or a.hf or a.megatron or a.titan else \
-                RoPE(t, "d_k" if c.rotary_dim is None else "d_rot")
+                RoPE(t, dk if c.rotary_dim is None else "d_rot")
             self.hf_rope = rope and a.hf
             self.megatron_rope = rope and a.megatron
             self.titan_rope = rope and a.titan
@@ -58,30 +66,37 @@ class Attention:
         with t.scope("attn"):
             q = self.q_proj(x, "Q projection output", "Q/K/V projections")
             k = self.k_proj(x, "K projection output", "Q/K/V projections")
-            v = self.v_proj(x, "V projection output", "Q/K/V projections")
+            # Gemma 4's K = V layers: value_states is key_states (before k_norm and RoPE)
+            v = k if self.v_proj is None else self.v_proj(x, "V projection output",
+                                                           "Q/K/V projections")
             gate = (None if self.gate_proj is None else
                     self.gate_proj(x, "output gate projection output", "Q/K/V projections"))
             if c.qk_norm == "full":
                 q = self.q_norm(q, "Q after QK-norm")
                 k = self.k_norm(k, "K after QK-norm")
             elif c.qk_norm == "per_head":  # on (B, T, heads, d_k): views in, new tensors out
-                q = self.q_norm(t.view(q, ("B", "T", "h", "d_k"), contiguous=True),
+                q = self.q_norm(t.view(q, ("B", "T", "h", self.dk), contiguous=True),
                                 "Q after QK-norm")
-                k = self.k_norm(t.view(k, ("B", "T", "h_kv" if a.gqa else "h", "d_k"),
+                k = self.k_norm(t.view(k, ("B", "T", "h_kv" if a.gqa else "h", self.dk),
                                        contiguous=True), "K after QK-norm")
             # "... seq (heads d_k) -> ... heads seq d_k": a permuted view
-            q = t.view(q, a.heads(), contiguous=False)
-            k = t.view(k, a.heads(kv=True), contiguous=False)
-            v = t.view(v, a.heads(kv=True), contiguous=False)
+            q = t.view(q, a.heads(shape=self.s), contiguous=False)
+            k = t.view(k, a.heads(True, self.s), contiguous=False)
+            v = t.view(v, a.heads(True, self.s), contiguous=False)
             if c.mup_multipliers:  # Falcon-H1: k_proj(x) · key_multiplier, before RoPE
                 k = t.name(t.binary("aten.mul", k, None, "K · key_multiplier", MUP),
                            "K · key_multiplier")
             if c.qk_norm == "head":
                 q = self.q_norm(q, "Q after QK-norm")
                 k = self.k_norm(k, "K after QK-norm")
+            if c.v_norm:  # Gemma 4's v_norm: Gemma4RMSNorm(with_scale=False), no gain
+                v = l2_norm(t, v, self.dk, "V after v_norm", QK_NORM)
             if self.hf_rope:  # apply_rotary_pos_emb(q, k, cos, sin)
-                q = a.rotary.rotate(q, a.rope_tables, "Q after RoPE")
-                k = a.rotary.rotate(k, a.rope_tables, "K after RoPE")
+                # Gemma 4: the global layers' own cos/sin of d_kG (Gemma4TextRotaryEmbedding)
+                rot, tables = ((a.rotary, a.rope_tables) if self.local or not c.global_shape
+                               else (a.global_rotary, a.global_tables))
+                q = rot.rotate(q, tables, "Q after RoPE")
+                k = rot.rotate(k, tables, "K after RoPE")
             if self.megatron_rope:  # TE's fused RoPE on the model's frequencies
                 q = megatron.fused_rope(t, q, a.freqs, "Q after RoPE")
                 k = megatron.fused_rope(t, k, a.freqs, "K after RoPE")
@@ -102,13 +117,13 @@ class Attention:
                     q = self.partial(q, positions, "Q")
                     k = self.partial(k, positions, "K")
             if self.l2:
-                q = l2_norm(t, q, "d_k", "Q after QK-norm", QK_NORM)
-                k = l2_norm(t, k, "d_k", "K after QK-norm", QK_NORM)
+                q = l2_norm(t, q, self.dk, "Q after QK-norm", QK_NORM)
+                k = l2_norm(t, k, self.dk, "K after QK-norm", QK_NORM)
             if self.temperature:
                 q = self.tune(q)
-            t.cached("K", a.width(kv=True), window=self.local, chunk=self.chunked)
-            t.cached("V", a.width(kv=True), window=self.local, chunk=self.chunked)
-            out = self.merge(self.run_core(q, k, v), a.width())
+            t.cached("K", a.width(True, self.s), window=self.local, chunk=self.chunked)
+            t.cached("V", a.width(True, self.s), window=self.local, chunk=self.chunked)
+            out = self.merge(self.run_core(q, k, v), a.width(shape=self.s))
             if gate is not None:  # out · sigmoid(gate): the sigmoid saves its output
                 s = t.unary("aten.sigmoid", gate, "sigmoid(gate)", OUTPUT_GATE, saves="output",
                             out="sigmoid(output gate)")
@@ -182,8 +197,9 @@ class Attention:
         return core()
 
     def _grouping(self):
-        if self.a.gqa:
-            return ("B", "h_kv"), ("g", "T"), "grouped: K and V are read by g query heads each, not copied"
+        _, hkv, g, gqa = getattr(self, "s", None) or self.a.shape()
+        if gqa:
+            return ("B", hkv), (g, "T"), "grouped: K and V are read by g query heads each, not copied"
         return ("B", "h"), ("T",), ""
 
     def fused(self, q: Sym, k: Sym, v: Sym, mask: Sym | None = None) -> Sym:
@@ -195,7 +211,7 @@ class Attention:
         batch, rows, note = self._grouping()
         note = "fused kernel" + (f"; {note}" if note else "")
         qk = R.Matmul("QKᵀ scores", R.ATTN_CORE, t.module, t.repeat, R.FORWARD, batch, rows,
-                      ("d_k",), ("T",), causal=True, grads=("dQ", "dK"), note=note,
+                      (self.dk,), ("T",), causal=True, grads=("dQ", "dK"), note=note,
                       recompute_in_backward=True, window=self.local, chunk=self.chunked, topk=self.topk)
         if self.v_useful is not None:
             note += "; V zero-padded from d_v to d_k (useful: d_v)"
@@ -211,7 +227,7 @@ class Attention:
         batch, rows, note = self._grouping()
         kw = dict(causal=True, note=note, window=self.local, chunk=self.chunked, topk=self.topk)
         return (R.Matmul("QKᵀ scores", R.ATTN_CORE, t.module, t.repeat, R.FORWARD, batch, rows,
-                         ("d_k",), ("T",), grads=("dQ", "dK"), **kw),
+                         (self.dk,), ("T",), grads=("dQ", "dK"), **kw),
                 R.Matmul("scores·V", R.ATTN_CORE, t.module, t.repeat, R.FORWARD, batch, rows,
                          ("T",), (self.v_dim,), grads=("d(scores)", "dV"), **kw))
 
@@ -259,8 +275,9 @@ class Attention:
     slopes = None  # ALiBi's per-head slopes (a buffer), when positions is alibi
     chunked = False  # latent attention has no chunked layers (config.py refuses them)
     topk = False  # the core keeps the indexer's top k_I keys (DeepSeek-V3.2's latent attention)
+    dk = "d_k"  # the query/key head dimension (Gemma 4's global layers: d_kG)
     v_dim = "d_k"  # the value's head dimension as the core sees it (latent attention: d_v)
     v_useful = None  # the factors of useful work when V is zero-padded (latent attention)
 
     def out_heads(self) -> tuple[str, ...]:
-        return self.a.heads()
+        return self.a.heads(shape=getattr(self, "s", None))

@@ -71,12 +71,23 @@ class Arch:
         self.fold = fold and c.num_heads * c.d_k == c.d_model
         self.gqa = c.kv_heads != c.num_heads
 
-    def width(self, kv: bool = False) -> tuple[str, ...]:
-        """The Q (or K/V) projection's output width."""
-        if kv and self.gqa:
-            return ("h_kv", "d_k")
-        return ("d_model",) if self.fold else ("h", "d_k")
+    def shape(self, local: bool = True) -> tuple[str, str, str, bool]:
+        """A layer's head symbols (d_k, h_kv, g) and whether it groups its K/V heads: a
+        global layer of a config with a global head shape of its own (Gemma 4) writes
+        d_kG, h_kvG, g_G."""
+        c = self.c
+        if local or not c.global_shape:
+            return "d_k", "h_kv", "g", self.gqa
+        return "d_kG", "h_kvG", "g_G", c.global_kv != c.num_heads
 
-    def heads(self, kv: bool = False) -> tuple[str, ...]:
+    def width(self, kv: bool = False, shape=None) -> tuple[str, ...]:
+        """The Q (or K/V) projection's output width."""
+        dk, hkv, _, gqa = shape or self.shape()
+        if kv and gqa:
+            return (hkv, dk)
+        return ("d_model",) if self.fold and dk == "d_k" else ("h", dk)
+
+    def heads(self, kv: bool = False, shape=None) -> tuple[str, ...]:
         """A per-head tensor: (B, heads, T, d_k)."""
-        return ("B", "h_kv" if kv and self.gqa else "h", "T", "d_k")
+        dk, hkv, _, gqa = shape or self.shape()
+        return ("B", hkv if kv and gqa else "h", "T", dk)

@@ -173,11 +173,12 @@ class RotaryEmbedding:
     states' dtype (no grad), and every layer's apply_rotary_pos_emb multiplies by them: the
     products save the same two tensors in every layer (counted once)."""
 
-    def __init__(self, t: Trace, dim: str = "d_k"):
+    def __init__(self, t: Trace, dim: str = "d_k", prefix: str = ""):
+        # prefix: Gemma4TextRotaryEmbedding's buffers per layer kind (full_attention_inv_freq)
         self.t, self.dim = t, dim
         with t.scope("rotary_emb"):
-            t.buffer("inv_freq", (f"{dim}/2",), 4)
-            t.buffer("original_inv_freq", (f"{dim}/2",), 4)
+            t.buffer(f"{prefix}inv_freq", (f"{dim}/2",), 4)
+            t.buffer(f"{prefix}original_inv_freq", (f"{dim}/2",), 4)
 
     def tables(self, like: Sym) -> tuple[Sym, Sym]:
         t = self.t

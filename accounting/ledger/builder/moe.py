@@ -9,7 +9,7 @@ from accounting.units import FP32
 from accounting.spec.config import ModelConfig
 from accounting.ledger.trace import Sym, Trace
 from accounting.ledger.builder.common import ROUTER, ACTIVATION_COMPONENT, BIAS
-from accounting.ledger.builder.layers import Linear, activation, clamped_swiglu
+from accounting.ledger.builder.layers import Linear, activation, clamped_swiglu, l2_norm
 
 
 def expert_capacity(capacity_factor: float, slots: int, num_experts: int) -> int:
@@ -26,14 +26,18 @@ class MoE:
     whatever the routing (on meta the model deals them in turn); with a capacity factor,
     E·C slots (C = ⌈c·B·T·k/E⌉), of which B·T·k at most are useful."""
 
-    def __init__(self, t: Trace, c: ModelConfig):
-        self.t, self.c, self.kind = t, c, c.mlp_kind
+    def __init__(self, t: Trace, c: ModelConfig, scope: str = "ffn"):
+        self.t, self.c, self.kind, self.scope = t, c, c.mlp_kind, scope
         d, f, E = ("d_model",), ("d_e",), ("E",)
         self.component = ACTIVATION_COMPONENT[c.mlp]
-        with t.scope("ffn"):
+        with t.scope(scope):
             # a module's own buffers come before its children's keys in the state dict
             self.bias = (t.buffer("router_bias", E, 4, persistent=True)
                          if c.router_bias and not c.router_bias_param else None)
+            # Gemma4TextRouter: a gain on its normalized input (scale) and one per expert
+            # on the chosen weights (per_expert_scale): the module's own, before its children
+            self.gains = ((t.param("router_scale", d, R.FFN), t.param("expert_scale", E, R.FFN))
+                          if c.mlp_beside_moe else None)
             self.router = Linear(t, "router", d, E, R.FFN, "router", c.router_linear_bias)
             if c.router_bias_param:  # ERNIE 4.5: a frozen parameter (model/moe.py RouterStatics)
                 with t.scope("router_statics"):
@@ -57,14 +61,16 @@ class MoE:
             self.shared_gate = (Linear(t, "shared_gate", d, ("1",), R.FFN, "shared expert gate")
                                 if c.shared_expert_gate else None)
 
-    def __call__(self, x: Sym, out_course: str) -> Sym:
+    def __call__(self, x: Sym, out_course: str, router_x: Sym | None = None) -> Sym:
+        """router_x: the router's input where it is not the experts' (Gemma 4 routes the
+        residual stream and runs the experts on pre_feedforward_layernorm_2 of it)."""
         t, c, comp = self.t, self.c, ROUTER
         if t.hf:  # transformers' sparse MoE block (accounting/planning/recipes.py: which)
-            with t.scope("ffn"):
+            with t.scope(self.scope):
                 y = self._transformers(x)
             return t.name(y, "W2 output", out_course)
-        with t.scope("ffn"):
-            weights = self.route(x)
+        with t.scope(self.scope):
+            weights = self.route(x if router_x is None else router_x)
             if c.router_scales_input:
                 y = self._all_experts(x, weights)
             else:
@@ -207,7 +213,13 @@ class MoE:
         """MoE.route: the router's scores, the chosen experts and their weights (B, T, k)."""
         t, c, comp = self.t, self.c, ROUTER
         tokens = ("B", "T")
+        if self.gains is not None:  # Gemma4TextRouter: norm(x) · scale · d_model^-½
+            x = l2_norm(t, x, "d_model", "router input, normalized", comp)
+            x = t.binary("aten.mul", x, self.gains[0], "× router scale", comp)
+            x = t.binary("aten.mul", x, None, "× d_model^-½", comp, out="router input")
         logits = self.router(x, "router scores")
+        if c.router == "sparsemixer":  # Phi-3.5-MoE
+            return self._sparsemixer(logits)
         if c.router_topk_first:  # gpt-oss: the k best logits, then softmax (or sigmoid) over k
             # (Llama 4's sigmoid of the chosen k: its experts' indices kept for the gate)
             values, self.chosen = t.topk(logits, ("E",), ("k",), "top-k logits", comp,
@@ -233,18 +245,60 @@ class MoE:
             choice = t.masked_fill(choice, keep, "zero the other groups", comp)
         experts = t.topk(choice, ("E",), ("k",), "top-k experts", comp, out="chosen experts")
         weights = t.name(t.gather(scores, experts, "chosen scores"), "chosen experts' scores")
-        return t.name(self._scaled(weights), "router weights")
+        weights = self._scaled(weights)
+        if self.gains is not None:  # × per_expert_scale[top_k_index]
+            s = t.name(t.index(self.gains[1], experts, tokens + ("k",), "per_expert_scale"),
+                       "the chosen experts' scales")
+            weights = t.binary("aten.mul", weights, s, "× per-expert scale", comp,
+                               out="router weights (per-expert scaled)")
+        return t.name(weights, "router weights")
+
+    def _sparsemixer(self, logits: Sym) -> Sym:
+        """model/moe.py's sparsemixer (modeling_phimoe.py's inference form), two rounds:
+        under no_grad the best score m of `src` (the scores; then the scores with the first
+        choice at −inf), |scores| clamped from below by m, (m − scores)/that, compared with
+        2·eps (a bool); src masked where it is beyond, a softmax, the best's weight."""
+        t, comp = self.t, ROUTER
+        rows, E = ("B", "T"), ("E",)
+        src, weights, chosen = logits, [], None
+        for r in ("first", "second"):
+            ng = t.off_gradient_path(logits)
+            m = t.reduce("aten.max", t.off_gradient_path(src), E, f"{r}: max over experts",
+                         comp)
+            factor = t.binary("aten.clamp", t.unary("aten.abs", ng, f"{r}: |scores|", comp),
+                              m, f"{r}: clamp(min=max)", comp)
+            # (m − scores: the (B, T, E) operand first, for the output's shape)
+            gap = t.binary("aten.div", t.binary("aten.sub", ng, m, f"{r}: max − scores", comp),
+                           factor, f"{r}: ÷ factor", comp)
+            mask = t.name(t.fresh(rows + E, R.BOOL), f"{r} SparseMixer mask (gap > 2·eps)")
+            del gap  # (the comparison: a bool, 0 FLOPs)
+            masked = t.name(t.masked_fill(src, mask, f"{r}: masked_fill −inf", comp),
+                            f"{r} SparseMixer masked scores")
+            probs = self._softmax(masked, E, "experts", f"{r} SparseMixer")
+            idx = t.name(t.fresh(rows + ("1",), R.INT64), f"{r} expert (max index)")
+            weights.append(t.name(t.gather(probs, idx, f"{r} weight"), f"{r} expert's weight"))
+            if chosen is None:  # scatter(scores, −1, first, −inf): a copy, 0 FLOPs
+                chosen = idx
+                src = t.name(t.scatter(rows + E, idx, logits, "the first expert masked out"),
+                             "scores without the first expert")
+        self.chosen = t.name(t.fresh(rows + ("k",), R.INT64), "chosen experts")
+        return t.name(t.cat(tuple(weights), rows + ("k",)), "router weights")
+
+    def _softmax(self, x: Sym, over: tuple[str, ...], what: str, name: str = "router") -> Sym:
+        """model/attention.py's softmax over `over`."""
+        t, comp = self.t, ROUTER
+        mx = t.reduce("aten.amax", x, over, f"max over {what}", comp, saves=True,
+                      out=f"{name} max")
+        e = t.unary("aten.exp", t.binary("aten.sub", x, mx, "x − max", comp), "exp", comp,
+                    saves="output", out=f"{name} exp")
+        total = t.reduce("aten.sum", e, over, f"sum over {what}", comp, out=f"{name} sum")
+        return t.binary("aten.div", e, total, "exp / sum", comp, out=f"{name} probabilities")
 
     def _score(self, logits: Sym, over: tuple[str, ...], what: str) -> Sym:
         """The router's softmax (model/attention.py's) or sigmoid over `over`."""
         t, comp = self.t, ROUTER
         if self.c.router == "softmax":
-            mx = t.reduce("aten.amax", logits, over, f"max over {what}", comp, saves=True,
-                          out="router max")
-            shifted = t.binary("aten.sub", logits, mx, "x − max", comp)
-            e = t.unary("aten.exp", shifted, "exp", comp, saves="output", out="router exp")
-            total = t.reduce("aten.sum", e, over, f"sum over {what}", comp, out="router sum")
-            return t.binary("aten.div", e, total, "exp / sum", comp, out="router probabilities")
+            return self._softmax(logits, over, what)
         return t.unary("aten.sigmoid", logits, "sigmoid", comp, saves="output",
                        out="router probabilities")
 

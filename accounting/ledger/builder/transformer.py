@@ -26,6 +26,10 @@ class Block:
         self.t, self.c, self.recompute, self.kind, self.a = t, a.c, recompute, kind, a
         comp, kind, off = NORM_PARAMS[a.c.norm], a.c.norm, a.c.norm_offset
         sandwich = a.c.norm_placement == "sandwich"
+        # Gemma 4's layer_scalar: a persistent one-element float32 buffer (the block's own
+        # buffers come before its children's keys in the state dict)
+        self.layer_scalar = (t.name(t.buffer("layer_scalar", ("1",), 4, persistent=True),
+                                    "layer_scalar") if a.c.layer_scalar else None)
         self.ln1 = Norm(t, "ln1", kind, ("d_model",), NORMS[kind], comp, off)
         local = self.kind is not None and self.kind.local
         mixer = "attention" if self.kind is None else self.kind.mixer
@@ -56,10 +60,20 @@ class Block:
                                if sandwich else None)
         self.ln2 = None if a.c.block in ("parallel_shared_norm", "single") else \
             Norm(t, "ln2", kind, ("d_model",), NORMS[kind], comp, off)
-        self.ffn = None if single and mixer != "mlp" else \
-            MoE(t, a.c) if self.kind is not None and self.kind.moe else FeedForward(t, a.c)
+        moe = self.kind is not None and self.kind.moe
+        self.moe = None
+        if moe and a.c.mlp_beside_moe:  # Gemma 4: the dense MLP and the experts side by side
+            self.ffn = FeedForward(t, a.c)
+            self.moe = MoE(t, a.c, scope="moe")
+            self.moe_norms = tuple(Norm(t, n, kind, ("d_model",), NORMS[kind], comp, off)
+                                   for n in ("post_ffn_norm_1", "pre_ffn_norm_2",
+                                             "post_ffn_norm_2"))
+        else:
+            self.ffn = None if single and mixer != "mlp" else \
+                MoE(t, a.c) if moe else FeedForward(t, a.c)
         self.post_ffn_norm = (Norm(t, "post_ffn_norm", kind, ("d_model",), NORMS[kind], comp, off)
                               if sandwich else None)
+
 
     def __call__(self) -> None:
         t, pre = self.t, self.c.norm_placement == "pre"
@@ -115,8 +129,19 @@ class Block:
                          RESIDUAL)
             y = t.name(y, "ln2 input", norm_course)
             h = self.ln2(y, "ln2 output")
-            f = self.scaled(self.post_ffn_norm(self.ffn(h, "W2"), "post_ffn_norm output"))
-            t.binary("aten.add", y, f, "x + post_attn_norm(attn), y + post_ffn_norm(ffn)", RESIDUAL)
+            f = self.ffn(h, "W2")
+            if self.moe is not None:  # Gemma4TextDecoderLayer: norm_1(mlp) + norm_2(experts)
+                post1, pre2, post2 = self.moe_norms
+                f = post1(f, "post_ffn_norm_1 output")
+                m = self.moe(pre2(y, "pre_ffn_norm_2 output"), "experts W2", router_x=y)
+                f = t.binary("aten.add", f, post2(m, "post_ffn_norm_2 output"),
+                             "MLP + experts", RESIDUAL, out="MLP + experts")
+            f = self.scaled(self.post_ffn_norm(f, "post_ffn_norm output"))
+            z = t.binary("aten.add", y, f, "x + post_attn_norm(attn), y + post_ffn_norm(ffn)",
+                         RESIDUAL, out="block output (before layer_scalar)")
+            if self.layer_scalar is not None:  # hidden_states *= self.layer_scalar
+                t.binary("aten.mul", z, self.layer_scalar, "× layer_scalar", RESIDUAL_SCALE,
+                         out="block output")
         else:  # OLMo-2: y = x + ln1(attn(x)); z = y + ln2(ffn(y))
             o = self.attn(x, "output projection output", "output projection")
             y = t.binary("aten.add", x, self.scaled(self.ln1(o, "ln1 output")),
@@ -192,7 +217,11 @@ def walk(c: ModelConfig, autocast: str | None = None, recompute: str = "none",
     kinds = list(dict.fromkeys(c.layer_kinds))
     t.groups = tuple((_symbol(kind, kinds),
                       tuple(i for i, k in enumerate(c.layer_kinds) if k == kind)) for kind in kinds)
-    if a.hf and c.positions == "rope":  # LlamaModel.rotary_emb: before the blocks' keys
+    if a.hf and c.positions == "rope" and c.global_shape:  # Gemma4TextRotaryEmbedding:
+        # inv_freq per layer kind, sorted (full_attention's first), of each kind's head dim
+        a.global_rotary = RotaryEmbedding(t, "d_kG", "full_attention_")
+        a.rotary = RotaryEmbedding(t, "d_k", "sliding_attention_")
+    elif a.hf and c.positions == "rope":  # LlamaModel.rotary_emb: before the blocks' keys
         a.rotary = RotaryEmbedding(t)
     blocks = []
     for kind, (symbol, _) in zip(kinds, t.groups):
@@ -201,7 +230,7 @@ def walk(c: ModelConfig, autocast: str | None = None, recompute: str = "none",
     comp = NORM_PARAMS[c.norm]
     ln_final = Norm(t, "ln_final", c.norm, ("d_model",), NORMS[c.norm], comp, c.norm_offset)
     lm_head = Linear(t, "lm_head", ("d_model",), ("V",), R.LM_HEAD, "LM head",
-                     weight=tok if c.tie_embeddings else None)
+                     c.lm_head_bias, weight=tok if c.tie_embeddings else None)
 
     # forward
     ids = t.name(t.fresh(("B", "T"), R.INT64), "token ids")
@@ -223,6 +252,8 @@ def walk(c: ModelConfig, autocast: str | None = None, recompute: str = "none",
             a.freqs = t.name(t.fresh(("T", "d_k"), FP32), "RoPE frequencies (fp32, once per pass)")
     if a.hf and c.positions == "rope":  # position_embeddings = self.rotary_emb(x, position_ids)
         a.rope_tables = a.rotary.tables(x)
+        if c.global_shape:
+            a.global_tables = a.global_rotary.tables(x)
     for block, (symbol, _) in zip(blocks, t.groups):
         with t.block(symbol):
             block()

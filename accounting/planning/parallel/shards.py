@@ -30,7 +30,7 @@ from accounting.ledger.ledger import Ledger, unfolded_ledger
 from accounting.ledger.symbols import product
 from accounting.ledger.builder.common import DROPOUT_MASK
 
-TP_SYMBOLS = ("h", "h_kv", "d_ff", "V")
+TP_SYMBOLS = ("h", "h_kv", "h_kvG", "d_ff", "V")  # h_kvG: Gemma 4's global K/V heads
 
 FIRST, BLOCK, LAST = "first stage", "every block", "last stage"
 # a tensor made once per forward pass and saved by the blocks (the RoPE tables transformers
@@ -126,7 +126,8 @@ class Split:
         """Symbol values on a TP rank: heads, d_ff and V split (V by torch.chunk)."""
         v = dict(values)
         for s in TP_SYMBOLS:
-            v[s] = chunk(values[s], tp, tp_rank)
+            if s in values:  # (h_kvG: only with a global head shape)
+                v[s] = chunk(values[s], tp, tp_rank)
         return v
 
     def activation_kind(self, a: R.Activation) -> str:
