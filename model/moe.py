@@ -12,7 +12,8 @@ by default: every token runs its k experts, however the router spreads them, so 
 matmul FLOPs are B·T·k expert passes whatever the routing. With a capacity factor c ≥ 1 every
 expert runs exactly C = ⌈c·B·T·k/E⌉ rows: its first C slots, zero rows as padding; a slot
 beyond C is dropped (its output is 0; the residual carries the token on).
-Shared experts (DeepSeek) are one gated MLP of n_shared·moe_d_ff every token runs; Qwen2-MoE
+Shared experts (DeepSeek) are one gated MLP of n_shared·moe_d_ff (or shared_d_ff: Nemotron-H,
+Granite 4.0-H) every token runs; squared-ReLU experts (Nemotron-H) have two matrices; Qwen2-MoE
 scales their output by sigmoid(x·w), a gate of d_model weights (shared_expert_gate).
 Llama 4 (router sigmoid with topk_first, scales_input): top-k of the raw scores, a sigmoid of the
 chosen k, and the weight scales the expert's INPUT; as Meta's reference and transformers'
@@ -32,7 +33,7 @@ from einops import einsum
 from torch import nn
 
 from .attention import softmax
-from .layers import ACTIVATIONS, GatedMLP, Linear, check_positive_int, clamped_swiglu
+from .layers import ACTIVATIONS, MLP, GatedMLP, Linear, check_positive_int, clamped_swiglu
 
 
 def expert_capacity(capacity_factor: float, slots: int, num_experts: int) -> int:
@@ -54,12 +55,15 @@ class Experts(nn.Module):
         self.num_experts, self.act = num_experts, ACTIVATIONS.get(activation)  # None: clamped
         std = math.sqrt(2.0 / (d_model + d_ff))  # as Linear's init (section 3.4.1)
         shapes = {"w1": (d_ff, d_model), "w2": (d_model, d_ff), "w3": (d_ff, d_model)}
+        self.gated = activation != "relu2"  # Nemotron-H's experts: relu(W1 x)², two matrices
+        if not self.gated:
+            del shapes["w3"]
         for name, shape in shapes.items():
             w = nn.Parameter(torch.empty(num_experts, *shape, device=device, dtype=dtype))
             nn.init.trunc_normal_(w, mean=0.0, std=std, a=-3 * std, b=3 * std)
             setattr(self, name, w)
         if bias:  # zeros, as Linear's bias
-            for name, width in (("b1", d_ff), ("b2", d_model), ("b3", d_ff)):
+            for name, width in (("b1", d_ff), ("b2", d_model), ("b3", d_ff))[:3 if self.gated else 2]:
                 setattr(self, name, nn.Parameter(torch.zeros(num_experts, width, device=device,
                                                              dtype=dtype)))
 
@@ -86,6 +90,8 @@ class Experts(nn.Module):
         a = self._linear(x, "1", experts)
         if self.act is None:  # gpt-oss's clamped SwiGLU reads both halves
             h = clamped_swiglu(a, self._linear(x, "3", experts))
+        elif not self.gated:
+            h = self.act(a)
         else:
             h = self.act(a) * self._linear(x, "3", experts)
         return self._linear(h, "2", experts, "e s f, e d f -> e s d")
@@ -108,7 +114,8 @@ class MoE(nn.Module):
                  activation, num_shared_experts, router, router_groups, router_topk_groups,
                  router_bias, norm_topk_prob, routed_scaling_factor, capacity_factor,
                  router_group_score, router_topk_first, router_linear_bias, expert_bias,
-                 scales_input=False, shared_expert_gate=False, router_bias_param=False):
+                 scales_input=False, shared_expert_gate=False, router_bias_param=False,
+                 shared_d_ff=None):
         super().__init__()
         for name, value in (("num_experts", num_experts), ("experts_per_token", experts_per_token),
                             ("d_ff", d_ff)):
@@ -133,8 +140,11 @@ class MoE(nn.Module):
             self.router_bias = None
         self.experts = Experts(num_experts, d_model, d_ff, device=device, dtype=dtype,
                                activation=activation, bias=expert_bias)
-        self.shared = (GatedMLP(d_model, num_shared_experts * d_ff, device=device, dtype=dtype,
-                                activation=activation) if num_shared_experts else None)
+        width = num_shared_experts * d_ff if shared_d_ff is None else shared_d_ff
+        self.shared = (None if not num_shared_experts else
+                       MLP(d_model, width, device=device, dtype=dtype, activation=activation)
+                       if activation == "relu2" else
+                       GatedMLP(d_model, width, device=device, dtype=dtype, activation=activation))
         # Qwen2-MoE's shared_expert_gate: one output, no bias (Qwen2MoeSparseMoeBlock)
         self.shared_gate = (Linear(d_model, 1, device=device, dtype=dtype)
                             if shared_expert_gate else None)

@@ -112,9 +112,12 @@ def test_verify_agrees_with_transformers(tmp_path, capsys):
     assert x["transformers"]["agrees"] and x["transformers"]["model_type"] == "nemotron_h"
 
 
-def test_expert_blocks_are_refused_in_one_line(tmp_path, capsys):
-    path = write_config(tmp_path, {**DATA, "hybrid_override_pattern": "ME*-"})
-    refused_in_one_line(capsys, "--config", str(path), "--no-verify", expected="expert blocks")
+def test_latent_expert_blocks_are_refused_in_one_line(tmp_path, capsys):
+    """Expert blocks (E) are read (tests/test_hf_nemotron_h_moe.py); their latent
+    projections (moe_latent_size) are not expressed yet."""
+    path = write_config(tmp_path, {**DATA, "hybrid_override_pattern": "ME*-",
+                                   "moe_latent_size": 16})
+    refused_in_one_line(capsys, "--config", str(path), "--no-verify", expected="latent")
 
 
 FULL = FRONTIER / "Nemotron-H-56B-Base-8K.json"

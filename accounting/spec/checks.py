@@ -211,7 +211,7 @@ def _check_needs(c) -> None:
 
 
 def _check_moe(c) -> None:
-    for f in ("num_experts", "moe_d_ff"):
+    for f in ("num_experts", "moe_d_ff", "shared_d_ff"):
         _positive(c, f)
     for f in ("experts_per_token", "router_groups", "router_topk_groups"):
         _positive(c, f, allow_none=False)
@@ -248,9 +248,13 @@ def _check_moe(c) -> None:
     if c.shared_expert_gate and not c.num_shared_experts:
         raise UsageError("shared_expert_gate scales the shared experts' output, but "
                          "num_shared_experts is 0; give --shared-experts N or drop the gate")
-    if not c.mlp_kind.gated or c.mlp_bias:
+    if c.shared_d_ff is not None and not c.num_shared_experts:
+        raise UsageError("shared_d_ff is the shared experts' width, but num_shared_experts is "
+                         "0; give --shared-experts N or drop it")
+    if not (c.mlp_kind.gated or c.mlp == "relu2") or c.mlp_bias:
         gated = ", ".join(name for name, kind in MLPS.items() if kind.gated)
-        raise UsageError(f"mixture-of-experts layers run gated experts ({gated}) and mlp_bias "
+        raise UsageError(f"mixture-of-experts layers run gated experts ({gated}) or squared-"
+                         f"ReLU ones (relu2: Nemotron-H's two matrices) and mlp_bias "
                          f"false (expert_bias gives the routed experts biases), got mlp "
                          f"{c.mlp}{' with biases' if c.mlp_bias else ''}")
     if c.router_topk_first and (c.router_bias or c.router_groups > 1):

@@ -52,7 +52,7 @@ from accounting.spec.hf_schema import (  # noqa: F401
 from accounting.spec import (  # noqa: F401
     hf_types_dense, hf_types_parallel, hf_types_gemma, hf_types_moe, hf_types_gpt_oss,
     hf_types_llama4, hf_types_cohere, hf_types_moe2, hf_types_dense2,
-    hf_types_hybrid)
+    hf_types_hybrid, hf_types_mamba_moe)
 
 def supported_types() -> str:
     """The model_types a config.json may name, in the table's order: the one list --help,

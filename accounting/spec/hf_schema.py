@@ -444,9 +444,6 @@ UNSUPPORTED: Mapping[str, str] = MappingProxyType({
                  "hybrid), and the spec has one token mixer per block",
     "jamba": "runs Mamba-1 layers (a selective scan with x_proj and dt_proj and a state per "
              "channel), and the spec has Mamba-2's",
-    "granitemoehybrid": "mixes Mamba-2 and attention layers with Granite's multipliers and a "
-                        "shared MLP beside each mixture of experts, a layout the spec does "
-                        "not express yet",
 })
 
 # model_types whose config.json wraps a language model's config (a vision-language model):

@@ -22,7 +22,7 @@ class MoE:
     """Router (a linear map to E scores, biased for gpt-oss; softmax, or a sigmoid with
     DeepSeek-V3's bias; group-limited choice by a group's two best scores (V3) or its best
     (V2); or gpt-oss's top-k of the logits before the softmax over the k), top-k, the routed token slots gathered, run through E stacked
-    gated experts, weighted and added back; shared experts beside. Dropless: B·T·k slots,
+    experts (gated, or two matrices for relu2), weighted and added back; shared experts beside. Dropless: B·T·k slots,
     whatever the routing (on meta the model deals them in turn); with a capacity factor,
     E·C slots (C = ⌈c·B·T·k/E⌉), of which B·T·k at most are useful."""
 
@@ -41,10 +41,12 @@ class MoE:
             with t.scope("experts"):
                 self.w1 = t.param("w1", E + f + d, R.FFN, dims=(1, len(f), len(d)))
                 self.w2 = t.param("w2", E + d + f, R.FFN, dims=(1, len(d), len(f)))
-                self.w3 = t.param("w3", E + f + d, R.FFN, dims=(1, len(f), len(d)))
+                # two matrices where the MLP is not gated (Nemotron-H's squared-ReLU experts)
+                self.w3 = (t.param("w3", E + f + d, R.FFN, dims=(1, len(f), len(d)))
+                           if self.kind.gated else None)
                 self.b = {}
                 if c.expert_bias:  # gpt-oss: (E, width) each, after w1, w2, w3
-                    for n, width in (("1", f), ("2", d), ("3", f)):
+                    for n, width in (("1", f), ("2", d), ("3", f))[:3 if self.kind.gated else 2]:
                         self.b[n] = t.param("b" + n, E + width, R.FFN, dims=(1, len(width)))
             self.shared = None
             if c.num_shared_experts:
@@ -52,7 +54,8 @@ class MoE:
                 with t.scope("shared"):
                     self.shared = (Linear(t, "w1", d, sf, R.FFN, "shared expert W1"),
                                    Linear(t, "w2", sf, d, R.FFN, "shared expert W2"),
-                                   Linear(t, "w3", d, sf, R.FFN, "shared expert W3"))
+                                   Linear(t, "w3", d, sf, R.FFN, "shared expert W3")
+                                   if self.kind.gated else None)
             # Qwen2-MoE: sigmoid(x·w) scales the shared output (model/moe.py shared_gate)
             self.shared_gate = (Linear(t, "shared_gate", d, ("1",), R.FFN, "shared expert gate")
                                 if c.shared_expert_gate else None)
@@ -78,9 +81,10 @@ class MoE:
                                            "shared gated product")
                     else:
                         g = activation(t, self.kind.activation, a, self.component, "")
-                        b = w3(x, "shared W3 output")
-                        g = t.binary("aten.mul", g, b, "shared gate", self.component,
-                                     out="shared gated product")
+                        if w3 is not None:
+                            b = w3(x, "shared W3 output")
+                            g = t.binary("aten.mul", g, b, "shared gate", self.component,
+                                         out="shared gated product")
                     sh = w2(g, "shared W2 output")
                 if self.shared_gate is not None:  # sigmoid(gate(x)) · shared: (B, T, 1) broadcast
                     z = self.shared_gate(x, "shared expert gate logit")
@@ -286,7 +290,8 @@ class MoE:
                 g = clamped_swiglu(t, a, b, self.component, "expert gated product")
             else:
                 g = activation(t, self.kind.activation, a, self.component, "")
-                b = linear(xs, "3", "expert W3", d, f, "expert W3 output", "W3")
-                g = t.binary("aten.mul", g, b, "expert gate", self.component,
-                             out="expert gated product")
+                if self.w3 is not None:
+                    b = linear(xs, "3", "expert W3", d, f, "expert W3 output", "W3")
+                    g = t.binary("aten.mul", g, b, "expert gate", self.component,
+                                 out="expert gated product")
             return linear(g, "2", "expert W2", f, d, "expert outputs", "W2")
