@@ -121,6 +121,8 @@ def _granite_layers(v: Mapping, where: str):
         raise UsageError(f"{where}: position_embedding_type must be rope, nope or null, got "
                          f"{pos!r}")
     fields["positions"] = "rope" if pos == "rope" else "none"
+    if pos == "rope":  # rope_theta counts nothing, but the spec keeps it only with RoPE
+        fields["rope_theta"] = v["rope_theta"]
     return fields, ()
 
 
@@ -164,7 +166,7 @@ register(HFType(
               {k: a for k, a in GATED_ACTS.items() if a == "swiglu"})),
           Key("rms_norm_eps", ("norm_eps",), EPS, 1e-6),
           Key("tie_word_embeddings", ("tie_embeddings",), BOOL, False),
-          Key("rope_theta", ("rope_theta",), THETA, 10000.0,
+          Key("rope_theta", (), THETA, 10000.0,
               aliases=("rope_parameters.rope_theta", "rope_scaling.rope_theta")),
           Key("embedding_multiplier", ("embedding_multiplier",), THETA, 1.0),
           Key("residual_multiplier", ("residual_multiplier",), THETA, 1.0),
@@ -209,11 +211,11 @@ register(HFType(
     free=ROUTER_FREE | {"normalization_function", "init_method"},
     derived=(Derived(("layer_types", "mamba_heads", "mamba_head_dim", "mamba_dt_min",
                       "num_experts", "moe_d_ff", "num_shared_experts", "shared_d_ff",
-                      "experts_per_token", "d_ff", "positions"),
+                      "experts_per_token", "d_ff", "positions", "rope_theta"),
                      ("num_hidden_layers", "layer_types", "hidden_size", "mamba_n_heads",
                       "mamba_d_head", "mamba_expand", "time_step_limit", "num_local_experts",
                       "intermediate_size", "shared_intermediate_size", "num_experts_per_tok",
-                      "position_embedding_type"), _granite_layers,
+                      "position_embedding_type", "rope_theta"), _granite_layers,
                      "mamba layers: layer_types (mamba or attention), else every layer; "
                      "mamba_d_head auto = mamba_expand·hidden_size // mamba_n_heads; experts "
                      "of intermediate_size with one shared MLP of shared_intermediate_size "
