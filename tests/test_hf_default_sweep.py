@@ -49,6 +49,7 @@ def _examples() -> dict[str, dict]:
     import test_hf_frontier_dense
     import test_hf_frontier_moe
     import test_hf_gemma
+    import test_hf_granitemoehybrid
     import test_hf_lfm2
     import test_hf_llama4
     import test_hf_nemotron_h
@@ -60,7 +61,8 @@ def _examples() -> dict[str, dict]:
               test_hf_frontier_moe):
         for data in m.CONFIGS.values():
             out.setdefault(data["model_type"], data)
-    for m in (test_hf_lfm2, test_hf_qwen3_next, test_hf_nemotron_h):  # one example each
+    for m in (test_hf_lfm2, test_hf_qwen3_next, test_hf_nemotron_h,  # one example each
+              test_hf_granitemoehybrid):
         out.setdefault(m.DATA["model_type"], m.DATA)
     return out
 

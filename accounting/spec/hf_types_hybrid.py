@@ -243,8 +243,8 @@ NEMOTRON_KINDS = {"M": "mamba", "*": "global", "-": "mlp", "E": "mlp",
 
 def _nemotron_h_layers(v: Mapping, where: str):
     """NemotronHConfig.__post_init__: layers_block_type (layer_types) as given, else the
-    hybrid_override_pattern's characters (M Mamba-2, * attention, - MLP, E experts); the
-    layer count is that list's length (num_hidden_layers is then ignored)."""
+    hybrid_override_pattern's characters (M Mamba-2, * attention, - MLP, E experts; absent
+    both: "ME*-", NemotronHConfig's default; null fails there); the layer count is that list's length (num_hidden_layers is then ignored)."""
     given, pattern = v["layers_block_type"], v["hybrid_override_pattern"]
     kinds = list(pattern) if given is None and isinstance(pattern, str) else given
     if not isinstance(kinds, list) or not kinds:
@@ -296,7 +296,7 @@ register(HFType(
           Key("use_bias", ("mamba_bias",), BOOL, False),
           Key("time_step_min", ("mamba_dt_min",), EPS, 0.001, aliases=("mamba_dt_min",)),
           Key("mamba_hidden_act", (), CHOICE, "silu", MappingProxyType({"silu": "silu"})),
-          Key("hybrid_override_pattern", (), PATTERN, None),
+          Key("hybrid_override_pattern", (), PATTERN, "ME*-"),
           Key("layers_block_type", (), LIST, None, aliases=("layer_types",)))
         + NEMOTRON_MOE_KEYS,
     fixed=MappingProxyType(dict(norm="rmsnorm", norm_placement="pre", positions="none",

@@ -94,6 +94,10 @@ def _granite_layers(v: Mapping, where: str):
                          f"each mamba or attention")
     fields: dict = {}
     types = tuple(GRANITE_KINDS[t] for t in given)
+    if "global" not in types:
+        raise UsageError(f"{where}: layer_types has no attention layer (null: every layer "
+                         f"Mamba-2); transformers' GraniteMoeHybridModel fails on it (its "
+                         f"cache's get_seq_length needs an attention layer)")
     if "mamba" in types:
         d, heads, expand = v["hidden_size"], v["mamba_n_heads"], v["mamba_expand"]
         if not isinstance(expand, int) or isinstance(expand, bool) or expand <= 0:
@@ -104,8 +108,8 @@ def _granite_layers(v: Mapping, where: str):
         if not isinstance(head, int) or isinstance(head, bool) or head * heads != inner:
             raise UsageError(f"{where}: mamba_n_heads {heads} × mamba_d_head {head!r} must be "
                              f"mamba_expand·hidden_size = {inner} (GraniteMoeHybridConfig)")
-        limit = v["time_step_limit"] or [0.0, None]
-        if not (isinstance(limit, list) and len(limit) == 2 and isinstance(limit[0], (int, float))
+        limit = v["time_step_limit"]
+        if not (isinstance(limit, (list, tuple)) and len(limit) == 2 and isinstance(limit[0], (int, float))
                 and not isinstance(limit[0], bool) and 0 <= limit[0]):
             raise UsageError(f"{where}: time_step_limit must be [min, max] with min ≥ 0, got "
                              f"{limit!r}")
@@ -185,8 +189,8 @@ register(HFType(
           Key("mamba_chunk_size", ("mamba_chunk",), INT, 256),
           Key("mamba_conv_bias", ("conv_bias",), BOOL, True),
           Key("mamba_proj_bias", ("mamba_bias",), BOOL, False),
-          # null: transformers' (0.0, inf); only its lower end changes an op (none a count)
-          Key("time_step_limit", (), LIST, None)),
+          # only its lower end changes an op (none a count); null fails in transformers' mixer
+          Key("time_step_limit", (), LIST, (0.0, float("inf")))),
     fixed=MappingProxyType(dict(norm="rmsnorm", norm_placement="pre", qk_norm="none",
                                 mlp_bias=False, router="softmax", router_topk_first=True,
                                 norm_topk_prob=False)),
