@@ -305,8 +305,10 @@ register(HFType(
     rules="blocks of one sublayer each, x + mixer(norm(x)) (NemotronHBlock): Mamba-2 "
           "(NemotronHMamba2Mixer: in_proj to z, x·B·C, dt; conv1d and SiLU; the chunked SSD "
           "scan; a grouped gated RMSNorm; out_proj), grouped attention without RoPE and "
-          "without biases (NemotronHAttention), or a squared-ReLU MLP (NemotronHMLP); final "
-          "norm_f; head untied unless tie_word_embeddings",
+          "without biases (NemotronHAttention), a squared-ReLU MLP (NemotronHMLP), or (E) "
+          "squared-ReLU experts with a sigmoid router whose choice adds "
+          "e_score_correction_bias (a buffer) beside one shared squared-ReLU MLP "
+          "(NemotronHMoE); final norm_f; head untied unless tie_word_embeddings",
     names=NEMOTRON_H_NAMES, must=(
         Must("sliding_window", lambda v, d: v is None, "null",
              "a sliding window on the attention blocks"),) + NEMOTRON_MOE_MUST,
