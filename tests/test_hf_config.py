@@ -186,7 +186,9 @@ def test_the_table_is_a_registry_that_refuses_duplicates():
                           "olmoe", "qwen2_moe", "glm4_moe", "minimax_m2", "smollm3", "glm4", "olmo3",
                           "seed_oss", "exaone4", "deepseek_v32", "ernie4_5_moe",
                           # issue 31 (part B)
-                          "lfm2", "qwen3_next", "nemotron_h"}
+                          "lfm2", "qwen3_next", "nemotron_h",
+                          # issue 31 (Mamba-2 hybrids with experts)
+                          "granitemoehybrid"}
 
 
 def test_every_type_names_every_module_the_ledger_has():
