@@ -115,7 +115,7 @@ class MoE(nn.Module):
                  router_bias, norm_topk_prob, routed_scaling_factor, capacity_factor,
                  router_group_score, router_topk_first, router_linear_bias, expert_bias,
                  scales_input=False, shared_expert_gate=False, router_bias_param=False,
-                 shared_d_ff=None):
+                 shared_d_ff=None, moe_latent_size=None):
         super().__init__()
         for name, value in (("num_experts", num_experts), ("experts_per_token", experts_per_token),
                             ("d_ff", d_ff)):
@@ -138,7 +138,10 @@ class MoE(nn.Module):
             self.register_buffer("router_bias", torch.zeros(num_experts, device=device, dtype=dtype))
         else:
             self.router_bias = None
-        self.experts = Experts(num_experts, d_model, d_ff, device=device, dtype=dtype,
+        # Nemotron-H's latent experts: the routed tokens projected to moe_latent_size and
+        # the experts' sum back (NemotronHMoE's fc1_latent_proj, fc2_latent_proj)
+        width = d_model if moe_latent_size is None else moe_latent_size
+        self.experts = Experts(num_experts, width, d_ff, device=device, dtype=dtype,
                                activation=activation, bias=expert_bias)
         width = num_shared_experts * d_ff if shared_d_ff is None else shared_d_ff
         self.shared = (None if not num_shared_experts else
@@ -148,6 +151,11 @@ class MoE(nn.Module):
         # Qwen2-MoE's shared_expert_gate: one output, no bias (Qwen2MoeSparseMoeBlock)
         self.shared_gate = (Linear(d_model, 1, device=device, dtype=dtype)
                             if shared_expert_gate else None)
+        if moe_latent_size is not None:
+            self.fc1_latent = Linear(d_model, moe_latent_size, device=device, dtype=dtype)
+            self.fc2_latent = Linear(moe_latent_size, d_model, device=device, dtype=dtype)
+        else:
+            self.fc1_latent = self.fc2_latent = None
 
     def shared_output(self, x: torch.Tensor) -> torch.Tensor:
         """The shared experts' output, × sigmoid(gate(x)) with Qwen2-MoE's gate."""
@@ -204,6 +212,16 @@ class MoE(nn.Module):
         if self.scales_input:
             y = self.all_experts(x, weights, experts)
             return (y if self.shared is None else y + self.shared_output(x)).reshape(shape)
+        y = self.routed(x if self.fc1_latent is None else self.fc1_latent(x), weights, experts)
+        if self.fc2_latent is not None:
+            y = self.fc2_latent(y)
+        if self.shared is not None:
+            y = y + self.shared_output(x)
+        return y.reshape(shape)
+
+    def routed(self, x: torch.Tensor, weights: torch.Tensor, experts: torch.Tensor) -> torch.Tensor:
+        """The routed experts' weighted sum per token: x (tokens width) -> (tokens width)."""
+        shape = x.shape
         n, k = (int(s) for s in experts.shape)  # ints under jit tracing too
         flat = experts.reshape(-1)  # the expert of each slot (token-major)
         if x.is_meta:  # no router values on meta: deal the slots to the experts in turn
@@ -235,7 +253,4 @@ class MoE(nn.Module):
         # router's exp runs in float32), under CPU autocast bf16, which index_add refuses
         # into a float32 buffer (issue 32); a no-op cast wherever the dtypes agree
         weighted = (out * slot_weights.unsqueeze(-1)).to(x.dtype)
-        y = x.new_zeros(n, shape[-1]).index_add(0, slot_token, weighted)
-        if self.shared is not None:
-            y = y + self.shared_output(x)
-        return y.reshape(shape)
+        return x.new_zeros(n, shape[-1]).index_add(0, slot_token, weighted)

@@ -10,8 +10,10 @@ e_score_correction_bias (E), not a parameter; F.linear in float32, sigmoid, + bi
 choice, n_group groups by their two best, top-k, renormalised, × routed_scaling_factor);
 experts = NemotronHExperts: up_proj (E, f_e, d) and down_proj (E, d, f_e), relu², no gate;
 shared_experts = NemotronHMLP(up_proj d → f_s, down_proj f_s → d, relu²) with f_s =
-moe_shared_expert_intermediate_size (n_shared_experts is not read); fc1/fc2_latent_proj
-only with moe_latent_size (refused here). The other blocks as tests/test_hf_nemotron_h.py.
+moe_shared_expert_intermediate_size (n_shared_experts is not read); with moe_latent_size l,
+fc1_latent_proj (d → l) before the experts, which then run at l (up_proj (E, f_e, l),
+down_proj (E, l, f_e)), and fc2_latent_proj (l → d) after their sum, the shared MLP still on
+the block's input. The other blocks as tests/test_hf_nemotron_h.py.
 """
 import json
 import math
@@ -46,10 +48,10 @@ def spec():
     return translate(DATA, "config.json", "nemotron-h-moe-tiny").config
 
 
-def _transformers_model(device: str):
+def _transformers_model(device: str, data=DATA):
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
-    cfg = transformers.NemotronHConfig(**{k: v for k, v in DATA.items()
+    cfg = transformers.NemotronHConfig(**{k: v for k, v in data.items()
                                            if k not in ("architectures", "model_type", "torch_dtype")})
     with torch.device(device):
         return transformers.NemotronHForCausalLM(cfg)
@@ -125,6 +127,28 @@ def test_verify_agrees_with_transformers(tmp_path, capsys):
     assert x["transformers"]["agrees"] and x["transformers"]["model_type"] == "nemotron_h"
 
 
+LAT = 12
+LATENT = {**DATA, "moe_latent_size": LAT}
+
+
+def test_latent_experts_equal_hand_algebra_and_transformers():
+    """moe_latent_size: + fc1 (d·l) and fc2 (l·d) per expert block, the experts' d → l."""
+    model = _transformers_model("meta", LATENT)
+    c = translate(LATENT, "config.json", "latent").config
+    per_block = D * LAT + LAT * D + 2 * E * FE * (LAT - D)
+    assert c.moe_latent_size == LAT
+    assert analyze(c, 8, 1).param_count == hand_params() + MOE_BLOCKS * per_block == \
+        sum(p.numel() for p in model.parameters())
+    T = 40  # fc1 and fc2 on every token; the T·k slots' up and down at l
+    flops = 2 * T * D * LAT * 2 + 2 * 2 * T * TOPK * FE * (LAT - D)
+    assert analyze(c, T, 1, "forward").matmul_flops() == hand_forward_flops(T) + MOE_BLOCKS * flops
+
+
+def test_latent_verify_agrees_with_transformers(tmp_path, capsys):
+    x = agreeing_check(capsys, "--config", str(write_config(tmp_path, LATENT)), "--ctx", "40")
+    assert x["transformers"]["agrees"]
+
+
 # NVIDIA-Nemotron-3-Nano-30B-A3B's config.json (huggingface.co/nvidia/NVIDIA-Nemotron-3-Nano-
 # 30B-A3B-BF16), its keys that change a count, as published
 NANO = {"architectures": ["NemotronHForCausalLM"], "model_type": "nemotron_h",
@@ -154,3 +178,23 @@ def test_nemotron_3_nano_counts(tmp_path, capsys):
     assert round(p["total"] / 1e9, 1) == 31.6
     assert round(p["active_per_token"] / 1e9, 1) == 3.6
     assert round((p["active_per_token"] - 131072 * 2688) / 1e9, 1) == 3.2
+
+
+def test_nemotron_3_super_counts(tmp_path, capsys):
+    """NVIDIA-Nemotron-3-Super-120B-A12B's count keys (its config.json: 88 layers, 40 Mamba-2,
+    40 latent expert blocks, 8 attention; 512 experts top-22 of 2,688 at latent 1,024, a
+    shared MLP of 5,376; the pattern's order changes no count): transformers 5.23 on the
+    meta device counts 120,668,687,360 (run for this test); NVIDIA: "120B total, 12B
+    active" (active less the input embedding table: 12,233,346,048)."""
+    data = {**NANO, "hidden_size": 4096, "num_hidden_layers": 88,
+            "hybrid_override_pattern": ("ME" * 5 + "*") * 8, "num_attention_heads": 32,
+            "mamba_num_heads": 128, "n_routed_experts": 512, "num_experts_per_tok": 22,
+            "moe_intermediate_size": 2688, "moe_latent_size": 1024,
+            "moe_shared_expert_intermediate_size": 5376, "routed_scaling_factor": 5.0,
+            "num_nextn_predict_layers": 1, "mtp_hybrid_override_pattern": "*E"}
+    code, out, err = run(capsys, "--config", str(write_config(tmp_path, data)), "--no-verify",
+                         "--format", "json")
+    assert code == 0, err
+    p = json.loads(out)["parameters"]
+    assert p["total"] == 120_668_687_360
+    assert round((p["active_per_token"] - 131072 * 4096) / 1e9) == 12

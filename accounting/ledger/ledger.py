@@ -140,6 +140,8 @@ class Ledger:
                         "d_s": c.shared_expert_d_ff, "G": c.router_groups,
                         "E/G": c.num_experts // c.router_groups, "2": 2, "1": 1,
                         "k_G": c.router_topk_groups})
+            if c.moe_latent_size is not None:
+                out["d_l"] = c.moe_latent_size
             if c.moe_capacity_factor is not None:
                 cap = expert_capacity(c.moe_capacity_factor, batch * seq * c.experts_per_token,
                                       c.num_experts)

@@ -140,6 +140,12 @@ class ModelConfig:
                                    needs="num_experts",
                                    help="the shared experts' inner width (default: "
                                         "--shared-experts × the experts' width)")
+    # Nemotron-3-Super's latent experts: the routed tokens projected to this width before
+    # the experts and back after (NemotronHMoE's fc1_latent_proj, fc2_latent_proj)
+    moe_latent_size: int | None = spec(None, kind=SIZE, flag="--moe-latent-size", group=EXTRAS,
+                                       needs="num_experts",
+                                       help="the routed experts run at this width between two "
+                                            "projections (Nemotron-H's moe_latent_size)")
     # Qwen2-MoE's shared_expert_gate (Qwen3-Next's too): sigmoid(x·w), w of d_model, scales the
     # shared experts' output per token
     shared_expert_gate: bool = spec(False, kind=FLAG, flag="--shared-expert-gate", group=EXTRAS,

@@ -11,7 +11,7 @@ from typing import Mapping
 
 from accounting.runtime.errors import UsageError
 from accounting.spec.hf_schema import (
-    ATTENTION_DROPOUT, BOOL, CHOICE, EPS, GATED_ACTS, INT, LIST, NONNEG, PATTERN, THETA,
+    ATTENTION_DROPOUT, BOOL, CHOICE, EPS, GATED_ACTS, INT, INT_OR_NULL, LIST, NONNEG, PATTERN, THETA,
     WINDOW_PATTERN, Derived, HFType,
     Key, ModuleNames, Must, Noted, Required, kv_heads, register, rope_must)
 from accounting.spec.hf_types_moe import ROUTER_FREE
@@ -21,7 +21,9 @@ from accounting.spec.hf_types_moe import ROUTER_FREE
 # for the choice, n_group groups ranked by their two best, the top-k renormalised and times
 # routed_scaling_factor), n_routed_experts squared-ReLU experts of moe_intermediate_size
 # (NemotronHExperts: up_proj, down_proj; no gate), one shared squared-ReLU MLP of
-# moe_shared_expert_intermediate_size (NemotronHMLP), added to the routed output.
+# moe_shared_expert_intermediate_size (NemotronHMLP), added to the routed output; with
+# moe_latent_size the routed tokens pass fc1_latent_proj (d → latent) before the experts
+# (which run at the latent width) and fc2_latent_proj after (Nemotron-3-Super).
 NEMOTRON_MOE_KEYS = (
     Key("n_routed_experts", (), INT, 8, aliases=("num_local_experts",)),
     Key("num_experts_per_tok", (), INT, 2),
@@ -30,15 +32,14 @@ NEMOTRON_MOE_KEYS = (
     Key("n_group", (), INT, 1),
     Key("topk_group", (), INT, 1),
     Key("norm_topk_prob", (), BOOL, True),
-    Key("routed_scaling_factor", (), THETA, 1.0))
+    Key("routed_scaling_factor", (), THETA, 1.0),
+    Key("moe_latent_size", (), INT_OR_NULL, None))
 NEMOTRON_MOE_KEY_NAMES = tuple(k.hf for k in NEMOTRON_MOE_KEYS)
 NEMOTRON_MOE_FIELDS = ("num_experts", "experts_per_token", "moe_d_ff", "num_shared_experts",
                        "shared_d_ff", "router_groups", "router_topk_groups", "norm_topk_prob",
-                       "routed_scaling_factor", "router", "router_bias", "dense_layers")
-NEMOTRON_MOE_MUST = (
-    Must("moe_latent_size", lambda v, d: v is None, "null",
-         "latent projections around the experts (fc1_latent_proj, fc2_latent_proj: the "
-         "experts run at moe_latent_size), which the spec does not express yet"),)
+                       "routed_scaling_factor", "router", "router_bias", "dense_layers",
+                       "moe_latent_size")
+NEMOTRON_MOE_MUST = ()
 NEMOTRON_MOE_NOTED = (
     Noted("num_nextn_predict_layers", lambda v: v in (0, None),
           "{settings}: transformers' NemotronH builds no multi-token-prediction layers (it "
@@ -53,7 +54,8 @@ NEMOTRON_MOE_FREE = frozenset({"n_shared_experts", "moe_shared_expert_overlap",
 NEMOTRON_MOE_NAMES = MappingProxyType({
     "ffn.router": "mixer.gate", "ffn.experts": "mixer.experts",
     "ffn.shared.w1": "mixer.shared_experts.up_proj",
-    "ffn.shared.w2": "mixer.shared_experts.down_proj"})
+    "ffn.shared.w2": "mixer.shared_experts.down_proj",
+    "ffn.fc1_latent": "mixer.fc1_latent_proj", "ffn.fc2_latent": "mixer.fc2_latent_proj"})
 
 
 def nemotron_experts(v: Mapping, where: str, experts: list[bool]) -> dict:
@@ -69,7 +71,7 @@ def nemotron_experts(v: Mapping, where: str, experts: list[bool]) -> dict:
             "shared_d_ff": v["moe_shared_expert_intermediate_size"], "router_groups": groups,
             "router_topk_groups": v["topk_group"], "norm_topk_prob": v["norm_topk_prob"],
             "routed_scaling_factor": v["routed_scaling_factor"], "router": "sigmoid",
-            "router_bias": True,
+            "router_bias": True, "moe_latent_size": v["moe_latent_size"],
             "dense_layers": tuple(i for i, e in enumerate(experts) if not e)}
 
 
