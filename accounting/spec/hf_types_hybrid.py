@@ -17,7 +17,7 @@ from accounting.spec.hf_schema import (
 from accounting.spec.hf_types_moe import ROUTER_FREE
 from accounting.spec.hf_types_mamba_moe import (
     NEMOTRON_MOE_FIELDS, NEMOTRON_MOE_FREE, NEMOTRON_MOE_KEY_NAMES, NEMOTRON_MOE_KEYS,
-    NEMOTRON_MOE_MUST, NEMOTRON_MOE_NAMES, NEMOTRON_MOE_NOTED, nemotron_experts)
+    NEMOTRON_MOE_NAMES, NEMOTRON_MOE_NOTED, nemotron_experts)
 
 
 def _lfm2_d_ff(v: Mapping, where: str):
@@ -311,7 +311,7 @@ register(HFType(
           "(NemotronHMoE); final norm_f; head untied unless tie_word_embeddings",
     names=NEMOTRON_H_NAMES, must=(
         Must("sliding_window", lambda v, d: v is None, "null",
-             "a sliding window on the attention blocks"),) + NEMOTRON_MOE_MUST,
+             "a sliding window on the attention blocks"),),
     noted=(ATTENTION_DROPOUT, Noted("hidden_dropout", lambda v: v in (0, 0.0, None),
                                     "{settings}: dropout is not counted")) + NEMOTRON_MOE_NOTED,
     # keys NemotronHConfig keeps that no NemotronH module reads for a count (the SSM's

@@ -13,7 +13,7 @@ from accounting.runtime.errors import UsageError
 from accounting.spec.hf_schema import (
     ATTENTION_DROPOUT, BOOL, CHOICE, EPS, GATED_ACTS, INT, INT_OR_NULL, LIST, NONNEG, PATTERN, THETA,
     WINDOW_PATTERN, Derived, HFType,
-    Key, ModuleNames, Must, Noted, Required, kv_heads, register, rope_must)
+    Key, ModuleNames, Noted, Required, kv_heads, register, rope_must)
 from accounting.spec.hf_types_moe import ROUTER_FREE
 
 # ---- Nemotron-H's expert blocks (NemotronHMoE, modeling_nemotron_h.py): a sigmoid router
@@ -39,7 +39,6 @@ NEMOTRON_MOE_FIELDS = ("num_experts", "experts_per_token", "moe_d_ff", "num_shar
                        "shared_d_ff", "router_groups", "router_topk_groups", "norm_topk_prob",
                        "routed_scaling_factor", "router", "router_bias", "dense_layers",
                        "moe_latent_size")
-NEMOTRON_MOE_MUST = ()
 NEMOTRON_MOE_NOTED = (
     Noted("num_nextn_predict_layers", lambda v: v in (0, None),
           "{settings}: transformers' NemotronH builds no multi-token-prediction layers (it "
