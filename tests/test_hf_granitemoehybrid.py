@@ -186,3 +186,18 @@ def test_published_sizes(tmp_path, capsys, data, total_b, active_b):
     assert round(p["total"] / 1e9) == total_b
     # active per token, the tied embedding table counted once (Small 8.80B, Tiny 1.47B)
     assert round(p["active_per_token"] / 1e9) == active_b
+
+
+def test_lora_on_named_layers_equals_peft(tmp_path, capsys):
+    """PEFT's LoRA (r 4) on transformers' model: shared_mlp's input_linear (one adapter of
+    d → 2·f_s: the spec's fused w1 and w3) and output_linear, Mamba-2's in_proj, q_proj;
+    trainable parameters as PEFT counts them."""
+    peft = pytest.importorskip("peft")
+    targets = ["input_linear", "output_linear", "in_proj", "q_proj"]
+    pm = peft.get_peft_model(_transformers_model("cpu"), peft.LoraConfig(r=4, target_modules=targets))
+    theirs = sum(p.numel() for p in pm.parameters() if p.requires_grad)
+    code, out, err = run(capsys, "plan", "--config", str(write_config(tmp_path, DATA)), "--ctx",
+                         "64", "--lora-rank", "4", "--lora-targets", ",".join(targets),
+                         "--format", "json")
+    assert code == 0, err
+    assert json.loads(out)["finetune"]["trainable_parameters"] == theirs

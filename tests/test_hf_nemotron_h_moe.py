@@ -198,3 +198,18 @@ def test_nemotron_3_super_counts(tmp_path, capsys):
     p = json.loads(out)["parameters"]
     assert p["total"] == 120_668_687_360
     assert round((p["active_per_token"] - 131072 * 4096) / 1e9) == 12
+
+
+def test_lora_on_named_layers_equals_peft(tmp_path, capsys):
+    """PEFT's LoRA (r 4) on transformers' model: up_proj and down_proj are the shared
+    experts' and the MLP block's (the routed experts' are stacked parameters, not layers),
+    Mamba-2's in_proj, attention's o_proj; trainable parameters as PEFT counts them."""
+    peft = pytest.importorskip("peft")
+    targets = ["up_proj", "down_proj", "in_proj", "o_proj"]
+    pm = peft.get_peft_model(_transformers_model("cpu"), peft.LoraConfig(r=4, target_modules=targets))
+    theirs = sum(p.numel() for p in pm.parameters() if p.requires_grad)
+    code, out, err = run(capsys, "plan", "--config", str(write_config(tmp_path, DATA)), "--ctx",
+                         "64", "--lora-rank", "4", "--lora-targets", ",".join(targets),
+                         "--format", "json")
+    assert code == 0, err
+    assert json.loads(out)["finetune"]["trainable_parameters"] == theirs
