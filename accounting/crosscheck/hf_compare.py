@@ -275,11 +275,11 @@ def _experts_note(x) -> str:
 
 def _router_note(c) -> str:
     """How transformers' router runs, per routing the spec has."""
-    if c.router_topk_first:  # gpt-oss
-        return ("Router (mlp.router, GptOssTopKRouter): F.linear with its bias (addmm: the "
-                "product counted, the bias add non-matmul), top-k of the logits, softmax over "
-                "the k chosen: as the tool's model; the routing ops are non-matmul FLOPs, "
-                "compared on the tool's model/ only.")
+    if c.router_topk_first:  # gpt-oss (a bias: addmm, its add non-matmul), Granite 4.0-H
+        return ("Router (GptOssTopKRouter, GraniteMoeHybridTopKRouter): F.linear"
+                + (" with its bias (addmm)" if c.router_linear_bias else "") + ", top-k of the "
+                "logits, softmax over the k chosen: as the tool's model; the routing ops are "
+                "non-matmul FLOPs, compared on the tool's model/ only.")
     if c.router == "sigmoid":
         router = ("F.linear in float32, sigmoid, + e_score_correction_bias (a buffer, in "
                   "neither parameter count), the best groups' experts kept by masked_fill(−inf)")
