@@ -133,12 +133,10 @@ def _qwen3_next_layers(v: Mapping, where: str):
         raise UsageError(f"{where}: mlp_only_layers must list layer indices")
     if E > 0:
         shared, each = v["shared_expert_intermediate_size"], v["moe_intermediate_size"]
-        if shared % each:
-            raise UsageError(f"{where}: shared_expert_intermediate_size {shared} is not a "
-                             f"multiple of moe_intermediate_size {each}: the spec's shared "
-                             f"experts are n experts' width (--shared-experts n)")
-        fields.update(num_experts=E, num_shared_experts=shared // each,
-                      shared_expert_gate=True,
+        # n experts' width, else one shared MLP of its own width (the spec's shared_d_ff)
+        fields.update({"num_shared_experts": shared // each} if shared % each == 0 else
+                      {"num_shared_experts": 1, "shared_d_ff": shared})
+        fields.update(num_experts=E, shared_expert_gate=True,
                       dense_layers=tuple(i for i in range(L) if i in only or (i + 1) % step))
     head, factor = v["head_dim"], v["partial_rotary_factor"]
     if not (isinstance(factor, (int, float)) and 0 < factor <= 1):
@@ -219,7 +217,8 @@ register(HFType(
     # the router's training loss and its output switch; use_sliding_window, sliding_window
     # and max_window_layers: Qwen3NextConfig and its model read none of them
     free=ROUTER_FREE | {"use_sliding_window", "sliding_window", "max_window_layers"},
-    derived=(Derived(("layer_types", "num_experts", "num_shared_experts", "shared_expert_gate",
+    derived=(Derived(("layer_types", "num_experts", "num_shared_experts", "shared_d_ff",
+                      "shared_expert_gate",
                       "dense_layers", "rotary_dim"),
                      ("num_hidden_layers", "layer_types", "full_attention_interval",
                       "num_experts", "decoder_sparse_step", "mlp_only_layers",
