@@ -12,7 +12,8 @@ by default: every token runs its k experts, however the router spreads them, so 
 matmul FLOPs are B·T·k expert passes whatever the routing. With a capacity factor c ≥ 1 every
 expert runs exactly C = ⌈c·B·T·k/E⌉ rows: its first C slots, zero rows as padding; a slot
 beyond C is dropped (its output is 0; the residual carries the token on).
-Shared experts (DeepSeek) are one gated MLP of n_shared·moe_d_ff every token runs; Qwen2-MoE
+Shared experts (DeepSeek) are one gated MLP of n_shared·moe_d_ff (or shared_d_ff: Nemotron-H,
+Granite 4.0-H) every token runs; squared-ReLU experts (Nemotron-H) have two matrices; Qwen2-MoE
 scales their output by sigmoid(x·w), a gate of d_model weights (shared_expert_gate).
 Llama 4 (router sigmoid with topk_first, scales_input): top-k of the raw scores, a sigmoid of the
 chosen k, and the weight scales the expert's INPUT; as Meta's reference and transformers'
@@ -32,7 +33,7 @@ from einops import einsum
 from torch import nn
 
 from .attention import softmax
-from .layers import (ACTIVATIONS, GatedMLP, Linear, check_positive_int, clamped_swiglu,
+from .layers import (ACTIVATIONS, MLP, GatedMLP, Linear, check_positive_int, clamped_swiglu,
                      rms_normalize)
 
 
@@ -55,12 +56,15 @@ class Experts(nn.Module):
         self.num_experts, self.act = num_experts, ACTIVATIONS.get(activation)  # None: clamped
         std = math.sqrt(2.0 / (d_model + d_ff))  # as Linear's init (section 3.4.1)
         shapes = {"w1": (d_ff, d_model), "w2": (d_model, d_ff), "w3": (d_ff, d_model)}
+        self.gated = activation != "relu2"  # Nemotron-H's experts: relu(W1 x)², two matrices
+        if not self.gated:
+            del shapes["w3"]
         for name, shape in shapes.items():
             w = nn.Parameter(torch.empty(num_experts, *shape, device=device, dtype=dtype))
             nn.init.trunc_normal_(w, mean=0.0, std=std, a=-3 * std, b=3 * std)
             setattr(self, name, w)
         if bias:  # zeros, as Linear's bias
-            for name, width in (("b1", d_ff), ("b2", d_model), ("b3", d_ff)):
+            for name, width in (("b1", d_ff), ("b2", d_model), ("b3", d_ff))[:3 if self.gated else 2]:
                 setattr(self, name, nn.Parameter(torch.zeros(num_experts, width, device=device,
                                                              dtype=dtype)))
 
@@ -87,6 +91,8 @@ class Experts(nn.Module):
         a = self._linear(x, "1", experts)
         if self.act is None:  # gpt-oss's clamped SwiGLU reads both halves
             h = clamped_swiglu(a, self._linear(x, "3", experts))
+        elif not self.gated:
+            h = self.act(a)
         else:
             h = self.act(a) * self._linear(x, "3", experts)
         return self._linear(h, "2", experts, "e s f, e d f -> e s d")
@@ -133,7 +139,7 @@ class MoE(nn.Module):
                  router_bias, norm_topk_prob, routed_scaling_factor, capacity_factor,
                  router_group_score, router_topk_first, router_linear_bias, expert_bias,
                  scales_input=False, shared_expert_gate=False, router_bias_param=False,
-                 gains=False, norm_eps=1e-6):
+                 gains=False, norm_eps=1e-6, shared_d_ff=None, moe_latent_size=None):
         super().__init__()
         for name, value in (("num_experts", num_experts), ("experts_per_token", experts_per_token),
                             ("d_ff", d_ff)):
@@ -166,13 +172,24 @@ class MoE(nn.Module):
             self.register_buffer("router_bias", torch.zeros(num_experts, device=device, dtype=dtype))
         else:
             self.router_bias = None
-        self.experts = Experts(num_experts, d_model, d_ff, device=device, dtype=dtype,
+        # Nemotron-H's latent experts: the routed tokens projected to moe_latent_size and
+        # the experts' sum back (NemotronHMoE's fc1_latent_proj, fc2_latent_proj)
+        width = d_model if moe_latent_size is None else moe_latent_size
+        self.experts = Experts(num_experts, width, d_ff, device=device, dtype=dtype,
                                activation=activation, bias=expert_bias)
-        self.shared = (GatedMLP(d_model, num_shared_experts * d_ff, device=device, dtype=dtype,
-                                activation=activation) if num_shared_experts else None)
+        width = num_shared_experts * d_ff if shared_d_ff is None else shared_d_ff
+        self.shared = (None if not num_shared_experts else
+                       MLP(d_model, width, device=device, dtype=dtype, activation=activation)
+                       if activation == "relu2" else
+                       GatedMLP(d_model, width, device=device, dtype=dtype, activation=activation))
         # Qwen2-MoE's shared_expert_gate: one output, no bias (Qwen2MoeSparseMoeBlock)
         self.shared_gate = (Linear(d_model, 1, device=device, dtype=dtype)
                             if shared_expert_gate else None)
+        if moe_latent_size is not None:
+            self.fc1_latent = Linear(d_model, moe_latent_size, device=device, dtype=dtype)
+            self.fc2_latent = Linear(moe_latent_size, d_model, device=device, dtype=dtype)
+        else:
+            self.fc1_latent = self.fc2_latent = None
 
     def shared_output(self, x: torch.Tensor) -> torch.Tensor:
         """The shared experts' output, × sigmoid(gate(x)) with Qwen2-MoE's gate."""
@@ -237,6 +254,16 @@ class MoE(nn.Module):
         if self.scales_input:
             y = self.all_experts(x, weights, experts)
             return (y if self.shared is None else y + self.shared_output(x)).reshape(shape)
+        y = self.routed(x if self.fc1_latent is None else self.fc1_latent(x), weights, experts)
+        if self.fc2_latent is not None:
+            y = self.fc2_latent(y)
+        if self.shared is not None:
+            y = y + self.shared_output(x)
+        return y.reshape(shape)
+
+    def routed(self, x: torch.Tensor, weights: torch.Tensor, experts: torch.Tensor) -> torch.Tensor:
+        """The routed experts' weighted sum per token: x (tokens width) -> (tokens width)."""
+        shape = x.shape
         n, k = (int(s) for s in experts.shape)  # ints under jit tracing too
         flat = experts.reshape(-1)  # the expert of each slot (token-major)
         if x.is_meta:  # no router values on meta: deal the slots to the experts in turn
@@ -268,7 +295,4 @@ class MoE(nn.Module):
         # router's exp runs in float32), under CPU autocast bf16, which index_add refuses
         # into a float32 buffer (issue 32); a no-op cast wherever the dtypes agree
         weighted = (out * slot_weights.unsqueeze(-1)).to(x.dtype)
-        y = x.new_zeros(n, shape[-1]).index_add(0, slot_token, weighted)
-        if self.shared is not None:
-            y = y + self.shared_output(x)
-        return y.reshape(shape)
+        return x.new_zeros(n, shape[-1]).index_add(0, slot_token, weighted)

@@ -194,7 +194,9 @@ def test_the_table_is_a_registry_that_refuses_duplicates():
                           # issue 31 (Qwen3.5)
                           "qwen3_5_text", "qwen3_5_moe_text", "qwen3_5", "qwen3_5_moe",
                           # issue 31: Gemma 4 and Phi-3.5-MoE
-                          "gemma4_text", "phimoe"}
+                          "gemma4_text", "phimoe",
+                          # issue 31 (Mamba-2 hybrids with experts)
+                          "granitemoehybrid"}
 
 
 def test_every_type_names_every_module_the_ledger_has():

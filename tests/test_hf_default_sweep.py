@@ -54,6 +54,7 @@ def _examples() -> dict[str, dict]:
     import test_hf_jamba
     import test_hf_gemma4
     import test_hf_phimoe
+    import test_hf_granitemoehybrid
     import test_hf_lfm2
     import test_hf_llama4
     import test_hf_nemotron_h
@@ -68,7 +69,7 @@ def _examples() -> dict[str, dict]:
             out.setdefault(data["model_type"], data)
     for m in (test_hf_lfm2, test_hf_qwen3_next, test_hf_nemotron_h,
               test_hf_kimi_linear, test_hf_falcon_h1, test_hf_jamba, test_hf_gemma4,
-              test_hf_phimoe):  # one example each
+              test_hf_phimoe, test_hf_granitemoehybrid):  # one example each
         out.setdefault(m.DATA["model_type"], m.DATA)
     return out
 
@@ -78,14 +79,9 @@ EXAMPLES = _examples()
 
 # (model_type, key) -> why: a disagreement known and not yet fixed, strict xfail (it must
 # fail until fixed). Empty: the three the sweep found in the 2026 rows (deepseek_v3's and
-# glm4_moe's MTP default, qwen2_moe's sliding_window 0) are fixed.
-KNOWN: dict[tuple[str, str], str] = {
-    ("qwen3_next", "moe_intermediate_size"): "the spec's shared experts are whole multiples of "
-    "the routed experts' width; without the key transformers' 512 makes the small example's "
-    "shared width 8 no multiple, and the tool refuses what transformers builds",
-}
-for _mt in ("qwen3_5_moe_text", "qwen3_5_moe"):  # the same experts and shared expert
-    KNOWN[(_mt, "moe_intermediate_size")] = KNOWN[("qwen3_next", "moe_intermediate_size")]
+# glm4_moe's MTP default, qwen2_moe's sliding_window 0) are fixed, and qwen3_next's shared width
+# that no expert width divides (read as the spec's shared_d_ff).
+KNOWN: dict[tuple[str, str], str] = {}
 
 
 def _cases():

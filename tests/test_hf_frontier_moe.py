@@ -335,7 +335,6 @@ def test_full_size(data, total, active, published):
 
 @pytest.mark.parametrize("name, changes, expected", [
     ("olmoe", {"clip_qkv": 8.0}, "clip_qkv"),
-    ("qwen2_moe", {"shared_expert_intermediate_size": 40}, "not a multiple of moe_intermediate"),
     ("qwen2_moe", {"layer_types": ["sliding_attention"] * 3}, "no window"),
     ("glm4_moe", {"n_group": 8}, "n_group 8 leaves 1 expert per group"),
     ("minimax_m2", {"scoring_func": "softmax"}, "scoring_func"),
@@ -423,3 +422,23 @@ def test_ernie_router_statics_are_frozen_as_transformers_builds_them(capsys, tmp
     # where transformers fuses them (experts.gate_up_proj): one tensor more per MoE layer (2),
     # and none for the two frozen statics
     assert counters == [4 * (tensors + 2)]
+
+
+@pytest.mark.parametrize("model_type, changes", [
+    ("qwen2_moe", {"shared_expert_intermediate_size": 40}),
+    ("qwen3_next", {"shared_expert_intermediate_size": 40})])
+def test_a_shared_expert_of_its_own_width_counts_as_transformers_builds_it(model_type, changes):
+    """shared_expert_intermediate_size 40, no multiple of the experts' 16: one shared MLP 40
+    wide (the spec's shared_d_ff; it was refused before the spec had that width), its
+    parameter count equal to transformers' model on the meta device."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    import test_hf_qwen3_next
+    base = CONFIGS["qwen2_moe"] if model_type == "qwen2_moe" else test_hf_qwen3_next.DATA
+    data = {**base, **changes, "moe_intermediate_size": 16}
+    c = translate(data, "t", "shared-40").config
+    assert (c.num_shared_experts, c.shared_d_ff, c.shared_expert_d_ff) == (1, 40, 40)
+    inner = {k: v for k, v in data.items() if k not in ("architectures", "torch_dtype")}
+    with torch.device("meta"):
+        m = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(**inner))
+    assert analyze(c, 8, 1).param_count == sum(p.numel() for p in m.parameters())

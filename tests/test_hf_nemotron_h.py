@@ -20,7 +20,7 @@ import pytest
 
 from accounting import analyze
 from accounting.spec.hf_config import translate
-from cli_run import agreeing_check, refused_in_one_line, run
+from cli_run import agreeing_check, run
 from hf_examples import write_config
 
 V, D, H, KV, HD, F = 96, 32, 4, 2, 8, 48
@@ -110,11 +110,6 @@ def test_cache_bytes_equal_transformers_cache(tmp_path, capsys, T, B):
 def test_verify_agrees_with_transformers(tmp_path, capsys):
     x = agreeing_check(capsys, "--config", str(write_config(tmp_path, DATA)), "--ctx", "40")
     assert x["transformers"]["agrees"] and x["transformers"]["model_type"] == "nemotron_h"
-
-
-def test_expert_blocks_are_refused_in_one_line(tmp_path, capsys):
-    path = write_config(tmp_path, {**DATA, "hybrid_override_pattern": "ME*-"})
-    refused_in_one_line(capsys, "--config", str(path), "--no-verify", expected="expert blocks")
 
 
 FULL = FRONTIER / "Nemotron-H-56B-Base-8K.json"

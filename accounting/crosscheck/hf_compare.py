@@ -276,11 +276,11 @@ def _experts_note(x) -> str:
 
 def _router_note(c) -> str:
     """How transformers' router runs, per routing the spec has."""
-    if c.router_topk_first:  # gpt-oss
-        return ("Router (mlp.router, GptOssTopKRouter): F.linear with its bias (addmm: the "
-                "product counted, the bias add non-matmul), top-k of the logits, softmax over "
-                "the k chosen: as the tool's model; the routing ops are non-matmul FLOPs, "
-                "compared on the tool's model/ only.")
+    if c.router_topk_first:  # gpt-oss (a bias: addmm, its add non-matmul), Granite 4.0-H
+        return ("Router (GptOssTopKRouter, GraniteMoeHybridTopKRouter): F.linear"
+                + (" with its bias (addmm)" if c.router_linear_bias else "") + ", top-k of the "
+                "logits, softmax over the k chosen: as the tool's model; the routing ops are "
+                "non-matmul FLOPs, compared on the tool's model/ only.")
     name = "mlp.router" if c.router == "sparsemixer" else "router.proj" if c.mlp_beside_moe \
         else "mlp.gate"  # (Phi-3.5-MoE's; Gemma 4's, whose input is normed, × scale, × d^-½)
     if c.router == "sparsemixer":  # its inference form: the max, not Gumbel samples

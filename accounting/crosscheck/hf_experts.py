@@ -86,6 +86,13 @@ SHRINK["gemma4_text"] = {**_WIDTHS, "num_key_value_heads": 2, "head_dim": 8,
 # (longrope's factor lists are head_dim/2 long: the shrunk heads would not take them)
 SHRINK["phimoe"] = {**_WIDTHS, "intermediate_size": 16, "num_key_value_heads": 2,
                     "rope_scaling": None, "rope_parameters": None}
+# one expert block (E) of Nemotron-H; one attention layer of Granite 4.0-H with its experts
+# and shared MLP (no Mamba-2 layer: the experts are what is checked here)
+SHRINK["nemotron_h"] = {"hidden_size": 32, "vocab_size": 64, "moe_intermediate_size": 16,
+                        "moe_shared_expert_intermediate_size": 24, "num_hidden_layers": 1,
+                        "hybrid_override_pattern": "E", "layers_block_type": None}
+SHRINK["granitemoehybrid"] = {**_WIDTHS, "intermediate_size": 16, "shared_intermediate_size": 24,
+                              "num_key_value_heads": 2, "layer_types": ["attention"]}
 IMPLEMENTATIONS = ("eager", "grouped_mm", "batched_mm")
 OWN, FORCED = "its router's choice", "every token to experts 0..k−1"
 

@@ -155,7 +155,7 @@ def expert_parallel(lm: M.TransformerLM, mesh) -> None:
             continue  # a dense block (DeepSeek's first layers)
         ex = moe.experts
         local = ex.num_experts // ep
-        for name in ("w1", "w2", "w3"):
+        for name in ("w1", "w2", "w3")[:3 if ex.gated else 2]:  # relu2 experts: no w3
             w = getattr(ex, name)
             mine = w.detach()[rank * local:(rank + 1) * local].clone()
             setattr(ex, name, torch.nn.Parameter(mine))
@@ -169,6 +169,8 @@ def _moe_forward(moe, group, ep: int, rank: int, x: torch.Tensor) -> torch.Tenso
     shape = x.shape
     x = x.reshape(-1, shape[-1])
     weights, experts = moe.route(x)
+    h, x = x, x if moe.fc1_latent is None else moe.fc1_latent(x)  # Nemotron-H's latent experts
+    shape = (*shape[:-1], x.shape[-1])
     n, k = (int(s) for s in experts.shape)
     E = moe.E
     flat = experts.reshape(-1)
@@ -199,9 +201,11 @@ def _moe_forward(moe, group, ep: int, rank: int, x: torch.Tensor) -> torch.Tenso
         ran = _exchange(moe, dispatched[:trash], [capacity] * E, group, ep, rank)
         out = torch.cat((ran, ran.new_zeros(1, shape[-1])))[dest]
     y = x.new_zeros(n, shape[-1]).index_add(0, slot_token, out * slot_weights.unsqueeze(-1))
+    if moe.fc2_latent is not None:
+        y = moe.fc2_latent(y)
     if moe.shared is not None:
-        y = y + moe.shared(x)
-    return y.reshape(shape)
+        y = y + moe.shared(h)
+    return y.reshape(*shape[:-1], y.shape[-1])
 
 
 def _dropless(moe, routed, counts, group, ep, rank, dealt):

@@ -143,9 +143,11 @@ class Ledger:
             out.update({"d_i": di, "2d_i": 2 * di, "r_dt": r, "n_s": n, "d_rbc": r + 2 * n})
         if c.num_experts is not None:
             out.update({"E": c.num_experts, "k": c.experts_per_token, "d_e": c.expert_d_ff,
-                        "d_s": c.num_shared_experts * c.expert_d_ff, "G": c.router_groups,
+                        "d_s": c.shared_expert_d_ff, "G": c.router_groups,
                         "E/G": c.num_experts // c.router_groups, "2": 2, "1": 1,
                         "k_G": c.router_topk_groups})
+            if c.moe_latent_size is not None:
+                out["d_l"] = c.moe_latent_size
             if c.moe_capacity_factor is not None:
                 cap = expert_capacity(c.moe_capacity_factor, batch * seq * c.experts_per_token,
                                       c.num_experts)

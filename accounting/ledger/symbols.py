@@ -38,7 +38,8 @@ SYMBOLS: dict[str, str] = {
     "E": "num_experts, routed experts per MoE layer",
     "k": "experts_per_token (top-k)",
     "d_e": "moe_d_ff, each expert's inner width",
-    "d_s": "the shared experts' inner width, num_shared_experts·d_e",
+    "d_s": "the shared experts' inner width, num_shared_experts·d_e (or shared_d_ff)",
+    "d_l": "moe_latent_size: the routed experts' input and output width (Nemotron-H)",
     "G": "router_groups (DeepSeek's n_group)",
     "E/G": "experts per router group",
     "2": "the two best scores that rank a router group",
@@ -100,7 +101,7 @@ _ORDER = {s: i for i, s in enumerate(("B", "h_kv", "h_kvG", "g", "g_G", "h", "T"
                                       "d_rot", "d_rot/2", "d_pass",
                                       "r_q", "r_kv", "d_kv_a", "d_kv_b", "d_nope", "d_rope",
                                       "d_rope/2", "d_v", "h_I", "d_I", "d_I_pass", "k_I", "P_K",
-                                      "d_ff", "d_e", "d_s", "V"))}
+                                      "d_ff", "d_e", "d_s", "d_l", "V"))}
 _SUPERSCRIPT = str.maketrans("0123456789", "⁰¹²³⁴⁵⁶⁷⁸⁹")
 
 

@@ -233,7 +233,7 @@ def _check_needs(c) -> None:
 
 
 def _check_moe(c) -> None:
-    for f in ("num_experts", "moe_d_ff"):
+    for f in ("num_experts", "moe_d_ff", "shared_d_ff", "moe_latent_size"):
         _positive(c, f)
     for f in ("experts_per_token", "router_groups", "router_topk_groups"):
         _positive(c, f, allow_none=False)
@@ -270,11 +270,19 @@ def _check_moe(c) -> None:
     if c.shared_expert_gate and not c.num_shared_experts:
         raise UsageError("shared_expert_gate scales the shared experts' output, but "
                          "num_shared_experts is 0; give --shared-experts N or drop the gate")
-    if not c.mlp_kind.gated or c.mlp_bias:
+    if c.shared_d_ff is not None and not c.num_shared_experts:
+        raise UsageError("shared_d_ff is the shared experts' width, but num_shared_experts is "
+                         "0; give --shared-experts N or drop it")
+    if not (c.mlp_kind.gated or c.mlp == "relu2") or c.mlp_bias:
         gated = ", ".join(name for name, kind in MLPS.items() if kind.gated)
-        raise UsageError(f"mixture-of-experts layers run gated experts ({gated}) and mlp_bias "
+        raise UsageError(f"mixture-of-experts layers run gated experts ({gated}) or squared-"
+                         f"ReLU ones (relu2: Nemotron-H's two matrices) and mlp_bias "
                          f"false (expert_bias gives the routed experts biases), got mlp "
                          f"{c.mlp}{' with biases' if c.mlp_bias else ''}")
+    if c.moe_latent_size is not None and c.router_scales_input:
+        raise UsageError("moe_latent_size (Nemotron-H's latent experts) routes the projected "
+                         "tokens to their experts; router_scales_input (Llama 4's every "
+                         "expert on every token) is another layout: drop one of them")
     if c.router_topk_first and (c.router_bias or c.router_groups > 1):
         raise UsageError("router_topk_first takes the top-k of the raw logits (gpt-oss): it has "
                          "no correction bias (router_bias) or group-limited choice (router_groups)")

@@ -139,6 +139,18 @@ class ModelConfig:
     num_shared_experts: int = spec(0, kind=COUNT, flag="--shared-experts", group=EXTRAS,
                                    needs="num_experts",
                                    help="experts every token runs beside its top-k (DeepSeek)")
+    # Nemotron-H's and Granite 4.0-H's shared MLP has its own width (moe_shared_expert_
+    # intermediate_size, shared_intermediate_size), not n experts' (None: n·moe_d_ff)
+    shared_d_ff: int | None = spec(None, kind=SIZE, flag="--shared-d-ff", group=EXTRAS,
+                                   needs="num_experts",
+                                   help="the shared experts' inner width (default: "
+                                        "--shared-experts × the experts' width)")
+    # Nemotron-3-Super's latent experts: the routed tokens projected to this width before
+    # the experts and back after (NemotronHMoE's fc1_latent_proj, fc2_latent_proj)
+    moe_latent_size: int | None = spec(None, kind=SIZE, flag="--moe-latent-size", group=EXTRAS,
+                                       needs="num_experts",
+                                       help="the routed experts run at this width between two "
+                                            "projections (Nemotron-H's moe_latent_size)")
     # Qwen2-MoE's shared_expert_gate (Qwen3-Next's too): sigmoid(x·w), w of d_model, scales the
     # shared experts' output per token
     shared_expert_gate: bool = spec(False, kind=FLAG, flag="--shared-expert-gate", group=EXTRAS,
@@ -410,6 +422,12 @@ class ModelConfig:
     @property
     def expert_d_ff(self) -> int:
         return self.d_ff if self.moe_d_ff is None else self.moe_d_ff
+
+    @property
+    def shared_expert_d_ff(self) -> int:
+        """The shared experts' inner width (symbol d_s): shared_d_ff, else n·expert_d_ff."""
+        return self.num_shared_experts * self.expert_d_ff if self.shared_d_ff is None \
+            else self.shared_d_ff
 
     @cached_property
     def layer_kinds(self) -> tuple[LayerKind, ...]:

@@ -425,10 +425,7 @@ UNSUPPORTED: Mapping[str, str] = MappingProxyType({
     # issue 31: each names the feature the spec lacks and how the size flags come closest
     # issue 31: hybrid families whose layers the spec does not express yet (the gated
     # DeltaNet, Mamba-2 and short-convolution layers it has: qwen3_next, qwen3_5, nemotron_h,
-    # lfm2)
-    "granitemoehybrid": "mixes Mamba-2 and attention layers with Granite's multipliers and a "
-                        "shared MLP beside each mixture of experts, a layout the spec does "
-                        "not express yet",
+    # lfm2, granitemoehybrid)
 })
 
 # model_types whose config.json wraps a language model's config (a vision-language model):

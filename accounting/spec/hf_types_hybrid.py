@@ -15,6 +15,9 @@ from accounting.spec.hf_schema import (
     NONNEG, PATTERN, ROPE_MUST, THETA, Derived, HFType, Key, ModuleNames, Must, Noted,
     Required, head_dim, kv_heads, register, rope_must)
 from accounting.spec.hf_types_moe import ROUTER_FREE
+from accounting.spec.hf_types_mamba_moe import (
+    NEMOTRON_MOE_FIELDS, NEMOTRON_MOE_FREE, NEMOTRON_MOE_KEY_NAMES, NEMOTRON_MOE_KEYS,
+    NEMOTRON_MOE_NAMES, NEMOTRON_MOE_NOTED, nemotron_experts)
 
 
 def _lfm2_d_ff(v: Mapping, where: str):
@@ -130,12 +133,10 @@ def _qwen3_next_layers(v: Mapping, where: str):
         raise UsageError(f"{where}: mlp_only_layers must list layer indices")
     if E > 0:
         shared, each = v["shared_expert_intermediate_size"], v["moe_intermediate_size"]
-        if shared % each:
-            raise UsageError(f"{where}: shared_expert_intermediate_size {shared} is not a "
-                             f"multiple of moe_intermediate_size {each}: the spec's shared "
-                             f"experts are n experts' width (--shared-experts n)")
-        fields.update(num_experts=E, num_shared_experts=shared // each,
-                      shared_expert_gate=True,
+        # n experts' width, else one shared MLP of its own width (the spec's shared_d_ff)
+        fields.update({"num_shared_experts": shared // each} if shared % each == 0 else
+                      {"num_shared_experts": 1, "shared_d_ff": shared})
+        fields.update(num_experts=E, shared_expert_gate=True,
                       dense_layers=tuple(i for i in range(L) if i in only or (i + 1) % step))
     head, factor = v["head_dim"], v["partial_rotary_factor"]
     if not (isinstance(factor, (int, float)) and 0 < factor <= 1):
@@ -216,7 +217,8 @@ register(HFType(
     # the router's training loss and its output switch; use_sliding_window, sliding_window
     # and max_window_layers: Qwen3NextConfig and its model read none of them
     free=ROUTER_FREE | {"use_sliding_window", "sliding_window", "max_window_layers"},
-    derived=(Derived(("layer_types", "num_experts", "num_shared_experts", "shared_expert_gate",
+    derived=(Derived(("layer_types", "num_experts", "num_shared_experts", "shared_d_ff",
+                      "shared_expert_gate",
                       "dense_layers", "rotary_dim"),
                      ("num_hidden_layers", "layer_types", "full_attention_interval",
                       "num_experts", "decoder_sparse_step", "mlp_only_layers",
@@ -233,28 +235,26 @@ register(HFType(
 
 # ---- Nemotron-H: one sublayer per block, Mamba-2 (M), attention without RoPE (*) or a
 # squared-ReLU MLP (-) (transformers 5.23.0's configuration_nemotron_h.py, modeling_nemotron_h.py)
-NEMOTRON_KINDS = {"M": "mamba", "*": "global", "-": "mlp", "linear_attention": "mamba",
-                  "mamba": "mamba", "full_attention": "global", "attention": "global",
-                  "mlp": "mlp"}
+NEMOTRON_KINDS = {"M": "mamba", "*": "global", "-": "mlp", "E": "mlp",
+                  "linear_attention": "mamba", "mamba": "mamba", "full_attention": "global",
+                  "attention": "global", "mlp": "mlp", "moe": "mlp"}
 
 
 def _nemotron_h_layers(v: Mapping, where: str):
     """NemotronHConfig.__post_init__: layers_block_type (layer_types) as given, else the
-    hybrid_override_pattern's characters (M Mamba-2, * attention, - MLP, E experts); the
-    layer count is that list's length (num_hidden_layers is then ignored)."""
+    hybrid_override_pattern's characters (M Mamba-2, * attention, - MLP, E experts; absent
+    both: "ME*-", NemotronHConfig's default; null fails there); the layer count is that list's length (num_hidden_layers is then ignored)."""
     given, pattern = v["layers_block_type"], v["hybrid_override_pattern"]
     kinds = list(pattern) if given is None and isinstance(pattern, str) else given
     if not isinstance(kinds, list) or not kinds:
         raise UsageError(f"{where}: hybrid_override_pattern (or layers_block_type) must name "
                          f"the layers, e.g. \"M*-\"")
-    if any(k in ("E", "moe") for k in kinds):
-        raise UsageError(f"{where}: Nemotron-H's expert blocks (E, NemotronHMoE: a latent "
-                         f"projection and shared experts) are not expressed yet; the Mamba-2, "
-                         f"attention and MLP blocks are")
     bad = [k for k in kinds if k not in NEMOTRON_KINDS]
     if bad:
-        raise UsageError(f"{where}: unknown Nemotron-H layer kind {bad[0]!r} (M, *, -)")
-    return {"num_layers": len(kinds), "layer_types": tuple(NEMOTRON_KINDS[k] for k in kinds)}, (
+        raise UsageError(f"{where}: unknown Nemotron-H layer kind {bad[0]!r} (M, *, -, E)")
+    # E: an MLP block whose MLP is NemotronHMoE (hf_types_mamba_moe.py)
+    return {"num_layers": len(kinds), "layer_types": tuple(NEMOTRON_KINDS[k] for k in kinds),
+            **nemotron_experts(v, where, [k in ("E", "moe") for k in kinds])}, (
         f"{len(kinds)} layers from the pattern (num_hidden_layers {v['num_hidden_layers']} is "
         f"ignored where they differ, as NemotronHConfig does).",)
 
@@ -267,7 +267,7 @@ NEMOTRON_H_NAMES = ModuleNames(
         "attn.output_proj": "mixer.o_proj", "mixer": "mixer", "mixer.conv1d": "mixer.conv1d",
         "mixer.in_proj": "mixer.in_proj", "mixer.norm": "mixer.norm",
         "mixer.out_proj": "mixer.out_proj", "ffn.w1": "mixer.up_proj",
-        "ffn.w2": "mixer.down_proj"}),
+        "ffn.w2": "mixer.down_proj", **NEMOTRON_MOE_NAMES}),
     top=MappingProxyType({"token_embeddings": "model.embeddings", "ln_final": "model.norm_f",
                           "lm_head": "lm_head"}),
 )
@@ -295,21 +295,24 @@ register(HFType(
           Key("use_bias", ("mamba_bias",), BOOL, False),
           Key("time_step_min", ("mamba_dt_min",), EPS, 0.001, aliases=("mamba_dt_min",)),
           Key("mamba_hidden_act", (), CHOICE, "silu", MappingProxyType({"silu": "silu"})),
-          Key("hybrid_override_pattern", (), PATTERN, None),
-          Key("layers_block_type", (), LIST, None, aliases=("layer_types",))),
+          Key("hybrid_override_pattern", (), PATTERN, "ME*-"),
+          Key("layers_block_type", (), LIST, None, aliases=("layer_types",)))
+        + NEMOTRON_MOE_KEYS,
     fixed=MappingProxyType(dict(norm="rmsnorm", norm_placement="pre", positions="none",
                                 block="single", qk_norm="none", qkv_bias=False,
                                 out_bias=False)),
     rules="blocks of one sublayer each, x + mixer(norm(x)) (NemotronHBlock): Mamba-2 "
           "(NemotronHMamba2Mixer: in_proj to z, x·B·C, dt; conv1d and SiLU; the chunked SSD "
           "scan; a grouped gated RMSNorm; out_proj), grouped attention without RoPE and "
-          "without biases (NemotronHAttention), or a squared-ReLU MLP (NemotronHMLP); final "
-          "norm_f; head untied unless tie_word_embeddings",
+          "without biases (NemotronHAttention), a squared-ReLU MLP (NemotronHMLP), or (E) "
+          "squared-ReLU experts with a sigmoid router whose choice adds "
+          "e_score_correction_bias (a buffer) beside one shared squared-ReLU MLP "
+          "(NemotronHMoE); final norm_f; head untied unless tie_word_embeddings",
     names=NEMOTRON_H_NAMES, must=(
         Must("sliding_window", lambda v, d: v is None, "null",
              "a sliding window on the attention blocks"),),
     noted=(ATTENTION_DROPOUT, Noted("hidden_dropout", lambda v: v in (0, 0.0, None),
-                                    "{settings}: dropout is not counted")),
+                                    "{settings}: dropout is not counted")) + NEMOTRON_MOE_NOTED,
     # keys NemotronHConfig keeps that no NemotronH module reads for a count (the SSM's
     # init and dt range but time_step_min, its cache dtype, kernel switches, the
     # expand ratio the heads replace, attention_bias: NemotronHAttention has no biases)
@@ -317,11 +320,12 @@ register(HFType(
                     "time_step_rank", "rescale_prenorm_residual", "residual_in_fp32",
                     "num_logits_to_keep", "use_mamba_kernels", "mamba_proj_bias",
                     "mamba_ssm_cache_dtype", "attention_bias", "attention_head_dim",
-                    "rms_norm_eps"}),
-    derived=(Derived(("num_layers", "layer_types"),
-                     ("num_hidden_layers", "hybrid_override_pattern", "layers_block_type"),
-                     _nemotron_h_layers,
+                    "rms_norm_eps"}) | NEMOTRON_MOE_FREE,
+    derived=(Derived(("num_layers", "layer_types") + NEMOTRON_MOE_FIELDS,
+                     ("num_hidden_layers", "hybrid_override_pattern", "layers_block_type")
+                     + NEMOTRON_MOE_KEY_NAMES, _nemotron_h_layers,
                      "the layers: layers_block_type, else hybrid_override_pattern's characters "
-                     "(M Mamba-2, * attention, - MLP), their count the layer count "
-                     "(NemotronHConfig.__post_init__)"),),
+                     "(M Mamba-2, * attention, - MLP, E experts: NemotronHMoE), their count "
+                     "the layer count (NemotronHConfig.__post_init__)"),),
+    experts_implementation="batched_mm",
 ))

@@ -64,15 +64,12 @@ def _qwen2_moe_layers(v: Mapping, where: str):
     E, shared, width = v["num_experts"], v["shared_expert_intermediate_size"], \
         v["moe_intermediate_size"]
     if E > 0:
-        if shared % width:
-            raise UsageError(f"{where}: shared_expert_intermediate_size {shared} is not a "
-                             f"multiple of moe_intermediate_size {width}; the spec writes the "
-                             f"shared expert as n experts of moe_intermediate_size (--shared-"
-                             f"experts n), so it cannot mean this one")
-        fields.update(num_shared_experts=shared // width)
-        notes += (f"shared_expert_intermediate_size {shared} = {shared // width} × "
-                  f"moe_intermediate_size: one shared MLP that wide, its output × "
-                  f"sigmoid(shared_expert_gate).",)
+        if shared % width:  # one shared MLP of its own width (the spec's shared_d_ff)
+            fields.update(num_shared_experts=1, shared_d_ff=shared)
+        else:
+            fields.update(num_shared_experts=shared // width)
+        notes += (f"shared_expert_intermediate_size {shared}: one shared MLP that wide, its "
+                  f"output × sigmoid(shared_expert_gate).",)
     L, given, use = v["num_hidden_layers"], v["layer_types"], v["use_sliding_window"]
     if given is None:
         types = ["local" if use and i < v["max_window_layers"] and (i + 1) % 2 else "global"
@@ -92,7 +89,7 @@ def _qwen2_moe_keys(c: ModelConfig) -> Mapping | None:
     kinds = c.layer_kinds
     keys = {"num_experts": c.num_experts or 0, "decoder_sparse_step": 1,
             "mlp_only_layers": [i for i, k in enumerate(kinds) if not k.moe],
-            "shared_expert_intermediate_size": c.num_shared_experts * c.expert_d_ff}
+            "shared_expert_intermediate_size": c.shared_expert_d_ff}
     if not any(k.local for k in kinds):
         return {**keys, "use_sliding_window": False, "layer_types": None}
     return {**keys, "use_sliding_window": True, "sliding_window": c.sliding_window,
@@ -132,8 +129,8 @@ register(HFType(
           "(Qwen2MoeSparseMoeBlock, modeling_qwen2_moe.py)",
     names=QWEN2_MOE_NAMES, must=ROPE_MUST, noted=(ATTENTION_DROPOUT,) + ROUTER_NOTES,
     free=ROUTER_FREE,
-    derived=(Derived(("num_experts", "dense_layers", "num_shared_experts", "sliding_window",
-                      "layer_types"),
+    derived=(Derived(("num_experts", "dense_layers", "num_shared_experts", "shared_d_ff",
+                      "sliding_window", "layer_types"),
                      ("num_hidden_layers", "num_experts", "decoder_sparse_step",
                       "mlp_only_layers", "moe_intermediate_size",
                       "shared_expert_intermediate_size", "use_sliding_window",

@@ -22,13 +22,16 @@ class MoE:
     """Router (a linear map to E scores, biased for gpt-oss; softmax, or a sigmoid with
     DeepSeek-V3's bias; group-limited choice by a group's two best scores (V3) or its best
     (V2); or gpt-oss's top-k of the logits before the softmax over the k), top-k, the routed token slots gathered, run through E stacked
-    gated experts, weighted and added back; shared experts beside. Dropless: B·T·k slots,
+    experts (gated, or two matrices for relu2), weighted and added back; shared experts beside. Dropless: B·T·k slots,
     whatever the routing (on meta the model deals them in turn); with a capacity factor,
     E·C slots (C = ⌈c·B·T·k/E⌉), of which B·T·k at most are useful."""
 
     def __init__(self, t: Trace, c: ModelConfig, scope: str = "ffn"):
         self.t, self.c, self.kind, self.scope = t, c, c.mlp_kind, scope
         d, f, E = ("d_model",), ("d_e",), ("E",)
+        # the routed experts' width: d_model, or Nemotron-H's latent d_l between fc1 and fc2
+        self.dm = d if c.moe_latent_size is None else ("d_l",)
+        dm = self.dm
         self.component = ACTIVATION_COMPONENT[c.mlp]
         with t.scope(scope):
             # a module's own buffers come before its children's keys in the state dict
@@ -43,12 +46,14 @@ class MoE:
                 with t.scope("router_statics"):
                     self.bias = t.param("bias", E, R.FFN, requires_grad=False)
             with t.scope("experts"):
-                self.w1 = t.param("w1", E + f + d, R.FFN, dims=(1, len(f), len(d)))
-                self.w2 = t.param("w2", E + d + f, R.FFN, dims=(1, len(d), len(f)))
-                self.w3 = t.param("w3", E + f + d, R.FFN, dims=(1, len(f), len(d)))
+                self.w1 = t.param("w1", E + f + dm, R.FFN, dims=(1, len(f), len(dm)))
+                self.w2 = t.param("w2", E + dm + f, R.FFN, dims=(1, len(dm), len(f)))
+                # two matrices where the MLP is not gated (Nemotron-H's squared-ReLU experts)
+                self.w3 = (t.param("w3", E + f + dm, R.FFN, dims=(1, len(f), len(dm)))
+                           if self.kind.gated else None)
                 self.b = {}
                 if c.expert_bias:  # gpt-oss: (E, width) each, after w1, w2, w3
-                    for n, width in (("1", f), ("2", d), ("3", f)):
+                    for n, width in (("1", f), ("2", dm), ("3", f))[:3 if self.kind.gated else 2]:
                         self.b[n] = t.param("b" + n, E + width, R.FFN, dims=(1, len(width)))
             self.shared = None
             if c.num_shared_experts:
@@ -56,10 +61,16 @@ class MoE:
                 with t.scope("shared"):
                     self.shared = (Linear(t, "w1", d, sf, R.FFN, "shared expert W1"),
                                    Linear(t, "w2", sf, d, R.FFN, "shared expert W2"),
-                                   Linear(t, "w3", d, sf, R.FFN, "shared expert W3"))
+                                   Linear(t, "w3", d, sf, R.FFN, "shared expert W3")
+                                   if self.kind.gated else None)
             # Qwen2-MoE: sigmoid(x·w) scales the shared output (model/moe.py shared_gate)
             self.shared_gate = (Linear(t, "shared_gate", d, ("1",), R.FFN, "shared expert gate")
                                 if c.shared_expert_gate else None)
+            # Nemotron-H (moe_latent_size): the routed tokens projected to d_l, the experts'
+            # sum back to d_model (NemotronHMoE's fc1_latent_proj, fc2_latent_proj)
+            self.latent = None if c.moe_latent_size is None else (
+                Linear(t, "fc1_latent", d, dm, R.FFN, "latent projection (in)"),
+                Linear(t, "fc2_latent", dm, d, R.FFN, "latent projection (out)"))
 
     def __call__(self, x: Sym, out_course: str, router_x: Sym | None = None) -> Sym:
         """router_x: the router's input where it is not the experts' (Gemma 4 routes the
@@ -73,6 +84,11 @@ class MoE:
             weights = self.route(x if router_x is None else router_x)
             if c.router_scales_input:
                 y = self._all_experts(x, weights)
+            elif self.latent is not None:
+                fc1, fc2 = self.latent
+                y = t.name(self._dispatched(fc1(x, "latent experts' input"), weights),
+                           "latent experts' sum (fc2_latent input)")
+                y = fc2(y, "latent experts' output")
             else:
                 y = self._dispatched(x, weights)
             if self.shared is not None:
@@ -84,9 +100,10 @@ class MoE:
                                            "shared gated product")
                     else:
                         g = activation(t, self.kind.activation, a, self.component, "")
-                        b = w3(x, "shared W3 output")
-                        g = t.binary("aten.mul", g, b, "shared gate", self.component,
-                                     out="shared gated product")
+                        if w3 is not None:
+                            b = w3(x, "shared W3 output")
+                            g = t.binary("aten.mul", g, b, "shared gate", self.component,
+                                         out="shared gated product")
                     sh = w2(g, "shared W2 output")
                 if self.shared_gate is not None:  # sigmoid(gate(x)) · shared: (B, T, 1) broadcast
                     z = self.shared_gate(x, "shared expert gate logit")
@@ -123,22 +140,22 @@ class MoE:
         order = t.name(t.fresh(slots, R.INT64), "slot order (by expert)")
         token = t.name(t.fresh(slots, R.INT64), "token of each slot")
         slot_w = t.name(t.index(weights, order, slots, "weights in slot order"), "slot weights")
-        routed = t.name(t.index(x, token, slots + ("d_model",), "the slots' tokens"),
+        routed = t.name(t.index(x, token, slots + self.dm, "the slots' tokens"),
                         "routed tokens")
         if c.moe_capacity_factor is None:  # dropless
             out = self._experts(routed, slots)
         else:  # E·C rows (a slot beyond C goes to a trash row), then back to the slots
             dest = t.name(t.fresh(slots, R.INT64), "dispatch row of each slot")
-            rows = t.name(t.index_copy(("E·C+1", "d_model"), dest, routed, "dispatch"),
+            rows = t.name(t.index_copy(("E·C+1",) + self.dm, dest, routed, "dispatch"),
                           "dispatched rows (E·C + a trash row)")
-            ran = self._experts(t.view(rows, ("E", "C", "d_model")), ("E", "C"))
-            padded = t.cat((ran,), ("E·C+1", "d_model"))
-            out = t.name(t.index(padded, dest, slots + ("d_model",), "back to the slots"),
+            ran = self._experts(t.view(rows, ("E", "C") + self.dm), ("E", "C"))
+            padded = t.cat((ran,), ("E·C+1",) + self.dm)
+            out = t.name(t.index(padded, dest, slots + self.dm, "back to the slots"),
                          "expert outputs, back in slot order")
         out = t.binary("aten.mul", out, slot_w, "× router weight", comp,
                        out="weighted expert outputs")
         out = t.cast(out, x.dtype, "weighted expert outputs (cast to the tokens' dtype)")
-        return t.index_add(tokens + ("d_model",), token, out, "add back to the tokens", comp)
+        return t.index_add(tokens + self.dm, token, out, "add back to the tokens", comp)
 
     def _transformers(self, x: Sym) -> Sym:
         """Qwen3MoeSparseMoeBlock / MixtralSparseMoeBlock with transformers' default experts
@@ -333,14 +350,15 @@ class MoE:
                     y = t.name(t.binary("aten.add", y, self.b[n], "+ expert bias", BIAS),
                                label + " + bias")
                 return y
-            d, f = ("d_model",), ("d_e",)
+            d, f = self.dm, ("d_e",)
             a = linear(xs, "1", "expert W1", d, f, "expert W1 output", "W1")
             if self.kind.activation == "silu_clamped":  # gpt-oss: reads both halves
                 b = linear(xs, "3", "expert W3", d, f, "expert W3 output", "W3")
                 g = clamped_swiglu(t, a, b, self.component, "expert gated product")
             else:
                 g = activation(t, self.kind.activation, a, self.component, "")
-                b = linear(xs, "3", "expert W3", d, f, "expert W3 output", "W3")
-                g = t.binary("aten.mul", g, b, "expert gate", self.component,
-                             out="expert gated product")
+                if self.w3 is not None:
+                    b = linear(xs, "3", "expert W3", d, f, "expert W3 output", "W3")
+                    g = t.binary("aten.mul", g, b, "expert gate", self.component,
+                                 out="expert gated product")
             return linear(g, "2", "expert W2", f, d, "expert outputs", "W2")
