@@ -142,3 +142,16 @@ def test_published_config_counts(capsys):
     p = json.loads(out)["parameters"]
     assert p["total"] == 79_674_391_296
     assert p["active_per_token"] == 79_674_391_296 - 502 * 3 * 512 * 2048 * 48
+
+
+@pytest.mark.parametrize("T,B", [(5, 2), (70, 1), (128, 3)])  # T < C, a partial chunk, 2 whole
+def test_prefill_runs_the_final_state_update(tmp_path, capsys, T, B):
+    """plan's prefill FLOPs: the forward's (hand algebra above, N_c − 1 state updates) and
+    the last state update a prefill computes for its cache (transformers'
+    torch_chunk_gated_delta_rule returns it: one more Kᵀ·V_new, d_k × C × d_v per value
+    head, in each of the three gated DeltaNet layers), by hand."""
+    code, out, err = run(capsys, "plan", "--config", str(write_config(tmp_path, DATA)), "--ctx",
+                         str(T), "--batch", str(B), "--precision", "fp32", "--format", "json")
+    assert code == 0, err
+    final = 3 * 2 * B * HV * DK * C * DV
+    assert json.loads(out)["inference"]["prefill_flops"] == B * hand_forward_flops(T) + final

@@ -128,6 +128,7 @@ class Ledger:
             out.update({"h_lk": hk, "h_lv": hv, "d_lk": dk, "d_lv": dv,
                         "d_conv": 2 * hk * dk + hv * dv, "d_qkvz": 2 * hk * dk + 2 * hv * dv,
                         "C_l": chunk, "N_c": -(-seq // chunk), "N_c-1": -(-seq // chunk) - 1,
+                        "[N_c>1]": int(seq > chunk),
                         "P_L": chunk * (chunk - 1) // 2})
         if c.mamba_heads is not None:  # Mamba-2 layers (builder/mamba.py)
             h, p, n, g, chunk = (c.mamba_heads, c.mamba_head_dim, c.ssm_state, c.mamba_groups,
