@@ -118,10 +118,12 @@ def test_cache_bytes_equal_transformers_cache(tmp_path, capsys, T, B):
     assert json.loads(out)["inference"]["kv_cache_bytes"] == held
 
 
-def test_verify_agrees_with_transformers(tmp_path, capsys):
-    """--verify at T = 70 (two chunks): every counter and transformers' own model (its conv
-    less the K − 1 dropped outputs, its final state update subtracted, each a stated row)."""
-    x = agreeing_check(capsys, "--config", str(write_config(tmp_path, DATA)), "--ctx", "70")
+@pytest.mark.parametrize("T", [70, 5])  # two chunks, the last partial; one chunk, T < C
+def test_verify_agrees_with_transformers(tmp_path, capsys, T):
+    """--verify at T = 70 (two chunks) and 5 (one): every counter and transformers' own
+    model (its conv less the K − 1 dropped outputs, its final state update subtracted, each
+    a stated row)."""
+    x = agreeing_check(capsys, "--config", str(write_config(tmp_path, DATA)), "--ctx", str(T))
     hf = x["transformers"]
     assert hf["agrees"] and hf["model_type"] == "qwen3_next"
     claims = " ".join(c["claim"] for c in hf["checks"])
