@@ -108,7 +108,8 @@ class MoE(nn.Module):
                  activation, num_shared_experts, router, router_groups, router_topk_groups,
                  router_bias, norm_topk_prob, routed_scaling_factor, capacity_factor,
                  router_group_score, router_topk_first, router_linear_bias, expert_bias,
-                 scales_input=False, shared_expert_gate=False, router_bias_param=False):
+                 scales_input=False, shared_expert_gate=False, router_bias_param=False,
+                 shared_d_ff=None):
         super().__init__()
         for name, value in (("num_experts", num_experts), ("experts_per_token", experts_per_token),
                             ("d_ff", d_ff)):
@@ -133,7 +134,10 @@ class MoE(nn.Module):
             self.router_bias = None
         self.experts = Experts(num_experts, d_model, d_ff, device=device, dtype=dtype,
                                activation=activation, bias=expert_bias)
-        self.shared = (GatedMLP(d_model, num_shared_experts * d_ff, device=device, dtype=dtype,
+        # the shared experts as one MLP: n experts' width, or shared_d_ff (Qwen2-MoE's and
+        # Qwen3-Next's shared_expert_intermediate_size, any width)
+        shared = num_shared_experts * d_ff if shared_d_ff is None else shared_d_ff
+        self.shared = (GatedMLP(d_model, shared, device=device, dtype=dtype,
                                 activation=activation) if num_shared_experts else None)
         # Qwen2-MoE's shared_expert_gate: one output, no bias (Qwen2MoeSparseMoeBlock)
         self.shared_gate = (Linear(d_model, 1, device=device, dtype=dtype)

@@ -203,7 +203,7 @@ class TransformerLM(nn.Module):
                                  "router_topk_groups", "router_bias", "norm_topk_prob",
                                  "routed_scaling_factor", "router_group_score",
                                  "router_topk_first", "router_linear_bias", "expert_bias",
-                                 "shared_expert_gate", "router_bias_param")})
+                                 "shared_expert_gate", "router_bias_param", "shared_d_ff")})
         chunk, nope = o["attention_chunk"], o["nope_layers"]
         default = "local" if sliding_window else "chunked" if chunk else "global"
         types = layer_types or (default,) * num_layers

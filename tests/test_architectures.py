@@ -181,6 +181,10 @@ VARIANTS = {
                        conv_kernel=4, linear_key_heads=2, linear_value_heads=4,
                        linear_key_head_dim=4, linear_value_head_dim=4, linear_chunk=2,
                        layer_types=("linear_attention",) * 3 + ("global",)),
+    # a shared expert of its own width (Qwen3-Next's shared_expert_intermediate_size, no
+    # multiple of the experts' 8)
+    "shared_d_ff": dict(num_experts=3, experts_per_token=2, moe_d_ff=8, num_shared_experts=1,
+                        shared_d_ff=5, shared_expert_gate=True),
     "gated_attention_sdpa_shared_gate": dict(attention="sdpa", attn_output_gate=True,
                                              num_experts=3, experts_per_token=1,
                                              num_shared_experts=2, shared_expert_gate=True),

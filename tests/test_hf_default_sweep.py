@@ -70,12 +70,10 @@ EXAMPLES = _examples()
 
 # (model_type, key) -> why: a disagreement known and not yet fixed, strict xfail (it must
 # fail until fixed). Empty: the three the sweep found in the 2026 rows (deepseek_v3's and
-# glm4_moe's MTP default, qwen2_moe's sliding_window 0) are fixed.
-KNOWN: dict[tuple[str, str], str] = {
-    ("qwen3_next", "moe_intermediate_size"): "the spec's shared experts are whole multiples of "
-    "the routed experts' width; without the key transformers' 512 makes the small example's "
-    "shared width 8 no multiple, and the tool refuses what transformers builds",
-}
+# glm4_moe's MTP default, qwen2_moe's sliding_window 0) are fixed, and qwen3_next's shared
+# expert of any width (shared_d_ff: without moe_intermediate_size, transformers' 512 makes
+# the example's shared width 8 no multiple of it).
+KNOWN: dict[tuple[str, str], str] = {}
 
 
 def _cases():

@@ -157,3 +157,24 @@ def test_prefill_runs_the_final_state_update(tmp_path, capsys, T, B):
     assert code == 0, err
     final = 3 * 2 * B * HV * DK * C * DV
     assert json.loads(out)["inference"]["prefill_flops"] == B * hand_forward_flops(T) + final
+
+
+def test_shared_expert_of_any_width():
+    """shared_expert_intermediate_size 12, no multiple of moe_intermediate_size 8: one shared
+    MLP 12 wide (shared_d_ff), as Qwen3NextSparseMoeBlock builds it. Parameters against
+    transformers' model on the meta device and by hand (3·d·12 per layer in place of 3·d·8);
+    forward FLOPs by hand (3·2·T·d·12 per layer)."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    data = {**DATA, "shared_expert_intermediate_size": 12}
+    c = translate(data, "config.json", "qwen3-next-odd").config
+    assert (c.num_shared_experts, c.shared_d_ff, c.shared_expert_d_ff) == (1, 12, 12)
+    cfg = transformers.Qwen3NextConfig(**{k: v for k, v in data.items()
+                                           if k not in ("architectures", "model_type", "torch_dtype")})
+    with torch.device("meta"):
+        model = transformers.Qwen3NextForCausalLM(cfg)
+    width = 3 * D * (12 - DS) * L
+    assert analyze(c, 8, 1).param_count == hand_params() + width == \
+        sum(p.numel() for p in model.parameters())
+    T = 100
+    assert analyze(c, T, 1, "forward").matmul_flops() == hand_forward_flops(T) + 2 * T * width

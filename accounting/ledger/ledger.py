@@ -138,7 +138,7 @@ class Ledger:
                         "C_m": chunk, "N_m": -(-seq // chunk), "N_m+1": -(-seq // chunk) + 1})
         if c.num_experts is not None:
             out.update({"E": c.num_experts, "k": c.experts_per_token, "d_e": c.expert_d_ff,
-                        "d_s": c.num_shared_experts * c.expert_d_ff, "G": c.router_groups,
+                        "d_s": c.shared_expert_d_ff, "G": c.router_groups,
                         "E/G": c.num_experts // c.router_groups, "2": 2, "1": 1,
                         "k_G": c.router_topk_groups})
             if c.moe_capacity_factor is not None:

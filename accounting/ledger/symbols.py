@@ -34,7 +34,7 @@ SYMBOLS: dict[str, str] = {
     "E": "num_experts, routed experts per MoE layer",
     "k": "experts_per_token (top-k)",
     "d_e": "moe_d_ff, each expert's inner width",
-    "d_s": "the shared experts' inner width, num_shared_experts·d_e",
+    "d_s": "the shared experts' inner width, num_shared_experts·d_e (or shared_d_ff)",
     "G": "router_groups (DeepSeek's n_group)",
     "E/G": "experts per router group",
     "2": "the two best scores that rank a router group",

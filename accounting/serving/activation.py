@@ -33,7 +33,7 @@ def forward_peak(c: ModelConfig, tokens: int, tp: int) -> int:
     if c.num_experts is None or c.dense_layers:
         mlps.append(n * 3 * c.d_ff // tp)
     if c.num_experts is not None:
-        shared = n * 3 * c.num_shared_experts * c.expert_d_ff // tp
+        shared = n * 3 * c.shared_expert_d_ff // tp
         mlps.append(n * c.experts_per_token * 3 * c.expert_d_ff // tp + shared
                     + n * c.num_experts * DTYPE_BYTES[FP32] // ACT_BYTES)
     if c.mla:

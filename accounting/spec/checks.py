@@ -211,7 +211,7 @@ def _check_needs(c) -> None:
 
 
 def _check_moe(c) -> None:
-    for f in ("num_experts", "moe_d_ff"):
+    for f in ("num_experts", "moe_d_ff", "shared_d_ff"):
         _positive(c, f)
     for f in ("experts_per_token", "router_groups", "router_topk_groups"):
         _positive(c, f, allow_none=False)
@@ -245,6 +245,9 @@ def _check_moe(c) -> None:
     if c.router_bias_param and not c.router_bias:
         raise UsageError("router_bias_param says how the router's correction bias is held, "
                          "but router_bias is off; give --router-bias too or drop it")
+    if c.shared_d_ff is not None and not c.num_shared_experts:
+        raise UsageError("shared_d_ff is the shared experts' width, but num_shared_experts is "
+                         "0; give --shared-experts N or drop --shared-d-ff")
     if c.shared_expert_gate and not c.num_shared_experts:
         raise UsageError("shared_expert_gate scales the shared experts' output, but "
                          "num_shared_experts is 0; give --shared-experts N or drop the gate")

@@ -134,6 +134,12 @@ class ModelConfig:
     num_shared_experts: int = spec(0, kind=COUNT, flag="--shared-experts", group=EXTRAS,
                                    needs="num_experts",
                                    help="experts every token runs beside its top-k (DeepSeek)")
+    # their inner width when it is not num_shared_experts·moe_d_ff: Qwen2-MoE's and
+    # Qwen3-Next's one shared MLP of shared_expert_intermediate_size (any width)
+    shared_d_ff: int | None = spec(None, kind=SIZE, flag="--shared-d-ff", group=EXTRAS,
+                                   needs="num_experts",
+                                   help="the shared experts' total inner width (default: "
+                                        "shared experts × moe_d_ff)")
     # Qwen2-MoE's shared_expert_gate (Qwen3-Next's too): sigmoid(x·w), w of d_model, scales the
     # shared experts' output per token
     shared_expert_gate: bool = spec(False, kind=FLAG, flag="--shared-expert-gate", group=EXTRAS,
@@ -339,6 +345,12 @@ class ModelConfig:
     @property
     def expert_d_ff(self) -> int:
         return self.d_ff if self.moe_d_ff is None else self.moe_d_ff
+
+    @property
+    def shared_expert_d_ff(self) -> int:
+        """The shared experts' inner width, d_s: shared_d_ff, else n × the experts' width."""
+        return self.num_shared_experts * self.expert_d_ff if self.shared_d_ff is None \
+            else self.shared_d_ff
 
     @cached_property
     def layer_kinds(self) -> tuple[LayerKind, ...]:

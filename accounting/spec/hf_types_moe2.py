@@ -16,7 +16,8 @@ from accounting.spec.hf_schema import (
     Noted, Required, head_dim, kv_heads, llama_sizes, register, rope_keys, rope_must, short)
 from accounting.spec.hf_types_dense import layers_of
 from accounting.spec.hf_types_moe import (ROUTER_FREE, ROUTER_NOTES, _deepseek_layers,
-                                          MTP_KEY, _qwen3_moe_layers, _write_first_k)
+                                          MTP_KEY, _qwen3_moe_layers, _write_first_k,
+                                          shared_experts)
 from accounting.spec.hf_types_parallel import _FACTOR_ALIASES, _rotary, _rotary_back
 
 # OLMoE-1B-7B (allenai/OLMoE-1B-7B-0924): OlmoeAttention's q_norm over hidden_size and
@@ -56,23 +57,18 @@ def _qwen2_moe_layers(v: Mapping, where: str):
     """Qwen2MoeDecoderLayer: the experts as Qwen3-MoE's rule (mlp_only_layers,
     decoder_sparse_step, num_experts > 0); Qwen2MoeSparseMoeBlock's shared_expert is one
     Qwen2MoeMLP of shared_expert_intermediate_size, read as shared_expert_intermediate_size /
-    moe_intermediate_size shared experts (a whole number in every release: 5632/1408 = 4,
-    20480/2560 = 8). Qwen2MoeConfig.__post_init__: without layer_types, layer i slides iff
+    moe_intermediate_size shared experts where whole (every release: 5632/1408 = 4,
+    20480/2560 = 8), else one of that width (shared_experts). Qwen2MoeConfig.__post_init__: without layer_types, layer i slides iff
     use_sliding_window and i < max_window_layers and i is even ((i + 1) % 2); the window is
     sliding_window where use_sliding_window, else 0."""
     fields, notes = _qwen3_moe_layers({**v, "use_sliding_window": False}, where)
     E, shared, width = v["num_experts"], v["shared_expert_intermediate_size"], \
         v["moe_intermediate_size"]
     if E > 0:
-        if shared % width:
-            raise UsageError(f"{where}: shared_expert_intermediate_size {shared} is not a "
-                             f"multiple of moe_intermediate_size {width}; the spec writes the "
-                             f"shared expert as n experts of moe_intermediate_size (--shared-"
-                             f"experts n), so it cannot mean this one")
-        fields.update(num_shared_experts=shared // width)
-        notes += (f"shared_expert_intermediate_size {shared} = {shared // width} × "
-                  f"moe_intermediate_size: one shared MLP that wide, its output × "
-                  f"sigmoid(shared_expert_gate).",)
+        fields.update(shared_experts(shared, width))
+        notes += (f"shared_expert_intermediate_size {shared}"
+                  + (f" = {shared // width} × moe_intermediate_size" if not shared % width else "")
+                  + ": one shared MLP that wide, its output × sigmoid(shared_expert_gate).",)
     L, given, use = v["num_hidden_layers"], v["layer_types"], v["use_sliding_window"]
     if given is None:
         types = ["local" if use and i < v["max_window_layers"] and (i + 1) % 2 else "global"
@@ -92,7 +88,7 @@ def _qwen2_moe_keys(c: ModelConfig) -> Mapping | None:
     kinds = c.layer_kinds
     keys = {"num_experts": c.num_experts or 0, "decoder_sparse_step": 1,
             "mlp_only_layers": [i for i, k in enumerate(kinds) if not k.moe],
-            "shared_expert_intermediate_size": c.num_shared_experts * c.expert_d_ff}
+            "shared_expert_intermediate_size": c.shared_expert_d_ff}
     if not any(k.local for k in kinds):
         return {**keys, "use_sliding_window": False, "layer_types": None}
     return {**keys, "use_sliding_window": True, "sliding_window": c.sliding_window,
@@ -132,15 +128,15 @@ register(HFType(
           "(Qwen2MoeSparseMoeBlock, modeling_qwen2_moe.py)",
     names=QWEN2_MOE_NAMES, must=ROPE_MUST, noted=(ATTENTION_DROPOUT,) + ROUTER_NOTES,
     free=ROUTER_FREE,
-    derived=(Derived(("num_experts", "dense_layers", "num_shared_experts", "sliding_window",
-                      "layer_types"),
+    derived=(Derived(("num_experts", "dense_layers", "num_shared_experts", "shared_d_ff",
+                      "sliding_window", "layer_types"),
                      ("num_hidden_layers", "num_experts", "decoder_sparse_step",
                       "mlp_only_layers", "moe_intermediate_size",
                       "shared_expert_intermediate_size", "use_sliding_window",
                       "sliding_window", "max_window_layers", "layer_types"),
                      _qwen2_moe_layers,
                      "dense layers as qwen3_moe; the shared expert as shared_expert_intermediate"
-                     "_size / moe_intermediate_size experts; local layers: layer_types, else "
+                     "_size / moe_intermediate_size experts (or one of its own width); local layers: layer_types, else "
                      "the even layers below max_window_layers when use_sliding_window "
                      "(configuration_qwen2_moe.py)", _qwen2_moe_keys),),
     experts_implementation="batched_mm",
