@@ -110,3 +110,30 @@ def test_plan_says_the_mtp_memory_is_in(tmp_path, capsys):
     assert items["MTP modules: parameters (fp32)"] == 4 * MTP_PARAMS
     assert items["activations: MTP modules"] == _measured_mtp_bytes(
         replace(BASE, mtp_layers=1), 1, 2, 8)
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_parallel_plan_puts_the_mtp_modules_on_the_last_stage(tp):
+    """--gpus: two pipeline stages. The first holds nothing more; the last holds every MTP
+    module's tensors (Megatron-LM's multi_token_prediction.py places them after the last
+    layer) and, the head untied, the embedding table too (V·d); its micro-batch's saved
+    bytes grow by the single-GPU plan's MTP activations (tp = 1; measured against autograd
+    above). Parameter elements by hand: with tp = 2 the block's Q, K, V, W1, W3 rows, the
+    output projection's and W2's columns and W_eh's d output rows halve, the norms do not."""
+    from accounting.planning.parallel.layout import Layout
+    from accounting.planning.parallel.plan import parallel_plan
+    c = replace(BASE, mtp_layers=1)
+    layout = Layout(gpus=2 * tp, tp=tp, pp=2, micro_batch=2, global_batch=2)
+    p = get_precision("fp32")
+    with_mtp = parallel_plan(c, layout, 8, precision=p).stages
+    without = parallel_plan(BASE, layout, 8, precision=p).stages
+    assert with_mtp[0].states.params == without[0].states.params
+    assert with_mtp[0].activations.total == without[0].activations.total
+    block = (4 * D * D + 3 * D * DFF) // tp + 2 * D
+    assert with_mtp[1].states.params - without[1].states.params == \
+        block + 2 * D * D // tp + 3 * D + V * D // tp
+    if tp == 1:
+        acts = _item(MemoryModel(c, p), 2, 8, "activations: MTP modules")
+        grown = with_mtp[1].activations.per_micro_batch.at(2) - \
+            without[1].activations.per_micro_batch.at(2)
+        assert grown == acts

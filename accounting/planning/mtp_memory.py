@@ -99,8 +99,26 @@ def state_terms(config: ModelConfig, lg, precision: Precision, optimizer: str) -
     return out
 
 
-def _bytes(records) -> Expr:
-    return sum((r.elements.scale(r.bytes_per_element) for r in records), Expr())
+
+def module_records(config: ModelConfig, lg) -> list[tuple[R.Activation, int]]:
+    """The saved records one MTP module repeats, each with how many times: its block (the
+    last layer's group), the head's and loss's records and the shifted token ids, the two
+    input norms (ln_final's records; RMSNorm_h's input is h, saved already: not again), and
+    W_eh's input (2 × the d-wide normed rows the head's matmul saves)."""
+    last = lg.group_of(config.num_layers - 1)
+    out = [(r, 1) for r in lg.activations if r.repeat == last and r.saved]
+    outside = [r for r in lg.activations if not r.per_layer and r.saved and r.saved_in in HEAD]
+    out += [(r, 1 + (r.saved_in == "ln_final") + (r.saved_in == "ln_final"
+                                                   and r.name != "ln_final input")
+             + 2 * (r.saved_in == "lm_head" and not r.weight_copy)) for r in outside]
+    return out
+
+
+def eh_copy_bytes(config: ModelConfig, lg) -> int:
+    """Bytes per element of autocast's copy of W_eh (0 without autocast): the block's."""
+    last = lg.group_of(config.num_layers - 1)
+    return next((r.bytes_per_element for r in lg.activations
+                 if r.repeat == last and r.saved and r.weight_copy), 0)
 
 
 def activation_bytes(config: ModelConfig, lg) -> Expr:
@@ -109,15 +127,7 @@ def activation_bytes(config: ModelConfig, lg) -> Expr:
     and is recomputed one at a time as the others are)."""
     if not config.mtp_layers:
         return Expr()
-    last = lg.group_of(config.num_layers - 1)
-    block = [r for r in lg.activations if r.repeat == last and r.saved]
-    outside = [r for r in lg.activations if not r.per_layer and r.saved and r.saved_in in HEAD]
-    norm = [r for r in outside if r.saved_in == "ln_final"]
-    # the normed rows the head's matmul saves (their copy under autocast), not its weight
-    normed = [r for r in outside if r.saved_in == "lm_head" and not r.weight_copy]
-    copies = [r for r in block if r.weight_copy]
-    eh = Expr.of(2 * copies[0].bytes_per_element, ("d_model", "d_model")) if copies else Expr()
-    one = (_bytes(block) + _bytes(outside) + _bytes(norm)
-           + _bytes(r for r in norm if r.name != "ln_final input")
-           + _bytes(normed).scale(2) + eh)
+    copy = eh_copy_bytes(config, lg)
+    one = sum((r.elements.scale(r.bytes_per_element * k) for r, k in module_records(config, lg)),
+              Expr()) + (Expr.of(2 * copy, ("d_model", "d_model")) if copy else Expr())
     return one.scale(config.mtp_layers)
