@@ -443,7 +443,7 @@ def random_configs(n: int, seed: int = 2026):
         c = replace(c, block=block, rotary_dim=rot)
         T = rng.randint(1, c.context_length if positions == "learned" else c.context_length + 3)
         B = rng.randint(1, 3)
-        yield _llama4_fields(rng, c), T, B
+        yield _hybrid_fields(rng, _llama4_fields(rng, c)), T, B
 
 
 def _llama4_fields(rng, c):
@@ -458,6 +458,34 @@ def _llama4_fields(rng, c):
     if rng.random() < 0.4:
         more["attention_chunk"] = rng.randint(1, 5)
         more["layer_types"] = tuple(rng.choice(["chunked", "global"]) for _ in range(L))
+    return dataclasses.replace(c, **more)
+
+
+HYBRID_KINDS = ("linear_attention", "mamba", "conv")
+
+
+def _hybrid_fields(rng, c):
+    """Hybrid layer patterns drawn on top (issue 31): gated DeltaNet, Mamba-2 and short-conv
+    layers among the attention layers (global, or the chunked ones drawn above), each
+    kind's sizes drawn small (chunks of 1 to 4: T spans one chunk, several, a partial last
+    one). Recurrent layers run in sequential blocks only (the spec's rule)."""
+    if c.block != "sequential" or rng.random() >= 0.4:
+        return c
+    attention = ["chunked", "global"] if c.attention_chunk else ["global"]
+    kinds = [rng.choice(attention + list(HYBRID_KINDS)) for _ in range(c.num_layers)]
+    hk, groups = rng.randint(1, 2), rng.randint(1, 2)
+    more = dict(layer_types=tuple(kinds), conv_kernel=rng.randint(1, 4),
+                conv_bias=rng.random() < 0.5, linear_key_heads=hk,
+                linear_value_heads=hk * rng.randint(1, 2), linear_key_head_dim=rng.randint(1, 4),
+                linear_value_head_dim=rng.randint(1, 4), linear_chunk=rng.randint(1, 4),
+                mamba_heads=groups * rng.randint(1, 2), mamba_groups=groups,
+                mamba_head_dim=rng.randint(1, 4), ssm_state=rng.randint(1, 4),
+                mamba_chunk=rng.randint(1, 4), mamba_bias=rng.random() < 0.5,
+                mamba_dt_min=rng.choice([0.0, 0.001]))
+    if "mamba" not in kinds:
+        more = {k: v for k, v in more.items() if not k.startswith(("mamba", "ssm"))}
+    if "linear_attention" not in kinds:
+        more = {k: v for k, v in more.items() if not k.startswith("linear")}
     return dataclasses.replace(c, **more)
 
 
@@ -482,6 +510,8 @@ def test_the_random_configs_toggle_every_field():
         seen["nope"].add(bool(c.nope_layers))
         seen["temperature"].add(c.temperature_floor is not None)
         seen["chunked"].add(any(k.chunked for k in c.layer_kinds))
+        for kind in HYBRID_KINDS:
+            seen[kind].add(kind in (c.layer_types or ()))
     assert seen["norm"] == set(NORMS) and seen["mlp"] == set(MLPS)
     assert seen["positions"] == set(POSITIONS) and seen["qk_norm"] == set(QK_NORMS)
     assert seen["norm_placement"] == set(NORM_PLACEMENTS) and seen["attention"] == {"mha", "mqa", "gqa"}
@@ -490,7 +520,8 @@ def test_the_random_configs_toggle_every_field():
                                                    "mlp_bias", "head_dim", "T=1", "norm_offset",
                                                    "embedding_multiplier", "residual_multiplier",
                                                    "attn_softcap", "final_softcap", "logit_scale", "attention_sinks",
-                                                   "rotary_dim", "nope", "temperature", "chunked"))
+                                                   "rotary_dim", "nope", "temperature", "chunked")
+               + HYBRID_KINDS)
 
 
 @pytest.mark.parametrize("chunk", range(10))
