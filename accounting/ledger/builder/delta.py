@@ -50,7 +50,12 @@ def _mm(t: Trace, name: str, batch, m, n, p, grads=("dA", "dB"), tri: bool = Fal
 class GatedDeltaNet:
     def __init__(self, t: Trace, a: Arch):
         self.t, c = t, a.c
-        self.grouped = c.linear_value_heads != c.linear_key_heads
+        # z: a copy where each key head's r = h_lv/h_lk value heads must be regrouped (a
+        # view with one key head: its dimension of 1 has no stride to break)
+        self.grouped = c.linear_value_heads != c.linear_key_heads and c.linear_key_heads > 1
+        # the solve's W is column-major per chunk: row-major already (no copy) when a chunk
+        # is one row or a key one column
+        self.w_copy = c.linear_key_head_dim > 1 and c.linear_chunk > 1
         with t.scope("linear_attn"):
             self.dt_bias = t.param("dt_bias", ("h_lv",), R.RECURRENT)
             self.A_log = t.param("A_log", ("h_lv",), R.RECURRENT)
@@ -69,8 +74,8 @@ class GatedDeltaNet:
         with t.scope("linear_attn"):
             qkvz = self.in_proj_qkvz(x, "in_proj_qkvz output")
             ba = self.in_proj_ba(x, "in_proj_ba output")
-            # z, b, a: slices of a per-key-head layout reshaped: copies
-            # (a view when h_lv = h_lk: the key heads' slices are the value heads')
+            # z, b, a: slices of a per-key-head layout reshaped: copies (a view when h_lv =
+            # h_lk, the key heads' slices are the value heads', or h_lk = 1)
             z = t.copy(qkvz, ROW + ("h_lv", "d_lv")) if self.grouped else \
                 t.view(qkvz, ROW + ("h_lv", "d_lv"), contiguous=False)
             z = t.name(z, "z (the output gate)")
@@ -151,7 +156,9 @@ class GatedDeltaNet:
         w = t.solve(ut, dkb, _mm(t, "UT solve for the decayed K·β", chunk, ("P_L",), (), lk,
                                  grads=("dB (a solve)", "dA"), tri=True), "W (decayed keys)")
         # the solve's result is column-major per chunk: one row-major copy for the scan
-        w = t.name(t.copy(w), "W (row-major copy)", saved_if=ONLY_LATER)
+        # (none when d_lk = 1 or C_l = 1: then it is row-major too)
+        if self.w_copy:
+            w = t.name(t.copy(w), "W (row-major copy)", saved_if=ONLY_LATER)
         eq = t.unary("aten.exp", cum, "exp(cum) (again)", k, saves="output", out="exp(cum) (again)")
         qd = t.name(t.binary("aten.mul", q, t.view(eq, HEADS + lk), "Q · exp(cum)", k),
                     "decayed Q", saved_if=ONLY_LATER)
