@@ -158,6 +158,13 @@ VARIANTS = {
                         v_head_dim=6, index_heads=2, index_head_dim=6, index_topk=3,
                         num_experts=4, experts_per_token=2, moe_d_ff=8, router="sigmoid",
                         router_bias=True, dense_layers=(0,)),
+    # and under the fused kernel: the top-k as SDPA's boolean mask (transformers' sdpa path)
+    # (the same weights as dsa_mla_moe: this variant's own drew near-equal index scores, a
+    # top-k that float32 and the float64 reference of test_model_variants.py break apart)
+    "dsa_mla_sdpa": dict(kv_lora_rank=8, q_lora_rank=6, qk_nope_head_dim=4, qk_rope_head_dim=4,
+                         v_head_dim=6, index_heads=2, index_head_dim=6, index_topk=3,
+                         num_experts=4, experts_per_token=2, moe_d_ff=8, router="sigmoid",
+                         router_bias=True, dense_layers=(0,), attention="sdpa"),
     # issue 31: hybrid layers. LFM2: short convolutions (K = 3) beside attention layers with
     # a per-head QK-norm; biased, with MoE and a window
     "lfm2": dict(num_layers=3, d_model=32, num_heads=4, num_kv_heads=2, qk_norm="head",

@@ -69,7 +69,7 @@ def validate(c) -> None:
     dsa = (c.index_heads, c.index_head_dim, c.index_topk)
     if any(x is not None for x in dsa):
         if None in dsa or c.q_lora_rank is None or not c.mla or c.positions != "rope" \
-                or c.attention != "naive" or c.index_head_dim < c.qk_rope_head_dim:
+                or c.index_head_dim < c.qk_rope_head_dim:
             raise UsageError("the sparse-attention indexer (index_heads, index_head_dim, "
                              "index_topk: give all three) reads latent attention's query "
                              "latent and rotates its first qk_rope_head_dim dims: it needs "
