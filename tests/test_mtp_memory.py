@@ -137,3 +137,8 @@ def test_parallel_plan_puts_the_mtp_modules_on_the_last_stage(tp):
         grown = with_mtp[1].activations.per_micro_batch.at(2) - \
             without[1].activations.per_micro_batch.at(2)
         assert grown == acts
+
+
+def test_no_mtp_line_without_modules():
+    names = [i.name for i in MemoryModel(BASE, get_precision("fp32")).at(2, 8).items]
+    assert not [n for n in names if "MTP" in n]

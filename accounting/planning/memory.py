@@ -307,7 +307,7 @@ class MemoryModel:
                             note="alive while that block is differentiated"))
         g = self._by_size(outside)
         out.append(Term("activations: outside the blocks", grouped(g), self._bytes(g)))
-        for e in self._mtp([MT.activation_bytes(c, self.ledger)]):
+        for e in self._mtp([MT.activation_bytes(c, self.ledger)] if c.mtp_layers else []):
             out.append(Term("activations: MTP modules", str(e), e, note=MT.ACTIVATIONS))
         return out
 
@@ -367,7 +367,8 @@ class MemoryModel:
         buffers = sum((b.expr() for b in self.ledger.buffers), Expr())
         kept = sum((r.elements.scale(r.bytes_per_element).times(*((r.repeat,) if r.repeat else ()))
                     for r in self.ledger.activations if r.saved), Expr()) \
-            + sum(self._mtp([MT.activation_bytes(self.config, self.ledger)]), Expr())
+            + sum(self._mtp([MT.activation_bytes(self.config, self.ledger)]
+                            if self.config.mtp_layers else []), Expr())
         f32, i64 = DTYPE_BYTES[FP32], DTYPE_BYTES[INT64]
         lsm = next(r for r in self.ledger.activations if r.name == "log-softmax of the logits")
         loss = Expr.of(lsm.bytes_per_element)  # the 0-dim loss the training loop holds
