@@ -4,15 +4,19 @@ measured on the CPU against the ledger's records (issue 31), as the fixed varian
 
 What this found and what is fixed: the delta rule's one-chunk saves (the [N_c>1] factor),
 z a view with one key head, W's row-major copy a no-op with d_lk = 1 or C_l = 1
-(accounting/ledger/builder/delta.py). Known and left (strict xfails below, each pinned):
-  * a Mamba-2 layer in ONE chunk (T ≤ C_m): new_states[:, :-1] is then one chunk, which
-    the C·state einsum reads in place (no copy), so autograd keeps the whole (N_m + 1)-chunk
-    states tensor; the ledger counts the N_m-chunk copy (a 0/1 factor as the delta rule's
-    would express it; with it, size-1 head, state and chunk dims skip more copies);
+(accounting/ledger/builder/delta.py); a Mamba-2 layer in one chunk (T ≤ C_m), whose
+new_states[:, :-1] the C·state einsum reads in place, so autograd keeps the whole
+(N_m + 1)-chunk tensor, not the copy ([N_m=1], [N_m>1]: builder/mamba.py). Known and left
+(strict xfails below, each pinned):
+  * a Mamba-2 layer in exactly one chunk (T = C_m: no padding) whose B and C are shared by
+    several heads (mamba_groups < mamba_heads): two of the B/C copies the ledger counts are
+    not made;
   * B = 1 with a depthwise conv: the einsum runs the windows (a strided view of the padded
     input) through bmm without the copy it makes for B > 1, so autograd keeps the padded
     input ((T + K − 1)·C) where the ledger counts the windows' copy (T·C·K): not linear in B,
-    so not expressible in the ledger's closed forms.
+    so not expressible in the ledger's closed forms;
+  * size-1 dimensions (a head, state or chunk of 1: the draws' 1s are raised to 2 here),
+    whose permutations are views where the ledger counts copies.
 """
 import dataclasses
 
@@ -33,8 +37,13 @@ def _sized(c):
 
 HYBRIDS = [(i, _sized(c), T, max(B, 2)) for i, (c, T, B) in enumerate(RANDOM)
            if set(c.layer_types or ()) & set(HYBRID_KINDS)]
-# a Mamba-2 layer must span two chunks or more (the one-chunk case: the xfail below)
-MULTI = [(i, c, T, B) for i, c, T, B in HYBRIDS if "mamba" not in c.layer_types or T > c.mamba_chunk]
+
+
+def _unpadded_shared(c, T) -> bool:
+    return "mamba" in c.layer_types and T == c.mamba_chunk and c.mamba_groups < c.mamba_heads
+
+
+MULTI = [(i, c, T, B) for i, c, T, B in HYBRIDS if not _unpadded_shared(c, T)]
 
 
 @pytest.mark.parametrize("chunk", range(4))
@@ -49,11 +58,20 @@ def test_there_are_enough_of_them():
     assert len(MULTI) >= 30 and set(HYBRID_KINDS) <= kinds
 
 
-@pytest.mark.xfail(strict=True, reason="a Mamba-2 layer in one chunk keeps its (N_m + 1)-chunk "
-                   "states whole (module docstring)")
 def test_mamba_in_one_chunk():
-    c = next(c for _, c, T, _ in HYBRIDS if c.layer_types == ("mamba",) and T <= c.mamba_chunk)
-    measured, expected = saved_and_ledger(c, 2, 1)
+    """The case fixed: one padded chunk, and one whole chunk with a group per head."""
+    c = next(c for _, c, T, _ in HYBRIDS if c.layer_types == ("mamba",))
+    for T, groups in ((1, c.mamba_groups), (c.mamba_chunk, c.mamba_heads)):
+        measured, expected = saved_and_ledger(dataclasses.replace(c, mamba_groups=groups), 2, T)
+        assert measured == expected
+
+
+@pytest.mark.xfail(strict=True, reason="one unpadded Mamba-2 chunk with B and C shared by "
+                   "heads: two copies not made (module docstring)")
+def test_mamba_in_one_unpadded_chunk_with_shared_groups():
+    c = next(c for _, c, T, _ in HYBRIDS if c.layer_types == ("mamba",))
+    c = dataclasses.replace(c, mamba_groups=1, mamba_heads=2)
+    measured, expected = saved_and_ledger(c, 2, c.mamba_chunk)
     assert measured == expected
 
 

@@ -135,7 +135,8 @@ class Ledger:
                                  c.mamba_chunk)
             out.update({"h_m": h, "p_m": p, "n_s": n, "G_m": g, "p_g": h * p // g,
                         "d_xbc": h * p + 2 * g * n, "d_zxbcdt": 2 * h * p + 2 * g * n + h,
-                        "C_m": chunk, "N_m": -(-seq // chunk), "N_m+1": -(-seq // chunk) + 1})
+                        "C_m": chunk, "N_m": -(-seq // chunk), "N_m+1": -(-seq // chunk) + 1,
+                        "[N_m>1]": int(seq > chunk), "[N_m=1]": int(seq <= chunk)})
         if c.num_experts is not None:
             out.update({"E": c.num_experts, "k": c.experts_per_token, "d_e": c.expert_d_ff,
                         "d_s": c.shared_expert_d_ff, "G": c.router_groups,
