@@ -34,3 +34,11 @@ def test_verify_says_why_and_agrees(tmp_path, capsys):
     assert code == 0, err
     x = json.loads(out)["cross_check"]
     assert x["agrees"] and "get_seq_length" in x["transformers"]["skipped"]
+
+
+def test_a_huge_exponent_is_refused_not_expanded(capsys):
+    """The CLI fuzz's other finding (tests/test_fuzz_cli.py, seed 11): --lora-alpha 1e999999999
+    was read by Fraction(), which expands a billion-digit integer (no exit in 10 s); now the
+    plan's bounded reader refuses it in one line."""
+    code, out, err = run(capsys, "plan", "gpt2-small", "--lora-alpha", "1e999999999")
+    assert code == 2 and out == "" and "exponent" in err and len(err.splitlines()) == 1
