@@ -117,7 +117,7 @@ class LatentAttention(nn.Module):
         q = torch.cat((q_nope, q_pe), dim=-1)
         k = torch.cat((k_nope, k_pe.expand(*k_nope.shape[:-1], self.rope_dim)), dim=-1)
         mask = None
-        if self.attention == "naive" or self.window is not None:
+        if self.attention == "naive" or self.window is not None or self.indexer is not None:
             mask = torch.ones(seq, seq, dtype=torch.bool, device=x.device).tril()
             if self.window is not None:
                 mask = mask.triu(1 - self.window)

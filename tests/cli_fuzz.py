@@ -385,6 +385,27 @@ _SPECIAL = (
 HF_DIR = Path(__file__).resolve().parents[1] / "accounting" / "hf_configs"
 HF_CONFIGS = tuple(sorted((p.relative_to(HF_DIR).as_posix(), json.loads(p.read_text()))
                           for p in HF_DIR.rglob("*.json")))
+# issue 31: a small hybrid config of each layer kind (no shipped file has one): Qwen3-Next's
+# gated DeltaNet with gated attention and experts, Nemotron-H's Mamba-2 pattern, LFM2's convs
+HYBRID_SEEDS = (
+    ("qwen3_next", {"model_type": "qwen3_next", "vocab_size": 96, "hidden_size": 32,
+                    "intermediate_size": 48, "num_hidden_layers": 4, "num_attention_heads": 4,
+                    "num_key_value_heads": 2, "head_dim": 8, "full_attention_interval": 4,
+                    "linear_num_key_heads": 2, "linear_num_value_heads": 4,
+                    "linear_key_head_dim": 4, "linear_value_head_dim": 4,
+                    "linear_conv_kernel_dim": 4, "num_experts": 4, "num_experts_per_tok": 2,
+                    "moe_intermediate_size": 8, "shared_expert_intermediate_size": 12,
+                    "max_position_embeddings": 64}),
+    ("nemotron_h", {"model_type": "nemotron_h", "vocab_size": 96, "hidden_size": 32,
+                    "intermediate_size": 48, "num_hidden_layers": 4, "num_attention_heads": 4,
+                    "num_key_value_heads": 2, "head_dim": 8, "hybrid_override_pattern": "M*-M",
+                    "mamba_num_heads": 4, "mamba_head_dim": 8, "ssm_state_size": 4,
+                    "n_groups": 2, "conv_kernel": 4, "chunk_size": 8}),
+    ("lfm2", {"model_type": "lfm2", "vocab_size": 96, "hidden_size": 32, "intermediate_size": 48,
+              "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2,
+              "layer_types": ["conv", "full_attention", "conv"], "conv_L_cache": 3,
+              "max_position_embeddings": 64}),
+)
 _HF_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
             "num_attention_heads", "num_key_value_heads", "head_dim", "max_position_embeddings",
             "rope_theta", "rms_norm_eps", "tie_word_embeddings", "attention_bias", "mlp_bias",
@@ -401,7 +422,14 @@ _HF_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers
             "rotary_pct", "partial_rotary_factor", "attn_logit_softcapping",
             "final_logit_softcapping", "embedding_multiplier", "residual_multiplier",
             "logits_scaling", "routed_scaling_factor", "gradient_checkpointing",
-            "task_specific_params", "kv_sharing_modes", "router_jitter_noise")
+            "task_specific_params", "kv_sharing_modes", "router_jitter_noise",
+            # issue 31: the hybrid families' keys (layer patterns, recurrent sizes, MTP, DSA)
+            "full_attention_interval", "linear_num_key_heads", "linear_num_value_heads",
+            "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel_dim",
+            "hybrid_override_pattern", "mamba_num_heads", "mamba_head_dim", "ssm_state_size",
+            "n_groups", "chunk_size", "conv_kernel", "conv_L_cache", "full_attn_idxs",
+            "shared_expert_intermediate_size", "num_nextn_predict_layers", "index_topk",
+            "index_n_heads", "index_head_dim")
 _HF_VALUES = st.one_of(
     _VALUES, st.sampled_from((0, -1, 1, 2, 8, 10**12, 10**12 + 1, 10**15, 10**18, 2**63,
                               10**40, float("nan"), float("inf"), float("-inf"), 1e308, 0.5,
@@ -410,9 +438,13 @@ _HF_VALUES = st.one_of(
                               "sigmoid", "softmax", "silu", "gelu_new", "relu", "tanh",
                               {"type": "yarn", "factor": float("inf")}, {"a": {"b": [1]}},
                               # issue 32: integers past any float, one past the bound
-                              10**400, -10**400, 10**19, ["none"] * 7)))
+                              10**400, -10**400, 10**19, ["none"] * 7,
+                              # issue 31: hybrid layer patterns, well and badly formed
+                              ["linear_attention", "linear_attention", "full_attention"],
+                              ["conv", "full_attention"] * 2, "M-M*", "M*-", "MEM-", "Z")))
 _MODEL_TYPES = ("gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo2", "mixtral", "qwen3_moe",
                 "deepseek_v3", "bert", "llama4", "", "GPT2", "deepseek_v2", None, 3, ["llama"],
+                "qwen3_next", "nemotron_h", "lfm2", "deepseek_v32", "glm4_moe",
                 "x" * 5000, "a\nb")
 
 
@@ -420,7 +452,7 @@ _MODEL_TYPES = ("gpt2", "llama", "mistral", "qwen2", "qwen3", "olmo2", "mixtral"
 def hf_config_texts(draw) -> bytes:
     """A shipped config.json with keys removed, wrong types, huge numbers, NaN/Infinity,
     nested junk, another or an unknown model_type, bad mixture-of-experts values."""
-    _, data = draw(st.sampled_from(HF_CONFIGS))
+    _, data = draw(st.sampled_from(HF_CONFIGS + HYBRID_SEEDS))
     data = dict(data)
     for _ in range(draw(st.sampled_from((0, 0, 1, 1, 2, 3, 4)))):  # often light: it answers
         op = draw(st.integers(0, 7))

@@ -87,6 +87,35 @@ def test_random_configs_agree_exactly(config, seq, batch, phase):
     assert result.agrees, views.summary(result)
 
 
+@st.composite
+def hybrid_configs(draw) -> ModelConfig:
+    """A dense config with a hybrid layer pattern (issue 31): each layer global attention, a
+    gated DeltaNet, a Mamba-2 or a short convolution, each kind's sizes small (chunks 1-4)."""
+    base = draw(configs)
+    L = base.num_layers
+    kinds = tuple(draw(st.lists(st.sampled_from(["global", "linear_attention", "mamba", "conv"]),
+                                min_size=L, max_size=L)))
+    hk, groups = draw(st.integers(1, 2)), draw(st.integers(1, 2))
+    small = st.integers(1, 4)
+    return dataclasses.replace(
+        base, layer_types=kinds, conv_kernel=draw(small), conv_bias=draw(st.booleans()),
+        **({"linear_key_heads": hk, "linear_value_heads": hk * draw(st.integers(1, 2)),
+            "linear_key_head_dim": draw(small), "linear_value_head_dim": draw(small),
+            "linear_chunk": draw(small)} if "linear_attention" in kinds else {}),
+        **({"mamba_heads": groups * draw(st.integers(1, 2)), "mamba_groups": groups,
+            "mamba_head_dim": draw(small), "ssm_state": draw(small), "mamba_chunk": draw(small),
+            "mamba_bias": draw(st.booleans())} if "mamba" in kinds else {}))
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(config=hybrid_configs(), seq=st.integers(1, 12), batch=st.integers(1, 3),
+       phase=st.sampled_from(["forward", "backward", "train"]))
+def test_random_hybrid_configs_agree_exactly(config, seq, batch, phase):
+    # T below, at and past a chunk; a chunk of 1; a conv of width 1; B = 1
+    result = cross_check(analyze(config, seq, batch, phase))
+    assert result.agrees, views.summary(result)
+
+
 @pytest.mark.parametrize("seq,d_ff", [(1, 12), (5, 1)])
 def test_size_one_contractions_are_explained(seq, d_ff):
     # T = 1 (one key) and d_ff = 1: torch.einsum runs these contractions as aten.mul,

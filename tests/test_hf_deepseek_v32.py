@@ -15,6 +15,7 @@ and a second matmul sums them, the causal mask, topk(index_topk); the attention'
 those keys only (eager: the core still computes all T² scores). DynamicIndexedLayer caches
 the indexer keys, [B, T, index_head_dim] per layer, beside the latent.
 """
+import dataclasses
 import json
 from pathlib import Path
 
@@ -184,3 +185,22 @@ def test_full_size(name, expected):
     assert 1536 * 64 * 128 + 7168 * 128 + 2 * 128 + 7168 * 64 == 13_959_424
     c = translate(data, "t", "v32").config
     assert analyze(c).param_count == expected == 671_877_929_216
+
+
+def test_the_indexer_runs_under_the_fused_kernel(capsys, tmp_path):
+    """--attention sdpa with the indexer: the top-k as SDPA's attention mask, as
+    transformers' sdpa path passes it (modeling_deepseek_v32.py: index_mask scattered from
+    the top-k indices into attention_mask, then F.scaled_dot_product_attention). Every
+    counter agrees (transformers' model is skipped in the backward under the fused kernel,
+    as for every model: its stated reason); the kernel computes every score the mask then
+    drops (executed T², V zero-padded to d_k as the fused path needs one head size:
+    2·B·h·T²·(d_k − d_v) more per layer), the useful count the k_I kept keys (P_K) at d_v,
+    which is what FlashMLA's sparse kernel (flash_mla_sparse_fwd, top-k indices) runs."""
+    T, B = 12, 1
+    agreeing_check(capsys, "--config", str(write_config(tmp_path, DATA)), "--ctx", str(T),
+                   "--batch", str(B), "--pass", "train", "--attention", "sdpa")
+    c = dataclasses.replace(translate(DATA, "t", "dsv32").config, attention="sdpa")
+    pad = L * 2 * B * h * T * T * (nope + rope - dv)
+    assert analyze(c, T, B, "forward").matmul_flops() == forward_by_hand(T, B) + pad
+    assert analyze(c, T, B, "forward", "useful").matmul_flops("useful") == \
+        forward_by_hand(T, B, useful=True)

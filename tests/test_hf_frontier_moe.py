@@ -349,6 +349,21 @@ def test_what_the_spec_cannot_mean_is_refused_in_one_line(capsys, tmp_path, name
                         "--no-verify", expected=expected)
 
 
+def test_qwen2_moe_shared_expert_of_any_width():
+    """shared_expert_intermediate_size 40, no multiple of moe_intermediate_size 16 (it was
+    refused): one shared MLP 40 wide (shared_d_ff), as Qwen2MoeSparseMoeBlock builds it;
+    the count equals transformers' model on the meta device."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    data = {**CONFIGS["qwen2_moe"], "shared_expert_intermediate_size": 40}
+    c = translate(data, "t", "q").config
+    assert (c.num_shared_experts, c.shared_d_ff) == (1, 40)
+    with torch.device("meta"):
+        m = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(
+            **{k: v for k, v in data.items() if k != "architectures"}))
+    assert analyze(c).param_count == sum(p.numel() for p in m.parameters())
+
+
 @pytest.mark.parametrize("model_type, expected", [
     ("jamba", "runs Mamba-1 layers"),  # (phimoe and gemma4 are read now)
 ])

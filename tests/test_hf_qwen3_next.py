@@ -118,10 +118,12 @@ def test_cache_bytes_equal_transformers_cache(tmp_path, capsys, T, B):
     assert json.loads(out)["inference"]["kv_cache_bytes"] == held
 
 
-def test_verify_agrees_with_transformers(tmp_path, capsys):
-    """--verify at T = 70 (two chunks): every counter and transformers' own model (its conv
-    less the K − 1 dropped outputs, its final state update subtracted, each a stated row)."""
-    x = agreeing_check(capsys, "--config", str(write_config(tmp_path, DATA)), "--ctx", "70")
+@pytest.mark.parametrize("T", [70, 5])  # two chunks, the last partial; one chunk, T < C
+def test_verify_agrees_with_transformers(tmp_path, capsys, T):
+    """--verify at T = 70 (two chunks) and 5 (one): every counter and transformers' own
+    model (its conv less the K − 1 dropped outputs, its final state update subtracted, each
+    a stated row)."""
+    x = agreeing_check(capsys, "--config", str(write_config(tmp_path, DATA)), "--ctx", str(T))
     hf = x["transformers"]
     assert hf["agrees"] and hf["model_type"] == "qwen3_next"
     claims = " ".join(c["claim"] for c in hf["checks"])
@@ -142,3 +144,37 @@ def test_published_config_counts(capsys):
     p = json.loads(out)["parameters"]
     assert p["total"] == 79_674_391_296
     assert p["active_per_token"] == 79_674_391_296 - 502 * 3 * 512 * 2048 * 48
+
+
+@pytest.mark.parametrize("T,B", [(5, 2), (70, 1), (128, 3)])  # T < C, a partial chunk, 2 whole
+def test_prefill_runs_the_final_state_update(tmp_path, capsys, T, B):
+    """plan's prefill FLOPs: the forward's (hand algebra above, N_c − 1 state updates) and
+    the last state update a prefill computes for its cache (transformers'
+    torch_chunk_gated_delta_rule returns it: one more Kᵀ·V_new, d_k × C × d_v per value
+    head, in each of the three gated DeltaNet layers), by hand."""
+    code, out, err = run(capsys, "plan", "--config", str(write_config(tmp_path, DATA)), "--ctx",
+                         str(T), "--batch", str(B), "--precision", "fp32", "--format", "json")
+    assert code == 0, err
+    final = 3 * 2 * B * HV * DK * C * DV
+    assert json.loads(out)["inference"]["prefill_flops"] == B * hand_forward_flops(T) + final
+
+
+def test_shared_expert_of_any_width():
+    """shared_expert_intermediate_size 12, no multiple of moe_intermediate_size 8: one shared
+    MLP 12 wide (shared_d_ff), as Qwen3NextSparseMoeBlock builds it. Parameters against
+    transformers' model on the meta device and by hand (3·d·12 per layer in place of 3·d·8);
+    forward FLOPs by hand (3·2·T·d·12 per layer)."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    data = {**DATA, "shared_expert_intermediate_size": 12}
+    c = translate(data, "config.json", "qwen3-next-odd").config
+    assert (c.num_shared_experts, c.shared_d_ff, c.shared_expert_d_ff) == (1, 12, 12)
+    cfg = transformers.Qwen3NextConfig(**{k: v for k, v in data.items()
+                                           if k not in ("architectures", "model_type", "torch_dtype")})
+    with torch.device("meta"):
+        model = transformers.Qwen3NextForCausalLM(cfg)
+    width = 3 * D * (12 - DS) * L
+    assert analyze(c, 8, 1).param_count == hand_params() + width == \
+        sum(p.numel() for p in model.parameters())
+    T = 100
+    assert analyze(c, T, 1, "forward").matmul_flops() == hand_forward_flops(T) + 2 * T * width

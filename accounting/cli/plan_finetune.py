@@ -7,17 +7,21 @@ import argparse
 from fractions import Fraction
 
 from accounting.cli.args import positive_int
+from accounting.planning.compute import MAX_EXPONENT, exact
 from accounting.runtime.errors import UsageError, shorten
 
 
 def _fraction(flag: str):
     def parse(text: str) -> Fraction:
+        # the plan's one bounded reader of a user's decimal (Fraction("1e999999999") would
+        # expand a billion-digit integer: a hang the CLI fuzz found)
         try:
             if len(text) > 40:
                 raise ValueError
-            return Fraction(text.strip())
-        except (ValueError, ZeroDivisionError):
-            raise argparse.ArgumentTypeError(f"must be a number, got {shorten(text)}") from None
+            return exact(text.strip(), flag)
+        except (ValueError, ZeroDivisionError, UsageError):
+            raise argparse.ArgumentTypeError(f"must be a number with an exponent within "
+                                             f"±{MAX_EXPONENT}, got {shorten(text)}") from None
     parse.__name__ = "number"
     return parse
 

@@ -7,6 +7,7 @@ from collections import defaultdict
 from accounting.analysis.workload import Analysis
 from accounting.crosscheck.mapping import Split
 from accounting.crosscheck.result import Check
+from accounting.ledger.builder.delta import STATE_UPDATE
 from accounting.ledger import records as R
 from accounting.units import grouped
 
@@ -64,7 +65,7 @@ def state_surplus(a: Analysis) -> dict[int, int]:
     layers = dict(lg.groups)
     out: dict[int, int] = defaultdict(int)
     for r in lg.forward:
-        if r.component == R.RECURRENT and "N_c-1" in r.batch and r.n == ("C_l",):
+        if r.name == STATE_UPDATE:
             for i in layers[r.repeat]:
                 out[i] += r.flops(v)
     return dict(out)

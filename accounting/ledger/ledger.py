@@ -131,13 +131,15 @@ class Ledger:
             out.update({"h_lk": hk, "h_lv": hv, "d_lk": dk, "d_lv": dv,
                         "d_conv": 2 * hk * dk + hv * dv, "d_qkvz": 2 * hk * dk + 2 * hv * dv,
                         "C_l": chunk, "N_c": -(-seq // chunk), "N_c-1": -(-seq // chunk) - 1,
+                        "[N_c>1]": int(seq > chunk),
                         "P_L": chunk * (chunk - 1) // 2})
         if c.mamba_heads is not None:  # Mamba-2 layers (builder/mamba.py)
             h, p, n, g, chunk = (c.mamba_heads, c.mamba_head_dim, c.ssm_state, c.mamba_groups,
                                  c.mamba_chunk)
             out.update({"h_m": h, "p_m": p, "n_s": n, "G_m": g, "p_g": h * p // g,
                         "d_xbc": h * p + 2 * g * n, "d_zxbcdt": 2 * h * p + 2 * g * n + h,
-                        "C_m": chunk, "N_m": -(-seq // chunk), "N_m+1": -(-seq // chunk) + 1})
+                        "C_m": chunk, "N_m": -(-seq // chunk), "N_m+1": -(-seq // chunk) + 1,
+                        "[N_m>1]": int(seq > chunk), "[N_m=1]": int(seq <= chunk)})
         if c.mamba_inner is not None:  # Mamba-1 layers (builder/mamba1.py)
             di, r, n = c.mamba_inner, c.mamba_dt_rank, c.ssm_state
             out.update({"d_i": di, "2d_i": 2 * di, "r_dt": r, "n_s": n, "d_rbc": r + 2 * n})

@@ -77,6 +77,9 @@ SYMBOLS: dict[str, str] = {
     "C_l": "linear_chunk: the chunked delta rule's chunk",
     "N_c": "chunks, ⌈T/C_l⌉ (the sequence padded to N_c·C_l)",
     "N_c-1": "chunks less one: the state updates of a forward without a cache",
+    "[N_c>1]": "1 with two chunks or more, else 0: what only the scan's later chunks save",
+    "[N_m>1]": "1 with two SSD chunks or more, else 0",
+    "[N_m=1]": "1 with one SSD chunk, else 0",
     "P_L": "a chunk's strictly lower pairs, C_l(C_l − 1)/2 (a unit triangular solve's multiply-adds per column)",
     "h_m": "mamba_heads: a Mamba-2 layer's heads",
     "p_m": "mamba_head_dim",
@@ -213,12 +216,15 @@ class Expr:
             e = e.substitute("P_K", window_pairs_expr(values["k_I"], values["T"]))
         if "T" in keep and "P_C" in e.symbols():  # the branch (T mod C_a) the analysed T is on
             e = e.substitute("P_C", chunk_pairs_expr(values["C_a"], values["T"]))
-        if "T" in keep and {"N_c", "N_c-1"} & e.symbols():  # ⌈T/C_l⌉ on T's branch mod C_l
+        if "T" in keep and {"N_c", "N_c-1", "[N_c>1]"} & e.symbols():  # ⌈T/C_l⌉ on T's branch mod C_l
             chunks = chunks_expr(values["C_l"], values["T"])
             e = e.substitute("N_c", chunks).substitute("N_c-1", chunks + Expr({(): -1}))
-        if "T" in keep and {"N_m", "N_m+1"} & e.symbols():  # Mamba-2's chunks, likewise
+            e = e.substitute("[N_c>1]", Expr({(): values["[N_c>1]"]}))  # constant on the branch
+        if "T" in keep and {"N_m", "N_m+1", "[N_m>1]", "[N_m=1]"} & e.symbols():  # Mamba-2's
             chunks = chunks_expr(values["C_m"], values["T"])
             e = e.substitute("N_m", chunks).substitute("N_m+1", chunks + Expr({(): 1}))
+            for flag in ("[N_m>1]", "[N_m=1]"):  # constant on the branch
+                e = e.substitute(flag, Expr({(): values[flag]}))
         if "T" in keep:  # an expert's capacity rows stay symbolic: C = ⌈c·B·T·k/E⌉
             keep = tuple(keep) + ("C", "E·C+1")
         out: dict[tuple[str, ...], Fraction] = {}
@@ -348,12 +354,18 @@ def validity(e: Expr, values: dict[str, int]) -> str:
     if "P_C" in e.symbols():
         c, seq = values["C_a"], values["T"]
         parts.append(f"T ≤ C_a = {c:,}" if seq <= c else f"T ≥ C_a = {c:,}, T mod C_a = {seq % c:,}")
-    if {"N_c", "N_c-1"} & e.symbols():
+    if {"N_c", "N_c-1", "[N_c>1]"} & e.symbols():
         c, seq = values["C_l"], values["T"]
         parts.append(f"T mod C_l = {seq % c:,} (C_l = {c:,}: chunks of the delta rule)")
-    if {"N_m", "N_m+1"} & e.symbols():
+    if "[N_c>1]" in e.symbols():
+        c = values["C_l"]
+        parts.append(f"T > C_l = {c:,}" if values["T"] > c else f"T ≤ C_l = {c:,}")
+    if {"N_m", "N_m+1", "[N_m>1]", "[N_m=1]"} & e.symbols():
         c, seq = values["C_m"], values["T"]
         parts.append(f"T mod C_m = {seq % c:,} (C_m = {c:,}: chunks of the SSD scan)")
+    if {"[N_m>1]", "[N_m=1]"} & e.symbols():
+        c = values["C_m"]
+        parts.append(f"T > C_m = {c:,}" if values["T"] > c else f"T ≤ C_m = {c:,}")
     if "C" in e.symbols() or "E·C+1" in e.symbols():
         parts.append("C = ⌈c·B·T·k/E⌉ (expert capacity)")
     return "; ".join(parts)

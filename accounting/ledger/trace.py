@@ -206,11 +206,15 @@ class Trace(KernelOps):
                                        per_sequence=True, fp32=fp32))  # per sequence
 
     def name(self, x: Sym, label: str, course: str = "", block_input: bool = False,
-             weight_copy: bool = False, storages: str | None = None) -> Sym:
-        """Name a tensor for the memory ledger (storages: it is that many tensors, "N_c")."""
+             weight_copy: bool = False, storages: str | None = None,
+             saved_if: str | None = None) -> Sym:
+        """Name a tensor for the memory ledger (storages: it is that many tensors, "N_c";
+        saved_if: a 0/1 symbol its saved elements are multiplied by, "[N_c>1]" for what only
+        a loop's later iterations save)."""
         n = self.named.get(x.storage)
         if n is None:
-            self.named[x.storage] = Named(label, x.shape, x.dtype, self.repeat, course,
+            shape = x.shape + ((saved_if,) if saved_if else ())
+            self.named[x.storage] = Named(label, shape, x.dtype, self.repeat, course,
                                           block_input, weight_copy, storages=storages)
         else:
             n.course, n.block_input = n.course or course, n.block_input or block_input

@@ -11,6 +11,12 @@ from accounting.units import FP32
 
 class KernelOps:
     # ---- multi-op kernels -----------------------------------------------------------------
+    def read_in_place(self, x: Sym, label: str, saved_if: str, by: str) -> None:
+        """x, read in place by the op `by` where a size is 1 (saved_if: that 0/1 symbol):
+        autograd then keeps x's whole storage (elsewhere the op saves a copy)."""
+        self.name(x, label, saved_if=saved_if)
+        self._saves(x, by)
+
     def solve(self, a: Sym, b: Sym, record: R.Matmul, label: str) -> Sym:
         """torch.linalg.solve_triangular(a, b, upper=False, unitriangular=True): FLOPs the
         record's; saves a and its result (linalg_solve_triangular_backward takes both)."""

@@ -27,6 +27,7 @@ from fractions import Fraction
 
 from accounting.ledger import records as R
 from accounting.analysis.workload import analyze
+from accounting.ledger.builder.delta import STATE_UPDATE
 from accounting.ledger.builder.moe import expert_capacity
 from accounting.spec.config import ModelConfig
 from accounting.ledger.ledger import ledger
@@ -123,6 +124,28 @@ def recurrent_decode_expr(config: ModelConfig) -> Expr:
         elif mixer in ("mamba", "hybrid"):  # a hybrid layer's attention decodes as any
             total = total + Expr({("B", "h_m", "p_m", "n_s"): 2 * FLOPS_PER_MAC}).times(g)
     return total
+
+
+def final_state_expr(config: ModelConfig) -> Expr:
+    """The prefill's last gated DeltaNet state update, which a forward without a cache
+    skips (the ledger's N_c − 1 updates, builder/delta.py) and a prefill runs for its cache
+    (transformers' torch_chunk_gated_delta_rule returns it; fla's chunk kernel with
+    output_final_state=True): one more Kᵀ·V_new per layer and sequence, 2·B·h_lv·d_lk·
+    C_l·d_lv matmul FLOPs (the state-update record at N_c − 1 = 1)."""
+    total = Expr()
+    for r in ledger(config).forward:
+        if r.name == STATE_UPDATE:
+            e = Expr.of(FLOPS_PER_MAC, tuple(f for f in r.factors if f != "N_c-1"))
+            total = total + (e.times(r.repeat) if r.repeat else e)
+    return fold_layers(total, _kinds(ledger(config)))
+
+
+def prefill_flops(config: ModelConfig, seq: int, batch: int) -> int:
+    """A prefill's forward matmul FLOPs (logits at every position): the forward's, and the
+    final state update of each gated DeltaNet layer (final_state_expr)."""
+    extra = final_state_expr(config).evaluate(values(config, seq, batch)) if \
+        config.linear_key_heads is not None else 0
+    return analyze(config, seq, batch, R.FORWARD).matmul_flops() + extra
 
 
 def decode_flops_expr(config: ModelConfig) -> Expr:
@@ -288,6 +311,6 @@ def inference(config: ModelConfig, batch: int, seq: int, precision: Precision,
     kv_read = batch * kv_elements(config, t) * size + state
     return Inference(config, batch, seq, t, size, per_token,
                      batch * kv_elements(config, seq) * size + state,
-                     analyze(config, seq, batch, R.FORWARD).matmul_flops(), decode, weights,
+                     prefill_flops(config, seq, batch), decode, weights,
                      kv_read, Roofline(decode, weights + kv_read, peak_flops, bandwidth),
                      None if absorbed is None else absorbed.evaluate(v), read, expected, state)

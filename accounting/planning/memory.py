@@ -26,11 +26,14 @@ from accounting.ledger.symbols import Expr, grouped
 from accounting.units import DTYPE_BYTES, FP32, INT64
 from accounting.ledger.builder.common import COURSE as COURSE_IMPL
 from accounting.planning import cuda_peak as CP, fp8 as F8, training_state as TS
+from accounting.planning import mtp_memory as MT
+# the scopes' names, in_scope and the evaluated result (memory_result.py), re-exported
+from accounting.planning.memory_result import (COURSE, MODEL, ActivationRow,  # noqa: F401
+                                               TrainingMemory, in_scope)
 from accounting.planning.optimizers import get_optimizer
 from accounting.planning.precisions import (BF16_MIXED, PRECISIONS, Precision,  # noqa: F401
                                             get_precision)
 
-COURSE, MODEL = "course", "model"
 SCOPES = {
     COURSE: "the course's accounting (CS336 a1 adamwAccounting): parameters, gradients, AdamW m "
             "and v, and the activations the problem lists",
@@ -56,10 +59,6 @@ STEP_BYTES = TS.STEP_BYTES  # AdamW's state["step"], float32, on the CPU unless 
 
 def bytes_per_element(a: R.Activation, precision: Precision | None = None) -> int:
     return a.bytes_per_element
-
-
-def in_scope(a: R.Activation, scope: str) -> bool:
-    return bool(a.course) if scope == COURSE else a.saved
 
 
 def _param_expr(params) -> Expr:
@@ -265,7 +264,12 @@ class MemoryModel:
                                 "on the GPU (fused or capturable)" if on_gpu else
                                 "torch keeps them on the CPU unless fused=True or "
                                 "capturable=True, so not in the GPU total")))
-        return tuple(out)
+        return tuple(out) + tuple(Term(t.name, t.formula, t.bytes, t.on_gpu, t.note)
+                                  for t in self._mtp(MT.state_terms(c, self.ledger, p, self.optimizer)))
+
+    def _mtp(self, terms):
+        """The MTP modules' lines (mtp_memory.py): in the model scope of a full training."""
+        return terms if self.scope == MODEL and self.finetune is None else []
 
     @property
     def _v1(self) -> dict[str, int]:
@@ -305,6 +309,8 @@ class MemoryModel:
                             note="alive while that block is differentiated"))
         g = self._by_size(outside)
         out.append(Term("activations: outside the blocks", grouped(g), self._bytes(g)))
+        for e in self._mtp([MT.activation_bytes(c, self.ledger)] if c.mtp_layers else []):
+            out.append(Term("activations: MTP modules", str(e), e, note=MT.ACTIVATIONS))
         return out
 
     def _recompute_split(self, block, kind: str) -> tuple[list, list]:
@@ -362,7 +368,9 @@ class MemoryModel:
         grads = sum((t.bytes for t in self.state_terms if t.name.startswith("gradients")), Expr())
         buffers = sum((b.expr() for b in self.ledger.buffers), Expr())
         kept = sum((r.elements.scale(r.bytes_per_element).times(*((r.repeat,) if r.repeat else ()))
-                    for r in self.ledger.activations if r.saved), Expr())
+                    for r in self.ledger.activations if r.saved), Expr()) \
+            + sum(self._mtp([MT.activation_bytes(self.config, self.ledger)]
+                            if self.config.mtp_layers else []), Expr())
         f32, i64 = DTYPE_BYTES[FP32], DTYPE_BYTES[INT64]
         lsm = next(r for r in self.ledger.activations if r.name == "log-softmax of the logits")
         loss = Expr.of(lsm.bytes_per_element)  # the 0-dim loss the training loop holds
@@ -378,6 +386,10 @@ class MemoryModel:
         if p.master and n_trained:
             temp = temp + Expr.of(f32 * n_trained)
             temp_what += ", the master copy's fp32 gradients (4·N)"
+        for n_mtp in self._mtp([MT.parameters(self.config, self.ledger)] if self.config.mtp_layers else []):
+            # the MTP modules' tensors are updated with the rest: their √v, fp32 gradients
+            temp = temp + Expr.of(n_mtp * ((p.moment_bytes if opt.foreach_temporary else 0)
+                                           + (f32 if p.master else 0)))
         boundary = held + buffers + kept + loss + logits_grads
         update = held + grads + temp + buffers + loss + inputs
         b = lsm.bytes_per_element
@@ -462,40 +474,3 @@ class MemoryModel:
                               parameter_count(self.config).evaluate(v),
                               matmul_weight_count(self.config).evaluate(v),
                               TS.counts(self.tensors)[1])
-
-
-@dataclass(frozen=True)
-class ActivationRow:
-    record: Activation
-    elements: int  # all copies, all layers
-    bytes_per_element: int
-
-    @property
-    def bytes(self) -> int:
-        return self.elements * self.bytes_per_element
-
-
-@dataclass(frozen=True)
-class TrainingMemory:
-    model: MemoryModel
-    batch: int
-    seq: int
-    items: tuple[MemoryItem, ...]
-    per_sequence: int  # a
-    fixed: int  # b
-    activation_rows: tuple[ActivationRow, ...]  # every record, in or out of scope
-    parameters: int  # N
-    matmul_weights: int  # N_matmul
-    trainable: int = 0  # parameters trained (training_state's trained tensors; LoRA: the adapters)
-
-    @property
-    def total(self) -> int:
-        return sum(i.bytes for i in self.items if i.on_gpu)
-
-    @property
-    def activation_bytes(self) -> int:
-        return sum(i.bytes for i in self.items if i.name.startswith("activations"))
-
-    def scope_bytes(self, scope: str) -> int:
-        """Activation bytes of either list at this workload (without recomputation)."""
-        return sum(r.bytes for r in self.activation_rows if in_scope(r.record, scope))

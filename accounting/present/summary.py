@@ -162,9 +162,9 @@ def plan_answer(p) -> Table:
                                      + (f" ({recipe.note})" if recipe.note else "")))
     mtp_flops = p.flops.mtp + p.flops.mtp_adamw
     lines.append(_line("FLOPs/step", f"{grouped(p.flops.total)} = {si(p.flops.total, 'FLOPs')}"
-                       + (f" (the MTP modules' {si(mtp_flops, 'FLOPs')} included; their "
-                          f"weights, gradients, optimizer state and activations are not in "
-                          f"the memory above)" if mtp_flops else "")))
+                       + (f" (the MTP modules' {si(mtp_flops, 'FLOPs')} included, and their "
+                          f"weights, gradients, optimizer state and activations in the "
+                          f"memory above)" if mtp_flops else "")))
     ft = getattr(p, "finetune", None)
     if ft is not None:  # issue 28: LoRA / QLoRA
         base = (f"NF4 ({'with' if ft.double_quant else 'without'} double quantization, "

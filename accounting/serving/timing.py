@@ -25,7 +25,7 @@ from accounting.analysis.workload import analyze
 from accounting.ledger import records as R
 from accounting.ledger.builder.moe import expert_capacity
 from accounting.planning.inference import (absorbed_decode_flops_expr, decode_flops_expr,
-                                           experts_read)
+                                           experts_read, final_state_expr)
 from accounting.planning.memory import values
 from accounting.serving.kv import LayerKV
 
@@ -68,10 +68,12 @@ class Timing:
 
 def prefill_flops(config, prompt: int) -> int:
     """Forward matmul FLOPs of one prompt: causal (useful) attention, LM head on the last
-    position only."""
+    position only, and the gated DeltaNet layers' final state update (the cache's)."""
     a = analyze(config, prompt, 1, R.FORWARD, R.USEFUL)
     head = a.component_flops(R.USEFUL)[R.LM_HEAD]
-    return a.matmul_flops(R.USEFUL) - head + head // prompt
+    state = final_state_expr(config).evaluate(values(config, prompt, 1)) \
+        if config.linear_key_heads is not None else 0
+    return a.matmul_flops(R.USEFUL) - head + head // prompt + state
 
 
 def decode_flops(config, batch: int, position: int) -> int:

@@ -69,7 +69,7 @@ def validate(c) -> None:
     dsa = (c.index_heads, c.index_head_dim, c.index_topk)
     if any(x is not None for x in dsa):
         if None in dsa or c.q_lora_rank is None or not c.mla or c.positions != "rope" \
-                or c.attention != "naive" or c.index_head_dim < c.qk_rope_head_dim:
+                or c.index_head_dim < c.qk_rope_head_dim:
             raise UsageError("the sparse-attention indexer (index_heads, index_head_dim, "
                              "index_topk: give all three) reads latent attention's query "
                              "latent and rotates its first qk_rope_head_dim dims: it needs "
@@ -267,6 +267,9 @@ def _check_moe(c) -> None:
     if c.router_bias_param and not c.router_bias:
         raise UsageError("router_bias_param says how the router's correction bias is held, "
                          "but router_bias is off; give --router-bias too or drop it")
+    if c.shared_d_ff is not None and not c.num_shared_experts:
+        raise UsageError("shared_d_ff is the shared experts' width, but num_shared_experts is "
+                         "0; give --shared-experts N or drop --shared-d-ff")
     if c.shared_expert_gate and not c.num_shared_experts:
         raise UsageError("shared_expert_gate scales the shared experts' output, but "
                          "num_shared_experts is 0; give --shared-experts N or drop the gate")

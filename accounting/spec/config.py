@@ -140,7 +140,8 @@ class ModelConfig:
                                    needs="num_experts",
                                    help="experts every token runs beside its top-k (DeepSeek)")
     # Nemotron-H's and Granite 4.0-H's shared MLP has its own width (moe_shared_expert_
-    # intermediate_size, shared_intermediate_size), not n experts' (None: n·moe_d_ff)
+    # intermediate_size, shared_intermediate_size), not n experts' (None: n·moe_d_ff), as
+    # Qwen2-MoE's and Qwen3-Next's shared_expert_intermediate_size may (any width)
     shared_d_ff: int | None = spec(None, kind=SIZE, flag="--shared-d-ff", group=EXTRAS,
                                    needs="num_experts",
                                    help="the shared experts' inner width (default: "

@@ -14,7 +14,7 @@ from accounting.spec.hf_schema import (
     LLAMA_FAMILY,
     NONNEG, PATTERN, ROPE_MUST, THETA, Derived, HFType, Key, ModuleNames, Must, Noted,
     Required, head_dim, kv_heads, register, rope_must)
-from accounting.spec.hf_types_moe import ROUTER_FREE
+from accounting.spec.hf_types_moe import ROUTER_FREE, shared_experts
 from accounting.spec.hf_types_mamba_moe import (
     NEMOTRON_MOE_FIELDS, NEMOTRON_MOE_FREE, NEMOTRON_MOE_KEY_NAMES, NEMOTRON_MOE_KEYS,
     NEMOTRON_MOE_NAMES, NEMOTRON_MOE_NOTED, nemotron_experts)
@@ -118,8 +118,8 @@ def _qwen3_next_layers(v: Mapping, where: str):
     """Qwen3NextConfig.__post_init__: layer_types as given, else layer i full attention iff
     (i + 1) % full_attention_interval == 0; Qwen3NextDecoderLayer: experts iff i is not in
     mlp_only_layers and num_experts > 0 and (i + 1) % decoder_sparse_step == 0, with the
-    shared expert (shared_expert_intermediate_size wide, a multiple of the experts' width
-    here) gated by sigmoid(shared_expert_gate(x)); RoPE on int(head_dim · partial_rotary_factor)."""
+    shared expert (shared_expert_intermediate_size wide, any width: shared_experts) gated
+    by sigmoid(shared_expert_gate(x)); RoPE on int(head_dim · partial_rotary_factor)."""
     L, given, every = v["num_hidden_layers"], v["layer_types"], v["full_attention_interval"]
     if given is None:
         given = ["linear_attention" if (i + 1) % every else "full_attention" for i in range(L)]
@@ -132,11 +132,9 @@ def _qwen3_next_layers(v: Mapping, where: str):
     if any(isinstance(i, bool) or not isinstance(i, int) for i in only):
         raise UsageError(f"{where}: mlp_only_layers must list layer indices")
     if E > 0:
-        shared, each = v["shared_expert_intermediate_size"], v["moe_intermediate_size"]
-        # n experts' width, else one shared MLP of its own width (the spec's shared_d_ff)
-        fields.update({"num_shared_experts": shared // each} if shared % each == 0 else
-                      {"num_shared_experts": 1, "shared_d_ff": shared})
-        fields.update(num_experts=E, shared_expert_gate=True,
+        fields.update(num_experts=E, **shared_experts(v["shared_expert_intermediate_size"],
+                                                      v["moe_intermediate_size"]),
+                      shared_expert_gate=True,
                       dense_layers=tuple(i for i in range(L) if i in only or (i + 1) % step))
     head, factor = v["head_dim"], v["partial_rotary_factor"]
     if not (isinstance(factor, (int, float)) and 0 < factor <= 1):
@@ -218,8 +216,7 @@ register(HFType(
     # and max_window_layers: Qwen3NextConfig and its model read none of them
     free=ROUTER_FREE | {"use_sliding_window", "sliding_window", "max_window_layers"},
     derived=(Derived(("layer_types", "num_experts", "num_shared_experts", "shared_d_ff",
-                      "shared_expert_gate",
-                      "dense_layers", "rotary_dim"),
+                      "shared_expert_gate", "dense_layers", "rotary_dim"),
                      ("num_hidden_layers", "layer_types", "full_attention_interval",
                       "num_experts", "decoder_sparse_step", "mlp_only_layers",
                       "shared_expert_intermediate_size", "moe_intermediate_size", "head_dim",
@@ -227,7 +224,7 @@ register(HFType(
                      "linear_attention layers: layer_types, else those where (i + 1) % "
                      "full_attention_interval ≠ 0; dense layers: mlp_only_layers and (i + 1) % "
                      "decoder_sparse_step ≠ 0; the shared expert as shared/moe "
-                     "intermediate_size experts, gated; RoPE on int(head_dim · "
+                     "intermediate_size experts (or one of its own width), gated; RoPE on int(head_dim · "
                      "partial_rotary_factor) dims (Qwen3NextConfig, modeling_qwen3_next.py)"),),
     experts_implementation="batched_mm",
 ))

@@ -189,6 +189,17 @@ def _fp8_blocks(v, d) -> bool:
     return v is None or (isinstance(v, dict) and v.get("quant_method") == "fp8")
 
 
+def shared_experts(width: int, expert_width: int) -> dict:
+    """One shared MLP of `width` (Qwen2-MoE's and Qwen3-Next's shared_expert_intermediate_size)
+    as spec fields: n shared experts where it is n experts' width, else one of its own width
+    (shared_d_ff); none where it is 0 (no shared expert)."""
+    if not width:
+        return {"num_shared_experts": 0}
+    if width % expert_width:
+        return {"num_shared_experts": 1, "shared_d_ff": width}
+    return {"num_shared_experts": width // expert_width}
+
+
 # The multi-token-prediction modules (DeepSeek-V3 §2.2): counted beside the model, in
 # training, not at inference (accounting/analysis/mtp.py). DeepseekV3Config's and
 # Glm4MoeConfig's num_mtp_layers (attribute_map: num_nextn_predict_layers) defaults to 1: an

@@ -16,7 +16,8 @@ from accounting.spec.hf_schema import (
     Noted, Required, head_dim, kv_heads, llama_sizes, register, rope_keys, rope_must, short)
 from accounting.spec.hf_types_dense import layers_of
 from accounting.spec.hf_types_moe import (ROUTER_FREE, ROUTER_NOTES, _deepseek_layers,
-                                          MTP_KEY, _qwen3_moe_layers, _write_first_k)
+                                          MTP_KEY, _qwen3_moe_layers, _write_first_k,
+                                          shared_experts)
 from accounting.spec.hf_types_parallel import _FACTOR_ALIASES, _rotary, _rotary_back
 
 # OLMoE-1B-7B (allenai/OLMoE-1B-7B-0924): OlmoeAttention's q_norm over hidden_size and
@@ -56,20 +57,18 @@ def _qwen2_moe_layers(v: Mapping, where: str):
     """Qwen2MoeDecoderLayer: the experts as Qwen3-MoE's rule (mlp_only_layers,
     decoder_sparse_step, num_experts > 0); Qwen2MoeSparseMoeBlock's shared_expert is one
     Qwen2MoeMLP of shared_expert_intermediate_size, read as shared_expert_intermediate_size /
-    moe_intermediate_size shared experts (a whole number in every release: 5632/1408 = 4,
-    20480/2560 = 8). Qwen2MoeConfig.__post_init__: without layer_types, layer i slides iff
+    moe_intermediate_size shared experts where whole (every release: 5632/1408 = 4,
+    20480/2560 = 8), else one of that width (shared_experts). Qwen2MoeConfig.__post_init__: without layer_types, layer i slides iff
     use_sliding_window and i < max_window_layers and i is even ((i + 1) % 2); the window is
     sliding_window where use_sliding_window, else 0."""
     fields, notes = _qwen3_moe_layers({**v, "use_sliding_window": False}, where)
     E, shared, width = v["num_experts"], v["shared_expert_intermediate_size"], \
         v["moe_intermediate_size"]
     if E > 0:
-        if shared % width:  # one shared MLP of its own width (the spec's shared_d_ff)
-            fields.update(num_shared_experts=1, shared_d_ff=shared)
-        else:
-            fields.update(num_shared_experts=shared // width)
-        notes += (f"shared_expert_intermediate_size {shared}: one shared MLP that wide, its "
-                  f"output × sigmoid(shared_expert_gate).",)
+        fields.update(shared_experts(shared, width))
+        notes += (f"shared_expert_intermediate_size {shared}"
+                  + (f" = {shared // width} × moe_intermediate_size" if not shared % width else "")
+                  + ": one shared MLP that wide, its output × sigmoid(shared_expert_gate).",)
     L, given, use = v["num_hidden_layers"], v["layer_types"], v["use_sliding_window"]
     if given is None:
         types = ["local" if use and i < v["max_window_layers"] and (i + 1) % 2 else "global"
@@ -137,7 +136,7 @@ register(HFType(
                       "sliding_window", "max_window_layers", "layer_types"),
                      _qwen2_moe_layers,
                      "dense layers as qwen3_moe; the shared expert as shared_expert_intermediate"
-                     "_size / moe_intermediate_size experts; local layers: layer_types, else "
+                     "_size / moe_intermediate_size experts (or one of its own width); local layers: layer_types, else "
                      "the even layers below max_window_layers when use_sliding_window "
                      "(configuration_qwen2_moe.py)", _qwen2_moe_keys),),
     experts_implementation="batched_mm",

@@ -167,8 +167,11 @@ class Attention:
         t, c = self.t, self.a.c
         mask = None
         kind = "sliding-window" if self.local else "chunked" if self.chunked else "causal"
-        if (c.attention == "naive" and not self.a.megatron) or self.local or self.chunked:
-            # DeepSeek-V3.2: causal & the indexer's top-k, one per sequence, (B, 1, T, T)
+        if (c.attention == "naive" and not self.a.megatron) or self.local or self.chunked \
+                or self.topk:
+            # DeepSeek-V3.2: causal & the indexer's top-k, one per sequence, (B, 1, T, T);
+            # under the fused kernel its additive form is SDPA's attn_mask, as transformers'
+            # sdpa path passes it (modeling_deepseek_v32.py: index_mask into attention_mask)
             mask = t.name(t.fresh(("B", "T", "T") if self.topk else ("T", "T"), R.BOOL),
                           f"{kind} mask" + (" and the indexer's top-k" if self.topk else ""))
         if self.a.megatron and c.attention == "naive" and mask is None:  # Megatron's unfused
@@ -179,7 +182,7 @@ class Attention:
                 if mask is not None:  # the kernel takes an additive mask: where(mask, 0, −inf),
                     # made inside fused_causal_attention (so inside a selective checkpoint,
                     # which keeps the bool mask, its input)
-                    additive = t.name(t.where(mask, t.fresh(("T", "T"), R.FP32),
+                    additive = t.name(t.where(mask, t.fresh(mask.shape, R.FP32),
                                               "where(mask, 0, −inf)", CAUSAL_MASK),
                                       f"{kind} mask (additive)")
                 return self.fused(q, k, v, additive)

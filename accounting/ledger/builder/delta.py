@@ -19,9 +19,12 @@ A triangular solve's backward is another solve and one dense product (dA = −dB
 2·C_l²·d per column block), not the two equal products of a matmul.
 
 Memory (saved tensors): the scan keeps a state S_i (h_lv·d_lk·d_lv) and a V_new_i
-(h_lv·C_l·d_lv) per chunk, N_c storages each. Written for N_c ≥ 3: with fewer chunks the
-first state (zeros) has no gradient, so the decayed queries (N_c = 1) and the chunk decays
-(N_c ≤ 2) are not saved, small tensors the ledger then over-counts.
+(h_lv·C_l·d_lv) per chunk, N_c storages each. Exact for every T (T < C_l: one padded chunk;
+a partial last chunk: padded): the first state (zeros) has no gradient, so W·S_0 and Q·S_0
+save S_0 alone; with one chunk (T ≤ C_l) nothing saves the row-major W, the decayed queries
+or the decayed keys (no later chunk reads the state, and no state update runs): their
+saved elements carry the 0/1 factor [N_c>1] (measured on the CPU at N_c = 1, 2, 3 and
+partial chunks, tests/test_architectures.py).
 """
 from __future__ import annotations
 
@@ -33,6 +36,10 @@ from accounting.ledger.builder.recurrent import CausalConv1d, causal_conv
 
 ROW = ("B", "T")
 HEADS = ("B", "h_lv", "N_c", "C_l")  # a padded, chunked per-head sequence
+# 1 with two chunks or more, else 0 (ledger.values): what only the products with a state
+# that has a gradient save (chunks after the first; the state update runs N_c − 1 times)
+ONLY_LATER = "[N_c>1]"
+STATE_UPDATE = "Kᵀ V_new (state update)"  # the record a prefill runs once more (its cache's)
 
 
 def _mm(t: Trace, name: str, batch, m, n, p, grads=("dA", "dB"), tri: bool = False,
@@ -44,7 +51,12 @@ def _mm(t: Trace, name: str, batch, m, n, p, grads=("dA", "dB"), tri: bool = Fal
 class GatedDeltaNet:
     def __init__(self, t: Trace, a: Arch):
         self.t, c = t, a.c
-        self.grouped = c.linear_value_heads != c.linear_key_heads
+        # z: a copy where each key head's r = h_lv/h_lk value heads must be regrouped (a
+        # view with one key head: its dimension of 1 has no stride to break)
+        self.grouped = c.linear_value_heads != c.linear_key_heads and c.linear_key_heads > 1
+        # the solve's W is column-major per chunk: row-major already (no copy) when a chunk
+        # is one row or a key one column
+        self.w_copy = c.linear_key_head_dim > 1 and c.linear_chunk > 1
         with t.scope("linear_attn"):
             self.dt_bias = t.param("dt_bias", ("h_lv",), R.RECURRENT)
             self.A_log = t.param("A_log", ("h_lv",), R.RECURRENT)
@@ -98,8 +110,8 @@ class GatedDeltaNet:
         t = self.t
         qkvz = self.in_proj_qkvz(x, "in_proj_qkvz output")
         ba = self.in_proj_ba(x, "in_proj_ba output")
-        # z, b, a: slices of a per-key-head layout reshaped: copies
-        # (a view when h_lv = h_lk: the key heads' slices are the value heads')
+        # z, b, a: slices of a per-key-head layout reshaped: copies (a view when h_lv =
+        # h_lk, the key heads' slices are the value heads', or h_lk = 1)
         z = t.copy(qkvz, ROW + ("h_lv", "d_lv")) if self.grouped else \
             t.view(qkvz, ROW + ("h_lv", "d_lv"), contiguous=False)
         z = t.name(z, "z (the output gate)")
@@ -162,16 +174,18 @@ class GatedDeltaNet:
         w = t.solve(ut, dkb, _mm(t, "UT solve for the decayed K·β", chunk, ("P_L",), (), lk,
                                  grads=("dB (a solve)", "dA"), tri=True), "W (decayed keys)")
         # the solve's result is column-major per chunk: one row-major copy for the scan
-        w = t.name(t.copy(w), "W (row-major copy)")
+        # (none when d_lk = 1 or C_l = 1: then it is row-major too)
+        if self.w_copy:
+            w = t.name(t.copy(w), "W (row-major copy)", saved_if=ONLY_LATER)
         eq = t.unary("aten.exp", cum, "exp(cum) (again)", k, saves="output", out="exp(cum) (again)")
         qd = t.name(t.binary("aten.mul", q, t.view(eq, HEADS + lk), "Q · exp(cum)", k),
-                    "decayed Q")
+                    "decayed Q", saved_if=ONLY_LATER)
         last = t.binary("aten.sub", cum, t.view(cum, ("B", "h_lv", "N_c", "1")),
                         "cum_last − cum", k)
         el = t.unary("aten.exp", last, "exp(cum_last − cum)", k, saves="output",
                      out="exp(cum_last − cum)")
         kd = t.name(t.binary("aten.mul", kk, t.view(el, HEADS + lk), "K · exp(cum_last − cum)", k),
-                    "decayed K")
+                    "decayed K", saved_if=ONLY_LATER)
         decay = t.unary("aten.exp", t.view(cum, chunk), "exp(cum_last)", k, saves="output",
                         out="chunk decay exp(cum_last)")
         rest = ("B", "h_lv", "N_c-1")
@@ -203,7 +217,7 @@ class GatedDeltaNet:
         t.binary("aten.add", inter, av, "Q S + A V_new", k)
         upd = rest + lk + lv
         t.binary("aten.mul", t.view(state, upd), decay, "S · chunk decay", k)
-        kv = Sym(upd, t.matmul(kd, v_new, _mm(t, "Kᵀ V_new (state update)", rest, lk,
+        kv = Sym(upd, t.matmul(kd, v_new, _mm(t, STATE_UPDATE, rest, lk,
                                               ("C_l",), lv)))
         t.binary("aten.add", t.view(state, upd), kv, "S · decay + Kᵀ V_new", k)
         # the output, cut to T, transposed back: a copy

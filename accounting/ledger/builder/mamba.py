@@ -144,13 +144,17 @@ class Mamba2Mixer:
                            _mm(t, "decay · states (across chunks)", ("B", "h_m"), ("N_m+1",),
                                ("N_m+1",), pn),
                            copy_labels=("", "states (copy)")), contiguous=False)
-        # new_states[:, :-1]: the states entering each chunk (a view, copied by the einsum)
-        c_states = Sym(CH + ("p_m",), t.matmul(t.view(Cm, contiguous=False),
-                                               t.view(new, chunk + pn, contiguous=False),
+        # new_states[:, :-1]: the states entering each chunk (a view, copied by the einsum;
+        # with one chunk, T ≤ C_m, the einsum reads it in place and autograd keeps all of
+        # new_states: measured, tests/test_hybrid_saves.py)
+        t.read_in_place(new, "states entering each chunk (one chunk: read in place)", "[N_m=1]",
+                        "bmm (C state (chunk outputs))")
+        entering = t.name(t.copy(t.view(new, chunk + pn)), "states (copy for C state)",
+                          saved_if="[N_m>1]")
+        c_states = Sym(CH + ("p_m",), t.matmul(t.view(Cm, contiguous=False), entering,
                                                _mm(t, "C state (chunk outputs)", chunk,
                                                    ("C_m",), ("n_s",), ("p_m",)),
-                                               copy_labels=("C (copy for C state)",
-                                                            "states (copy for C state)")))
+                                               copy_labels=("C (copy for C state)", "")))
         c_states = t.name(c_states, "C state")
         eo = t.unary("aten.exp", cum, "exp(cum)", k, saves="output", out="exp(cum)")
         y_off = t.binary("aten.mul", c_states, t.view(eo, CH + ("1",)), "C state · exp(cum)", k)

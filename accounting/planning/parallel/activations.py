@@ -24,9 +24,10 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from accounting.ledger import records as R
+from accounting.planning import mtp_memory as MT
 from accounting.planning.parallel.layout import NO_RECOMPUTE, Layout, micro_batches_in_flight
 from accounting.planning.parallel.shards import (BLOCK, EVERY, FIRST, GATHERED, LAST,
-                                                 SEQUENCE, TP_SPLIT, Split)
+                                                 SEQUENCE, TP_SPLIT, Split, chunk)
 
 
 @dataclass(frozen=True)
@@ -123,12 +124,14 @@ class StageActivations:
 
 
 def stage_activations(kept: list[Row], without_recompute: list[Row], layout: Layout,
-                      stage: int, kinds: tuple[tuple[str, int], ...]) -> StageActivations:
+                      stage: int, kinds: tuple[tuple[str, int], ...],
+                      mtp: Linear = Linear()) -> StageActivations:
     """Stage `stage` (0-based) holding `kinds` (blocks of each kind, Split.kinds) under 1F1B:
     k = min(m, p − s) micro-batches of what the ledger keeps (the blocks', and the
     embedding's on the first stage, the head's and the loss's on the last), and, with
     recomputation, what one block saves beyond that while its backward pass runs (the
-    ledger without recomputation, less the one with; the largest over the stage's kinds)."""
+    ledger without recomputation, less the one with; the largest over the stage's kinds);
+    on the last stage the MTP modules' (mtp: one micro-batch's, mtp_rows)."""
     p = layout.pp
     count = dict(kinds)
     in_flight = micro_batches_in_flight(layout, stage)
@@ -140,7 +143,7 @@ def stage_activations(kept: list[Row], without_recompute: list[Row], layout: Lay
                      else r.bytes) for r in rs
                     if r.place in where and (copies is None or r.record.weight_copy == copies)),
                    Linear())
-    per_mb = total(kept)
+    per_mb = total(kept) + (mtp if stage == p - 1 else Linear())
     recomputed = Linear()
     if layout.recompute != NO_RECOMPUTE:
         parts = []
@@ -155,3 +158,18 @@ def stage_activations(kept: list[Row], without_recompute: list[Row], layout: Lay
     return StageActivations(stage, in_flight, sum(count.values()), per_mb,
                             total(kept, copies=True), recomputed,
                             per_mb.times(in_flight) + recomputed)
+
+
+def mtp_rows(sp: Split, kept: list[Row], tp: int) -> Linear:
+    """One micro-batch's saved bytes of the MTP modules on the last stage: the rows of the
+    records each module repeats (accounting/planning/mtp_memory.py), TP-split as the model's,
+    and autocast's copy of W_eh (its d/tp output rows)."""
+    c = sp.config
+    if not c.mtp_layers:
+        return Linear()
+    times = {id(r): k for r, k in MT.module_records(c, sp.ledger)}
+    one = sum((r.bytes.times(times[id(r.record)]) for r in kept if id(r.record) in times),
+              Linear())
+    d = c.d_model
+    one = one + Linear(0, MT.eh_copy_bytes(c, sp.ledger) * chunk(d, tp) * 2 * d)
+    return one.times(c.mtp_layers)

@@ -201,7 +201,7 @@ def _activations(sp: Split, plain: Split, layout: Layout, local: int, tp_rank: i
     """A stage's activations (the same for every sharding stage: `layout` has zero 0)."""
     rows = (A.rows(sp, layout, local, tp_rank=tp_rank),
             A.rows(plain, layout, local, tp_rank=tp_rank))
-    return A.stage_activations(*rows, layout, stage, kinds)
+    return A.stage_activations(*rows, layout, stage, kinds, A.mtp_rows(sp, rows[0], layout.tp))
 
 
 def run_split(config: ModelConfig, p: Precision, recompute: str = "none") -> Split:

@@ -131,7 +131,40 @@ def stage_tensors(sp: Split, values: dict[str, int], layout: Layout, stage: int,
     if root:
         units.append(Unit("root", tuple(Local(t, None, t.sizes(values, layout.tp, tp_rank))
                                         for t in root), True))
+    if stage == layout.pp - 1:
+        units += mtp_units(sp, values, layout, tp_rank, kinds)
     return units
+
+
+def mtp_units(sp: Split, values: dict[str, int], layout: Layout, tp_rank: int,
+              kinds: dict) -> list[Unit]:
+    """The MTP modules (accounting/planning/mtp_memory.py) on the last stage, as Megatron-LM
+    places them (megatron/core/transformer/multi_token_prediction.py, after the decoder's
+    last layer): one unit each of a block of the last layer's kind, W_eh (its
+    ColumnParallelLinear: the d output rows split over TP) and three norms; with pp > 1 the
+    last stage holds the embedding table too, as for a tied head."""
+    c = sp.config
+    if not c.mtp_layers:
+        return []
+    g = sp.ledger.group_of(c.num_layers - 1)
+    if g not in kinds:  # the last stage's own blocks are of that kind: seen already
+        raise AssertionError(f"the last stage holds no block of kind {g}")
+    block, experts = kinds[g]
+    norms = tuple(Local(t, None, t.sizes(values, layout.tp, tp_rank))
+                  for t in sp.tensors if t.module == "ln_final")
+    eh = Tensor("mtp.eh_proj.weight", "eh_proj", False, LAST, (("d_model",), ("2", "d_model")),
+                0, True, False)
+    eh_local = (Local(eh, None, eh.sizes(values, layout.tp, tp_rank)),)
+    out = []
+    for k in range(c.mtp_layers):  # after the last block: layer indices L, L + 1, …
+        out.append(Unit(f"mtp.{k}", block + norms * 3 + eh_local, False, layer=c.num_layers + k))
+        if experts:
+            out.append(Unit(f"mtp.{k}.ffn.experts", experts, False, True, c.num_layers + k))
+    if layout.pp > 1 and not sp.ledger.tied:
+        table = tuple(Local(t, None, t.sizes(values, layout.tp, tp_rank))
+                      for t in sp.tensors if t.place == FIRST and t.lookup)
+        out.append(Unit("mtp.embedding", table, True))
+    return out
 
 
 def zero1_partition(sizes: list[int], d: int) -> list[list[int]]:
