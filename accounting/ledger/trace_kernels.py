@@ -1,10 +1,13 @@
 """Trace's ops that are one library kernel doing several things (accounting/ledger/trace.py):
-a unit triangular solve (torch.linalg.solve_triangular) and the
-fused attention kernel (F.scaled_dot_product_attention). A mixin of Trace: each uses its
+a unit triangular solve (torch.linalg.solve_triangular), the
+fused attention kernel (F.scaled_dot_product_attention) and an fp8 linear layer (torchao's
+Float8Linear, Transformer Engine's te.Linear). A mixin of Trace: each uses its
 bookkeeping (_tick, _autocast, _reads, _saves, name)."""
 from __future__ import annotations
 
-from accounting.ledger import records as R
+from dataclasses import replace
+
+from accounting.ledger import autocast as AC, records as R
 from accounting.ledger.trace_values import Sym
 from accounting.units import FP32
 
@@ -58,3 +61,35 @@ class KernelOps:
             if self.sac_mms is not None:  # the policy's save list has SDPA's outputs
                 self._saves(x, f"SAC policy: {desc}", after=True)
         return out
+
+    def _fp8_linear(self, x: Sym, w: Sym, record: R.Matmul) -> str:
+        """A linear layer under fp8 training: its three GEMMs in fp8. What it saves:
+        torchao's Float8Linear its input as it reaches the module (cast to the autocast
+        dtype under CUDA autocast) and the weight parameter itself, no copy
+        (torchao/float8/float8_linear.py: Float8Linear.forward, input.to(autocast dtype);
+        matmul_with_hp_or_float8_args.forward, ctx.save_for_backward(input_hp, weight_hp_t));
+        Transformer Engine's te.Linear an fp8 copy of its input (1 byte an element; the
+        transposed copy inputmat_t, or inputmat under sequence parallelism: one of them)
+        and the parameter (transformer_engine/pytorch/module/linear.py _Linear.forward,
+        ctx.save_for_backward(saved_inputmat, saved_inputmat_t, weight, ..., weight_t_fp8)):
+        its fp8 weight copies are TE's cached workspaces, held across micro-batches and
+        counted as model state (accounting/planning/fp8.py), not here."""
+        self.matmuls.append(record)
+        if self._region is not None:
+            self._region_matmuls.append((self._tick, record))
+        desc = f"fp8 linear ({record.name})"
+        if self.fp8 == AC.TORCHAO and self.autocast != "cuda":
+            # Float8Linear casts its input to the GPU's autocast dtype only (torch.
+            # is_autocast_enabled(), torch.get_autocast_gpu_dtype()); under the CPU's
+            # autocast its input stays as it came, its output in the autocast dtype
+            x2, dtype = x, (AC.LOW_DTYPE if self.autocast else x.dtype)
+        else:
+            (x2,), dtype = self._autocast("bmm", x)  # autocast's bf16 copy of the input only
+        self._reads(desc, x2, w)
+        saved = self.cast(x2, AC.FP8_SAVED_DTYPE) if self.fp8 == AC.TE else x2
+        if w.grad:
+            self._saves(saved, desc)
+        name = self.tied.get(w.param, w.param)
+        self.params = [replace(p, matmul_weight=True) if p.name == name else p
+                       for p in self.params]
+        return dtype
