@@ -20,6 +20,7 @@ from accounting.crosscheck.hf_recurrent import (in_one_kind, less_surplus, recur
 from accounting.crosscheck.result import (ELSEWHERE, TOTAL, Check, HFCheck, LayerCheck,
                                           ParamRow)
 from accounting.crosscheck.dispatch import BACKWARD, FORWARD, MATMUL
+from accounting.crosscheck import hf_moe_notes as MN
 from accounting.crosscheck.measure import GLOBAL
 from accounting.spec.hf_config import TRANSFORMERS_VERSION, HFConfig, ModuleNames
 from accounting.ledger.ledger import Ledger
@@ -162,8 +163,8 @@ def compare_hf(a: Analysis, m, hf: HFConfig, experts=None, data=None) -> HFCheck
                         "when the ledger's does", f"transformers {'tied' if m.tied else 'untied'}, "
                         f"ledger {'tied' if lg.tied else 'untied'}", m.tied == bool(lg.tied)))
     if experts is not None:
-        checks += _experts_checks(experts)
-    notes = _notes(a, m, mm, hf) + ([_experts_note(experts)] if experts is not None else [])
+        checks += MN.experts_checks(experts)
+    notes = _notes(a, m, mm, hf) + ([MN.experts_note(experts)] if experts is not None else [])
     return HFCheck(hf.model_type, m.transformers_class, m.version, _dtype_text(m, hf), flops,
                    tuple(layers), params, kv_bytes, kv_detail, tuple(checks), tuple(notes),
                    mm.text())
@@ -234,91 +235,11 @@ def _kv(a: Analysis, m, hf: HFConfig, data) -> tuple[tuple[int, int], str]:
     return (analytic, measured), detail
 
 
-def _experts_checks(x) -> list[Check]:
-    """transformers' expert implementations at a shrunk size (hf_experts.py), each against
-    the shrunk config's ledger: eager and batched_mm equal to it whatever the routing;
-    grouped_mm short of it by exactly the experts' matmuls, which FlopCounterMode cannot see."""
-    if isinstance(x, str):
-        return [Check("transformers' expert implementations run on CPU at a shrunk size", x,
-                      False)]
-    fwd, bwd = x.ledger
-    ef, eb = x.experts
-    out = []
-    for r in x.runs:
-        got = f"forward {grouped(r.forward)}, backward {grouped(r.backward)}"
-        if r.implementation == "grouped_mm":
-            out.append(Check(
-                "shrunk, CPU: transformers' default experts (grouped_mm): FlopCounterMode counts "
-                "the ledger's matmul FLOPs less exactly the routed experts' (it has no formula "
-                "for aten._grouped_mm)",
-                f"{got}; ledger {grouped(fwd)} and {grouped(bwd)}, experts {grouped(ef)} and "
-                f"{grouped(eb)}", (r.forward, r.backward) == (fwd - ef, bwd - eb)))
-        else:
-            what = ("eager experts (its loop over the experts that got tokens)"
-                    if r.implementation == "eager" else
-                    "batched_mm experts (as in the meta-device count)")
-            out.append(Check(f"shrunk, CPU: transformers' {what}, {r.routing}: matmul FLOPs = "
-                             f"the shrunk config's ledger", f"{got}; ledger {grouped(fwd)} and "
-                             f"{grouped(bwd)}", (r.forward, r.backward) == (fwd, bwd)))
-    return out
-
-
-def _experts_note(x) -> str:
-    if isinstance(x, str):
-        return f"transformers' other expert implementations could not run on CPU: {x}."
-    return (f"Shrunk (the consistency table's \"shrunk, CPU\" rows): meta cannot run "
-            f"transformers' eager or grouped_mm experts, so the same model_type, shrunk to "
-            f"{x.shrunk}, was built on the CPU in float32 with each implementation and run "
-            f"forward and backward (T = {x.seq}, B = {x.batch}, random weights and tokens) "
-            f"under FlopCounterMode, and compared with that shrunk config's ledger: dropless, "
-            f"the same expert rows whatever the routing ({x.seconds:.1f} s).")
-
-
-def _router_note(c) -> str:
-    """How transformers' router runs, per routing the spec has."""
-    if c.router_topk_first:  # gpt-oss (a bias: addmm, its add non-matmul), Granite 4.0-H
-        return ("Router (GptOssTopKRouter, GraniteMoeHybridTopKRouter): F.linear"
-                + (" with its bias (addmm)" if c.router_linear_bias else "") + ", top-k of the "
-                "logits, softmax over the k chosen: as the tool's model; the routing ops are "
-                "non-matmul FLOPs, compared on the tool's model/ only.")
-    name = "mlp.router" if c.router == "sparsemixer" else "router.proj" if c.mlp_beside_moe \
-        else "mlp.gate"  # (Phi-3.5-MoE's; Gemma 4's, whose input is normed, × scale, × d^-½)
-    if c.router == "sparsemixer":  # its inference form: the max, not Gumbel samples
-        router = "sparsemixer: two rounds of max, abs, clamp, −, ÷, masked_fill(−inf), softmax"
-    elif c.router == "sigmoid":
-        router = ("F.linear in float32, sigmoid, + e_score_correction_bias (a buffer, in "
-                  "neither parameter count), the best groups' experts kept by masked_fill(−inf)")
-    elif c.router_groups > 1:  # DeepSeek-V2's group_limited_greedy
-        router = ("F.linear and softmax in float32, each group's best score (max(dim).values; "
-                  "V3's router sums each group's two best), the other groups masked_fill(0), "
-                  "top-k of the masked scores, × routed_scaling_factor")
-    else:
-        router = "softmax in float32"
-    return (f"Router ({name}): {router}, top-k: casts and selects, no matmul difference; the "
-            "routing ops are non-matmul FLOPs, compared on the tool's model/ only.")
-
-
 def _prod(shape) -> int:
     out = 1
     for s in shape:
         out *= s
     return out
-
-
-def _llama4_moe_notes() -> list[str]:
-    """Llama4TextMoe (modeling_llama4.py) as transformers runs it, and why the counts agree."""
-    return [
-        "Experts (Llama4TextMoe): transformers repeats every token E times "
-        "(hidden_states.repeat), scales each copy by its router score (0 for the unchosen: "
-        "sigmoid(−inf)), and runs every expert on every token: one bmm per matrix over E·B·T "
-        "rows (Llama4TextExperts), then sums the E outputs. That executed count is the "
-        "ledger's (E·B·T expert rows, as the tool's model runs them); the dropless useful "
-        "count, B·T·k rows, is E/k times smaller and is the useful column. "
-        "experts.gate_up_proj holds W1 and W3 (E × d_model × 2·d_e): one matmul where the "
-        "ledger has two, the same multiply-adds; compared as their sum.",
-        "Router (feed_forward.router, an nn.Linear): topk of the raw scores, then a sigmoid "
-        "over all E scores after scattering the top k into −inf (the tool's model takes the "
-        "sigmoid of the k chosen only): non-matmul work, compared on the tool's model/ only."]
 
 
 def _llama4_attention_notes(c) -> list[str]:
@@ -370,7 +291,7 @@ def _notes(a: Analysis, m, mm: ModuleMap, hf: HFConfig) -> list[str]:
                    "as the ledger's matmul rows do; the bias add is non-matmul work, counted "
                    "and compared on the tool's model/.")
     if c.num_experts is not None and c.router_scales_input:
-        out += _llama4_moe_notes()
+        out += MN.llama4_moe_notes()
     elif c.num_experts is not None:
         out.append("Experts: transformers' model runs its experts here as "
                    "experts_implementation=\"batched_mm\": each (token, expert) slot's "
@@ -394,7 +315,7 @@ def _notes(a: Analysis, m, mm: ModuleMap, hf: HFConfig) -> list[str]:
             out.append(f"{'' if c.mlp_beside_moe else 'mlp.'}experts.gate_up_proj holds each expert's W1 and W3 stacked (E × "
                        "2·d_e × d_model): one matmul where the ledger has two, the same "
                        "multiply-adds; compared as their sum (the experts module).")
-        out.append(_router_note(c))
+        out.append(MN.router_note(c))
     if c.mla:
         rotate = ("rotates pairs as complex numbers (view_as_complex times torch.polar's "
                   "freqs_cis, DeepseekV2's apply_rotary_emb)" if m.model_type == "deepseek_v2"

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from functools import cached_property
 
+from accounting.spec import describe
 from accounting.spec.checks import validate
 # the vocabulary, re-exported: the CLI, the builder and model/ read it as config.X
 from accounting.spec.choices import (  # noqa: F401
@@ -447,83 +448,8 @@ class ModelConfig:
     @property
     def architecture(self) -> str:
         """The choices in words, e.g. 'pre-norm RMSNorm, SwiGLU, RoPE, multi-head attention,
-        untied LM head, no biases'."""
-        h, kv = self.num_heads, self.kv_heads
-        attn = ("multi-head attention" if kv == h else "multi-query attention" if kv == 1
-                else f"grouped-query attention ({h // kv} query heads per KV head)")
-        if self.d_k * h != self.d_model:
-            attn += f", head_dim {self.d_k}"
-        biases = [n for n, on in (("QKV", self.qkv_bias), ("attention output", self.out_bias),
-                                  ("MLP", self.mlp_bias), ("LM head", self.lm_head_bias), ("router", self.router_linear_bias),
-                                  ("experts", self.expert_bias)) if on]
-        placement = {"pre": "pre-norm", "post": "post-sublayer-norm",
-                     "sandwich": "sandwich-norm"}[self.norm_placement]
-        parts = [f"{placement} {NORMS[self.norm]}" + (" (1 + w gains)" if self.norm_offset else ""),
-                 self.mlp_kind.label, POSITIONS[self.positions], attn]
-        if self.rotary_dim is not None:
-            parts[2] = f"RoPE on {self.rotary_dim} of {self.d_k} dims per head"
-        if self.qk_norm != "none":
-            parts.append(QK_NORMS[self.qk_norm])
-        if self.global_shape or self.v_norm:  # Gemma 4
-            parts.append(", ".join(([f"global layers: head_dim {self.global_d_k}, {self.global_kv}"
-                                     f" K/V heads" + (", V = K" if self.global_k_eq_v else "")]
-                                    if self.global_shape else []) + ["RMS-normed V"] * self.v_norm))
-        if self.attention_sinks:
-            parts.append("attention sinks")
-        if self.attn_output_gate:
-            parts.append("sigmoid-gated attention output")
-        if self.index_topk is not None:
-            parts.append(f"sparse attention: an indexer of {self.index_heads} heads × "
-                         f"{self.index_head_dim} picks {self.index_topk:,} keys per query")
-        if self.mla:
-            parts[3] = (f"multi-head latent attention (kv_lora_rank {self.kv_lora_rank}"
-                        + (f", q_lora_rank {self.q_lora_rank}" if self.q_lora_rank else "") + ")")
-        if self.block == "single":  # Nemotron-H
-            parts.insert(1, "one sublayer per block (a token mixer or an MLP)")
-        elif self.block != "sequential":
-            parts.insert(1, "parallel attention and MLP" + (
-                " (one shared norm)" if self.block == "parallel_shared_norm" else ""))
-        kinds = self.layer_kinds
-        n_local = sum(k.local for k in kinds)
-        if n_local:
-            parts.append(f"sliding window {self.sliding_window:,}"
-                         + ("" if n_local == len(kinds) else f" on {n_local} of {len(kinds)} layers"))
-        n_chunked, n_nope = sum(k.chunked for k in kinds), sum(k.nope for k in kinds)
-        if n_chunked:
-            parts.append(f"chunked attention {self.attention_chunk:,}"
-                         + ("" if n_chunked == len(kinds) else f" on {n_chunked} of {len(kinds)} layers"))
-        if n_nope:
-            parts.append(f"no RoPE on {n_nope} of {len(kinds)} layers"
-                         + (", temperature tuning there" if self.temperature_floor else ""))
-        split = ", split in_proj" if self.linear_split_proj else ""
-        for mixer, what in (("linear_attention", "gated DeltaNet (chunk "
-                             f"{self.linear_chunk}{split})"), ("kda", "Kimi Delta Attention (chunk "
-                             f"{self.linear_chunk})"), ("conv", "short convolution"),
-                            ("mamba", f"Mamba-2 (chunk {self.mamba_chunk})"),
-                            ("hybrid", f"attention beside Mamba-2 (chunk {self.mamba_chunk})"),
-                            ("mamba1", "Mamba-1 (a sequential selective scan)")):
-            n = sum(k.mixer == mixer for k in kinds)
-            if n:
-                parts.append(f"{what} on {n} of {len(kinds)} layers (conv width "
-                             f"{self.conv_kernel})")
-        if self.num_experts is not None:
-            n_moe = sum(k.moe for k in kinds)
-            parts.append(f"MoE: {self.num_experts} experts, top-{self.experts_per_token}"
-                         + (f", {self.num_shared_experts} shared" if self.num_shared_experts else "")
-                         + (" (sigmoid-gated)" if self.shared_expert_gate else "")
-                         + (" beside a dense MLP" if self.mlp_beside_moe else "")
-                         + ("" if n_moe == len(kinds) else f", on {n_moe} of {len(kinds)} layers"))
-        if self.mup_multipliers:
-            parts.append("muP multipliers (Falcon-H1)")
-        if self.attention != "naive":
-            parts.append("fused attention kernel (SDPA)")
-        parts += [f"{what} {value:g}" for what, value in (
-            ("embeddings ×", self.embedding_multiplier), ("sublayer outputs ×", self.residual_multiplier),
-            ("scores soft-capped at", self.attn_softcap), ("logits ×", self.logit_scale),
-            ("logits soft-capped at", self.final_softcap)) if value is not None]
-        parts.append("tied LM head" if self.tie_embeddings else "untied LM head")
-        parts.append("biases on " + ", ".join(biases) if biases else "no biases")
-        return ", ".join(parts)
+        untied LM head, no biases' (accounting/spec/describe.py)."""
+        return describe.architecture(self)
 
     def model_kwargs(self) -> dict:
         """Keyword arguments for model.TransformerLM."""
