@@ -365,7 +365,8 @@ def test_qwen2_moe_shared_expert_of_any_width():
 
 
 @pytest.mark.parametrize("model_type, expected", [
-    ("jamba", "runs Mamba-1 layers"),  # (phimoe and gemma4 are read now)
+    # (the issue-31 families once here are read now: jamba, phimoe, gemma4, ...)
+    ("cohere2", "runs RoPE only on its sliding-window layers"),
 ])
 def test_the_families_the_spec_cannot_express_are_refused_with_the_reason(capsys, tmp_path,
                                                                           model_type, expected):

@@ -132,9 +132,10 @@ def _transformers_input(analysis: Analysis, hf: HFConfig):
                    "here: their backward attention cores differ by design (compare with "
                    "--pass forward, or --attention naive)")
     c = analysis.config
-    if data is not None and c.layer_types and all(k.recurrent or k.mixer != "attention"
+    if data is not None and c.layer_types and all(k.mixer not in ("attention", "hybrid")
                                                   for k in c.layer_kinds):
-        # found by tests/test_fuzz_cli.py's hybrid seeds (an LFM2 of conv layers only)
+        # found by tests/test_fuzz_cli.py's hybrid seeds (an LFM2 of conv layers only); a
+        # hybrid layer (Falcon-H1) runs attention beside its Mamba-2 mixer
         skipped = ("transformers 5.23's cache of a model without attention layers cannot give "
                    "its length (DynamicCache.get_seq_length raises for recurrent layers only), "
                    "so its forward fails on every input: the tool's own counters only")

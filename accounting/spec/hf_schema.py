@@ -422,10 +422,7 @@ UNSUPPORTED: Mapping[str, str] = MappingProxyType({
     # modeling_cohere2.py: Cohere2Attention applies RoPE only where the layer slides
     "cohere2": "runs RoPE only on its sliding-window layers and none on the global ones "
                "(Cohere2Attention), and the spec has one positions setting for every layer",
-    # issue 31: each names the feature the spec lacks and how the size flags come closest
-    # issue 31: hybrid families whose layers the spec does not express yet (the gated
-    # DeltaNet, Mamba-2 and short-convolution layers it has: qwen3_next, qwen3_5, nemotron_h,
-    # lfm2, granitemoehybrid)
+    # (issue 31's families are all read now: a new one names the feature the spec lacks)
 })
 
 # model_types whose config.json wraps a language model's config (a vision-language model):
