@@ -9,7 +9,8 @@ from accounting.cli.args import integer_digits, positive_int
 from accounting.runtime.errors import UsageError
 from accounting.planning.gpus import DEFAULT_GPUS_PER_NODE, interconnect
 from accounting.planning.memory import BF16_MIXED, FP32, MODEL, get_precision
-from accounting.planning.precisions import FP8_TORCHAO, FP8_TORCHAO_FSDP
+from accounting.planning.precisions import (FP8_TE, FP8_TE_CURRENT, FP8_TORCHAO,
+                                             FP8_TORCHAO_FSDP)
 from accounting.planning.mfu import COMPUTE, CONVENTIONS, EXECUTED, SCOPES
 from accounting.planning.parallel import export, views
 from accounting.planning.parallel.layout import FSDP_NAMES, Layout, resolve
@@ -167,10 +168,17 @@ def stack_run(ns: argparse.Namespace) -> tuple[StackRun, str]:
         # torchtitan's float8 converter (torchao's Float8Linear in its bf16 FSDP2 blocks;
         # enable_fsdp_float8_all_gather: fp8-torchao-fsdp; its default, False: fp8-torchao)
         return StackRun(stack, _dropout(ns.dropout), ns.attention_kernel or FLASH), ns.precision
+    if stack.name == "megatron" and ns.precision in (FP8_TE, FP8_TE_CURRENT):
+        # Megatron-Core's --fp8-format hybrid through Transformer Engine (--fp8-recipe
+        # delayed: fp8-te; tensorwise, current scaling: fp8-te-current)
+        return StackRun(stack, _dropout(ns.dropout), ns.attention_kernel or FLASH,
+                        "te"), ns.precision
     if stack.bf16:
         if ns.precision not in (None, BF16_MIXED):
             raise UsageError(f"--stack {stack.name} trains with 16-bit parameters and "
-                             f"activations (its own precision); leave --precision out")
+                             f"activations (its own precision); leave --precision out"
+                             + (" or give fp8-te / fp8-te-current (Transformer Engine's fp8)"
+                                if stack.name == "megatron" else ""))
         precision = BF16_MIXED
     return StackRun(stack, _dropout(ns.dropout), ns.attention_kernel or FLASH), precision
 

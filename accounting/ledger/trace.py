@@ -53,6 +53,7 @@ class Trace(KernelOps):
         self.titan = False  # torchtitan's Llama (builder/megatron.py's fused norm, its RoPE)
         self.adapters = adapters  # LoRA (builder/lora.py): every other parameter frozen
         self.lora_outputs: dict = {}  # a fused PEFT layer's lora_A output, by its input
+        self._fp8_inputs: dict = {}  # Megatron + TE: each input's one fp8 copy, by storage
         self.path: list[str] = []
         self.repeat: str | None = None
         self.params: list[R.Param] = []

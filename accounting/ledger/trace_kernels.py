@@ -87,6 +87,10 @@ class KernelOps:
             (x2,), dtype = self._autocast("bmm", x)  # autocast's bf16 copy of the input only
         self._reads(desc, x2, w)
         saved = self.cast(x2, AC.FP8_SAVED_DTYPE) if self.fp8 == AC.TE else x2
+        if self.fp8 == AC.TE and self.megatron:
+            # Megatron fuses the linears that read one input into one TE module (linear_qkv:
+            # Q, K, V; linear_fc1: SwiGLU's gate and up), which quantizes that input once
+            saved = self._fp8_inputs.setdefault(x2.storage, saved)
         if w.grad:
             self._saves(saved, desc)
         name = self.tied.get(w.param, w.param)

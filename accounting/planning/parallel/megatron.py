@@ -53,26 +53,30 @@ def padded_vocab(c: ModelConfig, tp: int, divisible_by: int = 128) -> int:
 
 
 @lru_cache(maxsize=256)
-def ledger_split(c: ModelConfig, recompute: str, dropout: bool, kernel: str = FLASH) -> Split:
+def ledger_split(c: ModelConfig, recompute: str, dropout: bool, kernel: str = FLASH,
+                 fp8: str | None = None) -> Split:
     """The ledger Megatron runs: the builder's MEGATRON implementation, bf16 parameters (its
-    Float16Module), no autocast; the attention kernel as given."""
+    Float16Module), no autocast; the attention kernel as given. fp8 (TE, --fp8-format
+    hybrid): TE's modules' GEMMs in fp8; what they save follows (Trace._fp8_linear)."""
     config = replace(c, attention="sdpa" if kernel == FLASH else "naive")
-    return split(config, None, recompute, MEGATRON, BF16, dropout)
+    return split(config, None, recompute, MEGATRON, BF16, dropout, fp8)
 
 
 def rows(c: ModelConfig, layout: Layout, seq: int, dropout: bool, kernel: str,
-         recompute: str | None = None, tp_rank: int = 0) -> tuple[Split, list[A.Row]]:
+         recompute: str | None = None, tp_rank: int = 0,
+         fp8: str | None = None) -> tuple[Split, list[A.Row]]:
     """The saved tensors of one GPU's T = `seq` tokens, as Megatron splits them."""
-    sp = ledger_split(c, layout.recompute if recompute is None else recompute, dropout, kernel)
+    sp = ledger_split(c, layout.recompute if recompute is None else recompute, dropout, kernel,
+                      fp8)
     return sp, A.rows(sp, layout, seq, megatron_sp=True, tp_rank=tp_rank,
                       vocab=padded_vocab(c, layout.tp))
 
 
 def layer(c: ModelConfig, layout: Layout, seq: int, dropout: bool,
-          kernel: str = FLASH) -> list[tuple[str, str | None, int]]:
+          kernel: str = FLASH, fp8: str | None = None) -> list[tuple[str, str | None, int]]:
     """(name, Korthikanti's term or None, bytes at b = 1) of what one block of the first kind
     saves on TP rank 0; with full recomputation its input only, no term."""
-    sp, rs = rows(c, layout, seq, dropout, kernel)
+    sp, rs = rows(c, layout, seq, dropout, kernel, fp8=fp8)
     kind = sp.ledger.groups[0][0]
     full = layout.recompute == "full"
     return [(r.record.name, None if full else TERMS.get(r.record.name), r.bytes.at(1))

@@ -31,7 +31,8 @@ from accounting.planning.parallel.layout import (Layout, check_layout,
 from accounting.planning.parallel.shards import FIRST, Split, split
 from accounting.planning.parallel.stack_memory import StackRun, per_layer
 from accounting.planning.parallel.stack_memory import memory as stack_memory
-from accounting.planning.parallel.stacks import TORCH, TORCHTITAN, W16, check as check_stack
+from accounting.planning.parallel.stacks import (MEGATRON, TORCH, TORCHTITAN, W16,
+                                                 check as check_stack)
 from accounting.planning.parallel.states import States, stage_tensors, states, zero1_worst_rank
 from accounting.planning.parallel.optimizer_state import check as check_optimizer
 from accounting.planning.parallel.optimizer_state import (fp8_gathered, fp8_items,
@@ -248,6 +249,7 @@ def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage:
     if stack.name != TORCH:
         items, acts = stack_memory(stack, sp, dl, precision, st, stage, kinds, values, local,
                                    tp_rank)
+        items += fp8_items(sp, units, p, values)  # Megatron + TE: its fp8 weight copies
         return _finish(sp, layout, precision, seq, stage, layers, kinds, units, st, items,
                        acts, values, tp_rank, W16 if stack.name == TORCHTITAN else None,
                        counting)
@@ -363,10 +365,13 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
     check_stack(stack.stack, config, layout, stack.dropout)
     check_optimizer(optimizer, data_layout(layout), precision)
     if stack.name != TORCH and (optimizer != "adamw" or precision.fp8 not in (
-            None, *(("torchao",) if stack.name == TORCHTITAN else ()))):
+            None, *(("torchao",) if stack.name == TORCHTITAN else ()),
+            *(("te",) if stack.name == MEGATRON else ()))):
         raise UsageError(f"--stack {stack.name} plans its own Adam in its own precision; give "
-                         f"--optimizer and --precision fp8-te with --stack torch (torchtitan "
-                         f"takes fp8-torchao)")
+                         f"--optimizer with --stack torch (torchtitan takes fp8-torchao, "
+                         f"megatron fp8-te and fp8-te-current)")
+    if stack.name == MEGATRON:  # TE's fp8 (--fp8-format hybrid) or bf16: the run's ledger
+        stack = replace(stack, fp8=precision.fp8)
     u = check_mfu(mfu)
     m = exact(margin, names.arg("margin"))
     if not 0 <= m < 1:

@@ -29,7 +29,9 @@ from accounting.spec.config import ModelConfig
 from accounting.ledger.ledger import Ledger, unfolded_ledger
 from accounting.ledger.symbols import product
 from accounting.ledger.builder.common import DROPOUT_MASK
+from accounting.units import FP8_E4M3, FP8_E5M2
 
+FP8_SAVED = (FP8_E4M3, FP8_E5M2)  # the 1-byte copies Transformer Engine saves
 TP_SYMBOLS = ("h", "h_kv", "h_kvG", "d_ff", "V")  # h_kvG: Gemma 4's global K/V heads
 
 FIRST, BLOCK, LAST = "first stage", "every block", "last stage"
@@ -132,7 +134,9 @@ class Split:
 
     def activation_kind(self, a: R.Activation) -> str:
         # a dropout's 1-byte mask is split as the tensor it masks
-        if a.dtype not in R.FLOAT_DTYPES and not a.name.split(" (")[0].endswith(DROPOUT_MASK):
+        # (an fp8 copy saved by an fp8 linear layer is split as the bf16 tensor it copies)
+        if a.dtype not in R.FLOAT_DTYPES + FP8_SAVED and \
+                not a.name.split(" (")[0].endswith(DROPOUT_MASK):
             return REPLICATED
         if any(s in TP_SYMBOLS for s in a.shape):
             return TP_SPLIT

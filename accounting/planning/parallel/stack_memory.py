@@ -29,6 +29,7 @@ class StackRun:
     stack: Stack = get_stack(TORCH)
     dropout: float = 0.0  # megatron: the hidden and attention dropout probability
     kernel: str = M.FLASH  # megatron: the attention kernel
+    fp8: str | None = None  # megatron: TE's fp8 (Precision.fp8, "te"), else None (bf16)
 
     @property
     def name(self) -> str:
@@ -36,7 +37,7 @@ class StackRun:
 
     def megatron_layer(self, config, layout: Layout, seq: int) -> list[tuple[str, str | None, int]]:
         """(name, Korthikanti's term, bytes at b = 1) of one block under Megatron."""
-        return M.layer(config, layout, seq, self.dropout > 0, self.kernel)
+        return M.layer(config, layout, seq, self.dropout > 0, self.kernel, self.fp8)
 
 
 def implementation(run: StackRun, c: ModelConfig) -> str:
@@ -59,7 +60,7 @@ def ledger_rows(run: StackRun, c: ModelConfig, layout: Layout, seq: int, tp_rank
     parameters and the blocks compute in them; Megatron's Float16Module)."""
     rc = layout.recompute if recompute is None else recompute
     if run.name == MEGATRON:
-        return M.rows(c, layout, seq, run.dropout > 0, run.kernel, rc, tp_rank)
+        return M.rows(c, layout, seq, run.dropout > 0, run.kernel, rc, tp_rank, run.fp8)
     sp = _split(c, rc, implementation(run, c))
     return sp, A.rows(sp, layout, seq, tp_rank=tp_rank)
 
@@ -77,14 +78,14 @@ def stage_activations(run: StackRun, c: ModelConfig, layout: Layout, seq: int, s
     """A stage's activations under the stack's ledger (the same for every sharding stage:
     `layout` has zero 0), against the same ledger without recomputation."""
     return _stage_activations(run.name, run.dropout, run.kernel, c, layout, seq, stage, kinds,
-                              tp_rank)
+                              tp_rank, run.fp8)
 
 
 @lru_cache(maxsize=4096)
 def _stage_activations(name: str, dropout: float, kernel: str, c: ModelConfig, layout: Layout,
                        seq: int, stage: int, kinds: tuple[tuple[str, int], ...],
-                       tp_rank: int) -> A.StageActivations:
-    run = StackRun(get_stack(name), dropout, kernel)
+                       tp_rank: int, fp8: str | None = None) -> A.StageActivations:
+    run = StackRun(get_stack(name), dropout, kernel, fp8)
     _, kept = ledger_rows(run, c, layout, seq, tp_rank)
     _, whole = ledger_rows(run, c, layout, seq, tp_rank, NO_RECOMPUTE)
     acts = A.stage_activations(kept, whole, layout, stage, kinds)
@@ -136,7 +137,9 @@ def memory(run: StackRun, sp: Split, layout: Layout, precision: Precision, st: S
     items = state_items(run.stack, c, st, layout)
     if run.name == MEGATRON:
         acts = stage_activations(run, c, replace(layout, zero=0), seq, stage, kinds, tp_rank)
-        what = ("Megatron-Core + TE saved tensors (16-bit; 1-byte dropout masks"
+        what = ("Megatron-Core + TE saved tensors (16-bit" + ("; TE's linear inputs fp8"
+                                                             if run.fp8 else "")
+                + "; 1-byte dropout masks"
                 + (f", dropout {run.dropout}" if run.dropout else ", no dropout") + f"; {run.kernel} attention)")
     else:
         own = _split(c, layout.recompute, implementation(run, c))
