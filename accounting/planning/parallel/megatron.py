@@ -18,7 +18,7 @@ from accounting.planning.parallel import activations as A
 from accounting.planning.parallel.layout import Layout
 from accounting.planning.parallel.shards import BLOCK, Split, split
 from accounting.spec.config import ModelConfig
-from accounting.units import BF16
+from accounting.units import BF16, FP8_E4M3
 
 FLASH, UNFUSED = "flash", "unfused"
 KERNELS = {FLASH: "Transformer Engine's flash/fused attention (Q, K, V, O and the softmax "
@@ -43,6 +43,11 @@ TERMS = {"ln1 input": K_NORM_IN, "ln2 input": K_NORM_IN, "ln1 output": K_QKV_IN,
          "attention's hidden dropout mask (1 byte)": K_HID_MASK,
          "MLP's hidden dropout mask (1 byte)": K_HID_MASK, "W1 output": K_ACT_IN,
          "W3 output": K_ACT_IN, "activation output (W2 input)": K_FC2_IN}
+# under TE's fp8 (--precision fp8-te) a TE linear's input is saved as an fp8 copy: the same
+# term in 1 byte (flash attention's O stays the bf16 term: linear_proj's copy is extra)
+TERMS.update({f"{name} ({FP8_E4M3} copy)": TERMS[name] for name in (
+    "ln1 output", "ln2 output", "attention-weighted values, heads merged",
+    "activation output (W2 input)")})
 
 
 def padded_vocab(c: ModelConfig, tp: int, divisible_by: int = 128) -> int:
