@@ -128,3 +128,29 @@ def test_cli(capsys):
     assert fp8["step_time"]["seconds"]["approx"] < bf16["step_time"]["seconds"]["approx"]
     refused_in_one_line(capsys, *argv[:-4], "--gpu", "A100-80GB", "--precision", "fp8-te",
                         expected="no fp8")
+
+
+def test_gpt_like_selective_and_full_recompute():
+    """Selective recomputation (Korthikanti's: the attention core recomputed) keeps the
+    linear inputs' fp8 copies: sbh/t·27 (bf16 34) plus the norms' statistics; full
+    recomputation keeps each block's bf16 input, 2sbh/t, either way."""
+    s, h, t = S, H, T
+    stats = 2 * 2 * 4 * s // t
+    assert plan(GPT, "bf16-mixed", 0.1, "unfused", "selective").per_layer_activation_bytes \
+        == 34 * s * h // t + stats
+    assert plan(GPT, "fp8-te", 0.1, "unfused", "selective").per_layer_activation_bytes \
+        == 27 * s * h // t + stats
+    for p in ("bf16-mixed", "fp8-te"):
+        assert plan(GPT, p, 0.1, "unfused", "full").per_layer_activation_bytes == 2 * s * h // t
+
+
+def test_torch_stack_fp8_copies_split_over_tp():
+    """The torch stack under TP (no SP): a row-parallel linear's fp8 input copy is this
+    rank's h/t heads (the projection: s·h/t bytes) or d_ff/t columns (W2: s·F/t), as the
+    bf16 tensor it copies; a column-parallel input (Q, K, V, W1, W3 read the whole
+    replicated norm output) is s·h. (te.Linear per weight: three copies for Q, K, V.)"""
+    lo = Layout(T, tp=T, dp=1, global_batch=1)
+    rows = dict(parallel_plan(LLAMA, lo, S, precision=PRECISIONS["fp8-te"]).per_layer)
+    assert rows["attention-weighted values, heads merged (fp8_e4m3 copy)"] == S * H // T
+    assert rows["gated product (W2 input) (fp8_e4m3 copy)"] == S * F // T
+    assert rows["ln1 output (fp8_e4m3 copy)"] == S * H
