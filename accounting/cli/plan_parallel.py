@@ -156,7 +156,8 @@ def _dropout(text: str | None) -> float:
 
 def stack_run(ns: argparse.Namespace) -> tuple[StackRun, str]:
     """The stack and its settings, and the precision name to plan in: the torch stack's is
-    --precision (default fp32); the others train in bf16 (their own precision)."""
+    --precision (default fp32); the others train in bf16 (their own precision), torchtitan
+    also in torchao float8 and megatron in Transformer Engine fp8 (fp8-te, fp8-te-current)."""
     stack = get_stack(ns.stack or TORCH)
     if stack.name != "megatron":
         for flag, v in (("--dropout", ns.dropout), ("--attention-kernel", ns.attention_kernel)):

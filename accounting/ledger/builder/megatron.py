@@ -12,6 +12,11 @@ Sources (NVIDIA/Megatron-LM and NVIDIA/TransformerEngine, read from source: they
     QKV (and norm + fc1) saves the norm's input, its output and fp32 statistics (mean and
     1/σ for LayerNorm, 1/σ for RMSNorm), one per token. TE `LayerNorm`/`RMSNorm` (the final
     norm) the same. TE `Linear` (linear_proj, linear_fc2) saves its input.
+  * Under fp8 (`--precision fp8-te`, Trace._fp8_linear with Trace.megatron): LayerNormLinear
+    saves `ln_out` quantized to fp8 instead (layernorm_linear.py, the forward's "Prepare
+    backward state": ln_out_to_save, under SP the local shard gathered again in backward),
+    once per fused module (linear_qkv reads it for Q, K and V; linear_fc1 for gate and up);
+    TE `Linear` its input in fp8. Attention and the fused activations stay bf16.
   * TE `DotProductAttention`: flash/fused attention saves Q, K, V, the output O and the fp32
     log-sum-exp (the builder's fused kernel); its dropout mask is regenerated from the
     Philox state. The unfused path (`UnfusedDotProductAttention`, Megatron's
