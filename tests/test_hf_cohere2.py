@@ -156,16 +156,18 @@ def test_layer_types_and_the_window_as_cohere2_derives_them():
     # absent: sliding_window_pattern 4 (Cohere2Config pops it with default 4)
     data = {k: v for k, v in DATA.items() if k != "sliding_window_pattern"}
     assert translate(data, "t", "n").config.nope_layers == GLOBAL
-    # sliding_window null: Cohere2Attention has no window and no RoPE on any layer
-    c = translate({**DATA, "sliding_window": None}, "t", "n").config
+    # every layer full_attention: Cohere2Attention has no window, so no RoPE on any layer
+    data = {**DATA, "layer_types": ["full_attention"] * L}
+    c = translate(data, "t", "n").config
     assert c.sliding_window is None and c.nope_layers == tuple(range(L))
-    m = _meta_model({**DATA, "sliding_window": None})
-    assert all(l.self_attn.sliding_window is None for l in m.model.layers)
+    assert all(l.self_attn.sliding_window is None for l in _meta_model(data).model.layers)
 
 
 @pytest.mark.parametrize("changes, expected", [
     ({"layer_types": ["full_attention"] * 3}, "layer_types must list 4"),
     ({"sliding_window_pattern": 0}, "sliding_window_pattern"),
+    # sliding layers without a window: DynamicSlidingWindowLayer fails on None (cache_utils)
+    ({"sliding_window": None}, "no window"),
     ({"rope_scaling": {"rope_type": "su", "factor": 2.0}}, "rope_scaling"),
     ({"partial_rotary_factor": 0.5}, "partial_rotary_factor"),
 ])

@@ -75,20 +75,18 @@ def _cohere2_layers(v: Mapping, where: str):
     """Cohere2Config.__post_init__: without layer_types, layer i slides iff (i + 1) %
     sliding_window_pattern (default 4; an integer); Cohere2Attention sets its window to
     sliding_window on the sliding layers, None elsewhere, and applies RoPE only where the
-    window is set: the global layers are NoPE, and with sliding_window null every layer is
-    global and NoPE (transformers builds no window and no rotation then)."""
+    window is set: the global layers are NoPE. Sliding layers with sliding_window null are
+    refused (layers_of): transformers' DynamicSlidingWindowLayer fails on a None window."""
     L, window, pattern = v["num_hidden_layers"], v["sliding_window"], v["sliding_window_pattern"]
     types = layer_types_of(v["layer_types"], L, where)
     if types is None:  # (sliding_window_pattern: a positive integer, its Key's check)
         types = ["local" if (i + 1) % pattern else "global" for i in range(L)]
-    if window is None:
-        types = ["global"] * L  # Cohere2Attention: self.sliding_window None on every layer
     fields = {**layers_of(types, window, where),
               "nope_layers": tuple(i for i, t in enumerate(types) if t == "global")}
     n = types.count("local")
     notes = ((f"sliding window {window:,} with RoPE on {n} of {L} layers; no RoPE on the "
               f"other {L - n} (global NoPE, Cohere2Attention).",) if n else
-             (f"no RoPE on any of the {L} layers (sliding_window null: Cohere2Attention "
+             (f"no RoPE on any of the {L} layers (all full_attention: Cohere2Attention "
               f"rotates only where it slides).",))
     return fields, notes
 
