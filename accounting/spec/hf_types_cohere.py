@@ -14,7 +14,6 @@ from accounting.spec.hf_schema import (
     LLAMA_NAMES, ROPE_MUST, INT_OR_ABSENT, THETA, Derived, HFType, Key, head_dim, kv_heads,
     llama_sizes, register)
 from accounting.spec.hf_types_dense import layers_of
-from accounting.spec.hf_types_dense2 import layer_types_of
 
 
 def _qk_norm(v: Mapping, where: str):
@@ -77,6 +76,9 @@ def _cohere2_layers(v: Mapping, where: str):
     sliding_window on the sliding layers, None elsewhere, and applies RoPE only where the
     window is set: the global layers are NoPE. Sliding layers with sliding_window null are
     refused (layers_of): transformers' DynamicSlidingWindowLayer fails on a None window."""
+    # imported here: importing hf_types_dense2 at the top would register its types before
+    # Cohere's and reorder the supported-types lists (hf_config.py's import order)
+    from accounting.spec.hf_types_dense2 import layer_types_of
     L, window, pattern = v["num_hidden_layers"], v["sliding_window"], v["sliding_window_pattern"]
     types = layer_types_of(v["layer_types"], L, where)
     if types is None:  # (sliding_window_pattern: a positive integer, its Key's check)
