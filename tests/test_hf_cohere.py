@@ -246,12 +246,3 @@ def test_flags_are_written_back_as_cohere_keys():
     assert why == "" and data["use_qk_norm"] is True
     data, why = for_transformers(r, replace(r.config, qk_norm="head"))  # Qwen3's: not Cohere's
     assert data is None and "cannot be written" in why
-
-
-def test_cohere2_is_refused_with_its_reason(capsys, tmp_path):
-    # Command R7B's config.json keys (modeling_cohere2.py: RoPE only on sliding layers)
-    data = {**CONFIGS["command-r"], "model_type": "cohere2", "sliding_window": 8,
-            "layer_types": ["sliding_attention", "full_attention"]}
-    code, out, err = run(capsys, "--config", str(write_config(tmp_path, data)), "--no-verify")
-    assert code == 2 and out == "" and err.count("\n") == 1
-    assert "model_type cohere2 is not supported: it runs RoPE only on its sliding-window" in err

@@ -196,7 +196,9 @@ def test_the_table_is_a_registry_that_refuses_duplicates():
                           # issue 31: Gemma 4 and Phi-3.5-MoE
                           "gemma4_text", "phimoe",
                           # issue 31 (Mamba-2 hybrids with experts)
-                          "granitemoehybrid"}
+                          "granitemoehybrid",
+                          # issue 31 follow-up: Command R7B / Command A
+                          "cohere2"}
 
 
 def test_every_type_names_every_module_the_ledger_has():

@@ -45,6 +45,7 @@ def _examples() -> dict[str, dict]:
     import hf_h3_examples
     import hf_moe_examples
     import test_hf_cohere
+    import test_hf_cohere2
     import test_hf_deepseek_v32
     import test_hf_falcon_h1
     import test_hf_frontier_dense
@@ -63,7 +64,7 @@ def _examples() -> dict[str, dict]:
     import test_hf_qwen3_5
     out: dict[str, dict] = {}
     for m in (hf_examples, hf_moe_examples, hf_h3_examples, test_hf_parallel, test_hf_gemma,
-              test_hf_cohere, test_hf_llama4, test_hf_deepseek_v32, test_hf_frontier_dense,
+              test_hf_cohere, test_hf_cohere2, test_hf_llama4, test_hf_deepseek_v32, test_hf_frontier_dense,
               test_hf_frontier_moe, test_hf_qwen3_5):
         for data in m.CONFIGS.values():
             out.setdefault(data["model_type"], data)

@@ -385,7 +385,7 @@ def _notes(a: Analysis, m, mm: ModuleMap, hf: HFConfig) -> list[str]:
         how.append("the embedding multiply runs inside embed_tokens for Gemma (× embed_scale, "
                    "a buffer of √hidden_size) and in the model's forward for Granite: one "
                    "multiply per element, as the tool's model")
-    if c.logit_scale is not None and hf.type.model_type == "cohere":
+    if c.logit_scale is not None and hf.type.model_type in ("cohere", "cohere2"):
         how.append("CohereForCausalLM multiplies the logits by logit_scale, as the tool's model")
     elif c.logit_scale is not None:
         how.append("Granite divides the logits by logits_scaling where the tool's model "
@@ -399,7 +399,7 @@ def _notes(a: Analysis, m, mm: ModuleMap, hf: HFConfig) -> list[str]:
     if c.qk_norm == "per_head":
         how.append("the per-head QK-norm is CohereLayerNorm on (B, T, heads, d_k) with a "
                    "(heads, d_k) weight before the transpose, as the tool's model")
-    if c.positions == "rope" and hf.type.model_type == "cohere":
+    if c.positions == "rope" and hf.type.model_type in ("cohere", "cohere2"):
         how.append("RoPE rotates interleaved pairs (x[2k], x[2k+1]) as the tool's model does, "
                    "but in another form: cos/sin once per forward, repeat_interleave'd to d_k, "
                    "then q·cos + rotate_half(q)·sin in float32 (rotate_half: stack(−x[1::2], "

@@ -419,10 +419,8 @@ def register(t: HFType) -> None:
 # model_types transformers has that the spec cannot express exactly: refused in one line
 # rather than approximated (a model_type neither here nor in TYPES: "not supported").
 UNSUPPORTED: Mapping[str, str] = MappingProxyType({
-    # modeling_cohere2.py: Cohere2Attention applies RoPE only where the layer slides
-    "cohere2": "runs RoPE only on its sliding-window layers and none on the global ones "
-               "(Cohere2Attention), and the spec has one positions setting for every layer",
-    # (issue 31's families are all read now: a new one names the feature the spec lacks)
+    # (issue 31's families, cohere2 the last, are all read now: a new one names the feature
+    # the spec lacks)
 })
 
 # model_types whose config.json wraps a language model's config (a vision-language model):
