@@ -19,14 +19,20 @@ model.TransformerLM under FSDP2, each rank's parameter, gradient and AdamW bytes
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from math import prod
 
 from accounting.planning.finetune import FineTune
+from accounting.planning.memory import Precision
 from accounting.planning.optimizers import get_optimizer
+from accounting.planning.parallel import comms as C
+from accounting.planning.parallel.activations import Linear
+from accounting.planning.parallel.buffers import Item, engine_buffers
 from accounting.planning.parallel.layout import Layout
-from accounting.planning.parallel.shards import chunk, split
-from accounting.planning.parallel.states import Local, Unit, role, stage_tensors
+from accounting.planning.parallel.shards import Split, chunk, split
+from accounting.planning.parallel.states import (Local, States, Unit, role, stage_tensors,
+                                                 states)
+from accounting.planning.training_state import STEP_BYTES
 from accounting.runtime.errors import UsageError
 from accounting.units import DTYPE_BYTES
 
@@ -52,8 +58,13 @@ class LoraStates:
         return self.base_bytes + self.adapter_bytes + self.gradient_bytes + self.optimizer_bytes
 
 
-def check(layout: Layout) -> None:
-    """What a LoRA plan on many GPUs runs: DDP or FSDP2 over data-parallel ranks."""
+def check(ft: FineTune, layout: Layout, stack: str = "torch") -> None:
+    """What a LoRA plan on many GPUs runs: DDP or FSDP2 over data-parallel ranks, torch."""
+    if ft.qlora:
+        raise UsageError("QLoRA (--base-weights nf4) is planned on one GPU; leave out --gpus "
+                         "(or --base-weights for LoRA on many GPUs)")
+    if stack != "torch":
+        raise UsageError(f"LoRA on many GPUs is planned on --stack torch, not {stack}")
     if layout.tp > 1 or layout.pp > 1 or layout.cp > 1 or layout.ep > 1:
         raise UsageError("LoRA on many GPUs is planned with data parallelism only (DDP or "
                          "FSDP2); leave out --tp, --pp, --cp and --ep")
@@ -62,20 +73,32 @@ def check(layout: Layout) -> None:
                          "(--fsdp); ZeroRedundancyOptimizer (--zero 1) is not")
 
 
+def lora_split(ft: FineTune, autocast: str | None, recompute: str = "none") -> Split:
+    """The LoRA ledger (adapters on a base frozen in ft.base_dtype), split."""
+    return split(ft.config, autocast, recompute, ft.implementation, ft.base_dtype,
+                 adapters=ft.adapters)
+
+
 def units(ft: FineTune, layout: Layout) -> list[Unit]:
     """The tensors of the LoRA model in FSDP units (one per block, and the root)."""
-    sp = split(ft.config, None, "none", ft.implementation, ft.base_dtype, adapters=ft.adapters)
+    sp = lora_split(ft, None)
     return stage_tensors(sp, sp.values(1, 1), layout, 0)
 
 
-def lora_states(ft: FineTune, layout: Layout, dp_rank: int = 0,
-                optimizer: str = "adamw") -> LoraStates:
-    """This data-parallel rank's model states under `layout` (check() first)."""
-    if ft.qlora:
-        raise UsageError("QLoRA (--base-weights nf4) is planned on one GPU; leave out --gpus")
-    check(layout)
+def parts(us: list[Unit], frozen: bool) -> list[Unit]:
+    """The units with only their frozen (or only their trained) tensors."""
+    out = [replace(u, tensors=tuple(t for t in u.tensors if t.tensor.frozen == frozen))
+           for u in us]
+    return [u for u in out if u.tensors]
+
+
+def lora_states(ft: FineTune, layout: Layout, dp_rank: int = 0, optimizer: str = "adamw",
+                us: list[Unit] | None = None) -> LoraStates:
+    """This data-parallel rank's model states under `layout` (`us`: the stage's units,
+    default pipeline stage 0's)."""
+    check(ft, layout)
     d, sharded = layout.dp, layout.sharding >= 2
-    flat = [t for u in units(ft, layout) for t in u.tensors]
+    flat = [t for u in (units(ft, layout) if us is None else us) for t in u.tensors]
 
     def held(t: Local) -> int:
         return t.padded(d) if sharded else t.numel
@@ -106,3 +129,91 @@ def lora_states(ft: FineTune, layout: Layout, dp_rank: int = 0,
 def unsharded_numel(ft: FineTune, layout: Layout) -> int:
     """All elements of the stage (what DDP replicates): base and adapters."""
     return sum(prod(t.sizes) for u in units(ft, layout) for t in u.tensors)
+
+
+# ---- the many-GPU plan's pieces (plan.py stage_plan) ----
+
+@dataclass(frozen=True)
+class Parts:
+    """A stage's states split: the frozen base's and the trained adapters'."""
+    base: States
+    trained: States
+    ft: FineTune
+
+    def precisions(self, p: Precision) -> tuple[Precision, Precision]:
+        """(the base's, the adapters') storage: the base in ft.base_dtype, the adapters, their
+        gradients and state in the adapter dtype (float32)."""
+        a = self.ft.adapters.adapter_dtype
+        return (replace(p, param_dtype=self.ft.base_dtype),
+                replace(p, param_dtype=a, grad_dtype=a, state_dtype=a))
+
+
+def split_states(us: list[Unit], layout: Layout, dp_rank: int, ft: FineTune) -> Parts:
+    return Parts(states(parts(us, True), layout, dp_rank),
+                 states(parts(us, False), layout, dp_rank), ft)
+
+
+def state_items(ft: FineTune, us: list[Unit], layout: Layout, dp_rank: int,
+                optimizer: str) -> list[Item]:
+    """The model-state items of one GPU of a LoRA plan."""
+    s = lora_states(ft, layout, dp_rank, optimizer, us)
+    sharded = layout.sharding >= 2
+    sym = "Σ⌈rows/d⌉·cols" if sharded else "N"
+    shards = ", FSDP shards" if sharded else ""
+    ab, bb = DTYPE_BYTES[ft.adapters.adapter_dtype], DTYPE_BYTES[ft.base_dtype]
+    out = [Item(f"frozen base ({ft.base_dtype}{shards}; no gradient, no optimizer state)",
+                f"{bb}·{sym}_base", Linear(0, s.base_bytes), model_state=True, per_element=bb),
+           Item(f"LoRA adapters ({ft.adapters.adapter_dtype}{shards})", f"{ab}·{sym}_LoRA",
+                Linear(0, s.adapter_bytes), model_state=True, per_element=ab),
+           Item(f"gradients of the adapters ({ft.adapters.adapter_dtype}{shards})",
+                f"{ab}·{sym}_LoRA", Linear(0, s.gradient_bytes), model_state=True,
+                per_element=ab)]
+    scope = "Σ(this rank's rows)·cols of the adapters" if sharded else "N_LoRA"
+    for name, b, dtype in s.optimizer:
+        per = DTYPE_BYTES[dtype]
+        out.append(Item(f"{name} of the adapters ({dtype})", f"{per}·{scope}", Linear(0, b),
+                        model_state=True, per_element=per))
+    opt = get_optimizer(optimizer)
+    if s.step_counters:
+        on_gpu = opt.step_counter == "device"
+        out.append(Item(f"{opt.counter_label} step counters (fp32 scalars)",
+                        f"{STEP_BYTES}·(adapter tensors)", Linear(0, s.step_counters * STEP_BYTES),
+                        on_gpu=on_gpu, note="" if on_gpu else
+                        "torch keeps them on the CPU unless fused or capturable"))
+    return out
+
+
+def _merge(items: list, key, add) -> list:
+    out: dict = {}
+    for i in items:
+        k = key(i)
+        out[k] = add(out[k], i) if k in out else i
+    return list(out.values())
+
+
+def buffer_items(sp: Split, layout: Layout, p: Precision, pt: Parts, stage: int,
+                 values: dict[str, int], seq: int) -> list[Item]:
+    """The engines' buffers: DDP's buckets of the adapters' gradients; FSDP2's gathered
+    units (the base in its dtype, the adapters in theirs) and unsharded adapter gradients."""
+    pb, pa = pt.precisions(p)
+    items = engine_buffers(sp, layout, pa, pt.trained, stage, values, seq)
+    if layout.sharding >= 2 and layout.dp > 1:
+        items += [i for i in engine_buffers(sp, layout, pb, pt.base, stage, values, seq)
+                  if i.name.startswith("FSDP2 gathered")]
+    return _merge(items, lambda i: i.name,
+                  lambda a, b: replace(a, bytes=a.bytes + b.bytes,
+                                       formula=a.formula + " (adapters) + " + b.formula + " (base)"))
+
+
+def collectives(layout: Layout, p: Precision, pt: Parts, buffer_bytes: int) -> list:
+    """The data-parallel collectives: the adapters' gradients reduced (DDP's all-reduce,
+    FSDP2's reduce-scatter of the tensors that require grad); FSDP2 gathers every unit,
+    base and adapters (one all-gather per unit: the bytes of both)."""
+    pb, pa = pt.precisions(p)
+    out = C.data_parallel(layout, pt.trained, pa, buffer_bytes, pa.master_bytes)
+    if layout.sharding >= 2:
+        out += [c for c in C.data_parallel(layout, pt.base, pb, 0, pb.master_bytes)
+                if c.op == C.ALL_GATHER]
+    return _merge(out, lambda c: (c.group, c.op, c.what, c.phase),
+                  lambda a, b: replace(a, bytes=a.bytes + b.bytes, calls=max(a.calls, b.calls),
+                                       formula=f"{a.formula} (adapters) + {b.formula} (base)"))
