@@ -50,7 +50,9 @@ CHECKED = ("parameter, gradient and AdamW-state bytes per rank (FSDP2 and TP/SP 
            "collectives per step, calls and bytes, by kind (a dispatch hook beside CommDebugMode)",
            "the interleaved schedule's chunks in flight, step length and sends per rank "
            "(ScheduleInterleaved1F1B's own order)", "the context-parallel K/V exchange (torch's "
-           "ring attention on a gloo group, against full attention)")
+           "ring attention on a gloo group, against full attention)", "LoRA (--lora-rank) "
+           "under FSDP2: PEFT's adapters on a frozen base, each rank's states, matmul FLOPs and "
+           "collectives (fake backend)")
 FORMULA_ONLY = ("recomputation",
                 "communication buffers (DDP buckets, FSDP2's gathered units, pipelining receive "
                 "buffers)", "bf16 mixed precision", "TP or PP combined with DDP or ZeRO-1, and "
@@ -118,6 +120,7 @@ class ParallelPlan:
     hfu: bool = False  # an end-to-end figure that counts the recomputed FLOPs
     measured_tokens_per_second: Fraction | None = None  # to convert into MFU/HFU
     optimizer: str = "adamw"  # planning/optimizers.py's name (the torch stack's choice)
+    finetune: object = None  # a LoRA plan (planning/finetune.py FineTune), or full training
 
     @property
     def step_seconds(self) -> Fraction | None:
@@ -417,7 +420,7 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
                          hardware.peak_flops, u, net)
     return ParallelPlan(config, layout, seq, precision, hardware, net, u, plans, fit, time, tokens,
                         stack, per_layer(stack, sp, layout, local, rows[0]), mfu_convention,
-                        mfu_scope, hfu, measured, optimizer)
+                        mfu_scope, hfu, measured, optimizer, finetune)
 
 
 def divisors_of(n: int) -> list[int]:
