@@ -20,7 +20,6 @@ model.TransformerLM under FSDP2, each rank's parameter, gradient and AdamW bytes
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from math import prod
 
 from accounting.planning.finetune import FineTune
 from accounting.planning.memory import Precision
@@ -126,11 +125,6 @@ def lora_states(ft: FineTune, layout: Layout, dp_rank: int = 0, optimizer: str =
                       base_n, adapter_n, adapter_n)
 
 
-def unsharded_numel(ft: FineTune, layout: Layout) -> int:
-    """All elements of the stage (what DDP replicates): base and adapters."""
-    return sum(prod(t.sizes) for u in units(ft, layout) for t in u.tensors)
-
-
 # ---- the many-GPU plan's pieces (plan.py stage_plan) ----
 
 @dataclass(frozen=True)
@@ -200,8 +194,12 @@ def buffer_items(sp: Split, layout: Layout, p: Precision, pt: Parts, stage: int,
     if layout.sharding >= 2 and layout.dp > 1:
         items += [i for i in engine_buffers(sp, layout, pb, pt.base, stage, values, seq)
                   if i.name.startswith("FSDP2 gathered")]
+    gathered = (f"FSDP2 gathered units (the base in {pt.ft.base_dtype}, the adapters in "
+                f"{pt.ft.adapters.adapter_dtype})")
     return _merge(items, lambda i: i.name,
-                  lambda a, b: replace(a, bytes=a.bytes + b.bytes,
+                  lambda a, b: replace(a, name=a.name.replace("FSDP2 gathered fp32 units",
+                                                              gathered),
+                                       bytes=a.bytes + b.bytes,
                                        formula=a.formula + " (adapters) + " + b.formula + " (base)"))
 
 
