@@ -71,17 +71,17 @@ def test_bf16_base_under_bf16_mixed():
     assert (s.base_bytes, s.adapter_bytes) == (2 * N_BASE, 4 * N_LORA)
 
 
-@pytest.mark.parametrize("index", [0, 1, 2])
-def test_states_flops_and_collectives_equal_torch_fsdp2(measured, index):
-    m = measured[index]
+def _compare(m, gpus):
+    """The plan of the measured rank against torch's: states, matmul FLOPs, collectives."""
     case = m["case"]
-    s = _plan(case["zero"], case["rank"])
+    s = _plan(case["zero"], case["rank"], gpus)
+    shards = ", FSDP shards" if case["zero"] >= 2 else ""
     items = {i.name: i.bytes.at(1) for i in s.items}
     st = m["state"]
-    base = items["frozen base (fp32, FSDP shards; no gradient, no optimizer state)"]
-    adapters = items["LoRA adapters (fp32, FSDP shards)"]
+    base = items[f"frozen base (fp32{shards}; no gradient, no optimizer state)"]
+    adapters = items[f"LoRA adapters (fp32{shards})"]
     assert base + adapters == st["param_bytes"]  # FSDP2's padded shards, frozen ones too
-    assert items["gradients of the adapters (fp32, FSDP shards)"] == st["grad_bytes"]
+    assert items[f"gradients of the adapters (fp32{shards})"] == st["grad_bytes"]
     assert (items["AdamW first moment m of the adapters (fp32)"]
             + items["AdamW second moment v of the adapters (fp32)"]) == st["moment_bytes"]
     assert st["step_counters"] == 7 * 2 * L
@@ -95,8 +95,28 @@ def test_states_flops_and_collectives_equal_torch_fsdp2(measured, index):
         acc[1] += c.bytes
     got = {(c["op"], c["phase"]): [c["calls"], c["bytes"]] for c in m["collectives"]}
     assert planned == got
+    return got
+
+
+@pytest.mark.parametrize("index", [0, 1, 2])
+def test_states_flops_and_collectives_equal_torch_fsdp2(measured, index):
+    got = _compare(measured[index], 8)
     # the root unit holds no adapter: FSDP2 reduce-scatters the blocks' gradients only
     assert got[("reduce-scatter", "backward")][0] == 2 * L
+
+
+@pytest.mark.slow
+def test_ddp_on_a_gloo_group_reduces_the_adapters_gradients_only():
+    """Two CPU processes, DDP (accounting/distcheck/gloo.py): each holds the whole model."""
+    from accounting.distcheck.gloo import run_group
+    from accounting.distcheck.measure import Case
+    out = run_group([Case(MODEL, world=2, dp=2, zero=0, seq=16, micro_batches=2,
+                          lora_rank=R)])
+    for m in out:
+        got = _compare(m, 2)
+        # one all-reduce per step (no_sync for the other micro-batch): 4·N_LoRA bytes
+        assert got[("all-reduce", "backward")][1] == 4 * N_LORA
+        assert m["state"]["param_bytes"] == 4 * (N_BASE + N_LORA)  # by hand, above
 
 
 def test_uneven_shards_rank_7_holds_less_optimizer_state(measured):
