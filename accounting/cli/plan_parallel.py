@@ -209,12 +209,22 @@ def _ticker():
     return tick
 
 
+def _finetune(ns: argparse.Namespace, config, precision):
+    """The LoRA plan of --lora-rank (planning/finetune.py), or None (issue 30 follow-up)."""
+    if getattr(ns, "lora_rank", None) is None and not getattr(ns, "base_weights", None):
+        return None
+    from accounting.cli.plan_finetune import plan_kwargs
+    from accounting.planning.plan import _finetune as resolve_finetune
+    kw = plan_kwargs(ns)
+    return resolve_finetune(config, precision, MODEL, kw.get("lora"), kw["base_weights"],
+                            kw.get("double_quant", True), kw.get("module_names"), "course", None)
+
+
 def run(ns: argparse.Namespace, config) -> int:
     from accounting.planning.plan import hardware
-    if getattr(ns, "lora_rank", None) is not None or getattr(ns, "base_weights", None):
-        raise UsageError("LoRA and QLoRA are planned on one GPU; leave out --gpus")
     run_stack, name = stack_run(ns)
     precision = get_precision(name)
+    finetune = _finetune(ns, config, precision)
     if ns.scope != MODEL:
         raise UsageError("--scope course is a one-GPU view; the multi-GPU plan counts what "
                          "autograd saves (--scope model)")
@@ -238,6 +248,9 @@ def run(ns: argparse.Namespace, config) -> int:
     utilization = {"mfu_convention": ns.mfu_convention or EXECUTED,
                    "mfu_scope": ns.mfu_scope or COMPUTE, "hfu": ns.hfu}
     if ns.search:
+        if finetune is not None:
+            raise UsageError("--search ranks layouts of full training; with --lora-rank give "
+                             "the layout (--fsdp or --zero 0)")
         if ns.compare_formulas:
             raise UsageError("--compare-formulas sets one plan beside the literature; leave "
                              "--search out")
@@ -270,8 +283,12 @@ def run(ns: argparse.Namespace, config) -> int:
         result = parallel_plan(config, lo, seq, precision=precision, hardware=hw, net=net,
                                mfu=ns.mfu, margin=ns.margin, tokens=ns.tokens, stack=run_stack,
                                **utilization, optimizer=ns.optimizer or "adamw",
-                               measured_tokens_per_second=ns.measured_tokens_per_s)
+                               measured_tokens_per_second=ns.measured_tokens_per_s,
+                               finetune=finetune)
         tables, data = views.tables, export.to_dict
+        if ns.compare_formulas and finetune is not None:
+            raise UsageError("--compare-formulas sets full training beside the literature; "
+                             "leave it out with --lora-rank")
         if ns.compare_formulas:
             from accounting.literature.memory_compare import compare
             from accounting.planning.parallel.stack_views import formulas_dict, formulas_tables

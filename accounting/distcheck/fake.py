@@ -21,7 +21,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
 from accounting.distcheck.measure import Case, quiet_known_warnings, run_step, state_bytes
-from accounting.distcheck.parallelize import (expert_parallel, fully_shard_experts,
+from accounting.distcheck.parallelize import (apply_lora, expert_parallel, fully_shard_experts,
                                               fully_shard_model, tensor_parallel)
 
 
@@ -50,6 +50,10 @@ def run_case(case: Case) -> dict:
         with torch.device("meta"):
             lm = TransformerLM.from_config(config, context_length=max(case.seq, config.context_length)
                                            if config.positions != "learned" else None)
+        if case.lora_rank:
+            if case.tp > 1 or case.ep > 1:
+                raise ValueError("the fake backend runs LoRA under FSDP2 only")
+            apply_lora(lm, case.lora_rank)
         if case.ep > 1:
             groups = _expert_parallel(case, lm, config)
         else:
@@ -64,7 +68,7 @@ def run_case(case: Case) -> dict:
                                   mp_policy(case))
         with FakeTensorMode(allow_non_fake_inputs=True):
             lm.to_empty(device="cpu")
-            opt = torch.optim.AdamW(lm.parameters())
+            opt = torch.optim.AdamW([p for p in lm.parameters() if p.requires_grad])
             ids = torch.zeros(case.micro_batch, case.seq, dtype=torch.long)
             out = run_step(lm, opt, lambda i: (ids, ids), case.micro_batches, blocks=lm.layers)
             out["state"] = state_bytes(lm, opt)

@@ -55,13 +55,16 @@ def _ddp(case: Case, config, rank: int) -> dict:
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
     from torch.nn.parallel import DistributedDataParallel as DDP
     lm = _model(config)
+    if case.lora_rank:  # PEFT's LoRA, the base frozen: DDP reduces the adapters' gradients
+        from accounting.distcheck.parallelize import apply_lora
+        apply_lora(lm, case.lora_rank)
     ddp = DDP(lm)
     ddp.register_comm_hook(dist.group.WORLD, allreduce_hook)
     if case.zero == 1:
         from torch.distributed.optim import ZeroRedundancyOptimizer
         opt = ZeroRedundancyOptimizer(ddp.parameters(), optimizer_class=torch.optim.AdamW)
     else:
-        opt = torch.optim.AdamW(ddp.parameters())
+        opt = torch.optim.AdamW([p for p in ddp.parameters() if p.requires_grad])
     data = _batches(case, config, rank)
     sync = ExitStack()
 

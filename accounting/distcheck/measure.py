@@ -58,6 +58,7 @@ class Case:
     rank: int = 0
     label: str = ""
     stack: str = "torch"  # torchtitan: FSDP2 with MixedPrecisionPolicy(bf16 params, fp32 reduce)
+    lora_rank: int = 0  # > 0: PEFT's LoRA on every linear layer but the LM head, base frozen
 
     def to_json(self) -> dict:
         return asdict(self)

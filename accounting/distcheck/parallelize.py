@@ -115,6 +115,28 @@ def tensor_parallel(lm: M.TransformerLM, mesh, sp: bool) -> None:
     parallelize_module(lm, mesh, plan)
 
 
+# the course model's linear layers, PEFT's "all-linear" (the LM head left out): PEFT's
+# all-linear shorthand needs a transformers PreTrainedModel, so the names are given
+COURSE_LINEARS = ("q_proj", "k_proj", "v_proj", "output_proj", "w1", "w2", "w3")
+
+
+def apply_lora(lm: torch.nn.Module, rank: int) -> None:
+    """PEFT's LoRA (inject_adapter_in_model, peft/mapping.py) on model.TransformerLM, the base
+    frozen as PeftModel does (tuners_utils.BaseTuner._mark_only_adapters_as_trainable:
+    requires_grad False on every parameter without "lora_" in its name); the embedding's
+    output made to require grad (transformers' enable_input_require_grads)."""
+    from peft import LoraConfig, inject_adapter_in_model
+    from peft.tuners.lora.layer import Linear as LoraLinear
+    cfg = LoraConfig(r=rank, lora_alpha=2 * rank, target_modules=list(COURSE_LINEARS))
+    cfg._register_custom_module({M.Linear: LoraLinear})  # model/'s Linear, as PEFT's own
+    inject_adapter_in_model(cfg, lm)
+    for name, p in lm.named_parameters():
+        p.requires_grad_("lora_" in name)
+    # transformers' enable_input_require_grads, as the LoRA ledger assumes (builder/lora.py):
+    # the embedding's output requires grad, so the first block runs the backward the others do
+    lm.token_embeddings.register_forward_hook(lambda mod, i, o: o.requires_grad_(True))
+
+
 def fully_shard_model(lm: torch.nn.Module, mesh, zero: int, mp_policy=None) -> None:
     from torch.distributed.fsdp import fully_shard
     kw = {"reshard_after_forward": zero == 3}

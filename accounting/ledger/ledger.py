@@ -263,12 +263,13 @@ def ledger(config: ModelConfig, autocast: str | None = None, recompute: str = "n
 def unfolded_ledger(config: ModelConfig, autocast: str | None = None,
                     recompute: str = "none", implementation: str = "course",
                     param_dtype: str = "fp32", dropout: bool = False,
-                    fp8: str | None = None) -> Ledger:
+                    fp8: str | None = None, adapters=None) -> Ledger:
     """The same facts with h·d_k never written d_model, so that every tensor and weight with
     a heads dimension shows it (the parallel planner splits exactly those over TP ranks);
-    `dropout`: Megatron's dropouts on (implementation "megatron")."""
+    `dropout`: Megatron's dropouts on (implementation "megatron"); `adapters`: LoRA's
+    (builder/lora.py), on a base frozen in param_dtype."""
     return _build(config, autocast, recompute, fold=False, implementation=implementation,
-                  param_dtype=param_dtype, dropout=dropout, fp8=fp8)
+                  param_dtype=param_dtype, adapters=adapters, dropout=dropout, fp8=fp8)
 
 
 def _build(config: ModelConfig, autocast: str | None, recompute: str, fold: bool,

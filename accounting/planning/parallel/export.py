@@ -50,6 +50,11 @@ def to_dict(p: ParallelPlan) -> dict:
            "bubble": _f(p.bubble), "checked_on_torch_distributed": list(CHECKED),
            "layers_per_chunk": list(layer_split(p.config, p.layout)),
            "formula_only": list(FORMULA_ONLY), "stages": []}
+    if p.finetune is not None:
+        from accounting.planning.finetune import describe
+        out["finetune"] = {"lora_rank": p.finetune.lora.rank,
+                           "adapter_parameters": p.finetune.adapter_count(),
+                           "assumptions": describe(p.finetune)}
     for s in p.stages:
         out["stages"].append({
             "stage": s.stage, "layers": s.layers, "memory_bytes": s.memory(b),

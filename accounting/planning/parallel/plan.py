@@ -25,6 +25,7 @@ from accounting.planning.mfu import (COMPUTE, END_TO_END, SIX_N, check_conventio
                                      end_to_end_seconds)
 from accounting.planning.parallel import activations as A
 from accounting.planning.parallel import comms as C
+from accounting.planning.parallel import lora_states as LS
 from accounting.planning.parallel.buffers import Item, engine_buffers, stage_buffers
 from accounting.planning.parallel.layout import (Layout, check_layout,
                                                  micro_batches_in_flight, stage_layers)
@@ -50,7 +51,9 @@ CHECKED = ("parameter, gradient and AdamW-state bytes per rank (FSDP2 and TP/SP 
            "collectives per step, calls and bytes, by kind (a dispatch hook beside CommDebugMode)",
            "the interleaved schedule's chunks in flight, step length and sends per rank "
            "(ScheduleInterleaved1F1B's own order)", "the context-parallel K/V exchange (torch's "
-           "ring attention on a gloo group, against full attention)")
+           "ring attention on a gloo group, against full attention)", "LoRA (--lora-rank) "
+           "under FSDP2: PEFT's adapters on a frozen base, each rank's states, matmul FLOPs and "
+           "collectives (fake backend)")
 FORMULA_ONLY = ("recomputation",
                 "communication buffers (DDP buckets, FSDP2's gathered units, pipelining receive "
                 "buffers)", "bf16 mixed precision", "TP or PP combined with DDP or ZeRO-1, and "
@@ -118,6 +121,7 @@ class ParallelPlan:
     hfu: bool = False  # an end-to-end figure that counts the recomputed FLOPs
     measured_tokens_per_second: Fraction | None = None  # to convert into MFU/HFU
     optimizer: str = "adamw"  # planning/optimizers.py's name (the torch stack's choice)
+    finetune: object = None  # a LoRA plan (planning/finetune.py FineTune), or full training
 
     @property
     def step_seconds(self) -> Fraction | None:
@@ -229,10 +233,11 @@ def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage:
                act_rows: tuple[list[A.Row], list[A.Row]], values: dict[str, int],
                tp_rank: int = 0, dp_rank: int | None = None,
                stack: StackRun = StackRun(), counting: str = EXECUTED,
-               optimizer: str = "adamw") -> StagePlan:
+               optimizer: str = "adamw", finetune=None) -> StagePlan:
     """One GPU of a stage: TP rank `tp_rank`, data-parallel rank `dp_rank` (default: 0, or
     under ZeroRedundancyOptimizer the rank with the most AdamW state). `act_rows` are the
-    saved tensors of a rank's T/cp tokens (the course model's: another stack plans its own)."""
+    saved tensors of a rank's T/cp tokens (the course model's: another stack plans its own).
+    `finetune`: a LoRA plan (planning/finetune.py; lora_states.py: its model states)."""
     c = sp.config
     layers = stage_layers(c, layout, stage)
     kinds = sp.kinds(layers)
@@ -253,22 +258,28 @@ def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage:
         return _finish(sp, layout, precision, seq, stage, layers, kinds, units, st, items,
                        acts, values, tp_rank, W16 if stack.name == TORCHTITAN else None,
                        counting)
-    b_sym = "⌈rows/d⌉·cols" if z >= 2 else ""
-    # with ep > 1: N_stage counts E/ep experts of each MoE block (their FSDP shards over the
-    # dp/ep ranks: ⌈rows/e⌉·cols, e = dp/ep)
-    n_sym = "(N_dense + N_experts/ep)" if st.expert_numel else "N_stage"
-    fsdp_params = f"{p.master_bytes}·Σ{b_sym}" if z >= 2 else f"{p.master_bytes}·{n_sym}"
-    shards = ", FSDP shards" if z >= 2 else ""
-    items = [Item(f"parameters ({p.param_dtype}{shards})", fsdp_params,
-                  A.Linear(0, st.params * p.master_bytes), model_state=True,
-                  per_element=p.master_bytes)]
-    items.append(Item(f"gradients ({p.grad_dtype}{shards})",
-                      f"{p.grad_bytes}·Σ{b_sym}" if z >= 2 else f"{p.grad_bytes}·{n_sym}",
-                      A.Linear(0, st.grads * p.grad_bytes), model_state=True,
-                      per_element=p.grad_bytes))
-    items += optimizer_items(units, dl, st, optimizer, p, n_sym)
-    update = None if optimizer == "adamw" else update_flops(units, dl, st, optimizer)
-    items += fp8_items(sp, units, p, values)
+    lora = None if finetune is None else LS.split_states(units, dl, st.dp_rank, finetune)
+    if lora is not None:
+        items = LS.state_items(finetune, units, dl, st.dp_rank, optimizer)
+        update = None if optimizer == "adamw" else update_flops(LS.parts(units, False), dl,
+                                                                lora.trained, optimizer)
+    else:
+        b_sym = "⌈rows/d⌉·cols" if z >= 2 else ""
+        # with ep > 1: N_stage counts E/ep experts of each MoE block (their FSDP shards over the
+        # dp/ep ranks: ⌈rows/e⌉·cols, e = dp/ep)
+        n_sym = "(N_dense + N_experts/ep)" if st.expert_numel else "N_stage"
+        fsdp_params = f"{p.master_bytes}·Σ{b_sym}" if z >= 2 else f"{p.master_bytes}·{n_sym}"
+        shards = ", FSDP shards" if z >= 2 else ""
+        items = [Item(f"parameters ({p.param_dtype}{shards})", fsdp_params,
+                      A.Linear(0, st.params * p.master_bytes), model_state=True,
+                      per_element=p.master_bytes)]
+        items.append(Item(f"gradients ({p.grad_dtype}{shards})",
+                          f"{p.grad_bytes}·Σ{b_sym}" if z >= 2 else f"{p.grad_bytes}·{n_sym}",
+                          A.Linear(0, st.grads * p.grad_bytes), model_state=True,
+                          per_element=p.grad_bytes))
+        items += optimizer_items(units, dl, st, optimizer, p, n_sym)
+        update = None if optimizer == "adamw" else update_flops(units, dl, st, optimizer)
+        items += fp8_items(sp, units, p, values)
     buf = stage_buffers(sp, values, kinds)
     if buf:
         bias = c.num_experts is not None and c.router_bias
@@ -277,8 +288,9 @@ def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage:
                           f"L_stage·2·T_max·({'d_rope' if c.mla else 'd_rot' if c.rotary_dim else 'd_k'}/2)·4"
                           + (" + L_moe·E·4" if bias else ""),
                           A.Linear(0, buf)))
-    acts = _activations(sp, run_split(c, precision), replace(layout, zero=0), local,
-                        tp_rank, stage, kinds)
+    plain = run_split(c, precision) if finetune is None else LS.lora_split(
+        finetune, precision.autocast)
+    acts = _activations(sp, plain, replace(layout, zero=0), local, tp_rank, stage, kinds)
     copies = acts.weight_copies.times(acts.in_flight)
     items.append(Item("activations of the k micro-batches in flight"
                       + ("" if layout.recompute == "none" else " + one block's recomputed part"),
@@ -289,15 +301,17 @@ def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage:
                           "k·2·N_matmul_stage", copies, activations=True,
                           note="autocast casts each weight for its matmul, which saves the copy "
                                "until its backward pass"))
-    items += engine_buffers(sp, dl, precision, st, stage, values, local, tp_rank)
+    items += (engine_buffers(sp, dl, precision, st, stage, values, local, tp_rank)
+              if lora is None else LS.buffer_items(sp, dl, precision, lora, stage, values, local))
     return _finish(sp, layout, precision, seq, stage, layers, kinds, units, st, items, acts,
-                   values, tp_rank, None, counting, update)
+                   values, tp_rank, None, counting, update, lora)
 
 
 def _finish(sp: Split, layout: Layout, p: Precision, seq: int, stage: int, layers, kinds,
             units, st: States, items: list[Item], acts: A.StageActivations,
             values: dict[str, int], tp_rank: int, gather_bytes: int | None = None,
-            counting: str = EXECUTED, update: int | None = None) -> StagePlan:
+            counting: str = EXECUTED, update: int | None = None,
+            lora: LS.Parts | None = None) -> StagePlan:
     """The stage's communication and FLOPs, beside its memory items (`gather_bytes`: what
     FSDP2 gathers per element, when not the master's: bf16 under torchtitan's policy)."""
     c = sp.config
@@ -312,8 +326,9 @@ def _finish(sp: Split, layout: Layout, p: Precision, seq: int, stage: int, layer
                           local // (layout.tp if layout.sp else 1), c.d_model, act_bytes)
              + C.context_parallel(layout, len(layers), layout.micro_batch, seq,
                                   -(-c.kv_heads // layout.tp) * c.d_k, act_bytes)
-             + C.data_parallel(dl, st, p, buf, gather_bytes or p.master_bytes,
-                               fp8_gathered(sp, p)))
+             + (C.data_parallel(dl, st, p, buf, gather_bytes or p.master_bytes,
+                                fp8_gathered(sp, p)) if lora is None
+                else LS.collectives(dl, p, lora, buf)))
     if dict(sp.ledger.tied) and layout.pp > 1 and stage in (0, layout.pp - 1):
         table = next(t for t in sp.tensors if t.place == FIRST and t.matmul_weight)
         comms += C.tied_embedding(layout, prod(table.sizes(values, layout.tp)), p.grad_bytes)
@@ -323,7 +338,8 @@ def _finish(sp: Split, layout: Layout, p: Precision, seq: int, stage: int, layer
         moe_layers = sum(1 for i in layers if kinds_of[i].moe)
     comms += C.expert_parallel(layout, c, moe_layers, layout.micro_batch * seq, c.d_model,
                                act_bytes)
-    flops = stage_flops(sp, layout, stage, kinds, seq, st, tp_rank, counting)
+    flops = stage_flops(sp, layout, stage, kinds, seq, st if lora is None else lora.trained,
+                        tp_rank, counting)
     if update is not None:  # another optimizer's update (`update`: its FLOPs on this rank)
         flops = replace(flops, adamw=update)
     return StagePlan(stage, len(layers), st, tuple(items), acts, flops, tuple(comms), kinds)
@@ -336,14 +352,16 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
                   tp_rank: int = 0, dp_rank: int | None = None,
                   stack: StackRun = StackRun(), mfu_convention: str = EXECUTED,
                   mfu_scope: str = COMPUTE, hfu: bool = False,
-                  measured_tokens_per_second=None, optimizer: str = "adamw") -> ParallelPlan:
+                  measured_tokens_per_second=None, optimizer: str = "adamw",
+                  finetune=None) -> ParallelPlan:
     """The plan of one GPU per stage shown (TP rank 0 — it holds the most of an uneven
     split — and data-parallel rank 0, or the given ranks). `mfu` is read under
     `mfu_convention` and `mfu_scope` (planning/mfu.py): in the compute scope the rate each
     stage executes its FLOPs at (executed, or causal: the attention core's causal pairs, as
     a causal flash kernel runs them), the bubble and the communication added; end to end a
     whole-step MFU (an HFU with `hfu`). `optimizer`: planning/optimizers.py's name (the
-    torch stack; the other stacks plan their own Adam)."""
+    torch stack; the other stacks plan their own Adam). `finetune`: a LoRA plan
+    (planning/finetune.py resolve): the base frozen, the adapters trained (lora_states.py)."""
     check_convention(mfu_convention)
     check_scope(mfu_scope)
     if mfu_scope == COMPUTE and mfu_convention == SIX_N:
@@ -377,16 +395,21 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
     if not 0 <= m < 1:
         raise UsageError(f"{names.arg('margin')} must be in [0, 1) (a share of the memory), "
                          f"got {margin}")
-    sp = run_split(config, precision, layout.recompute)
+    if finetune is not None:
+        LS.check(finetune, layout, stack.name)
+    sp = run_split(config, precision, layout.recompute) if finetune is None else LS.lora_split(
+        finetune, precision.autocast, layout.recompute)
+    plain = run_split(config, precision) if finetune is None else LS.lora_split(
+        finetune, precision.autocast)
     values = sp.values(seq, layout.micro_batch)
     local = seq // layout.cp  # each context-parallel rank saves its T/cp tokens' tensors
     # the course model's saved tensors (a stack other than torch plans its own: stack_memory)
     rows = ((A.rows(sp, layout, local, tp_rank=tp_rank),
-             A.rows(run_split(config, precision), layout, local, tp_rank=tp_rank))
+             A.rows(plain, layout, local, tp_rank=tp_rank))
             if stack.name == TORCH else ([], []))
     counting = USEFUL if mfu_convention != EXECUTED else EXECUTED
     plans = tuple(stage_plan(sp, layout, precision, seq, s, rows, values, tp_rank, dp_rank,
-                             stack, counting, optimizer)
+                             stack, counting, optimizer, finetune)
                   for s in (stages if stages is not None else _shown(config, layout)))
     at = None
     if config.num_experts is not None and config.moe_capacity_factor is not None:
@@ -402,7 +425,7 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
                          hardware.peak_flops, u, net)
     return ParallelPlan(config, layout, seq, precision, hardware, net, u, plans, fit, time, tokens,
                         stack, per_layer(stack, sp, layout, local, rows[0]), mfu_convention,
-                        mfu_scope, hfu, measured, optimizer)
+                        mfu_scope, hfu, measured, optimizer, finetune)
 
 
 def divisors_of(n: int) -> list[int]:

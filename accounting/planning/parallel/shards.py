@@ -66,6 +66,7 @@ class Tensor:
     lookup: bool
     group: str | None = None  # the kind of block it belongs to ("L", or "L_dense", "L_moe", …)
     expert: bool = False  # one of the routed experts' stacked (E, …) matrices
+    frozen: bool = False  # requires_grad False (a LoRA plan's base): no gradient, no state
 
     def local_sizes(self, values: dict[str, int], tp: int = 1, tp_rank: int = 0,
                     ep: int = 1) -> tuple[int, ...]:
@@ -181,11 +182,12 @@ class Split:
 @lru_cache(maxsize=64)
 def split(config: ModelConfig, autocast: str | None = None, recompute: str = "none",
           implementation: str = "course", param_dtype: str = "fp32",
-          dropout: bool = False, fp8: str | None = None) -> Split:
+          dropout: bool = False, fp8: str | None = None, adapters=None) -> Split:
     """The ledger of this run (precision's autocast, parameter dtype and fp8 library,
-    recomputation; the implementation: builder.walk's), unfolded, with its parameters' TP
-    layout."""
-    lg = unfolded_ledger(config, autocast, recompute, implementation, param_dtype, dropout, fp8)
+    recomputation; the implementation: builder.walk's; LoRA's adapters on a frozen base),
+    unfolded, with its parameters' TP layout."""
+    lg = unfolded_ledger(config, autocast, recompute, implementation, param_dtype, dropout, fp8,
+                         adapters)
 
     linear = {m.module: m for m in lg.forward if m.grads == ("dX", "dW")}
     tensors = []
@@ -193,7 +195,8 @@ def split(config: ModelConfig, autocast: str | None = None, recompute: str = "no
         dims = _tensor_dims(p, linear)
         place = BLOCK if p.per_layer else FIRST if p.lookup else LAST
         tensors.append(Tensor(p.name, p.module, p.per_layer, place, dims, _tp_dim(dims),
-                              p.matmul_weight, p.lookup, p.repeat, p.routed_expert))
+                              p.matmul_weight, p.lookup, p.repeat, p.routed_expert,
+                              p.frozen))
     column = frozenset(m.module for m in linear.values() if any(s in TP_SYMBOLS for s in m.p))
     return Split(config, lg, tuple(tensors), column, frozenset(linear))
 

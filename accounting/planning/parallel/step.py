@@ -92,12 +92,20 @@ def _matmuls(sp: Split, tp: int, tp_rank: int, seq: int, b: int,
     kernel runs; --mfu-convention causal)."""
     v = sp.tp_values(sp.values(seq, b), tp, tp_rank)
     count = dict(kinds)
+    # a LoRA plan's frozen linears: autograd computes no weight gradient for them
+    # (planning/finetune.py flops_exprs, the same rule)
+    frozen = set()
+    if sp.ledger.adapters is not None:
+        trained = {(p.per_layer, p.module) for p in sp.ledger.params if not p.frozen}
+        frozen = {r for r in sp.ledger.forward
+                  if r.grads == ("dX", "dW") and (r.per_layer, r.module) not in trained}
 
     def on_stage(records) -> int:
         return sum((count.get(r.repeat, 0) if r.per_layer else 1) * r.flops(v, counting)
                    for r in records if r.per_layer or last)
     return (on_stage(sp.ledger.forward),
-            on_stage(g for r in sp.ledger.forward for g in r.gradients()),
+            on_stage(g for r in sp.ledger.forward for g in r.gradients()
+                     if not (r in frozen and g.name.endswith(" dW"))),
             on_stage(sp.ledger.recomputed))
 
 

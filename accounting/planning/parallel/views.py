@@ -65,6 +65,10 @@ def summary_table(p: ParallelPlan) -> Table:
             ("precision", p.precision.name)]
     if p.optimizer != "adamw":  # (AdamW, the default, goes unsaid as it always has)
         rows.append(("optimizer", p.optimizer))
+    if p.finetune is not None:
+        from accounting.planning.finetune import describe
+        rows.append(("fine-tuning", f"{describe(p.finetune)}; {p.finetune.adapter_count():,} "
+                                    "adapter parameters"))
     rows += stack_views.summary_rows(p)
     label = f"memory per GPU (stage {w.stage} of {lo.pp})" if lo.pp > 1 else "memory per GPU"
     rows.append((label, f"{grouped(p.memory)} bytes = {_gb(p.memory)}"))

@@ -1,0 +1,217 @@
+"""Model states per GPU of a LoRA plan (planning/finetune.py) on many GPUs, torch stack.
+
+The base is frozen (requires_grad False): every rank holds it, replicated under DDP
+(stage 0) or as FSDP2's padded ⌈rows/d⌉-row shards (stages 2-3: fully_shard shards every
+parameter of a unit, trained or not; torch/distributed/fsdp/_fully_shard/_fsdp_param.py),
+in the base's dtype, with no gradient and no optimizer state. The adapters (lora_A, lora_B,
+float32: PEFT's autocast_adapter_dtype) are trained: their gradients (FSDP2: the padded
+reduce-scatter output, one buffer per unit, of the tensors that require grad only:
+_fsdp_collectives.foreach_reduce) and the optimizer's state of this rank's unpadded shard
+(torch.optim steps the DTensor's local tensor).
+
+The tensors and their FSDP units come from the LoRA ledger through the same Split as a full
+fine-tune (shards.split with the adapters; states.stage_tensors). Under TP the shapes
+would split lora_B of a column-parallel linear and lora_A of a row-parallel one (the TP
+symbol's dimension), but that layout is not checked against PEFT and torch's TP here, so a
+LoRA plan refuses --tp (and ZeroRedundancyOptimizer, --zero 1, and pipelining) in one line.
+Checked on torch.distributed's fake backend (tests/test_lora_gpus.py: PEFT's LoRA on
+model.TransformerLM under FSDP2, each rank's parameter, gradient and AdamW bytes).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from accounting.planning.finetune import FineTune
+from accounting.planning.memory import Precision
+from accounting.planning.optimizers import get_optimizer
+from accounting.planning.parallel import comms as C
+from accounting.planning.parallel.activations import Linear
+from accounting.planning.parallel.buffers import Item, engine_buffers
+from accounting.planning.parallel.layout import Layout
+from accounting.planning.parallel.shards import Split, chunk, split
+from accounting.planning.parallel.states import (Local, States, Unit, role, stage_tensors,
+                                                 states)
+from accounting.planning.training_state import STEP_BYTES
+from accounting.runtime.errors import UsageError
+from accounting.units import DTYPE_BYTES
+
+
+@dataclass(frozen=True)
+class LoraStates:
+    """Bytes of one GPU's model states (pipeline stage 0, one data-parallel rank)."""
+    base_bytes: int  # the frozen base (its padded shard under FSDP2)
+    adapter_bytes: int  # lora_A and lora_B, their padded shards under FSDP2
+    gradient_bytes: int  # the adapters' gradients only
+    optimizer: tuple[tuple[str, int, str], ...]  # (item, bytes, dtype) of the adapters' state
+    step_counters: int  # one per trained tensor this rank updates (an empty shard too)
+    base_numel: int
+    adapter_numel: int
+    gradient_numel: int
+
+    @property
+    def optimizer_bytes(self) -> int:
+        return sum(b for _, b, _ in self.optimizer)
+
+    @property
+    def total_bytes(self) -> int:
+        return self.base_bytes + self.adapter_bytes + self.gradient_bytes + self.optimizer_bytes
+
+
+def check(ft: FineTune, layout: Layout, stack: str = "torch") -> None:
+    """What a LoRA plan on many GPUs runs: DDP or FSDP2 over data-parallel ranks, torch."""
+    if ft.qlora:
+        raise UsageError("QLoRA (--base-weights nf4) is planned on one GPU; leave out --gpus "
+                         "(or --base-weights for LoRA on many GPUs)")
+    if stack != "torch":
+        raise UsageError(f"LoRA on many GPUs is planned on --stack torch, not {stack}")
+    if layout.tp > 1 or layout.pp > 1 or layout.cp > 1 or layout.ep > 1:
+        raise UsageError("LoRA on many GPUs is planned with data parallelism only (DDP or "
+                         "FSDP2); leave out --tp, --pp, --cp and --ep")
+    if layout.sharding == 1:
+        raise UsageError("LoRA on many GPUs is planned under DDP (--zero 0) or FSDP2 "
+                         "(--fsdp); ZeroRedundancyOptimizer (--zero 1) is not")
+
+
+def lora_split(ft: FineTune, autocast: str | None, recompute: str = "none") -> Split:
+    """The LoRA ledger (adapters on a base frozen in ft.base_dtype), split."""
+    return split(ft.config, autocast, recompute, ft.implementation, ft.base_dtype,
+                 adapters=ft.adapters)
+
+
+def units(ft: FineTune, layout: Layout) -> list[Unit]:
+    """The tensors of the LoRA model in FSDP units (one per block, and the root)."""
+    sp = lora_split(ft, None)
+    return stage_tensors(sp, sp.values(1, 1), layout, 0)
+
+
+def parts(us: list[Unit], frozen: bool) -> list[Unit]:
+    """The units with only their frozen (or only their trained) tensors."""
+    out = [replace(u, tensors=tuple(t for t in u.tensors if t.tensor.frozen == frozen))
+           for u in us]
+    return [u for u in out if u.tensors]
+
+
+def lora_states(ft: FineTune, layout: Layout, dp_rank: int = 0, optimizer: str = "adamw",
+                us: list[Unit] | None = None) -> LoraStates:
+    """This data-parallel rank's model states under `layout` (`us`: the stage's units,
+    default pipeline stage 0's)."""
+    check(ft, layout)
+    d, sharded = layout.dp, layout.sharding >= 2
+    flat = [t for u in (units(ft, layout) if us is None else us) for t in u.tensors]
+
+    def held(t: Local) -> int:
+        return t.padded(d) if sharded else t.numel
+    base = [t for t in flat if t.tensor.frozen]
+    trained = [t for t in flat if not t.tensor.frozen]
+    adapter_dtype = ft.adapters.adapter_dtype
+    ab, bb = DTYPE_BYTES[adapter_dtype], DTYPE_BYTES[ft.base_dtype]
+    opt = get_optimizer(optimizer)
+    items: dict[str, list] = {}
+    shapes = []
+    for t in trained:
+        shape = list(t.sizes)
+        if sharded:
+            shape[t.dim] = chunk(shape[t.dim], d, dp_rank)
+        shapes.append(tuple(shape))
+        for st in opt.state(tuple(shape), adapter_dtype, role(t)):
+            items.setdefault(st.item, [0, st.dtype])[0] += st.bytes
+    if shapes:
+        for st in opt.shared(shapes):
+            items.setdefault(st.item, [0, st.dtype])[0] += st.bytes
+    counters = 0 if opt.step_counter is None else len(trained)
+    base_n, adapter_n = sum(map(held, base)), sum(map(held, trained))
+    return LoraStates(base_n * bb, adapter_n * ab, adapter_n * ab,
+                      tuple((k, b, dt) for k, (b, dt) in items.items()), counters,
+                      base_n, adapter_n, adapter_n)
+
+
+# ---- the many-GPU plan's pieces (plan.py stage_plan) ----
+
+@dataclass(frozen=True)
+class Parts:
+    """A stage's states split: the frozen base's and the trained adapters'."""
+    base: States
+    trained: States
+    ft: FineTune
+
+    def precisions(self, p: Precision) -> tuple[Precision, Precision]:
+        """(the base's, the adapters') storage: the base in ft.base_dtype, the adapters, their
+        gradients and state in the adapter dtype (float32)."""
+        a = self.ft.adapters.adapter_dtype
+        return (replace(p, param_dtype=self.ft.base_dtype),
+                replace(p, param_dtype=a, grad_dtype=a, state_dtype=a))
+
+
+def split_states(us: list[Unit], layout: Layout, dp_rank: int, ft: FineTune) -> Parts:
+    return Parts(states(parts(us, True), layout, dp_rank),
+                 states(parts(us, False), layout, dp_rank), ft)
+
+
+def state_items(ft: FineTune, us: list[Unit], layout: Layout, dp_rank: int,
+                optimizer: str) -> list[Item]:
+    """The model-state items of one GPU of a LoRA plan."""
+    s = lora_states(ft, layout, dp_rank, optimizer, us)
+    sharded = layout.sharding >= 2
+    sym = "Σ⌈rows/d⌉·cols" if sharded else "N"
+    shards = ", FSDP shards" if sharded else ""
+    ab, bb = DTYPE_BYTES[ft.adapters.adapter_dtype], DTYPE_BYTES[ft.base_dtype]
+    out = [Item(f"frozen base ({ft.base_dtype}{shards}; no gradient, no optimizer state)",
+                f"{bb}·{sym}_base", Linear(0, s.base_bytes), model_state=True, per_element=bb),
+           Item(f"LoRA adapters ({ft.adapters.adapter_dtype}{shards})", f"{ab}·{sym}_LoRA",
+                Linear(0, s.adapter_bytes), model_state=True, per_element=ab),
+           Item(f"gradients of the adapters ({ft.adapters.adapter_dtype}{shards})",
+                f"{ab}·{sym}_LoRA", Linear(0, s.gradient_bytes), model_state=True,
+                per_element=ab)]
+    scope = "Σ(this rank's rows)·cols of the adapters" if sharded else "N_LoRA"
+    for name, b, dtype in s.optimizer:
+        per = DTYPE_BYTES[dtype]
+        out.append(Item(f"{name} of the adapters ({dtype})", f"{per}·{scope}", Linear(0, b),
+                        model_state=True, per_element=per))
+    opt = get_optimizer(optimizer)
+    if s.step_counters:
+        on_gpu = opt.step_counter == "device"
+        out.append(Item(f"{opt.counter_label} step counters (fp32 scalars)",
+                        f"{STEP_BYTES}·(adapter tensors)", Linear(0, s.step_counters * STEP_BYTES),
+                        on_gpu=on_gpu, note="" if on_gpu else
+                        "torch keeps them on the CPU unless fused or capturable"))
+    return out
+
+
+def _merge(items: list, key, add) -> list:
+    out: dict = {}
+    for i in items:
+        k = key(i)
+        out[k] = add(out[k], i) if k in out else i
+    return list(out.values())
+
+
+def buffer_items(sp: Split, layout: Layout, p: Precision, pt: Parts, stage: int,
+                 values: dict[str, int], seq: int) -> list[Item]:
+    """The engines' buffers: DDP's buckets of the adapters' gradients; FSDP2's gathered
+    units (the base in its dtype, the adapters in theirs) and unsharded adapter gradients."""
+    pb, pa = pt.precisions(p)
+    items = engine_buffers(sp, layout, pa, pt.trained, stage, values, seq)
+    if layout.sharding >= 2 and layout.dp > 1:
+        items += [i for i in engine_buffers(sp, layout, pb, pt.base, stage, values, seq)
+                  if i.name.startswith("FSDP2 gathered")]
+    gathered = (f"FSDP2 gathered units (the base in {pt.ft.base_dtype}, the adapters in "
+                f"{pt.ft.adapters.adapter_dtype})")
+    return _merge(items, lambda i: i.name,
+                  lambda a, b: replace(a, name=a.name.replace("FSDP2 gathered fp32 units",
+                                                              gathered),
+                                       bytes=a.bytes + b.bytes,
+                                       formula=a.formula + " (adapters) + " + b.formula + " (base)"))
+
+
+def collectives(layout: Layout, p: Precision, pt: Parts, buffer_bytes: int) -> list:
+    """The data-parallel collectives: the adapters' gradients reduced (DDP's all-reduce,
+    FSDP2's reduce-scatter of the tensors that require grad); FSDP2 gathers every unit,
+    base and adapters (one all-gather per unit: the bytes of both)."""
+    pb, pa = pt.precisions(p)
+    out = C.data_parallel(layout, pt.trained, pa, buffer_bytes, pa.master_bytes)
+    if layout.sharding >= 2:
+        out += [c for c in C.data_parallel(layout, pt.base, pb, 0, pb.master_bytes)
+                if c.op == C.ALL_GATHER]
+    return _merge(out, lambda c: (c.group, c.op, c.what, c.phase),
+                  lambda a, b: replace(a, bytes=a.bytes + b.bytes, calls=max(a.calls, b.calls),
+                                       formula=f"{a.formula} (adapters) + {b.formula} (base)"))
