@@ -291,6 +291,9 @@ def test_search_ranks_and_explains(capsys):
     code, out, _ = run(capsys, "gpt2-xl", "--gpus", "8", "--search", "--gpu", "A100", "--batch", "64")
     assert code == 0
     assert "Layouts for 8 GPUs" in out and "Rejected layouts" in out
+    # the first line names what is planned: the precision (gpt2-xl, a course preset: fp32, the
+    # course's default), the GPU (A100 is the A100-80GB card) and the MFU (0.5 unless given)
+    assert out.splitlines()[0].endswith("fastest first (fp32, A100-80GB at MFU 0.5)")
     assert "tp 2 does not divide the 25 attention heads" in out
     assert "pp 8 does not divide" not in out  # 48 = 8 × 6: a valid pipeline
 

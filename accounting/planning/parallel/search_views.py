@@ -67,7 +67,11 @@ def ranked_table(s: Search) -> Table:
         notes.append("ep: expert-parallel degree (each ep dividing dp and the experts tried"
                      + (", as given" if s.fixed.get("ep") else "") + "); routing assumed "
                      "balanced, the all-to-alls on the critical path.")
-    return Table(f"Layouts for {s.gpus} GPUs: {s.config.name}, fastest first",
+    # the recipe on the first line (the first screen names what is planned)
+    recipe = "" if first is None else (
+        f" ({first.precision.name}, {first.hardware.name} at MFU {float(first.mfu):g}"
+        + ("" if s.stack.name == TORCH else f", {s.stack.name} stack") + ")")
+    return Table(f"Layouts for {s.gpus} GPUs: {s.config.name}, fastest first{recipe}",
                  ("#", "tp", *(("cp",) if cps else ()), "pp", *(("v",) if vs else ()), "dp",
                   *(("ep",) if moe else ()), "sp", "sharding", "micro", "memory/GPU",
                   "to spare", "largest b", "bubble", "step", "tokens/s",
