@@ -11,7 +11,7 @@ from types import MappingProxyType
 from typing import Callable, Mapping
 
 from accounting.spec.config import MAX_REAL, ModelConfig
-from accounting.runtime.errors import shorten
+from accounting.runtime.errors import UsageError, shorten
 from accounting.units import TORCH_DTYPE_NAMES as TORCH_DTYPES
 
 # The transformers release the tables below are read from (pyproject's [hf] extra pins it).
@@ -422,6 +422,35 @@ UNSUPPORTED: Mapping[str, str] = MappingProxyType({
     # (issue 31's families, cohere2 the last, are all read now: a new one names the feature
     # the spec lacks)
 })
+
+def check_wrapper_keys(data: Mapping, where: str, outer_keys) -> None:
+    """A vision-language wrapper's own top-level keys (WRAPPERS' unwrappers: gemma3's,
+    gemma4's, kimi_k25's), checked one way: none of REFUSED set, none unknown beyond
+    COMMON_FREE, `outer_keys` and COMMON_MUST's, COMMON_MUST's and FREE_VALUES' values."""
+    for k, why in REFUSED.items():
+        if data.get(k) is not None:
+            raise UsageError(f"{where}: {k} = {short(data[k])} is {why}; refusing rather than "
+                             f"dropping it")
+    known = COMMON_FREE | outer_keys | {m.hf for m in COMMON_MUST}
+    unknown = sorted(k for k in data if k not in known)
+    if unknown:
+        raise UsageError(f"{where}: unknown key(s) {', '.join(short(k, 30) for k in unknown[:4])}"
+                         f": the tool cannot tell whether they change a count of the language "
+                         f"model, so it refuses rather than drop them")
+    for m in COMMON_MUST:
+        if not m.ok(data.get(m.hf, m.default), data):
+            raise UsageError(f"{where}: {m.hf} = {short(data.get(m.hf))} means {m.what}")
+    for k, (ok, wanted) in FREE_VALUES.items():
+        if k in data and not ok(data[k]):
+            raise UsageError(f"{where}: {k} = {short(data[k])} is not {wanted}")
+
+
+def carry_dtype(data: Mapping, inner: dict) -> None:
+    """The checkpoint's dtype, given once at a wrapper's top level, into its text config."""
+    for k in ("torch_dtype", "dtype"):
+        if k in data and k not in inner:
+            inner[k] = data[k]
+
 
 # model_types whose config.json wraps a language model's config (a vision-language model):
 # model_type -> unwrap(data, where) = (the inner config.json object of a type in TYPES, the

@@ -10,7 +10,7 @@ from typing import Mapping
 
 from accounting.spec.config import ModelConfig
 from accounting.spec.hf_schema import (
-    COMMON_FREE, COMMON_MUST, FREE_VALUES, REFUSED, TYPES, WRAPPERS,
+    TYPES, WRAPPERS, carry_dtype, check_wrapper_keys,
     ATTENTION_BIAS, ATTENTION_DROPOUT, BOOL, CHOICE, EPS, GATED_ACTS, INT, INT_OR_ABSENT,
     INT_OR_NULL, LIST,
     LLAMA_FAMILY,
@@ -231,31 +231,14 @@ def unwrapper(outer_type: str, inner_type: str, outer_keys: frozenset, causal_lm
 
 def _unwrap(data: Mapping, where: str, outer_type: str, inner_type: str, outer_keys: frozenset,
             causal_lm: str, tower: str, outer_defaults: Mapping) -> tuple[dict, tuple[str, ...]]:
-    for k, why in REFUSED.items():
-        if data.get(k) is not None:
-            raise UsageError(f"{where}: {k} = {short(data[k])} is {why}; refusing rather than "
-                             f"dropping it")
-    known = COMMON_FREE | outer_keys | {m.hf for m in COMMON_MUST}
-    unknown = sorted(k for k in data if k not in known)
-    if unknown:
-        raise UsageError(f"{where}: unknown key(s) {', '.join(short(k, 30) for k in unknown[:4])}"
-                         f": the tool cannot tell whether they change a count of the language "
-                         f"model, so it refuses rather than drop them")
-    for m in COMMON_MUST:
-        if not m.ok(data.get(m.hf, m.default), data):
-            raise UsageError(f"{where}: {m.hf} = {short(data.get(m.hf))} means {m.what}")
-    for k, (ok, wanted) in FREE_VALUES.items():
-        if k in data and not ok(data[k]):
-            raise UsageError(f"{where}: {k} = {short(data[k])} is not {wanted}")
+    check_wrapper_keys(data, where, outer_keys)
     text = data.get("text_config")
     if not isinstance(text, dict) or text.get("model_type", inner_type) != inner_type:
         raise UsageError(f"{where}: text_config must be the language model's config object "
                          f"(model_type {inner_type}), got {short(text)}; transformers would "
                          f"otherwise build its default text config")
     inner = {**text, "model_type": inner_type}
-    for k in ("torch_dtype", "dtype"):  # the checkpoint's dtype, given once for the whole model
-        if k in data and k not in inner:
-            inner[k] = data[k]
+    carry_dtype(data, inner)
     outer_tie, inner_tie = data.get("tie_word_embeddings", True), inner.get("tie_word_embeddings", True)
     if outer_tie != inner_tie:
         raise UsageError(f"{where}: tie_word_embeddings {short(outer_tie)} contradicts "

@@ -13,8 +13,8 @@ from typing import Mapping
 from accounting.formats.hf_quant import scheme_from_config
 from accounting.runtime.errors import UsageError
 from accounting.spec.hf_schema import (
-    ATTENTION_DROPOUT, BOOL, CHOICE, COMMON_FREE, COMMON_MUST, DEEPSEEK_V3_NAMES, EPS,
-    FREE_VALUES, INT, INT_OR_NULL, LIST, LLAMA_FAMILY, NONNEG, REFUSED, THETA, WRAPPERS, Derived,
+    ATTENTION_DROPOUT, BOOL, CHOICE, DEEPSEEK_V3_NAMES, EPS,
+    INT, INT_OR_NULL, LIST, LLAMA_FAMILY, NONNEG, THETA, WRAPPERS, carry_dtype, check_wrapper_keys, Derived,
     HFType, Key, ModuleNames, Must, Required, register, short)
 from accounting.spec.hf_types_moe import DEEPSEEK_FREE, MLA_KEYS, mla_must
 
@@ -54,22 +54,7 @@ _K25_OUTER = frozenset({
 
 
 def _unwrap_kimi_k25(data: Mapping, where: str) -> tuple[dict, tuple[str, ...]]:
-    for k, why in REFUSED.items():
-        if data.get(k) is not None:
-            raise UsageError(f"{where}: {k} = {short(data[k])} at the top level is {why}; "
-                             f"refusing rather than dropping it")
-    known = COMMON_FREE | _K25_OUTER | {m.hf for m in COMMON_MUST}
-    unknown = sorted(k for k in data if k not in known)
-    if unknown:
-        raise UsageError(f"{where}: unknown key(s) {', '.join(short(k, 30) for k in unknown[:4])}"
-                         f": the tool cannot tell whether they change a count of the language "
-                         f"model, so it refuses rather than drop them")
-    for m in COMMON_MUST:
-        if not m.ok(data.get(m.hf, m.default), data):
-            raise UsageError(f"{where}: {m.hf} = {short(data.get(m.hf))} means {m.what}")
-    for k, (ok, wanted) in FREE_VALUES.items():
-        if k in data and not ok(data[k]):
-            raise UsageError(f"{where}: {k} = {short(data[k])} is not {wanted}")
+    check_wrapper_keys(data, where, _K25_OUTER)
     text = data.get("text_config")
     if not isinstance(text, dict) or text.get("model_type", "deepseek_v3") not in (
             "deepseek_v3", "kimi_k2"):
@@ -77,9 +62,7 @@ def _unwrap_kimi_k25(data: Mapping, where: str) -> tuple[dict, tuple[str, ...]]:
                          f"(model_type kimi_k2 or deepseek_v3), got {short(text)}; transformers "
                          f"would otherwise build its default DeepseekV3Config")
     inner = {**text, "model_type": "deepseek_v3"}
-    for k in ("torch_dtype", "dtype"):  # the checkpoint's dtype, given once for the whole model
-        if k in data and k not in inner:
-            inner[k] = data[k]
+    carry_dtype(data, inner)
     tie = data.get("tie_word_embeddings", True)  # Kimi_K25Config's default
     if "tie_word_embeddings" in inner and inner["tie_word_embeddings"] != tie:
         absent = "" if "tie_word_embeddings" in data else " (absent: Kimi_K25Config default)"

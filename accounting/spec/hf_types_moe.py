@@ -208,6 +208,34 @@ MTP_KEY = Key("num_nextn_predict_layers", ("mtp_layers",), NONNEG, 1, aliases=("
 
 # DeepSeek-V3's routed and shared experts, its group-limited router and MTP: the keys of
 # deepseek_v3 and deepseek_v32 alike (DeepseekV32Config extends DeepseekV3Config's)
+# keys of DeepSeek's own code (auto_map) that transformers does not read: another value
+# would mean a model transformers does not build (deepseek_v3's and deepseek_v32's rows)
+V3_CODE_MUST = (
+    Must("scoring_func", lambda v, d: v in (None, "sigmoid"), "sigmoid",
+         "a router transformers' DeepseekV3 does not build (it always uses sigmoid)"),
+    Must("topk_method", lambda v, d: v in (None, "noaux_tc"), "noaux_tc",
+         "a routing transformers' DeepseekV3 does not build (it always uses the "
+         "corrected, group-limited top-k)"),
+    Must("quantization_config", _fp8_blocks, 'null or quant_method "fp8"',
+         "a quantized checkpoint whose weights are not dense tensors of the config's "
+         "shapes"))
+# the rest of both rows: the fp8 checkpoint noted, the free keys, the dense layers
+V3_ROW_TAIL = dict(
+    noted=(ATTENTION_DROPOUT,
+           Noted("quantization_config", lambda v: v is None,
+                 "quantization_config fp8: the checkpoint stores most matrices in float8 "
+                 "with a float32 scale per 128×128 block (weight_scale_inv); the counts are "
+                 "of the model's parameters as transformers builds them (dense tensors of the "
+                 "config's shapes, what 671B counts), not of the scales, and the memory tables "
+                 "give bytes per dtype, not the checkpoint's mixed fp8/bf16 storage.")),
+    # rope_interleave: the same rotation, another layout (DEEPSEEK_FREE: the others)
+    free=DEEPSEEK_FREE | {"rope_interleave"},
+    derived=(Derived(("dense_layers",), ("first_k_dense_replace",), _deepseek_layers,
+                     "layers below first_k_dense_replace keep a dense MLP "
+                     "(modeling_deepseek_v3.py)", _write_first_k),),
+    experts_implementation="batched_mm")
+
+
 V3_MOE_KEYS = (
     Key("moe_intermediate_size", ("moe_d_ff",), INT, Required(2048)),
     # DeepseekV3Config.attribute_map: num_local_experts is n_routed_experts
@@ -235,30 +263,8 @@ register(HFType(
           "buffer, not a parameter) and is limited to the best topk_group of n_group groups "
           "(modeling_deepseek_v3.py)",
     names=DEEPSEEK_V3_NAMES,
-    must=ROPE_MUST + mla_must("DeepseekV3") + (V3_HEAD_DIM,
-        # keys of DeepSeek's own code (auto_map) that transformers does not read: another
-        # value would mean a model transformers does not build
-        Must("scoring_func", lambda v, d: v in (None, "sigmoid"), "sigmoid",
-             "a router transformers' DeepseekV3 does not build (it always uses sigmoid)"),
-        Must("topk_method", lambda v, d: v in (None, "noaux_tc"), "noaux_tc",
-             "a routing transformers' DeepseekV3 does not build (it always uses the "
-             "corrected, group-limited top-k)"),
-        Must("quantization_config", _fp8_blocks, 'null or quant_method "fp8"',
-             "a quantized checkpoint whose weights are not dense tensors of the config's "
-             "shapes")),
-    noted=(ATTENTION_DROPOUT,
-           Noted("quantization_config", lambda v: v is None,
-                 "quantization_config fp8: the checkpoint stores most matrices in float8 "
-                 "with a float32 scale per 128×128 block (weight_scale_inv); the counts are "
-                 "of the model's parameters as transformers builds them (dense tensors of the "
-                 "config's shapes, what 671B counts), not of the scales, and the memory tables "
-                 "give bytes per dtype, not the checkpoint's mixed fp8/bf16 storage.")),
-    # rope_interleave: the same rotation, another layout (DEEPSEEK_FREE: the others)
-    free=DEEPSEEK_FREE | {"rope_interleave"},
-    derived=(Derived(("dense_layers",), ("first_k_dense_replace",), _deepseek_layers,
-                     "layers below first_k_dense_replace keep a dense MLP "
-                     "(modeling_deepseek_v3.py)", _write_first_k),),
-    experts_implementation="batched_mm",
+    must=ROPE_MUST + mla_must("DeepseekV3") + (V3_HEAD_DIM, *V3_CODE_MUST),
+    **V3_ROW_TAIL,
 ))
 
 
@@ -293,16 +299,7 @@ register(HFType(
           "(modeling_deepseek_v32.py)",
     names=DEEPSEEK_V32_NAMES,
     must=ROPE_MUST + mla_must("DeepseekV32") + (
-        # keys of DeepSeek's own code (auto_map) that transformers does not read: another
-        # value would mean a model transformers does not build
-        Must("scoring_func", lambda v, d: v in (None, "sigmoid"), "sigmoid",
-             "a router transformers' DeepseekV3 does not build (it always uses sigmoid)"),
-        Must("topk_method", lambda v, d: v in (None, "noaux_tc"), "noaux_tc",
-             "a routing transformers' DeepseekV3 does not build (it always uses the "
-             "corrected, group-limited top-k)"),
-        Must("quantization_config", _fp8_blocks, 'null or quant_method "fp8"',
-             "a quantized checkpoint whose weights are not dense tensors of the config's "
-             "shapes"),
+        *V3_CODE_MUST,
         # DeepseekV32Config.__post_init__ writes these from first_k_dense_replace: other
         # values would be another layout
         Must("mlp_layer_types", lambda v, d: v is None, "null",
@@ -310,19 +307,7 @@ register(HFType(
         Must("layer_types", lambda v, d: v is None or (isinstance(v, list) and all(
             x == "indexed_attention" for x in v)), 'null or all "indexed_attention"',
              "layers without the indexer")),
-    noted=(ATTENTION_DROPOUT,
-           Noted("quantization_config", lambda v: v is None,
-                 "quantization_config fp8: the checkpoint stores most matrices in float8 "
-                 "with a float32 scale per 128×128 block (weight_scale_inv); the counts are "
-                 "of the model's parameters as transformers builds them (dense tensors of the "
-                 "config's shapes, what 671B counts), not of the scales, and the memory tables "
-                 "give bytes per dtype, not the checkpoint's mixed fp8/bf16 storage.")),
-    # rope_interleave: the same rotation, another layout (DEEPSEEK_FREE: the others)
-    free=DEEPSEEK_FREE | {"rope_interleave"},
-    derived=(Derived(("dense_layers",), ("first_k_dense_replace",), _deepseek_layers,
-                     "layers below first_k_dense_replace keep a dense MLP "
-                     "(modeling_deepseek_v3.py)", _write_first_k),),
-    experts_implementation="batched_mm",
+    **V3_ROW_TAIL,
 ))
 
 
