@@ -180,11 +180,21 @@ def serve(config: ModelConfig, scheme: Scheme, *, gpu: str | None = None,
     else:
         sizes = startup.capture_sizes(seqs, n_tokens)
         graphs = startup.cuda_graphs(forward_peak(config, sizes[-1], tp), sizes)
+    hybrid = None
+    if rec.profiled and block_size is None:
+        every = kv.layer_caches(config, kv_b, tp, tuple(range(config.num_layers)))
+        block = kv.hybrid_block(every, d.block_size)
+        if block != d.block_size:
+            hybrid = max(c.bytes_per_token for c in every)
+            d = engines.Defaults(d.utilization, d.max_num_batched_tokens, d.max_num_seqs,
+                                 block, d.why + f"; block_size {block}: aligned to the "
+                                 f"recurrent state's page (vLLM's hybrid rule)")
     moe = set(range(config.num_layers)) - set(config.dense_layers) \
         if config.num_experts is not None else set()
     pools = []
     for st in stage_list:
-        caches = tuple(kv.layer_caches(config, kv_b, tp, st.layers))
+        caches = kv.layer_caches(config, kv_b, tp, st.layers)
+        caches = tuple(kv.pad_states(caches, d.block_size, hybrid) if hybrid else caches)
         per_token = sum(c.bytes_per_token for c in caches)
         w = loaded(config, scheme.name, st.bytes, len(moe & set(st.layers)), tp, arch)
         last = st.index == pp - 1  # only the last stage runs the sampler
