@@ -198,12 +198,19 @@ def serve(config: ModelConfig, scheme: Scheme, *, gpu: str | None = None,
         per_token = sum(c.bytes_per_token for c in caches)
         w = loaded(config, scheme.name, st.bytes, len(moe & set(st.layers)), tp, arch)
         last = st.index == pp - 1  # only the last stage runs the sampler
-        act = 0 if not rec.profiled else activation_bytes if activation_bytes is not None \
-            else activation_peak(config, n_tokens, seqs, tp) if last \
-            else forward_peak(config, n_tokens, tp)
+        if not rec.profiled:
+            act = act_low = 0
+        elif activation_bytes is not None:
+            act = act_low = activation_bytes
+        elif last:
+            act = activation_peak(config, n_tokens, seqs, tp)
+            act_low = activation_peak(config, n_tokens, seqs, tp, high=False)
+        else:
+            act = act_low = forward_peak(config, n_tokens, tp)
         ends = []
-        for wb, nt, gb in ((w.high, other.high, graphs.high), (w.low, other.low, graphs.low)):
-            pool = rec.pool(memory_bytes, util, wb, act, nt, gb)
+        for wb, nt, gb, ab in ((w.high, other.high, graphs.high, act),
+                               (w.low, other.low, graphs.low, act_low)):
+            pool = rec.pool(memory_bytes, util, wb, ab, nt, gb)
             if rec.profiled:
                 page = d.block_size * per_token
                 blocks = max(pool, 0) // page if page else 0
