@@ -167,6 +167,15 @@ def main(argv: list[str]) -> int:
         from accounting.present.views import presets_table
         output.emit(ns.format, ns.output, lambda: [presets_table()])
         return 0
+    plan = plan_from_args(ns)
+    from accounting.serving import views
+    output.emit(ns.format, ns.output, lambda: [views.answer(plan)] + views.tables(plan),
+                lambda: views.to_dict(plan), lambda: views.to_csv(plan))
+    return 0
+
+
+def plan_from_args(ns):
+    """The ServePlan of parsed serve arguments (also the docs' answers table's)."""
     config = config_from_args(ns, drop=(QUANT_KEY,))
     quant, names = _quantization(ns)
     from accounting.formats.hf_quant import scheme_from_config
@@ -185,8 +194,7 @@ def main(argv: list[str]) -> int:
         scheme = scheme.with_group(ns.group_size)
     tp, pp = _parallel(ns)
     from accounting.serving.plan import serve
-    from accounting.serving import views
-    plan = serve(config, scheme, gpu=ns.gpu, memory_bytes=ns.gpu_mem, tp=tp, pp=pp,
+    return serve(config, scheme, gpu=ns.gpu, memory_bytes=ns.gpu_mem, tp=tp, pp=pp,
                  kv_dtype=ns.kv_dtype, ctx=ns.ctx, concurrency=ns.concurrency,
                  engine=ns.engine, engine_version=ns.engine_version,
                  utilization=ns.gpu_memory_utilization,
@@ -198,6 +206,3 @@ def main(argv: list[str]) -> int:
                  model_dtype_bytes=4 if scheme.name == "fp32" else 2,
                  peak_tflops=ns.gpu_flops, bandwidth_tbs=ns.gpu_bw, prompt=ns.prompt,
                  notes=notes)
-    output.emit(ns.format, ns.output, lambda: [views.answer(plan)] + views.tables(plan),
-                lambda: views.to_dict(plan), lambda: views.to_csv(plan))
-    return 0

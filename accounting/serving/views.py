@@ -65,9 +65,12 @@ def answer(p: ServePlan) -> Table:
                                    f"{_gb(p.shortfall_bytes)} more KV pool per GPU "
                                    f"(at most {grouped(p.max_concurrency)} sequences)"
                                    + _maybe(p)))
-    lines.append(_line("weights/GPU", f"{_span(p.weights_bytes_per_gpu_low, p.weights_bytes_per_gpu)}"
-                                      f" as loaded{_paths(p)}; {_gb(p.weights_stored_bytes_per_gpu)}"
-                                      f" as stored: {p.scheme.label}"))
+    loaded = _span(p.weights_bytes_per_gpu_low, p.weights_bytes_per_gpu)
+    stored = p.weights_stored_bytes_per_gpu
+    same = p.weights_bytes_per_gpu_low == p.weights_bytes_per_gpu == stored
+    lines.append(_line("weights/GPU", (f"{loaded} as loaded and as stored" if same else
+                                       f"{loaded} as loaded{_paths(p)}; {_gb(stored)} as "
+                                       f"stored") + f": {p.scheme.label}"))
     lines.append(_line("KV/token/GPU", f"{grouped(p.kv_bytes_per_token_per_gpu)} bytes "
                                        f"({p.kv_dtype}; every layer of a stage)"))
     if p.state_bytes_per_sequence_per_gpu:
