@@ -47,7 +47,7 @@ from fractions import Fraction
 from typing import Callable
 
 from accounting.registry import registrar
-from accounting.runtime.errors import UsageError
+from accounting.runtime.errors import UsageError, shorten
 from accounting.units import GiB, MiB
 
 VLLM, SGLANG = "vllm", "sglang"
@@ -190,14 +190,16 @@ def get_engine(engine: str, version: str | None = None) -> Engine:
         known = sorted(versions(engine), key=_release)
         before = [k for k in known if _release(k) <= _release(v)] if _parses(v) else []
         if not before:
-            raise UsageError(f"unknown --engine-version {version!r} for {engine}; choose one "
+            raise UsageError(f"unknown --engine-version {shorten(version)} for {engine}; choose one "
                              f"of {', '.join(known)} (or a later release)")
         key = f"{engine}-{before[-1]}"
     return REGISTRY[key]
 
 
 def _parses(v: str) -> bool:
-    return all(p.isdigit() for p in v.split(".")) and bool(v)
+    """A release number: up to four dot-separated parts of up to six digits."""
+    parts = v.split(".")
+    return 0 < len(parts) <= 4 and all(p.isdigit() and len(p) <= 6 for p in parts)
 
 
 def _release(v: str) -> tuple[int, ...]:
