@@ -107,8 +107,9 @@ def answer(p: ServePlan) -> Table:
 def _maybe(p: ServePlan) -> str:
     if not p.may_fit:
         return ""
-    return (f"; at the optimistic end of the ranges it would hold "
-            f"{grouped(p.max_concurrency_high)} sequences, so it may fit, not surely")
+    n = p.max_concurrency_high
+    return (f"; at the optimistic end of the ranges it would hold {grouped(n)} "
+            f"sequence{'s' if n != 1 else ''}, so it may fit, not surely")
 
 
 def _paths(p: ServePlan) -> str:
