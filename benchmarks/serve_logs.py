@@ -120,6 +120,14 @@ LOGS = (
          "11008", "--context-length", "4096", "--gpu-mem", "79.19GiB", "--ctx", "4096",
          "--max-num-batched-tokens", "4096", "--max-num-seqs", "256"), "0.10",
         weights_gib="12.55", kv_gib="56.18", kv_tokens=7191 * 16),
+    Log("79GiB-Qwen3-0.6B", "https://github.com/generative-computing/mellea/pull/416",
+        "vLLM V0 (worker.py), a GPU of total_gpu_memory 79.19 GiB, utilization 0.80, 8,192 "
+        "tokens per request; the log names no model: 1.12 GiB of weights and 36,184 blocks of "
+        "16 in 61.84 GiB (114,688 bytes a token) are Qwen3-0.6B's bf16 (28 layers · 8 KV "
+        "heads · 128 · 2 · 2)",
+        ("Qwen/Qwen3-0.6B", "--gpu-mem", "79.19GiB", "--gpu-memory-utilization", "0.8",
+         "--ctx", "8192", "--max-num-batched-tokens", "8192", "--max-num-seqs", "256"), "0.10",
+        weights_gib="1.12", kv_gib="61.84", kv_tokens=36_184 * 16, concurrency="70.67"),
     Log("Gaudi-R1-tp8", "https://github.com/HabanaAI/vllm-fork/issues/809",
         "vLLM (HPU fork), 8 devices, DeepSeek-R1 (DeepSeek-V3's fp8 128×128 blocks), TP 8: "
         "weights only (\"Pre-loading model weights on hpu:0 took 79.41 GiB\")",
