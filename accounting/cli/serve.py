@@ -135,17 +135,18 @@ def _quantization(ns) -> tuple[object, object]:
     """(the checkpoint's quantization_config or None, its HFConfig names or None)."""
     from accounting.spec import hf_config, presets
     from accounting.spec.own_format import read_json
-    if ns.model:
+    path = ns.config or getattr(ns, "hub_path", None)  # a hub id's config.json (issue 42)
+    if ns.model and path is None:
         hf = presets.hf_source(ns.model)
         return (None if hf is None else hf.data.get(QUANT_KEY)), (hf.type.names if hf else None)
-    if ns.config:
-        data, _ = read_json(ns.config)
+    if path:
+        data, _ = read_json(path)
         if isinstance(data, dict) and "model_type" in data:
             from accounting.spec.hf_types_kimi import checkpoint_quantization
             mt = data["model_type"]
             if mt in hf_config.WRAPPERS:  # a wrapper's language model names the modules
                 rest = {k: v for k, v in data.items() if k != QUANT_KEY}
-                mt = hf_config.WRAPPERS[mt](rest, ns.config)[0]["model_type"]
+                mt = hf_config.WRAPPERS[mt](rest, path)[0]["model_type"]
             t = hf_config.TYPES.get(mt)
             return checkpoint_quantization(data), (t.names if t is not None else None)
     return None, None
