@@ -215,6 +215,8 @@ def add_model_args(p: argparse.ArgumentParser, model_required: bool = False) -> 
              "without judging it (by default such a key is judged by building transformers' "
              "model on the meta device with and without it: accepted, with a note, when "
              "nothing the tool counts changes)")
+    from accounting.cli import checkpoint  # issue 42
+    checkpoint.add_arg(groups[fields_meta.SIZES])
     for f, m in fields_meta.flagged(ModelConfig):
         _spec_flag(groups[m.group], f, m)
         if f.name == _BIASES[-1]:

@@ -17,6 +17,7 @@ from accounting.planning.gpus import gpu_help
 from accounting.planning.optimizers import optimizer_help
 from accounting.cli import plan_parallel as parallel_cli
 from accounting.cli import plan_finetune as finetune_cli
+from accounting.cli import checkpoint
 from accounting.planning.memory import (
     FP32,
     MODEL,
@@ -133,19 +134,22 @@ def main(argv: list[str]) -> int:
         output.emit(ns.format, ns.output, lambda: [presets_table()])
         return 0
     config = config_from_args(ns)
+    hf = hf_source_from_args(ns)
+    ck = checkpoint.check(ns, config, hf)  # issue 42: --checkpoint
     if ns.gpus is not None:
         _check_parallel(ns)
-        return parallel_cli.run(ns, config)
+        return parallel_cli.run(ns, config, ck)
     parallel_cli.check_single(ns)
     result = plan(config, ns.ctx, ns.batch or 1, precision=ns.precision, scope=ns.scope,
                   implementation=ns.implementation, optimizer=ns.optimizer,
-                  from_hf=hf_source_from_args(ns) is not None,
+                  from_hf=hf is not None,
                   attention_given=ns.attention is not None,
                   recompute=ns.recompute, gpu=ns.gpu, memory_bytes=ns.gpu_mem,
                   peak_tflops=ns.gpu_flops, bandwidth_tbs=ns.gpu_bw, mfu=ns.mfu,
                   margin=ns.margin, steps=ns.steps, tokens=ns.tokens, position=ns.position,
                   **finetune_cli.plan_kwargs(ns))
     output.emit(ns.format, ns.output,  # the answer first, then the details
-                lambda: [summary.plan_answer(result)] + views.tables(result),
-                lambda: export.to_dict(result), lambda: export.to_csv(result))
-    return 0
+                lambda: [checkpoint.answer(summary.plan_answer(result), ck)] + views.tables(result),
+                lambda: checkpoint.add_json(export.to_dict(result), ck),
+                lambda: export.to_csv(result))
+    return checkpoint.status(ck)

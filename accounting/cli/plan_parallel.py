@@ -220,7 +220,7 @@ def _finetune(ns: argparse.Namespace, config, precision):
                             kw.get("double_quant", True), kw.get("module_names"), "course", None)
 
 
-def run(ns: argparse.Namespace, config) -> int:
+def run(ns: argparse.Namespace, config, ck=None) -> int:
     from accounting.planning.plan import hardware
     run_stack, name = stack_run(ns)
     precision = get_precision(name)
@@ -295,6 +295,9 @@ def run(ns: argparse.Namespace, config) -> int:
             est = compare(result)
             tables = lambda r: views.tables(r) + formulas_tables(est)  # noqa: E731
             data = lambda r: {**export.to_dict(r), "literature_memory": formulas_dict(est)}  # noqa: E731
-    output.emit(ns.format, ns.output, lambda: tables(result), lambda: data(result),
+    from accounting.cli import checkpoint  # issue 42: --checkpoint's line, JSON and status
+    output.emit(ns.format, ns.output,
+                lambda: (lambda t: [checkpoint.answer(t[0], ck)] + t[1:])(tables(result)),
+                lambda: checkpoint.add_json(data(result), ck),
                 lambda: export.to_csv(data(result)))
-    return 0
+    return checkpoint.status(ck)

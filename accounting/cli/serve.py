@@ -7,7 +7,8 @@ import argparse
 import json
 from fractions import Fraction
 
-from accounting.cli.args import Parser, add_model_args, add_output_args, config_from_args, positive_int
+from accounting.cli.args import (Parser, add_model_args, add_output_args, config_from_args,
+                                 hf_source_from_args, positive_int)
 from accounting.cli.plan import parse_size
 from accounting.formats.schemes import SCHEMES, get_scheme
 from accounting.planning.compute import exact
@@ -175,6 +176,14 @@ def main(argv: list[str]) -> int:
     if ns.group_size is not None:
         scheme = scheme.with_group(ns.group_size)
     tp, pp = _parallel(ns)
+    from accounting.cli import checkpoint  # issue 42: --checkpoint, the weights as stored
+    ck, stored = checkpoint.check(ns, config, hf_source_from_args(ns)), None
+    if ck is not None:
+        from accounting.checkpoint.stored import override
+        stored = override(ck.checkpoint, names, config, scheme,
+                          4 if scheme.name == "fp32" else 2, tp, pp)
+        notes += (f"weights as stored in the checkpoint's safetensors ({ck.bytes:,} bytes in "
+                  f"{ck.tensors:,} tensors), not as the scheme computes them",)
     from accounting.serving.plan import serve
     from accounting.serving import views
     plan = serve(config, scheme, gpu=ns.gpu, memory_bytes=ns.gpu_mem, tp=tp, pp=pp,
@@ -187,7 +196,8 @@ def main(argv: list[str]) -> int:
                  mfu=ns.mfu, bandwidth_efficiency=ns.bandwidth_efficiency, names=names,
                  model_dtype_bytes=4 if scheme.name == "fp32" else 2,
                  peak_tflops=ns.gpu_flops, bandwidth_tbs=ns.gpu_bw, prompt=ns.prompt,
-                 notes=notes)
-    output.emit(ns.format, ns.output, lambda: [views.answer(plan)] + views.tables(plan),
-                lambda: views.to_dict(plan), lambda: views.to_csv(plan))
-    return 0
+                 notes=notes, stored=stored)
+    output.emit(ns.format, ns.output,
+                lambda: [checkpoint.answer(views.answer(plan), ck, views.LABEL)] + views.tables(plan),
+                lambda: checkpoint.add_json(views.to_dict(plan), ck), lambda: views.to_csv(plan))
+    return checkpoint.status(ck)

@@ -107,7 +107,8 @@ def serve(config: ModelConfig, scheme: Scheme, *, gpu: str | None = None,
           cuda_graph_bytes: int = 0,
           mfu=Fraction(1, 2), bandwidth_efficiency=Fraction(8, 10), names=None,
           model_dtype_bytes: int = 2, peak_tflops=None, bandwidth_tbs=None,
-          prompt: int | None = None, notes: tuple[str, ...] = ()) -> ServePlan:
+          prompt: int | None = None, notes: tuple[str, ...] = (),
+          stored=None) -> ServePlan:
     card = get_gpu(gpu) if gpu else None
     if memory_bytes is None:
         if card is None:
@@ -127,6 +128,8 @@ def serve(config: ModelConfig, scheme: Scheme, *, gpu: str | None = None,
                  else non_torch_bytes)
     kv_b = kv.kv_dtype_bytes(kv_dtype)
     stage_list = shards.stages(config, scheme, model_dtype_bytes, tp, pp, names)
+    if stored is not None:  # a checkpoint's bytes as stored (accounting/checkpoint/stored.py)
+        stage_list = stored(stage_list)
     pools = []
     for st in stage_list:
         caches = tuple(kv.layer_caches(config, kv_b, tp, st.layers))
