@@ -18,6 +18,7 @@ from accounting.planning.optimizers import optimizer_help
 from accounting.cli import plan_parallel as parallel_cli
 from accounting.cli import plan_finetune as finetune_cli
 from accounting.cli import checkpoint
+from accounting.cli import cost as cost_cli
 from accounting.planning.memory import (
     FP32,
     MODEL,
@@ -111,6 +112,7 @@ def parser() -> Parser:
     n.add_argument("--steps", type=positive_int("--steps"), metavar="N", help="training steps")
     n.add_argument("--tokens", type=positive_int("--tokens"), metavar="N",
                    help="training tokens (rounded up to whole steps of B·T tokens)")
+    cost_cli.add_arg(t)  # issue 42
     i = p.add_argument_group("inference")
     i.add_argument("--position", type=positive_int("--position"), metavar="t",
                    help="decode the token at position t (it attends to t keys; default T)")
@@ -125,6 +127,15 @@ def _check_parallel(ns) -> None:
     if ns.implementation not in (None, "course"):
         raise UsageError("--implementation transformers is not in the many-GPU plans yet "
                          "(they plan model/'s ops); drop it with --gpus")
+
+
+def _cost(ns, result):
+    """The training run's cost at --price-per-gpu-hour (one GPU), None without the flag."""
+    from accounting.planning.cost import Cost, price
+    p = price(ns.price_per_gpu_hour, result.hardware.name if result.hardware else None)
+    if p is None:
+        return None
+    return Cost(p, 1, result.time.seconds if result.time is not None else None)
 
 
 def main(argv: list[str]) -> int:
@@ -148,8 +159,10 @@ def main(argv: list[str]) -> int:
                   peak_tflops=ns.gpu_flops, bandwidth_tbs=ns.gpu_bw, mfu=ns.mfu,
                   margin=ns.margin, steps=ns.steps, tokens=ns.tokens, position=ns.position,
                   **finetune_cli.plan_kwargs(ns))
+    c = _cost(ns, result)
     output.emit(ns.format, ns.output,  # the answer first, then the details
-                lambda: [checkpoint.answer(summary.plan_answer(result), ck)] + views.tables(result),
-                lambda: checkpoint.add_json(export.to_dict(result), ck),
+                lambda: [cost_cli.answer(checkpoint.answer(summary.plan_answer(result), ck), c)]
+                + views.tables(result),
+                lambda: cost_cli.add_json(checkpoint.add_json(export.to_dict(result), ck), c),
                 lambda: export.to_csv(result))
     return checkpoint.status(ck)

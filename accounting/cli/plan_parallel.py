@@ -220,6 +220,19 @@ def _finetune(ns: argparse.Namespace, config, precision):
                             kw.get("double_quant", True), kw.get("module_names"), "course", None)
 
 
+def _cost(ns, result, hw):
+    """The run's cost on all the layout's GPUs at --price-per-gpu-hour (issue 42)."""
+    from accounting.planning.cost import Cost, price
+    p = price(ns.price_per_gpu_hour, hw.name if hw is not None else None)
+    if p is None:
+        return None
+    if ns.search:
+        raise UsageError("--price-per-gpu-hour costs one layout; with --search, pick one and "
+                         "give it (--tp, --pp, --zero …)")
+    steps = result.steps
+    return Cost(p, result.layout.gpus, result.step_seconds * steps if steps else None)
+
+
 def run(ns: argparse.Namespace, config, ck=None) -> int:
     from accounting.planning.plan import hardware
     run_stack, name = stack_run(ns)
@@ -295,9 +308,11 @@ def run(ns: argparse.Namespace, config, ck=None) -> int:
             est = compare(result)
             tables = lambda r: views.tables(r) + formulas_tables(est)  # noqa: E731
             data = lambda r: {**export.to_dict(r), "literature_memory": formulas_dict(est)}  # noqa: E731
-    from accounting.cli import checkpoint  # issue 42: --checkpoint's line, JSON and status
+    from accounting.cli import checkpoint, cost as cost_cli  # issue 42
+    c = _cost(ns, result, hw)
     output.emit(ns.format, ns.output,
-                lambda: (lambda t: [checkpoint.answer(t[0], ck)] + t[1:])(tables(result)),
-                lambda: checkpoint.add_json(data(result), ck),
+                lambda: (lambda t: [cost_cli.answer(checkpoint.answer(t[0], ck), c)]
+                         + t[1:])(tables(result)),
+                lambda: cost_cli.add_json(checkpoint.add_json(data(result), ck), c),
                 lambda: export.to_csv(data(result)))
     return checkpoint.status(ck)

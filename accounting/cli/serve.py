@@ -114,6 +114,8 @@ def parser() -> Parser:
     t.add_argument("--bandwidth-efficiency", type=_fraction("--bandwidth-efficiency"),
                    default=Fraction(8, 10), metavar="F",
                    help="share of the memory bandwidth a decode step reaches (default 0.8)")
+    from accounting.cli import cost as cost_cli  # issue 42
+    cost_cli.add_arg(t)
     add_output_args(p)
     return p
 
@@ -151,6 +153,17 @@ def _quantization(ns) -> tuple[object, object]:
             t = hf_config.TYPES.get(mt)
             return checkpoint_quantization(data), (t.names if t is not None else None)
     return None, None
+
+
+def _cost(ns, plan):
+    """Serving's cost per million output tokens at --price-per-gpu-hour: the replica's GPUs
+    for the time its decode steps take (plan.time's throughput), None without the flag."""
+    from accounting.planning.cost import Cost, price
+    p = price(ns.price_per_gpu_hour, plan.gpu if ns.gpu else None)
+    if p is None:
+        return None
+    return Cost(p, plan.gpus, tokens_per_second=plan.time.tokens_per_second
+                if plan.time is not None else None)
 
 
 def main(argv: list[str]) -> int:
@@ -197,7 +210,11 @@ def main(argv: list[str]) -> int:
                  model_dtype_bytes=4 if scheme.name == "fp32" else 2,
                  peak_tflops=ns.gpu_flops, bandwidth_tbs=ns.gpu_bw, prompt=ns.prompt,
                  notes=notes, stored=stored)
+    from accounting.cli import cost as cost_cli
+    c = _cost(ns, plan)
     output.emit(ns.format, ns.output,
-                lambda: [checkpoint.answer(views.answer(plan), ck, views.LABEL)] + views.tables(plan),
-                lambda: checkpoint.add_json(views.to_dict(plan), ck), lambda: views.to_csv(plan))
+                lambda: [cost_cli.answer(checkpoint.answer(views.answer(plan), ck, views.LABEL), c,
+                                         views.LABEL)] + views.tables(plan),
+                lambda: cost_cli.add_json(checkpoint.add_json(views.to_dict(plan), ck), c),
+                lambda: views.to_csv(plan))
     return checkpoint.status(ck)
