@@ -48,6 +48,7 @@ class Checkpoint:
     source: str  # what was read, for messages ('DIR', 'ORG/NAME (the hub at …)')
     tensors: tuple[Tensor, ...]
     files: int
+    gguf_arch: str | None = None  # a GGUF file's general.architecture (llama.cpp's names)
 
     @property
     def bytes(self) -> int:
@@ -146,6 +147,11 @@ def read(where: str) -> Checkpoint:
     path = Path(where)
     if path.is_dir():
         return read_folder(path)
+    if path.is_file() and path.suffix == ".gguf":  # llama.cpp's format (gguf_file.py)
+        from dataclasses import replace
+        from accounting.checkpoint import gguf_file
+        ck, meta = gguf_file.read(path)
+        return replace(ck, gguf_arch=str(meta.get("general.architecture")))
     if path.is_file():
         return Checkpoint(where, tuple(tensors_of(read_header(path), path.name)), 1)
     from accounting.hub import cache, remote

@@ -110,9 +110,18 @@ def _shape(s) -> str:
     return "×".join(f"{n:,}" for n in s) if s else "scalar"
 
 
-def match(lg: Ledger, names, ck: Checkpoint) -> Match:
+def match(lg: Ledger, names, ck: Checkpoint, rename=None) -> Match:
+    """`rename`: transformers' tensor name -> the checkpoint's (GGUF: llama.cpp's), or None
+    where it has none."""
     want, experts, tied = expected(lg, names)
-    prefix = names.blocks.split(".")[0] + "." if names is not None and "." in names.blocks else ""
+    if rename is not None:
+        def to(n: str) -> str:
+            return rename(n) or n
+        want = {to(k): v for k, v in want.items()}
+        experts = {to(k): v for k, v in experts.items()}
+        tied = {to(k): to(v) for k, v in tied.items()}
+    prefix = names.blocks.split(".")[0] + "." if names is not None and "." in names.blocks \
+        and rename is None else ""
     diffs: list[str] = []
     seen: set[str] = set()
     got_experts = {k: 0 for k in experts}

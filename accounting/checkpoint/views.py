@@ -10,7 +10,7 @@ from accounting.units import GB, decimal
 
 
 def _gb(n: int) -> str:
-    return f"{decimal(Fraction(n, GB), 2)} GB"
+    return f"{decimal(Fraction(n, GB), 2)} GB" if n >= 10**7 else f"{n:,} bytes"
 
 
 def line(m: Match, label_width: int = 14) -> str:
@@ -19,7 +19,8 @@ def line(m: Match, label_width: int = 14) -> str:
     head = f"{'checkpoint:':<{label_width + 1}}"
     if m.agrees:
         return (f"{head}agrees: {m.tensors:,} tensors, {m.parameters:,} parameters, "
-                f"{m.bytes:,} bytes stored ({dtypes}) in {m.files:,} safetensors "
+                f"{m.bytes:,} bytes stored ({dtypes}) in {m.files:,} "
+                f"{'GGUF' if m.checkpoint is not None and m.checkpoint.gguf_arch else 'safetensors'} "
                 f"header{'s' if m.files != 1 else ''}")
     return (f"{head}DIFFERS from the ledger in {len(m.differences)} way"
             f"{'s' if len(m.differences) != 1 else ''}: " + "; ".join(m.differences))

@@ -265,6 +265,9 @@ def config_from_args(ns: argparse.Namespace, drop: tuple[str, ...] = ()) -> Mode
                                                      drop)
     elif ns.model:
         base = get_preset(ns.model)
+    elif ns.config and str(ns.config).endswith(".gguf"):  # issue 42: llama.cpp's file
+        from accounting.checkpoint.gguf_file import read_spec
+        base, ns.hf_read = read_spec(ns.config, None if ns.strict else judge_keys)
     elif ns.config:
         base, ns.hf_read = read_config(ns.config, None if ns.strict else judge_keys, drop)
     else:

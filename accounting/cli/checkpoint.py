@@ -9,7 +9,8 @@ from dataclasses import replace
 from accounting.runtime import safe_io
 
 FLAG_HELP = ("a checkpoint to count: a folder of safetensors files (with or without "
-             "model.safetensors.index.json), one .safetensors file, or a hub id ORG/NAME (its "
+             "model.safetensors.index.json), one .safetensors or .gguf file (llama.cpp's; "
+             "bytes per tensor type from gguf's GGML_QUANT_SIZES), or a hub id ORG/NAME (its "
              "cached snapshot, else its headers from the hub by ranged reads); only the headers "
              "are read. Its tensors are matched to the ledger's parameters by name and shape "
              "(one more line; exit 1 when they differ); `serve` then takes the weights as stored")
@@ -28,7 +29,11 @@ def check(ns, config, hf):
     from accounting.ledger.ledger import ledger
     ck = headers.read(where)
     names = hf.type.module_names(hf.data) if hf is not None else None
-    return match.match(ledger(config), names, ck)
+    rename = None
+    if ck.gguf_arch is not None:  # llama.cpp's names, from transformers' by gguf's own map
+        from accounting.checkpoint.gguf_file import tensor_names
+        rename = tensor_names(ck.gguf_arch, config.num_layers)
+    return match.match(ledger(config), names, ck, rename)
 
 
 def answer(table, m, label_width: int = 14, verdict: str | None = None):

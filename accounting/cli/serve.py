@@ -139,6 +139,9 @@ def _quantization(ns) -> tuple[object, object]:
     from accounting.spec import hf_config, presets
     from accounting.spec.own_format import read_json
     path = ns.config or getattr(ns, "hub_path", None)  # a hub id's config.json (issue 42)
+    if path and str(path).endswith(".gguf"):  # llama.cpp's file: its types are its storage
+        hf = getattr(ns, "hf_read", None)
+        return None, (hf.type.module_names(hf.data) if hf else None)
     if ns.model and path is None:
         hf = presets.hf_source(ns.model)
         return (None if hf is None else hf.data.get(QUANT_KEY)), (hf.type.names if hf else None)
