@@ -150,6 +150,9 @@ def main(argv: list[str]) -> int:
     if ns.gpus is not None:
         _check_parallel(ns)
         return parallel_cli.run(ns, config, ck)
+    if ns.emit:
+        raise UsageError(f"--emit {ns.emit} writes a layout's launch settings; give --gpus N "
+                         f"(1 for one GPU)")
     parallel_cli.check_single(ns)
     result = plan(config, ns.ctx, ns.batch or 1, precision=ns.precision, scope=ns.scope,
                   implementation=ns.implementation, optimizer=ns.optimizer,
