@@ -119,3 +119,14 @@ def test_not_a_safetensors_file_is_one_line(tmp_path, capsys):
                         expected="past safetensors' limit")
     refused_in_one_line(capsys, "gpt2-small", "--checkpoint", str(tmp_path / "none"), "--brief",
                         expected="no such folder or file")
+
+
+def test_an_index_naming_a_file_elsewhere_is_refused(tmp_path, capsys):
+    # a weight_map value is a file beside the index, never a path out of the folder
+    (tmp_path / "secret.safetensors").write_bytes(b"")
+    ck = tmp_path / "ck"
+    ck.mkdir()
+    (ck / "model.safetensors.index.json").write_text(
+        json.dumps({"weight_map": {"w": "../secret.safetensors"}}))
+    refused_in_one_line(capsys, "gpt2-small", "--checkpoint", str(ck), "--brief",
+                        expected="not a .safetensors file beside the index")

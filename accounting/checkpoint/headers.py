@@ -115,10 +115,17 @@ def files_of(folder: Path) -> list[str]:
     if index.is_file():
         try:
             weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
-            return sorted(set(weight_map.values()))
+            files = sorted(set(weight_map.values()))
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             raise UsageError(f"{index}: not a safetensors index (a JSON object with a "
                              f"weight_map of tensor -> file)") from None
+        # a shard is a file beside the index (the hub's layout): never a path elsewhere
+        bad = next((f for f in files if not isinstance(f, str) or "/" in f or "\\" in f
+                    or f in ("", ".", "..") or not f.endswith(".safetensors")), None)
+        if bad is not None:
+            raise UsageError(f"{index}: weight_map names {shorten(bad, 60)}, not a .safetensors "
+                             f"file beside the index")
+        return files
     return sorted(p.name for p in folder.glob("*.safetensors"))
 
 
