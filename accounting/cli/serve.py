@@ -18,6 +18,7 @@ from accounting.runtime.errors import UsageError, shorten
 from accounting.serving import engines, kv
 
 QUANT_KEY = "quantization_config"
+LLAMA_CPP = "llama.cpp"  # issue 42: accounting/serving/llamacpp.py
 
 
 def _fraction(flag: str):
@@ -87,8 +88,10 @@ def parser() -> Parser:
                    help="prompt tokens for the time to first token (default --ctx)")
     w.add_argument("--concurrency", type=positive_int("--concurrency"), metavar="B",
                    help="sequences served at once (default: the most that fit)")
-    w.add_argument("--engine", choices=engines.ENGINES, default=engines.VLLM,
-                   help="vllm (default) or sglang: whose pool rule and defaults")
+    w.add_argument("--engine", choices=engines.ENGINES + (LLAMA_CPP,), default=engines.VLLM,
+                   help="vllm (default) or sglang: whose pool rule and defaults; llama.cpp: "
+                        "its whole-context KV cache and the weights as stored (a GGUF "
+                        "--checkpoint), one GPU, --concurrency as its sequences (-np)")
     w.add_argument("--gpu-memory-utilization", type=_fraction("--gpu-memory-utilization"),
                    metavar="F", help="vLLM's gpu_memory_utilization (default 0.9) or SGLang's "
                                      "mem_fraction_static (default: its reserve rule)")
@@ -158,6 +161,47 @@ def _quantization(ns) -> tuple[object, object]:
     return None, None
 
 
+_NOT_LLAMA_CPP = (("gpu_memory_utilization", "--gpu-memory-utilization"),
+                  ("max_num_batched_tokens", "--max-num-batched-tokens"),
+                  ("max_num_seqs", "--max-num-seqs"), ("block_size", "--block-size"),
+                  ("non_torch", "--non-torch"), ("cuda_graph_mem", "--cuda-graph-mem"),
+                  ("tp", "--tp"), ("gpus", "--gpus"), ("prompt", "--prompt"),
+                  ("price_per_gpu_hour", "--price-per-gpu-hour"))
+
+
+def _llamacpp(ns, config, scheme) -> int:
+    """serve --engine llama.cpp (accounting/serving/llamacpp.py): one GPU, its whole-context
+    KV cache, the weights as stored."""
+    for dest, flag in _NOT_LLAMA_CPP:
+        if getattr(ns, dest, None) is not None:
+            raise UsageError(f"{flag} is vLLM's or SGLang's (or needs the time model); "
+                             f"--engine llama.cpp does not take it")
+    if ns.pp != 1:
+        raise UsageError("--engine llama.cpp is planned on one GPU; leave out --pp")
+    if ns.kv_dtype != "bf16":
+        raise UsageError(f"--engine llama.cpp: its cache types are f16 (the default) and "
+                         f"ggml's quantized ones; --kv-dtype {ns.kv_dtype} is not one")
+    from accounting.cli import checkpoint
+    from accounting.serving import llamacpp
+    from accounting.planning.gpus import get_gpu
+    card = get_gpu(ns.gpu) if ns.gpu else None
+    memory = ns.gpu_mem or (card.memory_bytes if card else None)
+    if memory is None:
+        raise UsageError("serve needs a GPU: --gpu NAME, or --gpu-mem SIZE")
+    ck = checkpoint.check(ns, config, hf_source_from_args(ns))
+    if ck is not None:
+        weights, source = ck.bytes, f"as stored in {ck.source}"
+    else:
+        from accounting.serving import shards
+        weights = shards.stages(config, scheme, 4 if scheme.name == "fp32" else 2, 1, 1)[0].bytes
+        source = f"{scheme.label} (give the GGUF with --checkpoint for its bytes)"
+    p = llamacpp.plan(config, weights, source, memory, card.name if card else "custom GPU",
+                      ns.ctx, ns.concurrency or 1, compute_bytes=ns.activation_peak)
+    output.emit(ns.format, ns.output, lambda: [checkpoint.answer(llamacpp.answer(p), ck, 16)],
+                lambda: checkpoint.add_json(llamacpp.to_dict(p), ck), None)
+    return checkpoint.status(ck)
+
+
 def _cost(ns, plan):
     """Serving's cost per million output tokens at --price-per-gpu-hour: the replica's GPUs
     for the time its decode steps take (plan.time's throughput), None without the flag."""
@@ -191,6 +235,8 @@ def main(argv: list[str]) -> int:
         scheme = get_scheme(ns.weights or "bf16")
     if ns.group_size is not None:
         scheme = scheme.with_group(ns.group_size)
+    if ns.engine == LLAMA_CPP:
+        return _llamacpp(ns, config, scheme)
     tp, pp = _parallel(ns)
     from accounting.cli import checkpoint  # issue 42: --checkpoint, the weights as stored
     ck, stored = checkpoint.check(ns, config, hf_source_from_args(ns)), None
