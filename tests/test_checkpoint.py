@@ -130,3 +130,17 @@ def test_an_index_naming_a_file_elsewhere_is_refused(tmp_path, capsys):
         json.dumps({"weight_map": {"w": "../secret.safetensors"}}))
     refused_in_one_line(capsys, "gpt2-small", "--checkpoint", str(ck), "--brief",
                         expected="not a .safetensors file beside the index")
+
+
+def test_a_hub_checkpoint_in_the_cache_is_read_offline(hub_env, monkeypatch, capsys, llama_shapes):
+    # the cache holds the snapshot's index and (header-only) shards: no hub is asked
+    src = write(hub_env / "src", llama_shapes)
+    files = {p.name: _header_bytes(p) for p in src.iterdir() if p.suffix == ".safetensors"}
+    files["model.safetensors.index.json"] = (src / "model.safetensors.index.json").read_bytes()
+    files["config.json"] = open(LLAMA, "rb").read()
+    lay_out(hub_env / "cache", "acme/llama-8b", files)
+    monkeypatch.setenv("HF_HUB_CACHE", str(hub_env / "cache"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    d, _ = _json(capsys, "serve", "acme/llama-8b", "--gpu", "H100", "--checkpoint", "acme/llama-8b")
+    assert (d["checkpoint"]["tensors"], d["checkpoint"]["agrees"]) == (291, True)
+    assert "cached in" in d["checkpoint"]["source"]
