@@ -34,3 +34,11 @@ def _whole_lines(monkeypatch):
     """Text output fits COLUMNS when it is set (accounting.runtime.safe_io.terminal_width); the tests
     parse whole lines, as a file or a pipe gets them, whatever the shell exports."""
     monkeypatch.delenv("COLUMNS", raising=False)
+
+
+@pytest.fixture(autouse=True)
+def _no_hub(monkeypatch):
+    """A model name of the form ORG/NAME that is no preset is looked up on the Hugging Face
+    hub (issue 42): the tests never reach the network, so the hub is offline unless a test
+    starts its stand-in (tests/hub_server.py, tests/test_hub.py)."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")

@@ -16,6 +16,7 @@ from accounting.spec.config import (LAYER_TYPES, MAX_CONFIG_BYTES, MAX_LAYERS, M
 from accounting.spec.hf_config import supported_types
 from accounting.spec.loaders import read_config
 from accounting.spec.presets import PRESETS, get_preset
+from accounting.hub.cache import is_repo_id
 from accounting.runtime.errors import UsageError, shorten
 
 FORMATS = output.FORMATS  # the one output path's (accounting/present/output.py)
@@ -196,7 +197,9 @@ def add_model_args(p: argparse.ArgumentParser, model_required: bool = False) -> 
     # every preset, from the one list --list shows (was: a hand-written list that stopped at
     # Llama-3.1-8B, issue 32)
     p.add_argument("model", nargs=None if model_required else "?",
-                   help="a preset (--list says what each is): " + ", ".join(PRESETS))
+                   help="a preset (--list says what each is): " + ", ".join(PRESETS)
+                        + "; or any hub id ORG/NAME, read from the Hugging Face cache "
+                          "(HF_HUB_CACHE or HF_HOME/hub), else from the hub (config.json only)")
     p.add_argument("--list", action="store_true",
                    help="list the presets with their architecture and parameter count, and exit")
     groups = {name: p.add_argument_group(name) for name in fields_meta.GROUPS}
@@ -212,6 +215,8 @@ def add_model_args(p: argparse.ArgumentParser, model_required: bool = False) -> 
              "without judging it (by default such a key is judged by building transformers' "
              "model on the meta device with and without it: accepted, with a note, when "
              "nothing the tool counts changes)")
+    from accounting.cli import checkpoint  # issue 42
+    checkpoint.add_arg(groups[fields_meta.SIZES])
     for f, m in fields_meta.flagged(ModelConfig):
         _spec_flag(groups[m.group], f, m)
         if f.name == _BIASES[-1]:
@@ -254,8 +259,15 @@ def config_from_args(ns: argparse.Namespace, drop: tuple[str, ...] = ()) -> Mode
     overrides = _overrides(ns)
     if ns.model and ns.config:
         raise UsageError("give either a model name or --config FILE, not both")
-    if ns.model:
+    if ns.model and ns.model not in PRESETS and is_repo_id(ns.model):  # issue 42: a hub id
+        from accounting.hub import resolve
+        base, ns.hf_read, ns.hub_path = resolve.read(ns.model, None if ns.strict else judge_keys,
+                                                     drop)
+    elif ns.model:
         base = get_preset(ns.model)
+    elif ns.config and str(ns.config).endswith(".gguf"):  # issue 42: llama.cpp's file
+        from accounting.checkpoint.gguf_file import read_spec
+        base, ns.hf_read = read_spec(ns.config, None if ns.strict else judge_keys)
     elif ns.config:
         base, ns.hf_read = read_config(ns.config, None if ns.strict else judge_keys, drop)
     else:
@@ -302,7 +314,7 @@ def hf_source_from_args(ns: argparse.Namespace):
     the table of what was read. Call after config_from_args (which reports bad input)."""
     from accounting.spec import hf_config, presets
     if ns.model:
-        return presets.hf_source(ns.model)
+        return presets.hf_source(ns.model) or getattr(ns, "hf_read", None)
     if ns.config:
         if hasattr(ns, "hf_read"):  # read (and judged) once, by config_from_args
             return ns.hf_read

@@ -21,6 +21,7 @@ from importlib import import_module
 from typing import NoReturn
 
 from accounting.cli import args as cli_args
+from accounting.cli import checkpoint
 from accounting.runtime import errors, names, safe_io
 from accounting.present import export, output, summary, views
 from accounting.analysis.workload import analyze
@@ -131,6 +132,7 @@ def analyse_main(argv: list[str]) -> int:
     if ns.compare_formulas:
         return compare_main(ns, config)
     hf = hf_source_from_args(ns)
+    ck = checkpoint.check(ns, config, hf)
     a = analyze(config, ns.ctx, ns.batch, ns.phase, ns.counting)
     verify = False if ns.brief and ns.verify is None else ns.verify
     check, skipped = _crosscheck(verify, a, "--brief: add --verify" if ns.brief and verify is False
@@ -141,15 +143,17 @@ def analyse_main(argv: list[str]) -> int:
             return output.tables_text(tables, ns.format, ns.output)
         details = _tables(a, hf, ns.brief)
         stream = ns.output in (None, "-")
+        def answer(verdict=None):
+            return checkpoint.answer(summary.analysis_answer(a), ck, verdict=verdict)
         if stream and check is not None:  # the analytic answer at once; the verdict follows
-            output.write(show([summary.analysis_answer(a)]), None)
+            output.write(show([answer()]), None)
         if check is not None:
             result = check.cross_check(a, hf=hf)
-        tables = ([summary.analysis_answer(a, summary.verdict_line(result, skipped))] + details
+        tables = ([answer(summary.verdict_line(result, skipped))] + details
                   + _check_tables(result))
         text = show(tables)
         if stream and check is not None:
-            head = show([summary.analysis_answer(a)])
+            head = show([answer()])
             text = text[len(head):] if text.startswith(head) else text
         output.write(text, ns.output)
     else:
@@ -160,12 +164,12 @@ def analyse_main(argv: list[str]) -> int:
             d = export.to_dict(a)
             if result is not None:
                 d["cross_check"] = result.to_dict()
-            return d
+            return checkpoint.add_json(d, ck)
         output.emit(ns.format, ns.output, None, data, lambda: export.to_csv(a))
     if result is not None and not result.agrees:
         safe_io.say(f"accounting: cross-check DISAGREES: {_check_summary(result)}")
         return 1
-    return 0
+    return checkpoint.status(ck)
 
 
 def compare_main(ns, config) -> int:

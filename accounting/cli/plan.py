@@ -17,6 +17,8 @@ from accounting.planning.gpus import gpu_help
 from accounting.planning.optimizers import optimizer_help
 from accounting.cli import plan_parallel as parallel_cli
 from accounting.cli import plan_finetune as finetune_cli
+from accounting.cli import checkpoint
+from accounting.cli import cost as cost_cli
 from accounting.planning.memory import (
     FP32,
     MODEL,
@@ -110,6 +112,7 @@ def parser() -> Parser:
     n.add_argument("--steps", type=positive_int("--steps"), metavar="N", help="training steps")
     n.add_argument("--tokens", type=positive_int("--tokens"), metavar="N",
                    help="training tokens (rounded up to whole steps of B·T tokens)")
+    cost_cli.add_arg(t)  # issue 42
     i = p.add_argument_group("inference")
     i.add_argument("--position", type=positive_int("--position"), metavar="t",
                    help="decode the token at position t (it attends to t keys; default T)")
@@ -126,6 +129,15 @@ def _check_parallel(ns) -> None:
                          "(they plan model/'s ops); drop it with --gpus")
 
 
+def _cost(ns, result):
+    """The training run's cost at --price-per-gpu-hour (one GPU), None without the flag."""
+    from accounting.planning.cost import Cost, price
+    p = price(ns.price_per_gpu_hour, result.hardware.name if result.hardware else None)
+    if p is None:
+        return None
+    return Cost(p, 1, result.time.seconds if result.time is not None else None)
+
+
 def main(argv: list[str]) -> int:
     ns = parser().parse_args(argv)
     if ns.list:
@@ -133,19 +145,27 @@ def main(argv: list[str]) -> int:
         output.emit(ns.format, ns.output, lambda: [presets_table()])
         return 0
     config = config_from_args(ns)
+    hf = hf_source_from_args(ns)
+    ck = checkpoint.check(ns, config, hf)  # issue 42: --checkpoint
     if ns.gpus is not None:
         _check_parallel(ns)
-        return parallel_cli.run(ns, config)
+        return parallel_cli.run(ns, config, ck)
+    if ns.emit:
+        raise UsageError(f"--emit {ns.emit} writes a layout's launch settings; give --gpus N "
+                         f"(1 for one GPU)")
     parallel_cli.check_single(ns)
     result = plan(config, ns.ctx, ns.batch or 1, precision=ns.precision, scope=ns.scope,
                   implementation=ns.implementation, optimizer=ns.optimizer,
-                  from_hf=hf_source_from_args(ns) is not None,
+                  from_hf=hf is not None,
                   attention_given=ns.attention is not None,
                   recompute=ns.recompute, gpu=ns.gpu, memory_bytes=ns.gpu_mem,
                   peak_tflops=ns.gpu_flops, bandwidth_tbs=ns.gpu_bw, mfu=ns.mfu,
                   margin=ns.margin, steps=ns.steps, tokens=ns.tokens, position=ns.position,
                   **finetune_cli.plan_kwargs(ns))
+    c = _cost(ns, result)
     output.emit(ns.format, ns.output,  # the answer first, then the details
-                lambda: [summary.plan_answer(result)] + views.tables(result),
-                lambda: export.to_dict(result), lambda: export.to_csv(result))
-    return 0
+                lambda: [cost_cli.answer(checkpoint.answer(summary.plan_answer(result), ck), c)]
+                + views.tables(result),
+                lambda: cost_cli.add_json(checkpoint.add_json(export.to_dict(result), ck), c),
+                lambda: export.to_csv(result))
+    return checkpoint.status(ck)

@@ -94,6 +94,12 @@ def add_args(p: argparse.ArgumentParser) -> None:
                    help="the training stack whose memory is planned: "
                         + "; ".join(f"{s.name}: {s.title}" for s in STACKS.values())
                         + " (default torch)")
+    from accounting.planning.emit import STACKS as EMITTERS  # issue 42
+    g.add_argument("--emit", choices=tuple(EMITTERS),
+                   help="print the settings that launch this layout instead of the plan: "
+                        "torchtitan's TOML job config, Megatron-LM's arguments, a DeepSpeed "
+                        "config JSON or an accelerate FSDP config (a layout the stack cannot "
+                        "express is refused, saying why)")
     g.add_argument("--dropout", metavar="P",
                    help="--stack megatron: hidden and attention dropout probability (its 1-byte "
                         "masks are kept for the backward pass; default 0: none)")
@@ -220,7 +226,31 @@ def _finetune(ns: argparse.Namespace, config, precision):
                             kw.get("double_quant", True), kw.get("module_names"), "course", None)
 
 
-def run(ns: argparse.Namespace, config) -> int:
+def _cost(ns, result, hw):
+    """The run's cost on all the layout's GPUs at --price-per-gpu-hour (issue 42)."""
+    from accounting.planning.cost import Cost, price
+    p = price(ns.price_per_gpu_hour, hw.name if hw is not None else None)
+    if p is None:
+        return None
+    if ns.search:
+        raise UsageError("--price-per-gpu-hour costs one layout; with --search, pick one and "
+                         "give it (--tp, --pp, --zero …)")
+    steps = result.steps
+    return Cost(p, result.layout.gpus, result.step_seconds * steps if steps else None)
+
+
+def _check_emit(ns) -> None:
+    if ns.search:
+        raise UsageError(f"--emit {ns.emit} writes one layout's settings; with --search, pick "
+                         f"one and give it (--tp, --pp, --zero …)")
+    if ns.format != "text" or ns.compare_formulas:
+        raise UsageError(f"--emit {ns.emit} prints the stack's own format; leave out --format "
+                         f"and --compare-formulas")
+
+
+def run(ns: argparse.Namespace, config, ck=None) -> int:
+    if ns.emit:
+        _check_emit(ns)
     from accounting.planning.plan import hardware
     run_stack, name = stack_run(ns)
     precision = get_precision(name)
@@ -295,6 +325,15 @@ def run(ns: argparse.Namespace, config) -> int:
             est = compare(result)
             tables = lambda r: views.tables(r) + formulas_tables(est)  # noqa: E731
             data = lambda r: {**export.to_dict(r), "literature_memory": formulas_dict(est)}  # noqa: E731
-    output.emit(ns.format, ns.output, lambda: tables(result), lambda: data(result),
+    if ns.emit:  # issue 42: the plan as the stack's launch settings, alone on stdout
+        from accounting.planning.emit import emit
+        output.write(emit(ns.emit, result), ns.output)
+        return 0
+    from accounting.cli import checkpoint, cost as cost_cli  # issue 42
+    c = _cost(ns, result, hw)
+    output.emit(ns.format, ns.output,
+                lambda: (lambda t: [cost_cli.answer(checkpoint.answer(t[0], ck), c)]
+                         + t[1:])(tables(result)),
+                lambda: cost_cli.add_json(checkpoint.add_json(data(result), ck), c),
                 lambda: export.to_csv(data(result)))
-    return 0
+    return checkpoint.status(ck)

@@ -7,7 +7,8 @@ import argparse
 import json
 from fractions import Fraction
 
-from accounting.cli.args import Parser, add_model_args, add_output_args, config_from_args, positive_int
+from accounting.cli.args import (Parser, add_model_args, add_output_args, config_from_args,
+                                 hf_source_from_args, positive_int)
 from accounting.cli.plan import parse_size
 from accounting.formats.schemes import SCHEMES, get_scheme
 from accounting.planning.compute import exact
@@ -17,6 +18,7 @@ from accounting.runtime.errors import UsageError, shorten
 from accounting.serving import engines, kv
 
 QUANT_KEY = "quantization_config"
+LLAMA_CPP = "llama.cpp"  # issue 42: accounting/serving/llamacpp.py
 
 
 def _fraction(flag: str):
@@ -87,8 +89,10 @@ def parser() -> Parser:
                    help="prompt tokens for the time to first token (default --ctx)")
     w.add_argument("--concurrency", type=positive_int("--concurrency"), metavar="B",
                    help="sequences served at once (default: the most that fit)")
-    w.add_argument("--engine", choices=engines.ENGINES, default=engines.VLLM,
-                   help="vllm (default) or sglang: whose pool rule and defaults")
+    w.add_argument("--engine", choices=engines.ENGINES + (LLAMA_CPP,), default=engines.VLLM,
+                   help="vllm (default) or sglang: whose pool rule and defaults; llama.cpp: "
+                        "its whole-context KV cache and the weights as stored (a GGUF "
+                        "--checkpoint), one GPU, --concurrency as its sequences (-np)")
     w.add_argument("--engine-version", metavar="V",
                    help="the engine release whose start-up rules apply (vllm: "
                         + ", ".join(engines.versions(engines.VLLM)) + "; sglang: "
@@ -123,6 +127,8 @@ def parser() -> Parser:
     t.add_argument("--bandwidth-efficiency", type=_fraction("--bandwidth-efficiency"),
                    default=Fraction(8, 10), metavar="F",
                    help="share of the memory bandwidth a decode step reaches (default 0.8)")
+    from accounting.cli import cost as cost_cli  # issue 42
+    cost_cli.add_arg(t)
     add_output_args(p)
     return p
 
@@ -145,20 +151,76 @@ def _quantization(ns) -> tuple[object, object]:
     """(the checkpoint's quantization_config or None, its HFConfig names or None)."""
     from accounting.spec import hf_config, presets
     from accounting.spec.own_format import read_json
-    if ns.model:
+    path = ns.config or getattr(ns, "hub_path", None)  # a hub id's config.json (issue 42)
+    if path and str(path).endswith(".gguf"):  # llama.cpp's file: its types are its storage
+        hf = getattr(ns, "hf_read", None)
+        return None, (hf.type.module_names(hf.data) if hf else None)
+    if ns.model and path is None:
         hf = presets.hf_source(ns.model)
         return (None if hf is None else hf.data.get(QUANT_KEY)), (hf.type.names if hf else None)
-    if ns.config:
-        data, _ = read_json(ns.config)
+    if path:
+        data, _ = read_json(path)
         if isinstance(data, dict) and "model_type" in data:
             from accounting.spec.hf_types_kimi import checkpoint_quantization
             mt = data["model_type"]
             if mt in hf_config.WRAPPERS:  # a wrapper's language model names the modules
                 rest = {k: v for k, v in data.items() if k != QUANT_KEY}
-                mt = hf_config.WRAPPERS[mt](rest, ns.config)[0]["model_type"]
+                mt = hf_config.WRAPPERS[mt](rest, path)[0]["model_type"]
             t = hf_config.TYPES.get(mt)
             return checkpoint_quantization(data), (t.names if t is not None else None)
     return None, None
+
+
+_NOT_LLAMA_CPP = (("gpu_memory_utilization", "--gpu-memory-utilization"),
+                  ("max_num_batched_tokens", "--max-num-batched-tokens"),
+                  ("max_num_seqs", "--max-num-seqs"), ("block_size", "--block-size"),
+                  ("non_torch", "--non-torch"), ("cuda_graph_mem", "--cuda-graph-mem"),
+                  ("tp", "--tp"), ("gpus", "--gpus"), ("prompt", "--prompt"),
+                  ("price_per_gpu_hour", "--price-per-gpu-hour"))
+
+
+def _llamacpp(ns, config, scheme) -> int:
+    """serve --engine llama.cpp (accounting/serving/llamacpp.py): one GPU, its whole-context
+    KV cache, the weights as stored."""
+    for dest, flag in _NOT_LLAMA_CPP:
+        if getattr(ns, dest, None) is not None:
+            raise UsageError(f"{flag} is vLLM's or SGLang's (or needs the time model); "
+                             f"--engine llama.cpp does not take it")
+    if ns.pp != 1:
+        raise UsageError("--engine llama.cpp is planned on one GPU; leave out --pp")
+    if ns.kv_dtype != "bf16":
+        raise UsageError(f"--engine llama.cpp: its cache types are f16 (the default) and "
+                         f"ggml's quantized ones; --kv-dtype {ns.kv_dtype} is not one")
+    from accounting.cli import checkpoint
+    from accounting.serving import llamacpp
+    from accounting.planning.gpus import get_gpu
+    card = get_gpu(ns.gpu) if ns.gpu else None
+    memory = ns.gpu_mem or (card.memory_bytes if card else None)
+    if memory is None:
+        raise UsageError("serve needs a GPU: --gpu NAME, or --gpu-mem SIZE")
+    ck = checkpoint.check(ns, config, hf_source_from_args(ns))
+    if ck is not None:
+        weights, source = ck.bytes, f"as stored in {ck.source}"
+    else:
+        from accounting.serving import shards
+        weights = shards.stages(config, scheme, 4 if scheme.name == "fp32" else 2, 1, 1)[0].bytes
+        source = f"{scheme.label} (give the GGUF with --checkpoint for its bytes)"
+    p = llamacpp.plan(config, weights, source, memory, card.name if card else "custom GPU",
+                      ns.ctx, ns.concurrency or 1, compute_bytes=ns.activation_peak)
+    output.emit(ns.format, ns.output, lambda: [checkpoint.answer(llamacpp.answer(p), ck, 16)],
+                lambda: checkpoint.add_json(llamacpp.to_dict(p), ck), None)
+    return checkpoint.status(ck)
+
+
+def _cost(ns, plan):
+    """Serving's cost per million output tokens at --price-per-gpu-hour: the replica's GPUs
+    for the time its decode steps take (plan.time's throughput), None without the flag."""
+    from accounting.planning.cost import Cost, price
+    p = price(ns.price_per_gpu_hour, plan.gpu if ns.gpu else None)
+    if p is None:
+        return None
+    return Cost(p, plan.gpus, tokens_per_second=plan.time.tokens_per_second
+                if plan.time is not None else None)
 
 
 def main(argv: list[str]) -> int:
@@ -167,15 +229,29 @@ def main(argv: list[str]) -> int:
         from accounting.present.views import presets_table
         output.emit(ns.format, ns.output, lambda: [presets_table()])
         return 0
-    plan = plan_from_args(ns)
+    got = _plan_and_checkpoint(ns)
+    if isinstance(got, int):  # llama.cpp's answer, already written
+        return got
+    plan, ck = got
+    from accounting.cli import checkpoint, cost as cost_cli
     from accounting.serving import views
-    output.emit(ns.format, ns.output, lambda: [views.answer(plan)] + views.tables(plan),
-                lambda: views.to_dict(plan), lambda: views.to_csv(plan))
-    return 0
+    c = _cost(ns, plan)
+    output.emit(ns.format, ns.output,
+                lambda: [cost_cli.answer(checkpoint.answer(views.answer(plan), ck, views.LABEL), c,
+                                         views.LABEL)] + views.tables(plan),
+                lambda: cost_cli.add_json(checkpoint.add_json(views.to_dict(plan), ck), c),
+                lambda: views.to_csv(plan))
+    return checkpoint.status(ck)
 
 
 def plan_from_args(ns):
     """The ServePlan of parsed serve arguments (also the docs' answers table's)."""
+    return _plan_and_checkpoint(ns)[0]
+
+
+def _plan_and_checkpoint(ns):
+    """(the ServePlan, the checkpoint's cross-check or None) of parsed serve arguments; for
+    --engine llama.cpp, its exit status (its answer written)."""
     config = config_from_args(ns, drop=(QUANT_KEY,))
     quant, names = _quantization(ns)
     from accounting.formats.hf_quant import scheme_from_config
@@ -192,9 +268,19 @@ def plan_from_args(ns):
         scheme = get_scheme(ns.weights or "bf16")
     if ns.group_size is not None:
         scheme = scheme.with_group(ns.group_size)
+    if ns.engine == LLAMA_CPP:
+        return _llamacpp(ns, config, scheme)
     tp, pp = _parallel(ns)
+    from accounting.cli import checkpoint  # issue 42: --checkpoint, the weights as stored
+    ck, stored = checkpoint.check(ns, config, hf_source_from_args(ns)), None
+    if ck is not None:
+        from accounting.checkpoint.stored import override
+        stored = override(ck.checkpoint, names, config, scheme,
+                          4 if scheme.name == "fp32" else 2, tp, pp)
+        notes += (f"weights as stored in the checkpoint's safetensors ({ck.bytes:,} bytes in "
+                  f"{ck.tensors:,} tensors), not as the scheme computes them",)
     from accounting.serving.plan import serve
-    return serve(config, scheme, gpu=ns.gpu, memory_bytes=ns.gpu_mem, tp=tp, pp=pp,
+    plan = serve(config, scheme, gpu=ns.gpu, memory_bytes=ns.gpu_mem, tp=tp, pp=pp,
                  kv_dtype=ns.kv_dtype, ctx=ns.ctx, concurrency=ns.concurrency,
                  engine=ns.engine, engine_version=ns.engine_version,
                  utilization=ns.gpu_memory_utilization,
@@ -205,4 +291,5 @@ def plan_from_args(ns):
                  mfu=ns.mfu, bandwidth_efficiency=ns.bandwidth_efficiency, names=names,
                  model_dtype_bytes=4 if scheme.name == "fp32" else 2,
                  peak_tflops=ns.gpu_flops, bandwidth_tbs=ns.gpu_bw, prompt=ns.prompt,
-                 notes=notes)
+                 notes=notes, stored=stored)
+    return plan, ck

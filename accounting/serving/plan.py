@@ -148,7 +148,8 @@ def serve(config: ModelConfig, scheme: Scheme, *, gpu: str | None = None,
           cuda_graph_bytes: int | None = None,
           mfu=Fraction(1, 2), bandwidth_efficiency=Fraction(8, 10), names=None,
           model_dtype_bytes: int = 2, peak_tflops=None, bandwidth_tbs=None,
-          prompt: int | None = None, notes: tuple[str, ...] = ()) -> ServePlan:
+          prompt: int | None = None, notes: tuple[str, ...] = (),
+          stored=None) -> ServePlan:
     card = get_gpu(gpu) if gpu else None
     smi_bytes = memory_bytes  # --gpu-mem: what SGLang's nvidia-smi reading is too
     if memory_bytes is None:
@@ -173,6 +174,8 @@ def serve(config: ModelConfig, scheme: Scheme, *, gpu: str | None = None,
         else Span.exact(non_torch_bytes, "given")
     kv_b = kv.kv_dtype_bytes(kv_dtype)
     stage_list = shards.stages(config, scheme, model_dtype_bytes, tp, pp, names)
+    if stored is not None:  # a checkpoint's bytes as stored (accounting/checkpoint/stored.py)
+        stage_list = stored(stage_list)
     if not rec.profiled:
         graphs = ZERO  # SGLang: in its reserve
     elif cuda_graph_bytes is not None:

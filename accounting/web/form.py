@@ -24,7 +24,8 @@ TRUE_WORDS = ("1", "on", "true", "yes")
 # and JSON), --list, --config (a textarea: config_path), --verify, --brief and
 # --compare-formulas (other outputs, and a cross-check is seconds to minutes of torch).
 SKIPPED = frozenset({"help", "list", "format", "output", "config", "verify", "brief",
-                     "compare_formulas", "version"})
+                     "compare_formulas", "version",
+                     "checkpoint"})  # a path or hub id: the server's files, or its network
 
 
 # An option that names a file is not a field: a page (a Space) must not read or write the

@@ -1,0 +1,3 @@
+"""A checkpoint as a counter (issue 42): its safetensors headers read (headers.py), matched
+to the ledger's parameters by name and shape (match.py), the result as a line and a JSON
+object (views.py). Nothing here reads a weight."""
