@@ -38,8 +38,9 @@ class Log:
     what: str  # engine, release, GPU, model, settings in words
     argv: tuple[str, ...]  # serve's arguments reproducing the settings
     version: str | None  # --engine-version (omitted for a checkout without the flag)
-    weights_gib: str | None = None  # "Model loading took" / "Loading model weights took"
-    kv_gib: str | None = None  # "Available KV cache memory" / kv_cache_size
+    weights_gib: str | None = None  # "Model loading took" / "Loading model weights took" /
+    # SGLang's "Load weight end ... mem usage"
+    kv_gib: str | None = None  # "Available KV cache memory" / kv_cache_size / SGLang K + V size
     kv_tokens: int | None = None  # "GPU KV cache size" / blocks · 16 / SGLang #tokens
     concurrency: str | None = None  # "Maximum concurrency for N tokens per request: X×"
     formats: tuple[str, ...] = field(default=())
@@ -128,6 +129,32 @@ LOGS = (
         ("Qwen/Qwen3-0.6B", "--gpu-mem", "79.19GiB", "--gpu-memory-utilization", "0.8",
          "--ctx", "8192", "--max-num-batched-tokens", "8192", "--max-num-seqs", "256"), "0.10",
         weights_gib="1.12", kv_gib="61.84", kv_tokens=36_184 * 16, concurrency="70.67"),
+    Log("H100-8B-sglang-docs", "https://docs.sglang.ai/start/send_request.html",
+        "SGLang of January 2025 (its docs' quick-start page, built 2025-01-23), an 80 GB card "
+        "(78.81 GB free before loading; H100 assumed), Meta-Llama-3.1-8B-Instruct bf16, TP 1, "
+        "mem_fraction_static 0.88 (printed in server_args: that release's default at TP 1), "
+        "context 131,072; weights are the free memory before less after loading (78.81 − 63.72)",
+        ("meta-llama/Llama-3.1-8B", "--gpu", "H100", "--engine", "sglang",
+         "--gpu-memory-utilization", "0.88", "--ctx", "131072"), "0.4",
+        weights_gib="15.09", kv_gib="54.26", kv_tokens=444_500),
+    Log("H100-8B-sglang-fa3", "https://github.com/sgl-project/sglang/pull/4760",
+        "SGLang of March 2025 (the FlashAttention 3 backend's test, so a Hopper card: 78.59 GB "
+        "free before loading; H100 assumed), Meta-Llama-3.1-8B-Instruct bf16, TP 1, "
+        "mem_fraction_static 0.88 (not printed: that release's default at TP 1, server_args.py "
+        "ServerArgs.__post_init__, 0.88/0.87/0.85/0.81/0.79 at TP 1/2/4/8/16), context 131,072",
+        ("meta-llama/Llama-3.1-8B", "--gpu", "H100", "--engine", "sglang",
+         "--gpu-memory-utilization", "0.88", "--ctx", "131072"), "0.4",
+        weights_gib="15.11", kv_gib="54.04", kv_tokens=442_750),
+    Log("L4x4-QwQ32-sglang",
+        "https://github.com/didier-durand/llms-in-clouds/blob/main/docs/sglang.md",
+        "SGLang of March 2025, 4 × L4 (AWS g6.12xlarge; custom all-reduce off on PCIe, NCCL's "
+        "set-up 0.13 GB), QwQ-32B (Qwen2.5-32B's shape) bf16, TP 4, mem_fraction_static 0.85 "
+        "(printed: that release's default at TP 4), context 131,072",
+        ("Qwen/Qwen2.5-7B", "--d-model", "5120", "--num-layers", "64", "--num-heads", "40",
+         "--num-kv-heads", "8", "--d-ff", "27648", "--vocab-size", "152064", "--gpu", "L4",
+         "--tp", "4", "--engine", "sglang", "--gpu-memory-utilization", "0.85", "--ctx",
+         "131072"), "0.4",
+        weights_gib="15.54", kv_gib="2.84", kv_tokens=46_611),
     Log("Gaudi-R1-tp8", "https://github.com/HabanaAI/vllm-fork/issues/809",
         "vLLM (HPU fork), 8 devices, DeepSeek-R1 (DeepSeek-V3's fp8 128×128 blocks), TP 8: "
         "weights only (\"Pre-loading model weights on hpu:0 took 79.41 GiB\")",

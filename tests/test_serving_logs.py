@@ -1,5 +1,5 @@
 """docs/serving_logs.md is what benchmarks/serve_logs.py generates now (issue 43, Must 5): the
-published start-up logs beside the tool's figures stay current. Slow: 14 `serve` runs in
+published start-up logs beside the tool's figures stay current. Slow: one `serve` run per log in
 subprocesses."""
 from __future__ import annotations
 
