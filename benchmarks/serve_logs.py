@@ -48,6 +48,7 @@ class Log:
 
 OSS = f"{DATA}/gpt-oss-120b.json"
 QWEN = f"{DATA}/Qwen3-235B-A22B-FP8.json"
+L70 = f"{DATA}/Llama-3.1-70B.json"
 LOGS = (
     Log("3090-8B-20k", "https://github.com/vllm-project/vllm/issues/10517",
         "vLLM 0.6 (V0), RTX 3090 (total_gpu_memory 23.58 GiB), Llama-3.1-8B-Instruct bf16, TP 1,"
@@ -155,6 +156,18 @@ LOGS = (
          "--tp", "4", "--engine", "sglang", "--gpu-memory-utilization", "0.85", "--ctx",
          "131072"), "0.4",
         weights_gib="15.54", kv_gib="2.84", kv_tokens=46_611),
+    Log("80GB-70B-w8a8-v1", "https://github.com/vllm-project/vllm/pull/12569",
+        "vLLM V1 of January 2025 (0.7: 2,048 batched tokens and 1,024 sequences for the API "
+        "server, arg_utils.py EngineArgs._override_v1_engine_args), an 80 GB card (H100 "
+        "assumed), neuralmagic/Meta-Llama-3.1-70B-Instruct-quantized.w8a8 (int8 weights, a "
+        "scale per output channel), TP 1, --max-model-len 2048 --gpu-memory-utilization 0.98; "
+        "the logged 1,381 blocks (6.74 GiB) lie inside the tool's 5.76–8.18 GiB range: its "
+        "pessimistic end counts the dummy sampler's sort over 1,024 rows, which a 0.7 profile "
+        "run may not have done (the uncertain term)",
+        ("--config", L70, "--weights", "int8", "--gpu", "H100", "--ctx", "2048",
+         "--gpu-memory-utilization", "0.98", "--max-num-batched-tokens", "2048",
+         "--max-num-seqs", "1024"), "0.10",
+        weights_gib="67.7229", kv_tokens=1381 * 16, concurrency="10.79", formats=("int8",)),
     Log("Gaudi-R1-tp8", "https://github.com/HabanaAI/vllm-fork/issues/809",
         "vLLM (HPU fork), 8 devices, DeepSeek-R1 (DeepSeek-V3's fp8 128×128 blocks), TP 8: "
         "weights only (\"Pre-loading model weights on hpu:0 took 79.41 GiB\")",
