@@ -130,6 +130,15 @@ LOGS = (
         ("Qwen/Qwen3-0.6B", "--gpu-mem", "79.19GiB", "--gpu-memory-utilization", "0.8",
          "--ctx", "8192", "--max-num-batched-tokens", "8192", "--max-num-seqs", "256"), "0.10",
         weights_gib="1.12", kv_gib="61.84", kv_tokens=36_184 * 16, concurrency="70.67"),
+    Log("L40Sx2-Qwen32-v0", "https://github.com/vllm-project/vllm/issues/15815",
+        "vLLM 0.7.1 (V0), 2 × L40S (total_gpu_memory 44.42 GiB), Qwen2.5-32B-Instruct bf16, TP 2,"
+        " max_model_len 10,000 without chunked prefill (so 10,000 batched tokens), utilization "
+        "0.90, 256 sequences (the defaults)",
+        ("Qwen/Qwen2.5-7B", "--d-model", "5120", "--num-layers", "64", "--num-heads", "40",
+         "--num-kv-heads", "8", "--d-ff", "27648", "--vocab-size", "152064", "--gpu", "L40S",
+         "--tp", "2", "--ctx", "10000", "--max-num-batched-tokens", "10000", "--max-num-seqs",
+         "256"), "0.10",
+        weights_gib="30.7098", kv_gib="7.71", kv_tokens=3947 * 16),
     Log("H100-8B-sglang-docs", "https://docs.sglang.ai/start/send_request.html",
         "SGLang of January 2025 (its docs' quick-start page, built 2025-01-23), an 80 GB card "
         "(78.81 GB free before loading; H100 assumed), Meta-Llama-3.1-8B-Instruct bf16, TP 1, "
