@@ -49,6 +49,7 @@ class Log:
 OSS = f"{DATA}/gpt-oss-120b.json"
 QWEN = f"{DATA}/Qwen3-235B-A22B-FP8.json"
 L70 = f"{DATA}/Llama-3.1-70B.json"
+THESIS = "https://github.com/korsqqq/meeting-planning-llm-thesis/blob/main"
 LOGS = (
     Log("3090-8B-20k", "https://github.com/vllm-project/vllm/issues/10517",
         "vLLM 0.6 (V0), RTX 3090 (total_gpu_memory 23.58 GiB), Llama-3.1-8B-Instruct bf16, TP 1,"
@@ -139,6 +140,23 @@ LOGS = (
          "--tp", "2", "--ctx", "10000", "--max-num-batched-tokens", "10000", "--max-num-seqs",
          "256"), "0.10",
         weights_gib="30.7098", kv_gib="7.71", kv_tokens=3947 * 16),
+    Log("A6000-Qwen3-32B-AWQ", f"{THESIS}/results/evidence/serving/vllm_config_extract.txt",
+        "vLLM 0.19.1 (V1), an RTX A6000 (torch's total 47.53 GiB, as an A6000 reports it in "
+        "huggingface/text-generation-inference#2301), Qwen/Qwen3-32B-AWQ (AWQ int4 through "
+        "Marlin, as the log says), TP 1, --max-model-len 32768 --max-num-seqs 16 "
+        "--gpu-memory-utilization 0.90, prefix caching off (SETUP.md's frozen record); 2,048 "
+        "batched tokens, the default under 70 GiB",
+        ("Qwen/Qwen3-8B", "--d-model", "5120", "--num-layers", "64", "--num-heads", "64",
+         "--d-ff", "25600", "--weights", "awq", "--gpu-mem", "47.53GiB", "--ctx", "32768",
+         "--max-num-seqs", "16", "--max-num-batched-tokens", "2048"), "0.10",
+        kv_tokens=98_928, formats=("awq",)),
+    Log("A6000-Qwen3-8B-AWQ", f"{THESIS}/SETUP.md",
+        "as above, Qwen/Qwen3-8B-AWQ, prefix caching on (the 35.78 GiB is SETUP.md's; the 32B "
+        "printed 94,320 tokens with prefix caching on and 98,928 off, a 4.9 % spread between "
+        "runs of one configuration)",
+        ("Qwen/Qwen3-8B", "--weights", "awq", "--gpu-mem", "47.53GiB", "--ctx", "32768",
+         "--max-num-seqs", "16", "--max-num-batched-tokens", "2048"), "0.10",
+        kv_gib="35.78", kv_tokens=260_544, formats=("awq",)),
     Log("H100-8B-sglang-docs", "https://docs.sglang.ai/start/send_request.html",
         "SGLang of January 2025 (its docs' quick-start page, built 2025-01-23), an 80 GB card "
         "(78.81 GB free before loading; H100 assumed), Meta-Llama-3.1-8B-Instruct bf16, TP 1, "
