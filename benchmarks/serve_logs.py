@@ -38,8 +38,9 @@ class Log:
     what: str  # engine, release, GPU, model, settings in words
     argv: tuple[str, ...]  # serve's arguments reproducing the settings
     version: str | None  # --engine-version (omitted for a checkout without the flag)
-    weights_gib: str | None = None  # "Model loading took" / "Loading model weights took"
-    kv_gib: str | None = None  # "Available KV cache memory" / kv_cache_size
+    weights_gib: str | None = None  # "Model loading took" / "Loading model weights took" /
+    # SGLang's "Load weight end ... mem usage"
+    kv_gib: str | None = None  # "Available KV cache memory" / kv_cache_size / SGLang K + V size
     kv_tokens: int | None = None  # "GPU KV cache size" / blocks · 16 / SGLang #tokens
     concurrency: str | None = None  # "Maximum concurrency for N tokens per request: X×"
     formats: tuple[str, ...] = field(default=())
@@ -47,6 +48,8 @@ class Log:
 
 OSS = f"{DATA}/gpt-oss-120b.json"
 QWEN = f"{DATA}/Qwen3-235B-A22B-FP8.json"
+L70 = f"{DATA}/Llama-3.1-70B.json"
+THESIS = "https://github.com/korsqqq/meeting-planning-llm-thesis/blob/main"
 LOGS = (
     Log("3090-8B-20k", "https://github.com/vllm-project/vllm/issues/10517",
         "vLLM 0.6 (V0), RTX 3090 (total_gpu_memory 23.58 GiB), Llama-3.1-8B-Instruct bf16, TP 1,"
@@ -128,6 +131,70 @@ LOGS = (
         ("Qwen/Qwen3-0.6B", "--gpu-mem", "79.19GiB", "--gpu-memory-utilization", "0.8",
          "--ctx", "8192", "--max-num-batched-tokens", "8192", "--max-num-seqs", "256"), "0.10",
         weights_gib="1.12", kv_gib="61.84", kv_tokens=36_184 * 16, concurrency="70.67"),
+    Log("L40Sx2-Qwen32-v0", "https://github.com/vllm-project/vllm/issues/15815",
+        "vLLM 0.7.1 (V0), 2 × L40S (total_gpu_memory 44.42 GiB), Qwen2.5-32B-Instruct bf16, TP 2,"
+        " max_model_len 10,000 without chunked prefill (so 10,000 batched tokens), utilization "
+        "0.90, 256 sequences (the defaults)",
+        ("Qwen/Qwen2.5-7B", "--d-model", "5120", "--num-layers", "64", "--num-heads", "40",
+         "--num-kv-heads", "8", "--d-ff", "27648", "--vocab-size", "152064", "--gpu", "L40S",
+         "--tp", "2", "--ctx", "10000", "--max-num-batched-tokens", "10000", "--max-num-seqs",
+         "256"), "0.10",
+        weights_gib="30.7098", kv_gib="7.71", kv_tokens=3947 * 16),
+    Log("A6000-Qwen3-32B-AWQ", f"{THESIS}/results/evidence/serving/vllm_config_extract.txt",
+        "vLLM 0.19.1 (V1), an RTX A6000 (torch's total 47.53 GiB, as an A6000 reports it in "
+        "huggingface/text-generation-inference#2301), Qwen/Qwen3-32B-AWQ (AWQ int4 through "
+        "Marlin, as the log says), TP 1, --max-model-len 32768 --max-num-seqs 16 "
+        "--gpu-memory-utilization 0.90, prefix caching off (SETUP.md's frozen record); 2,048 "
+        "batched tokens, the default under 70 GiB",
+        ("Qwen/Qwen3-8B", "--d-model", "5120", "--num-layers", "64", "--num-heads", "64",
+         "--d-ff", "25600", "--weights", "awq", "--gpu-mem", "47.53GiB", "--ctx", "32768",
+         "--max-num-seqs", "16", "--max-num-batched-tokens", "2048"), "0.10",
+        kv_tokens=98_928, formats=("awq",)),
+    Log("A6000-Qwen3-8B-AWQ", f"{THESIS}/SETUP.md",
+        "as above, Qwen/Qwen3-8B-AWQ, prefix caching on (the 35.78 GiB is SETUP.md's; the 32B "
+        "printed 94,320 tokens with prefix caching on and 98,928 off, a 4.9 % spread between "
+        "runs of one configuration)",
+        ("Qwen/Qwen3-8B", "--weights", "awq", "--gpu-mem", "47.53GiB", "--ctx", "32768",
+         "--max-num-seqs", "16", "--max-num-batched-tokens", "2048"), "0.10",
+        kv_gib="35.78", kv_tokens=260_544, formats=("awq",)),
+    Log("H100-8B-sglang-docs", "https://docs.sglang.ai/start/send_request.html",
+        "SGLang of January 2025 (its docs' quick-start page, built 2025-01-23), an 80 GB card "
+        "(78.81 GB free before loading; H100 assumed), Meta-Llama-3.1-8B-Instruct bf16, TP 1, "
+        "mem_fraction_static 0.88 (printed in server_args: that release's default at TP 1), "
+        "context 131,072; weights are the free memory before less after loading (78.81 − 63.72)",
+        ("meta-llama/Llama-3.1-8B", "--gpu", "H100", "--engine", "sglang",
+         "--gpu-memory-utilization", "0.88", "--ctx", "131072"), "0.4",
+        weights_gib="15.09", kv_gib="54.26", kv_tokens=444_500),
+    Log("H100-8B-sglang-fa3", "https://github.com/sgl-project/sglang/pull/4760",
+        "SGLang of March 2025 (the FlashAttention 3 backend's test, so a Hopper card: 78.59 GB "
+        "free before loading; H100 assumed), Meta-Llama-3.1-8B-Instruct bf16, TP 1, "
+        "mem_fraction_static 0.88 (not printed: that release's default at TP 1, server_args.py "
+        "ServerArgs.__post_init__, 0.88/0.87/0.85/0.81/0.79 at TP 1/2/4/8/16), context 131,072",
+        ("meta-llama/Llama-3.1-8B", "--gpu", "H100", "--engine", "sglang",
+         "--gpu-memory-utilization", "0.88", "--ctx", "131072"), "0.4",
+        weights_gib="15.11", kv_gib="54.04", kv_tokens=442_750),
+    Log("L4x4-QwQ32-sglang",
+        "https://github.com/didier-durand/llms-in-clouds/blob/main/docs/sglang.md",
+        "SGLang of March 2025, 4 × L4 (AWS g6.12xlarge; custom all-reduce off on PCIe, NCCL's "
+        "set-up 0.13 GB), QwQ-32B (Qwen2.5-32B's shape) bf16, TP 4, mem_fraction_static 0.85 "
+        "(printed: that release's default at TP 4), context 131,072",
+        ("Qwen/Qwen2.5-7B", "--d-model", "5120", "--num-layers", "64", "--num-heads", "40",
+         "--num-kv-heads", "8", "--d-ff", "27648", "--vocab-size", "152064", "--gpu", "L4",
+         "--tp", "4", "--engine", "sglang", "--gpu-memory-utilization", "0.85", "--ctx",
+         "131072"), "0.4",
+        weights_gib="15.54", kv_gib="2.84", kv_tokens=46_611),
+    Log("80GB-70B-w8a8-v1", "https://github.com/vllm-project/vllm/pull/12569",
+        "vLLM V1 of January 2025 (0.7: 2,048 batched tokens and 1,024 sequences for the API "
+        "server, arg_utils.py EngineArgs._override_v1_engine_args), an 80 GB card (H100 "
+        "assumed), neuralmagic/Meta-Llama-3.1-70B-Instruct-quantized.w8a8 (int8 weights, a "
+        "scale per output channel), TP 1, --max-model-len 2048 --gpu-memory-utilization 0.98; "
+        "the logged 1,381 blocks (6.74 GiB) lie inside the tool's 5.76–8.18 GiB range: its "
+        "pessimistic end counts the dummy sampler's sort over 1,024 rows, which a 0.7 profile "
+        "run may not have done (the uncertain term)",
+        ("--config", L70, "--weights", "int8", "--gpu", "H100", "--ctx", "2048",
+         "--gpu-memory-utilization", "0.98", "--max-num-batched-tokens", "2048",
+         "--max-num-seqs", "1024"), "0.10",
+        weights_gib="67.7229", kv_tokens=1381 * 16, concurrency="10.79", formats=("int8",)),
     Log("Gaudi-R1-tp8", "https://github.com/HabanaAI/vllm-fork/issues/809",
         "vLLM (HPU fork), 8 devices, DeepSeek-R1 (DeepSeek-V3's fp8 128×128 blocks), TP 8: "
         "weights only (\"Pre-loading model weights on hpu:0 took 79.41 GiB\")",

@@ -367,7 +367,9 @@ def test_published_cut_to_4_layers_verifies(capsys, name):
 def test_serve_counts_the_state_per_sequence(capsys, tp):
     """serve on a hybrid: KV per token is the 16 attention layers' K and V only
     (16·2·(4/tp)·256·2 bytes), and each sequence holds the 48 DeltaNet layers' conv window
-    (10240/tp channels × 4, bf16) and recurrent state (48/tp heads × 128 × 128, float32),
+    (10240/tp channels × 3: vLLM keeps conv_kernel − 1 columns, MambaStateShapeCalculator.
+    gated_delta_net_state_shape; transformers keeps 4, above) and recurrent state (48/tp
+    heads × 128 × 128, float32),
     whatever its length, heads split over TP as vLLM shards them; concurrency is the pool
     over both (blocks aligned to the state's page, issue 43)."""
     path = FRONTIER / "Qwen3.5-27B.json"
@@ -382,10 +384,10 @@ def test_serve_counts_the_state_per_sequence(capsys, tp):
     # issue 43: vLLM raises the block so that one attention page holds a DeltaNet layer's
     # state, 16 · ceil(state / (16 · attention bytes per token)), and pads each state to
     # that page (HybridAttentionMambaModelConfig.verify_and_update_config)
-    layer_state = 10240 // tp * 4 * 2 + 48 // tp * 128 * 128 * 4
+    layer_state = 10240 // tp * 3 * 2 + 48 // tp * 128 * 128 * 4
     layer_token = 2 * (4 // tp) * 256 * 2
     block = 16 * -(-layer_state // (16 * layer_token))
-    assert block == {1: 800, 2: 800}[tp]
+    assert block == {1: 784, 2: 784}[tp]
     state = 48 * block * layer_token
     assert (d["kv_bytes_per_token_per_gpu"], d["state_bytes_per_sequence_per_gpu"]) == \
         (per_token, state)

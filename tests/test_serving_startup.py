@@ -213,3 +213,19 @@ def test_prefill_lm_head_on_the_last_position_only():
     small = replace(c, vocab_size=c.vocab_size - 1024)
     for prompt in (16, 512):
         assert prefill_flops(c, prompt) - prefill_flops(small, prompt) == 2 * 4096 * 1024
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_conv_window_is_kernel_minus_one_columns(tp):
+    # vLLM's pool keeps K − 1 columns of a recurrent layer's conv input, not transformers' K
+    # (vllm/model_executor/layers/mamba/mamba_utils.py at 02d7108, MambaStateShapeCalculator:
+    # short_conv_state_shape (d/tp, conv_kernel − 1), also mamba1/mamba2/gated_delta_net/kda
+    # with conv_kernel − 1); transformers' cache keeps K (tests/test_hf_lfm2.py, its
+    # DynamicCache after a CPU forward). LFM2 by hand: a conv layer holds (K − 1)·d/tp
+    # elements of the cache dtype (bf16, 2 bytes) per sequence, an attention layer none.
+    from accounting.spec.hf_config import translate
+    from tests.test_hf_lfm2 import D, DATA, K
+    c = translate(DATA, "config.json", "lfm2-small").config
+    caches = kv.layer_caches(c, 2, tp, (0, 1, 2, 3))
+    assert [x.state_bytes for x in caches] == [(K - 1) * D // tp * 2] * 2 + [0] + \
+        [(K - 1) * D // tp * 2]

@@ -20,6 +20,11 @@ c_KV and RoPE key of d_kv_a = kv_lora_rank + qk_rope_head_dim).
              per-sequence cache entries) keeps a fixed state per sequence whatever T: its
              conv window (in the cache dtype) and recurrent state (float32 where the ledger
              keeps it so), its heads split over TP as vLLM shards them; not per token.
+             The conv window is K − 1 columns in the engine's pool, where transformers'
+             cache (the ledger's) keeps K: the newest input is in hand when the conv runs
+             (vllm/model_executor/layers/mamba/mamba_utils.py at 02d7108,
+             MambaStateShapeCalculator: conv_kernel − 1 for mamba1, mamba2, short_conv,
+             gated_delta_net and kda).
 """
 from __future__ import annotations
 
@@ -31,6 +36,7 @@ from accounting.serving.shards import kv_heads_per_gpu
 from accounting.spec.config import ModelConfig
 from accounting.units import BF16, DTYPE_BYTES, FP8, FP8_E4M3, FP8_E5M2, FP16, STORAGE_BYTES
 
+CONV_WIDTH = "K"  # the ledger's conv kernel width: the engine keeps K − 1 of its columns
 KV_DTYPES = {BF16: DTYPE_BYTES[BF16], FP16: DTYPE_BYTES[FP16], FP8: STORAGE_BYTES[FP8_E4M3],
              FP8_E4M3: STORAGE_BYTES[FP8_E4M3], FP8_E5M2: STORAGE_BYTES[FP8_E5M2]}
 
@@ -69,7 +75,8 @@ def layer_caches(config: ModelConfig, kv_bytes: int, tp: int, layers: tuple[int,
             n = 1
             for s in e.shape:
                 n *= heads if s == "h_kv" and heads is not None else \
-                    global_heads if s == "h_kvG" else v[s]
+                    global_heads if s == "h_kvG" else \
+                    v[s] - 1 if s == CONV_WIDTH and e.per_sequence else v[s]
             if e.per_sequence:  # a recurrent layer's state: per sequence, its heads over TP
                 state += -(-n // tp) * (4 if e.fp32 else kv_bytes)
                 continue
