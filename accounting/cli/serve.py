@@ -131,13 +131,16 @@ def _parallel(ns) -> tuple[int, int]:
     return ns.tp, pp
 
 
-def _quantization(ns) -> tuple[object, object]:
-    """(the checkpoint's quantization_config or None, its HFConfig names or None)."""
+def _quantization(ns) -> tuple[object, object, object]:
+    """(the checkpoint's quantization_config or None, its HFConfig names or None, its
+    config.json or None)."""
     from accounting.spec import hf_config, presets
     from accounting.spec.own_format import read_json
     if ns.model:
         hf = presets.hf_source(ns.model)
-        return (None if hf is None else hf.data.get(QUANT_KEY)), (hf.type.names if hf else None)
+        if hf is None:
+            return None, None, None
+        return hf.data.get(QUANT_KEY), hf.type.names, hf.data
     if ns.config:
         data, _ = read_json(ns.config)
         if isinstance(data, dict) and "model_type" in data:
@@ -147,8 +150,20 @@ def _quantization(ns) -> tuple[object, object]:
                 rest = {k: v for k, v in data.items() if k != QUANT_KEY}
                 mt = hf_config.WRAPPERS[mt](rest, ns.config)[0]["model_type"]
             t = hf_config.TYPES.get(mt)
-            return checkpoint_quantization(data), (t.names if t is not None else None)
-    return None, None
+            return checkpoint_quantization(data), (t.names if t is not None else None), data
+    return None, None, None
+
+
+def _max_len(ns, config, data) -> tuple[int, bool]:
+    """The engine's derived max_model_len (from the config.json when one was read; the
+    given --context-length when given) and whether its environment switch allows more."""
+    import os
+    from accounting.serving import max_len
+    derived = (config.context_length if ns.context_length is not None
+               else max_len.derived_max_len(config.context_length, data))
+    switch = max_len.ALLOW_LONG.get(ns.engine, max_len.ALLOW_LONG["vllm"])
+    # vllm/envs.py reads its switch as "1" or "true", any case
+    return derived, os.environ.get(switch, "0").strip().lower() in ("1", "true")
 
 
 def main(argv: list[str]) -> int:
@@ -158,7 +173,8 @@ def main(argv: list[str]) -> int:
         output.emit(ns.format, ns.output, lambda: [presets_table()])
         return 0
     config = config_from_args(ns, drop=(QUANT_KEY,))
-    quant, names = _quantization(ns)
+    quant, names, data = _quantization(ns)
+    derived, allow_long = _max_len(ns, config, data)
     from accounting.formats.hf_quant import scheme_from_config
     notes = ()
     if quant is not None and ns.weights is not None:
@@ -186,7 +202,7 @@ def main(argv: list[str]) -> int:
                  mfu=ns.mfu, bandwidth_efficiency=ns.bandwidth_efficiency, names=names,
                  model_dtype_bytes=4 if scheme.name == "fp32" else 2,
                  peak_tflops=ns.gpu_flops, bandwidth_tbs=ns.gpu_bw, prompt=ns.prompt,
-                 notes=notes)
+                 notes=notes, max_model_len=derived, allow_long_context=allow_long)
     output.emit(ns.format, ns.output, lambda: [views.answer(plan)] + views.tables(plan),
                 lambda: views.to_dict(plan), lambda: views.to_csv(plan))
     return 0

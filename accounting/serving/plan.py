@@ -13,7 +13,7 @@ from fractions import Fraction
 from accounting.formats.schemes import Scheme
 from accounting.planning.gpus import get_gpu
 from accounting.runtime.errors import UsageError
-from accounting.serving import engines, kv, shards, timing
+from accounting.serving import engines, kv, max_len, shards, timing
 from accounting.serving.activation import activation_peak, forward_peak
 from accounting.spec.config import ModelConfig
 from accounting.units import TERA
@@ -61,8 +61,16 @@ class ServePlan:
 
     @property
     def binding(self) -> StagePool:
-        """The stage that limits: least pool, then most weights."""
-        return min(self.stages, key=lambda s: (s.tokens, s.pool_bytes, -s.stage.bytes))
+        """The stage that limits: least pool, then most weights (among the stages that keep
+        anything per sequence, when any does: a stage of MLP-only layers holds no cache)."""
+        return min(_holding(self.stages), key=lambda s: (s.tokens, s.pool_bytes,
+                                                          -s.stage.bytes))
+
+    @property
+    def cacheless(self) -> bool:
+        """No layer keeps anything per sequence (no KV, no recurrent state: MLP-only
+        blocks): the pool bounds no sequence count; vLLM's max_num_seqs does."""
+        return not any(_per_sequence(s) for s in self.stages)
 
     @property
     def weights_bytes_per_gpu(self) -> int:
@@ -84,6 +92,8 @@ class ServePlan:
 
     @property
     def fits(self) -> bool:
+        if self.cacheless:  # more sequences than max_num_seqs wait in the queue: they fit
+            return self.binding.pool_bytes > 0
         return self.binding.pool_bytes > 0 and self.max_concurrency >= (self.concurrency or 1)
 
     @property
@@ -107,13 +117,20 @@ def serve(config: ModelConfig, scheme: Scheme, *, gpu: str | None = None,
           cuda_graph_bytes: int = 0,
           mfu=Fraction(1, 2), bandwidth_efficiency=Fraction(8, 10), names=None,
           model_dtype_bytes: int = 2, peak_tflops=None, bandwidth_tbs=None,
-          prompt: int | None = None, notes: tuple[str, ...] = ()) -> ServePlan:
+          prompt: int | None = None, notes: tuple[str, ...] = (),
+          max_model_len: int | None = None, allow_long_context: bool = False) -> ServePlan:
+    """The serving plan. `max_model_len`: the engine's derived maximum context
+    (accounting/serving/max_len.py; default the config's context_length); a longer --ctx is
+    refused as the engine refuses it unless `allow_long_context` (its environment switch)."""
     card = get_gpu(gpu) if gpu else None
     if memory_bytes is None:
         if card is None:
             raise UsageError("serve needs a GPU: --gpu NAME, or --gpu-mem SIZE")
         memory_bytes = card.memory_bytes
     ctx = ctx or config.context_length
+    notes = list(notes) + list(max_len.check(config, ctx, prompt, engine,
+                                             max_model_len or config.context_length,
+                                             allow_long_context))
     d = engines.defaults(engine, card.name if card else None, memory_bytes, tp, pp, config.mla)
     if block_size is not None:
         d = engines.Defaults(d.utilization, d.max_num_batched_tokens, d.max_num_seqs,
@@ -147,13 +164,18 @@ def serve(config: ModelConfig, scheme: Scheme, *, gpu: str | None = None,
             tokens = max(pool, 0) // per_token if per_token else 0
             blocks = tokens
         pools.append(StagePool(st, caches, per_token, act, pool, blocks, tokens))
-    bind = min(pools, key=lambda s: (s.tokens, s.pool_bytes))
-    per_seq = kv.bytes_per_sequence(list(bind.caches), ctx, d.block_size)
-    max_conc = min(max(p.pool_bytes, 0) // kv.bytes_per_sequence(list(p.caches), ctx,
-                                                                   d.block_size)
-                   for p in pools) if per_seq else 0
-    longest = _longest(pools, concurrency or 1, d.block_size) if bind.pool_bytes > 0 else None
-    notes = list(notes)
+    bind = min(_holding(pools), key=lambda s: (s.tokens, s.pool_bytes))
+    # each stage that keeps something per sequence bounds the count by its pool; a model
+    # that keeps nothing (MLP-only blocks: no KV, no state) is bounded by the scheduler's
+    # max_num_seqs alone (vLLM's SchedulerConfig; SGLang's max_running_requests), not 0
+    bounds = [max(p.pool_bytes, 0) // need for p in pools
+              if (need := kv.bytes_per_sequence(list(p.caches), ctx, d.block_size))]
+    if any(p.pool_bytes <= 0 for p in pools):
+        max_conc = 0
+    else:
+        max_conc = min(bounds) if bounds else seqs
+    longest = (_longest(pools, concurrency or 1, d.block_size)
+               if bind.pool_bytes > 0 and bounds else None)  # None: no bound, or no pool
     if engine == engines.VLLM and ctx > n_tokens:
         notes.append(f"vLLM prefills a {ctx:,}-token prompt in chunks of {n_tokens:,} "
                      f"(max_num_batched_tokens; chunked prefill)")
@@ -168,6 +190,16 @@ def serve(config: ModelConfig, scheme: Scheme, *, gpu: str | None = None,
     return ServePlan(config, scheme, engine, card.name if card else "custom GPU", memory_bytes,
                      tp, pp, kv_dtype, ctx, concurrency, d, util, n_tokens, non_torch,
                      cuda_graph_bytes, tuple(pools), max_conc, longest, time, tuple(notes))
+
+
+def _per_sequence(p: StagePool) -> bool:
+    return any(c.bytes_per_token or c.state_bytes for c in p.caches)
+
+
+def _holding(pools):
+    """The stages that keep something per sequence or have no pool at all, else all (a
+    cacheless model)."""
+    return [p for p in pools if _per_sequence(p) or p.pool_bytes <= 0] or list(pools)
 
 
 def _longest(pools, batch: int, block: int) -> int:

@@ -32,7 +32,12 @@ def answer(p: ServePlan) -> Table:
     b = p.binding
     conc = p.concurrency
     lines = []
-    if p.fits and conc is None:
+    if p.fits and p.cacheless:
+        lines.append(_line("fits", f"yes: no layer keeps a KV cache or a recurrent state "
+                                   f"(MLP-only blocks), so the pool bounds no sequence count: "
+                                   f"up to {grouped(p.max_concurrency)} sequences at once "
+                                   f"(max_num_seqs), any context length"))
+    elif p.fits and conc is None:
         lines.append(_line("fits", f"yes: up to {grouped(p.max_concurrency)} sequences of "
                                    f"{grouped(p.ctx)} tokens in a {_gb(b.pool_bytes)} KV pool "
                                    f"per GPU"))
