@@ -41,7 +41,8 @@ def add_args(p: argparse.ArgumentParser) -> None:
                    help="data-parallel degree (default: gpus / (tp·pp))")
     g.add_argument("--cp", type=positive_int("--cp"), default=1, metavar="N",
                    help="context-parallel degree: each sequence split over N ranks, ring "
-                        "attention exchanging keys and values (needs --attention sdpa; default 1)")
+                        "attention exchanging keys and values (a fused kernel: --attention sdpa on the "
+                        "torch stack; megatron and torchtitan run one; default 1)")
     g.add_argument("--virtual-stages", type=positive_int("--virtual-stages"), default=1,
                    metavar="V", help="virtual pipeline stages per GPU: the interleaved 1F1B "
                                      "schedule, bubble (p − 1)/(v·m) (default 1)")
