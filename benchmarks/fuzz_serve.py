@@ -54,6 +54,12 @@ def judged(code: Path, cases: list[dict], batch: int = 200) -> list[dict]:
     return verdicts
 
 
+def _kind(defect: str) -> str:
+    """A defect's class, its numbers left out."""
+    import re
+    return re.sub(r"-?\d[\d,]*", "N", defect.split(":")[0])[:80]
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--examples", type=int, default=600)
@@ -70,8 +76,8 @@ def main() -> int:
           f"{len(bad)} breaching the contract; exits {dict(sorted(outcomes.items(), key=str))}")
     for k in sorted(by_class):
         print(f"  {k:28s} {by_class[k]:5d} cases  {failed[k]:5d} failures")
-    kinds = collections.Counter(d.split(":")[0][:70] for _, v in bad for d in v["defects"])
-    for k, n in kinds.most_common(12):
+    kinds = collections.Counter(_kind(d) for _, v in bad for d in v["defects"])
+    for k, n in kinds.most_common():
         print(f"  {n:5d} × {k}")
     return 1 if bad else 0
 
