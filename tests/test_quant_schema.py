@@ -192,3 +192,19 @@ def test_well_formed_blocks_still_read():
     assert dict(b.params)["block"] == (128, 128)
     g = scheme_from_config({"quant_method": "gptq", "bits": 4, "group_size": -1})
     assert g.group == -1 and "one group per row" in g.label
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_a_static_input_scheme_stores_its_input_scale(dynamic):
+    # compressed-tensors' own compressed state dict of one layer (tests/test_formats.py's
+    # helper): a static input scheme (input_activations dynamic false) adds input_scale, a
+    # dynamic one does not (found by benchmarks/mutation_audit.py: reading `dynamic` the
+    # wrong way round survived the suite)
+    from test_formats import _compressed
+    w = {"num_bits": 8, "type": "float", "symmetric": True, "strategy": "tensor"}
+    act = {"num_bits": 8, "type": "float", "symmetric": True, "strategy": "tensor",
+           "dynamic": dynamic}
+    s = scheme_from_config(_ct(w, "float-quantized", input_activations=act))
+    expected = _compressed("float-quantized", w, static_input=not dynamic)
+    assert s.tensors(64, 256) == expected
+    assert ("input_scale" in expected) is (not dynamic)
