@@ -124,12 +124,13 @@ def mutate(tree: ast.AST, index: int, kind: str) -> ast.AST:
 
 
 def changed_line(before: str, after: str) -> str:
-    diff = [d for d in difflib.unified_diff(before.splitlines(), after.splitlines(), n=0,
-                                            lineterm="") if d[:1] in "+-" and d[:3] not in
-            ("+++", "---")]
-    minus = next((d[1:].strip() for d in diff if d.startswith("-")), "")
-    plus = next((d[1:].strip() for d in diff if d.startswith("+")), "")
-    return f"{minus[:110]}  ->  {plus[:110]}"
+    """The changed line, around its first difference (a long line shown in part)."""
+    for a, b in zip(before.splitlines(), after.splitlines()):
+        if a != b:
+            i = next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+            lo = max(0, i - 60)
+            return f"...{a[lo:i + 50].strip()}  ->  ...{b[lo:i + 50].strip()}"
+    return "(no line changed)"
 
 
 def main() -> int:

@@ -208,3 +208,38 @@ def test_a_static_input_scheme_stores_its_input_scale(dynamic):
     expected = _compressed("float-quantized", w, static_input=not dynamic)
     assert s.tensors(64, 256) == expected
     assert ("input_scale" in expected) is (not dynamic)
+
+
+def test_gptq_bit_widths_laid_out_and_refused():
+    # AutoGPTQ's QuantLinear at bits 8, by hand (4096 × 4096, group 128): qweight int32
+    # (in·8/32, out), qzeros int32 (in/g, out·8/32), scales fp16 (in/g, out), g_idx (in)
+    s = scheme_from_config({"quant_method": "gptq", "bits": 8, "group_size": 128})
+    assert s.tensors(4096, 4096) == {"qweight": 1024 * 4096 * 4, "qzeros": 32 * 1024 * 4,
+                                     "scales": 32 * 4096 * 2, "g_idx": 4096 * 4}
+    transformers = pytest.importorskip("transformers")
+    transformers.GPTQConfig(bits=3)  # transformers takes 3 bits; no layout here: refused
+    with pytest.raises(UsageError, match="gptq bits 3"):
+        scheme_from_config({"quant_method": "gptq", "bits": 3})
+
+
+def test_non_square_blocks_against_compressed_tensors():
+    # rows by block_structure[0], columns by [1] (a mutation-audit survivor: square blocks
+    # could not tell them apart)
+    from test_formats import _compressed
+    w = {"num_bits": 8, "type": "float", "symmetric": True, "strategy": "block",
+         "block_structure": [32, 128]}
+    assert scheme_from_config(_ct(w, "float-quantized")).tensors(64, 256) == \
+        _compressed("float-quantized", w)
+    fp8 = scheme_from_config(_fp8(weight_block_size=[32, 128]))
+    assert fp8.tensors(64, 256)["weight_scale_inv"] == 2 * 2 * 4  # ⌈64/32⌉·⌈256/128⌉ fp32
+
+
+@pytest.mark.parametrize("weights,words", [
+    ({"num_bits": 4, "type": "int", "strategy": "group", "group_size": 64},
+     "int4 packed in int32, bf16 scale per group 64, symmetric (compressed-tensors)"),
+    ({"num_bits": 4, "type": "int", "strategy": "channel", "symmetric": False},
+     "int4 packed in int32, bf16 scale per output channel, with zero points "
+     "(compressed-tensors)"),
+])
+def test_packed_labels_say_what_is_stored(weights, words):
+    assert scheme_from_config(_ct(weights)).label == words
