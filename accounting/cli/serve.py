@@ -81,9 +81,11 @@ def parser() -> Parser:
                    help="KV cache dtype (default bf16; fp8 = fp8_e4m3)")
     w = p.add_argument_group("workload and engine")
     w.add_argument("--ctx", type=positive_int("--ctx"), metavar="T",
-                   help="tokens per sequence (default: the config's context length)")
+                   help="tokens per sequence, the engine's max_model_len (default: the config's "
+                        "context length; longer only with VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 or "
+                        "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1, as the engines)")
     w.add_argument("--prompt", type=positive_int("--prompt"), metavar="P",
-                   help="prompt tokens for the time to first token (default --ctx)")
+                   help="prompt tokens for the time to first token (default and at most --ctx)")
     w.add_argument("--concurrency", type=positive_int("--concurrency"), metavar="B",
                    help="sequences served at once (default: the most that fit)")
     w.add_argument("--engine", choices=engines.ENGINES, default=engines.VLLM,
