@@ -243,3 +243,13 @@ def test_non_square_blocks_against_compressed_tensors():
 ])
 def test_packed_labels_say_what_is_stored(weights, words):
     assert scheme_from_config(_ct(weights)).label == words
+
+
+def test_8bit_group_strategy_against_compressed_tensors():
+    # a per-group int8 block read from config.json (a mutation-audit survivor: the group
+    # size was never read for the 8-bit formats)
+    from test_formats import _compressed
+    w = {"num_bits": 8, "type": "int", "symmetric": True, "strategy": "group",
+         "group_size": 128}
+    assert scheme_from_config(_ct(w, "int-quantized")).tensors(64, 256) == \
+        _compressed("int-quantized", w)
