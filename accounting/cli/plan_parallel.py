@@ -41,7 +41,8 @@ def add_args(p: argparse.ArgumentParser) -> None:
                    help="data-parallel degree (default: gpus / (tp·pp))")
     g.add_argument("--cp", type=positive_int("--cp"), default=1, metavar="N",
                    help="context-parallel degree: each sequence split over N ranks, ring "
-                        "attention exchanging keys and values (needs --attention sdpa; default 1)")
+                        "attention exchanging keys and values (a fused kernel: --attention sdpa on the "
+                        "torch stack; megatron and torchtitan run one; default 1)")
     g.add_argument("--virtual-stages", type=positive_int("--virtual-stages"), default=1,
                    metavar="V", help="virtual pipeline stages per GPU: the interleaved 1F1B "
                                      "schedule, bubble (p − 1)/(v·m) (default 1)")
@@ -267,6 +268,14 @@ def run(ns: argparse.Namespace, config, ck=None) -> int:
         hw = fp8_peak(hw, ns.gpu, config, precision, ns.ctx or config.context_length,
                       ns.recompute)
     net = interconnect(ns.gpu, ns.nvlink_gbs, ns.network_gbs, ns.gpus_per_node)
+    if net is not None and ns.gpus > net.gpus_per_node and ns.gpus % net.gpus_per_node:
+        # the step time places the groups on whole nodes (step.group_link): a last node
+        # part-filled is not a cluster the links are known for
+        raise UsageError(f"--gpus {ns.gpus} is not a whole number of nodes of "
+                         f"{net.gpus_per_node} GPUs ({ns.gpus} = {ns.gpus // net.gpus_per_node}"
+                         f" × {net.gpus_per_node} + {ns.gpus % net.gpus_per_node}); give --gpus"
+                         f" a multiple of {net.gpus_per_node}, or --gpus-per-node the "
+                         f"servers' own count")
     if net is not None and net.network is None and ns.gpus > net.gpus_per_node:
         raise UsageError(f"--gpus {ns.gpus} spans more than one {net.name} of "
                          f"{net.gpus_per_node} {ns.gpu} cards, and the GPU table lists no cluster "

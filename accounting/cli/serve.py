@@ -84,9 +84,11 @@ def parser() -> Parser:
                    help="KV cache dtype (default bf16; fp8 = fp8_e4m3)")
     w = p.add_argument_group("workload and engine")
     w.add_argument("--ctx", type=positive_int("--ctx"), metavar="T",
-                   help="tokens per sequence (default: the config's context length)")
+                   help="tokens per sequence, the engine's max_model_len (default: the config's "
+                        "context length; longer only with VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 or "
+                        "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1, as the engines)")
     w.add_argument("--prompt", type=positive_int("--prompt"), metavar="P",
-                   help="prompt tokens for the time to first token (default --ctx)")
+                   help="prompt tokens for the time to first token (default and at most --ctx)")
     w.add_argument("--concurrency", type=positive_int("--concurrency"), metavar="B",
                    help="sequences served at once (default: the most that fit)")
     w.add_argument("--engine", choices=engines.ENGINES + (LLAMA_CPP,), default=engines.VLLM,
@@ -147,17 +149,20 @@ def _parallel(ns) -> tuple[int, int]:
     return ns.tp, pp
 
 
-def _quantization(ns) -> tuple[object, object]:
-    """(the checkpoint's quantization_config or None, its HFConfig names or None)."""
+def _quantization(ns) -> tuple[object, object, object]:
+    """(the checkpoint's quantization_config or None, its HFConfig names or None, its
+    config.json or None)."""
     from accounting.spec import hf_config, presets
     from accounting.spec.own_format import read_json
     path = ns.config or getattr(ns, "hub_path", None)  # a hub id's config.json (issue 42)
     if path and str(path).endswith(".gguf"):  # llama.cpp's file: its types are its storage
         hf = getattr(ns, "hf_read", None)
-        return None, (hf.type.module_names(hf.data) if hf else None)
+        return None, (hf.type.module_names(hf.data) if hf else None), None
     if ns.model and path is None:
         hf = presets.hf_source(ns.model)
-        return (None if hf is None else hf.data.get(QUANT_KEY)), (hf.type.names if hf else None)
+        if hf is None:
+            return None, None, None
+        return hf.data.get(QUANT_KEY), hf.type.names, hf.data
     if path:
         data, _ = read_json(path)
         if isinstance(data, dict) and "model_type" in data:
@@ -167,8 +172,20 @@ def _quantization(ns) -> tuple[object, object]:
                 rest = {k: v for k, v in data.items() if k != QUANT_KEY}
                 mt = hf_config.WRAPPERS[mt](rest, path)[0]["model_type"]
             t = hf_config.TYPES.get(mt)
-            return checkpoint_quantization(data), (t.names if t is not None else None)
-    return None, None
+            return checkpoint_quantization(data), (t.names if t is not None else None), data
+    return None, None, None
+
+
+def _max_len(ns, config, data) -> tuple[int, bool]:
+    """The engine's derived max_model_len (from the config.json when one was read; the
+    given --context-length when given) and whether its environment switch allows more."""
+    import os
+    from accounting.serving import max_len
+    derived = (config.context_length if ns.context_length is not None
+               else max_len.derived_max_len(config.context_length, data))
+    switch = max_len.ALLOW_LONG.get(ns.engine, max_len.ALLOW_LONG["vllm"])
+    # vllm/envs.py reads its switch as "1" or "true", any case
+    return derived, os.environ.get(switch, "0").strip().lower() in ("1", "true")
 
 
 _NOT_LLAMA_CPP = (("gpu_memory_utilization", "--gpu-memory-utilization"),
@@ -253,7 +270,8 @@ def _plan_and_checkpoint(ns):
     """(the ServePlan, the checkpoint's cross-check or None) of parsed serve arguments; for
     --engine llama.cpp, its exit status (its answer written)."""
     config = config_from_args(ns, drop=(QUANT_KEY,))
-    quant, names = _quantization(ns)
+    quant, names, data = _quantization(ns)
+    derived, allow_long = _max_len(ns, config, data)
     from accounting.formats.hf_quant import scheme_from_config
     notes = ()
     if quant is not None and ns.weights is not None:
@@ -291,5 +309,6 @@ def _plan_and_checkpoint(ns):
                  mfu=ns.mfu, bandwidth_efficiency=ns.bandwidth_efficiency, names=names,
                  model_dtype_bytes=4 if scheme.name == "fp32" else 2,
                  peak_tflops=ns.gpu_flops, bandwidth_tbs=ns.gpu_bw, prompt=ns.prompt,
-                 notes=notes, stored=stored)
+                 notes=notes, stored=stored, max_model_len=derived,
+                 allow_long_context=allow_long)
     return plan, ck

@@ -19,7 +19,15 @@ INT32, INT64, FP32_BYTES = DTYPE_BYTES[_INT32], DTYPE_BYTES[_INT64], DTYPE_BYTES
 FP16_BYTES = DTYPE_BYTES[_FP16]
 
 
+def _positive(what: str, v) -> None:
+    # a size below 1 never divides (n % -2 == 0 would pass: negative bytes followed);
+    # quant_schema.py refuses such a block first, this guards every other caller
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise UsageError(f"{what} must be a positive integer, got {v!r}")
+
+
 def _check(what: str, n: int, by: int, axis: str) -> None:
+    _positive(what, by)
     if n % by:
         raise UsageError(f"{what}: {by} does not divide the {axis} width {n:,} of a weight; "
                          f"choose a group size that divides it (or another scheme)")
@@ -68,9 +76,9 @@ def ct_packed(out: int, inp: int, bits: int = 4, group: int | None = 128,
     in·bits/32), weight_scale in the model's dtype (out, in/group) or (out, 1) per channel,
     weight_zero_point int32 packed along out (ceil(out·bits/32), groups) only when asymmetric,
     weight_shape int64 (2,)."""
-    groups = 1 if group is None else inp // group
     if group is not None:
         _check("compressed-tensors group_size", inp, group, "input")
+    groups = 1 if group is None else inp // group
     _check("compressed-tensors packing", inp, 32 // bits, "input")
     out_d = {"weight_packed": out * inp * bits // 32 * INT32,
              "weight_scale": out * groups * scale_bytes}
@@ -96,7 +104,9 @@ def ct_8bit(out: int, inp: int, strategy: str = "channel", group: int | None = N
         _check("compressed-tensors group_size", inp, group, "input")
         scales = out * (inp // group)
     elif strategy == "block":
-        scales = ceil(out / block[0]) * ceil(inp / block[1])
+        for b in block:
+            _positive("compressed-tensors block_structure", b)
+        scales = -(-out // block[0]) * -(-inp // block[1])
     else:
         raise UsageError(f"compressed-tensors strategy {strategy!r} is not known here; "
                          f"supported: tensor, channel, group, block")
@@ -108,12 +118,16 @@ def ct_8bit(out: int, inp: int, strategy: str = "channel", group: int | None = N
     return d
 
 
-def fp8_block(out: int, inp: int, block: tuple[int, int] = (128, 128)) -> dict[str, int]:
+def fp8_block(out: int, inp: int, block: tuple[int, int] = (128, 128),
+              scale_bytes: int = FP32_BYTES) -> dict[str, int]:
     """Block-wise FP8 as DeepSeek-V3 and Qwen3-FP8 ship it (quant_method "fp8",
     weight_block_size [128, 128]; transformers' FP8Linear, integrations/finegrained_fp8.py):
-    weight float8_e4m3fn (out, in), weight_scale_inv float32 (ceil(out/128), ceil(in/128))."""
+    weight float8_e4m3fn (out, in), weight_scale_inv float32 (ceil(out/128), ceil(in/128));
+    scale_fmt "ue8m0" stores the scales as 1-byte float8_e8m0fnu (scale_bytes 1)."""
+    for b in block:
+        _positive("fp8 weight_block_size", b)
     return {"weight": out * inp,
-            "weight_scale_inv": ceil(out / block[0]) * ceil(inp / block[1]) * FP32_BYTES}
+            "weight_scale_inv": -(-out // block[0]) * -(-inp // block[1]) * scale_bytes}
 
 
 def fp8_tensor(out: int, inp: int, static_input: bool = False) -> dict[str, int]:

@@ -175,8 +175,10 @@ class AdamW8bit(Optimizer):
     optimizer's own, shared by every tensor; state['step'] is a Python int (no tensor).
     Update FLOPs: the blockwise kernel dequantizes m and v (1 each), runs AdamW's 14, and
     quantizes them again with a block max (2 each): 20 per element, read from the kernel
-    (csrc/kernels.cu kOptimizer32bit2State / kOptimizerStatic8bit2StateBlockwise), not
-    measured."""
+    (csrc/kernels.cu kOptimizerStatic8bit2StateBlockwise), not measured; a tensor under
+    4,096 elements (fp32 state) takes the 32-bit kernel: AdamW's 14 (kOptimizer32bit2State;
+    its CPU twin, backends/cpu/ops.py _optimizer_update_32bit_cpu, counted op by op in
+    tests/test_optimizer_8bit_flops.py)."""
 
     def state(self, shape, state_dtype, role=""):
         n = prod(shape)
@@ -197,7 +199,12 @@ class AdamW8bit(Optimizer):
                       2 * QMAP_ENTRIES),)
 
     def update_flops(self, shape, role=""):
-        return 20 * prod(shape)
+        n = prod(shape)
+        if n < MIN_8BIT_SIZE:
+            # float32 state: Optimizer2State.update_step runs optimizer_update_32bit (AdamW's
+            # update on the fp32 moments, no (de)quantization; the step a Python int)
+            return ADAMW_FLOPS_PER_ELEMENT * n
+        return 20 * n
 
 
 class TorchaoAdamW8bit(AdamW8bit):
@@ -219,6 +226,9 @@ class TorchaoAdamW8bit(AdamW8bit):
 
     def shared(self, shapes=None):
         return ()
+
+    def update_flops(self, shape, role=""):
+        return 20 * prod(shape)  # bitsandbytes' count kept for torchao's (not measured)
 
 
 OPTIMIZERS: dict[str, Optimizer] = {}

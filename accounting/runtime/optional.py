@@ -54,6 +54,15 @@ def import_matplotlib():
     ValueError (was: exit 3, 'internal error'): a UsageError naming the variable instead.
     ImportError (matplotlib not installed) is the caller's to word."""
     backend = os.environ.get("MPLBACKEND")
+    # matplotlib logs two warnings on import when its config folder cannot be made (an
+    # unwritable or missing HOME: "mkdir -p failed ...", "Matplotlib created a temporary
+    # cache directory ...", matplotlib/__init__.py _get_config_or_cache_dir) and uses a
+    # temporary one it removes at exit: an answer needs nothing from that folder, and a run
+    # that ends in an error must print its one line alone (issue 45)
+    import logging
+    log = logging.getLogger("matplotlib")
+    level = log.level
+    log.setLevel(logging.ERROR)
     try:
         import matplotlib
     except ValueError:
@@ -62,4 +71,6 @@ def import_matplotlib():
         raise UsageError(f"MPLBACKEND={shorten(backend, 60)} is not a backend matplotlib knows; "
                          "unset it (the report draws its figures into files, without a "
                          "display) or name one, e.g. MPLBACKEND=agg") from None
+    finally:
+        log.setLevel(level)
     return matplotlib

@@ -14,7 +14,7 @@ from accounting.formats.schemes import Scheme
 from accounting.planning.gpus import get_gpu
 from accounting.runtime.errors import UsageError
 from accounting.formats.loaded import Loaded, loaded
-from accounting.serving import engines, kv, shards, startup, timing
+from accounting.serving import engines, kv, max_len, shards, startup, timing
 from accounting.serving.activation import activation_peak, forward_peak
 from accounting.serving.startup import ZERO, Span
 from accounting.spec.config import ModelConfig
@@ -77,8 +77,16 @@ class ServePlan:
 
     @property
     def binding(self) -> StagePool:
-        """The stage that limits: least pool, then most weights."""
-        return min(self.stages, key=lambda s: (s.tokens, s.pool_bytes, -s.weights.high))
+        """The stage that limits: least pool, then most weights (among the stages that keep
+        anything per sequence, when any does: a stage of MLP-only layers holds no cache)."""
+        return min(_holding(self.stages), key=lambda s: (s.tokens, s.pool_bytes,
+                                                          -s.weights.high))
+
+    @property
+    def cacheless(self) -> bool:
+        """No layer keeps anything per sequence (no KV, no recurrent state: MLP-only
+        blocks): the pool bounds no sequence count; vLLM's max_num_seqs does."""
+        return not any(_per_sequence(s) for s in self.stages)
 
     @property
     def weights_bytes_per_gpu(self) -> int:
@@ -118,6 +126,8 @@ class ServePlan:
     @property
     def fits(self) -> bool:
         """Only when the pessimistic end fits."""
+        if self.cacheless:  # more sequences than max_num_seqs wait in the queue: they fit
+            return self.binding.pool_bytes > 0
         return self.binding.pool_bytes > 0 and self.max_concurrency >= (self.concurrency or 1)
 
     @property
@@ -149,7 +159,12 @@ def serve(config: ModelConfig, scheme: Scheme, *, gpu: str | None = None,
           mfu=Fraction(1, 2), bandwidth_efficiency=Fraction(8, 10), names=None,
           model_dtype_bytes: int = 2, peak_tflops=None, bandwidth_tbs=None,
           prompt: int | None = None, notes: tuple[str, ...] = (),
-          stored=None) -> ServePlan:
+          stored=None, max_model_len: int | None = None,
+          allow_long_context: bool = False) -> ServePlan:
+    """The serving plan. `max_model_len`: the engine's derived maximum context
+    (accounting/serving/max_len.py; default the config's context_length); a longer --ctx is
+    refused as the engine refuses it unless `allow_long_context` (its environment switch).
+    `stored`: a checkpoint's bytes as stored, per stage (accounting/checkpoint/stored.py)."""
     card = get_gpu(gpu) if gpu else None
     smi_bytes = memory_bytes  # --gpu-mem: what SGLang's nvidia-smi reading is too
     if memory_bytes is None:
@@ -160,6 +175,9 @@ def serve(config: ModelConfig, scheme: Scheme, *, gpu: str | None = None,
     arch = card.arch if card is not None else None
     nvlink = card is None or "PCIe" not in card.fabric.link
     ctx = ctx or config.context_length
+    notes = list(notes) + list(max_len.check(config, ctx, prompt, engine,
+                                             max_model_len or config.context_length,
+                                             allow_long_context))
     rec = engines.get_engine(engine, engine_version)
     d = rec.defaults(card.name if card else None, memory_bytes, smi_bytes, tp, pp, config.mla)
     if block_size is not None:
@@ -225,12 +243,12 @@ def serve(config: ModelConfig, scheme: Scheme, *, gpu: str | None = None,
         (pool, blocks, tokens), (pool_hi, _, tokens_hi) = ends
         pools.append(StagePool(st, caches, per_token, act, pool, blocks, tokens, w, pool_hi,
                                tokens_hi))
-    bind = min(pools, key=lambda s: (s.tokens, s.pool_bytes))
-    per_seq = kv.bytes_per_sequence(list(bind.caches), ctx, d.block_size)
-    max_conc = _most(pools, ctx, d.block_size, lambda p: p.pool_bytes) if per_seq else 0
-    max_hi = _most(pools, ctx, d.block_size, lambda p: p.pool_bytes_high) if per_seq else 0
-    longest = _longest(pools, concurrency or 1, d.block_size) if bind.pool_bytes > 0 else None
-    notes = list(notes)
+    bind = min(_holding(pools), key=lambda s: (s.tokens, s.pool_bytes))
+    max_conc = _most(pools, ctx, d.block_size, lambda p: p.pool_bytes, seqs)
+    max_hi = _most(pools, ctx, d.block_size, lambda p: p.pool_bytes_high, seqs)
+    bounded = any(kv.bytes_per_sequence(list(p.caches), ctx, d.block_size) for p in pools)
+    longest = (_longest(pools, concurrency or 1, d.block_size)
+               if bind.pool_bytes > 0 and bounded else None)  # None: no bound, or no pool
     if rec.profiled and ctx > n_tokens:
         notes.append(f"vLLM prefills a {ctx:,}-token prompt in chunks of {n_tokens:,} "
                      f"(max_num_batched_tokens; chunked prefill)")
@@ -254,10 +272,26 @@ def serve(config: ModelConfig, scheme: Scheme, *, gpu: str | None = None,
                      other, graphs, max_hi, seqs)
 
 
-def _most(pools, ctx: int, block: int, pool_of) -> int:
-    """The most sequences of ctx tokens every stage's pool holds."""
-    return min(max(pool_of(p), 0) // kv.bytes_per_sequence(list(p.caches), ctx, block)
-               for p in pools)
+def _most(pools, ctx: int, block: int, pool_of, seqs: int) -> int:
+    """The most sequences of ctx tokens every stage's pool holds: each stage that keeps
+    something per sequence bounds the count by its pool; a model that keeps nothing (MLP-only
+    blocks: no KV, no state) is bounded by the scheduler's max_num_seqs alone (vLLM's
+    SchedulerConfig; SGLang's max_running_requests), not 0."""
+    if any(pool_of(p) <= 0 for p in pools):
+        return 0
+    bounds = [pool_of(p) // need for p in pools
+              if (need := kv.bytes_per_sequence(list(p.caches), ctx, block))]
+    return min(bounds) if bounds else seqs
+
+
+def _per_sequence(p: StagePool) -> bool:
+    return any(c.bytes_per_token or c.state_bytes for c in p.caches)
+
+
+def _holding(pools):
+    """The stages that keep something per sequence or have no pool at all, else all (a
+    cacheless model)."""
+    return [p for p in pools if _per_sequence(p) or p.pool_bytes <= 0] or list(pools)
 
 
 def _longest(pools, batch: int, block: int) -> int:

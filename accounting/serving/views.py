@@ -46,7 +46,12 @@ def answer(p: ServePlan) -> Table:
     conc = p.concurrency
     lines = []
     pool = _span(max(b.pool_bytes, 0), max(p.kv_pool_bytes_per_gpu_high, 0))
-    if p.fits and conc is None:
+    if p.fits and p.cacheless:
+        lines.append(_line("fits", f"yes: no layer keeps a KV cache or a recurrent state "
+                                   f"(MLP-only blocks), so the pool bounds no sequence count: "
+                                   f"up to {grouped(p.max_concurrency)} sequences at once "
+                                   f"(max_num_seqs), any context length"))
+    elif p.fits and conc is None:
         lines.append(_line("fits", f"yes: up to {_count(p.max_concurrency, p.max_concurrency_high)}"
                                    f" sequences of {grouped(p.ctx)} tokens in a {pool} KV pool "
                                    f"per GPU"))

@@ -377,6 +377,7 @@ class ModelConfig:
                               help="each block's output times a one-element buffer (Gemma 4)")
 
     def __post_init__(self) -> None:
+        _plain_numbers(self)
         validate(self)
 
     # ---- derived sizes ------------------------------------------------------------------
@@ -478,3 +479,18 @@ class ModelConfig:
             return self
         return replace(self, name=self.name if self.name == "custom" else f"{self.name} (modified)",
                        **changed)
+
+
+def _plain_numbers(c: ModelConfig) -> None:
+    """numpy's scalars as the Python numbers they hold, as analyze() takes them (issue 45:
+    ModelConfig refused np.int64(100) as 'not a positive integer'): an integer type is one
+    with __index__ (never bool), a numpy float is read by float(). Nothing is imported."""
+    for f in fields(c):
+        v = getattr(c, f.name)
+        if isinstance(v, (bool, int, float, str)) or v is None:
+            continue
+        if type(v).__module__ == "numpy":
+            if hasattr(v, "__index__") and type(v).__name__ != "bool":
+                object.__setattr__(c, f.name, v.__index__())
+            elif hasattr(v, "is_integer"):  # numpy's floating scalars
+                object.__setattr__(c, f.name, float(v))

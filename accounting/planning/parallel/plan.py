@@ -379,6 +379,9 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
                              f"{measured_tokens_per_second}")
     seq = config.context_length if seq is None else seq
     check_workload(seq, layout.global_batch, config)
+    # Megatron (flash) and torchtitan (SDPA) run a fused kernel whatever --attention says:
+    # the plan counts the attention that runs, and context parallelism needs nothing more
+    config = stack.as_run(config)
     check_layout(config, layout, seq)
     check_stack(stack.stack, config, layout, stack.dropout)
     check_optimizer(optimizer, data_layout(layout), precision)

@@ -70,7 +70,7 @@ def search(config: ModelConfig, base: Layout, seq: int, *, precision: Precision,
     # context parallelism replaces a fused attention kernel: tried only with --attention sdpa
     # (every degree 2·cp divides T), unless fixed; virtual stages: 1, and 2 where the pipeline
     # has the layers and the micro-batches for them (Megatron-LM: m a multiple of pp)
-    if fix_cp or config.attention != "sdpa":
+    if fix_cp or stack.as_run(config).attention != "sdpa":  # megatron, torchtitan: fused
         cps = (base.cp,)
     else:  # down to MIN_CP_TOKENS a rank: below, the K/V exchange outweighs its attention
         cps = tuple(c for c in divisors(n) if seq % (2 * c) == 0
@@ -100,7 +100,7 @@ def search(config: ModelConfig, base: Layout, seq: int, *, precision: Precision,
                     rejected.append(Rejected(lo, f"does not fit (ZeRO-{zero + 1} did not: "
                                                  f"this stage holds more)", short))
                     continue
-                found = problems(config, lo, seq) or stack_problems(stack.stack, config, lo,
+                found = problems(stack.as_run(config), lo, seq) or stack_problems(stack.stack, config, lo,
                                                                      stack.dropout)
                 if found:
                     rejected.append(Rejected(lo, found[0]))

@@ -35,6 +35,18 @@ class StackRun:
     def name(self) -> str:
         return self.stack.name
 
+    @property
+    def fused_attention(self) -> bool:
+        """Megatron-Core with its default kernel runs Transformer Engine's flash attention,
+        torchtitan its Llama's F.scaled_dot_product_attention, whatever --attention says (the
+        ledgers they plan are built so: megatron.ledger_split, memory() below): context
+        parallelism's ring attention replaces that kernel, without --attention sdpa."""
+        return (self.name == MEGATRON and self.kernel == M.FLASH) or self.name == TORCHTITAN
+
+    def as_run(self, config: ModelConfig) -> ModelConfig:
+        """The config with the attention kernel this stack runs (for the layout's checks)."""
+        return replace(config, attention="sdpa") if self.fused_attention else config
+
     def megatron_layer(self, config, layout: Layout, seq: int) -> list[tuple[str, str | None, int]]:
         """(name, Korthikanti's term, bytes at b = 1) of one block under Megatron."""
         return M.layer(config, layout, seq, self.dropout > 0, self.kernel, self.fp8)

@@ -282,21 +282,30 @@ def time_table(p: ParallelPlan) -> Table:
                      "--nvlink-gbs and --network-gbs.")
     if p.steps is not None:
         x = p.mfu * hw.peak_flops
-        n = _parameters(p)
+        n, total = _parameters(p)
         meg = megatron_seconds(p.steps * p.tokens_per_step, n, lo.gpus, x,
                                recompute=lo.recompute == "full")
         k = 8 if lo.recompute == "full" else 6
         cite = "eq. (4)" if k == 8 else "§5.1's text beside eq. (4), without recomputation"
+        which = (f"{n:,} active per token of {total:,} (a token runs through "
+                 f"{p.config.experts_per_token} of {p.config.num_experts} routed experts)"
+                 if n != total else f"{n:,}")
         notes.append(f"Megatron-LM's end-to-end estimate {k}·T·P/(n·X) (Narayanan et al. 2021, "
-                     f"{cite}) with T = {p.steps * p.tokens_per_step:,} tokens, P = {n:,}, n = "
+                     f"{cite}) with T = {p.steps * p.tokens_per_step:,} tokens, P = {which}, n = "
                      f"{lo.gpus}, X = {_num(x / TERA)} TFLOP/s: {_seconds(meg)} (no bubble, no "
                      f"communication, attention FLOPs left out).")
     return Table("Step time (estimate)", ("", "seconds"), tuple(rows), align="lr", notes=tuple(notes))
 
 
-def _parameters(p: ParallelPlan) -> int:
-    from accounting.planning.memory import parameter_count, values
-    return parameter_count(p.config).evaluate(values(p.config, p.seq, 1))
+def _parameters(p: ParallelPlan) -> tuple[int, int]:
+    """(P of Megatron's estimate, all parameters). Narayanan et al. 2021 derive 8·T·P/(n·X)
+    for a dense model, where each token meets every parameter in one multiply-add (2·P FLOPs
+    forward, §5.1); a mixture of experts sends a token through k of its E routed experts,
+    so P is the active count (Mixtral's 12.9B of 46.7B), not all of them: DeepSeek-V3's
+    671B gave 18 times its 37B-active time (issue 45)."""
+    from accounting.analysis.workload import analyze
+    a = analyze(p.config, p.seq, 1)
+    return a.active_param_count, a.param_count
 
 
 def tables(p: ParallelPlan) -> list[Table]:
