@@ -182,8 +182,10 @@ CONFIG_NAME = "config.json"  # how the page's pasted config is named in argv and
 
 
 def argv(query: Mapping[str, str], config_path: str | None = None, json: bool = False,
-         overrides: Mapping[str, str] | None = None) -> list[str]:
-    """The CLI's argv for a query (`config_path`: where the pasted config was written)."""
+         overrides: Mapping[str, str] | None = None, fmt: str | None = None) -> list[str]:
+    """The CLI's argv for a query (`config_path`: where the pasted config was written;
+    json, or fmt: the output format, which goes before the model: after a '--' it would be
+    a positional)."""
     q = question_of(query)
     values = {**query, **(overrides or {})}
     out = list(q.prefix) + list(q.fixed)
@@ -191,8 +193,8 @@ def argv(query: Mapping[str, str], config_path: str | None = None, json: bool = 
         out += f.argv(values.get(f.name, ""))
     if config_path:
         out.append(f"--config={config_path}")
-    if json:
-        out.append("--format=json")
+    if json or fmt:
+        out.append(f"--format={fmt or 'json'}")
     model = values.get("model", "").strip()
     if model:
         out += (["--", model] if model.startswith("-") else [model])

@@ -13,6 +13,15 @@ from accounting.web.answer import MAX_CONFIG_CHARS, split_tables
 _STATIC = __file__.rsplit("/", 1)[0]
 
 
+def script_json(value) -> str:
+    """JSON to sit inside <script type="application/json">: '<', '>' and '&' written as
+    \\u003c, \\u003e, \\u0026 (the same string to JSON.parse), so no text in the data (a
+    config's name) can close the element ('</script') or open an HTML comment ('<!--', which
+    the HTML parser's script-data states track: it can swallow the closing tag)."""
+    return (json.dumps(value, ensure_ascii=True).replace("<", "\\u003c")
+            .replace(">", "\\u003e").replace("&", "\\u0026"))
+
+
 def _static(name: str) -> str:
     with open(f"{_STATIC}/{name}", encoding="utf-8") as f:
         return f.read()
@@ -131,7 +140,7 @@ def _result(query: dict, a) -> str:
     rest = "".join(f'<details class="table" open><summary>{escape(t or "details")}</summary>'
                    f'<pre>{escape(b)}</pre></details>' for t, b in blocks[1:])
     notes = "".join(f"<li>{escape(n)}</li>" for n in a.notes)
-    data = json.dumps(a.data, ensure_ascii=True).replace("</", "<\\/") if a.data else "null"
+    data = script_json(a.data) if a.data else "null"
     return f"""<section id="result">
 <pre id="answer">{escape(first)}</pre>
 {f'<ul id="notes">{notes}</ul>' if notes else ''}

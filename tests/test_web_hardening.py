@@ -1,0 +1,174 @@
+"""The web server's refusals and the page's escaping (issue 45; accounting/web/server.py,
+page.py, form.py), each checked on a live loopback server through raw sockets or
+urllib: the HTTP status and the one line are what the issue asks (4xx, one line), the
+page's JSON parsed back by json.loads equals the CLI's own JSON (an independent path,
+`python -m accounting --format json` in its own process)."""
+from __future__ import annotations
+
+import http.client
+import json
+import re
+import socket
+import threading
+from urllib.parse import urlencode
+
+import pytest
+
+from accounting.web import form, page, server as S
+from accounting.web.server import make_server, url
+from test_web import cli, get
+
+
+@pytest.fixture()
+def live():
+    srv = make_server(0)
+    t = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    t.start()
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+
+
+def _raw(srv, request: bytes, wait: float = 20) -> bytes:
+    """Send bytes, read until the server closes or `wait` seconds of silence."""
+    host, port = srv.server_address[:2]
+    with socket.create_connection((host, port), timeout=wait) as s:
+        s.sendall(request)
+        out = b""
+        try:
+            while True:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                out += chunk
+                if b"\r\n\r\n" in out:
+                    head, _, body = out.partition(b"\r\n\r\n")
+                    m = re.search(rb"Content-Length: (\d+)", head)
+                    if m and len(body) >= int(m.group(1)):
+                        break
+        except socket.timeout:
+            pass
+    return out
+
+
+def _status_and_body(raw: bytes) -> tuple[int, str]:
+    head, _, body = raw.partition(b"\r\n\r\n")
+    return int(head.split()[1]), body.decode()
+
+
+def test_more_than_1000_fields_refused_in_one_line(live):
+    """Was: parse_qsl's ValueError past max_num_fields dropped every field and the default
+    page (gpt2-xl at 16k) was answered, status 200."""
+    base = url(live)
+    many = "&".join(f"x{i}=1" for i in range(1001))
+    for path in ("/", "/download.json"):
+        status, body = get(base, f"{path}?model=gpt2-small&{many}")
+        assert (status, body) == (400, "a query or form has at most 1,000 fields\n")
+    status, body = get(base, "/", data=many.encode())  # the same bound on a form body
+    assert (status, body) == (400, "a query or form has at most 1,000 fields\n")
+    # 1,000 fields are still a question (the bound is parse_qsl's max_num_fields)
+    ok = "&".join(["model=gpt2-small", "ctx=64"] + [f"x{i}=1" for i in range(998)])
+    status, body = get(base, f"/download.json?{ok}")
+    assert status == 200 and json.loads(body)["config"]["name"] == "gpt2-small"
+
+
+@pytest.mark.parametrize("host, allowed", [
+    ("127.0.0.1:{port}", True), ("localhost:{port}", True), ("localhost", True),
+    ("[::1]:{port}", True), ("LOCALHOST:{port}", True),
+    ("attacker.example:{port}", False),  # DNS rebinding: the page's own name
+    ("127.0.0.1.nip.io:{port}", False), ("127.0.0.1:1", False), ("", False),
+])
+def test_host_header_checked_on_loopback(live, host, allowed):
+    port = live.server_address[1]
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    conn.putrequest("GET", "/healthz", skip_host=True)
+    conn.putheader("Host", host.format(port=port))
+    conn.endheaders()
+    r = conn.getresponse()
+    body = r.read().decode()
+    conn.close()
+    if allowed:
+        assert (r.status, body) == (200, "ok\n")
+    else:
+        assert r.status == 403 and body.count("\n") == 1 and "Host header" in body
+
+
+def test_host_check_is_off_on_a_public_bind():
+    # app.py in a Space binds 0.0.0.0 and is reached by its public name
+    assert S.is_loopback("127.0.0.1") and not S.is_loopback("0.0.0.0")
+    assert S.host_allowed("example.hf.space", "127.0.0.1", 80) is False
+
+
+def test_a_short_form_body_does_not_hold_a_thread(live, monkeypatch):
+    """Was: no socket timeout; Content-Length 100 and 10 bytes sent held the handler's
+    thread in rfile.read forever. Now the connection times out (408, one line) and the
+    server answers others meanwhile."""
+    # the default: a finite socket timeout (socketserver's default is None: block forever)
+    assert S.Handler.timeout == S.TIMEOUT_S == 30
+    monkeypatch.setattr(S.Handler, "timeout", 1)
+    port = live.server_address[1]
+    done = {}
+
+    def slow():
+        done["raw"] = _raw(live, b"POST / HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n"
+                                 b"Content-Length: 100\r\n\r\nmodel=gpt" % port, wait=60)
+    t = threading.Thread(target=slow)
+    t.start()
+    assert get(url(live), "/healthz") == (200, "ok\n")  # another connection is answered
+    t.join(90)
+    assert not t.is_alive()
+    status, body = _status_and_body(done["raw"])
+    assert (status, body) == (408, "the form body did not arrive within 1 s\n")
+
+
+def test_script_json_cannot_close_or_comment_the_script_element(live, tmp_path):
+    """Was: only '</' was escaped: a config name with '<!--' went raw into the page's
+    <script type="application/json">, where '<!--<script>' makes the HTML parser take the
+    element's closing tag as text. Now no '<', '>' or '&' is in the element, and its JSON
+    is the CLI's own."""
+    name = "x</script><!--<script>&y"
+    cfg = {"name": name, "vocab_size": 100, "context_length": 64, "num_layers": 2,
+           "d_model": 64, "num_heads": 4}
+    text = json.dumps(cfg)
+    _, html = get(url(live), "/", data=urlencode({"model": "", "config": text, "ctx": "32"}).encode())
+    m = re.search(r'<script type="application/json" id="data">(.*?)</script>', html, re.S)
+    inner = m.group(1)
+    assert not set("<>&") & set(inner)
+    (tmp_path / "pasted-config").mkdir()
+    (tmp_path / "pasted-config" / "config.json").write_text(text)
+    theirs = json.loads(cli("--config", str(tmp_path / "pasted-config" / "config.json"),
+                            "--ctx", "32", "--no-verify", "--format", "json").stdout)
+    assert json.loads(inner) == theirs and theirs["config"]["name"] == name
+    # the unit: the same string back, none of the three characters
+    s = page.script_json({"a": "<!--</script>&"})
+    assert json.loads(s) == {"a": "<!--</script>&"} and not set("<>&") & set(s)
+
+
+def test_dash_led_model_is_the_model_not_a_flag(live):
+    """form.argv puts '--' before a model name that starts with '-': the CLI reads it as
+    the model (an unknown one, named in its message), never as a flag (-o would be
+    --output: a path on the server's disk)."""
+    q = {"model": "-o", "ctx": "1"}
+    args = form.argv(form.with_defaults(q))
+    assert args[-2:] == ["--", "-o"]
+    assert form.argv(form.with_defaults({"model": "gpt2-xl"}))[-1] == "gpt2-xl"
+    status, body = get(url(live), "/download.json?" + urlencode(q))
+    assert status == 400 and "unknown model '-o'" in body
+    _, html = get(url(live), "/?" + urlencode(q))
+    assert 'id="error-model"' in html and "unknown model" in html
+
+
+def test_size_bounds_are_the_documented_ones(live):
+    """The page's bounds, each at the bound and one past it: a form body of 4 MiB (413,
+    one line, before reading it), a pasted config of 1 MiB (the CLI's bound, beside the
+    config), a layout search of 4,096 GPUs (refused beside --gpus past it)."""
+    port = live.server_address[1]
+    raw = _raw(live, b"POST / HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nContent-Length: %d\r\n\r\n"
+               % (port, 4 * 2**20 + 1))
+    assert _status_and_body(raw) == (413, "a form body has at most 4,194,304 bytes\n")
+    assert S.MAX_BODY_BYTES == 4 * 2**20 and form.MAX_SEARCH_GPUS == 4096
+    base = url(live)
+    q = {"question": "layouts", "model": "gpt2-small", "gpu": "H100", "search": "1", "ctx": "1024"}
+    _, html = get(base, "/?" + urlencode({**q, "gpus": "4097"}))
+    assert 'id="error-gpus"' in html and "4,096" in html
+    assert form.page_refusal({**q, "gpus": "4096"}) is None
