@@ -56,13 +56,13 @@ QUESTIONS: dict[str, Question] = {q.key: q for q in (
     Question("flops", "FLOPs and where they go", (), ("--no-verify",), _main_parser,
              {"ctx": "16384"}, ("workload",)),
     Question("plan", "Training plan (one GPU)", ("plan",), (), _subparser("plan"),
-             {"gpu": "H100"}, ("workload", "hardware", "time", "training", "recipe"), True),
+             {"gpu": "H100"}, ("hardware", "workload", "time", "training", "recipe"), True),
     Question("serve", "Serving plan", ("serve",), (), _subparser("serve"),
              {"gpu": "H100", "ctx": "8192"}, ("hardware", "weights", "workload")),
     Question("layouts", "Layouts for many GPUs", ("plan",), (), _subparser("plan"),
              {"gpu": "H100", "gpus": "8", "search": "1", "ctx": "4096", "precision": "bf16-mixed",
               "recompute": "full"},
-             ("workload", "hardware", "many GPUs", "training", "recipe")),
+             ("hardware", "workload", "many GPUs", "training", "recipe")),
 )}
 DEFAULT_QUESTION = "flops"
 DEFAULT_MODEL = "gpt2-xl"
