@@ -31,34 +31,9 @@ from accounting.planning.finetune import LoRA, resolve  # noqa: E402
 from accounting.runtime.errors import UsageError  # noqa: E402
 from accounting.spec.hf_config import translate  # noqa: E402
 from accounting.spec.hf_schema import TYPES  # noqa: E402
+from lora_families import families  # noqa: E402
 
 FRONTIER = Path(__file__).resolve().parents[2] / "shared" / "frontier"
-
-
-def _families():
-    """(label, config.json object): one small config per family the suite already has."""
-    from hf_examples import CONFIGS as DENSE
-    from hf_moe_examples import CONFIGS as MOE
-    from hf_h3_examples import CONFIGS as H3
-    import test_hf_frontier_moe as FM
-    import test_hf_nemotron_h_moe as NHM
-    import test_hf_nemotron_h as NH
-    import test_hf_granitemoehybrid as GR
-    import test_hf_falcon_h1 as FH
-    import test_hf_jamba as JA
-    import test_hf_lfm2 as LF
-    import test_hf_kimi_linear as KL
-    import test_hf_qwen3_5 as Q35
-    import test_hf_deepseek_v32 as V32
-    out = {f"dense:{k}": v for k, v in DENSE.items()}
-    out.update({f"moe:{k}": v for k, v in MOE.items() if k in ("mixtral", "qwen3_moe", "deepseek_v3")})
-    out.update({f"h3:{k}": v for k, v in H3.items() if k in ("deepseek_v2", "gpt_oss")})
-    out.update({f"frontier_moe:{k}": v for k, v in FM.CONFIGS.items()})
-    out.update({"nemotron_h_moe": NHM.DATA, "nemotron_h": NH.DATA, "granitemoehybrid": GR.DATA,
-                "falcon_h1": FH.DATA, "jamba": JA.DATA, "lfm2": LF.DATA, "kimi_linear": KL.DATA})
-    out.update({f"qwen3_5:{k}": v for k, v in getattr(Q35, "CONFIGS", {}).items()})
-    out.update({f"deepseek_v32:{k}": v for k, v in V32.CONFIGS.items()})
-    return out
 
 
 def _frontier():
@@ -89,9 +64,12 @@ def _tool(data, targets):
 
 
 def _candidates(model):
+    from transformers.pytorch_utils import Conv1D  # GPT-2's c_attn, c_proj, c_fc
     linear = {n.rsplit(".", 1)[-1] for n, m in model.named_modules()
-              if isinstance(m, torch.nn.Linear) and n != "lm_head"}
-    extra = {"down_proj", "gate_proj", "up_proj", "w1", "w2", "w3", "out_proj"}
+              if isinstance(m, (torch.nn.Linear, Conv1D)) and n != "lm_head"}
+    # the conversion's names, Mamba's refusals, and modules that are no linear layer
+    extra = {"down_proj", "gate_proj", "up_proj", "w1", "w2", "w3", "out_proj", "conv1d",
+             "mlp", "mamba", "mixer", "self_attn", "experts", "embed_tokens", "layers", "0"}
     return [(n,) for n in sorted(linear | extra)] + [("gate_proj", "up_proj"),
                                                      ("gate_proj", "up_proj", "down_proj")]
 
@@ -116,7 +94,7 @@ def _compare(label, data):
 @pytest.mark.slow
 def test_every_family_targets_as_peft_does():
     wrong = []
-    for label, data in _families().items():
+    for label, data in families().items():
         wrong += _compare(label, data)
     assert not wrong, "\n".join(wrong)
 

@@ -288,10 +288,15 @@ def _linears(config: ModelConfig) -> list[tuple[bool, str, tuple, tuple]]:
     the modules a Linear's matmul runs in (routed experts excluded: stacked weights)."""
     lg = ledger(config)
     experts = {(p.per_layer, p.module) for p in lg.params if p.routed_expert}
+    # a matmul run in a module that holds parameters but no weight of its own is not a
+    # Linear's (Jamba's dt_proj weight, read by the Mamba mixer: PEFT's "mamba" is the mixer)
+    owners = {(p.per_layer, p.module) for p in lg.params}
+    weights = {(p.per_layer, p.module) for p in lg.params if p.name.endswith(p.module + ".weight")}
     out, seen = [], set()
     for m in lg.forward:
         key = (m.per_layer, m.module)
-        if m.grads != ("dX", "dW") or key in experts or key in seen or m.batch:
+        if m.grads != ("dX", "dW") or key in experts or key in seen or m.batch or \
+                (key in owners and key not in weights):
             continue
         seen.add(key)
         out.append((m.per_layer, m.module, m.n, m.p))
@@ -373,11 +378,36 @@ def resolve(config: ModelConfig, lora: LoRA, names=None, precision_autocast: str
                                  "ParamWrapper does not work with lora_dropout != 0")
             expert_groups = tuple(LT.LEDGER_EXPERTS[k] for k in ("gate_up_proj", "down_proj")
                                   if k in params)
+        embeddings = {module_path(names, False, m).rsplit(".", 1)[-1]
+                      for m in ("token_embeddings", "position_embeddings")}
+        # every module that holds parameters, by each part of its path: a name that is one
+        # of them but no linear layer is one PEFT matches and then wraps (an embedding, a
+        # Conv1d) or refuses ("Target module ... is not supported": a norm, an MLP block)
+        modules = {part for p in ledger(config).params
+                   for part in module_path(names, p.per_layer, p.module).split(".")} \
+            | set((names.blocks if names is not None else "layers").split("."))
         for name in left:
+            if name in by_name or name in routed or name in routers:
+                continue
             why = LT.UNUSED_ADAPTERS.get(model_type or "", {}).get(name)
             if why:
                 raise UsageError(f"--lora-targets {name} on {model_type} is not planned: PEFT wraps "
                                  f"it, but {why}; leave it out")
+            if name in embeddings:
+                raise UsageError(f"--lora-targets {name}: PEFT wraps the embedding "
+                                 "(lora.Embedding), which is not planned; name linear layers, "
+                                 f"e.g. {', '.join(valid[:4])}")
+            if name == "conv1d" and name in modules:
+                if LT.mamba_refused(model_type, [name]):
+                    raise UsageError(f"--lora-targets: PEFT 0.21.2 refuses LoRA on conv1d of a "
+                                     f"Mamba-based model ({model_type}); leave it out")
+                raise UsageError("--lora-targets conv1d: PEFT wraps the convolution "
+                                 "(lora.Conv1d), which is not planned; leave it out")
+            if name in modules or name.isdigit():
+                raise UsageError(f"--lora-targets {name}: PEFT 0.21.2 refuses it: it names a "
+                                 "module that is no layer type LoRA wraps (only linear layers, "
+                                 f"embeddings and convolutions); valid names: {', '.join(valid)}")
+        for name in left:
             if name in routed or name in routers:
                 raise UsageError(f"--lora-targets {name}: a mixture of experts' routed experts and "
                                  "router are not planned (PEFT wraps no linear layer by this name "

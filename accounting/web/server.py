@@ -119,12 +119,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def _handle(self, body: str = "") -> None:
         try:
-            host, port = self.server.server_address[:2]
-            # only a loopback server is guarded: one bound to 0.0.0.0 (app.py in a Space's
-            # container) is meant to be reached by its public name
-            if is_loopback(host) and not host_allowed(self.headers.get("Host"), host, port):
-                raise Refused(HTTPStatus.FORBIDDEN, "this server answers requests to "
-                              f"{LOOPBACK}:{port} or localhost:{port} only (Host header)")
+            self._check_host()
             url = urlsplit(self.path)
             query = _query(url.query)
             query.update(_query(body))
@@ -141,12 +136,26 @@ class Handler(BaseHTTPRequestHandler):
             except OSError:
                 pass
 
+    def _check_host(self) -> None:
+        host, port = self.server.server_address[:2]
+        # only a loopback server is guarded: one bound to 0.0.0.0 (app.py in a Space's
+        # container) is meant to be reached by its public name
+        if is_loopback(host) and not host_allowed(self.headers.get("Host"), host, port):
+            raise Refused(HTTPStatus.FORBIDDEN, "this server answers requests to "
+                          f"{LOOPBACK}:{port} or localhost:{port} only (Host header)")
+
     def do_GET(self) -> None:
         self._handle()
 
     do_HEAD = do_GET
 
     def do_POST(self) -> None:
+        try:  # a foreign Host is refused before its body is read
+            self._check_host()
+        except Refused as e:
+            self.close_connection = True
+            self._send(e.status, e.line + "\n", "text/plain; charset=utf-8")
+            return
         try:
             n = int(self.headers.get("Content-Length") or 0)
         except ValueError:
