@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import re
 import sys
 import threading
 import time
@@ -69,7 +70,8 @@ def main() -> int:
     if ns.web:
         web()
     srv.shutdown()
-    kinds = collections.Counter(b.split(":")[0] + ": " + b.split(": ", 2)[-1].split(" (")[0][:60]
+    kinds = collections.Counter(re.sub(r"\d[\d,]*", "N", b.split(":")[0] + ": " +
+                                       b.split(": ", 2)[-1].split(" (")[0][:60])
                                 for b in breaches)
     print(f"code: {ns.code}; {counts['lora']} LoRA cases over {len(fams)} family configs, "
           f"{counts['web']} web requests, {time.time() - t0:.0f} s")

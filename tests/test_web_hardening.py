@@ -172,3 +172,52 @@ def test_size_bounds_are_the_documented_ones(live):
     _, html = get(base, "/?" + urlencode({**q, "gpus": "4097"}))
     assert 'id="error-gpus"' in html and "4,096" in html
     assert form.page_refusal({**q, "gpus": "4096"}) is None
+
+
+# ---- assertions the mutation audit asked for (benchmarks/mutate_web.py survivors) --------
+def test_renderers_escape_every_text_they_place():
+    """The plots' captions, legends and tooltips and the form's choices escape what they
+    place (a survivor: escape() dropped from the caption or an option passed every test,
+    since no shipped text has '<' or '&')."""
+    from accounting.web import plots
+    hostile = "<b>&x</b>"
+    svg = plots.stacked_bars([(hostile, [1.0])], [hostile], hostile, "p", 1.0, [hostile],
+                             ends=[hostile])
+    assert "<b>" not in svg and svg.count("&lt;b&gt;&amp;x&lt;/b&gt;") >= 4
+    f = form.Field("x", "--x", form.CHOICE, hostile, "g", (hostile,), hostile)
+    html = page._input(f, hostile, None)
+    assert "<b>" not in html and "&lt;b&gt;&amp;x&lt;/b&gt;" in html
+
+
+def test_flops_plot_has_every_component_at_every_context(live):
+    """Each of the five contexts' bars has one segment per component the CLI's JSON names
+    (a survivor: the components' list left empty drew no segment and passed)."""
+    from accounting.web.answer import SWEEP_CTX
+    _, html = get(url(live), "/?model=gpt2-small&ctx=1024")
+    svg = re.search(r'<figure class="plot" id="plot-flops">(.*?)</figure>', html, re.S).group(1)
+    shown = re.findall(r"<title>([^<:]*): [0-9.]+%</title>", svg)
+    theirs = json.loads(cli("gpt2-small", "--ctx", "1024", "--no-verify", "--format", "json").stdout)
+    names = set(theirs["components"]["executed"]["shares"])
+    assert len(shown) == len(SWEEP_CTX) * len(names) and set(shown) == names
+
+
+def test_layout_labels_carry_the_cli_tables_degrees(live):
+    """Each layout bar's label has the degrees of the CLI's layouts table row of the same
+    rank: tp, pp and dp always, v (virtual stages) only where it is not 1 (a survivor: the
+    v shown where it is 1 and hidden where it is 2 passed)."""
+    q = {"question": "layouts", "model": "gpt2-xl", "gpu": "H100", "gpus": "8", "search": "1",
+         "ctx": "4096", "precision": "bf16-mixed", "recompute": "full"}
+    _, html = get(url(live), "/?" + urlencode(q))
+    svg = re.search(r'<figure class="plot" id="plot-layouts">(.*?)</figure>', html, re.S).group(1)
+    labels = re.findall(r'text-anchor="end">(tp[^<]*)</text>', svg)
+    text = cli("plan", "gpt2-xl", "--gpu", "H100", "--gpus", "8", "--search", "--ctx", "4096",
+               "--precision", "bf16-mixed", "--recompute", "full").stdout
+    rows = [line.split() for line in text.splitlines() if re.match(r"^\d+ +\d+ +\d+ +\d+ +\d+ ", line)]
+    assert labels and len(labels) <= len(rows)
+    head = next(line.split() for line in text.splitlines() if line.startswith("#"))
+    col = {name: head.index(name) for name in ("tp", "pp", "v", "dp")}
+    assert any(r[col["v"]] != "1" for r in rows[:len(labels)])  # the case is exercised
+    for label, row in zip(labels, rows):
+        tp, pp, v, dp = (row[col[c]] for c in ("tp", "pp", "v", "dp"))
+        assert label.startswith(f"tp{tp} pp{pp}" + (f" v{v}" if v != "1" else "") + " ")
+        assert f" dp{dp}" in label
