@@ -157,7 +157,10 @@ def send(port: int, req, bound: float) -> tuple[bytes, bool]:
     try:
         s.sendall(head.encode() + b"\r\n" + payload)
         if body == "short-closed":
-            s.shutdown(socket.SHUT_WR)
+            try:
+                s.shutdown(socket.SHUT_WR)
+            except OSError:  # the server answered and closed first (a refusal)
+                pass
         while True:
             chunk = s.recv(65536)
             if not chunk:
@@ -165,8 +168,8 @@ def send(port: int, req, bound: float) -> tuple[bytes, bool]:
             out += chunk
     except socket.timeout:
         timely = False
-    except ConnectionResetError:
-        pass
+    except (ConnectionResetError, BrokenPipeError):
+        pass  # what the server sent before it closed is judged
     finally:
         s.close()
     return out, timely
