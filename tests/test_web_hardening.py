@@ -221,3 +221,32 @@ def test_layout_labels_carry_the_cli_tables_degrees(live):
         tp, pp, v, dp = (row[col[c]] for c in ("tp", "pp", "v", "dp"))
         assert label.startswith(f"tp{tp} pp{pp}" + (f" v{v}" if v != "1" else "") + " ")
         assert f" dp{dp}" in label
+
+
+def test_table_titles_and_open_groups():
+    """The tables' titles (which can carry a config's name) are escaped in their summaries,
+    and a closed group holding a given value opens (survivors of the audit)."""
+    from accounting.web.answer import Answer
+    q = form.with_defaults({"model": "gpt2-small"})
+    a = Answer(q, form.question_of(q), command="c", text="A\n=\nx\n\n<b>&t\n=====\nrow\n")
+    html = page._result(q, a)
+    assert "<b>" not in html and "&lt;b&gt;&amp;t" in html
+    q = {"model": "gpt2-small", "num_layers": "4"}
+    groups = re.findall(r'<details class="group"( open)?><summary>([^<]*)</summary>'
+                        r'<div class="fields">(.*?)</div></details>', page._groups(
+                            form.question_of(q), q, None), re.S)
+    holder = next(g for g in groups if 'name="num_layers"' in g[2])
+    assert holder[0] == " open", holder[1]
+
+
+def test_flops_plot_contexts_and_gpu_bound_spellings(live):
+    """The FLOPs plot's rows are the issue's contexts, 1k to 16k doubling (1,024 … 16,384);
+    the page's --gpus bound reads 4_097 and 4,097 as the CLI reads them (survivors)."""
+    _, html = get(url(live), "/?model=gpt2-small&ctx=1024")
+    svg = re.search(r'<figure class="plot" id="plot-flops">(.*?)</figure>', html, re.S).group(1)
+    rows = re.findall(r'text-anchor="end">(T = [0-9,]+)</text>', svg)
+    assert rows == [f"T = {1024 * 2 ** i:,}" for i in range(5)]
+    q = {"question": "layouts", "search": "1"}
+    for spelled in ("4_097", "4,097", "4097"):
+        assert form.page_refusal({**q, "gpus": spelled})[0] == "gpus"
+    assert form.page_refusal({**q, "gpus": "4_096"}) is None
