@@ -60,6 +60,11 @@ def mutants(files: list[Path]) -> list[tuple[Path, int, str, str]]:
     return out
 
 
+def _line(m) -> str:
+    f, i, before, after = m
+    return f"{f.relative_to(ROOT)}:{i + 1}: {before.strip()[:70]!r} -> {after.strip()[:70]!r}"
+
+
 def compiles(text: str) -> bool:
     try:
         compile(text, "<mutant>", "exec")
@@ -74,10 +79,16 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=45)
     ap.add_argument("--tests", nargs="*", default=list(TESTS))
     ap.add_argument("--timeout", type=int, default=600)
+    ap.add_argument("--replay", type=Path, help="an earlier run's output: run only the "
+                    "mutants it printed as SURVIVED (after new assertions)")
     ns = ap.parse_args()
     files = sorted((ROOT / "accounting" / "web").glob("*.py"))
     every = mutants(files)
     random.Random(ns.seed).shuffle(every)
+    if ns.replay:
+        wanted = {line.split(" ", 1)[1].strip() for line in ns.replay.read_text().splitlines()
+                  if line.startswith("SURVIVED ")}
+        every = [m for m in every if _line(m) in wanted]
     work = Path(tempfile.mkdtemp(prefix="mutate-web-"))
     shutil.copytree(ROOT, work / "repo", ignore=shutil.ignore_patterns(".git", ".venv", "__pycache__",
                                                                         "*.pyc", ".hypothesis"))
@@ -105,12 +116,10 @@ def main() -> int:
             killed = True  # a hang the tests would report as a failure in CI
         finally:
             target.write_text(original)
-        where = f"{f.relative_to(ROOT)}:{i + 1}"
-        results.append((where, before.strip(), after.strip(), killed))
-        print(f"{'killed  ' if killed else 'SURVIVED'} {where}: {before.strip()[:70]!r} -> "
-              f"{after.strip()[:70]!r}", flush=True)
+        results.append((f, i, before, after, killed))
+        print(f"{'killed  ' if killed else 'SURVIVED'} {_line((f, i, before, after))}", flush=True)
     shutil.rmtree(work, ignore_errors=True)
-    k = sum(r[3] for r in results)
+    k = sum(r[-1] for r in results)
     print(f"{k} of {len(results)} mutants killed ({100 * k / max(len(results), 1):.0f}%), "
           f"{len(every)} candidates, {time.time() - t0:.0f} s")
     return 0
