@@ -114,12 +114,32 @@ SIGNAL_SCRIPT = textwrap.dedent("""
     import os, signal, sys, time
     import accounting.cli.main as m
     signum = int(sys.argv[1])
+    real = m.analyze
     def analyze(*args, **kwargs):  # the run is under way when the signal comes
         os.kill(os.getpid(), signum)
-        time.sleep(5)
+        if signal.getsignal(signum) is not signal.SIG_IGN:
+            time.sleep(5)  # the handler's exception ends the sleep
+        return real(*args, **kwargs)  # an ignored signal (nohup): the run goes on
     m.analyze = analyze
     sys.exit(m.main(["gpt2-small", "--no-verify"]))
 """)
+
+
+def _default_signals():
+    """The child's SIGINT, SIGTERM and SIGHUP as a terminal's shell starts a command
+    (SIG_DFL), whatever the suite inherited. Was: under nohup, or a CI runner or detached
+    session that ignores SIGHUP, the child inherited SIG_IGN for SIGHUP, which the CLI
+    rightly keeps (nohup's contract), so the self-sent SIGHUP did nothing, the stand-in
+    analyze returned None and the run ended "internal error: AttributeError: 'NoneType'
+    object has no attribute 'config'" (the issue's "failed under load"; reproduced every
+    time under `nohup python -m pytest`)."""
+    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(s, signal.SIG_DFL)
+
+
+def _ignoring_sighup():
+    _default_signals()
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
 
 
 @pytest.mark.parametrize("name", ["SIGINT", "SIGTERM", "SIGHUP"])
@@ -134,10 +154,25 @@ def test_a_signal_ends_the_run_with_the_status_help_states(capsys, name):
     assert (f"{expected} interrupted (Ctrl-C)" if name == "SIGINT" else f"{expected} {name}") in text
     r = subprocess.run([sys.executable, "-c", SIGNAL_SCRIPT, str(signum)], capture_output=True,
                        timeout=30, env={**os.environ, "PYTHONPATH": str(ROOT)},
-                       preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                       preexec_fn=_default_signals)
     assert r.returncode == expected, (r.returncode, r.stderr[-1000:])
     assert r.stderr == (b"accounting: interrupted\n" if name == "SIGINT" else
                         f"accounting: interrupted ({name})\n".encode()), r.stderr[-1000:]
+
+
+def test_sighup_under_nohup_stays_ignored():
+    """nohup's contract (POSIX nohup: SIGHUP ignored for the command): a SIGHUP ignored when
+    the CLI starts stays ignored, during the imports and during the run; the run answers."""
+    r = subprocess.run([sys.executable, "-c", SIGNAL_SCRIPT, str(int(signal.SIGHUP))],
+                       capture_output=True, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                       preexec_fn=_ignoring_sighup)
+    assert r.returncode == 0, (r.returncode, r.stderr[-1000:])
+    assert b"Answer: gpt2-small" in r.stdout and r.stderr == b""
+    code = ("import sys; sys.argv = ['-m']; import accounting.runtime.startup, os, signal; "
+            "os.kill(os.getpid(), signal.SIGHUP); print('still here')")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)}, preexec_fn=_ignoring_sighup)
+    assert (r.returncode, r.stdout, r.stderr) == (0, b"still here\n", b"")
 
 
 def test_decode_past_a_learned_position_table_is_refused(capsys):
@@ -166,7 +201,7 @@ def test_a_signal_during_the_imports_is_exit_128_plus_n(name):
     code = ("import sys; sys.argv = ['-m']; import accounting.runtime.startup, os, signal, time; "
             f"os.kill(os.getpid(), signal.{name}); time.sleep(5)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60,
-                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+                       env={**os.environ, "PYTHONPATH": str(ROOT)}, preexec_fn=_default_signals)
     signum = getattr(signal, name)
     assert r.returncode == 128 + signum, (r.returncode, r.stderr[-500:])
     assert r.stderr == (b"accounting: interrupted\n" if name == "SIGINT" else

@@ -159,3 +159,66 @@ def test_upload_past_the_cli_bound_is_refused_beside_it(base, page, tmp_path):
     page.wait_for_function("document.getElementById('error-config-file').textContent")
     assert "1,048,578 bytes" in page.inner_text("#error-config-file")
     assert page.input_value("#f-config") == "" and page.input_value("#f-model") == "gpt2-xl"
+
+
+def test_first_screen_has_the_gpu_and_context_and_the_whole_command(base, page):
+    """Issue 45 (a new user's first hour): the GPU and the context were in a collapsed
+    group below about 40 architecture fields, and the command box cut the command off.
+    Now the question's inputs come first, open, within the first screen (900 px), above
+    every architecture group; the command box shows all of it (no horizontal overflow)."""
+    page.goto(base + "?question=plan&model=meta-llama/Llama-3.1-8B&gpu=H100&ctx=4096")
+    for sel in ("#f-ctx", "#f-gpu"):
+        box = page.locator(sel).bounding_box()
+        assert page.locator(sel).is_visible() and box["y"] + box["height"] <= 900, (sel, box)
+    order = page.evaluate("""() => Array.from(document.querySelectorAll('#form details.group'))
+        .map(d => [d.querySelector('summary').innerText, !!d.querySelector('#f-gpu, #f-ctx')])""")
+    asked = [i for i, (_, has) in enumerate(order) if has]
+    arch = [i for i, (t, _) in enumerate(order) if t.startswith("architecture")]
+    assert asked and arch and max(asked) < min(arch), order
+    fits = page.evaluate("""() => { const e = document.getElementById('cli-command');
+        return [e.scrollWidth <= e.clientWidth, e.scrollHeight <= e.clientHeight + 2] }""")
+    assert fits == [True, True]
+    assert page.input_value("#cli-command") == (
+        "python -m accounting plan --ctx=4096 --gpu=H100 meta-llama/Llama-3.1-8B")
+
+
+def test_memory_plot_shows_the_answers_peak(base, page):
+    """Was: the bar's "135.32 GB in all" beside the answer's 160.67 GB peak (the parts are
+    held at one time or another; AdamW's √v temporary is none of them). Now a second bar is
+    the step's peak, the CLI's own peak_bytes as the CLI writes a size, and the parts' sum
+    says it is not the peak."""
+    from accounting.units import gigabytes
+    argv = ["plan", "meta-llama/Llama-3.1-8B", "--gpu", "H100", "--ctx", "4096"]
+    data = json.loads(cli(*argv, "--format", "json"))
+    page.goto(base + "?question=plan&model=meta-llama/Llama-3.1-8B&gpu=H100&ctx=4096")
+    fig = page.locator("#plot-memory")
+    caption, svg = fig.locator("figcaption").inner_text(), fig.locator("svg").text_content()
+    peak = gigabytes(data["peak"]["peak_bytes"])
+    parts = sum(i["bytes"] for i in data["training_memory"]["items"] if i.get("on_gpu", True))
+    assert peak in page.inner_text("#answer") and peak in svg and gigabytes(parts) in svg
+    assert f"the step's peak, {peak}" in caption and "never all at once" in caption
+
+
+def test_config_name_cannot_break_the_page_script(base, page, tmp_path):
+    """A config named with '</script>' and '<!--<script>' (was: '<!--' went raw into the
+    JSON script element): the browser's HTML parser keeps the element whole, its JSON is
+    the CLI's, and the page's own script still runs (the Copy button works)."""
+    name = "x</script><!--<script>y"
+    text = json.dumps({"name": name, "vocab_size": 100, "context_length": 64, "num_layers": 2,
+                       "d_model": 64, "num_heads": 4})
+    page.goto(base + "?model=gpt2-xl&ctx=1024")
+    page.click("summary:has-text('or a config.json')")
+    page.fill("#f-config", text)
+    page.select_option("#f-model", "")
+    page.fill("#f-ctx", "32")
+    page.click("#submit")
+    page.wait_for_selector("#answer")
+    folder = tmp_path / "pasted-config"
+    folder.mkdir()
+    (folder / "config.json").write_text(text)
+    data = json.loads(cli("--config", str(folder / "config.json"), "--ctx", "32",
+                          "--no-verify", "--format", "json"))
+    assert json.loads(page.inner_text("#data")) == data and data["config"]["name"] == name
+    assert page.locator("script").count() == 2  # the data and the page's own script
+    page.click("#copy")
+    assert page.inner_text("#copy") == "Copied"

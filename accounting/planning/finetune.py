@@ -12,9 +12,11 @@ check_target_module_exists: a suffix match on ".NAME"). "all-linear" is every li
 but the output layer (peft/tuners/tuners_utils.py _maybe_include_all_linear_layers: the
 model's get_output_embeddings() is left out). A PEFT layer adds lora_A (r × d_in) and
 lora_B (d_out × r), float32 (autocast_adapter_dtype); a fused layer (GPT-2's c_attn: Q, K
-and V) is one PEFT layer. Routed experts and routers are not planned: transformers 5 holds
-the experts as stacked 3-D parameters, which PEFT wraps with ParamWrapper
-(target_parameters), not as linear layers.
+and V) is one PEFT layer. PEFT's own reading of the names on transformers 5's models is
+planning/lora_targets.py: on the MoE families transformers converts, gate_proj/up_proj/
+down_proj name the routed experts' stacked parameters (PEFT's ParamWrapper; the ledger's
+builder/lora.py experts), the fused pair together only; Mamba's out_proj and conv1d are
+refused. Routers are not planned.
 
 The base: every parameter frozen (requires_grad False: no gradient, no optimizer state),
 stored in the compute dtype (bf16 under bf16-mixed, fp32 under fp32: a frozen weight needs
@@ -32,6 +34,7 @@ from fractions import Fraction
 from accounting.formats.bnb import bnb_4bit_bytes
 from accounting.formats.torchao_nf4 import torchao_nf4_bytes
 from accounting.ledger.builder.lora import Adapters
+from accounting.planning import lora_targets as LT
 from accounting.ledger.ledger import ledger
 from accounting.ledger import records as R
 from accounting.runtime.errors import UsageError
@@ -285,10 +288,15 @@ def _linears(config: ModelConfig) -> list[tuple[bool, str, tuple, tuple]]:
     the modules a Linear's matmul runs in (routed experts excluded: stacked weights)."""
     lg = ledger(config)
     experts = {(p.per_layer, p.module) for p in lg.params if p.routed_expert}
+    # a matmul run in a module that holds parameters but no weight of its own is not a
+    # Linear's (Jamba's dt_proj weight, read by the Mamba mixer: PEFT's "mamba" is the mixer)
+    owners = {(p.per_layer, p.module) for p in lg.params}
+    weights = {(p.per_layer, p.module) for p in lg.params if p.name.endswith(p.module + ".weight")}
     out, seen = [], set()
     for m in lg.forward:
         key = (m.per_layer, m.module)
-        if m.grads != ("dX", "dW") or key in experts or key in seen or m.batch:
+        if m.grads != ("dX", "dW") or key in experts or key in seen or m.batch or \
+                (key in owners and key not in weights):
             continue
         seen.add(key)
         out.append((m.per_layer, m.module, m.n, m.p))
@@ -320,17 +328,23 @@ def resolve(config: ModelConfig, lora: LoRA, names=None, precision_autocast: str
         raise UsageError("--base-weights nf4 (QLoRA) computes in bf16: give --precision bf16-mixed")
     moe = config.num_experts is not None
     # PEFT's name -> the ledger linears it names, grouped by module path (a fused layer once)
-    groups: dict[tuple[bool, str], list] = {}
+    # (a fused layer is one module path under one ledger parent: GPT-2's c_attn is attn's Q,
+    # K and V; Kimi Linear's KDA and latent attention both have a self_attn.o_proj, in
+    # different layers, two PEFT layers)
+    groups: dict[tuple[bool, str, str], list] = {}
     for per, m, din, dout in lins:
-        groups.setdefault((per, module_path(names, per, m)), []).append((m, din, dout))
+        groups.setdefault((per, module_path(names, per, m), m.rpartition(".")[0]),
+                          []).append((m, din, dout))
     by_name: dict[str, list] = {}
-    for (per, path), members in groups.items():
+    for (per, path, _), members in groups.items():
         by_name.setdefault(path.rsplit(".", 1)[-1], []).append((per, path, members))
     routed = {module_path(names, p.per_layer, p.module).rsplit(".", 1)[-1]
               for p in ledger(config).params if p.routed_expert}
     routers = {module_path(names, per, m).rsplit(".", 1)[-1] for per, m, _, _ in lins
                if m.endswith("router")}
+    model_type = getattr(names, "model_type", None)
     chosen: list = []
+    expert_groups: tuple = ()
     if lora.targets == (ALL_LINEAR,):
         if moe:
             raise UsageError(f"--lora-targets all-linear on a mixture of experts ({config.name}): "
@@ -340,18 +354,77 @@ def resolve(config: ModelConfig, lora: LoRA, names=None, precision_autocast: str
         chosen = [g for n, gs in by_name.items() if n != "lm_head" for g in gs
                   if not (not g[0] and g[1] == module_path(names, False, "lm_head"))]
     else:
+        if ALL_LINEAR in lora.targets:
+            raise UsageError("--lora-targets all-linear stands alone (no other names with it)")
         valid = [n for n in by_name if n not in routers]
-        for name in lora.targets:
-            if name == ALL_LINEAR:
-                raise UsageError("--lora-targets all-linear stands alone (no other names with it)")
+        # PEFT's MoE conversion (planning/lora_targets.py): some names become the routed
+        # experts' stacked parameters and no longer name any linear layer
+        try:
+            left, params = LT.converted(model_type, lora.targets)
+        except ValueError as e:
+            raise UsageError(f"--lora-targets {','.join(lora.targets)} on {model_type}: PEFT "
+                             f"0.21.2 refuses it: {e}") from None
+        if LT.ROUTER_WEIGHT in params:
+            raise UsageError(f"--lora-targets {','.join(params[LT.ROUTER_WEIGHT])}: PEFT wraps the "
+                             "router's weight (gate.weight), which is not planned; "
+                             f"valid names: {', '.join(valid)}")
+        if params:
+            stacked = {p.name.rsplit(".", 1)[-1] for p in ledger(config).params if p.routed_expert}
+            if not stacked >= {"w1", "w2", "w3"}:
+                raise UsageError(f"--lora-targets {','.join(lora.targets)}: {config.name} has no "
+                                 "gated routed experts for PEFT's target_parameters to wrap")
+            if lora.dropout:
+                raise UsageError("--lora-dropout must be 0 with LoRA on routed experts: PEFT's "
+                                 "ParamWrapper does not work with lora_dropout != 0")
+            expert_groups = tuple(LT.LEDGER_EXPERTS[k] for k in ("gate_up_proj", "down_proj")
+                                  if k in params)
+        embeddings = {module_path(names, False, m).rsplit(".", 1)[-1]
+                      for m in ("token_embeddings", "position_embeddings")}
+        # every module that holds parameters, by each part of its path: a name that is one
+        # of them but no linear layer is one PEFT matches and then wraps (an embedding, a
+        # Conv1d) or refuses ("Target module ... is not supported": a norm, an MLP block)
+        modules = {part for p in ledger(config).params
+                   for part in module_path(names, p.per_layer, p.module).split(".")} \
+            | set((names.blocks if names is not None else "layers").split("."))
+        for name in left:
+            if name in by_name or name in routed or name in routers:
+                continue
+            why = LT.UNUSED_ADAPTERS.get(model_type or "", {}).get(name)
+            if why:
+                raise UsageError(f"--lora-targets {name} on {model_type} is not planned: PEFT wraps "
+                                 f"it, but {why}; leave it out")
+            if name in embeddings:
+                raise UsageError(f"--lora-targets {name}: PEFT wraps the embedding "
+                                 "(lora.Embedding), which is not planned; name linear layers, "
+                                 f"e.g. {', '.join(valid[:4])}")
+            if name == "conv1d" and name in modules:
+                if LT.mamba_refused(model_type, [name]):
+                    raise UsageError(f"--lora-targets: PEFT 0.21.2 refuses LoRA on conv1d of a "
+                                     f"Mamba-based model ({model_type}); leave it out")
+                raise UsageError("--lora-targets conv1d: PEFT wraps the convolution "
+                                 "(lora.Conv1d), which is not planned; leave it out")
+            if name in modules or name.isdigit():
+                raise UsageError(f"--lora-targets {name}: PEFT 0.21.2 refuses it: it names a "
+                                 "module that is no layer type LoRA wraps (only linear layers, "
+                                 f"embeddings and convolutions); valid names: {', '.join(valid)}")
+        for name in left:
             if name in routed or name in routers:
                 raise UsageError(f"--lora-targets {name}: a mixture of experts' routed experts and "
-                                 "router are not planned (PEFT wraps them with target_parameters); "
-                                 f"valid names: {', '.join(valid)}")
-            if name not in by_name:
-                raise UsageError(f"--lora-target {name!r} names no linear layer of {config.name}; "
-                                 f"valid names: {', '.join(valid)} (or all-linear)")
-            chosen += [g for g in by_name[name] if g not in chosen]
+                                 "router are not planned (PEFT wraps no linear layer by this name "
+                                 f"on {model_type or config.name}); valid names: {', '.join(valid)}")
+            chosen += [g for g in by_name.get(name, ()) if g not in chosen]
+        # PEFT refuses only when no name matches anything ("Target modules ... not found in
+        # the base model", tuners_utils.py inject_adapter); a name that matches nothing
+        # beside others that do is passed over, and the plan's line lists what is wrapped
+        unknown = [n for n in left if n not in by_name]
+        if unknown and not chosen and not expert_groups:
+            raise UsageError(f"--lora-target {unknown[0]!r} names no linear layer of {config.name}; "
+                             f"valid names: {', '.join(valid)} (or all-linear)")
+    bad = LT.mamba_refused(model_type, [g[1].rsplit(".", 1)[-1] for g in chosen])
+    if bad:
+        raise UsageError(f"--lora-targets: PEFT 0.21.2 refuses LoRA on {bad} of a Mamba-based "
+                         f"model ({model_type}: out_proj and conv1d are incompatible); "
+                         "leave it out")
     targets, modules, followers = [], set(), set()
     order = {(per, m): i for i, (per, m, _, _) in enumerate(lins)}
     for per, path, members in sorted(chosen, key=lambda g: order[(g[0], g[2][0][0])]):
@@ -359,8 +432,13 @@ def resolve(config: ModelConfig, lora: LoRA, names=None, precision_autocast: str
                               members[0][1], tuple(d for _, _, d in members)))
         modules |= {(per, m) for m, _, _ in members}
         followers |= {(per, m) for m, _, _ in members[1:]}
+    for group in expert_groups:  # PEFT's ParamWrapper on the stacked experts
+        name = "gate_up_proj" if len(group) > 1 else "down_proj"
+        path = module_path(names, True, "ffn.experts")
+        targets.append(Target(name, f"{path}.{name}", True, tuple(f"ffn.experts.{w}" for w in group),
+                              (), ()))
     compute = BF16 if precision_autocast is not None else FP32
     adapters = Adapters(lora.rank, frozenset(modules), frozenset(followers), lora.dropout > 0,
-                        FP32)
+                        FP32, expert_groups)
     return FineTune(config, lora, tuple(targets), base_weights, double_quant, compute, adapters,
                     implementation)

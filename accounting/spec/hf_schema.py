@@ -6,7 +6,7 @@ hf_types_gemma.py, hf_types_parallel.py and hf_types_llama4.py. Pure Python.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Callable, Mapping
 
@@ -88,6 +88,9 @@ class ModuleNames:
     blocks: str
     block: Mapping[str, str]
     top: Mapping[str, str]
+    # the config's model_type (HFType.module_names fills it): PEFT's LoRA reads target names
+    # by it (planning/lora_targets.py: MoE conversion, Mamba's refusals)
+    model_type: str | None = None
 
 
 @dataclass(frozen=True)
@@ -128,7 +131,8 @@ class HFType:
     kv_broadcast: Callable[[Mapping], bool] | None = None
 
     def module_names(self, data: Mapping) -> ModuleNames:
-        return self.names if self.names_of is None else self.names_of(data)
+        names = self.names if self.names_of is None else self.names_of(data)
+        return replace(names, model_type=self.model_type)
     # a multimodal file (Llama 4): the language model's keys are those of the object under
     # `nested` ("text_config"), read as the row's keys; `outer` lists the other top-level
     # keys, which change no count of the language model (the vision tower is not counted)

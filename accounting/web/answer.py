@@ -103,7 +103,9 @@ def download(query: Mapping[str, str], fmt: str) -> tuple[int, str, str]:
     if refused:
         return 2, "", refused[1]
     with _Config(query.get("config", "")) as path:
-        args = form.argv(query, path) + [f"--format={fmt}"]
+        # the format before the model (was: appended after it, so a dash-led model's '--'
+        # made it a positional: "unrecognized arguments: --format=json")
+        args = form.argv(query, path, fmt=fmt)
         r = run_cli(args)
         return r.status, r.stdout, _clean(r.error_line, path) if r.status else ""
 

@@ -57,13 +57,13 @@ QUESTIONS: dict[str, Question] = {q.key: q for q in (
     Question("flops", "FLOPs and where they go", (), ("--no-verify",), _main_parser,
              {"ctx": "16384"}, ("workload",)),
     Question("plan", "Training plan (one GPU)", ("plan",), (), _subparser("plan"),
-             {"gpu": "H100"}, ("workload", "hardware", "time", "training", "recipe"), True),
+             {"gpu": "H100"}, ("hardware", "workload", "time", "training", "recipe"), True),
     Question("serve", "Serving plan", ("serve",), (), _subparser("serve"),
              {"gpu": "H100", "ctx": "8192"}, ("hardware", "weights", "workload")),
     Question("layouts", "Layouts for many GPUs", ("plan",), (), _subparser("plan"),
              {"gpu": "H100", "gpus": "8", "search": "1", "ctx": "4096", "precision": "bf16-mixed",
               "recompute": "full"},
-             ("workload", "hardware", "many GPUs", "training", "recipe")),
+             ("hardware", "workload", "many GPUs", "training", "recipe")),
 )}
 DEFAULT_QUESTION = "flops"
 DEFAULT_MODEL = "gpt2-xl"
@@ -183,8 +183,10 @@ CONFIG_NAME = "config.json"  # how the page's pasted config is named in argv and
 
 
 def argv(query: Mapping[str, str], config_path: str | None = None, json: bool = False,
-         overrides: Mapping[str, str] | None = None) -> list[str]:
-    """The CLI's argv for a query (`config_path`: where the pasted config was written)."""
+         overrides: Mapping[str, str] | None = None, fmt: str | None = None) -> list[str]:
+    """The CLI's argv for a query (`config_path`: where the pasted config was written;
+    json, or fmt: the output format, which goes before the model: after a '--' it would be
+    a positional)."""
     q = question_of(query)
     values = {**query, **(overrides or {})}
     out = list(q.prefix) + list(q.fixed)
@@ -192,8 +194,8 @@ def argv(query: Mapping[str, str], config_path: str | None = None, json: bool = 
         out += f.argv(values.get(f.name, ""))
     if config_path:
         out.append(f"--config={config_path}")
-    if json:
-        out.append("--format=json")
+    if json or fmt:
+        out.append(f"--format={fmt or 'json'}")
     model = values.get("model", "").strip()
     if model:
         out += (["--", model] if model.startswith("-") else [model])

@@ -13,6 +13,15 @@ from accounting.web.answer import MAX_CONFIG_CHARS, split_tables
 _STATIC = __file__.rsplit("/", 1)[0]
 
 
+def script_json(value) -> str:
+    """JSON to sit inside <script type="application/json">: '<', '>' and '&' written as
+    \\u003c, \\u003e, \\u0026 (the same string to JSON.parse), so no text in the data (a
+    config's name) can close the element ('</script') or open an HTML comment ('<!--', which
+    the HTML parser's script-data states track: it can swallow the closing tag)."""
+    return (json.dumps(value, ensure_ascii=True).replace("<", "\\u003c")
+            .replace(">", "\\u003e").replace("&", "\\u0026"))
+
+
 def _static(name: str) -> str:
     with open(f"{_STATIC}/{name}", encoding="utf-8") as f:
         return f.read()
@@ -61,12 +70,17 @@ def _groups(q: form.Question, query: dict, a) -> str:
     for title, fs in groups.items():
         has_value = any(query.get(f.name) for f in fs) or (a is not None and a.error_field
                                                             in {f.name for f in fs})
-        is_open = has_value or (title not in SPEC_GROUPS and any(
-            title.startswith(o) for o in q.open_groups))
+        asked = next((i for i, o in enumerate(q.open_groups) if title.startswith(o)), None) \
+            if title not in SPEC_GROUPS else None
+        is_open = has_value or asked is not None
         body = "".join(_input(f, query.get(f.name, ""), a) for f in fs)
-        out.append(f'<details class="group"{" open" if is_open else ""}><summary>'
-                   f'{escape(title)}</summary><div class="fields">{body}</div></details>')
-    return "".join(out)
+        out.append(((0, asked) if asked is not None else (1, len(out)),
+                    f'<details class="group"{" open" if is_open else ""}><summary>'
+                    f'{escape(title)}</summary><div class="fields">{body}</div></details>'))
+    # the question's own groups first, open, in its order (the GPU, the context, ...); the
+    # architecture's fields, which override a preset, after them (was: about 40 of them
+    # above the GPU)
+    return "".join(html for _, html in sorted(out, key=lambda g: g[0]))
 
 
 def _form(query: dict, a) -> str:
@@ -110,7 +124,8 @@ def _toolbar(query: dict, a) -> str:
 <a id="download-json" href="{escape(json_link)}" download="answer.json">Download JSON</a>
 <a id="download-csv" href="{escape(csv_link)}" download="answer.csv">Download CSV</a>
 <a id="permalink" href="{escape(link)}">Permalink</a>
-<span class="cmd"><input id="cli-command" readonly value="{escape(a.command)}">
+<span class="cmd"><textarea id="cli-command" readonly rows="{1 + len(a.command) // 90}"
+ spellcheck="false">{escape(a.command)}</textarea>
 <button type="button" id="copy">Copy command</button></span></div>"""
 
 
@@ -131,7 +146,7 @@ def _result(query: dict, a) -> str:
     rest = "".join(f'<details class="table" open><summary>{escape(t or "details")}</summary>'
                    f'<pre>{escape(b)}</pre></details>' for t, b in blocks[1:])
     notes = "".join(f"<li>{escape(n)}</li>" for n in a.notes)
-    data = json.dumps(a.data, ensure_ascii=True).replace("</", "<\\/") if a.data else "null"
+    data = script_json(a.data) if a.data else "null"
     return f"""<section id="result">
 <pre id="answer">{escape(first)}</pre>
 {f'<ul id="notes">{notes}</ul>' if notes else ''}

@@ -113,14 +113,32 @@ def _memory(parts: list[tuple[str, float]], capacity: float | None, title: str,
 
 
 def plan_memory(d: dict) -> str:
-    """A training step's memory as stacked parts, against the GPU's capacity."""
+    """A training step's memory as stacked parts, against the GPU's capacity; beside it, the
+    step's peak (the answer's), a second bar: the parts are what the step holds at one time
+    or another (activations before the update, AdamW's √v temporary during it), so their sum
+    is not the peak, and the plot says so (was: "… in all" beside a different peak)."""
     items = [(i["name"], float(i["bytes"])) for i in d["training_memory"]["items"]
              if i.get("on_gpu", True) and i["bytes"]]
     capacity = (d.get("fit") or {}).get("capacity_bytes")
-    peak = (d.get("peak") or {}).get("peak_bytes")
-    title = "Training memory by part, as in its table (GB = 10^9 bytes"
-    title += f"; the step's peak: {_gb(peak)})" if peak else ")"
-    return _memory(items, capacity, title, "plot-memory", f"B = {d['workload']['batch']:,}")
+    peak = d.get("peak") or {}
+    label = f"B = {d['workload']['batch']:,}"
+    if not peak.get("peak_bytes") or not peak.get("moments"):
+        return _memory(items, capacity, "Training memory by part, as in its table "
+                       "(GB = 10^9 bytes)", "plot-memory", label)
+    moment = max(peak["moments"], key=lambda m: m["bytes"])
+    names = [n for n, _ in items] + [f"the step's peak: {moment['name']}"]
+    parts = [v for _, v in items] + [0.0]
+    top = [0.0] * len(items) + [float(peak["peak_bytes"])]
+    total = sum(parts)
+    title = (f"Training memory by part, as in its table: {_gb(total)} held at one time or "
+             f"another, never all at once; the step's peak, {_gb(top[-1])} at the "
+             f"{moment['name']} ({moment['what'].split(';')[0]}), is what must fit "
+             "(GB = 10^9 bytes)")
+    return stacked_bars([(f"{label}: parts", parts), ("the step's peak", top)], names, title,
+                        "plot-memory", max(total, top[-1], capacity or 0),
+                        [";".join(_gb(v) for v in parts), ";".join(_gb(v) for v in top)],
+                        capacity, f"GPU capacity {_gb(capacity)}" if capacity else "",
+                        [_gb(total), _gb(top[-1])])
 
 
 def parallel_memory(d: dict) -> str:

@@ -51,6 +51,10 @@ class Adapters:
     followers: frozenset = frozenset()
     dropout: bool = False  # lora_dropout > 0
     adapter_dtype: str = FP32
+    # the routed experts' stacked weights PEFT's ParamWrapper adapts (planning/lora_targets.py),
+    # each a tuple of the ledger's expert weights it holds: ("w1", "w3") for gate_up_proj
+    # (rank 2·r), ("w2",) for down_proj
+    experts: tuple = ()
 
     def targets(self, per_layer: bool, module: str) -> bool:
         return (per_layer, module) in self.modules
@@ -94,6 +98,46 @@ def apply(t: Trace, linear, x: Sym, y: Sym) -> Sym:
         s = t.binary("aten.mul", b, None, "LoRA · scaling", linear.component)
         out = t.binary("aten.add", y, s, "result + LoRA", linear.component)
         return t.cast(out, y.dtype)
+
+
+def experts(t: Trace, weights: dict) -> dict:
+    """PEFT's lora.ParamWrapper on the routed experts' stacked weights (peft 0.21.2,
+    peft/tuners/lora/layer.py ParamWrapper.update_layer, get_delta_factors, _activate_lora
+    and _LoraFactorsProxy), run in the experts' scope: lora_A (E·r', d_in) and lora_B
+    (d_out, E·r') trainable in the adapters' dtype (r' = 2·r for the fused gate_up_proj:
+    rank_pattern), and on every forward the folded weight W' = baddbmm(W, B_e, A_e,
+    alpha=scaling) with autocast off, in W's dtype: the factors cast to it (copies, which
+    baddbmm saves), E·d_out·r'·d_in multiply-adds and E·d_out·d_in adds, and W' (the size
+    of the whole expert stack) is what the experts' matmuls then read and save.
+    `weights`: ledger name -> (W, d_out, d_in); returns the folded weights by name."""
+    ad: Adapters = t.adapters
+    out = {}
+    for group in ad.experts:
+        w, d_out, d_in = weights[group[0]]
+        E = w.shape[:1]
+        fused = ((str(len(group)),) if len(group) > 1 else ())
+        rank = fused + ("r",)
+        outs = fused + d_out  # gate_up_proj: 2·d_e rows
+        # in the experts' own module (its matmuls now need dW: W' requires grad)
+        a_w = t.param(f"{group[0]}.lora_A", E + rank + d_in, R.FFN, trainable=True,
+                      dims=(len(E) + len(rank), len(d_in)))
+        b_w = t.param(f"{group[0]}.lora_B", outs + E + rank, R.FFN, trainable=True,
+                      dims=(len(outs), len(E) + len(rank)))
+        label = "+".join(group)
+        # B_e is lora_B's permuted view, which bmm reads as it is (no copy: measured, CPU)
+        lhs = t.cast(t.view(b_w, E + outs + rank, contiguous=True), w.dtype,
+                     f"expert {label} LoRA B ({w.dtype} copy)")
+        rhs = t.cast(t.view(a_w, E + rank + d_in), w.dtype, f"expert {label} LoRA A ({w.dtype} copy)")
+        t.matmul(lhs, rhs, R.Matmul(f"expert {label} LoRA fold (baddbmm)", R.FFN, t.module,
+                                    t.repeat, R.FORWARD, E, outs, rank, d_in,
+                                    note="PEFT ParamWrapper: W + scaling·B_e·A_e per expert"),
+                 op="grouped_mm")  # autocast off (_LoraFactorsProxy): W's dtype
+        t._record("aten.add", f"expert {label} + LoRA (baddbmm)", R.FFN, E + outs + d_in)
+        folded = t.name(Sym(E + outs + d_in, w.dtype, grad=True),
+                        f"expert {label} weights with LoRA folded in (W', the whole stack)")
+        for n in group:  # gate and up halves of one storage
+            out[n] = t.view(folded, E + d_out + d_in, contiguous=True)
+    return out
 
 
 def dropout(t: Trace, x: Sym, out: str, component: str) -> Sym:

@@ -9,6 +9,7 @@ from accounting.units import FP32
 from accounting.spec.config import ModelConfig
 from accounting.ledger.trace import Sym, Trace
 from accounting.ledger.builder.common import ROUTER, ACTIVATION_COMPONENT, BIAS
+from accounting.ledger.builder import lora
 from accounting.ledger.builder.layers import Linear, activation, clamped_swiglu, l2_norm
 
 
@@ -193,6 +194,7 @@ class MoE:
                         "routed tokens")
         offsets = t.name(t.fresh(("E",), R.INT32), "grouped_mm offsets (int32)")
         with t.scope("experts"):
+            self._lora_fold()
             note = "grouped_mm over the routed slots"
 
             def grouped(a, weight, name, n, p):
@@ -225,6 +227,20 @@ class MoE:
         y = t.reduce("aten.sum", t.view(out, ("B", "T", "d_model", "k"), contiguous=False),
                      ("k",), "sum over the k slots", comp)
         return t.cast(y, x.dtype)
+
+    def _lora_fold(self) -> None:
+        """PEFT's ParamWrapper on the stacked expert weights a LoRA plan targets
+        (builder/lora.py experts): the matmuls below read the folded weights."""
+        ad = self.t.adapters
+        if ad is None or not ad.experts:
+            return
+        f = ("d_e",)
+        # the stored weights, not a previous call's folded ones (a recomputed forward)
+        w1, w2, w3 = self.__dict__.setdefault("_unfolded", (self.w1, self.w2, self.w3))
+        folded = lora.experts(self.t, {"w1": (w1, f, self.dm), "w3": (w3, f, self.dm),
+                                       "w2": (w2, self.dm, f)})
+        for n, w in folded.items():
+            setattr(self, n, w)
 
     def route(self, x: Sym) -> Sym:
         """MoE.route: the router's scores, the chosen experts and their weights (B, T, k)."""
@@ -339,6 +355,8 @@ class MoE:
             "capacity: E·C rows run (padding included), B·T·k useful" if "C" in rows else \
             "every expert runs every token (the unchosen at weight 0): E·B·T rows, B·T·k useful"
         with t.scope("experts"):
+            self._lora_fold()
+
             def mm(x, w, name, n, p):
                 useful = None if rows == ("B", "T", "k") else ("B", "T", "k") + n + p
                 return t.matmul(x, w, R.Matmul(name, R.FFN, t.module, t.repeat, R.FORWARD, (), rows,
