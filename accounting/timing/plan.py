@@ -1,0 +1,69 @@
+"""The predicted time of a plan: a Machine for the plan's GPU, and one step timed op by op.
+
+A table GPU with aiconfigurator-core installed is timed from the measured kernels
+(source "kernels"); one without (or the package absent, or a GPU given by its numbers) by
+the roofline at ops.ROOFLINE_DERATE and ops.BANDWIDTH_DERATE (source "roofline").
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+
+from accounting.timing import ops as O
+from accounting.timing import step as S
+from accounting.timing import tables
+from accounting.units import BF16, FP8, TERA
+
+
+def machine(hw, gpu_name: str | None, engine: str = tables.TRAINING_ENGINE,
+            compute: str = BF16) -> O.Machine | None:
+    """The timer's view of a plan's hardware (None without a peak or a bandwidth); an fp32
+    run's GEMMs have no table (roofline at the fp32 peak)."""
+    if hw is None or hw.peak_flops is None or hw.bandwidth is None:
+        return None
+    if compute != BF16:
+        return O.Machine(hw.name, None, hw.peak_flops, None, hw.bandwidth, engine, None)
+    fp8 = None
+    if gpu_name is not None:
+        from accounting.planning.gpus import get_gpu
+        g = get_gpu(gpu_name)
+        fp8 = g.peak_tflops[FP8] * TERA if FP8 in g.peak_tflops else None
+        peak = g.peak_tflops.get(BF16, None)
+        peak = peak * TERA if peak is not None else hw.peak_flops
+        return O.Machine(g.name, tables.system_of(g.name), peak, fp8, hw.bandwidth, engine)
+    return O.Machine(hw.name, None, hw.peak_flops, None, hw.bandwidth, engine)
+
+
+@dataclass(frozen=True)
+class StepPrediction:
+    """One training step on one GPU, predicted op by op."""
+    timed: S.Timed
+    tokens: int  # B·T of the step
+    model_flops: int  # the step's forward + backward matmul FLOPs (MFU's numerator)
+    peak_flops: Fraction
+
+    @property
+    def step_seconds(self) -> Fraction:
+        return self.timed.seconds
+
+    @property
+    def tokens_per_second(self) -> Fraction:
+        return self.tokens / self.step_seconds
+
+    @property
+    def mfu(self) -> Fraction:
+        """Model FLOPs (forward and backward matmuls as executed, no recomputation, no
+        optimizer) per second over the dense bf16 peak."""
+        return Fraction(self.model_flops) / (self.step_seconds * self.peak_flops)
+
+    @property
+    def source(self) -> str:
+        return self.timed.source
+
+
+def predict_step(model, seq: int, batch: int, mach: O.Machine, flops, optimizer: str,
+                 trainable_params: int | None = None) -> StepPrediction:
+    """`model` a planning.memory.MemoryModel (its ledger is the run's), `flops` its StepFlops."""
+    v = model.values(seq, batch)
+    timed = S.training_step(model.ledger, v, mach, model.precision, optimizer, trainable_params)
+    return StepPrediction(timed, seq * batch, flops.forward + flops.backward, mach.peak_flops)

@@ -1,0 +1,277 @@
+"""Measured kernel tables: NVIDIA's aiconfigurator-core wheel (PyPI, Apache-2.0), read where
+it is installed; nothing of its data is copied into this repository.
+
+The wheel ships, per system (aiconfigurator_core/systems/<system>.yaml) and per engine and
+engine version (systems/data/<system>/<op>/<engine>/<version>/*.parquet), latencies in
+milliseconds measured on the GPU:
+  gemm_perf.parquet                         (kernel_source, gemm_dtype, m, n, k) -> latency
+  context_attention_perf.parquet            (batch_size, isl, num_heads, num_key_value_heads,
+                                             head_dim, window_size, dtypes) -> latency
+  generation_attention_perf.parquet         (batch_size, step = the cached keys, ...) -> latency
+  nccl_perf.parquet, custom_allreduce_perf  (op_name, num_gpus, message_size) -> latency
+and each system's memory bandwidth with its "mem_bw_empirical_scaling_factor" and
+"mem_empirical_constant_latency" (the yaml's own words: "some nonofficial correction based
+on observations").
+
+pandas, numpy and yaml are imported inside the functions that read (never at `import
+accounting`); each table is read once per process. A query inside a table's grid is
+interpolated linearly in each of its dimensions; outside it is clamped at the smallest
+measured size or, above the largest, scaled in proportion to the work from the largest
+measured point — and every such query is labelled (Lookup.note), never silent.
+"""
+from __future__ import annotations
+
+import importlib.util
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+PACKAGE, DISTRIBUTION = "aiconfigurator_core", "aiconfigurator-core"
+MS = 1e-3  # the tables' latencies are in milliseconds
+
+# accounting/planning/gpus.py's cards -> aiconfigurator-core's system files. A card that is
+# not here (A100-40GB: its memory bandwidth is not the A100-SXM-80GB system's; AMD; consumer
+# cards) is timed by the roofline, labelled so.
+SYSTEMS = {"A100-80GB": "a100_sxm", "H100-SXM": "h100_sxm", "H200": "h200_sxm",
+           "B200": "b200_sxm", "B300": "b300_sxm", "GB200": "gb200", "L40S": "l40s",
+           "L4": "l4"}
+# The engine whose tables time training's kernels: vLLM's GEMM table measures
+# torch.nn.functional.linear (cuBLAS through torch, what a training step's nn.Linear runs)
+# beside its fp8 kernels; its context-attention table FlashAttention-3 (vllm_flash_attn_fa3).
+TRAINING_ENGINE = "vllm"
+ENGINES = ("vllm", "sglang", "trtllm")
+
+
+def root() -> Path | None:
+    """The wheel's systems folder, or None when aiconfigurator-core is not installed."""
+    try:
+        spec = importlib.util.find_spec(PACKAGE)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(list(spec.submodule_search_locations)[0]) / "systems"
+    return path if path.is_dir() else None
+
+
+@lru_cache(maxsize=1)
+def package_version() -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version(DISTRIBUTION)
+    except PackageNotFoundError:
+        return None
+
+
+def available() -> bool:
+    return root() is not None
+
+
+def system_of(gpu_name: str | None) -> str | None:
+    """The aiconfigurator-core system of a card of the GPU table, when it has one installed."""
+    if gpu_name is None or gpu_name not in SYSTEMS or root() is None:
+        return None
+    return SYSTEMS[gpu_name] if (root() / f"{SYSTEMS[gpu_name]}.yaml").is_file() else None
+
+
+def _version_key(v: str) -> tuple:
+    """'0.5.6.post2' < '0.5.14' < '1.3.0rc20': numbers compared as numbers."""
+    return tuple(int(x) if x.isdigit() else -1 if x in ("rc", "dev") else 0
+                 for x in re.findall(r"\d+|[a-z]+", v))
+
+
+@lru_cache(maxsize=None)
+def system_spec(system: str) -> dict:
+    import yaml
+    with open(root() / f"{system}.yaml") as f:
+        return yaml.safe_load(f)
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a time comes from: the table file, its engine and version, the wheel's version."""
+    system: str
+    table: str  # e.g. "gemm_perf"
+    engine: str
+    version: str
+
+    def __str__(self) -> str:
+        return (f"aiconfigurator-core {package_version()} {self.system}/{self.engine} "
+                f"{self.version} {self.table}")
+
+
+def find(system: str, op: str, table: str, engine: str) -> Source | None:
+    """The newest version of `engine` that measured `table` for `op` on `system`."""
+    base = root() / "data" / system / op / engine
+    if not base.is_dir():
+        return None
+    versions = sorted((d.name for d in base.iterdir() if (d / f"{table}.parquet").is_file()),
+                      key=_version_key)
+    return Source(system, table, engine, versions[-1]) if versions else None
+
+
+def _path(src: Source, op: str) -> Path:
+    return root() / "data" / src.system / op / src.engine / src.version / f"{src.table}.parquet"
+
+
+@lru_cache(maxsize=None)
+def frame(src: Source, op: str):
+    import pandas as pd
+    return pd.read_parquet(_path(src, op))
+
+
+@dataclass(frozen=True)
+class Lookup:
+    seconds: float
+    note: str = ""  # "" inside the grid; else how the query left it (clamped, scaled)
+
+
+def _axis(grid, x: float):
+    """(i, j, w, scale, note) for x on a sorted grid: interpolate grid[i]..grid[j] with
+    weight w; a factor `scale` for x beyond the largest point; a note when outside."""
+    import numpy as np
+    if x <= grid[0]:
+        return 0, 0, 0.0, 1.0, "" if x == grid[0] else f"clamped up to {int(grid[0])}"
+    if x >= grid[-1]:
+        n = len(grid) - 1
+        return n, n, 0.0, x / grid[-1], "" if x == grid[-1] else \
+            f"scaled ×{x / grid[-1]:.3g} from {int(grid[-1])}"
+    j = int(np.searchsorted(grid, x))
+    i = j - 1
+    return i, j, (x - grid[i]) / (grid[j] - grid[i]), 1.0, ""
+
+
+class Grid:
+    """A latency table on a product grid of its key columns (missing points filled from the
+    nearest measured neighbour along the first axis), interpolated multilinearly."""
+
+    def __init__(self, df, keys: tuple[str, ...], value: str = "latency"):
+        import numpy as np
+        self.keys = keys
+        self.axes = [np.array(sorted(df[k].unique()), dtype=float) for k in keys]
+        table = df.groupby(list(keys))[value].min()  # duplicates: the fastest kernel measured
+        full = table.reindex(_product(self.axes, keys))
+        arr = full.to_numpy(dtype=float).reshape([len(a) for a in self.axes])
+        for axis in range(arr.ndim):  # fill the holes from a neighbour along each axis
+            arr = _fill(arr, axis)
+        self.values = arr
+
+    def __call__(self, *x: float, scales: tuple[bool, ...] | None = None) -> Lookup:
+        """Latency (seconds) at x; beyond the largest point along an axis, the value there
+        times x / x_max (work linear in that axis) when `scales` allows it for that axis."""
+        import itertools
+        parts = [_axis(a, float(v)) for a, v in zip(self.axes, x)]
+        total, factor, notes = 0.0, 1.0, []
+        for corner in itertools.product((0, 1), repeat=len(parts)):
+            w, idx = 1.0, []
+            for bit, (i, j, wt, _, _) in zip(corner, parts):
+                w *= wt if bit else 1 - wt
+                idx.append(j if bit else i)
+            if w:
+                total += w * self.values[tuple(idx)]
+        for n, (k, p) in enumerate(zip(self.keys, parts)):
+            if p[3] != 1.0 and (scales is None or scales[n]):
+                factor *= p[3]
+            if p[4]:
+                notes.append(f"{k} {p[4]}")
+        return Lookup(total * factor * MS, "; ".join(notes))
+
+
+def _product(axes, keys):
+    import pandas as pd
+    return pd.MultiIndex.from_product([a.astype("int64") for a in axes], names=list(keys))
+
+
+def _fill(arr, axis: int):
+    """NaNs replaced by the previous (else the next) finite value along `axis`."""
+    import numpy as np
+    a = np.moveaxis(arr.copy(), axis, 0)
+    for i in range(1, len(a)):
+        a[i] = np.where(np.isnan(a[i]), a[i - 1], a[i])
+    for i in range(len(a) - 2, -1, -1):
+        a[i] = np.where(np.isnan(a[i]), a[i + 1], a[i])
+    return np.moveaxis(a, 0, axis)
+
+
+@lru_cache(maxsize=None)
+def gemm(system: str, dtype: str, engine: str = TRAINING_ENGINE):
+    """(Grid over (m, n, k), Source, kernel) of the engine's GEMM table at `dtype`
+    ("bfloat16", "fp8", "fp8_block"), or None where the system has none."""
+    src = find(system, "gemm", "gemm_perf", engine)
+    if src is None:
+        return None
+    df = frame(src, "gemm")
+    df = df[df.gemm_dtype == dtype]
+    if df.empty:
+        return None
+    # one kernel per dtype: the one measured at the most shapes (vLLM's bf16 rows are all
+    # torch.nn.functional.linear; its fp8 the CUTLASS scaled-mm kernel)
+    kernel = df.kernel_source.value_counts().index[0]
+    return Grid(df[df.kernel_source == kernel], ("m", "n", "k")), src, kernel
+
+
+ATTN_KEYS = ("batch_size", "isl")
+
+
+@lru_cache(maxsize=None)
+def attention(system: str, phase: str, heads: int, kv_heads: int, head_dim: int,
+              engine: str = TRAINING_ENGINE, dtype: str = "bfloat16", kv_dtype: str = "bfloat16"):
+    """(Grid over (batch, length), Source, kernel, heads measured) of the context (prefill)
+    or generation (decode) attention table for the measured head shape nearest this one
+    (the same query-per-key-head ratio where measured; the time is then scaled by the ratio
+    of query heads: attention's work is linear in them), or None."""
+    table = f"{phase}_attention_perf"
+    src = find(system, "attention", table, engine)
+    if src is None:
+        return None
+    df = frame(src, "attention")
+    df = df[(df.attn_dtype == dtype) & (df.kv_cache_dtype == kv_dtype) & (df.window_size == 0)]
+    if df.empty:
+        return None
+    kernel = df.kernel_source.value_counts().index[0]
+    df = df[df.kernel_source == kernel]
+    dims = sorted(df.head_dim.unique(), key=lambda d: (abs(int(d) - head_dim), -int(d)))
+    df = df[df.head_dim == dims[0]]
+    shapes = df[["num_heads", "num_key_value_heads"]].drop_duplicates().itertuples(index=False)
+    ratio = heads / kv_heads
+
+    def distance(s):
+        return (abs(s.num_heads / s.num_key_value_heads - ratio) > 1e-9,
+                abs(_log(s.num_heads) - _log(heads)))
+    best = min(shapes, key=distance)
+    df = df[(df.num_heads == best.num_heads) & (df.num_key_value_heads == best.num_key_value_heads)]
+    length = "isl" if phase == "context" else "step"
+    return (Grid(df, ("batch_size", length)), src, kernel,
+            (int(best.num_heads), int(best.num_key_value_heads), int(dims[0])))
+
+
+def _log(x: float) -> float:
+    import math
+    return math.log(max(x, 1))
+
+
+@lru_cache(maxsize=None)
+def collective(system: str, op: str, gpus: int, engine: str | None = None):
+    """(Grid over message_size in elements of 2 bytes, Source) for an in-node collective:
+    the engine's custom all-reduce (CUDA-graph capture) when `engine` is given and `op` is
+    all_reduce, else NCCL's table at the system's NCCL version (half precision)."""
+    if engine is not None and op == "all_reduce":
+        src = find(system, "comm", "custom_allreduce_perf", engine)
+        if src is not None:
+            df = frame(src, "comm")
+            df = df[(df.num_gpus == gpus) & (df.allreduce_dtype == "bfloat16")]
+            graph = df[df.backend.str.contains("graph")]
+            df = graph if not graph.empty else df
+            if not df.empty:
+                return Grid(df, ("message_size",)), src
+    version = str((system_spec(system).get("misc") or {}).get("nccl_version", ""))
+    base = root() / "data" / system / "comm" / "nccl"
+    have = sorted((d.name for d in base.iterdir() if (d / "nccl_perf.parquet").is_file()),
+                  key=_version_key) if base.is_dir() else []
+    if not have:
+        return None
+    src = Source(system, "nccl_perf", "nccl", version if version in have else have[-1])
+    df = frame(src, "comm")
+    df = df[(df.op_name == op) & (df.num_gpus == gpus) & (df.nccl_dtype == "half")]
+    return (Grid(df, ("message_size",)), src) if not df.empty else None
