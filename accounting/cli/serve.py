@@ -108,8 +108,11 @@ def parser() -> Parser:
                    help="CUDA graph memory vLLM subtracts from the pool (newer vLLM, "
                         "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS; default 0: outside it)")
     t = p.add_argument_group("time")
-    t.add_argument("--mfu", type=_fraction("--mfu"), default=Fraction(1, 2), metavar="F",
-                   help="model FLOPs utilization of prefill and decode compute (default 0.5)")
+    t.add_argument("--mfu", type=_fraction("--mfu"), default=None, metavar="F",
+                   help="model FLOPs utilization of prefill and decode compute: an override "
+                        "(the roofline at F); without it TTFT and TPOT are timed op by op from "
+                        "the engine's measured kernels where the GPU has tables, else the "
+                        "roofline at 0.5")
     t.add_argument("--bandwidth-efficiency", type=_fraction("--bandwidth-efficiency"),
                    default=Fraction(8, 10), metavar="F",
                    help="share of the memory bandwidth a decode step reaches (default 0.8)")

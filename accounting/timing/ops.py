@@ -69,6 +69,9 @@ class Machine:
     # the tables' dtype of the plan's non-fp8 GEMMs and attention: bf16; None for an fp32
     # run (torch's fp32 matmuls, TF32 off by default: no measured table, the roofline)
     gemm_dtype: str | None = "bfloat16"
+    # the linear layers' weights in fp8 (a served fp8 checkpoint: "fp8" per-tensor/channel
+    # scales, "fp8_block" 128×128 blocks): their GEMMs at that table's rate; None: not
+    linear_fp8: str | None = None
 
     @property
     def source(self) -> str:
@@ -96,11 +99,12 @@ class OpTime:
     note: str = ""  # how a query left the table's grid, when it did
 
 
-def gemm_seconds(machine: Machine, m: int, n: int, k: int, fp8: bool = False,
+def gemm_seconds(machine: Machine, m: int, n: int, k: int, fp8: bool | str = False,
                  ) -> tuple[Fraction, str, str]:
-    """One GEMM of M×K by K×N: (seconds, source, note)."""
-    if machine.system is not None and (fp8 or machine.gemm_dtype):
-        found = tables.gemm(machine.system, "fp8" if fp8 else machine.gemm_dtype, machine.engine)
+    """One GEMM of M×K by K×N: (seconds, source, note); fp8 True or a table dtype name."""
+    dtype = (fp8 if isinstance(fp8, str) else "fp8") if fp8 else machine.gemm_dtype
+    if machine.system is not None and dtype:
+        found = tables.gemm(machine.system, dtype, machine.engine)
         if found is not None:
             grid, src, kernel = found
             hit = grid(m, n, k)
@@ -128,7 +132,8 @@ def time_matmul(r: R.Matmul, v: dict, count: int, machine: Machine, tp: int = 1,
     n, p = product(r.n, v), product(r.p, v)
     m, n, p = _tp_shape(r, m, n, p, tp)
     instances = count * product(r.batch, v)
-    s, src, note = gemm_seconds(machine, m, p, n, r.fp8)
+    fp8 = r.fp8 or (machine.linear_fp8 if r.component in (R.ATTN_PROJ, R.FFN) else False)
+    s, src, note = gemm_seconds(machine, m, p, n, fp8)
     cat = ATTENTION if r.component == R.ATTN_CORE else GEMMS
     return OpTime(r.name, cat, s * instances, src, note)
 
