@@ -7,6 +7,7 @@ the roofline at ops.ROOFLINE_DERATE and ops.BANDWIDTH_DERATE (source "roofline")
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from fractions import Fraction
 
 from accounting.timing import ops as O
@@ -67,3 +68,41 @@ def predict_step(model, seq: int, batch: int, mach: O.Machine, flops, optimizer:
     v = model.values(seq, batch)
     timed = S.training_step(model.ledger, v, mach, model.precision, optimizer, trainable_params)
     return StepPrediction(timed, seq * batch, flops.forward + flops.backward, mach.peak_flops)
+
+
+def _gpu_name(hw) -> str | None:
+    if hw is None or hw.arch is None:
+        return None
+    return hw.name
+
+
+@lru_cache(maxsize=256)
+def _kernel_rate(config, precision, recompute: str, seq: int, micro_batch: int, tp: int,
+                 gpu: str | None, peak: Fraction, bandwidth: Fraction) -> tuple[Fraction, str]:
+    from accounting.ledger.ledger import ledger
+    from accounting.planning.gpus import Hardware
+    lg = ledger(config, precision.autocast, recompute, "course", precision.param_dtype,
+                fp8=precision.fp8)
+    hw = Hardware(gpu or "custom GPU", None, peak, bandwidth, "", None)
+    mach = machine(hw, gpu, compute=precision.compute)
+    v = lg.values(seq, micro_batch)
+    timed = S.training_step(lg, v, mach, precision, tp=tp)
+    seconds = timed.seconds - timed.by_category()[O.OPTIMIZER]
+    flops = sum(r.count(v) * r.flops(v) for r in lg.forward) \
+        + sum(r.count(v) * g.flops(v) for r in lg.forward for g in r.gradients()) \
+        + sum(r.count(v) * r.flops(v) for r in lg.recomputed)
+    rate = Fraction(flops, tp) / (seconds * peak)
+    return min(rate, Fraction(1)), timed.source
+
+
+def kernel_rate(config, precision, recompute: str, seq: int, micro_batch: int, tp: int,
+                hw) -> tuple[Fraction, str] | None:
+    """The compute-scope utilization one GPU of a TP group reaches on a micro-batch, the
+    whole model's every executed matmul FLOP (recomputation included) over its op-by-op time
+    (GEMMs at the TP-split shapes, attention, memory-bound ops; the optimizer apart), and
+    its source: what the many-GPU step model then runs each stage at. None without a peak
+    and a bandwidth."""
+    if hw is None or not hw.peak_flops or not hw.bandwidth:
+        return None
+    return _kernel_rate(config, precision, recompute, seq, micro_batch, tp, _gpu_name(hw),
+                        Fraction(hw.peak_flops), Fraction(hw.bandwidth))
