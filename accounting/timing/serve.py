@@ -44,7 +44,7 @@ def serving_ledger(config):
         config = dataclasses.replace(config, attention="sdpa")
     except Exception:  # a config that only runs naive attention keeps it (noqa: BLE001)
         pass
-    return build_ledger(config, "cuda", implementation="transformers", param_dtype="bf16")
+    return build_ledger(config, "cuda", param_dtype="bf16")
 
 
 def machine(card, engine: str, scheme_kind: str) -> O.Machine:

@@ -13,7 +13,7 @@ and each system's memory bandwidth with its "mem_bw_empirical_scaling_factor" an
 "mem_empirical_constant_latency" (the yaml's own words: "some nonofficial correction based
 on observations").
 
-pandas, numpy and yaml are imported inside the functions that read (never at `import
+pyarrow, numpy and yaml are imported inside the functions that read (never at `import
 accounting`); each table is read once per process. A query inside a table's grid is
 interpolated linearly in each of its dimensions; outside it is clamped at the smallest
 measured size or, above the largest, scaled in proportion to the work from the largest
@@ -115,10 +115,56 @@ def _path(src: Source, op: str) -> Path:
     return root() / "data" / src.system / op / src.engine / src.version / f"{src.table}.parquet"
 
 
-@lru_cache(maxsize=None)
-def frame(src: Source, op: str):
-    import pandas as pd
-    return pd.read_parquet(_path(src, op))
+def _columns(src: Source, op: str, names: list[str]) -> dict:
+    """Numpy arrays of the named columns (a string column read dictionary-encoded, then
+    expanded: pyarrow's compute functions and its dataset layer import pandas, seconds on a
+    first plan; neither is used)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    f = pq.ParquetFile(_path(src, op))
+    strings = [n for n in names
+               if f.schema_arrow.field(n).type in (pa.string(), pa.large_string())]
+    t = pq.ParquetFile(_path(src, op), read_dictionary=strings).read(columns=names)
+    out = {}
+    for n in names:
+        col = t.column(n)
+        if n in strings:
+            parts = [np.array(ch.dictionary.to_pylist(), dtype=object)[_np(ch.indices)]
+                     for ch in col.chunks]
+        else:
+            parts = [_np(ch) for ch in col.chunks]
+        out[n] = np.concatenate(parts) if parts else np.array([])
+    return out
+
+
+def _np(arr):
+    """A primitive arrow array without nulls as numpy, from its data buffer (Array.to_numpy
+    imports pandas on its first call)."""
+    import numpy as np
+    if arr.null_count:
+        return np.array(arr.to_pylist(), dtype=float)
+    name = str(arr.type)
+    dtype = np.dtype({"double": "float64", "float": "float32", "halffloat": "float16"}.get(name, name))
+    return np.frombuffer(arr.buffers()[1], dtype=dtype)[arr.offset:arr.offset + len(arr)]
+
+
+def read(src: Source, op: str, columns: tuple[str, ...], **equal) -> dict:
+    """The table's `columns` (numpy arrays) on the rows where each keyword column equals its
+    value."""
+    import numpy as np
+    cols = _columns(src, op, list(dict.fromkeys([*columns, *equal])))
+    keep = np.ones(len(cols[next(iter(cols))]), bool)
+    for k, v in equal.items():
+        keep &= cols[k] == v
+    return {c: cols[c][keep] for c in columns}
+
+
+def most_common(src: Source, op: str, column: str, **equal):
+    """The value of `column` on the most rows where each keyword column equals its value."""
+    from collections import Counter
+    values = read(src, op, (column,), **equal)[column]
+    return Counter(values.tolist()).most_common(1)[0][0] if len(values) else None
 
 
 @dataclass(frozen=True)
@@ -143,16 +189,18 @@ def _axis(grid, x: float):
 
 
 class Grid:
-    """A latency table on a product grid of its key columns (missing points filled from the
-    nearest measured neighbour along the first axis), interpolated multilinearly."""
+    """A latency table on a product grid of its key columns (a point measured twice: the
+    faster; a missing point filled from its neighbour along each axis), interpolated
+    multilinearly."""
 
-    def __init__(self, df, keys: tuple[str, ...], value: str = "latency"):
+    def __init__(self, cols: dict, keys: tuple[str, ...], value: str = "latency"):
         import numpy as np
         self.keys = keys
-        self.axes = [np.array(sorted(df[k].unique()), dtype=float) for k in keys]
-        table = df.groupby(list(keys))[value].min()  # duplicates: the fastest kernel measured
-        full = table.reindex(_product(self.axes, keys))
-        arr = full.to_numpy(dtype=float).reshape([len(a) for a in self.axes])
+        self.axes = [np.unique(cols[k]).astype(float) for k in keys]
+        idx = tuple(np.searchsorted(a, cols[k].astype(float)) for a, k in zip(self.axes, keys))
+        arr = np.full([len(a) for a in self.axes], np.inf)
+        np.minimum.at(arr, idx, cols[value].astype(float))
+        arr[np.isinf(arr)] = np.nan
         for axis in range(arr.ndim):  # fill the holes from a neighbour along each axis
             arr = _fill(arr, axis)
         self.values = arr
@@ -178,11 +226,6 @@ class Grid:
         return Lookup(total * factor * MS, "; ".join(notes))
 
 
-def _product(axes, keys):
-    import pandas as pd
-    return pd.MultiIndex.from_product([a.astype("int64") for a in axes], names=list(keys))
-
-
 def _fill(arr, axis: int):
     """NaNs replaced by the previous (else the next) finite value along `axis`."""
     import numpy as np
@@ -197,53 +240,50 @@ def _fill(arr, axis: int):
 @lru_cache(maxsize=None)
 def gemm(system: str, dtype: str, engine: str = TRAINING_ENGINE):
     """(Grid over (m, n, k), Source, kernel) of the engine's GEMM table at `dtype`
-    ("bfloat16", "fp8", "fp8_block"), or None where the system has none."""
+    ("bfloat16", "fp8", "fp8_block"), or None where the system has none. One kernel per
+    dtype: the one measured at the most shapes (vLLM's bf16 rows are all
+    torch.nn.functional.linear; its fp8 the CUTLASS scaled-mm kernel)."""
     src = find(system, "gemm", "gemm_perf", engine)
     if src is None:
         return None
-    df = frame(src, "gemm")
-    df = df[df.gemm_dtype == dtype]
-    if df.empty:
+    kernel = most_common(src, "gemm", "kernel_source", gemm_dtype=dtype)
+    if kernel is None:
         return None
-    # one kernel per dtype: the one measured at the most shapes (vLLM's bf16 rows are all
-    # torch.nn.functional.linear; its fp8 the CUTLASS scaled-mm kernel)
-    kernel = df.kernel_source.value_counts().index[0]
-    return Grid(df[df.kernel_source == kernel], ("m", "n", "k")), src, kernel
-
-
-ATTN_KEYS = ("batch_size", "isl")
+    cols = read(src, "gemm", ("m", "n", "k", "latency"), gemm_dtype=dtype, kernel_source=kernel)
+    return Grid(cols, ("m", "n", "k")), src, str(kernel)
 
 
 @lru_cache(maxsize=None)
 def attention(system: str, phase: str, heads: int, kv_heads: int, head_dim: int,
               engine: str = TRAINING_ENGINE, dtype: str = "bfloat16", kv_dtype: str = "bfloat16"):
-    """(Grid over (batch, length), Source, kernel, heads measured) of the context (prefill)
-    or generation (decode) attention table for the measured head shape nearest this one
-    (the same query-per-key-head ratio where measured; the time is then scaled by the ratio
-    of query heads: attention's work is linear in them), or None."""
-    table = f"{phase}_attention_perf"
-    src = find(system, "attention", table, engine)
+    """(Grid over (batch, length), Source, kernel, (heads, kv heads, head size) measured)
+    of the context (prefill) or generation (decode) attention table for the measured head
+    shape nearest this one (the same query-per-key-head ratio where measured, the nearest
+    head size; the caller scales by the ratio of query heads and head sizes: attention's
+    work is linear in both), or None."""
+    from collections import Counter
+
+    import numpy as np
+    src = find(system, "attention", f"{phase}_attention_perf", engine)
     if src is None:
         return None
-    df = frame(src, "attention")
-    df = df[(df.attn_dtype == dtype) & (df.kv_cache_dtype == kv_dtype) & (df.window_size == 0)]
-    if df.empty:
-        return None
-    kernel = df.kernel_source.value_counts().index[0]
-    df = df[df.kernel_source == kernel]
-    dims = sorted(df.head_dim.unique(), key=lambda d: (abs(int(d) - head_dim), -int(d)))
-    df = df[df.head_dim == dims[0]]
-    shapes = df[["num_heads", "num_key_value_heads"]].drop_duplicates().itertuples(index=False)
-    ratio = heads / kv_heads
-
-    def distance(s):
-        return (abs(s.num_heads / s.num_key_value_heads - ratio) > 1e-9,
-                abs(_log(s.num_heads) - _log(heads)))
-    best = min(shapes, key=distance)
-    df = df[(df.num_heads == best.num_heads) & (df.num_key_value_heads == best.num_key_value_heads)]
     length = "isl" if phase == "context" else "step"
-    return (Grid(df, ("batch_size", length)), src, kernel,
-            (int(best.num_heads), int(best.num_key_value_heads), int(dims[0])))
+    keys = ("kernel_source", "num_heads", "num_key_value_heads", "head_dim", "batch_size",
+            length, "latency")
+    cols = read(src, "attention", keys, attn_dtype=dtype, kv_cache_dtype=kv_dtype, window_size=0)
+    if not len(cols["latency"]):
+        return None
+    kernel = Counter(cols["kernel_source"].tolist()).most_common(1)[0][0]
+    keep = cols["kernel_source"] == kernel
+    dims = sorted(set(cols["head_dim"][keep].tolist()), key=lambda d: (abs(d - head_dim), -d))
+    keep &= cols["head_dim"] == dims[0]
+    shapes = set(zip(cols["num_heads"][keep].tolist(), cols["num_key_value_heads"][keep].tolist()))
+    ratio = heads / kv_heads
+    h0, kv0 = min(shapes, key=lambda s: (abs(s[0] / s[1] - ratio) > 1e-9,
+                                         abs(_log(s[0]) - _log(heads)), s))
+    keep &= (cols["num_heads"] == h0) & (cols["num_key_value_heads"] == kv0)
+    sub = {k: np.asarray(v)[keep] for k, v in cols.items() if k in ("batch_size", length, "latency")}
+    return Grid(sub, ("batch_size", length)), src, str(kernel), (h0, kv0, dims[0])
 
 
 def _log(x: float) -> float:
@@ -254,17 +294,19 @@ def _log(x: float) -> float:
 @lru_cache(maxsize=None)
 def collective(system: str, op: str, gpus: int, engine: str | None = None):
     """(Grid over message_size in elements of 2 bytes, Source) for an in-node collective:
-    the engine's custom all-reduce (CUDA-graph capture) when `engine` is given and `op` is
-    all_reduce, else NCCL's table at the system's NCCL version (half precision)."""
+    the engine's custom all-reduce (its CUDA-graph backend) when `engine` is given and `op`
+    is all_reduce, else NCCL's table at the system's NCCL version (half precision)."""
+    import numpy as np
     if engine is not None and op == "all_reduce":
         src = find(system, "comm", "custom_allreduce_perf", engine)
         if src is not None:
-            df = frame(src, "comm")
-            df = df[(df.num_gpus == gpus) & (df.allreduce_dtype == "bfloat16")]
-            graph = df[df.backend.str.contains("graph")]
-            df = graph if not graph.empty else df
-            if not df.empty:
-                return Grid(df, ("message_size",)), src
+            cols = read(src, "comm", ("backend", "message_size", "latency"), num_gpus=gpus,
+                        allreduce_dtype="bfloat16")
+            graph = np.array(["graph" in str(b) for b in cols["backend"]], bool)
+            keep = graph if graph.any() else np.ones(len(graph), bool)
+            if keep.any():
+                return Grid({k: cols[k][keep] for k in ("message_size", "latency")},
+                            ("message_size",)), src
     version = str((system_spec(system).get("misc") or {}).get("nccl_version", ""))
     base = root() / "data" / system / "comm" / "nccl"
     have = sorted((d.name for d in base.iterdir() if (d / "nccl_perf.parquet").is_file()),
@@ -272,6 +314,6 @@ def collective(system: str, op: str, gpus: int, engine: str | None = None):
     if not have:
         return None
     src = Source(system, "nccl_perf", "nccl", version if version in have else have[-1])
-    df = frame(src, "comm")
-    df = df[(df.op_name == op) & (df.num_gpus == gpus) & (df.nccl_dtype == "half")]
-    return (Grid(df, ("message_size",)), src) if not df.empty else None
+    cols = read(src, "comm", ("message_size", "latency"), op_name=op, num_gpus=gpus,
+                nccl_dtype="half")
+    return (Grid(cols, ("message_size",)), src) if len(cols["latency"]) else None
