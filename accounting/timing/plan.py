@@ -22,7 +22,7 @@ def machine(hw, gpu_name: str | None, engine: str = tables.TRAINING_ENGINE,
     run's GEMMs have no table (roofline at the fp32 peak)."""
     if hw is None or hw.peak_flops is None or hw.bandwidth is None:
         return None
-    if compute != BF16:
+    if compute not in (BF16, FP8):  # fp8 training: its linear GEMMs fp8, the rest bf16
         return O.Machine(hw.name, None, hw.peak_flops, None, hw.bandwidth, engine, None)
     fp8 = None
     if gpu_name is not None:

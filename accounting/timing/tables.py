@@ -151,8 +151,12 @@ def _np(arr):
 
 def read(src: Source, op: str, columns: tuple[str, ...], **equal) -> dict:
     """The table's `columns` (numpy arrays) on the rows where each keyword column equals its
-    value."""
+    value; a keyword column the table does not have (A100's attention tables have no
+    window_size: no windowed kernel measured) selects every row."""
     import numpy as np
+    import pyarrow.parquet as pq
+    have = set(pq.ParquetFile(_path(src, op)).schema_arrow.names)
+    equal = {k: v for k, v in equal.items() if k in have}
     cols = _columns(src, op, list(dict.fromkeys([*columns, *equal])))
     keep = np.ones(len(cols[next(iter(cols))]), bool)
     for k, v in equal.items():
@@ -190,8 +194,12 @@ def _axis(grid, x: float):
 
 class Grid:
     """A latency table on a product grid of its key columns (a point measured twice: the
-    faster; a missing point filled from its neighbour along each axis), interpolated
-    multilinearly."""
+    faster), interpolated multilinearly. The tables are not full products: the attention
+    tables stop where batch × length passes a token budget (decode at batch 128 is measured
+    up to 8,191 keys, at batch 2,048 up to 511). A missing point is filled from the largest
+    measured one below it along the first axis, scaled in proportion to that axis (the
+    work is linear in the batch, in a GEMM's rows); what is still missing, from its
+    neighbours unscaled. A lookup that uses a filled point says so."""
 
     def __init__(self, cols: dict, keys: tuple[str, ...], value: str = "latency"):
         import numpy as np
@@ -201,7 +209,9 @@ class Grid:
         arr = np.full([len(a) for a in self.axes], np.inf)
         np.minimum.at(arr, idx, cols[value].astype(float))
         arr[np.isinf(arr)] = np.nan
-        for axis in range(arr.ndim):  # fill the holes from a neighbour along each axis
+        self.measured = ~np.isnan(arr)
+        arr = _fill(arr, 0, self.axes[0])  # proportional along the first axis
+        for axis in range(arr.ndim):  # then any hole left from a neighbour
             arr = _fill(arr, axis)
         self.values = arr
 
@@ -210,7 +220,7 @@ class Grid:
         times x / x_max (work linear in that axis) when `scales` allows it for that axis."""
         import itertools
         parts = [_axis(a, float(v)) for a, v in zip(self.axes, x)]
-        total, factor, notes = 0.0, 1.0, []
+        total, factor, notes, filled = 0.0, 1.0, [], False
         for corner in itertools.product((0, 1), repeat=len(parts)):
             w, idx = 1.0, []
             for bit, (i, j, wt, _, _) in zip(corner, parts):
@@ -218,6 +228,10 @@ class Grid:
                 idx.append(j if bit else i)
             if w:
                 total += w * self.values[tuple(idx)]
+                filled |= not self.measured[tuple(idx)]
+        if filled:
+            notes.append(f"past the measured {self.keys[0]} × {self.keys[-1]}: scaled from the "
+                         f"largest measured {self.keys[0]}")
         for n, (k, p) in enumerate(zip(self.keys, parts)):
             if p[3] != 1.0 and (scales is None or scales[n]):
                 factor *= p[3]
@@ -226,12 +240,16 @@ class Grid:
         return Lookup(total * factor * MS, "; ".join(notes))
 
 
-def _fill(arr, axis: int):
-    """NaNs replaced by the previous (else the next) finite value along `axis`."""
+def _fill(arr, axis: int, along=None):
+    """NaNs replaced by the previous finite value along `axis` (times the ratio of the axis'
+    values when `along` gives them), else the next one."""
     import numpy as np
     a = np.moveaxis(arr.copy(), axis, 0)
     for i in range(1, len(a)):
-        a[i] = np.where(np.isnan(a[i]), a[i - 1], a[i])
+        scale = 1.0 if along is None else along[i] / along[i - 1]
+        a[i] = np.where(np.isnan(a[i]), a[i - 1] * scale, a[i])
+    if along is not None:
+        return np.moveaxis(a, 0, axis)
     for i in range(len(a) - 2, -1, -1):
         a[i] = np.where(np.isnan(a[i]), a[i + 1], a[i])
     return np.moveaxis(a, 0, axis)

@@ -1,0 +1,136 @@
+"""Published, measured training throughputs (tokens/s per GPU), each with where it was
+read, and the planner's prediction for the same run: the cases docs/timing.md's table is
+generated from (benchmarks/published_runs.py). A figure here is the source's own number;
+nothing is fitted to it.
+
+The runs are planned as the command line plans them (`plan MODEL --gpus N ...`), model/'s
+ops with the stack's memory rules, eager PyTorch (torch.compile's fusions are not
+modelled: a compiled run is expected faster than the prediction), on the GPU table's card.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+TT_H100 = ("torchtitan benchmarks/llama3_h100_202412_torchtitan.md (torchtitan 9dec370, "
+           "2024-12; Grand Teton H100 96 GB HBM2e at 500 W, planned as H100-SXM)")
+TT_A100 = ("torchtitan docs/performance.md (commit 0413364; 64 A100 80GB, FSDP2, "
+           "T = 8,192)")
+TT_H200 = ("torchtitan benchmarks/llama3_8b_h200_2025-06_torchtitan.md (Trainy, 2025-06, "
+           "torchtitan e7c0cae; compile, float8 with fp8 all-gathers)")
+NEMO = ("NeMo docs/source/performance/performance_summary.md (NeMo 24.07, DGX-H100, FP8; "
+        "commit 070a0bb)")
+
+# model shapes beyond the presets, as flags of `plan` (Meta's config.json values)
+LLAMA31_70B = ("meta-llama/Llama-3.1-8B", "--num-layers", "80", "--d-model", "8192",
+               "--num-heads", "64", "--num-kv-heads", "8", "--d-ff", "28672")
+LLAMA31_405B = ("meta-llama/Llama-3.1-8B", "--num-layers", "126", "--d-model", "16384",
+                "--num-heads", "128", "--num-kv-heads", "8", "--d-ff", "53248")
+LLAMA2_7B = ("meta-llama/Llama-3.1-8B", "--num-kv-heads", "32", "--d-ff", "11008",
+             "--vocab-size", "32000")
+LLAMA2_70B = ("meta-llama/Llama-3.1-8B", "--num-layers", "80", "--d-model", "8192",
+              "--num-heads", "64", "--num-kv-heads", "8", "--d-ff", "28672",
+              "--vocab-size", "32000")
+LLAMA31_8B = ("meta-llama/Llama-3.1-8B",)
+
+
+@dataclass(frozen=True)
+class Run:
+    name: str
+    model: tuple[str, ...]  # the preset and any field flags
+    gpu: str
+    gpus: int
+    ctx: int
+    batch: int  # global, sequences
+    layout: tuple[str, ...]  # --tp/--pp/--cp/--zero/--micro-batch/... flags
+    precision: str
+    recompute: str
+    stack: str
+    measured: float  # tokens/s per GPU, as published
+    source: str
+    note: str = ""
+
+    def argv(self) -> list[str]:
+        return ["plan", *self.model, "--gpus", str(self.gpus), "--gpu", self.gpu,
+                "--ctx", str(self.ctx), "--batch", str(self.batch), *self.layout,
+                "--precision", self.precision, "--recompute", self.recompute,
+                "--attention", "sdpa", "--stack", self.stack, "--format", "json"]
+
+
+def _tt(name, model, gpus, ctx, batch, layout, precision, recompute, measured, note="",
+        gpu="H100", source=TT_H100):
+    return Run(name, model, gpu, gpus, ctx, batch, layout, precision, recompute, "torchtitan",
+               measured, source, note)
+
+
+FSDP = ("--zero", "3")
+RUNS: tuple[Run, ...] = (
+    _tt("8B, 8 GPUs, FSDP, b 2 (Table 1)", LLAMA31_8B, 8, 8192, 16,
+        FSDP + ("--micro-batch", "2"), "bf16-mixed", "selective", 5762),
+    _tt("8B, 8 GPUs, FSDP + compile (Table 1)", LLAMA31_8B, 8, 8192, 16,
+        FSDP + ("--micro-batch", "2"), "bf16-mixed", "selective", 6667, "compiled"),
+    _tt("8B, 8 GPUs, FSDP + compile + Float8 (Table 1)", LLAMA31_8B, 8, 8192, 16,
+        FSDP + ("--micro-batch", "2"), "fp8-torchao", "selective", 8532, "compiled"),
+    _tt("8B, 8 GPUs, FSDP 8, T 32k (Table 2)", LLAMA31_8B, 8, 32768, 8,
+        FSDP + ("--micro-batch", "1"), "fp8-torchao", "full", 3890, "compiled"),
+    _tt("8B, 8 GPUs, FSDP 4 CP 2, T 64k (Table 2)", LLAMA31_8B, 8, 65536, 4,
+        FSDP + ("--micro-batch", "1", "--cp", "2"), "fp8-torchao", "full", 2540, "compiled"),
+    _tt("8B, 8 GPUs, FSDP 2 CP 4, T 128k (Table 2)", LLAMA31_8B, 8, 131072, 2,
+        FSDP + ("--micro-batch", "1", "--cp", "4"), "fp8-torchao", "full", 1071, "compiled"),
+    _tt("8B, 128 GPUs, FSDP, b 2 (Table 3)", LLAMA31_8B, 128, 8192, 256,
+        FSDP + ("--micro-batch", "2"), "bf16-mixed", "selective", 5605),
+    _tt("8B, 128 GPUs, FSDP + compile (Table 3)", LLAMA31_8B, 128, 8192, 256,
+        FSDP + ("--micro-batch", "2"), "bf16-mixed", "selective", 6514, "compiled"),
+    _tt("8B, 128 GPUs, FSDP + compile + Float8 (Table 3)", LLAMA31_8B, 128, 8192, 256,
+        FSDP + ("--micro-batch", "2"), "fp8-torchao", "selective", 8380, "compiled"),
+    _tt("70B, 256 GPUs, FSDP 32 TP 8, b 16 (Table 4)", LLAMA31_70B, 256, 8192, 512,
+        FSDP + ("--tp", "8", "--micro-batch", "16"), "fp8-torchao", "full", 829, "compiled"),
+    _tt("70B, 256 GPUs, FSDP 32 TP 8 + async TP (Table 4)", LLAMA31_70B, 256, 8192, 512,
+        FSDP + ("--tp", "8", "--micro-batch", "16"), "fp8-torchao", "full", 876,
+        "compiled; async TP (not modelled)"),
+    _tt("405B, 512 GPUs, FSDP 8 TP 8 PP 8, 1F1B (Table 5)", LLAMA31_405B, 512, 8192, 256,
+        FSDP + ("--tp", "8", "--pp", "8", "--micro-batch", "1"), "fp8-torchao", "full", 100,
+        "compiled; async TP"),
+    _tt("405B, 512 GPUs, interleaved 1F1B (Table 5)", LLAMA31_405B, 512, 8192, 256,
+        FSDP + ("--tp", "8", "--pp", "8", "--micro-batch", "1", "--virtual-stages", "2"),
+        "fp8-torchao", "full", 128, "compiled; async TP; interleaving degree assumed 2"),
+    _tt("8B, 64 A100, FSDP, b 1, selective layer", LLAMA31_8B, 64, 8192, 64,
+        FSDP + ("--micro-batch", "1"), "bf16-mixed", "selective", 2904, gpu="A100",
+        source=TT_A100),
+    _tt("70B, 64 A100, FSDP, b 1, full AC", LLAMA31_70B, 64, 8192, 64,
+        FSDP + ("--micro-batch", "1"), "bf16-mixed", "full", 331, gpu="A100", source=TT_A100),
+    _tt("8B, 32 H200, FSDP, b 2, compile + Float8", LLAMA31_8B, 32, 8192, 64,
+        FSDP + ("--micro-batch", "2"), "fp8-torchao-fsdp", "selective", 10938, "compiled",
+        gpu="H200", source=TT_H200),
+    _tt("8B, 64 H200, FSDP, b 2, compile + Float8", LLAMA31_8B, 64, 8192, 128,
+        FSDP + ("--micro-batch", "2"), "fp8-torchao-fsdp", "selective", 10753, "compiled",
+        gpu="H200", source=TT_H200),
+    Run("LLAMA3-8B, 8 GPUs, CP 2, GBS 128", LLAMA31_8B, "H100", 8, 8192, 128,
+        ("--cp", "2", "--micro-batch", "1", "--zero", "1"), "fp8-te", "none",
+        "megatron", 12036, NEMO, "distributed optimizer"),
+    Run("LLAMA3-70B, 64 GPUs, TP 4 PP 4 CP 2 VP 5", LLAMA31_70B, "H100", 64, 8192, 128,
+        ("--tp", "4", "--pp", "4", "--cp", "2", "--virtual-stages", "5", "--micro-batch", "1",
+         "--zero", "1", "--sp"), "fp8-te", "none", "megatron", 1533, NEMO),
+    Run("LLAMA2-7B, 8 GPUs, GBS 128, T 4k", LLAMA2_7B, "H100", 8, 4096, 128,
+        ("--micro-batch", "1", "--zero", "1"), "fp8-te", "none", "megatron", 16847, NEMO),
+    Run("LLAMA2-70B, 64 GPUs, TP 4 PP 4 VP 20, T 4k", LLAMA2_70B, "H100", 64, 4096, 128,
+        ("--tp", "4", "--pp", "4", "--virtual-stages", "20", "--micro-batch", "1", "--zero",
+         "1", "--sp"), "fp8-te", "none", "megatron", 1707, NEMO),
+)
+
+
+def predict(run: Run) -> tuple[float | None, str, str]:
+    """(tokens/s per GPU predicted, the time's source, a problem) for one run."""
+    import contextlib
+    import io
+    import json
+
+    from accounting.cli.main import main
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(run.argv())
+    if code != 0:
+        return None, "", err.getvalue().strip().splitlines()[-1] if err.getvalue() else f"exit {code}"
+    d = json.loads(out.getvalue())
+    st = d.get("step_time") or {}
+    tps = (st.get("tokens_per_second") or {}).get("approx")
+    return (None if tps is None else tps / run.gpus), st.get("source", ""), ""

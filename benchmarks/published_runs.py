@@ -1,0 +1,64 @@
+"""The published-runs table of docs/timing.md: each measured training throughput of
+accounting/timing/published.py beside the planner's prediction for the same run (no --mfu:
+the step timed op by op from aiconfigurator-core's measured kernels), the ratio, and the
+median and worst ratio. Regenerate with
+
+    python benchmarks/published_runs.py --update     # rewrite the block in docs/timing.md
+    python benchmarks/published_runs.py              # print it
+
+tests/test_timing_docs.py checks that the block is what this prints (where
+aiconfigurator-core is installed).
+"""
+from __future__ import annotations
+
+import re
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+DOC = ROOT / "docs" / "timing.md"
+START, END = "<!-- published-runs -->\n", "<!-- end published-runs -->\n"
+
+
+def table() -> str:
+    from accounting.timing import tables
+    from accounting.timing.published import RUNS, predict
+    rows, ratios = [], []
+    sources = {}
+    for r in RUNS:
+        p, src, problem = predict(r)
+        ref = sources.setdefault(r.source, len(sources) + 1)
+        if p is None:
+            rows.append(f"| {r.name} | {r.stack} | {r.gpus} × {r.gpu} | {r.measured:,.0f} | – | – "
+                        f"| not planned: {problem} | [{ref}] |")
+            continue
+        ratios.append(p / r.measured)
+        rows.append(f"| {r.name} | {r.stack} | {r.gpus} × {r.gpu} | {r.measured:,.0f} | "
+                    f"{p:,.0f} | {p / r.measured:.2f} | {src}{'; ' + r.note if r.note else ''} "
+                    f"| [{ref}] |")
+    head = ("| run | stack | GPUs | measured tokens/s/GPU | predicted | predicted / measured "
+            "| time from; note | source |\n|---|---|---|---:|---:|---:|---|---|\n")
+    worst = max(ratios, key=lambda x: abs(x - 1)) if ratios else float("nan")
+    summary = (f"\n{len(ratios)} runs planned: median ratio {statistics.median(ratios):.2f}, "
+               f"worst {worst:.2f} (aiconfigurator-core {tables.package_version()}). "
+               "A compiled run (torch.compile) is expected faster than the prediction, which "
+               "plans eager PyTorch.\n\n")
+    refs = "".join(f"[{n}] {s}\n\n" for s, n in sources.items())
+    return head + "\n".join(rows) + "\n" + summary + refs
+
+
+def update() -> None:
+    text = DOC.read_text()
+    pattern = re.compile(re.escape(START) + r".*?" + re.escape(END), re.S)
+    DOC.write_text(pattern.sub(lambda m: START + table() + END, text))
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--update"]:
+        update()
+    elif not sys.argv[1:]:
+        print(table(), end="")
+    else:
+        sys.exit("usage: python benchmarks/published_runs.py [--update]")
