@@ -49,16 +49,29 @@ def table() -> str:
     return head + "\n".join(rows) + "\n" + summary + refs
 
 
+H200_START, H200_END = "<!-- h200-checks -->\n", "<!-- end h200-checks -->\n"
+
+
+def h200_table() -> str:
+    from accounting.timing.published import H200_SOURCE, h200_predictions
+    rows = [f"| {name} | {measured * 1e3:,.2f} ms | {predicted * 1e3:,.2f} ms | "
+            f"{predicted / measured:.2f} |" for name, measured, predicted in h200_predictions()]
+    return ("| case | measured | predicted | predicted / measured |\n|---|---:|---:|---:|\n"
+            + "\n".join(rows) + f"\n\nMeasured: {H200_SOURCE}.\n")
+
+
 def update() -> None:
     text = DOC.read_text()
-    pattern = re.compile(re.escape(START) + r".*?" + re.escape(END), re.S)
-    DOC.write_text(pattern.sub(lambda m: START + table() + END, text))
+    for start, end, body in ((START, END, table), (H200_START, H200_END, h200_table)):
+        pattern = re.compile(re.escape(start) + r".*?" + re.escape(end), re.S)
+        text = pattern.sub(lambda m: start + body() + end, text)
+    DOC.write_text(text)
 
 
 if __name__ == "__main__":
     if sys.argv[1:] == ["--update"]:
         update()
     elif not sys.argv[1:]:
-        print(table(), end="")
+        print(h200_table() + "\n" + table(), end="")
     else:
         sys.exit("usage: python benchmarks/published_runs.py [--update]")

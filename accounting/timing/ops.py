@@ -194,16 +194,29 @@ def elementwise_bytes(e: R.Elementwise, v: dict, act_bytes: int) -> int:
     return product(e.elements, v) * e.copies * (operands + 1) * act_bytes
 
 
+def _residual_stream() -> frozenset:
+    """The components that run on the residual stream (the parameters' dtype under
+    autocast: fp32), the others on a matmul's output (autocast's bf16)."""
+    from accounting.ledger.builder import common as C
+    from accounting.spec.config import NORMS
+    return frozenset({*NORMS.values(), C.RESIDUAL, C.QK_NORM, C.GATED_NORM, C.RESIDUAL_SCALE,
+                      C.EMBED_SCALE, C.POSITION_ADD, C.LOGIT_SCALE})
+
+
 def time_elementwise(records, v: dict, machine: Machine, act_bytes: int, backward: bool,
-                     fused: bool = False, tp: int = 1) -> OpTime:
+                     fused: bool = False, tp: int = 1, matmul_bytes: int | None = None) -> OpTime:
     """The memory-bound ops of a pass: every record a kernel (eager torch), or each
     component of a block one fused kernel (`fused`: an engine's fused norm, rotary and
-    activation kernels, vLLM's model_executor/layers/layernorm.py and activation.py)."""
+    activation kernels, vLLM's model_executor/layers/layernorm.py and activation.py).
+    `act_bytes` per element of the residual stream's ops, `matmul_bytes` of the others (on
+    a matmul's output: bf16 under autocast; None: act_bytes)."""
     rate, latency, src = machine.memory_rate()
     total_bytes, kernels, seen = 0, 0, set()
+    stream = _residual_stream()
     for e in records:
         n = e.count(v)
-        total_bytes += n * elementwise_bytes(e, v, act_bytes)
+        b = act_bytes if matmul_bytes is None or e.component in stream else matmul_bytes
+        total_bytes += n * elementwise_bytes(e, v, b)
         if fused:
             key = (e.component, e.repeat)
             if key not in seen:

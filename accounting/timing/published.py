@@ -134,3 +134,57 @@ def predict(run: Run) -> tuple[float | None, str, str]:
     st = d.get("step_time") or {}
     tps = (st.get("tokens_per_second") or {}).get("approx")
     return (None if tps is None else tps / run.gpus), st.get("source", ""), ""
+
+
+# The project's own H200 measurements (shared/gpu/README.md, 2026-11-26, torch 2.11.0+cu130),
+# each predicted by the rule that matches how it was run (tests/test_timing.py holds ±10%).
+H200_SOURCE = "shared/gpu/README.md (one H200, torch 2.11.0+cu130, 2026-11-26)"
+H200_CASES = (
+    ("Llama-3.1-8B prefill, transformers + SDPA, T 8,192", "prefill", 8192, 1, 0.2505),
+    ("Llama-3.1-8B prefill, transformers + SDPA, T 32,768", "prefill", 32768, 1, 1.3873),
+    ("Llama-3.1-8B CUDA-graph decode step, B 1, t 4,096 (GEMMs + SDPA)", "decode", 4096, 1,
+     0.005047),
+    ("Llama-3.1-8B CUDA-graph decode step, B 32, t 4,096 (GEMMs + SDPA)", "decode", 4096, 32,
+     0.008791),
+    ("Llama-3.2-1B training step, T 4,096, B 4, bf16-mixed, SDPA", "train-none", 4096, 4, 0.386),
+    ("Llama-3.2-1B training step, T 8,192, B 4, full recomputation", "train-full", 8192, 4,
+     0.965),
+    ("gpt2-small training step, T 1,024, B 16, bf16-mixed, SDPA", "train-gpt2", 1024, 16, 0.120),
+)
+
+
+def h200_predictions() -> list[tuple[str, float, float]]:
+    """(case, measured seconds, predicted seconds) of H200_CASES."""
+    import dataclasses
+
+    from accounting.analysis import arguments as A
+    from accounting.ledger.ledger import ledger
+    from accounting.planning import recipes
+    from accounting.planning.gpus import get_gpu
+    from accounting.planning.memory import MemoryModel, get_precision
+    from accounting.timing import ops as O
+    from accounting.timing import step as S
+    from accounting.timing import tables
+    from accounting.units import TERA
+    g = get_gpu("H200")
+    m = O.Machine(g.name, tables.system_of(g.name), g.peak_tflops["bf16"] * TERA,
+                  g.peak_tflops["fp8"] * TERA, g.bandwidth_tbs * TERA)
+    c8 = dataclasses.replace(A.config("meta-llama/Llama-3.1-8B"), attention="sdpa")
+    lg8 = ledger(c8, "cuda", implementation="transformers", param_dtype="bf16")
+    out = []
+    for name, kind, t, b, measured in H200_CASES:
+        if kind == "prefill":
+            s = S.prefill_eager(lg8, lg8.values(t, b), m).seconds
+        elif kind == "decode":
+            parts = S.decode(lg8, lg8.values(1, b), t, m).by_category()
+            s = parts[O.GEMMS] + parts[O.ATTENTION]
+        else:
+            preset = "gpt2-small" if kind == "train-gpt2" else "meta-llama/Llama-3.2-1B"
+            rc = "full" if kind == "train-full" else "none"
+            c = dataclasses.replace(A.config(preset), attention="sdpa")
+            _, c = recipes.resolve(c, False, "course", "bf16-mixed", "adamw", rc, True, "model")
+            p = get_precision("bf16-mixed")
+            mm = MemoryModel(c, p, "model", rc, "course", "adamw", None, None)
+            s = S.training_step(mm.ledger, mm.values(t, b), m, p).seconds
+        out.append((name, measured, float(s)))
+    return out

@@ -99,16 +99,31 @@ def training_step(ledger, v: dict, machine: O.Machine, precision, optimizer: str
     out += matmul_ops(ledger.forward, v, machine, fused, tp, True, skip=lambda r: r in frozen)
     out += [O.OpTime(f"{o.name} (recomputed)", o.category, o.seconds, o.source, o.note)
             for o in matmul_ops(ledger.recomputed, v, machine, fused, tp, False)]
-    # the residual stream's dtype (fp32 under autocast: the norms and adds run on it; an
-    # upper bound for the ops on autocast's bf16 matmul outputs)
+    # the residual stream's dtype (fp32 under autocast: the norms and adds run on it), the
+    # other ops on autocast's bf16 matmul outputs
     act = DTYPE_BYTES[precision.activation_dtype]
-    out.append(O.time_elementwise(ledger.elementwise, v, machine, act, False, tp=tp))
-    out.append(O.time_elementwise(ledger.elementwise, v, machine, act, True, tp=tp))
-    rate, _, src = machine.memory_rate()
-    if precision.autocast is not None:  # autocast's bf16 copy of each weight, each forward
+    low = DTYPE_BYTES[R.BF16] if precision.autocast is not None else act
+    out.append(O.time_elementwise(ledger.elementwise, v, machine, act, False, tp=tp,
+                                  matmul_bytes=low))
+    out.append(O.time_elementwise(ledger.elementwise, v, machine, act, True, tp=tp,
+                                  matmul_bytes=low))
+    rate, latency, src = machine.memory_rate()
+    if precision.autocast is not None:  # autocast's bf16 copy of each weight, each forward,
+        # and each weight's bf16 gradient cast into its fp32 .grad in the backward
         weights = sum(p.count(v) * p.numel(v) for p in ledger.params if p.matmul_weight)
-        cast = weights * (DTYPE_BYTES[precision.param_dtype] + DTYPE_BYTES[R.BF16])
-        out.append(O.OpTime("autocast weight casts", O.MEMORY, Fraction(cast, tp) / rate, src))
+        cast = 2 * weights * (DTYPE_BYTES[precision.param_dtype] + DTYPE_BYTES[R.BF16])
+        out.append(O.OpTime("autocast weight and gradient casts", O.MEMORY,
+                            Fraction(cast, tp) / rate, src))
+    # the loss: F.cross_entropy = log_softmax + nll_loss over the B·T·V logits, in fp32
+    # (transformers' loss and model/ upcast them): forward the cast (read the logits, write
+    # fp32), log_softmax's two reads (max, then the sum of exponentials) and its write;
+    # backward nll_loss_backward's fp32 gradient, log_softmax_backward's two reads and a
+    # write, the cast back to the logits' dtype
+    logits = v["B"] * v["T"] * v["V"]
+    lb = DTYPE_BYTES[R.BF16] if precision.autocast is not None else DTYPE_BYTES[precision.param_dtype]
+    per = (lb + 4) + 3 * 4 + 4 + 3 * 4 + (4 + lb)
+    out.append(O.OpTime("cross-entropy loss (forward and backward)", O.MEMORY,
+                        Fraction(logits * per, tp) / rate + 6 * latency, src))
     n = trained_params if trained_params is not None else sum(
         p.count(v) * p.numel(v) for p in ledger.params if not p.frozen)
     out.append(O.OpTime(f"{optimizer} update", O.OPTIMIZER,
