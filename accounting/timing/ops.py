@@ -80,9 +80,9 @@ class Machine:
     def memory_rate(self) -> tuple[Fraction, Fraction, str]:
         """(bytes/s, seconds per kernel, where from)."""
         if self.system:
-            g = tables.system_spec(self.system)["gpu"]
-            f = Fraction(str(g.get("mem_bw_empirical_scaling_factor", 0.8)))
-            lat = Fraction(str(g.get("mem_empirical_constant_latency", 0)))
+            g = tables.system_spec(self.system)
+            f = Fraction(g.get("mem_bw_empirical_scaling_factor", "0.8"))
+            lat = Fraction(g.get("mem_empirical_constant_latency", "0"))
             return (self.bandwidth * f, lat,
                     f"aiconfigurator-core {tables.package_version()} {self.system}.yaml: "
                     f"{float(f):g} of the bandwidth, {float(lat) * 1e6:g} µs per kernel")

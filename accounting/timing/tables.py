@@ -57,6 +57,14 @@ def root() -> Path | None:
 
 @lru_cache(maxsize=1)
 def package_version() -> str | None:
+    """The installed wheel's version, from its dist-info folder's name beside the package
+    (importlib.metadata scans every distribution: a tenth of a second on a first plan)."""
+    base = root()
+    if base is None:
+        return None
+    found = sorted(base.parent.parent.glob(f"{PACKAGE}-*.dist-info"))
+    if found:
+        return found[-1].name[len(PACKAGE) + 1:-len(".dist-info")]
     from importlib.metadata import PackageNotFoundError, version
     try:
         return version(DISTRIBUTION)
@@ -81,11 +89,21 @@ def _version_key(v: str) -> tuple:
                  for x in re.findall(r"\d+|[a-z]+", v))
 
 
+SPEC_KEYS = ("mem_bw_empirical_scaling_factor", "mem_empirical_constant_latency", "nccl_version")
+
+
 @lru_cache(maxsize=None)
 def system_spec(system: str) -> dict:
-    import yaml
-    with open(root() / f"{system}.yaml") as f:
-        return yaml.safe_load(f)
+    """The few scalars read from systems/<system>.yaml (SPEC_KEYS), each `key: value` on its
+    own line there: read by a pattern, not a YAML parser (its import would cost a first
+    plan a tenth of a second)."""
+    text = (root() / f"{system}.yaml").read_text()
+    out = {}
+    for key in SPEC_KEYS:
+        m = re.search(rf"^\s*{key}:\s*'?([^'#\s]+)'?", text, re.M)
+        if m:
+            out[key] = m.group(1)
+    return out
 
 
 @dataclass(frozen=True)
@@ -115,6 +133,11 @@ def _path(src: Source, op: str) -> Path:
     return root() / "data" / src.system / op / src.engine / src.version / f"{src.table}.parquet"
 
 
+@lru_cache(maxsize=None)
+def _columns_cached(src: Source, op: str, names: tuple[str, ...]) -> dict:
+    return _columns(src, op, list(names))
+
+
 def _columns(src: Source, op: str, names: list[str]) -> dict:
     """Numpy arrays of the named columns (a string column read dictionary-encoded, then
     expanded: pyarrow's compute functions and its dataset layer import pandas, seconds on a
@@ -130,12 +153,49 @@ def _columns(src: Source, op: str, names: list[str]) -> dict:
     for n in names:
         col = t.column(n)
         if n in strings:
-            parts = [np.array(ch.dictionary.to_pylist(), dtype=object)[_np(ch.indices)]
-                     for ch in col.chunks]
+            out[n] = Coded.of(col)
         else:
             parts = [_np(ch) for ch in col.chunks]
-        out[n] = np.concatenate(parts) if parts else np.array([])
+            out[n] = np.concatenate(parts) if parts else np.array([])
     return out
+
+
+class Coded:
+    """A string column as integer codes into its distinct values (arrow's dictionary
+    encoding, the chunks' dictionaries merged): compared and selected as numpy arrays,
+    never expanded into Python strings row by row."""
+
+    def __init__(self, codes, names: list):
+        self.codes, self.names = codes, names
+
+    @classmethod
+    def of(cls, col) -> Coded:
+        import numpy as np
+        index: dict = {}
+        parts = []
+        for ch in col.chunks:
+            remap = np.array([index.setdefault(x, len(index)) for x in ch.dictionary.to_pylist()],
+                             dtype=np.int64)
+            parts.append(remap[_np(ch.indices)] if len(remap) else np.zeros(0, np.int64))
+        return cls(np.concatenate(parts) if parts else np.zeros(0, np.int64), list(index))
+
+    def __eq__(self, value):  # a row mask
+        return self.codes == (self.names.index(value) if value in self.names else -1)
+
+    def __getitem__(self, mask) -> Coded:
+        return Coded(self.codes[mask], self.names)
+
+    def __len__(self) -> int:
+        return len(self.codes)
+
+    def most_common(self):
+        import numpy as np
+        if not len(self.codes):
+            return None
+        return self.names[int(np.argmax(np.bincount(self.codes)))]
+
+    def tolist(self) -> list:
+        return [self.names[c] for c in self.codes.tolist()]
 
 
 def _np(arr):
@@ -157,18 +217,11 @@ def read(src: Source, op: str, columns: tuple[str, ...], **equal) -> dict:
     import pyarrow.parquet as pq
     have = set(pq.ParquetFile(_path(src, op)).schema_arrow.names)
     equal = {k: v for k, v in equal.items() if k in have}
-    cols = _columns(src, op, list(dict.fromkeys([*columns, *equal])))
+    cols = _columns_cached(src, op, tuple(sorted({*columns, *equal})))
     keep = np.ones(len(cols[next(iter(cols))]), bool)
     for k, v in equal.items():
         keep &= cols[k] == v
     return {c: cols[c][keep] for c in columns}
-
-
-def most_common(src: Source, op: str, column: str, **equal):
-    """The value of `column` on the most rows where each keyword column equals its value."""
-    from collections import Counter
-    values = read(src, op, (column,), **equal)[column]
-    return Counter(values.tolist()).most_common(1)[0][0] if len(values) else None
 
 
 @dataclass(frozen=True)
@@ -264,11 +317,13 @@ def gemm(system: str, dtype: str, engine: str = TRAINING_ENGINE):
     src = find(system, "gemm", "gemm_perf", engine)
     if src is None:
         return None
-    kernel = most_common(src, "gemm", "kernel_source", gemm_dtype=dtype)
-    if kernel is None:
+    cols = read(src, "gemm", ("kernel_source", "m", "n", "k", "latency"), gemm_dtype=dtype)
+    if not len(cols["latency"]):
         return None
-    cols = read(src, "gemm", ("m", "n", "k", "latency"), gemm_dtype=dtype, kernel_source=kernel)
-    return Grid(cols, ("m", "n", "k")), src, str(kernel)
+    kernel = cols["kernel_source"].most_common()
+    keep = cols["kernel_source"] == kernel
+    return Grid({k: cols[k][keep] for k in ("m", "n", "k", "latency")}, ("m", "n", "k")), \
+        src, str(kernel)
 
 
 @lru_cache(maxsize=None)
@@ -279,8 +334,6 @@ def attention(system: str, phase: str, heads: int, kv_heads: int, head_dim: int,
     shape nearest this one (the same query-per-key-head ratio where measured, the nearest
     head size; the caller scales by the ratio of query heads and head sizes: attention's
     work is linear in both), or None."""
-    from collections import Counter
-
     import numpy as np
     src = find(system, "attention", f"{phase}_attention_perf", engine)
     if src is None:
@@ -291,7 +344,7 @@ def attention(system: str, phase: str, heads: int, kv_heads: int, head_dim: int,
     cols = read(src, "attention", keys, attn_dtype=dtype, kv_cache_dtype=kv_dtype, window_size=0)
     if not len(cols["latency"]):
         return None
-    kernel = Counter(cols["kernel_source"].tolist()).most_common(1)[0][0]
+    kernel = cols["kernel_source"].most_common()
     keep = cols["kernel_source"] == kernel
     dims = sorted(set(cols["head_dim"][keep].tolist()), key=lambda d: (abs(d - head_dim), -d))
     keep &= cols["head_dim"] == dims[0]
@@ -320,12 +373,12 @@ def collective(system: str, op: str, gpus: int, engine: str | None = None):
         if src is not None:
             cols = read(src, "comm", ("backend", "message_size", "latency"), num_gpus=gpus,
                         allreduce_dtype="bfloat16")
-            graph = np.array(["graph" in str(b) for b in cols["backend"]], bool)
+            graph = np.array(["graph" in str(b) for b in cols["backend"].tolist()], bool)
             keep = graph if graph.any() else np.ones(len(graph), bool)
             if keep.any():
                 return Grid({k: cols[k][keep] for k in ("message_size", "latency")},
                             ("message_size",)), src
-    version = str((system_spec(system).get("misc") or {}).get("nccl_version", ""))
+    version = system_spec(system).get("nccl_version", "")
     base = root() / "data" / system / "comm" / "nccl"
     have = sorted((d.name for d in base.iterdir() if (d / "nccl_perf.parquet").is_file()),
                   key=_version_key) if base.is_dir() else []
