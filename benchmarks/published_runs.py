@@ -60,9 +60,28 @@ def h200_table() -> str:
             + "\n".join(rows) + f"\n\nMeasured: {H200_SOURCE}.\n")
 
 
+KERNEL_START, KERNEL_END = "<!-- h200-kernels -->\n", "<!-- end h200-kernels -->\n"
+
+
+def kernel_table() -> str:
+    from accounting.timing.published import KERNEL_SOURCE, kernel_predictions
+    gemms, sdpa = kernel_predictions()
+    g = "\n".join(f"| {m:,} × {n:,} × {k:,} | {ms:.3f} ms | {t:.3f} ms | {t / ms:.2f} |"
+                  for m, n, k, ms, t in gemms)
+    a = "\n".join(f"| {b}, {t:,}, {h}, {d} | {fwd:.3f} ms | {f:.3f} ms | {f / fwd:.2f} | "
+                  f"{both:.3f} ms | {pb:.3f} ms | {pb / both:.2f} |"
+                  for b, t, h, d, fwd, f, both, pb in sdpa)
+    return ("| bf16 GEMM m × n × k | measured | table | table / measured |\n"
+            "|---|---:|---:|---:|\n" + g + "\n\n"
+            "| causal SDPA B, T, h, d | forward measured | table | ratio | forward + backward "
+            "measured | table × 3.5 | ratio |\n|---|---:|---:|---:|---:|---:|---:|\n" + a
+            + f"\n\nMeasured: {KERNEL_SOURCE}.\n")
+
+
 def update() -> None:
     text = DOC.read_text()
-    for start, end, body in ((START, END, table), (H200_START, H200_END, h200_table)):
+    for start, end, body in ((START, END, table), (H200_START, H200_END, h200_table),
+                             (KERNEL_START, KERNEL_END, kernel_table)):
         pattern = re.compile(re.escape(start) + r".*?" + re.escape(end), re.S)
         text = pattern.sub(lambda m: start + body() + end, text)
     DOC.write_text(text)
@@ -72,6 +91,6 @@ if __name__ == "__main__":
     if sys.argv[1:] == ["--update"]:
         update()
     elif not sys.argv[1:]:
-        print(h200_table() + "\n" + table(), end="")
+        print(h200_table() + "\n" + kernel_table() + "\n" + table(), end="")
     else:
         sys.exit("usage: python benchmarks/published_runs.py [--update]")

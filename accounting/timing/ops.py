@@ -41,10 +41,15 @@ from accounting.timing import tables
 ROOFLINE_DERATE = Fraction(7, 10)
 BANDWIDTH_DERATE = Fraction(4, 5)
 FA_BACKWARD_RATIO = Fraction(5, 2)  # FlashAttention-2 Algorithm 2: 5 matmuls against 2
-# torch's SDPA runs FlashAttention-2 (aten/src/ATen/native/transformers/cuda/flash_attn is
-# its copy); the tables measure FlashAttention-3 on Hopper. FA3's paper (Shah et al. 2024,
-# abstract): "1.5-2.0× faster than FlashAttention-2" in bf16/fp16: a training step's
-# attention is the FA3 table's time times the low end, 1.5.
+# torch's SDPA with grouped-query heads (enable_gqa=True: model/fused.py, transformers'
+# sdpa_attention_forward) runs its flash backend, FlashAttention-2 (aten/src/ATen/native/
+# transformers/cuda/flash_attn is its copy; cuDNN's backend takes no enable_gqa); the tables
+# measure FlashAttention-3 on Hopper, "1.5-2.0× faster than FlashAttention-2" (Shah et al.
+# 2024, abstract): such a step's attention is the FA3 table's time × 1.5, the low end.
+# Without grouped heads torch 2.11 picks cuDNN's attention, at the FA3 table's rate: measured
+# on an H200 (torch 2.11.0+cu130, causal, h = 32, d = 128, T = 8,192, B = 1 and 2) forward
+# 1.01 and 1.76 ms against the table's 0.98 and 1.97, forward and backward 3.75 and 7.20 ms
+# against 3.5 × the table's forward, 3.44 and 6.89 (docs/timing.md).
 FA2_OVER_FA3 = Fraction(3, 2)
 
 GEMMS, ATTENTION, MEMORY, COMMUNICATION, OPTIMIZER = (
@@ -179,7 +184,7 @@ def fused_attention(records: list[R.Matmul], v: dict, count: int, machine: Machi
         return None
     s, src, note = got
     s *= _useful_share(qk, v) * count
-    if training and "fa3" in src:
+    if training and "fa3" in src and kv < c_heads:
         s *= FA2_OVER_FA3
         src += f"; × {FA2_OVER_FA3} for torch's FlashAttention-2 (FA3 paper: 1.5-2.0× faster)"
     if backward:

@@ -106,3 +106,31 @@ def kernel_rate(config, precision, recompute: str, seq: int, micro_batch: int, t
         return None
     return _kernel_rate(config, precision, recompute, seq, micro_batch, tp, _gpu_name(hw),
                         Fraction(hw.peak_flops), Fraction(hw.bandwidth))
+
+
+# the many-GPU planner's collective names -> NCCL's tables' op_name (nccl_perf.parquet)
+_NCCL_OPS = {"all-reduce": "all_reduce", "all-gather": "all_gather",
+             "reduce-scatter": "reduce_scatter", "all-to-all": "alltoall"}
+
+
+def collective_timer(hw):
+    """A function timing one planned collective (comms.Collective: its op, calls, total
+    bytes, ranks) inside a node from NCCL's measured table for the GPU's system (message
+    sizes read as elements of 2 bytes, the table's half precision; a size as NCCL's tests
+    give it: the whole buffer), or None where no table covers it (another op, a group size
+    not measured, a GPU without tables): the planner's link model then times it."""
+    system = tables.system_of(_gpu_name(hw))
+    if system is None:
+        return None
+
+    def seconds(c) -> Fraction | None:
+        op = _NCCL_OPS.get(c.op)
+        if op is None or c.calls <= 0:
+            return None
+        found = tables.collective(system, op, c.ranks)
+        if found is None:
+            return None
+        grid, _ = found
+        per_call = max(1, c.bytes // c.calls // 2)
+        return c.calls * Fraction(grid(per_call).seconds)
+    return seconds

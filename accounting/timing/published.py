@@ -150,7 +150,50 @@ H200_CASES = (
     ("Llama-3.2-1B training step, T 8,192, B 4, full recomputation", "train-full", 8192, 4,
      0.965),
     ("gpt2-small training step, T 1,024, B 16, bf16-mixed, SDPA", "train-gpt2", 1024, 16, 0.120),
+    ("Llama-3.1-8B shape, 4 layers, training step, T 8,192, B 2 (issue 39's run)", "train-8b4",
+     8192, 2, 0.3624),
+    ("the same, selective recomputation (issue 39's run)", "train-8b4-selective", 8192, 2,
+     0.3722),
 )
+
+# Measured for issue 39 on one H200 (torch 2.11.0+cu130; CUDA events, the median of 20 calls
+# of F.linear, 10 of SDPA, 5 training steps): bf16 GEMMs (m, n, k, ms) as F.linear(x[m, k],
+# w[n, k]) at a training step's shapes and decode's, and causal SDPA without grouped heads
+# (B, T, h, d, forward ms, forward + backward ms).
+KERNEL_SOURCE = ("measured for issue 39 on one H200, torch 2.11.0+cu130, eager calls timed "
+                 "with CUDA events")
+GEMMS_MEASURED = ((16384, 4096, 4096, 0.728), (16384, 14336, 4096, 2.600),
+                  (16384, 4096, 14336, 2.808), (16384, 1024, 4096, 0.261),
+                  (16384, 128256, 4096, 25.165), (4096, 4096, 16384, 0.907),
+                  (4096, 14336, 16384, 2.994), (8192, 8192, 8192, 1.526),
+                  (2048, 2048, 2048, 0.052), (32, 14336, 4096, 0.056), (1, 4096, 4096, 0.046))
+SDPA_MEASURED = ((2, 8192, 32, 128, 1.761, 7.200), (1, 8192, 32, 128, 1.006, 3.752),
+                 (4, 4096, 32, 64, 0.730, 2.676))
+
+
+def kernel_predictions() -> tuple[list, list]:
+    """(GEMM rows (m, n, k, measured ms, table ms), SDPA rows (B, T, h, d, measured forward,
+    table forward, measured forward + backward, predicted forward + backward)): the
+    measured kernels beside the H200 tables' values the planner uses."""
+    from accounting.timing import ops as O
+    m = _h200()
+    gemms = [(a, b, c, ms, float(O.gemm_seconds(m, a, b, c)[0]) * 1e3)
+             for a, b, c, ms in GEMMS_MEASURED]
+    sdpa = []
+    for b, t, h, d, fwd, both in SDPA_MEASURED:
+        f = float(O.attention_seconds(m, "context", b, t, h, h, d)[0]) * 1e3
+        sdpa.append((b, t, h, d, fwd, f, both, f * float(1 + O.FA_BACKWARD_RATIO)))
+    return gemms, sdpa
+
+
+def _h200():
+    from accounting.planning.gpus import get_gpu
+    from accounting.timing import ops as O
+    from accounting.timing import tables
+    from accounting.units import TERA
+    g = get_gpu("H200")
+    return O.Machine(g.name, tables.system_of(g.name), g.peak_tflops["bf16"] * TERA,
+                     g.peak_tflops["fp8"] * TERA, g.bandwidth_tbs * TERA)
 
 
 def h200_predictions() -> list[tuple[str, float, float]]:
@@ -160,15 +203,10 @@ def h200_predictions() -> list[tuple[str, float, float]]:
     from accounting.analysis import arguments as A
     from accounting.ledger.ledger import ledger
     from accounting.planning import recipes
-    from accounting.planning.gpus import get_gpu
     from accounting.planning.memory import MemoryModel, get_precision
     from accounting.timing import ops as O
     from accounting.timing import step as S
-    from accounting.timing import tables
-    from accounting.units import TERA
-    g = get_gpu("H200")
-    m = O.Machine(g.name, tables.system_of(g.name), g.peak_tflops["bf16"] * TERA,
-                  g.peak_tflops["fp8"] * TERA, g.bandwidth_tbs * TERA)
+    m = _h200()
     c8 = dataclasses.replace(A.config("meta-llama/Llama-3.1-8B"), attention="sdpa")
     lg8 = ledger(c8, "cuda", implementation="transformers", param_dtype="bf16")
     out = []
@@ -179,9 +217,13 @@ def h200_predictions() -> list[tuple[str, float, float]]:
             parts = S.decode(lg8, lg8.values(1, b), t, m).by_category()
             s = parts[O.GEMMS] + parts[O.ATTENTION]
         else:
-            preset = "gpt2-small" if kind == "train-gpt2" else "meta-llama/Llama-3.2-1B"
-            rc = "full" if kind == "train-full" else "none"
+            preset = {"train-gpt2": "gpt2-small", "train-8b4": "meta-llama/Llama-3.1-8B",
+                      "train-8b4-selective": "meta-llama/Llama-3.1-8B"}.get(
+                          kind, "meta-llama/Llama-3.2-1B")
+            rc = {"train-full": "full", "train-8b4-selective": "selective"}.get(kind, "none")
             c = dataclasses.replace(A.config(preset), attention="sdpa")
+            if kind.startswith("train-8b4"):
+                c = dataclasses.replace(c, num_layers=4)
             _, c = recipes.resolve(c, False, "course", "bf16-mixed", "adamw", rc, True, "model")
             p = get_precision("bf16-mixed")
             mm = MemoryModel(c, p, "model", rc, "course", "adamw", None, None)

@@ -444,8 +444,12 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
     fit = _fit(plans, layout, hardware, m, at)
     time = None
     if hardware is not None and hardware.peak_flops:
+        timer = None
+        if source == "kernels":  # issue 39: in-node collectives from NCCL's measured table
+            from accounting.timing.plan import collective_timer
+            timer = collective_timer(hardware)
         time = step_time(layout, [s.flops for s in plans], [list(s.collectives) for s in plans],
-                         hardware.peak_flops, u, net)
+                         hardware.peak_flops, u, net, timer)
     return ParallelPlan(config, layout, seq, precision, hardware, net, u, plans, fit, time, tokens,
                         stack, per_layer(stack, sp, layout, local, rows[0]), mfu_convention,
                         mfu_scope, hfu, measured, optimizer, finetune, source)
