@@ -369,7 +369,7 @@ def test_serve_counts_the_state_per_sequence(capsys, tp):
     (16·2·(4/tp)·256·2 bytes), and each sequence holds the 48 DeltaNet layers' conv window
     (10240/tp channels × 4, bf16) and recurrent state (48/tp heads × 128 × 128, float32),
     whatever its length, heads split over TP as vLLM shards them; concurrency is the pool
-    over both (blocks of 16 tokens)."""
+    over both (blocks aligned to the state's page, issue 43)."""
     path = FRONTIER / "Qwen3.5-27B.json"
     if not path.exists():
         pytest.skip("the published config.json is not here")
@@ -379,8 +379,16 @@ def test_serve_counts_the_state_per_sequence(capsys, tp):
     assert code == 0, err
     d = json.loads(out)
     per_token = 16 * 2 * (4 // tp) * 256 * 2
-    state = 48 * (10240 // tp * 4 * 2 + 48 // tp * 128 * 128 * 4)
+    # issue 43: vLLM raises the block so that one attention page holds a DeltaNet layer's
+    # state, 16 · ceil(state / (16 · attention bytes per token)), and pads each state to
+    # that page (HybridAttentionMambaModelConfig.verify_and_update_config)
+    layer_state = 10240 // tp * 4 * 2 + 48 // tp * 128 * 128 * 4
+    layer_token = 2 * (4 // tp) * 256 * 2
+    block = 16 * -(-layer_state // (16 * layer_token))
+    assert block == {1: 800, 2: 800}[tp]
+    state = 48 * block * layer_token
     assert (d["kv_bytes_per_token_per_gpu"], d["state_bytes_per_sequence_per_gpu"]) == \
         (per_token, state)
-    assert d["max_concurrency"] == d["kv_pool_bytes_per_gpu"] // (-(-T // 16) * 16 * per_token
-                                                                 + state)
+    assert d["assumptions"]["block_size"] == block
+    assert d["max_concurrency"] == d["kv_pool_bytes_per_gpu"] // (-(-T // block) * block
+                                                                 * per_token + state)

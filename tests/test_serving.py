@@ -102,14 +102,20 @@ def test_awq_llama_70b_by_hand():
 
 
 def test_llama_8b_on_one_h100_at_128_by_8k_does_not_fit():
-    # pool = 0.9 · 81,559 MiB − 16,060,522,496 weights − activation − 0.5 GiB; 128 sequences of
-    # 8,192 tokens need 128 · 512 blocks · 16 · 131,072 bytes = 137,438,953,472 bytes
+    # vLLM 0.21 (the default): pool = 0.9 · 79.22 GiB (torch's total on an H100, vllm PR
+    # #10511) − 16,060,522,496 weights − activation − 0.5 GiB outside torch (the high end) −
+    # the CUDA-graph estimate's high end: the largest graph (512 tokens: 3·512·4,096 residual
+    # and norm + 512·3·14,336 gate-up and product, bf16) + 2 modes · 50 other sizes · 24 MiB;
+    # 128 sequences of 8,192 tokens need 128 · 512 blocks · 16 · 131,072 bytes
     c = get_preset("meta-llama/Llama-3.1-8B")
     p = serve(c, get_scheme("bf16"), gpu="H100", ctx=8192, concurrency=128)
     need = 128 * 8192 * 131_072
     assert need == 137_438_953_472
     act = p.binding.activation_bytes
-    pool = int(81_559 * 2**20 * Fraction(9, 10)) - 16_060_522_496 - act - 2**29
+    graphs = (3 * 512 * 4096 + 512 * 3 * 14336) * 2 + 2 * 50 * 24 * 2**20
+    assert graphs == 2_573_205_504 == p.cuda_graph_bytes
+    total = round(Fraction("79.22") * 2**30)
+    pool = int(total * Fraction(9, 10)) - 16_060_522_496 - act - 2**29 - graphs
     assert p.kv_pool_bytes_per_gpu == pool
     assert not p.fits and p.shortfall_bytes == need - pool
     assert p.max_concurrency == pool // (512 * 16 * 131_072)
@@ -196,13 +202,17 @@ def test_a_serving_plan_is_quick():
 
 def test_weights_alone_too_big_says_by_how_much():
     # Llama-3.1-70B bf16 on one H100: 141,107,675,136 bytes of weights (70,553,706,496
-    # parameters, Meta's 70.6B, × 2) against 0.9 · 81,559 MiB
+    # parameters, Meta's 70.6B, × 2) against 0.9 · 79.22 GiB (torch's total on an H100)
     c, _ = read_config(L70)
     p = serve(c, get_scheme("bf16"), gpu="H100", ctx=8192)
     assert p.weights_bytes_per_gpu == llama_bf16_per_gpu(8192, 28672, 80, 64, 8, 128, 128256, 1)
     assert p.weights_bytes_per_gpu == 2 * 70_553_706_496
     act = p.binding.activation_bytes
-    short = p.weights_bytes_per_gpu + act + 2**29 - int(81_559 * 2**20 * Fraction(9, 10))
+    # vLLM 0.21's terms at their high ends: 0.5 GiB outside torch and the CUDA-graph estimate
+    # (the 512-token graph's residual, norm, gate-up and product in bf16 + 100 · 24 MiB)
+    graphs = (3 * 512 * 8192 + 512 * 3 * 28672) * 2 + 2 * 50 * 24 * 2**20
+    total = round(Fraction("79.22") * 2**30)
+    short = p.weights_bytes_per_gpu + act + 2**29 + graphs - int(total * Fraction(9, 10))
     assert not p.fits and p.max_concurrency == 0 and p.shortfall_bytes == short
 
 

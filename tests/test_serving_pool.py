@@ -38,7 +38,8 @@ def close(got, want, within=Fraction(1, 10)) -> bool:
 def test_vllm_rtx3090_llama_8b(tokens, printed_pool_gib, printed_blocks, printed_activation_gib):
     c = get_preset("meta-llama/Llama-3.1-8B")
     p = serve(c, get_scheme("bf16"), memory_bytes=int(Fraction("23.58") * GiB), ctx=tokens,
-              max_num_batched_tokens=tokens, max_num_seqs=256, utilization=Fraction(9, 10))
+              max_num_batched_tokens=tokens, max_num_seqs=256, utilization=Fraction(9, 10),
+              engine_version="0.10")  # vLLM 0.6's pool rule: the graphs outside the pool
     assert close(p.kv_pool_bytes_per_gpu, Fraction(printed_pool_gib) * GiB)
     assert close(p.binding.blocks, printed_blocks)
     assert close(activation_peak(c, tokens, 256, 1), Fraction(printed_activation_gib) * GiB,
@@ -59,7 +60,7 @@ def test_vllm_rtx3090_llama_8b(tokens, printed_pool_gib, printed_blocks, printed
 def test_vllm_h100_llama_3_8b(tp, printed_pool_gib):
     c = get_preset("meta-llama/Llama-3.1-8B")
     p = serve(c, get_scheme("bf16"), memory_bytes=int(Fraction("79.22") * GiB), tp=tp,
-              ctx=8192, max_num_batched_tokens=8192, max_num_seqs=256)
+              ctx=8192, max_num_batched_tokens=8192, max_num_seqs=256, engine_version="0.10")
     assert close(p.kv_pool_bytes_per_gpu, Fraction(printed_pool_gib) * GiB)
 
 
@@ -81,7 +82,7 @@ def test_sglang_default_fraction_from_its_reserve_rule():
     # server_args.py: H100 (81,559 MiB): reserved (9.5 + tp·pp/2) GiB = 11,776 MiB at TP 4;
     # (81559 − 11776) / 81559 = 0.8556 -> 0.856; H200 (143,771 MiB), TP 8: (12 + 4)·1024
     from accounting.serving.engines import defaults
-    d = defaults("sglang", "H100-SXM", 81_559 * 2**20, 4, 1, False)
+    d = defaults("sglang", "H100-SXM", 81_559 * 2**20, 4, 1, False, version="0.4")
     assert d.utilization == Fraction(856, 1000)
-    d = defaults("sglang", "H200", 143_771 * 2**20, 8, 1, True)
+    d = defaults("sglang", "H200", 143_771 * 2**20, 8, 1, True, version="0.4")
     assert d.utilization == Fraction(round(Fraction(143_771 - 16 * 1024, 143_771), 3))

@@ -60,7 +60,8 @@ def parser() -> Parser:
     g = p.add_argument_group("hardware and parallelism")
     g.add_argument("--gpu", metavar="NAME", help=gpu_help())
     g.add_argument("--gpu-mem", type=parse_size, metavar="SIZE",
-                   help="GPU memory (80GB, 80GiB, 81559MiB ...; default: the card's)")
+                   help="GPU memory as torch sees it (80GB, 79.2GiB, 81121MiB ...; default: "
+                        "the card's torch.cuda.mem_get_info total)")
     g.add_argument("--gpu-flops", type=_positive("--gpu-flops"), metavar="TFLOPS",
                    help="dense bf16 peak TFLOP/s (default: the card's)")
     g.add_argument("--gpu-bw", type=_positive("--gpu-bw"), metavar="TB/S",
@@ -88,6 +89,13 @@ def parser() -> Parser:
                    help="sequences served at once (default: the most that fit)")
     w.add_argument("--engine", choices=engines.ENGINES, default=engines.VLLM,
                    help="vllm (default) or sglang: whose pool rule and defaults")
+    w.add_argument("--engine-version", metavar="V",
+                   help="the engine release whose start-up rules apply (vllm: "
+                        + ", ".join(engines.versions(engines.VLLM)) + "; sglang: "
+                        + ", ".join(engines.versions(engines.SGLANG)) + "; a later release "
+                        "takes the latest rule before it; default: vllm "
+                        + engines.DEFAULT_VERSION[engines.VLLM] + ", sglang "
+                        + engines.DEFAULT_VERSION[engines.SGLANG] + ")")
     w.add_argument("--gpu-memory-utilization", type=_fraction("--gpu-memory-utilization"),
                    metavar="F", help="vLLM's gpu_memory_utilization (default 0.9) or SGLang's "
                                      "mem_fraction_static (default: its reserve rule)")
@@ -102,11 +110,13 @@ def parser() -> Parser:
     w.add_argument("--activation-peak", type=parse_size, metavar="SIZE",
                    help="vLLM's profiled activation peak per GPU (default: estimated)")
     w.add_argument("--non-torch", type=parse_size, metavar="SIZE",
-                   help="memory outside torch per GPU (default 0.5GiB; SGLang with several "
-                        "GPUs 2.5GiB: its NCCL buffers)")
+                   help="memory outside torch per GPU that comes off the KV budget (default: "
+                        "vLLM's non-torch increase, a cuBLAS workspace to 0.5GiB, plus NCCL "
+                        "and custom all-reduce buffers by TP/PP; SGLang's CUDA context and "
+                        "the same buffers)")
     w.add_argument("--cuda-graph-mem", type=parse_size, metavar="SIZE",
-                   help="CUDA graph memory vLLM subtracts from the pool (newer vLLM, "
-                        "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS; default 0: outside it)")
+                   help="vLLM's CUDA graph memory (default: its profile's estimate from the "
+                        "captured sizes, taken off the pool from 0.21, outside it before)")
     t = p.add_argument_group("time")
     t.add_argument("--mfu", type=_fraction("--mfu"), default=None, metavar="F",
                    help="model FLOPs utilization of prefill and decode compute: an override "
@@ -160,6 +170,15 @@ def main(argv: list[str]) -> int:
         from accounting.present.views import presets_table
         output.emit(ns.format, ns.output, lambda: [presets_table()])
         return 0
+    plan = plan_from_args(ns)
+    from accounting.serving import views
+    output.emit(ns.format, ns.output, lambda: [views.answer(plan)] + views.tables(plan),
+                lambda: views.to_dict(plan), lambda: views.to_csv(plan))
+    return 0
+
+
+def plan_from_args(ns):
+    """The ServePlan of parsed serve arguments (also the docs' answers table's)."""
     config = config_from_args(ns, drop=(QUANT_KEY,))
     quant, names = _quantization(ns)
     from accounting.formats.hf_quant import scheme_from_config
@@ -178,18 +197,15 @@ def main(argv: list[str]) -> int:
         scheme = scheme.with_group(ns.group_size)
     tp, pp = _parallel(ns)
     from accounting.serving.plan import serve
-    from accounting.serving import views
-    plan = serve(config, scheme, gpu=ns.gpu, memory_bytes=ns.gpu_mem, tp=tp, pp=pp,
+    return serve(config, scheme, gpu=ns.gpu, memory_bytes=ns.gpu_mem, tp=tp, pp=pp,
                  kv_dtype=ns.kv_dtype, ctx=ns.ctx, concurrency=ns.concurrency,
-                 engine=ns.engine, utilization=ns.gpu_memory_utilization,
+                 engine=ns.engine, engine_version=ns.engine_version,
+                 utilization=ns.gpu_memory_utilization,
                  max_num_batched_tokens=ns.max_num_batched_tokens,
                  max_num_seqs=ns.max_num_seqs, block_size=ns.block_size,
                  activation_bytes=ns.activation_peak, non_torch_bytes=ns.non_torch,
-                 cuda_graph_bytes=ns.cuda_graph_mem or 0,
+                 cuda_graph_bytes=ns.cuda_graph_mem,
                  mfu=ns.mfu, bandwidth_efficiency=ns.bandwidth_efficiency, names=names,
                  model_dtype_bytes=4 if scheme.name == "fp32" else 2,
                  peak_tflops=ns.gpu_flops, bandwidth_tbs=ns.gpu_bw, prompt=ns.prompt,
                  notes=notes)
-    output.emit(ns.format, ns.output, lambda: [views.answer(plan)] + views.tables(plan),
-                lambda: views.to_dict(plan), lambda: views.to_csv(plan))
-    return 0

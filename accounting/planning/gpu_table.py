@@ -10,7 +10,8 @@ from accounting.present.render import markdown_table
 from accounting.present.table import Table
 from accounting.units import GiB, decimal, grouped
 
-COLUMNS = ("GPU", "also", "memory (MiB)", "memory (GiB)", "memory as reported by",
+COLUMNS = ("GPU", "also", "memory (MiB)", "memory (GiB)", "torch's total (GiB)",
+           "memory as reported by",
            "datasheet memory", "fp32 TFLOP/s (dense)", "bf16 TFLOP/s (dense)",
            "bf16 TFLOP/s (with sparsity)", "fp8 TFLOP/s (dense)", "fp8 TFLOP/s (with sparsity)",
            "fp4 TFLOP/s (dense)", "fp4 TFLOP/s (with sparsity)", "memory bandwidth (TB/s)",
@@ -35,8 +36,10 @@ def _maybe(x: Fraction | int | None) -> str:
 
 def row(g: GPU) -> tuple[str, ...]:
     also = ", ".join(([g.nickname] if g.nickname else []) + list(g.aliases))
+    torch_total = decimal(Fraction(g.usable_bytes, GiB), 2) + \
+        ("" if g.mem_get_info_bytes is not None else " (est.)")
     return (g.name, also, grouped(g.memory_mib), decimal(Fraction(g.memory_bytes, GiB), 2),
-            "label (no driver figure)" if g.memory_from_label else g.smi,
+            torch_total, "label (no driver figure)" if g.memory_from_label else g.smi,
             g.label, _plain(g.fp32_tflops), _plain(g.bf16_tflops), _plain(g.bf16_sparse_tflops),
             _maybe(g.fp8_tflops), _maybe(g.fp8_sparse_tflops), _maybe(g.fp4_tflops),
             _maybe(g.fp4_sparse_tflops), _plain(g.bandwidth_tbs), g.fabric.link,
@@ -55,14 +58,17 @@ def table() -> Table:
              "the datasheets' Tensor Core figures with 2:4 sparsity are twice as high (B300's "
              "fp4: 13,500 dense as NVIDIA gives it). Memory is the total the driver reports "
              "(nvidia-smi memory.total, rocm-smi VRAM total), or the label read as GiB where no "
-             "driver figure was found (marked). " + NONE + ": no Tensor Core format of that width "
+             "driver figure was found (marked). Torch's total is what torch.cuda.mem_get_info() "
+             "reports and the serving engines budget from (the driver's total less its reserved "
+             "memory: measured on an H200, printed by vLLM on an H100; (est.): the total less "
+             "the H200's 616 MiB reserve). " + NONE + ": no Tensor Core format of that width "
              "(or no cluster network listed: give --network-gbs). The GPU link (NVLink, AMD "
              "Infinity Fabric, PCIe) as the datasheets quote it (both directions together; half "
              "flows each way); the network is one adapter per GPU; the node is the fast-link "
              "domain (72 GPUs in a GB200 NVL72 rack). Names are matched in any case, a space "
              "as a hyphen.",
              *(f"Source ({', '.join(names)}): {text}" for text, names in sources.items()))
-    return Table(TITLE, COLUMNS, tuple(row(g) for g in CARDS), align="ll" + "r" * 2 + "ll"
+    return Table(TITLE, COLUMNS, tuple(row(g) for g in CARDS), align="ll" + "r" * 3 + "ll"
                  + "r" * 8 + "l" + "r" * 2 + "l", notes=notes)
 
 

@@ -28,6 +28,10 @@ from fractions import Fraction
 from accounting.runtime.errors import UsageError
 from accounting.units import BF16, FP8, FP32, GB, TERA, MiB
 
+# nvidia-smi -q's "FB Memory Usage: Reserved" on an H200 (143,771 MiB total, 616 reserved,
+# torch's total 143,155.94 MiB: measured on this project's H200, driver 580.159.04, torch
+# 2.11): the reserve a card without its own mem_get_info figure is planned with.
+USABLE_RESERVE_MIB = 616
 FP4 = "fp4"  # a peak key (a Tensor Core format; no dtype of the planner's yet); FP8 is units'
 
 
@@ -102,10 +106,22 @@ class GPU:
     # architecture specs, rocm.docs.amd.com/en/latest/reference/gpu-arch-specs.html); it sizes
     # the cuBLAS/hipBLAS workspace (accounting/planning/cuda_peak.py cublas_workspace_bytes)
     arch: str | None = None
+    # The total torch.cuda.mem_get_info() reports (cudaMemGetInfo: nvidia-smi's total less the
+    # driver's "Reserved" FB memory), what the engines budget from (vLLM's requested memory,
+    # SGLang's free memory); None where no figure was found (usable_bytes then subtracts the
+    # largest reserve seen, USABLE_RESERVE_MIB). Issue 43, Must 3.
+    mem_get_info_bytes: int | None = None
 
     @property
     def memory_bytes(self) -> int:
         return self.memory_mib * MiB
+
+    @property
+    def usable_bytes(self) -> int:
+        """Memory as torch sees it (torch.cuda.mem_get_info's total)."""
+        if self.mem_get_info_bytes is not None:
+            return self.mem_get_info_bytes
+        return (self.memory_mib - USABLE_RESERVE_MIB) * MiB
 
     @property
     def peak_tflops(self) -> dict:
@@ -288,6 +304,13 @@ PCIE4_SERVER = Fabric("PCIe server", "PCIe Gen4 x16", 64, None, None, DEFAULT_GP
 PCIE5_SERVER = Fabric("PCIe Gen5 server", "PCIe Gen5 x16", 128, None, None,
                       DEFAULT_GPUS_PER_NODE, _PCIE)
 
+# torch.cuda.mem_get_info()'s total: the H200's measured on this project's H200 SXM (driver
+# 580.159.04, CUDA 13.0, torch 2.11: 150,109,880,320 bytes = nvidia-smi's 143,771 MiB less its
+# 616 MiB "Reserved"); the H100's as vLLM printed it, "total_gpu_memory 79.22GiB" (vllm PR
+# #10511, an H100 80GB HBM3 of 81,559 MiB), to the 0.01 GiB printed.
+_H200_TORCH = 150_109_880_320
+_H100_TORCH = round(Fraction("79.22") * 2**30)
+
 # ---- the cards ------------------------------------------------------------------------------
 F = Fraction
 CARDS: tuple[GPU, ...] = (
@@ -301,10 +324,10 @@ CARDS: tuple[GPU, ...] = (
     # H200 SXM has the same GH100 compute.
     GPU("H100-SXM", "H100", ("h100-80gb",), "80 GB HBM3", 81_559, F(67), F(989), F(1979),
         F("3.35"), DGX_H100, H100_DATASHEET, _SMI, fp8_tflops=F(1979), fp8_sparse_tflops=F(3958),
-        arch="sm90"),
+        arch="sm90", mem_get_info_bytes=_H100_TORCH),
     GPU("H200", None, ("h200-sxm",), "141 GB HBM3e", 143_771, F(67), F(989), F(1979),
         F("4.8"), DGX_H200, H200_DATASHEET, _SMI_H200, fp8_tflops=F(1979),
-        fp8_sparse_tflops=F(3958), arch="sm90"),
+        fp8_sparse_tflops=F(3958), arch="sm90", mem_get_info_bytes=_H200_TORCH),
     # Blackwell: the per-GPU figures are the 8-GPU (72-GPU) system's divided by 8 (72); the
     # dense ones half of those with sparsity, except B300's FP4, whose dense figure is given.
     GPU("B200", None, ("b200-sxm", "hgx-b200"), "180 GB HBM3e", 183_359, F(75), F(2250),

@@ -4,10 +4,14 @@ concurrency, time to first token and per output token.
 
     shards.py      vLLM's TP/PP layout of the ledger's parameters, in a weight scheme's bytes
     kv.py          KV bytes per token per GPU (dtype, TP split or replication, MLA, windows)
-    engines.py     vLLM's and SGLang's pool rules and defaults, cited
-    activation.py  vLLM's profiled activation peak, estimated
+    engines.py     the engines as registered records by version: pool rules and defaults, cited
+    startup.py     the start-up's other terms as ranges: NCCL and custom all-reduce buffers,
+                   CUDA-graph capture sizes and vLLM's estimate, the CUDA context
+    activation.py  vLLM's profiled activation peak (forward and dummy sampler), estimated
     timing.py      prefill (TTFT) and decode (TPOT) rooflines
-    plan.py        serve(): the plan; views.py: its tables, JSON and CSV
+    plan.py        serve(): the plan; views.py: its tables, JSON and CSV; answers.py: the
+                   docs' answers table
 
-Pure Python and exact; the weight formats are accounting/formats/.
+Pure Python and exact; the weight formats are accounting/formats/ (loaded.py: the weights as
+the serving kernels hold them).
 """

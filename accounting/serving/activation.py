@@ -10,8 +10,15 @@ counted; --activation-peak replaces it):
            MergedColumnParallelLinear + SiluAndMul), a MoE layer's N·k·3·d_e/tp (fused_moe's
            intermediate caches) plus its router logits N·E·4 and shared experts;
            and the attention's: N·(q + k + v)/tp plus its output N·h·d_v/tp;
-  sampler  R·V·8 (fp32 logits and probabilities of R = min(max_num_seqs, N) rows) plus the
-           model's output N·d_model.
+  sampler  R = min(max_num_seqs, N) rows of V logits and the model's output N·d_model. The
+           V1 dummy sampler (gpu_model_runner.py _dummy_sampler_run) samples with
+           temperature 0.5, top_p 0.9 and top_k V − 1, so the PyTorch top-k/top-p path
+           (v1/sample/ops/topk_topp_sampler.py apply_top_k_top_p) sorts every row: live at its
+           peak are the bf16 logits (2 bytes an entry), their fp32 copy (4), the sorted values
+           (4) and int64 indices (8) and the radix sort's second buffer of both (12): 30 bytes
+           an entry, the high end. FlashInfer's sampling kernels, where vLLM takes them, sort
+           nothing: the bf16 and fp32 logits, the probabilities and the exponential draws
+           (2 + 4 + 4 + 4 = 14), the low end.
 The peak is the larger of the two. Checked against vLLM's printed "PyTorch activation peak
 memory" (tests/test_serving_pool.py: Llama-3.1-8B at 20,000 and 29,000 tokens, 2.07 and 2.99
 GiB in vllm issue #10517).
@@ -23,7 +30,9 @@ from accounting.units import BF16, DTYPE_BYTES, FP32
 from accounting.serving.shards import kv_heads_per_gpu
 
 ACT_BYTES = DTYPE_BYTES[BF16]  # bf16/fp16 activations
-LOGIT_BYTES = 2 * DTYPE_BYTES[FP32]  # fp32 logits and fp32 probabilities per row and entry
+# bytes per row and vocabulary entry live in the dummy sampler: (FlashInfer, the sort path)
+LOGIT_BYTES_LOW = ACT_BYTES + 3 * DTYPE_BYTES[FP32]
+LOGIT_BYTES_HIGH = ACT_BYTES + DTYPE_BYTES[FP32] + 2 * (DTYPE_BYTES[FP32] + 8)
 
 
 def forward_peak(c: ModelConfig, tokens: int, tp: int) -> int:
@@ -45,10 +54,12 @@ def forward_peak(c: ModelConfig, tokens: int, tp: int) -> int:
     return (hidden + max(mlps + [attn])) * ACT_BYTES
 
 
-def sampler_peak(c: ModelConfig, tokens: int, max_num_seqs: int) -> int:
+def sampler_peak(c: ModelConfig, tokens: int, max_num_seqs: int, high: bool = True) -> int:
     rows = min(max_num_seqs, tokens)
-    return rows * c.vocab_size * LOGIT_BYTES + tokens * c.d_model * ACT_BYTES
+    per_entry = LOGIT_BYTES_HIGH if high else LOGIT_BYTES_LOW
+    return rows * c.vocab_size * per_entry + tokens * c.d_model * ACT_BYTES
 
 
-def activation_peak(c: ModelConfig, tokens: int, max_num_seqs: int, tp: int) -> int:
-    return max(forward_peak(c, tokens, tp), sampler_peak(c, tokens, max_num_seqs))
+def activation_peak(c: ModelConfig, tokens: int, max_num_seqs: int, tp: int,
+                    high: bool = True) -> int:
+    return max(forward_peak(c, tokens, tp), sampler_peak(c, tokens, max_num_seqs, high))

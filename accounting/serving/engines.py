@@ -1,40 +1,53 @@
-"""The serving engines' rules, each stated once, with where it is read:
+"""The serving engines as data (issue 43): one frozen, registered record per engine and version
+whose start-up rules differ, each rule read from the engine's source and cited. The plan
+(serving/plan.py) asks the record; nothing outside this module branches on an engine's name.
 
-vLLM (v1 engine; vllm/v1/worker/gpu_worker.py, Worker.determine_available_memory, and
+vLLM V1 (vllm/v1/worker/gpu_worker.py, Worker.init_device and determine_available_memory;
 vllm/utils memory_profiling; read at commit 35d5cda of vllm-project/vllm):
-    requested   = total_memory · gpu_memory_utilization            (Worker.init_device)
-    pool        = requested − (weights + torch activation peak of the profile run at
-                  max_num_batched_tokens + non-torch increase)      (non_kv_cache_memory)
-    CUDA graphs are captured after the pool is allocated (compile_or_warm_up_model); at that
-    commit their memory is not subtracted from it but must fit in the (1 − utilization)
-    headroom (the worker only logs a suggested --kv-cache-memory that accounts it). Newer
-    vLLM profiles the graphs too (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS, vllm/envs.py:
-    "Profile CUDA graph memory during memory profiling for more accurate KV cache sizing")
-    and subtracts them: --cuda-graph-mem SIZE (default 0, the older rule).
-    blocks      = pool // (block_size · Σ over layers of bytes per token) (v1 kv_cache_utils:
-                  one page of block_size tokens per layer); block_size 16 (CacheConfig).
-    Defaults (vllm/engine/arg_utils.py, EngineArgs.get_batch_defaults, `vllm serve`):
-    gpu_memory_utilization 0.9; max_num_batched_tokens 8192 and max_num_seqs 1024 on a GPU
-    of at least 70 GiB that is not an A100, else 2048 and 256.
+    requested   = total · gpu_memory_utilization, total = torch.cuda.mem_get_info()'s total,
+                  taken in init_device after the CUDA context and the distributed set-up
+                  (those sit in the (1 − utilization) headroom)
+    pool        = requested − weights − the profile run's torch peak − the non-torch increase
+                  since that snapshot (cuBLAS workspaces, NCCL's buffers, made lazily at the
+                  first collective, the custom all-reduce's) [− the CUDA-graph estimate]
+    The profile run (gpu_model_runner.py, profile_run) is a forward over max_num_batched_tokens
+    tokens and, on the last pipeline stage, the sampler over min(max_num_seqs, tokens) rows
+    (serving/activation.py).
+    CUDA graphs: 0.10 – 0.20 capture them after the pool is allocated, in the headroom;
+    VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS (vllm/envs.py; vllm PR #30515) estimates them
+    during profiling and, on by default since 0.21.0 ("CUDA graph memory profiling is enabled
+    (default since v0.21.0)", the 0.27.1 start-up log in gpustack/runner PR #251), takes the
+    estimate off the pool (serving/startup.py).
+    blocks      = pool // (block_size · Σ over layers of bytes per token); block_size 16.
+    Defaults (vllm/engine/arg_utils.py, EngineArgs.get_batch_defaults): gpu_memory_utilization
+    0.9; max_num_batched_tokens 8192 and max_num_seqs 1024 on a GPU of at least 70 GiB that is
+    not an A100, else 2048 and 256.
 
 SGLang (python/sglang/srt/model_executor/model_runner.py, ModelRunner.profile_max_num_token;
-server_args.py, the mem_fraction_static default):
-    rest        = free memory after loading − total_at_start · (1 − mem_fraction_static)
-                = mem_fraction_static · total_at_start − weights − load-time non-torch memory
-    tokens      = rest // cell_size, cell_size = kv heads per rank · head_dim · layers · 2 ·
-                  dtype bytes (latent attention: (kv_lora_rank + qk_rope_head_dim) · layers ·
-                  dtype bytes); page size 1.
-    mem_fraction_static default = (gpu_mem − reserved) / gpu_mem (MiB, rounded to 3 places),
-    reserved = (9.5 + tp·pp/2) GiB under 90 GiB (H100, A100), (12 + tp·pp/2) GiB under
-    160 GiB (H200), 32 GiB above; chunked_prefill_size 8192 on H100/H200/A100. The
-    activations and CUDA graphs live in the reserve (not profiled).
+server_args.py, ServerArgs._handle_gpu_memory_settings):
+    rest        = free memory after loading − start · (1 − mem_fraction_static), start = the
+                  free memory after the CUDA context and the distributed set-up (its NCCL and
+                  custom all-reduce buffers)
+    tokens      = rest // cell_size; page size 1.
+    mem_fraction_static default = round((gpu_mem − reserved) / gpu_mem, 3), gpu_mem nvidia-smi's
+    memory.total in MiB (get_nvgpu_memory_capacity), reserved in MiB by release:
+      0.4:  (9.5 + tp·pp/2) GiB under 90 GiB, (12 + tp·pp/2) under 160, 32 GiB above
+            (2.8 + tp·pp/10 GiB under 35 GiB);
+      0.5 (the 2026 rule):  512 + 1.5 · max(chunked_prefill_size, 2048) + 2 · cuda_graph_max_bs
+            + tp·pp/8 · 1024, at least 10,240 above 60 GiB; chunked_prefill_size and
+            cuda_graph_max_bs by GPU memory (2048 and 8 under 20 GiB; 2048 and 24 (80 at TP ≥ 4)
+            under 35; 4096 and 32 (160) under 60; 8192 and 256 (512) under 160; 16384 and 512
+            above).
+    The activations and CUDA graphs live in the reserve (not profiled).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Callable
 
-from accounting.runtime.errors import UsageError
+from accounting.registry import registrar
+from accounting.runtime.errors import UsageError, shorten
 from accounting.units import GiB, MiB
 
 VLLM, SGLANG = "vllm", "sglang"
@@ -50,66 +63,152 @@ class Defaults:
     why: str
 
 
+def _vllm_defaults(gpu_name: str | None, total: int, smi_bytes: int, tp: int, pp: int,
+                   mla: bool) -> Defaults:
+    big = total >= 70 * GiB and "a100" not in (gpu_name or "").lower()
+    # FlashMLA's page: vLLM raises block_size to 64 for MLA on Hopper
+    # (vllm/platforms/cuda.py, CudaPlatform.check_and_update_config: "Forcing kv cache
+    # block size to 64 for FlashMLA backend")
+    block = 64 if mla else 16
+    return Defaults(Fraction(9, 10), 8192 if big else 2048, 1024 if big else 256, block,
+                    "vLLM defaults: gpu_memory_utilization 0.9; max_num_batched_tokens "
+                    + ("8192, max_num_seqs 1024 (≥ 70 GiB, not an A100)" if big else
+                       "2048, max_num_seqs 256") + f"; block_size {block}"
+                    + (" (MLA: FlashMLA's 64)" if mla else ""))
+
+
+def _sglang_fraction(mem_mib: int, reserved: Fraction, chunk: int, why: str) -> Defaults:
+    if mem_mib <= reserved:
+        raise UsageError(f"SGLang's default mem_fraction_static is not positive on a GPU of "
+                         f"{mem_mib:,} MiB (it reserves {float(reserved):g} MiB); give "
+                         f"--gpu-memory-utilization F")
+    frac = Fraction(round(Fraction(mem_mib - reserved, mem_mib), 3)).limit_denominator(1000)
+    return Defaults(frac, chunk, 1024, 1,
+                    f"SGLang defaults: mem_fraction_static {float(frac)} = (GPU MiB − reserved "
+                    f"{float(reserved):g} MiB) / GPU MiB ({why}); chunked_prefill_size {chunk}; "
+                    f"page size 1")
+
+
+def _sglang_04_defaults(gpu_name, total, smi_bytes, tp, pp, mla) -> Defaults:
+    mem_mib = smi_bytes // MiB
+    par = Fraction(tp * pp, 2)
+    if mem_mib < 35 * 1024:
+        reserved = (Fraction(28, 10) + Fraction(tp * pp, 10)) * 1024
+    elif mem_mib < 90 * 1024:
+        reserved = (Fraction(19, 2) + par) * 1024
+    elif mem_mib < 160 * 1024:
+        reserved = (12 + par) * 1024
+    else:
+        reserved = Fraction(32 * 1024)
+    chunk = 2048 if mem_mib < 35 * 1024 else 8192 if mem_mib < 160 * 1024 else 16384
+    return _sglang_fraction(mem_mib, reserved, chunk, "0.4's reserve by memory tier")
+
+
+def _sglang_05_defaults(gpu_name, total, smi_bytes, tp, pp, mla) -> Defaults:
+    mem_mib = smi_bytes // MiB
+    big = tp >= 4
+    if mem_mib < 20 * 1024:
+        chunk, bs = 2048, 8
+    elif mem_mib < 35 * 1024:
+        chunk, bs = 2048, 80 if big else 24
+    elif mem_mib < 60 * 1024:
+        chunk, bs = 4096, 160 if big else 32
+    elif mem_mib < 160 * 1024:
+        chunk, bs = 8192, 512 if big else 256
+    else:
+        chunk, bs = 16384, 512
+    reserved = (512 + Fraction(3, 2) * max(chunk, 2048) + 2 * bs
+                + Fraction(tp * pp, 8) * 1024)
+    if mem_mib > 60 * 1024:
+        reserved = max(reserved, Fraction(10 * 1024))
+    return _sglang_fraction(mem_mib, reserved, chunk,
+                            f"reserved = 512 + 1.5·{max(chunk, 2048)} + 2·{bs} (cuda_graph_max_bs)"
+                            f" + {tp * pp}/8·1024" + (", at least 10,240" if mem_mib > 60 * 1024
+                                                      else ""))
+
+
+@dataclass(frozen=True)
+class Engine:
+    """One engine at one range of releases: its defaults and how its KV budget is taken."""
+    name: str  # the registry key, "vllm-0.21"
+    engine: str  # vllm | sglang
+    version: str  # the first release of the rule, "0.21"
+    releases: str  # "0.21 and later (current)"
+    source: str  # where the rules are read (file, function, commit or release)
+    defaults: Callable[..., Defaults]
+    profiled: bool  # the profile run's activation peak comes off the pool (vLLM)
+    graphs_in_pool: bool  # the CUDA-graph estimate comes off the pool
+    start_after_comms: bool  # the budget's start is measured after NCCL's set-up (SGLang)
+
+    @property
+    def label(self) -> str:
+        return f"{self.engine} {self.version} ({self.releases})"
+
+    def pool(self, total: int, utilization: Fraction, weights: int, activation: int,
+             non_torch: int, graphs: int) -> int:
+        """The KV budget in bytes (negative: does not fit). vLLM: total · utilization less the
+        non-KV terms; SGLang: the free memory after loading less (1 − fraction) of the start
+        (`non_torch`: what was taken before the start)."""
+        if self.profiled:
+            return (int(total * utilization) - weights - activation - non_torch
+                    - (graphs if self.graphs_in_pool else 0))
+        start = total - non_torch
+        return int((start - weights) - start * (1 - utilization))
+
+
+REGISTRY: dict[str, Engine] = {}
+register = registrar(REGISTRY, "engine")
+_VLLM_SOURCE = ("vllm/v1/worker/gpu_worker.py determine_available_memory (commit 35d5cda); "
+                "vllm/envs.py VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS; "
+                "gpu_model_runner.py profile_cudagraph_memory")
+_SGLANG_SOURCE = ("python/sglang/srt/model_executor/model_runner.py profile_max_num_token; "
+                  "server_args.py _handle_gpu_memory_settings")
+register(Engine("vllm-0.10", VLLM, "0.10", "0.10 – 0.20", _VLLM_SOURCE, _vllm_defaults,
+                profiled=True, graphs_in_pool=False, start_after_comms=False))
+register(Engine("vllm-0.21", VLLM, "0.21", "0.21 and later, current", _VLLM_SOURCE,
+                _vllm_defaults, profiled=True, graphs_in_pool=True, start_after_comms=False))
+register(Engine("sglang-0.4", SGLANG, "0.4", "0.4 – 0.5.x of 2025", _SGLANG_SOURCE,
+                _sglang_04_defaults, profiled=False, graphs_in_pool=False,
+                start_after_comms=True))
+register(Engine("sglang-0.5", SGLANG, "0.5", "the 2026 reserve rule, current", _SGLANG_SOURCE,
+                _sglang_05_defaults, profiled=False, graphs_in_pool=False,
+                start_after_comms=True))
+DEFAULT_VERSION = {VLLM: "0.21", SGLANG: "0.5"}
+
+
+def versions(engine: str) -> list[str]:
+    return [e.version for e in REGISTRY.values() if e.engine == engine]
+
+
+def get_engine(engine: str, version: str | None = None) -> Engine:
+    if engine not in ENGINES:
+        raise UsageError(f"unknown --engine {engine!r}; choose {', '.join(ENGINES)}")
+    v = DEFAULT_VERSION[engine] if version is None else version.strip().removeprefix("v")
+    key = f"{engine}-{v}"
+    if key not in REGISTRY:
+        # a release inside a record's range: the latest record at or before it
+        known = sorted(versions(engine), key=_release)
+        before = [k for k in known if _release(k) <= _release(v)] if _parses(v) else []
+        if not before:
+            raise UsageError(f"unknown --engine-version {shorten(version)} for {engine}; choose one "
+                             f"of {', '.join(known)} (or a later release)")
+        key = f"{engine}-{before[-1]}"
+    return REGISTRY[key]
+
+
+def _parses(v: str) -> bool:
+    """A release number: up to four dot-separated parts of up to six digits."""
+    parts = v.split(".")
+    return 0 < len(parts) <= 4 and all(p.isdigit() and len(p) <= 6 for p in parts)
+
+
+def _release(v: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in v.split("."))
+
+
 def defaults(engine: str, gpu_name: str | None, memory_bytes: int, tp: int, pp: int,
-             mla: bool) -> Defaults:
-    if engine == VLLM:
-        big = memory_bytes >= 70 * GiB and "a100" not in (gpu_name or "").lower()
-        # FlashMLA's page: vLLM raises block_size to 64 for MLA on Hopper
-        # (vllm/platforms/cuda.py, CudaPlatform.check_and_update_config: "Forcing kv cache
-        # block size to 64 for FlashMLA backend")
-        block = 64 if mla else 16
-        return Defaults(Fraction(9, 10), 8192 if big else 2048, 1024 if big else 256, block,
-                        "vLLM defaults: gpu_memory_utilization 0.9; max_num_batched_tokens "
-                        + ("8192, max_num_seqs 1024 (≥ 70 GiB, not an A100)" if big else
-                           "2048, max_num_seqs 256") + f"; block_size {block}"
-                        + (" (MLA: FlashMLA's 64)" if mla else ""))
-    if engine == SGLANG:
-        mem_mib = memory_bytes // MiB
-        par = Fraction(tp * pp, 2)
-        if mem_mib < 35 * 1024:
-            reserved = (Fraction(28, 10) + Fraction(tp * pp, 10)) * 1024
-        elif mem_mib < 90 * 1024:
-            reserved = (Fraction(19, 2) + par) * 1024
-        elif mem_mib < 160 * 1024:
-            reserved = (12 + par) * 1024
-        else:
-            reserved = Fraction(32 * 1024)
-        if mem_mib <= reserved:
-            raise UsageError(f"SGLang's default mem_fraction_static is not positive on a GPU of "
-                             f"{mem_mib:,} MiB (it reserves {float(reserved):g} MiB); give "
-                             f"--gpu-memory-utilization F")
-        frac = Fraction(round(Fraction(mem_mib - reserved, mem_mib), 3)).limit_denominator(1000)
-        chunk = 2048 if mem_mib < 35 * 1024 else 8192 if mem_mib < 160 * 1024 else 16384
-        return Defaults(frac, chunk, 1024, 1,
-                        f"SGLang defaults: mem_fraction_static {float(frac)} = (GPU MiB − "
-                        f"reserved {float(reserved):g} MiB) / GPU MiB; chunked_prefill_size "
-                        f"{chunk}; page size 1")
-    raise UsageError(f"unknown --engine {engine!r}; choose {', '.join(ENGINES)}")
-
-
-def vllm_pool(memory_bytes: int, utilization: Fraction, weights: int, activation: int,
-              non_torch: int, cuda_graphs: int = 0) -> int:
-    """vLLM's available KV cache memory (may be negative: does not fit)."""
-    return int(memory_bytes * utilization) - weights - activation - non_torch - cuda_graphs
-
-
-# Memory outside torch per GPU, an assumption (a term vLLM and SGLang measure, not derive):
-# the CUDA context and library workspaces, 0.5 GiB (vLLM printed non_torch_memory 0.35 GiB
-# on an RTX 3090, vllm issue #10517). SGLang measures its start memory after the distributed
-# set-up, so with TP or PP its NCCL and custom all-reduce buffers come off too: 2 GiB more
-# (vLLM 0.6.4 printed 1.79 GiB more at TP 2 than at TP 1 for Llama-3-8B, vllm PR #10511).
-# vLLM now builds NCCL before its memory snapshot, outside the budget (gpu_worker.py,
-# init_device: "Initialize the distributed environment BEFORE taking memory snapshot").
-NON_TORCH_BYTES = GiB // 2
-NCCL_BYTES = 2 * GiB
-
-
-def non_torch_default(engine: str, gpus: int) -> int:
-    return NON_TORCH_BYTES + (NCCL_BYTES if engine == SGLANG and gpus > 1 else 0)
-
-
-def sglang_pool(memory_bytes: int, fraction: Fraction, weights: int, non_torch: int) -> int:
-    """SGLang's rest_memory: the free memory after loading less the (1 − fraction) share of
-    the memory at start (here the card's memory less the non-torch share already taken)."""
-    start = memory_bytes - non_torch
-    return int((start - weights) - start * (1 - fraction))
+             mla: bool, version: str | None = None, smi_bytes: int | None = None) -> Defaults:
+    """The engine's defaults on a GPU of `memory_bytes` (torch's total; `smi_bytes`:
+    nvidia-smi's, which SGLang reads, default the same)."""
+    return get_engine(engine, version).defaults(gpu_name, memory_bytes,
+                                                smi_bytes or memory_bytes, tp, pp, mla)

@@ -98,3 +98,31 @@ def bytes_per_sequence(caches: list[LayerKV], tokens: int, block: int) -> int:
     the recurrent layers' state."""
     return sum(blocks_for(tokens, block, c.window) * block * c.bytes_per_token + c.state_bytes
                for c in caches)
+
+
+ATTN_BLOCK_ALIGNMENT = 16  # kernel_block_alignment_size (the backends' smallest kernel block)
+
+
+def hybrid_block(caches: list[LayerKV], block: int) -> int:
+    """vLLM's block size for a hybrid of attention and recurrent layers: one page of every
+    layer must hold a recurrent layer's whole state, so the attention block grows to
+    16 · ceil(state / (16 · attention bytes per token)) tokens (vllm/model_executor/models/
+    config.py, HybridAttentionMambaModelConfig.verify_and_update_config; later
+    vllm/platforms/interface.py _align_hybrid_block_size, mamba_cache_mode "none": "Setting
+    attention block size to %d tokens to ensure that attention page size is >= mamba page
+    size"). Qwen3-Next, Nemotron-H and the like get blocks of hundreds to thousands of tokens;
+    a model without both kinds keeps `block`."""
+    per_token = max((c.bytes_per_token for c in caches), default=0)
+    state = max((c.state_bytes for c in caches), default=0)
+    if not per_token or not state:
+        return block
+    a = ATTN_BLOCK_ALIGNMENT
+    return max(block, a * -(-state // (a * per_token)))
+
+
+def pad_states(caches: list[LayerKV], block: int, page_per_token: int) -> list[LayerKV]:
+    """Each recurrent layer's state padded to one attention page (block · bytes per token:
+    vLLM's mamba_page_size_padded), what it takes of the shared pool."""
+    page = block * page_per_token
+    return [LayerKV(c.layer, c.bytes_per_token, c.window, max(c.state_bytes, page))
+            if c.state_bytes and not c.bytes_per_token else c for c in caches]

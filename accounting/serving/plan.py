@@ -13,16 +13,20 @@ from fractions import Fraction
 from accounting.formats.schemes import Scheme
 from accounting.planning.gpus import get_gpu
 from accounting.runtime.errors import UsageError
-from accounting.serving import engines, kv, shards, timing
+from accounting.formats.loaded import Loaded, loaded
+from accounting.serving import engines, kv, shards, startup, timing
 from accounting.serving.activation import activation_peak, forward_peak
+from accounting.serving.startup import ZERO, Span
 from accounting.spec.config import ModelConfig
-from accounting.units import TERA
+from accounting.units import GiB, TERA
 
 MAX_CONTEXT_SEARCH = 10**9
 
 
 @dataclass(frozen=True)
 class StagePool:
+    """One pipeline stage's GPU. The pool, blocks and tokens are the pessimistic end (every
+    range term at its high end), the `*_high` fields the optimistic end."""
     stage: shards.Stage
     caches: tuple[kv.LayerKV, ...]
     kv_bytes_per_token: int  # every layer of the stage, one token (full-length layers)
@@ -30,6 +34,9 @@ class StagePool:
     pool_bytes: int  # may be negative: does not fit
     blocks: int
     tokens: int  # blocks · block_size (SGLang: its token count)
+    weights: Loaded  # as the kernel holds them (low, high); stage.bytes is as stored
+    pool_bytes_high: int = 0
+    tokens_high: int = 0
 
 
 @dataclass(frozen=True)
@@ -38,7 +45,7 @@ class ServePlan:
     scheme: Scheme
     engine: str
     gpu: str
-    memory_bytes: int
+    memory_bytes: int  # as torch sees it (mem_get_info's total), or --gpu-mem
     tp: int
     pp: int
     kv_dtype: str
@@ -47,13 +54,22 @@ class ServePlan:
     defaults: engines.Defaults
     utilization: Fraction
     max_num_batched_tokens: int
-    non_torch_bytes: int
-    cuda_graph_bytes: int
+    non_torch_bytes: int  # the high end
+    cuda_graph_bytes: int  # the high end
     stages: tuple[StagePool, ...]
     max_concurrency: int
     longest_context: int | None  # at `concurrency` (or 1), capped at MAX_CONTEXT_SEARCH
     time: timing.Timing | None
     notes: tuple[str, ...]
+    record: engines.Engine | None = None
+    non_torch: Span = ZERO
+    cuda_graphs: Span = ZERO
+    max_concurrency_high: int = 0
+    max_num_seqs: int = 0
+
+    @property
+    def engine_version(self) -> str:
+        return self.record.version if self.record else ""
 
     @property
     def gpus(self) -> int:
@@ -62,10 +78,19 @@ class ServePlan:
     @property
     def binding(self) -> StagePool:
         """The stage that limits: least pool, then most weights."""
-        return min(self.stages, key=lambda s: (s.tokens, s.pool_bytes, -s.stage.bytes))
+        return min(self.stages, key=lambda s: (s.tokens, s.pool_bytes, -s.weights.high))
 
     @property
     def weights_bytes_per_gpu(self) -> int:
+        """As loaded (the high end: the kernel path that pads most)."""
+        return max(s.weights.high for s in self.stages)
+
+    @property
+    def weights_bytes_per_gpu_low(self) -> int:
+        return max(s.weights.low for s in self.stages)
+
+    @property
+    def weights_stored_bytes_per_gpu(self) -> int:
         return max(s.stage.bytes for s in self.stages)
 
     @property
@@ -83,8 +108,23 @@ class ServePlan:
         return self.binding.pool_bytes
 
     @property
+    def kv_pool_bytes_per_gpu_high(self) -> int:
+        return min(s.pool_bytes_high for s in self.stages)
+
+    @property
+    def kv_pool_tokens_high(self) -> int:
+        return min(s.tokens_high for s in self.stages)
+
+    @property
     def fits(self) -> bool:
+        """Only when the pessimistic end fits."""
         return self.binding.pool_bytes > 0 and self.max_concurrency >= (self.concurrency or 1)
+
+    @property
+    def may_fit(self) -> bool:
+        """The optimistic end fits (where the pessimistic one does not: a range)."""
+        return self.kv_pool_bytes_per_gpu_high > 0 and \
+            self.max_concurrency_high >= (self.concurrency or 1)
 
     @property
     def shortfall_bytes(self) -> int:
@@ -101,20 +141,26 @@ class ServePlan:
 def serve(config: ModelConfig, scheme: Scheme, *, gpu: str | None = None,
           memory_bytes: int | None = None, tp: int = 1, pp: int = 1, kv_dtype: str = "bf16",
           ctx: int | None = None, concurrency: int | None = None, engine: str = engines.VLLM,
+          engine_version: str | None = None,
           utilization=None, max_num_batched_tokens: int | None = None,
           max_num_seqs: int | None = None, block_size: int | None = None,
           activation_bytes: int | None = None, non_torch_bytes: int | None = None,
-          cuda_graph_bytes: int = 0,
+          cuda_graph_bytes: int | None = None,
           mfu=None, bandwidth_efficiency=Fraction(8, 10), names=None,
           model_dtype_bytes: int = 2, peak_tflops=None, bandwidth_tbs=None,
           prompt: int | None = None, notes: tuple[str, ...] = ()) -> ServePlan:
     card = get_gpu(gpu) if gpu else None
+    smi_bytes = memory_bytes  # --gpu-mem: what SGLang's nvidia-smi reading is too
     if memory_bytes is None:
         if card is None:
             raise UsageError("serve needs a GPU: --gpu NAME, or --gpu-mem SIZE")
-        memory_bytes = card.memory_bytes
+        memory_bytes = card.usable_bytes
+    smi_bytes = smi_bytes or card.memory_bytes
+    arch = card.arch if card is not None else None
+    nvlink = card is None or "PCIe" not in card.fabric.link
     ctx = ctx or config.context_length
-    d = engines.defaults(engine, card.name if card else None, memory_bytes, tp, pp, config.mla)
+    rec = engines.get_engine(engine, engine_version)
+    d = rec.defaults(card.name if card else None, memory_bytes, smi_bytes, tp, pp, config.mla)
     if block_size is not None:
         d = engines.Defaults(d.utilization, d.max_num_batched_tokens, d.max_num_seqs,
                              block_size, d.why + f"; block_size {block_size} (given)")
@@ -123,40 +169,74 @@ def serve(config: ModelConfig, scheme: Scheme, *, gpu: str | None = None,
         raise UsageError(f"--gpu-memory-utilization must be in (0, 1], got {float(util)}")
     n_tokens = max_num_batched_tokens or d.max_num_batched_tokens
     seqs = max_num_seqs or d.max_num_seqs
-    non_torch = (engines.non_torch_default(engine, tp * pp) if non_torch_bytes is None
-                 else non_torch_bytes)
+    other = startup.non_torch(rec.profiled, tp, pp, nvlink, arch) if non_torch_bytes is None \
+        else Span.exact(non_torch_bytes, "given")
     kv_b = kv.kv_dtype_bytes(kv_dtype)
     stage_list = shards.stages(config, scheme, model_dtype_bytes, tp, pp, names)
+    if not rec.profiled:
+        graphs = ZERO  # SGLang: in its reserve
+    elif cuda_graph_bytes is not None:
+        graphs = Span.exact(cuda_graph_bytes, "given")
+    else:
+        sizes = startup.capture_sizes(seqs, n_tokens)
+        graphs = startup.cuda_graphs(forward_peak(config, sizes[-1], tp), sizes)
+    hybrid = None
+    if rec.profiled and block_size is None:
+        every = kv.layer_caches(config, kv_b, tp, tuple(range(config.num_layers)))
+        block = kv.hybrid_block(every, d.block_size)
+        if block != d.block_size:
+            hybrid = max(c.bytes_per_token for c in every)
+            d = engines.Defaults(d.utilization, d.max_num_batched_tokens, d.max_num_seqs,
+                                 block, d.why + f"; block_size {block}: aligned to the "
+                                 f"recurrent state's page (vLLM's hybrid rule)")
+    moe = set(range(config.num_layers)) - set(config.dense_layers) \
+        if config.num_experts is not None else set()
     pools = []
     for st in stage_list:
-        caches = tuple(kv.layer_caches(config, kv_b, tp, st.layers))
+        caches = kv.layer_caches(config, kv_b, tp, st.layers)
+        caches = tuple(kv.pad_states(caches, d.block_size, hybrid) if hybrid else caches)
         per_token = sum(c.bytes_per_token for c in caches)
-        if engine == engines.VLLM:
-            last = st.index == pp - 1  # only the last stage runs the sampler
-            act = ((activation_peak(config, n_tokens, seqs, tp) if last
-                    else forward_peak(config, n_tokens, tp))
-                   if activation_bytes is None else activation_bytes)
-            pool = engines.vllm_pool(memory_bytes, util, st.bytes, act, non_torch,
-                                     cuda_graph_bytes)
-            page = d.block_size * per_token
-            blocks = max(pool, 0) // page if page else 0
-            tokens = blocks * d.block_size
+        w = loaded(config, scheme.name, st.bytes, len(moe & set(st.layers)), tp, arch)
+        last = st.index == pp - 1  # only the last stage runs the sampler
+        if not rec.profiled:
+            act = act_low = 0
+        elif activation_bytes is not None:
+            act = act_low = activation_bytes
+        elif last:
+            act = activation_peak(config, n_tokens, seqs, tp)
+            act_low = activation_peak(config, n_tokens, seqs, tp, high=False)
         else:
-            act = 0
-            pool = engines.sglang_pool(memory_bytes, util, st.bytes, non_torch)
-            tokens = max(pool, 0) // per_token if per_token else 0
-            blocks = tokens
-        pools.append(StagePool(st, caches, per_token, act, pool, blocks, tokens))
+            act = act_low = forward_peak(config, n_tokens, tp)
+        ends = []
+        for wb, nt, gb, ab in ((w.high, other.high, graphs.high, act),
+                               (w.low, other.low, graphs.low, act_low)):
+            pool = rec.pool(memory_bytes, util, wb, ab, nt, gb)
+            if rec.profiled:
+                page = d.block_size * per_token
+                blocks = max(pool, 0) // page if page else 0
+                tokens = blocks * d.block_size
+            else:
+                tokens = max(pool, 0) // per_token if per_token else 0
+                blocks = tokens
+            ends.append((pool, blocks, tokens))
+        (pool, blocks, tokens), (pool_hi, _, tokens_hi) = ends
+        pools.append(StagePool(st, caches, per_token, act, pool, blocks, tokens, w, pool_hi,
+                               tokens_hi))
     bind = min(pools, key=lambda s: (s.tokens, s.pool_bytes))
     per_seq = kv.bytes_per_sequence(list(bind.caches), ctx, d.block_size)
-    max_conc = min(max(p.pool_bytes, 0) // kv.bytes_per_sequence(list(p.caches), ctx,
-                                                                   d.block_size)
-                   for p in pools) if per_seq else 0
+    max_conc = _most(pools, ctx, d.block_size, lambda p: p.pool_bytes) if per_seq else 0
+    max_hi = _most(pools, ctx, d.block_size, lambda p: p.pool_bytes_high) if per_seq else 0
     longest = _longest(pools, concurrency or 1, d.block_size) if bind.pool_bytes > 0 else None
     notes = list(notes)
-    if engine == engines.VLLM and ctx > n_tokens:
+    if rec.profiled and ctx > n_tokens:
         notes.append(f"vLLM prefills a {ctx:,}-token prompt in chunks of {n_tokens:,} "
                      f"(max_num_batched_tokens; chunked prefill)")
+    if rec.profiled and not rec.graphs_in_pool and graphs.high + startup.CONTEXT_BYTES > \
+            memory_bytes - int(memory_bytes * util):
+        notes.append(f"vLLM {rec.version} captures CUDA graphs after the pool is allocated, in "
+                     f"the (1 − {float(util):g}) headroom: up to {graphs.high / GiB:.2f} GiB of "
+                     f"graphs and the 0.51 GiB context may not fit it (an out-of-memory at "
+                     f"capture; lower --gpu-memory-utilization)")
     # the decode step's batch: what the engine runs at once, at most max_num_seqs (issue 45:
     # it was the pool's whole concurrency, max_num_seqs ignored)
     batch = min(concurrency or max_conc, seqs)
@@ -168,7 +248,7 @@ def serve(config: ModelConfig, scheme: Scheme, *, gpu: str | None = None,
         if mfu is None and card is not None and peak_tflops is None and bandwidth_tbs is None:
             from accounting.timing.serve import serve_times  # issue 39: measured kernels
             kernels = serve_times(config, card, engine, scheme.kind, tp, prompt or ctx,
-                                  n_tokens if engine == engines.VLLM else prompt or ctx,
+                                  n_tokens if rec.profiled else prompt or ctx,
                                   max(batch, 1), ctx,
                                   "fp8" if kv_dtype.startswith("fp8") else "bfloat16")
         time = timing.timing(config, [p.stage for p in pools], [list(p.caches) for p in pools],
@@ -176,8 +256,15 @@ def serve(config: ModelConfig, scheme: Scheme, *, gpu: str | None = None,
                              Fraction(1, 2) if mfu is None else Fraction(mfu),
                              Fraction(bandwidth_efficiency), scheme, model_dtype_bytes, kernels)
     return ServePlan(config, scheme, engine, card.name if card else "custom GPU", memory_bytes,
-                     tp, pp, kv_dtype, ctx, concurrency, d, util, n_tokens, non_torch,
-                     cuda_graph_bytes, tuple(pools), max_conc, longest, time, tuple(notes))
+                     tp, pp, kv_dtype, ctx, concurrency, d, util, n_tokens, other.high,
+                     graphs.high, tuple(pools), max_conc, longest, time, tuple(notes), rec,
+                     other, graphs, max_hi, seqs)
+
+
+def _most(pools, ctx: int, block: int, pool_of) -> int:
+    """The most sequences of ctx tokens every stage's pool holds."""
+    return min(max(pool_of(p), 0) // kv.bytes_per_sequence(list(p.caches), ctx, block)
+               for p in pools)
 
 
 def _longest(pools, batch: int, block: int) -> int:
