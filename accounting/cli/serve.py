@@ -126,6 +126,8 @@ def parser() -> Parser:
     t.add_argument("--bandwidth-efficiency", type=_fraction("--bandwidth-efficiency"),
                    default=Fraction(8, 10), metavar="F",
                    help="share of the memory bandwidth a decode step reaches (default 0.8)")
+    from accounting.cli.serve_search import add_search_args
+    add_search_args(p, _positive)
     add_output_args(p)
     return p
 
@@ -170,6 +172,9 @@ def main(argv: list[str]) -> int:
         from accounting.present.views import presets_table
         output.emit(ns.format, ns.output, lambda: [presets_table()])
         return 0
+    if ns.search:
+        from accounting.cli.serve_search import run
+        return run(ns)
     plan = plan_from_args(ns)
     from accounting.serving import views
     output.emit(ns.format, ns.output, lambda: [views.answer(plan)] + views.tables(plan),
@@ -177,8 +182,8 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def plan_from_args(ns):
-    """The ServePlan of parsed serve arguments (also the docs' answers table's)."""
+def plan_inputs(ns):
+    """(config, weight scheme, HF module names, notes) of parsed serve arguments."""
     config = config_from_args(ns, drop=(QUANT_KEY,))
     quant, names = _quantization(ns)
     from accounting.formats.hf_quant import scheme_from_config
@@ -195,6 +200,12 @@ def plan_from_args(ns):
         scheme = get_scheme(ns.weights or "bf16")
     if ns.group_size is not None:
         scheme = scheme.with_group(ns.group_size)
+    return config, scheme, names, notes
+
+
+def plan_from_args(ns):
+    """The ServePlan of parsed serve arguments (also the docs' answers table's)."""
+    config, scheme, names, notes = plan_inputs(ns)
     tp, pp = _parallel(ns)
     from accounting.serving.plan import serve
     return serve(config, scheme, gpu=ns.gpu, memory_bytes=ns.gpu_mem, tp=tp, pp=pp,

@@ -1,0 +1,68 @@
+"""`serve --search`: the serving layouts that meet a TTFT/TPOT target (issue 40): its flags
+and its run. The computation is accounting/serving/search.py, the rendering search_views.py."""
+from __future__ import annotations
+
+from accounting.cli.args import positive_int
+from accounting.runtime.errors import UsageError
+
+MAX_SEARCH_GPUS = 4096
+
+
+def add_search_args(p, positive) -> None:
+    g = p.add_argument_group("layout search (--search)")
+    g.add_argument("--search", action="store_true",
+                   help="search TP/PP, weight and KV formats, batch, aggregated or "
+                        "disaggregated prefill/decode and replicas for the most output "
+                        "tokens/s per GPU meeting --ttft/--tpot (docs/serving_search.md)")
+    g.add_argument("--max-gpus", type=positive_int("--max-gpus", MAX_SEARCH_GPUS, "4,096"),
+                   metavar="N", help="GPUs the deployment may use (default 8)")
+    g.add_argument("--isl", type=positive_int("--isl"), metavar="T",
+                   help="input tokens per request (required with --search)")
+    g.add_argument("--osl", type=positive_int("--osl"), metavar="T",
+                   help="output tokens per request (required with --search)")
+    g.add_argument("--ttft", type=positive("--ttft"), metavar="S",
+                   help="time-to-first-token target in seconds (default: none)")
+    g.add_argument("--tpot", type=positive("--tpot"), metavar="S",
+                   help="time-per-output-token target in seconds (default: none)")
+    g.add_argument("--request-rate", type=positive("--request-rate"), metavar="R",
+                   help="requests/s to sustain: replicas enough for it (default: as many as "
+                        "--max-gpus holds)")
+    g.add_argument("--emit", choices=("vllm", "sglang"), metavar="ENGINE",
+                   help="write each layout's launch command for vllm or sglang (default: "
+                        "--engine's)")
+    g.add_argument("--plot", metavar="FILE.png",
+                   help="also draw the Pareto frontier into FILE.png (matplotlib)")
+
+
+def run(ns) -> int:
+    from accounting.cli.serve import plan_inputs
+    from accounting.present import output
+    from accounting.serving import search_views
+    from accounting.serving.search import Workload, search
+    if ns.gpu is None:
+        raise UsageError("--search needs a GPU: --gpu NAME")
+    if ns.isl is None or ns.osl is None:
+        raise UsageError("--search needs the workload: --isl T_IN --osl T_OUT")
+    clash = [f for f, v in (("--tp", ns.tp), ("--gpus", ns.gpus), ("--concurrency",
+                                                                    ns.concurrency),
+                            ("--ctx", ns.ctx), ("--prompt", ns.prompt)) if v is not None]
+    if ns.pp != 1:
+        clash.append("--pp")
+    if clash:
+        raise UsageError(f"--search chooses the layout and lengths itself: drop {clash[0]} "
+                         f"(the workload is --isl/--osl; GPUs are --max-gpus)")
+    config, scheme, names, notes = plan_inputs(ns)
+    emit = ns.emit or ns.engine
+    model = ns.model or config.name
+    kwargs = dict(engine_version=ns.engine_version, utilization=ns.gpu_memory_utilization,
+                  max_num_batched_tokens=ns.max_num_batched_tokens, block_size=ns.block_size,
+                  names=names, model_dtype_bytes=4 if scheme.name == "fp32" else 2)
+    w = Workload(ns.isl, ns.osl, ns.ttft, ns.tpot, ns.request_rate, ns.max_gpus or 8)
+    r = search(config, scheme, ns.gpu, w, engine=ns.engine, model=model, **kwargs)
+    if ns.plot:
+        search_views.plot(r, ns.plot)
+    output.emit(ns.format, ns.output,
+                lambda: [search_views.answer(r, model, emit)] + search_views.tables(r),
+                lambda: search_views.to_dict(r, model, emit),
+                lambda: search_views.to_csv(r, model, emit))
+    return 0
