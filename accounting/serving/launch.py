@@ -2,16 +2,20 @@
 
 One command line per worker kind (aggregated: one; disaggregated: the prefill worker's and
 the decode worker's, joined by " ; "), each started once per worker of the replica.
-Flag names as the engines' argument parsers declare them:
-  vLLM: vllm/engine/arg_utils.py, EngineArgs.add_cli_args (vllm-project/vllm at
-    99d7eb5d6a512cfcc5a2b104f24ebf2d6cda772b): --tensor-parallel-size,
-    --pipeline-parallel-size, --max-model-len, --max-num-seqs, --kv-cache-dtype,
-    --quantization, --kv-transfer-config (a KVTransferConfig as JSON: kv_connector
-    "NixlConnector", kv_role "kv_producer" / "kv_consumer", vllm/config/kv_transfer.py).
-  SGLang: python/sglang/srt/server_args.py, ServerArgs.add_cli_args (sgl-project/sglang at
-    469c63e54e7d94591617ef9590c6aa26d54dc1bb): --model-path, --tp-size, --pp-size,
-    --context-length, --max-running-requests, --kv-cache-dtype (fp8_e4m3), --quantization,
-    --disaggregation-mode prefill|decode, --disaggregation-transfer-backend nixl.
+Flag names as the engines' argument parsers declare them (read from their source):
+  vLLM: vllm/engine/arg_utils.py, EngineArgs.add_cli_args (vllm-project/vllm, the v0.9-era
+    version stored in the code index): --tensor-parallel-size (ParallelConfig group),
+    --pipeline-parallel-size, --max-model-len and --quantization (ModelConfig group),
+    --kv-cache-dtype (CacheConfig), --max-num-seqs (SchedulerConfig), --kv-transfer-config
+    (a KVTransferConfig as JSON: kv_connector "NixlConnector", kv_role "kv_producer" on the
+    prefill worker, "kv_consumer" on the decode worker).
+  SGLang: the 0.5.23 wheel from PyPI: flags made from the ServerArgs fields by
+    sglang/srt/arg_groups/arg_utils.py _field_to_cli_name ("--" + name with "-" for "_"):
+    --model-path, --context-length, --quantization, --kv-cache-dtype ("fp8_e4m3") in
+    fields/model.py; --tp-size, --pp-size in fields/parallel.py; --max-running-requests in
+    fields/schedule.py; --disaggregation-mode ("prefill" | "decode") and
+    --disaggregation-transfer-backend (choices.py DISAGG_TRANSFER_BACKEND_CHOICES: "nixl")
+    in fields/disagg.py.
 """
 from __future__ import annotations
 
