@@ -177,8 +177,11 @@ def main(argv: list[str]) -> int:
         return run(ns)
     plan = plan_from_args(ns)
     from accounting.serving import views
-    output.emit(ns.format, ns.output, lambda: [views.answer(plan)] + views.tables(plan),
-                lambda: views.to_dict(plan), lambda: views.to_csv(plan))
+    from accounting.cli.serve_search import speculation
+    spec = speculation(ns, plan)  # issue 40: --speculative beside the plan
+    output.emit(ns.format, ns.output,
+                lambda: [views.answer(plan)] + views.tables(plan) + spec[0],
+                lambda: views.to_dict(plan) | spec[1], lambda: views.to_csv(plan))
     return 0
 
 

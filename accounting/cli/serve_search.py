@@ -32,6 +32,59 @@ def add_search_args(p, positive) -> None:
                         "--engine's)")
     g.add_argument("--plot", metavar="FILE.png",
                    help="also draw the Pareto frontier into FILE.png (matplotlib)")
+    s = p.add_argument_group("speculative decoding (serve and --search)")
+    s.add_argument("--speculative", metavar="mtp|MODEL",
+                   help="draft k tokens a step with the model's own MTP head ('mtp': one more "
+                        "block of the last layer's kind) or a draft model (a preset name); "
+                        "needs --acceptance")
+    s.add_argument("--num-speculative-tokens", type=positive_int("--num-speculative-tokens",
+                                                                 16, "16"),
+                   default=1, metavar="K", help="tokens drafted a step (default 1)")
+    s.add_argument("--acceptance", type=_unit, metavar="A",
+                   help="per-token acceptance rate in [0, 1] (DeepSeek-V3 §5.4.3 reports "
+                        "85–90% for its MTP head's token)")
+
+
+def _unit(text: str):
+    import argparse
+    from accounting.planning.compute import exact
+    try:
+        x = exact(text, "--acceptance")
+    except UsageError as e:
+        raise argparse.ArgumentTypeError(str(e).removeprefix("--acceptance: ")) from None
+    if not 0 <= x <= 1:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1], got {text[:30]}")
+    return x
+
+
+def speculative_of(ns):
+    """(method, tokens, acceptance, draft config) of --speculative, or None."""
+    if ns.speculative is None:
+        if ns.acceptance is not None:
+            raise UsageError("--acceptance needs --speculative mtp|MODEL")
+        return None
+    if ns.acceptance is None:
+        raise UsageError("--speculative needs --acceptance A (the per-token acceptance rate)")
+    from accounting.serving.speculative import MTP
+    draft = None
+    if ns.speculative != MTP:
+        from accounting.spec.presets import get_preset
+        draft = get_preset(ns.speculative)
+    return ns.speculative, ns.num_speculative_tokens, ns.acceptance, draft
+
+
+def speculation(ns, plan) -> tuple[list, dict]:
+    """serve's speculative-decoding table and JSON key, when --speculative is given."""
+    spec = speculative_of(ns)
+    if spec is None:
+        return [], {}
+    if plan.time is None:
+        raise UsageError("--speculative needs a timed plan: --gpu NAME")
+    from accounting.cli.serve import plan_inputs
+    from accounting.serving import search_views
+    from accounting.serving.speculative import speculate
+    s = speculate(plan_inputs(ns)[0], plan, *spec)
+    return [search_views.spec_table(s)], {"speculative": search_views.spec_dict(s)}
 
 
 def run(ns) -> int:
@@ -58,7 +111,8 @@ def run(ns) -> int:
                   max_num_batched_tokens=ns.max_num_batched_tokens, block_size=ns.block_size,
                   names=names, model_dtype_bytes=4 if scheme.name == "fp32" else 2)
     w = Workload(ns.isl, ns.osl, ns.ttft, ns.tpot, ns.request_rate, ns.max_gpus or 8)
-    r = search(config, scheme, ns.gpu, w, engine=ns.engine, model=model, **kwargs)
+    r = search(config, scheme, ns.gpu, w, engine=ns.engine, model=model,
+               speculative=speculative_of(ns), **kwargs)
     if ns.plot:
         search_views.plot(r, ns.plot)
     output.emit(ns.format, ns.output,

@@ -23,6 +23,30 @@ import json
 import shlex
 
 EMIT = ("vllm", "sglang")
+# Speculative decoding: vLLM's --speculative-config JSON (vllm/config/speculative.py
+# SpeculativeMethod: "mtp" among MTPModelTypes, "draft_model" with "model"); SGLang's
+# --speculative-algorithm NEXTN (the MTP head) or STANDALONE (a draft model,
+# --speculative-draft-model-path), --speculative-num-steps K, --speculative-eagle-topk 1,
+# --speculative-num-draft-tokens K + 1 (sglang 0.5.23 arg_groups/fields/spec.py).
+
+
+def _spec_vllm(spec) -> list[str]:
+    if spec is None:
+        return []
+    cfg = {"method": "mtp", "num_speculative_tokens": spec.tokens} if spec.method == "mtp" \
+        else {"method": "draft_model", "model": spec.method,
+              "num_speculative_tokens": spec.tokens}
+    return ["--speculative-config", json.dumps(cfg, separators=(",", ":"))]
+
+
+def _spec_sglang(spec) -> list[str]:
+    if spec is None:
+        return []
+    a = ["--speculative-algorithm", "NEXTN" if spec.method == "mtp" else "STANDALONE"]
+    if spec.method != "mtp":
+        a += ["--speculative-draft-model-path", spec.method]
+    return a + ["--speculative-num-steps", str(spec.tokens), "--speculative-eagle-topk", "1",
+                "--speculative-num-draft-tokens", str(spec.tokens + 1)]
 
 
 def _vllm(model: str, wk, ctx: int, role: str | None) -> list[str]:
@@ -34,6 +58,8 @@ def _vllm(model: str, wk, ctx: int, role: str | None) -> list[str]:
         a += ["--quantization", "fp8"]
     if wk.kv_dtype != "bf16":
         a += ["--kv-cache-dtype", "fp8"]
+    if role != "kv_producer":  # the decode side drafts (prefill emits one token)
+        a += _spec_vllm(wk.spec)
     if role is not None:
         a += ["--kv-transfer-config", json.dumps({"kv_connector": "NixlConnector",
                                                   "kv_role": role}, separators=(",", ":"))]
@@ -49,6 +75,8 @@ def _sglang(model: str, wk, ctx: int, role: str | None) -> list[str]:
         a += ["--quantization", "fp8"]
     if wk.kv_dtype != "bf16":
         a += ["--kv-cache-dtype", "fp8_e4m3"]
+    if role != "prefill":
+        a += _spec_sglang(wk.spec)
     if role is not None:
         a += ["--disaggregation-mode", role, "--disaggregation-transfer-backend", "nixl"]
     return a

@@ -71,6 +71,7 @@ class Worker:
     batch: int
     plan: object  # ServePlan
     online_fp8: bool = False  # a 16-bit checkpoint quantized to fp8 as it loads
+    spec: object = None  # speculative.Speculation of the decode step, or None
 
 
     @property
@@ -83,7 +84,9 @@ class Worker:
 
     @property
     def step_seconds(self) -> Fraction:
-        return self.plan.time.tpot_seconds
+        """Per output token: serve's decode step, or with speculation the speculative step
+        over the tokens it emits on average (serving/speculative.py)."""
+        return self.spec.tpot_seconds if self.spec is not None else self.plan.time.tpot_seconds
 
     def label(self) -> str:
         return f"TP{self.tp} PP{self.pp} w {self.weights} kv {self.kv_dtype}"
@@ -156,9 +159,11 @@ def _pow2(limit: int) -> list[int]:
 class _Plans:
     """serve() once per (tp, pp, weights, kv, batch); None where it refuses or does not fit."""
 
-    def __init__(self, config, scheme, gpu: str, engine: str, workload: Workload, kwargs):
+    def __init__(self, config, scheme, gpu: str, engine: str, workload: Workload, kwargs,
+                 speculative=None):
         self.config, self.scheme, self.gpu, self.engine = config, scheme, gpu, engine
         self.w, self.kwargs, self.cache = workload, kwargs, {}
+        self.speculative = speculative  # (method, tokens, acceptance, draft config) or None
 
     def scheme_of(self, name: str):
         from accounting.formats.schemes import get_scheme
@@ -176,7 +181,13 @@ class _Plans:
                 p = None
             ok = p is not None and p.fits and p.time is not None
             online = weights == "fp8" and self.scheme.name in SIXTEEN_BIT
-            self.cache[key] = Worker(tp, pp, weights, kv, batch, p, online) if ok else None
+            spec = None
+            if ok and self.speculative is not None:
+                from accounting.serving.speculative import speculate
+                method, tokens, acceptance, draft = self.speculative
+                spec = speculate(self.config, p, method, tokens, acceptance, draft)
+            self.cache[key] = Worker(tp, pp, weights, kv, batch, p, online, spec) \
+                if ok else None
         return self.cache[key]
 
 
@@ -260,12 +271,12 @@ def _replicated(layout: Layout, w: Workload) -> Layout | None:
 
 def search(config, scheme, gpu: str, workload: Workload, *, engine: str = engines.VLLM,
            model: str = "", exhaustive: bool = False, top: int | None = None,
-           **serve_kwargs) -> SearchResult:
+           speculative=None, **serve_kwargs) -> SearchResult:
     card = get_gpu(gpu)
     w = workload
     if w.max_gpus < 1:
         raise UsageError("--max-gpus must be at least 1")
-    plans = _Plans(config, scheme, gpu, engine, w, serve_kwargs)
+    plans = _Plans(config, scheme, gpu, engine, w, serve_kwargs, speculative)
     weight_opts, kv_opts = formats(scheme, card)
     workers: list[Worker] = []  # every fitting (layout, batch) evaluated
     prefills: list[Worker] = []  # batch 1: the prefill workers

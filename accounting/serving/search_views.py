@@ -33,7 +33,8 @@ def describe(lay) -> str:
 
 def _formats(lay) -> str:
     d = lay.decode
-    return f"w {d.weights}{' (online)' if d.online_fp8 else ''}, kv {d.kv_dtype}"
+    spec = "" if d.spec is None else f", {d.spec.method} k={d.spec.tokens}"
+    return f"w {d.weights}{' (online)' if d.online_fp8 else ''}, kv {d.kv_dtype}{spec}"
 
 
 def _targets(w) -> str:
@@ -104,7 +105,8 @@ def _layout_dict(lay, r, emit: str, model: str) -> dict:
             "tp": wk.tp, "pp": wk.pp, "weights": wk.weights, "kv_dtype": wk.kv_dtype,
             "batch": wk.batch, "gpus": wk.gpus, "online_fp8": wk.online_fp8,
             "serve_ttft_seconds": fraction(wk.ttft_seconds),
-            "serve_tpot_seconds": fraction(wk.step_seconds)}
+            "serve_tpot_seconds": fraction(wk.plan.time.tpot_seconds),
+            "speculative": None if wk.spec is None else spec_dict(wk.spec)}
     tps, tpu = lay.tokens_per_second_per_gpu(w.osl), lay.tokens_per_second_per_user
     # the contract's figures as plain numbers (issue 40: `.layouts[0].tpot_seconds <= 0.05`
     # in jq); their exact ratios under "exact"
@@ -121,6 +123,27 @@ def _layout_dict(lay, r, emit: str, model: str) -> dict:
             "exact": {"tokens_per_second_per_gpu": fraction(tps),
                       "ttft_seconds": fraction(lay.ttft_seconds),
                       "tpot_seconds": fraction(lay.tpot_seconds)}}
+
+
+def spec_dict(s) -> dict:
+    return {"method": s.method, "tokens": s.tokens, "acceptance": fraction(s.acceptance),
+            "expected_tokens": fraction(s.expected_tokens),
+            "verify_seconds": fraction(s.verify_seconds),
+            "draft_seconds": fraction(s.draft_seconds),
+            "tpot_seconds": fraction(s.tpot_seconds)}
+
+
+def spec_table(s) -> Table:
+    """serve's speculative-decoding lines (serving/speculative.py)."""
+    rows = (("drafter", "the MTP head (one block)" if s.method == "mtp" else s.method),
+            ("tokens drafted a step", str(s.tokens)),
+            ("acceptance per token", decimal(s.acceptance, 3)),
+            ("expected tokens a step", decimal(s.expected_tokens, 3)),
+            ("verify step", _ms(s.verify_seconds)), ("draft steps", _ms(s.draft_seconds)),
+            ("TPOT", _ms(s.tpot_seconds)))
+    return Table("Speculative decoding", ("", "value"), rows,
+                 notes=("E = (1 − a^(k+1)) / (1 − a) tokens a step (Leviathan et al. 2023); "
+                        "TPOT = (verify + draft) / E; the drafter's memory is not in the pool",))
 
 
 def to_dict(r, model: str, emit: str) -> dict:
