@@ -185,3 +185,16 @@ def test_targets_nobody_meets_exit_0_with_frontier(capsys):
 def test_search_refuses_in_one_line(capsys, extra, expected):
     refused_in_one_line(capsys, "serve", "--config", L70, "--gpu", "H100", "--search", *extra,
                         expected=expected)
+
+
+def test_request_rate_sizes_replicas_by_littles_law():
+    """At a request rate the replicas serve that rate (not their batch's capacity): tokens/s
+    per GPU = rate × OSL / GPUs, and the replicas are the fewest whose capacity covers it."""
+    config = read_config(L70)[0]
+    rate = Fraction(1, 2)
+    w = Workload(4096, 1024, Fraction(3), Fraction(1, 20), rate, 8)
+    r = search(config, get_scheme("bf16"), "H100", w)
+    for lay in r.layouts[:20]:
+        assert lay.tokens_per_second_per_gpu(1024) == rate * 1024 / lay.gpus
+        assert lay.requests_per_second * lay.replicas >= rate
+        assert lay.requests_per_second * (lay.replicas - 1) < rate

@@ -105,6 +105,14 @@ class Layout:
     kv_transfer_seconds: Fraction = Fraction(0)
     replicas: int = 1
     link: str = ""
+    demand: Fraction | None = None  # --request-rate: the requests/s the replicas serve
+
+    @property
+    def served_requests_per_second(self) -> Fraction:
+        """All replicas: their capacity, or the asked rate when one is given (the replicas
+        then run below their batch: Little's law, concurrency = rate × latency)."""
+        cap = self.requests_per_second * self.replicas
+        return cap if self.demand is None else min(cap, self.demand)
 
     @property
     def gpus_per_replica(self) -> int:
@@ -116,10 +124,10 @@ class Layout:
         return self.gpus_per_replica * self.replicas
 
     def tokens_per_second(self, osl: int) -> Fraction:
-        return self.requests_per_second * osl * self.replicas
+        return self.served_requests_per_second * osl
 
     def tokens_per_second_per_gpu(self, osl: int) -> Fraction:
-        return self.requests_per_second * osl / self.gpus_per_replica
+        return self.tokens_per_second(osl) / self.gpus
 
     @property
     def tokens_per_second_per_user(self) -> Fraction:
@@ -266,7 +274,7 @@ def _replicated(layout: Layout, w: Workload) -> Layout | None:
     if n < 1 or n * per > w.max_gpus:
         return None
     from dataclasses import replace
-    return replace(layout, replicas=int(n))
+    return replace(layout, replicas=int(n), demand=w.request_rate)
 
 
 def search(config, scheme, gpu: str, workload: Workload, *, engine: str = engines.VLLM,
@@ -309,7 +317,9 @@ def search(config, scheme, gpu: str, workload: Workload, *, engine: str = engine
     placed = [r for r in (_replicated(c, w) for c in candidates) if r is not None]
     osl = w.osl
     meeting = [c for c in placed if c.meets(w)]
-    meeting.sort(key=lambda c: (-c.tokens_per_second_per_gpu(osl), c.gpus, c.key()))
+    # ties (a request rate makes many equal): fewer GPUs, then the faster per user
+    meeting.sort(key=lambda c: (-c.tokens_per_second_per_gpu(osl), c.gpus,
+                                -c.tokens_per_second_per_user, c.key()))
     timely = [c for c in placed if w.ttft is None or c.ttft_seconds <= w.ttft]
     frontier = pareto([c for c in timely if not c.disaggregated], osl) + \
         pareto([c for c in timely if c.disaggregated], osl)
