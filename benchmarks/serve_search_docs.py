@@ -28,6 +28,8 @@ CASES = (
     f"{L70} --gpu H100 --search --max-gpus 16 {W} --ttft 1 --tpot 0.02",
     f"deepseek-ai/DeepSeek-V3 --gpu H200 --search --max-gpus 32 {W} --ttft 3 --tpot 0.2",
     f"deepseek-ai/DeepSeek-V3 --gpu H200 --search --max-gpus 32 {W} --ttft 5 --tpot 0.5",
+    f"deepseek-ai/DeepSeek-V3 --gpu H200 --search --max-gpus 32 {W} --ttft 3 --tpot 0.2 "
+    "--speculative mtp --acceptance 0.85 --num-speculative-tokens 2",
 )
 # AIConfigurator's published answers (ai-dynamo/aiconfigurator at 095f58a5, README.md "cli
 # default" example; docs/cli_user_guide.md of release 0.1.0; the issue's Llama-3.1-70B case,
@@ -48,11 +50,13 @@ AIC = (
 
 def _search(command: str):
     from accounting.cli.serve import parser, plan_inputs
+    from accounting.cli.serve_search import speculative_of
     from accounting.serving.search import Workload, search
     ns = parser().parse_args(shlex.split(command))
     config, scheme, names, _ = plan_inputs(ns)
     w = Workload(ns.isl, ns.osl, ns.ttft, ns.tpot, None, ns.max_gpus)
-    return search(config, scheme, ns.gpu, w, names=names), ns, ns.model or config.name
+    return search(config, scheme, ns.gpu, w, names=names, speculative=speculative_of(ns)), \
+        ns, ns.model or config.name
 
 
 def _best(r, dis: bool) -> str:
