@@ -198,3 +198,16 @@ def test_request_rate_sizes_replicas_by_littles_law():
         assert lay.tokens_per_second_per_gpu(1024) == rate * 1024 / lay.gpus
         assert lay.requests_per_second * lay.replicas >= rate
         assert lay.requests_per_second * (lay.replicas - 1) < rate
+
+
+@pytest.mark.parametrize("extra,expected", [
+    (["--tp", "4", "--isl", "4096"], "--isl is a --search flag"),
+    (["--tp", "4", "--emit", "sglang"], "--emit is a --search flag"),
+    (["--search", "--isl", "64", "--osl", "8", "--max-gpus", "2", "--plot",
+      "/nonexistent-dir/x.png"], "--plot: cannot write"),
+])
+def test_search_flags_refused_in_one_line(capsys, extra, expected):
+    if "--plot" in extra:
+        pytest.importorskip("matplotlib")
+    refused_in_one_line(capsys, "serve", "--config", L70, "--gpu", "H100", *extra,
+                        expected=expected)

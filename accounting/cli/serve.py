@@ -175,9 +175,10 @@ def main(argv: list[str]) -> int:
     if ns.search:
         from accounting.cli.serve_search import run
         return run(ns)
+    from accounting.cli.serve_search import refuse_search_flags, speculation
+    refuse_search_flags(ns)
     plan = plan_from_args(ns)
     from accounting.serving import views
-    from accounting.cli.serve_search import speculation
     spec = speculation(ns, plan)  # issue 40: --speculative beside the plan
     output.emit(ns.format, ns.output,
                 lambda: [views.answer(plan)] + views.tables(plan) + spec[0],

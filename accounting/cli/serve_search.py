@@ -3,7 +3,9 @@ and its run. The computation is accounting/serving/search.py, the rendering sear
 from __future__ import annotations
 
 from accounting.cli.args import positive_int
-from accounting.runtime.errors import UsageError
+from accounting.runtime.errors import UsageError, shorten
+
+SEARCH_ONLY = ("max_gpus", "isl", "osl", "ttft", "tpot", "request_rate", "emit", "plot")
 
 MAX_SEARCH_GPUS = 4096
 
@@ -73,6 +75,14 @@ def speculative_of(ns):
     return ns.speculative, ns.num_speculative_tokens, ns.acceptance, draft
 
 
+def refuse_search_flags(ns) -> None:
+    """A search flag without --search would be ignored in silence: refuse it."""
+    for name in SEARCH_ONLY:
+        if getattr(ns, name) is not None:
+            flag = "--" + name.replace("_", "-")
+            raise UsageError(f"{flag} is a --search flag: add --search (or drop {flag})")
+
+
 def speculation(ns, plan) -> tuple[list, dict]:
     """serve's speculative-decoding table and JSON key, when --speculative is given."""
     spec = speculative_of(ns)
@@ -114,7 +124,14 @@ def run(ns) -> int:
     r = search(config, scheme, ns.gpu, w, engine=ns.engine, model=model,
                speculative=speculative_of(ns), **kwargs)
     if ns.plot:
-        search_views.plot(r, ns.plot)
+        try:
+            search_views.plot(r, ns.plot)
+        except ImportError:
+            raise UsageError("--plot needs matplotlib: pip install matplotlib (or drop --plot)") \
+                from None
+        except OSError as e:
+            raise UsageError(f"--plot: cannot write {shorten(ns.plot)} ({e.strerror or e}); "
+                             f"give a writable FILE.png") from None
     output.emit(ns.format, ns.output,
                 lambda: [search_views.answer(r, model, emit)] + search_views.tables(r),
                 lambda: search_views.to_dict(r, model, emit),
