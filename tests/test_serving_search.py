@@ -211,3 +211,21 @@ def test_search_flags_refused_in_one_line(capsys, extra, expected):
         pytest.importorskip("matplotlib")
     refused_in_one_line(capsys, "serve", "--config", L70, "--gpu", "H100", *extra,
                         expected=expected)
+
+
+def test_cost_per_million_tokens_by_hand():
+    """With a price a GPU-hour: price × GPUs / (tokens/s × 3600) × 10^6, worked here for the
+    best layout; the ranking is unchanged (one price for every GPU)."""
+    config = read_config(L70)[0]
+    w = Workload(4096, 1024, Fraction(3), Fraction(1, 20), None, 8, Fraction(2))
+    r = search(config, get_scheme("bf16"), "H100", w)
+    best = r.layouts[0]
+    tps = best.tokens_per_second(1024)
+    assert best.cost_per_million_tokens(w) == Fraction(2) * best.gpus * 10**6 / (tps * 3600)
+    plain = search(config, get_scheme("bf16"), "H100",
+                   Workload(4096, 1024, Fraction(3), Fraction(1, 20), None, 8))
+    assert [x.key() for x in plain.layouts[:5]] == [x.key() for x in r.layouts[:5]]
+    from accounting.serving.search_views import answer, to_dict
+    assert "per 10^6 output tokens" in "\n".join(answer(r, "m", "vllm").notes)
+    assert to_dict(r, "m", "vllm")["layouts"][0]["cost_per_million_tokens"] == \
+        float(best.cost_per_million_tokens(w))

@@ -2,6 +2,8 @@
 and its run. The computation is accounting/serving/search.py, the rendering search_views.py."""
 from __future__ import annotations
 
+from fractions import Fraction
+
 from accounting.cli.args import positive_int
 from accounting.runtime.errors import UsageError, shorten
 
@@ -120,7 +122,10 @@ def run(ns) -> int:
     kwargs = dict(engine_version=ns.engine_version, utilization=ns.gpu_memory_utilization,
                   max_num_batched_tokens=ns.max_num_batched_tokens, block_size=ns.block_size,
                   names=names, model_dtype_bytes=4 if scheme.name == "fp32" else 2)
-    w = Workload(ns.isl, ns.osl, ns.ttft, ns.tpot, ns.request_rate, ns.max_gpus or 8)
+    # --price-per-gpu-hour is issue 42's flag (another branch): read it where it is declared
+    price = getattr(ns, "price_per_gpu_hour", None)
+    w = Workload(ns.isl, ns.osl, ns.ttft, ns.tpot, ns.request_rate, ns.max_gpus or 8,
+                 None if price is None else Fraction(price))
     r = search(config, scheme, ns.gpu, w, engine=ns.engine, model=model,
                speculative=speculative_of(ns), **kwargs)
     if ns.plot:

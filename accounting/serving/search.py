@@ -59,6 +59,7 @@ class Workload:
     tpot: Fraction | None = None
     request_rate: Fraction | None = None  # requests/s the deployment must sustain
     max_gpus: int = 8
+    price_per_gpu_hour: Fraction | None = None  # $ (or any currency) a GPU-hour
 
 
 @dataclass(frozen=True)
@@ -128,6 +129,13 @@ class Layout:
 
     def tokens_per_second_per_gpu(self, osl: int) -> Fraction:
         return self.tokens_per_second(osl) / self.gpus
+
+    def cost_per_million_tokens(self, w: Workload) -> Fraction | None:
+        """price a GPU-hour × GPUs / output tokens an hour, per 10^6 output tokens (one
+        price for every GPU: the ranking by tokens/s per GPU is the ranking by cost)."""
+        if w.price_per_gpu_hour is None:
+            return None
+        return w.price_per_gpu_hour * self.gpus * 10**6 / (self.tokens_per_second(w.osl) * 3600)
 
     @property
     def tokens_per_second_per_user(self) -> Fraction:

@@ -60,9 +60,12 @@ def answer(r, model: str, emit: str) -> Table:
         if lay is None:
             lines.append(f"{head:<20}none meets the targets")
             continue
+        cost = lay.cost_per_million_tokens(w)
+        price = "" if cost is None else f", {decimal(cost, 3)} per 10^6 output tokens"
         lines.append(f"{head:<20}{describe(lay)} on {lay.gpus} GPUs "
                      f"({_formats(lay)}): {_tok(lay.tokens_per_second_per_gpu(w.osl))} "
-                     f"tokens/s/GPU, TTFT {_ms(lay.ttft_seconds)}, TPOT {_ms(lay.tpot_seconds)}")
+                     f"tokens/s/GPU, TTFT {_ms(lay.ttft_seconds)}, TPOT "
+                     f"{_ms(lay.tpot_seconds)}{price}")
         lines.append(f"{'':20}{launch.command(lay, emit, model, w.isl + w.osl)}")
     lines.append(f"searched:           {grouped(r.evaluated)} serve plans; every figure is "
                  f"serve's for that worker (docs/serving_search.md)")
@@ -108,6 +111,7 @@ def _layout_dict(lay, r, emit: str, model: str) -> dict:
             "serve_tpot_seconds": fraction(wk.plan.time.tpot_seconds),
             "speculative": None if wk.spec is None else spec_dict(wk.spec)}
     tps, tpu = lay.tokens_per_second_per_gpu(w.osl), lay.tokens_per_second_per_user
+    cost = lay.cost_per_million_tokens(w)
     # the contract's figures as plain numbers (issue 40: `.layouts[0].tpot_seconds <= 0.05`
     # in jq); their exact ratios under "exact"
     return {"gpus": lay.gpus, "replicas": lay.replicas, "gpus_per_replica": lay.gpus_per_replica,
@@ -119,6 +123,7 @@ def _layout_dict(lay, r, emit: str, model: str) -> dict:
             "prefill_workers": lay.prefill_workers, "decode_workers": lay.decode_workers,
             "prefill": worker(lay.prefill), "decode": worker(lay.decode),
             "layout": describe(lay),
+            "cost_per_million_tokens": None if cost is None else float(cost),
             "command": launch.command(lay, emit, model, w.isl + w.osl),
             "exact": {"tokens_per_second_per_gpu": fraction(tps),
                       "ttft_seconds": fraction(lay.ttft_seconds),
