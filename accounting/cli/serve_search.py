@@ -36,6 +36,15 @@ def add_search_args(p, positive) -> None:
                         "--engine's)")
     g.add_argument("--plot", metavar="FILE.png",
                    help="also draw the Pareto frontier into FILE.png (matplotlib)")
+    d = p.add_argument_group("attention data parallelism with expert parallelism (MoE)")
+    d.add_argument("--dp", type=positive_int("--dp", 64, "64"), metavar="D",
+                   help="D attention data-parallel ranks of --tp each, the routed experts "
+                        "over all D·TP GPUs (vLLM --data-parallel-size D "
+                        "--enable-expert-parallel; SGLang --attn-dp-size D); --concurrency is "
+                        "a rank's; --search tries D itself")
+    d.add_argument("--ep-imbalance", type=positive("--ep-imbalance"), default=Fraction(1),
+                   metavar="F", help="the busiest GPU's routed tokens over the mean under "
+                                     "expert parallelism (default 1: uniform routing)")
     s = p.add_argument_group("speculative decoding (serve and --search)")
     s.add_argument("--speculative", metavar="mtp|MODEL",
                    help="draft k tokens a step with the model's own MTP head ('mtp': one more "
@@ -85,6 +94,22 @@ def refuse_search_flags(ns) -> None:
             raise UsageError(f"{flag} is a --search flag: add --search (or drop {flag})")
 
 
+def data_parallel(ns, plan) -> tuple[list, dict]:
+    """serve --dp D: the DP-attention + EP worker's table and JSON key."""
+    if ns.dp is None or ns.dp == 1:
+        return [], {}
+    if ns.pp != 1:
+        raise UsageError("--dp runs each rank at --tp without pipeline stages: drop --pp")
+    from accounting.cli.serve import plan_inputs
+    from accounting.serving import search_views
+    from accounting.serving.dp_attention import dp_worker
+    w = dp_worker(plan_inputs(ns)[0], plan, ns.dp, ns.ep_imbalance)
+    if w is None:
+        raise UsageError(f"--dp {ns.dp}: needs a mixture-of-experts model, --gpu NAME with "
+                         f"measured tables, D × TP within one node dividing the experts")
+    return [search_views.dp_table(w)], {"dp_attention": search_views.dp_dict(w)}
+
+
 def speculation(ns, plan) -> tuple[list, dict]:
     """serve's speculative-decoding table and JSON key, when --speculative is given."""
     spec = speculative_of(ns)
@@ -110,7 +135,8 @@ def run(ns) -> int:
         raise UsageError("--search needs the workload: --isl T_IN --osl T_OUT")
     clash = [f for f, v in (("--tp", ns.tp), ("--gpus", ns.gpus), ("--concurrency",
                                                                     ns.concurrency),
-                            ("--ctx", ns.ctx), ("--prompt", ns.prompt)) if v is not None]
+                            ("--ctx", ns.ctx), ("--prompt", ns.prompt), ("--dp", ns.dp))
+             if v is not None]
     if ns.pp != 1:
         clash.append("--pp")
     if clash:
@@ -127,7 +153,7 @@ def run(ns) -> int:
     w = Workload(ns.isl, ns.osl, ns.ttft, ns.tpot, ns.request_rate, ns.max_gpus or 8,
                  None if price is None else Fraction(price))
     r = search(config, scheme, ns.gpu, w, engine=ns.engine, model=model,
-               speculative=speculative_of(ns), **kwargs)
+               speculative=speculative_of(ns), ep_imbalance=ns.ep_imbalance, **kwargs)
     if ns.plot:
         try:
             search_views.plot(r, ns.plot)

@@ -6,7 +6,8 @@ Flag names as the engines' argument parsers declare them (read from their source
   vLLM: vllm/engine/arg_utils.py, EngineArgs.add_cli_args (vllm-project/vllm, the v0.9-era
     version stored in the code index): --tensor-parallel-size (ParallelConfig group),
     --pipeline-parallel-size, --max-model-len and --quantization (ModelConfig group),
-    --kv-cache-dtype (CacheConfig), --max-num-seqs (SchedulerConfig), --kv-transfer-config
+    --kv-cache-dtype (CacheConfig), --max-num-seqs (SchedulerConfig; a DP rank's), --data-parallel-size and
+    --enable-expert-parallel (ParallelConfig), --kv-transfer-config
     (a KVTransferConfig as JSON: kv_connector "NixlConnector", kv_role "kv_producer" on the
     prefill worker, "kv_consumer" on the decode worker).
   SGLang: the 0.5.23 wheel from PyPI: flags made from the ServerArgs fields by
@@ -53,7 +54,9 @@ def _vllm(model: str, wk, ctx: int, role: str | None) -> list[str]:
     a = ["vllm", "serve", model, "--tensor-parallel-size", str(wk.tp)]
     if wk.pp > 1:
         a += ["--pipeline-parallel-size", str(wk.pp)]
-    a += ["--max-model-len", str(ctx), "--max-num-seqs", str(wk.batch)]
+    if wk.dp > 1:  # attention DP + EP (ParallelConfig: --data-parallel-size, -expert-parallel)
+        a += ["--data-parallel-size", str(wk.dp), "--enable-expert-parallel"]
+    a += ["--max-model-len", str(ctx), "--max-num-seqs", str(wk.rank_batch)]
     if wk.online_fp8:
         a += ["--quantization", "fp8"]
     if wk.kv_dtype != "bf16":
@@ -67,7 +70,10 @@ def _vllm(model: str, wk, ctx: int, role: str | None) -> list[str]:
 
 
 def _sglang(model: str, wk, ctx: int, role: str | None) -> list[str]:
-    a = ["python", "-m", "sglang.launch_server", "--model-path", model, "--tp-size", str(wk.tp)]
+    a = ["python", "-m", "sglang.launch_server", "--model-path", model,
+         "--tp-size", str(wk.tp * wk.dp)]
+    if wk.dp > 1:  # fields/parallel.py: attn_dp_size, ep_size
+        a += ["--attn-dp-size", str(wk.dp), "--ep-size", str(wk.tp * wk.dp)]
     if wk.pp > 1:
         a += ["--pp-size", str(wk.pp)]
     a += ["--context-length", str(ctx), "--max-running-requests", str(wk.batch)]

@@ -73,24 +73,33 @@ class Worker:
     plan: object  # ServePlan
     online_fp8: bool = False  # a 16-bit checkpoint quantized to fp8 as it loads
     spec: object = None  # speculative.Speculation of the decode step, or None
+    dp: int = 1  # attention data-parallel ranks (with expert parallelism): dp_attention.py
+    dpw: object = None  # its dp_attention.DPWorker
+
+    @property
+    def rank_batch(self) -> int:
+        return self.batch // self.dp
 
 
     @property
     def gpus(self) -> int:
-        return self.tp * self.pp
+        return self.tp * self.pp * self.dp
 
     @property
     def ttft_seconds(self) -> Fraction:
-        return self.plan.time.ttft_seconds
+        return self.dpw.ttft_seconds if self.dpw is not None else self.plan.time.ttft_seconds
 
     @property
     def step_seconds(self) -> Fraction:
         """Per output token: serve's decode step, or with speculation the speculative step
         over the tokens it emits on average (serving/speculative.py)."""
-        return self.spec.tpot_seconds if self.spec is not None else self.plan.time.tpot_seconds
+        if self.spec is not None:
+            return self.spec.tpot_seconds
+        return self.dpw.step_seconds if self.dpw is not None else self.plan.time.tpot_seconds
 
     def label(self) -> str:
-        return f"TP{self.tp} PP{self.pp} w {self.weights} kv {self.kv_dtype}"
+        dp = f" DP{self.dp}+EP{self.dp * self.tp}" if self.dp > 1 else ""
+        return f"TP{self.tp} PP{self.pp}{dp} w {self.weights} kv {self.kv_dtype}"
 
 
 @dataclass(frozen=True)
@@ -147,7 +156,8 @@ class Layout:
 
     def key(self) -> tuple:
         p = self.prefill
-        return (self.disaggregated, self.decode.tp, self.decode.pp, self.decode.weights,
+        return (self.disaggregated, self.decode.dp, self.decode.tp, self.decode.pp,
+                self.decode.weights,
                 self.decode.kv_dtype, self.decode.batch, self.decode_workers,
                 p and (p.tp, p.pp, p.weights, p.kv_dtype), self.prefill_workers)
 
@@ -180,14 +190,17 @@ class _Plans:
         self.config, self.scheme, self.gpu, self.engine = config, scheme, gpu, engine
         self.w, self.kwargs, self.cache = workload, kwargs, {}
         self.speculative = speculative  # (method, tokens, acceptance, draft config) or None
+        self.plans = {}
+        self.imbalance = Fraction(1)
 
     def scheme_of(self, name: str):
         from accounting.formats.schemes import get_scheme
         return self.scheme if name == self.scheme.name else get_scheme(name)
 
-    def get(self, tp: int, pp: int, weights: str, kv: str, batch: int) -> Worker | None:
+    def raw(self, tp: int, pp: int, weights: str, kv: str, batch: int):
+        """serve's plan, fitting or not (None where it refuses the layout)."""
         key = (tp, pp, weights, kv, batch)
-        if key not in self.cache:
+        if key not in self.plans:
             from accounting.serving.plan import serve
             try:
                 p = serve(self.config, self.scheme_of(weights), gpu=self.gpu, tp=tp, pp=pp,
@@ -195,6 +208,27 @@ class _Plans:
                           concurrency=batch, engine=self.engine, **self.kwargs)
             except (UsageError, ValueError, ZeroDivisionError):
                 p = None
+            self.plans[key] = p
+        return self.plans[key]
+
+    def dp(self, tp: int, dp: int, weights: str, kv: str, rank_batch: int) -> Worker | None:
+        """A DP-attention + EP worker of dp ranks at TP tp (dp_attention.py), if it fits."""
+        key = ("dp", tp, dp, weights, kv, rank_batch)
+        if key not in self.cache:
+            from accounting.serving.dp_attention import dp_worker
+            p = self.raw(tp, 1, weights, kv, rank_batch)
+            d = None if p is None or p.time is None else \
+                dp_worker(self.config, p, dp, self.imbalance, self.w.isl)
+            ok = d is not None and d.fits and rank_batch <= p.max_num_seqs
+            online = weights == "fp8" and self.scheme.name in SIXTEEN_BIT
+            self.cache[key] = Worker(tp, 1, weights, kv, dp * rank_batch, p, online, None, dp,
+                                     d) if ok else None
+        return self.cache[key]
+
+    def get(self, tp: int, pp: int, weights: str, kv: str, batch: int) -> Worker | None:
+        key = (tp, pp, weights, kv, batch)
+        if key not in self.cache:
+            p = self.raw(tp, pp, weights, kv, batch)
             ok = p is not None and p.fits and p.time is not None
             online = weights == "fp8" and self.scheme.name in SIXTEEN_BIT
             spec = None
@@ -231,7 +265,7 @@ def shapes(plans: _Plans, card, max_gpus: int, weights: str, kv: str) -> list[tu
 
 def _aggregated(wk: Worker, w: Workload) -> Layout:
     p, d = wk.ttft_seconds, wk.step_seconds
-    tpot = d + Fraction(wk.batch) * p / w.osl
+    tpot = d + Fraction(wk.rank_batch) * p / w.osl  # each rank prefills its own
     return Layout(False, wk, 1, None, 0, p, tpot, Fraction(wk.batch) / (w.osl * tpot))
 
 
@@ -287,12 +321,13 @@ def _replicated(layout: Layout, w: Workload) -> Layout | None:
 
 def search(config, scheme, gpu: str, workload: Workload, *, engine: str = engines.VLLM,
            model: str = "", exhaustive: bool = False, top: int | None = None,
-           speculative=None, **serve_kwargs) -> SearchResult:
+           speculative=None, ep_imbalance=Fraction(1), **serve_kwargs) -> SearchResult:
     card = get_gpu(gpu)
     w = workload
     if w.max_gpus < 1:
         raise UsageError("--max-gpus must be at least 1")
     plans = _Plans(config, scheme, gpu, engine, w, serve_kwargs, speculative)
+    plans.imbalance = Fraction(ep_imbalance)
     weight_opts, kv_opts = formats(scheme, card)
     workers: list[Worker] = []  # every fitting (layout, batch) evaluated
     prefills: list[Worker] = []  # batch 1: the prefill workers
@@ -310,6 +345,24 @@ def search(config, scheme, gpu: str, workload: Workload, *, engine: str = engine
                     over = w.tpot is not None and wk.step_seconds > w.tpot
                     if over and not exhaustive:
                         break
+    if config.num_experts is not None:  # attention DP + expert parallelism (decode side)
+        node = card.fabric.gpus_per_node
+        for wt in weight_opts:
+            for kvd in kv_opts:
+                for tp in _pow2(node):
+                    for dp in _pow2(node // tp)[1:]:
+                        if dp * tp > w.max_gpus:
+                            continue
+                        b = 1
+                        while b <= 4096:
+                            wk = plans.dp(tp, dp, wt, kvd, b)
+                            if wk is None:
+                                break
+                            workers.append(wk)
+                            if w.tpot is not None and wk.step_seconds > w.tpot \
+                                    and not exhaustive:
+                                break
+                            b *= 2
     candidates: list[Layout] = [_aggregated(wk, w) for wk in workers]
     ok_pre = [p for p in prefills if w.ttft is None or p.ttft_seconds <= w.ttft]
     for dec in workers:
@@ -336,7 +389,7 @@ def search(config, scheme, gpu: str, workload: Workload, *, engine: str = engine
         notes.append("no layout meets the targets within --max-gpus: the frontier shows "
                      "what the GPUs reach")
     return SearchResult(model, card.name, engine, w, tuple(meeting[:top] if top else meeting),
-                        tuple(frontier), len(plans.cache), tuple(notes))
+                        tuple(frontier), len(plans.plans), tuple(notes))
 
 
 def pareto(layouts: list[Layout], osl: int) -> list[Layout]:

@@ -20,14 +20,19 @@ def _tok(x: Fraction) -> str:
     return decimal(x, 1)
 
 
+def _par(wk) -> str:
+    if wk.dp > 1:
+        return f"DP{wk.dp} TP{wk.tp} EP{wk.dp * wk.tp}"
+    return f"TP{wk.tp}{f' PP{wk.pp}' if wk.pp > 1 else ''}"
+
+
 def describe(lay) -> str:
     d = lay.decode
     if not lay.disaggregated:
-        return f"{lay.replicas} × [TP{d.tp}{f' PP{d.pp}' if d.pp > 1 else ''}, batch {d.batch}]"
+        return f"{lay.replicas} × [{_par(d)}, batch {d.batch}]"
     p = lay.prefill
-    pre = f"{lay.prefill_workers} prefill TP{p.tp}{f' PP{p.pp}' if p.pp > 1 else ''}"
-    dec = f"{lay.decode_workers} decode TP{d.tp}{f' PP{d.pp}' if d.pp > 1 else ''} " \
-          f"batch {d.batch}"
+    pre = f"{lay.prefill_workers} prefill {_par(p)}"
+    dec = f"{lay.decode_workers} decode {_par(d)} batch {d.batch}"
     return f"{lay.replicas} × [{pre} + {dec}]"
 
 
@@ -109,7 +114,16 @@ def _layout_dict(lay, r, emit: str, model: str) -> dict:
             "batch": wk.batch, "gpus": wk.gpus, "online_fp8": wk.online_fp8,
             "serve_ttft_seconds": fraction(wk.ttft_seconds),
             "serve_tpot_seconds": fraction(wk.plan.time.tpot_seconds),
-            "speculative": None if wk.spec is None else spec_dict(wk.spec)}
+            "speculative": None if wk.spec is None else spec_dict(wk.spec),
+            "dp": wk.dp, "ep": wk.dp * wk.tp if wk.dp > 1 else 1,
+            "dp_attention": None if wk.dpw is None else {
+                "rank_batch": wk.dpw.rank_batch, "experts_per_gpu": wk.dpw.experts_per_gpu,
+                "imbalance": fraction(wk.dpw.imbalance),
+                "weights_bytes_per_gpu": wk.dpw.weights_bytes_per_gpu,
+                "kv_pool_bytes_per_gpu": wk.dpw.pool_bytes,
+                "alltoall_seconds": fraction(wk.dpw.alltoall_seconds),
+                "ttft_seconds": fraction(wk.dpw.ttft_seconds),
+                "step_seconds": fraction(wk.dpw.step_seconds)}}
     tps, tpu = lay.tokens_per_second_per_gpu(w.osl), lay.tokens_per_second_per_user
     cost = lay.cost_per_million_tokens(w)
     # the contract's figures as plain numbers (issue 40: `.layouts[0].tpot_seconds <= 0.05`
@@ -149,6 +163,36 @@ def spec_table(s) -> Table:
     return Table("Speculative decoding", ("", "value"), rows,
                  notes=("E = (1 − a^(k+1)) / (1 − a) tokens a step (Leviathan et al. 2023); "
                         "TPOT = (verify + draft) / E; the drafter's memory is not in the pool",))
+
+
+def dp_dict(d) -> dict:
+    return {"dp": d.dp, "tp": d.tp, "ep": d.gpus, "gpus": d.gpus, "rank_batch": d.rank_batch,
+            "batch": d.batch, "experts_per_gpu": d.experts_per_gpu,
+            "imbalance": fraction(d.imbalance), "fits": d.fits,
+            "weights_bytes_per_gpu": d.weights_bytes_per_gpu,
+            "kv_pool_bytes_per_gpu": d.pool_bytes, "max_rank_sequences": d.max_rank_sequences,
+            "ttft_seconds": fraction(d.ttft_seconds), "tpot_seconds": fraction(d.step_seconds),
+            "alltoall_seconds": fraction(d.alltoall_seconds)}
+
+
+def dp_table(d) -> Table:
+    """serve --dp's lines (serving/dp_attention.py): the worker of D ranks, per GPU."""
+    from accounting.units import GB
+    rows = (("GPUs", f"{d.gpus} (DP {d.dp} × TP {d.tp}; EP {d.gpus})"),
+            ("routed experts/GPU", grouped(d.experts_per_gpu)),
+            ("weights/GPU", f"{decimal(Fraction(d.weights_bytes_per_gpu, GB), 2)} GB"),
+            ("KV pool/GPU", f"{decimal(Fraction(max(d.pool_bytes, 0), GB), 2)} GB"),
+            ("sequences", f"{grouped(d.max_rank_sequences)} a rank, "
+                          f"{grouped(d.max_rank_sequences * d.dp)} the worker"),
+            ("fits", f"{'yes' if d.fits else 'NO'}: {grouped(d.rank_batch)} a rank"),
+            ("TTFT", _ms(d.ttft_seconds)),
+            ("TPOT", f"{_ms(d.step_seconds)} (all-to-alls {_ms(d.alltoall_seconds)}; "
+                     f"imbalance {decimal(d.imbalance, 2)})"),
+            ("throughput", f"{decimal(Fraction(d.batch) / d.step_seconds / d.gpus, 1)} "
+                           f"tokens/s per GPU"))
+    return Table("Attention data parallelism with expert parallelism", ("", "value"), rows,
+                 notes=("one rank's serve plan (the tables below) with the routed experts "
+                        "spread whole over every GPU (docs/serving_search.md)",))
 
 
 def to_dict(r, model: str, emit: str) -> dict:
