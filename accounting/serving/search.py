@@ -33,14 +33,16 @@ where no TP inside a node holds the model. Weights: the checkpoint's scheme, and
 scales); KV: bf16, and fp8 on such a card (--kv-cache-dtype fp8). Batches: powers of two up to
 the engine's max_num_seqs and the pool's concurrency at ISL + OSL.
 
-The search stops a layout's batch sweep at the first batch whose TPOT misses the target (TPOT
-grows with the batch: more KV and more rows each step) and pairs prefill and decode workers at
-the two worker ratios around the balance point; `exhaustive=True` evaluates every batch and
-every pairing up to MAX_WORKERS (the tests check both give the same optimum).
+The search bisects a layout's batches for the largest meeting the TPOT target, as a decode
+worker and as an aggregated one (TPOT grows with the batch: more KV and more rows each step;
+tokens/s too), and pairs prefill and decode workers at the two worker ratios around the
+balance point; `exhaustive=True` evaluates every batch and every pairing up to MAX_WORKERS
+(the tests check both, and a brute force, give the same optimum).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from fractions import Fraction
 
 from accounting.planning.gpus import get_gpu
@@ -85,11 +87,11 @@ class Worker:
     def gpus(self) -> int:
         return self.tp * self.pp * self.dp
 
-    @property
+    @cached_property  # (a Timed sums its ops on every read: read once)
     def ttft_seconds(self) -> Fraction:
         return self.dpw.ttft_seconds if self.dpw is not None else self.plan.time.ttft_seconds
 
-    @property
+    @cached_property
     def step_seconds(self) -> Fraction:
         """Per output token: serve's decode step, or with speculation the speculative step
         over the tokens it emits on average (serving/speculative.py)."""
@@ -263,6 +265,37 @@ def shapes(plans: _Plans, card, max_gpus: int, weights: str, kv: str) -> list[tu
     return []
 
 
+def _sweep(get, grid: list[int], w: Workload, exhaustive: bool) -> list[Worker]:
+    """The workers of one layout over the batch grid. Exhaustive: every batch that fits.
+    Else two bisections: the largest batch whose decode step meets the TPOT target (the best
+    decode worker: its tokens/s grow with the batch) and the largest whose aggregated TPOT
+    does (the best aggregated worker); fitting and both TPOTs are monotone in the batch."""
+    seen: dict[int, Worker | None] = {}
+
+    def at(i: int):
+        if grid[i] not in seen:
+            seen[grid[i]] = get(grid[i])
+        return seen[grid[i]]
+
+    if exhaustive:
+        for i in range(len(grid)):
+            if at(i) is None:
+                break
+        return [x for x in seen.values() if x is not None]
+
+    def bisect(good) -> None:
+        lo, hi = -1, len(grid)  # good at lo (or none), not good at hi (or past the grid)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            wk = at(mid)
+            lo, hi = (mid, hi) if wk is not None and good(wk) else (lo, mid)
+
+    limit = w.tpot
+    bisect(lambda wk: limit is None or wk.step_seconds <= limit)
+    bisect(lambda wk: limit is None or _aggregated(wk, w).tpot_seconds <= limit)
+    return [seen[b] for b in sorted(seen) if seen[b] is not None]
+
+
 def _aggregated(wk: Worker, w: Workload) -> Layout:
     p, d = wk.ttft_seconds, wk.step_seconds
     tpot = d + Fraction(wk.rank_batch) * p / w.osl  # each rank prefills its own
@@ -337,14 +370,8 @@ def search(config, scheme, gpu: str, workload: Workload, *, engine: str = engine
                 first = plans.get(tp, pp, wt, kvd, 1)
                 prefills.append(first)
                 limit = min(first.plan.max_num_seqs, first.plan.max_concurrency)
-                for b in _pow2(limit):
-                    wk = plans.get(tp, pp, wt, kvd, b)
-                    if wk is None:
-                        break
-                    workers.append(wk)
-                    over = w.tpot is not None and wk.step_seconds > w.tpot
-                    if over and not exhaustive:
-                        break
+                workers += _sweep(lambda b, a=(tp, pp, wt, kvd): plans.get(*a, b),
+                                  _pow2(limit), w, exhaustive)
     if config.num_experts is not None:  # attention DP + expert parallelism (decode side)
         node = card.fabric.gpus_per_node
         for wt in weight_opts:
@@ -353,16 +380,8 @@ def search(config, scheme, gpu: str, workload: Workload, *, engine: str = engine
                     for dp in _pow2(node // tp)[1:]:
                         if dp * tp > w.max_gpus:
                             continue
-                        b = 1
-                        while b <= 4096:
-                            wk = plans.dp(tp, dp, wt, kvd, b)
-                            if wk is None:
-                                break
-                            workers.append(wk)
-                            if w.tpot is not None and wk.step_seconds > w.tpot \
-                                    and not exhaustive:
-                                break
-                            b *= 2
+                        workers += _sweep(lambda b, a=(tp, dp, wt, kvd): plans.dp(*a, b),
+                                          _pow2(4096), w, exhaustive)
     candidates: list[Layout] = [_aggregated(wk, w) for wk in workers]
     ok_pre = [p for p in prefills if w.ttft is None or p.ttft_seconds <= w.ttft]
     for dec in workers:
@@ -379,8 +398,8 @@ def search(config, scheme, gpu: str, workload: Workload, *, engine: str = engine
     osl = w.osl
     meeting = [c for c in placed if c.meets(w)]
     # ties (a request rate makes many equal): fewer GPUs, then the faster per user
-    meeting.sort(key=lambda c: (-c.tokens_per_second_per_gpu(osl), c.gpus,
-                                -c.tokens_per_second_per_user, c.key()))
+    rank = {id(c): c.tokens_per_second_per_gpu(osl) for c in placed}
+    meeting.sort(key=lambda c: (-rank[id(c)], c.gpus, -c.tokens_per_second_per_user, c.key()))
     timely = [c for c in placed if w.ttft is None or c.ttft_seconds <= w.ttft]
     frontier = pareto([c for c in timely if not c.disaggregated], osl) + \
         pareto([c for c in timely if c.disaggregated], osl)
@@ -394,16 +413,16 @@ def search(config, scheme, gpu: str, workload: Workload, *, engine: str = engine
 
 def pareto(layouts: list[Layout], osl: int) -> list[Layout]:
     """Those no other beats on both tokens/s/GPU and tokens/s/user; by tokens/s/user."""
+    per_gpu = {id(c): c.tokens_per_second_per_gpu(osl) for c in layouts}
     best = {}
     for c in layouts:
         k = c.tokens_per_second_per_user
-        if k not in best or c.tokens_per_second_per_gpu(osl) > best[k].tokens_per_second_per_gpu(osl):
+        if k not in best or per_gpu[id(c)] > per_gpu[id(best[k])]:
             best[k] = c
-    pts = sorted(best.values(), key=lambda c: (-c.tokens_per_second_per_user,
-                                               -c.tokens_per_second_per_gpu(osl)))
+    pts = sorted(best.values(), key=lambda c: (-c.tokens_per_second_per_user, -per_gpu[id(c)]))
     out, top = [], Fraction(-1)
     for c in pts:
-        if c.tokens_per_second_per_gpu(osl) > top:
+        if per_gpu[id(c)] > top:
             out.append(c)
-            top = c.tokens_per_second_per_gpu(osl)
+            top = per_gpu[id(c)]
     return out
