@@ -174,13 +174,14 @@ def main(argv: list[str]) -> int:
         return 0
     if ns.search:
         from accounting.cli.serve_search import run
-        return run(ns)
+        return run(ns, plan_inputs(ns))
     from accounting.cli.serve_search import data_parallel, refuse_search_flags, speculation
     refuse_search_flags(ns)
     plan = plan_from_args(ns)
     from accounting.serving import views
-    spec = speculation(ns, plan)  # issue 40: --speculative beside the plan
-    dp = data_parallel(ns, plan)  # issue 40: --dp D, the DP-attention + EP worker
+    config = plan.config
+    spec = speculation(ns, plan, config)  # issue 40: --speculative beside the plan
+    dp = data_parallel(ns, plan, config)  # issue 40: --dp D, the DP-attention + EP worker
     output.emit(ns.format, ns.output,
                 lambda: dp[0] + [views.answer(plan)] + views.tables(plan) + spec[0],
                 lambda: views.to_dict(plan) | dp[1] | spec[1], lambda: views.to_csv(plan))

@@ -94,38 +94,36 @@ def refuse_search_flags(ns) -> None:
             raise UsageError(f"{flag} is a --search flag: add --search (or drop {flag})")
 
 
-def data_parallel(ns, plan) -> tuple[list, dict]:
+def data_parallel(ns, plan, config) -> tuple[list, dict]:
     """serve --dp D: the DP-attention + EP worker's table and JSON key."""
     if ns.dp is None or ns.dp == 1:
         return [], {}
     if ns.pp != 1:
         raise UsageError("--dp runs each rank at --tp without pipeline stages: drop --pp")
-    from accounting.cli.serve import plan_inputs
     from accounting.serving import search_views
     from accounting.serving.dp_attention import dp_worker
-    w = dp_worker(plan_inputs(ns)[0], plan, ns.dp, ns.ep_imbalance)
+    w = dp_worker(config, plan, ns.dp, ns.ep_imbalance)
     if w is None:
         raise UsageError(f"--dp {ns.dp}: needs a mixture-of-experts model, --gpu NAME with "
                          f"measured tables, D × TP within one node dividing the experts")
     return [search_views.dp_table(w)], {"dp_attention": search_views.dp_dict(w)}
 
 
-def speculation(ns, plan) -> tuple[list, dict]:
+def speculation(ns, plan, config) -> tuple[list, dict]:
     """serve's speculative-decoding table and JSON key, when --speculative is given."""
     spec = speculative_of(ns)
     if spec is None:
         return [], {}
     if plan.time is None:
         raise UsageError("--speculative needs a timed plan: --gpu NAME")
-    from accounting.cli.serve import plan_inputs
     from accounting.serving import search_views
     from accounting.serving.speculative import speculate
-    s = speculate(plan_inputs(ns)[0], plan, *spec)
+    s = speculate(config, plan, *spec)
     return [search_views.spec_table(s)], {"speculative": search_views.spec_dict(s)}
 
 
-def run(ns) -> int:
-    from accounting.cli.serve import plan_inputs
+def run(ns, inputs) -> int:
+    """`inputs`: serve's plan_inputs(ns) (config, scheme, names, notes)."""
     from accounting.present import output
     from accounting.serving import search_views
     from accounting.serving.search import Workload, search
@@ -142,7 +140,7 @@ def run(ns) -> int:
     if clash:
         raise UsageError(f"--search chooses the layout and lengths itself: drop {clash[0]} "
                          f"(the workload is --isl/--osl; GPUs are --max-gpus)")
-    config, scheme, names, notes = plan_inputs(ns)
+    config, scheme, names, notes = inputs
     emit = ns.emit or ns.engine
     model = ns.model or config.name
     kwargs = dict(engine_version=ns.engine_version, utilization=ns.gpu_memory_utilization,
