@@ -93,3 +93,8 @@ def test_search_dp_layouts_equal_serve_dp(capsys):
 ])
 def test_refusals(capsys, argv, expected):
     refused_in_one_line(capsys, "serve", *argv, expected=expected)
+
+
+def test_imbalance_below_one_is_refused(capsys):
+    refused_in_one_line(capsys, "serve", "deepseek-ai/DeepSeek-V3", "--gpu", "H200", "--tp",
+                        "2", "--dp", "4", "--ep-imbalance", "0.5", expected="at least 1")

@@ -42,7 +42,7 @@ def add_search_args(p, positive) -> None:
                         "over all D·TP GPUs (vLLM --data-parallel-size D "
                         "--enable-expert-parallel; SGLang --attn-dp-size D); --concurrency is "
                         "a rank's; --search tries D itself")
-    d.add_argument("--ep-imbalance", type=positive("--ep-imbalance"), default=Fraction(1),
+    d.add_argument("--ep-imbalance", type=_at_least_one, default=Fraction(1),
                    metavar="F", help="the busiest GPU's routed tokens over the mean under "
                                      "expert parallelism (default 1: uniform routing)")
     s = p.add_argument_group("speculative decoding (serve and --search)")
@@ -64,9 +64,25 @@ def _unit(text: str):
     try:
         x = exact(text, "--acceptance")
     except UsageError as e:
-        raise argparse.ArgumentTypeError(str(e).removeprefix("--acceptance: ")) from None
+        raise argparse.ArgumentTypeError(str(e).removeprefix("--acceptance: ")
+                                         .removeprefix("--acceptance ")) from None
     if not 0 <= x <= 1:
         raise argparse.ArgumentTypeError(f"must be in [0, 1], got {text[:30]}")
+    return x
+
+
+def _at_least_one(text: str):
+    """--ep-imbalance: the busiest GPU over the mean, so at least 1."""
+    import argparse
+    from accounting.planning.compute import exact
+    try:
+        x = exact(text, "--ep-imbalance")
+    except UsageError as e:
+        raise argparse.ArgumentTypeError(str(e).removeprefix("--ep-imbalance: ")
+                                         .removeprefix("--ep-imbalance ")) from None
+    if x < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 (the busiest GPU's routed tokens "
+                                         f"over the mean), got {text[:30]}")
     return x
 
 
