@@ -276,7 +276,7 @@ def test_gpu_table_datasheet_values():
 # ---- time -----------------------------------------------------------------------------------
 
 def test_tokens_round_up_to_whole_steps():
-    p = plan(SMALL, 5, 3, gpu="A100", tokens=16)  # 15 tokens per step → 2 steps
+    p = plan(SMALL, 5, 3, gpu="A100", tokens=16, mfu="0.5")  # 15 tokens per step → 2 steps
     assert (p.time.steps, p.time.tokens) == (2, 30)
     assert p.time.total_flops == 2 * p.flops.total
     assert p.time.seconds == Fraction(2 * p.flops.total) / (Fraction("19.5e12") / 2)
@@ -318,7 +318,7 @@ def test_bad_input_one_line_exit_2(capsys, argv, needle):
 def test_json_exact_and_output_file(capsys, tmp_path):
     target = tmp_path / "plan.json"
     code, out, _ = run(capsys, "gpt2-xl", "--scope", "course", "--gpu", "A100", "--batch", "1024",
-                       "--steps", "400000", "--format", "json", "-o", str(target))
+                       "--steps", "400000", "--mfu", "0.5", "--format", "json", "-o", str(target))
     assert code == 0 and out == ""
     data = json.loads(target.read_text())
     assert [p.name for p in tmp_path.iterdir()] == ["plan.json"]  # no temp file left

@@ -106,8 +106,11 @@ def parser() -> Parser:
                    help="share of the GPU memory to reserve for what is not counted (CUDA "
                         "context, fragmentation, temporaries), e.g. 0.05; default 0")
     t = p.add_argument_group("time to train")
-    t.add_argument("--mfu", default="0.5", metavar="FRACTION",
-                   help="model FLOPs utilization, in (0, 1] (default 0.5)")
+    t.add_argument("--mfu", default=None, metavar="FRACTION",
+                   help="model FLOPs utilization, in (0, 1]: an override; without it the step "
+                        "is timed op by op from measured kernels (aiconfigurator-core's tables "
+                        "for the --gpu), or by the roofline where none exist (0.5 when no "
+                        "bandwidth is known)")
     n = t.add_mutually_exclusive_group()
     n.add_argument("--steps", type=positive_int("--steps"), metavar="N", help="training steps")
     n.add_argument("--tokens", type=positive_int("--tokens"), metavar="N",

@@ -124,13 +124,18 @@ def parser() -> Parser:
                    help="vLLM's CUDA graph memory (default: its profile's estimate from the "
                         "captured sizes, taken off the pool from 0.21, outside it before)")
     t = p.add_argument_group("time")
-    t.add_argument("--mfu", type=_fraction("--mfu"), default=Fraction(1, 2), metavar="F",
-                   help="model FLOPs utilization of prefill and decode compute (default 0.5)")
+    t.add_argument("--mfu", type=_fraction("--mfu"), default=None, metavar="F",
+                   help="model FLOPs utilization of prefill and decode compute: an override "
+                        "(the roofline at F); without it TTFT and TPOT are timed op by op from "
+                        "the engine's measured kernels where the GPU has tables, else the "
+                        "roofline at 0.5")
     t.add_argument("--bandwidth-efficiency", type=_fraction("--bandwidth-efficiency"),
                    default=Fraction(8, 10), metavar="F",
                    help="share of the memory bandwidth a decode step reaches (default 0.8)")
     from accounting.cli import cost as cost_cli  # issue 42
     cost_cli.add_arg(t)
+    from accounting.cli.serve_search import add_search_args
+    add_search_args(p, _positive)
     add_output_args(p)
     return p
 
@@ -246,17 +251,27 @@ def main(argv: list[str]) -> int:
         from accounting.present.views import presets_table
         output.emit(ns.format, ns.output, lambda: [presets_table()])
         return 0
+    if ns.search:
+        from accounting.cli.serve_search import run
+        return run(ns, plan_inputs(ns))
+    from accounting.cli.serve_search import data_parallel, refuse_search_flags, speculation
+    refuse_search_flags(ns)
     got = _plan_and_checkpoint(ns)
     if isinstance(got, int):  # llama.cpp's answer, already written
         return got
     plan, ck = got
     from accounting.cli import checkpoint, cost as cost_cli
     from accounting.serving import views
+    config = plan.config
+    spec = speculation(ns, plan, config)  # issue 40: --speculative beside the plan
+    dp = data_parallel(ns, plan, config)  # issue 40: --dp D, the DP-attention + EP worker
     c = _cost(ns, plan)
     output.emit(ns.format, ns.output,
-                lambda: [cost_cli.answer(checkpoint.answer(views.answer(plan), ck, views.LABEL), c,
-                                         views.LABEL)] + views.tables(plan),
-                lambda: cost_cli.add_json(checkpoint.add_json(views.to_dict(plan), ck), c),
+                lambda: dp[0] + [cost_cli.answer(checkpoint.answer(views.answer(plan), ck,
+                                                                   views.LABEL), c, views.LABEL)]
+                + views.tables(plan) + spec[0],
+                lambda: cost_cli.add_json(checkpoint.add_json(views.to_dict(plan), ck), c)
+                | dp[1] | spec[1],
                 lambda: views.to_csv(plan))
     return checkpoint.status(ck)
 
@@ -266,12 +281,10 @@ def plan_from_args(ns):
     return _plan_and_checkpoint(ns)[0]
 
 
-def _plan_and_checkpoint(ns):
-    """(the ServePlan, the checkpoint's cross-check or None) of parsed serve arguments; for
-    --engine llama.cpp, its exit status (its answer written)."""
+def plan_inputs(ns):
+    """(config, weight scheme, HF module names, notes) of parsed serve arguments."""
     config = config_from_args(ns, drop=(QUANT_KEY,))
-    quant, names, data = _quantization(ns)
-    derived, allow_long = _max_len(ns, config, data)
+    quant, names, _ = _quantization(ns)
     from accounting.formats.hf_quant import scheme_from_config
     notes = ()
     if quant is not None and ns.weights is not None:
@@ -286,8 +299,16 @@ def _plan_and_checkpoint(ns):
         scheme = get_scheme(ns.weights or "bf16")
     if ns.group_size is not None:
         scheme = scheme.with_group(ns.group_size)
+    return config, scheme, names, notes
+
+
+def _plan_and_checkpoint(ns):
+    """(the ServePlan, the checkpoint's cross-check or None) of parsed serve arguments; for
+    --engine llama.cpp, its exit status (its answer written)."""
+    config, scheme, names, notes = plan_inputs(ns)
     if ns.engine == LLAMA_CPP:
         return _llamacpp(ns, config, scheme)
+    derived, allow_long = _max_len(ns, config, _quantization(ns)[2])
     tp, pp = _parallel(ns)
     from accounting.cli import checkpoint  # issue 42: --checkpoint, the weights as stored
     ck, stored = checkpoint.check(ns, config, hf_source_from_args(ns)), None

@@ -114,6 +114,18 @@ def to_dict(p: Plan) -> dict:
                       "batch_1_shortfall_bytes": bf.shortfall,
                       "longest_context": cf.longest, "bytes_at_longest_context": cf.bytes_at_longest,
                       "context_1_shortfall_bytes": cf.shortfall}
+    if p.prediction is not None:  # issue 39's contract: .time.step_seconds, tokens_per_second, source
+        pr = p.prediction
+        out["time"] = {"step_seconds": _fraction(pr.step_seconds),
+                       "tokens_per_second": _fraction(pr.tokens_per_second),
+                       "source": pr.source, "mfu": _fraction(pr.mfu),
+                       "breakdown_seconds": {k: _fraction(v) for k, v in
+                                             pr.timed.by_category().items()},
+                       "tables": list(pr.timed.sources)}
+    elif p.time is not None:
+        out["time"] = {"step_seconds": _fraction(p.time.seconds_per_step),
+                       "tokens_per_second": _fraction(p.batch * p.seq / p.time.seconds_per_step),
+                       "source": "mfu"}
     if p.time is not None:
         t = p.time
         out["time_to_train"] = {"steps": t.steps, "tokens": t.tokens,

@@ -65,8 +65,12 @@ class Plan:
     finetune: object = None  # issue 28: a planning.finetune.FineTune (LoRA/QLoRA), or None
     recipe: recipes.Recipe | None = None
     fp8_flops: int = 0  # of flops.total, the fp8 GEMMs of the linear layers (an fp8 precision)
+    # issue 39: without --mfu, one step timed op by op from measured kernels (or the
+    # roofline, labelled): a timing.plan.StepPrediction; None with --mfu or no GPU numbers
+    prediction: object = None
 
 
+DEFAULT_MFU = "0.5"  # without --mfu and without a GPU's bandwidth (nothing to time ops by)
 MAX_MEMORY_BYTES = 10**18  # an exabyte: far past any GPU, and every fit stays quick
 
 
@@ -110,7 +114,7 @@ def fp8_hardware(hw: Hardware, gpu, f8: int, total_flops: int) -> Hardware:
 def plan(config: ModelConfig | str, seq: int | None = None, batch: int = 1, *,
          precision: str | None = None, scope: str = MODEL, recompute: str = NO_RECOMPUTE,
          gpu: str | None = None, memory_bytes: int | None = None, peak_tflops=None,
-         bandwidth_tbs=None, mfu="0.5", margin="0", steps: int | None = None,
+         bandwidth_tbs=None, mfu=None, margin="0", steps: int | None = None,
          tokens: int | None = None, position: int | None = None,
          implementation: str | None = None, optimizer: str | None = None,
          from_hf: bool | None = None, attention_given: bool = False,
@@ -167,7 +171,7 @@ def plan(config: ModelConfig | str, seq: int | None = None, batch: int = 1, *,
         raise UsageError(f"--precision {p.name} all-gathers fp8 weights under FSDP2, a "
                          f"many-GPU plan: give --gpus N --zero 3, or --precision fp8-torchao")
     hw = hardware(gpu, memory_bytes, peak_tflops, bandwidth_tbs, p.compute)
-    u = check_mfu(mfu)
+    u = check_mfu(DEFAULT_MFU if mfu is None else mfu)
     m = exact(margin, names.arg("margin"))
     ft = _finetune(config, p, scope, lora, base_weights, double_quant, module_names,
                    recipe.implementation, trainable)  # issue 28
@@ -182,8 +186,17 @@ def plan(config: ModelConfig | str, seq: int | None = None, batch: int = 1, *,
     f8 = 0 if p.fp8 is None else F8.matmul_flops(model.ledger, model.values(seq, batch))
     if p.fp8 is not None and gpu is not None:  # the linear GEMMs at the fp8 peak, the rest bf16
         hw = fp8_hardware(hw, get_gpu(gpu), f8, flops.total)
+    prediction = None
+    if mfu is None and hw is not None and hw.peak_flops and hw.bandwidth:
+        from accounting.timing.plan import machine, predict_step
+        prediction = predict_step(model, seq, batch, machine(hw, gpu, compute=p.compute),
+                                  flops, recipe.optimizer)
     time = None
-    if hw and hw.peak_flops and (steps is not None or tokens is not None):
+    if prediction is not None and (steps is not None or tokens is not None):
+        time = training_time(flops, hw.peak_flops, 1, steps, tokens)  # validates; then the
+        # utilization the predicted step implies: steps · FLOPs/step / (peak · u) = steps · step
+        time = replace(time, mfu=Fraction(flops.total) / (prediction.step_seconds * hw.peak_flops))
+    elif hw and hw.peak_flops and (steps is not None or tokens is not None):
         time = training_time(flops, hw.peak_flops, u, steps, tokens)
     elif steps is not None or tokens is not None:
         training_time(flops, 1, u, steps, tokens)  # validates the counts
@@ -193,7 +206,7 @@ def plan(config: ModelConfig | str, seq: int | None = None, batch: int = 1, *,
                 flops, time,
                 inference(config, batch, seq, p, position,
                           hw.peak_flops if hw else None, hw.bandwidth if hw else None),
-                ft, recipe, f8)
+                ft, recipe, f8, prediction)
 
 
 def _finetune(config, p: Precision, scope: str, lora, base_weights, double_quant, names,

@@ -104,7 +104,9 @@ def settings_table(p: Plan) -> Table:
             rows.append((f"peak ({p.precision.compute})", f"{_num(hw.peak_flops / TERA)} TFLOP/s"))
         if hw.bandwidth:
             rows.append(("memory bandwidth", f"{_num(hw.bandwidth / TERA)} TB/s"))
-    rows.append(("MFU", f"{_num(p.mfu, 4)} of the peak (for the time to train)"))
+    rows.append(("MFU", f"{_num(p.mfu, 4)} of the peak (for the time to train)" if p.prediction
+                 is None else f"predicted: {_num(p.prediction.mfu, 4)} (the step timed op by op; "
+                              f"--mfu overrides)"))
     rows.append(("margin", f"{_num(p.margin, 4)} of the GPU memory reserved"))
     return Table("Plan: model, workload and assumptions", ("setting", "value"), tuple(rows), align="ll")
 
@@ -355,7 +357,10 @@ def time_table(p: Plan) -> Table:
                      f"{_dec(t.days, 2)} days")]
     return Table("Time to train", ("", "value"), tuple(rows), align="lr",
                  notes=("time = steps × FLOPs per step / (MFU × peak); exact fraction, rounded "
-                        "for display. One GPU; no data loading, communication or evaluation.",))
+                        "for display. One GPU; no data loading, communication or evaluation."
+                        + (" The MFU is the one the predicted step time implies (FLOPs per step, "
+                           "recomputation and optimizer included, over the step's time × peak)."
+                           if p.prediction is not None else ""),))
 
 
 def inference_table(p: Plan) -> Table:
@@ -443,5 +448,9 @@ def inference_table(p: Plan) -> Table:
 
 
 def tables(p: Plan) -> list[Table]:
+    step = []
+    if p.prediction is not None:  # issue 39: the step timed op by op
+        from accounting.timing.views import step_table
+        step = [step_table(p.prediction)]
     return [settings_table(p), memory_table(p), peak_table(p), activation_table(p), fit_table(p),
-            flops_table(p), adamw_table(p), time_table(p), inference_table(p)]
+            flops_table(p), adamw_table(p), *step, time_table(p), inference_table(p)]

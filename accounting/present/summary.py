@@ -175,15 +175,19 @@ def plan_answer(p) -> Table:
                                           f"parameters ({ft.adapters.adapter_dtype}, "
                                           f"{p.recipe.optimizer if p.recipe else 'adamw'}) of "
                                           f"{grouped(p.memory.parameters)}, the base frozen in {base}"))
+    if p.prediction is not None:  # issue 39: predicted, op by op
+        from accounting.timing.views import answer_line
+        lines.append(_line("step time", answer_line(p.prediction)))
     t = p.time
     if t is not None:
         tokens = _words(t.tokens) or grouped(t.tokens)
         # batch B does not fit: no step runs, so the time is what it would be (issue 32)
         unfit = (f"; if it fitted, which batch {grouped(p.batch)} does not on {where}"
                  if bf is not None and need > bf.budget.usable else "")
+        rate = (f"at the predicted step time" if p.prediction is not None else
+                f"at MFU {_plain(t.mfu)} of {_plain(t.peak_flops / TERA)} TFLOP/s")
         lines.append(_line("time to train", f"{_days(t.seconds)} for {plural(t.steps, 'step')} "
-                                            f"({tokens} tokens) at MFU {_plain(t.mfu)} of "
-                                            f"{_plain(t.peak_flops / TERA)} TFLOP/s" + unfit))
+                                            f"({tokens} tokens) {rate}" + unfit))
     else:
         why = ("no peak FLOP/s (--gpu NAME or --gpu-flops)"
                if not (p.hardware and p.hardware.peak_flops) else "give --steps N or --tokens N")

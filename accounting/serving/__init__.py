@@ -11,6 +11,11 @@ concurrency, time to first token and per output token.
     timing.py      prefill (TTFT) and decode (TPOT) rooflines
     plan.py        serve(): the plan; views.py: its tables, JSON and CSV; answers.py: the
                    docs' answers table
+    search.py      serve --search (issue 40): layouts, aggregated or disaggregated, replicas,
+                   ranked by tokens/s per GPU under TTFT/TPOT targets; search_views.py
+                   renders it, launch.py writes vLLM/SGLang launch commands
+    speculative.py speculative decoding (MTP heads or a draft model) on serve's decode step
+    dp_attention.py attention data parallelism with expert parallelism (MoE) from one rank's plan
 
 Pure Python and exact; the weight formats are accounting/formats/ (loaded.py: the weights as
 the serving kernels hold them).

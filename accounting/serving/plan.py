@@ -156,7 +156,7 @@ def serve(config: ModelConfig, scheme: Scheme, *, gpu: str | None = None,
           max_num_seqs: int | None = None, block_size: int | None = None,
           activation_bytes: int | None = None, non_torch_bytes: int | None = None,
           cuda_graph_bytes: int | None = None,
-          mfu=Fraction(1, 2), bandwidth_efficiency=Fraction(8, 10), names=None,
+          mfu=None, bandwidth_efficiency=Fraction(8, 10), names=None,
           model_dtype_bytes: int = 2, peak_tflops=None, bandwidth_tbs=None,
           prompt: int | None = None, notes: tuple[str, ...] = (),
           stored=None, max_model_len: int | None = None,
@@ -258,14 +258,24 @@ def serve(config: ModelConfig, scheme: Scheme, *, gpu: str | None = None,
                      f"the (1 − {float(util):g}) headroom: up to {graphs.high / GiB:.2f} GiB of "
                      f"graphs and the 0.51 GiB context may not fit it (an out-of-memory at "
                      f"capture; lower --gpu-memory-utilization)")
-    batch = concurrency or max_conc
+    # the decode step's batch: what the engine runs at once, at most max_num_seqs (issue 45:
+    # it was the pool's whole concurrency, max_num_seqs ignored)
+    batch = min(concurrency or max_conc, seqs)
     time = None
     if card is not None or (peak_tflops is not None and bandwidth_tbs is not None):
         peak = (Fraction(peak_tflops) if peak_tflops is not None else card.bf16_tflops) * TERA
         bw = (Fraction(bandwidth_tbs) if bandwidth_tbs is not None else card.bandwidth_tbs) * TERA
+        kernels = None
+        if mfu is None and card is not None and peak_tflops is None and bandwidth_tbs is None:
+            from accounting.timing.serve import serve_times  # issue 39: measured kernels
+            kernels = serve_times(config, card, engine, scheme.kind, tp, prompt or ctx,
+                                  n_tokens if rec.profiled else prompt or ctx,
+                                  max(batch, 1), ctx,
+                                  "fp8" if kv_dtype.startswith("fp8") else "bfloat16")
         time = timing.timing(config, [p.stage for p in pools], [list(p.caches) for p in pools],
-                             tp, pp, prompt or ctx, ctx, max(batch, 1), peak, bw, Fraction(mfu),
-                             Fraction(bandwidth_efficiency), scheme, model_dtype_bytes)
+                             tp, pp, prompt or ctx, ctx, max(batch, 1), peak, bw,
+                             Fraction(1, 2) if mfu is None else Fraction(mfu),
+                             Fraction(bandwidth_efficiency), scheme, model_dtype_bytes, kernels)
     return ServePlan(config, scheme, engine, card.name if card else "custom GPU", memory_bytes,
                      tp, pp, kv_dtype, ctx, concurrency, d, util, n_tokens, other.high,
                      graphs.high, tuple(pools), max_conc, longest, time, tuple(notes), rec,

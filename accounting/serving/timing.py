@@ -47,9 +47,18 @@ class Timing:
     tpot_memory_seconds: Fraction
     tpot_compute_seconds: Fraction
     gpus: int
+    # issue 39: TTFT and TPOT op by op from the engine's measured kernels (timing/serve.py
+    # ServeTimes), when no --mfu is given and the GPU has tables; None: the roofline above
+    kernels: object = None
+
+    @property
+    def timing_source(self) -> str:
+        return "roofline" if self.kernels is None else self.kernels.source
 
     @property
     def tpot_seconds(self) -> Fraction:
+        if self.kernels is not None:
+            return self.kernels.tpot.seconds
         return max(self.tpot_memory_seconds, self.tpot_compute_seconds)
 
     @property
@@ -101,7 +110,7 @@ def expert_share(config, batch: int) -> Fraction:
 
 def timing(config, stages, caches: list[list[LayerKV]], tp: int, pp: int, prompt: int,
            position: int, batch: int, peak: Fraction, bandwidth: Fraction, mfu: Fraction,
-           efficiency: Fraction, scheme, model_bytes: int) -> Timing:
+           efficiency: Fraction, scheme, model_bytes: int, kernels=None) -> Timing:
     decode = decode_flops(config, batch, position)
     share = expert_share(config, batch)
     weights = Fraction(0)
@@ -114,7 +123,8 @@ def timing(config, stages, caches: list[list[LayerKV]], tp: int, pp: int, prompt
                                                else min(position, c.window)) + 2 * c.state_bytes
                           for layer in caches for c in layer)
     flops = prefill_flops(config, prompt)
+    ttft = Fraction(flops) / (tp * peak * mfu) if kernels is None else kernels.ttft.seconds
     return Timing(prompt, position, batch, mfu, efficiency, peak, bandwidth, flops,
-                  Fraction(flops) / (tp * peak * mfu), decode, weights, kv_read,
+                  ttft, decode, weights, kv_read,
                   (weights + kv_read) / (bandwidth * efficiency),
-                  Fraction(decode) / (tp * peak * mfu), tp * pp)
+                  Fraction(decode) / (tp * peak * mfu), tp * pp, kernels)

@@ -94,12 +94,20 @@ def answer(p: ServePlan) -> Table:
     t = p.time
     if t is not None:
         were = "" if b.pool_bytes > 0 else " were it to fit"
-        lines.append(_line("TTFT", f"{_ms(t.ttft_seconds)} for a {grouped(t.prompt)}-token "
-                                   f"prompt (compute-bound at MFU {_plain(t.mfu)}){were}"))
         seqs = f"{grouped(t.batch)} sequence{'s' if t.batch != 1 else ''}"
-        lines.append(_line("TPOT", f"{_ms(t.tpot_seconds)} per step of {seqs} at t = "
-                                   f"{grouped(t.position)} ({t.bound}-bound, bandwidth "
-                                   f"efficiency {_plain(t.bandwidth_efficiency)}){were}"))
+        if t.kernels is not None:  # issue 39: op by op from the engine's measured kernels
+            lines.append(_line("TTFT", f"{_ms(t.ttft_seconds)} for a {grouped(t.prompt)}-token "
+                                       f"prompt ({t.timing_source}: {p.engine}'s measured "
+                                       f"tables, chunks of {grouped(p.max_num_batched_tokens)})"
+                                       f"{were}"))
+            lines.append(_line("TPOT", f"{_ms(t.tpot_seconds)} per step of {seqs} at t = "
+                                       f"{grouped(t.position)} ({t.timing_source}){were}"))
+        else:
+            lines.append(_line("TTFT", f"{_ms(t.ttft_seconds)} for a {grouped(t.prompt)}-token "
+                                       f"prompt (compute-bound at MFU {_plain(t.mfu)}){were}"))
+            lines.append(_line("TPOT", f"{_ms(t.tpot_seconds)} per step of {seqs} at t = "
+                                       f"{grouped(t.position)} ({t.bound}-bound, bandwidth "
+                                       f"efficiency {_plain(t.bandwidth_efficiency)}){were}"))
         lines.append(_line("throughput", f"{decimal(t.tokens_per_second_per_gpu, 1)} tokens/s "
                                          f"per GPU ({grouped(p.gpus)} GPU{'s' if p.gpus > 1 else ''}, one batch in "
                                          f"flight; CUDA-graph regime)"))
@@ -208,6 +216,7 @@ def to_dict(p: ServePlan) -> dict:
         "may_fit": p.may_fit,
         "ttft_seconds": None if t is None else _num(t.ttft_seconds),
         "tpot_seconds": None if t is None else _num(t.tpot_seconds),
+        "timing_source": None if t is None else t.timing_source,
         "shortfall_bytes_per_gpu": p.shortfall_bytes,
         "longest_context": p.longest_context,
         "kv_pool_tokens": b.tokens,

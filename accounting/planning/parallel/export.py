@@ -87,7 +87,10 @@ def to_dict(p: ParallelPlan) -> dict:
         out["step_time"].update({"mfu_convention": p.mfu_convention, "mfu_scope": p.mfu_scope,
                                  "hfu": p.hfu, "compute_scope_seconds": _f(t.seconds),
                                  "seconds": _f(p.step_seconds),
-                                 "tokens_per_second": _f(p.tokens_per_second)})
+                                 "tokens_per_second": _f(p.tokens_per_second),
+                                 # issue 39's contract: where the time comes from, and the
+                                 # MFU it implies in --mfu-convention's count
+                                 "source": p.time_source, "mfu": _f(p.predicted_mfu)})
         out["utilization"] = utilization_dict(p, p.measured_tokens_per_second)
         if p.steps is not None:
             out["time_to_train"] = {"tokens": p.tokens, "steps": p.steps,

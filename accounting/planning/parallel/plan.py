@@ -122,6 +122,21 @@ class ParallelPlan:
     measured_tokens_per_second: Fraction | None = None  # to convert into MFU/HFU
     optimizer: str = "adamw"  # planning/optimizers.py's name (the torch stack's choice)
     finetune: object = None  # a LoRA plan (planning/finetune.py FineTune), or full training
+    # issue 39: "kernels" or "roofline" when the stages' rate was predicted op by op
+    # (timing/plan.py kernel_rate: no --mfu given), "mfu" when --mfu gave it
+    time_source: str = "mfu"
+
+    @property
+    def predicted_mfu(self) -> Fraction | None:
+        """The step's model FLOPs in the --mfu-convention's count (no recomputation, no
+        optimizer) / (n · peak · step time)."""
+        t = self.step_seconds
+        if t is None:
+            return None
+        from accounting.planning.mfu import convention_flops
+        f = convention_flops(self.config, self.seq, self.layout.recompute, self.mfu_convention)
+        return Fraction(f.per_step(self.layout.global_batch)) / (
+            self.layout.gpus * self.hardware.peak_flops * t)
 
     @property
     def step_seconds(self) -> Fraction | None:
@@ -347,7 +362,7 @@ def _finish(sp: Split, layout: Layout, p: Precision, seq: int, stage: int, layer
 
 def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *,
                   precision: Precision, hardware: Hardware | None = None,
-                  net: Interconnect | None = None, mfu="0.5", margin="0",
+                  net: Interconnect | None = None, mfu=None, margin="0",
                   tokens: int | None = None, stages: list[int] | None = None,
                   tp_rank: int = 0, dp_rank: int | None = None,
                   stack: StackRun = StackRun(), mfu_convention: str = EXECUTED,
@@ -393,7 +408,15 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
                          f"megatron fp8-te and fp8-te-current)")
     if stack.name == MEGATRON:  # TE's fp8 (--fp8-format hybrid) or bf16: the run's ledger
         stack = replace(stack, fp8=precision.fp8)
-    u = check_mfu(mfu)
+    source, predicted = "mfu", None
+    if mfu is None and mfu_scope == COMPUTE and finetune is None:  # issue 39: op by op
+        from accounting.timing.plan import kernel_rate
+        predicted = kernel_rate(config, precision, layout.recompute, seq // layout.cp,
+                                layout.micro_batch, layout.tp, hardware)
+    if predicted is not None:
+        u, source = predicted
+    else:
+        u = check_mfu("0.5" if mfu is None else mfu)
     m = exact(margin, names.arg("margin"))
     if not 0 <= m < 1:
         raise UsageError(f"{names.arg('margin')} must be in [0, 1) (a share of the memory), "
@@ -424,11 +447,15 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
     fit = _fit(plans, layout, hardware, m, at)
     time = None
     if hardware is not None and hardware.peak_flops:
+        timer = None
+        if source == "kernels":  # issue 39: in-node collectives from NCCL's measured table
+            from accounting.timing.plan import collective_timer
+            timer = collective_timer(hardware)
         time = step_time(layout, [s.flops for s in plans], [list(s.collectives) for s in plans],
-                         hardware.peak_flops, u, net)
+                         hardware.peak_flops, u, net, timer)
     return ParallelPlan(config, layout, seq, precision, hardware, net, u, plans, fit, time, tokens,
                         stack, per_layer(stack, sp, layout, local, rows[0]), mfu_convention,
-                        mfu_scope, hfu, measured, optimizer, finetune)
+                        mfu_scope, hfu, measured, optimizer, finetune, source)
 
 
 def divisors_of(n: int) -> list[int]:

@@ -51,7 +51,7 @@ class Search:
 
 
 def search(config: ModelConfig, base: Layout, seq: int, *, precision: Precision,
-           hardware: Hardware, net: Interconnect | None, mfu="0.5", margin="0",
+           hardware: Hardware, net: Interconnect | None, mfu=None, margin="0",
            fix_zero: bool = False, fix_sp: bool = False, fix_micro: bool = False,
            fix_ep: bool = False, fix_cp: bool = False, fix_vpp: bool = False,
            progress=None, tokens: int | None = None, stack: StackRun = StackRun(),

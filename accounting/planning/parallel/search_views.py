@@ -44,7 +44,7 @@ def ranked_table(s: Search) -> Table:
                      + (f" (the {SHOWN} fastest shown)" if len(s.ranked) > SHOWN else "")
                      + f"; global batch {lo.global_batch:,} sequences of T = {s.seq:,}, "
                        f"recomputation {lo.recompute}, {first.precision.name}, "
-                       f"{first.hardware.name} at MFU {float(first.mfu):g}"
+                       f"{first.hardware.name} {_rate(first)}"
                      + ("." if s.stack.name == TORCH else
                         f"; memory as the {s.stack.name} stack holds it ({s.stack.stack.title})."))
     else:
@@ -53,7 +53,8 @@ def ranked_table(s: Search) -> Table:
         notes.append("Micro-batch 1 everywhere: at a fixed MFU a larger micro-batch only adds "
                      "memory and pipeline bubble (in practice it raises the utilization; compare "
                      "with --micro-batch b). 'largest b' is the largest micro-batch that fits.")
-    notes.append("Step time: compute at the MFU, TP and pipeline communication on the critical "
+    notes.append("Step time: compute at the MFU (without --mfu: each layout's tp and micro-batch "
+                 "timed op by op from measured kernels, accounting/timing), TP and pipeline communication on the critical "
                  "path, data-parallel communication overlapped (see a single layout's plan for "
                  "the breakdown).")
     if cps or vs:
@@ -69,7 +70,7 @@ def ranked_table(s: Search) -> Table:
                      "balanced, the all-to-alls on the critical path.")
     # the recipe on the first line (the first screen names what is planned)
     recipe = "" if first is None else (
-        f" ({first.precision.name}, {first.hardware.name} at MFU {float(first.mfu):g}"
+        f" ({first.precision.name}, {first.hardware.name} {_rate(first)}"
         + ("" if s.stack.name == TORCH else f", {s.stack.name} stack") + ")")
     return Table(f"Layouts for {s.gpus} GPUs: {s.config.name}, fastest first{recipe}",
                  ("#", "tp", *(("cp",) if cps else ()), "pp", *(("v",) if vs else ()), "dp",
@@ -124,3 +125,11 @@ def _variant(r) -> str:
 
 def tables(s: Search) -> list[Table]:
     return [ranked_table(s), rejected_table(s)]
+
+
+def _rate(p) -> str:
+    """'at MFU 0.5' (given), or where the predicted rate comes from (issue 39)."""
+    if p.time_source == "mfu":
+        return f"at MFU {float(p.mfu):g}"
+    return f"timed by {p.time_source}" if p.time_source == "roofline" else \
+        "timed from measured kernels"

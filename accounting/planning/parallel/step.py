@@ -174,8 +174,11 @@ class StepTime:
 
 
 def step_time(layout: Layout, flops: list[StageFlops], comms: list[list[Collective]],
-              peak: Fraction, mfu: Fraction, net: Interconnect | None) -> StepTime:
-    """`flops` and `comms` per stage (every stage, or the first and last)."""
+              peak: Fraction, mfu: Fraction, net: Interconnect | None,
+              timer=None) -> StepTime:
+    """`flops` and `comms` per stage (every stage, or the first and last). `timer` (issue
+    39, timing/plan.py collective_timer): a collective inside a node timed from NCCL's
+    measured table, where it has one; the others by their ring traffic at the link."""
     rate = peak * mfu
     m = layout.micro_batches
     groups = ((TP_GROUP, DATA, PIPELINE) + ((EXPERT, EXPERT_DATA) if layout.ep > 1 else ())
@@ -189,12 +192,21 @@ def step_time(layout: Layout, flops: list[StageFlops], comms: list[list[Collecti
     per_stage = []
     for f, collectives in zip(flops, comms):
         sums: dict[str, dict[int, int]] = {}  # group -> ranks -> Σ numerators (ints)
+        timed: dict[str, Fraction] = {}  # group -> seconds measured (NVLink groups)
         for c in collectives:
+            t = (timer(c) if timer is not None and c.group in links
+                 and links[c.group][1] == "NVLink" else None)
+            if t is not None:
+                timed[c.group] = timed.get(c.group, Fraction(0)) + t
+                continue
             sent, over = c.traffic_parts
             g = sums.setdefault(c.group, {})
             g[over] = g.get(over, 0) + sent
         cs = {grp: sum((Fraction(v, n) for n, v in by.items()), Fraction(0))
               for grp, by in sums.items()}
+        if timed:  # measured seconds, as traffic at the group's link (seconds() divides)
+            for grp, sec in timed.items():
+                cs[grp] = cs.get(grp, Fraction(0)) + sec * links[grp][0]
         per_stage.append((Fraction(f.per_micro_batch) / rate, seconds(cs, TP_GROUP) / m,
                           seconds(cs, PIPELINE) / m, Fraction(f.adamw) / rate,
                           seconds(cs, DATA) + seconds(cs, EXPERT_DATA), seconds(cs, EXPERT) / m,

@@ -1,0 +1,204 @@
+"""A training step, a prefill and a decode step timed op by op (timing/ops.py's rules) from
+the ledger the plan already built: nothing here lists an architecture's ops.
+
+A training step on one GPU = the forward records, their gradient records, the records the
+backward runs again (recomputation), the memory-bound ops forward and backward, autocast's
+weight casts, and the optimizer's update (bytes moved: each of torch.optim.AdamW's foreach
+ops reads its operands and writes its result, planning/compute.py ADAMW_OPS), one after
+another (one CUDA stream: nothing of one GPU's own work overlaps).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+
+from accounting.ledger import records as R
+from accounting.planning.compute import ADAMW_OPS, PARAMETER
+from accounting.timing import ops as O
+from accounting.units import DTYPE_BYTES
+
+# operands each per-parameter AdamW op reads besides the one it writes in place (torch/optim/
+# adam.py _multi_tensor_adam: mul_, lerp_(m, g), mul_, addcmul_(v, g, g), sqrt, div, add_,
+# addcdiv_(θ, m, denom))
+_ADAMW_READS = {"mul_": 1, "lerp_": 2, "addcmul_": 2, "sqrt": 1, "div": 1, "add_": 1,
+                "addcdiv_": 3}
+
+
+@dataclass(frozen=True)
+class Timed:
+    """Op times of one pass or step, and their sum."""
+    ops: tuple[O.OpTime, ...]
+    machine: O.Machine
+
+    @property
+    def seconds(self) -> Fraction:
+        return sum((o.seconds for o in self.ops), Fraction(0))
+
+    def by_category(self) -> dict[str, Fraction]:
+        out = {c: Fraction(0) for c in O.CATEGORIES}
+        for o in self.ops:
+            out[o.category] += o.seconds
+        return out
+
+    @property
+    def source(self) -> str:
+        """"kernels" when every GEMM and attention kernel came from a measured table."""
+        compute = [o for o in self.ops if o.category in (O.GEMMS, O.ATTENTION)]
+        return "kernels" if compute and all(not o.source.startswith("roofline")
+                                            for o in compute) else "roofline"
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(o.source.split(" (")[0] for o in self.ops))
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(f"{o.name}: {o.note}" for o in self.ops if o.note))
+
+
+def _fused(ledger) -> set:
+    """(per block?, module) of the attention cores a fused kernel runs."""
+    return {(r.per_layer, r.module) for r in ledger.forward
+            if r.component == R.ATTN_CORE and r.recompute_in_backward}
+
+
+def matmul_ops(records, v: dict, machine: O.Machine, fused: set, tp: int, backward: bool,
+               skip=lambda r: False, head_rows: int | None = None,
+               training: bool = True) -> list[O.OpTime]:
+    out, done = [], set()
+    for r in records:
+        key = (r.per_layer, r.module)
+        count = r.count(v)
+        if key in fused and r.component == R.ATTN_CORE:
+            if (key, r.repeat) in done:
+                continue
+            t = O.fused_attention([r], v, count, machine, tp, backward, training)
+            if t is not None:  # else (no table) its GEMMs one by one, below
+                done.add((key, r.repeat))
+                out.append(t)
+                continue
+        gradients = r.gradients() if backward else (r,)
+        for g in gradients:
+            if skip(r) and g.name.endswith(" dW"):
+                continue
+            rows = head_rows if r.component == R.LM_HEAD else None
+            out.append(O.time_matmul(g, v, count, machine, tp, rows))
+    return out
+
+
+def training_step(ledger, v: dict, machine: O.Machine, precision, optimizer: str = "adamw",
+                  trained_params: int | None = None, tp: int = 1) -> Timed:
+    """One step of one micro-batch (v's B and T) on one GPU, its optimizer's update included."""
+    fused = _fused(ledger)
+    frozen = set()
+    if ledger.adapters is not None:  # LoRA's frozen base: no weight gradient (step.py's rule)
+        trained = {(p.per_layer, p.module) for p in ledger.params if not p.frozen}
+        frozen = {r for r in ledger.forward
+                  if r.grads == ("dX", "dW") and (r.per_layer, r.module) not in trained}
+    out = matmul_ops(ledger.forward, v, machine, fused, tp, False)
+    out += matmul_ops(ledger.forward, v, machine, fused, tp, True, skip=lambda r: r in frozen)
+    out += [O.OpTime(f"{o.name} (recomputed)", o.category, o.seconds, o.source, o.note)
+            for o in matmul_ops(ledger.recomputed, v, machine, fused, tp, False)]
+    # the residual stream's dtype (fp32 under autocast: the norms and adds run on it), the
+    # other ops on autocast's bf16 matmul outputs
+    act = DTYPE_BYTES[precision.activation_dtype]
+    low = DTYPE_BYTES[R.BF16] if precision.autocast is not None else act
+    out.append(O.time_elementwise(ledger.elementwise, v, machine, act, False, tp=tp,
+                                  matmul_bytes=low))
+    out.append(O.time_elementwise(ledger.elementwise, v, machine, act, True, tp=tp,
+                                  matmul_bytes=low))
+    rate, latency, src = machine.memory_rate()
+    if precision.autocast is not None:  # autocast's bf16 copy of each weight, each forward,
+        # and each weight's bf16 gradient cast into its fp32 .grad in the backward
+        weights = sum(p.count(v) * p.numel(v) for p in ledger.params if p.matmul_weight)
+        cast = 2 * weights * (DTYPE_BYTES[precision.param_dtype] + DTYPE_BYTES[R.BF16])
+        out.append(O.OpTime("autocast weight and gradient casts", O.MEMORY,
+                            Fraction(cast, tp) / rate, src))
+    # the loss: F.cross_entropy = log_softmax + nll_loss over the B·T·V logits, in fp32
+    # (transformers' loss and model/ upcast them): forward the cast (read the logits, write
+    # fp32), log_softmax's two reads (max, then the sum of exponentials) and its write;
+    # backward nll_loss_backward's fp32 gradient, log_softmax_backward's two reads and a
+    # write, the cast back to the logits' dtype
+    logits = v["B"] * v["T"] * v["V"]
+    lb = DTYPE_BYTES[R.BF16] if precision.autocast is not None else DTYPE_BYTES[precision.param_dtype]
+    per = (lb + 4) + 3 * 4 + 4 + 3 * 4 + (4 + lb)
+    out.append(O.OpTime("cross-entropy loss (forward and backward)", O.MEMORY,
+                        Fraction(logits * per, tp) / rate + 6 * latency, src))
+    n = trained_params if trained_params is not None else sum(
+        p.count(v) * p.numel(v) for p in ledger.params if not p.frozen)
+    out.append(O.OpTime(f"{optimizer} update", O.OPTIMIZER,
+                        Fraction(n * optimizer_bytes(precision, optimizer), tp) / rate, src))
+    return Timed(tuple(out), machine)
+
+
+def optimizer_bytes(precision, optimizer: str) -> int:
+    """Bytes each trained parameter's update moves: AdamW's foreach ops one by one (each
+    reads its operands and writes its result, in the state's dtype); another optimizer:
+    its parameter, gradient and two states read and written once (stated, not derived)."""
+    b = precision.moment_bytes
+    if optimizer.startswith("adamw"):
+        return sum((_ADAMW_READS.get(o.op, 1) + 1) * b for o in ADAMW_OPS if o.per == PARAMETER)
+    return 2 * (precision.master_bytes + 2 * b) + precision.grad_bytes
+
+
+def prefill(ledger, v: dict, machine: O.Machine, tp: int = 1) -> Timed:
+    """One forward pass over B prompts of T tokens, the LM head on the last position of
+    each only (a server samples one token); an engine's fused memory-bound kernels."""
+    fused = _fused(ledger) or {(r.per_layer, r.module) for r in ledger.forward
+                               if r.component == R.ATTN_CORE}  # engines run a fused kernel
+    out = matmul_ops(ledger.forward, v, machine, fused, tp, False, head_rows=v["B"],
+                     training=False)
+    out.append(O.time_elementwise(ledger.elementwise, v, machine, DTYPE_BYTES[R.BF16], False,
+                                  fused=True, tp=tp))
+    return Timed(tuple(out), machine)
+
+
+def prefill_eager(ledger, v: dict, machine: O.Machine) -> Timed:
+    """transformers' own forward pass (eager torch: SDPA's FlashAttention-2, every
+    memory-bound op its own kernel), the LM head on the last positions only."""
+    fused = _fused(ledger) or {(r.per_layer, r.module) for r in ledger.forward
+                               if r.component == R.ATTN_CORE}
+    out = matmul_ops(ledger.forward, v, machine, fused, 1, False, head_rows=v["B"],
+                     training=True)
+    out.append(O.time_elementwise(ledger.elementwise, v, machine, DTYPE_BYTES[R.BF16], False))
+    return Timed(tuple(out), machine)
+
+
+def decode(ledger, v: dict, position: int, machine: O.Machine, tp: int = 1,
+           kv_dtype: str = "bfloat16", windows: dict | None = None) -> Timed:
+    """One decode step of v's B sequences (v at T = 1) each attending `position` cached keys
+    (a window layer min(position, W)): the linear layers' GEMMs at M = B, one generation-
+    attention kernel per layer from the measured table (else its KV bytes at the bandwidth),
+    the memory-bound ops as an engine's fused kernels."""
+    rate, _, src = machine.memory_rate()
+    out, done = [], set()
+    for r in ledger.forward:
+        count = r.count(v)
+        if r.component != R.ATTN_CORE:
+            out.append(O.time_matmul(r, v, count, machine, tp))
+            continue
+        key = (r.per_layer, r.module, r.repeat)
+        if key in done:
+            continue
+        done.add(key)
+        keys = position if not r.window else min(position, v.get("W", position))
+        if r.chunk:
+            keys = min(position, v.get("C_a", position))
+        heads, kv, d = v["h"], v.get("h_kv", v["h"]), product_n(r, v)
+        got = O.attention_seconds(machine, "generation", v["B"], keys, max(1, heads // tp),
+                                  max(1, kv // tp), d, kv_dtype)
+        if got is not None:
+            s, where, note = got
+            out.append(O.OpTime("attention (decode kernel)", O.ATTENTION, s * count, where, note))
+        else:  # the K and V of every cached key read once
+            kv_bytes = 2 * v["B"] * keys * max(1, kv // tp) * d * 2
+            out.append(O.OpTime("attention (decode, KV read)", O.ATTENTION,
+                                Fraction(kv_bytes * count) / rate, src))
+    out.append(O.time_elementwise(ledger.elementwise, v, machine, DTYPE_BYTES[R.BF16], False,
+                                  fused=True, tp=tp))
+    return Timed(tuple(out), machine)
+
+
+def product_n(r: R.Matmul, v: dict) -> int:
+    from accounting.ledger.symbols import product
+    return product(r.n, v)

@@ -1,0 +1,96 @@
+"""The published-runs table of docs/timing.md: each measured training throughput of
+accounting/timing/published.py beside the planner's prediction for the same run (no --mfu:
+the step timed op by op from aiconfigurator-core's measured kernels), the ratio, and the
+median and worst ratio. Regenerate with
+
+    python benchmarks/published_runs.py --update     # rewrite the block in docs/timing.md
+    python benchmarks/published_runs.py              # print it
+
+tests/test_timing_docs.py checks that the block is what this prints (where
+aiconfigurator-core is installed).
+"""
+from __future__ import annotations
+
+import re
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+DOC = ROOT / "docs" / "timing.md"
+START, END = "<!-- published-runs -->\n", "<!-- end published-runs -->\n"
+
+
+def table() -> str:
+    from accounting.timing import tables
+    from accounting.timing.published import RUNS, predict
+    rows, ratios = [], []
+    sources = {}
+    for r in RUNS:
+        p, src, problem = predict(r)
+        ref = sources.setdefault(r.source, len(sources) + 1)
+        if p is None:
+            rows.append(f"| {r.name} | {r.stack} | {r.gpus} × {r.gpu} | {r.measured:,.0f} | – | – "
+                        f"| not planned: {problem} | [{ref}] |")
+            continue
+        ratios.append(p / r.measured)
+        rows.append(f"| {r.name} | {r.stack} | {r.gpus} × {r.gpu} | {r.measured:,.0f} | "
+                    f"{p:,.0f} | {p / r.measured:.2f} | {src}{'; ' + r.note if r.note else ''} "
+                    f"| [{ref}] |")
+    head = ("| run | stack | GPUs | measured tokens/s/GPU | predicted | predicted / measured "
+            "| time from; note | source |\n|---|---|---|---:|---:|---:|---|---|\n")
+    worst = max(ratios, key=lambda x: abs(x - 1)) if ratios else float("nan")
+    summary = (f"\n{len(ratios)} runs planned: median ratio {statistics.median(ratios):.2f}, "
+               f"worst {worst:.2f} (aiconfigurator-core {tables.package_version()}). "
+               "A compiled run (torch.compile) is expected faster than the prediction, which "
+               "plans eager PyTorch.\n\n")
+    refs = "".join(f"[{n}] {s}\n\n" for s, n in sources.items())
+    return head + "\n".join(rows) + "\n" + summary + refs
+
+
+H200_START, H200_END = "<!-- h200-checks -->\n", "<!-- end h200-checks -->\n"
+
+
+def h200_table() -> str:
+    from accounting.timing.published import H200_SOURCE, h200_predictions
+    rows = [f"| {name} | {measured * 1e3:,.2f} ms | {predicted * 1e3:,.2f} ms | "
+            f"{predicted / measured:.2f} |" for name, measured, predicted in h200_predictions()]
+    return ("| case | measured | predicted | predicted / measured |\n|---|---:|---:|---:|\n"
+            + "\n".join(rows) + f"\n\nMeasured: {H200_SOURCE}.\n")
+
+
+KERNEL_START, KERNEL_END = "<!-- h200-kernels -->\n", "<!-- end h200-kernels -->\n"
+
+
+def kernel_table() -> str:
+    from accounting.timing.published import KERNEL_SOURCE, kernel_predictions
+    gemms, sdpa = kernel_predictions()
+    g = "\n".join(f"| {m:,} × {n:,} × {k:,} | {ms:.3f} ms | {t:.3f} ms | {t / ms:.2f} |"
+                  for m, n, k, ms, t in gemms)
+    a = "\n".join(f"| {b}, {t:,}, {h}, {d} | {fwd:.3f} ms | {f:.3f} ms | {f / fwd:.2f} | "
+                  f"{both:.3f} ms | {pb:.3f} ms | {pb / both:.2f} |"
+                  for b, t, h, d, fwd, f, both, pb in sdpa)
+    return ("| bf16 GEMM m × n × k | measured | table | table / measured |\n"
+            "|---|---:|---:|---:|\n" + g + "\n\n"
+            "| causal SDPA B, T, h, d | forward measured | table | ratio | forward + backward "
+            "measured | table × 3.5 | ratio |\n|---|---:|---:|---:|---:|---:|---:|\n" + a
+            + f"\n\nMeasured: {KERNEL_SOURCE}.\n")
+
+
+def update() -> None:
+    text = DOC.read_text()
+    for start, end, body in ((START, END, table), (H200_START, H200_END, h200_table),
+                             (KERNEL_START, KERNEL_END, kernel_table)):
+        pattern = re.compile(re.escape(start) + r".*?" + re.escape(end), re.S)
+        text = pattern.sub(lambda m: start + body() + end, text)
+    DOC.write_text(text)
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--update"]:
+        update()
+    elif not sys.argv[1:]:
+        print(h200_table() + "\n" + kernel_table() + "\n" + table(), end="")
+    else:
+        sys.exit("usage: python benchmarks/published_runs.py [--update]")
