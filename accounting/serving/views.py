@@ -168,7 +168,8 @@ def to_dict(p: ServePlan) -> dict:
             "max_num_batched_tokens": p.max_num_batched_tokens,
             "block_size": p.defaults.block_size, "non_torch_bytes": p.non_torch_bytes,
             "cuda_graph_bytes": p.cuda_graph_bytes,
-            "mfu": None if t is None else _num(t.mfu),
+            # the roofline's figure; None when the times come from measured kernels
+            "mfu": None if t is None or t.kernels is not None else _num(t.mfu),
             "bandwidth_efficiency": None if t is None else _num(t.bandwidth_efficiency),
             "regime": "CUDA graphs (vLLM/SGLang); eager decode is launch-bound",
         },
