@@ -117,7 +117,8 @@ def test_cli(capsys):
     peak), and refuses fp8 on a GPU without fp8 Tensor Cores (exit 2, one line)."""
     import json
     argv = ["plan", "meta-llama/Llama-3.2-1B", "--gpus", "8", "--tp", "8", "--sp", "--ctx",
-            "2048", "--stack", "megatron", "--gpu", "H100-SXM", "--format", "json"]
+            "2048", "--stack", "megatron", "--gpu", "H100-SXM", "--format", "json",
+            "--mfu", "0.5", "--mfu-scope", "compute"]  # the fp8 peak at a given rate (issue 39)
     code, out, err = run(capsys, *argv, "--precision", "fp8-te")
     assert code == 0, err
     fp8 = json.loads(out)

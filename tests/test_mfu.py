@@ -101,7 +101,10 @@ def test_gpt3_on_1024_a100s_end_to_end_is_the_papers_34_days(capsys):
     days = Fraction(t["numerator"], t["denominator"]) / DAY
     assert round(days) == 34 and abs(days / paper - 1) < Fraction(1, 100)  # P = 174.6B here
     # the same figure read as the compute rate adds the bubble and the communication again
-    comp = _json(capsys, *base)
+    # (issue 39: --mfu alone now means end to end; the compute reading is asked by name)
+    comp = _json(capsys, *base, "--mfu-scope", "compute")
+    assert _json(capsys, *base, "--mfu-convention", "6N", "--hfu")["time_to_train"] == \
+        e2e["time_to_train"]
     t2 = comp["time_to_train"]["seconds"]
     assert Fraction(t2["numerator"], t2["denominator"]) / DAY > days + 2
     # the executed count at the same HFU: 1,318 GFLOP per token against 8N's 1,397 (N holds

@@ -176,3 +176,22 @@ def test_serve_mfu_override_is_the_roofline():
                      "--format", "json")
     d = json.loads(out)
     assert code == 0 and d["timing_source"] == "roofline"
+
+
+@needs_tables
+def test_an_in_node_all_reduce_is_nccls_measured_row():
+    """collective_timer: 8 GPUs of an H100-SXM node all-reduce 2^20 half-precision elements
+    in the time NCCL's table measured for that size (the file read independently), per
+    call."""
+    import pyarrow.parquet as pq
+    from accounting.planning.gpus import get_gpu, Hardware
+    from accounting.planning.parallel.comms import Collective
+    from accounting.timing.plan import collective_timer
+    hw = Hardware.from_gpu(get_gpu("H100"), "bf16")
+    timer = collective_timer(hw)
+    c = Collective("tensor", "all-reduce", "test", "forward", 3, 3 * 2 * 2**20, 8, "")
+    _, src = tables.collective("h100_sxm", "all_reduce", 8)
+    rows = pq.read_table(tables._path(src, "comm")).to_pylist()
+    ms = min(r["latency"] for r in rows if r["op_name"] == "all_reduce" and r["num_gpus"] == 8
+             and r["nccl_dtype"] == "half" and r["message_size"] == 2**20)
+    assert float(timer(c)) == pytest.approx(3 * ms * 1e-3)

@@ -11,7 +11,7 @@ from accounting.planning.gpus import DEFAULT_GPUS_PER_NODE, interconnect
 from accounting.planning.memory import BF16_MIXED, FP32, MODEL, get_precision
 from accounting.planning.precisions import (FP8_TE, FP8_TE_CURRENT, FP8_TORCHAO,
                                              FP8_TORCHAO_FSDP)
-from accounting.planning.mfu import COMPUTE, CONVENTIONS, EXECUTED, SCOPES
+from accounting.planning.mfu import COMPUTE, CONVENTIONS, END_TO_END, EXECUTED, SCOPES
 from accounting.planning.parallel import export, views
 from accounting.planning.parallel.layout import FSDP_NAMES, Layout, resolve
 from accounting.planning.parallel.plan import parallel_plan
@@ -78,13 +78,16 @@ def add_args(p: argparse.ArgumentParser) -> None:
                         f"{DEFAULT_GPUS_PER_NODE} for most, 72 for GB200 NVL72)")
     u = p.add_argument_group("utilization (with --gpus N: which FLOPs --mfu counts)")
     u.add_argument("--mfu-convention", choices=tuple(CONVENTIONS), default=None,
-                   help="executed (full T×T attention; default), causal (the attention core's "
-                        "causal pairs: MaxText, NeMo), 6N (6 FLOPs per active parameter per "
-                        "token; end-to-end scope only)")
+                   help="executed (full T×T attention, as torchtitan's and PaLM's MFU; "
+                        "default), causal (the attention core's causal pairs: MaxText, NeMo / "
+                        "Megatron-Bridge), 6N (6 FLOPs per active parameter per token; "
+                        "end-to-end scope only); --hfu adds recomputation (hardware FLOPs); "
+                        "the predicted MFU (.step_time.mfu) is in this count")
     u.add_argument("--mfu-scope", choices=tuple(SCOPES), default=None,
-                   help="compute (default): --mfu is the rate each stage computes at, the "
-                        "bubble and communication added; end-to-end: a whole-step figure as "
-                        "papers report it, nothing added")
+                   help="end-to-end (the default with --mfu; issue 39): a whole-step figure "
+                        "as papers report it, nothing added; compute (the old reading, and "
+                        "--search's, which ranks layouts by it): --mfu is the rate each stage "
+                        "computes at, the bubble and communication added")
     u.add_argument("--hfu", action="store_true",
                    help="with --mfu-scope end-to-end: the --mfu figure counts the recomputed "
                         "FLOPs (a hardware FLOPs utilization, as Megatron-LM's X)")
@@ -284,8 +287,11 @@ def run(ns: argparse.Namespace, config, ck=None) -> int:
         ns.zero if ns.zero is not None else run_stack.stack.default_zero)
     micro = ns.micro_batch or 1
     seq = ns.ctx or config.context_length
+    # issue 39: --mfu means what papers mean, end to end in the named convention; --search
+    # ranks layouts by a per-stage rate (an end-to-end figure times every layout alike)
+    default_scope = END_TO_END if ns.mfu is not None and not ns.search else COMPUTE
     utilization = {"mfu_convention": ns.mfu_convention or EXECUTED,
-                   "mfu_scope": ns.mfu_scope or COMPUTE, "hfu": ns.hfu}
+                   "mfu_scope": ns.mfu_scope or default_scope, "hfu": ns.hfu}
     if ns.search:
         if finetune is not None:
             raise UsageError("--search ranks layouts of full training; with --lora-rank give "

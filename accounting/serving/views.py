@@ -240,7 +240,8 @@ def to_dict(p: ServePlan) -> dict:
             "cuda_graph_bytes": p.cuda_graph_bytes, "cuda_graph_terms": p.cuda_graphs.why,
             "cuda_graphs_in_pool": p.record.graphs_in_pool,
             "max_num_seqs": p.max_num_seqs, "weights_as_loaded": p.binding.weights.rule,
-            "mfu": None if t is None else _num(t.mfu),
+            # the roofline's figure; None when the times come from measured kernels
+            "mfu": None if t is None or t.kernels is not None else _num(t.mfu),
             "bandwidth_efficiency": None if t is None else _num(t.bandwidth_efficiency),
             "regime": "CUDA graphs (vLLM/SGLang); eager decode is launch-bound",
         },

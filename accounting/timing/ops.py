@@ -52,9 +52,9 @@ FA_BACKWARD_RATIO = Fraction(5, 2)  # FlashAttention-2 Algorithm 2: 5 matmuls ag
 # against 3.5 × the table's forward, 3.44 and 6.89 (docs/timing.md).
 FA2_OVER_FA3 = Fraction(3, 2)
 
-GEMMS, ATTENTION, MEMORY, COMMUNICATION, OPTIMIZER = (
-    "GEMMs", "attention", "memory-bound", "communication", "optimizer")
-CATEGORIES = (GEMMS, ATTENTION, MEMORY, COMMUNICATION, OPTIMIZER)
+GEMMS, ATTENTION, MEMORY, COMMUNICATION, OPTIMIZER, OVERHEAD = (
+    "GEMMs", "attention", "memory-bound", "communication", "optimizer", "engine overhead")
+CATEGORIES = (GEMMS, ATTENTION, MEMORY, COMMUNICATION, OPTIMIZER, OVERHEAD)
 # operands a kernel reads (besides the one it writes) for the binary aten ops
 _BINARY = {"aten.add", "aten.sub", "aten.mul", "aten.div", "aten.where", "aten.masked_fill",
            "aten.maximum", "aten.minimum", "aten.lerp", "aten.index_add"}
@@ -136,11 +136,29 @@ def time_matmul(r: R.Matmul, v: dict, count: int, machine: Machine, tp: int = 1,
     m = product(r.m, v) if rows is None else rows
     n, p = product(r.n, v), product(r.p, v)
     m, n, p = _tp_shape(r, m, n, p, tp)
-    instances = count * product(r.batch, v)
+    batched = product(r.batch, v)
     fp8 = r.fp8 or (machine.linear_fp8 if r.component in (R.ATTN_PROJ, R.FFN) else False)
-    s, src, note = gemm_seconds(machine, m, p, n, fp8)
     cat = ATTENTION if r.component == R.ATTN_CORE else GEMMS
-    return OpTime(r.name, cat, s * instances, src, note)
+    if batched > 1:  # one kernel for all instances: no table measures it
+        return OpTime(r.name, cat, count * batched_seconds(machine, batched, m, n, p, fp8),
+                      f"roofline (a batched GEMM: {float(ROOFLINE_DERATE):g} of the peak, "
+                      f"{float(BANDWIDTH_DERATE):g} of the bandwidth)")
+    s, src, note = gemm_seconds(machine, m, p, n, fp8)
+    return OpTime(r.name, cat, s * count, src, note)
+
+
+def batched_seconds(machine: Machine, batch: int, m: int, n: int, p: int, fp8) -> Fraction:
+    """A batched matmul (cuBLAS's strided-batched GEMM for the unfused attention's per-head
+    products, a grouped GEMM for a mixture's experts) is one kernel, which the tables do not
+    measure (timing it as `batch` separate GEMMs would pay a kernel's fixed cost `batch`
+    times: 256 experts' at decode): the longer of its FLOPs at ROOFLINE_DERATE of the peak
+    and its operands' and result's bytes at BANDWIDTH_DERATE of the bandwidth."""
+    peak = machine.fp8_flops if fp8 and machine.fp8_flops else machine.peak_flops
+    width = 1 if fp8 else 2
+    flops = 2 * batch * m * n * p
+    moved = batch * (m * n + n * p + m * p) * width
+    return max(Fraction(flops) / (peak * ROOFLINE_DERATE),
+               Fraction(moved) / (machine.bandwidth * BANDWIDTH_DERATE))
 
 
 def _useful_share(r: R.Matmul, v: dict) -> Fraction:

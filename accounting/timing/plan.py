@@ -134,3 +134,12 @@ def collective_timer(hw):
         per_call = max(1, c.bytes // c.calls // 2)
         return c.calls * Fraction(grid(per_call).seconds)
     return seconds
+
+
+def optimizer_seconds(elements: int, precision, optimizer: str, hw) -> Fraction:
+    """A rank's optimizer step over the `elements` it updates, as the bytes its update moves
+    (step.optimizer_bytes) at the measured share of the bandwidth: the update is
+    memory-bound, never at a FLOP rate."""
+    mach = machine(hw, _gpu_name(hw), compute=precision.compute)
+    rate, _, _ = mach.memory_rate()
+    return Fraction(elements * S.optimizer_bytes(precision, optimizer)) / rate

@@ -42,10 +42,17 @@ class Timed:
 
     @property
     def source(self) -> str:
-        """"kernels" when every GEMM and attention kernel came from a measured table."""
+        """"kernels" when most of the GEMM and attention time came from measured tables
+        (the rest, a batched GEMM or a GPU's missing table, by the roofline: roofline_share
+        says how much), else "roofline"."""
+        return "kernels" if self.roofline_share < Fraction(1, 2) else "roofline"
+
+    @property
+    def roofline_share(self) -> Fraction:
         compute = [o for o in self.ops if o.category in (O.GEMMS, O.ATTENTION)]
-        return "kernels" if compute and all(not o.source.startswith("roofline")
-                                            for o in compute) else "roofline"
+        total = sum((o.seconds for o in compute), Fraction(0))
+        roof = sum((o.seconds for o in compute if o.source.startswith("roofline")), Fraction(0))
+        return roof / total if total else Fraction(1)
 
     @property
     def sources(self) -> tuple[str, ...]:
@@ -185,6 +192,9 @@ def decode(ledger, v: dict, position: int, machine: O.Machine, tp: int = 1,
         if r.chunk:
             keys = min(position, v.get("C_a", position))
         heads, kv, d = v["h"], v.get("h_kv", v["h"]), product_n(r, v)
+        if "d_kv_a" in v:  # latent attention: engines decode it absorbed, reading the latent
+            out.append(_mla_decode(v, keys, count, machine, tp, kv_dtype))
+            continue
         got = O.attention_seconds(machine, "generation", v["B"], keys, max(1, heads // tp),
                                   max(1, kv // tp), d, kv_dtype)
         if got is not None:
@@ -197,6 +207,24 @@ def decode(ledger, v: dict, position: int, machine: O.Machine, tp: int = 1,
     out.append(O.time_elementwise(ledger.elementwise, v, machine, DTYPE_BYTES[R.BF16], False,
                                   fused=True, tp=tp))
     return Timed(tuple(out), machine)
+
+
+def _mla_decode(v: dict, keys: int, count: int, machine: O.Machine, tp: int,
+                kv_dtype: str) -> O.OpTime:
+    """Latent attention decoded absorbed (vLLM's and SGLang's MLA kernels): every query head
+    of the rank against each cached latent of r_kv + d_rope values, and the same latents
+    again as values (r_kv): the longer of those FLOPs at the roofline's share of the peak
+    and the cache read once at its share of the bandwidth. aiconfigurator-core's MLA tables
+    are not read yet: labelled roofline."""
+    heads = max(1, v["h"] // tp)
+    width = 1 if kv_dtype.startswith("fp8") else 2
+    flops = 2 * v["B"] * heads * keys * (v["d_kv_a"] + v["r_kv"])
+    moved = v["B"] * keys * v["d_kv_a"] * width
+    s = max(Fraction(flops) / (machine.peak_flops * O.ROOFLINE_DERATE),
+            Fraction(moved) / (machine.bandwidth * O.BANDWIDTH_DERATE))
+    return O.OpTime("latent attention (decode, absorbed)", O.ATTENTION, s * count,
+                    f"roofline (latent attention: {float(O.ROOFLINE_DERATE):g} of the peak, "
+                    f"{float(O.BANDWIDTH_DERATE):g} of the bandwidth)")
 
 
 def product_n(r: R.Matmul, v: dict) -> int:

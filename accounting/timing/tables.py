@@ -346,15 +346,18 @@ def attention(system: str, phase: str, heads: int, kv_heads: int, head_dim: int,
         return None
     kernel = cols["kernel_source"].most_common()
     keep = cols["kernel_source"] == kernel
-    dims = sorted(set(cols["head_dim"][keep].tolist()), key=lambda d: (abs(d - head_dim), -d))
-    keep &= cols["head_dim"] == dims[0]
-    shapes = set(zip(cols["num_heads"][keep].tolist(), cols["num_key_value_heads"][keep].tolist()))
+    shapes = set(zip(cols["num_heads"][keep].tolist(), cols["num_key_value_heads"][keep].tolist(),
+                     cols["head_dim"][keep].tolist()))
     ratio = heads / kv_heads
-    h0, kv0 = min(shapes, key=lambda s: (abs(s[0] / s[1] - ratio) > 1e-9,
-                                         abs(_log(s[0]) - _log(heads)), s))
-    keep &= (cols["num_heads"] == h0) & (cols["num_key_value_heads"] == kv0)
+    # the same query-per-key-head ratio first, then the nearest head count, then head size:
+    # a kernel's fixed cost is not multiplied by a heads ratio from a one-head shape
+    h0, kv0, d0 = min(shapes, key=lambda s: (abs(s[0] / s[1] - ratio) > 1e-9,
+                                             abs(_log(s[0]) - _log(heads)),
+                                             abs(s[2] - head_dim), s))
+    keep &= (cols["num_heads"] == h0) & (cols["num_key_value_heads"] == kv0) & \
+        (cols["head_dim"] == d0)
     sub = {k: np.asarray(v)[keep] for k, v in cols.items() if k in ("batch_size", length, "latency")}
-    return Grid(sub, ("batch_size", length)), src, str(kernel), (h0, kv0, dims[0])
+    return Grid(sub, ("batch_size", length)), src, str(kernel), (h0, kv0, d0)
 
 
 def _log(x: float) -> float:

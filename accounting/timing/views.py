@@ -30,7 +30,8 @@ def step_table(pred) -> Table:
     parts = pred.timed.by_category()
     total = pred.step_seconds
     rows = tuple((c, _ms(s), f"{float(s / total):.1%}" if total else "–")
-                 for c, s in parts.items() if c != O.COMMUNICATION)
+                 for c, s in parts.items() if s or c in (O.GEMMS, O.ATTENTION, O.MEMORY,
+                                                        O.OPTIMIZER))
     rows += (("step", _ms(total), "100.0%"),)
     notes = [f"Predicted, not given: {source_words(pred)}.",
              f"tokens/s = B·T / step = {float(pred.tokens_per_second):,.0f}; MFU = the step's "
@@ -43,6 +44,10 @@ def step_table(pred) -> Table:
              "× 1.5 for torch's FlashAttention-2 against the tables' FlashAttention-3; "
              "memory-bound ops as bytes moved at the measured bandwidth share plus a per-kernel "
              "latency; AdamW's foreach ops by the bytes each moves. Give --mfu to override."]
+    share = pred.timed.roofline_share
+    if 0 < share < 1:
+        notes.append(f"{float(share):.0%} of the GEMM and attention time by the roofline (batched "
+                     f"GEMMs, which no table measures), the rest from the tables.")
     notes += [f"Outside the table: {n}" for n in pred.timed.notes[:6]]
     return Table("Step time, predicted op by op", ("part", "time", "share"), rows, align="lrr",
                  notes=tuple(notes))

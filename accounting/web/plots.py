@@ -10,7 +10,7 @@ from html import escape
 
 from fractions import Fraction
 
-from accounting.units import decimal, gigabytes, percent
+from accounting.units import gigabytes, percent
 
 PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1",
            "#ff9da7", "#9c755f", "#bab0ac")
@@ -185,7 +185,9 @@ def _layout_name(lo: dict) -> str:
 
 
 def layouts(d: dict) -> str:
-    """The feasible layouts ranked by estimated step time (fastest first)."""
+    """The feasible layouts ranked by estimated step time (fastest first); each bar's end
+    the CLI's own text for its time (ms under a second, then s: issue 39's timed steps)."""
+    from accounting.planning.views import _seconds
     ranked = d["ranked"][:20]
     if not ranked:
         return ""
@@ -194,8 +196,7 @@ def layouts(d: dict) -> str:
     labels = [f"{v[0]:.4g} s per step" for _, v in rows]
     return stacked_bars(rows, ["estimated step time"], f"Layouts of {d['gpus']:,} GPUs, "
                         "fastest first (step time, s)", "plot-layouts", scale, labels,
-                        ends=[f"{decimal(_exact(r['step_time']['seconds']) * 1000, 3)} ms"
-                              for r in ranked])
+                        ends=[_seconds(_exact(r["step_time"]["seconds"])) for r in ranked])
 
 
 def plots(answer) -> list[str]:

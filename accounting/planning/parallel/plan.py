@@ -453,6 +453,10 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
             timer = collective_timer(hardware)
         time = step_time(layout, [s.flops for s in plans], [list(s.collectives) for s in plans],
                          hardware.peak_flops, u, net, timer)
+        if source == "kernels":  # the update by the bytes it moves (memory-bound)
+            from accounting.timing.plan import optimizer_seconds
+            time = replace(time, optimizer=max(optimizer_seconds(
+                s.states.moments, precision, optimizer, hardware) for s in plans))
     return ParallelPlan(config, layout, seq, precision, hardware, net, u, plans, fit, time, tokens,
                         stack, per_layer(stack, sp, layout, local, rows[0]), mfu_convention,
                         mfu_scope, hfu, measured, optimizer, finetune, source)
