@@ -161,12 +161,13 @@ def test_plan_json_contract_many_gpus():
 
 @needs_tables
 def test_serve_decode_batch_is_bounded_by_max_num_seqs():
-    """Issue 45's regression: the pool holds 502 sequences of 4,096 tokens, vLLM runs at
-    most --max-num-seqs 10 of them in a step."""
-    code, out = _run("serve", "gpt2-small", "--gpu", "H100", "--ctx", "4096",
+    """Issue 45's regression: the pool holds hundreds of sequences of 1,024 tokens (gpt2's
+    whole position table; issue 45's own example asked 4,096, which the engine now refuses),
+    vLLM runs at most --max-num-seqs 10 of them in a step."""
+    code, out = _run("serve", "gpt2-small", "--gpu", "H100", "--ctx", "1024",
                      "--max-num-seqs", "10", "--format", "json")
     d = json.loads(out)
-    assert code == 0 and d["time"]["batch"] == 10
+    assert code == 0 and d["max_concurrency"] > 10 and d["time"]["batch"] == 10
     assert d["timing_source"] == "kernels"
     assert d["ttft_seconds"]["approx"] > 0 and d["tpot_seconds"]["approx"] > 0
 
