@@ -34,11 +34,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
+from typing import Callable
+
+from accounting.registry import registrar
 from accounting.runtime.errors import UsageError
 from accounting.units import GiB, MiB
-
-VLLM, SGLANG = "vllm", "sglang"
-ENGINES = (VLLM, SGLANG)
 
 
 @dataclass(frozen=True)
@@ -50,41 +50,44 @@ class Defaults:
     why: str
 
 
-def defaults(engine: str, gpu_name: str | None, memory_bytes: int, tp: int, pp: int,
-             mla: bool) -> Defaults:
-    if engine == VLLM:
-        big = memory_bytes >= 70 * GiB and "a100" not in (gpu_name or "").lower()
-        # FlashMLA's page: vLLM raises block_size to 64 for MLA on Hopper
-        # (vllm/platforms/cuda.py, CudaPlatform.check_and_update_config: "Forcing kv cache
-        # block size to 64 for FlashMLA backend")
-        block = 64 if mla else 16
-        return Defaults(Fraction(9, 10), 8192 if big else 2048, 1024 if big else 256, block,
-                        "vLLM defaults: gpu_memory_utilization 0.9; max_num_batched_tokens "
-                        + ("8192, max_num_seqs 1024 (≥ 70 GiB, not an A100)" if big else
-                           "2048, max_num_seqs 256") + f"; block_size {block}"
-                        + (" (MLA: FlashMLA's 64)" if mla else ""))
-    if engine == SGLANG:
-        mem_mib = memory_bytes // MiB
-        par = Fraction(tp * pp, 2)
-        if mem_mib < 35 * 1024:
-            reserved = (Fraction(28, 10) + Fraction(tp * pp, 10)) * 1024
-        elif mem_mib < 90 * 1024:
-            reserved = (Fraction(19, 2) + par) * 1024
-        elif mem_mib < 160 * 1024:
-            reserved = (12 + par) * 1024
-        else:
-            reserved = Fraction(32 * 1024)
-        if mem_mib <= reserved:
-            raise UsageError(f"SGLang's default mem_fraction_static is not positive on a GPU of "
-                             f"{mem_mib:,} MiB (it reserves {float(reserved):g} MiB); give "
-                             f"--gpu-memory-utilization F")
-        frac = Fraction(round(Fraction(mem_mib - reserved, mem_mib), 3)).limit_denominator(1000)
-        chunk = 2048 if mem_mib < 35 * 1024 else 8192 if mem_mib < 160 * 1024 else 16384
-        return Defaults(frac, chunk, 1024, 1,
-                        f"SGLang defaults: mem_fraction_static {float(frac)} = (GPU MiB − "
-                        f"reserved {float(reserved):g} MiB) / GPU MiB; chunked_prefill_size "
-                        f"{chunk}; page size 1")
-    raise UsageError(f"unknown --engine {engine!r}; choose {', '.join(ENGINES)}")
+def _vllm_defaults(device_name: str | None, memory_bytes: int, tp: int, pp: int,
+                   mla: bool) -> Defaults:
+    """EngineArgs.get_batch_defaults tests the device name torch reports
+    (current_platform.get_device_name(), the GPU record's device_name): "a100" not in it."""
+    big = memory_bytes >= 70 * GiB and "a100" not in (device_name or "").lower()
+    # FlashMLA's page: vLLM raises block_size to 64 for MLA on Hopper
+    # (vllm/platforms/cuda.py, CudaPlatform.check_and_update_config: "Forcing kv cache
+    # block size to 64 for FlashMLA backend")
+    block = 64 if mla else 16
+    return Defaults(Fraction(9, 10), 8192 if big else 2048, 1024 if big else 256, block,
+                    "vLLM defaults: gpu_memory_utilization 0.9; max_num_batched_tokens "
+                    + ("8192, max_num_seqs 1024 (≥ 70 GiB, not an A100)" if big else
+                       "2048, max_num_seqs 256") + f"; block_size {block}"
+                    + (" (MLA: FlashMLA's 64)" if mla else ""))
+
+
+def _sglang_defaults(device_name: str | None, memory_bytes: int, tp: int, pp: int,
+                     mla: bool) -> Defaults:
+    mem_mib = memory_bytes // MiB
+    par = Fraction(tp * pp, 2)
+    if mem_mib < 35 * 1024:
+        reserved = (Fraction(28, 10) + Fraction(tp * pp, 10)) * 1024
+    elif mem_mib < 90 * 1024:
+        reserved = (Fraction(19, 2) + par) * 1024
+    elif mem_mib < 160 * 1024:
+        reserved = (12 + par) * 1024
+    else:
+        reserved = Fraction(32 * 1024)
+    if mem_mib <= reserved:
+        raise UsageError(f"SGLang's default mem_fraction_static is not positive on a GPU of "
+                         f"{mem_mib:,} MiB (it reserves {float(reserved):g} MiB); give "
+                         f"--gpu-memory-utilization F")
+    frac = Fraction(round(Fraction(mem_mib - reserved, mem_mib), 3)).limit_denominator(1000)
+    chunk = 2048 if mem_mib < 35 * 1024 else 8192 if mem_mib < 160 * 1024 else 16384
+    return Defaults(frac, chunk, 1024, 1,
+                    f"SGLang defaults: mem_fraction_static {float(frac)} = (GPU MiB − "
+                    f"reserved {float(reserved):g} MiB) / GPU MiB; chunked_prefill_size "
+                    f"{chunk}; page size 1")
 
 
 def vllm_pool(memory_bytes: int, utilization: Fraction, weights: int, activation: int,
@@ -104,12 +107,67 @@ NON_TORCH_BYTES = GiB // 2
 NCCL_BYTES = 2 * GiB
 
 
-def non_torch_default(engine: str, gpus: int) -> int:
-    return NON_TORCH_BYTES + (NCCL_BYTES if engine == SGLANG and gpus > 1 else 0)
+def _non_torch_outside_nccl(gpus: int) -> int:
+    """vLLM: NCCL is built before the memory snapshot, outside the budget."""
+    return NON_TORCH_BYTES
 
 
-def sglang_pool(memory_bytes: int, fraction: Fraction, weights: int, non_torch: int) -> int:
+def _non_torch_with_nccl(gpus: int) -> int:
+    """SGLang: with TP or PP its NCCL buffers come off the start memory too."""
+    return NON_TORCH_BYTES + (NCCL_BYTES if gpus > 1 else 0)
+
+
+def sglang_pool(memory_bytes: int, fraction: Fraction, weights: int, activation: int,
+                non_torch: int, cuda_graphs: int = 0) -> int:
     """SGLang's rest_memory: the free memory after loading less the (1 − fraction) share of
-    the memory at start (here the card's memory less the non-torch share already taken)."""
+    the memory at start (here the card's memory less the non-torch share already taken). The
+    activations and CUDA graphs live in the reserve: `activation` and `cuda_graphs` are not
+    subtracted (the one signature of Engine.pool)."""
     start = memory_bytes - non_torch
     return int((start - weights) - start * (1 - fraction))
+
+
+# ---- the engines: one record each; adding an engine is one record here ---------------------
+@dataclass(frozen=True)
+class Engine:
+    """A serving engine: its defaults and its KV pool rule, each a function of this module."""
+    name: str  # the --engine value
+    title: str
+    defaults: Callable[..., Defaults]  # (device_name, memory_bytes, tp, pp, mla)
+    # (memory_bytes, utilization, weights, activation, non_torch, cuda_graphs) -> pool bytes
+    pool: Callable[..., int]
+    non_torch: Callable[[int], int]  # GPUs of the deployment -> non-torch bytes per GPU
+    # True: a profile run's activation peak comes off the pool, which is paged in blocks of
+    # block_size tokens (vLLM); False: the activations live in the reserve, pages of 1 token
+    profile_run: bool
+    # the note when the context exceeds max_num_batched_tokens ({ctx}, {chunk}); None: none
+    chunked_prefill_note: str | None = None
+
+
+ENGINES: dict[str, Engine] = {}
+register = registrar(ENGINES, "engine")
+
+VLLM = register(Engine(
+    "vllm", "vLLM (v1 engine)", _vllm_defaults, vllm_pool, _non_torch_outside_nccl, True,
+    "vLLM prefills a {ctx:,}-token prompt in chunks of {chunk:,} (max_num_batched_tokens; "
+    "chunked prefill)"))
+SGLANG = register(Engine("sglang", "SGLang", _sglang_defaults, sglang_pool, _non_torch_with_nccl,
+                         False))
+DEFAULT_ENGINE = VLLM
+
+
+def get_engine(name: str) -> Engine:
+    try:
+        return ENGINES[name]
+    except KeyError:
+        raise UsageError(f"unknown --engine {name!r}; choose {', '.join(ENGINES)}") from None
+
+
+def defaults(engine: str, device_name: str | None, memory_bytes: int, tp: int, pp: int,
+             mla: bool) -> Defaults:
+    """The engine's defaults on a GPU (device_name: what torch reports, GPU.device_name)."""
+    return get_engine(engine).defaults(device_name, memory_bytes, tp, pp, mla)
+
+
+def non_torch_default(engine: str, gpus: int) -> int:
+    return get_engine(engine).non_torch(gpus)

@@ -100,7 +100,7 @@ class ServePlan:
 
 def serve(config: ModelConfig, scheme: Scheme, *, gpu: str | None = None,
           memory_bytes: int | None = None, tp: int = 1, pp: int = 1, kv_dtype: str = "bf16",
-          ctx: int | None = None, concurrency: int | None = None, engine: str = engines.VLLM,
+          ctx: int | None = None, concurrency: int | None = None, engine: str = engines.DEFAULT_ENGINE.name,
           utilization=None, max_num_batched_tokens: int | None = None,
           max_num_seqs: int | None = None, block_size: int | None = None,
           activation_bytes: int | None = None, non_torch_bytes: int | None = None,
@@ -114,7 +114,8 @@ def serve(config: ModelConfig, scheme: Scheme, *, gpu: str | None = None,
             raise UsageError("serve needs a GPU: --gpu NAME, or --gpu-mem SIZE")
         memory_bytes = card.memory_bytes
     ctx = ctx or config.context_length
-    d = engines.defaults(engine, card.name if card else None, memory_bytes, tp, pp, config.mla)
+    eng = engines.get_engine(engine)
+    d = eng.defaults(card.device_name if card else None, memory_bytes, tp, pp, config.mla)
     if block_size is not None:
         d = engines.Defaults(d.utilization, d.max_num_batched_tokens, d.max_num_seqs,
                              block_size, d.why + f"; block_size {block_size} (given)")
@@ -123,7 +124,7 @@ def serve(config: ModelConfig, scheme: Scheme, *, gpu: str | None = None,
         raise UsageError(f"--gpu-memory-utilization must be in (0, 1], got {float(util)}")
     n_tokens = max_num_batched_tokens or d.max_num_batched_tokens
     seqs = max_num_seqs or d.max_num_seqs
-    non_torch = (engines.non_torch_default(engine, tp * pp) if non_torch_bytes is None
+    non_torch = (eng.non_torch(tp * pp) if non_torch_bytes is None
                  else non_torch_bytes)
     kv_b = kv.kv_dtype_bytes(kv_dtype)
     stage_list = shards.stages(config, scheme, model_dtype_bytes, tp, pp, names)
@@ -131,19 +132,18 @@ def serve(config: ModelConfig, scheme: Scheme, *, gpu: str | None = None,
     for st in stage_list:
         caches = tuple(kv.layer_caches(config, kv_b, tp, st.layers))
         per_token = sum(c.bytes_per_token for c in caches)
-        if engine == engines.VLLM:
+        if eng.profile_run:
             last = st.index == pp - 1  # only the last stage runs the sampler
             act = ((activation_peak(config, n_tokens, seqs, tp) if last
                     else forward_peak(config, n_tokens, tp))
                    if activation_bytes is None else activation_bytes)
-            pool = engines.vllm_pool(memory_bytes, util, st.bytes, act, non_torch,
-                                     cuda_graph_bytes)
+            pool = eng.pool(memory_bytes, util, st.bytes, act, non_torch, cuda_graph_bytes)
             page = d.block_size * per_token
             blocks = max(pool, 0) // page if page else 0
             tokens = blocks * d.block_size
         else:
             act = 0
-            pool = engines.sglang_pool(memory_bytes, util, st.bytes, non_torch)
+            pool = eng.pool(memory_bytes, util, st.bytes, act, non_torch, cuda_graph_bytes)
             tokens = max(pool, 0) // per_token if per_token else 0
             blocks = tokens
         pools.append(StagePool(st, caches, per_token, act, pool, blocks, tokens))
@@ -154,9 +154,8 @@ def serve(config: ModelConfig, scheme: Scheme, *, gpu: str | None = None,
                    for p in pools) if per_seq else 0
     longest = _longest(pools, concurrency or 1, d.block_size) if bind.pool_bytes > 0 else None
     notes = list(notes)
-    if engine == engines.VLLM and ctx > n_tokens:
-        notes.append(f"vLLM prefills a {ctx:,}-token prompt in chunks of {n_tokens:,} "
-                     f"(max_num_batched_tokens; chunked prefill)")
+    if eng.chunked_prefill_note and ctx > n_tokens:
+        notes.append(eng.chunked_prefill_note.format(ctx=ctx, chunk=n_tokens))
     batch = concurrency or max_conc
     time = None
     if card is not None or (peak_tflops is not None and bandwidth_tbs is not None):

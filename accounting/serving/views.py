@@ -6,6 +6,7 @@ from fractions import Fraction
 
 from accounting.present.export import config_dict, csv_text, fraction
 from accounting.present.table import Table
+from accounting.serving.engines import get_engine
 from accounting.serving.plan import ServePlan
 from accounting.units import GB, GiB, decimal, grouped
 
@@ -83,7 +84,7 @@ def answer(p: ServePlan) -> Table:
 
 
 def _pool_rule(p: ServePlan) -> str:
-    if p.engine == "vllm":
+    if get_engine(p.engine).profile_run:
         return (f"pool = {_plain(p.utilization)} × memory − weights − activation peak at "
                 f"{grouped(p.max_num_batched_tokens)} tokens − non-torch "
                 f"{decimal(Fraction(p.non_torch_bytes, GiB), 2)} GiB (assumed) − CUDA graphs "
