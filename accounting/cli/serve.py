@@ -86,8 +86,9 @@ def parser() -> Parser:
                    help="prompt tokens for the time to first token (default --ctx)")
     w.add_argument("--concurrency", type=positive_int("--concurrency"), metavar="B",
                    help="sequences served at once (default: the most that fit)")
-    w.add_argument("--engine", choices=list(engines.ENGINES), default=engines.DEFAULT_ENGINE.name,
-                   help=" or ".join(e.name + (" (default)" if e is engines.DEFAULT_ENGINE else "")
+    default = engines.DEFAULT_ENGINE
+    w.add_argument("--engine", choices=list(engines.ENGINES), default=default.name,
+                   help=" or ".join(e.name + (" (default)" if e is default else "")
                                     for e in engines.ENGINES.values())
                    + ": whose pool rule and defaults")
     w.add_argument("--gpu-memory-utilization", type=_fraction("--gpu-memory-utilization"),

@@ -178,7 +178,7 @@ def rows(p: Plan) -> list[dict]:
                         ("recompute", f.recompute), ("adamw", f.adamw), ("total", f.total)):
         formula = ((compute.adamw_formula(p.config) if p.finetune is None else
                     finetune.adamw_formula(p.finetune)) if name == "adamw" and p.recipe is not None
-                   and p.recipe.optimizer in ("adamw", "adamw-fused") else "")
+                   and get_optimizer(p.recipe.optimizer).adamw_update else "")
         add("flops per step", "optimizer" if name == "adamw" and formula == "" else name,
             formula, value, "FLOPs")
     if p.fp8_flops:

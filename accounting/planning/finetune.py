@@ -37,6 +37,7 @@ from accounting.ledger import records as R
 from accounting.runtime.errors import UsageError
 from accounting.spec.config import ModelConfig
 from accounting.ledger.symbols import Expr
+from accounting.planning.optimizers import DEFAULT_OPTIMIZER
 from accounting.units import BF16, DTYPE_BYTES, FP32
 
 ALL_LINEAR = "all-linear"  # PEFT's shorthand (peft/utils/constants.py INCLUDE_LINEAR_LAYERS_SHORTHAND)
@@ -249,7 +250,7 @@ def adamw_exprs(ft: FineTune) -> tuple[Expr, Expr]:
 
 
 def step_flops(ft: FineTune, seq: int, batch: int, recompute: str = "none",
-               optimizer: str = "adamw"):
+               optimizer: str = DEFAULT_OPTIMIZER):
     """FLOPs of one LoRA step (compute.StepFlops), the optimizer (optimizers.py's
     registry) over the adapters only: they are training_state's trained tensors."""
     from accounting.planning import compute, training_state as TS  # StepFlops; the state

@@ -144,7 +144,7 @@ def plan(config: ModelConfig | str, seq: int | None = None, batch: int = 1, *,
     precision = A.choice(precision, "precision", PRECISIONS, "the input's default")
     implementation = A.choice(implementation, "implementation", recipes.IMPLEMENTATIONS,
                               "the input's default")
-    optimizer = A.choice(optimizer, "optimizer", recipes.OPTIMIZERS, "adamw")
+    optimizer = A.choice(optimizer, "optimizer", recipes.OPTIMIZERS, recipes.DEFAULT_OPTIMIZER)
     scope = A.choice(scope, "scope", SCOPES)
     recompute = A.choice(recompute, "recompute", RECOMPUTE)
     gpu = A.optional_name(gpu, "gpu", "a GPU name such as 'H100'")

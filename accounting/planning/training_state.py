@@ -95,7 +95,7 @@ def step_counters(opt: Optimizer, ts: tuple[Tensor, ...]) -> int:
     """How many 0-dim float32 step tensors the optimizer keeps (Muon's matrices keep none)."""
     if opt.step_counter is None:
         return 0
-    return sum(t.copies for t in ts if t.trained and not (opt.name == "muon" and t.role == HIDDEN_MATRIX))
+    return sum(t.copies for t in ts if t.trained and t.role != opt.counterless_role)
 
 
 def update_flops(opt: Optimizer, ts: tuple[Tensor, ...]) -> int:

@@ -17,6 +17,7 @@ from accounting.analysis.mtp import mtp
 from accounting.analysis.workload import Analysis
 from accounting.spec.presets import note
 from accounting.present.table import Table
+from accounting.planning.optimizers import DEFAULT_OPTIMIZER
 from accounting.units import GB, GIGA, MEGA, TERA, GiB, decimal, gigabytes, grouped, si
 from accounting.present.views import component_percents, percent_of
 
@@ -173,7 +174,7 @@ def plan_answer(p) -> Table:
         lines.append(_line("fine-tuning", f"{'QLoRA' if ft.qlora else 'LoRA'} r = {ft.lora.rank} "
                                           f"on {names}: {grouped(ft.adapter_count())} trainable "
                                           f"parameters ({ft.adapters.adapter_dtype}, "
-                                          f"{p.recipe.optimizer if p.recipe else 'adamw'}) of "
+                                          f"{p.recipe.optimizer if p.recipe else DEFAULT_OPTIMIZER}) of "
                                           f"{grouped(p.memory.parameters)}, the base frozen in {base}"))
     t = p.time
     if t is not None:

@@ -255,7 +255,6 @@ def state_bytes(s: States, precision: Precision) -> dict[str, int]:
 
 
 # ---- any precision and optimizer (issue 30): the state of the tensors this rank updates ----
-ELEMENTWISE = ("adamw", "adamw-fused", "sgd")  # state shaped like the parameter: any shard
 
 
 def updated(units: list[Unit], layout: Layout,
@@ -307,5 +306,5 @@ def optimizer_state(units: list[Unit], layout: Layout, s: States, optimizer: str
             acc = items.setdefault(st.item, [0, st.dtype])
             acc[0] += st.bytes
     counters = 0 if opt.step_counter is None else sum(
-        1 for t, _ in mine if not (opt.name == "muon" and role(t)))
+        1 for t, _ in mine if role(t) != opt.counterless_role)
     return [(k, b, dt) for k, (b, dt) in items.items()], counters
