@@ -28,13 +28,13 @@ def config_from_json(path):
 
 def matmul_frame(*args, **kwargs):
     """Per-record DataFrame for one workload (pandas imported on call); see frames.py."""
-    from accounting.present.frames import matmul_frame as f
+    from accounting.frames import matmul_frame as f
     return f(*args, **kwargs)
 
 
 def sweep(*args, **kwargs):
     """Long-form DataFrame over configs × context lengths (pandas imported on call)."""
-    from accounting.present.frames import sweep as f
+    from accounting.frames import sweep as f
     return f(*args, **kwargs)
 
 
@@ -48,13 +48,13 @@ def flops_grid(*args, **kwargs):
 def formulas_frame(*args, **kwargs):
     """The literature's FLOP formulas beside the exact count, as a DataFrame (pandas
     imported on call); see frames.py and literature.py."""
-    from accounting.present.frames import formulas_frame as f
+    from accounting.frames import formulas_frame as f
     return f(*args, **kwargs)
 
 
 def formula_terms_frame(*args, **kwargs):
     """Each formula's term-by-term reconciliation, as a DataFrame (pandas imported on call)."""
-    from accounting.present.frames import formula_terms_frame as f
+    from accounting.frames import formula_terms_frame as f
     return f(*args, **kwargs)
 
 

@@ -479,7 +479,7 @@ class FakeResult:
 
 def _fake_views(monkeypatch):
     from accounting.crosscheck import views
-    from accounting.present.table import Table
+    from accounting.tables.table import Table
     monkeypatch.setattr(views, "summary", lambda r: "fake: attention core analytic 1, fvcore 2")
     monkeypatch.setattr(views, "tables", lambda r, conventions=True:
                         [Table("Cross-check (fake)", notes=("n",))])

@@ -1,5 +1,5 @@
 """The Python API's arguments, checked where they enter: analyze() and Analysis's methods,
-flops_grid, accounting.planning.plan, the DataFrame functions (accounting/present/frames.py).
+flops_grid, accounting.planning.plan, the DataFrame functions (accounting/frames.py).
 
 A notebook user's typo must not turn into a wrong number or an AttributeError deep inside
 (issue 23: matmul_flops('Executed') gave the useful count, matmul_flops(phase='bogus') 0,

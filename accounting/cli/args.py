@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import re
 
-from accounting.present import output
+from accounting.tables import output
 from accounting.runtime import safe_io
 from accounting.analysis.workload import MAX_WORKLOAD
 from accounting.spec import fields as fields_meta
@@ -18,7 +18,7 @@ from accounting.spec.loaders import read_config
 from accounting.spec.presets import PRESETS, get_preset
 from accounting.runtime.errors import UsageError, shorten
 
-FORMATS = output.FORMATS  # the one output path's (accounting/present/output.py)
+FORMATS = output.FORMATS  # the one output path's (accounting/tables/output.py)
 PROGRAM = "python -m accounting"  # how the usage lines name the program
 LIMITS = (f"Limits, checked before any work: the spec's sizes (every N flag from --vocab-size "
           f"to --v-head-dim) up to 10^12, --num-layers up to {MAX_LAYERS:,}; --rope-theta, "
@@ -283,7 +283,7 @@ def config_from_args(ns: argparse.Namespace, drop: tuple[str, ...] = ()) -> Mode
 
 def flag_table() -> list[str]:
     """The spec's flags as Markdown rows (flag | field | kind and bound | meaning), from the
-    fields' metadata: the docs' table, generated (accounting/present/generated.py)."""
+    fields' metadata: the docs' table, generated (accounting/cli/generated.py)."""
     bounds = {fields_meta.SIZE: "integer, 1 to 10^12", fields_meta.COUNT: "integer, 0 to 10^12",
               fields_meta.NUMBER: "number > 0, finite", fields_meta.NUMBER0: "number ≥ 0, finite",
               fields_meta.FLAG: "--x / --no-x", fields_meta.LAYERS: "layer indices, comma-separated",

@@ -22,7 +22,9 @@ from typing import NoReturn
 
 from accounting.cli import args as cli_args
 from accounting.runtime import errors, names, safe_io
-from accounting.present import export, output, summary, views
+from accounting.cli import summary
+from accounting.present import export, views
+from accounting.tables import output
 from accounting.analysis.workload import analyze
 from accounting.cli.args import (Parser, add_model_args, add_output_args, config_from_args,
                                  hf_source_from_args, positive_int)
@@ -31,7 +33,7 @@ from accounting.ledger.records import EXECUTED, FORWARD, PHASES, TRAIN, USEFUL
 
 # Subcommands live in their own modules, imported only when used.
 SUBCOMMANDS = {"report": "accounting.cli.report", "plan": "accounting.cli.plan",
-               "serve": "accounting.cli.serve", "web": "accounting.cli.web"}
+               "serve": "accounting.cli.serve", "web": "accounting.web.command"}
 
 
 def parser() -> Parser:

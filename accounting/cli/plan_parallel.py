@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from accounting.present import output
+from accounting.tables import output
 from accounting.cli.args import integer_digits, positive_int
 from accounting.runtime.errors import UsageError
 from accounting.planning.gpus import DEFAULT_GPUS_PER_NODE, interconnect

@@ -12,7 +12,7 @@ from accounting.cli.plan import parse_size
 from accounting.formats.schemes import SCHEMES, get_scheme
 from accounting.planning.compute import exact
 from accounting.planning.gpus import gpu_help
-from accounting.present import output
+from accounting.tables import output
 from accounting.runtime.errors import UsageError, shorten
 from accounting.serving import engines, kv
 

@@ -11,7 +11,7 @@ from accounting.literature.compare import Comparison
 from accounting.literature.terms import Estimate
 from accounting.present.export import fraction
 from accounting.spec.presets import note
-from accounting.present.table import Table
+from accounting.tables.table import Table
 from accounting.units import decimal, grouped, percent, si
 
 RATIO_PLACES = 4

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 
 from accounting.spec.hf_config import COMMON_FREE, COMMON_MUST, HFConfig
-from accounting.present.table import Table
+from accounting.tables.table import Table
 
 
 def _json(value) -> str:

@@ -8,7 +8,7 @@ from accounting.ledger import records as R
 from accounting.spec.presets import note
 from accounting.analysis.workload import Analysis, analyze
 from accounting.ledger.symbols import Expr, fold_layers, monomial, validity
-from accounting.present.table import Table
+from accounting.tables.table import Table
 from accounting.units import (
     BYTES_PER_ELEMENT,
     FLOPS_PER_MAC,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 from accounting.present.export import config_dict, csv_text, fraction
-from accounting.present.table import Table
+from accounting.tables.table import Table
 from accounting.serving.engines import get_engine
 from accounting.serving.plan import ServePlan
 from accounting.units import GB, GiB, decimal, grouped

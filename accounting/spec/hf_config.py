@@ -57,7 +57,7 @@ from accounting.spec import (  # noqa: F401
 
 def supported_types() -> str:
     """The model_types a config.json may name, in the table's order: the one list --help,
-    the errors and the docs (accounting/present/generated.py) are written from."""
+    the errors and the docs (accounting/cli/generated.py) are written from."""
     return ", ".join([*TYPES, *WRAPPERS])
 
 

@@ -7,7 +7,7 @@ from fractions import Fraction
 from accounting.planning.parallel.layout import ZERO_STAGES
 from accounting.planning.parallel.search import Search
 from accounting.planning.views import _dec, _seconds
-from accounting.present.table import Table
+from accounting.tables.table import Table
 from accounting.units import gigabytes, percent
 
 SHOWN = 20

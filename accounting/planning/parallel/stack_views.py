@@ -3,7 +3,7 @@ engine, the model-state subtotal, and what one block saves. Formatting only."""
 from __future__ import annotations
 
 from accounting.planning.parallel.plan import ParallelPlan
-from accounting.present.table import Table
+from accounting.tables.table import Table
 from accounting.units import gibibytes, gigabytes, grouped
 
 

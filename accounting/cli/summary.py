@@ -16,7 +16,7 @@ from accounting.ledger import records as R
 from accounting.analysis.mtp import mtp
 from accounting.analysis.workload import Analysis
 from accounting.spec.presets import note
-from accounting.present.table import Table
+from accounting.tables.table import Table
 from accounting.planning.optimizers import DEFAULT_OPTIMIZER
 from accounting.units import GB, GIGA, MEGA, TERA, GiB, decimal, gigabytes, grouped, si
 from accounting.present.views import component_percents, percent_of

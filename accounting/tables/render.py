@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import textwrap
 
-from accounting.present.table import Table
+from accounting.tables.table import Table
 
 MIN_COLUMN = 12  # a wrapped column keeps at least this many characters
 GAP = "  "

@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 from typing import Callable
 
-from accounting.present import render
-from accounting.present.table import Table
+from accounting.tables import render
+from accounting.tables.table import Table
 from accounting.runtime import safe_io
 
 TEXT, MARKDOWN, CSV, JSON = "text", "markdown", "csv", "json"
