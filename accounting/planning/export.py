@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from accounting.present.export import config_dict, csv_text, fraction
+from accounting.present.export import config_dict
+from accounting.tables.data import csv_text, fraction
 from accounting.planning import compute, cuda_peak, memory
 from accounting.planning.inference import (decode_flops_expr, kv_elements_per_token,
                                            state_elements_per_sequence)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from accounting.present.export import config_dict, csv_text, fraction
+from accounting.present.export import config_dict
+from accounting.tables.data import csv_text, fraction
 from accounting.tables.table import Table
 from accounting.serving.engines import get_engine
 from accounting.serving.plan import ServePlan

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from accounting.present.export import config_dict, csv_text, fraction
+from accounting.present.export import config_dict
+from accounting.tables.data import csv_text, fraction
 from accounting.planning.parallel.layout import ZERO_STAGES, Layout, layer_split
 from accounting.planning.parallel.plan import CHECKED, FORMULA_ONLY, ParallelPlan
 

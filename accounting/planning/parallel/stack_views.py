@@ -77,7 +77,7 @@ def formulas_tables(estimates) -> list[Table]:
 
 
 def formulas_dict(estimates) -> list[dict]:
-    from accounting.present.export import fraction
+    from accounting.tables.data import fraction
     from fractions import Fraction
     return [{"key": e.key, "name": e.name, "source": e.source, "quantity": e.quantity,
              "formula_bytes": fraction(Fraction(e.formula)), "exact_bytes": e.exact,

@@ -34,8 +34,6 @@ from dataclasses import dataclass
 from functools import cached_property
 from math import prod
 
-# the ZeRO paper's formula is written once, in the literature's memory formulas
-from accounting.literature.memory_formulas import ZERO_PAPER_STAGES, zero_paper_bytes  # noqa: F401
 from accounting.planning.memory import Precision
 from accounting.planning.optimizers import HIDDEN_MATRIX, get_optimizer
 from accounting.planning.parallel.layout import Layout, expert_shard_dim, stage_layers
