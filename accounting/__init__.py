@@ -9,8 +9,8 @@ Pure Python: importing this package imports neither torch, pandas nor matplotlib
 """
 from accounting.runtime import startup as _startup  # noqa: F401  (first: Ctrl-C at start-up)
 from accounting.analysis.workload import Analysis, analyze
-from accounting.spec.presets import PRESETS, get_preset
-from accounting.spec.config import ModelConfig, default_d_ff
+from accounting.architecture.presets import PRESETS, get_preset
+from accounting.architecture.config import ModelConfig, default_d_ff
 from accounting.runtime.errors import UsageError
 from accounting.units import FLOPS_PER_MAC
 
@@ -22,7 +22,7 @@ def config_from_json(path):
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"path must be a file path (a str or a pathlib.Path), got "
                         f"{type(path).__name__}")
-    from accounting.spec.loaders import config_from_json as f
+    from accounting.architecture.loaders import config_from_json as f
     return f(path)
 
 

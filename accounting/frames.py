@@ -13,7 +13,7 @@ from accounting.analysis import arguments as A
 from accounting.ledger import records as R
 from accounting.analysis.workload import analyze
 from accounting.ledger.ledger import ledger
-from accounting.spec.config import ModelConfig
+from accounting.architecture.config import ModelConfig
 from accounting.present.export import ledger_rows
 
 

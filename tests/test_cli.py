@@ -161,8 +161,8 @@ def test_import_is_light():
 def test_presets_read_their_config_json_when_first_looked_up():
     # Real checkpoints' config.json files are read and translated on first lookup, not at
     # `import accounting`; membership, order and length need none of them.
-    code = ("import sys, accounting; from accounting.spec import presets; P = accounting.PRESETS; "
-            "print('accounting.spec.hf_config' in sys.modules, len(P) == len(list(P)) > 16, "
+    code = ("import sys, accounting; from accounting.architecture import presets; P = accounting.PRESETS; "
+            "print('accounting.architecture.hf_config' in sys.modules, len(P) == len(list(P)) > 16, "
             "'Qwen/Qwen3-8B' in P, 'gpt2' in P, 'openai-community/gpt2' in list(P), "
             "len(presets._HF_SOURCES)); "
             "c = P['Qwen/Qwen3-8B']; "
@@ -186,7 +186,7 @@ def test_every_spec_field_has_one_flag_generated_from_its_metadata():
     import dataclasses
 
     from accounting.cli.args import flag_table
-    from accounting.spec.config import ModelConfig
+    from accounting.architecture.config import ModelConfig
     names = [f.name for f in dataclasses.fields(ModelConfig)]
     rows = flag_table()[2:]
     fields_in_table = [r.split(" | ")[1].strip("`") for r in rows]

@@ -388,7 +388,7 @@ def test_vllm_batch_defaults_follow_the_device_name():
     # A100 by that test; the A100 80GB ("NVIDIA A100-SXM4-80GB") is.
     from accounting.formats.schemes import get_scheme
     from accounting.serving.plan import serve
-    from accounting.spec.presets import get_preset
+    from accounting.architecture.presets import get_preset
     c = get_preset("gpt2-small")
     for gpu, chunk, seqs in (("A800", 8192, 1024), ("A100", 2048, 256), ("H20", 8192, 1024),
                              ("RTX-3090", 2048, 256)):

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from accounting.runtime import safe_io
 from accounting.cli.main import main
-from accounting.spec.config import ModelConfig
+from accounting.architecture.config import ModelConfig
 from accounting.runtime.errors import UsageError
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -66,7 +66,7 @@ def _llama(**changes) -> dict:
 
 def test_an_int_and_a_float_of_one_value_agree():
     """Was: 'contradictory keys rope_theta = 500000, rope_parameters.rope_theta = 500000.0'."""
-    from accounting.spec.hf_config import translate
+    from accounting.architecture.hf_config import translate
     data = _llama(rope_theta=500000, rope_parameters={"rope_type": "default",
                                                       "rope_theta": 500000.0})
     data.pop("rope_scaling")
@@ -75,7 +75,7 @@ def test_an_int_and_a_float_of_one_value_agree():
 
 def test_two_values_still_contradict():
     from accounting.runtime.errors import UsageError
-    from accounting.spec.hf_config import translate
+    from accounting.architecture.hf_config import translate
     data = _llama(rope_theta=500000, rope_parameters={"rope_type": "default",
                                                       "rope_theta": 500001.0})
     data.pop("rope_scaling")
@@ -213,7 +213,7 @@ def test_a_llama4_file_tuning_no_nope_layer_still_reads():
     """attn_temperature_tuning true with every layer RoPE (no_rope_layers all 1) is a no-op
     in transformers' Llama4TextAttention (it scales only where not use_rope): read, not
     refused."""
-    from accounting.spec.hf_config import translate
+    from accounting.architecture.hf_config import translate
     from test_hf_llama4 import TEXT
     data = {**TEXT, "no_rope_layers": [1, 1, 1, 1], "attn_temperature_tuning": True}
     c = translate(data, "f", "f").config

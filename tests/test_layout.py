@@ -122,7 +122,7 @@ def test_model_reads_only_the_spec():
     the cross-check does not share the formulas it checks (issue 22, Must 3)."""
     graph = _graph(ROOT)
     outside = {(m, t) for m, ts in graph.items() if m.split(".")[0] == "model" for t in ts
-               if t.split(".")[0] == "accounting" and t != "accounting.spec.config"}
+               if t.split(".")[0] == "accounting" and t != "accounting.architecture.config"}
     assert outside == set()
 
 

@@ -137,13 +137,13 @@ def test_readme_starts_with_the_two_fresh_machine_commands():
 
 
 def test_the_model_type_lists_are_the_hf_tables_own():
-    # issue 24: the supported model_types are stated once (accounting/spec/hf_config.py
+    # issue 24: the supported model_types are stated once (accounting/architecture/hf_config.py
     # TYPES): docs/architectures.md's table and docs/cli.md's list are generated blocks
     # (test_generated_tables_are_current checks their text), --help and the error for an
     # unknown model_type name every type, in the table's order
     from accounting.cli.main import parser
     from accounting.runtime.errors import UsageError
-    from accounting.spec.hf_config import TYPES, WRAPPERS, translate
+    from accounting.architecture.hf_config import TYPES, WRAPPERS, translate
     docs = README.parent / "docs"
     for page, name in (("architectures.md", "model-types"), ("cli.md", "model-type-names")):
         assert f"<!-- generated: {name} -->" in (docs / page).read_text(encoding="utf-8"), page

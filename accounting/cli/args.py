@@ -10,12 +10,12 @@ import re
 from accounting.tables import output
 from accounting.runtime import safe_io
 from accounting.analysis.workload import MAX_WORKLOAD
-from accounting.spec import fields as fields_meta
-from accounting.spec.config import (LAYER_TYPES, MAX_CONFIG_BYTES, MAX_LAYERS, MAX_NAME, MAX_SIZE, MLPS,
+from accounting.architecture import fields as fields_meta
+from accounting.architecture.config import (LAYER_TYPES, MAX_CONFIG_BYTES, MAX_LAYERS, MAX_NAME, MAX_SIZE, MLPS,
                                     ModelConfig)
-from accounting.spec.hf_config import supported_types
-from accounting.spec.loaders import read_config
-from accounting.spec.presets import PRESETS, get_preset
+from accounting.architecture.hf_config import supported_types
+from accounting.architecture.loaders import read_config
+from accounting.architecture.presets import PRESETS, get_preset
 from accounting.runtime.errors import UsageError, shorten
 
 FORMATS = output.FORMATS  # the one output path's (accounting/tables/output.py)
@@ -167,7 +167,7 @@ def _non_negative_int(flag: str):
 
 
 def _spec_flag(group, f, m) -> None:
-    """One spec field's flag, from its metadata (accounting/spec/fields.py)."""
+    """One spec field's flag, from its metadata (accounting/architecture/fields.py)."""
     kw = {"dest": f.name, "help": m.help}
     if m.kind == fields_meta.SIZE:
         kw.update(type=positive_int(m.flag, MAX_SIZE, "10^12"), metavar="N")
@@ -300,7 +300,7 @@ def hf_source_from_args(ns: argparse.Namespace):
     """The Hugging Face config.json the model came from (a shipped preset's, or --config's
     when it is in Hugging Face's format), else None: for the transformers cross-check and
     the table of what was read. Call after config_from_args (which reports bad input)."""
-    from accounting.spec import hf_config, presets
+    from accounting.architecture import hf_config, presets
     if ns.model:
         return presets.hf_source(ns.model)
     if ns.config:

@@ -33,7 +33,7 @@ def _spec_flags() -> str:
 def _model_types() -> str:
     """The Hugging Face table's model_types (hf_config.TYPES, in its order): transformers'
     class and the rules with no key, in the row's own words; then the refused ones."""
-    from accounting.spec.hf_config import TYPES, UNSUPPORTED
+    from accounting.architecture.hf_config import TYPES, UNSUPPORTED
     rows = ["| `model_type` | transformers' model | rules with no key (the table's own words) |",
             "| --- | --- | --- |"]
     rows += [f"| `{t.model_type}` | `{t.transformers_class}` | {t.rules} |" for t in TYPES.values()]
@@ -44,8 +44,8 @@ def _model_types() -> str:
 
 
 def _model_type_names() -> str:
-    from accounting.spec.hf_config import supported_types
-    return ("Supported `model_type`s (accounting/spec/hf_config.py TYPES): "
+    from accounting.architecture.hf_config import supported_types
+    return ("Supported `model_type`s (accounting/architecture/hf_config.py TYPES): "
             + ", ".join(f"`{mt}`" for mt in supported_types().split(", ")) + ".\n")
 
 

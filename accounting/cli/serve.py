@@ -136,15 +136,15 @@ def _parallel(ns) -> tuple[int, int]:
 
 def _quantization(ns) -> tuple[object, object]:
     """(the checkpoint's quantization_config or None, its HFConfig names or None)."""
-    from accounting.spec import hf_config, presets
-    from accounting.spec.own_format import read_json
+    from accounting.architecture import hf_config, presets
+    from accounting.architecture.own_format import read_json
     if ns.model:
         hf = presets.hf_source(ns.model)
         return (None if hf is None else hf.data.get(QUANT_KEY)), (hf.type.names if hf else None)
     if ns.config:
         data, _ = read_json(ns.config)
         if isinstance(data, dict) and "model_type" in data:
-            from accounting.spec.hf_types_kimi import checkpoint_quantization
+            from accounting.architecture.hf_types_kimi import checkpoint_quantization
             mt = data["model_type"]
             if mt in hf_config.WRAPPERS:  # a wrapper's language model names the modules
                 rest = {k: v for k, v in data.items() if k != QUANT_KEY}

@@ -15,7 +15,7 @@ from fractions import Fraction
 from accounting.ledger import records as R
 from accounting.analysis.mtp import mtp
 from accounting.analysis.workload import Analysis
-from accounting.spec.presets import note
+from accounting.architecture.presets import note
 from accounting.tables.table import Table
 from accounting.planning.optimizers import DEFAULT_OPTIMIZER
 from accounting.units import GB, GIGA, MEGA, TERA, GiB, decimal, gigabytes, grouped, si

@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from accounting.spec.config import ModelConfig
-from accounting.spec.presets import get_preset
+from accounting.architecture.config import ModelConfig
+from accounting.architecture.presets import get_preset
 from accounting.planning.memory import get_precision
 from accounting.planning.parallel import comms as C
 from accounting.planning.parallel import activations as A

@@ -10,7 +10,7 @@ from fractions import Fraction
 from accounting.literature.compare import Comparison
 from accounting.literature.terms import Estimate
 from accounting.tables.data import fraction
-from accounting.spec.presets import note
+from accounting.architecture.presets import note
 from accounting.tables.table import Table
 from accounting.units import decimal, grouped, percent, si
 

@@ -20,7 +20,7 @@ from fractions import Fraction
 
 from accounting.analysis.mtp import mtp
 from accounting.analysis.workload import analyze
-from accounting.spec.config import ModelConfig
+from accounting.architecture.config import ModelConfig
 from accounting.runtime import names
 from accounting.runtime.errors import UsageError, shorten
 from accounting.ledger.symbols import Expr

@@ -35,7 +35,7 @@ from accounting.ledger.builder.lora import Adapters
 from accounting.ledger.ledger import ledger
 from accounting.ledger import records as R
 from accounting.runtime.errors import UsageError
-from accounting.spec.config import ModelConfig
+from accounting.architecture.config import ModelConfig
 from accounting.ledger.symbols import Expr
 from accounting.planning.optimizers import DEFAULT_OPTIMIZER
 from accounting.units import BF16, DTYPE_BYTES, FP32

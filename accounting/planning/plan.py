@@ -7,7 +7,7 @@ from fractions import Fraction
 
 from accounting.analysis import arguments as A
 from accounting.analysis.workload import MAX_WORKLOAD, check_workload
-from accounting.spec.config import ModelConfig
+from accounting.architecture.config import ModelConfig
 from accounting.runtime import names
 from accounting.runtime.errors import UsageError
 from accounting.planning.compute import (
@@ -136,7 +136,7 @@ def plan(config: ModelConfig | str, seq: int | None = None, batch: int = 1, *,
     (double_quant: bitsandbytes' double quantization), module_names: transformers'
     ModuleNames for PEFT's target names (None: the course model's)."""
     if from_hf is None:
-        from accounting.spec.presets import HF_IDS
+        from accounting.architecture.presets import HF_IDS
         from_hf = isinstance(config, str) and config in HF_IDS
     config = A.config(config)
     seq = A.count(seq, "seq", "the config's context_length")

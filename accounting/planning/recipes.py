@@ -14,7 +14,7 @@ from accounting.ledger.builder.common import COURSE, TRANSFORMERS
 from accounting.planning.optimizers import DEFAULT_OPTIMIZER, OPTIMIZERS, get_optimizer, is_default
 from accounting.planning.precisions import BF16_MASTER, BF16_MIXED, get_precision
 from accounting.runtime.errors import UsageError
-from accounting.spec.config import ModelConfig
+from accounting.architecture.config import ModelConfig
 from accounting.units import FP32
 
 IMPLEMENTATIONS = {

@@ -15,7 +15,7 @@ from accounting.ledger.ledger import ledger
 from accounting.ledger.symbols import Expr
 from accounting.planning.optimizers import HIDDEN_MATRIX, Optimizer, State
 from accounting.planning.precisions import Precision
-from accounting.spec.config import ModelConfig
+from accounting.architecture.config import ModelConfig
 from accounting.units import DTYPE_BYTES, FP32
 
 Trainable = Callable[[R.Param], bool] | None

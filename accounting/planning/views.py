@@ -18,7 +18,7 @@ from accounting.planning.plan import Plan
 from accounting.planning import training_state
 from accounting.planning.optimizers import get_optimizer, is_default
 from accounting.planning.recipes import ATTENTION_NAMES, IMPLEMENTATIONS
-from accounting.spec.presets import title
+from accounting.architecture.presets import title
 from accounting.tables.table import Table
 from accounting.units import MEGA, TERA, decimal, gibibytes, gigabytes, grouped, si
 

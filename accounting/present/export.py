@@ -4,7 +4,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 from accounting.ledger import records as R
-from accounting.spec.presets import note
+from accounting.architecture.presets import note
 from accounting.analysis.mtp import mtp
 from accounting.analysis.workload import Analysis
 from accounting.ledger.symbols import validity

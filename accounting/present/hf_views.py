@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from accounting.spec.hf_config import COMMON_FREE, COMMON_MUST, HFConfig
+from accounting.architecture.hf_config import COMMON_FREE, COMMON_MUST, HFConfig
 from accounting.tables.table import Table
 
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from accounting.ledger.ledger import ledger
 from accounting.runtime.errors import UsageError
 from accounting.serving.shards import kv_heads_per_gpu
-from accounting.spec.config import ModelConfig
+from accounting.architecture.config import ModelConfig
 from accounting.units import BF16, DTYPE_BYTES, FP8, FP8_E4M3, FP8_E5M2, FP16, STORAGE_BYTES
 
 KV_DTYPES = {BF16: DTYPE_BYTES[BF16], FP16: DTYPE_BYTES[FP16], FP8: STORAGE_BYTES[FP8_E4M3],

@@ -15,7 +15,7 @@ from accounting.planning.gpus import get_gpu
 from accounting.runtime.errors import UsageError
 from accounting.serving import engines, kv, shards, timing
 from accounting.serving.activation import activation_peak, forward_peak
-from accounting.spec.config import ModelConfig
+from accounting.architecture.config import ModelConfig
 from accounting.units import TERA
 
 MAX_CONTEXT_SEARCH = 10**9

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from accounting.spec.config import ModelConfig
-from accounting.spec.presets import get_preset
+from accounting.architecture.config import ModelConfig
+from accounting.architecture.presets import get_preset
 from accounting.planning.gpus import interconnect
 from accounting.planning.memory import BF16_MIXED, FP32, get_precision
 from accounting.planning.parallel.export import flat_rows, to_dict

@@ -13,7 +13,7 @@ from functools import lru_cache
 from math import prod
 
 from accounting.analysis.workload import check_workload
-from accounting.spec.config import ModelConfig
+from accounting.architecture.config import ModelConfig
 from accounting.runtime import names
 from accounting.runtime.errors import UsageError
 from accounting.planning.compute import check_mfu, exact

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from itertools import product
 from math import gcd
 
-from accounting.spec.config import ModelConfig
+from accounting.architecture.config import ModelConfig
 from accounting.planning.gpus import Hardware, Interconnect
 from accounting.planning.memory import Precision
 from accounting.planning.parallel.layout import Layout, check_numbers, divisors, experts, problems

@@ -18,7 +18,7 @@ from accounting.planning.parallel.stacks import (DEFAULT_STACK, W16, Stack, get_
 from accounting.planning.parallel.states import States
 from accounting.planning.memory import Precision
 from accounting.ledger.builder.common import COURSE, TORCHTITAN as TITAN_IMPL
-from accounting.spec.config import ModelConfig
+from accounting.architecture.config import ModelConfig
 from accounting.units import BF16
 
 

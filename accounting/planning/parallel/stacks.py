@@ -50,7 +50,7 @@ from accounting.planning.parallel.layout import Layout
 from accounting.planning.parallel.megatron import padded_vocab
 from accounting.planning.parallel.states import States
 from accounting.runtime.errors import UsageError
-from accounting.spec.config import ModelConfig
+from accounting.architecture.config import ModelConfig
 from accounting.ledger.builder.common import COURSE, TORCHTITAN as TITAN_IMPL, TRANSFORMERS
 from accounting.units import BF16, DTYPE_BYTES, FP32
 from accounting.registry import registrar

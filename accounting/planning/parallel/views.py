@@ -12,7 +12,7 @@ from accounting.planning.mfu import END_TO_END
 from accounting.planning.optimizers import is_default
 from accounting.planning.parallel.step import megatron_seconds
 from accounting.planning.views import _dec, _num, _seconds
-from accounting.spec.presets import title
+from accounting.architecture.presets import title
 from accounting.tables.table import Table
 from accounting.units import GB, TERA, gibibytes, gigabytes, grouped, percent, si
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Mapping
 
-from accounting.spec.config import ModelConfig
-from accounting.spec.hf_schema import (
+from accounting.architecture.config import ModelConfig
+from accounting.architecture.hf_schema import (
     ATTENTION_BIAS, ATTENTION_DROPOUT, BOOL, CHOICE, EPS, GPT2_NAMES, INT, dropout,
     INT_OR_ABSENT, INT_OR_NULL, LIST, LLAMA_FAMILY, LLAMA_NAMES, NONNEG, OLMO2_NAMES, PLAIN_ACTS, ROPE_MUST,
     Derived, HFType, Key, Must, Noted, Required, head_dim, kv_heads, llama_sizes, register,

@@ -9,12 +9,12 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
-from accounting.spec.config import ModelConfig
-from accounting.spec.own_format import read_json
+from accounting.architecture.config import ModelConfig
+from accounting.architecture.own_format import read_json
 from accounting.runtime.errors import UsageError
 
 if TYPE_CHECKING:
-    from accounting.spec.hf_config import HFConfig
+    from accounting.architecture.hf_config import HFConfig
 
 _HF_SOURCES: dict[str, HFConfig] = {}
 
@@ -25,7 +25,7 @@ def hf_source(name: str) -> HFConfig | None:
     if name not in HF_IDS:
         return None
     if name not in _HF_SOURCES:
-        from accounting.spec import hf_config  # on first use: `import accounting` stays light
+        from accounting.architecture import hf_config  # on first use: `import accounting` stays light
         data, source = read_json(hf_config.PACKAGED / f"{name}.json")
         _HF_SOURCES[name] = hf_config.translate(data, f"shipped {name}.json", name, name)
     return _HF_SOURCES[name]
@@ -40,7 +40,7 @@ def _cs336(name: str, num_layers: int, d_model: int, num_heads: int) -> tuple[st
 
 def _hf(hf_id: str) -> tuple[str, None]:
     """A real checkpoint, from its config.json as shipped (accounting/hf_configs/<id>.json,
-    read by accounting/spec/hf_config.py on first use): the file is the one source of its
+    read by accounting/architecture/hf_config.py on first use): the file is the one source of its
     architecture."""
     return hf_id, None
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from accounting.runtime.errors import escape
-from accounting.spec import hf_config
-from accounting.spec.config import MAX_NAME, ModelConfig
-from accounting.spec.own_format import config_from_dict, read_json
+from accounting.architecture import hf_config
+from accounting.architecture.config import MAX_NAME, ModelConfig
+from accounting.architecture.own_format import config_from_dict, read_json
 
 
 def config_from_json(path: str | Path) -> ModelConfig:
     """A config from a JSON file with ModelConfig's field names (d_ff may be omitted), or
-    a Hugging Face config.json (it names its model_type: accounting/spec/hf_config.py)."""
+    a Hugging Face config.json (it names its model_type: accounting/architecture/hf_config.py)."""
     return read_config(path)[0]
 
 

@@ -10,11 +10,11 @@ from types import MappingProxyType
 from typing import Mapping
 
 from accounting.runtime.errors import UsageError
-from accounting.spec.hf_schema import (
+from accounting.architecture.hf_schema import (
     ATTENTION_DROPOUT, BOOL, CHOICE, EPS, GATED_ACTS, INT, INT_OR_NULL, LIST, NONNEG, PATTERN, THETA,
     WINDOW_PATTERN, Derived, HFType,
     Key, ModuleNames, Noted, Required, kv_heads, register, rope_must)
-from accounting.spec.hf_types_moe import ROUTER_FREE
+from accounting.architecture.hf_types_moe import ROUTER_FREE
 
 # ---- Nemotron-H's expert blocks (NemotronHMoE, modeling_nemotron_h.py): a sigmoid router
 # (NemotronHTopkRouter: F.linear in float32, sigmoid, + e_score_correction_bias, a buffer,

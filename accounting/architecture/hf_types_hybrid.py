@@ -9,13 +9,13 @@ from types import MappingProxyType
 from typing import Mapping
 
 from accounting.runtime.errors import UsageError
-from accounting.spec.hf_schema import (
+from accounting.architecture.hf_schema import (
     ATTENTION_BIAS, ATTENTION_DROPOUT, BOOL, CHOICE, EPS, GATED_ACTS, INT, INT_OR_ABSENT, LIST,
     LLAMA_FAMILY,
     NONNEG, PATTERN, ROPE_MUST, THETA, Derived, HFType, Key, ModuleNames, Must, Noted,
     Required, head_dim, kv_heads, register, rope_must)
-from accounting.spec.hf_types_moe import ROUTER_FREE, shared_experts
-from accounting.spec.hf_types_mamba_moe import (
+from accounting.architecture.hf_types_moe import ROUTER_FREE, shared_experts
+from accounting.architecture.hf_types_mamba_moe import (
     NEMOTRON_MOE_FIELDS, NEMOTRON_MOE_FREE, NEMOTRON_MOE_KEY_NAMES, NEMOTRON_MOE_KEYS,
     NEMOTRON_MOE_NAMES, NEMOTRON_MOE_NOTED, nemotron_experts)
 

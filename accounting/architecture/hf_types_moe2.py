@@ -8,17 +8,17 @@ from types import MappingProxyType
 from typing import Mapping
 
 from accounting.runtime.errors import UsageError
-from accounting.spec.config import ModelConfig
-from accounting.spec.hf_schema import (
+from accounting.architecture.config import ModelConfig
+from accounting.architecture.hf_schema import (
     ATTENTION_BIAS, ATTENTION_DROPOUT, BOOL, CHOICE, DEEPSEEK_V3_NAMES, EPS, GATED_ACTS, INT,
     INTEGER, INT_OR_ABSENT, INT_OR_NULL, LIST,
     LLAMA_FAMILY, MOE_NAMES, NONNEG, NONNEG_OR_NULL, ROPE_MUST, THETA, Derived, HFType, Key, ModuleNames, Must,
     Noted, Required, head_dim, kv_heads, llama_sizes, register, rope_keys, rope_must, short)
-from accounting.spec.hf_types_dense import layers_of
-from accounting.spec.hf_types_moe import (ROUTER_FREE, ROUTER_NOTES, _deepseek_layers,
+from accounting.architecture.hf_types_dense import layers_of
+from accounting.architecture.hf_types_moe import (ROUTER_FREE, ROUTER_NOTES, _deepseek_layers,
                                           MTP_KEY, _qwen3_moe_layers, _write_first_k,
                                           shared_experts)
-from accounting.spec.hf_types_parallel import _FACTOR_ALIASES, _rotary, _rotary_back
+from accounting.architecture.hf_types_parallel import _FACTOR_ALIASES, _rotary, _rotary_back
 
 # OLMoE-1B-7B (allenai/OLMoE-1B-7B-0924): OlmoeAttention's q_norm over hidden_size and
 # k_norm over (hidden_size // heads)·kv_heads, on the projections before the head split

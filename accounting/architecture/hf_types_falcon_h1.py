@@ -11,7 +11,7 @@ from types import MappingProxyType
 from typing import Mapping
 
 from accounting.runtime.errors import UsageError
-from accounting.spec.hf_schema import (
+from accounting.architecture.hf_schema import (
     ATTENTION_DROPOUT, BOOL, CHOICE, EPS, INT, INT_OR_ABSENT, INT_OR_NULL, LIST, LLAMA_FAMILY,
     ROPE_MUST, THETA, WINDOW_PATTERN, Derived, HFType, Key, ModuleNames, Required, head_dim,
     kv_heads, register)

@@ -10,10 +10,10 @@ from types import MappingProxyType
 from typing import Mapping
 
 from accounting.runtime.errors import UsageError
-from accounting.spec.hf_schema import (
+from accounting.architecture.hf_schema import (
     ATTENTION_DROPOUT, BOOL, CHOICE, EPS, INT, INT_OR_ABSENT, NONNEG,
     WINDOW_PATTERN, Derived, HFType, Key, ModuleNames, Required, head_dim, kv_heads, register)
-from accounting.spec.hf_types_moe import ROUTER_FREE, ROUTER_NOTES
+from accounting.architecture.hf_types_moe import ROUTER_FREE, ROUTER_NOTES
 
 
 def _jamba_layers(v: Mapping, where: str):

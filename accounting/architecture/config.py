@@ -13,14 +13,14 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from functools import cached_property
 
-from accounting.spec import describe
-from accounting.spec.checks import validate
+from accounting.architecture import describe
+from accounting.architecture.checks import validate
 # the vocabulary, re-exported: the CLI, the builder and model/ read it as config.X
-from accounting.spec.choices import (  # noqa: F401
+from accounting.architecture.choices import (  # noqa: F401
     ATTENTIONS, BLOCKS, GROUP_SCORES, LAYER_TYPES, MAX_CONFIG_BYTES, MIXER_TYPES, MAX_LAYERS, MAX_NAME,
     MAX_REAL, MAX_SIZE, MLPS, NORM_PLACEMENTS, NORMS, POSITIONS, QK_NORMS, ROUTERS, LayerKind,
     MLPKind, default_d_ff)
-from accounting.spec.fields import (CHOICE, COUNT, EXTRAS, FLAG, LAYERS, NUMBER, NUMBER0, SIZE,
+from accounting.architecture.fields import (CHOICE, COUNT, EXTRAS, FLAG, LAYERS, NUMBER, NUMBER0, SIZE,
                                      SIZES, TEXT, TYPES, spec)
 
 
@@ -448,7 +448,7 @@ class ModelConfig:
     @property
     def architecture(self) -> str:
         """The choices in words, e.g. 'pre-norm RMSNorm, SwiGLU, RoPE, multi-head attention,
-        untied LM head, no biases' (accounting/spec/describe.py)."""
+        untied LM head, no biases' (accounting/architecture/describe.py)."""
         return describe.architecture(self)
 
     def model_kwargs(self) -> dict:

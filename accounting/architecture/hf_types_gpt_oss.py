@@ -17,13 +17,13 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Mapping
 
-from accounting.spec.config import ModelConfig
-from accounting.spec.hf_schema import (
+from accounting.architecture.config import ModelConfig
+from accounting.architecture.hf_schema import (
     ATTENTION_DROPOUT, BOOL, EPS, INT, INT_OR_NULL, LIST, LLAMA_FAMILY, LLAMA_NAMES, ROPE_MUST,
     THETA, Derived, HFType, Key, ModuleNames, Must, Noted, Required, head_dim, kv_heads,
     llama_sizes, real, register, short)
-from accounting.spec.hf_types_dense import layers_of
-from accounting.spec.hf_types_moe import ROUTER_FREE
+from accounting.architecture.hf_types_dense import layers_of
+from accounting.architecture.hf_types_moe import ROUTER_FREE
 from accounting.runtime.errors import UsageError
 
 # The router is mlp.router (weight and bias), the experts mlp.experts; the rest as llama.

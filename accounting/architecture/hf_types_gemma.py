@@ -8,8 +8,8 @@ import math
 from types import MappingProxyType
 from typing import Mapping
 
-from accounting.spec.config import ModelConfig
-from accounting.spec.hf_schema import (
+from accounting.architecture.config import ModelConfig
+from accounting.architecture.hf_schema import (
     TYPES, WRAPPERS, carry_dtype, check_wrapper_keys,
     ATTENTION_BIAS, ATTENTION_DROPOUT, BOOL, CHOICE, EPS, GATED_ACTS, INT, INT_OR_ABSENT,
     INT_OR_NULL, LIST,
@@ -17,7 +17,7 @@ from accounting.spec.hf_schema import (
     LLAMA_NAMES, NUMBER_OR_NULL, ROPE_MUST, ROPE_TYPES, THETA, Derived, HFType, Key, ModuleNames,
     Must, Noted, Required, head_dim, kv_heads, llama_sizes, real, register, rope_keys, rope_ok,
     short)
-from accounting.spec.hf_types_dense import layers_of
+from accounting.architecture.hf_types_dense import layers_of
 from accounting.runtime.errors import UsageError
 
 # Gemma2DecoderLayer / Gemma3DecoderLayer: four RMSNorms per block, named after where they sit;

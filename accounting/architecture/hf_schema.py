@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Callable, Mapping
 
-from accounting.spec.config import MAX_REAL, ModelConfig
+from accounting.architecture.config import MAX_REAL, ModelConfig
 from accounting.runtime.errors import UsageError, shorten
 from accounting.units import TORCH_DTYPE_NAMES as TORCH_DTYPES
 

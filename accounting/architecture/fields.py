@@ -1,7 +1,7 @@
 """What each field of the spec is, for the people who set it: its flag, help, bound and
 choices, carried on the field itself (dataclasses' field metadata) and read from there by
 the command line (accounting/cli/args.py generates its flags), the tool's own JSON format
-(accounting/spec/own_format.py) and the docs' flag table. One fact, one place: a new spec
+(accounting/architecture/own_format.py) and the docs' flag table. One fact, one place: a new spec
 field is one line in ModelConfig with its metadata, and every door learns of it."""
 from __future__ import annotations
 

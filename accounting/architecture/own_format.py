@@ -9,9 +9,9 @@ from pathlib import Path
 
 from accounting.runtime.errors import UsageError, escape
 from accounting.runtime.safe_io import read_small_file
-from accounting.spec.checks import one_of as _one_of, short_value as _short
-from accounting.spec.config import MAX_CONFIG_BYTES, MAX_SIZE, MLPS, ModelConfig
-from accounting.spec.fields import meta
+from accounting.architecture.checks import one_of as _one_of, short_value as _short
+from accounting.architecture.config import MAX_CONFIG_BYTES, MAX_SIZE, MLPS, ModelConfig
+from accounting.architecture.fields import meta
 
 _JSON_KEYS = {f.name for f in fields(ModelConfig)}
 # the fields with no default, but d_ff (its default follows from the MLP and d_model)

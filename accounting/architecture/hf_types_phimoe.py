@@ -16,11 +16,11 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
-from accounting.spec.hf_schema import (
+from accounting.architecture.hf_schema import (
     ATTENTION_BIAS, ATTENTION_DROPOUT, BOOL, DROPOUT_VALUE, INT, INT_OR_ABSENT, INT_OR_NULL,
     LLAMA_NAMES, ROPE_MUST, HFType, Key, ModuleNames, Must, Noted, Required, dropout, head_dim,
     kv_heads, llama_sizes, register, rope_keys)
-from accounting.spec.hf_types_moe import ROUTER_FREE
+from accounting.architecture.hf_types_moe import ROUTER_FREE
 
 PHIMOE_NAMES = ModuleNames(LLAMA_NAMES.blocks, MappingProxyType({
     **LLAMA_NAMES.block, "ffn.router": "mlp.router", "ffn.experts": "mlp.experts"}),

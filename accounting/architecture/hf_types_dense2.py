@@ -9,14 +9,14 @@ from types import MappingProxyType
 from typing import Mapping
 
 from accounting.runtime.errors import UsageError
-from accounting.spec.config import ModelConfig
-from accounting.spec.hf_schema import (
+from accounting.architecture.config import ModelConfig
+from accounting.architecture.hf_schema import (
     ATTENTION_BIAS, ATTENTION_DROPOUT, BOOL, CHOICE, EPS, GATED_ACTS, INT, INT_OR_ABSENT, INT_OR_NULL, LIST,
     LLAMA_FAMILY, LLAMA_NAMES, OLMO2_NAMES, WINDOW_PATTERN, ROPE_MUST, ROPE_TYPES, THETA, Derived,
     HFType, Key, ModuleNames, Must, Required, dropout, head_dim, kv_heads, llama_sizes,
     register, rope_keys, rope_must, rope_ok, short)
-from accounting.spec.hf_types_dense import layers_of
-from accounting.spec.hf_types_parallel import _FACTOR_ALIASES, _rotary, _rotary_back
+from accounting.architecture.hf_types_dense import layers_of
+from accounting.architecture.hf_types_parallel import _FACTOR_ALIASES, _rotary, _rotary_back
 
 _KINDS = {"full_attention": "global", "sliding_attention": "local"}
 

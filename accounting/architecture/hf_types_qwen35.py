@@ -30,11 +30,11 @@ from types import MappingProxyType
 from typing import Mapping
 
 from accounting.runtime.errors import UsageError
-from accounting.spec.hf_schema import (
+from accounting.architecture.hf_schema import (
     BOOL, INT, LIST, LLAMA_FAMILY, NONNEG, ATTENTION_DROPOUT, TYPES, HFType, Key, ModuleNames,
     Must, Noted, Derived, Required, head_dim, kv_heads, register, rope_must)
-from accounting.spec.hf_types_hybrid import QWEN3_NEXT_NAMES, _qwen3_next_layers
-from accounting.spec.hf_types_moe import ROUTER_FREE
+from accounting.architecture.hf_types_hybrid import QWEN3_NEXT_NAMES, _qwen3_next_layers
+from accounting.architecture.hf_types_moe import ROUTER_FREE
 
 _NEXT = {k.hf: k for k in TYPES["qwen3_next"].keys}  # the keys Qwen3_5TextConfig shares
 

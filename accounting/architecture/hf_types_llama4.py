@@ -10,12 +10,12 @@ from types import MappingProxyType
 from typing import Mapping
 
 from accounting.runtime.errors import UsageError
-from accounting.spec.config import ModelConfig
-from accounting.spec.hf_schema import (
+from accounting.architecture.config import ModelConfig
+from accounting.architecture.hf_schema import (
     ATTENTION_BIAS, ATTENTION_DROPOUT, BOOL, CHOICE, EPS, GATED_ACTS, INT, INT_OR_NULL,
     LIST, LLAMA_FAMILY, LLAMA_NAMES, ROPE_MUST, THETA, Derived, HFType, Key, ModuleNames,
     Required, register, short)
-from accounting.spec.hf_types_moe import ROUTER_FREE, ROUTER_NOTES
+from accounting.architecture.hf_types_moe import ROUTER_FREE, ROUTER_NOTES
 
 # transformers' module names: Llama4TextDecoderLayer's feed_forward is a Llama4TextMLP
 # (dense layers) or a Llama4TextMoe: router (an nn.Linear), experts (gate_up_proj holds W1

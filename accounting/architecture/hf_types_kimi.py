@@ -12,11 +12,11 @@ from typing import Mapping
 
 from accounting.formats.hf_quant import scheme_from_config
 from accounting.runtime.errors import UsageError
-from accounting.spec.hf_schema import (
+from accounting.architecture.hf_schema import (
     ATTENTION_DROPOUT, BOOL, CHOICE, DEEPSEEK_V3_NAMES, EPS,
     INT, INT_OR_NULL, LIST, LLAMA_FAMILY, NONNEG, THETA, WRAPPERS, carry_dtype, check_wrapper_keys, Derived,
     HFType, Key, ModuleNames, Must, Required, register, short)
-from accounting.spec.hf_types_moe import DEEPSEEK_FREE, MLA_KEYS, mla_must
+from accounting.architecture.hf_types_moe import DEEPSEEK_FREE, MLA_KEYS, mla_must
 
 # ---- kimi_k2 (moonshotai/Kimi-K2-Instruct, Kimi-K2-Base, Kimi-K2-Thinking) -------------------
 # The Hub file names model_type kimi_k2 with auto_map (Moonshot's configuration_deepseek.py /

@@ -8,10 +8,10 @@ from dataclasses import MISSING, fields
 from functools import cache
 
 from accounting.runtime.errors import UsageError, escape, shorten
-from accounting.spec.choices import (GROUP_SCORES, LAYER_TYPES, MAX_LAYERS, MAX_NAME,
+from accounting.architecture.choices import (GROUP_SCORES, LAYER_TYPES, MAX_LAYERS, MAX_NAME,
                                       MAX_REAL, MAX_SIZE, MLPS, ROUTERS)
-from accounting.spec.fields import CHOICE, FLAG, SIZE, meta
-from accounting.spec.hints import divisor_hint as _divisor_hint
+from accounting.architecture.fields import CHOICE, FLAG, SIZE, meta
+from accounting.architecture.hints import divisor_hint as _divisor_hint
 
 
 def validate(c) -> None:

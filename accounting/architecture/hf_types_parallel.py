@@ -8,7 +8,7 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Mapping
 
-from accounting.spec.hf_schema import (
+from accounting.architecture.hf_schema import (
     ATTENTION_DROPOUT, BOOL, CHOICE, EPS, GATED_ACTS, INT, INT_OR_NULL, LLAMA_FAMILY,
     LLAMA_NAMES, PLAIN_ACTS, THETA, Derived, HFType, Key, ModuleNames, Must, Required, dropout,
     kv_heads, llama_sizes, register, rope_must, short)

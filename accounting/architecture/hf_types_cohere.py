@@ -9,11 +9,11 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Mapping
 
-from accounting.spec.hf_schema import (
+from accounting.architecture.hf_schema import (
     ATTENTION_BIAS, ATTENTION_DROPOUT, BOOL, CHOICE, EPS, GATED_ACTS, INT, INT_OR_NULL, LIST,
     LLAMA_NAMES, ROPE_MUST, INT_OR_ABSENT, THETA, Derived, HFType, Key, head_dim, kv_heads,
     llama_sizes, register)
-from accounting.spec.hf_types_dense import layers_of
+from accounting.architecture.hf_types_dense import layers_of
 
 
 def _qk_norm(v: Mapping, where: str):
@@ -78,7 +78,7 @@ def _cohere2_layers(v: Mapping, where: str):
     refused (layers_of): transformers' DynamicSlidingWindowLayer fails on a None window."""
     # imported here: importing hf_types_dense2 at the top would register its types before
     # Cohere's and reorder the supported-types lists (hf_config.py's import order)
-    from accounting.spec.hf_types_dense2 import layer_types_of
+    from accounting.architecture.hf_types_dense2 import layer_types_of
     L, window, pattern = v["num_hidden_layers"], v["sliding_window"], v["sliding_window_pattern"]
     types = layer_types_of(v["layer_types"], L, where)
     if types is None:  # (sliding_window_pattern: a positive integer, its Key's check)

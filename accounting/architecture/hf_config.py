@@ -36,12 +36,12 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Callable, Mapping
 
-from accounting.spec.config import MAX_LAYERS, MAX_NAME, MAX_SIZE, ModelConfig
-from accounting.spec.fields import meta
-from accounting.spec.own_format import check_depth, config_from_dict, read_json
+from accounting.architecture.config import MAX_LAYERS, MAX_NAME, MAX_SIZE, ModelConfig
+from accounting.architecture.fields import meta
+from accounting.architecture.own_format import check_depth, config_from_dict, read_json
 from accounting.runtime.errors import UsageError, escape
 # the schema and the registry, re-exported: callers read them as hf_config.X
-from accounting.spec.hf_schema import (  # noqa: F401
+from accounting.architecture.hf_schema import (  # noqa: F401
     BOOL, CHOICE, INTEGER, PATTERN, WINDOW_PATTERN, COMMON_FREE, COMMON_MUST, EPS, FREE_VALUES,
     INT, INT_OR_ABSENT, INT_OR_NULL, LIST, NONNEG, NONNEG_OR_NULL,
     NUMBER_OR_NULL, REFUSED, THETA, real,
@@ -49,7 +49,7 @@ from accounting.spec.hf_schema import (  # noqa: F401
     Required, register, short)
 # the rows: registered into TYPES on import
 # (in this order: the order --help, the errors and the docs list the types in)
-from accounting.spec import (  # noqa: F401
+from accounting.architecture import (  # noqa: F401
     hf_types_dense, hf_types_parallel, hf_types_gemma, hf_types_moe, hf_types_gpt_oss,
     hf_types_llama4, hf_types_cohere, hf_types_moe2, hf_types_dense2,
     hf_types_hybrid, hf_types_kimi, hf_types_falcon_h1, hf_types_jamba, hf_types_qwen35,
@@ -193,7 +193,7 @@ def translate(data: Mapping, source: str, name: str, origin: str = "",
         raise UsageError(f"{where}: unknown key(s) {shown}: the tool cannot tell whether "
                          f"{'it changes' if len(unknown) == 1 else 'they change'} a count, so it "
                          f"refuses rather than drop {'it' if len(unknown) == 1 else 'them'} "
-                         f"(the keys it reads: accounting/spec/hf_config.py, model_type {mt}; "
+                         f"(the keys it reads: accounting/architecture/hf_config.py, model_type {mt}; "
                          f"without --strict, the CLI judges such a key by building "
                          f"transformers' model with and without it)")
     for m in [m for m in COMMON_MUST if not t.declares(m.hf)] + list(t.must):
@@ -437,5 +437,5 @@ def load(path: str | Path, judge: Judge | None = None) -> HFConfig | None:
     return from_file(path, data, source, judge=judge) if is_hf(data) else None
 
 
-# The presets' config.json files, as shipped (package data; accounting/spec/presets.py reads them).
+# The presets' config.json files, as shipped (package data; accounting/architecture/presets.py reads them).
 PACKAGED = Path(__file__).resolve().parents[1] / "hf_configs"  # accounting/hf_configs

@@ -3,7 +3,7 @@ differs from the course's model, e.g. 'pre-norm RMSNorm, SwiGLU, RoPE, multi-hea
 untied LM head, no biases'. Formatting only."""
 from __future__ import annotations
 
-from accounting.spec.choices import NORMS, POSITIONS, QK_NORMS
+from accounting.architecture.choices import NORMS, POSITIONS, QK_NORMS
 
 
 def architecture(c) -> str:

@@ -8,12 +8,12 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Mapping
 
-from accounting.spec.config import ModelConfig
-from accounting.spec.hf_schema import (
+from accounting.architecture.config import ModelConfig
+from accounting.architecture.hf_schema import (
     ATTENTION_BIAS, ATTENTION_DROPOUT, BOOL, CHOICE, DEEPSEEK_V3_NAMES, ModuleNames, DROPOUT_VALUE, INT, INT_OR_NULL, LIST,
     LLAMA_FAMILY, MOE_NAMES, NONNEG, ROPE_MUST, THETA, Derived, HFType, Key, Must, Noted,
     Required, head_dim, kv_heads, llama_sizes, register, rope_keys, short)
-from accounting.spec.hf_types_dense import layers_of
+from accounting.architecture.hf_types_dense import layers_of
 from accounting.runtime.errors import UsageError
 
 

@@ -26,12 +26,12 @@ from types import MappingProxyType
 from typing import Mapping
 
 from accounting.runtime.errors import UsageError
-from accounting.spec.hf_schema import (
+from accounting.architecture.hf_schema import (
     ATTENTION_BIAS, ATTENTION_DROPOUT, BOOL, CHOICE, EPS, GATED_ACTS, INT, INT_OR_NULL, LIST,
     NUMBER_OR_NULL, ROPE_TYPES, WRAPPERS, Derived, HFType, Key, ModuleNames, Must,
     Required, head_dim, kv_heads, llama_sizes, register, rope_ok, short)
-from accounting.spec.hf_types_dense import layers_of
-from accounting.spec.hf_types_gemma import GEMMA_NAMES, NORMALIZER, unwrapper
+from accounting.architecture.hf_types_dense import layers_of
+from accounting.architecture.hf_types_gemma import GEMMA_NAMES, NORMALIZER, unwrapper
 
 _KINDS = {"full_attention": "global", "sliding_attention": "local"}
 _ROPE_TYPES = ROPE_TYPES + ("proportional",)
