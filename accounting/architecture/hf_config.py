@@ -1,7 +1,8 @@
 """Hugging Face config.json -> the architecture spec (ModelConfig): one table per model_type.
 
-A config.json is recognised by its "model_type". Each supported type is one HFType row
-(hf_types_dense.py, hf_types_moe.py), and nothing else in the tool knows about it:
+A config.json is recognised by its "model_type". Each supported type is one HFType row in
+one of the hf_types_*.py modules (the list, family by family: accounting/architecture/
+__init__.py), and nothing else in the tool knows about it:
 
   * `keys`: the keys that change a count and the spec fields they set, with the default
     transformers uses when a key is absent (or Required: a size whose class default is
@@ -23,9 +24,9 @@ REFUSED) or is refused as unknown: no key is dropped silently. Defaults and rule
 from transformers 5.23.0: models/<type>/configuration_<type>.py (class defaults) and
 modeling_<type>.py (which biases and norms each type builds). Pure Python.
 
-Layout: hf_schema.py (the row's schema, the shared lists, the registry), hf_types_dense.py,
-hf_types_moe.py, hf_types_gpt_oss.py and hf_types_gemma.py (the rows; gemma3's vision-language
-wrapper too), this module (translation, back to config.json, files).
+Layout: hf_schema.py (the row's schema, the shared lists, the registry), the 17
+hf_types_*.py modules (the rows, vision-language wrappers included; imported below), this
+module (translation, back to config.json, files).
 """
 from __future__ import annotations
 

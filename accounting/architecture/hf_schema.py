@@ -1,8 +1,8 @@
 """The table's schema for Hugging Face config.json files (hf_config.py reads them): the
 kinds of value, the row of a model_type (HFType: Key, Must, Noted, Derived, ModuleNames),
 the lists every type shares, the keys the llama family shares, and the registry (TYPES,
-register). The rows themselves: hf_types_dense.py, hf_types_moe.py, hf_types_gpt_oss.py,
-hf_types_gemma.py, hf_types_parallel.py and hf_types_llama4.py. Pure Python.
+register). The rows themselves: the hf_types_*.py modules, one per family (listed in
+accounting/architecture/__init__.py). Pure Python.
 """
 from __future__ import annotations
 

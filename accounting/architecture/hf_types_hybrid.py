@@ -1,5 +1,6 @@
-"""Hybrid models' model_types (issue 31): LFM2 (short convolutions beside attention) and
-Qwen3-Next (gated DeltaNet beside gated attention, experts); registered on import
+"""Hybrid models' model_types (issue 31): LFM2 (short convolutions beside attention),
+Qwen3-Next (gated DeltaNet beside gated attention, experts) and Nemotron-H (Mamba-2 beside
+attention); registered on import
 (hf_config.py imports this module). Defaults and rules from transformers 5.23.0's
 configuration_<type>.py and modeling_<type>.py.
 """

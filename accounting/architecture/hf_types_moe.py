@@ -1,7 +1,7 @@
 """The mixture-of-experts and latent-attention model_types of the Hugging Face table
-(hf_schema.py's rows): Mixtral, Qwen3-MoE, DeepSeek-V3, DeepSeek-V2; registered on import (hf_config.py
-imports this module). Defaults and rules from transformers 5.23.0's
-configuration_<type>.py and modeling_<type>.py.
+(hf_schema.py's rows): Mixtral, Qwen3-MoE, DeepSeek-V3, DeepSeek-V3.2, DeepSeek-V2;
+registered on import (hf_config.py imports this module). Defaults and rules from
+transformers 5.23.0's configuration_<type>.py and modeling_<type>.py.
 """
 from __future__ import annotations
 

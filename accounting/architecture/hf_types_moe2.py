@@ -1,6 +1,7 @@
 """The 2024-26 mixture-of-experts model_types of the Hugging Face table (hf_schema.py's
-rows): OLMoE, Qwen2-MoE; registered on import (hf_config.py imports this module). Defaults
-and rules from transformers 5.23.0's configuration_<type>.py and modeling_<type>.py.
+rows): OLMoE, Qwen2-MoE, GLM-4.5 (glm4_moe), MiniMax-M2, ERNIE 4.5 MoE; registered on
+import (hf_config.py imports this module). Defaults and rules from transformers 5.23.0's
+configuration_<type>.py and modeling_<type>.py.
 """
 from __future__ import annotations
 
