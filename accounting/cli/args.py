@@ -32,6 +32,7 @@ EXIT_STATUS = ("Exit status: 0 an answer, 1 the cross-check disagrees, 2 bad inp
                "report it), 128 + N ended by signal N: 130 interrupted (Ctrl-C), 143 SIGTERM, "
                "129 SIGHUP.")
 _QUOTED = re.compile(r"'((?:[^'\\]|\\.){48,})'")
+HELP_ALL = "--help-all"
 
 
 _LIST_TAKES = frozenset({"help", "list", "format", "output", "version"})
@@ -51,6 +52,36 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str):  # type: ignore[override]
         message = _QUOTED.sub(lambda m: shorten(m.group(1), 48), message)
         raise UsageError(f"{message} (see '{self.prog} --help')")
+
+    def format_help(self) -> str:
+        """--help: the question's own flags first, the model's after them, and the spec's
+        per-field flags (one per field of ModelConfig, overriding a preset or a config) left
+        to --help-all, with one line that says so. The parser itself is not reordered: the
+        web form reads its groups in their own order (accounting/web/form.py)."""
+        spec = [a for a in self._actions if getattr(a, "spec_flag", False)]
+        model = {g.title for g in self._action_groups} & set(fields_meta.GROUPS)
+        saved = (list(self._action_groups), [(a, a.help) for a in spec],
+                 [(g, g.description) for g in self._action_groups])
+        own = self._action_groups[:2]  # argparse's positional arguments and options
+        self._action_groups = own + [g for g in self._action_groups[2:] if g.title not in model] \
+            + [g for g in self._action_groups[2:] if g.title in model]
+        if spec and not getattr(self, "help_all", False):
+            for a in spec:
+                a.help = argparse.SUPPRESS
+            first = next(g for g in self._action_groups if g.title in model)
+            first.description = (
+                f"The architecture's own flags, one per field of the spec ({len(spec)}: "
+                f"{spec[0].option_strings[0]} ... {spec[-1].option_strings[0]}), each overriding "
+                f"the preset or the config file, are listed by {HELP_ALL} (and in docs/cli.md, "
+                f"'The spec's flags').")
+        try:
+            return super().format_help()
+        finally:
+            self._action_groups = saved[0]
+            for a, text in saved[1]:
+                a.help = text
+            for g, text in saved[2]:
+                g.description = text
 
     def _print_message(self, message: str, file=None) -> None:
         # --help and --version: through safe_io, so that an ASCII-only stdout gets ASCII
@@ -189,7 +220,23 @@ def _spec_flag(group, f, m) -> None:
         kw.update(type=_int_list(m.flag, tuple(m.choices)), metavar="local,global,…")
     else:
         raise AssertionError(f"no flag kind {m.kind!r} for {f.name}")
-    group.add_argument(m.flag, **kw)
+    group.add_argument(m.flag, **kw).spec_flag = True  # listed by --help-all only
+
+
+class _HelpAll(argparse.Action):
+    """--help-all: --help with every flag, the spec's per-field ones included."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS,
+                 help=None):
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser.help_all = True
+        try:
+            parser.print_help()
+        finally:
+            parser.help_all = False
+        parser.exit()
 
 
 def add_model_args(p: argparse.ArgumentParser, model_required: bool = False) -> None:
@@ -199,6 +246,9 @@ def add_model_args(p: argparse.ArgumentParser, model_required: bool = False) -> 
                    help="a preset (--list says what each is): " + ", ".join(PRESETS))
     p.add_argument("--list", action="store_true",
                    help="list the presets with their architecture and parameter count, and exit")
+    p.add_argument(HELP_ALL, action=_HelpAll,
+                   help="show this help with the architecture's flags too (one per spec field: "
+                        "--num-layers, --num-kv-heads, --mlp, ...), and exit")
     groups = {name: p.add_argument_group(name) for name in fields_meta.GROUPS}
     groups[fields_meta.SIZES].add_argument(
         "--config", metavar="FILE",
@@ -216,7 +266,8 @@ def add_model_args(p: argparse.ArgumentParser, model_required: bool = False) -> 
         _spec_flag(groups[m.group], f, m)
         if f.name == _BIASES[-1]:
             groups[m.group].add_argument("--bias", action=argparse.BooleanOptionalAction,
-                                         default=None, help="all three kinds of bias at once (GPT-2)")
+                                         default=None, help="all three kinds of bias at once "
+                                                            "(GPT-2)").spec_flag = True
 
 
 def _overrides(ns: argparse.Namespace) -> dict:
