@@ -174,7 +174,8 @@ def plan_answer(p) -> Table:
         lines.append(_line("fine-tuning", f"{'QLoRA' if ft.qlora else 'LoRA'} r = {ft.lora.rank} "
                                           f"on {names}: {grouped(ft.adapter_count())} trainable "
                                           f"parameters ({ft.adapters.adapter_dtype}, "
-                                          f"{p.recipe.optimizer if p.recipe else DEFAULT_OPTIMIZER}) of "
+                                          f"{p.recipe.optimizer if p.recipe else DEFAULT_OPTIMIZER}"
+                                          f") of "
                                           f"{grouped(p.memory.parameters)}, the base frozen in {base}"))
     t = p.time
     if t is not None:

@@ -58,7 +58,8 @@ class Case:
     micro_batches: int = 2
     rank: int = 0
     label: str = ""
-    stack: str = DEFAULT_STACK  # torchtitan: FSDP2 with MixedPrecisionPolicy(bf16 params, fp32 reduce)
+    # torchtitan: FSDP2 with MixedPrecisionPolicy(bf16 params, fp32 reduce)
+    stack: str = DEFAULT_STACK
     lora_rank: int = 0  # > 0: PEFT's LoRA on every linear layer but the LM head, base frozen
 
     def to_json(self) -> dict:

@@ -100,7 +100,8 @@ class ServePlan:
 
 def serve(config: ModelConfig, scheme: Scheme, *, gpu: str | None = None,
           memory_bytes: int | None = None, tp: int = 1, pp: int = 1, kv_dtype: str = "bf16",
-          ctx: int | None = None, concurrency: int | None = None, engine: str = engines.DEFAULT_ENGINE.name,
+          ctx: int | None = None, concurrency: int | None = None,
+          engine: str = engines.DEFAULT_ENGINE.name,
           utilization=None, max_num_batched_tokens: int | None = None,
           max_num_seqs: int | None = None, block_size: int | None = None,
           activation_bytes: int | None = None, non_torch_bytes: int | None = None,

@@ -87,7 +87,8 @@ def search(config: ModelConfig, base: Layout, seq: int, *, precision: Precision,
             # the sharding stages from ZeRO-3 down: each lower one holds more, so once one
             # does not fit the lower ones are rejected without planning them
             zeros = (base.zero,) if fix_zero else (
-                tuple(z for z in (3, 2, 1, 0) if stack.stack.torch_engines or z in stack.stack.engines)
+                tuple(z for z in (3, 2, 1, 0)
+                      if stack.stack.torch_engines or z in stack.stack.engines)
                 if dp * cp > 1 else (0,))
             short = 0
             for zero in zeros:

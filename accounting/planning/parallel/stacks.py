@@ -103,8 +103,8 @@ register(Stack(MEGATRON, "Megatron-Core with Transformer Engine (bf16 parameters
                "buffer, fused norm+linear, fused activations, flash attention)",
                {0: "Megatron DDP (fp32 grad buffer)", 1: "Megatron distributed optimizer"}, 0,
                True, "Korthikanti et al. 2022's equations (1)-(6) and Megatron's "
-               "theoretical_memory_usage.py (tests/test_stacks.py); read from source: it needs a GPU",
-               megatron_core=True, fp8=("te",)))
+               "theoretical_memory_usage.py (tests/test_stacks.py); read from source: it needs a "
+               "GPU", megatron_core=True, fp8=("te",)))
 register(Stack(DEEPSPEED, "DeepSpeed ZeRO wrapping the implementation given (transformers' "
                "model in bf16 where modelled, else the course model; 16-bit parameters and "
                "gradients, fp32 master copy and Adam moments, K = 12)",
