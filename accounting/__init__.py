@@ -9,8 +9,8 @@ Pure Python: importing this package imports neither torch, pandas nor matplotlib
 """
 from accounting.runtime import startup as _startup  # noqa: F401  (first: Ctrl-C at start-up)
 from accounting.analysis.workload import Analysis, analyze
-from accounting.spec.presets import PRESETS, get_preset
-from accounting.spec.config import ModelConfig, default_d_ff
+from accounting.architecture.presets import PRESETS, get_preset
+from accounting.architecture.config import ModelConfig, default_d_ff
 from accounting.runtime.errors import UsageError
 from accounting.units import FLOPS_PER_MAC
 
@@ -22,19 +22,19 @@ def config_from_json(path):
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"path must be a file path (a str or a pathlib.Path), got "
                         f"{type(path).__name__}")
-    from accounting.spec.loaders import config_from_json as f
+    from accounting.architecture.loaders import config_from_json as f
     return f(path)
 
 
 def matmul_frame(*args, **kwargs):
     """Per-record DataFrame for one workload (pandas imported on call); see frames.py."""
-    from accounting.present.frames import matmul_frame as f
+    from accounting.frames import matmul_frame as f
     return f(*args, **kwargs)
 
 
 def sweep(*args, **kwargs):
     """Long-form DataFrame over configs × context lengths (pandas imported on call)."""
-    from accounting.present.frames import sweep as f
+    from accounting.frames import sweep as f
     return f(*args, **kwargs)
 
 
@@ -48,13 +48,13 @@ def flops_grid(*args, **kwargs):
 def formulas_frame(*args, **kwargs):
     """The literature's FLOP formulas beside the exact count, as a DataFrame (pandas
     imported on call); see frames.py and literature.py."""
-    from accounting.present.frames import formulas_frame as f
+    from accounting.frames import formulas_frame as f
     return f(*args, **kwargs)
 
 
 def formula_terms_frame(*args, **kwargs):
     """Each formula's term-by-term reconciliation, as a DataFrame (pandas imported on call)."""
-    from accounting.present.frames import formula_terms_frame as f
+    from accounting.frames import formula_terms_frame as f
     return f(*args, **kwargs)
 
 

@@ -28,7 +28,7 @@ CASES = (
     ("gpt2-xl", "--ctx", "10000000", "--batch", "10000"),
     ("openai-community/gpt2-xl",),
     ("meta-llama/Llama-3.1-8B", "--ctx", "8192", "--pass", "train"),
-    # a Hugging Face config.json read through accounting/spec/hf_config.py (issue 10)
+    # a Hugging Face config.json read through accounting/architecture/hf_config.py (issue 10)
     ("--config", "accounting/hf_configs/meta-llama/Llama-3.1-8B.json"),
     ("--config", "accounting/hf_configs/Qwen/Qwen3-8B.json", "--ctx", "8192", "--pass", "train"),
     ("--list",),

@@ -19,8 +19,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from accounting.present import render  # noqa: E402
-from accounting.present.table import Table  # noqa: E402
+from accounting.tables import render  # noqa: E402
+from accounting.tables.table import Table  # noqa: E402
 from benchmarks.runner import interleaved, machine, python  # noqa: E402
 
 GOAL_S = 12.0

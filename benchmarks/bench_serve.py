@@ -19,8 +19,8 @@ from accounting import get_preset  # noqa: E402
 from accounting.formats.hf_quant import scheme_from_config  # noqa: E402
 from accounting.formats.schemes import get_scheme  # noqa: E402
 from accounting.serving.plan import serve  # noqa: E402
-from accounting.spec.loaders import read_config  # noqa: E402
-from accounting.spec.own_format import read_json  # noqa: E402
+from accounting.architecture.loaders import read_config  # noqa: E402
+from accounting.architecture.own_format import read_json  # noqa: E402
 
 GOAL_SECONDS = 0.5
 DATA = ROOT / "tests" / "data" / "serving"

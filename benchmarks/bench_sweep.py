@@ -24,9 +24,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from accounting import analyze, get_preset  # noqa: E402
-from accounting.present import render
+from accounting.tables import render
 from accounting.analysis.grid import flops_grid  # noqa: E402
-from accounting.present.table import Table  # noqa: E402
+from accounting.tables.table import Table  # noqa: E402
 from benchmarks.runner import interleaved, machine, python  # noqa: E402
 
 PRESETS = ("gpt2-small", "gpt2-medium", "gpt2-large", "gpt2-xl")
@@ -61,7 +61,7 @@ def in_process(runs: int) -> Table:
     grid = _median_time(lambda: [flops_grid(c, GRID_SEQS, GRID_BATCHES) for c in configs], runs)
     train = _median_time(lambda: [flops_grid(c, GRID_SEQS, GRID_BATCHES, "train")
                                   for c in configs], runs)
-    from accounting.present.frames import sweep, sweep_by_analysis
+    from accounting.frames import sweep, sweep_by_analysis
     old = _median_time(lambda: sweep_by_analysis(PRESETS, FRAME_SEQS), runs)
     new = _median_time(lambda: sweep(PRESETS, FRAME_SEQS), runs)
     peer = loop_points / loop

@@ -39,8 +39,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from accounting import PRESETS, analyze, get_preset  # noqa: E402
-from accounting.present import render
-from accounting.present.table import Table  # noqa: E402
+from accounting.tables import render
+from accounting.tables.table import Table  # noqa: E402
 from accounting.units import grouped  # noqa: E402
 from benchmarks.runner import interleaved, machine, python  # noqa: E402
 

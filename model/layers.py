@@ -1,5 +1,5 @@
 """Building blocks of the Transformer LM (CS336 assignment 1, sections 3.4-3.5), and the
-variants the architecture spec (accounting/spec/config.py) can switch on: biases, LayerNorm,
+variants the architecture spec (accounting/architecture/config.py) can switch on: biases, LayerNorm,
 GELU activations, a plain two-matrix MLP and gated MLPs other than SwiGLU.
 
 Shape names used throughout: batch seq d_model d_ff vocab heads d_k.
@@ -14,8 +14,8 @@ import torch
 from einops import einsum, rearrange
 from torch import nn
 
-from accounting.spec.config import MLPS
-from accounting.spec.config import default_d_ff as _spec_default_d_ff
+from accounting.architecture.config import MLPS
+from accounting.architecture.config import default_d_ff as _spec_default_d_ff
 
 
 def check_positive_int(name: str, value) -> None:
@@ -217,7 +217,7 @@ GATED_ACTIVATIONS = (*ACTIVATIONS, "silu_clamped")
 
 def default_d_ff(d_model: int) -> int:
     """8/3 * d_model rounded up to a multiple of 64, in integer arithmetic (no float rounding);
-    the one definition lives in the spec (accounting/spec/config.py)."""
+    the one definition lives in the spec (accounting/architecture/config.py)."""
     check_positive_int("d_model", d_model)
     return _spec_default_d_ff(d_model)
 
@@ -281,7 +281,7 @@ class MLP(nn.Module):
 
 def feed_forward(mlp: str, d_model, d_ff, device=None, dtype=None, bias=False) -> nn.Module:
     """The MLP the spec names ("swiglu", "geglu", "geglu_erf", "gelu", "gelu_tanh";
-    accounting.spec.config.MLPS): gated or not, and its activation, from the spec's table."""
+    accounting.architecture.config.MLPS): gated or not, and its activation, from the spec's table."""
     if mlp not in MLPS:
         raise ValueError(f"mlp must be one of {', '.join(MLPS)}, got {mlp!r}")
     kind = MLPS[mlp]

@@ -1,7 +1,7 @@
 """Pre-norm Transformer block and the full decoder-only LM (section 3.6).
 
 The course's model is the default of every keyword-only argument; the others build the
-architectures of accounting/spec/config.py's spec (TransformerLM.from_config).
+architectures of accounting/architecture/config.py's spec (TransformerLM.from_config).
 """
 
 import torch
@@ -10,7 +10,7 @@ from torch.utils.checkpoint import checkpoint
 
 from dataclasses import fields
 
-from accounting.spec.config import MLPS, ModelConfig
+from accounting.architecture.config import MLPS, ModelConfig
 
 from .attention import CausalMultiHeadSelfAttention
 from .latent_attention import LatentAttention
@@ -24,7 +24,7 @@ from .mamba1 import Mamba1Mixer
 
 MLA_OPTIONS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
                "index_heads", "index_head_dim", "index_topk")  # the last three: DeepSeek-V3.2
-# The variants' options and their defaults are the spec's fields (accounting/spec/config.py),
+# The variants' options and their defaults are the spec's fields (accounting/architecture/config.py),
 # read here once, not restated: the default of every option is the course's model. The
 # course's own arguments (sizes, rope_theta) stay positional, as CS336's adapters pass them.
 _COURSE_ARGS = ("vocab_size", "context_length", "d_model", "num_layers", "num_heads", "d_ff",
@@ -342,7 +342,7 @@ class TransformerLM(nn.Module):
 
     @classmethod
     def from_config(cls, config, context_length=None, device=None, dtype=None):
-        """The model of an accounting.spec.config.ModelConfig (its spec: which operations run).
+        """The model of an accounting.architecture.config.ModelConfig (its spec: which operations run).
         context_length overrides the config's (a longer RoPE table, for T > context_length)."""
         kwargs = config.model_kwargs()
         if context_length is not None:

@@ -76,7 +76,7 @@ def tool_count(data, targets, rank, dropout):
     from fractions import Fraction
     from accounting.planning.finetune import LoRA, resolve
     from accounting.runtime.errors import UsageError
-    from accounting.spec.hf_config import translate
+    from accounting.architecture.hf_config import translate
     h = translate(data, "t", data.get("model_type", "t"))
     try:
         lora = LoRA(rank=rank, dropout=Fraction(dropout).limit_denominator(100),

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from accounting import analyze, get_preset
-from accounting.spec.config import ModelConfig
+from accounting.architecture.config import ModelConfig
 from accounting.ledger.records import ATTN_CORE, ATTN_PROJ, FFN, LM_HEAD
 
 

@@ -27,9 +27,9 @@ F = torch.nn.functional
 from accounting import analyze  # noqa: E402
 from dataclasses import replace  # noqa: E402
 
-from accounting.spec.config import (BLOCKS, MLPS, NORM_PLACEMENTS, NORMS, POSITIONS, QK_NORMS,  # noqa: E402
+from accounting.architecture.config import (BLOCKS, MLPS, NORM_PLACEMENTS, NORMS, POSITIONS, QK_NORMS,  # noqa: E402
                                     ModelConfig)
-from accounting.spec.presets import PRESETS
+from accounting.architecture.presets import PRESETS
 from accounting.crosscheck import cross_check, views  # noqa: E402
 from accounting.ledger.ledger import ledger  # noqa: E402
 from model import TransformerLM  # noqa: E402

@@ -26,7 +26,7 @@ import pytest
 
 from accounting.planning import PRECISIONS, MemoryModel
 from accounting.planning.memory import values
-from accounting.spec.config import ModelConfig
+from accounting.architecture.config import ModelConfig
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ SCRIPTS = {"benchmarks/bench_verify.py", "benchmarks/bench_report.py", "benchmar
 
 
 def parse_tables(text: str) -> list[tuple[str, list[dict[str, str]]]]:
-    """(title, rows keyed by column) for every text table (accounting/present/render.py's layout:
+    """(title, rows keyed by column) for every text table (accounting/tables/render.py's layout:
     title, '=' rule, header, '-' rule whose dash runs give the columns, rows)."""
     lines = text.splitlines()
     out = []

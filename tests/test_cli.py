@@ -161,8 +161,8 @@ def test_import_is_light():
 def test_presets_read_their_config_json_when_first_looked_up():
     # Real checkpoints' config.json files are read and translated on first lookup, not at
     # `import accounting`; membership, order and length need none of them.
-    code = ("import sys, accounting; from accounting.spec import presets; P = accounting.PRESETS; "
-            "print('accounting.spec.hf_config' in sys.modules, len(P) == len(list(P)) > 16, "
+    code = ("import sys, accounting; from accounting.architecture import presets; P = accounting.PRESETS; "
+            "print('accounting.architecture.hf_config' in sys.modules, len(P) == len(list(P)) > 16, "
             "'Qwen/Qwen3-8B' in P, 'gpt2' in P, 'openai-community/gpt2' in list(P), "
             "len(presets._HF_SOURCES)); "
             "c = P['Qwen/Qwen3-8B']; "
@@ -186,7 +186,7 @@ def test_every_spec_field_has_one_flag_generated_from_its_metadata():
     import dataclasses
 
     from accounting.cli.args import flag_table
-    from accounting.spec.config import ModelConfig
+    from accounting.architecture.config import ModelConfig
     names = [f.name for f in dataclasses.fields(ModelConfig)]
     rows = flag_table()[2:]
     fields_in_table = [r.split(" | ")[1].strip("`") for r in rows]
@@ -228,3 +228,51 @@ def test_spec_flag_bounds_and_needs(capsys, argv, words):
     assert main([*argv, "--no-verify"]) == 2
     err = capsys.readouterr().err
     assert words in err and err.count("\n") == 1, err
+
+
+# ---- --help and --help-all (issue 38, Must 4) ----------------------------------------------
+def _spec_flags() -> list[str]:
+    """Every per-field flag of the spec, from the fields' own metadata (architecture/fields.py)
+    and --bias (args.py's one flag for the three biases)."""
+    from accounting.architecture import fields
+    from accounting.architecture.config import ModelConfig
+    return [m.flag for _, m in fields.flagged(ModelConfig)] + ["--bias"]
+
+
+@pytest.mark.parametrize("command", [(), ("plan",), ("serve",)])
+def test_help_leaves_the_spec_flags_to_help_all(capsys, command):
+    code, short, _ = run(capsys, *command, "--help")
+    assert code == 0
+    code, full, _ = run(capsys, *command, "--help-all")
+    assert code == 0
+    listed_short = {line.split()[0].rstrip(",") for line in short.splitlines()
+                    if line.startswith("  --")}
+    listed_full = {line.split()[0].rstrip(",") for line in full.splitlines()
+                   if line.startswith("  --")}
+    spec = set(_spec_flags())
+    assert not spec & listed_short  # none of the per-field flags in --help ...
+    # ... every one in --help-all (a BooleanOptionalAction is listed as "--x, --no-x")
+    assert spec <= listed_full
+    assert f"one per field of the spec ({len(spec)}:" in " ".join(short.split())
+    assert listed_short <= listed_full
+
+
+def test_plan_help_puts_the_questions_flags_first(capsys):
+    code, out, _ = run(capsys, "plan", "--help")
+    titles = [line for line in out.splitlines() if line and not line[0].isspace()
+              and line.endswith(":")]
+    assert titles.index("workload:") < titles.index("custom config (each flag also overrides "
+                                                    "a preset):")
+    # the model's groups come after every group of the question's own
+    assert all(t.startswith(("positional", "options", "custom config", "architecture",
+                             "sliding windows"))
+               for t in titles[titles.index("custom config (each flag also overrides a preset):"):])
+
+
+def test_the_spec_flags_still_parse_and_the_web_form_keeps_them():
+    from accounting.cli.plan import parser
+    ns = parser().parse_args(["gpt2-small", "--num-kv-heads", "4"])
+    assert ns.num_kv_heads == 4
+    from accounting.web.form import QUESTIONS, fields
+    names = {f.name for q in QUESTIONS.values() for f in fields(q)}
+    assert "num_kv_heads" in names and "help_all" not in names

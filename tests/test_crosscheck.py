@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from accounting import ModelConfig, analyze, get_preset
-from accounting.present import render
+from accounting.tables import render
 from accounting.cli.main import main
 from accounting.crosscheck import cross_check, measure, views
 from accounting.crosscheck.compare import compare

@@ -236,7 +236,7 @@ def test_transformers_counter_in_a_worker_counts_the_same(name, monkeypatch):
     from hf_examples import CONFIGS
     from accounting import analyze
     from accounting.crosscheck import cross_check
-    from accounting.spec.hf_config import translate
+    from accounting.architecture.hf_config import translate
     hf = translate(CONFIGS[name], "t", name)
     a = analyze(hf.config, 8, 2, "train")
     forked = cross_check(a, hf=hf)
@@ -270,7 +270,7 @@ def test_the_whole_check_is_the_same_in_a_process_set_up_for_good(name, monkeypa
     from hf_moe_examples import CONFIGS as MOE
     from accounting import analyze
     from accounting.crosscheck import cross_check
-    from accounting.spec.hf_config import translate
+    from accounting.architecture.hf_config import translate
     monkeypatch.setenv("ACCOUNTING_WORKERS", "0")  # one process each side: nothing nested
     hf = translate({**CONFIGS, **MOE}[name], "t", name)
     a = analyze(hf.config, 8, 2, "train")

@@ -23,7 +23,7 @@ import pytest
 import accounting
 from accounting.planning import PRECISIONS, MemoryModel
 from accounting.planning import cuda_peak as CP
-from accounting.spec.config import ModelConfig
+from accounting.architecture.config import ModelConfig
 
 GPU = Path(__file__).resolve().parents[2] / "shared" / "gpu"
 if not GPU.is_dir():

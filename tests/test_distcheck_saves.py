@@ -50,7 +50,7 @@ def test_the_trace_runs_with_the_signals_held_once_the_tracer_calls_python(monke
     from importlib import import_module
     from accounting.crosscheck import tracer
     M = import_module("accounting.crosscheck.measure")  # (the package exports a function so named)
-    from accounting.spec.presets import get_preset
+    from accounting.architecture.presets import get_preset
     seen = []
     real = FlopCountAnalysis.by_module
 

@@ -21,7 +21,7 @@ from accounting.planning.parallel import Layout, parallel_plan, problems
 from accounting.planning.parallel.comms import (ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, DATA, EXPERT,
                                                 EXPERT_DATA, REDUCE_SCATTER)
 from accounting.planning.plan import hardware
-from accounting.spec.config import ModelConfig
+from accounting.architecture.config import ModelConfig
 
 FP32, BF16 = get_precision("fp32"), get_precision("bf16-mixed")
 # V 101, d 32, h 4 (d_k 8), 2 layers, SwiGLU; 4 experts of width 16, top-2, untied head.

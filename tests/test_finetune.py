@@ -28,8 +28,8 @@ from accounting.ledger.builder.lora import LEAF  # noqa: E402
 from accounting.ledger.ledger import ledger  # noqa: E402
 from accounting.planning import PRECISIONS, MemoryModel  # noqa: E402
 from accounting.planning.finetune import LoRA, resolve  # noqa: E402
-from accounting.spec.hf_config import translate  # noqa: E402
-from accounting.spec.presets import hf_source  # noqa: E402
+from accounting.architecture.hf_config import translate  # noqa: E402
+from accounting.architecture.presets import hf_source  # noqa: E402
 from cli_run import refused_in_one_line, run  # noqa: E402
 from hf_examples import CONFIGS as DENSE  # noqa: E402
 from hf_moe_examples import CONFIGS as MOE  # noqa: E402

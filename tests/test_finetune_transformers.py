@@ -25,7 +25,7 @@ from accounting.ledger.builder.lora import LEAF  # noqa: E402
 from accounting.ledger.ledger import ledger  # noqa: E402
 from accounting.planning import training_state as TS  # noqa: E402
 from accounting.planning.finetune import LoRA, resolve  # noqa: E402
-from accounting.spec.hf_config import translate  # noqa: E402
+from accounting.architecture.hf_config import translate  # noqa: E402
 from test_transformers_saves import CONFIGS, DTYPE, SIZE, build, measured  # noqa: E402
 
 # (ledger autocast, base dtype): fp32; the plan's bf16-mixed LoRA (base in bf16, autocast);

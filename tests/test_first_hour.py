@@ -9,9 +9,9 @@ import json
 import pytest
 
 from accounting.runtime.errors import UsageError
-from accounting.spec.config import ModelConfig
-from accounting.spec.hf_config import translate
-from accounting.spec.presets import PRESETS
+from accounting.architecture.config import ModelConfig
+from accounting.architecture.hf_config import translate
+from accounting.architecture.presets import PRESETS
 from cli_run import refused_in_one_line, run
 from hf_examples import CONFIGS
 

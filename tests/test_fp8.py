@@ -19,7 +19,7 @@ from accounting.cli.main import main
 from accounting.ledger.ledger import ledger
 from accounting.planning.memory import MemoryModel, get_precision
 from accounting.planning import fp8 as F8
-from accounting.spec.presets import get_preset
+from accounting.architecture.presets import get_preset
 
 torch = pytest.importorskip("torch")
 
@@ -38,7 +38,7 @@ def _converted(name, param_dtype):
 @pytest.mark.parametrize("name,mode", [("llama", "fp32"), ("llama", "bf16"),
                                        ("llama", "autocast"), ("qwen3_moe", "bf16")])
 def test_float8_linear_saves_what_the_ledger_says(name, mode):
-    from accounting.spec.hf_config import translate
+    from accounting.architecture.hf_config import translate
     from test_transformers_saves import CONFIGS, MODES, measured, SIZE, DTYPE
     autocast, param_dtype = MODES[mode]
     config = replace(translate(CONFIGS[name], "test", name).config, attention="sdpa")

@@ -73,6 +73,24 @@ F = Fraction
 # RTX 5090: NVIDIA RTX Blackwell GPU architecture whitepaper, appendix: FP32 104.8; BF16 with
 #   FP32 accumulate 209.5/419; FP8 with FP32 accumulate 419/838; FP4 1,676/3,352; 32 GB GDDR7;
 #   1,792 GB/s; PCIe Gen5 x16 (128 GB/s bidirectional).
+# A800-80GB: NVIDIA's A800 product page (nvidia.cn/data-center/a800/), column A800 80GB SXM:
+#   the A100 80GB SXM's "FP32 19.5 TFLOPS", "BFLOAT16 Tensor Core 312 | 624*", "80GB HBM2e",
+#   "2,039GB/s"; "NVLink 400GB/s". nvidia-smi "NVIDIA A800-SXM4-80GB ... 81920MiB" (a public
+#   log: github.com/dexmal/dexbotic issue #41).
+# H800: NVIDIA's H800 product page (nvidia.cn/data-center/h800/), column H800 SXM: the H100
+#   SXM's "FP32 67", "BFLOAT16 Tensor Core 1,979*", "FP8 3,958*", "80GB", "3.35TB/s";
+#   "NVLink 400GB/s". Network: DeepSeek-V3 technical report (arXiv 2412.19437) §3.2.2, "IB
+#   (50 GB/s)" per GPU = 400 Gb/s. No nvidia-smi total found: the label read as GiB.
+# H20: no NVIDIA datasheet is public; the figures reported from its spec sheet
+#   (willitrunai.com/gpus/h20-96gb: "96 GB HBM3 — 4,000 GB/s", "148 TFLOPS FP16", "NVLink
+#   4.0 (900 GB/s)"; FP32 44, FP8 296 dense as widely reported). Sparse = 2 × dense (taken,
+#   not printed). No nvidia-smi total found: the label read as GiB.
+# RTX 3090: NVIDIA Ampere GA102 GPU architecture whitepaper, appendix: "Peak FP32 TFLOPS
+#   35.6", "Peak BF16 Tensor TFLOPS with FP32 Accumulate 71/142", "24 GB GDDR6X", "936
+#   GB/sec"; no FP8. nvidia-smi 24576MiB (github.com/noonghunna/club-3090 issue #390).
+# RTX A6000: NVIDIA RTX A6000 datasheet: "Single-precision performance 38.7 TFLOPS", "Tensor
+#   performance 309.7 TFLOPS" (with sparsity; 154.8 dense), "48 GB GDDR6", "768 GB/s", PCIe
+#   4.0 x16. No nvidia-smi total found: the label read as GiB.
 N = None
 DATASHEET = {
     #             fp32 TFLOP/s  bf16 sparse   memory label     bandwidth GB/s  link GB/s
@@ -91,18 +109,27 @@ DATASHEET = {
     "A10G": (F("31.52"), F(140), "24 GB GDDR6", F(600), 64),
     "RTX-4090": (F("82.6"), F("330.4"), "24 GB GDDR6X", F(1008), 64),
     "RTX-5090": (F("104.8"), F(419), "32 GB GDDR7", F(1792), 128),
+    "A800-80GB": (F("19.5"), F(624), "80 GB HBM2e", F(2039), 400),
+    "H800": (F(67), F(1979), "80 GB HBM3", F(3350), 400),
+    "H20": (F(44), 2 * F(148), "96 GB HBM3", F(4000), 900),
+    "RTX-3090": (F("35.6"), F(142), "24 GB GDDR6X", F(936), 64),
+    "RTX-A6000": (F("38.7"), F("309.7"), "48 GB GDDR6", F(768), 64),
 }
 # Dense BF16 TFLOP/s: the A100 datasheet's own dense figure; Hopper: the whitepaper's 989.4,
 # whole TFLOP/s; Blackwell and AMD: half the sparse figure; L40S, L4, RTX: the dense figure
 # the datasheet prints beside the sparse one (L40S 362.05, not 733/2).
-DENSE_BF16 = {"A100-40GB": F(312), "A100-80GB": F(312),
+DENSE_BF16 = {"A100-40GB": F(312), "A100-80GB": F(312), "A800-80GB": F(312),
+              "H800": F(int(F("989.4"))), "H20": F(148), "RTX-3090": F(71),
+              "RTX-A6000": F("154.8"),
               "H100-SXM": F(int(F("989.4"))), "H200": F(int(F("989.4"))),
               "B200": F(2250), "B300": F(2250), "GB200": F(2500), "MI300X": F("1307.4"),
               "MI325X": F("1307.4"), "MI355X": F("2516.6"), "L40S": F("362.05"), "L4": F(121),
               "A10G": F(70), "RTX-4090": F("165.2"), "RTX-5090": F("209.5")}
 # fp8 and fp4 (dense, with sparsity); None: no such Tensor Core format. Hopper fp8: the
 # whitepaper's 1,978.9 dense (3,957.8 sparse), whole TFLOP/s as the datasheets print them.
-FP8 = {"A100-40GB": (N, N), "A100-80GB": (N, N), "H100-SXM": (F(1979), F(3958)),
+FP8 = {"A100-40GB": (N, N), "A100-80GB": (N, N), "A800-80GB": (N, N),
+       "H800": (F(1979), F(3958)), "H20": (F(296), 2 * F(296)), "RTX-3090": (N, N),
+       "RTX-A6000": (N, N), "H100-SXM": (F(1979), F(3958)),
        "H200": (F(1979), F(3958)), "B200": (F(72000) / 16, F(72000) / 8),
        "B300": (F(72000) / 16, F(72000) / 8), "GB200": (F(720000) / 144, F(720000) / 72),
        "MI300X": (F("2614.9"), F("5229.8")), "MI325X": (F("2614.9"), F("5229.8")),
@@ -124,9 +151,13 @@ SMI_MIB = {"A100-40GB": 40_960, "A100-80GB": 81_920, "H100-SXM": 81_559, "H200":
            "B200": 183_359, "B300": 275_040, "GB200": 189_471,
            "MI300X": 205_822_885_888 // 2**20, "MI325X": 256 * 1024,
            "MI355X": 309_220_868_096 // 2**20, "L40S": 46_068, "L4": 23_034, "A10G": 23_028,
-           "RTX-4090": 24_564, "RTX-5090": 32_607}
+           "RTX-4090": 24_564, "RTX-5090": 32_607, "A800-80GB": 81_920, "H800": 80 * 1024,
+           "H20": 96 * 1024, "RTX-3090": 24_576, "RTX-A6000": 48 * 1024}
 REPORTED_BY = {n: "nvidia-smi" for n in SMI_MIB} | {"MI300X": "rocm-smi", "MI355X": "rocm-smi",
-                                                    "MI325X": "label (no driver figure)"}
+                                                    "MI325X": "label (no driver figure)",
+                                                    "H800": "label (no driver figure)",
+                                                    "H20": "label (no driver figure)",
+                                                    "RTX-A6000": "label (no driver figure)"}
 
 # Network per GPU: DGX A100 has eight ConnectX-6 HDR InfiniBand 200 Gb/s adapters for the
 # compute fabric, one per GPU (NVIDIA DGX SuperPOD reference architecture RA-09950-001);
@@ -137,18 +168,22 @@ REPORTED_BY = {n: "nvidia-smi" for n in SMI_MIB} | {"MI300X": "rocm-smi", "MI355
 # baseboards, 8-GPU OAM platforms, AWS g5/g6/g6e.48xlarge), 72 in one GB200 NVL72 domain.
 NETWORK_GBITS = {"A100-40GB": 200, "A100-80GB": 200, "H100-SXM": 400, "H200": 400,
                  "B200": 400, "B300": 800, "GB200": 400, "MI300X": 400, "MI325X": 400,
-                 "MI355X": 400, "L40S": N, "L4": N, "A10G": N, "RTX-4090": N, "RTX-5090": N}
+                 "MI355X": 400, "L40S": N, "L4": N, "A10G": N, "RTX-4090": N, "RTX-5090": N,
+                 "A800-80GB": N, "H800": 400, "H20": N, "RTX-3090": N, "RTX-A6000": N}
 NODE = {"A100-40GB": "DGX A100", "A100-80GB": "DGX A100", "H100-SXM": "DGX H100",
         "H200": "DGX H200", "B200": "DGX B200", "B300": "DGX B300",
         "GB200": "GB200 NVL72 (one NVLink domain)", "MI300X": "MI300X platform",
         "MI325X": "MI325X platform", "MI355X": "MI355X platform", "L40S": "PCIe server",
         "L4": "PCIe server", "A10G": "PCIe server", "RTX-4090": "PCIe server",
-        "RTX-5090": "PCIe Gen5 server"}
+        "RTX-5090": "PCIe Gen5 server", "A800-80GB": "HGX A800", "H800": "HGX H800",
+        "H20": "HGX H20", "RTX-3090": "PCIe server", "RTX-A6000": "PCIe server"}
 LINK = {"A100-40GB": "NVLink 3", "A100-80GB": "NVLink 3", "H100-SXM": "NVLink 4",
         "H200": "NVLink 4", "B200": "NVLink 5", "B300": "NVLink 5", "GB200": "NVLink 5",
         "MI300X": "Infinity Fabric", "MI325X": "Infinity Fabric", "MI355X": "Infinity Fabric",
         "L40S": "PCIe Gen4 x16", "L4": "PCIe Gen4 x16", "A10G": "PCIe Gen4 x16",
-        "RTX-4090": "PCIe Gen4 x16", "RTX-5090": "PCIe Gen5 x16"}
+        "RTX-4090": "PCIe Gen4 x16", "RTX-5090": "PCIe Gen5 x16", "A800-80GB": "NVLink 3",
+        "H800": "NVLink 4", "H20": "NVLink 4", "RTX-3090": "PCIe Gen4 x16",
+        "RTX-A6000": "PCIe Gen4 x16"}
 GPUS_PER_NODE = {n: 8 for n in NODE} | {"GB200": 72}
 
 # The names users type, other than the card's own (matched in any case).
@@ -158,7 +193,10 @@ ALSO = {"A100-40GB": {"a100-40"}, "A100-80GB": {"A100", "a100-80"},
         "GB200": {"gb200-nvl72", "b200-nvl72"}, "MI300X": {"amd-mi300x"},
         "MI325X": {"amd-mi325x"}, "MI355X": {"amd-mi355x"}, "L40S": set(), "L4": set(),
         "A10G": set(), "RTX-4090": {"rtx4090", "4090", "geforce-rtx-4090"},
-        "RTX-5090": {"rtx5090", "5090", "geforce-rtx-5090"}}
+        "RTX-5090": {"rtx5090", "5090", "geforce-rtx-5090"},
+        "A800-80GB": {"A800", "a800-sxm4-80gb", "a800-80"}, "H800": {"h800-sxm"},
+        "H20": {"h20-96gb"}, "RTX-3090": {"rtx3090", "3090", "geforce-rtx-3090"},
+        "RTX-A6000": {"a6000"}}
 
 
 # torch.cuda.mem_get_info()'s total: 150,109,880,320 bytes measured on the project's H200
@@ -311,3 +349,58 @@ def test_help_and_errors_list_every_card(capsys):
         get_gpu("V100")
     assert "known: " + ", ".join(DATASHEET) in str(e.value)
     assert list(GPUS) == list(DATASHEET)
+
+
+def test_the_new_cards_cite_their_sources():
+    text = gpu_table.markdown()
+    for url in ("nvidia.cn/data-center/a800/", "nvidia.cn/data-center/h800/", "h20-96gb",
+                "NVIDIA-ampere-GA102-GPU-Architecture-Whitepaper-V1.pdf",
+                "design-visualization/rtx-a6000/"):
+        assert url in text
+
+
+# ---- a named card with its memory given (issue 45) ----------------------------------------
+# 96 GiB = 96 · 2^30 = 103,079,215,104 bytes (hand arithmetic); the H100's own figures stay.
+GIB96 = 96 * 2**30
+
+
+def test_a_named_card_takes_a_given_memory():
+    from accounting.planning.plan import hardware
+    hw = hardware("H100", GIB96, compute="bf16")
+    assert hw.memory_bytes == 103_079_215_104
+    assert hw.peak_flops == DENSE_BF16["H100-SXM"] * 10**12  # the card's peak, unchanged
+    assert hw.bandwidth == DATASHEET["H100-SXM"][3] * 10**9
+    assert "98,304 MiB given" in hw.source  # 96 · 1,024 MiB, said where it came from
+
+
+@pytest.mark.parametrize("argv", [
+    ("plan", "gpt2-small", "--gpu", "H100", "--gpu-mem", "96GiB"),
+    ("plan", "gpt2-small", "--gpus", "2", "--gpu", "H100", "--gpu-mem", "96GiB"),
+    ("serve", "gpt2-small", "--gpu", "H100", "--gpu-mem", "96GiB"),
+])
+def test_gpu_and_gpu_mem_together_are_accepted(capsys, argv):
+    from cli_run import run
+    code, out, err = run(capsys, *argv, "--format", "json")
+    assert code == 0, err
+    assert str(103_079_215_104) in out  # the given memory, in bytes, is what was planned with
+
+
+def test_a_named_card_still_refuses_a_given_peak_or_bandwidth(capsys):
+    from cli_run import refused_in_one_line
+    refused_in_one_line(capsys, "plan", "gpt2-small", "--gpu", "H100", "--gpu-flops", "500",
+                        expected="not both")
+
+
+def test_vllm_batch_defaults_follow_the_device_name():
+    # vllm/engine/arg_utils.py EngineArgs.get_batch_defaults: 8192 batched tokens and 1024
+    # sequences when total memory >= 70 GiB and "a100" is not in the device name torch
+    # reports, else 2048 and 256. The A800 (81,920 MiB, "NVIDIA A800-SXM4-80GB") is not an
+    # A100 by that test; the A100 80GB ("NVIDIA A100-SXM4-80GB") is.
+    from accounting.formats.schemes import get_scheme
+    from accounting.serving.plan import serve
+    from accounting.architecture.presets import get_preset
+    c = get_preset("gpt2-small")
+    for gpu, chunk, seqs in (("A800", 8192, 1024), ("A100", 2048, 256), ("H20", 8192, 1024),
+                             ("RTX-3090", 2048, 256)):
+        d = serve(c, get_scheme("bf16"), gpu=gpu).defaults
+        assert (d.max_num_batched_tokens, d.max_num_seqs) == (chunk, seqs), gpu

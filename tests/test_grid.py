@@ -90,7 +90,7 @@ def test_the_grid_refuses_what_analyze_refuses():
 
 
 def test_dataframe_sweep_equals_the_one_by_analyze():
-    from accounting.present.frames import sweep, sweep_by_analysis
+    from accounting.frames import sweep, sweep_by_analysis
     configs = ["gpt2-small", "openai-community/gpt2", variant("window_alternating"),
                variant("moe_capacity"), variant("mla_window_moe")]
     rng = random.Random(7)
@@ -110,7 +110,7 @@ def test_sweep_shares_past_2_to_the_53():
     2**53 yet within int64. At T = 3·10^6 + 2 and + 3 float(a) / float(b) differs from
     a / b in the last bit for some components (found by a search over T; asserted below,
     so this case can catch the numpy shortcut used past its range)."""
-    from accounting.present.frames import sweep, sweep_by_analysis
+    from accounting.frames import sweep, sweep_by_analysis
     seqs = [1000, 3 * 10**6 + 2, 3 * 10**6 + 3]
     fast, slow = sweep(["gpt2-xl"], seqs), sweep_by_analysis(["gpt2-xl"], seqs)
     assert 2**63 > max(fast["total_flops"]) > 48 * 4 * 1600 * 9 * 10**12 > 2**53

@@ -17,7 +17,7 @@ import pytest
 
 from accounting import analyze
 from cli_run import agreeing_check, refused_in_one_line, run
-from accounting.spec.hf_config import translate
+from accounting.architecture.hf_config import translate
 from hf_examples import DELETE, write_config
 
 V, D, L, H = 96, 64, 2, 4  # every small config: vocab, hidden_size, layers, query heads
@@ -240,7 +240,7 @@ def test_what_the_spec_cannot_mean_is_refused_in_one_line(capsys, tmp_path, name
 
 def test_flags_are_written_back_as_cohere_keys():
     from dataclasses import replace
-    from accounting.spec.hf_config import for_transformers
+    from accounting.architecture.hf_config import for_transformers
     r = translate(CONFIGS["command-r"], "t", "r")
     data, why = for_transformers(r, replace(r.config, qk_norm="per_head"))
     assert why == "" and data["use_qk_norm"] is True

@@ -13,11 +13,11 @@ import pytest
 
 from accounting import analyze
 from cli_run import run
-from accounting.spec.loaders import config_from_json
+from accounting.architecture.loaders import config_from_json
 from accounting.runtime.errors import UsageError
-from accounting.spec import hf_config
-from accounting.spec.hf_config import TYPES, HFType, for_transformers, register, translate
-from accounting.spec.presets import PRESETS, hf_source
+from accounting.architecture import hf_config
+from accounting.architecture.hf_config import TYPES, HFType, for_transformers, register, translate
+from accounting.architecture.presets import PRESETS, hf_source
 from hf_examples import CONFIGS, DELETE, SHAPES, params_by_hand, write_config
 
 

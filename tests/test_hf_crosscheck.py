@@ -9,7 +9,7 @@ pytest.importorskip("transformers")
 
 from accounting import analyze  # noqa: E402
 from accounting.crosscheck import cross_check, views  # noqa: E402
-from accounting.spec.hf_config import translate  # noqa: E402
+from accounting.architecture.hf_config import translate  # noqa: E402
 from cli_run import agreeing_check, run  # noqa: E402
 from hf_examples import (CONFIGS, SHAPES, forward_matmul_flops_by_hand,  # noqa: E402
                          kv_elements_by_hand, params_by_hand, write_config)
@@ -96,7 +96,7 @@ def _attn_params(s) -> int:
 
 
 def test_a_disagreement_exits_1_naming_its_size(capsys, tmp_path, monkeypatch):
-    from accounting.spec import hf_config
+    from accounting.architecture import hf_config
     qwen2 = hf_config.TYPES["qwen2"]
     wrong = dataclasses.replace(qwen2, fixed={**qwen2.fixed, "qkv_bias": False})
     monkeypatch.setitem(hf_config.TYPES, "qwen2", wrong)
@@ -121,7 +121,7 @@ def test_flags_rewrite_the_config_or_say_why_transformers_did_not_run(capsys):
 def test_the_llama_3_1_8b_kv_cache_by_hand():
     # 2 (K and V) · 32 layers · 8 KV heads · 128 · T = 8,192 · 2 bytes (bfloat16, its
     # torch_dtype) = 1,073,741,824 bytes = 1 GiB, measured on past_key_values
-    from accounting.spec.presets import PRESETS, hf_source
+    from accounting.architecture.presets import PRESETS, hf_source
     name = "meta-llama/Llama-3.1-8B"
     result = cross_check(analyze(PRESETS[name], 8192), hf=hf_source(name))
     assert result.agrees, views.summary(result)

@@ -9,8 +9,8 @@ import json
 import pytest
 
 from accounting import analyze
-from accounting.spec.hf_config import translate
-from accounting.spec.loaders import config_from_json
+from accounting.architecture.hf_config import translate
+from accounting.architecture.loaders import config_from_json
 from cli_run import agreeing_check, refused_in_one_line, run
 from hf_examples import DELETE, write_config
 from hf_h3_examples import (CONFIGS, PUBLISHED, RELEASED, forward_matmul_flops_by_hand,
@@ -173,7 +173,7 @@ def test_the_output_says_what_is_not_counted(capsys, tmp_path):
 def test_flags_are_written_back_as_the_keys_that_mean_them():
     from dataclasses import replace
 
-    from accounting.spec.hf_config import for_transformers
+    from accounting.architecture.hf_config import for_transformers
     h = translate(CONFIGS["deepseek_v2"], "t", "t")
     data, why = for_transformers(h, replace(h.config, router_groups=2, router_topk_groups=1))
     assert why == "" and (data["topk_method"], data["n_group"], data["topk_group"]) == \

@@ -1,5 +1,5 @@
 """Every absent key means what transformers means (issue 34): for every supported model_type
-in the one type table (accounting/spec/hf_config.py TYPES, so a type added later is swept
+in the one type table (accounting/architecture/hf_config.py TYPES, so a type added later is swept
 too, and must bring an example), each key the table reads with a default is removed from a
 small example config.json, and the tool's reading of the file is compared with what
 transformers 5.23 itself makes of the same file:
@@ -35,7 +35,7 @@ from accounting.crosscheck.mapping import analytic_flops  # noqa: E402
 from accounting.crosscheck.result import ELSEWHERE  # noqa: E402
 from accounting.ledger.records import COMPONENTS  # noqa: E402
 from accounting.runtime.errors import UsageError  # noqa: E402
-from accounting.spec.hf_config import TYPES, Required, translate  # noqa: E402
+from accounting.architecture.hf_config import TYPES, Required, translate  # noqa: E402
 from cli_run import refused_in_one_line  # noqa: E402
 
 

@@ -14,7 +14,7 @@ The expected values are written out by hand below, not computed by the rule unde
 import pytest
 
 from accounting import analyze
-from accounting.spec.loaders import config_from_json
+from accounting.architecture.loaders import config_from_json
 from hf_examples import CONFIGS, DELETE, write_config
 from hf_moe_examples import CONFIGS as MOE_CONFIGS
 

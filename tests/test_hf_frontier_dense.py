@@ -22,7 +22,7 @@ What each modeling file builds (read there):
 import pytest
 
 from accounting import analyze
-from accounting.spec.hf_config import translate
+from accounting.architecture.hf_config import translate
 from cli_run import agreeing_check, refused_in_one_line
 from hf_examples import DELETE, write_config
 

@@ -26,8 +26,8 @@ What each modeling file builds (read there):
 import pytest
 
 from accounting import analyze
-from accounting.spec.hf_config import translate
-from accounting.spec.hf_schema import UNSUPPORTED
+from accounting.architecture.hf_config import translate
+from accounting.architecture.hf_schema import UNSUPPORTED
 from cli_run import agreeing_check, refused_in_one_line, run
 from hf_examples import DELETE, write_config
 
@@ -397,7 +397,7 @@ def test_qwen2_moe_windows_and_dense_layers_as_its_config_derives_them():
 
 def test_flags_are_written_back_as_the_families_keys():
     from dataclasses import replace
-    from accounting.spec.hf_config import for_transformers
+    from accounting.architecture.hf_config import for_transformers
     q = translate(CONFIGS["qwen2_moe"], "t", "q")
     data, why = for_transformers(q, replace(q.config, num_shared_experts=2))
     assert why == "" and data["shared_expert_intermediate_size"] == 2 * 16

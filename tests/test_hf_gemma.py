@@ -18,8 +18,8 @@ from transformers 5.23.0's modeling files (never from the tool's tables):
 import pytest
 
 from accounting import analyze
-from accounting.spec.hf_config import translate
-from accounting.spec.loaders import config_from_json
+from accounting.architecture.hf_config import translate
+from accounting.architecture.loaders import config_from_json
 from cli_run import agreeing_check, run
 from hf_examples import DELETE, write_config
 
@@ -344,7 +344,7 @@ def test_attention_soft_cap_needs_the_explicit_scores(capsys, tmp_path):
 def test_flags_on_gemma_are_written_back_for_transformers(tmp_path):
     from dataclasses import replace
 
-    from accounting.spec.hf_config import for_transformers, load
+    from accounting.architecture.hf_config import for_transformers, load
     hf = load(write(tmp_path, "gemma2"))
     c = hf.config.with_overrides(num_layers=4)  # layer_types (local, global, local) repeated
     data, why = for_transformers(hf, c)

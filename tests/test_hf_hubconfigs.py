@@ -10,8 +10,8 @@ import pytest
 
 from accounting import analyze
 from accounting.runtime.errors import UsageError
-from accounting.spec.hf_config import TYPES, translate
-from accounting.spec.loaders import config_from_json
+from accounting.architecture.hf_config import TYPES, translate
+from accounting.architecture.loaders import config_from_json
 from cli_run import agreeing_check, run
 
 # HuggingFaceTB/SmolLM2-135M's config.json, verbatim as two public GitHub copies quote it
@@ -273,7 +273,7 @@ def test_a_judged_key_survives_flags_written_back(tmp_path):
     # model keeps the key (judged once, when the file was read) and means the flags' config
     import dataclasses
     from accounting.cli.args import judge_keys
-    from accounting.spec.hf_config import for_transformers
+    from accounting.architecture.hf_config import for_transformers
     h = translate({**TINY_LLAMA, "neftune_noise_alpha": 0.0}, "f.json", "f", judge=judge_keys)
     assert h.judged == ("neftune_noise_alpha",)
     data, why = for_transformers(h, dataclasses.replace(h.config, num_layers=1))

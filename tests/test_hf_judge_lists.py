@@ -85,7 +85,7 @@ def test_a_judged_text_config_key_survives_the_cross_check(capsys, tmp_path):
 # ---- a broken or other transformers is not the config's fault (issue 32) ----------------------
 def test_a_transformers_that_fails_to_import_is_named(monkeypatch):
     from accounting.cli import args
-    from accounting.spec.hf_config import translate
+    from accounting.architecture.hf_config import translate
 
     import sys
     # an install that fails on import (None in sys.modules: ImportError), as a half-installed
@@ -102,7 +102,7 @@ def test_a_transformers_that_fails_to_import_is_named(monkeypatch):
 def test_another_transformers_version_is_named_when_the_build_fails(monkeypatch):
     import transformers
     from accounting.crosscheck import hf_keys
-    from accounting.spec.hf_config import TYPES
+    from accounting.architecture.hf_config import TYPES
 
     def fails(data):
         raise AttributeError("module has no attribute 'LlamaForCausalLM'")

@@ -16,7 +16,7 @@ import json
 import pytest
 
 from accounting import analyze
-from accounting.spec.hf_config import translate
+from accounting.architecture.hf_config import translate
 from cli_run import run
 from hf_examples import write_config
 

@@ -7,7 +7,7 @@ size against Meta's published 109B total and 17B active.
 import pytest
 
 from accounting import analyze
-from accounting.spec.hf_config import translate
+from accounting.architecture.hf_config import translate
 from cli_run import agreeing_check, refused_in_one_line, run
 from hf_examples import DELETE, write_config
 

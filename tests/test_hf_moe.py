@@ -12,9 +12,9 @@ import pytest
 
 from accounting import analyze
 from cli_run import agreeing_check, run
-from accounting.spec.loaders import config_from_json
-from accounting.spec.own_format import read_json
-from accounting.spec.hf_config import PACKAGED, translate
+from accounting.architecture.loaders import config_from_json
+from accounting.architecture.own_format import read_json
+from accounting.architecture.hf_config import PACKAGED, translate
 from hf_examples import DELETE, write_config
 from hf_moe_examples import (CONFIGS, SHAPES, forward_matmul_flops_by_hand, kv_bytes_by_hand,
                              params_by_hand)
@@ -247,8 +247,8 @@ def test_flags_on_the_new_types_are_written_back_for_transformers():
     # the fields a rule derives are written as the keys that mean them, or refused with why
     from dataclasses import replace
 
-    from accounting.spec.hf_config import for_transformers
-    from accounting.spec.presets import PRESETS, hf_source
+    from accounting.architecture.hf_config import for_transformers
+    from accounting.architecture.presets import PRESETS, hf_source
     ds = hf_source("deepseek-ai/DeepSeek-V3")
     c = replace(PRESETS["deepseek-ai/DeepSeek-V3"], num_layers=2, dense_layers=(0,))
     data, why = for_transformers(ds, c)

@@ -21,7 +21,7 @@ import math
 import pytest
 
 from accounting import analyze
-from accounting.spec.hf_config import translate
+from accounting.architecture.hf_config import translate
 from cli_run import agreeing_check, run
 from hf_examples import write_config
 

@@ -8,7 +8,7 @@ import pytest
 
 from accounting import analyze
 from cli_run import agreeing_check, refused_in_one_line, run
-from accounting.spec.hf_config import translate
+from accounting.architecture.hf_config import translate
 from hf_examples import write_config
 
 V, D, L, H = 96, 64, 2, 4  # every config: vocab, hidden_size, layers, query heads
@@ -227,7 +227,7 @@ def test_flags_are_written_back_as_the_types_own_keys():
     # transformers' own rules decide what a flag means: Falcon's layout keys, GPT-NeoX's
     # use_parallel_residual and rotary_pct, Phi-3's partial_rotary_factor
     from dataclasses import replace
-    from accounting.spec.hf_config import for_transformers
+    from accounting.architecture.hf_config import for_transformers
     f7 = translate(CONFIGS["falcon (7B)"], "t", "f7")
     data, why = for_transformers(f7, replace(f7.config, block="parallel"))
     assert why == "" and data["new_decoder_architecture"] is True \

@@ -11,7 +11,7 @@ in train mode (forward and backward) with and without an unknown key.
 """
 import pytest
 
-from accounting.spec.hf_config import TYPES, translate
+from accounting.architecture.hf_config import TYPES, translate
 from accounting.runtime.errors import UsageError
 from cli_run import refused_in_one_line, run
 from hf_examples import CONFIGS, write_config

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from accounting.runtime import safe_io
 from accounting.cli.main import main
-from accounting.spec.config import ModelConfig
+from accounting.architecture.config import ModelConfig
 from accounting.runtime.errors import UsageError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -479,7 +479,7 @@ class FakeResult:
 
 def _fake_views(monkeypatch):
     from accounting.crosscheck import views
-    from accounting.present.table import Table
+    from accounting.tables.table import Table
     monkeypatch.setattr(views, "summary", lambda r: "fake: attention core analytic 1, fvcore 2")
     monkeypatch.setattr(views, "tables", lambda r, conventions=True:
                         [Table("Cross-check (fake)", notes=("n",))])

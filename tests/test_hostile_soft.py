@@ -66,7 +66,7 @@ def _llama(**changes) -> dict:
 
 def test_an_int_and_a_float_of_one_value_agree():
     """Was: 'contradictory keys rope_theta = 500000, rope_parameters.rope_theta = 500000.0'."""
-    from accounting.spec.hf_config import translate
+    from accounting.architecture.hf_config import translate
     data = _llama(rope_theta=500000, rope_parameters={"rope_type": "default",
                                                       "rope_theta": 500000.0})
     data.pop("rope_scaling")
@@ -75,7 +75,7 @@ def test_an_int_and_a_float_of_one_value_agree():
 
 def test_two_values_still_contradict():
     from accounting.runtime.errors import UsageError
-    from accounting.spec.hf_config import translate
+    from accounting.architecture.hf_config import translate
     data = _llama(rope_theta=500000, rope_parameters={"rope_type": "default",
                                                       "rope_theta": 500001.0})
     data.pop("rope_scaling")
@@ -138,8 +138,9 @@ TINY_ARGS = dict(vocab_size=100, context_length=64, num_layers=2, d_model=64, nu
     (lambda a, p, c: p(c, 64, margin="1"), "margin must be in [0, 1)"),
     (lambda a, p, c: p(c, 64, memory_bytes=10**9, peak_tflops=0, bandwidth_tbs=1),
      "peak_tflops must be positive"),
-    (lambda a, p, c: p(c, 64, gpu="H100", memory_bytes=10**9), "give either gpu or "
-                                                                 "memory_bytes/peak_tflops/"),
+    # a named card takes memory_bytes (issue 45: a 96 GiB H100), not another peak
+    (lambda a, p, c: p(c, 64, gpu="H100", peak_tflops=100), "give either gpu or "
+                                                             "peak_tflops/bandwidth_tbs"),
     (lambda a, p, c: p(c, 64, steps=1, tokens=64), "give either steps or tokens"),
 ], ids=["seq", "batch", "grid", "mfu", "margin", "peak", "gpu", "steps"])
 def test_api_errors_name_the_argument_not_the_flag(call, said):
@@ -213,7 +214,7 @@ def test_a_llama4_file_tuning_no_nope_layer_still_reads():
     """attn_temperature_tuning true with every layer RoPE (no_rope_layers all 1) is a no-op
     in transformers' Llama4TextAttention (it scales only where not use_rope): read, not
     refused."""
-    from accounting.spec.hf_config import translate
+    from accounting.architecture.hf_config import translate
     from test_hf_llama4 import TEXT
     data = {**TEXT, "no_rope_layers": [1, 1, 1, 1], "attn_temperature_tuning": True}
     c = translate(data, "f", "f").config

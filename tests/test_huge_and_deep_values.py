@@ -15,11 +15,11 @@ from dataclasses import fields
 import pytest
 
 from accounting.runtime.errors import UsageError
-from accounting.spec.config import ModelConfig
-from accounting.spec.fields import NUMBER, NUMBER0, meta
-from accounting.spec.hf_config import EPS, NUMBER_OR_NULL, THETA, TYPES, translate
-from accounting.spec.loaders import config_from_json
-from accounting.spec.own_format import MAX_DEPTH
+from accounting.architecture.config import ModelConfig
+from accounting.architecture.fields import NUMBER, NUMBER0, meta
+from accounting.architecture.hf_config import EPS, NUMBER_OR_NULL, THETA, TYPES, translate
+from accounting.architecture.loaders import config_from_json
+from accounting.architecture.own_format import MAX_DEPTH
 from cli_run import refused_in_one_line
 from hf_examples import CONFIGS
 

@@ -10,7 +10,7 @@ import dataclasses
 
 import pytest
 
-from accounting.spec.hf_config import translate
+from accounting.architecture.hf_config import translate
 from test_hf_nemotron_h import DATA
 
 

@@ -15,8 +15,8 @@ import pytest
 
 from accounting.literature import formulas as F
 from cli_run import run
-from accounting.spec.config import MLPS, NORM_PLACEMENTS, NORMS, POSITIONS, QK_NORMS, ModelConfig
-from accounting.spec.presets import PRESETS
+from accounting.architecture.config import MLPS, NORM_PLACEMENTS, NORMS, POSITIONS, QK_NORMS, ModelConfig
+from accounting.architecture.presets import PRESETS
 from accounting.literature.compare import compare
 from accounting.literature.estimates import FORMULAS
 from accounting.literature.terms import UNEXPLAINED

@@ -32,7 +32,7 @@ import pytest
 
 from accounting.literature.compare import compare
 from accounting.literature.terms import UNEXPLAINED
-from accounting.spec.config import ModelConfig
+from accounting.architecture.config import ModelConfig
 
 
 @dataclass(frozen=True)

@@ -13,11 +13,11 @@ import io
 
 import pytest
 
-import accounting.spec.config as config_module
+import accounting.architecture.config as config_module
 from accounting.cli.main import main
 from accounting.ledger.ledger import ledger
 from accounting.runtime.progress import Ticker
-from accounting.spec.config import ModelConfig
+from accounting.architecture.config import ModelConfig
 
 
 def _plan(layers: int, gpus: int) -> list[str]:

@@ -29,8 +29,8 @@ from accounting.crosscheck.hf_counter import build  # noqa: E402
 from accounting.planning import lora_targets as LT  # noqa: E402
 from accounting.planning.finetune import LoRA, resolve  # noqa: E402
 from accounting.runtime.errors import UsageError  # noqa: E402
-from accounting.spec.hf_config import translate  # noqa: E402
-from accounting.spec.hf_schema import TYPES  # noqa: E402
+from accounting.architecture.hf_config import translate  # noqa: E402
+from accounting.architecture.hf_schema import TYPES  # noqa: E402
 from lora_families import families  # noqa: E402
 
 FRONTIER = Path(__file__).resolve().parents[2] / "shared" / "frontier"
@@ -112,7 +112,7 @@ def test_issue_45_figures():
     """The issue's figures, PEFT's own counts (get_nb_trainable_parameters, peft 0.21.2 on
     transformers 5.23, run for the issue): Qwen3-30B-A3B's down_proj at r 8 is
     48 layers × 128 experts × 8 × (768 + 2,048) = 138,412,032 by hand."""
-    from accounting.spec.presets import hf_source
+    from accounting.architecture.presets import hf_source
     h = hf_source("Qwen/Qwen3-30B-A3B")
     ft = resolve(h.config, LoRA(rank=8, targets=("down_proj",)), h.type.module_names(h.data))
     assert ft.adapter_count() == 48 * 128 * 8 * (768 + 2048) == 138_412_032

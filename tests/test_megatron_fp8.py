@@ -25,7 +25,7 @@ from accounting.planning.memory import PRECISIONS
 from accounting.planning.parallel import Layout, parallel_plan
 from accounting.planning.parallel.stack_memory import StackRun
 from accounting.planning.parallel.stacks import get_stack
-from accounting.spec.config import ModelConfig
+from accounting.architecture.config import ModelConfig
 from tests.cli_run import refused_in_one_line, run
 
 S, T = 1024, 4  # sequence length, TP degree (sequence parallel on)

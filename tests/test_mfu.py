@@ -13,7 +13,7 @@ import pytest
 import cli_run
 from accounting import get_preset
 from accounting.planning.mfu import CAUSAL, SIX_N, sequence_flops, utilizations
-from accounting.spec.config import ModelConfig
+from accounting.architecture.config import ModelConfig
 
 DAY = 86400
 # GPT-3 175B (Brown et al. 2020, Table 2.1): 96 layers, d 12,288, 96 heads, T 2,048, GPT-2's

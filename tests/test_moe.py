@@ -17,7 +17,7 @@ F = torch.nn.functional
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
 from accounting import analyze  # noqa: E402
-from accounting.spec.config import ModelConfig  # noqa: E402
+from accounting.architecture.config import ModelConfig  # noqa: E402
 from accounting.crosscheck.dispatch import COUNTED, FORWARD, OpCounter  # noqa: E402
 from model import TransformerLM  # noqa: E402
 from model.moe import MoE  # noqa: E402
@@ -132,7 +132,7 @@ def test_the_models_options_default_to_the_spec():
 
     import pytest as _pytest
 
-    from accounting.spec.config import ModelConfig
+    from accounting.architecture.config import ModelConfig
     from model.transformer import OPTIONS, TransformerLM
     spec = {f.name: f.default for f in fields(ModelConfig)}
     assert OPTIONS and all(spec[k] == v for k, v in OPTIONS.items())

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from accounting.runtime.errors import UsageError
-from accounting.spec.config import ModelConfig
+from accounting.architecture.config import ModelConfig
 from cli_run import refused_in_one_line
 
 BASE = dict(vocab_size=100, context_length=64, num_layers=4, d_model=64, num_heads=4)

@@ -14,7 +14,7 @@ import pytest
 
 from accounting import analyze
 from accounting.cli.main import main
-from accounting.spec.config import ModelConfig
+from accounting.architecture.config import ModelConfig
 from accounting.ledger.ledger import window_pairs
 from accounting.planning import PRECISIONS, inference
 from accounting.planning.inference import absorbed_decode_flops_expr, experts_read
@@ -233,7 +233,7 @@ def test_multi_gpu_plans_lay_out_experts_latents_and_kinds(tmp_path, capsys, ext
 
 def test_fewer_layers_keep_the_per_layer_lists_in_step():
     # a preset cut to n layers keeps its first n layers' kinds (DeepSeek-V3: 3 dense first)
-    from accounting.spec.presets import get_preset
+    from accounting.architecture.presets import get_preset
     ds = get_preset("deepseek-ai/DeepSeek-V3").with_overrides(num_layers=4)
     assert ds.dense_layers == (0, 1, 2) and [k.moe for k in ds.layer_kinds] == [False] * 3 + [True]
     assert get_preset("deepseek-ai/DeepSeek-V3").with_overrides(num_layers=2).dense_layers == (0, 1)

@@ -14,8 +14,8 @@ import json
 import pytest
 
 from accounting.analysis.mtp import mtp
-from accounting.spec.hf_config import translate
-from accounting.spec.presets import get_preset
+from accounting.architecture.hf_config import translate
+from accounting.architecture.presets import get_preset
 from cli_run import run
 from hf_examples import write_config
 from test_hf_frontier_moe import CONFIGS, SHAPES, D, V

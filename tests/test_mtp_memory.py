@@ -17,7 +17,7 @@ import json
 import pytest
 
 from accounting.planning.memory import MemoryModel, get_precision
-from accounting.spec.config import ModelConfig
+from accounting.architecture.config import ModelConfig
 from cli_run import run
 
 V, CTX, L, D, H, DFF = 50, 16, 2, 16, 2, 24

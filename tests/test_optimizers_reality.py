@@ -19,7 +19,7 @@ from accounting.ledger.ledger import ledger
 from accounting.planning import training_state as TS
 from accounting.planning.memory import MemoryModel, get_precision
 from accounting.planning.optimizers import OPTIMIZERS, get_optimizer
-from accounting.spec.config import ModelConfig
+from accounting.architecture.config import ModelConfig
 from model import TransformerLM
 
 # Sizes chosen so that some tensors are under bitsandbytes' min_8bit_size (4,096: the norms,

@@ -1,4 +1,4 @@
-"""The one output path (accounting/present/output.py): every subcommand's --format switch,
+"""The one output path (accounting/tables/output.py): every subcommand's --format switch,
 terminal width, JSON without NaN and -o go through it, so they cannot drift apart again
 (the parallel plan's copy had lost the terminal width and allow_nan=False)."""
 from __future__ import annotations
@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from accounting.present import output
-from accounting.present.table import Table
+from accounting.tables import output
+from accounting.tables.table import Table
 from cli_run import run
 
 PARALLEL = ("plan", "meta-llama/Llama-3.1-8B", "--gpus", "64", "--tp", "4", "--pp", "2",

@@ -12,7 +12,7 @@ from accounting import get_preset
 from accounting.planning.parallel import activations as A
 from accounting.planning.parallel.layout import Layout
 from accounting.planning.parallel.shards import BLOCK, split
-from accounting.planning.parallel.states import zero_paper_bytes
+from accounting.literature.memory_formulas import zero_paper_bytes
 from accounting.planning.parallel.step import megatron_seconds
 
 

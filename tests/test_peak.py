@@ -24,7 +24,7 @@ F = torch.nn.functional
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 from torch.utils._pytree import tree_flatten  # noqa: E402
 
-from accounting.spec.config import ModelConfig  # noqa: E402
+from accounting.architecture.config import ModelConfig  # noqa: E402
 from accounting.planning import PRECISIONS, MemoryModel  # noqa: E402
 from model import TransformerLM  # noqa: E402
 

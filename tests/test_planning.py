@@ -15,7 +15,7 @@ import pytest
 
 from accounting import analyze, get_preset
 import cli_run
-from accounting.spec.config import ModelConfig
+from accounting.architecture.config import ModelConfig
 from accounting.ledger.ledger import ledger
 from accounting.planning import (
     GPUS,

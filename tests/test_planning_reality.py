@@ -18,7 +18,7 @@ F = torch.nn.functional
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
-from accounting.spec.config import ModelConfig
+from accounting.architecture.config import ModelConfig
 from accounting.planning import (
     ADAMW_OPS,
     PRECISIONS,

@@ -51,7 +51,7 @@ Sources of the published counts (cited per row below):
 import pytest
 
 from accounting import analyze, get_preset
-from accounting.spec.presets import PRESETS
+from accounting.architecture.presets import PRESETS
 
 
 def gpt2_params(L, d, V=50257, n_ctx=1024):
@@ -180,10 +180,10 @@ def test_parameter_count_equals_the_published_figure(name):
 
 
 def test_the_comment_beside_each_preset_row_is_its_count():
-    # accounting/spec/presets.py writes each row's size in a comment (nanoGPT style)
+    # accounting/architecture/presets.py writes each row's size in a comment (nanoGPT style)
     import inspect
 
-    from accounting.spec import presets
+    from accounting.architecture import presets
     source = inspect.getsource(presets._table)
     for name, (_, published) in PUBLISHED.items():
         row = next(line for line in source.splitlines() if f'"{name}"' in line)
@@ -329,8 +329,8 @@ def test_qwen3_0_6b_hub_total_stores_the_tied_table_twice():
 
 def test_every_shipped_config_is_a_preset_and_reads_back_to_it():
     # accounting/hf_configs/<org>/<name>.json is the one source of each real checkpoint
-    from accounting.spec.hf_config import PACKAGED, load
-    from accounting.spec.presets import HF_IDS, hf_source
+    from accounting.architecture.hf_config import PACKAGED, load
+    from accounting.architecture.presets import HF_IDS, hf_source
     shipped = {str(p.relative_to(PACKAGED).with_suffix("")) for p in PACKAGED.rglob("*.json")}
     assert shipped == set(HF_IDS) and shipped <= set(PRESETS)
     for name in HF_IDS:

@@ -15,7 +15,7 @@ text tables whose titles start with A or B (in output order). A block written as
     ...
     <!-- end generated: NAME -->
 
-must equal accounting/present/generated.py's BLOCKS[NAME]() (a table generated from the
+must equal accounting/cli/generated.py's BLOCKS[NAME]() (a table generated from the
 one record that states its facts: the GPU cards, ...). Regenerate both kinds with
 `python tests/test_readme.py --update` after a change that moves a number.
 """
@@ -103,7 +103,7 @@ def test_readme_outputs_are_current(path):
 
 @pytest.mark.parametrize("path", documents(), ids=lambda p: p.relative_to(README.parent).as_posix())
 def test_generated_tables_are_current(path):
-    from accounting.present.generated import BLOCKS
+    from accounting.cli.generated import BLOCKS
     for m in GENERATED.finditer(path.read_text(encoding="utf-8")):
         assert m["name"] in BLOCKS, f"{path.name}: no generator named {m['name']!r}"
         assert m["body"] == BLOCKS[m["name"]](), \
@@ -112,7 +112,7 @@ def test_generated_tables_are_current(path):
 
 def test_every_generated_table_stands_in_the_docs():
     # a generator that no page uses would be a table nobody sees, and a name checked nowhere
-    from accounting.present.generated import BLOCKS
+    from accounting.cli.generated import BLOCKS
     used = {m["name"] for p in documents() for m in GENERATED.finditer(p.read_text(encoding="utf-8"))}
     assert used == set(BLOCKS)
 
@@ -137,13 +137,13 @@ def test_readme_starts_with_the_two_fresh_machine_commands():
 
 
 def test_the_model_type_lists_are_the_hf_tables_own():
-    # issue 24: the supported model_types are stated once (accounting/spec/hf_config.py
+    # issue 24: the supported model_types are stated once (accounting/architecture/hf_config.py
     # TYPES): docs/architectures.md's table and docs/cli.md's list are generated blocks
     # (test_generated_tables_are_current checks their text), --help and the error for an
     # unknown model_type name every type, in the table's order
     from accounting.cli.main import parser
     from accounting.runtime.errors import UsageError
-    from accounting.spec.hf_config import TYPES, WRAPPERS, translate
+    from accounting.architecture.hf_config import TYPES, WRAPPERS, translate
     docs = README.parent / "docs"
     for page, name in (("architectures.md", "model-types"), ("cli.md", "model-type-names")):
         assert f"<!-- generated: {name} -->" in (docs / page).read_text(encoding="utf-8"), page
@@ -172,7 +172,7 @@ def update() -> None:
         whole = m.group(0)
         offset = m.start()
         return whole[:start - offset] + tool_output(m["args"], m["sections"]) + whole[end - offset:]
-    from accounting.present.generated import BLOCKS
+    from accounting.cli.generated import BLOCKS
 
     def table(m: re.Match) -> str:
         return (f"<!-- generated: {m['name']} -->\n{BLOCKS[m['name']]()}"

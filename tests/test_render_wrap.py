@@ -10,8 +10,9 @@ import re
 import pytest
 
 from accounting import analyze, get_preset
-from accounting.present import render, views
-from accounting.present.table import Table
+from accounting.present import views
+from accounting.tables import render
+from accounting.tables.table import Table
 
 # a symbol or a number: word characters, joined by a comma or point between them
 RUN = re.compile(r"\w+(?:[,.]\w+)*")

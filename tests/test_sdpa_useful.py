@@ -19,7 +19,7 @@ import pytest
 
 from accounting import analyze
 from accounting.ledger.records import ATTN_CORE, BACKWARD, FORWARD, USEFUL
-from accounting.spec.config import ModelConfig
+from accounting.architecture.config import ModelConfig
 
 BASE = dict(vocab_size=37, context_length=16, num_layers=2, d_model=32, num_heads=4, d_ff=40)
 CONFIGS = {

@@ -16,8 +16,8 @@ from accounting.runtime.errors import UsageError
 from accounting.serving import kv
 from accounting.serving.plan import serve
 from accounting.serving.shards import pp_layers, stages
-from accounting.spec.loaders import read_config
-from accounting.spec.presets import get_preset
+from accounting.architecture.loaders import read_config
+from accounting.architecture.presets import get_preset
 from tests.cli_run import refused_in_one_line, run
 
 DATA = Path(__file__).parent / "data" / "serving"

@@ -13,9 +13,9 @@ from accounting.formats.hf_quant import scheme_from_config
 from accounting.formats.schemes import get_scheme
 from accounting.serving.activation import activation_peak
 from accounting.serving.plan import serve
-from accounting.spec.loaders import read_config
-from accounting.spec.own_format import read_json
-from accounting.spec.presets import get_preset
+from accounting.architecture.loaders import read_config
+from accounting.architecture.own_format import read_json
+from accounting.architecture.presets import get_preset
 
 GiB = 2**30
 QWEN = Path(__file__).parent / "data" / "serving" / "Qwen3-235B-A22B-FP8.json"

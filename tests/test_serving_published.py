@@ -9,8 +9,8 @@ from pathlib import Path
 
 from accounting.formats.schemes import get_scheme
 from accounting.serving.shards import stages
-from accounting.spec.loaders import read_config
-from accounting.spec.presets import get_preset
+from accounting.architecture.loaders import read_config
+from accounting.architecture.presets import get_preset
 
 GB, GiB = 10**9, 2**30
 L70 = Path(__file__).parent / "data" / "serving" / "Llama-3.1-70B.json"
@@ -71,7 +71,7 @@ def test_gpt_oss_120b_mxfp4_checkpoint():
     # gpt-oss-120b: the experts in MXFP4 (blocks and e8m0 scales), attention, router,
     # embedding and head bf16 (its quantization_config's modules_to_not_convert)
     from accounting.formats.hf_quant import scheme_from_config
-    from accounting.spec.own_format import read_json
+    from accounting.architecture.own_format import read_json
     path = Path(__file__).parent / "data" / "serving" / "gpt-oss-120b.json"
     data, _ = read_json(path)
     c, _ = read_config(path, drop=("quantization_config",))

@@ -14,8 +14,8 @@ from accounting.formats.schemes import get_scheme
 from accounting.planning.gpus import get_gpu
 from accounting.serving.plan import serve
 from accounting.serving.search import Workload, search
-from accounting.spec.loaders import read_config
-from accounting.spec.presets import get_preset
+from accounting.architecture.loaders import read_config
+from accounting.architecture.presets import get_preset
 from tests.cli_run import refused_in_one_line, run
 
 DATA = Path(__file__).parent / "data" / "serving"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from accounting.serving.speculative import Speculation, mtp_block
-from accounting.spec.presets import get_preset
+from accounting.architecture.presets import get_preset
 from tests.cli_run import refused_in_one_line, run
 
 L70 = str(Path(__file__).parent / "data" / "serving" / "Llama-3.1-70B.json")

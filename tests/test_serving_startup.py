@@ -22,9 +22,9 @@ from accounting.serving import engines, kv, startup
 from accounting.serving.activation import activation_peak, forward_peak, sampler_peak
 from accounting.serving.plan import serve
 from accounting.serving.shards import stages
-from accounting.spec.loaders import read_config
-from accounting.spec.own_format import read_json
-from accounting.spec.presets import get_preset
+from accounting.architecture.loaders import read_config
+from accounting.architecture.own_format import read_json
+from accounting.architecture.presets import get_preset
 from tests.cli_run import run
 
 GiB, MiB = 2**30, 2**20
@@ -223,7 +223,7 @@ def test_conv_window_is_kernel_minus_one_columns(tp):
     # with conv_kernel − 1); transformers' cache keeps K (tests/test_hf_lfm2.py, its
     # DynamicCache after a CPU forward). LFM2 by hand: a conv layer holds (K − 1)·d/tp
     # elements of the cache dtype (bf16, 2 bytes) per sequence, an attention layer none.
-    from accounting.spec.hf_config import translate
+    from accounting.architecture.hf_config import translate
     from tests.test_hf_lfm2 import D, DATA, K
     c = translate(DATA, "config.json", "lfm2-small").config
     caches = kv.layer_caches(c, 2, tp, (0, 1, 2, 3))

@@ -23,7 +23,7 @@ from accounting.planning.memory import PRECISIONS
 from accounting.planning.parallel import Layout, parallel_plan
 from accounting.planning.parallel.stack_memory import StackRun, implementation
 from accounting.planning.parallel.stacks import get_stack
-from accounting.spec.config import ModelConfig
+from accounting.architecture.config import ModelConfig
 
 BF16 = PRECISIONS["bf16-mixed"]
 
@@ -39,7 +39,7 @@ def test_deepspeed_layer_is_transformers_model_in_bf16():
     activations of one micro-batch."""
     pytest.importorskip("transformers")
     from dataclasses import replace
-    from accounting.spec.hf_config import translate
+    from accounting.architecture.hf_config import translate
     from hf_examples import CONFIGS
     from test_architectures import saved_tensors
     from test_transformers_saves import build

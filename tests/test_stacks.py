@@ -15,7 +15,7 @@ from accounting.planning.parallel import Layout, parallel_plan
 from accounting.planning.parallel.stack_memory import StackRun
 from accounting.planning.parallel.stacks import get_stack
 from accounting.runtime.errors import UsageError
-from accounting.spec.config import ModelConfig
+from accounting.architecture.config import ModelConfig
 from tests.cli_run import refused_in_one_line, run
 
 BF16 = PRECISIONS["bf16-mixed"]

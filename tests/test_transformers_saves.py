@@ -19,7 +19,7 @@ pytest.importorskip("transformers")
 
 from accounting.ledger.ledger import ledger
 from accounting.planning.recipes import transformers_gap
-from accounting.spec.hf_config import translate
+from accounting.architecture.hf_config import translate
 from hf_examples import CONFIGS as DENSE
 from hf_moe_examples import CONFIGS as MOE
 

@@ -7,9 +7,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from accounting import units
-from accounting.spec.presets import PRESETS, get_preset
-from accounting.spec.config import ModelConfig, default_d_ff
-from accounting.spec.loaders import config_from_json
+from accounting.architecture.presets import PRESETS, get_preset
+from accounting.architecture.config import ModelConfig, default_d_ff
+from accounting.architecture.loaders import config_from_json
 from accounting.runtime.errors import UsageError
 
 

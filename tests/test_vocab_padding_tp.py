@@ -12,7 +12,7 @@ import pytest
 from cli_run import run
 
 from accounting.planning.parallel.megatron import padded_vocab
-from accounting.spec.presets import get_preset
+from accounting.architecture.presets import get_preset
 
 
 @pytest.mark.parametrize("tp,padded", [(1, 50304), (2, 50432), (4, 50688), (8, 51200)])

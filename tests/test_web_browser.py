@@ -150,7 +150,7 @@ def test_upload_a_config_json(base, page, tmp_path):
 
 
 def test_upload_past_the_cli_bound_is_refused_beside_it(base, page, tmp_path):
-    # the CLI reads a config file of at most 2^20 bytes (spec/choices.py MAX_CONFIG_BYTES)
+    # the CLI reads a config file of at most 2^20 bytes (architecture/choices.py MAX_CONFIG_BYTES)
     big = tmp_path / "config.json"
     big.write_text("{" + " " * 2**20 + "}")
     page.goto(base + "?model=gpt2-xl&ctx=1024")

@@ -1,5 +1,5 @@
 """The Python API's arguments, checked where they enter: analyze() and Analysis's methods,
-flops_grid, accounting.planning.plan, the DataFrame functions (accounting/present/frames.py).
+flops_grid, accounting.planning.plan, the DataFrame functions (accounting/frames.py).
 
 A notebook user's typo must not turn into a wrong number or an AttributeError deep inside
 (issue 23: matmul_flops('Executed') gave the useful count, matmul_flops(phase='bogus') 0,
@@ -14,7 +14,7 @@ from collections.abc import Iterable
 
 from accounting.ledger import records as R
 from accounting.runtime.errors import UsageError, shorten
-from accounting.spec.config import ModelConfig
+from accounting.architecture.config import ModelConfig
 
 COUNTINGS = (R.EXECUTED, R.USEFUL)
 
@@ -24,7 +24,7 @@ def config(value, name: str = "config") -> ModelConfig:
     if isinstance(value, ModelConfig):
         return value
     if isinstance(value, str):
-        from accounting.spec.presets import get_preset
+        from accounting.architecture.presets import get_preset
         return get_preset(value)
     raise TypeError(f"{name} must be a ModelConfig or a preset name (a key of "
                     f"accounting.PRESETS, e.g. 'gpt2-small'), got {_what(value)}")

@@ -28,7 +28,7 @@ from fractions import Fraction
 
 from accounting.analysis import arguments as A
 from accounting.analysis.workload import check_workload
-from accounting.spec.config import ModelConfig
+from accounting.architecture.config import ModelConfig
 from accounting.runtime.errors import UsageError
 from accounting.ledger.ledger import ledger
 from accounting.ledger.records import EXECUTED, FORWARD

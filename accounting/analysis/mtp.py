@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from accounting.ledger.ledger import ledger
-from accounting.spec.config import ModelConfig
+from accounting.architecture.config import ModelConfig
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ every tensor a non-matmul op reads, every kept activation and buffer.
 """
 from __future__ import annotations
 
-from accounting.spec.config import ModelConfig
+from accounting.architecture.config import ModelConfig
 from accounting.ledger.ledger import ledger
 from accounting.ledger.records import TRAIN
 from accounting.ledger.symbols import product

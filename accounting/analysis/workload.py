@@ -13,7 +13,7 @@ from functools import cached_property
 
 from accounting.analysis import arguments as A
 from accounting.ledger import records as R
-from accounting.spec.config import ModelConfig
+from accounting.architecture.config import ModelConfig
 from accounting.runtime import names
 from accounting.runtime.errors import UsageError
 from accounting.ledger.ledger import Ledger, check_seq, coalesce, ledger

@@ -12,7 +12,7 @@ convert_hf_to_gguf.py writes them with.
 
 The architecture: general.architecture and its keys (llama.cpp's llama-arch.cpp
 LLM_KV_NAMES: '<arch>.block_count', '.embedding_length', …) as a Hugging Face config.json
-object of the same model_type, so that the one translation (accounting/spec/hf_config.py)
+object of the same model_type, so that the one translation (accounting/architecture/hf_config.py)
 reads it.
 """
 from __future__ import annotations
@@ -130,7 +130,7 @@ def tensor_names(arch_name: str, n_blocks: int):
 
 def read_spec(path, judge=None):
     """--config FILE.gguf: (the spec, its HFConfig) from the header's architecture keys."""
-    from accounting.spec import hf_config
+    from accounting.architecture import hf_config
     path = Path(path)
     ck, meta = read(path)
     data = config_data(meta, ck.tensors, path.name)

@@ -1,6 +1,6 @@
 """The ledger's parameters matched to a checkpoint's tensors, by name and shape.
 
-Names: transformers' (the model_type's name table, accounting/spec/hf_schema.py ModuleNames,
+Names: transformers' (the model_type's name table, accounting/architecture/hf_schema.py ModuleNames,
 the one the transformers cross-check and serving's shards use), or model/'s own for a
 config that is not a Hugging Face one. A ledger parameter `layers.{i}.<module>.<leaf>` is
 `<blocks>.<i>.<their module>.<leaf>`. Shapes: a Linear weight is stored (out, in) with the

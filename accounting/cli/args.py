@@ -7,19 +7,19 @@ from __future__ import annotations
 import argparse
 import re
 
-from accounting.present import output
+from accounting.tables import output
 from accounting.runtime import safe_io
 from accounting.analysis.workload import MAX_WORKLOAD
-from accounting.spec import fields as fields_meta
-from accounting.spec.config import (LAYER_TYPES, MAX_CONFIG_BYTES, MAX_LAYERS, MAX_NAME, MAX_SIZE, MLPS,
+from accounting.architecture import fields as fields_meta
+from accounting.architecture.config import (LAYER_TYPES, MAX_CONFIG_BYTES, MAX_LAYERS, MAX_NAME, MAX_SIZE, MLPS,
                                     ModelConfig)
-from accounting.spec.hf_config import supported_types
-from accounting.spec.loaders import read_config
-from accounting.spec.presets import PRESETS, get_preset
+from accounting.architecture.hf_config import supported_types
+from accounting.architecture.loaders import read_config
+from accounting.architecture.presets import PRESETS, get_preset
 from accounting.hub.cache import is_repo_id
 from accounting.runtime.errors import UsageError, shorten
 
-FORMATS = output.FORMATS  # the one output path's (accounting/present/output.py)
+FORMATS = output.FORMATS  # the one output path's (accounting/tables/output.py)
 PROGRAM = "python -m accounting"  # how the usage lines name the program
 LIMITS = (f"Limits, checked before any work: the spec's sizes (every N flag from --vocab-size "
           f"to --v-head-dim) up to 10^12, --num-layers up to {MAX_LAYERS:,}; --rope-theta, "
@@ -33,6 +33,7 @@ EXIT_STATUS = ("Exit status: 0 an answer, 1 the cross-check disagrees, 2 bad inp
                "report it), 128 + N ended by signal N: 130 interrupted (Ctrl-C), 143 SIGTERM, "
                "129 SIGHUP.")
 _QUOTED = re.compile(r"'((?:[^'\\]|\\.){48,})'")
+HELP_ALL = "--help-all"
 
 
 _LIST_TAKES = frozenset({"help", "list", "format", "output", "version"})
@@ -52,6 +53,36 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str):  # type: ignore[override]
         message = _QUOTED.sub(lambda m: shorten(m.group(1), 48), message)
         raise UsageError(f"{message} (see '{self.prog} --help')")
+
+    def format_help(self) -> str:
+        """--help: the question's own flags first, the model's after them, and the spec's
+        per-field flags (one per field of ModelConfig, overriding a preset or a config) left
+        to --help-all, with one line that says so. The parser itself is not reordered: the
+        web form reads its groups in their own order (accounting/web/form.py)."""
+        spec = [a for a in self._actions if getattr(a, "spec_flag", False)]
+        model = {g.title for g in self._action_groups} & set(fields_meta.GROUPS)
+        saved = (list(self._action_groups), [(a, a.help) for a in spec],
+                 [(g, g.description) for g in self._action_groups])
+        own = self._action_groups[:2]  # argparse's positional arguments and options
+        self._action_groups = own + [g for g in self._action_groups[2:] if g.title not in model] \
+            + [g for g in self._action_groups[2:] if g.title in model]
+        if spec and not getattr(self, "help_all", False):
+            for a in spec:
+                a.help = argparse.SUPPRESS
+            first = next(g for g in self._action_groups if g.title in model)
+            first.description = (
+                f"The architecture's own flags, one per field of the spec ({len(spec)}: "
+                f"{spec[0].option_strings[0]} ... {spec[-1].option_strings[0]}), each overriding "
+                f"the preset or the config file, are listed by {HELP_ALL} (and in docs/cli.md, "
+                f"'The spec's flags').")
+        try:
+            return super().format_help()
+        finally:
+            self._action_groups = saved[0]
+            for a, text in saved[1]:
+                a.help = text
+            for g, text in saved[2]:
+                g.description = text
 
     def _print_message(self, message: str, file=None) -> None:
         # --help and --version: through safe_io, so that an ASCII-only stdout gets ASCII
@@ -168,7 +199,7 @@ def _non_negative_int(flag: str):
 
 
 def _spec_flag(group, f, m) -> None:
-    """One spec field's flag, from its metadata (accounting/spec/fields.py)."""
+    """One spec field's flag, from its metadata (accounting/architecture/fields.py)."""
     kw = {"dest": f.name, "help": m.help}
     if m.kind == fields_meta.SIZE:
         kw.update(type=positive_int(m.flag, MAX_SIZE, "10^12"), metavar="N")
@@ -190,7 +221,23 @@ def _spec_flag(group, f, m) -> None:
         kw.update(type=_int_list(m.flag, tuple(m.choices)), metavar="local,global,…")
     else:
         raise AssertionError(f"no flag kind {m.kind!r} for {f.name}")
-    group.add_argument(m.flag, **kw)
+    group.add_argument(m.flag, **kw).spec_flag = True  # listed by --help-all only
+
+
+class _HelpAll(argparse.Action):
+    """--help-all: --help with every flag, the spec's per-field ones included."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS,
+                 help=None):
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser.help_all = True
+        try:
+            parser.print_help()
+        finally:
+            parser.help_all = False
+        parser.exit()
 
 
 def add_model_args(p: argparse.ArgumentParser, model_required: bool = False) -> None:
@@ -202,6 +249,9 @@ def add_model_args(p: argparse.ArgumentParser, model_required: bool = False) -> 
                           "(HF_HUB_CACHE or HF_HOME/hub), else from the hub (config.json only)")
     p.add_argument("--list", action="store_true",
                    help="list the presets with their architecture and parameter count, and exit")
+    p.add_argument(HELP_ALL, action=_HelpAll,
+                   help="show this help with the architecture's flags too (one per spec field: "
+                        "--num-layers, --num-kv-heads, --mlp, ...), and exit")
     groups = {name: p.add_argument_group(name) for name in fields_meta.GROUPS}
     groups[fields_meta.SIZES].add_argument(
         "--config", metavar="FILE",
@@ -221,7 +271,8 @@ def add_model_args(p: argparse.ArgumentParser, model_required: bool = False) -> 
         _spec_flag(groups[m.group], f, m)
         if f.name == _BIASES[-1]:
             groups[m.group].add_argument("--bias", action=argparse.BooleanOptionalAction,
-                                         default=None, help="all three kinds of bias at once (GPT-2)")
+                                         default=None, help="all three kinds of bias at once "
+                                                            "(GPT-2)").spec_flag = True
 
 
 def _overrides(ns: argparse.Namespace) -> dict:
@@ -295,7 +346,7 @@ def config_from_args(ns: argparse.Namespace, drop: tuple[str, ...] = ()) -> Mode
 
 def flag_table() -> list[str]:
     """The spec's flags as Markdown rows (flag | field | kind and bound | meaning), from the
-    fields' metadata: the docs' table, generated (accounting/present/generated.py)."""
+    fields' metadata: the docs' table, generated (accounting/cli/generated.py)."""
     bounds = {fields_meta.SIZE: "integer, 1 to 10^12", fields_meta.COUNT: "integer, 0 to 10^12",
               fields_meta.NUMBER: "number > 0, finite", fields_meta.NUMBER0: "number ≥ 0, finite",
               fields_meta.FLAG: "--x / --no-x", fields_meta.LAYERS: "layer indices, comma-separated",
@@ -312,7 +363,7 @@ def hf_source_from_args(ns: argparse.Namespace):
     """The Hugging Face config.json the model came from (a shipped preset's, or --config's
     when it is in Hugging Face's format), else None: for the transformers cross-check and
     the table of what was read. Call after config_from_args (which reports bad input)."""
-    from accounting.spec import hf_config, presets
+    from accounting.architecture import hf_config, presets
     if ns.model:
         return presets.hf_source(ns.model) or getattr(ns, "hf_read", None)
     if ns.config:

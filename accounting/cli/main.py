@@ -23,7 +23,10 @@ from typing import NoReturn
 from accounting.cli import args as cli_args
 from accounting.cli import checkpoint
 from accounting.runtime import errors, names, safe_io
-from accounting.present import export, output, summary, views
+from accounting.cli import summary
+from accounting.present import export, views
+from accounting.tables import output
+from accounting.tables.data import csv_text
 from accounting.analysis.workload import analyze
 from accounting.cli.args import (Parser, add_model_args, add_output_args, config_from_args,
                                  hf_source_from_args, positive_int)
@@ -32,7 +35,7 @@ from accounting.ledger.records import EXECUTED, FORWARD, PHASES, TRAIN, USEFUL
 
 # Subcommands live in their own modules, imported only when used.
 SUBCOMMANDS = {"report": "accounting.cli.report", "plan": "accounting.cli.plan",
-               "serve": "accounting.cli.serve", "web": "accounting.cli.web"}
+               "serve": "accounting.cli.serve", "web": "accounting.web.command"}
 
 
 def parser() -> Parser:
@@ -188,7 +191,7 @@ def compare_main(ns, config) -> int:
         return d
     output.emit(ns.format, ns.output,
                 lambda: literature_views.tables(c) + _check_tables(result), data,
-                lambda: export.csv_text(literature_views.csv_rows(c), literature_views.CSV_COLUMNS))
+                lambda: csv_text(literature_views.csv_rows(c), literature_views.CSV_COLUMNS))
     if result is not None and not result.agrees:
         safe_io.say(f"accounting: cross-check DISAGREES: {_check_summary(result)}")
         return 1

@@ -7,7 +7,8 @@ import argparse
 import re
 from fractions import Fraction
 
-from accounting.present import output, summary
+from accounting.cli import summary
+from accounting.tables import output
 from accounting.cli.args import (Parser, add_model_args, add_output_args, config_from_args,
                                  hf_source_from_args, positive_int)
 from accounting.runtime.errors import UsageError

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 
-from accounting.present import output
+from accounting.tables import output
 from accounting.cli.args import integer_digits, positive_int
 from accounting.runtime.errors import UsageError
 from accounting.planning.gpus import DEFAULT_GPUS_PER_NODE, interconnect
+from accounting.planning.optimizers import DEFAULT_OPTIMIZER, is_default
 from accounting.planning.memory import BF16_MIXED, FP32, MODEL, get_precision
 from accounting.planning.precisions import (FP8_TE, FP8_TE_CURRENT, FP8_TORCHAO,
                                              FP8_TORCHAO_FSDP)
@@ -19,7 +20,7 @@ from accounting.planning.parallel.search import search
 from accounting.planning.parallel.search_views import tables as search_tables
 from accounting.planning.parallel.megatron import FLASH, KERNELS
 from accounting.planning.parallel.stack_memory import StackRun
-from accounting.planning.parallel.stacks import STACKS, TORCH, get_stack
+from accounting.planning.parallel.stacks import DEFAULT_STACK, STACKS, get_stack
 
 LAYOUT_FLAGS = ("tp", "pp", "dp", "ep", "cp", "virtual_stages", "stage_layers", "sp", "zero",
                 "fsdp", "micro_batch", "search", "nvlink_gbs", "network_gbs", "gpus_per_node",
@@ -168,18 +169,18 @@ def stack_run(ns: argparse.Namespace) -> tuple[StackRun, str]:
     """The stack and its settings, and the precision name to plan in: the torch stack's is
     --precision (default fp32); the others train in bf16 (their own precision), torchtitan
     also in torchao float8 and megatron in Transformer Engine fp8 (fp8-te, fp8-te-current)."""
-    stack = get_stack(ns.stack or TORCH)
-    if stack.name != "megatron":
+    stack = get_stack(ns.stack or DEFAULT_STACK)
+    if not stack.megatron_core:
         for flag, v in (("--dropout", ns.dropout), ("--attention-kernel", ns.attention_kernel)):
             if v is not None:
                 raise UsageError(f"{flag} is a setting of --stack megatron (Megatron-Core + "
                                  f"Transformer Engine); give --stack megatron with it")
     precision = ns.precision or FP32
-    if stack.name == "torchtitan" and ns.precision in (FP8_TORCHAO, FP8_TORCHAO_FSDP):
+    if "torchao" in stack.fp8 and ns.precision in (FP8_TORCHAO, FP8_TORCHAO_FSDP):
         # torchtitan's float8 converter (torchao's Float8Linear in its bf16 FSDP2 blocks;
         # enable_fsdp_float8_all_gather: fp8-torchao-fsdp; its default, False: fp8-torchao)
         return StackRun(stack, _dropout(ns.dropout), ns.attention_kernel or FLASH), ns.precision
-    if stack.name == "megatron" and ns.precision in (FP8_TE, FP8_TE_CURRENT):
+    if "te" in stack.fp8 and ns.precision in (FP8_TE, FP8_TE_CURRENT):
         # Megatron-Core's --fp8-format hybrid through Transformer Engine (--fp8-recipe
         # delayed: fp8-te; tensorwise, current scaling: fp8-te-current)
         return StackRun(stack, _dropout(ns.dropout), ns.attention_kernel or FLASH,
@@ -189,7 +190,7 @@ def stack_run(ns: argparse.Namespace) -> tuple[StackRun, str]:
             raise UsageError(f"--stack {stack.name} trains with 16-bit parameters and "
                              f"activations (its own precision); leave --precision out"
                              + (" or give fp8-te / fp8-te-current (Transformer Engine's fp8)"
-                                if stack.name == "megatron" else ""))
+                                if "te" in stack.fp8 else ""))
         precision = BF16_MIXED
     return StackRun(stack, _dropout(ns.dropout), ns.attention_kernel or FLASH), precision
 
@@ -299,7 +300,7 @@ def run(ns: argparse.Namespace, config, ck=None) -> int:
         if ns.compare_formulas:
             raise UsageError("--compare-formulas sets one plan beside the literature; leave "
                              "--search out")
-        if ns.optimizer not in (None, "adamw"):
+        if ns.optimizer is not None and not is_default(ns.optimizer):
             raise UsageError(f"--search ranks layouts with AdamW's state; with --optimizer "
                              f"{ns.optimizer} give the layout (--tp, --pp, --zero)")
         if ns.dp is not None or ns.tp != 1 or ns.pp != 1:
@@ -327,7 +328,7 @@ def run(ns: argparse.Namespace, config, ck=None) -> int:
                     vpp=ns.virtual_stages, stage_split=stage_split(ns.stage_layers))
         result = parallel_plan(config, lo, seq, precision=precision, hardware=hw, net=net,
                                mfu=ns.mfu, margin=ns.margin, tokens=ns.tokens, stack=run_stack,
-                               **utilization, optimizer=ns.optimizer or "adamw",
+                               **utilization, optimizer=ns.optimizer or DEFAULT_OPTIMIZER,
                                measured_tokens_per_second=ns.measured_tokens_per_s,
                                finetune=finetune)
         tables, data = views.tables, export.to_dict

@@ -13,7 +13,7 @@ from accounting.cli.plan import parse_size
 from accounting.formats.schemes import SCHEMES, get_scheme
 from accounting.planning.compute import exact
 from accounting.planning.gpus import gpu_help
-from accounting.present import output
+from accounting.tables import output
 from accounting.runtime.errors import UsageError, shorten
 from accounting.serving import engines, kv
 
@@ -157,8 +157,8 @@ def _parallel(ns) -> tuple[int, int]:
 def _quantization(ns) -> tuple[object, object, object]:
     """(the checkpoint's quantization_config or None, its HFConfig names or None, its
     config.json or None)."""
-    from accounting.spec import hf_config, presets
-    from accounting.spec.own_format import read_json
+    from accounting.architecture import hf_config, presets
+    from accounting.architecture.own_format import read_json
     path = ns.config or getattr(ns, "hub_path", None)  # a hub id's config.json (issue 42)
     if path and str(path).endswith(".gguf"):  # llama.cpp's file: its types are its storage
         hf = getattr(ns, "hf_read", None)
@@ -171,7 +171,7 @@ def _quantization(ns) -> tuple[object, object, object]:
     if path:
         data, _ = read_json(path)
         if isinstance(data, dict) and "model_type" in data:
-            from accounting.spec.hf_types_kimi import checkpoint_quantization
+            from accounting.architecture.hf_types_kimi import checkpoint_quantization
             mt = data["model_type"]
             if mt in hf_config.WRAPPERS:  # a wrapper's language model names the modules
                 rest = {k: v for k, v in data.items() if k != QUANT_KEY}

@@ -97,7 +97,7 @@ def speculative_of(ns):
     from accounting.serving.speculative import MTP
     draft = None
     if ns.speculative != MTP:
-        from accounting.spec.presets import get_preset
+        from accounting.architecture.presets import get_preset
         draft = get_preset(ns.speculative)
     return ns.speculative, ns.num_speculative_tokens, ns.acceptance, draft
 
@@ -140,7 +140,7 @@ def speculation(ns, plan, config) -> tuple[list, dict]:
 
 def run(ns, inputs) -> int:
     """`inputs`: serve's plan_inputs(ns) (config, scheme, names, notes)."""
-    from accounting.present import output
+    from accounting.tables import output
     from accounting.serving import search_views
     from accounting.serving.search import Workload, search
     if ns.gpu is None:

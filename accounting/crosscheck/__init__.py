@@ -23,7 +23,7 @@ from accounting.crosscheck.compare import compare
 from accounting.crosscheck.result import (Check, ComponentRow, CrossCheck, LayerCheck,
                                           LayerMismatch, NonMatmulRow)
 from accounting.crosscheck.measure import Measurement, measure
-from accounting.spec.hf_config import TRANSFORMERS_VERSION, HFConfig, for_transformers
+from accounting.architecture.hf_config import TRANSFORMERS_VERSION, HFConfig, for_transformers
 from accounting.runtime.errors import UsageError
 from accounting.ledger.records import BACKWARD, PHASES
 

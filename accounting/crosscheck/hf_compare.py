@@ -2,7 +2,7 @@
 
 The module map is derived, not written: for every module the ledger names (the modules
 that hold a parameter or run a matmul, with their components), transformers' module is
-looked up in the model_type's name table (accounting/spec/hf_config.py, names only). So the
+looked up in the model_type's name table (accounting/architecture/hf_config.py, names only). So the
 attention projections are whatever the ledger says they are, and a fused module of
 transformers' (GPT-2's c_attn for Q, K and V) is compared with the sum of the ledger's
 modules it stands for. Works on an HFMeasurement's plain numbers; runs nothing.
@@ -22,7 +22,7 @@ from accounting.crosscheck.result import (ELSEWHERE, TOTAL, Check, HFCheck, Laye
 from accounting.crosscheck.dispatch import BACKWARD, FORWARD, MATMUL
 from accounting.crosscheck import hf_moe_notes as MN
 from accounting.crosscheck.measure import GLOBAL
-from accounting.spec.hf_config import TRANSFORMERS_VERSION, HFConfig, ModuleNames
+from accounting.architecture.hf_config import TRANSFORMERS_VERSION, HFConfig, ModuleNames
 from accounting.ledger.ledger import Ledger
 from accounting.ledger.records import BLOCK_COMPONENTS, COMPONENTS, PHASES
 from accounting.units import grouped

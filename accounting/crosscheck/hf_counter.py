@@ -23,7 +23,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from accounting.crosscheck.dispatch import BACKWARD, FORWARD, OpCount, OpCounter
 from accounting.crosscheck.measure import _totals
-from accounting.spec.hf_config import storage_dtype
+from accounting.architecture.hf_config import storage_dtype
 from accounting.ledger.records import FORWARD, PHASES
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -97,7 +97,7 @@ def build(data: Mapping, device: str = "meta", experts: str | None = None) -> to
     (token, expert) slot's weights and runs one bmm per matrix: the same multiply-adds,
     B·T·k expert rows, which meta runs and FlopCounterMode counts."""
     from transformers import AutoModelForCausalLM
-    from accounting.spec.hf_config import TYPES
+    from accounting.architecture.hf_config import TYPES
     dtype = DTYPES.get(storage_dtype(data), torch.float32)
     t = TYPES.get(data["model_type"])
     experts = experts or (t.experts_implementation if t is not None else None)

@@ -119,7 +119,7 @@ class ExpertsCheck:
 def shrink(data: Mapping) -> dict:
     """The config.json object at the shrunk size, in float32 (a vision-language file's
     language model, its text_config, shrunk as a file of the text type)."""
-    from accounting.spec.hf_config import TYPES
+    from accounting.architecture.hf_config import TYPES
     t = TYPES.get(data["model_type"])
     if t is not None and t.nested:
         inner = shrink({**data[t.nested], "model_type": f"{t.model_type}_text"})
@@ -170,7 +170,7 @@ def check(data: Mapping, seq: int = 4, batch: int = 2) -> ExpertsCheck:
     """Each implementation (eager with two routings, grouped_mm, batched_mm) of the shrunk
     model_type, against the shrunk config's ledger."""
     from accounting.analysis.workload import analyze
-    from accounting.spec.hf_config import translate
+    from accounting.architecture.hf_config import translate
     start = time.perf_counter()
     small = shrink(data)
     config = translate(small, "the shrunk config.json", "shrunk").config

@@ -48,7 +48,7 @@ from accounting.crosscheck import hf_counter, other_version
 from accounting.crosscheck.dispatch import OpCounter
 from accounting.runtime.errors import UsageError, shorten
 from accounting.runtime.progress import Ticker
-from accounting.spec.hf_schema import HFType
+from accounting.architecture.hf_schema import HFType
 
 SEQ = 4  # tokens of the judging forward pass: enough for every op; a few ms on meta
 # the most layers judged at full depth (a list-valued unknown key): 80 layers build in about

@@ -25,7 +25,7 @@ from functools import lru_cache
 import torch
 import torch.nn.functional as F
 
-from accounting.spec.config import ModelConfig
+from accounting.architecture.config import ModelConfig
 from accounting.runtime import fork
 from accounting.crosscheck.dispatch import BACKWARD, FORWARD, OpCount, counting
 from accounting.crosscheck.fused import JIT_NAME, fvcore_sdpa_handle, register_flop_formulas

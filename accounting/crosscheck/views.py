@@ -1,4 +1,4 @@
-"""A CrossCheck in words: its tables (rendered by accounting/present/render.py) and its
+"""A CrossCheck in words: its tables (rendered by accounting/tables/render.py) and its
 one-line summary. Formatting only; the result (result.py) is plain data.
 
 `conventions=False` drops the notes that read the same for every workload, for a
@@ -10,7 +10,7 @@ from accounting.ledger import records as R
 from accounting.crosscheck.result import CrossCheck
 from accounting.crosscheck.dispatch import EINSUM_PRODUCT, INT_BOOL, MATMUL, ZERO
 from accounting.crosscheck.fvcore_einsum import STOCK_CAP_BYTES
-from accounting.present.table import Table
+from accounting.tables.table import Table
 from accounting.units import FLOPS_PER_MAC, gibibytes, grouped
 
 MATMUL_CONVENTIONS = (

@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 import time
 
-from accounting.present import output
+from accounting.tables import output
 from accounting.runtime import safe_io
 from accounting.runtime.errors import UsageError
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from accounting.spec.config import ModelConfig
-from accounting.spec.presets import get_preset
+from accounting.architecture.config import ModelConfig
+from accounting.architecture.presets import get_preset
 from accounting.planning.memory import get_precision
 from accounting.planning.parallel import comms as C
 from accounting.planning.parallel import activations as A
@@ -17,7 +17,7 @@ from accounting.planning.parallel.layout import Layout
 from accounting.planning.parallel.shards import BLOCK, split
 from accounting.planning.parallel.plan import StagePlan, parallel_plan
 from accounting.planning.parallel.stack_memory import StackRun
-from accounting.planning.parallel.stacks import get_stack
+from accounting.planning.parallel.stacks import DEFAULT_STACK, get_stack
 
 GROUPS = {C.TENSOR: "tp", C.DATA: "dp", C.PIPELINE: "pp", C.EXPERT: "ep", C.EXPERT_DATA: "edp"}
 
@@ -56,9 +56,10 @@ def plan_for(case: dict, stage: int = 0) -> StagePlan:
     rank = case["rank"]
     tp_rank = rank % case["tp"]
     dp_rank = (rank // case["tp"]) % case["dp"]
-    stack = case.get("stack", "torch")
+    stack = case.get("stack", DEFAULT_STACK)
     p = parallel_plan(config_of(case["model"]), lo, case["seq"],
-                      precision=get_precision("fp32" if stack == "torch" else "bf16-mixed"),
+                      precision=get_precision("fp32" if get_stack(stack).torch_engines
+                                              else "bf16-mixed"),
                       stages=[stage], tp_rank=tp_rank, dp_rank=dp_rank,
                       stack=StackRun(get_stack(stack)))
     return p.stages[0]
@@ -100,7 +101,8 @@ def compare(measured: dict) -> list[Row]:
     # RoPE tables promoting what they touch), another model: not compared (measured for
     # Llama 3.1 8B's shape, 2 blocks, T = 32: 16,165,376 bytes saved); its states, bf16
     # all-gathers, fp32 reduce-scatters and FLOPs are compared
-    if measured.get("block_saved_bytes") is not None and case.get("stack", "torch") == "torch":
+    if (measured.get("block_saved_bytes") is not None
+            and get_stack(case.get("stack", DEFAULT_STACK)).torch_engines):
         count = dict(s.kinds)  # blocks of each kind (DeepSeek's dense and MoE ones)
         planned = sum(count.get(r.record.repeat, 0) * r.bytes.at(case["micro_batch"])
                       for r in activation_rows(case) if r.place == BLOCK and r.record.saved)

@@ -21,6 +21,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
 from accounting.distcheck.measure import Case, quiet_known_warnings, run_step, state_bytes
+from accounting.planning.parallel.stacks import get_stack
 from accounting.distcheck.parallelize import (apply_lora, expert_parallel, fully_shard_experts,
                                               fully_shard_model, tensor_parallel)
 
@@ -34,7 +35,7 @@ def mesh_for(case: Case):
 def mp_policy(case: Case):
     """torchtitan's FSDP2 policy (torchtitan/models/llama3/infra/parallelize.py, apply_fsdp:
     MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32)); None for torch's."""
-    if case.stack != "torchtitan":
+    if not get_stack(case.stack).fsdp2_bf16:
         return None
     from torch.distributed.fsdp import MixedPrecisionPolicy
     return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)

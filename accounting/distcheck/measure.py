@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.debug import CommDebugMode
 
+from accounting.planning.parallel.stacks import DEFAULT_STACK
 from accounting.distcheck.hooks import Collectives, LocalFlopCounter
 
 
@@ -57,7 +58,8 @@ class Case:
     micro_batches: int = 2
     rank: int = 0
     label: str = ""
-    stack: str = "torch"  # torchtitan: FSDP2 with MixedPrecisionPolicy(bf16 params, fp32 reduce)
+    # torchtitan: FSDP2 with MixedPrecisionPolicy(bf16 params, fp32 reduce)
+    stack: str = DEFAULT_STACK
     lora_rank: int = 0  # > 0: PEFT's LoRA on every linear layer but the LM head, base frozen
 
     def to_json(self) -> dict:

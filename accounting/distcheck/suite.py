@@ -20,6 +20,7 @@ ZeRO-1 or pipelining.
 from __future__ import annotations
 
 from accounting.distcheck.measure import Case
+from accounting.planning.parallel.stacks import TORCHTITAN
 
 FAKE = (
     Case({"preset": "openai-community/gpt2"}, 8, dp=8, zero=3, seq=32, micro_batches=1, rank=7,
@@ -36,7 +37,7 @@ FAKE = (
     # torchtitan's FSDP2: MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32); the
     # all-gathers move bf16, the reduce-scatters fp32, the shards stay fp32
     Case({"preset": "meta-llama/Llama-3.1-8B", "num_layers": 2}, 64, dp=64, zero=3, seq=32,
-         micro_batches=1, rank=63, stack="torchtitan",
+         micro_batches=1, rank=63, stack=TORCHTITAN,
          label="Llama 3.1 8B shape, 2 layers: torchtitan's FSDP2 (bf16 all-gathers), ZeRO-3, "
                "64 ranks, last rank"),
     Case({"preset": "mistralai/Mixtral-8x7B-v0.1", "num_layers": 2}, 16, dp=16, ep=4, zero=3,

@@ -25,8 +25,8 @@ def config_file(repo_id: str) -> tuple[Path, str]:
 def read(repo_id: str, judge=None, drop: tuple[str, ...] = ()):
     """(the spec, its HFConfig, config.json's path) of a hub id (loaders.read_config's
     reading, the config named by its hub id)."""
-    from accounting.spec import hf_config
-    from accounting.spec.own_format import read_json
+    from accounting.architecture import hf_config
+    from accounting.architecture.own_format import read_json
     path, where = config_file(repo_id)
     data, _ = read_json(path)
     if not isinstance(data, dict) or "model_type" not in data:

@@ -15,7 +15,7 @@ from functools import cached_property, lru_cache
 from accounting.ledger import builder
 from accounting.ledger import records as R
 from accounting.ledger.builder.moe import expert_capacity
-from accounting.spec.config import ModelConfig
+from accounting.architecture.config import ModelConfig
 from accounting.runtime.errors import UsageError
 from accounting.ledger.symbols import Expr
 

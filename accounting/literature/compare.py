@@ -27,7 +27,7 @@ from accounting.literature.estimates import FORMULAS
 from accounting.literature.exact import Exact, exact_counts
 from accounting.literature.terms import Estimate, Number
 from accounting.ledger import records as R
-from accounting.spec.config import ModelConfig
+from accounting.architecture.config import ModelConfig
 
 # ---- MFU conventions ----------------------------------------------------------------------
 

@@ -12,7 +12,7 @@ from accounting.literature.terms import (ADDED, APPROXIMATED, DOES_NOT_FIT, LEFT
                                          Term, core_terms, make_estimate, is_gated, is_gqa,
                                          parameter_terms, symbol_text, scaled_term, width_terms)
 from accounting.ledger import records as R
-from accounting.spec.config import ModelConfig
+from accounting.architecture.config import ModelConfig
 from accounting.units import grouped
 
 

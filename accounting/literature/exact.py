@@ -11,7 +11,7 @@ from functools import cached_property
 from accounting.ledger import records as R
 from accounting.analysis.workload import Analysis, analyze
 from accounting.ledger.builder import NORM_PARAMS
-from accounting.spec.config import ModelConfig
+from accounting.architecture.config import ModelConfig
 
 
 @dataclass(frozen=True)

@@ -196,7 +196,7 @@ def layer_estimates(p: ParallelPlan) -> list[MemoryEstimate]:
     rc = lo.recompute
     row = MF.korthikanti_row(lo.sp, rc == "selective", rc == "full", t)
     exact_bytes = p.per_layer_activation_bytes
-    megatron = p.stack.name == "megatron"
+    megatron = p.stack.stack.megatron_core
     out = []
     with_ = f"s = {s:,}, b = {b}, h = {h:,}, a = {a}, t = {t}"
     for key, name, source, value, paper in (

@@ -9,7 +9,7 @@ from fractions import Fraction
 from accounting.literature import formulas as F
 from accounting.literature.exact import Exact
 from accounting.ledger import records as R
-from accounting.spec.config import ModelConfig
+from accounting.architecture.config import ModelConfig
 from accounting.units import grouped
 
 Number = int | Fraction

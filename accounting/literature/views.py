@@ -9,9 +9,9 @@ from fractions import Fraction
 
 from accounting.literature.compare import Comparison
 from accounting.literature.terms import Estimate
-from accounting.present.export import fraction
-from accounting.spec.presets import note
-from accounting.present.table import Table
+from accounting.tables.data import fraction
+from accounting.architecture.presets import note
+from accounting.tables.table import Table
 from accounting.units import decimal, grouped, percent, si
 
 RATIO_PLACES = 4

@@ -20,12 +20,13 @@ from fractions import Fraction
 
 from accounting.analysis.mtp import mtp
 from accounting.analysis.workload import analyze
-from accounting.spec.config import ModelConfig
+from accounting.architecture.config import ModelConfig
 from accounting.runtime import names
 from accounting.runtime.errors import UsageError, shorten
 from accounting.ledger.symbols import Expr
 from accounting.ledger.ledger import ledger
 from accounting.ledger.records import BACKWARD, FORWARD
+from accounting.planning.optimizers import DEFAULT_OPTIMIZER
 from accounting.planning.memory import (
     parameter_count,
     tensor_count,
@@ -89,7 +90,7 @@ def adamw_flops(config: ModelConfig) -> int:
     return adamw_flops_expr(config).evaluate(values(config, 1, 1))
 
 
-def optimizer_flops(config: ModelConfig, optimizer: str = "adamw", trainable=None) -> int:
+def optimizer_flops(config: ModelConfig, optimizer: str = DEFAULT_OPTIMIZER, trainable=None) -> int:
     """The update's FLOPs over the trained tensors (accounting/planning/optimizers.py); for
     AdamW over every parameter, adamw_flops (14·N + tensors) exactly."""
     from accounting.planning import training_state as TS
@@ -127,7 +128,7 @@ class StepFlops:
 
 
 def step_flops(config: ModelConfig, seq: int, batch: int, recompute: str = "none",
-               optimizer: str = "adamw", trainable=None) -> StepFlops:
+               optimizer: str = DEFAULT_OPTIMIZER, trainable=None) -> StepFlops:
     fwd = analyze(config, seq, batch, FORWARD)
     bwd = analyze(config, seq, batch, BACKWARD)
     # The matmuls a checkpointed region runs again in the backward pass (the ledger's):

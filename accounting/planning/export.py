@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from accounting.present.export import config_dict, csv_text, fraction
+from accounting.present.export import config_dict
+from accounting.tables.data import csv_text, fraction
 from accounting.planning import compute, cuda_peak, memory
 from accounting.planning.inference import (decode_flops_expr, kv_elements_per_token,
                                            state_elements_per_sequence)
@@ -190,7 +191,7 @@ def rows(p: Plan) -> list[dict]:
                         ("recompute", f.recompute), ("adamw", f.adamw), ("total", f.total)):
         formula = ((compute.adamw_formula(p.config) if p.finetune is None else
                     finetune.adamw_formula(p.finetune)) if name == "adamw" and p.recipe is not None
-                   and p.recipe.optimizer in ("adamw", "adamw-fused") else "")
+                   and get_optimizer(p.recipe.optimizer).adamw_update else "")
         add("flops per step", "optimizer" if name == "adamw" and formula == "" else name,
             formula, value, "FLOPs")
     if p.fp8_flops:

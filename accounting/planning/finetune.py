@@ -38,8 +38,9 @@ from accounting.planning import lora_targets as LT
 from accounting.ledger.ledger import ledger
 from accounting.ledger import records as R
 from accounting.runtime.errors import UsageError
-from accounting.spec.config import ModelConfig
+from accounting.architecture.config import ModelConfig
 from accounting.ledger.symbols import Expr
+from accounting.planning.optimizers import DEFAULT_OPTIMIZER
 from accounting.units import BF16, DTYPE_BYTES, FP32
 
 ALL_LINEAR = "all-linear"  # PEFT's shorthand (peft/utils/constants.py INCLUDE_LINEAR_LAYERS_SHORTHAND)
@@ -252,7 +253,7 @@ def adamw_exprs(ft: FineTune) -> tuple[Expr, Expr]:
 
 
 def step_flops(ft: FineTune, seq: int, batch: int, recompute: str = "none",
-               optimizer: str = "adamw"):
+               optimizer: str = DEFAULT_OPTIMIZER):
     """FLOPs of one LoRA step (compute.StepFlops), the optimizer (optimizers.py's
     registry) over the adapters only: they are training_state's trained tensors."""
     from accounting.planning import compute, training_state as TS  # StepFlops; the state

@@ -6,8 +6,8 @@ from __future__ import annotations
 from fractions import Fraction
 
 from accounting.planning.gpus import CARDS, GPU
-from accounting.present.render import markdown_table
-from accounting.present.table import Table
+from accounting.tables.render import markdown_table
+from accounting.tables.table import Table
 from accounting.units import GiB, decimal, grouped
 
 COLUMNS = ("GPU", "also", "memory (MiB)", "memory (GiB)", "torch's total (GiB)",

@@ -29,7 +29,7 @@ from accounting.ledger import records as R
 from accounting.analysis.workload import analyze
 from accounting.ledger.builder.delta import STATE_UPDATE
 from accounting.ledger.builder.moe import expert_capacity
-from accounting.spec.config import ModelConfig
+from accounting.architecture.config import ModelConfig
 from accounting.ledger.ledger import ledger
 from accounting.planning.memory import Precision, values
 from accounting.ledger.symbols import Expr, fold_layers

@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 
 from accounting.ledger import records as R
-from accounting.spec.config import ModelConfig
+from accounting.architecture.config import ModelConfig
 from accounting.runtime.errors import UsageError
 from accounting.ledger.ledger import ledger
 from accounting.ledger.symbols import Expr, grouped
@@ -30,7 +30,7 @@ from accounting.planning import mtp_memory as MT
 # the scopes' names, in_scope and the evaluated result (memory_result.py), re-exported
 from accounting.planning.memory_result import (COURSE, MODEL, ActivationRow,  # noqa: F401
                                                TrainingMemory, in_scope)
-from accounting.planning.optimizers import get_optimizer
+from accounting.planning.optimizers import DEFAULT_OPTIMIZER, get_optimizer, is_default
 from accounting.planning.precisions import (BF16_MIXED, PRECISIONS, Precision,  # noqa: F401
                                             get_precision)
 
@@ -135,7 +135,7 @@ class MemoryModel:
     scope: str = MODEL
     recompute: str = NO_RECOMPUTE
     implementation: str = COURSE_IMPL
-    optimizer: str = "adamw"
+    optimizer: str = DEFAULT_OPTIMIZER
     trainable: TS.Trainable = None
     # fine-tuning (issue 28): a planning.finetune.FineTune (LoRA/QLoRA): its adapters are the
     # trained tensors (trainable is theirs), the base frozen in its dtype or NF4
@@ -405,7 +405,7 @@ class MemoryModel:
                           "parameters, optimizer state, buffers, the kept activations, the "
                           f"loss, and the gradients of the log-softmax and of the logits "
                           f"(2 × {b}·B·T·V){cuda}"),
-                PeakPhase("AdamW update (foreach)" if self.optimizer == "adamw" else
+                PeakPhase("AdamW update (foreach)" if is_default(self.optimizer) else
                           f"optimizer update ({self.optimizer})", update,
                           f"parameters, gradients, optimizer state{temp_what}, buffers, the "
                           "loss, token ids and targets"

@@ -40,7 +40,7 @@ from accounting.analysis.workload import analyze
 from accounting.ledger.ledger import ledger
 from accounting.ledger.records import BACKWARD, EXECUTED, FORWARD, USEFUL
 from accounting.runtime.errors import UsageError
-from accounting.spec.config import ModelConfig
+from accounting.architecture.config import ModelConfig
 
 CAUSAL, SIX_N = "causal", "6N"
 CONVENTIONS = {

@@ -26,7 +26,7 @@ from accounting.ledger.symbols import Expr
 from accounting.planning import training_state as TS
 from accounting.planning.optimizers import HIDDEN_MATRIX, get_optimizer
 from accounting.planning.precisions import Precision
-from accounting.spec.config import ModelConfig
+from accounting.architecture.config import ModelConfig
 from accounting.units import DTYPE_BYTES
 
 HEAD = ("token_embeddings", "ln_final", "lm_head", "loss")  # the records one module repeats

@@ -39,6 +39,14 @@ class Optimizer:
     foreach_temporary: bool = False  # the update makes one state-sized tensor per parameter (√v)
     refuses_master: bool = False  # its state is not the fp32 moments a master-copy recipe keeps
     counter_label: str = "AdamW"  # whose step counters (Muon's are its AdamW part's)
+    # its state is shaped like the parameter, elementwise: any FSDP row shard can step it
+    elementwise: bool = False
+    # its update is AdamW's m and v, counted by compute.adamw_formula (AdamW, fused or not)
+    adamw_update: bool = False
+    # tensors of this role keep no step counter (Muon's hidden matrices); None: every one does
+    counterless_role: str | None = None
+    # why ZeroRedundancyOptimizer (ZeRO-1) cannot wrap it; None: it can
+    zero1_refusal: str | None = None
 
     def state(self, shape: tuple[int, ...], state_dtype: str, role: str = "") -> tuple[State, ...]:
         raise NotImplementedError
@@ -238,23 +246,39 @@ register = registrar(OPTIMIZERS, "optimizer")
 
 
 ADAMW = register(AdamW("adamw", "torch.optim.AdamW (foreach, the default on CUDA)",
-                       "torch/optim/adam.py", "cpu", foreach_temporary=True))
-register(AdamW("adamw-fused", "torch.optim.AdamW(fused=True)", "torch/optim/adam.py", "device"))
+                       "torch/optim/adam.py", "cpu", foreach_temporary=True, elementwise=True,
+                       adamw_update=True))
+register(AdamW("adamw-fused", "torch.optim.AdamW(fused=True)", "torch/optim/adam.py", "device",
+               elementwise=True, adamw_update=True))
 register(AdamW8bit("adamw8bit", "bitsandbytes.optim.AdamW8bit",
                    "bitsandbytes/optim/optimizer.py", None, refuses_master=True))
 register(TorchaoAdamW8bit("adamw8bit-torchao", "torchao.optim.AdamW8bit",
                           "torchao/optim/adam.py", "device", refuses_master=True))
 register(Adafactor("adafactor", "torch.optim.Adafactor", "torch/optim/_adafactor.py", "cpu",
                    counter_label="Adafactor"))
-register(SGD("sgd", "torch.optim.SGD(momentum=0.9)", "torch/optim/sgd.py", None))
+register(SGD("sgd", "torch.optim.SGD(momentum=0.9)", "torch/optim/sgd.py", None, elementwise=True))
 register(Muon("muon", "torch.optim.Muon on the hidden 2-D matrices, torch.optim.AdamW on the rest",
-              "torch/optim/_muon.py", "cpu"))
+              "torch/optim/_muon.py", "cpu", counterless_role=HIDDEN_MATRIX,
+              zero1_refusal="its recipe is two optimizers, Muon and AdamW, and "
+                            "ZeroRedundancyOptimizer wraps one class"))
+DEFAULT_OPTIMIZER = ADAMW.name  # the planners' optimizer when none is given
+
+
+def is_default(name: str) -> bool:
+    """The default optimizer, whose update the planners count themselves (compute.ADAMW_OPS)
+    and which goes unsaid in a plan's settings."""
+    return name == DEFAULT_OPTIMIZER
+
+
+def elementwise() -> list[str]:
+    """The optimizers FSDP's row shards can step (state shaped like the parameter)."""
+    return [o.name for o in OPTIMIZERS.values() if o.elementwise]
 
 
 def optimizer_help() -> str:
     """--optimizer's help, written from the registry (one fact, one place)."""
     return "; ".join(f"{o.name}: {o.title}" for o in OPTIMIZERS.values()) + \
-        f" (default: {ADAMW.name})"
+        f" (default: {DEFAULT_OPTIMIZER})"
 
 
 def get_optimizer(name: str) -> Optimizer:

@@ -7,7 +7,7 @@ from fractions import Fraction
 
 from accounting.analysis import arguments as A
 from accounting.analysis.workload import MAX_WORKLOAD, check_workload
-from accounting.spec.config import ModelConfig
+from accounting.architecture.config import ModelConfig
 from accounting.runtime import names
 from accounting.runtime.errors import UsageError
 from accounting.planning.compute import (
@@ -27,7 +27,7 @@ from accounting.planning.fit import (
 )
 from accounting.planning import finetune
 from accounting.planning import fp8 as F8
-from accounting.units import BF16, FP8, TERA
+from accounting.units import BF16, FP8, TERA, MiB
 from accounting.planning.gpus import Hardware, get_gpu
 from accounting.planning.inference import Inference, inference
 from accounting.planning import recipes
@@ -78,14 +78,12 @@ def hardware(gpu: str | None = None, memory_bytes: int | None = None,
              peak_tflops=None, bandwidth_tbs=None, compute: str = FP32) -> Hardware | None:
     """A table GPU, or the user's own numbers (any of them may be left out), or None."""
     custom = (memory_bytes, peak_tflops, bandwidth_tbs)
-    if gpu is not None:
-        if any(x is not None for x in custom):
-            raise UsageError(f"give either {names.arg('gpu')} or "
-                             f"{'/'.join(map(names.arg, ('memory_bytes', 'peak_tflops', 'bandwidth_tbs')))}"
-                             f", not both")
-        return Hardware.from_gpu(get_gpu(gpu), compute)
-    if all(x is None for x in custom):
+    if gpu is None and all(x is None for x in custom):
         return None
+    if gpu is not None and (peak_tflops is not None or bandwidth_tbs is not None):
+        raise UsageError(f"give either {names.arg('gpu')} or "
+                         f"{'/'.join(map(names.arg, ('peak_tflops', 'bandwidth_tbs')))}, not both "
+                         f"(a named card takes {names.arg('memory_bytes')} to change its memory)")
     if memory_bytes is not None and (isinstance(memory_bytes, bool) or not isinstance(memory_bytes, int)
                                      or memory_bytes <= 0):
         raise UsageError(f"{names.arg('memory_bytes')} must be a positive size, got "
@@ -95,7 +93,16 @@ def hardware(gpu: str | None = None, memory_bytes: int | None = None,
     for flag, x in ((names.arg("peak_tflops"), peak), (names.arg("bandwidth_tbs"), bw)):
         if x is not None and x <= 0:
             raise UsageError(f"{flag} must be positive, got {x}")
-    return Hardware.custom(memory_bytes, peak, bw)
+    if gpu is None:
+        return Hardware.custom(memory_bytes, peak, bw)
+    # a named card with its memory given (a 96 GiB part, a card whose driver reports less, a
+    # MIG slice): the card's record with that memory, said so in its source (issue 45)
+    hw = Hardware.from_gpu(get_gpu(gpu), compute)
+    if memory_bytes is None:
+        return hw
+    return replace(hw, memory_bytes=memory_bytes,
+                   source=f"{hw.source}; memory {memory_bytes // MiB:,} MiB given "
+                          f"({names.arg('memory_bytes')})")
 
 
 def fp8_hardware(hw: Hardware, gpu, f8: int, total_flops: int) -> Hardware:
@@ -133,7 +140,7 @@ def plan(config: ModelConfig | str, seq: int | None = None, batch: int = 1, *,
     (double_quant: bitsandbytes' double quantization), module_names: transformers'
     ModuleNames for PEFT's target names (None: the course model's)."""
     if from_hf is None:
-        from accounting.spec.presets import HF_IDS
+        from accounting.architecture.presets import HF_IDS
         from_hf = isinstance(config, str) and config in HF_IDS
     config = A.config(config)
     seq = A.count(seq, "seq", "the config's context_length")
@@ -141,7 +148,7 @@ def plan(config: ModelConfig | str, seq: int | None = None, batch: int = 1, *,
     precision = A.choice(precision, "precision", PRECISIONS, "the input's default")
     implementation = A.choice(implementation, "implementation", recipes.IMPLEMENTATIONS,
                               "the input's default")
-    optimizer = A.choice(optimizer, "optimizer", recipes.OPTIMIZERS, "adamw")
+    optimizer = A.choice(optimizer, "optimizer", recipes.OPTIMIZERS, recipes.DEFAULT_OPTIMIZER)
     scope = A.choice(scope, "scope", SCOPES)
     recompute = A.choice(recompute, "recompute", RECOMPUTE)
     gpu = A.optional_name(gpu, "gpu", "a GPU name such as 'H100'")

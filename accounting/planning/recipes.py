@@ -11,10 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 
 from accounting.ledger.builder.common import COURSE, TRANSFORMERS
-from accounting.planning.optimizers import OPTIMIZERS, get_optimizer
+from accounting.planning.optimizers import DEFAULT_OPTIMIZER, OPTIMIZERS, get_optimizer, is_default
 from accounting.planning.precisions import BF16_MASTER, BF16_MIXED, get_precision
 from accounting.runtime.errors import UsageError
-from accounting.spec.config import ModelConfig
+from accounting.architecture.config import ModelConfig
 from accounting.units import FP32
 
 IMPLEMENTATIONS = {
@@ -116,9 +116,9 @@ def resolve(config: ModelConfig, from_hf: bool, implementation: str | None = Non
     if precision is None:
         precision = BF16_MIXED if from_hf and scope != "course" else FP32
     get_precision(precision)
-    optimizer = optimizer or "adamw"
+    optimizer = optimizer or DEFAULT_OPTIMIZER
     opt = get_optimizer(optimizer)
-    if scope == "course" and (optimizer != "adamw" or implementation != COURSE
+    if scope == "course" and (not is_default(optimizer) or implementation != COURSE
                               or precision not in (FP32, BF16_MIXED)):
         raise UsageError("--scope course is the CS336 problem's accounting (model/, AdamW, fp32 "
                          "or bf16-mixed): drop --optimizer/--implementation/--precision bf16*, "

@@ -15,7 +15,7 @@ from accounting.ledger.ledger import ledger
 from accounting.ledger.symbols import Expr
 from accounting.planning.optimizers import HIDDEN_MATRIX, Optimizer, State
 from accounting.planning.precisions import Precision
-from accounting.spec.config import ModelConfig
+from accounting.architecture.config import ModelConfig
 from accounting.units import DTYPE_BYTES, FP32
 
 Trainable = Callable[[R.Param], bool] | None
@@ -95,7 +95,7 @@ def step_counters(opt: Optimizer, ts: tuple[Tensor, ...]) -> int:
     """How many 0-dim float32 step tensors the optimizer keeps (Muon's matrices keep none)."""
     if opt.step_counter is None:
         return 0
-    return sum(t.copies for t in ts if t.trained and not (opt.name == "muon" and t.role == HIDDEN_MATRIX))
+    return sum(t.copies for t in ts if t.trained and t.role != opt.counterless_role)
 
 
 def update_flops(opt: Optimizer, ts: tuple[Tensor, ...]) -> int:

@@ -16,10 +16,10 @@ from accounting.planning.inference import (
 from accounting.planning.memory import COURSE, MODEL, RECOMPUTE, SCOPES
 from accounting.planning.plan import Plan
 from accounting.planning import training_state
-from accounting.planning.optimizers import get_optimizer
+from accounting.planning.optimizers import get_optimizer, is_default
 from accounting.planning.recipes import ATTENTION_NAMES, IMPLEMENTATIONS
-from accounting.spec.presets import title
-from accounting.present.table import Table
+from accounting.architecture.presets import title
+from accounting.tables.table import Table
 from accounting.units import MEGA, TERA, decimal, gibibytes, gigabytes, grouped, si
 
 
@@ -142,7 +142,7 @@ def memory_table(p: Plan) -> Table:
     notes.append("This is the sum of what a step holds at one time or another (activations and "
                  "gradients never all at once); the step's peak, which decides what fits in the "
                  "model scope, is the next table.")
-    opt = ("AdamW" if p.recipe is None or p.recipe.optimizer == "adamw" else
+    opt = ("AdamW" if p.recipe is None or is_default(p.recipe.optimizer) else
            f"{p.recipe.optimizer} ({get_optimizer(p.recipe.optimizer).title})")
     return Table(f"Training memory with {opt} ({p.precision.name}, B = {p.batch:,}, T = {p.seq:,})",
                  ("item", "bytes (formula)", "bytes", "GB (1e9)", "GiB (2^30)"), tuple(rows),
@@ -268,7 +268,7 @@ def flops_table(p: Plan) -> Table:
         rows.append((f"recomputation ({p.recompute})", "the checkpointed matmuls' forward again",
                      grouped(f.recompute), si(f.recompute, "FLOP")))
     ft = p.finetune  # issue 28: LoRA/QLoRA (planning/finetune.py): the adapters are trained
-    adamw = p.recipe is None or p.recipe.optimizer in ("adamw", "adamw-fused")
+    adamw = p.recipe is None or get_optimizer(p.recipe.optimizer).adamw_update
     if adamw:
         rows.append(("AdamW update", compute.adamw_formula(p.config) if ft is None else
                      finetune.adamw_formula(ft), grouped(f.adamw), si(f.adamw, "FLOP")))

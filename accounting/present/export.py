@@ -1,32 +1,18 @@
 """An Analysis as machine-readable data: a JSON-able dict (exact ints) and CSV rows."""
 from __future__ import annotations
 
-import csv
-import io
 from fractions import Fraction
 
 from accounting.ledger import records as R
-from accounting.spec.presets import note
+from accounting.architecture.presets import note
 from accounting.analysis.mtp import mtp
 from accounting.analysis.workload import Analysis
 from accounting.ledger.symbols import validity
+from accounting.tables.data import csv_text, fraction
 from accounting.units import FLOPS_PER_MAC
 
 LEDGER_COLUMNS = ("kind", "name", "component", "phase", "op", "where", "count", "shapes",
                   "formula_each", "flops_each", "flops", "useful_flops")
-
-
-def fraction(f: Fraction) -> dict:
-    """An exact ratio in JSON: numerator and denominator, plus a float for convenience."""
-    return {"numerator": f.numerator, "denominator": f.denominator, "approx": float(f)}
-
-
-def csv_text(rows: list[dict], columns: tuple[str, ...]) -> str:
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n")
-    w.writeheader()
-    w.writerows(rows)
-    return buf.getvalue()
 
 
 def ledger_rows(a: Analysis) -> list[dict]:

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import json
 
-from accounting.spec.hf_config import COMMON_FREE, COMMON_MUST, HFConfig
-from accounting.present.table import Table
+from accounting.architecture.hf_config import COMMON_FREE, COMMON_MUST, HFConfig
+from accounting.tables.table import Table
 
 
 def _json(value) -> str:

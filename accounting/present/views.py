@@ -5,10 +5,10 @@ from collections import Counter
 from fractions import Fraction
 
 from accounting.ledger import records as R
-from accounting.spec.presets import note
+from accounting.architecture.presets import note
 from accounting.analysis.workload import Analysis, analyze
 from accounting.ledger.symbols import Expr, fold_layers, monomial, validity
-from accounting.present.table import Table
+from accounting.tables.table import Table
 from accounting.units import (
     BYTES_PER_ELEMENT,
     FLOPS_PER_MAC,
@@ -240,7 +240,7 @@ def header_table(a: Analysis) -> Table:
 
 def presets_table() -> Table:
     """The presets with what they are, their architecture and parameter count."""
-    from accounting.spec.presets import PRESETS
+    from accounting.architecture.presets import PRESETS
     rows = tuple((name, note(c), c.architecture, grouped(analyze(c).param_count))
                  for name, c in PRESETS.items())
     return Table("Presets", ("name", "what it is", "architecture", "parameters"), rows,

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import time
 
-from accounting.spec.config import ModelConfig
+from accounting.architecture.config import ModelConfig
 
 
 def run_check(config: ModelConfig, seq: int):

@@ -6,9 +6,9 @@ Formatting only: the comparison itself is accounting.crosscheck's.
 from __future__ import annotations
 
 from accounting.ledger.records import FORWARD
-from accounting.present.render import markdown_table
+from accounting.tables.render import markdown_table
 from accounting.reporting.data import Check, ReportData
-from accounting.present.table import Table
+from accounting.tables.table import Table
 from accounting.units import gibibytes, grouped
 
 TOTAL = "total"

@@ -12,8 +12,8 @@ from fractions import Fraction
 
 from accounting.ledger import records as R
 from accounting.analysis.workload import Analysis, Crossover, analyze
-from accounting.spec.presets import PRESETS
-from accounting.spec.config import ModelConfig
+from accounting.architecture.presets import PRESETS
+from accounting.architecture.config import ModelConfig
 from accounting.literature.compare import Comparison, compare
 
 # The report's models are the presets: Transformers without recurrent layers. Their tables

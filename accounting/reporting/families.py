@@ -8,10 +8,10 @@ from fractions import Fraction
 
 from accounting.ledger import records as R
 from accounting.literature.views import ratio_text
-from accounting.present.render import markdown_table
+from accounting.tables.render import markdown_table
 from accounting.reporting.data import COMPONENTS, LONG_SEQ, REFERENCE_SEQ, ReportData
 from accounting.reporting.figures_index import FIGURES, FIGURES_DIR, FORMULA_CSV
-from accounting.present.table import Table
+from accounting.tables.table import Table
 from accounting.units import (BYTES_PER_ELEMENT, FP32, decimal, gigabytes, grouped, percent,
                               rounded_percents, si)
 

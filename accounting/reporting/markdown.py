@@ -11,13 +11,13 @@ from fractions import Fraction
 
 from accounting.ledger import records as R
 from accounting.ledger.ledger import ledger
-from accounting.present.render import markdown_table
+from accounting.tables.render import markdown_table
 from accounting.reporting import crosscheck_view, families
 from accounting.reporting.data import COMPONENTS, LONG_SEQ, REFERENCE_SEQ, ReportData
 from accounting.reporting.figures_index import FIGURES, FIGURES_DIR, SWEEP_CSV
 from accounting.reporting.fmt import seq_text
 from accounting.ledger.symbols import monomial
-from accounting.present.table import Table
+from accounting.tables.table import Table
 from accounting.units import (
     BYTES_PER_ELEMENT,
     FLOPS_PER_MAC,

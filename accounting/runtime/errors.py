@@ -12,7 +12,7 @@ turns any exception that reaches the CLI into (exit status, one line for stderr)
          for a report (ACCOUNTING_DEBUG=1 re-raises it with its traceback)
 
 Exit status 1 is not decided here: it is the cross-check's disagreement, an answer.
-Nothing here imports more than the standard library (accounting/spec/config.py imports it).
+Nothing here imports more than the standard library (accounting/architecture/config.py imports it).
 """
 from __future__ import annotations
 

@@ -25,7 +25,7 @@ GiB in vllm issue #10517).
 """
 from __future__ import annotations
 
-from accounting.spec.config import ModelConfig
+from accounting.architecture.config import ModelConfig
 from accounting.units import BF16, DTYPE_BYTES, FP32
 from accounting.serving.shards import kv_heads_per_gpu
 

@@ -63,9 +63,11 @@ class Defaults:
     why: str
 
 
-def _vllm_defaults(gpu_name: str | None, total: int, smi_bytes: int, tp: int, pp: int,
+def _vllm_defaults(device_name: str | None, total: int, smi_bytes: int, tp: int, pp: int,
                    mla: bool) -> Defaults:
-    big = total >= 70 * GiB and "a100" not in (gpu_name or "").lower()
+    """EngineArgs.get_batch_defaults tests the device name torch reports
+    (current_platform.get_device_name(), the GPU record's device_name): "a100" not in it."""
+    big = total >= 70 * GiB and "a100" not in (device_name or "").lower()
     # FlashMLA's page: vLLM raises block_size to 64 for MLA on Hopper
     # (vllm/platforms/cuda.py, CudaPlatform.check_and_update_config: "Forcing kv cache
     # block size to 64 for FlashMLA backend")

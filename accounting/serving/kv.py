@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from accounting.ledger.ledger import ledger
 from accounting.runtime.errors import UsageError
 from accounting.serving.shards import kv_heads_per_gpu
-from accounting.spec.config import ModelConfig
+from accounting.architecture.config import ModelConfig
 from accounting.units import BF16, DTYPE_BYTES, FP8, FP8_E4M3, FP8_E5M2, FP16, STORAGE_BYTES
 
 CONV_WIDTH = "K"  # the ledger's conv kernel width: the engine keeps K − 1 of its columns

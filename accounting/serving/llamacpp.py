@@ -27,7 +27,7 @@ from fractions import Fraction
 
 from accounting.runtime.errors import UsageError
 from accounting.serving import kv
-from accounting.spec.config import ModelConfig
+from accounting.architecture.config import ModelConfig
 
 PAD = 256  # llama-context.cpp: GGML_PAD(n_ctx, 256), GGML_PAD(n_ctx_seq, 256)
 # ggml's type traits (ggml/src/ggml.c type_traits: blck_size, type_size) of the cache types
@@ -104,7 +104,7 @@ def _gb(n: int) -> str:
 
 
 def answer(p: LlamaCppPlan):
-    from accounting.present.table import Table
+    from accounting.tables.table import Table
     w = 16
 
     def line(label: str, text: str) -> str:

@@ -17,7 +17,7 @@ from accounting.formats.loaded import Loaded, loaded
 from accounting.serving import engines, kv, max_len, shards, startup, timing
 from accounting.serving.activation import activation_peak, forward_peak
 from accounting.serving.startup import ZERO, Span
-from accounting.spec.config import ModelConfig
+from accounting.architecture.config import ModelConfig
 from accounting.units import GiB, TERA
 
 MAX_CONTEXT_SEARCH = 10**9
@@ -179,7 +179,7 @@ def serve(config: ModelConfig, scheme: Scheme, *, gpu: str | None = None,
                                              max_model_len or config.context_length,
                                              allow_long_context))
     rec = engines.get_engine(engine, engine_version)
-    d = rec.defaults(card.name if card else None, memory_bytes, smi_bytes, tp, pp, config.mla)
+    d = rec.defaults(card.device_name if card else None, memory_bytes, smi_bytes, tp, pp, config.mla)
     if block_size is not None:
         d = engines.Defaults(d.utilization, d.max_num_batched_tokens, d.max_num_seqs,
                              block_size, d.why + f"; block_size {block_size} (given)")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from accounting.present.export import csv_text, fraction
-from accounting.present.table import Table
+from accounting.tables.data import csv_text, fraction
+from accounting.tables.table import Table
 from accounting.serving import launch
 from accounting.units import decimal, grouped
 

@@ -28,7 +28,7 @@ from accounting.formats.schemes import EXPERTS, Scheme
 from accounting.ledger.ledger import ledger
 from accounting.ledger.symbols import product
 from accounting.runtime.errors import UsageError
-from accounting.spec.config import ModelConfig
+from accounting.architecture.config import ModelConfig
 
 COL, ROW, KV, VOCAB, REP, HEADS = "column", "row", "kv", "vocab", "replicated", "heads"
 VOCAB_PADDING = 64  # vLLM's DEFAULT_VOCAB_PADDING_SIZE

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from accounting.present.export import config_dict, csv_text, fraction
-from accounting.present.table import Table
+from accounting.present.export import config_dict
+from accounting.tables.data import csv_text, fraction
+from accounting.tables.table import Table
 from accounting.serving.engines import DEFAULT_VERSION
 from accounting.serving.plan import ServePlan
 from accounting.units import GB, GiB, decimal, grouped

@@ -221,7 +221,7 @@ def _residual_stream() -> frozenset:
     """The components that run on the residual stream (the parameters' dtype under
     autocast: fp32), the others on a matmul's output (autocast's bf16)."""
     from accounting.ledger.builder import common as C
-    from accounting.spec.config import NORMS
+    from accounting.architecture.config import NORMS
     return frozenset({*NORMS.values(), C.RESIDUAL, C.QK_NORM, C.GATED_NORM, C.RESIDUAL_SCALE,
                       C.EMBED_SCALE, C.POSITION_ADD, C.LOGIT_SCALE})
 

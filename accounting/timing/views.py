@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from accounting.present.table import Table
+from accounting.tables.table import Table
 from accounting.timing import ops as O
 
 

@@ -15,7 +15,7 @@ from accounting.web.run import run_cli
 # The FLOPs question's plot: the shares at these contexts (the 1k to 16k)
 SWEEP_CTX = (1024, 2048, 4096, 8192, 16384)
 # The page passes at most this many characters of a pasted config; the CLI then bounds
-# the file as it bounds every config file (spec/choices.py MAX_CONFIG_BYTES, safe_io)
+# the file as it bounds every config file (architecture/choices.py MAX_CONFIG_BYTES, safe_io)
 MAX_CONFIG_CHARS = 2**20 + 1
 PASTED_NAME = "pasted-config"  # the model's name for a pasted config.json
 
@@ -48,7 +48,7 @@ class _Config:
         if not self.text.strip():
             return None
         self.folder = tempfile.TemporaryDirectory(prefix="accounting-web-")
-        # the CLI names a config.json after its folder (spec/loaders.py): a fixed name,
+        # the CLI names a config.json after its folder (architecture/loaders.py): a fixed name,
         # not the temporary folder's random one
         folder = os.path.join(self.folder.name, PASTED_NAME)
         os.mkdir(folder)

@@ -141,7 +141,7 @@ def fields(q: Question) -> list[Field]:
 
 
 def presets() -> list[str]:
-    from accounting.spec.presets import PRESETS
+    from accounting.architecture.presets import PRESETS
     return list(PRESETS)
 
 

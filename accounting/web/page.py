@@ -6,7 +6,7 @@ import json
 from html import escape
 from urllib.parse import urlencode
 
-from accounting.spec.fields import GROUPS as SPEC_GROUPS
+from accounting.architecture.fields import GROUPS as SPEC_GROUPS
 from accounting.web import form, plots
 from accounting.web.answer import MAX_CONFIG_CHARS, split_tables
 

@@ -2,7 +2,7 @@
 spec's sizes as symbols (Arch)."""
 from __future__ import annotations
 
-from accounting.spec.config import NORMS, ModelConfig
+from accounting.architecture.config import NORMS, ModelConfig
 
 
 # Non-matmul components, in the order the tables list them.

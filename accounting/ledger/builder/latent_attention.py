@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from accounting.ledger import records as R
-from accounting.spec.config import NORMS
+from accounting.architecture.config import NORMS
 from accounting.ledger.trace import Sym, Trace
 from accounting.ledger.builder.common import INDEXER, NORM_PARAMS, Arch
 from accounting.ledger.builder.layers import Linear, Norm, RoPE

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from accounting.ledger import records as R
 from accounting.units import FP32
-from accounting.spec.config import ModelConfig
+from accounting.architecture.config import ModelConfig
 from accounting.ledger.trace import Sym, Trace
 from accounting.ledger.builder.common import ROPE, BIAS, MUP, ACTIVATION_COMPONENT
 from accounting.ledger.builder import lora, megatron

@@ -6,7 +6,7 @@ from fractions import Fraction
 
 from accounting.ledger import records as R
 from accounting.units import FP32
-from accounting.spec.config import ModelConfig
+from accounting.architecture.config import ModelConfig
 from accounting.ledger.trace import Sym, Trace
 from accounting.ledger.builder.common import ROUTER, ACTIVATION_COMPONENT, BIAS
 from accounting.ledger.builder import lora

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from accounting.ledger import records as R
-from accounting.spec.config import NORMS, ModelConfig
+from accounting.architecture.config import NORMS, ModelConfig
 from accounting.ledger.trace import LOSS, Sym, Trace
 from accounting.ledger.builder.common import (POSITION_ADD, RESIDUAL, NORM_PARAMS, ROW, Arch, COURSE,
                                               EMBED_SCALE, LOGIT_SCALE, MUP, RESIDUAL_SCALE, SOFTCAP)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from accounting.present.export import config_dict, csv_text, fraction
+from accounting.present.export import config_dict
+from accounting.tables.data import csv_text, fraction
 from accounting.planning.parallel.layout import ZERO_STAGES, Layout, layer_split
 from accounting.planning.parallel.plan import CHECKED, FORMULA_ONLY, ParallelPlan
 
@@ -27,9 +28,9 @@ def stack_dict(p: ParallelPlan) -> dict:
     z = p.layout.zero
     out = {"name": s.name, "title": s.stack.title, "engine": s.stack.engines.get(z, ""),
            "checked_against": s.stack.checked,
-           "dropout": s.dropout if s.name == "megatron" else None,
-           "attention_kernel": s.kernel if s.name == "megatron" else None}
-    if s.name == "megatron":  # the per-layer tensors Korthikanti et al. count, by their term
+           "dropout": s.dropout if s.stack.megatron_core else None,
+           "attention_kernel": s.kernel if s.stack.megatron_core else None}
+    if s.stack.megatron_core:  # the per-layer tensors Korthikanti et al. count, by their term
         terms: dict[str, int] = {}
         for _, paper, x in s.megatron_layer(p.config, p.layout, p.seq // p.layout.cp):
             if paper:

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from accounting.spec.config import ModelConfig
-from accounting.spec.presets import get_preset
+from accounting.architecture.config import ModelConfig
+from accounting.architecture.presets import get_preset
 from accounting.planning.gpus import interconnect
 from accounting.planning.memory import BF16_MIXED, FP32, get_precision
 from accounting.planning.parallel.export import flat_rows, to_dict
@@ -17,7 +17,7 @@ from accounting.planning.parallel.layout import Layout, resolve
 from accounting.planning.parallel.plan import ParallelPlan, parallel_plan
 from accounting.planning.parallel.search import Search, search
 from accounting.planning.parallel.stack_memory import StackRun
-from accounting.planning.parallel.stacks import get_stack
+from accounting.planning.parallel.stacks import DEFAULT_STACK, get_stack
 from accounting.planning.plan import hardware as _hardware
 
 INT_COLUMNS = ("value",)  # exact Python ints (past 2**63 too)
@@ -38,7 +38,7 @@ def _frame(rows: list[dict]) -> pd.DataFrame:
 def build(config, gpus: int, *, tp: int = 1, pp: int = 1, dp: int | None = None, sp: bool = False,
           zero: int = 0, micro_batch: int = 1, batch: int | None = None, seq: int | None = None,
           recompute: str = "none", precision: str = FP32, gpu: str | None = None,
-          mfu="0.5", margin="0", ep: int = 1, stack: str = "torch", dropout: float = 0.0,
+          mfu="0.5", margin="0", ep: int = 1, stack: str = DEFAULT_STACK, dropout: float = 0.0,
           attention_kernel: str = "flash") -> ParallelPlan:
     """A ParallelPlan from keyword arguments (the CLI's flags; a stack other than torch
     plans in bf16, its own precision)."""

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from accounting.spec.config import ModelConfig
+from accounting.architecture.config import ModelConfig
 from accounting.runtime.errors import UsageError
 from accounting.planning import memory as _M
 

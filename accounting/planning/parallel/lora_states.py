@@ -23,12 +23,13 @@ from dataclasses import dataclass, replace
 
 from accounting.planning.finetune import FineTune
 from accounting.planning.memory import Precision
-from accounting.planning.optimizers import get_optimizer
+from accounting.planning.optimizers import DEFAULT_OPTIMIZER, get_optimizer
 from accounting.planning.parallel import comms as C
 from accounting.planning.parallel.activations import Linear
 from accounting.planning.parallel.buffers import Item, engine_buffers
 from accounting.planning.parallel.layout import Layout
 from accounting.planning.parallel.shards import Split, chunk, split
+from accounting.planning.parallel.stacks import DEFAULT_STACK, get_stack
 from accounting.planning.parallel.states import (Local, States, Unit, role, stage_tensors,
                                                  states)
 from accounting.planning.training_state import STEP_BYTES
@@ -57,12 +58,12 @@ class LoraStates:
         return self.base_bytes + self.adapter_bytes + self.gradient_bytes + self.optimizer_bytes
 
 
-def check(ft: FineTune, layout: Layout, stack: str = "torch") -> None:
+def check(ft: FineTune, layout: Layout, stack: str = DEFAULT_STACK) -> None:
     """What a LoRA plan on many GPUs runs: DDP or FSDP2 over data-parallel ranks, torch."""
     if ft.qlora:
         raise UsageError("QLoRA (--base-weights nf4) is planned on one GPU; leave out --gpus "
                          "(or --base-weights for LoRA on many GPUs)")
-    if stack != "torch":
+    if not get_stack(stack).torch_engines:
         raise UsageError(f"LoRA on many GPUs is planned on --stack torch, not {stack}")
     if layout.tp > 1 or layout.pp > 1 or layout.cp > 1 or layout.ep > 1:
         raise UsageError("LoRA on many GPUs is planned with data parallelism only (DDP or "
@@ -91,7 +92,7 @@ def parts(us: list[Unit], frozen: bool) -> list[Unit]:
     return [u for u in out if u.tensors]
 
 
-def lora_states(ft: FineTune, layout: Layout, dp_rank: int = 0, optimizer: str = "adamw",
+def lora_states(ft: FineTune, layout: Layout, dp_rank: int = 0, optimizer: str = DEFAULT_OPTIMIZER,
                 us: list[Unit] | None = None) -> LoraStates:
     """This data-parallel rank's model states under `layout` (`us`: the stage's units,
     default pipeline stage 0's)."""

@@ -17,7 +17,7 @@ from accounting.ledger.builder.common import MEGATRON
 from accounting.planning.parallel import activations as A
 from accounting.planning.parallel.layout import Layout
 from accounting.planning.parallel.shards import BLOCK, Split, split
-from accounting.spec.config import ModelConfig
+from accounting.architecture.config import ModelConfig
 from accounting.units import BF16, FP8_E4M3
 
 FLASH, UNFUSED = "flash", "unfused"

@@ -15,11 +15,11 @@ from math import prod
 
 from accounting.planning import fp8 as F8
 from accounting.planning.memory import Precision
-from accounting.planning.optimizers import get_optimizer
+from accounting.planning.optimizers import elementwise, get_optimizer
 from accounting.planning.parallel import activations as A
 from accounting.planning.parallel.buffers import Item
 from accounting.planning.parallel.layout import Layout
-from accounting.planning.parallel.states import (ELEMENTWISE, States, Unit, optimizer_state,
+from accounting.planning.parallel.states import (States, Unit, optimizer_state,
                                                  role, updated)
 from accounting.planning.training_state import STEP_BYTES
 from accounting.runtime.errors import UsageError
@@ -33,19 +33,18 @@ _NAMES = {"AdamW first moment m": "AdamW moments: first moment m",
 def check(optimizer: str, layout: Layout, p: Precision | None = None) -> None:
     """An optimizer whose state is not elementwise is planned up to ZeRO-1 only; fp8
     all-gathers need FSDP."""
-    get_optimizer(optimizer)
+    opt = get_optimizer(optimizer)
     if p is not None and p.fsdp_fp8_gather and (layout.sharding < 2 or layout.dp == 1):
         raise UsageError(f"--precision {p.name} all-gathers the fp8 weights under FSDP2: give "
                          f"--zero 2 or 3 over more than one data-parallel rank, or --precision "
                          f"fp8-torchao")
-    if optimizer == "muon" and layout.sharding == 1:
-        raise UsageError("--optimizer muon under ZeRO-1 is not modelled (its recipe is two "
-                         "optimizers, Muon and AdamW, and ZeroRedundancyOptimizer wraps one "
-                         "class): give --zero 0")
-    if layout.sharding >= 2 and optimizer not in ELEMENTWISE:
+    if opt.zero1_refusal and layout.sharding == 1:
+        raise UsageError(f"--optimizer {opt.name} under ZeRO-1 is not modelled "
+                         f"({opt.zero1_refusal}): give --zero 0")
+    if layout.sharding >= 2 and not opt.elementwise:
         raise UsageError(f"--optimizer {optimizer} under FSDP (--zero {layout.sharding}) is not "
                          f"modelled (its state needs whole matrices, not row shards): give "
-                         f"--zero 0 or 1, or --optimizer {' / '.join(ELEMENTWISE)}")
+                         f"--zero 0 or 1, or --optimizer {' / '.join(elementwise())}")
 
 
 def optimizer_items(units: list[Unit], layout: Layout, st: States, optimizer: str,

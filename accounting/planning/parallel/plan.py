@@ -13,12 +13,13 @@ from functools import lru_cache
 from math import prod
 
 from accounting.analysis.workload import check_workload
-from accounting.spec.config import ModelConfig
+from accounting.architecture.config import ModelConfig
 from accounting.runtime import names
 from accounting.runtime.errors import UsageError
 from accounting.planning.compute import check_mfu, exact
 from accounting.planning.fit import Budget
 from accounting.planning.gpus import Hardware, Interconnect
+from accounting.planning.optimizers import DEFAULT_OPTIMIZER, is_default
 from accounting.ledger.records import EXECUTED, USEFUL
 from accounting.planning.memory import STEP_BYTES, Precision
 from accounting.planning.mfu import (COMPUTE, END_TO_END, SIX_N, check_convention, check_scope,
@@ -32,8 +33,7 @@ from accounting.planning.parallel.layout import (Layout, check_layout,
 from accounting.planning.parallel.shards import FIRST, Split, split
 from accounting.planning.parallel.stack_memory import StackRun, per_layer
 from accounting.planning.parallel.stack_memory import memory as stack_memory
-from accounting.planning.parallel.stacks import (MEGATRON, TORCH, TORCHTITAN, W16,
-                                                 check as check_stack)
+from accounting.planning.parallel.stacks import W16, check as check_stack
 from accounting.planning.parallel.states import States, stage_tensors, states, zero1_worst_rank
 from accounting.planning.parallel.optimizer_state import check as check_optimizer
 from accounting.planning.parallel.optimizer_state import (fp8_gathered, fp8_items,
@@ -120,7 +120,7 @@ class ParallelPlan:
     mfu_scope: str = COMPUTE  # the rate on each stage, or a whole-step (end-to-end) figure
     hfu: bool = False  # an end-to-end figure that counts the recomputed FLOPs
     measured_tokens_per_second: Fraction | None = None  # to convert into MFU/HFU
-    optimizer: str = "adamw"  # planning/optimizers.py's name (the torch stack's choice)
+    optimizer: str = DEFAULT_OPTIMIZER  # planning/optimizers.py's name (the torch stack's choice)
     finetune: object = None  # a LoRA plan (planning/finetune.py FineTune), or full training
     # issue 39: "kernels" or "roofline" when the stages' rate was predicted op by op
     # (timing/plan.py kernel_rate: no --mfu given), "mfu" when --mfu gave it
@@ -248,7 +248,7 @@ def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage:
                act_rows: tuple[list[A.Row], list[A.Row]], values: dict[str, int],
                tp_rank: int = 0, dp_rank: int | None = None,
                stack: StackRun = StackRun(), counting: str = EXECUTED,
-               optimizer: str = "adamw", finetune=None) -> StagePlan:
+               optimizer: str = DEFAULT_OPTIMIZER, finetune=None) -> StagePlan:
     """One GPU of a stage: TP rank `tp_rank`, data-parallel rank `dp_rank` (default: 0, or
     under ZeroRedundancyOptimizer the rank with the most AdamW state). `act_rows` are the
     saved tensors of a rank's T/cp tokens (the course model's: another stack plans its own).
@@ -264,19 +264,19 @@ def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage:
     # (ZeroRedundancyOptimizer's most loaded rank is torch's; the other stacks' states are
     # the same on every data-parallel rank)
     units, st = _states(sp, seq, layout.micro_batch, _states_key(dl), stage, tp_rank,
-                        dp_rank if dp_rank is not None or stack.name == TORCH else 0)
+                        dp_rank if dp_rank is not None or stack.stack.torch_engines else 0)
     z, d, p = dl.sharding, dl.dp, precision
-    if stack.name != TORCH:
+    if not stack.stack.torch_engines:
         items, acts = stack_memory(stack, sp, dl, precision, st, stage, kinds, values, local,
                                    tp_rank)
         items += fp8_items(sp, units, p, values)  # Megatron + TE: its fp8 weight copies
         return _finish(sp, layout, precision, seq, stage, layers, kinds, units, st, items,
-                       acts, values, tp_rank, W16 if stack.name == TORCHTITAN else None,
+                       acts, values, tp_rank, W16 if stack.stack.fsdp2_bf16 else None,
                        counting)
     lora = None if finetune is None else LS.split_states(units, dl, st.dp_rank, finetune)
     if lora is not None:
         items = LS.state_items(finetune, units, dl, st.dp_rank, optimizer)
-        update = None if optimizer == "adamw" else update_flops(LS.parts(units, False), dl,
+        update = None if is_default(optimizer) else update_flops(LS.parts(units, False), dl,
                                                                 lora.trained, optimizer)
     else:
         b_sym = "⌈rows/d⌉·cols" if z >= 2 else ""
@@ -293,7 +293,7 @@ def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage:
                           A.Linear(0, st.grads * p.grad_bytes), model_state=True,
                           per_element=p.grad_bytes))
         items += optimizer_items(units, dl, st, optimizer, p, n_sym)
-        update = None if optimizer == "adamw" else update_flops(units, dl, st, optimizer)
+        update = None if is_default(optimizer) else update_flops(units, dl, st, optimizer)
         items += fp8_items(sp, units, p, values)
     buf = stage_buffers(sp, values, kinds)
     if buf:
@@ -367,7 +367,7 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
                   tp_rank: int = 0, dp_rank: int | None = None,
                   stack: StackRun = StackRun(), mfu_convention: str = EXECUTED,
                   mfu_scope: str = COMPUTE, hfu: bool = False,
-                  measured_tokens_per_second=None, optimizer: str = "adamw",
+                  measured_tokens_per_second=None, optimizer: str = DEFAULT_OPTIMIZER,
                   finetune=None) -> ParallelPlan:
     """The plan of one GPU per stage shown (TP rank 0 — it holds the most of an uneven
     split — and data-parallel rank 0, or the given ranks). `mfu` is read under
@@ -400,13 +400,12 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
     check_layout(config, layout, seq)
     check_stack(stack.stack, config, layout, stack.dropout)
     check_optimizer(optimizer, data_layout(layout), precision)
-    if stack.name != TORCH and (optimizer != "adamw" or precision.fp8 not in (
-            None, *(("torchao",) if stack.name == TORCHTITAN else ()),
-            *(("te",) if stack.name == MEGATRON else ()))):
+    if not stack.stack.torch_engines and (not is_default(optimizer) or precision.fp8 not in (
+            None, *stack.stack.fp8)):
         raise UsageError(f"--stack {stack.name} plans its own Adam in its own precision; give "
                          f"--optimizer with --stack torch (torchtitan takes fp8-torchao, "
                          f"megatron fp8-te and fp8-te-current)")
-    if stack.name == MEGATRON:  # TE's fp8 (--fp8-format hybrid) or bf16: the run's ledger
+    if stack.stack.megatron_core:  # TE's fp8 (--fp8-format hybrid) or bf16: the run's ledger
         stack = replace(stack, fp8=precision.fp8)
     source, predicted = "mfu", None
     if mfu is None and mfu_scope == COMPUTE and finetune is None:  # issue 39: op by op
@@ -432,7 +431,7 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
     # the course model's saved tensors (a stack other than torch plans its own: stack_memory)
     rows = ((A.rows(sp, layout, local, tp_rank=tp_rank),
              A.rows(plain, layout, local, tp_rank=tp_rank))
-            if stack.name == TORCH else ([], []))
+            if stack.stack.torch_engines else ([], []))
     counting = USEFUL if mfu_convention != EXECUTED else EXECUTED
     plans = tuple(stage_plan(sp, layout, precision, seq, s, rows, values, tp_rank, dp_rank,
                              stack, counting, optimizer, finetune)

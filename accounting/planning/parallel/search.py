@@ -20,13 +20,13 @@ from dataclasses import dataclass, replace
 from itertools import product
 from math import gcd
 
-from accounting.spec.config import ModelConfig
+from accounting.architecture.config import ModelConfig
 from accounting.planning.gpus import Hardware, Interconnect
 from accounting.planning.memory import Precision
 from accounting.planning.parallel.layout import Layout, check_numbers, divisors, experts, problems
 from accounting.planning.parallel.plan import ParallelPlan, parallel_plan
 from accounting.planning.parallel.stack_memory import StackRun
-from accounting.planning.parallel.stacks import DEEPSPEED, TORCH, problems as stack_problems
+from accounting.planning.parallel.stacks import problems as stack_problems
 
 
 MIN_CP_TOKENS = 1024  # the shortest sequence shard the search gives a context-parallel rank
@@ -87,7 +87,8 @@ def search(config: ModelConfig, base: Layout, seq: int, *, precision: Precision,
             # the sharding stages from ZeRO-3 down: each lower one holds more, so once one
             # does not fit the lower ones are rejected without planning them
             zeros = (base.zero,) if fix_zero else (
-                tuple(z for z in (3, 2, 1, 0) if stack.name == TORCH or z in stack.stack.engines)
+                tuple(z for z in (3, 2, 1, 0)
+                      if stack.stack.torch_engines or z in stack.stack.engines)
                 if dp * cp > 1 else (0,))
             short = 0
             for zero in zeros:
@@ -124,7 +125,7 @@ def search(config: ModelConfig, base: Layout, seq: int, *, precision: Precision,
             state[0] += 1
             if pp > L and not fix_vpp:
                 continue  # a stage per layer at most (refused; not worth a row each)
-            if stack.name == DEEPSPEED and tp * pp > 1:
+            if stack.stack.zero_partitions and tp * pp > 1:
                 continue  # ZeRO's data parallelism only (stacks.problems says why)
             rest = n // (tp * pp)
             for cp in (c for c in cps if rest % c == 0):

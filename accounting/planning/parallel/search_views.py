@@ -6,16 +6,15 @@ from fractions import Fraction
 
 from accounting.planning.parallel.layout import ZERO_STAGES
 from accounting.planning.parallel.search import Search
-from accounting.planning.parallel.stacks import TORCH
 from accounting.planning.views import _dec, _seconds
-from accounting.present.table import Table
+from accounting.tables.table import Table
 from accounting.units import gigabytes, percent
 
 SHOWN = 20
 
 
 def _stage(zero: int, dp: int, s: Search) -> str:
-    engine = ZERO_STAGES[zero][1] if s.stack.name == TORCH else s.stack.stack.engines[zero]
+    engine = ZERO_STAGES[zero][1] if s.stack.stack.torch_engines else s.stack.stack.engines[zero]
     return "-" if dp == 1 else f"{zero} ({engine})"
 
 
@@ -45,7 +44,7 @@ def ranked_table(s: Search) -> Table:
                      + f"; global batch {lo.global_batch:,} sequences of T = {s.seq:,}, "
                        f"recomputation {lo.recompute}, {first.precision.name}, "
                        f"{first.hardware.name} {_rate(first)}"
-                     + ("." if s.stack.name == TORCH else
+                     + ("." if s.stack.stack.torch_engines else
                         f"; memory as the {s.stack.name} stack holds it ({s.stack.stack.title})."))
     else:
         notes.append(f"No layout of {s.gpus} GPUs fits; see the rejected layouts below.")
@@ -71,7 +70,7 @@ def ranked_table(s: Search) -> Table:
     # the recipe on the first line (the first screen names what is planned)
     recipe = "" if first is None else (
         f" ({first.precision.name}, {first.hardware.name} {_rate(first)}"
-        + ("" if s.stack.name == TORCH else f", {s.stack.name} stack") + ")")
+        + ("" if s.stack.stack.torch_engines else f", {s.stack.name} stack") + ")")
     return Table(f"Layouts for {s.gpus} GPUs: {s.config.name}, fastest first{recipe}",
                  ("#", "tp", *(("cp",) if cps else ()), "pp", *(("v",) if vs else ()), "dp",
                   *(("ep",) if moe else ()), "sp", "sharding", "micro", "memory/GPU",

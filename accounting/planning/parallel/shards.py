@@ -25,7 +25,7 @@ from functools import cached_property, lru_cache
 from bisect import bisect_left
 
 from accounting.ledger import records as R
-from accounting.spec.config import ModelConfig
+from accounting.architecture.config import ModelConfig
 from accounting.ledger.ledger import Ledger, unfolded_ledger
 from accounting.ledger.symbols import product
 from accounting.ledger.builder.common import DROPOUT_MASK

@@ -13,20 +13,19 @@ from accounting.planning.parallel.buffers import (Item, engine_buffers, largest_
                                                   stage_buffers)
 from accounting.planning.parallel.layout import NO_RECOMPUTE, SELECTIVE, Layout
 from accounting.planning.parallel.shards import BLOCK, Split, split
-from accounting.planning.parallel.stacks import (DEEPSPEED, MEGATRON, TORCH, TORCHTITAN, W16,
-                                                 Stack, get_stack, llama_block, state_items)
+from accounting.planning.parallel.stacks import (DEFAULT_STACK, W16, Stack, get_stack,
+                                                 state_items)
 from accounting.planning.parallel.states import States
 from accounting.planning.memory import Precision
-from accounting.planning.recipes import transformers_gap
-from accounting.ledger.builder.common import COURSE, TORCHTITAN as TITAN_IMPL, TRANSFORMERS
-from accounting.spec.config import ModelConfig
+from accounting.ledger.builder.common import COURSE, TORCHTITAN as TITAN_IMPL
+from accounting.architecture.config import ModelConfig
 from accounting.units import BF16
 
 
 @dataclass(frozen=True)
 class StackRun:
     """A stack and its settings for one plan."""
-    stack: Stack = get_stack(TORCH)
+    stack: Stack = get_stack(DEFAULT_STACK)
     dropout: float = 0.0  # megatron: the hidden and attention dropout probability
     kernel: str = M.FLASH  # megatron: the attention kernel
     fp8: str | None = None  # megatron: TE's fp8 (Precision.fp8, "te"), else None (bf16)
@@ -56,12 +55,9 @@ def implementation(run: StackRun, c: ModelConfig) -> str:
     """Which implementation of the model the stack runs (builder.walk's knob): DeepSpeed
     wraps the one given, transformers' where its ops are modelled for this config
     (recipes.transformers_gap), else model/'s; torchtitan runs its own Llama (dense
-    pre-norm RMSNorm/RoPE/SwiGLU blocks; another block: model/'s ops, the closest modelled)."""
-    if run.name == DEEPSPEED:
-        return TRANSFORMERS if transformers_gap(c) is None else COURSE
-    if run.name == TORCHTITAN:
-        return TITAN_IMPL if llama_block(c) else COURSE
-    return COURSE
+    pre-norm RMSNorm/RoPE/SwiGLU blocks; another block: model/'s ops, the closest modelled):
+    the stack record's own rule (stacks.py)."""
+    return run.stack.implementation(c)
 
 
 def ledger_rows(run: StackRun, c: ModelConfig, layout: Layout, seq: int, tp_rank: int = 0,
@@ -71,7 +67,7 @@ def ledger_rows(run: StackRun, c: ModelConfig, layout: Layout, seq: int, tp_rank
     calls module.bfloat16(); torchtitan's FSDP2 MixedPrecisionPolicy gathers bf16
     parameters and the blocks compute in them; Megatron's Float16Module)."""
     rc = layout.recompute if recompute is None else recompute
-    if run.name == MEGATRON:
+    if run.stack.megatron_core:
         return M.rows(c, layout, seq, run.dropout > 0, run.kernel, rc, tp_rank, run.fp8)
     sp = _split(c, rc, implementation(run, c))
     return sp, A.rows(sp, layout, seq, tp_rank=tp_rank)
@@ -116,7 +112,7 @@ def reduce_scattered(run: StackRun, c: ModelConfig, layout: Layout,
     outputs of each block (_c10d_functional.reduce_scatter_tensor is in its save list,
     torchtitan/models/llama3/infra/parallelize.py _op_sac_save_list): bf16 sequence shards,
     b = 1. A collective the ledger does not run: the stack adds it."""
-    if not (run.name == TORCHTITAN and layout.recompute == SELECTIVE and layout.tp > 1
+    if not (run.stack.fsdp2_bf16 and layout.recompute == SELECTIVE and layout.tp > 1
             and layout.sp and implementation(run, c) == TITAN_IMPL):
         return []
     one = W16 * (seq // layout.tp) * c.d_model
@@ -130,10 +126,10 @@ def per_layer(run: StackRun, sp: Split, layout: Layout, seq: int,
     the stack's implementation's saved tensors (the first kind of block when there are
     several)."""
     b = layout.micro_batch
-    if run.name == MEGATRON:
+    if run.stack.megatron_core:
         return tuple((n, x * b) for n, _, x in run.megatron_layer(sp.config, layout, seq))
     extra = []
-    if run.name != TORCH:
+    if not run.stack.torch_engines:
         extra = reduce_scattered(run, sp.config, layout, seq)
         sp, rows = ledger_rows(run, sp.config, layout, seq)
     kind = sp.ledger.groups[0][0]
@@ -147,7 +143,7 @@ def memory(run: StackRun, sp: Split, layout: Layout, precision: Precision, st: S
            tp_rank: int = 0) -> tuple[list[Item], A.StageActivations]:
     c = sp.config
     items = state_items(run.stack, c, st, layout)
-    if run.name == MEGATRON:
+    if run.stack.megatron_core:
         acts = stage_activations(run, c, replace(layout, zero=0), seq, stage, kinds, tp_rank)
         what = ("Megatron-Core + TE saved tensors (16-bit" + ("; TE's linear inputs fp8"
                                                              if run.fp8 else "")
@@ -157,7 +153,7 @@ def memory(run: StackRun, sp: Split, layout: Layout, precision: Precision, st: S
         own = _split(c, layout.recompute, implementation(run, c))
         acts = stage_activations(run, c, replace(layout, zero=0), seq, stage, kinds, tp_rank)
         what = f"the {implementation(run, c)} implementation, bf16 parameters, no autocast" + (
-            "; torchtitan's per-op selective checkpointing" if run.name == TORCHTITAN
+            "; torchtitan's per-op selective checkpointing" if run.stack.fsdp2_bf16
             and layout.recompute == SELECTIVE else "")
         buf = stage_buffers(own, values, kinds)
         if buf:
@@ -166,10 +162,10 @@ def memory(run: StackRun, sp: Split, layout: Layout, precision: Precision, st: S
     items.append(Item("activations of the k micro-batches in flight"
                       + ("" if layout.recompute == NO_RECOMPUTE else " + one block's recomputed part"),
                       f"k·(a·b + c) ({what})", acts.total, activations=True))
-    if run.name == TORCHTITAN:
+    if run.stack.fsdp2_bf16:
         items += engine_buffers(sp, layout, precision, st, stage, values, seq, tp_rank,
                                 bf16_gathers=True)
-    if run.name == DEEPSPEED and layout.sharding == 3:
+    if run.stack.zero_partitions and layout.sharding == 3:
         items.append(Item("ZeRO-3 working set: the largest module gathered (2 + 2 bytes per "
                           "element)", "4·largest_layer_params", A.Linear(0, 4 * largest_module(st)),
                           note="DeepSpeed's estimate_zero3_model_states_mem_needs counts it "

@@ -3,8 +3,7 @@ engine, the model-state subtotal, and what one block saves. Formatting only."""
 from __future__ import annotations
 
 from accounting.planning.parallel.plan import ParallelPlan
-from accounting.planning.parallel.stacks import TORCH
-from accounting.present.table import Table
+from accounting.tables.table import Table
 from accounting.units import gibibytes, gigabytes, grouped
 
 
@@ -14,17 +13,17 @@ def _gb(n: int) -> str:
 
 def engine(p: ParallelPlan) -> str | None:
     """The named stack's engine for the layout's sharding stage (None: torch's)."""
-    return None if p.stack.name == TORCH else p.stack.stack.engines.get(p.layout.zero)
+    return None if p.stack.stack.torch_engines else p.stack.stack.engines.get(p.layout.zero)
 
 
 def summary_rows(p: ParallelPlan) -> list[tuple[str, str]]:
     """Rows for the plan's first screen (none for the torch stack, whose plan is unchanged)."""
     s = p.stack
-    if s.name == TORCH:
+    if s.stack.torch_engines:
         return []
     z = p.layout.sharding
     settings = ""
-    if s.name == "megatron":
+    if s.stack.megatron_core:
         settings = (f"; {s.kernel} attention; "
                     + (f"dropout {s.dropout} (1-byte masks kept)" if s.dropout else "no dropout"))
     return [("stack", f"{s.name}: {s.stack.title}; engine: {s.stack.engines.get(z, '')}"
@@ -37,7 +36,7 @@ def summary_rows(p: ParallelPlan) -> list[tuple[str, str]]:
 
 def checked_note(p: ParallelPlan) -> str | None:
     s = p.stack
-    if s.name == TORCH:
+    if s.stack.torch_engines:
         return None
     return (f"Stack {s.name}: checked against {s.stack.checked}. Communication and step time are "
             f"counted as torch's engines move them (formula).")
@@ -78,7 +77,7 @@ def formulas_tables(estimates) -> list[Table]:
 
 
 def formulas_dict(estimates) -> list[dict]:
-    from accounting.present.export import fraction
+    from accounting.tables.data import fraction
     from fractions import Fraction
     return [{"key": e.key, "name": e.name, "source": e.source, "quantity": e.quantity,
              "formula_bytes": fraction(Fraction(e.formula)), "exact_bytes": e.exact,

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from math import lcm
+from typing import Callable
 
 from accounting.planning.parallel.activations import Linear
 from accounting.planning.parallel.buffers import Item
@@ -49,11 +50,13 @@ from accounting.planning.parallel.layout import Layout
 from accounting.planning.parallel.megatron import padded_vocab
 from accounting.planning.parallel.states import States
 from accounting.runtime.errors import UsageError
-from accounting.spec.config import ModelConfig
+from accounting.architecture.config import ModelConfig
+from accounting.ledger.builder.common import COURSE, TORCHTITAN as TITAN_IMPL, TRANSFORMERS
 from accounting.units import BF16, DTYPE_BYTES, FP32
 from accounting.registry import registrar
 
 TORCH, MEGATRON, DEEPSPEED, TORCHTITAN = "torch", "megatron", "deepspeed", "torchtitan"
+DEFAULT_STACK = TORCH  # `--stack` left out
 W16, W32 = DTYPE_BYTES[BF16], DTYPE_BYTES[FP32]
 ADAM_STATE_BYTES = 3 * W32  # fp32 master copy, m and v: the ZeRO paper's K = 12
 
@@ -66,6 +69,24 @@ class Stack:
     default_zero: int
     bf16: bool  # plans in 16-bit (the stack's own precision, not --precision)
     checked: str
+    # ---- its behaviour: what the planner asks of a stack, never its name -----------------
+    # which implementation of the model it runs (builder.walk's knob), given the config
+    implementation: Callable[[ModelConfig], str] = lambda c: COURSE
+    # the course model's states, buffers and activations under torch's own engines: the
+    # planner builds them itself (plan.py) and torch.distributed checks them (distcheck)
+    torch_engines: bool = False
+    # Megatron-Core + Transformer Engine: its distributed optimizer's padded buffers, the
+    # vocabulary padded to 128·tp, its own saved tensors (megatron.py, Korthikanti's terms),
+    # dropout masks and the attention kernel as settings, models it does not plan refused
+    megatron_core: bool = False
+    # DeepSpeed ZeRO's partitions (flat 16-bit buffers, K = 12), the ZeRO-3 working set; data
+    # parallelism only (tensor and pipeline parallelism are Megatron-DeepSpeed's)
+    zero_partitions: bool = False
+    # FSDP2 with a bf16 MixedPrecisionPolicy: bf16 all-gathers and blocks, per-op selective
+    # checkpointing of its own Llama (which keeps the SP reduce-scattered outputs)
+    fsdp2_bf16: bool = False
+    # the fp8 it plans within its own precision (Precision.fp8 values)
+    fp8: tuple[str, ...] = ()
 
 
 STACKS: dict[str, Stack] = {}
@@ -77,12 +98,13 @@ register = registrar(STACKS, "stack")
 register(Stack(TORCH, "the course model under torch's engines (DDP, ZeroRedundancyOptimizer, "
                "FSDP2; autocast)", {0: "DDP", 1: "DDP + ZeroRedundancyOptimizer",
                                     2: "FSDP SHARD_GRAD_OP", 3: "FSDP FULL_SHARD"}, 0, False,
-               "torch.distributed (accounting/distcheck)"))
+               "torch.distributed (accounting/distcheck)", torch_engines=True))
 register(Stack(MEGATRON, "Megatron-Core with Transformer Engine (bf16 parameters, fp32 gradient "
                "buffer, fused norm+linear, fused activations, flash attention)",
                {0: "Megatron DDP (fp32 grad buffer)", 1: "Megatron distributed optimizer"}, 0,
                True, "Korthikanti et al. 2022's equations (1)-(6) and Megatron's "
-               "theoretical_memory_usage.py (tests/test_stacks.py); read from source: it needs a GPU"))
+               "theoretical_memory_usage.py (tests/test_stacks.py); read from source: it needs a "
+               "GPU", megatron_core=True, fp8=("te",)))
 register(Stack(DEEPSPEED, "DeepSpeed ZeRO wrapping the implementation given (transformers' "
                "model in bf16 where modelled, else the course model; 16-bit parameters and "
                "gradients, fp32 master copy and Adam moments, K = 12)",
@@ -90,13 +112,16 @@ register(Stack(DEEPSPEED, "DeepSpeed ZeRO wrapping the implementation given (tra
                 2: "DeepSpeed ZeRO-2", 3: "DeepSpeed ZeRO-3"}, 0, True,
                "the ZeRO paper's Figure 1 and DeepSpeed's own estimators "
                "(estimate_zero2/3_model_states_mem_needs, tests/test_stacks.py); the "
-               "activations on transformers' model in bf16 (tests/test_stack_implementations.py)"))
+               "activations on transformers' model in bf16 (tests/test_stack_implementations.py)",
+               implementation=lambda c: _wrapped(c), zero_partitions=True))
 register(Stack(TORCHTITAN, "torchtitan: its own Llama under FSDP2 with MixedPrecisionPolicy("
                "param_dtype=bf16, reduce_dtype=fp32), no autocast", {2: "FSDP2 SHARD_GRAD_OP, bf16 all-gathers",
                                                    3: "FSDP2 FULL_SHARD, bf16 all-gathers"}, 3,
                True, "FSDP2 with a bf16 MixedPrecisionPolicy on torch.distributed's fake "
                "backend (accounting/distcheck); its block's saved tensors and per-op selective "
-               "checkpointing on the CPU (tests/test_stack_implementations.py, test_stacks.py)"))
+               "checkpointing on the CPU (tests/test_stack_implementations.py, test_stacks.py)",
+               implementation=lambda c: TITAN_IMPL if llama_block(c) else COURSE,
+               fsdp2_bf16=True, fp8=("torchao",)))
 
 
 def get_stack(name: str) -> Stack:
@@ -113,18 +138,18 @@ def problems(stack: Stack, config: ModelConfig, layout: Layout, dropout: float) 
         out.append(f"--stack {stack.name} runs --zero among {', '.join(map(str, stack.engines))} "
                    f"({'; '.join(f'{z}: {e}' for z, e in stack.engines.items())}), not "
                    f"--zero {layout.zero}")
-    if dropout and stack.name != MEGATRON:
+    if dropout and not stack.megatron_core:
         out.append(f"--dropout is the megatron stack's (its masks are counted there); the "
                    f"{stack.name} stack plans without dropout: leave --dropout out")
-    if stack.name == DEEPSPEED and (layout.tp > 1 or layout.pp > 1):
+    if stack.zero_partitions and (layout.tp > 1 or layout.pp > 1):
         out.append("--stack deepspeed plans ZeRO data parallelism around the implementation "
                    "given (tensor and pipeline parallelism are Megatron-DeepSpeed's, not "
                    "modelled); give --tp 1 --pp 1, or use --stack megatron")
-    if stack.name == TORCHTITAN and layout.recompute == "selective" and not llama_block(c):
+    if stack.fsdp2_bf16 and layout.recompute == "selective" and not llama_block(c):
         out.append("--stack torchtitan with --recompute selective plans per-op checkpointing of "
                    "torchtitan's dense Llama block; this model's block is not one: use "
                    "--recompute none or full")
-    if stack.name == MEGATRON:
+    if stack.megatron_core:
         why = [(c.num_experts is not None, "a mixture of experts"), (c.mla, "latent attention"),
                (c.block != "sequential", f"the {c.block} block"),
                (c.norm_placement != "pre", f"{c.norm_placement} norms"),
@@ -138,6 +163,13 @@ def problems(stack: Stack, config: ModelConfig, layout: Layout, dropout: float) 
         if layout.ep > 1:
             out.append("--stack megatron with --ep is not planned; use --stack torch")
     return out
+
+
+def _wrapped(c: ModelConfig) -> str:
+    """DeepSpeed wraps the implementation given: transformers' where its ops are modelled
+    for this config (recipes.transformers_gap), else model/'s."""
+    from accounting.planning.recipes import transformers_gap
+    return TRANSFORMERS if transformers_gap(c) is None else COURSE
 
 
 def llama_block(c: ModelConfig) -> bool:
@@ -196,7 +228,7 @@ def state_items(stack: Stack, config: ModelConfig, st: States, layout: Layout) -
     """The model-state items of one GPU (parameters, gradients, master copy, moments) under
     a stack other than torch."""
     z, d = layout.sharding, layout.dp
-    if stack.name == MEGATRON:
+    if stack.megatron_core:
         buf, shard = _megatron_buffer(_megatron_sizes(config, st, layout), layout)
         dist = z == 1
         sym = "⌈B/d⌉" if dist else "N_stage"
@@ -213,7 +245,7 @@ def state_items(stack: Stack, config: ModelConfig, st: States, layout: Layout) -
                   Item(f"Adam moments: second moment v (fp32{scope})", f"4·{sym}",
                        Linear(0, W32 * shard), model_state=True, per_element=W32)]
         return items
-    if stack.name == DEEPSPEED:
+    if stack.zero_partitions:
         p, g, o = _deepspeed_elements(st, layout)
         part = "Ψ/N_d" if z else "Ψ"
         return [Item("parameters (16-bit" + (", partitioned)" if z == 3 else ")"),

@@ -34,8 +34,6 @@ from dataclasses import dataclass
 from functools import cached_property
 from math import prod
 
-# the ZeRO paper's formula is written once, in the literature's memory formulas
-from accounting.literature.memory_formulas import ZERO_PAPER_STAGES, zero_paper_bytes  # noqa: F401
 from accounting.planning.memory import Precision
 from accounting.planning.optimizers import HIDDEN_MATRIX, get_optimizer
 from accounting.planning.parallel.layout import Layout, expert_shard_dim, stage_layers
@@ -255,7 +253,6 @@ def state_bytes(s: States, precision: Precision) -> dict[str, int]:
 
 
 # ---- any precision and optimizer (issue 30): the state of the tensors this rank updates ----
-ELEMENTWISE = ("adamw", "adamw-fused", "sgd")  # state shaped like the parameter: any shard
 
 
 def updated(units: list[Unit], layout: Layout,
@@ -307,5 +304,5 @@ def optimizer_state(units: list[Unit], layout: Layout, s: States, optimizer: str
             acc = items.setdefault(st.item, [0, st.dtype])
             acc[0] += st.bytes
     counters = 0 if opt.step_counter is None else sum(
-        1 for t, _ in mine if not (opt.name == "muon" and role(t)))
+        1 for t, _ in mine if role(t) != opt.counterless_role)
     return [(k, b, dt) for k, (b, dt) in items.items()], counters

@@ -6,7 +6,7 @@ from fractions import Fraction
 
 from accounting.planning.mfu import CONVENTIONS, END_TO_END, SCOPES, utilizations
 from accounting.planning.views import _dec, _num
-from accounting.present.table import Table
+from accounting.tables.table import Table
 from accounting.units import TERA, grouped, percent
 
 

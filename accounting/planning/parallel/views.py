@@ -9,10 +9,11 @@ from accounting.planning.parallel import stack_views
 from accounting.planning.parallel.layout import RECOMPUTE, ZERO_STAGES, Layout
 from accounting.planning.parallel.plan import CHECKED, FORMULA_ONLY, ParallelPlan
 from accounting.planning.mfu import END_TO_END
+from accounting.planning.optimizers import is_default
 from accounting.planning.parallel.step import megatron_seconds
 from accounting.planning.views import _dec, _num, _seconds
-from accounting.spec.presets import title
-from accounting.present.table import Table
+from accounting.architecture.presets import title
+from accounting.tables.table import Table
 from accounting.units import GB, TERA, gibibytes, gigabytes, grouped, percent, si
 
 
@@ -63,7 +64,7 @@ def summary_table(p: ParallelPlan) -> Table:
                       f"({p.tokens_per_step:,} tokens per step)"),
             ("recomputation", f"{lo.recompute}"),
             ("precision", p.precision.name)]
-    if p.optimizer != "adamw":  # (AdamW, the default, goes unsaid as it always has)
+    if not is_default(p.optimizer):  # (AdamW, the default, goes unsaid as it always has)
         rows.append(("optimizer", p.optimizer))
     if p.finetune is not None:
         from accounting.planning.finetune import describe
@@ -126,7 +127,7 @@ def summary_table(p: ParallelPlan) -> Table:
         notes = [stack_views.checked_note(p)]
     if lo.ep > 1:
         notes.append(expert_note(p))
-    if lo.tp > 1 and c.vocab_size % lo.tp and p.stack.name == "torch":
+    if lo.tp > 1 and c.vocab_size % lo.tp and p.stack.stack.torch_engines:
         notes.append(f"V = {c.vocab_size:,} is not divisible by tp {lo.tp}: torch.chunk gives "
                      f"each TP rank ⌈V/tp⌉ = {-(-c.vocab_size // lo.tp):,} rows of the embedding "
                      f"and the LM head but the last ones fewer; rank 0, shown, holds the most "
@@ -199,7 +200,7 @@ def memory_table(p: ParallelPlan) -> Table:
                         if e == 1 else "replicated over the ranks holding the same experts")
                      + ". Under balanced routing the activations of the experts are one GPU's "
                        "(b·T·k rows per rank).")
-    if lo.zero == 1 and lo.dp > 1 and p.stack.name == "torch":
+    if lo.zero == 1 and lo.dp > 1 and p.stack.stack.torch_engines:
         notes.append(f"ZeroRedundancyOptimizer: the rank with the most AdamW state is shown "
                      f"(rank {p.worst.states.dp_rank}).")
     return Table("Memory per GPU, by pipeline stage", tuple(cols), tuple(rows),
@@ -310,7 +311,7 @@ def _parameters(p: ParallelPlan) -> tuple[int, int]:
 
 def tables(p: ParallelPlan) -> list[Table]:
     from accounting.planning.parallel.utilization_views import utilization_table
-    extra = [] if p.stack.name == "torch" else [stack_views.per_layer_table(p)]
+    extra = [] if p.stack.stack.torch_engines else [stack_views.per_layer_table(p)]
     return [summary_table(p), memory_table(p), *extra, flops_table(p), comms_table(p),
             time_table(p), utilization_table(p, p.measured_tokens_per_second)]
 
