@@ -40,7 +40,7 @@ class StackRun:
         torchtitan its Llama's F.scaled_dot_product_attention, whatever --attention says (the
         ledgers they plan are built so: megatron.ledger_split, memory() below): context
         parallelism's ring attention replaces that kernel, without --attention sdpa."""
-        return (self.name == MEGATRON and self.kernel == M.FLASH) or self.name == TORCHTITAN
+        return self.stack.fused_attention and (self.kernel == M.FLASH or not self.stack.megatron_core)
 
     def as_run(self, config: ModelConfig) -> ModelConfig:
         """The config with the attention kernel this stack runs (for the layout's checks)."""

@@ -87,6 +87,10 @@ class Stack:
     fsdp2_bf16: bool = False
     # the fp8 it plans within its own precision (Precision.fp8 values)
     fp8: tuple[str, ...] = ()
+    # runs its own model's fused attention whatever --attention says (Megatron-Core: TE's
+    # flash attention, unless its kernel is set otherwise; torchtitan's Llama:
+    # F.scaled_dot_product_attention), so context parallelism needs no --attention sdpa
+    fused_attention: bool = False
 
 
 STACKS: dict[str, Stack] = {}
@@ -104,7 +108,7 @@ register(Stack(MEGATRON, "Megatron-Core with Transformer Engine (bf16 parameters
                {0: "Megatron DDP (fp32 grad buffer)", 1: "Megatron distributed optimizer"}, 0,
                True, "Korthikanti et al. 2022's equations (1)-(6) and Megatron's "
                "theoretical_memory_usage.py (tests/test_stacks.py); read from source: it needs a "
-               "GPU", megatron_core=True, fp8=("te",)))
+               "GPU", megatron_core=True, fp8=("te",), fused_attention=True))
 register(Stack(DEEPSPEED, "DeepSpeed ZeRO wrapping the implementation given (transformers' "
                "model in bf16 where modelled, else the course model; 16-bit parameters and "
                "gradients, fp32 master copy and Adam moments, K = 12)",
@@ -121,7 +125,7 @@ register(Stack(TORCHTITAN, "torchtitan: its own Llama under FSDP2 with MixedPrec
                "backend (accounting/distcheck); its block's saved tensors and per-op selective "
                "checkpointing on the CPU (tests/test_stack_implementations.py, test_stacks.py)",
                implementation=lambda c: TITAN_IMPL if llama_block(c) else COURSE,
-               fsdp2_bf16=True, fp8=("torchao",)))
+               fsdp2_bf16=True, fp8=("torchao",), fused_attention=True))
 
 
 def get_stack(name: str) -> Stack:
