@@ -55,7 +55,7 @@ def add_search_args(p, positive) -> None:
                    default=1, metavar="K", help="tokens drafted a step (default 1)")
     s.add_argument("--acceptance", type=_unit, metavar="A",
                    help="per-token acceptance rate in [0, 1] (DeepSeek-V3 §5.4.3 reports "
-                        "85–90% for its MTP head's token)")
+                        "85–90%% for its MTP head's token)")
 
 
 def _unit(text: str):
