@@ -53,7 +53,7 @@ from accounting.spec import (  # noqa: F401
     hf_types_dense, hf_types_parallel, hf_types_gemma, hf_types_moe, hf_types_gpt_oss,
     hf_types_llama4, hf_types_cohere, hf_types_moe2, hf_types_dense2,
     hf_types_hybrid, hf_types_kimi, hf_types_falcon_h1, hf_types_jamba, hf_types_qwen35,
-    hf_types_gemma4, hf_types_phimoe, hf_types_mamba_moe)
+    hf_types_gemma4, hf_types_phimoe, hf_types_mamba_moe, hf_types_dense3)
 
 def supported_types() -> str:
     """The model_types a config.json may name, in the table's order: the one list --help,
