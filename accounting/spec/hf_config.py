@@ -53,7 +53,7 @@ from accounting.spec import (  # noqa: F401
     hf_types_dense, hf_types_parallel, hf_types_gemma, hf_types_moe, hf_types_gpt_oss,
     hf_types_llama4, hf_types_cohere, hf_types_moe2, hf_types_dense2,
     hf_types_hybrid, hf_types_kimi, hf_types_falcon_h1, hf_types_jamba, hf_types_qwen35,
-    hf_types_gemma4, hf_types_phimoe, hf_types_mamba_moe, hf_types_dense3)
+    hf_types_gemma4, hf_types_phimoe, hf_types_mamba_moe, hf_types_dense3, hf_types_vlm)
 
 def supported_types() -> str:
     """The model_types a config.json may name, in the table's order: the one list --help,
@@ -73,6 +73,8 @@ class HFConfig:
     notes: tuple[str, ...] = ()
     dtype: str | None = None  # torch_dtype / dtype, when given
     judged: tuple[str, ...] = ()  # keys of no list, accepted by the judge (see translate)
+    # a vision-language config's tower (accounting/spec/vision.py), None for a language model
+    vision: object = None
 
     @property
     def type(self) -> HFType:
@@ -169,7 +171,8 @@ def translate(data: Mapping, source: str, name: str, origin: str = "",
         inner, said = WRAPPERS[mt](data, f"{source} ({mt})")
         # the language model's own unknown keys are judged as a file of its type would be
         hf = translate(inner, f"{source} (text_config)", name, origin or source, judge)
-        return replace(hf, notes=said + hf.notes)
+        from accounting.spec.vision import read_vision
+        return replace(hf, notes=said + hf.notes, vision=read_vision(data, f"{source} ({mt})"))
     if isinstance(mt, str) and mt in UNSUPPORTED:
         raise UsageError(f"{source}: model_type {mt} is not supported: it {UNSUPPORTED[mt]}; "
                          f"refusing rather than approximating it (supported: {supported_types()})")

@@ -1,0 +1,208 @@
+"""The vision tower's facts (issue 41): walk a VisionSpec (accounting/spec/vision.py) in the
+order transformers' modules run and emit each parameter (its state-dict key in the family's
+ImageTextToText model) and each matmul of one image, as the ledger's records (Param, Matmul)
+in shape symbols. accounting/analysis/images.py gives the symbols their values per image
+(values()) and reduces the records; nothing else restates the tower.
+
+Symbols (one image): N the tokens the blocks run (patches, + 1 with CLIP's class token),
+N_p the patches the patch embedding runs, k_v = C·t·p² the patch's pixels (the conv as a
+matmul: N_p × k_v @ k_v × d_v), d_v, f_v, h_v, d_hv the tower's sizes, S_f = Σ over the
+attention's segments of length², S_w the same over Qwen2.5-VL's windows, N_m = N_p/s² and
+d_vm = s²·d_v the merger's rows and width, N_o the tokens the projector maps, d_t the
+language model's width. Repeat symbols: L_v every block; L_vf and L_vw Qwen2.5-VL's full and
+window blocks.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from accounting.ledger import records as R
+from accounting.spec.vision import VisionSpec
+
+VISION = "vision encoder"  # the component of every record here (tower and projector)
+BLOCK = "{i}"
+
+
+@dataclass(frozen=True)
+class VisionLedger:
+    spec: VisionSpec
+    params: tuple[R.Param, ...]  # state-dict order
+    matmuls: tuple[R.Matmul, ...]  # one image's forward, in execution order
+    projector_params: tuple[str, ...]  # names of the projector's parameters
+
+    def param_count(self, values: dict[str, int]) -> int:
+        return sum(p.numel(values) * p.count(values) for p in self.params)
+
+
+class _Walk:
+    def __init__(self, spec: VisionSpec):
+        self.spec, self.params, self.matmuls, self.projector = spec, [], [], []
+
+    def param(self, name: str, shape: tuple[str, ...], repeat: str | None = None,
+              projector: bool = False) -> None:
+        module = name.rsplit(".", 1)[0]
+        self.params.append(R.Param(name, VISION, module, repeat, shape))
+        if projector:
+            self.projector.append(name)
+
+    def linear(self, name: str, d_in: str, d_out: str, bias: bool, repeat: str | None = None,
+               projector: bool = False) -> None:
+        self.param(f"{name}.weight", (d_out, d_in), repeat, projector)
+        if bias:
+            self.param(f"{name}.bias", (d_out,), repeat, projector)
+
+    def norm(self, name: str, kind: str, repeat: str | None = None, width: str = "d_v",
+             projector: bool = False) -> None:
+        self.param(f"{name}.weight", (width,), repeat, projector)
+        if kind == "layernorm":
+            self.param(f"{name}.bias", (width,), repeat, projector)
+
+    def matmul(self, name: str, module: str, m: tuple, n: tuple, p: tuple,
+               repeat: str | None = None, batch: tuple = ()) -> None:
+        self.matmuls.append(R.Matmul(name, VISION, module, repeat, R.FORWARD, batch, m, n, p))
+
+
+def walk(spec: VisionSpec) -> VisionLedger:
+    w = _Walk(spec)
+    if spec.family in ("qwen2_vl", "qwen2_5_vl"):
+        _qwen(w, spec)
+    else:
+        _vit(w, spec)
+    return VisionLedger(spec, tuple(w.params), tuple(w.matmuls), tuple(w.projector))
+
+
+def _block_matmuls(w: _Walk, s: VisionSpec, prefix: str, names: dict[str, str]) -> None:
+    """One block's matmuls on N tokens: Q, K, V (one fused qkv or three), the attention core
+    per segment (QKᵀ and scores·V: h_v·S·d_hv each, S = Σ segment length²), the output
+    projection, the MLP (gated: gate, up, down; else fc1, fc2)."""
+    if s.window is not None:
+        core = (("L_vf", "S_f", "full-attention blocks"), ("L_vw", "S_w", "window blocks"))
+    else:
+        core = (("L_v", "S_f", ""),)
+    if "qkv" in names:
+        w.matmul("QKV", f"{prefix}.{names['qkv']}", ("N",), ("d_v",), ("3d_v",), "L_v")
+    else:
+        for x in ("q", "k", "v"):
+            w.matmul(x.upper(), f"{prefix}.{names[x]}", ("N",), ("d_v",), ("d_v",), "L_v")
+    for repeat, pairs, where in core:
+        label = f" ({where})" if where else ""
+        w.matmul(f"QKᵀ{label}", f"{prefix}.{names['core']}", (pairs,), ("d_hv",), ("1",),
+                 repeat, ("h_v",))
+        w.matmul(f"scores·V{label}", f"{prefix}.{names['core']}", (pairs,), ("d_hv",), ("1",),
+                 repeat, ("h_v",))
+    w.matmul("attention output", f"{prefix}.{names['out']}", ("N",), ("d_v",), ("d_v",), "L_v")
+    if s.mlp_gated:
+        for x in ("gate", "up"):
+            w.matmul(f"MLP {x}", f"{prefix}.mlp.{x}_proj", ("N",), ("d_v",), ("f_v",), "L_v")
+        w.matmul("MLP down", f"{prefix}.mlp.down_proj", ("N",), ("f_v",), ("d_v",), "L_v")
+    else:
+        w.matmul("MLP fc1", f"{prefix}.mlp.fc1", ("N",), ("d_v",), ("f_v",), "L_v")
+        w.matmul("MLP fc2", f"{prefix}.mlp.fc2", ("N",), ("f_v",), ("d_v",), "L_v")
+
+
+def _qwen(w: _Walk, s: VisionSpec) -> None:
+    """Qwen2VisionTransformerPretrainedModel / Qwen2_5_VisionTransformerPretrainedModel
+    (modeling_qwen2_vl.py, modeling_qwen2_5_vl.py), under model.visual."""
+    v = "model.visual"
+    w.param(f"{v}.patch_embed.proj.weight", ("d_v", "k_v"))  # Conv3d(C, d, (t, p, p)), no bias
+    w.matmul("patch embedding (Conv3d as a matmul)", "patch_embed.proj", ("N_p",), ("k_v",),
+             ("d_v",))
+    b = f"{v}.blocks.{BLOCK}"
+    w.norm(f"{b}.norm1", s.norm, "L_v")
+    w.norm(f"{b}.norm2", s.norm, "L_v")
+    w.linear(f"{b}.attn.qkv", "d_v", "3d_v", True, "L_v")
+    w.linear(f"{b}.attn.proj", "d_v", "d_v", True, "L_v")
+    if s.mlp_gated:  # Qwen2_5_VLMLP(bias=True): gate_proj, up_proj, down_proj
+        w.linear(f"{b}.mlp.gate_proj", "d_v", "f_v", True, "L_v")
+        w.linear(f"{b}.mlp.up_proj", "d_v", "f_v", True, "L_v")
+        w.linear(f"{b}.mlp.down_proj", "f_v", "d_v", True, "L_v")
+    else:  # VisionMlp: fc1, fc2 with biases
+        w.linear(f"{b}.mlp.fc1", "d_v", "f_v", True, "L_v")
+        w.linear(f"{b}.mlp.fc2", "f_v", "d_v", True, "L_v")
+    _block_matmuls(w, s, "blocks.{i}", {"qkv": "attn.qkv", "core": "attn", "out": "attn.proj"})
+    # PatchMerger: ln_q over d_v, then s²·d_v → s²·d_v → d_t (nn.Sequential 0 and 2), biased
+    w.norm(f"{v}.merger.ln_q", s.norm, projector=True)
+    w.linear(f"{v}.merger.mlp.0", "d_vm", "d_vm", True, projector=True)
+    w.linear(f"{v}.merger.mlp.2", "d_vm", "d_t", True, projector=True)
+    w.matmul("merger MLP 0", "merger.mlp.0", ("N_m",), ("d_vm",), ("d_vm",))
+    w.matmul("merger MLP 2 (into the language model)", "merger.mlp.2", ("N_m",), ("d_vm",),
+             ("d_t",))
+
+
+def _vit(w: _Walk, s: VisionSpec) -> None:
+    """SigLIP (Gemma 3) and CLIP (LLaVA) under model.vision_tower, and their
+    projectors under model.multi_modal_projector."""
+    v = "model.vision_tower"  # transformers 5.23 names the tower's modules there directly
+    if s.class_token:  # CLIPVisionEmbeddings.class_embedding
+        w.param(f"{v}.embeddings.class_embedding", ("d_v",))
+    w.param(f"{v}.embeddings.patch_embedding.weight", ("d_v", "k_v"))  # Conv2d(C, d, p, stride p)
+    if s.patch_bias:
+        w.param(f"{v}.embeddings.patch_embedding.bias", ("d_v",))
+    w.param(f"{v}.embeddings.position_embedding.weight", ("N_pos", "d_v"))
+    w.matmul("patch embedding (Conv2d as a matmul)", "embeddings.patch_embedding", ("N_p",),
+             ("k_v",), ("d_v",))
+    if s.pre_norm:  # CLIP's pre_layrnorm (sic)
+        w.norm(f"{v}.pre_layrnorm", "layernorm")
+    b = f"{v}.encoder.layers.{BLOCK}"
+    for x in ("k", "v", "q"):  # CLIPAttention/SiglipAttention declare k, v, q, out
+        w.linear(f"{b}.self_attn.{x}_proj", "d_v", "d_v", True, "L_v")
+    w.linear(f"{b}.self_attn.out_proj", "d_v", "d_v", True, "L_v")
+    w.norm(f"{b}.layer_norm1", "layernorm", "L_v")
+    w.linear(f"{b}.mlp.fc1", "d_v", "f_v", True, "L_v")
+    w.linear(f"{b}.mlp.fc2", "f_v", "d_v", True, "L_v")
+    w.norm(f"{b}.layer_norm2", "layernorm", "L_v")
+    _block_matmuls(w, s, "encoder.layers.{i}", {"q": "self_attn.q_proj", "k": "self_attn.k_proj",
+                                                "v": "self_attn.v_proj", "core": "self_attn",
+                                                "out": "self_attn.out_proj"})
+    if s.post_norm:
+        w.norm(f"{v}.post_layernorm", "layernorm")
+    p = "model.multi_modal_projector"
+    if s.projector == "gemma3":
+        # Gemma3MultiModalProjector: avg pool, mm_soft_emb_norm (RMSNorm of d_v), then
+        # torch.matmul(normed, mm_input_projection_weight): N_o × d_v @ d_v × d_t
+        w.param(f"{p}.mm_input_projection_weight", ("d_v", "d_t"), projector=True)
+        w.norm(f"{p}.mm_soft_emb_norm", "rmsnorm", projector=True)
+        w.matmul("projection into the language model", "multi_modal_projector", ("N_o",),
+                 ("d_v",), ("d_t",))
+    else:  # LlavaMultiModalProjector: linear_1 (d_v → d_t), act, linear_2 (d_t → d_t)
+        w.linear(f"{p}.linear_1", "d_v", "d_t", s.projector_bias, projector=True)
+        w.linear(f"{p}.linear_2", "d_t", "d_t", s.projector_bias, projector=True)
+        w.matmul("projector linear_1", "multi_modal_projector.linear_1", ("N_o",), ("d_v",),
+                 ("d_t",))
+        w.matmul("projector linear_2", "multi_modal_projector.linear_2", ("N_o",), ("d_t",),
+                 ("d_t",))
+
+
+def values(spec: VisionSpec, patches_h: int = 0, patches_w: int = 0) -> dict[str, int]:
+    """The symbols for one image of patches_h × patches_w patches (0 × 0: the sizes alone,
+    enough for the parameters)."""
+    s = spec
+    n_p = patches_h * patches_w
+    n = n_p + (1 if s.class_token else 0)
+    out = {"d_v": s.width, "3d_v": 3 * s.width, "f_v": s.mlp_width, "h_v": s.heads,
+           "d_hv": s.head_dim, "k_v": s.channels * s.temporal_patch * s.patch * s.patch,
+           "d_vm": s.width * s.merge ** 2, "d_t": s.text_width, "L_v": s.depth, "1": 1,
+           "N_pos": s.learned_positions, "N_p": n_p, "N": n, "S_f": n * n,
+           "N_m": n_p // s.merge ** 2}
+    if s.window is not None:
+        out["L_vw"] = len(s.window_blocks)
+        out["L_vf"] = s.depth - out["L_vw"]
+        out["S_w"] = window_pairs(s, patches_h, patches_w)
+    if s.projector == "gemma3":
+        out["N_o"] = s.tokens_per_image if n_p else 0
+    elif s.projector == "llava_mlp":
+        out["N_o"] = n if s.keep_class_token else n_p
+    return out
+
+
+def window_pairs(s: VisionSpec, patches_h: int, patches_w: int) -> int:
+    """Σ over Qwen2.5-VL's windows of (patches in the window)²: transformers'
+    get_vision_window_index (vision_utils.py) tiles the grid of merged units (patches/s a
+    side) into windows of `window` units a side, the last ones cut by the grid's edge; each
+    window holds units·s² patches."""
+    side, ws = s.merge, s.window
+    gh, gw = patches_h // side, patches_w // side
+    rows = [min(ws, gh - i) for i in range(0, gh, ws)]
+    cols = [min(ws, gw - j) for j in range(0, gw, ws)]
+    unit = side * side
+    return sum((r * c * unit) ** 2 for r in rows for c in cols)

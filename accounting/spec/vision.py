@@ -1,0 +1,253 @@
+"""The vision tower of a vision-language model: one frozen spec of the encoder and its
+projector into the language model, read from a config.json's vision_config (issue 41).
+accounting/ledger/builder/vision.py walks it into parameter and matmul records; the image
+workload (accounting/analysis/images.py) evaluates them per image.
+
+Each reader follows transformers 5.23.0's modeling code of its family (cited per reader):
+the keys it reads are those the tower's modules read, with the config class's defaults; a
+key of vision_config no reader knows is refused (it might change a count).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+from accounting.runtime.errors import UsageError
+
+
+@dataclass(frozen=True)
+class VisionSpec:
+    """A ViT tower and its projector. Sizes: width d_v, heads h_v, MLP width f_v (gated:
+    gate/up/down, else fc1/fc2), patch p (temporal_patch frames per patch: Qwen's Conv3d
+    sees an image as 2 equal frames), channels C. Positions: a learned table of
+    `learned_positions` rows (CLIP, SigLIP) or 2D RoPE (Qwen). Attention over each image's
+    patches (bidirectional), Qwen2.5-VL's window blocks over windows of `window` merged
+    units a side. Projector: Qwen's patch merger (s×s patches concatenated, LN, two
+    linears), LLaVA's two-linear MLP, Gemma 3's average pool, RMSNorm and one matrix."""
+    family: str  # the reader's name: qwen2_vl, qwen2_5_vl, gemma3, llava
+    depth: int
+    width: int
+    heads: int
+    mlp_width: int
+    mlp_gated: bool
+    act: str  # the MLP's activation, by transformers' name (for the tables)
+    norm: str  # "layernorm" (weight and bias) or "rmsnorm" (a weight)
+    patch: int
+    temporal_patch: int
+    channels: int
+    patch_bias: bool
+    learned_positions: int  # rows of the position table (0: 2D RoPE, no table)
+    class_token: bool  # CLIP's class embedding, one more token per image
+    pre_norm: bool  # CLIP's pre_layrnorm
+    post_norm: bool  # CLIP's and SigLIP's post_layernorm (built, counted, run)
+    merge: int  # Qwen's spatial_merge_size (1: none)
+    window: int | None  # Qwen2.5-VL: a window's side in merged units (None: full attention)
+    full_blocks: tuple[int, ...]  # Qwen2.5-VL's fullatt_block_indexes
+    projector: str  # "qwen_merger", "llava_mlp", "gemma3"
+    projector_bias: bool
+    text_width: int  # the language model's hidden_size
+    image_size: int | None  # a fixed-resolution tower's input side (every image resized)
+    tokens_per_image: int | None  # Gemma 3's mm_tokens_per_image
+    keep_class_token: bool = False  # LLaVA's vision_feature_select_strategy "full"
+
+    @property
+    def head_dim(self) -> int:
+        return self.width // self.heads
+
+    @property
+    def window_blocks(self) -> tuple[int, ...]:
+        """The blocks that attend within windows (Qwen2.5-VL: all but fullatt_block_indexes)."""
+        if self.window is None:
+            return ()
+        return tuple(i for i in range(self.depth) if i not in self.full_blocks)
+
+
+# model_type of the config.json -> read(data, where) -> VisionSpec; a type registered twice
+# is a bug (accounting/registry.py's rule)
+READERS: dict[str, Callable[[Mapping, str], VisionSpec]] = {}
+
+
+def reader(model_type: str):
+    def wrap(fn):
+        if model_type in READERS:
+            raise ValueError(f"vision reader {model_type!r} registered twice")
+        READERS[model_type] = fn
+        return fn
+    return wrap
+
+
+def read_vision(data: Mapping, where: str) -> VisionSpec | None:
+    """The tower of a vision-language config.json (None: no reader for its model_type)."""
+    fn = READERS.get(data.get("model_type"))
+    return None if fn is None else fn(data, where)
+
+
+# ---- reading vision_config -----------------------------------------------------------------
+def _int(v, key: str, where: str) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or not 0 < v <= 10**7:
+        raise UsageError(f"{where}: vision_config.{key} must be a positive integer, got {v!r}")
+    return v
+
+
+def _section(data: Mapping, where: str) -> Mapping:
+    vc = data.get("vision_config")
+    if not isinstance(vc, dict):
+        raise UsageError(f"{where}: vision_config must be the vision tower's config object, "
+                         f"got {type(vc).__name__}; transformers would build its default tower")
+    return vc
+
+
+def _keys(vc: Mapping, where: str, known: frozenset) -> None:
+    unknown = sorted(k for k in vc if k not in known and k not in _FREE)
+    if unknown:
+        raise UsageError(f"{where}: unknown vision_config key(s) {', '.join(unknown[:4])}: the "
+                         f"tool cannot tell whether they change the tower's count, so it "
+                         f"refuses rather than drop them")
+
+
+def _get(vc: Mapping, key: str, default, where: str, *aliases: str) -> int:
+    for k in (key, *aliases):
+        if k in vc:
+            return _int(vc[k], k, where)
+    return default
+
+
+# keys no tower module reads for a count: initialisation, dtype, names, training switches
+_FREE = frozenset({"model_type", "initializer_range", "initializer_factor", "torch_dtype",
+                   "dtype", "_name_or_path", "architectures", "transformers_version",
+                   "attention_dropout", "dropout", "tokens_per_second", "rope_parameters",
+                   "rope_theta", "projection_dim", "layer_norm_eps", "vision_use_head",
+                   "_attn_implementation_autoset", "spatial_patch_size", "return_dict",
+                   "output_hidden_states", "output_attentions", "use_return_dict"})
+
+
+def _text_width(data: Mapping, where: str) -> int:
+    text = data.get("text_config")
+    width = text.get("hidden_size") if isinstance(text, dict) else data.get("hidden_size")
+    return _int(width, "hidden_size (the language model's)", where)
+
+
+# ---- Qwen2-VL (modeling_qwen2_vl.py: Qwen2VisionTransformerPretrainedModel) -------------------
+@reader("qwen2_vl")
+def _qwen2_vl(data: Mapping, where: str) -> VisionSpec:
+    """PatchEmbed: Conv3d(C, embed_dim, (t, p, p), bias=False); depth Qwen2VLVisionBlock:
+    LayerNorm norm1/norm2 (eps 1e-6), VisionAttention qkv (bias) and proj (bias), VisionMlp
+    fc1/fc2 (bias) of int(embed_dim·mlp_ratio), quick_gelu; 2D RoPE (no table); PatchMerger:
+    LayerNorm ln_q, Linear(d·s², d·s²), GELU, Linear(d·s², hidden_size) (vision_config's
+    hidden_size is the language model's width). Qwen2VLVisionConfig's defaults."""
+    vc = _section(data, where)
+    _keys(vc, where, frozenset({"depth", "embed_dim", "hidden_size", "hidden_act", "mlp_ratio",
+                                "num_heads", "in_channels", "in_chans", "patch_size",
+                                "spatial_merge_size", "temporal_patch_size"}))
+    act = vc.get("hidden_act", "quick_gelu")
+    if act not in ("quick_gelu", "gelu", "gelu_pytorch_tanh", "silu"):
+        raise UsageError(f"{where}: vision_config.hidden_act {act!r} is not an activation the "
+                         f"tool knows for VisionMlp")
+    width = _get(vc, "embed_dim", 1280, where)
+    ratio = vc.get("mlp_ratio", 4)
+    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or ratio <= 0:
+        raise UsageError(f"{where}: vision_config.mlp_ratio must be a positive number")
+    return VisionSpec(
+        "qwen2_vl", _get(vc, "depth", 32, where), width, _get(vc, "num_heads", 16, where),
+        int(width * ratio), False, act, "layernorm", _get(vc, "patch_size", 14, where),
+        _get(vc, "temporal_patch_size", 2, where), _get(vc, "in_channels", 3, where, "in_chans"),
+        False, 0, False, False, False, _get(vc, "spatial_merge_size", 2, where), None, (),
+        "qwen_merger", True, _get(vc, "hidden_size", 3584, where), None, None)
+
+
+# ---- Qwen2.5-VL (modeling_qwen2_5_vl.py: Qwen2_5_VisionTransformerPretrainedModel) -------------
+@reader("qwen2_5_vl")
+def _qwen2_5_vl(data: Mapping, where: str) -> VisionSpec:
+    """Qwen2-VL's tower with RMSNorm norm1/norm2 (weight only), a gated MLP gate/up/down_proj
+    (bias) of intermediate_size, window attention (windows of window_size // merge // patch
+    merged units a side, get_vision_window_index) in all blocks but fullatt_block_indexes,
+    the merger's ln_q an RMSNorm; out_hidden_size the language model's width."""
+    vc = _section(data, where)
+    _keys(vc, where, frozenset({"depth", "hidden_size", "hidden_act", "intermediate_size",
+                                "num_heads", "in_channels", "in_chans", "patch_size",
+                                "spatial_merge_size", "temporal_patch_size", "window_size",
+                                "out_hidden_size", "fullatt_block_indexes"}))
+    depth = _get(vc, "depth", 32, where)
+    full = vc.get("fullatt_block_indexes", [7, 15, 23, 31])
+    if not isinstance(full, (list, tuple)) or any(
+            isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < depth for i in full):
+        raise UsageError(f"{where}: vision_config.fullatt_block_indexes must list block "
+                         f"indices below depth {depth}")
+    patch, merge = _get(vc, "patch_size", 14, where), _get(vc, "spatial_merge_size", 2, where)
+    window = _get(vc, "window_size", 112, where) // merge // patch
+    if window < 1:
+        raise UsageError(f"{where}: vision_config.window_size is smaller than one merged unit "
+                         f"(spatial_merge_size·patch_size = {merge * patch})")
+    return VisionSpec(
+        "qwen2_5_vl", depth, _get(vc, "hidden_size", 3584, where), _get(vc, "num_heads", 16, where),
+        _get(vc, "intermediate_size", 3420, where), True, vc.get("hidden_act", "silu"), "rmsnorm",
+        patch, _get(vc, "temporal_patch_size", 2, where),
+        _get(vc, "in_channels", 3, where, "in_chans"), False, 0, False, False, False, merge,
+        window, tuple(sorted(set(full))), "qwen_merger", True,
+        _get(vc, "out_hidden_size", 3584, where), None, None)
+
+
+# ---- Gemma 3 (modeling_gemma3.py: SiglipVisionModel and Gemma3MultiModalProjector) -------------
+@reader("gemma3")
+def _gemma3(data: Mapping, where: str) -> VisionSpec:
+    """SiglipVisionTransformer: patch_embedding Conv2d(C, d, p, stride p, bias), a learned
+    position_embedding of (image_size/p)² rows, num_hidden_layers SiglipEncoderLayer
+    (LayerNorm layer_norm1/2 with bias, q/k/v/out_proj with bias, fc1/fc2 with bias,
+    gelu_pytorch_tanh), post_layernorm; no pooling head in Gemma 3 (vision_use_head false).
+    Gemma3MultiModalProjector: AvgPool2d to mm_tokens_per_image, Gemma3RMSNorm (d),
+    mm_input_projection_weight (d × text hidden_size), no bias. SiglipVisionConfig's defaults
+    where vision_config omits a key."""
+    vc = _section(data, where)
+    _keys(vc, where, frozenset({"hidden_size", "intermediate_size", "num_hidden_layers",
+                                "num_attention_heads", "num_channels", "image_size",
+                                "patch_size", "hidden_act"}))
+    if vc.get("vision_use_head", False):
+        raise UsageError(f"{where}: vision_config.vision_use_head true builds SigLIP's pooling "
+                         f"head, which Gemma 3 does not use; the tool does not count it")
+    size, patch = _get(vc, "image_size", 224, where), _get(vc, "patch_size", 16, where)
+    tokens = data.get("mm_tokens_per_image", 256)
+    tokens = _int(tokens, "mm_tokens_per_image", where)
+    side = int(tokens ** 0.5)
+    if side * side != tokens or (size // patch) % side:
+        raise UsageError(f"{where}: mm_tokens_per_image {tokens} must be a square whose side "
+                         f"divides the {size // patch} patches a side (Gemma3MultiModalProjector's "
+                         f"average pool)")
+    return VisionSpec(
+        "gemma3", _get(vc, "num_hidden_layers", 12, where), _get(vc, "hidden_size", 768, where),
+        _get(vc, "num_attention_heads", 12, where), _get(vc, "intermediate_size", 3072, where),
+        False, vc.get("hidden_act", "gelu_pytorch_tanh"), "layernorm", patch, 1,
+        _get(vc, "num_channels", 3, where), True, (size // patch) ** 2, False, False, True, 1,
+        None, (), "gemma3", False, _text_width(data, where), size, tokens)
+
+
+# ---- LLaVA (modeling_llava.py: CLIPVisionModel and LlavaMultiModalProjector) ------------------
+@reader("llava")
+def _llava(data: Mapping, where: str) -> VisionSpec:
+    """CLIPVisionTransformer: class_embedding (d), patch_embedding Conv2d(C, d, p, stride p,
+    bias=False), position_embedding of (image_size/p)² + 1 rows, pre_layrnorm, CLIPEncoderLayer
+    × num_hidden_layers (LayerNorm, q/k/v/out_proj with bias, fc1/fc2 with bias, quick_gelu),
+    post_layernorm; every layer runs (LlavaModel.get_image_features takes hidden_states
+    [vision_feature_layer]). LlavaMultiModalProjector: linear_1 (d → text hidden), act,
+    linear_2 (text → text), bias multimodal_projector_bias (default true)."""
+    vc = _section(data, where)
+    if vc.get("model_type", "clip_vision_model") != "clip_vision_model":
+        raise UsageError(f"{where}: vision_config.model_type {vc.get('model_type')!r}: the tool "
+                         f"reads LLaVA's CLIP tower only")
+    _keys(vc, where, frozenset({"hidden_size", "intermediate_size", "num_hidden_layers",
+                                "num_attention_heads", "num_channels", "image_size",
+                                "patch_size", "hidden_act", "vocab_size"}))
+    layer = data.get("vision_feature_layer", -2)
+    if not isinstance(layer, int) or isinstance(layer, bool):
+        raise UsageError(f"{where}: vision_feature_layer must be one layer index (a list "
+                         f"concatenates several layers' features: not read)")
+    strategy = data.get("vision_feature_select_strategy", "default")
+    if strategy not in ("default", "full"):
+        raise UsageError(f"{where}: vision_feature_select_strategy must be default or full")
+    size, patch = _get(vc, "image_size", 224, where), _get(vc, "patch_size", 32, where)
+    return VisionSpec(
+        "llava", _get(vc, "num_hidden_layers", 12, where), _get(vc, "hidden_size", 768, where),
+        _get(vc, "num_attention_heads", 12, where), _get(vc, "intermediate_size", 3072, where),
+        False, vc.get("hidden_act", "quick_gelu"), "layernorm", patch, 1,
+        _get(vc, "num_channels", 3, where), False, (size // patch) ** 2 + 1, True, True, True, 1,
+        None, (), "llava_mlp", bool(data.get("multimodal_projector_bias", True)),
+        _text_width(data, where), size, None, strategy == "full")
