@@ -56,6 +56,7 @@ def parser() -> Parser:
                    help="attention-core FLOPs in totals and shares: executed (full T×T, what the "
                         "model and FLOP counters do; default) or useful (T(T+1)/2 causal pairs); "
                         "both always appear in the breakdown")
+    add_image_args(w)
     v = p.add_argument_group("cross-check")
     v.add_argument("--verify", action=argparse.BooleanOptionalAction, default=None,
                    help="run the real model on the meta device under fvcore and FlopCounterMode "
@@ -72,6 +73,42 @@ def parser() -> Parser:
                         "the exact count, reconciled term by term; forward and training "
                         "(--pass and --count do not apply); analytic unless --verify is given")
     return p
+
+
+def add_image_args(group) -> None:
+    """Images as a workload of a vision-language config.json (issue 41)."""
+    group.add_argument("--image", action="append", metavar="HxW",
+                       help="an image of H×W pixels (repeatable): its tokens as the model's "
+                            "processor makes them, and the vision encoder's FLOPs; a "
+                            "vision-language config.json only")
+    group.add_argument("--images", type=positive_int("--images", 10**4, "10,000"), metavar="N",
+                       help="N images of the --image size (default: the tower's own input "
+                            "size, where it resizes every image)")
+    group.add_argument("--min-pixels", type=positive_int("--min-pixels", 10**10, "10^10"), metavar="N",
+                       help="Qwen's image processor: min_pixels (default 3,136, "
+                            "Qwen2VLImageProcessor's; a preprocessor_config.json may set others)")
+    group.add_argument("--max-pixels", type=positive_int("--max-pixels", 10**10, "10^10"), metavar="N",
+                       help="Qwen's image processor: max_pixels (default 1,003,520 = 28·28·1280)")
+
+
+def vision_workload(ns, hf):
+    """The tower and the images of a vision-language config.json (None: a language model;
+    image flags on one are refused)."""
+    asked = ns.image or ns.images is not None or ns.min_pixels or ns.max_pixels
+    tower = getattr(hf, "vision", None)
+    if tower is None:
+        if asked:
+            raise UsageError("--image/--images need a vision-language config.json whose tower "
+                             "the tool reads (qwen2_vl, qwen2_5_vl, gemma3, llava); drop them "
+                             "for a language model")
+        return None
+    from accounting.analysis import images
+    pixels = None
+    if ns.min_pixels or ns.max_pixels:
+        pixels = (ns.min_pixels or images.QWEN_MIN_PIXELS, ns.max_pixels or images.QWEN_MAX_PIXELS)
+        if pixels[0] > pixels[1]:
+            raise UsageError(f"--min-pixels {pixels[0]:,} is above --max-pixels {pixels[1]:,}")
+    return images.workload(tower, ns.image, ns.images, pixels)
 
 
 def _crosscheck(verify: bool | None, a=None, why_not: str = "--no-verify", hf=None):
@@ -131,7 +168,12 @@ def analyse_main(argv: list[str]) -> int:
     if ns.compare_formulas:
         return compare_main(ns, config)
     hf = hf_source_from_args(ns)
+    vw = vision_workload(ns, hf)
     a = analyze(config, ns.ctx, ns.batch, ns.phase, ns.counting)
+    if vw is not None and vw.image_tokens > a.seq:
+        raise UsageError(f"the images' {vw.image_tokens:,} tokens do not fit in T = {a.seq:,} "
+                         f"(--ctx is the language model's whole sequence, image tokens "
+                         f"included); give --ctx {vw.image_tokens:,} or more")
     verify = False if ns.brief and ns.verify is None else ns.verify
     check, skipped = _crosscheck(verify, a, "--brief: add --verify" if ns.brief and verify is False
                                  and ns.verify is None else "--no-verify", hf)
@@ -139,17 +181,23 @@ def analyse_main(argv: list[str]) -> int:
     if ns.format in (output.TEXT, output.MARKDOWN):
         def show(tables):
             return output.tables_text(tables, ns.format, ns.output)
+        from accounting.present import vision_views
+
+        def answer(verdict=None):
+            return vision_views.with_vision(summary.analysis_answer(a, verdict), vw,
+                                            a.param_count, a.seq)
         details = _tables(a, hf, ns.brief)
+        details[1:1] = vision_views.tables(vw)
         stream = ns.output in (None, "-")
         if stream and check is not None:  # the analytic answer at once; the verdict follows
-            output.write(show([summary.analysis_answer(a)]), None)
+            output.write(show([answer()]), None)
         if check is not None:
             result = check.cross_check(a, hf=hf)
-        tables = ([summary.analysis_answer(a, summary.verdict_line(result, skipped))] + details
+        tables = ([answer(summary.verdict_line(result, skipped))] + details
                   + _check_tables(result))
         text = show(tables)
         if stream and check is not None:
-            head = show([summary.analysis_answer(a)])
+            head = show([answer()])
             text = text[len(head):] if text.startswith(head) else text
         output.write(text, ns.output)
     else:
@@ -157,7 +205,8 @@ def analyse_main(argv: list[str]) -> int:
             result = check.cross_check(a, hf=hf)
 
         def data():
-            d = export.to_dict(a)
+            from accounting.present import vision_views
+            d = vision_views.add_to_dict(export.to_dict(a), vw)
             if result is not None:
                 d["cross_check"] = result.to_dict()
             return d

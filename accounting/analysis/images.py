@@ -1,0 +1,150 @@
+"""Images as a workload (issue 41): each image's size as its processor resizes it, the
+patches the tower runs, the tokens it hands the language model, and the encoder's matmul
+FLOPs by op (the vision ledger's records, accounting/ledger/builder/vision.py, evaluated per
+image). Pure Python; the processors' rules are written from their code and tested against
+it (tests/test_vision.py runs transformers' image processors on the CPU).
+
+Token rules, by family:
+* Qwen2-VL, Qwen2.5-VL (Qwen2VLImageProcessor, image_processing_qwen2_vl.py): smart_resize
+  to multiples of patch·merge within [min_pixels, max_pixels] (its class defaults 56·56
+  and 28·28·1280; a checkpoint's preprocessor_config.json may set others: --min-pixels,
+  --max-pixels), then (H/p)·(W/p) patches and a token per merge² patches.
+* Gemma 3 (Gemma3ImageProcessor, no pan-and-scan by default): every image resized to
+  image_size², (image_size/p)² patches, mm_tokens_per_image tokens.
+* LLaVA (CLIPImageProcessor): resized and cropped to image_size², (image_size/p)² patches
+  and the class token; vision_feature_select_strategy "default" drops the class token.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+from accounting.ledger.builder import vision as VB
+from accounting.runtime.errors import UsageError
+from accounting.spec.vision import VisionSpec
+
+MAX_SIDE = 10**5  # pixels a side: far beyond any image, small enough to stay instant
+MAX_IMAGES = 10**4
+QWEN_MIN_PIXELS, QWEN_MAX_PIXELS = 56 * 56, 28 * 28 * 1280  # Qwen2VLImageProcessor.size
+
+
+def parse_size(text: str) -> tuple[int, int]:
+    """'1024x1024' (height x width) -> (1024, 1024); UsageError otherwise."""
+    m = re.fullmatch(r"\s*(\d{1,6})\s*[xX×]\s*(\d{1,6})\s*", str(text))
+    if not m or not all(0 < int(g) <= MAX_SIDE for g in m.groups()):
+        raise UsageError(f"--image {text!r}: give the image's height and width in pixels, "
+                         f"HxW, each from 1 to {MAX_SIDE:,} (e.g. --image 1024x1024)")
+    return int(m[1]), int(m[2])
+
+
+def smart_resize(height: int, width: int, factor: int, min_pixels: int,
+                 max_pixels: int) -> tuple[int, int]:
+    """transformers' smart_resize (image_processing_qwen2_vl.py), as written there (its
+    float arithmetic kept: the processor's answer is defined by it)."""
+    if max(height, width) / min(height, width) > 200:
+        raise UsageError(f"--image {height}x{width}: Qwen's image processor refuses an aspect "
+                         f"ratio above 200 (smart_resize)")
+    h_bar = round(height / factor) * factor
+    w_bar = round(width / factor) * factor
+    if h_bar * w_bar > max_pixels:
+        beta = math.sqrt((height * width) / max_pixels)
+        h_bar = max(factor, math.floor(height / beta / factor) * factor)
+        w_bar = max(factor, math.floor(width / beta / factor) * factor)
+    elif h_bar * w_bar < min_pixels:
+        beta = math.sqrt(min_pixels / (height * width))
+        h_bar = math.ceil(height * beta / factor) * factor
+        w_bar = math.ceil(width * beta / factor) * factor
+    return h_bar, w_bar
+
+
+@dataclass(frozen=True)
+class ImageRow:
+    """One image: as given, as resized, its patch grid, the tokens it adds to the language
+    model's sequence, and the encoder's forward matmul FLOPs by op (name, FLOPs)."""
+    size: tuple[int, int]
+    resized: tuple[int, int]
+    grid: tuple[int, int]  # patches a side (height, width)
+    tokens: int
+    flops_by_op: tuple[tuple[str, int], ...]
+
+    @property
+    def patches(self) -> int:
+        return self.grid[0] * self.grid[1]
+
+    @property
+    def flops(self) -> int:
+        return sum(f for _, f in self.flops_by_op)
+
+
+@dataclass(frozen=True)
+class VisionWorkload:
+    """The tower's parameters and the images' rows (none: the tower counted, not run)."""
+    spec: VisionSpec
+    params: int  # tower and projector
+    projector_params: int
+    images: tuple[ImageRow, ...]
+    pixels: tuple[int, int] | None  # Qwen's (min_pixels, max_pixels) used, else None
+
+    @property
+    def image_tokens(self) -> int:
+        return sum(i.tokens for i in self.images)
+
+    @property
+    def flops(self) -> int:
+        return sum(i.flops for i in self.images)
+
+
+def image_row(spec: VisionSpec, size: tuple[int, int], pixels: tuple[int, int] | None = None
+              ) -> ImageRow:
+    s, (h, w) = spec, size
+    if s.family in ("qwen2_vl", "qwen2_5_vl"):
+        lo, hi = pixels or (QWEN_MIN_PIXELS, QWEN_MAX_PIXELS)
+        rh, rw = smart_resize(h, w, s.patch * s.merge, lo, hi)
+        gh, gw = rh // s.patch, rw // s.patch
+        tokens = gh * gw // s.merge ** 2
+    else:  # a fixed-resolution tower: every image resized to image_size²
+        rh = rw = s.image_size
+        gh = gw = s.image_size // s.patch
+        tokens = s.tokens_per_image if s.projector == "gemma3" else \
+            gh * gw + (1 if s.keep_class_token else 0)
+    values = VB.values(s, gh, gw)
+    ledger = VB.walk(s)
+    ops: dict[str, int] = {}
+    for r in ledger.matmuls:
+        ops[r.name] = ops.get(r.name, 0) + r.flops(values) * r.count(values)
+    return ImageRow((h, w), (rh, rw), (gh, gw), tokens, tuple(ops.items()))
+
+
+def workload(spec: VisionSpec, sizes: list[str] | None, count: int | None,
+             pixels: tuple[int, int] | None = None) -> VisionWorkload:
+    """--image HxW (repeatable) and --images N: N images of the one --image size (of the
+    tower's own input size when it resizes every image and no --image is given)."""
+    given = [parse_size(x) for x in (sizes or ())]
+    if count is not None:
+        if not 0 <= count <= MAX_IMAGES:
+            raise UsageError(f"--images {count}: give 0 to {MAX_IMAGES:,} images")
+        if len(given) > 1:
+            raise UsageError("--images N repeats one --image size; give one --image HxW with "
+                             "it, or list each image with its own --image")
+        if not given and spec.image_size is None:
+            raise UsageError(f"--images {count}: {spec.family}'s processor sizes each image by "
+                             f"its own resolution; give --image HxW too")
+        given = (given or [(spec.image_size, spec.image_size)]) * count
+    if len(given) > MAX_IMAGES:
+        raise UsageError(f"{len(given):,} images: give at most {MAX_IMAGES:,}")
+    if pixels is not None and spec.family not in ("qwen2_vl", "qwen2_5_vl"):
+        raise UsageError("--min-pixels and --max-pixels set Qwen's image processor; "
+                         f"{spec.family} resizes every image to {spec.image_size}²")
+    ledger = VB.walk(spec)
+    sizes_only = VB.values(spec)
+    projector = sum(p.numel(sizes_only) * p.count(sizes_only) for p in ledger.params
+                    if p.name in ledger.projector_params)
+    rows = {}
+    for size in given:  # one row per distinct size, reused (10⁴ equal images stay instant)
+        if size not in rows:
+            rows[size] = image_row(spec, size, pixels)
+    return VisionWorkload(spec, ledger.param_count(sizes_only), projector,
+                          tuple(rows[s] for s in given),
+                          (pixels or (QWEN_MIN_PIXELS, QWEN_MAX_PIXELS))
+                          if spec.family in ("qwen2_vl", "qwen2_5_vl") else None)
