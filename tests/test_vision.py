@@ -1,0 +1,212 @@
+"""Vision towers (issue 41): small vision-language config.json files of the four families
+the tool reads (qwen2_vl, qwen2_5_vl, gemma3, llava), counted against transformers' own
+objects: AutoModelForImageTextToText on the meta device (every parameter of the tower and
+projector by name, the language model beside it), transformers' image processors on the
+CPU (the image tokens), and FlopCounterMode over the tower's forward on the CPU (the
+encoder's matmul FLOPs per image); one window count by hand.
+"""
+import json
+
+import numpy as np
+import pytest
+
+from accounting import analyze
+from accounting.analysis import images as I
+from accounting.ledger.builder import vision as VB
+from accounting.spec.hf_config import translate
+from cli_run import refused_in_one_line, run
+from hf_examples import write_config
+
+TEXT = {"vocab_size": 256, "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 4096}
+CONFIGS = {
+    # Qwen2.5-VL-7B-Instruct's keys (flat, as the Hub file), small sizes
+    "qwen2_5_vl": {
+        "architectures": ["Qwen2_5_VLForConditionalGeneration"], "model_type": "qwen2_5_vl",
+        **TEXT, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "sliding_window": 4096,
+        "use_sliding_window": False, "max_window_layers": 2, "tie_word_embeddings": False,
+        "hidden_act": "silu", "image_token_id": 200, "video_token_id": 201,
+        "vision_start_token_id": 202, "vision_end_token_id": 203, "vision_token_id": 204,
+        "bos_token_id": 0, "eos_token_id": 1, "torch_dtype": "bfloat16",
+        "attention_dropout": 0.0, "rope_scaling": {"type": "mrope", "mrope_section": [2, 3, 3]},
+        "vision_config": {"depth": 4, "hidden_act": "silu", "hidden_size": 32,
+                          "intermediate_size": 48, "num_heads": 2, "in_chans": 3,
+                          "out_hidden_size": 64, "patch_size": 14, "spatial_merge_size": 2,
+                          "spatial_patch_size": 14, "window_size": 112,
+                          "fullatt_block_indexes": [1, 3], "tokens_per_second": 2,
+                          "temporal_patch_size": 2}},
+    # Qwen2-VL-7B-Instruct's keys, small sizes
+    "qwen2_vl": {
+        "architectures": ["Qwen2VLForConditionalGeneration"], "model_type": "qwen2_vl",
+        **TEXT, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "tie_word_embeddings": False,
+        "hidden_act": "silu", "image_token_id": 200, "video_token_id": 201,
+        "vision_start_token_id": 202, "vision_end_token_id": 203, "bos_token_id": 0,
+        "eos_token_id": 1, "rope_scaling": {"type": "mrope", "mrope_section": [2, 3, 3]},
+        "vision_config": {"depth": 3, "embed_dim": 32, "mlp_ratio": 4, "num_heads": 2,
+                          "in_chans": 3, "hidden_size": 64, "patch_size": 14,
+                          "spatial_merge_size": 2, "temporal_patch_size": 2}},
+    # google/gemma-3-4b-it's keys, small sizes (16 tokens per image from 8×8 patches)
+    "gemma3": {
+        "architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3",
+        "mm_tokens_per_image": 16, "boi_token_index": 250, "eoi_token_index": 251,
+        "image_token_index": 252,
+        "text_config": {"model_type": "gemma3_text", **TEXT, "head_dim": 16,
+                        "sliding_window": 8},
+        "vision_config": {"model_type": "siglip_vision_model", "hidden_size": 32,
+                          "intermediate_size": 48, "num_hidden_layers": 2,
+                          "num_attention_heads": 2, "image_size": 112, "patch_size": 14,
+                          "vision_use_head": False}},
+    # llava-hf/llava-1.5-7b-hf's keys, small sizes
+    "llava": {
+        "architectures": ["LlavaForConditionalGeneration"], "model_type": "llava",
+        "image_token_index": 250, "projector_hidden_act": "gelu", "vision_feature_layer": -2,
+        "vision_feature_select_strategy": "default",
+        "text_config": {"model_type": "llama", **TEXT},
+        "vision_config": {"model_type": "clip_vision_model", "hidden_size": 32,
+                          "intermediate_size": 48, "num_hidden_layers": 2,
+                          "num_attention_heads": 2, "image_size": 56, "patch_size": 14,
+                          "projection_dim": 16}},
+}
+TOWER = ("model.visual.", "model.vision_tower.", "model.multi_modal_projector.")
+
+
+def _kw(data):
+    return {k: v for k, v in data.items() if k != "architectures"}
+
+
+def _model(data, device="meta"):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.AutoConfig.for_model(**_kw(data))
+    for sub in ("vision_config", "text_config"):
+        if getattr(cfg, sub, None) is not None:
+            getattr(cfg, sub)._attn_implementation = "eager"
+    cfg._attn_implementation = "eager"
+    with torch.device(device):
+        return transformers.AutoModelForImageTextToText.from_config(cfg).eval()
+
+
+@pytest.mark.parametrize("family", sorted(CONFIGS))
+def test_parameters_equal_transformers_by_name(family):
+    """Every parameter of the tower and projector, by its state-dict key and size, equals
+    transformers' AutoModelForImageTextToText on the meta device; the language model's
+    count is the rest."""
+    data = CONFIGS[family]
+    hf = translate(data, "config.json", family)
+    assert hf.vision is not None and hf.vision.family == family
+    ledger, sizes = VB.walk(hf.vision), VB.values(hf.vision)
+    ours = {p.key(i) if p.per_layer else p.name: p.numel(sizes)
+            for p in ledger.params for i in range(p.count(sizes))}
+    theirs = {n: p.numel() for n, p in _model(data).named_parameters()}
+    tower = {n: c for n, c in theirs.items() if n.startswith(TOWER)}
+    assert ours == tower
+    assert analyze(hf.config).param_count == sum(theirs.values()) - sum(tower.values())
+
+
+def test_the_contract_on_a_config_json(tmp_path, capsys):
+    """--config FILE --format json: .parameters.total the whole model (transformers' count),
+    .parameters.vision the tower and projector; with --image 1024x1024 .workload.image_tokens
+    (an int) and a "vision encoder" entry in .components.executed."""
+    data = CONFIGS["qwen2_5_vl"]
+    theirs = {n: p.numel() for n, p in _model(data).named_parameters()}
+    path = str(write_config(tmp_path, data))
+    code, out, err = run(capsys, "--config", path, "--format", "json", "--no-verify")
+    assert code == 0, err
+    d = json.loads(out)
+    assert d["parameters"]["total"] == sum(theirs.values())
+    assert d["parameters"]["vision"] == sum(c for n, c in theirs.items() if n.startswith(TOWER))
+    assert d["parameters"]["language"] + d["parameters"]["vision"] == d["parameters"]["total"]
+    code, out, err = run(capsys, "--config", path, "--format", "json", "--no-verify", "--image",
+                         "1024x1024")
+    assert code == 0, err
+    d = json.loads(out)
+    tokens = d["workload"]["image_tokens"]
+    assert isinstance(tokens, int) and tokens == 1225  # 980×980 by smart_resize: 70·70/4
+    executed = d["components"]["executed"]
+    assert executed["flops"]["vision encoder"] == executed["vision encoder"]["flops"] > 0
+    assert d["matmul_flops"]["executed"] == sum(executed["flops"].values())
+
+
+@pytest.mark.parametrize("size", [(1024, 1024), (448, 448), (300, 1000), (20, 30), (4000, 3000)])
+@pytest.mark.parametrize("pixels", [None, (3136, 12845056)])  # the class's; Qwen2.5-VL's file's
+def test_qwen_image_tokens_equal_the_processor(size, pixels):
+    """image_grid_thw of transformers' Qwen2VLImageProcessor (PIL backend, the CPU) on an
+    image of that size; tokens = patches / merge² (Qwen2_5_VLProcessor's placeholders)."""
+    transformers = pytest.importorskip("transformers")
+    kw = {} if pixels is None else {"min_pixels": pixels[0], "max_pixels": pixels[1]}
+    proc = transformers.Qwen2VLImageProcessorPil(**kw)
+    out = proc(images=[np.zeros((*size, 3), dtype=np.uint8)], return_tensors="np")
+    t, gh, gw = (int(x) for x in out["image_grid_thw"][0])
+    row = I.image_row(translate(CONFIGS["qwen2_5_vl"], "c", "q").vision, size, pixels)
+    assert (t, row.grid, row.tokens) == (1, (gh, gw), gh * gw // 4)
+
+
+@pytest.mark.parametrize("family, grid", [("qwen2_5_vl", (12, 20)), ("qwen2_5_vl", (10, 6)),
+                                          ("qwen2_vl", (12, 8))])
+def test_qwen_encoder_flops_equal_flop_counter(family, grid):
+    """The tower's forward on the CPU (eager attention, per image and per window) under
+    torch's FlopCounterMode, against the vision ledger's matmuls for that grid."""
+    torch = pytest.importorskip("torch")
+    from torch.utils.flop_counter import FlopCounterMode
+    s = translate(CONFIGS[family], "c", family).vision
+    model = _model(CONFIGS[family], "cpu")
+    gh, gw = grid
+    pixels = torch.zeros(gh * gw, s.channels * s.temporal_patch * s.patch ** 2)
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        model.model.visual(pixels, grid_thw=torch.tensor([[1, gh, gw]]))
+    values = VB.values(s, gh, gw)
+    assert sum(r.flops(values) * r.count(values) for r in VB.walk(s).matmuls) == \
+        counter.get_total_flops()
+
+
+@pytest.mark.parametrize("family", ["gemma3", "llava"])
+def test_fixed_resolution_towers_tokens_and_flops(family):
+    """get_image_features on one image at the tower's size (the CPU, FlopCounterMode): its
+    FLOPs and its token count equal the row the tool gives any image (each is resized)."""
+    torch = pytest.importorskip("torch")
+    from torch.utils.flop_counter import FlopCounterMode
+    s = translate(CONFIGS[family], "c", family).vision
+    model = _model(CONFIGS[family], "cpu")
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        out = model.model.get_image_features(
+            pixel_values=torch.zeros(1, 3, s.image_size, s.image_size))
+    features = out.pooler_output
+    features = features[0] if isinstance(features, (list, tuple)) else features[0]
+    row = I.image_row(s, (500, 700))
+    assert row.resized == (s.image_size, s.image_size)
+    assert (row.flops, row.tokens) == (counter.get_total_flops(), features.shape[0])
+
+
+def test_window_pairs_by_hand():
+    """Qwen2.5-VL's windows (window_size 112 / merge 2 / patch 14 = 4 merged units a side)
+    over a 10×6-patch image: 5×3 merged units, one window of 4×3 units and one of 1×3, each
+    unit 4 patches: (12·4)² + (3·4)² = 2,304 + 144."""
+    s = translate(CONFIGS["qwen2_5_vl"], "c", "q").vision
+    assert s.window == 4 and VB.window_pairs(s, 10, 6) == 48 ** 2 + 12 ** 2
+
+
+def test_images_flags(tmp_path, capsys):
+    path = str(write_config(tmp_path, CONFIGS["gemma3"]))
+    code, out, err = run(capsys, "--config", path, "--format", "json", "--no-verify",
+                         "--images", "3")
+    assert code == 0, err
+    d = json.loads(out)
+    assert d["workload"]["image_tokens"] == 3 * 16 and d["workload"]["images"] == 3
+    code, out, err = run(capsys, "--config", path, "--no-verify", "--image", "640x480")
+    assert code == 0 and "vision tower:  counted" in out.split("\n\n")[0]
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (("--image", "big"), "HxW"),
+    (("--image", "10x3000"), "aspect ratio"),
+    (("--images", "2"), "give --image HxW too"),  # Qwen sizes each image itself
+    (("--image", "1024x1024", "--ctx", "100"), "do not fit"),
+    (("--min-pixels", "5000", "--max-pixels", "4000"), "above --max-pixels"),
+])
+def test_image_refusals(tmp_path, capsys, argv, expected):
+    path = str(write_config(tmp_path, CONFIGS["qwen2_5_vl"]))
+    refused_in_one_line(capsys, "--config", path, "--no-verify", *argv, expected=expected)
+
+
+def test_images_on_a_language_model_are_refused(capsys):
+    refused_in_one_line(capsys, "gpt2-small", "--image", "448x448", expected="vision-language")
