@@ -6,6 +6,7 @@ CPU (the image tokens), and FlopCounterMode over the tower's forward on the CPU 
 encoder's matmul FLOPs per image); one window count by hand.
 """
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -45,6 +46,22 @@ CONFIGS = {
         "vision_config": {"depth": 3, "embed_dim": 32, "mlp_ratio": 4, "num_heads": 2,
                           "in_chans": 3, "hidden_size": 64, "patch_size": 14,
                           "spatial_merge_size": 2, "temporal_patch_size": 2}},
+    # Qwen3-VL-30B-A3B-Instruct's keys, small sizes (three deepstack mergers)
+    "qwen3_vl_moe": {
+        "architectures": ["Qwen3VLMoeForConditionalGeneration"], "model_type": "qwen3_vl_moe",
+        "image_token_id": 200, "video_token_id": 201, "vision_start_token_id": 202,
+        "vision_end_token_id": 203, "tie_word_embeddings": False,
+        "text_config": {"model_type": "qwen3_vl_moe_text", **TEXT, "head_dim": 16,
+                        "moe_intermediate_size": 32, "num_experts": 4,
+                        "num_experts_per_tok": 2, "decoder_sparse_step": 1,
+                        "mlp_only_layers": [], "norm_topk_prob": True, "rms_norm_eps": 1e-6,
+                        "rope_scaling": {"mrope_interleaved": True, "mrope_section": [2, 3, 3],
+                                         "rope_type": "default"}, "rope_theta": 5000000},
+        "vision_config": {"deepstack_visual_indexes": [0, 2, 3], "depth": 4,
+                          "hidden_act": "gelu_pytorch_tanh", "hidden_size": 32,
+                          "in_channels": 3, "intermediate_size": 48, "model_type": "qwen3_vl_moe",
+                          "num_heads": 2, "num_position_embeddings": 64, "out_hidden_size": 64,
+                          "patch_size": 16, "spatial_merge_size": 2, "temporal_patch_size": 2}},
     # google/gemma-3-4b-it's keys, small sizes (16 tokens per image from 8×8 patches)
     "gemma3": {
         "architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3",
@@ -68,6 +85,7 @@ CONFIGS = {
                           "projection_dim": 16}},
 }
 TOWER = ("model.visual.", "model.vision_tower.", "model.multi_modal_projector.")
+FRONTIER = Path(__file__).resolve().parents[2] / "shared" / "frontier"
 
 
 def _kw(data):
@@ -93,7 +111,7 @@ def test_parameters_equal_transformers_by_name(family):
     count is the rest."""
     data = CONFIGS[family]
     hf = translate(data, "config.json", family)
-    assert hf.vision is not None and hf.vision.family == family
+    assert hf.vision is not None and family.startswith(hf.vision.family)
     ledger, sizes = VB.walk(hf.vision), VB.values(hf.vision)
     ours = {p.key(i) if p.per_layer else p.name: p.numel(sizes)
             for p in ledger.params for i in range(p.count(sizes))}
@@ -121,28 +139,35 @@ def test_the_contract_on_a_config_json(tmp_path, capsys):
     assert code == 0, err
     d = json.loads(out)
     tokens = d["workload"]["image_tokens"]
-    assert isinstance(tokens, int) and tokens == 1225  # 980×980 by smart_resize: 70·70/4
+    # Qwen2.5-VL's preprocessor_config.json (max_pixels 12,845,056): smart_resize keeps
+    # 1,036×1,036 (37·28 a side), 74·74 patches, one token per 2×2
+    assert isinstance(tokens, int) and tokens == 74 * 74 // 4
     executed = d["components"]["executed"]
     assert executed["flops"]["vision encoder"] == executed["vision encoder"]["flops"] > 0
     assert d["matmul_flops"]["executed"] == sum(executed["flops"].values())
 
 
 @pytest.mark.parametrize("size", [(1024, 1024), (448, 448), (300, 1000), (20, 30), (4000, 3000)])
-@pytest.mark.parametrize("pixels", [None, (3136, 12845056)])  # the class's; Qwen2.5-VL's file's
-def test_qwen_image_tokens_equal_the_processor(size, pixels):
+@pytest.mark.parametrize("family, pixels", [
+    ("qwen2_5_vl", (3136, 12845056)),  # Qwen2.5-VL's preprocessor_config.json (the default)
+    ("qwen2_5_vl", (3136, 28 * 28 * 1280)),  # Qwen2VLImageProcessor's class defaults
+    ("qwen3_vl_moe", (65536, 16777216))])  # Qwen3-VL's: patch 16 (the default)
+def test_qwen_image_tokens_equal_the_processor(size, family, pixels):
     """image_grid_thw of transformers' Qwen2VLImageProcessor (PIL backend, the CPU) on an
-    image of that size; tokens = patches / merge² (Qwen2_5_VLProcessor's placeholders)."""
+    image of that size, with the family's patch size and pixel bounds; tokens = patches /
+    merge² (the processors' placeholders)."""
     transformers = pytest.importorskip("transformers")
-    kw = {} if pixels is None else {"min_pixels": pixels[0], "max_pixels": pixels[1]}
-    proc = transformers.Qwen2VLImageProcessorPil(**kw)
+    spec = translate(CONFIGS[family], "c", "q").vision
+    proc = transformers.Qwen2VLImageProcessorPil(min_pixels=pixels[0], max_pixels=pixels[1],
+                                                 patch_size=spec.patch)
     out = proc(images=[np.zeros((*size, 3), dtype=np.uint8)], return_tensors="np")
     t, gh, gw = (int(x) for x in out["image_grid_thw"][0])
-    row = I.image_row(translate(CONFIGS["qwen2_5_vl"], "c", "q").vision, size, pixels)
+    row = I.image_row(spec, size, None if pixels == spec.pixels else pixels)
     assert (t, row.grid, row.tokens) == (1, (gh, gw), gh * gw // 4)
 
 
 @pytest.mark.parametrize("family, grid", [("qwen2_5_vl", (12, 20)), ("qwen2_5_vl", (10, 6)),
-                                          ("qwen2_vl", (12, 8))])
+                                          ("qwen2_vl", (12, 8)), ("qwen3_vl_moe", (6, 10))])
 def test_qwen_encoder_flops_equal_flop_counter(family, grid):
     """The tower's forward on the CPU (eager attention, per image and per window) under
     torch's FlopCounterMode, against the vision ledger's matmuls for that grid."""
@@ -153,7 +178,7 @@ def test_qwen_encoder_flops_equal_flop_counter(family, grid):
     gh, gw = grid
     pixels = torch.zeros(gh * gw, s.channels * s.temporal_patch * s.patch ** 2)
     with torch.no_grad(), FlopCounterMode(display=False) as counter:
-        model.model.visual(pixels, grid_thw=torch.tensor([[1, gh, gw]]))
+        model.model.visual(pixels, grid_thw=torch.tensor([[1, gh, gw]]))  # deepstack included
     values = VB.values(s, gh, gw)
     assert sum(r.flops(values) * r.count(values) for r in VB.walk(s).matmuls) == \
         counter.get_total_flops()
@@ -210,3 +235,20 @@ def test_image_refusals(tmp_path, capsys, argv, expected):
 
 def test_images_on_a_language_model_are_refused(capsys):
     refused_in_one_line(capsys, "gpt2-small", "--image", "448x448", expected="vision-language")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["Qwen3.5-27B", "Qwen3.5-35B-A3B"])
+def test_frontier_qwen3_5_whole_model(name):
+    """The published config.json (../shared/frontier/, read there, never copied): the whole
+    model's parameters, tower and language model, against transformers'
+    AutoModelForImageTextToText on the meta device."""
+    path = FRONTIER / f"{name}.json"
+    if not path.exists():
+        pytest.skip(f"{path} is not here")
+    data = json.loads(path.read_text())
+    hf = translate(data, str(path), name)
+    theirs = {n: p.numel() for n, p in _model(data).named_parameters()}
+    tower = sum(c for n, c in theirs.items() if n.startswith(TOWER))
+    assert I.workload(hf.vision, None, None).params == tower
+    assert analyze(hf.config).param_count == sum(theirs.values()) - tower

@@ -5,10 +5,11 @@ image). Pure Python; the processors' rules are written from their code and teste
 it (tests/test_vision.py runs transformers' image processors on the CPU).
 
 Token rules, by family:
-* Qwen2-VL, Qwen2.5-VL (Qwen2VLImageProcessor, image_processing_qwen2_vl.py): smart_resize
-  to multiples of patch·merge within [min_pixels, max_pixels] (its class defaults 56·56
-  and 28·28·1280; a checkpoint's preprocessor_config.json may set others: --min-pixels,
-  --max-pixels), then (H/p)·(W/p) patches and a token per merge² patches.
+* Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Qwen3.5 (Qwen2VLImageProcessor,
+  image_processing_qwen2_vl.py): smart_resize to multiples of patch·merge within
+  [min_pixels, max_pixels] (the family's published preprocessor_config.json values,
+  VisionSpec.pixels; --min-pixels, --max-pixels for others), then (H/p)·(W/p) patches and a
+  token per merge² patches.
 * Gemma 3 (Gemma3ImageProcessor, no pan-and-scan by default): every image resized to
   image_size², (image_size/p)² patches, mm_tokens_per_image tokens.
 * LLaVA (CLIPImageProcessor): resized and cropped to image_size², (image_size/p)² patches
@@ -26,7 +27,6 @@ from accounting.spec.vision import VisionSpec
 
 MAX_SIDE = 10**5  # pixels a side: far beyond any image, small enough to stay instant
 MAX_IMAGES = 10**4
-QWEN_MIN_PIXELS, QWEN_MAX_PIXELS = 56 * 56, 28 * 28 * 1280  # Qwen2VLImageProcessor.size
 
 
 def parse_size(text: str) -> tuple[int, int]:
@@ -98,8 +98,8 @@ class VisionWorkload:
 def image_row(spec: VisionSpec, size: tuple[int, int], pixels: tuple[int, int] | None = None
               ) -> ImageRow:
     s, (h, w) = spec, size
-    if s.family in ("qwen2_vl", "qwen2_5_vl"):
-        lo, hi = pixels or (QWEN_MIN_PIXELS, QWEN_MAX_PIXELS)
+    if s.pixels is not None:  # Qwen's dynamic resolution
+        lo, hi = pixels or s.pixels
         rh, rw = smart_resize(h, w, s.patch * s.merge, lo, hi)
         gh, gw = rh // s.patch, rw // s.patch
         tokens = gh * gw // s.merge ** 2
@@ -133,7 +133,7 @@ def workload(spec: VisionSpec, sizes: list[str] | None, count: int | None,
         given = (given or [(spec.image_size, spec.image_size)]) * count
     if len(given) > MAX_IMAGES:
         raise UsageError(f"{len(given):,} images: give at most {MAX_IMAGES:,}")
-    if pixels is not None and spec.family not in ("qwen2_vl", "qwen2_5_vl"):
+    if pixels is not None and spec.pixels is None:
         raise UsageError("--min-pixels and --max-pixels set Qwen's image processor; "
                          f"{spec.family} resizes every image to {spec.image_size}²")
     ledger = VB.walk(spec)
@@ -146,5 +146,4 @@ def workload(spec: VisionSpec, sizes: list[str] | None, count: int | None,
             rows[size] = image_row(spec, size, pixels)
     return VisionWorkload(spec, ledger.param_count(sizes_only), projector,
                           tuple(rows[s] for s in given),
-                          (pixels or (QWEN_MIN_PIXELS, QWEN_MAX_PIXELS))
-                          if spec.family in ("qwen2_vl", "qwen2_5_vl") else None)
+                          (pixels or spec.pixels) if spec.pixels is not None else None)

@@ -85,10 +85,12 @@ def add_image_args(group) -> None:
                        help="N images of the --image size (default: the tower's own input "
                             "size, where it resizes every image)")
     group.add_argument("--min-pixels", type=positive_int("--min-pixels", 10**10, "10^10"), metavar="N",
-                       help="Qwen's image processor: min_pixels (default 3,136, "
-                            "Qwen2VLImageProcessor's; a preprocessor_config.json may set others)")
+                       help="Qwen's image processor: min_pixels (default: the family's "
+                            "published preprocessor_config.json, 3,136 for Qwen2/2.5-VL, "
+                            "65,536 for Qwen3-VL and Qwen3.5)")
     group.add_argument("--max-pixels", type=positive_int("--max-pixels", 10**10, "10^10"), metavar="N",
-                       help="Qwen's image processor: max_pixels (default 1,003,520 = 28·28·1280)")
+                       help="Qwen's image processor: max_pixels (default 12,845,056 for "
+                            "Qwen2/2.5-VL, 16,777,216 for Qwen3-VL and Qwen3.5)")
 
 
 def vision_workload(ns, hf):
@@ -99,15 +101,19 @@ def vision_workload(ns, hf):
     if tower is None:
         if asked:
             raise UsageError("--image/--images need a vision-language config.json whose tower "
-                             "the tool reads (qwen2_vl, qwen2_5_vl, gemma3, llava); drop them "
+                             "the tool reads (qwen2_vl, qwen2_5_vl, qwen3_vl, qwen3_vl_moe, qwen3_5, qwen3_5_moe, "
+                             "gemma3, llava); drop them "
                              "for a language model")
         return None
     from accounting.analysis import images
     pixels = None
-    if ns.min_pixels or ns.max_pixels:
-        pixels = (ns.min_pixels or images.QWEN_MIN_PIXELS, ns.max_pixels or images.QWEN_MAX_PIXELS)
+    if (ns.min_pixels or ns.max_pixels) and tower.pixels is not None:
+        pixels = (ns.min_pixels or tower.pixels[0], ns.max_pixels or tower.pixels[1])
         if pixels[0] > pixels[1]:
             raise UsageError(f"--min-pixels {pixels[0]:,} is above --max-pixels {pixels[1]:,}")
+    elif ns.min_pixels or ns.max_pixels:
+        raise UsageError(f"--min-pixels and --max-pixels set Qwen's image processor; "
+                         f"{tower.family} resizes every image to {tower.image_size}²")
     return images.workload(tower, ns.image, ns.images, pixels)
 
 

@@ -151,6 +151,22 @@ def _quantization(ns) -> tuple[object, object]:
     return None, None
 
 
+def _tower_note(ns) -> tuple[str, ...]:
+    """A vision-language config.json's tower (accounting/spec/vision.py): said on the first
+    screen, since these weights and this pool are the language model's alone."""
+    from accounting.cli.args import hf_source_from_args
+    hf = hf_source_from_args(ns)
+    if getattr(hf, "vision", None) is None:
+        return ()
+    from accounting.analysis.images import workload
+    n = workload(hf.vision, None, None).params
+    return (f"vision tower NOT counted here: {n:,} parameters ({n * 2 / 10**9:.2f} GB in "
+            f"bf16) are loaded beside the language model, and vLLM profiles its largest "
+            f"image input before sizing the KV pool: the pool is smaller by their weights "
+            f"and that run's activations (the tower's count: python -m accounting --config "
+            f"FILE --image HxW)",)
+
+
 def main(argv: list[str]) -> int:
     ns = parser().parse_args(argv)
     if ns.list:
@@ -173,6 +189,7 @@ def main(argv: list[str]) -> int:
         scheme = get_scheme(ns.weights or "bf16")
     if ns.group_size is not None:
         scheme = scheme.with_group(ns.group_size)
+    notes += _tower_note(ns)
     tp, pp = _parallel(ns)
     from accounting.serving.plan import serve
     from accounting.serving import views

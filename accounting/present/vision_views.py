@@ -14,6 +14,7 @@ LABEL = 14  # summary.py's label width
 
 FAMILY = {"qwen2_vl": "Qwen2-VL ViT (2D RoPE) and patch merger",
           "qwen2_5_vl": "Qwen2.5-VL ViT (2D RoPE, window attention) and patch merger",
+          "qwen3_vl": "Qwen3-VL ViT (learned and 2D RoPE positions) and patch mergers",
           "gemma3": "SigLIP ViT and Gemma 3's multimodal projector (average pool)",
           "llava": "CLIP ViT and LLaVA's MLP projector"}
 
@@ -54,7 +55,8 @@ def tables(vw: VisionWorkload | None) -> list[Table]:
                   f"{i.grid[0]}×{i.grid[1]}", grouped(i.patches), grouped(i.tokens),
                   grouped(i.flops)) for i in _distinct(vw))
     how = (f"resized by smart_resize (min_pixels {grouped(vw.pixels[0])}, max_pixels "
-           f"{grouped(vw.pixels[1])}: Qwen2VLImageProcessor's defaults unless given)"
+           f"{grouped(vw.pixels[1])}: the family's published preprocessor_config.json unless "
+           f"--min-pixels/--max-pixels)"
            if vw.pixels else f"every image resized to {s.image_size}×{s.image_size}")
     images = Table("Images (each distinct size once)",
                    ("image (H×W)", "resized", "patches (H×W)", "patches", "tokens",

@@ -281,13 +281,17 @@ def _translate_nested(t: HFType, data: Mapping, source: str, name: str, origin: 
     hf = translate({**inner, "model_type": text_type}, f"{source} {t.nested}", name, origin,
                    judge)
     mapped = tuple((f"{t.nested}.{k}", v, f, g) for k, v, f, g in hf.mapped)
+    from accounting.spec.vision import read_vision  # the towers the tool reads (issue 41)
+    tower = read_vision(data, where) if "vision_config" in data else None
     vision = ("vision_config: the vision tower and the multi-modal projector (the "
-              "vision-language model's) are not counted; the counts are the language "
-              f"model's, {t.nested}, as AutoModelForCausalLM builds it ({t.transformers_class}, "
+              "vision-language model's) are " + ("counted beside the language model "
+                                                 "(parameters.vision); the language model's "
+                                                 "counts" if tower else "not counted; the counts")
+              + f" are {t.nested}'s, as AutoModelForCausalLM builds it ({t.transformers_class}, "
               f"whose head is tied by {t.nested}.tie_word_embeddings, not the top-level key).")
     return HFConfig(t.model_type, MappingProxyType(copy.deepcopy(dict(data))), hf.config,
                     origin or source, mapped, hf.notes + (vision,), storage_dtype(data),
-                    hf.judged)
+                    hf.judged, tower)
 
 
 _SPEC_FIELDS = fields(ModelConfig)

@@ -1,5 +1,6 @@
 """Vision-language wrappers whose language model is a row of the table (issue 41): qwen2_vl
-and qwen2_5_vl (Qwen2-VL, Qwen2.5-VL: a Qwen2 language model with M-RoPE) and llava (a
+and qwen2_5_vl (Qwen2-VL, Qwen2.5-VL: a Qwen2 language model with M-RoPE), qwen3_vl and
+qwen3_vl_moe (Qwen3-VL: Qwen3 / Qwen3-MoE with interleaved M-RoPE) and llava (a
 Llama/Mistral/Qwen2 text_config). The language model is read as a config.json of its type;
 the vision tower from vision_config (accounting/spec/vision.py), counted beside it.
 Defaults and rules from transformers 5.23.0's configuration_qwen2_vl.py,
@@ -37,10 +38,14 @@ def _mrope(rope) -> tuple[object, str | None]:
                    f"of RoPE on each head, its cos/sin from three position ids (the same count).")
 
 
-def _qwen_vl(outer_type: str, text_type: str):
+def _qwen_vl(outer_type: str, text_type: str, inner_type: str = "qwen2"):
     """Qwen2VLConfig/Qwen2_5_VLConfig.__post_init__: text_config, or (Hub files saved flat)
     the top-level keys Qwen2VLTextConfig/Qwen2_5_VLTextConfig take; read as a qwen2 config
-    (Qwen2_5_VLTextModel's decoder layers are Qwen2's: q/k/v biased, o_proj not)."""
+    (Qwen2_5_VLTextModel's decoder layers are Qwen2's: q/k/v biased, o_proj not). Qwen3-VL's
+    text_config as qwen3 (Qwen3VLTextDecoderLayer: Qwen3's, QK-norm per head) and Qwen3-VL-MoE's
+    as qwen3_moe (Qwen3VLMoeTextSparseMoeBlock: a softmax router, top-k renormalised, no
+    shared expert); their deepstack adds (the visual features added to the first layers'
+    hidden states) are elementwise, no matmul."""
     def unwrap(data: Mapping, where: str) -> tuple[dict, tuple[str, ...]]:
         text = data.get("text_config")
         if text is not None:
@@ -52,7 +57,7 @@ def _qwen_vl(outer_type: str, text_type: str):
             inner = dict(text)
         else:  # flat: every key not the wrapper's own is the text config's
             inner = {k: v for k, v in data.items() if k not in _QWEN_OUTER}
-        inner["model_type"] = "qwen2"
+        inner["model_type"] = inner_type
         carry_dtype(data, inner)
         notes = []
         for key in ("rope_scaling", "rope_parameters"):
@@ -67,16 +72,19 @@ def _qwen_vl(outer_type: str, text_type: str):
         if "vision_config" not in data:
             raise UsageError(f"{where}: no vision_config: transformers would build its default "
                              f"tower; give the checkpoint's vision_config")
-        notes.insert(0, f"model_type {outer_type}: the language model read as model_type qwen2 "
-                        f"(Qwen2's decoder layers); the vision tower and its merger from "
-                        f"vision_config, counted beside it (parameters.vision); transformers' "
-                        f"cross-check covers the language model (Qwen2ForCausalLM).")
+        notes.insert(0, f"model_type {outer_type}: the language model read as model_type "
+                        f"{inner_type} ({TYPES[inner_type].transformers_class}'s decoder "
+                        f"layers); the vision tower and its merger(s) from vision_config, "
+                        f"counted beside it (parameters.vision); transformers' cross-check "
+                        f"covers the language model.")
         return inner, tuple(notes)
     return unwrap
 
 
 WRAPPERS["qwen2_vl"] = _qwen_vl("qwen2_vl", "qwen2_vl_text")
 WRAPPERS["qwen2_5_vl"] = _qwen_vl("qwen2_5_vl", "qwen2_5_vl_text")
+WRAPPERS["qwen3_vl"] = _qwen_vl("qwen3_vl", "qwen3_vl_text", "qwen3")
+WRAPPERS["qwen3_vl_moe"] = _qwen_vl("qwen3_vl_moe", "qwen3_vl_moe_text", "qwen3_moe")
 
 
 # LlavaConfig (configuration_llava.py): text_config (default llama), vision_config (CLIP),

@@ -24,7 +24,7 @@ class VisionSpec:
     patches (bidirectional), Qwen2.5-VL's window blocks over windows of `window` merged
     units a side. Projector: Qwen's patch merger (s×s patches concatenated, LN, two
     linears), LLaVA's two-linear MLP, Gemma 3's average pool, RMSNorm and one matrix."""
-    family: str  # the reader's name: qwen2_vl, qwen2_5_vl, gemma3, llava
+    family: str  # the reader's name: qwen2_vl, qwen2_5_vl, qwen3_vl, gemma3, llava
     depth: int
     width: int
     heads: int
@@ -49,6 +49,10 @@ class VisionSpec:
     image_size: int | None  # a fixed-resolution tower's input side (every image resized)
     tokens_per_image: int | None  # Gemma 3's mm_tokens_per_image
     keep_class_token: bool = False  # LLaVA's vision_feature_select_strategy "full"
+    deepstack: int = 0  # Qwen3-VL's deepstack mergers (len(deepstack_visual_indexes))
+    # Qwen's image processor bounds (min_pixels, max_pixels) as the family's published
+    # checkpoints' preprocessor_config.json set them; None: a fixed-resolution tower
+    pixels: tuple[int, int] | None = None
 
     @property
     def head_dim(self) -> int:
@@ -127,6 +131,14 @@ def _text_width(data: Mapping, where: str) -> int:
     return _int(width, "hidden_size (the language model's)", where)
 
 
+# Qwen2-VL-7B-Instruct's and Qwen2.5-VL-7B-Instruct's preprocessor_config.json: min_pixels
+# 3,136, max_pixels 12,845,056 (Qwen2VLImageProcessor's class defaults are 3,136 and
+# 1,003,520 = 28·28·1280); Qwen3-VL's and Qwen3.5's: size shortest_edge 65,536, longest_edge
+# 16,777,216
+QWEN2_PIXELS = (3136, 12845056)
+QWEN3_PIXELS = (65536, 16777216)
+
+
 # ---- Qwen2-VL (modeling_qwen2_vl.py: Qwen2VisionTransformerPretrainedModel) -------------------
 @reader("qwen2_vl")
 def _qwen2_vl(data: Mapping, where: str) -> VisionSpec:
@@ -152,7 +164,8 @@ def _qwen2_vl(data: Mapping, where: str) -> VisionSpec:
         int(width * ratio), False, act, "layernorm", _get(vc, "patch_size", 14, where),
         _get(vc, "temporal_patch_size", 2, where), _get(vc, "in_channels", 3, where, "in_chans"),
         False, 0, False, False, False, _get(vc, "spatial_merge_size", 2, where), None, (),
-        "qwen_merger", True, _get(vc, "hidden_size", 3584, where), None, None)
+        "qwen_merger", True, _get(vc, "hidden_size", 3584, where), None, None,
+        pixels=QWEN2_PIXELS)
 
 
 # ---- Qwen2.5-VL (modeling_qwen2_5_vl.py: Qwen2_5_VisionTransformerPretrainedModel) -------------
@@ -184,7 +197,7 @@ def _qwen2_5_vl(data: Mapping, where: str) -> VisionSpec:
         patch, _get(vc, "temporal_patch_size", 2, where),
         _get(vc, "in_channels", 3, where, "in_chans"), False, 0, False, False, False, merge,
         window, tuple(sorted(set(full))), "qwen_merger", True,
-        _get(vc, "out_hidden_size", 3584, where), None, None)
+        _get(vc, "out_hidden_size", 3584, where), None, None, pixels=QWEN2_PIXELS)
 
 
 # ---- Gemma 3 (modeling_gemma3.py: SiglipVisionModel and Gemma3MultiModalProjector) -------------
@@ -251,3 +264,39 @@ def _llava(data: Mapping, where: str) -> VisionSpec:
         _get(vc, "num_channels", 3, where), False, (size // patch) ** 2 + 1, True, True, True, 1,
         None, (), "llava_mlp", bool(data.get("multimodal_projector_bias", True)),
         _text_width(data, where), size, None, strategy == "full")
+
+
+# ---- Qwen3-VL and Qwen3.5 (modeling_qwen3_vl.py Qwen3VLVisionModel, modeling_qwen3_5.py
+# Qwen3_5VisionModel) ------------------------------------------------------------------------
+def _qwen3_vl(data: Mapping, where: str) -> VisionSpec:
+    """Qwen3VLVisionPatchEmbed: Conv3d(C, d, (t, p, p), bias=True); pos_embed, a learned
+    table of num_position_embeddings rows, bilinearly interpolated to the grid (no matmul);
+    depth Qwen3VLVisionBlock: LayerNorm norm1/norm2, attn.qkv and attn.proj (bias), mlp
+    linear_fc1/linear_fc2 (bias, gelu_pytorch_tanh), 2D RoPE, full attention per image;
+    merger: LayerNorm(d), linear_fc1 (d·s² → d·s²), GELU, linear_fc2 (→ out_hidden_size);
+    one more merger per deepstack_visual_indexes entry (its LayerNorm over d·s²), whose
+    outputs the language model adds to its first layers' hidden states. Qwen3.5's tower is
+    the same without deepstack mergers (Qwen3_5VisionModel)."""
+    vc = _section(data, where)
+    _keys(vc, where, frozenset({"depth", "hidden_size", "hidden_act", "intermediate_size",
+                                "num_heads", "in_channels", "patch_size", "spatial_merge_size",
+                                "temporal_patch_size", "out_hidden_size",
+                                "num_position_embeddings", "deepstack_visual_indexes"}))
+    deep = vc.get("deepstack_visual_indexes", [8, 16, 24])
+    if data.get("model_type") in ("qwen3_5", "qwen3_5_moe"):
+        deep = []  # Qwen3_5VisionModel builds no deepstack mergers
+    if not isinstance(deep, (list, tuple)):
+        raise UsageError(f"{where}: vision_config.deepstack_visual_indexes must be a list")
+    return VisionSpec(
+        "qwen3_vl", _get(vc, "depth", 27, where), _get(vc, "hidden_size", 1152, where),
+        _get(vc, "num_heads", 16, where), _get(vc, "intermediate_size", 4304, where), False,
+        vc.get("hidden_act", "gelu_pytorch_tanh"), "layernorm", _get(vc, "patch_size", 16, where),
+        _get(vc, "temporal_patch_size", 2, where), _get(vc, "in_channels", 3, where), True,
+        _get(vc, "num_position_embeddings", 2304, where), False, False, False,
+        _get(vc, "spatial_merge_size", 2, where), None, (), "qwen_merger", True,
+        _get(vc, "out_hidden_size", 3584, where), None, None, deepstack=len(deep),
+        pixels=QWEN3_PIXELS)
+
+
+for _mt in ("qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe"):
+    reader(_mt)(_qwen3_vl)

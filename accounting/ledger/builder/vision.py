@@ -64,7 +64,7 @@ class _Walk:
 
 def walk(spec: VisionSpec) -> VisionLedger:
     w = _Walk(spec)
-    if spec.family in ("qwen2_vl", "qwen2_5_vl"):
+    if spec.family in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl"):
         _qwen(w, spec)
     else:
         _vit(w, spec)
@@ -101,10 +101,15 @@ def _block_matmuls(w: _Walk, s: VisionSpec, prefix: str, names: dict[str, str]) 
 
 
 def _qwen(w: _Walk, s: VisionSpec) -> None:
-    """Qwen2VisionTransformerPretrainedModel / Qwen2_5_VisionTransformerPretrainedModel
-    (modeling_qwen2_vl.py, modeling_qwen2_5_vl.py), under model.visual."""
+    """Qwen2VisionTransformerPretrainedModel / Qwen2_5_VisionTransformerPretrainedModel /
+    Qwen3VLVisionModel (modeling_qwen2_vl.py, modeling_qwen2_5_vl.py, modeling_qwen3_vl.py),
+    under model.visual."""
     v = "model.visual"
-    w.param(f"{v}.patch_embed.proj.weight", ("d_v", "k_v"))  # Conv3d(C, d, (t, p, p)), no bias
+    w.param(f"{v}.patch_embed.proj.weight", ("d_v", "k_v"))  # Conv3d(C, d, (t, p, p))
+    if s.patch_bias:  # Qwen3-VL's Conv3d has a bias
+        w.param(f"{v}.patch_embed.proj.bias", ("d_v",))
+    if s.learned_positions:  # Qwen3-VL's pos_embed (interpolated: no matmul)
+        w.param(f"{v}.pos_embed.weight", ("N_pos", "d_v"))
     w.matmul("patch embedding (Conv3d as a matmul)", "patch_embed.proj", ("N_p",), ("k_v",),
              ("d_v",))
     b = f"{v}.blocks.{BLOCK}"
@@ -116,10 +121,24 @@ def _qwen(w: _Walk, s: VisionSpec) -> None:
         w.linear(f"{b}.mlp.gate_proj", "d_v", "f_v", True, "L_v")
         w.linear(f"{b}.mlp.up_proj", "d_v", "f_v", True, "L_v")
         w.linear(f"{b}.mlp.down_proj", "f_v", "d_v", True, "L_v")
-    else:  # VisionMlp: fc1, fc2 with biases
-        w.linear(f"{b}.mlp.fc1", "d_v", "f_v", True, "L_v")
-        w.linear(f"{b}.mlp.fc2", "f_v", "d_v", True, "L_v")
+    else:  # VisionMlp fc1, fc2 (Qwen3VLVisionMLP: linear_fc1, linear_fc2), with biases
+        fc1, fc2 = ("linear_fc1", "linear_fc2") if s.family == "qwen3_vl" else ("fc1", "fc2")
+        w.linear(f"{b}.mlp.{fc1}", "d_v", "f_v", True, "L_v")
+        w.linear(f"{b}.mlp.{fc2}", "f_v", "d_v", True, "L_v")
     _block_matmuls(w, s, "blocks.{i}", {"qkv": "attn.qkv", "core": "attn", "out": "attn.proj"})
+    if s.family == "qwen3_vl":
+        # Qwen3VLVisionPatchMerger: norm (LayerNorm of d_v; of s²·d_v in the deepstack ones),
+        # linear_fc1 (s²·d_v → s²·d_v), GELU, linear_fc2 (→ d_t), biased
+        mergers = [("merger", "d_v")] + [(f"deepstack_merger_list.{j}", "d_vm")
+                                         for j in range(s.deepstack)]
+        for name, norm_width in mergers:
+            w.norm(f"{v}.{name}.norm", "layernorm", width=norm_width, projector=True)
+            w.linear(f"{v}.{name}.linear_fc1", "d_vm", "d_vm", True, projector=True)
+            w.linear(f"{v}.{name}.linear_fc2", "d_vm", "d_t", True, projector=True)
+            w.matmul(f"{name} linear_fc1", f"{name}.linear_fc1", ("N_m",), ("d_vm",), ("d_vm",))
+            w.matmul(f"{name} linear_fc2 (into the language model)", f"{name}.linear_fc2",
+                     ("N_m",), ("d_vm",), ("d_t",))
+        return
     # PatchMerger: ln_q over d_v, then s²·d_v → s²·d_v → d_t (nn.Sequential 0 and 2), biased
     w.norm(f"{v}.merger.ln_q", s.norm, projector=True)
     w.linear(f"{v}.merger.mlp.0", "d_vm", "d_vm", True, projector=True)
