@@ -252,3 +252,76 @@ def test_frontier_qwen3_5_whole_model(name):
     tower = sum(c for n, c in theirs.items() if n.startswith(TOWER))
     assert I.workload(hf.vision, None, None).params == tower
     assert analyze(hf.config).param_count == sum(theirs.values()) - tower
+
+
+# ---- Kimi-K2.5 (MoonViT): transformers' names beside the remote code's vt_* keys ----------
+def _kimi():
+    import copy
+    from test_hf_kimi import K25
+    data = copy.deepcopy(K25)
+    data.pop("auto_map")
+    data["text_config"].pop("quantization_config")  # from_config builds the dense model
+    data["vision_config"].update({"hidden_size": 32, "intermediate_size": 48,
+                                  "num_attention_heads": 2, "num_hidden_layers": 1,
+                                  "pos_emb_height": 8, "pos_emb_width": 8, "pos_emb_time": 4})
+    data["projection_hidden_size"] = 32
+    return data
+
+
+def test_kimi_k25_tower_by_name_and_flops():
+    """Kimi_K25ForConditionalGeneration on the CPU: every tower and projector parameter by
+    name; get_image_features on a 6×10-patch image under FlopCounterMode (the encoder and
+    the 2×2-merging projector), and its 15 tokens."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from torch.utils.flop_counter import FlopCounterMode
+    data = _kimi()
+    s = translate(data, "c", "k25").vision
+    cfg = transformers.AutoConfig.for_model(**data)
+    cfg.vision_config._attn_implementation = "eager"
+    model = transformers.Kimi_K25ForConditionalGeneration(cfg).eval()
+    theirs = {n: p.numel() for n, p in model.named_parameters()
+              if n.startswith(("model.vision_tower", "model.mm_projector"))}
+    sizes = VB.values(s)
+    assert {p.key(i) if p.per_layer else p.name: p.numel(sizes)
+            for p in VB.walk(s).params for i in range(p.count(sizes))} == theirs
+    gh, gw = 6, 10
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        out = model.model.get_image_features(pixel_values=torch.zeros(gh * gw, 3, 14, 14),
+                                             image_grid_thw=torch.tensor([[1, gh, gw]]))
+    values = VB.values(s, gh, gw)
+    assert sum(r.flops(values) * r.count(values) for r in VB.walk(s).matmuls) == \
+        counter.get_total_flops()
+    assert out.pooler_output[0].shape[0] == gh * gw // 4 == 15
+
+
+@pytest.mark.parametrize("size, padded", [
+    # 1024 // 14 = 73 patches a side, within 16,384 and 512: no scaling; padded to 28·37
+    ((1024, 1024), (1036, 1036)),
+    ((448, 448), (448, 448)),  # 32 patches a side, a multiple of 2
+    # 8000 // 14 = 571 a side: scale = min(√(16384/571²), 512·14/8000) = 0.22417, int(8000·s)
+    # = 1793, padded to 28·65 = 1820
+    ((8000, 8000), (1820, 1820)),
+])
+def test_kimi_navit_resize_by_hand(size, padded):
+    """Kimi_K25ImageProcessor's navit_resize (torchvision-only, not importable here): by hand."""
+    assert I.navit_resize(*size, 14, 2, 16384, 512) == padded
+    s = translate(_kimi(), "c", "k25").vision
+    row = I.image_row(s, size)
+    assert row.tokens == (padded[0] // 14) * (padded[1] // 14) // 4
+
+
+@pytest.mark.parametrize("name", ["Kimi-K2.5-small"])
+def test_frontier_kimi_k25_tower(name):
+    """The published vision_config (remote-code keys only): transformers builds its defaults,
+    K2.5's sizes; the tower counted equals transformers' (meta device)."""
+    path = FRONTIER / f"{name}.json"
+    if not path.exists():
+        pytest.skip(f"{path} is not here")
+    data = json.loads(path.read_text())
+    data.pop("auto_map", None)
+    data["text_config"].pop("quantization_config", None)
+    hf = translate(data, str(path), name)
+    tower = sum(p.numel() for n, p in _model(data).named_parameters()
+                if n.startswith(("model.vision_tower", "model.mm_projector")))
+    assert I.workload(hf.vision, None, None).params == tower == 471_143_920

@@ -10,6 +10,9 @@ Token rules, by family:
   [min_pixels, max_pixels] (the family's published preprocessor_config.json values,
   VisionSpec.pixels; --min-pixels, --max-pixels for others), then (H/p)·(W/p) patches and a
   token per merge² patches.
+* Kimi-K2.5 (Kimi_K25ImageProcessor, image_processing_kimi_k25.py): navit_resize, scaled
+  down (never up) to at most max_patches 16,384 patches and 512 patches a side, then padded
+  to a multiple of patch·merge (28); a token per 2×2 patches.
 * Gemma 3 (Gemma3ImageProcessor, no pan-and-scan by default): every image resized to
   image_size², (image_size/p)² patches, mm_tokens_per_image tokens.
 * LLaVA (CLIPImageProcessor): resized and cropped to image_size², (image_size/p)² patches
@@ -58,6 +61,23 @@ def smart_resize(height: int, width: int, factor: int, min_pixels: int,
     return h_bar, w_bar
 
 
+KIMI_MAX_PATCHES, KIMI_MAX_SIDE = 16384, 512  # Kimi_K25ImageProcessor's max_patches, size
+
+
+def navit_resize(height: int, width: int, patch: int, merge: int, max_patches: int,
+                 max_side: int) -> tuple[int, int]:
+    """transformers' navit_resize (image_processing_kimi_k25.py), as written there: the
+    padded size the patches are cut from."""
+    num_h = max(1.0, height // patch)
+    num_w = max(1.0, width // patch)
+    scale = min(1.0, math.sqrt(max_patches / (num_h * num_w)), (max_side * patch) / height,
+                (max_side * patch) / width)
+    new_h, new_w = max(1, int(height * scale)), max(1, int(width * scale))
+    new_h, new_w = min(new_h, max_side * patch), min(new_w, max_side * patch)
+    factor = merge * patch
+    return (factor - new_h % factor) % factor + new_h, (factor - new_w % factor) % factor + new_w
+
+
 @dataclass(frozen=True)
 class ImageRow:
     """One image: as given, as resized, its patch grid, the tokens it adds to the language
@@ -103,6 +123,10 @@ def image_row(spec: VisionSpec, size: tuple[int, int], pixels: tuple[int, int] |
         rh, rw = smart_resize(h, w, s.patch * s.merge, lo, hi)
         gh, gw = rh // s.patch, rw // s.patch
         tokens = gh * gw // s.merge ** 2
+    elif s.family == "kimi_k25":
+        rh, rw = navit_resize(h, w, s.patch, s.merge, KIMI_MAX_PATCHES, KIMI_MAX_SIDE)
+        gh, gw = rh // s.patch, rw // s.patch
+        tokens = gh * gw // s.merge ** 2
     else:  # a fixed-resolution tower: every image resized to image_size²
         rh = rw = s.image_size
         gh = gw = s.image_size // s.patch
@@ -127,7 +151,7 @@ def workload(spec: VisionSpec, sizes: list[str] | None, count: int | None,
         if len(given) > 1:
             raise UsageError("--images N repeats one --image size; give one --image HxW with "
                              "it, or list each image with its own --image")
-        if not given and spec.image_size is None:
+        if not given and spec.image_size is None:  # it sizes each image by its resolution
             raise UsageError(f"--images {count}: {spec.family}'s processor sizes each image by "
                              f"its own resolution; give --image HxW too")
         given = (given or [(spec.image_size, spec.image_size)]) * count

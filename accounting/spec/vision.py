@@ -24,7 +24,7 @@ class VisionSpec:
     patches (bidirectional), Qwen2.5-VL's window blocks over windows of `window` merged
     units a side. Projector: Qwen's patch merger (s×s patches concatenated, LN, two
     linears), LLaVA's two-linear MLP, Gemma 3's average pool, RMSNorm and one matrix."""
-    family: str  # the reader's name: qwen2_vl, qwen2_5_vl, qwen3_vl, gemma3, llava
+    family: str  # the reader's name: qwen2_vl, qwen2_5_vl, qwen3_vl, kimi_k25, gemma3, llava
     depth: int
     width: int
     heads: int
@@ -121,7 +121,8 @@ _FREE = frozenset({"model_type", "initializer_range", "initializer_factor", "tor
                    "dtype", "_name_or_path", "architectures", "transformers_version",
                    "attention_dropout", "dropout", "tokens_per_second", "rope_parameters",
                    "rope_theta", "projection_dim", "layer_norm_eps", "vision_use_head",
-                   "_attn_implementation_autoset", "spatial_patch_size", "return_dict",
+                   "_attn_implementation_autoset", "_attn_implementation", "spatial_patch_size",
+                   "return_dict",
                    "output_hidden_states", "output_attentions", "use_return_dict"})
 
 
@@ -300,3 +301,58 @@ def _qwen3_vl(data: Mapping, where: str) -> VisionSpec:
 
 for _mt in ("qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe"):
     reader(_mt)(_qwen3_vl)
+
+
+# ---- Kimi-K2.5 (modeling_kimi_k25.py: Kimi_K25VisionModel, Kimi_K25MultimodalProjection) -------
+# The Hub file's vision_config spells Moonshot's remote code's keys (vt_hidden_size,
+# init_pos_emb_height, ...), which its checkpoint's weights have; transformers 5.23's
+# Kimi_K25VisionConfig reads its own names (hidden_size, pos_emb_height, ...) and builds its
+# defaults where they are absent, which are K2.5's published sizes. The tool counts what
+# transformers builds: its names, else its defaults.
+_KIMI_ALIASES = {"hidden_size": ("vt_hidden_size", 1152), "intermediate_size":
+                 ("vt_intermediate_size", 4304), "num_attention_heads":
+                 ("vt_num_attention_heads", 16), "num_hidden_layers": ("vt_num_hidden_layers", 27),
+                 "pos_emb_height": ("init_pos_emb_height", 64),
+                 "pos_emb_width": ("init_pos_emb_width", 64),
+                 "pos_emb_time": ("init_pos_emb_time", 4)}
+# remote-code keys transformers' classes do not read, with the values K2.5's code means
+_KIMI_REMOTE = frozenset({"merge_type", "mm_projector_type", "pos_emb_type", "video_attn_type",
+                          "projector_hidden_act", "projector_ln_eps", "mm_hidden_size",
+                          "text_hidden_size"})
+
+
+@reader("kimi_k25")
+def _kimi_k25(data: Mapping, where: str) -> VisionSpec:
+    """Kimi_K25VisionPatchEmbed: Conv2d(3, d, p, stride p) with bias and a learned
+    pos_emb.position_embeddings (pos_emb_height × pos_emb_width × d, bicubically resampled
+    to the grid: no matmul); num_hidden_layers Kimi_K25VisionEncoderLayer (LayerNorm
+    norm1/norm2, attn q/k/v_proj and proj with biases, mlp fc1/fc2 with biases, 2D RoPE, full
+    attention per image); final_layernorm; each 2×2 (merge_kernel_size) patches averaged over
+    time (one frame for an image) and handed on as one token of 4·d; Kimi_K25MultimodalProjection:
+    pre_norm LayerNorm(projection_hidden_size, = d), in_proj (4d → 4d), GELU, out_proj
+    (4d → text hidden_size), biased."""
+    vc = _section(data, where)
+    _keys(vc, where, frozenset(_KIMI_ALIASES) | {a for a, _ in _KIMI_ALIASES.values()}
+          | _KIMI_REMOTE | {"patch_size", "merge_kernel_size", "hidden_act"})
+    # transformers' names only, as Kimi_K25VisionConfig reads them (the vt_* keys are the
+    # remote code's: unread, so a small file's vt_hidden_size 32 still builds 1,152 here)
+    got = {key: _get(vc, key, default, where) for key, (_, default) in _KIMI_ALIASES.items()}
+    merge = vc.get("merge_kernel_size", [2, 2])
+    if merge not in ([2, 2], (2, 2)):
+        raise UsageError(f"{where}: vision_config.merge_kernel_size must be [2, 2] (K2.5's)")
+    text = _text_width(data, where)
+    proj = data.get("projection_hidden_size", 1152)
+    if proj != got["hidden_size"]:
+        raise UsageError(f"{where}: projection_hidden_size {short_int(proj)} must equal the "
+                         f"tower's hidden_size {got['hidden_size']} (Kimi_K25MultimodalProjection "
+                         f"normalises the tower's output with it)")
+    return VisionSpec(
+        "kimi_k25", got["num_hidden_layers"], got["hidden_size"], got["num_attention_heads"],
+        got["intermediate_size"], False, vc.get("hidden_act", "gelu_pytorch_tanh"), "layernorm",
+        _get(vc, "patch_size", 14, where), 1, 3, True,
+        got["pos_emb_height"] * got["pos_emb_width"], False, False, True, 2, None, (),
+        "kimi_mlp", True, text, None, None)
+
+
+def short_int(v) -> str:
+    return repr(v)[:20]

@@ -66,6 +66,8 @@ def walk(spec: VisionSpec) -> VisionLedger:
     w = _Walk(spec)
     if spec.family in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl"):
         _qwen(w, spec)
+    elif spec.family == "kimi_k25":
+        _kimi(w, spec)
     else:
         _vit(w, spec)
     return VisionLedger(spec, tuple(w.params), tuple(w.matmuls), tuple(w.projector))
@@ -146,6 +148,35 @@ def _qwen(w: _Walk, s: VisionSpec) -> None:
     w.matmul("merger MLP 0", "merger.mlp.0", ("N_m",), ("d_vm",), ("d_vm",))
     w.matmul("merger MLP 2 (into the language model)", "merger.mlp.2", ("N_m",), ("d_vm",),
              ("d_t",))
+
+
+def _kimi(w: _Walk, s: VisionSpec) -> None:
+    """Kimi_K25VisionModel under model.vision_tower and Kimi_K25MultimodalProjection under
+    model.mm_projector (modeling_kimi_k25.py)."""
+    v = "model.vision_tower"
+    w.param(f"{v}.patch_embed.proj.weight", ("d_v", "k_v"))  # Conv2d(3, d, p, stride p)
+    w.param(f"{v}.patch_embed.proj.bias", ("d_v",))
+    w.param(f"{v}.patch_embed.pos_emb.position_embeddings", ("N_pos", "d_v"))  # (H, W, d)
+    w.matmul("patch embedding (Conv2d as a matmul)", "patch_embed.proj", ("N_p",), ("k_v",),
+             ("d_v",))
+    b = f"{v}.layers.{BLOCK}"
+    w.norm(f"{b}.norm1", "layernorm", "L_v")
+    w.norm(f"{b}.norm2", "layernorm", "L_v")
+    w.linear(f"{b}.attn.proj", "d_v", "d_v", True, "L_v")
+    for x in ("q", "k", "v"):
+        w.linear(f"{b}.attn.{x}_proj", "d_v", "d_v", True, "L_v")
+    w.linear(f"{b}.mlp.fc1", "d_v", "f_v", True, "L_v")
+    w.linear(f"{b}.mlp.fc2", "f_v", "d_v", True, "L_v")
+    _block_matmuls(w, s, "layers.{i}", {"q": "attn.q_proj", "k": "attn.k_proj",
+                                        "v": "attn.v_proj", "core": "attn", "out": "attn.proj"})
+    w.norm(f"{v}.final_layernorm", "layernorm")
+    p = "model.mm_projector"  # pre_norm over d_v, then 2×2 patches as one 4·d_v row
+    w.norm(f"{p}.pre_norm", "layernorm", projector=True)
+    w.linear(f"{p}.in_proj", "d_vm", "d_vm", True, projector=True)
+    w.linear(f"{p}.out_proj", "d_vm", "d_t", True, projector=True)
+    w.matmul("projector in_proj", "mm_projector.in_proj", ("N_m",), ("d_vm",), ("d_vm",))
+    w.matmul("projector out_proj (into the language model)", "mm_projector.out_proj",
+             ("N_m",), ("d_vm",), ("d_t",))
 
 
 def _vit(w: _Walk, s: VisionSpec) -> None:
