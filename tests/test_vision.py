@@ -325,3 +325,71 @@ def test_frontier_kimi_k25_tower(name):
     tower = sum(p.numel() for n, p in _model(data).named_parameters()
                 if n.startswith(("model.vision_tower", "model.mm_projector")))
     assert I.workload(hf.vision, None, None).params == tower == 471_143_920
+
+
+# ---- Llama 4: tiles of 336², a global tile beside several ------------------------------------
+def _llama4():
+    import copy
+    from test_hf_llama4 import MULTIMODAL
+    data = copy.deepcopy(MULTIMODAL)
+    # 4×4 patches a tile; intermediate_size = 4·hidden_size (the pixel shuffle's width);
+    # fc2 is projector_output_dim square, so projector_input_dim equals it
+    data["vision_config"].update({"image_size": 56, "patch_size": 14, "intermediate_size": 64,
+                                  "projector_input_dim": 32, "projector_output_dim": 32})
+    return data
+
+
+def test_llama4_tower_by_name_and_flops():
+    """Llama4ForConditionalGeneration on the CPU: the tower and projector by name; three tiles
+    through get_image_features under FlopCounterMode (the tower and adapter: the projector's
+    linear_1, run in forward, added by hand: 2·tiles·(side/2)²·vision_output_dim·hidden)."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from torch.utils.flop_counter import FlopCounterMode
+    data = _llama4()
+    hf = translate(data, "c", "l4")
+    s = hf.vision
+    cfg = transformers.AutoConfig.for_model(**_kw(data))
+    cfg.vision_config._attn_implementation = "eager"
+    model = transformers.Llama4ForConditionalGeneration(cfg).eval()
+    theirs = {n: p.numel() for n, p in model.named_parameters()}
+    tower = {n: c for n, c in theirs.items() if n.startswith(("vision_model.", "multi_modal_projector."))}
+    sizes = VB.values(s)
+    assert {p.key(i) if p.per_layer else p.name: p.numel(sizes)
+            for p in VB.walk(s).params for i in range(p.count(sizes))} == tower
+    assert analyze(hf.config).param_count == sum(theirs.values()) - sum(tower.values())
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        model.get_image_features(pixel_values=torch.zeros(3, 3, 56, 56))
+    values = VB.values(s, 4, 4)
+    projector = 2 * 3 * 4 * 32 * 32
+    assert 3 * sum(r.flops(values) * r.count(values) for r in VB.walk(s).matmuls) == \
+        counter.get_total_flops() + projector
+
+
+@pytest.mark.parametrize("size, tiles", [
+    ((1024, 1024), (4, 4)),  # 4·336/1024 = 1.3125 ≥ 1 needs 4 a side: 16 tiles, the most
+    ((448, 448), (2, 2)),  # 672/448 = 1.5, the smallest upscale, smallest area 2×2
+    ((336, 336), (1, 1)),  # scale 1: one tile, no global tile
+    ((300, 1000), (1, 3)),  # min(336/300, 1008/1000) = 1.008, the smallest upscale ≥ 1
+])
+def test_llama4_tiles_by_hand(size, tiles):
+    """get_best_fit's canvas for 336-pixel tiles, at most 16 (by hand, the rule as
+    image_processing_llama4.py writes it); tokens 144 per tile and the global one."""
+    assert I.llama4_tiles(*size, 336, 16) == tiles
+    n = tiles[0] * tiles[1]
+    data = _llama4()
+    data["vision_config"].update({"image_size": 336, "hidden_size": 16, "intermediate_size": 64})
+    row = I.image_row(translate(data, "c", "l4").vision, size)
+    assert row.tiles == n + (n > 1) and row.tokens == row.tiles * 144
+
+
+def test_a_tower_transformers_cannot_run_is_counted_not_run(capsys, tmp_path):
+    """test_hf_llama4's multimodal file: intermediate_size 32 ≠ 4·16, so the pixel shuffle's
+    width does not meet the adapter's fc1; transformers builds it (its parameters counted)
+    and cannot run an image through it: --image refused in one line."""
+    from test_hf_llama4 import MULTIMODAL
+    path = str(write_config(tmp_path, MULTIMODAL))
+    code, out, err = run(capsys, "--config", path, "--no-verify", "--format", "json")
+    assert code == 0 and json.loads(out)["parameters"]["vision"] > 0
+    refused_in_one_line(capsys, "--config", path, "--no-verify", "--image", "336x336",
+                        expected="cannot run an image")

@@ -13,6 +13,10 @@ Token rules, by family:
 * Kimi-K2.5 (Kimi_K25ImageProcessor, image_processing_kimi_k25.py): navit_resize, scaled
   down (never up) to at most max_patches 16,384 patches and 512 patches a side, then padded
   to a multiple of patch·merge (28); a token per 2×2 patches.
+* Llama 4 (Llama4ImageProcessor, image_processing_llama4.py): the image fitted to the
+  canvas of image_size tiles (at most max_patches 16) get_best_fit chooses (the smallest
+  upscale, else the least downscale; the smallest area among equals); each tile, and a
+  global one when there are several, runs the tower and adds (side/2)² patch tokens.
 * Gemma 3 (Gemma3ImageProcessor, no pan-and-scan by default): every image resized to
   image_size², (image_size/p)² patches, mm_tokens_per_image tokens.
 * LLaVA (CLIPImageProcessor): resized and cropped to image_size², (image_size/p)² patches
@@ -78,6 +82,22 @@ def navit_resize(height: int, width: int, patch: int, merge: int, max_patches: i
     return (factor - new_h % factor) % factor + new_h, (factor - new_w % factor) % factor + new_w
 
 
+def llama4_tiles(height: int, width: int, tile: int, max_tiles: int) -> tuple[int, int]:
+    """Llama4ImageProcessor's canvas, in tiles (rows, columns): find_supported_resolutions
+    (every rows × columns with rows·columns ≤ max_tiles) and get_best_fit (scale = the
+    smaller of canvas/image per side; the smallest scale ≥ 1, else the largest below 1;
+    among equal scales the smallest area), in exact fractions where the processor compares
+    float32 ratios (equal for these integer sizes)."""
+    from fractions import Fraction
+    shapes = [(r, c) for r in range(1, max_tiles + 1) for c in range(1, max_tiles + 1)
+              if r * c <= max_tiles]
+    scale = {rc: min(Fraction(rc[0] * tile, height), Fraction(rc[1] * tile, width))
+             for rc in shapes}
+    up = [x for x in scale.values() if x >= 1]
+    chosen = min(up) if up else max(scale.values())
+    return min((rc for rc in shapes if scale[rc] == chosen), key=lambda rc: rc[0] * rc[1])
+
+
 @dataclass(frozen=True)
 class ImageRow:
     """One image: as given, as resized, its patch grid, the tokens it adds to the language
@@ -87,10 +107,11 @@ class ImageRow:
     grid: tuple[int, int]  # patches a side (height, width)
     tokens: int
     flops_by_op: tuple[tuple[str, int], ...]
+    tiles: int = 1  # the tower's runs for this image (Llama 4's tiles and global tile)
 
     @property
     def patches(self) -> int:
-        return self.grid[0] * self.grid[1]
+        return self.tiles * self.grid[0] * self.grid[1]
 
     @property
     def flops(self) -> int:
@@ -123,6 +144,17 @@ def image_row(spec: VisionSpec, size: tuple[int, int], pixels: tuple[int, int] |
         rh, rw = smart_resize(h, w, s.patch * s.merge, lo, hi)
         gh, gw = rh // s.patch, rw // s.patch
         tokens = gh * gw // s.merge ** 2
+    elif s.family == "llama4":  # tiles of image_size², and a global tile when several
+        rows, cols = llama4_tiles(h, w, s.image_size, s.max_tiles)
+        tiles = rows * cols + (1 if rows * cols > 1 else 0)
+        rh, rw = rows * s.image_size, cols * s.image_size
+        side = s.image_size // s.patch
+        values = VB.values(s, side, side)
+        ops = {}
+        for r in VB.walk(s).matmuls:
+            ops[r.name] = ops.get(r.name, 0) + tiles * r.flops(values) * r.count(values)
+        return ImageRow((h, w), (rh, rw), (side, side), tiles * s.tokens_per_image,
+                        tuple(ops.items()), tiles)
     elif s.family == "kimi_k25":
         rh, rw = navit_resize(h, w, s.patch, s.merge, KIMI_MAX_PATCHES, KIMI_MAX_SIDE)
         gh, gw = rh // s.patch, rw // s.patch
@@ -160,6 +192,9 @@ def workload(spec: VisionSpec, sizes: list[str] | None, count: int | None,
     if pixels is not None and spec.pixels is None:
         raise UsageError("--min-pixels and --max-pixels set Qwen's image processor; "
                          f"{spec.family} resizes every image to {spec.image_size}²")
+    if given and spec.runnable() is not None:
+        raise UsageError(f"--image: transformers cannot run an image through this tower: "
+                         f"{spec.runnable()}; its parameters are counted without --image")
     ledger = VB.walk(spec)
     sizes_only = VB.values(spec)
     projector = sum(p.numel(sizes_only) * p.count(sizes_only) for p in ledger.params

@@ -16,6 +16,7 @@ FAMILY = {"qwen2_vl": "Qwen2-VL ViT (2D RoPE) and patch merger",
           "qwen2_5_vl": "Qwen2.5-VL ViT (2D RoPE, window attention) and patch merger",
           "qwen3_vl": "Qwen3-VL ViT (learned and 2D RoPE positions) and patch mergers",
           "kimi_k25": "MoonViT (Kimi-K2.5) and its 2×2 patch-merging projector",
+          "llama4": "Llama 4's ViT (tiles of 336², pixel shuffle) and projector",
           "gemma3": "SigLIP ViT and Gemma 3's multimodal projector (average pool)",
           "llava": "CLIP ViT and LLaVA's MLP projector"}
 
@@ -55,7 +56,9 @@ def tables(vw: VisionWorkload | None) -> list[Table]:
     rows = tuple((f"{i.size[0]}×{i.size[1]}", f"{i.resized[0]}×{i.resized[1]}",
                   f"{i.grid[0]}×{i.grid[1]}", grouped(i.patches), grouped(i.tokens),
                   grouped(i.flops)) for i in _distinct(vw))
-    how = ("resized by navit_resize (at most 16,384 patches, 512 a side; padded to 28) as "
+    how = ("tiled by Llama4ImageProcessor's get_best_fit (at most 16 tiles, a global one "
+           "beside several)" if s.family == "llama4" else
+           "resized by navit_resize (at most 16,384 patches, 512 a side; padded to 28) as "
            "Kimi_K25ImageProcessor" if s.family == "kimi_k25" else
            f"resized by smart_resize (min_pixels {grouped(vw.pixels[0])}, max_pixels "
            f"{grouped(vw.pixels[1])}: the family's published preprocessor_config.json unless "

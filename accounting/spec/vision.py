@@ -24,7 +24,7 @@ class VisionSpec:
     patches (bidirectional), Qwen2.5-VL's window blocks over windows of `window` merged
     units a side. Projector: Qwen's patch merger (s×s patches concatenated, LN, two
     linears), LLaVA's two-linear MLP, Gemma 3's average pool, RMSNorm and one matrix."""
-    family: str  # the reader's name: qwen2_vl, qwen2_5_vl, qwen3_vl, kimi_k25, gemma3, llava
+    family: str  # the reader's name: qwen2_vl, qwen2_5_vl, qwen3_vl, kimi_k25, llama4, gemma3, llava
     depth: int
     width: int
     heads: int
@@ -53,10 +53,27 @@ class VisionSpec:
     # Qwen's image processor bounds (min_pixels, max_pixels) as the family's published
     # checkpoints' preprocessor_config.json set them; None: a fixed-resolution tower
     pixels: tuple[int, int] | None = None
+    # Llama 4's pixel-shuffle adapter: fc1 (d/r² → adapter_in), fc2 (adapter_in →
+    # adapter_out), then multi_modal_projector.linear_1 (vision_output_dim → text)
+    adapter_in: int = 0
+    adapter_out: int = 0
+    vision_out: int = 0
+    max_tiles: int = 0  # Llama 4's image processor: max_patches tiles of image_size²
 
     @property
     def head_dim(self) -> int:
         return self.width // self.heads
+
+    def runnable(self) -> str | None:
+        """Why transformers' forward cannot run an image through this tower (None: it can);
+        its parameters are counted either way, as transformers builds them."""
+        if self.family == "llama4" and (
+                self.width * 4 != self.mlp_width or self.adapter_in != self.adapter_out
+                or self.adapter_out != self.vision_out or (self.image_size // self.patch) % 2):
+            return ("Llama 4's pixel shuffle needs intermediate_size = 4·hidden_size, "
+                    "projector_input_dim = projector_output_dim = vision_output_dim and an "
+                    "even patch grid (Llama4VisionPixelShuffleMLP, Llama4MultiModalProjector)")
+        return None
 
     @property
     def window_blocks(self) -> tuple[int, ...]:
@@ -356,3 +373,44 @@ def _kimi_k25(data: Mapping, where: str) -> VisionSpec:
 
 def short_int(v) -> str:
     return repr(v)[:20]
+
+
+# ---- Llama 4 (modeling_llama4.py: Llama4VisionModel, Llama4MultiModalProjector) ---------------
+@reader("llama4")
+def _llama4(data: Mapping, where: str) -> VisionSpec:
+    """Llama4UnfoldConvolution: unfold to C·p² pixels a patch, linear (no bias) to d;
+    class_embedding (d), positional_embedding_vlm ((image_size/p)² + 1 rows), layernorm_pre;
+    num_hidden_layers Llama4VisionEncoderLayer (LayerNorm input_layernorm and
+    post_attention_layernorm, q/k/v/o_proj with biases, fc1/fc2 with biases, GELU, 2D RoPE),
+    layernorm_post; the class token dropped, pixel_shuffle (ratio r: (side·r)² tokens of
+    d/r²), vision_adapter.mlp fc1 (d/r² → projector_input_dim), fc2 (→ projector_output_dim),
+    no biases; multi_modal_projector.linear_1 (vision_output_dim → text hidden_size, no
+    bias). Llama4VisionConfig's defaults; every tile of image_size² runs the tower once."""
+    vc = _section(data, where)
+    _keys(vc, where, frozenset({"hidden_size", "hidden_act", "num_hidden_layers",
+                                "num_attention_heads", "num_channels", "intermediate_size",
+                                "vision_output_dim", "image_size", "patch_size", "norm_eps",
+                                "vision_feature_select_strategy", "vision_feature_layer",
+                                "pixel_shuffle_ratio", "projector_input_dim",
+                                "projector_output_dim", "multi_modal_projector_bias",
+                                "projector_dropout"}))
+    if vc.get("vision_feature_select_strategy", "default") != "default" or vc.get(
+            "multi_modal_projector_bias", False):
+        raise UsageError(f"{where}: vision_config's vision_feature_select_strategy default and "
+                         f"multi_modal_projector_bias false are what Llama 4's modules build")
+    ratio = vc.get("pixel_shuffle_ratio", 0.5)
+    if ratio != 0.5:
+        raise UsageError(f"{where}: vision_config.pixel_shuffle_ratio must be 0.5 (Llama 4's)")
+    width = _get(vc, "hidden_size", 768, where)
+    size, patch = _get(vc, "image_size", 448, where), _get(vc, "patch_size", 14, where)
+    inner, a_in = _get(vc, "intermediate_size", 5632, where), _get(vc, "projector_input_dim",
+                                                                   4096, where)
+    a_out, v_out = (_get(vc, "projector_output_dim", 4096, where),
+                    _get(vc, "vision_output_dim", 7680, where))
+    side = size // patch
+    return VisionSpec(
+        "llama4", _get(vc, "num_hidden_layers", 34, where), width,
+        _get(vc, "num_attention_heads", 16, where), inner, False, vc.get("hidden_act", "gelu"),
+        "layernorm", patch, 1, _get(vc, "num_channels", 3, where), False, side * side + 1, True,
+        True, True, 1, None, (), "llama4", False, _text_width(data, where), size,
+        (side // 2) ** 2, adapter_in=a_in, adapter_out=a_out, vision_out=v_out, max_tiles=16)

@@ -68,6 +68,8 @@ def walk(spec: VisionSpec) -> VisionLedger:
         _qwen(w, spec)
     elif spec.family == "kimi_k25":
         _kimi(w, spec)
+    elif spec.family == "llama4":
+        _llama4(w, spec)
     else:
         _vit(w, spec)
     return VisionLedger(spec, tuple(w.params), tuple(w.matmuls), tuple(w.projector))
@@ -179,6 +181,39 @@ def _kimi(w: _Walk, s: VisionSpec) -> None:
              ("N_m",), ("d_vm",), ("d_t",))
 
 
+def _llama4(w: _Walk, s: VisionSpec) -> None:
+    """Llama4VisionModel under vision_model and Llama4MultiModalProjector under
+    multi_modal_projector (Llama4ForConditionalGeneration holds them at its top,
+    modeling_llama4.py); one tile's records."""
+    v = "vision_model"
+    w.param(f"{v}.class_embedding", ("d_v",))
+    w.param(f"{v}.positional_embedding_vlm", ("N_pos", "d_v"))
+    w.param(f"{v}.patch_embedding.linear.weight", ("d_v", "k_v"))  # unfold, then no-bias linear
+    w.matmul("patch embedding (unfold and linear)", "patch_embedding.linear", ("N_p",),
+             ("k_v",), ("d_v",))
+    w.norm(f"{v}.layernorm_pre", "layernorm")
+    w.norm(f"{v}.layernorm_post", "layernorm")
+    b = f"{v}.model.layers.{BLOCK}"
+    for x in ("q", "k", "v", "o"):
+        w.linear(f"{b}.self_attn.{x}_proj", "d_v", "d_v", True, "L_v")
+    w.linear(f"{b}.mlp.fc1", "d_v", "f_v", True, "L_v")
+    w.linear(f"{b}.mlp.fc2", "f_v", "d_v", True, "L_v")
+    w.norm(f"{b}.input_layernorm", "layernorm", "L_v")
+    w.norm(f"{b}.post_attention_layernorm", "layernorm", "L_v")
+    _block_matmuls(w, s, "model.layers.{i}", {"q": "self_attn.q_proj", "k": "self_attn.k_proj",
+                                              "v": "self_attn.v_proj", "core": "self_attn",
+                                              "out": "self_attn.o_proj"})
+    # vision_adapter (Llama4VisionPixelShuffleMLP): N_o = (side/2)² rows of 4·d_v = f_v
+    w.linear(f"{v}.vision_adapter.mlp.fc1", "f_v", "a_in", False, projector=True)
+    w.linear(f"{v}.vision_adapter.mlp.fc2", "a_in", "a_out", False, projector=True)
+    w.linear("multi_modal_projector.linear_1", "v_out", "d_t", False, projector=True)
+    w.matmul("adapter fc1 (after the pixel shuffle)", "vision_adapter.mlp.fc1", ("N_o",),
+             ("f_v",), ("a_in",))
+    w.matmul("adapter fc2", "vision_adapter.mlp.fc2", ("N_o",), ("a_in",), ("a_out",))
+    w.matmul("projector linear_1 (into the language model)", "multi_modal_projector.linear_1",
+             ("N_o",), ("v_out",), ("d_t",))
+
+
 def _vit(w: _Walk, s: VisionSpec) -> None:
     """SigLIP (Gemma 3) and CLIP (LLaVA) under model.vision_tower, and their
     projectors under model.multi_modal_projector."""
@@ -238,8 +273,9 @@ def values(spec: VisionSpec, patches_h: int = 0, patches_w: int = 0) -> dict[str
         out["L_vw"] = len(s.window_blocks)
         out["L_vf"] = s.depth - out["L_vw"]
         out["S_w"] = window_pairs(s, patches_h, patches_w)
-    if s.projector == "gemma3":
+    if s.projector in ("gemma3", "llama4"):
         out["N_o"] = s.tokens_per_image if n_p else 0
+        out.update({"a_in": s.adapter_in, "a_out": s.adapter_out, "v_out": s.vision_out})
     elif s.projector == "llava_mlp":
         out["N_o"] = n if s.keep_class_token else n_p
     return out
