@@ -393,3 +393,60 @@ def test_a_tower_transformers_cannot_run_is_counted_not_run(capsys, tmp_path):
     assert code == 0 and json.loads(out)["parameters"]["vision"] > 0
     refused_in_one_line(capsys, "--config", path, "--no-verify", "--image", "336x336",
                         expected="cannot run an image")
+
+
+# ---- Gemma 4: every image padded to its soft-token budget ---------------------------------
+def _gemma4():
+    from test_hf_gemma4 import DATA
+    text = {k: v for k, v in DATA.items() if k not in ("architectures", "torch_dtype")}
+    return {"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4",
+            "text_config": {**text, "model_type": "gemma4_text"}, "audio_config": None,
+            "image_token_id": 258880, "tie_word_embeddings": True, "torch_dtype": "float32",
+            "vision_soft_tokens_per_image": 4,
+            "vision_config": {"model_type": "gemma4_vision", "hidden_size": 32,
+                              "intermediate_size": 48, "num_hidden_layers": 2,
+                              "num_attention_heads": 4, "num_key_value_heads": 2,
+                              "head_dim": 16, "patch_size": 16, "pooling_kernel_size": 3,
+                              "position_embedding_size": 64}}
+
+
+def test_gemma4_tower_by_name_and_flops():
+    """Gemma4ForConditionalGeneration on the CPU: the tower and embedder by name; one image
+    of 3×6 patches padded to the budget of 4 soft tokens (36 patches) through
+    get_image_features under FlopCounterMode: the padded encoder, the pooler's one-hot
+    matmul, the embedder on the image's 2 soft tokens."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from torch.utils.flop_counter import FlopCounterMode
+    data = _gemma4()
+    s = translate(data, "c", "g4").vision
+    cfg = transformers.AutoConfig.for_model(**_kw(data))
+    cfg.vision_config._attn_implementation = "eager"
+    model = transformers.Gemma4ForConditionalGeneration(cfg).eval()
+    theirs = {n: p.numel() for n, p in model.named_parameters()
+              if n.startswith(("model.vision_tower", "model.embed_vision"))}
+    sizes = VB.values(s)
+    assert {p.key(i) if p.per_layer else p.name: p.numel(sizes)
+            for p in VB.walk(s).params for i in range(p.count(sizes))} == theirs
+    gh, gw = 3, 6
+    real = [[x, y] for y in range(gh) for x in range(gw)]
+    positions = torch.tensor([real + [[-1, -1]] * (36 - len(real))])
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        out = model.model.get_image_features(pixel_values=torch.zeros(1, 36, 768),
+                                             image_position_ids=positions)
+    values = VB.values(s, gh, gw)
+    assert sum(r.flops(values) * r.count(values) for r in VB.walk(s).matmuls) == \
+        counter.get_total_flops()
+    assert out.pooler_output[0].shape[0] == 2
+
+
+@pytest.mark.parametrize("size", [(1024, 1024), (448, 448), (300, 1000), (40, 2000)])
+def test_gemma4_tokens_equal_the_processor(size):
+    """num_soft_tokens_per_image of transformers' Gemma4ImageProcessorPil (the CPU) with the
+    published budget of 280 soft tokens."""
+    transformers = pytest.importorskip("transformers")
+    data = {**_gemma4(), "vision_soft_tokens_per_image": 280}
+    s = translate(data, "c", "g4").vision
+    out = transformers.Gemma4ImageProcessorPil()(
+        images=[np.zeros((*size, 3), dtype=np.uint8)], return_tensors="np")
+    assert I.image_row(s, size).tokens == int(out["num_soft_tokens_per_image"][0])

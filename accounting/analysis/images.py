@@ -17,6 +17,9 @@ Token rules, by family:
   canvas of image_size tiles (at most max_patches 16) get_best_fit chooses (the smallest
   upscale, else the least downscale; the smallest area among equals); each tile, and a
   global one when there are several, runs the tower and adds (side/2)² patch tokens.
+* Gemma 4 (Gemma4ImageProcessor, image_processing_gemma4.py): get_aspect_ratio_preserving_size,
+  the largest size within max_soft_tokens·k² patches of p pixels whose sides are multiples
+  of k·p; (H/kp)·(W/kp) soft tokens; the tower runs the padded max_soft_tokens·k² patches.
 * Gemma 3 (Gemma3ImageProcessor, no pan-and-scan by default): every image resized to
   image_size², (image_size/p)² patches, mm_tokens_per_image tokens.
 * LLaVA (CLIPImageProcessor): resized and cropped to image_size², (image_size/p)² patches
@@ -98,6 +101,26 @@ def llama4_tiles(height: int, width: int, tile: int, max_tiles: int) -> tuple[in
     return min((rc for rc in shapes if scale[rc] == chosen), key=lambda rc: rc[0] * rc[1])
 
 
+def gemma4_size(height: int, width: int, patch: int, max_patches: int, k: int
+                ) -> tuple[int, int]:
+    """transformers' get_aspect_ratio_preserving_size (image_processing_gemma4.py), as
+    written there."""
+    total_px = height * width
+    target_px = max_patches * (patch ** 2)
+    factor = math.sqrt(target_px / total_px)
+    side = k * patch
+    th = int(math.floor(factor * height / side)) * side
+    tw = int(math.floor(factor * width / side)) * side
+    if th == 0 and tw == 0:
+        raise UsageError(f"--image {height}x{width}: Gemma 4's processor cannot size it")
+    longest = (max_patches // k ** 2) * side
+    if th == 0:
+        th, tw = side, min(int(math.floor(width / height)) * side, longest)
+    elif tw == 0:
+        tw, th = side, min(int(math.floor(height / width)) * side, longest)
+    return th, tw
+
+
 @dataclass(frozen=True)
 class ImageRow:
     """One image: as given, as resized, its patch grid, the tokens it adds to the language
@@ -155,6 +178,10 @@ def image_row(spec: VisionSpec, size: tuple[int, int], pixels: tuple[int, int] |
             ops[r.name] = ops.get(r.name, 0) + tiles * r.flops(values) * r.count(values)
         return ImageRow((h, w), (rh, rw), (side, side), tiles * s.tokens_per_image,
                         tuple(ops.items()), tiles)
+    elif s.family == "gemma4":
+        rh, rw = gemma4_size(h, w, s.patch, s.tokens_per_image * s.pool ** 2, s.pool)
+        gh, gw = rh // s.patch, rw // s.patch
+        tokens = gh * gw // s.pool ** 2
     elif s.family == "kimi_k25":
         rh, rw = navit_resize(h, w, s.patch, s.merge, KIMI_MAX_PATCHES, KIMI_MAX_SIDE)
         gh, gw = rh // s.patch, rw // s.patch

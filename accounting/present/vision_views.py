@@ -17,6 +17,7 @@ FAMILY = {"qwen2_vl": "Qwen2-VL ViT (2D RoPE) and patch merger",
           "qwen3_vl": "Qwen3-VL ViT (learned and 2D RoPE positions) and patch mergers",
           "kimi_k25": "MoonViT (Kimi-K2.5) and its 2×2 patch-merging projector",
           "llama4": "Llama 4's ViT (tiles of 336², pixel shuffle) and projector",
+          "gemma4": "Gemma 4's ViT (2D RoPE, padded to its soft-token budget) and embedder",
           "gemma3": "SigLIP ViT and Gemma 3's multimodal projector (average pool)",
           "llava": "CLIP ViT and LLaVA's MLP projector"}
 
@@ -56,7 +57,8 @@ def tables(vw: VisionWorkload | None) -> list[Table]:
     rows = tuple((f"{i.size[0]}×{i.size[1]}", f"{i.resized[0]}×{i.resized[1]}",
                   f"{i.grid[0]}×{i.grid[1]}", grouped(i.patches), grouped(i.tokens),
                   grouped(i.flops)) for i in _distinct(vw))
-    how = ("tiled by Llama4ImageProcessor's get_best_fit (at most 16 tiles, a global one "
+    how = ("resized by Gemma4ImageProcessor within its soft-token budget" if s.family ==
+           "gemma4" else "tiled by Llama4ImageProcessor's get_best_fit (at most 16 tiles, a global one "
            "beside several)" if s.family == "llama4" else
            "resized by navit_resize (at most 16,384 patches, 512 a side; padded to 28) as "
            "Kimi_K25ImageProcessor" if s.family == "kimi_k25" else

@@ -24,7 +24,7 @@ class VisionSpec:
     patches (bidirectional), Qwen2.5-VL's window blocks over windows of `window` merged
     units a side. Projector: Qwen's patch merger (s×s patches concatenated, LN, two
     linears), LLaVA's two-linear MLP, Gemma 3's average pool, RMSNorm and one matrix."""
-    family: str  # the reader's name: qwen2_vl, qwen2_5_vl, qwen3_vl, kimi_k25, llama4, gemma3, llava
+    family: str  # qwen2_vl, qwen2_5_vl, qwen3_vl, kimi_k25, llama4, gemma3, gemma4, llava
     depth: int
     width: int
     heads: int
@@ -59,10 +59,13 @@ class VisionSpec:
     adapter_out: int = 0
     vision_out: int = 0
     max_tiles: int = 0  # Llama 4's image processor: max_patches tiles of image_size²
+    pool: int = 1  # Gemma 4's pooling_kernel_size (k × k patches a soft token)
+    kv_heads: int = 0  # Gemma 4: K/V heads and the head dim, when given (0: heads, width/heads)
+    attn_head_dim: int = 0
 
     @property
     def head_dim(self) -> int:
-        return self.width // self.heads
+        return self.attn_head_dim or self.width // self.heads
 
     def runnable(self) -> str | None:
         """Why transformers' forward cannot run an image through this tower (None: it can);
@@ -414,3 +417,44 @@ def _llama4(data: Mapping, where: str) -> VisionSpec:
         "layernorm", patch, 1, _get(vc, "num_channels", 3, where), False, side * side + 1, True,
         True, True, 1, None, (), "llama4", False, _text_width(data, where), size,
         (side // 2) ** 2, adapter_in=a_in, adapter_out=a_out, vision_out=v_out, max_tiles=16)
+
+
+# ---- Gemma 4 (modeling_gemma4.py: Gemma4VisionModel, Gemma4MultimodalEmbedder) ---------------
+_GEMMA4_FREE = frozenset({"id2label", "label2id", "chunk_size_feed_forward", "is_encoder_decoder",
+                          "problem_type", "default_output_length", "standardize",
+                          "max_position_embeddings", "rms_norm_eps", "global_head_dim"})
+
+
+@reader("gemma4")
+def _gemma4(data: Mapping, where: str) -> VisionSpec:
+    """Gemma4VisionPatchEmbedder: input_proj (3·p² → d, no bias) and a learned
+    position_embedding_table (2 × position_embedding_size × d: an x and a y row, looked up);
+    num_hidden_layers Gemma4VisionEncoderLayer: four RMSNorms (input, post-attention,
+    pre- and post-feedforward), q/k/v/o_proj (Gemma4ClippableLinear, no bias), q_norm and
+    k_norm (head_dim), a weightless v_norm, 2D RoPE, a gated MLP gate/up/down_proj; every image
+    padded to max_soft_tokens·k² patches (the processor's), the pooler's one-hot average
+    (k×k patches a soft token, a matmul), standardize buffers (no parameters);
+    Gemma4MultimodalEmbedder: a weightless RMSNorm and embedding_projection (d → text, no
+    bias)."""
+    vc = _section(data, where)
+    _keys(vc, where, frozenset({"hidden_size", "intermediate_size", "num_hidden_layers",
+                                "num_attention_heads", "num_key_value_heads", "head_dim",
+                                "hidden_activation", "attention_bias", "pooling_kernel_size",
+                                "patch_size", "position_embedding_size", "use_clipped_linears"})
+          | _GEMMA4_FREE)
+    width, heads = _get(vc, "hidden_size", 768, where), _get(vc, "num_attention_heads", 12, where)
+    kv, head = _get(vc, "num_key_value_heads", 12, where), _get(vc, "head_dim", 64, where)
+    if vc.get("attention_bias") or heads % kv:
+        raise UsageError(f"{where}: the tool reads Gemma 4 towers whose attention has no bias "
+                         f"and whose query heads are a multiple of the K/V heads")
+    tokens = _int(data.get("vision_soft_tokens_per_image", 280), "vision_soft_tokens_per_image",
+                  where)
+    k = _get(vc, "pooling_kernel_size", 3, where)
+    return VisionSpec(
+        "gemma4", _get(vc, "num_hidden_layers", 16, where), width, heads,
+        _get(vc, "intermediate_size", 3072, where), True,
+        vc.get("hidden_activation", "gelu_pytorch_tanh"), "rmsnorm",
+        _get(vc, "patch_size", 16, where), 1, 3, False,
+        2 * _get(vc, "position_embedding_size", 10240, where), False, False, False, 1, None, (),
+        "gemma4", False, _text_width(data, where), None, tokens, pool=k, kv_heads=kv,
+        attn_head_dim=head)

@@ -70,6 +70,8 @@ def walk(spec: VisionSpec) -> VisionLedger:
         _kimi(w, spec)
     elif spec.family == "llama4":
         _llama4(w, spec)
+    elif spec.family == "gemma4":
+        _gemma4(w, spec)
     else:
         _vit(w, spec)
     return VisionLedger(spec, tuple(w.params), tuple(w.matmuls), tuple(w.projector))
@@ -181,6 +183,45 @@ def _kimi(w: _Walk, s: VisionSpec) -> None:
              ("N_m",), ("d_vm",), ("d_t",))
 
 
+def _gemma4(w: _Walk, s: VisionSpec) -> None:
+    """Gemma4VisionModel under model.vision_tower and Gemma4MultimodalEmbedder under
+    model.embed_vision (modeling_gemma4.py). Symbols: N = N_p the padded patches the tower
+    runs (max_soft_tokens·k²), N_o the pooler's output rows (max_soft_tokens), N_t the
+    image's own soft tokens (what the embedder maps)."""
+    v = "model.vision_tower"
+    w.param(f"{v}.patch_embedder.position_embedding_table", ("N_pos", "d_v"))  # (2, P, d)
+    w.param(f"{v}.patch_embedder.input_proj.weight", ("d_v", "k_v"))
+    w.matmul("patch embedding (input_proj)", "patch_embedder.input_proj", ("N_p",), ("k_v",),
+             ("d_v",))
+    b = f"{v}.encoder.layers.{BLOCK}"
+    # Gemma4ClippableLinear: q (d → h·d_h), k and v (d → h_kv·d_h), o (h·d_h → d)
+    w.param(f"{b}.self_attn.q_proj.linear.weight", ("d_a", "d_v"), "L_v")
+    w.param(f"{b}.self_attn.k_proj.linear.weight", ("d_kv", "d_v"), "L_v")
+    w.param(f"{b}.self_attn.v_proj.linear.weight", ("d_kv", "d_v"), "L_v")
+    w.param(f"{b}.self_attn.o_proj.linear.weight", ("d_v", "d_a"), "L_v")
+    w.param(f"{b}.self_attn.q_norm.weight", ("d_hv",), "L_v")
+    w.param(f"{b}.self_attn.k_norm.weight", ("d_hv",), "L_v")
+    for x, shape in (("gate", ("f_v", "d_v")), ("up", ("f_v", "d_v")), ("down", ("d_v", "f_v"))):
+        w.param(f"{b}.mlp.{x}_proj.linear.weight", shape, "L_v")
+    for n in ("input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
+              "post_feedforward_layernorm"):
+        w.norm(f"{b}.{n}", "rmsnorm", "L_v")
+    layer = "encoder.layers.{i}"
+    w.matmul("Q", f"{layer}.self_attn.q_proj", ("N",), ("d_v",), ("d_a",), "L_v")
+    for x in ("K", "V"):
+        w.matmul(x, f"{layer}.self_attn.{x.lower()}_proj", ("N",), ("d_v",), ("d_kv",), "L_v")
+    for x in ("QKᵀ", "scores·V"):  # every query head (repeat_kv), over the padded patches
+        w.matmul(x, f"{layer}.self_attn", ("S_f",), ("d_hv",), ("1",), "L_v", ("h_v",))
+    w.matmul("attention output", f"{layer}.self_attn.o_proj", ("N",), ("d_a",), ("d_v",), "L_v")
+    for x in ("gate", "up"):
+        w.matmul(f"MLP {x}", f"{layer}.mlp.{x}_proj", ("N",), ("d_v",), ("f_v",), "L_v")
+    w.matmul("MLP down", f"{layer}.mlp.down_proj", ("N",), ("f_v",), ("d_v",), "L_v")
+    w.matmul("pooler (one-hot average of k×k patches)", "pooler", ("N_o",), ("N",), ("d_v",))
+    w.linear("model.embed_vision.embedding_projection", "d_v", "d_t", False, projector=True)
+    w.matmul("embedding_projection (into the language model)", "embed_vision", ("N_t",),
+             ("d_v",), ("d_t",))
+
+
 def _llama4(w: _Walk, s: VisionSpec) -> None:
     """Llama4VisionModel under vision_model and Llama4MultiModalProjector under
     multi_modal_projector (Llama4ForConditionalGeneration holds them at its top,
@@ -263,6 +304,8 @@ def values(spec: VisionSpec, patches_h: int = 0, patches_w: int = 0) -> dict[str
     enough for the parameters)."""
     s = spec
     n_p = patches_h * patches_w
+    if s.family == "gemma4":  # every image padded to max_soft_tokens·k² patches
+        real, n_p = n_p // (s.pool * s.pool), (s.tokens_per_image * s.pool ** 2 if n_p else 0)
     n = n_p + (1 if s.class_token else 0)
     out = {"d_v": s.width, "3d_v": 3 * s.width, "f_v": s.mlp_width, "h_v": s.heads,
            "d_hv": s.head_dim, "k_v": s.channels * s.temporal_patch * s.patch * s.patch,
@@ -273,6 +316,9 @@ def values(spec: VisionSpec, patches_h: int = 0, patches_w: int = 0) -> dict[str
         out["L_vw"] = len(s.window_blocks)
         out["L_vf"] = s.depth - out["L_vw"]
         out["S_w"] = window_pairs(s, patches_h, patches_w)
+    if s.family == "gemma4":
+        out.update({"N_o": s.tokens_per_image if n_p else 0, "N_t": real,
+                    "d_a": s.heads * s.head_dim, "d_kv": (s.kv_heads or s.heads) * s.head_dim})
     if s.projector in ("gemma3", "llama4"):
         out["N_o"] = s.tokens_per_image if n_p else 0
         out.update({"a_in": s.adapter_in, "a_out": s.adapter_out, "v_out": s.vision_out})
