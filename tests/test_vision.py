@@ -134,6 +134,7 @@ def test_the_contract_on_a_config_json(tmp_path, capsys):
     assert d["parameters"]["total"] == sum(theirs.values())
     assert d["parameters"]["vision"] == sum(c for n, c in theirs.items() if n.startswith(TOWER))
     assert d["parameters"]["language"] + d["parameters"]["vision"] == d["parameters"]["total"]
+    assert d["parameters"]["memory_bytes"]["bf16"] == 2 * d["parameters"]["total"]
     code, out, err = run(capsys, "--config", path, "--format", "json", "--no-verify", "--image",
                          "1024x1024")
     assert code == 0, err

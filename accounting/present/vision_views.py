@@ -8,7 +8,7 @@ from fractions import Fraction
 from accounting.analysis.images import VisionWorkload
 from accounting.ledger.builder.vision import VISION
 from accounting.present.table import Table
-from accounting.units import grouped, si
+from accounting.units import gigabytes, grouped, si
 
 LABEL = 14  # summary.py's label width
 
@@ -30,8 +30,7 @@ def answer_lines(vw: VisionWorkload, language: int, seq: int) -> list[str]:
     lines = [_line("vision tower", f"counted: {grouped(vw.params)} parameters "
                                    f"({FAMILY[vw.spec.family]}; projector "
                                    f"{grouped(vw.projector_params)}); whole model "
-                                   f"{grouped(language + vw.params)}, the language model "
-                                   f"{grouped(language)}")]
+                                   f"{grouped(language + vw.params)}")]
     if vw.images:
         n = len(vw.images)
         lines.append(_line("images", f"{grouped(n)} image{'' if n == 1 else 's'}: "
@@ -46,7 +45,16 @@ def with_vision(answer: Table, vw: VisionWorkload | None, language: int, seq: in
     if vw is None:
         return answer
     notes = list(answer.notes)
-    at = next((i + 1 for i, x in enumerate(notes) if x.startswith("parameters:")), len(notes))
+    found = [i for i, x in enumerate(notes) if x.startswith("parameters:")]
+    at = found[0] + 1 if found else len(notes)
+    if found:
+        notes[found[0]] += " in the language model"
+    for i, x in enumerate(notes):  # the load memory of the whole model
+        if x.startswith("load memory:"):
+            total = language + vw.params
+            notes[i] = _line("load memory", f"{gigabytes(4 * total)} in fp32, "
+                                            f"{gigabytes(2 * total)} in bf16, the whole model "
+                                            f"(GB = 10^9 bytes)")
     return replace(answer, notes=tuple(notes[:at] + answer_lines(vw, language, seq) + notes[at:]))
 
 
@@ -101,6 +109,9 @@ def add_to_dict(d: dict, vw: VisionWorkload | None) -> dict:
     language = p["total"]
     p.update({"total": language + vw.params, "language": language, "vision": vw.params,
               "vision_projector": vw.projector_params})
+    # the whole model's bytes, as the total's (the language model's were params × bytes)
+    p["memory_bytes"] = {k: v // language * p["total"] if language else v
+                         for k, v in p["memory_bytes"].items()}
     d["workload"]["image_tokens"] = vw.image_tokens
     d["workload"]["images"] = len(vw.images)
     d["vision"] = {
