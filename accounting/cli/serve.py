@@ -153,18 +153,13 @@ def _quantization(ns) -> tuple[object, object]:
 
 def _tower_note(ns) -> tuple[str, ...]:
     """A vision-language config.json's tower (accounting/spec/vision.py): said on the first
-    screen, since these weights and this pool are the language model's alone."""
+    screen, since these weights and this pool are the language model's alone (vLLM also
+    profiles the largest image input before sizing its pool)."""
     from accounting.cli.args import hf_source_from_args
-    hf = hf_source_from_args(ns)
-    if getattr(hf, "vision", None) is None:
-        return ()
-    from accounting.analysis.images import workload
-    n = workload(hf.vision, None, None).params
-    return (f"vision tower NOT counted here: {n:,} parameters ({n * 2 / 10**9:.2f} GB in "
-            f"bf16) are loaded beside the language model, and vLLM profiles its largest "
-            f"image input before sizing the KV pool: the pool is smaller by their weights "
-            f"and that run's activations (the tower's count: python -m accounting --config "
-            f"FILE --image HxW)",)
+    from accounting.present.vision_views import uncounted
+    line = uncounted(hf_source_from_args(ns), "these weights or this KV pool (vLLM loads it "
+                                              "and profiles its largest image input first)")
+    return () if line is None else (line,)
 
 
 def main(argv: list[str]) -> int:

@@ -144,3 +144,16 @@ def add_to_dict(d: dict, vw: VisionWorkload | None) -> dict:
 def _fraction(x: Fraction) -> str:
     from accounting.present.export import fraction
     return fraction(x)
+
+
+def uncounted(hf, what: str) -> str | None:
+    """The line `plan` and `serve` put on their first screen for a vision-language config.json
+    whose tower the tool reads: its parameters are not in `what` (None: no tower)."""
+    tower = getattr(hf, "vision", None)
+    if tower is None:
+        return None
+    from accounting.analysis.images import workload
+    n = workload(tower, None, None).params
+    return _line("vision tower", f"NOT in {what}: {grouped(n)} parameters ({gigabytes(2 * n)} "
+                                 f"in bf16, GB = 10^9 bytes) beside the language model; the "
+                                 f"tower's count: python -m accounting --config FILE --image HxW")
