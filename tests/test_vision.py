@@ -467,3 +467,24 @@ def test_plan_and_serve_say_the_tower_is_not_in_them(tmp_path, capsys, command):
     assert "vision tower:  NOT in" in first and f"{tower:,} parameters" in first
     code, out, err = run(capsys, *command, "gpt2-small", "--ctx", "64")
     assert code == 0 and "vision tower" not in out
+
+
+def test_the_projector_maps_into_the_text_width_as_read():
+    """A gemma3 text_config without hidden_size: transformers builds Gemma3TextConfig's
+    default width, and the projector's matrix maps into it (meta device, by name)."""
+    data = {**CONFIGS["gemma3"], "text_config": {
+        k: v for k, v in CONFIGS["gemma3"]["text_config"].items() if k != "hidden_size"}}
+    hf = translate(data, "c", "g3")
+    sizes = VB.values(hf.vision)
+    ours = {p.name: p.numel(sizes) for p in VB.walk(hf.vision).params if p.repeat is None}
+    theirs = {n: p.numel() for n, p in _model(data).named_parameters()}
+    name = "model.multi_modal_projector.mm_input_projection_weight"
+    assert ours[name] == theirs[name] == 32 * hf.config.d_model
+
+
+@pytest.mark.parametrize("ratio", [float("inf"), 10**9, -1, "4"])
+def test_a_bad_mlp_ratio_is_refused_in_one_line(capsys, tmp_path, ratio):
+    data = {**CONFIGS["qwen2_vl"],
+            "vision_config": {**CONFIGS["qwen2_vl"]["vision_config"], "mlp_ratio": ratio}}
+    refused_in_one_line(capsys, "--config", str(write_config(tmp_path, data)), "--no-verify",
+                        expected="mlp_ratio")

@@ -172,7 +172,8 @@ def translate(data: Mapping, source: str, name: str, origin: str = "",
         # the language model's own unknown keys are judged as a file of its type would be
         hf = translate(inner, f"{source} (text_config)", name, origin or source, judge)
         from accounting.spec.vision import read_vision
-        return replace(hf, notes=said + hf.notes, vision=read_vision(data, f"{source} ({mt})"))
+        return replace(hf, notes=said + hf.notes,
+                       vision=read_vision(data, f"{source} ({mt})", hf.config.d_model))
     if isinstance(mt, str) and mt in UNSUPPORTED:
         raise UsageError(f"{source}: model_type {mt} is not supported: it {UNSUPPORTED[mt]}; "
                          f"refusing rather than approximating it (supported: {supported_types()})")
@@ -282,7 +283,7 @@ def _translate_nested(t: HFType, data: Mapping, source: str, name: str, origin: 
                    judge)
     mapped = tuple((f"{t.nested}.{k}", v, f, g) for k, v, f, g in hf.mapped)
     from accounting.spec.vision import read_vision  # the towers the tool reads (issue 41)
-    tower = read_vision(data, where) if "vision_config" in data else None
+    tower = read_vision(data, where, hf.config.d_model) if "vision_config" in data else None
     vision = ("vision_config: the vision tower and the multi-modal projector (the "
               "vision-language model's) are " + ("counted beside the language model "
                                                  "(parameters.vision); the language model's "

@@ -9,6 +9,7 @@ key of vision_config no reader knows is refused (it might change a count).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
@@ -86,9 +87,10 @@ class VisionSpec:
         return tuple(i for i in range(self.depth) if i not in self.full_blocks)
 
 
-# model_type of the config.json -> read(data, where) -> VisionSpec; a type registered twice
+# model_type of the config.json -> read(data, where, the language model's hidden_size as
+# read) -> VisionSpec; a type registered twice
 # is a bug (accounting/registry.py's rule)
-READERS: dict[str, Callable[[Mapping, str], VisionSpec]] = {}
+READERS: dict[str, Callable[[Mapping, str, int], VisionSpec]] = {}
 
 
 def reader(model_type: str):
@@ -100,10 +102,12 @@ def reader(model_type: str):
     return wrap
 
 
-def read_vision(data: Mapping, where: str) -> VisionSpec | None:
-    """The tower of a vision-language config.json (None: no reader for its model_type)."""
+def read_vision(data: Mapping, where: str, text_width: int) -> VisionSpec | None:
+    """The tower of a vision-language config.json (None: no reader for its model_type);
+    `text_width` the language model's hidden_size as read (its config class's default
+    where text_config omits it)."""
     fn = READERS.get(data.get("model_type"))
-    return None if fn is None else fn(data, where)
+    return None if fn is None else fn(data, where, text_width)
 
 
 # ---- reading vision_config -----------------------------------------------------------------
@@ -146,12 +150,6 @@ _FREE = frozenset({"model_type", "initializer_range", "initializer_factor", "tor
                    "output_hidden_states", "output_attentions", "use_return_dict"})
 
 
-def _text_width(data: Mapping, where: str) -> int:
-    text = data.get("text_config")
-    width = text.get("hidden_size") if isinstance(text, dict) else data.get("hidden_size")
-    return _int(width, "hidden_size (the language model's)", where)
-
-
 # Qwen2-VL-7B-Instruct's and Qwen2.5-VL-7B-Instruct's preprocessor_config.json: min_pixels
 # 3,136, max_pixels 12,845,056 (Qwen2VLImageProcessor's class defaults are 3,136 and
 # 1,003,520 = 28·28·1280); Qwen3-VL's and Qwen3.5's: size shortest_edge 65,536, longest_edge
@@ -162,7 +160,7 @@ QWEN3_PIXELS = (65536, 16777216)
 
 # ---- Qwen2-VL (modeling_qwen2_vl.py: Qwen2VisionTransformerPretrainedModel) -------------------
 @reader("qwen2_vl")
-def _qwen2_vl(data: Mapping, where: str) -> VisionSpec:
+def _qwen2_vl(data: Mapping, where: str, text: int) -> VisionSpec:
     """PatchEmbed: Conv3d(C, embed_dim, (t, p, p), bias=False); depth Qwen2VLVisionBlock:
     LayerNorm norm1/norm2 (eps 1e-6), VisionAttention qkv (bias) and proj (bias), VisionMlp
     fc1/fc2 (bias) of int(embed_dim·mlp_ratio), quick_gelu; 2D RoPE (no table); PatchMerger:
@@ -178,8 +176,10 @@ def _qwen2_vl(data: Mapping, where: str) -> VisionSpec:
                          f"tool knows for VisionMlp")
     width = _get(vc, "embed_dim", 1280, where)
     ratio = vc.get("mlp_ratio", 4)
-    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or ratio <= 0:
-        raise UsageError(f"{where}: vision_config.mlp_ratio must be a positive number")
+    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not (
+            math.isfinite(ratio) and 0 < ratio * width <= 10**7):
+        raise UsageError(f"{where}: vision_config.mlp_ratio must be a positive number giving "
+                         f"an MLP width up to 10^7")
     return VisionSpec(
         "qwen2_vl", _get(vc, "depth", 32, where), width, _get(vc, "num_heads", 16, where),
         int(width * ratio), False, act, "layernorm", _get(vc, "patch_size", 14, where),
@@ -191,7 +191,7 @@ def _qwen2_vl(data: Mapping, where: str) -> VisionSpec:
 
 # ---- Qwen2.5-VL (modeling_qwen2_5_vl.py: Qwen2_5_VisionTransformerPretrainedModel) -------------
 @reader("qwen2_5_vl")
-def _qwen2_5_vl(data: Mapping, where: str) -> VisionSpec:
+def _qwen2_5_vl(data: Mapping, where: str, text: int) -> VisionSpec:
     """Qwen2-VL's tower with RMSNorm norm1/norm2 (weight only), a gated MLP gate/up/down_proj
     (bias) of intermediate_size, window attention (windows of window_size // merge // patch
     merged units a side, get_vision_window_index) in all blocks but fullatt_block_indexes,
@@ -223,7 +223,7 @@ def _qwen2_5_vl(data: Mapping, where: str) -> VisionSpec:
 
 # ---- Gemma 3 (modeling_gemma3.py: SiglipVisionModel and Gemma3MultiModalProjector) -------------
 @reader("gemma3")
-def _gemma3(data: Mapping, where: str) -> VisionSpec:
+def _gemma3(data: Mapping, where: str, text: int) -> VisionSpec:
     """SiglipVisionTransformer: patch_embedding Conv2d(C, d, p, stride p, bias), a learned
     position_embedding of (image_size/p)² rows, num_hidden_layers SiglipEncoderLayer
     (LayerNorm layer_norm1/2 with bias, q/k/v/out_proj with bias, fc1/fc2 with bias,
@@ -251,12 +251,12 @@ def _gemma3(data: Mapping, where: str) -> VisionSpec:
         _get(vc, "num_attention_heads", 12, where), _get(vc, "intermediate_size", 3072, where),
         False, vc.get("hidden_act", "gelu_pytorch_tanh"), "layernorm", patch, 1,
         _get(vc, "num_channels", 3, where), True, (size // patch) ** 2, False, False, True, 1,
-        None, (), "gemma3", False, _text_width(data, where), size, tokens)
+        None, (), "gemma3", False, text, size, tokens)
 
 
 # ---- LLaVA (modeling_llava.py: CLIPVisionModel and LlavaMultiModalProjector) ------------------
 @reader("llava")
-def _llava(data: Mapping, where: str) -> VisionSpec:
+def _llava(data: Mapping, where: str, text: int) -> VisionSpec:
     """CLIPVisionTransformer: class_embedding (d), patch_embedding Conv2d(C, d, p, stride p,
     bias=False), position_embedding of (image_size/p)² + 1 rows, pre_layrnorm, CLIPEncoderLayer
     × num_hidden_layers (LayerNorm, q/k/v/out_proj with bias, fc1/fc2 with bias, quick_gelu),
@@ -284,12 +284,12 @@ def _llava(data: Mapping, where: str) -> VisionSpec:
         False, vc.get("hidden_act", "quick_gelu"), "layernorm", patch, 1,
         _get(vc, "num_channels", 3, where), False, (size // patch) ** 2 + 1, True, True, True, 1,
         None, (), "llava_mlp", bool(data.get("multimodal_projector_bias", True)),
-        _text_width(data, where), size, None, strategy == "full")
+        text, size, None, strategy == "full")
 
 
 # ---- Qwen3-VL and Qwen3.5 (modeling_qwen3_vl.py Qwen3VLVisionModel, modeling_qwen3_5.py
 # Qwen3_5VisionModel) ------------------------------------------------------------------------
-def _qwen3_vl(data: Mapping, where: str) -> VisionSpec:
+def _qwen3_vl(data: Mapping, where: str, text: int) -> VisionSpec:
     """Qwen3VLVisionPatchEmbed: Conv3d(C, d, (t, p, p), bias=True); pos_embed, a learned
     table of num_position_embeddings rows, bilinearly interpolated to the grid (no matmul);
     depth Qwen3VLVisionBlock: LayerNorm norm1/norm2, attn.qkv and attn.proj (bias), mlp
@@ -342,7 +342,7 @@ _KIMI_REMOTE = frozenset({"merge_type", "mm_projector_type", "pos_emb_type", "vi
 
 
 @reader("kimi_k25")
-def _kimi_k25(data: Mapping, where: str) -> VisionSpec:
+def _kimi_k25(data: Mapping, where: str, text: int) -> VisionSpec:
     """Kimi_K25VisionPatchEmbed: Conv2d(3, d, p, stride p) with bias and a learned
     pos_emb.position_embeddings (pos_emb_height × pos_emb_width × d, bicubically resampled
     to the grid: no matmul); num_hidden_layers Kimi_K25VisionEncoderLayer (LayerNorm
@@ -360,7 +360,7 @@ def _kimi_k25(data: Mapping, where: str) -> VisionSpec:
     merge = vc.get("merge_kernel_size", [2, 2])
     if merge not in ([2, 2], (2, 2)):
         raise UsageError(f"{where}: vision_config.merge_kernel_size must be [2, 2] (K2.5's)")
-    text = _text_width(data, where)
+    text = text
     proj = data.get("projection_hidden_size", 1152)
     if proj != got["hidden_size"]:
         raise UsageError(f"{where}: projection_hidden_size {short_int(proj)} must equal the "
@@ -380,7 +380,7 @@ def short_int(v) -> str:
 
 # ---- Llama 4 (modeling_llama4.py: Llama4VisionModel, Llama4MultiModalProjector) ---------------
 @reader("llama4")
-def _llama4(data: Mapping, where: str) -> VisionSpec:
+def _llama4(data: Mapping, where: str, text: int) -> VisionSpec:
     """Llama4UnfoldConvolution: unfold to C·p² pixels a patch, linear (no bias) to d;
     class_embedding (d), positional_embedding_vlm ((image_size/p)² + 1 rows), layernorm_pre;
     num_hidden_layers Llama4VisionEncoderLayer (LayerNorm input_layernorm and
@@ -415,7 +415,7 @@ def _llama4(data: Mapping, where: str) -> VisionSpec:
         "llama4", _get(vc, "num_hidden_layers", 34, where), width,
         _get(vc, "num_attention_heads", 16, where), inner, False, vc.get("hidden_act", "gelu"),
         "layernorm", patch, 1, _get(vc, "num_channels", 3, where), False, side * side + 1, True,
-        True, True, 1, None, (), "llama4", False, _text_width(data, where), size,
+        True, True, 1, None, (), "llama4", False, text, size,
         (side // 2) ** 2, adapter_in=a_in, adapter_out=a_out, vision_out=v_out, max_tiles=16)
 
 
@@ -426,7 +426,7 @@ _GEMMA4_FREE = frozenset({"id2label", "label2id", "chunk_size_feed_forward", "is
 
 
 @reader("gemma4")
-def _gemma4(data: Mapping, where: str) -> VisionSpec:
+def _gemma4(data: Mapping, where: str, text: int) -> VisionSpec:
     """Gemma4VisionPatchEmbedder: input_proj (3·p² → d, no bias) and a learned
     position_embedding_table (2 × position_embedding_size × d: an x and a y row, looked up);
     num_hidden_layers Gemma4VisionEncoderLayer: four RMSNorms (input, post-attention,
@@ -456,5 +456,5 @@ def _gemma4(data: Mapping, where: str) -> VisionSpec:
         vc.get("hidden_activation", "gelu_pytorch_tanh"), "rmsnorm",
         _get(vc, "patch_size", 16, where), 1, 3, False,
         2 * _get(vc, "position_embedding_size", 10240, where), False, False, False, 1, None, (),
-        "gemma4", False, _text_width(data, where), None, tokens, pool=k, kv_heads=kv,
+        "gemma4", False, text, None, tokens, pool=k, kv_heads=kv,
         attn_head_dim=head)
