@@ -198,7 +198,9 @@ def test_the_table_is_a_registry_that_refuses_duplicates():
                           # issue 31 (Mamba-2 hybrids with experts)
                           "granitemoehybrid",
                           # issue 31 follow-up: Command R7B / Command A
-                          "cohere2"}
+                          "cohere2",
+                          # issue 41 (Must 4): the rows transformers 5.23 ships
+                          "arcee", "mamba2"}
 
 
 def test_every_type_names_every_module_the_ledger_has():

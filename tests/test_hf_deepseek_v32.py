@@ -204,3 +204,38 @@ def test_the_indexer_runs_under_the_fused_kernel(capsys, tmp_path):
     assert analyze(c, T, B, "forward").matmul_flops() == forward_by_hand(T, B) + pad
     assert analyze(c, T, B, "forward", "useful").matmul_flops("useful") == \
         forward_by_hand(T, B, useful=True)
+
+
+@pytest.mark.parametrize("mlp_types", [None, ["dense", "sparse"], ["sparse", "dense"],
+                                       ["sparse", "sparse"]])
+def test_mlp_layer_types_as_the_config_class_writes_it(mlp_types):
+    """DeepseekV32Config.__post_init__ fills mlp_layer_types from first_k_dense_replace
+    (["dense", "sparse"] here) and save_pretrained writes that list; DeepseekV32DecoderLayer
+    builds its MoE where the list says "sparse". Expected: transformers' own config's list
+    and transformers' model on the meta device (the parameter count of each layout)."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    kw = {k: v for k, v in DATA.items()
+          if k not in ("architectures", "model_type", "torch_dtype", "transformers_version")}
+    if mlp_types is None:  # what the config class writes by default
+        mlp_types = transformers.DeepseekV32Config(**kw).mlp_layer_types
+        assert mlp_types == ["dense", "sparse"]
+    data = {**DATA, "mlp_layer_types": mlp_types}
+    c = translate(data, "t", "v32").config
+    assert c.dense_layers == tuple(i for i, t in enumerate(mlp_types) if t == "dense")
+    with torch.device("meta"):
+        m = transformers.AutoModelForCausalLM.from_config(
+            transformers.DeepseekV32Config(**{**kw, "mlp_layer_types": mlp_types}))
+    assert analyze(c).param_count == sum(p.numel() for p in m.parameters())
+    if mlp_types == ["dense", "sparse"]:
+        assert analyze(c).param_count == params_by_hand()
+
+
+@pytest.mark.parametrize("mlp_types, expected", [
+    (["dense"], "mlp_layer_types must list 2"),
+    (["dense", "moe"], "mlp_layer_types must list 2"),
+    (["dense", "dense"], "no sparse layer")])
+def test_mlp_layer_types_the_spec_cannot_mean(capsys, tmp_path, mlp_types, expected):
+    from cli_run import refused_in_one_line
+    refused_in_one_line(capsys, "--config", str(write_config(
+        tmp_path, DATA, {"mlp_layer_types": mlp_types})), "--no-verify", expected=expected)

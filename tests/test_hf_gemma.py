@@ -306,7 +306,11 @@ def test_gemma3_counts_the_language_model_of_the_vision_language_config():
     assert type(full).__name__ == "Gemma3ForConditionalGeneration"
     lm = sum(p.numel() for n, p in full.named_parameters() if ".language_model." in f".{n}")
     assert lm == params_by_hand(s)  # the tied lm_head is the embedding: not a parameter again
-    assert sum(p.numel() for p in full.parameters()) - lm == 419_816_304  # vision: not counted
+    vision = sum(p.numel() for p in full.parameters()) - lm
+    assert vision == 419_816_304
+    # the tower and projector, counted beside the language model (issue 41)
+    from accounting.analysis.images import workload
+    assert workload(hf.vision, None, None).params == vision
 
 
 def test_a_small_gemma3_goes_through_the_cross_check(capsys, tmp_path):

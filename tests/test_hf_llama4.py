@@ -170,10 +170,11 @@ def test_three_ways_each_config(capsys, tmp_path, name):
                for n in tf["notes"])
 
 
-def test_the_multimodal_file_says_the_vision_tower_is_not_counted(capsys, tmp_path):
+def test_the_multimodal_file_says_the_vision_tower_is_counted(capsys, tmp_path):
+    # read and counted since issue 41 (tests/test_vision.py checks the count by name)
     code, out, _ = run(capsys, "--config", str(write(tmp_path, "multimodal")), "--no-verify")
     assert code == 0
-    assert "vision tower and the multi-modal projector" in out and "are not counted" in out
+    assert "vision tower and the multi-modal projector" in out and "are counted" in out
     assert "text_config.num_local_experts" in out  # the keys read, where they are
 
 

@@ -243,11 +243,12 @@ def test_moe_dense_layers_refused(tmp_path, capsys):
                         expected="mlp_only_layers")
 
 
-def test_output_names_the_uncounted_tower_and_mrope(tmp_path, capsys):
+def test_output_names_the_counted_tower_and_mrope(tmp_path, capsys):
+    # the tower is read and counted now (issue 41; tests/test_vision.py checks its count)
     code, out, err = run(capsys, "--config", str(write_config(tmp_path, DENSE)), "--no-verify")
     assert code == 0, err
     text = " ".join(out.split())
-    assert "vision tower" in text and "not counted" in text
+    assert "vision tower: counted" in text and "not counted" not in text
     assert "M-RoPE" in text and "mtp_num_hidden_layers" in text
 
 
@@ -255,6 +256,9 @@ PUBLISHED = {"Qwen3.5-27B.json": (26_895_998_464, None),
              # active by hand: the total less the E − k = 248 unchosen experts' 3·512·2048
              # weights in each of 40 layers
              "Qwen3.5-35B-A3B.json": (34_660_610_688, 34_660_610_688 - 248 * 3 * 512 * 2048 * 40)}
+# the vision tower (Qwen3_5VisionModel, model.visual): transformers 5.23's
+# AutoModelForImageTextToText of the same files on the meta device, less the language model
+TOWERS = {"Qwen3.5-27B.json": 460_730_096, "Qwen3.5-35B-A3B.json": 446_571_248}
 
 
 @pytest.mark.parametrize("name", sorted(PUBLISHED))
@@ -268,7 +272,8 @@ def test_published_config_counts(capsys, name):
     assert code == 0, err
     p = json.loads(out)["parameters"]
     total, active = PUBLISHED[name]
-    assert p["total"] == total
+    assert p["language"] == total and p["total"] == total + TOWERS[name] == \
+        p["language"] + p["vision"]
     if active is not None:
         assert p["active_per_token"] == active
 

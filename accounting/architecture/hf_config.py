@@ -54,7 +54,7 @@ from accounting.architecture import (  # noqa: F401
     hf_types_dense, hf_types_parallel, hf_types_gemma, hf_types_moe, hf_types_gpt_oss,
     hf_types_llama4, hf_types_cohere, hf_types_moe2, hf_types_dense2,
     hf_types_hybrid, hf_types_kimi, hf_types_falcon_h1, hf_types_jamba, hf_types_qwen35,
-    hf_types_gemma4, hf_types_phimoe, hf_types_mamba_moe)
+    hf_types_gemma4, hf_types_phimoe, hf_types_mamba_moe, hf_types_dense3, hf_types_vlm)
 
 def supported_types() -> str:
     """The model_types a config.json may name, in the table's order: the one list --help,
@@ -74,6 +74,8 @@ class HFConfig:
     notes: tuple[str, ...] = ()
     dtype: str | None = None  # torch_dtype / dtype, when given
     judged: tuple[str, ...] = ()  # keys of no list, accepted by the judge (see translate)
+    # a vision-language config's tower (accounting/architecture/vision.py), None for a language model
+    vision: object = None
 
     @property
     def type(self) -> HFType:
@@ -170,7 +172,9 @@ def translate(data: Mapping, source: str, name: str, origin: str = "",
         inner, said = WRAPPERS[mt](data, f"{source} ({mt})")
         # the language model's own unknown keys are judged as a file of its type would be
         hf = translate(inner, f"{source} (text_config)", name, origin or source, judge)
-        return replace(hf, notes=said + hf.notes)
+        from accounting.architecture.vision import read_vision
+        return replace(hf, notes=said + hf.notes,
+                       vision=read_vision(data, f"{source} ({mt})", hf.config.d_model))
     if isinstance(mt, str) and mt in UNSUPPORTED:
         raise UsageError(f"{source}: model_type {mt} is not supported: it {UNSUPPORTED[mt]}; "
                          f"refusing rather than approximating it (supported: {supported_types()})")
@@ -279,13 +283,17 @@ def _translate_nested(t: HFType, data: Mapping, source: str, name: str, origin: 
     hf = translate({**inner, "model_type": text_type}, f"{source} {t.nested}", name, origin,
                    judge)
     mapped = tuple((f"{t.nested}.{k}", v, f, g) for k, v, f, g in hf.mapped)
+    from accounting.architecture.vision import read_vision  # the towers the tool reads (issue 41)
+    tower = read_vision(data, where, hf.config.d_model) if "vision_config" in data else None
     vision = ("vision_config: the vision tower and the multi-modal projector (the "
-              "vision-language model's) are not counted; the counts are the language "
-              f"model's, {t.nested}, as AutoModelForCausalLM builds it ({t.transformers_class}, "
+              "vision-language model's) are " + ("counted beside the language model "
+                                                 "(parameters.vision); the language model's "
+                                                 "counts" if tower else "not counted; the counts")
+              + f" are {t.nested}'s, as AutoModelForCausalLM builds it ({t.transformers_class}, "
               f"whose head is tied by {t.nested}.tie_word_embeddings, not the top-level key).")
     return HFConfig(t.model_type, MappingProxyType(copy.deepcopy(dict(data))), hf.config,
                     origin or source, mapped, hf.notes + (vision,), storage_dtype(data),
-                    hf.judged)
+                    hf.judged, tower)
 
 
 _SPEC_FIELDS = fields(ModelConfig)

@@ -255,9 +255,12 @@ def _unwrap(data: Mapping, where: str, outer_type: str, inner_type: str, outer_k
         if k not in inner:
             inner[k] = v
             filled.append(f"{k} {v!r}")
+    from accounting.architecture.vision import READERS  # a tower the tool reads is counted (issue 41)
+    counted = ("counted beside it (parameters.vision)" if outer_type in READERS else
+               "not counted")
     notes = [f"model_type {outer_type}: the language model of its vision-language config, "
-             f"read from its text_config as model_type {inner_type}; {tower} are not "
-             f"counted, and transformers' cross-check builds {causal_lm} from text_config."]
+             f"read from its text_config as model_type {inner_type}; {tower} are "
+             f"{counted}, and transformers' cross-check builds {causal_lm} from text_config."]
     outer = sorted(k for k in data if k not in ("text_config", "model_type"))
     if outer:
         notes.append(f"{outer_type}'s own keys, none of which changes the language model's "

@@ -224,4 +224,5 @@ _GEMMA4_OUTER = frozenset({
 
 WRAPPERS["gemma4"] = unwrapper(
     "gemma4", "gemma4_text", _GEMMA4_OUTER, "Gemma4ForCausalLM",
-    "the vision and audio towers and their embedders (vision_config, audio_config)")
+    "the vision tower and its embedder (vision_config; an audio_config's audio tower is not "
+    "counted)")

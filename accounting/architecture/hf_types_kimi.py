@@ -73,9 +73,10 @@ def _unwrap_kimi_k25(data: Mapping, where: str) -> tuple[dict, tuple[str, ...]]:
     notes = ["model_type kimi_k25: the language model of Kimi-K2.5's vision-language config, "
              "read from its text_config as model_type deepseek_v3 (K2's); the MoonViT vision "
              "tower and the multimodal projector (vision_config, projection_hidden_size) are "
-             "not counted, and transformers' cross-check builds DeepseekV3ForCausalLM from "
-             "text_config (AutoModelForImageTextToText would build "
-             "Kimi_K25ForConditionalGeneration, vision included)."]
+             "counted beside it (parameters.vision; accounting/architecture/vision.py), and "
+             "transformers' cross-check builds DeepseekV3ForCausalLM from text_config "
+             "(AutoModelForImageTextToText builds Kimi_K25ForConditionalGeneration, vision "
+             "included)."]
     quant = inner.pop("quantization_config", None)
     if quant is not None:
         scheme = scheme_from_config(quant)  # exit 2 for one the formats cannot lay out

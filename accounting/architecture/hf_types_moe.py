@@ -268,6 +268,41 @@ register(HFType(
 ))
 
 
+def _v32_dense_layers(v: Mapping, where: str):
+    """DeepseekV32Config.__post_init__: mlp_layer_types, when null, is "dense" for the first
+    min(first_k_dense_replace, L) layers and "sparse" after; DeepseekV32DecoderLayer builds
+    DeepseekV32MoE where it says "sparse", DeepseekV32MLP elsewhere (modeling_deepseek_v32.py),
+    so a config.json that writes the list out (save_pretrained does) is read from it."""
+    given, L = v["mlp_layer_types"], v["num_hidden_layers"]
+    if given is None:
+        return _deepseek_layers(v, where)
+    if not isinstance(given, list) or len(given) != L or any(
+            t not in ("dense", "sparse") for t in given):
+        raise UsageError(f"{where}: mlp_layer_types must list {L} entries (num_hidden_layers), "
+                         f"each \"dense\" or \"sparse\", got {short(given)}")
+    if "sparse" not in given:
+        raise UsageError(f"{where}: mlp_layer_types has no sparse layer; the spec's experts "
+                         f"need one (a dense DeepSeek is deepseek_v3 without experts)")
+    fields, _ = _deepseek_layers(v, where)  # the group check
+    dense = tuple(i for i, t in enumerate(given) if t == "dense")
+    k = v["first_k_dense_replace"]
+    notes = () if dense == tuple(range(min(k, L))) else (
+        (f"mlp_layer_types: a dense MLP in layer(s) {', '.join(map(str, dense))}" if dense
+         else "mlp_layer_types: no dense MLP layer")
+        + f" (first_k_dense_replace {k} is not read where the list is given).",)
+    if dense == tuple(range(min(k, L))) and dense:
+        notes = (f"first_k_dense_replace {k}: layers 0 to {len(dense) - 1} keep a dense MLP of "
+                 f"intermediate_size.",)
+    return {"dense_layers": dense}, notes
+
+
+def _write_v32_dense(c: ModelConfig) -> Mapping:
+    dense = set(c.dense_layers)
+    keys = _write_first_k(c) or {}
+    return {**keys, "mlp_layer_types": ["dense" if i in dense else "sparse"
+                                        for i in range(c.num_layers)]}
+
+
 # DeepSeek-V3.2 (deepseek_v32): V3 with the sparse-attention indexer in every layer; the
 # indexer's modules as transformers names them (DeepseekV32Indexer)
 DEEPSEEK_V32_NAMES = ModuleNames(DEEPSEEK_V3_NAMES.blocks, MappingProxyType({
@@ -282,7 +317,10 @@ register(HFType(
         # DeepseekV32Indexer (modeling_deepseek_v32.py), in every layer
         Key("index_n_heads", ("index_heads",), INT, Required(64)),
         Key("index_head_dim", ("index_head_dim",), INT, Required(128)),
-        Key("index_topk", ("index_topk",), INT, Required(2048))) + MLA_KEYS
+        Key("index_topk", ("index_topk",), INT, Required(2048)),
+        # DeepseekV32Config.__post_init__ writes it from first_k_dense_replace when null, and
+        # save_pretrained writes that list out; DeepseekV32DecoderLayer reads it per layer
+        Key("mlp_layer_types", (), LIST, None)) + MLA_KEYS
         + rope_keys(1e-6),
     fixed=MappingProxyType(dict(LLAMA_FAMILY, qk_norm="none", mlp_bias=False, router="sigmoid",
                                 router_bias=True)),
@@ -302,12 +340,13 @@ register(HFType(
         *V3_CODE_MUST,
         # DeepseekV32Config.__post_init__ writes these from first_k_dense_replace: other
         # values would be another layout
-        Must("mlp_layer_types", lambda v, d: v is None, "null",
-             "per-layer MLP kinds other than first_k_dense_replace's"),
         Must("layer_types", lambda v, d: v is None or (isinstance(v, list) and all(
             x == "indexed_attention" for x in v)), 'null or all "indexed_attention"',
              "layers without the indexer")),
-    **V3_ROW_TAIL,
+    **{**V3_ROW_TAIL, "derived": (
+        Derived(("dense_layers",), ("first_k_dense_replace", "mlp_layer_types"), _v32_dense_layers,
+                "dense MLP where mlp_layer_types says dense, else below first_k_dense_replace "
+                "(configuration_deepseek_v32.py, DeepseekV32DecoderLayer)", _write_v32_dense),)},
 ))
 
 

@@ -201,7 +201,7 @@ register(HFType(
 # The vision-language files: transformers' AutoModelForCausalLM builds Qwen3_5ForCausalLM
 # (Qwen3_5MoeForCausalLM) from text_config alone ("VLM compatibility", modeling_auto.py),
 # its head tied by text_config.tie_word_embeddings; the vision tower (Qwen3_5VisionModel,
-# model.visual) is Qwen3_5ForConditionalGeneration's and is not counted.
+# model.visual) is Qwen3_5ForConditionalGeneration's, read by accounting/architecture/vision.py.
 _OUTER = frozenset({"vision_config", "image_token_id", "video_token_id",
                     "vision_start_token_id", "vision_end_token_id", "tie_word_embeddings"})
 for _mt in ("qwen3_5", "qwen3_5_moe"):
@@ -209,7 +209,8 @@ for _mt in ("qwen3_5", "qwen3_5_moe"):
     register(HFType(_mt, _text.transformers_class, keys=_text.keys, fixed=_text.fixed,
                     rules=_text.rules + "; the vision tower (Qwen3_5VisionModel, model.visual: "
                     "vision_config's depth blocks and its merger into hidden_size) is "
-                    "Qwen3_5ForConditionalGeneration's, not counted", names=_text.names, must=_text.must, noted=_text.noted,
+                    "Qwen3_5ForConditionalGeneration's, counted beside the language model "
+                    "(accounting/architecture/vision.py)", names=_text.names, must=_text.must, noted=_text.noted,
                     free=_text.free, derived=_text.derived,
                     experts_implementation=_text.experts_implementation,
                     nested="text_config", outer=_OUTER))

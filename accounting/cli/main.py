@@ -60,6 +60,7 @@ def parser() -> Parser:
                    help="attention-core FLOPs in totals and shares: executed (full T×T, what the "
                         "model and FLOP counters do; default) or useful (T(T+1)/2 causal pairs); "
                         "both always appear in the breakdown")
+    add_image_args(w)
     v = p.add_argument_group("cross-check")
     v.add_argument("--verify", action=argparse.BooleanOptionalAction, default=None,
                    help="run the real model on the meta device under fvcore and FlopCounterMode "
@@ -76,6 +77,48 @@ def parser() -> Parser:
                         "the exact count, reconciled term by term; forward and training "
                         "(--pass and --count do not apply); analytic unless --verify is given")
     return p
+
+
+def add_image_args(group) -> None:
+    """Images as a workload of a vision-language config.json (issue 41)."""
+    group.add_argument("--image", action="append", metavar="HxW",
+                       help="an image of H×W pixels (repeatable): its tokens as the model's "
+                            "processor makes them, and the vision encoder's FLOPs; a "
+                            "vision-language config.json only")
+    group.add_argument("--images", type=positive_int("--images", 10**4, "10,000"), metavar="N",
+                       help="N images of the --image size (default: the tower's own input "
+                            "size, where it resizes every image)")
+    group.add_argument("--min-pixels", type=positive_int("--min-pixels", 10**10, "10^10"), metavar="N",
+                       help="Qwen's image processor: min_pixels (default: the family's "
+                            "published preprocessor_config.json, 3,136 for Qwen2/2.5-VL, "
+                            "65,536 for Qwen3-VL and Qwen3.5)")
+    group.add_argument("--max-pixels", type=positive_int("--max-pixels", 10**10, "10^10"), metavar="N",
+                       help="Qwen's image processor: max_pixels (default 12,845,056 for "
+                            "Qwen2/2.5-VL, 16,777,216 for Qwen3-VL and Qwen3.5)")
+
+
+def vision_workload(ns, hf):
+    """The tower and the images of a vision-language config.json (None: a language model;
+    image flags on one are refused)."""
+    asked = ns.image or ns.images is not None or ns.min_pixels or ns.max_pixels
+    tower = getattr(hf, "vision", None)
+    if tower is None:
+        if asked:
+            raise UsageError("--image/--images need a vision-language config.json whose tower "
+                             "the tool reads (qwen2_vl, qwen2_5_vl, qwen3_vl, qwen3_vl_moe, qwen3_5, qwen3_5_moe, "
+                             "gemma3, llava); drop them "
+                             "for a language model")
+        return None
+    from accounting.analysis import images
+    pixels = None
+    if (ns.min_pixels or ns.max_pixels) and tower.pixels is not None:
+        pixels = (ns.min_pixels or tower.pixels[0], ns.max_pixels or tower.pixels[1])
+        if pixels[0] > pixels[1]:
+            raise UsageError(f"--min-pixels {pixels[0]:,} is above --max-pixels {pixels[1]:,}")
+    elif ns.min_pixels or ns.max_pixels:
+        raise UsageError(f"--min-pixels and --max-pixels set Qwen's image processor; "
+                         f"{tower.family} resizes every image to {tower.image_size}²")
+    return images.workload(tower, ns.image, ns.images, pixels)
 
 
 def _crosscheck(verify: bool | None, a=None, why_not: str = "--no-verify", hf=None):
@@ -136,7 +179,12 @@ def analyse_main(argv: list[str]) -> int:
         return compare_main(ns, config)
     hf = hf_source_from_args(ns)
     ck = checkpoint.check(ns, config, hf)
+    vw = vision_workload(ns, hf)
     a = analyze(config, ns.ctx, ns.batch, ns.phase, ns.counting)
+    if vw is not None and vw.image_tokens > a.seq:
+        raise UsageError(f"the images' {vw.image_tokens:,} tokens do not fit in T = {a.seq:,} "
+                         f"(--ctx is the language model's whole sequence, image tokens "
+                         f"included); give --ctx {vw.image_tokens:,} or more")
     verify = False if ns.brief and ns.verify is None else ns.verify
     check, skipped = _crosscheck(verify, a, "--brief: add --verify" if ns.brief and verify is False
                                  and ns.verify is None else "--no-verify", hf)
@@ -144,10 +192,15 @@ def analyse_main(argv: list[str]) -> int:
     if ns.format in (output.TEXT, output.MARKDOWN):
         def show(tables):
             return output.tables_text(tables, ns.format, ns.output)
-        details = _tables(a, hf, ns.brief)
-        stream = ns.output in (None, "-")
+        from accounting.present import vision_views
+
         def answer(verdict=None):
-            return checkpoint.answer(summary.analysis_answer(a), ck, verdict=verdict)
+            return vision_views.with_vision(
+                checkpoint.answer(summary.analysis_answer(a), ck, verdict=verdict), vw,
+                a.param_count, a.seq)
+        details = _tables(a, hf, ns.brief)
+        details[1:1] = vision_views.tables(vw)
+        stream = ns.output in (None, "-")
         if stream and check is not None:  # the analytic answer at once; the verdict follows
             output.write(show([answer()]), None)
         if check is not None:
@@ -164,7 +217,8 @@ def analyse_main(argv: list[str]) -> int:
             result = check.cross_check(a, hf=hf)
 
         def data():
-            d = export.to_dict(a)
+            from accounting.present import vision_views
+            d = vision_views.add_to_dict(export.to_dict(a), vw)
             if result is not None:
                 d["cross_check"] = result.to_dict()
             return checkpoint.add_json(d, ck)

@@ -3,6 +3,8 @@ train, inference cost. main(argv) -> int; bad input raises UsageError (exit 2 in
 accounting.cli.main.main, which dispatches here)."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import argparse
 import re
 from fractions import Fraction
@@ -166,10 +168,16 @@ def main(argv: list[str]) -> int:
                   peak_tflops=ns.gpu_flops, bandwidth_tbs=ns.gpu_bw, mfu=ns.mfu,
                   margin=ns.margin, steps=ns.steps, tokens=ns.tokens, position=ns.position,
                   **finetune_cli.plan_kwargs(ns))
+    from accounting.present.vision_views import uncounted
+    tower = uncounted(hf_source_from_args(ns), "this plan (its weights, gradients, optimizer "
+                                               "state and activations)")
     c = _cost(ns, result)
+
+    def answer():
+        a = cost_cli.answer(checkpoint.answer(summary.plan_answer(result), ck), c)
+        return a if tower is None else replace(a, notes=a.notes + (tower,))
     output.emit(ns.format, ns.output,  # the answer first, then the details
-                lambda: [cost_cli.answer(checkpoint.answer(summary.plan_answer(result), ck), c)]
-                + views.tables(result),
+                lambda: [answer()] + views.tables(result),
                 lambda: cost_cli.add_json(checkpoint.add_json(export.to_dict(result), ck), c),
                 lambda: export.to_csv(result))
     return checkpoint.status(ck)

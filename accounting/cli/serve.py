@@ -245,6 +245,17 @@ def _cost(ns, plan):
                 if plan.time is not None else None)
 
 
+def _tower_note(ns) -> tuple[str, ...]:
+    """A vision-language config.json's tower (accounting/architecture/vision.py): said on the first
+    screen, since these weights and this pool are the language model's alone (vLLM also
+    profiles the largest image input before sizing its pool)."""
+    from accounting.cli.args import hf_source_from_args
+    from accounting.present.vision_views import uncounted
+    line = uncounted(hf_source_from_args(ns), "these weights or this KV pool (vLLM loads it "
+                                              "and profiles its largest image input first)")
+    return () if line is None else (line,)
+
+
 def main(argv: list[str]) -> int:
     ns = parser().parse_args(argv)
     if ns.list:
@@ -299,6 +310,7 @@ def plan_inputs(ns):
         scheme = get_scheme(ns.weights or "bf16")
     if ns.group_size is not None:
         scheme = scheme.with_group(ns.group_size)
+    notes += _tower_note(ns)
     return config, scheme, names, notes
 
 

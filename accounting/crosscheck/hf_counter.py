@@ -142,7 +142,8 @@ def measure(data: Mapping, seq: int, batch: int = 1, phase: str = FORWARD) -> HF
     ops = counter.counts()
     seconds["run"] = time.perf_counter() - t
 
-    cache = out.past_key_values
+    # Mamba2CausalLMOutput names its cache cache_params (modeling_mamba2.py)
+    cache = getattr(out, "past_key_values", None) or out.cache_params
     kv = tuple((tuple(layer.keys.shape), tuple(layer.values.shape), layer.keys.element_size())
                for layer in cache.layers if getattr(layer, "keys", None) is not None)
     indexer_kv = tuple((tuple(layer.indexer_keys.shape), layer.indexer_keys.element_size())

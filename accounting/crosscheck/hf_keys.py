@@ -83,7 +83,8 @@ def probe(data: Mapping) -> Build:
     with torch.no_grad(), FlopCounterMode(display=False) as fcm, OpCounter(model) as counter:
         out = model(input_ids=ids, use_cache=True)
     per_op = fcm.get_flop_counts().get("Global", {})  # the whole forward, by operator
-    layers = getattr(out.past_key_values, "layers", ())
+    layers = getattr(getattr(out, "past_key_values", None) or getattr(out, "cache_params", None),
+                     "layers", ())
     return _build(model, ids, per_op, counter, layers)
 
 

@@ -1,0 +1,159 @@
+"""The vision tower in the analysis output (issue 41): its lines on the first screen, its
+tables, its JSON. Formatting only: every number is accounting/analysis/images.py's."""
+from __future__ import annotations
+
+from dataclasses import replace
+from fractions import Fraction
+
+from accounting.analysis.images import VisionWorkload
+from accounting.ledger.builder.vision import VISION
+from accounting.tables.table import Table
+from accounting.units import gigabytes, grouped, si
+
+LABEL = 14  # summary.py's label width
+
+FAMILY = {"qwen2_vl": "Qwen2-VL ViT (2D RoPE) and patch merger",
+          "qwen2_5_vl": "Qwen2.5-VL ViT (2D RoPE, window attention) and patch merger",
+          "qwen3_vl": "Qwen3-VL ViT (learned and 2D RoPE positions) and patch mergers",
+          "kimi_k25": "MoonViT (Kimi-K2.5) and its 2×2 patch-merging projector",
+          "llama4": "Llama 4's ViT (tiles of 336², pixel shuffle) and projector",
+          "gemma4": "Gemma 4's ViT (2D RoPE, padded to its soft-token budget) and embedder",
+          "gemma3": "SigLIP ViT and Gemma 3's multimodal projector (average pool)",
+          "llava": "CLIP ViT and LLaVA's MLP projector"}
+
+
+def _line(label: str, text: str) -> str:
+    return f"{label + ':':<{LABEL}} {text}"
+
+
+def answer_lines(vw: VisionWorkload, language: int, seq: int) -> list[str]:
+    lines = [_line("vision tower", f"counted: {grouped(vw.params)} parameters "
+                                   f"({FAMILY[vw.spec.family]}; projector "
+                                   f"{grouped(vw.projector_params)}); whole model "
+                                   f"{grouped(language + vw.params)}")]
+    if vw.images:
+        n = len(vw.images)
+        lines.append(_line("images", f"{grouped(n)} image{'' if n == 1 else 's'}: "
+                                     f"{grouped(vw.image_tokens)} image tokens of the T = "
+                                     f"{grouped(seq)}; vision encoder {grouped(vw.flops)} = "
+                                     f"{si(vw.flops, 'FLOPs')} (matmul, forward)"))
+    return lines
+
+
+def with_vision(answer: Table, vw: VisionWorkload | None, language: int, seq: int) -> Table:
+    """The answer block with the tower's lines after its parameters line."""
+    if vw is None:
+        return answer
+    notes = list(answer.notes)
+    found = [i for i, x in enumerate(notes) if x.startswith("parameters:")]
+    at = found[0] + 1 if found else len(notes)
+    if found:
+        notes[found[0]] += " in the language model"
+    for i, x in enumerate(notes):  # the load memory of the whole model
+        if x.startswith("load memory:"):
+            total = language + vw.params
+            notes[i] = _line("load memory", f"{gigabytes(4 * total)} in fp32, "
+                                            f"{gigabytes(2 * total)} in bf16, the whole model "
+                                            f"(GB = 10^9 bytes)")
+    return replace(answer, notes=tuple(notes[:at] + answer_lines(vw, language, seq) + notes[at:]))
+
+
+def tables(vw: VisionWorkload | None) -> list[Table]:
+    if vw is None or not vw.images:
+        return []
+    s = vw.spec
+    rows = tuple((f"{i.size[0]}×{i.size[1]}", f"{i.resized[0]}×{i.resized[1]}",
+                  f"{i.grid[0]}×{i.grid[1]}", grouped(i.patches), grouped(i.tokens),
+                  grouped(i.flops)) for i in _distinct(vw))
+    how = ("resized by Gemma4ImageProcessor within its soft-token budget" if s.family ==
+           "gemma4" else "tiled by Llama4ImageProcessor's get_best_fit (at most 16 tiles, a global one "
+           "beside several)" if s.family == "llama4" else
+           "resized by navit_resize (at most 16,384 patches, 512 a side; padded to 28) as "
+           "Kimi_K25ImageProcessor" if s.family == "kimi_k25" else
+           f"resized by smart_resize (min_pixels {grouped(vw.pixels[0])}, max_pixels "
+           f"{grouped(vw.pixels[1])}: the family's published preprocessor_config.json unless "
+           f"--min-pixels/--max-pixels)"
+           if vw.pixels else f"every image resized to {s.image_size}×{s.image_size}")
+    images = Table("Images (each distinct size once)",
+                   ("image (H×W)", "resized", "patches (H×W)", "patches", "tokens",
+                    "encoder matmul FLOPs"), rows,
+                   notes=(f"{how}; {grouped(len(vw.images))} image(s), "
+                          f"{grouped(vw.image_tokens)} image tokens in all.",))
+    first = _distinct(vw)[0]
+    ops = Table(f"Vision encoder matmul FLOPs by op, one {first.size[0]}×{first.size[1]} image",
+                ("op", "FLOPs", "share"),
+                tuple((name, grouped(f), f"{float(Fraction(f, first.flops)) * 100:.1f}%")
+                      for name, f in first.flops_by_op),
+                notes=("2·m·n·p per matmul; the convolutional patch embedding as the matmul "
+                       "of its patches; the attention core per image (or window), as "
+                       "transformers' eager attention runs it.",))
+    return [images, ops]
+
+
+def _distinct(vw: VisionWorkload):
+    seen, out = set(), []
+    for i in vw.images:
+        if i.size not in seen:
+            seen.add(i.size)
+            out.append(i)
+    return out
+
+
+def add_to_dict(d: dict, vw: VisionWorkload | None) -> dict:
+    """The JSON: parameters.total the whole model (language model + tower), .language and
+    .vision beside it; with images, workload.image_tokens, the vision section and a
+    "vision encoder" component (its forward matmul FLOPs) in components and matmul_flops."""
+    if vw is None:
+        return d
+    p = d["parameters"]
+    language = p["total"]
+    p.update({"total": language + vw.params, "language": language, "vision": vw.params,
+              "vision_projector": vw.projector_params})
+    # the whole model's bytes, as the total's (the language model's were params × bytes)
+    p["memory_bytes"] = {k: v // language * p["total"] if language else v
+                         for k, v in p["memory_bytes"].items()}
+    d["workload"]["image_tokens"] = vw.image_tokens
+    d["workload"]["images"] = len(vw.images)
+    d["vision"] = {
+        "family": vw.spec.family, "tower": FAMILY[vw.spec.family],
+        "depth": vw.spec.depth, "width": vw.spec.width, "heads": vw.spec.heads,
+        "mlp_width": vw.spec.mlp_width, "patch_size": vw.spec.patch,
+        "parameters": vw.params, "projector_parameters": vw.projector_params,
+        "pixels": None if vw.pixels is None else {"min": vw.pixels[0], "max": vw.pixels[1]},
+        "encoder_pass": "forward",
+        "encoder_matmul_flops": vw.flops,
+        "images": [{"size": list(i.size), "resized": list(i.resized), "grid": list(i.grid),
+                    "patches": i.patches, "tokens": i.tokens, "matmul_flops": i.flops,
+                    "by_op": dict(i.flops_by_op)} for i in _distinct(vw)],
+    }
+    if vw.images:
+        mm = d["matmul_flops"]
+        mm["language_model"] = {k: mm[k] for k in ("executed", "useful")}
+        mm["vision_encoder"] = vw.flops
+        for counting in ("executed", "useful"):
+            mm[counting] += vw.flops
+            c = d["components"][counting]
+            c["flops"][VISION] = vw.flops
+            total = sum(c["flops"].values())
+            c["shares"] = {k: _fraction(Fraction(v, total)) for k, v in c["flops"].items()}
+            # the entry itself too (its FLOPs and share), beside flops and shares
+            c[VISION] = {"flops": vw.flops, "share": c["shares"][VISION]}
+    return d
+
+
+def _fraction(x: Fraction) -> str:
+    from accounting.present.export import fraction
+    return fraction(x)
+
+
+def uncounted(hf, what: str) -> str | None:
+    """The line `plan` and `serve` put on their first screen for a vision-language config.json
+    whose tower the tool reads: its parameters are not in `what` (None: no tower)."""
+    tower = getattr(hf, "vision", None)
+    if tower is None:
+        return None
+    from accounting.analysis.images import workload
+    n = workload(tower, None, None).params
+    return _line("vision tower", f"NOT in {what}: {grouped(n)} parameters ({gigabytes(2 * n)} "
+                                 f"in bf16, GB = 10^9 bytes) beside the language model; the "
+                                 f"tower's count: python -m accounting --config FILE --image HxW")
