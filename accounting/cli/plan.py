@@ -119,13 +119,6 @@ def parser() -> Parser:
     return p
 
 
-def _check_parallel(ns) -> None:
-    """The many-GPU plans keep model/'s ops (any precision and optimizer: issue 30)."""
-    if ns.implementation not in (None, "course"):
-        raise UsageError("--implementation transformers is not in the many-GPU plans yet "
-                         "(they plan model/'s ops); drop it with --gpus")
-
-
 def main(argv: list[str]) -> int:
     ns = parser().parse_args(argv)
     if ns.list:
@@ -134,7 +127,6 @@ def main(argv: list[str]) -> int:
         return 0
     config = config_from_args(ns)
     if ns.gpus is not None:
-        _check_parallel(ns)
         return parallel_cli.run(ns, config)
     parallel_cli.check_single(ns)
     result = plan(config, ns.ctx, ns.batch or 1, precision=ns.precision, scope=ns.scope,

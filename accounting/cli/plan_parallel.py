@@ -209,7 +209,26 @@ def _ticker():
     return tick
 
 
-def _finetune(ns: argparse.Namespace, config, precision):
+def recipe(ns: argparse.Namespace, config, stack):
+    """The recipe of the one-GPU plan (planning/recipes.py resolve: a Hugging Face model in
+    transformers' ops, bf16-mixed, SDPA; a course preset in model/'s, fp32), so that adding
+    --gpus changes the layout, never the recipe (issue 45). Returns (implementation,
+    precision name or None, config with the recipe's attention kernel). The other stacks
+    run their own implementation in their own precision (stack_run)."""
+    from accounting.cli.args import hf_source_from_args
+    from accounting.planning.recipes import resolve
+    if stack.name != TORCH:
+        if ns.implementation is not None:
+            raise UsageError(f"--implementation chooses the ops of --stack torch; --stack "
+                             f"{stack.name} runs its own model: leave --implementation out")
+        return "course", ns.precision, config
+    r, config = resolve(config, hf_source_from_args(ns) is not None, ns.implementation,
+                        ns.precision, ns.optimizer, ns.recompute,
+                        getattr(ns, "attention", None) is not None, ns.scope)
+    return r.implementation, r.precision, config
+
+
+def _finetune(ns: argparse.Namespace, config, precision, implementation: str = "course"):
     """The LoRA plan of --lora-rank (planning/finetune.py), or None (issue 30 follow-up)."""
     if getattr(ns, "lora_rank", None) is None and not getattr(ns, "base_weights", None):
         return None
@@ -217,17 +236,19 @@ def _finetune(ns: argparse.Namespace, config, precision):
     from accounting.planning.plan import _finetune as resolve_finetune
     kw = plan_kwargs(ns)
     return resolve_finetune(config, precision, MODEL, kw.get("lora"), kw["base_weights"],
-                            kw.get("double_quant", True), kw.get("module_names"), "course", None)
+                            kw.get("double_quant", True), kw.get("module_names"),
+                            implementation, None)
 
 
 def run(ns: argparse.Namespace, config) -> int:
     from accounting.planning.plan import hardware
-    run_stack, name = stack_run(ns)
-    precision = get_precision(name)
-    finetune = _finetune(ns, config, precision)
     if ns.scope != MODEL:
         raise UsageError("--scope course is a one-GPU view; the multi-GPU plan counts what "
                          "autograd saves (--scope model)")
+    implementation, ns.precision, config = recipe(ns, config, get_stack(ns.stack or TORCH))
+    run_stack, name = stack_run(ns)
+    precision = get_precision(name)
+    finetune = _finetune(ns, config, precision, implementation)
     for flag in ("steps", "position"):
         if getattr(ns, flag) is not None:
             raise UsageError(f"--{flag} is not used by the multi-GPU plan (give --tokens for a "
@@ -273,7 +294,8 @@ def run(ns: argparse.Namespace, config) -> int:
                         fix_zero=ns.zero is not None or bool(ns.fsdp),
                         fix_sp=ns.sp, fix_micro=ns.micro_batch is not None, fix_ep=ns.ep != 1,
                         fix_cp=ns.cp != 1, fix_vpp=ns.virtual_stages != 1,
-                        progress=_ticker(), tokens=ns.tokens, stack=run_stack)
+                        progress=_ticker(), tokens=ns.tokens, stack=run_stack,
+                        implementation=implementation)
         tables, data = search_tables, export.search_dict
     else:
         dp = resolve(ns.gpus, ns.tp, ns.pp, ns.dp, ns.cp)
@@ -284,7 +306,7 @@ def run(ns: argparse.Namespace, config) -> int:
                                mfu=ns.mfu, margin=ns.margin, tokens=ns.tokens, stack=run_stack,
                                **utilization, optimizer=ns.optimizer or "adamw",
                                measured_tokens_per_second=ns.measured_tokens_per_s,
-                               finetune=finetune)
+                               finetune=finetune, implementation=implementation)
         tables, data = views.tables, export.to_dict
         if ns.compare_formulas and finetune is not None:
             raise UsageError("--compare-formulas sets full training beside the literature; "

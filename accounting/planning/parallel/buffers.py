@@ -28,6 +28,7 @@ class Item:
     activations: bool = False  # the in-flight activations (their count depends on m)
     model_state: bool = False  # parameters, gradients, master copy, optimizer moments
     per_element: int = 0  # a model state's bytes per element (12: master, m and v together)
+    backward_only: bool = False  # allocated in the passes only, freed before the optimizer step
 
 
 def stage_buffers(sp: Split, values: dict[str, int], kinds: tuple[tuple[str, int], ...]) -> int:
@@ -65,18 +66,20 @@ def engine_buffers(sp: Split, layout: Layout, p: Precision, st: States, stage: i
         out.append(Item("FSDP2 gathered fp32 units" + (" (every unit, forward to backward)"
                                                        if z == 2 else " (root + 2 blocks)"),
                         f"{gathered}·d·Σ⌈rows/d⌉·cols" + (" (fp8 weights: 1)" if f8 else ""),
-                        Linear(0, rb + held),
+                        Linear(0, rb + held), backward_only=True,
                         note="the root unit stays gathered through each pass; at stage 3 one "
                              "block is gathered while the next is prefetched"))
         out.append(Item("FSDP2 unsharded grads before reduce-scatter (root + 1 block)",
                         f"{p.grad_bytes}·d·Σ⌈rows/d⌉·cols",
-                        Linear(0, (root + max(blocks, default=0)) * p.grad_bytes)))
+                        Linear(0, (root + max(blocks, default=0)) * p.grad_bytes),
+                        backward_only=True))
     if layout.tp > 1 and stage == 0:
         table = next(t for t in sp.tensors if t.place == FIRST and t.dims[0] == ("V",))
         whole = prod(table.sizes(values, 1))
         local = prod(table.sizes(values, layout.tp, tp_rank))
         out.append(Item("embedding grad computed whole (torch DTensor)",
                         f"{p.grad_bytes}·(V − ⌈V/tp⌉)·d_model", Linear(0, (whole - local) * p.grad_bytes),
+                        backward_only=True,
                         note="aten.embedding_dense_backward has no vocabulary-sharded strategy "
                              "in torch 2.13: each TP rank computes the V×d_model gradient, then "
                              "keeps its rows"))
@@ -114,9 +117,10 @@ def _fsdp_bf16(layout: Layout, st: States, f8: frozenset[str] = frozenset()) -> 
     return [Item("FSDP2 all-gathered bf16 units" + (" (every unit, forward to backward)"
                                                   if layout.sharding == 2 else " (root + 2 blocks)"),
                  "2·d·Σ⌈rows/d⌉·cols" + (" (fp8 weights: 1)" if f8 else ""), Linear(0, rb + held),
-                 note="MixedPrecisionPolicy(param_dtype=bf16): the gathered copies are bf16"),
+                 backward_only=True, note="MixedPrecisionPolicy(param_dtype=bf16): the gathered copies are bf16"),
             Item("FSDP2 unsharded bf16 grads and their fp32 copy for the reduce-scatter "
                  "(root + 1 block)", "(2 + 4)·d·Σ⌈rows/d⌉·cols", Linear(0, 6 * one),
+                 backward_only=True,
                  note="reduce_dtype=fp32: the bf16 gradient is cast before reduce-scatter")]
 
 

@@ -66,6 +66,17 @@ class Stack:
     default_zero: int
     bf16: bool  # plans in 16-bit (the stack's own precision, not --precision)
     checked: str
+    # the step's peak (peak.py): gradients held in a buffer allocated once, live at every
+    # moment (Megatron-Core's main_grad buffer, megatron/core/distributed/
+    # param_and_grad_buffer.py _ParamAndGradBuffer; DeepSpeed ZeRO's contiguous_gradients,
+    # on by default), else freed by zero_grad(set_to_none=True) (torch, torchtitan)
+    persistent_grads: bool = False
+    # bytes per updated element the optimizer's update allocates for itself: None is the
+    # torch stack's --optimizer (planning/optimizers.py); torchtitan builds torch.optim.AdamW
+    # with foreach=True (torchtitan/components/optimizer.py OptimizersContainer; √v in fp32,
+    # torch/optim/adam.py _multi_tensor_adam); Megatron's and DeepSpeed's fused Adam
+    # (apex/TE FusedAdam, deepspeed/ops/adam/fused_adam.py: multi_tensor_adam) update in place
+    update_temporary: int | None = None
 
 
 STACKS: dict[str, Stack] = {}
@@ -82,7 +93,8 @@ register(Stack(MEGATRON, "Megatron-Core with Transformer Engine (bf16 parameters
                "buffer, fused norm+linear, fused activations, flash attention)",
                {0: "Megatron DDP (fp32 grad buffer)", 1: "Megatron distributed optimizer"}, 0,
                True, "Korthikanti et al. 2022's equations (1)-(6) and Megatron's "
-               "theoretical_memory_usage.py (tests/test_stacks.py); read from source: it needs a GPU"))
+               "theoretical_memory_usage.py (tests/test_stacks.py); read from source: it needs a GPU",
+               persistent_grads=True, update_temporary=0))
 register(Stack(DEEPSPEED, "DeepSpeed ZeRO wrapping the implementation given (transformers' "
                "model in bf16 where modelled, else the course model; 16-bit parameters and "
                "gradients, fp32 master copy and Adam moments, K = 12)",
@@ -90,13 +102,15 @@ register(Stack(DEEPSPEED, "DeepSpeed ZeRO wrapping the implementation given (tra
                 2: "DeepSpeed ZeRO-2", 3: "DeepSpeed ZeRO-3"}, 0, True,
                "the ZeRO paper's Figure 1 and DeepSpeed's own estimators "
                "(estimate_zero2/3_model_states_mem_needs, tests/test_stacks.py); the "
-               "activations on transformers' model in bf16 (tests/test_stack_implementations.py)"))
+               "activations on transformers' model in bf16 (tests/test_stack_implementations.py)",
+               persistent_grads=True, update_temporary=0))
 register(Stack(TORCHTITAN, "torchtitan: its own Llama under FSDP2 with MixedPrecisionPolicy("
                "param_dtype=bf16, reduce_dtype=fp32), no autocast", {2: "FSDP2 SHARD_GRAD_OP, bf16 all-gathers",
                                                    3: "FSDP2 FULL_SHARD, bf16 all-gathers"}, 3,
                True, "FSDP2 with a bf16 MixedPrecisionPolicy on torch.distributed's fake "
                "backend (accounting/distcheck); its block's saved tensors and per-op selective "
-               "checkpointing on the CPU (tests/test_stack_implementations.py, test_stacks.py)"))
+               "checkpointing on the CPU (tests/test_stack_implementations.py, test_stacks.py)",
+               update_temporary=W32))
 
 
 def get_stack(name: str) -> Stack:

@@ -1,0 +1,70 @@
+"""Issue 45 ("the recipe changes with --gpus") and issue 44 (the many-GPU memory is the
+step's peak): a Hugging Face model is planned with the same recipe on one GPU and on many,
+and on one GPU the many-GPU plan's peak is the one-GPU plan's.
+
+Expected values: the one-GPU plan (planning/memory.py MemoryModel.peak_terms, a separate
+path measured on CUDA within ±3% by ../shared/gpu/README.md), and hand algebra from
+Llama-3.1-8B's published config.json (V = 128,256)."""
+import json
+
+from cli_run import run
+
+LLAMA = "meta-llama/Llama-3.1-8B"
+V = 128256
+
+
+def plan_json(capsys, *argv):
+    code, out, err = run(capsys, "plan", LLAMA, "--gpu", "H100", *argv, "--format", "json")
+    assert code == 0, err
+    return json.loads(out)
+
+
+def test_gpus_1_plans_the_one_gpu_recipe_and_peak(capsys):
+    # before the fix: bf16-mixed transformers on one GPU (160.67 GB), fp32 course ops with
+    # --gpus 1 (395.63 GB)
+    one = plan_json(capsys, "--ctx", "4096")
+    many = plan_json(capsys, "--ctx", "4096", "--gpus", "1")
+    assert many["precision"] == one["assumptions"]["precision"] == "bf16-mixed"
+    assert many["implementation"] == one["assumptions"]["implementation"] == "transformers"
+    peak = one["peak"]["peak_bytes"]
+    # the same moments: only the one-GPU plan's int64 ids/targets at the backward pass's start
+    # and its 0-dim loss differ
+    assert abs(many["memory_per_gpu_bytes"] / peak - 1) < 0.001, (many["memory_per_gpu_bytes"], peak)
+
+
+def test_search_keeps_the_recipe(capsys):
+    code, out, err = run(capsys, "plan", LLAMA, "--gpu", "H100", "--ctx", "4096", "--gpus", "8",
+                         "--search", "--batch", "8", "--format", "json")
+    assert code == 0, err
+    d = json.loads(out)
+    assert {r["precision"] for r in d["ranked"]} == {"bf16-mixed"}
+    assert {r["implementation"] for r in d["ranked"]} == {"transformers"}
+
+
+def test_fsdp_peak_adds_the_loss_gradients(capsys):
+    # 8 GPUs, FSDP, one sequence of 32,768 tokens per rank, full recomputation: the step
+    # peaks at the loss's backward, where the fp32 gradients of nll_loss and log_softmax,
+    # 2 · 32,768 · V · 4 bytes, are live beside what the items hold
+    d = plan_json(capsys, "--ctx", "32768", "--gpus", "8", "--fsdp", "--batch", "8",
+                  "--recompute", "full")
+    assert d["implementation"] == "transformers" and d["precision"] == "bf16-mixed"
+    assert d["peak_moment"].startswith("start of the backward pass")
+    s = d["stages"][0]
+    moment = next(m for m in s["moments"] if m["name"] == d["peak_moment"])
+    assert moment["bytes"] == d["memory_per_gpu_bytes"] == s["peak_bytes"]
+    grads = sum(i["bytes"] for i in s["items"] if i["name"].startswith("gradients"))
+    assert grads >= 4 * 8030261248 // 8  # FSDP's fp32 shard (rows padded: a little more)
+    loss_grads = 2 * 32768 * V * 4
+    # one micro-batch per rank: no gradient is live at the loss's backward yet
+    assert moment["bytes"] - (s["memory_bytes"] - grads) >= loss_grads
+    assert d["memory_per_gpu_items_bytes"] == s["memory_bytes"] < d["memory_per_gpu_bytes"]
+
+
+def test_implementation_transformers_is_accepted_with_gpus(capsys):
+    # was refused ("not in the many-GPU plans yet")
+    d = plan_json(capsys, "--ctx", "4096", "--gpus", "8", "--fsdp", "--batch", "8",
+                  "--implementation", "transformers")
+    assert d["implementation"] == "transformers"
+    course = plan_json(capsys, "--ctx", "4096", "--gpus", "8", "--fsdp", "--batch", "8",
+                       "--implementation", "course")
+    assert course["implementation"] == "course" and course["precision"] == "bf16-mixed"
