@@ -68,3 +68,15 @@ def test_implementation_transformers_is_accepted_with_gpus(capsys):
     course = plan_json(capsys, "--ctx", "4096", "--gpus", "8", "--fsdp", "--batch", "8",
                        "--implementation", "course")
     assert course["implementation"] == "course" and course["precision"] == "bf16-mixed"
+
+
+def test_reserved_beside_allocated_in_the_json(capsys):
+    # issue 44's contract: one GPU adds .peak.reserved_bytes, many GPUs
+    # .memory_per_gpu_reserved_bytes, each at least the allocated peak (a segment holds
+    # its blocks; tests/test_allocator.py checks the packing against an H200)
+    one = plan_json(capsys, "--ctx", "4096")
+    assert one["peak"]["reserved_bytes"] >= one["peak"]["peak_bytes"]
+    many = plan_json(capsys, "--ctx", "4096", "--gpus", "8", "--fsdp", "--batch", "8")
+    assert many["memory_per_gpu_reserved_bytes"] >= many["memory_per_gpu_bytes"]
+    # the segments' rounding is at most 2 MiB a tensor: well under 1% of this peak
+    assert many["memory_per_gpu_reserved_bytes"] < 1.01 * many["memory_per_gpu_bytes"]

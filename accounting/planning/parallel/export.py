@@ -47,6 +47,7 @@ def to_dict(p: ParallelPlan) -> dict:
            "implementation": p.implementation,
            "peak_moment": p.peak_moment.name if p.peak_moment else None,
            "memory_per_gpu_items_bytes": p.items_total,
+           "memory_per_gpu_reserved_bytes": p.reserved,
            "stack": stack_dict(p), "model_states_per_gpu_bytes": p.model_states,
            "per_layer_activation_bytes": p.per_layer_activation_bytes,
            "per_layer_activations": [{"name": n, "bytes": v} for n, v in p.per_layer],

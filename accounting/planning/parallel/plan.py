@@ -188,6 +188,16 @@ class ParallelPlan:
         return self.worst.peak_moment(self.layout.micro_batch)[1]
 
     @property
+    def reserved(self) -> int:
+        """The worst GPU's reserved peak: the caching allocator's segments at its allocated
+        peak (planning/reserved.py)."""
+        from accounting.planning.reserved import stage
+        w = self.worst
+        return stage(w, self.layout.micro_batch, self.per_layer,
+                     w.layers * w.activations.in_flight,
+                     self.hardware.arch if self.hardware is not None else None)
+
+    @property
     def items_total(self) -> int:
         """The worst GPU's items summed: the breakdown's total."""
         return self.worst.memory(self.layout.micro_batch)

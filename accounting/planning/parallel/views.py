@@ -77,7 +77,9 @@ def summary_table(p: ParallelPlan) -> Table:
     rows.append((label, f"{grouped(p.memory)} bytes = {_gb(p.memory)}, allocated at the step's "
                         f"peak" + (f": {moment.name}" if moment else "")
                         + (f" on stage {w.stage}" if lo.pp > 1 else "")
-                        + f" (the items below sum to {_gb(p.items_total)})"))
+                        + f" (the items below sum to {_gb(p.items_total)}); reserved at least "
+                          f"{_gb(p.reserved)} (the caching allocator's blocks; the verdict is "
+                          "the allocated)"))
     if p.fit is not None:
         f = p.fit
         verdict = (f"fits: {_gb(f.headroom)} to spare of {_gb(f.budget.usable)} usable"
