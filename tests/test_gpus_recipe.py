@@ -80,3 +80,20 @@ def test_reserved_beside_allocated_in_the_json(capsys):
     assert many["memory_per_gpu_reserved_bytes"] >= many["memory_per_gpu_bytes"]
     # the segments' rounding is at most 2 MiB a tensor: well under 1% of this peak
     assert many["memory_per_gpu_reserved_bytes"] < 1.01 * many["memory_per_gpu_bytes"]
+
+
+def test_torchtitan_pp_keeps_the_stage_gathered_and_accumulates_unsharded(capsys):
+    # torchtitan's reshard_after_forward policy "default" = not pp_enabled, and pipelining's
+    # set_requires_gradient_sync(False) until the last micro-batch (stacks.py, buffers.py).
+    # Stage 0 of Llama-3.1-8B over pp 2: 16 blocks of 2·d² + 2·d·h_kv·d_k + 3·d·d_ff + 2·d
+    # = 218,112,000 elements and the V·d = 525,336,576 embedding: 4,015,128,576 elements,
+    # gathered in bf16 (dp 4 divides every row count: no padding)
+    d = plan_json(capsys, "--stack", "torchtitan", "--gpus", "8", "--pp", "2", "--fsdp",
+                  "--batch", "16", "--ctx", "8192", "--recompute", "full")
+    s0 = next(s for s in d["stages"] if s["stage"] == 0)
+    stage = 16 * (2 * 4096 ** 2 + 2 * 4096 * 8 * 128 + 3 * 4096 * 14336 + 2 * 4096) + V * 4096
+    assert stage == 4_015_128_576
+    gathered = next(i for i in s0["items"] if i["name"].startswith("FSDP2 all-gathered"))
+    assert gathered["bytes"] == 2 * stage
+    grads = next(i for i in s0["items"] if "accumulated over the micro-batches" in i["name"])
+    assert grads["bytes"] >= 4 * stage

@@ -49,10 +49,16 @@ def _model_type_names() -> str:
             + ", ".join(f"`{mt}`" for mt in supported_types().split(", ")) + ".\n")
 
 
+def _published_runs() -> str:
+    from accounting.literature.published_table import markdown
+    return markdown()
+
+
 BLOCKS: dict[str, Callable[[], str]] = {
     "gpu-table": _gpus,
     "gpu-names": _gpu_names,
     "spec-flags": _spec_flags,
     "model-types": _model_types,
     "model-type-names": _model_type_names,
+    "published-runs": _published_runs,
 }

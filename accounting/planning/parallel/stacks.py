@@ -77,6 +77,13 @@ class Stack:
     # torch/optim/adam.py _multi_tensor_adam); Megatron's and DeepSpeed's fused Adam
     # (apex/TE FusedAdam, deepspeed/ops/adam/fused_adam.py: multi_tensor_adam) update in place
     update_temporary: int | None = None
+    # with pipeline parallelism, FSDP2 keeps each stage's parameters gathered from the forward
+    # to the backward pass: torchtitan's reshard_after_forward policy "default" is
+    # `not pp_enabled` ("For PP, by default do not reshard after forward to avoid
+    # per-microbatch all-gathers, which can be expensive and non-overlapped",
+    # torchtitan/distributed/fsdp.py get_fsdp_reshard_after_forward_policy; in 2024-12
+    # torchtitan/parallelisms/parallelize_llama.py apply_fsdp)
+    pp_keeps_unsharded: bool = False
 
 
 STACKS: dict[str, Stack] = {}
@@ -110,7 +117,7 @@ register(Stack(TORCHTITAN, "torchtitan: its own Llama under FSDP2 with MixedPrec
                True, "FSDP2 with a bf16 MixedPrecisionPolicy on torch.distributed's fake "
                "backend (accounting/distcheck); its block's saved tensors and per-op selective "
                "checkpointing on the CPU (tests/test_stack_implementations.py, test_stacks.py)",
-               update_temporary=W32))
+               update_temporary=W32, pp_keeps_unsharded=True))
 
 
 def get_stack(name: str) -> Stack:
