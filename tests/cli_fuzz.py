@@ -206,6 +206,8 @@ PARALLEL_FLAGS = {
                                                  "9" * 30)), JUNK),
     "--mfu-convention": _choice(("executed", "causal", "6N")),
     "--mfu-scope": _choice(("compute", "end-to-end")), "--measured-tokens-per-s": FRACTIONS,
+    "--offload": st.one_of(_choice(("optimizer", "params", "optimizer,params", "params,params",
+                                    "activations", ",")), JUNK),  # issue 44
 }
 PARALLEL_SWITCHES = ("--sp", "--search", "--fsdp", "--hfu")
 # serving capacity (serve MODEL --gpu NAME ...), issue 29

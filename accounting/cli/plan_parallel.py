@@ -18,13 +18,14 @@ from accounting.planning.parallel.plan import parallel_plan
 from accounting.planning.parallel.search import search
 from accounting.planning.parallel.search_views import tables as search_tables
 from accounting.planning.parallel.megatron import FLASH, KERNELS
+from accounting.planning.parallel.offload import parse as parse_offload
 from accounting.planning.parallel.stack_memory import StackRun
 from accounting.planning.parallel.stacks import STACKS, TORCH, get_stack
 
 LAYOUT_FLAGS = ("tp", "pp", "dp", "ep", "cp", "virtual_stages", "stage_layers", "sp", "zero",
                 "fsdp", "micro_batch", "search", "nvlink_gbs", "network_gbs", "gpus_per_node",
                 "stack", "dropout", "attention_kernel", "compare_formulas", "mfu_convention",
-                "mfu_scope", "hfu", "measured_tokens_per_s")
+                "mfu_scope", "hfu", "measured_tokens_per_s", "offload")
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
@@ -94,6 +95,12 @@ def add_args(p: argparse.ArgumentParser) -> None:
                    help="the training stack whose memory is planned: "
                         + "; ".join(f"{s.name}: {s.title}" for s in STACKS.values())
                         + " (default torch)")
+    g.add_argument("--offload", metavar="optimizer|params",
+                   help="model states kept in CPU memory (comma-separated): optimizer "
+                        "(--stack deepspeed: offload_optimizer, the master copy, moments and "
+                        "gradient partitions), params (--stack deepspeed at --zero 3 with "
+                        "optimizer: offload_param; --stack torch at --zero 2|3: FSDP2's "
+                        "CPUOffloadPolicy, parameters, gradients and optimizer state)")
     g.add_argument("--dropout", metavar="P",
                    help="--stack megatron: hidden and attention dropout probability (its 1-byte "
                         "masks are kept for the backward pass; default 0: none)")
@@ -275,6 +282,9 @@ def run(ns: argparse.Namespace, config) -> int:
         if ns.compare_formulas:
             raise UsageError("--compare-formulas sets one plan beside the literature; leave "
                              "--search out")
+        if ns.offload:
+            raise UsageError("--search ranks layouts with the model states on the GPU; with "
+                             "--offload give the layout (--zero)")
         if ns.optimizer not in (None, "adamw"):
             raise UsageError(f"--search ranks layouts with AdamW's state; with --optimizer "
                              f"{ns.optimizer} give the layout (--tp, --pp, --zero)")
@@ -306,7 +316,8 @@ def run(ns: argparse.Namespace, config) -> int:
                                mfu=ns.mfu, margin=ns.margin, tokens=ns.tokens, stack=run_stack,
                                **utilization, optimizer=ns.optimizer or "adamw",
                                measured_tokens_per_second=ns.measured_tokens_per_s,
-                               finetune=finetune, implementation=implementation)
+                               finetune=finetune, implementation=implementation,
+                               offload=parse_offload(ns.offload))
         tables, data = views.tables, export.to_dict
         if ns.compare_formulas and finetune is not None:
             raise UsageError("--compare-formulas sets full training beside the literature; "

@@ -94,9 +94,10 @@ def _cuda(sp, values: dict[str, int], autocast, implementation: str, tp: int, lo
 
 def moments(sp, layout, precision, stage: int, kinds, values: dict[str, int], local: int,
             micro_batches: int, in_flight: int, st, stack, optimizer: str, arch: str | None,
-            implementation: str, lora: bool) -> tuple[Moment, ...]:
+            implementation: str, no_update_temporary: bool) -> tuple[Moment, ...]:
     """The moments of this GPU's step (`micro_batches` per step on this rank, `in_flight`
-    at its first backward pass; `st` its states)."""
+    at its first backward pass; `st` its states). `no_update_temporary`: the update makes
+    none on the GPU (LoRA's adapters: a few; an optimizer offloaded to the CPU)."""
     last = stage == layout.pp - 1
     work = CP.workspace(arch)
     ws = Linear(0, work.bytes.evaluate({}))
@@ -130,7 +131,7 @@ def moments(sp, layout, precision, stage: int, kinds, values: dict[str, int], lo
             " (its recomputed activations live)" if layout.recompute != "none" else ""),
             held + f"{work.rule}", ws + loss, True, grads_live, True, True))
     temp, temp_what = 0, ""
-    if not lora:
+    if not no_update_temporary:
         per = stack.stack.update_temporary
         if per is None:  # the torch stack: --optimizer's and the precision's
             opt = get_optimizer(optimizer)

@@ -26,6 +26,7 @@ from accounting.planning.mfu import (COMPUTE, END_TO_END, SIX_N, check_conventio
 from accounting.planning.parallel import activations as A
 from accounting.planning.parallel import comms as C
 from accounting.planning.parallel import lora_states as LS
+from accounting.planning.parallel import offload as OF
 from accounting.planning.parallel import peak as PK
 from accounting.planning.parallel.fit import Fit, fit as _fit
 from accounting.planning.parallel.buffers import Item, engine_buffers, stage_buffers
@@ -142,6 +143,7 @@ class ParallelPlan:
     optimizer: str = "adamw"  # planning/optimizers.py's name (the torch stack's choice)
     finetune: object = None  # a LoRA plan (planning/finetune.py FineTune), or full training
     implementation: str = COURSE  # whose ops the torch stack runs (recipes.IMPLEMENTATIONS)
+    offload: frozenset = frozenset()  # model states kept on the CPU (offload.py: --offload)
 
     @property
     def step_seconds(self) -> Fraction | None:
@@ -280,7 +282,7 @@ def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage:
                tp_rank: int = 0, dp_rank: int | None = None,
                stack: StackRun = StackRun(), counting: str = EXECUTED,
                optimizer: str = "adamw", finetune=None,
-               implementation: str = COURSE) -> StagePlan:
+               implementation: str = COURSE, offload: frozenset = frozenset()) -> StagePlan:
     """One GPU of a stage: TP rank `tp_rank`, data-parallel rank `dp_rank` (default: 0, or
     under ZeroRedundancyOptimizer the rank with the most AdamW state). `act_rows` are the
     saved tensors of a rank's T/cp tokens (the course model's: another stack plans its own).
@@ -302,6 +304,7 @@ def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage:
         items, acts = stack_memory(stack, sp, dl, precision, st, stage, kinds, values, local,
                                    tp_rank)
         items += fp8_items(sp, units, p, values)  # Megatron + TE: its fp8 weight copies
+        items = OF.apply(items, offload, stack.name)
         return _finish(sp, layout, precision, seq, stage, layers, kinds, units, st, items,
                        acts, values, tp_rank, W16 if stack.name == TORCHTITAN else None,
                        counting)
@@ -350,6 +353,7 @@ def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage:
                                "until its backward pass"))
     items += (engine_buffers(sp, dl, precision, st, stage, values, local, tp_rank)
               if lora is None else LS.buffer_items(sp, dl, precision, lora, stage, values, local))
+    items = OF.apply(items, offload, stack.name)
     return _finish(sp, layout, precision, seq, stage, layers, kinds, units, st, items, acts,
                    values, tp_rank, None, counting, update, lora)
 
@@ -400,7 +404,8 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
                   stack: StackRun = StackRun(), mfu_convention: str = EXECUTED,
                   mfu_scope: str = COMPUTE, hfu: bool = False,
                   measured_tokens_per_second=None, optimizer: str = "adamw",
-                  finetune=None, implementation: str = COURSE) -> ParallelPlan:
+                  finetune=None, implementation: str = COURSE,
+                  offload: frozenset = frozenset()) -> ParallelPlan:
     """The plan of one GPU per stage shown (TP rank 0 — it holds the most of an uneven
     split — and data-parallel rank 0, or the given ranks). `mfu` is read under
     `mfu_convention` and `mfu_scope` (planning/mfu.py): in the compute scope the rate each
@@ -447,6 +452,7 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
                          f"got {margin}")
     if finetune is not None:
         LS.check(finetune, layout, stack.name)
+    OF.check(frozenset(offload), stack.name, data_layout(layout).sharding)
     impl = implementation if stack.name == TORCH else COURSE
     sp = run_split(config, precision, layout.recompute, impl) if finetune is None else \
         LS.lora_split(finetune, precision.autocast, layout.recompute)
@@ -460,13 +466,14 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
             if stack.name == TORCH else ([], []))
     counting = USEFUL if mfu_convention != EXECUTED else EXECUTED
     plans = tuple(stage_plan(sp, layout, precision, seq, s, rows, values, tp_rank, dp_rank,
-                             stack, counting, optimizer, finetune, impl)
+                             stack, counting, optimizer, finetune, impl, frozenset(offload))
                   for s in (stages if stages is not None else _shown(config, layout)))
     arch = hardware.arch if hardware is not None else None
     plans = tuple(replace(s, moments=PK.moments(
         sp, layout, precision, s.stage, s.kinds, values, local, layout.micro_batches,
         s.activations.in_flight, s.states, stack, optimizer, arch, impl,
-        finetune is not None)) for s in plans)
+        finetune is not None or OF.moves_optimizer(frozenset(offload), stack.name)))
+        for s in plans)
     at = None
     if config.num_experts is not None and config.moe_capacity_factor is not None:
         def at(s: StagePlan, b: int) -> A.StageActivations:  # C = ⌈c·b·T·k/E⌉ at this b
@@ -482,4 +489,5 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
     return ParallelPlan(config, layout, seq, precision, hardware, net, u, plans, fit, time, tokens,
                         stack, per_layer(stack, sp, layout, local, rows[0]), mfu_convention,
                         mfu_scope, hfu, measured, optimizer, finetune,
-                        impl if finetune is None else finetune.implementation)
+                        impl if finetune is None else finetune.implementation,
+                        frozenset(offload))
