@@ -73,3 +73,37 @@ def test_refused_in_one_line(capsys, flags, expected):
 def test_offload_needs_gpus(capsys):
     refused_in_one_line(capsys, "plan", LLAMA_1B, "--offload", "params",
                         expected="give --gpus N")
+
+
+def test_paged_adamw8bit_pages_the_large_states():
+    # bitsandbytes' rule, read from the installed library (paging needs CUDA's
+    # cudaMallocManaged; on the CPU it falls back to zeros_like): PagedAdamW8bit is paged,
+    # and get_state_buffer pages a parameter's state1/state2 from 1e5 elements up
+    bnb = pytest.importorskip("bitsandbytes")
+    import inspect
+    import torch
+    from accounting.planning.optimizers import PAGED_MIN_NUMEL, get_optimizer, is_paged
+    p = torch.nn.Parameter(torch.zeros(4096, 64))
+    assert bnb.optim.PagedAdamW8bit([p]).is_paged
+    src = inspect.getsource(bnb.optim.optimizer.Optimizer8bit.get_state_buffer)
+    assert "p.numel() < 1e5" in src and "F.get_paged" in src and PAGED_MIN_NUMEL == 10**5
+    opt = get_optimizer("paged-adamw8bit")
+    big, small = opt.state((4096, 4096), "fp32"), opt.state((256, 256), "fp32")
+    assert is_paged(big[0].item) and big[0].numel == 2 * 4096 * 4096  # m and v, uint8
+    assert not any(is_paged(s.item) for s in small)  # 65,536 elements: on the device
+    assert not is_paged(big[1].item)  # absmax: init_state's device tensors
+
+
+def test_paged_states_leave_the_gpu_total(capsys):
+    from tests.cli_run import run
+    import json
+    code, out, err = run(capsys, "plan", "meta-llama/Llama-3.1-8B", "--ctx", "2048",
+                         "--precision", "bf16", "--optimizer", "paged-adamw8bit",
+                         "--format", "json")
+    assert code == 0, err
+    items = json.loads(out)["training_memory"]["items"]
+    paged = [i for i in items if "unified memory" in i["name"]]
+    # every matrix of Llama-3.1-8B has at least 1e5 elements: 2 bytes (m, v) per element of
+    # them; the norms (4,096 each: 65 of them) stay on the device
+    assert sum(i["bytes"] for i in paged) == 2 * (8030261248 - 65 * 4096)
+    assert not any(i["on_gpu"] for i in paged)

@@ -30,7 +30,7 @@ from accounting.planning import mtp_memory as MT
 # the scopes' names, in_scope and the evaluated result (memory_result.py), re-exported
 from accounting.planning.memory_result import (COURSE, MODEL, ActivationRow,  # noqa: F401
                                                TrainingMemory, in_scope)
-from accounting.planning.optimizers import get_optimizer
+from accounting.planning.optimizers import get_optimizer, is_paged
 from accounting.planning.precisions import (BF16_MIXED, PRECISIONS, Precision,  # noqa: F401
                                             get_precision)
 
@@ -252,7 +252,7 @@ class MemoryModel:
                 e, formula = Expr.of(item.bytes), f"{item.bytes:,}"
             out.append(Term(f"{item.name}{whose}" + (f" ({item.dtype})" if item.dtype not in item.name
                                                         else ""), formula, e,
-                            note=f"{opt.title} ({opt.source})"))
+                            on_gpu=not is_paged(item.name), note=f"{opt.title} ({opt.source})"))
         steps = TS.step_counters(opt, ts)
         if self.scope == MODEL and steps:
             on_gpu = opt.step_counter == "device"
