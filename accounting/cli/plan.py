@@ -86,6 +86,10 @@ def parser() -> Parser:
                         "attention; the default for a Hugging Face config or hub preset)")
     w.add_argument("--optimizer", choices=tuple(OPTIMIZERS), default=None,
                    help=optimizer_help())
+    w.add_argument("--optimizer-in-backward", action="store_true",
+                   help="step each tensor's optimizer in the backward pass as its gradient "
+                        "is ready, then free the gradient (torchtune's optimizer_in_bwd: "
+                        "register_optim_in_bwd_hooks): no moment holds every gradient")
     w.add_argument("--recompute", choices=tuple(RECOMPUTE), default=NO_RECOMPUTE,
                    help="none (default), selective (recompute the attention core, Korthikanti "
                         "et al. 2022) or full activation recomputation (keep each block's input; "
@@ -136,6 +140,7 @@ def main(argv: list[str]) -> int:
                   recompute=ns.recompute, gpu=ns.gpu, memory_bytes=ns.gpu_mem,
                   peak_tflops=ns.gpu_flops, bandwidth_tbs=ns.gpu_bw, mfu=ns.mfu,
                   margin=ns.margin, steps=ns.steps, tokens=ns.tokens, position=ns.position,
+                  optimizer_in_backward=ns.optimizer_in_backward,
                   **finetune_cli.plan_kwargs(ns))
     output.emit(ns.format, ns.output,  # the answer first, then the details
                 lambda: [summary.plan_answer(result)] + views.tables(result),

@@ -252,6 +252,9 @@ def run(ns: argparse.Namespace, config) -> int:
     if ns.scope != MODEL:
         raise UsageError("--scope course is a one-GPU view; the multi-GPU plan counts what "
                          "autograd saves (--scope model)")
+    if getattr(ns, "optimizer_in_backward", False):
+        raise UsageError("--optimizer-in-backward is planned on one GPU (torchtune's "
+                         "single-device recipes); leave out --gpus")
     implementation, ns.precision, config = recipe(ns, config, get_stack(ns.stack or TORCH))
     run_stack, name = stack_run(ns)
     precision = get_precision(name)

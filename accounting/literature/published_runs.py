@@ -125,14 +125,12 @@ def _tune(row: str, gib: str, card: str, flags: tuple[str, ...], *unexpressed: s
 
 
 _LORA = ("--lora-rank", "8", "--lora-targets", "q_proj,v_proj,o_proj,gate_proj,up_proj,down_proj")
-_tune("full fine-tune", "18.9", "RTX-4090", ("--gpu", "RTX-4090", "--precision", "bf16",
-                                              "--optimizer", "paged-adamw8bit"),
-      "optimizer in the backward pass")
-_tune("full fine-tune", "37.4", "A6000", ("--gpu-mem", "48GB", "--precision", "bf16",
-                                           "--optimizer", "paged-adamw8bit"),
-      "optimizer in the backward pass")
+_FULL = ("--precision", "bf16", "--optimizer", "paged-adamw8bit", "--optimizer-in-backward")
+_tune("full fine-tune", "18.9", "RTX-4090", ("--gpu", "RTX-4090") + _FULL)
+_A6000 = "its config (the README names none: planned as the RTX 4090 row's)"
+_tune("full fine-tune", "37.4", "A6000", ("--gpu-mem", "48GB") + _FULL, _A6000)
 _tune("LoRA", "16.2", "RTX-4090", ("--gpu", "RTX-4090") + _LORA, "bf16 adapters")
-_tune("LoRA", "30.3", "A6000", ("--gpu-mem", "48GB") + _LORA, "bf16 adapters")
+_tune("LoRA", "30.3", "A6000", ("--gpu-mem", "48GB") + _LORA, "bf16 adapters", _A6000)
 _tune("QLoRA", "7.4", "RTX-4090", ("--gpu", "RTX-4090", "--base-weights", "nf4") + _LORA,
       "torchao's NF4 (planned as bitsandbytes')", "bf16 adapters")
 

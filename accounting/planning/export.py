@@ -44,7 +44,8 @@ def _recipe(p: Plan) -> dict:
             "implementation_meaning": IMPLEMENTATIONS[r.implementation]
             + (f"; {r.note}" if r.note else ""),
             "attention": r.attention, "attention_meaning": ATTENTION_NAMES[r.attention],
-            "optimizer": r.optimizer, "optimizer_meaning": f"{opt.title} ({opt.source})"}
+            "optimizer": r.optimizer, "optimizer_meaning": f"{opt.title} ({opt.source})",
+            "optimizer_in_backward": p.memory.model.optimizer_in_backward}
 
 
 def to_dict(p: Plan) -> dict:
