@@ -34,6 +34,7 @@ from accounting.planning.parallel.layout import (Layout, check_layout,
                                                  micro_batches_in_flight, stage_layers)
 from accounting.planning.parallel.shards import FIRST, Split, split
 from accounting.planning.parallel.stack_memory import StackRun, per_layer
+from accounting.planning.parallel.stack_memory import implementation as stack_implementation
 from accounting.planning.parallel.stack_memory import memory as stack_memory
 from accounting.planning.parallel.stacks import (MEGATRON, TORCH, TORCHTITAN, W16,
                                                  check as check_stack)
@@ -489,5 +490,6 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
     return ParallelPlan(config, layout, seq, precision, hardware, net, u, plans, fit, time, tokens,
                         stack, per_layer(stack, sp, layout, local, rows[0]), mfu_convention,
                         mfu_scope, hfu, measured, optimizer, finetune,
-                        impl if finetune is None else finetune.implementation,
+                        stack_implementation(stack, config) if stack.name != TORCH
+                        else impl if finetune is None else finetune.implementation,
                         frozenset(offload))

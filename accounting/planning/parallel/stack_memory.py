@@ -18,7 +18,8 @@ from accounting.planning.parallel.stacks import (DEEPSPEED, MEGATRON, TORCH, TOR
 from accounting.planning.parallel.states import States
 from accounting.planning.memory import Precision
 from accounting.planning.recipes import transformers_gap
-from accounting.ledger.builder.common import COURSE, TORCHTITAN as TITAN_IMPL, TRANSFORMERS
+from accounting.ledger.builder.common import (COURSE, MEGATRON as MEGATRON_IMPL,
+                                              TORCHTITAN as TITAN_IMPL, TRANSFORMERS)
 from accounting.spec.config import ModelConfig
 from accounting.units import BF16
 
@@ -49,6 +50,8 @@ def implementation(run: StackRun, c: ModelConfig) -> str:
         return TRANSFORMERS if transformers_gap(c) is None else COURSE
     if run.name == TORCHTITAN:
         return TITAN_IMPL if llama_block(c) else COURSE
+    if run.name == MEGATRON:
+        return MEGATRON_IMPL  # megatron.py's ledger (the builder's Transformer Engine modules)
     return COURSE
 
 
