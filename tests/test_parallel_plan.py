@@ -161,7 +161,7 @@ def test_one_gpu_plan_is_the_one_gpu_memory_model():
     # checkpointed core keeps the biased projections' fp32 outputs where the plain run saves
     # bf16 casts of them — more bytes of one dtype, fewer of the other.)
     for config in (XL, get_preset("openai-community/gpt2"), get_preset("meta-llama/Llama-3.2-1B")):
-        for precision in (FP32, BF16):
+        for precision in (FP32, BF16, get_precision("bf16"), get_precision("bf16-master")):
             for recompute in ("none", "full", "selective"):
                 if config.qkv_bias and precision is BF16 and recompute == "selective":
                     continue

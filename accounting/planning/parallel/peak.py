@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from accounting.planning import cuda_peak as CP
 from accounting.planning.optimizers import get_optimizer
 from accounting.planning.parallel.activations import Linear
+from accounting.planning.parallel.stacks import TORCH
 from accounting.units import DTYPE_BYTES, FP32, INT64
 
 BACKWARD, UPDATE = "start of the backward pass", "optimizer update"
@@ -104,17 +105,24 @@ def moments(sp, layout, precision, stage: int, kinds, values: dict[str, int], lo
     tp = layout.tp
     grads_live = micro_batches > 1 or stack.stack.persistent_grads
     f32, i64 = DTYPE_BYTES[FP32], DTYPE_BYTES[INT64]
-    # the 0-dim float32 loss the training loop holds (last stage); at the update, the int64
-    # token ids (first stage) and targets (last stage) of the last micro-batch
-    loss = Linear(0, f32 if last else 0)
+    own = stack.name == TORCH  # the run's ledger is the torch stack's (autocast's dtypes)
+    # the log-probabilities' dtype: the ledger's under the torch stack (fp32 unless the
+    # whole model runs in bf16); the other stacks' losses upcast the logits (torchtitan's
+    # cross_entropy_loss on pred.float(), Megatron's fp32 vocab-parallel cross-entropy,
+    # transformers' ForCausalLMLoss under DeepSpeed)
+    lb = next(r.bytes_per_element for r in sp.ledger.activations
+              if r.name == "log-softmax of the logits") if own else f32
+    # the 0-dim loss the training loop holds (last stage); at the update, the int64 token
+    # ids (first stage) and targets (last stage) of the last micro-batch
+    loss = Linear(0, lb if last else 0)
     inputs = Linear(i64 * local * ((stage == 0) + last), 0)
     extra, what = ws + loss, [f"{work.rule}: {work.what}"]
     if last:
         vocab = -(-values["V"] // tp)
-        extra = extra + Linear(2 * local * vocab * f32, 0)
-        what.insert(0, f"the loss's fp32 gradients 2·b·(T/cp)·⌈V/tp⌉·4 "
+        extra = extra + Linear(2 * local * vocab * lb, 0)
+        what.insert(0, f"the loss's gradients 2·b·(T/cp)·⌈V/tp⌉·{lb} "
                        f"(T/cp = {local:,}, ⌈V/tp⌉ = {vocab:,})")
-    if stack.name == "torch":
+    if own:
         adj, rules = _cuda(sp, values, precision.autocast, implementation, tp, local, kinds,
                            last, in_flight)
         extra = extra + adj
