@@ -5,6 +5,12 @@ N runs, in-process (the CLI's interpreter start-up is what bench_cli.py measures
 
     python benchmarks/bench_parallel.py [--runs 9]
     python benchmarks/bench_parallel.py --layers 1000,10000 [--code DIR]
+    python benchmarks/bench_parallel.py --cli [--runs 5]
+
+--cli: one many-GPU plan through the CLI in a fresh process each (wall time, the
+interpreter's start-up included), the step's peak and the allocator's reserve with it
+(issue 44: under 1 s): Llama-3.1-8B at 32k on 8 H100s (FSDP, full recomputation), and
+torchtitan's Llama 3.1 405B on 512 GPUs (TP 8 × PP 8 × FSDP 8).
 
 --layers: the CLI (a fresh process each, wall time) for a 1,024-wide model of that many
 layers, `plan ... --gpus 64 --search --gpu H100` (issue 32: the plan was quadratic in the
@@ -81,14 +87,45 @@ def deep(layers: list[int], code: Path) -> None:
               f"{ticks} progress lines on stderr")
 
 
+CLI_PLANS = (
+    ("Llama-3.1-8B, T 32,768, 8 H100, FSDP, full recomputation",
+     ("meta-llama/Llama-3.1-8B", "--gpus", "8", "--fsdp", "--batch", "8", "--ctx", "32768",
+      "--recompute", "full", "--gpu", "H100")),
+    ("Llama 3.1 405B, T 8,192, 512 GPUs, TP 8 × PP 8 × FSDP 8, --stack torchtitan",
+     ("meta-llama/Llama-3.1-8B", "--num-layers", "126", "--d-model", "16384", "--num-heads",
+      "128", "--num-kv-heads", "8", "--d-ff", "53248", "--gpus", "512", "--tp", "8", "--sp",
+      "--pp", "8", "--fsdp", "--batch", "256", "--ctx", "8192", "--recompute", "full",
+      "--stack", "torchtitan", "--gpu", "H100")),
+)
+
+
+def cli_plans(runs: int, code: Path) -> None:
+    """A many-GPU plan through the CLI, a fresh process each run (goal: under 1 s)."""
+    print(f"plan --gpus N through the CLI, a fresh process each, median of {runs} "
+          f"({os.cpu_count()} CPUs; goal: under 1 s)")
+    for label, args in CLI_PLANS:
+        times = []
+        for fmt in ("text", "json") * runs:
+            argv = [sys.executable, "-m", "accounting", "plan", *args, "--format", fmt]
+            t0 = time.perf_counter()
+            r = subprocess.run(argv, capture_output=True,
+                               env={**os.environ, "PYTHONPATH": str(code)})
+            times.append(time.perf_counter() - t0)
+            assert r.returncode == 0, r.stderr.decode()[-300:]
+        print(f"  {label:<76} {statistics.median(times):6.3f} s")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--runs", type=int, default=9)
+    p.add_argument("--cli", action="store_true", help="time many-GPU plans through the CLI")
     p.add_argument("--layers", help="comma-separated layer counts: time the CLI's --search")
     p.add_argument("--code", type=Path, default=Path(__file__).resolve().parents[1])
     ns = p.parse_args()
     if ns.layers:
         return deep([int(x) for x in ns.layers.split(",")], ns.code.resolve())
+    if ns.cli:
+        return cli_plans(ns.runs, ns.code.resolve())
     n = ns.runs
     bf16 = get_precision("bf16-mixed")
     hw, net = hardware("H100", compute="bf16"), interconnect("H100")

@@ -187,7 +187,7 @@ PLAN_FLAGS = {
     "--position": INTS, "--precision": _choice(("fp32", "bf16-mixed", "bf16", "bf16-master")),
     "--implementation": _choice(("course", "transformers")),
     "--optimizer": _choice(("adamw", "adamw-fused", "adamw8bit", "adamw8bit-torchao",
-                            "adafactor", "sgd", "muon")),
+                            "paged-adamw8bit", "adafactor", "sgd", "muon")),
     "--recompute": _choice(("none", "full", "selective")),
     "--scope": _choice(("model", "course")),
     # fine-tuning (issue 28)
@@ -206,6 +206,8 @@ PARALLEL_FLAGS = {
                                                  "9" * 30)), JUNK),
     "--mfu-convention": _choice(("executed", "causal", "6N")),
     "--mfu-scope": _choice(("compute", "end-to-end")), "--measured-tokens-per-s": FRACTIONS,
+    "--offload": st.one_of(_choice(("optimizer", "params", "optimizer,params", "params,params",
+                                    "activations", ",")), JUNK),  # issue 44
 }
 PARALLEL_SWITCHES = ("--sp", "--search", "--fsdp", "--hfu")
 # serving capacity (serve MODEL --gpu NAME ...), issue 29
@@ -323,7 +325,8 @@ def argvs(draw) -> list[str]:
         # shared CPUs; the judging has its own tests, tests/test_hf_hubconfigs.py)
         head.append("--strict")
     if kind == "plan":
-        return (["plan"] + head + sizes + draw(_flags(PLAN_FLAGS, MODEL_SWITCHES + ("--no-double-quant",), most))
+        return (["plan"] + head + sizes + draw(_flags(PLAN_FLAGS, MODEL_SWITCHES + ("--no-double-quant",
+                                                                                 "--optimizer-in-backward"), most))
                 + draw(_gpus()))
     if kind == "serve":
         gpu = draw(st.sampled_from((["--gpu", "H100"], ["--gpu", "H200"], [])))

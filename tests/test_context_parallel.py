@@ -95,7 +95,8 @@ def test_the_kv_exchange_is_timed_on_the_critical_path():
 
 
 @pytest.mark.parametrize("argv,expected", [
-    (("--cp", "4"), "give --attention sdpa"),
+    (("--implementation", "course", "--attention", "naive", "--cp", "4"),
+     "give --attention sdpa"),
     (("--cp", "3", "--attention", "sdpa", "--ctx", "8192"), "choose a T divisible by 6"),
 ])
 def test_refusals(capsys, argv, expected):

@@ -202,7 +202,7 @@ def test_one_gpu_plan_is_the_one_gpu_memory_model(name):
             again = [t.bytes.evaluate(v) for t in model.terms if t.name.endswith(", recomputed")]
             p = plan(c, seq=16, precision=precision, gpus=1, micro_batch=2, global_batch=2,
                      recompute=recompute)
-            assert p.memory == model.total(2, 16) - sum(again) + max(again, default=0), \
+            assert p.items_total == model.total(2, 16) - sum(again) + max(again, default=0), \
                 (precision.name, recompute)
             assert len(again) == (0 if recompute == "none" else len(set(c.layer_kinds)))
 

@@ -32,6 +32,8 @@ def make(name, trainable, hidden):
         return [torch.optim.Adafactor(trainable)]
     if name == "adamw8bit":
         return [pytest.importorskip("bitsandbytes").optim.AdamW8bit(trainable)]
+    if name == "paged-adamw8bit":  # not paged on the CPU: the same bytes
+        return [pytest.importorskip("bitsandbytes").optim.PagedAdamW8bit(trainable)]
     if name == "adamw8bit-torchao":
         return [pytest.importorskip("torchao.optim").AdamW8bit(trainable)]
     if name == "muon":  # Muon on the 2-D hidden matrices (every adapter), AdamW on the rest

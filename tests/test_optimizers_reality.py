@@ -71,6 +71,9 @@ def make(name, model):
     if name == "adamw8bit":
         bnb = pytest.importorskip("bitsandbytes")
         return [bnb.optim.AdamW8bit(params)]
+    if name == "paged-adamw8bit":  # on the CPU its buffers are not paged (the same bytes)
+        bnb = pytest.importorskip("bitsandbytes")
+        return [bnb.optim.PagedAdamW8bit(params)]
     if name == "adamw8bit-torchao":
         ao = pytest.importorskip("torchao.optim")
         return [ao.AdamW8bit(params)]

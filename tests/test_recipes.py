@@ -119,7 +119,8 @@ def test_csv_and_dataframe_carry_the_recipe(capsys):
     (("gpt2-small", "--gpus", "8", "--optimizer", "muon", "--zero", "1"), "ZeRO-1"),
     (("gpt2-small", "--gpus", "8", "--optimizer", "adafactor", "--zero", "3"), "FSDP"),
     (("gpt2-small", "--gpus", "8", "--precision", "fp8-te", "--gpu", "A100"), "fp8 Tensor Cores"),
-    (("gpt2-small", "--gpus", "8", "--implementation", "transformers"), "many-GPU"),
+    (("gpt2-small", "--gpus", "8", "--stack", "torchtitan", "--implementation", "course"),
+     "--stack torch"),
     (("gpt2-small", "--optimizer", "lion"), "invalid choice"),
     (("gpt2-small", "--implementation", "vllm"), "invalid choice"),
 ])

@@ -51,6 +51,8 @@ def _model_type_names() -> str:
 
 def _serve_answers() -> str:
     from accounting.serving.answers import markdown
+def _published_runs() -> str:
+    from accounting.literature.published_table import markdown
     return markdown()
 
 
@@ -61,4 +63,5 @@ BLOCKS: dict[str, Callable[[], str]] = {
     "model-types": _model_types,
     "model-type-names": _model_type_names,
     "serve-answers": _serve_answers,
+    "published-runs": _published_runs,
 }

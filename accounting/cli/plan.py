@@ -91,6 +91,10 @@ def parser() -> Parser:
                         "attention; the default for a Hugging Face config or hub preset)")
     w.add_argument("--optimizer", choices=tuple(OPTIMIZERS), default=None,
                    help=optimizer_help())
+    w.add_argument("--optimizer-in-backward", action="store_true",
+                   help="step each tensor's optimizer in the backward pass as its gradient "
+                        "is ready, then free the gradient (torchtune's optimizer_in_bwd: "
+                        "register_optim_in_bwd_hooks): no moment holds every gradient")
     w.add_argument("--recompute", choices=tuple(RECOMPUTE), default=NO_RECOMPUTE,
                    help="none (default), selective (recompute the attention core, Korthikanti "
                         "et al. 2022) or full activation recomputation (keep each block's input; "
@@ -128,13 +132,6 @@ def parser() -> Parser:
     return p
 
 
-def _check_parallel(ns) -> None:
-    """The many-GPU plans keep model/'s ops (any precision and optimizer: issue 30)."""
-    if ns.implementation not in (None, "course"):
-        raise UsageError("--implementation transformers is not in the many-GPU plans yet "
-                         "(they plan model/'s ops); drop it with --gpus")
-
-
 def _cost(ns, result):
     """The training run's cost at --price-per-gpu-hour (one GPU), None without the flag."""
     from accounting.planning.cost import Cost, price
@@ -154,7 +151,6 @@ def main(argv: list[str]) -> int:
     hf = hf_source_from_args(ns)
     ck = checkpoint.check(ns, config, hf)  # issue 42: --checkpoint
     if ns.gpus is not None:
-        _check_parallel(ns)
         return parallel_cli.run(ns, config, ck)
     if ns.emit:
         raise UsageError(f"--emit {ns.emit} writes a layout's launch settings; give --gpus N "
@@ -167,6 +163,7 @@ def main(argv: list[str]) -> int:
                   recompute=ns.recompute, gpu=ns.gpu, memory_bytes=ns.gpu_mem,
                   peak_tflops=ns.gpu_flops, bandwidth_tbs=ns.gpu_bw, mfu=ns.mfu,
                   margin=ns.margin, steps=ns.steps, tokens=ns.tokens, position=ns.position,
+                  optimizer_in_backward=ns.optimizer_in_backward,
                   **finetune_cli.plan_kwargs(ns))
     from accounting.present.vision_views import uncounted
     tower = uncounted(hf_source_from_args(ns), "this plan (its weights, gradients, optimizer "

@@ -19,13 +19,14 @@ from accounting.planning.parallel.plan import parallel_plan
 from accounting.planning.parallel.search import search
 from accounting.planning.parallel.search_views import tables as search_tables
 from accounting.planning.parallel.megatron import FLASH, KERNELS
+from accounting.planning.parallel.offload import parse as parse_offload
 from accounting.planning.parallel.stack_memory import StackRun
 from accounting.planning.parallel.stacks import DEFAULT_STACK, STACKS, get_stack
 
 LAYOUT_FLAGS = ("tp", "pp", "dp", "ep", "cp", "virtual_stages", "stage_layers", "sp", "zero",
                 "fsdp", "micro_batch", "search", "nvlink_gbs", "network_gbs", "gpus_per_node",
                 "stack", "dropout", "attention_kernel", "compare_formulas", "mfu_convention",
-                "mfu_scope", "hfu", "measured_tokens_per_s")
+                "mfu_scope", "hfu", "measured_tokens_per_s", "offload")
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
@@ -105,6 +106,12 @@ def add_args(p: argparse.ArgumentParser) -> None:
                         "torchtitan's TOML job config, Megatron-LM's arguments, a DeepSpeed "
                         "config JSON or an accelerate FSDP config (a layout the stack cannot "
                         "express is refused, saying why)")
+    g.add_argument("--offload", metavar="optimizer|params",
+                   help="model states kept in CPU memory (comma-separated): optimizer "
+                        "(--stack deepspeed: offload_optimizer, the master copy, moments and "
+                        "gradient partitions), params (--stack deepspeed at --zero 3 with "
+                        "optimizer: offload_param; --stack torch at --zero 2|3: FSDP2's "
+                        "CPUOffloadPolicy, parameters, gradients and optimizer state)")
     g.add_argument("--dropout", metavar="P",
                    help="--stack megatron: hidden and attention dropout probability (its 1-byte "
                         "masks are kept for the backward pass; default 0: none)")
@@ -220,7 +227,26 @@ def _ticker():
     return tick
 
 
-def _finetune(ns: argparse.Namespace, config, precision):
+def recipe(ns: argparse.Namespace, config, stack):
+    """The recipe of the one-GPU plan (planning/recipes.py resolve: a Hugging Face model in
+    transformers' ops, bf16-mixed, SDPA; a course preset in model/'s, fp32), so that adding
+    --gpus changes the layout, never the recipe (issue 45). Returns (implementation,
+    precision name or None, config with the recipe's attention kernel). The other stacks
+    run their own implementation in their own precision (stack_run)."""
+    from accounting.cli.args import hf_source_from_args
+    from accounting.planning.recipes import resolve
+    if not stack.torch_engines:
+        if ns.implementation is not None:
+            raise UsageError(f"--implementation chooses the ops of --stack torch; --stack "
+                             f"{stack.name} runs its own model: leave --implementation out")
+        return "course", ns.precision, config
+    r, config = resolve(config, hf_source_from_args(ns) is not None, ns.implementation,
+                        ns.precision, ns.optimizer, ns.recompute,
+                        getattr(ns, "attention", None) is not None, ns.scope)
+    return r.implementation, r.precision, config
+
+
+def _finetune(ns: argparse.Namespace, config, precision, implementation: str = "course"):
     """The LoRA plan of --lora-rank (planning/finetune.py), or None (issue 30 follow-up)."""
     if getattr(ns, "lora_rank", None) is None and not getattr(ns, "base_weights", None):
         return None
@@ -228,7 +254,8 @@ def _finetune(ns: argparse.Namespace, config, precision):
     from accounting.planning.plan import _finetune as resolve_finetune
     kw = plan_kwargs(ns)
     return resolve_finetune(config, precision, MODEL, kw.get("lora"), kw["base_weights"],
-                            kw.get("double_quant", True), kw.get("module_names"), "course", None)
+                            kw.get("double_quant", True), kw.get("module_names"),
+                            implementation, None)
 
 
 def _cost(ns, result, hw):
@@ -257,12 +284,16 @@ def run(ns: argparse.Namespace, config, ck=None) -> int:
     if ns.emit:
         _check_emit(ns)
     from accounting.planning.plan import hardware
-    run_stack, name = stack_run(ns)
-    precision = get_precision(name)
-    finetune = _finetune(ns, config, precision)
     if ns.scope != MODEL:
         raise UsageError("--scope course is a one-GPU view; the multi-GPU plan counts what "
                          "autograd saves (--scope model)")
+    if getattr(ns, "optimizer_in_backward", False):
+        raise UsageError("--optimizer-in-backward is planned on one GPU (torchtune's "
+                         "single-device recipes); leave out --gpus")
+    implementation, ns.precision, config = recipe(ns, config, get_stack(ns.stack or DEFAULT_STACK))
+    run_stack, name = stack_run(ns)
+    precision = get_precision(name)
+    finetune = _finetune(ns, config, precision, implementation)
     for flag in ("steps", "position"):
         if getattr(ns, flag) is not None:
             raise UsageError(f"--{flag} is not used by the multi-GPU plan (give --tokens for a "
@@ -300,6 +331,9 @@ def run(ns: argparse.Namespace, config, ck=None) -> int:
         if ns.compare_formulas:
             raise UsageError("--compare-formulas sets one plan beside the literature; leave "
                              "--search out")
+        if ns.offload:
+            raise UsageError("--search ranks layouts with the model states on the GPU; with "
+                             "--offload give the layout (--zero)")
         if ns.optimizer is not None and not is_default(ns.optimizer):
             raise UsageError(f"--search ranks layouts with AdamW's state; with --optimizer "
                              f"{ns.optimizer} give the layout (--tp, --pp, --zero)")
@@ -319,7 +353,8 @@ def run(ns: argparse.Namespace, config, ck=None) -> int:
                         fix_zero=ns.zero is not None or bool(ns.fsdp),
                         fix_sp=ns.sp, fix_micro=ns.micro_batch is not None, fix_ep=ns.ep != 1,
                         fix_cp=ns.cp != 1, fix_vpp=ns.virtual_stages != 1,
-                        progress=_ticker(), tokens=ns.tokens, stack=run_stack)
+                        progress=_ticker(), tokens=ns.tokens, stack=run_stack,
+                        implementation=implementation)
         tables, data = search_tables, export.search_dict
     else:
         dp = resolve(ns.gpus, ns.tp, ns.pp, ns.dp, ns.cp)
@@ -330,7 +365,8 @@ def run(ns: argparse.Namespace, config, ck=None) -> int:
                                mfu=ns.mfu, margin=ns.margin, tokens=ns.tokens, stack=run_stack,
                                **utilization, optimizer=ns.optimizer or DEFAULT_OPTIMIZER,
                                measured_tokens_per_second=ns.measured_tokens_per_s,
-                               finetune=finetune)
+                               finetune=finetune, implementation=implementation,
+                               offload=parse_offload(ns.offload))
         tables, data = views.tables, export.to_dict
         if ns.compare_formulas and finetune is not None:
             raise UsageError("--compare-formulas sets full training beside the literature; "

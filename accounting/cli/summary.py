@@ -149,8 +149,12 @@ def plan_answer(p) -> Table:
                                                 f"is {_gb(bf.shortfall)} short"))
     if model.scope == MODEL:
         recompute = "no recomputation" if p.recompute == "none" else f"{p.recompute} recomputation"
-        lines.append(_line("step's peak", f"{_bytes(need)} at batch {grouped(p.batch)} "
-                                          f"({p.precision.name}, {recompute})"))
+        from accounting.planning.reserved import one_gpu
+        reserved, moment = one_gpu(model, p.batch, p.seq)
+        lines.append(_line("step's peak", f"{_bytes(need)} allocated at batch {grouped(p.batch)} "
+                                          f"({p.precision.name}, {recompute}), at the {moment}; "
+                                          f"reserved at least {_gb(reserved)} (the caching "
+                                          "allocator's blocks; the verdict is the allocated)"))
     else:
         lines.append(_line("memory", f"{_bytes(need)} at batch {grouped(p.batch)} (the course's "
                                      "sum of memory items)"))

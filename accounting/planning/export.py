@@ -7,7 +7,7 @@ from fractions import Fraction
 
 from accounting.present.export import config_dict
 from accounting.tables.data import csv_text, fraction
-from accounting.planning import compute, cuda_peak, memory
+from accounting.planning import compute, cuda_peak, memory, reserved
 from accounting.planning.inference import (decode_flops_expr, kv_elements_per_token,
                                            state_elements_per_sequence)
 from accounting.planning.plan import Plan
@@ -45,7 +45,8 @@ def _recipe(p: Plan) -> dict:
             "implementation_meaning": IMPLEMENTATIONS[r.implementation]
             + (f"; {r.note}" if r.note else ""),
             "attention": r.attention, "attention_meaning": ATTENTION_NAMES[r.attention],
-            "optimizer": r.optimizer, "optimizer_meaning": f"{opt.title} ({opt.source})"}
+            "optimizer": r.optimizer, "optimizer_meaning": f"{opt.title} ({opt.source})",
+            "optimizer_in_backward": p.memory.model.optimizer_in_backward}
 
 
 def to_dict(p: Plan) -> dict:
@@ -80,6 +81,8 @@ def to_dict(p: Plan) -> dict:
             "moments": [{"name": ph.name, "bytes": ph.bytes.evaluate(v), "formula": str(ph.bytes),
                          "what": ph.what} for ph in tm.model.peak_terms],
             "peak_bytes": tm.model.peak(p.batch, p.seq),
+            # issue 44: the caching allocator's reserve at that moment (planning/reserved.py)
+            "reserved_bytes": reserved.one_gpu(tm.model, p.batch, p.seq)[0],
             "device": tm.model.device,
             "cuda_rules": [{"rule": a.rule, "bytes": a.bytes.evaluate(v), "formula": str(a.bytes),
                             "what": a.what, "source": cuda_peak.RULES[a.rule].source}

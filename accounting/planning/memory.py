@@ -30,7 +30,7 @@ from accounting.planning import mtp_memory as MT
 # the scopes' names, in_scope and the evaluated result (memory_result.py), re-exported
 from accounting.planning.memory_result import (COURSE, MODEL, ActivationRow,  # noqa: F401
                                                TrainingMemory, in_scope)
-from accounting.planning.optimizers import DEFAULT_OPTIMIZER, get_optimizer, is_default
+from accounting.planning.optimizers import DEFAULT_OPTIMIZER, get_optimizer, is_default, is_paged
 from accounting.planning.precisions import (BF16_MIXED, PRECISIONS, Precision,  # noqa: F401
                                             get_precision)
 
@@ -142,6 +142,10 @@ class MemoryModel:
     finetune: object = None
     device: str = CP.CUDA
     arch: str | None = None  # the GPU's (GPU.arch): sizes the cuBLAS workspaces; None: unknown
+    # the optimizer stepped tensor by tensor in the backward pass (torchtune's
+    # register_optim_in_bwd_hooks: each parameter's post-accumulate-grad hook steps its own
+    # optimizer and sets its gradient to None): no moment holds every gradient
+    optimizer_in_backward: bool = False
 
     def __post_init__(self) -> None:
         if self.scope not in SCOPES:
@@ -252,7 +256,7 @@ class MemoryModel:
                 e, formula = Expr.of(item.bytes), f"{item.bytes:,}"
             out.append(Term(f"{item.name}{whose}" + (f" ({item.dtype})" if item.dtype not in item.name
                                                         else ""), formula, e,
-                            note=f"{opt.title} ({opt.source})"))
+                            on_gpu=not is_paged(item.name), note=f"{opt.title} ({opt.source})"))
         steps = TS.step_counters(opt, ts)
         if self.scope == MODEL and steps:
             on_gpu = opt.step_counter == "device"
@@ -401,6 +405,14 @@ class MemoryModel:
             reserve = CP.workspace(self.arch)
             boundary, update = boundary + reserve.bytes, update + reserve.bytes
             cuda += f"; {reserve.rule}: {reserve.what}"
+        if self.optimizer_in_backward:  # one tensor's gradient and update temporaries at most
+            big = max((t.numel for t in self.tensors if t.trained), default=0)
+            per = self.state_precision.grad_bytes + (p.moment_bytes if opt.foreach_temporary
+                                                     else 0) + (f32 if p.master else 0)
+            return (PeakPhase("backward pass, its largest tensor stepped in it (optimizer in "
+                              "backward)", boundary + Expr.of(per * big),
+                              f"the start of the backward pass{cuda}, and the largest trained "
+                              f"tensor's gradient and update temporaries ({per}·{big:,})"),)
         return (PeakPhase("start of the backward pass (log-softmax backward)", boundary,
                           "parameters, optimizer state, buffers, the kept activations, the "
                           f"loss, and the gradients of the log-softmax and of the logits "

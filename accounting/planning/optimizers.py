@@ -215,6 +215,34 @@ class AdamW8bit(Optimizer):
         return 20 * n
 
 
+PAGED = "paged into CUDA unified memory"  # in a state item's name: outside torch's allocator
+PAGED_MIN_NUMEL = 100_000  # bitsandbytes get_state_buffer: `p.numel() < 1e5` is not paged
+
+
+def is_paged(item: str) -> bool:
+    """Whether a state item lives in CUDA unified memory (cudaMallocManaged), outside
+    PyTorch's caching allocator: evicted to the CPU under memory pressure, so not GPU memory
+    the step needs (and not in torch.cuda's memory statistics)."""
+    return PAGED in item
+
+
+class PagedAdamW8bit(AdamW8bit):
+    """bitsandbytes.optim.PagedAdamW8bit (bitsandbytes 0.50.2, optim/optimizer.py
+    Optimizer8bit.get_state_buffer): on CUDA, state1 and state2 of a parameter of at least
+    1e5 elements come from F.get_paged (functional.py: lib.cget_managed_ptr, i.e.
+    cudaMallocManaged), pages the driver migrates between the GPU and the CPU; a smaller
+    parameter's are torch.zeros_like on the device, as are every absmax (init_state). The
+    rest is AdamW8bit's (checked on the CPU: tests/test_offload.py)."""
+
+    def state(self, shape, state_dtype, role=""):
+        out = super().state(shape, state_dtype, role)
+        if prod(shape) < PAGED_MIN_NUMEL:
+            return out
+        m_v, *rest = out
+        return (State(f"8-bit AdamW moments m and v, {PAGED} (uint8)", m_v.dtype, m_v.numel),
+                *rest)
+
+
 class TorchaoAdamW8bit(AdamW8bit):
     """torchao.optim.AdamW8bit (torchao/optim/adam.py _new_buffer, subclass_8bit.py
     OptimState8bit.zeros): a tensor of at least 4,096 elements whose size divides by the
@@ -252,6 +280,8 @@ register(AdamW("adamw-fused", "torch.optim.AdamW(fused=True)", "torch/optim/adam
                elementwise=True, adamw_update=True))
 register(AdamW8bit("adamw8bit", "bitsandbytes.optim.AdamW8bit",
                    "bitsandbytes/optim/optimizer.py", None, refuses_master=True))
+register(PagedAdamW8bit("paged-adamw8bit", "bitsandbytes.optim.PagedAdamW8bit",
+                        "bitsandbytes/optim/optimizer.py", None, refuses_master=True))
 register(TorchaoAdamW8bit("adamw8bit-torchao", "torchao.optim.AdamW8bit",
                           "torchao/optim/adam.py", "device", refuses_master=True))
 register(Adafactor("adafactor", "torch.optim.Adafactor", "torch/optim/_adafactor.py", "cpu",

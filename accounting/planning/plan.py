@@ -126,7 +126,7 @@ def plan(config: ModelConfig | str, seq: int | None = None, batch: int = 1, *,
          implementation: str | None = None, optimizer: str | None = None,
          from_hf: bool | None = None, attention_given: bool = False,
          trainable=None, lora=None, base_weights: str | None = None, double_quant: bool = True,
-         module_names=None) -> Plan:
+         module_names=None, optimizer_in_backward: bool = False) -> Plan:
     """Every answer for one workload. Numbers given as strings or Fractions stay exact.
     config: a ModelConfig or a preset name; gpu a name of accounting.planning.gpus.GPUS (or
     memory_bytes, peak_tflops, bandwidth_tbs of your own); precision, scope, recompute,
@@ -138,7 +138,9 @@ def plan(config: ModelConfig | str, seq: int | None = None, batch: int = 1, *,
     lora: a planning.finetune.LoRA (fine-tune adapters on a frozen base: the adapters are
     the trained tensors, the optimizer's state theirs), base_weights "nf4" for QLoRA
     (double_quant: bitsandbytes' double quantization), module_names: transformers'
-    ModuleNames for PEFT's target names (None: the course model's)."""
+    ModuleNames for PEFT's target names (None: the course model's). optimizer_in_backward:
+    each tensor stepped by its own optimizer in the backward pass (torchtune's
+    register_optim_in_bwd_hooks): no moment holds every gradient."""
     if from_hf is None:
         from accounting.architecture.presets import HF_IDS
         from_hf = isinstance(config, str) and config in HF_IDS
@@ -183,7 +185,8 @@ def plan(config: ModelConfig | str, seq: int | None = None, batch: int = 1, *,
     ft = _finetune(config, p, scope, lora, base_weights, double_quant, module_names,
                    recipe.implementation, trainable)  # issue 28
     model = MemoryModel(config, p, scope, recompute, recipe.implementation, recipe.optimizer,
-                        trainable, ft, arch=hw.arch if hw else None)
+                        trainable, ft, arch=hw.arch if hw else None,
+                        optimizer_in_backward=bool(optimizer_in_backward))
     budget = Budget(hw.memory_bytes, m) if hw and hw.memory_bytes else None
     if budget is None and not 0 <= m < 1:
         raise UsageError(f"{names.arg('margin')} must be in [0, 1) (a share of the memory), "

@@ -28,6 +28,7 @@ class Item:
     activations: bool = False  # the in-flight activations (their count depends on m)
     model_state: bool = False  # parameters, gradients, master copy, optimizer moments
     per_element: int = 0  # a model state's bytes per element (12: master, m and v together)
+    backward_only: bool = False  # allocated in the passes only, freed before the optimizer step
 
 
 def stage_buffers(sp: Split, values: dict[str, int], kinds: tuple[tuple[str, int], ...]) -> int:
@@ -41,17 +42,27 @@ def stage_buffers(sp: Split, values: dict[str, int], kinds: tuple[tuple[str, int
 
 def engine_buffers(sp: Split, layout: Layout, p: Precision, st: States, stage: int,
                    values: dict[str, int], seq: int, tp_rank: int = 0,
-                   bf16_gathers: bool = False) -> list[Item]:
+                   bf16_gathers: bool = False, keep_unsharded: bool = False) -> list[Item]:
     """What the engines allocate besides the model states and activations (formula only).
     `bf16_gathers`: FSDP2 under MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)
     (torchtitan): it gathers bf16 units, and each unit's unsharded bf16 gradients are cast
-    to fp32 for the reduce-scatter (both held then)."""
+    to fp32 for the reduce-scatter (both held then). `keep_unsharded`: under pipeline
+    parallelism the stage's units stay gathered from forward to backward (Stack.
+    pp_keeps_unsharded: torchtitan's reshard_after_forward policy).
+
+    Under pipeline parallelism FSDP2 accumulates every unit's gradient unsharded across the
+    micro-batches and reduce-scatters once, after the last one: torch's PipelineStage
+    (torch/distributed/pipelining/stage.py _PipelineStageBase.backward_maybe_with_nosync)
+    calls set_requires_gradient_sync(False) and set_reshard_after_backward(False) on an
+    FSDPModule for every backward but the last; FSDP2 keeps the accumulated gradient in its
+    reduce_dtype (torch/distributed/fsdp/_fully_shard/_fsdp_param.py
+    to_accumulated_grad_if_needed)."""
     out = []
     z, d = layout.sharding, layout.dp
     # the weights gathered in fp8, one byte an element (Precision.fsdp_fp8_gather: torchao)
     f8 = fp8_names(sp.ledger) if p.fsdp_fp8_gather else frozenset()
     if d > 1 and z >= 2 and bf16_gathers:
-        out += _fsdp_bf16(layout, st, f8)
+        out += _fsdp_bf16(layout, st, f8, keep_unsharded)
     elif d > 1 and z <= 1:
         out.append(Item("DDP grad buckets", f"{p.grad_bytes}·N_stage",
                         Linear(0, st.stage_numel * p.grad_bytes),
@@ -65,18 +76,26 @@ def engine_buffers(sp: Split, layout: Layout, p: Precision, st: States, stage: i
         out.append(Item("FSDP2 gathered fp32 units" + (" (every unit, forward to backward)"
                                                        if z == 2 else " (root + 2 blocks)"),
                         f"{gathered}·d·Σ⌈rows/d⌉·cols" + (" (fp8 weights: 1)" if f8 else ""),
-                        Linear(0, rb + held),
+                        Linear(0, rb + held), backward_only=True,
                         note="the root unit stays gathered through each pass; at stage 3 one "
                              "block is gathered while the next is prefetched"))
-        out.append(Item("FSDP2 unsharded grads before reduce-scatter (root + 1 block)",
-                        f"{p.grad_bytes}·d·Σ⌈rows/d⌉·cols",
-                        Linear(0, (root + max(blocks, default=0)) * p.grad_bytes)))
+        if layout.pp > 1:  # accumulated unsharded over the micro-batches (stage.py)
+            out.append(Item("FSDP2 unsharded grads accumulated over the micro-batches "
+                            "(every unit: pipelining's set_requires_gradient_sync(False))",
+                            f"{p.grad_bytes}·d·Σ⌈rows/d⌉·cols",
+                            Linear(0, (root + sum(blocks)) * p.grad_bytes), backward_only=True))
+        else:
+            out.append(Item("FSDP2 unsharded grads before reduce-scatter (root + 1 block)",
+                            f"{p.grad_bytes}·d·Σ⌈rows/d⌉·cols",
+                            Linear(0, (root + max(blocks, default=0)) * p.grad_bytes),
+                            backward_only=True))
     if layout.tp > 1 and stage == 0:
         table = next(t for t in sp.tensors if t.place == FIRST and t.dims[0] == ("V",))
         whole = prod(table.sizes(values, 1))
         local = prod(table.sizes(values, layout.tp, tp_rank))
         out.append(Item("embedding grad computed whole (torch DTensor)",
                         f"{p.grad_bytes}·(V − ⌈V/tp⌉)·d_model", Linear(0, (whole - local) * p.grad_bytes),
+                        backward_only=True,
                         note="aten.embedding_dense_backward has no vocabulary-sharded strategy "
                              "in torch 2.13: each TP rank computes the V×d_model gradient, then "
                              "keeps its rows"))
@@ -106,17 +125,31 @@ def _fsdp_units(layout: Layout, st: States, width: int = 1,
     return list(per_layer.values()), root
 
 
-def _fsdp_bf16(layout: Layout, st: States, f8: frozenset[str] = frozenset()) -> list[Item]:
+def _fsdp_bf16(layout: Layout, st: States, f8: frozenset[str] = frozenset(),
+               keep_unsharded: bool = False) -> list[Item]:
     blocks, root = _fsdp_units(layout, st)
     bb, rb = _fsdp_units(layout, st, 2, f8)
-    held = sum(bb) if layout.sharding == 2 else sum(sorted(bb)[-2:])
+    every = layout.sharding == 2 or (keep_unsharded and layout.pp > 1)
+    held = sum(bb) if every else sum(sorted(bb)[-2:])
     one = root + max(blocks, default=0)
-    return [Item("FSDP2 all-gathered bf16 units" + (" (every unit, forward to backward)"
-                                                  if layout.sharding == 2 else " (root + 2 blocks)"),
-                 "2·d·Σ⌈rows/d⌉·cols" + (" (fp8 weights: 1)" if f8 else ""), Linear(0, rb + held),
-                 note="MixedPrecisionPolicy(param_dtype=bf16): the gathered copies are bf16"),
+    gathered = Item("FSDP2 all-gathered bf16 units" + (" (every unit, forward to backward)"
+                                                       if every else " (root + 2 blocks)"),
+                    "2·d·Σ⌈rows/d⌉·cols" + (" (fp8 weights: 1)" if f8 else ""),
+                    Linear(0, rb + held), backward_only=True,
+                    note="MixedPrecisionPolicy(param_dtype=bf16): the gathered copies are bf16"
+                         + ("; kept gathered under PP (reshard_after_forward policy)"
+                            if every and layout.sharding == 3 else ""))
+    if layout.pp > 1:  # fp32 accumulated over the micro-batches, one block's bf16 in flight
+        return [gathered,
+                Item("FSDP2 unsharded fp32 grads accumulated over the micro-batches (every "
+                     "unit) and one block's bf16 grads", "4·d·Σ⌈rows/d⌉·cols + 2·(one block)",
+                     Linear(0, 4 * (root + sum(blocks)) + 2 * one), backward_only=True,
+                     note="pipelining's set_requires_gradient_sync(False) until the last "
+                          "micro-batch; FSDP2 accumulates in reduce_dtype=fp32")]
+    return [gathered,
             Item("FSDP2 unsharded bf16 grads and their fp32 copy for the reduce-scatter "
                  "(root + 1 block)", "(2 + 4)·d·Σ⌈rows/d⌉·cols", Linear(0, 6 * one),
+                 backward_only=True,
                  note="reduce_dtype=fp32: the bf16 gradient is cast before reduce-scatter")]
 
 

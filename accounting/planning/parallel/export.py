@@ -45,6 +45,10 @@ def to_dict(p: ParallelPlan) -> dict:
     out = {"config": config_dict(p.config), "seq": p.seq, "layout": layout_dict(p.layout),
            "precision": p.precision.name, "optimizer": p.optimizer, "mfu": _f(p.mfu),
            "memory_per_gpu_bytes": p.memory, "worst_stage": p.worst.stage,
+           "implementation": p.implementation,
+           "peak_moment": p.peak_moment.name if p.peak_moment else None,
+           "memory_per_gpu_items_bytes": p.items_total,
+           "memory_per_gpu_reserved_bytes": p.reserved,
            "stack": stack_dict(p), "model_states_per_gpu_bytes": p.model_states,
            "per_layer_activation_bytes": p.per_layer_activation_bytes,
            "per_layer_activations": [{"name": n, "bytes": v} for n, v in p.per_layer],
@@ -59,6 +63,9 @@ def to_dict(p: ParallelPlan) -> dict:
     for s in p.stages:
         out["stages"].append({
             "stage": s.stage, "layers": s.layers, "memory_bytes": s.memory(b),
+            "peak_bytes": s.peak(b),
+            "moments": [{"name": m.name, "bytes": s.moment_bytes(m, b), "what": m.what}
+                        for m in s.moments],
             "model_states_bytes": s.model_states,
             "activations_per_micro_batch": {"a": s.activations.per_micro_batch.a,
                                             "c": s.activations.per_micro_batch.c},

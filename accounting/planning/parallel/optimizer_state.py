@@ -15,7 +15,7 @@ from math import prod
 
 from accounting.planning import fp8 as F8
 from accounting.planning.memory import Precision
-from accounting.planning.optimizers import elementwise, get_optimizer
+from accounting.planning.optimizers import elementwise, get_optimizer, is_paged
 from accounting.planning.parallel import activations as A
 from accounting.planning.parallel.buffers import Item
 from accounting.planning.parallel.layout import Layout
@@ -62,7 +62,8 @@ def optimizer_items(units: list[Unit], layout: Layout, st: States, optimizer: st
         per = DTYPE_BYTES[dtype]
         label = _NAMES.get(name, name) + ("" if dtype in name else f" ({dtype})")
         items.append(Item(label, f"{per}·{scope}" if b == per * numel else f"{b:,}",
-                          A.Linear(0, b), model_state=True, per_element=per))
+                          A.Linear(0, b), model_state=True, per_element=per,
+                          on_gpu=not is_paged(name)))
     on_gpu = opt.step_counter == "device"
     if counters:
         items.append(Item(f"{opt.counter_label} step counters (fp32 scalars)",

@@ -17,9 +17,9 @@ from accounting.architecture.config import ModelConfig
 from accounting.runtime import names
 from accounting.runtime.errors import UsageError
 from accounting.planning.compute import check_mfu, exact
-from accounting.planning.fit import Budget
 from accounting.planning.gpus import Hardware, Interconnect
 from accounting.planning.optimizers import DEFAULT_OPTIMIZER, is_default
+from accounting.ledger.builder.common import COURSE
 from accounting.ledger.records import EXECUTED, USEFUL
 from accounting.planning.memory import STEP_BYTES, Precision
 from accounting.planning.mfu import (COMPUTE, END_TO_END, SIX_N, check_convention, check_scope,
@@ -27,11 +27,15 @@ from accounting.planning.mfu import (COMPUTE, END_TO_END, SIX_N, check_conventio
 from accounting.planning.parallel import activations as A
 from accounting.planning.parallel import comms as C
 from accounting.planning.parallel import lora_states as LS
+from accounting.planning.parallel import offload as OF
+from accounting.planning.parallel import peak as PK
+from accounting.planning.parallel.fit import Fit, fit as _fit
 from accounting.planning.parallel.buffers import Item, engine_buffers, stage_buffers
 from accounting.planning.parallel.layout import (Layout, check_layout,
                                                  micro_batches_in_flight, stage_layers)
 from accounting.planning.parallel.shards import FIRST, Split, split
 from accounting.planning.parallel.stack_memory import StackRun, per_layer
+from accounting.planning.parallel.stack_memory import implementation as stack_implementation
 from accounting.planning.parallel.stack_memory import memory as stack_memory
 from accounting.planning.parallel.stacks import W16, check as check_stack
 from accounting.planning.parallel.states import States, stage_tensors, states, zero1_worst_rank
@@ -72,10 +76,33 @@ class StagePlan:
     flops: StageFlops
     collectives: tuple[C.Collective, ...]
     kinds: tuple[tuple[str, int], ...] = ()  # blocks of each kind on the stage (Split.kinds)
+    moments: tuple[PK.Moment, ...] = ()  # the step's moments (peak.py); () before they are set
 
     def memory(self, b: int) -> int:
-        """Bytes on the GPU at the layout's micro-batch b."""
+        """The items' sum on the GPU at micro-batch b: the breakdown, what the step holds at
+        one time or another (the peak, `peak`, is what must fit)."""
         return sum(i.bytes.at(b) for i in self.items if i.on_gpu)
+
+    def moment_bytes(self, m: PK.Moment, b: int, activations: int | None = None) -> int:
+        """Bytes live at moment m at micro-batch b (`activations`: the in-flight activations'
+        bytes when not the items' own, at another micro-batch)."""
+        acts = sum(i.bytes.at(b) for i in self.items if i.on_gpu and i.activations) \
+            if activations is None else activations
+        if not m.recomputed:  # the activations' item holds one block's recomputed part
+            acts -= self.activations.recomputed_block.at(b)
+        return sum(i.bytes.at(b) for i in self.items if m.holds(i) and not i.activations) \
+            + (acts if m.activations else 0) + m.extra.at(b)
+
+    def peak_moment(self, b: int, activations: int | None = None) -> tuple[int, PK.Moment | None]:
+        """(bytes, moment) of the step's peak on this GPU at micro-batch b (the items' sum
+        and None before the moments are set)."""
+        if not self.moments:
+            return self.memory(b), None
+        return max(((self.moment_bytes(m, b, activations), m) for m in self.moments),
+                   key=lambda x: x[0])
+
+    def peak(self, b: int) -> int:
+        return self.peak_moment(b)[0]
 
     @property
     def model_states(self) -> int:
@@ -86,19 +113,13 @@ class StagePlan:
         """Bytes at another micro-batch b of the same per-rank batch (m = per_rank / b
         micro-batches, min(m, p − s) of them in flight); `activations`: the stage's at b
         where they are not linear in b (an expert capacity factor)."""
-        fixed = sum(i.bytes.at(b) for i in self.items if i.on_gpu and not i.activations)
         a = activations or self.activations
         k = micro_batches_in_flight(layout, self.stage, per_rank // b)
-        return fixed + k * a.per_micro_batch.at(b) \
+        acts = k * a.per_micro_batch.at(b) \
             + a.recomputed_block.at(b)  # the weight copies are in per_micro_batch
-
-
-@dataclass(frozen=True)
-class Fit:
-    budget: Budget
-    largest: int  # the largest micro-batch (dividing the per-rank batch) that fits; 0: none
-    shortfall: int  # bytes missing at the chosen micro-batch (0 if it fits)
-    headroom: int  # bytes left at the chosen micro-batch (0 if it does not fit)
+        if self.moments:  # the step's peak at this micro-batch
+            return self.peak_moment(b, acts)[0]
+        return sum(i.bytes.at(b) for i in self.items if i.on_gpu and not i.activations) + acts
 
 
 @dataclass(frozen=True)
@@ -137,6 +158,8 @@ class ParallelPlan:
         f = convention_flops(self.config, self.seq, self.layout.recompute, self.mfu_convention)
         return Fraction(f.per_step(self.layout.global_batch)) / (
             self.layout.gpus * self.hardware.peak_flops * t)
+    implementation: str = COURSE  # whose ops the torch stack runs (recipes.IMPLEMENTATIONS)
+    offload: frozenset = frozenset()  # model states kept on the CPU (offload.py: --offload)
 
     @property
     def step_seconds(self) -> Fraction | None:
@@ -168,11 +191,33 @@ class ParallelPlan:
 
     @property
     def worst(self) -> StagePlan:
+        """The stage whose GPU peaks highest (the first of equals)."""
         b = self.layout.micro_batch
-        return max(self.stages, key=lambda s: (s.memory(b), -s.stage))
+        return max(self.stages, key=lambda s: (s.peak(b), -s.stage))
 
     @property
     def memory(self) -> int:
+        """The worst GPU's allocated peak (peak.py): what must fit."""
+        return self.worst.peak(self.layout.micro_batch)
+
+    @property
+    def peak_moment(self) -> PK.Moment | None:
+        """The moment the worst GPU peaks at."""
+        return self.worst.peak_moment(self.layout.micro_batch)[1]
+
+    @property
+    def reserved(self) -> int:
+        """The worst GPU's reserved peak: the caching allocator's segments at its allocated
+        peak (planning/reserved.py)."""
+        from accounting.planning.reserved import stage
+        w = self.worst
+        return stage(w, self.layout.micro_batch, self.per_layer,
+                     w.layers * w.activations.in_flight,
+                     self.hardware.arch if self.hardware is not None else None)
+
+    @property
+    def items_total(self) -> int:
+        """The worst GPU's items summed: the breakdown's total."""
         return self.worst.memory(self.layout.micro_batch)
 
     @property
@@ -224,9 +269,13 @@ def _activations(sp: Split, plain: Split, layout: Layout, local: int, tp_rank: i
     return A.stage_activations(*rows, layout, stage, kinds, A.mtp_rows(sp, rows[0], layout.tp))
 
 
-def run_split(config: ModelConfig, p: Precision, recompute: str = "none") -> Split:
-    """The split ledger of a run in precision `p` (its autocast, parameter dtype, fp8)."""
-    return split(config, p.autocast, recompute, param_dtype=p.param_dtype, fp8=p.fp8)
+def run_split(config: ModelConfig, p: Precision, recompute: str = "none",
+              implementation: str = COURSE) -> Split:
+    """The split ledger of a run in precision `p` (its autocast, parameter dtype, fp8) of
+    `implementation`'s ops (recipes.py: model/'s, or transformers' for a Hugging Face
+    model, as the one-GPU plan runs it)."""
+    return split(config, p.autocast, recompute, implementation, param_dtype=p.param_dtype,
+                 fp8=p.fp8)
 
 
 def data_layout(layout: Layout) -> Layout:
@@ -248,7 +297,8 @@ def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage:
                act_rows: tuple[list[A.Row], list[A.Row]], values: dict[str, int],
                tp_rank: int = 0, dp_rank: int | None = None,
                stack: StackRun = StackRun(), counting: str = EXECUTED,
-               optimizer: str = DEFAULT_OPTIMIZER, finetune=None) -> StagePlan:
+               optimizer: str = DEFAULT_OPTIMIZER, finetune=None,
+               implementation: str = COURSE, offload: frozenset = frozenset()) -> StagePlan:
     """One GPU of a stage: TP rank `tp_rank`, data-parallel rank `dp_rank` (default: 0, or
     under ZeroRedundancyOptimizer the rank with the most AdamW state). `act_rows` are the
     saved tensors of a rank's T/cp tokens (the course model's: another stack plans its own).
@@ -270,6 +320,7 @@ def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage:
         items, acts = stack_memory(stack, sp, dl, precision, st, stage, kinds, values, local,
                                    tp_rank)
         items += fp8_items(sp, units, p, values)  # Megatron + TE: its fp8 weight copies
+        items = OF.apply(items, offload, stack.name)
         return _finish(sp, layout, precision, seq, stage, layers, kinds, units, st, items,
                        acts, values, tp_rank, W16 if stack.stack.fsdp2_bf16 else None,
                        counting)
@@ -303,8 +354,8 @@ def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage:
                           f"L_stage·2·T_max·({'d_rope' if c.mla else 'd_rot' if c.rotary_dim else 'd_k'}/2)·4"
                           + (" + L_moe·E·4" if bias else ""),
                           A.Linear(0, buf)))
-    plain = run_split(c, precision) if finetune is None else LS.lora_split(
-        finetune, precision.autocast)
+    plain = run_split(c, precision, implementation=implementation) if finetune is None \
+        else LS.lora_split(finetune, precision.autocast)
     acts = _activations(sp, plain, replace(layout, zero=0), local, tp_rank, stage, kinds)
     copies = acts.weight_copies.times(acts.in_flight)
     items.append(Item("activations of the k micro-batches in flight"
@@ -318,6 +369,7 @@ def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage:
                                "until its backward pass"))
     items += (engine_buffers(sp, dl, precision, st, stage, values, local, tp_rank)
               if lora is None else LS.buffer_items(sp, dl, precision, lora, stage, values, local))
+    items = OF.apply(items, offload, stack.name)
     return _finish(sp, layout, precision, seq, stage, layers, kinds, units, st, items, acts,
                    values, tp_rank, None, counting, update, lora)
 
@@ -368,7 +420,8 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
                   stack: StackRun = StackRun(), mfu_convention: str = EXECUTED,
                   mfu_scope: str = COMPUTE, hfu: bool = False,
                   measured_tokens_per_second=None, optimizer: str = DEFAULT_OPTIMIZER,
-                  finetune=None) -> ParallelPlan:
+                  finetune=None, implementation: str = COURSE,
+                  offload: frozenset = frozenset()) -> ParallelPlan:
     """The plan of one GPU per stage shown (TP rank 0 — it holds the most of an uneven
     split — and data-parallel rank 0, or the given ranks). `mfu` is read under
     `mfu_convention` and `mfu_scope` (planning/mfu.py): in the compute scope the rate each
@@ -376,7 +429,10 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
     a causal flash kernel runs them), the bubble and the communication added; end to end a
     whole-step MFU (an HFU with `hfu`). `optimizer`: planning/optimizers.py's name (the
     torch stack; the other stacks plan their own Adam). `finetune`: a LoRA plan
-    (planning/finetune.py resolve): the base frozen, the adapters trained (lora_states.py)."""
+    (planning/finetune.py resolve): the base frozen, the adapters trained (lora_states.py).
+    `implementation`: whose ops the torch stack plans (recipes.py: model/'s, or
+    transformers' as the one-GPU plan of a Hugging Face model runs them); the other stacks
+    run their own (stack_memory.implementation)."""
     check_convention(mfu_convention)
     check_scope(mfu_scope)
     if mfu_scope == COMPUTE and mfu_convention == SIX_N:
@@ -422,10 +478,12 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
                          f"got {margin}")
     if finetune is not None:
         LS.check(finetune, layout, stack.name)
-    sp = run_split(config, precision, layout.recompute) if finetune is None else LS.lora_split(
-        finetune, precision.autocast, layout.recompute)
-    plain = run_split(config, precision) if finetune is None else LS.lora_split(
-        finetune, precision.autocast)
+    OF.check(frozenset(offload), stack.name, data_layout(layout).sharding)
+    impl = implementation if stack.stack.torch_engines else COURSE
+    sp = run_split(config, precision, layout.recompute, impl) if finetune is None else \
+        LS.lora_split(finetune, precision.autocast, layout.recompute)
+    plain = run_split(config, precision, implementation=impl) if finetune is None else \
+        LS.lora_split(finetune, precision.autocast)
     values = sp.values(seq, layout.micro_batch)
     local = seq // layout.cp  # each context-parallel rank saves its T/cp tokens' tensors
     # the course model's saved tensors (a stack other than torch plans its own: stack_memory)
@@ -434,13 +492,19 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
             if stack.stack.torch_engines else ([], []))
     counting = USEFUL if mfu_convention != EXECUTED else EXECUTED
     plans = tuple(stage_plan(sp, layout, precision, seq, s, rows, values, tp_rank, dp_rank,
-                             stack, counting, optimizer, finetune)
+                             stack, counting, optimizer, finetune, impl, frozenset(offload))
                   for s in (stages if stages is not None else _shown(config, layout)))
+    arch = hardware.arch if hardware is not None else None
+    plans = tuple(replace(s, moments=PK.moments(
+        sp, layout, precision, s.stage, s.kinds, values, local, layout.micro_batches,
+        s.activations.in_flight, s.states, stack, optimizer, arch, impl,
+        finetune is not None or OF.moves_optimizer(frozenset(offload), stack.name)))
+        for s in plans)
     at = None
     if config.num_experts is not None and config.moe_capacity_factor is not None:
         def at(s: StagePlan, b: int) -> A.StageActivations:  # C = ⌈c·b·T·k/E⌉ at this b
             r = (A.rows(sp, layout, local, tp_rank=tp_rank, micro_batch=b),
-                 A.rows(run_split(config, precision), layout, local, tp_rank=tp_rank,
+                 A.rows(plain, layout, local, tp_rank=tp_rank,
                         micro_batch=b))
             return A.stage_activations(*r, layout, s.stage, s.kinds)
     fit = _fit(plans, layout, hardware, m, at)
@@ -458,34 +522,7 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
                 s.states.moments, precision, optimizer, hardware) for s in plans))
     return ParallelPlan(config, layout, seq, precision, hardware, net, u, plans, fit, time, tokens,
                         stack, per_layer(stack, sp, layout, local, rows[0]), mfu_convention,
-                        mfu_scope, hfu, measured, optimizer, finetune, source)
-
-
-def divisors_of(n: int) -> list[int]:
-    """Every divisor of n, ascending (trial division to √n; n up to 10^12)."""
-    small, large, i = [], [], 1
-    while i * i <= n:
-        if n % i == 0:
-            small.append(i)
-            if i * i != n:
-                large.append(n // i)
-        i += 1
-    return small + large[::-1]
-
-
-def _fit(plans, layout: Layout, hardware: Hardware | None, margin: Fraction,
-         activations_at=None) -> Fit | None:
-    if hardware is None or not hardware.memory_bytes:
-        return None
-    budget = Budget(hardware.memory_bytes, margin)
-    per_rank = layout.global_batch // layout.dp
-    largest = 0
-    if per_rank <= 10**12:
-        for b in reversed(divisors_of(per_rank)):
-            if all(s.memory_at(b, per_rank, layout,
-                               activations_at(s, b) if activations_at else None)
-                   <= budget.usable for s in plans):
-                largest = b
-                break
-    need = max(s.memory(layout.micro_batch) for s in plans)
-    return Fit(budget, largest, max(0, need - budget.usable), max(0, budget.usable - need))
+                        mfu_scope, hfu, measured, optimizer, finetune, source,
+                        stack_implementation(stack, config) if not stack.stack.torch_engines
+                        else impl if finetune is None else finetune.implementation,
+                        frozenset(offload))

@@ -55,7 +55,7 @@ def search(config: ModelConfig, base: Layout, seq: int, *, precision: Precision,
            fix_zero: bool = False, fix_sp: bool = False, fix_micro: bool = False,
            fix_ep: bool = False, fix_cp: bool = False, fix_vpp: bool = False,
            progress=None, tokens: int | None = None, stack: StackRun = StackRun(),
-           **utilization) -> Search:
+           implementation: str = "course", **utilization) -> Search:
     """`base` carries the GPUs, global batch, recomputation and whatever the user fixed;
     `tokens` (--tokens) gives each layout its time to train; `progress(done, total)`, if
     given, is called before each (tp, pp) pair and each layout planned (the CLI's
@@ -108,7 +108,8 @@ def search(config: ModelConfig, base: Layout, seq: int, *, precision: Precision,
                     break  # the same reason holds for every further sharding stage
                 p = parallel_plan(config, lo, seq, precision=precision, hardware=hardware,
                                   net=net, mfu=mfu, margin=margin, tokens=tokens,
-                                  stack=stack, **utilization)
+                                  stack=stack, implementation=implementation,
+                                  **utilization)
                 if p.fit is not None and p.fit.shortfall:
                     rejected.append(Rejected(lo, "does not fit", p.fit.shortfall))
                     short = p.fit.shortfall  # at least this much for the stages below

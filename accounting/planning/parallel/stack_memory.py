@@ -164,7 +164,8 @@ def memory(run: StackRun, sp: Split, layout: Layout, precision: Precision, st: S
                       f"k·(a·b + c) ({what})", acts.total, activations=True))
     if run.stack.fsdp2_bf16:
         items += engine_buffers(sp, layout, precision, st, stage, values, seq, tp_rank,
-                                bf16_gathers=True)
+                                bf16_gathers=True,
+                                keep_unsharded=run.stack.pp_keeps_unsharded)
     if run.stack.zero_partitions and layout.sharding == 3:
         items.append(Item("ZeRO-3 working set: the largest module gathered (2 + 2 bytes per "
                           "element)", "4·largest_layer_params", A.Linear(0, 4 * largest_module(st)),

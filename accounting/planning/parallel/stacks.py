@@ -91,6 +91,24 @@ class Stack:
     # flash attention, unless its kernel is set otherwise; torchtitan's Llama:
     # F.scaled_dot_product_attention), so context parallelism needs no --attention sdpa
     fused_attention: bool = False
+    # the step's peak (peak.py): gradients held in a buffer allocated once, live at every
+    # moment (Megatron-Core's main_grad buffer, megatron/core/distributed/
+    # param_and_grad_buffer.py _ParamAndGradBuffer; DeepSpeed ZeRO's contiguous_gradients,
+    # on by default), else freed by zero_grad(set_to_none=True) (torch, torchtitan)
+    persistent_grads: bool = False
+    # bytes per updated element the optimizer's update allocates for itself: None is the
+    # torch stack's --optimizer (planning/optimizers.py); torchtitan builds torch.optim.AdamW
+    # with foreach=True (torchtitan/components/optimizer.py OptimizersContainer; √v in fp32,
+    # torch/optim/adam.py _multi_tensor_adam); Megatron's and DeepSpeed's fused Adam
+    # (apex/TE FusedAdam, deepspeed/ops/adam/fused_adam.py: multi_tensor_adam) update in place
+    update_temporary: int | None = None
+    # with pipeline parallelism, FSDP2 keeps each stage's parameters gathered from the forward
+    # to the backward pass: torchtitan's reshard_after_forward policy "default" is
+    # `not pp_enabled` ("For PP, by default do not reshard after forward to avoid
+    # per-microbatch all-gathers, which can be expensive and non-overlapped",
+    # torchtitan/distributed/fsdp.py get_fsdp_reshard_after_forward_policy; in 2024-12
+    # torchtitan/parallelisms/parallelize_llama.py apply_fsdp)
+    pp_keeps_unsharded: bool = False
 
 
 STACKS: dict[str, Stack] = {}
@@ -108,7 +126,8 @@ register(Stack(MEGATRON, "Megatron-Core with Transformer Engine (bf16 parameters
                {0: "Megatron DDP (fp32 grad buffer)", 1: "Megatron distributed optimizer"}, 0,
                True, "Korthikanti et al. 2022's equations (1)-(6) and Megatron's "
                "theoretical_memory_usage.py (tests/test_stacks.py); read from source: it needs a "
-               "GPU", megatron_core=True, fp8=("te",), fused_attention=True))
+               "GPU", megatron_core=True, fp8=("te",), fused_attention=True,
+               persistent_grads=True, update_temporary=0))
 register(Stack(DEEPSPEED, "DeepSpeed ZeRO wrapping the implementation given (transformers' "
                "model in bf16 where modelled, else the course model; 16-bit parameters and "
                "gradients, fp32 master copy and Adam moments, K = 12)",
@@ -117,7 +136,8 @@ register(Stack(DEEPSPEED, "DeepSpeed ZeRO wrapping the implementation given (tra
                "the ZeRO paper's Figure 1 and DeepSpeed's own estimators "
                "(estimate_zero2/3_model_states_mem_needs, tests/test_stacks.py); the "
                "activations on transformers' model in bf16 (tests/test_stack_implementations.py)",
-               implementation=lambda c: _wrapped(c), zero_partitions=True))
+               implementation=lambda c: _wrapped(c), zero_partitions=True,
+               persistent_grads=True, update_temporary=0))
 register(Stack(TORCHTITAN, "torchtitan: its own Llama under FSDP2 with MixedPrecisionPolicy("
                "param_dtype=bf16, reduce_dtype=fp32), no autocast", {2: "FSDP2 SHARD_GRAD_OP, bf16 all-gathers",
                                                    3: "FSDP2 FULL_SHARD, bf16 all-gathers"}, 3,
@@ -125,7 +145,8 @@ register(Stack(TORCHTITAN, "torchtitan: its own Llama under FSDP2 with MixedPrec
                "backend (accounting/distcheck); its block's saved tensors and per-op selective "
                "checkpointing on the CPU (tests/test_stack_implementations.py, test_stacks.py)",
                implementation=lambda c: TITAN_IMPL if llama_block(c) else COURSE,
-               fsdp2_bf16=True, fp8=("torchao",), fused_attention=True))
+               fsdp2_bf16=True, fp8=("torchao",), fused_attention=True,
+               update_temporary=W32, pp_keeps_unsharded=True))
 
 
 def get_stack(name: str) -> Stack:

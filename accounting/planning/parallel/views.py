@@ -63,7 +63,9 @@ def summary_table(p: ParallelPlan) -> Table:
                       f"of {b:,} on each of {lo.dp} data-parallel ranks "
                       f"({p.tokens_per_step:,} tokens per step)"),
             ("recomputation", f"{lo.recompute}"),
-            ("precision", p.precision.name)]
+            ("precision", p.precision.name
+                          + (f", {p.implementation} implementation"
+                             if p.stack.stack.torch_engines else ""))]
     if not is_default(p.optimizer):  # (AdamW, the default, goes unsaid as it always has)
         rows.append(("optimizer", p.optimizer))
     if p.finetune is not None:
@@ -72,7 +74,13 @@ def summary_table(p: ParallelPlan) -> Table:
                                     "adapter parameters"))
     rows += stack_views.summary_rows(p)
     label = f"memory per GPU (stage {w.stage} of {lo.pp})" if lo.pp > 1 else "memory per GPU"
-    rows.append((label, f"{grouped(p.memory)} bytes = {_gb(p.memory)}"))
+    moment = p.peak_moment
+    rows.append((label, f"{grouped(p.memory)} bytes = {_gb(p.memory)}, allocated at the step's "
+                        f"peak" + (f": {moment.name}" if moment else "")
+                        + (f" on stage {w.stage}" if lo.pp > 1 else "")
+                        + f" (the items below sum to {_gb(p.items_total)}); reserved at least "
+                          f"{_gb(p.reserved)} (the caching allocator's blocks; the verdict is "
+                          "the allocated)"))
     if p.fit is not None:
         f = p.fit
         verdict = (f"fits: {_gb(f.headroom)} to spare of {_gb(f.budget.usable)} usable"
@@ -172,7 +180,9 @@ def memory_table(p: ParallelPlan) -> Table:
             cells.append(gigabytes(it.bytes.at(b)) if it else "-")
             on_gpu = it.on_gpu if it else on_gpu
         rows.append((n + ("" if on_gpu else " [CPU]"), formula, *cells))
-    rows.append(("total on the GPU", "", *(gigabytes(s.memory(b)) for s in p.stages)))
+    rows.append(("total on the GPU (the items' sum)", "",
+                 *(gigabytes(s.memory(b)) for s in p.stages)))
+    rows.append(("step's peak (allocated)", "", *(gigabytes(s.peak(b)) for s in p.stages)))
     rows.append(("one micro-batch's activations, a·b + c", "",
                  *(f"{grouped(s.activations.per_micro_batch.a)}·b + "
                    f"{grouped(s.activations.per_micro_batch.c)}" for s in p.stages)))
@@ -185,8 +195,8 @@ def memory_table(p: ParallelPlan) -> Table:
              "ZeRO-2/3, their first dimension over the data-parallel ranks (FSDP2 pads each "
              "shard to ⌈rows/d⌉ rows).",
              "Recomputation: " + RECOMPUTE[lo.recompute] + ".",
-             "Gradients of activations in flight during the backward pass and other temporaries "
-             "are not counted; reserve room with --margin."]
+             "The step's peak is the largest of its moments (accounting/planning/parallel/"
+             "peak.py): " + "; ".join(f"{m.name}: {m.what}" for m in p.worst.moments) + "."]
     if lo.ep > 1:
         e = lo.edp
         notes.append(f"Routed experts (ep {lo.ep}): {p.config.num_experts // lo.ep} whole experts "

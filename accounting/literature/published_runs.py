@@ -1,0 +1,166 @@
+"""Published, measured training runs (issue 44): each run's settings as the source states
+them, the plan's flags that express them, and the peak memory per GPU it measured. The docs'
+table (docs/parallel.md, "Published runs") sets the tool's answer beside each
+(published_table.py); tests/test_published_runs.py holds the tool to them.
+
+Sources, read at the commits named (the tables typed here, figure for figure):
+  * torchtitan, benchmarks/llama3_h100_202412_torchtitan.md (pytorch/torchtitan at
+    31a17bfdb70bab6f62a13d21816a5339b911d6e3; runs at torchtitan 9dec370, torch 1963fc8):
+    Grand Teton H100s with 96 GB HBM2e; "Memory(GiB)" is torchtitan's memory monitor,
+    torch.cuda.max_memory_reserved (torchtitan/components/metrics.py DeviceMemoryMonitor),
+    the maximum over all GPUs. Llama 3.1 8B at seq_len 8192 (torchtitan's llama3_8b.toml)
+    unless the table gives a sequence length; 70B and 405B at 8192.
+  * torchtune, README.md "Memory and training speed" (pytorch/torchtune at
+    0031bfb080bd35ec533c412df883cf2bf7bf7fe4): batch size 2, a dataset packed to 2,048
+    tokens, torch.compile on; "Peak Memory per GPU" is the recipes' log_memory_stats
+    (torchtune/training/memory.py get_memory_stats: peak_memory_active); the configs
+    named (recipes/configs/llama3_1/8B_*_single_device.yaml) set bf16 weights, activation
+    checkpointing, and for the full fine-tune bitsandbytes' PagedAdamW8bit stepped in the
+    backward pass (optimizer_in_bwd: True). The A6000 rows name no config: planned as the
+    RTX 4090 rows'.
+  * llm-foundry, scripts/train/benchmarking/README.md "H100 80GB BF16" (mosaicml/llm-foundry
+    at c90b9b312c644dbde5c9e6eef75c6f1c117d8782): MPT runs on 8 H100 80GB, amp_bf16, FSDP
+    FULL_SHARD with Composer's DEFAULT mixed precision (fp32 parameters), micro-batch and
+    activation checkpointing as listed. No memory is published: each ran, so a plan must
+    say it fits. MPT's shape (scripts/train/yamls/pretrain/mpt-*.yaml; llmfoundry/models/mpt
+    configuration_mpt.py): expansion_ratio 4, vocab 50,368, ALiBi, LayerNorm without bias,
+    no biases, tied embeddings; flash attention.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+
+from accounting.registry import registrar
+
+TORCHTITAN_2412 = ("torchtitan benchmarks/llama3_h100_202412_torchtitan.md "
+                   "(pytorch/torchtitan@31a17bf)")
+TORCHTUNE_README = "torchtune README.md, Memory and training speed (pytorch/torchtune@0031bfb)"
+RESERVED, ACTIVE, RAN = "max_memory_reserved", "peak_memory_active", "ran (no memory published)"
+FOUNDRY = ("llm-foundry scripts/train/benchmarking/README.md, H100 80GB BF16 "
+           "(mosaicml/llm-foundry@c90b9b3)")
+
+# Llama 3.1 70B and 405B's config.json (meta-llama/Llama-3.1-70B, -405B on the Hub), as
+# flags over the 8B preset (same V, RoPE, norm; hidden_size, layers, heads, KV heads, FFN)
+L70B = ("--num-layers", "80", "--d-model", "8192", "--num-heads", "64", "--num-kv-heads", "8",
+        "--d-ff", "28672")
+L405B = ("--num-layers", "126", "--d-model", "16384", "--num-heads", "128", "--num-kv-heads",
+         "8", "--d-ff", "53248")
+TITAN = ("--stack", "torchtitan", "--gpu-mem", "96GB")  # Grand Teton's H100 96 GB HBM2e
+COMPILE, FLOAT8, ASYNC_TP = "torch.compile", "Float8 (torchao)", "async TP"
+
+
+@dataclass(frozen=True)
+class Run:
+    name: str  # the row, as the source labels it
+    source: str
+    flags: tuple[str, ...]  # `plan MODEL …` flags expressing the run
+    measured_gib: Fraction | None  # the peak per GPU the source measured (None: not published)
+    metric: str  # which figure: RESERVED (torchtitan), ACTIVE (torchtune), RAN (llm-foundry)
+    card: str  # the card it ran on, in words
+    unexpressed: tuple[str, ...] = ()  # settings of the run the flags leave out
+    model: str = "meta-llama/Llama-3.1-8B"  # the preset the flags start from
+
+    @property
+    def stack(self) -> str:
+        return self.source.split()[0]
+
+
+RUNS: dict[str, Run] = {}
+_register = registrar(RUNS, "published run")
+
+
+def _titan(table: str, row: str, gib: str, flags: tuple[str, ...], *unexpressed: str) -> None:
+    _register(Run(f"torchtitan {table}: {row}", TORCHTITAN_2412, TITAN + flags,
+                  Fraction(gib), RESERVED, "H100 96 GB", unexpressed))
+
+
+_8B_T1 = ("--gpus", "8", "--fsdp", "--batch", "16", "--micro-batch", "2", "--ctx", "8192",
+          "--recompute", "selective")
+_titan("Table 1 (8B, 8 GPUs)", "FSDP", "82.4", _8B_T1)
+_titan("Table 1 (8B, 8 GPUs)", "FSDP + torch.compile", "77.0", _8B_T1, COMPILE)
+_titan("Table 1 (8B, 8 GPUs)", "FSDP + torch.compile + Float8", "76.8",
+       _8B_T1 + ("--precision", "fp8-torchao"), COMPILE)
+for _fsdp, _cp, _seq, _gib in ((8, 1, 32768, "83.9"), (4, 2, 65536, "84.2"),
+                               (2, 4, 131072, "84.0"), (1, 8, 262144, "84.5")):
+    _titan("Table 2 (8B, 8 GPUs, FSDP + CP + torch.compile + Float8)",
+           f"FSDP {_fsdp}, CP {_cp}, T {_seq:,}", _gib,
+           ("--gpus", "8", "--cp", str(_cp), "--attention", "sdpa", "--batch", str(_fsdp),
+            "--ctx", str(_seq), "--recompute", "full", "--precision", "fp8-torchao")
+           + (("--fsdp",) if _fsdp > 1 else ("--zero", "3")), COMPILE)
+_8B_T3 = ("--gpus", "128", "--fsdp", "--batch", "256", "--micro-batch", "2", "--ctx", "8192",
+          "--recompute", "selective")
+_titan("Table 3 (8B, 128 GPUs)", "FSDP", "67.0", _8B_T3)
+_titan("Table 3 (8B, 128 GPUs)", "FSDP + torch.compile", "62.0", _8B_T3, COMPILE)
+_titan("Table 3 (8B, 128 GPUs)", "FSDP + torch.compile + Float8", "61.8",
+       _8B_T3 + ("--precision", "fp8-torchao"), COMPILE)
+_70B = L70B + ("--gpus", "256", "--tp", "8", "--sp", "--fsdp", "--batch", "512",
+               "--micro-batch", "16", "--ctx", "8192", "--recompute", "full", "--precision",
+               "fp8-torchao")
+_titan("Table 4 (70B, 256 GPUs, FSDP 32 × TP 8, torch.compile + Float8)", "2D", "71.9", _70B,
+       COMPILE)
+_titan("Table 4 (70B, 256 GPUs, FSDP 32 × TP 8, torch.compile + Float8)", "2D + AsyncTP",
+       "67.6", _70B, COMPILE, ASYNC_TP)
+_405B = L405B + ("--gpus", "512", "--tp", "8", "--sp", "--pp", "8", "--fsdp", "--batch", "256",
+                 "--micro-batch", "1", "--ctx", "8192", "--recompute", "full", "--precision",
+                 "fp8-torchao")
+_titan("Table 5 (405B, 512 GPUs, FSDP 8 × TP 8 × PP 8, torch.compile + Float8 + AsyncTP)",
+       "1F1B", "82.5", _405B, COMPILE, ASYNC_TP)
+_titan("Table 5 (405B, 512 GPUs, FSDP 8 × TP 8 × PP 8, torch.compile + Float8 + AsyncTP)",
+       "Interleaved 1F1B", "72.7", _405B + ("--virtual-stages", "2"), COMPILE, ASYNC_TP)
+for _fsdp, _cp, _seq, _gib in ((8, 1, 32768, "75.3"), (4, 2, 65536, "75.9"),
+                               (2, 4, 131072, "77.1"), (1, 8, 262144, "84.9")):
+    _titan("Table 6 (405B, 512 GPUs, TP 8 × PP 8 + CP, torch.compile + Float8 + AsyncTP, 1F1B)",
+           f"FSDP {_fsdp}, CP {_cp}, T {_seq:,}", _gib,
+           L405B + ("--gpus", "512", "--tp", "8", "--sp", "--pp", "8", "--cp", str(_cp),
+                    "--attention", "sdpa", "--batch", str(8 * _fsdp), "--micro-batch", "1",
+                    "--ctx", str(_seq), "--recompute", "full", "--precision", "fp8-torchao")
+           + (("--fsdp",) if _fsdp > 1 else ("--zero", "3")), COMPILE, ASYNC_TP)
+
+
+def _tune(row: str, gib: str, card: str, flags: tuple[str, ...], *unexpressed: str) -> None:
+    _register(Run(f"torchtune: Llama 3.1 8B, {row}, 1x {card}", TORCHTUNE_README,
+                  ("--ctx", "2048", "--batch", "2", "--recompute", "full") + flags,
+                  Fraction(gib), ACTIVE, card, (COMPILE, "torchtune's own model") + unexpressed))
+
+
+_LORA = ("--lora-rank", "8", "--lora-targets", "q_proj,v_proj,o_proj,gate_proj,up_proj,down_proj")
+_FULL = ("--precision", "bf16", "--optimizer", "paged-adamw8bit", "--optimizer-in-backward")
+_tune("full fine-tune", "18.9", "RTX-4090", ("--gpu", "RTX-4090") + _FULL)
+_A6000 = "its config (the README names none: planned as the RTX 4090 row's)"
+_tune("full fine-tune", "37.4", "A6000", ("--gpu-mem", "48GB") + _FULL, _A6000)
+_tune("LoRA", "16.2", "RTX-4090", ("--gpu", "RTX-4090") + _LORA, "bf16 adapters")
+_tune("LoRA", "30.3", "A6000", ("--gpu-mem", "48GB") + _LORA, "bf16 adapters", _A6000)
+_tune("QLoRA", "7.4", "RTX-4090", ("--gpu", "RTX-4090", "--base-weights", "nf4") + _LORA,
+      "torchao's NF4 (planned as bitsandbytes')", "bf16 adapters")
+
+
+# MPT sizes (llm-foundry scripts/train/yamls/pretrain/mpt-{1b,3b,7b,13b,30b}.yaml):
+# (d_model, n_layers, n_heads)
+_MPT = {"1b": (2048, 24, 16), "3b": (2560, 32, 20), "7b": (4096, 32, 32),
+        "13b": (5120, 40, 40), "30b": (7168, 48, 64)}
+
+
+def _foundry(size: str, seq: int, micro: int, accum: int, ckpt: bool) -> None:
+    d, n, h = _MPT[size]
+    shape = ("--vocab-size", "50368", "--num-layers", str(n), "--d-model", str(d),
+             "--num-heads", str(h), "--d-ff", str(4 * d), "--mlp", "gelu", "--norm",
+             "layernorm_nobias", "--positions", "none", "--tie-embeddings", "--no-bias",
+             "--attention", "sdpa", "--context-length", str(seq))
+    _register(Run(f"llm-foundry MPT-{size}, T {seq:,}, 8 GPUs, micro-batch {micro}, "
+                  f"grad accum {accum}" + (", activation checkpointing" if ckpt else ""),
+                  FOUNDRY, shape + ("--gpus", "8", "--fsdp", "--ctx", str(seq), "--batch",
+                                    str(8 * micro * accum), "--micro-batch", str(micro),
+                                    "--precision", "bf16-mixed", "--gpu", "H100",
+                                    "--recompute", "full" if ckpt else "none"),
+                  None, RAN, "H100 80GB",
+                  ("ALiBi inside flash attention (planned as SDPA without positions: the "
+                   "kernel adds the bias and saves nothing for it)",
+                   "MPT's fused ops (planned as model/'s)"),
+                  model="gpt2-small"))
+
+
+for _row in (("7b", 2048, 6, 1, False), ("7b", 4096, 16, 2, True), ("7b", 8192, 8, 2, True),
+             ("7b", 32768, 2, 2, True), ("13b", 4096, 10, 3, True), ("13b", 2048, 2, 1, False),
+             ("3b", 8192, 3, 6, False), ("1b", 8192, 3, 4, False), ("30b", 2048, 3, 21, True)):
+    _foundry(*_row)

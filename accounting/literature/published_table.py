@@ -1,0 +1,98 @@
+"""The tool's answer beside each published run (published_runs.py): the plan's JSON for the
+run's flags, its peak per GPU (the figure the source measured: reserved for torchtitan, the
+allocated peak for torchtune's active bytes), the ratio answer / measured, and whether the
+card it ran on fits it. docs/parallel.md's "Published runs" table is `markdown()`
+(accounting/present/generated.py); `python -m accounting.literature.published_table` prints
+it, with the median and worst ratio."""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import statistics
+from dataclasses import dataclass
+from fractions import Fraction
+
+from accounting.literature.published_runs import RAN, RESERVED, RUNS, Run
+from accounting.units import GiB
+
+@dataclass(frozen=True)
+class Answer:
+    run: Run
+    allocated: int  # bytes per GPU, the worst GPU's allocated peak
+    reserved: int  # the caching allocator's segments at that moment
+    fits: bool | None  # the verdict on the card it ran on (None: no card known)
+    moment: str
+
+    @property
+    def compared(self) -> int:
+        """The tool's figure of the kind the source measured."""
+        return self.reserved if self.run.metric == RESERVED else self.allocated
+
+    @property
+    def ratio(self) -> Fraction | None:
+        if self.run.measured_gib is None:
+            return None
+        return Fraction(self.compared, GiB) / self.run.measured_gib
+
+
+def answer(run: Run) -> Answer:
+    from accounting.cli.main import main
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(["plan", run.model, *run.flags, "--format", "json"])
+    if code != 0:
+        raise RuntimeError(f"{run.name}: the plan exited {code}: {err.getvalue().strip()}")
+    d = json.loads(out.getvalue())
+    if "memory_per_gpu_bytes" in d:  # many GPUs
+        fit = d.get("fit")
+        allocated, reserved = d["memory_per_gpu_bytes"], d["memory_per_gpu_reserved_bytes"]
+        fits = None if not fit else fit["shortfall_bytes"] == 0
+        return Answer(run, allocated, reserved, fits, d.get("peak_moment") or "")
+    peak = d["peak"]
+    fits = None if d.get("fit") is None else peak["peak_bytes"] <= d["fit"]["usable_bytes"]
+    moment = max(peak["moments"], key=lambda m: m["bytes"])["name"]
+    return Answer(run, peak["peak_bytes"], peak["reserved_bytes"], fits, moment)
+
+
+def answers() -> list[Answer]:
+    return [answer(r) for r in RUNS.values()]
+
+
+def summary(rows: list[Answer]) -> tuple[Fraction, Fraction, Fraction]:
+    """(median ratio, lowest ratio, highest ratio) over the runs."""
+    ratios = [a.ratio for a in rows if a.ratio is not None]
+    return statistics.median(ratios), min(ratios), max(ratios)
+
+
+def _gib(n) -> str:
+    return f"{float(Fraction(n) / GiB):.1f}"
+
+
+def markdown() -> str:
+    rows = answers()
+    out = ["| run | settings the flags leave out | measured (GiB) | tool, allocated / reserved "
+           "(GiB) | tool / measured | the card it ran on |",
+           "| --- | --- | ---: | ---: | ---: | --- |"]
+    for a in rows:
+        r = a.run
+        verdict = {None: "no verdict", True: "fits", False: "does NOT fit"}[a.fits]
+        measured = "—" if r.measured_gib is None else f"{float(r.measured_gib):.1f}"
+        ratio = "—" if a.ratio is None else f"{float(a.ratio):.2f}"
+        out.append(f"| {r.name} | {', '.join(r.unexpressed) or '—'} | {measured} "
+                   f"({r.metric}) | {_gib(a.allocated)} / {_gib(a.reserved)} | "
+                   f"{ratio} | {r.card}: {verdict} |")
+    med, lo, hi = summary(rows)
+    out.append("")
+    ran = [a for a in rows if a.run.metric == RAN]
+    out.append(f"{len(rows)} runs from {len({a.run.stack for a in rows})} stacks; tool / measured "
+               f"over the {len(rows) - len(ran)} with a published peak (reserved against "
+               f"torchtitan's reserved, allocated against torchtune's active): median "
+               f"{float(med):.2f}, lowest {float(lo):.2f}, highest {float(hi):.2f}. Of the "
+               f"{len(ran)} that ran with no memory published, the plan says "
+               f"{sum(1 for a in ran if a.fits)} fit on the card they ran on.")
+    return "\n".join(out) + "\n"
+
+
+if __name__ == "__main__":
+    print(markdown())

@@ -1,0 +1,113 @@
+"""PyTorch's CUDA caching allocator: what it reserves (cudaMalloc'd segments) to hold a set of
+live tensors, beside the bytes they allocate.
+
+Read from c10/cuda/CUDACachingAllocator.cpp (pytorch/pytorch at
+001074d25084fdb87a799823e395a50f5ec044d3; the same rules in torch 2.11–2.13):
+
+  * round_size: every request is rounded up to a multiple of kMinBlockSize = 512 bytes
+    (roundup_power2_divisions is off by default: PYTORCH_CUDA_ALLOC_CONF);
+  * get_pool: requests up to kSmallSize = 1 MiB come from the small pool, the rest from
+    the large pool;
+  * get_allocation_size: a new segment is kSmallBuffer = 2 MiB for a small request,
+    kLargeBuffer = 20 MiB for a request under kMinLargeAlloc = 10 MiB, else the request
+    rounded up to kRoundLarge = 2 MiB;
+  * should_split: a free block is split for a request when what remains is at least 512
+    bytes (small pool) or more than kSmallSize (large pool; max_split_size unlimited by
+    default), else the request takes the whole block;
+  * expandable_segments:True (Note [Expandable Segments]): one segment per stream and pool
+    grows by pages of 2 MiB (small pool) or 20 MiB (large pool), and blocks split at 512
+    bytes in both pools.
+
+`reserved(sizes)` packs the tensors live at one moment into segments as a fresh allocator
+would (best fit, the rules above): a lower bound of `torch.cuda.memory_reserved()` at that
+moment. What the step's history adds (segments cut for tensors since freed, whose free
+remainders the moment's tensors cannot use) is not modelled: ../shared/gpu/README.md
+measures the reserved peak 12–30% above the allocated one on an H200 (its "allocator
+reserved" column), and tests/test_allocator.py holds this model below those measurements.
+A verdict ("fits") compares the allocated peak with the usable memory, as the one-GPU plan
+measured within ±3% does; the reserved figure is printed beside it.
+"""
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+
+KMIN_BLOCK = 512
+KSMALL_SIZE = 1024 * 1024
+KSMALL_BUFFER = 2 * 1024 * 1024
+KLARGE_BUFFER = 20 * 1024 * 1024
+KMIN_LARGE_ALLOC = 10 * 1024 * 1024
+KROUND_LARGE = 2 * 1024 * 1024
+
+
+def round_size(size: int) -> int:
+    """The block a request of `size` bytes occupies (CUDACachingAllocator.cpp round_size)."""
+    return KMIN_BLOCK if size < KMIN_BLOCK else -(-size // KMIN_BLOCK) * KMIN_BLOCK
+
+
+def allocation_size(size: int) -> int:
+    """The segment cudaMalloc'd for a (rounded) request no free block serves
+    (get_allocation_size)."""
+    if size <= KSMALL_SIZE:
+        return KSMALL_BUFFER
+    if size < KMIN_LARGE_ALLOC:
+        return KLARGE_BUFFER
+    return -(-size // KROUND_LARGE) * KROUND_LARGE
+
+
+def _should_split(small: bool, remaining: int, expandable: bool) -> bool:
+    return remaining >= KMIN_BLOCK if small or expandable else remaining > KSMALL_SIZE
+
+
+def reserved(groups, expandable: bool = False) -> int:
+    """Bytes a fresh caching allocator reserves to hold tensors given as (bytes, count)
+    pairs, allocated in that order and all live (0-byte tensors allocate nothing)."""
+    if expandable:  # one growing segment per pool, mapped page by page
+        small = sum(round_size(n) * c for n, c in groups if 0 < n and round_size(n) <= KSMALL_SIZE)
+        large = sum(round_size(n) * c for n, c in groups if round_size(n) > KSMALL_SIZE)
+        return -(-small // KSMALL_BUFFER) * KSMALL_BUFFER + \
+            -(-large // KLARGE_BUFFER) * KLARGE_BUFFER
+    total = 0
+    free = {True: [], False: []}  # per pool: free block sizes, sorted (best fit)
+    for n, count in groups:
+        if n <= 0 or count <= 0:
+            continue
+        size = round_size(n)
+        small = size <= KSMALL_SIZE
+        blocks = free[small]
+        if size >= KMIN_LARGE_ALLOC and (not blocks or blocks[-1] < size):
+            # a segment of its own each (no free block is this large): in bulk
+            seg = allocation_size(size)
+            total += seg * count
+            if _should_split(False, seg - size, False):
+                for _ in range(min(count, 100_000)):
+                    insort(blocks, seg - size)
+            continue
+        for _ in range(count):
+            i = bisect_left(blocks, size)
+            if i == len(blocks):
+                block = allocation_size(size)
+                total += block
+            else:
+                block = blocks.pop(i)
+            if _should_split(small, block - size, False):
+                insort(blocks, block - size)
+    return total
+
+
+def slack(groups, expandable: bool = False) -> int:
+    """What the allocator reserves beyond the tensors' own bytes: reserved() less their sum."""
+    return reserved(groups, expandable) - sum(max(0, n) * c for n, c in groups)
+
+
+def split_over(total: int, numels) -> list[tuple[int, int]]:
+    """`total` bytes spread over tensors of `numels` elements in proportion ((bytes, 1)
+    each): a state item held one tensor per parameter tensor (a gradient, a moment)."""
+    numels = [n for n in numels if n > 0]
+    whole = sum(numels)
+    if not whole or total <= 0:
+        return []
+    per: dict[int, int] = {}
+    for n in numels:
+        b = total * n // whole
+        per[b] = per.get(b, 0) + 1
+    return sorted(per.items(), key=lambda kv: -kv[0])

@@ -1,0 +1,154 @@
+"""The step's peak on one GPU of a layout, found the way the one-GPU plan finds it
+(planning/memory.py MemoryModel.peak_terms): the moments of a training step, each with what
+is live at it, the largest of them the peak. The items of plan.py stay the breakdown (their
+sum is what the step holds at one time or another); a moment keeps the items live at it and
+adds the transients the sum leaves out:
+
+  * the start of the backward pass, on the stage holding the LM head: the loss's fp32
+    gradients, nll_loss's and log_softmax's, 2·b·(T/cp)·⌈V/tp⌉·4 bytes (tools/autograd/
+    derivatives.yaml; torch/csrc/autograd/engine.cpp evaluate_function frees a node's saved
+    tensors right after it runs: both gradients are live at log_softmax's backward;
+    tests/test_peak.py measures it on one GPU, ../shared/gpu/README.md on an H200), and the
+    CUDA kernels' own saves (planning/cuda_peak.py: the loss under CUDA autocast,
+    transformers' logits, the SDPA backend), per micro-batch in flight. On the other stages
+    the backward pass starts from a received gradient (the pipelining receive buffers,
+    already an item). The gradients are live here only when the rank runs more than one
+    micro-batch (those of the earlier ones; optimizer.zero_grad(set_to_none=True) leaves
+    none from the last step), or when the stack keeps them in a persistent buffer
+    (Stack.persistent_grads: Megatron's main_grad buffer, DeepSpeed's contiguous gradients).
+  * the optimizer's update: the model states, the gradients, the update's temporaries
+    (torch.optim.AdamW's foreach path makes √v for every element it updates,
+    torch/optim/adam.py _multi_tensor_adam: torch._foreach_sqrt; bf16-master: the master
+    copy's fp32 gradients), the persistent buffers (DDP's buckets, pipelining's receive
+    buffers, RoPE tables), no activations, no FSDP unit gathered (Item.backward_only).
+
+Every moment holds the cuBLAS workspaces (cuda_peak.workspace). Where a gradient temporary
+inside one block's backward pass exceeds both (the naive softmax's), it is not modelled,
+as on one GPU.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from accounting.planning import cuda_peak as CP
+from accounting.planning.optimizers import get_optimizer
+from accounting.planning.parallel.activations import Linear
+
+from accounting.units import DTYPE_BYTES, FP32, INT64
+
+BACKWARD, UPDATE = "start of the backward pass", "optimizer update"
+
+
+@dataclass(frozen=True)
+class Moment:
+    """One moment of the step on one GPU: which items are live at it, and what it adds."""
+    name: str
+    what: str
+    extra: Linear  # transients beyond the items, a·b + c in the micro-batch b
+    activations: bool  # the in-flight activations are live
+    gradients: bool  # the gradient items are live
+    backward_buffers: bool  # the items live only through the passes (FSDP's gathered units)
+    recomputed: bool = False  # one block's recomputed activations are live (recomputation)
+
+    def holds(self, item) -> bool:
+        if not item.on_gpu:
+            return False
+        if item.activations:
+            return self.activations
+        if item.name.startswith("gradients"):
+            return self.gradients
+        if item.backward_only:
+            return self.backward_buffers
+        return True
+
+
+def _rank_values(values: dict[str, int], tp: int, local: int) -> dict[str, int]:
+    """The shape symbols as one TP rank of T/cp tokens sees them (heads, d_ff and V split)."""
+    v = dict(values)
+    for s in ("h", "h_kv", "d_ff", "V"):
+        if s in v:
+            v[s] = -(-v[s] // tp)
+    v["T"] = local
+    return v
+
+
+def _cuda(sp, values: dict[str, int], autocast, implementation: str, tp: int, local: int,
+          kinds: tuple[tuple[str, int], ...], last: bool, in_flight: int) -> tuple[Linear, str]:
+    """cuda_peak's adjustments at the start of the backward pass, as this rank holds them:
+    the attention kernels' of the stage's blocks (each micro-batch in flight), the loss's on
+    the last stage."""
+    acts = sp.ledger.activations
+    v1 = _rank_values({**values, "B": 1}, tp, local)
+    count = dict(kinds)
+    total, what = Linear(0, 0), []
+    for a in CP.attention(acts, values):
+        kind = next(k for k in count if a.what.startswith(f"{k} blocks"))
+        per = a.bytes.evaluate({**v1, **{k: 0 for k in count}, kind: count[kind]})
+        total = total + Linear(per * in_flight, 0)
+        what.append(a.rule)
+    if last:
+        for a in CP.loss(acts, autocast, implementation):
+            total = total + Linear(a.bytes.evaluate(v1), 0)
+            what.append(a.rule)
+    return total, "; ".join(what)
+
+
+def moments(sp, layout, precision, stage: int, kinds, values: dict[str, int], local: int,
+            micro_batches: int, in_flight: int, st, stack, optimizer: str, arch: str | None,
+            implementation: str, no_update_temporary: bool) -> tuple[Moment, ...]:
+    """The moments of this GPU's step (`micro_batches` per step on this rank, `in_flight`
+    at its first backward pass; `st` its states). `no_update_temporary`: the update makes
+    none on the GPU (LoRA's adapters: a few; an optimizer offloaded to the CPU)."""
+    last = stage == layout.pp - 1
+    work = CP.workspace(arch)
+    ws = Linear(0, work.bytes.evaluate({}))
+    tp = layout.tp
+    grads_live = micro_batches > 1 or stack.stack.persistent_grads
+    f32, i64 = DTYPE_BYTES[FP32], DTYPE_BYTES[INT64]
+    own = stack.stack.torch_engines  # the run's ledger is the torch stack's (autocast's dtypes)
+    # the log-probabilities' dtype: the ledger's under the torch stack (fp32 unless the
+    # whole model runs in bf16); the other stacks' losses upcast the logits (torchtitan's
+    # cross_entropy_loss on pred.float(), Megatron's fp32 vocab-parallel cross-entropy,
+    # transformers' ForCausalLMLoss under DeepSpeed)
+    lb = next(r.bytes_per_element for r in sp.ledger.activations
+              if r.name == "log-softmax of the logits") if own else f32
+    # the 0-dim loss the training loop holds (last stage); at the update, the int64 token
+    # ids (first stage) and targets (last stage) of the last micro-batch
+    loss = Linear(0, lb if last else 0)
+    inputs = Linear(i64 * local * ((stage == 0) + last), 0)
+    extra, what = ws + loss, [f"{work.rule}: {work.what}"]
+    if last:
+        vocab = -(-values["V"] // tp)
+        extra = extra + Linear(2 * local * vocab * lb, 0)
+        what.insert(0, f"the loss's gradients 2·b·(T/cp)·⌈V/tp⌉·{lb} "
+                       f"(T/cp = {local:,}, ⌈V/tp⌉ = {vocab:,})")
+    if own:
+        adj, rules = _cuda(sp, values, precision.autocast, implementation, tp, local, kinds,
+                           last, in_flight)
+        extra = extra + adj
+        if rules:
+            what.append(rules)
+    held = "the states, " + ("the gradients of the earlier micro-batches, " if grads_live
+                             else "") + "the activations in flight, the engines' buffers; "
+    # the loss's backward (the last stage), then each block's, which with recomputation
+    # holds one block's recomputed activations too (MemoryModel's "one block, recomputed")
+    out = [Moment(BACKWARD + " (the loss's backward)", held + "; ".join(what), extra, True,
+                  grads_live, True)] if last else []
+    if layout.recompute != "none" or not last:
+        out.append(Moment("a block's backward pass" + (
+            " (its recomputed activations live)" if layout.recompute != "none" else ""),
+            held + f"{work.rule}", ws + loss, True, grads_live, True, True))
+    temp, temp_what = 0, ""
+    if not no_update_temporary:
+        per = stack.stack.update_temporary
+        if per is None:  # the torch stack: --optimizer's and the precision's
+            opt = get_optimizer(optimizer)
+            per = (precision.moment_bytes if opt.foreach_temporary else 0) + \
+                (DTYPE_BYTES[FP32] if precision.master else 0)
+        temp = per * st.moments
+        if temp:
+            temp_what = f", the update's temporaries ({per} bytes per element updated)"
+    update = Moment(UPDATE, f"the states, the gradients{temp_what}, the persistent buffers; "
+                            f"{work.rule}", ws + loss + inputs + Linear(0, temp), False, True,
+                    False)
+    return (*out, update)

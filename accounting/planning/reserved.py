@@ -1,0 +1,69 @@
+"""The reserved peak beside the allocated one (issue 44): the tensors live at the moment the
+step peaks, as the plans know them, packed by the caching allocator's rules (allocator.py);
+reserved = the allocated peak + what the allocator reserves beyond those tensors' bytes.
+One GPU: MemoryModel's moments (planning/memory.py); many GPUs: a stage's moments
+(parallel/peak.py). Tensors the plan holds only as a sum (a moment's remainder) count as
+one block."""
+from __future__ import annotations
+
+from accounting.planning import allocator as AL
+from accounting.planning import cuda_peak as CP
+
+
+def _state_groups(model, v, terms) -> list[tuple[int, int]]:
+    """Each state term spread over the parameter tensors (one tensor per parameter each)."""
+    numels = [t.numel for t in model.tensors for _ in range(t.copies)]
+    out: list[tuple[int, int]] = []
+    for t in terms:
+        out += AL.split_over(t.bytes.evaluate(v), numels)
+    return out
+
+
+def one_gpu(model, batch: int, seq: int, expandable: bool = False) -> tuple[int, str]:
+    """(reserved bytes, the moment) at the one-GPU step's peak (model scope)."""
+    v = model.values(seq, batch)
+    phases = model.peak_terms
+    peak = max(phases, key=lambda ph: ph.bytes.evaluate(v))
+    allocated = peak.bytes.evaluate(v)
+    backward = peak is phases[0]
+    states = [t for t in model.state_terms if t.on_gpu and (
+        not t.name.startswith("gradients") if backward else not t.name.startswith("bf16 copies"))]
+    groups = _state_groups(model, v, states)
+    if backward:
+        for r in model.ledger.activations:
+            if r.saved:
+                groups.append((r.elements.evaluate(v) * r.bytes_per_element,
+                               v[r.repeat] if r.repeat else 1))
+        lsm = next(r for r in model.ledger.activations if r.name == "log-softmax of the logits")
+        groups.append((lsm.elements.evaluate(v) * lsm.bytes_per_element, 2))
+    if model.device == CP.CUDA:
+        groups.append((CP.cublas_workspace_bytes(model.arch), CP.CUBLAS_WORKSPACES))
+    rest = allocated - sum(n * c for n, c in groups)
+    if rest > 0:
+        groups.append((rest, 1))
+    return allocated + max(0, AL.slack(groups, expandable)), peak.name
+
+
+def stage(s, b: int, per_layer, in_flight_layers: int, arch: str | None,
+          expandable: bool = False) -> int:
+    """The reserved peak of one GPU of a layout (a StagePlan `s` at micro-batch b):
+    `per_layer` (name, bytes) of what one block saves, `in_flight_layers` the blocks'
+    copies live (layers × micro-batches in flight)."""
+    allocated, moment = s.peak_moment(b)
+    if moment is None:
+        return allocated
+    numels = [t.numel for u in s.states.units for t in u.tensors]
+    groups: list[tuple[int, int]] = []
+    for i in s.items:
+        if not moment.holds(i):
+            continue
+        if i.activations:
+            continue
+        groups += AL.split_over(i.bytes.at(b), numels) if i.model_state else [(i.bytes.at(b), 1)]
+    if moment.activations:
+        groups += [(x, in_flight_layers) for _, x in per_layer]
+    groups.append((CP.cublas_workspace_bytes(arch), CP.CUBLAS_WORKSPACES))
+    rest = allocated - sum(n * c for n, c in groups)
+    if rest > 0:
+        groups.append((rest, 1))
+    return allocated + max(0, AL.slack(groups, expandable))
