@@ -6,6 +6,7 @@ kill rate per file and every survivor's changed line. Not part of the suite (min
 
     python benchmarks/mutation_audit.py formats [--mutants 40] [--seed 45] [--timeout 300]
     python benchmarks/mutation_audit.py hybrid  [--mutants 24]
+    python benchmarks/mutation_audit.py formats --only 5,12,13  (a previous run's survivors)
 
 The mutants are drawn (seeded) from every candidate node of the group's files (ast: the
 module is rewritten by ast.unparse, so a mutant differs from the original's unparse in
@@ -140,6 +141,8 @@ def main() -> int:
     p.add_argument("--seed", type=int, default=45)
     p.add_argument("--timeout", type=float, default=600.0)
     p.add_argument("--python", default=sys.executable)
+    p.add_argument("--only", default="", help="comma-separated mutant numbers to judge "
+                   "(as numbered in a run of the same seed), e.g. a previous run's survivors")
     ns = p.parse_args()
     group = GROUPS[ns.group]
     work = Path(tempfile.mkdtemp(prefix="mutation-"))
@@ -157,7 +160,10 @@ def main() -> int:
               f"{len(drawn)} drawn (seed {ns.seed}); tests: {' '.join(group['tests'])}",
               flush=True)
         results = []
+        only = {int(x) for x in ns.only.split(",") if x.strip()}
         for n, (f, i, kind) in enumerate(drawn, 1):
+            if only and n not in only:
+                continue
             original = (ROOT / f).read_text()
             tree = ast.parse(original)
             base = ast.unparse(tree)

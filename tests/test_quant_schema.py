@@ -253,3 +253,14 @@ def test_8bit_group_strategy_against_compressed_tensors():
          "group_size": 128}
     assert scheme_from_config(_ct(w, "int-quantized")).tensors(64, 256) == \
         _compressed("int-quantized", w)
+
+
+def test_defaults_of_an_absent_key_are_the_readers():
+    # a key left out takes its reader's default (a mutation-audit survivor: AWQ's group
+    # default was unguarded): transformers' AwqConfig and GPTQConfig, group_size 128
+    transformers = pytest.importorskip("transformers")
+    awq = scheme_from_config({"quant_method": "awq", "bits": 4})
+    gptq = scheme_from_config({"quant_method": "gptq", "bits": 4})
+    assert awq.group == transformers.AwqConfig(bits=4).group_size == 128
+    assert gptq.group == transformers.GPTQConfig(bits=4).group_size == 128
+    assert not gptq.desc_act and transformers.GPTQConfig(bits=4).desc_act is False

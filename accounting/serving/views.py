@@ -51,7 +51,8 @@ def answer(p: ServePlan) -> Table:
         lines.append(_line("fits", f"yes: no layer keeps a KV cache or a recurrent state "
                                    f"(MLP-only blocks), so the pool bounds no sequence count: "
                                    f"up to {grouped(p.max_concurrency)} sequences at once "
-                                   f"(max_num_seqs), any context length"))
+                                   f"({'max_num_seqs' if p.engine == 'vllm' else 'max_running_requests'}"
+                                   f"), any context length"))
     elif p.fits and conc is None:
         lines.append(_line("fits", f"yes: up to {_count(p.max_concurrency, p.max_concurrency_high)}"
                                    f" sequences of {grouped(p.ctx)} tokens in a {pool} KV pool "
