@@ -12,7 +12,7 @@ F = torch.nn.functional
 from test_peak import LiveBytes  # noqa: E402
 
 from accounting.planning import PRECISIONS, MemoryModel  # noqa: E402
-from accounting.spec.config import ModelConfig  # noqa: E402
+from accounting.architecture.config import ModelConfig  # noqa: E402
 from model import TransformerLM  # noqa: E402
 
 
