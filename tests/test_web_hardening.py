@@ -77,6 +77,7 @@ def test_more_than_1000_fields_refused_in_one_line(live):
     ("[::1]:{port}", True), ("LOCALHOST:{port}", True),
     ("attacker.example:{port}", False),  # DNS rebinding: the page's own name
     ("127.0.0.1.nip.io:{port}", False), ("127.0.0.1:1", False), ("", False),
+    ("[::1]x:{port}", False), ("[::1:{port}", False),
 ])
 def test_host_header_checked_on_loopback(live, host, allowed):
     port = live.server_address[1]
@@ -166,6 +167,14 @@ def test_size_bounds_are_the_documented_ones(live):
     raw = _raw(live, b"POST / HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nContent-Length: %d\r\n\r\n"
                % (port, 4 * 2**20 + 1))
     assert _status_and_body(raw) == (413, "a form body has at most 4,194,304 bytes\n")
+    # and the connection is closed: the unread body must not be read as the next request
+    with socket.create_connection(live.server_address[:2], timeout=20) as s:
+        s.sendall(b"POST / HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nContent-Length: %d\r\n\r\n"
+                  % (port, 4 * 2**20 + 1) + b"GET /healthz HTTP/1.1\r\n\r\n")
+        seen = b""
+        while chunk := s.recv(65536):
+            seen += chunk
+    assert seen.count(b"HTTP/1.1 ") == 1 and b" 413 " in seen
     assert S.MAX_BODY_BYTES == 4 * 2**20 and form.MAX_SEARCH_GPUS == 4096
     base = url(live)
     q = {"question": "layouts", "model": "gpt2-small", "gpu": "H100", "search": "1", "ctx": "1024"}
@@ -230,7 +239,7 @@ def test_table_titles_and_open_groups():
     q = form.with_defaults({"model": "gpt2-small"})
     a = Answer(q, form.question_of(q), command="c", text="A\n=\nx\n\n<b>&t\n=====\nrow\n")
     html = page._result(q, a)
-    assert "<b>" not in html and "&lt;b&gt;&amp;t" in html
+    assert "<b>" not in html and "<summary>&lt;b&gt;&amp;t</summary>" in html
     q = {"model": "gpt2-small", "num_layers": "4"}
     groups = re.findall(r'<details class="group"( open)?><summary>([^<]*)</summary>'
                         r'<div class="fields">(.*?)</div></details>', page._groups(
