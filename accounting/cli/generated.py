@@ -50,7 +50,7 @@ def _model_type_names() -> str:
 
 
 def _serve_answers() -> str:
-    from accounting.serving.answers import markdown
+    from accounting.cli.serve_answers import markdown
     return markdown()
 
 
