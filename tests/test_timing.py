@@ -197,3 +197,18 @@ def test_an_in_node_all_reduce_is_nccls_measured_row():
     ms = min(r["latency"] for r in rows if r["op_name"] == "all_reduce" and r["num_gpus"] == 8
              and r["nccl_dtype"] == "half" and r["message_size"] == 2**20)
     assert float(timer(c)) == pytest.approx(3 * ms * 1e-3)
+
+
+def test_the_optimizer_update_moves_the_bytes_its_record_says():
+    """The optimizer step's bytes per parameter are the record's (planning/optimizers.py),
+    by hand: torch.optim.AdamW's foreach update (torch/optim/adam.py _multi_tensor_adam) reads
+    and writes, per parameter, mul_(θ) 1+1, lerp_(m, g) 2+1, mul_(v) 1+1, addcmul_(v, g, g)
+    2+1, sqrt 1+1, div 1+1, add_ 1+1, addcdiv_(θ, m, denom) 3+1: 20 elements of the fp32
+    moments under bf16-mixed, 80 bytes; SGD (stated): θ, g and two states read and written,
+    2·(4 + 2·4) + 4 = 28."""
+    from accounting.planning.memory import get_precision
+    from accounting.planning.optimizers import OPTIMIZERS
+    p = get_precision("bf16-mixed")
+    assert OPTIMIZERS["adamw"].update_bytes(p) == 80
+    assert OPTIMIZERS["adamw-fused"].update_bytes(p) == 80
+    assert OPTIMIZERS["sgd"].update_bytes(p) == 28
