@@ -71,7 +71,8 @@ def answer(r, model: str, emit: str) -> Table:
                      f"({_formats(lay)}): {_tok(lay.tokens_per_second_per_gpu(w.osl))} "
                      f"tokens/s/GPU, TTFT {_ms(lay.ttft_seconds)}, TPOT "
                      f"{_ms(lay.tpot_seconds)}{price}")
-        lines.append(f"{'':20}{launch.command(lay, engines.get_engine(emit), model, w.isl + w.osl)}")
+        cmd = launch.command(lay, engines.get_engine(emit), model, w.isl + w.osl)
+        lines.append(f"{'':20}{cmd}")
     lines.append(f"searched:           {grouped(r.evaluated)} serve plans; every figure is "
                  f"serve's for that worker (docs/serving_search.md)")
     title = f"Answer: serving layouts for {model} ({grouped(w.isl)} in / {grouped(w.osl)} out)"
