@@ -1,5 +1,5 @@
 """The published-runs table of docs/timing.md: each measured training throughput of
-accounting/timing/published.py beside the planner's prediction for the same run (no --mfu:
+accounting/published.py beside the planner's prediction for the same run (no --mfu:
 the step timed op by op from aiconfigurator-core's measured kernels), the ratio, and the
 median and worst ratio. Regenerate with
 
@@ -24,7 +24,7 @@ START, END = "<!-- published-runs -->\n", "<!-- end published-runs -->\n"
 
 def table() -> str:
     from accounting.timing import tables
-    from accounting.timing.published import RUNS, predict
+    from accounting.published import RUNS, predict
     rows, ratios = [], []
     sources = {}
     for r in RUNS:
@@ -53,7 +53,7 @@ H200_START, H200_END = "<!-- h200-checks -->\n", "<!-- end h200-checks -->\n"
 
 
 def h200_table() -> str:
-    from accounting.timing.published import H200_SOURCE, h200_predictions
+    from accounting.published import H200_SOURCE, h200_predictions
     rows = [f"| {name} | {measured * 1e3:,.2f} ms | {predicted * 1e3:,.2f} ms | "
             f"{predicted / measured:.2f} |" for name, measured, predicted in h200_predictions()]
     return ("| case | measured | predicted | predicted / measured |\n|---|---:|---:|---:|\n"
@@ -64,7 +64,7 @@ KERNEL_START, KERNEL_END = "<!-- h200-kernels -->\n", "<!-- end h200-kernels -->
 
 
 def kernel_table() -> str:
-    from accounting.timing.published import KERNEL_SOURCE, kernel_predictions
+    from accounting.published import KERNEL_SOURCE, kernel_predictions
     gemms, sdpa = kernel_predictions()
     g = "\n".join(f"| {m:,} × {n:,} × {k:,} | {ms:.3f} ms | {t:.3f} ms | {t / ms:.2f} |"
                   for m, n, k, ms, t in gemms)

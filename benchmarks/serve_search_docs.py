@@ -76,14 +76,15 @@ def _best(r, dis: bool) -> str:
 
 
 def cases() -> str:
-    from accounting.serving import launch
+    from accounting.serving import engines, launch
     rows, cmds = [], []
     for c in CASES:
         r, ns, model = _search(c)
         rows.append(f"| `serve {c}` | {_best(r, False)} | {_best(r, True)} |")
+        vllm, sglang = engines.get_engine(engines.VLLM), engines.get_engine(engines.SGLANG)
         for lay in r.layouts[:1]:
-            cmds.append(f"serve {c}\n  → {launch.command(lay, 'vllm', model, ns.isl + ns.osl)}"
-                        f"\n  → {launch.command(lay, 'sglang', model, ns.isl + ns.osl)}")
+            cmds.append(f"serve {c}\n  → {launch.command(lay, vllm, model, ns.isl + ns.osl)}"
+                        f"\n  → {launch.command(lay, sglang, model, ns.isl + ns.osl)}")
     return ("| command | best aggregated | best disaggregated |\n|---|---|---|\n"
             + "\n".join(rows) + "\n\nThe best layout's launch commands (vLLM, SGLang):\n\n"
             "```text\n" + "\n".join(cmds) + "\n```\n")

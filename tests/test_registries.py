@@ -20,16 +20,21 @@ import pytest
 
 from accounting.planning.optimizers import OPTIMIZERS
 from accounting.planning.parallel.stacks import STACKS
-from accounting.serving.engines import ENGINES
+from accounting.serving import engines
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# registry -> (its table, the one module that may spell its names)
+# registry -> (its table, the one module that may spell its names). The engines' table holds
+# one record per engine and range of releases ("vllm-0.21"), each naming its engine ("vllm")
+ENGINES = engines.REGISTRY
 REGISTRIES = {
     "engine": (ENGINES, "accounting/serving/engines.py"),
     "stack": (STACKS, "accounting/planning/parallel/stacks.py"),
     "optimizer": (OPTIMIZERS, "accounting/planning/optimizers.py"),
 }
+# serve --engine: the engines of the records, and llama.cpp (planned by its own rules,
+# serving/llamacpp.py, without a start-up record)
+ENGINE_CHOICES = tuple(dict.fromkeys(r.engine for r in ENGINES.values())) + (engines.LLAMA_CPP,)
 
 # The same spellings meaning something else, each counted (a new occurrence in one of these
 # files fails too): "torch" the Python module and the cross-check's torch FlopCounterMode
@@ -55,12 +60,18 @@ OTHER_MEANINGS = Counter({
     ("accounting/reporting/style.py", "megatron"): 1,
     ("accounting/planning/export.py", "adamw"): 4,  # StepFlops.adamw's key
     ("accounting/planning/parallel/export.py", "adamw"): 1,
+    # aiconfigurator-core's folder of vLLM's measured kernels (systems/data/<system>/<op>/vllm/),
+    # a data path: the tables that time training's GEMMs (no engine is chosen by it)
+    ("accounting/timing/tables.py", "vllm"): 1,
 })
 
 
 def names() -> dict[str, str]:
-    """Every registered name -> its registry's module."""
-    return {name: module for table, module in REGISTRIES.values() for name in table}
+    """Every registered name -> its registry's module: the records' keys, and the engines'
+    names (a record's `.engine`, and llama.cpp's)."""
+    out = {name: module for table, module in REGISTRIES.values() for name in table}
+    out.update({name: REGISTRIES["engine"][1] for name in ENGINE_CHOICES})
+    return out
 
 
 def literals(root: Path, known: dict[str, str]) -> Counter:
@@ -124,7 +135,7 @@ def test_the_cli_choices_are_the_registries():
     from accounting.cli.serve import parser as serve_parser
     choices = {a.dest: a.choices for p in (plan_parser(), serve_parser()) for a in p._actions
                if a.dest in ("engine", "stack", "optimizer")}
-    assert list(choices["engine"]) == list(ENGINES)
+    assert list(choices["engine"]) == list(ENGINE_CHOICES) == list(engines.CHOICES)
     assert list(choices["stack"]) == list(STACKS)
     assert list(choices["optimizer"]) == list(OPTIMIZERS)
 
@@ -137,3 +148,34 @@ def test_gpu_records_take_keywords_only():
     with pytest.raises(TypeError):
         GPU(*[getattr(card, f.name) for f in dataclasses.fields(GPU)])
     assert GPU(**{f.name: getattr(card, f.name) for f in dataclasses.fields(GPU)}) == card
+
+
+def test_each_stack_names_the_module_that_emits_it():
+    """A stack record's `emitter` is a module of planning/emit/ with a text(plan) writer, and
+    `plan --emit` offers exactly the records' emitters (issue 42's targets: accelerate for
+    torch's engines, and megatron, deepspeed, torchtitan's own)."""
+    import importlib
+
+    from accounting.cli.plan import parser as plan_parser
+    emitters = [s.emitter for s in STACKS.values()]
+    assert sorted(emitters) == ["accelerate", "deepspeed", "megatron", "torchtitan"]
+    for name in emitters:
+        assert callable(importlib.import_module(f"accounting.planning.emit.{name}").text)
+    (emit,) = [a for a in plan_parser()._actions if a.dest == "emit"]
+    assert list(emit.choices) == emitters
+
+
+def test_each_engine_record_answers_what_the_other_modules_ask():
+    """Every engine record carries its long-context switch (vllm/envs.py; SGLang's
+    model_config.py), its launch program and the two disaggregated roles; its kernel tables
+    are a folder of the installed aiconfigurator-core wheel (read from the wheel, when
+    installed)."""
+    from accounting.timing import tables
+    switches = {"vllm": "VLLM_ALLOW_LONG_MAX_MODEL_LEN",
+                "sglang": "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"}
+    for rec in ENGINES.values():
+        assert rec.allow_long_env == switches[rec.engine]
+        assert rec.launch_argv and callable(rec.launcher) and all(rec.disagg_roles)
+        root = tables.root()
+        if root is not None:
+            assert (root / "data" / "h100_sxm" / "gemm" / rec.kernel_tables).is_dir()

@@ -59,7 +59,8 @@ def test_serve_reports_speculation_and_costs_it(capsys):
         from accounting.serving.speculative import _decode_seconds
         ns = parser().parse_args(DSV3)
         p = plan_from_args(ns)
-        one = _decode_seconds(plan_inputs(ns)[0], get_gpu(p.gpu), p.engine, p.scheme.kind,
+        one = _decode_seconds(plan_inputs(ns)[0], get_gpu(p.gpu), p.record.kernel_tables,
+                              p.scheme.kind,
                               p.tp, 64, 5120, p.kv_dtype, 1)
         assert one == p.time.tpot_seconds  # one query token: serve's own step
 

@@ -92,12 +92,13 @@ def test_h200_training_step_of_llama_3_2_1b_within_10_percent(seq, recompute, me
     from accounting.analysis import arguments as A
     from accounting.planning import recipes
     from accounting.planning.memory import MemoryModel, get_precision
+    from accounting.planning.optimizers import OPTIMIZERS
     from accounting.timing import step as S
     c = dataclasses.replace(A.config("meta-llama/Llama-3.2-1B"), attention="sdpa")
     _, c = recipes.resolve(c, False, "course", "bf16-mixed", "adamw", recompute, True, "model")
     p = get_precision("bf16-mixed")
     mm = MemoryModel(c, p, "model", recompute, "course", "adamw", None, None)
-    t = S.training_step(mm.ledger, mm.values(seq, 4), _machine("H200"), p)
+    t = S.training_step(mm.ledger, mm.values(seq, 4), _machine("H200"), p, OPTIMIZERS["adamw"])
     assert 0.9 <= float(t.seconds) / measured <= 1.1
 
 
@@ -187,7 +188,7 @@ def test_an_in_node_all_reduce_is_nccls_measured_row():
     import pyarrow.parquet as pq
     from accounting.planning.gpus import get_gpu, Hardware
     from accounting.planning.parallel.comms import Collective
-    from accounting.timing.plan import collective_timer
+    from accounting.planning.kernel_time import collective_timer
     hw = Hardware.from_gpu(get_gpu("H100"), "bf16")
     timer = collective_timer(hw)
     c = Collective("tensor", "all-reduce", "test", "forward", 3, 3 * 2 * 2**20, 8, "")
@@ -196,3 +197,18 @@ def test_an_in_node_all_reduce_is_nccls_measured_row():
     ms = min(r["latency"] for r in rows if r["op_name"] == "all_reduce" and r["num_gpus"] == 8
              and r["nccl_dtype"] == "half" and r["message_size"] == 2**20)
     assert float(timer(c)) == pytest.approx(3 * ms * 1e-3)
+
+
+def test_the_optimizer_update_moves_the_bytes_its_record_says():
+    """The optimizer step's bytes per parameter are the record's (planning/optimizers.py),
+    by hand: torch.optim.AdamW's foreach update (torch/optim/adam.py _multi_tensor_adam) reads
+    and writes, per parameter, mul_(θ) 1+1, lerp_(m, g) 2+1, mul_(v) 1+1, addcmul_(v, g, g)
+    2+1, sqrt 1+1, div 1+1, add_ 1+1, addcdiv_(θ, m, denom) 3+1: 20 elements of the fp32
+    moments under bf16-mixed, 80 bytes; SGD (stated): θ, g and two states read and written,
+    2·(4 + 2·4) + 4 = 28."""
+    from accounting.planning.memory import get_precision
+    from accounting.planning.optimizers import OPTIMIZERS
+    p = get_precision("bf16-mixed")
+    assert OPTIMIZERS["adamw"].update_bytes(p) == 80
+    assert OPTIMIZERS["adamw-fused"].update_bytes(p) == 80
+    assert OPTIMIZERS["sgd"].update_bytes(p) == 28

@@ -41,5 +41,5 @@ def test_the_timing_page_tables_are_current():
 
 
 def test_at_least_fifteen_published_training_runs_of_two_stacks():
-    from accounting.timing.published import RUNS
+    from accounting.published import RUNS
     assert len(RUNS) >= 15 and len({r.stack for r in RUNS}) >= 2

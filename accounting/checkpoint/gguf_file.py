@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from accounting.checkpoint.headers import Checkpoint, Tensor
+from accounting.checkpoint.records import Checkpoint, Tensor
 from accounting.runtime.errors import UsageError, shorten
 
 SUFFIX = ".gguf"

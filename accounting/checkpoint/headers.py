@@ -13,10 +13,10 @@ from __future__ import annotations
 import json
 import struct
 from collections.abc import Mapping
-from dataclasses import dataclass
 from math import prod
 from pathlib import Path
 
+from accounting.checkpoint.records import Checkpoint, Tensor  # noqa: F401 (read here, re-exported)
 from accounting.runtime.errors import UsageError, shorten
 
 INDEX = "model.safetensors.index.json"
@@ -28,37 +28,6 @@ MAX_HEADER = 100_000_000
 BITS = {"BOOL": 8, "U8": 8, "I8": 8, "F8_E5M2": 8, "F8_E4M3": 8, "F8_E8M0": 8, "I16": 16,
         "U16": 16, "F16": 16, "BF16": 16, "I32": 32, "U32": 32, "F32": 32, "F64": 64,
         "I64": 64, "U64": 64, "F4": 4, "F6_E2M3": 6, "F6_E3M2": 6, "C64": 64}
-
-
-@dataclass(frozen=True)
-class Tensor:
-    name: str
-    dtype: str
-    shape: tuple[int, ...]
-    nbytes: int  # stored: data_offsets[1] − data_offsets[0]
-    file: str
-
-    @property
-    def elements(self) -> int:
-        return prod(self.shape)
-
-
-@dataclass(frozen=True)
-class Checkpoint:
-    source: str  # what was read, for messages ('DIR', 'ORG/NAME (the hub at …)')
-    tensors: tuple[Tensor, ...]
-    files: int
-    gguf_arch: str | None = None  # a GGUF file's general.architecture (llama.cpp's names)
-
-    @property
-    def bytes(self) -> int:
-        return sum(t.nbytes for t in self.tensors)
-
-    def bytes_by_dtype(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for t in self.tensors:
-            out[t.dtype] = out.get(t.dtype, 0) + t.nbytes
-        return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
 
 def tensors_of(header: Mapping, file: str) -> list[Tensor]:

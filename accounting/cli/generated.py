@@ -50,7 +50,10 @@ def _model_type_names() -> str:
 
 
 def _serve_answers() -> str:
-    from accounting.serving.answers import markdown
+    from accounting.cli.serve_answers import markdown
+    return markdown()
+
+
 def _published_runs() -> str:
     from accounting.literature.published_table import markdown
     return markdown()

@@ -100,7 +100,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
                    help="the training stack whose memory is planned: "
                         + "; ".join(f"{s.name}: {s.title}" for s in STACKS.values())
                         + " (default torch)")
-    from accounting.planning.emit import STACKS as EMITTERS  # issue 42
+    from accounting.planning.emit import EMITTERS  # issue 42: the stack records' emitters
     g.add_argument("--emit", choices=tuple(EMITTERS),
                    help="print the settings that launch this layout instead of the plan: "
                         "torchtitan's TOML job config, Megatron-LM's arguments, a DeepSpeed "

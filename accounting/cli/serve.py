@@ -18,7 +18,7 @@ from accounting.runtime.errors import UsageError, shorten
 from accounting.serving import engines, kv
 
 QUANT_KEY = "quantization_config"
-LLAMA_CPP = "llama.cpp"  # issue 42: accounting/serving/llamacpp.py
+LLAMA_CPP = engines.LLAMA_CPP  # issue 42: accounting/serving/llamacpp.py
 
 
 def _fraction(flag: str):
@@ -91,7 +91,7 @@ def parser() -> Parser:
                    help="prompt tokens for the time to first token (default and at most --ctx)")
     w.add_argument("--concurrency", type=positive_int("--concurrency"), metavar="B",
                    help="sequences served at once (default: the most that fit)")
-    w.add_argument("--engine", choices=engines.ENGINES + (LLAMA_CPP,), default=engines.VLLM,
+    w.add_argument("--engine", choices=engines.CHOICES, default=engines.VLLM,
                    help="vllm (default) or sglang: whose pool rule and defaults; llama.cpp: "
                         "its whole-context KV cache and the weights as stored (a GGUF "
                         "--checkpoint), one GPU, --concurrency as its sequences (-np)")
@@ -188,7 +188,7 @@ def _max_len(ns, config, data) -> tuple[int, bool]:
     from accounting.serving import max_len
     derived = (config.context_length if ns.context_length is not None
                else max_len.derived_max_len(config.context_length, data))
-    switch = max_len.ALLOW_LONG.get(ns.engine, max_len.ALLOW_LONG["vllm"])
+    switch = engines.allow_long_env(ns.engine)
     # vllm/envs.py reads its switch as "1" or "true", any case
     return derived, os.environ.get(switch, "0").strip().lower() in ("1", "true")
 

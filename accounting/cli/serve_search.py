@@ -6,6 +6,7 @@ from fractions import Fraction
 
 from accounting.cli.args import positive_int
 from accounting.runtime.errors import UsageError, shorten
+from accounting.serving import engines
 
 SEARCH_ONLY = ("max_gpus", "isl", "osl", "ttft", "tpot", "request_rate", "emit", "plot")
 
@@ -31,7 +32,7 @@ def add_search_args(p, positive) -> None:
     g.add_argument("--request-rate", type=positive("--request-rate"), metavar="R",
                    help="requests/s to sustain: replicas enough for it (default: as many as "
                         "--max-gpus holds)")
-    g.add_argument("--emit", choices=("vllm", "sglang"), metavar="ENGINE",
+    g.add_argument("--emit", choices=engines.ENGINES, metavar="ENGINE",
                    help="write each layout's launch command for vllm or sglang (default: "
                         "--engine's)")
     g.add_argument("--plot", metavar="FILE.png",

@@ -26,38 +26,18 @@ from accounting.runtime.errors import UsageError, shorten
 from accounting.ledger.symbols import Expr
 from accounting.ledger.ledger import ledger
 from accounting.ledger.records import BACKWARD, FORWARD
-from accounting.planning.optimizers import DEFAULT_OPTIMIZER
+# AdamW's op table is the AdamW record's (optimizers.py); read here for the FLOPs
+from accounting.planning.optimizers import (  # noqa: F401 (re-exported)
+    ADAMW_OPS,
+    DEFAULT_OPTIMIZER,
+    PARAMETER,
+    TENSOR,
+    AdamWOp,
+)
 from accounting.planning.memory import (
     parameter_count,
     tensor_count,
     values,
-)
-
-PARAMETER, TENSOR = "parameter", "tensor"
-
-
-@dataclass(frozen=True)
-class AdamWOp:
-    """One tensor op of torch.optim.AdamW's update (torch/optim/adam.py, _single_tensor_adam
-    with decoupled weight decay; the foreach path runs the _foreach_ form of the same op)."""
-    name: str
-    op: str  # the aten op (in-place ops end in _)
-    flops_per_element: int
-    per: str  # PARAMETER: once per parameter element; TENSOR: once per parameter tensor
-    counted_as: str = ""
-
-
-ADAMW_OPS: tuple[AdamWOp, ...] = (
-    AdamWOp("step ← step + 1", "add_", 1, TENSOR, "a 1-element float32 tensor per parameter tensor"),
-    AdamWOp("weight decay: θ ← θ·(1 − lr·λ)", "mul_", 1, PARAMETER),
-    AdamWOp("m ← m + (1 − β₁)·(g − m)", "lerp_", 3, PARAMETER, "subtract, multiply, add"),
-    AdamWOp("v ← β₂·v", "mul_", 1, PARAMETER),
-    AdamWOp("v ← v + (1 − β₂)·g·g", "addcmul_", 3, PARAMETER, "g·g, ·(1 − β₂), add"),
-    AdamWOp("√v", "sqrt", 1, PARAMETER),
-    AdamWOp("√v / √(1 − β₂ᵗ)", "div", 1, PARAMETER),
-    AdamWOp("denominator + ε", "add_", 1, PARAMETER),
-    AdamWOp("θ ← θ − (lr / (1 − β₁ᵗ))·m / denominator", "addcdiv_", 3, PARAMETER,
-            "divide, multiply, add"),
 )
 
 ADAMW_CONVENTION = (

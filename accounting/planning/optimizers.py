@@ -61,9 +61,54 @@ class Optimizer:
         lerp_/addcmul_/addcdiv_, 2 per multiply-add of a matmul)."""
         raise NotImplementedError
 
+    def update_bytes(self, precision) -> int:
+        """Bytes each trained parameter's update moves in memory (the time model's optimizer
+        step, timing/step.py): its parameter, gradient and two states read and written once
+        (stated, not derived); AdamW's and the 8-bit AdamWs' own below."""
+        return 2 * (precision.master_bytes + 2 * precision.moment_bytes) + precision.grad_bytes
+
 
 # ---- AdamW -----------------------------------------------------------------------------------
-ADAMW_FLOPS_PER_ELEMENT = 14  # accounting/planning/compute.py ADAMW_OPS, op by op
+PARAMETER, TENSOR = "parameter", "tensor"
+
+
+@dataclass(frozen=True)
+class AdamWOp:
+    """One tensor op of torch.optim.AdamW's update (torch/optim/adam.py, _single_tensor_adam
+    with decoupled weight decay; the foreach path runs the _foreach_ form of the same op)."""
+    name: str
+    op: str  # the aten op (in-place ops end in _)
+    flops_per_element: int
+    per: str  # PARAMETER: once per parameter element; TENSOR: once per parameter tensor
+    counted_as: str = ""
+
+
+ADAMW_OPS: tuple[AdamWOp, ...] = (
+    AdamWOp("step ← step + 1", "add_", 1, TENSOR, "a 1-element float32 tensor per parameter tensor"),
+    AdamWOp("weight decay: θ ← θ·(1 − lr·λ)", "mul_", 1, PARAMETER),
+    AdamWOp("m ← m + (1 − β₁)·(g − m)", "lerp_", 3, PARAMETER, "subtract, multiply, add"),
+    AdamWOp("v ← β₂·v", "mul_", 1, PARAMETER),
+    AdamWOp("v ← v + (1 − β₂)·g·g", "addcmul_", 3, PARAMETER, "g·g, ·(1 − β₂), add"),
+    AdamWOp("√v", "sqrt", 1, PARAMETER),
+    AdamWOp("√v / √(1 − β₂ᵗ)", "div", 1, PARAMETER),
+    AdamWOp("denominator + ε", "add_", 1, PARAMETER),
+    AdamWOp("θ ← θ − (lr / (1 − β₁ᵗ))·m / denominator", "addcdiv_", 3, PARAMETER,
+            "divide, multiply, add"),
+)
+
+# operands each per-parameter AdamW op reads besides the one it writes in place (torch/optim/
+# adam.py _multi_tensor_adam: mul_, lerp_(m, g), mul_, addcmul_(v, g, g), sqrt, div, add_,
+# addcdiv_(θ, m, denom)): the bytes its update moves (AdamW.update_bytes, timing's rate)
+ADAMW_READS = {"mul_": 1, "lerp_": 2, "addcmul_": 2, "sqrt": 1, "div": 1, "add_": 1,
+               "addcdiv_": 3}
+ADAMW_FLOPS_PER_ELEMENT = 14  # ADAMW_OPS above, op by op
+
+
+def adamw_op_bytes(precision) -> int:
+    """Bytes per parameter of AdamW's per-parameter ops, each reading its operands
+    (ADAMW_READS) and writing its result in the state's dtype."""
+    b = precision.moment_bytes
+    return sum((ADAMW_READS.get(o.op, 1) + 1) * b for o in ADAMW_OPS if o.per == PARAMETER)
 
 
 class AdamW(Optimizer):
@@ -80,6 +125,11 @@ class AdamW(Optimizer):
 
     def update_flops(self, shape, role=""):
         return ADAMW_FLOPS_PER_ELEMENT * prod(shape) + 1  # + the step counter's add
+
+    def update_bytes(self, precision) -> int:
+        """AdamW's foreach ops one by one (ADAMW_OPS): each reads its operands and writes its
+        result, in the state's dtype."""
+        return adamw_op_bytes(precision)
 
 
 # ---- SGD with momentum -----------------------------------------------------------------------
@@ -213,6 +263,11 @@ class AdamW8bit(Optimizer):
             # update on the fp32 moments, no (de)quantization; the step a Python int)
             return ADAMW_FLOPS_PER_ELEMENT * n
         return 20 * n
+
+    def update_bytes(self, precision) -> int:
+        """Timed as AdamW's foreach ops on the precision's moments (not the 8-bit kernel's
+        own traffic: stated, not derived)."""
+        return adamw_op_bytes(precision)
 
 
 PAGED = "paged into CUDA unified memory"  # in a state item's name: outside torch's allocator

@@ -66,7 +66,7 @@ class Plan:
     recipe: recipes.Recipe | None = None
     fp8_flops: int = 0  # of flops.total, the fp8 GEMMs of the linear layers (an fp8 precision)
     # issue 39: without --mfu, one step timed op by op from measured kernels (or the
-    # roofline, labelled): a timing.plan.StepPrediction; None with --mfu or no GPU numbers
+    # roofline, labelled): a kernel_time.StepPrediction; None with --mfu or no GPU numbers
     prediction: object = None
 
 
@@ -198,7 +198,7 @@ def plan(config: ModelConfig | str, seq: int | None = None, batch: int = 1, *,
         hw = fp8_hardware(hw, get_gpu(gpu), f8, flops.total)
     prediction = None
     if mfu is None and hw is not None and hw.peak_flops and hw.bandwidth:
-        from accounting.timing.plan import machine, predict_step
+        from accounting.planning.kernel_time import machine, predict_step
         prediction = predict_step(model, seq, batch, machine(hw, gpu, compute=p.compute),
                                   flops, recipe.optimizer)
     time = None

@@ -9,8 +9,8 @@ concurrency, time to first token and per output token.
                    CUDA-graph capture sizes and vLLM's estimate, the CUDA context
     activation.py  vLLM's profiled activation peak (forward and dummy sampler), estimated
     timing.py      prefill (TTFT) and decode (TPOT) rooflines
-    plan.py        serve(): the plan; views.py: its tables, JSON and CSV; answers.py: the
-                   docs' answers table
+    plan.py        serve(): the plan; views.py: its tables, JSON and CSV (the docs' answers
+                   table, parsed as the CLI parses: cli/serve_answers.py)
     search.py      serve --search (issue 40): layouts, aggregated or disaggregated, replicas,
                    ranked by tokens/s per GPU under TTFT/TPOT targets; search_views.py
                    renders it, launch.py writes vLLM/SGLang launch commands

@@ -48,10 +48,15 @@ from typing import Callable
 
 from accounting.registry import registrar
 from accounting.runtime.errors import UsageError, shorten
+from accounting.serving import launch
 from accounting.units import GiB, MiB
 
 VLLM, SGLANG = "vllm", "sglang"
-ENGINES = (VLLM, SGLANG)
+ENGINES = (VLLM, SGLANG)  # the engines with start-up records below
+# llama.cpp is planned by its own rules (serving/llamacpp.py: its whole-context cache, no
+# pool rule, no versions here), so it has no record; `serve --engine` offers it beside them
+LLAMA_CPP = "llama.cpp"
+CHOICES = ENGINES + (LLAMA_CPP,)  # serve --engine
 
 
 @dataclass(frozen=True)
@@ -141,6 +146,20 @@ class Engine:
     profiled: bool  # the profile run's activation peak comes off the pool (vLLM)
     graphs_in_pool: bool  # the CUDA-graph estimate comes off the pool
     start_after_comms: bool  # the budget's start is measured after NCCL's set-up (SGLang)
+    # ---- what the other modules ask of an engine, never its name ------------------------------
+    # the environment switch that lets it start past the model's context (max_len.py)
+    allow_long_env: str = ""
+    # aiconfigurator-core's folder of its measured kernels (systems/data/<system>/<op>/<here>/,
+    # timing/tables.py): the engine's own GEMM, attention and custom all-reduce tables
+    kernel_tables: str = ""
+    # aiconfigurator-core's backend adds a per-request prefill dispatch to TTFT (its
+    # sdk/backends/vllm_backend.py _prefill_dispatch_overhead_ms; timing/serve.py)
+    prefill_dispatch: bool = False
+    # its launch command (serving/launch.py): the program, the writer of its flags, and the
+    # KV-transfer roles of a disaggregated prefill and decode worker
+    launch_argv: tuple[str, ...] = ()
+    launcher: Callable[..., list[str]] | None = None
+    disagg_roles: tuple[str, str] = ("", "")
 
     @property
     def label(self) -> str:
@@ -165,17 +184,32 @@ _VLLM_SOURCE = ("vllm/v1/worker/gpu_worker.py determine_available_memory (commit
                 "gpu_model_runner.py profile_cudagraph_memory")
 _SGLANG_SOURCE = ("python/sglang/srt/model_executor/model_runner.py profile_max_num_token; "
                   "server_args.py _handle_gpu_memory_settings")
+# vLLM: vllm/envs.py VLLM_ALLOW_LONG_MAX_MODEL_LEN; `vllm serve`; kv_role of its
+# KVTransferConfig. SGLang: SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN
+# (python/sglang/srt/configs/model_config.py); sglang.launch_server; --disaggregation-mode.
+_VLLM = dict(allow_long_env="VLLM_ALLOW_LONG_MAX_MODEL_LEN", kernel_tables=VLLM,
+             prefill_dispatch=True, launch_argv=(VLLM, "serve"), launcher=launch.vllm_args,
+             disagg_roles=("kv_producer", "kv_consumer"))
+_SGLANG = dict(allow_long_env="SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN", kernel_tables=SGLANG,
+               launch_argv=("python", "-m", "sglang.launch_server", "--model-path"),
+               launcher=launch.sglang_args, disagg_roles=("prefill", "decode"))
 register(Engine("vllm-0.10", VLLM, "0.10", "0.10 – 0.20", _VLLM_SOURCE, _vllm_defaults,
-                profiled=True, graphs_in_pool=False, start_after_comms=False))
+                profiled=True, graphs_in_pool=False, start_after_comms=False, **_VLLM))
 register(Engine("vllm-0.21", VLLM, "0.21", "0.21 and later, current", _VLLM_SOURCE,
-                _vllm_defaults, profiled=True, graphs_in_pool=True, start_after_comms=False))
+                _vllm_defaults, profiled=True, graphs_in_pool=True, start_after_comms=False,
+                **_VLLM))
 register(Engine("sglang-0.4", SGLANG, "0.4", "0.4 – 0.5.x of 2025", _SGLANG_SOURCE,
                 _sglang_04_defaults, profiled=False, graphs_in_pool=False,
-                start_after_comms=True))
+                start_after_comms=True, **_SGLANG))
 register(Engine("sglang-0.5", SGLANG, "0.5", "the 2026 reserve rule, current", _SGLANG_SOURCE,
                 _sglang_05_defaults, profiled=False, graphs_in_pool=False,
-                start_after_comms=True))
+                start_after_comms=True, **_SGLANG))
 DEFAULT_VERSION = {VLLM: "0.21", SGLANG: "0.5"}
+
+
+def allow_long_env(engine: str) -> str:
+    """The engine's switch to start past the model's context (every release's the same)."""
+    return get_engine(engine).allow_long_env
 
 
 def versions(engine: str) -> list[str]:

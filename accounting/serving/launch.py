@@ -17,13 +17,14 @@ Flag names as the engines' argument parsers declare them (read from their source
     fields/schedule.py; --disaggregation-mode ("prefill" | "decode") and
     --disaggregation-transfer-backend (choices.py DISAGG_TRANSFER_BACKEND_CHOICES: "nixl")
     in fields/disagg.py.
+Each engine's record (serving/engines.py) names its program (launch_argv), its writer below
+(launcher) and its disaggregated workers' roles (disagg_roles): nothing here tests a name.
 """
 from __future__ import annotations
 
 import json
 import shlex
 
-EMIT = ("vllm", "sglang")
 # Speculative decoding: vLLM's --speculative-config JSON (vllm/config/speculative.py
 # SpeculativeMethod: "mtp" among MTPModelTypes, "draft_model" with "model"); SGLang's
 # --speculative-algorithm NEXTN (the MTP head) or STANDALONE (a draft model,
@@ -50,8 +51,8 @@ def _spec_sglang(spec) -> list[str]:
                 "--speculative-num-draft-tokens", str(spec.tokens + 1)]
 
 
-def _vllm(model: str, wk, ctx: int, role: str | None) -> list[str]:
-    a = ["vllm", "serve", model, "--tensor-parallel-size", str(wk.tp)]
+def vllm_args(argv: tuple[str, ...], model: str, wk, ctx: int, role: str | None) -> list[str]:
+    a = [*argv, model, "--tensor-parallel-size", str(wk.tp)]
     if wk.pp > 1:
         a += ["--pipeline-parallel-size", str(wk.pp)]
     if wk.dp > 1:  # attention DP + EP (ParallelConfig: --data-parallel-size, -expert-parallel)
@@ -69,9 +70,8 @@ def _vllm(model: str, wk, ctx: int, role: str | None) -> list[str]:
     return a
 
 
-def _sglang(model: str, wk, ctx: int, role: str | None) -> list[str]:
-    a = ["python", "-m", "sglang.launch_server", "--model-path", model,
-         "--tp-size", str(wk.tp * wk.dp)]
+def sglang_args(argv: tuple[str, ...], model: str, wk, ctx: int, role: str | None) -> list[str]:
+    a = [*argv, model, "--tp-size", str(wk.tp * wk.dp)]
     if wk.dp > 1:  # fields/parallel.py: attn_dp_size, ep_size
         a += ["--attn-dp-size", str(wk.dp), "--ep-size", str(wk.tp * wk.dp)]
     if wk.pp > 1:
@@ -88,12 +88,12 @@ def _sglang(model: str, wk, ctx: int, role: str | None) -> list[str]:
     return a
 
 
-def command(layout, engine: str, model: str, ctx: int) -> str:
-    """The layout's launch command(s), shell-quoted; workers counts as a prefix comment."""
-    build = _vllm if engine == "vllm" else _sglang
+def command(layout, engine, model: str, ctx: int) -> str:
+    """The layout's launch command(s), shell-quoted, for `engine` (its record,
+    serving/engines.py); workers counts as a prefix comment."""
+    def build(wk, role):
+        return shlex.join(engine.launcher(engine.launch_argv, model, wk, ctx, role))
     if not layout.disaggregated:
-        return shlex.join(build(model, layout.decode, ctx, None))
-    roles = ("kv_producer", "kv_consumer") if engine == "vllm" else ("prefill", "decode")
-    pre = shlex.join(build(model, layout.prefill, ctx, roles[0]))
-    dec = shlex.join(build(model, layout.decode, ctx, roles[1]))
-    return f"{pre} ; {dec}"
+        return build(layout.decode, None)
+    pre, dec = engine.disagg_roles
+    return f"{build(layout.prefill, pre)} ; {build(layout.decode, dec)}"

@@ -27,6 +27,7 @@ from fractions import Fraction
 
 from accounting.runtime.errors import UsageError
 from accounting.serving import kv
+from accounting.serving.engines import LLAMA_CPP
 from accounting.architecture.config import ModelConfig
 
 PAD = 256  # llama-context.cpp: GGML_PAD(n_ctx, 256), GGML_PAD(n_ctx_seq, 256)
@@ -131,7 +132,7 @@ def answer(p: LlamaCppPlan):
 
 
 def to_dict(p: LlamaCppPlan) -> dict:
-    return {"engine": "llama.cpp", "gpu": p.gpu, "memory_bytes": p.memory_bytes,
+    return {"engine": LLAMA_CPP, "gpu": p.gpu, "memory_bytes": p.memory_bytes,
             "fits": p.fits, "weights_bytes": p.weights_bytes, "weights_source": p.weights_source,
             "kv_cache_bytes": p.kv_bytes, "n_ctx": p.n_ctx, "n_ctx_seq": p.n_ctx_seq,
             "n_seq_max": p.n_seq_max, "kv_unified": p.kv_unified, "cache_type": p.cache_type,

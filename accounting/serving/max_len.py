@@ -9,7 +9,8 @@ original_max_position_embeddings; Gemma 3's is already scaled), and refuses a la
 max_model_len with a ValueError unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 is set ("positions
 exceeding derived_max_model_len lead to nan" with RoPE; "a CUDA array out-of-bounds error"
 with absolute positions). SGLang refuses the same unless
-SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 (python/sglang/srt/configs/model_config.py).
+SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 (python/sglang/srt/configs/model_config.py); each
+switch is its engine record's allow_long_env (serving/engines.py).
 A learned position table has no rows past its length: no switch makes it longer (the
 tool's ledger refuses it, accounting/ledger/ledger.py check_seq).
 
@@ -22,9 +23,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from accounting.runtime.errors import UsageError
+from accounting.serving import engines
 
-ALLOW_LONG = {"vllm": "VLLM_ALLOW_LONG_MAX_MODEL_LEN",
-              "sglang": "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"}
 UNSCALED = ("su", "longrope", "llama3", "default")  # vLLM applies no factor for these
 
 
@@ -71,7 +71,7 @@ def check(config, ctx: int, prompt: int | None, engine: str, max_len: int,
         raise UsageError(f"--ctx {ctx:,} is longer than {config.name}'s learned position "
                          f"table ({config.context_length:,} positions); give --ctx up to "
                          f"{config.context_length:,}")
-    switch = ALLOW_LONG.get(engine, ALLOW_LONG["vllm"])
+    switch = engines.allow_long_env(engine)
     if not allow_long:
         raise UsageError(f"--ctx {ctx:,} is past {config.name}'s {max_len:,}-token context; "
                          f"{engine} refuses a longer max_model_len unless {switch}=1 is set "

@@ -268,7 +268,7 @@ def serve(config: ModelConfig, scheme: Scheme, *, gpu: str | None = None,
         kernels = None
         if mfu is None and card is not None and peak_tflops is None and bandwidth_tbs is None:
             from accounting.timing.serve import serve_times  # issue 39: measured kernels
-            kernels = serve_times(config, card, engine, scheme.kind, tp, prompt or ctx,
+            kernels = serve_times(config, card, rec, scheme.kind, tp, prompt or ctx,
                                   n_tokens if rec.profiled else prompt or ctx,
                                   max(batch, 1), ctx,
                                   "fp8" if kv_dtype.startswith("fp8") else "bfloat16")

@@ -6,7 +6,7 @@ from fractions import Fraction
 
 from accounting.tables.data import csv_text, fraction
 from accounting.tables.table import Table
-from accounting.serving import launch
+from accounting.serving import engines, launch
 from accounting.units import decimal, grouped
 
 SHOWN = 10  # ranked layouts in the text table (JSON holds them all)
@@ -71,7 +71,8 @@ def answer(r, model: str, emit: str) -> Table:
                      f"({_formats(lay)}): {_tok(lay.tokens_per_second_per_gpu(w.osl))} "
                      f"tokens/s/GPU, TTFT {_ms(lay.ttft_seconds)}, TPOT "
                      f"{_ms(lay.tpot_seconds)}{price}")
-        lines.append(f"{'':20}{launch.command(lay, emit, model, w.isl + w.osl)}")
+        cmd = launch.command(lay, engines.get_engine(emit), model, w.isl + w.osl)
+        lines.append(f"{'':20}{cmd}")
     lines.append(f"searched:           {grouped(r.evaluated)} serve plans; every figure is "
                  f"serve's for that worker (docs/serving_search.md)")
     title = f"Answer: serving layouts for {model} ({grouped(w.isl)} in / {grouped(w.osl)} out)"
@@ -138,7 +139,7 @@ def _layout_dict(lay, r, emit: str, model: str) -> dict:
             "prefill": worker(lay.prefill), "decode": worker(lay.decode),
             "layout": describe(lay),
             "cost_per_million_tokens": None if cost is None else float(cost),
-            "command": launch.command(lay, emit, model, w.isl + w.osl),
+            "command": launch.command(lay, engines.get_engine(emit), model, w.isl + w.osl),
             "exact": {"tokens_per_second_per_gpu": fraction(tps),
                       "ttft_seconds": fraction(lay.ttft_seconds),
                       "tpot_seconds": fraction(lay.tpot_seconds)}}

@@ -62,14 +62,15 @@ def mtp_block(config):
     return config.with_overrides(**over)
 
 
-def _decode_seconds(config, card, engine: str, scheme_kind: str, tp: int, batch: int,
+def _decode_seconds(config, card, kernel_tables: str, scheme_kind: str, tp: int, batch: int,
                     position: int, kv_dtype: str, queries: int) -> Fraction:
     """The decode step of `batch` sequences with `queries` tokens each, from the measured
-    kernels (timing/serve.py's ledger, machine and all-reduce rule)."""
+    kernels (timing/serve.py's ledger, machine and all-reduce rule) of the engine's tables
+    (its record's kernel_tables)."""
     from accounting.timing import step as S
     from accounting.timing.serve import _comm, machine, serving_ledger
     lg = serving_ledger(config)
-    m = machine(card, engine, scheme_kind)
+    m = machine(card, kernel_tables, scheme_kind)
     dec = S.decode(lg, lg.values(queries, batch), position, m, tp,
                    "fp8" if kv_dtype.startswith("fp8") else "bfloat16")
     comm = _comm(m, config, batch * queries, tp, config.num_layers)
@@ -90,8 +91,8 @@ def speculate(config, plan, method: str, tokens: int, acceptance, draft_config=N
     b = batch or plan.time.batch
     t = position or plan.time.position
     kind = plan.scheme.kind
-    verify = _decode_seconds(config, card, plan.engine, kind, plan.tp, b, t, plan.kv_dtype,
-                             tokens + 1)
+    tabs = plan.record.kernel_tables  # the engine's measured kernels
+    verify = _decode_seconds(config, card, tabs, kind, plan.tp, b, t, plan.kv_dtype, tokens + 1)
     if method == MTP:
         if not config.mtp_layers:
             raise UsageError("--speculative mtp needs the model's MTP heads "
@@ -102,6 +103,6 @@ def speculate(config, plan, method: str, tokens: int, acceptance, draft_config=N
         drafter = draft_config
     else:
         raise UsageError("--speculative needs 'mtp' or a draft model (--draft-model NAME)")
-    one = _decode_seconds(drafter, card, plan.engine, kind, plan.tp, b, t, plan.kv_dtype, 1)
+    one = _decode_seconds(drafter, card, tabs, kind, plan.tp, b, t, plan.kv_dtype, 1)
     return Speculation(method, tokens, a, verify, tokens * one)
 

@@ -51,12 +51,13 @@ def serving_ledger(config):
     return build_ledger(config, "cuda", param_dtype="bf16")
 
 
-def machine(card, engine: str, scheme_kind: str) -> O.Machine:
+def machine(card, kernel_tables: str, scheme_kind: str) -> O.Machine:
+    """`kernel_tables`: the engine's folder of aiconfigurator-core's tables (its record's
+    kernel_tables, serving/engines.py)."""
     from accounting.units import BF16, FP8, TERA
     fp8 = card.peak_tflops[FP8] * TERA if FP8 in card.peak_tflops else None
-    eng = engine if engine in tables.ENGINES else tables.TRAINING_ENGINE
     return O.Machine(card.name, tables.system_of(card.name), card.peak_tflops[BF16] * TERA,
-                     fp8, card.bandwidth_tbs * TERA, eng,
+                     fp8, card.bandwidth_tbs * TERA, kernel_tables,
                      linear_fp8=FP8_TABLES.get(scheme_kind) if fp8 else None)
 
 
@@ -81,10 +82,12 @@ def _comm(machine, config, tokens: int, tp: int, blocks: int) -> O.OpTime | None
     return O.OpTime("TP all-reduces (2 per block)", O.COMMUNICATION, 2 * blocks * s, src)
 
 
-def serve_times(config, card, engine: str, scheme_kind: str, tp: int, prompt: int,
+def serve_times(config, card, engine, scheme_kind: str, tp: int, prompt: int,
                 chunk: int, batch: int, position: int, kv_dtype: str = "bfloat16") -> ServeTimes:
+    """`engine`: its record (serving/engines.py): the tables it reads (kernel_tables) and
+    whether aiconfigurator-core's backend adds its prefill dispatch (prefill_dispatch)."""
     lg = serving_ledger(config)
-    m = machine(card, engine, scheme_kind)
+    m = machine(card, engine.kernel_tables, scheme_kind)
     full = S.prefill(lg, lg.values(prompt, 1), m, tp)
     keep = [o for o in full.ops if o.category != O.GEMMS]
     if chunk >= prompt:
@@ -103,7 +106,7 @@ def serve_times(config, card, engine: str, scheme_kind: str, tp: int, prompt: in
     comm = [c for c in (_comm(m, config, min(prompt, chunk), tp, config.num_layers),) if c]
     comm = [dataclasses.replace(c, seconds=c.seconds * chunks) for c in comm]
     extra = []
-    if engine == "vllm":
+    if engine.prefill_dispatch:
         extra.append(O.OpTime("vLLM per-request dispatch (0.8 ms per layer)", O.OVERHEAD,
                               VLLM_DISPATCH_PER_LAYER * config.num_layers,
                               f"aiconfigurator-core {tables.package_version()} "

@@ -3,9 +3,10 @@ the ledger the plan already built: nothing here lists an architecture's ops.
 
 A training step on one GPU = the forward records, their gradient records, the records the
 backward runs again (recomputation), the memory-bound ops forward and backward, autocast's
-weight casts, and the optimizer's update (bytes moved: each of torch.optim.AdamW's foreach
-ops reads its operands and writes its result, planning/compute.py ADAMW_OPS), one after
-another (one CUDA stream: nothing of one GPU's own work overlaps).
+weight casts, and the optimizer's update (the bytes its record says the update moves:
+Optimizer.update_bytes, planning/optimizers.py; AdamW's foreach ops, each reading its operands
+and writing its result), one after another (one CUDA stream: nothing of one GPU's own work
+overlaps).
 """
 from __future__ import annotations
 
@@ -13,15 +14,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from accounting.ledger import records as R
-from accounting.planning.compute import ADAMW_OPS, PARAMETER
 from accounting.timing import ops as O
 from accounting.units import DTYPE_BYTES
-
-# operands each per-parameter AdamW op reads besides the one it writes in place (torch/optim/
-# adam.py _multi_tensor_adam: mul_, lerp_(m, g), mul_, addcmul_(v, g, g), sqrt, div, add_,
-# addcdiv_(θ, m, denom))
-_ADAMW_READS = {"mul_": 1, "lerp_": 2, "addcmul_": 2, "sqrt": 1, "div": 1, "add_": 1,
-                "addcdiv_": 3}
 
 
 @dataclass(frozen=True)
@@ -93,9 +87,10 @@ def matmul_ops(records, v: dict, machine: O.Machine, fused: set, tp: int, backwa
     return out
 
 
-def training_step(ledger, v: dict, machine: O.Machine, precision, optimizer: str = "adamw",
+def training_step(ledger, v: dict, machine: O.Machine, precision, optimizer,
                   trained_params: int | None = None, tp: int = 1) -> Timed:
-    """One step of one micro-batch (v's B and T) on one GPU, its optimizer's update included."""
+    """One step of one micro-batch (v's B and T) on one GPU, its optimizer's update included
+    (`optimizer`: its record, planning/optimizers.py: its name and update_bytes)."""
     fused = _fused(ledger)
     frozen = set()
     if ledger.adapters is not None:  # LoRA's frozen base: no weight gradient (step.py's rule)
@@ -133,19 +128,9 @@ def training_step(ledger, v: dict, machine: O.Machine, precision, optimizer: str
                         Fraction(logits * per, tp) / rate + 6 * latency, src))
     n = trained_params if trained_params is not None else sum(
         p.count(v) * p.numel(v) for p in ledger.params if not p.frozen)
-    out.append(O.OpTime(f"{optimizer} update", O.OPTIMIZER,
-                        Fraction(n * optimizer_bytes(precision, optimizer), tp) / rate, src))
+    out.append(O.OpTime(f"{optimizer.name} update", O.OPTIMIZER,
+                        Fraction(n * optimizer.update_bytes(precision), tp) / rate, src))
     return Timed(tuple(out), machine)
-
-
-def optimizer_bytes(precision, optimizer: str) -> int:
-    """Bytes each trained parameter's update moves: AdamW's foreach ops one by one (each
-    reads its operands and writes its result, in the state's dtype); another optimizer:
-    its parameter, gradient and two states read and written once (stated, not derived)."""
-    b = precision.moment_bytes
-    if optimizer.startswith("adamw"):
-        return sum((_ADAMW_READS.get(o.op, 1) + 1) * b for o in ADAMW_OPS if o.per == PARAMETER)
-    return 2 * (precision.master_bytes + 2 * b) + precision.grad_bytes
 
 
 def prefill(ledger, v: dict, machine: O.Machine, tp: int = 1) -> Timed:

@@ -39,8 +39,9 @@ SYSTEMS = {"A100-80GB": "a100_sxm", "H100-SXM": "h100_sxm", "H200": "h200_sxm",
 # The engine whose tables time training's kernels: vLLM's GEMM table measures
 # torch.nn.functional.linear (cuBLAS through torch, what a training step's nn.Linear runs)
 # beside its fp8 kernels; its context-attention table FlashAttention-3 (vllm_flash_attn_fa3).
+# (a folder of the wheel's data, systems/data/<system>/<op>/vllm/; serving reads its engine
+# record's kernel_tables, serving/engines.py)
 TRAINING_ENGINE = "vllm"
-ENGINES = ("vllm", "sglang", "trtllm")
 
 
 def root() -> Path | None:

@@ -1,4 +1,4 @@
-"""Rendering of a predicted step (timing/plan.py): the answer's line and the breakdown
+"""Rendering of a predicted step (planning/kernel_time.py): the answer's line and the breakdown
 table. Formatting only."""
 from __future__ import annotations
 

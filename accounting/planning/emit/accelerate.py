@@ -23,7 +23,7 @@ def text(plan) -> str:
     if lo.recompute == "selective":
         raise UsageError("--emit accelerate: fsdp_activation_checkpointing recomputes whole "
                          "blocks; plan with --recompute full or none")
-    check_precision(plan, "accelerate", ("bf16-mixed", "fp32"))
+    check_precision(plan, __name__, ("bf16-mixed", "fp32"))
     machines = max(1, -(-lo.gpus // GPUS_PER_NODE))
     lines = [f"# {plan.config.name}: {lo.gpus} GPUs, from `python -m accounting plan` "
              f"(issue 42); per-GPU batch {lo.micro_batch}, gradient accumulation "

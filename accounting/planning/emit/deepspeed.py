@@ -18,7 +18,7 @@ def text(plan) -> str:
         raise UsageError("--emit deepspeed: DeepSpeed's config holds data parallelism and ZeRO "
                          "only; this layout has tp/pp/cp/ep > 1 (use --emit megatron, or plan "
                          "with --tp 1 --pp 1)")
-    check_precision(plan, "deepspeed", ("bf16-mixed", "fp32", "bf16", "bf16-master"))
+    check_precision(plan, __name__, ("bf16-mixed", "fp32", "bf16", "bf16-master"))
     cfg = {
         "train_batch_size": lo.global_batch,
         "train_micro_batch_size_per_gpu": lo.micro_batch,

@@ -20,7 +20,7 @@ def text(plan) -> str:
     if lo.sharding >= 2:
         raise UsageError("--emit megatron: Megatron-LM's distributed optimizer shards the "
                          "optimizer state only (ZeRO-1); plan with --zero 0 or 1")
-    check_precision(plan, "megatron", ("bf16-mixed", "fp32", "bf16-master"))
+    check_precision(plan, __name__, ("bf16-mixed", "fp32", "bf16-master"))
     args = [f"--tensor-model-parallel-size {lo.tp}", f"--pipeline-model-parallel-size {lo.pp}"]
     if lo.vpp > 1:
         args.append(f"--num-layers-per-virtual-pipeline-stage {c.num_layers // (lo.pp * lo.vpp)}")

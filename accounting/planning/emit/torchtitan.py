@@ -20,7 +20,7 @@ def text(plan) -> str:
     if lo.sharding == 1:
         raise UsageError("--emit torchtitan: ZeRO-1 (sharded optimizer state only) has no "
                          "torchtitan setting; plan with --zero 0, 2 or 3")
-    check_precision(plan, "torchtitan", ("bf16-mixed", "fp32"))
+    check_precision(plan, __name__, ("bf16-mixed", "fp32"))
     shard, replicate = (lo.dp, 1) if lo.sharding >= 2 else (1, lo.dp)
     mode = {"none": "none", "full": "full", "selective": "selective"}[lo.recompute]
     lines = [

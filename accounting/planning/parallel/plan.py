@@ -144,7 +144,7 @@ class ParallelPlan:
     optimizer: str = DEFAULT_OPTIMIZER  # planning/optimizers.py's name (the torch stack's choice)
     finetune: object = None  # a LoRA plan (planning/finetune.py FineTune), or full training
     # issue 39: "kernels" or "roofline" when the stages' rate was predicted op by op
-    # (timing/plan.py kernel_rate: no --mfu given), "mfu" when --mfu gave it
+    # (planning/kernel_time.py kernel_rate: no --mfu given), "mfu" when --mfu gave it
     time_source: str = "mfu"
 
     @property
@@ -465,7 +465,7 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
         stack = replace(stack, fp8=precision.fp8)
     source, predicted = "mfu", None
     if mfu is None and mfu_scope == COMPUTE and finetune is None:  # issue 39: op by op
-        from accounting.timing.plan import kernel_rate
+        from accounting.planning.kernel_time import kernel_rate
         predicted = kernel_rate(config, precision, layout.recompute, seq // layout.cp,
                                 layout.micro_batch, layout.tp, hardware)
     if predicted is not None:
@@ -512,12 +512,12 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
     if hardware is not None and hardware.peak_flops:
         timer = None
         if source == "kernels":  # issue 39: in-node collectives from NCCL's measured table
-            from accounting.timing.plan import collective_timer
+            from accounting.planning.kernel_time import collective_timer
             timer = collective_timer(hardware)
         time = step_time(layout, [s.flops for s in plans], [list(s.collectives) for s in plans],
                          hardware.peak_flops, u, net, timer)
         if source == "kernels":  # the update by the bytes it moves (memory-bound)
-            from accounting.timing.plan import optimizer_seconds
+            from accounting.planning.kernel_time import optimizer_seconds
             time = replace(time, optimizer=max(optimizer_seconds(
                 s.states.moments, precision, optimizer, hardware) for s in plans))
     return ParallelPlan(config, layout, seq, precision, hardware, net, u, plans, fit, time, tokens,

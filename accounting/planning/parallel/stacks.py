@@ -109,6 +109,9 @@ class Stack:
     # torchtitan/distributed/fsdp.py get_fsdp_reshard_after_forward_policy; in 2024-12
     # torchtitan/parallelisms/parallelize_llama.py apply_fsdp)
     pp_keeps_unsharded: bool = False
+    # the module of planning/emit/ that writes its launch settings, `plan … --emit NAME`
+    # (issue 42; torch's engines launched by accelerate's FSDP/DDP config)
+    emitter: str = ""
 
 
 STACKS: dict[str, Stack] = {}
@@ -120,14 +123,15 @@ register = registrar(STACKS, "stack")
 register(Stack(TORCH, "the course model under torch's engines (DDP, ZeroRedundancyOptimizer, "
                "FSDP2; autocast)", {0: "DDP", 1: "DDP + ZeroRedundancyOptimizer",
                                     2: "FSDP SHARD_GRAD_OP", 3: "FSDP FULL_SHARD"}, 0, False,
-               "torch.distributed (accounting/distcheck)", torch_engines=True))
+               "torch.distributed (accounting/distcheck)", torch_engines=True,
+               emitter="accelerate"))
 register(Stack(MEGATRON, "Megatron-Core with Transformer Engine (bf16 parameters, fp32 gradient "
                "buffer, fused norm+linear, fused activations, flash attention)",
                {0: "Megatron DDP (fp32 grad buffer)", 1: "Megatron distributed optimizer"}, 0,
                True, "Korthikanti et al. 2022's equations (1)-(6) and Megatron's "
                "theoretical_memory_usage.py (tests/test_stacks.py); read from source: it needs a "
                "GPU", megatron_core=True, fp8=("te",), fused_attention=True,
-               persistent_grads=True, update_temporary=0))
+               persistent_grads=True, update_temporary=0, emitter=MEGATRON))
 register(Stack(DEEPSPEED, "DeepSpeed ZeRO wrapping the implementation given (transformers' "
                "model in bf16 where modelled, else the course model; 16-bit parameters and "
                "gradients, fp32 master copy and Adam moments, K = 12)",
@@ -137,7 +141,7 @@ register(Stack(DEEPSPEED, "DeepSpeed ZeRO wrapping the implementation given (tra
                "(estimate_zero2/3_model_states_mem_needs, tests/test_stacks.py); the "
                "activations on transformers' model in bf16 (tests/test_stack_implementations.py)",
                implementation=lambda c: _wrapped(c), zero_partitions=True,
-               persistent_grads=True, update_temporary=0))
+               persistent_grads=True, update_temporary=0, emitter=DEEPSPEED))
 register(Stack(TORCHTITAN, "torchtitan: its own Llama under FSDP2 with MixedPrecisionPolicy("
                "param_dtype=bf16, reduce_dtype=fp32), no autocast", {2: "FSDP2 SHARD_GRAD_OP, bf16 all-gathers",
                                                    3: "FSDP2 FULL_SHARD, bf16 all-gathers"}, 3,
@@ -146,7 +150,7 @@ register(Stack(TORCHTITAN, "torchtitan: its own Llama under FSDP2 with MixedPrec
                "checkpointing on the CPU (tests/test_stack_implementations.py, test_stacks.py)",
                implementation=lambda c: TITAN_IMPL if llama_block(c) else COURSE,
                fsdp2_bf16=True, fp8=("torchao",), fused_attention=True,
-               update_temporary=W32, pp_keeps_unsharded=True))
+               update_temporary=W32, pp_keeps_unsharded=True, emitter=TORCHTITAN))
 
 
 def get_stack(name: str) -> Stack:

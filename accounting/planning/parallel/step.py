@@ -177,7 +177,7 @@ def step_time(layout: Layout, flops: list[StageFlops], comms: list[list[Collecti
               peak: Fraction, mfu: Fraction, net: Interconnect | None,
               timer=None) -> StepTime:
     """`flops` and `comms` per stage (every stage, or the first and last). `timer` (issue
-    39, timing/plan.py collective_timer): a collective inside a node timed from NCCL's
+    39, planning/kernel_time.py collective_timer): a collective inside a node timed from NCCL's
     measured table, where it has one; the others by their ring traffic at the link."""
     rate = peak * mfu
     m = layout.micro_batches

@@ -1,6 +1,7 @@
 """The docs' table of serving answers (docs/serving.md, the generated block "serve-answers"):
 each command's plan through the CLI's own argument parsing, one row of figures, every one the
-plan's (ranges where the plan has them)."""
+plan's (ranges where the plan has them). On the CLI's floor (it parses as `serve` does), not
+serving's: serving/ sits below cli/ (tests/test_layout.py)."""
 from __future__ import annotations
 
 from fractions import Fraction

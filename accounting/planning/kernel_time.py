@@ -1,4 +1,7 @@
 """The predicted time of a plan: a Machine for the plan's GPU, and one step timed op by op.
+Planning's side of the time model (issue 39): it reads the GPU and optimizer records and
+calls the timing package below it (timing/ops.py, step.py, tables.py), which imports nothing
+of planning (tests/test_layout.py's floors).
 
 A table GPU with aiconfigurator-core installed is timed from the measured kernels
 (source "kernels"); one without (or the package absent, or a GPU given by its numbers) by
@@ -10,6 +13,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from fractions import Fraction
 
+from accounting.planning.gpus import Hardware, get_gpu
+from accounting.planning.optimizers import DEFAULT_OPTIMIZER, get_optimizer
 from accounting.timing import ops as O
 from accounting.timing import step as S
 from accounting.timing import tables
@@ -26,7 +31,6 @@ def machine(hw, gpu_name: str | None, engine: str = tables.TRAINING_ENGINE,
         return O.Machine(hw.name, None, hw.peak_flops, None, hw.bandwidth, engine, None)
     fp8 = None
     if gpu_name is not None:
-        from accounting.planning.gpus import get_gpu
         g = get_gpu(gpu_name)
         fp8 = g.peak_tflops[FP8] * TERA if FP8 in g.peak_tflops else None
         peak = g.peak_tflops.get(BF16, None)
@@ -66,7 +70,8 @@ def predict_step(model, seq: int, batch: int, mach: O.Machine, flops, optimizer:
                  trainable_params: int | None = None) -> StepPrediction:
     """`model` a planning.memory.MemoryModel (its ledger is the run's), `flops` its StepFlops."""
     v = model.values(seq, batch)
-    timed = S.training_step(model.ledger, v, mach, model.precision, optimizer, trainable_params)
+    timed = S.training_step(model.ledger, v, mach, model.precision, get_optimizer(optimizer),
+                            trainable_params)
     return StepPrediction(timed, seq * batch, flops.forward + flops.backward, mach.peak_flops)
 
 
@@ -80,13 +85,13 @@ def _gpu_name(hw) -> str | None:
 def _kernel_rate(config, precision, recompute: str, seq: int, micro_batch: int, tp: int,
                  gpu: str | None, peak: Fraction, bandwidth: Fraction) -> tuple[Fraction, str]:
     from accounting.ledger.ledger import ledger
-    from accounting.planning.gpus import Hardware
     lg = ledger(config, precision.autocast, recompute, "course", precision.param_dtype,
                 fp8=precision.fp8)
     hw = Hardware(gpu or "custom GPU", None, peak, bandwidth, "", None)
     mach = machine(hw, gpu, compute=precision.compute)
     v = lg.values(seq, micro_batch)
-    timed = S.training_step(lg, v, mach, precision, tp=tp)
+    # the optimizer's update is taken off below: any record does
+    timed = S.training_step(lg, v, mach, precision, get_optimizer(DEFAULT_OPTIMIZER), tp=tp)
     seconds = timed.seconds - timed.by_category()[O.OPTIMIZER]
     flops = sum(r.count(v) * r.flops(v) for r in lg.forward) \
         + sum(r.count(v) * g.flops(v) for r in lg.forward for g in r.gradients()) \
@@ -138,8 +143,8 @@ def collective_timer(hw):
 
 def optimizer_seconds(elements: int, precision, optimizer: str, hw) -> Fraction:
     """A rank's optimizer step over the `elements` it updates, as the bytes its update moves
-    (step.optimizer_bytes) at the measured share of the bandwidth: the update is
+    (the optimizer record's update_bytes) at the measured share of the bandwidth: the update is
     memory-bound, never at a FLOP rate."""
     mach = machine(hw, _gpu_name(hw), compute=precision.compute)
     rate, _, _ = mach.memory_rate()
-    return Fraction(elements * S.optimizer_bytes(precision, optimizer)) / rate
+    return Fraction(elements * get_optimizer(optimizer).update_bytes(precision)) / rate

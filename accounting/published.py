@@ -6,10 +6,17 @@ nothing is fitted to it.
 The runs are planned as the command line plans them (`plan MODEL --gpus N ...`), model/'s
 ops with the stack's memory rules, eager PyTorch (torch.compile's fusions are not
 modelled: a compiled run is expected faster than the prediction), on the GPU table's card.
+
+A room of its own, on the top floor: predict() runs the command line (cli/main.py), so it
+sits above cli/ (tests/test_layout.py's floors); the timing package it checks sits below.
+A run names its stack by the stack record's name (planning/parallel/stacks.py).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from accounting.planning.optimizers import DEFAULT_OPTIMIZER, OPTIMIZERS
+from accounting.planning.parallel.stacks import MEGATRON, TORCHTITAN
 
 TT_H100 = ("torchtitan benchmarks/llama3_h100_202412_torchtitan.md (torchtitan 9dec370, "
            "2024-12; Grand Teton H100 96 GB HBM2e at 500 W, planned as H100-SXM)")
@@ -58,7 +65,7 @@ class Run:
 
 def _tt(name, model, gpus, ctx, batch, layout, precision, recompute, measured, note="",
         gpu="H100", source=TT_H100):
-    return Run(name, model, gpu, gpus, ctx, batch, layout, precision, recompute, "torchtitan",
+    return Run(name, model, gpu, gpus, ctx, batch, layout, precision, recompute, TORCHTITAN,
                measured, source, note)
 
 
@@ -106,15 +113,15 @@ RUNS: tuple[Run, ...] = (
         gpu="H200", source=TT_H200),
     Run("LLAMA3-8B, 8 GPUs, CP 2, GBS 128", LLAMA31_8B, "H100", 8, 8192, 128,
         ("--cp", "2", "--micro-batch", "1", "--zero", "1"), "fp8-te", "none",
-        "megatron", 12036, NEMO, "distributed optimizer"),
+        MEGATRON, 12036, NEMO, "distributed optimizer"),
     Run("LLAMA3-70B, 64 GPUs, TP 4 PP 4 CP 2 VP 5", LLAMA31_70B, "H100", 64, 8192, 128,
         ("--tp", "4", "--pp", "4", "--cp", "2", "--virtual-stages", "5", "--micro-batch", "1",
-         "--zero", "1", "--sp"), "fp8-te", "none", "megatron", 1533, NEMO),
+         "--zero", "1", "--sp"), "fp8-te", "none", MEGATRON, 1533, NEMO),
     Run("LLAMA2-7B, 8 GPUs, GBS 128, T 4k", LLAMA2_7B, "H100", 8, 4096, 128,
-        ("--micro-batch", "1", "--zero", "1"), "fp8-te", "none", "megatron", 16847, NEMO),
+        ("--micro-batch", "1", "--zero", "1"), "fp8-te", "none", MEGATRON, 16847, NEMO),
     Run("LLAMA2-70B, 64 GPUs, TP 4 PP 4 VP 20, T 4k", LLAMA2_70B, "H100", 64, 4096, 128,
         ("--tp", "4", "--pp", "4", "--virtual-stages", "20", "--micro-batch", "1", "--zero",
-         "1", "--sp"), "fp8-te", "none", "megatron", 1707, NEMO),
+         "1", "--sp"), "fp8-te", "none", MEGATRON, 1707, NEMO),
 )
 
 
@@ -224,9 +231,11 @@ def h200_predictions() -> list[tuple[str, float, float]]:
             c = dataclasses.replace(A.config(preset), attention="sdpa")
             if kind.startswith("train-8b4"):
                 c = dataclasses.replace(c, num_layers=4)
-            _, c = recipes.resolve(c, False, "course", "bf16-mixed", "adamw", rc, True, "model")
+            _, c = recipes.resolve(c, False, "course", "bf16-mixed", DEFAULT_OPTIMIZER, rc, True,
+                                   "model")
             p = get_precision("bf16-mixed")
-            mm = MemoryModel(c, p, "model", rc, "course", "adamw", None, None)
-            s = S.training_step(mm.ledger, mm.values(t, b), m, p).seconds
+            mm = MemoryModel(c, p, "model", rc, "course", DEFAULT_OPTIMIZER, None, None)
+            s = S.training_step(mm.ledger, mm.values(t, b), m, p,
+                                OPTIMIZERS[DEFAULT_OPTIMIZER]).seconds
         out.append((name, measured, float(s)))
     return out
