@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from accounting.registry import registrar
+from accounting.units import BF16
 
 TORCHTITAN_2412 = ("torchtitan benchmarks/llama3_h100_202412_torchtitan.md "
                    "(pytorch/torchtitan@31a17bf)")
@@ -125,7 +126,7 @@ def _tune(row: str, gib: str, card: str, flags: tuple[str, ...], *unexpressed: s
 
 
 _LORA = ("--lora-rank", "8", "--lora-targets", "q_proj,v_proj,o_proj,gate_proj,up_proj,down_proj")
-_FULL = ("--precision", "bf16", "--optimizer", "paged-adamw8bit", "--optimizer-in-backward")
+_FULL = ("--precision", BF16, "--optimizer", "paged-adamw8bit", "--optimizer-in-backward")
 _tune("full fine-tune", "18.9", "RTX-4090", ("--gpu", "RTX-4090") + _FULL)
 _A6000 = "its config (the README names none: planned as the RTX 4090 row's)"
 _tune("full fine-tune", "37.4", "A6000", ("--gpu-mem", "48GB") + _FULL, _A6000)
