@@ -320,7 +320,7 @@ def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage:
         items, acts = stack_memory(stack, sp, dl, precision, st, stage, kinds, values, local,
                                    tp_rank)
         items += fp8_items(sp, units, p, values)  # Megatron + TE: its fp8 weight copies
-        items = OF.apply(items, offload, stack.name)
+        items = OF.apply(items, offload, stack.stack)
         return _finish(sp, layout, precision, seq, stage, layers, kinds, units, st, items,
                        acts, values, tp_rank, W16 if stack.stack.fsdp2_bf16 else None,
                        counting)
@@ -369,7 +369,7 @@ def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage:
                                "until its backward pass"))
     items += (engine_buffers(sp, dl, precision, st, stage, values, local, tp_rank)
               if lora is None else LS.buffer_items(sp, dl, precision, lora, stage, values, local))
-    items = OF.apply(items, offload, stack.name)
+    items = OF.apply(items, offload, stack.stack)
     return _finish(sp, layout, precision, seq, stage, layers, kinds, units, st, items, acts,
                    values, tp_rank, None, counting, update, lora)
 
@@ -478,7 +478,7 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
                          f"got {margin}")
     if finetune is not None:
         LS.check(finetune, layout, stack.name)
-    OF.check(frozenset(offload), stack.name, data_layout(layout).sharding)
+    OF.check(frozenset(offload), stack.stack, data_layout(layout).sharding)
     impl = implementation if stack.stack.torch_engines else COURSE
     sp = run_split(config, precision, layout.recompute, impl) if finetune is None else \
         LS.lora_split(finetune, precision.autocast, layout.recompute)
@@ -498,7 +498,7 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
     plans = tuple(replace(s, moments=PK.moments(
         sp, layout, precision, s.stage, s.kinds, values, local, layout.micro_batches,
         s.activations.in_flight, s.states, stack, optimizer, arch, impl,
-        finetune is not None or OF.moves_optimizer(frozenset(offload), stack.name)))
+        finetune is not None or OF.moves_optimizer(frozenset(offload), stack.stack)))
         for s in plans)
     at = None
     if config.num_experts is not None and config.moe_capacity_factor is not None:
