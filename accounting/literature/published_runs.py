@@ -1,7 +1,7 @@
 """Published, measured training runs (issue 44): each run's settings as the source states
 them, the plan's flags that express them, and the peak memory per GPU it measured. The docs'
 table (docs/parallel.md, "Published runs") sets the tool's answer beside each
-(published_table.py); tests/test_published_runs.py holds the tool to them.
+(accounting/cli/published_table.py); tests/test_published_runs.py holds the tool to them.
 
 Sources, read at the commits named (the tables typed here, figure for figure):
   * torchtitan, benchmarks/llama3_h100_202412_torchtitan.md (pytorch/torchtitan at
