@@ -5,8 +5,9 @@ Expected values are read from PyTorch's aten/src/ATen/cuda/CublasHandlePool.cpp
   CUDA:  use32mb = major in {9, 10, 11, 12}; default_size = use32mb ? 4096 * 8 * 1024
          : 4096 * 1024 * 2 + 16 * 1024 * 8
   ROCm:  gfx942/gfx950/gfx1250 ? 1024 * 128 * 1024 : 1024 * 32 * 1024
-and the compute capabilities from developer.nvidia.com/cuda-gpus (A100 8.0, A10G 8.6, L4/L40S/
-RTX 4090 8.9, H100/H200 9.0, B200/GB200 10.0, B300 10.3, RTX 5090 12.0) and ROCm's GPU
+and the compute capabilities from developer.nvidia.com/cuda-gpus (A100/A800 8.0, A10G/RTX 3090/
+RTX A6000 8.6, L4/L40S/RTX 4090 8.9, H100/H200/H800/H20 9.0, B200/GB200 10.0, B300 10.3,
+RTX 5090 12.0) and ROCm's GPU
 architecture specs (MI300X/MI325X gfx942, MI355X gfx950)."""
 import pytest
 
@@ -22,7 +23,10 @@ CDNA3 = 128 * MIB
 EXPECTED = {"A100-40GB": OLDER, "A100-80GB": OLDER, "A10G": OLDER, "L4": OLDER, "L40S": OLDER,
             "RTX-4090": OLDER, "H100-SXM": HOPPER_AND_NEWER, "H200": HOPPER_AND_NEWER,
             "B200": HOPPER_AND_NEWER, "GB200": HOPPER_AND_NEWER, "B300": HOPPER_AND_NEWER,
-            "RTX-5090": HOPPER_AND_NEWER, "MI300X": CDNA3, "MI325X": CDNA3, "MI355X": CDNA3}
+            "RTX-5090": HOPPER_AND_NEWER, "MI300X": CDNA3, "MI325X": CDNA3, "MI355X": CDNA3,
+            # export variants and workstation cards: A800 8.0, H800/H20 9.0, RTX 3090/A6000 8.6
+            "A800-80GB": OLDER, "H800": HOPPER_AND_NEWER, "H20": HOPPER_AND_NEWER,
+            "RTX-3090": OLDER, "RTX-A6000": OLDER}
 
 
 def test_every_card_has_an_architecture_and_its_workspace():

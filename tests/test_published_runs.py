@@ -8,7 +8,7 @@ from fractions import Fraction
 import pytest
 
 from accounting.literature import published_runs as PR
-from accounting.literature.published_table import answer, summary
+from accounting.cli.published_table import answer, summary
 
 
 def test_at_least_twenty_runs_from_three_stacks():

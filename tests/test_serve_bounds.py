@@ -46,6 +46,19 @@ def test_a_model_without_any_cache_fits_up_to_max_num_seqs(capsys, tmp_path, sou
     assert "at most 0" not in out and "1,000,000,000" not in out
 
 
+@pytest.mark.parametrize("engine,setting", [("vllm", "max_num_seqs"),
+                                            ("sglang", "max_running_requests")])
+def test_the_cacheless_bound_names_the_engines_own_setting(capsys, engine, setting):
+    """The line names the scheduler cap by the engine's spelling (vLLM's
+    vllm/config/scheduler.py SchedulerConfig.max_num_seqs; SGLang's
+    python/sglang/srt/server_args.py ServerArgs.max_running_requests), read from the
+    engine's record (issue 38: no module tests an engine's name)."""
+    code, out, _ = run(capsys, "serve", "gpt2-small", "--num-layers", "2", "--layer-types",
+                       "mlp,mlp", "--block", "single", "--gpu", "H100", "--engine", engine)
+    fits = next(line for line in out.splitlines() if line.startswith("fits:"))
+    assert code == 0 and f"({setting})" in fits
+
+
 def test_a_pipeline_stage_without_a_cache_does_not_bind(capsys, tmp_path):
     # "*--" on PP 3: stage 0 holds the one attention layer, stages 1 and 2 MLPs only. By
     # hand: K and V of 2 heads of 8 in bf16 = 2·2·8·2 = 64 bytes a token; a 4,096-token

@@ -13,9 +13,13 @@ The readers:
     presets.py      the presets: GPT-2's shapes and the shipped Hugging Face configs
     hf_config.py    a Hugging Face config.json -> ModelConfig (one table row per model_type)
     hf_schema.py    the table's schema, the lists every row shares, the registry (TYPES)
+    vision.py       a vision-language model's tower and projector (VisionSpec) from its
+                    vision_config: readers for qwen2_vl, qwen2_5_vl, qwen3_vl, qwen3_vl_moe,
+                    qwen3_5, qwen3_5_moe, llava, gemma3, gemma4, llama4, kimi_k25
 The table's rows, one module per family, each registering its rows on import:
     hf_types_dense.py      gpt2, llama, mistral, qwen2, qwen3, olmo2
     hf_types_dense2.py     smollm3, glm4, olmo3, seed_oss, exaone4
+    hf_types_dense3.py     arcee, mamba2
     hf_types_parallel.py   gpt_neox, falcon, phi3, starcoder2
     hf_types_gemma.py      gemma2, gemma3_text, granite, and the gemma3 wrapper
     hf_types_gemma4.py     gemma4_text and the gemma4 wrapper
@@ -31,5 +35,6 @@ The table's rows, one module per family, each registering its rows on import:
     hf_types_falcon_h1.py  falcon_h1
     hf_types_jamba.py      jamba
     hf_types_qwen35.py     qwen3_5_text, qwen3_5_moe_text and the qwen3_5, qwen3_5_moe wrappers
+    hf_types_vlm.py        the qwen2_vl, qwen2_5_vl, qwen3_vl, qwen3_vl_moe and llava wrappers
 (tests/test_layout.py checks that this list names every module of the folder.)
 """

@@ -55,7 +55,7 @@ def _serve_answers() -> str:
 
 
 def _published_runs() -> str:
-    from accounting.literature.published_table import markdown
+    from accounting.cli.published_table import markdown
     return markdown()
 
 

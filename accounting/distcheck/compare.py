@@ -15,7 +15,8 @@ from accounting.planning.parallel import comms as C
 from accounting.planning.parallel import activations as A
 from accounting.planning.parallel.layout import Layout
 from accounting.planning.parallel.shards import BLOCK, split
-from accounting.planning.parallel.plan import StagePlan, parallel_plan
+from accounting.planning.parallel.plan import parallel_plan
+from accounting.planning.parallel.plan_records import StagePlan
 from accounting.planning.parallel.stack_memory import StackRun
 from accounting.planning.parallel.stacks import DEFAULT_STACK, get_stack
 

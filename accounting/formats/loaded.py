@@ -30,8 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from accounting.formats.layouts import MXFP4_BLOCK
-
-BF16_BYTES = 2
+from accounting.units import BF16, DTYPE_BYTES
 
 
 @dataclass(frozen=True)
@@ -64,7 +63,7 @@ def mxfp4_expert_bytes(experts: int, hidden: int, inter: int, pad: Padding,
     values = 2 * i * h + h * i
     out = experts * (values // 2 + values // MXFP4_BLOCK)
     if biases:
-        out += experts * (2 * i + h) * BF16_BYTES
+        out += experts * (2 * i + h) * DTYPE_BYTES[BF16]
     return out
 
 

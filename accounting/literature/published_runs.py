@@ -1,7 +1,7 @@
 """Published, measured training runs (issue 44): each run's settings as the source states
 them, the plan's flags that express them, and the peak memory per GPU it measured. The docs'
 table (docs/parallel.md, "Published runs") sets the tool's answer beside each
-(published_table.py); tests/test_published_runs.py holds the tool to them.
+(accounting/cli/published_table.py); tests/test_published_runs.py holds the tool to them.
 
 Sources, read at the commits named (the tables typed here, figure for figure):
   * torchtitan, benchmarks/llama3_h100_202412_torchtitan.md (pytorch/torchtitan at
@@ -31,7 +31,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
+from accounting.planning.optimizers import PAGED_ADAMW8BIT
+from accounting.planning.parallel.stacks import TORCHTITAN
 from accounting.registry import registrar
+from accounting.units import BF16
 
 TORCHTITAN_2412 = ("torchtitan benchmarks/llama3_h100_202412_torchtitan.md "
                    "(pytorch/torchtitan@31a17bf)")
@@ -46,7 +49,7 @@ L70B = ("--num-layers", "80", "--d-model", "8192", "--num-heads", "64", "--num-k
         "--d-ff", "28672")
 L405B = ("--num-layers", "126", "--d-model", "16384", "--num-heads", "128", "--num-kv-heads",
          "8", "--d-ff", "53248")
-TITAN = ("--stack", "torchtitan", "--gpu-mem", "96GB")  # Grand Teton's H100 96 GB HBM2e
+TITAN = ("--stack", TORCHTITAN, "--gpu-mem", "96GB")  # Grand Teton's H100 96 GB HBM2e
 COMPILE, FLOAT8, ASYNC_TP = "torch.compile", "Float8 (torchao)", "async TP"
 
 
@@ -125,7 +128,7 @@ def _tune(row: str, gib: str, card: str, flags: tuple[str, ...], *unexpressed: s
 
 
 _LORA = ("--lora-rank", "8", "--lora-targets", "q_proj,v_proj,o_proj,gate_proj,up_proj,down_proj")
-_FULL = ("--precision", "bf16", "--optimizer", "paged-adamw8bit", "--optimizer-in-backward")
+_FULL = ("--precision", BF16, "--optimizer", PAGED_ADAMW8BIT.name, "--optimizer-in-backward")
 _tune("full fine-tune", "18.9", "RTX-4090", ("--gpu", "RTX-4090") + _FULL)
 _A6000 = "its config (the README names none: planned as the RTX 4090 row's)"
 _tune("full fine-tune", "37.4", "A6000", ("--gpu-mem", "48GB") + _FULL, _A6000)

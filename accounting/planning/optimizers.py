@@ -335,8 +335,9 @@ register(AdamW("adamw-fused", "torch.optim.AdamW(fused=True)", "torch/optim/adam
                elementwise=True, adamw_update=True))
 register(AdamW8bit("adamw8bit", "bitsandbytes.optim.AdamW8bit",
                    "bitsandbytes/optim/optimizer.py", None, refuses_master=True))
-register(PagedAdamW8bit("paged-adamw8bit", "bitsandbytes.optim.PagedAdamW8bit",
-                        "bitsandbytes/optim/optimizer.py", None, refuses_master=True))
+PAGED_ADAMW8BIT = register(PagedAdamW8bit("paged-adamw8bit", "bitsandbytes.optim.PagedAdamW8bit",
+                                          "bitsandbytes/optim/optimizer.py", None,
+                                          refuses_master=True))
 register(TorchaoAdamW8bit("adamw8bit-torchao", "torchao.optim.AdamW8bit",
                           "torchao/optim/adam.py", "device", refuses_master=True))
 register(Adafactor("adafactor", "torch.optim.Adafactor", "torch/optim/_adafactor.py", "cpu",

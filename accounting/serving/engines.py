@@ -160,6 +160,9 @@ class Engine:
     launch_argv: tuple[str, ...] = ()
     launcher: Callable[..., list[str]] | None = None
     disagg_roles: tuple[str, str] = ("", "")
+    # its setting that caps the sequences run at once (serving/views.py names it): vLLM's
+    # SchedulerConfig.max_num_seqs, SGLang's ServerArgs.max_running_requests
+    max_seqs_flag: str = ""
 
     @property
     def label(self) -> str:
@@ -189,10 +192,11 @@ _SGLANG_SOURCE = ("python/sglang/srt/model_executor/model_runner.py profile_max_
 # (python/sglang/srt/configs/model_config.py); sglang.launch_server; --disaggregation-mode.
 _VLLM = dict(allow_long_env="VLLM_ALLOW_LONG_MAX_MODEL_LEN", kernel_tables=VLLM,
              prefill_dispatch=True, launch_argv=(VLLM, "serve"), launcher=launch.vllm_args,
-             disagg_roles=("kv_producer", "kv_consumer"))
+             disagg_roles=("kv_producer", "kv_consumer"), max_seqs_flag="max_num_seqs")
 _SGLANG = dict(allow_long_env="SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN", kernel_tables=SGLANG,
                launch_argv=("python", "-m", "sglang.launch_server", "--model-path"),
-               launcher=launch.sglang_args, disagg_roles=("prefill", "decode"))
+               launcher=launch.sglang_args, disagg_roles=("prefill", "decode"),
+               max_seqs_flag="max_running_requests")
 register(Engine("vllm-0.10", VLLM, "0.10", "0.10 – 0.20", _VLLM_SOURCE, _vllm_defaults,
                 profiled=True, graphs_in_pool=False, start_after_comms=False, **_VLLM))
 register(Engine("vllm-0.21", VLLM, "0.21", "0.21 and later, current", _VLLM_SOURCE,

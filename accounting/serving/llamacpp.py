@@ -29,10 +29,11 @@ from accounting.runtime.errors import UsageError
 from accounting.serving import kv
 from accounting.serving.engines import LLAMA_CPP
 from accounting.architecture.config import ModelConfig
+from accounting.units import BF16
 
 PAD = 256  # llama-context.cpp: GGML_PAD(n_ctx, 256), GGML_PAD(n_ctx_seq, 256)
 # ggml's type traits (ggml/src/ggml.c type_traits: blck_size, type_size) of the cache types
-CACHE_TYPES = {"f16": (1, 2), "bf16": (1, 2), "f32": (1, 4), "q8_0": (32, 34),
+CACHE_TYPES = {"f16": (1, 2), BF16: (1, 2), "f32": (1, 4), "q8_0": (32, 34),
                "q4_0": (32, 18)}
 DEFAULT_TYPE = "f16"  # llama_context_default_params: type_k = type_v = GGML_TYPE_F16
 

@@ -48,9 +48,10 @@ from fractions import Fraction
 from accounting.planning.gpus import get_gpu
 from accounting.runtime.errors import UsageError
 from accounting.serving import engines
+from accounting.units import BF16, FP16
 
 MAX_WORKERS = 8  # prefill or decode workers in one replica (AIConfigurator's default cap)
-SIXTEEN_BIT = ("bf16", "fp16")
+SIXTEEN_BIT = (BF16, FP16)
 
 
 @dataclass(frozen=True)

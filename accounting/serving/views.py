@@ -51,7 +51,7 @@ def answer(p: ServePlan) -> Table:
         lines.append(_line("fits", f"yes: no layer keeps a KV cache or a recurrent state "
                                    f"(MLP-only blocks), so the pool bounds no sequence count: "
                                    f"up to {grouped(p.max_concurrency)} sequences at once "
-                                   f"({'max_num_seqs' if p.engine == 'vllm' else 'max_running_requests'}"
+                                   f"({p.record.max_seqs_flag if p.record else 'max_running_requests'}"
                                    f"), any context length"))
     elif p.fits and conc is None:
         lines.append(_line("fits", f"yes: up to {_count(p.max_concurrency, p.max_concurrency_high)}"

@@ -7,7 +7,7 @@ from fractions import Fraction
 from accounting.present.export import config_dict
 from accounting.tables.data import csv_text, fraction
 from accounting.planning.parallel.layout import ZERO_STAGES, Layout, layer_split
-from accounting.planning.parallel.plan import CHECKED, FORMULA_ONLY, ParallelPlan
+from accounting.planning.parallel.plan_records import CHECKED, FORMULA_ONLY, ParallelPlan
 
 
 def _f(x: Fraction | None) -> dict | None:

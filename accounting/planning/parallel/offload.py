@@ -1,6 +1,7 @@
 """--offload: model states a stack keeps in CPU memory instead of the GPU's (issue 44), as
-data keyed by (stack, option): which model-state items move, at which sharding stages, and
-the library that does it. A stack or option not listed is refused in one line.
+data on each stack's record (stacks.py, Stack.offload: option -> Policy): which model-state
+items move, at which sharding stages, and the library that does it. A stack or option not
+listed is refused in one line. The policies (defined below, attached to the stacks there):
 
   * DeepSpeed ZeRO-Offload, `offload_optimizer` (ZeRO 1-3): the fp32 master copy, Adam's
     moments and the gradient partitions live on the CPU, where DeepSpeedCPUAdam steps them;
@@ -34,13 +35,15 @@ class Policy:
     what: str
 
 
-POLICIES: dict[tuple[str, str], Policy] = {
-    ("deepspeed", OPTIMIZER): Policy(("gradients", "optimizer state"), (1, 2, 3), (),
-                                     "DeepSpeed offload_optimizer (ZeRO-Offload)"),
-    ("deepspeed", PARAMS): Policy(("parameters",), (3,), (OPTIMIZER,),
-                                  "DeepSpeed offload_param (ZeRO-3)"),
-    ("torch", PARAMS): Policy((EVERY_STATE,), (2, 3), (),
-                              "FSDP2 CPUOffloadPolicy: parameters, gradients, optimizer state"),
+# DeepSpeed's two options, and torch's FSDP2 CPUOffloadPolicy (the docstring's sources)
+DEEPSPEED_POLICIES = {
+    OPTIMIZER: Policy(("gradients", "optimizer state"), (1, 2, 3), (),
+                      "DeepSpeed offload_optimizer (ZeRO-Offload)"),
+    PARAMS: Policy(("parameters",), (3,), (OPTIMIZER,), "DeepSpeed offload_param (ZeRO-3)"),
+}
+FSDP2_POLICIES = {
+    PARAMS: Policy((EVERY_STATE,), (2, 3), (),
+                   "FSDP2 CPUOffloadPolicy: parameters, gradients, optimizer state"),
 }
 
 
@@ -56,34 +59,34 @@ def parse(text: str | None) -> frozenset[str]:
     return frozenset(parts)
 
 
-def check(offload: frozenset[str], stack: str, zero: int) -> None:
+def check(offload: frozenset[str], stack, zero: int) -> None:
+    """`stack`: the stack's record (stacks.Stack), whose `offload` holds its policies."""
     for option in sorted(offload):
-        policy = POLICIES.get((stack, option))
+        policy = stack.offload.get(option)
         if policy is None:
-            has = sorted({o for s, o in POLICIES if s == stack})
-            raise UsageError(f"--offload {option} is not planned for --stack {stack}"
+            has = sorted(stack.offload)
+            raise UsageError(f"--offload {option} is not planned for --stack {stack.name}"
                              + (f" (it offloads {', '.join(has)})" if has else
                                 " (offloading: --stack deepspeed or torch)"))
         if zero not in policy.zero:
-            raise UsageError(f"--offload {option} with --stack {stack} runs at --zero "
+            raise UsageError(f"--offload {option} with --stack {stack.name} runs at --zero "
                              f"{' or '.join(map(str, policy.zero))} ({policy.what}), not "
                              f"--zero {zero}")
         missing = [n for n in policy.needs if n not in offload]
         if missing:
-            raise UsageError(f"--offload {option} with --stack {stack} needs --offload "
+            raise UsageError(f"--offload {option} with --stack {stack.name} needs --offload "
                              f"{','.join(sorted(offload | set(missing)))} ({policy.what})")
 
 
-def moves_optimizer(offload: frozenset[str], stack: str) -> bool:
+def moves_optimizer(offload: frozenset[str], stack) -> bool:
     """Whether the optimizer steps on the CPU (its update's temporaries are not the GPU's)."""
     return any(p.moves == (EVERY_STATE,) or "optimizer state" in p.moves
-               for (s, o), p in POLICIES.items() if s == stack and o in offload)
+               for o, p in stack.offload.items() if o in offload)
 
 
-def apply(items, offload: frozenset[str], stack: str) -> list:
+def apply(items, offload: frozenset[str], stack) -> list:
     """The items with the offloaded model states off the GPU."""
-    prefixes = tuple(x for (s, o), p in POLICIES.items() if s == stack and o in offload
-                     for x in p.moves)
+    prefixes = tuple(x for o, p in stack.offload.items() if o in offload for x in p.moves)
     if not prefixes:
         return list(items)
     return [replace(i, on_gpu=False, note=(i.note + "; " if i.note else "") + "offloaded to "

@@ -36,7 +36,8 @@ from accounting.planning.parallel.activations import Linear
 
 from accounting.units import DTYPE_BYTES, FP32, INT64
 
-BACKWARD, UPDATE = "start of the backward pass", "optimizer update"
+# the two moments' names (not the ledger's phase names, records.BACKWARD)
+AT_BACKWARD, AT_UPDATE = "start of the backward pass", "optimizer update"
 
 
 @dataclass(frozen=True)
@@ -132,7 +133,7 @@ def moments(sp, layout, precision, stage: int, kinds, values: dict[str, int], lo
                              else "") + "the activations in flight, the engines' buffers; "
     # the loss's backward (the last stage), then each block's, which with recomputation
     # holds one block's recomputed activations too (MemoryModel's "one block, recomputed")
-    out = [Moment(BACKWARD + " (the loss's backward)", held + "; ".join(what), extra, True,
+    out = [Moment(AT_BACKWARD + " (the loss's backward)", held + "; ".join(what), extra, True,
                   grads_live, True)] if last else []
     if layout.recompute != "none" or not last:
         out.append(Moment("a block's backward pass" + (
@@ -148,7 +149,7 @@ def moments(sp, layout, precision, stage: int, kinds, values: dict[str, int], lo
         temp = per * st.moments
         if temp:
             temp_what = f", the update's temporaries ({per} bytes per element updated)"
-    update = Moment(UPDATE, f"the states, the gradients{temp_what}, the persistent buffers; "
+    update = Moment(AT_UPDATE, f"the states, the gradients{temp_what}, the persistent buffers; "
                             f"{work.rule}", ws + loss + inputs + Linear(0, temp), False, True,
                     False)
     return (*out, update)

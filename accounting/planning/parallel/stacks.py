@@ -40,7 +40,7 @@ policy region: Trace.policy_region; the SP reduce-scatters' outputs: stack_memor
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from math import lcm
 from typing import Callable
 
@@ -48,6 +48,7 @@ from accounting.planning.parallel.activations import Linear
 from accounting.planning.parallel.buffers import Item
 from accounting.planning.parallel.layout import Layout
 from accounting.planning.parallel.megatron import padded_vocab
+from accounting.planning.parallel.offload import DEEPSPEED_POLICIES, FSDP2_POLICIES, Policy
 from accounting.planning.parallel.states import States
 from accounting.runtime.errors import UsageError
 from accounting.architecture.config import ModelConfig
@@ -112,6 +113,8 @@ class Stack:
     # the module of planning/emit/ that writes its launch settings, `plan … --emit NAME`
     # (issue 42; torch's engines launched by accelerate's FSDP/DDP config)
     emitter: str = ""
+    # --offload: the model states it can keep in CPU memory, option -> policy (offload.py)
+    offload: dict[str, Policy] = field(default_factory=dict)
 
 
 STACKS: dict[str, Stack] = {}
@@ -124,7 +127,7 @@ register(Stack(TORCH, "the course model under torch's engines (DDP, ZeroRedundan
                "FSDP2; autocast)", {0: "DDP", 1: "DDP + ZeroRedundancyOptimizer",
                                     2: "FSDP SHARD_GRAD_OP", 3: "FSDP FULL_SHARD"}, 0, False,
                "torch.distributed (accounting/distcheck)", torch_engines=True,
-               emitter="accelerate"))
+               emitter="accelerate", offload=FSDP2_POLICIES))
 register(Stack(MEGATRON, "Megatron-Core with Transformer Engine (bf16 parameters, fp32 gradient "
                "buffer, fused norm+linear, fused activations, flash attention)",
                {0: "Megatron DDP (fp32 grad buffer)", 1: "Megatron distributed optimizer"}, 0,
@@ -141,7 +144,8 @@ register(Stack(DEEPSPEED, "DeepSpeed ZeRO wrapping the implementation given (tra
                "(estimate_zero2/3_model_states_mem_needs, tests/test_stacks.py); the "
                "activations on transformers' model in bf16 (tests/test_stack_implementations.py)",
                implementation=lambda c: _wrapped(c), zero_partitions=True,
-               persistent_grads=True, update_temporary=0, emitter=DEEPSPEED))
+               persistent_grads=True, update_temporary=0, emitter=DEEPSPEED,
+               offload=DEEPSPEED_POLICIES))
 register(Stack(TORCHTITAN, "torchtitan: its own Llama under FSDP2 with MixedPrecisionPolicy("
                "param_dtype=bf16, reduce_dtype=fp32), no autocast", {2: "FSDP2 SHARD_GRAD_OP, bf16 all-gathers",
                                                    3: "FSDP2 FULL_SHARD, bf16 all-gathers"}, 3,

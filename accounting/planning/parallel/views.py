@@ -7,7 +7,7 @@ from fractions import Fraction
 from accounting.planning.parallel import comms as C
 from accounting.planning.parallel import stack_views
 from accounting.planning.parallel.layout import RECOMPUTE, ZERO_STAGES, Layout
-from accounting.planning.parallel.plan import CHECKED, FORMULA_ONLY, ParallelPlan
+from accounting.planning.parallel.plan_records import CHECKED, FORMULA_ONLY, ParallelPlan
 from accounting.planning.mfu import END_TO_END
 from accounting.planning.optimizers import is_default
 from accounting.planning.parallel.step import megatron_seconds

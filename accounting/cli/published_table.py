@@ -2,8 +2,9 @@
 run's flags, its peak per GPU (the figure the source measured: reserved for torchtitan, the
 allocated peak for torchtune's active bytes), the ratio answer / measured, and whether the
 card it ran on fits it. docs/parallel.md's "Published runs" table is `markdown()`
-(accounting/present/generated.py); `python -m accounting.literature.published_table` prints
-it, with the median and worst ratio."""
+(accounting/cli/generated.py); `python -m accounting.cli.published_table` prints it, with the
+median and worst ratio. On the CLI's floor (each answer is `plan`'s own run, cli/main.py), not
+literature's: literature/ sits below cli/ (tests/test_layout.py), as cli/serve_answers.py."""
 from __future__ import annotations
 
 import contextlib
