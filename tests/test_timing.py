@@ -212,3 +212,44 @@ def test_the_optimizer_update_moves_the_bytes_its_record_says():
     assert OPTIMIZERS["adamw"].update_bytes(p) == 80
     assert OPTIMIZERS["adamw-fused"].update_bytes(p) == 80
     assert OPTIMIZERS["sgd"].update_bytes(p) == 28
+
+
+@needs_tables
+@pytest.mark.parametrize("position", [None, 4096])
+def test_an_engine_does_not_charge_the_score_matrix_outside_its_attention_kernel(position):
+    """An engine's prefill and decode run the attention core (scale, mask, softmax, sinks)
+    inside one fused kernel, which the attention table times; so the memory-bound ops
+    outside it are the same whether the ledger's attention is eager (a T×T score matrix in
+    memory) or SDPA. Regression: gpt-oss's eager attention with sinks (no SDPA form) charged
+    its T×T softmax traffic as memory-bound ops: a 131,072-token prompt took 540 s on an
+    H100 (the roofline at MFU 0.5 says 7.5 s)."""
+    from accounting.analysis import arguments as A
+    from accounting.ledger.ledger import ledger
+    from accounting.timing import ops as O
+    from accounting.timing import step as S
+    base = A.config("meta-llama/Llama-3.1-8B")
+    eager, fused = (ledger(dataclasses.replace(base, attention=a), "cuda",
+                           implementation="transformers", param_dtype="bf16")
+                    for a in ("naive", "sdpa"))
+    m = _machine("H100")
+
+    def memory_bound(lg):
+        if position is None:
+            t = S.prefill(lg, lg.values(8192, 1), m)
+        else:
+            t = S.decode(lg, lg.values(1, 8), position, m)
+        return sum(o.seconds for o in t.ops if o.category == O.MEMORY)
+    assert memory_bound(eager) == memory_bound(fused) > 0
+
+
+@needs_tables
+def test_gpt_oss_long_prompt_is_not_charged_its_eager_score_matrix():
+    """The 131,072-token prompt of gpt-oss-120b on an H100: the TTFT lies between the
+    prefill's FLOPs at the bf16 peak (a bound no kernel beats) and four times that (540 s
+    before the fix: 145× the bound)."""
+    code, out = _run("serve", "--config", "tests/data/serving/gpt-oss-120b.json", "--gpu",
+                     "H100", "--ctx", "131072", "--format", "json")
+    d = json.loads(out)
+    bound = d["time"]["prefill_flops"] / 989e12
+    assert d["timing_source"] == "kernels"
+    assert bound <= d["ttft_seconds"]["approx"] <= 4 * bound

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from accounting.ledger import records as R
+from accounting.ledger.builder import common as B
 from accounting.timing import ops as O
 from accounting.units import DTYPE_BYTES
 
@@ -140,9 +141,24 @@ def prefill(ledger, v: dict, machine: O.Machine, tp: int = 1) -> Timed:
                                if r.component == R.ATTN_CORE}  # engines run a fused kernel
     out = matmul_ops(ledger.forward, v, machine, fused, tp, False, head_rows=v["B"],
                      training=False)
-    out.append(O.time_elementwise(ledger.elementwise, v, machine, DTYPE_BYTES[R.BF16], False,
-                                  fused=True, tp=tp))
+    out.append(O.time_elementwise(_outside_attention(ledger), v, machine, DTYPE_BYTES[R.BF16],
+                                  False, fused=True, tp=tp))
     return Timed(tuple(out), machine)
+
+
+def _outside_attention(ledger) -> list:
+    """The memory-bound ops an engine runs outside its fused attention kernel: the attention
+    core's own (scale, mask, softmax, sinks, a T×T matrix each when the ledger's attention is
+    unfused, as gpt-oss's eager attention with sinks is) run inside the kernel that the
+    attention table times (vLLM's FlashAttention/Triton backends take the sinks as an input),
+    so they are not charged twice (a 131k gpt-oss prompt was 534 s of T×T traffic)."""
+    return [e for e in ledger.elementwise
+            if not (e.per_layer and e.component in _IN_ATTENTION_KERNEL)]
+
+
+# the attention core's own elementwise ops, per block (the builder's component names): a
+# per-pass soft-cap is the final logits', outside the kernel
+_IN_ATTENTION_KERNEL = frozenset((B.ATTN_SCALE, B.CAUSAL_MASK, B.SOFTMAX, B.ALIBI, B.SOFTCAP))
 
 
 def prefill_eager(ledger, v: dict, machine: O.Machine) -> Timed:
@@ -189,8 +205,8 @@ def decode(ledger, v: dict, position: int, machine: O.Machine, tp: int = 1,
             kv_bytes = 2 * v["B"] * keys * max(1, kv // tp) * d * 2
             out.append(O.OpTime("attention (decode, KV read)", O.ATTENTION,
                                 Fraction(kv_bytes * count) / rate, src))
-    out.append(O.time_elementwise(ledger.elementwise, v, machine, DTYPE_BYTES[R.BF16], False,
-                                  fused=True, tp=tp))
+    out.append(O.time_elementwise(_outside_attention(ledger), v, machine, DTYPE_BYTES[R.BF16],
+                                  False, fused=True, tp=tp))
     return Timed(tuple(out), machine)
 
 
