@@ -120,3 +120,23 @@ def test_not_a_gguf_file_is_one_line(tmp_path, capsys):
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(b"GGUF" + b"\xff" * 20)
     refused_in_one_line(capsys, "--config", str(bad), "--brief", expected="bad.gguf")
+
+
+def test_a_deep_folder_keeps_the_file_name_in_the_message(tmp_path, capsys):
+    # regression: the path was cut at its end to 80 characters, so under a deep folder (a
+    # long pytest tmp_path, a hub cache) the message lost the very name it was about
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    bad = deep / "bad.gguf"
+    bad.write_bytes(b"GGUF" + b"\xff" * 20)
+    line = refused_in_one_line(capsys, "--config", str(bad), "--brief", expected="bad.gguf'")
+    assert "'…" in line  # cut at the start, marked
+
+
+def test_shorten_path_keeps_the_tail_within_the_limit():
+    from accounting.runtime.errors import shorten_path
+    assert shorten_path("/a/b.gguf") == "'/a/b.gguf'"
+    long = "/" + "x" * 200 + "/model.gguf"
+    shown = shorten_path(long, 40)
+    # 40 characters: the opening quote, '…', then the last 38 of "'" + path + "'"
+    assert len(shown) == 40 and shown == "'…" + ("x" * 200 + "/model.gguf'")[-38:]

@@ -90,3 +90,51 @@ def test_search_with_mtp_emits_the_speculative_flags(capsys):
 def test_refusals(capsys, extra, expected):
     refused_in_one_line(capsys, "serve", "--config", L70, "--gpu", "H100", "--tp", "4",
                         *extra, expected=expected)
+
+
+# DeepSeek-V3 (config.json): 61 layers, first_k_dense_replace 3 (58 MoE), 8 routed experts a
+# token (num_experts_per_tok), hidden 7168; its MTP module is one MoE block
+DSV3_DP = ["deepseek-ai/DeepSeek-V3", "--gpu", "H200", "--tp", "1", "--ctx", "5120",
+           "--prompt", "4096", "--concurrency", "64", "--speculative", "mtp", "--acceptance",
+           "0.85", "--num-speculative-tokens", "2"]
+
+
+def _fraction(x) -> Fraction:
+    return Fraction(x["numerator"], x["denominator"])
+
+
+def _tables() -> bool:
+    from accounting.timing import tables
+    return tables.available()
+
+
+@pytest.mark.skipif(not _tables(), reason="aiconfigurator-core's tables are not installed")
+def test_dp_attention_worker_speculates_with_its_all_to_alls(capsys):
+    # regression: the search's DP-attention + EP workers dropped --speculative (their step was
+    # the plain one), so the best layout named no speculation and launched without it
+    from accounting.planning.gpus import get_gpu
+    from accounting.serving.dp_attention import _alltoall
+    rank = _serve(capsys, *DSV3_DP)["speculative"]
+    dp = _serve(capsys, *DSV3_DP, "--dp", "8")["speculative"]
+    b, k, top_k, d, moe = 64, 2, 8, 7168, 58
+    card = get_gpu("H200")
+    verify_a2a = 2 * moe * _alltoall(card, 8, b * (k + 1) * top_k * d)  # k + 1 rows a sequence
+    draft_a2a = k * 2 * 1 * _alltoall(card, 8, b * top_k * d)  # k steps of the one MoE head
+    assert _fraction(dp["verify_seconds"]) == _fraction(rank["verify_seconds"]) + verify_a2a
+    assert _fraction(dp["draft_seconds"]) == _fraction(rank["draft_seconds"]) + draft_a2a
+
+
+@pytest.mark.skipif(not _tables(), reason="aiconfigurator-core's tables are not installed")
+def test_search_dp_layout_speculates_as_serve_dp(capsys):
+    d = _serve(capsys, "deepseek-ai/DeepSeek-V3", "--gpu", "H200", "--search", "--max-gpus",
+               "8", "--isl", "4096", "--osl", "1024", "--ttft", "3", "--tpot", "0.5",
+               "--speculative", "mtp", "--acceptance", "0.85", "--num-speculative-tokens", "2")
+    lay = next(x for x in d["layouts"] if not x["disaggregated"] and x["decode"]["dp"] > 1)
+    wk = lay["decode"]
+    assert wk["speculative"] is not None
+    assert '"method":"mtp","num_speculative_tokens":2' in lay["command"]
+    s = _serve(capsys, "deepseek-ai/DeepSeek-V3", "--gpu", "H200", "--tp", str(wk["tp"]),
+               "--dp", str(wk["dp"]), "--ctx", "5120", "--prompt", "4096", "--concurrency",
+               str(wk["dp_attention"]["rank_batch"]), "--kv-dtype", wk["kv_dtype"],
+               "--speculative", "mtp", "--acceptance", "0.85", "--num-speculative-tokens", "2")
+    assert s["speculative"]["tpot_seconds"] == wk["speculative"]["tpot_seconds"]

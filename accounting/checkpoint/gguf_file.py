@@ -20,7 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from accounting.checkpoint.records import Checkpoint, Tensor
-from accounting.runtime.errors import UsageError, shorten
+from accounting.runtime.errors import UsageError, shorten, shorten_path
 
 SUFFIX = ".gguf"
 # GGUF architectures the tool maps, to their transformers model_type (convert_hf_to_gguf.py
@@ -42,7 +42,7 @@ def _reader(path: Path):
     try:
         return gguf.GGUFReader(str(path), "r")
     except (ValueError, OSError, KeyError, IndexError) as e:
-        raise UsageError(f"{shorten(str(path), 80)}: not a GGUF file gguf can read "
+        raise UsageError(f"{shorten_path(path)}: not a GGUF file gguf can read "
                          f"({str(e).splitlines()[0][:100] if str(e) else type(e).__name__})") from None
 
 

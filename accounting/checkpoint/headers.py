@@ -17,7 +17,7 @@ from math import prod
 from pathlib import Path
 
 from accounting.checkpoint.records import Checkpoint, Tensor  # noqa: F401 (read here, re-exported)
-from accounting.runtime.errors import UsageError, shorten
+from accounting.runtime.errors import UsageError, shorten, shorten_path
 
 INDEX = "model.safetensors.index.json"
 SINGLE = "model.safetensors"
@@ -101,7 +101,7 @@ def files_of(folder: Path) -> list[str]:
 def read_folder(folder: Path, source: str | None = None) -> Checkpoint:
     files = files_of(folder)
     if not files:
-        raise UsageError(f"--checkpoint {shorten(str(folder), 80)}: no {INDEX} and no "
+        raise UsageError(f"--checkpoint {shorten_path(folder)}: no {INDEX} and no "
                          f"*.safetensors file in it")
     tensors = []
     for name in files:

@@ -134,8 +134,14 @@ def speculation(ns, plan, config) -> tuple[list, dict]:
     if plan.time is None:
         raise UsageError("--speculative needs a timed plan: --gpu NAME")
     from accounting.serving import search_views
-    from accounting.serving.speculative import speculate
-    s = speculate(config, plan, *spec)
+    from accounting.serving.speculative import speculate, speculate_dp
+    s = None
+    if ns.dp is not None and ns.dp > 1:  # the DP-attention + EP worker's step, as --search's
+        from accounting.serving.dp_attention import dp_worker
+        w = dp_worker(config, plan, ns.dp, ns.ep_imbalance)
+        s = None if w is None else speculate_dp(config, plan, w, *spec)
+    if s is None:
+        s = speculate(config, plan, *spec)
     return [search_views.spec_table(s)], {"speculative": search_views.spec_dict(s)}
 
 

@@ -6,7 +6,7 @@ that launched the measuring ones.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from accounting.architecture.config import ModelConfig
 from accounting.architecture.presets import get_preset
@@ -51,18 +51,28 @@ def layout_of(case: dict) -> Layout:
                   case["micro_batch"] * case["micro_batches"] * case["dp"])
 
 
-def plan_for(case: dict, stage: int = 0) -> StagePlan:
-    """The plan of the measured rank: TP fastest in the rank order, then data parallel."""
+def plan_for(case: dict, stage: int = 0, attention_as_run: bool = False) -> StagePlan:
+    """The plan of the measured rank: TP fastest in the rank order, then data parallel.
+
+    The suite runs model/'s blocks with the case's attention (naive: its two matmuls), also
+    for a stack whose own model runs a fused kernel (torchtitan's Llama: SDPA, planned so by
+    StackRun.as_run, whose flash backward recomputes the scores QK^T: 2·B·h·T²·d_k more
+    per layer). On the CPU that kernel is not what runs, and FlopCounterMode (torch 2.13,
+    utils/flop_counter.py) has no formula for the CPU's
+    _scaled_dot_product_flash_attention_for_cpu, so the measured FLOPs are the case's
+    attention's: `attention_as_run=False` plans those (the stack record without
+    fused_attention); True plans what the stack runs on a GPU."""
     lo = layout_of(case)
     rank = case["rank"]
     tp_rank = rank % case["tp"]
     dp_rank = (rank // case["tp"]) % case["dp"]
-    stack = case.get("stack", DEFAULT_STACK)
+    record = get_stack(case.get("stack", DEFAULT_STACK))
+    if not attention_as_run:
+        record = replace(record, fused_attention=False)
     p = parallel_plan(config_of(case["model"]), lo, case["seq"],
-                      precision=get_precision("fp32" if get_stack(stack).torch_engines
-                                              else "bf16-mixed"),
+                      precision=get_precision("fp32" if record.torch_engines else "bf16-mixed"),
                       stages=[stage], tp_rank=tp_rank, dp_rank=dp_rank,
-                      stack=StackRun(get_stack(stack)))
+                      stack=StackRun(record))
     return p.stages[0]
 
 

@@ -80,6 +80,14 @@ def shorten(value, limit: int = 40) -> str:
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
+def shorten_path(path, limit: int = 80) -> str:
+    """A path for a message, quoted and escaped like `shorten`, but cut at its start: the
+    file's name is the part a user recognises, and a deep folder (pytest's tmp_path, a hub
+    cache) would otherwise push it past `limit` and out of the message."""
+    text = "'" + escape(str(path)) + "'"
+    return text if len(text) <= limit else "'…" + text[-(limit - 2):]
+
+
 def one_line(message: str, limit: int = MESSAGE_LIMIT) -> str:
     """A message as one line of at most `limit` characters (the middle cut out)."""
     text = escape(message)
@@ -132,7 +140,7 @@ def outcome(exc: BaseException) -> tuple[int, str]:
                                    "this run (the warning is a library's, not a problem with "
                                    "the answer)")
     if isinstance(exc, OSError):
-        where = f" ({shorten(str(exc.filename), 80)})" if exc.filename else ""
+        where = f" ({shorten_path(exc.filename)})" if exc.filename else ""
         return BAD_INPUT, one_line("accounting: error: " + os_problem(exc, "operating system "
                                                                       f"error{where}"))
     detail = _detail(exc, 200)

@@ -224,7 +224,13 @@ class _Plans:
                 dp_worker(self.config, p, dp, self.imbalance, self.w.isl)
             ok = d is not None and d.fits and rank_batch <= p.max_num_seqs
             online = weights == "fp8" and self.scheme.name in SIXTEEN_BIT
-            self.cache[key] = Worker(tp, 1, weights, kv, dp * rank_batch, p, online, None, dp,
+            spec = None
+            if ok and self.speculative is not None:  # asked for: every worker speculates
+                from accounting.serving.speculative import speculate_dp
+                method, tokens, acceptance, draft = self.speculative
+                spec = speculate_dp(self.config, p, d, method, tokens, acceptance, draft)
+                ok = spec is not None
+            self.cache[key] = Worker(tp, 1, weights, kv, dp * rank_batch, p, online, spec, dp,
                                      d) if ok else None
         return self.cache[key]
 

@@ -67,6 +67,14 @@ def _decode_seconds(config, card, kernel_tables: str, scheme_kind: str, tp: int,
     """The decode step of `batch` sequences with `queries` tokens each, from the measured
     kernels (timing/serve.py's ledger, machine and all-reduce rule) of the engine's tables
     (its record's kernel_tables)."""
+    return _decode(config, card, kernel_tables, scheme_kind, tp, batch, position, kv_dtype,
+                   queries)[0]
+
+
+def _decode(config, card, kernel_tables: str, scheme_kind: str, tp: int, batch: int,
+            position: int, kv_dtype: str, queries: int) -> tuple[Fraction, Fraction]:
+    """(_decode_seconds, the routed-expert GEMMs' seconds in it)."""
+    from accounting.serving.dp_attention import EXPERT_OPS
     from accounting.timing import step as S
     from accounting.timing.serve import _comm, machine, serving_ledger
     lg = serving_ledger(config)
@@ -74,7 +82,8 @@ def _decode_seconds(config, card, kernel_tables: str, scheme_kind: str, tp: int,
     dec = S.decode(lg, lg.values(queries, batch), position, m, tp,
                    "fp8" if kv_dtype.startswith("fp8") else "bfloat16")
     comm = _comm(m, config, batch * queries, tp, config.num_layers)
-    return dec.seconds + (comm.seconds if comm is not None else 0)
+    experts = sum((o.seconds for o in dec.ops if o.name in EXPERT_OPS), Fraction(0))
+    return dec.seconds + (comm.seconds if comm is not None else 0), experts
 
 
 def speculate(config, plan, method: str, tokens: int, acceptance, draft_config=None,
@@ -106,3 +115,41 @@ def speculate(config, plan, method: str, tokens: int, acceptance, draft_config=N
     one = _decode_seconds(drafter, card, tabs, kind, plan.tp, b, t, plan.kv_dtype, 1)
     return Speculation(method, tokens, a, verify, tokens * one)
 
+
+
+def speculate_dp(config, plan, dpw, method: str, tokens: int, acceptance,
+                 draft_config=None) -> Speculation | None:
+    """The speculative step of a DP-attention + EP worker (dp_attention.py; vLLM and SGLang
+    run MTP with DP attention: SGLang's DeepSeek recipe combines --enable-dp-attention with
+    --speculative-algorithm NEXTN). One rank's step is speculate's at its TP and batch b,
+    plus what dp_worker adds to a decode step, at the rows this step routes: per MoE layer
+    two all-to-alls (dispatch, combine) of b·(k+1)·top_k rows for the verify, of b·top_k
+    for each step of an MTP head (an MoE block of the same expert-parallel group), and the
+    busiest GPU's (f − 1) share of the routed-expert GEMMs of each. (A separate draft model
+    runs on each rank as planned by speculate, without expert parallelism.) None where no
+    all-to-all table exists for the worker."""
+    from accounting.planning.gpus import get_gpu
+    from accounting.serving.dp_attention import _alltoall
+    s = speculate(config, plan, method, tokens, acceptance, draft_config)
+    card, b, e = get_gpu(plan.gpu), plan.time.batch, dpw.gpus
+    tabs, kind, t = plan.record.kernel_tables, plan.scheme.kind, plan.time.position
+    f = dpw.imbalance
+    rows = config.experts_per_token * config.d_model  # elements a token sends, per MoE layer
+    moe = config.num_layers - len(config.dense_layers)
+    verify_a2a = _alltoall(card, e, b * (tokens + 1) * rows)
+    if verify_a2a is None:
+        return None
+    _, verify_experts = _decode(config, card, tabs, kind, plan.tp, b, t, plan.kv_dtype,
+                                tokens + 1)
+    verify = s.verify_seconds + 2 * moe * verify_a2a + (f - 1) * verify_experts
+    draft = s.draft_seconds
+    if method == MTP:
+        head = mtp_block(config)
+        head_moe = head.num_layers - len(head.dense_layers) if head.num_experts else 0
+        if head_moe:
+            step_a2a = _alltoall(card, e, b * rows)
+            if step_a2a is None:
+                return None
+            _, head_experts = _decode(head, card, tabs, kind, plan.tp, b, t, plan.kv_dtype, 1)
+            draft += tokens * (2 * head_moe * step_a2a + (f - 1) * head_experts)
+    return Speculation(s.method, tokens, s.acceptance, verify, draft)
