@@ -416,6 +416,40 @@ def test_torchtitan_selective_plan():
         + 4 * a * s + 2 * s * g * d + 2 * s * f + 2 * s * h
 
 
+def test_torchtitan_selective_under_tp_sp_by_hand(capsys):
+    """torchtitan's per-op SAC on a TP 2 + SP layout, from its source (pytorch/torchtitan
+    @cfb9326, torchtitan/distributed/activation_checkpoint.py _custom_policy: "Saves output
+    of all compute ops, except every second mm" — a per-block mm counter, MUST_SAVE for ops
+    in models/llama3/infra/parallelize.py _op_sac_save_list, which holds aten.mm, the SDPA
+    kernels and _c10d_functional.reduce_scatter_tensor; apply_tp: SequenceParallel norms,
+    ColwiseParallel wq/wk/wv/w1/w3, RowwiseParallel(output_layouts=Shard(1)) wo/w2). Llama
+    3.1 8B (h 4,096, 32 heads, 8 KV heads of 128, f 14,336), s = 131,072, b = 1, t = 2, bf16.
+    The block's mm in order: wq 1 saved, wk 2 recomputed, wv 3 saved, wo 4 recomputed (its
+    reduce-scatter saved), w1 5 saved, w3 6 recomputed, w2 7 saved (a Partial: the full
+    sequence, h wide) and its reduce-scatter saved. The all-gathers before wq and w1 are not
+    in the list: recomputed. Read from `plan --format json` (per_layer_activations)."""
+    code, out, _ = run(capsys, "plan", "meta-llama/Llama-3.1-8B", "--gpus", "8", "--tp", "2",
+                       "--sp", "--stack", "torchtitan", "--recompute", "selective",
+                       "--format", "json")
+    assert code == 0
+    d = json.loads(out)
+    s, h, a, g, dh, f, t = 131072, 4096, 32, 8, 128, 14336, 2
+    assert d["seq"] == s and d["layout"]["micro_batch"] == 1
+    by_hand = {
+        "block input, sequence shard (checkpoint's input)": 2 * (s // t) * h,
+        "wq out (mm 1), heads split": 2 * s * (a * dh // t),
+        "wv out (mm 3), KV heads split": 2 * s * (g * dh // t),
+        "flash output": 2 * s * (a * dh // t),
+        "flash log-sum-exp, fp32 per head and row": 4 * (a // t) * s,
+        "wo out reduce-scattered": 2 * (s // t) * h,
+        "w1 out (mm 5), f split": 2 * s * (f // t),
+        "w2 out (mm 7), a partial sum": 2 * s * h,
+        "w2 out reduce-scattered": 2 * (s // t) * h,
+    }
+    assert d["per_layer_activation_bytes"] == sum(by_hand.values()) == 5_779_750_912
+    assert sorted(x["bytes"] for x in d["per_layer_activations"]) == sorted(by_hand.values())
+
+
 def test_megatron_pipeline_stage_activations_by_hand():
     """A 4-layer GPT (h = 256, 4 heads, GELU 4h, LayerNorm, s = 128) on 2 stages, 4
     micro-batches of 1, dropout on, unfused attention: stage 0 holds min(m, p) = 2
