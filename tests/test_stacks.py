@@ -223,6 +223,7 @@ def test_torchtitan_gathers_bf16():
     (["--stack", "megatron", "--precision", "fp32"], "leave --precision out"),
     (["--stack", "deepspeed", "--tp", "2"], "--tp 1 --pp 1"),
     (["--stack", "torchtitan", "--recompute", "selective", "--block", "parallel"], "per-op"),
+    (["--stack", "torchtitan", "--tp", "2"], "add --sp"),  # torchtitan's TP is always + SP
 ])
 def test_refusals(capsys, args, words):
     refused_in_one_line(capsys, "plan", "meta-llama/Llama-3.2-1B", "--gpus", "8", *args,

@@ -182,6 +182,12 @@ def problems(stack: Stack, config: ModelConfig, layout: Layout, dropout: float) 
         out.append("--stack torchtitan with --recompute selective plans per-op checkpointing of "
                    "torchtitan's dense Llama block; this model's block is not one: use "
                    "--recompute none or full")
+    if stack.fsdp2_bf16 and layout.tp > 1 and not layout.sp:
+        # torchtitan's apply_tp (models/llama3/infra/parallelize.py) has no switch for it: the
+        # norms are SequenceParallel() and wo/w2 RowwiseParallel(output_layouts=Shard(1)), so
+        # the block input and the reduce-scattered outputs are sequence shards
+        out.append("--stack torchtitan runs tensor parallelism with sequence parallelism "
+                   "(its apply_tp shards the norms' sequence): add --sp")
     if stack.megatron_core:
         why = [(c.num_experts is not None, "a mixture of experts"), (c.mla, "latent attention"),
                (c.block != "sequential", f"the {c.block} block"),
