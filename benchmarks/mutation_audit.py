@@ -6,6 +6,7 @@ kill rate per file and every survivor's changed line. Not part of the suite (min
 
     python benchmarks/mutation_audit.py formats [--mutants 40] [--seed 45] [--timeout 300]
     python benchmarks/mutation_audit.py hybrid  [--mutants 24]
+    python benchmarks/mutation_audit.py serving [--mutants 60]
     python benchmarks/mutation_audit.py formats --only 5,12,13  (a previous run's survivors)
 
 The mutants are drawn (seeded) from every candidate node of the group's files (ast: the
@@ -48,6 +49,16 @@ GROUPS = {
                   "tests/test_hf_qwen3_next.py", "tests/test_hf_jamba.py",
                   "tests/test_hf_kimi_linear.py", "tests/test_hf_lfm2.py"],
         "select": "not verify",  # the cross-checks' transformers builds: minutes a mutant
+    },
+    "serving": {
+        "files": ["accounting/serving/kv.py", "accounting/serving/activation.py",
+                  "accounting/serving/startup.py", "accounting/serving/engines.py",
+                  "accounting/serving/shards.py", "accounting/serving/plan.py",
+                  "accounting/serving/max_len.py"],
+        "tests": ["tests/test_serving.py", "tests/test_serving_startup.py",
+                  "tests/test_serving_pool.py", "tests/test_serve_bounds.py",
+                  "tests/test_serving_published.py"],
+        "mark": "not slow",  # tests/conftest.py's marker: the long end-to-end builds left out
     },
 }
 
@@ -174,6 +185,7 @@ def main() -> int:
             start = time.monotonic()
             try:
                 select = ["-k", group["select"]] if "select" in group else []
+                select += ["-m", group["mark"]] if "mark" in group else []
                 r = subprocess.run([ns.python, "-m", "pytest", "-q", "-x", "-n0", "-p",
                                     "no:cacheprovider", *select, *group["tests"]], cwd=work,
                                    env={**os.environ, "PYTHONPATH": str(work)},

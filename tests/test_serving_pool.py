@@ -86,3 +86,9 @@ def test_sglang_default_fraction_from_its_reserve_rule():
     assert d.utilization == Fraction(856, 1000)
     d = defaults("sglang", "H200", 143_771 * 2**20, 8, 1, True, version="0.4")
     assert d.utilization == Fraction(round(Fraction(143_771 - 16 * 1024, 143_771), 3))
+    # under 35 GiB (2.8 + tp·pp/10) GiB: an L4's 23,034 MiB at TP 1 keeps 2,969.6 MiB,
+    # (23034 − 2969.6) / 23034 = 0.8711 -> 0.871; from 160 GiB on, 32 GiB: 0.8 at 163,840 MiB
+    d = defaults("sglang", "L4", 23_034 * 2**20, 1, 1, False, version="0.4")
+    assert (d.utilization, d.max_num_batched_tokens) == (Fraction(871, 1000), 2048)
+    d = defaults("sglang", None, 163_840 * 2**20, 1, 1, False, version="0.4")
+    assert (d.utilization, d.max_num_batched_tokens) == (Fraction(4, 5), 16384)

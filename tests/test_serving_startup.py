@@ -60,10 +60,35 @@ def test_engine_records_registered_once_and_selected_by_version():
     (81_559, 1, Fraction(round(Fraction(81_559 - 13_440, 81_559), 3))),  # 512+12288+512+128
     (81_559, 4, Fraction(round(Fraction(81_559 - 14_336, 81_559), 3))),  # 512+12288+1024+512
     (23_034, 4, Fraction(round(Fraction(23_034 - 4_256, 23_034), 3))),  # L4: 512+3072+160+512
+    # 35 to 60 GiB ("A100 (40GB), L40"): chunked_prefill_size 4096, cuda_graph_max_bs 32 at
+    # tp < 4, no 10,240 floor: an L40S's 46,068 MiB, 512 + 1.5·4096 + 2·32 + 128 = 6,848
+    (46_068, 1, Fraction(round(Fraction(46_068 - 6_848, 46_068), 3))),
+    # 160 GiB is not `gpu_mem < 160 * 1024`: the top tier, chunk 16384, max_bs 512:
+    # 512 + 1.5·16384 + 2·512 + 128 = 26,240
+    (163_840, 1, Fraction(round(Fraction(163_840 - 26_240, 163_840), 3))),
 ])
 def test_sglang_2026_reserve_rule(mib, tp, want):
     d = engines.defaults("sglang", None, mib * MiB, tp, 1, False, version="0.5")
     assert d.utilization == want.limit_denominator(1000)
+    # chunked_prefill_size by the same tiers; SGLang's page_size default 1 (a token a page)
+    chunk = 2048 if mib < 35 * 1024 else 4096 if mib < 60 * 1024 else \
+        8192 if mib < 160 * 1024 else 16384
+    assert (d.max_num_batched_tokens, d.block_size) == (chunk, 1)
+
+
+def test_vllm_batch_defaults_below_70_gib_and_frozen():
+    """vllm/engine/arg_utils.py EngineArgs.get_batch_defaults, OPENAI_API_SERVER: under
+    70 GiB (or an A100) max_num_batched_tokens 2048 and max_num_seqs 256; else 8192, 1024.
+    The records are frozen (DEVELOPERS.md: frozen records)."""
+    import dataclasses
+    small = engines.defaults("vllm", "NVIDIA L40S", 46_068 * MiB, 1, 1, False)
+    assert (small.max_num_batched_tokens, small.max_num_seqs, small.block_size) == (2048, 256, 16)
+    a100 = engines.defaults("vllm", "NVIDIA A100-SXM4-80GB", 81_154 * MiB, 1, 1, False)
+    assert (a100.max_num_batched_tokens, a100.max_num_seqs) == (2048, 256)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        small.max_num_seqs = 1
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        engines.get_engine("vllm").profiled = False
 
 
 def test_vllm_capture_sizes_and_graph_estimate():
@@ -86,6 +111,8 @@ def test_communicators_by_tp_and_link():
     assert (c.low, c.high) == (2 * NCCL_CONNECTION, 8 * 4 * NCCL_CONNECTION)
     c = startup.communicators(3, 2, True)  # TP 3: custom all-reduce unsupported; a PP pair
     assert c.low == 2 * 16 * NCCL_CONNECTION
+    c = startup.communicators(1, 2, True)  # PP alone: one communicator (the stage pair), no TP
+    assert (c.low, c.high) == (16 * NCCL_CONNECTION, 32 * 4 * NCCL_CONNECTION)
 
 
 def test_gpt_oss_mxfp4_as_loaded_on_hopper():
