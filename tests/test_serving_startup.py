@@ -52,6 +52,13 @@ def test_engine_records_registered_once_and_selected_by_version():
             engines.get_engine("vllm", bad)
     assert not engines.REGISTRY["vllm-0.10"].graphs_in_pool
     assert engines.REGISTRY["vllm-0.21"].graphs_in_pool
+    # SGLang (python/sglang/srt/model_executor/model_runner.py): no profile run (the pool is
+    # (free after the weights) − total·(1 − mem_fraction_static), profile_max_num_token);
+    # the total is read in init_torch_distributed after the NCCL groups are set up; the CUDA
+    # graphs are captured after the pool is allocated (init_memory_pool, then the graphs)
+    for name in ("sglang-0.4", "sglang-0.5"):
+        e = engines.REGISTRY[name]
+        assert (e.profiled, e.graphs_in_pool, e.start_after_comms) == (False, False, True)
 
 
 @pytest.mark.parametrize("mib,tp,want", [
