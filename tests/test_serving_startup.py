@@ -83,6 +83,15 @@ def test_sglang_2026_reserve_rule(mib, tp, want):
     assert (d.max_num_batched_tokens, d.block_size) == (chunk, 1)
 
 
+def test_vllm_block_size_left_alone_without_a_recurrent_state():
+    """vLLM raises the attention block size only for hybrid attention + Mamba models
+    (vllm/model_executor/models/config.py, HybridAttentionMambaModelConfig): Llama 3.1 8B
+    keeps block_size 16 (the CUDA default), and its defaults name no hybrid rule."""
+    p = serve(get_preset("meta-llama/Llama-3.1-8B"), get_scheme("bf16"), gpu="H100", ctx=8192)
+    assert p.defaults.block_size == 16
+    assert "hybrid" not in p.defaults.why
+
+
 def test_vllm_batch_defaults_below_70_gib_and_frozen():
     """vllm/engine/arg_utils.py EngineArgs.get_batch_defaults, OPENAI_API_SERVER: under
     70 GiB (or an A100) max_num_batched_tokens 2048 and max_num_seqs 256; else 8192, 1024.
