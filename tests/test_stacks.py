@@ -451,6 +451,21 @@ def test_torchtitan_selective_under_tp_sp_by_hand(capsys):
     assert sorted(x["bytes"] for x in d["per_layer_activations"]) == sorted(by_hand.values())
 
 
+def test_torchtitan_search_ranks_tp_with_sp_only(capsys):
+    """`--stack torchtitan --search`: the table named the sharding stage of a dp = 1 layout
+    from the stack's engines, which hold 2 and 3 only (exit 3, KeyError: 0); and a TP
+    layout without SP is rejected as torchtitan cannot run it (its apply_tp always shards the
+    sequence)."""
+    argv = ("plan", "meta-llama/Llama-3.2-1B", "--gpus", "4", "--stack", "torchtitan",
+            "--search", "--gpu", "H100", "--ctx", "2048")
+    code, out, err = run(capsys, *argv)
+    assert code == 0 and "internal error" not in err, err
+    code, out, _ = run(capsys, *argv, "--format", "json")
+    d = json.loads(out)
+    assert d["ranked"] and all(r["layout"]["sp"] for r in d["ranked"] if r["layout"]["tp"] > 1)
+    assert any("add --sp" in r["reason"] for r in d["rejected"])
+
+
 def test_megatron_pipeline_stage_activations_by_hand():
     """A 4-layer GPT (h = 256, 4 heads, GELU 4h, LayerNorm, s = 128) on 2 stages, 4
     micro-batches of 1, dropout on, unfused attention: stage 0 holds min(m, p) = 2

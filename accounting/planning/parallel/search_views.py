@@ -14,8 +14,10 @@ SHOWN = 20
 
 
 def _stage(zero: int, dp: int, s: Search) -> str:
+    if dp == 1:  # no sharding stage; a stack's engines need not hold 0 (torchtitan: 2, 3)
+        return "-"
     engine = ZERO_STAGES[zero][1] if s.stack.stack.torch_engines else s.stack.stack.engines[zero]
-    return "-" if dp == 1 else f"{zero} ({engine})"
+    return f"{zero} ({engine})"
 
 
 def ranked_table(s: Search) -> Table:
