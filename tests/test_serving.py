@@ -184,20 +184,22 @@ def test_longest_context_and_text_answer(capsys):
     assert "MFU 0.5" in out and "bandwidth efficiency 0.8" in out
 
 
-def test_a_serving_plan_is_quick():
-    # issue 29: a serving plan under 0.5 s (benchmarks/bench_serve.py measures the median);
-    # DeepSeek-V3 (61 layers, 256 experts) from a cold ledger, the slowest case there
-    import time
+def test_a_second_serving_plan_reuses_the_symbolic_ledger():
+    """Issue 29's speed goal (a serving plan under 0.5 s) is a benchmark's median
+    (benchmarks/bench_serve.py), not a timed test (a loaded machine fails any wall-clock
+    bound). What makes a plan quick is checked here, deterministically: the ledger is
+    symbolic in T, so serving DeepSeek-V3 (61 layers, 256 experts) at another context
+    builds nothing again (the caches' misses stay where the first plan left them)."""
     from accounting.ledger import ledger
     c = get_preset("deepseek-ai/DeepSeek-V3")
-    # issue 39: the measured kernel tables are read once per process (like an import);
-    # read them first, then time a plan from a cold ledger
-    serve(c, get_scheme("fp8-block"), gpu="H200", tp=8, ctx=4096)
     ledger.ledger.cache_clear()
     ledger.unfolded_ledger.cache_clear()
-    t0 = time.perf_counter()
+    serve(c, get_scheme("fp8-block"), gpu="H200", tp=8, ctx=4096)
+    first = (ledger.ledger.cache_info().misses, ledger.unfolded_ledger.cache_info().misses)
+    assert first[0] >= 1  # the first plan built it
     serve(c, get_scheme("fp8-block"), gpu="H200", tp=8, ctx=8192)
-    assert time.perf_counter() - t0 < 0.5
+    assert (ledger.ledger.cache_info().misses,
+            ledger.unfolded_ledger.cache_info().misses) == first
 
 
 def test_weights_alone_too_big_says_by_how_much():
