@@ -9,17 +9,13 @@ Goals (issue 39): a plan with its time under 1 s; `--search` on 4,096 GPUs under
 from __future__ import annotations
 
 import argparse
-import os
-import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.runner import byte_compile  # noqa: E402
+from benchmarks.runner import goals  # noqa: E402
 
 CASES = (
     (("plan", "meta-llama/Llama-3.1-8B", "--gpu", "H100", "--ctx", "8192", "--batch", "2",
@@ -35,24 +31,7 @@ CASES = (
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--runs", type=int, default=5)
-    n = p.parse_args().runs
-    byte_compile()
-    print(f"python -m accounting ... timed from measured kernels: median of {n} runs, "
-          f"{os.cpu_count()} CPUs")
-    print(f"{'case':<120} {'median':>8} {'min':>8} {'max':>8}  goal")
-    missed = 0
-    for case, goal in CASES:
-        times = []
-        for _ in range(n):
-            t0 = time.perf_counter()
-            subprocess.run([sys.executable, "-m", "accounting", *case], check=True,
-                           stdout=subprocess.DEVNULL, cwd=ROOT)
-            times.append(time.perf_counter() - t0)
-        med = statistics.median(times)
-        missed += med > goal
-        print(f"{' '.join(case):<120} {med:>7.3f}s {min(times):>7.3f}s {max(times):>7.3f}s  "
-              f"≤ {goal:g} s {'met' if med <= goal else 'MISSED'}")
-    print("every goal met" if not missed else f"{missed} goal(s) missed")
+    goals("... timed from measured kernels", CASES, p.parse_args().runs, 120)
 
 
 if __name__ == "__main__":

@@ -147,3 +147,25 @@ def python(*args: str) -> list[str]:
 def machine() -> str:
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     return f"{os.cpu_count()} CPUs, load average {load:.2f} at the end"
+
+
+def goals(title: str, cases, runs: int, width: int) -> int:
+    """Each case (CLI arguments, goal in seconds) run `runs` times in a fresh interpreter;
+    prints the median, min and max beside the goal; returns how many goals were missed."""
+    byte_compile()
+    print(f"python -m accounting {title}: median of {runs} runs, {os.cpu_count()} CPUs")
+    print(f"{'case':<{width}} {'median':>8} {'min':>8} {'max':>8}  goal")
+    missed = 0
+    for case, goal in cases:
+        times = []
+        for _ in range(runs):
+            t0 = time.perf_counter()
+            subprocess.run([sys.executable, "-m", "accounting", *case], check=True,
+                           stdout=subprocess.DEVNULL, cwd=ROOT)
+            times.append(time.perf_counter() - t0)
+        med = statistics.median(times)
+        missed += med > goal
+        print(f"{' '.join(case):<{width}} {med:>7.3f}s {min(times):>7.3f}s {max(times):>7.3f}s  "
+              f"≤ {goal:g} s {'met' if med <= goal else 'MISSED'}")
+    print("every goal met" if not missed else f"{missed} goal(s) missed")
+    return missed
