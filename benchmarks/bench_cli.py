@@ -35,6 +35,10 @@ CASES = (
     ("gpt2-xl", "--compare-formulas"),
     ("openai-community/gpt2-xl", "--compare-formulas", "--format", "json"),
     ("meta-llama/Llama-3.1-8B", "--compare-formulas", "--ctx", "8192"),
+    # the layer cap --help states (10,000): the analytic path stays instant at the bound
+    # (was a 3 s wall-clock assert in tests/test_hostile_limits.py, which failed under load)
+    ("--vocab-size", "100", "--context-length", "64", "--d-model", "64", "--num-heads", "4",
+     "--d-ff", "128", "--num-layers", "10000", "--format", "json"),
 )
 
 

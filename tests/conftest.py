@@ -42,3 +42,17 @@ def _no_hub(monkeypatch):
     hub (issue 42): the tests never reach the network, so the hub is offline unless a test
     starts its stand-in (tests/hub_server.py, tests/test_hub.py)."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+@pytest.fixture
+def no_ledger(monkeypatch):
+    """A refusal must come before the work: building any ledger fails the test (the cached
+    ledgers are cleared first, so a cache hit cannot hide one). Deterministic, where a wall-clock
+    bound was not (it failed on a loaded machine)."""
+    from accounting.ledger import ledger as L
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("a ledger was built before the input was refused")
+    L.ledger.cache_clear()
+    L.unfolded_ledger.cache_clear()
+    monkeypatch.setattr(L, "_build", forbidden)

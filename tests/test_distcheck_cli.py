@@ -50,12 +50,12 @@ def test_json_target_is_checked_before_any_work(capsys, tmp_path, no_work, what)
     /dev/full, a missing folder), or the run hung on the FIFO waiting for a reader."""
     target = _targets(tmp_path)[what]
     before = sorted(os.listdir(tmp_path))
-    start = time.perf_counter()
     code = distcheck.main(["--json", target])
     out, err = capsys.readouterr()
     assert code == 2 and out == "", (code, err)
     assert err.count("\n") == 1 and err.startswith("accounting: error: ") and "--json" in err, err
-    assert time.perf_counter() - start < 2
+    # "before any work" is the no_work fixture (the checks raise if they start), not a
+    # wall-clock bound (a 2 s bound failed under load)
     assert sorted(os.listdir(tmp_path)) == before
     assert stat.S_ISFIFO(os.stat(tmp_path / "fifo").st_mode)
 

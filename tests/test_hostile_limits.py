@@ -35,25 +35,25 @@ def _help(capsys) -> str:
 
 
 def one_line_error(capsys, argv, fragment):
-    start = time.perf_counter()
+    """Exit 2, one line. Each caller takes the no_ledger fixture: the refusal comes before any
+    ledger is built (a deterministic check; a 2 s wall-clock bound failed under load)."""
     code = main(argv)
     out, err = capsys.readouterr()
     assert code == 2 and out == "", (code, err[-500:])
     assert err.count("\n") == 1 and err.startswith("accounting: error: "), err
     assert fragment in err, err
-    assert time.perf_counter() - start < 2, "refused only after work"
 
 
 # ---- numbers past what the tool can handle -------------------------------------------------
 @pytest.mark.parametrize("fmt", ["json", "text", "csv"])
-def test_a_huge_capacity_factor_is_refused(capsys, fmt):
+def test_a_huge_capacity_factor_is_refused(capsys, no_ledger, fmt):
     """Was: --capacity-factor 1e300 --format json, exit 3 (OverflowError converting the
     per-token Fraction to a float for the JSON's 'approx')."""
     one_line_error(capsys, MOE + ["--capacity-factor", "1e300", "--format", fmt, "--no-verify"],
                    "moe_capacity_factor must be a positive finite number up to 10^18")
 
 
-def test_a_huge_capacity_factor_in_a_config_file(capsys, tmp_path):
+def test_a_huge_capacity_factor_in_a_config_file(capsys, no_ledger, tmp_path):
     path = tmp_path / "c.json"
     path.write_text(json.dumps({**TINY, "d_ff": 128, "num_experts": 4, "experts_per_token": 2,
                                 "moe_capacity_factor": 1e308}))
@@ -63,7 +63,7 @@ def test_a_huge_capacity_factor_in_a_config_file(capsys, tmp_path):
 
 @pytest.mark.parametrize("theta", [10**300, 10**400], ids=["1e300", "1e400"])
 @pytest.mark.parametrize("extra", [["--verify"], ["--no-verify"], ["--no-verify", "--format", "json"]])
-def test_a_huge_rope_theta_is_refused(capsys, tmp_path, theta, extra):
+def test_a_huge_rope_theta_is_refused(capsys, no_ledger, tmp_path, theta, extra):
     """Was: a JSON integer rope_theta of 10^300 with --verify, exit 3 (torch: 'int too big to
     convert'); 10^400 in the text output, exit 3 (f'{theta:g}')."""
     path = tmp_path / "c.json"
@@ -83,30 +83,27 @@ def test_the_largest_numbers_allowed_still_answer(capsys):
                        "--format", "json", "--no-verify"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["config"]["moe_capacity_factor"] == 10**18
-    start = time.perf_counter()
     assert main(["--vocab-size", "100", "--context-length", "64", "--d-model", "64",
                  "--num-heads", "4", "--d-ff", "128", "--num-layers", str(cap), "--format",
                  "json", "--no-verify"]) == 0
-    took = time.perf_counter() - start
     data = json.loads(capsys.readouterr().out)
     # the CS336 block by hand (RMSNorm, SwiGLU, RoPE, untied, no biases): Q, K, V, O 4·d², the
     # three SwiGLU matrices 3·d·d_ff, two RMSNorm gains 2·d; plus embedding and LM head
     # 2·V·d and the final norm's d
     V, d, f = 100, 64, 128
     assert data["parameters"]["total"] == 2 * V * d + d + cap * (4 * d * d + 3 * d * f + 2 * d)
-    assert took < 3, f"{cap:,} layers took {took:.1f} s (the analytic path is meant to be instant)"
+    # its speed ("the analytic path is meant to be instant") is a benchmark, not a timed
+    # test: benchmarks/bench_cli.py times the cap's layers (a 3 s bound failed under load)
 
 
 def test_too_many_layers_are_refused_at_once():
     """Was: --num-layers 10000000 ran 80 s and took 1.5 GB before answering. A fresh process,
     so that the run before the fix ends at the time bound instead of taking the suite."""
-    start = time.perf_counter()
     r = subprocess.run([sys.executable, "-m", "accounting", "gpt2-small", "--num-layers",
-                        "10000000", "--no-verify"], capture_output=True, timeout=20,
+                        "10000000", "--no-verify"], capture_output=True, timeout=120,
                        env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert r.returncode == 2 and r.stdout == b"", r.stderr[-500:]
     assert r.stderr == b"accounting: error: num_layers must be at most 10,000, got 10,000,000\n"
-    assert time.perf_counter() - start < 10
 
 
 # ---- signals: 128 + N, as --help says ------------------------------------------------------
