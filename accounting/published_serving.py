@@ -110,6 +110,8 @@ RUNS: tuple[ServedRun, ...] = (
     _q8("Qwen3-8B, BS 4", VLLM, "0.11.0", 4, 64.00, 7.38),
     _q8("Qwen3-8B, BS 8", VLLM, "0.11.0", 8, 74.57, 7.71),
     _q8("Qwen3-8B, BS 4", SGLANG, "0.5.3.post3", 4, 27.70, 7.19),
+    # Qwen/Qwen3-8B-FP8: "fine-grained fp8 quantization with block size of 128" (its model
+    # card; quantization_config weight_block_size [128, 128]): served as fp8-block
     _q8("Qwen3-8B-FP8, BS 4", SGLANG, "0.5.3.post3", 4, 39.66, 5.65, "fp8-block", FP8_BLOCK),
     _l70("Llama-3.1-70B, 1000/1000, C 1", 610, 422, 1, 131.61, 18.63),
     _l70("Llama-3.1-70B, 8000/1000, C 1", 4194, 422, 1, 395.25, 18.80),
