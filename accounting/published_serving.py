@@ -37,6 +37,12 @@ COOKBOOK_QWEN3 = (
     "Qwen3-235B-A22B-Instruct-2507 on 8 B200, TP 8, SGLang 0.5.6; `sglang.bench_serving` "
     "random dataset, the means from its printed totals")
 
+MUSGRAVE_A100 = (
+    "johnmusgrave.com/p/vllm-throughput-latency-sweep-on (read 2026-11): one A100 40GB, vLLM "
+    "0.23.0 at its defaults, Llama-3.1-8B-Instruct bf16, `vllm bench serve` random 1,024 "
+    "input and 128 output tokens (--ignore-eos); \"decode at one request per time runs at "
+    "about 75 tokens/sec\": TPOT 1,000 / 75 ms, as rounded there")
+
 # model shapes beyond the presets, as flags of `serve` (the models' config.json values)
 QWEN3_8B = ("Qwen/Qwen3-8B",)
 LLAMA31_70B = ("meta-llama/Llama-3.1-8B", "--num-layers", "80", "--d-model", "8192",
@@ -65,7 +71,7 @@ class ServedRun:
     prompt: int  # mean input tokens per request
     output: int  # mean output tokens per request
     concurrency: int  # the client's --max-concurrency
-    ttft_ms: float  # measured mean TTFT
+    ttft_ms: float | None  # measured mean TTFT (None: not published)
     tpot_ms: float  # measured mean TPOT (excluding the first token)
     source: str
     note: str = ""
@@ -113,6 +119,9 @@ RUNS: tuple[ServedRun, ...] = (
     # Qwen/Qwen3-8B-FP8: "fine-grained fp8 quantization with block size of 128" (its model
     # card; quantization_config weight_block_size [128, 128]): served as fp8-block
     _q8("Qwen3-8B-FP8, BS 4", SGLANG, "0.5.3.post3", 4, 39.66, 5.65, "fp8-block", FP8_BLOCK),
+    ServedRun("Llama-3.1-8B, 1024/128, C 1", ("meta-llama/Llama-3.1-8B",), "A100-40GB", 1,
+              VLLM, "0.23.0", "bf16", 1024, 128, 1, None, round(1000 / 75, 2), MUSGRAVE_A100,
+              "≈: the source rounds to 75 tokens/s; no aiconfigurator-core table for this GPU"),
     _l70("Llama-3.1-70B, 1000/1000, C 1", 610, 422, 1, 131.61, 18.63),
     _l70("Llama-3.1-70B, 8000/1000, C 1", 4194, 422, 1, 395.25, 18.80),
     _l70("Llama-3.1-70B, 1000/1000, C 16", 496, 510, 16, 264.84, 26.09, MIXED),

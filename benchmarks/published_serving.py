@@ -46,13 +46,16 @@ def table() -> str:
         ref = sources.setdefault(r.source, len(sources) + 1)
         head = (f"| {r.name} | {r.engine} {r.release} | {r.tp} × {r.gpu} | {r.weights} "
                 f"| {r.prompt:,} / {r.output:,} | {r.concurrency} ")
+        measured_ttft = "–" if r.ttft_ms is None else f"{r.ttft_ms:,.1f}"
         if p.tpot_ms is None:
-            rows.append(head + f"| {r.ttft_ms:,.1f} | – | – | {r.tpot_ms:.2f} | – | – | – "
+            rows.append(head + f"| {measured_ttft} | – | – | {r.tpot_ms:.2f} | – | – | – "
                         f"| not planned: {p.problem} | [{ref}] |")
             continue
         t_ratio = p.tpot_ms / r.tpot_ms
         tpot_all.append(t_ratio)
-        if r.concurrency == 1:
+        if r.ttft_ms is None:
+            f_cell = "–"
+        elif r.concurrency == 1:
             f_ratio = p.ttft_ms / r.ttft_ms
             ttft.append(f_ratio)
             f_cell = f"{f_ratio:.2f}"
@@ -64,7 +67,7 @@ def table() -> str:
             mixed.append(m / r.tpot_ms)
         if not r.note:
             tpot_clean.append(t_ratio)
-        rows.append(head + f"| {r.ttft_ms:,.1f} | {p.ttft_ms:,.1f} | {f_cell} | {r.tpot_ms:.2f} "
+        rows.append(head + f"| {measured_ttft} | {p.ttft_ms:,.1f} | {f_cell} | {r.tpot_ms:.2f} "
                     f"| {p.tpot_ms:.2f} | {t_ratio:.2f} | {m_cell} "
                     f"| {p.source}{'; ' + r.note if r.note else ''} | [{ref}] |")
     header = ("| run | engine | GPUs | weights | mean in / out tokens | concurrency "

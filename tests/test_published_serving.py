@@ -29,6 +29,7 @@ def _run(name: str, engine: str) -> ServedRun:
 def test_at_least_ten_published_serving_runs_of_two_engines_each_cited():
     assert len(RUNS) >= 10
     assert {r.engine for r in RUNS} == {engines.VLLM, engines.SGLANG}
+    assert all(sum(r.engine == e for r in RUNS) >= 5 for e in (engines.VLLM, engines.SGLANG))
     assert all(r.source and r.prompt > 0 and r.output > 1 and r.concurrency >= 1 for r in RUNS)
     assert len({(r.name, r.engine) for r in RUNS}) == len(RUNS)  # no row twice
 
