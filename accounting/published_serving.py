@@ -50,8 +50,10 @@ LLAMA31_70B = ("meta-llama/Llama-3.1-8B", "--num-layers", "80", "--d-model", "81
 QWEN3_235B = ("Qwen/Qwen3-30B-A3B", "--num-layers", "94", "--d-model", "4096",
               "--num-heads", "64", "--num-kv-heads", "4", "--moe-d-ff", "1536")
 
-FP8_BLOCK = ("fp8 block-scaled weights: the fp8-block GEMM table at small M is under review "
-             "(it reads ~85 µs for any M ≤ 32 on H200)")
+# SGLang's fp8-block table (sglang_deepgemm_gemm_nt_f8f8bf16) times this row; vLLM's
+# (DeepGemmFp8BlockScaledMMKernel) reads 85-98 µs for a 4,096² GEMM at any M up to 256 on
+# H100/H200, under review elsewhere: no vLLM fp8-block row here checks it
+FP8_BLOCK = "fp8 block-scaled weights: SGLang's fp8-block GEMM table"
 # the ledger's expert record is one GEMM of all routed tokens (M = B·T·k) against one
 # expert's weights, so its time reads one expert's weights where a decode step reads
 # E·(1 − (1 − k/E)^B) experts' (docs/serving_times.md, "What the ratios say")
