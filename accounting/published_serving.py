@@ -54,10 +54,11 @@ QWEN3_235B = ("Qwen/Qwen3-30B-A3B", "--num-layers", "94", "--d-model", "4096",
 # (DeepGemmFp8BlockScaledMMKernel) reads 85-98 µs for a 4,096² GEMM at any M up to 256 on
 # H100/H200, under review elsewhere: no vLLM fp8-block row here checks it
 FP8_BLOCK = "fp8 block-scaled weights: SGLang's fp8-block GEMM table"
-# the ledger's expert record is one GEMM of all routed tokens (M = B·T·k) against one
-# expert's weights, so its time reads one expert's weights where a decode step reads
+# the routed experts: from aiconfigurator-core's MoE table where the timing reads one (issue
+# 39, Must 1); else the ledger's expert record, one GEMM of all routed tokens (M = B·T·k)
+# against one expert's weights, reads one expert's weights where a decode step reads
 # E·(1 − (1 − k/E)^B) experts' (docs/serving_times.md, "What the ratios say")
-MOE = "MoE: the experts' GEMMs timed as one dense GEMM (one expert's weights read)"
+MOE = "MoE: the routed experts from the MoE table where read, else as one dense GEMM"
 MIXED = "the others' prefills run between this request's decode steps"
 
 
