@@ -34,6 +34,29 @@ def test_at_least_ten_published_serving_runs_of_two_engines_each_cited():
     assert len({(r.name, r.engine) for r in RUNS}) == len(RUNS)  # no row twice
 
 
+def _params(model: tuple[str, ...]) -> tuple[int, int]:
+    """(total, active) parameters of a row's model: its preset with its field flags."""
+    import dataclasses
+
+    from accounting.analysis import arguments as A
+    from accounting.analysis.workload import analyze
+    from accounting.ledger import records as R
+    flags = dict(zip(model[1::2], model[2::2]))
+    fields = {k.removeprefix("--").replace("-", "_"): int(v) for k, v in flags.items()}
+    a = analyze(dataclasses.replace(A.config(model[0]), **fields), 8, 1, R.FORWARD, R.USEFUL)
+    return a.param_count, a.active_param_count
+
+
+def test_the_rows_model_flags_give_the_published_sizes():
+    # Qwen3-235B-A22B's model card: "235B in total and 22B activated"; Llama-3.1-70B: 70.6B
+    # parameters (its Hugging Face page, the safetensors count)
+    from accounting import published_serving as P
+    total, active = _params(P.QWEN3_235B)
+    assert (round(total / 1e9), round(active / 1e9)) == (235, 22)
+    total, _ = _params(P.LLAMA31_70B)
+    assert round(total / 1e9, 1) == 70.6
+
+
 def test_the_decode_step_is_timed_at_the_mean_key_length():
     # the Qwen3-8B rows: ShareGPT's 23,260 input and 22,061 output tokens over 100 requests
     # (the source's printed totals): means 233 and 221 (rounded), the step at 233 + 110
