@@ -42,6 +42,7 @@ server_args.py, ServerArgs._handle_gpu_memory_settings):
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Callable
@@ -228,7 +229,10 @@ def get_engine(engine: str, version: str | None = None) -> Engine:
     if key not in REGISTRY:
         # a release inside a record's range: the latest record at or before it
         known = sorted(versions(engine), key=_release)
-        before = [k for k in known if _release(k) <= _release(v)] if _parses(v) else []
+        # a post-release ("0.5.3.post3", PEP 440: after 0.5.3, SGLang's own version strings)
+        # is inside its release's range
+        base = re.sub(r"\.post\d+$", "", v)
+        before = [k for k in known if _release(k) <= _release(base)] if _parses(base) else []
         if not before:
             raise UsageError(f"unknown --engine-version {shorten(version)} for {engine}; choose one "
                              f"of {', '.join(known)} (or a later release)")

@@ -98,10 +98,13 @@ def answer(p: ServePlan) -> Table:
         were = "" if b.pool_bytes > 0 else " were it to fit"
         seqs = f"{grouped(t.batch)} sequence{'s' if t.batch != 1 else ''}"
         if t.kernels is not None:  # issue 39: op by op from the engine's measured kernels
+            # "roofline": no table for this GPU (or the package absent), timing/ops.py's
+            # roofline fallback; it was labelled "roofline: vllm's measured tables"
+            where = (f"{p.engine}'s measured tables" if t.timing_source == "kernels"
+                     else "no measured tables for this GPU")
             lines.append(_line("TTFT", f"{_ms(t.ttft_seconds)} for a {grouped(t.prompt)}-token "
-                                       f"prompt ({t.timing_source}: {p.engine}'s measured "
-                                       f"tables, chunks of {grouped(p.max_num_batched_tokens)})"
-                                       f"{were}"))
+                                       f"prompt ({t.timing_source}: {where}, chunks of "
+                                       f"{grouped(p.max_num_batched_tokens)}){were}"))
             lines.append(_line("TPOT", f"{_ms(t.tpot_seconds)} per step of {seqs} at t = "
                                        f"{grouped(t.position)} ({t.timing_source}){were}"))
         else:
