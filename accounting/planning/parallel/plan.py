@@ -274,13 +274,13 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
                          f"megatron fp8-te and fp8-te-current)")
     if stack.stack.megatron_core:  # TE's fp8 (--fp8-format hybrid) or bf16: the run's ledger
         stack = replace(stack, fp8=precision.fp8)
-    source, predicted = "mfu", None
+    source, predicted, shares = "mfu", None, ()
     if mfu is None and mfu_scope == COMPUTE and finetune is None:  # issue 39: op by op
         from accounting.planning.kernel_time import kernel_rate
         predicted = kernel_rate(config, precision, layout.recompute, seq // layout.cp,
                                 layout.micro_batch, layout.tp, hardware)
     if predicted is not None:
-        u, source = predicted
+        u, source, shares = predicted
     else:
         u = check_mfu("0.5" if mfu is None else mfu)
     m = exact(margin, names.arg("margin"))
@@ -326,7 +326,7 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
             from accounting.planning.kernel_time import collective_timer
             timer = collective_timer(hardware)
         time = step_time(layout, [s.flops for s in plans], [list(s.collectives) for s in plans],
-                         hardware.peak_flops, u, net, timer)
+                         hardware.peak_flops, u, net, timer, stack.stack.overlap, shares)
         if source == "kernels":  # the update by the bytes it moves (memory-bound)
             from accounting.planning.kernel_time import optimizer_seconds
             time = replace(time, optimizer=max(optimizer_seconds(
