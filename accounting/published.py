@@ -14,6 +14,7 @@ A run names its stack by the stack record's name (planning/parallel/stacks.py).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fractions import Fraction
 
 from accounting.planning.optimizers import DEFAULT_OPTIMIZER, OPTIMIZERS
 from accounting.planning.parallel.stacks import MEGATRON, TORCHTITAN
@@ -123,6 +124,33 @@ RUNS: tuple[Run, ...] = (
         ("--tp", "4", "--pp", "4", "--virtual-stages", "20", "--micro-batch", "1", "--zero",
          "1", "--sp"), "fp8-te", "none", MEGATRON, 1707, NEMO),
 )
+
+
+# the done-when run's hardware as torchtitan's benchmark page states it (TT_H100): "96GB
+# HBM2e with 2.4 TB/sec peak memory bandwidth", "the default 500W power limit", and (its
+# footnote 2) "the actual peak TFLOPs number is between SXM and NVL"; "the 1D Llama 3.1 8B
+# model training on 8 or 128 H100 GPUs without Float8 achieves 33% to 39% MFU" (33% eager)
+TT_H100_BANDWIDTH_TBS = Fraction(24, 10)
+TT_H100_MFU = Fraction(33, 100)
+# H100 NVL, bf16 dense: NVIDIA's H100 datasheet gives 1,671 TFLOPS with sparsity (half dense)
+H100_NVL_BF16_TFLOPS = Fraction(1671, 2)
+
+
+def done_when() -> tuple[Run, dict, list]:
+    """Issue 39's done-when run (the first of Table 1) planned: (run, .step_time, .utilization
+    with the measured throughput)."""
+    import contextlib
+    import io
+    import json
+
+    from accounting.cli.main import main
+    run = next(r for r in RUNS if r.name.startswith("8B, 8 GPUs, FSDP, b 2"))
+    out = io.StringIO()
+    argv = run.argv() + ["--measured-tokens-per-s", str(run.measured * run.gpus)]
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        main(argv)
+    d = json.loads(out.getvalue())
+    return run, d["step_time"], d["utilization"]
 
 
 def predict(run: Run) -> tuple[float | None, str, str]:

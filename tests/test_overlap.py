@@ -139,3 +139,28 @@ def test_stacks_carry_their_rules_into_the_json(capsys):
 
 def _exact(d: dict) -> Fraction:
     return Fraction(d["numerator"], d["denominator"])
+
+
+def test_context_parallel_rank_is_timed_as_its_share_of_the_whole_sequence(capsys):
+    # a CP rank runs exactly 1/cp of the sequence's FLOPs (T/cp tokens through every linear,
+    # 1/cp of the causal pairs: step.stage_flops), so each kind of its compute is 1/cp of a
+    # whole T-token micro-batch's. Timing the rank as a T/cp-token sequence (the old rule)
+    # gave the attention (cp times more pairs than (T/cp)²) the GEMM-heavy mix's rate:
+    # 4.9 s of "GEMMs" for the 8B at 128k on 4 ranks, against 1.76 s at the ranks' tokens.
+    from accounting.cli.main import main
+    pytest.importorskip("pyarrow")
+    from accounting.timing import tables
+    if tables.system_of("H100-SXM") is None:
+        pytest.skip("aiconfigurator-core's tables are not installed (pip install -e '.[time]')")
+
+    def breakdown(*argv):
+        code = main(["plan", "meta-llama/Llama-3.2-1B", "--gpu", "H100", "--ctx", "16384",
+                     "--attention", "sdpa", *argv, "--format", "json"])
+        assert code == 0
+        st = json.loads(capsys.readouterr().out)["step_time"]
+        assert st["source"] == "kernels"
+        return {k: _exact(v) for k, v in st["breakdown_seconds"].items()}
+    whole = breakdown("--gpus", "2", "--batch", "2")  # dp 2: a whole sequence per rank
+    ring = breakdown("--gpus", "2", "--cp", "2", "--batch", "1")  # half of one per rank
+    for kind in ("GEMMs", "attention", "memory-bound"):
+        assert ring[kind] == whole[kind] / 2, kind

@@ -277,7 +277,10 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
     source, predicted, shares = "mfu", None, ()
     if mfu is None and mfu_scope == COMPUTE and finetune is None:  # issue 39: op by op
         from accounting.planning.kernel_time import kernel_rate
-        predicted = kernel_rate(config, precision, layout.recompute, seq // layout.cp,
+        # at the whole sequence: a CP rank runs 1/cp of each kind of its work (stage_flops),
+        # so the whole sequence's mix of GEMMs and attention sets its rate (a T/cp-token
+        # sequence has cp times too few attention pairs for that mix)
+        predicted = kernel_rate(config, precision, layout.recompute, seq,
                                 layout.micro_batch, layout.tp, hardware)
     if predicted is not None:
         u, source, shares = predicted
