@@ -133,7 +133,15 @@ def collective_timer(hw):
     system = tables.system_of(_gpu_name(hw))
     if system is None:
         return None
+    return _system_timer(system)
 
+
+@lru_cache(maxsize=16)
+def _system_timer(system: str):
+    """One timer per system, remembering each collective it timed (a search plans the same
+    collectives for many layouts)."""
+
+    @lru_cache(maxsize=8192)
     def seconds(c) -> Fraction | None:
         op = _NCCL_OPS.get(c.op)
         if op is None or c.calls <= 0:
@@ -151,6 +159,15 @@ def optimizer_seconds(elements: int, precision, optimizer: str, hw) -> Fraction:
     """A rank's optimizer step over the `elements` it updates, as the bytes its update moves
     (the optimizer record's update_bytes) at the measured share of the bandwidth: the update is
     memory-bound, never at a FLOP rate."""
-    mach = machine(hw, _gpu_name(hw), compute=precision.compute)
+    return elements * _seconds_per_element(precision, optimizer, _gpu_name(hw), hw.name,
+                                           Fraction(hw.peak_flops), Fraction(hw.bandwidth))
+
+
+@lru_cache(maxsize=64)
+def _seconds_per_element(precision, optimizer: str, gpu: str | None, name: str,
+                         peak: Fraction, bandwidth: Fraction) -> Fraction:
+    """The update's seconds per element on one GPU (a search asks per layout and stage)."""
+    hw = Hardware(name, None, peak, bandwidth, "", None)
+    mach = machine(hw, gpu, compute=precision.compute)
     rate, _, _ = mach.memory_rate()
-    return Fraction(elements * get_optimizer(optimizer).update_bytes(precision)) / rate
+    return Fraction(get_optimizer(optimizer).update_bytes(precision)) / rate
