@@ -164,3 +164,31 @@ def test_context_parallel_rank_is_timed_as_its_share_of_the_whole_sequence(capsy
     ring = breakdown("--gpus", "2", "--cp", "2", "--batch", "1")  # half of one per rank
     for kind in ("GEMMs", "attention", "memory-bound"):
         assert ring[kind] == whole[kind] / 2, kind
+
+
+def test_torchtitan_pipeline_gathers_and_reduces_each_unit_once_a_step(capsys):
+    # torch.distributed.pipelining (stage.py, _PipelineStageBase.backward_maybe_with_nosync)
+    # sets set_reshard_after_backward(False) and set_requires_gradient_sync(False) for every
+    # micro-batch and runs each FSDP unit's post_backward once, at the last; torchtitan keeps
+    # the parameters gathered from the forward (reshard_after_forward = not pp_enabled). So
+    # with pp 2 and m = 4 micro-batches, a stage of 16 blocks gathers and reduce-scatters
+    # each block once a step (16 calls, not 4 × 16), and never gathers again in the backward
+    from accounting.cli.main import main
+    code = main(["plan", "meta-llama/Llama-3.1-8B", "--gpus", "16", "--pp", "2", "--zero", "3",
+                 "--batch", "32", "--micro-batch", "1", "--ctx", "4096", "--stack", "torchtitan",
+                 "--gpu", "H100", "--mfu", "0.4", "--format", "json"])
+    assert code == 0
+    d = json.loads(capsys.readouterr().out)
+    dp = [c for c in d["stages"][0]["collectives"] if c["group"] == "data parallel"]
+    blocks = {(c["op"], c["phase"]): c["calls"] for c in dp if "blocks" in c["what"]}
+    assert blocks == {("all-gather", "forward"): 16, ("reduce-scatter", "backward"): 16}
+    # the torch stack's FSDP2 under the same layout reduces after every micro-batch (its
+    # default, checked on torch.distributed by accounting/distcheck)
+    code = main(["plan", "meta-llama/Llama-3.1-8B", "--gpus", "16", "--pp", "2", "--zero", "3",
+                 "--batch", "32", "--micro-batch", "1", "--ctx", "4096", "--gpu", "H100",
+                 "--mfu", "0.4", "--attention", "sdpa", "--format", "json"])
+    assert code == 0
+    d = json.loads(capsys.readouterr().out)
+    rs = next(c for c in d["stages"][0]["collectives"]
+              if c["op"] == "reduce-scatter" and "blocks" in c["what"])
+    assert rs["calls"] == 4 * 16

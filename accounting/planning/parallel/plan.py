@@ -134,7 +134,7 @@ def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage:
         items = OF.apply(items, offload, stack.stack)
         return _finish(sp, layout, precision, seq, stage, layers, kinds, units, st, items,
                        acts, values, tp_rank, W16 if stack.stack.fsdp2_bf16 else None,
-                       counting)
+                       counting, once_per_step=stack.stack.pp_keeps_unsharded and layout.pp > 1)
     lora = None if finetune is None else LS.split_states(units, dl, st.dp_rank, finetune)
     if lora is not None:
         items = LS.state_items(finetune, units, dl, st.dp_rank, optimizer)
@@ -189,7 +189,7 @@ def _finish(sp: Split, layout: Layout, p: Precision, seq: int, stage: int, layer
             units, st: States, items: list[Item], acts: A.StageActivations,
             values: dict[str, int], tp_rank: int, gather_bytes: int | None = None,
             counting: str = EXECUTED, update: int | None = None,
-            lora: LS.Parts | None = None) -> StagePlan:
+            lora: LS.Parts | None = None, once_per_step: bool = False) -> StagePlan:
     """The stage's communication and FLOPs, beside its memory items (`gather_bytes`: what
     FSDP2 gathers per element, when not the master's: bf16 under torchtitan's policy)."""
     c = sp.config
@@ -205,7 +205,7 @@ def _finish(sp: Split, layout: Layout, p: Precision, seq: int, stage: int, layer
              + C.context_parallel(layout, len(layers), layout.micro_batch, seq,
                                   -(-c.kv_heads // layout.tp) * c.d_k, act_bytes)
              + (C.data_parallel(dl, st, p, buf, gather_bytes or p.master_bytes,
-                                fp8_gathered(sp, p)) if lora is None
+                                fp8_gathered(sp, p), once_per_step) if lora is None
                 else LS.collectives(dl, p, lora, buf)))
     if dict(sp.ledger.tied) and layout.pp > 1 and stage in (0, layout.pp - 1):
         table = next(t for t in sp.tensors if t.place == FIRST and t.matmul_weight)

@@ -232,15 +232,15 @@ def _data_parallel_exposed(rule: str, timed: list, m: int, forward: Fraction,
     if rule == OV.BUCKETS:  # the last micro-batch's backward hides all but the last bucket
         tail = max((t / c.calls for c, t in rest if c.phase == BACKWARD), default=Fraction(0))
         return step + fwd + (max(tail, bwd - backward) if bwd else Fraction(0))
-    # PREFETCH, per micro-batch: the first all-gather and the last reduce-scatter exposed,
-    # the rest hidden under its pass's compute where shorter than it
-    first = max((t / c.calls for c, t in rest if c.phase != BACKWARD and c.op == ALL_GATHER),
-                default=Fraction(0))
-    last = max((t / c.calls for c, t in rest if c.op == REDUCE_SCATTER), default=Fraction(0))
-    f, b = fwd / m, bwd / m
-    per = (first + last + max(Fraction(0), f - first - forward)
-           + max(Fraction(0), b - last - backward))
-    return step + m * per
+    # PREFETCH: the first all-gather and the last reduce-scatter exposed each time they run
+    # (every micro-batch, or once a step where the unit stays gathered: comms.data_parallel's
+    # once_per_step), the rest hidden under its pass's compute where shorter than it
+    gathers = [(c, t) for c, t in rest if c.phase != BACKWARD and c.op == ALL_GATHER]
+    scatters = [(c, t) for c, t in rest if c.op == REDUCE_SCATTER]
+    first = max(gathers, key=lambda ct: ct[1] / ct[0].calls)[1] if gathers else Fraction(0)
+    last = max(scatters, key=lambda ct: ct[1] / ct[0].calls)[1] if scatters else Fraction(0)
+    return (step + first + last + max(Fraction(0), fwd - first - m * forward)
+            + max(Fraction(0), bwd - last - m * backward))
 
 
 def step_time(layout: Layout, flops: list[StageFlops], comms: list[list[Collective]],
