@@ -14,10 +14,14 @@ Time (assumptions, printed with the plan):
   * 1F1B: m + p − 1 micro-batch slots on the critical path of the slowest stage, so the
     bubble — the share of a step a stage idles — is (p − 1)/(m + p − 1) (Narayanan et al.
     2021, §2.2);
-  * tensor-parallel collectives, pipeline sends and expert-parallel all-to-alls (the
-    experts wait for their tokens) sit on that critical path (not overlapped);
-    data-parallel collectives (DDP's all-reduce, FSDP's gathers and reduce-scatters, the
-    expert-data-parallel ones too) overlap with compute and show only where longer than it;
+  * what overlaps is the stack's rule (overlap.py, each read from the stack's source):
+    tensor-parallel collectives, pipeline sends and expert-parallel all-to-alls (the
+    experts wait for their tokens) sit on that critical path; a context-parallel ring's
+    exchange only where it outlasts the micro-batch's attention; data-parallel collectives
+    (the expert-data-parallel ones too) by the engine's rule: DDP's last bucket, FSDP2's
+    first all-gather and last reduce-scatter, or all of them (DeepSpeed below ZeRO-3,
+    Megatron-Core's defaults); without a rule (step_time's overlap None) they hide under
+    the whole critical path, the old assumption;
   * each collective moves its ring traffic (comms.Collective.traffic) at the per-GPU,
     per-direction bandwidth of the slowest link its group spans: NVLink inside a node,
     the network between nodes.
