@@ -14,6 +14,7 @@ A run names its stack by the stack record's name (planning/parallel/stacks.py).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fractions import Fraction
 
 from accounting.planning.optimizers import DEFAULT_OPTIMIZER, OPTIMIZERS
 from accounting.planning.parallel.stacks import MEGATRON, TORCHTITAN
@@ -94,12 +95,15 @@ RUNS: tuple[Run, ...] = (
     _tt("70B, 256 GPUs, FSDP 32 TP 8 + async TP (Table 4)", LLAMA31_70B, 256, 8192, 512,
         FSDP + ("--tp", "8", "--sp", "--micro-batch", "16"), "fp8-torchao", "full", 876,
         "compiled; async TP (not modelled)"),
+    # Table 5's local batch of 32 in as many micro-batches as pipeline stages, torchtitan's
+    # default then: n_microbatches = pipeline_parallel_microbatches or pipeline_parallel_degree
+    # (torchtitan/parallelisms/pipelining_utils.py build_pipeline_schedule, 2024): 8 of 4
     _tt("405B, 512 GPUs, FSDP 8 TP 8 PP 8, 1F1B (Table 5)", LLAMA31_405B, 512, 8192, 256,
-        FSDP + ("--tp", "8", "--sp", "--pp", "8", "--micro-batch", "1"), "fp8-torchao", "full", 100,
-        "compiled; async TP"),
+        FSDP + ("--tp", "8", "--sp", "--pp", "8", "--micro-batch", "4"), "fp8-torchao", "full", 100,
+        "compiled; async TP; m = pp = 8 micro-batches"),
     _tt("405B, 512 GPUs, interleaved 1F1B (Table 5)", LLAMA31_405B, 512, 8192, 256,
-        FSDP + ("--tp", "8", "--sp", "--pp", "8", "--micro-batch", "1", "--virtual-stages", "2"),
-        "fp8-torchao", "full", 128, "compiled; async TP; interleaving degree assumed 2"),
+        FSDP + ("--tp", "8", "--sp", "--pp", "8", "--micro-batch", "4", "--virtual-stages", "2"),
+        "fp8-torchao", "full", 128, "compiled; async TP; m = 8; interleaving degree assumed 2"),
     _tt("8B, 64 A100, FSDP, b 1, selective layer", LLAMA31_8B, 64, 8192, 64,
         FSDP + ("--micro-batch", "1"), "bf16-mixed", "selective", 2904, gpu="A100",
         source=TT_A100),
@@ -123,6 +127,33 @@ RUNS: tuple[Run, ...] = (
         ("--tp", "4", "--pp", "4", "--virtual-stages", "20", "--micro-batch", "1", "--zero",
          "1", "--sp"), "fp8-te", "none", MEGATRON, 1707, NEMO),
 )
+
+
+# the done-when run's hardware as torchtitan's benchmark page states it (TT_H100): "96GB
+# HBM2e with 2.4 TB/sec peak memory bandwidth", "the default 500W power limit", and (its
+# footnote 2) "the actual peak TFLOPs number is between SXM and NVL"; "the 1D Llama 3.1 8B
+# model training on 8 or 128 H100 GPUs without Float8 achieves 33% to 39% MFU" (33% eager)
+TT_H100_BANDWIDTH_TBS = Fraction(24, 10)
+TT_H100_MFU = Fraction(33, 100)
+# H100 NVL, bf16 dense: NVIDIA's H100 datasheet gives 1,671 TFLOPS with sparsity (half dense)
+H100_NVL_BF16_TFLOPS = Fraction(1671, 2)
+
+
+def done_when() -> tuple[Run, dict, list]:
+    """Issue 39's done-when run (the first of Table 1) planned: (run, .step_time, .utilization
+    with the measured throughput)."""
+    import contextlib
+    import io
+    import json
+
+    from accounting.cli.main import main
+    run = next(r for r in RUNS if r.name.startswith("8B, 8 GPUs, FSDP, b 2"))
+    out = io.StringIO()
+    argv = run.argv() + ["--measured-tokens-per-s", str(run.measured * run.gpus)]
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        main(argv)
+    d = json.loads(out.getvalue())
+    return run, d["step_time"], d["utilization"]
 
 
 def predict(run: Run) -> tuple[float | None, str, str]:

@@ -31,7 +31,7 @@ CASES = (
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--runs", type=int, default=5)
-    goals("... timed from measured kernels", CASES, p.parse_args().runs, 120)
+    goals("Plans timed from measured kernels", CASES, p.parse_args().runs)
 
 
 if __name__ == "__main__":

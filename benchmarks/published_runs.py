@@ -78,10 +78,52 @@ def kernel_table() -> str:
             + f"\n\nMeasured: {KERNEL_SOURCE}.\n")
 
 
+DONE_START, DONE_END = "<!-- done-when -->\n", "<!-- end done-when -->\n"
+
+
+def done_when_table() -> str:
+    """Issue 39's done-when case (Llama-3.1-8B, 8 H100, FSDP, T 8k, b 2): the predicted step
+    by kind beside torchtitan's measured figure, and what the run's published hardware
+    (HBM2e at 2.4 TB/s, a 500 W limit: a peak between the SXM's and the NVL's) does to it,
+    as arithmetic on the breakdown (the card's measured tables stay the SXM's)."""
+    from fractions import Fraction
+    from accounting.planning.gpus import get_gpu
+    from accounting.published import (H100_NVL_BF16_TFLOPS, TT_H100_BANDWIDTH_TBS, TT_H100_MFU,
+                                      done_when)
+    run, st, util = done_when()
+    bd = {k: Fraction(v["numerator"], v["denominator"]) for k, v in st["breakdown_seconds"].items()}
+    step = Fraction(st["seconds"]["numerator"], st["seconds"]["denominator"])
+    tokens = run.ctx * run.batch // run.gpus  # per GPU per step
+    sxm = get_gpu(run.gpu)
+    slow_memory = (bd["memory-bound"] + bd["optimizer"]) * (sxm.bandwidth_tbs / TT_H100_BANDWIDTH_TBS - 1)
+    slow_peak = (bd["GEMMs"] + bd["attention"]) * (sxm.peak_tflops["bf16"] / H100_NVL_BF16_TFLOPS - 1)
+    rows = [("predicted, H100-SXM's tables and bandwidth", step),
+            (f"memory-bound ops and the update at the run's {float(TT_H100_BANDWIDTH_TBS):g} TB/s "
+             f"(HBM2e) instead of {float(sxm.bandwidth_tbs):g}", step + slow_memory),
+            (f"and GEMMs and attention at H100 NVL's {float(H100_NVL_BF16_TFLOPS):g} TFLOP/s "
+             f"(the lower end of torchtitan's 'between SXM and NVL')", step + slow_memory + slow_peak)]
+    out = ["| case | step | tokens/s/GPU | predicted / measured |", "|---|---:|---:|---:|"]
+    for name, t in rows:
+        out.append(f"| {name} | {float(t):.3f} s | {float(tokens / t):,.0f} | "
+                   f"{float(tokens / t) / run.measured:.2f} |")
+    out.append(f"| measured (torchtitan, Table 1) | {tokens / run.measured:.3f} s | "
+               f"{run.measured:,.0f} | 1.00 |")
+    parts = ", ".join(f"{k} {float(v) * 1e3:,.0f} ms" for k, v in bd.items() if v)
+    mfu = next(u for u in util if u["convention"] == "executed")
+    return ("\n".join(out) + f"\n\nBreakdown of the predicted step: {parts} (data-parallel "
+            f"communication {float(st['data_parallel_seconds']['approx']) * 1e3:,.0f} ms, "
+            f"{float(st['exposed_data_parallel_seconds']['approx']) * 1e3:,.0f} ms of it exposed "
+            f"by FSDP2's prefetch rule). Predicted MFU {st['mfu']['approx']:.3f} (executed "
+            f"FLOPs over the SXM's peak); at the measured throughput "
+            f"{mfu['measured_mfu']['approx']:.3f}, torchtitan's own figure "
+            f"{float(TT_H100_MFU):.0%} (its footnote: computed with the SXM's peak).\n")
+
+
 def update() -> None:
     text = DOC.read_text()
     for start, end, body in ((START, END, table), (H200_START, H200_END, h200_table),
-                             (KERNEL_START, KERNEL_END, kernel_table)):
+                             (KERNEL_START, KERNEL_END, kernel_table),
+                             (DONE_START, DONE_END, done_when_table)):
         pattern = re.compile(re.escape(start) + r".*?" + re.escape(end), re.S)
         text = pattern.sub(lambda m: start + body() + end, text)
     DOC.write_text(text)
@@ -91,6 +133,7 @@ if __name__ == "__main__":
     if sys.argv[1:] == ["--update"]:
         update()
     elif not sys.argv[1:]:
-        print(h200_table() + "\n" + kernel_table() + "\n" + table(), end="")
+        print(h200_table() + "\n" + kernel_table() + "\n" + table() + "\n" + done_when_table(),
+              end="")
     else:
         sys.exit("usage: python benchmarks/published_runs.py [--update]")

@@ -17,7 +17,8 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.readme import all_blocks  # noqa: E402
 
-SCRIPTS = {"benchmarks/bench_verify.py", "benchmarks/bench_report.py", "benchmarks/bench_sweep.py"}
+SCRIPTS = {"benchmarks/bench_verify.py", "benchmarks/bench_report.py", "benchmarks/bench_sweep.py",
+           "benchmarks/bench_timing.py"}
 
 
 def parse_tables(text: str) -> list[tuple[str, list[dict[str, str]]]]:

@@ -38,6 +38,8 @@ def test_the_timing_page_tables_are_current():
         "stale: run python benchmarks/published_runs.py --update"
     assert _block(text, mod.START, mod.END) == mod.table(), \
         "stale: run python benchmarks/published_runs.py --update"
+    assert _block(text, mod.DONE_START, mod.DONE_END) == mod.done_when_table(), \
+        "stale: run python benchmarks/published_runs.py --update"
 
 
 def test_at_least_fifteen_published_training_runs_of_two_stacks():

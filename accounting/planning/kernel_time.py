@@ -83,7 +83,8 @@ def _gpu_name(hw) -> str | None:
 
 @lru_cache(maxsize=256)
 def _kernel_rate(config, precision, recompute: str, seq: int, micro_batch: int, tp: int,
-                 gpu: str | None, peak: Fraction, bandwidth: Fraction) -> tuple[Fraction, str]:
+                 gpu: str | None, peak: Fraction, bandwidth: Fraction
+                 ) -> tuple[Fraction, str, tuple[tuple[str, Fraction], ...]]:
     from accounting.ledger.ledger import ledger
     lg = ledger(config, precision.autocast, recompute, "course", precision.param_dtype,
                 fp8=precision.fp8)
@@ -92,21 +93,26 @@ def _kernel_rate(config, precision, recompute: str, seq: int, micro_batch: int, 
     v = lg.values(seq, micro_batch)
     # the optimizer's update is taken off below: any record does
     timed = S.training_step(lg, v, mach, precision, get_optimizer(DEFAULT_OPTIMIZER), tp=tp)
-    seconds = timed.seconds - timed.by_category()[O.OPTIMIZER]
+    cats = timed.by_category()
+    seconds = timed.seconds - cats[O.OPTIMIZER]
+    shares = tuple((c, cats[c] / seconds) for c in O.CATEGORIES
+                   if c != O.OPTIMIZER and cats[c])
     flops = sum(r.count(v) * r.flops(v) for r in lg.forward) \
         + sum(r.count(v) * g.flops(v) for r in lg.forward for g in r.gradients()) \
         + sum(r.count(v) * r.flops(v) for r in lg.recomputed)
     rate = Fraction(flops, tp) / (seconds * peak)
-    return min(rate, Fraction(1)), timed.source
+    return min(rate, Fraction(1)), timed.source, shares
 
 
 def kernel_rate(config, precision, recompute: str, seq: int, micro_batch: int, tp: int,
-                hw) -> tuple[Fraction, str] | None:
+                hw) -> tuple[Fraction, str, tuple[tuple[str, Fraction], ...]] | None:
     """The compute-scope utilization one GPU of a TP group reaches on a micro-batch, the
     whole model's every executed matmul FLOP (recomputation included) over its op-by-op time
     (GEMMs at the TP-split shapes, attention, memory-bound ops; the optimizer apart), and
-    its source: what the many-GPU step model then runs each stage at. None without a peak
-    and a bandwidth."""
+    its source: what the many-GPU step model then runs each stage at; and each category's
+    share of that time (GEMMs, attention, memory-bound: the step's breakdown, and the
+    attention a context-parallel ring hides its exchange under). None without a peak and a
+    bandwidth."""
     if hw is None or not hw.peak_flops or not hw.bandwidth:
         return None
     return _kernel_rate(config, precision, recompute, seq, micro_batch, tp, _gpu_name(hw),
@@ -127,7 +133,15 @@ def collective_timer(hw):
     system = tables.system_of(_gpu_name(hw))
     if system is None:
         return None
+    return _system_timer(system)
 
+
+@lru_cache(maxsize=16)
+def _system_timer(system: str):
+    """One timer per system, remembering each collective it timed (a search plans the same
+    collectives for many layouts)."""
+
+    @lru_cache(maxsize=8192)
     def seconds(c) -> Fraction | None:
         op = _NCCL_OPS.get(c.op)
         if op is None or c.calls <= 0:
@@ -145,6 +159,15 @@ def optimizer_seconds(elements: int, precision, optimizer: str, hw) -> Fraction:
     """A rank's optimizer step over the `elements` it updates, as the bytes its update moves
     (the optimizer record's update_bytes) at the measured share of the bandwidth: the update is
     memory-bound, never at a FLOP rate."""
-    mach = machine(hw, _gpu_name(hw), compute=precision.compute)
+    return elements * _seconds_per_element(precision, optimizer, _gpu_name(hw), hw.name,
+                                           Fraction(hw.peak_flops), Fraction(hw.bandwidth))
+
+
+@lru_cache(maxsize=64)
+def _seconds_per_element(precision, optimizer: str, gpu: str | None, name: str,
+                         peak: Fraction, bandwidth: Fraction) -> Fraction:
+    """The update's seconds per element on one GPU (a search asks per layout and stage)."""
+    hw = Hardware(name, None, peak, bandwidth, "", None)
+    mach = machine(hw, gpu, compute=precision.compute)
     rate, _, _ = mach.memory_rate()
-    return Fraction(elements * get_optimizer(optimizer).update_bytes(precision)) / rate
+    return Fraction(get_optimizer(optimizer).update_bytes(precision)) / rate

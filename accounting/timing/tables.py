@@ -44,8 +44,11 @@ SYSTEMS = {"A100-80GB": "a100_sxm", "H100-SXM": "h100_sxm", "H200": "h200_sxm",
 TRAINING_ENGINE = "vllm"
 
 
+@lru_cache(maxsize=1)
 def root() -> Path | None:
-    """The wheel's systems folder, or None when aiconfigurator-core is not installed."""
+    """The wheel's systems folder, or None when aiconfigurator-core is not installed (looked
+    up once a process: importlib's find_spec walks sys.path, a millisecond a call, and a
+    search asks for it per layout)."""
     try:
         spec = importlib.util.find_spec(PACKAGE)
     except (ImportError, ValueError):
@@ -77,6 +80,7 @@ def available() -> bool:
     return root() is not None
 
 
+@lru_cache(maxsize=64)
 def system_of(gpu_name: str | None) -> str | None:
     """The aiconfigurator-core system of a card of the GPU table, when it has one installed."""
     if gpu_name is None or gpu_name not in SYSTEMS or root() is None:

@@ -203,7 +203,8 @@ def context_parallel(layout: Layout, layers: int, b: int, seq: int, kv_width: in
 
 
 def data_parallel(layout: Layout, st: States, precision: Precision, buffer_bytes: int,
-                  param_bytes: int, fp8_weights: frozenset[str] = frozenset()) -> list[Collective]:
+                  param_bytes: int, fp8_weights: frozenset[str] = frozenset(),
+                  once_per_step: bool = False) -> list[Collective]:
     """Sharding-stage collectives of one stage's data-parallel group for one step, with
     gradient accumulation as torch does it: DDP under no_sync for all micro-batches but the
     last (one all-reduce per step), FSDP2 reducing after every micro-batch (its default).
@@ -214,8 +215,17 @@ def data_parallel(layout: Layout, st: States, precision: Precision, buffer_bytes
     ranks (none when ep = dp: each expert lives on one rank; FSDP2 skips the collectives of
     a one-rank mesh, FSDPParamGroup.unshard and foreach_reduce). `fp8_weights`: the
     weights FSDP2 gathers in fp8, one byte an element (Precision.fsdp_fp8_gather), each
-    with an fp32 amax all-reduce per gather (torchao fsdp_utils.py)."""
+    with an fp32 amax all-reduce per gather (torchao fsdp_utils.py). `once_per_step`: FSDP2
+    under torch.distributed.pipelining's schedules with parameters kept unsharded from the
+    forward to the backward (torchtitan's reshard_after_forward = not pp_enabled): each
+    unit gathered once, in its first forward, and reduce-scattered once, after its last
+    backward (torch/distributed/pipelining/stage.py _PipelineStageBase.
+    backward_maybe_with_nosync: set_reshard_after_backward(False) and
+    set_requires_gradient_sync(False) for every micro-batch, the unit's post_backward run
+    once at the last)."""
     d, z, m = layout.dp, layout.sharding, layout.micro_batches
+    if once_per_step and z >= 2:
+        m = 1
     if d == 1:
         return []
     g = precision.grad_bytes
@@ -266,7 +276,8 @@ def data_parallel(layout: Layout, st: States, precision: Precision, buffer_bytes
         f8, w8 = (sum(x) for x in zip((0, 0), *(u.gathered_of(n, fp8_weights) for u in units)))
         ag, rs = (gathered - f8) * param_bytes + f8 * FSDP_FP8_ALL_GATHER_BYTES, gathered * g
         pf = f"{sym}·Σ⌈rows/{sym}⌉·cols·{param_bytes}" + (" (fp8 weights: ·1)" if f8 else "")
-        passes = [(FORWARD, "")] + ([(BACKWARD, ", again")] if z == 3 else [])
+        passes = [(FORWARD, "")] + ([(BACKWARD, ", again")] if z == 3 and not once_per_step
+                                    else [])
         for phase, again in passes:
             out.append(Collective(group, ALL_GATHER, f"parameters of the {name}{again}", phase,
                                   k * m, m * ag, n, f"{k * m:,} × {pf}"))

@@ -90,6 +90,14 @@ def to_dict(p: ParallelPlan) -> dict:
         out["step_time"] = {"seconds": _f(t.seconds), "no_overlap_seconds": _f(t.no_overlap),
                             "critical_path_seconds": _f(t.pipeline_path),
                             "data_parallel_seconds": _f(t.data_parallel),
+                            # issue 39: the stack's overlap rules (overlap.py) and what they
+                            # leave exposed; the step, summed by kind
+                            "exposed_data_parallel_seconds": _f(t.exposed_data_parallel),
+                            "exposed_communication_seconds": _f(t.exposed_communication),
+                            "bubble_seconds": _f(t.bubble_seconds),
+                            "breakdown_seconds": {k: _f(v) for k, v in t.breakdown().items()},
+                            "overlap": {"rules": dict(t.rules),
+                                        "source": p.stack.stack.overlap.source},
                             "links": {g: {"bytes_per_s": _f(bw), "kind": k}
                                       for g, (bw, k) in t.links.items()}}
         out["step_time"].update({"mfu_convention": p.mfu_convention, "mfu_scope": p.mfu_scope,

@@ -47,10 +47,28 @@ def check(optimizer: str, layout: Layout, p: Precision | None = None) -> None:
                          f"--zero 0 or 1, or --optimizer {' / '.join(elementwise())}")
 
 
+_ITEMS: dict = {}  # key -> (units, states, items): the search's layouts share their states
+
+
 def optimizer_items(units: list[Unit], layout: Layout, st: States, optimizer: str,
                     p: Precision, n_sym: str) -> list[Item]:
     """The master copy (bf16-master, fp8-te), the optimizer's state and its step counters
-    on this rank."""
+    on this rank; remembered per (units, States) object (the planner's cache hands the
+    same ones to the layouts of a search that differ only in batch or SP: what a rank
+    updates depends on its states and on dp, ep and the sharding stage only)."""
+    key = (id(units), id(st), layout.dp, layout.ep, layout.sharding, optimizer, p, n_sym)
+    hit = _ITEMS.get(key)
+    if hit is not None and hit[0] is units and hit[1] is st:
+        return list(hit[2])
+    if len(_ITEMS) > 4096:
+        _ITEMS.clear()
+    items = _optimizer_items(units, layout, st, optimizer, p, n_sym)
+    _ITEMS[key] = (units, st, tuple(items))
+    return items
+
+
+def _optimizer_items(units: list[Unit], layout: Layout, st: States, optimizer: str,
+                     p: Precision, n_sym: str) -> list[Item]:
     z = layout.sharding
     scope = (n_sym if z == 0 else "(this rank's whole tensors)" if z == 1
              else "Σ(this rank's rows)·cols")

@@ -134,7 +134,7 @@ def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage:
         items = OF.apply(items, offload, stack.stack)
         return _finish(sp, layout, precision, seq, stage, layers, kinds, units, st, items,
                        acts, values, tp_rank, W16 if stack.stack.fsdp2_bf16 else None,
-                       counting)
+                       counting, once_per_step=stack.stack.pp_keeps_unsharded and layout.pp > 1)
     lora = None if finetune is None else LS.split_states(units, dl, st.dp_rank, finetune)
     if lora is not None:
         items = LS.state_items(finetune, units, dl, st.dp_rank, optimizer)
@@ -189,7 +189,7 @@ def _finish(sp: Split, layout: Layout, p: Precision, seq: int, stage: int, layer
             units, st: States, items: list[Item], acts: A.StageActivations,
             values: dict[str, int], tp_rank: int, gather_bytes: int | None = None,
             counting: str = EXECUTED, update: int | None = None,
-            lora: LS.Parts | None = None) -> StagePlan:
+            lora: LS.Parts | None = None, once_per_step: bool = False) -> StagePlan:
     """The stage's communication and FLOPs, beside its memory items (`gather_bytes`: what
     FSDP2 gathers per element, when not the master's: bf16 under torchtitan's policy)."""
     c = sp.config
@@ -205,7 +205,7 @@ def _finish(sp: Split, layout: Layout, p: Precision, seq: int, stage: int, layer
              + C.context_parallel(layout, len(layers), layout.micro_batch, seq,
                                   -(-c.kv_heads // layout.tp) * c.d_k, act_bytes)
              + (C.data_parallel(dl, st, p, buf, gather_bytes or p.master_bytes,
-                                fp8_gathered(sp, p)) if lora is None
+                                fp8_gathered(sp, p), once_per_step) if lora is None
                 else LS.collectives(dl, p, lora, buf)))
     if dict(sp.ledger.tied) and layout.pp > 1 and stage in (0, layout.pp - 1):
         table = next(t for t in sp.tensors if t.place == FIRST and t.matmul_weight)
@@ -274,13 +274,16 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
                          f"megatron fp8-te and fp8-te-current)")
     if stack.stack.megatron_core:  # TE's fp8 (--fp8-format hybrid) or bf16: the run's ledger
         stack = replace(stack, fp8=precision.fp8)
-    source, predicted = "mfu", None
+    source, predicted, shares = "mfu", None, ()
     if mfu is None and mfu_scope == COMPUTE and finetune is None:  # issue 39: op by op
         from accounting.planning.kernel_time import kernel_rate
-        predicted = kernel_rate(config, precision, layout.recompute, seq // layout.cp,
+        # at the whole sequence: a CP rank runs 1/cp of each kind of its work (stage_flops),
+        # so the whole sequence's mix of GEMMs and attention sets its rate (a T/cp-token
+        # sequence has cp times too few attention pairs for that mix)
+        predicted = kernel_rate(config, precision, layout.recompute, seq,
                                 layout.micro_batch, layout.tp, hardware)
     if predicted is not None:
-        u, source = predicted
+        u, source, shares = predicted
     else:
         u = check_mfu("0.5" if mfu is None else mfu)
     m = exact(margin, names.arg("margin"))
@@ -326,7 +329,7 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
             from accounting.planning.kernel_time import collective_timer
             timer = collective_timer(hardware)
         time = step_time(layout, [s.flops for s in plans], [list(s.collectives) for s in plans],
-                         hardware.peak_flops, u, net, timer)
+                         hardware.peak_flops, u, net, timer, stack.stack.overlap, shares)
         if source == "kernels":  # the update by the bytes it moves (memory-bound)
             from accounting.planning.kernel_time import optimizer_seconds
             time = replace(time, optimizer=max(optimizer_seconds(

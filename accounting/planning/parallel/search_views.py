@@ -55,9 +55,9 @@ def ranked_table(s: Search) -> Table:
                      "memory and pipeline bubble (in practice it raises the utilization; compare "
                      "with --micro-batch b). 'largest b' is the largest micro-batch that fits.")
     notes.append("Step time: compute at the MFU (without --mfu: each layout's tp and micro-batch "
-                 "timed op by op from measured kernels, accounting/timing), TP and pipeline communication on the critical "
-                 "path, data-parallel communication overlapped (see a single layout's plan for "
-                 "the breakdown).")
+                 "timed op by op from measured kernels, accounting/timing) plus the communication "
+                 "the stack's overlap rules leave exposed (accounting/planning/parallel/"
+                 "overlap.py; see a single layout's plan for the breakdown).")
     if cps or vs:
         notes.append(("cp: context-parallel degree (tried from 1 up, per tp and pp, until a "
                       "layout fits; " + ("as given); " if s.fixed.get("cp") else "with the "

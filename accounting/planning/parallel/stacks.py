@@ -49,6 +49,8 @@ from accounting.planning.parallel.buffers import Item
 from accounting.planning.parallel.layout import Layout
 from accounting.planning.parallel.megatron import padded_vocab
 from accounting.planning.parallel.offload import DEEPSPEED_POLICIES, FSDP2_POLICIES, Policy
+from accounting.planning.parallel.overlap import (DEEPSPEED_OVERLAP, MEGATRON_OVERLAP,
+                                                  TORCH_OVERLAP, TORCHTITAN_OVERLAP, Overlap)
 from accounting.planning.parallel.states import States
 from accounting.runtime.errors import UsageError
 from accounting.architecture.config import ModelConfig
@@ -115,6 +117,9 @@ class Stack:
     emitter: str = ""
     # --offload: the model states it can keep in CPU memory, option -> policy (offload.py)
     offload: dict[str, Policy] = field(default_factory=dict)
+    # what its engines overlap with compute, each rule read from its source (overlap.py;
+    # step.py applies it to the step time)
+    overlap: Overlap = TORCH_OVERLAP
 
 
 STACKS: dict[str, Stack] = {}
@@ -127,14 +132,15 @@ register(Stack(TORCH, "the course model under torch's engines (DDP, ZeroRedundan
                "FSDP2; autocast)", {0: "DDP", 1: "DDP + ZeroRedundancyOptimizer",
                                     2: "FSDP SHARD_GRAD_OP", 3: "FSDP FULL_SHARD"}, 0, False,
                "torch.distributed (accounting/distcheck)", torch_engines=True,
-               emitter="accelerate", offload=FSDP2_POLICIES))
+               emitter="accelerate", offload=FSDP2_POLICIES, overlap=TORCH_OVERLAP))
 register(Stack(MEGATRON, "Megatron-Core with Transformer Engine (bf16 parameters, fp32 gradient "
                "buffer, fused norm+linear, fused activations, flash attention)",
                {0: "Megatron DDP (fp32 grad buffer)", 1: "Megatron distributed optimizer"}, 0,
                True, "Korthikanti et al. 2022's equations (1)-(6) and Megatron's "
                "theoretical_memory_usage.py (tests/test_stacks.py); read from source: it needs a "
                "GPU", megatron_core=True, fp8=("te",), fused_attention=True,
-               persistent_grads=True, update_temporary=0, emitter=MEGATRON))
+               persistent_grads=True, update_temporary=0, emitter=MEGATRON,
+               overlap=MEGATRON_OVERLAP))
 register(Stack(DEEPSPEED, "DeepSpeed ZeRO wrapping the implementation given (transformers' "
                "model in bf16 where modelled, else the course model; 16-bit parameters and "
                "gradients, fp32 master copy and Adam moments, K = 12)",
@@ -145,7 +151,7 @@ register(Stack(DEEPSPEED, "DeepSpeed ZeRO wrapping the implementation given (tra
                "activations on transformers' model in bf16 (tests/test_stack_implementations.py)",
                implementation=lambda c: _wrapped(c), zero_partitions=True,
                persistent_grads=True, update_temporary=0, emitter=DEEPSPEED,
-               offload=DEEPSPEED_POLICIES))
+               offload=DEEPSPEED_POLICIES, overlap=DEEPSPEED_OVERLAP))
 register(Stack(TORCHTITAN, "torchtitan: its own Llama under FSDP2 with MixedPrecisionPolicy("
                "param_dtype=bf16, reduce_dtype=fp32), no autocast", {2: "FSDP2 SHARD_GRAD_OP, bf16 all-gathers",
                                                    3: "FSDP2 FULL_SHARD, bf16 all-gathers"}, 3,
@@ -154,7 +160,8 @@ register(Stack(TORCHTITAN, "torchtitan: its own Llama under FSDP2 with MixedPrec
                "checkpointing on the CPU (tests/test_stack_implementations.py, test_stacks.py)",
                implementation=lambda c: TITAN_IMPL if llama_block(c) else COURSE,
                fsdp2_bf16=True, fp8=("torchao",), fused_attention=True,
-               update_temporary=W32, pp_keeps_unsharded=True, emitter=TORCHTITAN))
+               update_temporary=W32, pp_keeps_unsharded=True, emitter=TORCHTITAN,
+               overlap=TORCHTITAN_OVERLAP))
 
 
 def get_stack(name: str) -> Stack:

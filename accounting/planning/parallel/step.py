@@ -14,10 +14,14 @@ Time (assumptions, printed with the plan):
   * 1F1B: m + p − 1 micro-batch slots on the critical path of the slowest stage, so the
     bubble — the share of a step a stage idles — is (p − 1)/(m + p − 1) (Narayanan et al.
     2021, §2.2);
-  * tensor-parallel collectives, pipeline sends and expert-parallel all-to-alls (the
-    experts wait for their tokens) sit on that critical path (not overlapped);
-    data-parallel collectives (DDP's all-reduce, FSDP's gathers and reduce-scatters, the
-    expert-data-parallel ones too) overlap with compute and show only where longer than it;
+  * what overlaps is the stack's rule (overlap.py, each read from the stack's source):
+    tensor-parallel collectives, pipeline sends and expert-parallel all-to-alls (the
+    experts wait for their tokens) sit on that critical path; a context-parallel ring's
+    exchange only where it outlasts the micro-batch's attention; data-parallel collectives
+    (the expert-data-parallel ones too) by the engine's rule: DDP's last bucket, FSDP2's
+    first all-gather and last reduce-scatter, or all of them (DeepSpeed below ZeRO-3,
+    Megatron-Core's defaults); without a rule (step_time's overlap None) they hide under
+    the whole critical path, the old assumption;
   * each collective moves its ring traffic (comms.Collective.traffic) at the per-GPU,
     per-direction bandwidth of the slowest link its group spans: NVLink inside a node,
     the network between nodes.
@@ -32,12 +36,16 @@ from accounting.ledger.records import EXECUTED
 from accounting.planning.compute import ADAMW_OPS, PARAMETER, TENSOR
 from accounting.planning.gpus import Interconnect
 from accounting.runtime.errors import UsageError
-from accounting.planning.parallel.comms import (CONTEXT, DATA, EXPERT, EXPERT_DATA, PIPELINE,
+from accounting.ledger.records import BACKWARD
+from accounting.planning.parallel import overlap as OV
+from accounting.planning.parallel.comms import (ALL_GATHER, CONTEXT, DATA, EXPERT, EXPERT_DATA,
+                                                PIPELINE, REDUCE_SCATTER, STEP,
                                                 TENSOR as TP_GROUP, Collective)
 from accounting.planning.parallel.layout import Layout
 from accounting.planning.parallel.shards import Split
 from accounting.planning.parallel.states import States
 
+ATTENTION_SHARE = "attention"  # timing/ops.py's ATTENTION category (the kernels' shares)
 ADAMW_PER_ELEMENT = sum(o.flops_per_element for o in ADAMW_OPS if o.per == PARAMETER)
 ADAMW_PER_TENSOR = sum(o.flops_per_element for o in ADAMW_OPS if o.per == TENSOR)
 
@@ -151,70 +159,152 @@ class StepTime:
     links: dict  # group -> (bandwidth, "NVLink"|"network")
     expert_parallel_per_micro_batch: Fraction = Fraction(0)  # all-to-alls, slowest stage
     context_parallel_per_micro_batch: Fraction = Fraction(0)  # K/V exchange, slowest stage
+    # issue 39: what the stack's overlap rules (overlap.py) leave exposed; None: the rules
+    # were not applied (DP overlapped with the whole critical path, CP exposed)
+    exposed_data_parallel_rule: Fraction | None = None
+    context_parallel_exposed_per_micro_batch: Fraction | None = None
+    micro_batches: int = 1
+    shares: tuple = ()  # (category, share of the compute): the kernels' breakdown
+    rules: tuple = ()  # (group, rule) applied
+
+    @property
+    def exposed_context_parallel(self) -> Fraction:
+        x = self.context_parallel_exposed_per_micro_batch
+        return self.context_parallel_per_micro_batch if x is None else x
 
     @property
     def pipeline_path(self) -> Fraction:
-        """The critical path of the 1F1B schedule."""
+        """The critical path of the pipeline schedule: each slot a micro-batch's compute and
+        its exposed communication."""
         return self.slots * (self.compute_per_micro_batch + self.tensor_parallel_per_micro_batch
                              + self.pipeline_per_micro_batch + self.expert_parallel_per_micro_batch
-                             + self.context_parallel_per_micro_batch)
+                             + self.exposed_context_parallel)
 
     @property
     def seconds(self) -> Fraction:
-        """DP communication overlapped with the pipeline's work."""
-        return max(self.pipeline_path, self.data_parallel) + self.optimizer
+        """The critical path, the data-parallel communication it does not hide, the update."""
+        return self.pipeline_path + self.exposed_data_parallel + self.optimizer
 
     @property
     def no_overlap(self) -> Fraction:
-        return self.pipeline_path + self.data_parallel + self.optimizer
+        return (self.slots * (self.compute_per_micro_batch + self.tensor_parallel_per_micro_batch
+                              + self.pipeline_per_micro_batch
+                              + self.expert_parallel_per_micro_batch
+                              + self.context_parallel_per_micro_batch)
+                + self.data_parallel + self.optimizer)
 
     @property
     def exposed_data_parallel(self) -> Fraction:
+        if self.exposed_data_parallel_rule is not None:
+            return self.exposed_data_parallel_rule
         return max(Fraction(0), self.data_parallel - self.pipeline_path)
+
+    @property
+    def exposed_communication(self) -> Fraction:
+        """Every collective's time on the critical path (TP, pipeline sends, EP, CP's
+        unhidden exchange, in each slot; DP's unhidden part once)."""
+        return (self.slots * (self.tensor_parallel_per_micro_batch + self.pipeline_per_micro_batch
+                              + self.expert_parallel_per_micro_batch
+                              + self.exposed_context_parallel)
+                + self.exposed_data_parallel)
+
+    @property
+    def bubble_seconds(self) -> Fraction:
+        return (self.slots - self.micro_batches) * self.compute_per_micro_batch
+
+    def breakdown(self) -> dict[str, Fraction]:
+        """The step, summed: the m micro-batches' compute (split by the kernels' categories
+        where they timed it, else one "compute"), exposed communication, bubble, optimizer."""
+        compute = self.micro_batches * self.compute_per_micro_batch
+        out = ({c: compute * s for c, s in self.shares} if self.shares else {"compute": compute})
+        out.update({"exposed communication": self.exposed_communication,
+                    "bubble": self.bubble_seconds, "optimizer": self.optimizer})
+        return out
+
+
+def _data_parallel_exposed(rule: str, timed: list, m: int, forward: Fraction,
+                           backward: Fraction) -> Fraction:
+    """The data-parallel seconds of one stage's step that `rule` (overlap.py) leaves on the
+    critical path; `timed` its (collective, seconds) pairs, `forward` and `backward` one
+    micro-batch's compute seconds of each pass."""
+    step = sum((t for c, t in timed if c.phase == STEP), Fraction(0))
+    rest = [(c, t) for c, t in timed if c.phase != STEP]
+    if rule == OV.EXPOSED or not rest:
+        return step + sum((t for _, t in rest), Fraction(0))
+    fwd = sum((t for c, t in rest if c.phase != BACKWARD), Fraction(0))
+    bwd = sum((t for c, t in rest if c.phase == BACKWARD), Fraction(0))
+    if rule == OV.BUCKETS:  # the last micro-batch's backward hides all but the last bucket
+        tail = max((t / c.calls for c, t in rest if c.phase == BACKWARD), default=Fraction(0))
+        return step + fwd + (max(tail, bwd - backward) if bwd else Fraction(0))
+    # PREFETCH: the first all-gather and the last reduce-scatter exposed each time they run
+    # (every micro-batch, or once a step where the unit stays gathered: comms.data_parallel's
+    # once_per_step), the rest hidden under its pass's compute where shorter than it
+    gathers = [(c, t) for c, t in rest if c.phase != BACKWARD and c.op == ALL_GATHER]
+    scatters = [(c, t) for c, t in rest if c.op == REDUCE_SCATTER]
+    first = max(gathers, key=lambda ct: ct[1] / ct[0].calls)[1] if gathers else Fraction(0)
+    last = max(scatters, key=lambda ct: ct[1] / ct[0].calls)[1] if scatters else Fraction(0)
+    return (step + first + last + max(Fraction(0), fwd - first - m * forward)
+            + max(Fraction(0), bwd - last - m * backward))
 
 
 def step_time(layout: Layout, flops: list[StageFlops], comms: list[list[Collective]],
               peak: Fraction, mfu: Fraction, net: Interconnect | None,
-              timer=None) -> StepTime:
+              timer=None, overlap: OV.Overlap | None = None, shares: tuple = ()) -> StepTime:
     """`flops` and `comms` per stage (every stage, or the first and last). `timer` (issue
     39, planning/kernel_time.py collective_timer): a collective inside a node timed from NCCL's
-    measured table, where it has one; the others by their ring traffic at the link."""
+    measured table, where it has one; the others by their ring traffic at the link.
+    `overlap`: the stack's rules (overlap.py), None for the old assumption (DP hidden under
+    the whole critical path, the rest exposed); `shares`: each kernel category's share of
+    the compute (kernel_time.kernel_rate), the attention's hiding a CP ring's exchange."""
     rate = peak * mfu
     m = layout.micro_batches
     groups = ((TP_GROUP, DATA, PIPELINE) + ((EXPERT, EXPERT_DATA) if layout.ep > 1 else ())
               + ((CONTEXT,) if layout.cp > 1 else ()))
     links = {g: group_link(layout, g, net) for g in groups} if net else {}
+    attention = dict(shares).get(ATTENTION_SHARE)
+    dp_rule = overlap.data_rule(layout.sharding) if overlap is not None else None
 
-    def seconds(traffic: dict, group: str) -> Fraction:
-        if not net or group not in links or group not in traffic:
-            return Fraction(0)
-        return traffic[group] / links[group][0]
+    def seconds_of(c: Collective) -> Fraction:
+        if c.group in links and links[c.group][1] == "NVLink" and timer is not None:
+            t = timer(c)
+            if t is not None:
+                return t
+        sent, over = c.traffic_parts
+        return Fraction(sent, over) / links[c.group][0]
     per_stage = []
     for f, collectives in zip(flops, comms):
-        sums: dict[str, dict[int, int]] = {}  # group -> ranks -> Σ numerators (ints)
-        timed: dict[str, Fraction] = {}  # group -> seconds measured (NVLink groups)
-        for c in collectives:
-            t = (timer(c) if timer is not None and c.group in links
-                 and links[c.group][1] == "NVLink" else None)
-            if t is not None:
-                timed[c.group] = timed.get(c.group, Fraction(0)) + t
-                continue
-            sent, over = c.traffic_parts
-            g = sums.setdefault(c.group, {})
-            g[over] = g.get(over, 0) + sent
-        cs = {grp: sum((Fraction(v, n) for n, v in by.items()), Fraction(0))
-              for grp, by in sums.items()}
-        if timed:  # measured seconds, as traffic at the group's link (seconds() divides)
-            for grp, sec in timed.items():
-                cs[grp] = cs.get(grp, Fraction(0)) + sec * links[grp][0]
-        per_stage.append((Fraction(f.per_micro_batch) / rate, seconds(cs, TP_GROUP) / m,
-                          seconds(cs, PIPELINE) / m, Fraction(f.adamw) / rate,
-                          seconds(cs, DATA) + seconds(cs, EXPERT_DATA), seconds(cs, EXPERT) / m,
-                          seconds(cs, CONTEXT) / m))
-    worst = max(per_stage, key=lambda s: s[0] + s[1] + s[2] + s[5] + s[6])
+        timed = [(c, seconds_of(c)) for c in collectives if c.group in links]
+        total: dict[str, Fraction] = {}
+        for c, t in timed:
+            total[c.group] = total.get(c.group, Fraction(0)) + t
+        compute = Fraction(f.per_micro_batch) / rate
+        cp = total.get(CONTEXT, Fraction(0)) / m
+        cp_exposed = None
+        if overlap is not None:
+            cp_exposed = cp
+            if overlap.context_parallel == OV.RING and attention is not None:
+                cp_exposed = max(Fraction(0), cp - compute * attention)
+        dp = total.get(DATA, Fraction(0)) + total.get(EXPERT_DATA, Fraction(0))
+        dp_exposed = None
+        if dp_rule is not None:
+            fwd = compute * f.forward / f.per_micro_batch if f.per_micro_batch else Fraction(0)
+            dp_exposed = _data_parallel_exposed(
+                dp_rule, [(c, t) for c, t in timed if c.group in (DATA, EXPERT_DATA)], m, fwd,
+                compute - fwd)
+        per_stage.append((compute, total.get(TP_GROUP, Fraction(0)) / m,
+                          total.get(PIPELINE, Fraction(0)) / m, Fraction(f.adamw) / rate, dp,
+                          total.get(EXPERT, Fraction(0)) / m, cp, cp_exposed, dp_exposed))
+    worst = max(per_stage, key=lambda s: s[0] + s[1] + s[2] + s[5]
+                + (s[6] if s[7] is None else s[7]))
+    rules = ()
+    if overlap is not None:
+        rules = tuple((g, r) for g, r in overlap.describe(layout.sharding).items()
+                      if g in links or g == "pipeline" and layout.pp > 1)
+    exposed_dp = (None if dp_rule is None
+                  else max(s[8] for s in per_stage))
     return StepTime(worst[0], worst[1], worst[2], slots(layout),
                     max(s[3] for s in per_stage), max(s[4] for s in per_stage), links, worst[5],
-                    worst[6])
+                    worst[6], exposed_dp, worst[7], m, tuple(shares), rules)
 
 
 def megatron_seconds(tokens: int, params: int, gpus: int, flops_per_gpu: Fraction,

@@ -7,6 +7,7 @@ from fractions import Fraction
 from accounting.planning.parallel import comms as C
 from accounting.planning.parallel import stack_views
 from accounting.planning.parallel.layout import RECOMPUTE, ZERO_STAGES, Layout
+from accounting.planning.parallel import overlap as OV
 from accounting.planning.parallel.plan_records import CHECKED, FORMULA_ONLY, ParallelPlan
 from accounting.planning.mfu import END_TO_END
 from accounting.planning.optimizers import is_default
@@ -123,9 +124,10 @@ def summary_table(p: ParallelPlan) -> Table:
                          f"communication inside the figure; the compute-scope estimate would "
                          f"be {_seconds(p.time.seconds)})" + unfit))
         else:
+            parts = "; ".join(f"{k} {_seconds(v)}" for k, v in p.time.breakdown().items() if v)
             rows.append(("step time (estimate)",
-                         f"{_seconds(step)} ({_dec(tok, 0)} tokens/s; no overlap at all: "
-                         f"{_seconds(p.time.no_overlap)})" + unfit))
+                         f"{_seconds(step)} ({_dec(tok, 0)} tokens/s; {parts}; no overlap at "
+                         f"all: {_seconds(p.time.no_overlap)})" + unfit))
         if p.steps is not None:
             rows.append((f"time for {p.tokens:,} tokens",
                          f"{p.steps:,} steps, {_seconds(step * p.steps)}" + unfit))
@@ -270,8 +272,10 @@ def time_table(p: ParallelPlan) -> Table:
             *([("context-parallel K/V exchange per micro-batch",
                 _seconds(t.context_parallel_per_micro_batch))] if lo.cp > 1 else []),
             ("critical path", _seconds(t.pipeline_path)),
-            ("data-parallel communication (overlapped)", _seconds(t.data_parallel)
-             + (f", {_seconds(t.exposed_data_parallel)} exposed" if t.exposed_data_parallel else "")),
+            ("data-parallel communication", _seconds(t.data_parallel)
+             + f", {_seconds(t.exposed_data_parallel)} exposed"),
+            ("exposed communication (all groups)", _seconds(t.exposed_communication)),
+            ("pipeline bubble", _seconds(t.bubble_seconds)),
             ("optimizer step", _seconds(t.optimizer)),
             ("step", _seconds(t.seconds)),
             ("step without any overlap", _seconds(t.no_overlap))]
@@ -279,11 +283,13 @@ def time_table(p: ParallelPlan) -> Table:
         rows.append((f"step at the end-to-end {'HFU' if p.hfu else 'MFU'} (used)",
                      _seconds(p.step_seconds)))
     hw = p.hardware
+    rules = "; ".join(f"{g}: {OV.RULES.get(r, r)}" for g, r in t.rules)
     notes = [f"Compute at MFU {_num(p.mfu, 4)} of {_num(hw.peak_flops / TERA)} TFLOP/s "
-             f"({p.precision.compute}). Assumptions: tensor-parallel collectives and pipeline "
-             f"sends are on the critical path; data-parallel collectives overlap with compute "
-             f"and count only where longer; collectives move ring traffic at the per-GPU, "
-             f"per-direction bandwidth of the slowest link their group spans."]
+             f"({p.precision.compute}). Overlap ({p.stack.name}'s rules, "
+             f"accounting/planning/parallel/overlap.py: {p.stack.stack.overlap.source}): "
+             f"{rules or 'none needed'}. Collectives inside a node from NCCL's measured "
+             f"table where it has them, else ring traffic at the per-GPU, per-direction "
+             f"bandwidth of the slowest link their group spans."]
     if p.net is not None:
         links = ", ".join(f"{g}: {kind} {_num(bw / GB)} GB/s" for g, (bw, kind) in t.links.items())
         notes.append(f"Interconnect {p.net.name} ({p.net.source}); {p.net.gpus_per_node} GPUs per "
