@@ -146,6 +146,10 @@ class Engine:
     profiled: bool  # the profile run's activation peak comes off the pool (vLLM)
     graphs_in_pool: bool  # the CUDA-graph estimate comes off the pool
     start_after_comms: bool  # the budget's start is measured after NCCL's set-up (SGLang)
+    # a vision-language model's encoder is run in the profile run on the largest image the
+    # processor allows, its outputs held as the encoder cache (vLLM V1's profile_run,
+    # gpu_model_runner.py; serving/vision.py); SGLang profiles nothing
+    profiles_encoder: bool = False
     # ---- what the other modules ask of an engine, never its name ------------------------------
     # the environment switch that lets it start past the model's context (max_len.py)
     allow_long_env: str = ""
@@ -190,7 +194,7 @@ _SGLANG_SOURCE = ("python/sglang/srt/model_executor/model_runner.py profile_max_
 # vLLM: vllm/envs.py VLLM_ALLOW_LONG_MAX_MODEL_LEN; `vllm serve`; kv_role of its
 # KVTransferConfig. SGLang: SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN
 # (python/sglang/srt/configs/model_config.py); sglang.launch_server; --disaggregation-mode.
-_VLLM = dict(allow_long_env="VLLM_ALLOW_LONG_MAX_MODEL_LEN", kernel_tables=VLLM,
+_VLLM = dict(profiles_encoder=True, allow_long_env="VLLM_ALLOW_LONG_MAX_MODEL_LEN", kernel_tables=VLLM,
              prefill_dispatch=True, launch_argv=(VLLM, "serve"), launcher=launch.vllm_args,
              disagg_roles=("kv_producer", "kv_consumer"), max_seqs_flag="max_num_seqs")
 _SGLANG = dict(allow_long_env="SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN", kernel_tables=SGLANG,

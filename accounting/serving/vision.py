@@ -1,0 +1,142 @@
+"""A vision-language model's tower in a serving plan (issue 41, Must 3): its weights on each
+GPU, and what vLLM's start-up profile run adds for it: the encoder run on the largest input
+the image processor allows, and the encoder cache (the dummy encoder outputs, held while the
+language model's dummy forward runs). Pure Python; every count is the tower's ledger
+(accounting/ledger/builder/vision.py) evaluated at that input (accounting/analysis/images.py).
+
+vLLM V1 (read at vllm-project/vllm main of 2025-26; the rule is the same from 0.8 to 0.21):
+  item     vllm/multimodal/profiling.py and each model's ProcessingInfo: the dummy item is the
+           image with the most features, get_image_size_with_most_features (Qwen2-VL and
+           Qwen2.5-VL, vllm/model_executor/models/qwen2_vl.py: _get_vision_info of a
+           9,999,999 × 9,999,999 image, smart_resize within the processor's min/max_pixels:
+           sqrt(max_pixels) a side in multiples of patch·merge); its tokens are
+           max_tokens_per_mm_item. Fixed-resolution towers: their image_size². Video, where the
+           model takes it, is not modelled (vLLM profiles the modality with the most tokens;
+           `--limit-mm-per-prompt video=0` leaves images).
+  budget   vllm/v1/core/encoder_cache_manager.py, compute_encoder_budget:
+           encoder_compute_budget = max(max_num_encoder_input_tokens, max_tokens_per_mm_item),
+           encoder_cache_size = max(encoder_cache_size, max_tokens_per_mm_item), both
+           SchedulerConfig fields set to max_num_batched_tokens (vllm/config/scheduler.py).
+  items    vllm/v1/worker/gpu_model_runner.py, GPUModelRunner.profile_run: max(1, min(budget //
+           max_tokens_per_mm_item, max_num_reqs · limit_mm_per_prompt)) items of the maximum
+           size run through get_multimodal_embeddings in one batch; the outputs are kept in
+           self.encoder_cache["tmp"] while _dummy_run(max_num_tokens) and the sampler run, then
+           cleared. limit_mm_per_prompt defaults to 999 in V1 (vllm/config/multimodal.py).
+  peak     the profile's torch peak is therefore max(the encoder's own peak, the encoder cache
+           + the language model's dummy-run peak), which replaces the language model's alone.
+  weights  the tower's linears are tensor-parallel (qwen2_5_vl.py: Qwen2_5_VisionAttention's
+           QKVParallelLinear and RowParallelLinear, Qwen2_5_VisionMLP's
+           MergedColumnParallelLinear and RowParallelLinear, the merger's Column/RowParallel;
+           disable_tp under --mm-encoder-tp-mode data): a matrix is 1/tp on each GPU; the
+           patch embedding, position tables, norms and biases are counted whole on each (an
+           upper bound for the column-parallel biases). Every pipeline stage is charged the
+           tower (an upper bound: vLLM builds it on the first stage).
+SGLang loads the tower before it measures its pool, so the weights come off the pool; it
+runs no profile, and the encoder's activations live in its reserve (said in the plan).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from accounting.analysis.images import image_row
+from accounting.architecture.vision import VisionSpec
+from accounting.ledger.builder import vision as VB
+
+ACT = 2  # bf16 activations and encoder outputs
+PIXEL_INPUT = 4 + ACT  # the processor's float32 pixel_values on the GPU and their bf16 cast
+HUGE = 9_999_999  # vLLM's _get_vision_info probe (qwen2_vl.py get_image_size_with_most_features)
+V1_LIMIT_PER_PROMPT = 999  # vllm/config/multimodal.py: MultiModalConfig.limit_per_prompt (V1)
+# the tower's module names quantization configs use to leave it unquantized
+TOWER_NAMES = ("visual", "vision_tower", "vision_model", "multi_modal_projector",
+               "mm_projector", "embed_vision")
+# the quantization_config keys that list modules left in the checkpoint's dtype
+IGNORE_KEYS = ("ignore", "modules_to_not_convert", "ignored_layers", "exclude_modules",
+               "llm_int8_skip_modules")
+_REPLICATED = ("patch_embed", "embedding", "pos_emb", "class_embedding")
+
+
+@dataclass(frozen=True)
+class TowerServe:
+    """The tower's terms in one GPU's start-up, bytes per GPU."""
+    family: str
+    params: int
+    weights_bytes: int  # per GPU, as vLLM shards it
+    weights_why: str
+    item_size: tuple[int, int]  # the largest image, as the processor resizes it
+    item_patches: int  # the patches (and class tokens) the blocks run for one item
+    item_tokens: int  # max_tokens_per_mm_item
+    budget_tokens: int  # encoder compute budget = encoder cache size
+    items: int  # profiled together
+    encoder_peak_bytes: int  # the encoder run's own peak
+    cache_bytes: int  # the dummy outputs held during the language model's dummy run
+
+    def profile_peak(self, language_peak: int) -> int:
+        """vLLM's torch peak of the profile run with the tower (profile_run's order)."""
+        return max(self.encoder_peak_bytes, self.cache_bytes + language_peak)
+
+
+def weights_per_gpu(spec: VisionSpec, tp: int, dtype_bytes: int = ACT) -> int:
+    """The tower's bytes on one TP rank: 2-D linear weights 1/tp (ceil), the rest whole."""
+    ledger, sizes = VB.walk(spec), VB.values(spec)
+    total = 0
+    for p in ledger.params:
+        n = p.numel(sizes) * p.count(sizes)
+        leaf = p.name.rsplit(".", 1)[-1]
+        sharded = (len(p.shape) == 2 and leaf == "weight"
+                   and not any(r in p.name for r in _REPLICATED))
+        total += -(-n // tp) if sharded else n
+    return total * dtype_bytes
+
+
+def unquantized_by(quant) -> str | None:
+    """The quantization_config entry that leaves the tower unquantized (None: none does)."""
+    if not isinstance(quant, dict):
+        return None
+    for key in IGNORE_KEYS:
+        entries = quant.get(key)
+        for e in entries if isinstance(entries, (list, tuple)) else ():
+            if isinstance(e, str) and any(t in e for t in TOWER_NAMES):
+                return f"{key}: {e[:40]!r}"
+    return None
+
+
+def encoder_peak(spec: VisionSpec, patches: int, tokens: int, tp: int) -> int:
+    """The encoder's activation peak on one TP rank for `patches` rows (every item's, batched
+    as vLLM concatenates them), an estimate as serving/activation.py's forward_peak:
+    the pixel input (float32 and its bf16 cast) + 3·N·d_v (the residual, the block's input
+    and its norm) + the larger of the MLP's N·3·f_v/tp (gated: gate-up and the product;
+    else fc1's output and its activation, 2·f_v) and the attention's N·4·d_v/tp (q, k, v
+    and its output; flash-attention's varlen kernel, which vLLM's vision attention takes on
+    Ampere and Hopper, keeps no score matrix) + the outputs (tokens × d_t)."""
+    s = spec
+    pixels = patches * s.channels * s.temporal_patch * s.patch * s.patch * PIXEL_INPUT
+    mlp = patches * (3 if s.mlp_gated else 2) * s.mlp_width // tp
+    attn = patches * 4 * s.heads * s.head_dim // tp
+    return pixels + (3 * patches * s.width + max(mlp, attn) + tokens * s.text_width) * ACT
+
+
+def largest_item(spec: VisionSpec, pixels: tuple[int, int] | None = None):
+    """The processor's largest image (vLLM's dummy item): the image_row of a huge square
+    image, which each processor brings within its bound."""
+    return image_row(spec, (HUGE, HUGE), pixels)
+
+
+def tower_terms(spec: VisionSpec, tp: int, max_num_batched_tokens: int, max_num_seqs: int,
+                quant=None, pixels: tuple[int, int] | None = None,
+                dtype_bytes: int = ACT) -> TowerServe:
+    row = largest_item(spec, pixels)
+    per_item = row.patches + (row.tiles if spec.class_token else 0)
+    t = row.tokens
+    budget = max(max_num_batched_tokens, t)
+    items = max(1, min(budget // t, max_num_seqs * V1_LIMIT_PER_PROMPT))
+    skip = unquantized_by(quant)
+    why = ("bf16" if quant is None else
+           f"bf16: the quantization_config leaves it unquantized ({skip})" if skip else
+           "bf16, an upper bound: the quantization_config names no tower module to skip, and "
+           "the tool does not read the tower's quantized format")
+    ledger = VB.walk(spec)
+    params = ledger.param_count(VB.values(spec))
+    return TowerServe(spec.family, params, weights_per_gpu(spec, tp, dtype_bytes), why,
+                      row.resized, per_item, t, budget, items,
+                      encoder_peak(spec, items * per_item, items * t, tp),
+                      items * t * spec.text_width * ACT)
