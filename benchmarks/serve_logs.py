@@ -49,6 +49,7 @@ class Log:
 OSS = f"{DATA}/gpt-oss-120b.json"
 QWEN = f"{DATA}/Qwen3-235B-A22B-FP8.json"
 L70 = f"{DATA}/Llama-3.1-70B.json"
+QWEN_VL = f"{DATA}/Qwen2.5-VL-72B-Instruct.json"
 THESIS = "https://github.com/korsqqq/meeting-planning-llm-thesis/blob/main"
 LOGS = (
     Log("3090-8B-20k", "https://github.com/vllm-project/vllm/issues/10517",
@@ -195,6 +196,20 @@ LOGS = (
          "--gpu-memory-utilization", "0.98", "--max-num-batched-tokens", "2048",
          "--max-num-seqs", "1024"), "0.10",
         weights_gib="67.7229", kv_tokens=1381 * 16, concurrency="10.79", formats=("int8",)),
+    Log("A100x4-Qwen2.5-VL-72B", "https://github.com/vllm-project/vllm/issues/16570",
+        "vLLM 0.8.3 (V0: worker.py's memory profile, rank 0), 4 × A100-PCIE-40GB "
+        "(total_gpu_memory 39.38 GiB), Qwen2.5-VL-72B-Instruct bf16 with its vision tower, TP "
+        "4, --gpu_memory_utilization 0.95 --max_num_seqs 2 --max_model_len 8192 (8,192 batched "
+        "tokens without chunked prefill). The issue's first command also passes "
+        "mm_processor_kwargs max_pixels 1,280; the logged 2.51 GiB activation peak is a large "
+        "image's, so the row keeps the processor's default max_pixels (the logged turn's own "
+        "command is not quoted). The tool follows V1's profile run (the encoder on the largest "
+        "image, its outputs held beside the language model's dummy run), V0 runs the encoder "
+        "inside the dummy forward",
+        ("--config", QWEN_VL, "--gpu-mem", "39.38GiB", "--tp", "4", "--ctx", "8192",
+         "--gpu-memory-utilization", "0.95", "--max-num-seqs", "2",
+         "--max-num-batched-tokens", "8192"), "0.10",
+        weights_gib="34.43", kv_gib="0.04"),
     Log("Gaudi-R1-tp8", "https://github.com/HabanaAI/vllm-fork/issues/809",
         "vLLM (HPU fork), 8 devices, DeepSeek-R1 (DeepSeek-V3's fp8 128×128 blocks), TP 8: "
         "weights only (\"Pre-loading model weights on hpu:0 took 79.41 GiB\")",
