@@ -119,3 +119,52 @@ def test_pixel_bounds_refused_in_one_line(capsys, tmp_path, argv, expected):
         argv = ("--config", str(write_config(tmp_path, QWEN))) + argv
     refused_in_one_line(capsys, "serve", *argv, "--gpu", "H100", "--ctx", "64",
                         expected=expected)
+
+
+# ---- plan: a one-GPU fine-tune with the tower frozen (LLaMA-Factory's default) or trained --
+def _plan(capsys, tmp_path, *args):
+    code, out, err = run(capsys, "plan", "--config", str(write_config(tmp_path, QWEN)),
+                         "--gpu", "H100", "--ctx", "64", "--format", "json", *args)
+    assert code == 0, err
+    return json.loads(out)
+
+
+def test_plan_holds_a_frozen_tower_beside_the_step(capsys, tmp_path):
+    """Frozen under bf16-mixed (fp32 parameters): 4 bytes × the tower's 98,528 parameters
+    (transformers' count, test_the_tower_weights_equal_transformers_count), nothing else;
+    the usable memory of the fit is the card's less them."""
+    d = _plan(capsys, tmp_path)
+    n = MATRICES + REST
+    v = d["vision"]
+    assert v["trained"] is False and v["parameters"] == n
+    assert v["weights_bytes"] == 4 * n and v["total_bytes"] == 4 * n
+    fit = d["fit"]
+    assert fit["usable_bytes"] == fit["capacity_bytes"] - fit["reserved_bytes"] - 4 * n
+
+
+def test_plan_trains_the_tower_with_adamw(capsys, tmp_path):
+    """--train-vision, AdamW (torch/optim/adamw.py: exp_avg and exp_avg_sq zeros_like(p), the
+    step counter a CPU tensor): under bf16 (bf16 parameters, gradients and moments) 2 + 2 +
+    2·2 = 8 bytes a parameter; under bf16-mixed (fp32 everything, no master copy) 4 + 4 +
+    2·4 = 16."""
+    n = MATRICES + REST
+    v = _plan(capsys, tmp_path, "--train-vision", "--precision", "bf16")["vision"]
+    assert (v["weights_bytes"], v["gradient_bytes"], v["optimizer_state_bytes"],
+            v["master_bytes"]) == (2 * n, 2 * n, 4 * n, 0)
+    v = _plan(capsys, tmp_path, "--train-vision")["vision"]
+    assert v["total_bytes"] == 16 * n and v["activations_counted"] is False
+    code, out, _ = run(capsys, "plan", "--config", str(write_config(tmp_path, QWEN)), "--gpu",
+                       "H100", "--ctx", "64", "--train-vision")
+    first = out.split("\n\n")[0]
+    assert code == 0 and "vision tower:  counted, trained" in first and "NOT counted" in first
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (("gpt2-small", "--train-vision"), "needs a vision-language config.json"),
+    (("--train-vision", "--gpus", "2"), "planned on one GPU"),
+    (("--train-vision", "--lora-rank", "8"), "beside LoRA adapters")])
+def test_train_vision_refusals(capsys, tmp_path, argv, expected):
+    if argv[0] != "gpt2-small":
+        argv = ("--config", str(write_config(tmp_path, QWEN))) + argv
+    refused_in_one_line(capsys, "plan", *argv, "--gpu", "H100", "--ctx", "64",
+                        expected=expected)
