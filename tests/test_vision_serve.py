@@ -168,3 +168,24 @@ def test_train_vision_refusals(capsys, tmp_path, argv, expected):
         argv = ("--config", str(write_config(tmp_path, QWEN))) + argv
     refused_in_one_line(capsys, "plan", *argv, "--gpu", "H100", "--ctx", "64",
                         expected=expected)
+
+
+def test_sglang_scales_a_vlms_default_fraction(capsys, tmp_path):
+    """SGLang's adjust_mem_fraction_for_vlm (server_args.py): getattr(vision_config,
+    "num_hidden_layers", 24) = 24 here (Qwen's tower says "depth"), hidden_size 32: ratio
+    24·32² / (24·1,024²) = 1/1,024, 1 − 0.1·(1/1,024 − 1) = 1.0999… clamped to 1.05, times
+    0.95 = 0.9975 = 399/400 of the default a language model gets on the same card."""
+    from fractions import Fraction
+
+    def fraction(d):
+        u = d["assumptions"]["gpu_memory_utilization"]
+        return Fraction(u["numerator"], u["denominator"])
+    vlm = fraction(_serve(capsys, tmp_path, "--gpu", "H100", "--engine", "sglang"))
+    code, out, err = run(capsys, "serve", "gpt2-small", "--gpu", "H100", "--engine", "sglang",
+                         "--ctx", "64", "--format", "json")
+    assert code == 0, err
+    assert vlm == fraction(json.loads(out)) * Fraction(399, 400)
+    # a given --gpu-memory-utilization is SGLang's mem_fraction_static as given: not scaled
+    given = _serve(capsys, tmp_path, "--gpu", "H100", "--engine", "sglang",
+                   "--gpu-memory-utilization", "0.8")
+    assert fraction(given) == Fraction(4, 5)

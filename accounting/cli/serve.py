@@ -269,7 +269,9 @@ def _tower(ns) -> dict:
     pixels = pixel_bounds(ns, tower)
     if tower is None:
         return {}
-    return {"tower": tower, "tower_quant": _quantization(ns)[0], "tower_pixels": pixels}
+    data = _quantization(ns)[2] or {}
+    return {"tower": tower, "tower_quant": _quantization(ns)[0], "tower_pixels": pixels,
+            "tower_config": data.get("vision_config")}
 
 
 def main(argv: list[str]) -> int:

@@ -150,6 +150,9 @@ class Engine:
     # processor allows, its outputs held as the encoder cache (vLLM V1's profile_run,
     # gpu_model_runner.py; serving/vision.py); SGLang profiles nothing
     profiles_encoder: bool = False
+    # a multimodal model's default memory fraction scaled by its tower's size (SGLang's
+    # adjust_mem_fraction_for_vlm, serving/vision.py sglang_vlm_factor)
+    vlm_fraction: bool = False
     # ---- what the other modules ask of an engine, never its name ------------------------------
     # the environment switch that lets it start past the model's context (max_len.py)
     allow_long_env: str = ""
@@ -211,7 +214,7 @@ register(Engine("sglang-0.4", SGLANG, "0.4", "0.4 – 0.5.x of 2025", _SGLANG_SO
                 start_after_comms=True, **_SGLANG))
 register(Engine("sglang-0.5", SGLANG, "0.5", "the 2026 reserve rule, current", _SGLANG_SOURCE,
                 _sglang_05_defaults, profiled=False, graphs_in_pool=False,
-                start_after_comms=True, **_SGLANG))
+                start_after_comms=True, vlm_fraction=True, **_SGLANG))
 DEFAULT_VERSION = {VLLM: "0.21", SGLANG: "0.5"}
 
 

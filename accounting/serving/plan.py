@@ -169,7 +169,7 @@ def serve(config: ModelConfig, scheme: Scheme, *, gpu: str | None = None,
           prompt: int | None = None, notes: tuple[str, ...] = (),
           stored=None, max_model_len: int | None = None,
           allow_long_context: bool = False, tower=None, tower_quant=None,
-          tower_pixels: tuple[int, int] | None = None) -> ServePlan:
+          tower_pixels: tuple[int, int] | None = None, tower_config=None) -> ServePlan:
     """The serving plan. `max_model_len`: the engine's derived maximum context
     (accounting/serving/max_len.py; default the config's context_length); a longer --ctx is
     refused as the engine refuses it unless `allow_long_context` (its environment switch).
@@ -195,6 +195,12 @@ def serve(config: ModelConfig, scheme: Scheme, *, gpu: str | None = None,
     if block_size is not None:
         d = engines.Defaults(d.utilization, d.max_num_batched_tokens, d.max_num_seqs,
                              block_size, d.why + f"; block_size {block_size} (given)")
+    if tower is not None and rec.vlm_fraction and utilization is None:  # SGLang's VLM scale
+        from accounting.serving.vision import sglang_vlm_factor
+        f = sglang_vlm_factor(tower_config)
+        d = engines.Defaults(d.utilization * f, d.max_num_batched_tokens, d.max_num_seqs,
+                             d.block_size, d.why + f"; × {float(f):.4f} for the vision tower "
+                             f"(adjust_mem_fraction_for_vlm)")
     util = d.utilization if utilization is None else Fraction(utilization)
     if not 0 < util <= 1:
         raise UsageError(f"--gpu-memory-utilization must be in (0, 1], got {float(util)}")

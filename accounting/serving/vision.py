@@ -32,11 +32,19 @@ vLLM V1 (read at vllm-project/vllm main of 2025-26; the rule is the same from 0.
            upper bound for the column-parallel biases). Every pipeline stage is charged the
            tower (an upper bound: vLLM builds it on the first stage).
 SGLang loads the tower before it measures its pool, so the weights come off the pool; it
-runs no profile, and the encoder's activations live in its reserve (said in the plan).
+runs no profile, and the encoder's activations live in its reserve. Where mem_fraction_static
+is its default, a multimodal model's is scaled down (python/sglang/srt/server_args.py,
+ServerArgs.adjust_mem_fraction_for_vlm, sglang main of 2025-26): by 0.95 × clamp(1 − 0.1 ·
+(L·d² / (24·1,024²) − 1), 0.8, 1.05), L and d getattr(vision_config, "num_hidden_layers", 24)
+and getattr(vision_config, "hidden_size", 1024) (ViT-L/14 the baseline): read here from the
+config.json's vision_config keys, those defaults where it has none (Qwen's tower says
+"depth", so SGLang sees 24 layers); a config class that defines the key by default would
+give SGLang its class default instead.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fractions import Fraction
 
 from accounting.analysis.images import image_row
 from accounting.architecture.vision import VisionSpec
@@ -140,3 +148,19 @@ def tower_terms(spec: VisionSpec, tp: int, max_num_batched_tokens: int, max_num_
                       row.resized, per_item, t, budget, items,
                       encoder_peak(spec, items * per_item, items * t, tp),
                       items * t * spec.text_width * ACT)
+
+
+SGLANG_VLM_BASE = Fraction(95, 100)
+SGLANG_VLM_BASELINE = 24 * 1024 ** 2  # ViT-L/14: 24 layers of 1,024
+
+
+def sglang_vlm_factor(vision_config) -> Fraction:
+    """SGLang's scale on a multimodal model's default mem_fraction_static (above)."""
+    vc = vision_config if isinstance(vision_config, dict) else {}
+    layers, hidden = vc.get("num_hidden_layers", 24), vc.get("hidden_size", 1024)
+    if not all(isinstance(x, int) and not isinstance(x, bool) and x > 0
+               for x in (layers, hidden)):
+        layers, hidden = 24, 1024  # the tower's reader refuses such a file before this
+    ratio = Fraction(layers * hidden * hidden, SGLANG_VLM_BASELINE)
+    dynamic = min(Fraction(105, 100), max(Fraction(8, 10), 1 - Fraction(1, 10) * (ratio - 1)))
+    return SGLANG_VLM_BASE * dynamic
