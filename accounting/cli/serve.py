@@ -270,7 +270,9 @@ def _tower(ns) -> dict:
     if tower is None:
         return {}
     data = _quantization(ns)[2] or {}
-    return {"tower": tower, "tower_quant": _quantization(ns)[0], "tower_pixels": pixels,
+    # the file's top-level quantization_config covers the tower; one under text_config
+    # (Kimi-K2.5's) is the language model's alone, and the tower is stored unquantized
+    return {"tower": tower, "tower_quant": data.get(QUANT_KEY), "tower_pixels": pixels,
             "tower_config": data.get("vision_config")}
 
 
