@@ -189,3 +189,18 @@ def test_sglang_scales_a_vlms_default_fraction(capsys, tmp_path):
     given = _serve(capsys, tmp_path, "--gpu", "H100", "--engine", "sglang",
                    "--gpu-memory-utilization", "0.8")
     assert fraction(given) == Fraction(4, 5)
+
+
+def test_the_profile_rule_against_vllms_log(capsys):
+    """vLLM 0.8.2 on an H100 with Qwen2.5-VL-7B-Instruct (QwenLM/Qwen3-VL issue #1057)
+    printed "Encoder cache will be initialized with a budget of 16384 tokens, and profiled
+    with 1 image items of the maximum feature size" (the LLM class: 16,384 batched tokens,
+    1,024 sequences)."""
+    root = Path(__file__).resolve().parents[1]
+    code, out, err = run(capsys, "serve", "--config",
+                         str(root / "tests/data/serving/Qwen2.5-VL-7B-Instruct.json"),
+                         "--gpu", "H100", "--ctx", "128000", "--max-num-batched-tokens", "16384",
+                         "--max-num-seqs", "1024", "--format", "json")
+    assert code == 0, err
+    v = json.loads(out)["vision"]
+    assert (v["encoder_budget_tokens"], v["profile_items"]) == (16384, 1)

@@ -22,10 +22,6 @@ from accounting.ledger.builder import vision as VB
 from accounting.planning.optimizers import get_optimizer
 from accounting.units import DTYPE_BYTES, FP32
 
-LLAMA_FACTORY = ("LLaMA-Factory's default (FinetuningArguments.freeze_vision_tower = True, "
-                 "hparams/finetuning_args.py)")
-
-
 @dataclass(frozen=True)
 class TowerTraining:
     family: str

@@ -159,10 +159,14 @@ def uncounted(hf, what: str) -> str | None:
                                  f"tower's count: python -m accounting --config FILE --image HxW")
 
 
+# planning/vision_train.py's default, as the recipe it follows states it
+LLAMA_FACTORY = ("LLaMA-Factory's default (FinetuningArguments.freeze_vision_tower = True, "
+                 "hparams/finetuning_args.py)")
+
+
 def training_line(t) -> str:
     """plan's first-screen line for a tower in a one-GPU training plan
     (planning/vision_train.py): counted, frozen or trained, in the fit."""
-    from accounting.planning.vision_train import LLAMA_FACTORY
     if not t.trained:
         return _line("vision tower", f"counted, frozen ({LLAMA_FACTORY}; --train-vision trains "
                                      f"it): {grouped(t.params)} parameters, weights "
