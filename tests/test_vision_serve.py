@@ -204,3 +204,14 @@ def test_the_profile_rule_against_vllms_log(capsys):
     assert code == 0, err
     v = json.loads(out)["vision"]
     assert (v["encoder_budget_tokens"], v["profile_items"]) == (16384, 1)
+
+
+def test_a_many_gpu_plan_says_the_tower_is_left_out(capsys, tmp_path):
+    """The many-GPU plans size the language model alone: their answer says so, with the
+    tower's count (transformers', test_the_tower_weights_equal_transformers_count)."""
+    code, out, err = run(capsys, "plan", "--config", str(write_config(tmp_path, QWEN)),
+                         "--gpu", "H100", "--gpus", "2", "--ctx", "64")
+    assert code == 0, err
+    first = out.split("\n\n")[0]
+    assert "vision tower:  NOT in this many-GPU plan" in first
+    assert f"{MATRICES + REST:,} parameters" in first
