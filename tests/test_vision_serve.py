@@ -215,3 +215,50 @@ def test_a_many_gpu_plan_says_the_tower_is_left_out(capsys, tmp_path):
     first = out.split("\n\n")[0]
     assert "vision tower:  NOT in this many-GPU plan" in first
     assert f"{MATRICES + REST:,} parameters" in first
+
+
+def test_a_checkpoint_counts_the_tower_once(capsys, tmp_path):
+    """--checkpoint of a vision-language model (header-only safetensors of transformers' own
+    state dict, tests/checkpoint_files.py; before the fix the tower was counted twice, its
+    tensors as stored and its term): the tower's tensors are set aside from the
+    language model's match and from the stored bytes (the tower's term adds them), so the
+    weights per GPU at TP 1 are the whole checkpoint's bytes, once, and the language model's
+    match agrees."""
+    from math import prod
+    from checkpoint_files import write
+    # named as the published Qwen2.5-VL checkpoints store them (visual.*, model.layers.*,
+    # lm_head.*), transformers 5's model.visual.* and model.language_model.* renamed back
+    sd = [(k.replace("model.language_model.", "model.").replace("model.visual.", "visual."),
+           tuple(v.shape)) for k, v in _model(QWEN).state_dict().items()]
+    folder = write(tmp_path / "ck", sd)
+    code, out, err = run(capsys, "serve", "--config", str(write_config(tmp_path, QWEN)),
+                         "--checkpoint", str(folder), "--gpu", "H100", "--ctx", "64",
+                         "--format", "json")
+    assert code == 0, err
+    d = json.loads(out)
+    assert d["checkpoint"]["agrees"] is True
+    assert d["weights_bytes_per_gpu"] == 2 * sum(prod(s) for _, s in sd)
+    tower = sum(prod(s) for k, s in sd if k.startswith("visual."))
+    assert tower == MATRICES + REST and d["vision"]["weights_bytes_per_gpu"] == 2 * tower
+
+
+def test_a_gqa_bias_matches_its_checkpoint(capsys, tmp_path):
+    """Regression (found here): Qwen2's K and V biases, (h_kv, d_k) in the ledger, are one
+    dimension of h_kv·d_k = 2·16 = 32 in nn.Linear's state dict; the match reported "32 in the
+    checkpoint, 2×16 in the ledger" and exit 1 for every Qwen2 checkpoint with GQA."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from checkpoint_files import write
+    from test_vision import TEXT
+    data = {"model_type": "qwen2", **TEXT, "tie_word_embeddings": False}
+    cfg = transformers.AutoConfig.for_model(**data)
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(cfg)
+    sd = [(k, tuple(v.shape)) for k, v in model.state_dict().items()]
+    assert ("model.layers.0.self_attn.k_proj.bias", (32,)) in sd
+    folder = write(tmp_path / "ck", sd)
+    code, out, err = run(capsys, "serve", "--config", str(write_config(tmp_path, data)),
+                         "--checkpoint", str(folder), "--gpu", "H100", "--ctx", "64",
+                         "--format", "json")
+    assert code == 0, err
+    assert json.loads(out)["checkpoint"]["agrees"] is True
