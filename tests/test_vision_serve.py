@@ -262,3 +262,26 @@ def test_a_gqa_bias_matches_its_checkpoint(capsys, tmp_path):
                          "--format", "json")
     assert code == 0, err
     assert json.loads(out)["checkpoint"]["agrees"] is True
+
+
+def test_limit_mm_per_prompt(capsys, tmp_path):
+    """vLLM's --limit-mm-per-prompt: N images bound the profiled items by max_num_seqs·N
+    (profile_run: min(budget // item tokens, max_num_reqs · limit)); 0 turns the encoder
+    off (compute_encoder_budget returns 0: no profile) and, in vLLM 0.21's record, the
+    tower is not built (_mark_tower_model). Hand algebra with --max-pixels 1,048,576 (1,296
+    tokens an item, 6 items by the budget, test_max_pixels_bounds_the_profiled_item):
+    --max-num-seqs 2 and 1 image a prompt leave min(6, 2·1) = 2."""
+    v = _serve(capsys, tmp_path, "--gpu", "H100", "--max-pixels", "1048576", "--max-num-seqs",
+               "2", "--limit-mm-per-prompt", "1")["vision"]
+    assert v["profile_items"] == 2 and v["encoder_cache_bytes"] == 2 * 1296 * 64 * 2
+    d = _serve(capsys, tmp_path, "--gpu", "H100", "--limit-mm-per-prompt", "0")
+    v = d["vision"]
+    assert (v["profile_items"], v["encoder_budget_tokens"], v["encoder_peak_bytes"],
+            v["encoder_cache_bytes"], v["weights_bytes_per_gpu"]) == (0, 0, 0, 0, 0)
+    assert d["weights_bytes_per_gpu"] == d["weights_stored_bytes_per_gpu"]
+    v = _serve(capsys, tmp_path, "--gpu", "H100", "--limit-mm-per-prompt", "0",
+               "--engine-version", "0.10")["vision"]
+    assert v["weights_bytes_per_gpu"] == 2 * (MATRICES + REST) and v["profile_items"] == 0
+    refused_in_one_line(capsys, "serve", "--config", str(write_config(tmp_path, QWEN)),
+                        "--gpu", "H100", "--engine", "sglang", "--limit-mm-per-prompt", "1",
+                        expected="--limit-mm-per-prompt is vLLM's")

@@ -49,6 +49,17 @@ def _positive(flag: str):
     return parse
 
 
+def _images_per_prompt(text: str) -> int:
+    """0 (text only) or a positive count up to 10^6, as positive_int reads it."""
+    if str(text).strip() in ("0", "+0"):
+        return 0
+    try:
+        return positive_int("--limit-mm-per-prompt", 10**6, "10^6")(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"must be 0 (text only) or a count of images up to "
+                                         f"10^6, got {shorten(text)}") from None
+
+
 def parser() -> Parser:
     p = Parser(prog="python -m accounting serve",
                description="Serving capacity: weights per GPU as the checkpoint stores them "
@@ -115,6 +126,10 @@ def parser() -> Parser:
                                      "SGLang 1)")
     from accounting.cli.main import add_pixel_args  # issue 41: vLLM's mm_processor_kwargs
     add_pixel_args(w)
+    w.add_argument("--limit-mm-per-prompt", type=_images_per_prompt,
+                   metavar="N", help="vLLM's limit_mm_per_prompt for images (default 999, V1's):"
+                   " the profiled image count is at most max_num_seqs·N; 0 serves the model as "
+                   "text only (no encoder profile; vLLM 0.21 does not load the tower)")
     w.add_argument("--activation-peak", type=parse_size, metavar="SIZE",
                    help="vLLM's profiled activation peak per GPU (default: estimated)")
     w.add_argument("--non-torch", type=parse_size, metavar="SIZE",
@@ -268,12 +283,16 @@ def _tower(ns) -> dict:
     tower = getattr(hf_source_from_args(ns), "vision", None)
     pixels = pixel_bounds(ns, tower)
     if tower is None:
+        if ns.limit_mm_per_prompt is not None:
+            raise UsageError("--limit-mm-per-prompt needs a vision-language config.json whose "
+                             "tower the tool reads; drop it for a language model")
         return {}
     data = _quantization(ns)[2] or {}
     # the file's top-level quantization_config covers the tower; one under text_config
     # (Kimi-K2.5's) is the language model's alone, and the tower is stored unquantized
     return {"tower": tower, "tower_quant": data.get(QUANT_KEY), "tower_pixels": pixels,
-            "tower_config": data.get("vision_config")}
+            "tower_config": data.get("vision_config"),
+            "limit_mm_per_prompt": ns.limit_mm_per_prompt}
 
 
 def main(argv: list[str]) -> int:

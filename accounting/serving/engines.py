@@ -153,6 +153,8 @@ class Engine:
     # a multimodal model's default memory fraction scaled by its tower's size (SGLang's
     # adjust_mem_fraction_for_vlm, serving/vision.py sglang_vlm_factor)
     vlm_fraction: bool = False
+    # --limit-mm-per-prompt 0 builds no tower (vLLM's _mark_tower_model, current models)
+    skips_disabled_tower: bool = False
     # ---- what the other modules ask of an engine, never its name ------------------------------
     # the environment switch that lets it start past the model's context (max_len.py)
     allow_long_env: str = ""
@@ -208,7 +210,7 @@ register(Engine("vllm-0.10", VLLM, "0.10", "0.10 – 0.20", _VLLM_SOURCE, _vllm_
                 profiled=True, graphs_in_pool=False, start_after_comms=False, **_VLLM))
 register(Engine("vllm-0.21", VLLM, "0.21", "0.21 and later, current", _VLLM_SOURCE,
                 _vllm_defaults, profiled=True, graphs_in_pool=True, start_after_comms=False,
-                **_VLLM))
+                skips_disabled_tower=True, **_VLLM))
 register(Engine("sglang-0.4", SGLANG, "0.4", "0.4 – 0.5.x of 2025", _SGLANG_SOURCE,
                 _sglang_04_defaults, profiled=False, graphs_in_pool=False,
                 start_after_comms=True, **_SGLANG))

@@ -169,7 +169,8 @@ def serve(config: ModelConfig, scheme: Scheme, *, gpu: str | None = None,
           prompt: int | None = None, notes: tuple[str, ...] = (),
           stored=None, max_model_len: int | None = None,
           allow_long_context: bool = False, tower=None, tower_quant=None,
-          tower_pixels: tuple[int, int] | None = None, tower_config=None) -> ServePlan:
+          tower_pixels: tuple[int, int] | None = None, tower_config=None,
+          limit_mm_per_prompt: int | None = None) -> ServePlan:
     """The serving plan. `max_model_len`: the engine's derived maximum context
     (accounting/serving/max_len.py; default the config's context_length); a longer --ctx is
     refused as the engine refuses it unless `allow_long_context` (its environment switch).
@@ -206,8 +207,12 @@ def serve(config: ModelConfig, scheme: Scheme, *, gpu: str | None = None,
         raise UsageError(f"--gpu-memory-utilization must be in (0, 1], got {float(util)}")
     n_tokens = max_num_batched_tokens or d.max_num_batched_tokens
     seqs = max_num_seqs or d.max_num_seqs
-    vt = None if tower is None else tower_terms(tower, tp, n_tokens, seqs, tower_quant,
-                                                 tower_pixels, model_dtype_bytes)
+    if limit_mm_per_prompt is not None and not rec.profiles_encoder:
+        raise UsageError(f"--limit-mm-per-prompt is vLLM's; {rec.engine} has no such setting "
+                         f"(drop it)")
+    vt = None if tower is None else tower_terms(
+        tower, tp, n_tokens, seqs, tower_quant, tower_pixels, model_dtype_bytes,
+        limit_mm_per_prompt, not rec.skips_disabled_tower)
     other = startup.non_torch(rec.profiled, tp, pp, nvlink, arch) if non_torch_bytes is None \
         else Span.exact(non_torch_bytes, "given")
     kv_b = kv.kv_dtype_bytes(kv_dtype)

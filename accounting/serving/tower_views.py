@@ -18,8 +18,12 @@ def line(p) -> str | None:
         return None
     how = "as vLLM shards them" if p.record.profiles_encoder else "assumed as vLLM shards them"
     text = (f"counted: {_gib(t.weights_bytes)} per GPU in the weights ({grouped(t.params)} "
-            f"parameters, {t.weights_why}; matrices 1/TP {how})")
-    if p.record.profiles_encoder:
+            f"parameters, {t.weights_why}; matrices 1/TP {how})" if t.weights_bytes else
+            f"counted: {grouped(t.params)} parameters {t.weights_why}, 0 bytes")
+    if p.record.profiles_encoder and not t.items:
+        text += ("; --limit-mm-per-prompt 0: no encoder budget, no profile run, no encoder "
+                 "cache (text only)")
+    elif p.record.profiles_encoder:
         n = t.items
         text += (f"; profile run: {grouped(n)} image{'' if n == 1 else 's'} of "
                  f"{t.item_size[0]}×{t.item_size[1]} (the processor's largest, "

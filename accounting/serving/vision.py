@@ -17,6 +17,12 @@ vLLM V1 (read at vllm-project/vllm main of 2025-26; the rule is the same from 0.
            encoder_compute_budget = max(max_num_encoder_input_tokens, max_tokens_per_mm_item),
            encoder_cache_size = max(encoder_cache_size, max_tokens_per_mm_item), both
            SchedulerConfig fields set to max_num_batched_tokens (vllm/config/scheduler.py).
+  disabled --limit-mm-per-prompt 0 (every modality off): no encoder budget ("Encoder cache
+           will not be initialized", compute_encoder_budget), no profile; vLLM's current
+           models build no tower at all (vllm/model_executor/models/interfaces.py,
+           SupportsMultiModal._mark_tower_model: "Tower model components are automatically
+           skipped when --limit-mm-per-prompt is set to zero for all of their modalities"),
+           the engine record's skips_disabled_tower.
   items    vllm/v1/worker/gpu_model_runner.py, GPUModelRunner.profile_run: max(1, min(budget //
            max_tokens_per_mm_item, max_num_reqs · limit_mm_per_prompt)) items of the maximum
            size run through get_multimodal_embeddings in one batch; the outputs are kept in
@@ -131,12 +137,17 @@ def largest_item(spec: VisionSpec, pixels: tuple[int, int] | None = None):
 
 def tower_terms(spec: VisionSpec, tp: int, max_num_batched_tokens: int, max_num_seqs: int,
                 quant=None, pixels: tuple[int, int] | None = None,
-                dtype_bytes: int = ACT) -> TowerServe:
+                dtype_bytes: int = ACT, limit: int | None = None,
+                builds_disabled: bool = True) -> TowerServe:
+    """`limit`: images per prompt (--limit-mm-per-prompt; None: V1's 999); 0 turns the
+    encoder off (no profile) and, where the engine skips a disabled tower
+    (`builds_disabled` False), its weights too."""
+    limit = V1_LIMIT_PER_PROMPT if limit is None else limit
     row = largest_item(spec, pixels)
     per_item = row.patches + (row.tiles if spec.class_token else 0)
     t = row.tokens
-    budget = max(max_num_batched_tokens, t)
-    items = max(1, min(budget // t, max_num_seqs * V1_LIMIT_PER_PROMPT))
+    budget = max(max_num_batched_tokens, t) if limit else 0
+    items = max(1, min(budget // t, max_num_seqs * limit)) if limit else 0
     skip = unquantized_by(quant)
     why = ("bf16" if quant is None else
            f"bf16: the quantization_config leaves it unquantized ({skip})" if skip else
@@ -144,7 +155,10 @@ def tower_terms(spec: VisionSpec, tp: int, max_num_batched_tokens: int, max_num_
            "the tool does not read the tower's quantized format")
     ledger = VB.walk(spec)
     params = ledger.param_count(VB.values(spec))
-    return TowerServe(spec.family, params, weights_per_gpu(spec, tp, dtype_bytes), why,
+    if not limit and not builds_disabled:
+        why = "not loaded: --limit-mm-per-prompt 0 skips the tower (_mark_tower_model)"
+    weights = weights_per_gpu(spec, tp, dtype_bytes) if limit or builds_disabled else 0
+    return TowerServe(spec.family, params, weights, why,
                       row.resized, per_item, t, budget, items,
                       encoder_peak(spec, items * per_item, items * t, tp),
                       items * t * spec.text_width * ACT)
