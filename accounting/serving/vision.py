@@ -4,7 +4,10 @@ the image processor allows, and the encoder cache (the dummy encoder outputs, he
 language model's dummy forward runs). Pure Python; every count is the tower's ledger
 (accounting/ledger/builder/vision.py) evaluated at that input (accounting/analysis/images.py).
 
-vLLM V1 (read at vllm-project/vllm main of 2025-26; the rule is the same from 0.8 to 0.21):
+vLLM V1 (read in its 0.8-era and 2025-26 sources; the encoder budget and the held outputs are
+the same throughout, the max_num_reqs · limit cap on the items came in 2025: at 0.8 the items
+were budget // item tokens; vLLM 0.8.2 printed "budget of 16384 tokens, and profiled with 1
+image items" for Qwen2.5-VL-7B on an H100, QwenLM/Qwen3-VL issue #1057, tests/test_vision_serve.py):
   item     vllm/multimodal/profiling.py and each model's ProcessingInfo: the dummy item is the
            image with the most features, get_image_size_with_most_features (Qwen2-VL and
            Qwen2.5-VL, vllm/model_executor/models/qwen2_vl.py: _get_vision_info of a
