@@ -49,6 +49,8 @@ class Log:
 OSS = f"{DATA}/gpt-oss-120b.json"
 QWEN = f"{DATA}/Qwen3-235B-A22B-FP8.json"
 L70 = f"{DATA}/Llama-3.1-70B.json"
+QWEN_VL = f"{DATA}/Qwen2.5-VL-72B-Instruct.json"
+QWEN_VL7 = f"{DATA}/Qwen2.5-VL-7B-Instruct.json"
 THESIS = "https://github.com/korsqqq/meeting-planning-llm-thesis/blob/main"
 LOGS = (
     Log("3090-8B-20k", "https://github.com/vllm-project/vllm/issues/10517",
@@ -195,6 +197,29 @@ LOGS = (
          "--gpu-memory-utilization", "0.98", "--max-num-batched-tokens", "2048",
          "--max-num-seqs", "1024"), "0.10",
         weights_gib="67.7229", kv_tokens=1381 * 16, concurrency="10.79", formats=("int8",)),
+    Log("A100x4-Qwen2.5-VL-72B", "https://github.com/vllm-project/vllm/issues/16570",
+        "vLLM 0.8.3 (V0: worker.py's memory profile, rank 0), 4 × A100-PCIE-40GB "
+        "(total_gpu_memory 39.38 GiB), Qwen2.5-VL-72B-Instruct bf16 with its vision tower, TP "
+        "4, --gpu_memory_utilization 0.95 --max_num_seqs 2 --max_model_len 8192 (8,192 batched "
+        "tokens without chunked prefill). The issue's first command also passes "
+        "mm_processor_kwargs max_pixels 1,280; the logged 2.51 GiB activation peak is a large "
+        "image's, so the row keeps the processor's default max_pixels (the logged turn's own "
+        "command is not quoted). The tool follows V1's profile run (the encoder on the largest "
+        "image, its outputs held beside the language model's dummy run), V0 runs the encoder "
+        "inside the dummy forward",
+        ("--config", QWEN_VL, "--gpu-mem", "39.38GiB", "--tp", "4", "--ctx", "8192",
+         "--gpu-memory-utilization", "0.95", "--max-num-seqs", "2",
+         "--max-num-batched-tokens", "8192"), "0.10",
+        weights_gib="34.43", kv_gib="0.04"),
+    Log("H100-Qwen2.5-VL-7B", "https://github.com/QwenLM/Qwen3-VL/issues/1057",
+        "vLLM 0.8.2 (V1), H100-SXM-80GB, Qwen2.5-VL-7B-Instruct bf16 with its vision tower, TP "
+        "1, the LLM class's defaults on a card of 70 GiB or more (16,384 batched tokens, 1,024 "
+        "sequences, utilization 0.9; arg_utils.py), max_model_len 128,000; the log prints "
+        "\"Encoder cache will be initialized with a budget of 16384 tokens, and profiled with "
+        "1 image items of the maximum feature size\", the tool's budget and item count",
+        ("--config", QWEN_VL7, "--gpu", "H100", "--ctx", "128000",
+         "--max-num-batched-tokens", "16384", "--max-num-seqs", "1024"), "0.10",
+        weights_gib="15.6271", kv_tokens=905_648, concurrency="7.08"),
     Log("Gaudi-R1-tp8", "https://github.com/HabanaAI/vllm-fork/issues/809",
         "vLLM (HPU fork), 8 devices, DeepSeek-R1 (DeepSeek-V3's fp8 128×128 blocks), TP 8: "
         "weights only (\"Pre-loading model weights on hpu:0 took 79.41 GiB\")",

@@ -148,7 +148,12 @@ def test_serve_reads_k25s_int4_experts(capsys, tmp_path):
     # vLLM pads the embedding and the head to a multiple of 64 rows (VocabParallelEmbedding,
     # DEFAULT_VOCAB_PADDING_SIZE): 96 -> 128, 2·32·D parameters more, bf16
     padded = params_by_hand() + 2 * (128 - V) * D
-    assert plan["weights_bytes_per_gpu"] == int4_bytes_by_hand(expert, E * 3, padded, 8)
+    # the vision tower beside it (issue 41: serve counts it, bf16, whole at TP 1; its count is
+    # transformers', tests/test_vision.py test_kimi_k25_tower_by_name_and_flops)
+    tower = plan["vision"]
+    assert tower["weights_bytes_per_gpu"] == 2 * tower["parameters"]
+    assert plan["weights_bytes_per_gpu"] - tower["weights_bytes_per_gpu"] == \
+        int4_bytes_by_hand(expert, E * 3, padded, 8)
 
 
 FRONTIER = Path(__file__).resolve().parents[2] / "shared" / "frontier"
@@ -173,11 +178,13 @@ def test_full_size(name, expected):
 def test_full_size_k25_int4_checkpoint_bytes(capsys):
     """Kimi-K2.5 as stored: 60 MoE layers × 384 experts × 3 matrices of 7168·2048 in int4,
     the other 11,722,185,728 parameters in bf16 (163,840 rows: a multiple of vLLM's 64): 594,206,365,696 bytes (594.2 GB) of the
-    language model (the vision tower, 471,143,920 parameters, is not counted)."""
+    language model, and the vision tower's 471,143,920 parameters (transformers' count,
+    tests/test_vision.py test_frontier_kimi_k25_tower) in bf16 beside it (issue 41)."""
     _frontier("Kimi-K2.5.json")
     code, out, err = run(capsys, "serve", "--config", str(FRONTIER / "Kimi-K2.5.json"),
                          "--gpu-mem", "2TB", "--format", "json")
     assert code == 0, err
     matrices = 60 * 384 * 3
     expected = int4_bytes_by_hand(matrices * 7168 * 2048, matrices, 1_026_408_209_408)
-    assert json.loads(out)["weights_bytes_per_gpu"] == expected == 594_206_365_696
+    assert json.loads(out)["weights_bytes_per_gpu"] == expected + 2 * 471_143_920
+    assert expected == 594_206_365_696

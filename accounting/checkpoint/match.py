@@ -58,7 +58,9 @@ def _hf_shape(p, v: dict) -> tuple[int, ...]:
     if p.matmul_weight and not p.lookup and len(dims) > 2 and not p.name.endswith("bias"):
         split = 1 if p.module.endswith("output_proj") else len(dims) - 1  # (out..., in)
         return (prod(dims[:split]), prod(dims[split:]))
-    return tuple(dims)
+    # the tensor's real shape: a K/V bias of (h_kv, d_k) symbols is one dimension (its dims,
+    # layers.Linear's), as nn.Linear stores it (issue 41 found Qwen2's GQA biases reported)
+    return p.sizes(v) if p.dims else tuple(dims)
 
 
 def _module_name(module: str, layer: int | None, names) -> str:

@@ -28,12 +28,27 @@ def check(ns, config, hf):
     from accounting.checkpoint import headers, match
     from accounting.ledger.ledger import ledger
     ck = headers.read(where)
+    if getattr(hf, "vision", None) is not None:  # issue 41
+        ck = _without_tower(ck)
     names = hf.type.module_names(hf.data) if hf is not None else None
     rename = None
     if ck.gguf_arch is not None:  # llama.cpp's names, from transformers' by gguf's own map
         from accounting.checkpoint.gguf_file import tensor_names
         rename = tensor_names(ck.gguf_arch, config.num_layers)
     return match.match(ledger(config), names, ck, rename)
+
+
+def _without_tower(ck):
+    """A vision-language checkpoint less its tower's tensors (visual.*, vision_tower.*,
+    multi_modal_projector.*, ..., with or without the "model." prefix): the tower is counted
+    by its own ledger (serve and plan add it; accounting/serving/vision.py), so its tensors
+    are neither matched against the language model's ledger nor counted twice as stored."""
+    from accounting.serving.vision import TOWER_NAMES
+    keep = tuple(t for t in ck.tensors
+                 if t.name.removeprefix("model.").split(".")[0] not in TOWER_NAMES)
+    n = len(ck.tensors) - len(keep)
+    return replace(ck, tensors=keep, source=f"{ck.source} (its vision tower's {n:,} tensors "
+                                            f"set aside: the tower is counted by its ledger)")
 
 
 def answer(table, m, label_width: int = 14, verdict: str | None = None):

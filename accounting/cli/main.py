@@ -88,6 +88,11 @@ def add_image_args(group) -> None:
     group.add_argument("--images", type=positive_int("--images", 10**4, "10,000"), metavar="N",
                        help="N images of the --image size (default: the tower's own input "
                             "size, where it resizes every image)")
+    add_pixel_args(group)
+
+
+def add_pixel_args(group) -> None:
+    """Qwen's image processor bounds (analysis, and serve: vLLM's mm_processor_kwargs)."""
     group.add_argument("--min-pixels", type=positive_int("--min-pixels", 10**10, "10^10"), metavar="N",
                        help="Qwen's image processor: min_pixels (default: the family's "
                             "published preprocessor_config.json, 3,136 for Qwen2/2.5-VL, "
@@ -95,6 +100,23 @@ def add_image_args(group) -> None:
     group.add_argument("--max-pixels", type=positive_int("--max-pixels", 10**10, "10^10"), metavar="N",
                        help="Qwen's image processor: max_pixels (default 12,845,056 for "
                             "Qwen2/2.5-VL, 16,777,216 for Qwen3-VL and Qwen3.5)")
+
+
+def pixel_bounds(ns, tower) -> tuple[int, int] | None:
+    """--min-pixels/--max-pixels as Qwen's processor's (min_pixels, max_pixels), None when
+    neither is given; refused in one line on a tower that resizes every image, or none."""
+    if not (ns.min_pixels or ns.max_pixels):
+        return None
+    if tower is None:
+        raise UsageError("--min-pixels/--max-pixels need a vision-language config.json whose "
+                         "tower the tool reads; drop them for a language model")
+    if tower.pixels is None:
+        raise UsageError(f"--min-pixels and --max-pixels set Qwen's image processor; "
+                         f"{tower.family} resizes every image to {tower.image_size}²")
+    pixels = (ns.min_pixels or tower.pixels[0], ns.max_pixels or tower.pixels[1])
+    if pixels[0] > pixels[1]:
+        raise UsageError(f"--min-pixels {pixels[0]:,} is above --max-pixels {pixels[1]:,}")
+    return pixels
 
 
 def vision_workload(ns, hf):
@@ -110,14 +132,7 @@ def vision_workload(ns, hf):
                              "for a language model")
         return None
     from accounting.analysis import images
-    pixels = None
-    if (ns.min_pixels or ns.max_pixels) and tower.pixels is not None:
-        pixels = (ns.min_pixels or tower.pixels[0], ns.max_pixels or tower.pixels[1])
-        if pixels[0] > pixels[1]:
-            raise UsageError(f"--min-pixels {pixels[0]:,} is above --max-pixels {pixels[1]:,}")
-    elif ns.min_pixels or ns.max_pixels:
-        raise UsageError(f"--min-pixels and --max-pixels set Qwen's image processor; "
-                         f"{tower.family} resizes every image to {tower.image_size}²")
+    pixels = pixel_bounds(ns, tower)
     return images.workload(tower, ns.image, ns.images, pixels)
 
 

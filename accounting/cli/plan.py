@@ -59,6 +59,14 @@ def parse_size(text: str) -> int:
 parse_size.__name__ = "size"
 
 
+def _with_tower(d: dict, result) -> dict:
+    """The JSON's "vision" entry: the tower's bytes in a one-GPU plan (issue 41)."""
+    if result.tower is not None:
+        from accounting.present.vision_views import training_dict
+        d["vision"] = training_dict(result.tower)
+    return d
+
+
 def parser() -> Parser:
     p = Parser(prog="python -m accounting plan",
                description="Capacity planning for training and inference: AdamW training memory "
@@ -95,6 +103,11 @@ def parser() -> Parser:
                    help="step each tensor's optimizer in the backward pass as its gradient "
                         "is ready, then free the gradient (torchtune's optimizer_in_bwd: "
                         "register_optim_in_bwd_hooks): no moment holds every gradient")
+    w.add_argument("--train-vision", action="store_true",
+                   help="a vision-language config.json: train its vision tower and projector "
+                        "too (their gradients and optimizer state; activations not counted). "
+                        "Default: frozen, LLaMA-Factory's freeze_vision_tower default, its "
+                        "weights alone beside the language model's step")
     w.add_argument("--recompute", choices=tuple(RECOMPUTE), default=NO_RECOMPUTE,
                    help="none (default), selective (recompute the attention core, Korthikanti "
                         "et al. 2022) or full activation recomputation (keep each block's input; "
@@ -151,6 +164,9 @@ def main(argv: list[str]) -> int:
     hf = hf_source_from_args(ns)
     ck = checkpoint.check(ns, config, hf)  # issue 42: --checkpoint
     if ns.gpus is not None:
+        if ns.train_vision:
+            raise UsageError("--train-vision is planned on one GPU (the many-GPU plans size the "
+                             "language model alone); drop --gpus or --train-vision")
         return parallel_cli.run(ns, config, ck)
     if ns.emit:
         raise UsageError(f"--emit {ns.emit} writes a layout's launch settings; give --gpus N "
@@ -164,17 +180,20 @@ def main(argv: list[str]) -> int:
                   peak_tflops=ns.gpu_flops, bandwidth_tbs=ns.gpu_bw, mfu=ns.mfu,
                   margin=ns.margin, steps=ns.steps, tokens=ns.tokens, position=ns.position,
                   optimizer_in_backward=ns.optimizer_in_backward,
+                  tower=getattr(hf, "vision", None), train_vision=ns.train_vision,
                   **finetune_cli.plan_kwargs(ns))
-    from accounting.present.vision_views import uncounted
-    tower = uncounted(hf_source_from_args(ns), "this plan (its weights, gradients, optimizer "
-                                               "state and activations)")
+    line = None
+    if result.tower is not None:  # issue 41: said on the first screen
+        from accounting.present.vision_views import training_line
+        line = training_line(result.tower)
     c = _cost(ns, result)
 
     def answer():
         a = cost_cli.answer(checkpoint.answer(summary.plan_answer(result), ck), c)
-        return a if tower is None else replace(a, notes=a.notes + (tower,))
+        return a if line is None else replace(a, notes=a.notes + (line,))
     output.emit(ns.format, ns.output,  # the answer first, then the details
                 lambda: [answer()] + views.tables(result),
-                lambda: cost_cli.add_json(checkpoint.add_json(export.to_dict(result), ck), c),
+                lambda: cost_cli.add_json(checkpoint.add_json(_with_tower(export.to_dict(result),
+                                                                      result), ck), c),
                 lambda: export.to_csv(result))
     return checkpoint.status(ck)

@@ -280,6 +280,18 @@ def _check_emit(ns) -> None:
                          f"and --compare-formulas")
 
 
+def _tower_line(ns):
+    """The answer with a line saying a vision-language config's tower is not in this plan
+    (the one-GPU plan holds it: planning/vision_train.py); the answer as it is otherwise."""
+    from dataclasses import replace
+    from accounting.cli.args import hf_source_from_args
+    from accounting.present.vision_views import uncounted
+    line = uncounted(hf_source_from_args(ns), "this many-GPU plan (its weights, gradients, "
+                                              "optimizer state and activations; one-GPU "
+                                              "plans hold it)")
+    return (lambda a: a) if line is None else (lambda a: replace(a, notes=a.notes + (line,)))
+
+
 def run(ns: argparse.Namespace, config, ck=None) -> int:
     if ns.emit:
         _check_emit(ns)
@@ -383,8 +395,9 @@ def run(ns: argparse.Namespace, config, ck=None) -> int:
         return 0
     from accounting.cli import checkpoint, cost as cost_cli  # issue 42
     c = _cost(ns, result, hw)
+    tower = _tower_line(ns)  # issue 41: a vision-language config's tower, said left out
     output.emit(ns.format, ns.output,
-                lambda: (lambda t: [cost_cli.answer(checkpoint.answer(t[0], ck), c)]
+                lambda: (lambda t: [cost_cli.answer(checkpoint.answer(tower(t[0]), ck), c)]
                          + t[1:])(tables(result)),
                 lambda: cost_cli.add_json(checkpoint.add_json(data(result), ck), c),
                 lambda: export.to_csv(data(result)))

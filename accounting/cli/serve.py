@@ -49,6 +49,17 @@ def _positive(flag: str):
     return parse
 
 
+def _images_per_prompt(text: str) -> int:
+    """0 (text only) or a positive count up to 10^6, as positive_int reads it."""
+    if str(text).strip() in ("0", "+0"):
+        return 0
+    try:
+        return positive_int("--limit-mm-per-prompt", 10**6, "10^6")(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"must be 0 (text only) or a count of images up to "
+                                         f"10^6, got {shorten(text)}") from None
+
+
 def parser() -> Parser:
     p = Parser(prog="python -m accounting serve",
                description="Serving capacity: weights per GPU as the checkpoint stores them "
@@ -113,6 +124,12 @@ def parser() -> Parser:
     w.add_argument("--block-size", type=positive_int("--block-size", 10**6, "10^6"),
                    metavar="N", help="tokens per KV block (default vLLM 16, 64 for MLA; "
                                      "SGLang 1)")
+    from accounting.cli.main import add_pixel_args  # issue 41: vLLM's mm_processor_kwargs
+    add_pixel_args(w)
+    w.add_argument("--limit-mm-per-prompt", type=_images_per_prompt,
+                   metavar="N", help="vLLM's limit_mm_per_prompt for images (default 999, V1's):"
+                   " the profiled image count is at most max_num_seqs·N; 0 serves the model as "
+                   "text only (no encoder profile; vLLM 0.21 does not load the tower)")
     w.add_argument("--activation-peak", type=parse_size, metavar="SIZE",
                    help="vLLM's profiled activation peak per GPU (default: estimated)")
     w.add_argument("--non-torch", type=parse_size, metavar="SIZE",
@@ -246,14 +263,36 @@ def _cost(ns, plan):
 
 
 def _tower_note(ns) -> tuple[str, ...]:
-    """A vision-language config.json's tower (accounting/architecture/vision.py): said on the first
-    screen, since these weights and this pool are the language model's alone (vLLM also
-    profiles the largest image input before sizing its pool)."""
+    """--search plans the language model alone (serving/search.py): a vision-language
+    config.json's tower is said on the first screen to be left out of it."""
+    if not ns.search:
+        return ()
     from accounting.cli.args import hf_source_from_args
     from accounting.present.vision_views import uncounted
-    line = uncounted(hf_source_from_args(ns), "these weights or this KV pool (vLLM loads it "
-                                              "and profiles its largest image input first)")
+    line = uncounted(hf_source_from_args(ns), "this search's weights or KV pools (plain "
+                                              "`serve` counts it)")
     return () if line is None else (line,)
+
+
+def _tower(ns) -> dict:
+    """serve()'s tower arguments for a vision-language config.json (serving/vision.py): its
+    VisionSpec, its quantization_config, Qwen's --min-pixels/--max-pixels (vLLM's
+    mm_processor_kwargs); empty for a language model (the pixel flags refused on one)."""
+    from accounting.cli.args import hf_source_from_args
+    from accounting.cli.main import pixel_bounds
+    tower = getattr(hf_source_from_args(ns), "vision", None)
+    pixels = pixel_bounds(ns, tower)
+    if tower is None:
+        if ns.limit_mm_per_prompt is not None:
+            raise UsageError("--limit-mm-per-prompt needs a vision-language config.json whose "
+                             "tower the tool reads; drop it for a language model")
+        return {}
+    data = _quantization(ns)[2] or {}
+    # the file's top-level quantization_config covers the tower; one under text_config
+    # (Kimi-K2.5's) is the language model's alone, and the tower is stored unquantized
+    return {"tower": tower, "tower_quant": data.get(QUANT_KEY), "tower_pixels": pixels,
+            "tower_config": data.get("vision_config"),
+            "limit_mm_per_prompt": ns.limit_mm_per_prompt}
 
 
 def main(argv: list[str]) -> int:
@@ -343,5 +382,5 @@ def _plan_and_checkpoint(ns):
                  model_dtype_bytes=4 if scheme.name == "fp32" else 2,
                  peak_tflops=ns.gpu_flops, bandwidth_tbs=ns.gpu_bw, prompt=ns.prompt,
                  notes=notes, stored=stored, max_model_len=derived,
-                 allow_long_context=allow_long)
+                 allow_long_context=allow_long, **_tower(ns))
     return plan, ck

@@ -20,6 +20,7 @@ from accounting.planning.memory import MemoryModel
 class Budget:
     capacity: int  # bytes of GPU memory
     margin: Fraction  # share of the capacity reserved (CUDA context, fragmentation, temporaries)
+    held: int = 0  # bytes outside the model's ledger (a vision tower's, planning/vision_train.py)
 
     def __post_init__(self) -> None:
         if isinstance(self.capacity, bool) or not isinstance(self.capacity, int) or self.capacity <= 0:
@@ -34,7 +35,7 @@ class Budget:
 
     @property
     def usable(self) -> int:
-        return self.capacity - self.reserved
+        return self.capacity - self.reserved - self.held
 
 
 @dataclass(frozen=True)

@@ -68,6 +68,9 @@ class Plan:
     # issue 39: without --mfu, one step timed op by op from measured kernels (or the
     # roofline, labelled): a kernel_time.StepPrediction; None with --mfu or no GPU numbers
     prediction: object = None
+    # issue 41: a vision-language config's tower (planning/vision_train.py), frozen or
+    # trained, held beside the language model's peak in the fit; None: no tower
+    tower: object = None
 
 
 DEFAULT_MFU = "0.5"  # without --mfu and without a GPU's bandwidth (nothing to time ops by)
@@ -126,7 +129,8 @@ def plan(config: ModelConfig | str, seq: int | None = None, batch: int = 1, *,
          implementation: str | None = None, optimizer: str | None = None,
          from_hf: bool | None = None, attention_given: bool = False,
          trainable=None, lora=None, base_weights: str | None = None, double_quant: bool = True,
-         module_names=None, optimizer_in_backward: bool = False) -> Plan:
+         module_names=None, optimizer_in_backward: bool = False, tower=None,
+         train_vision: bool = False) -> Plan:
     """Every answer for one workload. Numbers given as strings or Fractions stay exact.
     config: a ModelConfig or a preset name; gpu a name of accounting.planning.gpus.GPUS (or
     memory_bytes, peak_tflops, bandwidth_tbs of your own); precision, scope, recompute,
@@ -187,7 +191,18 @@ def plan(config: ModelConfig | str, seq: int | None = None, batch: int = 1, *,
     model = MemoryModel(config, p, scope, recompute, recipe.implementation, recipe.optimizer,
                         trainable, ft, arch=hw.arch if hw else None,
                         optimizer_in_backward=bool(optimizer_in_backward))
-    budget = Budget(hw.memory_bytes, m) if hw and hw.memory_bytes else None
+    tw = None
+    if tower is not None:  # issue 41: the tower's weights (and, trained, its state)
+        from accounting.planning.vision_train import tower_training
+        if train_vision and ft is not None:
+            raise UsageError("--train-vision trains the whole tower beside LoRA adapters, which "
+                             "the tool does not plan; drop one of them")
+        tw = tower_training(tower, p, recipe.optimizer, train_vision)
+    elif train_vision:
+        raise UsageError("--train-vision needs a vision-language config.json whose tower the "
+                         "tool reads; drop it for a language model")
+    budget = (Budget(hw.memory_bytes, m, tw.total if tw else 0) if hw and hw.memory_bytes
+              else None)
     if budget is None and not 0 <= m < 1:
         raise UsageError(f"{names.arg('margin')} must be in [0, 1) (a share of the memory), "
                          f"got {margin}")
@@ -216,7 +231,7 @@ def plan(config: ModelConfig | str, seq: int | None = None, batch: int = 1, *,
                 flops, time,
                 inference(config, batch, seq, p, position,
                           hw.peak_flops if hw else None, hw.bandwidth if hw else None),
-                ft, recipe, f8, prediction)
+                ft, recipe, f8, prediction, tw)
 
 
 def _finetune(config, p: Precision, scope: str, lora, base_weights, double_quant, names,

@@ -157,3 +157,33 @@ def uncounted(hf, what: str) -> str | None:
     return _line("vision tower", f"NOT in {what}: {grouped(n)} parameters ({gigabytes(2 * n)} "
                                  f"in bf16, GB = 10^9 bytes) beside the language model; the "
                                  f"tower's count: python -m accounting --config FILE --image HxW")
+
+
+# planning/vision_train.py's default, as the recipe it follows states it
+LLAMA_FACTORY = ("LLaMA-Factory's default (FinetuningArguments.freeze_vision_tower = True, "
+                 "hparams/finetuning_args.py)")
+
+
+def training_line(t) -> str:
+    """plan's first-screen line for a tower in a one-GPU training plan
+    (planning/vision_train.py): counted, frozen or trained, in the fit."""
+    if not t.trained:
+        return _line("vision tower", f"counted, frozen ({LLAMA_FACTORY}; --train-vision trains "
+                                     f"it): {grouped(t.params)} parameters, weights "
+                                     f"{gigabytes(t.weights)} held beside the step's peak (the "
+                                     f"usable memory above is less them); no gradient, optimizer "
+                                     f"state or saved activation")
+    return _line("vision tower", f"counted, trained (--train-vision): {grouped(t.params)} "
+                                 f"parameters, weights {gigabytes(t.weights)} + gradients "
+                                 f"{gigabytes(t.gradients)} + optimizer state "
+                                 f"{gigabytes(t.optimizer + t.master)} = {gigabytes(t.total)} "
+                                 f"held beside the step's peak (the usable memory above is "
+                                 f"less them); its activations at --image inputs are NOT "
+                                 f"counted")
+
+
+def training_dict(t) -> dict:
+    return {"family": t.family, "parameters": t.params, "trained": t.trained,
+            "weights_bytes": t.weights, "gradient_bytes": t.gradients,
+            "optimizer_state_bytes": t.optimizer, "master_bytes": t.master,
+            "total_bytes": t.total, "activations_counted": False}

@@ -147,6 +147,15 @@ class Engine:
     profiled: bool  # the profile run's activation peak comes off the pool (vLLM)
     graphs_in_pool: bool  # the CUDA-graph estimate comes off the pool
     start_after_comms: bool  # the budget's start is measured after NCCL's set-up (SGLang)
+    # a vision-language model's encoder is run in the profile run on the largest image the
+    # processor allows, its outputs held as the encoder cache (vLLM V1's profile_run,
+    # gpu_model_runner.py; serving/vision.py); SGLang profiles nothing
+    profiles_encoder: bool = False
+    # a multimodal model's default memory fraction scaled by its tower's size (SGLang's
+    # adjust_mem_fraction_for_vlm, serving/vision.py sglang_vlm_factor)
+    vlm_fraction: bool = False
+    # --limit-mm-per-prompt 0 builds no tower (vLLM's _mark_tower_model, current models)
+    skips_disabled_tower: bool = False
     # ---- what the other modules ask of an engine, never its name ------------------------------
     # the environment switch that lets it start past the model's context (max_len.py)
     allow_long_env: str = ""
@@ -191,7 +200,7 @@ _SGLANG_SOURCE = ("python/sglang/srt/model_executor/model_runner.py profile_max_
 # vLLM: vllm/envs.py VLLM_ALLOW_LONG_MAX_MODEL_LEN; `vllm serve`; kv_role of its
 # KVTransferConfig. SGLang: SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN
 # (python/sglang/srt/configs/model_config.py); sglang.launch_server; --disaggregation-mode.
-_VLLM = dict(allow_long_env="VLLM_ALLOW_LONG_MAX_MODEL_LEN", kernel_tables=VLLM,
+_VLLM = dict(profiles_encoder=True, allow_long_env="VLLM_ALLOW_LONG_MAX_MODEL_LEN", kernel_tables=VLLM,
              prefill_dispatch=True, launch_argv=(VLLM, "serve"), launcher=launch.vllm_args,
              disagg_roles=("kv_producer", "kv_consumer"), max_seqs_flag="max_num_seqs")
 _SGLANG = dict(allow_long_env="SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN", kernel_tables=SGLANG,
@@ -202,13 +211,13 @@ register(Engine("vllm-0.10", VLLM, "0.10", "0.10 – 0.20", _VLLM_SOURCE, _vllm_
                 profiled=True, graphs_in_pool=False, start_after_comms=False, **_VLLM))
 register(Engine("vllm-0.21", VLLM, "0.21", "0.21 and later, current", _VLLM_SOURCE,
                 _vllm_defaults, profiled=True, graphs_in_pool=True, start_after_comms=False,
-                **_VLLM))
+                skips_disabled_tower=True, **_VLLM))
 register(Engine("sglang-0.4", SGLANG, "0.4", "0.4 – 0.5.x of 2025", _SGLANG_SOURCE,
                 _sglang_04_defaults, profiled=False, graphs_in_pool=False,
                 start_after_comms=True, **_SGLANG))
 register(Engine("sglang-0.5", SGLANG, "0.5", "the 2026 reserve rule, current", _SGLANG_SOURCE,
                 _sglang_05_defaults, profiled=False, graphs_in_pool=False,
-                start_after_comms=True, **_SGLANG))
+                start_after_comms=True, vlm_fraction=True, **_SGLANG))
 DEFAULT_VERSION = {VLLM: "0.21", SGLANG: "0.5"}
 
 

@@ -17,6 +17,7 @@ from accounting.formats.loaded import Loaded, loaded
 from accounting.serving import engines, kv, max_len, shards, startup, timing
 from accounting.serving.activation import activation_peak, forward_peak
 from accounting.serving.startup import ZERO, Span
+from accounting.serving.vision import TowerServe, tower_terms
 from accounting.architecture.config import ModelConfig
 from accounting.units import GiB, TERA
 
@@ -66,6 +67,13 @@ class ServePlan:
     cuda_graphs: Span = ZERO
     max_concurrency_high: int = 0
     max_num_seqs: int = 0
+    # a vision-language model's tower (serving/vision.py): its weights on every GPU and, for
+    # an engine that profiles the encoder, its profile run and encoder cache (None: no tower)
+    tower: TowerServe | None = None
+
+    @property
+    def tower_bytes_per_gpu(self) -> int:
+        return self.tower.weights_bytes if self.tower is not None else 0
 
     @property
     def engine_version(self) -> str:
@@ -99,7 +107,7 @@ class ServePlan:
 
     @property
     def weights_stored_bytes_per_gpu(self) -> int:
-        return max(s.stage.bytes for s in self.stages)
+        return max(s.stage.bytes for s in self.stages) + self.tower_bytes_per_gpu
 
     @property
     def kv_bytes_per_token_per_gpu(self) -> int:
@@ -160,11 +168,16 @@ def serve(config: ModelConfig, scheme: Scheme, *, gpu: str | None = None,
           model_dtype_bytes: int = 2, peak_tflops=None, bandwidth_tbs=None,
           prompt: int | None = None, notes: tuple[str, ...] = (),
           stored=None, max_model_len: int | None = None,
-          allow_long_context: bool = False) -> ServePlan:
+          allow_long_context: bool = False, tower=None, tower_quant=None,
+          tower_pixels: tuple[int, int] | None = None, tower_config=None,
+          limit_mm_per_prompt: int | None = None) -> ServePlan:
     """The serving plan. `max_model_len`: the engine's derived maximum context
     (accounting/serving/max_len.py; default the config's context_length); a longer --ctx is
     refused as the engine refuses it unless `allow_long_context` (its environment switch).
-    `stored`: a checkpoint's bytes as stored, per stage (accounting/checkpoint/stored.py)."""
+    `stored`: a checkpoint's bytes as stored, per stage (accounting/checkpoint/stored.py).
+    `tower`: a vision-language config's VisionSpec (its quantization_config `tower_quant`,
+    Qwen's processor bounds `tower_pixels`): its weights on every GPU and, where the engine
+    profiles the encoder, vLLM's multimodal profile run (serving/vision.py)."""
     card = get_gpu(gpu) if gpu else None
     smi_bytes = memory_bytes  # --gpu-mem: what SGLang's nvidia-smi reading is too
     if memory_bytes is None:
@@ -183,11 +196,23 @@ def serve(config: ModelConfig, scheme: Scheme, *, gpu: str | None = None,
     if block_size is not None:
         d = engines.Defaults(d.utilization, d.max_num_batched_tokens, d.max_num_seqs,
                              block_size, d.why + f"; block_size {block_size} (given)")
+    if tower is not None and rec.vlm_fraction and utilization is None:  # SGLang's VLM scale
+        from accounting.serving.vision import sglang_vlm_factor
+        f = sglang_vlm_factor(tower_config)
+        d = engines.Defaults(d.utilization * f, d.max_num_batched_tokens, d.max_num_seqs,
+                             d.block_size, d.why + f"; × {float(f):.4f} for the vision tower "
+                             f"(adjust_mem_fraction_for_vlm)")
     util = d.utilization if utilization is None else Fraction(utilization)
     if not 0 < util <= 1:
         raise UsageError(f"--gpu-memory-utilization must be in (0, 1], got {float(util)}")
     n_tokens = max_num_batched_tokens or d.max_num_batched_tokens
     seqs = max_num_seqs or d.max_num_seqs
+    if limit_mm_per_prompt is not None and not rec.profiles_encoder:
+        raise UsageError(f"--limit-mm-per-prompt is vLLM's; {rec.engine} has no such setting "
+                         f"(drop it)")
+    vt = None if tower is None else tower_terms(
+        tower, tp, n_tokens, seqs, tower_quant, tower_pixels, model_dtype_bytes,
+        limit_mm_per_prompt, not rec.skips_disabled_tower)
     other = startup.non_torch(rec.profiled, tp, pp, nvlink, arch) if non_torch_bytes is None \
         else Span.exact(non_torch_bytes, "given")
     kv_b = kv.kv_dtype_bytes(kv_dtype)
@@ -218,6 +243,9 @@ def serve(config: ModelConfig, scheme: Scheme, *, gpu: str | None = None,
         caches = tuple(kv.pad_states(caches, d.block_size, hybrid) if hybrid else caches)
         per_token = sum(c.bytes_per_token for c in caches)
         w = loaded(config, scheme.name, st.bytes, len(moe & set(st.layers)), tp, arch)
+        if vt is not None:  # the tower on every stage's GPU (an upper bound beyond stage 0)
+            w = Loaded(w.low + vt.weights_bytes, w.high + vt.weights_bytes, w.paths,
+                       w.rule + "; the vision tower as stored")
         last = st.index == pp - 1  # only the last stage runs the sampler
         if not rec.profiled:
             act = act_low = 0
@@ -228,6 +256,8 @@ def serve(config: ModelConfig, scheme: Scheme, *, gpu: str | None = None,
             act_low = activation_peak(config, n_tokens, seqs, tp, high=False)
         else:
             act = act_low = forward_peak(config, n_tokens, tp)
+        if vt is not None and rec.profiles_encoder and activation_bytes is None:
+            act, act_low = vt.profile_peak(act), vt.profile_peak(act_low)
         ends = []
         for wb, nt, gb, ab in ((w.high, other.high, graphs.high, act),
                                (w.low, other.low, graphs.low, act_low)):
@@ -279,7 +309,7 @@ def serve(config: ModelConfig, scheme: Scheme, *, gpu: str | None = None,
     return ServePlan(config, scheme, engine, card.name if card else "custom GPU", memory_bytes,
                      tp, pp, kv_dtype, ctx, concurrency, d, util, n_tokens, other.high,
                      graphs.high, tuple(pools), max_conc, longest, time, tuple(notes), rec,
-                     other, graphs, max_hi, seqs)
+                     other, graphs, max_hi, seqs, vt)
 
 
 def _most(pools, ctx: int, block: int, pool_of, seqs: int) -> int:

@@ -8,6 +8,7 @@ from accounting.present.export import config_dict
 from accounting.tables.data import csv_text, fraction
 from accounting.tables.table import Table
 from accounting.serving.engines import DEFAULT_VERSION
+from accounting.serving import tower_views
 from accounting.serving.plan import ServePlan
 from accounting.units import GB, GiB, decimal, grouped
 
@@ -78,6 +79,9 @@ def answer(p: ServePlan) -> Table:
     lines.append(_line("weights/GPU", (f"{loaded} as loaded and as stored" if same else
                                        f"{loaded} as loaded{_paths(p)}; {_gb(stored)} as "
                                        f"stored") + f": {p.scheme.label}"))
+    tower = tower_views.line(p)  # issue 41: a vision-language model's tower
+    if tower is not None:
+        lines.append(_line("vision tower", tower))
     lines.append(_line("KV/token/GPU", f"{grouped(p.kv_bytes_per_token_per_gpu)} bytes "
                                        f"({p.kv_dtype}; every layer of a stage)"))
     if p.state_bytes_per_sequence_per_gpu:
@@ -168,6 +172,8 @@ def tables(p: ServePlan) -> list[Table]:
         rows.append((str(st.index), f"{st.layers[0]}–{st.layers[-1]}" if st.layers else "-",
                      grouped(s.weights.high), grouped(s.activation_bytes), grouped(s.pool_bytes),
                      grouped(s.kv_bytes_per_token), grouped(s.blocks), grouped(s.tokens)))
+    tower = ((f"vision tower ({p.tower.family}, {p.tower.weights_why})",
+              grouped(p.tower.weights_bytes)),) if p.tower is not None else ()
     out = [Table("Per GPU, by pipeline stage (bytes)",
                  ("stage", "layers", "weights as loaded", "activation peak", "KV pool",
                   "KV bytes/token", "blocks", "tokens"), tuple(rows),
@@ -176,7 +182,7 @@ def tables(p: ServePlan) -> list[Table]:
     parts = p.binding.stage.by_part
     out.append(Table(f"Weights per GPU as stored (stage {p.binding.stage.index}; as loaded: "
                      f"{p.binding.weights.rule})",
-                     ("tensors", "bytes"), tuple((k, grouped(v)) for k, v in parts),
+                     ("tensors", "bytes"), tuple((k, grouped(v)) for k, v in parts) + tower,
                      notes=(f"scheme: {p.scheme.label}",) + ((f"unquantized by the checkpoint: "
                                                              f"{', '.join(p.scheme.ignore)}",)
                                                             if p.scheme.ignore else ())))
@@ -229,6 +235,7 @@ def to_dict(p: ServePlan) -> dict:
         "throughput_tokens_per_second_per_gpu": None if t is None
         else _num(t.tokens_per_second_per_gpu),
         "config": config_dict(p.config),
+        "vision": tower_views.as_dict(p),
         "assumptions": {
             "engine": p.engine, "engine_version": p.engine_version,
             "engine_releases": p.record.releases, "engine_source": p.record.source,
