@@ -137,7 +137,11 @@ def time_matmul(r: R.Matmul, v: dict, count: int, machine: Machine, tp: int = 1,
     n, p = product(r.n, v), product(r.p, v)
     m, n, p = _tp_shape(r, m, n, p, tp)
     batched = product(r.batch, v)
-    fp8 = r.fp8 or (machine.linear_fp8 if r.component in (R.ATTN_PROJ, R.FFN) else False)
+    # a served checkpoint's fp8 linear layers; not the MoE router, which engines keep in
+    # the model dtype (vLLM's DeepseekV2MoE and Qwen3MoeSparseMoeBlock: the gate a
+    # ReplicatedLinear with quant_config=None)
+    fp8 = r.fp8 or (machine.linear_fp8 if r.component in (R.ATTN_PROJ, R.FFN)
+                    and r.name != "router" else False)
     cat = ATTENTION if r.component == R.ATTN_CORE else GEMMS
     if batched > 1:  # one kernel for all instances: no table measures it
         return OpTime(r.name, cat, count * batched_seconds(machine, batched, m, n, p, fp8),
