@@ -54,3 +54,83 @@ def test_a_plausible_fp8_table_is_read_as_it_is():
     assert src.engine == "vllm" and ";" not in kernel
     assert grid(32, 2048, 7168).seconds == pytest.approx(
         _gemm_row(vllm, "fp8", 32, 2048, 7168, kernel) * 1e-3)
+
+
+def _serve(model: str, gpu: str, tp: int, batch: int, scheme: str, engine: str = "vllm-0.21"):
+    from accounting.analysis import arguments as A
+    from accounting.planning.gpus import get_gpu
+    from accounting.serving.engines import REGISTRY
+    from accounting.timing.serve import serve_times
+    return serve_times(A.config(model), get_gpu(gpu), REGISTRY[engine], scheme, tp, 4096, 8192,
+                       batch, 4096)
+
+
+@needs_tables
+def test_moe_lookup_is_the_tables_row_for_the_models_shape():
+    """DeepSeek-V3's routed experts (d_model 7,168, d_e 2,048, top-8 of 256) at TP 8, fp8
+    blocks, on H200: at 128 tokens the lookup is vLLM 0.24.0's own row (read here with
+    pyarrow), between two rows the straight line through them."""
+    from accounting.timing import layer_tables as LT
+    rows = [r for r in _rows("h200_sxm", "moe", "vllm", "0.24.0", "moe_perf")
+            if (r["moe_dtype"], r["hidden_size"], r["inter_size"], r["topk"], r["num_experts"],
+                r["moe_tp_size"], r["moe_ep_size"], r["distribution"])
+            == ("fp8_block", 7168, 2048, 8, 256, 8, 1, "power_law_1.01")]
+    assert len({r["kernel_source"] for r in rows}) == 1
+    at = {r["num_tokens"]: r["latency"] for r in rows}
+    grid, src = LT.moe("h200_sxm", "vllm", "fp8_block", 7168, 2048, 8, 256, 8)
+    assert "vllm 0.24.0 moe_perf" in src and "power_law_1.01" in src
+    assert grid(128).seconds == pytest.approx(at[128] * 1e-3)
+    assert grid(144).seconds == pytest.approx((at[128] + (at[160] - at[128]) / 2) * 1e-3)
+    assert LT.moe("h200_sxm", "vllm", "fp8_block", 7168, 2048, 8, 255, 8) is None  # no such row
+
+
+@needs_tables
+def test_mla_decode_lookup_is_sglangs_kernel_row_for_a_vllm_plan():
+    """vLLM 0.24.0 has no MLA kernel table (only modules with their projections): a vLLM
+    plan reads SGLang 0.5.14's on the same GPU and says so; 16 heads (128 / TP 8), batch
+    128, 4,095 cached latents: that row."""
+    from accounting.timing import layer_tables as LT
+    rows = _rows("h200_sxm", "mla", "sglang", "0.5.14", "generation_mla_perf")
+    row = min(r["latency"] for r in rows if (r["num_heads"], r["batch_size"], r["step"],
+                                             r["kv_cache_dtype"]) == (16, 128, 4095, "bfloat16"))
+    grid, src, heads = LT.mla("h200_sxm", "generation", "vllm", 16)
+    assert heads == 16 and "sglang 0.5.14 generation_mla_perf" in src and "vllm has no" in src
+    assert grid(128, 4095).seconds == pytest.approx(row * 1e-3)
+
+
+@needs_tables
+def test_deepseek_v3_prefill_and_decode_are_timed_from_the_moe_and_mla_tables():
+    """DeepSeek-V3 (fp8 blocks) on 8 H200s: prefill and decode labelled "kernels", the
+    routed experts one fused-MoE call per layer from moe_perf (58 MoE layers), the latent
+    attention from the MLA tables (61 layers), no op of either left to the roofline, and no
+    GEMM read from vLLM's eager fp8_block table."""
+    t = _serve("deepseek-ai/DeepSeek-V3", "H200", 8, 144, "fp8_block")
+    assert t.ttft.source == t.tpot.source == "kernels"
+    for timed, phase in ((t.ttft, "context"), (t.tpot, "generation")):
+        names = {o.name: o for o in timed.ops}
+        assert "moe_perf" in names["routed experts (fused MoE kernel)"].source
+        latent = [o for o in timed.ops if o.name.startswith("latent attention")]
+        assert len(latent) == 1 and f"{phase}_mla_perf" in latent[0].source
+        assert not any(o.name.startswith("expert W") for o in timed.ops)
+        assert not any("roofline" in o.source for o in timed.ops)
+        assert not any("vllm 0.24.0 gemm_perf (DeepGemm" in o.source for o in timed.ops)
+
+
+@needs_tables
+def test_a_moe_shape_no_table_measured_keeps_the_gemm_tables_and_says_why():
+    """Qwen3-30B-A3B's experts (d_model 2,048, d_e 768, top-8 of 128) at TP 8 in bf16 on
+    A100-80GB: no engine's table there holds that row (read here), so its experts stay
+    GEMM-table GEMMs, each noting why."""
+    import pyarrow.parquet as pq
+    for eng in ("vllm", "sglang", "trtllm"):
+        src = tables.find("a100_sxm", "moe", "moe_perf", eng)
+        if src is None:
+            continue
+        t = pq.read_table(tables._path(src, "moe")).to_pylist()
+        assert not any((r["moe_dtype"], r["hidden_size"], r["inter_size"], r["topk"],
+                        r["num_experts"], r["moe_tp_size"], r["moe_ep_size"])
+                       == ("bfloat16", 2048, 768, 8, 128, 8, 1) for r in t)
+    t = _serve("Qwen/Qwen3-30B-A3B", "A100-80GB", 8, 32, "dense")
+    experts = [o for o in t.tpot.ops if o.name.startswith("expert W")]
+    assert len(experts) == 3 and all("no MoE table row" in o.note for o in experts)
+    assert not any(o.name.startswith("routed experts") for o in t.tpot.ops)

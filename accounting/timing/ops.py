@@ -77,6 +77,10 @@ class Machine:
     # the linear layers' weights in fp8 (a served fp8 checkpoint: "fp8" per-tensor/channel
     # scales, "fp8_block" 128×128 blocks): their GEMMs at that table's rate; None: not
     linear_fp8: str | None = None
+    # a served model's experts as aiconfigurator-core's MoE tables name their dtype
+    # (layer_ops.MOE_DTYPES): each layer's routed experts one fused call from that table;
+    # None (training, a scheme no table measured): the experts' GEMMs from the GEMM table
+    moe_dtype: str | None = None
 
     @property
     def source(self) -> str:

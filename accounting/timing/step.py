@@ -10,11 +10,13 @@ overlaps).
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from fractions import Fraction
 
 from accounting.ledger import records as R
 from accounting.ledger.builder import common as B
+from accounting.timing import layer_ops as LO
 from accounting.timing import ops as O
 from accounting.units import DTYPE_BYTES
 
@@ -139,11 +141,37 @@ def prefill(ledger, v: dict, machine: O.Machine, tp: int = 1) -> Timed:
     each only (a server samples one token); an engine's fused memory-bound kernels."""
     fused = _fused(ledger) or {(r.per_layer, r.module) for r in ledger.forward
                                if r.component == R.ATTN_CORE}  # engines run a fused kernel
-    out = matmul_ops(ledger.forward, v, machine, fused, tp, False, head_rows=v["B"],
-                     training=False)
-    out.append(O.time_elementwise(_outside_attention(ledger), v, machine, DTYPE_BYTES[R.BF16],
-                                  False, fused=True, tp=tp))
+    moe, covered, notes = LO.routed_experts(ledger.forward, v, machine, tp)
+    records = LO.not_covered(ledger.forward, covered)
+    mla = _latent(ledger, v, machine, tp, "context", v["B"], v["T"], "bfloat16")
+    if mla is not None:  # the MLA table's kernel in place of the ledger's QKᵀ and scores·V
+        records = [r for r in records if r.component != R.ATTN_CORE]
+    out = _noted(matmul_ops(records, v, machine, fused, tp, False, head_rows=v["B"],
+                            training=False), notes)
+    out += moe + ([mla] if mla is not None else [])
+    out.append(O.time_elementwise(LO.outside_experts(_outside_attention(ledger), covered), v,
+                                  machine, DTYPE_BYTES[R.BF16], False, fused=True, tp=tp))
     return Timed(tuple(out), machine)
+
+
+def _latent(ledger, v: dict, machine: O.Machine, tp: int, phase: str, batch: int,
+            length: int, kv_dtype: str) -> O.OpTime | None:
+    """Every latent-attention layer's kernel from the MLA table (None: no table, or not
+    latent attention)."""
+    if "d_kv_a" not in v:
+        return None
+    layers = sum(r.count(v) for r in {(r.per_layer, r.module, r.repeat): r
+                                      for r in ledger.forward
+                                      if r.component == R.ATTN_CORE}.values())
+    return LO.latent_attention(machine, phase, batch, length, v, tp, kv_dtype, layers)
+
+
+def _noted(ops: list, notes: list[str]) -> list:
+    """The routed experts' GEMM-table times, with why the MoE table did not time them."""
+    if not notes:
+        return ops
+    return [dataclasses.replace(o, note="; ".join(filter(None, (o.note, *notes))))
+            if o.name.startswith("expert W") else o for o in ops]
 
 
 def _outside_attention(ledger) -> list:
@@ -179,11 +207,16 @@ def decode(ledger, v: dict, position: int, machine: O.Machine, tp: int = 1,
     attention kernel per layer from the measured table (else its KV bytes at the bandwidth),
     the memory-bound ops as an engine's fused kernels."""
     rate, _, src = machine.memory_rate()
-    out, done = [], set()
-    for r in ledger.forward:
+    out, covered, notes = LO.routed_experts(ledger.forward, v, machine, tp)
+    mla = _latent(ledger, v, machine, tp, "generation", v["B"], position, kv_dtype)
+    out += [mla] if mla is not None else []
+    done = set()
+    for r in LO.not_covered(ledger.forward, covered):
         count = r.count(v)
         if r.component != R.ATTN_CORE:
-            out.append(O.time_matmul(r, v, count, machine, tp))
+            out += _noted([O.time_matmul(r, v, count, machine, tp)], notes)
+            continue
+        if mla is not None:
             continue
         key = (r.per_layer, r.module, r.repeat)
         if key in done:
@@ -205,8 +238,8 @@ def decode(ledger, v: dict, position: int, machine: O.Machine, tp: int = 1,
             kv_bytes = 2 * v["B"] * keys * max(1, kv // tp) * d * 2
             out.append(O.OpTime("attention (decode, KV read)", O.ATTENTION,
                                 Fraction(kv_bytes * count) / rate, src))
-    out.append(O.time_elementwise(_outside_attention(ledger), v, machine, DTYPE_BYTES[R.BF16],
-                                  False, fused=True, tp=tp))
+    out.append(O.time_elementwise(LO.outside_experts(_outside_attention(ledger), covered), v,
+                                  machine, DTYPE_BYTES[R.BF16], False, fused=True, tp=tp))
     return Timed(tuple(out), machine)
 
 

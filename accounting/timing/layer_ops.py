@@ -1,0 +1,95 @@
+"""Served layers timed whole from their kernel tables (layer_tables.py): a mixture's routed
+experts (one fused-MoE call per layer, the ledger's expert W1, W3 and W2 records and the
+activation between them) and latent attention's kernel (the ledger's QKᵀ and scores·V).
+Where no table has the shape, nothing here answers and step.py keeps its GEMM-table or
+roofline time; a note says why.
+"""
+from __future__ import annotations
+
+from fractions import Fraction
+
+from accounting.ledger import records as R
+from accounting.ledger.symbols import product
+from accounting.timing import layer_tables as LT
+from accounting.timing import ops as O
+
+# the scheme kinds (formats/schemes.py) whose experts the MoE tables measured, as the
+# tables' moe_dtype; another kind (int4, AWQ, bitsandbytes...) keeps the GEMM tables
+MOE_DTYPES = {"dense": "bfloat16", "fp8_block": "fp8_block", "fp8_tensor": "fp8",
+              "fp8_channel": "fp8", "fbgemm_fp8": "fp8", "mxfp4": "w4a16_mxfp4"}
+EXPERTS = "experts"  # the builder's scope of the stacked experts (builder/moe.py)
+ROUTED_ROWS = ("B", "T", "k")  # dropless routing: the B·T·k token slots
+
+
+def _expert_key(r) -> tuple | None:
+    """(per block?, module, repeat) of a dropless routed-expert matmul, else None."""
+    if isinstance(r, R.Matmul) and r.component == R.FFN and r.m == ROUTED_ROWS \
+            and r.module.split(".")[-1] == EXPERTS and not r.batch:
+        return r.per_layer, r.module, r.repeat
+    return None
+
+
+def routed_experts(records, v: dict, machine: O.Machine, tp: int,
+                   ) -> tuple[list[O.OpTime], set, list[str]]:
+    """(op times, the expert groups they cover, notes on the groups no table covers) of a
+    pass over v's B·T tokens: each layer's routed experts one fused call from the MoE
+    table at (d_model, d_e, k, E, TP, EP 1: vLLM's and SGLang's default, the experts
+    split TP ways)."""
+    out, covered, notes, seen = [], set(), [], set()
+    if machine.system is None or machine.moe_dtype is None:
+        return out, covered, notes
+    tokens = v["B"] * v["T"]
+    for r in records:
+        key = _expert_key(r)
+        if key is None or key in seen:
+            continue
+        seen.add(key)
+        hidden, inter = product(r.n, v), product(r.p, v)  # W1: d_model → d_e
+        found = LT.moe(machine.system, machine.engine, machine.moe_dtype, hidden, inter,
+                       v["k"], v["E"], tp)
+        if found is None:
+            notes.append(f"no MoE table row for d_model {hidden}, d_e {inter}, top-{v['k']} of "
+                         f"{v['E']}, TP {tp}, {machine.moe_dtype}: the experts' GEMMs from the "
+                         "GEMM table")
+            continue
+        grid, src = found
+        hit = grid(tokens)
+        out.append(O.OpTime("routed experts (fused MoE kernel)", O.GEMMS,
+                            Fraction(hit.seconds) * r.count(v), src, hit.note))
+        covered.add(key)
+    return out, covered, notes
+
+
+def not_covered(records, covered: set) -> list:
+    """The matmul records the MoE table did not time."""
+    return [r for r in records if _expert_key(r) not in covered]
+
+
+def outside_experts(elementwise, covered: set) -> list:
+    """The memory-bound ops outside the fused MoE kernels the table timed (the experts'
+    activation and gate run inside them)."""
+    mods = {(m, rep) for _, m, rep in covered}
+    return [e for e in elementwise if (e.module, e.repeat) not in mods]
+
+
+def latent_attention(machine: O.Machine, phase: str, batch: int, length: int, v: dict,
+                     tp: int, kv_dtype: str, count: int) -> O.OpTime | None:
+    """Latent attention's kernel for `count` layers from the MLA table, prefill ("context":
+    one causal pass over `length` tokens) or decode ("generation": one query against
+    `length` cached latents), at the rank's heads; None where no table has its geometry."""
+    if machine.system is None or not LT.mla_geometry(v):
+        return None
+    heads = max(1, v["h"] // tp)
+    found = LT.mla(machine.system, phase, machine.engine, heads, kv_dtype)
+    if found is None:
+        return None
+    grid, src, h0 = found
+    hit = grid(batch, length, scales=(True, True))
+    s = Fraction(hit.seconds) * Fraction(heads, h0)
+    if phase == "context" and length > grid.axes[1][-1]:
+        s *= Fraction(length) / Fraction(int(grid.axes[1][-1]))  # causal: quadratic in T
+    note = "; ".join(x for x in (hit.note, "" if h0 == heads else
+                                 f"scaled from {h0} heads") if x)
+    name = "latent attention (" + ("prefill kernel)" if phase == "context" else
+                                   "decode kernel)")
+    return O.OpTime(name, O.ATTENTION, s * count, src, note)

@@ -1,0 +1,106 @@
+"""aiconfigurator-core's tables of whole layer kernels: a mixture's routed experts, latent
+attention (MLA) and gated DeltaNet, read where the wheel is installed (tables.py's reader,
+nothing copied). Per system and engine version (systems/data/<system>/<op>/<engine>/<v>/):
+
+  moe/.../moe_perf.parquet: (moe_dtype, num_tokens, hidden_size, inter_size, topk,
+      num_experts, moe_tp_size, moe_ep_size, distribution, kernel_source) -> latency (ms):
+      one fused-MoE call of a layer (vLLM's fused_experts: the gate/up grouped GEMM, the
+      activation, the down grouped GEMM, the top-k weighted sum) on num_tokens tokens
+      before routing; inter_size the whole expert width, split moe_tp_size ways. The
+      collector builds its shapes from named models (ai-dynamo/aiconfigurator
+      collector/vllm/collect_moe.py): a lookup needs the model's own (hidden, inter, topk,
+      experts, tp, ep) row and interpolates in num_tokens only.
+  mla/.../generation_mla_perf, context_mla_perf: (num_heads, batch_size, step or isl,
+      kv_cache_dtype) -> latency: the attention kernel of DeepSeek-V3's latent geometry
+      (latent 512, RoPE key 64, no-RoPE head 128, value 128) on num_heads query heads
+      (128 / TP). vLLM 0.24.0 measures MLA only as a module with its projections
+      (mla_*_module_perf), so a vLLM plan reads the attention kernel from the same GPU's
+      SGLang (then TensorRT-LLM) table, saying so.
+  linear_attention/.../gdn_perf: (phase, batch_size, seq_len, num_k_heads, num_v_heads,
+      head dims 128, kernel_source) -> latency: gated DeltaNet's convolution and chunked
+      (context) or recurrent (generation) kernels, Qwen3.5's shapes.
+
+Every lookup names its table, engine and version; a shape a table lacks is not guessed
+from another shape: the caller keeps its GEMM-table or roofline time and says why.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+
+from accounting.timing import tables
+from accounting.timing.tables import Grid, Source
+
+# Where an engine has no table of a layer kernel on a GPU, the engines whose table of the
+# same kernel on the same GPU stands in, in order (named in the source).
+STAND_INS = ("vllm", "sglang", "trtllm")
+# aiconfigurator-core's default routing skew for its DeepSeek, Nemotron-H, MiniMax and
+# hybrid MoE models (sdk/models/deepseek.py: workload_distribution "power_law" with
+# _power_law_alpha 1.01); the balanced rows where a shape has no such row.
+DISTRIBUTIONS = ("power_law_1.01", "balanced")
+# DeepSeek-V3's latent geometry, the MLA tables' one model (their rows name no other)
+MLA_GEOMETRY = (("r_kv", 512), ("d_rope", 64), ("d_nope", 128), ("d_v", 128))
+
+
+def _engines(engine: str) -> tuple[str, ...]:
+    return (engine,) + tuple(e for e in STAND_INS if e != engine)
+
+
+def _label(src: Source, kernel: str, engine: str, why: str) -> str:
+    own = "" if src.engine == engine else f"; {engine} has {why}: {src.engine}'s on this GPU"
+    return f"{src} ({kernel}{own})"
+
+
+@lru_cache(maxsize=None)
+def moe(system: str, engine: str, dtype: str, hidden: int, inter: int, topk: int,
+        experts: int, tp: int, ep: int = 1):
+    """(Grid over num_tokens, source label) of one MoE layer's fused expert call at this
+    shape, or None where no engine's table on the GPU measured it."""
+    for eng in _engines(engine):
+        src = tables.find(system, "moe", "moe_perf", eng)
+        if src is None:
+            continue
+        for dist in DISTRIBUTIONS:
+            cols = tables.read(src, "moe", ("kernel_source", "num_tokens", "latency"),
+                               moe_dtype=dtype, hidden_size=hidden, inter_size=inter,
+                               topk=topk, num_experts=experts, moe_tp_size=tp,
+                               moe_ep_size=ep, distribution=dist)
+            if not len(cols["latency"]):
+                continue
+            kernel = cols["kernel_source"].most_common()
+            keep = cols["kernel_source"] == kernel
+            grid = Grid({k: cols[k][keep] for k in ("num_tokens", "latency")}, ("num_tokens",))
+            return grid, _label(src, f"{kernel}, {dist} routing", engine,
+                                "no row of this shape")
+    return None
+
+
+def mla_geometry(v: dict) -> bool:
+    """Whether a latent attention has the tables' (DeepSeek-V3's) per-head geometry."""
+    return all(v.get(k) == n for k, n in MLA_GEOMETRY)
+
+
+@lru_cache(maxsize=None)
+def mla(system: str, phase: str, engine: str, heads: int, kv_dtype: str = "bfloat16"):
+    """(Grid over (batch, length), source label, heads measured) of the latent attention
+    kernel, `phase` "context" (length: the prompt) or "generation" (length: the cached
+    keys), at the measured head count nearest `heads` (the caller scales by the ratio:
+    the work is linear in the heads), or None."""
+    import math
+    import numpy as np
+    length = "isl" if phase == "context" else "step"
+    for eng in _engines(engine):
+        src = tables.find(system, "mla", f"{phase}_mla_perf", eng)
+        if src is None:
+            continue
+        cols = tables.read(src, "mla", ("kernel_source", "num_heads", "batch_size", length,
+                                        "latency"), mla_dtype="bfloat16", kv_cache_dtype=kv_dtype)
+        if not len(cols["latency"]):
+            continue
+        measured = sorted(set(cols["num_heads"].tolist()))
+        h0 = min(measured, key=lambda h: (abs(math.log(h) - math.log(max(heads, 1))), -h))
+        keep = np.asarray(cols["num_heads"] == h0)
+        kernel = cols["kernel_source"][keep].most_common()
+        grid = Grid({"batch_size": cols["batch_size"][keep], length: cols[length][keep],
+                     "latency": cols["latency"][keep]}, ("batch_size", length))
+        return grid, _label(src, kernel, engine, "no MLA kernel table"), h0
+    return None
