@@ -103,17 +103,20 @@ def test_deepseek_v3_prefill_and_decode_are_timed_from_the_moe_and_mla_tables():
     """DeepSeek-V3 (fp8 blocks) on 8 H200s: prefill and decode labelled "kernels", the
     routed experts one fused-MoE call per layer from moe_perf (58 MoE layers), the latent
     attention from the MLA tables (61 layers), no op of either left to the roofline, and no
-    GEMM read from vLLM's eager fp8_block table."""
-    t = _serve("deepseek-ai/DeepSeek-V3", "H200", 8, 144, "fp8_block")
-    assert t.ttft.source == t.tpot.source == "kernels"
-    for timed, phase in ((t.ttft, "context"), (t.tpot, "generation")):
-        names = {o.name: o for o in timed.ops}
-        assert "moe_perf" in names["routed experts (fused MoE kernel)"].source
-        latent = [o for o in timed.ops if o.name.startswith("latent attention")]
-        assert len(latent) == 1 and f"{phase}_mla_perf" in latent[0].source
-        assert not any(o.name.startswith("expert W") for o in timed.ops)
-        assert not any("roofline" in o.source for o in timed.ops)
-        assert not any("vllm 0.24.0 gemm_perf (DeepGemm" in o.source for o in timed.ops)
+    GEMM read from vLLM's eager fp8_block table. A vLLM prefill's attention is vLLM's own
+    FlashAttention table (what its MLA prefill runs); SGLang's its context_mla table."""
+    for engine, prefill in (("vllm-0.21", "context_attention_perf"),
+                            ("sglang-0.5", "context_mla_perf")):
+        t = _serve("deepseek-ai/DeepSeek-V3", "H200", 8, 144, "fp8_block", engine)
+        assert t.ttft.source == t.tpot.source == "kernels"
+        for timed, table in ((t.ttft, prefill), (t.tpot, "generation_mla_perf")):
+            names = {o.name: o for o in timed.ops}
+            assert "moe_perf" in names["routed experts (fused MoE kernel)"].source
+            attention = [o for o in timed.ops if o.category == "attention"]
+            assert attention and all(table in a.source for a in attention), attention
+            assert not any(o.name.startswith("expert W") for o in timed.ops)
+            assert not any("roofline" in o.source for o in timed.ops)
+            assert not any("vllm 0.24.0 gemm_perf (DeepGemm" in o.source for o in timed.ops)
 
 
 @needs_tables

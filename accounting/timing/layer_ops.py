@@ -17,6 +17,7 @@ from accounting.timing import ops as O
 # tables' moe_dtype; another kind (int4, AWQ, bitsandbytes...) keeps the GEMM tables
 MOE_DTYPES = {"dense": "bfloat16", "fp8_block": "fp8_block", "fp8_tensor": "fp8",
               "fp8_channel": "fp8", "fbgemm_fp8": "fp8", "mxfp4": "w4a16_mxfp4"}
+MOE_OP = "routed experts (fused MoE kernel)"  # the op's name in a pass's times
 EXPERTS = "experts"  # the builder's scope of the stacked experts (builder/moe.py)
 ROUTED_ROWS = ("B", "T", "k")  # dropless routing: the B·T·k token slots
 
@@ -54,7 +55,7 @@ def routed_experts(records, v: dict, machine: O.Machine, tp: int,
             continue
         grid, src = found
         hit = grid(tokens)
-        out.append(O.OpTime("routed experts (fused MoE kernel)", O.GEMMS,
+        out.append(O.OpTime(MOE_OP, O.GEMMS,
                             Fraction(hit.seconds) * r.count(v), src, hit.note))
         covered.add(key)
     return out, covered, notes
@@ -93,3 +94,22 @@ def latent_attention(machine: O.Machine, phase: str, batch: int, length: int, v:
     name = "latent attention (" + ("prefill kernel)" if phase == "context" else
                                    "decode kernel)")
     return O.OpTime(name, O.ATTENTION, s * count, src, note)
+
+
+def expert_parallel(machine: O.Machine, config, tokens: int, ep: int) -> O.OpTime | None:
+    """Every MoE layer's fused expert call on one GPU of an expert-parallel worker (vLLM's
+    --enable-expert-parallel: FusedMoE at tp 1, ep = D·T, E/ep experts whole on each GPU),
+    the layer routing `tokens` tokens (all D ranks' batch), balanced routing (the caller's
+    imbalance factor is the only skew); None where no table has the shape."""
+    if machine.system is None or machine.moe_dtype is None or config.num_experts is None:
+        return None
+    hidden = config.moe_latent_size or config.d_model
+    found = LT.moe(machine.system, machine.engine, machine.moe_dtype, hidden,
+                   config.expert_d_ff, config.experts_per_token, config.num_experts, 1, ep,
+                   ("balanced",))
+    if found is None:
+        return None
+    grid, src = found
+    hit = grid(tokens)
+    layers = config.num_layers - len(config.dense_layers)
+    return O.OpTime(f"{MOE_OP}, EP {ep}", O.GEMMS, Fraction(hit.seconds) * layers, src, hit.note)

@@ -14,8 +14,9 @@ nothing copied). Per system and engine version (systems/data/<system>/<op>/<engi
       kv_cache_dtype) -> latency: the attention kernel of DeepSeek-V3's latent geometry
       (latent 512, RoPE key 64, no-RoPE head 128, value 128) on num_heads query heads
       (128 / TP). vLLM 0.24.0 measures MLA only as a module with its projections
-      (mla_*_module_perf), so a vLLM plan reads the attention kernel from the same GPU's
-      SGLang (then TensorRT-LLM) table, saying so.
+      (mla_*_module_perf), so a vLLM plan reads the decode kernel from the same GPU's
+      SGLang (then TensorRT-LLM) table, saying so, and its prefill from its own
+      context-attention table (FlashAttention, the kernel its MLA prefill runs).
   linear_attention/.../gdn_perf: (phase, batch_size, seq_len, num_k_heads, num_v_heads,
       head dims 128, kernel_source) -> latency: gated DeltaNet's convolution and chunked
       (context) or recurrent (generation) kernels, Qwen3.5's shapes.
@@ -52,14 +53,17 @@ def _label(src: Source, kernel: str, engine: str, why: str) -> str:
 
 @lru_cache(maxsize=None)
 def moe(system: str, engine: str, dtype: str, hidden: int, inter: int, topk: int,
-        experts: int, tp: int, ep: int = 1):
+        experts: int, tp: int, ep: int = 1, distributions: tuple[str, ...] = DISTRIBUTIONS):
     """(Grid over num_tokens, source label) of one MoE layer's fused expert call at this
-    shape, or None where no engine's table on the GPU measured it."""
+    shape, or None where no engine's table on the GPU measured it. With EP, num_tokens is
+    every token the layer routes (all data-parallel ranks'): the collector feeds them to
+    rank 0, whose E/ep experts run the slots routed to them (collect_moe.py, run_moe_torch:
+    "requested logical sizes determine local weights and the rank-0 expert map")."""
     for eng in _engines(engine):
         src = tables.find(system, "moe", "moe_perf", eng)
         if src is None:
             continue
-        for dist in DISTRIBUTIONS:
+        for dist in distributions:
             cols = tables.read(src, "moe", ("kernel_source", "num_tokens", "latency"),
                                moe_dtype=dtype, hidden_size=hidden, inter_size=inter,
                                topk=topk, num_experts=experts, moe_tp_size=tp,
@@ -88,7 +92,11 @@ def mla(system: str, phase: str, engine: str, heads: int, kv_dtype: str = "bfloa
     import math
     import numpy as np
     length = "isl" if phase == "context" else "step"
-    for eng in _engines(engine):
+    # a prefill's kernel from the engine's own table only: vLLM's MLA prefill runs
+    # FlashAttention (varlen, the 192-wide Q·K, V padded), which its own context-attention
+    # table measures; SGLang's context_mla rows on H200 read 2–3 × TensorRT-LLM's at 128
+    # heads (3.9 against 1.25 ms at 4,096 tokens), so neither stands in for another engine
+    for eng in _engines(engine) if phase == "generation" else (engine,):
         src = tables.find(system, "mla", f"{phase}_mla_perf", eng)
         if src is None:
             continue
