@@ -170,3 +170,62 @@ def test_the_fp8_tables_block_of_the_timing_page_is_current():
     text = (root / "docs" / "timing.md").read_text()
     start, end = text.index(mod.START) + len(mod.START), text.index(mod.END)
     assert text[start:end] == mod.block(), "stale: run python benchmarks/fp8_tables.py --update"
+
+
+QWEN35 = __import__("pathlib").Path(__file__).resolve().parents[2] / "shared" / "frontier" / \
+    "Qwen3.5-27B.json"
+
+
+@needs_tables
+def test_gdn_lookup_is_the_sum_of_the_two_kernels_rows():
+    """Gated DeltaNet on one H200 with Qwen3.5-27B's heads (16 key, 48 value heads of 128): a
+    decode step of 128 sequences is vLLM 0.24.0's causal_conv1d_update row plus its fused
+    recurrent delta-rule row (read here); a 4,096-token prefill the causal_conv1d_fn row
+    plus the chunked rule's."""
+    from accounting.timing import layer_tables as LT
+    rows = _rows("h200_sxm", "linear_attention", "vllm", "0.24.0", "gdn_perf")
+
+    def row(phase, kernel, batch, seq):
+        return min(r["latency"] for r in rows if (r["phase"], r["kernel_source"], r["batch_size"],
+                   r["seq_len"], r["num_k_heads"], r["num_v_heads"], r["head_k_dim"],
+                   r["head_v_dim"]) == (phase, kernel, batch, seq, 16, 48, 128, 128)) * 1e-3
+    parts, src = LT.gdn("h200_sxm", "generation", "vllm", 16, 48, 128, 128)
+    assert "vllm 0.24.0 gdn_perf" in src
+    assert sum(g(128, 1).seconds for g, _ in parts) == pytest.approx(
+        row("generation", "causal_conv1d_update", 128, 1)
+        + row("generation", "fused_recurrent_gated_delta_rule_packed_decode", 128, 1))
+    parts, _ = LT.gdn("h200_sxm", "context", "vllm", 16, 48, 128, 128)
+    assert sum(g(1, 4096).seconds for g, _ in parts) == pytest.approx(
+        row("context", "causal_conv1d_fn", 1, 4096)
+        + row("context", "chunk_gated_delta_rule_flashinfer", 1, 4096))
+
+
+@needs_tables
+@pytest.mark.skipif(not QWEN35.is_file(), reason=f"{QWEN35} is absent (../shared/frontier)")
+def test_qwen3_5_decode_runs_the_recurrent_kernels_not_a_padded_chunk():
+    """Qwen3.5-27B (48 gated DeltaNet layers, 16 attention) served on one H200, 152
+    sequences: before, a decode step's DeltaNet was the chunked form padded to a 64-token
+    chunk at the roofline (191 ms a step, labelled roofline); now each mixer is the GDN
+    table's two decode kernels (48 × their rows), no recurrent matmul left, kernels."""
+    import accounting
+    from accounting.planning.gpus import get_gpu
+    from accounting.serving.engines import REGISTRY
+    from accounting.timing.serve import serve_times
+    c = accounting.config_from_json(str(QWEN35))
+    t = serve_times(c, get_gpu("H200"), REGISTRY["vllm-0.21"], "dense", 1, 4096, 8192, 152, 4096)
+    assert t.ttft.source == t.tpot.source == "kernels"
+    for timed in (t.ttft, t.tpot):
+        gdn = [o for o in timed.ops if o.name.startswith("gated DeltaNet (")]
+        assert len(gdn) == 1 and "gdn_perf" in gdn[0].source
+        assert not any("roofline" in o.source for o in timed.ops)
+    rows = _rows("h200_sxm", "linear_attention", "vllm", "0.24.0", "gdn_perf")
+    per = {}
+    for r in rows:
+        if (r["phase"], r["batch_size"], r["num_k_heads"], r["num_v_heads"]) == \
+                ("generation", 128, 16, 48) or (r["phase"], r["batch_size"], r["num_k_heads"],
+                                                r["num_v_heads"]) == ("generation", 256, 16, 48):
+            per[(r["kernel_source"], r["batch_size"])] = r["latency"]
+    at = {b: sum(v for (k, bb), v in per.items() if bb == b) for b in (128, 256)}
+    expected = 48 * (at[128] + (at[256] - at[128]) * 24 / 128) * 1e-3  # 152 between 128, 256
+    gdn = next(o for o in t.tpot.ops if o.name.startswith("gated DeltaNet ("))
+    assert float(gdn.seconds) == pytest.approx(expected)

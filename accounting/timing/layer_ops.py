@@ -9,6 +9,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 from accounting.ledger import records as R
+from accounting.ledger.builder.common import DELTA_RULE
 from accounting.ledger.symbols import product
 from accounting.timing import layer_tables as LT
 from accounting.timing import ops as O
@@ -113,3 +114,43 @@ def expert_parallel(machine: O.Machine, config, tokens: int, ep: int) -> O.OpTim
     hit = grid(tokens)
     layers = config.num_layers - len(config.dense_layers)
     return O.OpTime(f"{MOE_OP}, EP {ep}", O.GEMMS, Fraction(hit.seconds) * layers, src, hit.note)
+
+
+def delta_modules(ledger) -> set:
+    """(module, repeat) of each gated DeltaNet mixer (its delta-rule elementwise ops')."""
+    return {(e.module, e.repeat) for e in ledger.elementwise if e.component == DELTA_RULE}
+
+
+def gated_deltanet(ledger, v: dict, machine: O.Machine, tp: int, phase: str, batch: int,
+                   length: int) -> tuple[list[O.OpTime], set]:
+    """(op times, the (module, repeat) they cover) of every gated DeltaNet mixer from the
+    GDN table: its convolution and delta-rule kernels, a prefill's over B sequences of
+    `length` tokens ("context"), a decode step's one token of B sequences ("generation"),
+    at the rank's heads (h_lk, h_lv split TP ways, vLLM's GatedDeltaNet)."""
+    mods = delta_modules(ledger)
+    if machine.system is None or machine.gemm_dtype is None or not mods:
+        return [], set()
+    found = LT.gdn(machine.system, phase, machine.engine, max(1, v["h_lk"] // tp),
+                   max(1, v["h_lv"] // tp), v["d_lk"], v["d_lv"])
+    if found is None:
+        return [], set()
+    parts, src = found
+    hits = [grid(batch, length if phase == "context" else 1, scales=(True, True))
+            for grid, _ in parts]
+    seconds = sum((Fraction(h.seconds) for h in hits), Fraction(0))
+    note = "; ".join(dict.fromkeys(h.note for h in hits if h.note))
+    layers = {}
+    for r in ledger.forward:
+        if (r.module, r.repeat) in mods:
+            layers[(r.module, r.repeat)] = r.count(v)
+    out = [O.OpTime("gated DeltaNet (convolution and delta-rule kernels)", O.ATTENTION,
+                    seconds * n, src, note) for n in layers.values()]
+    return out, set(layers)
+
+
+def outside_delta(records, covered: set) -> list:
+    """The records a GDN table's kernels did not time: a covered mixer's recurrent matmuls
+    and delta-rule elementwise ops (the convolution, gates, L2 norms, chunked scan: inside
+    the two kernels) leave; its projections and gated norm stay."""
+    return [r for r in records if (r.module, r.repeat) not in covered
+            or r.component not in (R.RECURRENT, DELTA_RULE)]

@@ -112,3 +112,38 @@ def mla(system: str, phase: str, engine: str, heads: int, kv_dtype: str = "bfloa
                      "latency": cols["latency"][keep]}, ("batch_size", length))
         return grid, _label(src, kernel, engine, "no MLA kernel table"), h0
     return None
+
+
+# gated DeltaNet's two kernels a phase runs (vLLM's GatedDeltaNet: causal_conv1d_fn, then
+# chunk_gated_delta_rule, in a prefill; causal_conv1d_update, then the fused recurrent rule,
+# in a decode step), by a part of their names in the tables' kernel_source
+GDN_KERNELS = ("conv1d", "delta_rule")
+
+
+@lru_cache(maxsize=None)
+def gdn(system: str, phase: str, engine: str, k_heads: int, v_heads: int, dk: int, dv: int):
+    """(((Grid over (batch, seq_len), kernel) for the convolution and the delta rule),
+    source label) of gated DeltaNet's kernels on one rank's heads, or None where no engine's
+    table on the GPU measured both at that head shape."""
+    import numpy as np
+    for eng in _engines(engine):
+        src = tables.find(system, "linear_attention", "gdn_perf", eng)
+        if src is None:
+            continue
+        cols = tables.read(src, "linear_attention", ("kernel_source", "batch_size", "seq_len",
+                                                     "latency"), phase=phase,
+                           num_k_heads=k_heads, num_v_heads=v_heads, head_k_dim=dk,
+                           head_v_dim=dv)
+        names = set(cols["kernel_source"].tolist()) if len(cols["latency"]) else set()
+        parts = []
+        for part in GDN_KERNELS:
+            kernel = next((n for n in sorted(names) if part in n), None)
+            if kernel is None:
+                break
+            keep = np.asarray(cols["kernel_source"] == kernel)
+            parts.append((Grid({k: cols[k][keep] for k in ("batch_size", "seq_len", "latency")},
+                               ("batch_size", "seq_len")), kernel))
+        if len(parts) == len(GDN_KERNELS):
+            return tuple(parts), _label(src, " + ".join(k for _, k in parts), engine,
+                                        "no row of these heads")
+    return None

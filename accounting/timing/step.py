@@ -142,16 +142,23 @@ def prefill(ledger, v: dict, machine: O.Machine, tp: int = 1) -> Timed:
     fused = _fused(ledger) or {(r.per_layer, r.module) for r in ledger.forward
                                if r.component == R.ATTN_CORE}  # engines run a fused kernel
     moe, covered, notes = LO.routed_experts(ledger.forward, v, machine, tp)
-    records = LO.not_covered(ledger.forward, covered)
+    gdn, mixers = LO.gated_deltanet(ledger, v, machine, tp, "context", v["B"], v["T"])
+    records = LO.outside_delta(LO.not_covered(ledger.forward, covered), mixers)
     mla = _latent(ledger, v, machine, tp, "context", v["B"], v["T"], "bfloat16")
     if mla is not None:  # the MLA table's kernel in place of the ledger's QKᵀ and scores·V
         records = [r for r in records if r.component != R.ATTN_CORE]
     out = _noted(matmul_ops(records, v, machine, fused, tp, False, head_rows=v["B"],
                             training=False), notes)
-    out += moe + ([mla] if mla is not None else [])
-    out.append(O.time_elementwise(LO.outside_experts(_outside_attention(ledger), covered), v,
-                                  machine, DTYPE_BYTES[R.BF16], False, fused=True, tp=tp))
+    out += moe + gdn + ([mla] if mla is not None else [])
+    out.append(O.time_elementwise(_outside_kernels(ledger, covered, mixers), v, machine,
+                                  DTYPE_BYTES[R.BF16], False, fused=True, tp=tp))
     return Timed(tuple(out), machine)
+
+
+def _outside_kernels(ledger, experts: set, mixers: set) -> list:
+    """The memory-bound ops outside the attention, fused-MoE and gated DeltaNet kernels
+    the tables timed."""
+    return LO.outside_delta(LO.outside_experts(_outside_attention(ledger), experts), mixers)
 
 
 def _latent(ledger, v: dict, machine: O.Machine, tp: int, phase: str, batch: int,
@@ -208,10 +215,11 @@ def decode(ledger, v: dict, position: int, machine: O.Machine, tp: int = 1,
     the memory-bound ops as an engine's fused kernels."""
     rate, _, src = machine.memory_rate()
     out, covered, notes = LO.routed_experts(ledger.forward, v, machine, tp)
+    gdn, mixers = LO.gated_deltanet(ledger, v, machine, tp, "generation", v["B"], 1)
     mla = _latent(ledger, v, machine, tp, "generation", v["B"], position, kv_dtype)
-    out += [mla] if mla is not None else []
+    out += gdn + ([mla] if mla is not None else [])
     done = set()
-    for r in LO.not_covered(ledger.forward, covered):
+    for r in LO.outside_delta(LO.not_covered(ledger.forward, covered), mixers):
         count = r.count(v)
         if r.component != R.ATTN_CORE:
             out += _noted([O.time_matmul(r, v, count, machine, tp)], notes)
@@ -238,8 +246,8 @@ def decode(ledger, v: dict, position: int, machine: O.Machine, tp: int = 1,
             kv_bytes = 2 * v["B"] * keys * max(1, kv // tp) * d * 2
             out.append(O.OpTime("attention (decode, KV read)", O.ATTENTION,
                                 Fraction(kv_bytes * count) / rate, src))
-    out.append(O.time_elementwise(LO.outside_experts(_outside_attention(ledger), covered), v,
-                                  machine, DTYPE_BYTES[R.BF16], False, fused=True, tp=tp))
+    out.append(O.time_elementwise(_outside_kernels(ledger, covered, mixers), v, machine,
+                                  DTYPE_BYTES[R.BF16], False, fused=True, tp=tp))
     return Timed(tuple(out), machine)
 
 
