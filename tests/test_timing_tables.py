@@ -229,3 +229,28 @@ def test_qwen3_5_decode_runs_the_recurrent_kernels_not_a_padded_chunk():
     expected = 48 * (at[128] + (at[256] - at[128]) * 24 / 128) * 1e-3  # 152 between 128, 256
     gdn = next(o for o in t.tpot.ops if o.name.startswith("gated DeltaNet ("))
     assert float(gdn.seconds) == pytest.approx(expected)
+
+
+V32 = QWEN35.parent / "DeepSeek-V3.2.json"
+
+
+@needs_tables
+@pytest.mark.skipif(not V32.is_file(), reason=f"{V32} is absent (../shared/frontier)")
+def test_deepseek_v3_2_decodes_its_indexers_top_2048_keys_not_the_whole_cache():
+    """DeepSeek-V3.2's sparse attention reads the indexer's top-2,048 latents a query
+    (index_topk in its config.json): a decode step at 4,096 cached tokens is the MLA table's
+    kernel at 2,048 keys (SGLang's H200 rows at 2,047 and 4,095 keys, read here, on the
+    straight line), for its 61 layers; the indexer's own scores stay apart."""
+    import accounting
+    from accounting.planning.gpus import get_gpu
+    from accounting.serving.engines import REGISTRY
+    from accounting.timing.serve import serve_times
+    c = accounting.config_from_json(str(V32))
+    t = serve_times(c, get_gpu("H200"), REGISTRY["vllm-0.21"], "fp8_block", 8, 4096, 8192, 64,
+                    4096)
+    rows = _rows("h200_sxm", "mla", "sglang", "0.5.14", "generation_mla_perf")
+    at = {r["step"]: r["latency"] for r in rows if (r["num_heads"], r["batch_size"],
+                                                    r["kv_cache_dtype"]) == (16, 64, "bfloat16")}
+    expected = 61 * (at[2047] + (at[4095] - at[2047]) / 2048) * 1e-3
+    latent = [o for o in t.tpot.ops if o.name == "latent attention (decode kernel)"]
+    assert len(latent) == 1 and float(latent[0].seconds) == pytest.approx(expected)

@@ -146,7 +146,7 @@ def prefill(ledger, v: dict, machine: O.Machine, tp: int = 1) -> Timed:
     records = LO.outside_delta(LO.not_covered(ledger.forward, covered), mixers)
     mla = _latent(ledger, v, machine, tp, "context", v["B"], v["T"], "bfloat16")
     if mla is not None:  # the MLA table's kernel in place of the ledger's QKᵀ and scores·V
-        records = [r for r in records if r.component != R.ATTN_CORE]
+        records = [r for r in records if _latent_key(r) not in _latent_cores(ledger)]
     out = _noted(matmul_ops(records, v, machine, fused, tp, False, head_rows=v["B"],
                             training=False), notes)
     out += moe + gdn + ([mla] if mla is not None else [])
@@ -167,10 +167,32 @@ def _latent(ledger, v: dict, machine: O.Machine, tp: int, phase: str, batch: int
     latent attention)."""
     if "d_kv_a" not in v:
         return None
-    layers = sum(r.count(v) for r in {(r.per_layer, r.module, r.repeat): r
-                                      for r in ledger.forward
-                                      if r.component == R.ATTN_CORE}.values())
-    return LO.latent_attention(machine, phase, batch, length, v, tp, kv_dtype, layers)
+    cores = _latent_cores(ledger)
+    first = {}
+    for r in ledger.forward:
+        first.setdefault(_latent_key(r), r)
+    layers = sum(first[k].count(v) for k in cores)
+    share = Fraction(1)
+    if "k_I" in v:  # DeepSeek-V3.2's indexer keeps k_I keys a query (the sparse kernel's)
+        if phase == "generation":
+            length = min(length, v["k_I"])
+        else:
+            share = O._useful_share(first[min(cores)], v)
+    got = LO.latent_attention(machine, phase, batch, length, v, tp, kv_dtype, layers)
+    return got if got is None or share == 1 else dataclasses.replace(
+        got, seconds=got.seconds * share, note="; ".join(filter(None, (
+            got.note, f"× {float(share):.3g}, the indexer's top-{v['k_I']} share of the pairs"))))
+
+
+def _latent_key(r) -> tuple:
+    return r.per_layer, r.module, r.repeat
+
+
+def _latent_cores(ledger) -> set:
+    """The latent attention's per-head products (batched over the heads), not the DSA
+    indexer's scores (batched over the tokens only)."""
+    return {_latent_key(r) for r in ledger.forward
+            if r.component == R.ATTN_CORE and "h" in r.batch}
 
 
 def _noted(ops: list, notes: list[str]) -> list:
@@ -224,7 +246,7 @@ def decode(ledger, v: dict, position: int, machine: O.Machine, tp: int = 1,
         if r.component != R.ATTN_CORE:
             out += _noted([O.time_matmul(r, v, count, machine, tp)], notes)
             continue
-        if mla is not None:
+        if mla is not None and _latent_key(r) in _latent_cores(ledger):
             continue
         key = (r.per_layer, r.module, r.repeat)
         if key in done:

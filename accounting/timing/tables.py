@@ -329,8 +329,8 @@ FP8_STAND_INS = ("sglang", "trtllm")
 
 @lru_cache(maxsize=None)
 def _gemm_rows(system: str, dtype: str, engine: str):
-    """(Grid, Source, kernel, {(m, n, k): latency} at M ≤ FP8_SMALL_M) of one engine's
-    table at one dtype, or None."""
+    """(Grid, Source, kernel, its rows' columns) of one engine's table at one dtype, or
+    None."""
     src = find(system, "gemm", "gemm_perf", engine)
     if src is None:
         return None
@@ -340,11 +340,16 @@ def _gemm_rows(system: str, dtype: str, engine: str):
     kernel = cols["kernel_source"].most_common()
     keep = cols["kernel_source"] == kernel
     sub = {k: cols[k][keep] for k in ("m", "n", "k", "latency")}
-    small = {}
-    for m, n, k, lat in zip(*(sub[c].tolist() for c in ("m", "n", "k", "latency"))):
-        if m <= FP8_SMALL_M:
-            small[(m, n, k)] = min(lat, small.get((m, n, k), lat))
-    return Grid(sub, ("m", "n", "k")), src, str(kernel), small
+    return Grid(sub, ("m", "n", "k")), src, str(kernel), sub
+
+
+def _small(sub: dict) -> dict:
+    """{(m, n, k): the fastest latency} of a table's rows with M ≤ FP8_SMALL_M."""
+    keep = sub["m"] <= FP8_SMALL_M
+    out: dict = {}
+    for key in zip(*(sub[c][keep].tolist() for c in ("m", "n", "k", "latency"))):
+        out[key[:3]] = min(key[3], out.get(key[:3], key[3]))
+    return out
 
 
 @lru_cache(maxsize=None)
@@ -355,7 +360,8 @@ def fp8_ratio(system: str, dtype: str, engine: str) -> float | None:
     q, b = _gemm_rows(system, dtype, engine), _gemm_rows(system, "bfloat16", engine)
     if q is None or b is None:
         return None
-    shared = [q[3][s] / b[3][s] for s in q[3].keys() & b[3].keys()]
+    qs, bs = _small(q[3]), _small(b[3])
+    shared = [qs[s] / bs[s] for s in qs.keys() & bs.keys()]
     return float(np.median(shared)) if shared else None
 
 
