@@ -31,9 +31,6 @@ from functools import lru_cache
 from accounting.timing import tables
 from accounting.timing.tables import Grid, Source
 
-# Where an engine has no table of a layer kernel on a GPU, the engines whose table of the
-# same kernel on the same GPU stands in, in order (named in the source).
-STAND_INS = ("vllm", "sglang", "trtllm")
 # aiconfigurator-core's default routing skew for its DeepSeek, Nemotron-H, MiniMax and
 # hybrid MoE models (sdk/models/deepseek.py: workload_distribution "power_law" with
 # _power_law_alpha 1.01); the balanced rows where a shape has no such row.
@@ -42,8 +39,10 @@ DISTRIBUTIONS = ("power_law_1.01", "balanced")
 MLA_GEOMETRY = (("r_kv", 512), ("d_rope", 64), ("d_nope", 128), ("d_v", 128))
 
 
-def _engines(engine: str) -> tuple[str, ...]:
-    return (engine,) + tuple(e for e in STAND_INS if e != engine)
+def _engines(system: str, op: str, engine: str) -> tuple[str, ...]:
+    """Where an engine has no table of a layer kernel on a GPU, the other engines' table of
+    the same kernel on the same GPU stands in (tables.stand_ins' order), named."""
+    return tables.stand_ins(system, op, engine)
 
 
 def _label(src: Source, kernel: str, engine: str, why: str) -> str:
@@ -59,7 +58,7 @@ def moe(system: str, engine: str, dtype: str, hidden: int, inter: int, topk: int
     every token the layer routes (all data-parallel ranks'): the collector feeds them to
     rank 0, whose E/ep experts run the slots routed to them (collect_moe.py, run_moe_torch:
     "requested logical sizes determine local weights and the rank-0 expert map")."""
-    for eng in _engines(engine):
+    for eng in _engines(system, "moe", engine):
         src = tables.find(system, "moe", "moe_perf", eng)
         if src is None:
             continue
@@ -96,7 +95,7 @@ def mla(system: str, phase: str, engine: str, heads: int, kv_dtype: str = "bfloa
     # FlashAttention (varlen, the 192-wide Q·K, V padded), which its own context-attention
     # table measures; SGLang's context_mla rows on H200 read 2–3 × TensorRT-LLM's at 128
     # heads (3.9 against 1.25 ms at 4,096 tokens), so neither stands in for another engine
-    for eng in _engines(engine) if phase == "generation" else (engine,):
+    for eng in _engines(system, "mla", engine) if phase == "generation" else (engine,):
         src = tables.find(system, "mla", f"{phase}_mla_perf", eng)
         if src is None:
             continue
@@ -126,7 +125,7 @@ def gdn(system: str, phase: str, engine: str, k_heads: int, v_heads: int, dk: in
     source label) of gated DeltaNet's kernels on one rank's heads, or None where no engine's
     table on the GPU measured both at that head shape."""
     import numpy as np
-    for eng in _engines(engine):
+    for eng in _engines(system, "linear_attention", engine):
         src = tables.find(system, "linear_attention", "gdn_perf", eng)
         if src is None:
             continue

@@ -320,11 +320,20 @@ def _fill(arr, axis: int, along=None):
 # the 0.24.0 collection #1344: `use_cuda_graph=gemm_type != "fp8_block"`; a later version
 # of the file: "Eager fp8_block timing includes host launch gaps and is not a valid
 # substitute"). A table past FP8_PLAUSIBLE_RATIO is not read; the same GPU's table of the
-# next engine in FP8_STAND_INS that passes is (SGLang's is DeepGEMM, the kernel vLLM
-# dispatches at M ≥ 32), named in the source; none: the bf16 table's rows.
+# first other engine (stand_ins: by folder name, so SGLang's, DeepGEMM, the kernel vLLM
+# dispatches at M ≥ 32, then TensorRT-LLM's) that passes is, named in the source; none:
+# the bf16 table's rows.
 FP8_PLAUSIBLE_RATIO = 4
 FP8_SMALL_M = 64
-FP8_STAND_INS = ("sglang", "trtllm")
+
+
+def stand_ins(system: str, op: str, engine: str) -> tuple[str, ...]:
+    """`engine`, then the other engines that measured `op` on `system` (their folders of
+    the wheel's data, by name): where an engine has no table, or an implausible one, the
+    next one's is read, named."""
+    base = root() / "data" / system / op
+    others = sorted(d.name for d in base.iterdir() if d.is_dir()) if base.is_dir() else []
+    return (engine,) + tuple(e for e in others if e != engine)
 
 
 @lru_cache(maxsize=None)
@@ -383,8 +392,8 @@ def gemm(system: str, dtype: str, engine: str = TRAINING_ENGINE):
         return grid, src, kernel
     why = (f"in place of {engine} {src.version}'s {dtype} table, {ratio:.3g} × its bf16 "
            f"at M ≤ {FP8_SMALL_M}: timed eagerly")
-    for other in FP8_STAND_INS:
-        r = fp8_ratio(system, dtype, other) if other != engine else None
+    for other in stand_ins(system, "gemm", engine)[1:]:
+        r = fp8_ratio(system, dtype, other)
         if r is not None and r <= FP8_PLAUSIBLE_RATIO:
             g, s, k = _gemm_rows(system, dtype, other)[:3]
             return g, s, f"{k}; {why}"
