@@ -276,3 +276,39 @@ def test_a_moe_decode_step_is_not_faster_than_reading_its_weights():
     floor = (t["weight_bytes_read_per_gpu"]["approx"] + t["kv_bytes_read_per_gpu"]) / \
         t["bandwidth_bytes_per_s"]["approx"]
     assert d["timing_source"] == "kernels" and d["tpot_seconds"]["approx"] >= floor
+
+
+NEMOTRON_H = QWEN35.parent / "Nemotron-H-56B-Base-8K.json"
+
+
+@needs_tables
+@pytest.mark.skipif(not NEMOTRON_H.is_file(), reason=f"{NEMOTRON_H} is absent (../shared/frontier)")
+def test_a_mamba2_decode_step_is_its_state_traffic_not_a_padded_chunk():
+    """Nemotron-H-56B on two H200s: no table times Mamba-2's scan (the wheel's Mamba-2 table
+    holds only its convolution), so a decode step's mixers are the recurrent form's state
+    read and written once per sequence at 0.8 of the 4.8 TB/s (the serving plan's own
+    state bytes per sequence, serving/kv.py, which drops one conv column), labelled
+    roofline; before, the chunked scan padded around one token: 204 ms a step."""
+    import json
+    import contextlib
+    import io
+    from accounting.cli.main import main
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["serve", "--config", str(NEMOTRON_H), "--gpu", "H200", "--tp", "2", "--ctx",
+                     "4096", "--format", "json"]) == 0
+    d = json.loads(out.getvalue())
+    b, state = d["time"]["batch"], d["state_bytes_per_sequence_per_gpu"]
+    traffic = 2 * b * state / (0.8 * 4.8e12)
+    assert d["tpot_seconds"]["approx"] < 3 * traffic  # 204 ms before: 10 × it
+    from accounting.planning.gpus import get_gpu
+    from accounting.serving.engines import REGISTRY
+    from accounting.timing.serve import serve_times
+    import accounting
+    t = serve_times(accounting.config_from_json(str(NEMOTRON_H)), get_gpu("H200"),
+                    REGISTRY["vllm-0.21"], "dense", 2, 4096, 8192, b, 4096)
+    ops = [o for o in t.tpot.ops if o.name == "recurrent state update (decode form)"]
+    assert len(ops) == 1 and ops[0].source.startswith("roofline")
+    assert float(ops[0].seconds) == pytest.approx(traffic, rel=0.01)
+    assert not any(o.category == "GEMMs" and "roofline (a batched GEMM" in o.source
+                   for o in t.tpot.ops)

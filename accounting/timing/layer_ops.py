@@ -9,7 +9,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 from accounting.ledger import records as R
-from accounting.ledger.builder.common import DELTA_RULE
+from accounting.ledger.builder.common import DELTA_RULE, SSD
 from accounting.ledger.symbols import product
 from accounting.timing import layer_tables as LT
 from accounting.timing import ops as O
@@ -154,3 +154,41 @@ def outside_delta(records, covered: set) -> list:
     the two kernels) leave; its projections and gated norm stay."""
     return [r for r in records if (r.module, r.repeat) not in covered
             or r.component not in (R.RECURRENT, DELTA_RULE)]
+
+
+def recurrent_decode(ledger, v: dict, machine: O.Machine, tp: int, timed: set,
+                     ) -> tuple[list[O.OpTime], set]:
+    """(op times, the (module, repeat) they cover) of a decode step's recurrent mixers no
+    table timed (Mamba-2; KDA; a gated DeltaNet without a table): one token runs the
+    recurrent form, a few products of each head's state with a vector (planning/
+    inference.py recurrent_decode_expr: 3 for the delta rules, 2 for Mamba-2), under one
+    FLOP per byte of a float32 state: memory-bound, the per-sequence state (the ledger's
+    cache entries: conv window and recurrent state, heads split TP ways) read and written
+    once at the roofline's share of the bandwidth. The ledger's chunked records (a
+    64-token chunk padded around one token) and their scan's elementwise ops are not
+    charged."""
+    mods = {(r.module, r.repeat) for r in ledger.forward
+            if r.component == R.RECURRENT and r.repeat is not None} - timed
+    out, covered = [], set()
+    for mod, rep in sorted(mods):
+        state = sum(product(e.shape, v) * (4 if e.fp32 else 2) for e in ledger.cache
+                    if e.per_sequence and e.repeat == rep)
+        if not state:
+            continue
+        moved = Fraction(2 * v["B"] * state, tp)
+        out.append(O.OpTime("recurrent state update (decode form)", O.ATTENTION,
+                            moved / (machine.bandwidth * O.BANDWIDTH_DERATE) * v[rep],
+                            f"roofline (the state read and written once: "
+                            f"{float(O.BANDWIDTH_DERATE):g} of the bandwidth)"))
+        covered.add((mod, rep))
+    return out, covered
+
+
+SCANS = (DELTA_RULE, SSD)  # the chunked scans' elementwise components (builder/common.py)
+
+
+def outside_scan(records, covered: set) -> list:
+    """The records recurrent_decode's state traffic replaces leave: a covered mixer's
+    recurrent matmuls and scan elementwise ops."""
+    return [r for r in records if (r.module, r.repeat) not in covered
+            or r.component not in (R.RECURRENT, *SCANS)]

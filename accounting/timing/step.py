@@ -238,10 +238,12 @@ def decode(ledger, v: dict, position: int, machine: O.Machine, tp: int = 1,
     rate, _, src = machine.memory_rate()
     out, covered, notes = LO.routed_experts(ledger.forward, v, machine, tp)
     gdn, mixers = LO.gated_deltanet(ledger, v, machine, tp, "generation", v["B"], 1)
+    scans, states = LO.recurrent_decode(ledger, v, machine, tp, mixers)
     mla = _latent(ledger, v, machine, tp, "generation", v["B"], position, kv_dtype)
-    out += gdn + ([mla] if mla is not None else [])
+    out += gdn + scans + ([mla] if mla is not None else [])
     done = set()
-    for r in LO.outside_delta(LO.not_covered(ledger.forward, covered), mixers):
+    for r in LO.outside_scan(LO.outside_delta(LO.not_covered(ledger.forward, covered),
+                                              mixers), states):
         count = r.count(v)
         if r.component != R.ATTN_CORE:
             out += _noted([O.time_matmul(r, v, count, machine, tp)], notes)
@@ -268,8 +270,9 @@ def decode(ledger, v: dict, position: int, machine: O.Machine, tp: int = 1,
             kv_bytes = 2 * v["B"] * keys * max(1, kv // tp) * d * 2
             out.append(O.OpTime("attention (decode, KV read)", O.ATTENTION,
                                 Fraction(kv_bytes * count) / rate, src))
-    out.append(O.time_elementwise(_outside_kernels(ledger, covered, mixers), v, machine,
-                                  DTYPE_BYTES[R.BF16], False, fused=True, tp=tp))
+    out.append(O.time_elementwise(LO.outside_scan(_outside_kernels(ledger, covered, mixers),
+                                                  states), v, machine, DTYPE_BYTES[R.BF16],
+                                  False, fused=True, tp=tp))
     return Timed(tuple(out), machine)
 
 
