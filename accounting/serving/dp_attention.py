@@ -31,8 +31,10 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from accounting.serving import kv
+from accounting.timing.layer_ops import MOE_OP, expert_parallel
 
-EXPERT_OPS = ("expert W1", "expert W2", "expert W3")  # timing's routed-expert GEMM ops
+# timing's routed-expert ops: the GEMM tables' three, or the MoE table's one fused call
+EXPERT_OPS = ("expert W1", "expert W2", "expert W3", MOE_OP)
 
 
 @dataclass(frozen=True)
@@ -98,11 +100,23 @@ def dp_worker(config, plan, dp: int, imbalance=Fraction(1), isl: int | None = No
     tpot = plan.time.kernels.tpot
     expert_s = sum((o.seconds for o in tpot.ops if o.name in EXPERT_OPS), Fraction(0))
     a2a = 2 * moe_layers * step_a2a
-    step = tpot.seconds + (f - 1) * expert_s + a2a
+    # the MoE table's row at EP e for all D ranks' tokens where it has one (issue 39b), else
+    # the rank's expert time at TP T
+    ep_op = expert_parallel(tpot.machine, config, dp * b, e)
+    step = tpot.seconds + (f - 1) * expert_s + a2a if ep_op is None else \
+        tpot.seconds - expert_s + f * ep_op.seconds + a2a
     prompt = isl or plan.time.prompt
     chunk = min(prompt, plan.max_num_batched_tokens)
     chunks = -(-prompt // chunk)
     pre = _alltoall(card, e, chunk * k * config.d_model) or Fraction(0)
     ttft = plan.time.ttft_seconds + chunks * 2 * moe_layers * pre
+    # the prompt's experts, too, spread over the worker's e GPUs (the MoE table at EP e for
+    # each chunk of the plan's own prompt) in place of the rank's at TP T
+    own = min(plan.time.prompt, plan.max_num_batched_tokens)
+    ep_pre = expert_parallel(tpot.machine, config, own, e)
+    if ep_pre is not None:
+        ttft += -(-plan.time.prompt // own) * ep_pre.seconds - sum(
+            (o.seconds for o in plan.time.kernels.ttft.ops if o.name.startswith(MOE_OP)),
+            Fraction(0))
     return DPWorker(dp, plan.tp, b, f, plan.weights_bytes_per_gpu - freed, pool, most, ttft,
                     step, a2a, config.num_experts // e)

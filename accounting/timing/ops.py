@@ -77,6 +77,10 @@ class Machine:
     # the linear layers' weights in fp8 (a served fp8 checkpoint: "fp8" per-tensor/channel
     # scales, "fp8_block" 128×128 blocks): their GEMMs at that table's rate; None: not
     linear_fp8: str | None = None
+    # a served model's experts as aiconfigurator-core's MoE tables name their dtype
+    # (layer_ops.MOE_DTYPES): each layer's routed experts one fused call from that table;
+    # None (training, a scheme no table measured): the experts' GEMMs from the GEMM table
+    moe_dtype: str | None = None
 
     @property
     def source(self) -> str:
@@ -140,7 +144,11 @@ def time_matmul(r: R.Matmul, v: dict, count: int, machine: Machine, tp: int = 1,
     n, p = product(r.n, v), product(r.p, v)
     m, n, p = _tp_shape(r, m, n, p, tp)
     batched = product(r.batch, v)
-    fp8 = r.fp8 or (machine.linear_fp8 if r.component in (R.ATTN_PROJ, R.FFN) else False)
+    # a served checkpoint's fp8 linear layers; not the MoE router, which engines keep in
+    # the model dtype (vLLM's DeepseekV2MoE and Qwen3MoeSparseMoeBlock: the gate a
+    # ReplicatedLinear with quant_config=None)
+    fp8 = r.fp8 or (machine.linear_fp8 if r.component in (R.ATTN_PROJ, R.FFN)
+                    and r.name != "router" else False)
     cat = ATTENTION if r.component == R.ATTN_CORE else GEMMS
     if batched > 1:  # one kernel for all instances: no table measures it
         return OpTime(r.name, cat, count * batched_seconds(machine, batched, m, n, p, fp8),

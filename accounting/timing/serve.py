@@ -56,9 +56,12 @@ def machine(card, kernel_tables: str, scheme_kind: str) -> O.Machine:
     kernel_tables, serving/engines.py)."""
     from accounting.units import BF16, FP8, TERA
     fp8 = card.peak_tflops[FP8] * TERA if FP8 in card.peak_tflops else None
+    from accounting.timing.layer_ops import MOE_DTYPES
     return O.Machine(card.name, tables.system_of(card.name), card.peak_tflops[BF16] * TERA,
                      fp8, card.bandwidth_tbs * TERA, kernel_tables,
-                     linear_fp8=FP8_TABLES.get(scheme_kind) if fp8 else None)
+                     linear_fp8=FP8_TABLES.get(scheme_kind) if fp8 else None,
+                     moe_dtype=MOE_DTYPES.get(scheme_kind)
+                     if fp8 or scheme_kind not in FP8_TABLES else None)
 
 
 def allreduce(machine: O.Machine, elements: int, tp: int) -> tuple[Fraction, str]:

@@ -10,11 +10,13 @@ overlaps).
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from fractions import Fraction
 
 from accounting.ledger import records as R
 from accounting.ledger.builder import common as B
+from accounting.timing import layer_ops as LO
 from accounting.timing import ops as O
 from accounting.units import DTYPE_BYTES
 
@@ -139,11 +141,66 @@ def prefill(ledger, v: dict, machine: O.Machine, tp: int = 1) -> Timed:
     each only (a server samples one token); an engine's fused memory-bound kernels."""
     fused = _fused(ledger) or {(r.per_layer, r.module) for r in ledger.forward
                                if r.component == R.ATTN_CORE}  # engines run a fused kernel
-    out = matmul_ops(ledger.forward, v, machine, fused, tp, False, head_rows=v["B"],
-                     training=False)
-    out.append(O.time_elementwise(_outside_attention(ledger), v, machine, DTYPE_BYTES[R.BF16],
-                                  False, fused=True, tp=tp))
+    moe, covered, notes = LO.routed_experts(ledger.forward, v, machine, tp)
+    gdn, mixers = LO.gated_deltanet(ledger, v, machine, tp, "context", v["B"], v["T"])
+    records = LO.outside_delta(LO.not_covered(ledger.forward, covered), mixers)
+    mla = _latent(ledger, v, machine, tp, "context", v["B"], v["T"], "bfloat16")
+    if mla is not None:  # the MLA table's kernel in place of the ledger's QKᵀ and scores·V
+        records = [r for r in records if _latent_key(r) not in _latent_cores(ledger)]
+    out = _noted(matmul_ops(records, v, machine, fused, tp, False, head_rows=v["B"],
+                            training=False), notes)
+    out += moe + gdn + ([mla] if mla is not None else [])
+    out.append(O.time_elementwise(_outside_kernels(ledger, covered, mixers), v, machine,
+                                  DTYPE_BYTES[R.BF16], False, fused=True, tp=tp))
     return Timed(tuple(out), machine)
+
+
+def _outside_kernels(ledger, experts: set, mixers: set) -> list:
+    """The memory-bound ops outside the attention, fused-MoE and gated DeltaNet kernels
+    the tables timed."""
+    return LO.outside_delta(LO.outside_experts(_outside_attention(ledger), experts), mixers)
+
+
+def _latent(ledger, v: dict, machine: O.Machine, tp: int, phase: str, batch: int,
+            length: int, kv_dtype: str) -> O.OpTime | None:
+    """Every latent-attention layer's kernel from the MLA table (None: no table, or not
+    latent attention)."""
+    if "d_kv_a" not in v:
+        return None
+    cores = _latent_cores(ledger)
+    first = {}
+    for r in ledger.forward:
+        first.setdefault(_latent_key(r), r)
+    layers = sum(first[k].count(v) for k in cores)
+    share = Fraction(1)
+    if "k_I" in v:  # DeepSeek-V3.2's indexer keeps k_I keys a query (the sparse kernel's)
+        if phase == "generation":
+            length = min(length, v["k_I"])
+        else:
+            share = O._useful_share(first[min(cores)], v)
+    got = LO.latent_attention(machine, phase, batch, length, v, tp, kv_dtype, layers)
+    return got if got is None or share == 1 else dataclasses.replace(
+        got, seconds=got.seconds * share, note="; ".join(filter(None, (
+            got.note, f"× {float(share):.3g}, the indexer's top-{v['k_I']} share of the pairs"))))
+
+
+def _latent_key(r) -> tuple:
+    return r.per_layer, r.module, r.repeat
+
+
+def _latent_cores(ledger) -> set:
+    """The latent attention's per-head products (batched over the heads), not the DSA
+    indexer's scores (batched over the tokens only)."""
+    return {_latent_key(r) for r in ledger.forward
+            if r.component == R.ATTN_CORE and "h" in r.batch}
+
+
+def _noted(ops: list, notes: list[str]) -> list:
+    """The routed experts' GEMM-table times, with why the MoE table did not time them."""
+    if not notes:
+        return ops
+    return [dataclasses.replace(o, note="; ".join(filter(None, (o.note, *notes))))
+            if o.name.startswith("expert W") else o for o in ops]
 
 
 def _outside_attention(ledger) -> list:
@@ -179,11 +236,19 @@ def decode(ledger, v: dict, position: int, machine: O.Machine, tp: int = 1,
     attention kernel per layer from the measured table (else its KV bytes at the bandwidth),
     the memory-bound ops as an engine's fused kernels."""
     rate, _, src = machine.memory_rate()
-    out, done = [], set()
-    for r in ledger.forward:
+    out, covered, notes = LO.routed_experts(ledger.forward, v, machine, tp)
+    gdn, mixers = LO.gated_deltanet(ledger, v, machine, tp, "generation", v["B"], 1)
+    scans, states = LO.recurrent_decode(ledger, v, machine, tp, mixers)
+    mla = _latent(ledger, v, machine, tp, "generation", v["B"], position, kv_dtype)
+    out += gdn + scans + ([mla] if mla is not None else [])
+    done = set()
+    for r in LO.outside_scan(LO.outside_delta(LO.not_covered(ledger.forward, covered),
+                                              mixers), states):
         count = r.count(v)
         if r.component != R.ATTN_CORE:
-            out.append(O.time_matmul(r, v, count, machine, tp))
+            out += _noted([O.time_matmul(r, v, count, machine, tp)], notes)
+            continue
+        if mla is not None and _latent_key(r) in _latent_cores(ledger):
             continue
         key = (r.per_layer, r.module, r.repeat)
         if key in done:
@@ -205,7 +270,8 @@ def decode(ledger, v: dict, position: int, machine: O.Machine, tp: int = 1,
             kv_bytes = 2 * v["B"] * keys * max(1, kv // tp) * d * 2
             out.append(O.OpTime("attention (decode, KV read)", O.ATTENTION,
                                 Fraction(kv_bytes * count) / rate, src))
-    out.append(O.time_elementwise(_outside_attention(ledger), v, machine, DTYPE_BYTES[R.BF16],
+    out.append(O.time_elementwise(LO.outside_scan(_outside_kernels(ledger, covered, mixers),
+                                                  states), v, machine, DTYPE_BYTES[R.BF16],
                                   False, fused=True, tp=tp))
     return Timed(tuple(out), machine)
 

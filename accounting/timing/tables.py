@@ -313,12 +313,37 @@ def _fill(arr, axis: int, along=None):
     return np.moveaxis(a, 0, axis)
 
 
+# The fp8 tables' test. An fp8 GEMM reads half a bf16 GEMM's weight bytes at twice its
+# tensor-core rate, so at decode's small M (weight-read bound) a kernel time is at most
+# about the bf16 one's, plus its activation-quantization kernel. aiconfigurator-core
+# 0.12.0's vLLM 0.24.0 fp8_block tables are 7.8–55 × their own bf16 rows at M ≤ 64 (median
+# over the shapes both measured; 8.98 × on H200: about 85 µs for any M ≤ 32 at DeepSeek-V3's
+# shapes), every other fp8 or fp8_block table of the wheel 0.62–2.72 ×: its collector
+# timed fp8_block eagerly, host launch gaps included, where every other dtype is replayed
+# from a CUDA graph (ai-dynamo/aiconfigurator collector/vllm/collect_gemm.py at d5bad971c,
+# the 0.24.0 collection #1344: `use_cuda_graph=gemm_type != "fp8_block"`; a later version
+# of the file: "Eager fp8_block timing includes host launch gaps and is not a valid
+# substitute"). A table past FP8_PLAUSIBLE_RATIO is not read; the same GPU's table of the
+# first other engine (stand_ins: by folder name, so SGLang's, DeepGEMM, the kernel vLLM
+# dispatches at M ≥ 32, then TensorRT-LLM's) that passes is, named in the source; none:
+# the bf16 table's rows.
+FP8_PLAUSIBLE_RATIO = 4
+FP8_SMALL_M = 64
+
+
+def stand_ins(system: str, op: str, engine: str) -> tuple[str, ...]:
+    """`engine`, then the other engines that measured `op` on `system` (their folders of
+    the wheel's data, by name): where an engine has no table, or an implausible one, the
+    next one's is read, named."""
+    base = root() / "data" / system / op
+    others = sorted(d.name for d in base.iterdir() if d.is_dir()) if base.is_dir() else []
+    return (engine,) + tuple(e for e in others if e != engine)
+
+
 @lru_cache(maxsize=None)
-def gemm(system: str, dtype: str, engine: str = TRAINING_ENGINE):
-    """(Grid over (m, n, k), Source, kernel) of the engine's GEMM table at `dtype`
-    ("bfloat16", "fp8", "fp8_block"), or None where the system has none. One kernel per
-    dtype: the one measured at the most shapes (vLLM's bf16 rows are all
-    torch.nn.functional.linear; its fp8 the CUTLASS scaled-mm kernel)."""
+def _gemm_rows(system: str, dtype: str, engine: str):
+    """(Grid, Source, kernel, its rows' columns) of one engine's table at one dtype, or
+    None."""
     src = find(system, "gemm", "gemm_perf", engine)
     if src is None:
         return None
@@ -327,8 +352,57 @@ def gemm(system: str, dtype: str, engine: str = TRAINING_ENGINE):
         return None
     kernel = cols["kernel_source"].most_common()
     keep = cols["kernel_source"] == kernel
-    return Grid({k: cols[k][keep] for k in ("m", "n", "k", "latency")}, ("m", "n", "k")), \
-        src, str(kernel)
+    sub = {k: cols[k][keep] for k in ("m", "n", "k", "latency")}
+    return Grid(sub, ("m", "n", "k")), src, str(kernel), sub
+
+
+def _small(sub: dict) -> dict:
+    """{(m, n, k): the fastest latency} of a table's rows with M ≤ FP8_SMALL_M."""
+    keep = sub["m"] <= FP8_SMALL_M
+    out: dict = {}
+    for key in zip(*(sub[c][keep].tolist() for c in ("m", "n", "k", "latency"))):
+        out[key[:3]] = min(key[3], out.get(key[:3], key[3]))
+    return out
+
+
+@lru_cache(maxsize=None)
+def fp8_ratio(system: str, dtype: str, engine: str) -> float | None:
+    """The median, over the shapes with M ≤ FP8_SMALL_M both measured, of the engine's
+    `dtype` GEMM time over its bf16 time on `system` (None: no shared shape)."""
+    import numpy as np
+    q, b = _gemm_rows(system, dtype, engine), _gemm_rows(system, "bfloat16", engine)
+    if q is None or b is None:
+        return None
+    qs, bs = _small(q[3]), _small(b[3])
+    shared = [qs[s] / bs[s] for s in qs.keys() & bs.keys()]
+    return float(np.median(shared)) if shared else None
+
+
+@lru_cache(maxsize=None)
+def gemm(system: str, dtype: str, engine: str = TRAINING_ENGINE):
+    """(Grid over (m, n, k), Source, kernel) of the engine's GEMM table at `dtype`
+    ("bfloat16", "fp8", "fp8_block"), or None where the system has none. One kernel per
+    dtype: the one measured at the most shapes (vLLM's bf16 rows are all
+    torch.nn.functional.linear; its fp8 the CUTLASS scaled-mm kernel). An fp8 table that
+    fails the test above is replaced by a stand-in's, the kernel saying which and why."""
+    found = _gemm_rows(system, dtype, engine)
+    if found is None:
+        return None
+    grid, src, kernel = found[:3]
+    if dtype == "bfloat16":
+        return grid, src, kernel
+    ratio = fp8_ratio(system, dtype, engine)
+    if ratio is None or ratio <= FP8_PLAUSIBLE_RATIO:
+        return grid, src, kernel
+    why = (f"in place of {engine} {src.version}'s {dtype} table, {ratio:.3g} × its bf16 "
+           f"at M ≤ {FP8_SMALL_M}: timed eagerly")
+    for other in stand_ins(system, "gemm", engine)[1:]:
+        r = fp8_ratio(system, dtype, other)
+        if r is not None and r <= FP8_PLAUSIBLE_RATIO:
+            g, s, k = _gemm_rows(system, dtype, other)[:3]
+            return g, s, f"{k}; {why}"
+    g, s, k = _gemm_rows(system, "bfloat16", engine)[:3]
+    return g, s, f"{k}; {why}, no other engine's passes: bf16's rows"
 
 
 @lru_cache(maxsize=None)
