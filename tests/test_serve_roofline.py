@@ -37,9 +37,24 @@ def test_a_gpu_without_tables_reads_the_weights_each_decode_step():
     assert tpot >= WEIGHT_BYTES / 1.555e12  # 9.65 ms
 
 
-def test_without_the_tables_the_decode_step_reads_the_weights(monkeypatch):
+@pytest.fixture
+def no_tables(monkeypatch):
+    """aiconfigurator-core not installed: root() is None, and every lookup cached from root()
+    by an earlier test in this process is cleared (before and after), so none survives."""
     from accounting.timing import tables
-    monkeypatch.setattr(tables, "root", lambda: None)  # aiconfigurator-core not installed
+
+    def clear():
+        for value in vars(tables).values():
+            if hasattr(value, "cache_clear"):
+                value.cache_clear()
+    clear()
+    monkeypatch.setattr(tables, "root", lambda: None)
+    yield
+    monkeypatch.undo()
+    clear()
+
+
+def test_without_the_tables_the_decode_step_reads_the_weights(no_tables):
     tpot, source = _tpot(["serve", "meta-llama/Llama-3.1-8B", "--gpu", "H100",
                           "--ctx", "2048", "--concurrency", "1"])
     assert source == "roofline"
@@ -47,9 +62,7 @@ def test_without_the_tables_the_decode_step_reads_the_weights(monkeypatch):
 
 
 @pytest.mark.parametrize("gpu", ["A100-40GB", "H100"])
-def test_the_roofline_label_does_not_claim_measured_tables(gpu, monkeypatch):
-    from accounting.timing import tables
-    monkeypatch.setattr(tables, "root", lambda: None)
+def test_the_roofline_label_does_not_claim_measured_tables(gpu, no_tables):
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         assert main(["serve", "meta-llama/Llama-3.1-8B", "--gpu", gpu, "--ctx", "2048",
