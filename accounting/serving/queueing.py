@@ -1,0 +1,112 @@
+"""The wait for a server at a request rate (`serve --search --request-rate R`, issue 40).
+
+Requests arrive as a Poisson stream (the open-loop load of vLLM's benchmark_serving.py and
+SGLang's bench_serving.py at --request-rate: exponential gaps) and each replica gets an equal
+share (random routing keeps each share Poisson). A queue of c identical servers, one shared
+FCFS line, service time S with mean m and squared coefficient of variation cs2:
+
+  offered load      a = λ·m;  utilisation ρ = a / c (ρ ≥ 1: the line grows without end)
+  P(wait > 0)       C = Erlang's C formula for c servers (exact for M/M/c), by Erlang B's
+                    recursion B_0 = 1, B_k = a·B_{k−1} / (k + a·B_{k−1}), C = c·B / (c − a(1 − B))
+                    (Kleinrock, Queueing Systems vol. 1, 1975, §3.5)
+  mean wait         Wq = C / (c/m − λ) · (1 + cs2) / 2
+                    (Allen–Cunneen, for M/G/c: A. O. Allen, Probability, Statistics and
+                    Queueing Theory, 2nd ed. 1990; Whitt, "Approximations for the GI/G/m
+                    queue", 1993). For c = 1 it is exact: Pollaczek–Khinchine's
+                    Wq = λ·E[S²] / (2(1 − ρ)), E[S²] = m²(1 + cs2).
+  P(wait > t)       C · exp(−t · C / Wq): the conditional wait exponential with its mean kept.
+                    Exact for M/M/c (rate cμ − λ); for other service times an approximation
+                    (the heavy-traffic limit of the wait is exponential: Kingman 1962).
+tests/test_serving_queue.py checks the formulas against hand algebra (M/D/1, M/M/2) and
+against a brute-force simulation of the queue (seeded Poisson arrivals, the Kiefer–Wolfowitz
+recursion for c servers), written there.
+
+A request's TTFT is its wait plus its own service (its prefill, and its KV transfer), which
+depends on its own prompt: with the prompt lengths' points (lengths.py) s_k of probability
+w_k, P(TTFT > t) = Σ w_k · P(wait > t − s_k), decreasing in t; its p-quantile is found by
+bisection. The wait's tail holds an exponential, so these figures are floats (the rest of the
+search is exact); they are returned as exact ratios of those floats.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+
+
+@dataclass(frozen=True)
+class Wait:
+    servers: int
+    utilisation: Fraction  # λ·m / c, exact
+    probability: float  # P(wait > 0)
+    mean: float  # seconds
+
+    @property
+    def stable(self) -> bool:
+        return self.utilisation < 1
+
+    def tail(self, t: float) -> float:
+        """P(wait > t)."""
+        if t < 0:
+            return 1.0
+        if self.probability <= 0 or self.mean <= 0:
+            return 0.0
+        return self.probability * math.exp(-t * self.probability / self.mean)
+
+
+def erlang_c(c: int, a: float) -> float:
+    """P(wait > 0) in M/M/c at offered load a < c."""
+    b = 1.0
+    for k in range(1, c + 1):
+        b = a * b / (k + a * b)
+    return c * b / (c - a * (1 - b))
+
+
+def wait(servers: int, rate: Fraction, mean: Fraction, cs2: Fraction) -> Wait:
+    """The wait of a Poisson stream of `rate` requests/s at `servers` servers of mean service
+    `mean` seconds and squared CV `cs2`."""
+    rho = rate * mean / servers
+    if rho >= 1:
+        return Wait(servers, rho, 1.0, math.inf)
+    if rate == 0:
+        return Wait(servers, rho, 0.0, 0.0)
+    a = float(rate * mean)
+    c = erlang_c(servers, a)
+    wq = c / (servers / float(mean) - float(rate)) * (1 + float(cs2)) / 2
+    return Wait(servers, rho, c, wq)
+
+
+def mean_service(points) -> tuple[Fraction, Fraction]:
+    """(mean, squared CV) of a service time given as (seconds, probability) points."""
+    m = sum((s * w for s, w in points), Fraction(0))
+    m2 = sum((s * s * w for s, w in points), Fraction(0))
+    return m, (m2 - m * m) / (m * m) if m else Fraction(0)
+
+
+def quantile(w: Wait | None, points, p: Fraction | None) -> Fraction:
+    """The p-quantile of wait + own service (points: (seconds, probability)); p None: the
+    mean. Without a wait (w None) the quantile of the service alone, exactly."""
+    if p is None:
+        own = sum((s * q for s, q in points), Fraction(0))
+        return own if w is None else own + Fraction(w.mean)
+    if w is None or w.probability <= 0:
+        acc = Fraction(0)
+        for s, q in sorted(points):
+            acc += q
+            if acc >= p:
+                return s
+        return max(s for s, _ in points)
+    target = 1 - float(p)
+
+    def over(t: float) -> float:
+        return sum(float(q) * w.tail(t - float(s)) for s, q in points)
+
+    lo = float(min(s for s, _ in points))
+    hi = float(max(s for s, _ in points)) + w.mean / w.probability * \
+        max(0.0, math.log(w.probability / target)) + 1e-12
+    if over(lo) <= target:
+        return Fraction(lo)
+    for _ in range(100):  # bisection: over() decreases in t
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if over(mid) > target else (lo, mid)
+    return Fraction(hi)

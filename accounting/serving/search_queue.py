@@ -1,0 +1,64 @@
+"""Replicas of a searched layout, and at a request rate the wait for a server (issue 40).
+
+Without --request-rate: as many replicas as --max-gpus holds, each run at its capacity
+(requests arrive as slots free: no queue, TTFT is the request's own prefill and transfer).
+
+With --request-rate R: n replicas share R evenly (λ = R/n each, Poisson: queueing.py) and a
+request waits, before its own service, for
+  aggregated:     one of the worker's B slots (a request holds its slot for its OSL decode
+                  steps of TPOT each, its prefill among the stalls TPOT already counts:
+                  service OSL·TPOT, mean E[OSL]·TPOT, squared CV the output lengths'),
+                  c = B servers;
+  disaggregated:  one of the x prefill workers (one prompt at a time: service the prompt's
+                  prefill, its points over the prompt lengths), c = x servers; the decode
+                  slots (y·B) are not a second queue here: their utilisation is the same λ /
+                  capacity, and below 1 their many slots keep Erlang's C small.
+Utilisation = λ / the replica's capacity (requests/s), the same for both (capacity is the
+smaller of the stages'); at >= 1 the line grows without end and the layout meets no target.
+The replicas: the fewest whose TTFT statistic (mean, or the percentile) meets the target,
+from the fewest whose capacity covers R; where none within --max-gpus does, the fewest
+stable ones (shown, not meeting).
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from fractions import Fraction
+
+from accounting.serving.queueing import mean_service, quantile, wait
+
+
+def _queued(layout, w, n: int):
+    lam = Fraction(w.request_rate) / n
+    if layout.disaggregated:
+        servers = layout.prefill_workers
+        m, cs2 = mean_service(layout.prefill.prefill_points)
+    else:
+        servers = layout.decode.batch
+        m = w.osl_mean * layout.tpot_seconds
+        cs2 = w.osl_lengths.squared_cv
+    q = wait(servers, lam, m, cs2)
+    util = lam / layout.requests_per_second
+    if util >= 1:
+        return replace(layout, replicas=n, demand=w.request_rate, utilisation=util, wait=q)
+    ttft = quantile(q, layout.service, w.percentile)
+    return replace(layout, replicas=n, demand=w.request_rate, utilisation=util, wait=q,
+                   ttft_seconds=ttft)
+
+
+def replicated(layout, w):
+    """The layout replicated for the workload, or None where no replica count fits."""
+    per = layout.gpus_per_replica
+    most = w.max_gpus // per
+    if w.request_rate is None:
+        return replace(layout, replicas=most) if most >= 1 else None
+    first = -(-Fraction(w.request_rate) // layout.requests_per_second)
+    stable = None
+    floor = quantile(None, layout.service, w.percentile)  # no wait: what no n goes below
+    for n in range(max(1, int(first)), most + 1):
+        lay = _queued(layout, w, n)
+        if lay.utilisation >= 1:
+            continue
+        stable = stable or lay
+        if w.ttft is None or lay.ttft_seconds <= w.ttft or floor > w.ttft:
+            return lay if floor <= (w.ttft or floor) else stable
+    return stable
