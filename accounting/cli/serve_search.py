@@ -88,7 +88,7 @@ def _lengths(flag: str):
 
 
 def _percentile(text: str):
-    """P in (0, 100] (a leading 'p' allowed: p99), as the fraction P/100."""
+    """P in (0, 100) (a leading 'p' allowed: p99), as the fraction P/100."""
     import argparse
     from accounting.planning.compute import exact
     try:
@@ -96,8 +96,8 @@ def _percentile(text: str):
     except UsageError:
         raise argparse.ArgumentTypeError(f"expected a percentile such as 90 or p99, got "
                                          f"{text[:30]!r}") from None
-    if not 0 < x <= 100:
-        raise argparse.ArgumentTypeError(f"must be in (0, 100], got {text[:30]}")
+    if not 0 < x < 100:  # (p100 of a queue's wait is unbounded: its tail is exponential)
+        raise argparse.ArgumentTypeError(f"must be above 0 and below 100, got {text[:30]}")
     return x / 100
 
 

@@ -97,6 +97,8 @@ def quantile(w: Wait | None, points, p: Fraction | None) -> Fraction:
                 return s
         return max(s for s, _ in points)
     target = 1 - float(p)
+    if target <= 0:
+        raise ValueError("a queue's wait has no 100th percentile (its tail is exponential)")
 
     def over(t: float) -> float:
         return sum(float(q) * w.tail(t - float(s)) for s, q in points)

@@ -379,7 +379,8 @@ def _disaggregated(pre: Worker, dec: Worker, x: int, y: int, w: Workload, card) 
 def _pairings(pre: Worker, dec: Worker, w: Workload, exhaustive: bool):
     """(x, y) worker counts: all up to MAX_WORKERS, or the two x around balance per y."""
     for y in range(1, MAX_WORKERS + 1):
-        if exhaustive:
+        if exhaustive or w.request_rate is not None:
+            # (at a rate more prefill workers than balance shorten the wait: try them all)
             xs = range(1, MAX_WORKERS + 1)
         else:
             # x / P = y · B / (OSL · D): the prefill workers that keep y decode workers fed
