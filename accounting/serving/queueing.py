@@ -89,13 +89,14 @@ def quantile(w: Wait | None, points, p: Fraction | None) -> Fraction:
     if p is None:
         own = sum((s * q for s, q in points), Fraction(0))
         return own if w is None else own + Fraction(w.mean)
+    acc, alone = Fraction(0), max(s for s, _ in points)
+    for s, q in sorted(points):  # the service's own p-quantile, exactly
+        acc += q
+        if acc >= p:
+            alone = s
+            break
     if w is None or w.probability <= 0:
-        acc = Fraction(0)
-        for s, q in sorted(points):
-            acc += q
-            if acc >= p:
-                return s
-        return max(s for s, _ in points)
+        return alone
     target = 1 - float(p)
     if target <= 0:
         raise ValueError("a queue's wait has no 100th percentile (its tail is exponential)")
@@ -106,9 +107,12 @@ def quantile(w: Wait | None, points, p: Fraction | None) -> Fraction:
     lo = float(min(s for s, _ in points))
     hi = float(max(s for s, _ in points)) + w.mean / w.probability * \
         max(0.0, math.log(w.probability / target)) + 1e-12
-    if over(lo) <= target:
-        return Fraction(lo)
-    for _ in range(100):  # bisection: over() decreases in t
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if over(mid) > target else (lo, mid)
-    return Fraction(hi)
+    t = lo
+    if over(lo) > target:
+        for _ in range(100):  # bisection: over() decreases in t
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if over(mid) > target else (lo, mid)
+        t = hi
+    # a wait is never negative: the quantile is at least the service's own (exact) one,
+    # which the floats above may miss by a rounding
+    return max(alone, Fraction(t))

@@ -1,0 +1,137 @@
+"""`serve --search` with length distributions, a TTFT percentile and a request rate (issue 40):
+the pruned search against its exhaustive mode on the new workload kinds, p50 of a fixed
+workload against the fixed case, percentiles monotone, utilisation, and the CLI's contract."""
+from __future__ import annotations
+
+import json
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+
+from accounting.formats.schemes import get_scheme
+from accounting.architecture.loaders import read_config
+from accounting.serving import lengths
+from accounting.serving.search import Workload, search
+from tests.cli_run import refused_in_one_line, run
+
+L70 = str(Path(__file__).parent / "data" / "serving" / "Llama-3.1-70B.json")
+
+
+def _config():
+    return read_config(L70)[0]
+
+
+def _figures(r):
+    return [(x.key(), x.replicas, x.ttft_seconds, x.tpot_seconds,
+             x.tokens_per_second_per_gpu(r.workload.osl_mean)) for x in r.layouts]
+
+
+def test_p50_of_a_fixed_workload_is_the_fixed_case():
+    """A fixed prompt has one prefill time: its every percentile is it (no request rate)."""
+    c, s = _config(), get_scheme("bf16")
+    plain = search(c, s, "H100", Workload(4096, 1024, Fraction(3), Fraction(1, 20), None, 8))
+    for p in (Fraction(1, 2), Fraction(99, 100)):
+        w = Workload.of(lengths.fixed(4096), lengths.fixed(1024), Fraction(3), Fraction(1, 20),
+                        None, 8, percentile=p)
+        assert _figures(search(c, s, "H100", w)) == _figures(plain)
+
+
+def test_distribution_without_a_queue_uses_mean_lengths_and_the_prompt_quantile():
+    """A two-valued prompt list: the aggregated TPOT adds E[P]·B/OSL, with E[P] the mean of
+    serve's TTFTs at the two prompts (serve run here at each); p90 TTFT is the longer one's."""
+    from accounting.serving.plan import serve
+    c, s = _config(), get_scheme("bf16")
+    isl = lengths.parse("list:1024,3072", "--isl")
+    w = Workload.of(isl, lengths.fixed(512), None, None, None, 4, percentile=Fraction(9, 10))
+    r = search(c, s, "H100", w)
+    agg = next(x for x in r.frontier if not x.disaggregated)
+    d = agg.decode
+    ttft = {n: serve(c, get_scheme(d.weights), gpu="H100", tp=d.tp, kv_dtype=d.kv_dtype,
+                     ctx=n + 512, prompt=n, concurrency=1).time.ttft_seconds
+            for n in (1024, 3072)}
+    assert w.isl == 2048  # the plans' length: the mean
+    assert agg.ttft_seconds == ttft[3072]  # p90 of {1024, 3072} is 3072
+    assert agg.tpot_seconds == d.step_seconds + d.batch * (ttft[1024] + ttft[3072]) / 2 / 512
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("rate,p", [(None, Fraction(9, 10)), (Fraction(3), Fraction(99, 100)),
+                                    (Fraction(1), None)])
+def test_search_equals_its_exhaustive_mode_on_distributions(rate, p):
+    c, s = _config(), get_scheme("bf16")
+    w = Workload.of(lengths.parse("uniform:1024,6144", "--isl", 1),
+                    lengths.parse("normal:512,128", "--osl", 1), Fraction(2), Fraction(1, 25),
+                    rate, 8, percentile=p)
+    fast = search(c, s, "H100", w)
+    full = search(c, s, "H100", w, exhaustive=True)
+    assert fast.layouts, "a layout meets these targets on 8 H100s"
+    assert fast.layouts[0].tokens_per_second_per_gpu(w.osl_mean) == \
+        full.layouts[0].tokens_per_second_per_gpu(w.osl_mean)
+
+
+def test_percentiles_are_monotone_and_a_rate_adds_a_wait():
+    c, s = _config(), get_scheme("bf16")
+    isl, osl = lengths.parse("uniform:512,4096", "--isl"), lengths.fixed(256)
+
+    def by_key(p, rate):
+        w = Workload.of(isl, osl, None, Fraction(1, 20), rate, 8, percentile=p)
+        return {x.key(): x for x in search(c, s, "H100", w).layouts}
+    ps = [Fraction(1, 2), Fraction(9, 10), Fraction(99, 100)]
+    queued = [by_key(p, Fraction(2)) for p in ps]
+    alone = [by_key(p, None) for p in ps]
+    common = set.intersection(*(set(q) for q in queued + alone))
+    assert common
+    for k in common:
+        ts = [q[k].ttft_seconds for q in queued]
+        assert ts == sorted(ts) and ts[0] < ts[-1]
+        for q, a in zip(queued, alone):
+            assert q[k].ttft_seconds >= a[k].ttft_seconds  # the wait is never negative
+            assert 0 < q[k].utilisation < 1
+
+
+def test_a_layout_at_utilisation_one_or_more_meets_nothing():
+    """One GPU cannot sustain 100 requests/s of 4k prompts: no layout is offered, exit 0."""
+    c, s = _config(), get_scheme("fp8")
+    w = Workload(4096, 256, None, None, Fraction(100), 1)
+    assert not search(c, s, "H100", w).layouts
+
+
+def test_cli_contract_with_a_distribution(capsys):
+    code, out, err = run(capsys, "serve", "--config", L70, "--gpu", "H100", "--search",
+                         "--max-gpus", "8", "--isl", "uniform:2048,6144", "--osl", "1024",
+                         "--ttft", "3", "--tpot", "0.05", "--percentile", "p90",
+                         "--request-rate", "2", "--format", "json")
+    assert code == 0, err
+    r = json.loads(out)
+    assert r["workload"]["isl_distribution"] == "uniform:2048,6144"
+    assert r["workload"]["percentile"] == {"numerator": 9, "denominator": 10} or \
+        r["workload"]["percentile"]
+    lays = r["layouts"]
+    assert lays
+    per_gpu = [x["tokens_per_second_per_gpu"] for x in lays]
+    assert per_gpu == sorted(per_gpu, reverse=True)
+    for x in lays:
+        assert x["ttft_seconds"] <= 3 and x["tpot_seconds"] <= 0.05
+        assert x["ttft_statistic"] == "p90" and 0 < x["utilisation"] < 1
+        assert isinstance(x["command"], str) and isinstance(x["disaggregated"], bool)
+    # the engine must take the longest request: 6,144 + 1,024 (vLLM --max-model-len)
+    assert "--max-model-len 7168" in lays[0]["command"]
+
+
+@pytest.mark.parametrize("argv,flag", [
+    (["--isl", "gamma:1,2"], "--isl"), (["--isl", "uniform:9,1"], "--isl"),
+    (["--percentile", "100"], "--percentile"), (["--percentile", "abc"], "--percentile"),
+    (["--osl", "file:/nonexistent/lengths.txt"], "--osl")])
+def test_bad_workload_flags_refused_in_one_line(capsys, argv, flag):
+    base = {"--isl": "4096", "--osl": "1024"}
+    for a, b in zip(argv[::2], argv[1::2]):
+        base[a] = b
+    args = [x for kv in base.items() for x in kv]
+    refused_in_one_line(capsys, "serve", "--config", L70, "--gpu", "H100", "--search", *args,
+                        expected=flag)
+
+
+def test_percentile_without_search_refused(capsys):
+    refused_in_one_line(capsys, "serve", "--config", L70, "--gpu", "H100", "--percentile",
+                        "90", expected="--percentile")
