@@ -83,14 +83,32 @@ def mean_service(points) -> tuple[Fraction, Fraction]:
     return m, (m2 - m * m) / (m * m) if m else Fraction(0)
 
 
+def _over(w: Wait, points):
+    """t -> P(wait + own service > t)."""
+    fs = [(float(s), float(q) * w.probability, float(q)) for s, q in points]
+    k, exp = w.probability / w.mean if w.mean > 0 else math.inf, math.exp
+
+    def over(t: float) -> float:
+        return sum(q if t < s else cq * exp((s - t) * k) for s, cq, q in fs)
+    return over
+
+
+def within(w: Wait, points, p: Fraction | None, limit: Fraction) -> bool:
+    """Whether the statistic (quantile() below) is at most `limit`, in one evaluation:
+    P(TTFT > limit) <= 1 − p, or the mean's sum."""
+    if p is None:
+        return quantile(w, points, None) <= limit
+    return _over(w, points)(float(limit)) <= 1 - float(p)
+
+
 def quantile(w: Wait | None, points, p: Fraction | None) -> Fraction:
-    """The p-quantile of wait + own service (points: (seconds, probability)); p None: the
-    mean. Without a wait (w None) the quantile of the service alone, exactly."""
+    """The p-quantile of wait + own service (points: (seconds, probability), the seconds
+    rising: a longer prompt's prefill is never shorter); p None: the mean. Without a wait (w None) the quantile of the service alone, exactly."""
     if p is None:
         own = sum((s * q for s, q in points), Fraction(0))
         return own if w is None else own + Fraction(w.mean)
-    acc, alone = Fraction(0), max(s for s, _ in points)
-    for s, q in sorted(points):  # the service's own p-quantile, exactly
+    acc, alone = Fraction(0), points[-1][0]
+    for s, q in points:  # the service's own p-quantile, exactly (points in rising order)
         acc += q
         if acc >= p:
             alone = s
@@ -101,15 +119,14 @@ def quantile(w: Wait | None, points, p: Fraction | None) -> Fraction:
     if target <= 0:
         raise ValueError("a queue's wait has no 100th percentile (its tail is exponential)")
 
-    def over(t: float) -> float:
-        return sum(float(q) * w.tail(t - float(s)) for s, q in points)
+    over = _over(w, points)
 
-    lo = float(min(s for s, _ in points))
-    hi = float(max(s for s, _ in points)) + w.mean / w.probability * \
+    lo = float(points[0][0])
+    hi = float(points[-1][0]) + w.mean / w.probability * \
         max(0.0, math.log(w.probability / target)) + 1e-12
     t = lo
     if over(lo) > target:
-        for _ in range(100):  # bisection: over() decreases in t
+        for _ in range(48):  # bisection: over() decreases in t (to 2^-48 of the bracket)
             mid = (lo + hi) / 2
             lo, hi = (mid, hi) if over(mid) > target else (lo, mid)
         t = hi

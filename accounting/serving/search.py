@@ -77,7 +77,19 @@ class Worker:
 
     @cached_property
     def prefill_points(self) -> tuple[tuple[Fraction, Fraction], ...]:
+        """In the prompt lengths' order (lengths.Lengths.points)."""
         return self.points or ((self.ttft_seconds, Fraction(1)),)
+
+    @cached_property
+    def prefill_sorted(self) -> tuple[tuple[Fraction, Fraction], ...]:
+        """In rising order of seconds (queueing.quantile reads them so)."""
+        return tuple(sorted(self.prefill_points))
+
+    @cached_property
+    def prefill_moments(self) -> tuple[Fraction, Fraction]:
+        """(mean, squared CV) of the prefill over the prompt lengths (queueing.py)."""
+        from accounting.serving.queueing import mean_service
+        return mean_service(self.prefill_points)
 
     @cached_property
     def mean_prefill(self) -> Fraction:
@@ -346,8 +358,8 @@ def _sweep(get, grid: list[int], w: Workload, exhaustive: bool) -> list[Worker]:
 def _aggregated(wk: Worker, w: Workload) -> Layout:
     p, d, osl = wk.mean_prefill, wk.step_seconds, w.osl_mean
     tpot = d + Fraction(wk.rank_batch) * p / osl  # each rank prefills its own
-    return Layout(False, wk, 1, None, 0, quantile(None, wk.prefill_points, w.percentile),
-                  tpot, Fraction(wk.batch) / (osl * tpot), service=wk.prefill_points)
+    return Layout(False, wk, 1, None, 0, quantile(None, wk.prefill_sorted, w.percentile),
+                  tpot, Fraction(wk.batch) / (osl * tpot), service=wk.prefill_sorted)
 
 
 def _link(card, gpus: int) -> tuple[Fraction | None, str]:
@@ -359,20 +371,26 @@ def _link(card, gpus: int) -> tuple[Fraction | None, str]:
     return f.network, f.adapter.format(gbits=f.network_gbits)
 
 
-def _disaggregated(pre: Worker, dec: Worker, x: int, y: int, w: Workload, card) -> Layout | None:
+def _disaggregated(pre: Worker, dec: Worker, x: int, y: int, w: Workload, card,
+                   memo: dict) -> Layout | None:
     gpus = x * pre.gpus + y * dec.gpus
     bw, link = _link(card, gpus)
     if bw is None:
         return None
-    per_token = Fraction(dec.plan.kv_bytes_per_token_per_gpu) / bw
-    # each prompt's own prefill and KV transfer (both grow with the prompt: their points
-    # pair up in order)
-    service = tuple((s + isl * per_token, q) for (s, q), (isl, _) in
-                    zip(pre.prefill_points, w.isl_dist.points if w.isl_dist else ((w.isl, 1),)))
+    key = (id(pre), id(dec), bw)  # (the same for every x, y on one link: computed once)
+    if key not in memo:
+        per_token = Fraction(dec.plan.kv_bytes_per_token_per_gpu) / bw
+        # each prompt's own prefill and KV transfer (both grow with the prompt: their points
+        # pair up in order)
+        pts = w.isl_dist.points if w.isl_dist else ((w.isl, 1),)
+        service = tuple(sorted((s + isl * per_token, q)
+                               for (s, q), (isl, _) in zip(pre.prefill_points, pts)))
+        memo[key] = (service, quantile(None, service, w.percentile),
+                     w.isl_lengths.mean * per_token)
+    service, ttft, transfer = memo[key]
     rate = min(Fraction(x) / pre.mean_prefill,
                Fraction(y * dec.batch) / (w.osl_mean * dec.step_seconds))
-    return Layout(True, dec, y, pre, x, quantile(None, service, w.percentile),
-                  dec.step_seconds, rate, w.isl_lengths.mean * per_token, 1, link,
+    return Layout(True, dec, y, pre, x, ttft, dec.step_seconds, rate, transfer, 1, link,
                   service=service)
 
 
@@ -425,8 +443,9 @@ def search(config, scheme, gpu: str, workload: Workload, *, engine: str = engine
                                           _pow2(4096), w, exhaustive)
     candidates: list[Layout] = [_aggregated(wk, w) for wk in workers]
     # a prefill worker's own TTFT statistic is a floor of the layout's (transfer, wait >= 0)
+    memo: dict = {}
     ok_pre = [p for p in prefills
-              if w.ttft is None or quantile(None, p.prefill_points, w.percentile) <= w.ttft]
+              if w.ttft is None or quantile(None, p.prefill_sorted, w.percentile) <= w.ttft]
     for dec in workers:
         if w.tpot is not None and dec.step_seconds > w.tpot:
             continue
@@ -434,7 +453,7 @@ def search(config, scheme, gpu: str, workload: Workload, *, engine: str = engine
             if (pre.weights, pre.kv_dtype) != (dec.weights, dec.kv_dtype):
                 continue  # one checkpoint and one KV format on both sides of the transfer
             for x, y in _pairings(pre, dec, w, exhaustive):
-                lay = _disaggregated(pre, dec, x, y, w, card)
+                lay = _disaggregated(pre, dec, x, y, w, card, memo)
                 if lay is not None:
                     candidates.append(lay)
     from accounting.serving.search_queue import replicated

@@ -24,25 +24,24 @@ from __future__ import annotations
 from dataclasses import replace
 from fractions import Fraction
 
-from accounting.serving.queueing import mean_service, quantile, wait
+from accounting.serving.queueing import quantile, wait, within
 
 
-def _queued(layout, w, n: int):
+def _wait(layout, w, n: int):
     lam = Fraction(w.request_rate) / n
     if layout.disaggregated:
         servers = layout.prefill_workers
-        m, cs2 = mean_service(layout.prefill.prefill_points)
+        m, cs2 = layout.prefill.prefill_moments
     else:
         servers = layout.decode.batch
         m = w.osl_mean * layout.tpot_seconds
         cs2 = w.osl_lengths.squared_cv
-    q = wait(servers, lam, m, cs2)
-    util = lam / layout.requests_per_second
-    if util >= 1:
-        return replace(layout, replicas=n, demand=w.request_rate, utilisation=util, wait=q)
-    ttft = quantile(q, layout.service, w.percentile)
+    return wait(servers, lam, m, cs2), lam / layout.requests_per_second
+
+
+def _queued(layout, w, n: int, q, util):
     return replace(layout, replicas=n, demand=w.request_rate, utilisation=util, wait=q,
-                   ttft_seconds=ttft)
+                   ttft_seconds=quantile(q, layout.service, w.percentile))
 
 
 def replicated(layout, w):
@@ -53,12 +52,15 @@ def replicated(layout, w):
         return replace(layout, replicas=most) if most >= 1 else None
     first = -(-Fraction(w.request_rate) // layout.requests_per_second)
     stable = None
-    floor = quantile(None, layout.service, w.percentile)  # no wait: what no n goes below
+    floor = layout.ttft_seconds  # no wait yet: what no replica count goes below
     for n in range(max(1, int(first)), most + 1):
-        lay = _queued(layout, w, n)
-        if lay.utilisation >= 1:
+        q, util = _wait(layout, w, n)
+        if util >= 1:
             continue
-        stable = stable or lay
-        if w.ttft is None or lay.ttft_seconds <= w.ttft or floor > w.ttft:
-            return lay if floor <= (w.ttft or floor) else stable
-    return stable
+        if stable is None:
+            stable = (n, q, util)
+        if w.ttft is None or floor > w.ttft:
+            break  # the first stable count: no more replicas can help
+        if within(q, layout.service, w.percentile, w.ttft):
+            return _queued(layout, w, n, q, util)
+    return None if stable is None else _queued(layout, w, *stable)
