@@ -11,6 +11,7 @@ import pytest
 
 from accounting.formats.schemes import get_scheme
 from accounting.architecture.loaders import read_config
+from accounting.architecture.presets import get_preset
 from accounting.serving import lengths
 from accounting.serving.search import Workload, search
 from tests.cli_run import refused_in_one_line, run
@@ -132,6 +133,106 @@ def test_bad_workload_flags_refused_in_one_line(capsys, argv, flag):
                         expected=flag)
 
 
+def test_a_seed_without_random_lengths_refused(capsys):
+    refused_in_one_line(capsys, "serve", "--config", L70, "--gpu", "H100", "--search",
+                        "--isl", "list:100,200", "--osl", "64", "--seed", "3", expected="--seed")
+
+
 def test_percentile_without_search_refused(capsys):
     refused_in_one_line(capsys, "serve", "--config", L70, "--gpu", "H100", "--percentile",
                         "90", expected="--percentile")
+
+
+def _brute_force(config, gpu, isl, osl, ttft, tpot, rate, max_gpus, p) -> list[tuple]:
+    """(tokens/s per GPU, TPOT, TTFT) of every deployment meeting the targets at `rate` (the
+    fewest replicas that do),
+    every combination tried and composed again here (docs/serving_search.md's algebra): TP 1..8,
+    bf16/fp8 weights and KV, batches 1, 2, 4 ... 1024, 1..8 prefill and decode workers, 1..
+    replicas. The queue's formulas are queueing.py's (checked on their own against a simulation
+    in test_serving_queue.py); everything composed around them is written out here."""
+    from accounting.planning.gpus import get_gpu
+    from accounting.serving.plan import serve
+    from accounting.serving.queueing import quantile, wait
+    card = get_gpu(gpu)
+    n_in, n_out = isl.representative, osl.representative  # the plans' lengths: means rounded up
+    e_out = osl.mean
+    plans, prompts = {}, {}
+    for wt in ("bf16", "fp8"):
+        for kvd in ("bf16", "fp8"):
+            for tp in (1, 2, 4, 8):
+                if tp > max_gpus:
+                    continue
+                # serve's TTFT at each of the prompt lengths' points (prompt, probability)
+                prompts[(wt, kvd, tp)] = [
+                    (serve(config, get_scheme(wt), gpu=gpu, tp=tp, kv_dtype=kvd, ctx=n + n_out,
+                           prompt=n, concurrency=1).time.ttft_seconds, q, n)
+                    for n, q in isl.points]
+                b = 1
+                while b <= 1024:
+                    pl = serve(config, get_scheme(wt), gpu=gpu, tp=tp, kv_dtype=kvd,
+                               ctx=n_in + n_out, prompt=n_in, concurrency=b)
+                    if pl.fits and b <= pl.max_num_seqs:
+                        plans[(wt, kvd, tp, b)] = pl
+                    b *= 2
+    found = []
+
+    def first_meeting(cap, servers, mean, cs2, service, gpus, step):
+        for n in range(1, max_gpus // gpus + 1):
+            lam = rate / n
+            if lam >= cap:
+                continue  # utilisation >= 1
+            t = quantile(wait(servers, lam, mean, cs2), service, p)
+            if t <= ttft:
+                found.append((rate * e_out / (n * gpus), step, t))
+                return
+    for (wt, kvd, tp, b), pl in plans.items():
+        pts = prompts[(wt, kvd, tp)]
+        e_p = sum(s * q for s, q, _ in pts)
+        d = pl.time.tpot_seconds
+        agg_tpot = d + b * e_p / e_out  # B prefills over E[OSL] steps
+        if agg_tpot <= tpot:  # aggregated: B slots, each held E[OSL]·TPOT
+            first_meeting(b / (e_out * agg_tpot), b, e_out * agg_tpot, osl.squared_cv,
+                          sorted((s, q) for s, q, _ in pts), tp, agg_tpot)
+        if d > tpot:
+            continue
+        for (wt2, kvd2, tp2, b2) in plans:
+            if (wt2, kvd2, b2) != (wt, kvd, 1):
+                continue
+            ppts = prompts[(wt2, kvd2, tp2)]
+            e_pre = sum(s * q for s, q, _ in ppts)
+            var = sum(s * s * q for s, q, _ in ppts) - e_pre * e_pre
+            for x in range(1, 9):
+                for y in range(1, 9):
+                    gpus = x * tp2 + y * tp
+                    if gpus > max_gpus:
+                        continue
+                    link = card.fabric.nvlink if gpus <= 8 else card.fabric.network
+                    per_token = Fraction(pl.kv_bytes_per_token_per_gpu) / link
+                    service = sorted((s + n * per_token, q) for s, q, n in ppts)
+                    cap = min(Fraction(x) / e_pre, Fraction(y * b) / (e_out * d))
+                    first_meeting(cap, x, e_pre, var / (e_pre * e_pre), service, gpus, d)
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("ttft,tpot,rate,p", [
+    (Fraction(1, 2), Fraction(1, 40), Fraction(6), Fraction(1, 2)),  # aggregated wins
+    (Fraction(1, 10), Fraction(1, 80), Fraction(12), None),  # 2 prefill + 1 decode, mean
+    (Fraction(1, 4), Fraction(1, 100), Fraction(6), Fraction(99, 100))])
+def test_search_optimum_equals_brute_force_on_a_distribution_at_a_rate(ttft, tpot, rate, p):
+    """Llama-3.1-8B on up to 4 H100s, prompts of 1k/2k/3k tokens and outputs of 100/301
+    (mean 200.5): the search's best is the brute force's: its tokens/s per GPU, then (ties:
+    the same GPUs at the rate) the fastest TPOT among those, and a TTFT one of them has."""
+    config = get_preset("meta-llama/Llama-3.1-8B")
+    isl = lengths.parse("list:1024,2048,3072", "--isl")
+    osl = lengths.parse("list:100,301", "--osl")
+    w = Workload.of(isl, osl, ttft, tpot, rate, 4, percentile=p)
+    r = search(config, get_scheme("bf16"), "H100", w)
+    assert r.layouts, "a layout meets these targets on 4 H100s"
+    found = _brute_force(config, "H100", isl, osl, ttft, tpot, rate, 4, p)
+    top = max(x[0] for x in found)
+    step = min(x[1] for x in found if x[0] == top)
+    best = r.layouts[0]
+    assert best.tokens_per_second_per_gpu(w.osl_mean) == top
+    assert best.tpot_seconds == step
+    assert best.ttft_seconds in {x[2] for x in found if x[:2] == (top, step)}

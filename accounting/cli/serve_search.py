@@ -110,8 +110,12 @@ def workload_of(ns):
     def read(value, flag):
         return lengths.fixed(value) if isinstance(value, int) else \
             lengths.parse(value, flag, seed)
+    isl, osl = read(ns.isl, "--isl"), read(ns.osl, "--osl")
+    if ns.seed is not None and not {isl.kind, osl.kind} & set(lengths.RANDOM):
+        raise UsageError("--seed draws the random lengths (--isl/--osl uniform: or normal:): "
+                         "drop --seed or give one of them")
     price = getattr(ns, "price_per_gpu_hour", None)  # issue 42's flag (another branch)
-    return Workload.of(read(ns.isl, "--isl"), read(ns.osl, "--osl"), ns.ttft, ns.tpot,
+    return Workload.of(isl, osl, ns.ttft, ns.tpot,
                        ns.request_rate, ns.max_gpus or 8,
                        None if price is None else Fraction(price), percentile=ns.percentile)
 

@@ -29,6 +29,7 @@ SAMPLES = 4096  # draws of a random kind (the quantiles' resolution: 1/4096)
 POINTS = 16  # equal-mass groups the search evaluates a prefill at (16 serve plans a shape)
 MAX_LENGTH = 10**7  # tokens: far over any model's context (the planner refuses beyond it)
 KINDS = ("fixed", "uniform", "normal", "list", "file")
+RANDOM = ("uniform", "normal")  # the kinds --seed draws
 
 
 @dataclass(frozen=True)
