@@ -95,7 +95,9 @@ def answer(r, model: str, emit: str) -> Table:
         lines.append(f"{'':20}{cmd}")
     lines.append(f"searched:           {grouped(r.evaluated)} serve plans; every figure is "
                  f"serve's for that worker (docs/serving_search.md)")
-    title = f"Answer: serving layouts for {model} ({grouped(w.isl)} in / {grouped(w.osl)} out)"
+    mean = "mean " if w.isl_dist or w.osl_dist else ""
+    title = (f"Answer: serving layouts for {model} ({mean}{grouped(w.isl)} in / "
+             f"{grouped(w.osl)} out)")
     return Table(title, (), (), notes=tuple(lines) + r.notes)
 
 
