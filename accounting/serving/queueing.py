@@ -1,8 +1,10 @@
 """The wait for a server at a request rate (`serve --search --request-rate R`, issue 40).
 
-Requests arrive as a Poisson stream (the open-loop load of vLLM's benchmark_serving.py and
-SGLang's bench_serving.py at --request-rate: exponential gaps) and each replica gets an equal
-share (random routing keeps each share Poisson). A queue of c identical servers, one shared
+Requests arrive as a Poisson stream, the open-loop load `vllm bench serve --request-rate R`
+sends: vllm/benchmarks/serve.py (benchmarks/benchmark_serving.py before), get_request, sleeps
+np.random.gamma(shape=burstiness, scale=1/(R·burstiness)) between requests, an exponential
+gap at its default burstiness 1. Each replica gets an equal share (random routing keeps each
+share Poisson). A queue of c identical servers, one shared
 FCFS line, service time S with mean m and squared coefficient of variation cs2:
 
   offered load      a = λ·m;  utilisation ρ = a / c (ρ ≥ 1: the line grows without end)
