@@ -152,7 +152,7 @@ def _brute_force(config, gpu, isl, osl, ttft, tpot, rate, max_gpus, p) -> list[t
     in test_serving_queue.py); everything composed around them is written out here."""
     from accounting.planning.gpus import get_gpu
     from accounting.serving.plan import serve
-    from accounting.serving.queueing import quantile, wait
+    from accounting.serving.queueing import Series, quantile, wait
     card = get_gpu(gpu)
     n_in, n_out = isl.representative, osl.representative  # the plans' lengths: means rounded up
     e_out = osl.mean
@@ -176,12 +176,15 @@ def _brute_force(config, gpu, isl, osl, ttft, tpot, rate, max_gpus, p) -> list[t
                     b *= 2
     found = []
 
-    def first_meeting(cap, servers, mean, cs2, service, gpus, step):
+    def first_meeting(cap, servers, mean, cs2, service, gpus, step, then=None):
         for n in range(1, max_gpus // gpus + 1):
             lam = rate / n
             if lam >= cap:
                 continue  # utilisation >= 1
-            t = quantile(wait(servers, lam, mean, cs2), service, p)
+            q = wait(servers, lam, mean, cs2)
+            if then is not None:  # aggregated: then behind the prompts admitted before
+                q = Series(q, wait(1, lam, *then))
+            t = quantile(q, service, p)
             if t <= ttft:
                 found.append((rate * e_out / (n * gpus), step, t))
                 return
@@ -191,8 +194,10 @@ def _brute_force(config, gpu, isl, osl, ttft, tpot, rate, max_gpus, p) -> list[t
         d = pl.time.tpot_seconds
         agg_tpot = d + b * e_p / e_out  # B prefills over E[OSL] steps
         if agg_tpot <= tpot:  # aggregated: B slots, each held E[OSL]·TPOT
+            var_p = sum(s * s * q for s, q, _ in pts) - e_p * e_p
             first_meeting(b / (e_out * agg_tpot), b, e_out * agg_tpot, osl.squared_cv,
-                          sorted((s, q) for s, q, _ in pts), tp, agg_tpot)
+                          sorted((s, q) for s, q, _ in pts), tp, agg_tpot,
+                          (e_p, var_p / (e_p * e_p)))
         if d > tpot:
             continue
         for (wt2, kvd2, tp2, b2) in plans:

@@ -23,6 +23,10 @@ tests/test_serving_queue.py checks the formulas against hand algebra (M/D/1, M/M
 against a brute-force simulation of the queue (seeded Poisson arrivals, the Kiefer–Wolfowitz
 recursion for c servers), written there.
 
+An aggregated engine's request waits twice, for a slot and then behind the prompts admitted
+before it (the engine prefills one prompt's chunks after another: one server, M/G/1): the two
+waits are taken as independent (Series below).
+
 A request's TTFT is its wait plus its own service (its prefill, and its KV transfer), which
 depends on its own prompt: with the prompt lengths' points (lengths.py) s_k of probability
 w_k, P(TTFT > t) = Σ w_k · P(wait > t − s_k), decreasing in t; its p-quantile is found by
@@ -55,6 +59,60 @@ class Wait:
             return 0.0
         return self.probability * math.exp(-t * self.probability / self.mean)
 
+    def bound(self, eps: float) -> float:
+        """A t with P(wait > t) <= eps."""
+        if self.probability <= eps or self.mean <= 0:
+            return 0.0
+        return self.mean / self.probability * math.log(self.probability / eps)
+
+
+@dataclass(frozen=True)
+class Series:
+    """Two waits one after the other, taken as independent (an aggregated engine's: a slot,
+    then the prompts admitted before it to prefill). With each wait 0 or, with probability
+    C_i, exponential of rate k_i = C_i / mean_i, P(W1 + W2 > t) =
+        C1(1 − C2)e^(−k1 t) + (1 − C1)C2 e^(−k2 t) + C1 C2 (k2 e^(−k1 t) − k1 e^(−k2 t))/(k2 − k1)
+    (the last: the tail of a sum of two exponentials; (1 + k t)e^(−k t) when k1 = k2)."""
+    first: Wait
+    second: Wait
+
+    @property
+    def utilisation(self) -> Fraction:
+        return max(self.first.utilisation, self.second.utilisation)
+
+    @property
+    def stable(self) -> bool:
+        return self.first.stable and self.second.stable
+
+    @property
+    def probability(self) -> float:
+        return 1 - (1 - self.first.probability) * (1 - self.second.probability)
+
+    @property
+    def mean(self) -> float:
+        return self.first.mean + self.second.mean
+
+    def tail(self, t: float) -> float:
+        a, b = self.first, self.second
+        if t < 0:
+            return 1.0
+        if a.probability <= 0 or a.mean <= 0:
+            return b.tail(t)
+        if b.probability <= 0 or b.mean <= 0:
+            return a.tail(t)
+        c1, c2 = a.probability, b.probability
+        k1, k2 = c1 / a.mean, c2 / b.mean
+        e1, e2 = math.exp(-k1 * t), math.exp(-k2 * t)
+        if abs(k1 - k2) <= 1e-9 * max(k1, k2):
+            both = (1 + k1 * t) * e1
+        else:
+            both = (k2 * e1 - k1 * e2) / (k2 - k1)
+        return c1 * (1 - c2) * e1 + (1 - c1) * c2 * e2 + c1 * c2 * both
+
+    def bound(self, eps: float) -> float:
+        """P(W1 + W2 > t1 + t2) <= P(W1 > t1) + P(W2 > t2) <= eps."""
+        return self.first.bound(eps / 2) + self.second.bound(eps / 2)
+
 
 def erlang_c(c: int, a: float) -> float:
     """P(wait > 0) in M/M/c at offered load a < c."""
@@ -85,8 +143,11 @@ def mean_service(points) -> tuple[Fraction, Fraction]:
     return m, (m2 - m * m) / (m * m) if m else Fraction(0)
 
 
-def _over(w: Wait, points):
+def _over(w, points):
     """t -> P(wait + own service > t)."""
+    if isinstance(w, Series):
+        gs = [(float(s), float(q)) for s, q in points]
+        return lambda t: sum(q * w.tail(t - s) for s, q in gs)
     fs = [(float(s), float(q) * w.probability, float(q)) for s, q in points]
     k, exp = w.probability / w.mean if w.mean > 0 else math.inf, math.exp
 
@@ -95,7 +156,7 @@ def _over(w: Wait, points):
     return over
 
 
-def within(w: Wait, points, p: Fraction | None, limit: Fraction) -> bool:
+def within(w, points, p: Fraction | None, limit: Fraction) -> bool:
     """Whether the statistic (quantile() below) is at most `limit`, in one evaluation:
     P(TTFT > limit) <= 1 − p, or the mean's sum."""
     if p is None:
@@ -103,7 +164,7 @@ def within(w: Wait, points, p: Fraction | None, limit: Fraction) -> bool:
     return _over(w, points)(float(limit)) <= 1 - float(p)
 
 
-def quantile(w: Wait | None, points, p: Fraction | None) -> Fraction:
+def quantile(w, points, p: Fraction | None) -> Fraction:
     """The p-quantile of wait + own service (points: (seconds, probability), the seconds
     rising: a longer prompt's prefill is never shorter); p None: the mean. Without a wait (w None) the quantile of the service alone, exactly."""
     if p is None:
@@ -124,8 +185,7 @@ def quantile(w: Wait | None, points, p: Fraction | None) -> Fraction:
     over = _over(w, points)
 
     lo = float(points[0][0])
-    hi = float(points[-1][0]) + w.mean / w.probability * \
-        max(0.0, math.log(w.probability / target)) + 1e-12
+    hi = float(points[-1][0]) + w.bound(target) + 1e-12
     t = lo
     if over(lo) > target:
         for _ in range(48):  # bisection: over() decreases in t (to 2^-48 of the bracket)

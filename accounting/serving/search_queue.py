@@ -8,7 +8,10 @@ request waits, before its own service, for
   aggregated:     one of the worker's B slots (a request holds its slot for its OSL decode
                   steps of TPOT each, its prefill among the stalls TPOT already counts:
                   service OSL·TPOT, mean E[OSL]·TPOT, squared CV the output lengths'),
-                  c = B servers;
+                  c = B servers; then the prompts admitted before it, which the engine
+                  (each DP rank its own, λ/D) prefills one after another: one server of
+                  service P over the prompt lengths (M/G/1, Pollaczek–Khinchine); its
+                  utilisation λ·E[P]/D is below the slots' (TPOT counts B·E[P]/E[OSL]);
   disaggregated:  one of the x prefill workers (one prompt at a time: service the prompt's
                   prefill, its points over the prompt lengths), c = x servers; the decode
                   slots (y·B) are not a second queue here: their utilisation is the same λ /
@@ -24,19 +27,19 @@ from __future__ import annotations
 from dataclasses import replace
 from fractions import Fraction
 
-from accounting.serving.queueing import quantile, wait, within
+from accounting.serving.queueing import Series, quantile, wait, within
 
 
 def _wait(layout, w, n: int):
     lam = Fraction(w.request_rate) / n
+    util = lam / layout.requests_per_second
     if layout.disaggregated:
-        servers = layout.prefill_workers
         m, cs2 = layout.prefill.prefill_moments
-    else:
-        servers = layout.decode.batch
-        m = w.osl_mean * layout.tpot_seconds
-        cs2 = w.osl_lengths.squared_cv
-    return wait(servers, lam, m, cs2), lam / layout.requests_per_second
+        return wait(layout.prefill_workers, lam, m, cs2), util
+    d = layout.decode
+    slot = wait(d.batch, lam, w.osl_mean * layout.tpot_seconds, w.osl_lengths.squared_cv)
+    m, cs2 = d.prefill_moments  # then behind the prompts admitted before it: its rank's
+    return Series(slot, wait(1, lam / d.dp, m, cs2)), util
 
 
 def _queued(layout, w, n: int, q, util):
