@@ -167,3 +167,63 @@ def test_two_waits_in_series_by_hand_and_by_sampling():
     pts = ((Fraction(1, 10), Fraction(1)),)
     p90 = float(quantile(both, pts, Fraction(9, 10)))
     assert p90 - 0.1 == pytest.approx(sorted(xs)[int(0.9 * len(xs))], rel=0.03)
+
+
+def _engine(b: int, step: float, outs: list[int], prefills: list[float], n: int, seed: int = 5):
+    """Per-request TPOTs of one aggregated engine, simulated: b slots (staggered at the
+    start), every step D emits a token for each; a finished request is replaced at once by
+    one of random output length, whose prompt's prefill stalls the engine before the next
+    step. TPOT = (its last token's time − its first step's start) / its tokens."""
+    rng = random.Random(seed)
+    t, slots, out = 0.0, [], []
+    for _ in range(b):
+        o = rng.choice(outs)
+        t += rng.choice(prefills)
+        slots.append([rng.randint(1, o), 0.0, o])
+    for s in slots:
+        s[1] = t
+    while len(out) < n:
+        t += step
+        done = []
+        for s in slots:
+            s[0] -= 1
+            if s[0] == 0:
+                out.append((t - s[1]) / s[2])
+                done.append(s)
+        for s in done:
+            s[0] = s[2] = rng.choice(outs)
+            t += rng.choice(prefills)
+        for s in done:
+            s[1] = t
+    return out[5 * b:]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("b,outs,prefills", [
+    (16, [53, 149, 347], [0.1, 0.3]), (4, [101, 307], [0.05, 0.15]),
+    (64, [211, 601], [0.1, 0.3]), (16, [256], [0.1, 0.3])])
+def test_tpot_spread_against_a_simulated_engine(b, outs, prefills):
+    """The aggregated TPOT's mean and p50/p90/p99 over requests (tpot_spread.py) within 8% of
+    the simulated engine's (D = 20 ms)."""
+    from accounting.serving.tpot_spread import tpot_quantile
+    osl = lengths.parse("list:" + ",".join(map(str, outs)), "--osl")
+    pre = [Fraction(x).limit_denominator(1000) for x in prefills]
+    e_p = sum(pre) / len(pre)
+    var_p = sum(x * x for x in pre) / len(pre) - e_p * e_p
+    xs = _engine(b, 0.02, outs, prefills, 60_000)
+    d = Fraction(1, 50)
+    assert float(tpot_quantile(d, b, (e_p, var_p), osl, None)) == \
+        pytest.approx(sum(xs) / len(xs), rel=0.05)
+    for p in (Fraction(1, 2), Fraction(9, 10), Fraction(99, 100)):
+        assert float(tpot_quantile(d, b, (e_p, var_p), osl, p)) == \
+            pytest.approx(_q(xs, float(p)), rel=0.08)
+
+
+def test_tpot_spread_is_none_for_fixed_lengths_by_hand():
+    """Fixed prompts and outputs: every percentile is the mean D + b·P/OSL, exactly (here
+    1/50 + 8 · 1/5 / 256 = 1/50 + 1/160)."""
+    from accounting.serving.tpot_spread import tpot_quantile
+    osl = lengths.fixed(256)
+    for p in (None, Fraction(1, 2), Fraction(99, 100)):
+        assert tpot_quantile(Fraction(1, 50), 8, (Fraction(1, 5), Fraction(0)), osl, p) == \
+            Fraction(1, 50) + Fraction(1, 160)

@@ -30,8 +30,8 @@ def add_search_args(p, positive) -> None:
                    help="output tokens per request, or a distribution as --isl's (required "
                         "with --search)")
     g.add_argument("--percentile", type=_percentile, metavar="P",
-                   help="hold --ttft at the P-th percentile of requests (e.g. 90 or p99; "
-                        "default: the mean)")
+                   help="hold --ttft and --tpot at the P-th percentile of requests (e.g. 90 "
+                        "or p99; default: the mean)")
     g.add_argument("--seed", type=positive_int("--seed"), metavar="N",
                    help="seed of the length distributions' draws (default 1)")
     g.add_argument("--ttft", type=positive("--ttft"), metavar="S",

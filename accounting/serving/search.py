@@ -26,8 +26,9 @@ Lengths may be distributions (lengths.py: uniform, normal, an empirical list; se
 the plans are at the mean lengths (rounded up), the prefill P at each of the prompt lengths'
 points, and the formulas above take E[P] and E[OSL]; TTFT is the mean over requests, or
 with a percentile the p-quantile (prefill time grows with the prompt, so without a queue
-it is the prefill at the prompt lengths' p-quantile). At a request rate, TTFT adds the wait
-for a server (queueing.py, search_queue.py); a layout at utilisation >= 1 meets nothing.
+it is the prefill at the prompt lengths' p-quantile), and an aggregated TPOT the p-quantile
+of its spread between requests (tpot_spread.py). At a request rate, TTFT adds the wait for a
+server (queueing.py, search_queue.py); a layout at utilisation >= 1 meets nothing.
 
 Layouts per worker: TP in powers of two up to a node's GPUs (vLLM and SGLang run TP inside a
 node, PP across nodes: vLLM docs, "Distributed inference and serving", "multi-node: tensor
@@ -38,10 +39,9 @@ scales); KV: bf16, and fp8 on such a card (--kv-cache-dtype fp8). Batches: power
 the engine's max_num_seqs and the pool's concurrency at ISL + OSL.
 
 The search bisects a layout's batches for the largest meeting the TPOT target, as a decode
-worker and as an aggregated one (TPOT grows with the batch: more KV and more rows each step;
-tokens/s too), and pairs prefill and decode workers at the two worker ratios around the
-balance point; `exhaustive=True` evaluates every batch and every pairing up to MAX_WORKERS
-(the tests check both, and a brute force, give the same optimum).
+worker and as an aggregated one (TPOT grows with the batch, tokens/s too), and pairs prefill
+and decode workers at the two worker ratios around the balance point; `exhaustive=True`
+evaluates every batch and pairing (the tests: both, and a brute force, agree).
 """
 from __future__ import annotations
 
@@ -53,6 +53,7 @@ from accounting.planning.gpus import get_gpu
 from accounting.runtime.errors import UsageError
 from accounting.serving import engines
 from accounting.serving.queueing import quantile
+from accounting.serving.tpot_spread import tpot_quantile
 from accounting.serving.workload import Workload  # noqa: F401 (the search's input, here too)
 from accounting.units import BF16, FP16
 
@@ -139,6 +140,11 @@ class Layout:
     service: tuple = ()  # ((own TTFT seconds, probability), ...): prefill (+ KV transfer)
     utilisation: Fraction | None = None  # at --request-rate: demand / capacity
     wait: object = None  # queueing.Wait at --request-rate
+    tpot_mean: Fraction | None = None  # where tpot_seconds is a percentile's (tpot_spread.py)
+
+    @property
+    def step_mean(self) -> Fraction:  # the mean TPOT (the capacity's)
+        return self.tpot_seconds if self.tpot_mean is None else self.tpot_mean
 
     @property
     def served_requests_per_second(self) -> Fraction:
@@ -358,8 +364,11 @@ def _sweep(get, grid: list[int], w: Workload, exhaustive: bool) -> list[Worker]:
 def _aggregated(wk: Worker, w: Workload) -> Layout:
     p, d, osl = wk.mean_prefill, wk.step_seconds, w.osl_mean
     tpot = d + Fraction(wk.rank_batch) * p / osl  # each rank prefills its own
+    m, cs2 = wk.prefill_moments
+    stat = tpot_quantile(d, wk.rank_batch, (m, cs2 * m * m), w.osl_lengths, w.percentile)
     return Layout(False, wk, 1, None, 0, quantile(None, wk.prefill_sorted, w.percentile),
-                  tpot, Fraction(wk.batch) / (osl * tpot), service=wk.prefill_sorted)
+                  stat, Fraction(wk.batch) / (osl * tpot), service=wk.prefill_sorted,
+                  tpot_mean=None if stat == tpot else tpot)
 
 
 def _link(card, gpus: int) -> tuple[Fraction | None, str]:

@@ -37,7 +37,7 @@ def _wait(layout, w, n: int):
         m, cs2 = layout.prefill.prefill_moments
         return wait(layout.prefill_workers, lam, m, cs2), util
     d = layout.decode
-    slot = wait(d.batch, lam, w.osl_mean * layout.tpot_seconds, w.osl_lengths.squared_cv)
+    slot = wait(d.batch, lam, w.osl_mean * layout.step_mean, w.osl_lengths.squared_cv)
     m, cs2 = d.prefill_moments  # then behind the prompts admitted before it: its rank's
     return Series(slot, wait(1, lam / d.dp, m, cs2)), util
 

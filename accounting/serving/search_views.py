@@ -63,7 +63,7 @@ def _queue(lay) -> str:
 
 def _targets(w) -> str:
     t = [f"TTFT{_stat(w)} ≤ {_ms(w.ttft)}" if w.ttft is not None else "",
-         f"TPOT ≤ {_ms(w.tpot)}" if w.tpot is not None else "",
+         f"TPOT{_stat(w)} ≤ {_ms(w.tpot)}" if w.tpot is not None else "",
          f"{decimal(w.request_rate, 2)} requests/s" if w.request_rate is not None else ""]
     return ", ".join(x for x in t if x) or "none"
 
@@ -164,6 +164,7 @@ def _layout_dict(lay, r, emit: str, model: str) -> dict:
             "ttft_statistic": "mean" if w.percentile is None else _p(w),
             "utilisation": None if lay.utilisation is None else float(lay.utilisation),
             "queue_wait_seconds": None if lay.wait is None else lay.wait.mean,
+            "tpot_mean_seconds": float(lay.step_mean),
             "command": launch.command(lay, engines.get_engine(emit), model, w.max_len),
             "exact": {"tokens_per_second_per_gpu": fraction(tps),
                       "ttft_seconds": fraction(lay.ttft_seconds),
