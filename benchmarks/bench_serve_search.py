@@ -2,7 +2,8 @@
 (start-up, imports and the first read of the measured-kernel tables included): layout
 searches over up to 64 GPUs.
 
-Goal (issue 40): a search over ≤ 64 GPUs under 5 s (median).
+Goal (issue 40): a search over ≤ 64 GPUs under 5 s (median), also with length
+distributions, a TTFT percentile and a request rate.
 
     python benchmarks/bench_serve_search.py [--runs 5]
 """
@@ -25,6 +26,11 @@ CASES = (
       *SLA), 5.0),
     (("serve", "meta-llama/Llama-3.1-8B", "--gpu", "H100", "--search", "--max-gpus", "64",
       *SLA), 5.0),
+    # lengths as distributions (16 prefill points a layout), TTFT at p90, a request rate (the
+    # wait for a server in every candidate): docs/serving_search.md
+    (("serve", "--config", L70, "--gpu", "H100", "--search", "--max-gpus", "64", "--isl",
+      "uniform:1024,8192", "--osl", "normal:1024,256", "--ttft", "3", "--tpot", "0.2",
+      "--percentile", "90", "--request-rate", "10"), 5.0),
 )
 
 

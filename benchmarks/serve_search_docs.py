@@ -19,6 +19,7 @@ sys.path.insert(0, str(ROOT))
 DOC = ROOT / "docs" / "serving_search.md"
 START, END = "<!-- search-cases -->\n", "<!-- end search-cases -->\n"
 AIC_START, AIC_END = "<!-- aiconfigurator-cases -->\n", "<!-- end aiconfigurator-cases -->\n"
+WL_START, WL_END = "<!-- workload-cases -->\n", "<!-- end workload-cases -->\n"
 
 L70 = "--config tests/data/serving/Llama-3.1-70B.json"
 Q32 = "--config tests/data/serving/Qwen3-32B-FP8.json"
@@ -30,6 +31,17 @@ CASES = (
     f"deepseek-ai/DeepSeek-V3 --gpu H200 --search --max-gpus 32 {W} --ttft 5 --tpot 0.5",
     f"deepseek-ai/DeepSeek-V3 --gpu H200 --search --max-gpus 32 {W} --ttft 3 --tpot 0.2 "
     "--speculative mtp --acceptance 0.85 --num-speculative-tokens 2",
+)
+# Workloads as distributions, TTFT percentiles and the wait at a request rate (the issue's
+# first SLA pair on each model)
+L70_SLA = f"{L70} --gpu H100 --search --max-gpus 16 --ttft 3 --tpot 0.05"
+DS3_SLA = "deepseek-ai/DeepSeek-V3 --gpu H200 --search --max-gpus 32 --ttft 3 --tpot 0.2"
+WORKLOADS = (
+    f"{L70_SLA} {W} --request-rate 4 --percentile 50",
+    f"{L70_SLA} {W} --request-rate 4 --percentile 99",
+    f"{L70_SLA} --isl uniform:1024,7168 --osl 1024 --percentile 90",
+    f"{L70_SLA} --isl uniform:1024,7168 --osl normal:1024,256 --request-rate 4 --percentile 90",
+    f"{DS3_SLA} {W} --request-rate 8 --percentile 90",
 )
 # AIConfigurator's published answers (ai-dynamo/aiconfigurator at 095f58a5, README.md "cli
 # default" example; docs/cli_user_guide.md of release 0.1.0; the issue's Llama-3.1-70B case,
@@ -50,11 +62,11 @@ AIC = (
 
 def _search(command: str):
     from accounting.cli.serve import parser, plan_inputs
-    from accounting.cli.serve_search import speculative_of
-    from accounting.serving.search import Workload, search
+    from accounting.cli.serve_search import speculative_of, workload_of
+    from accounting.serving.search import search
     ns = parser().parse_args(shlex.split(command))
     config, scheme, names, _ = plan_inputs(ns)
-    w = Workload(ns.isl, ns.osl, ns.ttft, ns.tpot, None, ns.max_gpus)
+    w = workload_of(ns)
     return search(config, scheme, ns.gpu, w, names=names, speculative=speculative_of(ns)), \
         ns, ns.model or config.name
 
@@ -69,10 +81,14 @@ def _best(r, dis: bool) -> str:
         f = min(front, key=lambda x: x.tpot_seconds)
         return (f"none meets (fastest: {describe(f)}, TTFT {float(f.ttft_seconds) * 1000:.1f} ms, "
                 f"TPOT {float(f.tpot_seconds) * 1000:.1f} ms)")
-    osl = r.workload.osl
+    osl = r.workload.osl_mean
+    queue = "" if lay.utilisation is None else \
+        (f", utilisation {float(lay.utilisation):.2f}, mean wait "
+         f"{lay.wait.mean * 1000:.1f} ms")
     return (f"{describe(lay)} on {lay.gpus} GPUs ({_formats(lay)}): "
             f"{float(lay.tokens_per_second_per_gpu(osl)):,.1f} tokens/s/GPU, TTFT "
-            f"{float(lay.ttft_seconds) * 1000:.1f} ms, TPOT {float(lay.tpot_seconds) * 1000:.1f} ms")
+            f"{float(lay.ttft_seconds) * 1000:.1f} ms, TPOT {float(lay.tpot_seconds) * 1000:.1f} ms"
+            f"{queue}")
 
 
 def cases() -> str:
@@ -88,6 +104,15 @@ def cases() -> str:
     return ("| command | best aggregated | best disaggregated |\n|---|---|---|\n"
             + "\n".join(rows) + "\n\nThe best layout's launch commands (vLLM, SGLang):\n\n"
             "```text\n" + "\n".join(cmds) + "\n```\n")
+
+
+def workloads() -> str:
+    rows = []
+    for c in WORKLOADS:
+        r, _, _ = _search(c)
+        rows.append(f"| `serve {c}` | {_best(r, False)} | {_best(r, True)} |")
+    return ("| command | best aggregated | best disaggregated |\n|---|---|---|\n"
+            + "\n".join(rows) + "\n")
 
 
 def aiconfigurator() -> str:
@@ -108,9 +133,11 @@ def main() -> None:
     if sys.argv[1:] == ["--update"]:
         text = DOC.read_text(encoding="utf-8")
         text = _replace(text, START, END, cases())
+        text = _replace(text, WL_START, WL_END, workloads())
         DOC.write_text(_replace(text, AIC_START, AIC_END, aiconfigurator()), encoding="utf-8")
     elif not sys.argv[1:]:
         print(cases())
+        print(workloads())
         print(aiconfigurator())
     else:
         sys.exit("usage: python benchmarks/serve_search_docs.py [--update]")

@@ -37,6 +37,7 @@ def test_the_search_page_tables_are_current():
     stale = "stale: run python benchmarks/serve_search_docs.py --update"
     assert _block(text, mod.START, mod.END) == mod.cases(), stale
     assert _block(text, mod.AIC_START, mod.AIC_END) == mod.aiconfigurator(), stale
+    assert _block(text, mod.WL_START, mod.WL_END) == mod.workloads(), stale
 
 
 def test_three_published_aiconfigurator_cases():

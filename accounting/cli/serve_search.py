@@ -8,7 +8,8 @@ from accounting.cli.args import positive_int
 from accounting.runtime.errors import UsageError, shorten
 from accounting.serving import engines
 
-SEARCH_ONLY = ("max_gpus", "isl", "osl", "ttft", "tpot", "request_rate", "emit", "plot")
+SEARCH_ONLY = ("max_gpus", "isl", "osl", "ttft", "tpot", "request_rate", "emit", "plot",
+               "percentile", "seed")
 
 MAX_SEARCH_GPUS = 4096
 
@@ -21,10 +22,18 @@ def add_search_args(p, positive) -> None:
                         "tokens/s per GPU meeting --ttft/--tpot (docs/serving_search.md)")
     g.add_argument("--max-gpus", type=positive_int("--max-gpus", MAX_SEARCH_GPUS, "4,096"),
                    metavar="N", help="GPUs the deployment may use (default 8)")
-    g.add_argument("--isl", type=positive_int("--isl"), metavar="T",
-                   help="input tokens per request (required with --search)")
-    g.add_argument("--osl", type=positive_int("--osl"), metavar="T",
-                   help="output tokens per request (required with --search)")
+    g.add_argument("--isl", type=_lengths("--isl"), metavar="T|DIST",
+                   help="input tokens per request, or a distribution: uniform:A,B, "
+                        "normal:MEAN,SD[,LO,HI], list:L1,L2,... or file:PATH (required with "
+                        "--search; docs/serving_search.md)")
+    g.add_argument("--osl", type=_lengths("--osl"), metavar="T|DIST",
+                   help="output tokens per request, or a distribution as --isl's (required "
+                        "with --search)")
+    g.add_argument("--percentile", type=_percentile, metavar="P",
+                   help="hold --ttft and --tpot at the P-th percentile of requests (e.g. 90 "
+                        "or p99; default: the mean)")
+    g.add_argument("--seed", type=positive_int("--seed"), metavar="N",
+                   help="seed of the length distributions' draws (default 1)")
     g.add_argument("--ttft", type=positive("--ttft"), metavar="S",
                    help="time-to-first-token target in seconds (default: none)")
     g.add_argument("--tpot", type=positive("--tpot"), metavar="S",
@@ -57,6 +66,58 @@ def add_search_args(p, positive) -> None:
     s.add_argument("--acceptance", type=_unit, metavar="A",
                    help="per-token acceptance rate in [0, 1] (DeepSeek-V3 §5.4.3 reports "
                         "85–90%% for its MTP head's token)")
+
+
+def _lengths(flag: str):
+    """A plain integer (as before: a fixed length), or a distribution's SPEC kept as text
+    and read with --seed by workload_of (serving/lengths.py)."""
+    import argparse
+    whole = positive_int(flag)
+
+    def parse(text: str):
+        if ":" not in text:
+            return whole(text)
+        from accounting.serving.lengths import KINDS
+        if text.partition(":")[0] not in KINDS:
+            raise argparse.ArgumentTypeError(
+                f"expected T, uniform:A,B, normal:MEAN,SD[,LO,HI], list:L1,... or file:PATH, "
+                f"got {text[:40]!r}")
+        return text
+    parse.__name__ = "length"
+    return parse
+
+
+def _percentile(text: str):
+    """P in (0, 100) (a leading 'p' allowed: p99), as the fraction P/100."""
+    import argparse
+    from accounting.planning.compute import exact
+    try:
+        x = exact(text.strip().removeprefix("p").removeprefix("P"), "--percentile")
+    except UsageError:
+        raise argparse.ArgumentTypeError(f"expected a percentile such as 90 or p99, got "
+                                         f"{text[:30]!r}") from None
+    if not 0 < x < 100:  # (p100 of a queue's wait is unbounded: its tail is exponential)
+        raise argparse.ArgumentTypeError(f"must be above 0 and below 100, got {text[:30]}")
+    return x / 100
+
+
+def workload_of(ns):
+    """The search's Workload from the flags (the lengths drawn with --seed)."""
+    from accounting.serving import lengths
+    from accounting.serving.search import Workload
+    seed = 1 if ns.seed is None else ns.seed
+
+    def read(value, flag):
+        return lengths.fixed(value) if isinstance(value, int) else \
+            lengths.parse(value, flag, seed)
+    isl, osl = read(ns.isl, "--isl"), read(ns.osl, "--osl")
+    if ns.seed is not None and not {isl.kind, osl.kind} & set(lengths.RANDOM):
+        raise UsageError("--seed draws the random lengths (--isl/--osl uniform: or normal:): "
+                         "drop --seed or give one of them")
+    price = getattr(ns, "price_per_gpu_hour", None)  # issue 42's flag (another branch)
+    return Workload.of(isl, osl, ns.ttft, ns.tpot,
+                       ns.request_rate, ns.max_gpus or 8,
+                       None if price is None else Fraction(price), percentile=ns.percentile)
 
 
 def _unit(text: str):
@@ -149,7 +210,7 @@ def run(ns, inputs) -> int:
     """`inputs`: serve's plan_inputs(ns) (config, scheme, names, notes)."""
     from accounting.tables import output
     from accounting.serving import search_views
-    from accounting.serving.search import Workload, search
+    from accounting.serving.search import search
     if ns.gpu is None:
         raise UsageError("--search needs a GPU: --gpu NAME")
     if ns.isl is None or ns.osl is None:
@@ -169,10 +230,7 @@ def run(ns, inputs) -> int:
     kwargs = dict(engine_version=ns.engine_version, utilization=ns.gpu_memory_utilization,
                   max_num_batched_tokens=ns.max_num_batched_tokens, block_size=ns.block_size,
                   names=names, model_dtype_bytes=4 if scheme.name == "fp32" else 2)
-    # --price-per-gpu-hour is issue 42's flag (another branch): read it where it is declared
-    price = getattr(ns, "price_per_gpu_hour", None)
-    w = Workload(ns.isl, ns.osl, ns.ttft, ns.tpot, ns.request_rate, ns.max_gpus or 8,
-                 None if price is None else Fraction(price))
+    w = workload_of(ns)
     r = search(config, scheme, ns.gpu, w, engine=ns.engine, model=model,
                speculative=speculative_of(ns), ep_imbalance=ns.ep_imbalance, **kwargs)
     if ns.plot:

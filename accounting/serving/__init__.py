@@ -14,6 +14,10 @@ concurrency, time to first token and per output token.
     search.py      serve --search (issue 40): layouts, aggregated or disaggregated, replicas,
                    ranked by tokens/s per GPU under TTFT/TPOT targets; search_views.py
                    renders it, launch.py writes vLLM/SGLang launch commands
+    workload.py    the search's workload; lengths.py request lengths as distributions;
+                   queueing.py the wait for a server at a request rate (Erlang C,
+                   Allen–Cunneen); search_queue.py replicas and the wait of a layout;
+                   tpot_spread.py an aggregated TPOT's spread between requests
     speculative.py speculative decoding (MTP heads or a draft model) on serve's decode step
     dp_attention.py attention data parallelism with expert parallelism (MoE) from one rank's plan
 

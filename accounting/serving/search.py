@@ -22,8 +22,13 @@ workers of layout d at batch B make one replica (AIConfigurator's "xPyD"):
     requests/s = min(x / P_p, y · B / (OSL · D_d(B)))   (each prefill worker one prompt at a
                                                          time, each decode worker B at once)
     output tokens/s per GPU = requests/s · OSL / (x·gpus_p + y·gpus_d)
-Queueing is not modelled (requests arrive evenly spaced); TTFT and TPOT are each request's,
-not a percentile of a distribution.
+Lengths may be distributions (lengths.py: uniform, normal, an empirical list; seeded):
+the plans are at the mean lengths (rounded up), the prefill P at each of the prompt lengths'
+points, and the formulas above take E[P] and E[OSL]; TTFT is the mean over requests, or
+with a percentile the p-quantile (prefill time grows with the prompt, so without a queue
+it is the prefill at the prompt lengths' p-quantile), and an aggregated TPOT the p-quantile
+of its spread between requests (tpot_spread.py). At a request rate, TTFT adds the wait for a
+server (queueing.py, search_queue.py); a layout at utilisation >= 1 meets nothing.
 
 Layouts per worker: TP in powers of two up to a node's GPUs (vLLM and SGLang run TP inside a
 node, PP across nodes: vLLM docs, "Distributed inference and serving", "multi-node: tensor
@@ -34,10 +39,9 @@ scales); KV: bf16, and fp8 on such a card (--kv-cache-dtype fp8). Batches: power
 the engine's max_num_seqs and the pool's concurrency at ISL + OSL.
 
 The search bisects a layout's batches for the largest meeting the TPOT target, as a decode
-worker and as an aggregated one (TPOT grows with the batch: more KV and more rows each step;
-tokens/s too), and pairs prefill and decode workers at the two worker ratios around the
-balance point; `exhaustive=True` evaluates every batch and every pairing up to MAX_WORKERS
-(the tests check both, and a brute force, give the same optimum).
+worker and as an aggregated one (TPOT grows with the batch, tokens/s too), and pairs prefill
+and decode workers at the two worker ratios around the balance point; `exhaustive=True`
+evaluates every batch and pairing (the tests: both, and a brute force, agree).
 """
 from __future__ import annotations
 
@@ -48,21 +52,13 @@ from fractions import Fraction
 from accounting.planning.gpus import get_gpu
 from accounting.runtime.errors import UsageError
 from accounting.serving import engines
+from accounting.serving.queueing import quantile
+from accounting.serving.tpot_spread import tpot_quantile
+from accounting.serving.workload import Workload  # noqa: F401 (the search's input, here too)
 from accounting.units import BF16, FP16
 
 MAX_WORKERS = 8  # prefill or decode workers in one replica (AIConfigurator's default cap)
 SIXTEEN_BIT = (BF16, FP16)
-
-
-@dataclass(frozen=True)
-class Workload:
-    isl: int
-    osl: int
-    ttft: Fraction | None = None  # seconds; None: no target
-    tpot: Fraction | None = None
-    request_rate: Fraction | None = None  # requests/s the deployment must sustain
-    max_gpus: int = 8
-    price_per_gpu_hour: Fraction | None = None  # $ (or any currency) a GPU-hour
 
 
 @dataclass(frozen=True)
@@ -78,6 +74,28 @@ class Worker:
     spec: object = None  # speculative.Speculation of the decode step, or None
     dp: int = 1  # attention data-parallel ranks (with expert parallelism): dp_attention.py
     dpw: object = None  # its dp_attention.DPWorker
+    points: tuple = ()  # ((prefill seconds, probability), ...) over the prompt lengths
+
+    @cached_property
+    def prefill_points(self) -> tuple[tuple[Fraction, Fraction], ...]:
+        """In the prompt lengths' order (lengths.Lengths.points)."""
+        return self.points or ((self.ttft_seconds, Fraction(1)),)
+
+    @cached_property
+    def prefill_sorted(self) -> tuple[tuple[Fraction, Fraction], ...]:
+        """In rising order of seconds (queueing.quantile reads them so)."""
+        return tuple(sorted(self.prefill_points))
+
+    @cached_property
+    def prefill_moments(self) -> tuple[Fraction, Fraction]:
+        """(mean, squared CV) of the prefill over the prompt lengths (queueing.py)."""
+        from accounting.serving.queueing import mean_service
+        return mean_service(self.prefill_points)
+
+    @cached_property
+    def mean_prefill(self) -> Fraction:
+        """E[P] over the prompt lengths (a fixed prompt: serve's TTFT)."""
+        return sum((s * q for s, q in self.prefill_points), Fraction(0))
 
     @property
     def rank_batch(self) -> int:
@@ -119,6 +137,14 @@ class Layout:
     replicas: int = 1
     link: str = ""
     demand: Fraction | None = None  # --request-rate: the requests/s the replicas serve
+    service: tuple = ()  # ((own TTFT seconds, probability), ...): prefill (+ KV transfer)
+    utilisation: Fraction | None = None  # at --request-rate: demand / capacity
+    wait: object = None  # queueing.Wait at --request-rate
+    tpot_mean: Fraction | None = None  # where tpot_seconds is a percentile's (tpot_spread.py)
+
+    @property
+    def step_mean(self) -> Fraction:  # the mean TPOT (the capacity's)
+        return self.tpot_seconds if self.tpot_mean is None else self.tpot_mean
 
     @property
     def served_requests_per_second(self) -> Fraction:
@@ -147,7 +173,7 @@ class Layout:
         price for every GPU: the ranking by tokens/s per GPU is the ranking by cost)."""
         if w.price_per_gpu_hour is None:
             return None
-        return w.price_per_gpu_hour * self.gpus * 10**6 / (self.tokens_per_second(w.osl) * 3600)
+        return w.price_per_gpu_hour * self.gpus * 10**6 / (self.tokens_per_second(w.osl_mean) * 3600)
 
     @property
     def tokens_per_second_per_user(self) -> Fraction:
@@ -155,7 +181,8 @@ class Layout:
 
     def meets(self, w: Workload) -> bool:
         return (w.ttft is None or self.ttft_seconds <= w.ttft) and \
-            (w.tpot is None or self.tpot_seconds <= w.tpot)
+            (w.tpot is None or self.tpot_seconds <= w.tpot) and \
+            (self.utilisation is None or self.utilisation < 1)
 
     def key(self) -> tuple:
         p = self.prefill
@@ -200,19 +227,46 @@ class _Plans:
         from accounting.formats.schemes import get_scheme
         return self.scheme if name == self.scheme.name else get_scheme(name)
 
-    def raw(self, tp: int, pp: int, weights: str, kv: str, batch: int):
-        """serve's plan, fitting or not (None where it refuses the layout)."""
-        key = (tp, pp, weights, kv, batch)
+    def raw(self, tp: int, pp: int, weights: str, kv: str, batch: int, isl: int | None = None):
+        """serve's plan, fitting or not (None where it refuses the layout); at the prompt
+        length isl when given (the prefill at one of a distribution's points)."""
+        key = (tp, pp, weights, kv, batch) + ((isl,) if isl is not None else ())
         if key not in self.plans:
             from accounting.serving.plan import serve
+            prompt = self.w.isl if isl is None else isl
             try:
                 p = serve(self.config, self.scheme_of(weights), gpu=self.gpu, tp=tp, pp=pp,
-                          kv_dtype=kv, ctx=self.w.isl + self.w.osl, prompt=self.w.isl,
+                          kv_dtype=kv, ctx=prompt + self.w.osl, prompt=prompt,
                           concurrency=batch, engine=self.engine, **self.kwargs)
             except (UsageError, ValueError, ZeroDivisionError):
                 p = None
             self.plans[key] = p
         return self.plans[key]
+
+    def points(self, tp: int, pp: int, weights: str, kv: str, dp: int = 1):
+        """((prefill seconds, probability), ...) at the prompt lengths' points (lengths.py);
+        () for a fixed prompt (the worker's own TTFT); None where a point's plan refuses."""
+        if self.w.isl_dist is None:
+            return ()
+        key = ("points", tp, pp, weights, kv, dp)
+        if key not in self.cache:
+            out = []
+            for isl, q in self.w.isl_dist.points:
+                p = self.raw(tp, pp, weights, kv, 1, isl)
+                if p is None or p.time is None:
+                    out = None
+                    break
+                if dp > 1:
+                    from accounting.serving.dp_attention import dp_worker
+                    d = dp_worker(self.config, p, dp, self.imbalance, isl)
+                    if d is None:
+                        out = None
+                        break
+                    out.append((d.ttft_seconds, q))
+                else:
+                    out.append((p.time.ttft_seconds, q))
+            self.cache[key] = None if out is None else tuple(out)
+        return self.cache[key]
 
     def dp(self, tp: int, dp: int, weights: str, kv: str, rank_batch: int) -> Worker | None:
         """A DP-attention + EP worker of dp ranks at TP tp (dp_attention.py), if it fits."""
@@ -223,6 +277,8 @@ class _Plans:
             d = None if p is None or p.time is None else \
                 dp_worker(self.config, p, dp, self.imbalance, self.w.isl)
             ok = d is not None and d.fits and rank_batch <= p.max_num_seqs
+            pts = self.points(tp, 1, weights, kv, dp) if ok else None
+            ok = ok and pts is not None
             online = weights == "fp8" and self.scheme.name in SIXTEEN_BIT
             spec = None
             if ok and self.speculative is not None:  # asked for: every worker speculates
@@ -231,7 +287,7 @@ class _Plans:
                 spec = speculate_dp(self.config, p, d, method, tokens, acceptance, draft)
                 ok = spec is not None
             self.cache[key] = Worker(tp, 1, weights, kv, dp * rank_batch, p, online, spec, dp,
-                                     d) if ok else None
+                                     d, pts) if ok else None
         return self.cache[key]
 
     def get(self, tp: int, pp: int, weights: str, kv: str, batch: int) -> Worker | None:
@@ -239,14 +295,16 @@ class _Plans:
         if key not in self.cache:
             p = self.raw(tp, pp, weights, kv, batch)
             ok = p is not None and p.fits and p.time is not None
+            pts = self.points(tp, pp, weights, kv) if ok else None
+            ok = ok and pts is not None
             online = weights == "fp8" and self.scheme.name in SIXTEEN_BIT
             spec = None
             if ok and self.speculative is not None:
                 from accounting.serving.speculative import speculate
                 method, tokens, acceptance, draft = self.speculative
                 spec = speculate(self.config, p, method, tokens, acceptance, draft)
-            self.cache[key] = Worker(tp, pp, weights, kv, batch, p, online, spec) \
-                if ok else None
+            self.cache[key] = Worker(tp, pp, weights, kv, batch, p, online, spec,
+                                     points=pts) if ok else None
         return self.cache[key]
 
 
@@ -304,9 +362,13 @@ def _sweep(get, grid: list[int], w: Workload, exhaustive: bool) -> list[Worker]:
 
 
 def _aggregated(wk: Worker, w: Workload) -> Layout:
-    p, d = wk.ttft_seconds, wk.step_seconds
-    tpot = d + Fraction(wk.rank_batch) * p / w.osl  # each rank prefills its own
-    return Layout(False, wk, 1, None, 0, p, tpot, Fraction(wk.batch) / (w.osl * tpot))
+    p, d, osl = wk.mean_prefill, wk.step_seconds, w.osl_mean
+    tpot = d + Fraction(wk.rank_batch) * p / osl  # each rank prefills its own
+    m, cs2 = wk.prefill_moments
+    stat = tpot_quantile(d, wk.rank_batch, (m, cs2 * m * m), w.osl_lengths, w.percentile)
+    return Layout(False, wk, 1, None, 0, quantile(None, wk.prefill_sorted, w.percentile),
+                  stat, Fraction(wk.batch) / (osl * tpot), service=wk.prefill_sorted,
+                  tpot_mean=None if stat == tpot else tpot)
 
 
 def _link(card, gpus: int) -> tuple[Fraction | None, str]:
@@ -318,45 +380,44 @@ def _link(card, gpus: int) -> tuple[Fraction | None, str]:
     return f.network, f.adapter.format(gbits=f.network_gbits)
 
 
-def _disaggregated(pre: Worker, dec: Worker, x: int, y: int, w: Workload, card) -> Layout | None:
+def _disaggregated(pre: Worker, dec: Worker, x: int, y: int, w: Workload, card,
+                   memo: dict) -> Layout | None:
     gpus = x * pre.gpus + y * dec.gpus
     bw, link = _link(card, gpus)
     if bw is None:
         return None
-    transfer = Fraction(w.isl * dec.plan.kv_bytes_per_token_per_gpu) / bw
-    rate = min(Fraction(x) / pre.ttft_seconds,
-               Fraction(y * dec.batch) / (w.osl * dec.step_seconds))
-    return Layout(True, dec, y, pre, x, pre.ttft_seconds + transfer, dec.step_seconds, rate,
-                  transfer, 1, link)
+    key = (id(pre), id(dec), bw)  # (the same for every x, y on one link: computed once)
+    if key not in memo:
+        per_token = Fraction(dec.plan.kv_bytes_per_token_per_gpu) / bw
+        # each prompt's own prefill and KV transfer (both grow with the prompt: their points
+        # pair up in order)
+        pts = w.isl_dist.points if w.isl_dist else ((w.isl, 1),)
+        service = tuple(sorted((s + isl * per_token, q)
+                               for (s, q), (isl, _) in zip(pre.prefill_points, pts)))
+        memo[key] = (service, quantile(None, service, w.percentile),
+                     w.isl_lengths.mean * per_token)
+    service, ttft, transfer = memo[key]
+    rate = min(Fraction(x) / pre.mean_prefill,
+               Fraction(y * dec.batch) / (w.osl_mean * dec.step_seconds))
+    return Layout(True, dec, y, pre, x, ttft, dec.step_seconds, rate, transfer, 1, link,
+                  service=service)
 
 
 def _pairings(pre: Worker, dec: Worker, w: Workload, exhaustive: bool):
     """(x, y) worker counts: all up to MAX_WORKERS, or the two x around balance per y."""
     for y in range(1, MAX_WORKERS + 1):
-        if exhaustive:
+        if exhaustive or w.request_rate is not None:
+            # (at a rate more prefill workers than balance shorten the wait: try them all)
             xs = range(1, MAX_WORKERS + 1)
         else:
             # x / P = y · B / (OSL · D): the prefill workers that keep y decode workers fed
             # (tokens/s/GPU rises with x below it and falls above: the optimum is next to it)
-            want = Fraction(y * dec.batch) * pre.ttft_seconds / (w.osl * dec.step_seconds)
+            want = Fraction(y * dec.batch) * pre.mean_prefill / (w.osl_mean * dec.step_seconds)
             most = min(MAX_WORKERS, (w.max_gpus - y * dec.gpus) // pre.gpus)
             xs = sorted({max(1, min(int(want), most)), max(1, min(int(want) + 1, most))})
         for x in xs:
             if x * pre.gpus + y * dec.gpus <= w.max_gpus:
                 yield x, y
-
-
-def _replicated(layout: Layout, w: Workload) -> Layout | None:
-    """Replicas: enough for the request rate, else as many as max_gpus holds."""
-    per = layout.gpus_per_replica
-    if w.request_rate is not None:
-        n = -(-w.request_rate // layout.requests_per_second)
-    else:
-        n = w.max_gpus // per
-    if n < 1 or n * per > w.max_gpus:
-        return None
-    from dataclasses import replace
-    return replace(layout, replicas=int(n), demand=w.request_rate)
 
 
 def search(config, scheme, gpu: str, workload: Workload, *, engine: str = engines.VLLM,
@@ -390,7 +451,10 @@ def search(config, scheme, gpu: str, workload: Workload, *, engine: str = engine
                         workers += _sweep(lambda b, a=(tp, dp, wt, kvd): plans.dp(*a, b),
                                           _pow2(4096), w, exhaustive)
     candidates: list[Layout] = [_aggregated(wk, w) for wk in workers]
-    ok_pre = [p for p in prefills if w.ttft is None or p.ttft_seconds <= w.ttft]
+    # a prefill worker's own TTFT statistic is a floor of the layout's (transfer, wait >= 0)
+    memo: dict = {}
+    ok_pre = [p for p in prefills
+              if w.ttft is None or quantile(None, p.prefill_sorted, w.percentile) <= w.ttft]
     for dec in workers:
         if w.tpot is not None and dec.step_seconds > w.tpot:
             continue
@@ -398,11 +462,12 @@ def search(config, scheme, gpu: str, workload: Workload, *, engine: str = engine
             if (pre.weights, pre.kv_dtype) != (dec.weights, dec.kv_dtype):
                 continue  # one checkpoint and one KV format on both sides of the transfer
             for x, y in _pairings(pre, dec, w, exhaustive):
-                lay = _disaggregated(pre, dec, x, y, w, card)
+                lay = _disaggregated(pre, dec, x, y, w, card, memo)
                 if lay is not None:
                     candidates.append(lay)
-    placed = [r for r in (_replicated(c, w) for c in candidates) if r is not None]
-    osl = w.osl
+    from accounting.serving.search_queue import replicated
+    placed = [r for r in (replicated(c, w) for c in candidates) if r is not None]
+    osl = w.osl_mean  # output tokens per request, on average
     meeting = [c for c in placed if c.meets(w)]
     # ties (a request rate makes many equal): fewer GPUs, then the faster per user
     rank = {id(c): c.tokens_per_second_per_gpu(osl) for c in placed}

@@ -42,16 +42,36 @@ def _formats(lay) -> str:
     return f"w {d.weights}{' (online)' if d.online_fp8 else ''}, kv {d.kv_dtype}{spec}"
 
 
+def _lengths(d, n: int) -> str:
+    return grouped(n) if d is None else f"{d.spec} (mean {decimal(d.mean, 1)})"
+
+
+def _p(w) -> str:
+    return f"p{decimal(w.percentile * 100, 1).removesuffix('.0')}"
+
+
+def _stat(w) -> str:
+    return "" if w.percentile is None else f" {_p(w)}"
+
+
+def _queue(lay) -> str:
+    if lay.utilisation is None:
+        return ""
+    return (f", utilisation {decimal(lay.utilisation, 2)}, mean wait "
+            f"{_ms(Fraction(lay.wait.mean))}")
+
+
 def _targets(w) -> str:
-    t = [f"TTFT ≤ {_ms(w.ttft)}" if w.ttft is not None else "",
-         f"TPOT ≤ {_ms(w.tpot)}" if w.tpot is not None else "",
+    t = [f"TTFT{_stat(w)} ≤ {_ms(w.ttft)}" if w.ttft is not None else "",
+         f"TPOT{_stat(w)} ≤ {_ms(w.tpot)}" if w.tpot is not None else "",
          f"{decimal(w.request_rate, 2)} requests/s" if w.request_rate is not None else ""]
     return ", ".join(x for x in t if x) or "none"
 
 
 def answer(r, model: str, emit: str) -> Table:
     w = r.workload
-    lines = [f"workload:           {grouped(w.isl)} tokens in, {grouped(w.osl)} out; targets: "
+    lines = [f"workload:           {_lengths(w.isl_dist, w.isl)} tokens in, "
+             f"{_lengths(w.osl_dist, w.osl)} out; targets: "
              f"{_targets(w)}; up to {grouped(w.max_gpus)} × {r.gpu}; {r.engine}"]
     best = {}
     for lay in r.layouts:
@@ -68,14 +88,16 @@ def answer(r, model: str, emit: str) -> Table:
         cost = lay.cost_per_million_tokens(w)
         price = "" if cost is None else f", {decimal(cost, 3)} per 10^6 output tokens"
         lines.append(f"{head:<20}{describe(lay)} on {lay.gpus} GPUs "
-                     f"({_formats(lay)}): {_tok(lay.tokens_per_second_per_gpu(w.osl))} "
+                     f"({_formats(lay)}): {_tok(lay.tokens_per_second_per_gpu(w.osl_mean))} "
                      f"tokens/s/GPU, TTFT {_ms(lay.ttft_seconds)}, TPOT "
-                     f"{_ms(lay.tpot_seconds)}{price}")
-        cmd = launch.command(lay, engines.get_engine(emit), model, w.isl + w.osl)
+                     f"{_ms(lay.tpot_seconds)}{_queue(lay)}{price}")
+        cmd = launch.command(lay, engines.get_engine(emit), model, w.max_len)
         lines.append(f"{'':20}{cmd}")
     lines.append(f"searched:           {grouped(r.evaluated)} serve plans; every figure is "
                  f"serve's for that worker (docs/serving_search.md)")
-    title = f"Answer: serving layouts for {model} ({grouped(w.isl)} in / {grouped(w.osl)} out)"
+    mean = "mean " if w.isl_dist or w.osl_dist else ""
+    title = (f"Answer: serving layouts for {model} ({mean}{grouped(w.isl)} in / "
+             f"{grouped(w.osl)} out)")
     return Table(title, (), (), notes=tuple(lines) + r.notes)
 
 
@@ -91,7 +113,7 @@ def _row(i: str, lay, osl: int) -> tuple[str, ...]:
 
 
 def tables(r) -> list[Table]:
-    osl = r.workload.osl
+    osl = r.workload.osl_mean
     ranked = Table(f"Layouts meeting the targets, by output tokens/s per GPU (top {SHOWN} of "
                    f"{grouped(len(r.layouts))})", COLUMNS,
                    tuple(_row(str(i + 1), lay, osl) for i, lay in enumerate(r.layouts[:SHOWN])),
@@ -125,21 +147,25 @@ def _layout_dict(lay, r, emit: str, model: str) -> dict:
                 "alltoall_seconds": fraction(wk.dpw.alltoall_seconds),
                 "ttft_seconds": fraction(wk.dpw.ttft_seconds),
                 "step_seconds": fraction(wk.dpw.step_seconds)}}
-    tps, tpu = lay.tokens_per_second_per_gpu(w.osl), lay.tokens_per_second_per_user
+    tps, tpu = lay.tokens_per_second_per_gpu(w.osl_mean), lay.tokens_per_second_per_user
     cost = lay.cost_per_million_tokens(w)
     # the contract's figures as plain numbers (issue 40: `.layouts[0].tpot_seconds <= 0.05`
     # in jq); their exact ratios under "exact"
     return {"gpus": lay.gpus, "replicas": lay.replicas, "gpus_per_replica": lay.gpus_per_replica,
             "disaggregated": lay.disaggregated,
             "tokens_per_second_per_gpu": float(tps), "tokens_per_second_per_user": float(tpu),
-            "tokens_per_second": float(lay.tokens_per_second(w.osl)),
+            "tokens_per_second": float(lay.tokens_per_second(w.osl_mean)),
             "ttft_seconds": float(lay.ttft_seconds), "tpot_seconds": float(lay.tpot_seconds),
             "kv_transfer_seconds": float(lay.kv_transfer_seconds), "link": lay.link,
             "prefill_workers": lay.prefill_workers, "decode_workers": lay.decode_workers,
             "prefill": worker(lay.prefill), "decode": worker(lay.decode),
             "layout": describe(lay),
             "cost_per_million_tokens": None if cost is None else float(cost),
-            "command": launch.command(lay, engines.get_engine(emit), model, w.isl + w.osl),
+            "ttft_statistic": "mean" if w.percentile is None else _p(w),
+            "utilisation": None if lay.utilisation is None else float(lay.utilisation),
+            "queue_wait_seconds": None if lay.wait is None else lay.wait.mean,
+            "tpot_mean_seconds": float(lay.step_mean),
+            "command": launch.command(lay, engines.get_engine(emit), model, w.max_len),
             "exact": {"tokens_per_second_per_gpu": fraction(tps),
                       "ttft_seconds": fraction(lay.ttft_seconds),
                       "tpot_seconds": fraction(lay.tpot_seconds)}}
@@ -203,7 +229,13 @@ def to_dict(r, model: str, emit: str) -> dict:
                          "ttft_seconds": fraction(w.ttft) if w.ttft is not None else None,
                          "tpot_seconds": fraction(w.tpot) if w.tpot is not None else None,
                          "request_rate": fraction(w.request_rate)
-                         if w.request_rate is not None else None},
+                         if w.request_rate is not None else None,
+                         "isl_distribution": None if w.isl_dist is None else w.isl_dist.spec,
+                         "osl_distribution": None if w.osl_dist is None else w.osl_dist.spec,
+                         "isl_mean": fraction(w.isl_lengths.mean),
+                         "osl_mean": fraction(w.osl_lengths.mean),
+                         "percentile": None if w.percentile is None else
+                         fraction(w.percentile)},
             "evaluated": r.evaluated,
             "layouts": [_layout_dict(x, r, emit, model) for x in r.layouts],
             "frontier": [_layout_dict(x, r, emit, model) for x in r.frontier],
@@ -221,7 +253,7 @@ def plot(r, path: str) -> None:
     """The frontier as a PNG (matplotlib's Agg canvas, imported here only)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
-    osl = r.workload.osl
+    osl = r.workload.osl_mean
     fig = Figure(figsize=(7, 4.5))
     ax = fig.add_subplot()
     for dis, mark, name in ((False, "o-", "aggregated"), (True, "s-", "disaggregated")):
