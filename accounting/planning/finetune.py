@@ -45,6 +45,9 @@ from accounting.units import BF16, DTYPE_BYTES, FP32
 
 ALL_LINEAR = "all-linear"  # PEFT's shorthand (peft/utils/constants.py INCLUDE_LINEAR_LAYERS_SHORTHAND)
 NF4 = "nf4"
+# whose NF4 layout a QLoRA base is stored in: bitsandbytes' (transformers + PEFT:
+# formats/bnb.py) or torchao's NF4Tensor (torchtune's QLoRA: formats/torchao_nf4.py)
+NF4_BNB, NF4_TORCHAO = "bitsandbytes", "torchao"
 BASE_WEIGHTS = (NF4,)  # --base-weights: the base's storage other than the compute dtype
 # PEFT's LoraConfig defaults (peft/tuners/lora/config.py): r=8, lora_alpha=8, lora_dropout=0.0
 DEFAULT_RANK, DEFAULT_ALPHA = 8, 8
@@ -98,6 +101,7 @@ class FineTune:
     base_dtype: str  # the frozen parameters' dtype (the non-quantized ones under QLoRA)
     adapters: Adapters
     implementation: str = "course"  # the recipe's (planning/recipes.py): whose ops the ledger runs
+    nf4_layout: str = NF4_BNB  # the QLoRA base's 4-bit layout (NF4_BNB or NF4_TORCHAO)
 
     def ledger(self, autocast: str | None = None, recompute: str = "none"):
         """The ledger of the LoRA step: adapters on a base frozen in base_dtype."""
