@@ -31,6 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
+from accounting.ledger.builder.common import LLMFOUNDRY
 from accounting.planning.optimizers import PAGED_ADAMW8BIT
 from accounting.planning.parallel.stacks import TORCHTITAN
 from accounting.registry import registrar
@@ -155,11 +156,13 @@ def _foundry(size: str, seq: int, micro: int, accum: int, ckpt: bool) -> None:
                   FOUNDRY, shape + ("--gpus", "8", "--fsdp", "--ctx", str(seq), "--batch",
                                     str(8 * micro * accum), "--micro-batch", str(micro),
                                     "--precision", "bf16-mixed", "--gpu", "H100",
-                                    "--recompute", "full" if ckpt else "none"),
+                                    "--recompute", "full" if ckpt else "none",
+                                    "--implementation", LLMFOUNDRY),
                   None, RAN, "H100 80GB",
                   ("ALiBi inside flash attention (planned as SDPA without positions: the "
                    "kernel adds the bias and saves nothing for it)",
-                   "MPT's fused ops (planned as model/'s)"),
+                   "FSDP1 FULL_SHARD (planned as FSDP2's)", "its fused cross-entropy "
+                   "(planned as F.cross_entropy)"),
                   model="gpt2-small"))
 
 

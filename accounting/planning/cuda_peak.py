@@ -202,7 +202,9 @@ def attention(activations, values: dict[str, int]) -> list[Adjustment]:
 def loss(activations, autocast: str | None, implementation: str) -> list[Adjustment]:
     """The loss region on CUDA, against the CPU step's."""
     order = list(activations)
-    lsm = next(r for r in order if r.name == "log-softmax of the logits")
+    lsm = next((r for r in order if r.name == "log-softmax of the logits"), None)
+    if lsm is None:  # a fused cross-entropy kernel (llm-foundry's): no log_softmax to adjust
+        return []
     before = [r for r in order[:order.index(lsm)] if r.shape == lsm.shape]
     if not before:
         return []

@@ -49,6 +49,10 @@ MEGATRON = "megatron"
 # torchtitan's own Llama (builder: torch's fused rms_norm, complex RoPE, repeat_kv, F.silu,
 # the loss in fp32): the `--stack torchtitan` plans' implementation for dense Llama blocks
 TORCHTITAN = "torchtitan"
+# llm-foundry's MPT (llmfoundry/models/mpt/modeling_mpt.py, layers/blocks.py MPTBlock, as
+# its pretraining yamls run it): low-precision LayerNorm (F.layer_norm on the bf16 input),
+# nn.GELU in one op, a fused flash/triton attention kernel, no dropout (builder/megatron.py)
+LLMFOUNDRY = "llm-foundry"
 DROPOUT_MASK = "dropout mask"  # the label every dropout's saved 1-byte mask ends with
 
 
@@ -63,6 +67,7 @@ class Arch:
         self.hf = implementation == TRANSFORMERS
         self.megatron = implementation == MEGATRON
         self.titan = implementation == TORCHTITAN
+        self.foundry = implementation == LLMFOUNDRY
         self.dropout = dropout and self.megatron
         self.freqs = None  # Megatron: the fp32 RoPE frequencies, computed once per pass
         self.rope_tables = None  # transformers: (cos, sin), computed once per forward

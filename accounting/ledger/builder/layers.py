@@ -67,6 +67,8 @@ class Norm:
         # Transformer Engine's fused norm, or torch's fused rms_norm (builder/megatron.py)
         if self.t.megatron or (self.t.titan and self.kind == "rmsnorm"):
             return megatron.fused_norm(self.t, self, x, out_label, course)
+        if self.t.foundry and self.kind != "rmsnorm":
+            return megatron.low_precision_norm(self.t, self, x, out_label, course)
         return self.ops(x, out_label, course)
 
     def ops(self, x: Sym, out_label: str, course: str = "") -> Sym:
@@ -205,6 +207,9 @@ class RotaryEmbedding:
 
 def activation(t: Trace, kind: str, x: Sym, component: str, course: str) -> Sym:
     """silu, gelu_tanh or gelu (model/layers.py), op by op."""
+    if kind == "gelu" and t.foundry:  # MPT's nn.GELU(approximate='none'): one op, saves its input
+        return t.unary("aten.gelu", x, "GELU", component, saves="input", out="GELU output",
+                       course=course)
     if kind == "silu" and t.hf:  # transformers: nn.SiLU, one op (F.silu) that saves its input
         return t.unary("aten.silu", x, "SiLU", component, saves="input", out="SiLU output",
                        course=course)
