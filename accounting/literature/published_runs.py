@@ -23,8 +23,12 @@ Sources, read at the commits named (the tables typed here, figure for figure):
     FULL_SHARD with Composer's DEFAULT mixed precision (fp32 parameters), micro-batch and
     activation checkpointing as listed. No memory is published: each ran, so a plan must
     say it fits. MPT's shape (scripts/train/yamls/pretrain/mpt-*.yaml; llmfoundry/models/mpt
-    configuration_mpt.py): expansion_ratio 4, vocab 50,368, ALiBi, LayerNorm without bias,
-    no biases, tied embeddings; flash attention.
+    configuration_mpt.py): expansion_ratio 4, vocab 50,368, LayerNorm without bias, no
+    biases, tied embeddings; flash attention. Positions: a learned table (MPTConfig's
+    learned_pos_emb default, not ALiBi): the table's NumParams grows by (T − 2,048)·d_model
+    from each size's 2,048-token row (MPT-1b: 1,445,974,016 at 65,536 tokens against
+    1,315,950,592 at 2,048, a difference of 63,488 · 2,048; MPT-7b 63,488 · 4,096). The
+    implementation is llm-foundry's (--implementation llm-foundry).
 """
 from __future__ import annotations
 
@@ -149,7 +153,7 @@ def _foundry(size: str, seq: int, micro: int, accum: int, ckpt: bool) -> None:
     d, n, h = _MPT[size]
     shape = ("--vocab-size", "50368", "--num-layers", str(n), "--d-model", str(d),
              "--num-heads", str(h), "--d-ff", str(4 * d), "--mlp", "gelu", "--norm",
-             "layernorm_nobias", "--positions", "none", "--tie-embeddings", "--no-bias",
+             "layernorm_nobias", "--positions", "learned", "--tie-embeddings", "--no-bias",
              "--attention", "sdpa", "--context-length", str(seq))
     _register(Run(f"llm-foundry MPT-{size}, T {seq:,}, 8 GPUs, micro-batch {micro}, "
                   f"grad accum {accum}" + (", activation checkpointing" if ckpt else ""),
@@ -159,10 +163,7 @@ def _foundry(size: str, seq: int, micro: int, accum: int, ckpt: bool) -> None:
                                     "--recompute", "full" if ckpt else "none",
                                     "--implementation", LLMFOUNDRY),
                   None, RAN, "H100 80GB",
-                  ("ALiBi inside flash attention (planned as SDPA without positions: the "
-                   "kernel adds the bias and saves nothing for it)",
-                   "FSDP1 FULL_SHARD (planned as FSDP2's)", "its fused cross-entropy "
-                   "(planned as F.cross_entropy)"),
+                  ("Composer's FSDP1 FULL_SHARD (planned as FSDP2's)",),
                   model="gpt2-small"))
 
 
