@@ -60,7 +60,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from accounting.ledger import records as R
-from accounting.ledger.builder.common import TRANSFORMERS
+from accounting.ledger.builder.common import TORCHTUNE, TRANSFORMERS
 from accounting.ledger.symbols import Expr
 from accounting.units import BF16, DTYPE_BYTES, FP16, FP32, INT64
 
@@ -210,7 +210,7 @@ def loss(activations, autocast: str | None, implementation: str) -> list[Adjustm
         return []
     logits = before[-1]
     b = DTYPE_BYTES[logits.dtype]
-    if implementation == TRANSFORMERS:
+    if implementation in (TRANSFORMERS, TORCHTUNE):  # torchtune's loss: chunk.float()
         return [Adjustment(TRANSFORMERS_LOSS, Expr.of(b, lsm.shape),
                            f"the model's output keeps its {logits.dtype} logits; its loss "
                            "upcasts them, so log_softmax runs in float32")]

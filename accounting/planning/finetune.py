@@ -33,6 +33,7 @@ from fractions import Fraction
 
 from accounting.formats.bnb import bnb_4bit_bytes
 from accounting.formats.torchao_nf4 import torchao_nf4_bytes
+from accounting.ledger.builder.common import TORCHTUNE
 from accounting.ledger.builder.lora import Adapters
 from accounting.planning import lora_targets as LT
 from accounting.ledger.ledger import ledger
@@ -151,6 +152,15 @@ class FineTune:
                 out[k] = out.get(k, 0) + b * p.count(v)
         return out
 
+    def base_nf4_bytes(self) -> dict[str, int]:
+        """The NF4 base in the plan's layout: torchao's NF4Tensor for torchtune (where to_nf4
+        takes every weight's size), else bitsandbytes'."""
+        if self.nf4_layout == NF4_TORCHAO:
+            ao = self.nf4_bytes_torchao()
+            if ao is not None:
+                return ao
+        return self.nf4_bytes()
+
     def nf4_bytes(self) -> dict[str, int]:
         """Component -> bytes of the NF4 base weights, all layers (bitsandbytes' layout)."""
         lg = ledger(self.config)
@@ -195,7 +205,7 @@ def _state(ft: FineTune, model) -> dict[str, Expr]:
     adapters = [p for p in lg.params if not p.frozen]
     b = DTYPE_BYTES[ft.base_dtype]
     return {"base": _count(base).scale(b), "base_count": _count(base),
-            "nf4": Expr.of(sum(ft.nf4_bytes().values()), ()) if quantized else Expr(),
+            "nf4": Expr.of(sum(ft.base_nf4_bytes().values()), ()) if quantized else Expr(),
             "adapters": _count(adapters), "adapter_tensors": sum((Expr.of(1, (p.repeat,) if p.repeat else ())
                                        for p in adapters), Expr())}
 
@@ -212,10 +222,16 @@ def weight_terms(ft: FineTune, model, copies) -> list:
     out = []
     if ft.qlora:
         dq = "with" if ft.double_quant else "without"
-        out.append(Term(f"base weights (frozen, nf4: bitsandbytes, {dq} double quantization)",
-                        "packed 4-bit weights + absmax + quant maps", st["nf4"],
-                        note="every linear layer but the LM head (accounting/formats/bnb.py, "
-                             "blocksize 64); dequantized to bf16 one layer at a time"))
+        if ft.nf4_layout == NF4_TORCHAO and ft.nf4_bytes_torchao() is not None:
+            out.append(Term("base weights (frozen, nf4: torchao's NF4Tensor)",
+                            "4-bit codes + int8 scalers + their factors", st["nf4"],
+                            note="every linear layer but the LM head (accounting/formats/"
+                                 "torchao_nf4.py, block 64, scaler block 256)"))
+        else:
+            out.append(Term(f"base weights (frozen, nf4: bitsandbytes, {dq} double quantization)",
+                            "packed 4-bit weights + absmax + quant maps", st["nf4"],
+                            note="every linear layer but the LM head (accounting/formats/bnb.py, "
+                                 "blocksize 64); dequantized to bf16 one layer at a time"))
         out.append(Term(f"base parameters not quantized (frozen, {ft.base_dtype})",
                         f"{DTYPE_BYTES[ft.base_dtype]}·({st['base_count']})", st["base"],
                         note="embeddings, norms, the LM head and biases"))
@@ -443,7 +459,12 @@ def resolve(config: ModelConfig, lora: LoRA, names=None, precision_autocast: str
         targets.append(Target(name, f"{path}.{name}", True, tuple(f"ffn.experts.{w}" for w in group),
                               (), ()))
     compute = BF16 if precision_autocast is not None else FP32
+    # torchtune's LoRALinear holds lora_a and lora_b in the model's dtype (its recipes build
+    # the model under training.set_default_dtype(bf16)), no float32 upcast as PEFT's
+    # autocast_adapter_dtype; its QLoRA base is torchao's NF4Tensor (to_nf4 in LoRALinear
+    # and FrozenNF4Linear: torchtune/modules/peft/lora.py, modules/low_precision)
+    tune = implementation == TORCHTUNE
     adapters = Adapters(lora.rank, frozenset(modules), frozenset(followers), lora.dropout > 0,
-                        FP32, expert_groups)
+                        compute if tune else FP32, expert_groups)
     return FineTune(config, lora, tuple(targets), base_weights, double_quant, compute, adapters,
-                    implementation)
+                    implementation, NF4_TORCHAO if tune else NF4_BNB)

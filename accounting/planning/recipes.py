@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
 
-from accounting.ledger.builder.common import COURSE, LLMFOUNDRY, TRANSFORMERS
+from accounting.ledger.builder.common import COURSE, LLMFOUNDRY, TORCHTUNE, TRANSFORMERS
 from accounting.planning.optimizers import DEFAULT_OPTIMIZER, OPTIMIZERS, get_optimizer, is_default
 from accounting.planning.precisions import BF16_MASTER, BF16_MIXED, get_precision
 from accounting.runtime.errors import UsageError
@@ -28,6 +28,11 @@ IMPLEMENTATIONS = {
                 "MPTBlock, at mosaicml/llm-foundry@c90b9b3): LPLayerNorm (F.layer_norm on the "
                 "bf16 input: saves it and fp32 mean and 1/σ), nn.GELU in one op (saves its "
                 "input), its flash/triton attention kernel (no T×T tensor), no dropout",
+    TORCHTUNE: "torchtune's own Llama (torchtune 0.6.1, models/llama3_1/_component_builders.py): "
+               "its ops planned as transformers' Llama's (RMSNorm in float32, F.silu, SDPA); "
+               "its LoRA adapters in the model's dtype (LoRALinear: bf16 under bf16), its "
+               "QLoRA base in torchao's NF4Tensor layout; its recipes' chunked loss is "
+               "--loss chunked",
 }
 ATTENTION_NAMES = {"naive": "naive (the course's explicit softmax(QKᵀ)V, T×T scores saved)",
                    "sdpa": "SDPA (F.scaled_dot_product_attention, fused: no T×T tensor saved)"}
@@ -115,6 +120,12 @@ def resolve(config: ModelConfig, from_hf: bool, implementation: str | None = Non
     if implementation not in IMPLEMENTATIONS:
         raise UsageError(f"unknown implementation {implementation!r}; choose "
                          f"{' or '.join(IMPLEMENTATIONS)}")
+    if implementation == TORCHTUNE:  # transformers' Llama ops: the same configs
+        gap = transformers_gap(config)
+        if gap is not None:
+            raise UsageError(f"--implementation {TORCHTUNE} plans torchtune's Llama-family "
+                             f"models, and not {gap}; give --implementation course")
+        config = replace(config, attention="sdpa")  # its MultiHeadAttention: F.sdpa
     if implementation == TRANSFORMERS:
         gap = transformers_gap(config)
         if gap is not None:

@@ -53,6 +53,11 @@ TORCHTITAN = "torchtitan"
 # its pretraining yamls run it): low-precision LayerNorm (F.layer_norm on the bf16 input),
 # nn.GELU in one op, a fused flash/triton attention kernel, no dropout (builder/megatron.py)
 LLMFOUNDRY = "llm-foundry"
+# torchtune's own Llama (torchtune/models/llama3_1/_component_builders.py, 0.6.1): its ops
+# planned as transformers' Llama's (the RMSNorm in float32 then cast back, F.silu, SDPA);
+# what differs is its LoRA (adapters in the model's dtype) and NF4 (torchao's NF4Tensor),
+# planning/finetune.py
+TORCHTUNE = "torchtune"
 DROPOUT_MASK = "dropout mask"  # the label every dropout's saved 1-byte mask ends with
 
 
@@ -64,7 +69,7 @@ class Arch:
         self.c = c
         # whose ops: model/ as written (COURSE), transformers' modeling code (TRANSFORMERS)
         # or Megatron-Core + TE's fused modules (MEGATRON; `dropout`: its dropouts on)
-        self.hf = implementation == TRANSFORMERS
+        self.hf = implementation in (TRANSFORMERS, TORCHTUNE)
         self.megatron = implementation == MEGATRON
         self.titan = implementation == TORCHTITAN
         self.foundry = implementation == LLMFOUNDRY
