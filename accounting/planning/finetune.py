@@ -179,14 +179,19 @@ def describe(ft: FineTune) -> str:
     """The plan's fine-tuning assumptions in words (the settings table)."""
     lo = ft.lora
     names = ", ".join(dict.fromkeys(t.name for t in ft.targets))
-    base = (f"every linear layer but the LM head in bitsandbytes' NF4 ("
-            f"{'with' if ft.double_quant else 'without'} double quantization, blocksize 64), "
-            f"the rest in {ft.base_dtype}, compute in bf16" if ft.qlora else
-            f"stored in {ft.base_dtype}")
-    return (f"{'QLoRA' if ft.qlora else 'LoRA'} (PEFT): r = {lo.rank}, alpha = {lo.alpha}, "
+    tune = ft.implementation == TORCHTUNE
+    nf4 = ("torchao's NF4Tensor (block 64, scaler block 256)" if ft.nf4_layout == NF4_TORCHAO
+           else f"bitsandbytes' NF4 ({'with' if ft.double_quant else 'without'} double "
+                "quantization, blocksize 64)")
+    base = (f"every linear layer but the LM head in {nf4}, the rest in {ft.base_dtype}, "
+            "compute in bf16" if ft.qlora else f"stored in {ft.base_dtype}")
+    return (f"{'QLoRA' if ft.qlora else 'LoRA'} ({'torchtune' if tune else 'PEFT'}): "
+            f"r = {lo.rank}, alpha = {lo.alpha}, "
             f"dropout = {lo.dropout}, on {names} ({len(ft.targets)} layer kinds); the base "
             f"frozen (no gradient, no optimizer state), {base}; adapters in "
-            f"{ft.adapters.adapter_dtype} (autocast_adapter_dtype), the trained tensors: their "
+            f"{ft.adapters.adapter_dtype} ("
+            f"{'LoRALinear: the model dtype' if tune else 'autocast_adapter_dtype'}), the "
+            "trained tensors: their "
             f"{ft.adapters.adapter_dtype} gradients and the optimizer's state (--optimizer) only; "
             "the embedding's output requires grad (enable_input_require_grads); this overrides "
             "the precision's master weights, gradients and state dtype")
