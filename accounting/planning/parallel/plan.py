@@ -43,6 +43,8 @@ from accounting.planning.parallel.step import stage_flops, step_time
 # the records it assembles (plan_records.py)
 from accounting.planning.parallel.plan_records import ParallelPlan, StagePlan
 
+FP8_GATHER = 1  # bytes an element of a float8 TP all-gather moves (e4m3 / e5m2)
+
 
 def _shown(config: ModelConfig, layout: Layout) -> list[int]:
     """The first stage, the second, the last, and with an uneven split the middle stage with
@@ -134,7 +136,7 @@ def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage:
         items = OF.apply(items, offload, stack.stack)
         return _finish(sp, layout, precision, seq, stage, layers, kinds, units, st, items,
                        acts, values, tp_rank, W16 if stack.stack.fsdp2_bf16 else None,
-                       counting)
+                       counting, fp8_tp_gathers=stack.stack.fp8_tp_gathers)
     lora = None if finetune is None else LS.split_states(units, dl, st.dp_rank, finetune)
     if lora is not None:
         items = LS.state_items(finetune, units, dl, st.dp_rank, optimizer)
@@ -189,9 +191,10 @@ def _finish(sp: Split, layout: Layout, p: Precision, seq: int, stage: int, layer
             units, st: States, items: list[Item], acts: A.StageActivations,
             values: dict[str, int], tp_rank: int, gather_bytes: int | None = None,
             counting: str = EXECUTED, update: int | None = None,
-            lora: LS.Parts | None = None) -> StagePlan:
+            lora: LS.Parts | None = None, fp8_tp_gathers: tuple[str, ...] = ()) -> StagePlan:
     """The stage's communication and FLOPs, beside its memory items (`gather_bytes`: what
-    FSDP2 gathers per element, when not the master's: bf16 under torchtitan's policy)."""
+    FSDP2 gathers per element, when not the master's: bf16 under torchtitan's policy;
+    `fp8_tp_gathers`: the stack's float8 TP, stacks.Stack.fp8_tp_gathers)."""
     c = sp.config
     dl, local = data_layout(layout), seq // layout.cp
     buf = stage_buffers(sp, values, kinds)
@@ -199,7 +202,8 @@ def _finish(sp: Split, layout: Layout, p: Precision, seq: int, stage: int, layer
     norms = [t for u in units for t in u.tensors if sp.sequence_norm(t.tensor)]
     comms = (C.tensor_parallel(layout, len(layers), stage, layout.micro_batch, local, c.d_model,
                                act_bytes, c.positions == "learned",
-                               (len(norms), sum(t.numel for t in norms)), p.grad_bytes)
+                               (len(norms), sum(t.numel for t in norms)), p.grad_bytes,
+                               FP8_GATHER if p.fp8 in fp8_tp_gathers else None)
              + C.pipeline(layout, stage, layout.micro_batch,
                           local // (layout.tp if layout.sp else 1), c.d_model, act_bytes)
              + C.context_parallel(layout, len(layers), layout.micro_batch, seq,

@@ -115,6 +115,15 @@ class Stack:
     emitter: str = ""
     # --offload: the model states it can keep in CPU memory, option -> policy (offload.py)
     offload: dict[str, Policy] = field(default_factory=dict)
+    # float8 tensor parallelism (issue 44): the fp8 libraries (Precision.fp8) under which its
+    # TP all-gathers move fp8. torchtitan's apply_tp with float8 tensorwise TP
+    # (models/llama3/infra/parallelize.py: Float8ColwiseParallel, Float8RowwiseParallel,
+    # PrepareFloat8ModuleInput) runs torchao's float8_tensor_parallel.py (torchao 0.18):
+    # _prepare_input_fn casts the sequence shard to fp8 (hp_tensor_to_float8_dynamic, e4m3)
+    # before `redistribute` all-gathers it, and _prepare_output_fn's NoopFwToFloat8BwDynamic
+    # casts the output's gradient to fp8 (e5m2) before the backward's all-gather; the
+    # reduce-scatters stay bf16, the LM head (not a Float8Linear) gathers bf16
+    fp8_tp_gathers: tuple[str, ...] = ()
 
 
 STACKS: dict[str, Stack] = {}
@@ -154,7 +163,8 @@ register(Stack(TORCHTITAN, "torchtitan: its own Llama under FSDP2 with MixedPrec
                "checkpointing on the CPU (tests/test_stack_implementations.py, test_stacks.py)",
                implementation=lambda c: TITAN_IMPL if llama_block(c) else COURSE,
                fsdp2_bf16=True, fp8=("torchao",), fused_attention=True,
-               update_temporary=W32, pp_keeps_unsharded=True, emitter=TORCHTITAN))
+               update_temporary=W32, pp_keeps_unsharded=True, emitter=TORCHTITAN,
+               fp8_tp_gathers=("torchao",)))
 
 
 def get_stack(name: str) -> Stack:
