@@ -7,7 +7,12 @@ Expected values: b·T·d_model bytes per gather written out by hand; the rule it
 the installed torchao (float8/float8_tensor_parallel.py): Float8ColwiseParallel's
 _prepare_input_fn casts to fp8 before it redistributes (the all-gather), and
 Float8RowwiseParallel's _prepare_output_fn applies NoopFwToFloat8BwDynamic after its
-reduce-scatter (so the backward's all-gather of the gradient runs on the fp8 cast)."""
+reduce-scatter (so the backward's all-gather of the gradient runs on the fp8 cast).
+
+Async TP (--async-tp; stacks.Stack.async_tp): the symmetric-memory workspace torch keeps per
+TP group, the largest request (torch/distributed/_symmetric_memory/__init__.py, read from
+the installed torch: get_symm_mem_workspace, _pipelined_multi_all_gather_and_consume,
+_pipelined_produce_and_all2all), by hand."""
 import inspect
 
 import pytest
@@ -63,3 +68,42 @@ def test_the_rule_is_torchaos():
     assert src.index("hp_tensor_to_float8_dynamic") < src.index(".redistribute(")
     out = inspect.getsource(tp.Float8RowwiseParallel._prepare_output_fn)
     assert out.index(".redistribute(") < out.index("NoopFwToFloat8BwDynamic.apply")
+
+
+def test_async_tp_workspace_by_hand():
+    """torch's get_symm_mem_workspace keeps the largest request per TP group: under float8 TP
+    the all-gather's fp8 shard (b·T/tp·d·1) is smaller than the reduce-scatter's two bf16
+    output chunks (2·b·T/tp·d·2), which size it."""
+    from accounting.planning.parallel.stack_memory import StackRun
+    lo = Layout(8, tp=4, dp=2, zero=3, sp=True, global_batch=4, micro_batch=1)
+    for prec in ("fp8-torchao", "bf16-mixed"):
+        run = StackRun(get_stack(TORCHTITAN), async_tp=True)
+        p = parallel_plan(_config(), lo, T, precision=PRECISIONS[prec], stack=run)
+        items = {i.name: i.bytes.at(1) for i in p.stages[0].items}
+        assert items["async TP symmetric-memory workspace (one per TP group)"] == \
+            2 * (T // 4) * H * 2
+        plain = parallel_plan(_config(), lo, T, precision=PRECISIONS[prec],
+                              stack=StackRun(get_stack(TORCHTITAN)))
+        assert "async TP symmetric-memory workspace (one per TP group)" not in \
+            {i.name for i in plain.stages[0].items}
+
+
+def test_async_tp_rule_is_torchs():
+    sm = pytest.importorskip("torch.distributed._symmetric_memory")
+    ws = inspect.getsource(sm.get_symm_mem_workspace)
+    assert "max(size, min_size)" in ws  # grows to the largest request, kept per group
+    rs = inspect.getsource(sm._pipelined_produce_and_all2all)
+    assert "out_chunks[0].numel() * out_chunks[0].element_size() * 2" in rs
+    ag = inspect.getsource(sm._pipelined_multi_all_gather_and_consume)
+    assert "p2p_workspace_size_req += x.numel() * x.element_size()" in ag
+
+
+def test_async_tp_refusals_in_one_line():
+    import subprocess
+    import sys
+    for extra, word in ((["--gpus", "8"], "--stack torchtitan"),
+                        (["--stack", "torchtitan", "--gpus", "8", "--fsdp"], "--tp")):
+        run = subprocess.run([sys.executable, "-m", "accounting", "plan", "gpt2-small",
+                              "--async-tp", *extra], capture_output=True, text=True, timeout=120)
+        assert run.returncode == 2 and word in run.stderr, run.stderr
+        assert len(run.stderr.strip().splitlines()) == 1, run.stderr

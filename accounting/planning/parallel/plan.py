@@ -270,6 +270,9 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
     config = stack.as_run(config)
     check_layout(config, layout, seq)
     check_stack(stack.stack, config, layout, stack.dropout)
+    if stack.async_tp and layout.tp == 1:
+        raise UsageError("--async-tp overlaps tensor parallelism's collectives with its "
+                         "matmuls: give --tp T (T > 1) --sp with it")
     check_optimizer(optimizer, data_layout(layout), precision)
     if not stack.stack.torch_engines and (not is_default(optimizer) or precision.fp8 not in (
             None, *stack.stack.fp8)):
