@@ -107,3 +107,17 @@ def test_async_tp_refusals_in_one_line():
                               "--async-tp", *extra], capture_output=True, text=True, timeout=120)
         assert run.returncode == 2 and word in run.stderr, run.stderr
         assert len(run.stderr.strip().splitlines()) == 1, run.stderr
+
+
+def test_emit_torchtitan_sets_async_tp():
+    # torchtitan/config/job_config.py Parallelism.enable_async_tensor_parallel
+    import subprocess
+    import sys
+    base = [sys.executable, "-m", "accounting", "plan", "meta-llama/Llama-3.1-8B", "--stack",
+            "torchtitan", "--gpus", "8", "--tp", "4", "--sp", "--fsdp", "--ctx", "4096",
+            "--batch", "8", "--emit", "torchtitan"]
+    on = subprocess.run(base + ["--async-tp"], capture_output=True, text=True, timeout=120)
+    off = subprocess.run(base, capture_output=True, text=True, timeout=120)
+    assert on.returncode == off.returncode == 0, on.stderr + off.stderr
+    assert "enable_async_tensor_parallel = true" in on.stdout
+    assert "enable_async_tensor_parallel" not in off.stdout
