@@ -148,6 +148,22 @@ _tune("LoRA", "16.2", "RTX-4090", ("--gpu", "RTX-4090") + _LORA)
 _tune("LoRA", "30.3", "A6000", ("--gpu-mem", "48GB") + _LORA, _A6000)
 _tune("QLoRA", "7.4", "RTX-4090", ("--gpu", "RTX-4090", "--base-weights", "nf4") + _LORA)
 
+# The same table's 8-GPU LoRA rows (lora_finetune_distributed: FSDP2 over the 8 GPUs), as
+# its configs set them (recipes/configs/llama3_1/70B_lora.yaml, 405B_qlora.yaml: LoRA r 16,
+# alpha 32, on q_proj, v_proj, output_proj and the MLP; AdamW(fused=True); bf16; activation
+# checkpointing), at the table's batch of 2 sequences of 2,048 tokens per GPU. The 405B row
+# is published in GB (44.8 GB = 41.7 GiB); "8x A100": the 80 GB card (405B in NF4 is 203 GB)
+_LORA16 = ("--lora-rank", "16", "--lora-alpha", "32", "--lora-targets",
+           "q_proj,v_proj,o_proj,gate_proj,up_proj,down_proj")
+_DIST = ("--gpus", "8", "--fsdp", "--ctx", "2048", "--batch", "16", "--micro-batch", "2",
+         "--recompute", "full", "--implementation", TORCHTUNE, "--optimizer", "adamw-fused",
+         "--gpu", "A100") + _LORA16
+_register(Run("torchtune: Llama 3.1 70B, LoRA, 8x A100", TORCHTUNE_README, L70B + _DIST,
+              Fraction("27.6"), ACTIVE, "A100 80GB", (COMPILE, TUNE_LOSS)))
+_register(Run("torchtune: Llama 3.1 405B, QLoRA, 8x A100", TORCHTUNE_README,
+              L405B + _DIST + ("--base-weights", "nf4"), Fraction(448 * 10**8, 2**30), ACTIVE,
+              "A100 80GB", (COMPILE, TUNE_LOSS)))
+
 
 # MPT sizes (llm-foundry scripts/train/yamls/pretrain/mpt-{1b,3b,7b,13b,30b}.yaml):
 # (d_model, n_layers, n_heads)
