@@ -162,3 +162,27 @@ def test_cli_refuses_qlora_with_tp_in_one_line():
     assert len(run.stderr.strip().splitlines()) == 1, run.stderr
     with pytest.raises(UsageError):
         lora_states(_ft("nf4"), Layout(8, pp=2, dp=4, zero=3, global_batch=8))
+
+
+def test_qlora_fsdp_all_gathers_move_the_nf4_shards():
+    ft = _ft("nf4")
+    d, m = 8, 2
+    lo = Layout(8, dp=d, zero=3, global_batch=16)  # 2 micro-batches of 1 per rank
+    s = parallel_plan(config_of(MODEL), lo, 16, precision=get_precision("bf16-mixed"),
+                      finetune=ft).stages[0]
+    c = lambda n: -(-n // d)  # noqa: E731
+    block = 4 * _bnb_hand(c(D), D) + 2 * _bnb_hand(c(F), D) + _bnb_hand(c(D), F) + 2 * 2 * c(D)
+    root = 2 * (2 * c(V) * D) + 2 * c(D)  # embedding, LM head, final norm in bf16
+    got = {}
+    for x in s.collectives:
+        if x.op == "all-gather":
+            got[(x.what, x.phase)] = got.get((x.what, x.phase), 0) + x.bytes
+    # the base's gathers (adapters' merged in: lora_states.collectives), forward pass
+    blocks = next(v for (w, ph), v in got.items() if w.startswith("parameters of the blocks")
+                  and ph == "forward")
+    adapters = m * L * d * 4 * (3 * (c(R) * D + c(D) * R) + 2 * (c(R) * D + c(F) * R)
+                                + (c(R) * D + c(D) * R) + (c(R) * F + c(D) * R))
+    assert blocks == m * L * d * block + adapters
+    roots = next(v for (w, ph), v in got.items() if w.startswith("parameters of the root")
+                 and ph == "forward")
+    assert roots == m * d * root

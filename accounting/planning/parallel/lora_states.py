@@ -273,6 +273,18 @@ def qlora_gathered(ft: FineTune, us, layout: Layout) -> int:
     return root + (sum(blocks) if layout.sharding == 2 else sum(sorted(blocks)[-2:]))
 
 
+def _nf4_gather(c, pt: Parts, layout: Layout):
+    """A QLoRA base unit's all-gather: per micro-batch, d shards of each weight in its NF4
+    layout (NF4Tensor.fsdp_pre_all_gather's quantized tensors), the rest in bf16."""
+    ft, d, q = pt.ft, layout.dp, quantized_names(pt.ft)
+    root = "root unit" in c.what
+    units = [u for u in pt.base.units if u.root == root and not u.expert]
+    per = sum(d * base_tensor_bytes(ft, t, -(-t.sizes[t.dim] // d), q)
+              for u in units for t in u.tensors)
+    return replace(c, bytes=layout.micro_batches * per,
+                   formula=f"{c.calls:,} gathers: d·NF4(⌈rows/d⌉ rows) + d·2·Σ⌈rows/d⌉·cols_rest")
+
+
 def collectives(layout: Layout, p: Precision, pt: Parts, buffer_bytes: int) -> list:
     """The data-parallel collectives: the adapters' gradients reduced (DDP's all-reduce,
     FSDP2's reduce-scatter of the tensors that require grad); FSDP2 gathers every unit,
@@ -280,8 +292,11 @@ def collectives(layout: Layout, p: Precision, pt: Parts, buffer_bytes: int) -> l
     pb, pa = pt.precisions(p)
     out = C.data_parallel(layout, pt.trained, pa, buffer_bytes, pa.master_bytes)
     if layout.sharding >= 2:
-        out += [c for c in C.data_parallel(layout, pt.base, pb, 0, pb.master_bytes)
+        base = [c for c in C.data_parallel(layout, pt.base, pb, 0, pb.master_bytes)
                 if c.op == C.ALL_GATHER]
+        if pt.ft.qlora:  # the NF4 shards travel, not 2 bytes an element
+            base = [_nf4_gather(c, pt, layout) for c in base]
+        out += base
     return _merge(out, lambda c: (c.group, c.op, c.what, c.phase),
                   lambda a, b: replace(a, bytes=a.bytes + b.bytes, calls=max(a.calls, b.calls),
                                        formula=f"{a.formula} (adapters) + {b.formula} (base)"))
