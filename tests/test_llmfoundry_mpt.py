@@ -34,11 +34,13 @@ torch = pytest.importorskip("torch")
 H, A, F, T, V = 64, 4, 256, 16, 128
 
 
-def _config():
+def _config(bias=False):
+    # bias: MPTConfig's no_bias False (the published benchmarks': biases on every linear and
+    # both LayerNorms)
     return ModelConfig(vocab_size=V, context_length=T, num_layers=2, d_model=H, num_heads=A,
-                       d_ff=F, mlp="gelu", norm="layernorm_nobias", positions="none",
-                       tie_embeddings=True, qkv_bias=False, out_bias=False, mlp_bias=False,
-                       attention="sdpa", name="mpt-tiny")
+                       d_ff=F, mlp="gelu", norm="layernorm" if bias else "layernorm_nobias",
+                       positions="none", tie_embeddings=True, qkv_bias=bias, out_bias=bias,
+                       mlp_bias=bias, attention="sdpa", name="mpt-tiny")
 
 
 def _cast_if_autocast_enabled(t):  # llmfoundry/models/layers/norm.py
@@ -50,22 +52,23 @@ def _cast_if_autocast_enabled(t):  # llmfoundry/models/layers/norm.py
 class _LPLayerNorm(torch.nn.LayerNorm):  # llmfoundry/models/layers/norm.py LPLayerNorm
     def forward(self, x):
         dx, dw = _cast_if_autocast_enabled(x), _cast_if_autocast_enabled(self.weight)
+        db = None if self.bias is None else _cast_if_autocast_enabled(self.bias)
         with torch.autocast(enabled=False, device_type=x.device.type):
-            return torch.nn.functional.layer_norm(dx, self.normalized_shape, dw, None, self.eps)
+            return torch.nn.functional.layer_norm(dx, self.normalized_shape, dw, db, self.eps)
 
 
-def _mpt_block():
+def _mpt_block(bias=False):
     nn, Fn = torch.nn, torch.nn.functional
 
     class Block(nn.Module):
         def __init__(self):
             super().__init__()
-            self.norm_1 = _LPLayerNorm(H, bias=False)
-            self.Wqkv = nn.Linear(H, 3 * H, bias=False)
-            self.out_proj = nn.Linear(H, H, bias=False)
-            self.norm_2 = _LPLayerNorm(H, bias=False)
-            self.up_proj, self.act = nn.Linear(H, F, bias=False), nn.GELU(approximate="none")
-            self.down_proj = nn.Linear(F, H, bias=False)
+            self.norm_1 = _LPLayerNorm(H, bias=bias)
+            self.Wqkv = nn.Linear(H, 3 * H, bias=bias)
+            self.out_proj = nn.Linear(H, H, bias=bias)
+            self.norm_2 = _LPLayerNorm(H, bias=bias)
+            self.up_proj, self.act = nn.Linear(H, F, bias=bias), nn.GELU(approximate="none")
+            self.down_proj = nn.Linear(F, H, bias=bias)
 
         def forward(self, x):
             B = x.shape[0]
@@ -97,16 +100,17 @@ def _saved(block, x):
     return sum(acts.values()), sum(copies.values())
 
 
-def _plan(recompute="none"):
-    return parallel_plan(_config(), Layout(2, dp=2, zero=3, global_batch=2, recompute=recompute),
+def _plan(recompute="none", bias=False):
+    return parallel_plan(_config(bias), Layout(2, dp=2, zero=3, global_batch=2, recompute=recompute),
                          T, precision=PRECISIONS["bf16-mixed"], implementation=LLMFOUNDRY)
 
 
-def test_mpt_block_saves_what_the_plan_counts():
+@pytest.mark.parametrize("bias", [False, True])
+def test_mpt_block_saves_what_the_plan_counts(bias):
     torch.manual_seed(0)
     x = torch.randn(1, T, H, requires_grad=True)  # the fp32 residual stream (fp32 wte)
-    acts, copies = _saved(_mpt_block(), x)
-    lg = ledger(_config(), "cuda", "none", LLMFOUNDRY)
+    acts, copies = _saved(_mpt_block(bias), x)
+    lg = ledger(_config(bias), "cuda", "none", LLMFOUNDRY)
     v = lg.values(T, 1)
     rows = [r for r in lg.activations if r.saved and r.per_layer]
     planned = sum(r.elements.evaluate(v) * r.bytes_per_element for r in rows
@@ -117,7 +121,7 @@ def test_mpt_block_saves_what_the_plan_counts():
     # fp32 (layer_norm_kernel.cu: the accumulate type): 2·(4 − 2)·T bytes per norm more
     assert planned == acts + 2 * 2 * (4 - 2) * T
     assert planned_copies == copies == 2 * (3 * H * H + H * H + 2 * H * F)
-    assert _plan().per_layer_activation_bytes == planned + planned_copies
+    assert _plan(bias=bias).per_layer_activation_bytes == planned + planned_copies
     # by hand: two LPLayerNorms (bf16 input 2Th, fp32 mean and 1/σ 4T each, bf16 output
     # 2Th saved by the next linear), Wqkv's output (q, k, v: 6Th), the attention output
     # 2Th (already (b, s, h, d): out_proj reads a view) and its fp32 lse 4·a·T, up_proj's

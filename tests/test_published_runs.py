@@ -62,3 +62,19 @@ def test_a_run_that_ran_fits_the_card_it_ran_on(name):
     # llm-foundry's MPT runs on 8 H100 80GB (planned with --implementation llm-foundry: its
     # LPLayerNorm, one-op GELU and flash-attn's cross-entropy); before, 8 of 9 "did not fit"
     assert answer(PR.RUNS[name]).fits, name
+
+
+@pytest.mark.parametrize("name", list(PR.FOUNDRY_PARAMS))
+def test_mpt_shape_has_the_published_parameter_count(name):
+    # llm-foundry's README prints each run's NumParams: the flags' architecture (learned
+    # positions, biases, tied embeddings) must count exactly that many parameters
+    import contextlib
+    import io
+    import json
+    from accounting.cli.main import main
+    r = PR.RUNS[name]
+    shape = list(r.flags[:r.flags.index("--gpus")])
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main([r.model, *shape, "--format", "json", "--no-verify"]) == 0
+    assert json.loads(out.getvalue())["parameters"]["total"] == PR.FOUNDRY_PARAMS[name]

@@ -23,11 +23,12 @@ Sources, read at the commits named (the tables typed here, figure for figure):
     FULL_SHARD with Composer's DEFAULT mixed precision (fp32 parameters), micro-batch and
     activation checkpointing as listed. No memory is published: each ran, so a plan must
     say it fits. MPT's shape (scripts/train/yamls/pretrain/mpt-*.yaml; llmfoundry/models/mpt
-    configuration_mpt.py): expansion_ratio 4, vocab 50,368, LayerNorm without bias, no
-    biases, tied embeddings; flash attention. Positions: a learned table (MPTConfig's
-    learned_pos_emb default, not ALiBi): the table's NumParams grows by (T − 2,048)·d_model
-    from each size's 2,048-token row (MPT-1b: 1,445,974,016 at 65,536 tokens against
-    1,315,950,592 at 2,048, a difference of 63,488 · 2,048; MPT-7b 63,488 · 4,096). The
+    configuration_mpt.py): expansion_ratio 4, vocab 50,368, tied embeddings; flash
+    attention. Its NumParams column fixes the rest: a learned position table (MPTConfig's
+    learned_pos_emb default, not ALiBi: NumParams grows by (T − 2,048)·d_model from each
+    size's 2,048-token row) and biases (MPTConfig's no_bias default False: Wqkv, out_proj,
+    up_proj, down_proj and both LayerNorms, 11·d_model a block, and the final norm's):
+    tests/test_published_runs.py holds the plan's parameter count to NumParams. The
     implementation is llm-foundry's (--implementation llm-foundry).
 """
 from __future__ import annotations
@@ -171,14 +172,21 @@ _MPT = {"1b": (2048, 24, 16), "3b": (2560, 32, 20), "7b": (4096, 32, 32),
         "13b": (5120, 40, 40), "30b": (7168, 48, 64)}
 
 
-def _foundry(size: str, seq: int, micro: int, accum: int, ckpt: bool) -> None:
+# NumParams of each row, as the README prints it (the test compares the plan's count)
+FOUNDRY_PARAMS: dict[str, int] = {}
+
+
+def _foundry(size: str, seq: int, micro: int, accum: int, ckpt: bool, params: int) -> None:
     d, n, h = _MPT[size]
     shape = ("--vocab-size", "50368", "--num-layers", str(n), "--d-model", str(d),
              "--num-heads", str(h), "--d-ff", str(4 * d), "--mlp", "gelu", "--norm",
-             "layernorm_nobias", "--positions", "learned", "--tie-embeddings", "--no-bias",
+             "layernorm", "--positions", "learned", "--tie-embeddings", "--qkv-bias",
+             "--out-bias", "--mlp-bias",
              "--attention", "sdpa", "--context-length", str(seq))
-    _register(Run(f"llm-foundry MPT-{size}, T {seq:,}, 8 GPUs, micro-batch {micro}, "
-                  f"grad accum {accum}" + (", activation checkpointing" if ckpt else ""),
+    name = (f"llm-foundry MPT-{size}, T {seq:,}, 8 GPUs, micro-batch {micro}, "
+            f"grad accum {accum}" + (", activation checkpointing" if ckpt else ""))
+    FOUNDRY_PARAMS[name] = params
+    _register(Run(name,
                   FOUNDRY, shape + ("--gpus", "8", "--fsdp", "--ctx", str(seq), "--batch",
                                     str(8 * micro * accum), "--micro-batch", str(micro),
                                     "--precision", "bf16-mixed", "--gpu", "H100",
@@ -189,7 +197,10 @@ def _foundry(size: str, seq: int, micro: int, accum: int, ckpt: bool) -> None:
                   model="gpt2-small"))
 
 
-for _row in (("7b", 2048, 6, 1, False), ("7b", 4096, 16, 2, True), ("7b", 8192, 8, 2, True),
-             ("7b", 32768, 2, 2, True), ("13b", 4096, 10, 3, True), ("13b", 2048, 2, 1, False),
-             ("3b", 8192, 3, 6, False), ("1b", 8192, 3, 4, False), ("30b", 2048, 3, 21, True)):
+for _row in (("7b", 2048, 6, 1, False, 6_658_859_008), ("7b", 4096, 16, 2, True, 6_667_247_616),
+             ("7b", 8192, 8, 2, True, 6_684_024_832), ("7b", 32768, 2, 2, True, 6_784_688_128),
+             ("13b", 4096, 10, 3, True, 12_864_440_320),
+             ("13b", 2048, 2, 1, False, 12_853_954_560),
+             ("3b", 8192, 3, 6, False, 2_667_566_080), ("1b", 8192, 3, 4, False, 1_328_533_504),
+             ("30b", 2048, 3, 21, True, 29_975_214_080)):
     _foundry(*_row)

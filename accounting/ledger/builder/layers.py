@@ -34,8 +34,9 @@ class Linear:
             y = Sym(rows + self.d_out, dtype)
             if self.bias is not None:
                 y = t.binary("aten.add", y, self.bias, "+ bias", BIAS)
-                if t.hf:  # nn.Linear: one F.linear (addmm), autocast casts the bias too,
-                    y.dtype = dtype  # so the output stays bf16 (model/'s fp32 bias promotes it)
+                # nn.Linear (transformers', MPT's): one F.linear (addmm), autocast casts the
+                if t.hf or t.foundry:  # bias too, so the output stays bf16 (model/'s fp32
+                    y.dtype = dtype  # bias promotes it)
             if t.adapters is not None and t.adapters.targets(t.per_block, t.module):
                 y = lora.apply(t, self, x, y)  # PEFT's LoRA on this layer
             y = t.name(y, label, course)
