@@ -234,10 +234,11 @@ def test_cli_lora_and_qlora_json(capsys):
     (("--lora-rank", "8", "--precision", "bf16"), "fp32 or bf16-mixed"),
     (("--lora-alpha", "16"), "--lora-rank"),
     (("--lora-rank", "8", "--lora-dropout", "1"), "[0, 1)"),
-    # LoRA on many GPUs is data parallel only (tests/test_lora_gpus.py plans it)
-    (("--lora-rank", "8", "--gpus", "8", "--tp", "2"), "data parallelism only"),
-    (("--lora-rank", "8", "--base-weights", "nf4", "--precision", "bf16-mixed", "--gpus", "8"),
-     "one GPU"),
+    # LoRA on many GPUs: DP, TP and PP (tests/test_lora_gpus.py, test_lora_tp_qlora.py plan
+    # them); not context parallelism, nor QLoRA with TP
+    (("--lora-rank", "8", "--gpus", "8", "--cp", "2", "--attention", "sdpa"), "--cp"),
+    (("--lora-rank", "8", "--base-weights", "nf4", "--precision", "bf16-mixed", "--gpus", "8",
+      "--tp", "2"), "under DDP or FSDP2"),
 ])
 def test_bad_fine_tuning_input_is_one_line(capsys, argv, expected):
     refused_in_one_line(capsys, "plan", "meta-llama/Llama-3.1-8B", *argv, expected=expected)

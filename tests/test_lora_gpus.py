@@ -139,19 +139,19 @@ def test_cli_plans_lora_on_8_gpus_and_reports_json():
     assert "LoRA adapters (fp32, FSDP shards)" in text and "frozen base (bf16" in text
 
 
-@pytest.mark.parametrize("flags, word", [(("--tp", "2"), "--tp"), (("--zero", "1"), "--zero 1"),
-                                         (("--base-weights", "nf4", "--precision", "bf16-mixed"),
-                                          "QLoRA")])
+@pytest.mark.parametrize("flags, word", [(("--cp", "2"), "--cp"), (("--zero", "1"), "--zero 1"),
+                                         (("--base-weights", "nf4", "--precision", "bf16-mixed",
+                                           "--pp", "2"), "QLoRA")])
 def test_cli_refuses_what_is_not_planned_in_one_line(flags, word):
     run = _cli(*flags)
     assert run.returncode == 2 and word in run.stderr
     assert len(run.stderr.strip().splitlines()) == 1, run.stderr
 
 
-def test_api_refuses_qlora_and_tp():
+def test_api_refuses_qlora_with_tp_and_lora_with_cp():
     ft = resolve(config_of(MODEL), LoRA(rank=R), None, "cuda", "nf4")
     with pytest.raises(UsageError):
-        lora_states(ft, Layout(8, dp=8, zero=3, global_batch=8))
+        lora_states(ft, Layout(8, tp=2, dp=4, zero=3, global_batch=8))
     with pytest.raises(UsageError):
-        lora_states(_ft(), Layout(8, tp=2, dp=4, zero=3, global_batch=8))
+        lora_states(_ft(), Layout(8, cp=2, dp=4, zero=3, global_batch=8))
     assert Fraction(_ft().lora.alpha) == 8

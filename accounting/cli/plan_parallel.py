@@ -118,6 +118,10 @@ def add_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--attention-kernel", choices=tuple(KERNELS),
                    help="--stack megatron: " + "; ".join(f"{k}: {v}" for k, v in KERNELS.items())
                         + f" (default {FLASH})")
+    g.add_argument("--async-tp", action="store_true",
+                   help="--stack torchtitan with --tp: async TP (its "
+                        "enable_async_tensor_parallel: symmetric-memory fused all-gather/"
+                        "reduce-scatter matmuls, whose workspace is held per TP group)")
     g.add_argument("--compare-formulas", action="store_true",
                    help="the literature's memory formulas beside the plan (the ZeRO paper, "
                         "Korthikanti et al., Megatron's theoretical_memory_usage.py, Transformer "
@@ -182,11 +186,16 @@ def stack_run(ns: argparse.Namespace) -> tuple[StackRun, str]:
             if v is not None:
                 raise UsageError(f"{flag} is a setting of --stack megatron (Megatron-Core + "
                                  f"Transformer Engine); give --stack megatron with it")
+    async_tp = bool(getattr(ns, "async_tp", False))
+    if async_tp and not stack.async_tp:
+        raise UsageError(f"--async-tp is torchtitan's async tensor parallelism; give --stack "
+                         f"{next(s.name for s in STACKS.values() if s.async_tp)} with it")
     precision = ns.precision or FP32
     if "torchao" in stack.fp8 and ns.precision in (FP8_TORCHAO, FP8_TORCHAO_FSDP):
         # torchtitan's float8 converter (torchao's Float8Linear in its bf16 FSDP2 blocks;
         # enable_fsdp_float8_all_gather: fp8-torchao-fsdp; its default, False: fp8-torchao)
-        return StackRun(stack, _dropout(ns.dropout), ns.attention_kernel or FLASH), ns.precision
+        return StackRun(stack, _dropout(ns.dropout), ns.attention_kernel or FLASH,
+                        async_tp=async_tp), ns.precision
     if "te" in stack.fp8 and ns.precision in (FP8_TE, FP8_TE_CURRENT):
         # Megatron-Core's --fp8-format hybrid through Transformer Engine (--fp8-recipe
         # delayed: fp8-te; tensorwise, current scaling: fp8-te-current)
@@ -199,7 +208,8 @@ def stack_run(ns: argparse.Namespace) -> tuple[StackRun, str]:
                              + (" or give fp8-te / fp8-te-current (Transformer Engine's fp8)"
                                 if "te" in stack.fp8 else ""))
         precision = BF16_MIXED
-    return StackRun(stack, _dropout(ns.dropout), ns.attention_kernel or FLASH), precision
+    return StackRun(stack, _dropout(ns.dropout), ns.attention_kernel or FLASH,
+                    async_tp=async_tp), precision
 
 
 def fp8_peak(hw, gpu: str, config, p, seq: int, recompute: str):

@@ -51,6 +51,7 @@ class Trace(KernelOps):
         self.megatron = False  # Megatron-Core + TE's fused modules (builder/megatron.py)
         self.dropout = False  # Megatron: dropout on (its masks saved)
         self.titan = False  # torchtitan's Llama (builder/megatron.py's fused norm, its RoPE)
+        self.foundry = False  # llm-foundry's MPT (builder/megatron.py: its norm and GELU)
         self.adapters = adapters  # LoRA (builder/lora.py): every other parameter frozen
         self.lora_outputs: dict = {}  # a fused PEFT layer's lora_A output, by its input
         self._fp8_inputs: dict = {}  # Megatron + TE: each input's one fp8 copy, by storage

@@ -60,7 +60,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from accounting.ledger import records as R
-from accounting.ledger.builder.common import TRANSFORMERS
+from accounting.ledger.builder.common import TORCHTUNE, TRANSFORMERS
 from accounting.ledger.symbols import Expr
 from accounting.units import BF16, DTYPE_BYTES, FP16, FP32, INT64
 
@@ -202,13 +202,15 @@ def attention(activations, values: dict[str, int]) -> list[Adjustment]:
 def loss(activations, autocast: str | None, implementation: str) -> list[Adjustment]:
     """The loss region on CUDA, against the CPU step's."""
     order = list(activations)
-    lsm = next(r for r in order if r.name == "log-softmax of the logits")
+    lsm = next((r for r in order if r.name == "log-softmax of the logits"), None)
+    if lsm is None:  # a fused cross-entropy kernel (llm-foundry's): no log_softmax to adjust
+        return []
     before = [r for r in order[:order.index(lsm)] if r.shape == lsm.shape]
     if not before:
         return []
     logits = before[-1]
     b = DTYPE_BYTES[logits.dtype]
-    if implementation == TRANSFORMERS:
+    if implementation in (TRANSFORMERS, TORCHTUNE):  # torchtune's loss: chunk.float()
         return [Adjustment(TRANSFORMERS_LOSS, Expr.of(b, lsm.shape),
                            f"the model's output keeps its {logits.dtype} logits; its loss "
                            "upcasts them, so log_softmax runs in float32")]

@@ -33,6 +33,7 @@ from fractions import Fraction
 
 from accounting.formats.bnb import bnb_4bit_bytes
 from accounting.formats.torchao_nf4 import torchao_nf4_bytes
+from accounting.ledger.builder.common import TORCHTUNE
 from accounting.ledger.builder.lora import Adapters
 from accounting.planning import lora_targets as LT
 from accounting.ledger.ledger import ledger
@@ -45,6 +46,9 @@ from accounting.units import BF16, DTYPE_BYTES, FP32
 
 ALL_LINEAR = "all-linear"  # PEFT's shorthand (peft/utils/constants.py INCLUDE_LINEAR_LAYERS_SHORTHAND)
 NF4 = "nf4"
+# whose NF4 layout a QLoRA base is stored in: bitsandbytes' (transformers + PEFT:
+# formats/bnb.py) or torchao's NF4Tensor (torchtune's QLoRA: formats/torchao_nf4.py)
+NF4_BNB, NF4_TORCHAO = "bitsandbytes", "torchao"
 BASE_WEIGHTS = (NF4,)  # --base-weights: the base's storage other than the compute dtype
 # PEFT's LoraConfig defaults (peft/tuners/lora/config.py): r=8, lora_alpha=8, lora_dropout=0.0
 DEFAULT_RANK, DEFAULT_ALPHA = 8, 8
@@ -98,6 +102,7 @@ class FineTune:
     base_dtype: str  # the frozen parameters' dtype (the non-quantized ones under QLoRA)
     adapters: Adapters
     implementation: str = "course"  # the recipe's (planning/recipes.py): whose ops the ledger runs
+    nf4_layout: str = NF4_BNB  # the QLoRA base's 4-bit layout (NF4_BNB or NF4_TORCHAO)
 
     def ledger(self, autocast: str | None = None, recompute: str = "none"):
         """The ledger of the LoRA step: adapters on a base frozen in base_dtype."""
@@ -147,6 +152,15 @@ class FineTune:
                 out[k] = out.get(k, 0) + b * p.count(v)
         return out
 
+    def base_nf4_bytes(self) -> dict[str, int]:
+        """The NF4 base in the plan's layout: torchao's NF4Tensor for torchtune (where to_nf4
+        takes every weight's size), else bitsandbytes'."""
+        if self.nf4_layout == NF4_TORCHAO:
+            ao = self.nf4_bytes_torchao()
+            if ao is not None:
+                return ao
+        return self.nf4_bytes()
+
     def nf4_bytes(self) -> dict[str, int]:
         """Component -> bytes of the NF4 base weights, all layers (bitsandbytes' layout)."""
         lg = ledger(self.config)
@@ -165,14 +179,19 @@ def describe(ft: FineTune) -> str:
     """The plan's fine-tuning assumptions in words (the settings table)."""
     lo = ft.lora
     names = ", ".join(dict.fromkeys(t.name for t in ft.targets))
-    base = (f"every linear layer but the LM head in bitsandbytes' NF4 ("
-            f"{'with' if ft.double_quant else 'without'} double quantization, blocksize 64), "
-            f"the rest in {ft.base_dtype}, compute in bf16" if ft.qlora else
-            f"stored in {ft.base_dtype}")
-    return (f"{'QLoRA' if ft.qlora else 'LoRA'} (PEFT): r = {lo.rank}, alpha = {lo.alpha}, "
+    tune = ft.implementation == TORCHTUNE
+    nf4 = ("torchao's NF4Tensor (block 64, scaler block 256)" if ft.nf4_layout == NF4_TORCHAO
+           else f"bitsandbytes' NF4 ({'with' if ft.double_quant else 'without'} double "
+                "quantization, blocksize 64)")
+    base = (f"every linear layer but the LM head in {nf4}, the rest in {ft.base_dtype}, "
+            "compute in bf16" if ft.qlora else f"stored in {ft.base_dtype}")
+    return (f"{'QLoRA' if ft.qlora else 'LoRA'} ({'torchtune' if tune else 'PEFT'}): "
+            f"r = {lo.rank}, alpha = {lo.alpha}, "
             f"dropout = {lo.dropout}, on {names} ({len(ft.targets)} layer kinds); the base "
             f"frozen (no gradient, no optimizer state), {base}; adapters in "
-            f"{ft.adapters.adapter_dtype} (autocast_adapter_dtype), the trained tensors: their "
+            f"{ft.adapters.adapter_dtype} ("
+            f"{'LoRALinear: the model dtype' if tune else 'autocast_adapter_dtype'}), the "
+            "trained tensors: their "
             f"{ft.adapters.adapter_dtype} gradients and the optimizer's state (--optimizer) only; "
             "the embedding's output requires grad (enable_input_require_grads); this overrides "
             "the precision's master weights, gradients and state dtype")
@@ -191,7 +210,7 @@ def _state(ft: FineTune, model) -> dict[str, Expr]:
     adapters = [p for p in lg.params if not p.frozen]
     b = DTYPE_BYTES[ft.base_dtype]
     return {"base": _count(base).scale(b), "base_count": _count(base),
-            "nf4": Expr.of(sum(ft.nf4_bytes().values()), ()) if quantized else Expr(),
+            "nf4": Expr.of(sum(ft.base_nf4_bytes().values()), ()) if quantized else Expr(),
             "adapters": _count(adapters), "adapter_tensors": sum((Expr.of(1, (p.repeat,) if p.repeat else ())
                                        for p in adapters), Expr())}
 
@@ -208,10 +227,16 @@ def weight_terms(ft: FineTune, model, copies) -> list:
     out = []
     if ft.qlora:
         dq = "with" if ft.double_quant else "without"
-        out.append(Term(f"base weights (frozen, nf4: bitsandbytes, {dq} double quantization)",
-                        "packed 4-bit weights + absmax + quant maps", st["nf4"],
-                        note="every linear layer but the LM head (accounting/formats/bnb.py, "
-                             "blocksize 64); dequantized to bf16 one layer at a time"))
+        if ft.nf4_layout == NF4_TORCHAO and ft.nf4_bytes_torchao() is not None:
+            out.append(Term("base weights (frozen, nf4: torchao's NF4Tensor)",
+                            "4-bit codes + int8 scalers + their factors", st["nf4"],
+                            note="every linear layer but the LM head (accounting/formats/"
+                                 "torchao_nf4.py, block 64, scaler block 256)"))
+        else:
+            out.append(Term(f"base weights (frozen, nf4: bitsandbytes, {dq} double quantization)",
+                            "packed 4-bit weights + absmax + quant maps", st["nf4"],
+                            note="every linear layer but the LM head (accounting/formats/bnb.py, "
+                                 "blocksize 64); dequantized to bf16 one layer at a time"))
         out.append(Term(f"base parameters not quantized (frozen, {ft.base_dtype})",
                         f"{DTYPE_BYTES[ft.base_dtype]}·({st['base_count']})", st["base"],
                         note="embeddings, norms, the LM head and biases"))
@@ -439,7 +464,12 @@ def resolve(config: ModelConfig, lora: LoRA, names=None, precision_autocast: str
         targets.append(Target(name, f"{path}.{name}", True, tuple(f"ffn.experts.{w}" for w in group),
                               (), ()))
     compute = BF16 if precision_autocast is not None else FP32
+    # torchtune's LoRALinear holds lora_a and lora_b in the model's dtype (its recipes build
+    # the model under training.set_default_dtype(bf16)), no float32 upcast as PEFT's
+    # autocast_adapter_dtype; its QLoRA base is torchao's NF4Tensor (to_nf4 in LoRALinear
+    # and FrozenNF4Linear: torchtune/modules/peft/lora.py, modules/low_precision)
+    tune = implementation == TORCHTUNE
     adapters = Adapters(lora.rank, frozenset(modules), frozenset(followers), lora.dropout > 0,
-                        FP32, expert_groups)
+                        compute if tune else FP32, expert_groups)
     return FineTune(config, lora, tuple(targets), base_weights, double_quant, compute, adapters,
-                    implementation)
+                    implementation, NF4_TORCHAO if tune else NF4_BNB)

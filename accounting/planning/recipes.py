@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
 
-from accounting.ledger.builder.common import COURSE, TRANSFORMERS
+from accounting.ledger.builder.common import COURSE, LLMFOUNDRY, TORCHTUNE, TRANSFORMERS
 from accounting.planning.optimizers import DEFAULT_OPTIMIZER, OPTIMIZERS, get_optimizer, is_default
 from accounting.planning.precisions import BF16_MASTER, BF16_MIXED, get_precision
 from accounting.runtime.errors import UsageError
@@ -24,6 +24,15 @@ IMPLEMENTATIONS = {
                   "'sdpa'): one rotary module with two d_k/2 inv_freq buffers, cos/sin computed "
                   "once per pass, LlamaRMSNorm, F.silu; its saved tensors measured on its own "
                   "model (tests/test_transformers_saves.py)",
+    LLMFOUNDRY: "llm-foundry's MPT (llmfoundry/models/mpt/modeling_mpt.py, layers/blocks.py "
+                "MPTBlock, at mosaicml/llm-foundry@c90b9b3): LPLayerNorm (F.layer_norm on the "
+                "bf16 input: saves it and fp32 mean and 1/σ), nn.GELU in one op (saves its "
+                "input), its flash/triton attention kernel (no T×T tensor), no dropout",
+    TORCHTUNE: "torchtune's own Llama (torchtune 0.6.1, models/llama3_1/_component_builders.py): "
+               "its ops planned as transformers' Llama's (RMSNorm in float32, F.silu, SDPA); "
+               "its LoRA adapters in the model's dtype (LoRALinear: bf16 under bf16), its "
+               "QLoRA base in torchao's NF4Tensor layout; its recipes' chunked loss is "
+               "--loss chunked",
 }
 ATTENTION_NAMES = {"naive": "naive (the course's explicit softmax(QKᵀ)V, T×T scores saved)",
                    "sdpa": "SDPA (F.scaled_dot_product_attention, fused: no T×T tensor saved)"}
@@ -41,6 +50,20 @@ _MEASURED = {"vocab_size", "context_length", "num_layers", "d_model", "num_heads
 # measured too (the builder tells them apart by Qwen3's QK-norm: only Qwen3-MoE casts the
 # top-k weights to the logits' dtype); other routers set fields outside this list
 _MOE = {"num_experts", "experts_per_token", "moe_d_ff", "norm_topk_prob", "dense_layers"}
+
+
+def foundry_gap(config: ModelConfig) -> str | None:
+    """Why llm-foundry's MPT does not run this architecture (None: it does): MPT's block is
+    dense, pre-norm LayerNorm, a non-gated GELU MLP, one kind of layer
+    (llmfoundry/models/mpt/configuration_mpt.py: norm_type, ffn_config, attn_config)."""
+    c = config
+    why = [(c.num_experts is not None, "a mixture of experts"), (c.mla, "latent attention"),
+           (c.block != "sequential", f"the {c.block} block"),
+           (c.norm_placement != "pre", f"{c.norm_placement} norms"),
+           (c.norm == "rmsnorm", "RMSNorm (MPT's LPLayerNorm is modelled)"),
+           (c.mlp != "gelu", f"the {c.mlp} MLP (MPT's is GELU, not gated)"),
+           (len(set(c.layer_kinds)) != 1, "layers of several kinds")]
+    return next((what for bad, what in why if bad), None)
 
 
 def transformers_gap(config: ModelConfig) -> str | None:
@@ -97,6 +120,12 @@ def resolve(config: ModelConfig, from_hf: bool, implementation: str | None = Non
     if implementation not in IMPLEMENTATIONS:
         raise UsageError(f"unknown implementation {implementation!r}; choose "
                          f"{' or '.join(IMPLEMENTATIONS)}")
+    if implementation == TORCHTUNE:  # transformers' Llama ops: the same configs
+        gap = transformers_gap(config)
+        if gap is not None:
+            raise UsageError(f"--implementation {TORCHTUNE} plans torchtune's Llama-family "
+                             f"models, and not {gap}; give --implementation course")
+        config = replace(config, attention="sdpa")  # its MultiHeadAttention: F.sdpa
     if implementation == TRANSFORMERS:
         gap = transformers_gap(config)
         if gap is not None:
@@ -107,6 +136,13 @@ def resolve(config: ModelConfig, from_hf: bool, implementation: str | None = Non
                 raise UsageError("--implementation transformers plans attn_implementation='sdpa'; "
                                  "transformers' eager attention is not modelled: drop "
                                  "--attention naive or give --implementation course")
+            config = replace(config, attention="sdpa")
+    if implementation == LLMFOUNDRY:
+        gap = foundry_gap(config)
+        if gap is not None:
+            raise UsageError(f"--implementation {LLMFOUNDRY} plans MPT's blocks, and "
+                             f"{config.name} has {gap}: give --implementation course")
+        if config.attention != "sdpa":  # its flash/triton kernel, whatever --attention says
             config = replace(config, attention="sdpa")
     if from_hf and scope != "course" and not attention_given and config.attention != "sdpa":
         try:  # transformers' default kernel, either way

@@ -49,6 +49,15 @@ MEGATRON = "megatron"
 # torchtitan's own Llama (builder: torch's fused rms_norm, complex RoPE, repeat_kv, F.silu,
 # the loss in fp32): the `--stack torchtitan` plans' implementation for dense Llama blocks
 TORCHTITAN = "torchtitan"
+# llm-foundry's MPT (llmfoundry/models/mpt/modeling_mpt.py, layers/blocks.py MPTBlock, as
+# its pretraining yamls run it): low-precision LayerNorm (F.layer_norm on the bf16 input),
+# nn.GELU in one op, a fused flash/triton attention kernel, no dropout (builder/megatron.py)
+LLMFOUNDRY = "llm-foundry"
+# torchtune's own Llama (torchtune/models/llama3_1/_component_builders.py, 0.6.1): its ops
+# planned as transformers' Llama's (the RMSNorm in float32 then cast back, F.silu, SDPA);
+# what differs is its LoRA (adapters in the model's dtype) and NF4 (torchao's NF4Tensor),
+# planning/finetune.py
+TORCHTUNE = "torchtune"
 DROPOUT_MASK = "dropout mask"  # the label every dropout's saved 1-byte mask ends with
 
 
@@ -60,9 +69,10 @@ class Arch:
         self.c = c
         # whose ops: model/ as written (COURSE), transformers' modeling code (TRANSFORMERS)
         # or Megatron-Core + TE's fused modules (MEGATRON; `dropout`: its dropouts on)
-        self.hf = implementation == TRANSFORMERS
+        self.hf = implementation in (TRANSFORMERS, TORCHTUNE)
         self.megatron = implementation == MEGATRON
         self.titan = implementation == TORCHTITAN
+        self.foundry = implementation == LLMFOUNDRY
         self.dropout = dropout and self.megatron
         self.freqs = None  # Megatron: the fp32 RoPE frequencies, computed once per pass
         self.rope_tables = None  # transformers: (cos, sin), computed once per forward

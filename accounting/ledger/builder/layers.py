@@ -34,8 +34,9 @@ class Linear:
             y = Sym(rows + self.d_out, dtype)
             if self.bias is not None:
                 y = t.binary("aten.add", y, self.bias, "+ bias", BIAS)
-                if t.hf:  # nn.Linear: one F.linear (addmm), autocast casts the bias too,
-                    y.dtype = dtype  # so the output stays bf16 (model/'s fp32 bias promotes it)
+                # nn.Linear (transformers', MPT's): one F.linear (addmm), autocast casts the
+                if t.hf or t.foundry:  # bias too, so the output stays bf16 (model/'s fp32
+                    y.dtype = dtype  # bias promotes it)
             if t.adapters is not None and t.adapters.targets(t.per_block, t.module):
                 y = lora.apply(t, self, x, y)  # PEFT's LoRA on this layer
             y = t.name(y, label, course)
@@ -67,6 +68,8 @@ class Norm:
         # Transformer Engine's fused norm, or torch's fused rms_norm (builder/megatron.py)
         if self.t.megatron or (self.t.titan and self.kind == "rmsnorm"):
             return megatron.fused_norm(self.t, self, x, out_label, course)
+        if self.t.foundry and self.kind != "rmsnorm":
+            return megatron.low_precision_norm(self.t, self, x, out_label, course)
         return self.ops(x, out_label, course)
 
     def ops(self, x: Sym, out_label: str, course: str = "") -> Sym:
@@ -205,6 +208,9 @@ class RotaryEmbedding:
 
 def activation(t: Trace, kind: str, x: Sym, component: str, course: str) -> Sym:
     """silu, gelu_tanh or gelu (model/layers.py), op by op."""
+    if kind == "gelu" and t.foundry:  # MPT's nn.GELU(approximate='none'): one op, saves its input
+        return t.unary("aten.gelu", x, "GELU", component, saves="input", out="GELU output",
+                       course=course)
     if kind == "silu" and t.hf:  # transformers: nn.SiLU, one op (F.silu) that saves its input
         return t.unary("aten.silu", x, "SiLU", component, saves="input", out="SiLU output",
                        course=course)

@@ -45,7 +45,7 @@ from __future__ import annotations
 from accounting.ledger import records as R
 from accounting.ledger.builder.common import DROPOUT_MASK
 from accounting.ledger.trace import Sym, Trace
-from accounting.units import BOOL, FP32
+from accounting.units import BF16, BOOL, FP32
 
 
 def fused_norm(t: Trace, norm, x: Sym, out_label: str, course: str) -> Sym:
@@ -55,6 +55,7 @@ def fused_norm(t: Trace, norm, x: Sym, out_label: str, course: str) -> Sym:
         y = norm.ops(x, out_label, course)
     m = f"{t.module}.{norm.name}" if t.module else norm.name
     desc = (f"torch's _fused_rms_norm ({m})" if t.titan else
+            f"F.layer_norm in bf16, llm-foundry's LPLayerNorm ({m})" if t.foundry else
             f"TE {'LayerNorm' if norm.kind != 'rmsnorm' else 'RMSNorm'} ({m})")
     rows = x.shape[:-len(norm.width)]
     with t.scope(norm.name):
@@ -63,6 +64,35 @@ def fused_norm(t: Trace, norm, x: Sym, out_label: str, course: str) -> Sym:
             t._saves(t.name(t.fresh(rows, FP32), f"{m}: {stat} (fp32, one per token)"), desc,
                      after=True)
     return y
+
+
+def low_precision_norm(t: Trace, norm, x: Sym, out_label: str, course: str) -> Sym:
+    """llm-foundry's LPLayerNorm (llmfoundry/models/layers/norm.py): under autocast it casts
+    its input (and weight) to the autocast dtype and runs F.layer_norm with autocast off, so
+    aten.native_layer_norm saves the bf16 copy of its input and its fp32 mean and 1/σ, one
+    per token (tools/autograd/derivatives.yaml, native_layer_norm_backward)."""
+    if t.autocast is not None and x.dtype != BF16:
+        x = t.cast(x, BF16, f"{t.module}.{norm.name} input (bf16 copy, LPLayerNorm)"
+                   if t.module else f"{norm.name} input (bf16 copy, LPLayerNorm)")
+    return fused_norm(t, norm, x, out_label, course)
+
+
+FLASH_CE_LSE = "flash-attn cross-entropy: log-sum-exp (fp32, one per token)"
+
+
+def flash_cross_entropy(t: Trace, logits: Sym, targets: Sym) -> None:
+    """flash-attn's CrossEntropyLoss (flash_attn/losses/cross_entropy.py over
+    flash_attn/ops/triton/cross_entropy.py CrossEntropyLossFunction), llm-foundry's default
+    loss (llmfoundry/models/mpt/modeling_mpt.py ComposerMPTCausalLM: loss_fn
+    'fused_crossentropy'): one Triton kernel over the logits in their own dtype, no float32
+    log-softmax; ctx.save_for_backward(logits, lse, labels), lse float32, one per row. Its
+    backward writes softmax − one-hot into one new tensor of the logits' dtype
+    (inplace_backward False): the planners' loss gradient (parallel/peak.py)."""
+    desc = "flash-attn cross_entropy (Triton)"
+    t._reads(desc, logits)
+    t._saves(logits, desc)
+    t._saves(targets, desc)
+    t._saves(t.name(t.fresh(("B", "T"), FP32), FLASH_CE_LSE), desc, after=True)
 
 
 def fused_activation(t: Trace, run, a: Sym, b: Sym | None, out: str) -> Sym:

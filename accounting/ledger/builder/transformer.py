@@ -203,7 +203,7 @@ def walk(c: ModelConfig, autocast: str | None = None, recompute: str = "none",
     "te") runs the linear layers' matmuls in fp8 (Trace.matmul)."""
     t, a = Trace(autocast, param_dtype, adapters, fp8), Arch(c, fold, implementation, dropout)
     t.hf, t.megatron, t.dropout = a.hf or a.titan, a.megatron, a.dropout  # titan: F.silu
-    t.titan = a.titan
+    t.titan, t.foundry = a.titan, a.foundry
     t.hf_olmo2 = a.hf and c.norm_placement == "post"  # Olmo2RMSNorm
     # __init__, in model/transformer.py's registration order
     with t.scope("token_embeddings"):
@@ -277,6 +277,9 @@ def walk(c: ModelConfig, autocast: str | None = None, recompute: str = "none",
             logits = t.cast(logits, FP32, "logits (fp32 copy)")
         if a.megatron:
             megatron.vocab_parallel_cross_entropy(t, logits)
+        elif a.foundry:  # llm-foundry's fused_crossentropy (flash-attn's Triton kernel)
+            targets = t.name(t.fresh(("B", "T"), R.INT64), "targets")
+            megatron.flash_cross_entropy(t, logits, targets)
         else:
             targets = t.name(t.fresh(("B", "T"), R.INT64), "targets")
             cross_entropy(t, logits, targets, "cross-entropy")

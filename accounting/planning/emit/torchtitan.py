@@ -2,7 +2,8 @@
 local_batch_size, global_batch_size, seq_len, steps, mixed_precision_param; [parallelism]
 data_parallel_replicate_degree, data_parallel_shard_degree, tensor_parallel_degree,
 pipeline_parallel_degree, pipeline_parallel_microbatch_size, context_parallel_degree,
-expert_parallel_degree; [activation_checkpoint] mode).
+expert_parallel_degree, enable_async_tensor_parallel (with --async-tp);
+[activation_checkpoint] mode).
 
 ZeRO maps as torchtitan applies FSDP2 (torchtitan/distributed/parallel_dims.py): stage 3 =
 FSDP over all data-parallel ranks (shard degree dp, replicate 1); stage 0 = DDP (replicate
@@ -47,6 +48,10 @@ def text(plan) -> str:
         f"pipeline_parallel_microbatch_size = {lo.micro_batch}",
         f"context_parallel_degree = {lo.cp}",
         f"expert_parallel_degree = {lo.ep}",
+    ]
+    if plan.stack.async_tp:  # Parallelism.enable_async_tensor_parallel (--async-tp)
+        lines.append("enable_async_tensor_parallel = true")
+    lines += [
         "",
         "[activation_checkpoint]",
         f'mode = "{mode}"',

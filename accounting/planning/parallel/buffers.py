@@ -89,8 +89,9 @@ def engine_buffers(sp: Split, layout: Layout, p: Precision, st: States, stage: i
                             f"{p.grad_bytes}·d·Σ⌈rows/d⌉·cols",
                             Linear(0, (root + max(blocks, default=0)) * p.grad_bytes),
                             backward_only=True))
-    if layout.tp > 1 and stage == 0:
-        table = next(t for t in sp.tensors if t.place == FIRST and t.dims[0] == ("V",))
+    table = next((t for t in sp.tensors if t.place == FIRST and t.dims[0] == ("V",)), None)
+    # a frozen table (a LoRA plan's base) has no gradient to compute
+    if layout.tp > 1 and stage == 0 and table is not None and not table.frozen:
         whole = prod(table.sizes(values, 1))
         local = prod(table.sizes(values, layout.tp, tp_rank))
         out.append(Item("embedding grad computed whole (torch DTensor)",

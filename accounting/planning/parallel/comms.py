@@ -89,10 +89,13 @@ class Collective:
 
 def tensor_parallel(layout: Layout, layers: int, stage: int, b: int, seq: int, d_model: int,
                     act_bytes: int, learned_positions: bool, norms: tuple[int, int] = (0, 0),
-                    grad_bytes: int = 4) -> list[Collective]:
+                    grad_bytes: int = 4, gather_bytes: int | None = None) -> list[Collective]:
     """TP collectives of one stage for one step (m micro-batches of b sequences). `norms`:
     (tensors, elements) of the stage's d_model-wide norm parameters, whose gradients are
-    partial sums under sequence parallelism."""
+    partial sums under sequence parallelism. `gather_bytes`: the bytes an element of the
+    blocks' sequence-parallel all-gathers moves when not act_bytes (float8 TP: the block
+    inputs gathered in fp8 in the forward pass, the block outputs' gradients in fp8 in the
+    backward; stacks.Stack.fp8_tp_gathers)."""
     t, m = layout.tp, layout.micro_batches
     if t == 1:
         return []
@@ -113,10 +116,19 @@ def tensor_parallel(layout: Layout, layers: int, stage: int, b: int, seq: int, d
         if last:
             add(ALL_REDUCE, "gradient of the LM head's input", BACKWARD, 1)
     else:
-        add(ALL_GATHER, "block inputs (attention, MLP) and the LM head's input", FORWARD,
-            2 * layers + last)
+        if gather_bytes is None or gather_bytes == act_bytes:
+            add(ALL_GATHER, "block inputs (attention, MLP) and the LM head's input", FORWARD,
+                2 * layers + last)
+        else:  # the blocks' gathers in fp8 (1 byte), the LM head's input in act_bytes
+            g, gf = b * seq * d_model * gather_bytes, f"b·T·d_model·{gather_bytes}"
+            add(ALL_GATHER, "block inputs (attention, MLP), in fp8", FORWARD, 2 * layers, g, gf)
+            add(ALL_GATHER, "the LM head's input", FORWARD, last)
         add(REDUCE_SCATTER, "block outputs (attention, MLP)", FORWARD, 2 * layers)
-        add(ALL_GATHER, "gradients of the block outputs", BACKWARD, 2 * layers)
+        if gather_bytes is None or gather_bytes == act_bytes:
+            add(ALL_GATHER, "gradients of the block outputs", BACKWARD, 2 * layers)
+        else:
+            add(ALL_GATHER, "gradients of the block outputs, in fp8", BACKWARD, 2 * layers,
+                b * seq * d_model * gather_bytes, f"b·T·d_model·{gather_bytes}")
         add(REDUCE_SCATTER, "gradients of the block inputs and of the LM head's input",
             BACKWARD, 2 * layers + last)
         if first and learned_positions:  # positions are added to the whole sequence first

@@ -10,18 +10,37 @@ _fsdp_collectives.foreach_reduce) and the optimizer's state of this rank's unpad
 (torch.optim steps the DTensor's local tensor).
 
 The tensors and their FSDP units come from the LoRA ledger through the same Split as a full
-fine-tune (shards.split with the adapters; states.stage_tensors). Under TP the shapes
-would split lora_B of a column-parallel linear and lora_A of a row-parallel one (the TP
-symbol's dimension), but that layout is not checked against PEFT and torch's TP here, so a
-LoRA plan refuses --tp (and ZeroRedundancyOptimizer, --zero 1, and pipelining) in one line.
+fine-tune (shards.split with the adapters; states.stage_tensors).
+
+Tensor parallelism (--tp): the adapters are split as the base layer they wrap, PEFT's own
+rule for Megatron's parallel layers (peft 0.21.2, peft/tuners/lora/tp_layer.py,
+LoraParallelLinear.update_layer): under a RowParallelLinear lora_A is a RowParallelLinear
+(its d_in split over TP) and lora_B a whole nn.Linear; under a ColumnParallelLinear lora_A is
+a whole nn.Linear and lora_B a ColumnParallelLinear (its d_out split); both float32
+(megatron_config.params_dtype = torch.float32). That is the shape rule of shards.py: the
+factor that carries the TP symbol (h, d_ff) is split, the r × d_model one replicated.
+Pipelining (--pp) gives each stage its blocks' base and adapters (states.stage_tensors).
+
+QLoRA (--base-weights nf4) on many GPUs: DDP or FSDP2 only (torchtune's
+lora_finetune_distributed: training/_distributed.py shard_model, fully_shard on each layer;
+transformers + PEFT + FSDP with bnb_4bit_quant_storage). FSDP2 shards an NF4 weight along its
+rows like any parameter: torchao's NF4Tensor splits on dim 0 (nf4_tensor.py nf4_split) and
+all-gathers its quantized_scalers, quantization_factor and quantized_data
+(NF4Tensor.fsdp_pre_all_gather), the NF4 code table and scaler mean travelling as metadata
+(whole on every rank). A rank so holds the 4-bit layout of its ⌈rows/d⌉ rows
+(nf4_shard_bytes); the gathered unit is d such shards. No stack runs NF4 under TP or PP
+(torchtune's NF4 linear is not a DTensor layout; Megatron has no NF4): refused in one line.
 Checked on torch.distributed's fake backend (tests/test_lora_gpus.py: PEFT's LoRA on
-model.TransformerLM under FSDP2, each rank's parameter, gradient and AdamW bytes).
+model.TransformerLM under FSDP2, each rank's parameter, gradient and AdamW bytes); TP
+counts and the NF4 shard rule in tests/test_lora_tp_qlora.py.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from accounting.planning.finetune import FineTune
+from accounting.formats.bnb import bnb_4bit_bytes
+from accounting.formats.torchao_nf4 import torchao_nf4_bytes
+from accounting.planning.finetune import NF4_TORCHAO, FineTune
 from accounting.planning.memory import Precision
 from accounting.planning.optimizers import DEFAULT_OPTIMIZER, get_optimizer
 from accounting.planning.parallel import comms as C
@@ -60,17 +79,41 @@ class LoraStates:
 
 def check(ft: FineTune, layout: Layout, stack: str = DEFAULT_STACK) -> None:
     """What a LoRA plan on many GPUs runs: DDP or FSDP2 over data-parallel ranks, torch."""
-    if ft.qlora:
-        raise UsageError("QLoRA (--base-weights nf4) is planned on one GPU; leave out --gpus "
-                         "(or --base-weights for LoRA on many GPUs)")
+    if ft.qlora and (layout.tp > 1 or layout.pp > 1):
+        raise UsageError("QLoRA (--base-weights nf4) on many GPUs is planned under DDP or FSDP2 "
+                         "(no stack runs NF4 weights under TP or PP); leave out --tp and --pp")
     if not get_stack(stack).torch_engines:
         raise UsageError(f"LoRA on many GPUs is planned on --stack torch, not {stack}")
-    if layout.tp > 1 or layout.pp > 1 or layout.cp > 1 or layout.ep > 1:
-        raise UsageError("LoRA on many GPUs is planned with data parallelism only (DDP or "
-                         "FSDP2); leave out --tp, --pp, --cp and --ep")
+    if layout.cp > 1 or layout.ep > 1:
+        raise UsageError("LoRA on many GPUs is planned with data, tensor and pipeline "
+                         "parallelism; leave out --cp and --ep")
     if layout.sharding == 1:
         raise UsageError("LoRA on many GPUs is planned under DDP (--zero 0) or FSDP2 "
                          "(--fsdp); ZeroRedundancyOptimizer (--zero 1) is not")
+
+
+def nf4_shard_bytes(rows: int, cols: int, ft: FineTune) -> int:
+    """Bytes of `rows` rows of a cols-wide NF4 weight (a rank's FSDP2 shard, or the whole
+    weight): the 4-bit codes and per-block scales of those rows, the code table and the
+    double quantization's constants whole (torchao: NF4Tensor.fsdp_pre_all_gather gathers
+    only the row-sharded tensors; bitsandbytes' quant state likewise per weight). The layout
+    is the implementation's: torchao's NF4Tensor for torchtune, bitsandbytes' otherwise."""
+    if rows <= 0 or cols <= 0:
+        return 0
+    if ft.nf4_layout == NF4_TORCHAO:
+        return sum(torchao_nf4_bytes(rows, cols, dtype=ft.base_dtype).values())
+    return sum(bnb_4bit_bytes(rows, cols, double_quant=ft.double_quant).values())
+
+
+def base_tensor_bytes(ft: FineTune, t: Local, rows: int, quantized: frozenset[str]) -> int:
+    """Bytes of `rows` rows (of the sharded dimension) of the frozen tensor t."""
+    if t.tensor.name in quantized and t.dim == 0 and len(t.sizes) == 2:
+        return nf4_shard_bytes(rows, t.sizes[1], ft)
+    return rows * t.rest * DTYPE_BYTES[ft.base_dtype]
+
+
+def quantized_names(ft: FineTune) -> frozenset[str]:
+    return frozenset(p.name for p in ft.quantized())
 
 
 def lora_split(ft: FineTune, autocast: str | None, recompute: str = "none") -> Split:
@@ -105,7 +148,7 @@ def lora_states(ft: FineTune, layout: Layout, dp_rank: int = 0, optimizer: str =
     base = [t for t in flat if t.tensor.frozen]
     trained = [t for t in flat if not t.tensor.frozen]
     adapter_dtype = ft.adapters.adapter_dtype
-    ab, bb = DTYPE_BYTES[adapter_dtype], DTYPE_BYTES[ft.base_dtype]
+    ab = DTYPE_BYTES[adapter_dtype]
     opt = get_optimizer(optimizer)
     items: dict[str, list] = {}
     shapes = []
@@ -121,7 +164,10 @@ def lora_states(ft: FineTune, layout: Layout, dp_rank: int = 0, optimizer: str =
             items.setdefault(st.item, [0, st.dtype])[0] += st.bytes
     counters = 0 if opt.step_counter is None else len(trained)
     base_n, adapter_n = sum(map(held, base)), sum(map(held, trained))
-    return LoraStates(base_n * bb, adapter_n * ab, adapter_n * ab,
+    q = quantized_names(ft)
+    base_b = sum(base_tensor_bytes(ft, t, -(-t.sizes[t.dim] // d) if sharded else t.sizes[t.dim], q)
+                 for t in base)
+    return LoraStates(base_b, adapter_n * ab, adapter_n * ab,
                       tuple((k, b, dt) for k, (b, dt) in items.items()), counters,
                       base_n, adapter_n, adapter_n)
 
@@ -156,8 +202,12 @@ def state_items(ft: FineTune, us: list[Unit], layout: Layout, dp_rank: int,
     sym = "Σ⌈rows/d⌉·cols" if sharded else "N"
     shards = ", FSDP shards" if sharded else ""
     ab, bb = DTYPE_BYTES[ft.adapters.adapter_dtype], DTYPE_BYTES[ft.base_dtype]
-    out = [Item(f"frozen base ({ft.base_dtype}{shards}; no gradient, no optimizer state)",
-                f"{bb}·{sym}_base", Linear(0, s.base_bytes), model_state=True, per_element=bb),
+    base = (f"frozen base (linear weights in NF4 ({ft.nf4_layout}), the rest {ft.base_dtype}"
+            if ft.qlora else f"frozen base ({ft.base_dtype}")
+    form = (f"NF4(Σ{'⌈rows/d⌉' if sharded else 'rows'} rows) + {bb}·{sym}_rest" if ft.qlora
+            else f"{bb}·{sym}_base")
+    out = [Item(f"{base}{shards}; no gradient, no optimizer state)", form,
+                Linear(0, s.base_bytes), model_state=True, per_element=0 if ft.qlora else bb),
            Item(f"LoRA adapters ({ft.adapters.adapter_dtype}{shards})", f"{ab}·{sym}_LoRA",
                 Linear(0, s.adapter_bytes), model_state=True, per_element=ab),
            Item(f"gradients of the adapters ({ft.adapters.adapter_dtype}{shards})",
@@ -193,15 +243,46 @@ def buffer_items(sp: Split, layout: Layout, p: Precision, pt: Parts, stage: int,
     pb, pa = pt.precisions(p)
     items = engine_buffers(sp, layout, pa, pt.trained, stage, values, seq)
     if layout.sharding >= 2 and layout.dp > 1:
-        items += [i for i in engine_buffers(sp, layout, pb, pt.base, stage, values, seq)
-                  if i.name.startswith("FSDP2 gathered")]
-    gathered = (f"FSDP2 gathered units (the base in {pt.ft.base_dtype}, the adapters in "
+        base = [i for i in engine_buffers(sp, layout, pb, pt.base, stage, values, seq)
+                if i.name.startswith("FSDP2 gathered")]
+        if pt.ft.qlora:  # the gathered NF4 shards, not 2 bytes an element
+            base = [replace(i, bytes=Linear(0, qlora_gathered(pt.ft, pt.base.units, layout)))
+                    for i in base]
+        items += base
+    kept = f"NF4 and {pt.ft.base_dtype}" if pt.ft.qlora else pt.ft.base_dtype
+    gathered = (f"FSDP2 gathered units (the base in {kept}, the adapters in "
                 f"{pt.ft.adapters.adapter_dtype})")
     return _merge(items, lambda i: i.name,
                   lambda a, b: replace(a, name=a.name.replace("FSDP2 gathered fp32 units",
                                                               gathered),
                                        bytes=a.bytes + b.bytes,
                                        formula=a.formula + " (adapters) + " + b.formula + " (base)"))
+
+
+def qlora_gathered(ft: FineTune, us, layout: Layout) -> int:
+    """Bytes of the frozen base FSDP2 holds gathered under QLoRA (the root unit and, at stage
+    3, two blocks: one gathered, the next prefetched; at stage 2 every block, as
+    buffers.engine_buffers counts them): d shards of ⌈rows/d⌉ rows, each in the NF4 layout
+    (NF4Tensor.fsdp_post_all_gather rebuilds one NF4Tensor from the d shards' tensors)."""
+    d, q = layout.dp, quantized_names(ft)
+
+    def gathered(u: Unit) -> int:
+        return sum(d * base_tensor_bytes(ft, t, -(-t.sizes[t.dim] // d), q) for t in u.tensors)
+    root = sum(gathered(u) for u in us if u.root)
+    blocks = [gathered(u) for u in us if not u.root]
+    return root + (sum(blocks) if layout.sharding == 2 else sum(sorted(blocks)[-2:]))
+
+
+def _nf4_gather(c, pt: Parts, layout: Layout):
+    """A QLoRA base unit's all-gather: per micro-batch, d shards of each weight in its NF4
+    layout (NF4Tensor.fsdp_pre_all_gather's quantized tensors), the rest in bf16."""
+    ft, d, q = pt.ft, layout.dp, quantized_names(pt.ft)
+    root = "root unit" in c.what
+    units = [u for u in pt.base.units if u.root == root and not u.expert]
+    per = sum(d * base_tensor_bytes(ft, t, -(-t.sizes[t.dim] // d), q)
+              for u in units for t in u.tensors)
+    return replace(c, bytes=layout.micro_batches * per,
+                   formula=f"{c.calls:,} gathers: d·NF4(⌈rows/d⌉ rows) + d·2·Σ⌈rows/d⌉·cols_rest")
 
 
 def collectives(layout: Layout, p: Precision, pt: Parts, buffer_bytes: int) -> list:
@@ -211,8 +292,11 @@ def collectives(layout: Layout, p: Precision, pt: Parts, buffer_bytes: int) -> l
     pb, pa = pt.precisions(p)
     out = C.data_parallel(layout, pt.trained, pa, buffer_bytes, pa.master_bytes)
     if layout.sharding >= 2:
-        out += [c for c in C.data_parallel(layout, pt.base, pb, 0, pb.master_bytes)
+        base = [c for c in C.data_parallel(layout, pt.base, pb, 0, pb.master_bytes)
                 if c.op == C.ALL_GATHER]
+        if pt.ft.qlora:  # the NF4 shards travel, not 2 bytes an element
+            base = [_nf4_gather(c, pt, layout) for c in base]
+        out += base
     return _merge(out, lambda c: (c.group, c.op, c.what, c.phase),
                   lambda a, b: replace(a, bytes=a.bytes + b.bytes, calls=max(a.calls, b.calls),
                                        formula=f"{a.formula} (adapters) + {b.formula} (base)"))

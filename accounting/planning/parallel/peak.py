@@ -111,8 +111,15 @@ def moments(sp, layout, precision, stage: int, kinds, values: dict[str, int], lo
     # whole model runs in bf16); the other stacks' losses upcast the logits (torchtitan's
     # cross_entropy_loss on pred.float(), Megatron's fp32 vocab-parallel cross-entropy,
     # transformers' ForCausalLMLoss under DeepSpeed)
-    lb = next(r.bytes_per_element for r in sp.ledger.activations
-              if r.name == "log-softmax of the logits") if own else f32
+    lsm = next((r for r in sp.ledger.activations if r.name == "log-softmax of the logits"),
+               None) if own else None
+    lb = lsm.bytes_per_element if lsm is not None else f32
+    # nll_loss's and log_softmax's two gradients; a fused kernel's one, in the logits' dtype
+    # (flash-attn's cross-entropy under llm-foundry: builder/megatron.py flash_cross_entropy)
+    n_grads, gb = 2, lb
+    if own and lsm is None:
+        n_grads, gb = 1, next(r.bytes_per_element for r in sp.ledger.activations
+                              if r.name == "logits (output embedding)")
     # the 0-dim loss the training loop holds (last stage); at the update, the int64 token
     # ids (first stage) and targets (last stage) of the last micro-batch
     loss = Linear(0, lb if last else 0)
@@ -120,8 +127,8 @@ def moments(sp, layout, precision, stage: int, kinds, values: dict[str, int], lo
     extra, what = ws + loss, [f"{work.rule}: {work.what}"]
     if last:
         vocab = -(-values["V"] // tp)
-        extra = extra + Linear(2 * local * vocab * lb, 0)
-        what.insert(0, f"the loss's gradients 2·b·(T/cp)·⌈V/tp⌉·{lb} "
+        extra = extra + Linear(n_grads * local * vocab * gb, 0)
+        what.insert(0, f"the loss's gradients {n_grads}·b·(T/cp)·⌈V/tp⌉·{gb} "
                        f"(T/cp = {local:,}, ⌈V/tp⌉ = {vocab:,})")
     if own:
         adj, rules = _cuda(sp, values, precision.autocast, implementation, tp, local, kinds,

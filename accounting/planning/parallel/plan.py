@@ -43,6 +43,8 @@ from accounting.planning.parallel.step import stage_flops, step_time
 # the records it assembles (plan_records.py)
 from accounting.planning.parallel.plan_records import ParallelPlan, StagePlan
 
+FP8_GATHER = 1  # bytes an element of a float8 TP all-gather moves (e4m3 / e5m2)
+
 
 def _shown(config: ModelConfig, layout: Layout) -> list[int]:
     """The first stage, the second, the last, and with an uneven split the middle stage with
@@ -134,7 +136,8 @@ def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage:
         items = OF.apply(items, offload, stack.stack)
         return _finish(sp, layout, precision, seq, stage, layers, kinds, units, st, items,
                        acts, values, tp_rank, W16 if stack.stack.fsdp2_bf16 else None,
-                       counting, once_per_step=stack.stack.pp_keeps_unsharded and layout.pp > 1)
+                       counting, once_per_step=stack.stack.pp_keeps_unsharded and layout.pp > 1,
+                       fp8_tp_gathers=stack.stack.fp8_tp_gathers)
     lora = None if finetune is None else LS.split_states(units, dl, st.dp_rank, finetune)
     if lora is not None:
         items = LS.state_items(finetune, units, dl, st.dp_rank, optimizer)
@@ -189,9 +192,11 @@ def _finish(sp: Split, layout: Layout, p: Precision, seq: int, stage: int, layer
             units, st: States, items: list[Item], acts: A.StageActivations,
             values: dict[str, int], tp_rank: int, gather_bytes: int | None = None,
             counting: str = EXECUTED, update: int | None = None,
-            lora: LS.Parts | None = None, once_per_step: bool = False) -> StagePlan:
+            lora: LS.Parts | None = None, once_per_step: bool = False,
+            fp8_tp_gathers: tuple[str, ...] = ()) -> StagePlan:
     """The stage's communication and FLOPs, beside its memory items (`gather_bytes`: what
-    FSDP2 gathers per element, when not the master's: bf16 under torchtitan's policy)."""
+    FSDP2 gathers per element, when not the master's: bf16 under torchtitan's policy;
+    `fp8_tp_gathers`: the stack's float8 TP, stacks.Stack.fp8_tp_gathers)."""
     c = sp.config
     dl, local = data_layout(layout), seq // layout.cp
     buf = stage_buffers(sp, values, kinds)
@@ -199,7 +204,8 @@ def _finish(sp: Split, layout: Layout, p: Precision, seq: int, stage: int, layer
     norms = [t for u in units for t in u.tensors if sp.sequence_norm(t.tensor)]
     comms = (C.tensor_parallel(layout, len(layers), stage, layout.micro_batch, local, c.d_model,
                                act_bytes, c.positions == "learned",
-                               (len(norms), sum(t.numel for t in norms)), p.grad_bytes)
+                               (len(norms), sum(t.numel for t in norms)), p.grad_bytes,
+                               FP8_GATHER if p.fp8 in fp8_tp_gathers else None)
              + C.pipeline(layout, stage, layout.micro_batch,
                           local // (layout.tp if layout.sp else 1), c.d_model, act_bytes)
              + C.context_parallel(layout, len(layers), layout.micro_batch, seq,
@@ -266,6 +272,9 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
     config = stack.as_run(config)
     check_layout(config, layout, seq)
     check_stack(stack.stack, config, layout, stack.dropout)
+    if stack.async_tp and layout.tp == 1:
+        raise UsageError("--async-tp overlaps tensor parallelism's collectives with its "
+                         "matmuls: give --tp T (T > 1) --sp with it")
     check_optimizer(optimizer, data_layout(layout), precision)
     if not stack.stack.torch_engines and (not is_default(optimizer) or precision.fp8 not in (
             None, *stack.stack.fp8)):

@@ -29,6 +29,7 @@ class StackRun:
     dropout: float = 0.0  # megatron: the hidden and attention dropout probability
     kernel: str = M.FLASH  # megatron: the attention kernel
     fp8: str | None = None  # megatron: TE's fp8 (Precision.fp8, "te"), else None (bf16)
+    async_tp: bool = False  # torchtitan: async TP's symmetric-memory workspace (Stack.async_tp)
 
     @property
     def name(self) -> str:
@@ -166,9 +167,26 @@ def memory(run: StackRun, sp: Split, layout: Layout, precision: Precision, st: S
         items += engine_buffers(sp, layout, precision, st, stage, values, seq, tp_rank,
                                 bf16_gathers=True,
                                 keep_unsharded=run.stack.pp_keeps_unsharded)
+    if run.async_tp and layout.tp > 1:
+        items.append(async_tp_workspace(run, c, layout, precision, seq))
     if run.stack.zero_partitions and layout.sharding == 3:
         items.append(Item("ZeRO-3 working set: the largest module gathered (2 + 2 bytes per "
                           "element)", "4·largest_layer_params", A.Linear(0, 4 * largest_module(st)),
                           note="DeepSpeed's estimate_zero3_model_states_mem_needs counts it "
                                "(largest_layer_memory)"))
     return items, acts
+
+
+def async_tp_workspace(run: StackRun, c, layout: Layout, precision: Precision,
+                       seq: int) -> Item:
+    """The symmetric-memory workspace of async TP (stacks.Stack.async_tp): the largest of
+    a fused all-gather matmul's shard, b·⌈T/tp⌉·d_model·g (g = 1 byte under float8 TP, else
+    2), and a fused matmul reduce-scatter's two bf16 output chunks, 2·b·⌈T/tp⌉·d_model·2."""
+    rows = -(-seq // layout.tp)
+    gather = 1 if precision.fp8 in run.stack.fp8_tp_gathers else 2
+    per_b = max(rows * c.d_model * gather, 2 * rows * c.d_model * 2)
+    return Item("async TP symmetric-memory workspace (one per TP group)",
+                "max(b·⌈T/tp⌉·d_model·g, 2·b·⌈T/tp⌉·d_model·2)", A.Linear(per_b, 0),
+                note="torch/distributed/_symmetric_memory get_symm_mem_workspace: grown to "
+                     "the largest request, kept; allocated outside the caching allocator")
+

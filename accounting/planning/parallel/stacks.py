@@ -120,6 +120,26 @@ class Stack:
     # what its engines overlap with compute, each rule read from its source (overlap.py;
     # step.py applies it to the step time)
     overlap: Overlap = TORCH_OVERLAP
+    # float8 tensor parallelism (issue 44): the fp8 libraries (Precision.fp8) under which its
+    # TP all-gathers move fp8. torchtitan's apply_tp with float8 tensorwise TP
+    # (models/llama3/infra/parallelize.py: Float8ColwiseParallel, Float8RowwiseParallel,
+    # PrepareFloat8ModuleInput) runs torchao's float8_tensor_parallel.py (torchao 0.18):
+    # _prepare_input_fn casts the sequence shard to fp8 (hp_tensor_to_float8_dynamic, e4m3)
+    # before `redistribute` all-gathers it, and _prepare_output_fn's NoopFwToFloat8BwDynamic
+    # casts the output's gradient to fp8 (e5m2) before the backward's all-gather; the
+    # reduce-scatters stay bf16, the LM head (not a Float8Linear) gathers bf16
+    fp8_tp_gathers: tuple[str, ...] = ()
+    # async TP (`--async-tp`; torchtitan's parallelism.enable_async_tensor_parallel: inductor's
+    # micro-pipeline TP rewrites the TP matmuls into torch's symmetric-memory ops). torch
+    # 2.13's torch/distributed/_symmetric_memory/__init__.py keeps one workspace per group
+    # (get_symm_mem_workspace: _group_name_to_workspace_tensor, re-allocated only to grow, so
+    # held from the first use to the end), sized by the largest request: a fused all-gather
+    # matmul asks for its shards' bytes (_pipelined_multi_all_gather_and_consume: Σ
+    # x.numel()·x.element_size(), the sequence shard b·(T/tp)·d, fp8 under float8 TP), a
+    # fused matmul reduce-scatter for two output chunks (_pipelined_produce_and_all2all:
+    # out_chunks[0] bytes × 2, b·(T/tp)·d in bf16); the gathered input and the stacked
+    # partial outputs are ordinary tensors the unfused path makes too (parallel/comms)
+    async_tp: bool = False
 
 
 STACKS: dict[str, Stack] = {}
@@ -161,7 +181,7 @@ register(Stack(TORCHTITAN, "torchtitan: its own Llama under FSDP2 with MixedPrec
                implementation=lambda c: TITAN_IMPL if llama_block(c) else COURSE,
                fsdp2_bf16=True, fp8=("torchao",), fused_attention=True,
                update_temporary=W32, pp_keeps_unsharded=True, emitter=TORCHTITAN,
-               overlap=TORCHTITAN_OVERLAP))
+               overlap=TORCHTITAN_OVERLAP, fp8_tp_gathers=("torchao",), async_tp=True))
 
 
 def get_stack(name: str) -> Stack:
