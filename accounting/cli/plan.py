@@ -20,6 +20,7 @@ from accounting.planning.gpus import gpu_help
 from accounting.planning.optimizers import optimizer_help
 from accounting.cli import plan_parallel as parallel_cli
 from accounting.cli import plan_finetune as finetune_cli
+from accounting.cli import plan_recipes as recipes_cli
 from accounting.cli import checkpoint
 from accounting.cli import cost as cost_cli
 from accounting.planning.memory import (
@@ -95,6 +96,7 @@ def parser() -> Parser:
                    help="step each tensor's optimizer in the backward pass as its gradient "
                         "is ready, then free the gradient (torchtune's optimizer_in_bwd: "
                         "register_optim_in_bwd_hooks): no moment holds every gradient")
+    recipes_cli.add_args(w)  # issue 44: --loss, --loss-chunks, --compile
     w.add_argument("--recompute", choices=tuple(RECOMPUTE), default=NO_RECOMPUTE,
                    help="none (default), selective (recompute the attention core, Korthikanti "
                         "et al. 2022) or full activation recomputation (keep each block's input; "
@@ -164,7 +166,7 @@ def main(argv: list[str]) -> int:
                   peak_tflops=ns.gpu_flops, bandwidth_tbs=ns.gpu_bw, mfu=ns.mfu,
                   margin=ns.margin, steps=ns.steps, tokens=ns.tokens, position=ns.position,
                   optimizer_in_backward=ns.optimizer_in_backward,
-                  **finetune_cli.plan_kwargs(ns))
+                  **recipes_cli.plan_kwargs(ns), **finetune_cli.plan_kwargs(ns))
     from accounting.present.vision_views import uncounted
     tower = uncounted(hf_source_from_args(ns), "this plan (its weights, gradients, optimizer "
                                                "state and activations)")

@@ -26,6 +26,7 @@ from accounting.planning.parallel import activations as A
 from accounting.planning.parallel import comms as C
 from accounting.planning.parallel import lora_states as LS
 from accounting.planning.parallel import offload as OF
+from accounting.planning import loss_memory as LM
 from accounting.planning.parallel import peak as PK
 from accounting.planning.parallel.fit import fit as _fit
 from accounting.planning.parallel.buffers import Item, engine_buffers, stage_buffers
@@ -232,7 +233,8 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
                   mfu_scope: str = COMPUTE, hfu: bool = False,
                   measured_tokens_per_second=None, optimizer: str = DEFAULT_OPTIMIZER,
                   finetune=None, implementation: str = COURSE,
-                  offload: frozenset = frozenset()) -> ParallelPlan:
+                  offload: frozenset = frozenset(), loss: str = "standard",
+                  loss_chunks: int | None = None) -> ParallelPlan:
     """The plan of one GPU per stage shown (TP rank 0 — it holds the most of an uneven
     split — and data-parallel rank 0, or the given ranks). `mfu` is read under
     `mfu_convention` and `mfu_scope` (planning/mfu.py): in the compute scope the rate each
@@ -290,6 +292,13 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
     if finetune is not None:
         LS.check(finetune, layout, stack.name)
     OF.check(frozenset(offload), stack.stack, data_layout(layout).sharding)
+    if OF.ACTIVATIONS in offload:
+        raise UsageError("--offload activations is planned on one GPU (torchtune's single-"
+                         "device recipes); leave out --gpus, or offload optimizer|params")
+    chunks = LM.check(loss, loss_chunks, config)
+    if loss != LM.STANDARD and not stack.stack.torch_engines:
+        raise UsageError(f"--loss {loss} is planned with --stack torch (the other stacks run "
+                         f"their own loss); leave --loss out with --stack {stack.name}")
     impl = implementation if stack.stack.torch_engines else COURSE
     sp = run_split(config, precision, layout.recompute, impl) if finetune is None else \
         LS.lora_split(finetune, precision.autocast, layout.recompute)
@@ -309,8 +318,8 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
     plans = tuple(replace(s, moments=PK.moments(
         sp, layout, precision, s.stage, s.kinds, values, local, layout.micro_batches,
         s.activations.in_flight, s.states, stack, optimizer, arch, impl,
-        finetune is not None or OF.moves_optimizer(frozenset(offload), stack.stack)))
-        for s in plans)
+        finetune is not None or OF.moves_optimizer(frozenset(offload), stack.stack),
+        loss, chunks)) for s in plans)
     at = None
     if config.num_experts is not None and config.moe_capacity_factor is not None:
         def at(s: StagePlan, b: int) -> A.StageActivations:  # C = ⌈c·b·T·k/E⌉ at this b
