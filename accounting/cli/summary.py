@@ -219,8 +219,10 @@ def _days(seconds: Fraction) -> str:
 
 
 def _recipe_flags(p) -> str:
-    """The issue-44 recipe flags, named where given (--loss, --offload activations)."""
+    """The issue-44 recipe flags, named where given (--loss, --offload activations,
+    --compile)."""
     m = p.memory.model
     out = "" if m.loss == "standard" else f", loss {m.loss}" + (
         f" ({m.loss_chunks} chunks)" if m.loss == "chunked" else "")
-    return out + (", activations offloaded to the CPU" if m.offload_activations else "")
+    return out + (", activations offloaded to the CPU" if m.offload_activations else "") \
+        + (", blocks under torch.compile" if m.compile else "")

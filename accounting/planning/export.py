@@ -50,7 +50,8 @@ def _recipe(p: Plan) -> dict:
             # issue 44's recipe flags (planning/loss_memory.py, activation_offload.py)
             "loss": p.memory.model.loss,
             "loss_chunks": p.memory.model.loss_chunks if p.memory.model.loss == "chunked" else None,
-            "offload_activations": p.memory.model.offload_activations}
+            "offload_activations": p.memory.model.offload_activations,
+            "compile": p.memory.model.compile}
 
 
 def to_dict(p: Plan) -> dict:

@@ -153,6 +153,7 @@ class MemoryModel:
     loss: str = LM.STANDARD
     loss_chunks: int = LM.DEFAULT_CHUNKS
     offload_activations: bool = False
+    compile: bool = False  # each block under torch.compile (compile_memory.py)
 
     def __post_init__(self) -> None:
         if self.scope not in SCOPES:

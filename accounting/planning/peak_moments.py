@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from accounting.ledger.symbols import Expr
 from accounting.planning import activation_offload as AO
+from accounting.planning import compile_memory as CM
 from accounting.planning import cuda_peak as CP
 from accounting.planning import loss_memory as LM
 from accounting.planning import mtp_memory as MT
@@ -46,10 +47,13 @@ def peak_terms(m) -> tuple:
     lr = m.loss_region
     kept = kept + lr.kept
     offload_what = ""
+    if m.compile:  # inductor's partitioner keeps less of each block (compile_memory.py)
+        kept = kept + CM.saved_change(acts, p.autocast)
+        offload_what = "; " + CM.RULE
     if m.offload_activations:
         moved, flight = AO.offloaded(acts)
         kept = kept - moved + flight
-        offload_what = "; " + AO.RULE
+        offload_what += "; " + AO.RULE
     f32, i64 = DTYPE_BYTES[FP32], DTYPE_BYTES[INT64]
     lsm = next(r for r in acts if r.name == "log-softmax of the logits")
     loss = Expr.of(lsm.bytes_per_element)  # the 0-dim loss the training loop holds

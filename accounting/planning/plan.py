@@ -146,7 +146,7 @@ def plan(config: ModelConfig | str, seq: int | None = None, batch: int = 1, *,
     register_optim_in_bwd_hooks): no moment holds every gradient. loss: "standard",
     "chunked" (torchtune's, loss_chunks chunks, 8 by default) or "fused-linear" (Liger's);
     offload_activations: torchtune's OffloadActivations (accounting/planning/loss_memory.py,
-    activation_offload.py)."""
+    activation_offload.py); compile: each block under torch.compile (compile_memory.py)."""
     if from_hf is None:
         from accounting.architecture.presets import HF_IDS
         from_hf = isinstance(config, str) and config in HF_IDS
@@ -193,8 +193,8 @@ def plan(config: ModelConfig | str, seq: int | None = None, batch: int = 1, *,
         loss_chunks = A.count(loss_chunks, "loss_chunks")
     chunks = LM.check(loss, loss_chunks, config)
     if compile:
-        raise UsageError("--compile is not planned yet (inductor's saved tensors are being "
-                         "measured); leave it out")
+        from accounting.planning.compile_memory import check as check_compile
+        check_compile(config)
     if (loss != LM.STANDARD or offload_activations) and scope != MODEL:
         raise UsageError("--loss and --offload activations change what a step holds: give "
                          "--scope model (the default) with them")
@@ -204,7 +204,8 @@ def plan(config: ModelConfig | str, seq: int | None = None, batch: int = 1, *,
                         trainable, ft, arch=hw.arch if hw else None,
                         optimizer_in_backward=bool(optimizer_in_backward),
                         loss=loss, loss_chunks=chunks,
-                        offload_activations=bool(offload_activations))
+                        offload_activations=bool(offload_activations),
+                        compile=bool(compile))
     budget = Budget(hw.memory_bytes, m) if hw and hw.memory_bytes else None
     if budget is None and not 0 <= m < 1:
         raise UsageError(f"{names.arg('margin')} must be in [0, 1) (a share of the memory), "
