@@ -127,3 +127,19 @@ def test_compile_lowers_the_plan_by_the_rule():
     per_block = 2 * 4 * T * D + 2 * T * FF + 3 * 2 * T * D + 2 * T * D
     assert eager.peak_terms[0].bytes.evaluate(v) - compiled.peak_terms[0].bytes.evaluate(v) \
         == L * per_block
+
+
+def test_many_gpus_hold_the_compiled_blocks(capsys):
+    # the same per-block rule on each rank: 8 GPUs, FSDP, micro-batch 1, T = 2,048 (no TP:
+    # every block's tensors whole), L = 16 blocks in flight once
+    import json
+    from cli_run import run
+    T, D, FF, L = 2048, 2048, 8192, 16
+    out = {}
+    for flags in ((), ("--compile",)):
+        code, text, err = run(capsys, "plan", "meta-llama/Llama-3.2-1B", "--ctx", str(T),
+                              "--gpus", "8", "--fsdp", *flags, "--format", "json")
+        assert code == 0, err
+        out[flags] = json.loads(text)["memory_per_gpu_bytes"]
+    assert out[()] - out[("--compile",)] == L * (2 * 4 * T * D + 2 * T * FF + 3 * 2 * T * D
+                                                 + 2 * T * D)

@@ -176,3 +176,20 @@ def test_bad_loss_flags_are_refused_in_one_line(capsys):
                         expected="soft-capping")
     refused_in_one_line(capsys, "plan", "meta-llama/Llama-3.2-1B", "--offload", "optimizer",
                         expected="give --gpus N")
+
+
+def test_many_gpus_follow_the_loss_on_the_last_stage(capsys):
+    # Llama-3.2-1B, 8 GPUs, FSDP, micro-batch 1, T = 2,048, transformers' ops in bf16-mixed:
+    # at the standard loss's backward start the last stage holds log_softmax's fp32 output
+    # (4·T·V), its two fp32 gradients (8·T·V) and transformers' bf16 logits (2·T·V); the
+    # chunked loss's forward end: the fp32 log-softmax (4·T·V), the bf16 logits chunks
+    # (2·T·V) and the last chunk's fp32 copy (4·(T/8)·V); B = 1: no copies of the targets
+    T, V = 2048, 128256
+    code, out, err = run(capsys, "plan", "meta-llama/Llama-3.2-1B", "--ctx", str(T),
+                         "--gpus", "8", "--fsdp", "--format", "json")
+    standard = json.loads(out)["memory_per_gpu_bytes"]
+    code, out, err = run(capsys, "plan", "meta-llama/Llama-3.2-1B", "--ctx", str(T),
+                         "--gpus", "8", "--fsdp", "--loss", "chunked", "--format", "json")
+    chunked = json.loads(out)
+    assert standard - chunked["memory_per_gpu_bytes"] == 14 * T * V - (6 * T * V + 4 * T // 8 * V)
+    assert chunked["memory_per_gpu_reserved_bytes"] >= chunked["memory_per_gpu_bytes"]

@@ -293,12 +293,9 @@ def run(ns: argparse.Namespace, config, ck=None) -> int:
     if ns.scope != MODEL:
         raise UsageError("--scope course is a one-GPU view; the multi-GPU plan counts what "
                          "autograd saves (--scope model)")
-    if ns.compile:
-        raise UsageError("--compile is not planned yet (inductor's saved tensors are being "
-                         "measured); leave it out")
-    if ns.search and (ns.loss != "standard" or ns.loss_chunks is not None):
-        raise UsageError("--search ranks layouts with F.cross_entropy; with --loss give the "
-                         "layout (--tp, --pp, --zero)")
+    if ns.search and (ns.loss != "standard" or ns.loss_chunks is not None or ns.compile):
+        raise UsageError("--search ranks layouts with F.cross_entropy, eager; with --loss or "
+                         "--compile give the layout (--tp, --pp, --zero)")
     if getattr(ns, "optimizer_in_backward", False):
         raise UsageError("--optimizer-in-backward is planned on one GPU (torchtune's "
                          "single-device recipes); leave out --gpus")
@@ -379,7 +376,8 @@ def run(ns: argparse.Namespace, config, ck=None) -> int:
                                measured_tokens_per_second=ns.measured_tokens_per_s,
                                finetune=finetune, implementation=implementation,
                                offload=parse_offload(ns.offload),
-                               loss=ns.loss, loss_chunks=ns.loss_chunks)
+                               loss=ns.loss, loss_chunks=ns.loss_chunks,
+                               compile=ns.compile)
         tables, data = views.tables, export.to_dict
         if ns.compare_formulas and finetune is not None:
             raise UsageError("--compare-formulas sets full training beside the literature; "

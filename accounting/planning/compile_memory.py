@@ -64,25 +64,33 @@ def _bytes(r) -> Expr:
     return r.elements.scale(r.bytes_per_element).times(*((r.repeat,) if r.repeat else ()))
 
 
+def removed_shares(records, autocast: str | None) -> list[Fraction]:
+    """For each record, in the ledger's order, the share of its bytes a compiled block does
+    not save (0 outside the blocks and for what it keeps)."""
+    out, seen = [], set()
+    f32, b16 = DTYPE_BYTES[FP32], DTYPE_BYTES[BF16]
+    for r in records:
+        share = Fraction(0)
+        key = (r.repeat, r.name)
+        if r.saved and r.repeat:
+            if r.name.endswith(RECOMPUTED):
+                share = Fraction(1)
+            elif r.name == ROPE:  # under autocast a float32 gather of one table stays
+                share = 1 - (Fraction(f32, r.copies * r.bytes_per_element) if autocast else 0)
+            elif "(bf16 copy)" in r.name and not r.weight_copy and key in seen:
+                share = Fraction(1)  # the same cast made again for another matmul
+            elif autocast and r.name == RESIDUAL and r.dtype == FP32:
+                share = Fraction(f32 - b16, f32)  # the projection's bf16 output instead
+            seen.add(key)
+        out.append(share)
+    return out
+
+
 def saved_change(activations, autocast: str | None) -> Expr:
     """The change to the kept activations (bytes, ≤ 0) when each block is compiled."""
-    change, seen = Expr(), set()
-    for r in activations:
-        if not (r.saved and r.repeat):
-            continue
-        key = (r.repeat, r.name)
-        if r.name.endswith(RECOMPUTED) or r.name == ROPE:
-            change = change - _bytes(r)
-            if r.name == ROPE and autocast:  # a float32 gather of one table stays
-                change = change + r.elements.scale(Fraction(DTYPE_BYTES[FP32], r.copies)) \
-                    .times(r.repeat)
-        elif "(bf16 copy)" in r.name and not r.weight_copy and key in seen:
-            change = change - _bytes(r)  # the same cast made again for another matmul
-        elif autocast and r.name == RESIDUAL and r.dtype == FP32:
-            # fp32 → bf16 of the same elements: the projection's output saved instead
-            change = change - r.elements.scale(DTYPE_BYTES[FP32] - DTYPE_BYTES[BF16]).times(r.repeat)
-        seen.add(key)
-    return change
+    acts = list(activations)
+    return sum((-_bytes(r).scale(k) for r, k in zip(acts, removed_shares(acts, autocast)) if k),
+               Expr())
 
 
-__all__ = ["RECOMPUTED", "RULE", "check", "saved_change"]
+__all__ = ["RECOMPUTED", "RULE", "check", "removed_shares", "saved_change"]

@@ -115,12 +115,15 @@ def _loss_linear(sp, values: dict[str, int], tp: int, local: int, loss: str, chu
 def moments(sp, layout, precision, stage: int, kinds, values: dict[str, int], local: int,
             micro_batches: int, in_flight: int, st, stack, optimizer: str, arch: str | None,
             implementation: str, no_update_temporary: bool, loss_name: str = LM.STANDARD,
-            loss_chunks: int = LM.DEFAULT_CHUNKS) -> tuple[Moment, ...]:
+            loss_chunks: int = LM.DEFAULT_CHUNKS,
+            compiled: Linear = Linear()) -> tuple[Moment, ...]:
     """The moments of this GPU's step (`micro_batches` per step on this rank, `in_flight`
     at its first backward pass; `st` its states). `no_update_temporary`: the update makes
     none on the GPU (LoRA's adapters: a few; an optimizer offloaded to the CPU). `loss`:
     the loss recipe (loss_memory.py) on the last stage: its region replaces F.cross_
-    entropy's gradients, and a chunked or fused loss adds the forward's end."""
+    entropy's gradients, and a chunked or fused loss adds the forward's end. `compiled`:
+    the change to the in-flight activations under --compile (compile_memory.py), at every
+    moment that holds them."""
     last = stage == layout.pp - 1
     work = CP.workspace(arch)
     ws = Linear(0, work.bytes.evaluate({}))
@@ -138,7 +141,7 @@ def moments(sp, layout, precision, stage: int, kinds, values: dict[str, int], lo
     # ids (first stage) and targets (last stage) of the last micro-batch
     loss = Linear(0, lb if last else 0)
     inputs = Linear(i64 * local * ((stage == 0) + last), 0)
-    extra, what = ws + loss, [f"{work.rule}: {work.what}"]
+    extra, what = ws + loss + compiled, [f"{work.rule}: {work.what}"]
     forward, region = None, None
     if last and loss_name != LM.STANDARD:
         start, forward, region = _loss_linear(sp, values, tp, local, loss_name, loss_chunks,
@@ -170,7 +173,7 @@ def moments(sp, layout, precision, stage: int, kinds, values: dict[str, int], lo
     if layout.recompute != "none" or not last:
         out.append(Moment("a block's backward pass" + (
             " (its recomputed activations live)" if layout.recompute != "none" else ""),
-            held + f"{work.rule}", ws + loss, True, grads_live, True, True))
+            held + f"{work.rule}", ws + loss + compiled, True, grads_live, True, True))
     temp, temp_what = 0, ""
     if not no_update_temporary:
         per = stack.stack.update_temporary

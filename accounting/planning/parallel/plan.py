@@ -26,12 +26,12 @@ from accounting.planning.parallel import activations as A
 from accounting.planning.parallel import comms as C
 from accounting.planning.parallel import lora_states as LS
 from accounting.planning.parallel import offload as OF
-from accounting.planning import loss_memory as LM
+from accounting.planning import compile_memory as CM, loss_memory as LM
 from accounting.planning.parallel import peak as PK
 from accounting.planning.parallel.fit import fit as _fit
 from accounting.planning.parallel.buffers import Item, engine_buffers, stage_buffers
 from accounting.planning.parallel.layout import Layout, check_layout, stage_layers
-from accounting.planning.parallel.shards import FIRST, Split, split
+from accounting.planning.parallel.shards import BLOCK, FIRST, Split, split
 from accounting.planning.parallel.stack_memory import StackRun, per_layer
 from accounting.planning.parallel.stack_memory import implementation as stack_implementation
 from accounting.planning.parallel.stack_memory import memory as stack_memory
@@ -224,6 +224,18 @@ def _finish(sp: Split, layout: Layout, p: Precision, seq: int, stage: int, layer
     return StagePlan(stage, len(layers), st, tuple(items), acts, flops, tuple(comms), kinds)
 
 
+def _compiled(rows, s, precision) -> A.Linear:
+    """--compile: the in-flight block activations a compiled block does not save on stage
+    `s` (compile_memory.py's shares of the rank's rows), as a·b + c (≤ 0)."""
+    count = dict(s.kinds)
+    total = A.Linear()
+    for r, k in zip(rows, CM.removed_shares([r.record for r in rows], precision.autocast)):
+        if k and r.place == BLOCK:
+            n = count.get(r.record.repeat, 0) * s.activations.in_flight
+            total = total + A.Linear(-int(r.bytes.a * k) * n, -int(r.bytes.c * k) * n)
+    return total
+
+
 def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *,
                   precision: Precision, hardware: Hardware | None = None,
                   net: Interconnect | None = None, mfu=None, margin="0",
@@ -234,7 +246,7 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
                   measured_tokens_per_second=None, optimizer: str = DEFAULT_OPTIMIZER,
                   finetune=None, implementation: str = COURSE,
                   offload: frozenset = frozenset(), loss: str = "standard",
-                  loss_chunks: int | None = None) -> ParallelPlan:
+                  loss_chunks: int | None = None, compile: bool = False) -> ParallelPlan:
     """The plan of one GPU per stage shown (TP rank 0 — it holds the most of an uneven
     split — and data-parallel rank 0, or the given ranks). `mfu` is read under
     `mfu_convention` and `mfu_scope` (planning/mfu.py): in the compute scope the rate each
@@ -296,6 +308,11 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
         raise UsageError("--offload activations is planned on one GPU (torchtune's single-"
                          "device recipes); leave out --gpus, or offload optimizer|params")
     chunks = LM.check(loss, loss_chunks, config)
+    if compile:
+        CM.check(config)
+        if not stack.stack.torch_engines:
+            raise UsageError(f"--compile is planned with --stack torch; leave it out with "
+                             f"--stack {stack.name}")
     if loss != LM.STANDARD and not stack.stack.torch_engines:
         raise UsageError(f"--loss {loss} is planned with --stack torch (the other stacks run "
                          f"their own loss); leave --loss out with --stack {stack.name}")
@@ -319,7 +336,8 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
         sp, layout, precision, s.stage, s.kinds, values, local, layout.micro_batches,
         s.activations.in_flight, s.states, stack, optimizer, arch, impl,
         finetune is not None or OF.moves_optimizer(frozenset(offload), stack.stack),
-        loss, chunks)) for s in plans)
+        loss, chunks, _compiled(rows[0], s, precision) if compile else A.Linear()))
+        for s in plans)
     at = None
     if config.num_experts is not None and config.moe_capacity_factor is not None:
         def at(s: StagePlan, b: int) -> A.StageActivations:  # C = ⌈c·b·T·k/E⌉ at this b
