@@ -88,3 +88,26 @@ def test_offloading_lowers_the_plan_by_the_moved_tensors():
     assert off.peak_terms[0].bytes.evaluate(v) - on.peak_terms[0].bytes.evaluate(v) == \
         every.evaluate(v) - flight.evaluate(v)
     assert on.peak_terms[1].bytes.evaluate(v) == off.peak_terms[1].bytes.evaluate(v)  # update
+
+
+def test_compile_and_offload_together_count_each_tensor_once():
+    # regression: with --compile and --offload activations both, the tensors a compiled
+    # block no longer saves were subtracted twice (not saved, and offloaded), the start of
+    # the backward pass fell by a negative a per sequence, and a plan whose batch 1 fits
+    # reported "largest batch: none"
+    from accounting.planning.plan import plan
+    p = plan("meta-llama/Llama-3.2-1B", 4096, 1, loss="chunked", compile=True,
+             offload_activations=True, gpu="H100")
+    m = p.memory.model
+    assert all(a > 0 for a, _ in m.fit_lines(4096))
+    assert p.batch_fit.largest >= 1 and m.fit_bytes(p.batch_fit.largest, 4096) <= \
+        p.batch_fit.budget.usable < m.fit_bytes(p.batch_fit.largest + 1, 4096)
+    # compiled and offloaded: what moves is what a compiled block still saves
+    compiled = plan("meta-llama/Llama-3.2-1B", 4096, 1, compile=True).memory.model
+    both = plan("meta-llama/Llama-3.2-1B", 4096, 1, compile=True,
+                offload_activations=True).memory.model
+    offloaded = plan("meta-llama/Llama-3.2-1B", 4096, 1, offload_activations=True).memory.model
+    eager = plan("meta-llama/Llama-3.2-1B", 4096, 1).memory.model
+    v = both.values(4096, 1)
+    start = [x.peak_terms[0].bytes.evaluate(v) for x in (eager, compiled, offloaded, both)]
+    assert start[3] < min(start[1], start[2]) and start[3] > 0

@@ -51,11 +51,17 @@ def add_values(v: dict[str, int], activations) -> dict[str, int]:
     return out
 
 
-def offloaded(activations) -> tuple[Expr, Expr]:
-    """(the bytes moved off the device, every block's; one block's of each kind, in flight)."""
+def offloaded(activations, removed=None) -> tuple[Expr, Expr]:
+    """(the bytes moved off the device, every block's; one block's of each kind, in flight).
+    `removed`: each record's share a compiled block no longer saves (compile_memory.py
+    removed_shares, aligned with `activations`): what is not saved is not offloaded."""
     moved, flight = Expr(), Expr()
-    for i, r in _offloadable(activations):
-        one = r.elements.scale(r.bytes_per_element).times(_symbol(i))
+    acts = list(activations)
+    for i, r in _offloadable(acts):
+        keep = 1 - removed[i] if removed is not None else 1
+        if not keep:
+            continue
+        one = r.elements.scale(r.bytes_per_element * keep).times(_symbol(i))
         moved = moved + (one.times(r.repeat) if r.repeat else one)
         if r.repeat:
             flight = flight + one

@@ -50,8 +50,9 @@ def peak_terms(m) -> tuple:
     if m.compile:  # inductor's partitioner keeps less of each block (compile_memory.py)
         kept = kept + CM.saved_change(acts, p.autocast)
         offload_what = "; " + CM.RULE
-    if m.offload_activations:
-        moved, flight = AO.offloaded(acts)
+    if m.offload_activations:  # what a compiled block no longer saves is not offloaded
+        moved, flight = AO.offloaded(acts, CM.removed_shares(acts, p.autocast)
+                                     if m.compile else None)
         kept = kept - moved + flight
         offload_what += "; " + AO.RULE
     f32, i64 = DTYPE_BYTES[FP32], DTYPE_BYTES[INT64]
