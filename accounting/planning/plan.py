@@ -195,6 +195,9 @@ def plan(config: ModelConfig | str, seq: int | None = None, batch: int = 1, *,
     if compile:
         from accounting.planning.compile_memory import check as check_compile
         check_compile(config)
+        if lora is not None:
+            raise UsageError("--compile is measured for full training (inductor's partition "
+                             "of a LoRA block is not): leave --compile or --lora-rank out")
     if (loss != LM.STANDARD or offload_activations) and scope != MODEL:
         raise UsageError("--loss and --offload activations change what a step holds: give "
                          "--scope model (the default) with them")

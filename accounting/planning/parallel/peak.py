@@ -116,14 +116,15 @@ def moments(sp, layout, precision, stage: int, kinds, values: dict[str, int], lo
             micro_batches: int, in_flight: int, st, stack, optimizer: str, arch: str | None,
             implementation: str, no_update_temporary: bool, loss_name: str = LM.STANDARD,
             loss_chunks: int = LM.DEFAULT_CHUNKS,
-            compiled: Linear = Linear()) -> tuple[Moment, ...]:
+            compiled: Linear = Linear(), frozen_head: bool = False) -> tuple[Moment, ...]:
     """The moments of this GPU's step (`micro_batches` per step on this rank, `in_flight`
     at its first backward pass; `st` its states). `no_update_temporary`: the update makes
     none on the GPU (LoRA's adapters: a few; an optimizer offloaded to the CPU). `loss`:
     the loss recipe (loss_memory.py) on the last stage: its region replaces F.cross_
     entropy's gradients, and a chunked or fused loss adds the forward's end. `compiled`:
     the change to the in-flight activations under --compile (compile_memory.py), at every
-    moment that holds them."""
+    moment that holds them; `frozen_head`: the LM head is not trained (LoRA: Liger makes no
+    grad_weight)."""
     last = stage == layout.pp - 1
     work = CP.workspace(arch)
     ws = Linear(0, work.bytes.evaluate({}))
@@ -145,7 +146,8 @@ def moments(sp, layout, precision, stage: int, kinds, values: dict[str, int], lo
     forward, region = None, None
     if last and loss_name != LM.STANDARD:
         start, forward, region = _loss_linear(sp, values, tp, local, loss_name, loss_chunks,
-                                              precision.master_bytes, layout.micro_batch)
+                                              0 if frozen_head else precision.master_bytes,
+                                              layout.micro_batch)
         extra = extra + start
         what.insert(0, f"--loss {loss_name}: {region.what_backward}")
     elif last:

@@ -310,6 +310,9 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
     chunks = LM.check(loss, loss_chunks, config)
     if compile:
         CM.check(config)
+        if finetune is not None:
+            raise UsageError("--compile is measured for full training (inductor's partition "
+                             "of a LoRA block is not): leave --compile or --lora-rank out")
         if not stack.stack.torch_engines:
             raise UsageError(f"--compile is planned with --stack torch; leave it out with "
                              f"--stack {stack.name}")
@@ -336,8 +339,8 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
         sp, layout, precision, s.stage, s.kinds, values, local, layout.micro_batches,
         s.activations.in_flight, s.states, stack, optimizer, arch, impl,
         finetune is not None or OF.moves_optimizer(frozenset(offload), stack.stack),
-        loss, chunks, _compiled(rows[0], s, precision) if compile else A.Linear()))
-        for s in plans)
+        loss, chunks, _compiled(rows[0], s, precision) if compile else A.Linear(),
+        finetune is not None)) for s in plans)
     at = None
     if config.num_experts is not None and config.moe_capacity_factor is not None:
         def at(s: StagePlan, b: int) -> A.StageActivations:  # C = ⌈c·b·T·k/E⌉ at this b
