@@ -111,3 +111,24 @@ def test_compile_and_offload_together_count_each_tensor_once():
     v = both.values(4096, 1)
     start = [x.peak_terms[0].bytes.evaluate(v) for x in (eager, compiled, offloaded, both)]
     assert start[3] < min(start[1], start[2]) and start[3] > 0
+
+
+def test_many_gpus_offload_the_blocks_but_one(capsys):
+    # 8 GPUs, FSDP, micro-batch 1, T = 4,096: the rank holds all 16 blocks; offloaded, the
+    # blocks' moved tensors (the one-GPU rule's, per block) leave but one block's
+    import json
+    from accounting.planning.plan import plan
+    from cli_run import run
+    T, L = 4096, 16
+    m = plan("meta-llama/Llama-3.2-1B", T, 1, offload_activations=True).memory.model
+    v = m.values(T, 1)
+    names = set(AO.offloaded_names(m.ledger.activations, v))
+    per_block = sum(r.elements.evaluate(v) * r.bytes_per_element
+                    for r in m.ledger.activations if r.repeat and r.saved and r.name in names)
+    out = {}
+    for flags in ((), ("--offload", "activations")):
+        code, text, err = run(capsys, "plan", "meta-llama/Llama-3.2-1B", "--ctx", str(T),
+                              "--gpus", "8", "--fsdp", *flags, "--format", "json")
+        assert code == 0, err
+        out[flags] = json.loads(text)["memory_per_gpu_bytes"]
+    assert out[()] - out[("--offload", "activations")] == (L - 1) * per_block

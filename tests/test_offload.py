@@ -66,7 +66,8 @@ def test_fsdp2_cpu_offload_keeps_no_model_state_on_the_gpu():
     (("--offload", "params", "--zero", "0"), "--zero 2 or 3"),
     (("--offload", "disk"), "--offload takes optimizer or activations or params"),
     # issue 44: torchtune's OffloadActivations is a one-GPU recipe here
-    (("--offload", "activations"), "--offload activations is planned on one GPU"),
+    (("--stack", "megatron", "--offload", "activations"),
+     "--offload activations is planned with --stack torch"),
 ])
 def test_refused_in_one_line(capsys, flags, expected):
     refused_in_one_line(capsys, "plan", LLAMA_1B, "--gpus", "8", *flags, expected=expected)

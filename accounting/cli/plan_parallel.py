@@ -109,7 +109,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--offload", metavar="optimizer|activations|params",
                    help="what is kept in CPU memory (comma-separated): activations "
                         "(torchtune's OffloadActivations: the saved tensors of ≥ 1 KiB but the "
-                        "LM head's and the loss's; one GPU too), optimizer "
+                        "LM head's and the loss's; one GPU too, --stack torch), optimizer "
                         "(--stack deepspeed: offload_optimizer, the master copy, moments and "
                         "gradient partitions), params (--stack deepspeed at --zero 3 with "
                         "optimizer: offload_param; --stack torch at --zero 2|3: FSDP2's "

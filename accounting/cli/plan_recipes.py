@@ -32,7 +32,7 @@ def offload_activations(ns: argparse.Namespace) -> bool:
     if options - {ACTIVATIONS} and ns.gpus is None:
         other = ",".join(sorted(options - {ACTIVATIONS}))
         raise UsageError(f"--offload {other} moves a layout's model states; give --gpus N "
-                         f"with it (--offload activations runs on one GPU)")
+                         f"with it (--offload activations runs on one GPU too)")
     return ACTIVATIONS in options
 
 

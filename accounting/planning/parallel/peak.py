@@ -122,8 +122,8 @@ def moments(sp, layout, precision, stage: int, kinds, values: dict[str, int], lo
     none on the GPU (LoRA's adapters: a few; an optimizer offloaded to the CPU). `loss`:
     the loss recipe (loss_memory.py) on the last stage: its region replaces F.cross_
     entropy's gradients, and a chunked or fused loss adds the forward's end. `compiled`:
-    the change to the in-flight activations under --compile (compile_memory.py), at every
-    moment that holds them; `frozen_head`: the LM head is not trained (LoRA: Liger makes no
+    the change to the in-flight activations under --compile and --offload activations
+    (plan.py _activations_change), at every moment that holds them; `frozen_head`: the LM head is not trained (LoRA: Liger makes no
     grad_weight)."""
     last = stage == layout.pp - 1
     work = CP.workspace(arch)

@@ -26,6 +26,7 @@ from accounting.planning.parallel import activations as A
 from accounting.planning.parallel import comms as C
 from accounting.planning.parallel import lora_states as LS
 from accounting.planning.parallel import offload as OF
+from accounting.planning import activation_offload as AO
 from accounting.planning import compile_memory as CM, loss_memory as LM
 from accounting.planning.parallel import peak as PK
 from accounting.planning.parallel.fit import fit as _fit
@@ -224,16 +225,31 @@ def _finish(sp: Split, layout: Layout, p: Precision, seq: int, stage: int, layer
     return StagePlan(stage, len(layers), st, tuple(items), acts, flops, tuple(comms), kinds)
 
 
-def _compiled(rows, s, precision) -> A.Linear:
-    """--compile: the in-flight block activations a compiled block does not save on stage
-    `s` (compile_memory.py's shares of the rank's rows), as a·b + c (≤ 0)."""
+def _activations_change(rows, s, precision, micro_batch: int, compile: bool,
+                        offload: bool) -> A.Linear:
+    """The change to stage `s`'s in-flight block activations, as a·b + c (≤ 0): --compile,
+    what a compiled block does not save (compile_memory.py's shares of the rank's rows);
+    --offload activations, the blocks' saved tensors torchtune's OffloadActivations moves to
+    the CPU (activation_offload.py: ≥ 1 KiB a tensor at this micro-batch, the batch's token
+    ids aside), one block's kept in flight. The head's and the loss's stay, as do the
+    embedding's (not moved here: an upper bound by those few)."""
+    shares = CM.removed_shares([r.record for r in rows], precision.autocast) if compile \
+        else [0] * len(rows)
     count = dict(s.kinds)
-    total = A.Linear()
-    for r, k in zip(rows, CM.removed_shares([r.record for r in rows], precision.autocast)):
-        if k and r.place == BLOCK:
-            n = count.get(r.record.repeat, 0) * s.activations.in_flight
-            total = total + A.Linear(-int(r.bytes.a * k) * n, -int(r.bytes.c * k) * n)
-    return total
+    total, flight = A.Linear(), {}
+    for r, k in zip(rows, shares):
+        if r.place != BLOCK or not count.get(r.record.repeat, 0):
+            continue
+        n = count[r.record.repeat] * s.activations.in_flight
+        left = A.Linear(int(r.bytes.a * (1 - k)), int(r.bytes.c * (1 - k)))
+        total = total + A.Linear(r.bytes.a - left.a, r.bytes.c - left.c).times(-n)
+        rec = r.record
+        if offload and rec.saved and rec.module not in AO.KEPT_MODULES and \
+                rec.name not in AO.INPUTS and \
+                r.bytes.at(micro_batch) // max(rec.copies, 1) >= AO.MIN_OFFLOAD_SIZE:
+            total = total + left.times(-n)
+            flight[rec.repeat] = flight.get(rec.repeat, A.Linear()) + left
+    return sum(flight.values(), total)
 
 
 def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *,
@@ -304,9 +320,9 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
     if finetune is not None:
         LS.check(finetune, layout, stack.name)
     OF.check(frozenset(offload), stack.stack, data_layout(layout).sharding)
-    if OF.ACTIVATIONS in offload:
-        raise UsageError("--offload activations is planned on one GPU (torchtune's single-"
-                         "device recipes); leave out --gpus, or offload optimizer|params")
+    if OF.ACTIVATIONS in offload and not stack.stack.torch_engines:
+        raise UsageError(f"--offload activations is planned with --stack torch (torchtune's "
+                         f"OffloadActivations); leave it out with --stack {stack.name}")
     chunks = LM.check(loss, loss_chunks, config)
     if compile:
         CM.check(config)
@@ -339,7 +355,8 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
         sp, layout, precision, s.stage, s.kinds, values, local, layout.micro_batches,
         s.activations.in_flight, s.states, stack, optimizer, arch, impl,
         finetune is not None or OF.moves_optimizer(frozenset(offload), stack.stack),
-        loss, chunks, _compiled(rows[0], s, precision) if compile else A.Linear(),
+        loss, chunks, _activations_change(rows[0], s, precision, layout.micro_batch, compile,
+                                          OF.ACTIVATIONS in offload),
         finetune is not None)) for s in plans)
     at = None
     if config.num_experts is not None and config.moe_capacity_factor is not None:
