@@ -193,3 +193,6 @@ def test_many_gpus_follow_the_loss_on_the_last_stage(capsys):
     chunked = json.loads(out)
     assert standard - chunked["memory_per_gpu_bytes"] == 14 * T * V - (6 * T * V + 4 * T // 8 * V)
     assert chunked["memory_per_gpu_reserved_bytes"] >= chunked["memory_per_gpu_bytes"]
+    assert (chunked["loss"], chunked["loss_chunks"], chunked["compile"],
+            chunked["offload_activations"]) == ("chunked", 8, False, False)
+    assert chunked["peak_moment"] == "end of the forward pass (--loss chunked)"

@@ -383,4 +383,6 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
                         mfu_scope, hfu, measured, optimizer, finetune, source,
                         stack_implementation(stack, config) if not stack.stack.torch_engines
                         else impl if finetune is None else finetune.implementation,
-                        frozenset(offload))
+                        frozenset(offload),
+                        (("loss", loss), ("loss_chunks", chunks if loss == LM.CHUNKED else None),
+                         ("compile", bool(compile))))
