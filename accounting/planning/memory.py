@@ -165,6 +165,12 @@ class MemoryModel:
             raise UsageError("the course's activation list has no attention-core split: "
                              "--recompute selective needs --scope model")
         get_optimizer(self.optimizer)
+        if self.loss not in LM.LOSSES:
+            raise UsageError(f"unknown loss {self.loss!r}; choose {' or '.join(LM.LOSSES)}")
+        if isinstance(self.loss_chunks, bool) or not isinstance(self.loss_chunks, int) \
+                or not 1 <= self.loss_chunks <= LM.MAX_CHUNKS:
+            raise UsageError(f"loss_chunks must be an integer in 1 … {LM.MAX_CHUNKS:,}, got "
+                             f"{self.loss_chunks!r}")
         if self.device not in CP.DEVICES:
             raise UsageError(f"unknown device {self.device!r}; choose {' or '.join(CP.DEVICES)}")
 
