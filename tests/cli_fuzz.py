@@ -194,6 +194,8 @@ PLAN_FLAGS = {
     "--lora-rank": INTS, "--lora-alpha": FRACTIONS, "--lora-dropout": FRACTIONS,
     "--lora-targets": _choice(("all-linear", "q_proj,v_proj", "c_attn", "w1,w2,w3", "experts")),
     "--base-weights": _choice(("nf4",)),
+    # the recipe flags (issue 44)
+    "--loss": _choice(("standard", "chunked", "fused-linear")), "--loss-chunks": INTS,
 }
 # the multi-GPU planner (plan --gpus N ...)
 PARALLEL_FLAGS = {
@@ -326,7 +328,8 @@ def argvs(draw) -> list[str]:
         head.append("--strict")
     if kind == "plan":
         return (["plan"] + head + sizes + draw(_flags(PLAN_FLAGS, MODEL_SWITCHES + ("--no-double-quant",
-                                                                                 "--optimizer-in-backward"), most))
+                                                                                 "--optimizer-in-backward",
+                                                                                 "--compile"), most))
                 + draw(_gpus()))
     if kind == "serve":
         gpu = draw(st.sampled_from((["--gpu", "H100"], ["--gpu", "H200"], [])))

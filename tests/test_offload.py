@@ -64,7 +64,10 @@ def test_fsdp2_cpu_offload_keeps_no_model_state_on_the_gpu():
     (("--stack", "megatron", "--offload", "optimizer"), "not planned for --stack megatron"),
     (("--stack", "deepspeed", "--zero", "3", "--offload", "params"), "needs --offload"),
     (("--offload", "params", "--zero", "0"), "--zero 2 or 3"),
-    (("--offload", "activations"), "--offload takes optimizer or params"),
+    (("--offload", "disk"), "--offload takes optimizer or activations or params"),
+    # issue 44: torchtune's OffloadActivations is a one-GPU recipe here
+    (("--stack", "megatron", "--offload", "activations"),
+     "--offload activations is planned with --stack torch"),
 ])
 def test_refused_in_one_line(capsys, flags, expected):
     refused_in_one_line(capsys, "plan", LLAMA_1B, "--gpus", "8", *flags, expected=expected)

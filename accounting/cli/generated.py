@@ -59,6 +59,11 @@ def _published_runs() -> str:
     return markdown()
 
 
+def _recipes_h200() -> str:  # issue 44: the recipe flags against an H200 step
+    from accounting.planning.recipes_measured import markdown
+    return markdown()
+
+
 BLOCKS: dict[str, Callable[[], str]] = {
     "gpu-table": _gpus,
     "gpu-names": _gpu_names,
@@ -67,4 +72,5 @@ BLOCKS: dict[str, Callable[[], str]] = {
     "model-type-names": _model_type_names,
     "serve-answers": _serve_answers,
     "published-runs": _published_runs,
+    "recipes-h200": _recipes_h200,
 }

@@ -20,6 +20,7 @@ from accounting.planning.gpus import gpu_help
 from accounting.planning.optimizers import optimizer_help
 from accounting.cli import plan_parallel as parallel_cli
 from accounting.cli import plan_finetune as finetune_cli
+from accounting.cli import plan_recipes as recipes_cli
 from accounting.cli import checkpoint
 from accounting.cli import cost as cost_cli
 from accounting.planning.memory import (
@@ -110,6 +111,7 @@ def parser() -> Parser:
                         "too (their gradients and optimizer state; activations not counted). "
                         "Default: frozen, LLaMA-Factory's freeze_vision_tower default, its "
                         "weights alone beside the language model's step")
+    recipes_cli.add_args(w)  # issue 44: --loss, --loss-chunks, --compile
     w.add_argument("--recompute", choices=tuple(RECOMPUTE), default=NO_RECOMPUTE,
                    help="none (default), selective (recompute the attention core, Korthikanti "
                         "et al. 2022) or full activation recomputation (keep each block's input; "
@@ -183,7 +185,7 @@ def main(argv: list[str]) -> int:
                   margin=ns.margin, steps=ns.steps, tokens=ns.tokens, position=ns.position,
                   optimizer_in_backward=ns.optimizer_in_backward,
                   tower=getattr(hf, "vision", None), train_vision=ns.train_vision,
-                  **finetune_cli.plan_kwargs(ns))
+                  **recipes_cli.plan_kwargs(ns), **finetune_cli.plan_kwargs(ns))
     line = None
     if result.tower is not None:  # issue 41: said on the first screen
         from accounting.present.vision_views import training_line

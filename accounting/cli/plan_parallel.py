@@ -106,8 +106,10 @@ def add_args(p: argparse.ArgumentParser) -> None:
                         "torchtitan's TOML job config, Megatron-LM's arguments, a DeepSpeed "
                         "config JSON or an accelerate FSDP config (a layout the stack cannot "
                         "express is refused, saying why)")
-    g.add_argument("--offload", metavar="optimizer|params",
-                   help="model states kept in CPU memory (comma-separated): optimizer "
+    g.add_argument("--offload", metavar="optimizer|activations|params",
+                   help="what is kept in CPU memory (comma-separated): activations "
+                        "(torchtune's OffloadActivations: the saved tensors of ≥ 1 KiB but the "
+                        "LM head's and the loss's; one GPU too, --stack torch), optimizer "
                         "(--stack deepspeed: offload_optimizer, the master copy, moments and "
                         "gradient partitions), params (--stack deepspeed at --zero 3 with "
                         "optimizer: offload_param; --stack torch at --zero 2|3: FSDP2's "
@@ -144,6 +146,10 @@ def check_single(ns: argparse.Namespace) -> None:
     """Layout flags without --gpus are a mistake."""
     given = [f for f in LAYOUT_FLAGS if getattr(ns, f) not in (None, False, 1)
              or (f == "zero" and ns.zero is not None)]
+    if given and given[0] == "offload":  # --offload activations runs on one GPU
+        from accounting.cli.plan_recipes import offload_activations
+        offload_activations(ns)
+        given = given[1:]
     if given:
         flag = "--" + given[0].replace("_", "-")
         if given[0] in ("mfu_convention", "mfu_scope", "hfu", "measured_tokens_per_s"):
@@ -309,6 +315,9 @@ def run(ns: argparse.Namespace, config, ck=None) -> int:
     if ns.scope != MODEL:
         raise UsageError("--scope course is a one-GPU view; the multi-GPU plan counts what "
                          "autograd saves (--scope model)")
+    if ns.search and (ns.loss != "standard" or ns.loss_chunks is not None or ns.compile):
+        raise UsageError("--search ranks layouts with F.cross_entropy, eager; with --loss or "
+                         "--compile give the layout (--tp, --pp, --zero)")
     if getattr(ns, "optimizer_in_backward", False):
         raise UsageError("--optimizer-in-backward is planned on one GPU (torchtune's "
                          "single-device recipes); leave out --gpus")
@@ -388,7 +397,9 @@ def run(ns: argparse.Namespace, config, ck=None) -> int:
                                **utilization, optimizer=ns.optimizer or DEFAULT_OPTIMIZER,
                                measured_tokens_per_second=ns.measured_tokens_per_s,
                                finetune=finetune, implementation=implementation,
-                               offload=parse_offload(ns.offload))
+                               offload=parse_offload(ns.offload),
+                               loss=ns.loss, loss_chunks=ns.loss_chunks,
+                               compile=ns.compile)
         tables, data = views.tables, export.to_dict
         if ns.compare_formulas and finetune is not None:
             raise UsageError("--compare-formulas sets full training beside the literature; "

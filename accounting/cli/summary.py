@@ -163,7 +163,7 @@ def plan_answer(p) -> Table:
         lines.append(_line("recipe", f"{recipe.implementation} implementation, "
                                      f"{recipe.precision}, {recipe.attention} attention, "
                                      f"recomputation {recipe.recompute}, optimizer "
-                                     f"{recipe.optimizer}"
+                                     f"{recipe.optimizer}" + _recipe_flags(p)
                                      + (f" ({recipe.note})" if recipe.note else "")))
     mtp_flops = p.flops.mtp + p.flops.mtp_adamw
     lines.append(_line("FLOPs/step", f"{grouped(p.flops.total)} = {si(p.flops.total, 'FLOPs')}"
@@ -216,3 +216,13 @@ def _days(seconds: Fraction) -> str:
     if seconds >= 3600:
         return f"{decimal(seconds / 3600, 2)} hours"
     return f"{decimal(seconds, 3)} seconds"
+
+
+def _recipe_flags(p) -> str:
+    """The issue-44 recipe flags, named where given (--loss, --offload activations,
+    --compile)."""
+    m = p.memory.model
+    out = "" if m.loss == "standard" else f", loss {m.loss}" + (
+        f" ({m.loss_chunks} chunks)" if m.loss == "chunked" else "")
+    return out + (", activations offloaded to the CPU" if m.offload_activations else "") \
+        + (", blocks under torch.compile" if m.compile else "")

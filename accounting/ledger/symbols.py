@@ -95,6 +95,10 @@ SYMBOLS: dict[str, str] = {
     "2d_i": "Mamba-1 in_proj's width, 2·d_i (x and the gate z)",
     "r_dt": "mamba_dt_rank: the rank of Mamba-1's dt (x_proj's first part, dt_proj's input)",
     "d_rbc": "Mamba-1 x_proj's width, r_dt + 2·n_s (dt, B, C)",
+    # the loss recipes (planning/loss_memory.py, issue 44)
+    "T_c": "--loss chunked: tokens of the largest chunk, ⌈T/n⌉ (torch.chunk)",
+    "[B>1]": "1 when B > 1 (and more than one chunk), else 0: a chunk of the labels is copied",
+    "C_fl": "--loss fused-linear: Liger's chunk rows, min(next_power_of_2(⌈B·T/⌈V/d_model⌉⌉), B·T)",
 }
 
 # Order in which symbols are written in a monomial: workload first, then model sizes;

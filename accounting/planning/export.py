@@ -46,7 +46,12 @@ def _recipe(p: Plan) -> dict:
             + (f"; {r.note}" if r.note else ""),
             "attention": r.attention, "attention_meaning": ATTENTION_NAMES[r.attention],
             "optimizer": r.optimizer, "optimizer_meaning": f"{opt.title} ({opt.source})",
-            "optimizer_in_backward": p.memory.model.optimizer_in_backward}
+            "optimizer_in_backward": p.memory.model.optimizer_in_backward,
+            # issue 44's recipe flags (planning/loss_memory.py, activation_offload.py)
+            "loss": p.memory.model.loss,
+            "loss_chunks": p.memory.model.loss_chunks if p.memory.model.loss == "chunked" else None,
+            "offload_activations": p.memory.model.offload_activations,
+            "compile": p.memory.model.compile}
 
 
 def to_dict(p: Plan) -> dict:

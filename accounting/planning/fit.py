@@ -64,7 +64,19 @@ def largest_batch(model: MemoryModel, seq: int, budget: Budget) -> BatchFit:
     """The largest batch whose fit_bytes (the step's peak, or the course's sum) fits: each
     piece a·B + b of the peak bounds B by floor((usable − b) / a)."""
     lines = model.fit_lines(seq)
-    largest = min((budget.usable - b) // a if budget.usable - b >= a else 0 for a, b in lines)
+    # a piece that does not grow with B (a ≤ 0) bounds nothing beyond batch 1
+    bounds = [((budget.usable - b) // a if budget.usable - b >= a else 0) if a > 0 else 0
+              for a, b in lines if a > 0 or a + b > budget.usable]
+    largest = min(bounds, default=0)
+    if largest and model.fit_bytes(largest, seq) > budget.usable:
+        # a piece that grows faster than linearly in B (Liger's chunk rows, --loss
+        # fused-linear: a power of two of B·T/⌈V/H⌉) exceeds its line at B = 1: the largest
+        # batch whose exact bytes fit, by bisection (they only grow with B)
+        lo, hi = 0, largest
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if model.fit_bytes(mid, seq) <= budget.usable else (lo, mid)
+        largest = lo
     a, b = max(lines, key=lambda ab: ab[0] * max(largest, 1) + ab[1])  # the binding piece
     return BatchFit(seq, budget, a, b, largest)
 

@@ -27,6 +27,7 @@ from accounting.units import DTYPE_BYTES, FP32, INT64
 from accounting.ledger.builder.common import COURSE as COURSE_IMPL
 from accounting.planning import cuda_peak as CP, fp8 as F8, training_state as TS
 from accounting.planning import mtp_memory as MT
+from accounting.planning import activation_offload as AO, loss_memory as LM
 # the scopes' names, in_scope and the evaluated result (memory_result.py), re-exported
 from accounting.planning.memory_result import (COURSE, MODEL, ActivationRow,  # noqa: F401
                                                TrainingMemory, in_scope)
@@ -107,6 +108,7 @@ class PeakPhase:
     name: str
     bytes: Expr
     what: str
+    activations: bool = True  # the kept activations are live at it (not the update)
 
 
 @dataclass(frozen=True)
@@ -146,6 +148,12 @@ class MemoryModel:
     # register_optim_in_bwd_hooks: each parameter's post-accumulate-grad hook steps its own
     # optimizer and sets its gradient to None): no moment holds every gradient
     optimizer_in_backward: bool = False
+    # the loss recipe (loss_memory.py: standard, chunked with loss_chunks, fused-linear)
+    # and torchtune's activation offloading (activation_offload.py), issue 44
+    loss: str = LM.STANDARD
+    loss_chunks: int = LM.DEFAULT_CHUNKS
+    offload_activations: bool = False
+    compile: bool = False  # each block under torch.compile (compile_memory.py)
 
     def __post_init__(self) -> None:
         if self.scope not in SCOPES:
@@ -157,6 +165,12 @@ class MemoryModel:
             raise UsageError("the course's activation list has no attention-core split: "
                              "--recompute selective needs --scope model")
         get_optimizer(self.optimizer)
+        if self.loss not in LM.LOSSES:
+            raise UsageError(f"unknown loss {self.loss!r}; choose {' or '.join(LM.LOSSES)}")
+        if isinstance(self.loss_chunks, bool) or not isinstance(self.loss_chunks, int) \
+                or not 1 <= self.loss_chunks <= LM.MAX_CHUNKS:
+            raise UsageError(f"loss_chunks must be an integer in 1 … {LM.MAX_CHUNKS:,}, got "
+                             f"{self.loss_chunks!r}")
         if self.device not in CP.DEVICES:
             raise UsageError(f"unknown device {self.device!r}; choose {' or '.join(CP.DEVICES)}")
 
@@ -175,7 +189,16 @@ class MemoryModel:
         return self._ledger(self.recompute)
 
     def values(self, seq: int, batch: int) -> dict[str, int]:
-        return self.ledger.values(seq, batch)  # with LoRA: the rank r too
+        v = self.ledger.values(seq, batch)  # with LoRA: the rank r too
+        v = LM.add_values(v, self.loss, self.loss_chunks)
+        return AO.add_values(v, self.ledger.activations) if self.offload_activations else v
+
+    @cached_property
+    def loss_region(self) -> LM.LossRegion:
+        """What the loss recipe holds against the ledger's F.cross_entropy (loss_memory.py)."""
+        # Liger's grad_weight is zeros_like(weight): none for a frozen head (LoRA)
+        return LM.region(self.ledger.activations, self.loss,
+                         0 if self.finetune is not None else self.precision.master_bytes)
 
     def activations(self) -> tuple[Activation, ...]:
         return tuple(r for r in self.ledger.activations
@@ -351,78 +374,10 @@ class MemoryModel:
     # -- the step's peak (model scope) --
     @cached_property
     def peak_terms(self) -> tuple[PeakPhase, ...]:
-        """The live bytes at the two moments of a training step that decide its peak (with
-        optimizer.zero_grad(set_to_none=True), PyTorch's default, so no gradient exists in
-        the forward pass), each exact for AdamW (tests/test_peak.py measures them):
-          * the backward pass's first op, log_softmax's backward: the parameters, the
-            optimizer's state (and master copy), the buffers, every kept activation, the
-            loss, and two tensors of B·T·V in the log-probabilities' dtype — the gradient of
-            the log-softmax (nll_loss's backward) and of the logits (the log-softmax's
-            backward);
-          * the optimizer's update: parameters, gradients, state, and for AdamW's foreach
-            path one more state-sized tensor per parameter (torch._foreach_sqrt of v); under
-            bf16-master the fp32 gradients of the master copy as well; the buffers, the
-            loss, the token ids and targets.
-        Gradient temporaries inside one block's backward pass can exceed both (the naive
-        softmax's backward makes five tensors of B·h·T²): not modelled, measured in
-        tests/test_peak.py."""
-        p, opt = self.precision, get_optimizer(self.optimizer)
-        held = sum((t.bytes for t in self.state_terms if t.on_gpu and not t.name.startswith(
-            ("gradients", "bf16 copies"))), Expr())
-        grads = sum((t.bytes for t in self.state_terms if t.name.startswith("gradients")), Expr())
-        buffers = sum((b.expr() for b in self.ledger.buffers), Expr())
-        kept = sum((r.elements.scale(r.bytes_per_element).times(*((r.repeat,) if r.repeat else ()))
-                    for r in self.ledger.activations if r.saved), Expr()) \
-            + sum(self._mtp([MT.activation_bytes(self.config, self.ledger)]
-                            if self.config.mtp_layers else []), Expr())
-        f32, i64 = DTYPE_BYTES[FP32], DTYPE_BYTES[INT64]
-        lsm = next(r for r in self.ledger.activations if r.name == "log-softmax of the logits")
-        loss = Expr.of(lsm.bytes_per_element)  # the 0-dim loss the training loop holds
-        logits_grads = Expr.of(2 * lsm.bytes_per_element, ("B", "T", "V"))
-        inputs = Expr.of(2 * i64, ("B", "T"))  # token ids and targets, int64
-        _, n_trained = TS.counts(self.tensors)
-        temp, temp_what = Expr(), ""
-        if opt.foreach_temporary and n_trained:
-            sb = p.moment_bytes
-            temp = Expr.of(sb * n_trained) if n_trained != TS.counts(self.tensors)[0] else \
-                parameter_count(self.config).scale(sb)
-            temp_what = f", and √v for every trained parameter ({sb}·N)"
-        if p.master and n_trained:
-            temp = temp + Expr.of(f32 * n_trained)
-            temp_what += ", the master copy's fp32 gradients (4·N)"
-        for n_mtp in self._mtp([MT.parameters(self.config, self.ledger)] if self.config.mtp_layers else []):
-            # the MTP modules' tensors are updated with the rest: their √v, fp32 gradients
-            temp = temp + Expr.of(n_mtp * ((p.moment_bytes if opt.foreach_temporary else 0)
-                                           + (f32 if p.master else 0)))
-        boundary = held + buffers + kept + loss + logits_grads
-        update = held + grads + temp + buffers + loss + inputs
-        b = lsm.bytes_per_element
-        cuda = ""
-        for a in self.cuda_adjustments:  # CUDA's kernels (accounting/planning/cuda_peak.py)
-            boundary = boundary + a.bytes
-            cuda += f"; {a.rule}: {a.what}"
-        if self.device == CP.CUDA:
-            reserve = CP.workspace(self.arch)
-            boundary, update = boundary + reserve.bytes, update + reserve.bytes
-            cuda += f"; {reserve.rule}: {reserve.what}"
-        if self.optimizer_in_backward:  # one tensor's gradient and update temporaries at most
-            big = max((t.numel for t in self.tensors if t.trained), default=0)
-            per = self.state_precision.grad_bytes + (p.moment_bytes if opt.foreach_temporary
-                                                     else 0) + (f32 if p.master else 0)
-            return (PeakPhase("backward pass, its largest tensor stepped in it (optimizer in "
-                              "backward)", boundary + Expr.of(per * big),
-                              f"the start of the backward pass{cuda}, and the largest trained "
-                              f"tensor's gradient and update temporaries ({per}·{big:,})"),)
-        return (PeakPhase("start of the backward pass (log-softmax backward)", boundary,
-                          "parameters, optimizer state, buffers, the kept activations, the "
-                          f"loss, and the gradients of the log-softmax and of the logits "
-                          f"(2 × {b}·B·T·V){cuda}"),
-                PeakPhase("AdamW update (foreach)" if is_default(self.optimizer) else
-                          f"optimizer update ({self.optimizer})", update,
-                          f"parameters, gradients, optimizer state{temp_what}, buffers, the "
-                          "loss, token ids and targets"
-                          + (f"; {CP.RULES[CP.CUBLAS_WORKSPACE].name}" if self.device == CP.CUDA
-                             else "")))
+        """The moments of a training step that decide its peak, each with the bytes live at
+        it (accounting/planning/peak_moments.py, where the rules are written out)."""
+        from accounting.planning.peak_moments import peak_terms
+        return peak_terms(self)
 
     @property
     def peak_rules(self) -> tuple[CP.Adjustment, ...]:
@@ -437,8 +392,10 @@ class MemoryModel:
         device="cpu")."""
         if self.device != CP.CUDA:
             return ()
-        return tuple(CP.boundary(self.ledger.activations, self._v1, self.precision.autocast,
-                                 self.implementation))
+        acts = self.ledger.activations
+        return tuple(CP.attention(acts, self._v1) + (
+            CP.loss(acts, self.precision.autocast, self.implementation)
+            if self.loss_region.cuda_loss else []))
 
     def peak(self, batch: int, seq: int) -> int:
         """Bytes at the step's modelled peak: the larger of the two moments."""

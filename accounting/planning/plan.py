@@ -32,6 +32,7 @@ from accounting.planning.gpus import Hardware, get_gpu
 from accounting.planning.inference import Inference, inference
 from accounting.planning import recipes
 from accounting.ledger.builder.common import LLMFOUNDRY
+from accounting.planning import loss_memory as LM
 from accounting.planning.memory import (
     FP32,
     MODEL,
@@ -131,7 +132,9 @@ def plan(config: ModelConfig | str, seq: int | None = None, batch: int = 1, *,
          from_hf: bool | None = None, attention_given: bool = False,
          trainable=None, lora=None, base_weights: str | None = None, double_quant: bool = True,
          module_names=None, optimizer_in_backward: bool = False, tower=None,
-         train_vision: bool = False) -> Plan:
+         train_vision: bool = False, loss: str = "standard",
+         loss_chunks: int | None = None, offload_activations: bool = False,
+         compile: bool = False) -> Plan:
     """Every answer for one workload. Numbers given as strings or Fractions stay exact.
     config: a ModelConfig or a preset name; gpu a name of accounting.planning.gpus.GPUS (or
     memory_bytes, peak_tflops, bandwidth_tbs of your own); precision, scope, recompute,
@@ -145,7 +148,10 @@ def plan(config: ModelConfig | str, seq: int | None = None, batch: int = 1, *,
     (double_quant: bitsandbytes' double quantization), module_names: transformers'
     ModuleNames for PEFT's target names (None: the course model's). optimizer_in_backward:
     each tensor stepped by its own optimizer in the backward pass (torchtune's
-    register_optim_in_bwd_hooks): no moment holds every gradient."""
+    register_optim_in_bwd_hooks): no moment holds every gradient. loss: "standard",
+    "chunked" (torchtune's, loss_chunks chunks, 8 by default) or "fused-linear" (Liger's);
+    offload_activations: torchtune's OffloadActivations (accounting/planning/loss_memory.py,
+    activation_offload.py); compile: each block under torch.compile (compile_memory.py)."""
     if from_hf is None:
         from accounting.architecture.presets import HF_IDS
         from_hf = isinstance(config, str) and config in HF_IDS
@@ -190,11 +196,27 @@ def plan(config: ModelConfig | str, seq: int | None = None, batch: int = 1, *,
     hw = hardware(gpu, memory_bytes, peak_tflops, bandwidth_tbs, p.compute)
     u = check_mfu(DEFAULT_MFU if mfu is None else mfu)
     m = exact(margin, names.arg("margin"))
+    loss = A.choice(loss, "loss", LM.LOSSES, LM.STANDARD) or LM.STANDARD
+    if loss_chunks is not None:
+        loss_chunks = A.count(loss_chunks, "loss_chunks")
+    chunks = LM.check(loss, loss_chunks, config)
+    if compile:
+        from accounting.planning.compile_memory import check as check_compile
+        check_compile(config)
+        if lora is not None:
+            raise UsageError("--compile is measured for full training (inductor's partition "
+                             "of a LoRA block is not): leave --compile or --lora-rank out")
+    if (loss != LM.STANDARD or offload_activations) and scope != MODEL:
+        raise UsageError("--loss and --offload activations change what a step holds: give "
+                         "--scope model (the default) with them")
     ft = _finetune(config, p, scope, lora, base_weights, double_quant, module_names,
                    recipe.implementation, trainable)  # issue 28
     model = MemoryModel(config, p, scope, recompute, recipe.implementation, recipe.optimizer,
                         trainable, ft, arch=hw.arch if hw else None,
-                        optimizer_in_backward=bool(optimizer_in_backward))
+                        optimizer_in_backward=bool(optimizer_in_backward),
+                        loss=loss, loss_chunks=chunks,
+                        offload_activations=bool(offload_activations),
+                        compile=bool(compile))
     tw = None
     if tower is not None:  # issue 41: the tower's weights (and, trained, its state)
         from accounting.planning.vision_train import tower_training

@@ -6,6 +6,7 @@ One GPU: MemoryModel's moments (planning/memory.py); many GPUs: a stage's moment
 one block."""
 from __future__ import annotations
 
+from accounting.planning import activation_offload as AO
 from accounting.planning import allocator as AL
 from accounting.planning import cuda_peak as CP
 
@@ -25,17 +26,23 @@ def one_gpu(model, batch: int, seq: int, expandable: bool = False) -> tuple[int,
     phases = model.peak_terms
     peak = max(phases, key=lambda ph: ph.bytes.evaluate(v))
     allocated = peak.bytes.evaluate(v)
-    backward = peak is phases[0]
+    backward = peak.activations
     states = [t for t in model.state_terms if t.on_gpu and (
         not t.name.startswith("gradients") if backward else not t.name.startswith("bf16 copies"))]
     groups = _state_groups(model, v, states)
     if backward:
+        # a loss recipe's or the offloading's own tensors count in the remainder below
+        region = model.loss_region
+        moved = set(AO.offloaded_names(model.ledger.activations, v)) \
+            if model.offload_activations else set()
         for r in model.ledger.activations:
-            if r.saved:
+            if r.saved and r.name not in region.replaced and r.name not in moved:
                 groups.append((r.elements.evaluate(v) * r.bytes_per_element,
                                v[r.repeat] if r.repeat else 1))
-        lsm = next(r for r in model.ledger.activations if r.name == "log-softmax of the logits")
-        groups.append((lsm.elements.evaluate(v) * lsm.bytes_per_element, 2))
+        if region.cuda_loss:  # the standard loss: its two B·T·V gradients
+            lsm = next(r for r in model.ledger.activations
+                       if r.name == "log-softmax of the logits")
+            groups.append((lsm.elements.evaluate(v) * lsm.bytes_per_element, 2))
     if model.device == CP.CUDA:
         groups.append((CP.cublas_workspace_bytes(model.arch), CP.CUBLAS_WORKSPACES))
     rest = allocated - sum(n * c for n, c in groups)

@@ -46,6 +46,9 @@ def to_dict(p: ParallelPlan) -> dict:
            "precision": p.precision.name, "optimizer": p.optimizer, "mfu": _f(p.mfu),
            "memory_per_gpu_bytes": p.memory, "worst_stage": p.worst.stage,
            "implementation": p.implementation,
+           # issue 44: the recipe flags (planning/loss_memory.py, compile_memory.py,
+           # activation_offload.py)
+           **dict(p.recipe), "offload_activations": "activations" in p.offload,
            "peak_moment": p.peak_moment.name if p.peak_moment else None,
            "memory_per_gpu_items_bytes": p.items_total,
            "memory_per_gpu_reserved_bytes": p.reserved,

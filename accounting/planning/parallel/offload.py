@@ -23,7 +23,10 @@ from dataclasses import dataclass, replace
 from accounting.runtime.errors import UsageError
 
 OPTIMIZER, PARAMS = "optimizer", "params"
-CHOICES = (OPTIMIZER, PARAMS)
+# activations: torchtune's OffloadActivations, a recipe rather than a stack's model-state
+# policy (accounting/planning/activation_offload.py); check() and apply() leave it out
+ACTIVATIONS = "activations"
+CHOICES = (OPTIMIZER, ACTIVATIONS, PARAMS)
 EVERY_STATE = ""  # a prefix every model-state item's name starts with
 
 
@@ -61,7 +64,7 @@ def parse(text: str | None) -> frozenset[str]:
 
 def check(offload: frozenset[str], stack, zero: int) -> None:
     """`stack`: the stack's record (stacks.Stack), whose `offload` holds its policies."""
-    for option in sorted(offload):
+    for option in sorted(offload - {ACTIVATIONS}):
         policy = stack.offload.get(option)
         if policy is None:
             has = sorted(stack.offload)

@@ -31,6 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from accounting.planning import cuda_peak as CP
+from accounting.planning import loss_memory as LM
 from accounting.planning.optimizers import get_optimizer
 from accounting.planning.parallel.activations import Linear
 
@@ -94,12 +95,36 @@ def _cuda(sp, values: dict[str, int], autocast, implementation: str, tp: int, lo
     return total, "; ".join(what)
 
 
+def _loss_linear(sp, values: dict[str, int], tp: int, local: int, loss: str, chunks: int,
+                 param_bytes: int, micro_batch: int):
+    """The loss recipe's region (loss_memory.py) on the last stage's rank, as a·b + c:
+    (what the backward's start adds, what the forward's end adds, the region)."""
+    region = LM.region(sp.ledger.activations, loss, param_bytes)
+    rank = _rank_values(values, tp, local)
+
+    def linear(e) -> Linear:
+        with_b, without_b = e.split("B")
+        one = LM.add_values({**rank, "B": 1}, loss, chunks)
+        at_b = LM.add_values({**rank, "B": micro_batch}, loss, chunks)
+        # Liger's chunk rows (no B factor) at the layout's micro-batch: exact at it
+        return Linear(with_b.evaluate(one), without_b.evaluate(at_b))
+    return (linear(region.kept + region.backward),
+            None if region.forward is None else linear(region.kept + region.forward), region)
+
+
 def moments(sp, layout, precision, stage: int, kinds, values: dict[str, int], local: int,
             micro_batches: int, in_flight: int, st, stack, optimizer: str, arch: str | None,
-            implementation: str, no_update_temporary: bool) -> tuple[Moment, ...]:
+            implementation: str, no_update_temporary: bool, loss_name: str = LM.STANDARD,
+            loss_chunks: int = LM.DEFAULT_CHUNKS,
+            compiled: Linear = Linear(), frozen_head: bool = False) -> tuple[Moment, ...]:
     """The moments of this GPU's step (`micro_batches` per step on this rank, `in_flight`
     at its first backward pass; `st` its states). `no_update_temporary`: the update makes
-    none on the GPU (LoRA's adapters: a few; an optimizer offloaded to the CPU)."""
+    none on the GPU (LoRA's adapters: a few; an optimizer offloaded to the CPU). `loss`:
+    the loss recipe (loss_memory.py) on the last stage: its region replaces F.cross_
+    entropy's gradients, and a chunked or fused loss adds the forward's end. `compiled`:
+    the change to the in-flight activations under --compile and --offload activations
+    (plan.py _activations_change), at every moment that holds them; `frozen_head`: the LM head is not trained (LoRA: Liger makes no
+    grad_weight)."""
     last = stage == layout.pp - 1
     work = CP.workspace(arch)
     ws = Linear(0, work.bytes.evaluate({}))
@@ -124,15 +149,22 @@ def moments(sp, layout, precision, stage: int, kinds, values: dict[str, int], lo
     # ids (first stage) and targets (last stage) of the last micro-batch
     loss = Linear(0, lb if last else 0)
     inputs = Linear(i64 * local * ((stage == 0) + last), 0)
-    extra, what = ws + loss, [f"{work.rule}: {work.what}"]
-    if last:
+    extra, what = ws + loss + compiled, [f"{work.rule}: {work.what}"]
+    forward, region = None, None
+    if last and loss_name != LM.STANDARD:
+        start, forward, region = _loss_linear(sp, values, tp, local, loss_name, loss_chunks,
+                                              0 if frozen_head else precision.master_bytes,
+                                              layout.micro_batch)
+        extra = extra + start
+        what.insert(0, f"--loss {loss_name}: {region.what_backward}")
+    elif last:
         vocab = -(-values["V"] // tp)
         extra = extra + Linear(n_grads * local * vocab * gb, 0)
         what.insert(0, f"the loss's gradients {n_grads}·b·(T/cp)·⌈V/tp⌉·{gb} "
                        f"(T/cp = {local:,}, ⌈V/tp⌉ = {vocab:,})")
     if own:
         adj, rules = _cuda(sp, values, precision.autocast, implementation, tp, local, kinds,
-                           last, in_flight)
+                           last and (region is None or region.cuda_loss), in_flight)
         extra = extra + adj
         if rules:
             what.append(rules)
@@ -142,10 +174,15 @@ def moments(sp, layout, precision, stage: int, kinds, values: dict[str, int], lo
     # holds one block's recomputed activations too (MemoryModel's "one block, recomputed")
     out = [Moment(AT_BACKWARD + " (the loss's backward)", held + "; ".join(what), extra, True,
                   grads_live, True)] if last else []
+    if forward is not None:  # the forward's end: the chunks, or Liger's chunk (loss_memory.py)
+        fwd = extra + start.times(-1) + forward
+        out.append(Moment(f"end of the forward pass (--loss {loss_name})",
+                          held + f"--loss {loss_name}: {region.what_forward}", fwd, True,
+                          grads_live, True))
     if layout.recompute != "none" or not last:
         out.append(Moment("a block's backward pass" + (
             " (its recomputed activations live)" if layout.recompute != "none" else ""),
-            held + f"{work.rule}", ws + loss, True, grads_live, True, True))
+            held + f"{work.rule}", ws + loss + compiled, True, grads_live, True, True))
     temp, temp_what = 0, ""
     if not no_update_temporary:
         per = stack.stack.update_temporary

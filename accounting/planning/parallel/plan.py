@@ -26,11 +26,13 @@ from accounting.planning.parallel import activations as A
 from accounting.planning.parallel import comms as C
 from accounting.planning.parallel import lora_states as LS
 from accounting.planning.parallel import offload as OF
+from accounting.planning import activation_offload as AO
+from accounting.planning import compile_memory as CM, loss_memory as LM
 from accounting.planning.parallel import peak as PK
 from accounting.planning.parallel.fit import fit as _fit
 from accounting.planning.parallel.buffers import Item, engine_buffers, stage_buffers
 from accounting.planning.parallel.layout import Layout, check_layout, stage_layers
-from accounting.planning.parallel.shards import FIRST, Split, split
+from accounting.planning.parallel.shards import BLOCK, FIRST, Split, split
 from accounting.planning.parallel.stack_memory import StackRun, per_layer
 from accounting.planning.parallel.stack_memory import implementation as stack_implementation
 from accounting.planning.parallel.stack_memory import memory as stack_memory
@@ -229,6 +231,33 @@ def _finish(sp: Split, layout: Layout, p: Precision, seq: int, stage: int, layer
     return StagePlan(stage, len(layers), st, tuple(items), acts, flops, tuple(comms), kinds)
 
 
+def _activations_change(rows, s, precision, micro_batch: int, compile: bool,
+                        offload: bool) -> A.Linear:
+    """The change to stage `s`'s in-flight block activations, as a·b + c (≤ 0): --compile,
+    what a compiled block does not save (compile_memory.py's shares of the rank's rows);
+    --offload activations, the blocks' saved tensors torchtune's OffloadActivations moves to
+    the CPU (activation_offload.py: ≥ 1 KiB a tensor at this micro-batch, the batch's token
+    ids aside), one block's kept in flight. The head's and the loss's stay, as do the
+    embedding's (not moved here: an upper bound by those few)."""
+    shares = CM.removed_shares([r.record for r in rows], precision.autocast) if compile \
+        else [0] * len(rows)
+    count = dict(s.kinds)
+    total, flight = A.Linear(), {}
+    for r, k in zip(rows, shares):
+        if r.place != BLOCK or not count.get(r.record.repeat, 0):
+            continue
+        n = count[r.record.repeat] * s.activations.in_flight
+        left = A.Linear(int(r.bytes.a * (1 - k)), int(r.bytes.c * (1 - k)))
+        total = total + A.Linear(r.bytes.a - left.a, r.bytes.c - left.c).times(-n)
+        rec = r.record
+        if offload and rec.saved and rec.module not in AO.KEPT_MODULES and \
+                rec.name not in AO.INPUTS and \
+                r.bytes.at(micro_batch) // max(rec.copies, 1) >= AO.MIN_OFFLOAD_SIZE:
+            total = total + left.times(-n)
+            flight[rec.repeat] = flight.get(rec.repeat, A.Linear()) + left
+    return sum(flight.values(), total)
+
+
 def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *,
                   precision: Precision, hardware: Hardware | None = None,
                   net: Interconnect | None = None, mfu=None, margin="0",
@@ -238,7 +267,8 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
                   mfu_scope: str = COMPUTE, hfu: bool = False,
                   measured_tokens_per_second=None, optimizer: str = DEFAULT_OPTIMIZER,
                   finetune=None, implementation: str = COURSE,
-                  offload: frozenset = frozenset()) -> ParallelPlan:
+                  offload: frozenset = frozenset(), loss: str = "standard",
+                  loss_chunks: int | None = None, compile: bool = False) -> ParallelPlan:
     """The plan of one GPU per stage shown (TP rank 0 — it holds the most of an uneven
     split — and data-parallel rank 0, or the given ranks). `mfu` is read under
     `mfu_convention` and `mfu_scope` (planning/mfu.py): in the compute scope the rate each
@@ -302,6 +332,21 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
     if finetune is not None:
         LS.check(finetune, layout, stack.name)
     OF.check(frozenset(offload), stack.stack, data_layout(layout).sharding)
+    if OF.ACTIVATIONS in offload and not stack.stack.torch_engines:
+        raise UsageError(f"--offload activations is planned with --stack torch (torchtune's "
+                         f"OffloadActivations); leave it out with --stack {stack.name}")
+    chunks = LM.check(loss, loss_chunks, config)
+    if compile:
+        CM.check(config)
+        if finetune is not None:
+            raise UsageError("--compile is measured for full training (inductor's partition "
+                             "of a LoRA block is not): leave --compile or --lora-rank out")
+        if not stack.stack.torch_engines:
+            raise UsageError(f"--compile is planned with --stack torch; leave it out with "
+                             f"--stack {stack.name}")
+    if loss != LM.STANDARD and not stack.stack.torch_engines:
+        raise UsageError(f"--loss {loss} is planned with --stack torch (the other stacks run "
+                         f"their own loss); leave --loss out with --stack {stack.name}")
     impl = implementation if stack.stack.torch_engines else COURSE
     sp = run_split(config, precision, layout.recompute, impl) if finetune is None else \
         LS.lora_split(finetune, precision.autocast, layout.recompute)
@@ -321,8 +366,10 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
     plans = tuple(replace(s, moments=PK.moments(
         sp, layout, precision, s.stage, s.kinds, values, local, layout.micro_batches,
         s.activations.in_flight, s.states, stack, optimizer, arch, impl,
-        finetune is not None or OF.moves_optimizer(frozenset(offload), stack.stack)))
-        for s in plans)
+        finetune is not None or OF.moves_optimizer(frozenset(offload), stack.stack),
+        loss, chunks, _activations_change(rows[0], s, precision, layout.micro_batch, compile,
+                                          OF.ACTIVATIONS in offload),
+        finetune is not None)) for s in plans)
     at = None
     if config.num_experts is not None and config.moe_capacity_factor is not None:
         def at(s: StagePlan, b: int) -> A.StageActivations:  # C = ⌈c·b·T·k/E⌉ at this b
@@ -348,4 +395,6 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
                         mfu_scope, hfu, measured, optimizer, finetune, source,
                         stack_implementation(stack, config) if not stack.stack.torch_engines
                         else impl if finetune is None else finetune.implementation,
-                        frozenset(offload))
+                        frozenset(offload),
+                        (("loss", loss), ("loss_chunks", chunks if loss == LM.CHUNKED else None),
+                         ("compile", bool(compile))))

@@ -1,0 +1,96 @@
+"""--compile (issue 44): what torch.compile's partitioner keeps of a transformer block, as a
+change to the ledger's saved records. Inductor splits each compiled block's joint graph with
+AOTAutograd's min-cut partitioner (torch/_functorch/partitioners.py,
+min_cut_rematerialization_partition, torch 2.13): it never recomputes a matmul or the
+attention kernel, and saves the cheapest set of tensors from which the backward pass can
+recompute the pointwise ops in between. Measured on the CPU (tests/test_compile_memory.py:
+aot_module with that partitioner over one block of model/'s TransformerLM and of
+transformers' LlamaDecoderLayer, fp32 and torch.autocast bf16, at several d_ff/d_model
+ratios), against eager the block saves:
+
+  * no normalised input ("x / rms") of either RMSNorm: recomputed from the norm's input
+    and its rms, both still saved;
+  * no SiLU output: recomputed from the W1 output (model/'s sigmoid, when saved, stays);
+  * no RoPE cos/sin gathered at the positions (model/: four bf16 or fp32 copies saved by
+    its muls, recomputed from its buffers); under autocast the partitioner keeps a float32
+    gather of one table (T·d_k/2·4 bytes) instead;
+  * one copy of a tensor cast to bf16 once per consuming matmul (autocast casts the norm's
+    output for Q, K and V, and for W1 and W3, separately; the traced graph casts it once);
+  * under autocast, the second norm's float32 input (the residual after attention) is not
+    saved: it is recomputed as x + the output projection's bf16 result, which is saved
+    instead (half the bytes).
+
+The plan compiles each block on its own, as torchtitan (apply_compile: torch.compile per
+TransformerBlock) and torchtune (training.compile_model: each layer) do; outside the blocks
+the ops run eagerly. Only the layouts measured are planned: pre-norm RMSNorm, SwiGLU, RoPE,
+SDPA attention, no MoE, no QK-norm, no biases; another is refused in one line.
+"""
+from __future__ import annotations
+
+from fractions import Fraction
+
+from accounting.ledger.symbols import Expr
+from accounting.runtime.errors import UsageError
+from accounting.units import BF16, DTYPE_BYTES, FP32
+
+RECOMPUTED = ("x / rms", "SiLU output")
+ROPE = "RoPE cos and sin at the positions"  # model/'s gather from its buffers
+RESIDUAL = "ln2 input"  # the second norm's input: x + the attention's projection
+RULE = ("--compile: inductor's min-cut partitioner recomputes each block's RMSNorm "
+        "x / rms and the SiLU output, saves one bf16 copy per "
+        "cast tensor, and under autocast the attention projection's bf16 output instead of "
+        "the fp32 residual")
+
+
+def check(config) -> None:
+    c = config
+    other = [what for what, bad in (
+        ("a norm other than pre-norm RMSNorm", c.norm != "rmsnorm" or c.norm_placement != "pre"),
+        ("an MLP other than SwiGLU", c.mlp != "swiglu"),
+        ("positions other than RoPE", c.positions != "rope"),
+        ("attention other than SDPA", c.attention != "sdpa"),
+        ("experts", c.num_experts is not None),
+        ("QK-norm", c.qk_norm != "none"),
+        ("biases", c.qkv_bias or c.out_bias or c.mlp_bias),
+        ("a block other than sequential", c.block != "sequential"),
+        ("layer types", c.layer_types is not None or c.sliding_window is not None),
+    ) if bad]
+    if other:
+        raise UsageError(f"--compile is measured for Llama-layout blocks (RMSNorm, SwiGLU, "
+                         f"RoPE, SDPA); {c.name} has {other[0]}: leave --compile out")
+
+
+def _bytes(r) -> Expr:
+    return r.elements.scale(r.bytes_per_element).times(*((r.repeat,) if r.repeat else ()))
+
+
+def removed_shares(records, autocast: str | None) -> list[Fraction]:
+    """For each record, in the ledger's order, the share of its bytes a compiled block does
+    not save (0 outside the blocks and for what it keeps)."""
+    out, seen = [], set()
+    f32, b16 = DTYPE_BYTES[FP32], DTYPE_BYTES[BF16]
+    for r in records:
+        share = Fraction(0)
+        key = (r.repeat, r.name)
+        if r.saved and r.repeat:
+            if r.name.endswith(RECOMPUTED):
+                share = Fraction(1)
+            elif r.name == ROPE:  # under autocast a float32 gather of one table stays
+                share = 1 - (Fraction(f32, r.copies * r.bytes_per_element) if autocast else 0)
+            elif "(bf16 copy)" in r.name and not r.weight_copy and key in seen:
+                share = Fraction(1)  # the same cast made again for another matmul
+            elif autocast and r.name == RESIDUAL and r.dtype == FP32:
+                share = Fraction(f32 - b16, f32)  # the projection's bf16 output instead
+            seen.add(key)
+        out.append(share)
+    return out
+
+
+def saved_change(activations, autocast: str | None) -> Expr:
+    """The change to the kept activations (bytes, ≤ 0) when each block is compiled."""
+    acts = list(activations)
+    return sum((-_bytes(r).scale(k) for r, k in zip(acts, removed_shares(acts, autocast)) if k),
+               Expr())
+
+
+__all__ = ["RECOMPUTED", "RULE", "check", "removed_shares", "saved_change"]

@@ -1,0 +1,145 @@
+"""--compile (issue 44): the plan's rule for a compiled block against AOTAutograd's min-cut
+partitioner (torch/_functorch/partitioners.py min_cut_rematerialization_partition, what
+inductor partitions a compiled block with), run on the CPU.
+
+One block is wrapped with functorch.compile.aot_module(partition_fn=
+min_cut_rematerialization_partition) (the forward and backward graphs then run as traced,
+without inductor's codegen, which changes no saved tensor), its forward run under
+torch.autograd.graph.saved_tensors_hooks, and every storage it saves counted once (the
+block's parameters, its input and the rotary inputs excluded: those exist anyway). The same
+for the eager block. Expected: the ledger's block records (tests/test_planning_reality.py
+and tests/test_transformers_saves.py hold them equal to the eager saves) changed by
+planning/compile_memory.py's rule — the partitioner's output is the independent source."""
+from dataclasses import replace
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from accounting.architecture.config import ModelConfig  # noqa: E402
+from accounting.planning import PRECISIONS, MemoryModel  # noqa: E402
+from accounting.planning.compile_memory import saved_change  # noqa: E402
+
+
+def _saved(fn, args, skip, autocast):
+    seen, alive = {}, []
+
+    def pack(t):
+        alive.append(t)  # keep every saved tensor alive: no address reused while counting
+        s = t.untyped_storage()
+        if s.data_ptr() not in skip:
+            seen[s.data_ptr()] = s.nbytes()
+        return t
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            fn(*args)
+    return sum(seen.values())
+
+
+def _compiled(module):
+    from functorch.compile import aot_module, min_cut_rematerialization_partition
+    return aot_module(module, fw_compiler=lambda gm, _: gm, bw_compiler=lambda gm, _: gm,
+                      partition_fn=min_cut_rematerialization_partition)
+
+
+def _planned(config, B, T, autocast, implementation):
+    m = MemoryModel(config, PRECISIONS["bf16-mixed" if autocast else "fp32"], "model",
+                    implementation=implementation, device="cpu")
+    v = m.values(T, B)
+    acts = m.ledger.activations
+    block = sum(r.elements.evaluate(v) * r.bytes_per_element for r in acts
+                if r.saved and r.repeat and r.name != "ln1 input")  # the block's input
+    return block // v["L"], (block + saved_change(acts, "cpu" if autocast else None)
+                             .evaluate(v)) // v["L"]
+
+
+@pytest.mark.parametrize("autocast", [False, True])
+@pytest.mark.parametrize("d,d_ff,h", [(32, 88, 4), (64, 344, 2)])
+def test_a_compiled_course_block_saves_what_the_rule_keeps(autocast, d, d_ff, h):
+    from model import TransformerLM
+    B, T = 2, 32
+    c = ModelConfig(vocab_size=64, context_length=T, num_heads=h, attention="sdpa",
+                    num_layers=1, d_model=d, d_ff=d_ff)
+    torch.manual_seed(0)
+    block = TransformerLM.from_config(c).layers[0]
+    x = torch.randn(B, T, d, requires_grad=True)
+    skip = {t.untyped_storage().data_ptr() for t in (x, *block.parameters(), *block.buffers())}
+    eager = _saved(block, (x,), skip, autocast)
+    compiled = _saved(_compiled(block), (x,), skip, autocast)
+    want_eager, want_compiled = _planned(c, B, T, autocast, "course")
+    assert eager == want_eager
+    assert compiled == want_compiled < eager
+
+
+@pytest.mark.parametrize("autocast", [False, True])
+@pytest.mark.parametrize("d,d_ff,d_k", [(64, 176, 16), (32, 512, 8)])
+def test_a_compiled_transformers_llama_layer_saves_what_the_rule_keeps(autocast, d, d_ff, d_k):
+    pytest.importorskip("transformers")
+    from transformers import LlamaConfig, LlamaForCausalLM
+    from accounting.architecture.hf_config import translate
+    B, T = 2, 64
+    hf = dict(architectures=["LlamaForCausalLM"], model_type="llama", hidden_size=d,
+              intermediate_size=d_ff, num_hidden_layers=1, num_attention_heads=4,
+              num_key_value_heads=2, head_dim=d_k, max_position_embeddings=T, vocab_size=101,
+              rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False,
+              hidden_act="silu")
+    cfg = LlamaConfig(**{k: v for k, v in hf.items() if k != "architectures"})
+    cfg._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(cfg)
+    x = torch.randn(B, T, d, requires_grad=True)
+    cos, sin = model.model.rotary_emb(x, torch.arange(T)[None].expand(B, T))
+
+    class Layer(torch.nn.Module):  # the decoder layer as transformers' model calls it
+        def __init__(self, layer):
+            super().__init__()
+            self.layer = layer
+
+        def forward(self, x, cos, sin):
+            out = self.layer(x, position_embeddings=(cos, sin), attention_mask=None)
+            return out[0] if isinstance(out, tuple) else out
+    layer = Layer(model.model.layers[0])
+    skip = {t.untyped_storage().data_ptr() for t in (x, cos, sin, *layer.parameters())}
+    eager = _saved(layer, (x, cos, sin), skip, autocast)
+    compiled = _saved(_compiled(layer), (x, cos, sin), skip, autocast)
+    config = replace(translate(hf, "test", "llama").config, attention="sdpa")
+    want_eager, want_compiled = _planned(config, B, T, autocast, "transformers")
+    assert eager == want_eager
+    assert compiled == want_compiled < eager
+
+
+def test_compile_is_refused_where_not_measured(capsys):
+    from cli_run import refused_in_one_line
+    refused_in_one_line(capsys, "plan", "gpt2-small", "--compile",
+                        expected="--compile is measured for Llama-layout blocks")
+
+
+def test_compile_lowers_the_plan_by_the_rule():
+    # Llama-3.2-1B (config.json: L = 16, d_model = 2,048, d_ff = 8,192), bf16-mixed, B = 1,
+    # T = 4,096, transformers' ops: per block the rule drops two fp32 x / rms (2·4·T·d),
+    # the bf16 SiLU output (2·T·d_ff), three repeated bf16 casts of the norms' outputs
+    # (3·2·T·d) and half the fp32 residual (2·T·d)
+    from accounting.planning.plan import plan
+    T, D, FF, L = 4096, 2048, 8192, 16
+    eager = plan("meta-llama/Llama-3.2-1B", T, 1).memory.model
+    compiled = plan("meta-llama/Llama-3.2-1B", T, 1, compile=True).memory.model
+    v = eager.values(T, 1)
+    per_block = 2 * 4 * T * D + 2 * T * FF + 3 * 2 * T * D + 2 * T * D
+    assert eager.peak_terms[0].bytes.evaluate(v) - compiled.peak_terms[0].bytes.evaluate(v) \
+        == L * per_block
+
+
+def test_many_gpus_hold_the_compiled_blocks(capsys):
+    # the same per-block rule on each rank: 8 GPUs, FSDP, micro-batch 1, T = 2,048 (no TP:
+    # every block's tensors whole), L = 16 blocks in flight once
+    import json
+    from cli_run import run
+    T, D, FF, L = 2048, 2048, 8192, 16
+    out = {}
+    for flags in ((), ("--compile",)):
+        code, text, err = run(capsys, "plan", "meta-llama/Llama-3.2-1B", "--ctx", str(T),
+                              "--gpus", "8", "--fsdp", *flags, "--format", "json")
+        assert code == 0, err
+        out[flags] = json.loads(text)["memory_per_gpu_bytes"]
+    assert out[()] - out[("--compile",)] == L * (2 * 4 * T * D + 2 * T * FF + 3 * 2 * T * D
+                                                 + 2 * T * D)
