@@ -57,9 +57,9 @@ L405B = ("--num-layers", "126", "--d-model", "16384", "--num-heads", "128", "--n
          "8", "--d-ff", "53248")
 TITAN = ("--stack", TORCHTITAN, "--gpu-mem", "96GB")  # Grand Teton's H100 96 GB HBM2e
 COMPILE = "torch.compile"
-# torchtune's recipes' loss: CEWithChunkedOutputLoss, 8 chunks (--loss chunked, issue 44's
-# recipe flags, where that flag is in the build; until then planned as F.cross_entropy)
-TUNE_LOSS = "its chunked cross-entropy (8 chunks)"
+# torchtune's recipes' loss: CEWithChunkedOutputLoss, 8 chunks (recipes/configs/llama3_1/*:
+# loss._component_: torchtune.modules.loss.CEWithChunkedOutputLoss), planned with --loss chunked
+TUNE_LOSS = ("--loss", "chunked")
 
 
 @dataclass(frozen=True)
@@ -136,8 +136,8 @@ def _tune(row: str, gib: str, card: str, flags: tuple[str, ...], *unexpressed: s
     # NF4Tensor; its Llama's ops are planned as transformers' (recipes.py)
     _register(Run(f"torchtune: Llama 3.1 8B, {row}, 1x {card}", TORCHTUNE_README,
                   ("--ctx", "2048", "--batch", "2", "--recompute", "full",
-                   "--implementation", TORCHTUNE) + flags,
-                  Fraction(gib), ACTIVE, card, (COMPILE, TUNE_LOSS) + unexpressed))
+                   "--implementation", TORCHTUNE) + TUNE_LOSS + flags,
+                  Fraction(gib), ACTIVE, card, (COMPILE,) + unexpressed))
 
 
 _LORA = ("--lora-rank", "8", "--lora-targets", "q_proj,v_proj,o_proj,gate_proj,up_proj,down_proj")
@@ -158,12 +158,12 @@ _LORA16 = ("--lora-rank", "16", "--lora-alpha", "32", "--lora-targets",
            "q_proj,v_proj,o_proj,gate_proj,up_proj,down_proj")
 _DIST = ("--gpus", "8", "--fsdp", "--ctx", "2048", "--batch", "16", "--micro-batch", "2",
          "--recompute", "full", "--implementation", TORCHTUNE, "--optimizer", "adamw-fused",
-         "--gpu", "A100") + _LORA16
+         "--gpu", "A100") + _LORA16 + TUNE_LOSS
 _register(Run("torchtune: Llama 3.1 70B, LoRA, 8x A100", TORCHTUNE_README, L70B + _DIST,
-              Fraction("27.6"), ACTIVE, "A100 80GB", (COMPILE, TUNE_LOSS)))
+              Fraction("27.6"), ACTIVE, "A100 80GB", (COMPILE,)))
 _register(Run("torchtune: Llama 3.1 405B, QLoRA, 8x A100", TORCHTUNE_README,
               L405B + _DIST + ("--base-weights", "nf4"), Fraction(448 * 10**8, 2**30), ACTIVE,
-              "A100 80GB", (COMPILE, TUNE_LOSS)))
+              "A100 80GB", (COMPILE,)))
 
 
 # MPT sizes (llm-foundry scripts/train/yamls/pretrain/mpt-{1b,3b,7b,13b,30b}.yaml):
