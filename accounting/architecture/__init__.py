@@ -3,6 +3,7 @@
 The spec:
     config.py       ModelConfig, the one frozen dataclass that says which operations run
     fields.py       each field's flag, help, bound and choices (the CLI and docs read them)
+    derived.py      the sizes the fields decide together (d_k, kv_heads, Gemma 4's PLE rows)
     choices.py      the values a field may take, the MLP and layer kinds, the size bounds
     checks.py       what ModelConfig refuses, field by field, in one line each
     describe.py     the spec in words ('pre-norm RMSNorm, SwiGLU, RoPE, ...')

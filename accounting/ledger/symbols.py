@@ -95,7 +95,15 @@ SYMBOLS: dict[str, str] = {
     "2d_i": "Mamba-1 in_proj's width, 2·d_i (x and the gate z)",
     "r_dt": "mamba_dt_rank: the rank of Mamba-1's dt (x_proj's first part, dt_proj's input)",
     "d_rbc": "Mamba-1 x_proj's width, r_dt + 2·n_s (dt, B, C)",
+    # Gemma 4's per-layer embeddings and double-wide MLP (accounting/architecture/derived.py)
+    "d_ple": "per_layer_input: each block's per-layer embedding width (hidden_size_per_layer_input)",
+    "L·d_ple": "the per-layer embeddings of all blocks packed, num_layers·per_layer_input",
+    "V_ple": "per_layer_vocab: the per-layer embedding table's rows",
+    "2d_ff": "a KV-sharing layer's MLP width with double_wide_mlp, 2·d_ff",
+    "[block 0's input]": "0: a top-level tensor that is the first block's input, counted "
+                         "there (Gemma 4's per-layer projection saves the scaled embeddings)",
 }
+SAVED_AS_BLOCK_INPUT = "[block 0's input]"
 
 # Order in which symbols are written in a monomial: workload first, then model sizes;
 # symbols not listed (t, T_max, T_pos) come last, in alphabetical order.

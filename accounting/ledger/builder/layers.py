@@ -251,11 +251,12 @@ def clamped_swiglu(t: Trace, gate: Sym, up: Sym, component: str, out: str) -> Sy
 class FeedForward:
     """GatedMLP/SwiGLU (W2(act(W1 x) · W3 x)) or MLP (W2 act(W1 x)); model.feed_forward."""
 
-    def __init__(self, t: Trace, c: ModelConfig):
+    def __init__(self, t: Trace, c: ModelConfig, width: str = "d_ff"):
+        # width: "2d_ff" for Gemma 4's double-wide MLP on its KV-sharing layers
         self.t, self.kind = t, c.mlp_kind
         prefix = ("MLP" if not self.kind.gated else
                   "SwiGLU" if self.kind.activation == "silu" else "GeGLU")
-        f, d = ("d_ff",), ("d_model",)
+        f, d = (width,), ("d_model",)
         with t.scope("ffn"):
             self.w1 = Linear(t, "w1", d, f, R.FFN, f"{prefix} W1", c.mlp_bias)
             self.w2 = Linear(t, "w2", f, d, R.FFN, f"{prefix} W2", c.mlp_bias)
