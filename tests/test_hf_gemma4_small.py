@@ -164,3 +164,35 @@ def test_transformers_refuses_the_same_layout():
         "architectures", "model_type", "torch_dtype")} | {"num_kv_shared_layers": 5})
     with pytest.raises(ValueError, match="layer types"):
         cfg.kv_sharing_modes
+
+
+def test_e2b_sized_text_model(tmp_path, capsys):
+    """gemma-4-E2B's text_config sizes (35 layers of width 1,536, 8 heads, 1 K/V head of
+    256 and 512 on full layers, 4 sliding : 1 full, window 512, PLE 256 over 262,144 rows,
+    the last 20 layers sharing K and V with double-wide MLPs of 2·6,144): parameters =
+    transformers' Gemma4ForCausalLM on the meta device; the per-layer table alone is
+    262,144 × 35·256 = 2,348,810,240 of them (what the model card's "effective" size leaves
+    out). KV cache at 4,096 tokens in bf16 by hand: the 15 producing layers only, 12
+    sliding × K and V × 256 × 512 tokens and 3 full × K and V × 512 × 4,096, 2 bytes each."""
+    types = ([S] * 4 + [G]) * 7
+    data = {"architectures": ["Gemma4ForCausalLM"], "model_type": "gemma4_text",
+            "hidden_size": 1536, "num_hidden_layers": 35, "num_attention_heads": 8,
+            "num_key_value_heads": 1, "head_dim": 256, "global_head_dim": 512,
+            "sliding_window": 512, "vocab_size": 262144, "vocab_size_per_layer_input": 262144,
+            "hidden_size_per_layer_input": 256, "num_kv_shared_layers": 20,
+            "use_double_wide_mlp": True, "intermediate_size": 6144, "layer_types": types,
+            "max_position_embeddings": 131072, "final_logit_softcapping": 30.0,
+            "tie_word_embeddings": True, "hidden_activation": "gelu_pytorch_tanh",
+            "torch_dtype": "bfloat16"}
+    model = _transformers_model(data)
+    total = sum(p.numel() for p in model.parameters())
+    assert model.model.embed_tokens_per_layer.weight.numel() == 2_348_810_240
+    path = write_config(tmp_path, data)
+    code, out, err = run(capsys, "--config", str(path), "--no-verify", "--format", "json")
+    assert code == 0, err
+    assert json.loads(out)["parameters"]["total"] == total
+    code, out, err = run(capsys, "plan", "--config", str(path), "--ctx", "4096", "--format",
+                         "json")
+    assert code == 0, err
+    assert json.loads(out)["inference"]["kv_cache_bytes"] == \
+        (12 * 2 * 256 * 512 + 3 * 2 * 512 * 4096) * 2

@@ -20,6 +20,10 @@ Token rules, by family:
 * Gemma 4 (Gemma4ImageProcessor, image_processing_gemma4.py): get_aspect_ratio_preserving_size,
   the largest size within max_soft_tokens·k² patches of p pixels whose sides are multiples
   of k·p; (H/kp)·(W/kp) soft tokens; the tower runs the padded max_soft_tokens·k² patches.
+* Mistral 3 (PixtralProcessor, PixtralImageProcessor): fitted within image_size a side
+  (never enlarged), each side rounded up to a multiple of patch·merge; (H/p)·(W/p) patches,
+  and in the language model's sequence a row of W/(p·s) [IMG] tokens and one [IMG_BREAK] for
+  each of the H/(p·s) rows (the last row's break is [IMG_END]): the image tokens counted.
 * Gemma 3 (Gemma3ImageProcessor, no pan-and-scan by default): every image resized to
   image_size², (image_size/p)² patches, mm_tokens_per_image tokens.
 * LLaVA (CLIPImageProcessor): resized and cropped to image_size², (image_size/p)² patches
@@ -121,6 +125,17 @@ def gemma4_size(height: int, width: int, patch: int, max_patches: int, k: int
     return th, tw
 
 
+def pixtral_size(height: int, width: int, longest: int, factor: int) -> tuple[int, int]:
+    """transformers' get_resize_output_image_size (image_processing_pixtral.py), as written
+    there: scaled down (never up) to fit longest × longest, floor; then each side rounded up
+    to a multiple of factor = patch_size · spatial_merge_size (PixtralProcessor passes that
+    patch_size to its image processor)."""
+    ratio = max(height / longest, width / longest)
+    if ratio > 1:
+        height, width = int(math.floor(height / ratio)), int(math.floor(width / ratio))
+    return ((height - 1) // factor + 1) * factor, ((width - 1) // factor + 1) * factor
+
+
 @dataclass(frozen=True)
 class ImageRow:
     """One image: as given, as resized, its patch grid, the tokens it adds to the language
@@ -182,6 +197,10 @@ def image_row(spec: VisionSpec, size: tuple[int, int], pixels: tuple[int, int] |
         rh, rw = gemma4_size(h, w, s.patch, s.tokens_per_image * s.pool ** 2, s.pool)
         gh, gw = rh // s.patch, rw // s.patch
         tokens = gh * gw // s.pool ** 2
+    elif s.family == "pixtral":  # PixtralProcessor: rows of [IMG]·w_t + [IMG_BREAK]/[IMG_END]
+        rh, rw = pixtral_size(h, w, s.longest_edge, s.patch * s.merge)
+        gh, gw = rh // s.patch, rw // s.patch
+        tokens = (gw // s.merge + 1) * (gh // s.merge)
     elif s.family == "kimi_k25":
         rh, rw = navit_resize(h, w, s.patch, s.merge, KIMI_MAX_PATCHES, KIMI_MAX_SIDE)
         gh, gw = rh // s.patch, rw // s.patch

@@ -1,7 +1,8 @@
 """Vision-language wrappers whose language model is a row of the table (issue 41): qwen2_vl
 and qwen2_5_vl (Qwen2-VL, Qwen2.5-VL: a Qwen2 language model with M-RoPE), qwen3_vl and
-qwen3_vl_moe (Qwen3-VL: Qwen3 / Qwen3-MoE with interleaved M-RoPE) and llava (a
-Llama/Mistral/Qwen2 text_config). The language model is read as a config.json of its type;
+qwen3_vl_moe (Qwen3-VL: Qwen3 / Qwen3-MoE with interleaved M-RoPE), llava (a
+Llama/Mistral/Qwen2 text_config) and mistral3 (Mistral 3: a Mistral text_config, Pixtral's
+tower). The language model is read as a config.json of its type;
 the vision tower from vision_config (accounting/architecture/vision.py), counted beside it.
 Defaults and rules from transformers 5.23.0's configuration_qwen2_vl.py,
 configuration_qwen2_5_vl.py and configuration_llava.py.
@@ -11,6 +12,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from accounting.runtime.errors import UsageError
+from accounting.architecture import vision_pixtral  # noqa: F401 (registers mistral3's tower)
 from accounting.architecture.hf_schema import (
     TYPES, WRAPPERS, Required, carry_dtype, check_wrapper_keys, short)
 
@@ -123,3 +125,46 @@ def _llava(data: Mapping, where: str) -> tuple[dict, tuple[str, ...]]:
 
 
 WRAPPERS["llava"] = _llava
+
+
+# Mistral3Config (configuration_mistral3.py): text_config (default mistral), vision_config
+# (Pixtral, accounting/architecture/vision_pixtral.py), the projector's and merger's keys
+_MISTRAL3_OUTER = frozenset({"text_config", "vision_config", "image_token_index",
+                             "image_token_id", "projector_hidden_act", "vision_feature_layer",
+                             "multimodal_projector_bias", "spatial_merge_size",
+                             "tie_word_embeddings"})
+
+
+def _mistral3(data: Mapping, where: str) -> tuple[dict, tuple[str, ...]]:
+    """Mistral3ForConditionalGeneration: the language model from text_config (its own
+    model_type, mistral by default); the LM head tied to the embeddings as the wrapper's
+    tie_word_embeddings says (Mistral3Config's default true; transformers 5.23 ties by it
+    whatever text_config says, measured on the meta device)."""
+    check_wrapper_keys(data, where, _MISTRAL3_OUTER)
+    text = data.get("text_config")
+    if not isinstance(text, dict) or text.get("model_type", "mistral") not in TYPES:
+        raise UsageError(f"{where}: text_config must be a language model's config object of a "
+                         f"supported model_type, got {short(text)}")
+    act = data.get("projector_hidden_act", "gelu")
+    if act not in ("gelu", "gelu_pytorch_tanh", "gelu_new", "silu", "quick_gelu", "relu"):
+        raise UsageError(f"{where}: projector_hidden_act {short(act)} is not an activation the "
+                         f"tool knows for Mistral3MultiModalProjector")
+    inner = {**text, "model_type": text.get("model_type", "mistral")}
+    carry_dtype(data, inner)
+    tie = data.get("tie_word_embeddings", True)
+    if not isinstance(tie, bool):
+        raise UsageError(f"{where}: tie_word_embeddings must be true or false")
+    notes = [f"model_type mistral3: the language model read from text_config as model_type "
+             f"{inner['model_type']}; the Pixtral tower, patch merger and projector from "
+             f"vision_config, counted beside it (parameters.vision).",
+             ]
+    if inner.get("tie_word_embeddings", tie) != tie:
+        notes.append(f"tie_word_embeddings {str(tie).lower()} (the wrapper's"
+                     f"{'' if 'tie_word_embeddings' in data else ' default'}) decides the LM "
+                     f"head, as transformers 5.23 builds Mistral3ForConditionalGeneration; "
+                     f"text_config's value is not used.")
+    inner["tie_word_embeddings"] = tie
+    return inner, tuple(notes)
+
+
+WRAPPERS["mistral3"] = _mistral3

@@ -19,7 +19,9 @@ FAMILY = {"qwen2_vl": "Qwen2-VL ViT (2D RoPE) and patch merger",
           "llama4": "Llama 4's ViT (tiles of 336², pixel shuffle) and projector",
           "gemma4": "Gemma 4's ViT (2D RoPE, padded to its soft-token budget) and embedder",
           "gemma3": "SigLIP ViT and Gemma 3's multimodal projector (average pool)",
-          "llava": "CLIP ViT and LLaVA's MLP projector"}
+          "llava": "CLIP ViT and LLaVA's MLP projector",
+          "pixtral": "Pixtral ViT (2D RoPE, each image at its own size), Mistral 3's patch "
+                     "merger and projector"}
 
 
 def _line(label: str, text: str) -> str:

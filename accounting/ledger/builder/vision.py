@@ -72,6 +72,8 @@ def walk(spec: VisionSpec) -> VisionLedger:
         _llama4(w, spec)
     elif spec.family == "gemma4":
         _gemma4(w, spec)
+    elif spec.family == "pixtral":
+        _pixtral(w, spec)
     else:
         _vit(w, spec)
     return VisionLedger(spec, tuple(w.params), tuple(w.matmuls), tuple(w.projector))
@@ -220,6 +222,45 @@ def _gemma4(w: _Walk, s: VisionSpec) -> None:
     w.linear("model.embed_vision.embedding_projection", "d_v", "d_t", False, projector=True)
     w.matmul("embedding_projection (into the language model)", "embed_vision", ("N_t",),
              ("d_v",), ("d_t",))
+
+
+def _pixtral(w: _Walk, s: VisionSpec) -> None:
+    """PixtralVisionModel under model.vision_tower and Mistral3MultiModalProjector under
+    model.multi_modal_projector (modeling_pixtral.py, modeling_mistral3.py): one image of
+    N = N_p patches at its own size; the merger's N_m = N_p/s² rows of d_vm = s²·d_v, each
+    a token of the language model."""
+    v = "model.vision_tower"
+    w.param(f"{v}.patch_conv.weight", ("d_v", "k_v"))  # Conv2d(C, d, p, stride p, no bias)
+    w.matmul("patch embedding (Conv2d as a matmul)", "patch_conv", ("N_p",), ("k_v",), ("d_v",))
+    w.norm(f"{v}.ln_pre", "rmsnorm")
+    b = f"{v}.transformer.layers.{BLOCK}"
+    w.norm(f"{b}.attention_norm", "rmsnorm", "L_v")
+    w.norm(f"{b}.ffn_norm", "rmsnorm", "L_v")
+    for x in ("q", "k", "v", "o"):
+        w.linear(f"{b}.attention.{x}_proj", "d_v", "d_v", False, "L_v")
+    w.linear(f"{b}.feed_forward.gate_proj", "d_v", "f_v", False, "L_v")
+    w.linear(f"{b}.feed_forward.up_proj", "d_v", "f_v", False, "L_v")
+    w.linear(f"{b}.feed_forward.down_proj", "f_v", "d_v", False, "L_v")
+    layer = "transformer.layers.{i}"
+    for x in ("q", "k", "v"):
+        w.matmul(x.upper(), f"{layer}.attention.{x}_proj", ("N",), ("d_v",), ("d_v",), "L_v")
+    for x in ("QKᵀ", "scores·V"):  # within the image (its block of the attention mask)
+        w.matmul(x, f"{layer}.attention", ("S_f",), ("d_hv",), ("1",), "L_v", ("h_v",))
+    w.matmul("attention output", f"{layer}.attention.o_proj", ("N",), ("d_v",), ("d_v",), "L_v")
+    for x in ("gate", "up"):
+        w.matmul(f"MLP {x}", f"{layer}.feed_forward.{x}_proj", ("N",), ("d_v",), ("f_v",), "L_v")
+    w.matmul("MLP down", f"{layer}.feed_forward.down_proj", ("N",), ("f_v",), ("d_v",), "L_v")
+    p = "model.multi_modal_projector"
+    w.norm(f"{p}.norm", "rmsnorm", projector=True)
+    w.linear(f"{p}.patch_merger.merging_layer", "d_vm", "d_v", False, projector=True)
+    w.linear(f"{p}.linear_1", "d_v", "d_t", s.projector_bias, projector=True)
+    w.linear(f"{p}.linear_2", "d_t", "d_t", s.projector_bias, projector=True)
+    w.matmul("patch merger (s×s patches unfolded)", "patch_merger.merging_layer", ("N_m",),
+             ("d_vm",), ("d_v",))
+    w.matmul("projector linear_1", "multi_modal_projector.linear_1", ("N_m",), ("d_v",),
+             ("d_t",))
+    w.matmul("projector linear_2 (into the language model)", "multi_modal_projector.linear_2",
+             ("N_m",), ("d_t",), ("d_t",))
 
 
 def _llama4(w: _Walk, s: VisionSpec) -> None:
