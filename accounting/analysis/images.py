@@ -24,6 +24,11 @@ Token rules, by family:
   (never enlarged), each side rounded up to a multiple of patch·merge; (H/p)·(W/p) patches,
   and in the language model's sequence a row of W/(p·s) [IMG] tokens and one [IMG_BREAK] for
   each of the H/(p·s) rows (the last row's break is [IMG_END]): the image tokens counted.
+* Idefics3, SmolVLM (Idefics3ImageProcessor, do_image_splitting): the longest side to
+  4·image_size (the processor's size; max_image_size = image_size, as the published
+  checkpoints pair them), sides to multiples of image_size, split into image_size² tiles
+  and a global tile; each tile runs the tower and adds (side/r)² <image> tokens (the
+  processor's image_seq_len; the row/column markers around them are text, tokenizer-made).
 * Gemma 3 (Gemma3ImageProcessor, no pan-and-scan by default): every image resized to
   image_size², (image_size/p)² patches, mm_tokens_per_image tokens.
 * LLaVA (CLIPImageProcessor): resized and cropped to image_size², (image_size/p)² patches
@@ -136,6 +141,37 @@ def pixtral_size(height: int, width: int, longest: int, factor: int) -> tuple[in
     return ((height - 1) // factor + 1) * factor, ((width - 1) // factor + 1) * factor
 
 
+def idefics3_tiles(height: int, width: int, longest: int, tile: int) -> tuple[int, int]:
+    """Idefics3ImageProcessor's preprocessing (image_processing_pil_idefics3.py), as written
+    there: the longest side rescaled to `longest` (up or down; the other side int()ed and
+    made even), capped at 4,096; resize_for_vision_encoder to multiples of `tile`; split into
+    tile² crops (rows, columns), a global tile beside them; (0, 0) when it fits one tile."""
+    aspect = width / height
+    if width >= height:
+        width, height = longest, int(longest / aspect)
+        height += height % 2
+    else:
+        height, width = longest, int(longest * aspect)
+        width += width % 2
+    height, width = max(height, 1), max(width, 1)
+    aspect = width / height
+    if width >= height and width > 4096:
+        width, height = 4096, int(4096 / aspect)
+    elif height > width and height > 4096:
+        height, width = 4096, int(4096 * aspect)
+    height, width = max(height, 1), max(width, 1)
+    aspect = width / height
+    if width >= height:
+        width = math.ceil(width / tile) * tile
+        height = math.ceil(int(width / aspect) / tile) * tile
+    else:
+        height = math.ceil(height / tile) * tile
+        width = math.ceil(int(height * aspect) / tile) * tile
+    if height > tile or width > tile:
+        return (height - tile) // tile + 1, (width - tile) // tile + 1
+    return 0, 0
+
+
 @dataclass(frozen=True)
 class ImageRow:
     """One image: as given, as resized, its patch grid, the tokens it adds to the language
@@ -201,6 +237,16 @@ def image_row(spec: VisionSpec, size: tuple[int, int], pixels: tuple[int, int] |
         rh, rw = pixtral_size(h, w, s.longest_edge, s.patch * s.merge)
         gh, gw = rh // s.patch, rw // s.patch
         tokens = (gw // s.merge + 1) * (gh // s.merge)
+    elif s.family == "idefics3":  # tiles of image_size², and a global one when several
+        rows, cols = idefics3_tiles(h, w, s.longest_edge, s.image_size)
+        tiles = rows * cols + 1 if rows else 1
+        side = s.image_size // s.patch
+        values = VB.values(s, side, side)
+        ops = {}
+        for r in VB.walk(s).matmuls:
+            ops[r.name] = ops.get(r.name, 0) + tiles * r.flops(values) * r.count(values)
+        return ImageRow((h, w), (max(rows, 1) * s.image_size, max(cols, 1) * s.image_size),
+                        (side, side), tiles * s.tokens_per_image, tuple(ops.items()), tiles)
     elif s.family == "kimi_k25":
         rh, rw = navit_resize(h, w, s.patch, s.merge, KIMI_MAX_PATCHES, KIMI_MAX_SIDE)
         gh, gw = rh // s.patch, rw // s.patch

@@ -1,8 +1,8 @@
 """Vision-language wrappers whose language model is a row of the table (issue 41): qwen2_vl
 and qwen2_5_vl (Qwen2-VL, Qwen2.5-VL: a Qwen2 language model with M-RoPE), qwen3_vl and
 qwen3_vl_moe (Qwen3-VL: Qwen3 / Qwen3-MoE with interleaved M-RoPE), llava (a
-Llama/Mistral/Qwen2 text_config) and mistral3 (Mistral 3: a Mistral text_config, Pixtral's
-tower). The language model is read as a config.json of its type;
+Llama/Mistral/Qwen2 text_config), mistral3 (Mistral 3: a Mistral text_config, Pixtral's
+tower), idefics3 and smolvlm (a Llama text_config, SigLIP and a pixel-shuffle connector). The language model is read as a config.json of its type;
 the vision tower from vision_config (accounting/architecture/vision.py), counted beside it.
 Defaults and rules from transformers 5.23.0's configuration_qwen2_vl.py,
 configuration_qwen2_5_vl.py and configuration_llava.py.
@@ -12,7 +12,8 @@ from __future__ import annotations
 from typing import Mapping
 
 from accounting.runtime.errors import UsageError
-from accounting.architecture import vision_pixtral  # noqa: F401 (registers mistral3's tower)
+# the readers of mistral3's, idefics3's and smolvlm's towers (registered on import)
+from accounting.architecture import vision_idefics3, vision_pixtral  # noqa: F401
 from accounting.architecture.hf_schema import (
     TYPES, WRAPPERS, Required, carry_dtype, check_wrapper_keys, short)
 
@@ -128,43 +129,55 @@ WRAPPERS["llava"] = _llava
 
 
 # Mistral3Config (configuration_mistral3.py): text_config (default mistral), vision_config
-# (Pixtral, accounting/architecture/vision_pixtral.py), the projector's and merger's keys
+# (Pixtral, accounting/architecture/vision_pixtral.py), the projector's and merger's keys;
+# Idefics3Config and SmolVLMConfig (configuration_idefics3.py, configuration_smolvlm.py):
+# text_config (default llama), vision_config (SigLIP, vision_idefics3.py), scale_factor
 _MISTRAL3_OUTER = frozenset({"text_config", "vision_config", "image_token_index",
                              "image_token_id", "projector_hidden_act", "vision_feature_layer",
                              "multimodal_projector_bias", "spatial_merge_size",
                              "tie_word_embeddings"})
+_IDEFICS3_OUTER = frozenset({"text_config", "vision_config", "image_token_id", "scale_factor",
+                             "tie_word_embeddings", "use_cache", "pad_token_id"})
+_ACTS = ("gelu", "gelu_pytorch_tanh", "gelu_new", "silu", "quick_gelu", "relu")
 
 
-def _mistral3(data: Mapping, where: str) -> tuple[dict, tuple[str, ...]]:
-    """Mistral3ForConditionalGeneration: the language model from text_config (its own
-    model_type, mistral by default); the LM head tied to the embeddings as the wrapper's
-    tie_word_embeddings says (Mistral3Config's default true; transformers 5.23 ties by it
-    whatever text_config says, measured on the meta device)."""
-    check_wrapper_keys(data, where, _MISTRAL3_OUTER)
-    text = data.get("text_config")
-    if not isinstance(text, dict) or text.get("model_type", "mistral") not in TYPES:
-        raise UsageError(f"{where}: text_config must be a language model's config object of a "
-                         f"supported model_type, got {short(text)}")
-    act = data.get("projector_hidden_act", "gelu")
-    if act not in ("gelu", "gelu_pytorch_tanh", "gelu_new", "silu", "quick_gelu", "relu"):
-        raise UsageError(f"{where}: projector_hidden_act {short(act)} is not an activation the "
-                         f"tool knows for Mistral3MultiModalProjector")
-    inner = {**text, "model_type": text.get("model_type", "mistral")}
-    carry_dtype(data, inner)
-    tie = data.get("tie_word_embeddings", True)
-    if not isinstance(tie, bool):
-        raise UsageError(f"{where}: tie_word_embeddings must be true or false")
-    notes = [f"model_type mistral3: the language model read from text_config as model_type "
-             f"{inner['model_type']}; the Pixtral tower, patch merger and projector from "
-             f"vision_config, counted beside it (parameters.vision).",
-             ]
-    if inner.get("tie_word_embeddings", tie) != tie:
-        notes.append(f"tie_word_embeddings {str(tie).lower()} (the wrapper's"
-                     f"{'' if 'tie_word_embeddings' in data else ' default'}) decides the LM "
-                     f"head, as transformers 5.23 builds Mistral3ForConditionalGeneration; "
-                     f"text_config's value is not used.")
-    inner["tie_word_embeddings"] = tie
-    return inner, tuple(notes)
+def _tower_wrapper(model_type: str, outer: frozenset, text_default: str, tie_default: bool,
+                   what: str):
+    """A wrapper whose language model is text_config (its own model_type, `text_default`
+    by default) and whose LM head is tied as the wrapper's tie_word_embeddings says
+    (transformers 5.23 ties by it whatever text_config says: Mistral3ForConditionalGeneration
+    with the default true, Idefics3/SmolVLM with the default false, measured on the meta
+    device)."""
+    def unwrap(data: Mapping, where: str) -> tuple[dict, tuple[str, ...]]:
+        check_wrapper_keys(data, where, outer)
+        text = data.get("text_config")
+        if not isinstance(text, dict) or text.get("model_type", text_default) not in TYPES:
+            raise UsageError(f"{where}: text_config must be a language model's config object "
+                             f"of a supported model_type, got {short(text)}")
+        if data.get("projector_hidden_act", "gelu") not in _ACTS:
+            raise UsageError(f"{where}: projector_hidden_act "
+                             f"{short(data.get('projector_hidden_act'))} is not an activation "
+                             f"the tool knows for the projector")
+        inner = {**text, "model_type": text.get("model_type", text_default)}
+        carry_dtype(data, inner)
+        tie = data.get("tie_word_embeddings", tie_default)
+        if not isinstance(tie, bool):
+            raise UsageError(f"{where}: tie_word_embeddings must be true or false")
+        notes = [f"model_type {model_type}: the language model read from text_config as "
+                 f"model_type {inner['model_type']}; {what} from vision_config, counted beside "
+                 f"it (parameters.vision)."]
+        if inner.get("tie_word_embeddings", tie) != tie:
+            notes.append(f"tie_word_embeddings {str(tie).lower()} (the wrapper's"
+                         f"{'' if 'tie_word_embeddings' in data else ' default'}) decides the "
+                         f"LM head, as transformers 5.23 builds the model; text_config's value "
+                         f"is not used.")
+        inner["tie_word_embeddings"] = tie
+        return inner, tuple(notes)
+    return unwrap
 
 
-WRAPPERS["mistral3"] = _mistral3
+WRAPPERS["mistral3"] = _tower_wrapper("mistral3", _MISTRAL3_OUTER, "mistral", True,
+                                      "the Pixtral tower, patch merger and projector")
+for _mt in ("idefics3", "smolvlm"):
+    WRAPPERS[_mt] = _tower_wrapper(_mt, _IDEFICS3_OUTER, "llama", False,
+                                   "the SigLIP tower and the pixel-shuffle connector")

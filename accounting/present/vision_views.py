@@ -21,7 +21,9 @@ FAMILY = {"qwen2_vl": "Qwen2-VL ViT (2D RoPE) and patch merger",
           "gemma3": "SigLIP ViT and Gemma 3's multimodal projector (average pool)",
           "llava": "CLIP ViT and LLaVA's MLP projector",
           "pixtral": "Pixtral ViT (2D RoPE, each image at its own size), Mistral 3's patch "
-                     "merger and projector"}
+                     "merger and projector",
+          "idefics3": "SigLIP ViT (tiles of image_size² and a global tile) and the "
+                      "pixel-shuffle connector"}
 
 
 def _line(label: str, text: str) -> str:

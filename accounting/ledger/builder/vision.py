@@ -74,6 +74,8 @@ def walk(spec: VisionSpec) -> VisionLedger:
         _gemma4(w, spec)
     elif spec.family == "pixtral":
         _pixtral(w, spec)
+    elif spec.family == "idefics3":
+        _idefics3(w, spec)
     else:
         _vit(w, spec)
     return VisionLedger(spec, tuple(w.params), tuple(w.matmuls), tuple(w.projector))
@@ -263,6 +265,33 @@ def _pixtral(w: _Walk, s: VisionSpec) -> None:
              ("N_m",), ("d_t",), ("d_t",))
 
 
+def _idefics3(w: _Walk, s: VisionSpec) -> None:
+    """Idefics3VisionTransformer under model.vision_model and Idefics3Connector under
+    model.connector (modeling_idefics3.py; SmolVLM's the same): one tile's records (N = N_p
+    = (image_size/p)² patches; N_o = N_p/r² rows of d_vm = r²·d_v after the pixel shuffle)."""
+    v = "model.vision_model"
+    w.param(f"{v}.embeddings.patch_embedding.weight", ("d_v", "k_v"))
+    w.param(f"{v}.embeddings.patch_embedding.bias", ("d_v",))
+    w.param(f"{v}.embeddings.position_embedding.weight", ("N_pos", "d_v"))
+    w.matmul("patch embedding (Conv2d as a matmul)", "embeddings.patch_embedding", ("N_p",),
+             ("k_v",), ("d_v",))
+    b = f"{v}.encoder.layers.{BLOCK}"
+    for x in ("k", "v", "q"):  # Idefics3VisionAttention declares k, v, q, out
+        w.linear(f"{b}.self_attn.{x}_proj", "d_v", "d_v", True, "L_v")
+    w.linear(f"{b}.self_attn.out_proj", "d_v", "d_v", True, "L_v")
+    w.norm(f"{b}.layer_norm1", "layernorm", "L_v")
+    w.linear(f"{b}.mlp.fc1", "d_v", "f_v", True, "L_v")
+    w.linear(f"{b}.mlp.fc2", "f_v", "d_v", True, "L_v")
+    w.norm(f"{b}.layer_norm2", "layernorm", "L_v")
+    _block_matmuls(w, s, "encoder.layers.{i}", {"q": "self_attn.q_proj", "k": "self_attn.k_proj",
+                                                "v": "self_attn.v_proj", "core": "self_attn",
+                                                "out": "self_attn.out_proj"})
+    w.norm(f"{v}.post_layernorm", "layernorm")
+    w.linear("model.connector.modality_projection.proj", "d_vm", "d_t", False, projector=True)
+    w.matmul("connector (after the pixel shuffle, into the language model)",
+             "connector.modality_projection.proj", ("N_o",), ("d_vm",), ("d_t",))
+
+
 def _llama4(w: _Walk, s: VisionSpec) -> None:
     """Llama4VisionModel under vision_model and Llama4MultiModalProjector under
     multi_modal_projector (Llama4ForConditionalGeneration holds them at its top,
@@ -360,6 +389,8 @@ def values(spec: VisionSpec, patches_h: int = 0, patches_w: int = 0) -> dict[str
     if s.family == "gemma4":
         out.update({"N_o": s.tokens_per_image if n_p else 0, "N_t": real,
                     "d_a": s.heads * s.head_dim, "d_kv": (s.kv_heads or s.heads) * s.head_dim})
+    if s.projector == "idefics3":
+        out["N_o"] = s.tokens_per_image if n_p else 0
     if s.projector in ("gemma3", "llama4"):
         out["N_o"] = s.tokens_per_image if n_p else 0
         out.update({"a_in": s.adapter_in, "a_out": s.adapter_out, "v_out": s.vision_out})
