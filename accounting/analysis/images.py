@@ -29,6 +29,10 @@ Token rules, by family:
   checkpoints pair them), sides to multiples of image_size, split into image_size² tiles
   and a global tile; each tile runs the tower and adds (side/r)² <image> tokens (the
   processor's image_seq_len; the row/column markers around them are text, tokenizer-made).
+* InternVL (InternVLProcessor: crop_to_patches by default, GotOcr2ImageProcessor's 1 to 12
+  tiles of image_size²): get_optimal_tiled_canvas's grid and a thumbnail when it has
+  several tiles; each tile runs the tower and adds image_seq_length = (side/2)² <IMG_CONTEXT>
+  tokens, and the image its <img> and </img>.
 * Gemma 3 (Gemma3ImageProcessor, no pan-and-scan by default): every image resized to
   image_size², (image_size/p)² patches, mm_tokens_per_image tokens.
 * LLaVA (CLIPImageProcessor): resized and cropped to image_size², (image_size/p)² patches
@@ -172,6 +176,25 @@ def idefics3_tiles(height: int, width: int, longest: int, tile: int) -> tuple[in
     return 0, 0
 
 
+def internvl_tiles(height: int, width: int, tile: int, low: int = 1, high: int = 12
+                   ) -> tuple[int, int]:
+    """GotOcr2ImageProcessor's get_optimal_tiled_canvas (image_processing_pil_got_ocr2.py), as
+    written there: among the (columns, rows) with low ≤ columns·rows ≤ high, sorted by
+    tiles, the closest aspect ratio; a tie goes to the later grid while the image's area
+    exceeds half the grid's. Returns (rows, columns)."""
+    grids = sorted(((c, r) for c in range(1, high + 1) for r in range(1, high + 1)
+                    if low <= c * r <= high), key=lambda g: g[0] * g[1])
+    aspect, area = width / height, width * height
+    best_diff, best = float("inf"), (1, 1)
+    for g in grids:
+        diff = abs(aspect - g[0] / g[1])
+        if diff < best_diff:
+            best_diff, best = diff, g
+        elif diff == best_diff and area > 0.5 * tile * tile * g[0] * g[1]:
+            best = g
+    return best[1], best[0]
+
+
 @dataclass(frozen=True)
 class ImageRow:
     """One image: as given, as resized, its patch grid, the tokens it adds to the language
@@ -247,6 +270,16 @@ def image_row(spec: VisionSpec, size: tuple[int, int], pixels: tuple[int, int] |
             ops[r.name] = ops.get(r.name, 0) + tiles * r.flops(values) * r.count(values)
         return ImageRow((h, w), (max(rows, 1) * s.image_size, max(cols, 1) * s.image_size),
                         (side, side), tiles * s.tokens_per_image, tuple(ops.items()), tiles)
+    elif s.family == "internvl":  # InternVLProcessor: crop_to_patches, 1 to 12 tiles
+        rows, cols = internvl_tiles(h, w, s.image_size)
+        tiles = rows * cols + (1 if rows * cols > 1 else 0)  # and a thumbnail when several
+        side = s.image_size // s.patch
+        values = VB.values(s, side, side)
+        ops = {}
+        for r in VB.walk(s).matmuls:
+            ops[r.name] = ops.get(r.name, 0) + tiles * r.flops(values) * r.count(values)
+        return ImageRow((h, w), (rows * s.image_size, cols * s.image_size), (side, side),
+                        tiles * s.tokens_per_image + 2, tuple(ops.items()), tiles)
     elif s.family == "kimi_k25":
         rh, rw = navit_resize(h, w, s.patch, s.merge, KIMI_MAX_PATCHES, KIMI_MAX_SIDE)
         gh, gw = rh // s.patch, rw // s.patch

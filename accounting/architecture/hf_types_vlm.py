@@ -2,7 +2,8 @@
 and qwen2_5_vl (Qwen2-VL, Qwen2.5-VL: a Qwen2 language model with M-RoPE), qwen3_vl and
 qwen3_vl_moe (Qwen3-VL: Qwen3 / Qwen3-MoE with interleaved M-RoPE), llava (a
 Llama/Mistral/Qwen2 text_config), mistral3 (Mistral 3: a Mistral text_config, Pixtral's
-tower), idefics3 and smolvlm (a Llama text_config, SigLIP and a pixel-shuffle connector). The language model is read as a config.json of its type;
+tower), idefics3 and smolvlm (a Llama text_config, SigLIP and a pixel-shuffle connector)
+and internvl (a Qwen2 text_config, InternViT and a pixel-shuffle MLP projector). The language model is read as a config.json of its type;
 the vision tower from vision_config (accounting/architecture/vision.py), counted beside it.
 Defaults and rules from transformers 5.23.0's configuration_qwen2_vl.py,
 configuration_qwen2_5_vl.py and configuration_llava.py.
@@ -13,7 +14,8 @@ from typing import Mapping
 
 from accounting.runtime.errors import UsageError
 # the readers of mistral3's, idefics3's and smolvlm's towers (registered on import)
-from accounting.architecture import vision_idefics3, vision_pixtral  # noqa: F401
+from accounting.architecture import (  # noqa: F401
+    vision_idefics3, vision_internvl, vision_pixtral)
 from accounting.architecture.hf_schema import (
     TYPES, WRAPPERS, Required, carry_dtype, check_wrapper_keys, short)
 
@@ -138,6 +140,12 @@ _MISTRAL3_OUTER = frozenset({"text_config", "vision_config", "image_token_index"
                              "tie_word_embeddings"})
 _IDEFICS3_OUTER = frozenset({"text_config", "vision_config", "image_token_id", "scale_factor",
                              "tie_word_embeddings", "use_cache", "pad_token_id"})
+# InternVLConfig (configuration_internvl.py): text_config (default qwen2), vision_config
+# (InternViT, vision_internvl.py), the pixel shuffle's and projector's keys
+_INTERNVL_OUTER = frozenset({"text_config", "vision_config", "image_token_id",
+                             "image_seq_length", "downsample_ratio", "projector_hidden_act",
+                             "vision_feature_layer", "vision_feature_select_strategy",
+                             "tie_word_embeddings"})
 _ACTS = ("gelu", "gelu_pytorch_tanh", "gelu_new", "silu", "quick_gelu", "relu")
 
 
@@ -181,3 +189,5 @@ WRAPPERS["mistral3"] = _tower_wrapper("mistral3", _MISTRAL3_OUTER, "mistral", Tr
 for _mt in ("idefics3", "smolvlm"):
     WRAPPERS[_mt] = _tower_wrapper(_mt, _IDEFICS3_OUTER, "llama", False,
                                    "the SigLIP tower and the pixel-shuffle connector")
+WRAPPERS["internvl"] = _tower_wrapper("internvl", _INTERNVL_OUTER, "qwen2", True,
+                                      "InternViT and the pixel-shuffle MLP projector")

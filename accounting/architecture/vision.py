@@ -64,6 +64,8 @@ class VisionSpec:
     kv_heads: int = 0  # Gemma 4: K/V heads and the head dim, when given (0: heads, width/heads)
     attn_head_dim: int = 0
     longest_edge: int = 0  # Pixtral's processor: each image fitted within this many pixels a side
+    qkv_bias: bool = True  # InternViT: attention_bias (q/k/v biases), use_qk_norm (RMSNorms of
+    qk_norm: bool = False  # the full Q and K widths) and its layer scales lambda_1, lambda_2
 
     @property
     def head_dim(self) -> int:

@@ -23,7 +23,9 @@ FAMILY = {"qwen2_vl": "Qwen2-VL ViT (2D RoPE) and patch merger",
           "pixtral": "Pixtral ViT (2D RoPE, each image at its own size), Mistral 3's patch "
                      "merger and projector",
           "idefics3": "SigLIP ViT (tiles of image_size² and a global tile) and the "
-                      "pixel-shuffle connector"}
+                      "pixel-shuffle connector",
+          "internvl": "InternViT (tiles of image_size² and a thumbnail) and the "
+                      "pixel-shuffle MLP projector"}
 
 
 def _line(label: str, text: str) -> str:

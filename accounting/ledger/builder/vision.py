@@ -76,6 +76,8 @@ def walk(spec: VisionSpec) -> VisionLedger:
         _pixtral(w, spec)
     elif spec.family == "idefics3":
         _idefics3(w, spec)
+    elif spec.family == "internvl":
+        _internvl(w, spec)
     else:
         _vit(w, spec)
     return VisionLedger(spec, tuple(w.params), tuple(w.matmuls), tuple(w.projector))
@@ -292,6 +294,46 @@ def _idefics3(w: _Walk, s: VisionSpec) -> None:
              "connector.modality_projection.proj", ("N_o",), ("d_vm",), ("d_t",))
 
 
+def _internvl(w: _Walk, s: VisionSpec) -> None:
+    """InternVLVisionModel under model.vision_tower and InternVLMultiModalProjector under
+    model.multi_modal_projector (modeling_internvl.py): one tile's records (N = N_p + 1
+    tokens with the class token; N_o = N_p/4 rows of d_vm = 4·d_v after the pixel shuffle)."""
+    v = "model.vision_tower"
+    w.param(f"{v}.embeddings.cls_token", ("d_v",))
+    if s.learned_positions:
+        w.param(f"{v}.embeddings.position_embeddings", ("N_pos", "d_v"))
+    w.param(f"{v}.embeddings.patch_embeddings.projection.weight", ("d_v", "k_v"))
+    w.param(f"{v}.embeddings.patch_embeddings.projection.bias", ("d_v",))
+    w.matmul("patch embedding (Conv2d as a matmul)", "embeddings.patch_embeddings.projection",
+             ("N_p",), ("k_v",), ("d_v",))
+    b = f"{v}.encoder.layer.{BLOCK}"
+    w.param(f"{b}.lambda_1", ("d_v",), "L_v")
+    w.param(f"{b}.lambda_2", ("d_v",), "L_v")
+    for x in ("q", "k", "v"):
+        w.linear(f"{b}.attention.{x}_proj", "d_v", "d_v", s.qkv_bias, "L_v")
+    if s.qk_norm:  # InternVLVisionRMSNorm over the full width
+        w.norm(f"{b}.attention.q_norm", "rmsnorm", "L_v")
+        w.norm(f"{b}.attention.k_norm", "rmsnorm", "L_v")
+    w.linear(f"{b}.attention.projection_layer", "d_v", "d_v", True, "L_v")
+    w.linear(f"{b}.mlp.fc1", "d_v", "f_v", True, "L_v")
+    w.linear(f"{b}.mlp.fc2", "f_v", "d_v", True, "L_v")
+    w.norm(f"{b}.layernorm_before", s.norm, "L_v")
+    w.norm(f"{b}.layernorm_after", s.norm, "L_v")
+    _block_matmuls(w, s, "encoder.layer.{i}", {"q": "attention.q_proj", "k": "attention.k_proj",
+                                               "v": "attention.v_proj", "core": "attention",
+                                               "out": "attention.projection_layer"})
+    if s.post_norm:  # without use_mean_pooling
+        w.norm(f"{v}.layernorm", "layernorm")
+    p = "model.multi_modal_projector"
+    w.norm(f"{p}.layer_norm", "layernorm", width="d_vm", projector=True)
+    w.linear(f"{p}.linear_1", "d_vm", "d_t", True, projector=True)
+    w.linear(f"{p}.linear_2", "d_t", "d_t", True, projector=True)
+    w.matmul("projector linear_1 (after the pixel shuffle)", "multi_modal_projector.linear_1",
+             ("N_o",), ("d_vm",), ("d_t",))
+    w.matmul("projector linear_2 (into the language model)", "multi_modal_projector.linear_2",
+             ("N_o",), ("d_t",), ("d_t",))
+
+
 def _llama4(w: _Walk, s: VisionSpec) -> None:
     """Llama4VisionModel under vision_model and Llama4MultiModalProjector under
     multi_modal_projector (Llama4ForConditionalGeneration holds them at its top,
@@ -389,7 +431,7 @@ def values(spec: VisionSpec, patches_h: int = 0, patches_w: int = 0) -> dict[str
     if s.family == "gemma4":
         out.update({"N_o": s.tokens_per_image if n_p else 0, "N_t": real,
                     "d_a": s.heads * s.head_dim, "d_kv": (s.kv_heads or s.heads) * s.head_dim})
-    if s.projector == "idefics3":
+    if s.projector in ("idefics3", "internvl"):
         out["N_o"] = s.tokens_per_image if n_p else 0
     if s.projector in ("gemma3", "llama4"):
         out["N_o"] = s.tokens_per_image if n_p else 0
