@@ -33,6 +33,11 @@ Token rules, by family:
   tiles of image_size²): get_optimal_tiled_canvas's grid and a thumbnail when it has
   several tiles; each tile runs the tower and adds image_seq_length = (side/2)² <IMG_CONTEXT>
   tokens, and the image its <img> and </img>.
+* LLaVA-OneVision (LlavaOnevisionImageProcessor, LlavaOnevisionProcessor): anyres, the
+  image_grid_pinpoints resolution select_best_resolution picks, its tiles of image_size²
+  and the base tile each run the tower (the projector on every tile's patches); tokens:
+  the base tile's, the grid's unpadded to the image's aspect (downsampled past anyres_max_N
+  tiles), a newline per row (_get_number_of_features).
 * Gemma 3 (Gemma3ImageProcessor, no pan-and-scan by default): every image resized to
   image_size², (image_size/p)² patches, mm_tokens_per_image tokens.
 * LLaVA (CLIPImageProcessor): resized and cropped to image_size², (image_size/p)² patches
@@ -195,6 +200,36 @@ def internvl_tiles(height: int, width: int, tile: int, low: int = 1, high: int =
     return best[1], best[0]
 
 
+def select_best_resolution(height: int, width: int, pinpoints) -> tuple[int, int]:
+    """transformers' select_best_resolution (image_processing_utils.py), as written there:
+    the (height, width) keeping the most of the image's pixels, then wasting the fewest."""
+    best, most, least = None, 0, float("inf")
+    for h, w in pinpoints:
+        scale = min(w / width, h / height)
+        kept = min(int(width * scale) * int(height * scale), width * height)
+        wasted = w * h - kept
+        if kept > most or (kept == most and wasted < least):
+            best, most, least = (h, w), kept, wasted
+    return best
+
+
+def onevision_tokens(height: int, width: int, side: int, scale_h: int, scale_w: int,
+                     anyres_max: int) -> int:
+    """LlavaOnevisionProcessor._get_number_of_features (processing_llava_onevision.py), as
+    written there: the base tile's side² features, and the grid's (side·scale)² unpadded to
+    the image's aspect, downsampled past anyres_max_N tiles' worth, a newline per row."""
+    ch, cw = side * scale_h, side * scale_w
+    if width / height > cw / ch:
+        ch -= (ch - int(round(height * (cw / width), 7))) // 2 * 2
+    else:
+        cw -= (cw - int(round(width * (ch / height), 7))) // 2 * 2
+    features, newlines = ch * cw, ch
+    ratio = math.sqrt(ch * cw / (anyres_max * side ** 2))
+    if ratio > 1.1:
+        features, newlines = int(ch // ratio) * int(cw // ratio), int(ch // ratio)
+    return features + newlines + side * side
+
+
 @dataclass(frozen=True)
 class ImageRow:
     """One image: as given, as resized, its patch grid, the tokens it adds to the language
@@ -280,6 +315,17 @@ def image_row(spec: VisionSpec, size: tuple[int, int], pixels: tuple[int, int] |
             ops[r.name] = ops.get(r.name, 0) + tiles * r.flops(values) * r.count(values)
         return ImageRow((h, w), (rows * s.image_size, cols * s.image_size), (side, side),
                         tiles * s.tokens_per_image + 2, tuple(ops.items()), tiles)
+    elif s.family == "llava_onevision":  # anyres: the best grid's tiles and the base one
+        bh, bw = select_best_resolution(h, w, s.pinpoints)
+        rows, cols = bh // s.image_size, bw // s.image_size
+        tiles, side = rows * cols + 1, s.image_size // s.patch
+        values = VB.values(s, side, side)
+        ops = {}
+        for r in VB.walk(s).matmuls:
+            ops[r.name] = ops.get(r.name, 0) + tiles * r.flops(values) * r.count(values)
+        return ImageRow((h, w), (bh, bw), (side, side),
+                        onevision_tokens(h, w, side, rows, cols, s.anyres_max),
+                        tuple(ops.items()), tiles)
     elif s.family == "kimi_k25":
         rh, rw = navit_resize(h, w, s.patch, s.merge, KIMI_MAX_PATCHES, KIMI_MAX_SIDE)
         gh, gw = rh // s.patch, rw // s.patch

@@ -20,6 +20,7 @@ The readers:
     vision_pixtral.py  mistral3's Pixtral tower, patch merger and projector (a reader there)
     vision_idefics3.py idefics3's and smolvlm's SigLIP tower and connector (a reader there)
     vision_internvl.py internvl's InternViT and pixel-shuffle MLP projector (a reader there)
+    vision_onevision.py llava_onevision's SigLIP tower, projector, image_newline (a reader)
 The table's rows, one module per family, each registering its rows on import:
     hf_types_dense.py      gpt2, llama, mistral, qwen2, qwen3, olmo2
     hf_types_dense2.py     smollm3, glm4, olmo3, seed_oss, exaone4
@@ -40,6 +41,6 @@ The table's rows, one module per family, each registering its rows on import:
     hf_types_jamba.py      jamba
     hf_types_qwen35.py     qwen3_5_text, qwen3_5_moe_text and the qwen3_5, qwen3_5_moe wrappers
     hf_types_vlm.py        the qwen2_vl, qwen2_5_vl, qwen3_vl, qwen3_vl_moe, llava, mistral3,
-                           idefics3, smolvlm and internvl wrappers
+                           idefics3, smolvlm, internvl and llava_onevision wrappers
 (tests/test_layout.py checks that this list names every module of the folder.)
 """

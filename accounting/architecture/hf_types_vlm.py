@@ -3,7 +3,8 @@ and qwen2_5_vl (Qwen2-VL, Qwen2.5-VL: a Qwen2 language model with M-RoPE), qwen3
 qwen3_vl_moe (Qwen3-VL: Qwen3 / Qwen3-MoE with interleaved M-RoPE), llava (a
 Llama/Mistral/Qwen2 text_config), mistral3 (Mistral 3: a Mistral text_config, Pixtral's
 tower), idefics3 and smolvlm (a Llama text_config, SigLIP and a pixel-shuffle connector)
-and internvl (a Qwen2 text_config, InternViT and a pixel-shuffle MLP projector). The language model is read as a config.json of its type;
+internvl (a Qwen2 text_config, InternViT and a pixel-shuffle MLP projector) and
+llava_onevision (a Qwen2 text_config, SigLIP, anyres tiles and LLaVA's projector). The language model is read as a config.json of its type;
 the vision tower from vision_config (accounting/architecture/vision.py), counted beside it.
 Defaults and rules from transformers 5.23.0's configuration_qwen2_vl.py,
 configuration_qwen2_5_vl.py and configuration_llava.py.
@@ -15,7 +16,7 @@ from typing import Mapping
 from accounting.runtime.errors import UsageError
 # the readers of mistral3's, idefics3's and smolvlm's towers (registered on import)
 from accounting.architecture import (  # noqa: F401
-    vision_idefics3, vision_internvl, vision_pixtral)
+    vision_idefics3, vision_internvl, vision_onevision, vision_pixtral)
 from accounting.architecture.hf_schema import (
     TYPES, WRAPPERS, Required, carry_dtype, check_wrapper_keys, short)
 
@@ -146,6 +147,14 @@ _INTERNVL_OUTER = frozenset({"text_config", "vision_config", "image_token_id",
                              "image_seq_length", "downsample_ratio", "projector_hidden_act",
                              "vision_feature_layer", "vision_feature_select_strategy",
                              "tie_word_embeddings"})
+# LlavaOnevisionConfig (configuration_llava_onevision.py): text_config (default qwen2),
+# vision_config (SigLIP, vision_onevision.py), anyres and the projector's keys
+_ONEVISION_OUTER = frozenset({"text_config", "vision_config", "image_token_index",
+                              "video_token_index", "image_token_id", "video_token_id",
+                              "projector_hidden_act", "vision_feature_select_strategy",
+                              "vision_feature_layer", "multimodal_projector_bias",
+                              "tie_word_embeddings", "image_grid_pinpoints",
+                              "vision_aspect_ratio", "use_image_newline_parameter"})
 _ACTS = ("gelu", "gelu_pytorch_tanh", "gelu_new", "silu", "quick_gelu", "relu")
 
 
@@ -191,3 +200,6 @@ for _mt in ("idefics3", "smolvlm"):
                                    "the SigLIP tower and the pixel-shuffle connector")
 WRAPPERS["internvl"] = _tower_wrapper("internvl", _INTERNVL_OUTER, "qwen2", True,
                                       "InternViT and the pixel-shuffle MLP projector")
+WRAPPERS["llava_onevision"] = _tower_wrapper(
+    "llava_onevision", _ONEVISION_OUTER, "qwen2", False,
+    "the SigLIP tower, the MLP projector and image_newline")

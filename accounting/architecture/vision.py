@@ -66,6 +66,9 @@ class VisionSpec:
     longest_edge: int = 0  # Pixtral's processor: each image fitted within this many pixels a side
     qkv_bias: bool = True  # InternViT: attention_bias (q/k/v biases), use_qk_norm (RMSNorms of
     qk_norm: bool = False  # the full Q and K widths) and its layer scales lambda_1, lambda_2
+    # LLaVA-OneVision's anyres: image_grid_pinpoints ((height, width) pairs) and anyres_max_N
+    pinpoints: tuple[tuple[int, int], ...] = ()
+    anyres_max: int = 0
 
     @property
     def head_dim(self) -> int:

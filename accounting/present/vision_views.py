@@ -25,7 +25,9 @@ FAMILY = {"qwen2_vl": "Qwen2-VL ViT (2D RoPE) and patch merger",
           "idefics3": "SigLIP ViT (tiles of image_size² and a global tile) and the "
                       "pixel-shuffle connector",
           "internvl": "InternViT (tiles of image_size² and a thumbnail) and the "
-                      "pixel-shuffle MLP projector"}
+                      "pixel-shuffle MLP projector",
+          "llava_onevision": "SigLIP ViT (anyres tiles and a base tile) and LLaVA's MLP "
+                             "projector"}
 
 
 def _line(label: str, text: str) -> str:

@@ -403,6 +403,8 @@ def _vit(w: _Walk, s: VisionSpec) -> None:
         w.matmul("projection into the language model", "multi_modal_projector", ("N_o",),
                  ("d_v",), ("d_t",))
     else:  # LlavaMultiModalProjector: linear_1 (d_v → d_t), act, linear_2 (d_t → d_t)
+        if s.family == "llava_onevision":  # LlavaOnevisionModel.image_newline (no matmul)
+            w.param("model.image_newline", ("d_t",), projector=True)
         w.linear(f"{p}.linear_1", "d_v", "d_t", s.projector_bias, projector=True)
         w.linear(f"{p}.linear_2", "d_t", "d_t", s.projector_bias, projector=True)
         w.matmul("projector linear_1", "multi_modal_projector.linear_1", ("N_o",), ("d_v",),
