@@ -4,7 +4,7 @@ meta device (every tower and projector parameter by name, the language model bes
 GotOcr2ImageProcessorPil on the CPU with InternVLProcessor's crop_to_patches (the tiles each
 image runs the tower on) and FlopCounterMode over get_image_features on the CPU (one tile's
 matmul FLOPs). Tokens per tile: the processor's image_seq_length, (image_size/p)²/4 (256 at
-448/14), and <img> </img> around the image (processing_internvl.py, read there).
+448/14; the <img> </img> around them are text tokens; processing_internvl.py, read there).
 """
 import json
 
@@ -77,16 +77,16 @@ def test_tiles_equal_the_processor(size):
                return_tensors="np")
     row = I.image_row(s, size)
     assert row.tiles == int(out["num_patches"][0]) == out["pixel_values"].shape[0]
-    assert row.tokens == row.tiles * 256 + 2
+    assert row.tokens == row.tiles * 256
 
 
 def test_tokens_at_the_done_when_sizes_by_hand():
-    """448²: the 1×1 grid (1:1 exactly), 256 + 2. 1024²: every square grid ties at 1:1;
-    a later one wins while the image's area exceeds half the grid's: 2×2 (1,048,576 >
-    0.5·448²·4 = 401,408) and 3×3 (> 903,168), with the thumbnail 10 tiles: 10·256 + 2."""
+    """448²: the 1×1 grid (1:1 exactly), 256. 1024²: every square grid ties at 1:1; a
+    later one wins while the image's area exceeds half the grid's: 2×2 (1,048,576 >
+    0.5·448²·4 = 401,408) and 3×3 (> 903,168), with the thumbnail 10 tiles: 10·256."""
     s = translate(_with({"image_size": [448, 448]}), "c", "ivl").vision
-    assert I.image_row(s, (448, 448)).tokens == 256 + 2
-    assert I.image_row(s, (1024, 1024)).tokens == 10 * 256 + 2
+    assert I.image_row(s, (448, 448)).tokens == 256
+    assert I.image_row(s, (1024, 1024)).tokens == 10 * 256
 
 
 @pytest.mark.parametrize("vision", [{}, SIX_B])
@@ -114,8 +114,8 @@ def test_the_contract_on_a_config_json(tmp_path, capsys):
     assert d["parameters"]["vision"] == sum(p.numel() for n, p in model.named_parameters()
                                             if n.startswith(TOWER))
     # tiles of 56²: 448² ties at 1:1 up to 3×3 (200,704 > 0.5·56²·9), and the thumbnail:
-    # 10 tiles of 4 tokens, and <img> </img>
-    assert d["workload"]["image_tokens"] == 10 * 4 + 2
+    # 10 tiles of 4 tokens
+    assert d["workload"]["image_tokens"] == 10 * 4
     assert any("vision encoder" in str(c) for c in d["components"]["executed"])
 
 

@@ -5,11 +5,12 @@ tower and projector parameter by name, the language model beside it), the Pixtra
 processor on the CPU (each image's resized size) and FlopCounterMode over
 get_image_features on the CPU (the encoder's matmul FLOPs for one image).
 
-The image tokens in the language model's sequence are PixtralProcessor's
-(processing_pixtral.py, read there; it needs a tokenizer file, so the rule is written out):
-the image processor gets patch_size = patch_size · spatial_merge_size, and each of the
-H/(p·s) rows of the resized image becomes W/(p·s) [IMG] tokens and one [IMG_BREAK] (the
-last row's is [IMG_END]).
+The image tokens are PixtralProcessor's [IMG] placeholders (processing_pixtral.py, read
+there; it needs a tokenizer file, so the rule is written out): the image processor gets
+patch_size = patch_size · spatial_merge_size, and each of the H/(p·s) rows of the resized
+image becomes W/(p·s) [IMG] tokens, which the projector's rows fill; the [IMG_BREAK] after
+each row ([IMG_END] after the last) are text tokens beside them, as docs/architectures.md
+counts image tokens.
 """
 import json
 
@@ -69,7 +70,7 @@ def test_parameters_equal_transformers_by_name(change):
 def test_image_tokens_follow_the_processor(size):
     """Mistral-Small-3.1's processor (preprocessor_config.json: longest_edge 1,540 = its
     vision_config.image_size, patch 14, merge 2): PixtralImageProcessorPil resizes; the
-    tokens are PixtralProcessor's rows, (W/28 + 1)·(H/28)."""
+    tokens are PixtralProcessor's [IMG] placeholders, (W/28)·(H/28)."""
     transformers = pytest.importorskip("transformers")
     data = {**DATA, "vision_config": {**DATA["vision_config"], "image_size": 1540}}
     s = translate(data, "c", "m3").vision
@@ -80,16 +81,16 @@ def test_image_tokens_follow_the_processor(size):
     row = I.image_row(s, size)
     assert row.resized == (h, w)
     assert row.grid == (h // 14, w // 14)
-    assert row.tokens == (w // 28 + 1) * (h // 28)
+    assert row.tokens == (w // 28) * (h // 28)
 
 
 def test_tokens_at_the_done_when_sizes_by_hand():
-    """448²: 16 rows of 16 [IMG] + a break = 272; 1024² is rounded up to 1,036² (37 units of
-    28): 37 rows of 38 = 1,406."""
+    """448²: 16 rows of 16 [IMG] = 256; 1024² is rounded up to 1,036² (37 units of 28):
+    37 rows of 37 = 1,369 (and 37 break/end text tokens beside them)."""
     data = {**DATA, "vision_config": {**DATA["vision_config"], "image_size": 1540}}
     s = translate(data, "c", "m3").vision
-    assert I.image_row(s, (448, 448)).tokens == 16 * 17
-    assert I.image_row(s, (1024, 1024)).tokens == 37 * 38
+    assert I.image_row(s, (448, 448)).tokens == 16 * 16
+    assert I.image_row(s, (1024, 1024)).tokens == 37 * 37
 
 
 @pytest.mark.parametrize("grid", [(6, 10), (4, 4)])
@@ -123,8 +124,8 @@ def test_the_contract_on_a_config_json(tmp_path, capsys):
     assert d["parameters"]["total"] == sum(p.numel() for p in model.parameters())
     assert d["parameters"]["vision"] == sum(p.numel() for n, p in model.named_parameters()
                                             if n.startswith(TOWER))
-    # image_size 224: fitted within 224, 8 rows of 8 [IMG] and a break
-    assert d["workload"]["image_tokens"] == 8 * 9
+    # image_size 224: fitted within 224, 8 rows of 8 [IMG]
+    assert d["workload"]["image_tokens"] == 8 * 8
     assert any("vision encoder" in str(c) for c in d["components"]["executed"])
 
 

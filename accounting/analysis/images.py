@@ -21,9 +21,9 @@ Token rules, by family:
   the largest size within max_soft_tokens·k² patches of p pixels whose sides are multiples
   of k·p; (H/kp)·(W/kp) soft tokens; the tower runs the padded max_soft_tokens·k² patches.
 * Mistral 3 (PixtralProcessor, PixtralImageProcessor): fitted within image_size a side
-  (never enlarged), each side rounded up to a multiple of patch·merge; (H/p)·(W/p) patches,
-  and in the language model's sequence a row of W/(p·s) [IMG] tokens and one [IMG_BREAK] for
-  each of the H/(p·s) rows (the last row's break is [IMG_END]): the image tokens counted.
+  (never enlarged), each side rounded up to a multiple of patch·merge; (H/p)·(W/p) patches
+  and (H/(p·s))·(W/(p·s)) [IMG] tokens (each row followed by an [IMG_BREAK], the last by
+  [IMG_END]: text tokens beside them).
 * Idefics3, SmolVLM (Idefics3ImageProcessor, do_image_splitting): the longest side to
   4·image_size (the processor's size; max_image_size = image_size, as the published
   checkpoints pair them), sides to multiples of image_size, split into image_size² tiles
@@ -32,7 +32,7 @@ Token rules, by family:
 * InternVL (InternVLProcessor: crop_to_patches by default, GotOcr2ImageProcessor's 1 to 12
   tiles of image_size²): get_optimal_tiled_canvas's grid and a thumbnail when it has
   several tiles; each tile runs the tower and adds image_seq_length = (side/2)² <IMG_CONTEXT>
-  tokens, and the image its <img> and </img>.
+  tokens (the <img> and </img> around them are text tokens).
 * LLaVA-OneVision (LlavaOnevisionImageProcessor, LlavaOnevisionProcessor): anyres, the
   image_grid_pinpoints resolution select_best_resolution picks, its tiles of image_size²
   and the base tile each run the tower (the projector on every tile's patches); tokens:
@@ -291,10 +291,11 @@ def image_row(spec: VisionSpec, size: tuple[int, int], pixels: tuple[int, int] |
         rh, rw = gemma4_size(h, w, s.patch, s.tokens_per_image * s.pool ** 2, s.pool)
         gh, gw = rh // s.patch, rw // s.patch
         tokens = gh * gw // s.pool ** 2
-    elif s.family == "pixtral":  # PixtralProcessor: rows of [IMG]·w_t + [IMG_BREAK]/[IMG_END]
+    elif s.family == "pixtral":  # PixtralProcessor: a row of [IMG] per merged row (the
+        # [IMG_BREAK]/[IMG_END] after each row are text tokens beside them)
         rh, rw = pixtral_size(h, w, s.longest_edge, s.patch * s.merge)
         gh, gw = rh // s.patch, rw // s.patch
-        tokens = (gw // s.merge + 1) * (gh // s.merge)
+        tokens = (gw // s.merge) * (gh // s.merge)
     elif s.family == "idefics3":  # tiles of image_size², and a global one when several
         rows, cols = idefics3_tiles(h, w, s.longest_edge, s.image_size)
         tiles = rows * cols + 1 if rows else 1
@@ -314,7 +315,7 @@ def image_row(spec: VisionSpec, size: tuple[int, int], pixels: tuple[int, int] |
         for r in VB.walk(s).matmuls:
             ops[r.name] = ops.get(r.name, 0) + tiles * r.flops(values) * r.count(values)
         return ImageRow((h, w), (rows * s.image_size, cols * s.image_size), (side, side),
-                        tiles * s.tokens_per_image + 2, tuple(ops.items()), tiles)
+                        tiles * s.tokens_per_image, tuple(ops.items()), tiles)
     elif s.family == "llava_onevision":  # anyres: the best grid's tiles and the base one
         bh, bw = select_best_resolution(h, w, s.pinpoints)
         rows, cols = bh // s.image_size, bw // s.image_size
