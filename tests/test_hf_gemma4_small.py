@@ -196,3 +196,15 @@ def test_e2b_sized_text_model(tmp_path, capsys):
     assert code == 0, err
     assert json.loads(out)["inference"]["kv_cache_bytes"] == \
         (12 * 2 * 256 * 512 + 3 * 2 * 512 * 4096) * 2
+
+
+def test_pipeline_stages_are_refused_tensor_parallel_planned(tmp_path, capsys):
+    """A stage boundary would cut a sharing layer from the layer whose K and V it reads:
+    --pp 2 is refused in one line (it raised StopIteration before); --tp 2 splits the
+    double-wide MLPs' 2·d_ff as it splits d_ff (exit 0)."""
+    path = str(write_config(tmp_path, DATA))
+    refused_in_one_line(capsys, "plan", "--config", path, "--ctx", "64", "--gpus", "2",
+                        "--gpu", "H100", "--pp", "2", expected="KV sharing")
+    code, out, err = run(capsys, "plan", "--config", path, "--ctx", "64", "--gpus", "2",
+                         "--gpu", "H100", "--tp", "2")
+    assert code == 0, err
