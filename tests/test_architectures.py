@@ -253,6 +253,8 @@ VARIANTS = {
                          per_layer_input=4, per_layer_vocab=40, kv_shared_layers=2,
                          double_wide_mlp=True, layer_scalar=True, embedding_multiplier=2.0,
                          tie_embeddings=True),
+    # Apertus: QK-norm per head and a xIELU MLP (two learned scalars per layer)
+    "apertus": dict(mlp="xielu", qk_norm="head", num_kv_heads=1, d_ff=40),
     # Phi-3.5-MoE: LayerNorm with biases, biased attention and LM head, SparseMixer routing
     "phimoe": dict(norm="layernorm", qkv_bias=True, out_bias=True, lm_head_bias=True,
                    num_kv_heads=2, num_experts=4, experts_per_token=2, router="sparsemixer",

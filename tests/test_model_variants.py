@@ -337,7 +337,18 @@ def ref_attention(c, x, p, a, window=None, chunk=None, nope=False, share=None):
     return ref_linear(out, p, f"{a}.output_proj")
 
 
+def ref_xielu(x, p, a):
+    """transformers' XIELUActivation._xielu_python, loaded with the layer's scalars."""
+    from transformers.activations import XIELUActivation
+    ref = XIELUActivation(dtype=x.dtype)
+    ref.load_state_dict({k[len(a) + 1:]: v for k, v in p.items() if k.startswith(a + ".")})
+    return ref._xielu_python(x)
+
+
 def ref_mlp(c, x, p, f):
+    if c.mlp_kind.activation == "xielu":  # ApertusMLP: down_proj(act_fn(up_proj(x)))
+        return ref_linear(ref_xielu(ref_linear(x, p, f"{f}.w1"), p, f"{f}.act_fn"), p,
+                          f"{f}.w2")
     if c.mlp_kind.gated:
         hidden = ref_gated(c, ref_linear(x, p, f"{f}.w1"), ref_linear(x, p, f"{f}.w3"))
     else:

@@ -24,7 +24,7 @@ The readers:
 The table's rows, one module per family, each registering its rows on import:
     hf_types_dense.py      gpt2, llama, mistral, qwen2, qwen3, olmo2
     hf_types_dense2.py     smollm3, glm4, olmo3, seed_oss, exaone4
-    hf_types_dense3.py     arcee, mamba2
+    hf_types_dense3.py     arcee, apertus, mamba2
     hf_types_parallel.py   gpt_neox, falcon, phi3, starcoder2
     hf_types_gemma.py      gemma2, gemma3_text, granite, and the gemma3 wrapper
     hf_types_gemma4.py     gemma4_text and the gemma4 wrapper

@@ -89,6 +89,7 @@ def validate(c) -> None:
     _check_global_shape(c)
     _check_beside_and_router(c)
     _check_per_layer(c)
+    _check_xielu(c)
 
 
 def _check_recurrent(c) -> None:
@@ -401,6 +402,14 @@ def _check_beside_and_router(c) -> None:
                          "and weights each by its own masked softmax: it needs "
                          "experts_per_token 2, no norm_topk_prob, no router groups, bias or "
                          "topk-first")
+
+
+def _check_xielu(c) -> None:
+    """xIELU's learned scalars belong to a dense MLP (Apertus): experts would each need
+    their own, which no model builds."""
+    if c.mlp == "xielu" and c.num_experts is not None:
+        raise UsageError("mlp xielu (Apertus) with a mixture of experts: its learned scalars "
+                         "belong to a dense MLP; choose another mlp for the experts")
 
 
 def _check_per_layer(c) -> None:

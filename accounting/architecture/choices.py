@@ -42,6 +42,9 @@ MLPS: dict[str, MLPKind] = {m.name: m for m in (
     MLPKind("swiglu_clamped", True, "silu_clamped", "clamped SwiGLU (gpt-oss)"),
     # Nemotron-H's MLP: W2 relu(W1 x)² (transformers' ReLUSquaredActivation)
     MLPKind("relu2", False, "relu2", "squared-ReLU MLP (Nemotron-H)"),
+    # Apertus's MLP: W2 xIELU(W1 x), xIELU with two learned scalars per layer
+    # (transformers' XIELUActivation, activations.py; Huang 2024, arXiv:2411.13010)
+    MLPKind("xielu", False, "xielu", "xIELU MLP (Apertus: two learned scalars per layer)"),
 )}
 # layernorm_nobias: mean-centred LayerNorm with a weight and no bias (transformers'
 # CohereLayerNorm, modeling_cohere.py)

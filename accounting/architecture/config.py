@@ -58,7 +58,8 @@ class ModelConfig(DerivedSizes):
     mlp: str = spec("swiglu", kind=CHOICE, flag="--mlp", choices=MLPS,
                     help="feed-forward: swiglu (default), geglu (tanh GELU), geglu_erf (exact GELU), "
                          "gelu (exact), gelu_tanh (GPT-2), swiglu_clamped (gpt-oss), relu2 "
-                         "(Nemotron-H: relu(W1 x)², two matrices)")
+                         "(Nemotron-H: relu(W1 x)², two matrices), xielu (Apertus: two "
+                         "matrices, xIELU with two learned scalars per layer)")
     positions: str = spec("rope", kind=CHOICE, flag="--positions", choices=POSITIONS,
                           help="rope (default), learned (a table of context_length positions), "
                                "none, or alibi (Falcon's linear bias per head on the scores)")

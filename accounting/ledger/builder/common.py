@@ -35,6 +35,7 @@ GATED_NORM = "gated RMSNorm"  # the gated DeltaNet's output norm, x·rsqrt·w·S
 ACTIVATION_COMPONENT = {"swiglu": "SiLU and gating", "geglu": "GELU (tanh) and gating",
                         "geglu_erf": "GELU (erf) and gating", "gelu": "GELU (erf)",
                         "gelu_tanh": "GELU (tanh)", "swiglu_clamped": "clamped SwiGLU and gating",
+                        "xielu": "xIELU",
                         "relu2": "squared ReLU"}
 ELEMENTWISE_ORDER = (*NORMS.values(), QK_NORM, EMBED_SCALE, POSITION_ADD, ROPE, ALIBI,
                      TEMPERATURE, ATTN_SCALE, SOFTCAP, CAUSAL_MASK, SOFTMAX, OUTPUT_GATE, INDEXER, *dict.fromkeys(ACTIVATION_COMPONENT.values()),
