@@ -11,8 +11,8 @@ from typing import Mapping
 
 from accounting.runtime.errors import UsageError
 from accounting.architecture.hf_schema import (
-    ATTENTION_BIAS, ATTENTION_DROPOUT, BOOL, CHOICE, EPS, INT, LIST, LLAMA_FAMILY, LLAMA_NAMES,
-    PLAIN_ACTS, ROPE_MUST, THETA, Derived, HFType, Key, ModuleNames, Required, head_dim,
+    ATTENTION_BIAS, ATTENTION_DROPOUT, BOOL, CHOICE, EPS, INT, INT_OR_ABSENT, LIST, LLAMA_FAMILY,
+    LLAMA_NAMES, PLAIN_ACTS, ROPE_MUST, THETA, Derived, HFType, Key, ModuleNames, Required, head_dim,
     kv_heads, llama_sizes, register, short)
 
 # ArceeMLP: down_proj(act_fn(up_proj(x))), two matrices (no gate_proj): the spec's plain
@@ -60,7 +60,8 @@ register(HFType(
     "apertus", "ApertusForCausalLM",
     keys=llama_sizes(131072, 4096, 14336, 32, 32, 65536) + (
         kv_heads(),  # ApertusConfig: None -> num_attention_heads
-        head_dim(),  # ApertusAttention: getattr(config, "head_dim", hidden // heads)
+        # ApertusAttention: getattr(config, "head_dim", hidden // heads): null fails there
+        head_dim(None, INT_OR_ABSENT),
         ATTENTION_BIAS,
         Key("hidden_act", ("mlp",), CHOICE, "xielu", MappingProxyType({"xielu": "xielu"})),
         Key("rms_norm_eps", ("norm_eps",), EPS, 1e-5),
