@@ -87,7 +87,8 @@ class CausalMultiHeadSelfAttention(nn.Module):
                  qk_norm="none", norm="rmsnorm", norm_eps=1e-5, attention="naive", window=None,
                  attention_sinks=False, norm_offset=False, attn_softcap=None,
                  rotary_dim=None, alibi=False,
-                 chunk=None, temperature=None, output_gate=False, k_eq_v=False, v_norm=False):
+                 chunk=None, temperature=None, output_gate=False, k_eq_v=False, v_norm=False,
+                 kv_share=None):
         super().__init__()
         check_positive_int("d_model", d_model)
         check_positive_int("num_heads", num_heads)
@@ -118,9 +119,16 @@ class CausalMultiHeadSelfAttention(nn.Module):
         self.v_norm = v_norm  # Gemma 4: a weightless RMSNorm of each value head
         q_width, kv_width = num_heads * head_dim, num_kv_heads * head_dim
         self.q_proj = Linear(d_model, q_width, device=device, dtype=dtype, bias=qkv_bias)
-        self.k_proj = Linear(d_model, kv_width, device=device, dtype=dtype, bias=qkv_bias)
+        # Gemma 4's KV sharing (Gemma4TextAttention): kv_share is (store, key), a dict shared
+        # by the model and this layer's kind; "reuse" layers hold no k_proj, v_proj or
+        # k_norm and attend over store[key], which every other layer of the kind writes
+        # (the last one before the sharing layers is transformers' "store" layer)
+        self.kv_share = kv_share
+        reuse = kv_share is not None and kv_share[2]
+        self.k_proj = None if reuse else Linear(d_model, kv_width, device=device, dtype=dtype,
+                                                bias=qkv_bias)
         # Gemma 4's attention_k_eq_v (a global layer): no v_proj, V is K's projection
-        self.v_proj = (None if k_eq_v else
+        self.v_proj = (None if k_eq_v or reuse else
                        Linear(d_model, kv_width, device=device, dtype=dtype, bias=qkv_bias))
         self.output_proj = Linear(q_width, d_model, device=device, dtype=dtype, bias=out_bias)
         # Qwen3-Next's output gate: transformers' q_proj is twice as wide (each head's query,
@@ -144,8 +152,9 @@ class CausalMultiHeadSelfAttention(nn.Module):
                 q_heads = kv_heads = {}
             self.q_norm = norm_cls(q_width if full else head_dim, eps=norm_eps, device=device,
                                    dtype=dtype, **offset, **q_heads)
-            self.k_norm = norm_cls(kv_width if full else head_dim, eps=norm_eps, device=device,
-                                   dtype=dtype, **offset, **kv_heads)
+            self.k_norm = None if reuse else norm_cls(
+                kv_width if full else head_dim, eps=norm_eps, device=device, dtype=dtype,
+                **offset, **kv_heads)
         if alibi:  # per-head slopes (Press et al. 2022), as transformers' build_alibi_tensor
             if theta is not None or attention != "naive":
                 raise ValueError("ALiBi replaces RoPE and runs in the naive core: give theta "
@@ -170,6 +179,8 @@ class CausalMultiHeadSelfAttention(nn.Module):
     def forward(self, x: torch.Tensor, token_positions: torch.Tensor | None = None) -> torch.Tensor:
         # x: (... seq d_model) -> (... seq d_model)
         seq = x.shape[-2]
+        if self.kv_share is not None and self.kv_share[2]:
+            return self.reuse(x, token_positions)
         q, k = self.q_proj(x), self.k_proj(x)
         v = k if self.v_proj is None else self.v_proj(x)
         gate = None if self.gate_proj is None else self.gate_proj(x)
@@ -214,8 +225,30 @@ class CausalMultiHeadSelfAttention(nn.Module):
                 q, k = rms_normalize(q, self.norm_eps), rms_normalize(k, self.norm_eps)
         if self.temperature is not None:
             q = self.tune(q, seq, token_positions, x.device)
+        if self.kv_share is not None:  # this kind's K and V for the sharing layers
+            store, key, _ = self.kv_share
+            store[key] = (k, v)
+        return self.attend(q, k, v, seq, x.device, gate)
 
-        core, args = self.attention_core(q, k, v, seq, x.device)
+    def reuse(self, x: torch.Tensor, token_positions=None) -> torch.Tensor:
+        """A KV-sharing layer: Q projected, head-normed and rotated; K and V those the last
+        earlier layer of its kind computed (Gemma4TextAttention, is_kv_shared_layer)."""
+        seq = x.shape[-2]
+        q = rearrange(self.q_proj(x), "... seq (heads d_k) -> ... heads seq d_k",
+                      heads=self.num_heads)
+        if self.qk_norm == "head":
+            q = self.q_norm(q)
+        if self.rope is not None:
+            positions = (torch.arange(seq, device=x.device) if token_positions is None
+                         else token_positions)[..., None, :]
+            q = (self.rope.rotate if token_positions is None else self.rope)(q, positions)
+        store, key, _ = self.kv_share
+        k, v = store[key]
+        return self.attend(q, k, v, seq, x.device, None)
+
+    def attend(self, q, k, v, seq, device, gate):
+        """The core over (q, k, v), heads merged, the output gate and projection."""
+        core, args = self.attention_core(q, k, v, seq, device)
         if self.recompute_core:  # Korthikanti et al.'s selective recomputation
             out = checkpoint(core, *args, use_reentrant=False, preserve_rng_state=False)
         else:

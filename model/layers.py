@@ -261,22 +261,52 @@ class SwiGLU(GatedMLP):
         super().__init__(d_model, d_ff, device=device, dtype=dtype, activation="silu")
 
 
+class XIELU(nn.Module):
+    """xIELU (Huang 2024, arXiv:2411.13010), written as transformers' XIELUActivation's
+    Python path (activations.py): two learned scalars alpha_p and alpha_n (initialised to
+    softplus⁻¹ of 0.8 and of 0.8 − β), buffers β = 0.5 and ε = −1e-6;
+    where(x > 0, αp·x·x + β·x, (expm1(min(x, ε)) − x)·αn + β·x)."""
+
+    def __init__(self, device=None, dtype=None, beta=0.5, eps=-1e-6, alpha_init=0.8):
+        super().__init__()
+        def inverse_softplus(v):
+            return torch.log(torch.expm1(torch.tensor(v, dtype=torch.float32))).reshape(1)
+        self.alpha_p = nn.Parameter(inverse_softplus(alpha_init).to(device=device, dtype=dtype))
+        self.alpha_n = nn.Parameter(inverse_softplus(alpha_init - beta).to(device=device,
+                                                                            dtype=dtype))
+        self.register_buffer("beta", torch.tensor(beta, device=device, dtype=torch.float32))
+        self.register_buffer("eps", torch.tensor(eps, device=device, dtype=torch.float32))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        alpha_p = nn.functional.softplus(self.alpha_p)
+        alpha_n = nn.functional.softplus(self.alpha_n) + self.beta
+        return torch.where(x > 0, x * alpha_p * x + x * self.beta,
+                           (torch.expm1(torch.minimum(x, self.eps)) - x) * alpha_n
+                           + x * self.beta)
+
+
 class MLP(nn.Module):
-    """FFN(x) = W2 act(W1 x): two matrices (GPT-2: GELU-tanh, d_ff = 4·d_model, biases)."""
+    """FFN(x) = W2 act(W1 x): two matrices (GPT-2: GELU-tanh, d_ff = 4·d_model, biases);
+    activation "xielu" (Apertus) is a module with learned scalars, registered as act_fn."""
 
     def __init__(self, d_model, d_ff, device=None, dtype=None, *, activation="gelu_tanh", bias=False):
         super().__init__()
         check_positive_int("d_model", d_model)
         check_positive_int("d_ff", d_ff)
-        if activation not in ACTIVATIONS:
-            raise ValueError(f"activation must be one of {', '.join(ACTIVATIONS)}, got {activation!r}")
+        if activation not in ACTIVATIONS and activation != "xielu":
+            raise ValueError(f"activation must be one of {', '.join(ACTIVATIONS)} or xielu, got "
+                             f"{activation!r}")
         self.d_model, self.d_ff, self.activation = d_model, d_ff, activation
         self.w1 = Linear(d_model, d_ff, device=device, dtype=dtype, bias=bias)
         self.w2 = Linear(d_ff, d_model, device=device, dtype=dtype, bias=bias)
-        self.act = ACTIVATIONS[activation]
+        if activation == "xielu":
+            self.act_fn = XIELU(device=device, dtype=dtype)
+        else:
+            self.act = ACTIVATIONS[activation]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.w2(self.act(self.w1(x)))
+        act = self.act_fn if self.activation == "xielu" else self.act
+        return self.w2(act(self.w1(x)))
 
 
 def feed_forward(mlp: str, d_model, d_ff, device=None, dtype=None, bias=False) -> nn.Module:

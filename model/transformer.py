@@ -14,7 +14,7 @@ from accounting.architecture.config import MLPS, ModelConfig
 
 from .attention import CausalMultiHeadSelfAttention
 from .latent_attention import LatentAttention
-from .layers import NORM_CLASSES, Embedding, Linear, check_positive_int, feed_forward
+from .layers import ACTIVATIONS, NORM_CLASSES, Embedding, Linear, check_positive_int, feed_forward
 from .moe import MoE
 from .recurrent import ShortConv
 from .delta import GatedDeltaNet
@@ -62,7 +62,8 @@ class TransformerBlock(nn.Module):
     """
 
     def __init__(self, d_model, num_heads, d_ff, max_seq_len, theta, device=None, dtype=None, *,
-                 window=None, chunk=None, temperature=None, moe=None, mixer=None, **options):
+                 window=None, chunk=None, temperature=None, moe=None, mixer=None,
+                 kv_share=None, per_layer=None, **options):
         o = _options(options, BLOCK_OPTIONS, "TransformerBlock")
         norm, norm_eps, mlp = o["norm"], o["norm_eps"], o["mlp"]
         norm_placement, qkv_bias, out_bias = o["norm_placement"], o["qkv_bias"], o["out_bias"]
@@ -130,7 +131,7 @@ class TransformerBlock(nn.Module):
                 norm_offset=o["norm_offset"], attn_softcap=o["attn_softcap"],
                 rotary_dim=o["rotary_dim"], alibi=o["positions"] == "alibi",
                 chunk=chunk, temperature=temperature, output_gate=o["attn_output_gate"],
-                k_eq_v=o["global_k_eq_v"], v_norm=o["v_norm"],
+                k_eq_v=o["global_k_eq_v"], v_norm=o["v_norm"], kv_share=kv_share,
             )
         if self.sandwich:
             self.post_attn_norm = norm_cls(d_model, eps=norm_eps, device=device, dtype=dtype, **offset)
@@ -162,6 +163,18 @@ class TransformerBlock(nn.Module):
             self.ffn.multipliers = (1.0, 1.0)
         if self.sandwich:
             self.post_ffn_norm = norm_cls(d_model, eps=norm_eps, device=device, dtype=dtype, **offset)
+        # Gemma4TextDecoderLayer's per-layer input (per_layer: its width d_ple): gate
+        # (d → d_ple), the MLP's activation, × the layer's per-layer input, projection
+        # (d_ple → d), norm, added to the residual before layer_scalar
+        if per_layer is not None:
+            if not self.sandwich:
+                raise ValueError("per-layer inputs need norm_placement sandwich (Gemma 4)")
+            self.per_layer_input_gate = Linear(d_model, per_layer, device=device, dtype=dtype)
+            self.per_layer_projection = Linear(per_layer, d_model, device=device, dtype=dtype)
+            self.post_per_layer_input_norm = norm_cls(d_model, eps=norm_eps, device=device,
+                                                      dtype=dtype, **offset)
+            self.per_layer_act = ACTIVATIONS[MLPS[mlp].activation]
+        self.per_layer = per_layer
 
     @property
     def attn(self) -> nn.Module:
@@ -175,7 +188,8 @@ class TransformerBlock(nn.Module):
         """A sublayer's output as added to the residual (× residual_multiplier, if set)."""
         return out if self.residual_multiplier is None else out * self.residual_multiplier
 
-    def forward(self, x: torch.Tensor, token_positions: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, token_positions: torch.Tensor | None = None,
+                per_layer_input: torch.Tensor | None = None) -> torch.Tensor:
         # x: (batch seq d_model) -> (batch seq d_model)
         if self.block == "single":  # x + sublayer(ln1(x)) (NemotronHBlock)
             h = self.ln1(x)
@@ -195,6 +209,9 @@ class TransformerBlock(nn.Module):
                 f = self.post_ffn_norm_1(f) + self.post_ffn_norm_2(
                     self.moe(self.pre_ffn_norm_2(y), router_x=y))
             z = y + self.scaled(self.post_ffn_norm(f))
+            if self.per_layer is not None:
+                g = self.per_layer_act(self.per_layer_input_gate(z)) * per_layer_input
+                z = z + self.post_per_layer_input_norm(self.per_layer_projection(g))
             return z if self.layer_scalar is None else z * self.layer_scalar
         h = self.ln1(x)
         y = x + self.scaled(self.hybrid(h, token_positions) if self.is_hybrid
@@ -264,14 +281,23 @@ class TransformerLM(nn.Module):
         # Llama 4's NoPE layers: no RoPE; their queries' temperature tuned when asked
         floor = o["temperature_floor"]
         temperature = None if floor is None else (floor, o["temperature_scale"])
+        # Gemma 4's KV sharing: the last kv_shared_layers layers read the K and V each kind's
+        # last earlier layer wrote (one dict for the model, keyed by the layer's kind)
+        first_shared = num_layers - o["kv_shared_layers"]
+        self._shared_kv: dict = {}
+        share = (lambda i: None) if not o["kv_shared_layers"] else \
+            (lambda i: (self._shared_kv, types[i], i >= first_shared))
+        wide = (lambda i: d_ff) if not o["double_wide_mlp"] else \
+            (lambda i: 2 * d_ff if i >= first_shared else d_ff)
         self.layers = nn.ModuleList(
-            TransformerBlock(d_model, num_heads, d_ff, context_length,
+            TransformerBlock(d_model, num_heads, wide(i), context_length,
                              None if i in nope else theta, device=device, dtype=dtype,
                              window=sliding_window if types[i] == "local" else None,
                              chunk=chunk if types[i] == "chunked" else None,
                              temperature=temperature if i in nope else None,
                              moe=None if i in dense_layers else moe,
-                             mixer=self._mixer(types[i], o),
+                             mixer=self._mixer(types[i], o), kv_share=share(i),
+                             per_layer=o["per_layer_input"],
                              **(block_options if types[i] == "local" else
                                 self._global_shape(block_options, o)))
             for i in range(num_layers)
@@ -286,6 +312,16 @@ class TransformerLM(nn.Module):
                               bias=o["lm_head_bias"])
         if o["tie_embeddings"]:
             self.lm_head.weight = self.token_embeddings.weight
+        self.per_layer = o["per_layer_input"]
+        if self.per_layer is not None:  # Gemma4TextModel's per-layer embeddings (its order:
+            # after the final norm; the tied head is the token table's, registered before)
+            width = num_layers * self.per_layer
+            vocab = vocab_size if o["per_layer_vocab"] is None else o["per_layer_vocab"]
+            self.per_layer_embeddings = Embedding(vocab, width, device=device, dtype=dtype)
+            self.per_layer_model_projection = Linear(d_model, width, device=device, dtype=dtype)
+            self.per_layer_projection_norm = NORM_CLASSES[o["norm"]](
+                self.per_layer, eps=o["norm_eps"], device=device, dtype=dtype,
+                **({"offset": True} if o["norm_offset"] else {}))
         self.recompute = "none"
 
     @staticmethod
@@ -327,6 +363,16 @@ class TransformerLM(nn.Module):
                     "chunk": o["linear_chunk"], "split": o["linear_split_proj"]}
         return None
 
+    def per_layer_inputs(self, token_ids: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """Gemma4TextModel.get_per_layer_inputs and project_per_layer_inputs: the table's rows
+        · √d_ple, and norm(projection(x) · d_model^-½), both (... seq L d_ple), summed,
+        · 2^-½."""
+        shape = (*token_ids.shape, len(self.layers), self.per_layer)
+        e = (self.per_layer_embeddings(token_ids) * self.per_layer ** 0.5).reshape(shape)
+        p = self.per_layer_model_projection(x) * x.shape[-1] ** -0.5
+        p = self.per_layer_projection_norm(p.reshape(shape))
+        return (p + e) * 2.0 ** -0.5
+
     def set_recompute(self, mode: str) -> "TransformerLM":
         """Activation recomputation for training (torch.utils.checkpoint, non-reentrant, no
         RNG state: the model has no dropout): "full" checkpoints each block (keeps its input,
@@ -362,11 +408,14 @@ class TransformerLM(nn.Module):
             x = x * self.embedding_multiplier
         if hasattr(self, "position_embeddings"):
             x = x + self.position_embeddings(torch.arange(seq, device=token_ids.device))
-        for layer in self.layers:
+        per_layer = self.per_layer_inputs(token_ids, x) if self.per_layer is not None else None
+        for i, layer in enumerate(self.layers):
+            mine = None if per_layer is None else per_layer[..., i, :]
             if self.recompute == "full":
-                x = checkpoint(layer, x, use_reentrant=False, preserve_rng_state=False)
+                x = checkpoint(layer, x, None, mine, use_reentrant=False,
+                               preserve_rng_state=False)
             else:
-                x = layer(x)
+                x = layer(x, None, mine)
         logits = self.lm_head(self.ln_final(x))
         if self.logit_scale is not None:
             logits = logits * self.logit_scale

@@ -244,6 +244,17 @@ VARIANTS = {
                    layer_types=("local", "local", "global"), num_experts=4,
                    experts_per_token=2, moe_d_ff=8, mlp_beside_moe=True, layer_scalar=True,
                    embedding_multiplier=2.0, final_softcap=30.0, tie_embeddings=True),
+    # Gemma 4 E2B/E4B: per-layer embeddings into every block, the last two layers reading
+    # layers 2's and 1's K and V (KV sharing), their MLP twice as wide (issue 41)
+    "gemma4_small": dict(num_layers=5, d_model=32, num_heads=4, num_kv_heads=2, head_dim=8,
+                         global_head_dim=16, v_norm=True, qk_norm="head",
+                         norm_placement="sandwich", mlp="geglu", sliding_window=3,
+                         layer_types=("local", "global", "local", "local", "global"),
+                         per_layer_input=4, per_layer_vocab=40, kv_shared_layers=2,
+                         double_wide_mlp=True, layer_scalar=True, embedding_multiplier=2.0,
+                         tie_embeddings=True),
+    # Apertus: QK-norm per head and a xIELU MLP (two learned scalars per layer)
+    "apertus": dict(mlp="xielu", qk_norm="head", num_kv_heads=1, d_ff=40),
     # Phi-3.5-MoE: LayerNorm with biases, biased attention and LM head, SparseMixer routing
     "phimoe": dict(norm="layernorm", qkv_bias=True, out_bias=True, lm_head_bias=True,
                    num_kv_heads=2, num_experts=4, experts_per_token=2, router="sparsemixer",
@@ -388,6 +399,9 @@ def saved_and_ledger(c, B: int, T: int) -> tuple[dict, dict]:
                 continue  # not saved at this length (the delta rule's [N_c>1])
             expected[a.saved_in][(size * a.elements.evaluate(v) // a.copies // n, dtype)] += \
                 a.copies * a.count(v) * n
+    if c.per_layer_input is not None:  # Gemma 4's scaled embeddings: one storage, block 0's
+        # input (the ledger's ln1 input) that the per-layer projection saves first in model/
+        measured["ln1"].update(measured.pop("per_layer_model_projection", Counter()))
     if c.num_experts is not None and c.moe_capacity_factor is None:
         # Dropless experts on a real routing run expert by expert: the ledger's one tensor
         # of B·T·k rows is there in pieces of each expert's rows (sizes that depend on the

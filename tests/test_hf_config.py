@@ -200,7 +200,7 @@ def test_the_table_is_a_registry_that_refuses_duplicates():
                           # issue 31 follow-up: Command R7B / Command A
                           "cohere2",
                           # issue 41 (Must 4): the rows transformers 5.23 ships
-                          "arcee", "mamba2"}
+                          "arcee", "mamba2", "apertus"}
 
 
 def test_every_type_names_every_module_the_ledger_has():

@@ -46,6 +46,7 @@ def _examples() -> dict[str, dict]:
     import hf_moe_examples
     import test_hf_cohere
     import test_hf_arcee
+    import test_hf_apertus
     import test_hf_mamba2
     import test_hf_cohere2
     import test_hf_deepseek_v32
@@ -72,7 +73,8 @@ def _examples() -> dict[str, dict]:
             out.setdefault(data["model_type"], data)
     for m in (test_hf_lfm2, test_hf_qwen3_next, test_hf_nemotron_h,
               test_hf_kimi_linear, test_hf_falcon_h1, test_hf_jamba, test_hf_gemma4,
-              test_hf_phimoe, test_hf_granitemoehybrid, test_hf_arcee, test_hf_mamba2):  # one example each
+              test_hf_phimoe, test_hf_granitemoehybrid, test_hf_arcee, test_hf_mamba2,
+              test_hf_apertus):  # one example each
         out.setdefault(m.DATA["model_type"], m.DATA)
     return out
 

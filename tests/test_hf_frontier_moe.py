@@ -366,8 +366,9 @@ def test_qwen2_moe_shared_expert_of_any_width():
 
 
 @pytest.mark.parametrize("model_type, expected", [
-    # every issue-31 family is read now (cohere2 the last: tests/test_hf_cohere2.py); issue
-    # 41's apertus (xIELU) is UNSUPPORTED's row: it names the missing feature
+    # every issue-31 family is read now (cohere2 the last: tests/test_hf_cohere2.py), and
+    # issue 41's apertus (tests/test_hf_apertus.py): UNSUPPORTED is empty; a new row names
+    # the missing feature
     *UNSUPPORTED.items(),
     # a model_type transformers 5.23 has (models/bloom: ALiBi, a fused query_key_value)
     # that the table does not read, and one no library has: refused as not supported

@@ -275,7 +275,9 @@ def ref_moe(c, x, p, f, router_x=None):
     return y.reshape(B, T, d)
 
 
-def ref_attention(c, x, p, a, window=None, chunk=None, nope=False):
+def ref_attention(c, x, p, a, window=None, chunk=None, nope=False, share=None):
+    """share: Gemma 4's KV sharing, (store, its kind, reuse): a reuse layer's K and V are
+    store[kind], which the layers before it wrote (Gemma4TextAttention's shared_kv_states)."""
     if c.mla:
         return ref_latent_attention(c, x, p, a, window)
     B, T, _ = x.shape
@@ -283,6 +285,13 @@ def ref_attention(c, x, p, a, window=None, chunk=None, nope=False):
     glob = window is None and c.global_shape  # Gemma 4's full layer: its own head shape
     if glob:
         kv, d = c.global_kv, c.global_d_k
+    if share is not None and share[2]:  # q_proj, q_norm, RoPE; the stored K and V
+        q = ref_linear(x, p, f"{a}.q_proj").view(B, T, h, d).transpose(1, 2)
+        q = ref_norm(c, q, p, f"{a}.q_norm") if c.qk_norm == "head" else q
+        q = ref_rope(q, torch.arange(T).unsqueeze(0), c.rope_theta)
+        k, v = share[0][share[1]]
+        out = ref_sdpa(q, k, v, window, chunk).transpose(1, 2).reshape(B, T, h * d)
+        return ref_linear(out, p, f"{a}.output_proj")
     q, k = (ref_linear(x, p, f"{a}.{n}_proj") for n in "qk")
     # Gemma4TextAttention with attention_k_eq_v: value_states = key_states (no v_proj)
     v = k if glob and c.global_k_eq_v else ref_linear(x, p, f"{a}.v_proj")
@@ -305,6 +314,8 @@ def ref_attention(c, x, p, a, window=None, chunk=None, nope=False):
         k = torch.cat((ref_rope(k[..., :r], pos, c.rope_theta), k[..., r:]), -1)
         if c.qk_norm == "l2":  # Llama4TextL2Norm after the rotation, RoPE layers only
             q, k = F.rms_norm(q, (d,), eps=c.norm_eps), F.rms_norm(k, (d,), eps=c.norm_eps)
+    if share is not None:
+        share[0][share[1]] = (k, v)
     if nope and c.temperature_floor is not None:  # Llama4TextAttention, as transformers writes it
         i = torch.arange(T).double()
         scale = torch.log1p(torch.floor((i + 1.0) / c.temperature_floor)) * c.temperature_scale + 1.0
@@ -326,7 +337,18 @@ def ref_attention(c, x, p, a, window=None, chunk=None, nope=False):
     return ref_linear(out, p, f"{a}.output_proj")
 
 
+def ref_xielu(x, p, a):
+    """transformers' XIELUActivation._xielu_python, loaded with the layer's scalars."""
+    from transformers.activations import XIELUActivation
+    ref = XIELUActivation(dtype=x.dtype)
+    ref.load_state_dict({k[len(a) + 1:]: v for k, v in p.items() if k.startswith(a + ".")})
+    return ref._xielu_python(x)
+
+
 def ref_mlp(c, x, p, f):
+    if c.mlp_kind.activation == "xielu":  # ApertusMLP: down_proj(act_fn(up_proj(x)))
+        return ref_linear(ref_xielu(ref_linear(x, p, f"{f}.w1"), p, f"{f}.act_fn"), p,
+                          f"{f}.w2")
     if c.mlp_kind.gated:
         hidden = ref_gated(c, ref_linear(x, p, f"{f}.w1"), ref_linear(x, p, f"{f}.w3"))
     else:
@@ -453,6 +475,13 @@ def ref_lm(c, ids, p):
     if c.positions == "learned":
         x = x + F.embedding(torch.arange(T), p["position_embeddings.weight"])
     types = [("local" if k.local else "chunked" if k.chunked else "global") for k in c.layer_kinds]
+    store, ple = {}, None
+    if c.per_layer_input is not None:  # Gemma4TextModel: (norm(W x · d^-½) + E[ids] · √P) · 2^-½
+        P = c.per_layer_input
+        e = F.embedding(ids, p["per_layer_embeddings.weight"]) * P ** 0.5
+        w = F.linear(x, p["per_layer_model_projection.weight"]) * c.d_model ** -0.5
+        w = ref_norm(c, w.view(*ids.shape, c.num_layers, P), p, "per_layer_projection_norm")
+        ple = (w + e.view(*ids.shape, c.num_layers, P)) * 2 ** -0.5
     for i in range(c.num_layers):
         b = f"layers.{i}"
         window = c.sliding_window if types[i] == "local" else None
@@ -473,7 +502,9 @@ def ref_lm(c, ids, p):
             if mixer == "hybrid":  # FalconH1DecoderLayer: the mixer plus attention
                 return ref_falcon_mixer(c, z, p, f"{b}.mixer") + ref_attention(
                     c, z, p, f"{b}.attn", window, chunk, i in c.nope_layers)
-            return ref_attention(c, z, p, f"{b}.attn", window, chunk, i in c.nope_layers)
+            return ref_attention(c, z, p, f"{b}.attn", window, chunk, i in c.nope_layers,
+                                 (store, types[i], c.layer_kinds[i].shared)
+                                 if c.kv_shared_layers else None)
 
         def mlp(z):
             return ref_moe(c, z, p, f"{b}.ffn") if moe else ref_mlp(c, z, p, f"{b}.ffn")
@@ -501,6 +532,10 @@ def ref_lm(c, ids, p):
         else:  # OLMo-2
             y = x + m * ref_norm(c, attn(x), p, f"{b}.ln1")
             x = y + m * ref_norm(c, mlp(y), p, f"{b}.ln2")
+        if ple is not None:  # Gemma4TextDecoderLayer's per-layer input, before layer_scalar
+            g = F.gelu(ref_linear(x, p, f"{b}.per_layer_input_gate"), approximate="tanh")
+            g = ref_linear(g * ple[..., i, :], p, f"{b}.per_layer_projection")
+            x = x + ref_norm(c, g, p, f"{b}.post_per_layer_input_norm")
         if c.layer_scalar:  # Gemma4TextDecoderLayer: hidden_states *= layer_scalar
             x = x * p[f"{b}.layer_scalar"]
     head = p["token_embeddings.weight"] if c.tie_embeddings else p["lm_head.weight"]

@@ -20,6 +20,24 @@ Token rules, by family:
 * Gemma 4 (Gemma4ImageProcessor, image_processing_gemma4.py): get_aspect_ratio_preserving_size,
   the largest size within max_soft_tokens·k² patches of p pixels whose sides are multiples
   of k·p; (H/kp)·(W/kp) soft tokens; the tower runs the padded max_soft_tokens·k² patches.
+* Mistral 3 (PixtralProcessor, PixtralImageProcessor): fitted within image_size a side
+  (never enlarged), each side rounded up to a multiple of patch·merge; (H/p)·(W/p) patches
+  and (H/(p·s))·(W/(p·s)) [IMG] tokens (each row followed by an [IMG_BREAK], the last by
+  [IMG_END]: text tokens beside them).
+* Idefics3, SmolVLM (Idefics3ImageProcessor, do_image_splitting): the longest side to
+  4·image_size (the processor's size; max_image_size = image_size, as the published
+  checkpoints pair them), sides to multiples of image_size, split into image_size² tiles
+  and a global tile; each tile runs the tower and adds (side/r)² <image> tokens (the
+  processor's image_seq_len; the row/column markers around them are text, tokenizer-made).
+* InternVL (InternVLProcessor: crop_to_patches by default, GotOcr2ImageProcessor's 1 to 12
+  tiles of image_size²): get_optimal_tiled_canvas's grid and a thumbnail when it has
+  several tiles; each tile runs the tower and adds image_seq_length = (side/2)² <IMG_CONTEXT>
+  tokens (the <img> and </img> around them are text tokens).
+* LLaVA-OneVision (LlavaOnevisionImageProcessor, LlavaOnevisionProcessor): anyres, the
+  image_grid_pinpoints resolution select_best_resolution picks, its tiles of image_size²
+  and the base tile each run the tower (the projector on every tile's patches); tokens:
+  the base tile's, the grid's unpadded to the image's aspect (downsampled past anyres_max_N
+  tiles), a newline per row (_get_number_of_features).
 * Gemma 3 (Gemma3ImageProcessor, no pan-and-scan by default): every image resized to
   image_size², (image_size/p)² patches, mm_tokens_per_image tokens.
 * LLaVA (CLIPImageProcessor): resized and cropped to image_size², (image_size/p)² patches
@@ -121,6 +139,97 @@ def gemma4_size(height: int, width: int, patch: int, max_patches: int, k: int
     return th, tw
 
 
+def pixtral_size(height: int, width: int, longest: int, factor: int) -> tuple[int, int]:
+    """transformers' get_resize_output_image_size (image_processing_pixtral.py), as written
+    there: scaled down (never up) to fit longest × longest, floor; then each side rounded up
+    to a multiple of factor = patch_size · spatial_merge_size (PixtralProcessor passes that
+    patch_size to its image processor)."""
+    ratio = max(height / longest, width / longest)
+    if ratio > 1:
+        height, width = int(math.floor(height / ratio)), int(math.floor(width / ratio))
+    return ((height - 1) // factor + 1) * factor, ((width - 1) // factor + 1) * factor
+
+
+def idefics3_tiles(height: int, width: int, longest: int, tile: int) -> tuple[int, int]:
+    """Idefics3ImageProcessor's preprocessing (image_processing_pil_idefics3.py), as written
+    there: the longest side rescaled to `longest` (up or down; the other side int()ed and
+    made even), capped at 4,096; resize_for_vision_encoder to multiples of `tile`; split into
+    tile² crops (rows, columns), a global tile beside them; (0, 0) when it fits one tile."""
+    aspect = width / height
+    if width >= height:
+        width, height = longest, int(longest / aspect)
+        height += height % 2
+    else:
+        height, width = longest, int(longest * aspect)
+        width += width % 2
+    height, width = max(height, 1), max(width, 1)
+    aspect = width / height
+    if width >= height and width > 4096:
+        width, height = 4096, int(4096 / aspect)
+    elif height > width and height > 4096:
+        height, width = 4096, int(4096 * aspect)
+    height, width = max(height, 1), max(width, 1)
+    aspect = width / height
+    if width >= height:
+        width = math.ceil(width / tile) * tile
+        height = math.ceil(int(width / aspect) / tile) * tile
+    else:
+        height = math.ceil(height / tile) * tile
+        width = math.ceil(int(height * aspect) / tile) * tile
+    if height > tile or width > tile:
+        return (height - tile) // tile + 1, (width - tile) // tile + 1
+    return 0, 0
+
+
+def internvl_tiles(height: int, width: int, tile: int, low: int = 1, high: int = 12
+                   ) -> tuple[int, int]:
+    """GotOcr2ImageProcessor's get_optimal_tiled_canvas (image_processing_pil_got_ocr2.py), as
+    written there: among the (columns, rows) with low ≤ columns·rows ≤ high, sorted by
+    tiles, the closest aspect ratio; a tie goes to the later grid while the image's area
+    exceeds half the grid's. Returns (rows, columns)."""
+    grids = sorted(((c, r) for c in range(1, high + 1) for r in range(1, high + 1)
+                    if low <= c * r <= high), key=lambda g: g[0] * g[1])
+    aspect, area = width / height, width * height
+    best_diff, best = float("inf"), (1, 1)
+    for g in grids:
+        diff = abs(aspect - g[0] / g[1])
+        if diff < best_diff:
+            best_diff, best = diff, g
+        elif diff == best_diff and area > 0.5 * tile * tile * g[0] * g[1]:
+            best = g
+    return best[1], best[0]
+
+
+def select_best_resolution(height: int, width: int, pinpoints) -> tuple[int, int]:
+    """transformers' select_best_resolution (image_processing_utils.py), as written there:
+    the (height, width) keeping the most of the image's pixels, then wasting the fewest."""
+    best, most, least = None, 0, float("inf")
+    for h, w in pinpoints:
+        scale = min(w / width, h / height)
+        kept = min(int(width * scale) * int(height * scale), width * height)
+        wasted = w * h - kept
+        if kept > most or (kept == most and wasted < least):
+            best, most, least = (h, w), kept, wasted
+    return best
+
+
+def onevision_tokens(height: int, width: int, side: int, scale_h: int, scale_w: int,
+                     anyres_max: int) -> int:
+    """LlavaOnevisionProcessor._get_number_of_features (processing_llava_onevision.py), as
+    written there: the base tile's side² features, and the grid's (side·scale)² unpadded to
+    the image's aspect, downsampled past anyres_max_N tiles' worth, a newline per row."""
+    ch, cw = side * scale_h, side * scale_w
+    if width / height > cw / ch:
+        ch -= (ch - int(round(height * (cw / width), 7))) // 2 * 2
+    else:
+        cw -= (cw - int(round(width * (ch / height), 7))) // 2 * 2
+    features, newlines = ch * cw, ch
+    ratio = math.sqrt(ch * cw / (anyres_max * side ** 2))
+    if ratio > 1.1:
+        features, newlines = int(ch // ratio) * int(cw // ratio), int(ch // ratio)
+    return features + newlines + side * side
+
+
 @dataclass(frozen=True)
 class ImageRow:
     """One image: as given, as resized, its patch grid, the tokens it adds to the language
@@ -182,6 +291,42 @@ def image_row(spec: VisionSpec, size: tuple[int, int], pixels: tuple[int, int] |
         rh, rw = gemma4_size(h, w, s.patch, s.tokens_per_image * s.pool ** 2, s.pool)
         gh, gw = rh // s.patch, rw // s.patch
         tokens = gh * gw // s.pool ** 2
+    elif s.family == "pixtral":  # PixtralProcessor: a row of [IMG] per merged row (the
+        # [IMG_BREAK]/[IMG_END] after each row are text tokens beside them)
+        rh, rw = pixtral_size(h, w, s.longest_edge, s.patch * s.merge)
+        gh, gw = rh // s.patch, rw // s.patch
+        tokens = (gw // s.merge) * (gh // s.merge)
+    elif s.family == "idefics3":  # tiles of image_size², and a global one when several
+        rows, cols = idefics3_tiles(h, w, s.longest_edge, s.image_size)
+        tiles = rows * cols + 1 if rows else 1
+        side = s.image_size // s.patch
+        values = VB.values(s, side, side)
+        ops = {}
+        for r in VB.walk(s).matmuls:
+            ops[r.name] = ops.get(r.name, 0) + tiles * r.flops(values) * r.count(values)
+        return ImageRow((h, w), (max(rows, 1) * s.image_size, max(cols, 1) * s.image_size),
+                        (side, side), tiles * s.tokens_per_image, tuple(ops.items()), tiles)
+    elif s.family == "internvl":  # InternVLProcessor: crop_to_patches, 1 to 12 tiles
+        rows, cols = internvl_tiles(h, w, s.image_size)
+        tiles = rows * cols + (1 if rows * cols > 1 else 0)  # and a thumbnail when several
+        side = s.image_size // s.patch
+        values = VB.values(s, side, side)
+        ops = {}
+        for r in VB.walk(s).matmuls:
+            ops[r.name] = ops.get(r.name, 0) + tiles * r.flops(values) * r.count(values)
+        return ImageRow((h, w), (rows * s.image_size, cols * s.image_size), (side, side),
+                        tiles * s.tokens_per_image, tuple(ops.items()), tiles)
+    elif s.family == "llava_onevision":  # anyres: the best grid's tiles and the base one
+        bh, bw = select_best_resolution(h, w, s.pinpoints)
+        rows, cols = bh // s.image_size, bw // s.image_size
+        tiles, side = rows * cols + 1, s.image_size // s.patch
+        values = VB.values(s, side, side)
+        ops = {}
+        for r in VB.walk(s).matmuls:
+            ops[r.name] = ops.get(r.name, 0) + tiles * r.flops(values) * r.count(values)
+        return ImageRow((h, w), (bh, bw), (side, side),
+                        onevision_tokens(h, w, side, rows, cols, s.anyres_max),
+                        tuple(ops.items()), tiles)
     elif s.family == "kimi_k25":
         rh, rw = navit_resize(h, w, s.patch, s.merge, KIMI_MAX_PATCHES, KIMI_MAX_SIDE)
         gh, gw = rh // s.patch, rw // s.patch

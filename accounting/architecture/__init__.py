@@ -3,6 +3,7 @@
 The spec:
     config.py       ModelConfig, the one frozen dataclass that says which operations run
     fields.py       each field's flag, help, bound and choices (the CLI and docs read them)
+    derived.py      the sizes the fields decide together (d_k, kv_heads, Gemma 4's PLE rows)
     choices.py      the values a field may take, the MLP and layer kinds, the size bounds
     checks.py       what ModelConfig refuses, field by field, in one line each
     describe.py     the spec in words ('pre-norm RMSNorm, SwiGLU, RoPE, ...')
@@ -16,10 +17,14 @@ The readers:
     vision.py       a vision-language model's tower and projector (VisionSpec) from its
                     vision_config: readers for qwen2_vl, qwen2_5_vl, qwen3_vl, qwen3_vl_moe,
                     qwen3_5, qwen3_5_moe, llava, gemma3, gemma4, llama4, kimi_k25
+    vision_pixtral.py  mistral3's Pixtral tower, patch merger and projector (a reader there)
+    vision_idefics3.py idefics3's and smolvlm's SigLIP tower and connector (a reader there)
+    vision_internvl.py internvl's InternViT and pixel-shuffle MLP projector (a reader there)
+    vision_onevision.py llava_onevision's SigLIP tower, projector, image_newline (a reader)
 The table's rows, one module per family, each registering its rows on import:
     hf_types_dense.py      gpt2, llama, mistral, qwen2, qwen3, olmo2
     hf_types_dense2.py     smollm3, glm4, olmo3, seed_oss, exaone4
-    hf_types_dense3.py     arcee, mamba2
+    hf_types_dense3.py     arcee, apertus, mamba2
     hf_types_parallel.py   gpt_neox, falcon, phi3, starcoder2
     hf_types_gemma.py      gemma2, gemma3_text, granite, and the gemma3 wrapper
     hf_types_gemma4.py     gemma4_text and the gemma4 wrapper
@@ -35,6 +40,7 @@ The table's rows, one module per family, each registering its rows on import:
     hf_types_falcon_h1.py  falcon_h1
     hf_types_jamba.py      jamba
     hf_types_qwen35.py     qwen3_5_text, qwen3_5_moe_text and the qwen3_5, qwen3_5_moe wrappers
-    hf_types_vlm.py        the qwen2_vl, qwen2_5_vl, qwen3_vl, qwen3_vl_moe and llava wrappers
+    hf_types_vlm.py        the qwen2_vl, qwen2_5_vl, qwen3_vl, qwen3_vl_moe, llava, mistral3,
+                           idefics3, smolvlm, internvl and llava_onevision wrappers
 (tests/test_layout.py checks that this list names every module of the folder.)
 """

@@ -88,6 +88,8 @@ def validate(c) -> None:
     _check_recurrent(c)
     _check_global_shape(c)
     _check_beside_and_router(c)
+    _check_per_layer(c)
+    _check_xielu(c)
 
 
 def _check_recurrent(c) -> None:
@@ -400,3 +402,49 @@ def _check_beside_and_router(c) -> None:
                          "and weights each by its own masked softmax: it needs "
                          "experts_per_token 2, no norm_topk_prob, no router groups, bias or "
                          "topk-first")
+
+
+def _check_xielu(c) -> None:
+    """xIELU's learned scalars belong to a dense MLP (Apertus): experts would each need
+    their own, which no model builds."""
+    if c.mlp == "xielu" and c.num_experts is not None:
+        raise UsageError("mlp xielu (Apertus) with a mixture of experts: its learned scalars "
+                         "belong to a dense MLP; choose another mlp for the experts")
+
+
+def _check_per_layer(c) -> None:
+    """Gemma 4's per-layer embeddings and KV sharing (transformers' Gemma4TextDecoderLayer and
+    Gemma4TextConfig.kv_sharing_modes): both in Gemma's sandwich block; a sharing layer reads
+    the K and V of the last earlier layer of its kind, so every kind among the last n layers
+    must occur before them (transformers raises otherwise)."""
+    for f in ("per_layer_input", "per_layer_vocab"):
+        _positive(c, f)
+    n = c.kv_shared_layers
+    if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n < c.num_layers:
+        raise UsageError(f"kv_shared_layers must be a non-negative integer below num_layers "
+                         f"{c.num_layers} (a layer that computes K and V must come first), got "
+                         f"{short_value(n)}")
+    if c.double_wide_mlp and not n:
+        raise UsageError("double_wide_mlp widens the KV-sharing layers' MLP: it means nothing "
+                         "without kv_shared_layers")
+    if (c.per_layer_input is not None or n) and c.norm_placement != "sandwich":
+        raise UsageError("per-layer embeddings and KV sharing are Gemma 4's sandwich block: "
+                         "they need norm_placement sandwich")
+    if not n:
+        return
+    kinds = c.layer_kinds
+    first = c.first_shared_layer
+    if c.mla or any(k.recurrent for k in kinds):
+        raise UsageError("kv_shared_layers: KV sharing reuses grouped or multi-head "
+                         "attention's K and V; latent attention and recurrent layers have none")
+    if any(k.chunked for k in kinds):
+        raise UsageError("kv_shared_layers with chunked attention: Gemma 4 shares sliding "
+                         "and full attention layers' K and V only")
+    before = {k.local for k in kinds[:first]}
+    after = {k.local for k in kinds[first:]}
+    if not after <= before:
+        raise UsageError("kv_shared_layers: a sharing layer needs an earlier layer of its kind "
+                         "(sliding or full attention) to read K and V from "
+                         "(Gemma4TextConfig.kv_sharing_modes)")
+    if any(k.nope for k in kinds[first:]):
+        raise UsageError("kv_shared_layers with NoPE layers: not a Gemma 4 layout")

@@ -42,6 +42,9 @@ MLPS: dict[str, MLPKind] = {m.name: m for m in (
     MLPKind("swiglu_clamped", True, "silu_clamped", "clamped SwiGLU (gpt-oss)"),
     # Nemotron-H's MLP: W2 relu(W1 x)² (transformers' ReLUSquaredActivation)
     MLPKind("relu2", False, "relu2", "squared-ReLU MLP (Nemotron-H)"),
+    # Apertus's MLP: W2 xIELU(W1 x), xIELU with two learned scalars per layer
+    # (transformers' XIELUActivation, activations.py; Huang 2024, arXiv:2411.13010)
+    MLPKind("xielu", False, "xielu", "xIELU MLP (Apertus: two learned scalars per layer)"),
 )}
 # layernorm_nobias: mean-centred LayerNorm with a weight and no bias (transformers'
 # CohereLayerNorm, modeling_cohere.py)
@@ -101,12 +104,14 @@ class LayerKind:
     """What one block runs: global, local (sliding-window) or chunked attention, or a
     recurrent token mixer (mixer: "linear_attention", "conv", "mamba"; "hybrid": attention
     and Mamba-2 side by side; "attention" otherwise); a
-    dense or MoE MLP; RoPE or none (a NoPE layer, Llama 4)."""
+    dense or MoE MLP; RoPE or none (a NoPE layer, Llama 4); its own K and V or an earlier
+    layer's (shared: Gemma 4's KV sharing)."""
     local: bool
     moe: bool
     chunked: bool = False
     nope: bool = False
     mixer: str = "attention"
+    shared: bool = False  # K and V another layer's (Gemma 4's num_kv_shared_layers)
 
     @property
     def recurrent(self) -> bool:
@@ -118,7 +123,8 @@ class LayerKind:
     def tag(self) -> str:
         attn = self.mixer if self.recurrent else \
             "local" if self.local else "chunked" if self.chunked else "global"
-        return "_".join((attn, "moe" if self.moe else "dense") + (("nope",) if self.nope else ()))
+        return "_".join((attn, "moe" if self.moe else "dense") + (("nope",) if self.nope else ())
+                        + (("shared",) if self.shared else ()))
 
 # Bounds on sizes: far beyond any real model, small enough that nothing downstream hangs.
 MAX_SIZE = 10**12

@@ -15,6 +15,7 @@ from functools import cached_property
 
 from accounting.architecture import describe
 from accounting.architecture.checks import validate
+from accounting.architecture.derived import DerivedSizes
 # the vocabulary, re-exported: the CLI, the builder and model/ read it as config.X
 from accounting.architecture.choices import (  # noqa: F401
     ATTENTIONS, BLOCKS, GROUP_SCORES, LAYER_TYPES, MAX_CONFIG_BYTES, MIXER_TYPES, MAX_LAYERS, MAX_NAME,
@@ -25,7 +26,7 @@ from accounting.architecture.fields import (CHOICE, COUNT, EXTRAS, FLAG, LAYERS,
 
 
 @dataclass(frozen=True)
-class ModelConfig:
+class ModelConfig(DerivedSizes):
     """Sizes and the choices that decide which operations run (defaults: CS336)."""
 
     vocab_size: int = spec(kind=SIZE, flag="--vocab-size", group=SIZES, help="vocabulary size V")
@@ -57,7 +58,8 @@ class ModelConfig:
     mlp: str = spec("swiglu", kind=CHOICE, flag="--mlp", choices=MLPS,
                     help="feed-forward: swiglu (default), geglu (tanh GELU), geglu_erf (exact GELU), "
                          "gelu (exact), gelu_tanh (GPT-2), swiglu_clamped (gpt-oss), relu2 "
-                         "(Nemotron-H: relu(W1 x)², two matrices)")
+                         "(Nemotron-H: relu(W1 x)², two matrices), xielu (Apertus: two "
+                         "matrices, xIELU with two learned scalars per layer)")
     positions: str = spec("rope", kind=CHOICE, flag="--positions", choices=POSITIONS,
                           help="rope (default), learned (a table of context_length positions), "
                                "none, or alibi (Falcon's linear bias per head on the scores)")
@@ -375,62 +377,26 @@ class ModelConfig:
                                      "per-expert scale)")
     layer_scalar: bool = spec(False, kind=FLAG, flag="--layer-scalar", group=EXTRAS,
                               help="each block's output times a one-element buffer (Gemma 4)")
+    # Gemma 4 E2B/E4B (transformers' Gemma4TextModel): per-layer embeddings (PLE) and the
+    # last layers reading earlier layers' K and V (accounting/architecture/derived.py)
+    per_layer_input: int | None = spec(None, kind=SIZE, flag="--per-layer-input", group=EXTRAS,
+                                       help="per-layer embeddings of this width into every "
+                                            "block (Gemma 4's hidden_size_per_layer_input)")
+    per_layer_vocab: int | None = spec(None, kind=SIZE, flag="--per-layer-vocab", group=EXTRAS,
+                                       needs="per_layer_input",
+                                       help="rows of the per-layer embedding table (default: "
+                                            "vocab_size; vocab_size_per_layer_input)")
+    kv_shared_layers: int = spec(0, kind=COUNT, flag="--kv-shared-layers", group=EXTRAS,
+                                 help="the last n layers reuse K and V of the last earlier "
+                                      "layer of their kind: no K/V projections, no cache "
+                                      "(Gemma 4's num_kv_shared_layers)")
+    double_wide_mlp: bool = spec(False, kind=FLAG, flag="--double-wide-mlp", group=EXTRAS,
+                                 help="the KV-sharing layers' MLP is 2·d_ff wide (Gemma 4's "
+                                      "use_double_wide_mlp)")
 
     def __post_init__(self) -> None:
         _plain_numbers(self)
         validate(self)
-
-    # ---- derived sizes ------------------------------------------------------------------
-    @property
-    def kv_heads(self) -> int:
-        return self.num_heads if self.num_kv_heads is None else self.num_kv_heads
-
-    @property
-    def d_k(self) -> int:
-        """Head dimension; d_v = d_k (CS336 §3.5.5: d_model/h unless head_dim is given; with
-        latent attention, qk_nope_head_dim + qk_rope_head_dim)."""
-        if self.kv_lora_rank is not None:
-            return self.qk_nope_head_dim + self.qk_rope_head_dim
-        return self.d_model // self.num_heads if self.head_dim is None else self.head_dim
-
-    @property
-    def global_d_k(self) -> int:
-        """The global layers' head dimension (Gemma 4's global_head_dim; else d_k)."""
-        return self.d_k if self.global_head_dim is None else self.global_head_dim
-
-    @property
-    def global_kv(self) -> int:
-        return self.kv_heads if self.global_kv_heads is None else self.global_kv_heads
-
-    @property
-    def global_shape(self) -> bool:
-        """Global layers with a head shape of their own (symbols d_kG, h_kvG, g_G)."""
-        return self.global_head_dim is not None or self.global_kv_heads is not None \
-            or self.global_k_eq_v
-
-    @property
-    def group_size(self) -> int:
-        """Query heads per key/value head."""
-        return self.num_heads // self.kv_heads
-
-    @property
-    def mlp_kind(self) -> MLPKind:
-        return MLPS[self.mlp]
-
-    @property
-    def mla(self) -> bool:
-        """Multi-head latent attention (kv_lora_rank set)."""
-        return self.kv_lora_rank is not None
-
-    @property
-    def expert_d_ff(self) -> int:
-        return self.d_ff if self.moe_d_ff is None else self.moe_d_ff
-
-    @property
-    def shared_expert_d_ff(self) -> int:
-        """The shared experts' inner width (symbol d_s): shared_d_ff, else n·expert_d_ff."""
-        return self.num_shared_experts * self.expert_d_ff if self.shared_d_ff is None \
-            else self.shared_d_ff
 
     @cached_property
     def layer_kinds(self) -> tuple[LayerKind, ...]:
@@ -441,9 +407,11 @@ class ModelConfig:
         default = "local" if self.sliding_window else "chunked" if self.attention_chunk else "global"
         types = self.layer_types or (default,) * self.num_layers
         dense, nope = set(self.dense_layers), set(self.nope_layers)
+        first_shared = self.num_layers - self.kv_shared_layers
         return tuple(LayerKind(t == "local", self.num_experts is not None and i not in dense,
                                t == "chunked", i in nope,
-                               t if t in MIXER_TYPES or t == "mlp" else "attention")
+                               t if t in MIXER_TYPES or t == "mlp" else "attention",
+                               i >= first_shared)
                      for i, t in enumerate(types))
 
     @property

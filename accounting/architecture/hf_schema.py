@@ -425,11 +425,7 @@ def register(t: HFType) -> None:
 UNSUPPORTED: Mapping[str, str] = MappingProxyType({
     # (issue 31's families, cohere2 the last, are all read now: a new one names the feature
     # the spec lacks)
-    # modeling_apertus.py: ApertusMLP's act_fn is ACT2CLS["xielu"] (activations.py
-    # XIELUActivation: alpha_p and alpha_n, two learned scalars per MLP in config.dtype,
-    # and a piecewise activation of where/expm1/min), an MLP kind the spec lacks (issue 41)
-    "apertus": "runs xIELU in its MLP (XIELUActivation: two learned scalars per layer and a "
-               "piecewise activation), which no MLP kind of the spec expresses",
+    # (apertus, issue 41's last, is read now: hf_types_dense3.py)
 })
 
 def check_wrapper_keys(data: Mapping, where: str, outer_keys) -> None:

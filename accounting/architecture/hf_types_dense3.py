@@ -1,5 +1,6 @@
 """Issue 41's rows of transformers 5.23.0 (hf_schema.py's table): arcee (AFM-4.5B: the llama
-layout with a plain MLP) and mamba2 (Mamba-Codestral: Mamba-2 blocks only); registered on
+layout with a plain MLP), apertus (Apertus: QK-norm and a xIELU MLP) and mamba2
+(Mamba-Codestral: Mamba-2 blocks only); registered on
 import (hf_config.py imports this module). Defaults and rules from transformers 5.23.0's
 models/<type>/configuration_<type>.py and modeling_<type>.py.
 """
@@ -10,8 +11,8 @@ from typing import Mapping
 
 from accounting.runtime.errors import UsageError
 from accounting.architecture.hf_schema import (
-    ATTENTION_BIAS, ATTENTION_DROPOUT, BOOL, CHOICE, EPS, INT, LIST, LLAMA_FAMILY, LLAMA_NAMES,
-    PLAIN_ACTS, ROPE_MUST, THETA, Derived, HFType, Key, ModuleNames, Required, head_dim,
+    ATTENTION_BIAS, ATTENTION_DROPOUT, BOOL, CHOICE, EPS, INT, INT_OR_ABSENT, LIST, LLAMA_FAMILY,
+    LLAMA_NAMES, PLAIN_ACTS, ROPE_MUST, THETA, Derived, HFType, Key, ModuleNames, Required, head_dim,
     kv_heads, llama_sizes, register, short)
 
 # ArceeMLP: down_proj(act_fn(up_proj(x))), two matrices (no gate_proj): the spec's plain
@@ -40,6 +41,38 @@ register(HFType(
           "squared ReLU by default (ArceeMLP, modeling_arcee.py)",
     names=ARCEE_NAMES, must=ROPE_MUST, noted=(ATTENTION_DROPOUT,),
     divides=(("num_attention_heads", "hidden_size"),),  # ArceeConfig.validate_architecture
+))
+
+
+# ---- apertus (swiss-ai/Apertus-8B, -70B): llama's layout with QK-norm and a xIELU MLP ----------
+# ApertusConfig (configuration_apertus.py: class defaults Apertus-8B's sizes, rope_parameters
+# llama3 with rope_theta 12,000,000 when absent) and modeling_apertus.py: ApertusAttention
+# (q/k/v/o_proj, bias with attention_bias; q_norm and k_norm, RMSNorm of head_dim),
+# ApertusMLP (up_proj, down_proj, no bias; act_fn XIELUActivation: alpha_p and alpha_n
+# parameters, beta and eps buffers), ApertusDecoderLayer (attention_layernorm,
+# feedforward_layernorm: pre-norm RMSNorm).
+APERTUS_NAMES = ModuleNames(LLAMA_NAMES.blocks, MappingProxyType({
+    **{k: v for k, v in LLAMA_NAMES.block.items() if k not in ("ffn.w1", "ffn.w3")},
+    "ln1": "attention_layernorm", "ln2": "feedforward_layernorm",
+    "ffn.w1": "mlp.up_proj", "ffn.act_fn": "mlp.act_fn"}), LLAMA_NAMES.top)
+
+register(HFType(
+    "apertus", "ApertusForCausalLM",
+    keys=llama_sizes(131072, 4096, 14336, 32, 32, 65536) + (
+        kv_heads(),  # ApertusConfig: None -> num_attention_heads
+        # ApertusAttention: getattr(config, "head_dim", hidden // heads): null fails there
+        head_dim(None, INT_OR_ABSENT),
+        ATTENTION_BIAS,
+        Key("hidden_act", ("mlp",), CHOICE, "xielu", MappingProxyType({"xielu": "xielu"})),
+        Key("rms_norm_eps", ("norm_eps",), EPS, 1e-5),
+        Key("tie_word_embeddings", ("tie_embeddings",), BOOL, False),
+        Key("rope_theta", ("rope_theta",), THETA, 12000000.0,
+            aliases=("rope_parameters.rope_theta", "rope_scaling.rope_theta"))),
+    fixed=MappingProxyType(dict(LLAMA_FAMILY, qk_norm="head")),
+    rules="the llama layout with RMSNorm of each head's Q and K (q_norm, k_norm) and a plain "
+          "MLP of two matrices, down_proj(xIELU(up_proj(x))), xIELU with two learned scalars "
+          "per layer (ApertusMLP, XIELUActivation; modeling_apertus.py, activations.py)",
+    names=APERTUS_NAMES, must=ROPE_MUST, noted=(ATTENTION_DROPOUT,),
 ))
 
 

@@ -16,9 +16,13 @@ models/gemma4/configuration_gemma4.py and modeling_gemma4.py:
   enable_moe_block a Gemma4TextRouter (norm without weight, scale (d), proj (E×d),
   per_expert_scale (E)) and Gemma4TextExperts (gate_up_proj, down_proj) beside the dense
   MLP, three more norms; the block's output times layer_scalar (a buffer).
-- Refused with one line: per-layer embeddings (hidden_size_per_layer_input > 0: the E2B/E4B
-  models' embed_tokens_per_layer and per_layer_input_gate) and KV sharing across layers
-  (num_kv_shared_layers > 0), which the spec does not express.
+- Gemma 4 E2B/E4B (issue 41): per-layer embeddings (hidden_size_per_layer_input > 0:
+  Gemma4TextModel's embed_tokens_per_layer, per_layer_model_projection and
+  per_layer_projection_norm; each layer's per_layer_input_gate, per_layer_projection and
+  post_per_layer_input_norm) and KV sharing (num_kv_shared_layers: the last layers hold
+  no k_proj, v_proj, k_norm, v_norm and read the K and V of the last earlier layer of their
+  kind, Gemma4TextConfig.kv_sharing_modes; with use_double_wide_mlp their MLP is
+  2·intermediate_size wide, Gemma4TextMLP).
 """
 from __future__ import annotations
 
@@ -28,7 +32,7 @@ from typing import Mapping
 from accounting.runtime.errors import UsageError
 from accounting.architecture.hf_schema import (
     ATTENTION_BIAS, ATTENTION_DROPOUT, BOOL, CHOICE, EPS, GATED_ACTS, INT, INT_OR_NULL, LIST,
-    NUMBER_OR_NULL, ROPE_TYPES, WRAPPERS, Derived, HFType, Key, ModuleNames, Must,
+    NONNEG, NUMBER_OR_NULL, ROPE_TYPES, WRAPPERS, Derived, HFType, Key, ModuleNames, Must,
     Required, head_dim, kv_heads, llama_sizes, register, rope_ok, short)
 from accounting.architecture.hf_types_dense import layers_of
 from accounting.architecture.hf_types_gemma import GEMMA_NAMES, NORMALIZER, unwrapper
@@ -125,6 +129,38 @@ def _experts_keys(c) -> Mapping | None:
             "top_k_experts": c.experts_per_token, "moe_intermediate_size": c.expert_d_ff}
 
 
+def _small(v: Mapping, where: str):
+    """Gemma 4 E2B/E4B: per-layer embeddings where hidden_size_per_layer_input > 0
+    (transformers' default 256: a file that omits it gets them), with
+    vocab_size_per_layer_input rows (default 262,144, whatever vocab_size is); KV sharing of
+    the last num_kv_shared_layers layers; use_double_wide_mlp widens their MLP only."""
+    fields: dict = {}
+    notes = []
+    ple, n = v["hidden_size_per_layer_input"], v["num_kv_shared_layers"]
+    if ple:
+        fields.update(per_layer_input=ple, per_layer_vocab=v["vocab_size_per_layer_input"])
+        notes.append(f"per-layer embeddings: {v['vocab_size_per_layer_input']:,} rows of "
+                     f"{v['num_hidden_layers']} × {ple} (hidden_size_per_layer_input).")
+    if n >= v["num_hidden_layers"]:
+        raise UsageError(f"{where}: num_kv_shared_layers {n} must be below num_hidden_layers "
+                         f"{v['num_hidden_layers']} (a layer must compute K and V first)")
+    if n:
+        fields["kv_shared_layers"] = n
+        fields["double_wide_mlp"] = v["use_double_wide_mlp"]
+        notes.append(f"the last {n} layers reuse earlier layers' K and V (no K/V projections, "
+                     f"no cache of their own)" + (", their MLP 2·intermediate_size wide."
+                                                  if v["use_double_wide_mlp"] else "."))
+    return fields, tuple(notes)
+
+
+def _small_keys(c) -> Mapping | None:
+    """The keys that give per-layer embeddings and KV sharing (flags on a config.json)."""
+    return {"hidden_size_per_layer_input": c.per_layer_input or 0,
+            "vocab_size_per_layer_input": c.ple_vocab,
+            "num_kv_shared_layers": c.kv_shared_layers,
+            "use_double_wide_mlp": c.double_wide_mlp}
+
+
 def _rope_parameters_ok(value, data) -> bool:
     """One RoPE setting per layer kind (or one for both): a type that changes no count;
     partial_rotary_factor only with "proportional" (or "default", whose Gemma 4 form reads
@@ -146,8 +182,12 @@ GEMMA4_NAMES = ModuleNames(GEMMA_NAMES.blocks, MappingProxyType({
     "post_ffn_norm_1": "post_feedforward_layernorm_1",
     "pre_ffn_norm_2": "pre_feedforward_layernorm_2",
     "post_ffn_norm_2": "post_feedforward_layernorm_2",
-    "moe": "router", "moe.router": "router.proj", "moe.experts": "experts"}),
-    GEMMA_NAMES.top)
+    "moe": "router", "moe.router": "router.proj", "moe.experts": "experts",
+    **{n: n for n in ("per_layer_input_gate", "per_layer_projection",
+                      "post_per_layer_input_norm")}}),
+    MappingProxyType({**GEMMA_NAMES.top, "per_layer_embeddings": "model.embed_tokens_per_layer",
+                      "per_layer_model_projection": "model.per_layer_model_projection",
+                      "per_layer_projection_norm": "model.per_layer_projection_norm"}))
 
 register(HFType(
     "gemma4_text", "Gemma4ForCausalLM",
@@ -165,7 +205,11 @@ register(HFType(
         Key("enable_moe_block", (), BOOL, False),
         Key("num_experts", (), INT_OR_NULL, None),
         Key("top_k_experts", (), INT_OR_NULL, None),
-        Key("moe_intermediate_size", (), INT_OR_NULL, None)),
+        Key("moe_intermediate_size", (), INT_OR_NULL, None),
+        Key("hidden_size_per_layer_input", (), NONNEG, 256),
+        Key("vocab_size_per_layer_input", (), INT, 262144),
+        Key("num_kv_shared_layers", (), NONNEG, 0),
+        Key("use_double_wide_mlp", (), BOOL, False)),
     fixed=MappingProxyType(dict(norm="rmsnorm", norm_placement="sandwich", positions="rope",
                                 norm_offset=False, mlp_bias=False, qk_norm="head",
                                 v_norm=True, layer_scalar=True)),
@@ -183,16 +227,9 @@ register(HFType(
           Must("use_bidirectional_attention", lambda v, d: v in (None, "vision"),
                "null or \"vision\" (text tokens causal)",
                "attention without the causal mask for every token (an encoder)"),
-          Must("hidden_size_per_layer_input", lambda v, d: v == 0, "0",
-               "per-layer embeddings (PLE: embed_tokens_per_layer, per_layer_input_gate and "
-               "per_layer_projection, Gemma 4 E2B/E4B), which the spec does not express", 256),
-          Must("num_kv_shared_layers", lambda v, d: v == 0, "0",
-               "the last layers reading earlier layers' K and V (KV sharing: no k_proj or "
-               "v_proj there, no cache of their own), which the spec does not express", 0)),
+),
     noted=(ATTENTION_DROPOUT,),
-    # the PLE vocabulary (read only with per-layer embeddings, refused above) and the double
-    # MLP of KV-shared layers (none without them); generate()'s cache choice
-    free=frozenset({"vocab_size_per_layer_input", "use_double_wide_mlp", "cache_implementation"}),
+    free=frozenset({"cache_implementation"}),  # generate()'s cache choice
     derived=(Derived(("sliding_window", "layer_types"),
                      ("num_hidden_layers", "sliding_window", "layer_types"), _layers,
                      "local layers: those of layer_types, else all but every 6th; the last "
@@ -210,6 +247,16 @@ register(HFType(
                      "with enable_moe_block, num_experts experts (top_k_experts, "
                      "moe_intermediate_size wide) beside the MLP in every layer "
                      "(Gemma4TextDecoderLayer)", _experts_keys),
+             Derived(("per_layer_input", "per_layer_vocab", "kv_shared_layers",
+                      "double_wide_mlp"),
+                     ("hidden_size_per_layer_input", "vocab_size_per_layer_input",
+                      "num_kv_shared_layers", "use_double_wide_mlp", "num_hidden_layers"),
+                     _small,
+                     "hidden_size_per_layer_input > 0: per-layer embeddings of that width "
+                     "(vocab_size_per_layer_input rows); the last num_kv_shared_layers layers "
+                     "reuse K and V, their MLP 2·intermediate_size wide with "
+                     "use_double_wide_mlp (Gemma4TextModel, Gemma4TextConfig.kv_sharing_modes, "
+                     "Gemma4TextMLP)", _small_keys),
              NORMALIZER),
     experts_implementation="batched_mm",
 ))

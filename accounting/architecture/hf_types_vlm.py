@@ -1,7 +1,10 @@
 """Vision-language wrappers whose language model is a row of the table (issue 41): qwen2_vl
 and qwen2_5_vl (Qwen2-VL, Qwen2.5-VL: a Qwen2 language model with M-RoPE), qwen3_vl and
-qwen3_vl_moe (Qwen3-VL: Qwen3 / Qwen3-MoE with interleaved M-RoPE) and llava (a
-Llama/Mistral/Qwen2 text_config). The language model is read as a config.json of its type;
+qwen3_vl_moe (Qwen3-VL: Qwen3 / Qwen3-MoE with interleaved M-RoPE), llava (a
+Llama/Mistral/Qwen2 text_config), mistral3 (Mistral 3: a Mistral text_config, Pixtral's
+tower), idefics3 and smolvlm (a Llama text_config, SigLIP and a pixel-shuffle connector)
+internvl (a Qwen2 text_config, InternViT and a pixel-shuffle MLP projector) and
+llava_onevision (a Qwen2 text_config, SigLIP, anyres tiles and LLaVA's projector). The language model is read as a config.json of its type;
 the vision tower from vision_config (accounting/architecture/vision.py), counted beside it.
 Defaults and rules from transformers 5.23.0's configuration_qwen2_vl.py,
 configuration_qwen2_5_vl.py and configuration_llava.py.
@@ -11,6 +14,9 @@ from __future__ import annotations
 from typing import Mapping
 
 from accounting.runtime.errors import UsageError
+# the readers of mistral3's, idefics3's and smolvlm's towers (registered on import)
+from accounting.architecture import (  # noqa: F401
+    vision_idefics3, vision_internvl, vision_onevision, vision_pixtral)
 from accounting.architecture.hf_schema import (
     TYPES, WRAPPERS, Required, carry_dtype, check_wrapper_keys, short)
 
@@ -123,3 +129,77 @@ def _llava(data: Mapping, where: str) -> tuple[dict, tuple[str, ...]]:
 
 
 WRAPPERS["llava"] = _llava
+
+
+# Mistral3Config (configuration_mistral3.py): text_config (default mistral), vision_config
+# (Pixtral, accounting/architecture/vision_pixtral.py), the projector's and merger's keys;
+# Idefics3Config and SmolVLMConfig (configuration_idefics3.py, configuration_smolvlm.py):
+# text_config (default llama), vision_config (SigLIP, vision_idefics3.py), scale_factor
+_MISTRAL3_OUTER = frozenset({"text_config", "vision_config", "image_token_index",
+                             "image_token_id", "projector_hidden_act", "vision_feature_layer",
+                             "multimodal_projector_bias", "spatial_merge_size",
+                             "tie_word_embeddings"})
+_IDEFICS3_OUTER = frozenset({"text_config", "vision_config", "image_token_id", "scale_factor",
+                             "tie_word_embeddings", "use_cache", "pad_token_id"})
+# InternVLConfig (configuration_internvl.py): text_config (default qwen2), vision_config
+# (InternViT, vision_internvl.py), the pixel shuffle's and projector's keys
+_INTERNVL_OUTER = frozenset({"text_config", "vision_config", "image_token_id",
+                             "image_seq_length", "downsample_ratio", "projector_hidden_act",
+                             "vision_feature_layer", "vision_feature_select_strategy",
+                             "tie_word_embeddings"})
+# LlavaOnevisionConfig (configuration_llava_onevision.py): text_config (default qwen2),
+# vision_config (SigLIP, vision_onevision.py), anyres and the projector's keys
+_ONEVISION_OUTER = frozenset({"text_config", "vision_config", "image_token_index",
+                              "video_token_index", "image_token_id", "video_token_id",
+                              "projector_hidden_act", "vision_feature_select_strategy",
+                              "vision_feature_layer", "multimodal_projector_bias",
+                              "tie_word_embeddings", "image_grid_pinpoints",
+                              "vision_aspect_ratio", "use_image_newline_parameter"})
+_ACTS = ("gelu", "gelu_pytorch_tanh", "gelu_new", "silu", "quick_gelu", "relu")
+
+
+def _tower_wrapper(model_type: str, outer: frozenset, text_default: str, tie_default: bool,
+                   what: str):
+    """A wrapper whose language model is text_config (its own model_type, `text_default`
+    by default) and whose LM head is tied as the wrapper's tie_word_embeddings says
+    (transformers 5.23 ties by it whatever text_config says: Mistral3ForConditionalGeneration
+    with the default true, Idefics3/SmolVLM with the default false, measured on the meta
+    device)."""
+    def unwrap(data: Mapping, where: str) -> tuple[dict, tuple[str, ...]]:
+        check_wrapper_keys(data, where, outer)
+        text = data.get("text_config")
+        if not isinstance(text, dict) or text.get("model_type", text_default) not in TYPES:
+            raise UsageError(f"{where}: text_config must be a language model's config object "
+                             f"of a supported model_type, got {short(text)}")
+        if data.get("projector_hidden_act", "gelu") not in _ACTS:
+            raise UsageError(f"{where}: projector_hidden_act "
+                             f"{short(data.get('projector_hidden_act'))} is not an activation "
+                             f"the tool knows for the projector")
+        inner = {**text, "model_type": text.get("model_type", text_default)}
+        carry_dtype(data, inner)
+        tie = data.get("tie_word_embeddings", tie_default)
+        if not isinstance(tie, bool):
+            raise UsageError(f"{where}: tie_word_embeddings must be true or false")
+        notes = [f"model_type {model_type}: the language model read from text_config as "
+                 f"model_type {inner['model_type']}; {what} from vision_config, counted beside "
+                 f"it (parameters.vision)."]
+        if inner.get("tie_word_embeddings", tie) != tie:
+            notes.append(f"tie_word_embeddings {str(tie).lower()} (the wrapper's"
+                         f"{'' if 'tie_word_embeddings' in data else ' default'}) decides the "
+                         f"LM head, as transformers 5.23 builds the model; text_config's value "
+                         f"is not used.")
+        inner["tie_word_embeddings"] = tie
+        return inner, tuple(notes)
+    return unwrap
+
+
+WRAPPERS["mistral3"] = _tower_wrapper("mistral3", _MISTRAL3_OUTER, "mistral", True,
+                                      "the Pixtral tower, patch merger and projector")
+for _mt in ("idefics3", "smolvlm"):
+    WRAPPERS[_mt] = _tower_wrapper(_mt, _IDEFICS3_OUTER, "llama", False,
+                                   "the SigLIP tower and the pixel-shuffle connector")
+WRAPPERS["internvl"] = _tower_wrapper("internvl", _INTERNVL_OUTER, "qwen2", True,
+                                      "InternViT and the pixel-shuffle MLP projector")
+WRAPPERS["llava_onevision"] = _tower_wrapper(
+    "llava_onevision", _ONEVISION_OUTER, "qwen2", False,
+    "the SigLIP tower, the MLP projector and image_newline")

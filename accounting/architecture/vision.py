@@ -25,7 +25,7 @@ class VisionSpec:
     patches (bidirectional), Qwen2.5-VL's window blocks over windows of `window` merged
     units a side. Projector: Qwen's patch merger (s×s patches concatenated, LN, two
     linears), LLaVA's two-linear MLP, Gemma 3's average pool, RMSNorm and one matrix."""
-    family: str  # qwen2_vl, qwen2_5_vl, qwen3_vl, kimi_k25, llama4, gemma3, gemma4, llava
+    family: str  # qwen2_vl, qwen2_5_vl, qwen3_vl, kimi_k25, llama4, gemma3, gemma4, llava, pixtral
     depth: int
     width: int
     heads: int
@@ -63,6 +63,12 @@ class VisionSpec:
     pool: int = 1  # Gemma 4's pooling_kernel_size (k × k patches a soft token)
     kv_heads: int = 0  # Gemma 4: K/V heads and the head dim, when given (0: heads, width/heads)
     attn_head_dim: int = 0
+    longest_edge: int = 0  # Pixtral's processor: each image fitted within this many pixels a side
+    qkv_bias: bool = True  # InternViT: attention_bias (q/k/v biases), use_qk_norm (RMSNorms of
+    qk_norm: bool = False  # the full Q and K widths) and its layer scales lambda_1, lambda_2
+    # LLaVA-OneVision's anyres: image_grid_pinpoints ((height, width) pairs) and anyres_max_N
+    pinpoints: tuple[tuple[int, int], ...] = ()
+    anyres_max: int = 0
 
     @property
     def head_dim(self) -> int:

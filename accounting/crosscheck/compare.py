@@ -145,7 +145,10 @@ def compare(a: Analysis, m: Measurement, hf: HFCheck | None = None,
         shared = c.block == "parallel_shared_norm" or (
             not c.mup_multipliers and any(k.mixer == "hybrid" for k in c.layer_kinds))
         frozen = {r.module for r in lg.forward if not r.backward}  # run under torch.no_grad
-        checks += _backward_checks(m, L, bwd_mod, prod_mod, shared, frozen)
+        # Gemma 4's per-layer projection reads block 0's input (the scaled embeddings): the
+        # same module-tracker effect credits block 0 (and the model) with its backward
+        checks += _backward_checks(m, L, bwd_mod, prod_mod, shared, frozen,
+                                   c.per_layer_input is not None)
         notes += _module_tracker_note(m, lg, bwd_mod)
     if len(passes) > 1:
         fwd = [r for r in rows if r.scope == FORWARD and r.component == TOTAL][0]
@@ -221,7 +224,8 @@ def _join_hf(rows: list[ComponentRow], hf) -> list[ComponentRow]:
 
 
 def _backward_checks(m: Measurement, L: int, bwd_mod: dict, prod_mod: dict,
-                     shared: bool = False, frozen: frozenset | set = frozenset()) -> list[Check]:
+                     shared: bool = False, frozen: frozenset | set = frozenset(),
+                     input_shared: bool = False) -> list[Check]:
     """The analytic backward ledger's claims, measured, and where FlopCounterMode's own
     backward module hierarchy is sound (`shared`: attn and ffn read one norm's output, a
     parallel block with a shared norm, or attn and a hybrid layer's mixer do, so only the
@@ -245,6 +249,9 @@ def _backward_checks(m: Measurement, L: int, bwd_mod: dict, prod_mod: dict,
     fcm = m.torch_flops[BACKWARD]
     coarse = ["", "lm_head"] + [f"layers.{i}{s}" for i in range(L)
                                 for s in (("",) if shared else ("", ".attn", ".ffn"))]
+    if input_shared:  # block 0's input also feeds a top-level module: its total (and the
+        # model's, whose hierarchy is entered there) is not FlopCounterMode's to split
+        coarse = [k for k in coarse if k != "layers.0"]
     coarse_differ = [k or "model" for k in coarse if fcm.get(k, 0) + _products(prod_mod, k)
                      != mine.get(k, 0)]
     return [
@@ -264,7 +271,9 @@ def _backward_checks(m: Measurement, L: int, bwd_mod: dict, prod_mod: dict,
               m.token_ids_have_grad is False),
         Check("FlopCounterMode's backward totals per block"
               + (" and lm_head (attn and another sublayer share an input here)" if shared else
-                 ", attn, ffn and lm_head") + " = the op counter's",
+                 ", attn, ffn and lm_head") + (" (block 0's total aside: the per-layer "
+                                              "projection reads its input)" if input_shared
+                                              else "") + " = the op counter's",
               f"{len(coarse) - len(coarse_differ)}/{len(coarse)} modules equal"
               + (f"; differ: {', '.join(coarse_differ[:4])}" if coarse_differ else ""),
               not coarse_differ),

@@ -81,7 +81,9 @@ SHRINK["jamba"] = {**_WIDTHS, "num_key_value_heads": 2, "attn_layer_period": 1,
 # Gemma4TextDecoderLayer holding router and experts, as _force finds them)
 SHRINK["gemma4_text"] = {**_WIDTHS, "num_key_value_heads": 2, "head_dim": 8,
                          "global_head_dim": 16, "moe_intermediate_size": 16,
-                         "layer_types": ["full_attention"]}
+                         "layer_types": ["full_attention"],
+                         # one layer: no per-layer embeddings, no KV sharing (E2B/E4B's)
+                         "hidden_size_per_layer_input": 0, "num_kv_shared_layers": 0}
 # Phi-3.5-MoE: intermediate_size-wide experts, head_dim hidden_size // heads, no RoPE scaling
 # (longrope's factor lists are head_dim/2 long: the shrunk heads would not take them)
 SHRINK["phimoe"] = {**_WIDTHS, "intermediate_size": 16, "num_key_value_heads": 2,

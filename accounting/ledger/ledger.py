@@ -17,7 +17,7 @@ from accounting.ledger import records as R
 from accounting.ledger.builder.moe import expert_capacity
 from accounting.architecture.config import ModelConfig
 from accounting.runtime.errors import UsageError
-from accounting.ledger.symbols import Expr
+from accounting.ledger.symbols import SAVED_AS_BLOCK_INPUT, Expr
 
 
 @dataclass(frozen=True)
@@ -112,6 +112,11 @@ class Ledger:
         if c.global_shape:  # Gemma 4's global layers: their own head shape
             out.update({"d_kG": c.global_d_k, "d_kG/2": c.global_d_k // 2,
                         "h_kvG": c.global_kv, "g_G": c.num_heads // c.global_kv})
+        if c.per_layer_input is not None:  # Gemma 4's per-layer embeddings
+            out.update({"d_ple": c.per_layer_input, "V_ple": c.ple_vocab,
+                        "L·d_ple": c.num_layers * c.per_layer_input, SAVED_AS_BLOCK_INPUT: 0})
+        if c.double_wide_mlp:
+            out["2d_ff"] = 2 * c.d_ff
         if self.adapters is not None:
             out["r"] = self.adapters.rank
         for symbol, layers in self.groups:

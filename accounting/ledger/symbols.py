@@ -99,7 +99,15 @@ SYMBOLS: dict[str, str] = {
     "T_c": "--loss chunked: tokens of the largest chunk, ⌈T/n⌉ (torch.chunk)",
     "[B>1]": "1 when B > 1 (and more than one chunk), else 0: a chunk of the labels is copied",
     "C_fl": "--loss fused-linear: Liger's chunk rows, min(next_power_of_2(⌈B·T/⌈V/d_model⌉⌉), B·T)",
+    # Gemma 4's per-layer embeddings and double-wide MLP (accounting/architecture/derived.py)
+    "d_ple": "per_layer_input: each block's per-layer embedding width (hidden_size_per_layer_input)",
+    "L·d_ple": "the per-layer embeddings of all blocks packed, num_layers·per_layer_input",
+    "V_ple": "per_layer_vocab: the per-layer embedding table's rows",
+    "2d_ff": "a KV-sharing layer's MLP width with double_wide_mlp, 2·d_ff",
+    "[block 0's input]": "0: a top-level tensor that is the first block's input, counted "
+                         "there (Gemma 4's per-layer projection saves the scaled embeddings)",
 }
+SAVED_AS_BLOCK_INPUT = "[block 0's input]"
 
 # Order in which symbols are written in a monomial: workload first, then model sizes;
 # symbols not listed (t, T_max, T_pos) come last, in alphabetical order.

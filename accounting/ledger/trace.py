@@ -313,7 +313,7 @@ class Trace(KernelOps):
                 self._saves(b, desc)
             if b.grad:
                 self._saves(a, desc)
-        elif b is not None and op == "aten.maximum" and grad:  # its masks compare both
+        elif b is not None and op in ("aten.maximum", "aten.minimum") and grad:  # masks compare both
             self._saves(a, desc)
             self._saves(b, desc)
         return y

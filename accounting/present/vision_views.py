@@ -19,7 +19,15 @@ FAMILY = {"qwen2_vl": "Qwen2-VL ViT (2D RoPE) and patch merger",
           "llama4": "Llama 4's ViT (tiles of 336², pixel shuffle) and projector",
           "gemma4": "Gemma 4's ViT (2D RoPE, padded to its soft-token budget) and embedder",
           "gemma3": "SigLIP ViT and Gemma 3's multimodal projector (average pool)",
-          "llava": "CLIP ViT and LLaVA's MLP projector"}
+          "llava": "CLIP ViT and LLaVA's MLP projector",
+          "pixtral": "Pixtral ViT (2D RoPE, each image at its own size), Mistral 3's patch "
+                     "merger and projector",
+          "idefics3": "SigLIP ViT (tiles of image_size² and a global tile) and the "
+                      "pixel-shuffle connector",
+          "internvl": "InternViT (tiles of image_size² and a thumbnail) and the "
+                      "pixel-shuffle MLP projector",
+          "llava_onevision": "SigLIP ViT (anyres tiles and a base tile) and LLaVA's MLP "
+                             "projector"}
 
 
 def _line(label: str, text: str) -> str:

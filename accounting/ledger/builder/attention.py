@@ -13,13 +13,17 @@ from accounting.ledger.builder import megatron
 
 class Attention:
     def __init__(self, t: Trace, a: Arch, recompute: str = "none", local: bool = False,
-                 chunked: bool = False, nope: bool = False):
+                 chunked: bool = False, nope: bool = False, shared: bool = False):
         self.t, self.a, c = t, a, a.c
         self.recompute, self.local, self.chunked = recompute, local, chunked
         # Gemma 4: a global layer's own head shape (d_kG, h_kvG, g_G) and K = V
         self.s = s = a.shape(local)
         self.dk = self.v_dim = dk = s[0]
         k_eq_v = c.global_k_eq_v and not local
+        # Gemma 4's KV sharing: a "reuse" layer has no k_proj, v_proj, k_norm or v_norm and
+        # no cache; it attends over the K and V of the last earlier layer of its kind
+        # (Gemma4TextAttention: shared_kv_states[self.layer_type])
+        self.shared = shared
         # Llama 4: a NoPE layer has no RoPE (and no l2 QK-norm) but tunes its queries'
         # temperature; a RoPE layer normalizes Q and K after the rotation (qk_norm "l2")
         rope = c.positions == "rope" and not nope
@@ -31,10 +35,10 @@ class Attention:
             self.sinks = t.param("sinks", ("h",), R.ATTN_CORE) if c.attention_sinks else None
             self.q_proj = Linear(t, "q_proj", d, a.width(shape=s), R.ATTN_PROJ, "Q projection",
                                  c.qkv_bias)
-            self.k_proj = Linear(t, "k_proj", d, a.width(True, s), R.ATTN_PROJ, "K projection",
-                                 c.qkv_bias)
-            self.v_proj = None if k_eq_v else Linear(t, "v_proj", d, a.width(True, s),
-                                                     R.ATTN_PROJ, "V projection", c.qkv_bias)
+            self.k_proj = None if shared else Linear(t, "k_proj", d, a.width(True, s),
+                                                     R.ATTN_PROJ, "K projection", c.qkv_bias)
+            self.v_proj = None if k_eq_v or shared else Linear(
+                t, "v_proj", d, a.width(True, s), R.ATTN_PROJ, "V projection", c.qkv_bias)
             self.output_proj = Linear(t, "output_proj", a.width(shape=s), d, R.ATTN_PROJ,
                                       "output projection", c.out_bias)
             # Qwen3-Next's output gate (model/attention.py gate_proj): Q's width, Q's bias
@@ -49,8 +53,9 @@ class Attention:
                 per = c.qk_norm == "per_head"
                 self.q_norm = Norm(t, "q_norm", c.norm, a.width(shape=s) if full else (dk,),
                                    QK_NORM, comp, c.norm_offset, a.width(shape=s) if per else None)
-                self.k_norm = Norm(t, "k_norm", c.norm, a.width(True, s) if full else (dk,),
-                                   QK_NORM, comp, c.norm_offset, a.width(True, s) if per else None)
+                self.k_norm = None if shared else Norm(
+                    t, "k_norm", c.norm, a.width(True, s) if full else (dk,), QK_NORM, comp,
+                    c.norm_offset, a.width(True, s) if per else None)
             if c.positions == "alibi":  # Falcon's per-head slopes (float32, persistent=False)
                 self.slopes = t.buffer("alibi_slopes", ("h",), 4)
             # transformers, Megatron and torchtitan: one rotary module for the model
@@ -64,6 +69,8 @@ class Attention:
     def __call__(self, x: Sym, out_label: str, out_course: str) -> Sym:
         t, a, c = self.t, self.a, self.a.c
         with t.scope("attn"):
+            if self.shared:
+                return self.reuse(x, out_label, out_course)
             q = self.q_proj(x, "Q projection output", "Q/K/V projections")
             k = self.k_proj(x, "K projection output", "Q/K/V projections")
             # Gemma 4's K = V layers: value_states is key_states (before k_norm and RoPE)
@@ -123,6 +130,8 @@ class Attention:
                 q = self.tune(q)
             t.cached("K", a.width(True, self.s), window=self.local, chunk=self.chunked)
             t.cached("V", a.width(True, self.s), window=self.local, chunk=self.chunked)
+            if c.kv_shared_layers:  # the producer of its kind: K and V for the later layers
+                a.shared_kv[self.local] = (k, v)
             out = self.merge(self.run_core(q, k, v), a.width(shape=self.s))
             if gate is not None:  # out · sigmoid(gate): the sigmoid saves its output
                 s = t.unary("aten.sigmoid", gate, "sigmoid(gate)", OUTPUT_GATE, saves="output",
@@ -130,6 +139,25 @@ class Attention:
                 out = t.binary("aten.mul", out, s, "heads · sigmoid(gate)", OUTPUT_GATE,
                                out="gated attention output")
             return self.output_proj(out, out_label, out_course)
+
+    def reuse(self, x: Sym, out_label: str, out_course: str) -> Sym:
+        """A KV-sharing layer (Gemma4TextAttention with is_kv_shared_layer): Q projected,
+        normed and rotated; K and V the producer's tensors (the same storages: nothing new
+        is kept for them, nothing cached); the core and o_proj as any layer's."""
+        t, a, c = self.t, self.a, self.a.c
+        q = self.q_proj(x, "Q projection output", "Q/K/V projections")
+        q = t.view(q, a.heads(shape=self.s), contiguous=False)
+        if c.qk_norm == "head":
+            q = self.q_norm(q, "Q after QK-norm")
+        if self.hf_rope:
+            rot, tables = ((a.rotary, a.rope_tables) if self.local or not c.global_shape
+                           else (a.global_rotary, a.global_tables))
+            q = rot.rotate(q, tables, "Q after RoPE")
+        elif self.rope is not None:
+            q = self.rope.rotate(q, t.fresh(("T",), R.INT64), "Q after RoPE")
+        k, v = a.shared_kv[self.local]
+        out = self.merge(self.run_core(q, k, v), a.width(shape=self.s))
+        return self.output_proj(out, out_label, out_course)
 
     def tune(self, q: Sym) -> Sym:
         """Llama 4's temperature tuning (model/attention.py's tune): the query at position i

@@ -25,6 +25,7 @@ EMBED_SCALE = "embedding multiplier"
 SOFTCAP = "tanh soft-capping"
 RESIDUAL_SCALE = "residual multiplier"
 LOGIT_SCALE = "logit scale"
+PER_LAYER = "per-layer embeddings"  # Gemma 4's PLE: scales, the gate's product, the sum
 MUP = "muP multipliers"  # Falcon-H1's (spec: mup_multipliers), scalars and one per-channel vector
 # the recurrent layers' non-matmul work (issue 31; accounting/ledger/builder/recurrent.py)
 SHORT_CONV = "short convolution gating"
@@ -34,10 +35,12 @@ GATED_NORM = "gated RMSNorm"  # the gated DeltaNet's output norm, x·rsqrt·w·S
 ACTIVATION_COMPONENT = {"swiglu": "SiLU and gating", "geglu": "GELU (tanh) and gating",
                         "geglu_erf": "GELU (erf) and gating", "gelu": "GELU (erf)",
                         "gelu_tanh": "GELU (tanh)", "swiglu_clamped": "clamped SwiGLU and gating",
+                        "xielu": "xIELU",
                         "relu2": "squared ReLU"}
 ELEMENTWISE_ORDER = (*NORMS.values(), QK_NORM, EMBED_SCALE, POSITION_ADD, ROPE, ALIBI,
                      TEMPERATURE, ATTN_SCALE, SOFTCAP, CAUSAL_MASK, SOFTMAX, OUTPUT_GATE, INDEXER, *dict.fromkeys(ACTIVATION_COMPONENT.values()),
-                     SHORT_CONV, DELTA_RULE, SSD, GATED_NORM, ROUTER, BIAS, MUP, RESIDUAL_SCALE, RESIDUAL, LOGIT_SCALE)
+                     SHORT_CONV, DELTA_RULE, SSD, GATED_NORM, ROUTER, BIAS, MUP, PER_LAYER, RESIDUAL_SCALE, RESIDUAL,
+                     LOGIT_SCALE)
 NORM_PARAMS = {"rmsnorm": "RMSNorm gains", "layernorm": "LayerNorm weights and biases",
                "layernorm_nobias": "LayerNorm weights (no bias)"}
 
@@ -76,6 +79,9 @@ class Arch:
         self.dropout = dropout and self.megatron
         self.freqs = None  # Megatron: the fp32 RoPE frequencies, computed once per pass
         self.rope_tables = None  # transformers: (cos, sin), computed once per forward
+        # Gemma 4: each kind's producer K and V (KV sharing), the per-layer inputs (PLE)
+        self.shared_kv: dict = {}
+        self.ple = None
         # h·d_k is written d_model (fold=False keeps the heads dimension visible: tensor
         # parallelism splits exactly the tensors that have one)
         self.fold = fold and c.num_heads * c.d_k == c.d_model

@@ -206,6 +206,31 @@ class RotaryEmbedding:
         return t.name(y, out_label)
 
 
+def xielu(t: Trace, x: Sym, params, component: str) -> Sym:
+    """transformers' XIELUActivation._xielu_python (activations.py), op for op:
+    αp = softplus(alpha_p), αn = β + softplus(alpha_n) (one element each), then
+    where(x > 0, αp·x·x + β·x, (expm1(min(x, ε)) − x)·αn + β·x): 11 FLOPs an element (the
+    comparison is a bool op, 0), each op saving what autograd's formulas keep (the products
+    both operands that need a gradient, or the buffer β; min both; expm1 its output; where
+    its condition)."""
+    alpha_p, alpha_n, beta, eps = params
+    ap = t.name(t.unary("aten.softplus", alpha_p, "softplus(alpha_p)", component,
+                        saves="input"), "softplus(alpha_p)")
+    an = t.name(t.binary("aten.add", t.unary("aten.softplus", alpha_n, "softplus(alpha_n)",
+                                             component, saves="input"),
+                         beta, "β + softplus(alpha_n)", component), "β + softplus(alpha_n)")
+    mask = t.name(t.fresh(x.shape, R.BOOL), "x > 0 (xIELU's branch)")
+    px = t.binary("aten.mul", x, ap, "αp·x", component, out="αp·x")
+    pos = t.binary("aten.add", t.binary("aten.mul", px, x, "αp·x·x", component),
+                   t.binary("aten.mul", x, beta, "β·x", component), "αp·x² + β·x", component)
+    low = t.binary("aten.minimum", x, eps, "min(x, ε)", component, out="min(x, ε)")
+    e = t.unary("aten.expm1", low, "expm1", component, saves="output", out="expm1(min(x, ε))")
+    neg = t.binary("aten.sub", e, x, "expm1 − x", component, out="expm1(…) − x")
+    neg = t.binary("aten.add", t.binary("aten.mul", neg, an, "· αn", component),
+                   t.binary("aten.mul", x, beta, "β·x", component), "(…)·αn + β·x", component)
+    return t.name(t.where(mask, pos, "where(x > 0, …)", component), "xIELU output")
+
+
 def activation(t: Trace, kind: str, x: Sym, component: str, course: str) -> Sym:
     """silu, gelu_tanh or gelu (model/layers.py), op by op."""
     if kind == "gelu" and t.foundry:  # MPT's nn.GELU(approximate='none'): one op, saves its input
@@ -257,15 +282,23 @@ def clamped_swiglu(t: Trace, gate: Sym, up: Sym, component: str, out: str) -> Sy
 class FeedForward:
     """GatedMLP/SwiGLU (W2(act(W1 x) · W3 x)) or MLP (W2 act(W1 x)); model.feed_forward."""
 
-    def __init__(self, t: Trace, c: ModelConfig):
+    def __init__(self, t: Trace, c: ModelConfig, width: str = "d_ff"):
+        # width: "2d_ff" for Gemma 4's double-wide MLP on its KV-sharing layers
         self.t, self.kind = t, c.mlp_kind
         prefix = ("MLP" if not self.kind.gated else
                   "SwiGLU" if self.kind.activation == "silu" else "GeGLU")
-        f, d = ("d_ff",), ("d_model",)
+        f, d = (width,), ("d_model",)
         with t.scope("ffn"):
             self.w1 = Linear(t, "w1", d, f, R.FFN, f"{prefix} W1", c.mlp_bias)
             self.w2 = Linear(t, "w2", f, d, R.FFN, f"{prefix} W2", c.mlp_bias)
             self.w3 = Linear(t, "w3", d, f, R.FFN, f"{prefix} W3", c.mlp_bias) if self.kind.gated else None
+            self.xielu = None
+            if self.kind.activation == "xielu":  # XIELUActivation: after up/down_proj
+                with t.scope("act_fn"):
+                    self.xielu = (t.param("alpha_p", ("1",), R.FFN),
+                                  t.param("alpha_n", ("1",), R.FFN),
+                                  t.name(t.buffer("beta", (), 4, persistent=True), "xIELU beta"),
+                                  t.name(t.buffer("eps", (), 4, persistent=True), "xIELU eps"))
         self.component = ACTIVATION_COMPONENT[c.mlp]
         self.mup = c.mup_multipliers
 
@@ -285,6 +318,9 @@ class FeedForward:
                  if self.w3 is not None and t.megatron else None)
 
             def run() -> Sym:
+                if self.xielu is not None:
+                    with t.scope("act_fn"):
+                        return xielu(t, a, self.xielu, self.component)
                 h = activation(t, self.kind.activation, a, self.component, act_course)
                 if self.w3 is None:
                     return h

@@ -3,9 +3,11 @@ from __future__ import annotations
 
 from accounting.ledger import records as R
 from accounting.architecture.config import NORMS, ModelConfig
+from accounting.ledger.symbols import SAVED_AS_BLOCK_INPUT
 from accounting.ledger.trace import LOSS, Sym, Trace
 from accounting.ledger.builder.common import (POSITION_ADD, RESIDUAL, NORM_PARAMS, ROW, Arch, COURSE,
-                                              EMBED_SCALE, LOGIT_SCALE, MUP, RESIDUAL_SCALE, SOFTCAP)
+                                              EMBED_SCALE, LOGIT_SCALE, MUP, PER_LAYER,
+                                              RESIDUAL_SCALE, SOFTCAP)
 from accounting.ledger.builder.layers import Linear, Norm, activation, FeedForward, RotaryEmbedding
 from accounting.units import FP32
 from accounting.ledger.builder.attention import Attention
@@ -55,7 +57,8 @@ class Block:
             lk = self.kind  # the block's LayerKind (`kind` above is the norm's)
             # (torchtitan's selective recomputation is per op: the block's, not the core's)
             self.attn = Attention(t, a, "none" if a.titan else recompute, local,
-                                  lk is not None and lk.chunked, lk is not None and lk.nope)
+                                  lk is not None and lk.chunked, lk is not None and lk.nope,
+                                  lk is not None and lk.shared)
         self.post_attn_norm = (Norm(t, "post_attn_norm", kind, ("d_model",), NORMS[kind], comp, off)
                                if sandwich else None)
         self.ln2 = None if a.c.block in ("parallel_shared_norm", "single") else \
@@ -68,11 +71,22 @@ class Block:
             self.moe_norms = tuple(Norm(t, n, kind, ("d_model",), NORMS[kind], comp, off)
                                    for n in ("post_ffn_norm_1", "pre_ffn_norm_2",
                                              "post_ffn_norm_2"))
-        else:
+        else:  # Gemma 4's KV-sharing layers: 2·d_ff wide with use_double_wide_mlp
+            wide = "2d_ff" if a.c.double_wide_mlp and self.kind.shared else "d_ff"
             self.ffn = None if single and mixer != "mlp" else \
-                MoE(t, a.c) if moe else FeedForward(t, a.c)
+                MoE(t, a.c) if moe else FeedForward(t, a.c, wide)
         self.post_ffn_norm = (Norm(t, "post_ffn_norm", kind, ("d_model",), NORMS[kind], comp, off)
                               if sandwich else None)
+        # Gemma4TextDecoderLayer's per-layer input: gate (d → d_ple), act, × the layer's
+        # slice of the per-layer inputs, projection (d_ple → d), norm, added to the residual
+        self.ple = None
+        if a.c.per_layer_input is not None:
+            self.ple = (Linear(t, "per_layer_input_gate", ("d_model",), ("d_ple",), R.FFN,
+                               "per-layer input gate"),
+                        Linear(t, "per_layer_projection", ("d_ple",), ("d_model",), R.FFN,
+                               "per-layer projection"),
+                        Norm(t, "post_per_layer_input_norm", kind, ("d_model",), NORMS[kind],
+                             comp, off))
 
 
     def __call__(self) -> None:
@@ -139,6 +153,8 @@ class Block:
             f = self.scaled(self.post_ffn_norm(f, "post_ffn_norm output"))
             z = t.binary("aten.add", y, f, "x + post_attn_norm(attn), y + post_ffn_norm(ffn)",
                          RESIDUAL, out="block output (before layer_scalar)")
+            if self.ple is not None:
+                z = self.per_layer(z)
             if self.layer_scalar is not None:  # hidden_states *= self.layer_scalar
                 t.binary("aten.mul", z, self.layer_scalar, "× layer_scalar", RESIDUAL_SCALE,
                          out="block output")
@@ -151,6 +167,21 @@ class Block:
             t.binary("aten.add", y, self.scaled(self.ln2(f, "ln2 output")),
                      "x + ln1(attn), y + ln2(ffn)", RESIDUAL)
 
+
+    def per_layer(self, z: Sym) -> Sym:
+        """Gemma4TextDecoderLayer: z + post_per_layer_input_norm(per_layer_projection(
+        act(per_layer_input_gate(z)) · per_layer_input)), the input this layer's slice
+        (per_layer_inputs[:, :, i, :], a view) of the model's per-layer inputs."""
+        t, (gate, proj, norm) = self.t, self.ple
+        g = gate(z, "per-layer input gate output", "per-layer input gate")
+        g = activation(t, self.c.mlp_kind.activation, g, PER_LAYER, "per-layer input gate")
+        mine = t.view(self.a.ple, ("B", "T", "d_ple"), contiguous=False)
+        g = t.binary("aten.mul", g, mine, "× per-layer input", PER_LAYER,
+                     out="gated per-layer input")
+        o = norm(proj(g, "per-layer projection output", "per-layer projection"),
+                 "post_per_layer_input_norm output")
+        return t.binary("aten.add", z, o, "+ per-layer input", RESIDUAL,
+                        out="block output (before layer_scalar)")
 
     def hybrid(self, h: Sym) -> Sym:
         """FalconH1DecoderLayer: mamba(h)·ssm_out_multiplier + attn(h·attention_in_multiplier)
@@ -165,6 +196,40 @@ class Block:
         if mup:
             o = t.binary("aten.mul", o, None, "attention output · attention_out_multiplier", MUP)
         return t.binary("aten.add", m, o, "Mamba-2 + attention", RESIDUAL)
+
+
+class PerLayerEmbeddings:
+    """Gemma4TextModel's per-layer embeddings (modeling_gemma4.py, transformers 5.23.0):
+    embed_tokens_per_layer (V_ple × L·d_ple, scaled by √d_ple), per_layer_model_projection
+    (d_model → L·d_ple, × d_model^-½), per_layer_projection_norm (RMSNorm over d_ple); the
+    per-layer inputs (projection + embedding)·2^-½, (B, T, L, d_ple), each block its slice."""
+
+    def __init__(self, t: Trace, c: ModelConfig):
+        self.t, self.c = t, c
+        with t.scope("per_layer_embeddings"):
+            self.table = t.param("weight", ("V_ple", "L·d_ple"), R.EMBEDDING, lookup=True)
+        self.proj = Linear(t, "per_layer_model_projection", ("d_model",), ("L·d_ple",), R.FFN,
+                           "per-layer model projection")
+        comp = NORM_PARAMS[c.norm]
+        self.norm = Norm(t, "per_layer_projection_norm", c.norm, ("d_ple",), NORMS[c.norm],
+                         comp, c.norm_offset)
+
+    def __call__(self, ids: Sym, x: Sym) -> Sym:
+        t, packed = self.t, ("B", "T", "L", "d_ple")
+        with t.scope("per_layer_embeddings"):
+            e = t.lookup(self.table, ids, ("B", "T", "L·d_ple"))
+        e = t.binary("aten.mul", e, None, "per-layer embedding · √d_ple", EMBED_SCALE)
+        e = t.view(e, packed, contiguous=True)
+        # the same tensor is block 0's input (saved by its ln1 there): counted once, there
+        x = t.name(x, "scaled embeddings (per-layer projection input)",
+                   saved_if=SAVED_AS_BLOCK_INPUT)
+        p = self.proj(x, "per-layer model projection output", "per-layer model projection")
+        p = t.name(t.binary("aten.mul", p, None, "× d_model^-½", PER_LAYER),
+                   "per-layer projection · d_model^-½")
+        p = self.norm(t.view(p, packed, contiguous=True), "per-layer projection normed")
+        s = t.binary("aten.add", p, e, "projection + embedding", PER_LAYER)
+        return t.name(t.binary("aten.mul", s, None, "× 2^-½", PER_LAYER),
+                      "per-layer inputs", "per-layer embeddings")
 
 
 def _symbol(kind, kinds) -> str:
@@ -184,6 +249,8 @@ def _symbol(kind, kinds) -> str:
         parts.append("moe" if kind.moe else "dense")
     if len({k.nope for k in kinds}) > 1:
         parts.append("nope" if kind.nope else "rope")
+    if len({k.shared for k in kinds}) > 1:
+        parts.append("shared" if kind.shared else "own")
     return "L_" + "_".join(parts)
 
 
@@ -229,6 +296,7 @@ def walk(c: ModelConfig, autocast: str | None = None, recompute: str = "none",
             blocks.append(Block(t, a, recompute, kind))
     comp = NORM_PARAMS[c.norm]
     ln_final = Norm(t, "ln_final", c.norm, ("d_model",), NORMS[c.norm], comp, c.norm_offset)
+    ple = PerLayerEmbeddings(t, c) if c.per_layer_input is not None else None
     lm_head = Linear(t, "lm_head", ("d_model",), ("V",), R.LM_HEAD, "LM head",
                      c.lm_head_bias, weight=tok if c.tie_embeddings else None)
 
@@ -240,6 +308,8 @@ def walk(c: ModelConfig, autocast: str | None = None, recompute: str = "none",
             x = leaf = lora.input_leaf(t, x)
     if c.embedding_multiplier is not None:  # Gemma's √d_model, Granite's multiplier: a scalar
         x = t.binary("aten.mul", x, None, "embedding · multiplier", EMBED_SCALE)
+    if ple is not None:  # Gemma4TextModel.get_per_layer_inputs, project_per_layer_inputs
+        a.ple = ple(ids, x)
     if pos is not None:
         with t.scope("position_embeddings"):
             positions = t.name(t.fresh(("T",), R.INT64), "position ids")

@@ -72,6 +72,12 @@ def walk(spec: VisionSpec) -> VisionLedger:
         _llama4(w, spec)
     elif spec.family == "gemma4":
         _gemma4(w, spec)
+    elif spec.family == "pixtral":
+        _pixtral(w, spec)
+    elif spec.family == "idefics3":
+        _idefics3(w, spec)
+    elif spec.family == "internvl":
+        _internvl(w, spec)
     else:
         _vit(w, spec)
     return VisionLedger(spec, tuple(w.params), tuple(w.matmuls), tuple(w.projector))
@@ -222,6 +228,112 @@ def _gemma4(w: _Walk, s: VisionSpec) -> None:
              ("d_v",), ("d_t",))
 
 
+def _pixtral(w: _Walk, s: VisionSpec) -> None:
+    """PixtralVisionModel under model.vision_tower and Mistral3MultiModalProjector under
+    model.multi_modal_projector (modeling_pixtral.py, modeling_mistral3.py): one image of
+    N = N_p patches at its own size; the merger's N_m = N_p/s² rows of d_vm = s²·d_v, each
+    a token of the language model."""
+    v = "model.vision_tower"
+    w.param(f"{v}.patch_conv.weight", ("d_v", "k_v"))  # Conv2d(C, d, p, stride p, no bias)
+    w.matmul("patch embedding (Conv2d as a matmul)", "patch_conv", ("N_p",), ("k_v",), ("d_v",))
+    w.norm(f"{v}.ln_pre", "rmsnorm")
+    b = f"{v}.transformer.layers.{BLOCK}"
+    w.norm(f"{b}.attention_norm", "rmsnorm", "L_v")
+    w.norm(f"{b}.ffn_norm", "rmsnorm", "L_v")
+    for x in ("q", "k", "v", "o"):
+        w.linear(f"{b}.attention.{x}_proj", "d_v", "d_v", False, "L_v")
+    w.linear(f"{b}.feed_forward.gate_proj", "d_v", "f_v", False, "L_v")
+    w.linear(f"{b}.feed_forward.up_proj", "d_v", "f_v", False, "L_v")
+    w.linear(f"{b}.feed_forward.down_proj", "f_v", "d_v", False, "L_v")
+    layer = "transformer.layers.{i}"
+    for x in ("q", "k", "v"):
+        w.matmul(x.upper(), f"{layer}.attention.{x}_proj", ("N",), ("d_v",), ("d_v",), "L_v")
+    for x in ("QKᵀ", "scores·V"):  # within the image (its block of the attention mask)
+        w.matmul(x, f"{layer}.attention", ("S_f",), ("d_hv",), ("1",), "L_v", ("h_v",))
+    w.matmul("attention output", f"{layer}.attention.o_proj", ("N",), ("d_v",), ("d_v",), "L_v")
+    for x in ("gate", "up"):
+        w.matmul(f"MLP {x}", f"{layer}.feed_forward.{x}_proj", ("N",), ("d_v",), ("f_v",), "L_v")
+    w.matmul("MLP down", f"{layer}.feed_forward.down_proj", ("N",), ("f_v",), ("d_v",), "L_v")
+    p = "model.multi_modal_projector"
+    w.norm(f"{p}.norm", "rmsnorm", projector=True)
+    w.linear(f"{p}.patch_merger.merging_layer", "d_vm", "d_v", False, projector=True)
+    w.linear(f"{p}.linear_1", "d_v", "d_t", s.projector_bias, projector=True)
+    w.linear(f"{p}.linear_2", "d_t", "d_t", s.projector_bias, projector=True)
+    w.matmul("patch merger (s×s patches unfolded)", "patch_merger.merging_layer", ("N_m",),
+             ("d_vm",), ("d_v",))
+    w.matmul("projector linear_1", "multi_modal_projector.linear_1", ("N_m",), ("d_v",),
+             ("d_t",))
+    w.matmul("projector linear_2 (into the language model)", "multi_modal_projector.linear_2",
+             ("N_m",), ("d_t",), ("d_t",))
+
+
+def _idefics3(w: _Walk, s: VisionSpec) -> None:
+    """Idefics3VisionTransformer under model.vision_model and Idefics3Connector under
+    model.connector (modeling_idefics3.py; SmolVLM's the same): one tile's records (N = N_p
+    = (image_size/p)² patches; N_o = N_p/r² rows of d_vm = r²·d_v after the pixel shuffle)."""
+    v = "model.vision_model"
+    w.param(f"{v}.embeddings.patch_embedding.weight", ("d_v", "k_v"))
+    w.param(f"{v}.embeddings.patch_embedding.bias", ("d_v",))
+    w.param(f"{v}.embeddings.position_embedding.weight", ("N_pos", "d_v"))
+    w.matmul("patch embedding (Conv2d as a matmul)", "embeddings.patch_embedding", ("N_p",),
+             ("k_v",), ("d_v",))
+    b = f"{v}.encoder.layers.{BLOCK}"
+    for x in ("k", "v", "q"):  # Idefics3VisionAttention declares k, v, q, out
+        w.linear(f"{b}.self_attn.{x}_proj", "d_v", "d_v", True, "L_v")
+    w.linear(f"{b}.self_attn.out_proj", "d_v", "d_v", True, "L_v")
+    w.norm(f"{b}.layer_norm1", "layernorm", "L_v")
+    w.linear(f"{b}.mlp.fc1", "d_v", "f_v", True, "L_v")
+    w.linear(f"{b}.mlp.fc2", "f_v", "d_v", True, "L_v")
+    w.norm(f"{b}.layer_norm2", "layernorm", "L_v")
+    _block_matmuls(w, s, "encoder.layers.{i}", {"q": "self_attn.q_proj", "k": "self_attn.k_proj",
+                                                "v": "self_attn.v_proj", "core": "self_attn",
+                                                "out": "self_attn.out_proj"})
+    w.norm(f"{v}.post_layernorm", "layernorm")
+    w.linear("model.connector.modality_projection.proj", "d_vm", "d_t", False, projector=True)
+    w.matmul("connector (after the pixel shuffle, into the language model)",
+             "connector.modality_projection.proj", ("N_o",), ("d_vm",), ("d_t",))
+
+
+def _internvl(w: _Walk, s: VisionSpec) -> None:
+    """InternVLVisionModel under model.vision_tower and InternVLMultiModalProjector under
+    model.multi_modal_projector (modeling_internvl.py): one tile's records (N = N_p + 1
+    tokens with the class token; N_o = N_p/4 rows of d_vm = 4·d_v after the pixel shuffle)."""
+    v = "model.vision_tower"
+    w.param(f"{v}.embeddings.cls_token", ("d_v",))
+    if s.learned_positions:
+        w.param(f"{v}.embeddings.position_embeddings", ("N_pos", "d_v"))
+    w.param(f"{v}.embeddings.patch_embeddings.projection.weight", ("d_v", "k_v"))
+    w.param(f"{v}.embeddings.patch_embeddings.projection.bias", ("d_v",))
+    w.matmul("patch embedding (Conv2d as a matmul)", "embeddings.patch_embeddings.projection",
+             ("N_p",), ("k_v",), ("d_v",))
+    b = f"{v}.encoder.layer.{BLOCK}"
+    w.param(f"{b}.lambda_1", ("d_v",), "L_v")
+    w.param(f"{b}.lambda_2", ("d_v",), "L_v")
+    for x in ("q", "k", "v"):
+        w.linear(f"{b}.attention.{x}_proj", "d_v", "d_v", s.qkv_bias, "L_v")
+    if s.qk_norm:  # InternVLVisionRMSNorm over the full width
+        w.norm(f"{b}.attention.q_norm", "rmsnorm", "L_v")
+        w.norm(f"{b}.attention.k_norm", "rmsnorm", "L_v")
+    w.linear(f"{b}.attention.projection_layer", "d_v", "d_v", True, "L_v")
+    w.linear(f"{b}.mlp.fc1", "d_v", "f_v", True, "L_v")
+    w.linear(f"{b}.mlp.fc2", "f_v", "d_v", True, "L_v")
+    w.norm(f"{b}.layernorm_before", s.norm, "L_v")
+    w.norm(f"{b}.layernorm_after", s.norm, "L_v")
+    _block_matmuls(w, s, "encoder.layer.{i}", {"q": "attention.q_proj", "k": "attention.k_proj",
+                                               "v": "attention.v_proj", "core": "attention",
+                                               "out": "attention.projection_layer"})
+    if s.post_norm:  # without use_mean_pooling
+        w.norm(f"{v}.layernorm", "layernorm")
+    p = "model.multi_modal_projector"
+    w.norm(f"{p}.layer_norm", "layernorm", width="d_vm", projector=True)
+    w.linear(f"{p}.linear_1", "d_vm", "d_t", True, projector=True)
+    w.linear(f"{p}.linear_2", "d_t", "d_t", True, projector=True)
+    w.matmul("projector linear_1 (after the pixel shuffle)", "multi_modal_projector.linear_1",
+             ("N_o",), ("d_vm",), ("d_t",))
+    w.matmul("projector linear_2 (into the language model)", "multi_modal_projector.linear_2",
+             ("N_o",), ("d_t",), ("d_t",))
+
+
 def _llama4(w: _Walk, s: VisionSpec) -> None:
     """Llama4VisionModel under vision_model and Llama4MultiModalProjector under
     multi_modal_projector (Llama4ForConditionalGeneration holds them at its top,
@@ -291,6 +403,8 @@ def _vit(w: _Walk, s: VisionSpec) -> None:
         w.matmul("projection into the language model", "multi_modal_projector", ("N_o",),
                  ("d_v",), ("d_t",))
     else:  # LlavaMultiModalProjector: linear_1 (d_v → d_t), act, linear_2 (d_t → d_t)
+        if s.family == "llava_onevision":  # LlavaOnevisionModel.image_newline (no matmul)
+            w.param("model.image_newline", ("d_t",), projector=True)
         w.linear(f"{p}.linear_1", "d_v", "d_t", s.projector_bias, projector=True)
         w.linear(f"{p}.linear_2", "d_t", "d_t", s.projector_bias, projector=True)
         w.matmul("projector linear_1", "multi_modal_projector.linear_1", ("N_o",), ("d_v",),
@@ -319,6 +433,8 @@ def values(spec: VisionSpec, patches_h: int = 0, patches_w: int = 0) -> dict[str
     if s.family == "gemma4":
         out.update({"N_o": s.tokens_per_image if n_p else 0, "N_t": real,
                     "d_a": s.heads * s.head_dim, "d_kv": (s.kv_heads or s.heads) * s.head_dim})
+    if s.projector in ("idefics3", "internvl"):
+        out["N_o"] = s.tokens_per_image if n_p else 0
     if s.projector in ("gemma3", "llama4"):
         out["N_o"] = s.tokens_per_image if n_p else 0
         out.update({"a_in": s.adapter_in, "a_out": s.adapter_out, "v_out": s.vision_out})

@@ -258,6 +258,10 @@ def problems(config: ModelConfig, layout: Layout, seq: int) -> list[str]:
 def pipeline_problems(c: ModelConfig, lo: Layout) -> list[str]:
     """The layer split and the virtual stages."""
     out = []
+    if lo.pp > 1 and c.kv_shared_layers:  # Gemma 4 E2B/E4B
+        out.append(f"pp {lo.pp} with KV sharing: the last {c.kv_shared_layers} layers attend "
+                   f"over K and V that earlier layers compute, which a pipeline stage boundary "
+                   f"would cut (not planned); plan it with --pp 1")
     if lo.vpp > 1 and lo.pp == 1:
         out.append(f"--virtual-stages {lo.vpp} interleaves the stages of a pipeline; it needs "
                    f"--pp > 1")

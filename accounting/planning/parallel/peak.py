@@ -67,7 +67,7 @@ class Moment:
 def _rank_values(values: dict[str, int], tp: int, local: int) -> dict[str, int]:
     """The shape symbols as one TP rank of T/cp tokens sees them (heads, d_ff and V split)."""
     v = dict(values)
-    for s in ("h", "h_kv", "d_ff", "V"):
+    for s in ("h", "h_kv", "d_ff", "2d_ff", "V"):  # (2d_ff: Gemma 4's double-wide MLPs)
         if s in v:
             v[s] = -(-v[s] // tp)
     v["T"] = local

@@ -32,7 +32,7 @@ from accounting.ledger.builder.common import DROPOUT_MASK
 from accounting.units import FP8_E4M3, FP8_E5M2
 
 FP8_SAVED = (FP8_E4M3, FP8_E5M2)  # the 1-byte copies Transformer Engine saves
-TP_SYMBOLS = ("h", "h_kv", "h_kvG", "d_ff", "V")  # h_kvG: Gemma 4's global K/V heads
+TP_SYMBOLS = ("h", "h_kv", "h_kvG", "d_ff", "2d_ff", "V")  # Gemma 4: global K/V heads, wide MLPs
 
 FIRST, BLOCK, LAST = "first stage", "every block", "last stage"
 # a tensor made once per forward pass and saved by the blocks (the RoPE tables transformers
