@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from accounting.serving.engines import SGLANG, VLLM
+from accounting.units import BF16
 
 GPUSTACK_QWEN3_8B = (
     "gpustack/gpustack docs/performance-lab/qwen3-8b/h100-latency.md (commit 1dbc3b8): one "
@@ -93,18 +94,18 @@ class ServedRun:
                 "--format", "json"]
 
 
-def _q8(name, engine, release, c, ttft, tpot, weights="bf16", note=""):
+def _q8(name, engine, release, c, ttft, tpot, weights=BF16, note=""):
     return ServedRun(name, QWEN3_8B, "H100", 1, engine, release, weights, 233, 221, c, ttft,
                      tpot, GPUSTACK_QWEN3_8B, note)
 
 
 def _l70(name, prompt, output, c, ttft, tpot, note=""):
-    return ServedRun(name, LLAMA31_70B, "A100", 8, SGLANG, "0.5.6", "bf16", prompt, output,
+    return ServedRun(name, LLAMA31_70B, "A100", 8, SGLANG, "0.5.6", BF16, prompt, output,
                      c, ttft, tpot, COOKBOOK_LLAMA31, note)
 
 
 def _q235(name, prompt, output, c, ttft, tpot, note=MOE):
-    return ServedRun(name, QWEN3_235B, "B200", 8, SGLANG, "0.5.6", "bf16", prompt, output,
+    return ServedRun(name, QWEN3_235B, "B200", 8, SGLANG, "0.5.6", BF16, prompt, output,
                      c, ttft, tpot, COOKBOOK_QWEN3, note)
 
 
@@ -113,7 +114,7 @@ def _q235(name, prompt, output, c, ttft, tpot, note=MOE):
 # or 4,210 / 10 (Qwen); 8000/1000: 41,941 / 10; at concurrency 16: 39,668 / 80 input, and
 # 40,805 / 80, 300,020 / 80 with 41,669 / 80 (Llama), 40,725 / 80, 318,226 / 80 (Qwen);
 # 1000/8000: 44,452 / 10 output; at 64: 158,939 / 320 and 1,300,705 / 320.
-RUNS: tuple[ServedRun, ...] = (
+SERVED_RUNS: tuple[ServedRun, ...] = (
     _q8("Qwen3-8B, BS 1", VLLM, "0.11.0", 1, 59.01, 7.28),
     _q8("Qwen3-8B, BS 2", VLLM, "0.11.0", 2, 63.78, 7.37),
     _q8("Qwen3-8B, BS 4", VLLM, "0.11.0", 4, 64.00, 7.38),
@@ -123,7 +124,7 @@ RUNS: tuple[ServedRun, ...] = (
     # card; quantization_config weight_block_size [128, 128]): served as fp8-block
     _q8("Qwen3-8B-FP8, BS 4", SGLANG, "0.5.3.post3", 4, 39.66, 5.65, "fp8-block", FP8_BLOCK),
     ServedRun("Llama-3.1-8B, 1024/128, C 1", ("meta-llama/Llama-3.1-8B",), "A100-40GB", 1,
-              VLLM, "0.23.0", "bf16", 1024, 128, 1, None, round(1000 / 75, 2), MUSGRAVE_A100,
+              VLLM, "0.23.0", BF16, 1024, 128, 1, None, round(1000 / 75, 2), MUSGRAVE_A100,
               "≈: the source rounds to 75 tokens/s; no aiconfigurator-core table for this GPU"),
     _l70("Llama-3.1-70B, 1000/1000, C 1", 610, 422, 1, 131.61, 18.63),
     _l70("Llama-3.1-70B, 8000/1000, C 1", 4194, 422, 1, 395.25, 18.80),

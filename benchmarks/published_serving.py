@@ -37,11 +37,11 @@ def _summary(what: str, ratios: list[float]) -> str:
 
 
 def table() -> str:
-    from accounting.published_serving import RUNS, predict
+    from accounting.published_serving import SERVED_RUNS, predict
     from accounting.timing import tables
     rows, sources = [], {}
     ttft, tpot_clean, tpot_all, mixed = [], [], [], []
-    for r in RUNS:
+    for r in SERVED_RUNS:
         p = predict(r)
         ref = sources.setdefault(r.source, len(sources) + 1)
         head = (f"| {r.name} | {r.engine} {r.release} | {r.tp} × {r.gpu} | {r.weights} "
@@ -74,8 +74,8 @@ def table() -> str:
               "| TTFT measured ms | predicted | ratio | TPOT measured ms | predicted | ratio "
               "| TPOT with the others' prefills (ratio) | time from; note | source |\n"
               "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|\n")
-    engines = sorted({r.engine for r in RUNS})
-    summary = (f"\n{len(RUNS)} published serving runs of {len(engines)} engines "
+    engines = sorted({r.engine for r in SERVED_RUNS})
+    summary = (f"\n{len(SERVED_RUNS)} published serving runs of {len(engines)} engines "
                f"({', '.join(engines)}); predicted / measured, aiconfigurator-core "
                f"{tables.package_version()}:\n\n"
                f"- {_summary('TPOT, every run', tpot_all)}\n"

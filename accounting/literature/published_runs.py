@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from accounting.ledger.builder.common import LLMFOUNDRY, TORCHTUNE
-from accounting.planning.optimizers import PAGED_ADAMW8BIT
+from accounting.planning.optimizers import ADAMW_FUSED, PAGED_ADAMW8BIT
 from accounting.planning.parallel.stacks import TORCHTITAN
 from accounting.registry import registrar
 from accounting.units import BF16
@@ -157,7 +157,7 @@ _tune("QLoRA", "7.4", "RTX-4090", ("--gpu", "RTX-4090", "--base-weights", "nf4")
 _LORA16 = ("--lora-rank", "16", "--lora-alpha", "32", "--lora-targets",
            "q_proj,v_proj,o_proj,gate_proj,up_proj,down_proj")
 _DIST = ("--gpus", "8", "--fsdp", "--ctx", "2048", "--batch", "16", "--micro-batch", "2",
-         "--recompute", "full", "--implementation", TORCHTUNE, "--optimizer", "adamw-fused",
+         "--recompute", "full", "--implementation", TORCHTUNE, "--optimizer", ADAMW_FUSED.name,
          "--gpu", "A100") + _LORA16 + TUNE_LOSS
 _register(Run("torchtune: Llama 3.1 70B, LoRA, 8x A100", TORCHTUNE_README, L70B + _DIST,
               Fraction("27.6"), ACTIVE, "A100 80GB", (COMPILE,)))

@@ -27,6 +27,8 @@ from accounting.units import DTYPE_BYTES, FP32, INT64
 from accounting.ledger.builder.common import COURSE as COURSE_IMPL
 from accounting.planning import cuda_peak as CP, fp8 as F8, training_state as TS
 from accounting.planning import mtp_memory as MT
+from accounting.planning import param_counts as PC
+from accounting.planning.peak_moments import PeakPhase  # noqa: F401 (named here too)
 from accounting.planning import activation_offload as AO, loss_memory as LM
 # the scopes' names, in_scope and the evaluated result (memory_result.py), re-exported
 from accounting.planning.memory_result import (COURSE, MODEL, ActivationRow,  # noqa: F401
@@ -62,23 +64,9 @@ def bytes_per_element(a: R.Activation, precision: Precision | None = None) -> in
     return a.bytes_per_element
 
 
-def _param_expr(params) -> Expr:
-    return sum((Expr.of(1, p.shape).times(*((p.repeat,) if p.repeat else ())) for p in params), Expr())
-
-
-def parameter_count(config: ModelConfig) -> Expr:
-    """N: every parameter tensor of the ledger (L copies of a per-layer one; a tied one once)."""
-    return _param_expr(ledger(config).params)
-
-
-def matmul_weight_count(config: ModelConfig) -> Expr:
-    """N_matmul: the weights a matmul reads (not a table only looked up, not the norms or biases)."""
-    return _param_expr(p for p in ledger(config).params if p.matmul_weight)
-
-
-def tensor_count(config: ModelConfig) -> Expr:
-    """Parameter tensors (AdamW keeps one step counter per tensor)."""
-    return sum((Expr.of(1, (p.repeat,) if p.repeat else ()) for p in ledger(config).params), Expr())
+# the parameter counts (param_counts.py; named here too, where callers have read them)
+_param_expr, parameter_count = PC.param_expr, PC.parameter_count
+matmul_weight_count, tensor_count = PC.matmul_weight_count, PC.tensor_count
 
 
 def buffer_bytes(config: ModelConfig) -> Expr:
@@ -100,15 +88,6 @@ class Term:
     bytes: Expr  # the same, expanded in the shape symbols
     on_gpu: bool = True
     note: str = ""
-
-
-@dataclass(frozen=True)
-class PeakPhase:
-    """One moment of a training step and the bytes live at it, as a closed form."""
-    name: str
-    bytes: Expr
-    what: str
-    activations: bool = True  # the kept activations are live at it (not the update)
 
 
 @dataclass(frozen=True)

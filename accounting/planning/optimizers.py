@@ -331,8 +331,9 @@ register = registrar(OPTIMIZERS, "optimizer")
 ADAMW = register(AdamW("adamw", "torch.optim.AdamW (foreach, the default on CUDA)",
                        "torch/optim/adam.py", "cpu", foreach_temporary=True, elementwise=True,
                        adamw_update=True))
-register(AdamW("adamw-fused", "torch.optim.AdamW(fused=True)", "torch/optim/adam.py", "device",
-               elementwise=True, adamw_update=True))
+ADAMW_FUSED = register(AdamW("adamw-fused", "torch.optim.AdamW(fused=True)",
+                             "torch/optim/adam.py", "device",
+                             elementwise=True, adamw_update=True))
 register(AdamW8bit("adamw8bit", "bitsandbytes.optim.AdamW8bit",
                    "bitsandbytes/optim/optimizer.py", None, refuses_master=True))
 PAGED_ADAMW8BIT = register(PagedAdamW8bit("paged-adamw8bit", "bitsandbytes.optim.PagedAdamW8bit",

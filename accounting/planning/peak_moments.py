@@ -20,20 +20,32 @@ backward makes five tensors of B·h·T²): not modelled, measured in tests/test_
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from accounting.ledger.symbols import Expr
 from accounting.planning import activation_offload as AO
 from accounting.planning import compile_memory as CM
 from accounting.planning import cuda_peak as CP
 from accounting.planning import loss_memory as LM
 from accounting.planning import mtp_memory as MT
+from accounting.planning.param_counts import parameter_count
 from accounting.planning import training_state as TS
 from accounting.planning.optimizers import get_optimizer, is_default
 from accounting.units import DTYPE_BYTES, FP32, INT64
 
 
+
+@dataclass(frozen=True)
+class PeakPhase:
+    """One moment of a training step and the bytes live at it, as a closed form."""
+    name: str
+    bytes: Expr
+    what: str
+    activations: bool = True  # the kept activations are live at it (not the update)
+
+
 def peak_terms(m) -> tuple:
     """`m`: a MemoryModel (model scope)."""
-    from accounting.planning.memory import PeakPhase, parameter_count
     p, opt = m.precision, get_optimizer(m.optimizer)
     held = sum((t.bytes for t in m.state_terms if t.on_gpu and not t.name.startswith(
         ("gradients", "bf16 copies"))), Expr())

@@ -30,7 +30,7 @@ VARIANTS = {
 
 def rows() -> list[dict]:
     """Each variant: measured allocated and reserved peaks, the plan's, the moment."""
-    from accounting import get_preset
+    from accounting.architecture.presets import get_preset
     from accounting.planning import PRECISIONS, MemoryModel
     from accounting.planning import reserved as RS
     data = json.loads(DATA.read_text(encoding="utf-8"))
