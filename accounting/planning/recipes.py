@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
 
-from accounting.ledger.builder.common import COURSE, TRANSFORMERS
+from accounting.ledger.builder.common import COURSE, TRANSFORMERS, gemma3_layout
 from accounting.planning.optimizers import DEFAULT_OPTIMIZER, OPTIMIZERS, get_optimizer, is_default
 from accounting.planning.precisions import BF16_MASTER, BF16_MIXED, get_precision
 from accounting.runtime.errors import UsageError
@@ -43,6 +43,14 @@ _MEASURED = {"vocab_size", "context_length", "num_layers", "d_model", "num_heads
 _MOE = {"num_experts", "experts_per_token", "moe_d_ff", "norm_topk_prob", "dense_layers"}
 
 
+# Gemma 3's text layout (Gemma3ForCausalLM, measured too): sandwich norms with (1 + w) gains,
+# GELUTanh gating, the scaled embedding, per-head QK-norm, sliding-window layers, a final
+# soft-cap. Gemma 2 (no QK-norm) is not: its attention soft-cap makes sdpa_attention_forward
+# raise ("`sdpa` attention does not support `softcap`"), and its scale is no buffer
+_GEMMA3 = {"norm_placement", "mlp", "norm_offset", "embedding_multiplier", "sliding_window",
+           "layer_types", "final_softcap"}
+
+
 def transformers_gap(config: ModelConfig) -> str | None:
     """Why transformers' ops for this architecture are not modelled yet (None: they are)."""
     defaults = {f.name: f.default for f in fields(ModelConfig)}
@@ -50,13 +58,16 @@ def transformers_gap(config: ModelConfig) -> str | None:
     olmo2 = config.norm_placement == "post" and config.qk_norm == "full"  # OLMo-2's layout
     if olmo2:
         measured = measured | {"norm_placement", "qk_norm"}
+    if gemma3_layout(config):
+        measured = measured | _GEMMA3
     other = [f.name for f in fields(ModelConfig) if f.name not in measured
              and getattr(config, f.name) != defaults[f.name]
              and not (f.name == "qk_norm" and config.qk_norm == "head")]
     if not other:
         return None
     return (f"{', '.join(other[:3])}{' …' if len(other) > 3 else ''} (transformers' ops are "
-            f"measured for the Llama, Mistral, Qwen2, Qwen3, Qwen3-MoE, Mixtral and OLMo-2 layouts only)")
+            f"measured for the Llama, Mistral, Qwen2, Qwen3, Qwen3-MoE, Mixtral, OLMo-2 and "
+            f"Gemma 3 layouts only)")
 
 
 @dataclass(frozen=True)

@@ -93,7 +93,9 @@ class Attention:
                 v = l2_norm(t, v, self.dk, "V after v_norm", QK_NORM)
             if self.hf_rope:  # apply_rotary_pos_emb(q, k, cos, sin)
                 # Gemma 4: the global layers' own cos/sin of d_kG (Gemma4TextRotaryEmbedding)
-                rot, tables = ((a.rotary, a.rope_tables) if self.local or not c.global_shape
+                # Gemma 3: each layer type's own (cos, sin), of the same d_k
+                rot, tables = ((a.rotary, a.rope_tables)
+                               if self.local or getattr(a, "global_rotary", None) is None
                                else (a.global_rotary, a.global_tables))
                 q = rot.rotate(q, tables, "Q after RoPE")
                 k = rot.rotate(k, tables, "K after RoPE")
@@ -174,6 +176,8 @@ class Attention:
             # sdpa path passes it (modeling_deepseek_v32.py: index_mask into attention_mask)
             mask = t.name(t.fresh(("B", "T", "T") if self.topk else ("T", "T"), R.BOOL),
                           f"{kind} mask" + (" and the indexer's top-k" if self.topk else ""))
+        if self.a.hf and mask is not None and c.attention == "sdpa":
+            return self.hf_masked(q, k, v)
         if self.a.megatron and c.attention == "naive" and mask is None:  # Megatron's unfused
             inputs, core = (q, k, v), lambda: megatron.unfused_core(self, q, k, v)
         elif c.attention == "sdpa":  # model/fused.py's fused_causal_attention(q, k, v, mask)
@@ -198,6 +202,23 @@ class Attention:
             with t.recomputed_region("attention core", inputs):
                 return core()
         return core()
+
+    def hf_masked(self, q: Sym, k: Sym, v: Sym) -> Sym:
+        """transformers' sdpa_attention_forward with a sliding-window mask (5.23,
+        integrations/sdpa_attention.py; masking_utils.sdpa_mask skips the mask only while the
+        keys are fewer than the window, so the ledger counts it: T ≥ W): the bool (B, 1, T, T)
+        mask is built once per forward and saved by no op; with a mask, use_gqa_in_sdpa is
+        False on the CPU and CUDA, so repeat_kv expands K and V to h heads (a reshape of an
+        expand: a copy, a view when h_kv = 1); torch's SDPA turns the bool mask into an
+        additive one of the query's dtype per call (convert_boolean_attn_mask), which the
+        kernel saves with q, k, v (measured: tests/test_transformers_saves.py)."""
+        t, a = self.t, self.a
+        mask = t.fresh(("B", "T", "T"), R.BOOL)
+        if a.gqa:  # (a view of h heads when h_kv = 1: autocast's bf16 cast copies h heads)
+            heads, rep = ("B", "h", "T", self.dk), t.copy if a.c.kv_heads > 1 else t.view
+            k = t.name(rep(k, heads), "K repeated (repeat_kv)")
+            v = t.name(rep(v, heads), "V repeated (repeat_kv)")
+        return self.fused(q, k, v, mask)
 
     def _grouping(self):
         _, hkv, g, gqa = getattr(self, "s", None) or self.a.shape()

@@ -52,6 +52,15 @@ TORCHTITAN = "torchtitan"
 DROPOUT_MASK = "dropout mask"  # the label every dropout's saved 1-byte mask ends with
 
 
+def gemma3_layout(c: ModelConfig) -> bool:
+    """Gemma 3's text layout as transformers runs it (Gemma3ForCausalLM): sandwich norms with
+    (1 + w) gains, GeGLU, per-head QK-norm, no attention soft-cap (Gemma 2 has one and no
+    QK-norm; Gemma 4 has its own head shapes and scalars)."""
+    return (c.norm_placement == "sandwich" and c.norm_offset and c.mlp == "geglu"
+            and c.qk_norm == "head" and c.attn_softcap is None and not c.global_shape
+            and not c.layer_scalar and not c.v_norm)
+
+
 class Arch:
     """The symbols the spec's sizes are written in, shared by every module below."""
 
