@@ -23,6 +23,8 @@ from accounting.architecture.hf_config import translate
 from hf_examples import CONFIGS as DENSE
 from hf_moe_examples import CONFIGS as MOE
 from test_hf_gemma import CONFIGS as GEMMA
+from test_hf_cohere import CONFIGS as COHERE
+from test_hf_cohere2 import CONFIGS as COHERE2
 
 # Mixtral without its example's window (Mixtral-8x7B's config.json has none; a window is
 # planned with model/'s ops: transformers masks only once T passes it)
@@ -35,7 +37,12 @@ CONFIGS = {**DENSE, "qwen3_moe": MOE["qwen3_moe"],
            "gemma3_gqa": {**GEMMA["gemma3_text (transformers 5)"], "num_attention_heads": 4,
                           "num_key_value_heads": 2, "head_dim": 8},
            "gemma3_global": {**GEMMA["gemma3_text (transformers 5)"],
-                             "layer_types": ["full_attention", "full_attention"]}}
+                             "layer_types": ["full_attention", "full_attention"]},
+           # Cohere: MHA, GQA with per-head QK-norm, MQA with biases; Cohere 2 (window 6:
+           # three sliding layers with RoPE, a NoPE global one; GQA 4/2)
+           "cohere": COHERE["command-r"], "cohere_plus": COHERE["command-r-plus"],
+           "cohere_mqa": COHERE["cohere (biased, untied, head_dim)"],
+           "cohere2": COHERE2["command-r7b"]}
 from test_architectures import saved_tensors
 
 DTYPE = {"fp32": torch.float32, "bf16": torch.bfloat16, "bool": torch.bool, "int64": torch.int64,
@@ -51,7 +58,10 @@ SIZE = {"fp32": 4, "bf16": 2, "bool": 1, "int64": 8, "int32": 4}
 # torch made additive in the query's dtype, and K/V as repeat_kv left them; the buffers are
 # embed_scale and inv_freq/original_inv_freq per layer type present
 FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "mixtral", "olmo2", "gemma3",
-            "gemma3_t5", "gemma3_gqa", "gemma3_global")
+            "gemma3_t5", "gemma3_gqa", "gemma3_global", "cohere", "cohere_plus", "cohere_mqa",
+            "cohere2")
+# cohere*: CohereLayerNorm computes x − mean twice (two saved storages), saves its rsqrt,
+# and (bf16 parameters) the fp32 copy of its weight it multiplies by
 # (ledger autocast, parameter dtype): fp32, bf16-mixed on the CPU's autocast, pure bf16
 MODES = {"fp32": (None, "fp32"), "autocast": ("cpu", "fp32"), "bf16": (None, "bf16")}
 
@@ -98,7 +108,8 @@ def test_saved_tensors_equal_the_transformers_ledger(name, mode):
     autocast, param_dtype = MODES[mode]
     config = replace(translate(CONFIGS[name], "test", name).config, attention="sdpa")
     model = build(name, param_dtype)
-    B, T = 2, 5  # (T ≥ every example's window: transformers masks those layers)
+    # T reaches the window (transformers masks a sliding layer only from T = W on)
+    B, T = 2, max(5, config.sliding_window or 0)
     want, buffers = expected(config, B, T, autocast, param_dtype)
     assert measured(model, B, T, autocast) == want
     assert transformers_gap(config) is None  # the recipe plans transformers' ops for it
@@ -111,7 +122,7 @@ def test_saved_tensors_equal_the_transformers_ledger(name, mode):
 
 @pytest.mark.slow  # two real steps each under a live-storage tracker (scheduled first)
 @pytest.mark.parametrize("mode", ["fp32", "autocast"])
-@pytest.mark.parametrize("name", ["llama", "qwen3_moe", "gemma3"])
+@pytest.mark.parametrize("name", ["llama", "qwen3_moe", "gemma3", "cohere_plus"])
 def test_the_two_moments_equal_a_real_step_of_transformers_model(name, mode):
     """tests/test_peak.py's live-storage tracker over a real CPU step of transformers' model
     (F.cross_entropy on its logits, AdamW foreach, the second step): the live bytes at the

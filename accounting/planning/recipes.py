@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
 
-from accounting.ledger.builder.common import COURSE, TRANSFORMERS, gemma3_layout
+from accounting.ledger.builder.common import COURSE, TRANSFORMERS, cohere_layout, gemma3_layout
 from accounting.planning.optimizers import DEFAULT_OPTIMIZER, OPTIMIZERS, get_optimizer, is_default
 from accounting.planning.precisions import BF16_MASTER, BF16_MIXED, get_precision
 from accounting.runtime.errors import UsageError
@@ -49,6 +49,10 @@ _MOE = {"num_experts", "experts_per_token", "moe_d_ff", "norm_topk_prob", "dense
 # raise ("`sdpa` attention does not support `softcap`"), and its scale is no buffer
 _GEMMA3 = {"norm_placement", "mlp", "norm_offset", "embedding_multiplier", "sliding_window",
            "layer_types", "final_softcap"}
+# Cohere's and Cohere 2's (CohereForCausalLM, Cohere2ForCausalLM, measured too): CohereLayerNorm,
+# the parallel block, per-head QK-norm, the logit scale; Cohere 2's sliding and NoPE layers
+_COHERE = {"norm", "block", "logit_scale", "qk_norm", "sliding_window", "layer_types",
+           "nope_layers"}
 
 
 def transformers_gap(config: ModelConfig) -> str | None:
@@ -60,14 +64,16 @@ def transformers_gap(config: ModelConfig) -> str | None:
         measured = measured | {"norm_placement", "qk_norm"}
     if gemma3_layout(config):
         measured = measured | _GEMMA3
+    if cohere_layout(config):
+        measured = measured | _COHERE
     other = [f.name for f in fields(ModelConfig) if f.name not in measured
              and getattr(config, f.name) != defaults[f.name]
              and not (f.name == "qk_norm" and config.qk_norm == "head")]
     if not other:
         return None
     return (f"{', '.join(other[:3])}{' …' if len(other) > 3 else ''} (transformers' ops are "
-            f"measured for the Llama, Mistral, Qwen2, Qwen3, Qwen3-MoE, Mixtral, OLMo-2 and "
-            f"Gemma 3 layouts only)")
+            f"measured for the Llama, Mistral, Qwen2, Qwen3, Qwen3-MoE, Mixtral, OLMo-2, "
+            f"Gemma 3 and Cohere layouts only)")
 
 
 @dataclass(frozen=True)

@@ -61,6 +61,15 @@ def gemma3_layout(c: ModelConfig) -> bool:
             and not c.layer_scalar and not c.v_norm)
 
 
+def cohere_layout(c: ModelConfig) -> bool:
+    """Cohere's and Cohere 2's layout as transformers runs it (CohereForCausalLM,
+    Cohere2ForCausalLM): one CohereLayerNorm (no bias) feeding attention and MLP side by
+    side, RoPE (Cohere 2: sliding layers with it, NoPE global ones), the logits scaled."""
+    return (c.norm == "layernorm_nobias" and c.block == "parallel_shared_norm"
+            and c.positions == "rope" and c.qk_norm in ("none", "per_head")
+            and c.num_experts is None)
+
+
 class Arch:
     """The symbols the spec's sizes are written in, shared by every module below."""
 

@@ -76,6 +76,8 @@ class Norm:
         in_dtype = x.dtype
         with t.scope(self.name):
             x = t.cast(x, R.FP32, f"{m} input (fp32 copy)")  # x.to(torch.float32)
+            if self.kind == "layernorm_nobias" and t.hf:
+                return self.cohere(x, in_dtype, m, out_label, course)
             if self.kind == "rmsnorm" and t.hf_gemma3 and self.offset:
                 return self.gemma3(x, in_dtype, m, out_label, course)
             if self.kind == "rmsnorm" and t.hf:
@@ -120,6 +122,24 @@ class Norm:
             y = t.cast(y, in_dtype)  # result.to(in_dtype)
         return t.name(y, out_label, course)
 
+
+    def cohere(self, x: Sym, in_dtype: str, m: str, out_label: str, course: str) -> Sym:
+        """transformers' CohereLayerNorm (models/cohere/modeling_cohere.py, 5.23), in float32:
+        `(x - mean)` computed twice (once for the variance, once to normalize: two saved
+        storages), rsqrt(variance + eps), then `self.weight.to(torch.float32) * x` (an fp32
+        copy of bf16 weights, saved) and the cast back to the input's dtype."""
+        t, w, k = self.t, self.width, self.component
+        over = "·".join(w)
+        mean = t.reduce("aten.mean", x, w, f"mean over {over}", k)
+        xc = t.binary("aten.sub", x, mean, "x − mean", k, out=f"{m} x − mean")
+        sq = t.unary("aten.pow", xc, "(x − mean)²", k, saves="input")
+        var = t.reduce("aten.mean", sq, w, f"variance: mean of squares over {over}", k)
+        e = t.binary("aten.add", var, None, "+ eps", k)
+        r = t.unary("aten.rsqrt", e, "rsqrt", k, saves="output", out=f"{m} rsqrt")
+        xc2 = t.binary("aten.sub", x, mean, "x − mean (again)", k, out=f"{m} x − mean (again)")
+        normed = t.binary("aten.mul", xc2, r, "(x − mean) · rsqrt", k, out=f"{m} normalized")
+        y = t.binary("aten.mul", normed, t.cast(self.weight, R.FP32), "· weight", k)
+        return t.name(t.cast(y, in_dtype), out_label, course)
 
     def gemma3(self, x: Sym, in_dtype: str, m: str, out_label: str, course: str) -> Sym:
         """transformers' Gemma3RMSNorm (models/gemma3/modeling_gemma3.py, 5.23): x.float() ·
