@@ -26,10 +26,17 @@ from test_hf_gemma import CONFIGS as GEMMA
 from test_hf_cohere import CONFIGS as COHERE
 from test_hf_cohere2 import CONFIGS as COHERE2
 
-# Mixtral without its example's window (Mixtral-8x7B's config.json has none; a window is
-# planned with model/'s ops: transformers masks only once T passes it)
+from test_hf_frontier_dense import CONFIGS as FRONTIER
+
+# Mixtral without its example's window (Mixtral-8x7B's config.json has none), and with it
 CONFIGS = {**DENSE, "qwen3_moe": MOE["qwen3_moe"],
            "mixtral": {**MOE["mixtral"], "sliding_window": None},
+           # sliding windows: every layer (Mistral 5, MQA; Mixtral 6), Qwen2's from
+           # max_window_layers (window 4), Qwen3's layer_types (5), OLMo-3's (its RoPE per
+           # layer type, like Gemma 3's)
+           "mistral_window": MOE["mistral"], "mixtral_window": MOE["mixtral"],
+           "qwen2_window": MOE["qwen2"], "qwen3_window": MOE["qwen3"],
+           "olmo3": FRONTIER["olmo3"],
            # Gemma 3's text model: windows 5 and 3 (T = 5 reaches both: masked), one KV head
            # (repeat_kv a view), a final soft-cap untied; and GQA 4/2 (repeat_kv copies K
            # and V), every layer global (no mask, the full_attention RoPE buffers only)
@@ -59,7 +66,7 @@ SIZE = {"fp32": 4, "bf16": 2, "bool": 1, "int64": 8, "int32": 4}
 # embed_scale and inv_freq/original_inv_freq per layer type present
 FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "mixtral", "olmo2", "gemma3",
             "gemma3_t5", "gemma3_gqa", "gemma3_global", "cohere", "cohere_plus", "cohere_mqa",
-            "cohere2")
+            "cohere2", "mistral_window", "mixtral_window", "qwen2_window", "qwen3_window", "olmo3")
 # cohere*: CohereLayerNorm computes x − mean twice (two saved storages), saves its rsqrt,
 # and (bf16 parameters) the fp32 copy of its weight it multiplies by
 # (ledger autocast, parameter dtype): fp32, bf16-mixed on the CPU's autocast, pure bf16

@@ -35,6 +35,10 @@ TRAIN_FULL = "full"
 _MEASURED = {"vocab_size", "context_length", "num_layers", "d_model", "num_heads", "d_ff",
              "rope_theta", "name", "num_kv_heads", "head_dim", "norm_eps", "tie_embeddings",
              "qkv_bias", "out_bias", "mlp_bias", "attention"}
+# sliding-window attention layers (Mistral, Mixtral, Qwen2/3's and OLMo-3's layer_types):
+# transformers' SDPA path with its mask and repeat_kv (builder/attention.py hf_masked),
+# measured; layer_types only while every layer is an attention layer (not a hybrid's)
+_WINDOWS = {"sliding_window", "layer_types"}
 
 
 # Qwen3-MoE's and Mixtral's sparse blocks (softmax router, top-k, grouped_mm experts),
@@ -62,6 +66,8 @@ def transformers_gap(config: ModelConfig) -> str | None:
     olmo2 = config.norm_placement == "post" and config.qk_norm == "full"  # OLMo-2's layout
     if olmo2:
         measured = measured | {"norm_placement", "qk_norm"}
+    if all(k.mixer == "attention" and not k.chunked for k in config.layer_kinds):
+        measured = measured | _WINDOWS
     if gemma3_layout(config):
         measured = measured | _GEMMA3
     if cohere_layout(config):

@@ -208,6 +208,8 @@ def walk(c: ModelConfig, autocast: str | None = None, recompute: str = "none",
     t.hf_olmo2 = a.hf and c.norm_placement == "post"  # Olmo2RMSNorm
     gemma3 = a.hf and gemma3_layout(c)  # Gemma 3's modules (Gemma3TextModel's)
     t.hf_gemma3 = gemma3
+    # RoPE per layer type: Gemma 3's, and OLMo-3's (OLMo-2's layout with sliding layers)
+    per_type = gemma3 or (t.hf_olmo2 and c.sliding_window is not None)
     # __init__, in model/transformer.py's registration order
     with t.scope("token_embeddings"):
         tok = t.param("weight", ("V", "d_model"), R.EMBEDDING, lookup=True)
@@ -227,8 +229,8 @@ def walk(c: ModelConfig, autocast: str | None = None, recompute: str = "none",
         # inv_freq per layer kind, sorted (full_attention's first), of each kind's head dim
         a.global_rotary = RotaryEmbedding(t, "d_kG", "full_attention_")
         a.rotary = RotaryEmbedding(t, "d_k", "sliding_attention_")
-    elif gemma3 and c.positions == "rope":  # Gemma3RotaryEmbedding: inv_freq (and the
-        # original) per layer type present (sorted(set(layer_types))), d_k/2 each
+    elif per_type and c.positions == "rope":  # Gemma3RotaryEmbedding (Olmo3's alike):
+        # inv_freq (and the original) per layer type present (sorted(set(layer_types)))
         local = {k.local for k in c.layer_kinds}
         a.global_rotary = RotaryEmbedding(t, "d_k", "full_attention_") if False in local else None
         a.rotary = RotaryEmbedding(t, "d_k", "sliding_attention_") if True in local else None
@@ -269,7 +271,7 @@ def walk(c: ModelConfig, autocast: str | None = None, recompute: str = "none",
     if a.hf and c.positions == "rope":  # position_embeddings = self.rotary_emb(x, position_ids)
         # (Gemma 3: one (cos, sin) per layer type present)
         a.rope_tables = a.rotary.tables(x) if a.rotary is not None else None
-        if c.global_shape or (gemma3 and a.global_rotary is not None):
+        if c.global_shape or (per_type and a.global_rotary is not None):
             a.global_tables = a.global_rotary.tables(x)
     for block, (symbol, _) in zip(blocks, t.groups):
         with t.block(symbol):
