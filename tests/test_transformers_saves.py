@@ -103,7 +103,7 @@ def expected(config, B, T, autocast, param_dtype):
     v = lg.values(T, B)
     out = Counter()
     for a in lg.activations:
-        if a.saved:
+        if a.saved and a.elements.evaluate(v):  # (0: a [T≥W] or [T<W] branch not taken)
             out[(SIZE[a.dtype] * a.elements.evaluate(v) // a.copies,
                  str(DTYPE[a.dtype]).removeprefix("torch."))] += a.copies * a.count(v)
     return out, sum(b.expr().evaluate(v) for b in lg.buffers)
@@ -115,10 +115,12 @@ def test_saved_tensors_equal_the_transformers_ledger(name, mode):
     autocast, param_dtype = MODES[mode]
     config = replace(translate(CONFIGS[name], "test", name).config, attention="sdpa")
     model = build(name, param_dtype)
-    # T reaches the window (transformers masks a sliding layer only from T = W on)
-    B, T = 2, max(5, config.sliding_window or 0)
-    want, buffers = expected(config, B, T, autocast, param_dtype)
-    assert measured(model, B, T, autocast) == want
+    # transformers masks a sliding layer only from T = W on: both sides of the window
+    W = config.sliding_window
+    B, lengths = 2, (5,) if W is None else (max(5, W), W - 1)
+    for T in lengths:
+        want, buffers = expected(config, B, T, autocast, param_dtype)
+        assert measured(model, B, T, autocast) == want, T
     assert transformers_gap(config) is None  # the recipe plans transformers' ops for it
     # the buffers: inv_freq and original_inv_freq, d_k/2 float32 each (Gemma 3: per layer
     # type, and embed_scale)

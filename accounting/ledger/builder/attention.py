@@ -9,6 +9,9 @@ from accounting.ledger.builder.common import (ALIBI, QK_NORM, ATTN_SCALE, CAUSAL
                                               Arch)
 from accounting.ledger.builder.layers import Linear, Norm, RoPE, l2_norm
 from accounting.ledger.builder import megatron
+from accounting.ledger import autocast as AC
+
+T_GE_W, T_LT_W = "[T≥W]", "[T<W]"  # transformers masks a sliding layer from T = W on
 
 
 class Attention:
@@ -204,21 +207,44 @@ class Attention:
         return core()
 
     def hf_masked(self, q: Sym, k: Sym, v: Sym) -> Sym:
-        """transformers' sdpa_attention_forward with a sliding-window mask (5.23,
-        integrations/sdpa_attention.py; masking_utils.sdpa_mask skips the mask only while the
-        keys are fewer than the window, so the ledger counts it: T ≥ W): the bool (B, 1, T, T)
-        mask is built once per forward and saved by no op; with a mask, use_gqa_in_sdpa is
-        False on the CPU and CUDA, so repeat_kv expands K and V to h heads (a reshape of an
-        expand: a copy, a view when h_kv = 1); torch's SDPA turns the bool mask into an
-        additive one of the query's dtype per call (convert_boolean_attn_mask), which the
-        kernel saves with q, k, v (measured: tests/test_transformers_saves.py)."""
+        """transformers' sdpa_attention_forward on a sliding layer (5.23,
+        integrations/sdpa_attention.py). masking_utils builds the bool (B, 1, T, T) mask only
+        once the keys reach the window (_ignore_causal_mask_sdpa: kv_length >= W), once per
+        forward, saved by no op; torch's SDPA turns it into an additive one of the query's
+        dtype per call (convert_boolean_attn_mask), which the kernel saves. With the mask,
+        use_gqa_in_sdpa is False (CPU, CUDA), so repeat_kv expands K and V to h heads (a
+        reshape of an expand: a copy, a view for h_kv = 1, which autocast's bf16 cast then
+        copies at h heads); without it SDPA reads the h_kv heads (enable_gqa). What the
+        kernel keeps of K and V therefore carries [T≥W] or [T<W] (measured on both sides:
+        tests/test_transformers_saves.py)."""
         t, a = self.t, self.a
-        mask = t.fresh(("B", "T", "T"), R.BOOL)
-        if a.gqa:  # (a view of h heads when h_kv = 1: autocast's bf16 cast copies h heads)
-            heads, rep = ("B", "h", "T", self.dk), t.copy if a.c.kv_heads > 1 else t.view
-            k = t.name(rep(k, heads), "K repeated (repeat_kv)")
-            v = t.name(rep(v, heads), "V repeated (repeat_kv)")
-        return self.fused(q, k, v, mask)
+        heads = ("B", "h", "T", self.dk)
+        target = AC.LOW_DTYPE if AC.policy(t.autocast, "sdpa") == AC.LOWER else None
+        kept = []
+
+        def prepare(x: Sym, what: str) -> Sym:
+            rep = x if not a.gqa else (t.copy(x, heads) if a.c.kv_heads > 1 else t.view(x, heads))
+            if target is not None and x.dtype != target and not a.gqa:  # one copy either way
+                return t.cast(x, target)
+            if target is not None and x.dtype != target:  # autocast's copies, one per branch
+                t._reads(f"to {target}", rep)
+                hi = t.name(Sym(rep.shape, target, x.grad), f"{what} ({target} copy, T ≥ W)",
+                            saved_if=T_GE_W)
+                if rep is not x:
+                    kept.append(t.name(Sym(x.shape, target, x.grad),
+                                       f"{what} ({target} copy, T < W)", saved_if=T_LT_W))
+                return hi
+            if rep is x or rep.storage is x.storage:  # the same storage on both branches
+                return rep
+            kept.append(x)  # h_kv heads, read as they are below the window
+            n = t.named[x.storage]
+            n.shape = n.shape + (T_LT_W,)
+            return t.name(rep, f"{what} repeated (repeat_kv, T ≥ W)", saved_if=T_GE_W)
+        k, v = prepare(k, "K"), prepare(v, "V")
+        out = self.fused(q, k, v, t.fresh(("B", "T", "T"), R.BOOL))
+        for x in kept:
+            t._saves(x, "fused attention kernel (T < W: no mask, enable_gqa)")
+        return out
 
     def _grouping(self):
         _, hkv, g, gqa = getattr(self, "s", None) or self.a.shape()
