@@ -49,8 +49,8 @@ _MOE = {"num_experts", "experts_per_token", "moe_d_ff", "norm_topk_prob", "dense
 
 # Gemma 3's text layout (Gemma3ForCausalLM, measured too): sandwich norms with (1 + w) gains,
 # GELUTanh gating, the scaled embedding, per-head QK-norm, sliding-window layers, a final
-# soft-cap. Gemma 2 (no QK-norm) is not: its attention soft-cap makes sdpa_attention_forward
-# raise ("`sdpa` attention does not support `softcap`"), and its scale is no buffer
+# soft-cap. Gemma 2 (no QK-norm) is not: transformers refuses SDPA for it (its attention
+# soft-cap; Gemma2PreTrainedModel._supports_sdpa = False), and its scale is no buffer
 _GEMMA3 = {"norm_placement", "mlp", "norm_offset", "embedding_multiplier", "sliding_window",
            "layer_types", "final_softcap"}
 # Cohere's and Cohere 2's (CohereForCausalLM, Cohere2ForCausalLM, measured too): CohereLayerNorm,
@@ -77,9 +77,14 @@ def transformers_gap(config: ModelConfig) -> str | None:
              and not (f.name == "qk_norm" and config.qk_norm == "head")]
     if not other:
         return None
+    # where transformers itself runs no SDPA (the recipe's kernel), say so
+    eager = ("; transformers runs gpt-oss without SDPA (GptOssPreTrainedModel._supports_sdpa "
+             "= False: its sinks)" if config.attention_sinks else
+             "; transformers runs Gemma 2 without SDPA (Gemma2PreTrainedModel._supports_sdpa "
+             "= False: its attention soft-cap)" if config.attn_softcap is not None else "")
     return (f"{', '.join(other[:3])}{' …' if len(other) > 3 else ''} (transformers' ops are "
             f"measured for the Llama, Mistral, Qwen2, Qwen3, Qwen3-MoE, Mixtral, OLMo-2, "
-            f"Gemma 3 and Cohere layouts only)")
+            f"Gemma 3 and Cohere layouts only{eager})")
 
 
 @dataclass(frozen=True)
