@@ -22,11 +22,34 @@ from accounting.planning.recipes import transformers_gap
 from accounting.architecture.hf_config import translate
 from hf_examples import CONFIGS as DENSE
 from hf_moe_examples import CONFIGS as MOE
+from test_hf_gemma import CONFIGS as GEMMA
+from test_hf_cohere import CONFIGS as COHERE
+from test_hf_cohere2 import CONFIGS as COHERE2
 
-# Mixtral without its example's window (Mixtral-8x7B's config.json has none; a window is
-# planned with model/'s ops: transformers masks only once T passes it)
+from test_hf_frontier_dense import CONFIGS as FRONTIER
+
+# Mixtral without its example's window (Mixtral-8x7B's config.json has none), and with it
 CONFIGS = {**DENSE, "qwen3_moe": MOE["qwen3_moe"],
-           "mixtral": {**MOE["mixtral"], "sliding_window": None}}
+           "mixtral": {**MOE["mixtral"], "sliding_window": None},
+           # sliding windows: every layer (Mistral 5, MQA; Mixtral 6), Qwen2's from
+           # max_window_layers (window 4), Qwen3's layer_types (5), OLMo-3's (its RoPE per
+           # layer type, like Gemma 3's)
+           "mistral_window": MOE["mistral"], "mixtral_window": MOE["mixtral"],
+           "qwen2_window": MOE["qwen2"], "qwen3_window": MOE["qwen3"],
+           "olmo3": FRONTIER["olmo3"],
+           # Gemma 3's text model: windows 5 and 3 (T = 5 reaches both: masked), one KV head
+           # (repeat_kv a view), a final soft-cap untied; and GQA 4/2 (repeat_kv copies K
+           # and V), every layer global (no mask, the full_attention RoPE buffers only)
+           "gemma3": GEMMA["gemma3_text"], "gemma3_t5": GEMMA["gemma3_text (transformers 5)"],
+           "gemma3_gqa": {**GEMMA["gemma3_text (transformers 5)"], "num_attention_heads": 4,
+                          "num_key_value_heads": 2, "head_dim": 8},
+           "gemma3_global": {**GEMMA["gemma3_text (transformers 5)"],
+                             "layer_types": ["full_attention", "full_attention"]},
+           # Cohere: MHA, GQA with per-head QK-norm, MQA with biases; Cohere 2 (window 6:
+           # three sliding layers with RoPE, a NoPE global one; GQA 4/2)
+           "cohere": COHERE["command-r"], "cohere_plus": COHERE["command-r-plus"],
+           "cohere_mqa": COHERE["cohere (biased, untied, head_dim)"],
+           "cohere2": COHERE2["command-r7b"]}
 from test_architectures import saved_tensors
 
 DTYPE = {"fp32": torch.float32, "bf16": torch.bfloat16, "bool": torch.bool, "int64": torch.int64,
@@ -37,7 +60,15 @@ SIZE = {"fp32": 4, "bf16": 2, "bool": 1, "int64": 8, "int32": 4}
 # gate_up output, all in fp32 under autocast (grouped_mm is not autocast-enabled)
 # olmo2: post-norms and full-width QK-norm; Olmo2RMSNorm multiplies by the gain in fp32
 # before its cast, and its rotary cos/sin stay fp32 (q_embed cast back)
-FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "mixtral", "olmo2")
+# gemma3*: Gemma3RMSNorm saves the fp32 (1 + w) it multiplies by, GELUTanh its input, the
+# scaled embedding its 0-dim embed_scale buffer; a sliding layer's sdpa saves the mask
+# torch made additive in the query's dtype, and K/V as repeat_kv left them; the buffers are
+# embed_scale and inv_freq/original_inv_freq per layer type present
+FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "mixtral", "olmo2", "gemma3",
+            "gemma3_t5", "gemma3_gqa", "gemma3_global", "cohere", "cohere_plus", "cohere_mqa",
+            "cohere2", "mistral_window", "mixtral_window", "qwen2_window", "qwen3_window", "olmo3")
+# cohere*: CohereLayerNorm computes x − mean twice (two saved storages), saves its rsqrt,
+# and (bf16 parameters) the fp32 copy of its weight it multiplies by
 # (ledger autocast, parameter dtype): fp32, bf16-mixed on the CPU's autocast, pure bf16
 MODES = {"fp32": (None, "fp32"), "autocast": ("cpu", "fp32"), "bf16": (None, "bf16")}
 
@@ -61,7 +92,10 @@ def measured(model, B, T, autocast):
     ids, targets = (torch.randint(0, V, (B, T), generator=g) for _ in range(2))
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast is not None):
         seen = saved_tensors(model, ids, targets, use_cache=False)
-    return Counter((n, str(dtype).removeprefix("torch.")) for _, n, dtype in seen.values())
+    # a buffer an op saves (Gemma 3's embed_scale) is held anyway: compared with the buffers
+    buffers = {b.untyped_storage().data_ptr() for b in model.buffers()}
+    return Counter((n, str(dtype).removeprefix("torch.")) for ptr, (_, n, dtype) in seen.items()
+                   if ptr not in buffers)
 
 
 def expected(config, B, T, autocast, param_dtype):
@@ -69,7 +103,7 @@ def expected(config, B, T, autocast, param_dtype):
     v = lg.values(T, B)
     out = Counter()
     for a in lg.activations:
-        if a.saved:
+        if a.saved and a.elements.evaluate(v):  # (0: a [T≥W] or [T<W] branch not taken)
             out[(SIZE[a.dtype] * a.elements.evaluate(v) // a.copies,
                  str(DTYPE[a.dtype]).removeprefix("torch."))] += a.copies * a.count(v)
     return out, sum(b.expr().evaluate(v) for b in lg.buffers)
@@ -81,11 +115,15 @@ def test_saved_tensors_equal_the_transformers_ledger(name, mode):
     autocast, param_dtype = MODES[mode]
     config = replace(translate(CONFIGS[name], "test", name).config, attention="sdpa")
     model = build(name, param_dtype)
-    B, T = 2, 5
-    want, buffers = expected(config, B, T, autocast, param_dtype)
-    assert measured(model, B, T, autocast) == want
+    # transformers masks a sliding layer only from T = W on: both sides of the window
+    W = config.sliding_window
+    B, lengths = 2, (5,) if W is None else (max(5, W), W - 1)
+    for T in lengths:
+        want, buffers = expected(config, B, T, autocast, param_dtype)
+        assert measured(model, B, T, autocast) == want, T
     assert transformers_gap(config) is None  # the recipe plans transformers' ops for it
-    # the buffers: inv_freq and original_inv_freq, d_k/2 float32 each
+    # the buffers: inv_freq and original_inv_freq, d_k/2 float32 each (Gemma 3: per layer
+    # type, and embed_scale)
     assert sum(b.numel() * b.element_size() for b in model.buffers()) == buffers
 
 
@@ -93,7 +131,7 @@ def test_saved_tensors_equal_the_transformers_ledger(name, mode):
 
 @pytest.mark.slow  # two real steps each under a live-storage tracker (scheduled first)
 @pytest.mark.parametrize("mode", ["fp32", "autocast"])
-@pytest.mark.parametrize("name", ["llama", "qwen3_moe"])
+@pytest.mark.parametrize("name", ["llama", "qwen3_moe", "gemma3", "cohere_plus"])
 def test_the_two_moments_equal_a_real_step_of_transformers_model(name, mode):
     """tests/test_peak.py's live-storage tracker over a real CPU step of transformers' model
     (F.cross_entropy on its logits, AdamW foreach, the second step): the live bytes at the
@@ -135,3 +173,20 @@ def test_the_two_moments_equal_a_real_step_of_transformers_model(name, mode):
     boundary, update = (ph.bytes.evaluate(v) for ph in m.peak_terms)
     assert tracker.marks[MARKS[0]] - steps == boundary
     assert tracker.marks[MARKS[1]] - steps == update
+
+
+# ---- families transformers itself runs without SDPA ------------------------------------------
+
+def test_the_gap_names_the_families_transformers_runs_without_sdpa():
+    """gpt-oss (its sinks) and Gemma 2 (its attention soft-cap): transformers refuses
+    attn_implementation="sdpa" for them, so they stay planned with the course's ops and the
+    recipe line says why; checked on transformers' own from_config."""
+    from transformers import AutoModelForCausalLM
+    from accounting.crosscheck.hf_counter import transformers_config
+    from hf_h3_examples import CONFIGS as H3
+    for data in (H3["gpt_oss"], GEMMA["gemma2"]):
+        with pytest.raises(ValueError, match="scaled_dot_product_attention"):
+            AutoModelForCausalLM.from_config(transformers_config(data),
+                                             attn_implementation="sdpa")
+        config = translate(data, "test", data["model_type"]).config
+        assert "without SDPA" in transformers_gap(config)

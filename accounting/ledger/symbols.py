@@ -78,6 +78,8 @@ SYMBOLS: dict[str, str] = {
     "N_c": "chunks, ⌈T/C_l⌉ (the sequence padded to N_c·C_l)",
     "N_c-1": "chunks less one: the state updates of a forward without a cache",
     "[N_c>1]": "1 with two chunks or more, else 0: what only the scan's later chunks save",
+    "[T≥W]": "1 once T reaches the window W, else 0: transformers' sliding-layer mask and repeat_kv",
+    "[T<W]": "1 below the window W, else 0: SDPA reads the K/V heads as they are (enable_gqa)",
     "[N_m>1]": "1 with two SSD chunks or more, else 0",
     "[N_m=1]": "1 with one SSD chunk, else 0",
     "P_L": "a chunk's strictly lower pairs, C_l(C_l − 1)/2 (a unit triangular solve's multiply-adds per column)",
@@ -232,6 +234,9 @@ class Expr:
             chunks = chunks_expr(values["C_l"], values["T"])
             e = e.substitute("N_c", chunks).substitute("N_c-1", chunks + Expr({(): -1}))
             e = e.substitute("[N_c>1]", Expr({(): values["[N_c>1]"]}))  # constant on the branch
+        for flag in ("[T≥W]", "[T<W]"):  # constant on the branch the analysed T is on
+            if "T" in keep and flag in e.symbols():
+                e = e.substitute(flag, Expr({(): values[flag]}))
         if "T" in keep and {"N_m", "N_m+1", "[N_m>1]", "[N_m=1]"} & e.symbols():  # Mamba-2's
             chunks = chunks_expr(values["C_m"], values["T"])
             e = e.substitute("N_m", chunks).substitute("N_m+1", chunks + Expr({(): 1}))
@@ -360,6 +365,9 @@ def validity(e: Expr, values: dict[str, int]) -> str:
     if "P_W" in e.symbols():
         w = values["W"]
         parts.append(f"T ≥ W = {w:,}" if values["T"] >= w else f"T ≤ W = {w:,}")
+    if {"[T≥W]", "[T<W]"} & e.symbols() and "P_W" not in e.symbols():
+        w = values["W"]
+        parts.append(f"T ≥ W = {w:,}" if values["T"] >= w else f"T < W = {w:,}")
     if "P_K" in e.symbols():
         k = values["k_I"]
         parts.append(f"T ≥ k_I = {k:,}" if values["T"] >= k else f"T ≤ k_I = {k:,}")

@@ -47,6 +47,7 @@ class Trace(KernelOps):
         self.fp8 = fp8  # "torchao" / "te": the linear layers in fp8 (matmul's `linear`)
         self.param_dtype = param_dtype  # bf16: model.to(torch.bfloat16); LoRA: the frozen base's
         self.hf = False  # the ops of transformers' modeling code, where they differ (builder)
+        self.hf_gemma3 = False  # Gemma3ForCausalLM's RMSNorm and GELUTanh (builder)
         self.hf_olmo2 = False  # OLMo-2's RMSNorm (the gain in fp32, then the cast), fp32 RoPE
         self.megatron = False  # Megatron-Core + TE's fused modules (builder/megatron.py)
         self.dropout = False  # Megatron: dropout on (its masks saved)

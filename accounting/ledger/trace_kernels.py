@@ -48,6 +48,10 @@ class KernelOps:
             if self._region is not None:
                 self._region_matmuls.append((self._tick, r))
         (q, k, v, mask), dtype = self._autocast("sdpa", q, k, v, mask)
+        if mask is not None and mask.dtype == R.BOOL:  # torch converts a bool attn_mask to
+            # an additive one of the query's dtype (attention.cpp convert_boolean_attn_mask)
+            mask = self.name(Sym(mask.shape, dtype), "attention mask (additive, per call)",
+                             saved_if="[T≥W]")  # (transformers' sliding layers only)
         desc = "fused attention kernel"
         self._reads(desc, q, k, v)
         # the kernel lays its output out as q is laid out (heads-major, or a permuted view)

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
 
-from accounting.ledger.builder.common import COURSE, LLMFOUNDRY, TORCHTUNE, TRANSFORMERS
+from accounting.ledger.builder.common import (COURSE, LLMFOUNDRY, TORCHTUNE, TRANSFORMERS,
+                                              cohere_layout, gemma3_layout)
 from accounting.planning.optimizers import DEFAULT_OPTIMIZER, OPTIMIZERS, get_optimizer, is_default
 from accounting.planning.precisions import BF16_MASTER, BF16_MIXED, get_precision
 from accounting.runtime.errors import UsageError
@@ -44,6 +45,10 @@ TRAIN_FULL = "full"
 _MEASURED = {"vocab_size", "context_length", "num_layers", "d_model", "num_heads", "d_ff",
              "rope_theta", "name", "num_kv_heads", "head_dim", "norm_eps", "tie_embeddings",
              "qkv_bias", "out_bias", "mlp_bias", "attention"}
+# sliding-window attention layers (Mistral, Mixtral, Qwen2/3's and OLMo-3's layer_types):
+# transformers' SDPA path with its mask and repeat_kv (builder/attention.py hf_masked),
+# measured; layer_types only while every layer is an attention layer (not a hybrid's)
+_WINDOWS = {"sliding_window", "layer_types"}
 
 
 # Qwen3-MoE's and Mixtral's sparse blocks (softmax router, top-k, grouped_mm experts),
@@ -66,6 +71,18 @@ def foundry_gap(config: ModelConfig) -> str | None:
     return next((what for bad, what in why if bad), None)
 
 
+# Gemma 3's text layout (Gemma3ForCausalLM, measured too): sandwich norms with (1 + w) gains,
+# GELUTanh gating, the scaled embedding, per-head QK-norm, sliding-window layers, a final
+# soft-cap. Gemma 2 (no QK-norm) is not: transformers refuses SDPA for it (its attention
+# soft-cap; Gemma2PreTrainedModel._supports_sdpa = False), and its scale is no buffer
+_GEMMA3 = {"norm_placement", "mlp", "norm_offset", "embedding_multiplier", "sliding_window",
+           "layer_types", "final_softcap"}
+# Cohere's and Cohere 2's (CohereForCausalLM, Cohere2ForCausalLM, measured too): CohereLayerNorm,
+# the parallel block, per-head QK-norm, the logit scale; Cohere 2's sliding and NoPE layers
+_COHERE = {"norm", "block", "logit_scale", "qk_norm", "sliding_window", "layer_types",
+           "nope_layers"}
+
+
 def transformers_gap(config: ModelConfig) -> str | None:
     """Why transformers' ops for this architecture are not modelled yet (None: they are)."""
     defaults = {f.name: f.default for f in fields(ModelConfig)}
@@ -73,13 +90,25 @@ def transformers_gap(config: ModelConfig) -> str | None:
     olmo2 = config.norm_placement == "post" and config.qk_norm == "full"  # OLMo-2's layout
     if olmo2:
         measured = measured | {"norm_placement", "qk_norm"}
+    if all(k.mixer == "attention" and not k.chunked for k in config.layer_kinds):
+        measured = measured | _WINDOWS
+    if gemma3_layout(config):
+        measured = measured | _GEMMA3
+    if cohere_layout(config):
+        measured = measured | _COHERE
     other = [f.name for f in fields(ModelConfig) if f.name not in measured
              and getattr(config, f.name) != defaults[f.name]
              and not (f.name == "qk_norm" and config.qk_norm == "head")]
     if not other:
         return None
+    # where transformers itself runs no SDPA (the recipe's kernel), say so
+    eager = ("; transformers runs gpt-oss without SDPA (GptOssPreTrainedModel._supports_sdpa "
+             "= False: its sinks)" if config.attention_sinks else
+             "; transformers runs Gemma 2 without SDPA (Gemma2PreTrainedModel._supports_sdpa "
+             "= False: its attention soft-cap)" if config.attn_softcap is not None else "")
     return (f"{', '.join(other[:3])}{' …' if len(other) > 3 else ''} (transformers' ops are "
-            f"measured for the Llama, Mistral, Qwen2, Qwen3, Qwen3-MoE, Mixtral and OLMo-2 layouts only)")
+            f"measured for the Llama, Mistral, Qwen2, Qwen3, Qwen3-MoE, Mixtral, OLMo-2, "
+            f"Gemma 3 and Cohere layouts only{eager})")
 
 
 @dataclass(frozen=True)

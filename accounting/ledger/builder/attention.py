@@ -9,6 +9,9 @@ from accounting.ledger.builder.common import (ALIBI, QK_NORM, ATTN_SCALE, CAUSAL
                                               Arch)
 from accounting.ledger.builder.layers import Linear, Norm, RoPE, l2_norm
 from accounting.ledger.builder import megatron
+from accounting.ledger import autocast as AC
+
+T_GE_W, T_LT_W = "[T≥W]", "[T<W]"  # transformers masks a sliding layer from T = W on
 
 
 class Attention:
@@ -100,7 +103,9 @@ class Attention:
                 v = l2_norm(t, v, self.dk, "V after v_norm", QK_NORM)
             if self.hf_rope:  # apply_rotary_pos_emb(q, k, cos, sin)
                 # Gemma 4: the global layers' own cos/sin of d_kG (Gemma4TextRotaryEmbedding)
-                rot, tables = ((a.rotary, a.rope_tables) if self.local or not c.global_shape
+                # Gemma 3: each layer type's own (cos, sin), of the same d_k
+                rot, tables = ((a.rotary, a.rope_tables)
+                               if self.local or getattr(a, "global_rotary", None) is None
                                else (a.global_rotary, a.global_tables))
                 q = rot.rotate(q, tables, "Q after RoPE")
                 k = rot.rotate(k, tables, "K after RoPE")
@@ -202,6 +207,8 @@ class Attention:
             # sdpa path passes it (modeling_deepseek_v32.py: index_mask into attention_mask)
             mask = t.name(t.fresh(("B", "T", "T") if self.topk else ("T", "T"), R.BOOL),
                           f"{kind} mask" + (" and the indexer's top-k" if self.topk else ""))
+        if self.a.hf and mask is not None and c.attention == "sdpa":
+            return self.hf_masked(q, k, v)
         if self.a.megatron and c.attention == "naive" and mask is None:  # Megatron's unfused
             inputs, core = (q, k, v), lambda: megatron.unfused_core(self, q, k, v)
         elif c.attention == "sdpa":  # model/fused.py's fused_causal_attention(q, k, v, mask)
@@ -226,6 +233,46 @@ class Attention:
             with t.recomputed_region("attention core", inputs):
                 return core()
         return core()
+
+    def hf_masked(self, q: Sym, k: Sym, v: Sym) -> Sym:
+        """transformers' sdpa_attention_forward on a sliding layer (5.23,
+        integrations/sdpa_attention.py). masking_utils builds the bool (B, 1, T, T) mask only
+        once the keys reach the window (_ignore_causal_mask_sdpa: kv_length >= W), once per
+        forward, saved by no op; torch's SDPA turns it into an additive one of the query's
+        dtype per call (convert_boolean_attn_mask), which the kernel saves. With the mask,
+        use_gqa_in_sdpa is False (CPU, CUDA), so repeat_kv expands K and V to h heads (a
+        reshape of an expand: a copy, a view for h_kv = 1, which autocast's bf16 cast then
+        copies at h heads); without it SDPA reads the h_kv heads (enable_gqa). What the
+        kernel keeps of K and V therefore carries [T≥W] or [T<W] (measured on both sides:
+        tests/test_transformers_saves.py)."""
+        t, a = self.t, self.a
+        heads = ("B", "h", "T", self.dk)
+        target = AC.LOW_DTYPE if AC.policy(t.autocast, "sdpa") == AC.LOWER else None
+        kept = []
+
+        def prepare(x: Sym, what: str) -> Sym:
+            rep = x if not a.gqa else (t.copy(x, heads) if a.c.kv_heads > 1 else t.view(x, heads))
+            if target is not None and x.dtype != target and not a.gqa:  # one copy either way
+                return t.cast(x, target)
+            if target is not None and x.dtype != target:  # autocast's copies, one per branch
+                t._reads(f"to {target}", rep)
+                hi = t.name(Sym(rep.shape, target, x.grad), f"{what} ({target} copy, T ≥ W)",
+                            saved_if=T_GE_W)
+                if rep is not x:
+                    kept.append(t.name(Sym(x.shape, target, x.grad),
+                                       f"{what} ({target} copy, T < W)", saved_if=T_LT_W))
+                return hi
+            if rep is x or rep.storage is x.storage:  # the same storage on both branches
+                return rep
+            kept.append(x)  # h_kv heads, read as they are below the window
+            n = t.named[x.storage]
+            n.shape = n.shape + (T_LT_W,)
+            return t.name(rep, f"{what} repeated (repeat_kv, T ≥ W)", saved_if=T_GE_W)
+        k, v = prepare(k, "K"), prepare(v, "V")
+        out = self.fused(q, k, v, t.fresh(("B", "T", "T"), R.BOOL))
+        for x in kept:
+            t._saves(x, "fused attention kernel (T < W: no mask, enable_gqa)")
+        return out
 
     def _grouping(self):
         _, hkv, g, gqa = getattr(self, "s", None) or self.a.shape()

@@ -64,6 +64,24 @@ TORCHTUNE = "torchtune"
 DROPOUT_MASK = "dropout mask"  # the label every dropout's saved 1-byte mask ends with
 
 
+def gemma3_layout(c: ModelConfig) -> bool:
+    """Gemma 3's text layout as transformers runs it (Gemma3ForCausalLM): sandwich norms with
+    (1 + w) gains, GeGLU, per-head QK-norm, no attention soft-cap (Gemma 2 has one and no
+    QK-norm; Gemma 4 has its own head shapes and scalars)."""
+    return (c.norm_placement == "sandwich" and c.norm_offset and c.mlp == "geglu"
+            and c.qk_norm == "head" and c.attn_softcap is None and not c.global_shape
+            and not c.layer_scalar and not c.v_norm)
+
+
+def cohere_layout(c: ModelConfig) -> bool:
+    """Cohere's and Cohere 2's layout as transformers runs it (CohereForCausalLM,
+    Cohere2ForCausalLM): one CohereLayerNorm (no bias) feeding attention and MLP side by
+    side, RoPE (Cohere 2: sliding layers with it, NoPE global ones), the logits scaled."""
+    return (c.norm == "layernorm_nobias" and c.block == "parallel_shared_norm"
+            and c.positions == "rope" and c.qk_norm in ("none", "per_head")
+            and c.num_experts is None)
+
+
 class Arch:
     """The symbols the spec's sizes are written in, shared by every module below."""
 

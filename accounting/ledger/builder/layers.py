@@ -79,6 +79,10 @@ class Norm:
         in_dtype = x.dtype
         with t.scope(self.name):
             x = t.cast(x, R.FP32, f"{m} input (fp32 copy)")  # x.to(torch.float32)
+            if self.kind == "layernorm_nobias" and t.hf:
+                return self.cohere(x, in_dtype, m, out_label, course)
+            if self.kind == "rmsnorm" and t.hf_gemma3 and self.offset:
+                return self.gemma3(x, in_dtype, m, out_label, course)
             if self.kind == "rmsnorm" and t.hf:
                 # transformers' LlamaRMSNorm (and Qwen2/3's, Mistral's): x·rsqrt(mean(x²) +
                 # eps), then weight · x.to(input_dtype): the same three tensors saved as the
@@ -120,6 +124,41 @@ class Norm:
                     y = t.binary("aten.add", y, self.bias, "+ bias", k)
             y = t.cast(y, in_dtype)  # result.to(in_dtype)
         return t.name(y, out_label, course)
+
+
+    def cohere(self, x: Sym, in_dtype: str, m: str, out_label: str, course: str) -> Sym:
+        """transformers' CohereLayerNorm (models/cohere/modeling_cohere.py, 5.23), in float32:
+        `(x - mean)` computed twice (once for the variance, once to normalize: two saved
+        storages), rsqrt(variance + eps), then `self.weight.to(torch.float32) * x` (an fp32
+        copy of bf16 weights, saved) and the cast back to the input's dtype."""
+        t, w, k = self.t, self.width, self.component
+        over = "·".join(w)
+        mean = t.reduce("aten.mean", x, w, f"mean over {over}", k)
+        xc = t.binary("aten.sub", x, mean, "x − mean", k, out=f"{m} x − mean")
+        sq = t.unary("aten.pow", xc, "(x − mean)²", k, saves="input")
+        var = t.reduce("aten.mean", sq, w, f"variance: mean of squares over {over}", k)
+        e = t.binary("aten.add", var, None, "+ eps", k)
+        r = t.unary("aten.rsqrt", e, "rsqrt", k, saves="output", out=f"{m} rsqrt")
+        xc2 = t.binary("aten.sub", x, mean, "x − mean (again)", k, out=f"{m} x − mean (again)")
+        normed = t.binary("aten.mul", xc2, r, "(x − mean) · rsqrt", k, out=f"{m} normalized")
+        y = t.binary("aten.mul", normed, t.cast(self.weight, R.FP32), "· weight", k)
+        return t.name(t.cast(y, in_dtype), out_label, course)
+
+    def gemma3(self, x: Sym, in_dtype: str, m: str, out_label: str, course: str) -> Sym:
+        """transformers' Gemma3RMSNorm (models/gemma3/modeling_gemma3.py, 5.23): x.float() ·
+        rsqrt(mean(x²) + eps), then `output * (1.0 + self.weight.float())` in float32 and
+        type_as(x) last: the product saves the fp32 normalized x and the fp32 (1 + w) vector
+        (a new d-vector per call); x·rsqrt saves the fp32 x and the B×T rsqrt."""
+        t, w, k = self.t, self.width, self.component
+        sq = t.unary("aten.pow", x, "x²", k, saves="input")
+        ms = t.reduce("aten.mean", sq, w, f"mean over {'·'.join(w)}", k)
+        e = t.binary("aten.add", ms, None, "+ eps", k)
+        r = t.unary("aten.rsqrt", e, "rsqrt", k, saves="output", out=f"{m} rms")
+        normed = t.binary("aten.mul", x, r, "x · rsqrt", k, out=f"{m} x / rms")
+        gain = t.cast(self.weight, R.FP32)  # weight.float(): a copy of bf16 parameters
+        gain = t.binary("aten.add", gain, None, "1 + gain", k, out=f"{m} 1 + gain")
+        y = t.binary("aten.mul", normed, gain, "· (1 + gain)", k)
+        return t.name(t.cast(y, in_dtype), out_label, course)
 
 
 def l2_norm(t: Trace, x: Sym, over: str, out_label: str, component: str) -> Sym:
@@ -244,6 +283,10 @@ def activation(t: Trace, kind: str, x: Sym, component: str, course: str) -> Sym:
                     out="sigmoid(W1 output)")
         return t.binary("aten.mul", x, s, "SiLU: W1·x · sigmoid", component, out="SiLU output",
                         course=course)
+    if kind == "gelu_tanh" and t.hf and t.hf_gemma3:  # transformers' GELUTanh (Gemma's
+        # gelu_pytorch_tanh): F.gelu(x, approximate="tanh"), one op that saves its input
+        return t.unary("aten.gelu", x, "GELU (tanh)", component, saves="input",
+                       out="GELU output", course=course)
     if kind == "relu2":  # r = relu(x) (saves its output), r · r (saves r)
         r = t.unary("aten.relu", x, "relu(W1·x)", component, saves="output", out="relu(W1 output)")
         return t.binary("aten.mul", r, r, "relu²", component, out="relu² output", course=course)

@@ -7,7 +7,7 @@ from accounting.ledger.symbols import SAVED_AS_BLOCK_INPUT
 from accounting.ledger.trace import LOSS, Sym, Trace
 from accounting.ledger.builder.common import (POSITION_ADD, RESIDUAL, NORM_PARAMS, ROW, Arch, COURSE,
                                               EMBED_SCALE, LOGIT_SCALE, MUP, PER_LAYER,
-                                              RESIDUAL_SCALE, SOFTCAP)
+                                              RESIDUAL_SCALE, SOFTCAP, gemma3_layout)
 from accounting.ledger.builder.layers import Linear, Norm, activation, FeedForward, RotaryEmbedding
 from accounting.units import FP32
 from accounting.ledger.builder.attention import Attention
@@ -272,9 +272,16 @@ def walk(c: ModelConfig, autocast: str | None = None, recompute: str = "none",
     t.hf, t.megatron, t.dropout = a.hf or a.titan, a.megatron, a.dropout  # titan: F.silu
     t.titan, t.foundry = a.titan, a.foundry
     t.hf_olmo2 = a.hf and c.norm_placement == "post"  # Olmo2RMSNorm
+    gemma3 = a.hf and gemma3_layout(c)  # Gemma 3's modules (Gemma3TextModel's)
+    t.hf_gemma3 = gemma3
+    # RoPE per layer type: Gemma 3's, and OLMo-3's (OLMo-2's layout with sliding layers)
+    per_type = gemma3 or (t.hf_olmo2 and c.sliding_window is not None)
     # __init__, in model/transformer.py's registration order
     with t.scope("token_embeddings"):
         tok = t.param("weight", ("V", "d_model"), R.EMBEDDING, lookup=True)
+        # Gemma3TextScaledWordEmbedding: embed_scale, a 0-dim float32 buffer (persistent=False)
+        # (made under the default dtype: bf16 when the model is built with dtype=bfloat16)
+        scale = t.buffer("embed_scale", (), R.DTYPE_BYTES[param_dtype]) if gemma3 else None
     pos = None
     if c.positions == "learned":
         with t.scope("position_embeddings"):
@@ -288,6 +295,11 @@ def walk(c: ModelConfig, autocast: str | None = None, recompute: str = "none",
         # inv_freq per layer kind, sorted (full_attention's first), of each kind's head dim
         a.global_rotary = RotaryEmbedding(t, "d_kG", "full_attention_")
         a.rotary = RotaryEmbedding(t, "d_k", "sliding_attention_")
+    elif per_type and c.positions == "rope":  # Gemma3RotaryEmbedding (Olmo3's alike):
+        # inv_freq (and the original) per layer type present (sorted(set(layer_types)))
+        local = {k.local for k in c.layer_kinds}
+        a.global_rotary = RotaryEmbedding(t, "d_k", "full_attention_") if False in local else None
+        a.rotary = RotaryEmbedding(t, "d_k", "sliding_attention_") if True in local else None
     elif a.hf and c.positions == "rope":  # LlamaModel.rotary_emb: before the blocks' keys
         a.rotary = RotaryEmbedding(t)
     blocks = []
@@ -304,9 +316,14 @@ def walk(c: ModelConfig, autocast: str | None = None, recompute: str = "none",
     ids = t.name(t.fresh(("B", "T"), R.INT64), "token ids")
     with t.scope("token_embeddings"):
         x = t.lookup(tok, ids, ROW)
+        if scale is not None:  # × embed_scale.to(weight.dtype): the mul saves the buffer
+            # itself (it has the weight's dtype), counted with the buffers, not again here
+            x = t.binary("aten.mul", x, Sym((), param_dtype, False, param="embed_scale"),
+                         "embedding · embed_scale", EMBED_SCALE)
         if t.adapters is not None:  # a frozen table: enable_input_require_grads' leaf
             x = leaf = lora.input_leaf(t, x)
-    if c.embedding_multiplier is not None:  # Gemma's √d_model, Granite's multiplier: a scalar
+    if c.embedding_multiplier is not None and scale is None:  # Gemma's √d_model, Granite's
+        # multiplier: a scalar
         x = t.binary("aten.mul", x, None, "embedding · multiplier", EMBED_SCALE)
     if ple is not None:  # Gemma4TextModel.get_per_layer_inputs, project_per_layer_inputs
         a.ple = ple(ids, x)
@@ -321,8 +338,9 @@ def walk(c: ModelConfig, autocast: str | None = None, recompute: str = "none",
         if c.positions == "rope":
             a.freqs = t.name(t.fresh(("T", "d_k"), FP32), "RoPE frequencies (fp32, once per pass)")
     if a.hf and c.positions == "rope":  # position_embeddings = self.rotary_emb(x, position_ids)
-        a.rope_tables = a.rotary.tables(x)
-        if c.global_shape:
+        # (Gemma 3: one (cos, sin) per layer type present)
+        a.rope_tables = a.rotary.tables(x) if a.rotary is not None else None
+        if c.global_shape or (per_type and a.global_rotary is not None):
             a.global_tables = a.global_rotary.tables(x)
     for block, (symbol, _) in zip(blocks, t.groups):
         with t.block(symbol):
