@@ -410,12 +410,14 @@ class TransformerLM(nn.Module):
             x = x + self.position_embeddings(torch.arange(seq, device=token_ids.device))
         per_layer = self.per_layer_inputs(token_ids, x) if self.per_layer is not None else None
         for i, layer in enumerate(self.layers):
-            mine = None if per_layer is None else per_layer[..., i, :]
+            # a block takes its per-layer input only where there is one (Gemma 4): the course's
+            # call, layer(x), stays as it is (tensor parallelism's PrepareModuleInput counts
+            # a block's inputs)
+            args = (x,) if per_layer is None else (x, None, per_layer[..., i, :])
             if self.recompute == "full":
-                x = checkpoint(layer, x, None, mine, use_reentrant=False,
-                               preserve_rng_state=False)
+                x = checkpoint(layer, *args, use_reentrant=False, preserve_rng_state=False)
             else:
-                x = layer(x, None, mine)
+                x = layer(*args)
         logits = self.lm_head(self.ln_final(x))
         if self.logit_scale is not None:
             logits = logits * self.logit_scale
