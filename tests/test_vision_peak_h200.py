@@ -9,10 +9,10 @@ estimate 2,593,128,448 B: 0.885. The estimate follows vLLM's tower (flash-attent
 kernel, no score matrix); transformers' tower also makes fp32 copies of q and k for its
 rotary embedding (apply_rotary_pos_emb_vision: q.float(), k.float(): 2 · N · d_v · 4 B,
 671 MB at N = 65,536) and a copy of the hidden states reordered by the window index
-(permute_input_for_window_attn), which
-vLLM's does not all keep. The check: the estimate is below the transformers measurement
-(vLLM's tower keeps less) and within 15% of it, at three image sizes (each patch count is
-the measured run's grid²). The tower's parameter count is the measured model's too."""
+(permute_input_for_window_attn), which the estimate leaves out (whether vLLM's tower
+keeps them is not measured here). The check: the estimate is below the transformers
+measurement and within 15% of it, at three image sizes (each patch count is the measured
+run's grid²). The tower's parameter count is the measured model's too."""
 from __future__ import annotations
 
 import json
