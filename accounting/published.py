@@ -93,16 +93,18 @@ RUNS: tuple[Run, ...] = (
     _tt("70B, 256 GPUs, FSDP 32 TP 8, b 16 (Table 4)", LLAMA31_70B, 256, 8192, 512,
         FSDP + ("--tp", "8", "--sp", "--micro-batch", "16"), "fp8-torchao", "full", 829, "compiled"),
     _tt("70B, 256 GPUs, FSDP 32 TP 8 + async TP (Table 4)", LLAMA31_70B, 256, 8192, 512,
-        FSDP + ("--tp", "8", "--sp", "--micro-batch", "16"), "fp8-torchao", "full", 876,
-        "compiled; async TP (not modelled)"),
+        FSDP + ("--tp", "8", "--sp", "--micro-batch", "16", "--async-tp"), "fp8-torchao", "full",
+        876, "compiled; async TP"),
     # Table 5's local batch of 32 in as many micro-batches as pipeline stages, torchtitan's
     # default then: n_microbatches = pipeline_parallel_microbatches or pipeline_parallel_degree
     # (torchtitan/parallelisms/pipelining_utils.py build_pipeline_schedule, 2024): 8 of 4
     _tt("405B, 512 GPUs, FSDP 8 TP 8 PP 8, 1F1B (Table 5)", LLAMA31_405B, 512, 8192, 256,
-        FSDP + ("--tp", "8", "--sp", "--pp", "8", "--micro-batch", "4"), "fp8-torchao", "full", 100,
+        FSDP + ("--tp", "8", "--sp", "--pp", "8", "--micro-batch", "4", "--async-tp"),
+        "fp8-torchao", "full", 100,
         "compiled; async TP; m = pp = 8 micro-batches"),
     _tt("405B, 512 GPUs, interleaved 1F1B (Table 5)", LLAMA31_405B, 512, 8192, 256,
-        FSDP + ("--tp", "8", "--sp", "--pp", "8", "--micro-batch", "4", "--virtual-stages", "2"),
+        FSDP + ("--tp", "8", "--sp", "--pp", "8", "--micro-batch", "4", "--virtual-stages", "2",
+                "--async-tp"),
         "fp8-torchao", "full", 128, "compiled; async TP; m = 8; interleaving degree assumed 2"),
     _tt("8B, 64 A100, FSDP, b 1, selective layer", LLAMA31_8B, 64, 8192, 64,
         FSDP + ("--micro-batch", "1"), "bf16-mixed", "selective", 2904, gpu="A100",

@@ -15,7 +15,8 @@ from accounting.ledger.records import BACKWARD, FORWARD
 from accounting.planning.gpus import Interconnect
 from accounting.planning.parallel import overlap as OV
 from accounting.planning.parallel.comms import (ALL_GATHER, ALL_REDUCE, CONTEXT, DATA,
-                                                REDUCE_SCATTER, STEP, BROADCAST, Collective)
+                                                REDUCE_SCATTER, STEP, TENSOR as TP_GROUP, BROADCAST,
+                                                Collective)
 from accounting.planning.parallel.layout import Layout
 from accounting.planning.parallel.step import StageFlops, step_time
 
@@ -113,6 +114,37 @@ def test_context_parallel_ring_hides_under_the_attention(per_rotation, exchange,
     bare = step_time(layout, [_flops(10**14, 1)], [comms], PEAK, Fraction(1), NET,
                      overlap=OV.TORCHTITAN_OVERLAP)
     assert bare.exposed_context_parallel == exchange
+
+
+@pytest.mark.parametrize("gathered, exposed", [
+    # tp 4: an all-gather sends 3/4 of its payload at 7/8·1e11 B/s. 1.1666e10 B -> 100 ms;
+    # the GEMMs are half of a 300 ms micro-batch (150 ms), (tp − 1)/tp of them 112.5 ms:
+    # micro-pipelined, nothing of the 100 ms shows
+    (35 * 10**9 // 3, 0 * MS),
+    # 3.5e10 B -> 300 ms: 300 − 112.5 = 187.5 ms exposed
+    (35 * 10**9, Fraction(375, 2) * MS),
+])
+def test_async_tp_hides_the_collectives_under_their_matmuls(gathered, exposed):
+    """torch's _pipelined_all_gather_and_consume (torch/distributed/_symmetric_memory): the
+    local shard's matmul first, each next shard's copy under the matmul of the one in hand:
+    a fused op takes max(t_m, t_m/tp + t_c), exposed max(0, t_c − t_m·(tp − 1)/tp)."""
+    layout = Layout(4, tp=4, micro_batch=1, global_batch=1)
+    comms = [_c(TP_GROUP, ALL_GATHER, FORWARD, 1, gathered, ranks=4)]
+    shares = (("GEMMs", Fraction(1, 2)), ("attention", Fraction(1, 4)),
+              ("memory-bound", Fraction(1, 4)))
+    args = (layout, [_flops(10**14, 1)], [comms], PEAK, Fraction(1), NET)
+    sync = step_time(*args, overlap=OV.TORCHTITAN_OVERLAP, shares=shares)
+    both = step_time(*args, overlap=OV.TORCHTITAN_OVERLAP, shares=shares, async_tp=True)
+    t_c = Fraction(gathered * 3, 4) / (Fraction(7, 8) * 10**11)
+    assert sync.tensor_parallel_per_micro_batch == t_c == both.tensor_parallel_per_micro_batch
+    assert sync.seconds == 300 * MS + t_c  # exposed without async TP
+    assert both.exposed_tensor_parallel == exposed
+    assert both.seconds == 300 * MS + exposed
+    assert dict(both.rules)["tensor parallel"] == OV.ASYNC_TP
+    assert sum(both.breakdown().values()) == both.seconds
+    # without the kernels' shares the GEMMs' time is unknown: nothing hidden
+    bare = step_time(*args, overlap=OV.TORCHTITAN_OVERLAP, async_tp=True)
+    assert bare.exposed_tensor_parallel == t_c
 
 
 def _plan(capsys, *argv):

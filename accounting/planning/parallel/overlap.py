@@ -34,12 +34,20 @@ Data parallelism, by engine (the rule depends on the sharding stage: a Stack's e
 Collectives of the optimizer step (ZeroRedundancyOptimizer's broadcasts) follow the update:
 exposed under every rule.
 
-Tensor parallelism: exposed (on the critical path) unless the stack runs it asynchronously:
-torchtitan's async TP (`parallelism.enable_async_tensor_parallel`, torchtitan/distributed/
-tensor_parallel.py maybe_enable_async_tp: torch._inductor's micro-pipelined
-all-gather-matmul, needs torch.compile) and Megatron-Core's userbuffer overlap
-(ModelParallelConfig.tp_comm_overlap = False by default, megatron/core/model_parallel_config.py)
-are off by default and not planned here, so every stack's TP collectives are exposed.
+Tensor parallelism: exposed (on the critical path) unless the run turns on asynchronous TP.
+Megatron-Core's userbuffer overlap (ModelParallelConfig.tp_comm_overlap = False by default,
+megatron/core/model_parallel_config.py) is off by default and not planned. torchtitan's async
+TP (`--async-tp`: `parallelism.enable_async_tensor_parallel`, torchtitan/distributed/
+tensor_parallel.py maybe_enable_async_tp: inductor's micro-pipeline TP pass rewrites each
+all-gather → matmul and matmul → reduce-scatter into torch's fused symmetric-memory ops) is
+ASYNC_TP: torch/distributed/_symmetric_memory/__init__.py (torch 2.13)
+_pipelined_all_gather_and_consume consumes the local shard first and each remote shard as
+it arrives, the copy of the next shard running under the matmul of the one in hand;
+_pipelined_produce_and_all2all sends each produced chunk while the next is computed. With
+the matmul in tp chunks of t_m/tp, a fused op takes max(t_m, t_m/tp + t_c): exposed
+max(0, t_c − t_m·(tp − 1)/tp). Applied to a micro-batch's TP traffic against its GEMM time
+(the kernels' GEMM share of the compute: the TP matmuls are the blocks' GEMMs); where the
+compute is not split by kernel (--mfu), nothing is hidden.
 
 Pipeline parallelism: the bubble by schedule (step.py slots: (p − 1)/m of the ideal time for
 GPipe and 1F1B, (p − 1)/(v·m) interleaved; Narayanan et al. 2021 §2.2; torchtitan's
@@ -61,7 +69,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-BUCKETS, PREFETCH, EXPOSED, RING = "buckets", "prefetch", "exposed", "ring"
+BUCKETS, PREFETCH, EXPOSED, RING, ASYNC_TP = "buckets", "prefetch", "exposed", "ring", "async"
 
 RULES = {
     BUCKETS: "DDP's gradient buckets (25 MiB, the first 1 MiB): all-reduced under the last "
@@ -72,6 +80,9 @@ RULES = {
     EXPOSED: "not overlapped: on the critical path",
     RING: "ring: each K/V exchange under the attention of the shard in hand; exposed where "
           "longer than the attention",
+    ASYNC_TP: "async TP: each all-gather and reduce-scatter micro-pipelined with the matmul it "
+              "feeds (torch's symmetric-memory fused ops); exposed where longer than "
+              "(tp − 1)/tp of the GEMMs",
 }
 
 
@@ -88,9 +99,9 @@ class Overlap:
     def data_rule(self, sharding: int) -> str:
         return self.data_parallel.get(sharding, EXPOSED)
 
-    def describe(self, sharding: int) -> dict[str, str]:
+    def describe(self, sharding: int, async_tp: bool = False) -> dict[str, str]:
         return {"data parallel": self.data_rule(sharding),
-                "tensor parallel": self.tensor_parallel,
+                "tensor parallel": ASYNC_TP if async_tp else self.tensor_parallel,
                 "pipeline": "bubble by schedule; sends exposed",
                 "context parallel": self.context_parallel,
                 "expert parallel": self.expert_parallel}
@@ -103,7 +114,8 @@ TORCH_OVERLAP = Overlap(
 TORCHTITAN_OVERLAP = Overlap(
     {2: PREFETCH, 3: PREFETCH},
     source="torchtitan 9dec370 models/llama3/infra/parallelize.py apply_fsdp (FSDP2's "
-           "prefetch), enable_async_tensor_parallel off by default; torch's CP ring")
+           "prefetch), enable_async_tensor_parallel off by default (--async-tp: torch's "
+           "_symmetric_memory micro-pipelining); torch's CP ring")
 DEEPSPEED_OVERLAP = Overlap(
     {0: EXPOSED, 1: EXPOSED, 2: EXPOSED, 3: PREFETCH},
     source="deepspeed/runtime/zero/config.py DeepSpeedZeroConfig.overlap_comm_valid "

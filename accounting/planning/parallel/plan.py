@@ -385,7 +385,8 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
             from accounting.planning.kernel_time import collective_timer
             timer = collective_timer(hardware)
         time = step_time(layout, [s.flops for s in plans], [list(s.collectives) for s in plans],
-                         hardware.peak_flops, u, net, timer, stack.stack.overlap, shares)
+                         hardware.peak_flops, u, net, timer, stack.stack.overlap, shares,
+                         async_tp=stack.async_tp)
         if source == "kernels":  # the update by the bytes it moves (memory-bound)
             from accounting.planning.kernel_time import optimizer_seconds
             time = replace(time, optimizer=max(optimizer_seconds(

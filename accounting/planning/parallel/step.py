@@ -46,6 +46,7 @@ from accounting.planning.parallel.shards import Split
 from accounting.planning.parallel.states import States
 
 ATTENTION_SHARE = "attention"  # timing/ops.py's ATTENTION category (the kernels' shares)
+GEMM_SHARE = "GEMMs"  # timing/ops.py's GEMMS category
 ADAMW_PER_ELEMENT = sum(o.flops_per_element for o in ADAMW_OPS if o.per == PARAMETER)
 ADAMW_PER_TENSOR = sum(o.flops_per_element for o in ADAMW_OPS if o.per == TENSOR)
 
@@ -166,6 +167,13 @@ class StepTime:
     micro_batches: int = 1
     shares: tuple = ()  # (category, share of the compute): the kernels' breakdown
     rules: tuple = ()  # (group, rule) applied
+    # async TP (overlap.py ASYNC_TP): the TP seconds a micro-batch leaves exposed; None: all
+    tensor_parallel_exposed_per_micro_batch: Fraction | None = None
+
+    @property
+    def exposed_tensor_parallel(self) -> Fraction:
+        x = self.tensor_parallel_exposed_per_micro_batch
+        return self.tensor_parallel_per_micro_batch if x is None else x
 
     @property
     def exposed_context_parallel(self) -> Fraction:
@@ -176,7 +184,7 @@ class StepTime:
     def pipeline_path(self) -> Fraction:
         """The critical path of the pipeline schedule: each slot a micro-batch's compute and
         its exposed communication."""
-        return self.slots * (self.compute_per_micro_batch + self.tensor_parallel_per_micro_batch
+        return self.slots * (self.compute_per_micro_batch + self.exposed_tensor_parallel
                              + self.pipeline_per_micro_batch + self.expert_parallel_per_micro_batch
                              + self.exposed_context_parallel)
 
@@ -203,7 +211,7 @@ class StepTime:
     def exposed_communication(self) -> Fraction:
         """Every collective's time on the critical path (TP, pipeline sends, EP, CP's
         unhidden exchange, in each slot; DP's unhidden part once)."""
-        return (self.slots * (self.tensor_parallel_per_micro_batch + self.pipeline_per_micro_batch
+        return (self.slots * (self.exposed_tensor_parallel + self.pipeline_per_micro_batch
                               + self.expert_parallel_per_micro_batch
                               + self.exposed_context_parallel)
                 + self.exposed_data_parallel)
@@ -249,19 +257,22 @@ def _data_parallel_exposed(rule: str, timed: list, m: int, forward: Fraction,
 
 def step_time(layout: Layout, flops: list[StageFlops], comms: list[list[Collective]],
               peak: Fraction, mfu: Fraction, net: Interconnect | None,
-              timer=None, overlap: OV.Overlap | None = None, shares: tuple = ()) -> StepTime:
+              timer=None, overlap: OV.Overlap | None = None, shares: tuple = (),
+              async_tp: bool = False) -> StepTime:
     """`flops` and `comms` per stage (every stage, or the first and last). `timer` (issue
     39, planning/kernel_time.py collective_timer): a collective inside a node timed from NCCL's
     measured table, where it has one; the others by their ring traffic at the link.
     `overlap`: the stack's rules (overlap.py), None for the old assumption (DP hidden under
     the whole critical path, the rest exposed); `shares`: each kernel category's share of
-    the compute (kernel_time.kernel_rate), the attention's hiding a CP ring's exchange."""
+    the compute (kernel_time.kernel_rate), the attention's hiding a CP ring's exchange and
+    the GEMMs' an async TP's collectives (`async_tp`: the run's --async-tp, overlap.ASYNC_TP)."""
     rate = peak * mfu
     m = layout.micro_batches
     groups = ((TP_GROUP, DATA, PIPELINE) + ((EXPERT, EXPERT_DATA) if layout.ep > 1 else ())
               + ((CONTEXT,) if layout.cp > 1 else ()))
     links = {g: group_link(layout, g, net) for g in groups} if net else {}
     attention = dict(shares).get(ATTENTION_SHARE)
+    gemms = dict(shares).get(GEMM_SHARE)
     dp_rule = overlap.data_rule(layout.sharding) if overlap is not None else None
 
     def seconds_of(c: Collective) -> Fraction:
@@ -291,20 +302,26 @@ def step_time(layout: Layout, flops: list[StageFlops], comms: list[list[Collecti
             dp_exposed = _data_parallel_exposed(
                 dp_rule, [(c, t) for c, t in timed if c.group in (DATA, EXPERT_DATA)], m, fwd,
                 compute - fwd)
-        per_stage.append((compute, total.get(TP_GROUP, Fraction(0)) / m,
+        tp = total.get(TP_GROUP, Fraction(0)) / m
+        tp_exposed = None
+        if overlap is not None and async_tp and layout.tp > 1:
+            hidden = compute * gemms * Fraction(layout.tp - 1, layout.tp) if gemms else 0
+            tp_exposed = max(Fraction(0), tp - hidden)
+        per_stage.append((compute, tp,
                           total.get(PIPELINE, Fraction(0)) / m, Fraction(f.adamw) / rate, dp,
-                          total.get(EXPERT, Fraction(0)) / m, cp, cp_exposed, dp_exposed))
-    worst = max(per_stage, key=lambda s: s[0] + s[1] + s[2] + s[5]
+                          total.get(EXPERT, Fraction(0)) / m, cp, cp_exposed, dp_exposed,
+                          tp_exposed))
+    worst = max(per_stage, key=lambda s: s[0] + (s[1] if s[9] is None else s[9]) + s[2] + s[5]
                 + (s[6] if s[7] is None else s[7]))
     rules = ()
     if overlap is not None:
-        rules = tuple((g, r) for g, r in overlap.describe(layout.sharding).items()
+        rules = tuple((g, r) for g, r in overlap.describe(layout.sharding, async_tp).items()
                       if g in links or g == "pipeline" and layout.pp > 1)
     exposed_dp = (None if dp_rule is None
                   else max(s[8] for s in per_stage))
     return StepTime(worst[0], worst[1], worst[2], slots(layout),
                     max(s[3] for s in per_stage), max(s[4] for s in per_stage), links, worst[5],
-                    worst[6], exposed_dp, worst[7], m, tuple(shares), rules)
+                    worst[6], exposed_dp, worst[7], m, tuple(shares), rules, worst[9])
 
 
 def megatron_seconds(tokens: int, params: int, gpus: int, flops_per_gpu: Fraction,
