@@ -17,6 +17,7 @@ from accounting.architecture.hf_config import translate
 from accounting.ledger.builder import vision as VB
 from cli_run import refused_in_one_line, run
 from hf_examples import write_config
+from vlm_contract import contract_json
 
 TEXT = {"model_type": "llama", "vocab_size": 256, "hidden_size": 64, "intermediate_size": 96,
         "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
@@ -96,17 +97,9 @@ def test_encoder_flops_equal_flop_counter():
 
 
 def test_the_contract_on_a_config_json(tmp_path, capsys):
-    model = _model()
-    code, out, err = run(capsys, "--config", str(write_config(tmp_path, DATA)), "--image",
-                         "448x448", "--no-verify", "--format", "json")
-    assert code == 0, err
-    d = json.loads(out)
-    assert d["parameters"]["total"] == sum(p.numel() for p in model.parameters())
-    assert d["parameters"]["vision"] == sum(p.numel() for n, p in model.named_parameters()
-                                            if n.startswith(TOWER))
+    d = contract_json(capsys, tmp_path, DATA, _model(), TOWER)
     # 448 → 224 (4·56), 4×4 tiles of 56² and the global one, 4 tokens each
     assert d["workload"]["image_tokens"] == 17 * 4
-    assert any("vision encoder" in str(c) for c in d["components"]["executed"])
 
 
 def test_a_scale_factor_that_does_not_divide_the_grid_is_refused(tmp_path, capsys):

@@ -17,6 +17,7 @@ from accounting.architecture.hf_config import translate
 from accounting.ledger.builder import vision as VB
 from cli_run import refused_in_one_line, run
 from hf_examples import write_config
+from vlm_contract import contract_json
 
 TEXT = {"model_type": "qwen2", "vocab_size": 256, "hidden_size": 64, "intermediate_size": 96,
         "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
@@ -99,17 +100,9 @@ def test_tokens_at_the_done_when_sizes_by_hand():
 
 
 def test_the_contract_on_a_config_json(tmp_path, capsys):
-    model = _model()
-    code, out, err = run(capsys, "--config", str(write_config(tmp_path, DATA)), "--image",
-                         "448x448", "--no-verify", "--format", "json")
-    assert code == 0, err
-    d = json.loads(out)
-    assert d["parameters"]["total"] == sum(p.numel() for p in model.parameters())
-    assert d["parameters"]["vision"] == sum(p.numel() for n, p in model.named_parameters()
-                                            if n.startswith(TOWER))
+    d = contract_json(capsys, tmp_path, DATA, _model(), TOWER)
     assert d["workload"]["image_tokens"] == I.image_row(translate(DATA, "c", "ov").vision,
                                                         (448, 448)).tokens
-    assert any("vision encoder" in str(c) for c in d["components"]["executed"])
 
 
 def test_the_pooling_head_is_refused(tmp_path, capsys):

@@ -112,6 +112,23 @@ def _block_matmuls(w: _Walk, s: VisionSpec, prefix: str, names: dict[str, str]) 
         w.matmul("MLP fc2", f"{prefix}.mlp.fc2", ("N",), ("f_v",), ("d_v",), "L_v")
 
 
+def _encoder_layers(w, s, v: str) -> None:
+    """CLIP's and SigLIP's encoder layers (CLIPEncoderLayer, SiglipEncoderLayer; Idefics3's is
+    SigLIP's): self_attn's k, v, q and out projections with biases (their declaration order),
+    layer_norm1, mlp.fc1 and fc2, layer_norm2, then each block's matmuls."""
+    b = f"{v}.encoder.layers.{BLOCK}"
+    for x in ("k", "v", "q"):  # CLIPAttention/SiglipAttention declare k, v, q, out
+        w.linear(f"{b}.self_attn.{x}_proj", "d_v", "d_v", True, "L_v")
+    w.linear(f"{b}.self_attn.out_proj", "d_v", "d_v", True, "L_v")
+    w.norm(f"{b}.layer_norm1", "layernorm", "L_v")
+    w.linear(f"{b}.mlp.fc1", "d_v", "f_v", True, "L_v")
+    w.linear(f"{b}.mlp.fc2", "f_v", "d_v", True, "L_v")
+    w.norm(f"{b}.layer_norm2", "layernorm", "L_v")
+    _block_matmuls(w, s, "encoder.layers.{i}", {"q": "self_attn.q_proj", "k": "self_attn.k_proj",
+                                                "v": "self_attn.v_proj", "core": "self_attn",
+                                                "out": "self_attn.out_proj"})
+
+
 def _qwen(w: _Walk, s: VisionSpec) -> None:
     """Qwen2VisionTransformerPretrainedModel / Qwen2_5_VisionTransformerPretrainedModel /
     Qwen3VLVisionModel (modeling_qwen2_vl.py, modeling_qwen2_5_vl.py, modeling_qwen3_vl.py),
@@ -277,17 +294,7 @@ def _idefics3(w: _Walk, s: VisionSpec) -> None:
     w.param(f"{v}.embeddings.position_embedding.weight", ("N_pos", "d_v"))
     w.matmul("patch embedding (Conv2d as a matmul)", "embeddings.patch_embedding", ("N_p",),
              ("k_v",), ("d_v",))
-    b = f"{v}.encoder.layers.{BLOCK}"
-    for x in ("k", "v", "q"):  # Idefics3VisionAttention declares k, v, q, out
-        w.linear(f"{b}.self_attn.{x}_proj", "d_v", "d_v", True, "L_v")
-    w.linear(f"{b}.self_attn.out_proj", "d_v", "d_v", True, "L_v")
-    w.norm(f"{b}.layer_norm1", "layernorm", "L_v")
-    w.linear(f"{b}.mlp.fc1", "d_v", "f_v", True, "L_v")
-    w.linear(f"{b}.mlp.fc2", "f_v", "d_v", True, "L_v")
-    w.norm(f"{b}.layer_norm2", "layernorm", "L_v")
-    _block_matmuls(w, s, "encoder.layers.{i}", {"q": "self_attn.q_proj", "k": "self_attn.k_proj",
-                                                "v": "self_attn.v_proj", "core": "self_attn",
-                                                "out": "self_attn.out_proj"})
+    _encoder_layers(w, s, v)  # Idefics3VisionAttention declares k, v, q, out too
     w.norm(f"{v}.post_layernorm", "layernorm")
     w.linear("model.connector.modality_projection.proj", "d_vm", "d_t", False, projector=True)
     w.matmul("connector (after the pixel shuffle, into the language model)",
@@ -381,17 +388,7 @@ def _vit(w: _Walk, s: VisionSpec) -> None:
              ("k_v",), ("d_v",))
     if s.pre_norm:  # CLIP's pre_layrnorm (sic)
         w.norm(f"{v}.pre_layrnorm", "layernorm")
-    b = f"{v}.encoder.layers.{BLOCK}"
-    for x in ("k", "v", "q"):  # CLIPAttention/SiglipAttention declare k, v, q, out
-        w.linear(f"{b}.self_attn.{x}_proj", "d_v", "d_v", True, "L_v")
-    w.linear(f"{b}.self_attn.out_proj", "d_v", "d_v", True, "L_v")
-    w.norm(f"{b}.layer_norm1", "layernorm", "L_v")
-    w.linear(f"{b}.mlp.fc1", "d_v", "f_v", True, "L_v")
-    w.linear(f"{b}.mlp.fc2", "f_v", "d_v", True, "L_v")
-    w.norm(f"{b}.layer_norm2", "layernorm", "L_v")
-    _block_matmuls(w, s, "encoder.layers.{i}", {"q": "self_attn.q_proj", "k": "self_attn.k_proj",
-                                                "v": "self_attn.v_proj", "core": "self_attn",
-                                                "out": "self_attn.out_proj"})
+    _encoder_layers(w, s, v)
     if s.post_norm:
         w.norm(f"{v}.post_layernorm", "layernorm")
     p = "model.multi_modal_projector"
