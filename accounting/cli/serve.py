@@ -263,15 +263,16 @@ def _cost(ns, plan):
 
 
 def _tower_note(ns) -> tuple[str, ...]:
-    """--search plans the language model alone (serving/search.py): a vision-language
-    config.json's tower is said on the first screen to be left out of it."""
+    """--search plans each layout with serve() and the tower's arguments (_tower): a
+    vision-language config.json's tower is said on the first screen to be counted."""
     if not ns.search:
         return ()
     from accounting.cli.args import hf_source_from_args
-    from accounting.present.vision_views import uncounted
-    line = uncounted(hf_source_from_args(ns), "this search's weights or KV pools (plain "
-                                              "`serve` counts it)")
-    return () if line is None else (line,)
+    if getattr(hf_source_from_args(ns), "vision", None) is None:
+        return ()
+    return ("vision tower: counted in every layout as plain `serve` counts it (its weights on "
+            "each GPU; the engine's multimodal profile run and encoder cache where it "
+            "profiles the encoder)",)
 
 
 def _tower(ns) -> dict:
@@ -303,7 +304,7 @@ def main(argv: list[str]) -> int:
         return 0
     if ns.search:
         from accounting.cli.serve_search import run
-        return run(ns, plan_inputs(ns))
+        return run(ns, plan_inputs(ns), _tower(ns))
     from accounting.cli.serve_search import data_parallel, refuse_search_flags, speculation
     refuse_search_flags(ns)
     got = _plan_and_checkpoint(ns)

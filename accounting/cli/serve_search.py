@@ -206,8 +206,10 @@ def speculation(ns, plan, config) -> tuple[list, dict]:
     return [search_views.spec_table(s)], {"speculative": search_views.spec_dict(s)}
 
 
-def run(ns, inputs) -> int:
-    """`inputs`: serve's plan_inputs(ns) (config, scheme, names, notes)."""
+def run(ns, inputs, tower: dict | None = None) -> int:
+    """`inputs`: serve's plan_inputs(ns) (config, scheme, names, notes); `tower`: serve's
+    tower arguments for a vision-language config.json (cli/serve.py _tower), passed to every
+    layout's serve()."""
     from accounting.tables import output
     from accounting.serving import search_views
     from accounting.serving.search import search
@@ -229,10 +231,15 @@ def run(ns, inputs) -> int:
     model = ns.model or config.name
     kwargs = dict(engine_version=ns.engine_version, utilization=ns.gpu_memory_utilization,
                   max_num_batched_tokens=ns.max_num_batched_tokens, block_size=ns.block_size,
-                  names=names, model_dtype_bytes=4 if scheme.name == "fp32" else 2)
+                  names=names, model_dtype_bytes=4 if scheme.name == "fp32" else 2,
+                  **(tower or {}))
     w = workload_of(ns)
     r = search(config, scheme, ns.gpu, w, engine=ns.engine, model=model,
                speculative=speculative_of(ns), ep_imbalance=ns.ep_imbalance, **kwargs)
+    if notes:  # the inputs' own (serve's plan_inputs: the tower counted, --weights over a
+        # checkpoint's format): said on the first screen and in the JSON, as plain serve says them
+        from dataclasses import replace
+        r = replace(r, notes=tuple(notes) + tuple(r.notes))
     if ns.plot:
         try:
             search_views.plot(r, ns.plot)
