@@ -315,9 +315,6 @@ def run(ns: argparse.Namespace, config, ck=None) -> int:
     if ns.scope != MODEL:
         raise UsageError("--scope course is a one-GPU view; the multi-GPU plan counts what "
                          "autograd saves (--scope model)")
-    if ns.search and (ns.loss != "standard" or ns.loss_chunks is not None or ns.compile):
-        raise UsageError("--search ranks layouts with F.cross_entropy, eager; with --loss or "
-                         "--compile give the layout (--tp, --pp, --zero)")
     if getattr(ns, "optimizer_in_backward", False):
         raise UsageError("--optimizer-in-backward is planned on one GPU (torchtune's "
                          "single-device recipes); leave out --gpus")
@@ -385,7 +382,8 @@ def run(ns: argparse.Namespace, config, ck=None) -> int:
                         fix_sp=ns.sp, fix_micro=ns.micro_batch is not None, fix_ep=ns.ep != 1,
                         fix_cp=ns.cp != 1, fix_vpp=ns.virtual_stages != 1,
                         progress=_ticker(), tokens=ns.tokens, stack=run_stack,
-                        implementation=implementation)
+                        implementation=implementation, loss=ns.loss,
+                        loss_chunks=ns.loss_chunks, compile=ns.compile)
         tables, data = search_tables, export.search_dict
     else:
         dp = resolve(ns.gpus, ns.tp, ns.pp, ns.dp, ns.cp)

@@ -70,9 +70,14 @@ def ranked_table(s: Search) -> Table:
                      + (", as given" if s.fixed.get("ep") else "") + "); routing assumed "
                      "balanced, the all-to-alls on the critical path.")
     # the recipe on the first line (the first screen names what is planned)
+    flags = {} if first is None else dict(first.recipe)  # issue 44's --loss, --compile
+    loss = flags.get("loss", "standard")
     recipe = "" if first is None else (
         f" ({first.precision.name}, {first.hardware.name} {_rate(first)}"
-        + ("" if s.stack.stack.torch_engines else f", {s.stack.name} stack") + ")")
+        + ("" if s.stack.stack.torch_engines else f", {s.stack.name} stack")
+        + ("" if loss == "standard" else f", loss {loss}"
+           + (f" ({flags['loss_chunks']} chunks)" if flags.get("loss_chunks") else ""))
+        + (", blocks under torch.compile" if flags.get("compile") else "") + ")")
     return Table(f"Layouts for {s.gpus} GPUs: {s.config.name}, fastest first{recipe}",
                  ("#", "tp", *(("cp",) if cps else ()), "pp", *(("v",) if vs else ()), "dp",
                   *(("ep",) if moe else ()), "sp", "sharding", "micro", "memory/GPU",
