@@ -178,7 +178,14 @@ def test_ctrl_c_to_the_group_while_the_report_pool_checks(tmp_path):
 
 # ---- the report's pool, busy, when Ctrl-C reaches the whole group (issue 23) -----------------
 BUSY_POOL_SCRIPT = textwrap.dedent("""
-    import sys, time
+    import os, signal, sys, time
+    _kill = os.kill
+
+    def _noting_sigkill(pid, sig):  # a SIGKILL after Streamed's grace leaves a mark
+        if sig == signal.SIGKILL:
+            open("sigkill-sent", "w").close()
+        return _kill(pid, sig)
+    os.kill = _noting_sigkill
     from types import SimpleNamespace
     from accounting.runtime import errors, safe_io
     from accounting.reporting import checks
@@ -234,8 +241,10 @@ def test_ctrl_c_to_the_group_while_the_pool_workers_are_busy(tmp_path):
     assert p.returncode == 130, err[-2000:]
     assert err == b"accounting: interrupted\n", err[-3000:]
     assert not left, f"processes left running after exit: {left}"
-    # under the 5 s Streamed grants its child before SIGKILL: the pool ended on SIGTERM
-    assert took < 4.5, f"{took:.1f} s from Ctrl-C to the end of the run and its workers"
+    # the pool ended on SIGTERM, inside the grace Streamed grants its child before SIGKILL
+    # (accounting/runtime/fork.py Streamed._end): no SIGKILL was sent. Checked by the mark
+    # the run's os.kill leaves, not by the wall clock (a 4.5 s bound on `took` failed under load)
+    assert not (tmp_path / "sigkill-sent").exists(), f"SIGKILL sent ({took:.1f} s after Ctrl-C)"
 
 
 DIE_WITH_PARENT_SCRIPT = textwrap.dedent("""
