@@ -13,7 +13,6 @@ aiconfigurator-core is installed).
 from __future__ import annotations
 
 import json
-import re
 import sys
 from pathlib import Path
 
@@ -71,17 +70,8 @@ def block() -> str:
             "4 is not read.\n\n" + measured_table())
 
 
-def update() -> None:
-    text = DOC.read_text()
-    pattern = re.compile(re.escape(START) + r".*?" + re.escape(END), re.S)
-    assert pattern.search(text), f"docs/timing.md has no {START.strip()} block"
-    DOC.write_text(pattern.sub(lambda m: START + block() + END, text))
-
+BLOCKS = ((START, END, block),)
 
 if __name__ == "__main__":
-    if sys.argv[1:] == ["--update"]:
-        update()
-    elif not sys.argv[1:]:
-        print(block(), end="")
-    else:
-        sys.exit("usage: python benchmarks/fp8_tables.py [--update]")
+    from benchmarks.doc_blocks import main
+    main(__file__, DOC, BLOCKS)

@@ -11,7 +11,6 @@ aiconfigurator-core is installed).
 """
 from __future__ import annotations
 
-import re
 import statistics
 import sys
 from pathlib import Path
@@ -119,21 +118,10 @@ def done_when_table() -> str:
             f"{float(TT_H100_MFU):.0%} (its footnote: computed with the SXM's peak).\n")
 
 
-def update() -> None:
-    text = DOC.read_text()
-    for start, end, body in ((START, END, table), (H200_START, H200_END, h200_table),
-                             (KERNEL_START, KERNEL_END, kernel_table),
-                             (DONE_START, DONE_END, done_when_table)):
-        pattern = re.compile(re.escape(start) + r".*?" + re.escape(end), re.S)
-        text = pattern.sub(lambda m: start + body() + end, text)
-    DOC.write_text(text)
-
+# in the order the page holds them
+BLOCKS = ((H200_START, H200_END, h200_table), (KERNEL_START, KERNEL_END, kernel_table),
+          (START, END, table), (DONE_START, DONE_END, done_when_table))
 
 if __name__ == "__main__":
-    if sys.argv[1:] == ["--update"]:
-        update()
-    elif not sys.argv[1:]:
-        print(h200_table() + "\n" + kernel_table() + "\n" + table() + "\n" + done_when_table(),
-              end="")
-    else:
-        sys.exit("usage: python benchmarks/published_runs.py [--update]")
+    from benchmarks.doc_blocks import main
+    main(__file__, DOC, BLOCKS)

@@ -11,7 +11,6 @@ aiconfigurator-core is installed).
 """
 from __future__ import annotations
 
-import re
 import statistics
 import sys
 from pathlib import Path
@@ -86,16 +85,8 @@ def table() -> str:
     return header + "\n".join(rows) + "\n" + summary + refs
 
 
-def update() -> None:
-    text = DOC.read_text()
-    pattern = re.compile(re.escape(START) + r".*?" + re.escape(END), re.S)
-    DOC.write_text(pattern.sub(lambda m: START + table() + END, text))
-
+BLOCKS = ((START, END, table),)
 
 if __name__ == "__main__":
-    if sys.argv[1:] == ["--update"]:
-        update()
-    elif not sys.argv[1:]:
-        print(table(), end="")
-    else:
-        sys.exit("usage: python benchmarks/published_serving.py [--update]")
+    from benchmarks.doc_blocks import main
+    main(__file__, DOC, BLOCKS)

@@ -124,24 +124,9 @@ def aiconfigurator() -> str:
             "|---|---|---|---|\n" + "\n".join(rows) + "\n")
 
 
-def _replace(text: str, start: str, end: str, body: str) -> str:
-    a, b = text.index(start) + len(start), text.index(end)
-    return text[:a] + body + text[b:]
-
-
-def main() -> None:
-    if sys.argv[1:] == ["--update"]:
-        text = DOC.read_text(encoding="utf-8")
-        text = _replace(text, START, END, cases())
-        text = _replace(text, WL_START, WL_END, workloads())
-        DOC.write_text(_replace(text, AIC_START, AIC_END, aiconfigurator()), encoding="utf-8")
-    elif not sys.argv[1:]:
-        print(cases())
-        print(workloads())
-        print(aiconfigurator())
-    else:
-        sys.exit("usage: python benchmarks/serve_search_docs.py [--update]")
-
+BLOCKS = ((START, END, cases), (WL_START, WL_END, workloads),
+          (AIC_START, AIC_END, aiconfigurator))
 
 if __name__ == "__main__":
-    main()
+    from benchmarks.doc_blocks import main
+    main(__file__, DOC, BLOCKS)
