@@ -120,6 +120,24 @@ class Parser(argparse.ArgumentParser):
 _INTEGER = re.compile(r"^[+-]?(?:\d{1,3}(?:,\d{3})+|\d+)$", re.ASCII)
 
 
+def exact_number(flag: str, ok, must: str, kind: str = "number"):
+    """An argparse type: a number read exactly and bounded (planning/compute.py's exact()),
+    kept where ok(x), else "must be {must}, got TEXT" (the flag's one-line error)."""
+    def parse(text: str):
+        from accounting.planning.compute import exact
+        from accounting.runtime.errors import UsageError, shorten
+        try:
+            x = exact(text, flag)
+        except UsageError as e:
+            raise argparse.ArgumentTypeError(
+                str(e).removeprefix(flag + ": ").removeprefix(flag + " ")) from None
+        if not ok(x):
+            raise argparse.ArgumentTypeError(f"must be {must}, got {shorten(text)}")
+        return x
+    parse.__name__ = kind
+    return parse
+
+
 def integer_digits(text: str) -> str | None:
     """The sign and digits of an integer numeral (separators dropped), or None."""
     text = text.strip()

@@ -8,10 +8,9 @@ import json
 from fractions import Fraction
 
 from accounting.cli.args import (Parser, add_model_args, add_output_args, config_from_args,
-                                 hf_source_from_args, positive_int)
+                                 exact_number, hf_source_from_args, positive_int)
 from accounting.cli.plan import parse_size
 from accounting.formats.schemes import SCHEMES, get_scheme
-from accounting.planning.compute import exact
 from accounting.planning.gpus import gpu_help
 from accounting.tables import output
 from accounting.runtime.errors import UsageError, shorten
@@ -22,31 +21,13 @@ LLAMA_CPP = engines.LLAMA_CPP  # issue 42: accounting/serving/llamacpp.py
 
 
 def _fraction(flag: str):
-    """A number in (0, 1], read exactly and bounded (planning/compute.py's exact())."""
-    def parse(text: str) -> Fraction:
-        try:
-            x = exact(text, flag)
-        except UsageError as e:
-            raise argparse.ArgumentTypeError(str(e).removeprefix(flag + ": ").removeprefix(flag + " ")) from None
-        if not 0 < x <= 1:
-            raise argparse.ArgumentTypeError(f"must be a number in (0, 1], got {shorten(text)}")
-        return x
-    parse.__name__ = "fraction"
-    return parse
+    """A number in (0, 1], read exactly and bounded."""
+    return exact_number(flag, lambda x: 0 < x <= 1, "a number in (0, 1]", "fraction")
 
 
 def _positive(flag: str):
     """A positive number, read exactly and bounded."""
-    def parse(text: str) -> Fraction:
-        try:
-            x = exact(text, flag)
-        except UsageError as e:
-            raise argparse.ArgumentTypeError(str(e).removeprefix(flag + ": ").removeprefix(flag + " ")) from None
-        if x <= 0:
-            raise argparse.ArgumentTypeError(f"must be a positive number, got {shorten(text)}")
-        return x
-    parse.__name__ = "number"
-    return parse
+    return exact_number(flag, lambda x: x > 0, "a positive number")
 
 
 def _images_per_prompt(text: str) -> int:

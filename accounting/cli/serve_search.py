@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from accounting.cli.args import positive_int
+from accounting.cli.args import exact_number, positive_int
 from accounting.runtime.errors import UsageError, shorten
 from accounting.serving import engines
 
@@ -120,32 +120,10 @@ def workload_of(ns):
                        None if price is None else Fraction(price), percentile=ns.percentile)
 
 
-def _unit(text: str):
-    import argparse
-    from accounting.planning.compute import exact
-    try:
-        x = exact(text, "--acceptance")
-    except UsageError as e:
-        raise argparse.ArgumentTypeError(str(e).removeprefix("--acceptance: ")
-                                         .removeprefix("--acceptance ")) from None
-    if not 0 <= x <= 1:
-        raise argparse.ArgumentTypeError(f"must be in [0, 1], got {text[:30]}")
-    return x
-
-
-def _at_least_one(text: str):
-    """--ep-imbalance: the busiest GPU over the mean, so at least 1."""
-    import argparse
-    from accounting.planning.compute import exact
-    try:
-        x = exact(text, "--ep-imbalance")
-    except UsageError as e:
-        raise argparse.ArgumentTypeError(str(e).removeprefix("--ep-imbalance: ")
-                                         .removeprefix("--ep-imbalance ")) from None
-    if x < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1 (the busiest GPU's routed tokens "
-                                         f"over the mean), got {text[:30]}")
-    return x
+# --acceptance: a probability; --ep-imbalance: the busiest GPU over the mean, so at least 1
+_unit = exact_number("--acceptance", lambda x: 0 <= x <= 1, "in [0, 1]")
+_at_least_one = exact_number("--ep-imbalance", lambda x: x >= 1, "at least 1 (the busiest GPU's "
+                             "routed tokens over the mean)")
 
 
 def speculative_of(ns):
