@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from accounting.planning import cuda_peak as CP
 from accounting.planning import loss_memory as LM
 from accounting.planning.optimizers import get_optimizer
+from accounting.planning.parallel import titan_tp as TT
 from accounting.planning.parallel.activations import Linear
 
 from accounting.units import DTYPE_BYTES, FP32, INT64
@@ -159,9 +160,12 @@ def moments(sp, layout, precision, stage: int, kinds, values: dict[str, int], lo
         what.insert(0, f"--loss {loss_name}: {region.what_backward}")
     elif last:
         vocab = -(-values["V"] // tp)
+        fused = TT.loss_gradients(stack.stack, tp)  # torchtitan's loss_parallel (titan_tp.py)
+        n_grads = fused.count if fused is not None else n_grads
         extra = extra + Linear(n_grads * local * vocab * gb, 0)
         what.insert(0, f"the loss's gradients {n_grads}·b·(T/cp)·⌈V/tp⌉·{gb} "
-                       f"(T/cp = {local:,}, ⌈V/tp⌉ = {vocab:,})")
+                       f"(T/cp = {local:,}, ⌈V/tp⌉ = {vocab:,}"
+                       + (f"; {fused.what}" if fused is not None else "") + ")")
     if own:
         adj, rules = _cuda(sp, values, precision.autocast, implementation, tp, local, kinds,
                            last and (region is None or region.cuda_loss), in_flight)

@@ -140,6 +140,10 @@ class Stack:
     # out_chunks[0] bytes × 2, b·(T/tp)·d in bf16); the gathered input and the stacked
     # partial outputs are ordinary tensors the unfused path makes too (parallel/comms)
     async_tp: bool = False
+    # with TP, its loss runs under torch's loss_parallel on vocab-sharded logits (torchtitan's
+    # train_context: parallel_dims.loss_parallel_enabled, on by default), whose fused backward
+    # holds three fp32 logits-sized temporaries, not F.cross_entropy's two (titan_tp.py)
+    loss_parallel: bool = False
 
 
 STACKS: dict[str, Stack] = {}
@@ -181,7 +185,8 @@ register(Stack(TORCHTITAN, "torchtitan: its own Llama under FSDP2 with MixedPrec
                implementation=lambda c: TITAN_IMPL if llama_block(c) else COURSE,
                fsdp2_bf16=True, fp8=("torchao",), fused_attention=True,
                update_temporary=W32, pp_keeps_unsharded=True, emitter=TORCHTITAN,
-               overlap=TORCHTITAN_OVERLAP, fp8_tp_gathers=("torchao",), async_tp=True))
+               overlap=TORCHTITAN_OVERLAP, fp8_tp_gathers=("torchao",), async_tp=True,
+               loss_parallel=True))
 
 
 def get_stack(name: str) -> Stack:

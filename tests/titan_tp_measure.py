@@ -1,0 +1,192 @@
+"""Measurements of torchtitan's tensor parallelism on the CPU, one TP rank of 4 on torch's fake
+process group (torch.testing._internal.distributed.fake_pg: nothing is communicated; every
+local op runs on real CPU tensors, so each tensor has the shape and bytes it has on a GPU
+rank). Run in a fresh interpreter by tests/test_titan_tp.py (one process group per process):
+
+    python tests/titan_tp_measure.py   # prints one JSON object
+
+  * "loss": torchtitan's loss (train.py at 9dec370: F.cross_entropy(pred.flatten(0, 1)
+    .float(), labels), `del pred` before the backward) on vocab-sharded logits under torch's
+    loss_parallel, and the same loss on one rank's unsharded logits (no TP), each measured
+    with torch's MemTracker (torch/distributed/_tools/mem_tracker.py: every storage an op
+    makes, live bytes and their peak): the peak of the forward and of the whole step.
+  * "block": a torchtitan block (tests/test_stack_implementations.py _titan_block's ops,
+    its norms and sublayers as modules so that apply_tp's plan can name them) parallelized
+    as torchtitan's apply_tp does it (parallelize_llama.py at 9dec370: SequenceParallel on
+    the norms, PrepareModuleInput gathering each sublayer's input, Colwise wq/wk/wv/w1/w3,
+    Rowwise(output_layouts=Shard(1)) wo/w2): the bytes its forward saves, every storage
+    once (saved_tensors_hooks), the block's input, parameters and freqs_cis left out.
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.distributed._tools.mem_tracker import MemTracker
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import DTensor, Replicate, Shard
+from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput,
+                                               RowwiseParallel, SequenceParallel,
+                                               loss_parallel, parallelize_module)
+from torch.testing._internal.distributed.fake_pg import FakeStore
+
+TP = 4
+B, T, V, D = 2, 32, 1000, 16  # the loss: 2 sequences of 32 tokens, V/tp = 250, LM head input 16
+
+
+def _peak(mt: MemTracker) -> int:
+    return mt.get_tracker_snapshot("peak")[torch.device("cpu")]["Total"]
+
+
+def loss(mesh) -> dict:
+    """Peak live bytes of torchtitan's loss step from the LM head's matmul on: its logits made
+    inside the tracker (bf16, as the head's output), nothing else holding them."""
+    g = torch.Generator().manual_seed(0)
+    labels = torch.randint(0, V, (B * T,), generator=g)
+    out = {}
+    for name, cols in (("loss_parallel", V // TP), ("plain", V // TP)):
+        h = torch.randn(B * T, D, dtype=torch.bfloat16, generator=g, requires_grad=True)
+        w = torch.randn(cols, D, dtype=torch.bfloat16, generator=g, requires_grad=True)
+        mt = MemTracker()
+        with mt:
+            local = h @ w.t()
+            if name == "loss_parallel":
+                with loss_parallel():
+                    pred = DTensor.from_local(local, mesh, [Shard(-1)], run_check=False)
+                    del local
+                    lv = F.cross_entropy(pred.float(), labels)
+                    forward = _peak(mt)
+                    del pred
+                    lv.backward()
+            else:  # one rank's logits as if unsharded: the F.cross_entropy rule (peak.py)
+                pred, labels_local = local, labels % cols
+                del local
+                lv = F.cross_entropy(pred.float(), labels_local)
+                forward = _peak(mt)
+                del pred
+                lv.backward()
+        out[name] = {"forward_peak": forward, "peak": _peak(mt)}
+    out["logits_fp32"] = B * T * (V // TP) * 4  # one fp32 tensor the size of the rank's logits
+    return out
+
+
+class _FusedRMSNorm(torch.autograd.Function):
+    """What aten::_fused_rms_norm keeps on CUDA (tests/test_stack_implementations.py)."""
+
+    @staticmethod
+    def forward(ctx, x, w):
+        rstd = torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-5)
+        ctx.save_for_backward(x, rstd, w)
+        return (x.float() * rstd).to(x.dtype) * w
+
+    @staticmethod
+    def backward(ctx, g):
+        x, rstd, w = ctx.saved_tensors
+        n = x.float() * rstd
+        gn = (g * w).float()
+        gx = rstd * (gn - n * (gn * n).mean(-1, keepdim=True))
+        return gx.to(x.dtype), (g.float() * n).sum((0, 1)).to(w.dtype)
+
+
+def block(mesh, h: int, a: int, g: int, d: int, f: int, t: int, b: int) -> dict:
+    class Norm(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = nn.Parameter(torch.ones(h))
+
+        def forward(self, x):
+            return _FusedRMSNorm.apply(x, self.weight)
+
+    class Attention(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.wq, self.wk = nn.Linear(h, a * d, bias=False), nn.Linear(h, g * d, bias=False)
+            self.wv, self.wo = nn.Linear(h, g * d, bias=False), nn.Linear(a * d, h, bias=False)
+
+        def rope(self, x, fc):  # apply_rotary_emb
+            x_ = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))
+            return torch.view_as_real(x_ * fc.view(1, t, 1, d // 2)).flatten(3).type_as(x)
+
+        def forward(self, y, fc):  # local heads: view(bs, seqlen, -1, head_dim), as torchtitan
+            q = self.rope(self.wq(y).view(b, t, -1, d), fc)
+            k = self.rope(self.wk(y).view(b, t, -1, d), fc)
+            v = self.wv(y).view(b, t, -1, d)
+            rep = q.shape[2] // k.shape[2]  # repeat_kv: unsqueeze, expand, reshape
+            k = k.unsqueeze(3).expand(*k.shape[:3], rep, d).reshape(b, t, -1, d)
+            v = v.unsqueeze(3).expand(*v.shape[:3], rep, d).reshape(b, t, -1, d)
+            o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
+                                               v.transpose(1, 2), is_causal=True)
+            return self.wo(o.transpose(1, 2).contiguous().view(b, t, -1))
+
+    class FeedForward(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w1, self.w3 = nn.Linear(h, f, bias=False), nn.Linear(h, f, bias=False)
+            self.w2 = nn.Linear(f, h, bias=False)
+
+        def forward(self, y):
+            return self.w2(F.silu(self.w1(y)) * self.w3(y))
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.attention_norm, self.attention = Norm(), Attention()
+            self.ffn_norm, self.feed_forward = Norm(), FeedForward()
+
+        def forward(self, x, fc):
+            x = x + self.attention(self.attention_norm(x), fc)
+            return x + self.feed_forward(self.ffn_norm(x))
+
+    blk = Block().to(torch.bfloat16)  # FSDP2's MixedPrecisionPolicy(param_dtype=bf16)
+    parallelize_module(blk, mesh, {
+        "attention_norm": SequenceParallel(),
+        "attention": PrepareModuleInput(input_layouts=(Shard(1), None),
+                                        desired_input_layouts=(Replicate(), None)),
+        "attention.wq": ColwiseParallel(), "attention.wk": ColwiseParallel(),
+        "attention.wv": ColwiseParallel(), "attention.wo": RowwiseParallel(output_layouts=Shard(1)),
+        "ffn_norm": SequenceParallel(),
+        "feed_forward": PrepareModuleInput(input_layouts=(Shard(1),),
+                                           desired_input_layouts=(Replicate(),)),
+        "feed_forward.w1": ColwiseParallel(), "feed_forward.w3": ColwiseParallel(),
+        "feed_forward.w2": RowwiseParallel(output_layouts=Shard(1))})
+    freqs = 1.0 / (10000.0 ** (torch.arange(0, d, 2).float() / d))
+    angles = torch.outer(torch.arange(t).float(), freqs)
+    fc = torch.polar(torch.ones_like(angles), angles)  # complex64, as torchtitan's freqs_cis
+
+    def storage(x):
+        return (x._local_tensor if isinstance(x, DTensor) else x).untyped_storage()
+    # the block's input: the embedding's (or the previous block's) sequence shard
+    x = torch.randn(b, t // TP, h, dtype=torch.bfloat16, requires_grad=True)
+    owned = {storage(p).data_ptr() for p in blk.parameters()} | \
+        {storage(fc).data_ptr(), storage(x).data_ptr()}
+    seen = {}
+
+    def pack(z):
+        s = storage(z)
+        if s.data_ptr() not in owned:
+            seen[s.data_ptr()] = s.nbytes()
+        return z
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda z: z):
+        y = blk(x, fc)
+    y.sum().backward()
+    return {"saved": sum(seen.values()), "tensors": len(seen)}
+
+
+def main() -> None:
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=TP)
+    try:
+        mesh = init_device_mesh("cpu", (TP,))
+        shapes = {"gqa": (64, 16, 8, 8, 96, 32, 2),  # 4 query heads, 2 KV heads a rank
+                  "one_kv_head": (64, 8, 4, 8, 96, 32, 2)}  # 2 query heads, 1 KV head a rank
+        out = {"loss": loss(mesh), "block": {k: block(mesh, *s) for k, s in shapes.items()}}
+    finally:
+        dist.destroy_process_group()
+    json.dump(out, sys.stdout)
+
+
+if __name__ == "__main__":
+    main()
