@@ -125,3 +125,98 @@ def test_one_kv_head_a_rank_repeat_kv_is_a_view():
     h, tp, d = c.d_model, 4, c.d_k
     counted = p.per_layer_activation_bytes - 2 * B * (T // tp) * h
     assert counted - got["saved"] == 2 * (2 * B * T * (8 // tp) * d - 2 * B * T * 1 * d)
+
+
+def _simulate(events, expandable: bool) -> tuple[int, int]:
+    """(allocated peak, reserved peak) of a caching allocator following
+    c10/cuda/CUDACachingAllocator.cpp's rules for large blocks, as planning/allocator.py reads
+    them (round_size, get_allocation_size; best fit among free blocks, a block split when
+    more than kSmallSize remains, neighbours of one segment merged when freed; with
+    expandable_segments one segment grown at its end by 20 MiB pages, a free block at its
+    end grown into). `events`: ("+", name, bytes) or ("-", name)."""
+    from accounting.planning import allocator as AL
+    segs: list[list[list]] = []  # segments: ordered blocks [size, owner or None]
+    where, live, peak, reserved = {}, 0, 0, 0
+    for ev in events:
+        if ev[0] == "-":
+            seg, blk = where.pop(ev[1])
+            live -= blk[0]
+            blk[1] = None
+            i = next(k for k, x in enumerate(seg) if x is blk)
+            for j in (i + 1, i):  # merge with the free neighbours in the segment
+                if 0 < j < len(seg) and seg[j][1] is None and seg[j - 1][1] is None:
+                    seg[j - 1][0] += seg.pop(j)[0]
+            continue
+        _, name, n = ev
+        size = AL.round_size(n)
+        free = [(b[0], s, b) for s in segs for b in s if b[1] is None and b[0] >= size]
+        if free:
+            _, seg, blk = min(free, key=lambda f: f[0])
+        elif expandable and segs:
+            seg = segs[0]
+            tail = seg[-1] if seg[-1][1] is None else None
+            grow = -(-(size - (tail[0] if tail else 0)) // AL.KLARGE_BUFFER) * AL.KLARGE_BUFFER
+            reserved += grow
+            if tail is None:
+                seg.append([0, None])
+            blk = seg[-1]
+            blk[0] += grow
+        else:
+            grow = -(-size // AL.KLARGE_BUFFER) * AL.KLARGE_BUFFER if expandable \
+                else AL.allocation_size(size)
+            reserved += grow
+            seg = [[grow, None]]
+            segs.append(seg)
+            blk = seg[0]
+        if blk[0] - size > AL.KSMALL_SIZE or (expandable and blk[0] > size):
+            seg.insert(next(k for k, x in enumerate(seg) if x is blk) + 1, [blk[0] - size, None])
+            blk[0] = size
+        blk[1] = name
+        where[name] = (seg, blk)
+        live += blk[0]
+        peak = max(peak, live)
+    return peak, reserved
+
+
+def _loss_events(e: int, parallel: bool):
+    """torchtitan's loss from the head's bf16 logits L (e/2 bytes) to its backward's
+    temporaries, fp32 tensors of e bytes, in the order its source allocates and frees them."""
+    half = e // 2
+    if parallel:  # loss.py _log_softmax, then _nll_loss_and_log_softmax_backward
+        fwd = [("+", "L", half), ("+", "F", e), ("+", "shifted", e), ("+", "exp", e),
+               ("-", "exp"), ("+", "logp", e), ("-", "shifted"), ("-", "F"), ("-", "L")]
+        bwd = [("+", "zeros", e), ("+", "exp2", e), ("+", "sum", e), ("-", "exp2"),
+               ("+", "grad", e), ("-", "sum"), ("-", "zeros"), ("-", "logp")]
+    else:  # F.cross_entropy: log_softmax's output, nll_loss's gradient, log_softmax's
+        fwd = [("+", "L", half), ("+", "F", e), ("+", "logp", e), ("-", "F"), ("-", "L")]
+        bwd = [("+", "nll", e), ("+", "grad", e), ("-", "nll"), ("-", "logp")]
+    return fwd + bwd + [("+", "grad16", half), ("-", "grad")]
+
+
+@pytest.mark.parametrize("expandable", [False, True])
+@pytest.mark.parametrize("parallel", [True, False])
+def test_freed_logits_stay_reserved(parallel, expandable):
+    """Replayed on the allocator's rules: the loss's reserved peak is its allocated peak
+    plus the freed bf16 logits' block, with and without expandable segments (torchtitan's
+    run_train.sh sets them) — the rule titan_tp.freed_logits adds at the loss's backward.
+    e: a 16 × 8,192-token micro-batch's fp32 logits at V/tp = 16,032 (Table 4's 70B row)."""
+    e = 16 * 8192 * 16032 * 4
+    allocated, reserved = _simulate(_loss_events(e, parallel), expandable)
+    assert allocated == (4 if parallel else 3) * e
+    rule = TT.freed_logits(get_stack(TORCHTITAN), 16 * 8192, 16032)
+    assert rule.bytes.at(1) == e // 2
+    # (expandable segments map whole 20 MiB pages: up to one more)
+    from accounting.planning.allocator import KLARGE_BUFFER
+    assert e // 2 <= reserved - allocated < e // 2 + (KLARGE_BUFFER if expandable else 1)
+
+
+def test_plan_reserves_the_freed_logits():
+    """By hand: the loss's backward moment keeps b·T·⌈V/tp⌉·2 bytes reserved (torchtitan,
+    with and without TP); the reserved peak holds them above the allocated one."""
+    for tp in (4, 1):
+        p = _plan(_config(), tp)
+        m = next(m for m in p.stages[-1].moments if m.name.startswith("start of the backward"))
+        assert m.history.at(B) == B * T * -(-V // tp) * 2
+        assert p.peak_moment is m  # (the tiny model's V dominates)
+        assert p.reserved >= p.memory + m.history.at(B)
+    assert TT.freed_logits(get_stack(TORCH), T, V) is None

@@ -92,7 +92,8 @@ class _FusedRMSNorm(torch.autograd.Function):
         return gx.to(x.dtype), (g.float() * n).sum((0, 1)).to(w.dtype)
 
 
-def block(mesh, h: int, a: int, g: int, d: int, f: int, t: int, b: int) -> dict:
+def build_block(mesh, h: int, a: int, g: int, d: int, f: int, t: int, b: int):
+    """(the parallelized block, its freqs_cis, an input sequence shard)."""
     class Norm(nn.Module):
         def __init__(self):
             super().__init__()
@@ -157,10 +158,18 @@ def block(mesh, h: int, a: int, g: int, d: int, f: int, t: int, b: int) -> dict:
     angles = torch.outer(torch.arange(t).float(), freqs)
     fc = torch.polar(torch.ones_like(angles), angles)  # complex64, as torchtitan's freqs_cis
 
-    def storage(x):
-        return (x._local_tensor if isinstance(x, DTensor) else x).untyped_storage()
     # the block's input: the embedding's (or the previous block's) sequence shard
     x = torch.randn(b, t // TP, h, dtype=torch.bfloat16, requires_grad=True)
+    return blk, fc, x
+
+
+def _storage(x):
+    return (x._local_tensor if isinstance(x, DTensor) else x).untyped_storage()
+
+
+def block(mesh, *shape) -> dict:
+    blk, fc, x = build_block(mesh, *shape)
+    storage = _storage
     owned = {storage(p).data_ptr() for p in blk.parameters()} | \
         {storage(fc).data_ptr(), storage(x).data_ptr()}
     seen = {}

@@ -21,7 +21,8 @@ Read from c10/cuda/CUDACachingAllocator.cpp (pytorch/pytorch at
 `reserved(sizes)` packs the tensors live at one moment into segments as a fresh allocator
 would (best fit, the rules above): a lower bound of `torch.cuda.memory_reserved()` at that
 moment. What the step's history adds (segments cut for tensors since freed, whose free
-remainders the moment's tensors cannot use) is not modelled: ../shared/gpu/README.md
+remainders the moment's tensors cannot use) is not modelled (one exception: torchtitan's
+freed bf16 logits at the loss's backward, parallel/titan_tp.py freed_logits): ../shared/gpu/README.md
 measures the reserved peak 12–30% above the allocated one on an H200 (its "allocator
 reserved" column), and tests/test_allocator.py holds this model below those measurements.
 A verdict ("fits") compares the allocated peak with the usable memory, as the one-GPU plan

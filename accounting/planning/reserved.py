@@ -73,4 +73,6 @@ def stage(s, b: int, per_layer, in_flight_layers: int, arch: str | None,
     rest = allocated - sum(n * c for n, c in groups)
     if rest > 0:
         groups.append((rest, 1))
-    return allocated + max(0, AL.slack(groups, expandable))
+    # a block the step's history leaves reserved and this moment cannot use (peak.Moment
+    # .history: torchtitan's freed bf16 logits at the loss's backward, parallel/titan_tp.py)
+    return allocated + max(0, AL.slack(groups, expandable)) + moment.history.at(b)

@@ -52,6 +52,9 @@ class Moment:
     gradients: bool  # the gradient items are live
     backward_buffers: bool  # the items live only through the passes (FSDP's gathered units)
     recomputed: bool = False  # one block's recomputed activations are live (recomputation)
+    # what the caching allocator keeps reserved at this moment beyond its live tensors, from
+    # the step's history (a freed block too small for this moment's requests; reserved.py)
+    history: Linear = Linear()
 
     def holds(self, item) -> bool:
         if not item.on_gpu:
@@ -176,8 +179,10 @@ def moments(sp, layout, precision, stage: int, kinds, values: dict[str, int], lo
                              else "") + "the activations in flight, the engines' buffers; "
     # the loss's backward (the last stage), then each block's, which with recomputation
     # holds one block's recomputed activations too (MemoryModel's "one block, recomputed")
+    freed = TT.freed_logits(stack.stack, local, -(-values["V"] // tp)) \
+        if last and loss_name == LM.STANDARD else None
     out = [Moment(AT_BACKWARD + " (the loss's backward)", held + "; ".join(what), extra, True,
-                  grads_live, True)] if last else []
+                  grads_live, True, history=freed.bytes if freed else Linear())] if last else []
     if forward is not None:  # the forward's end: the chunks, or Liger's chunk (loss_memory.py)
         fwd = extra + start.times(-1) + forward
         out.append(Moment(f"end of the forward pass (--loss {loss_name})",

@@ -144,6 +144,11 @@ class Stack:
     # train_context: parallel_dims.loss_parallel_enabled, on by default), whose fused backward
     # holds three fp32 logits-sized temporaries, not F.cross_entropy's two (titan_tp.py)
     loss_parallel: bool = False
+    # its loss casts the LM head's bf16 logits to fp32 and frees them before the backward
+    # pass (torchtitan: F.cross_entropy(pred.flatten(0, 1).float(), …), then `del pred`),
+    # whose fp32 temporaries cannot use the freed bf16 block: the caching allocator keeps it
+    # reserved at the loss's backward (titan_tp.py freed_logits)
+    loss_frees_bf16_logits: bool = False
 
 
 STACKS: dict[str, Stack] = {}
@@ -186,7 +191,7 @@ register(Stack(TORCHTITAN, "torchtitan: its own Llama under FSDP2 with MixedPrec
                fsdp2_bf16=True, fp8=("torchao",), fused_attention=True,
                update_temporary=W32, pp_keeps_unsharded=True, emitter=TORCHTITAN,
                overlap=TORCHTITAN_OVERLAP, fp8_tp_gathers=("torchao",), async_tp=True,
-               loss_parallel=True))
+               loss_parallel=True, loss_frees_bf16_logits=True))
 
 
 def get_stack(name: str) -> Stack:

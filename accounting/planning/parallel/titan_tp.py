@@ -17,7 +17,10 @@ after it save the gathered, full-sequence input (activations.py: the GATHERED ro
 Megatron's re-gather); torchao's float8 TP gathers in fp8 and async TP's symmetric-memory
 workspace (stacks.Stack.fp8_tp_gathers, async_tp; stack_memory.async_tp_workspace).
 
-The rule here, the loss's backward under loss_parallel. torchtitan's loss is
+Two rules here, both at the loss's backward: the temporaries of loss_parallel's fused
+backward (allocated), and the freed bf16 logits' block (reserved; freed_logits below).
+
+The first, the loss's backward under loss_parallel. torchtitan's loss is
 F.cross_entropy(pred.flatten(0, 1).float(), labels) (train.py at 9dec370, not compiled:
 "TODO: compiling loss function causes CUDA errors"), run inside its train_context, which
 enters torch.distributed.tensor.parallel.loss_parallel() whenever TP is on
@@ -60,3 +63,33 @@ def loss_gradients(stack, tp: int) -> LossGradients | None:
     if not (stack.loss_parallel and tp > 1):
         return None
     return LossGradients(LOSS_PARALLEL_TEMPORARIES, LOSS_PARALLEL_SOURCE)
+
+
+@dataclass(frozen=True)
+class FreedLogits:
+    """A block the caching allocator keeps reserved, unused, at the loss's backward."""
+    bytes: "Linear"
+    what: str
+
+
+def freed_logits(stack, local_tokens: int, local_vocab: int) -> FreedLogits | None:
+    """The bf16 logits' block, b·(T/cp)·⌈V/tp⌉·2 bytes, reserved but unusable at the loss's
+    backward (Stack.loss_frees_bf16_logits: torchtitan), with or without TP.
+
+    Its loss makes the fp32 copy F of the head's bf16 logits L, and from it the fp32
+    log-probabilities (under loss_parallel also `shifted` and exp(shifted), freed before it
+    returns); `del pred` frees L before loss.backward(). The backward then asks for fp32
+    tensors the size of F, one more than the forward held at once (the rule above; two
+    under F.cross_entropy). c10/cuda/CUDACachingAllocator.cpp serves a request from a free
+    block at least its size (get_free_block, best fit) and never joins blocks of different
+    segments; so L's freed block, half an fp32 tensor, serves none of them, and the last one
+    takes a new segment (with expandable_segments, as torchtitan's run_train.sh sets it,
+    L lies below F and the log-probabilities and cannot grow into the new mapping at the
+    segment's end). Reserved ≥ the allocated peak + L's block: a lower bound (later steps
+    reuse the blocks; an earlier split of them leaves more unusable, not less)."""
+    if not stack.loss_frees_bf16_logits:
+        return None
+    from accounting.planning.parallel.activations import Linear
+    return FreedLogits(Linear(local_tokens * local_vocab * 2, 0),
+                       "the loss's freed bf16 logits (pred.float(), del pred): a block the "
+                       "backward's fp32 temporaries cannot use")
