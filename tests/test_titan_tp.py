@@ -220,3 +220,26 @@ def test_plan_reserves_the_freed_logits():
         assert p.peak_moment is m  # (the tiny model's V dominates)
         assert p.reserved >= p.memory + m.history.at(B)
     assert TT.freed_logits(get_stack(TORCH), T, V) is None
+
+
+def test_float8_tp_block_saves_fp8_inputs():
+    """Measured: the block under torchtitan's float8 TP (torchao's Float8Linear, emulated)
+    saves its gathered inputs in fp8 (1 byte), w2's input in fp8 instead of bf16, and an
+    fp8 copy of wo's input beside SDPA's bf16 output; the plan's per-layer bytes under
+    --precision fp8-torchao (less the block's input) equal it. By hand: the bf16 block's
+    bytes − 2·(b·T·h) (the two gathered inputs' second byte) − b·T·(f/tp) (w2's input) +
+    b·T·(a/tp)·d (wo's input's fp8 copy)."""
+    got = _measured()["block"]
+    if "float8" not in got:
+        pytest.skip("torchao is not installed (the hf extra)")
+    c, tp = _config(), 4
+    h, a, d, f = c.d_model, c.num_heads // tp, c.d_k, c.d_ff // tp
+    assert got["float8"]["saved"] == got["gqa"]["saved"] - 2 * B * T * h - B * T * f \
+        + B * T * a * d
+    lo = Layout(8, tp=tp, dp=2, zero=3, sp=True, global_batch=2 * B, micro_batch=B)
+    p = parallel_plan(c, lo, T, precision=PRECISIONS["fp8-torchao"],
+                      stack=StackRun(get_stack(TORCHTITAN)))
+    assert p.per_layer_activation_bytes - 2 * B * (T // tp) * h == got["float8"]["saved"]
+    # without TP, Float8Linear saves the bf16 input it is handed: no change
+    assert not TT.float8_tp(get_stack(TORCHTITAN), PRECISIONS["fp8-torchao"],
+                            Layout(8, dp=8, zero=3, global_batch=8, micro_batch=1))

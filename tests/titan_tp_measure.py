@@ -15,7 +15,11 @@ rank). Run in a fresh interpreter by tests/test_titan_tp.py (one process group p
     as torchtitan's apply_tp does it (parallelize_llama.py at 9dec370: SequenceParallel on
     the norms, PrepareModuleInput gathering each sublayer's input, Colwise wq/wk/wv/w1/w3,
     Rowwise(output_layouts=Shard(1)) wo/w2): the bytes its forward saves, every storage
-    once (saved_tensors_hooks), the block's input, parameters and freqs_cis left out.
+    once (saved_tensors_hooks), the block's input, parameters and freqs_cis left out; and
+    with torchao installed the same block under torchtitan's float8 TP (its linears
+    torchao's Float8Linear, emulated on the CPU; Float8ColwiseParallel,
+    Float8RowwiseParallel, PrepareFloat8ModuleInput), a Float8TrainingTensor counted by its
+    fp8 data's storage.
 """
 from __future__ import annotations
 
@@ -92,8 +96,11 @@ class _FusedRMSNorm(torch.autograd.Function):
         return gx.to(x.dtype), (g.float() * n).sum((0, 1)).to(w.dtype)
 
 
-def build_block(mesh, h: int, a: int, g: int, d: int, f: int, t: int, b: int):
-    """(the parallelized block, its freqs_cis, an input sequence shard)."""
+def build_block(mesh, h: int, a: int, g: int, d: int, f: int, t: int, b: int,
+                float8: bool = False):
+    """(the parallelized block, its freqs_cis, an input sequence shard). `float8`: its
+    linears torchao's Float8Linear (emulated on the CPU) under torchtitan's float8 TP
+    styles (Float8ColwiseParallel, Float8RowwiseParallel, PrepareFloat8ModuleInput)."""
     class Norm(nn.Module):
         def __init__(self):
             super().__init__()
@@ -143,17 +150,25 @@ def build_block(mesh, h: int, a: int, g: int, d: int, f: int, t: int, b: int):
             return x + self.feed_forward(self.ffn_norm(x))
 
     blk = Block().to(torch.bfloat16)  # FSDP2's MixedPrecisionPolicy(param_dtype=bf16)
+    colwise, rowwise, prepare = ColwiseParallel, RowwiseParallel, PrepareModuleInput
+    if float8:  # torchtitan's apply_tp with enable_float8 (parallelize_llama.py at 9dec370)
+        from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+        from torchao.float8.float8_tensor_parallel import (Float8ColwiseParallel,
+                                                           Float8RowwiseParallel,
+                                                           PrepareFloat8ModuleInput)
+        convert_to_float8_training(blk, config=Float8LinearConfig(emulate=True))
+        colwise, rowwise, prepare = Float8ColwiseParallel, Float8RowwiseParallel, \
+            PrepareFloat8ModuleInput
     parallelize_module(blk, mesh, {
         "attention_norm": SequenceParallel(),
-        "attention": PrepareModuleInput(input_layouts=(Shard(1), None),
-                                        desired_input_layouts=(Replicate(), None)),
-        "attention.wq": ColwiseParallel(), "attention.wk": ColwiseParallel(),
-        "attention.wv": ColwiseParallel(), "attention.wo": RowwiseParallel(output_layouts=Shard(1)),
+        "attention": prepare(input_layouts=(Shard(1), None),
+                             desired_input_layouts=(Replicate(), None)),
+        "attention.wq": colwise(), "attention.wk": colwise(),
+        "attention.wv": colwise(), "attention.wo": rowwise(output_layouts=Shard(1)),
         "ffn_norm": SequenceParallel(),
-        "feed_forward": PrepareModuleInput(input_layouts=(Shard(1),),
-                                           desired_input_layouts=(Replicate(),)),
-        "feed_forward.w1": ColwiseParallel(), "feed_forward.w3": ColwiseParallel(),
-        "feed_forward.w2": RowwiseParallel(output_layouts=Shard(1))})
+        "feed_forward": prepare(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
+        "feed_forward.w1": colwise(), "feed_forward.w3": colwise(),
+        "feed_forward.w2": rowwise(output_layouts=Shard(1))})
     freqs = 1.0 / (10000.0 ** (torch.arange(0, d, 2).float() / d))
     angles = torch.outer(torch.arange(t).float(), freqs)
     fc = torch.polar(torch.ones_like(angles), angles)  # complex64, as torchtitan's freqs_cis
@@ -167,9 +182,16 @@ def _storage(x):
     return (x._local_tensor if isinstance(x, DTensor) else x).untyped_storage()
 
 
-def block(mesh, *shape) -> dict:
-    blk, fc, x = build_block(mesh, *shape)
-    storage = _storage
+def _storage_of(x):
+    """The storage holding a saved tensor's bytes: a DTensor's local tensor's, a
+    Float8TrainingTensor's fp8 data's (torchao: its `_data`)."""
+    x = x._local_tensor if isinstance(x, DTensor) else x
+    return (x._data if hasattr(x, "_data") else x).untyped_storage()
+
+
+def block(mesh, *shape, float8: bool = False) -> dict:
+    blk, fc, x = build_block(mesh, *shape, float8=float8)
+    storage = _storage_of
     owned = {storage(p).data_ptr() for p in blk.parameters()} | \
         {storage(fc).data_ptr(), storage(x).data_ptr()}
     seen = {}
@@ -192,6 +214,12 @@ def main() -> None:
         shapes = {"gqa": (64, 16, 8, 8, 96, 32, 2),  # 4 query heads, 2 KV heads a rank
                   "one_kv_head": (64, 8, 4, 8, 96, 32, 2)}  # 2 query heads, 1 KV head a rank
         out = {"loss": loss(mesh), "block": {k: block(mesh, *s) for k, s in shapes.items()}}
+        try:  # torchao's Float8Linear, emulated (the hf extra installs torchao)
+            import torchao.float8  # noqa: F401
+        except ImportError:
+            pass
+        else:
+            out["block"]["float8"] = block(mesh, *shapes["gqa"], float8=True)
     finally:
         dist.destroy_process_group()
     json.dump(out, sys.stdout)

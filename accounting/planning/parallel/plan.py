@@ -33,6 +33,7 @@ from accounting.planning.parallel.fit import fit as _fit
 from accounting.planning.parallel.buffers import Item, engine_buffers, stage_buffers
 from accounting.planning.parallel.layout import Layout, check_layout, stage_layers
 from accounting.planning.parallel.shards import BLOCK, FIRST, Split, split
+from accounting.planning.parallel import titan_tp as TT
 from accounting.planning.parallel.stack_memory import StackRun, per_layer
 from accounting.planning.parallel.stack_memory import implementation as stack_implementation
 from accounting.planning.parallel.stack_memory import memory as stack_memory
@@ -392,7 +393,8 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
             time = replace(time, optimizer=max(optimizer_seconds(
                 s.states.moments, precision, optimizer, hardware) for s in plans))
     return ParallelPlan(config, layout, seq, precision, hardware, net, u, plans, fit, time, tokens,
-                        stack, per_layer(stack, sp, layout, local, rows[0]), mfu_convention,
+                        stack, per_layer(stack, sp, layout, local, rows[0],
+                                         TT.float8_tp(stack.stack, precision, layout)), mfu_convention,
                         mfu_scope, hfu, measured, optimizer, finetune, source,
                         stack_implementation(stack, config) if not stack.stack.torch_engines
                         else impl if finetune is None else finetune.implementation,

@@ -9,6 +9,7 @@ from functools import lru_cache
 
 from accounting.planning.parallel import activations as A
 from accounting.planning.parallel import megatron as M
+from accounting.planning.parallel import titan_tp as TT
 from accounting.planning.parallel.buffers import (Item, engine_buffers, largest_module,
                                                   stage_buffers)
 from accounting.planning.parallel.layout import NO_RECOMPUTE, SELECTIVE, Layout
@@ -62,7 +63,8 @@ def implementation(run: StackRun, c: ModelConfig) -> str:
 
 
 def ledger_rows(run: StackRun, c: ModelConfig, layout: Layout, seq: int, tp_rank: int = 0,
-                recompute: str | None = None) -> tuple[Split, list[A.Row]]:
+                recompute: str | None = None,
+                float8_tp: bool = False) -> tuple[Split, list[A.Row]]:
     """The saved tensors of one GPU's `seq` tokens under a stack other than torch: its
     implementation's ledger in 16-bit parameters without autocast (DeepSpeed's bf16 engine
     calls module.bfloat16(); torchtitan's FSDP2 MixedPrecisionPolicy gathers bf16
@@ -71,7 +73,9 @@ def ledger_rows(run: StackRun, c: ModelConfig, layout: Layout, seq: int, tp_rank
     if run.stack.megatron_core:
         return M.rows(c, layout, seq, run.dropout > 0, run.kernel, rc, tp_rank, run.fp8)
     sp = _split(c, rc, implementation(run, c))
-    return sp, A.rows(sp, layout, seq, tp_rank=tp_rank)
+    rows = A.rows(sp, layout, seq, tp_rank=tp_rank)
+    # torchtitan's float8 TP saves its linears' inputs in fp8 (titan_tp.float8_tp_rows)
+    return sp, (TT.float8_tp_rows(rows) if float8_tp else rows)
 
 
 @lru_cache(maxsize=256)
@@ -83,20 +87,22 @@ def _split(c: ModelConfig, recompute: str, impl: str) -> Split:
 
 
 def stage_activations(run: StackRun, c: ModelConfig, layout: Layout, seq: int, stage: int,
-                      kinds: tuple[tuple[str, int], ...], tp_rank: int) -> A.StageActivations:
+                      kinds: tuple[tuple[str, int], ...], tp_rank: int,
+                      float8_tp: bool = False) -> A.StageActivations:
     """A stage's activations under the stack's ledger (the same for every sharding stage:
     `layout` has zero 0), against the same ledger without recomputation."""
     return _stage_activations(run.name, run.dropout, run.kernel, c, layout, seq, stage, kinds,
-                              tp_rank, run.fp8)
+                              tp_rank, run.fp8, float8_tp)
 
 
 @lru_cache(maxsize=4096)
 def _stage_activations(name: str, dropout: float, kernel: str, c: ModelConfig, layout: Layout,
                        seq: int, stage: int, kinds: tuple[tuple[str, int], ...],
-                       tp_rank: int, fp8: str | None = None) -> A.StageActivations:
+                       tp_rank: int, fp8: str | None = None,
+                       float8_tp: bool = False) -> A.StageActivations:
     run = StackRun(get_stack(name), dropout, kernel, fp8)
-    _, kept = ledger_rows(run, c, layout, seq, tp_rank)
-    _, whole = ledger_rows(run, c, layout, seq, tp_rank, NO_RECOMPUTE)
+    _, kept = ledger_rows(run, c, layout, seq, tp_rank, float8_tp=float8_tp)
+    _, whole = ledger_rows(run, c, layout, seq, tp_rank, NO_RECOMPUTE, float8_tp)
     acts = A.stage_activations(kept, whole, layout, stage, kinds)
     extra = sum(x for _, x in reduce_scattered(run, c, layout, seq))
     if not extra:
@@ -122,7 +128,7 @@ def reduce_scattered(run: StackRun, c: ModelConfig, layout: Layout,
 
 
 def per_layer(run: StackRun, sp: Split, layout: Layout, seq: int,
-              rows: list[A.Row]) -> tuple[tuple[str, int], ...]:
+              rows: list[A.Row], float8_tp: bool = False) -> tuple[tuple[str, int], ...]:
     """(name, bytes) of what one block saves for one micro-batch on this GPU (TP rank 0):
     the stack's implementation's saved tensors (the first kind of block when there are
     several)."""
@@ -132,7 +138,7 @@ def per_layer(run: StackRun, sp: Split, layout: Layout, seq: int,
     extra = []
     if not run.stack.torch_engines:
         extra = reduce_scattered(run, sp.config, layout, seq)
-        sp, rows = ledger_rows(run, sp.config, layout, seq)
+        sp, rows = ledger_rows(run, sp.config, layout, seq, float8_tp=float8_tp)
     kind = sp.ledger.groups[0][0]
     keep = [r for r in rows if r.place == BLOCK and r.record.repeat == kind]
     return tuple((r.record.name, r.bytes.at(b)) for r in keep) + \
@@ -152,10 +158,12 @@ def memory(run: StackRun, sp: Split, layout: Layout, precision: Precision, st: S
                 + (f", dropout {run.dropout}" if run.dropout else ", no dropout") + f"; {run.kernel} attention)")
     else:
         own = _split(c, layout.recompute, implementation(run, c))
-        acts = stage_activations(run, c, replace(layout, zero=0), seq, stage, kinds, tp_rank)
+        f8 = TT.float8_tp(run.stack, precision, layout)
+        acts = stage_activations(run, c, replace(layout, zero=0), seq, stage, kinds, tp_rank, f8)
         what = f"the {implementation(run, c)} implementation, bf16 parameters, no autocast" + (
             "; torchtitan's per-op selective checkpointing" if run.stack.fsdp2_bf16
-            and layout.recompute == SELECTIVE else "")
+            and layout.recompute == SELECTIVE else "") + (
+            "; float8 TP: the linears' inputs saved in fp8" if f8 else "")
         buf = stage_buffers(own, values, kinds)
         if buf:
             items.append(Item("RoPE cos/sin tables (fp32 buffers)", "L_stage·2·T_max·(d_k/2)·4",

@@ -93,3 +93,53 @@ def freed_logits(stack, local_tokens: int, local_vocab: int) -> FreedLogits | No
     return FreedLogits(Linear(local_tokens * local_vocab * 2, 0),
                        "the loss's freed bf16 logits (pred.float(), del pred): a block the "
                        "backward's fp32 temporaries cannot use")
+
+
+# ---- float8 TP: what the blocks save --------------------------------------------------------
+# torchtitan's apply_tp with float8 (Float8ColwiseParallel, Float8RowwiseParallel,
+# PrepareFloat8ModuleInput; torchao/float8/float8_tensor_parallel.py, torchao 0.18): each
+# style's _prepare_input_fn casts the module's input to fp8 (hp_tensor_to_float8_dynamic,
+# e4m3) before it redistributes it, and torchao's Float8Linear saves the input it is handed
+# (float8_linear.py matmul_with_hp_or_float8_args.forward: ctx.save_for_backward(input_hp,
+# weight_hp_t), input_hp already a Float8TrainingTensor), the weight as the parameter itself
+# (no fp8 copy). So the column-parallel linears save the gathered input in fp8 (once per
+# sublayer: wq/wk/wv, w1/w3 share it), a row-parallel linear an fp8 copy of its input,
+# which replaces the bf16 tensor where the linear was its only saver (w2's input) and sits
+# beside it where another op saves it too (wo's input, SDPA's output). Measured on the CPU:
+# tests/test_titan_tp.py (Float8Linear emulated, one rank of 4 on the fake process group).
+# Not applied under torchtitan's per-op selective checkpointing (its policy saves mm
+# outputs; what it keeps of the fp8 casts is not measured here): the bf16 ledger there.
+FP8_SAVED = "fp8_e4m3"
+
+
+def float8_tp(stack, precision, layout) -> bool:
+    """The blocks run torchtitan's float8 TP: its fp8 library, TP on, no per-op SAC."""
+    from accounting.planning.parallel.layout import SELECTIVE
+    return (precision.fp8 is not None and precision.fp8 in stack.fp8_tp_gathers
+            and layout.tp > 1 and layout.recompute != SELECTIVE)
+
+
+def float8_tp_rows(rows: list) -> list:
+    """The rows (activations.Row) as torchtitan's float8 TP saves them (the rule above): a
+    block's gathered column-parallel input in fp8; a TP-split tensor a linear saves in fp8,
+    instead of bf16 when only linears save it, else beside it."""
+    from dataclasses import replace
+    from accounting.planning.parallel.activations import Linear
+    from accounting.planning.parallel.shards import BLOCK, GATHERED, TP_SPLIT
+
+    def fp8(r, name=None):
+        per = r.record.bytes_per_element
+        rec = replace(r.record, dtype=FP8_SAVED,
+                      name=name or f"{r.record.name} (fp8: float8 TP's input cast)")
+        return replace(r, record=rec, bytes=Linear(r.bytes.a // per, r.bytes.c // per))
+    out = []
+    for r in rows:
+        savers = [w.strip() for w in r.record.why.removeprefix("saved by ").split(", ")]
+        linear = [w for w in savers if w.startswith("bmm (")]
+        if r.place != BLOCK or not linear or r.kind not in (GATHERED, TP_SPLIT):
+            out.append(r)
+        elif len(linear) == len(savers):  # only linears save it: they save the fp8 cast
+            out.append(fp8(r))
+        else:  # another op keeps the bf16 tensor; the row-parallel linear its fp8 copy
+            out += [r, fp8(r, f"{r.record.name}, fp8 copy (Float8RowwiseParallel's input)")]
+    return out
