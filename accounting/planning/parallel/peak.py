@@ -181,8 +181,9 @@ def moments(sp, layout, precision, stage: int, kinds, values: dict[str, int], lo
     # holds one block's recomputed activations too (MemoryModel's "one block, recomputed")
     freed = TT.freed_logits(stack.stack, local, -(-values["V"] // tp)) \
         if last and loss_name == LM.STANDARD else None
-    out = [Moment(AT_BACKWARD + " (the loss's backward)", held + "; ".join(what), extra, True,
-                  grads_live, True, history=freed.bytes if freed else Linear())] if last else []
+    out = [Moment(AT_BACKWARD + " (the loss's backward)", held + "; ".join(
+        what + ([f"reserved beside: {freed.what}"] if freed else [])), extra, True,
+        grads_live, True, history=freed.bytes if freed else Linear())] if last else []
     if forward is not None:  # the forward's end: the chunks, or Liger's chunk (loss_memory.py)
         fwd = extra + start.times(-1) + forward
         out.append(Moment(f"end of the forward pass (--loss {loss_name})",

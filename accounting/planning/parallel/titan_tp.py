@@ -91,8 +91,8 @@ def freed_logits(stack, local_tokens: int, local_vocab: int) -> FreedLogits | No
         return None
     from accounting.planning.parallel.activations import Linear
     return FreedLogits(Linear(local_tokens * local_vocab * 2, 0),
-                       "the loss's freed bf16 logits (pred.float(), del pred): a block the "
-                       "backward's fp32 temporaries cannot use")
+                       "the loss's freed bf16 logits, b·(T/cp)·⌈V/tp⌉·2 bytes (pred.float(), "
+                       "del pred): a block the backward's fp32 temporaries cannot use")
 
 
 # ---- float8 TP: what the blocks save --------------------------------------------------------
