@@ -17,6 +17,12 @@ after it save the gathered, full-sequence input (activations.py: the GATHERED ro
 Megatron's re-gather); torchao's float8 TP gathers in fp8 and async TP's symmetric-memory
 workspace (stacks.Stack.fp8_tp_gathers, async_tp; stack_memory.async_tp_workspace).
 
+FSDP2's float8 all-gather (`--precision fp8-torchao-fsdp`: Float8LinearConfig's
+enable_fsdp_float8_all_gather) is planned by buffers.py (the gathered weights one byte an
+element); torchtitan's precompute_float8_dynamic_scale_for_fsdp after the optimizer step
+(torchao/float8/fsdp_utils.py: torch._foreach_norm over the float8 weights, stacked, one
+all-reduce) holds one fp32 amax a weight: not planned (bytes, not megabytes).
+
 Two rules here, both at the loss's backward: the temporaries of loss_parallel's fused
 backward (allocated), and the freed bf16 logits' block (reserved; freed_logits below).
 
