@@ -36,6 +36,7 @@ def _measured() -> dict:
     return json.loads(run.stdout)
 
 
+@pytest.mark.slow  # a fresh interpreter on the fake process group (torchao): ~10 s
 def test_loss_parallel_backward_holds_three_temporaries():
     """Measured: torchtitan's loss on vocab-sharded logits under loss_parallel peaks at 4 fp32
     tensors the size of the rank's logits (the saved log-probabilities and the fused
@@ -97,6 +98,7 @@ def test_plan_adds_the_temporaries_at_the_loss_backward():
         assert m.extra.at(B) == ws + 4 + n * B * T * -(-V // tp) * 4, tp
 
 
+@pytest.mark.slow  # a fresh interpreter on the fake process group (torchao): ~10 s
 def test_tp_block_saves_what_the_rows_count():
     """A torchtitan block parallelized as apply_tp does it saves the torchtitan stack's
     per-layer bytes, less the block's input (the measurement leaves it out): the norms'
@@ -114,6 +116,7 @@ def test_tp_block_saves_what_the_rows_count():
                             + 4 * 2 * B * T * a * d + 4 * B * a * T + 4 * 2 * B * T * f)
 
 
+@pytest.mark.slow  # a fresh interpreter on the fake process group (torchao): ~10 s
 def test_one_kv_head_a_rank_repeat_kv_is_a_view():
     """Measured: where a rank holds one KV head (Llama 3 70B and 405B at TP 8), repeat_kv's
     expand + reshape is a view, so SDPA saves the rank's one-head K and V, not copies of a/tp
@@ -222,6 +225,7 @@ def test_plan_reserves_the_freed_logits():
     assert TT.freed_logits(get_stack(TORCH), T, V) is None
 
 
+@pytest.mark.slow  # a fresh interpreter on the fake process group (torchao): ~10 s
 def test_float8_tp_block_saves_fp8_inputs():
     """Measured: the block under torchtitan's float8 TP (torchao's Float8Linear, emulated)
     saves its gathered inputs in fp8 (1 byte), w2's input in fp8 instead of bf16, and an
