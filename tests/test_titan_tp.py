@@ -262,3 +262,29 @@ def test_table_4_tp_rows_within_ten_percent():
         if name.startswith("torchtitan Table 4"):
             a = answer(r)
             assert a.ratio >= Fraction(9, 10), (name, float(a.ratio))
+
+
+def test_float8_tp_rule_reads_linears_only():
+    """A block torchtitan runs as model/'s ops (a GELU MLP: not its Llama) with unfused
+    attention: under float8 TP the rule changes what the linears save (the gathered inputs,
+    the output projection's and W2's inputs) and nothing the attention core's matmuls save
+    (Q, K, the softmax output, V: bf16 as before)."""
+    from dataclasses import replace
+    from accounting.planning.parallel import stack_memory as SM
+    c = replace(_config(), mlp="gelu", name="titan-gelu")
+    run = StackRun(get_stack(TORCHTITAN))
+    assert SM.implementation(run, c) == "course"
+    lo = Layout(4, tp=4, sp=True, global_batch=B, micro_batch=B)
+    _, bf16 = SM.ledger_rows(run, c, lo, T, recompute="none")
+    _, fp8 = SM.ledger_rows(run, c, lo, T, recompute="none", float8_tp=True)
+    was = {r.record.name: r.bytes.at(B) for r in bf16}
+    now = {r.record.name: r.bytes.at(B) for r in fp8}
+    cast = "(fp8: float8 TP's input cast)"
+    # the gathered inputs and W2's (GELU's output): only linears save them, now in fp8
+    for n in ("ln1 output", "ln2 output", "GELU output"):
+        assert n not in now and now[f"{n} {cast}"] * 2 == was[n], n
+    # the output projection's input, saved by the linear only in model/'s attention
+    n = "attention-weighted values, heads merged"
+    assert now[f"{n} {cast}"] * 2 == was[n]
+    for n in ("softmax output", "Q after RoPE", "K after RoPE", "V (heads layout)"):
+        assert now[n] == was[n], n

@@ -72,18 +72,20 @@ def ledger_rows(run: StackRun, c: ModelConfig, layout: Layout, seq: int, tp_rank
     rc = layout.recompute if recompute is None else recompute
     if run.stack.megatron_core:
         return M.rows(c, layout, seq, run.dropout > 0, run.kernel, rc, tp_rank, run.fp8)
-    sp = _split(c, rc, implementation(run, c))
+    # (under float8 TP the ledger with torchao's Float8Linear: the same bytes, its linears
+    # named as such, which the rule below reads)
+    sp = _split(c, rc, implementation(run, c), TT.FLOAT8_LIBRARY if float8_tp else None)
     rows = A.rows(sp, layout, seq, tp_rank=tp_rank)
     # torchtitan's float8 TP saves its linears' inputs in fp8 (titan_tp.float8_tp_rows)
     return sp, (TT.float8_tp_rows(rows) if float8_tp else rows)
 
 
 @lru_cache(maxsize=256)
-def _split(c: ModelConfig, recompute: str, impl: str) -> Split:
+def _split(c: ModelConfig, recompute: str, impl: str, fp8: str | None = None) -> Split:
     """The implementation's ledger in bf16 parameters (transformers' and torchtitan's with
-    their SDPA kernel)."""
+    their SDPA kernel; `fp8`: its linears that library's fp8 linears)."""
     return split(replace(c, attention="sdpa") if impl != COURSE else c, None, recompute, impl,
-                 BF16)
+                 BF16, fp8=fp8)
 
 
 def stage_activations(run: StackRun, c: ModelConfig, layout: Layout, seq: int, stage: int,

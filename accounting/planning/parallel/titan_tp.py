@@ -116,6 +116,8 @@ def freed_logits(stack, local_tokens: int, local_vocab: int) -> FreedLogits | No
 # Not applied under torchtitan's per-op selective checkpointing (its policy saves mm
 # outputs; what it keeps of the fp8 casts is not measured here): the bf16 ledger there.
 FP8_SAVED = "fp8_e4m3"
+FLOAT8_LIBRARY = "torchao"  # the ledger's fp8 linears (Trace._fp8_linear): torchao's Float8Linear
+LINEAR_SAVER = "fp8 linear ("  # how that ledger names a linear layer among a tensor's savers
 
 
 def float8_tp(stack, precision, layout) -> bool:
@@ -126,9 +128,11 @@ def float8_tp(stack, precision, layout) -> bool:
 
 
 def float8_tp_rows(rows: list) -> list:
-    """The rows (activations.Row) as torchtitan's float8 TP saves them (the rule above): a
-    block's gathered column-parallel input in fp8; a TP-split tensor a linear saves in fp8,
-    instead of bf16 when only linears save it, else beside it."""
+    """The rows (activations.Row) of the ledger built with torchao's fp8 linears (same
+    bytes: Float8Linear saves the bf16 input it is handed) as torchtitan's float8 TP saves
+    them (the rule above): a block's gathered column-parallel input in fp8; a TP-split
+    tensor a linear saves in fp8, instead of bf16 when only linears save it, else beside
+    it. The attention core's matmuls (model/'s unfused attention) are not linears."""
     from dataclasses import replace
     from accounting.planning.parallel.activations import Linear
     from accounting.planning.parallel.shards import BLOCK, GATHERED, TP_SPLIT
@@ -141,7 +145,7 @@ def float8_tp_rows(rows: list) -> list:
     out = []
     for r in rows:
         savers = [w.strip() for w in r.record.why.removeprefix("saved by ").split(", ")]
-        linear = [w for w in savers if w.startswith("bmm (")]
+        linear = [w for w in savers if w.startswith(LINEAR_SAVER)]
         if r.place != BLOCK or not linear or r.kind not in (GATHERED, TP_SPLIT):
             out.append(r)
         elif len(linear) == len(savers):  # only linears save it: they save the fp8 cast
