@@ -1,8 +1,10 @@
-"""torchtitan's tensor parallelism as its apply_tp runs it (issue 44): the rules of the
-torchtitan stack record (stacks.Stack.loss_parallel) that change what a TP rank holds at
-the step's peak, each read from the source it follows and measured on the CPU where it runs
-(tests/test_titan_tp.py: torch's fake process group, saved-tensor hooks and torch's
-MemTracker).
+"""torchtitan's tensor parallelism as its apply_tp runs it (issue 44): three rules of the
+torchtitan stack record (stacks.Stack.loss_parallel, loss_frees_bf16_logits,
+fp8_tp_gathers) that change what a rank holds, each read from the source it follows and
+measured on the CPU where it runs (tests/test_titan_tp.py: torch's fake process group,
+saved-tensor hooks and torch's MemTracker): loss_parallel's backward temporaries and the
+freed bf16 logits at the loss's backward (allocated, reserved), and what its float8 TP's
+blocks save (float8_tp_rows, at the end).
 
 What torchtitan's TP is (torchtitan/parallelisms/parallelize_llama.py apply_tp at 9dec370,
 the commit of its 2024-12 benchmark tables; models/llama3/infra/parallelize.py today):
@@ -23,10 +25,7 @@ element); torchtitan's precompute_float8_dynamic_scale_for_fsdp after the optimi
 (torchao/float8/fsdp_utils.py: torch._foreach_norm over the float8 weights, stacked, one
 all-reduce) holds one fp32 amax a weight: not planned (bytes, not megabytes).
 
-Two rules here, both at the loss's backward: the temporaries of loss_parallel's fused
-backward (allocated), and the freed bf16 logits' block (reserved; freed_logits below).
-
-The first, the loss's backward under loss_parallel. torchtitan's loss is
+The first rule, the loss's backward under loss_parallel. torchtitan's loss is
 F.cross_entropy(pred.flatten(0, 1).float(), labels) (train.py at 9dec370, not compiled:
 "TODO: compiling loss function causes CUDA errors"), run inside its train_context, which
 enters torch.distributed.tensor.parallel.loss_parallel() whenever TP is on
@@ -144,7 +143,7 @@ def float8_tp_rows(rows: list) -> list:
         return replace(r, record=rec, bytes=Linear(r.bytes.a // per, r.bytes.c // per))
     out = []
     for r in rows:
-        savers = [w.strip() for w in r.record.why.removeprefix("saved by ").split(", ")]
+        savers = _savers(r.record.why)
         linear = [w for w in savers if w.startswith(LINEAR_SAVER)]
         if r.place != BLOCK or not linear or r.kind not in (GATHERED, TP_SPLIT):
             out.append(r)
@@ -153,3 +152,17 @@ def float8_tp_rows(rows: list) -> list:
         else:  # another op keeps the bf16 tensor; the row-parallel linear its fp8 copy
             out += [r, fp8(r, f"{r.record.name}, fp8 copy (Float8RowwiseParallel's input)")]
     return out
+
+
+def _savers(why: str) -> list[str]:
+    """The ops a record's `why` names ("saved by A (x, y), B (z)": A (x, y) and B (z)),
+    split at the commas outside parentheses."""
+    out, depth, cur = [], 0, ""
+    for ch in why.removeprefix("saved by "):
+        depth += (ch == "(") - (ch == ")")
+        if ch == "," and depth == 0:
+            out.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+    return out + ([cur.strip()] if cur.strip() else [])
