@@ -9,6 +9,7 @@ from __future__ import annotations
 from accounting.planning import activation_offload as AO
 from accounting.planning import allocator as AL
 from accounting.planning import cuda_peak as CP
+from accounting.planning import loss_memory as LM
 
 
 def _state_groups(model, v, terms) -> list[tuple[int, int]]:
@@ -39,10 +40,13 @@ def one_gpu(model, batch: int, seq: int, expandable: bool = False) -> tuple[int,
             if r.saved and r.name not in region.replaced and r.name not in moved:
                 groups.append((r.elements.evaluate(v) * r.bytes_per_element,
                                v[r.repeat] if r.repeat else 1))
+        lsm = next((r for r in model.ledger.activations
+                    if r.name == "log-softmax of the logits"), None)
         if region.cuda_loss:  # the standard loss: its two B·T·V gradients
-            lsm = next(r for r in model.ledger.activations
-                       if r.name == "log-softmax of the logits")
             groups.append((lsm.elements.evaluate(v) * lsm.bytes_per_element, 2))
+        elif lsm is None:  # a fused cross-entropy kernel's one gradient of the logits
+            logits = next(r for r in model.ledger.activations if r.name == LM.LOGITS)
+            groups.append((logits.elements.evaluate(v) * logits.bytes_per_element, 1))
     if model.device == CP.CUDA:
         groups.append((CP.cublas_workspace_bytes(model.arch), CP.CUBLAS_WORKSPACES))
     rest = allocated - sum(n * c for n, c in groups)
