@@ -68,6 +68,20 @@ def offloaded(activations, removed=None) -> tuple[Expr, Expr]:
     return moved, flight
 
 
+def flight_groups(activations, v: dict[str, int], removed=None) -> list[tuple[int, int]]:
+    """(bytes, 1) of each tensor of one block (of each kind) brought back to the device: the
+    in-flight set `offloaded` counts, as tensors (reserved.py packs them in the offload
+    stream's pool)."""
+    acts = list(activations)
+    out = []
+    for i, r in _offloadable(acts):
+        keep = 1 - removed[i] if removed is not None else 1
+        if r.repeat and keep and v.get(_symbol(i)):
+            per = r.elements.evaluate(v) * r.bytes_per_element * keep // max(r.copies, 1)
+            out += [(int(per), max(r.copies, 1))]
+    return out
+
+
 def offloaded_names(activations, v: dict[str, int]) -> list[str]:
     """The records moved off the device at the workload `v` (add_values' indicators)."""
     return [r.name for i, r in _offloadable(activations) if v.get(_symbol(i))]
@@ -77,4 +91,5 @@ RULE = ("--offload activations: torchtune's OffloadActivations moves the model's
         "tensors of ≥ 1,024 bytes to the CPU (the LM head's and the loss's stay); one block's "
         "are on the device at a time")
 
-__all__ = ["KEPT_MODULES", "MIN_OFFLOAD_SIZE", "RULE", "add_values", "offloaded", "offloaded_names"]
+__all__ = ["KEPT_MODULES", "MIN_OFFLOAD_SIZE", "RULE", "add_values", "flight_groups",
+           "offloaded", "offloaded_names"]
