@@ -101,25 +101,39 @@ def one_gpu(model, batch: int, seq: int, expandable: bool = False,
 
 
 def stage(s, b: int, per_layer, in_flight_layers: int, arch: str | None,
-          expandable: bool = False) -> int:
+          expandable: bool = False, capacity: int | None = None) -> int:
     """The reserved peak of one GPU of a layout (a StagePlan `s` at micro-batch b):
     `per_layer` (name, bytes) of what one block saves, `in_flight_layers` the blocks'
-    copies live (layers × micro-batches in flight)."""
+    copies live (layers × micro-batches in flight). HISTORY as on one GPU: at a moment of
+    the passes that holds no gradient (one micro-batch per step; no persistent gradient
+    buffer), the previous step's gradient segments stay reserved and serve only what the
+    step allocates after them (not the model states); `capacity` as one_gpu's."""
     allocated, moment = s.peak_moment(b)
     if moment is None:
         return allocated
     numels = [t.numel for u in s.states.units for t in u.tensors]
+    states: list[tuple[int, int]] = []
     groups: list[tuple[int, int]] = []
+    grads: list[tuple[int, int]] = []
     for i in s.items:
+        if i.activations or not i.on_gpu:
+            continue
         if not moment.holds(i):
+            if moment.activations and i.model_state and i.name.startswith("gradients"):
+                grads += AL.split_over(i.bytes.at(b), numels)
             continue
-        if i.activations:
-            continue
-        groups += AL.split_over(i.bytes.at(b), numels) if i.model_state else [(i.bytes.at(b), 1)]
+        if i.model_state:
+            states += AL.split_over(i.bytes.at(b), numels)
+        else:
+            groups.append((i.bytes.at(b), 1))
+    states.append((CP.cublas_workspace_bytes(arch), CP.CUBLAS_WORKSPACES))
     if moment.activations:
         groups += [(x, in_flight_layers) for _, x in per_layer]
-    groups.append((CP.cublas_workspace_bytes(arch), CP.CUBLAS_WORKSPACES))
+    groups = states + groups
     rest = allocated - sum(n * c for n, c in groups)
     if rest > 0:
         groups.append((rest, 1))
-    return allocated + max(0, AL.slack(groups, expandable))
+    total = allocated + max(0, AL.slack(groups, expandable, AL.segments(grads), len(states)))
+    if capacity is not None and total > capacity:
+        total = max(capacity, allocated + max(0, AL.slack(groups, expandable)))
+    return total
