@@ -130,8 +130,15 @@ def test_many_gpus_offload_the_blocks_but_one(capsys):
         code, text, err = run(capsys, "plan", "meta-llama/Llama-3.2-1B", "--ctx", str(T),
                               "--gpus", "8", "--fsdp", *flags, "--format", "json")
         assert code == 0, err
-        out[flags] = json.loads(text)["memory_per_gpu_bytes"]
+        d = json.loads(text)
+        out[flags] = d["memory_per_gpu_bytes"]
+        out[flags + ("reserved",)] = d["memory_per_gpu_reserved_bytes"]
     assert out[()] - out[("--offload", "activations")] == (L - 1) * per_block
+    # the copies brought back on the offload stream sit in a pool of their own
+    # (planning/reserved.py OFFLOAD_STREAM: no other stream's free block serves them), so
+    # what the rank reserves beyond its allocated peak is at least one block's of them
+    off = ("--offload", "activations")
+    assert out[off + ("reserved",)] - out[off] >= per_block
 
 
 def test_one_blocks_copies_are_what_the_offload_stream_holds(monkeypatch):

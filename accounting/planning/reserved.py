@@ -101,13 +101,17 @@ def one_gpu(model, batch: int, seq: int, expandable: bool = False,
 
 
 def stage(s, b: int, per_layer, in_flight_layers: int, arch: str | None,
-          expandable: bool = False, capacity: int | None = None) -> int:
+          expandable: bool = False, capacity: int | None = None,
+          offload_stream=()) -> int:
     """The reserved peak of one GPU of a layout (a StagePlan `s` at micro-batch b):
     `per_layer` (name, bytes) of what one block saves, `in_flight_layers` the blocks'
     copies live (layers × micro-batches in flight). HISTORY as on one GPU: at a moment of
     the passes that holds no gradient (one micro-batch per step; no persistent gradient
     buffer), the previous step's gradient segments stay reserved and serve only what the
-    step allocates after them (not the model states); `capacity` as one_gpu's."""
+    step allocates after them (not the model states); `capacity` as one_gpu's.
+    `offload_stream`: under --offload activations, one block's (name, bytes) saved
+    tensors: those of at least MIN_OFFLOAD_SIZE come back on the offload stream, in a pool
+    of their own (OFFLOAD_STREAM)."""
     allocated, moment = s.peak_moment(b)
     if moment is None:
         return allocated
@@ -134,6 +138,9 @@ def stage(s, b: int, per_layer, in_flight_layers: int, arch: str | None,
     if rest > 0:
         groups.append((rest, 1))
     total = allocated + max(0, AL.slack(groups, expandable, AL.segments(grads), len(states)))
+    if moment.activations:
+        total += AL.reserved([(x, 1) for _, x in offload_stream if x >= AO.MIN_OFFLOAD_SIZE],
+                             expandable)
     if capacity is not None and total > capacity:
         total = max(capacity, allocated + max(0, AL.slack(groups, expandable)))
     return total
