@@ -5,7 +5,8 @@ One GPU: MemoryModel's moments (planning/memory.py); many GPUs: a stage's moment
 (parallel/peak.py). Tensors the plan holds only as a sum (a moment's remainder) count as
 one block.
 
-Two parts of the step's history on one GPU (allocator.py `cached`, streams):
+Two parts of the step's history, on one GPU and on a layout's stage (allocator.py `cached`,
+streams), from the second step on:
 
   * HISTORY: the previous step's gradients. zero_grad(set_to_none=True) frees them as the
     step starts; their segments stay reserved and serve (best fit) only what the step
