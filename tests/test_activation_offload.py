@@ -130,5 +130,52 @@ def test_many_gpus_offload_the_blocks_but_one(capsys):
         code, text, err = run(capsys, "plan", "meta-llama/Llama-3.2-1B", "--ctx", str(T),
                               "--gpus", "8", "--fsdp", *flags, "--format", "json")
         assert code == 0, err
-        out[flags] = json.loads(text)["memory_per_gpu_bytes"]
+        d = json.loads(text)
+        out[flags] = d["memory_per_gpu_bytes"]
+        out[flags + ("reserved",)] = d["memory_per_gpu_reserved_bytes"]
     assert out[()] - out[("--offload", "activations")] == (L - 1) * per_block
+    # the copies brought back on the offload stream sit in a pool of their own
+    # (planning/reserved.py OFFLOAD_STREAM: no other stream's free block serves them), so
+    # what the rank reserves beyond its allocated peak is at least one block's of them
+    off = ("--offload", "activations")
+    assert out[off + ("reserved",)] - out[off] >= per_block
+
+
+def test_one_blocks_copies_are_what_the_offload_stream_holds(monkeypatch):
+    # --offload activations' reserved figure packs one block's brought-back copies in the
+    # offload stream's own pool (planning/reserved.py, AO.flight_groups): those tensors,
+    # one by one, are the ones torchtune's pack_tensor moves inside one decoder layer
+    config = replace(translate(CONFIGS["llama"], "test", "llama").config, attention="sdpa")
+    model = build("llama", "fp32")
+    B, T = 2, 64
+    g = torch.Generator().manual_seed(1)
+    ids, targets = (torch.randint(0, config.vocab_size, (B, T), generator=g) for _ in range(2))
+    layer, inside, sizes = model.model.layers[1], [False], []
+    layer.register_forward_pre_hook(lambda *a: inside.__setitem__(0, True))
+    layer.register_forward_hook(lambda *a: inside.__setitem__(0, False))
+    real = torch.Tensor.untyped_storage
+
+    tt = load("training/_activation_offloading.py")
+    monkeypatch.setattr(torch.cuda, "default_stream", lambda *a, **k: None)
+    ctx = tt.OffloadActivations(use_pin_memory=False, use_streams=False)
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    pack, alive, seen = ctx.pack_hook, [], set()
+
+    def watch(t):
+        tid = pack(t)
+        alive.append(t)
+        s = real(t)
+        if inside[0] and ctx.tracker[tid][1] and s.data_ptr() not in params \
+                and s.data_ptr() not in seen:
+            seen.add(s.data_ptr())
+            sizes.append(s.nbytes())
+        return tid
+    ctx.pack_hook = watch
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        with ctx:
+            model(ids, use_cache=False)
+    m = MemoryModel(config, PRECISIONS["bf16-mixed"], "model", implementation="transformers",
+                    device="cpu", offload_activations=True)
+    v = m.values(T, B)
+    planned = sorted(n for n, c in AO.flight_groups(m.ledger.activations, v) for _ in range(c))
+    assert planned == sorted(sizes)

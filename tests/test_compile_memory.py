@@ -143,3 +143,89 @@ def test_many_gpus_hold_the_compiled_blocks(capsys):
         out[flags] = json.loads(text)["memory_per_gpu_bytes"]
     assert out[()] - out[("--compile",)] == L * (2 * 4 * T * D + 2 * T * FF + 3 * 2 * T * D
                                                  + 2 * T * D)
+
+
+# ---- --stack torchtitan: its block compiled inside its checkpoint wrapper ------------------
+def _titan_policy():
+    """torchtitan's per-op SAC policy (pytorch/torchtitan, models/llama3/infra/parallelize.py
+    _op_sac_save_list and _get_custom_policy at the published runs' torchtitan: the save
+    list's ops saved, every second mm recomputed); the CPU's flash kernel stands in for
+    CUDA's in the list."""
+    from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
+    ops = torch.ops
+    save = {ops.aten.mm.default, ops.aten._scaled_dot_product_flash_attention.default,
+            ops.aten._scaled_dot_product_efficient_attention.default,
+            ops.aten._scaled_dot_product_flash_attention_for_cpu.default,
+            ops._c10d_functional.reduce_scatter_tensor.default, ops.aten.max.default}
+    meta = {"forward": 0, "recompute": 0}
+
+    def policy(ctx, func, *args, **kwargs):
+        mode = "recompute" if ctx.is_recompute else "forward"
+        if func == ops.aten.mm.default:
+            meta[mode] += 1
+        keep = func in save and not (func == ops.aten.mm.default and meta[mode] % 2 == 0)
+        return CheckpointPolicy.MUST_SAVE if keep else CheckpointPolicy.PREFER_RECOMPUTE
+    return create_selective_checkpoint_contexts(policy)
+
+
+@pytest.mark.parametrize("recompute", ["none", "selective", "full"])
+def test_a_compiled_torchtitan_block_saves_what_the_rule_keeps(recompute):
+    # torchtitan compiles each block after wrapping it for checkpointing (parallelize_llama:
+    # apply_ac, then apply_compile, fullgraph): here its block (tests/test_stack_
+    # implementations.py, bf16, no autocast) in torch.utils.checkpoint as its wrapper calls
+    # it (preserve_rng_state False, torchtitan's default), compiled by torch.compile with
+    # AOTAutograd and the min-cut partitioner (inductor's partition_fn; the graphs run as
+    # traced). Expected: what the compiled block saves, every storage once (its input, the
+    # parameters and freqs_cis excluded), measured; planned: the torchtitan stack's eager
+    # block (held to the eager module by test_stack_implementations.py and test_stacks.py)
+    # changed by the --compile rule, read off the backward's start on one stage
+    from torch._dynamo.backends.common import aot_autograd
+    from torch.utils.checkpoint import checkpoint
+    from functorch.compile import min_cut_rematerialization_partition
+    from test_stack_implementations import _titan_block
+    from accounting.planning.parallel import Layout, parallel_plan
+    from accounting.planning.parallel.peak import AT_BACKWARD
+    from accounting.planning.parallel.stack_memory import StackRun
+    from accounting.planning.parallel.stacks import get_stack
+    h, a, g, d, f, T = 48, 8, 2, 8, 96, 16  # h ≠ a·d: Q's and W2's outputs differ in size
+
+    class Wrapped(torch.nn.Module):
+        def __init__(self, block):
+            super().__init__()
+            self.block = block
+
+        def forward(self, x):
+            if recompute == "none":
+                return self.block(x)
+            return checkpoint(self.block, x, use_reentrant=False, preserve_rng_state=False,
+                              **({"context_fn": _titan_policy} if recompute == "selective"
+                                 else {}))
+    torch.manual_seed(0)
+    block = _titan_block(h, a, g, d, f, T)
+    backend = aot_autograd(fw_compiler=lambda gm, _: gm, bw_compiler=lambda gm, _: gm,
+                           partition_fn=min_cut_rematerialization_partition)
+    compiled = torch.compile(Wrapped(block), backend=backend, fullgraph=True)
+    x = torch.randn(1, T, h, dtype=torch.bfloat16, requires_grad=True)
+    compiled(x).sum().backward()  # compiled outside the hooks
+    skip = {t.untyped_storage().data_ptr() for t in (x, *block.parameters(), *block.buffers())}
+    measured = _saved(compiled, (x,), skip, False) + x.untyped_storage().nbytes()
+    if recompute == "full":  # the attention kernel recomputed: AOTAutograd functionalizes
+        # its RNG (run_and_save_rng_state) and saves the generator's state: the CPU's
+        # 5,056-byte Mersenne state, CUDA's Philox seed and offset (16 bytes)
+        measured -= torch.get_rng_state().nbytes
+
+    c = ModelConfig(vocab_size=128, context_length=T, num_layers=2, d_model=h, num_heads=a,
+                    num_kv_heads=g, head_dim=d, d_ff=f, attention="sdpa", name="titan")
+    plans = [parallel_plan(c, Layout(2, dp=2, zero=3, global_batch=2, recompute=recompute), T,
+                           precision=PRECISIONS["bf16-mixed"],
+                           stack=StackRun(get_stack("torchtitan")), compile=on)
+             for on in (False, True)]
+    at = [next(s.moment_bytes(m, 1) for m in s.moments if m.name.startswith(AT_BACKWARD))
+          for s in (p.stages[0] for p in plans)]
+    per_block = plans[0].per_layer_activation_bytes + (at[1] - at[0]) // c.num_layers
+    assert per_block == measured
+    # by hand, what the partitioner dropped: none, the SiLU output (2·T·f); per-op SAC, the
+    # W2 output (2·T·h: its last mm, saved by the policy, read by no backward op); full,
+    # nothing (the input alone either way)
+    assert plans[0].per_layer_activation_bytes - measured == \
+        {"none": 2 * T * f, "selective": 2 * T * h, "full": 0}[recompute]

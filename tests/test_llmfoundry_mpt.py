@@ -156,10 +156,46 @@ def test_refusals_in_one_line():
     assert resolve(_config(), False, LLMFOUNDRY)[0].implementation == LLMFOUNDRY
     base = [sys.executable, "-m", "accounting", "plan", "gpt2-small", "--mlp", "gelu", "--norm",
             "layernorm_nobias", "--implementation", LLMFOUNDRY, "--precision", "bf16-mixed"]
-    for extra, word in (([], "many-GPU plan"), (["--gpus", "2", "--mlp", "swiglu"], "MPT's")):
+    for extra, word in ((["--mlp", "swiglu"], "MPT's"), (["--gpus", "2", "--mlp", "swiglu"], "MPT's"),
+                        (["--loss", "chunked"], "fused cross-entropy")):
         run = subprocess.run(base + extra, capture_output=True, text=True, timeout=120)
         assert run.returncode == 2 and word in run.stderr
         assert len(run.stderr.strip().splitlines()) == 1, run.stderr
     run = subprocess.run(base + ["--gpus", "2", "--format", "json"], capture_output=True,
                          text=True, timeout=120)
     assert run.returncode == 0, run.stderr[-2000:]
+
+
+def test_one_gpu_plan_holds_the_fused_losses_one_gradient():
+    # issue 44c: the one-GPU plan (planning/peak_moments.py) of --implementation llm-foundry
+    # was refused ("a many-GPU plan"); now planned. Expected by hand, llm-foundry's ops as
+    # the module docstring reads them, on the CPU device (no cuBLAS workspace), B = 2:
+    from accounting.planning.memory import MemoryModel
+    B, L = 2, 2
+    m = MemoryModel(_config(), PRECISIONS["bf16-mixed"], implementation=LLMFOUNDRY,
+                    device="cpu")
+    start, update = (ph.bytes.evaluate(m.values(T, B)) for ph in m.peak_terms)
+    # parameters: per block Wqkv, out_proj 4H², up/down 2HF, two LayerNorm weights 2H; the
+    # final LayerNorm's H; the tied wte V·H. fp32 parameters, m and v: 12 bytes each
+    n = L * (4 * H * H + 2 * H * F + 2 * H) + H + V * H
+    # per block (test_mpt_block_saves_what_the_plan_counts, CUDA's fp32 statistics) and its
+    # bf16 weight copies; outside: token ids (int64), ln_f's bf16 input, fp32 mean and 1/σ,
+    # its bf16 output (the head's input), the head's bf16 weight copy, the bf16 logits
+    # flash-attn's loss saves, the int64 targets and its fp32 log-sum-exp
+    block = 2 * (2 * T * H + 2 * 4 * T + 2 * T * H) + 6 * T * H + 2 * T * H + 4 * A * T \
+        + 2 * 2 * T * F
+    copies = 2 * (4 * H * H + 2 * H * F)
+    outside = 8 * T + 2 * T * H + 2 * 4 * T + 2 * T * H + 2 * T * V + 8 * T + 4 * T
+    kept = L * (B * block + copies) + B * outside + 2 * V * H
+    # the loss's backward: the float32 loss and ONE bf16 gradient of the logits (flash-attn's
+    # CrossEntropyLossFunction backward), not F.cross_entropy's two fp32 ones
+    assert start == 12 * n + kept + 4 + 2 * B * T * V
+    # the update: parameters, gradients, m, v and foreach's √v (4 bytes each), the loss,
+    # the int64 token ids and targets
+    assert update == 20 * n + 4 + 2 * 8 * B * T
+    # the many-GPU planner on one GPU (parallel/peak.py, its own code path) agrees on CUDA
+    from accounting.planning.plan import plan
+    one = plan(_config(), T, B, precision="bf16-mixed", implementation=LLMFOUNDRY)
+    many = parallel_plan(_config(), Layout(1, global_batch=B, micro_batch=B), T,
+                         precision=PRECISIONS["bf16-mixed"], implementation=LLMFOUNDRY)
+    assert one.memory.model.peak(B, T) == many.stages[0].peak_moment(B)[0]

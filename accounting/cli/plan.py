@@ -98,7 +98,7 @@ def parser() -> Parser:
                    help="whose ops are planned: course (model/ as written; the default for the "
                         "course presets) or transformers (transformers' modeling code with SDPA "
                         "attention; the default for a Hugging Face config or hub preset); "
-                        "llm-foundry: MPT's blocks as llm-foundry runs them, with --gpus; "
+                        "llm-foundry: MPT's blocks as llm-foundry runs them; "
                         "torchtune: its Llama, bf16 LoRA adapters, torchao's NF4")
     w.add_argument("--optimizer", choices=tuple(OPTIMIZERS), default=None,
                    help=optimizer_help())

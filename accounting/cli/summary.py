@@ -150,7 +150,8 @@ def plan_answer(p) -> Table:
     if model.scope == MODEL:
         recompute = "no recomputation" if p.recompute == "none" else f"{p.recompute} recomputation"
         from accounting.planning.reserved import one_gpu
-        reserved, moment = one_gpu(model, p.batch, p.seq)
+        reserved, moment = one_gpu(model, p.batch, p.seq, capacity=(
+            p.hardware.memory_bytes if p.hardware is not None else None))
         lines.append(_line("step's peak", f"{_bytes(need)} allocated at batch {grouped(p.batch)} "
                                           f"({p.precision.name}, {recompute}), at the {moment}; "
                                           f"reserved at least {_gb(reserved)} (the caching "

@@ -18,7 +18,9 @@ change to the ledger's kept activations:
     prefetches on a second stream, each freed after its node runs). The plan keeps one
     block's offloaded saves on the device at every moment that holds activations (the
     last block's at the backward's start, each block's during its own backward): an upper
-    bound of the five stashed tensors and of the block being differentiated.
+    bound of the five stashed tensors and of the block being differentiated. A tensor
+    saved once for the pass but by every block's ops (the RoPE cos and sin) is packed by
+    each block: each block's backward brings back a copy of its own.
 
 tests/test_activation_offload.py runs OffloadActivations(use_streams=False) on the CPU over
 transformers' Llama and checks which saved tensors it moves against this rule.
@@ -51,21 +53,43 @@ def add_values(v: dict[str, int], activations) -> dict[str, int]:
     return out
 
 
+def _in_blocks(acts) -> set[str]:
+    """The modules of the blocks' records: a record of one of them saved once for the whole
+    pass (the RoPE cos and sin every block's muls save) is packed again by each block, and
+    each block's backward brings its own copy back."""
+    return {r.module for r in acts if r.repeat}
+
+
 def offloaded(activations, removed=None) -> tuple[Expr, Expr]:
     """(the bytes moved off the device, every block's; one block's of each kind, in flight).
     `removed`: each record's share a compiled block no longer saves (compile_memory.py
     removed_shares, aligned with `activations`): what is not saved is not offloaded."""
     moved, flight = Expr(), Expr()
     acts = list(activations)
+    blocks = _in_blocks(acts)
     for i, r in _offloadable(acts):
         keep = 1 - removed[i] if removed is not None else 1
         if not keep:
             continue
         one = r.elements.scale(r.bytes_per_element * keep).times(_symbol(i))
         moved = moved + (one.times(r.repeat) if r.repeat else one)
-        if r.repeat:
+        if r.repeat or r.module in blocks:
             flight = flight + one
     return moved, flight
+
+
+def flight_groups(activations, v: dict[str, int], removed=None) -> list[tuple[int, int]]:
+    """(bytes, 1) of each tensor of one block (of each kind) brought back to the device: the
+    in-flight set `offloaded` counts, as tensors (reserved.py packs them in the offload
+    stream's pool)."""
+    acts = list(activations)
+    blocks, out = _in_blocks(acts), []
+    for i, r in _offloadable(acts):
+        keep = 1 - removed[i] if removed is not None else 1
+        if (r.repeat or r.module in blocks) and keep and v.get(_symbol(i)):
+            per = r.elements.evaluate(v) * r.bytes_per_element * keep // max(r.copies, 1)
+            out += [(int(per), max(r.copies, 1))]
+    return out
 
 
 def offloaded_names(activations, v: dict[str, int]) -> list[str]:
@@ -77,4 +101,5 @@ RULE = ("--offload activations: torchtune's OffloadActivations moves the model's
         "tensors of ≥ 1,024 bytes to the CPU (the LM head's and the loss's stay); one block's "
         "are on the device at a time")
 
-__all__ = ["KEPT_MODULES", "MIN_OFFLOAD_SIZE", "RULE", "add_values", "offloaded", "offloaded_names"]
+__all__ = ["KEPT_MODULES", "MIN_OFFLOAD_SIZE", "RULE", "add_values", "flight_groups",
+           "offloaded", "offloaded_names"]

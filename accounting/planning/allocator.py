@@ -20,9 +20,17 @@ Read from c10/cuda/CUDACachingAllocator.cpp (pytorch/pytorch at
 
 `reserved(sizes)` packs the tensors live at one moment into segments as a fresh allocator
 would (best fit, the rules above): a lower bound of `torch.cuda.memory_reserved()` at that
-moment. What the step's history adds (segments cut for tensors since freed, whose free
-remainders the moment's tensors cannot use) is not modelled (one exception: torchtitan's
-freed bf16 logits at the loss's backward, parallel/titan_tp.py freed_logits): ../shared/gpu/README.md
+moment. One part of the step's history is modelled (`cached`): segments of tensors freed
+before the moment stay reserved — a freed block returns to its pool (free_block) and
+segments go back to the driver only in release_cached_blocks (empty_cache, or an
+allocation that failed) — and serve, best fit, only what is allocated after the free
+(reserved.py: the previous step's gradients). Blocks also belong to the stream that
+allocated them: get_free_block returns no block whose `stream != p.stream()` (the pools
+are ordered by stream first, BlockComparatorSize), so tensors allocated on a second stream
+never share the first stream's free blocks (reserved.py: the activation-offloading
+stream's copies; torchtitan's freed bf16 logits at the loss's backward,
+parallel/titan_tp.py freed_logits). The rest of the history (segments cut for transients whose free
+remainders the moment's tensors cannot use) is not modelled: ../shared/gpu/README.md
 measures the reserved peak 12–30% above the allocated one on an H200 (its "allocator
 reserved" column), and tests/test_allocator.py holds this model below those measurements.
 A verdict ("fits") compares the allocated peak with the usable memory, as the one-GPU plan
@@ -59,16 +67,43 @@ def _should_split(small: bool, remaining: int, expandable: bool) -> bool:
     return remaining >= KMIN_BLOCK if small or expandable else remaining > KSMALL_SIZE
 
 
-def reserved(groups, expandable: bool = False) -> int:
-    """Bytes a fresh caching allocator reserves to hold tensors given as (bytes, count)
-    pairs, allocated in that order and all live (0-byte tensors allocate nothing)."""
-    if expandable:  # one growing segment per pool, mapped page by page
-        small = sum(round_size(n) * c for n, c in groups if 0 < n and round_size(n) <= KSMALL_SIZE)
-        large = sum(round_size(n) * c for n, c in groups if round_size(n) > KSMALL_SIZE)
-        return -(-small // KSMALL_BUFFER) * KSMALL_BUFFER + \
-            -(-large // KLARGE_BUFFER) * KLARGE_BUFFER
-    total = 0
+def reserved(groups, expandable: bool = False, cached=(), fresh: int = 0) -> int:
+    """Bytes a caching allocator reserves to hold tensors given as (bytes, count) pairs,
+    allocated in that order and all live (0-byte tensors allocate nothing). `cached`: the
+    segments (bytes each, from segments()) of tensors freed before these were allocated and
+    never released (no empty_cache): reserved still, and served best fit like any free
+    block — but only to the groups after the first `fresh`, which were allocated before
+    those tensors were freed."""
+    if expandable:  # one growing segment per pool, mapped page by page, never unmapped
+        before = _expandable(list(groups)[:fresh] + [(n, 1) for n in cached])
+        return max(before, _expandable(groups))
     free = {True: [], False: []}  # per pool: free block sizes, sorted (best fit)
+    total = _pack(list(groups)[:fresh], free)
+    for n in cached:  # a freed segment whole again (its blocks merged): in its pool
+        total += n
+        insort(free[n <= KSMALL_BUFFER], n)
+    return total + _pack(list(groups)[fresh:], free)
+
+
+def segments(groups) -> list[int]:
+    """The segments (bytes each) a fresh allocator cudaMallocs for these tensors (as
+    reserved() packs them): what stays reserved once they are all freed."""
+    out: list[int] = []
+    _pack(groups, {True: [], False: []}, out)
+    return out
+
+
+def _expandable(groups) -> int:
+    small = sum(round_size(n) * c for n, c in groups if 0 < n and round_size(n) <= KSMALL_SIZE)
+    large = sum(round_size(n) * c for n, c in groups if round_size(n) > KSMALL_SIZE)
+    return -(-small // KSMALL_BUFFER) * KSMALL_BUFFER + \
+        -(-large // KLARGE_BUFFER) * KLARGE_BUFFER
+
+
+def _pack(groups, free, made: list[int] | None = None) -> int:
+    """Allocate the groups into the free blocks (best fit), cudaMalloc'ing a segment where
+    none fits; the bytes of the new segments (each appended to `made`)."""
+    total = 0
     for n, count in groups:
         if n <= 0 or count <= 0:
             continue
@@ -79,6 +114,8 @@ def reserved(groups, expandable: bool = False) -> int:
             # a segment of its own each (no free block is this large): in bulk
             seg = allocation_size(size)
             total += seg * count
+            if made is not None:
+                made += [seg] * count
             if _should_split(False, seg - size, False):
                 for _ in range(min(count, 100_000)):
                     insort(blocks, seg - size)
@@ -88,6 +125,8 @@ def reserved(groups, expandable: bool = False) -> int:
             if i == len(blocks):
                 block = allocation_size(size)
                 total += block
+                if made is not None:
+                    made.append(block)
             else:
                 block = blocks.pop(i)
             if _should_split(small, block - size, False):
@@ -95,9 +134,9 @@ def reserved(groups, expandable: bool = False) -> int:
     return total
 
 
-def slack(groups, expandable: bool = False) -> int:
+def slack(groups, expandable: bool = False, cached=(), fresh: int = 0) -> int:
     """What the allocator reserves beyond the tensors' own bytes: reserved() less their sum."""
-    return reserved(groups, expandable) - sum(max(0, n) * c for n, c in groups)
+    return reserved(groups, expandable, cached, fresh) - sum(max(0, n) * c for n, c in groups)
 
 
 def split_over(total: int, numels) -> list[tuple[int, int]]:

@@ -22,7 +22,29 @@ ratios), against eager the block saves:
 
 The plan compiles each block on its own, as torchtitan (apply_compile: torch.compile per
 TransformerBlock) and torchtune (training.compile_model: each layer) do; outside the blocks
-the ops run eagerly. Only the layouts measured are planned: pre-norm RMSNorm, SwiGLU, RoPE,
+the ops run eagerly.
+
+--stack torchtitan (its own Llama in bf16, no autocast: the stack's ledger): torchtitan
+wraps each block for activation checkpointing first and compiles the wrapped block
+(pytorch/torchtitan@018740b torchtitan/models/llama3/infra/parallelize.py parallelize_llama:
+apply_ac, then apply_compile: torch.compile(transformer_block, fullgraph=...)). Dynamo
+traces the checkpoint as one region whose ops carry the policy's tags, and the min-cut
+partitioner recomputes every op tagged PREFER_RECOMPUTE and saves a MUST_SAVE output only
+where the backward graph reads it. Measured on the CPU (tests/test_compile_memory.py: the
+torchtitan block of tests/test_stack_implementations.py wrapped in torch.utils.checkpoint,
+torch.compile with AOTAutograd and this partitioner, fullgraph), against the eager block:
+
+  * no checkpointing: the SiLU output is recomputed from the W1 output (nothing else: the
+    norms' bf16 outputs, their fp32 1/σ, Q, K, V and the W3 output stay);
+  * per-op selective checkpointing (every odd mm and the attention kernel saved): the W2
+    output, the block's last mm (mm #7, odd: MUST_SAVE), is not saved: no backward op reads
+    it (the residual add's backward does not). The reduce-scattered feed-forward output of
+    TP + SP is read by none either but is not measured here (no process group on the
+    CPU under compile): kept, an upper bound;
+  * full checkpointing: the block's input only, as eager (and the RNG state where
+    preserve_rng_state is set). The one block recomputed in the backward pass is then a
+    compiled block too (its SiLU output recomputed): not counted, an upper bound by 2·b·T·d_ff
+    per block at the block-backward moment. Only the layouts measured are planned: pre-norm RMSNorm, SwiGLU, RoPE,
 SDPA attention, no MoE, no QK-norm, no biases; another is refused in one line.
 """
 from __future__ import annotations
@@ -36,6 +58,9 @@ from accounting.units import BF16, DTYPE_BYTES, FP32
 RECOMPUTED = ("x / rms", "SiLU output")
 ROPE = "RoPE cos and sin at the positions"  # model/'s gather from its buffers
 RESIDUAL = "ln2 input"  # the second norm's input: x + the attention's projection
+# torchtitan's per-op SAC compiled: its last mm's output, saved by the policy, read by no
+# backward op (the torchtitan ledger's name for the W2 matmul's output)
+SAC_UNREAD = "W2 output"
 RULE = ("--compile: inductor's min-cut partitioner recomputes each block's RMSNorm "
         "x / rms and the SiLU output, saves one bf16 copy per "
         "cast tensor, and under autocast the attention projection's bf16 output instead of "
@@ -64,16 +89,17 @@ def _bytes(r) -> Expr:
     return r.elements.scale(r.bytes_per_element).times(*((r.repeat,) if r.repeat else ()))
 
 
-def removed_shares(records, autocast: str | None) -> list[Fraction]:
+def removed_shares(records, autocast: str | None, sac: bool = False) -> list[Fraction]:
     """For each record, in the ledger's order, the share of its bytes a compiled block does
-    not save (0 outside the blocks and for what it keeps)."""
+    not save (0 outside the blocks and for what it keeps); `sac`: the block runs under
+    torchtitan's per-op selective checkpointing (its saved mm outputs are the records)."""
     out, seen = [], set()
     f32, b16 = DTYPE_BYTES[FP32], DTYPE_BYTES[BF16]
     for r in records:
         share = Fraction(0)
         key = (r.repeat, r.name)
         if r.saved and r.repeat:
-            if r.name.endswith(RECOMPUTED):
+            if r.name.endswith(RECOMPUTED) or (sac and r.name == SAC_UNREAD):
                 share = Fraction(1)
             elif r.name == ROPE:  # under autocast a float32 gather of one table stays
                 share = 1 - (Fraction(f32, r.copies * r.bytes_per_element) if autocast else 0)
@@ -93,4 +119,4 @@ def saved_change(activations, autocast: str | None) -> Expr:
                Expr())
 
 
-__all__ = ["RECOMPUTED", "RULE", "check", "removed_shares", "saved_change"]
+__all__ = ["RECOMPUTED", "RULE", "SAC_UNREAD", "check", "removed_shares", "saved_change"]

@@ -87,7 +87,9 @@ def to_dict(p: Plan) -> dict:
                          "what": ph.what} for ph in tm.model.peak_terms],
             "peak_bytes": tm.model.peak(p.batch, p.seq),
             # issue 44: the caching allocator's reserve at that moment (planning/reserved.py)
-            "reserved_bytes": reserved.one_gpu(tm.model, p.batch, p.seq)[0],
+            "reserved_bytes": reserved.one_gpu(
+                tm.model, p.batch, p.seq,
+                capacity=p.hardware.memory_bytes if p.hardware is not None else None)[0],
             "device": tm.model.device,
             "cuda_rules": [{"rule": a.rule, "bytes": a.bytes.evaluate(v), "formula": str(a.bytes),
                             "what": a.what, "source": cuda_peak.RULES[a.rule].source}

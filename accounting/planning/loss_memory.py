@@ -136,7 +136,9 @@ def region(activations, loss: str, param_bytes: int) -> LossRegion:
     element (fused-linear's grad_weight is zeros_like(weight), cast back at the end,
     `.to(weight.dtype)`; 0: a frozen head has none)."""
     acts = list(activations)
-    lsm = next(r for r in acts if r.name == "log-softmax of the logits")
+    lsm = next((r for r in acts if r.name == "log-softmax of the logits"), None)
+    if lsm is None:  # a fused cross-entropy kernel (llm-foundry's flash-attn Triton loss)
+        return fused_kernel_region(acts, loss)
     lb, f32 = lsm.bytes_per_element, DTYPE_BYTES[FP32]
     if loss == STANDARD:
         return LossRegion(Expr(), Expr.of(2 * lb, ("B", "T", "V")), None, frozenset(), True,
@@ -175,5 +177,23 @@ def region(activations, loss: str, param_bytes: int) -> LossRegion:
                       + "; C_fl = min(next_power_of_2(⌈B·T/⌈V/d_model⌉⌉), B·T)")
 
 
-__all__ = ["CHUNKED", "DEFAULT_CHUNKS", "FUSED_LINEAR", "LOSSES", "STANDARD", "LossRegion",
-           "add_values", "check", "fused_chunk_rows", "region"]
+def fused_kernel_region(acts, loss: str) -> LossRegion:
+    """The loss of an implementation whose ledger runs one fused cross-entropy kernel
+    (llm-foundry's default, flash-attn's Triton CrossEntropyLossFunction: ledger/builder/
+    megatron.py flash_cross_entropy): no float32 log-softmax; its backward writes one
+    gradient of the logits in their own dtype (softmax − one-hot, inplace_backward False),
+    the same rule as the many-GPU plan's (parallel/peak.py). The implementation runs its
+    own loss: another --loss is refused."""
+    if loss != STANDARD:
+        raise UsageError(f"--loss {loss} replaces F.cross_entropy; this implementation runs "
+                         f"its own fused cross-entropy kernel (flash-attn's): leave --loss out")
+    logits = next(r for r in acts if r.name == LOGITS)
+    lb = logits.bytes_per_element
+    return LossRegion(Expr(), Expr.of(lb, ("B", "T", "V")), None, frozenset(), False,
+                      f"the fused cross-entropy's one gradient of the logits ({lb}·B·T·V)")
+
+
+LOGITS = "logits (output embedding)"  # the ledger's record of the head's output
+
+__all__ = ["CHUNKED", "DEFAULT_CHUNKS", "FUSED_LINEAR", "LOSSES", "STANDARD", "LOGITS", "LossRegion",
+           "add_values", "check", "fused_chunk_rows", "fused_kernel_region", "region"]

@@ -68,8 +68,10 @@ def peak_terms(m) -> tuple:
         kept = kept - moved + flight
         offload_what += "; " + AO.RULE
     f32, i64 = DTYPE_BYTES[FP32], DTYPE_BYTES[INT64]
-    lsm = next(r for r in acts if r.name == "log-softmax of the logits")
-    loss = Expr.of(lsm.bytes_per_element)  # the 0-dim loss the training loop holds
+    lsm = next((r for r in acts if r.name == "log-softmax of the logits"), None)
+    # the 0-dim loss the training loop holds (a fused kernel's: float32, flash-attn's
+    # cross_entropy returns float32 losses)
+    loss = Expr.of(lsm.bytes_per_element if lsm is not None else f32)
     inputs = Expr.of(2 * i64, ("B", "T"))  # token ids and targets, int64
     _, n_trained = TS.counts(m.tensors)
     temp, temp_what = Expr(), ""
@@ -111,6 +113,8 @@ def peak_terms(m) -> tuple:
                           f"the start of the backward pass{cuda}, and the largest trained "
                           f"tensor's gradient and update temporaries ({per}·{big:,})"),) + extra
     start = ("start of the backward pass (log-softmax backward)" if m.loss == LM.STANDARD
+             and lsm is not None else "start of the backward pass (the loss's backward)"
+             if m.loss == LM.STANDARD
              else f"start of the backward pass (--loss {m.loss})")
     return (PeakPhase(start, boundary,
                       "parameters, optimizer state, buffers, the kept activations, the "

@@ -31,7 +31,6 @@ from accounting.units import BF16, FP8, TERA, MiB
 from accounting.planning.gpus import Hardware, get_gpu
 from accounting.planning.inference import Inference, inference
 from accounting.planning import recipes
-from accounting.ledger.builder.common import LLMFOUNDRY
 from accounting.planning import loss_memory as LM
 from accounting.planning.memory import (
     FP32,
@@ -190,9 +189,6 @@ def plan(config: ModelConfig | str, seq: int | None = None, batch: int = 1, *,
     if p.fsdp_fp8_gather:
         raise UsageError(f"--precision {p.name} all-gathers fp8 weights under FSDP2, a "
                          f"many-GPU plan: give --gpus N --zero 3, or --precision fp8-torchao")
-    if recipe.implementation == LLMFOUNDRY:  # its fused loss is planned by parallel/peak.py
-        raise UsageError(f"--implementation {LLMFOUNDRY} (MPT under Composer's FSDP) is a "
-                         f"many-GPU plan: give --gpus N (--gpus 1 for one GPU)")
     hw = hardware(gpu, memory_bytes, peak_tflops, bandwidth_tbs, p.compute)
     u = check_mfu(DEFAULT_MFU if mfu is None else mfu)
     m = exact(margin, names.arg("margin"))

@@ -3,12 +3,35 @@ step peaks, as the plans know them, packed by the caching allocator's rules (all
 reserved = the allocated peak + what the allocator reserves beyond those tensors' bytes.
 One GPU: MemoryModel's moments (planning/memory.py); many GPUs: a stage's moments
 (parallel/peak.py). Tensors the plan holds only as a sum (a moment's remainder) count as
-one block."""
+one block.
+
+Two parts of the step's history, on one GPU and on a layout's stage (allocator.py `cached`,
+streams), from the second step on:
+
+  * HISTORY: the previous step's gradients. zero_grad(set_to_none=True) frees them as the
+    step starts; their segments stay reserved and serve (best fit) only what the step
+    allocates after: autocast's weight copies and the activations of the forward pass, the
+    loss's gradients; the states and the cuBLAS workspaces predate them. At a moment that
+    holds few activations (--offload activations, full recomputation) they sit idle.
+  * OFFLOAD_STREAM: --offload activations, as torchtune 0.6.1's OffloadActivations runs on
+    CUDA (use_streams=True; torchtune/training/_activation_offloading.py
+    unpack_tensor_with_streams): each tensor brought back for the backward pass is
+    allocated on its second stream (`with torch.cuda.stream(self.s1): gpu_tensor =
+    maybe_gpu_tensor.to("cuda", non_blocking=True)`) and freed there (a block's tensors
+    deleted after s1.wait_event; record_stream(s0) only where a view outlives the node).
+    The caching allocator never serves a request from another stream's free block
+    (CUDACachingAllocator.cpp get_free_block: `(*it)->stream != p.stream()`), so those
+    copies hold segments of their own: one block's offloaded tensors (the plan's in-flight
+    bound) packed apart, reserved beside the compute stream's segments from the first
+    backward pass on. The copies to the CPU go to pinned host memory (torch.empty_like(...,
+    pin_memory=True), CUDA's host allocator): nothing reserved on the device."""
 from __future__ import annotations
 
 from accounting.planning import activation_offload as AO
 from accounting.planning import allocator as AL
+from accounting.planning import compile_memory as CM
 from accounting.planning import cuda_peak as CP
+from accounting.planning import loss_memory as LM
 
 
 def _state_groups(model, v, terms) -> list[tuple[int, int]]:
@@ -20,8 +43,12 @@ def _state_groups(model, v, terms) -> list[tuple[int, int]]:
     return out
 
 
-def one_gpu(model, batch: int, seq: int, expandable: bool = False) -> tuple[int, str]:
-    """(reserved bytes, the moment) at the one-GPU step's peak (model scope)."""
+def one_gpu(model, batch: int, seq: int, expandable: bool = False,
+            capacity: int | None = None) -> tuple[int, str]:
+    """(reserved bytes, the moment) at the one-GPU step's peak (model scope). `capacity`:
+    the GPU's memory, where known: the history's free segments are released before a
+    cudaMalloc would fail (CUDACachingAllocator.cpp malloc: release_cached_blocks, then
+    retry), so they never take the figure past it (nor below the moment's own packing)."""
     v = model.values(seq, batch)
     phases = model.peak_terms
     peak = max(phases, key=lambda ph: ph.bytes.evaluate(v))
@@ -29,7 +56,14 @@ def one_gpu(model, batch: int, seq: int, expandable: bool = False) -> tuple[int,
     backward = peak.activations
     states = [t for t in model.state_terms if t.on_gpu and (
         not t.name.startswith("gradients") if backward else not t.name.startswith("bf16 copies"))]
-    groups = _state_groups(model, v, states)
+    # what the allocator held before the step's first allocation: the states (the weights'
+    # bf16 copies aside: autocast makes them in the forward pass) and the cuBLAS workspaces
+    groups = _state_groups(model, v, [t for t in states if not t.name.startswith("bf16 copies")])
+    if model.device == CP.CUDA:
+        groups.append((CP.cublas_workspace_bytes(model.arch), CP.CUBLAS_WORKSPACES))
+    fresh = len(groups)
+    groups += _state_groups(model, v, [t for t in states if t.name.startswith("bf16 copies")])
+    cached, stream = [], 0
     if backward:
         # a loss recipe's or the offloading's own tensors count in the remainder below
         region = model.loss_region
@@ -39,40 +73,78 @@ def one_gpu(model, batch: int, seq: int, expandable: bool = False) -> tuple[int,
             if r.saved and r.name not in region.replaced and r.name not in moved:
                 groups.append((r.elements.evaluate(v) * r.bytes_per_element,
                                v[r.repeat] if r.repeat else 1))
+        lsm = next((r for r in model.ledger.activations
+                    if r.name == "log-softmax of the logits"), None)
         if region.cuda_loss:  # the standard loss: its two B·T·V gradients
-            lsm = next(r for r in model.ledger.activations
-                       if r.name == "log-softmax of the logits")
             groups.append((lsm.elements.evaluate(v) * lsm.bytes_per_element, 2))
-    if model.device == CP.CUDA:
-        groups.append((CP.cublas_workspace_bytes(model.arch), CP.CUBLAS_WORKSPACES))
+        elif lsm is None:  # a fused cross-entropy kernel's one gradient of the logits
+            logits = next(r for r in model.ledger.activations if r.name == LM.LOGITS)
+            groups.append((logits.elements.evaluate(v) * logits.bytes_per_element, 1))
+        # the previous step's gradients, freed by zero_grad(set_to_none=True) as this step
+        # starts: their segments stay reserved (the allocator releases none without
+        # empty_cache) and serve only what this step allocates after (HISTORY)
+        # (none with the optimizer stepped in the backward pass: each gradient is freed
+        # as its tensor is stepped, no set of them is ever held)
+        cached = [] if model.optimizer_in_backward else AL.segments(_state_groups(model, v, [
+            t for t in model.state_terms if t.on_gpu and t.name.startswith("gradients")]))
+        if model.offload_activations and model.device == CP.CUDA:  # OFFLOAD_STREAM
+            stream = AL.reserved(AO.flight_groups(
+                model.ledger.activations, v,
+                CM.removed_shares(model.ledger.activations, model.precision.autocast)
+                if model.compile else None), expandable)
     rest = allocated - sum(n * c for n, c in groups)
     if rest > 0:
         groups.append((rest, 1))
-    return allocated + max(0, AL.slack(groups, expandable)), peak.name
+    total = allocated + max(0, AL.slack(groups, expandable, cached, fresh)) + stream
+    if capacity is not None and total > capacity:
+        total = max(capacity, allocated + max(0, AL.slack(groups, expandable)))
+    return total, peak.name
 
 
 def stage(s, b: int, per_layer, in_flight_layers: int, arch: str | None,
-          expandable: bool = False) -> int:
+          expandable: bool = False, capacity: int | None = None,
+          offload_stream=()) -> int:
     """The reserved peak of one GPU of a layout (a StagePlan `s` at micro-batch b):
     `per_layer` (name, bytes) of what one block saves, `in_flight_layers` the blocks'
-    copies live (layers × micro-batches in flight)."""
+    copies live (layers × micro-batches in flight). HISTORY as on one GPU: at a moment of
+    the passes that holds no gradient (one micro-batch per step; no persistent gradient
+    buffer), the previous step's gradient segments stay reserved and serve only what the
+    step allocates after them (not the model states); `capacity` as one_gpu's.
+    `offload_stream`: under --offload activations, one block's (name, bytes) saved
+    tensors: those of at least MIN_OFFLOAD_SIZE come back on the offload stream, in a pool
+    of their own (OFFLOAD_STREAM)."""
     allocated, moment = s.peak_moment(b)
     if moment is None:
         return allocated
     numels = [t.numel for u in s.states.units for t in u.tensors]
+    states: list[tuple[int, int]] = []
     groups: list[tuple[int, int]] = []
+    grads: list[tuple[int, int]] = []
     for i in s.items:
+        if i.activations or not i.on_gpu:
+            continue
         if not moment.holds(i):
+            if moment.activations and i.model_state and i.name.startswith("gradients"):
+                grads += AL.split_over(i.bytes.at(b), numels)
             continue
-        if i.activations:
-            continue
-        groups += AL.split_over(i.bytes.at(b), numels) if i.model_state else [(i.bytes.at(b), 1)]
+        if i.model_state:
+            states += AL.split_over(i.bytes.at(b), numels)
+        else:
+            groups.append((i.bytes.at(b), 1))
+    states.append((CP.cublas_workspace_bytes(arch), CP.CUBLAS_WORKSPACES))
     if moment.activations:
         groups += [(x, in_flight_layers) for _, x in per_layer]
-    groups.append((CP.cublas_workspace_bytes(arch), CP.CUBLAS_WORKSPACES))
+    groups = states + groups
     rest = allocated - sum(n * c for n, c in groups)
     if rest > 0:
         groups.append((rest, 1))
+    total = allocated + max(0, AL.slack(groups, expandable, AL.segments(grads), len(states)))
     # a block the step's history leaves reserved and this moment cannot use (peak.Moment
     # .history: torchtitan's freed bf16 logits at the loss's backward, parallel/titan_tp.py)
-    return allocated + max(0, AL.slack(groups, expandable)) + moment.history.at(b)
+    total += moment.history.at(b)
+    if moment.activations:
+        total += AL.reserved([(x, 1) for _, x in offload_stream if x >= AO.MIN_OFFLOAD_SIZE],
+                             expandable)
+    if capacity is not None and total > capacity:
+        total = max(capacity, allocated + max(0, AL.slack(groups, expandable)))
+    return total

@@ -31,10 +31,10 @@ from accounting.planning import compile_memory as CM, loss_memory as LM
 from accounting.planning.parallel import peak as PK
 from accounting.planning.parallel.fit import fit as _fit
 from accounting.planning.parallel.buffers import Item, engine_buffers, stage_buffers
-from accounting.planning.parallel.layout import Layout, check_layout, stage_layers
+from accounting.planning.parallel.layout import SELECTIVE, Layout, check_layout, stage_layers
 from accounting.planning.parallel.shards import BLOCK, FIRST, Split, split
 from accounting.planning.parallel import titan_tp as TT
-from accounting.planning.parallel.stack_memory import StackRun, per_layer
+from accounting.planning.parallel.stack_memory import StackRun, ledger_rows, per_layer
 from accounting.planning.parallel.stack_memory import implementation as stack_implementation
 from accounting.planning.parallel.stack_memory import memory as stack_memory
 from accounting.planning.parallel.stacks import W16, check as check_stack
@@ -233,14 +233,17 @@ def _finish(sp: Split, layout: Layout, p: Precision, seq: int, stage: int, layer
 
 
 def _activations_change(rows, s, precision, micro_batch: int, compile: bool,
-                        offload: bool) -> A.Linear:
+                        offload: bool, sac: bool = False) -> A.Linear:
     """The change to stage `s`'s in-flight block activations, as a·b + c (≤ 0): --compile,
     what a compiled block does not save (compile_memory.py's shares of the rank's rows);
     --offload activations, the blocks' saved tensors torchtune's OffloadActivations moves to
     the CPU (activation_offload.py: ≥ 1 KiB a tensor at this micro-batch, the batch's token
     ids aside), one block's kept in flight. The head's and the loss's stay, as do the
-    embedding's (not moved here: an upper bound by those few)."""
-    shares = CM.removed_shares([r.record for r in rows], precision.autocast) if compile \
+    embedding's (not moved here: an upper bound by those few). `sac`: torchtitan's per-op
+    selective checkpointing, its blocks compiled inside it (`rows`: its own ledger's, no
+    autocast: `precision` None)."""
+    autocast = precision.autocast if precision is not None else None
+    shares = CM.removed_shares([r.record for r in rows], autocast, sac) if compile \
         else [0] * len(rows)
     count = dict(s.kinds)
     total, flight = A.Linear(), {}
@@ -342,9 +345,9 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
         if finetune is not None:
             raise UsageError("--compile is measured for full training (inductor's partition "
                              "of a LoRA block is not): leave --compile or --lora-rank out")
-        if not stack.stack.torch_engines:
-            raise UsageError(f"--compile is planned with --stack torch; leave it out with "
-                             f"--stack {stack.name}")
+        if not (stack.stack.torch_engines or stack.stack.compiles_blocks):
+            raise UsageError(f"--compile is planned with --stack torch or torchtitan; leave "
+                             f"it out with --stack {stack.name}")
     if loss != LM.STANDARD and not stack.stack.torch_engines:
         raise UsageError(f"--loss {loss} is planned with --stack torch (the other stacks run "
                          f"their own loss); leave --loss out with --stack {stack.name}")
@@ -364,12 +367,18 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
                              stack, counting, optimizer, finetune, impl, frozenset(offload))
                   for s in (stages if stages is not None else _shown(config, layout)))
     arch = hardware.arch if hardware is not None else None
+    # --compile under torchtitan: its own Llama's blocks (the stack's ledger, no autocast),
+    # inside its checkpoint wrapper (compile_memory.py)
+    titan = compile and not stack.stack.torch_engines
+    crows = ledger_rows(stack, config, layout, local, tp_rank)[1] if titan else rows[0]
+    sac = titan and layout.recompute == SELECTIVE
     plans = tuple(replace(s, moments=PK.moments(
         sp, layout, precision, s.stage, s.kinds, values, local, layout.micro_batches,
         s.activations.in_flight, s.states, stack, optimizer, arch, impl,
         finetune is not None or OF.moves_optimizer(frozenset(offload), stack.stack),
-        loss, chunks, _activations_change(rows[0], s, precision, layout.micro_batch, compile,
-                                          OF.ACTIVATIONS in offload),
+        loss, chunks, _activations_change(crows, s, None if titan else precision,
+                                          layout.micro_batch, compile,
+                                          OF.ACTIVATIONS in offload, sac),
         finetune is not None)) for s in plans)
     at = None
     if config.num_experts is not None and config.moe_capacity_factor is not None:

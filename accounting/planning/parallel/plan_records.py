@@ -196,7 +196,9 @@ class ParallelPlan:
         w = self.worst
         return stage(w, self.layout.micro_batch, self.per_layer,
                      w.layers * w.activations.in_flight,
-                     self.hardware.arch if self.hardware is not None else None)
+                     self.hardware.arch if self.hardware is not None else None,
+                     capacity=self.hardware.memory_bytes if self.hardware is not None else None,
+                     offload_stream=self.per_layer if "activations" in self.offload else ())
 
     @property
     def items_total(self) -> int:

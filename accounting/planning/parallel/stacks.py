@@ -112,6 +112,11 @@ class Stack:
     # torchtitan/distributed/fsdp.py get_fsdp_reshard_after_forward_policy; in 2024-12
     # torchtitan/parallelisms/parallelize_llama.py apply_fsdp)
     pp_keeps_unsharded: bool = False
+    # --compile: torch.compile of each TransformerBlock of its own model, after the AC
+    # wrapper (torchtitan/models/llama3/infra/parallelize.py parallelize_llama: "turn on
+    # per-TransformerBlock compile after AC wrapping and before FSDP", apply_compile;
+    # planning/compile_memory.py)
+    compiles_blocks: bool = False
     # the module of planning/emit/ that writes its launch settings, `plan … --emit NAME`
     # (issue 42; torch's engines launched by accelerate's FSDP/DDP config)
     emitter: str = ""
@@ -189,7 +194,8 @@ register(Stack(TORCHTITAN, "torchtitan: its own Llama under FSDP2 with MixedPrec
                "checkpointing on the CPU (tests/test_stack_implementations.py, test_stacks.py)",
                implementation=lambda c: TITAN_IMPL if llama_block(c) else COURSE,
                fsdp2_bf16=True, fp8=("torchao",), fused_attention=True,
-               update_temporary=W32, pp_keeps_unsharded=True, emitter=TORCHTITAN,
+               update_temporary=W32, pp_keeps_unsharded=True, compiles_blocks=True,
+               emitter=TORCHTITAN,
                overlap=TORCHTITAN_OVERLAP, fp8_tp_gathers=("torchao",), async_tp=True,
                loss_parallel=True, loss_frees_bf16_logits=True))
 
