@@ -219,7 +219,7 @@ def analyse_main(argv: list[str]) -> int:
         if stream and check is not None:  # the analytic answer at once; the verdict follows
             output.write(show([answer()]), None)
         if check is not None:
-            result = check.cross_check(a, hf=hf)
+            result = check.cross_check(a, hf=hf, vision=vw)
         tables = ([answer(summary.verdict_line(result, skipped))] + details
                   + _check_tables(result))
         text = show(tables)
@@ -229,7 +229,7 @@ def analyse_main(argv: list[str]) -> int:
         output.write(text, ns.output)
     else:
         if check is not None:
-            result = check.cross_check(a, hf=hf)
+            result = check.cross_check(a, hf=hf, vision=vw)
 
         def data():
             from accounting.present import vision_views
