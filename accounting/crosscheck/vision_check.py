@@ -176,7 +176,8 @@ def compare(a: Analysis, vw: VisionWorkload, m) -> VisionCheck:
                  f"vision tower (the rest of them); everything else -> language model. "
                  f"Analytic: the vision ledger per image (the images table) and the language "
                  f"model's forward at T = {grouped(a.seq)}, B = {grouped(a.batch)}, the image "
-                 f"tokens included.")
+                 f"tokens included (every image in the first sequence, a text token before "
+                 f"each image's placeholders).")
     return VisionCheck(m.transformers_class, m.version, len(vw.images), vw.image_tokens,
                        a.seq, a.batch, tuple(m.inputs.items()), tuple(rows), tuple(checks),
                        tuple(notes))
