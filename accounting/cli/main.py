@@ -88,6 +88,11 @@ def add_image_args(group) -> None:
     group.add_argument("--images", type=positive_int("--images", 10**4, "10,000"), metavar="N",
                        help="N images of the --image size (default: the tower's own input "
                             "size, where it resizes every image)")
+    group.add_argument("--processor", metavar="FILE",
+                       help="the model's preprocessor_config.json: the image processor's "
+                            "settings config.json does not carry (Mistral 3's longest edge, "
+                            "Idefics3/SmolVLM's resize and splitting, InternVL's tiles, Qwen's "
+                            "pixel bounds), read over the assumed ones the answer names")
     add_pixel_args(group)
 
 
@@ -122,7 +127,7 @@ def pixel_bounds(ns, tower) -> tuple[int, int] | None:
 def vision_workload(ns, hf):
     """The tower and the images of a vision-language config.json (None: a language model;
     image flags on one are refused)."""
-    asked = ns.image or ns.images is not None or ns.min_pixels or ns.max_pixels
+    asked = ns.image or ns.images is not None or ns.min_pixels or ns.max_pixels or ns.processor
     tower = getattr(hf, "vision", None)
     if tower is None:
         if asked:
@@ -131,9 +136,14 @@ def vision_workload(ns, hf):
                              "gemma3, llava); drop them "
                              "for a language model")
         return None
+    from dataclasses import replace
     from accounting.analysis import images
+    if ns.processor:  # read over the assumed settings; --min-pixels/--max-pixels over it
+        from accounting.architecture import processor
+        tower = processor.apply(tower, processor.load(ns.processor), f"--processor {ns.processor}")
     pixels = pixel_bounds(ns, tower)
-    return images.workload(tower, ns.image, ns.images, pixels)
+    return replace(images.workload(tower, ns.image, ns.images, pixels),
+                   processor=ns.processor or "")
 
 
 def _crosscheck(verify: bool | None, a=None, why_not: str = "--no-verify", hf=None):
