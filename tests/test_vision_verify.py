@@ -130,3 +130,30 @@ def test_cli_wrong_image_tokens_exit_1(tmp_path, capsys, monkeypatch):
     assert code == 1
     assert "whole model with the images: it could not run them" in err
     assert "Traceback" not in err
+
+
+def test_no_room_for_the_markers_is_said_not_run(tmp_path, capsys):
+    """Gemma 3's 16 image tokens at T = 16 leave no text token before them: the whole-model
+    run is not made, said in its table, and the language model's check still decides
+    (exit 0)."""
+    path = str(write_config(tmp_path, CONFIGS["gemma3"]))
+    code, out, err = run(capsys, "--config", path, "--verify", "--ctx", "16", "--images", "1",
+                         "--format", "json")
+    assert code == 0, err
+    d = json.loads(out)["cross_check"]["with_images"]
+    assert d["agrees"] and "need T ≥ 17" in d["skipped"]
+
+
+def test_processor_settings_reach_the_whole_model(tmp_path):
+    """InternVL with min_patches 2 and max_patches 6 read from a preprocessor_config.json:
+    the tiles the tool counts are the pixel_values transformers' model runs, and agree."""
+    from accounting.architecture import processor
+    hf = translate(CONFIGS["internvl"], "config.json", "internvl")
+    spec = processor.apply(hf.vision, {"min_patches": 2, "max_patches": 6}, "f")
+    vw = I.workload(spec, ["224x300", "120x90"], None)
+    assert [r.tiles for r in vw.images] != [r.tiles for r in
+                                             I.workload(hf.vision, ["224x300", "120x90"],
+                                                        None).images]
+    a = analyze(hf.config, SEQ)
+    check = VC.compare(a, vw, hf_vision.measure(hf.whole or hf.data, vw, SEQ))
+    assert check.agrees, check.disagreements()

@@ -42,6 +42,8 @@ def cross_check(analysis: Analysis, fvcore: bool = True, stock: bool = True,
 
 def _with_images(analysis: Analysis, hf: HFConfig, vision):
     from accounting.crosscheck import vision_check
+    if vision_check.room(analysis, vision):
+        return vision_check.skipped(analysis, vision, vision_check.room(analysis, vision))
     if find_spec("transformers") is None:
         return vision_check.failed(analysis, vision, "transformers is not installed")
     from accounting.crosscheck import hf_vision

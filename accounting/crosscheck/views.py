@@ -190,8 +190,8 @@ def vision_table(v) -> Table:
     title = (f"Cross-check: the whole model with {grouped(v.images)} image"
              f"{'' if v.images == 1 else 's'} ({grouped(v.image_tokens)} image tokens of "
              f"T = {grouped(v.seq)}, B = {grouped(v.batch)}), forward matmul FLOPs")
-    if v.error:
-        return Table(title, notes=(f"not run: {v.error}",))
+    if v.error or v.skipped:
+        return Table(title, notes=(f"not run: {v.error or v.skipped}",))
     rows = tuple((r.component, grouped(r.analytic), grouped(r.transformers),
                   f"{r.transformers - r.analytic:+,}" if not r.agree else "",
                   "yes" if r.agree else "NO") for r in v.rows)

@@ -44,6 +44,7 @@ class VisionCheck:
     checks: tuple[Check, ...] = ()
     notes: tuple[str, ...] = ()
     error: str = ""  # why transformers' model could not run the images (a disagreement)
+    skipped: str = ""  # why it was not run (the workload leaves it no room; not a disagreement)
 
     @property
     def agrees(self) -> bool:
@@ -69,7 +70,8 @@ class VisionCheck:
                                for r in self.rows],
                 "checks": [{"claim": c.claim, "evidence": c.evidence, "holds": c.holds}
                            for c in self.checks],
-                "notes": list(self.notes), "error": self.error or None}
+                "notes": list(self.notes), "error": self.error or None,
+                "skipped": self.skipped or None}
 
 
 def roots(vw: VisionWorkload) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -181,6 +183,22 @@ def compare(a: Analysis, vw: VisionWorkload, m) -> VisionCheck:
     return VisionCheck(m.transformers_class, m.version, len(vw.images), vw.image_tokens,
                        a.seq, a.batch, tuple(m.inputs.items()), tuple(rows), tuple(checks),
                        tuple(notes))
+
+
+def room(a: Analysis, vw: VisionWorkload) -> str:
+    """Why the images cannot be laid out in T (each image's placeholders after a text
+    token, as its processor's start marker stands), or ""."""
+    need = vw.image_tokens + len(vw.images)
+    if need <= a.seq:
+        return ""
+    return (f"the {grouped(vw.image_tokens)} image tokens and a text token before each "
+            f"image's placeholders (its processor's start marker) need T ≥ {grouped(need)}; "
+            f"give --ctx {grouped(need)} or more to run it")
+
+
+def skipped(a: Analysis, vw: VisionWorkload, why: str) -> VisionCheck:
+    return VisionCheck("", "", len(vw.images), vw.image_tokens, a.seq, a.batch, (), (),
+                       skipped=why)
 
 
 def failed(a: Analysis, vw: VisionWorkload, why: str) -> VisionCheck:
