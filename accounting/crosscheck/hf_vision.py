@@ -163,6 +163,8 @@ def measure(data: Mapping, vw: VisionWorkload, seq: int, batch: int = 1) -> Visi
     t = time.perf_counter()
     model = build(data)
     seconds["build"] = time.perf_counter() - t
+    from accounting.crosscheck.fused import register_flop_formulas
+    register_flop_formulas()  # as hf_counter.measure: the triangular solve's own formula
     dtype = model.get_input_embeddings().weight.dtype
     kw = inputs(model, vw, seq, batch, dtype)
     root = type(model).__name__

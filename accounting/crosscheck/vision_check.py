@@ -166,6 +166,13 @@ def compare(a: Analysis, vw: VisionWorkload, m) -> VisionCheck:
         theirs[TOWER] -= conv + cross
         notes.append(f"The tower's transformers count is less its batch's surplus, "
                      f"{grouped(conv + cross)} FLOPs (the check row).")
+    from accounting.crosscheck.hf_recurrent import surpluses
+    for claim, what, per_block in surpluses(a):  # transformers' torch paths' extra work, as
+        extra = sum(per_block.values())  # the language model's own check subtracts it
+        checks.append(Check(claim, f"{grouped(extra)} {what} in {len(per_block)} layers, "
+                                   f"within the language model's {grouped(theirs[LANGUAGE])}",
+                            theirs[LANGUAGE] >= extra))
+        theirs[LANGUAGE] -= extra
     rows = [VisionRow(c, ours[c], theirs[c]) for c in (TOWER, PROJECTOR, LANGUAGE)]
     rows.append(VisionRow(TOTAL, sum(ours.values()), sum(theirs.values())))
     tower, projector = roots(vw)
