@@ -177,3 +177,18 @@ def test_the_triangular_solve_is_counted_in_a_fresh_process(monkeypatch):
     monkeypatch.setattr(flop_counter, "flop_registry", fresh)
     check, *_ = _check("qwen3_5", ("64x64",))
     assert check.agrees, check.disagreements()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["QWEN2_5_VL_7B", "GEMMA_3_27B", "QWEN3_VL_30B_A3B",
+                                  "LLAMA_4_SCOUT"])
+def test_published_configs_at_full_size_with_a_1024_image(name):
+    """The published config.json files (tests/test_vision_published.py) whole, a 1024×1024
+    image in T = 4,096 (the issue's size): transformers' model and the ledger agree by
+    component on the meta device."""
+    import test_vision_published as PUB
+    hf = translate(getattr(PUB, name), "config.json", name)
+    vw = I.workload(hf.vision, ["1024x1024"], None)
+    a = analyze(hf.config, 4096)
+    check = VC.compare(a, vw, hf_vision.measure(hf.whole or hf.data, vw, 4096))
+    assert check.agrees, check.disagreements()
