@@ -192,3 +192,15 @@ def test_published_configs_at_full_size_with_a_1024_image(name):
     a = analyze(hf.config, 4096)
     check = VC.compare(a, vw, hf_vision.measure(hf.whole or hf.data, vw, 4096))
     assert check.agrees, check.disagreements()
+
+
+def test_idefics3_beyond_its_real_pixels_is_said_not_run(monkeypatch):
+    """Idefics3's pixel values must be real numbers (its forward finds padding tiles by
+    them): past the bound the run is said not run, naming why, not a disagreement."""
+    from accounting.crosscheck import _with_images
+    monkeypatch.setattr(VC, "REAL_PIXELS", 5 * 3 * 56 * 56)  # five 56² tiles
+    hf = translate(CONFIGS["idefics3"], "config.json", "idefics3")
+    vw = I.workload(hf.vision, ["224x300"], None)  # tiles and a global one: more than 5
+    assert vw.images[0].tiles > 5
+    check = _with_images(analyze(hf.config, SEQ), hf, vw)
+    assert check.agrees and "pixel values" in check.skipped and not check.rows

@@ -141,8 +141,10 @@ def inputs(model, vw: VisionWorkload, seq: int, batch: int, dtype) -> dict:
         kw.update(pixel_values=torch.zeros(len(rows), s.channels, h, w, **meta),
                   image_sizes=torch.tensor([list(r.resized) for r in rows]))
     elif fam == "idefics3":  # its padding tiles are found by their values: real ones here
+        # (one number, expanded; vision_check.room bounds what its copies take)
         tiles = sum(r.tiles for r in rows)
-        kw.update(pixel_values=torch.ones(1, tiles, s.channels, s.image_size, s.image_size),
+        kw.update(pixel_values=torch.ones(()).expand(1, tiles, s.channels, s.image_size,
+                                                      s.image_size),
                   pixel_attention_mask=torch.ones(1, tiles, s.image_size, s.image_size,
                                                   dtype=torch.bool))
     elif fam == "llava_onevision":

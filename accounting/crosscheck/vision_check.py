@@ -192,9 +192,20 @@ def compare(a: Analysis, vw: VisionWorkload, m) -> VisionCheck:
                        tuple(notes))
 
 
+REAL_PIXELS = 2 ** 27  # pixel values a run may hold as real CPU numbers (~0.7 GB at peak)
+
+
 def room(a: Analysis, vw: VisionWorkload) -> str:
     """Why the images cannot be laid out in T (each image's placeholders after a text
-    token, as its processor's start marker stands), or ""."""
+    token, as its processor's start marker stands), or in memory, or ""."""
+    s = vw.spec
+    if s.family == "idefics3":  # its forward finds padding tiles by their pixel values
+        real = sum(r.tiles for r in vw.images) * s.channels * s.image_size ** 2
+        if real > REAL_PIXELS:
+            return (f"Idefics3's forward tells padding tiles by their pixel values "
+                    f"(Idefics3Model.get_image_features), so they are real numbers here: "
+                    f"{grouped(real)} of them is more than the {grouped(REAL_PIXELS)} a run "
+                    f"holds; give fewer images to run it")
     need = vw.image_tokens + len(vw.images)
     if need <= a.seq:
         return ""
