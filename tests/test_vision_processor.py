@@ -168,3 +168,20 @@ def test_processor_on_a_language_model_and_a_missing_file(tmp_path, capsys):
                         str(tmp_path / "absent.json"), expected="cannot read it")
     with pytest.raises(UsageError):
         P.apply(_spec(INTERNVL), {"max_patches": 65}, "f")
+
+
+def test_serve_reads_the_processor_file_too(tmp_path, capsys):
+    """serve's profile item (the processor's largest image, a huge square) follows the
+    file: max_patches 2 leaves grids 1×1, 1×2 and 2×1, of which a square image takes 1×1,
+    one 56² tile and no thumbnail, (56/14/2)² = 4 tokens (the default 1-12 tiles take 3×3
+    and the thumbnail: 10 tiles, 40 tokens)."""
+    path = str(write_config(tmp_path, INTERNVL))
+    pre = tmp_path / "preprocessor_config.json"
+    pre.write_text(json.dumps({"max_patches": 2}))
+    argv = ("serve", "--config", path, "--gpu", "H100", "--ctx", "4096", "--format", "json")
+    code, out, err = run(capsys, *argv)
+    assert code == 0, err
+    assert json.loads(out)["vision"]["profile_item_tokens"] == 40
+    code, out, err = run(capsys, *argv, "--processor", str(pre))
+    assert code == 0, err
+    assert json.loads(out)["vision"]["profile_item_tokens"] == 4

@@ -88,11 +88,6 @@ def add_image_args(group) -> None:
     group.add_argument("--images", type=positive_int("--images", 10**4, "10,000"), metavar="N",
                        help="N images of the --image size (default: the tower's own input "
                             "size, where it resizes every image)")
-    group.add_argument("--processor", metavar="FILE",
-                       help="the model's preprocessor_config.json: the image processor's "
-                            "settings config.json does not carry (Mistral 3's longest edge, "
-                            "Idefics3/SmolVLM's resize and splitting, InternVL's tiles, Qwen's "
-                            "pixel bounds), read over the assumed ones the answer names")
     add_pixel_args(group)
 
 
@@ -105,6 +100,23 @@ def add_pixel_args(group) -> None:
     group.add_argument("--max-pixels", type=positive_int("--max-pixels", 10**10, "10^10"), metavar="N",
                        help="Qwen's image processor: max_pixels (default 12,845,056 for "
                             "Qwen2/2.5-VL, 16,777,216 for Qwen3-VL and Qwen3.5)")
+    group.add_argument("--processor", metavar="FILE",
+                       help="the model's preprocessor_config.json: the image processor's "
+                            "settings config.json does not carry (Mistral 3's longest edge, "
+                            "Idefics3/SmolVLM's resize and splitting, InternVL's tiles, Qwen's "
+                            "pixel bounds), read over the assumed ones the answer names")
+
+
+def processed(ns, tower):
+    """The tower with --processor's preprocessor_config.json read over its assumed
+    settings (accounting/architecture/processor.py); unchanged without the flag."""
+    if not getattr(ns, "processor", None):
+        return tower
+    if tower is None:
+        raise UsageError("--processor needs a vision-language config.json whose tower the "
+                         "tool reads; drop it for a language model")
+    from accounting.architecture import processor
+    return processor.apply(tower, processor.load(ns.processor), f"--processor {ns.processor}")
 
 
 def pixel_bounds(ns, tower) -> tuple[int, int] | None:
@@ -138,9 +150,7 @@ def vision_workload(ns, hf):
         return None
     from dataclasses import replace
     from accounting.analysis import images
-    if ns.processor:  # read over the assumed settings; --min-pixels/--max-pixels over it
-        from accounting.architecture import processor
-        tower = processor.apply(tower, processor.load(ns.processor), f"--processor {ns.processor}")
+    tower = processed(ns, tower)  # --processor's file; --min-pixels/--max-pixels over it
     pixels = pixel_bounds(ns, tower)
     return replace(images.workload(tower, ns.image, ns.images, pixels),
                    processor=ns.processor or "")
