@@ -204,3 +204,15 @@ def test_idefics3_beyond_its_real_pixels_is_said_not_run(monkeypatch):
     assert vw.images[0].tiles > 5
     check = _with_images(analyze(hf.config, SEQ), hf, vw)
     assert check.agrees and "pixel values" in check.skipped and not check.rows
+
+
+def test_without_transformers_the_run_is_said_skipped(monkeypatch):
+    """No transformers: the whole-model run is not made, said, and not a disagreement."""
+    import accounting.crosscheck as CC
+    real = CC.find_spec
+    monkeypatch.setattr(CC, "find_spec", lambda name: None if name == "transformers"
+                        else real(name))
+    hf = translate(CONFIGS["gemma3"], "config.json", "gemma3")
+    vw = I.workload(hf.vision, ["448x448"], None)
+    check = CC._with_images(analyze(hf.config, SEQ), hf, vw)
+    assert check.agrees and "not installed" in check.skipped
