@@ -191,6 +191,13 @@ def _crosscheck(verify: bool | None, a=None, why_not: str = "--no-verify", hf=No
     return module, None
 
 
+def _run_check(check, a, hf, vw):
+    """The cross-check; with images (vw), transformers' whole model with them too."""
+    if vw is not None and vw.images:
+        return check.cross_check(a, hf=hf, vision=vw)
+    return check.cross_check(a, hf=hf)
+
+
 def _check_tables(result) -> list:
     """The cross-check's tables, none when it did not run (its views import torch's side)."""
     if result is None:
@@ -239,7 +246,7 @@ def analyse_main(argv: list[str]) -> int:
         if stream and check is not None:  # the analytic answer at once; the verdict follows
             output.write(show([answer()]), None)
         if check is not None:
-            result = check.cross_check(a, hf=hf, vision=vw)
+            result = _run_check(check, a, hf, vw)
         tables = ([answer(summary.verdict_line(result, skipped))] + details
                   + _check_tables(result))
         text = show(tables)
@@ -249,7 +256,7 @@ def analyse_main(argv: list[str]) -> int:
         output.write(text, ns.output)
     else:
         if check is not None:
-            result = check.cross_check(a, hf=hf, vision=vw)
+            result = _run_check(check, a, hf, vw)
 
         def data():
             from accounting.present import vision_views
