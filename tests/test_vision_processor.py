@@ -185,3 +185,30 @@ def test_serve_reads_the_processor_file_too(tmp_path, capsys):
     code, out, err = run(capsys, *argv, "--processor", str(pre))
     assert code == 0, err
     assert json.loads(out)["vision"]["profile_item_tokens"] == 4
+
+
+def test_qwen_processor_line_names_where_the_bounds_came_from(tmp_path, capsys):
+    """Qwen's bounds: assumed (the family's published file's, 3,136 and 12,845,056 for
+    Qwen2.5-VL), set by the flags, or read from --processor with the flags over it."""
+    path = str(write_config(tmp_path, CONFIGS["qwen2_5_vl"]))
+    pre = tmp_path / "preprocessor_config.json"
+    pre.write_text(json.dumps({"min_pixels": 3136, "max_pixels": 1003520}))
+    base = ("--config", path, "--no-verify", "--image", "1024x1024", "--ctx", "4096")
+    for extra, expected in [
+            ((), "assumed (config.json does not carry them): min_pixels 3,136, max_pixels "
+                 "12,845,056"),
+            (("--max-pixels", "500000"), "set by --min-pixels/--max-pixels: min_pixels 3,136, "
+                                         "max_pixels 500,000"),
+            (("--processor", str(pre)), f"read from {pre}: min_pixels 3,136, max_pixels "
+                                        f"1,003,520"),
+            (("--processor", str(pre), "--max-pixels", "500000"),
+             "max_pixels 500,000; --min-pixels/--max-pixels over it")]:
+        code, out, err = run(capsys, *base, *extra)
+        assert code == 0, err
+        assert expected in out.split("\n\n")[0], extra
+    code, out, err = run(capsys, *base, "--processor", str(pre), "--format", "json")
+    d = json.loads(out)
+    # smart_resize by hand: 1,036² > 1,003,520, β = 1,024/√1,003,520 = 1.0222, floor(1,024/β/28)
+    # = 35: 980×980, 70×70 patches, 35·35 = 1,225 tokens
+    assert d["vision"]["processor"]["settings"]["max_pixels"] == 1003520
+    assert d["workload"]["image_tokens"] == 35 * 35

@@ -51,14 +51,22 @@ def answer_lines(vw: VisionWorkload, language: int, seq: int) -> list[str]:
 
 def processor_line(vw: VisionWorkload) -> str:
     """The image processor's settings the tokens follow: read from --processor's file, or
-    assumed (the families whose settings config.json does not carry)."""
+    assumed (the families whose settings config.json does not carry; Qwen's pixel bounds,
+    the family's published preprocessor_config.json's, unless --min-pixels/--max-pixels)."""
+    from dataclasses import replace as with_
     from accounting.architecture import processor
+    if not vw.images:
+        return ""
+    spec = with_(vw.spec, pixels=vw.pixels) if vw.pixels else vw.spec
+    flags = vw.pixels is not None and vw.pixels != vw.spec.pixels
+    said = processor.text(spec) + ("; --min-pixels/--max-pixels over it" if flags else "")
     if vw.processor:
-        return _line("processor", f"read from {vw.processor}: {processor.text(vw.spec)}")
-    if vw.spec.family in processor.FAMILIES and vw.images:
-        return _line("processor", f"assumed (config.json does not carry them): "
-                                  f"{processor.text(vw.spec)}; --processor FILE reads the "
-                                  f"model's preprocessor_config.json")
+        return _line("processor", f"read from {vw.processor}: {said}")
+    if vw.spec.family in processor.FAMILIES or vw.spec.pixels is not None:
+        how = "set by --min-pixels/--max-pixels" if flags else \
+            "assumed (config.json does not carry them)"
+        return _line("processor", f"{how}: {processor.text(spec)}; --processor FILE reads "
+                                  f"the model's preprocessor_config.json")
     return ""
 
 
@@ -140,7 +148,9 @@ def _distinct(vw: VisionWorkload):
 
 def _processor_dict(vw: VisionWorkload) -> dict:
     from accounting.architecture import processor
-    return {"source": vw.processor or "assumed", "settings": dict(processor.assumed(vw.spec))}
+    from dataclasses import replace as with_
+    spec = with_(vw.spec, pixels=vw.pixels) if vw.pixels else vw.spec  # flags included
+    return {"source": vw.processor or "assumed", "settings": dict(processor.assumed(spec))}
 
 
 def add_to_dict(d: dict, vw: VisionWorkload | None) -> dict:
