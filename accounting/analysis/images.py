@@ -258,6 +258,9 @@ class VisionWorkload:
     projector_params: int
     images: tuple[ImageRow, ...]
     pixels: tuple[int, int] | None  # Qwen's (min_pixels, max_pixels) used, else None
+    # the preprocessor_config.json the processor's settings were read from ("" : assumed,
+    # accounting/architecture/processor.py)
+    processor: str = ""
 
     @property
     def image_tokens(self) -> int:
@@ -297,7 +300,8 @@ def image_row(spec: VisionSpec, size: tuple[int, int], pixels: tuple[int, int] |
         gh, gw = rh // s.patch, rw // s.patch
         tokens = (gw // s.merge) * (gh // s.merge)
     elif s.family == "idefics3":  # tiles of image_size², and a global one when several
-        rows, cols = idefics3_tiles(h, w, s.longest_edge, s.image_size)
+        # (without do_image_splitting: one image_size² tile)
+        rows, cols = idefics3_tiles(h, w, s.longest_edge, s.image_size) if s.split else (0, 0)
         tiles = rows * cols + 1 if rows else 1
         side = s.image_size // s.patch
         values = VB.values(s, side, side)
@@ -307,7 +311,9 @@ def image_row(spec: VisionSpec, size: tuple[int, int], pixels: tuple[int, int] |
         return ImageRow((h, w), (max(rows, 1) * s.image_size, max(cols, 1) * s.image_size),
                         (side, side), tiles * s.tokens_per_image, tuple(ops.items()), tiles)
     elif s.family == "internvl":  # InternVLProcessor: crop_to_patches, 1 to 12 tiles
-        rows, cols = internvl_tiles(h, w, s.image_size)
+        # (GotOcr2ImageProcessor crops only with crop_to_patches and max_patches > 1)
+        rows, cols = internvl_tiles(h, w, s.image_size, s.min_tiles, s.max_tiles) \
+            if s.split and s.max_tiles > 1 else (1, 1)
         tiles = rows * cols + (1 if rows * cols > 1 else 0)  # and a thumbnail when several
         side = s.image_size // s.patch
         values = VB.values(s, side, side)

@@ -76,6 +76,9 @@ class HFConfig:
     judged: tuple[str, ...] = ()  # keys of no list, accepted by the judge (see translate)
     # a vision-language config's tower (accounting/architecture/vision.py), None for a language model
     vision: object = None
+    # a vision-language wrapper's whole config.json (data is then its language model's):
+    # what transformers' whole model is built from (crosscheck/hf_vision.py); None: data
+    whole: Mapping | None = None
 
     @property
     def type(self) -> HFType:
@@ -174,7 +177,8 @@ def translate(data: Mapping, source: str, name: str, origin: str = "",
         hf = translate(inner, f"{source} (text_config)", name, origin or source, judge)
         from accounting.architecture.vision import read_vision
         return replace(hf, notes=said + hf.notes,
-                       vision=read_vision(data, f"{source} ({mt})", hf.config.d_model))
+                       vision=read_vision(data, f"{source} ({mt})", hf.config.d_model),
+                       whole=MappingProxyType(copy.deepcopy(dict(data))))
     if isinstance(mt, str) and mt in UNSUPPORTED:
         raise UsageError(f"{source}: model_type {mt} is not supported: it {UNSUPPORTED[mt]}; "
                          f"refusing rather than approximating it (supported: {supported_types()})")

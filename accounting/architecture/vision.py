@@ -69,6 +69,11 @@ class VisionSpec:
     # LLaVA-OneVision's anyres: image_grid_pinpoints ((height, width) pairs) and anyres_max_N
     pinpoints: tuple[tuple[int, int], ...] = ()
     anyres_max: int = 0
+    # the image processor's tiling (accounting/architecture/processor.py): Idefics3's
+    # do_image_splitting and InternVL's crop_to_patches (False: one tile of image_size²);
+    # InternVL's min_patches (its max_patches is max_tiles)
+    split: bool = True
+    min_tiles: int = 1
 
     @property
     def head_dim(self) -> int:

@@ -100,6 +100,23 @@ def add_pixel_args(group) -> None:
     group.add_argument("--max-pixels", type=positive_int("--max-pixels", 10**10, "10^10"), metavar="N",
                        help="Qwen's image processor: max_pixels (default 12,845,056 for "
                             "Qwen2/2.5-VL, 16,777,216 for Qwen3-VL and Qwen3.5)")
+    group.add_argument("--processor", metavar="FILE",
+                       help="the model's preprocessor_config.json: the image processor's "
+                            "settings config.json does not carry (Mistral 3's longest edge, "
+                            "Idefics3/SmolVLM's resize and splitting, InternVL's tiles, Qwen's "
+                            "pixel bounds), read over the assumed ones the answer names")
+
+
+def processed(ns, tower):
+    """The tower with --processor's preprocessor_config.json read over its assumed
+    settings (accounting/architecture/processor.py); unchanged without the flag."""
+    if not getattr(ns, "processor", None):
+        return tower
+    if tower is None:
+        raise UsageError("--processor needs a vision-language config.json whose tower the "
+                         "tool reads; drop it for a language model")
+    from accounting.architecture import processor
+    return processor.apply(tower, processor.load(ns.processor), f"--processor {ns.processor}")
 
 
 def pixel_bounds(ns, tower) -> tuple[int, int] | None:
@@ -122,7 +139,7 @@ def pixel_bounds(ns, tower) -> tuple[int, int] | None:
 def vision_workload(ns, hf):
     """The tower and the images of a vision-language config.json (None: a language model;
     image flags on one are refused)."""
-    asked = ns.image or ns.images is not None or ns.min_pixels or ns.max_pixels
+    asked = ns.image or ns.images is not None or ns.min_pixels or ns.max_pixels or ns.processor
     tower = getattr(hf, "vision", None)
     if tower is None:
         if asked:
@@ -131,9 +148,12 @@ def vision_workload(ns, hf):
                              "gemma3, llava); drop them "
                              "for a language model")
         return None
+    from dataclasses import replace
     from accounting.analysis import images
+    tower = processed(ns, tower)  # --processor's file; --min-pixels/--max-pixels over it
     pixels = pixel_bounds(ns, tower)
-    return images.workload(tower, ns.image, ns.images, pixels)
+    return replace(images.workload(tower, ns.image, ns.images, pixels),
+                   processor=ns.processor or "")
 
 
 def _crosscheck(verify: bool | None, a=None, why_not: str = "--no-verify", hf=None):
@@ -169,6 +189,13 @@ def _crosscheck(verify: bool | None, a=None, why_not: str = "--no-verify", hf=No
         from accounting.crosscheck.measure import prepare_process
         prepare_process()
     return module, None
+
+
+def _run_check(check, a, hf, vw):
+    """The cross-check; with images (vw), transformers' whole model with them too."""
+    if vw is not None and vw.images:
+        return check.cross_check(a, hf=hf, vision=vw)
+    return check.cross_check(a, hf=hf)
 
 
 def _check_tables(result) -> list:
@@ -219,7 +246,7 @@ def analyse_main(argv: list[str]) -> int:
         if stream and check is not None:  # the analytic answer at once; the verdict follows
             output.write(show([answer()]), None)
         if check is not None:
-            result = check.cross_check(a, hf=hf)
+            result = _run_check(check, a, hf, vw)
         tables = ([answer(summary.verdict_line(result, skipped))] + details
                   + _check_tables(result))
         text = show(tables)
@@ -229,7 +256,7 @@ def analyse_main(argv: list[str]) -> int:
         output.write(text, ns.output)
     else:
         if check is not None:
-            result = check.cross_check(a, hf=hf)
+            result = _run_check(check, a, hf, vw)
 
         def data():
             from accounting.present import vision_views

@@ -261,8 +261,8 @@ def _tower(ns) -> dict:
     VisionSpec, its quantization_config, Qwen's --min-pixels/--max-pixels (vLLM's
     mm_processor_kwargs); empty for a language model (the pixel flags refused on one)."""
     from accounting.cli.args import hf_source_from_args
-    from accounting.cli.main import pixel_bounds
-    tower = getattr(hf_source_from_args(ns), "vision", None)
+    from accounting.cli.main import pixel_bounds, processed
+    tower = processed(ns, getattr(hf_source_from_args(ns), "vision", None))
     pixels = pixel_bounds(ns, tower)
     if tower is None:
         if ns.limit_mm_per_prompt is not None:

@@ -109,6 +109,8 @@ def verdict_line(result=None, skipped: str | None = None) -> str:
     if result.agrees:
         counters = ("fvcore, FlopCounterMode and transformers' own model" if result.hf is not None
                     else "fvcore and FlopCounterMode run on the model")
+        if getattr(result, "vision", None) is not None and not result.vision.skipped:
+            counters += " (the whole model with the images, tower and projector included)"
         return _line("cross-check", f"agrees exactly with {counters} (tables at the end)")
     from accounting.crosscheck import views as crosscheck_views  # a result: torch is loaded
     return _line("cross-check", f"DISAGREES: {crosscheck_views.summary(result)} (tables at the end)")

@@ -29,7 +29,35 @@ from accounting.ledger.records import BACKWARD, PHASES
 
 
 def cross_check(analysis: Analysis, fvcore: bool = True, stock: bool = True,
-                hf: HFConfig | None = None) -> CrossCheck:
+                hf: HFConfig | None = None, vision=None) -> CrossCheck:
+    """The language model's cross-check (_cross_check); with `vision` (the images'
+    analysis.images.VisionWorkload of a vision-language config.json), transformers' whole
+    model is also run with those images and compared by component (hf_vision.py,
+    vision_check.py)."""
+    result = _cross_check(analysis, fvcore, stock, hf)
+    if vision is None or not vision.images or hf is None:
+        return result
+    return replace(result, vision=_with_images(analysis, hf, vision))
+
+
+def _with_images(analysis: Analysis, hf: HFConfig, vision):
+    from accounting.crosscheck import vision_check
+    if vision_check.room(analysis, vision):
+        return vision_check.skipped(analysis, vision, vision_check.room(analysis, vision))
+    if find_spec("transformers") is None:  # the environment, not a disagreement
+        return vision_check.skipped(analysis, vision, "transformers is not installed (pip "
+                                    "install -e '.[hf]' adds it, at the pinned version)")
+    from accounting.crosscheck import hf_vision
+    try:
+        m = hf_vision.measure(hf.whole or hf.data, vision, analysis.seq, analysis.batch)
+    except Exception as e:  # transformers refuses the inputs the tool made: said, exit 1
+        why = " ".join(f"{type(e).__name__}: {e}".split())[:300]
+        return vision_check.failed(analysis, vision, f"it could not run them ({why})")
+    return vision_check.compare(analysis, vision, m)
+
+
+def _cross_check(analysis: Analysis, fvcore: bool = True, stock: bool = True,
+                 hf: HFConfig | None = None) -> CrossCheck:
     """Run the model for `analysis`'s workload under every counter and compare. With `hf`
     (the Hugging Face config.json the config came from), transformers' own model of it is
     a further counter, when transformers is installed (hf_counter.py); where a worker can

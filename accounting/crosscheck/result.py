@@ -152,12 +152,14 @@ class CrossCheck:
     module_map: str = ""  # the ledger's module -> component mapping, in words
     hf: HFCheck | None = None  # transformers' model (hf_compare.py), when it ran
     hf_skipped: str = ""  # why transformers' model did not run, for a Hugging Face config
+    vision: object | None = None  # vision_check.VisionCheck: the whole VLM with its images
 
     @property
     def agrees(self) -> bool:
         return (all(r.agree for r in self.components) and all(not c.mismatches for c in self.layers)
                 and all(r.agree for r in self.non_matmul) and all(c.holds for c in self.checks)
-                and (self.hf is None or self.hf.agrees))
+                and (self.hf is None or self.hf.agrees)
+                and (self.vision is None or self.vision.agrees))
 
     @property
     def counters(self) -> str:
@@ -183,6 +185,8 @@ class CrossCheck:
         out += [f"check failed: {c.claim} ({c.evidence})" for c in self.checks if not c.holds]
         if self.hf is not None:
             out += self.hf.disagreements()
+        if self.vision is not None:
+            out += self.vision.disagreements()
         return out
 
     def to_dict(self) -> dict:
@@ -192,6 +196,8 @@ class CrossCheck:
                 row["transformers"] = r.transformers
             out["transformers"] = (self.hf.to_dict() if self.hf is not None
                                    else {"skipped": self.hf_skipped})
+        if self.vision is not None:
+            out["with_images"] = self.vision.to_dict()
         return out
 
     def _to_dict(self) -> dict:

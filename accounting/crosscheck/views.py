@@ -180,5 +180,22 @@ def tables(c: CrossCheck, conventions: bool = True) -> list[Table]:
     """Matmul, per-block, non-matmul and checks tables. conventions=False leaves out
     the notes that are the same for every workload (for a report that states them once)."""
     nm, tf = non_matmul_table(c, conventions), transformers_table(c)
-    return ([matmul_table(c, conventions)] + ([tf] if tf else []) + [layer_table(c)]
+    vt = [vision_table(c.vision)] if c.vision is not None else []
+    return ([matmul_table(c, conventions)] + ([tf] if tf else []) + vt + [layer_table(c)]
             + ([nm] if nm else []) + [checks_table(c)])
+
+
+def vision_table(v) -> Table:
+    """transformers' whole vision-language model with the images (vision_check.VisionCheck)."""
+    title = (f"Cross-check: the whole model with {grouped(v.images)} image"
+             f"{'' if v.images == 1 else 's'} ({grouped(v.image_tokens)} image tokens of "
+             f"T = {grouped(v.seq)}, B = {grouped(v.batch)}), forward matmul FLOPs")
+    if v.error or v.skipped:
+        return Table(title, notes=(f"not run: {v.error or v.skipped}",))
+    rows = tuple((r.component, grouped(r.analytic), grouped(r.transformers),
+                  f"{r.transformers - r.analytic:+,}" if not r.agree else "",
+                  "yes" if r.agree else "NO") for r in v.rows)
+    rows += tuple((f"check: {c.claim}", "", c.evidence, "", "yes" if c.holds else "NO")
+                  for c in v.checks)
+    return Table(title, ("component", "analytic", f"transformers ({v.transformers_class})",
+                         "difference", "agree"), rows, notes=v.notes)

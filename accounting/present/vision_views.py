@@ -39,13 +39,35 @@ def answer_lines(vw: VisionWorkload, language: int, seq: int) -> list[str]:
                                    f"({FAMILY[vw.spec.family]}; projector "
                                    f"{grouped(vw.projector_params)}); whole model "
                                    f"{grouped(language + vw.params)}")]
+    said = processor_line(vw)
     if vw.images:
         n = len(vw.images)
         lines.append(_line("images", f"{grouped(n)} image{'' if n == 1 else 's'}: "
                                      f"{grouped(vw.image_tokens)} image tokens of the T = "
                                      f"{grouped(seq)}; vision encoder {grouped(vw.flops)} = "
                                      f"{si(vw.flops, 'FLOPs')} (matmul, forward)"))
-    return lines
+    return lines + ([said] if said else [])
+
+
+def processor_line(vw: VisionWorkload) -> str:
+    """The image processor's settings the tokens follow: read from --processor's file, or
+    assumed (the families whose settings config.json does not carry; Qwen's pixel bounds,
+    the family's published preprocessor_config.json's, unless --min-pixels/--max-pixels)."""
+    from dataclasses import replace as with_
+    from accounting.architecture import processor
+    if not vw.images:
+        return ""
+    spec = with_(vw.spec, pixels=vw.pixels) if vw.pixels else vw.spec
+    flags = vw.pixels is not None and vw.pixels != vw.spec.pixels
+    said = processor.text(spec) + ("; --min-pixels/--max-pixels over it" if flags else "")
+    if vw.processor:
+        return _line("processor", f"read from {vw.processor}: {said}")
+    if vw.spec.family in processor.FAMILIES or vw.spec.pixels is not None:
+        how = "set by --min-pixels/--max-pixels" if flags else \
+            "assumed (config.json does not carry them)"
+        return _line("processor", f"{how}: {processor.text(spec)}; --processor FILE reads "
+                                  f"the model's preprocessor_config.json")
+    return ""
 
 
 def with_vision(answer: Table, vw: VisionWorkload | None, language: int, seq: int) -> Table:
@@ -81,7 +103,7 @@ def tables(vw: VisionWorkload | None) -> list[Table]:
            f"resized by smart_resize (min_pixels {grouped(vw.pixels[0])}, max_pixels "
            f"{grouped(vw.pixels[1])}: the family's published preprocessor_config.json unless "
            f"--min-pixels/--max-pixels)"
-           if vw.pixels else f"every image resized to {s.image_size}×{s.image_size}")
+           if vw.pixels else _tiling(vw) or f"every image resized to {s.image_size}×{s.image_size}")
     images = Table("Images (each distinct size once)",
                    ("image (H×W)", "resized", "patches (H×W)", "patches", "tokens",
                     "encoder matmul FLOPs"), rows,
@@ -98,6 +120,23 @@ def tables(vw: VisionWorkload | None) -> list[Table]:
     return [images, ops]
 
 
+def _tiling(vw: VisionWorkload) -> str:
+    """How a processor-set family sizes each image, with the settings it used."""
+    from accounting.architecture import processor
+    s, how = vw.spec, processor.text(vw.spec)
+    where = f"{'read from ' + vw.processor if vw.processor else 'assumed'}: {how}"
+    if s.family == "pixtral":
+        return (f"fitted within the longest edge, sides up to multiples of patch·merge, by "
+                f"PixtralImageProcessor ({where})")
+    if s.family == "idefics3":
+        return (f"rescaled and split into {s.image_size}² tiles and a global one by "
+                f"Idefics3ImageProcessor ({where})")
+    if s.family == "internvl":
+        return (f"cut into {s.image_size}² tiles and a thumbnail by GotOcr2ImageProcessor's "
+                f"crop_to_patches ({where})")
+    return ""
+
+
 def _distinct(vw: VisionWorkload):
     seen, out = set(), []
     for i in vw.images:
@@ -105,6 +144,13 @@ def _distinct(vw: VisionWorkload):
             seen.add(i.size)
             out.append(i)
     return out
+
+
+def _processor_dict(vw: VisionWorkload) -> dict:
+    from accounting.architecture import processor
+    from dataclasses import replace as with_
+    spec = with_(vw.spec, pixels=vw.pixels) if vw.pixels else vw.spec  # flags included
+    return {"source": vw.processor or "assumed", "settings": dict(processor.assumed(spec))}
 
 
 def add_to_dict(d: dict, vw: VisionWorkload | None) -> dict:
@@ -128,6 +174,7 @@ def add_to_dict(d: dict, vw: VisionWorkload | None) -> dict:
         "mlp_width": vw.spec.mlp_width, "patch_size": vw.spec.patch,
         "parameters": vw.params, "projector_parameters": vw.projector_params,
         "pixels": None if vw.pixels is None else {"min": vw.pixels[0], "max": vw.pixels[1]},
+        "processor": _processor_dict(vw),
         "encoder_pass": "forward",
         "encoder_matmul_flops": vw.flops,
         "images": [{"size": list(i.size), "resized": list(i.resized), "grid": list(i.grid),
