@@ -29,6 +29,10 @@ class Item:
     model_state: bool = False  # parameters, gradients, master copy, optimizer moments
     per_element: int = 0  # a model state's bytes per element (12: master, m and v together)
     backward_only: bool = False  # allocated in the passes only, freed before the optimizer step
+    # a gradient buffer of this backward pass, first allocated by the head's backward or later
+    # (the root unit's unsharded gradients, a block's, DTensor's whole embedding gradient):
+    # not yet live at the loss's backward nor at the forward's end (peak.Moment.pass_grads)
+    pass_grads: bool = False
 
 
 def stage_buffers(sp: Split, values: dict[str, int], kinds: tuple[tuple[str, int], ...]) -> int:
@@ -88,7 +92,7 @@ def engine_buffers(sp: Split, layout: Layout, p: Precision, st: States, stage: i
             out.append(Item("FSDP2 unsharded grads before reduce-scatter (root + 1 block)",
                             f"{p.grad_bytes}·d·Σ⌈rows/d⌉·cols",
                             Linear(0, (root + max(blocks, default=0)) * p.grad_bytes),
-                            backward_only=True))
+                            backward_only=True, pass_grads=True))
     table = next((t for t in sp.tensors if t.place == FIRST and t.dims[0] == ("V",)), None)
     # a frozen table (a LoRA plan's base) has no gradient to compute
     if layout.tp > 1 and stage == 0 and table is not None and not table.frozen:
@@ -96,7 +100,7 @@ def engine_buffers(sp: Split, layout: Layout, p: Precision, st: States, stage: i
         local = prod(table.sizes(values, layout.tp, tp_rank))
         out.append(Item("embedding grad computed whole (torch DTensor)",
                         f"{p.grad_bytes}·(V − ⌈V/tp⌉)·d_model", Linear(0, (whole - local) * p.grad_bytes),
-                        backward_only=True,
+                        backward_only=True, pass_grads=True,
                         note="aten.embedding_dense_backward has no vocabulary-sharded strategy "
                              "in torch 2.13: each TP rank computes the V×d_model gradient, then "
                              "keeps its rows"))
@@ -147,11 +151,17 @@ def _fsdp_bf16(layout: Layout, st: States, f8: frozenset[str] = frozenset(),
                      Linear(0, 4 * (root + sum(blocks)) + 2 * one), backward_only=True,
                      note="pipelining's set_requires_gradient_sync(False) until the last "
                           "micro-batch; FSDP2 accumulates in reduce_dtype=fp32")]
+    # at a block's backward: the root unit's bf16 gradients (the LM head's, made first), this
+    # block's, and the previous block's fp32 copy in its reduce-scatter; the root's own fp32
+    # copy is made at the backward's end (FSDP2 reduce-scatters the root unit last), when no
+    # activation is live: not a peak moment, so not counted here
+    rs = 4 * max(blocks, default=0)
     return [gathered,
-            Item("FSDP2 unsharded bf16 grads and their fp32 copy for the reduce-scatter "
-                 "(root + 1 block)", "(2 + 4)·d·Σ⌈rows/d⌉·cols", Linear(0, 6 * one),
-                 backward_only=True,
-                 note="reduce_dtype=fp32: the bf16 gradient is cast before reduce-scatter")]
+            Item("FSDP2 unsharded bf16 grads (root + 1 block) and one block's fp32 copy for "
+                 "the reduce-scatter", "2·d·Σ⌈rows/d⌉·cols + 4·(one block)",
+                 Linear(0, 2 * one + rs), backward_only=True, pass_grads=True,
+                 note="reduce_dtype=fp32: each unit's bf16 gradient is cast before its "
+                      "reduce-scatter")]
 
 
 def largest_module(st: States) -> int:

@@ -55,9 +55,16 @@ class Moment:
     # what the caching allocator keeps reserved at this moment beyond its live tensors, from
     # the step's history (a freed block too small for this moment's requests; reserved.py)
     history: Linear = Linear()
+    # the backward's own gradient buffers (Item.pass_grads) are live: False at the loss's
+    # backward and the forward's end, which come before the head's backward allocates them
+    # (autograd runs the loss's nodes, then the LM head's, whose weight gradient is the
+    # root unit's first; FSDP2 reduce-scatters the root's at the backward's end)
+    pass_grads: bool = True
 
     def holds(self, item) -> bool:
         if not item.on_gpu:
+            return False
+        if getattr(item, "pass_grads", False) and not self.pass_grads:
             return False
         if item.activations:
             return self.activations
@@ -183,16 +190,18 @@ def moments(sp, layout, precision, stage: int, kinds, values: dict[str, int], lo
         if last and loss_name == LM.STANDARD else None
     out = [Moment(AT_BACKWARD + " (the loss's backward)", held + "; ".join(
         what + ([f"reserved beside: {freed.what}"] if freed else [])), extra, True,
-        grads_live, True, history=freed.bytes if freed else Linear())] if last else []
+        grads_live, True, history=freed.bytes if freed else Linear(), pass_grads=False)] \
+        if last else []
     if forward is not None:  # the forward's end: the chunks, or Liger's chunk (loss_memory.py)
         fwd = extra + start.times(-1) + forward
         out.append(Moment(f"end of the forward pass (--loss {loss_name})",
                           held + f"--loss {loss_name}: {region.what_forward}", fwd, True,
-                          grads_live, True))
-    if layout.recompute != "none" or not last:
-        out.append(Moment("a block's backward pass" + (
-            " (its recomputed activations live)" if layout.recompute != "none" else ""),
-            held + f"{work.rule}", ws + loss + compiled, True, grads_live, True, True))
+                          grads_live, True, pass_grads=False))
+    # (on the last stage without recomputation too: the loss's moment holds no gradient
+    # buffer of the pass, Moment.pass_grads, so a block's backward may exceed it)
+    out.append(Moment("a block's backward pass" + (
+        " (its recomputed activations live)" if layout.recompute != "none" else ""),
+        held + f"{work.rule}", ws + loss + compiled, True, grads_live, True, True))
     temp, temp_what = 0, ""
     if not no_update_temporary:
         per = stack.stack.update_temporary
