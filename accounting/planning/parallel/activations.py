@@ -20,7 +20,7 @@ Schedule1F1B by accounting/distcheck).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from accounting.ledger import records as R
@@ -121,6 +121,23 @@ class StageActivations:
     weight_copies: Linear  # of which autocast's bf16 copies of the weights (no b term)
     recomputed_block: Linear  # with recomputation: one block's recomputed part, while it runs
     total: Linear
+    # of per_micro_batch, what is held for one micro-batch whatever k: the last stage's head
+    # and loss (LAST rows; `once_copies`: autocast's copy of the head's weight among them).
+    # The last (virtual) stage runs each micro-batch's forward straight into its backward:
+    # under 1F1B it holds one micro-batch (k = 1); under ScheduleInterleaved1F1B the last
+    # rank holds up to p chunk passes of its earlier chunks but one of the last
+    # (tests/test_pipeline_schedules.py reads it off torch's order), so the head's and the
+    # loss's saved tensors are one micro-batch's while its blocks' are ⌈chunks/v⌉'s
+    once: Linear = Linear()
+    once_copies: Linear = Linear()
+
+    def held(self, k: int) -> Linear:
+        """The kept activations of k micro-batches in flight (without the recomputed part)."""
+        return self.per_micro_batch.times(k) + self.once.times(1 - k) if k else Linear()
+
+    def copies_held(self, k: int) -> Linear:
+        """Autocast's weight copies among `held(k)`."""
+        return self.weight_copies.times(k) + self.once_copies.times(1 - k) if k else Linear()
 
 
 def stage_activations(kept: list[Row], without_recompute: list[Row], layout: Layout,
@@ -144,6 +161,9 @@ def stage_activations(kept: list[Row], without_recompute: list[Row], layout: Lay
                     if r.place in where and (copies is None or r.record.weight_copy == copies)),
                    Linear())
     per_mb = total(kept) + (mtp if stage == p - 1 else Linear())
+    last = stage == p - 1
+    once = total(kept, {LAST}) + mtp if last else Linear()
+    once_copies = total(kept, {LAST}, True) if last else Linear()
     recomputed = Linear()
     if layout.recompute != NO_RECOMPUTE:
         parts = []
@@ -155,9 +175,9 @@ def stage_activations(kept: list[Row], without_recompute: list[Row], layout: Lay
                 one = one + r.bytes.times(-1) if r.place == BLOCK and r.record.repeat == g else one
             parts.append(one)
         recomputed = max(parts, key=lambda x: x.at(layout.micro_batch), default=Linear())
-    return StageActivations(stage, in_flight, sum(count.values()), per_mb,
-                            total(kept, copies=True), recomputed,
-                            per_mb.times(in_flight) + recomputed)
+    acts = StageActivations(stage, in_flight, sum(count.values()), per_mb,
+                            total(kept, copies=True), recomputed, Linear(), once, once_copies)
+    return replace(acts, total=acts.held(in_flight) + recomputed)
 
 
 def mtp_rows(sp: Split, kept: list[Row], tp: int) -> Linear:

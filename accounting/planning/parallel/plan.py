@@ -173,7 +173,7 @@ def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage:
     plain = run_split(c, precision, implementation=implementation) if finetune is None \
         else LS.lora_split(finetune, precision.autocast)
     acts = _activations(sp, plain, replace(layout, zero=0), local, tp_rank, stage, kinds)
-    copies = acts.weight_copies.times(acts.in_flight)
+    copies = acts.copies_held(acts.in_flight)
     items.append(Item("activations of the k micro-batches in flight"
                       + ("" if layout.recompute == "none" else " + one block's recomputed part"),
                       "k·(a·b + c) (saved tensors, TP/SP-split)",

@@ -96,7 +96,7 @@ class StagePlan:
         where they are not linear in b (an expert capacity factor)."""
         a = activations or self.activations
         k = micro_batches_in_flight(layout, self.stage, per_rank // b)
-        acts = k * a.per_micro_batch.at(b) \
+        acts = a.held(k).at(b) \
             + a.recomputed_block.at(b)  # the weight copies are in per_micro_batch
         if self.moments:  # the step's peak at this micro-batch
             return self.peak_moment(b, acts)[0]

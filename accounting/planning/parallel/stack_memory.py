@@ -103,8 +103,8 @@ def _stage_activations(name: str, dropout: float, kernel: str, c: ModelConfig, l
         return acts
     per_mb = acts.per_micro_batch + A.Linear(extra * acts.layers, 0)
     again = acts.recomputed_block + A.Linear(-min(extra, acts.recomputed_block.a), 0)
-    return replace(acts, per_micro_batch=per_mb, recomputed_block=again,
-                   total=per_mb.times(acts.in_flight) + again)
+    acts = replace(acts, per_micro_batch=per_mb, recomputed_block=again)
+    return replace(acts, total=acts.held(acts.in_flight) + again)
 
 
 def reduce_scattered(run: StackRun, c: ModelConfig, layout: Layout,
