@@ -104,3 +104,22 @@ def test_table5_runs_torchtitans_default_micro_batches():
     published = Fraction(128, 100)
     assert abs(tps_ratio(8) / published - 1) < Fraction(3, 100)
     assert abs(tps_ratio(32) / published - 1) > Fraction(10, 100)
+
+
+def test_torchtitan_middle_stage_holds_its_block_inputs_and_its_output():
+    # Hand algebra: torchtitan with full activation checkpointing saves each block's input
+    # only, a sequence shard b·(T/tp)·d_model in bf16 (its blocks compute in bf16); a middle
+    # stage also keeps its output of each micro-batch in flight in torch's fwd_cache
+    # (tests/test_pipeline_live.py measures it): (blocks + 1)·b·(T/tp)·d_model·2 per
+    # micro-batch. Llama 3.1 8B: 32 layers on 4 stages, d_model 4,096; T 2,048 on TP 2.
+    from accounting import get_preset
+    from accounting.planning.parallel.stack_memory import StackRun
+    from accounting.planning.parallel.stacks import TORCHTITAN, get_stack
+    c = get_preset("meta-llama/Llama-3.1-8B")
+    lo = Layout(16, tp=2, sp=True, pp=4, dp=2, zero=3, global_batch=16, micro_batch=2,
+                recompute="full")
+    plan = P.parallel_plan(c, lo, 2048, precision=get_precision("bf16"), stages=[1],
+                           stack=StackRun(get_stack(TORCHTITAN)))
+    a = plan.stages[0].activations
+    assert a.per_micro_batch.a == (8 + 1) * (2048 // 2) * 4096 * 2
+    assert a.in_flight == 3  # min(m, p − s): m = 4, p − s = 3

@@ -142,13 +142,15 @@ class StageActivations:
 
 def stage_activations(kept: list[Row], without_recompute: list[Row], layout: Layout,
                       stage: int, kinds: tuple[tuple[str, int], ...],
-                      mtp: Linear = Linear()) -> StageActivations:
+                      mtp: Linear = Linear(), output: Linear = Linear()) -> StageActivations:
     """Stage `stage` (0-based) holding `kinds` (blocks of each kind, Split.kinds) under 1F1B:
     k = min(m, p − s) micro-batches of what the ledger keeps (the blocks', and the
     embedding's on the first stage, the head's and the loss's on the last), and, with
     recomputation, what one block saves beyond that while its backward pass runs (the
     ledger without recomputation, less the one with; the largest over the stage's kinds);
-    on the last stage the MTP modules' (mtp: one micro-batch's, mtp_rows)."""
+    on the last stage the MTP modules' (mtp: one micro-batch's, mtp_rows); `output`: the
+    stage output a micro-batch in flight keeps beyond its saved tensors (the schedule's
+    fwd_cache: pipeline_buffers.stage_outputs)."""
     p = layout.pp
     count = dict(kinds)
     in_flight = micro_batches_in_flight(layout, stage)
@@ -160,7 +162,7 @@ def stage_activations(kept: list[Row], without_recompute: list[Row], layout: Lay
                      else r.bytes) for r in rs
                     if r.place in where and (copies is None or r.record.weight_copy == copies)),
                    Linear())
-    per_mb = total(kept) + (mtp if stage == p - 1 else Linear())
+    per_mb = total(kept) + (mtp if stage == p - 1 else Linear()) + output
     last = stage == p - 1
     once = total(kept, {LAST}) + mtp if last else Linear()
     once_copies = total(kept, {LAST}, True) if last else Linear()

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from accounting.planning import cuda_peak as CP
 from accounting.planning import loss_memory as LM
 from accounting.planning.optimizers import get_optimizer
+from accounting.planning.parallel import ring_attention as RA
 from accounting.planning.parallel.activations import Linear
 
 from accounting.units import DTYPE_BYTES, FP32, INT64
@@ -93,6 +94,24 @@ def _cuda(sp, values: dict[str, int], autocast, implementation: str, tp: int, lo
             total = total + Linear(a.bytes.evaluate(v1), 0)
             what.append(a.rule)
     return total, "; ".join(what)
+
+
+def _ring(sp, layout, values: dict[str, int], precision, stack) -> tuple[Linear, str]:
+    """Context parallelism's ring attention backward, inside one block's backward pass
+    (ring_attention.py; torch's context_parallel, Stack.ring_attention): its gathered K
+    and V and fp32 gradient buffers, for the heads SDPA is given (h after repeat_kv)."""
+    if layout.cp == 1 or not stack.stack.ring_attention:
+        return Linear(), ""
+    if not stack.stack.torch_engines:  # the stack's own implementation (torchtitan's Llama)
+        from accounting.planning.parallel.stack_memory import ledger_rows
+        sp = ledger_rows(stack, sp.config, layout, values["T"] // layout.cp)[0]
+    repeated = any(a.name.startswith("K repeated (repeat_kv") for a in sp.ledger.activations)
+    heads = values["h"]
+    x = RA.backward_buffers(layout, values["T"], heads, heads if repeated else values["h_kv"],
+                            values["d_k"], precision.message_bytes)
+    return Linear(x.a * layout.micro_batch, 0), (
+        "; the ring attention's backward (context parallelism): the gathered K and V of the "
+        "whole sequence and its fp32 gradient buffers")
 
 
 def _loss_linear(sp, values: dict[str, int], tp: int, local: int, loss: str, chunks: int,
@@ -179,10 +198,12 @@ def moments(sp, layout, precision, stage: int, kinds, values: dict[str, int], lo
         out.append(Moment(f"end of the forward pass (--loss {loss_name})",
                           held + f"--loss {loss_name}: {region.what_forward}", fwd, True,
                           grads_live, True))
-    if layout.recompute != "none" or not last:
+    ring, ring_what = _ring(sp, layout, values, precision, stack)
+    if layout.recompute != "none" or not last or ring.a:
         out.append(Moment("a block's backward pass" + (
             " (its recomputed activations live)" if layout.recompute != "none" else ""),
-            held + f"{work.rule}", ws + loss + compiled, True, grads_live, True, True))
+            held + f"{work.rule}" + ring_what, ws + loss + compiled + ring, True, grads_live,
+            True, True))
     temp, temp_what = 0, ""
     if not no_update_temporary:
         per = stack.stack.update_temporary

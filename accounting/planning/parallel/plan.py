@@ -29,6 +29,8 @@ from accounting.planning.parallel import offload as OF
 from accounting.planning import activation_offload as AO
 from accounting.planning import compile_memory as CM, loss_memory as LM
 from accounting.planning.parallel import peak as PK
+from accounting.planning.parallel import pipeline_buffers as PB
+from accounting.units import DTYPE_BYTES
 from accounting.planning.parallel.fit import fit as _fit
 from accounting.planning.parallel.buffers import Item, engine_buffers, stage_buffers
 from accounting.planning.parallel.layout import Layout, check_layout, stage_layers
@@ -77,11 +79,15 @@ def _states(sp: Split, seq: int, b: int, dl: Layout, stage: int, tp_rank: int,
 
 @lru_cache(maxsize=4096)
 def _activations(sp: Split, plain: Split, layout: Layout, local: int, tp_rank: int, stage: int,
-                 kinds: tuple) -> A.StageActivations:
-    """A stage's activations (the same for every sharding stage: `layout` has zero 0)."""
+                 kinds: tuple, output_bytes: int = 0) -> A.StageActivations:
+    """A stage's activations (the same for every sharding stage: `layout` has zero 0);
+    `output_bytes`: the residual stream's bytes per element, where torch's pipelining keeps
+    the stage's output of each micro-batch in flight (pipeline_buffers.py)."""
     rows = (A.rows(sp, layout, local, tp_rank=tp_rank),
             A.rows(plain, layout, local, tp_rank=tp_rank))
-    return A.stage_activations(*rows, layout, stage, kinds, A.mtp_rows(sp, rows[0], layout.tp))
+    out = PB.stage_outputs(layout, stage, local, sp.config.d_model, output_bytes)
+    return A.stage_activations(*rows, layout, stage, kinds, A.mtp_rows(sp, rows[0], layout.tp),
+                               out)
 
 
 def run_split(config: ModelConfig, p: Precision, recompute: str = "none",
@@ -172,7 +178,9 @@ def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage:
                           A.Linear(0, buf)))
     plain = run_split(c, precision, implementation=implementation) if finetune is None \
         else LS.lora_split(finetune, precision.autocast)
-    acts = _activations(sp, plain, replace(layout, zero=0), local, tp_rank, stage, kinds)
+    # the residual stream's dtype: the parameters' (autocast's matmuls add into it)
+    acts = _activations(sp, plain, replace(layout, zero=0), local, tp_rank, stage, kinds,
+                        DTYPE_BYTES[p.param_dtype] if stack.stack.pp_fwd_cache else 0)
     copies = acts.copies_held(acts.in_flight)
     items.append(Item("activations of the k micro-batches in flight"
                       + ("" if layout.recompute == "none" else " + one block's recomputed part"),

@@ -9,6 +9,7 @@ from functools import lru_cache
 
 from accounting.planning.parallel import activations as A
 from accounting.planning.parallel import megatron as M
+from accounting.planning.parallel import pipeline_buffers as PB
 from accounting.planning.parallel.buffers import (Item, engine_buffers, largest_module,
                                                   stage_buffers)
 from accounting.planning.parallel.layout import NO_RECOMPUTE, SELECTIVE, Layout
@@ -97,7 +98,10 @@ def _stage_activations(name: str, dropout: float, kernel: str, c: ModelConfig, l
     run = StackRun(get_stack(name), dropout, kernel, fp8)
     _, kept = ledger_rows(run, c, layout, seq, tp_rank)
     _, whole = ledger_rows(run, c, layout, seq, tp_rank, NO_RECOMPUTE)
-    acts = A.stage_activations(kept, whole, layout, stage, kinds)
+    # torchtitan's blocks compute in bf16 (FSDP2's param_dtype): its stage outputs are bf16
+    out = PB.stage_outputs(layout, stage, seq, c.d_model, W16) if run.stack.pp_fwd_cache \
+        else A.Linear()
+    acts = A.stage_activations(kept, whole, layout, stage, kinds, output=out)
     extra = sum(x for _, x in reduce_scattered(run, c, layout, seq))
     if not extra:
         return acts

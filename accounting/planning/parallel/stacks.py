@@ -112,6 +112,13 @@ class Stack:
     # torchtitan/distributed/fsdp.py get_fsdp_reshard_after_forward_policy; in 2024-12
     # torchtitan/parallelisms/parallelize_llama.py apply_fsdp)
     pp_keeps_unsharded: bool = False
+    # its pipeline is torch.distributed.pipelining's: each stage keeps its output of every
+    # micro-batch in flight in the stage's fwd_cache until that micro-batch's backward
+    # (pipeline_buffers.py; measured on gloo, tests/test_pipeline_live.py)
+    pp_fwd_cache: bool = False
+    # its --cp is torch's context_parallel (ring attention; ring_attention.py: the buffers of
+    # its backward, inside one block's backward pass)
+    ring_attention: bool = False
     # the module of planning/emit/ that writes its launch settings, `plan … --emit NAME`
     # (issue 42; torch's engines launched by accelerate's FSDP/DDP config)
     emitter: str = ""
@@ -151,7 +158,8 @@ register = registrar(STACKS, "stack")
 register(Stack(TORCH, "the course model under torch's engines (DDP, ZeroRedundancyOptimizer, "
                "FSDP2; autocast)", {0: "DDP", 1: "DDP + ZeroRedundancyOptimizer",
                                     2: "FSDP SHARD_GRAD_OP", 3: "FSDP FULL_SHARD"}, 0, False,
-               "torch.distributed (accounting/distcheck)", torch_engines=True,
+               "torch.distributed (accounting/distcheck)", torch_engines=True, pp_fwd_cache=True,
+               ring_attention=True,
                emitter="accelerate", offload=FSDP2_POLICIES, overlap=TORCH_OVERLAP))
 register(Stack(MEGATRON, "Megatron-Core with Transformer Engine (bf16 parameters, fp32 gradient "
                "buffer, fused norm+linear, fused activations, flash attention)",
@@ -180,7 +188,8 @@ register(Stack(TORCHTITAN, "torchtitan: its own Llama under FSDP2 with MixedPrec
                "checkpointing on the CPU (tests/test_stack_implementations.py, test_stacks.py)",
                implementation=lambda c: TITAN_IMPL if llama_block(c) else COURSE,
                fsdp2_bf16=True, fp8=("torchao",), fused_attention=True,
-               update_temporary=W32, pp_keeps_unsharded=True, emitter=TORCHTITAN,
+               update_temporary=W32, pp_keeps_unsharded=True, pp_fwd_cache=True,
+               ring_attention=True, emitter=TORCHTITAN,
                overlap=TORCHTITAN_OVERLAP, fp8_tp_gathers=("torchao",), async_tp=True))
 
 

@@ -1,0 +1,153 @@
+"""What torch.distributed.pipelining keeps alive on each stage, measured on a real gloo
+pipeline of 2 CPU processes (torch 2.13), against the planner's rules (issue 44, 44b).
+
+The stages are built as torchtitan builds them (torchtitan/distributed/pipeline_parallel.py:
+a PipelineStage around each rank's own module, no tracing), each block under full
+activation checkpointing (torch.utils.checkpoint, as torchtitan's full AC), run by
+Schedule1F1B with m = 4 micro-batches. Measured on the second step, per stage:
+
+  * the stage's output of each micro-batch in flight, which the stage keeps in its
+    fwd_cache from its forward to its backward (stage.py forward_one_chunk) and which
+    autograd does not save (the checkpointed block saves its input only): the saved-
+    tensor hooks see every tensor autograd keeps, and the output is not among them;
+  * the last stage's output chunks: step() keeps every micro-batch's output (the logits)
+    to return them unless called with return_outputs=False (torchtitan does since
+    e5ef99a, 2025-10-22: "Update PP to release memory earlier"; its 9dec370 of the
+    2024-12 benchmarks did not).
+"""
+import json
+import os
+import socket
+import tempfile
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("torch.distributed.pipelining")
+
+B, T, D, V, M = 2, 16, 32, 64, 4  # micro-batch, tokens, width, vocabulary, micro-batches
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _worker(rank: int, port: int, out: str, return_outputs: bool) -> None:
+    import torch.distributed as dist
+    from torch import nn
+    from torch.distributed.pipelining import PipelineStage, Schedule1F1B
+    from torch.utils.checkpoint import checkpoint
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    try:
+        torch.manual_seed(0)
+
+        class Block(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.up, self.down = nn.Linear(D, 4 * D), nn.Linear(4 * D, D)
+
+            def forward(self, x):
+                return x + self.down(torch.relu(self.up(x)))
+
+        class Stage(nn.Module):
+            def __init__(self, first: bool):
+                super().__init__()
+                self.emb = nn.Embedding(V, D) if first else None
+                self.blocks = nn.ModuleList(Block() for _ in range(2))
+                self.head = None if first else nn.Linear(D, V, bias=False)
+
+            def forward(self, x):
+                h = self.emb(x) if self.emb is not None else x
+                for b in self.blocks:
+                    h = checkpoint(b, h, use_reentrant=False)
+                return self.head(h) if self.head is not None else h
+
+        first = rank == 0
+        module = Stage(first)
+        stage = PipelineStage(module, rank, 2, torch.device("cpu"))
+
+        def loss_fn(logits, targets):
+            return nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten())
+        schedule = Schedule1F1B(stage, M, loss_fn=loss_fn)
+        g = torch.Generator().manual_seed(1)
+        ids = torch.randint(0, V, (B * M, T), generator=g)
+        targets = torch.randint(0, V, (B * M, T), generator=g)
+        saved: set[int] = set()
+        held = {"outputs": 0, "entries": 0}
+
+        kept = []  # every saved tensor kept alive, so that no address is reused
+
+        def pack(t):
+            saved.add(t.untyped_storage().data_ptr())
+            kept.append(t)
+            return t
+        forward = stage.forward_one_chunk
+
+        def counting(*a, **k):
+            out = forward(*a, **k)
+            outs = [o for o, _ in stage.fwd_cache.values()]
+            held["entries"] = max(held["entries"], len(outs))
+            # the outputs' bytes, and whether autograd saved any of their storages
+            held["outputs"] = max(held["outputs"], sum(
+                t.untyped_storage().nbytes() for o in outs for t in o))
+            held["saved"] = held.get("saved", False) or any(
+                t.untyped_storage().data_ptr() in saved for o in outs for t in o)
+            return out
+        stage.forward_one_chunk = counting
+
+        def step():
+            kw = {"target": targets} if not first else {}
+            args = (ids,) if first else ()
+            if not first:
+                kw["return_outputs"] = return_outputs
+            schedule.step(*args, **kw)
+        step()
+        held.update(outputs=0, entries=0, saved=False)
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            step()
+        chunks = sum(o.untyped_storage().nbytes() for o in stage.output_chunks)
+        Path(out, f"{rank}.json").write_text(json.dumps(
+            {**held, "output_chunks": chunks, "n_chunks": len(stage.output_chunks),
+             "n_saved": len(saved)}))
+    finally:
+        dist.destroy_process_group()
+
+
+def _run(return_outputs: bool) -> list[dict]:
+    import torch.multiprocessing as mp
+    with tempfile.TemporaryDirectory() as d:
+        mp.start_processes(_worker, args=(_port(), d, return_outputs), nprocs=2,
+                           start_method="fork")
+        return [json.loads(Path(d, f"{r}.json").read_text()) for r in range(2)]
+
+
+@pytest.fixture(scope="module")
+def measured():
+    return {keep: _run(keep) for keep in (True, False)}
+
+
+def test_stage_outputs_in_flight(measured):
+    # hand algebra: under 1F1B stage s holds min(m, p − s) micro-batches; stage 0 of 2
+    # keeps 2 outputs of b·T·d fp32 elements in its fwd_cache, none of them saved by
+    # autograd (the checkpointed blocks save their inputs)
+    from accounting.planning.parallel.layout import Layout
+    from accounting.planning.parallel.pipeline_buffers import stage_outputs
+    lo = Layout(2, pp=2, dp=1, global_batch=B * M, micro_batch=B)
+    first = measured[False][0]
+    assert first["entries"] == 2 and not first["saved"]
+    assert first["n_saved"] > 0  # the hooks saw what autograd saved
+    assert first["outputs"] == 2 * B * T * D * 4
+    assert stage_outputs(lo, 0, T, D, 4).times(2).at(B) == first["outputs"]
+    assert stage_outputs(lo, 1, T, D, 4).at(B) == 0  # the last stage sends nothing on
+
+
+def test_last_stage_output_chunks(measured):
+    # step() keeps the m micro-batches' logits (b·T·V fp32 each) unless return_outputs=False
+    assert measured[True][1]["n_chunks"] == M
+    assert measured[True][1]["output_chunks"] == M * B * T * V * 4
+    assert measured[False][1]["n_chunks"] == 0
