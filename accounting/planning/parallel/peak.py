@@ -35,6 +35,7 @@ from accounting.planning import loss_memory as LM
 from accounting.planning.optimizers import get_optimizer
 from accounting.planning.parallel import ring_attention as RA
 from accounting.planning.parallel.activations import Linear
+from accounting.planning.parallel.layout import NO_RECOMPUTE
 
 from accounting.units import DTYPE_BYTES, FP32, INT64
 
@@ -96,20 +97,28 @@ def _cuda(sp, values: dict[str, int], autocast, implementation: str, tp: int, lo
     return total, "; ".join(what)
 
 
-def _ring(sp, layout, values: dict[str, int], precision, stack) -> tuple[Linear, str]:
+def _ring(sp, layout, values: dict[str, int], precision, stack,
+          implementation: str) -> tuple[Linear, str]:
     """Context parallelism's ring attention backward, inside one block's backward pass
     (ring_attention.py; torch's context_parallel, Stack.ring_attention): its gathered K
     and V and fp32 gradient buffers, for the heads SDPA is given (h after repeat_kv)."""
     if layout.cp == 1 or not stack.stack.ring_attention:
         return Linear(), ""
-    if not stack.stack.torch_engines:  # the stack's own implementation (torchtitan's Llama)
+    # the implementation's ledger without recomputation (every tensor it makes): the torch
+    # stack's (the run's), or the stack's own (torchtitan's Llama)
+    if stack.stack.torch_engines:
+        from accounting.planning.parallel.shards import split
+        sp = split(sp.config, precision.autocast, NO_RECOMPUTE, implementation,
+                   param_dtype=precision.param_dtype, fp8=precision.fp8)
+    else:
         from accounting.planning.parallel.stack_memory import ledger_rows
-        sp = ledger_rows(stack, sp.config, layout, values["T"] // layout.cp)[0]
+        sp = ledger_rows(stack, sp.config, layout, values["T"] // layout.cp,
+                         recompute=NO_RECOMPUTE)[0]
     repeated = any(a.name.startswith("K repeated (repeat_kv") for a in sp.ledger.activations)
     heads = values["h"]
     x = RA.backward_buffers(layout, values["T"], heads, heads if repeated else values["h_kv"],
                             values["d_k"], precision.message_bytes)
-    return Linear(x.a * layout.micro_batch, 0), (
+    return x, (
         "; the ring attention's backward (context parallelism): the gathered K and V of the "
         "whole sequence and its fp32 gradient buffers")
 
@@ -198,7 +207,7 @@ def moments(sp, layout, precision, stage: int, kinds, values: dict[str, int], lo
         out.append(Moment(f"end of the forward pass (--loss {loss_name})",
                           held + f"--loss {loss_name}: {region.what_forward}", fwd, True,
                           grads_live, True))
-    ring, ring_what = _ring(sp, layout, values, precision, stack)
+    ring, ring_what = _ring(sp, layout, values, precision, stack, implementation)
     if layout.recompute != "none" or not last or ring.a:
         out.append(Moment("a block's backward pass" + (
             " (its recomputed activations live)" if layout.recompute != "none" else ""),
