@@ -14,6 +14,11 @@ Schedule1F1B with m = 4 micro-batches. Measured on the second step, per stage:
     to return them unless called with return_outputs=False (torchtitan does since
     e5ef99a, 2025-10-22: "Update PP to release memory earlier"; its 9dec370 of the
     2024-12 benchmarks did not).
+
+And FSDP2 under the flags pipelining sets for every backward but the last
+(set_requires_gradient_sync(False), set_reshard_after_backward(False)), with torchtitan's
+MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32): the gradients it accumulates
+across micro-batches, measured on 2 gloo ranks.
 """
 import json
 import os
@@ -151,3 +156,52 @@ def test_last_stage_output_chunks(measured):
     assert measured[True][1]["n_chunks"] == M
     assert measured[True][1]["output_chunks"] == M * B * T * V * 4
     assert measured[False][1]["n_chunks"] == 0
+
+
+def _fsdp_worker(rank: int, port: int, out: str) -> None:
+    import torch.distributed as dist
+    from torch import nn
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    try:
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(D, 4 * D), nn.ReLU(), nn.Linear(4 * D, D))
+        # torchtitan's apply_fsdp under PP: bf16 compute, fp32 reduce, no reshard after
+        # forward (the reshard_after_forward policy "default" = not pp_enabled)
+        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        for layer in (model[0], model[2]):
+            fully_shard(layer, mp_policy=mp, reshard_after_forward=False)
+        fully_shard(model, mp_policy=mp, reshard_after_forward=False)
+        # what PipelineStage.backward_maybe_with_nosync sets on an FSDPModule for every
+        # backward but the last (torch/distributed/pipelining/stage.py)
+        model.set_is_last_backward(False)
+        model.set_reshard_after_backward(False)
+        model.set_requires_gradient_sync(False)
+        for _ in range(2):  # two micro-batches
+            model(torch.randn(B * T, D)).float().square().mean().backward()
+        held = []
+        for layer in (model[0], model[2]):
+            for p in fully_shard.state(layer)._fsdp_param_group.fsdp_params:
+                g = p.unsharded_accumulated_grad
+                held.append([str(g.dtype), g.numel(), p._unsharded_param.numel(),
+                             p.sharded_param.grad is None])
+        Path(out, f"{rank}.json").write_text(json.dumps(held))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_fsdp2_accumulates_unsharded_fp32_grads_between_micro_batches():
+    # Measured: under pipelining's flags FSDP2 keeps every parameter's gradient unsharded
+    # (the whole tensor, not a 1/d shard) in reduce_dtype float32 across micro-batches
+    # (_fsdp_param.py to_accumulated_grad_if_needed), no sharded gradient yet: the planner's
+    # 4·d·Σ⌈rows/d⌉·cols item of torchtitan under PP (buffers.py _fsdp_bf16)
+    import torch.multiprocessing as mp
+    with tempfile.TemporaryDirectory() as d:
+        mp.start_processes(_fsdp_worker, args=(_port(), d), nprocs=2, start_method="fork")
+        ranks = [json.loads(Path(d, f"{r}.json").read_text()) for r in range(2)]
+    for held in ranks:
+        assert [h[0] for h in held] == ["torch.float32"] * 4
+        assert all(h[1] == h[2] and h[3] for h in held)  # unsharded, no sharded grad
+        assert sum(h[1] for h in held) == 2 * 4 * D * D + 4 * D + D
