@@ -164,7 +164,7 @@ def stage_activations(kept: list[Row], without_recompute: list[Row], layout: Lay
                    Linear())
     per_mb = total(kept) + (mtp if stage == p - 1 else Linear()) + output
     last = stage == p - 1
-    once = total(kept, {LAST}) + mtp if last else Linear()
+    once = total(kept, {LAST}) + mtp + output if last else Linear()
     once_copies = total(kept, {LAST}, True) if last else Linear()
     recomputed = Linear()
     if layout.recompute != NO_RECOMPUTE:

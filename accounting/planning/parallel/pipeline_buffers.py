@@ -9,11 +9,14 @@ torch/distributed/pipelining/stage.py and schedules.py and measured on a gloo pi
     backward_one_chunk pops it: the output lives from the micro-batch's forward to its
     backward, whether or not autograd saved it. Under full activation checkpointing a
     block saves only its input, so the stage's last output is saved by nothing else; without
-    it, the op that would save it is on the next stage. On the last stage the output is the
-    logits, which the loss's saved tensors already count (the ledger's LAST rows). Its
-    elements: b·T·d_model per micro-batch, the sequence shard T/tp under sequence
-    parallelism (torchtitan's blocks end in RowwiseParallel(output_layouts=Shard(1)) with
-    a local output), in the residual stream's dtype.
+    it, the op that would save it is on the next stage. Its elements: b·T·d_model per
+    micro-batch, the sequence shard T/tp under sequence parallelism (torchtitan's blocks end
+    in RowwiseParallel(output_layouts=Shard(1)) with a local output), in the residual
+    stream's dtype. On the last stage the output is the logits, b·T·⌈V/tp⌉ in the head's
+    dtype, which F.cross_entropy does not save (log_softmax saves its result): the
+    fwd_cache keeps them through the loss's backward, one micro-batch's (the last stage
+    runs each forward straight into its backward), where one GPU's training loop has
+    dropped them (measured on gloo: tests/test_pipeline_live.py).
   * The receive buffers (buffers.py engine_buffers, "pipelining receive buffers"): one per
     micro-batch for the activations and one for the gradients, made at the first step
     (_prepare_forward_infra, _setup_backward_recv_info) and kept.
@@ -33,12 +36,24 @@ from accounting.planning.parallel.activations import Linear
 from accounting.planning.parallel.layout import Layout
 
 
-def stage_outputs(layout: Layout, stage: int, seq: int, d_model: int,
-                  element_bytes: int) -> Linear:
+LOGITS = "logits (output embedding)"  # the ledger's record of the LM head's output
+
+
+def logits_bytes(ledger) -> int:
+    """Bytes per element of the logits where the ledger does not save them (0 where it
+    does: they are among the stage's saved tensors already)."""
+    r = next((a for a in ledger.activations if a.name == LOGITS), None)
+    return 0 if r is None or r.saved else r.bytes_per_element
+
+
+def stage_outputs(layout: Layout, stage: int, seq: int, d_model: int, element_bytes: int,
+                  vocab: int = 0, logits: int = 0) -> Linear:
     """One micro-batch's stage output kept in the fwd_cache until its backward, as a·b:
-    b·(T/tp under SP)·d_model·element_bytes on every stage but the last (`seq`: the rank's
-    tokens, T/cp)."""
-    if layout.pp == 1 or stage == layout.pp - 1:
+    b·(T/tp under SP)·d_model·element_bytes on every stage but the last, the logits
+    b·T·⌈V/tp⌉·logits on the last (`seq`: the rank's tokens, T/cp; `logits`: logits_bytes)."""
+    if layout.pp == 1:
         return Linear()
+    if stage == layout.pp - 1:
+        return Linear(seq * -(-vocab // layout.tp) * logits, 0)
     rows = seq // layout.tp if layout.sp else seq
     return Linear(rows * d_model * element_bytes, 0)

@@ -85,7 +85,8 @@ def _activations(sp: Split, plain: Split, layout: Layout, local: int, tp_rank: i
     the stage's output of each micro-batch in flight (pipeline_buffers.py)."""
     rows = (A.rows(sp, layout, local, tp_rank=tp_rank),
             A.rows(plain, layout, local, tp_rank=tp_rank))
-    out = PB.stage_outputs(layout, stage, local, sp.config.d_model, output_bytes)
+    out = PB.stage_outputs(layout, stage, local, sp.config.d_model, output_bytes,
+                           sp.config.vocab_size, PB.logits_bytes(sp.ledger) if output_bytes else 0)
     return A.stage_activations(*rows, layout, stage, kinds, A.mtp_rows(sp, rows[0], layout.tp),
                                out)
 

@@ -96,10 +96,11 @@ def _stage_activations(name: str, dropout: float, kernel: str, c: ModelConfig, l
                        seq: int, stage: int, kinds: tuple[tuple[str, int], ...],
                        tp_rank: int, fp8: str | None = None) -> A.StageActivations:
     run = StackRun(get_stack(name), dropout, kernel, fp8)
-    _, kept = ledger_rows(run, c, layout, seq, tp_rank)
+    own, kept = ledger_rows(run, c, layout, seq, tp_rank)
     _, whole = ledger_rows(run, c, layout, seq, tp_rank, NO_RECOMPUTE)
     # torchtitan's blocks compute in bf16 (FSDP2's param_dtype): its stage outputs are bf16
-    out = PB.stage_outputs(layout, stage, seq, c.d_model, W16) if run.stack.pp_fwd_cache \
+    out = PB.stage_outputs(layout, stage, seq, c.d_model, W16, c.vocab_size,
+                           PB.logits_bytes(own.ledger)) if run.stack.pp_fwd_cache \
         else A.Linear()
     acts = A.stage_activations(kept, whole, layout, stage, kinds, output=out)
     extra = sum(x for _, x in reduce_scattered(run, c, layout, seq))
