@@ -185,7 +185,9 @@ def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage:
     copies = acts.copies_held(acts.in_flight)
     items.append(Item("activations of the k micro-batches in flight"
                       + ("" if layout.recompute == "none" else " + one block's recomputed part"),
-                      "k·(a·b + c) (saved tensors, TP/SP-split)",
+                      "k·(a·b + c) (saved tensors, TP/SP-split" + (
+                          "; the stage's output kept by the schedule" if layout.pp > 1 else "")
+                      + ")",
                       acts.total + copies.times(-1), activations=True))
     if copies.c:
         items.append(Item("bf16 copies of the matmul weights (k micro-batches)",

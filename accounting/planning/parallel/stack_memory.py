@@ -167,7 +167,9 @@ def memory(run: StackRun, sp: Split, layout: Layout, precision: Precision, st: S
                               A.Linear(0, buf)))
     items.append(Item("activations of the k micro-batches in flight"
                       + ("" if layout.recompute == NO_RECOMPUTE else " + one block's recomputed part"),
-                      f"k·(a·b + c) ({what})", acts.total, activations=True))
+                      f"k·(a·b + c) ({what}" + ("; the stage's output kept by the schedule"
+                                               if run.stack.pp_fwd_cache and layout.pp > 1
+                                               else "") + ")", acts.total, activations=True))
     if run.stack.fsdp2_bf16:
         items += engine_buffers(sp, layout, precision, st, stage, values, seq, tp_rank,
                                 bf16_gathers=True,
