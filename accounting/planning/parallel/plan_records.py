@@ -35,7 +35,9 @@ CHECKED = ("parameter, gradient and AdamW-state bytes per rank (FSDP2 and TP/SP 
            "matmul FLOPs per rank (FlopCounterMode on the rank's local tensors)",
            "collectives per step, calls and bytes, by kind (a dispatch hook beside CommDebugMode)",
            "the interleaved schedule's chunks in flight, step length and sends per rank "
-           "(ScheduleInterleaved1F1B's own order)", "the context-parallel K/V exchange (torch's "
+           "(ScheduleInterleaved1F1B's own order)", "a pipeline stage's live peak over a "
+           "step and the outputs its schedule keeps (1F1B and interleaved on a gloo group)",
+           "the context-parallel K/V exchange and the ring's backward buffers (torch's "
            "ring attention on a gloo group, against full attention)", "LoRA (--lora-rank) "
            "under FSDP2: PEFT's adapters on a frozen base, each rank's states, matmul FLOPs and "
            "collectives (fake backend)")
