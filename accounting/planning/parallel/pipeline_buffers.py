@@ -50,7 +50,8 @@ def stage_outputs(layout: Layout, stage: int, seq: int, d_model: int, element_by
                   vocab: int = 0, logits: int = 0) -> Linear:
     """One micro-batch's stage output kept in the fwd_cache until its backward, as a·b:
     b·(T/tp under SP)·d_model·element_bytes on every stage but the last, the logits
-    b·T·⌈V/tp⌉·logits on the last (`seq`: the rank's tokens, T/cp; `logits`: logits_bytes)."""
+    b·T·⌈V/tp⌉·logits on the last (`seq`: the rank's tokens, T/cp; `logits`:
+    logits_bytes)."""
     if layout.pp == 1:
         return Linear()
     if stage == layout.pp - 1:
