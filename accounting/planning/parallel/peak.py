@@ -53,12 +53,15 @@ class Moment:
     gradients: bool  # the gradient items are live
     backward_buffers: bool  # the items live only through the passes (FSDP's gathered units)
     recomputed: bool = False  # one block's recomputed activations are live (recomputation)
+    fewer: int = 0  # micro-batches in flight fewer than the stage's k (its backward passes done)
 
     def holds(self, item) -> bool:
         if not item.on_gpu:
             return False
         if item.activations:
             return self.activations
+        if item.accumulated:  # FSDP2's unsharded accumulation: in the passes, once begun
+            return self.gradients and self.backward_buffers
         if item.name.startswith("gradients"):
             return self.gradients
         if item.backward_only:
@@ -208,11 +211,24 @@ def moments(sp, layout, precision, stage: int, kinds, values: dict[str, int], lo
                           held + f"--loss {loss_name}: {region.what_forward}", fwd, True,
                           grads_live, True))
     ring, ring_what = _ring(sp, layout, values, precision, stack, implementation)
-    if layout.recompute != "none" or not last or ring.a:
-        out.append(Moment("a block's backward pass" + (
-            " (its recomputed activations live)" if layout.recompute != "none" else ""),
-            held + f"{work.rule}" + ring_what, ws + loss + compiled + ring, True, grads_live,
-            True, True))
+    block = "a block's backward pass" + (
+        " (its recomputed activations live)" if layout.recompute != "none" else "")
+    if stage < layout.pp - 1 and layout.vpp == 1 and 1 < micro_batches <= layout.pp - stage \
+            and not stack.stack.persistent_grads:
+        # 1F1B runs all of this stage's m forwards before its first backward (torch's
+        # Schedule1F1B: warmup_chunks = min(m, p − s)): the first backward pass starts with
+        # k = m micro-batches in flight and no gradient yet; once it is done, every gradient
+        # exists and k − 1 micro-batches are in flight (measured on gloo at m = p:
+        # tests/test_pipeline_live.py)
+        first = held.replace("the gradients of the earlier micro-batches, ", "")
+        out.append(Moment(block + ", the first micro-batch's", first + f"{work.rule}"
+                          + ring_what, ws + loss + compiled + ring, True, False, True, True))
+        out.append(Moment(block + ", a later micro-batch's (k − 1 in flight)",
+                          held + f"{work.rule}" + ring_what, ws + loss + compiled + ring, True,
+                          True, True, True, 1))
+    elif layout.recompute != "none" or not last or ring.a:
+        out.append(Moment(block, held + f"{work.rule}" + ring_what,
+                          ws + loss + compiled + ring, True, grads_live, True, True))
     temp, temp_what = 0, ""
     if not no_update_temporary:
         per = stack.stack.update_temporary

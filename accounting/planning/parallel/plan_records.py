@@ -73,7 +73,14 @@ class StagePlan:
             if activations is None else activations
         if not m.recomputed:  # the activations' item holds one block's recomputed part
             acts -= self.activations.recomputed_block.at(b)
-        return sum(i.bytes.at(b) for i in self.items if m.holds(i) and not i.activations) \
+        acts -= m.fewer * self.activations.per_micro_batch.at(b)  # backward passes done
+        # FSDP2 under pipelining's no-sync accumulates unsharded gradients and makes no
+        # sharded one until the last micro-batch's reduce-scatter, which frees the unsharded
+        # unit by unit (measured: tests/test_pipeline_live.py): in the passes the sharded
+        # gradients' item is the accumulated one's, not beside it
+        unsharded = m.backward_buffers and any(i.accumulated and i.on_gpu for i in self.items)
+        return sum(i.bytes.at(b) for i in self.items if m.holds(i) and not i.activations
+                   and not (unsharded and i.name.startswith("gradients"))) \
             + (acts if m.activations else 0) + m.extra.at(b)
 
     def peak_moment(self, b: int, activations: int | None = None) -> tuple[int, PK.Moment | None]:
