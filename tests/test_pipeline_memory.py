@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from accounting.planning.parallel import plan as P
+from accounting.planning.parallel import peak as PK, plan as P
 from accounting.planning.parallel.layout import Layout, chunks_in_flight, layer_split
 from accounting.planning.parallel.shards import BLOCK, LAST
 from accounting.planning.precisions import get_precision
@@ -125,3 +125,31 @@ def test_torchtitan_middle_stage_holds_its_block_inputs_and_its_output():
     a = plan.stages[0].activations
     assert a.per_micro_batch.a == (8 + 1) * (2048 // 2) * 4096 * 2
     assert a.in_flight == 3  # min(m, p − s): m = 4, p − s = 3
+
+
+def test_fsdp2_no_sync_passes_hold_the_unsharded_accumulation_not_the_shards():
+    # In the backward passes of a pipelined FSDP2 stage the gradients live as FSDP2's
+    # unsharded fp32 accumulation only: no sharded gradient exists before the last
+    # micro-batch's reduce-scatter (measured: tests/test_pipeline_live.py), so a block's
+    # backward moment holds the parameter shards, AdamW's m and v, the gathered bf16 units,
+    # the fp32 accumulation, one block's bf16 gradients, the receive buffers, the RoPE
+    # tables and the activations, and not the sharded gradients' item; the update holds
+    # the sharded gradients and not the accumulation.
+    from accounting import get_preset
+    from accounting.planning.parallel.stack_memory import StackRun
+    from accounting.planning.parallel.stacks import TORCHTITAN, get_stack
+    c = get_preset("meta-llama/Llama-3.1-8B")
+    lo = Layout(4, pp=2, dp=2, zero=3, global_batch=8, micro_batch=1, recompute="full")
+    plan = P.parallel_plan(c, lo, 2048, precision=get_precision("bf16"), stages=[0],
+                           stack=StackRun(get_stack(TORCHTITAN)))
+    s = plan.stages[0]  # m = 4 > p − s = 2: one kind of backward moment
+    items = {i.name: i.bytes.at(1) for i in s.items}
+
+    def named(*starts):
+        return sum(b for n, b in items.items() if n.startswith(starts))
+    block = next(m for m in s.moments if m.name.startswith("a block's backward"))
+    held = named("parameters", "AdamW moments", "FSDP2", "pipelining", "RoPE", "activations")
+    assert s.moment_bytes(block, 1) == held + block.extra.at(1)
+    update = next(m for m in s.moments if m.name == PK.AT_UPDATE)
+    assert s.moment_bytes(update, 1) == named("parameters", "gradients", "AdamW moments",
+                                              "pipelining", "RoPE") + update.extra.at(1)
