@@ -153,3 +153,21 @@ def test_fsdp2_no_sync_passes_hold_the_unsharded_accumulation_not_the_shards():
     update = next(m for m in s.moments if m.name == PK.AT_UPDATE)
     assert s.moment_bytes(update, 1) == named("parameters", "gradients", "AdamW moments",
                                               "pipelining", "RoPE") + update.extra.at(1)
+
+
+def test_other_micro_batches_see_the_schedule_they_run():
+    # the fit's search plans other micro-batches of the same per-rank batch: at the
+    # layout's own b it is the peak; where m' = per_rank/b exceeds p − s the stage reaches
+    # the steady state (k in flight beside every gradient): no micro-batch fewer there
+    from accounting import get_preset
+    c = get_preset("meta-llama/Llama-3.1-8B")
+    lo = Layout(2, pp=2, global_batch=4, micro_batch=2, recompute="full")  # m = 2 = p
+    plan = P.parallel_plan(c, lo, 2048, precision=get_precision("bf16"), stages=[0])
+    s = plan.stages[0]
+    assert s.memory_at(2, 4, lo) == s.peak(2)
+    # at b = 1, m' = 4 > p: 2 in flight and every gradient, the later moment without "fewer"
+    later = next(m for m in s.moments if m.fewer)
+    a = s.activations
+    acts = a.held(2).at(1) + a.recomputed_block.at(1)
+    assert s.memory_at(1, 4, lo) >= s.moment_bytes(later, 1, acts, all_first=False) > \
+        s.moment_bytes(later, 1, acts)
