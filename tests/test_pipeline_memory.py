@@ -171,3 +171,21 @@ def test_other_micro_batches_see_the_schedule_they_run():
     acts = a.held(2).at(1) + a.recomputed_block.at(1)
     assert s.memory_at(1, 4, lo) >= s.moment_bytes(later, 1, acts, all_first=False) > \
         s.moment_bytes(later, 1, acts)
+
+
+def test_a_fused_linear_loss_stage_keeps_its_hidden_state_not_logits():
+    # --loss fused-linear (Liger): the last stage's module ends at the final hidden state
+    # (the loss applies the head), so its fwd_cache keeps b·T·d_model, not b·T·V, per
+    # micro-batch; the standard loss's keeps the logits b·T·V (bf16 here: 2 bytes)
+    from accounting import get_preset
+    c = get_preset("meta-llama/Llama-3.1-8B")
+    lo = Layout(2, pp=2, global_batch=4, micro_batch=1)
+
+    def once(loss):
+        plan = P.parallel_plan(c, lo, 1024, precision=get_precision("bf16"), stages=[1],
+                               loss=loss)
+        return plan.stages[0].activations.once
+    standard, fused = once("standard"), once("fused-linear")
+    # (the ledger's head and loss rows are the same for both: the recipes' regions are
+    # the moments' own, peak.py)
+    assert standard.a - fused.a == 1024 * c.vocab_size * 2 - 1024 * c.d_model * 2

@@ -47,14 +47,15 @@ def logits_bytes(ledger) -> int:
 
 
 def stage_outputs(layout: Layout, stage: int, seq: int, d_model: int, element_bytes: int,
-                  vocab: int = 0, logits: int = 0) -> Linear:
+                  vocab: int = 0, logits: int = 0, hidden: bool = False) -> Linear:
     """One micro-batch's stage output kept in the fwd_cache until its backward, as a·b:
     b·(T/tp under SP)·d_model·element_bytes on every stage but the last, the logits
     b·T·⌈V/tp⌉·logits on the last (`seq`: the rank's tokens, T/cp; `logits`:
-    logits_bytes)."""
+    logits_bytes); `hidden`: the last stage's model ends at its final hidden state, as a
+    block stage does (--loss fused-linear: Liger's loss applies the head itself)."""
     if layout.pp == 1:
         return Linear()
-    if stage == layout.pp - 1:
+    if stage == layout.pp - 1 and not hidden:
         return Linear(seq * -(-vocab // layout.tp) * logits, 0)
     rows = seq // layout.tp if layout.sp else seq
     return Linear(rows * d_model * element_bytes, 0)

@@ -79,14 +79,16 @@ def _states(sp: Split, seq: int, b: int, dl: Layout, stage: int, tp_rank: int,
 
 @lru_cache(maxsize=4096)
 def _activations(sp: Split, plain: Split, layout: Layout, local: int, tp_rank: int, stage: int,
-                 kinds: tuple, output_bytes: int = 0) -> A.StageActivations:
+                 kinds: tuple, output_bytes: int = 0,
+                 hidden: bool = False) -> A.StageActivations:
     """A stage's activations (the same for every sharding stage: `layout` has zero 0);
     `output_bytes`: the residual stream's bytes per element, where torch's pipelining keeps
     the stage's output of each micro-batch in flight (pipeline_buffers.py)."""
     rows = (A.rows(sp, layout, local, tp_rank=tp_rank),
             A.rows(plain, layout, local, tp_rank=tp_rank))
     out = PB.stage_outputs(layout, stage, local, sp.config.d_model, output_bytes,
-                           sp.config.vocab_size, PB.logits_bytes(sp.ledger) if output_bytes else 0)
+                           sp.config.vocab_size, PB.logits_bytes(sp.ledger) if output_bytes else 0,
+                           hidden)
     return A.stage_activations(*rows, layout, stage, kinds, A.mtp_rows(sp, rows[0], layout.tp),
                                out)
 
@@ -120,7 +122,8 @@ def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage:
                tp_rank: int = 0, dp_rank: int | None = None,
                stack: StackRun = StackRun(), counting: str = EXECUTED,
                optimizer: str = DEFAULT_OPTIMIZER, finetune=None,
-               implementation: str = COURSE, offload: frozenset = frozenset()) -> StagePlan:
+               implementation: str = COURSE, offload: frozenset = frozenset(),
+               loss: str = LM.STANDARD) -> StagePlan:
     """One GPU of a stage: TP rank `tp_rank`, data-parallel rank `dp_rank` (default: 0, or
     under ZeroRedundancyOptimizer the rank with the most AdamW state). `act_rows` are the
     saved tensors of a rank's T/cp tokens (the course model's: another stack plans its own).
@@ -181,7 +184,8 @@ def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage:
         else LS.lora_split(finetune, precision.autocast)
     # the residual stream's dtype: the parameters' (autocast's matmuls add into it)
     acts = _activations(sp, plain, replace(layout, zero=0), local, tp_rank, stage, kinds,
-                        DTYPE_BYTES[p.param_dtype] if stack.stack.pp_fwd_cache else 0)
+                        DTYPE_BYTES[p.param_dtype] if stack.stack.pp_fwd_cache else 0,
+                        loss == LM.FUSED_LINEAR)
     copies = acts.copies_held(acts.in_flight)
     items.append(Item("activations of the k micro-batches in flight"
                       + ("" if layout.recompute == "none" else " + one block's recomputed part"),
@@ -371,7 +375,8 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
             if stack.stack.torch_engines else ([], []))
     counting = USEFUL if mfu_convention != EXECUTED else EXECUTED
     plans = tuple(stage_plan(sp, layout, precision, seq, s, rows, values, tp_rank, dp_rank,
-                             stack, counting, optimizer, finetune, impl, frozenset(offload))
+                             stack, counting, optimizer, finetune, impl, frozenset(offload),
+                             loss)
                   for s in (stages if stages is not None else _shown(config, layout)))
     arch = hardware.arch if hardware is not None else None
     plans = tuple(replace(s, moments=PK.moments(
