@@ -26,11 +26,46 @@ import os
 import tempfile
 from pathlib import Path
 
+import weakref
+
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
 
 from accounting.distcheck.gloo import _end, _port
+
+
+class _Live(TorchDispatchMode):
+    """The bytes of the storages the ops under it create and are still alive, at their
+    peak (each op's outputs; a kernel's own scratch is not seen), and what made them."""
+
+    def __init__(self):
+        super().__init__()
+        self.sizes: dict[int, tuple[int, str]] = {}
+        self.total = self.peak = 0
+        self.at_peak: list = []
+
+    def _gone(self, key):
+        self.total -= self.sizes.pop(key)[0]
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in tree_flatten(out)[0]:
+            if isinstance(t, torch.Tensor):
+                try:
+                    s = t.untyped_storage()
+                    key = s.data_ptr()
+                except RuntimeError:  # a wrapper subclass (a collective's async result)
+                    continue
+                if key and key not in self.sizes:
+                    self.sizes[key] = (s.nbytes(), f"{func} {str(t.dtype)[6:]}")
+                    self.total += s.nbytes()
+                    weakref.finalize(s, self._gone, key)
+        if self.total > self.peak:
+            self.peak, self.at_peak = self.total, sorted(self.sizes.values())
+        return out
 
 
 def _ops():
@@ -86,9 +121,10 @@ def _worker(rank: int, cp: int, port: int, shape: dict, out_dir: str) -> None:
         out, lse = A._templated_ring_attention(group, 2, fwd, q[:, :, sl], k[:, :, sl],
                                                v[:, :, sl], is_causal=True)[:2]
         phase[0] = "backward"
-        dq, dk, dv = A._templated_ring_attention_backward(
-            group, 2, bwd, dout[:, :, sl], "grad_out", q[:, :, sl], k[:, :, sl], v[:, :, sl],
-            out, lse, is_causal=True)[:3]
+        args = [x[:, :, sl].contiguous() for x in (dout, q, k, v)]
+        with _Live() as live:  # what the backward allocates beyond its inputs, at its peak
+            dq, dk, dv = A._templated_ring_attention_backward(
+                group, 2, bwd, args[0], "grad_out", *args[1:], out, lse, is_causal=True)[:3]
         # against full attention on the whole sequence
         qf, kf, vf = (x.clone().requires_grad_() for x in (q, k, v))
         full = torch.nn.functional.scaled_dot_product_attention(qf, kf, vf, is_causal=True)
@@ -100,7 +136,8 @@ def _worker(rank: int, cp: int, port: int, shape: dict, out_dir: str) -> None:
                 for a, e in ((out, full), (dq, qf.grad), (dk, kf.grad), (dv, vf.grad))]
         Path(out_dir, f"{rank}.json").write_text(json.dumps(
             {"rank": rank, "sent": sent, "agrees_with_full_attention": agrees, "errs": errs,
-             "kv_shard_bytes": 2 * k[:, :, sl].numel() * k.element_size()}))
+             "kv_shard_bytes": 2 * k[:, :, sl].numel() * k.element_size(),
+             "backward_peak_bytes": live.peak, "backward_peak_what": live.at_peak}))
         dist.barrier()
     finally:
         dist.destroy_process_group()

@@ -20,7 +20,7 @@ Schedule1F1B by accounting/distcheck).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from accounting.ledger import records as R
@@ -121,17 +121,36 @@ class StageActivations:
     weight_copies: Linear  # of which autocast's bf16 copies of the weights (no b term)
     recomputed_block: Linear  # with recomputation: one block's recomputed part, while it runs
     total: Linear
+    # of per_micro_batch, what is held for one micro-batch whatever k: the last stage's head
+    # and loss (LAST rows; `once_copies`: autocast's copy of the head's weight among them).
+    # The last (virtual) stage runs each micro-batch's forward straight into its backward:
+    # under 1F1B it holds one micro-batch (k = 1); under ScheduleInterleaved1F1B the last
+    # rank holds up to p chunk passes of its earlier chunks but one of the last
+    # (tests/test_pipeline_schedules.py reads it off torch's order), so the head's and the
+    # loss's saved tensors are one micro-batch's while its blocks' are ⌈chunks/v⌉'s
+    once: Linear = Linear()
+    once_copies: Linear = Linear()
+
+    def held(self, k: int) -> Linear:
+        """The kept activations of k micro-batches in flight (without the recomputed part)."""
+        return self.per_micro_batch.times(k) + self.once.times(1 - k) if k else Linear()
+
+    def copies_held(self, k: int) -> Linear:
+        """Autocast's weight copies among `held(k)`."""
+        return self.weight_copies.times(k) + self.once_copies.times(1 - k) if k else Linear()
 
 
 def stage_activations(kept: list[Row], without_recompute: list[Row], layout: Layout,
                       stage: int, kinds: tuple[tuple[str, int], ...],
-                      mtp: Linear = Linear()) -> StageActivations:
+                      mtp: Linear = Linear(), output: Linear = Linear()) -> StageActivations:
     """Stage `stage` (0-based) holding `kinds` (blocks of each kind, Split.kinds) under 1F1B:
     k = min(m, p − s) micro-batches of what the ledger keeps (the blocks', and the
     embedding's on the first stage, the head's and the loss's on the last), and, with
     recomputation, what one block saves beyond that while its backward pass runs (the
     ledger without recomputation, less the one with; the largest over the stage's kinds);
-    on the last stage the MTP modules' (mtp: one micro-batch's, mtp_rows)."""
+    on the last stage the MTP modules' (mtp: one micro-batch's, mtp_rows); `output`: the
+    stage output a micro-batch in flight keeps beyond its saved tensors (the schedule's
+    fwd_cache: pipeline_buffers.stage_outputs)."""
     p = layout.pp
     count = dict(kinds)
     in_flight = micro_batches_in_flight(layout, stage)
@@ -143,7 +162,10 @@ def stage_activations(kept: list[Row], without_recompute: list[Row], layout: Lay
                      else r.bytes) for r in rs
                     if r.place in where and (copies is None or r.record.weight_copy == copies)),
                    Linear())
-    per_mb = total(kept) + (mtp if stage == p - 1 else Linear())
+    per_mb = total(kept) + (mtp if stage == p - 1 else Linear()) + output
+    last = stage == p - 1
+    once = total(kept, {LAST}) + mtp + output if last else Linear()
+    once_copies = total(kept, {LAST}, True) if last else Linear()
     recomputed = Linear()
     if layout.recompute != NO_RECOMPUTE:
         parts = []
@@ -155,9 +177,9 @@ def stage_activations(kept: list[Row], without_recompute: list[Row], layout: Lay
                 one = one + r.bytes.times(-1) if r.place == BLOCK and r.record.repeat == g else one
             parts.append(one)
         recomputed = max(parts, key=lambda x: x.at(layout.micro_batch), default=Linear())
-    return StageActivations(stage, in_flight, sum(count.values()), per_mb,
-                            total(kept, copies=True), recomputed,
-                            per_mb.times(in_flight) + recomputed)
+    acts = StageActivations(stage, in_flight, sum(count.values()), per_mb,
+                            total(kept, copies=True), recomputed, Linear(), once, once_copies)
+    return replace(acts, total=acts.held(in_flight) + recomputed)
 
 
 def mtp_rows(sp: Split, kept: list[Row], tp: int) -> Linear:

@@ -33,6 +33,9 @@ class Item:
     # (the root unit's unsharded gradients, a block's, DTensor's whole embedding gradient):
     # not yet live at the loss's backward nor at the forward's end (peak.Moment.pass_grads)
     pass_grads: bool = False
+    # a gradient accumulated over the micro-batches (FSDP2 under pipelining's no-sync): it
+    # exists from the first micro-batch's backward pass on (peak.py's moments)
+    accumulated: bool = False
 
 
 def stage_buffers(sp: Split, values: dict[str, int], kinds: tuple[tuple[str, int], ...]) -> int:
@@ -87,7 +90,8 @@ def engine_buffers(sp: Split, layout: Layout, p: Precision, st: States, stage: i
             out.append(Item("FSDP2 unsharded grads accumulated over the micro-batches "
                             "(every unit: pipelining's set_requires_gradient_sync(False))",
                             f"{p.grad_bytes}·d·Σ⌈rows/d⌉·cols",
-                            Linear(0, (root + sum(blocks)) * p.grad_bytes), backward_only=True))
+                            Linear(0, (root + sum(blocks)) * p.grad_bytes), backward_only=True,
+                            accumulated=True))
         else:
             out.append(Item("FSDP2 unsharded grads before reduce-scatter (root + 1 block)",
                             f"{p.grad_bytes}·d·Σ⌈rows/d⌉·cols",
@@ -147,10 +151,14 @@ def _fsdp_bf16(layout: Layout, st: States, f8: frozenset[str] = frozenset(),
     if layout.pp > 1:  # fp32 accumulated over the micro-batches, one block's bf16 in flight
         return [gathered,
                 Item("FSDP2 unsharded fp32 grads accumulated over the micro-batches (every "
-                     "unit) and one block's bf16 grads", "4·d·Σ⌈rows/d⌉·cols + 2·(one block)",
-                     Linear(0, 4 * (root + sum(blocks)) + 2 * one), backward_only=True,
+                     "unit)", "4·d·Σ⌈rows/d⌉·cols", Linear(0, 4 * (root + sum(blocks))),
+                     backward_only=True, accumulated=True,
                      note="pipelining's set_requires_gradient_sync(False) until the last "
-                          "micro-batch; FSDP2 accumulates in reduce_dtype=fp32")]
+                          "micro-batch; FSDP2 accumulates in reduce_dtype=fp32 (measured: "
+                          "tests/test_pipeline_live.py)"),
+                Item("FSDP2 one block's unsharded bf16 grads (before their fp32 "
+                     "accumulation)", "2·(one block)", Linear(0, 2 * one), backward_only=True,
+                      pass_grads=True)]
     # at a block's backward: the root unit's bf16 gradients (the LM head's, made first), this
     # block's, and the previous block's fp32 copy in its reduce-scatter; the root's own fp32
     # copy is made at the backward's end (FSDP2 reduce-scatters the root unit last), when no

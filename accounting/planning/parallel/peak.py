@@ -34,7 +34,9 @@ from accounting.planning import cuda_peak as CP
 from accounting.planning import loss_memory as LM
 from accounting.planning.optimizers import get_optimizer
 from accounting.planning.parallel import titan_tp as TT
+from accounting.planning.parallel import ring_attention as RA
 from accounting.planning.parallel.activations import Linear
+from accounting.planning.parallel.layout import NO_RECOMPUTE
 
 from accounting.units import DTYPE_BYTES, FP32, INT64
 
@@ -52,6 +54,7 @@ class Moment:
     gradients: bool  # the gradient items are live
     backward_buffers: bool  # the items live only through the passes (FSDP's gathered units)
     recomputed: bool = False  # one block's recomputed activations are live (recomputation)
+    fewer: int = 0  # micro-batches in flight fewer than the stage's k (its backward passes done)
     # what the caching allocator keeps reserved at this moment beyond its live tensors, from
     # the step's history (a freed block too small for this moment's requests; reserved.py)
     history: Linear = Linear()
@@ -68,6 +71,8 @@ class Moment:
             return False
         if item.activations:
             return self.activations
+        if item.accumulated:  # FSDP2's unsharded accumulation: in the passes, once begun
+            return self.gradients and self.backward_buffers
         if item.name.startswith("gradients"):
             return self.gradients
         if item.backward_only:
@@ -104,6 +109,32 @@ def _cuda(sp, values: dict[str, int], autocast, implementation: str, tp: int, lo
             total = total + Linear(a.bytes.evaluate(v1), 0)
             what.append(a.rule)
     return total, "; ".join(what)
+
+
+def _ring(sp, layout, values: dict[str, int], precision, stack,
+          implementation: str) -> tuple[Linear, str]:
+    """Context parallelism's ring attention backward, inside one block's backward pass
+    (ring_attention.py; torch's context_parallel, Stack.ring_attention): its gathered K
+    and V and fp32 gradient buffers, for the heads SDPA is given (h after repeat_kv)."""
+    if layout.cp == 1 or not stack.stack.ring_attention:
+        return Linear(), ""
+    # the implementation's ledger without recomputation (every tensor it makes): the torch
+    # stack's (the run's), or the stack's own (torchtitan's Llama)
+    if stack.stack.torch_engines:
+        from accounting.planning.parallel.shards import split
+        sp = split(sp.config, precision.autocast, NO_RECOMPUTE, implementation,
+                   param_dtype=precision.param_dtype, fp8=precision.fp8)
+    else:
+        from accounting.planning.parallel.stack_memory import ledger_rows
+        sp = ledger_rows(stack, sp.config, layout, values["T"] // layout.cp,
+                         recompute=NO_RECOMPUTE)[0]
+    repeated = any(a.name.startswith("K repeated (repeat_kv") for a in sp.ledger.activations)
+    heads = values["h"]
+    x = RA.backward_buffers(layout, values["T"], heads, heads if repeated else values["h_kv"],
+                            values["d_k"], precision.message_bytes)
+    return x, (
+        "; the ring attention's backward (context parallelism): the gathered K and V of the "
+        "whole sequence and its fp32 gradient buffers")
 
 
 def _loss_linear(sp, values: dict[str, int], tp: int, local: int, loss: str, chunks: int,
@@ -197,11 +228,26 @@ def moments(sp, layout, precision, stage: int, kinds, values: dict[str, int], lo
         out.append(Moment(f"end of the forward pass (--loss {loss_name})",
                           held + f"--loss {loss_name}: {region.what_forward}", fwd, True,
                           grads_live, True, pass_grads=False))
-    # (on the last stage without recomputation too: the loss's moment holds no gradient
-    # buffer of the pass, Moment.pass_grads, so a block's backward may exceed it)
-    out.append(Moment("a block's backward pass" + (
-        " (its recomputed activations live)" if layout.recompute != "none" else ""),
-        held + f"{work.rule}", ws + loss + compiled, True, grads_live, True, True))
+    ring, ring_what = _ring(sp, layout, values, precision, stack, implementation)
+    block = "a block's backward pass" + (
+        " (its recomputed activations live)" if layout.recompute != "none" else "")
+    if stage < layout.pp - 1 and layout.vpp == 1 and 1 < micro_batches <= layout.pp - stage \
+            and not stack.stack.persistent_grads:
+        # 1F1B runs all of this stage's m forwards before its first backward (torch's
+        # Schedule1F1B: warmup_chunks = min(m, p − s)): the first backward pass starts with
+        # k = m micro-batches in flight and no gradient yet; once it is done, every gradient
+        # exists and k − 1 micro-batches are in flight (measured on gloo at m = p:
+        # tests/test_pipeline_live.py)
+        first = held.replace("the gradients of the earlier micro-batches, ", "")
+        out.append(Moment(block + ", the first micro-batch's", first + f"{work.rule}"
+                          + ring_what, ws + loss + compiled + ring, True, False, True, True))
+        out.append(Moment(block + ", a later micro-batch's (k − 1 in flight)",
+                          held + f"{work.rule}" + ring_what, ws + loss + compiled + ring, True,
+                          True, True, True, 1))
+    else:  # (on the last stage without recomputation too: the loss's moment holds no
+        # gradient buffer of the pass, Moment.pass_grads, so a block's backward may exceed it)
+        out.append(Moment(block, held + f"{work.rule}" + ring_what,
+                          ws + loss + compiled + ring, True, grads_live, True, True))
     temp, temp_what = 0, ""
     if not no_update_temporary:
         per = stack.stack.update_temporary

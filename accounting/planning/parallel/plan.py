@@ -29,6 +29,8 @@ from accounting.planning.parallel import offload as OF
 from accounting.planning import activation_offload as AO
 from accounting.planning import compile_memory as CM, loss_memory as LM
 from accounting.planning.parallel import peak as PK
+from accounting.planning.parallel import pipeline_buffers as PB
+from accounting.units import DTYPE_BYTES
 from accounting.planning.parallel.fit import fit as _fit
 from accounting.planning.parallel.buffers import Item, engine_buffers, stage_buffers
 from accounting.planning.parallel.layout import SELECTIVE, Layout, check_layout, stage_layers
@@ -78,11 +80,18 @@ def _states(sp: Split, seq: int, b: int, dl: Layout, stage: int, tp_rank: int,
 
 @lru_cache(maxsize=4096)
 def _activations(sp: Split, plain: Split, layout: Layout, local: int, tp_rank: int, stage: int,
-                 kinds: tuple) -> A.StageActivations:
-    """A stage's activations (the same for every sharding stage: `layout` has zero 0)."""
+                 kinds: tuple, output_bytes: int = 0,
+                 hidden: bool = False) -> A.StageActivations:
+    """A stage's activations (the same for every sharding stage: `layout` has zero 0);
+    `output_bytes`: the residual stream's bytes per element, where torch's pipelining keeps
+    the stage's output of each micro-batch in flight (pipeline_buffers.py)."""
     rows = (A.rows(sp, layout, local, tp_rank=tp_rank),
             A.rows(plain, layout, local, tp_rank=tp_rank))
-    return A.stage_activations(*rows, layout, stage, kinds, A.mtp_rows(sp, rows[0], layout.tp))
+    out = PB.stage_outputs(layout, stage, local, sp.config.d_model, output_bytes,
+                           sp.config.vocab_size, PB.logits_bytes(sp.ledger) if output_bytes else 0,
+                           hidden)
+    return A.stage_activations(*rows, layout, stage, kinds, A.mtp_rows(sp, rows[0], layout.tp),
+                               out)
 
 
 def run_split(config: ModelConfig, p: Precision, recompute: str = "none",
@@ -114,7 +123,8 @@ def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage:
                tp_rank: int = 0, dp_rank: int | None = None,
                stack: StackRun = StackRun(), counting: str = EXECUTED,
                optimizer: str = DEFAULT_OPTIMIZER, finetune=None,
-               implementation: str = COURSE, offload: frozenset = frozenset()) -> StagePlan:
+               implementation: str = COURSE, offload: frozenset = frozenset(),
+               loss: str = LM.STANDARD) -> StagePlan:
     """One GPU of a stage: TP rank `tp_rank`, data-parallel rank `dp_rank` (default: 0, or
     under ZeroRedundancyOptimizer the rank with the most AdamW state). `act_rows` are the
     saved tensors of a rank's T/cp tokens (the course model's: another stack plans its own).
@@ -173,11 +183,16 @@ def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage:
                           A.Linear(0, buf)))
     plain = run_split(c, precision, implementation=implementation) if finetune is None \
         else LS.lora_split(finetune, precision.autocast)
-    acts = _activations(sp, plain, replace(layout, zero=0), local, tp_rank, stage, kinds)
-    copies = acts.weight_copies.times(acts.in_flight)
+    # the residual stream's dtype: the parameters' (autocast's matmuls add into it)
+    acts = _activations(sp, plain, replace(layout, zero=0), local, tp_rank, stage, kinds,
+                        DTYPE_BYTES[p.param_dtype] if stack.stack.pp_fwd_cache else 0,
+                        loss == LM.FUSED_LINEAR)
+    copies = acts.copies_held(acts.in_flight)
     items.append(Item("activations of the k micro-batches in flight"
                       + ("" if layout.recompute == "none" else " + one block's recomputed part"),
-                      "k·(a·b + c) (saved tensors, TP/SP-split)",
+                      "k·(a·b + c) (saved tensors, TP/SP-split" + (
+                          "; the stage's output kept by the schedule" if layout.pp > 1 else "")
+                      + ")",
                       acts.total + copies.times(-1), activations=True))
     if copies.c:
         items.append(Item("bf16 copies of the matmul weights (k micro-batches)",
@@ -364,7 +379,8 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
             if stack.stack.torch_engines else ([], []))
     counting = USEFUL if mfu_convention != EXECUTED else EXECUTED
     plans = tuple(stage_plan(sp, layout, precision, seq, s, rows, values, tp_rank, dp_rank,
-                             stack, counting, optimizer, finetune, impl, frozenset(offload))
+                             stack, counting, optimizer, finetune, impl, frozenset(offload),
+                             loss)
                   for s in (stages if stages is not None else _shown(config, layout)))
     arch = hardware.arch if hardware is not None else None
     # --compile under torchtitan: its own Llama's blocks (the stack's ledger, no autocast),

@@ -35,7 +35,9 @@ CHECKED = ("parameter, gradient and AdamW-state bytes per rank (FSDP2 and TP/SP 
            "matmul FLOPs per rank (FlopCounterMode on the rank's local tensors)",
            "collectives per step, calls and bytes, by kind (a dispatch hook beside CommDebugMode)",
            "the interleaved schedule's chunks in flight, step length and sends per rank "
-           "(ScheduleInterleaved1F1B's own order)", "the context-parallel K/V exchange (torch's "
+           "(ScheduleInterleaved1F1B's own order)", "a pipeline stage's live peak over a "
+           "step and the outputs its schedule keeps (1F1B and interleaved on a gloo group)",
+           "the context-parallel K/V exchange and the ring's backward buffers (torch's "
            "ring attention on a gloo group, against full attention)", "LoRA (--lora-rank) "
            "under FSDP2: PEFT's adapters on a frozen base, each rank's states, matmul FLOPs and "
            "collectives (fake backend)")
@@ -64,23 +66,35 @@ class StagePlan:
         one time or another (the peak, `peak`, is what must fit)."""
         return sum(i.bytes.at(b) for i in self.items if i.on_gpu)
 
-    def moment_bytes(self, m: PK.Moment, b: int, activations: int | None = None) -> int:
+    def moment_bytes(self, m: PK.Moment, b: int, activations: int | None = None,
+                     all_first: bool = True) -> int:
         """Bytes live at moment m at micro-batch b (`activations`: the in-flight activations'
-        bytes when not the items' own, at another micro-batch)."""
+        bytes when not the items' own, at another micro-batch; `all_first`: whether the
+        stage still runs all its forwards before its first backward there, which the
+        moments with fewer micro-batches in flight assume)."""
         acts = sum(i.bytes.at(b) for i in self.items if i.on_gpu and i.activations) \
             if activations is None else activations
         if not m.recomputed:  # the activations' item holds one block's recomputed part
             acts -= self.activations.recomputed_block.at(b)
-        return sum(i.bytes.at(b) for i in self.items if m.holds(i) and not i.activations) \
+        if all_first:  # backward passes done (else the steady state: k and every gradient)
+            acts -= m.fewer * self.activations.per_micro_batch.at(b)
+        # FSDP2 under pipelining's no-sync accumulates unsharded gradients and makes no
+        # sharded one until the last micro-batch's reduce-scatter, which frees the unsharded
+        # unit by unit (measured: tests/test_pipeline_live.py): in the passes the sharded
+        # gradients' item is the accumulated one's, not beside it
+        unsharded = m.backward_buffers and any(i.accumulated and i.on_gpu for i in self.items)
+        return sum(i.bytes.at(b) for i in self.items if m.holds(i) and not i.activations
+                   and not (unsharded and i.name.startswith("gradients"))) \
             + (acts if m.activations else 0) + m.extra.at(b)
 
-    def peak_moment(self, b: int, activations: int | None = None) -> tuple[int, PK.Moment | None]:
+    def peak_moment(self, b: int, activations: int | None = None,
+                    all_first: bool = True) -> tuple[int, PK.Moment | None]:
         """(bytes, moment) of the step's peak on this GPU at micro-batch b (the items' sum
         and None before the moments are set)."""
         if not self.moments:
             return self.memory(b), None
-        return max(((self.moment_bytes(m, b, activations), m) for m in self.moments),
-                   key=lambda x: x[0])
+        return max(((self.moment_bytes(m, b, activations, all_first), m)
+                    for m in self.moments), key=lambda x: x[0])
 
     def peak(self, b: int) -> int:
         return self.peak_moment(b)[0]
@@ -96,10 +110,10 @@ class StagePlan:
         where they are not linear in b (an expert capacity factor)."""
         a = activations or self.activations
         k = micro_batches_in_flight(layout, self.stage, per_rank // b)
-        acts = k * a.per_micro_batch.at(b) \
+        acts = a.held(k).at(b) \
             + a.recomputed_block.at(b)  # the weight copies are in per_micro_batch
         if self.moments:  # the step's peak at this micro-batch
-            return self.peak_moment(b, acts)[0]
+            return self.peak_moment(b, acts, per_rank // b <= layout.pp - self.stage)[0]
         return sum(i.bytes.at(b) for i in self.items if i.on_gpu and not i.activations) + acts
 
 

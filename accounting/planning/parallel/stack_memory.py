@@ -10,6 +10,7 @@ from functools import lru_cache
 from accounting.planning.parallel import activations as A
 from accounting.planning.parallel import megatron as M
 from accounting.planning.parallel import titan_tp as TT
+from accounting.planning.parallel import pipeline_buffers as PB
 from accounting.planning.parallel.buffers import (Item, engine_buffers, largest_module,
                                                   stage_buffers)
 from accounting.planning.parallel.layout import NO_RECOMPUTE, SELECTIVE, Layout
@@ -103,16 +104,20 @@ def _stage_activations(name: str, dropout: float, kernel: str, c: ModelConfig, l
                        tp_rank: int, fp8: str | None = None,
                        float8_tp: bool = False) -> A.StageActivations:
     run = StackRun(get_stack(name), dropout, kernel, fp8)
-    _, kept = ledger_rows(run, c, layout, seq, tp_rank, float8_tp=float8_tp)
+    own, kept = ledger_rows(run, c, layout, seq, tp_rank, float8_tp=float8_tp)
     _, whole = ledger_rows(run, c, layout, seq, tp_rank, NO_RECOMPUTE, float8_tp)
-    acts = A.stage_activations(kept, whole, layout, stage, kinds)
+    # torchtitan's blocks compute in bf16 (FSDP2's param_dtype): its stage outputs are bf16
+    out = PB.stage_outputs(layout, stage, seq, c.d_model, W16, c.vocab_size,
+                           PB.logits_bytes(own.ledger)) if run.stack.pp_fwd_cache \
+        else A.Linear()
+    acts = A.stage_activations(kept, whole, layout, stage, kinds, output=out)
     extra = sum(x for _, x in reduce_scattered(run, c, layout, seq))
     if not extra:
         return acts
     per_mb = acts.per_micro_batch + A.Linear(extra * acts.layers, 0)
     again = acts.recomputed_block + A.Linear(-min(extra, acts.recomputed_block.a), 0)
-    return replace(acts, per_micro_batch=per_mb, recomputed_block=again,
-                   total=per_mb.times(acts.in_flight) + again)
+    acts = replace(acts, per_micro_batch=per_mb, recomputed_block=again)
+    return replace(acts, total=acts.held(acts.in_flight) + again)
 
 
 def reduce_scattered(run: StackRun, c: ModelConfig, layout: Layout,
@@ -172,7 +177,9 @@ def memory(run: StackRun, sp: Split, layout: Layout, precision: Precision, st: S
                               A.Linear(0, buf)))
     items.append(Item("activations of the k micro-batches in flight"
                       + ("" if layout.recompute == NO_RECOMPUTE else " + one block's recomputed part"),
-                      f"k·(a·b + c) ({what})", acts.total, activations=True))
+                      f"k·(a·b + c) ({what}" + ("; the stage's output kept by the schedule"
+                                               if run.stack.pp_fwd_cache and layout.pp > 1
+                                               else "") + ")", acts.total, activations=True))
     if run.stack.fsdp2_bf16:
         items += engine_buffers(sp, layout, precision, st, stage, values, seq, tp_rank,
                                 bf16_gathers=True,

@@ -117,6 +117,13 @@ class Stack:
     # per-TransformerBlock compile after AC wrapping and before FSDP", apply_compile;
     # planning/compile_memory.py)
     compiles_blocks: bool = False
+    # its pipeline is torch.distributed.pipelining's: each stage keeps its output of every
+    # micro-batch in flight in the stage's fwd_cache until that micro-batch's backward
+    # (pipeline_buffers.py; measured on gloo, tests/test_pipeline_live.py)
+    pp_fwd_cache: bool = False
+    # its --cp is torch's context_parallel (ring attention; ring_attention.py: the buffers of
+    # its backward, inside one block's backward pass)
+    ring_attention: bool = False
     # the module of planning/emit/ that writes its launch settings, `plan … --emit NAME`
     # (issue 42; torch's engines launched by accelerate's FSDP/DDP config)
     emitter: str = ""
@@ -165,7 +172,8 @@ register = registrar(STACKS, "stack")
 register(Stack(TORCH, "the course model under torch's engines (DDP, ZeroRedundancyOptimizer, "
                "FSDP2; autocast)", {0: "DDP", 1: "DDP + ZeroRedundancyOptimizer",
                                     2: "FSDP SHARD_GRAD_OP", 3: "FSDP FULL_SHARD"}, 0, False,
-               "torch.distributed (accounting/distcheck)", torch_engines=True,
+               "torch.distributed (accounting/distcheck)", torch_engines=True, pp_fwd_cache=True,
+               ring_attention=True,
                emitter="accelerate", offload=FSDP2_POLICIES, overlap=TORCH_OVERLAP))
 register(Stack(MEGATRON, "Megatron-Core with Transformer Engine (bf16 parameters, fp32 gradient "
                "buffer, fused norm+linear, fused activations, flash attention)",
@@ -195,7 +203,7 @@ register(Stack(TORCHTITAN, "torchtitan: its own Llama under FSDP2 with MixedPrec
                implementation=lambda c: TITAN_IMPL if llama_block(c) else COURSE,
                fsdp2_bf16=True, fp8=("torchao",), fused_attention=True,
                update_temporary=W32, pp_keeps_unsharded=True, compiles_blocks=True,
-               emitter=TORCHTITAN,
+               pp_fwd_cache=True, ring_attention=True, emitter=TORCHTITAN,
                overlap=TORCHTITAN_OVERLAP, fp8_tp_gathers=("torchao",), async_tp=True,
                loss_parallel=True, loss_frees_bf16_logits=True))
 
