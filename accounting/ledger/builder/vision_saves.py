@@ -1,0 +1,230 @@
+"""What autograd saves in a trained vision tower for the backward pass (issue 41, Must 3):
+the saved tensors of one image's forward through transformers' tower and projector, in the
+vision ledger's symbols (accounting/ledger/builder/vision.py values()), for the families
+whose saves are checked against transformers on the CPU with saved-tensor hooks
+(tests/test_vision_train.py): Qwen2-VL, Qwen2.5-VL (Qwen2VisionTransformerPretrainedModel,
+Qwen2_5_VisionTransformerPretrainedModel) and Gemma 3's SigLIP with its projector
+(SiglipVisionModel, Gemma3MultiModalProjector), transformers 5.23, attention "sdpa".
+Other towers: None (the plan says their activations are left out).
+
+Frozen tower (LLaMA-Factory's default: FinetuningArguments.freeze_vision_tower = True and
+freeze_multi_modal_projector = True, src/llamafactory/hparams/finetuning_args.py): no
+parameter needs a gradient and neither do the pixels, so autograd records no graph and
+saves nothing (nothing here applies).
+
+Each save is per image, except `fixed` ones (once per forward of the tower: the bf16 copy
+autocast makes of each weight matrix for its matmul, which is per call, however many images
+the call carries). The dtype of a save is a role, resolved by dtype_bytes():
+  A   the compute dtype: float32, or bfloat16 (bf16 parameters, or under autocast: linear,
+      conv and sdpa are autocast's lower-precision ops, so what they save is a bf16 copy);
+  P   the parameters' dtype (SigLIP's residual stream: autocast's bf16 conv output plus the
+      fp32 position embedding is fp32);
+  F   float32 whatever the parameters (RMSNorm's upcast and rsqrt, sdpa's log-sum-exp,
+      the rotary tables);
+  I   int64 (indices an index op saves);
+  LN  a LayerNorm's saved input: the residual stream's dtype, but float32 under CUDA's
+      autocast (layer_norm is on its fp32 list; the CPU's autocast leaves it alone);
+  ST  a LayerNorm's mean and rstd: float32 (the accumulation type on CUDA and under
+      autocast), the input's dtype on the CPU without autocast;
+  AC  a second bf16 copy under autocast of an input two linears share (each casts its
+      own), nothing otherwise;
+  W   autocast's bf16 copy of a weight matrix, nothing otherwise.
+`repeat` "L_v": in every block. A block under gradient checkpointing (transformers'
+GradientCheckpointingLayer: Qwen2VLVisionBlock, Qwen2_5_VLVisionBlock, SiglipEncoderLayer;
+gradient_checkpointing_enable() reaches the tower's blocks) keeps its input, the residual
+stream, instead of its saves.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from accounting.architecture.vision import VisionSpec
+from accounting.ledger.symbols import product
+from accounting.units import BF16, DTYPE_BYTES, FP32, INT64
+
+BLOCK = "L_v"
+FAMILIES = ("qwen2_vl", "qwen2_5_vl", "gemma3")
+
+
+@dataclass(frozen=True)
+class Save:
+    name: str
+    module: str
+    repeat: str | None  # "L_v": in each block; None: once per image
+    elements: tuple[str, ...]
+    role: str
+    fixed: bool = False  # once per forward of the tower, not per image
+
+    def bytes(self, values: dict[str, int], roles: dict[str, int]) -> int:
+        n = product(self.elements, values) * roles[self.role]
+        return n * (values[self.repeat] if self.repeat else 1)
+
+
+MODES = ("fp32", "bf16", "autocast")  # parameters fp32, bf16, or fp32 under bf16 autocast
+DEVICES = ("cuda", "cpu")
+
+
+def mode_of(precision) -> str:
+    """A planning Precision's mode (planning/precisions.py): its autocast, else its
+    parameters' dtype."""
+    if precision.autocast is not None:
+        return "autocast"
+    return "bf16" if precision.param_dtype == BF16 else "fp32"
+
+
+def roles(spec: VisionSpec, mode: str, device: str) -> dict[str, int]:
+    """Bytes per element of each role (the module's docstring) for this tower, mode, device."""
+    f32, b16 = DTYPE_BYTES[FP32], DTYPE_BYTES[BF16]
+    out = {"A": f32 if mode == "fp32" else b16, "P": b16 if mode == "bf16" else f32,
+           "F": f32, "I": DTYPE_BYTES[INT64],
+           "ST": b16 if (mode == "bf16" and device == "cpu") else f32,
+           "AC": b16 if mode == "autocast" else 0, "W": b16 if mode == "autocast" else 0}
+    out["R"] = out[residual(spec)]
+    out["LN"] = f32 if (mode == "autocast" and device == "cuda") else out["R"]
+    return out
+
+
+def supported(spec: VisionSpec) -> bool:
+    return spec.family in FAMILIES and not spec.deepstack
+
+
+def saves(spec: VisionSpec, ledger) -> tuple[Save, ...] | None:
+    """One image's saves (and the fixed ones), in forward order; None: a tower whose saves
+    are not written here. `ledger`: the tower's VisionLedger (its weight matrices)."""
+    if not supported(spec):
+        return None
+    out: list[Save] = []
+    s = spec
+    if s.family == "gemma3":
+        _siglip(out, s)
+    else:
+        _qwen(out, s)
+    # autocast's bf16 copy of every weight matrix a matmul or conv reads (a position table
+    # is looked up, not multiplied)
+    for p in ledger.params:
+        if len(p.shape) == 2 and "position" not in p.name and "pos_embed" not in p.name:
+            out.append(Save(f"bf16 copy of {p.name}", p.module, p.repeat, p.shape, "W",
+                            fixed=True))
+    return tuple(out)
+
+
+def residual(spec: VisionSpec) -> str:
+    """The role of the residual stream between blocks (what checkpointing keeps)."""
+    return "P" if spec.family == "gemma3" else "A"
+
+
+def _layernorm(out, name: str, module: str, repeat, rows: str, width: str = "d_v") -> None:
+    out.append(Save(f"{name} input", module, repeat, (rows, width), "LN"))
+    out.append(Save(f"{name} mean and rstd", module, repeat, (rows,), "ST"))
+    out.append(Save(f"{name} mean and rstd", module, repeat, (rows,), "ST"))
+
+
+def _rmsnorm(out, name: str, module: str, repeat, rows: str) -> None:
+    """Qwen2RMSNorm: x.to(float32) (pow saves it), rsqrt's output, and weight · x_normed
+    saves x_normed cast back to the input's dtype (for the weight's gradient)."""
+    out.append(Save(f"{name} fp32 input", module, repeat, (rows, "d_v"), "F"))
+    out.append(Save(f"{name} rsqrt", module, repeat, (rows,), "F"))
+    out.append(Save(f"{name} normalized", module, repeat, (rows, "d_v"), "A"))
+
+
+def _qwen(out, s: VisionSpec) -> None:
+    """modeling_qwen2_vl.py / modeling_qwen2_5_vl.py: the Conv3d patch embedding saves its
+    input (the pixels, cast to the weight's dtype or by autocast); rot_pos_emb's cos and sin
+    (fp32, (N, d_h) each, made once and passed to every block); each block: its norms, the
+    qkv input, the rotated q and k (new tensors), v (a view of the whole qkv output), sdpa's
+    output and log-sum-exp (per window or image: together N rows), the attention output
+    torch.cat made (proj's input), the MLP; the merger: ln_q, mlp.0, GELU, mlp.2.
+    Qwen2.5-VL's window_index and reverse_indices are saved by their index ops."""
+    out.append(Save("patch embedding input (pixels)", "patch_embed.proj", None,
+                    ("N_p", "k_v"), "A"))
+    if s.window is not None:
+        out.append(Save("window_index", "", None, ("N_m",), "I"))
+    for x in ("cos", "sin"):
+        out.append(Save(f"rotary {x}", "", None, ("N", "d_hv"), "F"))
+    b = "blocks.{i}"
+    norm = _rmsnorm if s.norm == "rmsnorm" else _layernorm
+    norm(out, "norm1", f"{b}.norm1", BLOCK, "N")
+    out.append(Save("qkv input", f"{b}.attn.qkv", BLOCK, ("N", "d_v"), "A"))
+    out.append(Save("q rotated", f"{b}.attn", BLOCK, ("N", "d_v"), "A"))
+    out.append(Save("k rotated", f"{b}.attn", BLOCK, ("N", "d_v"), "A"))
+    out.append(Save("v (the qkv output)", f"{b}.attn", BLOCK, ("N", "3d_v"), "A"))
+    out.append(Save("sdpa output", f"{b}.attn", BLOCK, ("N", "d_v"), "A"))
+    out.append(Save("sdpa log-sum-exp", f"{b}.attn", BLOCK, ("h_v", "N"), "F"))
+    out.append(Save("proj input (the segments' outputs, concatenated)", f"{b}.attn.proj",
+                    BLOCK, ("N", "d_v"), "A"))
+    norm(out, "norm2", f"{b}.norm2", BLOCK, "N")
+    if s.mlp_gated:  # Qwen2_5_VLMLP: down(act(gate(x)) * up(x))
+        out.append(Save("gate_proj/up_proj input", f"{b}.mlp.gate_proj", BLOCK, ("N", "d_v"), "A"))
+        out.append(Save("up_proj's own input copy", f"{b}.mlp.up_proj", BLOCK, ("N", "d_v"),
+                        "AC"))
+        out.append(Save(f"{s.act} input", f"{b}.mlp.act_fn", BLOCK, ("N", "f_v"), "A"))
+        out.append(Save(f"{s.act} output (the product's)", f"{b}.mlp", BLOCK, ("N", "f_v"), "A"))
+        out.append(Save("up_proj output (the product's)", f"{b}.mlp", BLOCK, ("N", "f_v"), "A"))
+        out.append(Save("down_proj input", f"{b}.mlp.down_proj", BLOCK, ("N", "f_v"), "A"))
+    else:  # VisionMlp: fc2(act(fc1(x))), QuickGELU x·sigmoid(1.702x): x and the sigmoid
+        out.append(Save("fc1 input", f"{b}.mlp.fc1", BLOCK, ("N", "d_v"), "A"))
+        out.append(Save("QuickGELU input", f"{b}.mlp.act", BLOCK, ("N", "f_v"), "A"))
+        out.append(Save("QuickGELU sigmoid output", f"{b}.mlp.act", BLOCK, ("N", "f_v"), "A"))
+        out.append(Save("fc2 input", f"{b}.mlp.fc2", BLOCK, ("N", "f_v"), "A"))
+    norm(out, "merger ln_q", "merger.ln_q", None, "N")
+    out.append(Save("merger mlp.0 input", "merger.mlp.0", None, ("N_m", "d_vm"), "A"))
+    out.append(Save("merger GELU input", "merger.mlp.1", None, ("N_m", "d_vm"), "A"))
+    out.append(Save("merger mlp.2 input", "merger.mlp.2", None, ("N_m", "d_vm"), "A"))
+    if s.window is not None:
+        out.append(Save("reverse_indices", "", None, ("N_m",), "I"))
+
+
+def _siglip(out, s: VisionSpec) -> None:
+    """modeling_siglip.py and Gemma3MultiModalProjector (modeling_gemma3.py): the Conv2d
+    saves the pixels, the position embedding its int64 ids; each layer: layer_norm1, the
+    q/k/v projections' input (one tensor; under autocast each casts its own copy), sdpa's
+    q, k, v, output (out_proj's input is a view of it) and log-sum-exp, layer_norm2, fc1's
+    input, gelu_pytorch_tanh's input, fc2's input; post_layernorm; the projector's
+    avg_pool input, Gemma3RMSNorm (x.float(), rsqrt, 1 + w in fp32, the normalized x) and
+    the matmul's input."""
+    out.append(Save("patch embedding input (pixels)", "embeddings.patch_embedding", None,
+                    ("N_p", "k_v"), "A"))
+    out.append(Save("position ids", "embeddings.position_embedding", None, ("N",), "I"))
+    b = "encoder.layers.{i}"
+    _layernorm(out, "layer_norm1", f"{b}.layer_norm1", BLOCK, "N")
+    out.append(Save("q/k/v input", f"{b}.self_attn.q_proj", BLOCK, ("N", "d_v"), "A"))
+    for x in ("k", "v"):
+        out.append(Save(f"{x}_proj's own input copy", f"{b}.self_attn.{x}_proj", BLOCK,
+                        ("N", "d_v"), "AC"))
+    for x in ("q", "k", "v", "output"):
+        out.append(Save(f"sdpa {x}", f"{b}.self_attn", BLOCK, ("N", "d_v"), "A"))
+    out.append(Save("sdpa log-sum-exp", f"{b}.self_attn", BLOCK, ("h_v", "N"), "F"))
+    _layernorm(out, "layer_norm2", f"{b}.layer_norm2", BLOCK, "N")
+    out.append(Save("fc1 input", f"{b}.mlp.fc1", BLOCK, ("N", "d_v"), "A"))
+    out.append(Save(f"{s.act} input", f"{b}.mlp.activation_fn", BLOCK, ("N", "f_v"), "A"))
+    out.append(Save("fc2 input", f"{b}.mlp.fc2", BLOCK, ("N", "f_v"), "A"))
+    if s.post_norm:
+        _layernorm(out, "post_layernorm", "post_layernorm", None, "N")
+    p = "multi_modal_projector"
+    out.append(Save("avg_pool input", f"{p}.avg_pool", None, ("N", "d_v"), "P"))
+    out.append(Save("mm_soft_emb_norm fp32 input", f"{p}.mm_soft_emb_norm", None,
+                    ("N_o", "d_v"), "F"))
+    out.append(Save("mm_soft_emb_norm rsqrt", f"{p}.mm_soft_emb_norm", None, ("N_o",), "F"))
+    out.append(Save("mm_soft_emb_norm 1 + w", f"{p}.mm_soft_emb_norm", None, ("d_v",), "F",
+                    fixed=True))
+    out.append(Save("mm_soft_emb_norm normalized", f"{p}.mm_soft_emb_norm", None,
+                    ("N_o", "d_v"), "F"))
+    out.append(Save("projection input", p, None, ("N_o", "d_v"), "A"))
+
+
+def bytes_per_image(spec: VisionSpec, ledger, values: dict[str, int], mode: str,
+                    device: str = "cuda", checkpointed: bool = False) -> tuple[int, int] | None:
+    """(bytes per image at these values, bytes once per forward); None: saves not written
+    for this tower. checkpointed: each block keeps its input (N × d_v in the residual
+    stream's dtype) in place of its saves."""
+    table = saves(spec, ledger)
+    if table is None:
+        return None
+    r = roles(spec, mode, device)
+    kept = [x for x in table if not (checkpointed and x.repeat == BLOCK)]
+    if checkpointed:
+        kept.append(Save("block input (gradient checkpointing)", "blocks.{i}", BLOCK,
+                         ("N", "d_v"), "R"))
+    per = sum(x.bytes(values, r) for x in kept if not x.fixed)
+    once = sum(x.bytes(values, r) for x in kept if x.fixed)
+    return per, once

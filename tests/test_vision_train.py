@@ -1,0 +1,108 @@
+"""A trained vision tower's saved tensors (issue 41, Must 3) against transformers' own tower
+on the CPU: the tiny configs of tests/test_vision.py built by AutoModelForImageTextToText
+(attention "sdpa"), the tower and projector run on one image in training mode under
+torch.autograd.graph.saved_tensors_hooks, and every storage autograd saves (parameters
+excluded, each storage once) summed, against accounting/ledger/builder/vision_saves.py at
+the CPU's dtype rules: fp32 parameters, bf16 parameters, fp32 under torch.autocast("cpu",
+bfloat16). Then the one-GPU plan's first moment holds them (hand algebra on its JSON).
+"""
+import contextlib
+import weakref
+
+import pytest
+
+from accounting.architecture.hf_config import translate
+from accounting.ledger.builder import vision as VB
+from accounting.ledger.builder import vision_saves as VS
+from cli_run import run
+from hf_examples import write_config
+from test_vision import CONFIGS, _kw
+
+
+def _saved_bytes(model, call):
+    """Bytes of the distinct non-parameter storages autograd saves in call()."""
+    import torch
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    packed = []
+
+    def pack(t):
+        packed.append(weakref.ref(t))
+        return t
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = call()
+    seen = {}
+    for ref in packed:
+        t = ref()
+        if t is None:
+            continue
+        s = t.untyped_storage()
+        if s.data_ptr() not in params:
+            seen[s.data_ptr()] = s.nbytes()
+    out.float().sum().backward()  # the saved tensors were usable
+    return sum(seen.values())
+
+
+def _tower(family, mode):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.AutoConfig.for_model(**_kw(CONFIGS[family]))
+    for sub in ("vision_config", "text_config"):
+        getattr(cfg, sub)._attn_implementation = "sdpa"
+    cfg._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    model = transformers.AutoModelForImageTextToText.from_config(cfg)
+    model = (model.to(torch.bfloat16) if mode == "bf16" else model.float()).train()
+    return torch, model
+
+
+@pytest.mark.parametrize("mode", VS.MODES)
+@pytest.mark.parametrize("family, grid", [("qwen2_5_vl", (8, 8)), ("qwen2_5_vl", (12, 20)),
+                                          ("qwen2_vl", (8, 12)), ("gemma3", None)])
+def test_tower_saves_equal_transformers(family, grid, mode):
+    """Qwen2.5-VL at one window (8×8 patches) and at 6 windows of 2 sizes (12×20), Qwen2-VL,
+    Gemma 3's SigLIP and projector: the bytes autograd saves for one image (what the
+    backward pass needs of the tower) equal the ledger's saves."""
+    torch, model = _tower(family, mode)
+    spec = translate(CONFIGS[family], "c", family).vision
+    dtype = torch.bfloat16 if mode == "bf16" else torch.float32
+    ac = torch.autocast("cpu", torch.bfloat16) if mode == "autocast" else contextlib.nullcontext()
+    if grid is not None:  # Qwen: flattened patches and their grid
+        gh, gw = grid
+        px = torch.randn(gh * gw, spec.channels * spec.temporal_patch * spec.patch ** 2,
+                         dtype=dtype)
+
+        def call():
+            with ac:
+                out = model.model.visual(px, grid_thw=torch.tensor([[1, gh, gw]]))
+            return out.pooler_output
+    else:
+        gh = gw = spec.image_size // spec.patch
+        px = torch.randn(1, 3, spec.image_size, spec.image_size, dtype=dtype)
+
+        def call():
+            with ac:
+                return model.model.get_image_features(pixel_values=px).pooler_output
+    measured = _saved_bytes(model, call)
+    ledger = VB.walk(spec)
+    per, once = VS.bytes_per_image(spec, ledger, VB.values(spec, gh, gw), mode, "cpu")
+    assert per + once == measured
+
+
+def test_checkpointed_blocks_keep_their_input_by_hand():
+    """--recompute full on the tower: hand algebra on Qwen2.5-VL's tiny tower at 8×8
+    patches in bf16 (N = 64, d_v = 32, 4 blocks): each block keeps its N·d_v bf16 input
+    (4·64·32·2 = 16,384 bytes) in place of its saves; the rest (patch embedding, rotary
+    tables, window indices, merger) is unchanged."""
+    spec = translate(CONFIGS["qwen2_5_vl"], "c", "q").vision
+    ledger, v = VB.walk(spec), VB.values(spec, 8, 8)
+    full, _ = VS.bytes_per_image(spec, ledger, v, "bf16")
+    ckpt, _ = VS.bytes_per_image(spec, ledger, v, "bf16", checkpointed=True)
+    table = VS.roles(spec, "bf16", "cuda")
+    block = sum(x.bytes(v, table) for x in VS.saves(spec, ledger) if x.repeat == "L_v")
+    assert ckpt == full - block + 4 * 64 * 32 * 2
+
+
+def test_unsupported_towers_say_none():
+    """A tower whose saves are not written (LLaVA's CLIP) gives None, not a number."""
+    spec = translate(CONFIGS["llava"], "c", "l").vision
+    assert VS.bytes_per_image(spec, VB.walk(spec), VB.values(spec, 4, 4), "fp32") is None
