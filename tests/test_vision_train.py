@@ -84,7 +84,7 @@ def test_tower_saves_equal_transformers(family, grid, mode):
                 return model.model.get_image_features(pixel_values=px).pooler_output
     measured = _saved_bytes(model, call)
     ledger = VB.walk(spec)
-    per, once = VS.bytes_per_image(spec, ledger, VB.values(spec, gh, gw), mode, "cpu")
+    per, once = VS.bytes_per_image(ledger, VB.values(spec, gh, gw), mode, "cpu")
     assert per + once == measured
 
 
@@ -95,14 +95,14 @@ def test_checkpointed_blocks_keep_their_input_by_hand():
     tables, window indices, merger) is unchanged."""
     spec = translate(CONFIGS["qwen2_5_vl"], "c", "q").vision
     ledger, v = VB.walk(spec), VB.values(spec, 8, 8)
-    full, _ = VS.bytes_per_image(spec, ledger, v, "bf16")
-    ckpt, _ = VS.bytes_per_image(spec, ledger, v, "bf16", checkpointed=True)
+    full, _ = VS.bytes_per_image(ledger, v, "bf16")
+    ckpt, _ = VS.bytes_per_image(ledger, v, "bf16", checkpointed=True)
     table = VS.roles(spec, "bf16", "cuda")
-    block = sum(x.bytes(v, table) for x in VS.saves(spec, ledger) if x.repeat == "L_v")
+    block = sum(x.bytes(v, table) for x in ledger.saves if x.repeat == "L_v")
     assert ckpt == full - block + 4 * 64 * 32 * 2
 
 
 def test_unsupported_towers_say_none():
     """A tower whose saves are not written (LLaVA's CLIP) gives None, not a number."""
     spec = translate(CONFIGS["llava"], "c", "l").vision
-    assert VS.bytes_per_image(spec, VB.walk(spec), VB.values(spec, 4, 4), "fp32") is None
+    assert VS.bytes_per_image(VB.walk(spec), VB.values(spec, 4, 4), "fp32") is None

@@ -88,9 +88,10 @@ def supported(spec: VisionSpec) -> bool:
     return spec.family in FAMILIES and not spec.deepstack
 
 
-def saves(spec: VisionSpec, ledger) -> tuple[Save, ...] | None:
+def saves(spec: VisionSpec, params) -> tuple[Save, ...] | None:
     """One image's saves (and the fixed ones), in forward order; None: a tower whose saves
-    are not written here. `ledger`: the tower's VisionLedger (its weight matrices)."""
+    are not written here. `params`: the tower's parameter records (its weight matrices);
+    builder/vision.py walk() calls this and keeps the answer in its VisionLedger."""
     if not supported(spec):
         return None
     out: list[Save] = []
@@ -101,7 +102,7 @@ def saves(spec: VisionSpec, ledger) -> tuple[Save, ...] | None:
         _qwen(out, s)
     # autocast's bf16 copy of every weight matrix a matmul or conv reads (a position table
     # is looked up, not multiplied)
-    for p in ledger.params:
+    for p in params:
         if len(p.shape) == 2 and "position" not in p.name and "pos_embed" not in p.name:
             out.append(Save(f"bf16 copy of {p.name}", p.module, p.repeat, p.shape, "W",
                             fixed=True))
@@ -212,15 +213,15 @@ def _siglip(out, s: VisionSpec) -> None:
     out.append(Save("projection input", p, None, ("N_o", "d_v"), "A"))
 
 
-def bytes_per_image(spec: VisionSpec, ledger, values: dict[str, int], mode: str,
-                    device: str = "cuda", checkpointed: bool = False) -> tuple[int, int] | None:
+def bytes_per_image(ledger, values: dict[str, int], mode: str, device: str = "cuda",
+                    checkpointed: bool = False) -> tuple[int, int] | None:
     """(bytes per image at these values, bytes once per forward); None: saves not written
     for this tower. checkpointed: each block keeps its input (N × d_v in the residual
     stream's dtype) in place of its saves."""
-    table = saves(spec, ledger)
+    table = ledger.saves
     if table is None:
         return None
-    r = roles(spec, mode, device)
+    r = roles(ledger.spec, mode, device)
     kept = [x for x in table if not (checkpointed and x.repeat == BLOCK)]
     if checkpointed:
         kept.append(Save("block input (gradient checkpointing)", "blocks.{i}", BLOCK,
