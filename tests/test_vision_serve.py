@@ -156,7 +156,8 @@ def test_plan_trains_the_tower_with_adamw(capsys, tmp_path):
     code, out, _ = run(capsys, "plan", "--config", str(write_config(tmp_path, QWEN)), "--gpu",
                        "H100", "--ctx", "64", "--train-vision")
     first = out.split("\n\n")[0]
-    assert code == 0 and "vision tower:  counted, trained" in first and "NOT counted" in first
+    assert code == 0 and "vision tower:  counted, trained" in first and \
+        "no image in the workload" in first  # saves at images: tests/test_vision_train.py
 
 
 @pytest.mark.parametrize("argv, expected", [

@@ -106,3 +106,89 @@ def test_unsupported_towers_say_none():
     """A tower whose saves are not written (LLaVA's CLIP) gives None, not a number."""
     spec = translate(CONFIGS["llava"], "c", "l").vision
     assert VS.bytes_per_image(VB.walk(spec), VB.values(spec, 4, 4), "fp32") is None
+
+
+def _qwen_bf16_saves(grid=(8, 8), trained=True):
+    """transformers' Qwen2.5-VL tiny tower in bf16 on one image of grid patches: the bytes
+    autograd saves (frozen: every parameter's requires_grad off, as LLaMA-Factory's
+    freeze_vision_tower and freeze_multi_modal_projector leave them)."""
+    torch, model = _tower("qwen2_5_vl", "bf16")
+    if not trained:
+        model.model.visual.requires_grad_(False)
+    s = translate(CONFIGS["qwen2_5_vl"], "c", "q").vision
+    gh, gw = grid
+    px = torch.randn(gh * gw, s.channels * s.temporal_patch * s.patch ** 2, dtype=torch.bfloat16)
+    call = lambda: model.model.visual(px, grid_thw=torch.tensor([[1, gh, gw]])).pooler_output  # noqa: E731
+    if trained:
+        return _saved_bytes(model, call)
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: pytest.fail("saved"), lambda t: t):
+        call()
+    return 0
+
+
+def _plan(capsys, tmp_path, *argv):
+    import json
+    code, out, err = run(capsys, "plan", "--config",
+                         str(write_config(tmp_path, CONFIGS["qwen2_5_vl"])), "--gpu", "H100",
+                         "--ctx", "256", "--precision", "bf16", "--format", "json", *argv)
+    assert code == 0, err
+    d = json.loads(out)
+    return d, {m["name"]: m["bytes"] for m in d["peak"]["moments"]}
+
+
+def test_plan_holds_the_trained_towers_saves_in_the_peak(capsys, tmp_path):
+    """--train-vision with two 112×112 images a sequence (Qwen's processor: 8×8 patches,
+    tests/test_vision.py), bf16, batch 3: the JSON's bytes per sequence are twice what
+    transformers' own tower saves for one such image (hooks, above), and the start of the
+    backward pass holds 3 × that more than without the images; the optimizer's update,
+    where no activation is live, holds the same."""
+    per_image = _qwen_bf16_saves()
+    d, with_images = _plan(capsys, tmp_path, "--train-vision", "--batch", "3",
+                           "--image", "112x112", "--images", "2")
+    v = d["vision"]
+    assert v["activations_counted"] and v["images_per_sequence"] == 2
+    assert (v["activation_bytes_per_sequence"], v["activation_bytes_per_step"]) == \
+        (2 * per_image, 0)  # bf16 parameters: no autocast copy of a weight
+    _, without = _plan(capsys, tmp_path, "--train-vision", "--batch", "3")
+    start = next(k for k in with_images if k.startswith("start of the backward"))
+    update = next(k for k in with_images if "update" in k)
+    assert with_images[start] - without[start] == 3 * 2 * per_image
+    assert with_images[update] == without[update]
+
+
+def test_a_frozen_tower_saves_nothing(capsys, tmp_path):
+    """The default (frozen tower and projector): transformers' tower saves nothing for an
+    image (a hook that fails on any save), and the plan's moments with an image equal those
+    without; the JSON says the activations are not counted because there are none."""
+    assert _qwen_bf16_saves(trained=False) == 0
+    d, with_image = _plan(capsys, tmp_path, "--image", "112x112")
+    _, without = _plan(capsys, tmp_path)
+    assert with_image == without
+    assert d["vision"]["activations"] == "frozen" and not d["vision"]["activations_counted"]
+
+
+def test_the_first_screen_says_what_is_counted(capsys, tmp_path):
+    """Trained with an image: the line gives the saved bytes; without one: says none is in
+    the workload; a tower whose saves are not written (LLaVA's CLIP): NOT counted."""
+    path = str(write_config(tmp_path, CONFIGS["qwen2_5_vl"]))
+    code, out, _ = run(capsys, "plan", "--config", path, "--gpu", "H100", "--ctx", "256",
+                       "--train-vision", "--image", "112x112")
+    first = out.split("\n\n")[0]
+    assert code == 0 and "saved activations for the 1 image per sequence" in first
+    code, out, _ = run(capsys, "plan", "--config", path, "--gpu", "H100", "--ctx", "256",
+                       "--train-vision")
+    assert code == 0 and "no image in the workload" in out.split("\n\n")[0]
+    llava = str(write_config(tmp_path, CONFIGS["llava"], folder="llava"))
+    code, out, _ = run(capsys, "plan", "--config", llava, "--gpu", "H100", "--ctx", "256",
+                       "--train-vision", "--image", "56x56")
+    assert code == 0 and "are NOT counted (left out" in out.split("\n\n")[0]
+
+
+def test_image_tokens_beyond_the_context_are_refused(capsys, tmp_path):
+    """Two 112×112 images add 2 × 16 = 32 tokens (8×8 patches, a token per 2×2): --ctx 31
+    cannot hold them."""
+    from cli_run import refused_in_one_line
+    refused_in_one_line(capsys, "plan", "--config",
+                        str(write_config(tmp_path, CONFIGS["qwen2_5_vl"])), "--gpu", "H100",
+                        "--ctx", "31", "--image", "112x112", "--images", "2",
+                        expected="add 32 tokens to each sequence, more than --ctx 31")
