@@ -172,9 +172,6 @@ def main(argv: list[str]) -> int:
     hf = hf_source_from_args(ns)
     ck = checkpoint.check(ns, config, hf)  # issue 42: --checkpoint
     if ns.gpus is not None:
-        if ns.train_vision:
-            raise UsageError("--train-vision is planned on one GPU (the many-GPU plans size the "
-                             "language model alone); drop --gpus or --train-vision")
         return parallel_cli.run(ns, config, ck)
     if ns.emit:
         raise UsageError(f"--emit {ns.emit} writes a layout's launch settings; give --gpus N "

@@ -204,6 +204,24 @@ def training_line(t) -> str:
                                  f"less them); {_activations(t.activations)}")
 
 
+def parallel_line(t) -> str:
+    """The many-GPU plan's first-screen line (planning/parallel/vision.py): where the
+    tower is and what of it the plan holds."""
+    how = ("trained (--train-vision): its gradients and optimizer state with its weights"
+           if t.trained else f"frozen ({LLAMA_FACTORY}): its weights alone")
+    return _line("vision tower", f"counted on the first pipeline stage, whole on each of its "
+                                 f"TP ranks (transformers' TP plans leave it unsplit), its "
+                                 f"tensors sharded by --zero/--fsdp as the model's: "
+                                 f"{grouped(t.params)} parameters, {how}, in the model states "
+                                 f"above; {_activations(t.activations)}")
+
+
+def parallel_dict(t) -> dict:
+    return {**training_dict(t), "placement": "first pipeline stage; replicated over tensor "
+            "parallelism; data-parallel sharding as the model's tensors",
+            "bytes_are": "the whole tower's (unsharded); the per-GPU states hold its shard"}
+
+
 def training_dict(t) -> dict:
     return {"family": t.family, "parameters": t.params, "trained": t.trained,
             "weights_bytes": t.weights, "gradient_bytes": t.gradients,

@@ -67,9 +67,11 @@ def _states_key(dl: Layout) -> Layout:
 
 @lru_cache(maxsize=4096)
 def _states(sp: Split, seq: int, b: int, dl: Layout, stage: int, tp_rank: int,
-            dp_rank: int | None):
+            dp_rank: int | None, extra: tuple = ()):
+    """`extra`: units the first stage holds beside the model's (a vision tower's:
+    parallel/vision.py)."""
     values = sp.values(seq, b)
-    units = stage_tensors(sp, values, dl, stage, tp_rank)
+    units = stage_tensors(sp, values, dl, stage, tp_rank) + (list(extra) if stage == 0 else [])
     rank = dp_rank if dp_rank is not None else (
         zero1_worst_rank(units, dl) if dl.sharding == 1 else 0)
     return units, states(units, dl, rank)
@@ -113,11 +115,14 @@ def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage:
                tp_rank: int = 0, dp_rank: int | None = None,
                stack: StackRun = StackRun(), counting: str = EXECUTED,
                optimizer: str = DEFAULT_OPTIMIZER, finetune=None,
-               implementation: str = COURSE, offload: frozenset = frozenset()) -> StagePlan:
+               implementation: str = COURSE, offload: frozenset = frozenset(),
+               tower=None) -> StagePlan:
     """One GPU of a stage: TP rank `tp_rank`, data-parallel rank `dp_rank` (default: 0, or
     under ZeroRedundancyOptimizer the rank with the most AdamW state). `act_rows` are the
     saved tensors of a rank's T/cp tokens (the course model's: another stack plans its own).
-    `finetune`: a LoRA plan (planning/finetune.py; lora_states.py: its model states)."""
+    `finetune`: a LoRA plan (planning/finetune.py; lora_states.py: its model states).
+    `tower`: a vision tower's TowerRun (parallel/vision.py): its tensors and saved
+    activations on the first stage."""
     c = sp.config
     layers = stage_layers(c, layout, stage)
     kinds = sp.kinds(layers)
@@ -129,7 +134,8 @@ def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage:
     # (ZeroRedundancyOptimizer's most loaded rank is torch's; the other stacks' states are
     # the same on every data-parallel rank)
     units, st = _states(sp, seq, layout.micro_batch, _states_key(dl), stage, tp_rank,
-                        dp_rank if dp_rank is not None or stack.stack.torch_engines else 0)
+                        dp_rank if dp_rank is not None or stack.stack.torch_engines else 0,
+                        tower.units if tower is not None else ())
     z, d, p = dl.sharding, dl.dp, precision
     if not stack.stack.torch_engines:
         items, acts = stack_memory(stack, sp, dl, precision, st, stage, kinds, values, local,
@@ -173,6 +179,9 @@ def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage:
     plain = run_split(c, precision, implementation=implementation) if finetune is None \
         else LS.lora_split(finetune, precision.autocast)
     acts = _activations(sp, plain, replace(layout, zero=0), local, tp_rank, stage, kinds)
+    if tower is not None and stage == 0:  # issue 41: the tower's saves (parallel/vision.py)
+        from accounting.planning.parallel.vision import with_saves
+        acts = with_saves(acts, tower.saved)
     copies = acts.weight_copies.times(acts.in_flight)
     items.append(Item("activations of the k micro-batches in flight"
                       + ("" if layout.recompute == "none" else " + one block's recomputed part"),
@@ -268,7 +277,8 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
                   measured_tokens_per_second=None, optimizer: str = DEFAULT_OPTIMIZER,
                   finetune=None, implementation: str = COURSE,
                   offload: frozenset = frozenset(), loss: str = "standard",
-                  loss_chunks: int | None = None, compile: bool = False) -> ParallelPlan:
+                  loss_chunks: int | None = None, compile: bool = False,
+                  tower=None) -> ParallelPlan:
     """The plan of one GPU per stage shown (TP rank 0 — it holds the most of an uneven
     split — and data-parallel rank 0, or the given ranks). `mfu` is read under
     `mfu_convention` and `mfu_scope` (planning/mfu.py): in the compute scope the rate each
@@ -279,7 +289,8 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
     (planning/finetune.py resolve): the base frozen, the adapters trained (lora_states.py).
     `implementation`: whose ops the torch stack plans (recipes.py: model/'s, or
     transformers' as the one-GPU plan of a Hugging Face model runs them); the other stacks
-    run their own (stack_memory.implementation)."""
+    run their own (stack_memory.implementation). `tower`: a vision-language model's
+    TowerRun (parallel/vision.py), the torch stack's full training only."""
     check_convention(mfu_convention)
     check_scope(mfu_scope)
     if mfu_scope == COMPUTE and mfu_convention == SIX_N:
@@ -360,7 +371,8 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
             if stack.stack.torch_engines else ([], []))
     counting = USEFUL if mfu_convention != EXECUTED else EXECUTED
     plans = tuple(stage_plan(sp, layout, precision, seq, s, rows, values, tp_rank, dp_rank,
-                             stack, counting, optimizer, finetune, impl, frozenset(offload))
+                             stack, counting, optimizer, finetune, impl, frozenset(offload),
+                             tower)
                   for s in (stages if stages is not None else _shown(config, layout)))
     arch = hardware.arch if hardware is not None else None
     plans = tuple(replace(s, moments=PK.moments(
