@@ -192,3 +192,76 @@ def test_image_tokens_beyond_the_context_are_refused(capsys, tmp_path):
                         str(write_config(tmp_path, CONFIGS["qwen2_5_vl"])), "--gpu", "H100",
                         "--ctx", "31", "--image", "112x112", "--images", "2",
                         expected="add 32 tokens to each sequence, more than --ctx 31")
+
+
+# ---- many GPUs (planning/parallel/vision.py) ------------------------------------------------
+
+def _tower_shapes():
+    """transformers' own Qwen2.5-VL tiny tower and merger on the meta device: each
+    parameter's shape (model.model.visual)."""
+    from test_vision import _model
+    return [tuple(p.shape) for p in _model(CONFIGS["qwen2_5_vl"]).model.visual.parameters()]
+
+
+def _stage_items(tower, tp=1, pp=1, dp=2, zero=0, trained=True, images=None):
+    """{stage: {item name: bytes at b = 1}} and the stages' one-micro-batch activations
+    of a plan of the tiny Qwen2.5-VL in bf16 at T = 64, with the tower or without."""
+    from accounting.analysis.images import workload
+    from accounting.planning.memory import get_precision
+    from accounting.planning.parallel.layout import Layout
+    from accounting.planning.parallel.plan import parallel_plan
+    from accounting.planning.parallel.vision import tower_for
+    hf = translate(CONFIGS["qwen2_5_vl"], "c", "q")
+    p = get_precision("bf16")
+    run_tower = None
+    if tower:
+        run_tower = tower_for(hf.vision, workload(hf.vision, images, None), p, "adamw",
+                              trained, "none", 64)
+    lo = Layout(tp * pp * dp, tp, pp, dp, zero=zero, micro_batch=1, global_batch=dp * pp)
+    plan = parallel_plan(hf.config, lo, 64, precision=p, implementation="transformers",
+                         tower=run_tower)
+    return ({s.stage: {i.name.split(" (")[0]: i.bytes.at(1) for i in s.items} for s in plan.stages},
+            {s.stage: s.activations.per_micro_batch for s in plan.stages})
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_ddp_and_tp_hold_the_whole_tower(tp):
+    """DDP (and TP 2: transformers' TP plans leave the tower unsplit): each GPU holds
+    every tower parameter in bf16 (transformers' meta-device shapes: 2·Σ numel), and
+    trained, its bf16 gradient too; frozen, its weights alone (every other item as
+    without the tower: no gradient, no optimizer state, no DDP bucket)."""
+    import math
+    n = sum(math.prod(s) for s in _tower_shapes())
+    with_tower, _ = _stage_items(True, tp=tp)
+    without, _ = _stage_items(False, tp=tp)
+    frozen, _ = _stage_items(True, tp=tp, trained=False)
+    assert with_tower[0]["parameters"] - without[0]["parameters"] == 2 * n
+    assert with_tower[0]["gradients"] - without[0]["gradients"] == 2 * n
+    assert frozen[0]["vision tower parameters"] == 2 * n
+    assert {k: v for k, v in frozen[0].items() if k != "vision tower parameters"} == without[0]
+
+
+def test_fsdp_shards_the_tower_by_rows():
+    """FSDP2 over 2 ranks: rank 0 holds ⌈rows/2⌉ rows of each tower parameter (torch.chunk on
+    dim 0, padded: planning/parallel/states.py), in bf16, from transformers' shapes; trained
+    in the model's states, frozen as its own item."""
+    import math
+    shard = sum(-(-s[0] // 2) * math.prod(s[1:]) for s in _tower_shapes())
+    with_tower, _ = _stage_items(True, zero=3)
+    without, _ = _stage_items(False, zero=3)
+    assert with_tower[0]["parameters"] - without[0]["parameters"] == 2 * shard
+    frozen, _ = _stage_items(True, zero=3, trained=False)
+    assert frozen[0]["vision tower parameters"] == 2 * shard
+
+
+def test_pipeline_puts_the_tower_and_its_saves_on_the_first_stage():
+    """PP 2: the first stage holds the tower's parameters and, for an image of 8×8 patches
+    a sequence, its saves per micro-batch (transformers' tower under hooks, bf16); the last
+    stage holds what it held without a tower."""
+    import math
+    n = sum(math.prod(s) for s in _tower_shapes())
+    with_tower, acts = _stage_items(True, pp=2, images=["112x112"])
+    without, acts0 = _stage_items(False, pp=2)
+    assert with_tower[1] == without[1] and acts[1] == acts0[1]
+    assert with_tower[0]["parameters"] - without[0]["parameters"] == 2 * n
+    assert (acts[0].a - acts0[0].a, acts[0].c - acts0[0].c) == (_qwen_bf16_saves(), 0)

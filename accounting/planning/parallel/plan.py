@@ -29,6 +29,7 @@ from accounting.planning.parallel import offload as OF
 from accounting.planning import activation_offload as AO
 from accounting.planning import compile_memory as CM, loss_memory as LM
 from accounting.planning.parallel import peak as PK
+from accounting.planning.parallel import vision as TV
 from accounting.planning.parallel.fit import fit as _fit
 from accounting.planning.parallel.buffers import Item, engine_buffers, stage_buffers
 from accounting.planning.parallel.layout import Layout, check_layout, stage_layers
@@ -135,7 +136,7 @@ def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage:
     # the same on every data-parallel rank)
     units, st = _states(sp, seq, layout.micro_batch, _states_key(dl), stage, tp_rank,
                         dp_rank if dp_rank is not None or stack.stack.torch_engines else 0,
-                        tower.units if tower is not None else ())
+                        TV.state_units(tower))
     z, d, p = dl.sharding, dl.dp, precision
     if not stack.stack.torch_engines:
         items, acts = stack_memory(stack, sp, dl, precision, st, stage, kinds, values, local,
@@ -168,6 +169,8 @@ def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage:
         items += optimizer_items(units, dl, st, optimizer, p, n_sym)
         update = None if is_default(optimizer) else update_flops(units, dl, st, optimizer)
         items += fp8_items(sp, units, p, values)
+    if stage == 0:  # issue 41: a frozen vision tower's weights (a trained one is in `st`)
+        items += TV.frozen_items(tower, dl, p)
     buf = stage_buffers(sp, values, kinds)
     if buf:
         bias = c.num_experts is not None and c.router_bias
@@ -180,8 +183,7 @@ def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage:
         else LS.lora_split(finetune, precision.autocast)
     acts = _activations(sp, plain, replace(layout, zero=0), local, tp_rank, stage, kinds)
     if tower is not None and stage == 0:  # issue 41: the tower's saves (parallel/vision.py)
-        from accounting.planning.parallel.vision import with_saves
-        acts = with_saves(acts, tower.saved)
+        acts = TV.with_saves(acts, tower.saved)
     copies = acts.weight_copies.times(acts.in_flight)
     items.append(Item("activations of the k micro-batches in flight"
                       + ("" if layout.recompute == "none" else " + one block's recomputed part"),

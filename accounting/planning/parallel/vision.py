@@ -86,3 +86,26 @@ def tower_for(spec: VisionSpec, images, precision, optimizer: str, trained: bool
                        activations=tower_activations(spec, images, precision, recompute,
                                                      trained, seq))
     return tower_run(spec, training)
+
+
+def state_units(tower) -> tuple[Unit, ...]:
+    """The units the first stage's model states hold (states.py): a trained tower's; a
+    frozen tower is frozen_items' alone (no gradient, no optimizer state)."""
+    return tower.units if tower is not None and tower.training.trained else ()
+
+
+def frozen_items(tower, layout, precision) -> list:
+    """A frozen tower's parameters on a first-stage GPU, in the parameters' dtype: whole
+    below ZeRO-2, FSDP2's padded shard (⌈rows/d⌉ rows of each) at ZeRO-2/3, as the model's
+    (FSDP2's fully_shard shards a module's frozen parameters with the rest). Its FSDP
+    all-gathers are not in the collectives."""
+    from accounting.planning.parallel.buffers import Item
+    if tower is None or tower.training.trained:
+        return []
+    d, z = layout.dp, layout.sharding
+    n = sum(t.padded(d) if z >= 2 else t.numel for u in tower.units for t in u.tensors)
+    b = precision.master_bytes
+    return [Item(f"vision tower parameters (frozen, {precision.param_dtype}"
+                 f"{', FSDP shards' if z >= 2 else ''})",
+                 f"{b}·Σ⌈rows/d⌉·cols (tower)" if z >= 2 else f"{b}·N_tower",
+                 Linear(0, n * b), model_state=True, per_element=b)]
