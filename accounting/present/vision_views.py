@@ -184,7 +184,8 @@ def _activations(a) -> str:
                 f"are written for Qwen2-VL, Qwen2.5-VL and Gemma 3's SigLIP)")
     ckpt = ", each block checkpointed (--recompute full)" if a.checkpointed else ""
     return (f"saved activations for the {n}: {gigabytes(a.per_sequence)} per sequence + "
-            f"{gigabytes(a.fixed)} per step{ckpt}, in the step's peak above")
+            f"{gigabytes(a.fixed)} per step{ckpt}, in the step's peak above (its FLOPs are "
+            f"not in the step's)")
 
 
 def training_line(t) -> str:
