@@ -57,10 +57,12 @@ def _tower(family, mode):
 
 @pytest.mark.parametrize("mode", VS.MODES)
 @pytest.mark.parametrize("family, grid", [("qwen2_5_vl", (8, 8)), ("qwen2_5_vl", (12, 20)),
-                                          ("qwen2_vl", (8, 12)), ("gemma3", None)])
+                                          ("qwen2_vl", (8, 12)), ("qwen3_vl_moe", (8, 8)),
+                                          ("qwen3_vl_moe", (12, 20)), ("gemma3", None)])
 def test_tower_saves_equal_transformers(family, grid, mode):
     """Qwen2.5-VL at one window (8×8 patches) and at 6 windows of 2 sizes (12×20), Qwen2-VL,
-    Gemma 3's SigLIP and projector: the bytes autograd saves for one image (what the
+    Qwen3-VL-MoE's tower (learned positions, 3 deepstack mergers), Gemma 3's SigLIP and
+    projector: the bytes autograd saves for one image (what the
     backward pass needs of the tower) equal the ledger's saves."""
     torch, model = _tower(family, mode)
     spec = translate(CONFIGS[family], "c", family).vision
@@ -74,7 +76,9 @@ def test_tower_saves_equal_transformers(family, grid, mode):
         def call():
             with ac:
                 out = model.model.visual(px, grid_thw=torch.tensor([[1, gh, gw]]))
-            return out.pooler_output
+            # Qwen3-VL's deepstack features join the language model's hidden states: kept
+            return sum((f.float().sum() for f in getattr(out, "deepstack_features", None) or ()),
+                       out.pooler_output.float().sum())
     else:
         gh = gw = spec.image_size // spec.patch
         px = torch.randn(1, 3, spec.image_size, spec.image_size, dtype=dtype)

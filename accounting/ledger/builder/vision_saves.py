@@ -2,8 +2,10 @@
 the saved tensors of one image's forward through transformers' tower and projector, in the
 vision ledger's symbols (accounting/ledger/builder/vision.py values()), for the families
 whose saves are checked against transformers on the CPU with saved-tensor hooks
-(tests/test_vision_train.py): Qwen2-VL, Qwen2.5-VL (Qwen2VisionTransformerPretrainedModel,
-Qwen2_5_VisionTransformerPretrainedModel) and Gemma 3's SigLIP with its projector
+(tests/test_vision_train.py): Qwen2-VL, Qwen2.5-VL, Qwen3-VL and Qwen3.5
+(Qwen2VisionTransformerPretrainedModel, Qwen2_5_VisionTransformerPretrainedModel,
+Qwen3VLVisionModel with its deepstack mergers; Qwen3.5's Qwen3_5VisionModel is
+Qwen3VLVisionModel without them, modular_qwen3_5.py) and Gemma 3's SigLIP with its projector
 (SiglipVisionModel, Gemma3MultiModalProjector), transformers 5.23, attention "sdpa".
 Other towers: None (the plan says their activations are left out).
 
@@ -28,6 +30,9 @@ the call carries). The dtype of a save is a role, resolved by dtype_bytes():
       autocast), the input's dtype on the CPU without autocast;
   AC  a second bf16 copy under autocast of an input two linears share (each casts its
       own), nothing otherwise;
+  LNC the fp32 copy CUDA's autocast makes for a LayerNorm whose input another op saves
+      already (Qwen3-VL's deepstack mergers read the residual stream a block's norm1 or
+      the merger saves), nothing otherwise;
   W   autocast's bf16 copy of a weight matrix, nothing otherwise.
 `repeat` "L_v": in every block. A block under gradient checkpointing (transformers'
 GradientCheckpointingLayer: Qwen2VLVisionBlock, Qwen2_5_VLVisionBlock, SiglipEncoderLayer;
@@ -43,7 +48,7 @@ from accounting.ledger.symbols import product
 from accounting.units import BF16, DTYPE_BYTES, FP32, INT64
 
 BLOCK = "L_v"
-FAMILIES = ("qwen2_vl", "qwen2_5_vl", "gemma3")
+FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "gemma3")
 
 
 @dataclass(frozen=True)
@@ -54,9 +59,10 @@ class Save:
     elements: tuple[str, ...]
     role: str
     fixed: bool = False  # once per forward of the tower, not per image
+    copies: int = 1  # elements × copies (Qwen3-VL's 4 interpolation corners per patch)
 
     def bytes(self, values: dict[str, int], roles: dict[str, int]) -> int:
-        n = product(self.elements, values) * roles[self.role]
+        n = product(self.elements, values) * roles[self.role] * self.copies
         return n * (values[self.repeat] if self.repeat else 1)
 
 
@@ -81,11 +87,12 @@ def roles(spec: VisionSpec, mode: str, device: str) -> dict[str, int]:
            "AC": b16 if mode == "autocast" else 0, "W": b16 if mode == "autocast" else 0}
     out["R"] = out[residual(spec)]
     out["LN"] = f32 if (mode == "autocast" and device == "cuda") else out["R"]
+    out["LNC"] = f32 if (mode == "autocast" and device == "cuda") else 0
     return out
 
 
 def supported(spec: VisionSpec) -> bool:
-    return spec.family in FAMILIES and not spec.deepstack
+    return spec.family in FAMILIES
 
 
 def saves(spec: VisionSpec, params) -> tuple[Save, ...] | None:
@@ -138,6 +145,9 @@ def _qwen(out, s: VisionSpec) -> None:
     Qwen2.5-VL's window_index and reverse_indices are saved by their index ops."""
     out.append(Save("patch embedding input (pixels)", "patch_embed.proj", None,
                     ("N_p", "k_v"), "A"))
+    if s.learned_positions:  # Qwen3-VL: pos_embed at 4 interpolation corners a patch, weighed
+        out.append(Save("pos_embed indices", "pos_embed", None, ("N",), "I", copies=4))
+        out.append(Save("interpolation weights", "", None, ("N",), "F", copies=4))
     if s.window is not None:
         out.append(Save("window_index", "", None, ("N_m",), "I"))
     for x in ("cos", "sin"):
@@ -162,17 +172,37 @@ def _qwen(out, s: VisionSpec) -> None:
         out.append(Save(f"{s.act} output (the product's)", f"{b}.mlp", BLOCK, ("N", "f_v"), "A"))
         out.append(Save("up_proj output (the product's)", f"{b}.mlp", BLOCK, ("N", "f_v"), "A"))
         out.append(Save("down_proj input", f"{b}.mlp.down_proj", BLOCK, ("N", "f_v"), "A"))
-    else:  # VisionMlp: fc2(act(fc1(x))), QuickGELU x·sigmoid(1.702x): x and the sigmoid
-        out.append(Save("fc1 input", f"{b}.mlp.fc1", BLOCK, ("N", "d_v"), "A"))
-        out.append(Save("QuickGELU input", f"{b}.mlp.act", BLOCK, ("N", "f_v"), "A"))
-        out.append(Save("QuickGELU sigmoid output", f"{b}.mlp.act", BLOCK, ("N", "f_v"), "A"))
-        out.append(Save("fc2 input", f"{b}.mlp.fc2", BLOCK, ("N", "f_v"), "A"))
+    else:  # VisionMlp / Qwen3VLVisionMLP: fc2(act(fc1(x))); QuickGELU x·sigmoid(1.702x)
+        # saves x and the sigmoid, a GELU its input
+        fc1, act, fc2 = (("linear_fc1", "act_fn", "linear_fc2") if s.family == "qwen3_vl"
+                         else ("fc1", "act", "fc2"))
+        out.append(Save("fc1 input", f"{b}.mlp.{fc1}", BLOCK, ("N", "d_v"), "A"))
+        out.append(Save(f"{s.act} input", f"{b}.mlp.{act}", BLOCK, ("N", "f_v"), "A"))
+        if s.act == "quick_gelu":
+            out.append(Save("QuickGELU sigmoid output", f"{b}.mlp.{act}", BLOCK, ("N", "f_v"),
+                            "A"))
+        out.append(Save("fc2 input", f"{b}.mlp.{fc2}", BLOCK, ("N", "f_v"), "A"))
+    if s.family == "qwen3_vl":  # Qwen3VLVisionPatchMerger: norm, linear_fc1, GELU, linear_fc2
+        for j in range(s.deepstack):  # after their blocks: norm over s²·d_v (postshuffle)
+            m = f"deepstack_merger_list.{j}"
+            out.append(Save(f"{m} norm's fp32 copy", f"{m}.norm", None, ("N_m", "d_vm"),
+                            "LNC"))
+            for _ in range(2):
+                out.append(Save(f"{m} norm mean and rstd", f"{m}.norm", None, ("N_m",), "ST"))
+            _merger_mlp(out, m, "linear_fc1", "act_fn", "linear_fc2")
+        _layernorm(out, "merger norm", "merger.norm", None, "N")
+        _merger_mlp(out, "merger", "linear_fc1", "act_fn", "linear_fc2")
+        return
     norm(out, "merger ln_q", "merger.ln_q", None, "N")
-    out.append(Save("merger mlp.0 input", "merger.mlp.0", None, ("N_m", "d_vm"), "A"))
-    out.append(Save("merger GELU input", "merger.mlp.1", None, ("N_m", "d_vm"), "A"))
-    out.append(Save("merger mlp.2 input", "merger.mlp.2", None, ("N_m", "d_vm"), "A"))
+    _merger_mlp(out, "merger", "mlp.0", "mlp.1", "mlp.2")
     if s.window is not None:
         out.append(Save("reverse_indices", "", None, ("N_m",), "I"))
+
+
+def _merger_mlp(out, m: str, fc1: str, act: str, fc2: str) -> None:
+    """A patch merger's MLP on N_m rows of s²·d_v: fc1's input, the GELU's, fc2's."""
+    for name, what in ((fc1, "input"), (act, "GELU input"), (fc2, "input")):
+        out.append(Save(f"{m} {name} {what}", f"{m}.{name}", None, ("N_m", "d_vm"), "A"))
 
 
 def _siglip(out, s: VisionSpec) -> None:
