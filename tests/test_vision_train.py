@@ -1,13 +1,13 @@
 """A trained vision tower's saved tensors (issue 41, Must 3) against transformers' own tower
 on the CPU: the tiny configs of tests/test_vision.py built by AutoModelForImageTextToText
-(attention "sdpa"), the tower and projector run on one image in training mode under
-torch.autograd.graph.saved_tensors_hooks, and every storage autograd saves (parameters
-excluded, each storage once) summed, against accounting/ledger/builder/vision_saves.py at
-the CPU's dtype rules: fp32 parameters, bf16 parameters, fp32 under torch.autocast("cpu",
-bfloat16). Then the one-GPU plan's first moment holds them (hand algebra on its JSON).
-"""
+(attention "sdpa"), the tower and projector run on one image in training mode, and every
+storage autograd saves in the graph the output's backward pass walks (each node's saved
+tensors; parameters excluded, each storage once) summed, against
+accounting/ledger/builder/vision_saves.py at the CPU's dtype rules: fp32 parameters, bf16
+parameters, fp32 under torch.autocast("cpu", bfloat16). Then the plans: the one-GPU step's
+first moment holds them (its JSON), and the many-GPU plans place the tower (transformers'
+meta-device shapes, by hand)."""
 import contextlib
-import weakref
 
 import pytest
 
@@ -20,26 +20,43 @@ from test_vision import CONFIGS, _kw
 
 
 def _saved_bytes(model, call):
-    """Bytes of the distinct non-parameter storages autograd saves in call()."""
+    """Bytes of the distinct non-parameter storages autograd saves in call() that the
+    backward pass from its output needs: every saved tensor of every node reachable from the
+    output's grad_fn (autograd's own graph; a node nothing the output depends on is freed
+    with its last reference, as LLaVA's unused last layer is), parameters excluded."""
     import torch
     params = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    packed = []
-
-    def pack(t):
-        packed.append(weakref.ref(t))
-        return t
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        out = call()
-    seen = {}
-    for ref in packed:
-        t = ref()
-        if t is None:
+    out = call()
+    seen, todo, done = {}, [out.grad_fn], set()
+    while todo:
+        node = todo.pop()
+        if node is None or node in done:
             continue
-        s = t.untyped_storage()
-        if s.data_ptr() not in params:
-            seen[s.data_ptr()] = s.nbytes()
+        done.add(node)
+        for name in dir(node):
+            if not name.startswith("_saved_"):
+                continue
+            try:
+                v = getattr(node, name)
+            except RuntimeError:  # a saved tensor freed (none here: no backward yet)
+                continue
+            for t in (v if isinstance(v, (tuple, list)) else (v,)):
+                # (a Python number autograd wraps, 1.702 in QuickGELU's 1.702·x, is a 0-dim
+                # float64 CPU tensor: never on the GPU, and saved_tensors_hooks never see it)
+                if isinstance(t, torch.Tensor) and not (t.dim() == 0 and
+                                                        t.dtype == torch.float64):
+                    st = t.untyped_storage()
+                    if st.data_ptr() not in params and st.nbytes():
+                        seen[st.data_ptr()] = st.nbytes()
+        todo += [f for f, _ in node.next_functions]
     out.float().sum().backward()  # the saved tensors were usable
     return sum(seen.values())
+
+
+# LLaVA reading the last layer's output (vision_feature_layer -1) and the full strategy
+# (the class token kept), beside LLaVA-1.5's -2 and default
+CONFIGS = {**CONFIGS, "llava_last": {**CONFIGS["llava"], "vision_feature_layer": -1,
+                                     "vision_feature_select_strategy": "full"}}
 
 
 def _tower(family, mode):
@@ -58,11 +75,13 @@ def _tower(family, mode):
 @pytest.mark.parametrize("mode", VS.MODES)
 @pytest.mark.parametrize("family, grid", [("qwen2_5_vl", (8, 8)), ("qwen2_5_vl", (12, 20)),
                                           ("qwen2_vl", (8, 12)), ("qwen3_vl_moe", (8, 8)),
-                                          ("qwen3_vl_moe", (12, 20)), ("gemma3", None)])
+                                          ("qwen3_vl_moe", (12, 20)), ("gemma3", None),
+                                          ("llava", None), ("llava_last", None)])
 def test_tower_saves_equal_transformers(family, grid, mode):
     """Qwen2.5-VL at one window (8×8 patches) and at 6 windows of 2 sizes (12×20), Qwen2-VL,
     Qwen3-VL-MoE's tower (learned positions, 3 deepstack mergers), Gemma 3's SigLIP and
-    projector: the bytes autograd saves for one image (what the
+    projector, LLaVA's CLIP and MLP projector (vision_feature_layer −2, its last layer's saves
+    freed with the unused output; and −1 with the class token kept): the bytes autograd saves for one image (what the
     backward pass needs of the tower) equal the ledger's saves."""
     torch, model = _tower(family, mode)
     spec = translate(CONFIGS[family], "c", family).vision
@@ -85,7 +104,8 @@ def test_tower_saves_equal_transformers(family, grid, mode):
 
         def call():
             with ac:
-                return model.model.get_image_features(pixel_values=px).pooler_output
+                f = model.model.get_image_features(pixel_values=px).pooler_output
+            return sum(x.float().sum() for x in f) if isinstance(f, (list, tuple)) else f
     measured = _saved_bytes(model, call)
     ledger = VB.walk(spec)
     per, once = VS.bytes_per_image(ledger, VB.values(spec, gh, gw), mode, "cpu")
@@ -107,9 +127,10 @@ def test_checkpointed_blocks_keep_their_input_by_hand():
 
 
 def test_unsupported_towers_say_none():
-    """A tower whose saves are not written (LLaVA's CLIP) gives None, not a number."""
-    spec = translate(CONFIGS["llava"], "c", "l").vision
-    assert VS.bytes_per_image(VB.walk(spec), VB.values(spec, 4, 4), "fp32") is None
+    """A tower whose saves are not written (Gemma 4's) gives None, not a number."""
+    from test_vision import _gemma4
+    spec = translate(_gemma4(), "c", "g4").vision
+    assert VS.bytes_per_image(VB.walk(spec), VB.values(spec, 3, 6), "fp32") is None
 
 
 def _qwen_bf16_saves(grid=(8, 8), trained=True):
@@ -173,7 +194,7 @@ def test_a_frozen_tower_saves_nothing(capsys, tmp_path):
 
 def test_the_first_screen_says_what_is_counted(capsys, tmp_path):
     """Trained with an image: the line gives the saved bytes; without one: says none is in
-    the workload; a tower whose saves are not written (LLaVA's CLIP): NOT counted."""
+    the workload; a tower whose saves are not written (Gemma 4's): NOT counted."""
     path = str(write_config(tmp_path, CONFIGS["qwen2_5_vl"]))
     code, out, _ = run(capsys, "plan", "--config", path, "--gpu", "H100", "--ctx", "256",
                        "--train-vision", "--image", "112x112")
@@ -182,9 +203,10 @@ def test_the_first_screen_says_what_is_counted(capsys, tmp_path):
     code, out, _ = run(capsys, "plan", "--config", path, "--gpu", "H100", "--ctx", "256",
                        "--train-vision")
     assert code == 0 and "no image in the workload" in out.split("\n\n")[0]
-    llava = str(write_config(tmp_path, CONFIGS["llava"], folder="llava"))
-    code, out, _ = run(capsys, "plan", "--config", llava, "--gpu", "H100", "--ctx", "256",
-                       "--train-vision", "--image", "56x56")
+    from test_vision import _gemma4
+    other = str(write_config(tmp_path, _gemma4(), folder="gemma4"))
+    code, out, _ = run(capsys, "plan", "--config", other, "--gpu", "H100", "--ctx", "256",
+                       "--train-vision", "--image", "64x64")
     assert code == 0 and "are NOT counted (left out" in out.split("\n\n")[0]
 
 

@@ -5,8 +5,9 @@ whose saves are checked against transformers on the CPU with saved-tensor hooks
 (tests/test_vision_train.py): Qwen2-VL, Qwen2.5-VL, Qwen3-VL and Qwen3.5
 (Qwen2VisionTransformerPretrainedModel, Qwen2_5_VisionTransformerPretrainedModel,
 Qwen3VLVisionModel with its deepstack mergers; Qwen3.5's Qwen3_5VisionModel is
-Qwen3VLVisionModel without them, modular_qwen3_5.py) and Gemma 3's SigLIP with its projector
-(SiglipVisionModel, Gemma3MultiModalProjector), transformers 5.23, attention "sdpa".
+Qwen3VLVisionModel without them, modular_qwen3_5.py), Gemma 3's SigLIP with its projector
+(SiglipVisionModel, Gemma3MultiModalProjector) and LLaVA's CLIP with its MLP projector
+(CLIPVisionModel, LlavaMultiModalProjector), transformers 5.23, attention "sdpa".
 Other towers: None (the plan says their activations are left out).
 
 Frozen tower (LLaMA-Factory's default: FinetuningArguments.freeze_vision_tower = True and
@@ -19,8 +20,8 @@ autocast makes of each weight matrix for its matmul, which is per call, however 
 the call carries). The dtype of a save is a role, resolved by dtype_bytes():
   A   the compute dtype: float32, or bfloat16 (bf16 parameters, or under autocast: linear,
       conv and sdpa are autocast's lower-precision ops, so what they save is a bf16 copy);
-  P   the parameters' dtype (SigLIP's residual stream: autocast's bf16 conv output plus the
-      fp32 position embedding is fp32);
+  P   the parameters' dtype (SigLIP's and CLIP's residual stream: autocast's bf16 conv
+      output plus the fp32 position embedding is fp32);
   F   float32 whatever the parameters (RMSNorm's upcast and rsqrt, sdpa's log-sum-exp,
       the rotary tables);
   I   int64 (indices an index op saves);
@@ -33,6 +34,8 @@ the call carries). The dtype of a save is a role, resolved by dtype_bytes():
   LNC the fp32 copy CUDA's autocast makes for a LayerNorm whose input another op saves
       already (Qwen3-VL's deepstack mergers read the residual stream a block's norm1 or
       the merger saves), nothing otherwise;
+  NA  the parameters' dtype without autocast, nothing under it (LLaVA's projector input:
+      the feature layer's output itself, or under autocast only its bf16 copy: AC);
   W   autocast's bf16 copy of a weight matrix, nothing otherwise.
 `repeat` "L_v": in every block. A block under gradient checkpointing (transformers'
 GradientCheckpointingLayer: Qwen2VLVisionBlock, Qwen2_5_VLVisionBlock, SiglipEncoderLayer;
@@ -48,7 +51,8 @@ from accounting.ledger.symbols import product
 from accounting.units import BF16, DTYPE_BYTES, FP32, INT64
 
 BLOCK = "L_v"
-FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "gemma3")
+FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "gemma3", "llava")
+USED = "L_vu"  # LLaVA: the layers whose output reaches the projector (vision_feature_layer)
 
 
 @dataclass(frozen=True)
@@ -85,6 +89,7 @@ def roles(spec: VisionSpec, mode: str, device: str) -> dict[str, int]:
            "F": f32, "I": DTYPE_BYTES[INT64],
            "ST": b16 if (mode == "bf16" and device == "cpu") else f32,
            "AC": b16 if mode == "autocast" else 0, "W": b16 if mode == "autocast" else 0}
+    out["NA"] = 0 if mode == "autocast" else out["P"]
     out["R"] = out[residual(spec)]
     out["LN"] = f32 if (mode == "autocast" and device == "cuda") else out["R"]
     out["LNC"] = f32 if (mode == "autocast" and device == "cuda") else 0
@@ -105,20 +110,23 @@ def saves(spec: VisionSpec, params) -> tuple[Save, ...] | None:
     s = spec
     if s.family == "gemma3":
         _siglip(out, s)
+    elif s.family == "llava":
+        _clip(out, s)
     else:
         _qwen(out, s)
     # autocast's bf16 copy of every weight matrix a matmul or conv reads (a position table
     # is looked up, not multiplied)
     for p in params:
         if len(p.shape) == 2 and "position" not in p.name and "pos_embed" not in p.name:
-            out.append(Save(f"bf16 copy of {p.name}", p.module, p.repeat, p.shape, "W",
+            repeat = USED if (s.family == "llava" and p.repeat) else p.repeat
+            out.append(Save(f"bf16 copy of {p.name}", p.module, repeat, p.shape, "W",
                             fixed=True))
     return tuple(out)
 
 
 def residual(spec: VisionSpec) -> str:
     """The role of the residual stream between blocks (what checkpointing keeps)."""
-    return "P" if spec.family == "gemma3" else "A"
+    return "P" if spec.family in ("gemma3", "llava") else "A"
 
 
 def _layernorm(out, name: str, module: str, repeat, rows: str, width: str = "d_v") -> None:
@@ -199,6 +207,58 @@ def _qwen(out, s: VisionSpec) -> None:
         out.append(Save("reverse_indices", "", None, ("N_m",), "I"))
 
 
+def _encoder_layers(out, s: VisionSpec, repeat: str) -> None:
+    """SiglipEncoderLayer / CLIPEncoderLayer: layer_norm1, the q/k/v projections' input (one
+    tensor; under autocast each casts its own copy), sdpa's q, k, v, output (out_proj's
+    input is a view of it) and log-sum-exp, layer_norm2, fc1's input, the activation's
+    (QuickGELU also its sigmoid), fc2's input."""
+    b = "encoder.layers.{i}"
+    _layernorm(out, "layer_norm1", f"{b}.layer_norm1", repeat, "N")
+    out.append(Save("q/k/v input", f"{b}.self_attn.q_proj", repeat, ("N", "d_v"), "A"))
+    for x in ("k", "v"):
+        out.append(Save(f"{x}_proj's own input copy", f"{b}.self_attn.{x}_proj", repeat,
+                        ("N", "d_v"), "AC"))
+    for x in ("q", "k", "v", "output"):
+        out.append(Save(f"sdpa {x}", f"{b}.self_attn", repeat, ("N", "d_v"), "A"))
+    out.append(Save("sdpa log-sum-exp", f"{b}.self_attn", repeat, ("h_v", "N"), "F"))
+    _layernorm(out, "layer_norm2", f"{b}.layer_norm2", repeat, "N")
+    out.append(Save("fc1 input", f"{b}.mlp.fc1", repeat, ("N", "d_v"), "A"))
+    out.append(Save(f"{s.act} input", f"{b}.mlp.activation_fn", repeat, ("N", "f_v"), "A"))
+    if s.act == "quick_gelu":
+        out.append(Save("QuickGELU sigmoid output", f"{b}.mlp.activation_fn", repeat,
+                        ("N", "f_v"), "A"))
+    out.append(Save("fc2 input", f"{b}.mlp.fc2", repeat, ("N", "f_v"), "A"))
+
+
+def _clip(out, s: VisionSpec) -> None:
+    """CLIPVisionModel under LlavaModel.get_image_features (modeling_clip.py,
+    modeling_llava.py): the Conv2d saves the pixels, the position embedding its int64 ids,
+    pre_layrnorm its input; the encoder layers up to vision_feature_layer (L_vu of them:
+    the later layers run, but nothing the loss reads depends on them, so their saves are
+    freed with their outputs, post_layernorm's too); LlavaMultiModalProjector: linear_1's
+    input (the feature layer's output, class token included, or under autocast its bf16
+    copy of the selected rows), the activation's input, linear_2's input."""
+    out.append(Save("patch embedding input (pixels)", "embeddings.patch_embedding", None,
+                    ("N_p", "k_v"), "A"))
+    out.append(Save("position ids", "embeddings.position_embedding", None, ("N",), "I"))
+    if s.pre_norm:
+        _layernorm(out, "pre_layrnorm", "pre_layrnorm", None, "N")
+    _encoder_layers(out, s, USED)
+    p = "multi_modal_projector"
+    out.append(Save("linear_1 input (the feature layer's output)", f"{p}.linear_1", None,
+                    ("N", "d_v"), "NA"))
+    out.append(Save("linear_1 input's bf16 copy", f"{p}.linear_1", None, ("N_o", "d_v"), "AC"))
+    out.append(Save("activation input", f"{p}.act", None, ("N_o", "d_t"), "A"))
+    out.append(Save("linear_2 input", f"{p}.linear_2", None, ("N_o", "d_t"), "A"))
+
+
+def used_layers(spec: VisionSpec) -> int:
+    """The layers whose output reaches LLaVA's projector: hidden_states[vision_feature_layer]
+    of the L + 1 (the embeddings', then each layer's)."""
+    k = spec.feature_layer
+    return max(0, min(spec.depth, spec.depth + 1 + k if k < 0 else k))
+
+
 def _merger_mlp(out, m: str, fc1: str, act: str, fc2: str) -> None:
     """A patch merger's MLP on N_m rows of s²·d_v: fc1's input, the GELU's, fc2's."""
     for name, what in ((fc1, "input"), (act, "GELU input"), (fc2, "input")):
@@ -216,19 +276,7 @@ def _siglip(out, s: VisionSpec) -> None:
     out.append(Save("patch embedding input (pixels)", "embeddings.patch_embedding", None,
                     ("N_p", "k_v"), "A"))
     out.append(Save("position ids", "embeddings.position_embedding", None, ("N",), "I"))
-    b = "encoder.layers.{i}"
-    _layernorm(out, "layer_norm1", f"{b}.layer_norm1", BLOCK, "N")
-    out.append(Save("q/k/v input", f"{b}.self_attn.q_proj", BLOCK, ("N", "d_v"), "A"))
-    for x in ("k", "v"):
-        out.append(Save(f"{x}_proj's own input copy", f"{b}.self_attn.{x}_proj", BLOCK,
-                        ("N", "d_v"), "AC"))
-    for x in ("q", "k", "v", "output"):
-        out.append(Save(f"sdpa {x}", f"{b}.self_attn", BLOCK, ("N", "d_v"), "A"))
-    out.append(Save("sdpa log-sum-exp", f"{b}.self_attn", BLOCK, ("h_v", "N"), "F"))
-    _layernorm(out, "layer_norm2", f"{b}.layer_norm2", BLOCK, "N")
-    out.append(Save("fc1 input", f"{b}.mlp.fc1", BLOCK, ("N", "d_v"), "A"))
-    out.append(Save(f"{s.act} input", f"{b}.mlp.activation_fn", BLOCK, ("N", "f_v"), "A"))
-    out.append(Save("fc2 input", f"{b}.mlp.fc2", BLOCK, ("N", "f_v"), "A"))
+    _encoder_layers(out, s, BLOCK)
     if s.post_norm:
         _layernorm(out, "post_layernorm", "post_layernorm", None, "N")
     p = "multi_modal_projector"
@@ -252,9 +300,11 @@ def bytes_per_image(ledger, values: dict[str, int], mode: str, device: str = "cu
     if table is None:
         return None
     r = roles(ledger.spec, mode, device)
-    kept = [x for x in table if not (checkpointed and x.repeat == BLOCK)]
+    values = {**values, USED: used_layers(ledger.spec)}
+    blocks = USED if ledger.spec.family == "llava" else BLOCK
+    kept = [x for x in table if not (checkpointed and x.repeat == blocks)]
     if checkpointed:
-        kept.append(Save("block input (gradient checkpointing)", "blocks.{i}", BLOCK,
+        kept.append(Save("block input (gradient checkpointing)", "blocks.{i}", blocks,
                          ("N", "d_v"), "R"))
     per = sum(x.bytes(values, r) for x in kept if not x.fixed)
     once = sum(x.bytes(values, r) for x in kept if x.fixed)
