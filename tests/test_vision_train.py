@@ -16,7 +16,7 @@ from accounting.ledger.builder import vision as VB
 from accounting.ledger.builder import vision_saves as VS
 from cli_run import run
 from hf_examples import write_config
-from test_vision import CONFIGS, _kw
+from test_vision import CONFIGS, _kimi, _kw
 
 
 def _saved_bytes(model, call):
@@ -54,9 +54,10 @@ def _saved_bytes(model, call):
 
 
 # LLaVA reading the last layer's output (vision_feature_layer -1) and the full strategy
-# (the class token kept), beside LLaVA-1.5's -2 and default
+# (the class token kept), beside LLaVA-1.5's -2 and default; Kimi-K2.5's tiny MoonViT
 CONFIGS = {**CONFIGS, "llava_last": {**CONFIGS["llava"], "vision_feature_layer": -1,
-                                     "vision_feature_select_strategy": "full"}}
+                                     "vision_feature_select_strategy": "full"},
+           "kimi_k25": _kimi()}
 
 
 def _tower(family, mode):
@@ -67,7 +68,8 @@ def _tower(family, mode):
         getattr(cfg, sub)._attn_implementation = "sdpa"
     cfg._attn_implementation = "sdpa"
     torch.manual_seed(0)
-    model = transformers.AutoModelForImageTextToText.from_config(cfg)
+    model = (transformers.Kimi_K25ForConditionalGeneration(cfg) if family == "kimi_k25" else
+             transformers.AutoModelForImageTextToText.from_config(cfg))
     model = (model.to(torch.bfloat16) if mode == "bf16" else model.float()).train()
     return torch, model
 
@@ -76,7 +78,8 @@ def _tower(family, mode):
 @pytest.mark.parametrize("family, grid", [("qwen2_5_vl", (8, 8)), ("qwen2_5_vl", (12, 20)),
                                           ("qwen2_vl", (8, 12)), ("qwen3_vl_moe", (8, 8)),
                                           ("qwen3_vl_moe", (12, 20)), ("gemma3", None),
-                                          ("llava", None), ("llava_last", None)])
+                                          ("llava", None), ("llava_last", None),
+                                          ("kimi_k25", (6, 10))])
 def test_tower_saves_equal_transformers(family, grid, mode):
     """Qwen2.5-VL at one window (8×8 patches) and at 6 windows of 2 sizes (12×20), Qwen2-VL,
     Qwen3-VL-MoE's tower (learned positions, 3 deepstack mergers), Gemma 3's SigLIP and
@@ -87,7 +90,16 @@ def test_tower_saves_equal_transformers(family, grid, mode):
     spec = translate(CONFIGS[family], "c", family).vision
     dtype = torch.bfloat16 if mode == "bf16" else torch.float32
     ac = torch.autocast("cpu", torch.bfloat16) if mode == "autocast" else contextlib.nullcontext()
-    if grid is not None:  # Qwen: flattened patches and their grid
+    if family == "kimi_k25":  # patches of 3×14×14 and their grid
+        gh, gw = grid
+        px = torch.randn(gh * gw, 3, spec.patch, spec.patch, dtype=dtype)
+
+        def call():
+            with ac:
+                f = model.model.get_image_features(
+                    pixel_values=px, image_grid_thw=torch.tensor([[1, gh, gw]])).pooler_output
+            return sum(x.float().sum() for x in f)
+    elif grid is not None:  # Qwen: flattened patches and their grid
         gh, gw = grid
         px = torch.randn(gh * gw, spec.channels * spec.temporal_patch * spec.patch ** 2,
                          dtype=dtype)

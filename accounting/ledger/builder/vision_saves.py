@@ -7,7 +7,8 @@ whose saves are checked against transformers on the CPU with saved-tensor hooks
 Qwen3VLVisionModel with its deepstack mergers; Qwen3.5's Qwen3_5VisionModel is
 Qwen3VLVisionModel without them, modular_qwen3_5.py), Gemma 3's SigLIP with its projector
 (SiglipVisionModel, Gemma3MultiModalProjector) and LLaVA's CLIP with its MLP projector
-(CLIPVisionModel, LlavaMultiModalProjector), transformers 5.23, attention "sdpa".
+(CLIPVisionModel, LlavaMultiModalProjector) and Kimi-K2.5's MoonViT with its projector
+(Kimi_K25VisionModel, Kimi_K25MultimodalProjection), transformers 5.23, attention "sdpa".
 Other towers: None (the plan says their activations are left out).
 
 Frozen tower (LLaMA-Factory's default: FinetuningArguments.freeze_vision_tower = True and
@@ -34,6 +35,10 @@ the call carries). The dtype of a save is a role, resolved by dtype_bytes():
   LNC the fp32 copy CUDA's autocast makes for a LayerNorm whose input another op saves
       already (Qwen3-VL's deepstack mergers read the residual stream a block's norm1 or
       the merger saves), nothing otherwise;
+  ACC a bf16 copy under CUDA's autocast of a LayerNorm's output each linear reading it makes
+      (fp32 there; the CPU's autocast leaves a bf16 residual's LayerNorm in bf16), nothing
+      otherwise;
+  IC, IG  int64 on the CPU only, on CUDA only (embedding_bag's bookkeeping differs: below);
   NA  the parameters' dtype without autocast, nothing under it (LLaVA's projector input:
       the feature layer's output itself, or under autocast only its bf16 copy: AC);
   W   autocast's bf16 copy of a weight matrix, nothing otherwise.
@@ -51,7 +56,7 @@ from accounting.ledger.symbols import product
 from accounting.units import BF16, DTYPE_BYTES, FP32, INT64
 
 BLOCK = "L_v"
-FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "gemma3", "llava")
+FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "gemma3", "llava", "kimi_k25")
 USED = "L_vu"  # LLaVA: the layers whose output reaches the projector (vision_feature_layer)
 
 
@@ -90,6 +95,9 @@ def roles(spec: VisionSpec, mode: str, device: str) -> dict[str, int]:
            "ST": b16 if (mode == "bf16" and device == "cpu") else f32,
            "AC": b16 if mode == "autocast" else 0, "W": b16 if mode == "autocast" else 0}
     out["NA"] = 0 if mode == "autocast" else out["P"]
+    out["ACC"] = b16 if (mode == "autocast" and device == "cuda") else 0
+    out["IC"] = DTYPE_BYTES[INT64] if device == "cpu" else 0
+    out["IG"] = DTYPE_BYTES[INT64] if device == "cuda" else 0
     out["R"] = out[residual(spec)]
     out["LN"] = f32 if (mode == "autocast" and device == "cuda") else out["R"]
     out["LNC"] = f32 if (mode == "autocast" and device == "cuda") else 0
@@ -112,6 +120,8 @@ def saves(spec: VisionSpec, params) -> tuple[Save, ...] | None:
         _siglip(out, s)
     elif s.family == "llava":
         _clip(out, s)
+    elif s.family == "kimi_k25":
+        _moonvit(out, s)
     else:
         _qwen(out, s)
     # autocast's bf16 copy of every weight matrix a matmul or conv reads (a position table
@@ -126,7 +136,7 @@ def saves(spec: VisionSpec, params) -> tuple[Save, ...] | None:
 
 def residual(spec: VisionSpec) -> str:
     """The role of the residual stream between blocks (what checkpointing keeps)."""
-    return "P" if spec.family in ("gemma3", "llava") else "A"
+    return "P" if spec.family in ("gemma3", "llava") else "A"  # Kimi: pos cast to the conv's
 
 
 def _layernorm(out, name: str, module: str, repeat, rows: str, width: str = "d_v") -> None:
@@ -250,6 +260,51 @@ def _clip(out, s: VisionSpec) -> None:
     out.append(Save("linear_1 input's bf16 copy", f"{p}.linear_1", None, ("N_o", "d_v"), "AC"))
     out.append(Save("activation input", f"{p}.act", None, ("N_o", "d_t"), "A"))
     out.append(Save("linear_2 input", f"{p}.linear_2", None, ("N_o", "d_t"), "A"))
+
+
+def _moonvit(out, s: VisionSpec) -> None:
+    """Kimi_K25VisionModel and Kimi_K25MultimodalProjection (modeling_kimi_k25.py): the
+    Conv2d saves the pixels; the position table is resampled bicubically by F.embedding_bag
+    (16 table rows a patch, mode "sum", per_sample_weights in the table's dtype): it saves
+    the indices, the offsets and the weights, and its bookkeeping: on the CPU bag_size and
+    max_indices (N each; measured), on CUDA offset2bag (16·N) and bag_size (N), max_indices
+    empty outside mode "max" (aten/src/ATen/native/cuda/EmbeddingBag.cu
+    _embedding_bag_cuda; read, not measured here); the rotary cos and sin (fp32, made once);
+    each block: norm1, the q/k/v projections' input (one bf16 tensor under the CPU's
+    autocast, three copies of the fp32 LayerNorm output under CUDA's), the rotated q and k,
+    v, sdpa's output and log-sum-exp, proj's input (a copy), norm2, fc1's input, the GELU's,
+    fc2's; final_layernorm; the projector: the 2×2 merge's gather indices, pre_norm,
+    in_proj's input, the GELU's, out_proj's."""
+    out.append(Save("patch embedding input (pixels)", "patch_embed.proj", None,
+                    ("N_p", "k_v"), "A"))
+    e = "patch_embed.pos_emb"
+    out.append(Save("embedding_bag indices", e, None, ("N",), "I", copies=16))
+    out.append(Save("embedding_bag per_sample_weights", e, None, ("N",), "P", copies=16))
+    out.append(Save("embedding_bag offsets", e, None, ("N",), "I"))
+    out.append(Save("embedding_bag bag_size", e, None, ("N",), "I"))
+    out.append(Save("embedding_bag max_indices (CPU)", e, None, ("N",), "IC"))
+    out.append(Save("embedding_bag offset2bag (CUDA)", e, None, ("N",), "IG", copies=16))
+    for x in ("cos", "sin"):
+        out.append(Save(f"rotary {x}", "", None, ("N", "d_hv"), "F"))
+    b = "layers.{i}"
+    _layernorm(out, "norm1", f"{b}.norm1", BLOCK, "N")
+    out.append(Save("q/k/v input", f"{b}.attn.q_proj", BLOCK, ("N", "d_v"), "A"))
+    for x in ("k", "v"):
+        out.append(Save(f"{x}_proj's own input copy", f"{b}.attn.{x}_proj", BLOCK,
+                        ("N", "d_v"), "ACC"))
+    for x in ("q rotated", "k rotated", "v", "output"):
+        out.append(Save(f"sdpa {x}", f"{b}.attn", BLOCK, ("N", "d_v"), "A"))
+    out.append(Save("sdpa log-sum-exp", f"{b}.attn", BLOCK, ("h_v", "N"), "F"))
+    out.append(Save("proj input", f"{b}.attn.proj", BLOCK, ("N", "d_v"), "A"))
+    _layernorm(out, "norm2", f"{b}.norm2", BLOCK, "N")
+    out.append(Save("fc1 input", f"{b}.mlp.fc1", BLOCK, ("N", "d_v"), "A"))
+    out.append(Save(f"{s.act} input", f"{b}.mlp", BLOCK, ("N", "f_v"), "A"))
+    out.append(Save("fc2 input", f"{b}.mlp.fc2", BLOCK, ("N", "f_v"), "A"))
+    _layernorm(out, "final_layernorm", "final_layernorm", None, "N")
+    p = "mm_projector"
+    out.append(Save("2×2 merge's gather indices", p, None, ("N",), "I"))
+    _layernorm(out, "pre_norm", f"{p}.pre_norm", None, "N")
+    _merger_mlp(out, p, "in_proj", "act", "out_proj")
 
 
 def used_layers(spec: VisionSpec) -> int:
