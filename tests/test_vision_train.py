@@ -16,7 +16,7 @@ from accounting.ledger.builder import vision as VB
 from accounting.ledger.builder import vision_saves as VS
 from cli_run import run
 from hf_examples import write_config
-from test_vision import CONFIGS, _kimi, _kw
+from test_vision import CONFIGS, _kimi, _kw, _llama4
 
 
 def _saved_bytes(model, call):
@@ -57,7 +57,7 @@ def _saved_bytes(model, call):
 # (the class token kept), beside LLaVA-1.5's -2 and default; Kimi-K2.5's tiny MoonViT
 CONFIGS = {**CONFIGS, "llava_last": {**CONFIGS["llava"], "vision_feature_layer": -1,
                                      "vision_feature_select_strategy": "full"},
-           "kimi_k25": _kimi()}
+           "kimi_k25": _kimi(), "llama4": _llama4()}
 
 
 def _tower(family, mode):
@@ -68,6 +68,11 @@ def _tower(family, mode):
         getattr(cfg, sub)._attn_implementation = "sdpa"
     cfg._attn_implementation = "sdpa"
     torch.manual_seed(0)
+    if family == "llama4":  # built in its dtype, as from_pretrained(dtype=...) does: its
+        # complex freqs_ci buffer stays complex64 (model.to(bfloat16) would make it real)
+        model = transformers.Llama4ForConditionalGeneration._from_config(
+            cfg, dtype=torch.bfloat16 if mode == "bf16" else torch.float32)
+        return torch, model.train()
     model = (transformers.Kimi_K25ForConditionalGeneration(cfg) if family == "kimi_k25" else
              transformers.AutoModelForImageTextToText.from_config(cfg))
     model = (model.to(torch.bfloat16) if mode == "bf16" else model.float()).train()
@@ -79,12 +84,13 @@ def _tower(family, mode):
                                           ("qwen2_vl", (8, 12)), ("qwen3_vl_moe", (8, 8)),
                                           ("qwen3_vl_moe", (12, 20)), ("gemma3", None),
                                           ("llava", None), ("llava_last", None),
-                                          ("kimi_k25", (6, 10))])
+                                          ("kimi_k25", (6, 10)), ("llama4", None)])
 def test_tower_saves_equal_transformers(family, grid, mode):
     """Qwen2.5-VL at one window (8×8 patches) and at 6 windows of 2 sizes (12×20), Qwen2-VL,
     Qwen3-VL-MoE's tower (learned positions, 3 deepstack mergers), Gemma 3's SigLIP and
     projector, LLaVA's CLIP and MLP projector (vision_feature_layer −2, its last layer's saves
-    freed with the unused output; and −1 with the class token kept): the bytes autograd saves for one image (what the
+    freed with the unused output; and −1 with the class token kept), Kimi-K2.5's MoonViT,
+    Llama 4's ViT on two tiles: the bytes autograd saves for one image (what the
     backward pass needs of the tower) equal the ledger's saves."""
     torch, model = _tower(family, mode)
     spec = translate(CONFIGS[family], "c", family).vision
@@ -99,6 +105,14 @@ def test_tower_saves_equal_transformers(family, grid, mode):
                 f = model.model.get_image_features(
                     pixel_values=px, image_grid_thw=torch.tensor([[1, gh, gw]])).pooler_output
             return sum(x.float().sum() for x in f)
+    elif family == "llama4":  # two tiles of 56² (4×4 patches each); the projector after
+        gh = gw = spec.image_size // spec.patch
+        px = torch.randn(2, 3, spec.image_size, spec.image_size, dtype=dtype)
+
+        def call():
+            with ac:
+                h = model.get_image_features(pixel_values=px).last_hidden_state
+                return model.multi_modal_projector(h.view(-1, h.size(-1)))
     elif grid is not None:  # Qwen: flattened patches and their grid
         gh, gw = grid
         px = torch.randn(gh * gw, spec.channels * spec.temporal_patch * spec.patch ** 2,
@@ -121,7 +135,8 @@ def test_tower_saves_equal_transformers(family, grid, mode):
     measured = _saved_bytes(model, call)
     ledger = VB.walk(spec)
     per, once = VS.bytes_per_image(ledger, VB.values(spec, gh, gw), mode, "cpu")
-    assert per + once == measured
+    tiles = 2 if family == "llama4" else 1
+    assert tiles * per + once == measured
 
 
 def test_checkpointed_blocks_keep_their_input_by_hand():

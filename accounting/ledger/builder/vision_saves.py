@@ -8,7 +8,8 @@ Qwen3VLVisionModel with its deepstack mergers; Qwen3.5's Qwen3_5VisionModel is
 Qwen3VLVisionModel without them, modular_qwen3_5.py), Gemma 3's SigLIP with its projector
 (SiglipVisionModel, Gemma3MultiModalProjector) and LLaVA's CLIP with its MLP projector
 (CLIPVisionModel, LlavaMultiModalProjector) and Kimi-K2.5's MoonViT with its projector
-(Kimi_K25VisionModel, Kimi_K25MultimodalProjection), transformers 5.23, attention "sdpa".
+(Kimi_K25VisionModel, Kimi_K25MultimodalProjection) and Llama 4's (Llama4VisionModel,
+Llama4MultiModalProjector), transformers 5.23, attention "sdpa".
 Other towers: None (the plan says their activations are left out).
 
 Frozen tower (LLaMA-Factory's default: FinetuningArguments.freeze_vision_tower = True and
@@ -56,7 +57,7 @@ from accounting.ledger.symbols import product
 from accounting.units import BF16, DTYPE_BYTES, FP32, INT64
 
 BLOCK = "L_v"
-FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "gemma3", "llava", "kimi_k25")
+FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "gemma3", "llava", "kimi_k25", "llama4")
 USED = "L_vu"  # LLaVA: the layers whose output reaches the projector (vision_feature_layer)
 
 
@@ -122,12 +123,17 @@ def saves(spec: VisionSpec, params) -> tuple[Save, ...] | None:
         _clip(out, s)
     elif s.family == "kimi_k25":
         _moonvit(out, s)
+    elif s.family == "llama4":
+        _llama4(out, s)
     else:
         _qwen(out, s)
     # autocast's bf16 copy of every weight matrix a matmul or conv reads (a position table
     # is looked up, not multiplied)
+    # (Llama 4's patch linear reads the unfolded pixels, which need no gradient: its mm
+    # keeps the input alone, for the weight's gradient; a conv keeps its weight either way)
     for p in params:
-        if len(p.shape) == 2 and "position" not in p.name and "pos_embed" not in p.name:
+        if len(p.shape) == 2 and "position" not in p.name and "pos_embed" not in p.name \
+                and p.name != "vision_model.patch_embedding.linear.weight":
             repeat = USED if (s.family == "llava" and p.repeat) else p.repeat
             out.append(Save(f"bf16 copy of {p.name}", p.module, repeat, p.shape, "W",
                             fixed=True))
@@ -136,7 +142,9 @@ def saves(spec: VisionSpec, params) -> tuple[Save, ...] | None:
 
 def residual(spec: VisionSpec) -> str:
     """The role of the residual stream between blocks (what checkpointing keeps)."""
-    return "P" if spec.family in ("gemma3", "llava") else "A"  # Kimi: pos cast to the conv's
+    # SigLIP, CLIP, Llama 4: an fp32 position table or class embedding joins the stream;
+    # Kimi casts its positions to the stream's dtype, Qwen adds none
+    return "P" if spec.family in ("gemma3", "llava", "llama4") else "A"
 
 
 def _layernorm(out, name: str, module: str, repeat, rows: str, width: str = "d_v") -> None:
@@ -217,13 +225,14 @@ def _qwen(out, s: VisionSpec) -> None:
         out.append(Save("reverse_indices", "", None, ("N_m",), "I"))
 
 
-def _encoder_layers(out, s: VisionSpec, repeat: str) -> None:
-    """SiglipEncoderLayer / CLIPEncoderLayer: layer_norm1, the q/k/v projections' input (one
-    tensor; under autocast each casts its own copy), sdpa's q, k, v, output (out_proj's
-    input is a view of it) and log-sum-exp, layer_norm2, fc1's input, the activation's
-    (QuickGELU also its sigmoid), fc2's input."""
-    b = "encoder.layers.{i}"
-    _layernorm(out, "layer_norm1", f"{b}.layer_norm1", repeat, "N")
+def _encoder_layers(out, s: VisionSpec, repeat: str, b: str = "encoder.layers.{i}",
+                    norms: tuple[str, str] = ("layer_norm1", "layer_norm2")) -> None:
+    """SiglipEncoderLayer / CLIPEncoderLayer / Llama4VisionEncoderLayer: the first norm, the
+    q/k/v projections' input (one tensor; under autocast each casts its own copy of the
+    fp32 norm output), sdpa's q, k, v, output (out_proj's input is a view of it) and
+    log-sum-exp, the second norm, fc1's input, the activation's (QuickGELU also its
+    sigmoid), fc2's input."""
+    _layernorm(out, norms[0], f"{b}.{norms[0]}", repeat, "N")
     out.append(Save("q/k/v input", f"{b}.self_attn.q_proj", repeat, ("N", "d_v"), "A"))
     for x in ("k", "v"):
         out.append(Save(f"{x}_proj's own input copy", f"{b}.self_attn.{x}_proj", repeat,
@@ -231,7 +240,7 @@ def _encoder_layers(out, s: VisionSpec, repeat: str) -> None:
     for x in ("q", "k", "v", "output"):
         out.append(Save(f"sdpa {x}", f"{b}.self_attn", repeat, ("N", "d_v"), "A"))
     out.append(Save("sdpa log-sum-exp", f"{b}.self_attn", repeat, ("h_v", "N"), "F"))
-    _layernorm(out, "layer_norm2", f"{b}.layer_norm2", repeat, "N")
+    _layernorm(out, norms[1], f"{b}.{norms[1]}", repeat, "N")
     out.append(Save("fc1 input", f"{b}.mlp.fc1", repeat, ("N", "d_v"), "A"))
     out.append(Save(f"{s.act} input", f"{b}.mlp.activation_fn", repeat, ("N", "f_v"), "A"))
     if s.act == "quick_gelu":
@@ -305,6 +314,28 @@ def _moonvit(out, s: VisionSpec) -> None:
     out.append(Save("2×2 merge's gather indices", p, None, ("N",), "I"))
     _layernorm(out, "pre_norm", f"{p}.pre_norm", None, "N")
     _merger_mlp(out, p, "in_proj", "act", "out_proj")
+
+
+def _llama4(out, s: VisionSpec) -> None:
+    """Llama4VisionModel and Llama4MultiModalProjector (modeling_llama4.py), one tile: the
+    unfold's patches (the patch linear's input), layernorm_pre, the encoder layers (q and k
+    rotated by the complex freqs_ci: its (N, d_h/2) complex64, made once per forward for
+    every tile, is what the products save), layernorm_post, the pixel-shuffle MLP (fc1's
+    input, GELU, fc2's input, GELU) and the projector's linear_1 input."""
+    out.append(Save("patch linear input (unfolded pixels)", "patch_embedding.linear", None,
+                    ("N_p", "k_v"), "A"))
+    out.append(Save("freqs_ci (complex64)", "rotary_embedding", None, ("N", "d_hv"), "F",
+                    fixed=True))
+    _layernorm(out, "layernorm_pre", "layernorm_pre", None, "N")
+    _encoder_layers(out, s, BLOCK, "model.layers.{i}",
+                    ("input_layernorm", "post_attention_layernorm"))
+    _layernorm(out, "layernorm_post", "layernorm_post", None, "N")
+    a = "vision_adapter.mlp"
+    for name, rows in (("fc1 input (pixel-shuffled)", "f_v"), ("GELU input", "a_in"),
+                       ("fc2 input", "a_in"), ("second GELU input", "a_out")):
+        out.append(Save(f"adapter {name}", a, None, ("N_o", rows), "A"))
+    out.append(Save("projector linear_1 input", "multi_modal_projector.linear_1", None,
+                    ("N_o", "v_out"), "A"))
 
 
 def used_layers(spec: VisionSpec) -> int:
