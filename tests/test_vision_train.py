@@ -17,6 +17,7 @@ from accounting.ledger.builder import vision_saves as VS
 from cli_run import run
 from hf_examples import write_config
 from test_vision import CONFIGS, _kimi, _kw, _llama4
+from test_vision_idefics3 import DATA as IDEFICS3
 
 
 def _saved_bytes(model, call):
@@ -57,7 +58,7 @@ def _saved_bytes(model, call):
 # (the class token kept), beside LLaVA-1.5's -2 and default; Kimi-K2.5's tiny MoonViT
 CONFIGS = {**CONFIGS, "llava_last": {**CONFIGS["llava"], "vision_feature_layer": -1,
                                      "vision_feature_select_strategy": "full"},
-           "kimi_k25": _kimi(), "llama4": _llama4()}
+           "kimi_k25": _kimi(), "llama4": _llama4(), "idefics3": IDEFICS3}
 
 
 def _tower(family, mode):
@@ -84,13 +85,14 @@ def _tower(family, mode):
                                           ("qwen2_vl", (8, 12)), ("qwen3_vl_moe", (8, 8)),
                                           ("qwen3_vl_moe", (12, 20)), ("gemma3", None),
                                           ("llava", None), ("llava_last", None),
-                                          ("kimi_k25", (6, 10)), ("llama4", None)])
+                                          ("kimi_k25", (6, 10)), ("llama4", None),
+                                          ("idefics3", None)])
 def test_tower_saves_equal_transformers(family, grid, mode):
     """Qwen2.5-VL at one window (8×8 patches) and at 6 windows of 2 sizes (12×20), Qwen2-VL,
     Qwen3-VL-MoE's tower (learned positions, 3 deepstack mergers), Gemma 3's SigLIP and
     projector, LLaVA's CLIP and MLP projector (vision_feature_layer −2, its last layer's saves
     freed with the unused output; and −1 with the class token kept), Kimi-K2.5's MoonViT,
-    Llama 4's ViT on two tiles: the bytes autograd saves for one image (what the
+    Llama 4's ViT and Idefics3's SigLIP on two tiles: the bytes autograd saves for one image (what the
     backward pass needs of the tower) equal the ledger's saves."""
     torch, model = _tower(family, mode)
     spec = translate(CONFIGS[family], "c", family).vision
@@ -113,6 +115,14 @@ def test_tower_saves_equal_transformers(family, grid, mode):
             with ac:
                 h = model.get_image_features(pixel_values=px).last_hidden_state
                 return model.multi_modal_projector(h.view(-1, h.size(-1)))
+    elif family == "idefics3":  # one image of two tiles of 56² (4×4 patches each)
+        gh = gw = spec.image_size // spec.patch
+        px = torch.randn(1, 2, 3, spec.image_size, spec.image_size, dtype=dtype)
+
+        def call():
+            with ac:
+                f = model.model.get_image_features(pixel_values=px).pooler_output
+            return sum(x.float().sum() for x in f) if isinstance(f, (list, tuple)) else f
     elif grid is not None:  # Qwen: flattened patches and their grid
         gh, gw = grid
         px = torch.randn(gh * gw, spec.channels * spec.temporal_patch * spec.patch ** 2,
@@ -135,7 +145,7 @@ def test_tower_saves_equal_transformers(family, grid, mode):
     measured = _saved_bytes(model, call)
     ledger = VB.walk(spec)
     per, once = VS.bytes_per_image(ledger, VB.values(spec, gh, gw), mode, "cpu")
-    tiles = 2 if family == "llama4" else 1
+    tiles = 2 if family in ("llama4", "idefics3") else 1
     assert tiles * per + once == measured
 
 

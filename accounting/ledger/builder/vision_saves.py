@@ -9,7 +9,8 @@ Qwen3VLVisionModel without them, modular_qwen3_5.py), Gemma 3's SigLIP with its 
 (SiglipVisionModel, Gemma3MultiModalProjector) and LLaVA's CLIP with its MLP projector
 (CLIPVisionModel, LlavaMultiModalProjector) and Kimi-K2.5's MoonViT with its projector
 (Kimi_K25VisionModel, Kimi_K25MultimodalProjection) and Llama 4's (Llama4VisionModel,
-Llama4MultiModalProjector), transformers 5.23, attention "sdpa".
+Llama4MultiModalProjector) and Idefics3's (Idefics3VisionTransformer, Idefics3Connector;
+SmolVLM's the same), transformers 5.23, attention "sdpa".
 Other towers: None (the plan says their activations are left out).
 
 Frozen tower (LLaMA-Factory's default: FinetuningArguments.freeze_vision_tower = True and
@@ -57,7 +58,8 @@ from accounting.ledger.symbols import product
 from accounting.units import BF16, DTYPE_BYTES, FP32, INT64
 
 BLOCK = "L_v"
-FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "gemma3", "llava", "kimi_k25", "llama4")
+FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "gemma3", "llava", "kimi_k25", "llama4",
+            "idefics3")
 USED = "L_vu"  # LLaVA: the layers whose output reaches the projector (vision_feature_layer)
 
 
@@ -125,6 +127,8 @@ def saves(spec: VisionSpec, params) -> tuple[Save, ...] | None:
         _moonvit(out, s)
     elif s.family == "llama4":
         _llama4(out, s)
+    elif s.family == "idefics3":
+        _idefics3(out, s)
     else:
         _qwen(out, s)
     # autocast's bf16 copy of every weight matrix a matmul or conv reads (a position table
@@ -144,7 +148,7 @@ def residual(spec: VisionSpec) -> str:
     """The role of the residual stream between blocks (what checkpointing keeps)."""
     # SigLIP, CLIP, Llama 4: an fp32 position table or class embedding joins the stream;
     # Kimi casts its positions to the stream's dtype, Qwen adds none
-    return "P" if spec.family in ("gemma3", "llava", "llama4") else "A"
+    return "P" if spec.family in ("gemma3", "llava", "llama4", "idefics3") else "A"
 
 
 def _layernorm(out, name: str, module: str, repeat, rows: str, width: str = "d_v") -> None:
@@ -336,6 +340,20 @@ def _llama4(out, s: VisionSpec) -> None:
         out.append(Save(f"adapter {name}", a, None, ("N_o", rows), "A"))
     out.append(Save("projector linear_1 input", "multi_modal_projector.linear_1", None,
                     ("N_o", "v_out"), "A"))
+
+
+def _idefics3(out, s: VisionSpec) -> None:
+    """Idefics3VisionTransformer and Idefics3Connector (modeling_idefics3.py; SmolVLM's the
+    same), one tile: the Conv2d's pixels, the position ids, SigLIP's encoder layers,
+    post_layernorm, and the connector's input after the pixel shuffle (N_o rows of r²·d_v,
+    a copy)."""
+    out.append(Save("patch embedding input (pixels)", "embeddings.patch_embedding", None,
+                    ("N_p", "k_v"), "A"))
+    out.append(Save("position ids", "embeddings.position_embedding", None, ("N",), "I"))
+    _encoder_layers(out, s, BLOCK)
+    _layernorm(out, "post_layernorm", "post_layernorm", None, "N")
+    out.append(Save("connector input (pixel-shuffled)", "connector.modality_projection.proj",
+                    None, ("N_o", "d_vm"), "A"))
 
 
 def used_layers(spec: VisionSpec) -> int:
