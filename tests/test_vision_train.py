@@ -11,6 +11,7 @@ import contextlib
 
 import pytest
 
+from accounting.analysis import images as I
 from accounting.architecture.hf_config import translate
 from accounting.ledger.builder import vision as VB
 from accounting.ledger.builder import vision_saves as VS
@@ -18,6 +19,7 @@ from cli_run import run
 from hf_examples import write_config
 from test_vision import CONFIGS, _kimi, _kw, _llama4
 from test_vision_idefics3 import DATA as IDEFICS3
+from test_vision_onevision import DATA as ONEVISION, PINS, SIDE
 
 
 def _saved_bytes(model, call):
@@ -58,7 +60,8 @@ def _saved_bytes(model, call):
 # (the class token kept), beside LLaVA-1.5's -2 and default; Kimi-K2.5's tiny MoonViT
 CONFIGS = {**CONFIGS, "llava_last": {**CONFIGS["llava"], "vision_feature_layer": -1,
                                      "vision_feature_select_strategy": "full"},
-           "kimi_k25": _kimi(), "llama4": _llama4(), "idefics3": IDEFICS3}
+           "kimi_k25": _kimi(), "llama4": _llama4(), "idefics3": IDEFICS3,
+           "llava_onevision": ONEVISION}
 
 
 def _tower(family, mode):
@@ -86,15 +89,17 @@ def _tower(family, mode):
                                           ("qwen3_vl_moe", (12, 20)), ("gemma3", None),
                                           ("llava", None), ("llava_last", None),
                                           ("kimi_k25", (6, 10)), ("llama4", None),
-                                          ("idefics3", None)])
+                                          ("idefics3", None), ("llava_onevision", None)])
 def test_tower_saves_equal_transformers(family, grid, mode):
     """Qwen2.5-VL at one window (8×8 patches) and at 6 windows of 2 sizes (12×20), Qwen2-VL,
     Qwen3-VL-MoE's tower (learned positions, 3 deepstack mergers), Gemma 3's SigLIP and
     projector, LLaVA's CLIP and MLP projector (vision_feature_layer −2, its last layer's saves
     freed with the unused output; and −1 with the class token kept), Kimi-K2.5's MoonViT,
-    Llama 4's ViT and Idefics3's SigLIP on two tiles: the bytes autograd saves for one image (what the
+    Llama 4's ViT and Idefics3's SigLIP on two tiles, LLaVA-OneVision on a 448² image's 37
+    anyres tiles (the position_ids buffer its lookups save counted once): the bytes autograd saves for one image (what the
     backward pass needs of the tower) equal the ledger's saves."""
     torch, model = _tower(family, mode)
+    import transformers
     spec = translate(CONFIGS[family], "c", family).vision
     dtype = torch.bfloat16 if mode == "bf16" else torch.float32
     ac = torch.autocast("cpu", torch.bfloat16) if mode == "autocast" else contextlib.nullcontext()
@@ -123,6 +128,23 @@ def test_tower_saves_equal_transformers(family, grid, mode):
             with ac:
                 f = model.model.get_image_features(pixel_values=px).pooler_output
             return sum(x.float().sum() for x in f) if isinstance(f, (list, tuple)) else f
+    elif family == "llava_onevision":  # a 448² image: its anyres tiles and the base tile
+        import numpy as np
+        proc = transformers.LlavaOnevisionImageProcessorPil(
+            size={"height": SIDE, "width": SIDE}, crop_size={"height": SIDE, "width": SIDE},
+            image_grid_pinpoints=PINS)
+        pv = proc(images=[np.full((448, 448, 3), 128, dtype=np.uint8)], return_tensors="np")
+        px = torch.tensor(pv["pixel_values"], dtype=dtype)
+        gh = gw = SIDE // spec.patch
+        tiles = px.shape[1]
+        assert tiles == I.image_row(spec, (448, 448)).tiles
+
+        def call():
+            with ac:
+                f = model.model.get_image_features(
+                    pixel_values=px, image_sizes=torch.tensor([[448, 448]]),
+                    vision_feature_layer=-1, vision_feature_select_strategy="full").pooler_output
+            return sum(x.float().sum() for x in f) if isinstance(f, (list, tuple)) else f
     elif grid is not None:  # Qwen: flattened patches and their grid
         gh, gw = grid
         px = torch.randn(gh * gw, spec.channels * spec.temporal_patch * spec.patch ** 2,
@@ -145,7 +167,10 @@ def test_tower_saves_equal_transformers(family, grid, mode):
     measured = _saved_bytes(model, call)
     ledger = VB.walk(spec)
     per, once = VS.bytes_per_image(ledger, VB.values(spec, gh, gw), mode, "cpu")
-    tiles = 2 if family in ("llama4", "idefics3") else 1
+    if family in ("llama4", "idefics3"):
+        tiles = 2
+    elif family != "llava_onevision":
+        tiles = 1
     assert tiles * per + once == measured
 
 

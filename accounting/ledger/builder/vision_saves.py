@@ -7,7 +7,8 @@ whose saves are checked against transformers on the CPU with saved-tensor hooks
 Qwen3VLVisionModel with its deepstack mergers; Qwen3.5's Qwen3_5VisionModel is
 Qwen3VLVisionModel without them, modular_qwen3_5.py), Gemma 3's SigLIP with its projector
 (SiglipVisionModel, Gemma3MultiModalProjector) and LLaVA's CLIP with its MLP projector
-(CLIPVisionModel, LlavaMultiModalProjector) and Kimi-K2.5's MoonViT with its projector
+(CLIPVisionModel, LlavaMultiModalProjector; LLaVA-OneVision's SigLIP and projector on each
+tile), Kimi-K2.5's MoonViT with its projector
 (Kimi_K25VisionModel, Kimi_K25MultimodalProjection) and Llama 4's (Llama4VisionModel,
 Llama4MultiModalProjector) and Idefics3's (Idefics3VisionTransformer, Idefics3Connector;
 SmolVLM's the same), transformers 5.23, attention "sdpa".
@@ -58,8 +59,9 @@ from accounting.ledger.symbols import product
 from accounting.units import BF16, DTYPE_BYTES, FP32, INT64
 
 BLOCK = "L_v"
-FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "gemma3", "llava", "kimi_k25", "llama4",
-            "idefics3")
+LLAVA = ("llava", "llava_onevision")  # LlavaModel's and LlavaOnevisionModel's feature layer
+FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "gemma3", "kimi_k25", "llama4", "idefics3",
+            *LLAVA)
 USED = "L_vu"  # LLaVA: the layers whose output reaches the projector (vision_feature_layer)
 
 
@@ -121,7 +123,7 @@ def saves(spec: VisionSpec, params) -> tuple[Save, ...] | None:
     s = spec
     if s.family == "gemma3":
         _siglip(out, s)
-    elif s.family == "llava":
+    elif s.family in LLAVA:
         _clip(out, s)
     elif s.family == "kimi_k25":
         _moonvit(out, s)
@@ -138,7 +140,7 @@ def saves(spec: VisionSpec, params) -> tuple[Save, ...] | None:
     for p in params:
         if len(p.shape) == 2 and "position" not in p.name and "pos_embed" not in p.name \
                 and p.name != "vision_model.patch_embedding.linear.weight":
-            repeat = USED if (s.family == "llava" and p.repeat) else p.repeat
+            repeat = USED if (s.family in LLAVA and p.repeat) else p.repeat
             out.append(Save(f"bf16 copy of {p.name}", p.module, repeat, p.shape, "W",
                             fixed=True))
     return tuple(out)
@@ -148,7 +150,7 @@ def residual(spec: VisionSpec) -> str:
     """The role of the residual stream between blocks (what checkpointing keeps)."""
     # SigLIP, CLIP, Llama 4: an fp32 position table or class embedding joins the stream;
     # Kimi casts its positions to the stream's dtype, Qwen adds none
-    return "P" if spec.family in ("gemma3", "llava", "llama4", "idefics3") else "A"
+    return "P" if spec.family in ("gemma3", "llama4", "idefics3", *LLAVA) else "A"
 
 
 def _layernorm(out, name: str, module: str, repeat, rows: str, width: str = "d_v") -> None:
@@ -255,7 +257,9 @@ def _encoder_layers(out, s: VisionSpec, repeat: str, b: str = "encoder.layers.{i
 
 def _clip(out, s: VisionSpec) -> None:
     """CLIPVisionModel under LlavaModel.get_image_features (modeling_clip.py,
-    modeling_llava.py): the Conv2d saves the pixels, the position embedding its int64 ids,
+    modeling_llava.py), and LLaVA-OneVision's SigLIP the same way on each tile
+    (modeling_llava_onevision.py: pack_image_features's slices, bilinear downsampling and
+    image_newline save nothing): the Conv2d saves the pixels, the position embedding its int64 ids,
     pre_layrnorm its input; the encoder layers up to vision_feature_layer (L_vu of them:
     the later layers run, but nothing the loss reads depends on them, so their saves are
     freed with their outputs, post_layernorm's too); LlavaMultiModalProjector: linear_1's
@@ -263,7 +267,8 @@ def _clip(out, s: VisionSpec) -> None:
     copy of the selected rows), the activation's input, linear_2's input."""
     out.append(Save("patch embedding input (pixels)", "embeddings.patch_embedding", None,
                     ("N_p", "k_v"), "A"))
-    out.append(Save("position ids", "embeddings.position_embedding", None, ("N",), "I"))
+    out.append(Save("position ids (the buffer)", "embeddings.position_embedding", None,
+                    ("N",), "I", fixed=True))
     if s.pre_norm:
         _layernorm(out, "pre_layrnorm", "pre_layrnorm", None, "N")
     _encoder_layers(out, s, USED)
@@ -379,7 +384,9 @@ def _siglip(out, s: VisionSpec) -> None:
     the matmul's input."""
     out.append(Save("patch embedding input (pixels)", "embeddings.patch_embedding", None,
                     ("N_p", "k_v"), "A"))
-    out.append(Save("position ids", "embeddings.position_embedding", None, ("N",), "I"))
+    # the lookup saves its ids: the position_ids buffer (1, N), expanded over the images
+    out.append(Save("position ids (the buffer)", "embeddings.position_embedding", None,
+                    ("N",), "I", fixed=True))
     _encoder_layers(out, s, BLOCK)
     if s.post_norm:
         _layernorm(out, "post_layernorm", "post_layernorm", None, "N")
@@ -405,7 +412,7 @@ def bytes_per_image(ledger, values: dict[str, int], mode: str, device: str = "cu
         return None
     r = roles(ledger.spec, mode, device)
     values = {**values, USED: used_layers(ledger.spec)}
-    blocks = USED if ledger.spec.family == "llava" else BLOCK
+    blocks = USED if ledger.spec.family in LLAVA else BLOCK
     kept = [x for x in table if not (checkpointed and x.repeat == blocks)]
     if checkpointed:
         kept.append(Save("block input (gradient checkpointing)", "blocks.{i}", blocks,
