@@ -69,4 +69,5 @@ def _internvl(data: Mapping, where: str, text: int) -> VisionSpec:
         False, vc.get("hidden_act", "gelu"), norm, patch, 1, _get(vc, "num_channels", 3, where),
         True, positions, True, False, not vc.get("use_mean_pooling", True), 2, None, (),
         "internvl", True, text, size, (side // 2) ** 2,
-        qkv_bias=bool(vc.get("attention_bias", False)), qk_norm=bool(vc.get("use_qk_norm", False)))
+        qkv_bias=bool(vc.get("attention_bias", False)), qk_norm=bool(vc.get("use_qk_norm", False)),
+        feature_layer=layer)

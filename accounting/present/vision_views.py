@@ -180,10 +180,8 @@ def _activations(a) -> str:
                 "the images of each sequence)")
     n = f"{grouped(a.images)} image{'' if a.images == 1 else 's'} per sequence"
     if a.status == VT.NOT_WRITTEN:
-        return (f"its activations at the {n} are NOT counted (left out: its saved tensors "
-                f"are written for Qwen2-VL, Qwen2.5-VL, Qwen3-VL/Qwen3.5, Gemma 3's SigLIP, "
-                f"LLaVA's CLIP, LLaVA-OneVision's, Kimi-K2.5's MoonViT, Llama 4's and "
-                f"Idefics3/SmolVLM's)")
+        return (f"its activations at the {n} are NOT counted (left out: the saved tensors "
+                f"of Gemma 4's, Pixtral's and InternViT-6B's towers are not written yet)")
     ckpt = ", each block checkpointed (--recompute full)" if a.checkpointed else ""
     return (f"saved activations for the {n}: {gigabytes(a.per_sequence)} per sequence + "
             f"{gigabytes(a.fixed)} per step{ckpt}, in the step's peak above (its FLOPs are "

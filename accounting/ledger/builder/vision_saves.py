@@ -10,9 +10,11 @@ Qwen3VLVisionModel without them, modular_qwen3_5.py), Gemma 3's SigLIP with its 
 (CLIPVisionModel, LlavaMultiModalProjector; LLaVA-OneVision's SigLIP and projector on each
 tile), Kimi-K2.5's MoonViT with its projector
 (Kimi_K25VisionModel, Kimi_K25MultimodalProjection) and Llama 4's (Llama4VisionModel,
-Llama4MultiModalProjector) and Idefics3's (Idefics3VisionTransformer, Idefics3Connector;
-SmolVLM's the same), transformers 5.23, attention "sdpa".
-Other towers: None (the plan says their activations are left out).
+Llama4MultiModalProjector), Idefics3's (Idefics3VisionTransformer, Idefics3Connector;
+SmolVLM's the same) and InternVL's with a LayerNorm InternViT (InternVLVisionModel,
+InternVLMultiModalProjector), transformers 5.23, attention "sdpa".
+Other towers (Gemma 4's, Pixtral's, InternViT-6B's RMSNorm and QK-norm): None (the plan
+says their activations are left out).
 
 Frozen tower (LLaMA-Factory's default: FinetuningArguments.freeze_vision_tower = True and
 freeze_multi_modal_projector = True, src/llamafactory/hparams/finetuning_args.py): no
@@ -59,7 +61,9 @@ from accounting.ledger.symbols import product
 from accounting.units import BF16, DTYPE_BYTES, FP32, INT64
 
 BLOCK = "L_v"
-LLAVA = ("llava", "llava_onevision")  # LlavaModel's and LlavaOnevisionModel's feature layer
+# the towers whose projector reads vision_feature_layer's hidden state (the later layers run,
+# their saves freed with their unused outputs): LLaVA's, LLaVA-OneVision's, InternVL's
+LLAVA = ("llava", "llava_onevision", "internvl")
 FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "gemma3", "kimi_k25", "llama4", "idefics3",
             *LLAVA)
 USED = "L_vu"  # LLaVA: the layers whose output reaches the projector (vision_feature_layer)
@@ -110,7 +114,9 @@ def roles(spec: VisionSpec, mode: str, device: str) -> dict[str, int]:
 
 
 def supported(spec: VisionSpec) -> bool:
-    return spec.family in FAMILIES
+    # InternViT-6B's RMSNorms and QK-norm (InternVL3-38B/78B) are not written
+    return spec.family in FAMILIES and not (spec.family == "internvl" and (
+        spec.qk_norm or spec.norm != "layernorm"))
 
 
 def saves(spec: VisionSpec, params) -> tuple[Save, ...] | None:
@@ -123,6 +129,8 @@ def saves(spec: VisionSpec, params) -> tuple[Save, ...] | None:
     s = spec
     if s.family == "gemma3":
         _siglip(out, s)
+    elif s.family == "internvl":
+        _internvit(out, s)
     elif s.family in LLAVA:
         _clip(out, s)
     elif s.family == "kimi_k25":
@@ -232,7 +240,8 @@ def _qwen(out, s: VisionSpec) -> None:
 
 
 def _encoder_layers(out, s: VisionSpec, repeat: str, b: str = "encoder.layers.{i}",
-                    norms: tuple[str, str] = ("layer_norm1", "layer_norm2")) -> None:
+                    norms: tuple[str, str] = ("layer_norm1", "layer_norm2"),
+                    layer_scale: bool = False) -> None:
     """SiglipEncoderLayer / CLIPEncoderLayer / Llama4VisionEncoderLayer: the first norm, the
     q/k/v projections' input (one tensor; under autocast each casts its own copy of the
     fp32 norm output), sdpa's q, k, v, output (out_proj's input is a view of it) and
@@ -246,6 +255,8 @@ def _encoder_layers(out, s: VisionSpec, repeat: str, b: str = "encoder.layers.{i
     for x in ("q", "k", "v", "output"):
         out.append(Save(f"sdpa {x}", f"{b}.self_attn", repeat, ("N", "d_v"), "A"))
     out.append(Save("sdpa log-sum-exp", f"{b}.self_attn", repeat, ("h_v", "N"), "F"))
+    if layer_scale:  # InternViT: lambda_1 · attention output saves the output (lambda's grad)
+        out.append(Save("lambda_1's operand", b, repeat, ("N", "d_v"), "A"))
     _layernorm(out, norms[1], f"{b}.{norms[1]}", repeat, "N")
     out.append(Save("fc1 input", f"{b}.mlp.fc1", repeat, ("N", "d_v"), "A"))
     out.append(Save(f"{s.act} input", f"{b}.mlp.activation_fn", repeat, ("N", "f_v"), "A"))
@@ -253,6 +264,26 @@ def _encoder_layers(out, s: VisionSpec, repeat: str, b: str = "encoder.layers.{i
         out.append(Save("QuickGELU sigmoid output", f"{b}.mlp.activation_fn", repeat,
                         ("N", "f_v"), "A"))
     out.append(Save("fc2 input", f"{b}.mlp.fc2", repeat, ("N", "f_v"), "A"))
+    if layer_scale:
+        out.append(Save("lambda_2's operand", b, repeat, ("N", "d_v"), "A"))
+
+
+def _internvit(out, s: VisionSpec) -> None:
+    """InternVLVisionModel (LayerNorm, no QK-norm) and InternVLMultiModalProjector
+    (modeling_internvl.py), one tile: the Conv2d's pixels; each layer SigLIP's saves and the
+    two layer scales' operands (lambda_1 · attention, lambda_2 · MLP); the projector after
+    the pixel shuffle: its LayerNorm over r²·d_v, linear_1's input, the GELU's, linear_2's."""
+    out.append(Save("patch embedding input (pixels)", "embeddings.patch_embeddings", None,
+                    ("N_p", "k_v"), "A"))
+    _encoder_layers(out, s, USED, "encoder.layer.{i}", ("layernorm_before", "layernorm_after"),
+                    layer_scale=True)
+    if s.post_norm and s.feature_layer == -1:  # last_hidden_state: after the final norm
+        _layernorm(out, "layernorm", "layernorm", None, "N")
+    p = "multi_modal_projector"
+    _layernorm(out, "layer_norm", f"{p}.layer_norm", None, "N_o", width="d_vm")
+    out.append(Save("linear_1 input", f"{p}.linear_1", None, ("N_o", "d_vm"), "A"))
+    out.append(Save("GELU input", f"{p}.act", None, ("N_o", "d_t"), "A"))
+    out.append(Save("linear_2 input", f"{p}.linear_2", None, ("N_o", "d_t"), "A"))
 
 
 def _clip(out, s: VisionSpec) -> None:
