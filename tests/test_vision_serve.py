@@ -156,12 +156,13 @@ def test_plan_trains_the_tower_with_adamw(capsys, tmp_path):
     code, out, _ = run(capsys, "plan", "--config", str(write_config(tmp_path, QWEN)), "--gpu",
                        "H100", "--ctx", "64", "--train-vision")
     first = out.split("\n\n")[0]
-    assert code == 0 and "vision tower:  counted, trained" in first and "NOT counted" in first
+    assert code == 0 and "vision tower:  counted, trained" in first and \
+        "no image in the workload" in first  # saves at images: tests/test_vision_train.py
 
 
 @pytest.mark.parametrize("argv, expected", [
     (("gpt2-small", "--train-vision"), "needs a vision-language config.json"),
-    (("--train-vision", "--gpus", "2"), "planned on one GPU"),
+    (("--train-vision", "--gpus", "2", "--search"), "not with --search"),
     (("--train-vision", "--lora-rank", "8"), "beside LoRA adapters")])
 def test_train_vision_refusals(capsys, tmp_path, argv, expected):
     if argv[0] != "gpt2-small":
@@ -206,14 +207,23 @@ def test_the_profile_rule_against_vllms_log(capsys):
     assert (v["encoder_budget_tokens"], v["profile_items"]) == (16384, 1)
 
 
-def test_a_many_gpu_plan_says_the_tower_is_left_out(capsys, tmp_path):
-    """The many-GPU plans size the language model alone: their answer says so, with the
-    tower's count (transformers', test_the_tower_weights_equal_transformers_count)."""
-    code, out, err = run(capsys, "plan", "--config", str(write_config(tmp_path, QWEN)),
-                         "--gpu", "H100", "--gpus", "2", "--ctx", "64")
+def test_a_many_gpu_plan_says_where_the_tower_is(capsys, tmp_path):
+    """A layout's plan counts the tower (tests/test_vision_train.py checks its bytes): its
+    answer says so with the tower's count (transformers', test_the_tower_weights_equal_
+    transformers_count); --search sizes the language model alone and says the tower is
+    left out."""
+    path = str(write_config(tmp_path, QWEN))
+    code, out, err = run(capsys, "plan", "--config", path, "--gpu", "H100", "--gpus", "2",
+                         "--ctx", "64")
     assert code == 0, err
     first = out.split("\n\n")[0]
-    assert "vision tower:  NOT in this many-GPU plan" in first
+    assert "vision tower:  counted on the first pipeline stage" in first
+    assert f"{MATRICES + REST:,} parameters" in first
+    code, out, err = run(capsys, "plan", "--config", path, "--gpu", "H100", "--gpus", "2",
+                         "--ctx", "64", "--search")
+    assert code == 0, err
+    first = out.split("\n\n")[0]
+    assert "vision tower:  NOT in this many-GPU plan (--search" in first
     assert f"{MATRICES + REST:,} parameters" in first
 
 

@@ -74,6 +74,9 @@ class VisionSpec:
     # InternVL's min_patches (its max_patches is max_tiles)
     split: bool = True
     min_tiles: int = 1
+    # LLaVA's vision_feature_layer: the hidden state the projector reads (-1 the last
+    # layer's output; -2, LLaVA-1.5's, the one before: the last layer runs, its output unused)
+    feature_layer: int = -1
 
     @property
     def head_dim(self) -> int:
@@ -295,7 +298,7 @@ def _llava(data: Mapping, where: str, text: int) -> VisionSpec:
         False, vc.get("hidden_act", "quick_gelu"), "layernorm", patch, 1,
         _get(vc, "num_channels", 3, where), False, (size // patch) ** 2 + 1, True, True, True, 1,
         None, (), "llava_mlp", bool(data.get("multimodal_projector_bias", True)),
-        text, size, None, strategy == "full")
+        text, size, None, strategy == "full", feature_layer=layer)
 
 
 # ---- Qwen3-VL and Qwen3.5 (modeling_qwen3_vl.py Qwen3VLVisionModel, modeling_qwen3_5.py

@@ -70,4 +70,5 @@ def _internvl(data: Mapping, where: str, text: int) -> VisionSpec:
         True, positions, True, False, not vc.get("use_mean_pooling", True), 2, None, (),
         "internvl", True, text, size, (side // 2) ** 2,
         qkv_bias=bool(vc.get("attention_bias", False)), qk_norm=bool(vc.get("use_qk_norm", False)),
-        max_tiles=12)  # GotOcr2ImageProcessor's max_patches (processor.py: --processor reads it)
+        max_tiles=12,  # GotOcr2ImageProcessor's max_patches (processor.py: --processor reads it)
+        feature_layer=layer)

@@ -108,9 +108,13 @@ def parser() -> Parser:
                         "register_optim_in_bwd_hooks): no moment holds every gradient")
     w.add_argument("--train-vision", action="store_true",
                    help="a vision-language config.json: train its vision tower and projector "
-                        "too (their gradients and optimizer state; activations not counted). "
-                        "Default: frozen, LLaMA-Factory's freeze_vision_tower default, its "
-                        "weights alone beside the language model's step")
+                        "too (their gradients, optimizer state, and the activations they save "
+                        "for the images each sequence holds: --image/--images, per sequence). "
+                        "Default: frozen, LLaMA-Factory's freeze_vision_tower and "
+                        "freeze_multi_modal_projector defaults, its weights alone beside the "
+                        "language model's step")
+    from accounting.cli.main import add_image_args
+    add_image_args(w)  # issue 41: the images of each sequence (--ctx holds their tokens)
     recipes_cli.add_args(w)  # issue 44: --loss, --loss-chunks, --compile
     w.add_argument("--recompute", choices=tuple(RECOMPUTE), default=NO_RECOMPUTE,
                    help="none (default), selective (recompute the attention core, Korthikanti "
@@ -168,14 +172,12 @@ def main(argv: list[str]) -> int:
     hf = hf_source_from_args(ns)
     ck = checkpoint.check(ns, config, hf)  # issue 42: --checkpoint
     if ns.gpus is not None:
-        if ns.train_vision:
-            raise UsageError("--train-vision is planned on one GPU (the many-GPU plans size the "
-                             "language model alone); drop --gpus or --train-vision")
         return parallel_cli.run(ns, config, ck)
     if ns.emit:
         raise UsageError(f"--emit {ns.emit} writes a layout's launch settings; give --gpus N "
                          f"(1 for one GPU)")
     parallel_cli.check_single(ns)
+    from accounting.cli.main import vision_workload
     result = plan(config, ns.ctx, ns.batch or 1, precision=ns.precision, scope=ns.scope,
                   implementation=ns.implementation, optimizer=ns.optimizer,
                   from_hf=hf is not None,
@@ -185,6 +187,7 @@ def main(argv: list[str]) -> int:
                   margin=ns.margin, steps=ns.steps, tokens=ns.tokens, position=ns.position,
                   optimizer_in_backward=ns.optimizer_in_backward,
                   tower=getattr(hf, "vision", None), train_vision=ns.train_vision,
+                  images=vision_workload(ns, hf),
                   **recipes_cli.plan_kwargs(ns), **finetune_cli.plan_kwargs(ns))
     line = None
     if result.tower is not None:  # issue 41: said on the first screen

@@ -296,16 +296,33 @@ def _check_emit(ns) -> None:
                          f"and --compare-formulas")
 
 
-def _tower_line(ns):
-    """The answer with a line saying a vision-language config's tower is not in this plan
-    (the one-GPU plan holds it: planning/vision_train.py); the answer as it is otherwise."""
+def _tower(ns, precision, finetune, run_stack, recompute: str, seq: int):
+    """(a vision-language config's TowerRun for this plan, or None; the answer's function
+    adding its first-screen line). The tower is planned with the torch stack's full
+    training of one layout (planning/parallel/vision.py); with --search, LoRA or another
+    stack the line says it is left out."""
     from dataclasses import replace
     from accounting.cli.args import hf_source_from_args
-    from accounting.present.vision_views import uncounted
-    line = uncounted(hf_source_from_args(ns), "this many-GPU plan (its weights, gradients, "
-                                              "optimizer state and activations; one-GPU "
-                                              "plans hold it)")
-    return (lambda a: a) if line is None else (lambda a: replace(a, notes=a.notes + (line,)))
+    from accounting.cli.main import vision_workload
+    from accounting.present import vision_views as VV
+    hf = hf_source_from_args(ns)
+    spec, images = getattr(hf, "vision", None), vision_workload(ns, hf)
+    if spec is None:
+        return None, (lambda a: a)
+    why = ("--search" if ns.search else "--lora-rank" if finetune is not None else
+           f"--stack {run_stack.name}" if not run_stack.stack.torch_engines else None)
+    if why is not None:
+        if ns.train_vision or (images is not None and images.images):
+            raise UsageError(f"--train-vision and --image are planned on many GPUs with the "
+                             f"torch stack's full training of one layout, not with {why}")
+        line = VV.uncounted(hf, f"this many-GPU plan ({why}: its weights, gradients, optimizer "
+                                f"state and activations)")
+        return None, (lambda a: replace(a, notes=a.notes + (line,)))
+    from accounting.planning.parallel.vision import tower_for
+    tower = tower_for(spec, images, precision, ns.optimizer or DEFAULT_OPTIMIZER,
+                      ns.train_vision, recompute, seq)
+    line = VV.parallel_line(tower.training)
+    return tower, (lambda a: replace(a, notes=a.notes + (line,)))
 
 
 def run(ns: argparse.Namespace, config, ck=None) -> int:
@@ -373,6 +390,7 @@ def run(ns: argparse.Namespace, config, ck=None) -> int:
         if ns.stage_layers is not None:
             raise UsageError("--stage-layers fixes one pipeline's split; --search tries every "
                              "pp (each split evenly, or one fewer on the first and last stage)")
+        _, with_line = _tower(ns, precision, finetune, run_stack, ns.recompute, seq)
         base = Layout(ns.gpus, ep=ns.ep, sp=ns.sp, zero=zero, micro_batch=micro,
                       global_batch=ns.batch or ns.gpus * micro, recompute=ns.recompute,
                       cp=ns.cp, vpp=ns.virtual_stages)
@@ -390,6 +408,7 @@ def run(ns: argparse.Namespace, config, ck=None) -> int:
         lo = Layout(ns.gpus, ns.tp, ns.pp, dp, ns.ep, ns.sp, zero, micro,
                     ns.batch or dp * micro * ns.pp, ns.recompute, cp=ns.cp,
                     vpp=ns.virtual_stages, stage_split=stage_split(ns.stage_layers))
+        tower, with_line = _tower(ns, precision, finetune, run_stack, ns.recompute, seq)
         result = parallel_plan(config, lo, seq, precision=precision, hardware=hw, net=net,
                                mfu=ns.mfu, margin=ns.margin, tokens=ns.tokens, stack=run_stack,
                                **utilization, optimizer=ns.optimizer or DEFAULT_OPTIMIZER,
@@ -397,8 +416,12 @@ def run(ns: argparse.Namespace, config, ck=None) -> int:
                                finetune=finetune, implementation=implementation,
                                offload=parse_offload(ns.offload),
                                loss=ns.loss, loss_chunks=ns.loss_chunks,
-                               compile=ns.compile)
+                               compile=ns.compile, tower=tower)
         tables, data = views.tables, export.to_dict
+        if tower is not None:  # issue 41: the JSON's "vision" entry
+            from accounting.present.vision_views import parallel_dict
+            data = (lambda f, v: lambda r: {**f(r), "vision": v})(
+                data, parallel_dict(tower.training))
         if ns.compare_formulas and finetune is not None:
             raise UsageError("--compare-formulas sets full training beside the literature; "
                              "leave it out with --lora-rank")
@@ -414,9 +437,8 @@ def run(ns: argparse.Namespace, config, ck=None) -> int:
         return 0
     from accounting.cli import checkpoint, cost as cost_cli  # issue 42
     c = _cost(ns, result, hw)
-    tower = _tower_line(ns)  # issue 41: a vision-language config's tower, said left out
     output.emit(ns.format, ns.output,
-                lambda: (lambda t: [cost_cli.answer(checkpoint.answer(tower(t[0]), ck), c)]
+                lambda: (lambda t: [cost_cli.answer(checkpoint.answer(with_line(t[0]), ck), c)]
                          + t[1:])(tables(result)),
                 lambda: cost_cli.add_json(checkpoint.add_json(data(result), ck), c),
                 lambda: export.to_csv(data(result)))

@@ -133,6 +133,9 @@ class MemoryModel:
     loss_chunks: int = LM.DEFAULT_CHUNKS
     offload_activations: bool = False
     compile: bool = False  # each block under torch.compile (compile_memory.py)
+    # issue 41: a trained vision tower's saved activations (planning/vision_train.py), bytes
+    # (per sequence, once per step), kept from its forward to the end of the backward pass
+    vision_saved: tuple[int, int] = (0, 0)
 
     def __post_init__(self) -> None:
         if self.scope not in SCOPES:

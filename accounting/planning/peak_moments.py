@@ -67,6 +67,10 @@ def peak_terms(m) -> tuple:
                                      if m.compile else None)
         kept = kept - moved + flight
         offload_what += "; " + AO.RULE
+    per_seq, once = m.vision_saved  # issue 41: a trained vision tower's saves, kept until
+    if per_seq or once:  # the backward pass reaches it, its last (planning/vision_train.py)
+        kept = kept + Expr.of(per_seq, ("B",)) + Expr.of(once)
+        offload_what += "; the vision tower's saved activations"
     f32, i64 = DTYPE_BYTES[FP32], DTYPE_BYTES[INT64]
     lsm = next((r for r in acts if r.name == "log-softmax of the logits"), None)
     # the 0-dim loss the training loop holds (a fused kernel's: float32, flash-attn's

@@ -131,7 +131,7 @@ def plan(config: ModelConfig | str, seq: int | None = None, batch: int = 1, *,
          from_hf: bool | None = None, attention_given: bool = False,
          trainable=None, lora=None, base_weights: str | None = None, double_quant: bool = True,
          module_names=None, optimizer_in_backward: bool = False, tower=None,
-         train_vision: bool = False, loss: str = "standard",
+         train_vision: bool = False, images=None, loss: str = "standard",
          loss_chunks: int | None = None, offload_activations: bool = False,
          compile: bool = False) -> Plan:
     """Every answer for one workload. Numbers given as strings or Fractions stay exact.
@@ -150,7 +150,10 @@ def plan(config: ModelConfig | str, seq: int | None = None, batch: int = 1, *,
     register_optim_in_bwd_hooks): no moment holds every gradient. loss: "standard",
     "chunked" (torchtune's, loss_chunks chunks, 8 by default) or "fused-linear" (Liger's);
     offload_activations: torchtune's OffloadActivations (accounting/planning/loss_memory.py,
-    activation_offload.py); compile: each block under torch.compile (compile_memory.py)."""
+    activation_offload.py); compile: each block under torch.compile (compile_memory.py).
+    tower: a vision-language config's VisionSpec (held frozen, or trained with
+    train_vision); images: the images of each sequence (analysis/images.py's
+    VisionWorkload), whose saves a trained tower keeps (planning/vision_train.py)."""
     if from_hf is None:
         from accounting.architecture.presets import HF_IDS
         from_hf = isinstance(config, str) and config in HF_IDS
@@ -207,22 +210,26 @@ def plan(config: ModelConfig | str, seq: int | None = None, batch: int = 1, *,
                          "--scope model (the default) with them")
     ft = _finetune(config, p, scope, lora, base_weights, double_quant, module_names,
                    recipe.implementation, trainable)  # issue 28
+    tw = None
+    if tower is not None:  # issue 41: the tower's weights (and, trained, its state and saves)
+        from accounting.planning.vision_train import tower_activations, tower_training
+        if train_vision and ft is not None:
+            raise UsageError("--train-vision trains the whole tower beside LoRA adapters, which "
+                             "the tool does not plan; drop one of them")
+        tw = replace(tower_training(tower, p, recipe.optimizer, train_vision),
+                     activations=tower_activations(tower, images, p, recompute, train_vision,
+                                                   seq))
+    elif train_vision or images is not None:
+        raise UsageError(f"{'--train-vision' if train_vision else '--image/--images'} needs a "
+                         f"vision-language config.json whose tower the tool reads; drop it for "
+                         f"a language model")
     model = MemoryModel(config, p, scope, recompute, recipe.implementation, recipe.optimizer,
                         trainable, ft, arch=hw.arch if hw else None,
                         optimizer_in_backward=bool(optimizer_in_backward),
                         loss=loss, loss_chunks=chunks,
                         offload_activations=bool(offload_activations),
-                        compile=bool(compile))
-    tw = None
-    if tower is not None:  # issue 41: the tower's weights (and, trained, its state)
-        from accounting.planning.vision_train import tower_training
-        if train_vision and ft is not None:
-            raise UsageError("--train-vision trains the whole tower beside LoRA adapters, which "
-                             "the tool does not plan; drop one of them")
-        tw = tower_training(tower, p, recipe.optimizer, train_vision)
-    elif train_vision:
-        raise UsageError("--train-vision needs a vision-language config.json whose tower the "
-                         "tool reads; drop it for a language model")
+                        compile=bool(compile),
+                        vision_saved=tw.activations.saved if tw else (0, 0))
     budget = (Budget(hw.memory_bytes, m, tw.total if tw else 0) if hw and hw.memory_bytes
               else None)
     if budget is None and not 0 <= m < 1:

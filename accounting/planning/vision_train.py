@@ -10,8 +10,16 @@ backward, and its forward's intermediates are freed before the language model's 
 (transformers' get_image_features runs first).
 Trained: its weights, gradients (the gradient dtype), the optimizer's state per tensor
 (Optimizer.state of each tensor's real shape, its step counters where they live on the GPU,
-its shared state) and an fp32 master copy where the precision keeps one. Its activations
-saved for backward at --image inputs are NOT counted (the first screen says so).
+its shared state) and an fp32 master copy where the precision keeps one; and what autograd
+saves in it for the backward pass at the --image inputs of each sequence
+(accounting/ledger/builder/vision_saves.py, checked against transformers' towers with
+saved-tensor hooks), kept from the tower's forward, the step's first, to the end of the
+backward pass: live at every moment the language model's kept activations are
+(planning/peak_moments.py). Under --recompute full each tower block keeps its input
+(transformers' GradientCheckpointingLayer: gradient_checkpointing_enable() reaches the
+tower's blocks); --recompute selective has no counterpart in the tower (transformers
+checkpoints whole layers), so it saves as without recompute. The tower's FLOPs are not in
+the step's FLOPs.
 """
 from __future__ import annotations
 
@@ -19,8 +27,58 @@ from dataclasses import dataclass
 
 from accounting.architecture.vision import VisionSpec
 from accounting.ledger.builder import vision as VB
+from accounting.ledger.builder import vision_saves as VS
 from accounting.planning.optimizers import get_optimizer
+from accounting.runtime.errors import UsageError
 from accounting.units import DTYPE_BYTES, FP32
+
+# what the plan says of the tower's activations
+COUNTED = "counted"
+FROZEN = "frozen"  # nothing saved
+NO_IMAGES = "no --image"  # trained, but no image in the workload
+NOT_WRITTEN = "not written"  # trained, its saves not written for this family (left out)
+
+
+@dataclass(frozen=True)
+class TowerActivations:
+    status: str
+    images: int = 0  # images per sequence
+    image_tokens: int = 0  # tokens they add to each sequence
+    per_sequence: int = 0  # bytes saved for each sequence's images
+    fixed: int = 0  # bytes saved once per step (autocast's bf16 weight copies)
+    checkpointed: bool = False
+
+    @property
+    def saved(self) -> tuple[int, int]:
+        """(per sequence, once): MemoryModel.vision_saved."""
+        return self.per_sequence, self.fixed
+
+
+def tower_activations(spec: VisionSpec, workload, precision, recompute: str, trained: bool,
+                      seq: int) -> TowerActivations:
+    """The tower's saves for one sequence's images (workload: analysis/images.py's
+    VisionWorkload of --image/--images, None when not given); seq: the sequence's tokens,
+    which hold the image tokens."""
+    rows = workload.images if workload is not None else ()
+    tokens = sum(r.tokens for r in rows)
+    if tokens > seq:
+        raise UsageError(f"--image: the images add {tokens:,} tokens to each sequence, more "
+                         f"than --ctx {seq:,}; the sequence holds them: give --ctx {tokens:,} "
+                         f"or more")
+    if not trained:
+        return TowerActivations(FROZEN, len(rows), tokens)
+    if not rows:
+        return TowerActivations(NO_IMAGES)
+    ledger = VB.walk(spec)
+    if ledger.saves is None:
+        return TowerActivations(NOT_WRITTEN, len(rows), tokens)
+    mode, full = VS.mode_of(precision), recompute == "full"
+    per = once = 0
+    for r in rows:
+        p, o = VS.bytes_per_image(ledger, VB.values(spec, *r.grid), mode, "cuda", full)
+        per, once = per + p * r.tiles, o
+    return TowerActivations(COUNTED, len(rows), tokens, per, once, full)
+
 
 @dataclass(frozen=True)
 class TowerTraining:
@@ -31,6 +89,7 @@ class TowerTraining:
     gradients: int
     optimizer: int
     master: int
+    activations: TowerActivations | None = None  # in the step's peak, not in total
 
     @property
     def total(self) -> int:

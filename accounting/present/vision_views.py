@@ -216,7 +216,23 @@ def uncounted(hf, what: str) -> str | None:
 
 # planning/vision_train.py's default, as the recipe it follows states it
 LLAMA_FACTORY = ("LLaMA-Factory's default (FinetuningArguments.freeze_vision_tower = True, "
-                 "hparams/finetuning_args.py)")
+                 "freeze_multi_modal_projector = True, hparams/finetuning_args.py)")
+
+
+def _activations(a) -> str:
+    """What the line says of the tower's saved activations (planning/vision_train.py)."""
+    from accounting.planning import vision_train as VT
+    if a is None or a.status == VT.NO_IMAGES:
+        return ("no image in the workload, so no activation saved in it (give --image HxW, "
+                "the images of each sequence)")
+    n = f"{grouped(a.images)} image{'' if a.images == 1 else 's'} per sequence"
+    if a.status == VT.NOT_WRITTEN:
+        return (f"its activations at the {n} are NOT counted (left out: the saved tensors "
+                f"of Gemma 4's, Pixtral's and InternViT-6B's towers are not written yet)")
+    ckpt = ", each block checkpointed (--recompute full)" if a.checkpointed else ""
+    return (f"saved activations for the {n}: {gigabytes(a.per_sequence)} per sequence + "
+            f"{gigabytes(a.fixed)} per step{ckpt}, in the step's peak above (its FLOPs are "
+            f"not in the step's)")
 
 
 def training_line(t) -> str:
@@ -233,12 +249,39 @@ def training_line(t) -> str:
                                  f"{gigabytes(t.gradients)} + optimizer state "
                                  f"{gigabytes(t.optimizer + t.master)} = {gigabytes(t.total)} "
                                  f"held beside the step's peak (the usable memory above is "
-                                 f"less them); its activations at --image inputs are NOT "
-                                 f"counted")
+                                 f"less them); {_activations(t.activations)}")
+
+
+def parallel_line(t) -> str:
+    """The many-GPU plan's first-screen line (planning/parallel/vision.py): where the
+    tower is and what of it the plan holds."""
+    how = ("trained (--train-vision): its gradients and optimizer state with its weights"
+           if t.trained else f"frozen ({LLAMA_FACTORY}): its weights alone")
+    return _line("vision tower", f"counted on the first pipeline stage, whole on each of its "
+                                 f"TP ranks (transformers' TP plans leave it unsplit), its "
+                                 f"tensors sharded by --zero/--fsdp as the model's: "
+                                 f"{grouped(t.params)} parameters, {how}, in the model states "
+                                 f"above; {_activations(t.activations)}")
+
+
+def parallel_dict(t) -> dict:
+    return {**training_dict(t), "placement": "first pipeline stage; replicated over tensor "
+            "parallelism; data-parallel sharding as the model's tensors",
+            "bytes_are": "the whole tower's (unsharded); the per-GPU states hold its shard"}
 
 
 def training_dict(t) -> dict:
     return {"family": t.family, "parameters": t.params, "trained": t.trained,
             "weights_bytes": t.weights, "gradient_bytes": t.gradients,
             "optimizer_state_bytes": t.optimizer, "master_bytes": t.master,
-            "total_bytes": t.total, "activations_counted": False}
+            "total_bytes": t.total, **_activations_dict(t.activations)}
+
+
+def _activations_dict(a) -> dict:
+    from accounting.planning import vision_train as VT
+    counted = a is not None and a.status == VT.COUNTED
+    return {"activations_counted": counted,
+            "activations": None if a is None else a.status,
+            "images_per_sequence": 0 if a is None else a.images,
+            "activation_bytes_per_sequence": a.per_sequence if counted else None,
+            "activation_bytes_per_step": a.fixed if counted else None}

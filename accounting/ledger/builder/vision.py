@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from accounting.ledger import records as R
 from accounting.architecture.vision import VisionSpec
+from accounting.ledger.builder import vision_saves as VS
 
 VISION = "vision encoder"  # the component of every record here (tower and projector)
 BLOCK = "{i}"
@@ -29,6 +30,8 @@ class VisionLedger:
     params: tuple[R.Param, ...]  # state-dict order
     matmuls: tuple[R.Matmul, ...]  # one image's forward, in execution order
     projector_params: tuple[str, ...]  # names of the projector's parameters
+    # what a trained tower saves for the backward pass (vision_saves.py); None: not written
+    saves: tuple | None = None
 
     def param_count(self, values: dict[str, int]) -> int:
         return sum(p.numel(values) * p.count(values) for p in self.params)
@@ -80,7 +83,9 @@ def walk(spec: VisionSpec) -> VisionLedger:
         _internvl(w, spec)
     else:
         _vit(w, spec)
-    return VisionLedger(spec, tuple(w.params), tuple(w.matmuls), tuple(w.projector))
+    params = tuple(w.params)
+    return VisionLedger(spec, params, tuple(w.matmuls), tuple(w.projector),
+                        VS.saves(spec, params))
 
 
 def _block_matmuls(w: _Walk, s: VisionSpec, prefix: str, names: dict[str, str]) -> None:

@@ -31,6 +31,7 @@ from accounting.planning import compile_memory as CM, loss_memory as LM
 from accounting.planning.parallel import peak as PK
 from accounting.planning.parallel import pipeline_buffers as PB
 from accounting.units import DTYPE_BYTES
+from accounting.planning.parallel import vision as TV
 from accounting.planning.parallel.fit import fit as _fit
 from accounting.planning.parallel.buffers import Item, engine_buffers, stage_buffers
 from accounting.planning.parallel.layout import SELECTIVE, Layout, check_layout, stage_layers
@@ -70,9 +71,11 @@ def _states_key(dl: Layout) -> Layout:
 
 @lru_cache(maxsize=4096)
 def _states(sp: Split, seq: int, b: int, dl: Layout, stage: int, tp_rank: int,
-            dp_rank: int | None):
+            dp_rank: int | None, extra: tuple = ()):
+    """`extra`: units the first stage holds beside the model's (a vision tower's:
+    parallel/vision.py)."""
     values = sp.values(seq, b)
-    units = stage_tensors(sp, values, dl, stage, tp_rank)
+    units = stage_tensors(sp, values, dl, stage, tp_rank) + (list(extra) if stage == 0 else [])
     rank = dp_rank if dp_rank is not None else (
         zero1_worst_rank(units, dl) if dl.sharding == 1 else 0)
     return units, states(units, dl, rank)
@@ -124,11 +127,13 @@ def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage:
                stack: StackRun = StackRun(), counting: str = EXECUTED,
                optimizer: str = DEFAULT_OPTIMIZER, finetune=None,
                implementation: str = COURSE, offload: frozenset = frozenset(),
-               loss: str = LM.STANDARD) -> StagePlan:
+               loss: str = LM.STANDARD, tower=None) -> StagePlan:
     """One GPU of a stage: TP rank `tp_rank`, data-parallel rank `dp_rank` (default: 0, or
     under ZeroRedundancyOptimizer the rank with the most AdamW state). `act_rows` are the
     saved tensors of a rank's T/cp tokens (the course model's: another stack plans its own).
-    `finetune`: a LoRA plan (planning/finetune.py; lora_states.py: its model states)."""
+    `finetune`: a LoRA plan (planning/finetune.py; lora_states.py: its model states).
+    `tower`: a vision tower's TowerRun (parallel/vision.py): its tensors and saved
+    activations on the first stage."""
     c = sp.config
     layers = stage_layers(c, layout, stage)
     kinds = sp.kinds(layers)
@@ -140,7 +145,8 @@ def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage:
     # (ZeroRedundancyOptimizer's most loaded rank is torch's; the other stacks' states are
     # the same on every data-parallel rank)
     units, st = _states(sp, seq, layout.micro_batch, _states_key(dl), stage, tp_rank,
-                        dp_rank if dp_rank is not None or stack.stack.torch_engines else 0)
+                        dp_rank if dp_rank is not None or stack.stack.torch_engines else 0,
+                        TV.state_units(tower))
     z, d, p = dl.sharding, dl.dp, precision
     if not stack.stack.torch_engines:
         items, acts = stack_memory(stack, sp, dl, precision, st, stage, kinds, values, local,
@@ -173,6 +179,8 @@ def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage:
         items += optimizer_items(units, dl, st, optimizer, p, n_sym)
         update = None if is_default(optimizer) else update_flops(units, dl, st, optimizer)
         items += fp8_items(sp, units, p, values)
+    if stage == 0:  # issue 41: a frozen vision tower's weights (a trained one is in `st`)
+        items += TV.frozen_items(tower, dl, p)
     buf = stage_buffers(sp, values, kinds)
     if buf:
         bias = c.num_experts is not None and c.router_bias
@@ -187,6 +195,8 @@ def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage:
     acts = _activations(sp, plain, replace(layout, zero=0), local, tp_rank, stage, kinds,
                         DTYPE_BYTES[p.param_dtype] if stack.stack.pp_fwd_cache else 0,
                         loss == LM.FUSED_LINEAR)
+    if tower is not None and stage == 0:  # issue 41: the tower's saves (parallel/vision.py)
+        acts = TV.with_saves(acts, tower.saved)
     copies = acts.copies_held(acts.in_flight)
     items.append(Item("activations of the k micro-batches in flight"
                       + ("" if layout.recompute == "none" else " + one block's recomputed part"),
@@ -287,7 +297,8 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
                   measured_tokens_per_second=None, optimizer: str = DEFAULT_OPTIMIZER,
                   finetune=None, implementation: str = COURSE,
                   offload: frozenset = frozenset(), loss: str = "standard",
-                  loss_chunks: int | None = None, compile: bool = False) -> ParallelPlan:
+                  loss_chunks: int | None = None, compile: bool = False,
+                  tower=None) -> ParallelPlan:
     """The plan of one GPU per stage shown (TP rank 0 — it holds the most of an uneven
     split — and data-parallel rank 0, or the given ranks). `mfu` is read under
     `mfu_convention` and `mfu_scope` (planning/mfu.py): in the compute scope the rate each
@@ -298,7 +309,8 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
     (planning/finetune.py resolve): the base frozen, the adapters trained (lora_states.py).
     `implementation`: whose ops the torch stack plans (recipes.py: model/'s, or
     transformers' as the one-GPU plan of a Hugging Face model runs them); the other stacks
-    run their own (stack_memory.implementation)."""
+    run their own (stack_memory.implementation). `tower`: a vision-language model's
+    TowerRun (parallel/vision.py), the torch stack's full training only."""
     check_convention(mfu_convention)
     check_scope(mfu_scope)
     if mfu_scope == COMPUTE and mfu_convention == SIX_N:
@@ -380,7 +392,7 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
     counting = USEFUL if mfu_convention != EXECUTED else EXECUTED
     plans = tuple(stage_plan(sp, layout, precision, seq, s, rows, values, tp_rank, dp_rank,
                              stack, counting, optimizer, finetune, impl, frozenset(offload),
-                             loss)
+                             loss, tower)
                   for s in (stages if stages is not None else _shown(config, layout)))
     arch = hardware.arch if hardware is not None else None
     # --compile under torchtitan: its own Llama's blocks (the stack's ledger, no autocast),

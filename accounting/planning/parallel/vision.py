@@ -1,0 +1,111 @@
+"""A vision-language model's tower in a many-GPU plan (issue 41, Must 3), torch stack.
+
+Where the tower lives and how it is split, as the stacks that train these models do:
+  * tensor parallelism: not split, every TP rank holds the whole tower and runs it on the
+    images of its micro-batch. transformers 5.23's tensor-parallel plans name the language
+    model's blocks only (Qwen2_5_VLTextConfig.base_model_tp_plan: "layers.*.self_attn.q_proj"
+    ...; Qwen2_5_VLVisionConfig has none; Gemma3TextConfig's likewise, SiglipVisionConfig
+    none), so tp_plan="auto" leaves the tower replicated;
+  * pipeline parallelism: on the first stage (the base_model_pp_plan of those text configs
+    starts at embed_tokens; the tower's features are scattered into the embeddings before
+    the first block), its saved tensors in each micro-batch the first stage holds in flight;
+  * data parallelism: its tensors are model tensors like the others (DDP replicates them,
+    ZeroRedundancyOptimizer assigns their state, FSDP2 shards each one's rows:
+    planning/parallel/states.py), in FSDP units of one vision block each, as transformers'
+    _no_split_modules names them (Qwen2_5_VLVisionBlock, Qwen2VLVisionBlock; SigLIP's
+    encoder layers), and one unit of the rest (patch embedding, final norms, projector).
+    A frozen tower's tensors need no gradient and no optimizer state.
+A tower unit's `layer` is negative (−1 − its block; −1 − L_v for the rest of the tower):
+the language model's blocks are numbered from 0, and buffers.py keys units by layer. The
+tower's saved activations are planning/vision_train.py's (builder/vision_saves.py), the
+same on every TP rank (each runs the whole tower on its micro-batch's images).
+The tower's FLOPs are not in the step's time.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from functools import lru_cache
+
+from accounting.architecture.vision import VisionSpec
+from accounting.ledger.builder import vision as VB
+from accounting.planning.parallel.activations import Linear, StageActivations
+from accounting.planning.parallel.shards import FIRST, Tensor
+from accounting.planning.parallel.states import Local, Unit
+
+
+@dataclass(frozen=True)
+class TowerRun:
+    """What the first stage holds of the tower beside the language model."""
+    units: tuple[Unit, ...]  # its tensors, on every TP rank of the first stage
+    saved: Linear  # its saved activations per micro-batch: a per sequence, c once
+    training: object  # planning/vision_train.py TowerTraining (the line and the JSON)
+
+
+@lru_cache(maxsize=64)
+def tower_units(spec: VisionSpec, trained: bool) -> tuple[Unit, ...]:
+    ledger, v = VB.walk(spec), VB.values(spec)
+    blocks: dict[int, list[Local]] = {}
+    rest: list[Local] = []
+    for p in ledger.params:
+        t = Tensor(p.name, p.module, p.repeat is not None, FIRST, tuple((s,) for s in p.shape),
+                   None, len(p.shape) == 2, False, frozen=not trained)
+        sizes = p.sizes(v)
+        if p.repeat is None:
+            rest.append(Local(t, None, sizes))
+            continue
+        for j in range(p.count(v)):  # one Local for every block, as stage_tensors shares
+            blocks.setdefault(j, []).append(Local(t, None, sizes))
+    units = [Unit(f"vision block {j}", tuple(ts), False, layer=-1 - j)
+             for j, ts in sorted(blocks.items())]
+    return tuple(units) + (Unit("vision tower (the rest)", tuple(rest), False,
+                                layer=-1 - len(blocks)),)
+
+
+def tower_run(spec: VisionSpec, training) -> TowerRun:
+    """`training`: the TowerTraining of planning/vision_train.py, its activations set."""
+    a = training.activations
+    return TowerRun(tower_units(spec, training.trained),
+                    Linear(a.per_sequence, a.fixed) if a is not None else Linear(), training)
+
+
+def with_saves(acts: StageActivations, saved: Linear) -> StageActivations:
+    """The first stage's activations with the tower's in each micro-batch in flight."""
+    if saved == Linear():
+        return acts
+    return replace(acts, per_micro_batch=acts.per_micro_batch + saved,
+                   total=acts.total + saved.times(acts.in_flight))
+
+
+def tower_for(spec: VisionSpec, images, precision, optimizer: str, trained: bool,
+              recompute: str, seq: int) -> TowerRun:
+    """The TowerRun of a vision-language config's tower (`images`: analysis/images.py's
+    VisionWorkload of each sequence's images, or None) under this precision and optimizer,
+    frozen or trained (planning/vision_train.py)."""
+    from accounting.planning.vision_train import tower_activations, tower_training
+    training = replace(tower_training(spec, precision, optimizer, trained),
+                       activations=tower_activations(spec, images, precision, recompute,
+                                                     trained, seq))
+    return tower_run(spec, training)
+
+
+def state_units(tower) -> tuple[Unit, ...]:
+    """The units the first stage's model states hold (states.py): a trained tower's; a
+    frozen tower is frozen_items' alone (no gradient, no optimizer state)."""
+    return tower.units if tower is not None and tower.training.trained else ()
+
+
+def frozen_items(tower, layout, precision) -> list:
+    """A frozen tower's parameters on a first-stage GPU, in the parameters' dtype: whole
+    below ZeRO-2, FSDP2's padded shard (⌈rows/d⌉ rows of each) at ZeRO-2/3, as the model's
+    (FSDP2's fully_shard shards a module's frozen parameters with the rest). Its FSDP
+    all-gathers are not in the collectives."""
+    from accounting.planning.parallel.buffers import Item
+    if tower is None or tower.training.trained:
+        return []
+    d, z = layout.dp, layout.sharding
+    n = sum(t.padded(d) if z >= 2 else t.numel for u in tower.units for t in u.tensors)
+    b = precision.master_bytes
+    return [Item(f"vision tower parameters (frozen, {precision.param_dtype}"
+                 f"{', FSDP shards' if z >= 2 else ''})",
+                 f"{b}·Σ⌈rows/d⌉·cols (tower)" if z >= 2 else f"{b}·N_tower",
+                 Linear(0, n * b), model_state=True, per_element=b)]
