@@ -55,8 +55,12 @@ def test_fsdp_peak_adds_the_loss_gradients(capsys):
     grads = sum(i["bytes"] for i in s["items"] if i["name"].startswith("gradients"))
     assert grads >= 4 * 8030261248 // 8  # FSDP's fp32 shard (rows padded: a little more)
     loss_grads = 2 * 32768 * V * 4
-    # one micro-batch per rank: no gradient is live at the loss's backward yet
-    assert moment["bytes"] - (s["memory_bytes"] - grads) >= loss_grads
+    # one micro-batch per rank: no gradient is live at the loss's backward yet, nor the
+    # gradient buffers the head's backward and the blocks' allocate after it (FSDP2's
+    # unsharded root and block gradients: pass_grads)
+    later = sum(i["bytes"] for i in s["items"] if i["pass_grads"])
+    assert later >= 2 * V * 4096  # at least the LM head's unsharded gradient (bf16 or fp32)
+    assert moment["bytes"] - (s["memory_bytes"] - grads - later) >= loss_grads
     assert d["memory_per_gpu_items_bytes"] == s["memory_bytes"] < d["memory_per_gpu_bytes"]
 
 
@@ -78,8 +82,12 @@ def test_reserved_beside_allocated_in_the_json(capsys):
     assert one["peak"]["reserved_bytes"] >= one["peak"]["peak_bytes"]
     many = plan_json(capsys, "--ctx", "4096", "--gpus", "8", "--fsdp", "--batch", "8")
     assert many["memory_per_gpu_reserved_bytes"] >= many["memory_per_gpu_bytes"]
-    # the segments' rounding is at most 2 MiB a tensor: well under 1% of this peak
-    assert many["memory_per_gpu_reserved_bytes"] < 1.01 * many["memory_per_gpu_bytes"]
+    # beyond the segments' rounding (at most 2 MiB a tensor: well under 1% of this peak),
+    # the previous step's fp32 gradient shards, freed by zero_grad before the forward, stay
+    # reserved at a peak that holds no gradient (planning/reserved.py): at most 4·N/8 bytes
+    # of Llama-3.1-8B's N = 8,030,261,248 parameters (a shard's rows padded: a little more)
+    spare = many["memory_per_gpu_reserved_bytes"] - many["memory_per_gpu_bytes"]
+    assert spare < 0.01 * many["memory_per_gpu_bytes"] + 4 * 8030261248 // 8 * 1.001
 
 
 def test_torchtitan_pp_keeps_the_stage_gathered_and_accumulates_unsharded(capsys):

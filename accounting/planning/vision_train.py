@@ -48,6 +48,19 @@ class TowerActivations:
     fixed: int = 0  # bytes saved once per step (autocast's bf16 weight copies)
     checkpointed: bool = False
 
+    # what a renderer asks (present/vision_views.py reads these, never the status names)
+    @property
+    def counted(self) -> bool:
+        return self.status == COUNTED
+
+    @property
+    def no_images(self) -> bool:
+        return self.status == NO_IMAGES
+
+    @property
+    def not_written(self) -> bool:
+        return self.status == NOT_WRITTEN
+
     @property
     def saved(self) -> tuple[int, int]:
         """(per sequence, once): MemoryModel.vision_saved."""

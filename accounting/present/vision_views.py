@@ -221,12 +221,11 @@ LLAMA_FACTORY = ("LLaMA-Factory's default (FinetuningArguments.freeze_vision_tow
 
 def _activations(a) -> str:
     """What the line says of the tower's saved activations (planning/vision_train.py)."""
-    from accounting.planning import vision_train as VT
-    if a is None or a.status == VT.NO_IMAGES:
+    if a is None or a.no_images:
         return ("no image in the workload, so no activation saved in it (give --image HxW, "
                 "the images of each sequence)")
     n = f"{grouped(a.images)} image{'' if a.images == 1 else 's'} per sequence"
-    if a.status == VT.NOT_WRITTEN:
+    if a.not_written:
         return (f"its activations at the {n} are NOT counted (left out: the saved tensors "
                 f"of Gemma 4's, Pixtral's and InternViT-6B's towers are not written yet)")
     ckpt = ", each block checkpointed (--recompute full)" if a.checkpointed else ""
@@ -278,8 +277,7 @@ def training_dict(t) -> dict:
 
 
 def _activations_dict(a) -> dict:
-    from accounting.planning import vision_train as VT
-    counted = a is not None and a.status == VT.COUNTED
+    counted = a is not None and a.counted
     return {"activations_counted": counted,
             "activations": None if a is None else a.status,
             "images_per_sequence": 0 if a is None else a.images,

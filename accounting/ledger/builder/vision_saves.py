@@ -84,7 +84,7 @@ class Save:
         return n * (values[self.repeat] if self.repeat else 1)
 
 
-MODES = ("fp32", "bf16", "autocast")  # parameters fp32, bf16, or fp32 under bf16 autocast
+MODES = (FP32, BF16, "autocast")  # parameters fp32, bf16, or fp32 under bf16 autocast
 DEVICES = ("cuda", "cpu")
 
 

@@ -74,7 +74,10 @@ def to_dict(p: ParallelPlan) -> dict:
                                             "c": s.activations.per_micro_batch.c},
             "micro_batches_in_flight": s.activations.in_flight,
             "items": [{"name": i.name, "formula": i.formula, "bytes": i.bytes.at(b),
-                       "on_gpu": i.on_gpu, "model_state": i.model_state, "note": i.note}
+                       "on_gpu": i.on_gpu, "model_state": i.model_state, "note": i.note,
+                       # a gradient buffer of the backward pass, not yet live at the loss's
+                       # backward nor the forward's end (peak.Moment.pass_grads)
+                       "pass_grads": i.pass_grads}
                       for i in s.items],
             "flops": {"forward_per_micro_batch": s.flops.forward,
                       "backward_per_micro_batch": s.flops.backward,
