@@ -126,6 +126,8 @@ class Ledger:
             out["W"] = w
             out["P_W"] = window_pairs(seq, w)
             out["[T≥W]"], out["[T<W]"] = int(seq >= w), int(seq < w)  # transformers' mask
+        if c.attention_sinks:  # gpt-oss's eager softmax: the keys and the sink (hf_eager.py)
+            out["(T+1)"] = seq + 1
         if c.attention_chunk is not None:  # chunked layers: query i attends (i mod C) + 1 keys
             out["C_a"] = c.attention_chunk
             out["P_C"] = chunk_pairs(seq, c.attention_chunk)

@@ -79,6 +79,7 @@ SYMBOLS: dict[str, str] = {
     "N_c-1": "chunks less one: the state updates of a forward without a cache",
     "[N_c>1]": "1 with two chunks or more, else 0: what only the scan's later chunks save",
     "[T≥W]": "1 once T reaches the window W, else 0: transformers' sliding-layer mask and repeat_kv",
+    "(T+1)": "keys and the head's sink: a row of gpt-oss's eager softmax (transformers)",
     "[T<W]": "1 below the window W, else 0: SDPA reads the K/V heads as they are (enable_gqa)",
     "[N_m>1]": "1 with two SSD chunks or more, else 0",
     "[N_m=1]": "1 with one SSD chunk, else 0",
@@ -234,6 +235,8 @@ class Expr:
             chunks = chunks_expr(values["C_l"], values["T"])
             e = e.substitute("N_c", chunks).substitute("N_c-1", chunks + Expr({(): -1}))
             e = e.substitute("[N_c>1]", Expr({(): values["[N_c>1]"]}))  # constant on the branch
+        if "T" in keep and "(T+1)" in e.symbols():  # gpt-oss's sink column
+            e = e.substitute("(T+1)", Expr({("T",): 1, (): 1}))
         for flag in ("[T≥W]", "[T<W]"):  # constant on the branch the analysed T is on
             if "T" in keep and flag in e.symbols():
                 e = e.substitute(flag, Expr({(): values[flag]}))

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 
 from accounting.ledger.builder.common import (COURSE, LLMFOUNDRY, TORCHTUNE, TRANSFORMERS,
-                                              cohere_layout, gemma3_layout)
+                                              cohere_layout, gemma3_layout, gpt_oss_layout)
 from accounting.planning.optimizers import DEFAULT_OPTIMIZER, OPTIMIZERS, get_optimizer, is_default
 from accounting.planning.precisions import BF16_MASTER, BF16_MIXED, get_precision
 from accounting.runtime.errors import UsageError
@@ -22,7 +22,7 @@ IMPLEMENTATIONS = {
     COURSE: "model/ as written (the course's eager ops: RoPE cos/sin tables in every block, "
             "RMSNorm by sqrt and divide, SiLU as x·sigmoid(x))",
     TRANSFORMERS: "transformers' modeling code (AutoModelForCausalLM, attn_implementation="
-                  "'sdpa'): one rotary module with two d_k/2 inv_freq buffers, cos/sin computed "
+                  "'sdpa', or its eager attention where it refuses SDPA): one rotary module with two d_k/2 inv_freq buffers, cos/sin computed "
                   "once per pass, LlamaRMSNorm, F.silu; its saved tensors measured on its own "
                   "model (tests/test_transformers_saves.py)",
     LLMFOUNDRY: "llm-foundry's MPT (llmfoundry/models/mpt/modeling_mpt.py, layers/blocks.py "
@@ -38,6 +38,10 @@ IMPLEMENTATIONS = {
 ATTENTION_NAMES = {"naive": "naive (the course's explicit softmax(QKᵀ)V, T×T scores saved)",
                    "sdpa": "SDPA (F.scaled_dot_product_attention, fused: no T×T tensor saved)"}
 TRAIN_FULL = "full"
+# transformers' eager_attention_forward (builder/hf_eager.py): the kernel of the models it
+# refuses SDPA for (eager_only)
+EAGER = ("eager (transformers' eager_attention_forward: T×T scores and probabilities saved; "
+         "transformers runs this model without SDPA)")
 
 # Spec fields whose transformers ops tests/test_transformers_saves.py measures (llama,
 # mistral, qwen2, qwen3, qwen3_moe, olmo2): sizes, biases, a tied head, GQA, head_dim,
@@ -83,6 +87,23 @@ _COHERE = {"norm", "block", "logit_scale", "qk_norm", "sliding_window", "layer_t
            "nope_layers"}
 
 
+# gpt-oss's (GptOssForCausalLM, measured too: tests/test_transformers_eager.py): eager
+# attention with sinks (transformers refuses SDPA for it), the biased top-k-first router,
+# the clamped SwiGLU experts with biases (grouped_mm), sliding-window layers
+_GPT_OSS = {"mlp", "router_topk_first", "router_linear_bias", "expert_bias",
+            "attention_sinks"}
+
+
+def eager_only(config: ModelConfig) -> str | None:
+    """Why transformers runs this model with its eager attention only (None: SDPA too):
+    the modeling file's _supports_sdpa = False."""
+    if config.attention_sinks:
+        return "GptOssPreTrainedModel._supports_sdpa = False: its sinks"
+    if config.attn_softcap is not None:
+        return "Gemma2PreTrainedModel._supports_sdpa = False: its attention soft-cap"
+    return None
+
+
 def transformers_gap(config: ModelConfig) -> str | None:
     """Why transformers' ops for this architecture are not modelled yet (None: they are)."""
     defaults = {f.name: f.default for f in fields(ModelConfig)}
@@ -96,19 +117,19 @@ def transformers_gap(config: ModelConfig) -> str | None:
         measured = measured | _GEMMA3
     if cohere_layout(config):
         measured = measured | _COHERE
+    if gpt_oss_layout(config):
+        measured = measured | _GPT_OSS
     other = [f.name for f in fields(ModelConfig) if f.name not in measured
              and getattr(config, f.name) != defaults[f.name]
              and not (f.name == "qk_norm" and config.qk_norm == "head")]
     if not other:
         return None
-    # where transformers itself runs no SDPA (the recipe's kernel), say so
-    eager = ("; transformers runs gpt-oss without SDPA (GptOssPreTrainedModel._supports_sdpa "
-             "= False: its sinks)" if config.attention_sinks else
-             "; transformers runs Gemma 2 without SDPA (Gemma2PreTrainedModel._supports_sdpa "
-             "= False: its attention soft-cap)" if config.attn_softcap is not None else "")
+    # where transformers itself runs no SDPA, say so
+    why = eager_only(config)
+    eager = f"; transformers runs it without SDPA ({why})" if why else ""
     return (f"{', '.join(other[:3])}{' …' if len(other) > 3 else ''} (transformers' ops are "
             f"measured for the Llama, Mistral, Qwen2, Qwen3, Qwen3-MoE, Mixtral, OLMo-2, "
-            f"Gemma 3 and Cohere layouts only{eager})")
+            f"Gemma 3, Cohere and gpt-oss layouts only{eager})")
 
 
 @dataclass(frozen=True)
@@ -121,12 +142,23 @@ class Recipe:
     train: str = TRAIN_FULL
     note: str = ""  # why a default was not the input's (e.g. transformers' ops not modelled)
 
+    @property
+    def kernel(self) -> str:
+        """The attention kernel's short name: naive, sdpa, or eager (transformers' own
+        eager attention, for the models it refuses SDPA for)."""
+        return "eager" if self.implementation == TRANSFORMERS and self.attention == "naive" \
+            else self.attention
+
+    @property
+    def attention_meaning(self) -> str:
+        return EAGER if self.kernel == "eager" else ATTENTION_NAMES[self.attention]
+
     def lines(self) -> dict[str, str]:
         """The recipe in words, one line per choice (the first screen and --format json)."""
         opt = get_optimizer(self.optimizer)
         return {"implementation": self.implementation + (f" ({self.note})" if self.note else ""),
                 "precision": self.precision,
-                "attention": ATTENTION_NAMES[self.attention],
+                "attention": self.attention_meaning,
                 "recomputation": self.recompute,
                 "optimizer": f"{self.optimizer}: {opt.title}"}
 
@@ -150,7 +182,7 @@ def resolve(config: ModelConfig, from_hf: bool, implementation: str | None = Non
         raise UsageError(f"unknown implementation {implementation!r}; choose "
                          f"{' or '.join(IMPLEMENTATIONS)}")
     if implementation == TORCHTUNE:  # transformers' Llama ops: the same configs
-        gap = transformers_gap(config)
+        gap = transformers_gap(config) or (config.attention_sinks and "gpt-oss's sinks")
         if gap is not None:
             raise UsageError(f"--implementation {TORCHTUNE} plans torchtune's Llama-family "
                              f"models, and not {gap}; give --implementation course")
@@ -160,11 +192,19 @@ def resolve(config: ModelConfig, from_hf: bool, implementation: str | None = Non
         if gap is not None:
             raise UsageError(f"--implementation transformers is not modelled for {gap}; "
                              f"give --implementation course")
-        if config.attention != "sdpa":
+        why = eager_only(config)
+        if why is not None:  # its eager attention, whatever the config said
+            if attention_given and config.attention == "sdpa":
+                raise UsageError(f"transformers runs {config.name} with its eager attention "
+                                 f"only ({why}): drop --attention sdpa or give "
+                                 f"--implementation course")
+            config = replace(config, attention="naive")
+        elif config.attention != "sdpa":
             if attention_given:
                 raise UsageError("--implementation transformers plans attn_implementation='sdpa'; "
-                                 "transformers' eager attention is not modelled: drop "
-                                 "--attention naive or give --implementation course")
+                                 "transformers' eager attention is modelled only for the models "
+                                 "it refuses SDPA for (gpt-oss): drop --attention naive or give "
+                                 "--implementation course")
             config = replace(config, attention="sdpa")
     if implementation == LLMFOUNDRY:
         gap = foundry_gap(config)
@@ -173,7 +213,9 @@ def resolve(config: ModelConfig, from_hf: bool, implementation: str | None = Non
                              f"{config.name} has {gap}: give --implementation course")
         if config.attention != "sdpa":  # its flash/triton kernel, whatever --attention says
             config = replace(config, attention="sdpa")
-    if from_hf and scope != "course" and not attention_given and config.attention != "sdpa":
+    eager = implementation == TRANSFORMERS and eager_only(config) is not None
+    if from_hf and scope != "course" and not attention_given and config.attention != "sdpa" \
+            and not eager:
         try:  # transformers' default kernel, either way
             config = replace(config, attention="sdpa")
         except UsageError:  # a config whose attention needs the naive core (DSA's indexer)
@@ -196,4 +238,5 @@ def resolve(config: ModelConfig, from_hf: bool, implementation: str | None = Non
                   note=note), config
 
 
-__all__ = ["IMPLEMENTATIONS", "OPTIMIZERS", "Recipe", "resolve", "transformers_gap"]
+__all__ = ["IMPLEMENTATIONS", "OPTIMIZERS", "Recipe", "eager_only", "resolve",
+           "transformers_gap"]

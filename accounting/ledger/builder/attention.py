@@ -8,7 +8,7 @@ from accounting.ledger.builder.common import (ALIBI, QK_NORM, ATTN_SCALE, CAUSAL
                                               MUP, NORM_PARAMS, OUTPUT_GATE, SOFTCAP, TEMPERATURE,
                                               Arch)
 from accounting.ledger.builder.layers import Linear, Norm, RoPE, l2_norm
-from accounting.ledger.builder import megatron
+from accounting.ledger.builder import hf_eager, megatron
 from accounting.ledger import autocast as AC
 
 T_GE_W, T_LT_W = "[T≥W]", "[T<W]"  # transformers masks a sliding layer from T = W on
@@ -198,6 +198,11 @@ class Attention:
         """The fused kernel (a mask only for a window), or the course's core with its mask,
         under checkpoint for selective recomputation."""
         t, c = self.t, self.a.c
+        if self.a.hf and c.attention == "naive":  # transformers' eager_attention_forward
+            if self.recompute == "selective":  # (gpt-oss, Gemma 2: recipes.eager_only)
+                with t.recomputed_region("attention core", (q, k, v)):
+                    return hf_eager.core(self, q, k, v)
+            return hf_eager.core(self, q, k, v)
         mask = None
         kind = "sliding-window" if self.local else "chunked" if self.chunked else "causal"
         if (c.attention == "naive" and not self.a.megatron) or self.local or self.chunked \

@@ -73,6 +73,17 @@ def gemma3_layout(c: ModelConfig) -> bool:
             and not c.layer_scalar and not c.v_norm)
 
 
+def gpt_oss_layout(c: ModelConfig) -> bool:
+    """gpt-oss's layout as transformers runs it (GptOssForCausalLM, modeling_gpt_oss.py):
+    attention sinks, pre-norm RMSNorm, RoPE, the clamped SwiGLU experts with biases behind a
+    biased router that takes the top k logits before its softmax, no shared expert."""
+    return (c.attention_sinks and c.mlp == "swiglu_clamped" and c.num_experts is not None
+            and c.router_topk_first and c.expert_bias and not c.num_shared_experts
+            and c.norm == "rmsnorm" and c.norm_placement == "pre" and c.positions == "rope"
+            and c.block == "sequential" and not c.mla and c.qk_norm == "none"
+            and c.router == "softmax" and not c.dense_layers)
+
+
 def cohere_layout(c: ModelConfig) -> bool:
     """Cohere's and Cohere 2's layout as transformers runs it (CohereForCausalLM,
     Cohere2ForCausalLM): one CohereLayerNorm (no bias) feeding attention and MLP side by

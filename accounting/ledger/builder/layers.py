@@ -94,7 +94,8 @@ class Norm:
                 e = t.binary("aten.add", ms, None, "+ eps", k)
                 r = t.unary("aten.rsqrt", e, "rsqrt", k, saves="output", out=f"{m} rms")
                 normed = t.binary("aten.mul", x, r, "x · rsqrt", k, out=f"{m} x / rms")
-                if t.hf_olmo2:  # Olmo2RMSNorm: (weight · x).to(input_dtype)
+                if t.hf_olmo2 or t.hf_oss:  # Olmo2RMSNorm, GptOssRMSNorm: (weight · x)
+                    # .to(input_dtype)
                     y = t.cast(t.binary("aten.mul", normed, self.weight, "· gain", k), in_dtype)
                     return t.name(y, out_label, course)
                 normed = t.cast(normed, in_dtype, f"{m} x / rms")
@@ -215,9 +216,11 @@ class RotaryEmbedding:
     states' dtype (no grad), and every layer's apply_rotary_pos_emb multiplies by them: the
     products save the same two tensors in every layer (counted once)."""
 
-    def __init__(self, t: Trace, dim: str = "d_k", prefix: str = ""):
+    def __init__(self, t: Trace, dim: str = "d_k", prefix: str = "", halves: bool = False):
         # prefix: Gemma4TextRotaryEmbedding's buffers per layer kind (full_attention_inv_freq)
-        self.t, self.dim = t, dim
+        # halves: gpt-oss's (GptOssRotaryEmbedding: emb = freqs, cos/sin d_k/2 wide, and
+        # _apply_rotary_emb on the two halves of each head)
+        self.t, self.dim, self.halves = t, dim, halves
         with t.scope("rotary_emb"):
             t.buffer(f"{prefix}inv_freq", (f"{dim}/2",), 4)
             t.buffer(f"{prefix}original_inv_freq", (f"{dim}/2",), 4)
@@ -226,14 +229,17 @@ class RotaryEmbedding:
         t = self.t
         # Olmo2RotaryEmbedding returns them in float32 (no cast to the hidden states' dtype)
         dtype = FP32 if t.hf_olmo2 else like.dtype
+        width = f"{self.dim}/2" if self.halves else self.dim
         with t.scope("rotary_emb"):
-            cos = t.name(t.fresh(("T", self.dim), dtype), "RoPE cos and sin (once per pass)")
-            sin = t.name(t.fresh(("T", self.dim), dtype), "RoPE cos and sin (once per pass)")
+            cos = t.name(t.fresh(("T", width), dtype), "RoPE cos and sin (once per pass)")
+            sin = t.name(t.fresh(("T", width), dtype), "RoPE cos and sin (once per pass)")
         return cos, sin
 
     def rotate(self, x: Sym, tables: tuple[Sym, Sym], out_label: str) -> Sym:
         """q·cos + rotate_half(q)·sin; rotate_half = cat(−x2, x1), a new tensor."""
         t, (cos, sin) = self.t, tables
+        if self.halves:
+            return self.rotate_halves(x, tables, out_label)
         a = t.binary("aten.mul", x, cos, "x·cos, rotate_half(x)·sin", ROPE)
         half = t.unary("aten.neg", t.view(x, x.shape[:-1] + (f"{self.dim}/2",), False),
                        "−x2", ROPE)
@@ -243,6 +249,21 @@ class RotaryEmbedding:
         if t.hf_olmo2:  # OLMo-2's apply_rotary_pos_emb: q_embed.to(q_type)
             y = t.cast(y, x.dtype)
         return t.name(y, out_label)
+
+
+    def rotate_halves(self, x: Sym, tables: tuple[Sym, Sym], out_label: str) -> Sym:
+        """gpt-oss's _apply_rotary_emb (modeling_gpt_oss.py, 5.23): x1, x2 = chunk(x, 2);
+        cat(x1·cos − x2·sin, x2·cos + x1·sin): four products (each saves its cos or sin,
+        the tables counted once), a subtract, an add, the cat a new tensor."""
+        t, (cos, sin) = self.t, tables
+        half = x.shape[:-1] + (f"{self.dim}/2",)
+        x1, x2 = t.view(x, half, False), t.view(x, half, False)
+        label = "x1·cos, x2·sin, x2·cos, x1·sin"
+        first = t.binary("aten.sub", t.binary("aten.mul", x1, cos, label, ROPE),
+                         t.binary("aten.mul", x2, sin, label, ROPE), "x1·cos − x2·sin", ROPE)
+        second = t.binary("aten.add", t.binary("aten.mul", x2, cos, label, ROPE),
+                          t.binary("aten.mul", x1, sin, label, ROPE), "x2·cos + x1·sin", ROPE)
+        return t.name(t.cat((first, second), x.shape), out_label)
 
 
 def xielu(t: Trace, x: Sym, params, component: str) -> Sym:

@@ -172,18 +172,26 @@ class MoE:
         t, c, comp = self.t, self.c, ROUTER
         slots = ("B", "T", "k")
         logits = self.router(x, "router scores")
-        probs = t.unary("aten.softmax", t.cast(logits, FP32), "softmax (float32)", comp,
-                        saves="output", out="router probabilities")
-        values, _ = t.topk(probs, ("E",), ("k",), "top-k experts", comp, out="chosen experts",
-                           values=True)
-        weights = t.name(values, "router top-k weights")
+        if t.hf_oss:  # GptOssTopKRouter: F.linear (+ bias), the top k logits, then softmax
+            # over the k in their own dtype (softmax(…, dtype=router_top_value.dtype))
+            values, _ = t.topk(logits, ("E",), ("k",), "top-k logits", comp,
+                               out="chosen experts", values=True)
+            weights = t.unary("aten.softmax", values, "softmax over the k", comp,
+                              saves="output", out="router weights")
+        else:
+            probs = t.unary("aten.softmax", t.cast(logits, FP32), "softmax (float32)", comp,
+                            saves="output", out="router probabilities")
+            values, _ = t.topk(probs, ("E",), ("k",), "top-k experts", comp,
+                               out="chosen experts", values=True)
+            weights = t.name(values, "router top-k weights")
         if c.norm_topk_prob:  # router_top_value /= router_top_value.sum(-1, keepdim=True)
             total = t.reduce("aten.sum", weights, ("k",), "sum of the k weights", comp,
                              out="router weight sum")
             weights = t.binary("aten.div", weights, total, "renormalise", comp,
                                out="router weights")
-        if c.mlp != "swiglu" or c.num_shared_experts:
-            raise AssertionError("transformers' MoE: swiglu experts without shared ones only")
+        if c.mlp not in ("swiglu", "swiglu_clamped") or c.num_shared_experts:
+            raise AssertionError("transformers' MoE: (clamped) SwiGLU experts without shared "
+                                 "ones only")
         if c.qk_norm == "head":  # Qwen3-MoE: router_top_value.to(router_logits.dtype);
             # Mixtral (no QK-norm) keeps the float32 weights
             weights = t.cast(weights, logits.dtype, "router weights (cast)")
@@ -193,6 +201,9 @@ class MoE:
         routed = t.name(t.index(x, token, slots + ("d_model",), "the slots' tokens"),
                         "routed tokens")
         offsets = t.name(t.fresh(("E",), R.INT32), "grouped_mm offsets (int32)")
+        # gpt-oss (has_bias): gate_up_proj_bias[expert_ids_g] and down_proj_bias[…], each
+        # an index by the sorted expert ids (saved, one storage), added in place (add_)
+        ids = t.name(t.fresh(slots, R.INT64), "sorted expert ids") if self.b else None
         with t.scope("experts"):
             self._lora_fold()
             note = "grouped_mm over the routed slots"
@@ -208,18 +219,32 @@ class MoE:
                                  op="grouped_mm")
                 t._saves(offsets, "grouped_mm")
                 return dtype
+
+            def bias(y, n, width):  # out.add_(bias[expert_ids_g]): the index saves the ids
+                if ids is None:
+                    return y
+                t.index(self.b[n], ids, slots + width, "expert bias")
+                return t.binary("aten.add", y, self.b[n], "+ expert bias", BIAS)
             d, f = ("d_model",), ("d_e",)
             dtype = grouped(routed, self.w1, "expert W1", d, f)
             grouped(routed, self.w3, "expert W3", d, f)
-            gate_up = t.name(Sym(slots + ("2", "d_e"), dtype), "expert gate_up output")
+            gate_up = t.name(Sym(slots + ("2", "d_e"), dtype, True), "expert gate_up output")
+            if ids is not None:  # gate_up_proj_bias (E, 2·d_e): the gate's and the up's
+                for n in ("1", "3"):
+                    bias(t.view(gate_up, slots + f, contiguous=False), n, f)
+            # gpt-oss interleaves them (gate_up[..., ::2], [..., 1::2]), the others
+            # concatenate (chunk(2)): either way two views of one storage
             gate = t.view(gate_up, slots + f, contiguous=False)
             up = t.view(gate_up, slots + f, contiguous=False)
-            act = t.unary("aten.silu", gate, "SiLU", self.component, saves="input",
-                          out="SiLU output")
-            g = t.binary("aten.mul", act, up, "expert gate", self.component,
-                         out="expert gated product")
-            out = t.name(Sym(slots + d, grouped(g, self.w2, "expert W2", f, d)),
-                         "expert outputs")
+            if c.mlp == "swiglu_clamped":  # GptOssExperts._apply_gate
+                g = clamped_swiglu(t, gate, up, self.component, "expert gated product")
+            else:
+                act = t.unary("aten.silu", gate, "SiLU", self.component, saves="input",
+                              out="SiLU output")
+                g = t.binary("aten.mul", act, up, "expert gate", self.component,
+                             out="expert gated product")
+            out = bias(Sym(slots + d, grouped(g, self.w2, "expert W2", f, d), True), "2", d)
+            out = t.name(out, "expert outputs")
         out = t.binary("aten.mul", out, t.view(w, slots + ("1",)), "× router weight", comp,
                        out="weighted expert outputs")
         back = t.name(t.fresh(slots, R.INT64), "inverse slot order")

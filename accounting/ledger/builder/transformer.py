@@ -7,7 +7,8 @@ from accounting.ledger.symbols import SAVED_AS_BLOCK_INPUT
 from accounting.ledger.trace import LOSS, Sym, Trace
 from accounting.ledger.builder.common import (POSITION_ADD, RESIDUAL, NORM_PARAMS, ROW, Arch, COURSE,
                                               EMBED_SCALE, LOGIT_SCALE, MUP, PER_LAYER,
-                                              RESIDUAL_SCALE, SOFTCAP, gemma3_layout)
+                                              RESIDUAL_SCALE, SOFTCAP, gemma3_layout,
+                                              gpt_oss_layout)
 from accounting.ledger.builder.layers import Linear, Norm, activation, FeedForward, RotaryEmbedding
 from accounting.units import FP32
 from accounting.ledger.builder.attention import Attention
@@ -272,6 +273,7 @@ def walk(c: ModelConfig, autocast: str | None = None, recompute: str = "none",
     t.hf, t.megatron, t.dropout = a.hf or a.titan, a.megatron, a.dropout  # titan: F.silu
     t.titan, t.foundry = a.titan, a.foundry
     t.hf_olmo2 = a.hf and c.norm_placement == "post"  # Olmo2RMSNorm
+    t.hf_oss = a.hf and gpt_oss_layout(c)  # GptOssForCausalLM's modules
     gemma3 = a.hf and gemma3_layout(c)  # Gemma 3's modules (Gemma3TextModel's)
     t.hf_gemma3 = gemma3
     # RoPE per layer type: Gemma 3's, and OLMo-3's (OLMo-2's layout with sliding layers)
@@ -301,7 +303,7 @@ def walk(c: ModelConfig, autocast: str | None = None, recompute: str = "none",
         a.global_rotary = RotaryEmbedding(t, "d_k", "full_attention_") if False in local else None
         a.rotary = RotaryEmbedding(t, "d_k", "sliding_attention_") if True in local else None
     elif a.hf and c.positions == "rope":  # LlamaModel.rotary_emb: before the blocks' keys
-        a.rotary = RotaryEmbedding(t)
+        a.rotary = RotaryEmbedding(t, halves=t.hf_oss)
     blocks = []
     for kind, (symbol, _) in zip(kinds, t.groups):
         with t.block(symbol):
