@@ -1,5 +1,5 @@
 """The transformers implementation's ledger for the models transformers runs with its eager
-attention only (accounting/ledger/builder/hf_eager.py), against transformers' own model on
+attention only (gpt-oss, Gemma 2) (accounting/ledger/builder/hf_eager.py), against transformers' own model on
 the CPU, as tests/test_transformers_saves.py does for the SDPA families.
 
 gpt-oss (GptOssPreTrainedModel._supports_sdpa = False): a tiny config (tests/hf_h3_examples.py)
@@ -13,7 +13,11 @@ the roped Q and the repeat_kv copies of K and V, the int64 indices of the row ma
 softmax output T + 1 keys wide (the sink's column), under autocast the bf16 copy of the
 probabilities; the router's input, top-k indices and k-wide softmax; grouped_mm's sorted
 slots, offsets, the sorted expert ids the biases are indexed by, the stacked gate_up
-output the two clamps save, the clamped SwiGLU's products.
+output the two clamps save, the clamped SwiGLU's products. Gemma 2
+(Gemma2PreTrainedModel._supports_sdpa = False: its attention soft-cap): Gemma 3's modules
+(tests/test_transformers_saves.py) without QK-norm, one RoPE for every layer, and in the
+eager core the soft-cap's tanh output and the float32 softmax output (cast back to the
+query's dtype: a copy with bf16 parameters).
 """
 from collections import Counter
 from dataclasses import replace
@@ -26,12 +30,23 @@ pytest.importorskip("transformers")
 from accounting.architecture.hf_config import translate
 from accounting.planning.recipes import eager_only, resolve, transformers_gap
 from hf_h3_examples import CONFIGS as H3
+from test_hf_gemma import CONFIGS as GEMMA
+from hf_examples import CONFIGS as DENSE
 from test_transformers_saves import MODES, DTYPE, expected, measured
 
-CONFIGS = {"gpt_oss": H3["gpt_oss"], "gpt_oss (defaults)": H3["gpt_oss (defaults)"]}
-# (the defaults' d_model 24 in bf16 is not 16-byte aligned: grouped_mm refuses it on the CPU)
-CASES = [("gpt_oss", m) for m in sorted(MODES)] + [("gpt_oss (defaults)", "fp32"),
-                                                   ("gpt_oss (defaults)", "autocast")]
+G2 = GEMMA["gemma2"]  # window 4 on layers 0 and 2, GQA 4/2, both soft-caps, tied
+CONFIGS = {"gpt_oss": H3["gpt_oss"], "gpt_oss (defaults)": H3["gpt_oss (defaults)"],
+           "gemma2": G2,
+           # one KV head: repeat_kv's expand is a view (stride 0 over the heads), which the
+           # QKᵀ matmul copies to h heads, as it does the seq-major Q
+           "gemma2 (MQA)": {**G2, "num_key_value_heads": 1},
+           # multi-head, untied, no final soft-cap
+           "gemma2 (MHA, untied)": {**G2, "num_key_value_heads": 4, "tie_word_embeddings": False,
+                                    "final_logit_softcapping": None}}
+# (the gpt-oss defaults' d_model 24 in bf16 is not 16-byte aligned: grouped_mm refuses it on
+# the CPU)
+CASES = [(n, m) for n in CONFIGS for m in sorted(MODES)
+         if (n, m) != ("gpt_oss (defaults)", "bf16")]
 
 
 def build(name, param_dtype):
@@ -66,7 +81,7 @@ def test_saved_tensors_equal_the_eager_transformers_ledger(name, mode):
     assert sum(b.numel() * b.element_size() for b in model.buffers()) == buffers
 
 
-@pytest.mark.parametrize("name", sorted(CONFIGS))
+@pytest.mark.parametrize("name", ["gpt_oss", "gpt_oss (defaults)", "gemma2"])
 def test_forward_matmul_flops_equal_flopcountermode_on_the_eager_model(name):
     """The ledger's forward matmul FLOPs (implementation transformers: the eager core's two
     bmms over all T×T pairs, the experts' B·T·k rows) equal FlopCounterMode's on
@@ -83,22 +98,27 @@ def test_forward_matmul_flops_equal_flopcountermode_on_the_eager_model(name):
     assert mine == max(theirs.values())  # the model's root: the whole forward
 
 
-def test_the_recipe_plans_transformers_eager_attention_for_gpt_oss():
-    """Before: gpt-oss fell back to the course's ops with a note; transformers refuses SDPA
-    for it (checked on its own from_config), so the recipe plans its eager attention;
-    torchtune, which has no gpt-oss, stays refused."""
+@pytest.mark.parametrize("name,why", [("gpt_oss", "sinks"), ("gemma2", "soft-cap")])
+def test_the_recipe_plans_transformers_eager_attention(name, why):
+    """Before: gpt-oss and Gemma 2 fell back to the course's ops with a note; transformers
+    refuses SDPA for them (checked on its own from_config), so the recipe plans its eager
+    attention; torchtune (F.sdpa, no sinks, no soft-cap) stays refused."""
     from transformers import AutoModelForCausalLM
     from accounting.crosscheck.hf_counter import transformers_config
     from accounting.runtime.errors import UsageError
-    data = CONFIGS["gpt_oss"]
+    data = CONFIGS[name]
     with pytest.raises(ValueError, match="scaled_dot_product_attention"):
         AutoModelForCausalLM.from_config(transformers_config(data), attn_implementation="sdpa")
-    config = translate(data, "test", "gpt_oss").config
-    assert transformers_gap(config) is None and "sinks" in eager_only(config)
+    config = translate(data, "test", name).config
+    assert transformers_gap(config) is None and why in eager_only(config)
     recipe, planned_config = resolve(config, from_hf=True)
     assert recipe.note == "" and planned_config.attention == "naive"
     assert recipe.lines()["attention"].startswith("eager (transformers' eager_attention_forward")
-    with pytest.raises(UsageError, match="sink"):  # the spec refuses SDPA with sinks
+    with pytest.raises(UsageError):  # the spec refuses SDPA with sinks or a soft-cap
         replace(config, attention="sdpa")
     with pytest.raises(UsageError, match="torchtune"):
         resolve(config, from_hf=True, implementation="torchtune")
+    # a Llama is still torchtune's
+    llama = translate(DENSE["llama"], "test", "llama").config
+    assert resolve(llama, from_hf=True, implementation="torchtune")[0].implementation == \
+        "torchtune"

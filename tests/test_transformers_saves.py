@@ -173,20 +173,3 @@ def test_the_two_moments_equal_a_real_step_of_transformers_model(name, mode):
     boundary, update = (ph.bytes.evaluate(v) for ph in m.peak_terms)
     assert tracker.marks[MARKS[0]] - steps == boundary
     assert tracker.marks[MARKS[1]] - steps == update
-
-
-# ---- families transformers itself runs without SDPA ------------------------------------------
-
-def test_the_gap_names_the_families_transformers_runs_without_sdpa():
-    """Gemma 2 (its attention soft-cap): transformers refuses attn_implementation="sdpa"
-    for it, so it stays planned with the course's ops and the recipe line says why; checked
-    on transformers' own from_config. (gpt-oss, refused SDPA for its sinks, is planned with
-    transformers' eager attention: tests/test_transformers_eager.py.)"""
-    from transformers import AutoModelForCausalLM
-    from accounting.crosscheck.hf_counter import transformers_config
-    for data in (GEMMA["gemma2"],):
-        with pytest.raises(ValueError, match="scaled_dot_product_attention"):
-            AutoModelForCausalLM.from_config(transformers_config(data),
-                                             attn_implementation="sdpa")
-        config = translate(data, "test", data["model_type"]).config
-        assert "without SDPA" in transformers_gap(config)

@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 
 from accounting.ledger.builder.common import (COURSE, LLMFOUNDRY, TORCHTUNE, TRANSFORMERS,
-                                              cohere_layout, gemma3_layout, gpt_oss_layout)
+                                              cohere_layout, gemma2_layout, gemma3_layout,
+                                              gpt_oss_layout)
 from accounting.planning.optimizers import DEFAULT_OPTIMIZER, OPTIMIZERS, get_optimizer, is_default
 from accounting.planning.precisions import BF16_MASTER, BF16_MIXED, get_precision
 from accounting.runtime.errors import UsageError
@@ -92,6 +93,10 @@ _COHERE = {"norm", "block", "logit_scale", "qk_norm", "sliding_window", "layer_t
 # the clamped SwiGLU experts with biases (grouped_mm), sliding-window layers
 _GPT_OSS = {"mlp", "router_topk_first", "router_linear_bias", "expert_bias",
             "attention_sinks"}
+# Gemma 2's (Gemma2ForCausalLM, measured too): Gemma 3's layout without QK-norm, with the
+# attention soft-cap in transformers' eager attention (one RoPE for every layer)
+_GEMMA2 = {"norm_placement", "mlp", "norm_offset", "embedding_multiplier", "attn_softcap",
+           "final_softcap"}
 
 
 def eager_only(config: ModelConfig) -> str | None:
@@ -119,6 +124,8 @@ def transformers_gap(config: ModelConfig) -> str | None:
         measured = measured | _COHERE
     if gpt_oss_layout(config):
         measured = measured | _GPT_OSS
+    if gemma2_layout(config):
+        measured = measured | _GEMMA2
     other = [f.name for f in fields(ModelConfig) if f.name not in measured
              and getattr(config, f.name) != defaults[f.name]
              and not (f.name == "qk_norm" and config.qk_norm == "head")]
@@ -129,7 +136,7 @@ def transformers_gap(config: ModelConfig) -> str | None:
     eager = f"; transformers runs it without SDPA ({why})" if why else ""
     return (f"{', '.join(other[:3])}{' …' if len(other) > 3 else ''} (transformers' ops are "
             f"measured for the Llama, Mistral, Qwen2, Qwen3, Qwen3-MoE, Mixtral, OLMo-2, "
-            f"Gemma 3, Cohere and gpt-oss layouts only{eager})")
+            f"Gemma 2, Gemma 3, Cohere and gpt-oss layouts only{eager})")
 
 
 @dataclass(frozen=True)
@@ -182,7 +189,9 @@ def resolve(config: ModelConfig, from_hf: bool, implementation: str | None = Non
         raise UsageError(f"unknown implementation {implementation!r}; choose "
                          f"{' or '.join(IMPLEMENTATIONS)}")
     if implementation == TORCHTUNE:  # transformers' Llama ops: the same configs
-        gap = transformers_gap(config) or (config.attention_sinks and "gpt-oss's sinks")
+        why = eager_only(config)  # (torchtune's attention is SDPA: no sinks, no soft-cap)
+        gap = transformers_gap(config) or (why and f"a model transformers runs without SDPA "
+                                                   f"({why})")
         if gap is not None:
             raise UsageError(f"--implementation {TORCHTUNE} plans torchtune's Llama-family "
                              f"models, and not {gap}; give --implementation course")
@@ -203,7 +212,8 @@ def resolve(config: ModelConfig, from_hf: bool, implementation: str | None = Non
             if attention_given:
                 raise UsageError("--implementation transformers plans attn_implementation='sdpa'; "
                                  "transformers' eager attention is modelled only for the models "
-                                 "it refuses SDPA for (gpt-oss): drop --attention naive or give "
+                                 "it refuses SDPA for (gpt-oss, Gemma 2): drop --attention naive "
+                                 "or give "
                                  "--implementation course")
             config = replace(config, attention="sdpa")
     if implementation == LLMFOUNDRY:

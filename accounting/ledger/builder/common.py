@@ -73,6 +73,16 @@ def gemma3_layout(c: ModelConfig) -> bool:
             and not c.layer_scalar and not c.v_norm)
 
 
+def gemma2_layout(c: ModelConfig) -> bool:
+    """Gemma 2's layout as transformers runs it (Gemma2ForCausalLM): Gemma 3's sandwich
+    norms, (1 + w) gains, GeGLU and scaled embedding, no QK-norm, the attention soft-cap
+    (which keeps transformers on its eager attention), one RoPE for every layer."""
+    return (c.norm_placement == "sandwich" and c.norm_offset and c.mlp == "geglu"
+            and c.qk_norm == "none" and c.attn_softcap is not None and not c.global_shape
+            and not c.layer_scalar and not c.v_norm and c.num_experts is None
+            and c.positions == "rope" and c.block == "sequential")
+
+
 def gpt_oss_layout(c: ModelConfig) -> bool:
     """gpt-oss's layout as transformers runs it (GptOssForCausalLM, modeling_gpt_oss.py):
     attention sinks, pre-norm RMSNorm, RoPE, the clamped SwiGLU experts with biases behind a

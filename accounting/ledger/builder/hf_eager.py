@@ -51,8 +51,10 @@ def core(attn, q: Sym, k: Sym, v: Sym) -> Sym:
                   (attn.dk,), ("T",), grads=("dQ", "dK"), **kw)
     pv = R.Matmul("scores·V", R.ATTN_CORE, t.module, t.repeat, R.FORWARD, ("B", "h"), ("T",),
                   ("T",), (attn.v_dim,), grads=("d(scores)", "dV"), **kw)
-    # key.transpose(2, 3): bmm reads the transposed view as it is (no copy)
-    k = t.view(k, contiguous=True)
+    # key.transpose(2, 3): bmm reads a heads-major K through the transposed view; a K laid
+    # out seq-major (the projection's permuted view, RoPE's outputs keep its layout) or the
+    # one-KV-head expand (stride 0 over the heads) cannot be viewed as (B·h, d_k, T): the
+    # matmul's reshape copies it, and the copy is what bmm saves (Q likewise)
     dtype = t.matmul(q, k, qk, copy_labels=("Q (heads layout)", "K (heads layout)"))
     w = t.name(Sym(("B", "h", "T", "T"), dtype), "QKᵀ scores", "QKᵀ")
     w = t.binary("aten.mul", w, None, "QKᵀ · scaling", ATTN_SCALE)

@@ -7,8 +7,8 @@ from accounting.ledger.symbols import SAVED_AS_BLOCK_INPUT
 from accounting.ledger.trace import LOSS, Sym, Trace
 from accounting.ledger.builder.common import (POSITION_ADD, RESIDUAL, NORM_PARAMS, ROW, Arch, COURSE,
                                               EMBED_SCALE, LOGIT_SCALE, MUP, PER_LAYER,
-                                              RESIDUAL_SCALE, SOFTCAP, gemma3_layout,
-                                              gpt_oss_layout)
+                                              RESIDUAL_SCALE, SOFTCAP, gemma2_layout,
+                                              gemma3_layout, gpt_oss_layout)
 from accounting.ledger.builder.layers import Linear, Norm, activation, FeedForward, RotaryEmbedding
 from accounting.units import FP32
 from accounting.ledger.builder.attention import Attention
@@ -275,7 +275,9 @@ def walk(c: ModelConfig, autocast: str | None = None, recompute: str = "none",
     t.hf_olmo2 = a.hf and c.norm_placement == "post"  # Olmo2RMSNorm
     t.hf_oss = a.hf and gpt_oss_layout(c)  # GptOssForCausalLM's modules
     gemma3 = a.hf and gemma3_layout(c)  # Gemma 3's modules (Gemma3TextModel's)
-    t.hf_gemma3 = gemma3
+    # Gemma 2's (Gemma2Model's, 5.23): the same RMSNorm, GELUTanh and scaled embedding (its
+    # embed_scale buffer), one rotary module for every layer
+    t.hf_gemma3 = gemma = gemma3 or (a.hf and gemma2_layout(c))
     # RoPE per layer type: Gemma 3's, and OLMo-3's (OLMo-2's layout with sliding layers)
     per_type = gemma3 or (t.hf_olmo2 and c.sliding_window is not None)
     # __init__, in model/transformer.py's registration order
@@ -283,7 +285,7 @@ def walk(c: ModelConfig, autocast: str | None = None, recompute: str = "none",
         tok = t.param("weight", ("V", "d_model"), R.EMBEDDING, lookup=True)
         # Gemma3TextScaledWordEmbedding: embed_scale, a 0-dim float32 buffer (persistent=False)
         # (made under the default dtype: bf16 when the model is built with dtype=bfloat16)
-        scale = t.buffer("embed_scale", (), R.DTYPE_BYTES[param_dtype]) if gemma3 else None
+        scale = t.buffer("embed_scale", (), R.DTYPE_BYTES[param_dtype]) if gemma else None
     pos = None
     if c.positions == "learned":
         with t.scope("position_embeddings"):
