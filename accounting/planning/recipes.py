@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 
 from accounting.ledger.builder.common import (COURSE, LLMFOUNDRY, TORCHTUNE, TRANSFORMERS,
-                                              cohere_layout, gemma2_layout, gemma3_layout,
-                                              gpt_oss_layout)
+                                              cohere_layout, deepseek_v3_layout,
+                                              gemma2_layout, gemma3_layout, gpt_oss_layout)
 from accounting.planning.optimizers import DEFAULT_OPTIMIZER, OPTIMIZERS, get_optimizer, is_default
 from accounting.planning.precisions import BF16_MASTER, BF16_MIXED, get_precision
 from accounting.runtime.errors import UsageError
@@ -95,6 +95,13 @@ _GPT_OSS = {"mlp", "router_topk_first", "router_linear_bias", "expert_bias",
             "attention_sinks"}
 # Gemma 2's (Gemma2ForCausalLM, measured too): Gemma 3's layout without QK-norm, with the
 # attention soft-cap in transformers' eager attention (one RoPE for every layer)
+# DeepSeek-V3's (DeepseekV3ForCausalLM, measured too: tests/test_transformers_deepseek.py):
+# latent attention as transformers writes it, the sigmoid router with its correction bias
+# and group top-k, shared experts, dense first layers; transformers builds no MTP module
+# (resolve plans none)
+_DEEPSEEK_V3 = {"num_shared_experts", "router", "router_groups", "router_topk_groups",
+                "router_bias", "routed_scaling_factor", "q_lora_rank", "kv_lora_rank",
+                "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "mtp_layers"}
 _GEMMA2 = {"norm_placement", "mlp", "norm_offset", "embedding_multiplier", "attn_softcap",
            "final_softcap"}
 
@@ -126,6 +133,8 @@ def transformers_gap(config: ModelConfig) -> str | None:
         measured = measured | _GPT_OSS
     if gemma2_layout(config):
         measured = measured | _GEMMA2
+    if deepseek_v3_layout(config):
+        measured = measured | _DEEPSEEK_V3
     other = [f.name for f in fields(ModelConfig) if f.name not in measured
              and getattr(config, f.name) != defaults[f.name]
              and not (f.name == "qk_norm" and config.qk_norm == "head")]
@@ -136,7 +145,7 @@ def transformers_gap(config: ModelConfig) -> str | None:
     eager = f"; transformers runs it without SDPA ({why})" if why else ""
     return (f"{', '.join(other[:3])}{' …' if len(other) > 3 else ''} (transformers' ops are "
             f"measured for the Llama, Mistral, Qwen2, Qwen3, Qwen3-MoE, Mixtral, OLMo-2, "
-            f"Gemma 2, Gemma 3, Cohere and gpt-oss layouts only{eager})")
+            f"Gemma 2, Gemma 3, Cohere, gpt-oss and DeepSeek-V3 layouts only{eager})")
 
 
 @dataclass(frozen=True)
@@ -201,6 +210,11 @@ def resolve(config: ModelConfig, from_hf: bool, implementation: str | None = Non
         if gap is not None:
             raise UsageError(f"--implementation transformers is not modelled for {gap}; "
                              f"give --implementation course")
+        if config.mtp_layers:  # DeepseekV3ForCausalLM has no MTP module (its weights are
+            # dropped on load): transformers trains none
+            note = (f"DeepseekV3ForCausalLM builds no MTP module: the config's "
+                    f"{config.mtp_layers} MTP layer(s) are not planned")
+            config = replace(config, mtp_layers=0)
         why = eager_only(config)
         if why is not None:  # its eager attention, whatever the config said
             if attention_given and config.attention == "sdpa":

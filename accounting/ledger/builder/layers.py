@@ -216,11 +216,14 @@ class RotaryEmbedding:
     states' dtype (no grad), and every layer's apply_rotary_pos_emb multiplies by them: the
     products save the same two tensors in every layer (counted once)."""
 
-    def __init__(self, t: Trace, dim: str = "d_k", prefix: str = "", halves: bool = False):
+    def __init__(self, t: Trace, dim: str = "d_k", prefix: str = "", halves: bool = False,
+                 pairs: bool = False):
         # prefix: Gemma4TextRotaryEmbedding's buffers per layer kind (full_attention_inv_freq)
         # halves: gpt-oss's (GptOssRotaryEmbedding: emb = freqs, cos/sin d_k/2 wide, and
-        # _apply_rotary_emb on the two halves of each head)
-        self.t, self.dim, self.halves = t, dim, halves
+        # _apply_rotary_emb on the two halves of each head); pairs: DeepSeek-V3's
+        # apply_rotary_pos_emb_interleave (cos/sin d wide, their first half read, the even
+        # and odd dims rotated: the same four products and a cat)
+        self.t, self.dim, self.halves, self.pairs = t, dim, halves, pairs
         with t.scope("rotary_emb"):
             t.buffer(f"{prefix}inv_freq", (f"{dim}/2",), 4)
             t.buffer(f"{prefix}original_inv_freq", (f"{dim}/2",), 4)
@@ -238,7 +241,7 @@ class RotaryEmbedding:
     def rotate(self, x: Sym, tables: tuple[Sym, Sym], out_label: str) -> Sym:
         """q·cos + rotate_half(q)·sin; rotate_half = cat(−x2, x1), a new tensor."""
         t, (cos, sin) = self.t, tables
-        if self.halves:
+        if self.halves or self.pairs:
             return self.rotate_halves(x, tables, out_label)
         a = t.binary("aten.mul", x, cos, "x·cos, rotate_half(x)·sin", ROPE)
         half = t.unary("aten.neg", t.view(x, x.shape[:-1] + (f"{self.dim}/2",), False),

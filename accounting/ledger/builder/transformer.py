@@ -305,7 +305,9 @@ def walk(c: ModelConfig, autocast: str | None = None, recompute: str = "none",
         a.global_rotary = RotaryEmbedding(t, "d_k", "full_attention_") if False in local else None
         a.rotary = RotaryEmbedding(t, "d_k", "sliding_attention_") if True in local else None
     elif a.hf and c.positions == "rope":  # LlamaModel.rotary_emb: before the blocks' keys
-        a.rotary = RotaryEmbedding(t, halves=t.hf_oss)
+        # (DeepseekV3RotaryEmbedding: of d_rope, the latent attention's RoPE part)
+        a.rotary = (RotaryEmbedding(t, "d_rope", pairs=True) if c.mla
+                    else RotaryEmbedding(t, halves=t.hf_oss))
     blocks = []
     for kind, (symbol, _) in zip(kinds, t.groups):
         with t.block(symbol):

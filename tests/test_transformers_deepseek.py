@@ -1,0 +1,109 @@
+"""The transformers implementation's ledger for DeepSeek-V3 (DeepseekV3ForCausalLM, transformers
+5.23: accounting/ledger/builder/hf_latent.py and hf_moe.py), against transformers' own model
+on the CPU, as tests/test_transformers_saves.py does for the Llama family.
+
+A tiny config (tests/hf_moe_examples.py) built with AutoModelForCausalLM.from_config(
+attn_implementation="sdpa"), one training step's forward and loss under saved-tensor hooks;
+every storage autograd saves (parameters and buffers excluded, each storage once) compared,
+by size and dtype, with the ledger's saved records for implementation "transformers", in
+fp32, under the CPU's bf16 autocast and with bf16 parameters. What the model saves, read off
+the hooks and modeling_deepseek_v3.py: the latent norms' fp32 inputs, rsqrt and normalized
+latents; cos and sin (T × d_rope) once; query_states (cat) and key_states (new_empty with
+both parts copied in); SDPA's q, k, the values as the view of kv_b_proj's output, its
+output and log-sum-exp; the router's input (its bf16 copy and the weight's under
+autocast), the sigmoid's output, the chosen experts' indices, the in-place division's sum
+and its copy of the gathered scores; grouped_mm's sorted slots and offsets, the stacked
+gate_up output (SiLU's input), SiLU's output, the product, the weights; the shared experts'
+MLP. The buffers: inv_freq and original_inv_freq (d_rope/2 each) and each MoE layer's
+e_score_correction_bias (in the parameters' dtype).
+
+torch's CPU flash kernel needs one head size for q, k and v: with v_head_dim ≠ d_nope +
+d_rope (DeepSeek-V3's 128 ≠ 192) it falls back to the math kernel on the CPU, where the
+memory-efficient and cuDNN kernels on CUDA take it; the configs here set v_head_dim =
+d_nope + d_rope so that the CPU runs the fused kernel the plan assumes (hf_latent.py).
+"""
+from dataclasses import replace
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from accounting.architecture.hf_config import translate
+from accounting.planning.recipes import resolve, transformers_gap
+from hf_moe_examples import CONFIGS as MOE
+from hf_h3_examples import CONFIGS as H3
+from test_transformers_saves import MODES, DTYPE, expected, measured
+
+V3 = MOE["deepseek_v3"]  # a query latent, one dense layer first, 8 experts in 4 groups
+CONFIGS = {"deepseek_v3": {**V3, "v_head_dim": 12},
+           # no query latent (q_proj), one router group, one shared expert
+           "deepseek_v3 (q_proj)": {**MOE["deepseek_v3 (no query latent)"], "v_head_dim": 12,
+                                    "n_shared_experts": 1}}
+
+
+def build(name, param_dtype):
+    from transformers import AutoModelForCausalLM
+    from accounting.crosscheck.hf_counter import transformers_config
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(transformers_config(CONFIGS[name]),
+                                             attn_implementation="sdpa",
+                                             dtype=DTYPE[param_dtype])
+    return model.train()
+
+
+def planned(name):
+    config = translate(CONFIGS[name], "test", name).config
+    return resolve(config, from_hf=True)
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_saved_tensors_equal_the_deepseek_transformers_ledger(name, mode):
+    autocast, param_dtype = MODES[mode]
+    recipe, config = planned(name)
+    assert (recipe.implementation, recipe.kernel) == ("transformers", "sdpa")
+    model = build(name, param_dtype)
+    B = 2
+    for T in (5, 2):
+        want, buffers = expected(config, B, T, autocast, param_dtype)
+        assert measured(model, B, T, autocast) == want, T
+    assert sum(b.numel() * b.element_size() for b in model.buffers()) == buffers
+
+
+def test_forward_matmul_flops_equal_flopcountermode():
+    """The ledger's forward matmul FLOPs for implementation transformers (V not padded: the
+    core's scores·V d_v wide) equal FlopCounterMode's on transformers' model
+    (accounting/crosscheck/hf_counter.py), here with d_v ≠ d_k as DeepSeek-V3 has it."""
+    from accounting.crosscheck.hf_counter import measure
+    from accounting.ledger.ledger import ledger
+    config = resolve(translate(V3, "test", "v3").config, from_hf=True)[1]
+    assert config.v_head_dim != config.d_k
+    B, T = 2, 6
+    lg = ledger(config, None, "none", "transformers")
+    v = lg.values(T, B)
+    mine = sum(r.expr().evaluate(v) for r in lg.matmuls("forward"))
+    theirs = measure(V3, T, B).torch_flops["forward"]
+    assert mine == max(theirs.values())
+
+
+def test_the_recipe_plans_transformers_ops_for_deepseek_v3_without_mtp():
+    """Before: DeepSeek-V3 fell back to the course's ops. transformers' DeepseekV3ForCausalLM
+    has no MTP module (checked: no parameter of the config's MTP layer), so the plan drops
+    it and says so; DeepSeek-V2 (softmax router, a group's best score) stays on the course's
+    ops, named."""
+    from transformers import AutoModelForCausalLM
+    from accounting.crosscheck.hf_counter import transformers_config
+    config = translate(V3, "test", "v3").config
+    assert config.mtp_layers == 1 and transformers_gap(config) is None
+    recipe, planned_config = resolve(config, from_hf=True)
+    assert recipe.implementation == "transformers" and planned_config.mtp_layers == 0
+    assert "no MTP module" in recipe.note
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(transformers_config(V3))
+    assert len(model.model.layers) == V3["num_hidden_layers"]  # the MTP layer is not built
+    assert not any("mtp" in n or f"layers.{V3['num_hidden_layers']}." in n
+                   for n, _ in model.named_parameters())
+    v2 = translate(H3["deepseek_v2"], "test", "v2").config
+    assert "num_shared_experts" in transformers_gap(v2)
+    assert resolve(v2, from_hf=True)[0].implementation == "course"
