@@ -13,7 +13,8 @@ from accounting.ledger.builder.layers import activation, clamped_swiglu
 
 
 def forward(self, x: Sym) -> Sym:
-    """Qwen3MoeSparseMoeBlock / MixtralSparseMoeBlock with transformers' default experts
+    """Qwen3MoeSparseMoeBlock / MixtralSparseMoeBlock (GptOssMLP, DeepseekV3MoE: their
+    routers below, DeepSeek's shared experts after) with transformers' default experts
     kernel for training (integrations/moe.py grouped_mm_experts_forward), where model/
     dispatches by its own index ops: the router's F.linear, softmax in float32 (saves its
     output), top-k (saves the indices), the renormalisation in place (Mixtral, or
@@ -27,17 +28,15 @@ def forward(self, x: Sym) -> Sym:
     slots = ("B", "T", "k")
     if c.router == "sigmoid":  # DeepseekV3TopkRouter
         logits, weights = deepseek_router(self, x)
-    else:
-        logits = self.router(x, "router scores")
-    if c.router == "sigmoid":
-        pass
     elif t.hf_oss:  # GptOssTopKRouter: F.linear (+ bias), the top k logits, then softmax
         # over the k in their own dtype (softmax(…, dtype=router_top_value.dtype))
+        logits = self.router(x, "router scores")
         values, _ = t.topk(logits, ("E",), ("k",), "top-k logits", comp,
                            out="chosen experts", values=True)
         weights = t.unary("aten.softmax", values, "softmax over the k", comp,
                           saves="output", out="router weights")
     else:
+        logits = self.router(x, "router scores")
         probs = t.unary("aten.softmax", t.cast(logits, FP32), "softmax (float32)", comp,
                         saves="output", out="router probabilities")
         values, _ = t.topk(probs, ("E",), ("k",), "top-k experts", comp,
