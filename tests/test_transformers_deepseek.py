@@ -1,5 +1,6 @@
-"""The transformers implementation's ledger for DeepSeek-V3 (DeepseekV3ForCausalLM, transformers
-5.23: accounting/ledger/builder/hf_latent.py and hf_moe.py), against transformers' own model
+"""The transformers implementation's ledger for DeepSeek-V3 and V2 (DeepseekV3ForCausalLM,
+DeepseekV2ForCausalLM, transformers 5.23: accounting/ledger/builder/hf_latent.py and
+hf_moe.py), against transformers' own model
 on the CPU, as tests/test_transformers_saves.py does for the Llama family.
 
 A tiny config (tests/hf_moe_examples.py) built with AutoModelForCausalLM.from_config(
@@ -15,7 +16,9 @@ autocast), the sigmoid's output, the chosen experts' indices, the in-place divis
 and its copy of the gathered scores; grouped_mm's sorted slots and offsets, the stacked
 gate_up output (SiLU's input), SiLU's output, the product, the weights; the shared experts'
 MLP. The buffers: inv_freq and original_inv_freq (d_rope/2 each) and each MoE layer's
-e_score_correction_bias (in the parameters' dtype).
+e_score_correction_bias (in the parameters' dtype). DeepSeek-V2 differs in its RoPE (one
+complex64 freqs_cis, T × d_rope/2, saved by the complex products) and its router (softmax in
+float32, saved; group_limited_greedy's masked_fill saves its bool mask; no renormalisation).
 
 torch's CPU flash kernel needs one head size for q, k and v: with v_head_dim ≠ d_nope +
 d_rope (DeepSeek-V3's 128 ≠ 192) it falls back to the math kernel on the CPU, where the
@@ -39,7 +42,14 @@ V3 = MOE["deepseek_v3"]  # a query latent, one dense layer first, 8 experts in 4
 CONFIGS = {"deepseek_v3": {**V3, "v_head_dim": 12},
            # no query latent (q_proj), one router group, one shared expert
            "deepseek_v3 (q_proj)": {**MOE["deepseek_v3 (no query latent)"], "v_head_dim": 12,
-                                    "n_shared_experts": 1}}
+                                    "n_shared_experts": 1},
+           # DeepSeek-V2 (DeepseekV2ForCausalLM): group_limited_greedy over 4 groups, q_proj
+           "deepseek_v2": {**H3["deepseek_v2"], "v_head_dim": 12},
+           # a query latent with attention_bias, greedy top-3 (v_head_dim 8 = 6 + 2 already)
+           "deepseek_v2 (query latent, greedy)": H3["deepseek_v2 (query latent, greedy)"]}
+# (d_e 12 in bf16 is not 16-byte aligned: grouped_mm refuses it on the CPU)
+CASES = [(n, m) for n in CONFIGS for m in sorted(MODES)
+         if (n, m) != ("deepseek_v2 (query latent, greedy)", "bf16")]
 
 
 def build(name, param_dtype):
@@ -57,8 +67,7 @@ def planned(name):
     return resolve(config, from_hf=True)
 
 
-@pytest.mark.parametrize("mode", sorted(MODES))
-@pytest.mark.parametrize("name", sorted(CONFIGS))
+@pytest.mark.parametrize("name,mode", CASES)
 def test_saved_tensors_equal_the_deepseek_transformers_ledger(name, mode):
     autocast, param_dtype = MODES[mode]
     recipe, config = planned(name)
@@ -71,27 +80,29 @@ def test_saved_tensors_equal_the_deepseek_transformers_ledger(name, mode):
     assert sum(b.numel() * b.element_size() for b in model.buffers()) == buffers
 
 
-def test_forward_matmul_flops_equal_flopcountermode():
+@pytest.mark.parametrize("data", [V3, H3["deepseek_v2"]], ids=["v3", "v2"])
+def test_forward_matmul_flops_equal_flopcountermode(data):
     """The ledger's forward matmul FLOPs for implementation transformers (V not padded: the
     core's scores·V d_v wide) equal FlopCounterMode's on transformers' model
-    (accounting/crosscheck/hf_counter.py), here with d_v ≠ d_k as DeepSeek-V3 has it."""
+    (accounting/crosscheck/hf_counter.py), here with d_v ≠ d_k as DeepSeek-V2/V3 have it."""
     from accounting.crosscheck.hf_counter import measure
     from accounting.ledger.ledger import ledger
-    config = resolve(translate(V3, "test", "v3").config, from_hf=True)[1]
+    config = resolve(translate(data, "test", "x").config, from_hf=True)[1]
     assert config.v_head_dim != config.d_k
     B, T = 2, 6
     lg = ledger(config, None, "none", "transformers")
     v = lg.values(T, B)
     mine = sum(r.expr().evaluate(v) for r in lg.matmuls("forward"))
-    theirs = measure(V3, T, B).torch_flops["forward"]
+    theirs = measure(data, T, B).torch_flops["forward"]
     assert mine == max(theirs.values())
 
 
 def test_the_recipe_plans_transformers_ops_for_deepseek_v3_without_mtp():
-    """Before: DeepSeek-V3 fell back to the course's ops. transformers' DeepseekV3ForCausalLM
-    has no MTP module (checked: no parameter of the config's MTP layer), so the plan drops
-    it and says so; DeepSeek-V2 (softmax router, a group's best score) stays on the course's
-    ops, named."""
+    """Before: DeepSeek-V2 and V3 fell back to the course's ops. transformers'
+    DeepseekV3ForCausalLM has no MTP module (checked: no parameter of the config's MTP
+    layer), so the plan drops it and says so; DeepSeek-V2 (softmax router, a group's best
+    score) too; a V2 config with norm_topk_prob (which DeepseekV2TopkRouter does not read)
+    stays on the course's ops, named."""
     from transformers import AutoModelForCausalLM
     from accounting.crosscheck.hf_counter import transformers_config
     config = translate(V3, "test", "v3").config
@@ -105,8 +116,11 @@ def test_the_recipe_plans_transformers_ops_for_deepseek_v3_without_mtp():
     assert not any("mtp" in n or f"layers.{V3['num_hidden_layers']}." in n
                    for n, _ in model.named_parameters())
     v2 = translate(H3["deepseek_v2"], "test", "v2").config
-    assert "num_shared_experts" in transformers_gap(v2)
-    assert resolve(v2, from_hf=True)[0].implementation == "course"
+    assert transformers_gap(v2) is None
+    assert resolve(v2, from_hf=True)[0].implementation == "transformers"
+    renorm = replace(v2, norm_topk_prob=True)
+    assert "num_shared_experts" in transformers_gap(renorm)
+    assert resolve(renorm, from_hf=True)[0].implementation == "course"
 
 
 @pytest.mark.slow  # two real steps each under a live-storage tracker

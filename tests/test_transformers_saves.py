@@ -53,8 +53,9 @@ CONFIGS = {**DENSE, "qwen3_moe": MOE["qwen3_moe"],
 from test_architectures import saved_tensors
 
 DTYPE = {"fp32": torch.float32, "bf16": torch.bfloat16, "bool": torch.bool, "int64": torch.int64,
+         "complex64": torch.complex64,
          "int32": torch.int32}
-SIZE = {"fp32": 4, "bf16": 2, "bool": 1, "int64": 8, "int32": 4}
+SIZE = {"fp32": 4, "bf16": 2, "bool": 1, "int64": 8, "int32": 4, "complex64": 8}
 # qwen3_moe: a dense and two sparse blocks, transformers' grouped_mm experts (the default
 # experts implementation): the sorted slots' indices, the int32 offsets, the stacked
 # gate_up output, all in fp32 under autocast (grouped_mm is not autocast-enabled)

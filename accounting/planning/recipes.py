@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 
 from accounting.ledger.builder.common import (COURSE, LLMFOUNDRY, TORCHTUNE, TRANSFORMERS,
-                                              cohere_layout, deepseek_v3_layout,
+                                              cohere_layout, deepseek_v2_layout,
+                                              deepseek_v3_layout,
                                               gemma2_layout, gemma3_layout, gpt_oss_layout)
 from accounting.planning.optimizers import DEFAULT_OPTIMIZER, OPTIMIZERS, get_optimizer, is_default
 from accounting.planning.precisions import BF16_MASTER, BF16_MIXED, get_precision
@@ -102,6 +103,11 @@ _GPT_OSS = {"mlp", "router_topk_first", "router_linear_bias", "expert_bias",
 _DEEPSEEK_V3 = {"num_shared_experts", "router", "router_groups", "router_topk_groups",
                 "router_bias", "routed_scaling_factor", "q_lora_rank", "kv_lora_rank",
                 "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "mtp_layers"}
+# DeepSeek-V2's (DeepseekV2ForCausalLM, measured too): the latent attention with its complex
+# RoPE, the softmax router (greedy or group-limited by each group's best), shared experts
+_DEEPSEEK_V2 = {"num_shared_experts", "router_groups", "router_topk_groups",
+                "router_group_score", "routed_scaling_factor", "q_lora_rank", "kv_lora_rank",
+                "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"}
 _GEMMA2 = {"norm_placement", "mlp", "norm_offset", "embedding_multiplier", "attn_softcap",
            "final_softcap"}
 
@@ -135,6 +141,8 @@ def transformers_gap(config: ModelConfig) -> str | None:
         measured = measured | _GEMMA2
     if deepseek_v3_layout(config):
         measured = measured | _DEEPSEEK_V3
+    if deepseek_v2_layout(config):
+        measured = measured | _DEEPSEEK_V2
     other = [f.name for f in fields(ModelConfig) if f.name not in measured
              and getattr(config, f.name) != defaults[f.name]
              and not (f.name == "qk_norm" and config.qk_norm == "head")]
@@ -145,7 +153,8 @@ def transformers_gap(config: ModelConfig) -> str | None:
     eager = f"; transformers runs it without SDPA ({why})" if why else ""
     return (f"{', '.join(other[:3])}{' …' if len(other) > 3 else ''} (transformers' ops are "
             f"measured for the Llama, Mistral, Qwen2, Qwen3, Qwen3-MoE, Mixtral, OLMo-2, "
-            f"Gemma 2, Gemma 3, Cohere, gpt-oss and DeepSeek-V3 layouts only{eager})")
+            f"Gemma 2, Gemma 3, Cohere, gpt-oss, DeepSeek-V2 and DeepSeek-V3 layouts "
+            f"only{eager})")
 
 
 @dataclass(frozen=True)

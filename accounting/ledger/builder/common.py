@@ -94,6 +94,18 @@ def deepseek_v3_layout(c: ModelConfig) -> bool:
             and c.positions == "rope" and c.qk_norm == "none")
 
 
+def deepseek_v2_layout(c: ModelConfig) -> bool:
+    """DeepSeek-V2's layout as transformers runs it (DeepseekV2ForCausalLM): V3's latent
+    attention with a complex RoPE (freqs_cis), the softmax router (greedy, or limited to the
+    groups with the best single scores), SwiGLU experts, shared experts; its router does
+    not renormalise (norm_topk_prob is not read)."""
+    return (c.mla and c.num_experts is not None and c.router == "softmax" and not c.router_bias
+            and (c.router_groups == 1 or c.router_group_score == "max")
+            and not c.norm_topk_prob and c.index_topk is None and c.mlp == "swiglu"
+            and c.norm == "rmsnorm" and c.norm_placement == "pre" and c.positions == "rope"
+            and c.qk_norm == "none")
+
+
 def gpt_oss_layout(c: ModelConfig) -> bool:
     """gpt-oss's layout as transformers runs it (GptOssForCausalLM, modeling_gpt_oss.py):
     attention sinks, pre-norm RMSNorm, RoPE, the clamped SwiGLU experts with biases behind a

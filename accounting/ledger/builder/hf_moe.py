@@ -28,6 +28,8 @@ def forward(self, x: Sym) -> Sym:
     slots = ("B", "T", "k")
     if c.router == "sigmoid":  # DeepseekV3TopkRouter
         logits, weights = deepseek_router(self, x)
+    elif c.mla:  # DeepseekV2TopkRouter
+        logits, weights = deepseek_v2_router(self, x)
     elif t.hf_oss:  # GptOssTopKRouter: F.linear (+ bias), the top k logits, then softmax
         # over the k in their own dtype (softmax(…, dtype=router_top_value.dtype))
         logits = self.router(x, "router scores")
@@ -42,7 +44,7 @@ def forward(self, x: Sym) -> Sym:
         values, _ = t.topk(probs, ("E",), ("k",), "top-k experts", comp,
                            out="chosen experts", values=True)
         weights = t.name(values, "router top-k weights")
-    if c.norm_topk_prob and c.router != "sigmoid":  # router_top_value /= …sum(-1)
+    if c.norm_topk_prob and not c.mla:  # router_top_value /= …sum(-1)
         total = t.reduce("aten.sum", weights, ("k",), "sum of the k weights", comp,
                          out="router weight sum")
         weights = t.binary("aten.div", weights, total, "renormalise", comp,
@@ -121,6 +123,45 @@ def forward(self, x: Sym) -> Sym:
     return y
 
 
+def fp32_linear(self, x: Sym) -> Sym:
+    """DeepSeek's routers: F.linear(hidden_states.type(torch.float32),
+    self.weight.type(torch.float32)): copies where the dtypes differ (bf16 parameters),
+    autocast's bf16 copies under autocast."""
+    t = self.t
+    with t.scope(self.router.name):
+        xf = t.cast(x, FP32, "router input (fp32 copy)")
+        wf = t.cast(self.router.weight, FP32)
+        dtype = t.matmul(xf, wf, R.Matmul("router", R.FFN, t.module, t.repeat, R.FORWARD, (),
+                                          ("B", "T"), ("d_model",), ("E",),
+                                          grads=("dX", "dW")), linear=True)
+    return t.name(Sym(("B", "T", "E"), dtype, True), "router scores")
+
+
+def deepseek_v2_router(self, x: Sym) -> tuple[Sym, Sym]:
+    """DeepseekV2TopkRouter.forward (modeling_deepseek_v2.py, 5.23): the float32 linear,
+    softmax in float32 (saves its output); group_limited_greedy: each group's best score
+    and the top groups off the gradient path, the other groups' scores zeroed by
+    masked_fill (saves its bool mask); the top k (saves the indices) are the weights, times
+    routed_scaling_factor (norm_topk_prob is not read)."""
+    t, c, comp = self.t, self.c, ROUTER
+    tokens = ("B", "T")
+    logits = fp32_linear(self, x)
+    probs = t.unary("aten.softmax", t.cast(logits, FP32), "softmax (float32)", comp,
+                    saves="output", out="router probabilities")
+    if c.router_groups > 1:
+        grouped = t.view(t.off_gradient_path(probs), tokens + ("G", "E/G"))
+        best = t.reduce("aten.max", grouped, ("E/G",), "group score (its best)", comp)
+        t.topk(best, ("G",), ("k_G",), "top groups", comp, out="router top groups")
+        keep = t.name(t.fresh(tokens + ("E",), R.BOOL), "router group mask")
+        probs = t.masked_fill(probs, keep, "zero the other groups", comp)
+    values, _ = t.topk(probs, ("E",), ("k",), "top-k experts", comp, out="chosen experts",
+                       values=True)
+    weights = t.name(values, "router top-k weights")
+    if c.routed_scaling_factor != 1.0:
+        weights = t.binary("aten.mul", weights, None, "× routed_scaling_factor", comp)
+    return logits, weights
+
+
 def deepseek_router(self, x: Sym) -> tuple[Sym, Sym]:
     """DeepseekV3TopkRouter.forward: F.linear(x.float(), weight.float()) (under autocast
     the linear's bf16 copies), sigmoid (saves its output), the choice off the gradient
@@ -130,13 +171,7 @@ def deepseek_router(self, x: Sym) -> tuple[Sym, Sym]:
     scaled by routed_scaling_factor."""
     t, c, comp = self.t, self.c, ROUTER
     tokens = ("B", "T")
-    with t.scope(self.router.name):
-        xf = t.cast(x, FP32, "router input (fp32 copy)")
-        wf = t.cast(self.router.weight, FP32)
-        dtype = t.matmul(xf, wf, R.Matmul("router", R.FFN, t.module, t.repeat, R.FORWARD, (),
-                                          tokens, ("d_model",), ("E",), grads=("dX", "dW")),
-                         linear=True)
-    logits = t.name(Sym(tokens + ("E",), dtype, True), "router scores")
+    logits = fp32_linear(self, x)
     scores = t.unary("aten.sigmoid", logits, "sigmoid", comp, saves="output",
                      out="router probabilities")
     choice = t.binary("aten.add", t.off_gradient_path(scores), self.bias,

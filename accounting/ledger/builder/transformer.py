@@ -7,7 +7,8 @@ from accounting.ledger.symbols import SAVED_AS_BLOCK_INPUT
 from accounting.ledger.trace import LOSS, Sym, Trace
 from accounting.ledger.builder.common import (POSITION_ADD, RESIDUAL, NORM_PARAMS, ROW, Arch, COURSE,
                                               EMBED_SCALE, LOGIT_SCALE, MUP, PER_LAYER,
-                                              RESIDUAL_SCALE, SOFTCAP, gemma2_layout,
+                                              RESIDUAL_SCALE, SOFTCAP, deepseek_v2_layout,
+                                              gemma2_layout,
                                               gemma3_layout, gpt_oss_layout)
 from accounting.ledger.builder.layers import Linear, Norm, activation, FeedForward, RotaryEmbedding
 from accounting.units import FP32
@@ -306,7 +307,9 @@ def walk(c: ModelConfig, autocast: str | None = None, recompute: str = "none",
         a.rotary = RotaryEmbedding(t, "d_k", "sliding_attention_") if True in local else None
     elif a.hf and c.positions == "rope":  # LlamaModel.rotary_emb: before the blocks' keys
         # (DeepseekV3RotaryEmbedding: of d_rope, the latent attention's RoPE part)
-        a.rotary = (RotaryEmbedding(t, "d_rope", pairs=True) if c.mla
+        # (DeepseekV2RotaryEmbedding: complex64 freqs_cis)
+        a.rotary = (RotaryEmbedding(t, "d_rope", pairs=True, complex_=deepseek_v2_layout(c))
+                    if c.mla
                     else RotaryEmbedding(t, halves=t.hf_oss))
     blocks = []
     for kind, (symbol, _) in zip(kinds, t.groups):
