@@ -126,40 +126,7 @@ def test_the_recipe_plans_transformers_ops_for_deepseek_v3_without_mtp():
 @pytest.mark.slow  # two real steps each under a live-storage tracker
 @pytest.mark.parametrize("mode", ["fp32", "autocast"])
 def test_the_two_moments_equal_a_real_step_of_deepseek_v3(mode):
-    """tests/test_peak.py's live-storage tracker over a real CPU step of transformers'
-    DeepseekV3ForCausalLM (F.cross_entropy, AdamW foreach, the second step): the live bytes
-    at the first log_softmax backward and at AdamW's _foreach_sqrt equal the planner's two
-    moments for implementation "transformers" (no MTP module: transformers builds none)."""
-    import torch.nn.functional as F
-    from test_peak import MARKS, LiveBytes
-    from accounting.planning.memory import MemoryModel, get_precision
-    autocast, param_dtype = MODES[mode]
-    _, config = planned("deepseek_v3")
-    model = build("deepseek_v3", param_dtype)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.1, foreach=True)
-    B, T = 2, 5
-    g = torch.Generator().manual_seed(1)
-    ids, targets = (torch.randint(0, config.vocab_size, (B, T), generator=g) for _ in range(2))
-
-    def step():
-        opt.zero_grad(set_to_none=True)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast is not None):
-            logits = model(ids, use_cache=False).logits
-            loss = F.cross_entropy(logits.reshape(-1, config.vocab_size), targets.reshape(-1))
-        del logits
-        loss.backward()
-        opt.step()
-    step()
-    state = [t for s in opt.state.values() for t in s.values()]
-    steps = sum(s["step"].untyped_storage().nbytes() for s in opt.state.values())
-    tracker = LiveBytes([*model.parameters(), *model.buffers(), ids, targets, *state])
-    with tracker:
-        step()
-    precision = get_precision("fp32" if mode == "fp32" else "bf16-mixed")
-    if autocast:
-        precision = replace(precision, autocast="cpu")
-    m = MemoryModel(config, precision, implementation="transformers", device="cpu")
-    v = m.ledger.values(T, B)
-    boundary, update = (ph.bytes.evaluate(v) for ph in m.peak_terms)
-    assert tracker.marks[MARKS[0]] - steps == boundary
-    assert tracker.marks[MARKS[1]] - steps == update
+    """The step's two moments on DeepseekV3ForCausalLM (tests/test_transformers_eager.py
+    assert_two_moments; no MTP module: transformers builds none)."""
+    from test_transformers_eager import assert_two_moments
+    assert_two_moments(build("deepseek_v3", MODES[mode][1]), planned("deepseek_v3")[1], mode)

@@ -124,20 +124,15 @@ def test_the_recipe_plans_transformers_eager_attention(name, why):
         "torchtune"
 
 
-@pytest.mark.slow  # two real steps each under a live-storage tracker
-@pytest.mark.parametrize("mode", ["fp32", "autocast"])
-@pytest.mark.parametrize("name", ["gpt_oss", "gemma2"])
-def test_the_two_moments_equal_a_real_step_of_the_eager_model(name, mode):
-    """tests/test_peak.py's live-storage tracker over a real CPU step of transformers' eager
-    model (F.cross_entropy on its logits, AdamW foreach, the second step): the live bytes at
-    the first log_softmax backward and at AdamW's _foreach_sqrt equal the planner's two
-    moments for implementation "transformers" with the eager core."""
+def assert_two_moments(model, config, mode):
+    """tests/test_peak.py's live-storage tracker over a real CPU step of transformers' model
+    (F.cross_entropy on its logits, AdamW foreach, the second step): the live bytes at the
+    first log_softmax backward and at AdamW's _foreach_sqrt equal the planner's two moments
+    for implementation "transformers"."""
     import torch.nn.functional as F
     from test_peak import MARKS, LiveBytes
     from accounting.planning.memory import MemoryModel, get_precision
-    autocast, param_dtype = MODES[mode]
-    _, config = planned(name)
-    model = build(name, param_dtype)
+    autocast, _ = MODES[mode]
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.1, foreach=True)
     B, T = 2, 5
     g = torch.Generator().manual_seed(1)
@@ -165,3 +160,11 @@ def test_the_two_moments_equal_a_real_step_of_the_eager_model(name, mode):
     boundary, update = (ph.bytes.evaluate(v) for ph in m.peak_terms)
     assert tracker.marks[MARKS[0]] - steps == boundary
     assert tracker.marks[MARKS[1]] - steps == update
+
+
+@pytest.mark.slow  # two real steps each under a live-storage tracker
+@pytest.mark.parametrize("mode", ["fp32", "autocast"])
+@pytest.mark.parametrize("name", ["gpt_oss", "gemma2"])
+def test_the_two_moments_equal_a_real_step_of_the_eager_model(name, mode):
+    """The step's two moments on gpt-oss's and Gemma 2's eager models (assert_two_moments)."""
+    assert_two_moments(build(name, MODES[mode][1]), planned(name)[1], mode)

@@ -131,6 +131,9 @@ class Ledger:
         if c.attention_chunk is not None:  # chunked layers: query i attends (i mod C) + 1 keys
             out["C_a"] = c.attention_chunk
             out["P_C"] = chunk_pairs(seq, c.attention_chunk)
+            # transformers' chunked mask (Llama 4's), made from kv_length >= C_a on
+            out["[T≥C_a]"], out["[T<C_a]"] = int(seq >= c.attention_chunk), \
+                int(seq < c.attention_chunk)
         if c.conv_kernel is not None:  # the recurrent layers' depthwise conv (width K)
             out.update({"K": c.conv_kernel, "3": 3})
         if c.linear_key_heads is not None:  # gated DeltaNet layers (builder/delta.py)

@@ -476,12 +476,16 @@ class Trace(KernelOps):
             self._saves(b2, desc)
         if b2.grad:
             self._saves(a2, desc)
-        for x in (a, b):
+        self.mark_matmul_weight(a, b)
+        return dtype
+
+    def mark_matmul_weight(self, *xs: Sym) -> None:
+        """The parameters among xs are read by a matmul (a weight, not a table or a gain)."""
+        for x in xs:
             if x.param:
                 name = self.tied.get(x.param, x.param)
                 self.params = [replace(p, matmul_weight=True) if p.name == name else p
                                for p in self.params]
-        return dtype
 
     def check(self) -> None:
         if self._unnamed_saves:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, fields, replace
 
 from accounting.ledger.builder.common import (COURSE, LLMFOUNDRY, TORCHTUNE, TRANSFORMERS,
                                               cohere_layout, deepseek_v2_layout,
-                                              deepseek_v3_layout,
+                                              deepseek_v3_layout, llama4_layout,
                                               gemma2_layout, gemma3_layout, gpt_oss_layout)
 from accounting.planning.optimizers import DEFAULT_OPTIMIZER, OPTIMIZERS, get_optimizer, is_default
 from accounting.planning.precisions import BF16_MASTER, BF16_MIXED, get_precision
@@ -108,6 +108,12 @@ _DEEPSEEK_V3 = {"num_shared_experts", "router", "router_groups", "router_topk_gr
 _DEEPSEEK_V2 = {"num_shared_experts", "router_groups", "router_topk_groups",
                 "router_group_score", "routed_scaling_factor", "q_lora_rank", "kv_lora_rank",
                 "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"}
+# Llama 4's text model (Llama4ForCausalLM, measured too): complex RoPE, the L2 QK-norm, NoPE
+# layers with temperature tuning, chunked layers (the sliding layers' mask rule at C_a), its
+# MoE (top-k then sigmoid, every expert on every token, the shared expert), dense layers
+_LLAMA4 = _MOE | {"qk_norm", "layer_types", "num_shared_experts", "router",
+                  "router_topk_first", "router_scales_input", "nope_layers", "attention_chunk",
+                  "temperature_floor"}
 _GEMMA2 = {"norm_placement", "mlp", "norm_offset", "embedding_multiplier", "attn_softcap",
            "final_softcap"}
 
@@ -143,6 +149,8 @@ def transformers_gap(config: ModelConfig) -> str | None:
         measured = measured | _DEEPSEEK_V3
     if deepseek_v2_layout(config):
         measured = measured | _DEEPSEEK_V2
+    if llama4_layout(config):
+        measured = measured | _LLAMA4
     other = [f.name for f in fields(ModelConfig) if f.name not in measured
              and getattr(config, f.name) != defaults[f.name]
              and not (f.name == "qk_norm" and config.qk_norm == "head")]
@@ -153,7 +161,7 @@ def transformers_gap(config: ModelConfig) -> str | None:
     eager = f"; transformers runs it without SDPA ({why})" if why else ""
     return (f"{', '.join(other[:3])}{' …' if len(other) > 3 else ''} (transformers' ops are "
             f"measured for the Llama, Mistral, Qwen2, Qwen3, Qwen3-MoE, Mixtral, OLMo-2, "
-            f"Gemma 2, Gemma 3, Cohere, gpt-oss, DeepSeek-V2 and DeepSeek-V3 layouts "
+            f"Gemma 2, Gemma 3, Cohere, gpt-oss, DeepSeek-V2/V3 and Llama 4 layouts "
             f"only{eager})")
 
 

@@ -106,6 +106,17 @@ def deepseek_v2_layout(c: ModelConfig) -> bool:
             and c.qk_norm == "none")
 
 
+def llama4_layout(c: ModelConfig) -> bool:
+    """Llama 4's text layout as transformers runs it (Llama4ForCausalLM): RoPE as complex
+    products (freqs_cis), the weightless L2 QK-norm on RoPE layers, NoPE layers with
+    temperature tuning, chunked layers, and Llama4TextMoe: a top-k-then-sigmoid router whose
+    scores scale every expert's copy of the tokens (all E experts run), a shared expert."""
+    return (c.router_scales_input and c.router == "sigmoid" and c.router_topk_first
+            and c.mlp == "swiglu" and not c.mla and c.norm == "rmsnorm"
+            and c.norm_placement == "pre" and c.positions == "rope" and c.block == "sequential"
+            and c.qk_norm in ("l2", "none") and not c.expert_bias)
+
+
 def gpt_oss_layout(c: ModelConfig) -> bool:
     """gpt-oss's layout as transformers runs it (GptOssForCausalLM, modeling_gpt_oss.py):
     attention sinks, pre-norm RMSNorm, RoPE, the clamped SwiGLU experts with biases behind a

@@ -5,7 +5,7 @@ with saved-tensor hooks on transformers' own models on the CPU (tests/
 test_transformers_saves.py, test_transformers_eager.py, test_transformers_deepseek.py)."""
 from __future__ import annotations
 
-from accounting.ledger import records as R
+from accounting.ledger import autocast as AC, records as R
 from accounting.units import FP32
 from accounting.ledger.trace import Sym
 from accounting.ledger.builder.common import ROUTER, BIAS
@@ -26,6 +26,8 @@ def forward(self, x: Sym) -> Sym:
     inv_perm (saved) and summed over k."""
     t, c, comp = self.t, self.c, ROUTER
     slots = ("B", "T", "k")
+    if c.router_scales_input:  # Llama4TextMoe: every expert runs every token
+        return llama4(self, x)
     if c.router == "sigmoid":  # DeepseekV3TopkRouter
         logits, weights = deepseek_router(self, x)
     elif c.mla:  # DeepseekV2TopkRouter
@@ -112,14 +114,7 @@ def forward(self, x: Sym) -> Sym:
                  ("k",), "sum over the k slots", comp)
     y = t.cast(y, x.dtype)
     if self.shared is not None:  # DeepseekV3MoE: + shared_experts(residuals), a dense MLP
-        w1, w2, w3 = self.shared
-        with t.scope("shared"):
-            g = activation(t, self.kind.activation, w1(x, "shared W1 output"), self.component,
-                           "")
-            g = t.binary("aten.mul", g, w3(x, "shared W3 output"), "shared gate",
-                         self.component, out="shared gated product")
-            sh = w2(g, "shared W2 output")
-        y = t.binary("aten.add", y, sh, "routed + shared", comp)
+        y = t.binary("aten.add", y, shared_mlp(self, x), "routed + shared", comp)
     return y
 
 
@@ -195,3 +190,70 @@ def deepseek_router(self, x: Sym) -> tuple[Sym, Sym]:
         weights = t.binary("aten.mul", weights, None, "× routed_scaling_factor", comp)
     return logits, weights
 
+
+
+def shared_mlp(self, x: Sym) -> Sym:
+    """The shared expert(s): a dense gated MLP on the block's input (Llama4TextMLP,
+    DeepseekV3MLP), F.silu saving its input."""
+    t = self.t
+    w1, w2, w3 = self.shared
+    with t.scope("shared"):
+        g = activation(t, self.kind.activation, w1(x, "shared W1 output"), self.component, "")
+        g = t.binary("aten.mul", g, w3(x, "shared W3 output"), "shared gate", self.component,
+                     out="shared gated product")
+        return w2(g, "shared W2 output")
+
+
+def llama4(self, x: Sym) -> Sym:
+    """Llama4TextMoe.forward (models/llama4/modeling_llama4.py, 5.23): Llama4Router (an
+    nn.Linear; top-k of the logits, saving the indices; scatter_ into −inf, which saves
+    them too; sigmoid of its float() copy, saving its output, cast back), the tokens
+    repeated E times (a new tensor) times the scores laid out expert-major (a copy): the
+    product saves both; Llama4TextExperts: one bmm with the stacked gate_up_proj (E, d,
+    2·d_e) over E·B·T rows (saves its input), SiLU of the gate half (saves the stacked
+    output) times the up half (saves SiLU's output), the down bmm (saves the product); the
+    shared expert's output plus the expert outputs summed over E (in place)."""
+    t, c, comp = self.t, self.c, ROUTER
+    tokens, E = ("B", "T"), ("E",)
+    logits = self.router(x, "router scores")
+    values, chosen = t.topk(logits, E, ("k",), "top-k logits", comp, out="chosen experts",
+                            values=True)
+    scores = t.scatter(tokens + E, chosen, values, "router scores (−inf but the top k)")
+    probs = t.unary("aten.sigmoid", t.cast(scores, FP32), "sigmoid (float32)", comp,
+                    saves="output", out="router probabilities")
+    probs = t.cast(probs, logits.dtype, "router probabilities (cast back)")
+    rows = E + tokens
+    rep = t.name(t.copy(x, rows + ("d_model",)), "tokens repeated over the experts")
+    gate = t.name(t.copy(probs, rows + ("1",)), "router scores, expert-major (copy)")
+    routed = t.binary("aten.mul", rep, gate, "tokens × router score", comp,
+                      out="expert inputs (scaled by the router)")
+    note = "every expert runs every token (the unchosen at weight 0): E·B·T rows, B·T·k useful"
+    d, f = ("d_model",), ("d_e",)
+    with t.scope("experts"):
+        self._lora_fold()
+
+        def bmm(a, w, name, n, p):
+            return t.matmul(a, w, R.Matmul(name, R.FFN, t.module, t.repeat, R.FORWARD, (), rows,
+                                           n, p, grads=("dX", "dW"), note=note,
+                                           useful=("B", "T", "k") + n + p))
+        w1, w3, a = self.w1, self.w3, routed
+        if AC.policy(t.autocast, "bmm") == AC.LOWER:  # one bmm, one cast of each operand:
+            # the input's and the stacked gate_up_proj's (both halves one bf16 storage)
+            a = t.cast(routed, AC.LOW_DTYPE, "expert inputs (bf16 copy)")
+            w1 = t.cast(self.w1, AC.LOW_DTYPE)
+            n = t.named[w1.storage]
+            n.label, n.shape = "bf16 copy of the stacked gate_up_proj", ("E", "2", "d_e", "d_model")
+            w3 = t.view(w1)
+            t.mark_matmul_weight(self.w1, self.w3)
+        dtype = bmm(a, w1, "expert W1", d, f)
+        bmm(a, w3, "expert W3", d, f)
+        gate_up = t.name(Sym(rows + ("2", "d_e"), dtype, True), "expert gate_up output")
+        act = t.unary("aten.silu", t.view(gate_up, rows + f, contiguous=False), "SiLU",
+                      self.component, saves="input", out="SiLU output")
+        g = t.binary("aten.mul", t.view(gate_up, rows + f, contiguous=False), act,
+                     "up · SiLU(gate)", self.component, out="expert gated product")
+        out = t.name(Sym(rows + d, bmm(g, self.w2, "expert W2", f, d), True), "expert outputs")
+    routed_out = t.reduce("aten.sum", t.view(out, tokens + d + E, contiguous=False), E,
+                          "sum over the experts", comp)
+    return t.binary("aten.add", shared_mlp(self, x), routed_out, "shared + experts (add_)",
+                    comp)

@@ -275,8 +275,8 @@ class RotaryEmbedding:
                      "x·freqs_cis (complex: 4 multiplies, 2 adds)", ROPE)
         for _ in range(5):  # the complex product's other five real FLOPs per pair
             t._record("aten.mul", "x·freqs_cis (complex: 4 multiplies, 2 adds)", ROPE, pairs)
-        y = t.copy(y, x.shape)  # view_as_real(…).flatten(3): a view; the product is new
-        y.dtype = FP32
+        # view_as_real(…).flatten(3): a view of the product, laid out as x is (TensorIterator)
+        y = Sym(x.shape, FP32, y.grad, x.contiguous)
         return t.name(t.cast(y, x.dtype), out_label)
 
     def rotate_halves(self, x: Sym, tables: tuple[Sym, Sym], out_label: str) -> Sym:

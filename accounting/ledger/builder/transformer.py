@@ -8,7 +8,7 @@ from accounting.ledger.trace import LOSS, Sym, Trace
 from accounting.ledger.builder.common import (POSITION_ADD, RESIDUAL, NORM_PARAMS, ROW, Arch, COURSE,
                                               EMBED_SCALE, LOGIT_SCALE, MUP, PER_LAYER,
                                               RESIDUAL_SCALE, SOFTCAP, deepseek_v2_layout,
-                                              gemma2_layout,
+                                              gemma2_layout, llama4_layout,
                                               gemma3_layout, gpt_oss_layout)
 from accounting.ledger.builder.layers import Linear, Norm, activation, FeedForward, RotaryEmbedding
 from accounting.units import FP32
@@ -308,9 +308,10 @@ def walk(c: ModelConfig, autocast: str | None = None, recompute: str = "none",
     elif a.hf and c.positions == "rope":  # LlamaModel.rotary_emb: before the blocks' keys
         # (DeepseekV3RotaryEmbedding: of d_rope, the latent attention's RoPE part)
         # (DeepseekV2RotaryEmbedding: complex64 freqs_cis)
+        # (Llama4TextRotaryEmbedding: complex64 freqs_cis too)
         a.rotary = (RotaryEmbedding(t, "d_rope", pairs=True, complex_=deepseek_v2_layout(c))
                     if c.mla
-                    else RotaryEmbedding(t, halves=t.hf_oss))
+                    else RotaryEmbedding(t, halves=t.hf_oss, complex_=llama4_layout(c)))
     blocks = []
     for kind, (symbol, _) in zip(kinds, t.groups):
         with t.block(symbol):
