@@ -93,3 +93,17 @@ def test_the_two_moments_equal_a_real_step_of_llama4(mode):
     from test_transformers_eager import assert_two_moments
     config = resolve(translate(CONFIGS["text"], "test", "text").config, from_hf=True)[1]
     assert_two_moments(build("text", MODES[mode][1]), config, mode)
+
+
+def test_a_lora_plan_of_llama4_runs_under_bf16_mixed(capsys, tmp_path):
+    """Regression: with LoRA the frozen experts are held in the compute dtype, so autocast
+    makes no copy of the stacked gate_up_proj (the builder once looked one up and failed
+    with an internal error); the plan answers (exit 0) and names the recipe."""
+    import json
+    from cli_run import run
+    path = tmp_path / "llama4.json"
+    path.write_text(json.dumps(CONFIGS["text"]))
+    code, out, err = run(capsys, "plan", "--config", str(path), "--ctx", "64", "--lora-rank",
+                         "8", "--lora-targets", "q_proj,o_proj", "--gpu", "H100")
+    assert code == 0, err
+    assert "transformers implementation" in out.split("\n\n")[0]

@@ -241,10 +241,12 @@ def llama4(self, x: Sym) -> Sym:
             # the input's and the stacked gate_up_proj's (both halves one bf16 storage)
             a = t.cast(routed, AC.LOW_DTYPE, "expert inputs (bf16 copy)")
             w1 = t.cast(self.w1, AC.LOW_DTYPE)
-            n = t.named[w1.storage]
-            n.label, n.shape = "bf16 copy of the stacked gate_up_proj", ("E", "2", "d_e", "d_model")
-            w3 = t.view(w1)
-            t.mark_matmul_weight(self.w1, self.w3)
+            if w1 is not self.w1:  # (bf16 weights, a frozen LoRA base: no copy)
+                n = t.named[w1.storage]
+                n.label = "bf16 copy of the stacked gate_up_proj"
+                n.shape = ("E", "2", "d_e", "d_model")
+                w3 = t.view(w1)
+                t.mark_matmul_weight(self.w1, self.w3)
         dtype = bmm(a, w1, "expert W1", d, f)
         bmm(a, w3, "expert W3", d, f)
         gate_up = t.name(Sym(rows + ("2", "d_e"), dtype, True), "expert gate_up output")
