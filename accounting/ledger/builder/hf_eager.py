@@ -66,8 +66,7 @@ def core(attn, q: Sym, k: Sym, v: Sym) -> Sym:
         w = t.binary("aten.mul", w, None, "cap · tanh", SOFTCAP)
     # the additive mask (B, 1, T, T), made once per forward in the embeddings' dtype: a
     # broadcast add, nothing saved (its gradient is the incoming one)
-    mask = t.name(t.fresh(("B", "1", "T", "T"), t.param_dtype if t.autocast is None else R.FP32),
-                  "attention mask (additive)")
+    mask = t.fresh(("B", "1", "T", "T"), t.param_dtype if t.autocast is None else R.FP32)
     w = t.binary("aten.add", w, mask, "scores + mask", CAUSAL_MASK)
     if attn.sinks is not None:
         w = _sink_softmax(attn, w)
