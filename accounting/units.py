@@ -22,6 +22,9 @@ KiB, MiB, GiB, TiB = 2**10, 2**20, 2**30, 2**40
 # The names are the ones printed and typed (--precision fp32, "bf16 copy", peak keys).
 FP32, BF16, FP16, INT8 = "fp32", "bf16", "fp16", "int8"
 FP64, INT64, BOOL, UINT8, INT32 = "fp64", "int64", "bool", "uint8", "int32"
+# torch.complex64: two float32 (DeepSeek-V2's and Llama 4's RoPE as transformers writes it,
+# torch.polar and view_as_complex: the freqs_cis each rotation saves)
+COMPLEX64 = "complex64"
 # IEEE 754 binary32/binary16/binary64, bfloat16 (16 bits), and torch's element sizes
 # (torch.bool, torch.int8 and torch.uint8 take one byte each, torch.int32 four, torch.int64
 # eight). uint8 holds 8-bit optimizer state and packed NF4 weights; int32 grouped_mm offsets
@@ -34,7 +37,7 @@ FP8, FP8_E4M3, FP8_E5M2 = "fp8", "fp8_e4m3", "fp8_e5m2"
 STORAGE_BYTES = {FP8_E4M3: 1, FP8_E5M2: 1}
 # an fp8 activation or weight copy (Transformer Engine's saved input) is one of these
 DTYPE_BYTES = {FP32: 4, BF16: 2, FP16: 2, INT8: 1, FP64: 8, INT64: 8, BOOL: 1, UINT8: 1, INT32: 4,
-               **STORAGE_BYTES}
+               COMPLEX64: 8, **STORAGE_BYTES}
 
 # torch's dtype names as a config.json writes them (torch_dtype / dtype: transformers looks
 # each up as getattr(torch, name)); a name outside these is refused (hf_schema.FREE_VALUES).

@@ -40,11 +40,17 @@ def test_defaults_follow_the_input(capsys):
     assert hf["parameters"]["count"] == hf["parameters"]["trainable"] == N == 8_030_261_248
     # inference in bf16: 2 bytes per weight and KV element
     assert hf["inference"]["bytes_per_element"] == 2
-    # DeepSeek-V3 (latent attention, grouped routing): transformers' ops not modelled yet,
+    # GPT-2 (Conv1D, learned positions, LayerNorm): transformers' ops not modelled yet,
     # so model/'s ops, named
+    gpt2 = plan_json(capsys, "openai-community/gpt2", "--ctx", "1024")
+    assert gpt2["assumptions"]["implementation"] == "course"
+    assert "not yet modelled" in gpt2["assumptions"]["implementation_meaning"]
+    assert gpt2["assumptions"]["attention"] == "sdpa"
+    # DeepSeek-V3 (latent attention, grouped routing): transformers' own ops
+    # (tests/test_transformers_deepseek.py), without the MTP module transformers lacks
     moe = plan_json(capsys, "deepseek-ai/DeepSeek-V3", "--ctx", "1024")
-    assert moe["assumptions"]["implementation"] == "course"
-    assert "not yet modelled" in moe["assumptions"]["implementation_meaning"]
+    assert moe["assumptions"]["implementation"] == "transformers"
+    assert "no MTP module" in moe["assumptions"]["implementation_meaning"]
     assert moe["assumptions"]["attention"] == "sdpa"
 
 
@@ -112,7 +118,7 @@ def test_csv_and_dataframe_carry_the_recipe(capsys):
     (("gpt2-small", "--optimizer", "adamw8bit-torchao", "--precision", "bf16-master"),
      "keeps 8-bit moments"),
     ((LLAMA, "--implementation", "transformers", "--attention", "naive"), "eager attention"),
-    (("deepseek-ai/DeepSeek-V3", "--implementation", "transformers"), "modelled"),
+    # (DeepSeek-V3's ops are modelled since issue 41: tests/test_transformers_deepseek.py)
     # (Mistral-7B-v0.1's sliding window is modelled since issue 41: tests/test_transformers_saves.py)
     (("openai-community/gpt2", "--implementation", "transformers"), "positions"),
     (("gpt2-small", "--scope", "course", "--optimizer", "sgd"), "--scope course"),

@@ -53,8 +53,9 @@ CONFIGS = {**DENSE, "qwen3_moe": MOE["qwen3_moe"],
 from test_architectures import saved_tensors
 
 DTYPE = {"fp32": torch.float32, "bf16": torch.bfloat16, "bool": torch.bool, "int64": torch.int64,
+         "complex64": torch.complex64,
          "int32": torch.int32}
-SIZE = {"fp32": 4, "bf16": 2, "bool": 1, "int64": 8, "int32": 4}
+SIZE = {"fp32": 4, "bf16": 2, "bool": 1, "int64": 8, "int32": 4, "complex64": 8}
 # qwen3_moe: a dense and two sparse blocks, transformers' grouped_mm experts (the default
 # experts implementation): the sorted slots' indices, the int32 offsets, the stacked
 # gate_up output, all in fp32 under autocast (grouped_mm is not autocast-enabled)
@@ -173,20 +174,3 @@ def test_the_two_moments_equal_a_real_step_of_transformers_model(name, mode):
     boundary, update = (ph.bytes.evaluate(v) for ph in m.peak_terms)
     assert tracker.marks[MARKS[0]] - steps == boundary
     assert tracker.marks[MARKS[1]] - steps == update
-
-
-# ---- families transformers itself runs without SDPA ------------------------------------------
-
-def test_the_gap_names_the_families_transformers_runs_without_sdpa():
-    """gpt-oss (its sinks) and Gemma 2 (its attention soft-cap): transformers refuses
-    attn_implementation="sdpa" for them, so they stay planned with the course's ops and the
-    recipe line says why; checked on transformers' own from_config."""
-    from transformers import AutoModelForCausalLM
-    from accounting.crosscheck.hf_counter import transformers_config
-    from hf_h3_examples import CONFIGS as H3
-    for data in (H3["gpt_oss"], GEMMA["gemma2"]):
-        with pytest.raises(ValueError, match="scaled_dot_product_attention"):
-            AutoModelForCausalLM.from_config(transformers_config(data),
-                                             attn_implementation="sdpa")
-        config = translate(data, "test", data["model_type"]).config
-        assert "without SDPA" in transformers_gap(config)

@@ -164,7 +164,7 @@ def plan_answer(p) -> Table:
     recipe = getattr(p, "recipe", None)
     if recipe is not None:  # what is planned, named (accounting/planning/recipes.py)
         lines.append(_line("recipe", f"{recipe.implementation} implementation, "
-                                     f"{recipe.precision}, {recipe.attention} attention, "
+                                     f"{recipe.precision}, {recipe.kernel} attention, "
                                      f"recomputation {recipe.recompute}, optimizer "
                                      f"{recipe.optimizer}" + _recipe_flags(p)
                                      + (f" ({recipe.note})" if recipe.note else "")))

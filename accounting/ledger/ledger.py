@@ -126,9 +126,14 @@ class Ledger:
             out["W"] = w
             out["P_W"] = window_pairs(seq, w)
             out["[T≥W]"], out["[T<W]"] = int(seq >= w), int(seq < w)  # transformers' mask
+        if c.attention_sinks:  # gpt-oss's eager softmax: the keys and the sink (hf_eager.py)
+            out["(T+1)"] = seq + 1
         if c.attention_chunk is not None:  # chunked layers: query i attends (i mod C) + 1 keys
             out["C_a"] = c.attention_chunk
             out["P_C"] = chunk_pairs(seq, c.attention_chunk)
+            # transformers' chunked mask (Llama 4's), made from kv_length >= C_a on
+            out["[T≥C_a]"], out["[T<C_a]"] = int(seq >= c.attention_chunk), \
+                int(seq < c.attention_chunk)
         if c.conv_kernel is not None:  # the recurrent layers' depthwise conv (width K)
             out.update({"K": c.conv_kernel, "3": 3})
         if c.linear_key_heads is not None:  # gated DeltaNet layers (builder/delta.py)

@@ -79,6 +79,9 @@ SYMBOLS: dict[str, str] = {
     "N_c-1": "chunks less one: the state updates of a forward without a cache",
     "[N_c>1]": "1 with two chunks or more, else 0: what only the scan's later chunks save",
     "[T≥W]": "1 once T reaches the window W, else 0: transformers' sliding-layer mask and repeat_kv",
+    "[T≥C_a]": "1 once T reaches the chunk C_a, else 0: transformers' chunked-layer mask and repeat_kv",
+    "[T<C_a]": "1 below the chunk C_a, else 0: SDPA reads the K/V heads as they are (enable_gqa)",
+    "(T+1)": "keys and the head's sink: a row of gpt-oss's eager softmax (transformers)",
     "[T<W]": "1 below the window W, else 0: SDPA reads the K/V heads as they are (enable_gqa)",
     "[N_m>1]": "1 with two SSD chunks or more, else 0",
     "[N_m=1]": "1 with one SSD chunk, else 0",
@@ -234,7 +237,9 @@ class Expr:
             chunks = chunks_expr(values["C_l"], values["T"])
             e = e.substitute("N_c", chunks).substitute("N_c-1", chunks + Expr({(): -1}))
             e = e.substitute("[N_c>1]", Expr({(): values["[N_c>1]"]}))  # constant on the branch
-        for flag in ("[T≥W]", "[T<W]"):  # constant on the branch the analysed T is on
+        if "T" in keep and "(T+1)" in e.symbols():  # gpt-oss's sink column
+            e = e.substitute("(T+1)", Expr({("T",): 1, (): 1}))
+        for flag in ("[T≥W]", "[T<W]", "[T≥C_a]", "[T<C_a]"):  # constant on T's branch
             if "T" in keep and flag in e.symbols():
                 e = e.substitute(flag, Expr({(): values[flag]}))
         if "T" in keep and {"N_m", "N_m+1", "[N_m>1]", "[N_m=1]"} & e.symbols():  # Mamba-2's
@@ -368,6 +373,9 @@ def validity(e: Expr, values: dict[str, int]) -> str:
     if {"[T≥W]", "[T<W]"} & e.symbols() and "P_W" not in e.symbols():
         w = values["W"]
         parts.append(f"T ≥ W = {w:,}" if values["T"] >= w else f"T < W = {w:,}")
+    if {"[T≥C_a]", "[T<C_a]"} & e.symbols() and "P_C" not in e.symbols():
+        c = values["C_a"]
+        parts.append(f"T ≥ C_a = {c:,}" if values["T"] >= c else f"T < C_a = {c:,}")
     if "P_K" in e.symbols():
         k = values["k_I"]
         parts.append(f"T ≥ k_I = {k:,}" if values["T"] >= k else f"T ≤ k_I = {k:,}")

@@ -49,6 +49,7 @@ class Trace(KernelOps):
         self.hf = False  # the ops of transformers' modeling code, where they differ (builder)
         self.hf_gemma3 = False  # Gemma3ForCausalLM's RMSNorm and GELUTanh (builder)
         self.hf_olmo2 = False  # OLMo-2's RMSNorm (the gain in fp32, then the cast), fp32 RoPE
+        self.hf_oss = False  # gpt-oss's modules (GptOssRMSNorm as OLMo-2's, its RoPE, experts)
         self.megatron = False  # Megatron-Core + TE's fused modules (builder/megatron.py)
         self.dropout = False  # Megatron: dropout on (its masks saved)
         self.titan = False  # torchtitan's Llama (builder/megatron.py's fused norm, its RoPE)
@@ -475,12 +476,16 @@ class Trace(KernelOps):
             self._saves(b2, desc)
         if b2.grad:
             self._saves(a2, desc)
-        for x in (a, b):
+        self.mark_matmul_weight(a, b)
+        return dtype
+
+    def mark_matmul_weight(self, *xs: Sym) -> None:
+        """The parameters among xs are read by a matmul (a weight, not a table or a gain)."""
+        for x in xs:
             if x.param:
                 name = self.tied.get(x.param, x.param)
                 self.params = [replace(p, matmul_weight=True) if p.name == name else p
                                for p in self.params]
-        return dtype
 
     def check(self) -> None:
         if self._unnamed_saves:

@@ -38,7 +38,7 @@ class KernelOps:
 
     def fused_attention(self, q: Sym, k: Sym, v: Sym, records: tuple[R.Matmul, R.Matmul],
                         out_shape: tuple[str, ...], lse_shape: tuple[str, ...],
-                        mask: Sym | None = None) -> Sym:
+                        mask: Sym | None = None, mask_flag: str = "[T≥W]") -> Sym:
         """F.scaled_dot_product_attention(q, k, v, is_causal=True): one kernel, its two
         matmuls' records, no separate non-matmul op; saves q, k, v, the output and the
         per-row log-sum-exp (float32)."""
@@ -51,7 +51,8 @@ class KernelOps:
         if mask is not None and mask.dtype == R.BOOL:  # torch converts a bool attn_mask to
             # an additive one of the query's dtype (attention.cpp convert_boolean_attn_mask)
             mask = self.name(Sym(mask.shape, dtype), "attention mask (additive, per call)",
-                             saved_if="[T≥W]")  # (transformers' sliding layers only)
+                             saved_if=mask_flag)  # (transformers' sliding or chunked
+            # layers only: their masks from T = W, or T = C_a, on)
         desc = "fused attention kernel"
         self._reads(desc, q, k, v)
         # the kernel lays its output out as q is laid out (heads-major, or a permuted view)

@@ -13,7 +13,7 @@ from accounting.planning.inference import (decode_flops_expr, kv_elements_per_to
 from accounting.planning.plan import Plan
 from accounting.planning import finetune, training_state
 from accounting.planning.optimizers import get_optimizer
-from accounting.planning.recipes import ATTENTION_NAMES, IMPLEMENTATIONS
+from accounting.planning.recipes import IMPLEMENTATIONS
 
 
 def _fraction(f: Fraction | None) -> dict | None:
@@ -44,7 +44,7 @@ def _recipe(p: Plan) -> dict:
     return {"implementation": r.implementation,
             "implementation_meaning": IMPLEMENTATIONS[r.implementation]
             + (f"; {r.note}" if r.note else ""),
-            "attention": r.attention, "attention_meaning": ATTENTION_NAMES[r.attention],
+            "attention": r.attention, "attention_meaning": r.attention_meaning,
             "optimizer": r.optimizer, "optimizer_meaning": f"{opt.title} ({opt.source})",
             "optimizer_in_backward": p.memory.model.optimizer_in_backward,
             # issue 44's recipe flags (planning/loss_memory.py, activation_offload.py)

@@ -11,7 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 
 from accounting.ledger.builder.common import (COURSE, LLMFOUNDRY, TORCHTUNE, TRANSFORMERS,
-                                              cohere_layout, gemma3_layout)
+                                              cohere_layout, deepseek_v2_layout,
+                                              deepseek_v3_layout, llama4_layout,
+                                              gemma2_layout, gemma3_layout, gpt_oss_layout)
 from accounting.planning.optimizers import DEFAULT_OPTIMIZER, OPTIMIZERS, get_optimizer, is_default
 from accounting.planning.precisions import BF16_MASTER, BF16_MIXED, get_precision
 from accounting.runtime.errors import UsageError
@@ -22,9 +24,10 @@ IMPLEMENTATIONS = {
     COURSE: "model/ as written (the course's eager ops: RoPE cos/sin tables in every block, "
             "RMSNorm by sqrt and divide, SiLU as x·sigmoid(x))",
     TRANSFORMERS: "transformers' modeling code (AutoModelForCausalLM, attn_implementation="
-                  "'sdpa'): one rotary module with two d_k/2 inv_freq buffers, cos/sin computed "
-                  "once per pass, LlamaRMSNorm, F.silu; its saved tensors measured on its own "
-                  "model (tests/test_transformers_saves.py)",
+                  "'sdpa', or its eager attention where it refuses SDPA): one rotary module "
+                  "with two d_k/2 inv_freq buffers, cos/sin computed once per pass, "
+                  "LlamaRMSNorm, F.silu; its saved tensors measured on its own model "
+                  "(tests/test_transformers_saves.py, and _eager, _deepseek, _llama4 beside it)",
     LLMFOUNDRY: "llm-foundry's MPT (llmfoundry/models/mpt/modeling_mpt.py, layers/blocks.py "
                 "MPTBlock, at mosaicml/llm-foundry@c90b9b3): LPLayerNorm (F.layer_norm on the "
                 "bf16 input: saves it and fp32 mean and 1/σ), nn.GELU in one op (saves its "
@@ -38,6 +41,10 @@ IMPLEMENTATIONS = {
 ATTENTION_NAMES = {"naive": "naive (the course's explicit softmax(QKᵀ)V, T×T scores saved)",
                    "sdpa": "SDPA (F.scaled_dot_product_attention, fused: no T×T tensor saved)"}
 TRAIN_FULL = "full"
+# transformers' eager_attention_forward (builder/hf_eager.py): the kernel of the models it
+# refuses SDPA for (eager_only)
+EAGER = ("eager (transformers' eager_attention_forward: T×T scores and probabilities saved; "
+         "transformers runs this model without SDPA)")
 
 # Spec fields whose transformers ops tests/test_transformers_saves.py measures (llama,
 # mistral, qwen2, qwen3, qwen3_moe, olmo2): sizes, biases, a tied head, GQA, head_dim,
@@ -83,6 +90,45 @@ _COHERE = {"norm", "block", "logit_scale", "qk_norm", "sliding_window", "layer_t
            "nope_layers"}
 
 
+# gpt-oss's (GptOssForCausalLM, measured too: tests/test_transformers_eager.py): eager
+# attention with sinks (transformers refuses SDPA for it), the biased top-k-first router,
+# the clamped SwiGLU experts with biases (grouped_mm), sliding-window layers
+_GPT_OSS = {"mlp", "router_topk_first", "router_linear_bias", "expert_bias",
+            "attention_sinks"}
+# Gemma 2's (Gemma2ForCausalLM, measured too): Gemma 3's layout without QK-norm, with the
+# attention soft-cap in transformers' eager attention (one RoPE for every layer)
+# DeepSeek-V3's (DeepseekV3ForCausalLM, measured too: tests/test_transformers_deepseek.py):
+# latent attention as transformers writes it, the sigmoid router with its correction bias
+# and group top-k, shared experts, dense first layers; transformers builds no MTP module
+# (resolve plans none)
+_DEEPSEEK_V3 = {"num_shared_experts", "router", "router_groups", "router_topk_groups",
+                "router_bias", "routed_scaling_factor", "q_lora_rank", "kv_lora_rank",
+                "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "mtp_layers"}
+# DeepSeek-V2's (DeepseekV2ForCausalLM, measured too): the latent attention with its complex
+# RoPE, the softmax router (greedy or group-limited by each group's best), shared experts
+_DEEPSEEK_V2 = {"num_shared_experts", "router_groups", "router_topk_groups",
+                "router_group_score", "routed_scaling_factor", "q_lora_rank", "kv_lora_rank",
+                "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"}
+# Llama 4's text model (Llama4ForCausalLM, measured too): complex RoPE, the L2 QK-norm, NoPE
+# layers with temperature tuning, chunked layers (the sliding layers' mask rule at C_a), its
+# MoE (top-k then sigmoid, every expert on every token, the shared expert), dense layers
+_LLAMA4 = _MOE | {"qk_norm", "layer_types", "num_shared_experts", "router",
+                  "router_topk_first", "router_scales_input", "nope_layers", "attention_chunk",
+                  "temperature_floor"}
+_GEMMA2 = {"norm_placement", "mlp", "norm_offset", "embedding_multiplier", "attn_softcap",
+           "final_softcap"}
+
+
+def eager_only(config: ModelConfig) -> str | None:
+    """Why transformers runs this model with its eager attention only (None: SDPA too):
+    the modeling file's _supports_sdpa = False."""
+    if config.attention_sinks:
+        return "GptOssPreTrainedModel._supports_sdpa = False: its sinks"
+    if config.attn_softcap is not None:
+        return "Gemma2PreTrainedModel._supports_sdpa = False: its attention soft-cap"
+    return None
+
+
 def transformers_gap(config: ModelConfig) -> str | None:
     """Why transformers' ops for this architecture are not modelled yet (None: they are)."""
     defaults = {f.name: f.default for f in fields(ModelConfig)}
@@ -96,19 +142,28 @@ def transformers_gap(config: ModelConfig) -> str | None:
         measured = measured | _GEMMA3
     if cohere_layout(config):
         measured = measured | _COHERE
+    if gpt_oss_layout(config):
+        measured = measured | _GPT_OSS
+    if gemma2_layout(config):
+        measured = measured | _GEMMA2
+    if deepseek_v3_layout(config):
+        measured = measured | _DEEPSEEK_V3
+    if deepseek_v2_layout(config):
+        measured = measured | _DEEPSEEK_V2
+    if llama4_layout(config):
+        measured = measured | _LLAMA4
     other = [f.name for f in fields(ModelConfig) if f.name not in measured
              and getattr(config, f.name) != defaults[f.name]
              and not (f.name == "qk_norm" and config.qk_norm == "head")]
     if not other:
         return None
-    # where transformers itself runs no SDPA (the recipe's kernel), say so
-    eager = ("; transformers runs gpt-oss without SDPA (GptOssPreTrainedModel._supports_sdpa "
-             "= False: its sinks)" if config.attention_sinks else
-             "; transformers runs Gemma 2 without SDPA (Gemma2PreTrainedModel._supports_sdpa "
-             "= False: its attention soft-cap)" if config.attn_softcap is not None else "")
+    # where transformers itself runs no SDPA, say so
+    why = eager_only(config)
+    eager = f"; transformers runs it without SDPA ({why})" if why else ""
     return (f"{', '.join(other[:3])}{' …' if len(other) > 3 else ''} (transformers' ops are "
             f"measured for the Llama, Mistral, Qwen2, Qwen3, Qwen3-MoE, Mixtral, OLMo-2, "
-            f"Gemma 3 and Cohere layouts only{eager})")
+            f"Gemma 2, Gemma 3, Cohere, gpt-oss, DeepSeek-V2/V3 and Llama 4 layouts "
+            f"only{eager})")
 
 
 @dataclass(frozen=True)
@@ -121,12 +176,23 @@ class Recipe:
     train: str = TRAIN_FULL
     note: str = ""  # why a default was not the input's (e.g. transformers' ops not modelled)
 
+    @property
+    def kernel(self) -> str:
+        """The attention kernel's short name: naive, sdpa, or eager (transformers' own
+        eager attention, for the models it refuses SDPA for)."""
+        return "eager" if self.implementation == TRANSFORMERS and self.attention == "naive" \
+            else self.attention
+
+    @property
+    def attention_meaning(self) -> str:
+        return EAGER if self.kernel == "eager" else ATTENTION_NAMES[self.attention]
+
     def lines(self) -> dict[str, str]:
         """The recipe in words, one line per choice (the first screen and --format json)."""
         opt = get_optimizer(self.optimizer)
         return {"implementation": self.implementation + (f" ({self.note})" if self.note else ""),
                 "precision": self.precision,
-                "attention": ATTENTION_NAMES[self.attention],
+                "attention": self.attention_meaning,
                 "recomputation": self.recompute,
                 "optimizer": f"{self.optimizer}: {opt.title}"}
 
@@ -150,7 +216,9 @@ def resolve(config: ModelConfig, from_hf: bool, implementation: str | None = Non
         raise UsageError(f"unknown implementation {implementation!r}; choose "
                          f"{' or '.join(IMPLEMENTATIONS)}")
     if implementation == TORCHTUNE:  # transformers' Llama ops: the same configs
-        gap = transformers_gap(config)
+        why = eager_only(config)  # (torchtune's attention is SDPA: no sinks, no soft-cap)
+        gap = transformers_gap(config) or (why and f"a model transformers runs without SDPA "
+                                                   f"({why})")
         if gap is not None:
             raise UsageError(f"--implementation {TORCHTUNE} plans torchtune's Llama-family "
                              f"models, and not {gap}; give --implementation course")
@@ -160,11 +228,25 @@ def resolve(config: ModelConfig, from_hf: bool, implementation: str | None = Non
         if gap is not None:
             raise UsageError(f"--implementation transformers is not modelled for {gap}; "
                              f"give --implementation course")
-        if config.attention != "sdpa":
+        if config.mtp_layers:  # DeepseekV3ForCausalLM has no MTP module (its weights are
+            # dropped on load): transformers trains none
+            note = (f"DeepseekV3ForCausalLM builds no MTP module: the config's "
+                    f"{config.mtp_layers} MTP layer(s) are not planned")
+            config = replace(config, mtp_layers=0)
+        why = eager_only(config)
+        if why is not None:  # its eager attention, whatever the config said
+            if attention_given and config.attention == "sdpa":
+                raise UsageError(f"transformers runs {config.name} with its eager attention "
+                                 f"only ({why}): drop --attention sdpa or give "
+                                 f"--implementation course")
+            config = replace(config, attention="naive")
+        elif config.attention != "sdpa":
             if attention_given:
                 raise UsageError("--implementation transformers plans attn_implementation='sdpa'; "
-                                 "transformers' eager attention is not modelled: drop "
-                                 "--attention naive or give --implementation course")
+                                 "transformers' eager attention is modelled only for the models "
+                                 "it refuses SDPA for (gpt-oss, Gemma 2): drop --attention naive "
+                                 "or give "
+                                 "--implementation course")
             config = replace(config, attention="sdpa")
     if implementation == LLMFOUNDRY:
         gap = foundry_gap(config)
@@ -173,7 +255,9 @@ def resolve(config: ModelConfig, from_hf: bool, implementation: str | None = Non
                              f"{config.name} has {gap}: give --implementation course")
         if config.attention != "sdpa":  # its flash/triton kernel, whatever --attention says
             config = replace(config, attention="sdpa")
-    if from_hf and scope != "course" and not attention_given and config.attention != "sdpa":
+    eager = implementation == TRANSFORMERS and eager_only(config) is not None
+    if from_hf and scope != "course" and not attention_given and config.attention != "sdpa" \
+            and not eager:
         try:  # transformers' default kernel, either way
             config = replace(config, attention="sdpa")
         except UsageError:  # a config whose attention needs the naive core (DSA's indexer)
@@ -196,4 +280,5 @@ def resolve(config: ModelConfig, from_hf: bool, implementation: str | None = Non
                   note=note), config
 
 
-__all__ = ["IMPLEMENTATIONS", "OPTIMIZERS", "Recipe", "resolve", "transformers_gap"]
+__all__ = ["IMPLEMENTATIONS", "OPTIMIZERS", "Recipe", "eager_only", "resolve",
+           "transformers_gap"]

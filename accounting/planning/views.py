@@ -17,7 +17,7 @@ from accounting.planning.memory import COURSE, MODEL, RECOMPUTE, SCOPES
 from accounting.planning.plan import Plan
 from accounting.planning import training_state
 from accounting.planning.optimizers import get_optimizer, is_default
-from accounting.planning.recipes import ATTENTION_NAMES, IMPLEMENTATIONS
+from accounting.planning.recipes import IMPLEMENTATIONS
 from accounting.architecture.presets import title
 from accounting.tables.table import Table
 from accounting.units import MEGA, TERA, decimal, gibibytes, gigabytes, grouped, si
@@ -62,7 +62,7 @@ def _recipe_rows(p: Plan) -> list[tuple[str, str]]:
     n_all, n_trained = training_state.counts(trained)
     return [("implementation", f"{r.implementation}: {IMPLEMENTATIONS[r.implementation]}"
                                + (f"; {r.note}" if r.note else "")),
-            ("attention", ATTENTION_NAMES[r.attention]),
+            ("attention", r.attention_meaning),
             ("optimizer", f"{r.optimizer}: {opt.title} ({opt.source})"),
             ("trained", f"{grouped(n_trained)} of {grouped(n_all)} parameters"
                         + (" (the LoRA adapters; of the base's and the adapters', as PEFT's "

@@ -8,10 +8,11 @@ from accounting.ledger.builder.common import (ALIBI, QK_NORM, ATTN_SCALE, CAUSAL
                                               MUP, NORM_PARAMS, OUTPUT_GATE, SOFTCAP, TEMPERATURE,
                                               Arch)
 from accounting.ledger.builder.layers import Linear, Norm, RoPE, l2_norm
-from accounting.ledger.builder import megatron
+from accounting.ledger.builder import hf_eager, megatron
 from accounting.ledger import autocast as AC
 
 T_GE_W, T_LT_W = "[T≥W]", "[T<W]"  # transformers masks a sliding layer from T = W on
+T_GE_C, T_LT_C = "[T≥C_a]", "[T<C_a]"  # and a chunked layer (Llama 4's) from T = C_a on
 
 
 class Attention:
@@ -198,6 +199,11 @@ class Attention:
         """The fused kernel (a mask only for a window), or the course's core with its mask,
         under checkpoint for selective recomputation."""
         t, c = self.t, self.a.c
+        if self.a.hf and c.attention == "naive":  # transformers' eager_attention_forward
+            if self.recompute == "selective":  # (gpt-oss, Gemma 2: recipes.eager_only)
+                with t.recomputed_region("attention core", (q, k, v)):
+                    return hf_eager.core(self, q, k, v)
+            return hf_eager.core(self, q, k, v)
         mask = None
         kind = "sliding-window" if self.local else "chunked" if self.chunked else "causal"
         if (c.attention == "naive" and not self.a.megatron) or self.local or self.chunked \
@@ -246,6 +252,8 @@ class Attention:
         kernel keeps of K and V therefore carries [T≥W] or [T<W] (measured on both sides:
         tests/test_transformers_saves.py)."""
         t, a = self.t, self.a
+        # Llama 4's chunked layers: the same rule at the chunk (kv_length >= C_a)
+        ge, lt = (T_GE_C, T_LT_C) if self.chunked else (T_GE_W, T_LT_W)
         heads = ("B", "h", "T", self.dk)
         target = AC.LOW_DTYPE if AC.policy(t.autocast, "sdpa") == AC.LOWER else None
         kept = []
@@ -256,22 +264,22 @@ class Attention:
                 return t.cast(x, target)
             if target is not None and x.dtype != target:  # autocast's copies, one per branch
                 t._reads(f"to {target}", rep)
-                hi = t.name(Sym(rep.shape, target, x.grad), f"{what} ({target} copy, T ≥ W)",
-                            saved_if=T_GE_W)
+                hi = t.name(Sym(rep.shape, target, x.grad), f"{what} ({target} copy, {ge})",
+                            saved_if=ge)
                 if rep is not x:
                     kept.append(t.name(Sym(x.shape, target, x.grad),
-                                       f"{what} ({target} copy, T < W)", saved_if=T_LT_W))
+                                       f"{what} ({target} copy, {lt})", saved_if=lt))
                 return hi
             if rep is x or rep.storage is x.storage:  # the same storage on both branches
                 return rep
             kept.append(x)  # h_kv heads, read as they are below the window
             n = t.named[x.storage]
-            n.shape = n.shape + (T_LT_W,)
-            return t.name(rep, f"{what} repeated (repeat_kv, T ≥ W)", saved_if=T_GE_W)
+            n.shape = n.shape + (lt,)
+            return t.name(rep, f"{what} repeated (repeat_kv, {ge})", saved_if=ge)
         k, v = prepare(k, "K"), prepare(v, "V")
-        out = self.fused(q, k, v, t.fresh(("B", "T", "T"), R.BOOL))
+        out = self.fused(q, k, v, t.fresh(("B", "T", "T"), R.BOOL), ge)
         for x in kept:
-            t._saves(x, "fused attention kernel (T < W: no mask, enable_gqa)")
+            t._saves(x, f"fused attention kernel ({lt}: no mask, enable_gqa)")
         return out
 
     def _grouping(self):
@@ -280,7 +288,8 @@ class Attention:
             return ("B", hkv), (g, "T"), "grouped: K and V are read by g query heads each, not copied"
         return ("B", "h"), ("T",), ""
 
-    def fused(self, q: Sym, k: Sym, v: Sym, mask: Sym | None = None) -> Sym:
+    def fused(self, q: Sym, k: Sym, v: Sym, mask: Sym | None = None,
+              mask_flag: str = T_GE_W) -> Sym:
         """One fused kernel (PyTorch's CPU flash attention here): the two matmuls, counted
         over the full T×T as torch's own sdpa formula does; its backward recomputes QKᵀ
         (5 matmuls where the naive backward has 4). Its softmax runs inside the kernel
@@ -297,7 +306,8 @@ class Attention:
                       ("T",), (self.v_dim,), causal=True, grads=("d(scores)", "dV"), note=note,
                       window=self.local, chunk=self.chunked, topk=self.topk,
                       useful=self.v_useful)
-        return t.fused_attention(q, k, v, (qk, pv), self.out_heads(), ("B", "h", "T"), mask)
+        return t.fused_attention(q, k, v, (qk, pv), self.out_heads(), ("B", "h", "T"), mask,
+                                 mask_flag)
 
     def records(self) -> tuple[R.Matmul, R.Matmul]:
         """The core's two matmuls, QKᵀ and scores·V, as the unfused core runs them."""

@@ -73,6 +73,61 @@ def gemma3_layout(c: ModelConfig) -> bool:
             and not c.layer_scalar and not c.v_norm)
 
 
+def gemma2_layout(c: ModelConfig) -> bool:
+    """Gemma 2's layout as transformers runs it (Gemma2ForCausalLM): Gemma 3's sandwich
+    norms, (1 + w) gains, GeGLU and scaled embedding, no QK-norm, the attention soft-cap
+    (which keeps transformers on its eager attention), one RoPE for every layer."""
+    return (c.norm_placement == "sandwich" and c.norm_offset and c.mlp == "geglu"
+            and c.qk_norm == "none" and c.attn_softcap is not None and not c.global_shape
+            and not c.layer_scalar and not c.v_norm and c.num_experts is None
+            and c.positions == "rope" and c.block == "sequential")
+
+
+def deepseek_v3_layout(c: ModelConfig) -> bool:
+    """DeepSeek-V3's layout as transformers runs it (DeepseekV3ForCausalLM): latent
+    attention (DeepseekV3Attention, builder/hf_latent.py), the sigmoid router with its
+    correction bias and group top-k by each group's two best (DeepseekV3TopkRouter), SwiGLU
+    experts, shared experts beside them; no sparse-attention indexer (V3.2)."""
+    return (c.mla and c.num_experts is not None and c.router == "sigmoid" and c.router_bias
+            and c.router_group_score == "top2_sum" and c.index_topk is None
+            and c.mlp == "swiglu" and c.norm == "rmsnorm" and c.norm_placement == "pre"
+            and c.positions == "rope" and c.qk_norm == "none")
+
+
+def deepseek_v2_layout(c: ModelConfig) -> bool:
+    """DeepSeek-V2's layout as transformers runs it (DeepseekV2ForCausalLM): V3's latent
+    attention with a complex RoPE (freqs_cis), the softmax router (greedy, or limited to the
+    groups with the best single scores), SwiGLU experts, shared experts; its router does
+    not renormalise (norm_topk_prob is not read)."""
+    return (c.mla and c.num_experts is not None and c.router == "softmax" and not c.router_bias
+            and (c.router_groups == 1 or c.router_group_score == "max")
+            and not c.norm_topk_prob and c.index_topk is None and c.mlp == "swiglu"
+            and c.norm == "rmsnorm" and c.norm_placement == "pre" and c.positions == "rope"
+            and c.qk_norm == "none")
+
+
+def llama4_layout(c: ModelConfig) -> bool:
+    """Llama 4's text layout as transformers runs it (Llama4ForCausalLM): RoPE as complex
+    products (freqs_cis), the weightless L2 QK-norm on RoPE layers, NoPE layers with
+    temperature tuning, chunked layers, and Llama4TextMoe: a top-k-then-sigmoid router whose
+    scores scale every expert's copy of the tokens (all E experts run), a shared expert."""
+    return (c.router_scales_input and c.router == "sigmoid" and c.router_topk_first
+            and c.mlp == "swiglu" and not c.mla and c.norm == "rmsnorm"
+            and c.norm_placement == "pre" and c.positions == "rope" and c.block == "sequential"
+            and c.qk_norm in ("l2", "none") and not c.expert_bias)
+
+
+def gpt_oss_layout(c: ModelConfig) -> bool:
+    """gpt-oss's layout as transformers runs it (GptOssForCausalLM, modeling_gpt_oss.py):
+    attention sinks, pre-norm RMSNorm, RoPE, the clamped SwiGLU experts with biases behind a
+    biased router that takes the top k logits before its softmax, no shared expert."""
+    return (c.attention_sinks and c.mlp == "swiglu_clamped" and c.num_experts is not None
+            and c.router_topk_first and c.expert_bias and not c.num_shared_experts
+            and c.norm == "rmsnorm" and c.norm_placement == "pre" and c.positions == "rope"
+            and c.block == "sequential" and not c.mla and c.qk_norm == "none"
+            and c.router == "softmax" and not c.dense_layers)
+
+
 def cohere_layout(c: ModelConfig) -> bool:
     """Cohere's and Cohere 2's layout as transformers runs it (CohereForCausalLM,
     Cohere2ForCausalLM): one CohereLayerNorm (no bias) feeding attention and MLP side by

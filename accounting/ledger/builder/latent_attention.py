@@ -7,6 +7,7 @@ from accounting.ledger.trace import Sym, Trace
 from accounting.ledger.builder.common import INDEXER, NORM_PARAMS, Arch
 from accounting.ledger.builder.layers import Linear, Norm, RoPE
 from accounting.ledger.builder.attention import Attention
+from accounting.ledger.builder import hf_latent
 
 
 class Indexer:
@@ -90,16 +91,20 @@ class LatentAttention(Attention):
                                     "KV up-projection")
             self.output_proj = Linear(t, "output_proj", ("h", "d_v"), d, R.ATTN_PROJ,
                                       "output projection", c.out_bias)
-            self.rope = RoPE(t, "d_rope") if c.positions == "rope" else None
+            # transformers: one rotary module for the model (transformer.walk), none here
+            self.rope = RoPE(t, "d_rope") if c.positions == "rope" and not a.hf else None
             # DeepSeek-V3.2: registered after the RoPE tables (model/'s order)
             self.indexer = Indexer(t, self.rope) if c.index_topk is not None else None
         self.topk = c.index_topk is not None  # the core keeps the indexer's k_I keys
-        self.pad = c.attention == "sdpa" and c.v_head_dim != c.d_k
+        # model/'s F.pad of V to d_k for its fused kernel (transformers passes V as it is)
+        self.pad = c.attention == "sdpa" and c.v_head_dim != c.d_k and not a.hf
         self.v_dim = "d_k" if self.pad else "d_v"
         self.v_useful = ("B", "h", "P_W" if local else "P_K" if self.topk else "P", "d_v") \
             if self.pad else None
 
     def __call__(self, x: Sym, out_label: str, out_course: str) -> Sym:
+        if self.a.hf:  # DeepseekV3Attention's ops (builder/hf_latent.py)
+            return hf_latent.forward(self, x, out_label, out_course)
         t = self.t
         heads = ("B", "h", "T")
         with t.scope("attn"):

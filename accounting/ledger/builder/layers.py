@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from accounting.ledger import records as R
-from accounting.units import FP32
+from accounting.units import COMPLEX64, FP32
 from accounting.architecture.config import ModelConfig
 from accounting.ledger.trace import Sym, Trace
 from accounting.ledger.builder.common import ROPE, BIAS, MUP, ACTIVATION_COMPONENT
@@ -94,7 +94,8 @@ class Norm:
                 e = t.binary("aten.add", ms, None, "+ eps", k)
                 r = t.unary("aten.rsqrt", e, "rsqrt", k, saves="output", out=f"{m} rms")
                 normed = t.binary("aten.mul", x, r, "x · rsqrt", k, out=f"{m} x / rms")
-                if t.hf_olmo2:  # Olmo2RMSNorm: (weight · x).to(input_dtype)
+                if t.hf_olmo2 or t.hf_oss:  # Olmo2RMSNorm, GptOssRMSNorm: (weight · x)
+                    # .to(input_dtype)
                     y = t.cast(t.binary("aten.mul", normed, self.weight, "· gain", k), in_dtype)
                     return t.name(y, out_label, course)
                 normed = t.cast(normed, in_dtype, f"{m} x / rms")
@@ -215,25 +216,43 @@ class RotaryEmbedding:
     states' dtype (no grad), and every layer's apply_rotary_pos_emb multiplies by them: the
     products save the same two tensors in every layer (counted once)."""
 
-    def __init__(self, t: Trace, dim: str = "d_k", prefix: str = ""):
+    def __init__(self, t: Trace, dim: str = "d_k", prefix: str = "", halves: bool = False,
+                 pairs: bool = False, complex_: bool = False):
         # prefix: Gemma4TextRotaryEmbedding's buffers per layer kind (full_attention_inv_freq)
-        self.t, self.dim = t, dim
+        # halves: gpt-oss's (GptOssRotaryEmbedding: emb = freqs, cos/sin d_k/2 wide, and
+        # _apply_rotary_emb on the two halves of each head); pairs: DeepSeek-V3's
+        # apply_rotary_pos_emb_interleave (cos/sin d wide, their first half read, the even
+        # and odd dims rotated: the same four products and a cat)
+        # complex_: DeepSeek-V2's (DeepseekV2RotaryEmbedding: freqs_cis = polar(1, freqs),
+        # complex64 (T, dim/2), apply_rotary_emb: x.float() viewed as complex pairs, times it)
+        self.t, self.dim, self.halves, self.pairs = t, dim, halves, pairs
+        self.complex = complex_
         with t.scope("rotary_emb"):
             t.buffer(f"{prefix}inv_freq", (f"{dim}/2",), 4)
             t.buffer(f"{prefix}original_inv_freq", (f"{dim}/2",), 4)
 
     def tables(self, like: Sym) -> tuple[Sym, Sym]:
         t = self.t
+        if self.complex:  # one complex64 tensor (cos + i·sin), the same for every layer
+            with t.scope("rotary_emb"):
+                f = t.name(t.fresh(("T", f"{self.dim}/2"), COMPLEX64),
+                           "RoPE freqs_cis (complex64, once per pass)")
+            return f, f
         # Olmo2RotaryEmbedding returns them in float32 (no cast to the hidden states' dtype)
         dtype = FP32 if t.hf_olmo2 else like.dtype
+        width = f"{self.dim}/2" if self.halves else self.dim
         with t.scope("rotary_emb"):
-            cos = t.name(t.fresh(("T", self.dim), dtype), "RoPE cos and sin (once per pass)")
-            sin = t.name(t.fresh(("T", self.dim), dtype), "RoPE cos and sin (once per pass)")
+            cos = t.name(t.fresh(("T", width), dtype), "RoPE cos and sin (once per pass)")
+            sin = t.name(t.fresh(("T", width), dtype), "RoPE cos and sin (once per pass)")
         return cos, sin
 
     def rotate(self, x: Sym, tables: tuple[Sym, Sym], out_label: str) -> Sym:
         """q·cos + rotate_half(q)·sin; rotate_half = cat(−x2, x1), a new tensor."""
         t, (cos, sin) = self.t, tables
+        if self.complex:
+            return self.rotate_complex(x, cos, out_label)
+        if self.halves or self.pairs:
+            return self.rotate_halves(x, tables, out_label)
         a = t.binary("aten.mul", x, cos, "x·cos, rotate_half(x)·sin", ROPE)
         half = t.unary("aten.neg", t.view(x, x.shape[:-1] + (f"{self.dim}/2",), False),
                        "−x2", ROPE)
@@ -243,6 +262,36 @@ class RotaryEmbedding:
         if t.hf_olmo2:  # OLMo-2's apply_rotary_pos_emb: q_embed.to(q_type)
             y = t.cast(y, x.dtype)
         return t.name(y, out_label)
+
+
+    def rotate_complex(self, x: Sym, freqs: Sym, out_label: str) -> Sym:
+        """DeepSeek-V2's apply_rotary_emb (modeling_deepseek_v2.py, 5.23): view_as_complex(
+        x.float() in pairs) · freqs_cis, view_as_real, type_as(x): one complex product per
+        pair (4 multiplies and 2 adds: the course's six), which saves freqs_cis."""
+        t = self.t
+        xf = t.cast(x, FP32)
+        pairs = x.shape[:-1] + (f"{self.dim}/2",)
+        y = t.binary("aten.mul", t.view(xf, pairs, contiguous=False), freqs,
+                     "x·freqs_cis (complex: 4 multiplies, 2 adds)", ROPE)
+        for _ in range(5):  # the complex product's other five real FLOPs per pair
+            t._record("aten.mul", "x·freqs_cis (complex: 4 multiplies, 2 adds)", ROPE, pairs)
+        # view_as_real(…).flatten(3): a view of the product, laid out as x is (TensorIterator)
+        y = Sym(x.shape, FP32, y.grad, x.contiguous)
+        return t.name(t.cast(y, x.dtype), out_label)
+
+    def rotate_halves(self, x: Sym, tables: tuple[Sym, Sym], out_label: str) -> Sym:
+        """gpt-oss's _apply_rotary_emb (modeling_gpt_oss.py, 5.23): x1, x2 = chunk(x, 2);
+        cat(x1·cos − x2·sin, x2·cos + x1·sin): four products (each saves its cos or sin,
+        the tables counted once), a subtract, an add, the cat a new tensor."""
+        t, (cos, sin) = self.t, tables
+        half = x.shape[:-1] + (f"{self.dim}/2",)
+        x1, x2 = t.view(x, half, False), t.view(x, half, False)
+        label = "x1·cos, x2·sin, x2·cos, x1·sin"
+        first = t.binary("aten.sub", t.binary("aten.mul", x1, cos, label, ROPE),
+                         t.binary("aten.mul", x2, sin, label, ROPE), "x1·cos − x2·sin", ROPE)
+        second = t.binary("aten.add", t.binary("aten.mul", x2, cos, label, ROPE),
+                          t.binary("aten.mul", x1, sin, label, ROPE), "x2·cos + x1·sin", ROPE)
+        return t.name(t.cat((first, second), x.shape), out_label)
 
 
 def xielu(t: Trace, x: Sym, params, component: str) -> Sym:

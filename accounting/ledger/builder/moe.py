@@ -5,11 +5,10 @@ import math
 from fractions import Fraction
 
 from accounting.ledger import records as R
-from accounting.units import FP32
 from accounting.architecture.config import ModelConfig
 from accounting.ledger.trace import Sym, Trace
 from accounting.ledger.builder.common import ROUTER, ACTIVATION_COMPONENT, BIAS
-from accounting.ledger.builder import lora
+from accounting.ledger.builder import hf_moe, lora
 from accounting.ledger.builder.layers import Linear, activation, clamped_swiglu, l2_norm
 
 
@@ -36,7 +35,10 @@ class MoE:
         self.component = ACTIVATION_COMPONENT[c.mlp]
         with t.scope(scope):
             # a module's own buffers come before its children's keys in the state dict
-            self.bias = (t.buffer("router_bias", E, 4, persistent=True)
+            # (transformers' e_score_correction_bias is made in the default dtype: bf16 in
+            # a model built with dtype=torch.bfloat16)
+            self.bias = (t.buffer("router_bias", E, R.DTYPE_BYTES[t.param_dtype] if t.hf else 4,
+                                  persistent=True)
                          if c.router_bias and not c.router_bias_param else None)
             # Gemma4TextRouter: a gain on its normalized input (scale) and one per expert
             # on the chosen weights (per_expert_scale): the module's own, before its children
@@ -79,7 +81,7 @@ class MoE:
         t, c, comp = self.t, self.c, ROUTER
         if t.hf:  # transformers' sparse MoE block (accounting/planning/recipes.py: which)
             with t.scope(self.scope):
-                y = self._transformers(x)
+                y = hf_moe.forward(self, x)
             return t.name(y, "W2 output", out_course)
         with t.scope(self.scope):
             weights = self.route(x if router_x is None else router_x)
@@ -157,76 +159,6 @@ class MoE:
                        out="weighted expert outputs")
         out = t.cast(out, x.dtype, "weighted expert outputs (cast to the tokens' dtype)")
         return t.index_add(tokens + self.dm, token, out, "add back to the tokens", comp)
-
-    def _transformers(self, x: Sym) -> Sym:
-        """Qwen3MoeSparseMoeBlock / MixtralSparseMoeBlock with transformers' default experts
-        kernel for training (integrations/moe.py grouped_mm_experts_forward), where model/
-        dispatches by its own index ops: the router's F.linear, softmax in float32 (saves its
-        output), top-k (saves the indices), the renormalisation in place (Mixtral, or
-        norm_topk_prob); then the S = B·T·k slots sorted by expert: the tokens gathered by
-        perm // k and the weights by perm (each index saved), one grouped matmul with the
-        stacked gate_up_proj (E, 2·d_e, d) that saves its input and the int32 offsets, SiLU
-        on the gate half and the product with the up half (both halves one storage), the
-        grouped down_proj, the routing weights' product (saves both), the slots put back by
-        inv_perm (saved) and summed over k."""
-        t, c, comp = self.t, self.c, ROUTER
-        slots = ("B", "T", "k")
-        logits = self.router(x, "router scores")
-        probs = t.unary("aten.softmax", t.cast(logits, FP32), "softmax (float32)", comp,
-                        saves="output", out="router probabilities")
-        values, _ = t.topk(probs, ("E",), ("k",), "top-k experts", comp, out="chosen experts",
-                           values=True)
-        weights = t.name(values, "router top-k weights")
-        if c.norm_topk_prob:  # router_top_value /= router_top_value.sum(-1, keepdim=True)
-            total = t.reduce("aten.sum", weights, ("k",), "sum of the k weights", comp,
-                             out="router weight sum")
-            weights = t.binary("aten.div", weights, total, "renormalise", comp,
-                               out="router weights")
-        if c.mlp != "swiglu" or c.num_shared_experts:
-            raise AssertionError("transformers' MoE: swiglu experts without shared ones only")
-        if c.qk_norm == "head":  # Qwen3-MoE: router_top_value.to(router_logits.dtype);
-            # Mixtral (no QK-norm) keeps the float32 weights
-            weights = t.cast(weights, logits.dtype, "router weights (cast)")
-        perm = t.name(t.fresh(slots, R.INT64), "slot order (by expert)")
-        token = t.name(t.fresh(slots, R.INT64), "token of each slot (perm // k)")
-        w = t.name(t.index(weights, perm, slots, "weights in slot order"), "slot weights")
-        routed = t.name(t.index(x, token, slots + ("d_model",), "the slots' tokens"),
-                        "routed tokens")
-        offsets = t.name(t.fresh(("E",), R.INT32), "grouped_mm offsets (int32)")
-        with t.scope("experts"):
-            self._lora_fold()
-            note = "grouped_mm over the routed slots"
-
-            def grouped(a, weight, name, n, p):
-                # grouped_mm is not autocast-enabled: transformers casts the input to the
-                # weight's dtype (_grouped_mm: input.to(weight.dtype)), so under bf16
-                # autocast over fp32 weights the experts run in fp32
-                a = t.cast(a, weight.dtype, "")
-                dtype = t.matmul(a, weight, R.Matmul(name, R.FFN, t.module, t.repeat,
-                                                     R.FORWARD, (), slots, n, p,
-                                                     grads=("dX", "dW"), note=note),
-                                 op="grouped_mm")
-                t._saves(offsets, "grouped_mm")
-                return dtype
-            d, f = ("d_model",), ("d_e",)
-            dtype = grouped(routed, self.w1, "expert W1", d, f)
-            grouped(routed, self.w3, "expert W3", d, f)
-            gate_up = t.name(Sym(slots + ("2", "d_e"), dtype), "expert gate_up output")
-            gate = t.view(gate_up, slots + f, contiguous=False)
-            up = t.view(gate_up, slots + f, contiguous=False)
-            act = t.unary("aten.silu", gate, "SiLU", self.component, saves="input",
-                          out="SiLU output")
-            g = t.binary("aten.mul", act, up, "expert gate", self.component,
-                         out="expert gated product")
-            out = t.name(Sym(slots + d, grouped(g, self.w2, "expert W2", f, d)),
-                         "expert outputs")
-        out = t.binary("aten.mul", out, t.view(w, slots + ("1",)), "× router weight", comp,
-                       out="weighted expert outputs")
-        back = t.name(t.fresh(slots, R.INT64), "inverse slot order")
-        out = t.index(out, back, slots + d, "back to token order")
-        y = t.reduce("aten.sum", t.view(out, ("B", "T", "d_model", "k"), contiguous=False),
-                     ("k",), "sum over the k slots", comp)
-        return t.cast(y, x.dtype)
 
     def _lora_fold(self) -> None:
         """PEFT's ParamWrapper on the stacked expert weights a LoRA plan targets

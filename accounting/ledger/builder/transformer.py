@@ -7,7 +7,9 @@ from accounting.ledger.symbols import SAVED_AS_BLOCK_INPUT
 from accounting.ledger.trace import LOSS, Sym, Trace
 from accounting.ledger.builder.common import (POSITION_ADD, RESIDUAL, NORM_PARAMS, ROW, Arch, COURSE,
                                               EMBED_SCALE, LOGIT_SCALE, MUP, PER_LAYER,
-                                              RESIDUAL_SCALE, SOFTCAP, gemma3_layout)
+                                              RESIDUAL_SCALE, SOFTCAP, deepseek_v2_layout,
+                                              gemma2_layout, llama4_layout,
+                                              gemma3_layout, gpt_oss_layout)
 from accounting.ledger.builder.layers import Linear, Norm, activation, FeedForward, RotaryEmbedding
 from accounting.units import FP32
 from accounting.ledger.builder.attention import Attention
@@ -272,8 +274,11 @@ def walk(c: ModelConfig, autocast: str | None = None, recompute: str = "none",
     t.hf, t.megatron, t.dropout = a.hf or a.titan, a.megatron, a.dropout  # titan: F.silu
     t.titan, t.foundry = a.titan, a.foundry
     t.hf_olmo2 = a.hf and c.norm_placement == "post"  # Olmo2RMSNorm
+    t.hf_oss = a.hf and gpt_oss_layout(c)  # GptOssForCausalLM's modules
     gemma3 = a.hf and gemma3_layout(c)  # Gemma 3's modules (Gemma3TextModel's)
-    t.hf_gemma3 = gemma3
+    # Gemma 2's (Gemma2Model's, 5.23): the same RMSNorm, GELUTanh and scaled embedding (its
+    # embed_scale buffer), one rotary module for every layer
+    t.hf_gemma3 = gemma = gemma3 or (a.hf and gemma2_layout(c))
     # RoPE per layer type: Gemma 3's, and OLMo-3's (OLMo-2's layout with sliding layers)
     per_type = gemma3 or (t.hf_olmo2 and c.sliding_window is not None)
     # __init__, in model/transformer.py's registration order
@@ -281,7 +286,7 @@ def walk(c: ModelConfig, autocast: str | None = None, recompute: str = "none",
         tok = t.param("weight", ("V", "d_model"), R.EMBEDDING, lookup=True)
         # Gemma3TextScaledWordEmbedding: embed_scale, a 0-dim float32 buffer (persistent=False)
         # (made under the default dtype: bf16 when the model is built with dtype=bfloat16)
-        scale = t.buffer("embed_scale", (), R.DTYPE_BYTES[param_dtype]) if gemma3 else None
+        scale = t.buffer("embed_scale", (), R.DTYPE_BYTES[param_dtype]) if gemma else None
     pos = None
     if c.positions == "learned":
         with t.scope("position_embeddings"):
@@ -301,7 +306,12 @@ def walk(c: ModelConfig, autocast: str | None = None, recompute: str = "none",
         a.global_rotary = RotaryEmbedding(t, "d_k", "full_attention_") if False in local else None
         a.rotary = RotaryEmbedding(t, "d_k", "sliding_attention_") if True in local else None
     elif a.hf and c.positions == "rope":  # LlamaModel.rotary_emb: before the blocks' keys
-        a.rotary = RotaryEmbedding(t)
+        # (DeepseekV3RotaryEmbedding: of d_rope, the latent attention's RoPE part)
+        # (DeepseekV2RotaryEmbedding: complex64 freqs_cis)
+        # (Llama4TextRotaryEmbedding: complex64 freqs_cis too)
+        a.rotary = (RotaryEmbedding(t, "d_rope", pairs=True, complex_=deepseek_v2_layout(c))
+                    if c.mla
+                    else RotaryEmbedding(t, halves=t.hf_oss, complex_=llama4_layout(c)))
     blocks = []
     for kind, (symbol, _) in zip(kinds, t.groups):
         with t.block(symbol):

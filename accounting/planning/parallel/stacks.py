@@ -257,9 +257,10 @@ def problems(stack: Stack, config: ModelConfig, layout: Layout, dropout: float) 
 
 def _wrapped(c: ModelConfig) -> str:
     """DeepSpeed wraps the implementation given: transformers' where its ops are modelled
-    for this config (recipes.transformers_gap), else model/'s."""
-    from accounting.planning.recipes import transformers_gap
-    return TRANSFORMERS if transformers_gap(c) is None else COURSE
+    for this config (recipes.transformers_gap), else model/'s (and model/'s for the models
+    transformers runs with eager attention only, recipes.eager_only: the stacks plan SDPA)."""
+    from accounting.planning.recipes import eager_only, transformers_gap
+    return TRANSFORMERS if transformers_gap(c) is None and eager_only(c) is None else COURSE
 
 
 def llama_block(c: ModelConfig) -> bool:
