@@ -63,8 +63,8 @@ def processor_line(vw: VisionWorkload) -> str:
     if vw.processor:
         return _line("processor", f"read from {vw.processor}: {said}")
     if vw.spec.family in processor.FAMILIES or vw.spec.pixels is not None:
-        how = "set by --min-pixels/--max-pixels" if flags else \
-            "assumed (config.json does not carry them)"
+        how = "set by --min-pixels/--max-pixels" if flags else "set by --pan-and-scan" if \
+            vw.spec.pan_scan else "assumed (config.json does not carry them)"
         return _line("processor", f"{how}: {processor.text(spec)}; --processor FILE reads "
                                   f"the model's preprocessor_config.json")
     return ""
@@ -124,7 +124,7 @@ def _tiling(vw: VisionWorkload) -> str:
     """How a processor-set family sizes each image, with the settings it used."""
     from accounting.architecture import processor
     s, how = vw.spec, processor.text(vw.spec)
-    where = f"{'read from ' + vw.processor if vw.processor else 'assumed'}: {how}"
+    where = f"{'read from ' + vw.processor if vw.processor else 'set by --pan-and-scan' if s.pan_scan else 'assumed'}: {how}"
     if s.family == "pixtral":
         return (f"fitted within the longest edge, sides up to multiples of patch·merge, by "
                 f"PixtralImageProcessor ({where})")
@@ -134,6 +134,10 @@ def _tiling(vw: VisionWorkload) -> str:
     if s.family == "internvl":
         return (f"cut into {s.image_size}² tiles and a thumbnail by GotOcr2ImageProcessor's "
                 f"crop_to_patches ({where})")
+    if s.family == "gemma3" and s.pan_scan:
+        return (f"resized to {s.image_size}², and cut into crops along the long side, each "
+                f"resized to {s.image_size}², by Gemma3ImageProcessor's pan-and-scan "
+                f"({where}); the image and each crop add {s.tokens_per_image} tokens")
     return ""
 
 
