@@ -137,7 +137,11 @@ def test_processor_file_turns_it_on(tmp_path, capsys):
     assert d["vision"]["processor"] == {"source": str(pre), "settings": {
         "do_pan_and_scan": True, "pan_and_scan_min_crop_size": 100,
         "pan_and_scan_max_num_crops": 4, "pan_and_scan_min_ratio_to_activate": 1.2}}
+    code, out, err = run(capsys, "--config", path, "--no-verify", "--image", "300x1000",
+                         "--processor", str(pre))
+    assert code == 0 and "112×112 and 3 crops" in out  # the images table
     code, out, err = run(capsys, "--config", path, "--no-verify", "--image", "300x1000")
+    assert code == 0
     assert "processor:     assumed (config.json does not carry them): do_pan_and_scan false" \
         in out.split("\n\n")[0]
 
@@ -147,6 +151,8 @@ def test_pan_and_scan_refused_elsewhere(tmp_path, capsys):
                         "--no-verify", "--image", "448x448", "--pan-and-scan",
                         expected="Gemma 3's image processor")
     refused_in_one_line(capsys, "gpt2-small", "--pan-and-scan", expected="vision-language")
+    refused_in_one_line(capsys, "serve", "gpt2-small", "--gpu", "H100", "--pan-and-scan",
+                        expected="vision-language")
 
 
 def test_serve_profiles_vllms_probe(tmp_path, capsys):

@@ -92,7 +92,9 @@ def tables(vw: VisionWorkload | None) -> list[Table]:
     if vw is None or not vw.images:
         return []
     s = vw.spec
-    rows = tuple((f"{i.size[0]}×{i.size[1]}", f"{i.resized[0]}×{i.resized[1]}",
+    crops = s.family == "gemma3"  # pan-and-scan: the image and its crops, each resized
+    rows = tuple((f"{i.size[0]}×{i.size[1]}", f"{i.resized[0]}×{i.resized[1]}" + (
+                  f" and {i.tiles - 1} crops" if crops and i.tiles > 1 else ""),
                   f"{i.grid[0]}×{i.grid[1]}", grouped(i.patches), grouped(i.tokens),
                   grouped(i.flops)) for i in _distinct(vw))
     how = ("resized by Gemma4ImageProcessor within its soft-token budget" if s.family ==
