@@ -171,3 +171,22 @@ def test_serve_profiles_vllms_probe(tmp_path, capsys):
     assert code == 0, err
     v = json.loads(out)["vision"]
     assert (v["profile_item_tokens"], v["unprofiled_image_tokens"]) == (16, 64)
+
+
+def test_trained_tower_saves_each_crop(tmp_path, capsys):
+    """plan --train-vision: the original and its 3 crops (300×1000 at a minimum crop of
+    100) each run the tower, so autograd keeps 4 images' saves per sequence: 4 × the saves
+    of the image without pan-and-scan; the per-step ones (the weights' casts) stay."""
+    path = str(write_config(tmp_path, GEMMA3))
+    pre = tmp_path / "preprocessor_config.json"
+    pre.write_text(json.dumps({"do_pan_and_scan": True, "pan_and_scan_min_crop_size": 100}))
+    out = {}
+    for extra in ((), ("--processor", str(pre))):
+        code, text, err = run(capsys, "plan", "--config", path, "--gpu", "H100", "--ctx",
+                              "600", "--train-vision", "--image", "300x1000", *extra,
+                              "--format", "json")
+        assert code == 0, err
+        out[extra != ()] = json.loads(text)["vision"]
+    assert out[True]["activation_bytes_per_sequence"] == \
+        4 * out[False]["activation_bytes_per_sequence"]
+    assert out[True]["activation_bytes_per_step"] == out[False]["activation_bytes_per_step"]
