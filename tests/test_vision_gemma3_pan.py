@@ -190,3 +190,31 @@ def test_trained_tower_saves_each_crop(tmp_path, capsys):
     assert out[True]["activation_bytes_per_sequence"] == \
         4 * out[False]["activation_bytes_per_sequence"]
     assert out[True]["activation_bytes_per_step"] == out[False]["activation_bytes_per_step"]
+
+
+def test_the_published_file_leaves_it_off(tmp_path, capsys):
+    """google/gemma-3-27b-it's preprocessor_config.json (its keys and values as published:
+    the four pan-and-scan keys null, size 896², image_seq_length 256) read over Gemma 3
+    27B's tower: accepted, pan-and-scan off, a 600×4000 image 256 tokens; with
+    --pan-and-scan, 600×4000 gives 4 crops (4000/600 = 6.67 rounds to 7, capped at 4):
+    5·256 = 1,280 tokens."""
+    from test_vision_published import GEMMA_3_27B
+    published = {"do_convert_rgb": None, "do_normalize": True, "do_pan_and_scan": None,
+                 "do_rescale": True, "do_resize": True, "image_mean": [0.5, 0.5, 0.5],
+                 "image_processor_type": "Gemma3ImageProcessor", "image_seq_length": 256,
+                 "image_std": [0.5, 0.5, 0.5], "pan_and_scan_max_num_crops": None,
+                 "pan_and_scan_min_crop_size": None,
+                 "pan_and_scan_min_ratio_to_activate": None,
+                 "processor_class": "Gemma3Processor", "resample": 2,
+                 "rescale_factor": 0.00392156862745098, "size": {"height": 896, "width": 896}}
+    path = str(write_config(tmp_path, GEMMA_3_27B))
+    pre = tmp_path / "preprocessor_config.json"
+    pre.write_text(json.dumps(published))
+    tokens = {}
+    for extra in ((), ("--pan-and-scan",)):
+        code, out, err = run(capsys, "--config", path, "--no-verify", "--image", "600x4000",
+                             "--ctx", "2048", "--processor", str(pre), *extra,
+                             "--format", "json")
+        assert code == 0, err
+        tokens[bool(extra)] = json.loads(out)["workload"]["image_tokens"]
+    assert tokens == {False: 256, True: 1280}

@@ -22,7 +22,8 @@ and `--processor FILE`, a published preprocessor_config.json, read over them.
   do_pan_and_scan (Gemma3Processor's images_kwargs, processing_gemma3.py: do_pan_and_scan
   false, pan_and_scan_min_crop_size 256, pan_and_scan_max_num_crops 4,
   pan_and_scan_min_ratio_to_activate 1.2, which apply where the file says null, as
-  google/gemma-3-*'s published preprocessor_config.json do for all four); size and
+  google/gemma-3-*-it's published preprocessor_config.json do for all four, beside size
+  896² and image_seq_length 256: the file as fine-tuning repositories copy it); size and
   image_seq_length must be the tower's image_size and mm_tokens_per_image. --pan-and-scan
   turns it on over the file.
 * Qwen2-VL and its successors: min_pixels and max_pixels (size.shortest_edge and
