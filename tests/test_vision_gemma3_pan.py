@@ -218,3 +218,17 @@ def test_the_published_file_leaves_it_off(tmp_path, capsys):
         assert code == 0, err
         tokens[bool(extra)] = json.loads(out)["workload"]["image_tokens"]
     assert tokens == {False: 256, True: 1280}
+
+
+def test_the_flag_over_a_file_is_said(tmp_path, capsys):
+    """--pan-and-scan over a file that says do_pan_and_scan false: on (300×1000: 3 crops,
+    4·16 tokens), and the processor line names both."""
+    path = str(write_config(tmp_path, GEMMA3))
+    pre = tmp_path / "preprocessor_config.json"
+    pre.write_text(json.dumps({"do_pan_and_scan": False}))
+    code, out, err = run(capsys, "--config", path, "--no-verify", "--image", "300x1000",
+                         "--processor", str(pre), "--pan-and-scan")
+    assert code == 0, err
+    head = out.split("\n\n")[0]
+    assert f"processor:     read from {pre}: do_pan_and_scan true" in head
+    assert "; --pan-and-scan over it" in head and "64 image tokens" in head

@@ -292,6 +292,7 @@ class VisionWorkload:
     # the preprocessor_config.json the processor's settings were read from ("" : assumed,
     # accounting/architecture/processor.py)
     processor: str = ""
+    over: str = ""  # a flag set over the file's or the assumed settings ("--pan-and-scan")
 
     @property
     def image_tokens(self) -> int:

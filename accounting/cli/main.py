@@ -165,7 +165,8 @@ def vision_workload(ns, hf):
     tower = processed(ns, tower)  # --processor's file; --min-pixels/--max-pixels over it
     pixels = pixel_bounds(ns, tower)
     return replace(images.workload(tower, ns.image, ns.images, pixels),
-                   processor=ns.processor or "")
+                   processor=ns.processor or "",
+                   over="--pan-and-scan" if getattr(ns, "pan_and_scan", False) else "")
 
 
 def _crosscheck(verify: bool | None, a=None, why_not: str = "--no-verify", hf=None):

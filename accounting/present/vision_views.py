@@ -59,12 +59,13 @@ def processor_line(vw: VisionWorkload) -> str:
         return ""
     spec = with_(vw.spec, pixels=vw.pixels) if vw.pixels else vw.spec
     flags = vw.pixels is not None and vw.pixels != vw.spec.pixels
-    said = processor.text(spec) + ("; --min-pixels/--max-pixels over it" if flags else "")
+    said = processor.text(spec) + ("; --min-pixels/--max-pixels over it" if flags else "") \
+        + (f"; {vw.over} over it" if vw.over else "")
     if vw.processor:
         return _line("processor", f"read from {vw.processor}: {said}")
     if vw.spec.family in processor.FAMILIES or vw.spec.pixels is not None:
-        how = "set by --min-pixels/--max-pixels" if flags else "set by --pan-and-scan" if \
-            vw.spec.pan_scan else "assumed (config.json does not carry them)"
+        how = "set by --min-pixels/--max-pixels" if flags else f"set by {vw.over}" if \
+            vw.over else "assumed (config.json does not carry them)"
         return _line("processor", f"{how}: {processor.text(spec)}; --processor FILE reads "
                                   f"the model's preprocessor_config.json")
     return ""
@@ -126,7 +127,8 @@ def _tiling(vw: VisionWorkload) -> str:
     """How a processor-set family sizes each image, with the settings it used."""
     from accounting.architecture import processor
     s, how = vw.spec, processor.text(vw.spec)
-    where = f"{'read from ' + vw.processor if vw.processor else 'set by --pan-and-scan' if s.pan_scan else 'assumed'}: {how}"
+    where = (f"{'read from ' + vw.processor if vw.processor else 'set by ' + vw.over if vw.over else 'assumed'}: {how}"
+             + (f"; {vw.over} over it" if vw.processor and vw.over else ""))
     if s.family == "pixtral":
         return (f"fitted within the longest edge, sides up to multiples of patch·merge, by "
                 f"PixtralImageProcessor ({where})")
