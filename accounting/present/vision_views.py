@@ -141,7 +141,10 @@ def _tiling(vw: VisionWorkload) -> str:
     if s.family == "gemma3" and s.pan_scan:
         return (f"resized to {s.image_size}², and cut into crops along the long side, each "
                 f"resized to {s.image_size}², by Gemma3ImageProcessor's pan-and-scan "
-                f"({where}); the image and each crop add {s.tokens_per_image} tokens")
+                f"({where}); the image and each crop add {s.tokens_per_image} tokens, each "
+                f"run's between <start_of_image> and <end_of_image> with blank lines around "
+                f"and Gemma3Processor's 'Here is the original image … and here are some crops "
+                f"to help you see better' around them (text tokens, not counted here)")
     return ""
 
 
