@@ -147,7 +147,12 @@ def test_first_screen_says_assumed_then_read(tmp_path, capsys):
     ("idefics3", {"do_image_splitting": "yes"}, "true or false"),
     ("mistral3", {"do_resize": False}, "do_resize false"),
     ("mistral3", {"size": {"longest_edge": -3}}, "size.longest_edge must be"),
-    ("gemma3", {"do_pan_and_scan": True}, "drop --processor"),
+    ("llava", {"do_center_crop": True}, "drop --processor"),
+    ("gemma3", {"size": {"height": 896, "width": 896}}, "not the tower's 112"),
+    ("gemma3", {"image_seq_length": 256}, "not the tower's 16"),
+    ("gemma3", {"do_pan_and_scan": "yes"}, "true or false"),
+    ("gemma3", {"pan_and_scan_min_ratio_to_activate": "1.2"}, "a number above 0"),
+    ("gemma3", {"pan_and_scan_max_num_crops": 65}, "at most 64 crops"),
     ("internvl", [1, 2], "a JSON object"),
     ("internvl", "{not json", "not JSON"),
 ])

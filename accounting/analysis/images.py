@@ -38,8 +38,14 @@ Token rules, by family:
   and the base tile each run the tower (the projector on every tile's patches); tokens:
   the base tile's, the grid's unpadded to the image's aspect (downsampled past anyres_max_N
   tiles), a newline per row (_get_number_of_features).
-* Gemma 3 (Gemma3ImageProcessor, no pan-and-scan by default): every image resized to
-  image_size², (image_size/p)² patches, mm_tokens_per_image tokens.
+* Gemma 3 (Gemma3ImageProcessor): every image resized to image_size², (image_size/p)²
+  patches, mm_tokens_per_image tokens. With pan-and-scan (do_pan_and_scan, off by
+  default: --pan-and-scan or --processor FILE) an image whose aspect ratio reaches
+  pan_and_scan_min_ratio_to_activate is also cut into 2 to pan_and_scan_max_num_crops
+  crops along its long side (gemma3_crops), each resized to image_size² and run by the
+  tower: the original and every crop add mm_tokens_per_image tokens (Gemma3Processor
+  wraps each in "\n\n<start_of_image>…<end_of_image>\n\n" and puts "Here is the original
+  image … and here are some crops to help you see better" around them: text tokens).
 * LLaVA (CLIPImageProcessor): resized and cropped to image_size², (image_size/p)² patches
   and the class token; vision_feature_select_strategy "default" drops the class token.
 """
@@ -137,6 +143,31 @@ def gemma4_size(height: int, width: int, patch: int, max_patches: int, k: int
     elif tw == 0:
         tw, th = side, min(int(math.floor(height / width)) * side, longest)
     return th, tw
+
+
+def gemma3_crops(height: int, width: int, min_crop: int, max_crops: int, min_ratio: float
+                 ) -> tuple[int, int]:
+    """Gemma3ImageProcessor.pan_and_scan_batched (image_processing_gemma3.py, transformers
+    5.23; vLLM's Gemma3ProcessingInfo.get_num_crops, gemma3_mm.py, copies it), as written
+    there: (rows, columns) of crops, (0, 0) for none. The long side's ratio below min_ratio:
+    none; else round(ratio) crops (half up), at most long side // min_crop, at least 2, at
+    most max_crops; none if a crop's short side (ceil) is below min_crop."""
+    if width >= height:
+        if width / height < min_ratio:
+            return 0, 0
+        cols = min(int(math.floor(width / min_crop)), int(math.floor(width / height + 0.5)))
+        rows, cols = 1, min(max_crops, max(2, cols))
+    else:
+        if height / width < min_ratio:
+            return 0, 0
+        rows = min(int(math.floor(height / min_crop)), int(math.floor(height / width + 0.5)))
+        rows, cols = min(max_crops, max(2, rows)), 1
+    crop_w, crop_h = int(math.ceil(width / cols)), int(math.ceil(height / rows))
+    if min(crop_w, crop_h) < min_crop:
+        return 0, 0
+    # (a tiny min_crop can leave the last crop empty, 4×25 at min_crop 1: the processor
+    # still counts and resizes it, Gemma3ImageProcessorPil, and so does the tool)
+    return rows, cols
 
 
 def pixtral_size(height: int, width: int, longest: int, factor: int) -> tuple[int, int]:
@@ -261,6 +292,7 @@ class VisionWorkload:
     # the preprocessor_config.json the processor's settings were read from ("" : assumed,
     # accounting/architecture/processor.py)
     processor: str = ""
+    over: str = ""  # a flag set over the file's or the assumed settings ("--pan-and-scan")
 
     @property
     def image_tokens(self) -> int:
@@ -337,6 +369,15 @@ def image_row(spec: VisionSpec, size: tuple[int, int], pixels: tuple[int, int] |
         rh, rw = navit_resize(h, w, s.patch, s.merge, KIMI_MAX_PATCHES, KIMI_MAX_SIDE)
         gh, gw = rh // s.patch, rw // s.patch
         tokens = gh * gw // s.merge ** 2
+    elif s.family == "gemma3" and s.pan_scan:  # the image and its crops, each image_size²
+        rows, cols = gemma3_crops(h, w, s.pan_min_crop, s.pan_max_crops, s.pan_min_ratio)
+        tiles, side = 1 + rows * cols, s.image_size // s.patch
+        values = VB.values(s, side, side)
+        ops = {}
+        for r in VB.walk(s).matmuls:
+            ops[r.name] = ops.get(r.name, 0) + tiles * r.flops(values) * r.count(values)
+        return ImageRow((h, w), (s.image_size, s.image_size), (side, side),
+                        tiles * s.tokens_per_image, tuple(ops.items()), tiles)
     else:  # a fixed-resolution tower: every image resized to image_size²
         rh = rw = s.image_size
         gh = gw = s.image_size // s.patch

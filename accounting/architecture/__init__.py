@@ -21,6 +21,8 @@ The readers:
     vision_idefics3.py idefics3's and smolvlm's SigLIP tower and connector (a reader there)
     vision_internvl.py internvl's InternViT and pixel-shuffle MLP projector (a reader there)
     vision_onevision.py llava_onevision's SigLIP tower, projector, image_newline (a reader)
+    processor.py    the image processor's settings config.json does not carry (assumed, or
+                    --processor's preprocessor_config.json; Gemma 3's --pan-and-scan)
 The table's rows, one module per family, each registering its rows on import:
     hf_types_dense.py      gpt2, llama, mistral, qwen2, qwen3, olmo2
     hf_types_dense2.py     smollm3, glm4, olmo3, seed_oss, exaone4

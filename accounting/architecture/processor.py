@@ -18,6 +18,14 @@ and `--processor FILE`, a published preprocessor_config.json, read over them.
   default is false), min_patches 1 and max_patches 12 (class defaults), tiles of size =
   vision_config.image_size, and a thumbnail beside several tiles (crop_image_to_patches'
   use_thumbnail, true, which no setting reaches).
+* Gemma 3: Gemma3ImageProcessor's pan-and-scan (image_processing_gemma3.py), off unless
+  do_pan_and_scan (Gemma3Processor's images_kwargs, processing_gemma3.py: do_pan_and_scan
+  false, pan_and_scan_min_crop_size 256, pan_and_scan_max_num_crops 4,
+  pan_and_scan_min_ratio_to_activate 1.2, which apply where the file says null, as
+  google/gemma-3-*-it's published preprocessor_config.json do for all four, beside size
+  896² and image_seq_length 256: the file as fine-tuning repositories copy it); size and
+  image_seq_length must be the tower's image_size and mm_tokens_per_image. --pan-and-scan
+  turns it on over the file.
 * Qwen2-VL and its successors: min_pixels and max_pixels (size.shortest_edge and
   size.longest_edge in transformers 5's files), which --min-pixels/--max-pixels also set.
 
@@ -35,7 +43,7 @@ from typing import Mapping
 from accounting.architecture.vision import VisionSpec
 from accounting.runtime.errors import UsageError
 
-FAMILIES = ("pixtral", "idefics3", "internvl")  # settings assumed unless --processor
+FAMILIES = ("pixtral", "idefics3", "internvl", "gemma3")  # settings assumed unless --processor
 
 
 def assumed(spec: VisionSpec) -> tuple[tuple[str, object], ...]:
@@ -52,9 +60,23 @@ def assumed(spec: VisionSpec) -> tuple[tuple[str, object], ...]:
     if s.family == "internvl":
         return (("crop_to_patches", s.split), ("min_patches", s.min_tiles),
                 ("max_patches", s.max_tiles), ("size", s.image_size))
+    if s.family == "gemma3":
+        return (("do_pan_and_scan", s.pan_scan),) + ((
+            ("pan_and_scan_min_crop_size", s.pan_min_crop),
+            ("pan_and_scan_max_num_crops", s.pan_max_crops),
+            ("pan_and_scan_min_ratio_to_activate", s.pan_min_ratio)) if s.pan_scan else ())
     if s.pixels is not None:
         return (("min_pixels", s.pixels[0]), ("max_pixels", s.pixels[1]))
     return ()
+
+
+def pan_and_scan(spec: VisionSpec) -> VisionSpec:
+    """--pan-and-scan: Gemma 3's pan-and-scan on (over a --processor file's setting);
+    refused in one line for another tower."""
+    if spec.family != "gemma3":
+        raise UsageError(f"--pan-and-scan is Gemma 3's image processor's (do_pan_and_scan); "
+                         f"{spec.family}'s processor has none; drop it")
+    return replace(spec, pan_scan=True)
 
 
 def text(spec: VisionSpec) -> str:
@@ -156,6 +178,25 @@ def apply(spec: VisionSpec, data: Mapping, where: str) -> VisionSpec:
             raise UsageError(f"{where}: max_patches {high}: at most 64 tiles are read")
         return replace(s, split=s.split if crop is None else crop, min_tiles=low,
                        max_tiles=high)
+    if s.family == "gemma3":
+        _same("size", _side(data, "size", where), s.image_size, where,
+              "every image and crop is resized to the tower's input")
+        _same("image_seq_length", _int(data, "image_seq_length", where), s.tokens_per_image,
+              where, "mm_tokens_per_image, the projector's pooled tokens")
+        on = _bool(data, "do_pan_and_scan", where)
+        crop = _int(data, "pan_and_scan_min_crop_size", where) or s.pan_min_crop
+        most = _int(data, "pan_and_scan_max_num_crops", where) or s.pan_max_crops
+        if most > 64:
+            raise UsageError(f"{where}: pan_and_scan_max_num_crops {most}: at most 64 crops "
+                             f"are read")
+        ratio = data.get("pan_and_scan_min_ratio_to_activate")
+        if ratio is not None and (isinstance(ratio, bool) or not isinstance(ratio, (int, float))
+                                  or not 0 < ratio <= 10**5):
+            raise UsageError(f"{where}: pan_and_scan_min_ratio_to_activate must be a number "
+                             f"above 0, got {ratio!r}")
+        return replace(s, pan_scan=s.pan_scan if on is None else on, pan_min_crop=crop,
+                       pan_max_crops=most,
+                       pan_min_ratio=s.pan_min_ratio if ratio is None else float(ratio))
     if s.pixels is not None:  # Qwen: min_pixels/max_pixels, or transformers 5's size
         lo = _int(data, "min_pixels", where) or _int(data, "size.shortest_edge", where)
         hi = _int(data, "max_pixels", where) or _int(data, "size.longest_edge", where)
@@ -169,6 +210,6 @@ def apply(spec: VisionSpec, data: Mapping, where: str) -> VisionSpec:
                              f"{pixels[1]:,}")
         return replace(s, pixels=pixels)
     raise UsageError(f"{where}: --processor reads the settings of Mistral 3 (Pixtral), "
-                     f"Idefics3/SmolVLM, InternVL and Qwen's towers; {s.family}'s images "
+                     f"Idefics3/SmolVLM, InternVL, Gemma 3 and Qwen's towers; {s.family}'s images "
                      f"follow the tool's fixed rule for its processor (the images table says "
                      f"which); drop --processor")

@@ -77,6 +77,16 @@ class VisionSpec:
     # LLaVA's vision_feature_layer: the hidden state the projector reads (-1 the last
     # layer's output; -2, LLaVA-1.5's, the one before: the last layer runs, its output unused)
     feature_layer: int = -1
+    # Gemma 3's pan-and-scan (Gemma3ImageProcessor.pan_and_scan_batched): off unless
+    # --pan-and-scan or a preprocessor_config.json says do_pan_and_scan; min crop size,
+    # max crops and the aspect ratio that activates it, Gemma3Processor's images_kwargs
+    # defaults (processing_gemma3.py, transformers 5.23: 256, 4, 1.2; google/gemma-3-*'s
+    # published preprocessor_config.json leave all four null, so these apply). The ratio is
+    # compared as the processor compares it, a float.
+    pan_scan: bool = False
+    pan_min_crop: int = 256
+    pan_max_crops: int = 4
+    pan_min_ratio: float = 1.2
 
     @property
     def head_dim(self) -> int:

@@ -103,20 +103,31 @@ def add_pixel_args(group) -> None:
     group.add_argument("--processor", metavar="FILE",
                        help="the model's preprocessor_config.json: the image processor's "
                             "settings config.json does not carry (Mistral 3's longest edge, "
-                            "Idefics3/SmolVLM's resize and splitting, InternVL's tiles, Qwen's "
-                            "pixel bounds), read over the assumed ones the answer names")
+                            "Idefics3/SmolVLM's resize and splitting, InternVL's tiles, Gemma "
+                            "3's pan-and-scan, Qwen's pixel bounds), read over the assumed ones "
+                            "the answer names")
+    group.add_argument("--pan-and-scan", action="store_true",
+                       help="Gemma 3's image processor: do_pan_and_scan (off by default, as "
+                            "Gemma3Processor has it): an image of aspect ratio 1.2 or more "
+                            "also runs as 2 to 4 crops, mm_tokens_per_image tokens each")
 
 
 def processed(ns, tower):
     """The tower with --processor's preprocessor_config.json read over its assumed
-    settings (accounting/architecture/processor.py); unchanged without the flag."""
-    if not getattr(ns, "processor", None):
+    settings (accounting/architecture/processor.py), and --pan-and-scan over them;
+    unchanged without the flags."""
+    given = [f for f, on in (("--processor", getattr(ns, "processor", None)),
+                             ("--pan-and-scan", getattr(ns, "pan_and_scan", False))) if on]
+    if not given:
         return tower
     if tower is None:
-        raise UsageError("--processor needs a vision-language config.json whose tower the "
-                         "tool reads; drop it for a language model")
+        raise UsageError(f"{given[0]} needs a vision-language config.json whose tower the "
+                         f"tool reads; drop it for a language model")
     from accounting.architecture import processor
-    return processor.apply(tower, processor.load(ns.processor), f"--processor {ns.processor}")
+    if ns.processor:
+        tower = processor.apply(tower, processor.load(ns.processor),
+                                f"--processor {ns.processor}")
+    return processor.pan_and_scan(tower) if getattr(ns, "pan_and_scan", False) else tower
 
 
 def pixel_bounds(ns, tower) -> tuple[int, int] | None:
@@ -139,7 +150,8 @@ def pixel_bounds(ns, tower) -> tuple[int, int] | None:
 def vision_workload(ns, hf):
     """The tower and the images of a vision-language config.json (None: a language model;
     image flags on one are refused)."""
-    asked = ns.image or ns.images is not None or ns.min_pixels or ns.max_pixels or ns.processor
+    asked = ns.image or ns.images is not None or ns.min_pixels or ns.max_pixels or \
+        ns.processor or getattr(ns, "pan_and_scan", False)
     tower = getattr(hf, "vision", None)
     if tower is None:
         if asked:
@@ -153,7 +165,8 @@ def vision_workload(ns, hf):
     tower = processed(ns, tower)  # --processor's file; --min-pixels/--max-pixels over it
     pixels = pixel_bounds(ns, tower)
     return replace(images.workload(tower, ns.image, ns.images, pixels),
-                   processor=ns.processor or "")
+                   processor=ns.processor or "",
+                   over="--pan-and-scan" if getattr(ns, "pan_and_scan", False) else "")
 
 
 def _crosscheck(verify: bool | None, a=None, why_not: str = "--no-verify", hf=None):

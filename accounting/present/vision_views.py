@@ -59,12 +59,13 @@ def processor_line(vw: VisionWorkload) -> str:
         return ""
     spec = with_(vw.spec, pixels=vw.pixels) if vw.pixels else vw.spec
     flags = vw.pixels is not None and vw.pixels != vw.spec.pixels
-    said = processor.text(spec) + ("; --min-pixels/--max-pixels over it" if flags else "")
+    said = processor.text(spec) + ("; --min-pixels/--max-pixels over it" if flags else "") \
+        + (f"; {vw.over} over it" if vw.over else "")
     if vw.processor:
         return _line("processor", f"read from {vw.processor}: {said}")
     if vw.spec.family in processor.FAMILIES or vw.spec.pixels is not None:
-        how = "set by --min-pixels/--max-pixels" if flags else \
-            "assumed (config.json does not carry them)"
+        how = "set by --min-pixels/--max-pixels" if flags else f"set by {vw.over}" if \
+            vw.over else "assumed (config.json does not carry them)"
         return _line("processor", f"{how}: {processor.text(spec)}; --processor FILE reads "
                                   f"the model's preprocessor_config.json")
     return ""
@@ -92,7 +93,9 @@ def tables(vw: VisionWorkload | None) -> list[Table]:
     if vw is None or not vw.images:
         return []
     s = vw.spec
-    rows = tuple((f"{i.size[0]}×{i.size[1]}", f"{i.resized[0]}×{i.resized[1]}",
+    crops = s.family == "gemma3"  # pan-and-scan: the image and its crops, each resized
+    rows = tuple((f"{i.size[0]}×{i.size[1]}", f"{i.resized[0]}×{i.resized[1]}" + (
+                  f" and {i.tiles - 1} crops" if crops and i.tiles > 1 else ""),
                   f"{i.grid[0]}×{i.grid[1]}", grouped(i.patches), grouped(i.tokens),
                   grouped(i.flops)) for i in _distinct(vw))
     how = ("resized by Gemma4ImageProcessor within its soft-token budget" if s.family ==
@@ -124,7 +127,8 @@ def _tiling(vw: VisionWorkload) -> str:
     """How a processor-set family sizes each image, with the settings it used."""
     from accounting.architecture import processor
     s, how = vw.spec, processor.text(vw.spec)
-    where = f"{'read from ' + vw.processor if vw.processor else 'assumed'}: {how}"
+    where = (f"{'read from ' + vw.processor if vw.processor else 'set by ' + vw.over if vw.over else 'assumed'}: {how}"
+             + (f"; {vw.over} over it" if vw.processor and vw.over else ""))
     if s.family == "pixtral":
         return (f"fitted within the longest edge, sides up to multiples of patch·merge, by "
                 f"PixtralImageProcessor ({where})")
@@ -134,6 +138,13 @@ def _tiling(vw: VisionWorkload) -> str:
     if s.family == "internvl":
         return (f"cut into {s.image_size}² tiles and a thumbnail by GotOcr2ImageProcessor's "
                 f"crop_to_patches ({where})")
+    if s.family == "gemma3" and s.pan_scan:
+        return (f"resized to {s.image_size}², and cut into crops along the long side, each "
+                f"resized to {s.image_size}², by Gemma3ImageProcessor's pan-and-scan "
+                f"({where}); the image and each crop add {s.tokens_per_image} tokens, each "
+                f"run's between <start_of_image> and <end_of_image> with blank lines around "
+                f"and Gemma3Processor's 'Here is the original image … and here are some crops "
+                f"to help you see better' around them (text tokens, not counted here)")
     return ""
 
 

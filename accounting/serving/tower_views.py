@@ -31,6 +31,11 @@ def line(p) -> str | None:
                  f"{grouped(t.budget_tokens)}), encoder peak {_gib(t.encoder_peak_bytes)}, "
                  f"encoder cache {_gib(t.cache_bytes)} held beside the language model's dummy "
                  f"run: activation peak max(encoder, cache + language model)")
+        if t.unprofiled_tokens:
+            text += (f"; pan-and-scan: vLLM's probe image (gemma3_mm.py, 50·max_num_crops × "
+                     f"50) profiles {grouped(t.item_tokens)} tokens, and an image "
+                     f"with every crop carries {grouped(t.unprofiled_tokens)} more, "
+                     f"unprofiled")
     else:
         text += ("; no profile run: the encoder's activations and its cache live in the "
                  "engine's reserve")
@@ -47,4 +52,5 @@ def as_dict(p) -> dict | None:
             "profile_item_size": list(t.item_size), "profile_item_tokens": t.item_tokens,
             "profile_item_patches": t.item_patches, "encoder_budget_tokens": t.budget_tokens,
             "profile_items": t.items, "encoder_peak_bytes": t.encoder_peak_bytes,
-            "encoder_cache_bytes": t.cache_bytes}
+            "encoder_cache_bytes": t.cache_bytes,
+            "unprofiled_image_tokens": t.unprofiled_tokens}

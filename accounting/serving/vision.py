@@ -13,7 +13,14 @@ image items" for Qwen2.5-VL-7B on an H100, QwenLM/Qwen3-VL issue #1057, tests/te
            Qwen2.5-VL, vllm/model_executor/models/qwen2_vl.py: _get_vision_info of a
            9,999,999 × 9,999,999 image, smart_resize within the processor's min/max_pixels:
            sqrt(max_pixels) a side in multiples of patch·merge); its tokens are
-           max_tokens_per_mm_item. Fixed-resolution towers: their image_size². Video, where the
+           max_tokens_per_mm_item. Gemma 3 (vllm/model_executor/models/gemma3_mm.py,
+           Gemma3ProcessingInfo, vLLM main of 2025: e5fa945): a 50·max_num_crops × 50 image
+           (get_image_size_with_most_features), its crops by get_num_crops (a copy of
+           Gemma3ImageProcessor's pan-and-scan) and (num_crops + 1)·image_seq_length tokens
+           (get_num_image_tokens): with pan-and-scan off, or at its default min crop size
+           256 (a 50-pixel side is below it), no crops and 256 tokens, though a request's
+           image may then carry (1 + max_num_crops)·256. Fixed-resolution towers: their
+           image_size². Video, where the
            model takes it, is not modelled (vLLM profiles the modality with the most tokens;
            `--limit-mm-per-prompt video=0` leaves images).
   budget   vllm/v1/core/encoder_cache_manager.py, compute_encoder_budget:
@@ -62,6 +69,7 @@ from accounting.ledger.builder import vision as VB
 ACT = 2  # bf16 activations and encoder outputs
 PIXEL_INPUT = 4 + ACT  # the processor's float32 pixel_values on the GPU and their bf16 cast
 HUGE = 9_999_999  # vLLM's _get_vision_info probe (qwen2_vl.py get_image_size_with_most_features)
+GEMMA3_PROBE = 50  # gemma3_mm.py: ImageSize(height=50 * max_num_crops, width=50)
 V1_LIMIT_PER_PROMPT = 999  # vllm/config/multimodal.py: MultiModalConfig.limit_per_prompt (V1)
 # the tower's module names quantization configs use to leave it unquantized
 TOWER_NAMES = ("visual", "vision_tower", "vision_model", "multi_modal_projector",
@@ -86,6 +94,9 @@ class TowerServe:
     items: int  # profiled together
     encoder_peak_bytes: int  # the encoder run's own peak
     cache_bytes: int  # the dummy outputs held during the language model's dummy run
+    # the tokens one request's image can carry beyond the profiled item's (Gemma 3's
+    # pan-and-scan crops that vLLM's probe does not reach); 0: none
+    unprofiled_tokens: int = 0
 
     def profile_peak(self, language_peak: int) -> int:
         """vLLM's torch peak of the profile run with the tower (profile_run's order)."""
@@ -134,7 +145,10 @@ def encoder_peak(spec: VisionSpec, patches: int, tokens: int, tp: int) -> int:
 
 def largest_item(spec: VisionSpec, pixels: tuple[int, int] | None = None):
     """The processor's largest image (vLLM's dummy item): the image_row of a huge square
-    image, which each processor brings within its bound."""
+    image, which each processor brings within its bound; Gemma 3's probe, 50·max_num_crops
+    × 50 (gemma3_mm.py get_image_size_with_most_features), through its pan-and-scan."""
+    if spec.family == "gemma3":
+        return image_row(spec, (GEMMA3_PROBE * spec.pan_max_crops, GEMMA3_PROBE), pixels)
     return image_row(spec, (HUGE, HUGE), pixels)
 
 
@@ -161,10 +175,11 @@ def tower_terms(spec: VisionSpec, tp: int, max_num_batched_tokens: int, max_num_
     if not limit and not builds_disabled:
         why = "not loaded: --limit-mm-per-prompt 0 skips the tower (_mark_tower_model)"
     weights = weights_per_gpu(spec, tp, dtype_bytes) if limit or builds_disabled else 0
+    most = (1 + spec.pan_max_crops) * spec.tokens_per_image if spec.pan_scan else t
     return TowerServe(spec.family, params, weights, why,
                       row.resized, per_item, t, budget, items,
                       encoder_peak(spec, items * per_item, items * t, tp),
-                      items * t * spec.text_width * ACT)
+                      items * t * spec.text_width * ACT, max(0, most - t))
 
 
 SGLANG_VLM_BASE = Fraction(95, 100)
