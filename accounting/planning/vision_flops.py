@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 from accounting.architecture.vision import VisionSpec
 from accounting.ledger.builder import vision as VB
+from accounting.ledger.builder import vision_saves as VS
 from accounting.planning.optimizers import get_optimizer
 from accounting.planning.training_state import role
 
@@ -64,10 +65,15 @@ def _pixels_record(ledger) -> object:
 
 
 def image_records(spec: VisionSpec, row, trained: bool, full: bool):
-    """(forward, backward, recomputed) record lists of one image row with its values and its
-    runs (tiles): the records timed and counted below, one place for both."""
+    """(forward, backward, recomputed) record lists of one image row, the forward's values,
+    the backward's and the recomputation's values, and the row's runs (tiles): the records
+    timed and counted below, one place for both. LLaVA's, LLaVA-OneVision's and InternVL's
+    projectors read vision_feature_layer's hidden state: the layers after it run forward,
+    but their output reaches no loss, so no backward (nor recomputation) runs in them
+    (vision_saves.used_layers: LLaVA-1.5's -2 leaves the last layer out)."""
     ledger = VB.walk(spec)
     v = VB.values(spec, *row.grid)
+    vb = {**v, VS.BLOCK: VS.used_layers(spec)} if spec.family in VS.LLAVA else v
     first = _pixels_record(ledger)
     fwd = list(ledger.matmuls)
     bwd, again = [], []
@@ -80,7 +86,7 @@ def image_records(spec: VisionSpec, row, trained: bool, full: bool):
             bwd += list(gs)
         if full:
             again = [r for r in ledger.matmuls if r.repeat is not None]
-    return fwd, bwd, again, v, row.tiles
+    return fwd, bwd, again, v, vb, row.tiles
 
 
 def _flops(records, v) -> int:
@@ -95,10 +101,10 @@ def tower_flops(spec: VisionSpec, workload, batch: int, trained: bool, recompute
     full = recompute == "full"
     fwd = bwd = again = 0
     for row in rows:
-        f, b, a, v, tiles = image_records(spec, row, trained, full)
+        f, b, a, v, vb, tiles = image_records(spec, row, trained, full)
         fwd += tiles * _flops(f, v)
-        bwd += tiles * _flops(b, v)
-        again += tiles * _flops(a, v)
+        bwd += tiles * _flops(b, vb)
+        again += tiles * _flops(a, vb)
     update = 0
     if trained:
         ledger, v = VB.walk(spec), VB.values(spec)
@@ -135,8 +141,8 @@ def tower_ops(spec: VisionSpec, workload, batch: int, trained: bool, recompute: 
     full = recompute == "full"
     out = []
     for row in rows:
-        f, b, a, v, tiles = image_records(spec, row, trained, full)
-        for records, label in ((f, ""), (b, ""), (a, " (recomputed)")):
+        f, b, a, v0, vb, tiles = image_records(spec, row, trained, full)
+        for records, label, v in ((f, "", v0), (b, "", vb), (a, " (recomputed)", vb)):
             for r in records:
                 if r.batch:  # the attention core's per-head products: see ATTENTION_SOURCE
                     t = O.OpTime(r.name, O.ATTENTION, Fraction(r.count(v) * r.flops(v))

@@ -1,0 +1,153 @@
+"""The vision tower's FLOPs in the training step (issue 41, Must 3;
+accounting/planning/vision_flops.py): hand algebra on a tiny Qwen2-VL tower through the
+plan's JSON, and torch's FlopCounterMode over transformers' own towers run forward and
+backward on the CPU (trained: parameters requiring grad, the pixels not), for the
+backward's rule (two gradient matmuls per forward matmul, the patch embedding's weight
+gradient alone; Gemma 4's pooler's right operand alone) and the recomputation under
+gradient checkpointing. LLaVA-1.5's vision_feature_layer -2: the last layer runs forward
+only (its output reaches no loss)."""
+import json
+
+import pytest
+
+from accounting.architecture.hf_config import translate
+from accounting.ledger.builder import vision as VB
+from accounting.planning import vision_flops as VF
+from cli_run import run
+from hf_examples import write_config
+from test_vision import CONFIGS, _gemma4, _kw
+
+
+def _plan_flops(capsys, tmp_path, *argv):
+    code, out, err = run(capsys, "plan", "--config",
+                         str(write_config(tmp_path, CONFIGS["qwen2_vl"])), "--gpu", "H100",
+                         "--ctx", "256", "--precision", "bf16", "--format", "json", *argv)
+    assert code == 0, err
+    return json.loads(out)["flops_per_step"]
+
+
+def test_qwen2_vl_tower_flops_by_hand(capsys, tmp_path):
+    """The tiny Qwen2-VL tower of tests/test_vision.py (depth 3, d_v 32, mlp_ratio 4: f_v
+    128, 2 heads, patch 14, temporal 2: k_v = 3·2·14² = 1,176 pixels a patch; merge 2: the
+    merger's width 4·32 = 128 into d_t 64) on 112×112 images (8×8 = 64 patches, 16 merged
+    tokens), two a sequence, batch 3: 6 images a step. Hand algebra, 2 FLOPs a MAC:
+      patch embedding 2·64·1176·32; per block QKV 2·64·32·96, QKᵀ and scores·V 2·64²·32
+      each (all heads), proj 2·64·32·32, fc1 and fc2 2·64·32·128 each; merger 2·16·128·128
+      + 2·16·128·64.
+    Backward (trained) = 2 × forward less the patch embedding's input gradient (the pixels
+    need none); recomputed (--recompute full) = the three blocks again; AdamW's update
+    14 per parameter + 1 per tensor. A frozen tower: the forward alone."""
+    patch = 2 * 64 * 1176 * 32
+    block = 2 * 64 * 32 * 96 + 2 * (2 * 64 * 64 * 32) + 2 * 64 * 32 * 32 + 2 * (2 * 64 * 32 * 128)
+    merger = 2 * 16 * 128 * 128 + 2 * 16 * 128 * 64
+    fwd = patch + 3 * block + merger
+    # parameters: patch (32·1176, no bias), per block 2 LayerNorms (2·2·32), qkv 32·96 + 96,
+    # proj 32·32 + 32, fc1 32·128 + 128, fc2 128·32 + 32; merger ln_q 2·32, mlp.0 128·128 +
+    # 128, mlp.2 128·64 + 64
+    per_block = 4 * 32 + 32 * 96 + 96 + 32 * 32 + 32 + 32 * 128 + 128 + 128 * 32 + 32
+    n = 32 * 1176 + 3 * per_block + 2 * 32 + 128 * 128 + 128 + 128 * 64 + 64
+    tensors = 1 + 3 * 12 + 2 + 4
+    images = ("--image", "112x112", "--images", "2", "--batch", "3")
+    t = _plan_flops(capsys, tmp_path, "--train-vision", "--recompute", "full", *images)
+    v = t["vision"]
+    assert (v["images_per_step"], v["forward"], v["backward"], v["recompute"]) == \
+        (6, 6 * fwd, 6 * (2 * fwd - patch), 6 * 3 * block)
+    assert v["optimizer"] == 14 * n + tensors
+    without = _plan_flops(capsys, tmp_path, "--train-vision", "--recompute", "full",
+                          "--batch", "3")
+    assert v["total"] == 6 * (fwd + 2 * fwd - patch + 3 * block) + 14 * n + tensors
+    assert without["vision"]["total"] == 14 * n + tensors  # no image: the update alone
+    assert t["total"] - without["total"] == 6 * (fwd + 2 * fwd - patch + 3 * block)
+    frozen = _plan_flops(capsys, tmp_path, "--recompute", "full", *images)["vision"]
+    assert (frozen["forward"], frozen["backward"], frozen["recompute"], frozen["optimizer"]) \
+        == (6 * fwd, 0, 0, 0)
+
+
+def _tower_model(data, family):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.AutoConfig.for_model(**_kw(data))
+    for sub in ("vision_config", "text_config"):
+        if getattr(cfg, sub, None) is not None:
+            getattr(cfg, sub)._attn_implementation = "eager"
+    cfg._attn_implementation = "eager"
+    torch.manual_seed(0)
+    model = (transformers.Gemma4ForConditionalGeneration(cfg) if family == "gemma4"
+             else transformers.AutoModelForImageTextToText.from_config(cfg))
+    return torch, model.train()
+
+
+def _counted(torch, call):
+    """FlopCounterMode's totals of call()'s forward and of its output's backward."""
+    from torch.utils.flop_counter import FlopCounterMode
+    with FlopCounterMode(display=False) as fwd:
+        out = call()
+    with FlopCounterMode(display=False) as bwd:
+        out.float().sum().backward()
+    return fwd.get_total_flops(), bwd.get_total_flops()
+
+
+def _call(torch, model, family, spec):
+    """(call, grid): the tower and projector on one image, as get_image_features runs them."""
+    if family in ("qwen2_vl", "qwen2_5_vl"):
+        gh, gw = 8, 12
+        px = torch.randn(gh * gw, spec.channels * spec.temporal_patch * spec.patch ** 2)
+        return (lambda: model.model.visual(px, grid_thw=torch.tensor([[1, gh, gw]]))
+                .pooler_output), (gh, gw)
+    if family == "gemma4":  # 3×6 patches padded to 4 soft tokens' 36 (tests/test_vision.py)
+        gh, gw = 3, 6
+        real = [[x, y] for y in range(gh) for x in range(gw)]
+        pos = torch.tensor([real + [[-1, -1]] * (36 - len(real))])
+        px = torch.randn(1, 36, 768)
+        return (lambda: model.model.get_image_features(pixel_values=px,
+                                                       image_position_ids=pos)
+                .pooler_output[0]), (gh, gw)
+    side = spec.image_size // spec.patch
+    px = torch.randn(1, 3, spec.image_size, spec.image_size)
+
+    def call():
+        f = model.model.get_image_features(pixel_values=px).pooler_output
+        return f[0] if isinstance(f, (list, tuple)) else f
+    return call, (side, side)
+
+
+@pytest.mark.parametrize("family", ["qwen2_vl", "qwen2_5_vl", "gemma3", "llava", "gemma4"])
+@pytest.mark.parametrize("checkpointed", [False, True])
+def test_backward_and_recompute_equal_the_counter(family, checkpointed):
+    """transformers' tower and projector trained (fp32, eager attention, the CPU), one
+    image: FlopCounterMode's forward equals the ledger's forward records, and its backward
+    (autograd's convolution_backward/mm backward, which skip the pixels' gradient) equals
+    vision_flops' backward records; with gradient checkpointing (reentrant, as
+    gradient_checkpointing_enable runs the towers' GradientCheckpointingLayer blocks) the
+    backward also runs the blocks' forward again: the recomputed records."""
+    data = _gemma4() if family == "gemma4" else CONFIGS[family]
+    torch, model = _tower_model(data, family)
+    if checkpointed:
+        model.gradient_checkpointing_enable(
+            gradient_checkpointing_kwargs={"use_reentrant": True})
+        model.train()
+    spec = translate(data, "c", family).vision
+    call, grid = _call(torch, model, family, spec)
+    fwd, bwd = _counted(torch, call)
+    row = type("Row", (), {"grid": grid, "tiles": 1})()
+    f, b, again, v, vb, _ = VF.image_records(spec, row, True, checkpointed)
+    ours = lambda rs, v: sum(r.count(v) * r.flops(v) for r in rs)  # noqa: E731
+    assert fwd == ours(f, v)
+    assert bwd == ours(b, vb) + ours(again, vb)
+    assert ours(b, vb) < 2 * ours(f, v)  # the patch embedding's input gradient is not run
+    if checkpointed:
+        assert ours(again, vb) > 0
+
+
+def test_frozen_tower_runs_no_backward():
+    """A frozen tower and projector (requires_grad off, LLaMA-Factory's default): the
+    output needs no gradient, so there is no backward to run (and none counted)."""
+    torch, model = _tower_model(CONFIGS["qwen2_vl"], "qwen2_vl")
+    for p in model.parameters():
+        p.requires_grad_(False)
+    spec = translate(CONFIGS["qwen2_vl"], "c", "qwen2_vl").vision
+    call, grid = _call(torch, model, "qwen2_vl", spec)
+    assert call().grad_fn is None
+    row = type("Row", (), {"grid": grid, "tiles": 1})()
+    _, b, again, _, _, _ = VF.image_records(spec, row, False, True)
+    assert (b, again) == ([], [])
