@@ -26,6 +26,15 @@ def _plan_flops(capsys, tmp_path, *argv):
     return json.loads(out)["flops_per_step"]
 
 
+def _hand():
+    """The tiny Qwen2-VL tower's FLOPs on one 112×112 image, by hand (see below): (patch
+    embedding, one block, forward)."""
+    patch = 2 * 64 * 1176 * 32
+    block = 2 * 64 * 32 * 96 + 2 * (2 * 64 * 64 * 32) + 2 * 64 * 32 * 32 + 2 * (2 * 64 * 32 * 128)
+    merger = 2 * 16 * 128 * 128 + 2 * 16 * 128 * 64
+    return patch, block, patch + 3 * block + merger
+
+
 def test_qwen2_vl_tower_flops_by_hand(capsys, tmp_path):
     """The tiny Qwen2-VL tower of tests/test_vision.py (depth 3, d_v 32, mlp_ratio 4: f_v
     128, 2 heads, patch 14, temporal 2: k_v = 3·2·14² = 1,176 pixels a patch; merge 2: the
@@ -37,10 +46,7 @@ def test_qwen2_vl_tower_flops_by_hand(capsys, tmp_path):
     Backward (trained) = 2 × forward less the patch embedding's input gradient (the pixels
     need none); recomputed (--recompute full) = the three blocks again; AdamW's update
     14 per parameter + 1 per tensor. A frozen tower: the forward alone."""
-    patch = 2 * 64 * 1176 * 32
-    block = 2 * 64 * 32 * 96 + 2 * (2 * 64 * 64 * 32) + 2 * 64 * 32 * 32 + 2 * (2 * 64 * 32 * 128)
-    merger = 2 * 16 * 128 * 128 + 2 * 16 * 128 * 64
-    fwd = patch + 3 * block + merger
+    patch, block, fwd = _hand()
     # parameters: patch (32·1176, no bias), per block 2 LayerNorms (2·2·32), qkv 32·96 + 96,
     # proj 32·32 + 32, fc1 32·128 + 128, fc2 128·32 + 32; merger ln_q 2·32, mlp.0 128·128 +
     # 128, mlp.2 128·64 + 64
@@ -151,3 +157,39 @@ def test_frozen_tower_runs_no_backward():
     row = type("Row", (), {"grid": grid, "tiles": 1})()
     _, b, again, _, _, _ = VF.image_records(spec, row, False, True)
     assert (b, again) == ([], [])
+
+
+def _stages(tower: bool, trained: bool = True, images=("112x112",), pp: int = 2):
+    """The stages' StageFlops of the tiny Qwen2-VL on pp stages × 2 DP ranks, bf16, T = 64,
+    micro-batch 2, full recomputation, with the tower (and one image a sequence) or
+    without."""
+    from accounting.analysis.images import workload
+    from accounting.planning.memory import get_precision
+    from accounting.planning.parallel.layout import Layout
+    from accounting.planning.parallel.plan import parallel_plan
+    from accounting.planning.parallel.vision import tower_for
+    hf = translate(CONFIGS["qwen2_vl"], "c", "q")
+    p = get_precision("bf16")
+    run_tower = tower_for(hf.vision, workload(hf.vision, list(images), None), p, "adamw",
+                          trained, "full", 64) if tower else None
+    lo = Layout(pp * 2, 1, pp, 2, micro_batch=2, global_batch=2 * 2 * pp, recompute="full")
+    plan = parallel_plan(hf.config, lo, 64, precision=p, implementation="transformers",
+                         tower=run_tower)
+    return {s.stage: s.flops for s in plan.stages}
+
+
+def test_many_gpus_first_stage_runs_the_tower():
+    """Many GPUs: the first stage's matmuls per micro-batch gain the tower's on each of its
+    2 sequences' images (hand algebra of the tiny Qwen2-VL, above): forward 2·fwd, backward
+    2·(2·fwd − patch), recomputed 2·3·block; its AdamW update (the tower's state units on
+    that stage's ranks) is in the stage's update; the last stage's FLOPs are unchanged.
+    Frozen: the forward alone."""
+    patch, block, fwd = _hand()
+    with_tower, without = _stages(True), _stages(False)
+    s0, b0 = with_tower[0], without[0]
+    assert (s0.forward - b0.forward, s0.backward - b0.backward,
+            s0.recompute - b0.recompute) == (2 * fwd, 2 * (2 * fwd - patch), 2 * 3 * block)
+    assert s0.adamw > b0.adamw and with_tower[1] == without[1]
+    frozen = _stages(True, trained=False)[0]
+    assert (frozen.forward - b0.forward, frozen.backward, frozen.recompute, frozen.adamw) == \
+        (2 * fwd, b0.backward, b0.recompute, b0.adamw)

@@ -226,6 +226,8 @@ def _activations(a) -> str:
         return ("no image in the workload, so no activation saved in it (give --image HxW, "
                 "the images of each sequence)")
     n = f"{grouped(a.images)} image{'' if a.images == 1 else 's'} per sequence"
+    if a.status == VT.FROZEN:  # nothing requires grad in it: no graph, nothing saved
+        return f"no activation saved in it for the {n} (frozen: autograd records no graph)"
     if a.status == VT.NOT_WRITTEN:
         return (f"its activations at the {n} are NOT counted (left out: the saved tensors "
                 f"of Gemma 4's, Pixtral's and InternViT-6B's towers are not written yet)")
@@ -234,14 +236,23 @@ def _activations(a) -> str:
             f"{gigabytes(a.fixed)} per step{ckpt}, in the step's peak above")
 
 
-def flops_text(f) -> str:
+def flops_text(f, parallel: bool = False) -> str:
     """What the line says of the tower's FLOPs in the step (planning/vision_flops.py's
-    TowerFlops; None: not in the step's)."""
+    TowerFlops; None: not in the step's). `parallel`: f is one sequence's, in each
+    micro-batch of the first stage (planning/parallel/vision.py)."""
     if f is None:
         return "its FLOPs are NOT in the step's FLOPs or time"
     if not f.images:
         return "no image in the workload, so no FLOPs of it in the step"
     n = f"{grouped(f.images)} image{'' if f.images == 1 else 's'} of the step"
+    if parallel:
+        n = (f"{grouped(f.images)} image{'' if f.images == 1 else 's'} of each sequence "
+             f"(× the micro-batch, in the first stage's FLOPs and time at its rate)")
+        if not f.trained:
+            return f"its forward over the {n}: {si(f.forward, 'FLOPs')} (no backward: frozen)"
+        again = f" + recomputed {si(f.recompute, 'FLOPs')}" if f.recompute else ""
+        return (f"its FLOPs over the {n}: forward {si(f.forward, 'FLOPs')} + backward "
+                f"{si(f.backward, 'FLOPs')}{again}; its update in the stage's optimizer FLOPs")
     if not f.trained:
         return (f"its forward over the {n}, {si(f.forward, 'FLOPs')} (matmul), is in the "
                 f"step's FLOPs and time (no backward: frozen)")
@@ -270,7 +281,7 @@ def training_line(t, flops=None) -> str:
                                  f"{flops_text(flops)}")
 
 
-def parallel_line(t, flops=None) -> str:
+def parallel_line(t, flops=None, parallel: bool = True) -> str:
     """The many-GPU plan's first-screen line (planning/parallel/vision.py): where the
     tower is and what of it the plan holds."""
     how = ("trained (--train-vision): its gradients and optimizer state with its weights"
@@ -280,7 +291,7 @@ def parallel_line(t, flops=None) -> str:
                                  f"tensors sharded by --zero/--fsdp as the model's: "
                                  f"{grouped(t.params)} parameters, {how}, in the model states "
                                  f"above; {_activations(t.activations)}; "
-                                 f"{flops_text(flops)}")
+                                 f"{flops_text(flops, parallel)}")
 
 
 def parallel_dict(t) -> dict:
