@@ -193,3 +193,36 @@ def test_many_gpus_first_stage_runs_the_tower():
     frozen = _stages(True, trained=False)[0]
     assert (frozen.forward - b0.forward, frozen.backward, frozen.recompute, frozen.adamw) == \
         (2 * fwd, b0.backward, b0.recompute, b0.adamw)
+
+
+def test_the_step_time_adds_the_towers_ops():
+    """One GPU without --mfu (H100's roofline or kernel tables): the predicted step with
+    the trained tower's images is the step without them plus the tower's own ops, each
+    named "vision tower: ...", their seconds summed exactly; its attention products are the
+    labelled roofline term (their FLOPs at 0.7 of the dense peak, by hand here); the MFU's
+    numerator gains the tower's forward and backward."""
+    from fractions import Fraction
+    from accounting.analysis.images import workload
+    from accounting.planning.plan import plan
+    from accounting.timing import ops as O
+    hf = translate(CONFIGS["qwen2_vl"], "c", "q")
+    images = workload(hf.vision, ["112x112"], None)
+    kw = dict(precision="bf16", gpu="H100", tower=hf.vision, train_vision=True,
+              recompute="full")
+    with_images = plan(hf.config, 256, 2, images=images, **kw)
+    without = plan(hf.config, 256, 2, **kw)
+    a, b = with_images.prediction, without.prediction
+    tower = [o for o in a.timed.ops if o.name.startswith("vision tower: ")]
+    assert tower and len(a.timed.ops) == len(b.timed.ops) + len(tower) - 1
+    # (the update's op is there without images too: the tower is trained either way)
+    assert a.step_seconds == b.step_seconds + sum(
+        (o.seconds for o in tower if o.category != O.OPTIMIZER), Fraction(0))
+    qk = next(o for o in tower if o.name == "vision tower: QKᵀ")
+    # 3 blocks, 2 heads of 16, 64² pairs, 2 sequences of one image, at 0.7 of the bf16 peak
+    # (H100-SXM's dense bf16 989 TFLOP/s: NVIDIA's datasheet gives 1,979 with sparsity)
+    assert a.timed.machine.peak_flops == 989 * 10**12
+    assert qk.seconds == Fraction(2 * 3 * 2 * 64 * 64 * 16 * 2) / (989 * 10**12
+                                                                    * Fraction(7, 10))
+    assert qk.source.startswith("roofline (the tower's attention")
+    f = with_images.flops.vision
+    assert a.model_flops - b.model_flops == f.forward + f.backward
