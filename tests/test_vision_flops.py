@@ -226,3 +226,46 @@ def test_the_step_time_adds_the_towers_ops():
     assert qk.source.startswith("roofline (the tower's attention")
     f = with_images.flops.vision
     assert a.model_flops - b.model_flops == f.forward + f.backward
+
+
+def test_pixtral_attends_over_every_image_of_the_forward():
+    """Mistral 3's Pixtral (the tiny config of tests/test_vision_mistral3.py) trained, two
+    images of 4×6 and 6×8 patches in one get_image_features call (the CPU, eager attention:
+    FlopCounterMode counts no CPU flash sdpa): transformers concatenates them into one
+    sequence of 24 + 48 = 72 patches with a block-diagonal mask, so the attention runs over
+    72² pairs, forward and backward; and its patch convolution runs over both images padded
+    to 6×8 (96 patches, the weight's gradient too). vision_flops adds the pairs beyond each
+    image's own, 72² − (24² + 48²) = 2,304, and the 24 padding patches to the per-image
+    rows."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from test_vision_mistral3 import DATA
+    cfg = transformers.AutoConfig.for_model(**_kw(DATA))
+    cfg._attn_implementation = cfg.vision_config._attn_implementation = "eager"
+    torch.manual_seed(0)
+    model = transformers.AutoModelForImageTextToText.from_config(cfg).train()
+    spec = translate(DATA, "c", "m3").vision
+    grids = [(4, 6), (6, 8)]
+    px = torch.zeros(2, 3, 6 * 14, 8 * 14)  # padded to the largest, as the processor pads
+    sizes = torch.tensor([[g[0] * 14, g[1] * 14] for g in grids])
+
+    def call():
+        f = model.model.get_image_features(pixel_values=px, image_sizes=sizes).pooler_output
+        return torch.cat(list(f)) if isinstance(f, (list, tuple)) else f
+    fwd, bwd = _counted(torch, call)
+    Row = type("Row", (), {})
+    rows = []
+    for g in grids:
+        r = Row()
+        r.grid, r.tiles = g, 1
+        rows.append(r)
+    assert VF.cross_pairs(spec, rows, 1) == 72 ** 2 - 24 ** 2 - 48 ** 2 == 2304
+    assert VF.padded_patches(spec, rows, 1) == 2 * 48 - 72
+    work = type("W", (), {"images": tuple(rows)})()
+    t = VF.tower_flops(spec, work, 1, True, "none", "adamw")
+    assert (t.forward, t.backward) == (fwd, bwd)
+    # by hand, the cross terms alone: QKᵀ and scores·V over 2,304 pairs, 2 heads of 16, 2
+    # layers, 2 FLOPs a MAC; the patch convolution (k_v = 3·14² = 588 to d_v 32) over 24
+    per_image = sum(VF._flops(VF.image_records(spec, r, True, False)[0],
+                              VB.values(spec, *r.grid)) for r in rows)
+    assert t.forward - per_image == 2 * 2 * 2304 * 2 * 16 * 2 + 2 * 24 * 588 * 32

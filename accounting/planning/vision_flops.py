@@ -93,6 +93,49 @@ def _flops(records, v) -> int:
     return sum(r.count(v) * r.flops(v) for r in records)
 
 
+def cross_pairs(spec: VisionSpec, rows, batch: int) -> int:
+    """The (query, key) pairs Pixtral's attention runs beyond each image's own: transformers'
+    PixtralVisionModel concatenates every image of the forward (get_image_features takes the
+    batch's images: B sequences' rows) into one sequence and, under sdpa or eager attention
+    (the plan's), masks the other images out with generate_block_attention_mask, an additive
+    block-diagonal mask (modeling_pixtral.py): the kernels compute every block (an additive
+    mask skips none), so the executed pairs are (B·ΣN)², of which Σ B·N² are each image's
+    own, the useful ones the ledger's rows count. (flash_attention_2 would run cu_seqlens,
+    each image alone: not the plan's attention.) 0 for the other towers, which attend
+    within each image (Qwen's cu_seqlens, the fixed-size towers' batch dimension)."""
+    if spec.family != "pixtral" or not rows:
+        return 0
+    ns = [r.tiles * r.grid[0] * r.grid[1] for r in rows]
+    return (batch * sum(ns)) ** 2 - batch * sum(n * n for n in ns)
+
+
+def padded_patches(spec: VisionSpec, rows, batch: int) -> int:
+    """The patches Pixtral's patch convolution runs beyond the images' own: the processor
+    pads the call's images to the largest height and width among them (PixtralImageProcessor
+    returns one pixel_values tensor, image_sizes beside it) and PixtralVisionModel runs
+    patch_conv over that whole tensor before cropping each image's patches back
+    (modeling_pixtral.py). 0 for images of one size, and for the other towers."""
+    if spec.family != "pixtral" or not rows:
+        return 0
+    gh, gw = max(r.grid[0] for r in rows), max(r.grid[1] for r in rows)
+    return batch * sum(gh * gw - r.grid[0] * r.grid[1] for r in rows)
+
+
+def cross_records(spec: VisionSpec, rows, batch: int, trained: bool, full: bool):
+    """[(forward, backward, recomputed) (records, values, label)] of Pixtral's work beyond
+    its images' rows: the attention products over cross_pairs (the records' S_f set to
+    those pairs) and the patch convolution over padded_patches (its weight's gradient too:
+    convolution_backward runs over the whole padded input); [] when none."""
+    x, pad = cross_pairs(spec, rows, batch), padded_patches(spec, rows, batch)
+    if not x and not pad:
+        return []
+    f, b, a, v, _, _ = image_records(spec, rows[0], trained, full)
+    first = _pixels_record(VB.walk(spec))
+    v = {**v, "S_f": x, "N_p": pad}
+    return [([r for r in rs if r.batch or r == first or r.name == f"{first.name} dB"], v,
+             label) for rs, label in ((f, ""), (b, ""), (a, " (recomputed)"))]
+
+
 def tower_flops(spec: VisionSpec, workload, batch: int, trained: bool, recompute: str,
                 optimizer: str) -> TowerFlops:
     """The tower's FLOPs in a step of `batch` sequences, each with workload's images
@@ -105,14 +148,18 @@ def tower_flops(spec: VisionSpec, workload, batch: int, trained: bool, recompute
         fwd += tiles * _flops(f, v)
         bwd += tiles * _flops(b, vb)
         again += tiles * _flops(a, vb)
+    fwd, bwd, again = batch * fwd, batch * bwd, batch * again
+    cross = cross_records(spec, rows, batch, trained, full)
+    if cross:  # Pixtral's attention over the whole forward's images (cross_pairs)
+        fwd, bwd, again = (x + _flops(rs, v) for x, (rs, v, _) in zip((fwd, bwd, again),
+                                                                     cross))
     update = 0
     if trained:
         ledger, v = VB.walk(spec), VB.values(spec)
         opt = get_optimizer(optimizer)
         update = sum(p.count(v) * opt.update_flops(p.sizes(v), role(p, p.sizes(v)))
                      for p in ledger.params)
-    return TowerFlops(batch * len(rows), batch * fwd, batch * bwd, batch * again, update,
-                      trained)
+    return TowerFlops(batch * len(rows), fwd, bwd, again, update, trained)
 
 
 # The tower's attention is bidirectional over each image's segments (Qwen2.5-VL's windows,
@@ -151,6 +198,15 @@ def tower_ops(spec: VisionSpec, workload, batch: int, trained: bool, recompute: 
                     t = O.time_matmul(r, v, r.count(v), machine)
                 out.append(O.OpTime(f"vision tower: {r.name}{label}", t.category,
                                     t.seconds * tiles * batch, t.source, t.note))
+    for rs, v, label in cross_records(spec, rows, batch, trained, full):  # Pixtral's
+        for r in rs:  # products over the other images' blocks (cross_pairs), patch
+            # convolution over the padding (padded_patches): each at the roofline's share
+            out.append(O.OpTime(f"vision tower: {r.name}{label} (other images' blocks, "
+                                f"padding)", O.ATTENTION if r.batch else O.GEMMS,
+                                Fraction(r.count(v) * r.flops(v))
+                                / (machine.peak_flops * O.ROOFLINE_DERATE), ATTENTION_SOURCE
+                                if r.batch else "roofline (the padding's patch convolution: "
+                                "its FLOPs at 0.7 of the dense peak)"))
     if trained and update_bytes:
         ledger, v = VB.walk(spec), VB.values(spec)
         rate, _, src = machine.memory_rate()

@@ -247,7 +247,7 @@ def flops_text(f, parallel: bool = False) -> str:
     n = f"{grouped(f.images)} image{'' if f.images == 1 else 's'} of the step"
     if parallel:
         n = (f"{grouped(f.images)} image{'' if f.images == 1 else 's'} of each sequence "
-             f"(× the micro-batch, in the first stage's FLOPs and time at its rate)")
+             f"(each micro-batch's in the first stage's FLOPs and time, at its rate)")
         if not f.trained:
             return f"its forward over the {n}: {si(f.forward, 'FLOPs')} (no backward: frozen)"
         again = f" + recomputed {si(f.recompute, 'FLOPs')}" if f.recompute else ""

@@ -30,7 +30,7 @@ compute runs (the language model's kernel rate or --mfu), not timed op by op.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from functools import lru_cache
+from functools import lru_cache, partial
 
 from accounting.architecture.vision import VisionSpec
 from accounting.ledger.builder import vision as VB
@@ -48,6 +48,9 @@ class TowerRun:
     # planning/vision_flops.py's TowerFlops of one sequence's images (batch 1): each
     # micro-batch adds micro_batch × its forward, backward and recompute; None: not run
     flops: object = None
+    # the TowerFlops of a micro-batch of b sequences: flops_at(b) (Pixtral's attention over
+    # the micro-batch's images grows as b², planning/vision_flops.py cross_pairs)
+    flops_at: object = None
 
 
 @lru_cache(maxsize=64)
@@ -70,25 +73,24 @@ def tower_units(spec: VisionSpec, trained: bool) -> tuple[Unit, ...]:
                                 layer=-1 - len(blocks)),)
 
 
-def tower_run(spec: VisionSpec, training, flops=None) -> TowerRun:
+def tower_run(spec: VisionSpec, training, flops_at=None) -> TowerRun:
     """`training`: the TowerTraining of planning/vision_train.py, its activations set;
-    `flops`: the TowerFlops of one sequence's images (planning/vision_flops.py)."""
+    `flops_at(b)`: the TowerFlops of b sequences' images (planning/vision_flops.py)."""
     a = training.activations
     return TowerRun(tower_units(spec, training.trained),
                     Linear(a.per_sequence, a.fixed) if a is not None else Linear(), training,
-                    flops)
+                    flops_at(1) if flops_at is not None else None, flops_at)
 
 
 def with_flops(flops, tower, micro_batch: int):
     """The first stage's StageFlops with the tower's matmuls of each micro-batch's images
     (its update is already in `adamw`: the tower's state units are the stage's)."""
-    t = tower.flops if tower is not None else None
-    if t is None:
+    if tower is None or tower.flops_at is None:
         return flops
-    b = micro_batch
-    return replace(flops, forward=flops.forward + b * t.forward,
-                   backward=flops.backward + b * t.backward,
-                   recompute=flops.recompute + b * t.recompute)
+    t = tower.flops_at(micro_batch)
+    return replace(flops, forward=flops.forward + t.forward,
+                   backward=flops.backward + t.backward,
+                   recompute=flops.recompute + t.recompute)
 
 
 def with_saves(acts: StageActivations, saved: Linear) -> StageActivations:
@@ -109,8 +111,8 @@ def tower_for(spec: VisionSpec, images, precision, optimizer: str, trained: bool
     training = replace(tower_training(spec, precision, optimizer, trained),
                        activations=tower_activations(spec, images, precision, recompute,
                                                      trained, seq))
-    return tower_run(spec, training, tower_flops(spec, images, 1, trained, recompute,
-                                                 optimizer))
+    return tower_run(spec, training, partial(tower_flops, spec, images, trained=trained,
+                                             recompute=recompute, optimizer=optimizer))
 
 
 def state_units(tower) -> tuple[Unit, ...]:
