@@ -230,7 +230,8 @@ def _activations(a) -> str:
         return f"no activation saved in it for the {n} (frozen: autograd records no graph)"
     if a.status == VT.NOT_WRITTEN:
         return (f"its activations at the {n} are NOT counted (left out: the saved tensors "
-                f"of Gemma 4's, Pixtral's and InternViT-6B's towers are not written yet)")
+                f"of Pixtral's and InternViT-6B's towers and Gemma 4's with clipped linears "
+                f"are not written yet)")
     ckpt = ", each block checkpointed (--recompute full)" if a.checkpointed else ""
     return (f"saved activations for the {n}: {gigabytes(a.per_sequence)} per sequence + "
             f"{gigabytes(a.fixed)} per step{ckpt}, in the step's peak above")
