@@ -55,13 +55,10 @@ stream, instead of its saves.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from accounting.architecture.vision import VisionSpec
-from accounting.ledger.symbols import product
+from accounting.ledger.builder.vision_save import BLOCK, Save  # noqa: F401 (re-exported)
 from accounting.units import BF16, DTYPE_BYTES, FP32, INT64
 
-BLOCK = "L_v"
 # the towers whose projector reads vision_feature_layer's hidden state (the later layers run,
 # their saves freed with their unused outputs): LLaVA's, LLaVA-OneVision's, InternVL's
 LLAVA = ("llava", "llava_onevision", "internvl")
@@ -72,21 +69,6 @@ USED = "L_vu"  # LLaVA: the layers whose output reaches the projector (vision_fe
 # pixels need no gradient, so their mm keeps the input alone, not autocast's weight copy
 PIXEL_LINEARS = ("vision_model.patch_embedding.linear.weight",
                  "model.vision_tower.patch_embedder.input_proj.weight")
-
-
-@dataclass(frozen=True)
-class Save:
-    name: str
-    module: str
-    repeat: str | None  # "L_v": in each block; None: once per image
-    elements: tuple[str, ...]
-    role: str
-    fixed: bool = False  # once per forward of the tower, not per image
-    copies: int = 1  # elements × copies (Qwen3-VL's 4 interpolation corners per patch)
-
-    def bytes(self, values: dict[str, int], roles: dict[str, int]) -> int:
-        n = product(self.elements, values) * roles[self.role] * self.copies
-        return n * (values[self.repeat] if self.repeat else 1)
 
 
 MODES = ("fp32", "bf16", "autocast")  # parameters fp32, bf16, or fp32 under bf16 autocast

@@ -25,7 +25,7 @@ CUDA): not modelled (the masked call is counted).
 from __future__ import annotations
 
 from accounting.architecture.vision import VisionSpec
-from accounting.ledger.builder.vision_saves import BLOCK, Save
+from accounting.ledger.builder.vision_save import BLOCK, Save
 
 
 def _rmsnorm(out, name: str, module: str, repeat, rows: tuple, width: str,
