@@ -244,7 +244,10 @@ def flops_text(f, parallel: bool = False) -> str:
     if f is None:
         return "its FLOPs are NOT in the step's FLOPs or time"
     if not f.images:
-        return "no image in the workload, so no FLOPs of it in the step"
+        if f.update and not parallel:
+            return (f"no image in the workload: of its FLOPs only its optimizer update, "
+                    f"{si(f.update, 'FLOPs')}, is in the step's")
+        return "no image in the workload, so no matmul of it in the step"
     n = f"{grouped(f.images)} image{'' if f.images == 1 else 's'} of the step"
     if parallel:
         n = (f"{grouped(f.images)} image{'' if f.images == 1 else 's'} of each sequence "
