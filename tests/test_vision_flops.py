@@ -269,3 +269,20 @@ def test_pixtral_attends_over_every_image_of_the_forward():
     per_image = sum(VF._flops(VF.image_records(spec, r, True, False)[0],
                               VB.values(spec, *r.grid)) for r in rows)
     assert t.forward - per_image == 2 * 2 * 2304 * 2 * 16 * 2 + 2 * 24 * 588 * 32
+
+
+def test_the_first_screen_says_what_of_the_tower_the_step_counts(capsys, tmp_path):
+    """The vision tower line: trained with an image, its forward, backward and update in the
+    step's FLOPs and time; trained without one, its update alone; frozen, its forward alone;
+    on many GPUs, in the first stage's."""
+    path = str(write_config(tmp_path, CONFIGS["qwen2_vl"]))
+    base = ("plan", "--config", path, "--gpu", "H100", "--ctx", "256")
+    cases = [(("--train-vision", "--image", "112x112"), "in the step's FLOPs and time"),
+             (("--train-vision",), "of its FLOPs only its optimizer update"),
+             (("--image", "112x112"), "(no backward: frozen)"),
+             (("--gpus", "2", "--train-vision", "--image", "112x112"),
+              "in the first stage's FLOPs and time")]
+    for argv, said in cases:
+        code, out, err = run(capsys, *base, *argv)
+        line = next(x for x in out.splitlines() if x.startswith("vision tower:"))
+        assert code == 0 and said in line, (argv, line)
