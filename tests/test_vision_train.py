@@ -220,10 +220,10 @@ def test_checkpointed_blocks_keep_their_input_by_hand():
 
 
 def test_unsupported_towers_say_none():
-    """A tower whose saves are not written (Gemma 4's) gives None, not a number."""
-    from test_vision import _gemma4
-    spec = translate(_gemma4(), "c", "g4").vision
-    assert VS.bytes_per_image(VB.walk(spec), VB.values(spec, 3, 6), "fp32") is None
+    """A tower whose saves are not written (Mistral 3's Pixtral) gives None, not a number."""
+    from test_vision_mistral3 import DATA
+    spec = translate(DATA, "c", "m3").vision
+    assert VS.bytes_per_image(VB.walk(spec), VB.values(spec, 4, 6), "fp32") is None
 
 
 def _qwen_bf16_saves(grid=(8, 8), trained=True):
@@ -287,7 +287,7 @@ def test_a_frozen_tower_saves_nothing(capsys, tmp_path):
 
 def test_the_first_screen_says_what_is_counted(capsys, tmp_path):
     """Trained with an image: the line gives the saved bytes; without one: says none is in
-    the workload; a tower whose saves are not written (Gemma 4's): NOT counted."""
+    the workload; a tower whose saves are not written (Mistral 3's Pixtral): NOT counted."""
     path = str(write_config(tmp_path, CONFIGS["qwen2_5_vl"]))
     code, out, _ = run(capsys, "plan", "--config", path, "--gpu", "H100", "--ctx", "256",
                        "--train-vision", "--image", "112x112")
@@ -296,8 +296,8 @@ def test_the_first_screen_says_what_is_counted(capsys, tmp_path):
     code, out, _ = run(capsys, "plan", "--config", path, "--gpu", "H100", "--ctx", "256",
                        "--train-vision")
     assert code == 0 and "no image in the workload" in out.split("\n\n")[0]
-    from test_vision import _gemma4
-    other = str(write_config(tmp_path, _gemma4(), folder="gemma4"))
+    from test_vision_mistral3 import DATA
+    other = str(write_config(tmp_path, DATA, folder="mistral3"))
     code, out, _ = run(capsys, "plan", "--config", other, "--gpu", "H100", "--ctx", "256",
                        "--train-vision", "--image", "64x64")
     assert code == 0 and "are NOT counted (left out" in out.split("\n\n")[0]

@@ -87,6 +87,10 @@ class VisionSpec:
     pan_min_crop: int = 256
     pan_max_crops: int = 4
     pan_min_ratio: float = 1.2
+    # Gemma 4: standardize (std_bias, std_scale buffers after the pooler) and
+    # use_clipped_linears (each linear clamps its input and output): what its saves follow
+    standardize: bool = False
+    clipped: bool = False
 
     @property
     def head_dim(self) -> int:
@@ -481,4 +485,5 @@ def _gemma4(data: Mapping, where: str, text: int) -> VisionSpec:
         _get(vc, "patch_size", 16, where), 1, 3, False,
         2 * _get(vc, "position_embedding_size", 10240, where), False, False, False, 1, None, (),
         "gemma4", False, text, None, tokens, pool=k, kv_heads=kv,
-        attn_head_dim=head)
+        attn_head_dim=head, standardize=bool(vc.get("standardize", False)),
+        clipped=bool(vc.get("use_clipped_linears", False)))

@@ -192,7 +192,7 @@ def main(argv: list[str]) -> int:
     line = None
     if result.tower is not None:  # issue 41: said on the first screen
         from accounting.present.vision_views import training_line
-        line = training_line(result.tower)
+        line = training_line(result.tower, result.flops.vision)
     c = _cost(ns, result)
 
     def answer():

@@ -321,7 +321,7 @@ def _tower(ns, precision, finetune, run_stack, recompute: str, seq: int):
     from accounting.planning.parallel.vision import tower_for
     tower = tower_for(spec, images, precision, ns.optimizer or DEFAULT_OPTIMIZER,
                       ns.train_vision, recompute, seq)
-    line = VV.parallel_line(tower.training)
+    line = VV.parallel_line(tower.training, tower.flops, parallel=True)
     return tower, (lambda a: replace(a, notes=a.notes + (line,)))
 
 

@@ -94,17 +94,22 @@ class StepFlops:
     # matmul FLOPs and their AdamW update; 0 without MTP modules
     mtp: int = 0
     mtp_adamw: int = 0
+    # issue 41: a vision-language model's tower in the step (planning/vision_flops.py's
+    # TowerFlops: its forward, backward and recomputed matmuls and its update over the
+    # step's images); None: no tower
+    vision: object = None
 
     @property
     def total(self) -> int:
         return self.forward + self.backward + self.recompute + self.adamw + self.mtp \
-            + self.mtp_adamw
+            + self.mtp_adamw + (self.vision.total if self.vision is not None else 0)
 
     @property
     def model_flops(self) -> int:
         """Forward + backward + optimizer: what MFU counts (recomputation excluded), the MTP
         modules' included (training runs them)."""
-        return self.forward + self.backward + self.adamw + self.mtp + self.mtp_adamw
+        return self.forward + self.backward + self.adamw + self.mtp + self.mtp_adamw \
+            + (self.vision.model_flops if self.vision is not None else 0)
 
 
 def step_flops(config: ModelConfig, seq: int, batch: int, recompute: str = "none",

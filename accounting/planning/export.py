@@ -108,6 +108,9 @@ def to_dict(p: Plan) -> dict:
                            # matmuls, and their AdamW update (accounting/analysis/mtp.py)
                            "mtp": p.flops.mtp, "mtp_adamw": p.flops.mtp_adamw,
                            "total": p.flops.total,
+                           # issue 41: a vision-language tower's part of the total
+                           # (planning/vision_flops.py); null without a tower
+                           "vision": _vision_flops(p.flops.vision),
                            # of the total, the linear layers' fp8 GEMMs (0 without fp8)
                            "fp8_linear_gemms": p.fp8_flops, "forward_non_matmul_not_in_total":
                                p.flops.forward_non_matmul,
@@ -232,3 +235,12 @@ def to_frame(p: Plan):
     """The CSV rows as a pandas DataFrame (pandas imported on call)."""
     import pandas as pd
     return pd.DataFrame(rows(p), columns=list(COLUMNS))
+
+
+def _vision_flops(t) -> dict | None:
+    """A tower's FLOPs in the step (planning/vision_flops.py's TowerFlops), or None."""
+    if t is None:
+        return None
+    return {"images_per_step": t.images, "trained": t.trained, "forward": t.forward,
+            "backward": t.backward, "recompute": t.recompute, "optimizer": t.update,
+            "total": t.total, "model_flops": t.model_flops}

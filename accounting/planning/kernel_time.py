@@ -67,12 +67,18 @@ class StepPrediction:
 
 
 def predict_step(model, seq: int, batch: int, mach: O.Machine, flops, optimizer: str,
-                 trainable_params: int | None = None) -> StepPrediction:
-    """`model` a planning.memory.MemoryModel (its ledger is the run's), `flops` its StepFlops."""
+                 trainable_params: int | None = None, extra_ops: tuple = ()) -> StepPrediction:
+    """`model` a planning.memory.MemoryModel (its ledger is the run's), `flops` its StepFlops;
+    extra_ops: OpTimes run in the same step beside the model's (a vision tower's,
+    planning/vision_flops.py), their forward and backward matmuls in flops.vision."""
     v = model.values(seq, batch)
     timed = S.training_step(model.ledger, v, mach, model.precision, get_optimizer(optimizer),
                             trainable_params)
-    return StepPrediction(timed, seq * batch, flops.forward + flops.backward, mach.peak_flops)
+    if extra_ops:
+        timed = S.Timed(timed.ops + tuple(extra_ops), mach)
+    tower = flops.vision.forward + flops.vision.backward if flops.vision is not None else 0
+    return StepPrediction(timed, seq * batch, flops.forward + flops.backward + tower,
+                          mach.peak_flops)
 
 
 def _gpu_name(hw) -> str | None:

@@ -237,14 +237,25 @@ def plan(config: ModelConfig | str, seq: int | None = None, batch: int = 1, *,
                          f"got {margin}")
     flops = (step_flops(config, seq, batch, recompute, recipe.optimizer, trainable) if ft is None
              else finetune.step_flops(ft, seq, batch, recompute, recipe.optimizer))
+    if tw is not None:  # issue 41: the tower's FLOPs over the step's images
+        from accounting.planning.vision_flops import tower_flops
+        flops = replace(flops, vision=tower_flops(tower, images, batch, train_vision,
+                                                  recompute, recipe.optimizer))
     f8 = 0 if p.fp8 is None else F8.matmul_flops(model.ledger, model.values(seq, batch))
     if p.fp8 is not None and gpu is not None:  # the linear GEMMs at the fp8 peak, the rest bf16
         hw = fp8_hardware(hw, get_gpu(gpu), f8, flops.total)
     prediction = None
     if mfu is None and hw is not None and hw.peak_flops and hw.bandwidth:
         from accounting.planning.kernel_time import machine, predict_step
-        prediction = predict_step(model, seq, batch, machine(hw, gpu, compute=p.compute),
-                                  flops, recipe.optimizer)
+        mach = machine(hw, gpu, compute=p.compute)
+        extra = ()
+        if tw is not None:  # the tower's matmuls timed as the model's (vision_flops.py)
+            from accounting.planning.optimizers import get_optimizer
+            from accounting.planning.vision_flops import tower_ops
+            extra = tuple(tower_ops(tower, images, batch, train_vision, recompute, mach,
+                                    get_optimizer(recipe.optimizer).update_bytes(p)))
+        prediction = predict_step(model, seq, batch, mach, flops, recipe.optimizer,
+                                  extra_ops=extra)
     time = None
     if prediction is not None and (steps is not None or tokens is not None):
         time = training_time(flops, hw.peak_flops, 1, steps, tokens)  # validates; then the

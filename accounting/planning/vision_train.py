@@ -18,8 +18,8 @@ backward pass: live at every moment the language model's kept activations are
 (planning/peak_moments.py). Under --recompute full each tower block keeps its input
 (transformers' GradientCheckpointingLayer: gradient_checkpointing_enable() reaches the
 tower's blocks); --recompute selective has no counterpart in the tower (transformers
-checkpoints whole layers), so it saves as without recompute. The tower's FLOPs are not in
-the step's FLOPs.
+checkpoints whole layers), so it saves as without recompute. The tower's FLOPs in the
+step: planning/vision_flops.py.
 """
 from __future__ import annotations
 
@@ -52,6 +52,10 @@ class TowerActivations:
     @property
     def counted(self) -> bool:
         return self.status == COUNTED
+
+    @property
+    def frozen(self) -> bool:
+        return self.status == FROZEN
 
     @property
     def no_images(self) -> bool:

@@ -236,33 +236,66 @@ def _activations(a) -> str:
         return ("no image in the workload, so no activation saved in it (give --image HxW, "
                 "the images of each sequence)")
     n = f"{grouped(a.images)} image{'' if a.images == 1 else 's'} per sequence"
+    if a.frozen:  # nothing requires grad in it: no graph, nothing saved
+        return f"no activation saved in it for the {n} (frozen: autograd records no graph)"
     if a.not_written:
         return (f"its activations at the {n} are NOT counted (left out: the saved tensors "
-                f"of Gemma 4's, Pixtral's and InternViT-6B's towers are not written yet)")
+                f"of Pixtral's and InternViT-6B's towers and Gemma 4's with clipped linears "
+                f"are not written yet)")
     ckpt = ", each block checkpointed (--recompute full)" if a.checkpointed else ""
     return (f"saved activations for the {n}: {gigabytes(a.per_sequence)} per sequence + "
-            f"{gigabytes(a.fixed)} per step{ckpt}, in the step's peak above (its FLOPs are "
-            f"not in the step's)")
+            f"{gigabytes(a.fixed)} per step{ckpt}, in the step's peak above")
 
 
-def training_line(t) -> str:
+def flops_text(f, parallel: bool = False) -> str:
+    """What the line says of the tower's FLOPs in the step (planning/vision_flops.py's
+    TowerFlops; None: not in the step's). `parallel`: f is one sequence's, in each
+    micro-batch of the first stage (planning/parallel/vision.py)."""
+    if f is None:
+        return "its FLOPs are NOT in the step's FLOPs or time"
+    if not f.images:
+        if f.update and not parallel:
+            return (f"no image in the workload: of its FLOPs only its optimizer update, "
+                    f"{si(f.update, 'FLOPs')}, is in the step's")
+        return "no image in the workload, so no matmul of it in the step"
+    n = f"{grouped(f.images)} image{'' if f.images == 1 else 's'} of the step"
+    if parallel:
+        n = (f"{grouped(f.images)} image{'' if f.images == 1 else 's'} of each sequence "
+             f"(each micro-batch's in the first stage's FLOPs and time, at its rate)")
+        if not f.trained:
+            return f"its forward over the {n}: {si(f.forward, 'FLOPs')} (no backward: frozen)"
+        again = f" + recomputed {si(f.recompute, 'FLOPs')}" if f.recompute else ""
+        return (f"its FLOPs over the {n}: forward {si(f.forward, 'FLOPs')} + backward "
+                f"{si(f.backward, 'FLOPs')}{again}; its update in the stage's optimizer FLOPs")
+    if not f.trained:
+        return (f"its forward over the {n}, {si(f.forward, 'FLOPs')} (matmul), is in the "
+                f"step's FLOPs and time (no backward: frozen)")
+    again = f" + recomputed {si(f.recompute, 'FLOPs')}" if f.recompute else ""
+    return (f"its FLOPs over the {n}: forward {si(f.forward, 'FLOPs')} + backward "
+            f"{si(f.backward, 'FLOPs')}{again} + update {si(f.update, 'FLOPs')} = "
+            f"{si(f.total, 'FLOPs')}, in the step's FLOPs and time")
+
+
+def training_line(t, flops=None) -> str:
     """plan's first-screen line for a tower in a one-GPU training plan
-    (planning/vision_train.py): counted, frozen or trained, in the fit."""
+    (planning/vision_train.py): counted, frozen or trained, in the fit; `flops` its
+    TowerFlops in the step (planning/vision_flops.py)."""
     if not t.trained:
         return _line("vision tower", f"counted, frozen ({LLAMA_FACTORY}; --train-vision trains "
                                      f"it): {grouped(t.params)} parameters, weights "
                                      f"{gigabytes(t.weights)} held beside the step's peak (the "
                                      f"usable memory above is less them); no gradient, optimizer "
-                                     f"state or saved activation")
+                                     f"state or saved activation; {flops_text(flops)}")
     return _line("vision tower", f"counted, trained (--train-vision): {grouped(t.params)} "
                                  f"parameters, weights {gigabytes(t.weights)} + gradients "
                                  f"{gigabytes(t.gradients)} + optimizer state "
                                  f"{gigabytes(t.optimizer + t.master)} = {gigabytes(t.total)} "
                                  f"held beside the step's peak (the usable memory above is "
-                                 f"less them); {_activations(t.activations)}")
+                                 f"less them); {_activations(t.activations)}; "
+                                 f"{flops_text(flops)}")
 
 
-def parallel_line(t) -> str:
+def parallel_line(t, flops=None, parallel: bool = True) -> str:
     """The many-GPU plan's first-screen line (planning/parallel/vision.py): where the
     tower is and what of it the plan holds."""
     how = ("trained (--train-vision): its gradients and optimizer state with its weights"
@@ -271,7 +304,8 @@ def parallel_line(t) -> str:
                                  f"TP ranks (transformers' TP plans leave it unsplit), its "
                                  f"tensors sharded by --zero/--fsdp as the model's: "
                                  f"{grouped(t.params)} parameters, {how}, in the model states "
-                                 f"above; {_activations(t.activations)}")
+                                 f"above; {_activations(t.activations)}; "
+                                 f"{flops_text(flops, parallel)}")
 
 
 def parallel_dict(t) -> dict:

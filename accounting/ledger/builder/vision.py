@@ -434,7 +434,8 @@ def values(spec: VisionSpec, patches_h: int = 0, patches_w: int = 0) -> dict[str
         out["S_w"] = window_pairs(s, patches_h, patches_w)
     if s.family == "gemma4":
         out.update({"N_o": s.tokens_per_image if n_p else 0, "N_t": real,
-                    "d_a": s.heads * s.head_dim, "d_kv": (s.kv_heads or s.heads) * s.head_dim})
+                    "d_a": s.heads * s.head_dim, "d_kv": (s.kv_heads or s.heads) * s.head_dim,
+                    "h_kv": s.kv_heads or s.heads})
     if s.projector in ("idefics3", "internvl"):
         out["N_o"] = s.tokens_per_image if n_p else 0
     if s.projector in ("gemma3", "llama4"):

@@ -11,10 +11,11 @@ Qwen3VLVisionModel without them, modular_qwen3_5.py), Gemma 3's SigLIP with its 
 tile), Kimi-K2.5's MoonViT with its projector
 (Kimi_K25VisionModel, Kimi_K25MultimodalProjection) and Llama 4's (Llama4VisionModel,
 Llama4MultiModalProjector), Idefics3's (Idefics3VisionTransformer, Idefics3Connector;
-SmolVLM's the same) and InternVL's with a LayerNorm InternViT (InternVLVisionModel,
-InternVLMultiModalProjector), transformers 5.23, attention "sdpa".
-Other towers (Gemma 4's, Pixtral's, InternViT-6B's RMSNorm and QK-norm): None (the plan
-says their activations are left out).
+SmolVLM's the same), InternVL's with a LayerNorm InternViT (InternVLVisionModel,
+InternVLMultiModalProjector) and Gemma 4's (Gemma4VisionModel, Gemma4MultimodalEmbedder:
+vision_saves_gemma4.py), transformers 5.23, attention "sdpa".
+Other towers (Pixtral's, InternViT-6B's RMSNorm and QK-norm, Gemma 4's with
+use_clipped_linears): None (the plan says their activations are left out).
 
 Frozen tower (LLaMA-Factory's default: FinetuningArguments.freeze_vision_tower = True and
 freeze_multi_modal_projector = True, src/llamafactory/hparams/finetuning_args.py): no
@@ -54,34 +55,20 @@ stream, instead of its saves.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from accounting.architecture.vision import VisionSpec
-from accounting.ledger.symbols import product
+from accounting.ledger.builder.vision_save import BLOCK, Save  # noqa: F401 (re-exported)
 from accounting.units import BF16, DTYPE_BYTES, FP32, INT64
 
-BLOCK = "L_v"
 # the towers whose projector reads vision_feature_layer's hidden state (the later layers run,
 # their saves freed with their unused outputs): LLaVA's, LLaVA-OneVision's, InternVL's
 LLAVA = ("llava", "llava_onevision", "internvl")
 FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "gemma3", "kimi_k25", "llama4", "idefics3",
-            *LLAVA)
+            "gemma4", *LLAVA)
 USED = "L_vu"  # LLaVA: the layers whose output reaches the projector (vision_feature_layer)
-
-
-@dataclass(frozen=True)
-class Save:
-    name: str
-    module: str
-    repeat: str | None  # "L_v": in each block; None: once per image
-    elements: tuple[str, ...]
-    role: str
-    fixed: bool = False  # once per forward of the tower, not per image
-    copies: int = 1  # elements × copies (Qwen3-VL's 4 interpolation corners per patch)
-
-    def bytes(self, values: dict[str, int], roles: dict[str, int]) -> int:
-        n = product(self.elements, values) * roles[self.role] * self.copies
-        return n * (values[self.repeat] if self.repeat else 1)
+# the linears reading the pixels (Llama 4's unfolded patches, Gemma 4's patch vectors): the
+# pixels need no gradient, so their mm keeps the input alone, not autocast's weight copy
+PIXEL_LINEARS = ("vision_model.patch_embedding.linear.weight",
+                 "model.vision_tower.patch_embedder.input_proj.weight")
 
 
 MODES = (FP32, BF16, "autocast")  # parameters fp32, bf16, or fp32 under bf16 autocast
@@ -110,13 +97,21 @@ def roles(spec: VisionSpec, mode: str, device: str) -> dict[str, int]:
     out["R"] = out[residual(spec)]
     out["LN"] = f32 if (mode == "autocast" and device == "cuda") else out["R"]
     out["LNC"] = f32 if (mode == "autocast" and device == "cuda") else 0
+    # Gemma 4's (vision_saves_gemma4.py): a bool; weight.float() of bf16 parameters; fp32
+    # unless autocast casts it; the compute dtype or fp32 on one device only (its masked
+    # sdpa: the CPU's flash kernel, CUDA's memory-efficient one)
+    out.update({"B1": 1, "WF": f32 if mode == "bf16" else 0,
+                "FA": b16 if mode == "autocast" else f32,
+                "AX": out["A"] if device == "cpu" else 0, "AG": out["A"] if device == "cuda" else 0,
+                "FC": f32 if device == "cpu" else 0, "FG": f32 if device == "cuda" else 0})
     return out
 
 
 def supported(spec: VisionSpec) -> bool:
-    # InternViT-6B's RMSNorms and QK-norm (InternVL3-38B/78B) are not written
+    # InternViT-6B's RMSNorms and QK-norm (InternVL3-38B/78B) are not written, nor Gemma 4's
+    # clipped linears (use_clipped_linears: a clamp on each linear's input and output)
     return spec.family in FAMILIES and not (spec.family == "internvl" and (
-        spec.qk_norm or spec.norm != "layernorm"))
+        spec.qk_norm or spec.norm != "layernorm")) and not spec.clipped
 
 
 def saves(spec: VisionSpec, params) -> tuple[Save, ...] | None:
@@ -139,6 +134,9 @@ def saves(spec: VisionSpec, params) -> tuple[Save, ...] | None:
         _llama4(out, s)
     elif s.family == "idefics3":
         _idefics3(out, s)
+    elif s.family == "gemma4":
+        from accounting.ledger.builder.vision_saves_gemma4 import gemma4
+        gemma4(out, s)
     else:
         _qwen(out, s)
     # autocast's bf16 copy of every weight matrix a matmul or conv reads (a position table
@@ -147,7 +145,7 @@ def saves(spec: VisionSpec, params) -> tuple[Save, ...] | None:
     # keeps the input alone, for the weight's gradient; a conv keeps its weight either way)
     for p in params:
         if len(p.shape) == 2 and "position" not in p.name and "pos_embed" not in p.name \
-                and p.name != "vision_model.patch_embedding.linear.weight":
+                and p.name not in PIXEL_LINEARS:
             repeat = USED if (s.family in LLAVA and p.repeat) else p.repeat
             out.append(Save(f"bf16 copy of {p.name}", p.module, repeat, p.shape, "W",
                             fixed=True))
@@ -158,7 +156,7 @@ def residual(spec: VisionSpec) -> str:
     """The role of the residual stream between blocks (what checkpointing keeps)."""
     # SigLIP, CLIP, Llama 4: an fp32 position table or class embedding joins the stream;
     # Kimi casts its positions to the stream's dtype, Qwen adds none
-    return "P" if spec.family in ("gemma3", "llama4", "idefics3", *LLAVA) else "A"
+    return "P" if spec.family in ("gemma3", "llama4", "idefics3", "gemma4", *LLAVA) else "A"
 
 
 def _layernorm(out, name: str, module: str, repeat, rows: str, width: str = "d_v") -> None:
@@ -442,7 +440,10 @@ def bytes_per_image(ledger, values: dict[str, int], mode: str, device: str = "cu
     if table is None:
         return None
     r = roles(ledger.spec, mode, device)
-    values = {**values, USED: used_layers(ledger.spec)}
+    n = values.get("N", 0)  # CUDA's memory-efficient sdpa: its mask's columns to 8, its
+    # log-sum-exp's rows to 32 (vision_saves_gemma4.py)
+    values = {**values, USED: used_layers(ledger.spec), "N_8": -(-n // 8) * 8,
+              "N_32": -(-n // 32) * 32}
     blocks = USED if ledger.spec.family in LLAVA else BLOCK
     kept = [x for x in table if not (checkpointed and x.repeat == blocks)]
     if checkpointed:

@@ -212,8 +212,11 @@ def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage:
     items += (engine_buffers(sp, dl, precision, st, stage, values, local, tp_rank)
               if lora is None else LS.buffer_items(sp, dl, precision, lora, stage, values, local))
     items = OF.apply(items, offload, stack.stack)
-    return _finish(sp, layout, precision, seq, stage, layers, kinds, units, st, items, acts,
-                   values, tp_rank, None, counting, update, lora)
+    out = _finish(sp, layout, precision, seq, stage, layers, kinds, units, st, items, acts,
+                  values, tp_rank, None, counting, update, lora)
+    if stage == 0 and tower is not None:  # issue 41: the tower's matmuls (parallel/vision.py)
+        out = replace(out, flops=TV.with_flops(out.flops, tower, layout.micro_batch))
+    return out
 
 
 def _finish(sp: Split, layout: Layout, p: Precision, seq: int, stage: int, layers, kinds,

@@ -19,12 +19,18 @@ A tower unit's `layer` is negative (−1 − its block; −1 − L_v for the res
 the language model's blocks are numbered from 0, and buffers.py keys units by layer. The
 tower's saved activations are planning/vision_train.py's (builder/vision_saves.py), the
 same on every TP rank (each runs the whole tower on its micro-batch's images).
-The tower's FLOPs are not in the step's time.
+The tower's FLOPs (planning/vision_flops.py) are in the first stage's: each micro-batch's
+images through the whole tower on every rank of the first stage (TP ranks each run it, as
+they hold it whole; a context-parallel rank is not given a share of the images: each runs
+them all, the conservative side), forward always, backward and recomputation when trained;
+the trained tower's update is in the stage's AdamW FLOPs through its state units (the
+moments this rank owns). Its time is the stage's: those FLOPs at the rate the stage's
+compute runs (the language model's kernel rate or --mfu), not timed op by op.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from functools import lru_cache
+from functools import lru_cache, partial
 
 from accounting.architecture.vision import VisionSpec
 from accounting.ledger.builder import vision as VB
@@ -39,6 +45,12 @@ class TowerRun:
     units: tuple[Unit, ...]  # its tensors, on every TP rank of the first stage
     saved: Linear  # its saved activations per micro-batch: a per sequence, c once
     training: object  # planning/vision_train.py TowerTraining (the line and the JSON)
+    # planning/vision_flops.py's TowerFlops of one sequence's images (batch 1): each
+    # micro-batch adds micro_batch × its forward, backward and recompute; None: not run
+    flops: object = None
+    # the TowerFlops of a micro-batch of b sequences: flops_at(b) (Pixtral's attention over
+    # the micro-batch's images grows as b², planning/vision_flops.py cross_pairs)
+    flops_at: object = None
 
 
 @lru_cache(maxsize=64)
@@ -61,11 +73,24 @@ def tower_units(spec: VisionSpec, trained: bool) -> tuple[Unit, ...]:
                                 layer=-1 - len(blocks)),)
 
 
-def tower_run(spec: VisionSpec, training) -> TowerRun:
-    """`training`: the TowerTraining of planning/vision_train.py, its activations set."""
+def tower_run(spec: VisionSpec, training, flops_at=None) -> TowerRun:
+    """`training`: the TowerTraining of planning/vision_train.py, its activations set;
+    `flops_at(b)`: the TowerFlops of b sequences' images (planning/vision_flops.py)."""
     a = training.activations
     return TowerRun(tower_units(spec, training.trained),
-                    Linear(a.per_sequence, a.fixed) if a is not None else Linear(), training)
+                    Linear(a.per_sequence, a.fixed) if a is not None else Linear(), training,
+                    flops_at(1) if flops_at is not None else None, flops_at)
+
+
+def with_flops(flops, tower, micro_batch: int):
+    """The first stage's StageFlops with the tower's matmuls of each micro-batch's images
+    (its update is already in `adamw`: the tower's state units are the stage's)."""
+    if tower is None or tower.flops_at is None:
+        return flops
+    t = tower.flops_at(micro_batch)
+    return replace(flops, forward=flops.forward + t.forward,
+                   backward=flops.backward + t.backward,
+                   recompute=flops.recompute + t.recompute)
 
 
 def with_saves(acts: StageActivations, saved: Linear) -> StageActivations:
@@ -81,11 +106,13 @@ def tower_for(spec: VisionSpec, images, precision, optimizer: str, trained: bool
     """The TowerRun of a vision-language config's tower (`images`: analysis/images.py's
     VisionWorkload of each sequence's images, or None) under this precision and optimizer,
     frozen or trained (planning/vision_train.py)."""
+    from accounting.planning.vision_flops import tower_flops
     from accounting.planning.vision_train import tower_activations, tower_training
     training = replace(tower_training(spec, precision, optimizer, trained),
                        activations=tower_activations(spec, images, precision, recompute,
                                                      trained, seq))
-    return tower_run(spec, training)
+    return tower_run(spec, training, partial(tower_flops, spec, images, trained=trained,
+                                             recompute=recompute, optimizer=optimizer))
 
 
 def state_units(tower) -> tuple[Unit, ...]:

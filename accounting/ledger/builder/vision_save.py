@@ -1,0 +1,25 @@
+"""One saved tensor of a trained vision tower (issue 41, Must 3): the record vision_saves.py
+and the families' modules beside it (vision_saves_gemma4.py) write, in the vision ledger's
+symbols (builder/vision.py values()); its dtype is a role vision_saves.roles() resolves."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from accounting.ledger.symbols import product
+
+BLOCK = "L_v"
+
+
+@dataclass(frozen=True)
+class Save:
+    name: str
+    module: str
+    repeat: str | None  # "L_v": in each block; None: once per image
+    elements: tuple[str, ...]
+    role: str
+    fixed: bool = False  # once per forward of the tower, not per image
+    copies: int = 1  # elements × copies (Qwen3-VL's 4 interpolation corners per patch)
+
+    def bytes(self, values: dict[str, int], roles: dict[str, int]) -> int:
+        n = product(self.elements, values) * roles[self.role] * self.copies
+        return n * (values[self.repeat] if self.repeat else 1)

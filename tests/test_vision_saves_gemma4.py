@@ -1,0 +1,97 @@
+"""Gemma 4's trained tower's saved tensors (issue 41, Must 3;
+accounting/ledger/builder/vision_saves_gemma4.py) against transformers' own tower on the
+CPU: the tiny config of tests/test_vision.py (4 query heads, 2 K/V heads, 2 layers), one
+image of 3×6 patches padded to the budget of 4 soft tokens (36 patches: the attention
+masked), Gemma4ForConditionalGeneration.get_image_features in training mode (attention
+"sdpa"), every storage autograd saves in the graph its output's backward walks
+(tests/test_vision_train.py's walk), at fp32, bf16 and fp32 under bf16 autocast, with and
+without standardize; and under gradient checkpointing (reentrant), where the rotary cos and
+sin reach the layers inside a tuple the checkpoint's ctx holds (2·N·d_h in the residual
+stream's dtype, added by hand as for Qwen's)."""
+import contextlib
+
+import pytest
+
+from accounting.architecture.hf_config import translate
+from accounting.ledger.builder import vision as VB
+from accounting.ledger.builder import vision_saves as VS
+from test_vision import _gemma4, _kw
+from test_vision_train import _saved_bytes
+
+GRID, PADDED = (3, 6), 36
+
+
+def _measured(mode: str, standardize: bool = False, checkpointed: bool = False):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    data = _gemma4()
+    data["vision_config"] = {**data["vision_config"], "standardize": standardize}
+    cfg = transformers.AutoConfig.for_model(**_kw(data))
+    for sub in ("vision_config", "text_config"):
+        getattr(cfg, sub)._attn_implementation = "sdpa"
+    cfg._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    model = transformers.Gemma4ForConditionalGeneration(cfg)
+    model = (model.to(torch.bfloat16) if mode == "bf16" else model.float()).train()
+    if checkpointed:
+        model.gradient_checkpointing_enable(
+            gradient_checkpointing_kwargs={"use_reentrant": True})
+        model.train()
+    gh, gw = GRID
+    real = [[x, y] for y in range(gh) for x in range(gw)]
+    pos = torch.tensor([real + [[-1, -1]] * (PADDED - len(real))])
+    px = torch.randn(1, PADDED, 3 * 16 * 16)
+    autocast = torch.autocast("cpu", torch.bfloat16) if mode == "autocast" \
+        else contextlib.nullcontext()
+
+    def call():
+        with autocast:
+            return model.model.get_image_features(pixel_values=px,
+                                                  image_position_ids=pos).pooler_output[0]
+    return translate(data, "c", "g4").vision, _saved_bytes(model, call)
+
+
+@pytest.mark.parametrize("standardize", [False, True])
+@pytest.mark.parametrize("mode", VS.MODES)
+def test_gemma4_tower_saves_equal_transformers(mode, standardize):
+    spec, measured = _measured(mode, standardize)
+    per, once = VS.bytes_per_image(VB.walk(spec), VB.values(spec, *GRID), mode, "cpu")
+    assert per + once == measured
+
+
+@pytest.mark.parametrize("mode", VS.MODES)
+def test_gemma4_checkpointed_tower_equals_transformers(mode):
+    spec, measured = _measured(mode, checkpointed=True)
+    per, once = VS.bytes_per_image(VB.walk(spec), VB.values(spec, *GRID), mode, "cpu",
+                                   checkpointed=True)
+    rotary = 2 * PADDED * spec.head_dim * (2 if mode == "bf16" else 4)
+    assert per + once == measured + rotary
+
+
+def test_gemma4_cuda_attention_by_hand():
+    """CUDA's masked sdpa (the memory-efficient kernel), read from PyTorch's source: the
+    additive mask padded to a multiple of 8 columns, the log-sum-exp to 32 rows. The
+    published budget, 280 soft tokens of 3×3 patches: N = 2,520, a multiple of 8 (the mask
+    unpadded) but not of 32 (the log-sum-exp padded to 2,528 rows): bf16 parameters, per
+    layer h·(2,528 − 2,520)·4 bytes more on CUDA. The tiny budget of 4 soft tokens: N = 36,
+    the mask padded to 40 columns (bf16: 36·4·2 bytes more a layer), the log-sum-exp to 64
+    rows (4 heads: 4·28·4 more)."""
+    data = {**_gemma4(), "vision_soft_tokens_per_image": 280}
+    spec = translate(data, "c", "g4").vision
+    ledger, v = VB.walk(spec), VB.values(spec, 48, 48)
+    assert v["N"] == 2520
+    cpu, _ = VS.bytes_per_image(ledger, v, "bf16", "cpu")
+    cuda, _ = VS.bytes_per_image(ledger, v, "bf16", "cuda")
+    assert cuda - cpu == spec.depth * spec.heads * (2528 - 2520) * 4
+    # a budget of 4 soft tokens: N = 36 patches, the mask padded to 40 columns
+    small = VB.walk(translate(_gemma4(), "c", "g4").vision)
+    v = VB.values(small.spec, *GRID)
+    cpu, _ = VS.bytes_per_image(small, v, "bf16", "cpu")
+    cuda, _ = VS.bytes_per_image(small, v, "bf16", "cuda")
+    assert cuda - cpu == 2 * (36 * (40 - 36) * 2 + 4 * (64 - 36) * 4)
+
+
+def test_clipped_linears_are_not_written():
+    data = _gemma4()
+    data["vision_config"] = {**data["vision_config"], "use_clipped_linears": True}
+    assert VB.walk(translate(data, "c", "g4").vision).saves is None
