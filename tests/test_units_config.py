@@ -122,7 +122,7 @@ def test_dtype_bytes_are_torch_element_sizes():
     dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16,
               "int8": torch.int8, "fp64": torch.float64, "int64": torch.int64, "bool": torch.bool,
               "uint8": torch.uint8, "int32": torch.int32, "fp8_e4m3": torch.float8_e4m3fn,
-              "fp8_e5m2": torch.float8_e5m2}
+              "fp8_e5m2": torch.float8_e5m2, "complex64": torch.complex64}
     assert units.DTYPE_BYTES == {name: torch.empty(0, dtype=d).element_size()
                                  for name, d in dtypes.items()}
     # the parameter-memory table's rows: the dtypes users ask about, in this order
