@@ -20,7 +20,7 @@ from hf_examples import write_config
 from test_vision import CONFIGS, _kimi, _kw, _llama4
 from test_vision_idefics3 import DATA as IDEFICS3
 from test_vision_onevision import DATA as ONEVISION, PINS, SIDE
-from test_vision_internvl import DATA as INTERNVL
+from test_vision_internvl import DATA as INTERNVL, SIX_B, _with as _internvl_with
 
 
 def _saved_bytes(model, call):
@@ -59,7 +59,9 @@ def _saved_bytes(model, call):
 CONFIGS = {**CONFIGS, "llava_last": {**CONFIGS["llava"], "vision_feature_layer": -1,
                                      "vision_feature_select_strategy": "full"},
            "kimi_k25": _kimi(), "llama4": _llama4(), "idefics3": IDEFICS3,
-           "llava_onevision": ONEVISION, "internvl": INTERNVL}
+           "llava_onevision": ONEVISION, "internvl": INTERNVL,
+           # InternVL3-38B/78B's InternViT-6B: RMSNorms, QK-norm, the final LayerNorm
+           "internvl_6b": _internvl_with(SIX_B)}
 
 
 def _tower(family, mode):
@@ -88,13 +90,14 @@ def _tower(family, mode):
                                           ("llava", None), ("llava_last", None),
                                           ("kimi_k25", (6, 10)), ("llama4", None),
                                           ("idefics3", None), ("llava_onevision", None),
-                                          ("internvl", None)])
+                                          ("internvl", None), ("internvl_6b", None)])
 def test_tower_saves_equal_transformers(family, grid, mode):
     """Qwen2.5-VL at one window (8×8 patches) and at 6 windows of 2 sizes (12×20), Qwen2-VL,
     Qwen3-VL-MoE's tower (learned positions, 3 deepstack mergers), Gemma 3's SigLIP and
     projector, LLaVA's CLIP and MLP projector (vision_feature_layer −2, its last layer's saves
     freed with the unused output; and −1 with the class token kept), Kimi-K2.5's MoonViT,
     Llama 4's ViT, Idefics3's SigLIP and InternVL's InternViT (layer scales) on two tiles,
+    InternViT-6B's (RMSNorms, QK-norm over the full width, a final LayerNorm) on two tiles,
     LLaVA-OneVision on a 448² image's 37
     anyres tiles (the position_ids buffer its lookups save counted once): the bytes autograd saves for one image (what the
     backward pass needs of the tower) equal the ledger's saves."""
@@ -120,7 +123,7 @@ def test_tower_saves_equal_transformers(family, grid, mode):
             with ac:
                 h = model.get_image_features(pixel_values=px).last_hidden_state
                 return model.multi_modal_projector(h.view(-1, h.size(-1)))
-    elif family in ("idefics3", "internvl"):  # two tiles of 56² (4×4 patches each)
+    elif family in ("idefics3", "internvl", "internvl_6b"):  # two tiles of 56² (4×4 patches each)
         gh = gw = spec.image_size // spec.patch
         px = torch.randn(*((1,) if family == "idefics3" else ()), 2, 3, spec.image_size,
                          spec.image_size, dtype=dtype)
@@ -168,7 +171,7 @@ def test_tower_saves_equal_transformers(family, grid, mode):
     measured = _saved_bytes(model, call)
     ledger = VB.walk(spec)
     per, once = VS.bytes_per_image(ledger, VB.values(spec, gh, gw), mode, "cpu")
-    if family in ("llama4", "idefics3", "internvl"):
+    if family in ("llama4", "idefics3", "internvl", "internvl_6b"):
         tiles = 2
     elif family != "llava_onevision":
         tiles = 1

@@ -11,11 +11,11 @@ Qwen3VLVisionModel without them, modular_qwen3_5.py), Gemma 3's SigLIP with its 
 tile), Kimi-K2.5's MoonViT with its projector
 (Kimi_K25VisionModel, Kimi_K25MultimodalProjection) and Llama 4's (Llama4VisionModel,
 Llama4MultiModalProjector), Idefics3's (Idefics3VisionTransformer, Idefics3Connector;
-SmolVLM's the same), InternVL's with a LayerNorm InternViT (InternVLVisionModel,
-InternVLMultiModalProjector) and Gemma 4's (Gemma4VisionModel, Gemma4MultimodalEmbedder:
+SmolVLM's the same), InternVL's InternViT (InternVLVisionModel,
+InternVLMultiModalProjector; LayerNorm, or InternViT-6B's RMSNorms and QK-norm) and Gemma 4's (Gemma4VisionModel, Gemma4MultimodalEmbedder:
 vision_saves_gemma4.py), transformers 5.23, attention "sdpa".
-Other towers (Pixtral's, InternViT-6B's RMSNorm and QK-norm, Gemma 4's with
-use_clipped_linears): None (the plan says their activations are left out).
+Other towers (Pixtral's, Gemma 4's with use_clipped_linears): None (the plan says their
+activations are left out).
 
 Frozen tower (LLaMA-Factory's default: FinetuningArguments.freeze_vision_tower = True and
 freeze_multi_modal_projector = True, src/llamafactory/hparams/finetuning_args.py): no
@@ -108,10 +108,9 @@ def roles(spec: VisionSpec, mode: str, device: str) -> dict[str, int]:
 
 
 def supported(spec: VisionSpec) -> bool:
-    # InternViT-6B's RMSNorms and QK-norm (InternVL3-38B/78B) are not written, nor Gemma 4's
-    # clipped linears (use_clipped_linears: a clamp on each linear's input and output)
-    return spec.family in FAMILIES and not (spec.family == "internvl" and (
-        spec.qk_norm or spec.norm != "layernorm")) and not spec.clipped
+    # Gemma 4's clipped linears (use_clipped_linears: a clamp on each linear's input and
+    # output) are not written
+    return spec.family in FAMILIES and not spec.clipped
 
 
 def saves(spec: VisionSpec, params) -> tuple[Save, ...] | None:
@@ -165,12 +164,14 @@ def _layernorm(out, name: str, module: str, repeat, rows: str, width: str = "d_v
     out.append(Save(f"{name} mean and rstd", module, repeat, (rows,), "ST"))
 
 
-def _rmsnorm(out, name: str, module: str, repeat, rows: str) -> None:
-    """Qwen2RMSNorm: x.to(float32) (pow saves it), rsqrt's output, and weight · x_normed
-    saves x_normed cast back to the input's dtype (for the weight's gradient)."""
+def _rmsnorm(out, name: str, module: str, repeat, rows: str, role: str = "A") -> None:
+    """Qwen2RMSNorm (InternVLVisionRMSNorm the same): x.to(float32) (pow saves it), rsqrt's
+    output, and weight · x_normed saves x_normed cast back to the input's dtype (for the
+    weight's gradient): `role`, the input's (InternViT-6B's residual stream is "R": fp32
+    under autocast; its q_norm and k_norm read q_proj's and k_proj's outputs, "A")."""
     out.append(Save(f"{name} fp32 input", module, repeat, (rows, "d_v"), "F"))
     out.append(Save(f"{name} rsqrt", module, repeat, (rows,), "F"))
-    out.append(Save(f"{name} normalized", module, repeat, (rows, "d_v"), "A"))
+    out.append(Save(f"{name} normalized", module, repeat, (rows, "d_v"), role))
 
 
 def _qwen(out, s: VisionSpec) -> None:
@@ -245,17 +246,22 @@ def _encoder_layers(out, s: VisionSpec, repeat: str, b: str = "encoder.layers.{i
     fp32 norm output), sdpa's q, k, v, output (out_proj's input is a view of it) and
     log-sum-exp, the second norm, fc1's input, the activation's (QuickGELU also its
     sigmoid), fc2's input."""
-    _layernorm(out, norms[0], f"{b}.{norms[0]}", repeat, "N")
+    rms = s.norm == "rmsnorm"  # InternViT-6B's InternVLVisionRMSNorm (norm_type rms_norm)
+    norm = (lambda *a: _rmsnorm(*a, role="R")) if rms else _layernorm
+    norm(out, norms[0], f"{b}.{norms[0]}", repeat, "N")
     out.append(Save("q/k/v input", f"{b}.self_attn.q_proj", repeat, ("N", "d_v"), "A"))
     for x in ("k", "v"):
         out.append(Save(f"{x}_proj's own input copy", f"{b}.self_attn.{x}_proj", repeat,
                         ("N", "d_v"), "AC"))
+    if s.qk_norm:  # InternViT-6B's q_norm, k_norm: RMSNorms of the full q and k widths
+        for x in ("q", "k"):
+            _rmsnorm(out, f"{x}_norm", f"{b}.self_attn.{x}_norm", repeat, "N")
     for x in ("q", "k", "v", "output"):
         out.append(Save(f"sdpa {x}", f"{b}.self_attn", repeat, ("N", "d_v"), "A"))
     out.append(Save("sdpa log-sum-exp", f"{b}.self_attn", repeat, ("h_v", "N"), "F"))
     if layer_scale:  # InternViT: lambda_1 · attention output saves the output (lambda's grad)
         out.append(Save("lambda_1's operand", b, repeat, ("N", "d_v"), "A"))
-    _layernorm(out, norms[1], f"{b}.{norms[1]}", repeat, "N")
+    norm(out, norms[1], f"{b}.{norms[1]}", repeat, "N")
     out.append(Save("fc1 input", f"{b}.mlp.fc1", repeat, ("N", "d_v"), "A"))
     out.append(Save(f"{s.act} input", f"{b}.mlp.activation_fn", repeat, ("N", "f_v"), "A"))
     if s.act == "quick_gelu":
@@ -267,9 +273,12 @@ def _encoder_layers(out, s: VisionSpec, repeat: str, b: str = "encoder.layers.{i
 
 
 def _internvit(out, s: VisionSpec) -> None:
-    """InternVLVisionModel (LayerNorm, no QK-norm) and InternVLMultiModalProjector
-    (modeling_internvl.py), one tile: the Conv2d's pixels; each layer SigLIP's saves and the
-    two layer scales' operands (lambda_1 · attention, lambda_2 · MLP); the projector after
+    """InternVLVisionModel and InternVLMultiModalProjector (modeling_internvl.py), one tile:
+    the Conv2d's pixels; each layer SigLIP's saves and the two layer scales' operands
+    (lambda_1 · attention, lambda_2 · MLP); InternViT-6B (norm_type rms_norm, use_qk_norm:
+    InternVL3-38B/78B) its two InternVLVisionRMSNorms in place of the LayerNorms and q_norm,
+    k_norm on q_proj's and k_proj's outputs (the full width), and the final LayerNorm
+    (use_mean_pooling false); the projector after
     the pixel shuffle: its LayerNorm over r²·d_v, linear_1's input, the GELU's, linear_2's."""
     out.append(Save("patch embedding input (pixels)", "embeddings.patch_embeddings", None,
                     ("N_p", "k_v"), "A"))
