@@ -21,11 +21,13 @@ from test_vision_train import _saved_bytes
 GRID, PADDED = (3, 6), 36
 
 
-def _measured(mode: str, standardize: bool = False, checkpointed: bool = False):
+def _measured(mode: str, standardize: bool = False, checkpointed: bool = False,
+              clipped: bool = False):
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     data = _gemma4()
-    data["vision_config"] = {**data["vision_config"], "standardize": standardize}
+    data["vision_config"] = {**data["vision_config"], "standardize": standardize,
+                             "use_clipped_linears": clipped}
     cfg = transformers.AutoConfig.for_model(**_kw(data))
     for sub in ("vision_config", "text_config"):
         getattr(cfg, sub)._attn_implementation = "sdpa"
@@ -91,7 +93,15 @@ def test_gemma4_cuda_attention_by_hand():
     assert cuda - cpu == 2 * (36 * (40 - 36) * 2 + 4 * (64 - 36) * 4)
 
 
-def test_clipped_linears_are_not_written():
-    data = _gemma4()
-    data["vision_config"] = {**data["vision_config"], "use_clipped_linears": True}
-    assert VB.walk(translate(data, "c", "g4").vision).saves is None
+@pytest.mark.parametrize("checkpointed", [False, True])
+@pytest.mark.parametrize("mode", VS.MODES)
+def test_gemma4_clipped_tower_saves_equal_transformers(mode, checkpointed):
+    """use_clipped_linears (Gemma4ClippableLinear: torch.clamp of each linear's input and
+    output by its 0-dim buffers): transformers' tower's saves, measured as above, equal the
+    ledger's, with and without gradient checkpointing."""
+    spec, measured = _measured(mode, checkpointed=checkpointed, clipped=True)
+    assert spec.clipped
+    per, once = VS.bytes_per_image(VB.walk(spec), VB.values(spec, *GRID), mode, "cpu",
+                                   checkpointed=checkpointed)
+    rotary = 2 * PADDED * spec.head_dim * (2 if mode == "bf16" else 4) if checkpointed else 0
+    assert per + once == measured + rotary

@@ -240,8 +240,7 @@ def _activations(a) -> str:
         return f"no activation saved in it for the {n} (frozen: autograd records no graph)"
     if a.not_written:
         return (f"its activations at the {n} are NOT counted (left out: the saved tensors "
-                f"of Pixtral's tower and Gemma 4's with clipped linears "
-                f"are not written yet)")
+                f"of Pixtral's tower are not written yet)")
     ckpt = ", each block checkpointed (--recompute full)" if a.checkpointed else ""
     return (f"saved activations for the {n}: {gigabytes(a.per_sequence)} per sequence + "
             f"{gigabytes(a.fixed)} per step{ckpt}, in the step's peak above")

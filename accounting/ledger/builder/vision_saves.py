@@ -14,8 +14,7 @@ Llama4MultiModalProjector), Idefics3's (Idefics3VisionTransformer, Idefics3Conne
 SmolVLM's the same), InternVL's InternViT (InternVLVisionModel,
 InternVLMultiModalProjector; LayerNorm, or InternViT-6B's RMSNorms and QK-norm) and Gemma 4's (Gemma4VisionModel, Gemma4MultimodalEmbedder:
 vision_saves_gemma4.py), transformers 5.23, attention "sdpa".
-Other towers (Pixtral's, Gemma 4's with use_clipped_linears): None (the plan says their
-activations are left out).
+Other towers (Pixtral's): None (the plan says their activations are left out).
 
 Frozen tower (LLaMA-Factory's default: FinetuningArguments.freeze_vision_tower = True and
 freeze_multi_modal_projector = True, src/llamafactory/hparams/finetuning_args.py): no
@@ -108,9 +107,7 @@ def roles(spec: VisionSpec, mode: str, device: str) -> dict[str, int]:
 
 
 def supported(spec: VisionSpec) -> bool:
-    # Gemma 4's clipped linears (use_clipped_linears: a clamp on each linear's input and
-    # output) are not written
-    return spec.family in FAMILIES and not spec.clipped
+    return spec.family in FAMILIES
 
 
 def saves(spec: VisionSpec, params) -> tuple[Save, ...] | None:

@@ -21,6 +21,12 @@ mem_eff_alignment = 8, attention.cpp) and whose log-sum-exp is (h, ⌈N/32⌉·3
 (kAlignLSE = 32, _efficient_attention_forward in attention.cu): read, not measured. An
 image whose patches fill the budget exactly gets no mask (then GQA and the flash kernel on
 CUDA): not modelled (the masked call is counted).
+
+use_clipped_linears (Gemma4ClippableLinear): torch.clamp(x, min, max) with 0-dim buffers
+before and after each of a layer's seven linears; clamp.Tensor saves its input and both
+bounds (tools/autograd/derivatives.yaml: clamp_backward(grad, self, min, max)), so each
+linear's input and output are kept beside the clamped copies the next ops save (measured:
+tests/test_vision_saves_gemma4.py).
 """
 from __future__ import annotations
 
@@ -37,6 +43,22 @@ def _rmsnorm(out, name: str, module: str, repeat, rows: tuple, width: str,
         out.append(Save(f"{name} normalized", module, repeat, (*rows, width), "F"))
         out.append(Save(f"{name} weight.float() (bf16 parameters)", module, repeat,
                         (width,), "WF", fixed=True))
+
+
+# the layer's Gemma4ClippableLinears (modeling_gemma4.py Gemma4VisionAttention,
+# Gemma4VisionMLP)
+CLIPPED = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+def _clipped_inputs(out, module: str, names: tuple[str, ...], width: str) -> None:
+    """Linears reading one norm output, each clamping it first (use_clipped_linears): the
+    clamps save that input (once: one tensor, the norm's output in the residual stream's
+    dtype), each linear its own clamped copy (autocast's bf16 cast of it under autocast)."""
+    out.append(Save(f"{'/'.join(names)} clamps' input", f"{module}.{names[0]}_proj", BLOCK,
+                    ("N", width), "P"))
+    for x in names:
+        out.append(Save(f"{x}_proj's clamped input", f"{module}.{x}_proj", BLOCK,
+                        ("N", width), "A"))
 
 
 def gemma4(out, s: VisionSpec) -> None:
@@ -59,12 +81,19 @@ def gemma4(out, s: VisionSpec) -> None:
     for x in ("cos", "sin"):
         out.append(Save(f"rotary {x}", "encoder.rotary_emb", None, ("N", "d_hv"), "P"))
     b = "encoder.layers.{i}"
-    _rmsnorm(out, "input_layernorm", f"{b}.input_layernorm", BLOCK, ("N",), "d_v")
-    out.append(Save("q/k/v input", f"{b}.self_attn.q_proj", BLOCK, ("N", "d_v"), "A"))
-    for x in ("k", "v"):
-        out.append(Save(f"{x}_proj's own input copy", f"{b}.self_attn.{x}_proj", BLOCK,
-                        ("N", "d_v"), "AC"))
     a = f"{b}.self_attn"
+    _rmsnorm(out, "input_layernorm", f"{b}.input_layernorm", BLOCK, ("N",), "d_v")
+    if s.clipped:
+        _clipped_inputs(out, a, ("q", "k", "v"), "d_v")
+        for x, width in (("q", ("h_v", "d_hv")), ("k", ("h_kv", "d_hv")),
+                         ("v", ("h_kv", "d_hv"))):
+            out.append(Save(f"{x}_proj output (its clamp's input)", f"{a}.{x}_proj", BLOCK,
+                            ("N", *width), "A"))
+    else:
+        out.append(Save("q/k/v input", f"{a}.q_proj", BLOCK, ("N", "d_v"), "A"))
+        for x in ("k", "v"):
+            out.append(Save(f"{x}_proj's own input copy", f"{a}.{x}_proj", BLOCK,
+                            ("N", "d_v"), "AC"))
     _rmsnorm(out, "q_norm", f"{a}.q_norm", BLOCK, ("N", "h_v"), "d_hv")
     _rmsnorm(out, "k_norm", f"{a}.k_norm", BLOCK, ("N", "h_kv"), "d_hv")
     _rmsnorm(out, "v_norm", f"{a}.v_norm", BLOCK, ("N", "h_kv"), "d_hv", scale=False)
@@ -74,16 +103,32 @@ def gemma4(out, s: VisionSpec) -> None:
     out.append(Save("sdpa additive mask, padded (CUDA)", a, BLOCK, ("N", "N_8"), "AG"))
     out.append(Save("sdpa log-sum-exp (CPU)", a, BLOCK, ("h_v", "N"), "FC"))
     out.append(Save("sdpa log-sum-exp, padded (CUDA)", a, BLOCK, ("h_v", "N_32"), "FG"))
+    if s.clipped:  # o_proj's input clamp saves sdpa's output (above), its linear the copy
+        out.append(Save("o_proj's clamped input", f"{a}.o_proj", BLOCK, ("N", "d_a"), "A"))
+        out.append(Save("o_proj output (its clamp's input)", f"{a}.o_proj", BLOCK,
+                        ("N", "d_v"), "A"))
     _rmsnorm(out, "post_attention_layernorm", f"{b}.post_attention_layernorm", BLOCK,
              ("N",), "d_v")
     _rmsnorm(out, "pre_feedforward_layernorm", f"{b}.pre_feedforward_layernorm", BLOCK,
              ("N",), "d_v")
     m = f"{b}.mlp"
-    out.append(Save("gate/up input", f"{m}.gate_proj", BLOCK, ("N", "d_v"), "A"))
-    out.append(Save("up_proj's own input copy", f"{m}.up_proj", BLOCK, ("N", "d_v"), "AC"))
+    if s.clipped:
+        _clipped_inputs(out, m, ("gate", "up"), "d_v")
+    else:
+        out.append(Save("gate/up input", f"{m}.gate_proj", BLOCK, ("N", "d_v"), "A"))
+        out.append(Save("up_proj's own input copy", f"{m}.up_proj", BLOCK, ("N", "d_v"), "AC"))
     for x in ("GELU input", "GELU output (the product's)", "up_proj output (the product's)",
               "down_proj input"):
         out.append(Save(x, m, BLOCK, ("N", "f_v"), "A"))
+    if s.clipped:  # gate's and up's clamps save their linears' outputs; down's input clamp
+        # saves the product (above), its linear the clamped copy, its output clamp its output
+        for x in ("gate_proj output", "up_proj output", "down_proj's clamped input"):
+            out.append(Save(f"{x} (clipped)", m, BLOCK, ("N", "f_v"), "A"))
+        out.append(Save("down_proj output (its clamp's input)", f"{m}.down_proj", BLOCK,
+                        ("N", "d_v"), "A"))
+        # each clamp saves its two bounds (0-dim buffers: input_min/max, output_min/max)
+        out.append(Save("clamp bounds (buffers)", b, BLOCK, (), "P", fixed=True,
+                        copies=4 * len(CLIPPED)))
     _rmsnorm(out, "post_feedforward_layernorm", f"{b}.post_feedforward_layernorm", BLOCK,
              ("N",), "d_v")
     out.append(Save("pooler one-hot weights", "pooler", None, ("N_o", "N"), "FA"))
