@@ -222,11 +222,15 @@ def test_checkpointed_blocks_keep_their_input_by_hand():
     assert ckpt == full - block + 4 * 64 * 32 * 2
 
 
-def test_unsupported_towers_say_none():
-    """A tower whose saves are not written (Mistral 3's Pixtral) gives None, not a number."""
+def test_every_family_has_its_saves_written():
+    """Every tower family the tool reads (the test configs of each) has its saves written:
+    none is left out of a plan (vision_train.NOT_WRITTEN is unreached)."""
     from test_vision_mistral3 import DATA
-    spec = translate(DATA, "c", "m3").vision
-    assert VS.bytes_per_image(VB.walk(spec), VB.values(spec, 4, 6), "fp32") is None
+    from test_vision_saves_gemma4 import _gemma4
+    datas = [*CONFIGS.values(), DATA, _gemma4()]
+    specs = [translate(d, "c", "x").vision for d in datas]
+    assert {s.family for s in specs} >= set(VS.FAMILIES)
+    assert all(VB.walk(s).saves is not None for s in specs)
 
 
 def _qwen_bf16_saves(grid=(8, 8), trained=True):
@@ -290,7 +294,7 @@ def test_a_frozen_tower_saves_nothing(capsys, tmp_path):
 
 def test_the_first_screen_says_what_is_counted(capsys, tmp_path):
     """Trained with an image: the line gives the saved bytes; without one: says none is in
-    the workload; a tower whose saves are not written (Mistral 3's Pixtral): NOT counted."""
+    the workload; Mistral 3's Pixtral: its forward-wide block mask besides."""
     path = str(write_config(tmp_path, CONFIGS["qwen2_5_vl"]))
     code, out, _ = run(capsys, "plan", "--config", path, "--gpu", "H100", "--ctx", "256",
                        "--train-vision", "--image", "112x112")
@@ -302,8 +306,37 @@ def test_the_first_screen_says_what_is_counted(capsys, tmp_path):
     from test_vision_mistral3 import DATA
     other = str(write_config(tmp_path, DATA, folder="mistral3"))
     code, out, _ = run(capsys, "plan", "--config", other, "--gpu", "H100", "--ctx", "256",
-                       "--train-vision", "--image", "64x64")
-    assert code == 0 and "are NOT counted (left out" in out.split("\n\n")[0]
+                       "--train-vision", "--image", "112x112")
+    assert code == 0 and "+ the block mask over the forward's B × 64 patches, growing as B²" \
+        in out.split("\n\n")[0]
+
+
+def test_pixtral_plan_holds_the_whole_forwards_saves(capsys, tmp_path):
+    """Mistral 3 trained with one 112×112 image a sequence (8×8 patches), bf16, batch 3: the
+    start of the backward pass holds what transformers' tower saves for one forward of the
+    3 images (tests/test_vision_saves_pixtral.py's walk: S = 192 patches under one block
+    mask; a multiple of 32, so CUDA's memory-efficient kernel pads neither the mask nor the
+    log-sum-exp and the CPU's bytes are CUDA's) more than without images; the largest batch
+    is where the exact bytes, the mask's B² among them, fit."""
+    import json
+    from test_vision_mistral3 import DATA
+    from test_vision_saves_pixtral import _measured
+    path = str(write_config(tmp_path, DATA, folder="mistral3"))
+
+    def moments(*argv):
+        code, out, err = run(capsys, "plan", "--config", path, "--gpu", "H100", "--ctx",
+                             "256", "--precision", "bf16", "--batch", "3", "--train-vision",
+                             "--format", "json", *argv)
+        assert code == 0, err
+        d = json.loads(out)
+        return d, {m["name"]: m["bytes"] for m in d["peak"]["moments"]}
+    d, with_images = moments("--image", "112x112")
+    _, without = moments()
+    start = next(k for k in with_images if k.startswith("start of the backward"))
+    assert with_images[start] - without[start] == _measured([(112, 112)] * 3, "bf16")
+    v = d["vision"]
+    # one image alone: its mask 64² bf16 (S = 64, aligned), nothing padded
+    assert v["activation_bytes_forward_at_batch_1"] == 64 * 64 * 2
 
 
 def test_image_tokens_beyond_the_context_are_refused(capsys, tmp_path):

@@ -45,6 +45,9 @@ class BatchFit:
     per_sequence: int  # a
     fixed: int  # b
     largest: int  # 0: not even batch 1 fits
+    # the exact bytes at `largest` where they are not on the line a·B + b (a trained Pixtral
+    # tower's block mask, S² at S = B·Σ N: planning/vision_train.py); None: on the line
+    exact: int | None = None
 
     @property
     def fits(self) -> bool:
@@ -52,7 +55,10 @@ class BatchFit:
 
     @property
     def bytes_at_largest(self) -> int | None:
-        return self.per_sequence * self.largest + self.fixed if self.fits else None
+        if not self.fits:
+            return None
+        return self.exact if self.exact is not None else \
+            self.per_sequence * self.largest + self.fixed
 
     @property
     def shortfall(self) -> int:
@@ -78,7 +84,9 @@ def largest_batch(model: MemoryModel, seq: int, budget: Budget) -> BatchFit:
             lo, hi = (mid, hi) if model.fit_bytes(mid, seq) <= budget.usable else (lo, mid)
         largest = lo
     a, b = max(lines, key=lambda ab: ab[0] * max(largest, 1) + ab[1])  # the binding piece
-    return BatchFit(seq, budget, a, b, largest)
+    exact = model.fit_bytes(largest, seq) if largest and model.vision_forward is not None \
+        else None
+    return BatchFit(seq, budget, a, b, largest, exact)
 
 
 @dataclass(frozen=True)

@@ -136,6 +136,9 @@ class MemoryModel:
     # issue 41: a trained vision tower's saved activations (planning/vision_train.py), bytes
     # (per sequence, once per step), kept from its forward to the end of the backward pass
     vision_saved: tuple[int, int] = (0, 0)
+    # and its forward-wide saves at B sequences (Pixtral's block mask, S² at S = B·Σ N:
+    # vision_train.TowerActivations.forward), the symbol V_fwd; None: none
+    vision_forward: object = None
 
     def __post_init__(self) -> None:
         if self.scope not in SCOPES:
@@ -173,6 +176,8 @@ class MemoryModel:
     def values(self, seq: int, batch: int) -> dict[str, int]:
         v = self.ledger.values(seq, batch)  # with LoRA: the rank r too
         v = LM.add_values(v, self.loss, self.loss_chunks)
+        if self.vision_forward is not None:  # not linear in B: fit.py bisects on the bytes
+            v["V_fwd"] = self.vision_forward.bytes(batch)
         return AO.add_values(v, self.ledger.activations) if self.offload_activations else v
 
     @cached_property

@@ -70,6 +70,8 @@ def peak_terms(m) -> tuple:
     per_seq, once = m.vision_saved  # issue 41: a trained vision tower's saves, kept until
     if per_seq or once:  # the backward pass reaches it, its last (planning/vision_train.py)
         kept = kept + Expr.of(per_seq, ("B",)) + Expr.of(once)
+        if m.vision_forward is not None:  # Pixtral's block mask: V_fwd, exact at each B
+            kept = kept + Expr.of(1, ("V_fwd",))
         offload_what += "; the vision tower's saved activations"
     f32, i64 = DTYPE_BYTES[FP32], DTYPE_BYTES[INT64]
     lsm = next((r for r in acts if r.name == "log-softmax of the logits"), None)

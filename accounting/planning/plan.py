@@ -229,7 +229,8 @@ def plan(config: ModelConfig | str, seq: int | None = None, batch: int = 1, *,
                         loss=loss, loss_chunks=chunks,
                         offload_activations=bool(offload_activations),
                         compile=bool(compile),
-                        vision_saved=tw.activations.saved if tw else (0, 0))
+                        vision_saved=tw.activations.saved if tw else (0, 0),
+                        vision_forward=tw.activations.forward if tw else None)
     budget = (Budget(hw.memory_bytes, m, tw.total if tw else 0) if hw and hw.memory_bytes
               else None)
     if budget is None and not 0 <= m < 1:

@@ -13,8 +13,9 @@ Trained: its weights, gradients (the gradient dtype), the optimizer's state per 
 its shared state) and an fp32 master copy where the precision keeps one; and what autograd
 saves in it for the backward pass at the --image inputs of each sequence
 (accounting/ledger/builder/vision_saves.py, checked against transformers' towers with
-saved-tensor hooks), kept from the tower's forward, the step's first, to the end of the
-backward pass: live at every moment the language model's kept activations are
+saved-tensor hooks; Pixtral's block mask over the forward's B·Σ N patches beside them,
+builder/vision_saves_pixtral.py), kept from the tower's forward, the step's first, to the
+end of the backward pass: live at every moment the language model's kept activations are
 (planning/peak_moments.py). Under --recompute full each tower block keeps its input
 (transformers' GradientCheckpointingLayer: gradient_checkpointing_enable() reaches the
 tower's blocks); --recompute selective has no counterpart in the tower (transformers
@@ -47,6 +48,14 @@ class TowerActivations:
     per_sequence: int = 0  # bytes saved for each sequence's images
     fixed: int = 0  # bytes saved once per step (autocast's bf16 weight copies)
     checkpointed: bool = False
+    # Pixtral's saves that grow with the whole forward's patches, not per image (its block
+    # mask: S² at S = B·Σ N): builder/vision_saves_pixtral.py WholeForward, bytes(B) exact;
+    # None for every other tower
+    forward: object = None
+
+    def forward_bytes(self, batch: int) -> int:
+        """The forward-wide saves at `batch` sequences (0 but for Pixtral)."""
+        return self.forward.bytes(batch) if self.forward is not None else 0
 
     # what a renderer asks (present/vision_views.py reads these, never the status names)
     @property
@@ -94,7 +103,10 @@ def tower_activations(spec: VisionSpec, workload, precision, recompute: str, tra
     for r in rows:
         p, o = VS.bytes_per_image(ledger, VB.values(spec, *r.grid), mode, "cuda", full)
         per, once = per + p * r.tiles, o
-    return TowerActivations(COUNTED, len(rows), tokens, per, once, full)
+    from accounting.ledger.builder.vision_saves_pixtral import whole_forward
+    forward = whole_forward(spec, [r.grid for r in rows for _ in range(r.tiles)], mode,
+                            "cuda", full)
+    return TowerActivations(COUNTED, len(rows), tokens, per, once, full, forward)
 
 
 @dataclass(frozen=True)

@@ -239,11 +239,15 @@ def _activations(a) -> str:
     if a.frozen:  # nothing requires grad in it: no graph, nothing saved
         return f"no activation saved in it for the {n} (frozen: autograd records no graph)"
     if a.not_written:
-        return (f"its activations at the {n} are NOT counted (left out: the saved tensors "
-                f"of Pixtral's tower are not written yet)")
+        return (f"its activations at the {n} are NOT counted (left out: this tower's saved "
+                f"tensors are not written)")
     ckpt = ", each block checkpointed (--recompute full)" if a.checkpointed else ""
+    mask = ""
+    if a.forward is not None:  # Pixtral: one sequence of the forward's B·Σ N patches
+        mask = (f" + the block mask over the forward's B × {grouped(a.forward.patches)} "
+                f"patches, growing as B² ({gigabytes(a.forward_bytes(1))} at B = 1)")
     return (f"saved activations for the {n}: {gigabytes(a.per_sequence)} per sequence + "
-            f"{gigabytes(a.fixed)} per step{ckpt}, in the step's peak above")
+            f"{gigabytes(a.fixed)} per step{mask}{ckpt}, in the step's peak above")
 
 
 def flops_text(f, parallel: bool = False) -> str:
@@ -326,4 +330,7 @@ def _activations_dict(a) -> dict:
             "activations": None if a is None else a.status,
             "images_per_sequence": 0 if a is None else a.images,
             "activation_bytes_per_sequence": a.per_sequence if counted else None,
-            "activation_bytes_per_step": a.fixed if counted else None}
+            "activation_bytes_per_step": a.fixed if counted else None,
+            # Pixtral's block mask over the forward's B·Σ N patches (not linear in B): at B = 1;
+            # the peak's moments hold it at the plan's batch
+            "activation_bytes_forward_at_batch_1": a.forward_bytes(1) if counted else None}

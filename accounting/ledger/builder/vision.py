@@ -428,6 +428,8 @@ def values(spec: VisionSpec, patches_h: int = 0, patches_w: int = 0) -> dict[str
            "d_vm": s.width * s.merge ** 2, "d_t": s.text_width, "L_v": s.depth, "1": 1,
            "N_pos": s.learned_positions, "N_p": n_p, "N": n, "S_f": n * n,
            "N_m": n_p // s.merge ** 2}
+    if s.family == "pixtral":  # Mistral3PatchMerger unfolds s×s blocks: each side floored
+        out["N_m"] = (patches_h // s.merge) * (patches_w // s.merge)
     if s.window is not None:
         out["L_vw"] = len(s.window_blocks)
         out["L_vf"] = s.depth - out["L_vw"]

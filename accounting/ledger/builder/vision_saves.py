@@ -14,7 +14,8 @@ Llama4MultiModalProjector), Idefics3's (Idefics3VisionTransformer, Idefics3Conne
 SmolVLM's the same), InternVL's InternViT (InternVLVisionModel,
 InternVLMultiModalProjector; LayerNorm, or InternViT-6B's RMSNorms and QK-norm) and Gemma 4's (Gemma4VisionModel, Gemma4MultimodalEmbedder:
 vision_saves_gemma4.py), transformers 5.23, attention "sdpa".
-Other towers (Pixtral's): None (the plan says their activations are left out).
+Mistral 3's Pixtral (vision_saves_pixtral.py: per image here, its forward-wide block mask
+there).
 
 Frozen tower (LLaMA-Factory's default: FinetuningArguments.freeze_vision_tower = True and
 freeze_multi_modal_projector = True, src/llamafactory/hparams/finetuning_args.py): no
@@ -62,7 +63,7 @@ from accounting.units import BF16, DTYPE_BYTES, FP32, INT64
 # their saves freed with their unused outputs): LLaVA's, LLaVA-OneVision's, InternVL's
 LLAVA = ("llava", "llava_onevision", "internvl")
 FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "gemma3", "kimi_k25", "llama4", "idefics3",
-            "gemma4", *LLAVA)
+            "gemma4", "pixtral", *LLAVA)
 USED = "L_vu"  # LLaVA: the layers whose output reaches the projector (vision_feature_layer)
 # the linears reading the pixels (Llama 4's unfolded patches, Gemma 4's patch vectors): the
 # pixels need no gradient, so their mm keeps the input alone, not autocast's weight copy
@@ -133,6 +134,9 @@ def saves(spec: VisionSpec, params) -> tuple[Save, ...] | None:
     elif s.family == "gemma4":
         from accounting.ledger.builder.vision_saves_gemma4 import gemma4
         gemma4(out, s)
+    elif s.family == "pixtral":  # its forward-wide mask: vision_saves_pixtral.whole_forward
+        from accounting.ledger.builder.vision_saves_pixtral import pixtral
+        pixtral(out, s)
     else:
         _qwen(out, s)
     # autocast's bf16 copy of every weight matrix a matmul or conv reads (a position table
@@ -152,7 +156,9 @@ def residual(spec: VisionSpec) -> str:
     """The role of the residual stream between blocks (what checkpointing keeps)."""
     # SigLIP, CLIP, Llama 4: an fp32 position table or class embedding joins the stream;
     # Kimi casts its positions to the stream's dtype, Qwen adds none
-    return "P" if spec.family in ("gemma3", "llama4", "idefics3", "gemma4", *LLAVA) else "A"
+    # (Pixtral's ln_pre multiplies the bf16 conv output by its fp32 weight under autocast)
+    return "P" if spec.family in ("gemma3", "llama4", "idefics3", "gemma4", "pixtral",
+                                  *LLAVA) else "A"
 
 
 def _layernorm(out, name: str, module: str, repeat, rows: str, width: str = "d_v") -> None:

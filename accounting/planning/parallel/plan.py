@@ -196,7 +196,7 @@ def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage:
                         DTYPE_BYTES[p.param_dtype] if stack.stack.pp_fwd_cache else 0,
                         loss == LM.FUSED_LINEAR)
     if tower is not None and stage == 0:  # issue 41: the tower's saves (parallel/vision.py)
-        acts = TV.with_saves(acts, tower.saved)
+        acts = TV.with_saves(acts, TV.saved_at(tower, layout.micro_batch))
     copies = acts.copies_held(acts.in_flight)
     items.append(Item("activations of the k micro-batches in flight"
                       + ("" if layout.recompute == "none" else " + one block's recomputed part"),

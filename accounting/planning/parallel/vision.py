@@ -93,6 +93,15 @@ def with_flops(flops, tower, micro_batch: int):
                    recompute=flops.recompute + t.recompute)
 
 
+def saved_at(tower: TowerRun, micro_batch: int) -> Linear:
+    """The tower's saves of one micro-batch: a per sequence, c once, and in c Pixtral's
+    block mask over the micro-batch's images at this micro-batch (S² at S = b·Σ N: not on
+    the line, so exact at this b alone; builder/vision_saves_pixtral.py)."""
+    a = tower.training.activations
+    extra = a.forward_bytes(micro_batch) if a is not None and a.counted else 0
+    return tower.saved + Linear(0, extra)
+
+
 def with_saves(acts: StageActivations, saved: Linear) -> StageActivations:
     """The first stage's activations with the tower's in each micro-batch in flight."""
     if saved == Linear():
