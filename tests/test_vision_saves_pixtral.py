@@ -109,3 +109,46 @@ def test_other_towers_have_no_whole_forward_term():
     from test_vision_train import CONFIGS
     spec = translate(CONFIGS["qwen2_5_vl"], "c", "q").vision
     assert whole_forward(spec, [(8, 8)], "bf16") is None
+
+
+def test_many_gpu_plan_holds_the_micro_batchs_mask():
+    """PP 2, micro-batches of 2 sequences with one 112×112 image each (8×8 patches), bf16:
+    the first stage's activations of one micro-batch hold what transformers' tower saves for
+    one forward of the 2 images (S = 128 under one block mask: a multiple of 32, so CUDA's
+    bytes are the CPU's) more than without the tower; the last stage's are unchanged."""
+    from accounting.analysis.images import workload
+    from accounting.planning.memory import get_precision
+    from accounting.planning.parallel.layout import Layout
+    from accounting.planning.parallel.plan import parallel_plan
+    from accounting.planning.parallel.vision import tower_for
+    hf = translate(DATA, "c", "m3")
+    p = get_precision("bf16")
+
+    def acts(tower):
+        run_tower = tower_for(hf.vision, workload(hf.vision, ["112x112"], None), p, "adamw",
+                              True, "none", 64) if tower else None
+        lo = Layout(4, 1, 2, 2, zero=0, micro_batch=2, global_batch=8)
+        plan = parallel_plan(hf.config, lo, 64, precision=p, implementation="transformers",
+                             tower=run_tower)
+        return {s.stage: s.activations.per_micro_batch.at(2) for s in plan.stages}
+    with_tower, without = acts(True), acts(False)
+    assert with_tower[1] == without[1]
+    assert with_tower[0] - without[0] == _measured([(112, 112)] * 2, "bf16")
+
+
+def test_largest_batch_counts_the_mask_at_that_batch():
+    """The fit with Pixtral's B² mask (one 112×112 image a sequence: (64·B)² bf16 elements):
+    the largest batch's exact bytes fit and the next batch's do not, and the bytes the answer
+    gives at the largest batch include its mask, 2·(64·B)², above the a·B + b line."""
+    from accounting.analysis.images import workload
+    from accounting.planning.plan import plan
+    hf = translate(DATA, "c", "m3")
+    p = plan(hf.config, 256, 1, gpu="H100", precision="bf16", tower=hf.vision,
+             train_vision=True, images=workload(hf.vision, ["112x112"], None))
+    bf, model = p.batch_fit, p.memory.model
+    b = bf.largest
+    assert b > 1
+    assert bf.bytes_at_largest == model.fit_bytes(b, 256) <= bf.budget.usable \
+        < model.fit_bytes(b + 1, 256)
+    assert bf.bytes_at_largest - (bf.per_sequence * b + bf.fixed) >= 2 * (64 * b) ** 2 - \
+        2 * 64 ** 2
