@@ -12,10 +12,10 @@ tile), Kimi-K2.5's MoonViT with its projector
 (Kimi_K25VisionModel, Kimi_K25MultimodalProjection) and Llama 4's (Llama4VisionModel,
 Llama4MultiModalProjector), Idefics3's (Idefics3VisionTransformer, Idefics3Connector;
 SmolVLM's the same), InternVL's InternViT (InternVLVisionModel,
-InternVLMultiModalProjector; LayerNorm, or InternViT-6B's RMSNorms and QK-norm) and Gemma 4's (Gemma4VisionModel, Gemma4MultimodalEmbedder:
-vision_saves_gemma4.py), transformers 5.23, attention "sdpa".
-Mistral 3's Pixtral (vision_saves_pixtral.py: per image here, its forward-wide block mask
-there).
+InternVLMultiModalProjector; LayerNorm, or InternViT-6B's RMSNorms and QK-norm), Gemma
+4's (Gemma4VisionModel, Gemma4MultimodalEmbedder: vision_saves_gemma4.py) and Mistral 3's
+Pixtral (vision_saves_pixtral.py, its forward-wide block mask beside the per-image saves),
+transformers 5.23, attention "sdpa".
 
 Frozen tower (LLaMA-Factory's default: FinetuningArguments.freeze_vision_tower = True and
 freeze_multi_modal_projector = True, src/llamafactory/hparams/finetuning_args.py): no

@@ -18,9 +18,11 @@ sdpa with a float mask saves the mask it ran with:
       shared by every layer; under autocast sdpa is a lower-precision op, so each layer
       casts the fp32 mask to bf16 and saves its own copy (L_v of them);
   CUDA: flash attention takes no mask, so the memory-efficient kernel runs (sdp_utils.cpp
-      priority_order: flash, efficient, math, cudnn; the H200's cuDNN preference is not
-      followed here, as vision_saves_gemma4.py); preprocess_mask (attention.cpp,
-      mem_eff_alignment = 8) keeps the mask when its row stride is a multiple of 8 (S % 8
+      priority_order: flash, efficient, math, cudnn). Not followed here, as in
+      vision_saves_gemma4.py: recent sdp_utils.cpp's check_prefer_cudnn_attention puts
+      cuDNN first on sm90/sm100 when the runtime cuDNN is newer than 9.15 (unless
+      TORCH_CUDNN_SDPA_DEPRIORITIZED), whose saves are not written. preprocess_mask
+      (attention.cpp, mem_eff_alignment = 8) keeps the mask when its row stride is a multiple of 8 (S % 8
       == 0), else pad_bias copies it into S × (⌈S/8⌉·8) at each call; its log-sum-exp is
       (h, ⌈S/32⌉·32) fp32 (kAlignLSE = 32, _efficient_attention_forward in attention.cu).
       Read, not measured.
