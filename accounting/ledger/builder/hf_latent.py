@@ -30,7 +30,7 @@ def forward(attn, x: Sym, out_label: str, out_course: str) -> Sym:
             q = attn.q_proj(x, "Q projection output", "Q/K/V projections")
         else:
             q = attn.q_a_proj(x, "Q latent", "Q/K/V projections")
-            q = attn.q_a_norm(q, "Q latent after its norm")
+            q_latent = q = attn.q_a_norm(q, "Q latent after its norm")
             q = attn.q_b_proj(q, "Q projection output", "Q/K/V projections")
         q = t.view(q, heads + ("d_k",), contiguous=False)  # .view(...).transpose(1, 2)
         q_pass = t.view(q, heads + ("d_nope",), contiguous=False)  # torch.split: views
@@ -52,5 +52,7 @@ def forward(attn, x: Sym, out_label: str, out_course: str) -> Sym:
         k = t.cat((k_nope, k_rot), heads + ("d_k",))
         k.dtype = kv.dtype
         k = t.name(k, "K (no-RoPE part and the shared RoPE key)")
+        if attn.indexer is not None:  # DeepseekV32Attention: self.indexer(x, q_resid, …)
+            attn.indexer(x, q_latent)  # under no_grad; its top-k becomes the core's mask
         out = attn.run_core(q, k, v)
         return attn.output_proj(attn.merge(out, ("h", "d_v")), out_label, out_course)
