@@ -19,6 +19,11 @@ MLP. The buffers: inv_freq and original_inv_freq (d_rope/2 each) and each MoE la
 e_score_correction_bias (in the parameters' dtype). DeepSeek-V2 differs in its RoPE (one
 complex64 freqs_cis, T × d_rope/2, saved by the complex products) and its router (softmax in
 float32, saved; group_limited_greedy's masked_fill saves its bool mask; no renormalisation).
+DeepSeek-V3.2 (DeepseekV32ForCausalLM) is V3's with DeepseekV32Indexer (no_grad: no saves)
+in every attention and SDPA's mask causal & its top-k in every layer at every T: the
+additive mask (B·T² in the query's dtype) saved besides; its e_score_correction_bias is
+float32 (made so), and no gradient reaches the indexer's weights (no AdamW state: the two
+moments).
 
 torch's CPU flash kernel needs one head size for q, k and v: with v_head_dim ≠ d_nope +
 d_rope (DeepSeek-V3's 128 ≠ 192) it falls back to the math kernel on the CPU, where the
