@@ -75,6 +75,7 @@ class Trace(KernelOps):
         self._region_last_save = 0.0
         self._tick = 0  # counts ops, to order computes and saves within a region
         self._no_grad = False  # inside torch.no_grad(): nothing saved, no gradient matmul
+        self._untrained = False  # in untrained() (a LoRA adapter stays trained, as PEFT counts it)
         self._unnamed_saves: list[str] = []
         self.sac_mms: int | None = None  # inside policy_region: the block's mms so far
 
@@ -104,6 +105,13 @@ class Trace(KernelOps):
             yield
         finally:
             self.path, self.repeat = outer, None
+
+    @contextmanager
+    def untrained(self):
+        """Parameters read only under no_grad: no .grad, so AdamW keeps no state for them."""
+        outer, self._untrained = self._untrained, True
+        yield  # (a trace whose builder raises is dropped: nothing to restore)
+        self._untrained = outer
 
     @contextmanager
     def no_grad(self):
@@ -172,7 +180,7 @@ class Trace(KernelOps):
         with requires_grad=False is frozen always (ERNIE 4.5's router statics)."""
         key = ".".join(self.path + [name])
         full = f"layers.{{i}}.{key}" if self.repeat else key
-        frozen = (self.adapters is not None and not trainable) or not requires_grad
+        frozen = not trainable and (self.adapters is not None or self._untrained) or not requires_grad
         self.params.append(R.Param(full, component, self.module, self.repeat, shape, lookup,
                                    frozen=frozen, dims=dims))
         self.registered.append((full, self.repeat))

@@ -38,7 +38,7 @@ class KernelOps:
 
     def fused_attention(self, q: Sym, k: Sym, v: Sym, records: tuple[R.Matmul, R.Matmul],
                         out_shape: tuple[str, ...], lse_shape: tuple[str, ...],
-                        mask: Sym | None = None, mask_flag: str = "[T≥W]") -> Sym:
+                        mask: Sym | None = None, mask_flag: str | None = "[T≥W]") -> Sym:
         """F.scaled_dot_product_attention(q, k, v, is_causal=True): one kernel, its two
         matmuls' records, no separate non-matmul op; saves q, k, v, the output and the
         per-row log-sum-exp (float32)."""

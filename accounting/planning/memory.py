@@ -217,7 +217,10 @@ class MemoryModel:
     def tensors(self) -> tuple[TS.Tensor, ...]:
         if self.finetune is not None:  # LoRA: the adapters are the trained tensors
             return TS.tensors(self.config, TS.unfrozen, self.finetune.ledger())
-        return TS.tensors(self.config, self.trainable)
+        # an implementation whose parameters some get no gradient (transformers' DeepSeek-V3.2
+        # indexer, under @torch.no_grad): this run's ledger says which
+        lg = self.ledger if any(p.frozen for p in self.ledger.params) else None
+        return TS.tensors(self.config, self.trainable, lg)
 
     @property
     def state_precision(self) -> Precision:

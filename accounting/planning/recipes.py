@@ -104,6 +104,9 @@ _GPT_OSS = {"mlp", "router_topk_first", "router_linear_bias", "expert_bias",
 _DEEPSEEK_V3 = {"num_shared_experts", "router", "router_groups", "router_topk_groups",
                 "router_bias", "routed_scaling_factor", "q_lora_rank", "kv_lora_rank",
                 "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "mtp_layers"}
+# DeepSeek-V3.2's (DeepseekV32ForCausalLM, measured too: tests/test_transformers_deepseek.py):
+# V3's, and the lightning indexer (no_grad) whose top-k joins SDPA's mask in every layer
+_DEEPSEEK_V32 = _DEEPSEEK_V3 | {"index_heads", "index_head_dim", "index_topk"}
 # DeepSeek-V2's (DeepseekV2ForCausalLM, measured too): the latent attention with its complex
 # RoPE, the softmax router (greedy or group-limited by each group's best), shared experts
 _DEEPSEEK_V2 = {"num_shared_experts", "router_groups", "router_topk_groups",
@@ -148,6 +151,8 @@ def transformers_gap(config: ModelConfig) -> str | None:
         measured = measured | _GEMMA2
     if deepseek_v3_layout(config):
         measured = measured | _DEEPSEEK_V3
+    elif deepseek_v3_layout(config, indexer=True):
+        measured = measured | _DEEPSEEK_V32
     if deepseek_v2_layout(config):
         measured = measured | _DEEPSEEK_V2
     if llama4_layout(config):
@@ -162,7 +167,7 @@ def transformers_gap(config: ModelConfig) -> str | None:
     eager = f"; transformers runs it without SDPA ({why})" if why else ""
     return (f"{', '.join(other[:3])}{' …' if len(other) > 3 else ''} (transformers' ops are "
             f"measured for the Llama, Mistral, Qwen2, Qwen3, Qwen3-MoE, Mixtral, OLMo-2, "
-            f"Gemma 2, Gemma 3, Cohere, gpt-oss, DeepSeek-V2/V3 and Llama 4 layouts "
+            f"Gemma 2, Gemma 3, Cohere, gpt-oss, DeepSeek-V2/V3/V3.2 and Llama 4 layouts "
             f"only{eager})")
 
 
@@ -228,9 +233,10 @@ def resolve(config: ModelConfig, from_hf: bool, implementation: str | None = Non
         if gap is not None:
             raise UsageError(f"--implementation transformers is not modelled for {gap}; "
                              f"give --implementation course")
-        if config.mtp_layers:  # DeepseekV3ForCausalLM has no MTP module (its weights are
-            # dropped on load): transformers trains none
-            note = (f"DeepseekV3ForCausalLM builds no MTP module: the config's "
+        if config.mtp_layers:  # DeepseekV3ForCausalLM and DeepseekV32ForCausalLM have no
+            # MTP module (its weights are dropped on load): transformers trains none
+            cls = "DeepseekV32ForCausalLM" if config.index_topk else "DeepseekV3ForCausalLM"
+            note = (f"{cls} builds no MTP module: the config's "
                     f"{config.mtp_layers} MTP layer(s) are not planned")
             config = replace(config, mtp_layers=0)
         why = eager_only(config)

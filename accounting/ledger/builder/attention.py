@@ -214,6 +214,10 @@ class Attention:
             mask = t.name(t.fresh(("B", "T", "T") if self.topk else ("T", "T"), R.BOOL),
                           f"{kind} mask" + (" and the indexer's top-k" if self.topk else ""))
         if self.a.hf and mask is not None and c.attention == "sdpa":
+            if self.topk:  # DeepseekV32Attention: causal & ~index_mask, bool (B, 1, T, T),
+                # made in every layer at every T (masking_utils' allow_is_causal_skip=False);
+                # h K/V heads (latent attention: no repeat_kv); SDPA saves its additive form
+                return self.fused(q, k, v, mask, None)
             return self.hf_masked(q, k, v)
         if self.a.megatron and c.attention == "naive" and mask is None:  # Megatron's unfused
             inputs, core = (q, k, v), lambda: megatron.unfused_core(self, q, k, v)
@@ -289,7 +293,7 @@ class Attention:
         return ("B", "h"), ("T",), ""
 
     def fused(self, q: Sym, k: Sym, v: Sym, mask: Sym | None = None,
-              mask_flag: str = T_GE_W) -> Sym:
+              mask_flag: str | None = T_GE_W) -> Sym:
         """One fused kernel (PyTorch's CPU flash attention here): the two matmuls, counted
         over the full T×T as torch's own sdpa formula does; its backward recomputes QKᵀ
         (5 matmuls where the naive backward has 4). Its softmax runs inside the kernel

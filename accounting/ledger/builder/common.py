@@ -83,13 +83,16 @@ def gemma2_layout(c: ModelConfig) -> bool:
             and c.positions == "rope" and c.block == "sequential")
 
 
-def deepseek_v3_layout(c: ModelConfig) -> bool:
+def deepseek_v3_layout(c: ModelConfig, indexer: bool = False) -> bool:
     """DeepSeek-V3's layout as transformers runs it (DeepseekV3ForCausalLM): latent
     attention (DeepseekV3Attention, builder/hf_latent.py), the sigmoid router with its
     correction bias and group top-k by each group's two best (DeepseekV3TopkRouter), SwiGLU
-    experts, shared experts beside them; no sparse-attention indexer (V3.2)."""
+    experts, shared experts beside them; no sparse-attention indexer, unless `indexer`:
+    then DeepSeek-V3.2's (DeepseekV32ForCausalLM: V3's layers, the lightning indexer in
+    every attention, its top-k folded into SDPA's mask; a query latent always)."""
     return (c.mla and c.num_experts is not None and c.router == "sigmoid" and c.router_bias
-            and c.router_group_score == "top2_sum" and c.index_topk is None
+            and c.router_group_score == "top2_sum"
+            and (c.index_topk is None or indexer and c.q_lora_rank is not None)
             and c.mlp == "swiglu" and c.norm == "rmsnorm" and c.norm_placement == "pre"
             and c.positions == "rope" and c.qk_norm == "none")
 

@@ -9,13 +9,18 @@ model on the CPU (tests/test_transformers_deepseek.py):
   * query_states = cat(q_pass, q_rot); key_states = new_empty(...) with k_nope and the
     shared RoPE key (expanded over the heads) copied in: a new tensor of kv's dtype;
   * the values stay a view of kv_b_proj's output, which SDPA reads (and saves) as it is:
-    no zero padding to d_k (model/'s fused path pads), the kernel's output d_v wide.
+    no zero padding to d_k (model/'s fused path pads), the kernel's output d_v wide;
+  * DeepSeek-V3.2 (DeepseekV32Attention, models/deepseek_v32): the indexer after the key
+    (latent_attention.Indexer's transformers branch, no_grad), its top-k scattered into a
+    bool mask & the causal one, SDPA's attn_mask in every layer (Attention.run_core).
 
 On the CPU torch's flash kernel needs one head size for q, k and v (d_v = d_k); with
 d_v ≠ d_k it falls back to the math kernel (the T×T probabilities saved). On CUDA the
 memory-efficient and cuDNN kernels take d_v ≠ d_k (torch/nn/attention: sdp_utils
 check_head_dim_size_mem_efficient): the ledger plans that fused kernel (q, k, v, the output
-and the log-sum-exp saved), measured here with d_v = d_k.
+and the log-sum-exp saved), measured here with d_v = d_k. With V3.2's mask CUDA's flash
+kernel is out (sdp_utils.cpp use_flash_attention: check_for_attn_mask) and the
+memory-efficient one runs, saving the additive mask too, as the CPU's flash kernel does.
 """
 from __future__ import annotations
 
@@ -30,7 +35,7 @@ def forward(attn, x: Sym, out_label: str, out_course: str) -> Sym:
             q = attn.q_proj(x, "Q projection output", "Q/K/V projections")
         else:
             q = attn.q_a_proj(x, "Q latent", "Q/K/V projections")
-            q = attn.q_a_norm(q, "Q latent after its norm")
+            q_latent = q = attn.q_a_norm(q, "Q latent after its norm")
             q = attn.q_b_proj(q, "Q projection output", "Q/K/V projections")
         q = t.view(q, heads + ("d_k",), contiguous=False)  # .view(...).transpose(1, 2)
         q_pass = t.view(q, heads + ("d_nope",), contiguous=False)  # torch.split: views
@@ -52,5 +57,7 @@ def forward(attn, x: Sym, out_label: str, out_course: str) -> Sym:
         k = t.cat((k_nope, k_rot), heads + ("d_k",))
         k.dtype = kv.dtype
         k = t.name(k, "K (no-RoPE part and the shared RoPE key)")
+        if attn.indexer is not None:  # DeepseekV32Attention: self.indexer(x, q_resid, …)
+            attn.indexer(x, q_latent)  # under no_grad; its top-k becomes the core's mask
         out = attn.run_core(q, k, v)
         return attn.output_proj(attn.merge(out, ("h", "d_v")), out_label, out_course)

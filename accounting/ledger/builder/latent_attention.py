@@ -1,9 +1,12 @@
 """Multi-head latent attention (DeepSeek): model/latent_attention.py's ops, as facts."""
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 from accounting.ledger import records as R
 from accounting.architecture.config import NORMS
 from accounting.ledger.trace import Sym, Trace
+from accounting.units import FP32
 from accounting.ledger.builder.common import INDEXER, NORM_PARAMS, Arch
 from accounting.ledger.builder.layers import Linear, Norm, RoPE
 from accounting.ledger.builder.attention import Attention
@@ -14,12 +17,23 @@ class Indexer:
     """DeepSeek-V3.2's lightning indexer (model/latent_attention.py Indexer), under
     torch.no_grad: wq_b on the query latent, wk and a LayerNorm for one key per token,
     RoPE on the first d_rope dims of each, the h_I·T×T scores (ReLU, scaled), weighted by
-    weights_proj(x) and summed over the heads, the causal mask, the top k_I keys."""
+    weights_proj(x) and summed over the heads, the causal mask, the top k_I keys.
 
-    def __init__(self, t: Trace, rope: RoPE | None):
-        self.t, self.rope = t, rope
+    Under transformers (hf: the Arch, DeepseekV32Indexer in modeling_deepseek_v32.py,
+    5.23): the model's cos/sin tables (DeepSeek's interleaved ones) applied by the plain
+    apply_rotary_pos_emb (rotate_half) to the first d_rope dims; q.float() and k.float()
+    before the scores (fp32 scores and weighted sum whatever the model's dtype); nothing
+    saved (@torch.no_grad)."""
+
+    def __init__(self, t: Trace, rope: RoPE | None, hf: Arch | None = None):
+        self.t, self.rope, self.hf = t, rope, hf
         d, I = ("d_model",), ("d_I",)
-        with t.scope("indexer"):
+        # transformers: its forward is @torch.no_grad and nothing else reads its weights, so
+        # they get no gradient and AdamW no state (measured: tests/test_transformers_deepseek.py
+        # two moments); model/'s is no_grad too, but the course plans it trained ("DeepSeek
+        # trains it apart", model/latent_attention.py)
+        untrained = t.untrained() if hf is not None else nullcontext()
+        with t.scope("indexer"), untrained:
             self.wq_b = Linear(t, "wq_b", ("r_q",), ("h_I", "d_I"), R.ATTN_PROJ,
                                "indexer Q projection")
             self.wk = Linear(t, "wk", d, I, R.ATTN_PROJ, "indexer K projection")
@@ -34,7 +48,9 @@ class Indexer:
             q = self.wq_b(q_latent, "indexer queries")
             q = t.view(q, ("B", "T", "h_I", "d_I"), contiguous=True)
             k = self.k_norm(self.wk(x, "indexer key"), "indexer key after its norm")
-            if self.rope is not None:  # the first d_rope dims rotated, the rest passed through
+            if self.hf is not None:  # q_rot, k_rot = apply_rotary_pos_emb(…); cat; .float()
+                q, k = (self._hf_rotate(y, what) for y, what in ((q, "Q"), (k, "K")))
+            elif self.rope is not None:  # the first d_rope dims rotated, the rest passed through
                 positions = t.fresh(("T",), R.INT64)
                 q = t.cat((self.rope.rotate(t.view(q, ("B", "T", "h_I", "d_rope"), False),
                                             positions, "indexer Q after RoPE"),
@@ -51,6 +67,8 @@ class Indexer:
             scores = t.binary("aten.mul", scores, None, "indexer scores / √d_I", INDEXER)
             scores = t.unary("aten.relu", scores, "ReLU", INDEXER)
             w = self.weights_proj(x, "indexer head weights")
+            if self.hf is not None:  # weights_proj(x.to(its weight's dtype)).float()
+                w = t.cast(w, FP32, "indexer head weights (float)")
             w = t.binary("aten.mul", w, None, "× h_I^(−1/2)", INDEXER)
             # einsum("bsh,bsht->bst"): B·T bmm of (1 × h_I) @ (h_I × T)
             dtype = t.matmul(w, scores, R.Matmul("indexer weighted sum", R.ATTN_CORE, t.module,
@@ -60,6 +78,16 @@ class Indexer:
             index = Sym(("B", "T", "T"), dtype)
             index = t.masked_fill(index, t.fresh(("T", "T"), R.BOOL), "causal mask", INDEXER)
             t.topk(index, ("T",), ("k_I",), "top-k keys", INDEXER, out="")
+
+    def _hf_rotate(self, x: Sym, what: str) -> Sym:
+        """torch.split(x, [d_rope, d_I − d_rope]), the first part rotated (rotate_half on
+        the model's tables), torch.cat back, .float() (a copy unless fp32 already)."""
+        t, a = self.t, self.hf
+        lead = x.shape[:-1]
+        rot = a.rotary.rotate(t.view(x, lead + ("d_rope",), False), a.rope_tables,
+                              f"indexer {what} after RoPE", half_split=True)
+        y = t.cat((rot, t.view(x, lead + ("d_I_pass",), False)), x.shape)
+        return t.cast(y, FP32, f"indexer {what} (float)")
 
 
 class LatentAttention(Attention):
@@ -94,7 +122,8 @@ class LatentAttention(Attention):
             # transformers: one rotary module for the model (transformer.walk), none here
             self.rope = RoPE(t, "d_rope") if c.positions == "rope" and not a.hf else None
             # DeepSeek-V3.2: registered after the RoPE tables (model/'s order)
-            self.indexer = Indexer(t, self.rope) if c.index_topk is not None else None
+            self.indexer = Indexer(t, self.rope, a if a.hf else None) \
+                if c.index_topk is not None else None
         self.topk = c.index_topk is not None  # the core keeps the indexer's k_I keys
         # model/'s F.pad of V to d_k for its fused kernel (transformers passes V as it is)
         self.pad = c.attention == "sdpa" and c.v_head_dim != c.d_k and not a.hf

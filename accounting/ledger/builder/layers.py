@@ -246,12 +246,15 @@ class RotaryEmbedding:
             sin = t.name(t.fresh(("T", width), dtype), "RoPE cos and sin (once per pass)")
         return cos, sin
 
-    def rotate(self, x: Sym, tables: tuple[Sym, Sym], out_label: str) -> Sym:
-        """q·cos + rotate_half(q)·sin; rotate_half = cat(−x2, x1), a new tensor."""
+    def rotate(self, x: Sym, tables: tuple[Sym, Sym], out_label: str,
+               half_split: bool = False) -> Sym:
+        """q·cos + rotate_half(q)·sin; rotate_half = cat(−x2, x1), a new tensor.
+        half_split: this rotation whatever the module's own (DeepseekV32Indexer's
+        apply_rotary_pos_emb on the model's interleaved-RoPE tables)."""
         t, (cos, sin) = self.t, tables
-        if self.complex:
+        if self.complex and not half_split:
             return self.rotate_complex(x, cos, out_label)
-        if self.halves or self.pairs:
+        if (self.halves or self.pairs) and not half_split:
             return self.rotate_halves(x, tables, out_label)
         a = t.binary("aten.mul", x, cos, "x·cos, rotate_half(x)·sin", ROPE)
         half = t.unary("aten.neg", t.view(x, x.shape[:-1] + (f"{self.dim}/2",), False),

@@ -36,8 +36,10 @@ class MoE:
         with t.scope(scope):
             # a module's own buffers come before its children's keys in the state dict
             # (transformers' e_score_correction_bias is made in the default dtype: bf16 in
-            # a model built with dtype=torch.bfloat16)
-            self.bias = (t.buffer("router_bias", E, R.DTYPE_BYTES[t.param_dtype] if t.hf else 4,
+            # a model built with dtype=torch.bfloat16; DeepseekV32TopkRouter makes it with
+            # dtype=torch.float32: modeling_deepseek_v32.py, 5.23, measured in bf16)
+            fp32 = not t.hf or c.index_topk is not None
+            self.bias = (t.buffer("router_bias", E, 4 if fp32 else R.DTYPE_BYTES[t.param_dtype],
                                   persistent=True)
                          if c.router_bias and not c.router_bias_param else None)
             # Gemma4TextRouter: a gain on its normalized input (scale) and one per expert
