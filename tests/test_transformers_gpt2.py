@@ -1,0 +1,103 @@
+"""The transformers implementation's ledger for GPT-2 (accounting/ledger/builder/hf_gpt2.py)
+against transformers' own GPT2LMHeadModel on the CPU, as tests/test_transformers_saves.py
+does for the Llama-like families: one training step's forward and loss under saved-tensor
+hooks, every storage autograd saves (parameters and buffers excluded, each storage once)
+compared by size and dtype with the ledger's saved records, in fp32, under the CPU's bf16
+autocast and with bf16 parameters.
+
+What the model saves, read off the hooks and transformers 5.23's modeling_gpt2.py: the token
+and position ids; per nn.LayerNorm (F.layer_norm) its input and the mean and 1/σ per token,
+its output saved by the next Conv1D (addmm); c_attn's one output (B, T, 3·d_model): Q, K and
+V are views of its split, and SDPA saves that one storage (under autocast one bf16 copy of
+c_attn's input and of its weight, not three); SDPA's output and log-sum-exp; gelu_new's
+(NewGELUActivation's) pow input, tanh output, 0.5·x and 1 + tanh, and its output saved by
+c_proj; the loss's log-softmax.
+
+The dropouts are set to 0 (GPT-2's configs train with 0.1: the ledger counts no dropout,
+docs/transformers.md says what CUDA's would keep). With bf16 parameters the CPU's
+layer_norm keeps its mean and 1/σ in bf16 (aten/src/ATen/native/layer_norm.cpp
+layer_norm_cpu: param_scalar_type(input) is the input's dtype unless it mixes dtypes with
+the weight), where CUDA's keeps float32 (cuda/layer_norm_kernel.cu layer_norm_cuda:
+toAccumulateType(input, is_cuda=true)), the ledger's rule: the test converts those rows.
+"""
+from collections import Counter
+from dataclasses import replace
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from accounting.architecture.hf_config import translate
+from accounting.ledger.ledger import ledger
+from accounting.planning.recipes import resolve, transformers_gap
+from hf_examples import CONFIGS as DENSE
+from test_transformers_saves import DTYPE, MODES, SIZE, measured
+
+NO_DROPOUT = {"attn_pdrop": 0.0, "embd_pdrop": 0.0, "resid_pdrop": 0.0}
+CONFIGS = {"gpt2": {**DENSE["gpt2"], **NO_DROPOUT},  # gelu_new, tied, n_inner null
+           # the exact GELU (one op: saves its input), an untied head, n_inner given
+           "gpt2 (gelu, untied)": {**DENSE["gpt2"], **NO_DROPOUT, "activation_function": "gelu",
+                                   "tie_word_embeddings": False, "n_inner": 100}}
+STAT = "(fp32, one per token)"  # builder/megatron.py fused_norm's statistics' labels
+
+
+def build(name, param_dtype):
+    from transformers import AutoModelForCausalLM
+    from accounting.crosscheck.hf_counter import transformers_config
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(transformers_config(CONFIGS[name]),
+                                             attn_implementation="sdpa",
+                                             dtype=DTYPE[param_dtype])
+    return model.train()
+
+
+def expected_on_cpu(config, B, T, autocast, param_dtype):
+    lg = ledger(config, autocast, "none", "transformers", param_dtype)
+    v = lg.values(T, B)
+    out = Counter()
+    for a in lg.activations:
+        if not a.saved:
+            continue
+        dtype = a.dtype
+        if param_dtype == "bf16" and a.name.endswith(STAT):  # layer_norm_cpu's bf16 stats
+            dtype = "bf16"
+        out[(SIZE[dtype] * a.elements.evaluate(v) // a.copies,
+             str(DTYPE[dtype]).removeprefix("torch."))] += a.copies * a.count(v)
+    return out, sum(b.expr().evaluate(v) for b in lg.buffers)
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_saved_tensors_equal_gpt2s_transformers_ledger(name, mode):
+    autocast, param_dtype = MODES[mode]
+    config = translate(CONFIGS[name], "test", name).config
+    recipe, config = resolve(config, from_hf=True)
+    assert (recipe.implementation, recipe.kernel) == ("transformers", "sdpa")
+    assert transformers_gap(config) is None
+    model = build(name, param_dtype)
+    for B, T in ((2, 5), (1, 7)):
+        want, buffers = expected_on_cpu(config, B, T, autocast, param_dtype)
+        assert measured(model, B, T, autocast) == want, (B, T)
+    # GPT-2 registers no buffer in transformers 5.23 (its causal mask is made per call)
+    assert sum(b.numel() * b.element_size() for b in model.buffers()) == buffers == 0
+
+
+def test_c_attn_is_one_saved_storage_by_hand():
+    """Hand algebra for one block in fp32 (B = 2, T = 5, d_model = 48, h = 4): the fused
+    c_attn output SDPA saves is 2·5·3·48·4 = 5,760 bytes, once; each LayerNorm keeps its
+    input (2·5·48·4 = 1,920 bytes) and two statistics of 2·5·4 = 40 bytes."""
+    config = replace(translate(CONFIGS["gpt2"], "test", "gpt2").config, attention="sdpa")
+    lg = ledger(config, None, "none", "transformers", "fp32")
+    v = lg.values(5, 2)
+    rows = {a.name: a.elements.evaluate(v) * SIZE[a.dtype] for a in lg.activations if a.saved}
+    assert rows["c_attn output (Q, K, V)"] == 5760
+    assert not any(n.startswith(("Q projection", "K projection", "V projection")) for n in rows)
+    stats = [n for n in rows if n.endswith(STAT) and n.startswith("ln1")]
+    assert sorted(rows[n] for n in stats) == [40, 40]
+
+
+def test_gpt2_is_no_longer_in_the_gap_but_its_dropout_is_noted():
+    """The recipe plans transformers' ops for GPT-2 (the hub's gpt2 config too)."""
+    config = translate(DENSE["gpt2"], "test", "gpt2").config
+    assert transformers_gap(config) is None
