@@ -101,3 +101,21 @@ def test_gpt2_is_no_longer_in_the_gap_but_its_dropout_is_noted():
     """The recipe plans transformers' ops for GPT-2 (the hub's gpt2 config too)."""
     config = translate(DENSE["gpt2"], "test", "gpt2").config
     assert transformers_gap(config) is None
+
+
+
+@pytest.mark.parametrize("fp8", [None, "torchao", "te"])
+@pytest.mark.parametrize("autocast", [None, "cuda", "cpu"])
+def test_c_attn_fusion_meets_every_kind_of_copy(autocast, fp8):
+    """c_attn's fusion meets each precision's copies (autocast's bf16, an fp8 run's fp8 copy
+    of the input): the ledger builds (regression: the first fusion asserted three copies of
+    one kind, and TE's fp8 run makes three bf16 and three fp8 copies of the input) and
+    names one c_attn output. By hand for openai-community/gpt2
+    (d_model = 768), one block, B = 1, T = 1,024: one c_attn output of 3·768·1,024
+    elements."""
+    from accounting.architecture.presets import get_preset
+    c = get_preset("openai-community/gpt2")
+    lg = ledger(c, autocast, "none", "transformers", "fp32", fp8=fp8)
+    v = lg.values(1024, 1)
+    out = [a for a in lg.activations if a.name == "c_attn output (Q, K, V)"]
+    assert len(out) == 1 and out[0].elements.evaluate(v) == 3 * 768 * 1024

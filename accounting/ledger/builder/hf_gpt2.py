@@ -32,24 +32,25 @@ def layer_norm(t: Trace, norm, x: Sym, out_label: str, course: str) -> Sym:
 
 def fuse(t: Trace, before: set, outs: tuple[Sym, ...]) -> tuple[Sym, ...]:
     """GPT-2's c_attn: the storages the three projections made since `before` become one
-    each: their output (B, T, 3, d_model), the bf16 copy of their input and of their weight
-    under autocast (one addmm casts each once). Returns Q, K and V as views of the one
-    output."""
+    each: their output (B, T, 3, d_model), and each kind of copy of their input or weight
+    (autocast's bf16 copy; an fp8 run's fp8 copy of the input), which one addmm makes once,
+    not three times. Returns Q, K and V as views of the one output."""
     new = [s for s in t.named if s not in before]
     out_storages = [o.storage for o in outs]
-    copies = [s for s in new if t.named[s].weight_copy]
-    inputs = [s for s in new if s not in out_storages and s not in copies]
-    for group, label in ((out_storages, "c_attn output (Q, K, V)"),
-                         (copies, None), (inputs, None)):
-        if not group:
+    kinds: dict[tuple, list] = {}  # the copies, by (weight copy?, dtype): one per projection
+    for s in new:
+        if s not in out_storages:
+            kinds.setdefault((t.named[s].weight_copy, t.named[s].dtype), []).append(s)
+    for group in (out_storages, *kinds.values()):
+        if len(group) != len(outs):  # not one per projection: left as built
             continue
-        assert len(group) == len(outs), (label, len(group))
         keep = t.named[group[0]]
         for s in group[1:]:
             keep.savers.extend(b for b in t.named.pop(s).savers if b not in keep.savers)
-        if label is not None:  # Q's, K's and V's elements side by side
-            keep.label, keep.shape = label, keep.shape[:-1] + ("3",) + keep.shape[-1:]
-        elif group is copies:
+        if group is out_storages:  # Q's, K's and V's elements side by side
+            keep.label, keep.shape = ("c_attn output (Q, K, V)",
+                                      keep.shape[:-1] + ("3",) + keep.shape[-1:])
+        elif keep.weight_copy:
             keep.label = f"{keep.dtype} copy of the c_attn weight (Q, K, V)"
             keep.shape = ("3",) + keep.shape
     first = outs[0].storage
