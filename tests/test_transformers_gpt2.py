@@ -119,3 +119,12 @@ def test_c_attn_fusion_meets_every_kind_of_copy(autocast, fp8):
     v = lg.values(1024, 1)
     out = [a for a in lg.activations if a.name == "c_attn output (Q, K, V)"]
     assert len(out) == 1 and out[0].elements.evaluate(v) == 3 * 768 * 1024
+
+
+def test_a_gpt2_like_config_transformers_cannot_build_stays_in_the_gap():
+    """GPT-2's layout without its Conv1D biases, or with a sliding window, is no model
+    transformers' GPT2LMHeadModel builds (its biases are fixed, its attention has no
+    window): the recipe does not plan transformers' ops for it."""
+    config = translate(CONFIGS["gpt2"], "test", "gpt2").config
+    assert transformers_gap(replace(config, qkv_bias=False)) is not None
+    assert transformers_gap(replace(config, sliding_window=4)) is not None
