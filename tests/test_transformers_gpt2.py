@@ -128,3 +128,38 @@ def test_a_gpt2_like_config_transformers_cannot_build_stays_in_the_gap():
     config = translate(CONFIGS["gpt2"], "test", "gpt2").config
     assert transformers_gap(replace(config, qkv_bias=False)) is not None
     assert transformers_gap(replace(config, sliding_window=4)) is not None
+
+
+def test_the_cpu_with_dropout_keeps_what_the_docs_say():
+    """GPT-2 as configured (dropouts 0.1), in fp32 on the CPU, where the ledger counts no
+    dropout: what the CPU step keeps beyond the dropout-0 ledger, by hand from PyTorch's
+    source (docs/planning.md). F.dropout on the CPU is not the fused native_dropout
+    (aten/src/ATen/native/Dropout.cpp is_fused_kernel_acceptable needs input.is_cuda()):
+    it returns input * noise and the product saves the noise, B·T·d_model in the input's
+    dtype, at the embedding and after each sublayer (2L + 1). SDPA with dropout_p > 0 runs
+    the math composite on the CPU (attention.cpp _scaled_dot_product_attention_math): it
+    saves q·s and kᵀ·s (2·B·T·d_model), the softmax, the dropout's noise and the dropped
+    probabilities (3·B·h·T²) and V as its bmm reads it: for B > 1 a contiguous copy
+    (B·T·d_model; V, a slice of c_attn's output, cannot be viewed as B·h matrices), and
+    c_attn's output (3·B·T·d_model) is then no longer saved; for B = 1 the view, which keeps
+    c_attn's output as the fused kernel did. The fused kernel's log-sum-exp (B·h·T) goes;
+    the output is copied by the heads' merge and saved by the projection, as the fused
+    kernel's is."""
+    cfg = {**DENSE["gpt2"]}
+    assert (cfg["embd_pdrop"], cfg["attn_pdrop"], cfg["resid_pdrop"]) == (0.1, 0.1, 0.1)
+    from transformers import AutoModelForCausalLM
+    from accounting.crosscheck.hf_counter import transformers_config
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(transformers_config(cfg),
+                                             attn_implementation="sdpa").train()
+    recipe, config = resolve(translate(cfg, "test", "gpt2").config, from_hf=True)
+    assert recipe.kernel == "sdpa"
+    L, d, h = config.num_layers, config.d_model, config.num_heads
+    for B, T in ((2, 5), (1, 7), (3, 4)):
+        zero, _ = expected_on_cpu(config, B, T, None, "fp32")
+        got = measured(model, B, T, None)
+        v = B * T * d - 3 * B * T * d if B > 1 else 0  # V's copy, c_attn's output gone
+        extra = 4 * (B * T * d * (2 * L + 1)
+                     + L * (2 * B * T * d + v + 3 * B * h * T * T - B * h * T))
+        assert sum(n * c for (n, _), c in got.items()) \
+            - sum(n * c for (n, _), c in zero.items()) == extra, (B, T)
