@@ -40,11 +40,10 @@ def test_defaults_follow_the_input(capsys):
     assert hf["parameters"]["count"] == hf["parameters"]["trainable"] == N == 8_030_261_248
     # inference in bf16: 2 bytes per weight and KV element
     assert hf["inference"]["bytes_per_element"] == 2
-    # GPT-2 (Conv1D, learned positions, LayerNorm): transformers' ops not modelled yet,
-    # so model/'s ops, named
+    # GPT-2 (Conv1D, learned positions, LayerNorm): transformers' own ops since issue 41
+    # (tests/test_transformers_gpt2.py)
     gpt2 = plan_json(capsys, "openai-community/gpt2", "--ctx", "1024")
-    assert gpt2["assumptions"]["implementation"] == "course"
-    assert "not yet modelled" in gpt2["assumptions"]["implementation_meaning"]
+    assert gpt2["assumptions"]["implementation"] == "transformers"
     assert gpt2["assumptions"]["attention"] == "sdpa"
     # DeepSeek-V3 (latent attention, grouped routing): transformers' own ops
     # (tests/test_transformers_deepseek.py), without the MTP module transformers lacks
@@ -120,7 +119,7 @@ def test_csv_and_dataframe_carry_the_recipe(capsys):
     ((LLAMA, "--implementation", "transformers", "--attention", "naive"), "eager attention"),
     # (DeepSeek-V3's ops are modelled since issue 41: tests/test_transformers_deepseek.py)
     # (Mistral-7B-v0.1's sliding window is modelled since issue 41: tests/test_transformers_saves.py)
-    (("openai-community/gpt2", "--implementation", "transformers"), "positions"),
+    # (GPT-2's are modelled since issue 41: tests/test_transformers_gpt2.py)
     (("gpt2-small", "--scope", "course", "--optimizer", "sgd"), "--scope course"),
     # issue 30: the many-GPU plans take every precision and optimizer, but not these
     (("gpt2-small", "--gpus", "8", "--optimizer", "muon", "--zero", "1"), "ZeRO-1"),
@@ -148,3 +147,17 @@ def test_frozen_parameters_have_no_gradient_or_state():
     assert items["parameters (fp32)"] == 4 * n
     assert items["gradients (fp32)"] == 4 * (n - frozen)
     assert items["AdamW first moment m (fp32)"] == 4 * (n - frozen)
+
+
+def test_transformers_is_refused_where_its_ops_are_not_modelled(capsys, tmp_path):
+    """A model whose transformers ops are not modelled (GPT-NeoX's parallel block, partial
+    rotary): --implementation transformers refused in one line; by default model/'s ops,
+    named (the gap)."""
+    from hf_examples import write_config
+    from test_hf_parallel import CONFIGS as PARALLEL
+    path = str(write_config(tmp_path, PARALLEL["gpt_neox"], folder=None))
+    refused_in_one_line(capsys, "plan", "--config", path, "--implementation", "transformers",
+                        expected="is not modelled for")
+    neox = plan_json(capsys, "--config", path, "--ctx", "64")
+    assert neox["assumptions"]["implementation"] == "course"
+    assert "not yet modelled" in neox["assumptions"]["implementation_meaning"]

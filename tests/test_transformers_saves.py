@@ -49,7 +49,9 @@ CONFIGS = {**DENSE, "qwen3_moe": MOE["qwen3_moe"],
            # three sliding layers with RoPE, a NoPE global one; GQA 4/2)
            "cohere": COHERE["command-r"], "cohere_plus": COHERE["command-r-plus"],
            "cohere_mqa": COHERE["cohere (biased, untied, head_dim)"],
-           "cohere2": COHERE2["command-r7b"]}
+           "cohere2": COHERE2["command-r7b"],
+           # GPT-2 with its dropouts at 0 (its saved tensors: tests/test_transformers_gpt2.py)
+           "gpt2": {**DENSE["gpt2"], "attn_pdrop": 0.0, "embd_pdrop": 0.0, "resid_pdrop": 0.0}}
 from test_architectures import saved_tensors
 
 DTYPE = {"fp32": torch.float32, "bf16": torch.bfloat16, "bool": torch.bool, "int64": torch.int64,
@@ -132,7 +134,7 @@ def test_saved_tensors_equal_the_transformers_ledger(name, mode):
 
 @pytest.mark.slow  # two real steps each under a live-storage tracker (scheduled first)
 @pytest.mark.parametrize("mode", ["fp32", "autocast"])
-@pytest.mark.parametrize("name", ["llama", "qwen3_moe", "gemma3", "cohere_plus"])
+@pytest.mark.parametrize("name", ["llama", "qwen3_moe", "gemma3", "cohere_plus", "gpt2"])
 def test_the_two_moments_equal_a_real_step_of_transformers_model(name, mode):
     """tests/test_peak.py's live-storage tracker over a real CPU step of transformers' model
     (F.cross_entropy on its logits, AdamW foreach, the second step): the live bytes at the

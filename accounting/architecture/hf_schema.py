@@ -287,9 +287,13 @@ COMMON_MUST = (
          "recomputation with plan's --recompute full", False),
 )
 ROPE_MUST = rope_must()
+# (in training each dropout keeps its mask for the backward pass: native_dropout's bool
+# mask on CUDA, aten/src/ATen/native/Dropout.cpp is_fused_kernel_acceptable; SDPA's flash
+# and memory-efficient kernels regenerate theirs from the Philox seed: docs/planning.md)
 DROPOUT_NOTE = ("{settings}: dropout is not counted (the tool's model has none; it does "
-                "not run at inference, and in training it adds elementwise work per dropped "
-                "tensor)")
+                "not run at inference, and in training it adds elementwise work and, on "
+                "CUDA, a 1-byte mask per element of each tensor dropped outside SDPA's fused "
+                "kernels)")
 DROPOUT_VALUE = (lambda v: v is None or real(v), "a number")
 
 

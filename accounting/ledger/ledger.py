@@ -108,6 +108,7 @@ class Ledger:
             "V": c.vocab_size, "d_model": c.d_model, "d_ff": c.d_ff, "h": c.num_heads,
             "h_kv": c.kv_heads, "g": c.group_size, "d_k": c.d_k, "d_k/2": c.d_k // 2,
             "T_max": max(seq, c.context_length), "T_pos": c.context_length, "1": 1, "2": 2,
+            "3": 3,
         }
         if c.global_shape:  # Gemma 4's global layers: their own head shape
             out.update({"d_kG": c.global_d_k, "d_kG/2": c.global_d_k // 2,

@@ -66,7 +66,8 @@ SYMBOLS: dict[str, str] = {
     "P_K": "query-key pairs the indexer keeps, Σᵢ min(i+1, k_I) = k_I·T − k_I(k_I−1)/2 for T ≥ k_I",
     # the recurrent layers (issue 31)
     "K": "conv_kernel: the depthwise causal convolution's width",
-    "3": "the short convolution's three in_proj outputs (B, C, x)",
+    "3": ("three tensors side by side: the short convolution's in_proj outputs (B, C, x); "
+          "GPT-2's c_attn output (Q, K, V)"),
     "1": "a size-one dim (broadcast)",
     "h_lk": "linear_key_heads: a gated DeltaNet layer's query/key heads",
     "h_lv": "linear_value_heads: its value heads (and recurrent states)",

@@ -13,7 +13,8 @@ from dataclasses import dataclass, fields, replace
 from accounting.ledger.builder.common import (COURSE, LLMFOUNDRY, TORCHTUNE, TRANSFORMERS,
                                               cohere_layout, deepseek_v2_layout,
                                               deepseek_v3_layout, llama4_layout,
-                                              gemma2_layout, gemma3_layout, gpt_oss_layout)
+                                              gemma2_layout, gemma3_layout, gpt2_layout,
+                                              gpt_oss_layout)
 from accounting.planning.optimizers import DEFAULT_OPTIMIZER, OPTIMIZERS, get_optimizer, is_default
 from accounting.planning.precisions import BF16_MASTER, BF16_MIXED, get_precision
 from accounting.runtime.errors import UsageError
@@ -27,7 +28,8 @@ IMPLEMENTATIONS = {
                   "'sdpa', or its eager attention where it refuses SDPA): one rotary module "
                   "with two d_k/2 inv_freq buffers, cos/sin computed once per pass, "
                   "LlamaRMSNorm, F.silu; its saved tensors measured on its own model "
-                  "(tests/test_transformers_saves.py, and _eager, _deepseek, _llama4 beside it)",
+                  "(tests/test_transformers_saves.py, and _eager, _deepseek, _llama4, _gpt2 "
+                  "beside it)",
     LLMFOUNDRY: "llm-foundry's MPT (llmfoundry/models/mpt/modeling_mpt.py, layers/blocks.py "
                 "MPTBlock, at mosaicml/llm-foundry@c90b9b3): LPLayerNorm (F.layer_norm on the "
                 "bf16 input: saves it and fp32 mean and 1/σ), nn.GELU in one op (saves its "
@@ -122,6 +124,12 @@ _GEMMA2 = {"norm_placement", "mlp", "norm_offset", "embedding_multiplier", "attn
            "final_softcap"}
 
 
+# GPT-2's (GPT2LMHeadModel, measured too: tests/test_transformers_gpt2.py): learned
+# positions, nn.LayerNorm, the fused c_attn, the tanh GELU MLP; its dropouts
+# (embd/attn/resid_pdrop) are the config's notes, not counted (docs/transformers.md)
+_GPT2 = {"norm", "mlp", "positions"}
+
+
 def eager_only(config: ModelConfig) -> str | None:
     """Why transformers runs this model with its eager attention only (None: SDPA too):
     the modeling file's _supports_sdpa = False."""
@@ -157,6 +165,8 @@ def transformers_gap(config: ModelConfig) -> str | None:
         measured = measured | _DEEPSEEK_V2
     if llama4_layout(config):
         measured = measured | _LLAMA4
+    if gpt2_layout(config):
+        measured = measured | _GPT2
     other = [f.name for f in fields(ModelConfig) if f.name not in measured
              and getattr(config, f.name) != defaults[f.name]
              and not (f.name == "qk_norm" and config.qk_norm == "head")]
@@ -166,7 +176,7 @@ def transformers_gap(config: ModelConfig) -> str | None:
     why = eager_only(config)
     eager = f"; transformers runs it without SDPA ({why})" if why else ""
     return (f"{', '.join(other[:3])}{' …' if len(other) > 3 else ''} (transformers' ops are "
-            f"measured for the Llama, Mistral, Qwen2, Qwen3, Qwen3-MoE, Mixtral, OLMo-2, "
+            f"measured for the GPT-2, Llama, Mistral, Qwen2, Qwen3, Qwen3-MoE, Mixtral, OLMo-2, "
             f"Gemma 2, Gemma 3, Cohere, gpt-oss, DeepSeek-V2/V3/V3.2 and Llama 4 layouts "
             f"only{eager})")
 

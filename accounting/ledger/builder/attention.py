@@ -8,7 +8,7 @@ from accounting.ledger.builder.common import (ALIBI, QK_NORM, ATTN_SCALE, CAUSAL
                                               MUP, NORM_PARAMS, OUTPUT_GATE, SOFTCAP, TEMPERATURE,
                                               Arch)
 from accounting.ledger.builder.layers import Linear, Norm, RoPE, l2_norm
-from accounting.ledger.builder import hf_eager, megatron
+from accounting.ledger.builder import hf_eager, hf_gpt2, megatron
 from accounting.ledger import autocast as AC
 
 T_GE_W, T_LT_W = "[T≥W]", "[T<W]"  # transformers masks a sliding layer from T = W on
@@ -75,11 +75,14 @@ class Attention:
         with t.scope("attn"):
             if self.shared:
                 return self.reuse(x, out_label, out_course)
+            before = set(t.named)
             q = self.q_proj(x, "Q projection output", "Q/K/V projections")
             k = self.k_proj(x, "K projection output", "Q/K/V projections")
             # Gemma 4's K = V layers: value_states is key_states (before k_norm and RoPE)
             v = k if self.v_proj is None else self.v_proj(x, "V projection output",
                                                            "Q/K/V projections")
+            if t.hf_gpt2 and t.adapters is None:  # GPT-2's one c_attn (builder/hf_gpt2.py)
+                q, k, v = hf_gpt2.fuse(t, before, (q, k, v))
             gate = (None if self.gate_proj is None else
                     self.gate_proj(x, "output gate projection output", "Q/K/V projections"))
             if c.qk_norm == "full":

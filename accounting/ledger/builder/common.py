@@ -131,6 +131,18 @@ def gpt_oss_layout(c: ModelConfig) -> bool:
             and c.router == "softmax" and not c.dense_layers)
 
 
+def gpt2_layout(c: ModelConfig) -> bool:
+    """GPT-2's layout as transformers runs it (GPT2LMHeadModel, modeling_gpt2.py): learned
+    positions, pre-norm nn.LayerNorm with bias, one fused c_attn (Conv1D) for Q, K and V,
+    multi-head attention, a plain GELU MLP (gelu_new: NewGELUActivation's tanh form), a
+    bias on every Conv1D, no window (GPT2Attention has none)."""
+    return (c.positions == "learned" and c.norm == "layernorm" and c.norm_placement == "pre"
+            and c.mlp in ("gelu_tanh", "gelu") and c.block == "sequential"
+            and c.num_experts is None and c.kv_heads == c.num_heads and c.qk_norm == "none"
+            and not c.mla and c.qkv_bias and c.out_bias and c.mlp_bias
+            and c.sliding_window is None and c.layer_types is None)
+
+
 def cohere_layout(c: ModelConfig) -> bool:
     """Cohere's and Cohere 2's layout as transformers runs it (CohereForCausalLM,
     Cohere2ForCausalLM): one CohereLayerNorm (no bias) feeding attention and MLP side by

@@ -6,7 +6,7 @@ from accounting.units import COMPLEX64, FP32
 from accounting.architecture.config import ModelConfig
 from accounting.ledger.trace import Sym, Trace
 from accounting.ledger.builder.common import ROPE, BIAS, MUP, ACTIVATION_COMPONENT
-from accounting.ledger.builder import lora, megatron
+from accounting.ledger.builder import hf_gpt2, lora, megatron
 
 
 class Linear:
@@ -70,6 +70,8 @@ class Norm:
             return megatron.fused_norm(self.t, self, x, out_label, course)
         if self.t.foundry and self.kind != "rmsnorm":
             return megatron.low_precision_norm(self.t, self, x, out_label, course)
+        if self.t.hf_gpt2 and self.kind == "layernorm":  # GPT-2's nn.LayerNorm
+            return hf_gpt2.layer_norm(self.t, self, x, out_label, course)
         return self.ops(x, out_label, course)
 
     def ops(self, x: Sym, out_label: str, course: str = "") -> Sym:
@@ -324,7 +326,8 @@ def xielu(t: Trace, x: Sym, params, component: str) -> Sym:
 
 def activation(t: Trace, kind: str, x: Sym, component: str, course: str) -> Sym:
     """silu, gelu_tanh or gelu (model/layers.py), op by op."""
-    if kind == "gelu" and t.foundry:  # MPT's nn.GELU(approximate='none'): one op, saves its input
+    # MPT's nn.GELU(approximate='none'), GPT-2's "gelu" (transformers' GELUActivation:
+    if kind == "gelu" and (t.foundry or t.hf_gpt2):  # F.gelu): one op, saves its input
         return t.unary("aten.gelu", x, "GELU", component, saves="input", out="GELU output",
                        course=course)
     if kind == "silu" and t.hf:  # transformers: nn.SiLU, one op (F.silu) that saves its input

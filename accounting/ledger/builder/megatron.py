@@ -56,6 +56,7 @@ def fused_norm(t: Trace, norm, x: Sym, out_label: str, course: str) -> Sym:
     m = f"{t.module}.{norm.name}" if t.module else norm.name
     desc = (f"torch's _fused_rms_norm ({m})" if t.titan else
             f"F.layer_norm in bf16, llm-foundry's LPLayerNorm ({m})" if t.foundry else
+            f"F.layer_norm, transformers' nn.LayerNorm ({m})" if t.hf else
             f"TE {'LayerNorm' if norm.kind != 'rmsnorm' else 'RMSNorm'} ({m})")
     rows = x.shape[:-len(norm.width)]
     with t.scope(norm.name):

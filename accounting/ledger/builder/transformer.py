@@ -9,7 +9,7 @@ from accounting.ledger.builder.common import (POSITION_ADD, RESIDUAL, NORM_PARAM
                                               EMBED_SCALE, LOGIT_SCALE, MUP, PER_LAYER,
                                               RESIDUAL_SCALE, SOFTCAP, deepseek_v2_layout,
                                               gemma2_layout, llama4_layout,
-                                              gemma3_layout, gpt_oss_layout)
+                                              gemma3_layout, gpt2_layout, gpt_oss_layout)
 from accounting.ledger.builder.layers import Linear, Norm, activation, FeedForward, RotaryEmbedding
 from accounting.units import FP32
 from accounting.ledger.builder.attention import Attention
@@ -275,6 +275,7 @@ def walk(c: ModelConfig, autocast: str | None = None, recompute: str = "none",
     t.titan, t.foundry = a.titan, a.foundry
     t.hf_olmo2 = a.hf and c.norm_placement == "post"  # Olmo2RMSNorm
     t.hf_oss = a.hf and gpt_oss_layout(c)  # GptOssForCausalLM's modules
+    t.hf_gpt2 = a.hf and gpt2_layout(c)  # GPT2LMHeadModel's LayerNorm and c_attn
     gemma3 = a.hf and gemma3_layout(c)  # Gemma 3's modules (Gemma3TextModel's)
     # Gemma 2's (Gemma2Model's, 5.23): the same RMSNorm, GELUTanh and scaled embedding (its
     # embed_scale buffer), one rotary module for every layer
