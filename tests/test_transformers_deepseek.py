@@ -141,9 +141,9 @@ def test_the_recipe_plans_transformers_ops_for_deepseek_v3_without_mtp():
 @pytest.mark.parametrize("mode", ["fp32", "autocast"])
 def test_the_two_moments_equal_a_real_step_of_deepseek_v3(mode, name):
     """The step's two moments on DeepseekV3ForCausalLM and DeepseekV32ForCausalLM
-    (tests/test_transformers_eager.py assert_two_moments; no MTP module: transformers builds
+    (tests/test_transformers_saves.py assert_two_moments; no MTP module: transformers builds
     none)."""
-    from test_transformers_eager import assert_two_moments
+    from test_transformers_saves import assert_two_moments
     assert_two_moments(build(name, MODES[mode][1]), planned(name)[1], mode)
 
 

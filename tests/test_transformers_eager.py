@@ -32,7 +32,7 @@ from accounting.planning.recipes import eager_only, resolve, transformers_gap
 from hf_h3_examples import CONFIGS as H3
 from test_hf_gemma import CONFIGS as GEMMA
 from hf_examples import CONFIGS as DENSE
-from test_transformers_saves import MODES, DTYPE, expected, measured
+from test_transformers_saves import MODES, DTYPE, assert_two_moments, expected, measured
 
 G2 = GEMMA["gemma2"]  # window 4 on layers 0 and 2, GQA 4/2, both soft-caps, tied
 CONFIGS = {"gpt_oss": H3["gpt_oss"], "gpt_oss (defaults)": H3["gpt_oss (defaults)"],
@@ -122,44 +122,6 @@ def test_the_recipe_plans_transformers_eager_attention(name, why):
     llama = translate(DENSE["llama"], "test", "llama").config
     assert resolve(llama, from_hf=True, implementation="torchtune")[0].implementation == \
         "torchtune"
-
-
-def assert_two_moments(model, config, mode):
-    """tests/test_peak.py's live-storage tracker over a real CPU step of transformers' model
-    (F.cross_entropy on its logits, AdamW foreach, the second step): the live bytes at the
-    first log_softmax backward and at AdamW's _foreach_sqrt equal the planner's two moments
-    for implementation "transformers"."""
-    import torch.nn.functional as F
-    from test_peak import MARKS, LiveBytes
-    from accounting.planning.memory import MemoryModel, get_precision
-    autocast, _ = MODES[mode]
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.1, foreach=True)
-    B, T = 2, 5
-    g = torch.Generator().manual_seed(1)
-    ids, targets = (torch.randint(0, config.vocab_size, (B, T), generator=g) for _ in range(2))
-
-    def step():
-        opt.zero_grad(set_to_none=True)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast is not None):
-            logits = model(ids, use_cache=False).logits
-            loss = F.cross_entropy(logits.reshape(-1, config.vocab_size), targets.reshape(-1))
-        del logits
-        loss.backward()
-        opt.step()
-    step()
-    state = [t for s in opt.state.values() for t in s.values()]
-    steps = sum(s["step"].untyped_storage().nbytes() for s in opt.state.values())
-    tracker = LiveBytes([*model.parameters(), *model.buffers(), ids, targets, *state])
-    with tracker:
-        step()
-    precision = get_precision("fp32" if mode == "fp32" else "bf16-mixed")
-    if autocast:
-        precision = replace(precision, autocast="cpu")
-    m = MemoryModel(config, precision, implementation="transformers", device="cpu")
-    v = m.ledger.values(T, B)
-    boundary, update = (ph.bytes.evaluate(v) for ph in m.peak_terms)
-    assert tracker.marks[MARKS[0]] - steps == boundary
-    assert tracker.marks[MARKS[1]] - steps == update
 
 
 @pytest.mark.slow  # two real steps each under a live-storage tracker

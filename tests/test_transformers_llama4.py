@@ -90,7 +90,7 @@ def test_the_recipe_plans_transformers_ops_for_llama4():
 def test_the_two_moments_equal_a_real_step_of_llama4(mode):
     """The step's two moments on Llama4ForCausalLM (tests/test_transformers_eager.py
     assert_two_moments), at T = 5 past the chunk."""
-    from test_transformers_eager import assert_two_moments
+    from test_transformers_saves import assert_two_moments
     config = resolve(translate(CONFIGS["text"], "test", "text").config, from_hf=True)[1]
     assert_two_moments(build("text", MODES[mode][1]), config, mode)
 

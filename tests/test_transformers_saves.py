@@ -132,22 +132,15 @@ def test_saved_tensors_equal_the_transformers_ledger(name, mode):
 
 # ---- the step's two moments on transformers' model ------------------------------------------
 
-@pytest.mark.slow  # two real steps each under a live-storage tracker (scheduled first)
-@pytest.mark.parametrize("mode", ["fp32", "autocast"])
-@pytest.mark.parametrize("name", ["llama", "qwen3_moe", "gemma3", "cohere_plus", "gpt2"])
-def test_the_two_moments_equal_a_real_step_of_transformers_model(name, mode):
+def assert_two_moments(model, config, mode):
     """tests/test_peak.py's live-storage tracker over a real CPU step of transformers' model
     (F.cross_entropy on its logits, AdamW foreach, the second step): the live bytes at the
     first log_softmax backward and at AdamW's _foreach_sqrt equal the planner's two moments
-    for implementation "transformers" (its parameters, buffers, AdamW state, what the
-    model saves); bf16-mixed with the CPU's autocast policies (the CUDA table is
-    documented, not measured)."""
+    for implementation "transformers"."""
     import torch.nn.functional as F
     from test_peak import MARKS, LiveBytes
     from accounting.planning.memory import MemoryModel, get_precision
-    autocast, param_dtype = MODES[mode]
-    config = replace(translate(CONFIGS[name], "test", name).config, attention="sdpa")
-    model = build(name, param_dtype)
+    autocast, _ = MODES[mode]
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.1, foreach=True)
     B, T = 2, 5
     g = torch.Generator().manual_seed(1)
@@ -170,9 +163,23 @@ def test_the_two_moments_equal_a_real_step_of_transformers_model(name, mode):
     precision = get_precision("fp32" if mode == "fp32" else "bf16-mixed")
     if autocast:
         precision = replace(precision, autocast="cpu")
-    m = MemoryModel(config, precision, implementation="transformers",
-                    device="cpu")  # measured on the CPU: no CUDA kernel rules
+    m = MemoryModel(config, precision, implementation="transformers", device="cpu")
     v = m.ledger.values(T, B)
     boundary, update = (ph.bytes.evaluate(v) for ph in m.peak_terms)
     assert tracker.marks[MARKS[0]] - steps == boundary
     assert tracker.marks[MARKS[1]] - steps == update
+
+
+@pytest.mark.slow  # two real steps each under a live-storage tracker (scheduled first)
+@pytest.mark.parametrize("mode", ["fp32", "autocast"])
+@pytest.mark.parametrize("name", ["llama", "qwen3_moe", "gemma3", "cohere_plus", "gpt2"])
+def test_the_two_moments_equal_a_real_step_of_transformers_model(name, mode):
+    """tests/test_peak.py's live-storage tracker over a real CPU step of transformers' model
+    (F.cross_entropy on its logits, AdamW foreach, the second step): the live bytes at the
+    first log_softmax backward and at AdamW's _foreach_sqrt equal the planner's two moments
+    for implementation "transformers" (its parameters, buffers, AdamW state, what the
+    model saves); bf16-mixed with the CPU's autocast policies (the CUDA table is
+    documented, not measured)."""
+    autocast, param_dtype = MODES[mode]
+    config = replace(translate(CONFIGS[name], "test", name).config, attention="sdpa")
+    assert_two_moments(build(name, param_dtype), config, mode)
