@@ -19,7 +19,6 @@ output the two clamps save, the clamped SwiGLU's products. Gemma 2
 eager core the soft-cap's tanh output and the float32 softmax output (cast back to the
 query's dtype: a copy with bf16 parameters).
 """
-from collections import Counter
 from dataclasses import replace
 
 import pytest
