@@ -9,6 +9,7 @@ bf16=True and what torchtitan and Megatron-LM default to), bf16 at inference.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
+from functools import partial
 
 from accounting.ledger.builder.common import (COURSE, LLMFOUNDRY, TORCHTUNE, TRANSFORMERS,
                                               cohere_layout, deepseek_v2_layout,
@@ -126,8 +127,14 @@ _GEMMA2 = {"norm_placement", "mlp", "norm_offset", "embedding_multiplier", "attn
 
 # GPT-2's (GPT2LMHeadModel, measured too: tests/test_transformers_gpt2.py): learned
 # positions, nn.LayerNorm, the fused c_attn, the tanh GELU MLP; its dropouts
-# (embd/attn/resid_pdrop) are the config's notes, not counted (docs/transformers.md)
+# (embd/attn/resid_pdrop) are the config's notes, not counted (docs/planning.md)
 _GPT2 = {"norm", "mlp", "positions"}
+
+# each measured family: the layout test (builder/common.py) and the fields it lets through
+_LAYOUTS = ((gemma3_layout, _GEMMA3), (cohere_layout, _COHERE), (gpt_oss_layout, _GPT_OSS),
+            (gemma2_layout, _GEMMA2), (deepseek_v3_layout, _DEEPSEEK_V3),
+            (partial(deepseek_v3_layout, indexer=True), _DEEPSEEK_V32),
+            (deepseek_v2_layout, _DEEPSEEK_V2), (llama4_layout, _LLAMA4), (gpt2_layout, _GPT2))
 
 
 def eager_only(config: ModelConfig) -> str | None:
@@ -149,24 +156,9 @@ def transformers_gap(config: ModelConfig) -> str | None:
         measured = measured | {"norm_placement", "qk_norm"}
     if all(k.mixer == "attention" and not k.chunked for k in config.layer_kinds):
         measured = measured | _WINDOWS
-    if gemma3_layout(config):
-        measured = measured | _GEMMA3
-    if cohere_layout(config):
-        measured = measured | _COHERE
-    if gpt_oss_layout(config):
-        measured = measured | _GPT_OSS
-    if gemma2_layout(config):
-        measured = measured | _GEMMA2
-    if deepseek_v3_layout(config):
-        measured = measured | _DEEPSEEK_V3
-    elif deepseek_v3_layout(config, indexer=True):
-        measured = measured | _DEEPSEEK_V32
-    if deepseek_v2_layout(config):
-        measured = measured | _DEEPSEEK_V2
-    if llama4_layout(config):
-        measured = measured | _LLAMA4
-    if gpt2_layout(config):
-        measured = measured | _GPT2
+    for holds, keys in _LAYOUTS:
+        if holds(config):
+            measured = measured | keys
     other = [f.name for f in fields(ModelConfig) if f.name not in measured
              and getattr(config, f.name) != defaults[f.name]
              and not (f.name == "qk_norm" and config.qk_norm == "head")]
