@@ -103,7 +103,7 @@ def one_gpu(model, batch: int, seq: int, expandable: bool = False,
 
 def stage(s, b: int, per_layer, in_flight_layers: int, arch: str | None,
           expandable: bool = False, capacity: int | None = None,
-          offload_stream=()) -> int:
+          offload_stream=(), pools=None) -> int:
     """The reserved peak of one GPU of a layout (a StagePlan `s` at micro-batch b):
     `per_layer` (name, bytes) of what one block saves, `in_flight_layers` the blocks'
     copies live (layers × micro-batches in flight). HISTORY as on one GPU: at a moment of
@@ -112,7 +112,9 @@ def stage(s, b: int, per_layer, in_flight_layers: int, arch: str | None,
     step allocates after them (not the model states); `capacity` as one_gpu's.
     `offload_stream`: under --offload activations, one block's (name, bytes) saved
     tensors: those of at least MIN_OFFLOAD_SIZE come back on the offload stream, in a pool
-    of their own (OFFLOAD_STREAM)."""
+    of their own (OFFLOAD_STREAM). `pools`: FSDP2's side streams' segments
+    (parallel/fsdp_streams.py SidePools), reserved beside the default stream's; its sharded
+    gradients live in the reduce-scatter stream's, so they are not HISTORY here."""
     allocated, moment = s.peak_moment(b)
     if moment is None:
         return allocated
@@ -128,6 +130,8 @@ def stage(s, b: int, per_layer, in_flight_layers: int, arch: str | None,
                 grads += AL.split_over(i.bytes.at(b), numels)
             continue
         if i.model_state:
+            if pools is not None and i.name.startswith("gradients"):
+                continue  # FSDP2's: in the reduce-scatter stream's pool (fsdp_streams.py)
             states += AL.split_over(i.bytes.at(b), numels)
         else:
             groups.append((i.bytes.at(b), 1))
@@ -138,7 +142,11 @@ def stage(s, b: int, per_layer, in_flight_layers: int, arch: str | None,
     rest = allocated - sum(n * c for n, c in groups)
     if rest > 0:
         groups.append((rest, 1))
+    if pools is not None:  # the gradients' segments belong to FSDP2's reduce-scatter stream
+        grads = []
     total = allocated + max(0, AL.slack(groups, expandable, AL.segments(grads), len(states)))
+    if pools is not None:
+        total += pools.beside(moment.gradients and not s.accumulating(moment))
     # a block the step's history leaves reserved and this moment cannot use (peak.Moment
     # .history: torchtitan's freed bf16 logits at the loss's backward, parallel/titan_tp.py)
     total += moment.history.at(b)

@@ -43,6 +43,7 @@ from accounting.planning.parallel.stack_memory import memory as stack_memory
 from accounting.planning.parallel.stacks import W16, check as check_stack
 from accounting.planning.parallel.states import States, stage_tensors, states, zero1_worst_rank
 from accounting.planning.parallel.optimizer_state import check as check_optimizer
+from accounting.planning.parallel import fsdp_streams as FS
 from accounting.planning.parallel.optimizer_state import (fp8_gathered, fp8_items,
                                                           optimizer_items, update_flops)
 from accounting.planning.parallel.step import stage_flops, step_time
@@ -411,6 +412,11 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
                                           layout.micro_batch, compile,
                                           OF.ACTIVATIONS in offload, sac),
         finetune is not None)) for s in plans)
+    # FSDP2's side streams' segments, reserved beside the default stream's (fsdp_streams.py)
+    plans = tuple(replace(s, pools=FS.side_pools(data_layout(layout), s.states, s.items, stack,
+                                                 precision,
+                                                 fp8_gathered(sp, precision), finetune is None))
+                  for s in plans)
     at = None
     if config.num_experts is not None and config.moe_capacity_factor is not None:
         def at(s: StagePlan, b: int) -> A.StageActivations:  # C = ⌈c·b·T·k/E⌉ at this b

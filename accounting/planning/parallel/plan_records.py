@@ -60,6 +60,7 @@ class StagePlan:
     collectives: tuple[C.Collective, ...]
     kinds: tuple[tuple[str, int], ...] = ()  # blocks of each kind on the stage (Split.kinds)
     moments: tuple[PK.Moment, ...] = ()  # the step's moments (peak.py); () before they are set
+    pools: object = None  # FSDP2's side streams' reserved segments (fsdp_streams.SidePools)
 
     def memory(self, b: int) -> int:
         """The items' sum on the GPU at micro-batch b: the breakdown, what the step holds at
@@ -78,14 +79,17 @@ class StagePlan:
             acts -= self.activations.recomputed_block.at(b)
         if all_first:  # backward passes done (else the steady state: k and every gradient)
             acts -= m.fewer * self.activations.per_micro_batch.at(b)
-        # FSDP2 under pipelining's no-sync accumulates unsharded gradients and makes no
-        # sharded one until the last micro-batch's reduce-scatter, which frees the unsharded
-        # unit by unit (measured: tests/test_pipeline_live.py): in the passes the sharded
-        # gradients' item is the accumulated one's, not beside it
-        unsharded = m.backward_buffers and any(i.accumulated and i.on_gpu for i in self.items)
+        unsharded = self.accumulating(m)
         return sum(i.bytes.at(b) for i in self.items if m.holds(i) and not i.activations
                    and not (unsharded and i.name.startswith("gradients"))) \
             + (acts if m.activations else 0) + m.extra.at(b)
+
+    def accumulating(self, m: PK.Moment) -> bool:
+        """FSDP2 under pipelining's no-sync accumulates unsharded gradients and makes no
+        sharded one until the last micro-batch's reduce-scatter, which frees the unsharded
+        unit by unit (measured: tests/test_pipeline_live.py): in the passes the sharded
+        gradients' item is the accumulated one's, not beside it."""
+        return m.backward_buffers and any(i.accumulated and i.on_gpu for i in self.items)
 
     def peak_moment(self, b: int, activations: int | None = None,
                     all_first: bool = True) -> tuple[int, PK.Moment | None]:
@@ -212,7 +216,8 @@ class ParallelPlan:
                      w.layers * w.activations.in_flight,
                      self.hardware.arch if self.hardware is not None else None,
                      capacity=self.hardware.memory_bytes if self.hardware is not None else None,
-                     offload_stream=self.per_layer if "activations" in self.offload else ())
+                     offload_stream=self.per_layer if "activations" in self.offload else (),
+                     pools=w.pools)
 
     @property
     def items_total(self) -> int:
