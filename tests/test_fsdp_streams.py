@@ -165,3 +165,23 @@ def test_fsdp2_allocates_on_its_side_streams():
     # the sharded gradients are views of their unit's output: weight and bias share it
     w_ptr, b_ptr, nbytes, dtype = got["grad"]
     assert w_ptr == b_ptr and (nbytes, w_ptr) in outputs and dtype == "torch.float32"
+
+
+def test_table_5_with_float8_all_gathers_as_the_docs_say():
+    """The 405B config torchtitan ships (train_configs/llama3_405b.toml at 9dec370) sets
+    enable_fsdp_float8_all_gather: planned so (--precision fp8-torchao-fsdp), stage 0's 15
+    gathered blocks hold their linears' weights at one byte an element instead of two, by
+    hand 15 × (398,491,648 − the two 16,384-element norms) bytes less; docs/parallel.md
+    quotes the row's figures under it."""
+    from pathlib import Path
+    run = PR.RUNS["torchtitan Table 5 (405B, 512 GPUs, FSDP 8 × TP 8 × PP 8, "
+                  "torch.compile + Float8 + AsyncTP): 1F1B"]
+    i = run.flags.index("--precision")
+    fsdp8 = PR.Run(run.name, run.source, run.flags[:i + 1] + ("fp8-torchao-fsdp",)
+                   + run.flags[i + 2:], run.measured_gib, run.metric, run.card)
+    a, b = answer(run), answer(fsdp8)
+    assert a.allocated - b.allocated == 15 * (_BLOCK - 2 * 16384)
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "parallel.md").read_text()
+    said = (f"plans {b.allocated / GiB:.1f} GiB allocated, {b.reserved / GiB:.1f} reserved "
+            f"({float(b.ratio):.2f})")
+    assert said in " ".join(docs.split()), said

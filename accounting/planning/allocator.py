@@ -29,7 +29,8 @@ allocated them: get_free_block returns no block whose `stream != p.stream()` (th
 are ordered by stream first, BlockComparatorSize), so tensors allocated on a second stream
 never share the first stream's free blocks (reserved.py: the activation-offloading
 stream's copies; torchtitan's freed bf16 logits at the loss's backward,
-parallel/titan_tp.py freed_logits). The rest of the history (segments cut for transients whose free
+parallel/titan_tp.py freed_logits; FSDP2's gradients and all-gathers in its side streams,
+parallel/fsdp_streams.py). The rest of the history (segments cut for transients whose free
 remainders the moment's tensors cannot use) is not modelled: ../shared/gpu/README.md
 measures the reserved peak 12–30% above the allocated one on an H200 (its "allocator
 reserved" column), and tests/test_allocator.py holds this model below those measurements.

@@ -13,6 +13,8 @@ streams), from the second step on:
     allocates after: autocast's weight copies and the activations of the forward pass, the
     loss's gradients; the states and the cuBLAS workspaces predate them. At a moment that
     holds few activations (--offload activations, full recomputation) they sit idle.
+    Not under FSDP2, whose sharded gradients are allocated in its reduce-scatter stream:
+    there they are that stream's pool, reserved beside (parallel/fsdp_streams.py).
   * OFFLOAD_STREAM: --offload activations, as torchtune 0.6.1's OffloadActivations runs on
     CUDA (use_streams=True; torchtune/training/_activation_offloading.py
     unpack_tensor_with_streams): each tensor brought back for the backward pass is
