@@ -125,9 +125,39 @@ names = {id(ctx.all_gather_copy_in_stream): "copy-in", id(ctx.reduce_scatter_str
 for e in events:
     e[2] = names.get(id(e[2]), "current")
 w, b = m[0].weight.grad.to_local(), m[0].bias.grad.to_local()
-print(json.dumps({"events": events, "peak": peak,
-                  "grad": [w.untyped_storage().data_ptr(), b.untyped_storage().data_ptr(),
-                           w.untyped_storage().nbytes(), str(w.dtype)]}))
+first = {"events": events[:], "peak": dict(peak),
+         "grad": [w.untyped_storage().data_ptr(), b.untyped_storage().data_ptr(),
+                  w.untyped_storage().nbytes(), str(w.dtype)]}
+# as torch 2.13's PipelineStage runs a stage under torchtitan (reshard_after_forward False;
+# stage.py backward_maybe_with_nosync: no gradient sync nor reshard in each backward;
+# perform_reduce_grad after the last: every param group's post_backward)
+from torch.distributed.fsdp import fully_shard as FS
+events.clear()
+p = nn.Sequential(nn.Linear(64, 64, bias=False), nn.Linear(64, 64, bias=False))
+for layer in p:
+    fully_shard(layer, mesh=mesh, mp_policy=mp, reshard_after_forward=False)
+fully_shard(p, mesh=mesh, mp_policy=mp, reshard_after_forward=False)
+phases = []
+for mb in range(3):
+    p.set_is_last_backward(False)
+    p.set_reshard_after_backward(False)
+    p.set_requires_gradient_sync(False)
+    p(torch.randn(2, 64)).float().sum().backward()
+    if mb == 2:
+        p.set_is_last_backward(True)
+        p.set_reshard_after_backward(True)
+        p.set_requires_gradient_sync(True)
+        state = FS.state(p)
+        for st in state._state_ctx.all_states:
+            for group in st._fsdp_param_groups:
+                group.post_backward()
+        state._root_post_backward_final_callback()
+    ctx = p[0]._get_fsdp_state()._comm_ctx
+    names = {id(ctx.all_gather_copy_in_stream): "copy-in", id(ctx.reduce_scatter_stream): "rs"}
+    phases.append([[k, names.get(id(s), "current")] for k, _, s, _ in events])
+    events.clear()
+first["pp"] = phases
+print(json.dumps(first))
 dist.destroy_process_group()
 """
 
@@ -165,6 +195,14 @@ def test_fsdp2_allocates_on_its_side_streams():
     # the sharded gradients are views of their unit's output: weight and bias share it
     w_ptr, b_ptr, nbytes, dtype = got["grad"]
     assert w_ptr == b_ptr and (nbytes, w_ptr) in outputs and dtype == "torch.float32"
+    # under pipelining's policy (three micro-batches): the units are all-gathered in the
+    # first micro-batch's forward only, and no reduce-scatter output exists until the last
+    # micro-batch's backward: in the passes before it the reduce-scatter stream's segments
+    # hold only the previous step's freed gradients (the side pool beside the moment)
+    names = [[s for k, s in ph if k == "all-gather"] for ph in got["pp"]]
+    assert names == [["copy-in"] * 2, [], []]  # the two Linear units (the root holds none)
+    outs = [[s for k, s in ph if k == "reduce-scatter"] for ph in got["pp"]]
+    assert outs == [[], [], ["current", "rs"] * 2]
 
 
 def test_table_5_with_float8_all_gathers_as_the_docs_say():
