@@ -2,9 +2,11 @@
 that runs FSDP2 (the torch stack's --zero 2|3 and torchtitan's) holds, beside the default
 stream's segments, the segments of the two streams FSDP2 allocates on. Read from torch
 2.13's torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py and _fsdp_param_group.py
-(the same code under torch/distributed/_composable/fsdp/ at torch 1963fc8, the torch of
-torchtitan's 2024-12 benchmark tables) and measured on the CPU's caching-allocator rules
-(tests/test_fsdp_streams.py):
+(the same two allocations, in the same streams, in FSDP2's first version,
+torch/distributed/_composable/fsdp/_fsdp_collectives.py at pytorch 01d66d2, 2024: before
+and after torchtitan's 2024-12 benchmark tables, run on torch 1963fc8, not read itself)
+and measured on the CPU (tests/test_fsdp_streams.py: FSDP2 on the fake process group,
+which stream each of its buffers is allocated in):
 
   * GRADIENTS, the reduce-scatter stream's pool. foreach_reduce allocates each unit's
     reduce-scatter output in the reduce-scatter stream (`with device_handle.stream(
