@@ -104,8 +104,9 @@ def test_the_previous_steps_gradient_shards_stay_reserved():
     # torchtitan Table 1, FSDP on 8 GPUs, one micro-batch per rank: at the loss's backward no
     # gradient exists (zero_grad(set_to_none=True)); the previous step's fp32 shards, by
     # hand Llama 3.1 8B's 8,030,261,248 parameters (config.json) × 4 bytes / 8 ranks, were
-    # freed and stay reserved, their per-tensor segments too small for the forward's
-    # activations (planning/reserved.py). Before: reserved 76.0 GiB, allocated + 0.1
+    # freed and stay reserved, in FSDP2's reduce-scatter stream's pool, which serves no
+    # default-stream tensor (planning/parallel/fsdp_streams.py). Before: reserved 76.0 GiB,
+    # allocated + 0.1
     a = answer(PR.RUNS["torchtitan Table 1 (8B, 8 GPUs): FSDP"])
     shards = 8_030_261_248 * 4 // 8
     assert a.reserved - a.allocated >= shards * 8 // 10
