@@ -24,7 +24,13 @@ streams), from the second step on:
     copies hold segments of their own: one block's offloaded tensors (the plan's in-flight
     bound) packed apart, reserved beside the compute stream's segments from the first
     backward pass on. The copies to the CPU go to pinned host memory (torch.empty_like(...,
-    pin_memory=True), CUDA's host allocator): nothing reserved on the device."""
+    pin_memory=True), CUDA's host allocator): nothing reserved on the device.
+
+Not modelled: the first step's order of allocation. Its loss's B·T·V tensors cut segments
+that the first backward's gradients and AdamW's lazily made state then fill when no
+activation left other free blocks (an offloaded step), so every later step's loss cuts
+them again; tests/test_reserved_replay.py replays a traced step (allocator.Replay) and
+meets the H200's reserved peak where this moment packing stays 0.80 of it."""
 from __future__ import annotations
 
 from accounting.planning import activation_offload as AO
