@@ -35,7 +35,7 @@ def test_the_recipes_order_as_measured(measured):
     assert measured["fused-linear"]["plan"] < measured["chunked"]["plan"]
 
 
-@pytest.mark.parametrize("variant", ["eager", "chunked", "fused-linear", "offload", "compile"])
+@pytest.mark.parametrize("variant", ["eager", "chunked", "fused-linear", "compile"])
 def test_the_reserved_figure_is_a_lower_bound(measured, variant):
     # the H200's max_memory_reserved over the second step: the plan's reserved peak (the
     # moment's tensors in the allocator's segments, the previous step's gradient segments,
@@ -44,11 +44,16 @@ def test_the_reserved_figure_is_a_lower_bound(measured, variant):
     assert r["plan"] <= r["plan_reserved"] <= r["measured_reserved"]
 
 
-def test_offload_reserved_holds_the_stream_pool_and_the_freed_gradients(measured):
+def test_offload_reserved_follows_the_first_steps_history(measured):
     # measured: 39.08 GB reserved over 27.42 GB allocated. The fresh packing of the peak's
-    # tensors planned 27.87 GB (0.713 of it); the gradients' segments freed by zero_grad
-    # (4.96 GB, partly reused by autocast's weight copies) and one block's copies on the
-    # offloading stream (1.35 GB, a pool of their own) bring it to 31.15 GB
+    # tensors planned 27.87 GB (0.713 of it); the gradients' segments freed by zero_grad and
+    # one block's copies on the offloading stream brought it to 31.15 GB (0.797). The rest
+    # is the first step's history (planning/reserved_steps.py, found by replaying a traced
+    # step: tests/test_reserved_replay.py): the first step's loss segments hold the first
+    # gradients and AdamW's state, and every later step's loss cuts its own. Within 3%: the
+    # plan is the flag's torchtune rule (the loss's tensors kept, a second stream), the run
+    # save_on_cpu on one stream (tests/test_reserved_replay.py holds the replay of the run's
+    # own recipe to the measurement)
     r = measured["offload"]
-    assert r["plan_reserved"] / r["measured_reserved"] >= 0.79
-    assert r["plan_reserved"] - r["plan"] > 3 * 10**9
+    assert abs(r["plan_reserved"] / r["measured_reserved"] - 1) <= 0.03
+    assert r["plan_reserved"] - r["plan"] > 10 * 10**9

@@ -34,6 +34,9 @@ parallel/fsdp_streams.py). The rest of the history (segments cut for transients 
 remainders the moment's tensors cannot use) is not modelled: ../shared/gpu/README.md
 measures the reserved peak 12–30% above the allocated one on an H200 (its "allocator
 reserved" column), and tests/test_allocator.py holds this model below those measurements.
+`Replay` runs the same rules over a sequence of allocations and frees, merging a freed
+block with its free neighbours (free_block): a step's whole trace, history included
+(tests/test_reserved_replay.py replays model/'s two H200 steps, traced on the CPU).
 A verdict ("fits") compares the allocated peak with the usable memory, as the one-GPU plan
 measured within ±3% does; the reserved figure is printed beside it.
 """
@@ -152,3 +155,84 @@ def split_over(total: int, numels) -> list[tuple[int, int]]:
         b = total * n // whole
         per[b] = per.get(b, 0) + 1
     return sorted(per.items(), key=lambda kv: -kv[0])
+
+
+class Replay:
+    """The caching allocator run over a sequence of allocations and frees (one stream,
+    expandable_segments off), for a trace of a whole step where the moment packing above
+    (`reserved`) sees one moment: the history that packing leaves out (what earlier
+    tensors cut and what later ones then occupy) is in the sequence itself. The rules, read
+    from CUDACachingAllocator.cpp as above:
+
+      * malloc: round_size, the pool by size; get_free_block takes the smallest free block
+        of at least that size in the pool (BlockComparatorSize orders by stream, size, then
+        address: best fit, the lowest address on a tie); none: alloc_block cudaMallocs
+        get_allocation_size's segment;
+      * should_split: the rest of the block stays free in the pool as a block of its own;
+      * free_block: the block returns to its pool merged with its free neighbours of the
+        same segment (try_merge_blocks on prev and next); no segment is released
+        (release_cached_blocks runs on empty_cache or a failed cudaMalloc only).
+
+    `alloc(key, nbytes)` and `free(key)`; `reserved`, `allocated` (the blocks' bytes, as
+    memory_allocated counts them) and their peaks; `reset_peaks()` as
+    torch.cuda.reset_peak_memory_stats."""
+
+    def __init__(self) -> None:
+        self.free_blocks = {True: [], False: []}  # per pool (small?): sorted (size, address)
+        self.blocks: dict[int, list] = {}  # address -> [size, allocated, prev, next, small]
+        self.at: dict = {}  # key -> address
+        self.reserved = self.allocated = self.peak_reserved = self.peak_allocated = 0
+        self._next = 0
+
+    def alloc(self, key, nbytes: int) -> None:
+        size = round_size(nbytes)
+        small = size <= KSMALL_SIZE
+        pool = self.free_blocks[small]
+        i = bisect_left(pool, (size, -1))
+        if i == len(pool):
+            segment = allocation_size(size)
+            address, self._next = self._next, self._next + 2 * segment  # never adjacent
+            self.blocks[address] = [segment, False, None, None, small]
+            self.reserved += segment
+            self.peak_reserved = max(self.peak_reserved, self.reserved)
+        else:
+            address = pool.pop(i)[1]
+        b = self.blocks[address]
+        if _should_split(small, b[0] - size, False):
+            rest = address + size
+            self.blocks[rest] = [b[0] - size, False, address, b[3], small]
+            if b[3] is not None:
+                self.blocks[b[3]][2] = rest
+            b[0], b[3] = size, rest
+            insort(pool, (self.blocks[rest][0], rest))
+        b[1] = True
+        self.at[key] = address
+        self.allocated += b[0]
+        self.peak_allocated = max(self.peak_allocated, self.allocated)
+
+    def free(self, key) -> None:
+        address = self.at.pop(key)
+        b = self.blocks[address]
+        b[1] = False
+        self.allocated -= b[0]
+        pool = self.free_blocks[b[4]]
+        nxt = b[3]
+        if nxt is not None and not self.blocks[nxt][1]:  # absorb the next block
+            n = self.blocks.pop(nxt)
+            pool.remove((n[0], nxt))
+            b[0], b[3] = b[0] + n[0], n[3]
+            if n[3] is not None:
+                self.blocks[n[3]][2] = address
+        prev = b[2]
+        if prev is not None and not self.blocks[prev][1]:  # the previous block absorbs it
+            p = self.blocks[prev]
+            pool.remove((p[0], prev))
+            p[0], p[3] = p[0] + b[0], b[3]
+            if b[3] is not None:
+                self.blocks[b[3]][2] = prev
+            del self.blocks[address]
+            address, b = prev, p
+        insort(pool, (b[0], address))
+
+    def reset_peaks(self) -> None:
+        self.peak_reserved, self.peak_allocated = self.reserved, self.allocated

@@ -26,7 +26,14 @@ streams), from the second step on:
     copies hold segments of their own: one block's offloaded tensors (the plan's in-flight
     bound) packed apart, reserved beside the compute stream's segments from the first
     backward pass on. The copies to the CPU go to pinned host memory (torch.empty_like(...,
-    pin_memory=True), CUDA's host allocator): nothing reserved on the device."""
+    pin_memory=True), CUDA's host allocator): nothing reserved on the device.
+
+  * FIRST_STEP: under --offload activations the first step's order of allocation decides
+    the reserve: its loss's B·T·V tensors cut segments that the first backward's gradients
+    and AdamW's lazily made state then fill (the offloaded activations cut no other free
+    blocks), so every later step's loss cuts them again. The moment packing above cannot
+    see it: the reserved figure is the larger of that packing and two steps replayed
+    through the allocator (reserved_steps.py), where those rules hold."""
 from __future__ import annotations
 
 from accounting.planning import activation_offload as AO
@@ -34,6 +41,7 @@ from accounting.planning import allocator as AL
 from accounting.planning import compile_memory as CM
 from accounting.planning import cuda_peak as CP
 from accounting.planning import loss_memory as LM
+from accounting.planning import reserved_steps as RSQ
 
 
 def _state_groups(model, v, terms) -> list[tuple[int, int]]:
@@ -98,6 +106,9 @@ def one_gpu(model, batch: int, seq: int, expandable: bool = False,
     if rest > 0:
         groups.append((rest, 1))
     total = allocated + max(0, AL.slack(groups, expandable, cached, fresh)) + stream
+    if model.offload_activations and not expandable:  # FIRST_STEP: two steps replayed
+        steps = RSQ.two_steps(model, batch, seq)
+        total = max(total, steps[0]) if steps is not None else total
     if capacity is not None and total > capacity:
         total = max(capacity, allocated + max(0, AL.slack(groups, expandable)))
     return total, peak.name

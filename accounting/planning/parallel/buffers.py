@@ -77,7 +77,7 @@ def engine_buffers(sp: Split, layout: Layout, p: Precision, st: States, stage: i
                              "the default)"))
     elif d > 1 and z >= 2:
         gathered = p.master_bytes  # no MixedPrecisionPolicy: autocast makes the bf16 copies
-        blocks, root = _fsdp_units(layout, st)
+        blocks, root = _fsdp_units(layout, st, grads=True)
         bb, rb = _fsdp_units(layout, st, gathered, f8)  # in bytes (fp8 weights: 1 each)
         held = sum(bb) if z == 2 else sum(sorted(bb)[-2:])
         out.append(Item("FSDP2 gathered fp32 units" + (" (every unit, forward to backward)"
@@ -120,10 +120,14 @@ def engine_buffers(sp: Split, layout: Layout, p: Precision, st: States, stage: i
 
 
 def _fsdp_units(layout: Layout, st: States, width: int = 1,
-                f8: frozenset[str] = frozenset()) -> tuple[list[int], int]:
+                f8: frozenset[str] = frozenset(), grads: bool = False) -> tuple[list[int], int]:
     """Elements FSDP2 gathers per block (a block with its routed experts' unit) and for the
-    root; or their bytes at `width` bytes an element, the weights named in f8 at one."""
+    root; or their bytes at `width` bytes an element, the weights named in f8 at one.
+    `grads`: the elements of their unsharded gradients instead (the trained tensors': a
+    frozen one has none, states.py FROZEN)."""
     def size(u, n: int) -> int:
+        if grads:
+            return u.unsharded_grads(n)
         e8 = u.gathered_of(n, f8)[0] if f8 else 0
         return (u.unsharded_padded(n) - e8) * width + e8
     per_layer: dict[int, int] = {}
@@ -136,7 +140,7 @@ def _fsdp_units(layout: Layout, st: States, width: int = 1,
 
 def _fsdp_bf16(layout: Layout, st: States, f8: frozenset[str] = frozenset(),
                keep_unsharded: bool = False) -> list[Item]:
-    blocks, root = _fsdp_units(layout, st)
+    blocks, root = _fsdp_units(layout, st, grads=True)
     bb, rb = _fsdp_units(layout, st, 2, f8)
     every = layout.sharding == 2 or (keep_unsharded and layout.pp > 1)
     held = sum(bb) if every else sum(sorted(bb)[-2:])

@@ -286,7 +286,9 @@ def data_parallel(layout: Layout, st: States, precision: Precision, buffer_bytes
         gathered = _gathered(st, name, units, n)
         group, sym = (EXPERT_DATA, "e") if name == "routed experts" else (DATA, "d")
         f8, w8 = (sum(x) for x in zip((0, 0), *(u.gathered_of(n, fp8_weights) for u in units)))
-        ag, rs = (gathered - f8) * param_bytes + f8 * FSDP_FP8_ALL_GATHER_BYTES, gathered * g
+        # the reduce-scatter: the trained tensors' gradients only (states.py FROZEN)
+        ag = (gathered - f8) * param_bytes + f8 * FSDP_FP8_ALL_GATHER_BYTES
+        rs = sum(u.unsharded_grads(n) for u in units) * g
         pf = f"{sym}·Σ⌈rows/{sym}⌉·cols·{param_bytes}" + (" (fp8 weights: ·1)" if f8 else "")
         passes = [(FORWARD, "")] + ([(BACKWARD, ", again")] if z == 3 and not once_per_step
                                     else [])

@@ -100,7 +100,9 @@ def _cuda(sp, values: dict[str, int], autocast, implementation: str, tp: int, lo
     count = dict(kinds)
     total, what = Linear(0, 0), []
     for a in CP.attention(acts, values):
-        kind = next(k for k in count if a.what.startswith(f"{k} blocks"))
+        kind = next((k for k in count if a.what.startswith(f"{k} blocks")), None)
+        if kind is None:  # a kind of block this stage holds none of (DeepSeek's dense first
+            continue  # layers on stage 0 only)
         per = a.bytes.evaluate({**v1, **{k: 0 for k in count}, kind: count[kind]})
         total = total + Linear(per * in_flight, 0)
         what.append(a.rule)

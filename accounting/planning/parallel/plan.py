@@ -173,11 +173,16 @@ def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage:
         items = [Item(f"parameters ({p.param_dtype}{shards})", fsdp_params,
                       A.Linear(0, st.params * p.master_bytes), model_state=True,
                       per_element=p.master_bytes)]
+        # a frozen tensor (DeepSeek-V3.2's indexer under transformers) has neither
+        # (states.py FROZEN)
+        frozen = any(not t.trained for u in units for t in u.tensors)
+        t_sym = f"({n_sym} − N_frozen)" if frozen else n_sym
         items.append(Item(f"gradients ({p.grad_dtype}{shards})",
-                          f"{p.grad_bytes}·Σ{b_sym}" if z >= 2 else f"{p.grad_bytes}·{n_sym}",
+                          f"{p.grad_bytes}·Σ{b_sym}" + (" (trained tensors)" if frozen else "")
+                          if z >= 2 else f"{p.grad_bytes}·{t_sym}",
                           A.Linear(0, st.grads * p.grad_bytes), model_state=True,
                           per_element=p.grad_bytes))
-        items += optimizer_items(units, dl, st, optimizer, p, n_sym)
+        items += optimizer_items(units, dl, st, optimizer, p, t_sym)
         update = None if is_default(optimizer) else update_flops(units, dl, st, optimizer)
         items += fp8_items(sp, units, p, values)
     if stage == 0:  # issue 41: a frozen vision tower's weights (a trained one is in `st`)

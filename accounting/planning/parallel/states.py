@@ -21,6 +21,19 @@ efsdp·ep > E (layout.expert_shard_dim); DeepSpeed-MoE builds the same expert-da
 groups (groups._create_expert_and_data_parallel). The router and the shared experts are
 dense weights: replicated over EP, sharded over all dp ranks with the rest of their block.
 
+FROZEN: a tensor the ledger marks frozen (R.Param.frozen: trace.py's untrained() regions
+and requires_grad=False, the one-GPU plan's rule, training_state.tensors) gets no gradient
+and no optimizer state on any stack or layout, its parameter kept: DeepSeek-V3.2's indexer
+under transformers (DeepseekV32Indexer.forward is @torch.no_grad(), transformers 5.23
+modeling_deepseek_v32.py, so its weights' .grad stays None), ERNIE 4.5's router statics, a
+LoRA plan's base. torch.optim.AdamW skips a parameter whose .grad is None (no state, no
+step counter: torch/optim/adam.py Adam._init_group, which AdamW inherits: `if p.grad is not None`); FSDP2 reduce-scatters only the parameters
+whose unsharded .grad is set (torch 2.13 _fsdp_param_group.py FSDPParamGroup.post_backward:
+fsdp_params_with_grad), so no sharded gradient exists for the others;
+ZeroRedundancyOptimizer partitions every parameter it is given (the indexer's require grad)
+and keeps state for those stepped. DDP's buckets stay sized by every parameter that
+requires grad (buffers.py; the indexer's, never ready, need find_unused_parameters=True).
+
 The ZeRO paper's formula (Rajbhandari et al. 2020, §5.1, Figure 1) is `zero_paper_bytes`
 (accounting/literature/memory_formulas.py):
 (2 + 2 + K)·Ψ per GPU for plain data parallelism, (2 + 2 + K/N_d)·Ψ with the optimizer
@@ -61,6 +74,11 @@ class Local:
         """Elements per index of the sharded dimension."""
         return prod(self.sizes) // self.sizes[self.dim]
 
+    @property
+    def trained(self) -> bool:
+        """Given a gradient by the backward pass (FROZEN: not a frozen tensor)."""
+        return not self.tensor.frozen
+
     def padded(self, d: int) -> int:
         """Elements of FSDP's padded shard: ⌈rows/d⌉ rows (of the sharded dimension)."""
         return -(-self.sizes[self.dim] // d) * self.rest
@@ -84,8 +102,14 @@ class Unit:
         return sum(t.padded(d) for t in self.tensors)
 
     def unsharded_padded(self, d: int) -> int:
-        """Elements FSDP all-gathers (and reduce-scatters): d padded shards."""
+        """Elements FSDP all-gathers: d padded shards."""
         return d * self.padded(d)
+
+    def unsharded_grads(self, d: int) -> int:
+        """Elements of the unit's unsharded gradients FSDP2 reduce-scatters: d padded shards
+        of its trained tensors only (FROZEN: foreach_reduce takes the parameters whose
+        unsharded .grad is set)."""
+        return d * sum(t.padded(d) for t in self.tensors if t.trained)
 
     def gathered_of(self, d: int, names: frozenset[str]) -> tuple[int, int]:
         """(elements, tensors) of the named tensors in the all-gather (the fp8 weights)."""
@@ -204,40 +228,49 @@ def _zero1_owned(flat: list[Local], d: int, rank: int) -> list[int]:
 
 def states(units: list[Unit], layout: Layout, dp_rank: int = 0) -> States:
     """With ep > 1 the routed experts' units are sharded over the expert-data-parallel group
-    (dp/ep ranks; this rank's place in it: dp_rank // ep), the rest over the dp ranks."""
+    (dp/ep ranks; this rank's place in it: dp_rank // ep), the rest over the dp ranks.
+    Gradients and moments are the trained tensors' only (FROZEN); the parameters all."""
     d, z = layout.dp, layout.sharding
     dense = [t for u in units if not u.expert for t in u.tensors]
     expert = [t for u in units if u.expert for t in u.tensors]
     flat = dense + expert
     numel = sum(t.numel for t in flat)
+    trained = [t for t in flat if t.trained]
+    grads = sum(t.numel for t in trained)
     matmul = sum(t.tensor.matmul_weight * t.numel for t in flat)
     e_numel = sum(t.numel for t in expert)
     extra = dict(expert_numel=e_numel, expert_tensors=len(expert))
     e, e_rank = layout.edp, dp_rank // layout.ep
     if z == 0:
-        return States(numel, numel, numel, numel, len(flat), len(flat), matmul, numel,
+        return States(numel, numel, grads, grads, len(flat), len(trained), matmul, numel,
                       tuple(units), dp_rank, **extra)
     if z == 1:  # one ZeroRedundancyOptimizer per group (Megatron-LM: its distributed optimizer)
-        owned = [dense[i] for i in _zero1_owned(dense, d, dp_rank)] + \
-                [expert[i] for i in _zero1_owned(expert, e, e_rank)]
+        owned = [t for t in [dense[i] for i in _zero1_owned(dense, d, dp_rank)] +
+                 [expert[i] for i in _zero1_owned(expert, e, e_rank)] if t.trained]
         mine = sum(t.numel for t in owned)
-        return States(numel, numel, numel, mine, len(flat), len(owned), matmul, numel,
+        return States(numel, numel, grads, mine, len(flat), len(owned), matmul, numel,
                       tuple(units), dp_rank, **extra)
     padded = sum(t.padded(d) for t in dense) + sum(t.padded(e) for t in expert)
     shard = sum(t.shard(d, dp_rank) for t in dense) + sum(t.shard(e, e_rank) for t in expert)
+    grads = sum(t.padded(d) for t in dense if t.trained) + \
+        sum(t.padded(e) for t in expert if t.trained)
+    moments = sum(t.shard(d, dp_rank) for t in dense if t.trained) + \
+        sum(t.shard(e, e_rank) for t in expert if t.trained)
     # every tensor has a shard on every rank, possibly empty (rows < d); AdamW still keeps a
-    # step counter for an empty one
-    return States(padded, shard, padded, shard, len(flat), len(flat), matmul, numel,
+    # step counter for an empty one (a trained one: FROZEN)
+    return States(padded, shard, grads, moments, len(flat), len(trained), matmul, numel,
                   tuple(units), dp_rank, **extra)
 
 
 def zero1_worst_rank(units: list[Unit], layout: Layout) -> int:
     """The data-parallel rank with the most AdamW state under ZeroRedundancyOptimizer (with
-    ep > 1: its dense share over dp ranks plus its experts' share over dp/ep ranks)."""
-    def loads(tensors: list[int], d: int) -> list[int]:
-        return [sum(tensors[i] for i in o) for o in zero1_partition(tensors, d)]
-    dense = loads([t.numel for u in units if not u.expert for t in u.tensors], layout.dp)
-    expert = loads([t.numel for u in units if u.expert for t in u.tensors], layout.edp)
+    ep > 1: its dense share over dp ranks plus its experts' share over dp/ep ranks): the
+    partition over every tensor, the state of the trained ones (FROZEN)."""
+    def loads(tensors: list[Local], d: int) -> list[int]:
+        return [sum(tensors[i].numel for i in o if tensors[i].trained)
+                for o in zero1_partition([t.numel for t in tensors], d)]
+    dense = loads([t for u in units if not u.expert for t in u.tensors], layout.dp)
+    expert = loads([t for u in units if u.expert for t in u.tensors], layout.edp)
     total = [dense[r] + expert[r // layout.ep] for r in range(layout.dp)]
     return total.index(max(total))
 
@@ -260,7 +293,13 @@ def updated(units: list[Unit], layout: Layout,
     """The tensors this rank's optimizer updates and the shape it sees of each: every
     TP-local tensor (stage 0); the whole tensors ZeroRedundancyOptimizer assigns it (stage
     1); its FSDP2 shard of each, ⌈rows/d⌉ or fewer rows of the sharded dimension, unpadded
-    (stages 2-3: the optimizer steps the DTensor's local tensor)."""
+    (stages 2-3: the optimizer steps the DTensor's local tensor). A frozen tensor is updated
+    by none (FROZEN)."""
+    return [(t, shape) for t, shape in _updated(units, layout, dp_rank) if t.trained]
+
+
+def _updated(units: list[Unit], layout: Layout,
+             dp_rank: int = 0) -> list[tuple[Local, tuple[int, ...]]]:
     d, z = layout.dp, layout.sharding
     dense = [t for u in units if not u.expert for t in u.tensors]
     expert = [t for u in units if u.expert for t in u.tensors]
