@@ -387,3 +387,38 @@ def test_table_4_candidates_by_hand():
         if ws:
             assert ws.bytes == G // 2 and ws.at_peak and not ws.in_reserved
         assert TC.explained(list(c.values())) == 0
+
+
+@pytest.mark.slow  # a fresh interpreter compiling three blocks on the fake process group: ~40 s
+@pytest.mark.parametrize("recompute", ["none", "selective", "full"])
+def test_compiled_tp_block_saves_what_the_plan_keeps(recompute):
+    """Measured (tests/titan_compile_measure.py, one TP rank of 4, sequence parallel): what a
+    compiled torchtitan block saves under each checkpointing mode, plus its input (the
+    measurement leaves it out), equals the plan's per-block bytes under --compile, read off
+    the backward's start as tests/test_compile_memory.py does without TP. By hand, what the
+    partitioner drops against the eager block: no checkpointing, the SiLU output
+    (2·b·T·(d_ff/tp)); per-op SAC, the W2 output (2·b·T·h, its last mm) and the
+    reduce-scattered feed-forward output (2·b·(T/tp)·h: saved by the policy's
+    reduce_scatter_tensor, read by no backward op); full, nothing but the generator's
+    state (torch.get_rng_state's bytes: the recomputed attention's RNG, functionalized)."""
+    import titan_compile_measure as TM
+    from accounting.planning.parallel.peak import AT_BACKWARD
+    got = _compiled()
+    measured = got[recompute]["saved"] + 2 * TM.B * (TM.T // TM.TP) * TM.H
+    if recompute == "full":
+        measured -= got["rng_state_bytes"]
+    c = ModelConfig(vocab_size=V, context_length=TM.T, num_layers=2, d_model=TM.H,
+                    num_heads=TM.A, num_kv_heads=TM.KV, head_dim=TM.D, d_ff=TM.FF,
+                    name="titan-tp")
+    lo = Layout(8, tp=TM.TP, dp=2, zero=3, sp=True, global_batch=2 * TM.B,
+                micro_batch=TM.B, recompute=recompute)
+    plans = [parallel_plan(c, lo, TM.T, precision=PRECISIONS["bf16-mixed"],
+                           stack=StackRun(get_stack(TORCHTITAN)), compile=on)
+             for on in (False, True)]
+    at = [next(s.moment_bytes(m, TM.B) for m in s.moments if m.name.startswith(AT_BACKWARD))
+          for s in (p.stages[0] for p in plans)]
+    assert plans[0].per_layer_activation_bytes + (at[1] - at[0]) // c.num_layers == measured
+    b, t, h, f = TM.B, TM.T, TM.H, TM.FF // TM.TP
+    assert plans[0].per_layer_activation_bytes - measured == {
+        "none": 2 * b * t * f, "selective": 2 * b * t * h + 2 * b * (t // TM.TP) * h,
+        "full": 0}[recompute]

@@ -13,16 +13,21 @@ tensors with torch's functional collectives, the ops DTensor's plan dispatches t
 (all_gather_into_tensor, reduce_scatter_tensor, each with its autograd): DTensor itself
 does not compile on the fake backend in torch 2.13 (AOTAutograd hands a DeviceMesh to
 save_from_forward: "expected all tensors_saved_with_vc_check to be Tensors"). Its norm is
-torchtitan's plain RMSNorm (norm_type "rmsnorm": fused_rmsnorm is refused with compile at
-9dec370). Compiled as torchtitan does it, inside a non-reentrant checkpoint
+the stack ledger's fused RMSNorm (tests/test_stack_implementations.py _FusedRMSNorm);
+torchtitan 9dec370 compiles its plain "rmsnorm" (fused_rmsnorm is refused with compile),
+whose compiled partition saves the same bytes (its input and fp32 rstd; measured alike
+with that norm in place). Compiled as torchtitan does it, inside a non-reentrant checkpoint
 (ptd_checkpoint_wrapper(preserve_rng_state=False), then torch.compile(fullgraph=True)),
 with the partitioner inductor uses and the graphs run as traced (tests/test_compile_memory.py
 does the same for the block without TP):
 
-  * "full": checkpointed; the bytes the compiled forward saves beyond the block's input and
-    parameters (saved_tensors_hooks, every storage once), and the functional collectives
-    of the forward and backward graphs;
-  * "none": not checkpointed; the saved tensors' shapes (the gathered inputs among them).
+  * "none", "selective" (torchtitan's per-op SAC policy, tests/test_compile_memory.py
+    _titan_policy: reduce_scatter_tensor in its save list) and "full": the bytes the
+    compiled forward saves beyond the block's input and parameters (saved_tensors_hooks,
+    every storage once), and the functional collectives of the forward and backward
+    graphs. The block's ops are tests/test_stack_implementations.py _titan_block's (the
+    torchtitan stack's ledger), so the plan's per-block bytes under --compile are held to
+    these (tests/test_titan_tp.py).
 """
 from __future__ import annotations
 
@@ -50,12 +55,19 @@ def _weights():
                 wo=p(H, a * D), w1=p(f, H), w3=p(f, H), w2=p(H, f))
 
 
-def _block(w, group):
-    a, kv = A // TP, KV // TP
+def _freqs_cis():  # complex64, as torchtitan's precompute_freqs_cis
+    freqs = 1.0 / (10000.0 ** (torch.arange(0, D, 2).float() / D))
+    angles = torch.outer(torch.arange(T).float(), freqs)
+    return torch.polar(torch.ones_like(angles), angles)
 
-    def norm(x, weight):  # torchtitan's RMSNorm (models/norms.py at 9dec370)
-        xf = x.float()
-        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-5)).type_as(x) * weight
+
+def _block(w, fc, group):
+    """tests/test_stack_implementations.py _titan_block's ops (the torchtitan stack's ledger:
+    its fused RMSNorm's saved input and rstd, RoPE, repeat_kv's copies, SDPA) on one TP
+    rank: the norms on the sequence shard, each sublayer's input gathered, a/tp and g/tp
+    heads, d_ff/tp columns, the row-parallel outputs reduce-scattered."""
+    from test_stack_implementations import _FusedRMSNorm
+    a, kv, rep = A // TP, KV // TP, A // KV
 
     def gather(x):  # PrepareModuleInput: Shard(1) -> Replicate()
         return funcol.all_gather_tensor_autograd(x, gather_dim=1, group=group)
@@ -63,14 +75,21 @@ def _block(w, group):
     def scatter(x):  # RowwiseParallel(output_layouts=Shard(1))
         return funcol.reduce_scatter_tensor_autograd(x, "sum", scatter_dim=1, group=group)
 
+    def rope(x):  # apply_rotary_emb
+        x_ = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))
+        return torch.view_as_real(x_ * fc.view(1, T, 1, D // 2)).flatten(3).type_as(x)
+
     def block(x):
-        y = gather(norm(x, w["n1"]))
-        q = (y @ w["wq"].t()).view(B, T, a, D).transpose(1, 2)
-        k = (y @ w["wk"].t()).view(B, T, kv, D).transpose(1, 2).repeat_interleave(a // kv, 1)
-        v = (y @ w["wv"].t()).view(B, T, kv, D).transpose(1, 2).repeat_interleave(a // kv, 1)
-        o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + scatter(o.transpose(1, 2).reshape(B, T, -1) @ w["wo"].t())
-        z = gather(norm(x, w["n2"]))
+        y = gather(_FusedRMSNorm.apply(x, w["n1"]))
+        q = rope((y @ w["wq"].t()).view(B, T, a, D))
+        k = rope((y @ w["wk"].t()).view(B, T, kv, D))
+        v = (y @ w["wv"].t()).view(B, T, kv, D)
+        k = k.unsqueeze(3).expand(B, T, kv, rep, D).reshape(B, T, a, D)
+        v = v.unsqueeze(3).expand(B, T, kv, rep, D).reshape(B, T, a, D)
+        o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
+                                           v.transpose(1, 2), is_causal=True)
+        x = x + scatter(o.transpose(1, 2).contiguous().view(B, T, a * D) @ w["wo"].t())
+        z = gather(_FusedRMSNorm.apply(x, w["n2"]))
         return x + scatter((F.silu(z @ w["w1"].t()) * (z @ w["w3"].t())) @ w["w2"].t())
     return block
 
@@ -81,25 +100,28 @@ def _collectives(gm) -> list[list]:
             and n.target._opname != "wait_tensor"]
 
 
-def measure(group, checkpointed: bool) -> dict:
+def measure(group, recompute: str) -> dict:
     from functorch.compile import min_cut_rematerialization_partition
     from torch._dynamo.backends.common import aot_autograd
     from torch.utils.checkpoint import checkpoint
+    from test_compile_memory import _titan_policy  # torchtitan's per-op SAC policy
     torch._dynamo.reset()
-    w = _weights()
-    block = _block(w, group)
+    w, fc = _weights(), _freqs_cis()
+    block = _block(w, fc, group)
 
     def fn(x):
-        if checkpointed:
-            return checkpoint(block, x, use_reentrant=False, preserve_rng_state=False)
-        return block(x)
+        if recompute == "none":
+            return block(x)
+        return checkpoint(block, x, use_reentrant=False, preserve_rng_state=False,
+                          **({"context_fn": _titan_policy} if recompute == "selective" else {}))
     graphs = {}
     backend = aot_autograd(fw_compiler=lambda gm, _: graphs.setdefault("forward", gm),
                            bw_compiler=lambda gm, _: graphs.setdefault("backward", gm),
                            partition_fn=min_cut_rematerialization_partition)
     compiled = torch.compile(fn, backend=backend, fullgraph=True)
     x = torch.randn(B, T // TP, H, dtype=torch.bfloat16, requires_grad=True)
-    owned = {t.untyped_storage().data_ptr() for t in [x, *w.values()]}
+    compiled(x).sum().backward()  # compiled outside the hooks
+    owned = {t.untyped_storage().data_ptr() for t in [x, fc, *w.values()]}
     seen = {}
 
     def pack(z):
@@ -119,8 +141,8 @@ def main() -> None:
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=TP)
     try:
         group = init_device_mesh("cpu", (TP,)).get_group()
-        out = {"full": measure(group, True), "none": measure(group, False),
-               "rng_state_bytes": torch.get_rng_state().numel()}
+        out = {r: measure(group, r) for r in ("none", "selective", "full")}
+        out["rng_state_bytes"] = torch.get_rng_state().nbytes
     finally:
         dist.destroy_process_group()
     json.dump(out, sys.stdout)
