@@ -368,7 +368,7 @@ def test_async_tp_fused_kernels_allocate_the_unfused_bytes():
 
 def _table_4_candidates(async_tp: bool):
     from accounting.cli.titan_compile_table import table_4
-    return next(c for name, _, c in table_4() if name.endswith("AsyncTP") == async_tp)
+    return next(c for name, _, c, _ in table_4() if name.endswith("AsyncTP") == async_tp)
 
 
 def test_table_4_candidates_by_hand():
@@ -387,6 +387,15 @@ def test_table_4_candidates_by_hand():
         if ws:
             assert ws.bytes == G // 2 and ws.at_peak and not ws.in_reserved
         assert TC.explained(list(c.values())) == 0
+        # the transients, by hand: 2 + 4 GiB and the fp8 weights and transposes, 2·(h·(a/tp
+        # + 2·g/tp)·d + (a/tp)·d·h + 3·h·(d_ff/tp)) = 2·(8192·10·128 + 8·128·8192 +
+        # 3·8192·3584) bytes; with them all live a block's backward stays below the
+        # loss's backward, the peak (the plan's moments)
+        assert TC.transients(list(c.values())) == 6 * G + 2 * (8192 * 10 * 128 + 8 * 128 * 8192
+                                                               + 3 * 8192 * 3584)
+    from accounting.cli.titan_compile_table import table_4
+    for _, a, cands, block in table_4():
+        assert block + TC.transients(cands) < a.allocated and a.moment.startswith("start of")
 
 
 @pytest.mark.slow  # a fresh interpreter compiling three blocks on the fake process group: ~40 s

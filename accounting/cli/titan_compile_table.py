@@ -12,8 +12,23 @@ def _flag(run, name: str) -> int:
     return int(run.flags[run.flags.index(name) + 1])
 
 
+def _block_moment(run) -> int:
+    """The plan's allocated bytes at a block's backward (its recomputed activations live)."""
+    import contextlib
+    import io
+    import json
+    from accounting.cli.main import main
+    from accounting.planning.parallel.peak import AT_BLOCK_BACKWARD
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        main(["plan", run.model, *run.flags, "--format", "json"])
+    moments = json.loads(out.getvalue())["stages"][0]["moments"]
+    return next(m["bytes"] for m in moments if m["name"].startswith(AT_BLOCK_BACKWARD))
+
+
 def table_4() -> list:
-    """(row name, its Answer, its candidates) for Table 4's two rows."""
+    """(row name, its Answer, its candidates, the plan's allocated bytes at a block's
+    backward) for Table 4's two rows."""
     from accounting.cli.published_table import answer
     from accounting.literature import published_runs as PR
     from accounting.planning.parallel import titan_compile as TC
@@ -29,7 +44,7 @@ def table_4() -> list:
         cands = TC.candidates(c, _flag(run, "--micro-batch"), _flag(run, "--ctx"),
                               _flag(run, "--tp"), fp8_gather="fp8-torchao" in run.flags,
                               async_tp="--async-tp" in run.flags)
-        out.append((name.split(": ", 1)[1], answer(run), cands))
+        out.append((name.split(": ", 1)[1], answer(run), cands, _block_moment(run)))
     return out
 
 
@@ -42,7 +57,7 @@ def markdown() -> str:
         lines.append(f"| {x.name} | {x.bytes / _GIB:.2f} | {'yes' if x.at_peak else 'no'} | "
                      f"{'yes' if x.in_reserved else 'no'} | {x.async_tp} |")
     lines.append("")
-    for row, a, cands in rows:
+    for row, a, cands, block in rows:
         # the plan's reserved figure holds every tensor of the moment; torch's counts only
         # the caching allocator's segments (async TP's workspace is outside them)
         outside = sum(x.bytes for x in cands if x.at_peak and not x.in_reserved)
@@ -51,7 +66,11 @@ def markdown() -> str:
         lines.append(f"{row}: measured {float(a.run.measured_gib):.1f} GiB, plan "
                      f"{a.reserved / _GIB:.1f} GiB reserved{note}, gap "
                      f"{float(a.run.measured_gib) - ours:.1f} GiB; the candidates explain "
-                     f"{TC.explained(cands) / _GIB:.1f} GiB of it.")
+                     f"{TC.explained(cands) / _GIB:.1f} GiB of it. A block's backward: "
+                     f"{block / _GIB:.1f} GiB allocated, {TC.transients(cands) / _GIB:.1f} "
+                     f"GiB more with every transient above live at once, "
+                     f"{(a.allocated - block - TC.transients(cands)) / _GIB:.1f} GiB below "
+                     f"the loss's backward.")
     return "\n".join(lines) + "\n"
 
 

@@ -99,6 +99,12 @@ def candidates(config, micro_batch: int, seq: int, tp: int, fp8_gather: bool,
     return out
 
 
+def transients(cands: list[Candidate]) -> int:
+    """The bytes of the candidates live only while a block runs (not at the loss's backward),
+    all at once: an upper bound of what they add to a block's backward moment."""
+    return sum(x.bytes for x in cands if not x.at_peak)
+
+
 def explained(cands: list[Candidate]) -> int:
     """The bytes the candidates add inside the reserved figure at the peak moment."""
     return sum(x.bytes for x in cands if x.at_peak and x.in_reserved)
