@@ -10,9 +10,12 @@ The block is torchtitan's Llama block under apply_tp's plan (parallelize_llama.p
 9dec370: SequenceParallel norms, each sublayer's input all-gathered once, Colwise
 wq/wk/wv/w1/w3, Rowwise(output_layouts=Shard(1)) wo/w2) written on each rank's local
 tensors with torch's functional collectives, the ops DTensor's plan dispatches to
-(all_gather_into_tensor, reduce_scatter_tensor, each with its autograd): DTensor itself
-does not compile on the fake backend in torch 2.13 (AOTAutograd hands a DeviceMesh to
-save_from_forward: "expected all tensors_saved_with_vc_check to be Tensors"). Its norm is
+(all_gather_into_tensor, reduce_scatter_tensor, each with its autograd): a DTensor block
+inside torch.utils.checkpoint does not compile on the fake backend in torch 2.13
+(AOTAutograd hands a DeviceMesh to save_from_forward: "expected all
+tensors_saved_with_vc_check to be Tensors"). Without the checkpoint it does, and
+"dtensor_none" is tests/titan_tp_measure.py's DTensor block (apply_tp's own plan) compiled
+so: the check that this block stands for it. Its norm is
 the stack ledger's fused RMSNorm (tests/test_stack_implementations.py _FusedRMSNorm);
 torchtitan 9dec370 compiles its plain "rmsnorm" (fused_rmsnorm is refused with compile),
 whose compiled partition saves the same bytes (its input and fp32 rstd; measured alike
@@ -137,11 +140,40 @@ def measure(group, recompute: str) -> dict:
             "backward": _collectives(graphs["backward"])}
 
 
+def measure_dtensor(mesh) -> int:
+    """The bytes the DTensor block of tests/titan_tp_measure.py (apply_tp's own plan over
+    torchtitan's modules) saves compiled without checkpointing, where DTensor compiles: the
+    check that the functional-collective block above stands for it."""
+    from functorch.compile import min_cut_rematerialization_partition
+    from torch._dynamo.backends.common import aot_autograd
+    import titan_tp_measure as TPM
+    torch._dynamo.reset()
+    blk, fc, x = TPM.build_block(mesh, H, A, KV, D, FF, T, B)
+    backend = aot_autograd(fw_compiler=lambda gm, _: gm, bw_compiler=lambda gm, _: gm,
+                           partition_fn=min_cut_rematerialization_partition)
+    compiled = torch.compile(blk, backend=backend, fullgraph=True)
+    compiled(x, fc).sum().backward()  # compiled outside the hooks
+    owned = {TPM._storage_of(t).data_ptr() for t in [x, fc, *blk.parameters()]}
+    seen = {}
+
+    def pack(z):
+        s = TPM._storage_of(z)
+        if s.data_ptr() not in owned:
+            seen[s.data_ptr()] = s.nbytes()
+        return z
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda z: z):
+        y = compiled(x, fc)
+    y.sum().backward()
+    return sum(seen.values())
+
+
 def main() -> None:
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=TP)
     try:
-        group = init_device_mesh("cpu", (TP,)).get_group()
+        mesh = init_device_mesh("cpu", (TP,))
+        group = mesh.get_group()
         out = {r: measure(group, r) for r in ("none", "selective", "full")}
+        out["dtensor_none"] = measure_dtensor(mesh)
         out["rng_state_bytes"] = torch.get_rng_state().nbytes
     finally:
         dist.destroy_process_group()

@@ -12,9 +12,10 @@ caching allocator's segments, what torchtitan reports):
   * what the compiled block saves: under full checkpointing its input only. Measured
     (tests/titan_compile_measure.py: a torchtitan TP block on its local tensors with
     torch's functional collectives, compiled inside a non-reentrant checkpoint with
-    AOTAutograd's min-cut partitioner on the fake process group): the forward saves the
-    input (and a generator state, 5,056 bytes on the CPU), the backward graph gathers the
-    inputs again. torch/_functorch/partitioners.py force_save_collectives (torch 2.13)
+    AOTAutograd's min-cut partitioner on the fake process group; DTensor's own block does
+    not compile inside a checkpoint there, and without one saves what this block saves):
+    the forward saves the input (and the generator's state: the recomputed attention's
+    RNG, functionalized), the backward graph gathers the inputs again. torch/_functorch/partitioners.py force_save_collectives (torch 2.13)
     forces a collective's output to be saved only outside an activation-checkpoint region
     (`not must_recompute(node)`). micro_pipeline_tp runs after the partition, on the
     forward and backward graphs apart (torch/_inductor/fx_passes/post_grad.py), so async
@@ -32,7 +33,13 @@ caching allocator's segments, what torchtitan reports):
     allocator, so outside max_memory_reserved;
   * inductor's compute/communication reordering (torch/_inductor/config.py
     reorder_for_compute_comm_overlap, default False; torchtitan 9dec370 sets only
-    _micro_pipeline_tp): none in either run.
+    _micro_pipeline_tp): none in either run;
+  * NCCL's recordStream on the collectives' tensors (their blocks' reuse delayed until the
+    NCCL stream is done): torchtitan's init_distributed (torchtitan/utils.py, read at 0011fb9)
+    sets TORCH_NCCL_AVOID_RECORD_STREAMS=1 "to mitigate the memory issue that collectives
+    using async_op=True hold memory longer than they should such as those in tensor
+    parallelism", read by each process group made after it (the device mesh's TP group):
+    none in either run (not a row of the table).
 
 None is live inside the reserved figure at the loss's backward: the rows' gaps (the
 measured figure less the plan's reserved) are not explained here. Their likely cause is
