@@ -15,8 +15,9 @@ caching allocator's segments, what torchtitan reports):
     AOTAutograd's min-cut partitioner on the fake process group; DTensor's own block does
     not compile inside a checkpoint there, and without one saves what this block saves):
     the forward saves the input (and the generator's state: the recomputed attention's
-    RNG, functionalized), the backward graph gathers the inputs again. torch/_functorch/partitioners.py force_save_collectives (torch 2.13)
-    forces a collective's output to be saved only outside an activation-checkpoint region
+    RNG, functionalized), the backward graph gathers the inputs again.
+    torch/_functorch/partitioners.py force_save_collectives (torch 2.13) forces a
+    collective's output to be saved only outside an activation-checkpoint region
     (`not must_recompute(node)`). micro_pipeline_tp runs after the partition, on the
     forward and backward graphs apart (torch/_inductor/fx_passes/post_grad.py), so async
     TP saves the same;
