@@ -43,10 +43,12 @@ caching allocator's segments, what torchtitan reports):
     none in either run (not a row of the table).
 
 None is live inside the reserved figure at the loss's backward: the rows' gaps (the
-measured figure less the plan's reserved) are not explained here. Their likely cause is
-the caching allocator's history of the compiled forward (its transients freed between the
-blocks' saved inputs, blocks the loss's fp32 tensors cannot use): not measured here, not
-planned. A later measurement of the same model (torchtitan issue #1185, 2025-05-20, data
+measured figure less the plan's reserved) are not explained here. Nor by the caching
+allocator's history of the forward: the 80 blocks' transients, replayed in their ops'
+order on the allocator's rules at Table 4's shape (tests/test_titan_tp.py
+test_forward_history_leaves_little_reserved_at_table_4s_loss), leave 0.25 GiB of unusable
+reserve at the loss's backward beyond the freed logits' block with expandable segments,
+2.4 GiB without. The cause is not found: not planned. A later measurement of the same model (torchtitan issue #1185, 2025-05-20, data
 of 2025-03-25: Llama 3 70B, 128 H100s, full AC, FSDP 16 × TP 8, bf16) put vanilla and
 async TP 0.43 GB apart (71.51 and 71.08 GB), so the 4.3 GiB between Table 4's rows is not
 taken as a rule of async TP.
