@@ -127,4 +127,5 @@ def saved_change(activations, autocast: str | None) -> Expr:
                Expr())
 
 
-__all__ = ["RECOMPUTED", "RULE", "SAC_UNREAD", "check", "removed_shares", "saved_change"]
+__all__ = ["RECOMPUTED", "RULE", "SAC_UNREAD", "SAC_UNREAD_SCATTER", "check", "removed_shares",
+           "saved_change"]
