@@ -64,6 +64,11 @@ def _recipes_h200() -> str:  # issue 44: the recipe flags against an H200 step
     return markdown()
 
 
+def _titan_compile_tp() -> str:  # issue 44: Table 4's rows against compile's candidates
+    from accounting.cli.titan_compile_table import markdown
+    return markdown()
+
+
 BLOCKS: dict[str, Callable[[], str]] = {
     "gpu-table": _gpus,
     "gpu-names": _gpu_names,
@@ -73,4 +78,5 @@ BLOCKS: dict[str, Callable[[], str]] = {
     "serve-answers": _serve_answers,
     "published-runs": _published_runs,
     "recipes-h200": _recipes_h200,
+    "titan-compile-tp": _titan_compile_tp,
 }

@@ -38,11 +38,16 @@ torch.compile with AOTAutograd and this partitioner, fullgraph), against the eag
     norms' bf16 outputs, their fp32 1/σ, Q, K, V and the W3 output stay);
   * per-op selective checkpointing (every odd mm and the attention kernel saved): the W2
     output, the block's last mm (mm #7, odd: MUST_SAVE), is not saved: no backward op reads
-    it (the residual add's backward does not). The reduce-scattered feed-forward output of
-    TP + SP is read by none either but is not measured here (no process group on the
-    CPU under compile): kept, an upper bound;
+    it (the residual add's backward does not). Under TP + SP neither is the
+    reduce-scattered feed-forward output (reduce_scatter_tensor: MUST_SAVE in its save
+    list, read by no backward op; the attention's, which the second norm's input is
+    recomputed from, stays): measured on one TP rank of torch's fake process group
+    (tests/titan_compile_measure.py, the block on its local tensors with torch's
+    functional collectives, as DTensor's plan runs them; tests/test_titan_tp.py);
   * full checkpointing: the block's input only, as eager (and the RNG state where
-    preserve_rng_state is set). The one block recomputed in the backward pass is then a
+    preserve_rng_state is set); under TP too, its collectives inside the checkpoint region
+    being recomputed (partitioners.py force_save_collectives forces only those outside
+    one to be saved; measured as above, the backward graph gathering the inputs again). The one block recomputed in the backward pass is then a
     compiled block too (its SiLU output recomputed): not counted, an upper bound by 2·b·T·d_ff
     per block at the block-backward moment. Only the layouts measured are planned: pre-norm RMSNorm, SwiGLU, RoPE,
 SDPA attention, no MoE, no QK-norm, no biases; another is refused in one line.
@@ -61,6 +66,9 @@ RESIDUAL = "ln2 input"  # the second norm's input: x + the attention's projectio
 # torchtitan's per-op SAC compiled: its last mm's output, saved by the policy, read by no
 # backward op (the torchtitan ledger's name for the W2 matmul's output)
 SAC_UNREAD = "W2 output"
+# and under TP + SP the feed-forward's reduce-scattered output, the block's last MUST_SAVE
+# (the name stack_memory.reduce_scattered gives it)
+SAC_UNREAD_SCATTER = "feed-forward output reduce-scattered"
 RULE = ("--compile: inductor's min-cut partitioner recomputes each block's RMSNorm "
         "x / rms and the SiLU output, saves one bf16 copy per "
         "cast tensor, and under autocast the attention projection's bf16 output instead of "
@@ -119,4 +127,5 @@ def saved_change(activations, autocast: str | None) -> Expr:
                Expr())
 
 
-__all__ = ["RECOMPUTED", "RULE", "SAC_UNREAD", "check", "removed_shares", "saved_change"]
+__all__ = ["RECOMPUTED", "RULE", "SAC_UNREAD", "SAC_UNREAD_SCATTER", "check", "removed_shares",
+           "saved_change"]

@@ -42,6 +42,7 @@ from accounting.units import DTYPE_BYTES, FP32, INT64
 
 # the two moments' names (not the ledger's phase names, records.BACKWARD)
 AT_BACKWARD, AT_UPDATE = "start of the backward pass", "optimizer update"
+AT_BLOCK_BACKWARD = "a block's backward pass"
 
 
 @dataclass(frozen=True)
@@ -231,7 +232,7 @@ def moments(sp, layout, precision, stage: int, kinds, values: dict[str, int], lo
                           held + f"--loss {loss_name}: {region.what_forward}", fwd, True,
                           grads_live, True, pass_grads=False))
     ring, ring_what = _ring(sp, layout, values, precision, stack, implementation)
-    block = "a block's backward pass" + (
+    block = AT_BLOCK_BACKWARD + (
         " (its recomputed activations live)" if layout.recompute != "none" else "")
     if stage < layout.pp - 1 and layout.vpp == 1 and 1 < micro_batches <= layout.pp - stage \
             and not stack.stack.persistent_grads:

@@ -38,6 +38,7 @@ from accounting.planning.parallel.layout import SELECTIVE, Layout, check_layout,
 from accounting.planning.parallel.shards import BLOCK, FIRST, Split, split
 from accounting.planning.parallel import titan_tp as TT
 from accounting.planning.parallel.stack_memory import StackRun, ledger_rows, per_layer
+from accounting.planning.parallel.stack_memory import reduce_scattered
 from accounting.planning.parallel.stack_memory import implementation as stack_implementation
 from accounting.planning.parallel.stack_memory import memory as stack_memory
 from accounting.planning.parallel.stacks import W16, check as check_stack
@@ -267,7 +268,7 @@ def _finish(sp: Split, layout: Layout, p: Precision, seq: int, stage: int, layer
 
 
 def _activations_change(rows, s, precision, micro_batch: int, compile: bool,
-                        offload: bool, sac: bool = False) -> A.Linear:
+                        offload: bool, sac: bool = False, unread: int = 0) -> A.Linear:
     """The change to stage `s`'s in-flight block activations, as a·b + c (≤ 0): --compile,
     what a compiled block does not save (compile_memory.py's shares of the rank's rows);
     --offload activations, the blocks' saved tensors torchtune's OffloadActivations moves to
@@ -275,12 +276,14 @@ def _activations_change(rows, s, precision, micro_batch: int, compile: bool,
     ids aside), one block's kept in flight. The head's and the loss's stay, as do the
     embedding's (not moved here: an upper bound by those few). `sac`: torchtitan's per-op
     selective checkpointing, its blocks compiled inside it (`rows`: its own ledger's, no
-    autocast: `precision` None)."""
+    autocast: `precision` None); `unread`: bytes a block saves at b = 1 outside the rows
+    that its compiled partition drops (compile_memory.SAC_UNREAD_SCATTER)."""
     autocast = precision.autocast if precision is not None else None
     shares = CM.removed_shares([r.record for r in rows], autocast, sac) if compile \
         else [0] * len(rows)
     count = dict(s.kinds)
-    total, flight = A.Linear(), {}
+    total = A.Linear(-unread * sum(count.values()) * s.activations.in_flight, 0)
+    flight = {}
     for r, k in zip(rows, shares):
         if r.place != BLOCK or not count.get(r.record.repeat, 0):
             continue
@@ -409,13 +412,15 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
     titan = compile and not stack.stack.torch_engines
     crows = ledger_rows(stack, config, layout, local, tp_rank)[1] if titan else rows[0]
     sac = titan and layout.recompute == SELECTIVE
+    unread = sum(x for n, x in reduce_scattered(stack, config, layout, local)
+                 if n.startswith(CM.SAC_UNREAD_SCATTER)) if sac else 0
     plans = tuple(replace(s, moments=PK.moments(
         sp, layout, precision, s.stage, s.kinds, values, local, layout.micro_batches,
         s.activations.in_flight, s.states, stack, optimizer, arch, impl,
         finetune is not None or OF.moves_optimizer(frozenset(offload), stack.stack),
         loss, chunks, _activations_change(crows, s, None if titan else precision,
                                           layout.micro_batch, compile,
-                                          OF.ACTIVATIONS in offload, sac),
+                                          OF.ACTIVATIONS in offload, sac, unread),
         finetune is not None)) for s in plans)
     # FSDP2's side streams' segments, reserved beside the default stream's (fsdp_streams.py)
     plans = tuple(replace(s, pools=FS.side_pools(data_layout(layout), s.states, s.items, stack,
