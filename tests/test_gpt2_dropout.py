@@ -181,3 +181,23 @@ def test_the_gelu_ops_equal_transformers_counted_and_saved(act, per_element):
     assert act_flops == gelu == per_element * B * T * config.d_ff * config.num_layers
     want, _ = expected_on_cpu(config, B, T, None, "fp32")
     assert measured(model, B, T, None) == want
+
+
+def test_a_cpu_peak_with_dropout_is_refused_not_wrong():
+    """The CPU's step keeps other tensors for dropout than CUDA's (the noise in the input's
+    dtype, SDPA's math composite: tests/test_transformers_gpt2.py), which the ledger does
+    not follow: a device='cpu' plan of transformers' GPT-2 with its dropouts is refused
+    (exit 2 on the user's path), with them at 0 it is answered, as is CUDA's."""
+    from accounting.planning.memory import MemoryModel
+    from accounting.planning.precisions import PRECISIONS
+    c = get_preset("openai-community/gpt2")
+    zero = replace(c, embedding_dropout=0.0, attention_dropout=0.0, residual_dropout=0.0)
+    p = PRECISIONS["bf16-mixed"]
+    with pytest.raises(UsageError, match="dropout"):
+        MemoryModel(c, p, "model", implementation="transformers", device="cpu")
+    cuda = MemoryModel(c, p, "model", implementation="transformers").peak(1, 1024)
+    cpu0 = MemoryModel(zero, p, "model", implementation="transformers", device="cpu").peak(1, 1024)
+    cuda0 = MemoryModel(zero, p, "model", implementation="transformers").peak(1, 1024)
+    # by hand: the CUDA plan's masks, (2L + 1)·B·T·d_model = 25·786,432 bytes, both moments
+    # of the peak holding them (they are freed in the backward pass, after its start)
+    assert cuda - cuda0 == 19_660_800 and cpu0 > 0
