@@ -293,7 +293,8 @@ def resolve(config: ModelConfig, from_hf: bool, implementation: str | None = Non
                                                               for f in DROPOUTS):
         # model/ (and the other implementations planned here) run no dropout: said, not
         # silently dropped (transformers' is counted: builder/dropout.py)
-        said = f"{implementation}'s model has no dropout: the config's is not counted"
+        who = "model/" if implementation == COURSE else f"{implementation}'s model"
+        said = f"{who} has no dropout: the config's dropout is not counted"
         note = f"{note}; {said}" if note else said
     return Recipe(implementation, precision, config.attention, recompute, optimizer,
                   note=note), config
