@@ -19,8 +19,9 @@ Inside SDPA (attention_dropout under attn_implementation='sdpa') the dropout is 
 kernel's: on CUDA the flash and memory-efficient kernels take dropout_p and keep only the
 Philox seed and offset, which they keep without dropout too (aten/src/ATen/native/
 transformers/cuda/attention.cu _scaled_dot_product_flash_attention_cuda and
-_efficient_attention_forward: philox_seed, philox_offset; the backward regenerates the
-mask), so nothing more is saved and, like the kernel's softmax, no separate op is counted.
+_efficient_attention_forward: philox_seed, philox_offset; tools/autograd/derivatives.yaml:
+their backward reads q, k, v, the output, the log-sum-exp and the seed and offset, and
+regenerates the mask), so nothing more is saved and, like the kernel's softmax, no separate op is counted.
 """
 from __future__ import annotations
 
