@@ -201,3 +201,25 @@ def test_a_cpu_peak_with_dropout_is_refused_not_wrong():
     # by hand: the CUDA plan's masks, (2L + 1)·B·T·d_model = 25·786,432 bytes, both moments
     # of the peak holding them (they are freed in the backward pass, after its start)
     assert cuda - cuda0 == 19_660_800 and cpu0 > 0
+
+
+@pytest.mark.parametrize("act", ["gelu_pytorch_tanh", "gelu_new"])
+def test_gemma3s_gelu_follows_its_name(act):
+    """Gemma 3 (Gemma3ForCausalLM, fp32, train()) with hidden_activation gelu_pytorch_tanh
+    runs GELUTanh (saves its input), with gelu_new NewGELUActivation's ops (saves four
+    tensors): the saved storages equal the ledger's either way (regression: the ledger ran
+    one F.gelu for every Gemma 3, whatever its hidden_activation)."""
+    from transformers import AutoModelForCausalLM
+    from accounting.crosscheck.hf_counter import transformers_config
+    from test_hf_gemma import CONFIGS as GEMMA
+    from test_transformers_saves import expected
+    cfg = {**GEMMA["gemma3_text (transformers 5)"], "hidden_activation": act}
+    config = replace(translate(cfg, "test", "gemma3").config, attention="sdpa")
+    assert config.fused_gelu == (act == "gelu_pytorch_tanh")
+    assert transformers_gap(config) is None
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(transformers_config(cfg),
+                                             attn_implementation="sdpa").train()
+    B, T = 2, 5
+    want, _ = expected(config, B, T, None, "fp32")
+    assert measured(model, B, T, None) == want
