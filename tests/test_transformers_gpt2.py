@@ -13,8 +13,9 @@ c_attn's input and of its weight, not three); SDPA's output and log-sum-exp; gel
 (NewGELUActivation's) pow input, tanh output, 0.5·x and 1 + tanh, and its output saved by
 c_proj; the loss's log-softmax.
 
-The dropouts are set to 0 (GPT-2's configs train with 0.1: the ledger counts no dropout,
-docs/transformers.md says what CUDA's would keep). With bf16 parameters the CPU's
+The dropouts are set to 0 here (GPT-2's configs train with 0.1: the ledger counts CUDA's
+dropout, native_dropout's 1-byte masks, measured in tests/test_gpt2_dropout.py with F.dropout
+routed to native_dropout; the CPU's own dropout is the last test below). With bf16 parameters the CPU's
 layer_norm keeps its mean and 1/σ in bf16 (aten/src/ATen/native/layer_norm.cpp
 layer_norm_cpu: param_scalar_type(input) is the input's dtype unless it mixes dtypes with
 the weight), where CUDA's keeps float32 (cuda/layer_norm_kernel.cu layer_norm_cuda:
