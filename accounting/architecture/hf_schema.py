@@ -314,6 +314,7 @@ GATED_ACTS = MappingProxyType({"silu": "swiglu", "swish": "swiglu", "gelu_new": 
 PLAIN_ACTS = MappingProxyType({"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
                                "gelu": "gelu"})
 
+
 def fused_gelu(key: str) -> Derived:
     """The spec's fused_gelu from the activation's name, as transformers' ACT2FN runs it
     (activations.py, 5.23): gelu_pytorch_tanh is GELUTanh, one F.gelu(approximate='tanh');
