@@ -55,7 +55,10 @@ def test_cli_reads_a_config_json_and_says_what_it_read(capsys, tmp_path):
     table = out.split("Read from config.json")[1].split("\n\n")[0]
     assert "n_inner" in table and "(absent)" not in table.split("n_inner")[1].split("\n")[0]
     assert "activation_function" in table and "gelu_tanh" in table
-    assert "resid_pdrop = 0.1, embd_pdrop = 0.1, attn_pdrop = 0.1: dropout is not counted" in table
+    # the dropouts are read into the spec (issue 41: counted in transformers' training plans)
+    rows = {line.split()[0]: line.split()[1:] for line in table.splitlines() if line.strip()}
+    assert rows["resid_pdrop"] == ["0.1", "residual_dropout", "0.1"]
+    assert rows["embd_pdrop"] == ["0.1", "embedding_dropout", "0.1"]
     assert "torch_dtype float32" in table and "Accepted as count-free: architectures" in table
     # a default taken for an absent key is shown as such
     code, out, _ = run(capsys, "--config", str(write(tmp_path, "gpt2", {"n_inner": DELETE})),

@@ -25,8 +25,10 @@ GPT2 = {"model_type": "gpt2", "vocab_size": 256, "n_embd": 64, "n_layer": 2, "n_
 JUNK = [(LLAMA, "torch_dtype", "banana"), (LLAMA, "dtype", 5), (LLAMA, "use_cache", "yes"),
         (LLAMA, "attention_dropout", "x"), (LLAMA, "attention_dropout", True),
         (LLAMA, "bos_token_id", "x"), (LLAMA, "pad_token_id", 1.5),
-        (LLAMA, "eos_token_id", [1, "a"]), (LLAMA, "initializer_range", "x"),
-        (GPT2, "resid_pdrop", "x"), (GPT2, "attn_pdrop", [0.1])]
+        (LLAMA, "eos_token_id", [1, "a"]), (LLAMA, "initializer_range", "x")]
+# GPT-2's dropouts are read into the spec (issue 41: they count in training): junk there is
+# refused by the key's own kind, a probability (also exit 2, one line naming the key)
+JUNK_READ = [(GPT2, "resid_pdrop", "x"), (GPT2, "attn_pdrop", [0.1]), (GPT2, "embd_pdrop", 1)]
 FINE = [(LLAMA, "torch_dtype", "bfloat16"), (LLAMA, "dtype", None), (LLAMA, "use_cache", False),
         (LLAMA, "eos_token_id", [128001, 128008, 128009]), (LLAMA, "attention_dropout", 0.1),
         (GPT2, "resid_pdrop", 0.1), (LLAMA, "initializer_range", 0.02)]
@@ -45,6 +47,14 @@ def test_junk_in_a_key_that_changes_no_count_is_bad_input(capsys, tmp_path, base
     code, out, err = _run(capsys, tmp_path, base, key, value, "--no-verify")
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and f"{key} = " in err and "transformers refuses it" in err
+
+
+@pytest.mark.parametrize("base,key,value", JUNK_READ,
+                         ids=[f"{k}={v!r}" for _, k, v in JUNK_READ])
+def test_junk_in_a_read_dropout_is_bad_input(capsys, tmp_path, base, key, value):
+    code, out, err = _run(capsys, tmp_path, base, key, value, "--no-verify")
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and f"{key} must be a number at least 0 and below 1" in err
 
 
 @pytest.mark.parametrize("base,key,value", FINE, ids=[f"{k}={v!r}" for _, k, v in FINE])

@@ -13,8 +13,9 @@ c_attn's input and of its weight, not three); SDPA's output and log-sum-exp; gel
 (NewGELUActivation's) pow input, tanh output, 0.5·x and 1 + tanh, and its output saved by
 c_proj; the loss's log-softmax.
 
-The dropouts are set to 0 (GPT-2's configs train with 0.1: the ledger counts no dropout,
-docs/transformers.md says what CUDA's would keep). With bf16 parameters the CPU's
+The dropouts are set to 0 here (GPT-2's configs train with 0.1: the ledger counts CUDA's
+dropout, native_dropout's 1-byte masks, measured in tests/test_gpt2_dropout.py with F.dropout
+routed to native_dropout; the CPU's own dropout is the last test below). With bf16 parameters the CPU's
 layer_norm keeps its mean and 1/σ in bf16 (aten/src/ATen/native/layer_norm.cpp
 layer_norm_cpu: param_scalar_type(input) is the input's dtype unless it mixes dtypes with
 the weight), where CUDA's keeps float32 (cuda/layer_norm_kernel.cu layer_norm_cuda:
@@ -97,10 +98,13 @@ def test_c_attn_is_one_saved_storage_by_hand():
     assert sorted(rows[n] for n in stats) == [40, 40]
 
 
-def test_gpt2_is_no_longer_in_the_gap_but_its_dropout_is_noted():
-    """The recipe plans transformers' ops for GPT-2 (the hub's gpt2 config too)."""
+def test_gpt2_is_no_longer_in_the_gap_with_its_dropouts():
+    """The recipe plans transformers' ops for GPT-2 (the hub's gpt2 config too), its
+    dropouts read into the spec (GPT2Config's 0.1 each)."""
     config = translate(DENSE["gpt2"], "test", "gpt2").config
     assert transformers_gap(config) is None
+    assert (config.embedding_dropout, config.attention_dropout, config.residual_dropout) \
+        == (0.1, 0.1, 0.1)
 
 
 
@@ -131,12 +135,14 @@ def test_a_gpt2_like_config_transformers_cannot_build_stays_in_the_gap():
 
 
 def test_the_cpu_with_dropout_keeps_what_the_docs_say():
-    """GPT-2 as configured (dropouts 0.1), in fp32 on the CPU, where the ledger counts no
-    dropout: what the CPU step keeps beyond the dropout-0 ledger, by hand from PyTorch's
-    source (docs/planning.md). F.dropout on the CPU is not the fused native_dropout
+    """GPT-2 as configured (dropouts 0.1), in fp32 on the CPU, where the ledger counts
+    CUDA's dropout (a 1-byte mask per element, builder/dropout.py) and SDPA's fused kernel:
+    what the CPU step keeps beyond the ledger, by hand from PyTorch's source
+    (docs/planning.md). F.dropout on the CPU is not the fused native_dropout
     (aten/src/ATen/native/Dropout.cpp is_fused_kernel_acceptable needs input.is_cuda()):
     it returns input * noise and the product saves the noise, B·T·d_model in the input's
-    dtype, at the embedding and after each sublayer (2L + 1). SDPA with dropout_p > 0 runs
+    dtype (4 bytes, 3 more than the mask), at the embedding and after each sublayer
+    (2L + 1). SDPA with dropout_p > 0 runs
     the math composite on the CPU (attention.cpp _scaled_dot_product_attention_math): it
     saves q·s and kᵀ·s (2·B·T·d_model), the softmax, the dropout's noise and the dropped
     probabilities (3·B·h·T²) and V as its bmm reads it: for B > 1 a contiguous copy
@@ -156,10 +162,10 @@ def test_the_cpu_with_dropout_keeps_what_the_docs_say():
     assert recipe.kernel == "sdpa"
     L, d, h = config.num_layers, config.d_model, config.num_heads
     for B, T in ((2, 5), (1, 7), (3, 4)):
-        zero, _ = expected_on_cpu(config, B, T, None, "fp32")
+        ledger_bytes, _ = expected_on_cpu(config, B, T, None, "fp32")
         got = measured(model, B, T, None)
         v = B * T * d - 3 * B * T * d if B > 1 else 0  # V's copy, c_attn's output gone
-        extra = 4 * (B * T * d * (2 * L + 1)
-                     + L * (2 * B * T * d + v + 3 * B * h * T * T - B * h * T))
+        extra = (3 * B * T * d * (2 * L + 1)
+                 + 4 * L * (2 * B * T * d + v + 3 * B * h * T * T - B * h * T))
         assert sum(n * c for (n, _), c in got.items()) \
-            - sum(n * c for (n, _), c in zero.items()) == extra, (B, T)
+            - sum(n * c for (n, _), c in ledger_bytes.items()) == extra, (B, T)

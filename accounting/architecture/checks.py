@@ -14,6 +14,10 @@ from accounting.architecture.fields import CHOICE, FLAG, SIZE, meta
 from accounting.architecture.hints import divisor_hint as _divisor_hint
 
 
+# the spec's dropout probabilities (config.py), each nn.Dropout's p
+DROPOUTS = ("embedding_dropout", "attention_dropout", "residual_dropout")
+
+
 def validate(c) -> None:
     """Refuse a ModelConfig the tool cannot mean (called by its __post_init__)."""
     _SIZES, _CHOICES, _FLAGS = _field_lists(type(c))
@@ -39,6 +43,14 @@ def validate(c) -> None:
     for f in _FLAGS:
         if not isinstance(getattr(c, f), bool):
             raise UsageError(f"{f} must be true or false, got {short_value(getattr(c, f))}")
+    for f in DROPOUTS:  # nn.Dropout takes p in [0, 1]; p = 1 zeroes the tensor
+        value = getattr(c, f)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+            raise UsageError(f"{f} must be a probability at least 0 and below 1, got "
+                             f"{short_value(value)}")
+    if c.fused_gelu and c.mlp_kind.activation != "gelu_tanh":
+        raise UsageError(f"fused_gelu (transformers' gelu_pytorch_tanh) needs a tanh GELU MLP "
+                         f"(mlp gelu_tanh or geglu), not {c.mlp}: give --no-fused-gelu")
     if isinstance(c.mtp_layers, bool) or not isinstance(c.mtp_layers, int) \
             or not 0 <= c.mtp_layers <= MAX_SIZE:
         raise UsageError(f"mtp_layers must be a non-negative integer up to 10^12, got "

@@ -102,6 +102,23 @@ class ModelConfig(DerivedSizes):
                           help="how the attention core runs: naive (default: the course's explicit "
                                "scores, mask and softmax) or sdpa (the fused kernel, "
                                "F.scaled_dot_product_attention)")
+    # ---- what only training runs (issue 41): nn.Dropout's probabilities (GPT-2's embd_pdrop,
+    # attn_pdrop, resid_pdrop) and which tanh GELU transformers' ACT2FN runs. model/ has
+    # neither (no dropout; the tanh GELU's explicit ops): they act under --implementation
+    # transformers only, dropout in train() only (builder/dropout.py, layers.activation)
+    embedding_dropout: float = spec(0.0, kind=NUMBER0, flag="--embedding-dropout",
+                                    help="dropout probability on the embeddings (GPT-2's "
+                                         "embd_pdrop; below 1; training only)")
+    attention_dropout: float = spec(0.0, kind=NUMBER0, flag="--attention-dropout",
+                                    help="dropout probability on the attention probabilities "
+                                         "(GPT-2's attn_pdrop; below 1; training only)")
+    residual_dropout: float = spec(0.0, kind=NUMBER0, flag="--residual-dropout",
+                                   help="dropout probability on each sublayer's output (GPT-2's "
+                                        "resid_pdrop; below 1; training only)")
+    fused_gelu: bool = spec(False, kind=FLAG, flag="--fused-gelu",
+                            help="the tanh GELU as one F.gelu(approximate='tanh') "
+                                 "(transformers' gelu_pytorch_tanh), not gelu_new's eight "
+                                 "elementwise ops (the course's model runs the eight)")
     # -- the parallel block and partial rotary (GPT-NeoX, Falcon, Phi-3; Cohere can reuse them)
     # parallel: attention and MLP both read the block input x, and both add to it:
     # x + attn(ln1(x)) + mlp(ln2(x)) (GPT-NeoX's use_parallel_residual, Falcon-40B's ln_attn

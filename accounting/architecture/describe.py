@@ -81,6 +81,18 @@ def architecture(c) -> str:
         ("embeddings ×", c.embedding_multiplier), ("sublayer outputs ×", c.residual_multiplier),
         ("scores soft-capped at", c.attn_softcap), ("logits ×", c.logit_scale),
         ("logits soft-capped at", c.final_softcap)) if value is not None]
+    if c.fused_gelu:  # transformers' gelu_pytorch_tanh (the course's model: the eight ops)
+        parts[parts.index(c.mlp_kind.label)] += " as one fused op (gelu_pytorch_tanh)"
+    drops = [(w, p) for w, p in (("embeddings", c.embedding_dropout),
+                                 ("attention probabilities", c.attention_dropout),
+                                 ("sublayer outputs", c.residual_dropout)) if p]
+    if len({p for _, p in drops}) == 1:
+        where = [w for w, _ in drops]
+        parts.append(f"dropout {drops[0][1]:g} on " + (", ".join(where[:-1]) + " and "
+                     if len(where) > 1 else "") + f"{where[-1]} (training only)")
+    elif drops:
+        parts.append("dropout " + ", ".join(f"{p:g} on {w}" for w, p in drops)
+                     + " (training only)")
     parts.append("tied LM head" if c.tie_embeddings else "untied LM head")
     parts.append("biases on " + ", ".join(biases) if biases else "no biases")
     return ", ".join(parts)

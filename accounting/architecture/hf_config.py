@@ -44,7 +44,7 @@ from accounting.runtime.errors import UsageError, escape
 # the schema and the registry, re-exported: callers read them as hf_config.X
 from accounting.architecture.hf_schema import (  # noqa: F401
     BOOL, CHOICE, INTEGER, PATTERN, WINDOW_PATTERN, COMMON_FREE, COMMON_MUST, EPS, FREE_VALUES,
-    INT, INT_OR_ABSENT, INT_OR_NULL, LIST, NONNEG, NONNEG_OR_NULL,
+    INT, INT_OR_ABSENT, INT_OR_NULL, LIST, NONNEG, NONNEG_OR_NULL, PROB,
     NUMBER_OR_NULL, REFUSED, THETA, real,
     TRANSFORMERS_VERSION, TYPES, UNSUPPORTED, WRAPPERS, Derived, HFType, Key, ModuleNames, Must, Noted,
     Required, register, short)
@@ -113,6 +113,7 @@ def _check_kind(key: Key, value, where: str) -> None:
         THETA: lambda v: _number(v) and v > 0,
         NUMBER_OR_NULL: lambda v: v is None or (_number(v) and v > 0),
         EPS: lambda v: _number(v) and v >= 0,
+        PROB: lambda v: _number(v) and 0 <= v < 1,
         CHOICE: lambda v: isinstance(v, str) and v in key.choices,
         INTEGER: lambda v: isinstance(v, int) and not isinstance(v, bool) and abs(v) <= MAX_SIZE,
         WINDOW_PATTERN: lambda v: v is None or (isinstance(v, str) and 0 < len(v) <= 1000) or (

@@ -32,6 +32,7 @@ PATTERN = "a string or null"  # a layer pattern (Nemotron-H's "M*-"), checked by
 BOOL = "true or false"
 THETA = "a positive number"
 EPS = "a non-negative number"
+PROB = "a number at least 0 and below 1"  # a dropout probability (nn.Dropout's p)
 NUMBER_OR_NULL = "a positive number or null"  # Gemma's soft-caps (null: none)
 CHOICE = "one of"
 INTEGER = "an integer"  # ERNIE 4.5's moe_layer_end_index (-1: the last layer)
@@ -312,6 +313,23 @@ GATED_ACTS = MappingProxyType({"silu": "swiglu", "swish": "swiglu", "gelu_new": 
                                "gelu_pytorch_tanh": "geglu", "gelu": "geglu_erf"})
 PLAIN_ACTS = MappingProxyType({"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
                                "gelu": "gelu"})
+
+
+def fused_gelu(key: str) -> Derived:
+    """The spec's fused_gelu from the activation's name, as transformers' ACT2FN runs it
+    (activations.py, 5.23): gelu_pytorch_tanh is GELUTanh, one F.gelu(approximate='tanh');
+    gelu_new is NewGELUActivation, 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))) op by op."""
+    def rule(values, where):
+        return {"fused_gelu": values[key] == "gelu_pytorch_tanh"}, ()
+
+    def write(c):
+        if c.mlp_kind.activation != "gelu_tanh":
+            return None
+        return {key: "gelu_pytorch_tanh" if c.fused_gelu else "gelu_new"}
+    return Derived(("fused_gelu",), (key,), rule,
+                   f"{key} gelu_pytorch_tanh: one F.gelu(approximate='tanh') (GELUTanh); "
+                   f"gelu_new: NewGELUActivation's eight ops (activations.py ACT2FN)", write)
+
 
 LLAMA_NAMES = ModuleNames(
     blocks="model.layers",

@@ -9,7 +9,7 @@ from typing import Mapping
 
 from accounting.architecture.config import ModelConfig
 from accounting.architecture.hf_schema import (
-    ATTENTION_BIAS, ATTENTION_DROPOUT, BOOL, CHOICE, EPS, GPT2_NAMES, INT, dropout,
+    ATTENTION_BIAS, ATTENTION_DROPOUT, BOOL, CHOICE, EPS, GPT2_NAMES, INT, PROB, fused_gelu,
     INT_OR_ABSENT, INT_OR_NULL, LIST, LLAMA_FAMILY, LLAMA_NAMES, NONNEG, OLMO2_NAMES, PLAIN_ACTS, ROPE_MUST,
     Derived, HFType, Key, Must, Noted, Required, head_dim, kv_heads, llama_sizes, register,
     rope_keys, short)
@@ -27,7 +27,13 @@ register(HFType(
           Key("n_inner", ("d_ff",), INT_OR_NULL, None),  # null: 4·n_embd
           Key("activation_function", ("mlp",), CHOICE, "gelu_new", PLAIN_ACTS),
           Key("layer_norm_epsilon", ("norm_eps",), EPS, 1e-5),
-          Key("tie_word_embeddings", ("tie_embeddings",), BOOL, True)),
+          Key("tie_word_embeddings", ("tie_embeddings",), BOOL, True),
+          # nn.Dropout's p (GPT2Config: 0.1 each when absent): the embeddings' (GPT2Model.drop),
+          # the attention probabilities' (SDPA's dropout_p), each sublayer output's
+          # (GPT2Attention.resid_dropout, GPT2MLP.dropout)
+          Key("embd_pdrop", ("embedding_dropout",), PROB, 0.1),
+          Key("attn_pdrop", ("attention_dropout",), PROB, 0.1),
+          Key("resid_pdrop", ("residual_dropout",), PROB, 0.1)),
     fixed=MappingProxyType(dict(norm="layernorm", norm_placement="pre", positions="learned",
                                 qkv_bias=True, out_bias=True, mlp_bias=True, qk_norm="none")),
     rules="LayerNorm, learned positions and a bias on every Conv1D (modeling_gpt2.py)",
@@ -37,10 +43,8 @@ register(HFType(
           # transformers ignores n_ctx (an old spelling); a different value is a mistake
           Must("n_ctx", lambda v, d: v == d.get("n_positions", v), "equal to n_positions",
                "a context length transformers ignores (it reads n_positions)")),
-    noted=(dropout("resid_pdrop"),
-           dropout("embd_pdrop"),
-           dropout("attn_pdrop"),
-           Noted("scale_attn_weights", lambda v: v is True,
+    derived=(fused_gelu("activation_function"),),
+    noted=(Noted("scale_attn_weights", lambda v: v is True,
                  "{settings}: transformers multiplies the scores by 1.0 instead of 1/√d_k "
                  "(the same count; the tool's model scales)"),
            Noted("scale_attn_by_inverse_layer_idx", lambda v: v is False,

@@ -15,7 +15,7 @@ from accounting.architecture.hf_schema import (
     INT_OR_NULL, LIST,
     LLAMA_FAMILY,
     LLAMA_NAMES, NUMBER_OR_NULL, ROPE_MUST, ROPE_TYPES, THETA, Derived, HFType, Key, ModuleNames,
-    Must, Noted, Required, head_dim, kv_heads, llama_sizes, real, register, rope_keys, rope_ok,
+    Must, Noted, Required, fused_gelu, head_dim, kv_heads, llama_sizes, real, register, rope_keys, rope_ok,
     short)
 from accounting.architecture.hf_types_dense import layers_of
 from accounting.runtime.errors import UsageError
@@ -126,7 +126,8 @@ register(HFType(
                                                          "layer_types"),
                      _gemma_windows(None, 2),
                      "local layers: those of layer_types, else every other layer from layer 0 "
-                     "(configuration_gemma2.py)", _gemma_windows_keys), NORMALIZER),
+                     "(configuration_gemma2.py)", _gemma_windows_keys), NORMALIZER,
+             fused_gelu("hidden_activation")),
 ))
 
 
@@ -168,7 +169,7 @@ register(HFType(
                      _gemma_windows("sliding_window_pattern", 6),
                      "local layers: those of layer_types, else all but every "
                      "sliding_window_pattern-th (configuration_gemma3.py)", _gemma_windows_keys),
-             NORMALIZER),
+             NORMALIZER, fused_gelu("hidden_activation")),
 ))
 
 

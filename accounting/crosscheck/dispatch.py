@@ -59,7 +59,10 @@ ELEMENTWISE_OPS = frozenset(f"aten.{n}" for n in (
     # the gated delta rule (model/delta.py): softplus, one per element like sigmoid; cumsum,
     # a running sum, one add per element
     "softplus", "cumsum",
-    "relu"))  # max(x, 0): DeepSeek-V3.2's indexer scores, one per element
+    "relu",  # max(x, 0): DeepSeek-V3.2's indexer scores, one per element
+    # dropout in training (builder/dropout.py): CUDA's fused x·mask/(1 − p), and its
+    # backward grad·mask/(1 − p), one kernel each (the output counted, not the bool mask)
+    "native_dropout", "native_dropout_backward"))
 # 1 FLOP per input element.
 REDUCTION_OPS = frozenset(f"aten.{n}" for n in ("sum", "mean", "amax", "amin", "max", "min",
                                                  "topk"))
@@ -74,6 +77,7 @@ ZERO_OPS = frozenset(f"aten.{n}" for n in (
     "ones", "ones_like", "full", "full_like", "fill", "scalar_tensor", "arange", "lift_fresh",
     "lift_fresh_copy", "new_empty", "new_empty_strided", "new_zeros", "new_ones", "new_full",
     "_local_scalar_dense", "randn", "rand", "randint", "normal", "uniform", "gather",
+    "bernoulli",  # the CPU dropout's noise (at::dropout's composite): random draws
     "index_copy", "constant_pad_nd", "scatter", "index_fill",
     "unfold"))  # a view: the recurrent layers' conv windows (model/recurrent.py)
 # Not here: index_put with accumulate (the embedding's backward scatter-add) adds values;

@@ -50,6 +50,7 @@ class Trace(Regions, KernelOps):
         self.hf_gemma3 = False  # Gemma3ForCausalLM's RMSNorm and GELUTanh (builder)
         self.hf_olmo2 = False  # OLMo-2's RMSNorm (the gain in fp32, then the cast), fp32 RoPE
         self.hf_gpt2 = False  # GPT-2's modules (builder/hf_gpt2.py: F.layer_norm, c_attn)
+        self.fused_gelu = False  # the spec's fused_gelu: the tanh GELU as one F.gelu
         self.hf_oss = False  # gpt-oss's modules (GptOssRMSNorm as OLMo-2's, its RoPE, experts)
         self.megatron = False  # Megatron-Core + TE's fused modules (builder/megatron.py)
         self.dropout = False  # Megatron: dropout on (its masks saved)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 
 from accounting.ledger import records as R
+from accounting.architecture.checks import DROPOUTS
 from accounting.architecture.config import ModelConfig
 from accounting.runtime.errors import UsageError
 from accounting.ledger.ledger import ledger
@@ -158,6 +159,12 @@ class MemoryModel:
                              f"{self.loss_chunks!r}")
         if self.device not in CP.DEVICES:
             raise UsageError(f"unknown device {self.device!r}; choose {' or '.join(CP.DEVICES)}")
+        if self.device == CP.CPU and self.implementation != COURSE_IMPL and any(
+                getattr(self.config, f) for f in DROPOUTS):  # builder/dropout.py: CUDA's
+            raise UsageError("device 'cpu' with dropout: the CPU's F.dropout saves a noise "
+                             "tensor in the input's dtype, not CUDA's 1-byte mask, and SDPA "
+                             "with dropout runs its math composite; neither is modelled: "
+                             "set the dropouts to 0 or plan for 'cuda'")
 
     # -- activations --
     def _ledger(self, recompute: str):

@@ -19,6 +19,7 @@ from accounting.ledger.builder.common import (COURSE, LLMFOUNDRY, TORCHTUNE, TRA
 from accounting.planning.optimizers import DEFAULT_OPTIMIZER, OPTIMIZERS, get_optimizer, is_default
 from accounting.planning.precisions import BF16_MASTER, BF16_MIXED, get_precision
 from accounting.runtime.errors import UsageError
+from accounting.architecture.checks import DROPOUTS
 from accounting.architecture.config import ModelConfig
 from accounting.units import FP32
 
@@ -54,7 +55,10 @@ EAGER = ("eager (transformers' eager_attention_forward: T×T scores and probabil
 # per-head QK-norm; OLMo-2's post-norms with full-width QK-norm; Qwen3-MoE's sparse block.
 _MEASURED = {"vocab_size", "context_length", "num_layers", "d_model", "num_heads", "d_ff",
              "rope_theta", "name", "num_kv_heads", "head_dim", "norm_eps", "tie_embeddings",
-             "qkv_bias", "out_bias", "mlp_bias", "attention"}
+             "qkv_bias", "out_bias", "mlp_bias", "attention",
+             # which tanh GELU ACT2FN runs: only with a tanh GELU MLP (checks.py), and "mlp"
+             # is let through by the GPT-2 and Gemma 2/3 layouts alone (measured there)
+             "fused_gelu"}
 # sliding-window attention layers (Mistral, Mixtral, Qwen2/3's and OLMo-3's layer_types):
 # transformers' SDPA path with its mask and repeat_kv (builder/attention.py hf_masked),
 # measured; layer_types only while every layer is an attention layer (not a hybrid's)
@@ -127,8 +131,9 @@ _GEMMA2 = {"norm_placement", "mlp", "norm_offset", "embedding_multiplier", "attn
 
 # GPT-2's (GPT2LMHeadModel, measured too: tests/test_transformers_gpt2.py): learned
 # positions, nn.LayerNorm, the fused c_attn, the tanh GELU MLP; its dropouts
-# (embd/attn/resid_pdrop) are the config's notes, not counted (docs/planning.md)
-_GPT2 = {"norm", "mlp", "positions"}
+# (embd/attn/resid_pdrop: builder/dropout.py, in training)
+_GPT2 = {"norm", "mlp", "positions", "embedding_dropout", "attention_dropout",
+         "residual_dropout"}
 
 # each measured family: the layout test (builder/common.py) and the fields it lets through
 _LAYOUTS = ((gemma3_layout, _GEMMA3), (cohere_layout, _COHERE), (gpt_oss_layout, _GPT_OSS),
@@ -284,6 +289,13 @@ def resolve(config: ModelConfig, from_hf: bool, implementation: str | None = Non
         raise UsageError(f"--optimizer {optimizer} keeps 8-bit moments, while --precision "
                          f"bf16-master means fp32 moments beside the fp32 master copy: give "
                          f"--precision bf16-mixed, bf16 or fp32 with it")
+    if implementation not in (TRANSFORMERS, TORCHTUNE) and any(getattr(config, f)
+                                                              for f in DROPOUTS):
+        # model/ (and the other implementations planned here) run no dropout: said, not
+        # silently dropped (transformers' is counted: builder/dropout.py)
+        who = "model/" if implementation == COURSE else f"{implementation}'s model"
+        said = f"{who} has no dropout: the config's dropout is not counted"
+        note = f"{note}; {said}" if note else said
     return Recipe(implementation, precision, config.attention, recompute, optimizer,
                   note=note), config
 

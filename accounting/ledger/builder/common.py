@@ -32,6 +32,7 @@ SHORT_CONV = "short convolution gating"
 SSD = "state-space scan"  # Mamba-2: dt, decays, segment sums, the SSD's elementwise terms
 DELTA_RULE = "gated delta rule"  # β, g, SiLU of the conv, L2 norms, decays, the scan's adds
 GATED_NORM = "gated RMSNorm"  # the gated DeltaNet's output norm, x·rsqrt·w·SiLU(z)
+DROPOUT = "dropout"  # transformers' nn.Dropout in training (builder/dropout.py)
 ACTIVATION_COMPONENT = {"swiglu": "SiLU and gating", "geglu": "GELU (tanh) and gating",
                         "geglu_erf": "GELU (erf) and gating", "gelu": "GELU (erf)",
                         "gelu_tanh": "GELU (tanh)", "swiglu_clamped": "clamped SwiGLU and gating",
@@ -39,7 +40,7 @@ ACTIVATION_COMPONENT = {"swiglu": "SiLU and gating", "geglu": "GELU (tanh) and g
                         "relu2": "squared ReLU"}
 ELEMENTWISE_ORDER = (*NORMS.values(), QK_NORM, EMBED_SCALE, POSITION_ADD, ROPE, ALIBI,
                      TEMPERATURE, ATTN_SCALE, SOFTCAP, CAUSAL_MASK, SOFTMAX, OUTPUT_GATE, INDEXER, *dict.fromkeys(ACTIVATION_COMPONENT.values()),
-                     SHORT_CONV, DELTA_RULE, SSD, GATED_NORM, ROUTER, BIAS, MUP, PER_LAYER, RESIDUAL_SCALE, RESIDUAL,
+                     SHORT_CONV, DELTA_RULE, SSD, GATED_NORM, ROUTER, BIAS, MUP, PER_LAYER, RESIDUAL_SCALE, DROPOUT, RESIDUAL,
                      LOGIT_SCALE)
 NORM_PARAMS = {"rmsnorm": "RMSNorm gains", "layernorm": "LayerNorm weights and biases",
                "layernorm_nobias": "LayerNorm weights (no bias)"}

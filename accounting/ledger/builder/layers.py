@@ -338,8 +338,9 @@ def activation(t: Trace, kind: str, x: Sym, component: str, course: str) -> Sym:
                     out="sigmoid(W1 output)")
         return t.binary("aten.mul", x, s, "SiLU: W1·x · sigmoid", component, out="SiLU output",
                         course=course)
-    if kind == "gelu_tanh" and t.hf and t.hf_gemma3:  # transformers' GELUTanh (Gemma's
-        # gelu_pytorch_tanh): F.gelu(x, approximate="tanh"), one op that saves its input
+    if kind == "gelu_tanh" and t.hf and t.fused_gelu:  # transformers' GELUTanh (ACT2FN's
+        # gelu_pytorch_tanh: Gemma's, a GPT-2-style config's): F.gelu(x, approximate="tanh"),
+        # one op that saves its input; gelu_new (NewGELUActivation) runs the ops below
         return t.unary("aten.gelu", x, "GELU (tanh)", component, saves="input",
                        out="GELU output", course=course)
     if kind == "relu2":  # r = relu(x) (saves its output), r · r (saves r)

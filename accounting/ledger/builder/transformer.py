@@ -16,6 +16,7 @@ from accounting.ledger.builder.attention import Attention
 from accounting.ledger.builder.latent_attention import LatentAttention
 from accounting.ledger.builder.moe import MoE
 from accounting.ledger.builder import lora, megatron
+from accounting.ledger.builder.dropout import native_dropout
 from accounting.ledger.builder.recurrent import ShortConv
 from accounting.ledger.builder.delta import GatedDeltaNet
 from accounting.ledger.builder.kda import KimiDeltaAttention
@@ -114,6 +115,14 @@ class Block:
         return out if m is None else self.t.binary("aten.mul", out, None, "sublayer output · m",
                                                      RESIDUAL_SCALE)
 
+    def dropout(self, out: Sym, where: str) -> Sym:
+        """A sublayer output's dropout: Megatron's (its --dropout), or transformers'
+        nn.Dropout(resid_pdrop) in training (GPT2Attention.resid_dropout, GPT2MLP.dropout)."""
+        if self.a.megatron:
+            return megatron.dropout(self.t, out, where)
+        p = self.c.residual_dropout if self.a.hf else 0  # model/ has no dropout
+        return native_dropout(self.t, out, p, where)
+
     def run(self, x: Sym) -> None:
         t, norm_course = self.t, f"{NORMS[self.c.norm]} inputs"
         if self.c.block == "single":  # x + sublayer(ln1(x)): the mixer, or the MLP
@@ -131,11 +140,11 @@ class Block:
             h = self.ln1(x, "ln1 output")
             o = self.scaled(self.attn(h, "output projection output", "output projection")
                             if self.mamba is None else self.hybrid(h))
-            o = megatron.dropout(t, o, "attention's hidden")
+            o = self.dropout(o, "attention's hidden")
             y = t.binary("aten.add", x, o, "x + attn, y + ffn", RESIDUAL)
             y = t.name(y, "ln2 input", norm_course)
             h = self.ln2(y, "ln2 output")
-            f = megatron.dropout(t, self.scaled(self.ffn(h, "W2")), "MLP's hidden")
+            f = self.dropout(self.scaled(self.ffn(h, "W2")), "MLP's hidden")
             t.binary("aten.add", y, f, "x + attn, y + ffn", RESIDUAL)
         elif self.c.norm_placement == "sandwich":  # Gemma 2/3: norms before and after
             h = self.ln1(x, "ln1 output")
@@ -276,6 +285,7 @@ def walk(c: ModelConfig, autocast: str | None = None, recompute: str = "none",
     t.hf_olmo2 = a.hf and c.norm_placement == "post"  # Olmo2RMSNorm
     t.hf_oss = a.hf and gpt_oss_layout(c)  # GptOssForCausalLM's modules
     t.hf_gpt2 = a.hf and gpt2_layout(c)  # GPT2LMHeadModel's LayerNorm and c_attn
+    t.fused_gelu = c.fused_gelu  # (under t.hf) transformers' GELUTanh: one F.gelu
     gemma3 = a.hf and gemma3_layout(c)  # Gemma 3's modules (Gemma3TextModel's)
     # Gemma 2's (Gemma2Model's, 5.23): the same RMSNorm, GELUTanh and scaled embedding (its
     # embed_scale buffer), one rotary module for every layer
@@ -343,6 +353,8 @@ def walk(c: ModelConfig, autocast: str | None = None, recompute: str = "none",
             positions = t.name(t.fresh(("T",), R.INT64), "position ids")
             p = t.lookup(pos, positions, ("T", "d_model"))
         x = t.binary("aten.add", x, p, "token + position embedding", POSITION_ADD)
+    if a.hf:  # GPT2Model.drop: nn.Dropout(embd_pdrop) on the summed embeddings
+        x = native_dropout(t, x, c.embedding_dropout, "embedding")
     if a.megatron:  # LanguageModelEmbedding.embedding_dropout; GPTModel's rotary_pos_emb
         with t.scope("token_embeddings"):
             x = megatron.dropout(t, x, "embedding")
