@@ -91,6 +91,10 @@ class VisionSpec:
     # use_clipped_linears (each linear clamps its input and output): what its saves follow
     standardize: bool = False
     clipped: bool = False
+    # Qwen3-VL: a deepstack merger reads the last block's output (depth − 1 in
+    # deepstack_visual_indexes), the main merger's input, the same tensor (what a projector
+    # trained alone saves: builder/vision_saves_projector.py)
+    deepstack_last: bool = False
 
     @property
     def head_dim(self) -> int:
@@ -336,15 +340,16 @@ def _qwen3_vl(data: Mapping, where: str, text: int) -> VisionSpec:
         deep = []  # Qwen3_5VisionModel builds no deepstack mergers
     if not isinstance(deep, (list, tuple)):
         raise UsageError(f"{where}: vision_config.deepstack_visual_indexes must be a list")
+    depth = _get(vc, "depth", 27, where)
     return VisionSpec(
-        "qwen3_vl", _get(vc, "depth", 27, where), _get(vc, "hidden_size", 1152, where),
+        "qwen3_vl", depth, _get(vc, "hidden_size", 1152, where),
         _get(vc, "num_heads", 16, where), _get(vc, "intermediate_size", 4304, where), False,
         vc.get("hidden_act", "gelu_pytorch_tanh"), "layernorm", _get(vc, "patch_size", 16, where),
         _get(vc, "temporal_patch_size", 2, where), _get(vc, "in_channels", 3, where), True,
         _get(vc, "num_position_embeddings", 2304, where), False, False, False,
         _get(vc, "spatial_merge_size", 2, where), None, (), "qwen_merger", True,
         _get(vc, "out_hidden_size", 3584, where), None, None, deepstack=len(deep),
-        pixels=QWEN3_PIXELS)
+        deepstack_last=depth - 1 in deep, pixels=QWEN3_PIXELS)
 
 
 for _mt in ("qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe"):
