@@ -110,3 +110,102 @@ def test_only_the_projector_gets_gradients(family, grid):
     call().float().sum().backward()
     got = {n for n, p in model.named_parameters() if p.grad is not None}
     assert got == set(ledger.projector_params)
+
+
+@pytest.mark.parametrize("family, grid", [("qwen2_5_vl", (8, 12)), ("qwen3_vl_moe", (8, 8)),
+                                          ("gemma3", None), ("llava", None),
+                                          ("kimi_k25", (6, 10)), ("llama4", None),
+                                          ("idefics3", None), ("internvl", None)])
+def test_projector_backward_flops_equal_the_counter(family, grid):
+    """FlopCounterMode over the backward of transformers' model with the tower frozen (fp32,
+    the CPU): the projector's gradient matmuls, both for each but the first where it reads
+    the tower's output (LLaVA's linear_1, Llama 4's adapter fc1, Idefics3's connector: the
+    weight's alone)."""
+    from torch.utils.flop_counter import FlopCounterMode
+    from accounting.planning import vision_flops as VF
+    from accounting.planning.vision_train import PROJECTOR
+    torch, model, spec, ledger, call, grid, tiles = _setup(family, "fp32", grid)
+    out = call()
+    with FlopCounterMode(display=False) as bwd:
+        out.float().sum().backward()
+    row = type("Row", (), {"grid": grid, "tiles": tiles})()
+    _, b, again, _, vb, _ = VF.image_records(spec, row, PROJECTOR, False)
+    assert again == []
+    assert bwd.get_total_flops() == tiles * sum(r.count(vb) * r.flops(vb) for r in b) > 0
+    if family in VP.DIRECT:  # the first matmul's input gradient is not run
+        first = VP.first_matmul(ledger)
+        assert sum(1 for r in b if r.module == first.module) == 1
+
+
+def _projector_numel(family):
+    """The projector's parameters in transformers' own model (meta device), by its module."""
+    from test_vision import _model
+    model = _model(CONFIGS[family])
+    ledger = VB.walk(translate(CONFIGS[family], "c", family).vision)
+    named = dict(model.named_parameters())
+    tower = {n for n in named if any(n.startswith(t) for t in ("model.visual",
+                                                               "model.vision_tower"))}
+    proj = {n for n in named if ".merger." in n}  # Qwen2.5-VL's PatchMerger: visual.merger
+    assert proj == set(ledger.projector_params)
+    return (sum(named[n].numel() for n in proj),
+            sum(named[n].numel() for n in tower - proj))
+
+
+def _plan(capsys, tmp_path, *argv):
+    import json
+    from cli_run import run
+    from hf_examples import write_config
+    code, out, err = run(capsys, "plan", "--config",
+                         str(write_config(tmp_path, CONFIGS["qwen2_5_vl"])), "--gpu", "H100",
+                         "--ctx", "256", "--precision", "bf16", "--format", "json", *argv)
+    assert code == 0, err
+    d = json.loads(out)
+    return d, {m["name"]: m["bytes"] for m in d["peak"]["moments"]}
+
+
+def test_plan_trains_the_projector_alone(capsys, tmp_path):
+    """--train-projector on the tiny Qwen2.5-VL in bf16 with AdamW, batch 3, two 112×112
+    images a sequence (8×8 patches each): the gradients are the merger's parameters (counted
+    on transformers' model) × 2 bytes, AdamW's two bf16 moments 2 × 2 bytes each plus a
+    step counter per tensor; the start of the backward pass holds 3 × 2 × what
+    transformers' model saves for one image with its tower frozen (hooks, above) more than
+    without images; the tower's FLOPs: the merger's backward alone."""
+    proj, _ = _projector_numel("qwen2_5_vl")
+    d, with_images = _plan(capsys, tmp_path, "--train-projector", "--batch", "3",
+                           "--image", "112x112", "--images", "2")
+    v = d["vision"]
+    assert v["trained_part"] == "projector" and v["trained_parameters"] == proj
+    assert v["gradient_bytes"] == 2 * proj
+    _, model, spec, ledger, call, _, _ = _setup("qwen2_5_vl", "bf16", (8, 8))
+    per_image = _saved_bytes(model, call)
+    assert (v["activation_bytes_per_sequence"], v["activation_bytes_per_step"]) == \
+        (2 * per_image, 0)
+    _, without = _plan(capsys, tmp_path, "--train-projector", "--batch", "3")
+    start = next(k for k in with_images if k.startswith("start of the backward"))
+    assert with_images[start] - without[start] == 3 * 2 * per_image
+    f = d["flops_per_step"]["vision"]
+    # by hand: N_m = 16 merged rows of d_vm = 128 (4·32): mlp.0 128 → 128, mlp.2 128 → 64
+    # (d_t), each matmul's two gradients of its forward's size, 6 images
+    assert f["projector_only"] and f["recompute"] == 0
+    assert f["backward"] == 6 * 2 * (2 * 16 * 128 * 128 + 2 * 16 * 128 * 64)
+
+
+def test_both_flags_are_refused(capsys, tmp_path):
+    from cli_run import refused_in_one_line
+    from hf_examples import write_config
+    refused_in_one_line(capsys, "plan", "--config",
+                        str(write_config(tmp_path, CONFIGS["qwen2_5_vl"])), "--gpu", "H100",
+                        "--train-vision", "--train-projector", expected="give one of them")
+
+
+def test_many_gpus_hold_the_projectors_state_and_the_towers_weights():
+    """DDP over 2 GPUs, bf16: the projector's gradients (2 bytes each, transformers' count),
+    the rest of the tower as frozen weights (2 bytes each)."""
+    from test_vision_train import _stage_items
+    from accounting.planning.vision_train import PROJECTOR
+    proj, rest = _projector_numel("qwen2_5_vl")
+    items, _ = _stage_items(True, trained=PROJECTOR)
+    without, _ = _stage_items(False)
+    assert items[0]["gradients"] - without[0]["gradients"] == 2 * proj
+    assert items[0]["parameters"] - without[0]["parameters"] == 2 * proj
+    assert items[0]["vision tower parameters"] == 2 * rest

@@ -113,6 +113,12 @@ def parser() -> Parser:
                         "Default: frozen, LLaMA-Factory's freeze_vision_tower and "
                         "freeze_multi_modal_projector defaults, its weights alone beside the "
                         "language model's step")
+    w.add_argument("--train-projector", action="store_true",
+                   help="a vision-language config.json: train its projector (merger) with the "
+                        "tower frozen, as LLaVA's stage 1 (--tune_mm_mlp_adapter) and "
+                        "LLaMA-Factory's freeze_multi_modal_projector: false do: the "
+                        "projector's gradients and optimizer state, the activations it saves "
+                        "for the images; the tower's forward alone, nothing saved in it")
     from accounting.cli.main import add_image_args
     add_image_args(w)  # issue 41: the images of each sequence (--ctx holds their tokens)
     recipes_cli.add_args(w)  # issue 44: --loss, --loss-chunks, --compile
@@ -153,6 +159,15 @@ def parser() -> Parser:
     return p
 
 
+def vision_training(ns):
+    """--train-vision (True: tower and projector), --train-projector ("projector": the
+    projector alone, planning/vision_train.py PROJECTOR) or neither (False)."""
+    if ns.train_vision and ns.train_projector:
+        raise UsageError("--train-vision trains the tower and the projector, --train-projector "
+                         "the projector alone: give one of them")
+    return "projector" if ns.train_projector else ns.train_vision
+
+
 def _cost(ns, result):
     """The training run's cost at --price-per-gpu-hour (one GPU), None without the flag."""
     from accounting.planning.cost import Cost, price
@@ -186,7 +201,7 @@ def main(argv: list[str]) -> int:
                   peak_tflops=ns.gpu_flops, bandwidth_tbs=ns.gpu_bw, mfu=ns.mfu,
                   margin=ns.margin, steps=ns.steps, tokens=ns.tokens, position=ns.position,
                   optimizer_in_backward=ns.optimizer_in_backward,
-                  tower=getattr(hf, "vision", None), train_vision=ns.train_vision,
+                  tower=getattr(hf, "vision", None), train_vision=vision_training(ns),
                   images=vision_workload(ns, hf),
                   **recipes_cli.plan_kwargs(ns), **finetune_cli.plan_kwargs(ns))
     line = None
