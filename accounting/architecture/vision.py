@@ -91,10 +91,16 @@ class VisionSpec:
     # use_clipped_linears (each linear clamps its input and output): what its saves follow
     standardize: bool = False
     clipped: bool = False
-    # Qwen3-VL: a deepstack merger reads the last block's output (depth − 1 in
-    # deepstack_visual_indexes), the main merger's input, the same tensor (what a projector
-    # trained alone saves: builder/vision_saves_projector.py)
-    deepstack_last: bool = False
+    # Qwen3-VL: deepstack_visual_indexes (the block after which each deepstack merger reads
+    # the hidden state), and the language model's layers: Qwen3VLTextModel adds the k-th
+    # merger's output to layer k's hidden states, k < its layers, so a merger past them
+    # reaches no loss and runs no backward (deepstack_used)
+    deepstack_at: tuple[int, ...] = ()
+    text_layers: int = 0
+
+    @property
+    def deepstack_used(self) -> int:
+        return min(self.deepstack, self.text_layers) if self.text_layers else self.deepstack
 
     @property
     def head_dim(self) -> int:
@@ -349,7 +355,13 @@ def _qwen3_vl(data: Mapping, where: str, text: int) -> VisionSpec:
         _get(vc, "num_position_embeddings", 2304, where), False, False, False,
         _get(vc, "spatial_merge_size", 2, where), None, (), "qwen_merger", True,
         _get(vc, "out_hidden_size", 3584, where), None, None, deepstack=len(deep),
-        deepstack_last=depth - 1 in deep, pixels=QWEN3_PIXELS)
+        deepstack_at=tuple(deep), text_layers=_text_layers(data), pixels=QWEN3_PIXELS)
+
+
+def _text_layers(data: Mapping) -> int:
+    """The language model's num_hidden_layers (0 where not an int)."""
+    n = (data.get("text_config") or {}).get("num_hidden_layers", 0)
+    return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 0
 
 
 for _mt in ("qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe"):

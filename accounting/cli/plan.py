@@ -106,20 +106,8 @@ def parser() -> Parser:
                    help="step each tensor's optimizer in the backward pass as its gradient "
                         "is ready, then free the gradient (torchtune's optimizer_in_bwd: "
                         "register_optim_in_bwd_hooks): no moment holds every gradient")
-    w.add_argument("--train-vision", action="store_true",
-                   help="a vision-language config.json: train its vision tower and projector "
-                        "too (their gradients, optimizer state, and the activations they save "
-                        "for the images each sequence holds: --image/--images, per sequence). "
-                        "Default: frozen, LLaMA-Factory's freeze_vision_tower and "
-                        "freeze_multi_modal_projector defaults, its weights alone beside the "
-                        "language model's step")
-    w.add_argument("--train-projector", action="store_true",
-                   help="a vision-language config.json: train its projector (merger) with the "
-                        "tower frozen, as LLaVA's stage 1 (--tune_mm_mlp_adapter) and "
-                        "LLaMA-Factory's freeze_multi_modal_projector: false do: the "
-                        "projector's gradients and optimizer state, the activations it saves "
-                        "for the images; the tower's forward alone, nothing saved in it")
-    from accounting.cli.main import add_image_args
+    from accounting.cli.main import add_image_args, add_train_vision_args
+    add_train_vision_args(w)  # issue 41: --train-vision, --train-projector
     add_image_args(w)  # issue 41: the images of each sequence (--ctx holds their tokens)
     recipes_cli.add_args(w)  # issue 44: --loss, --loss-chunks, --compile
     w.add_argument("--recompute", choices=tuple(RECOMPUTE), default=NO_RECOMPUTE,
@@ -159,15 +147,6 @@ def parser() -> Parser:
     return p
 
 
-def vision_training(ns):
-    """--train-vision (True: tower and projector), --train-projector ("projector": the
-    projector alone, planning/vision_train.py PROJECTOR) or neither (False)."""
-    if ns.train_vision and ns.train_projector:
-        raise UsageError("--train-vision trains the tower and the projector, --train-projector "
-                         "the projector alone: give one of them")
-    return "projector" if ns.train_projector else ns.train_vision
-
-
 def _cost(ns, result):
     """The training run's cost at --price-per-gpu-hour (one GPU), None without the flag."""
     from accounting.planning.cost import Cost, price
@@ -192,7 +171,7 @@ def main(argv: list[str]) -> int:
         raise UsageError(f"--emit {ns.emit} writes a layout's launch settings; give --gpus N "
                          f"(1 for one GPU)")
     parallel_cli.check_single(ns)
-    from accounting.cli.main import vision_workload
+    from accounting.cli.main import vision_training, vision_workload
     result = plan(config, ns.ctx, ns.batch or 1, precision=ns.precision, scope=ns.scope,
                   implementation=ns.implementation, optimizer=ns.optimizer,
                   from_hf=hf is not None,

@@ -304,7 +304,7 @@ def _tower(ns, precision, finetune, run_stack, recompute: str, seq: int):
     from dataclasses import replace
     from accounting.cli.args import hf_source_from_args
     from accounting.cli.main import vision_workload
-    from accounting.cli.plan import vision_training
+    from accounting.cli.main import vision_training
     from accounting.present import vision_views as VV
     hf = hf_source_from_args(ns)
     spec, images = getattr(hf, "vision", None), vision_workload(ns, hf)

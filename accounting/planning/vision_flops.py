@@ -89,11 +89,15 @@ def image_records(spec: VisionSpec, row, trained, full: bool):
     if alone:
         names, direct = VP.roots(ledger), VP.first_matmul(ledger)
         for r in ledger.matmuls:
+            if VS.unused_merger(spec, r.module):  # Qwen3-VL's past the text layers: no
+                continue  # loss reads its output, no backward runs in it
             if VP.is_projector(r.module, names):  # the tower's output needs no gradient:
                 gs = r.gradients()  # the first matmul reading it runs its weight's alone
                 bwd += list(gs[1:] if r is direct else gs)
     elif trained:
         for r in ledger.matmuls:
+            if VS.unused_merger(spec, r.module):
+                continue
             gs = r.gradients()
             if r is first or r.module == "pooler":  # their left operand needs no gradient:
                 gs = gs[1:]  # the pixels; Gemma 4's pooler's one-hot weights (built in

@@ -150,11 +150,18 @@ def saves(spec: VisionSpec, params) -> tuple[Save, ...] | None:
     # keeps the input alone, for the weight's gradient; a conv keeps its weight either way)
     for p in params:
         if len(p.shape) == 2 and "position" not in p.name and "pos_embed" not in p.name \
-                and p.name not in PIXEL_LINEARS:
+                and p.name not in PIXEL_LINEARS and not unused_merger(s, p.module):
             repeat = USED if (s.family in LLAVA and p.repeat) else p.repeat
             out.append(Save(f"bf16 copy of {p.name}", p.module, repeat, p.shape, "W",
                             fixed=True))
     return tuple(out)
+
+
+def unused_merger(spec: VisionSpec, module: str) -> bool:
+    """A Qwen3-VL deepstack merger (its module, any prefix) whose output reaches no loss:
+    the k-th past the language model's layers (VisionSpec.deepstack_used)."""
+    _, found, rest = module.partition("deepstack_merger_list.")
+    return bool(found) and int(rest.split(".")[0]) >= spec.deepstack_used
 
 
 def residual(spec: VisionSpec) -> str:
@@ -230,7 +237,9 @@ def _qwen(out, s: VisionSpec) -> None:
                             "A"))
         out.append(Save("fc2 input", f"{b}.mlp.{fc2}", BLOCK, ("N", "f_v"), "A"))
     if s.family == "qwen3_vl":  # Qwen3VLVisionPatchMerger: norm, linear_fc1, GELU, linear_fc2
-        for j in range(s.deepstack):  # after their blocks: norm over s²·d_v (postshuffle)
+        # after their blocks: norm over s²·d_v (postshuffle); a merger past the language
+        # model's layers reaches no loss, its saves freed with its output (deepstack_used)
+        for j in range(s.deepstack_used):
             m = f"deepstack_merger_list.{j}"
             out.append(Save(f"{m} norm's fp32 copy", f"{m}.norm", None, ("N_m", "d_vm"),
                             "LNC"))

@@ -81,7 +81,7 @@ def saves(ledger) -> tuple[Save, ...] | None:
         # each deepstack merger's LayerNorm keeps its input, the hidden state after its block,
         # which no frozen block saves now; the one after the last block is the main merger's
         # input, saved by its norm already (the same tensor)
-        n = s.deepstack - (1 if s.deepstack_last else 0)
+        n = sum(1 for i in s.deepstack_at[:s.deepstack_used] if i != s.depth - 1)
         if n:
             out.append(Save("deepstack mergers' norm inputs (the blocks' outputs)",
                             "deepstack_merger_list", None, ("N", "d_v"), "LNR", copies=n))
