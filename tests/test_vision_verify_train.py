@@ -90,7 +90,7 @@ def test_cli_verify_train(tmp_path, capsys, flag, part):
     code, out, err = _cli(tmp_path, capsys, "gemma3", *flag)
     assert code == 0, err
     d = json.loads(out)["cross_check"]["with_images"]
-    assert d["agrees"]
+    assert d["agrees"] and d["pass"] == "train" and (part or "frozen") in d["vision_trained"]
     note = " ".join(d["notes"])
     assert "backward" in note and (part or "frozen") in note
 
@@ -109,3 +109,11 @@ def test_cli_train_flags_need_a_tower(capsys):
     from cli_run import refused_in_one_line
     refused_in_one_line(capsys, "gpt2-xl", "--train-projector", "--brief",
                         expected="needs a vision-language config.json")
+
+
+def test_cli_train_flags_need_a_backward(tmp_path, capsys):
+    """Under --pass forward nothing trains: the flag is refused in one line, naming the fix."""
+    from cli_run import refused_in_one_line
+    path = str(write_config(tmp_path, CONFIGS["gemma3"]))
+    refused_in_one_line(capsys, "--config", path, "--image", "224x300", "--train-vision",
+                        expected="give --pass train (or backward)")

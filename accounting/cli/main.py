@@ -31,7 +31,7 @@ from accounting.analysis.workload import analyze
 from accounting.cli.args import (Parser, add_model_args, add_output_args, config_from_args,
                                  hf_source_from_args, positive_int)
 from accounting.runtime.errors import UsageError
-from accounting.ledger.records import EXECUTED, FORWARD, PHASES, TRAIN, USEFUL
+from accounting.ledger.records import BACKWARD, EXECUTED, FORWARD, PHASES, TRAIN, USEFUL
 
 # Subcommands live in their own modules, imported only when used.
 SUBCOMMANDS = {"report": "accounting.cli.report", "plan": "accounting.cli.plan",
@@ -272,6 +272,11 @@ def analyse_main(argv: list[str]) -> int:
     ck = checkpoint.check(ns, config, hf)
     vw = vision_workload(ns, hf)
     trained = vision_training(ns, vw is not None)
+    if trained and BACKWARD not in PHASES[ns.phase]:
+        raise UsageError(f"{'--train-projector' if ns.train_projector else '--train-vision'} "
+                         f"sets what the whole model's cross-check trains in a backward pass: "
+                         f"give --pass train (or backward) with it, or plan a step with "
+                         f"'plan --config FILE ...'")
     a = analyze(config, ns.ctx, ns.batch, ns.phase, ns.counting)
     if vw is not None and vw.image_tokens > a.seq:
         raise UsageError(f"the images' {vw.image_tokens:,} tokens do not fit in T = {a.seq:,} "

@@ -45,6 +45,8 @@ class VisionCheck:
     notes: tuple[str, ...] = ()
     error: str = ""  # why transformers' model could not run the images (a disagreement)
     skipped: str = ""  # why it was not run (the workload leaves it no room; not a disagreement)
+    phase: str = FORWARD  # the pass compared: forward, backward or train
+    trained: str = ""  # with a backward: what trains beside the language model (_trained_words)
 
     @property
     def agrees(self) -> bool:
@@ -71,7 +73,8 @@ class VisionCheck:
                 "checks": [{"claim": c.claim, "evidence": c.evidence, "holds": c.holds}
                            for c in self.checks],
                 "notes": list(self.notes), "error": self.error or None,
-                "skipped": self.skipped or None}
+                "skipped": self.skipped or None, "pass": self.phase,
+                "vision_trained": self.trained or None}
 
 
 def roots(vw: VisionWorkload) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -215,18 +218,22 @@ def compare(a: Analysis, vw: VisionWorkload, m) -> VisionCheck:
                  f"each image's placeholders).")
     return VisionCheck(m.transformers_class, m.version, len(vw.images), vw.image_tokens,
                        a.seq, a.batch, tuple(m.inputs.items()), tuple(rows), tuple(checks),
-                       tuple(notes))
+                       tuple(notes), phase=a.phase,
+                       trained=_trained_words(m.trained) if BACKWARD in passes else "")
+
+
+def _trained_words(trained) -> str:
+    from accounting.planning.vision_train import part
+    on, alone = part(trained)
+    return ("the tower frozen, its projector trained (--train-projector)" if alone else
+            "the tower and projector trained (--train-vision)" if on else
+            "the tower and projector frozen (the default)")
 
 
 def _backward_note(m) -> str:
-    from accounting.planning.vision_train import part
-    on, alone = part(m.trained)
-    what = ("the tower frozen, its projector trained (--train-projector)" if alone else
-            "the tower and projector trained (--train-vision)" if on else
-            "the tower and projector frozen (the default)")
     return (f"; then the cross-entropy of its logits backward, the language model trained, "
-            f"{what}: the backward's matmuls by the module whose forward made each autograd "
-            f"node (the op counter, dispatch.py)")
+            f"{_trained_words(m.trained)}: the backward's matmuls by the module whose forward "
+            f"made each autograd node (the op counter, dispatch.py)")
 
 
 REAL_PIXELS = 2 ** 27  # pixel values a run may hold as real CPU numbers (~0.7 GB at peak)
@@ -253,10 +260,10 @@ def room(a: Analysis, vw: VisionWorkload) -> str:
 
 def skipped(a: Analysis, vw: VisionWorkload, why: str) -> VisionCheck:
     return VisionCheck("", "", len(vw.images), vw.image_tokens, a.seq, a.batch, (), (),
-                       skipped=why)
+                       skipped=why, phase=a.phase)
 
 
 def failed(a: Analysis, vw: VisionWorkload, why: str) -> VisionCheck:
     """transformers' model could not run the images: said, and a disagreement."""
     return VisionCheck("", "", len(vw.images), vw.image_tokens, a.seq, a.batch, (), (),
-                       error=why)
+                       error=why, phase=a.phase)
