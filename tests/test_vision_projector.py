@@ -216,3 +216,24 @@ def test_many_gpus_hold_the_projectors_state_and_the_towers_weights():
     assert items[0]["gradients"] - without[0]["gradients"] == 2 * proj
     assert items[0]["parameters"] - without[0]["parameters"] == 2 * proj
     assert items[0]["vision tower parameters"] == 2 * rest
+
+
+def test_checkpointing_puts_the_frozen_tower_in_the_graph():
+    """What the plan does not model (docs/planning.md): transformers 5.23's
+    gradient_checkpointing_enable() calls enable_input_require_grads(), whose hook on the
+    tower's get_input_embeddings() (Qwen2.5-VL's patch_embed) makes its output require
+    grad, so the frozen tower's blocks run backward (and their forward again) beside the
+    projector's gradients: FlopCounterMode's backward exceeds the projector's records."""
+    from torch.utils.flop_counter import FlopCounterMode
+    from accounting.planning import vision_flops as VF
+    from accounting.planning.vision_train import PROJECTOR
+    torch, model, spec, ledger, call, grid, tiles = _setup("qwen2_5_vl", "fp32", (8, 12))
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": True})
+    model.train()
+    assert type(model.model.visual.get_input_embeddings()).__name__ == "Qwen2_5_VisionPatchEmbed"
+    out = call()
+    with FlopCounterMode(display=False) as bwd:
+        out.float().sum().backward()
+    row = type("Row", (), {"grid": grid, "tiles": tiles})()
+    _, b, _, _, vb, _ = VF.image_records(spec, row, PROJECTOR, True)
+    assert bwd.get_total_flops() > sum(r.count(vb) * r.flops(vb) for r in b)
