@@ -237,3 +237,20 @@ def test_checkpointing_puts_the_frozen_tower_in_the_graph():
     row = type("Row", (), {"grid": grid, "tiles": tiles})()
     _, b, _, _, vb, _ = VF.image_records(spec, row, PROJECTOR, True)
     assert bwd.get_total_flops() > sum(r.count(vb) * r.flops(vb) for r in b)
+
+
+def test_qwen2_5_vl_7b_projector_by_hand(capsys):
+    """docs/planning.md's example: Qwen2.5-VL-7B's merger, from its config.json (hidden_size
+    1,280, spatial_merge_size 2, out_hidden_size 3,584): ln_q's 1,280 weights, mlp.0
+    5,120·5,120 + 5,120, mlp.2 3,584·5,120 + 3,584 = 44,574,464 parameters trained, their
+    bf16 gradients 2 bytes each."""
+    import json
+    from cli_run import run
+    code, out, err = run(capsys, "plan", "--config",
+                         "tests/data/serving/Qwen2.5-VL-7B-Instruct.json", "--gpu", "H100",
+                         "--ctx", "4096", "--precision", "bf16", "--train-projector",
+                         "--format", "json")
+    assert code == 0, err
+    v = json.loads(out)["vision"]
+    n = 1280 + 5120 * 5120 + 5120 + 3584 * 5120 + 3584
+    assert v["trained_parameters"] == n == 44_574_464 and v["gradient_bytes"] == 2 * n
