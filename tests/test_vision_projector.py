@@ -16,7 +16,7 @@ from accounting.ledger.builder import vision_saves as VS
 from accounting.ledger.builder import vision_saves_projector as VP
 from test_vision_train import CONFIGS, _saved_bytes, _tower
 
-TILED = ("llama4", "idefics3", "internvl")  # two tiles of image_size² each
+TILED = ("llama4", "idefics3", "internvl", "internvl_6b")  # two tiles of image_size² each
 
 
 def _freeze(model, ledger):
@@ -86,7 +86,8 @@ def _setup(family, mode, grid=None):
 
 FAMILIES = [("qwen2_5_vl", (8, 8)), ("qwen2_5_vl", (12, 20)), ("qwen2_vl", (8, 12)),
             ("qwen3_vl_moe", (8, 8)), ("gemma3", None), ("llava", None), ("llava_last", None),
-            ("kimi_k25", (6, 10)), ("llama4", None), ("idefics3", None), ("internvl", None)]
+            ("kimi_k25", (6, 10)), ("llama4", None), ("idefics3", None), ("internvl", None),
+            ("internvl_6b", None)]
 
 
 @pytest.mark.parametrize("mode", VS.MODES)
@@ -254,3 +255,59 @@ def test_qwen2_5_vl_7b_projector_by_hand(capsys):
     v = json.loads(out)["vision"]
     n = 1280 + 5120 * 5120 + 5120 + 3584 * 5120 + 3584
     assert v["trained_parameters"] == n == 44_574_464 and v["gradient_bytes"] == 2 * n
+
+
+def _sdpa_model(data, cls=None):
+    transformers = pytest.importorskip("transformers")
+    import torch
+    from test_vision import _kw
+    cfg = transformers.AutoConfig.for_model(**_kw(data))
+    for sub in ("vision_config", "text_config"):
+        getattr(cfg, sub)._attn_implementation = "sdpa"
+    cfg._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    return torch, (cls(cfg) if cls else transformers.AutoModelForImageTextToText.from_config(cfg))
+
+
+@pytest.mark.parametrize("mode", VS.MODES)
+@pytest.mark.parametrize("family", ["gemma4", "mistral3"])
+def test_gemma4_and_pixtral_projector_saves(family, mode):
+    """Gemma 4 (3×6 patches padded to 36; its embedder's norm has no scale, so
+    embedding_projection's input needs no gradient: its input alone) and Mistral 3's Pixtral
+    (one 56×84 image, 4×6 patches: RMSNorm, patch merger, two linears; no block mask saved:
+    no tower block is in the graph), the tower frozen and the projector trained."""
+    import transformers
+    from dataclasses import replace
+    from test_vision import _gemma4
+    from test_vision_mistral3 import DATA
+    data = _gemma4() if family == "gemma4" else DATA
+    torch, model = _sdpa_model(data, transformers.Gemma4ForConditionalGeneration
+                               if family == "gemma4" else None)
+    model = (model.to(torch.bfloat16) if mode == "bf16" else model.float()).train()
+    spec = translate(data, "c", family).vision
+    ledger = VB.walk(spec)
+    _freeze(model, ledger)
+    dtype = torch.bfloat16 if mode == "bf16" else torch.float32
+    ac = torch.autocast("cpu", torch.bfloat16) if mode == "autocast" else contextlib.nullcontext()
+    if family == "gemma4":
+        grid = (3, 6)
+        real = [[x, y] for y in range(3) for x in range(6)]
+        pos = torch.tensor([real + [[-1, -1]] * (36 - len(real))])
+        px = torch.randn(1, 36, 3 * 16 * 16, dtype=dtype)
+
+        def call():
+            with ac:
+                return model.model.get_image_features(pixel_values=px,
+                                                      image_position_ids=pos).pooler_output[0]
+    else:
+        grid = (4, 6)
+        px = torch.randn(1, 3, 56, 84, dtype=dtype)
+
+        def call():
+            with ac:
+                f = model.model.get_image_features(
+                    pixel_values=px, image_sizes=torch.tensor([[56, 84]])).pooler_output
+            return sum(x.float().sum() for x in f)
+    per, once = VS.bytes_per_image(replace(ledger, saves=VP.saves(ledger)),
+                                   VB.values(spec, *grid), mode, "cpu")
+    assert per + once == _saved_bytes(model, call)
