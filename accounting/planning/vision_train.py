@@ -1,6 +1,8 @@
 """A vision-language model's tower in a one-GPU training plan (issue 41, Must 3): frozen, as
 LLaMA-Factory fine-tunes by default (FinetuningArguments.freeze_vision_tower = True,
-src/llamafactory/hparams/finetuning_args.py), or trained (--train-vision). Pure Python: the
+src/llamafactory/hparams/finetuning_args.py), trained (--train-vision), or frozen under a
+trained projector (--train-projector: LLaVA's stage 1; the projector's gradients, state and
+saves alone, builder/vision_saves_projector.py). Pure Python: the
 tower's parameter records (accounting/ledger/builder/vision.py) priced like the language
 model's (planning/precisions.py, planning/optimizers.py).
 

@@ -14,7 +14,9 @@ Where the tower lives and how it is split, as the stacks that train these models
     planning/parallel/states.py), in FSDP units of one vision block each, as transformers'
     _no_split_modules names them (Qwen2_5_VLVisionBlock, Qwen2VLVisionBlock; SigLIP's
     encoder layers), and one unit of the rest (patch embedding, final norms, projector).
-    A frozen tower's tensors need no gradient and no optimizer state.
+    A frozen tower's tensors need no gradient and no optimizer state; with the projector
+    trained alone (--train-projector) its tensors are the model states' and the rest of
+    the tower the frozen item.
 A tower unit's `layer` is negative (−1 − its block; −1 − L_v for the rest of the tower):
 the language model's blocks are numbered from 0, and buffers.py keys units by layer. The
 tower's saved activations are planning/vision_train.py's (builder/vision_saves.py), the
