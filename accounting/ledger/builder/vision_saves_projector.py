@@ -10,8 +10,12 @@ the tower's parameters' requires_grad off (tests/test_vision_projector.py).
 
 Nothing in the tower requires grad (its parameters are frozen, the pixels need none), so
 autograd records no graph there: none of its saves, nor autocast's copies of its weights,
-and under gradient checkpointing nothing either (a checkpointed block none of whose inputs
-requires grad is no node of the graph). The projector's parameters do, so every op after its
+and under gradient checkpointing nothing either as LLaMA-Factory checkpoints
+(`_gradient_checkpointing_enable`, src/llamafactory/model/model_utils/checkpointing.py,
+hiyouga/LlamaFactory 9174a7a: a layer without a trainable parameter runs unchecked).
+(transformers 5.23's own gradient_checkpointing_enable() also hooks the tower's
+get_input_embeddings() output to require grad, putting the frozen blocks in the graph: not
+followed, docs/planning.md.) The projector's parameters do, so every op after its
 first weight records: its saves are kept, except those an op keeps only for its input's
 gradient when that input is the tower's output (Save.input_grad: a Python RMSNorm's fp32
 input and rsqrt, Gemma 3's avg_pool input and 1 + w, Kimi-K2.5's 2×2 gather). A LayerNorm
