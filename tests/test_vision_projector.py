@@ -311,3 +311,18 @@ def test_gemma4_and_pixtral_projector_saves(family, mode):
     per, once = VS.bytes_per_image(replace(ledger, saves=VP.saves(ledger)),
                                    VB.values(spec, *grid), mode, "cpu")
     assert per + once == _saved_bytes(model, call)
+
+
+def test_the_first_screen_says_the_projector_trains(capsys, tmp_path):
+    """The vision tower line names the choice, the projector's parameters (transformers'
+    count) and its backward in the step's FLOPs."""
+    from cli_run import run
+    from hf_examples import write_config
+    proj, _ = _projector_numel("qwen2_5_vl")
+    code, out, _ = run(capsys, "plan", "--config",
+                       str(write_config(tmp_path, CONFIGS["qwen2_5_vl"])), "--gpu", "H100",
+                       "--ctx", "256", "--train-projector", "--image", "112x112")
+    first = out.split("\n\n")[0]
+    assert code == 0 and "tower frozen and projector trained (--train-projector" in first
+    assert f"the projector's {proj:,} parameters' gradients" in first
+    assert "the projector's backward" in first and "none in the frozen tower" in first

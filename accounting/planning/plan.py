@@ -152,8 +152,9 @@ def plan(config: ModelConfig | str, seq: int | None = None, batch: int = 1, *,
     offload_activations: torchtune's OffloadActivations (accounting/planning/loss_memory.py,
     activation_offload.py); compile: each block under torch.compile (compile_memory.py).
     tower: a vision-language config's VisionSpec (held frozen, or trained with
-    train_vision: True the tower and projector, "projector" the projector alone); images: the images of each sequence (analysis/images.py's
-    VisionWorkload), whose saves a trained tower keeps (planning/vision_train.py)."""
+    train_vision: True the tower and projector, "projector" the projector alone); images:
+    the images of each sequence (analysis/images.py's VisionWorkload), whose saves a
+    trained tower keeps (planning/vision_train.py)."""
     if from_hf is None:
         from accounting.architecture.presets import HF_IDS
         from_hf = isinstance(config, str) and config in HF_IDS
