@@ -117,3 +117,18 @@ def test_cli_train_flags_need_a_backward(tmp_path, capsys):
     path = str(write_config(tmp_path, CONFIGS["gemma3"]))
     refused_in_one_line(capsys, "--config", path, "--image", "224x300", "--train-vision",
                         expected="give --pass train (or backward)")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("trained", ["projector", True])
+def test_published_qwen2_5_vl_7b_training_pass(trained):
+    """The published Qwen2.5-VL-7B config.json whole (tests/test_vision_published.py), a
+    1024×1024 image in T = 4,096, forward and backward: transformers' model and the ledger
+    agree by component."""
+    import test_vision_published as PUB
+    hf = translate(PUB.QWEN2_5_VL_7B, "config.json", "q7")
+    vw = I.workload(hf.vision, ["1024x1024"], None)
+    a = analyze(hf.config, 4096, 1, "train")
+    check = VC.compare(a, vw, hf_vision.measure(hf.whole or hf.data, vw, 4096, 1, "train",
+                                                trained))
+    assert check.agrees, check.disagreements()
