@@ -157,8 +157,10 @@ def test_tower_saves_equal_transformers(family, grid, mode):
         def call():
             with ac:
                 out = model.model.visual(px, grid_thw=torch.tensor([[1, gh, gw]]))
-            # Qwen3-VL's deepstack features join the language model's hidden states: kept
-            return sum((f.float().sum() for f in getattr(out, "deepstack_features", None) or ()),
+            # Qwen3-VL's deepstack features join the language model's first layers' hidden
+            # states, one a layer: those past its layers reach no loss (deepstack_used)
+            deep = (getattr(out, "deepstack_features", None) or ())[:spec.deepstack_used]
+            return sum((f.float().sum() for f in deep),
                        out.pooler_output.float().sum())
     else:
         gh = gw = spec.image_size // spec.patch

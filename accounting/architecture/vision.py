@@ -91,6 +91,14 @@ class VisionSpec:
     # use_clipped_linears (each linear clamps its input and output): what its saves follow
     standardize: bool = False
     clipped: bool = False
+    # Qwen3-VL: deepstack_visual_indexes; the text layers (a merger past them reaches no loss)
+    deepstack_at: tuple[int, ...] = ()
+    text_layers: int = 0
+
+    @property
+    def deepstack_used(self) -> int:
+        """Qwen3VLTextModel adds the k-th merger's output to layer k: k < its layers."""
+        return min(self.deepstack, self.text_layers) if self.text_layers else self.deepstack
 
     @property
     def head_dim(self) -> int:
@@ -336,15 +344,18 @@ def _qwen3_vl(data: Mapping, where: str, text: int) -> VisionSpec:
         deep = []  # Qwen3_5VisionModel builds no deepstack mergers
     if not isinstance(deep, (list, tuple)):
         raise UsageError(f"{where}: vision_config.deepstack_visual_indexes must be a list")
+    tc, depth = data.get("text_config"), _get(vc, "depth", 27, where)
+    layers = tc.get("num_hidden_layers") if isinstance(tc, Mapping) else None
     return VisionSpec(
-        "qwen3_vl", _get(vc, "depth", 27, where), _get(vc, "hidden_size", 1152, where),
+        "qwen3_vl", depth, _get(vc, "hidden_size", 1152, where),
         _get(vc, "num_heads", 16, where), _get(vc, "intermediate_size", 4304, where), False,
         vc.get("hidden_act", "gelu_pytorch_tanh"), "layernorm", _get(vc, "patch_size", 16, where),
         _get(vc, "temporal_patch_size", 2, where), _get(vc, "in_channels", 3, where), True,
         _get(vc, "num_position_embeddings", 2304, where), False, False, False,
         _get(vc, "spatial_merge_size", 2, where), None, (), "qwen_merger", True,
         _get(vc, "out_hidden_size", 3584, where), None, None, deepstack=len(deep),
-        pixels=QWEN3_PIXELS)
+        deepstack_at=tuple(deep), text_layers=layers if type(layers) is int and layers > 0
+        else 0, pixels=QWEN3_PIXELS)
 
 
 for _mt in ("qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe"):

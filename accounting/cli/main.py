@@ -31,7 +31,7 @@ from accounting.analysis.workload import analyze
 from accounting.cli.args import (Parser, add_model_args, add_output_args, config_from_args,
                                  hf_source_from_args, positive_int)
 from accounting.runtime.errors import UsageError
-from accounting.ledger.records import EXECUTED, FORWARD, PHASES, TRAIN, USEFUL
+from accounting.ledger.records import BACKWARD, EXECUTED, FORWARD, PHASES, TRAIN, USEFUL
 
 # Subcommands live in their own modules, imported only when used.
 SUBCOMMANDS = {"report": "accounting.cli.report", "plan": "accounting.cli.plan",
@@ -61,6 +61,7 @@ def parser() -> Parser:
                         "model and FLOP counters do; default) or useful (T(T+1)/2 causal pairs); "
                         "both always appear in the breakdown")
     add_image_args(w)
+    add_train_vision_args(w)  # with --verify under --pass train/backward: what requires grad
     v = p.add_argument_group("cross-check")
     v.add_argument("--verify", action=argparse.BooleanOptionalAction, default=None,
                    help="run the real model on the meta device under fvcore and FlopCounterMode "
@@ -77,6 +78,40 @@ def parser() -> Parser:
                         "the exact count, reconciled term by term; forward and training "
                         "(--pass and --count do not apply); analytic unless --verify is given")
     return p
+
+
+def add_train_vision_args(group) -> None:
+    """Which of a vision-language model's tower trains (issue 41): plan's memory and step,
+    and the main command's --verify under --pass train/backward."""
+    group.add_argument("--train-vision", action="store_true",
+                       help="a vision-language config.json: train its vision tower and "
+                            "projector too (their gradients, optimizer state, and the "
+                            "activations they save for the images each sequence holds: "
+                            "--image/--images, per sequence). Default: frozen, LLaMA-Factory's "
+                            "freeze_vision_tower and freeze_multi_modal_projector defaults, its "
+                            "weights alone beside the language model's step")
+    group.add_argument("--train-projector", action="store_true",
+                       help="a vision-language config.json: train its projector (merger) with "
+                            "the tower frozen, as LLaVA's stage 1 (--tune_mm_mlp_adapter) and "
+                            "LLaMA-Factory's freeze_multi_modal_projector: false do: the "
+                            "projector's gradients and optimizer state, the activations it "
+                            "saves for the images; the tower's forward alone, nothing saved "
+                            "in it")
+
+
+def vision_training(ns, tower: bool = True):
+    """--train-vision (True: tower and projector), --train-projector ("projector": the
+    projector alone, planning/vision_train.py PROJECTOR) or neither (False); refused in one
+    line together, or without a tower (`tower` False)."""
+    if ns.train_vision and ns.train_projector:
+        raise UsageError("--train-vision trains the tower and the projector, --train-projector "
+                         "the projector alone: give one of them")
+    trained = "projector" if ns.train_projector else ns.train_vision
+    if trained and not tower:
+        raise UsageError(f"{'--train-projector' if ns.train_projector else '--train-vision'} "
+                         f"needs a vision-language config.json whose tower the tool reads; "
+                         f"drop it for a language model")
+    return trained
 
 
 def add_image_args(group) -> None:
@@ -204,10 +239,11 @@ def _crosscheck(verify: bool | None, a=None, why_not: str = "--no-verify", hf=No
     return module, None
 
 
-def _run_check(check, a, hf, vw):
-    """The cross-check; with images (vw), transformers' whole model with them too."""
+def _run_check(check, a, hf, vw, trained=False):
+    """The cross-check; with images (vw), transformers' whole model with them too (its
+    tower frozen, trained or its projector alone under a backward: `trained`)."""
     if vw is not None and vw.images:
-        return check.cross_check(a, hf=hf, vision=vw)
+        return check.cross_check(a, hf=hf, vision=vw, vision_trained=trained)
     return check.cross_check(a, hf=hf)
 
 
@@ -235,6 +271,12 @@ def analyse_main(argv: list[str]) -> int:
     hf = hf_source_from_args(ns)
     ck = checkpoint.check(ns, config, hf)
     vw = vision_workload(ns, hf)
+    trained = vision_training(ns, vw is not None)
+    if trained and BACKWARD not in PHASES[ns.phase]:
+        raise UsageError(f"{'--train-projector' if ns.train_projector else '--train-vision'} "
+                         f"sets what the whole model's cross-check trains in a backward pass: "
+                         f"give --pass train (or backward) with it, or plan a step with "
+                         f"'plan --config FILE ...'")
     a = analyze(config, ns.ctx, ns.batch, ns.phase, ns.counting)
     if vw is not None and vw.image_tokens > a.seq:
         raise UsageError(f"the images' {vw.image_tokens:,} tokens do not fit in T = {a.seq:,} "
@@ -259,7 +301,7 @@ def analyse_main(argv: list[str]) -> int:
         if stream and check is not None:  # the analytic answer at once; the verdict follows
             output.write(show([answer()]), None)
         if check is not None:
-            result = _run_check(check, a, hf, vw)
+            result = _run_check(check, a, hf, vw, trained)
         tables = ([answer(summary.verdict_line(result, skipped))] + details
                   + _check_tables(result))
         text = show(tables)
@@ -269,7 +311,7 @@ def analyse_main(argv: list[str]) -> int:
         output.write(text, ns.output)
     else:
         if check is not None:
-            result = _run_check(check, a, hf, vw)
+            result = _run_check(check, a, hf, vw, trained)
 
         def data():
             from accounting.present import vision_views

@@ -106,14 +106,8 @@ def parser() -> Parser:
                    help="step each tensor's optimizer in the backward pass as its gradient "
                         "is ready, then free the gradient (torchtune's optimizer_in_bwd: "
                         "register_optim_in_bwd_hooks): no moment holds every gradient")
-    w.add_argument("--train-vision", action="store_true",
-                   help="a vision-language config.json: train its vision tower and projector "
-                        "too (their gradients, optimizer state, and the activations they save "
-                        "for the images each sequence holds: --image/--images, per sequence). "
-                        "Default: frozen, LLaMA-Factory's freeze_vision_tower and "
-                        "freeze_multi_modal_projector defaults, its weights alone beside the "
-                        "language model's step")
-    from accounting.cli.main import add_image_args
+    from accounting.cli.main import add_image_args, add_train_vision_args
+    add_train_vision_args(w)  # issue 41: --train-vision, --train-projector
     add_image_args(w)  # issue 41: the images of each sequence (--ctx holds their tokens)
     recipes_cli.add_args(w)  # issue 44: --loss, --loss-chunks, --compile
     w.add_argument("--recompute", choices=tuple(RECOMPUTE), default=NO_RECOMPUTE,
@@ -177,7 +171,7 @@ def main(argv: list[str]) -> int:
         raise UsageError(f"--emit {ns.emit} writes a layout's launch settings; give --gpus N "
                          f"(1 for one GPU)")
     parallel_cli.check_single(ns)
-    from accounting.cli.main import vision_workload
+    from accounting.cli.main import vision_training, vision_workload
     result = plan(config, ns.ctx, ns.batch or 1, precision=ns.precision, scope=ns.scope,
                   implementation=ns.implementation, optimizer=ns.optimizer,
                   from_hf=hf is not None,
@@ -186,7 +180,7 @@ def main(argv: list[str]) -> int:
                   peak_tflops=ns.gpu_flops, bandwidth_tbs=ns.gpu_bw, mfu=ns.mfu,
                   margin=ns.margin, steps=ns.steps, tokens=ns.tokens, position=ns.position,
                   optimizer_in_backward=ns.optimizer_in_backward,
-                  tower=getattr(hf, "vision", None), train_vision=ns.train_vision,
+                  tower=getattr(hf, "vision", None), train_vision=vision_training(ns),
                   images=vision_workload(ns, hf),
                   **recipes_cli.plan_kwargs(ns), **finetune_cli.plan_kwargs(ns))
     line = None

@@ -304,6 +304,7 @@ def _tower(ns, precision, finetune, run_stack, recompute: str, seq: int):
     from dataclasses import replace
     from accounting.cli.args import hf_source_from_args
     from accounting.cli.main import vision_workload
+    from accounting.cli.main import vision_training
     from accounting.present import vision_views as VV
     hf = hf_source_from_args(ns)
     spec, images = getattr(hf, "vision", None), vision_workload(ns, hf)
@@ -312,15 +313,16 @@ def _tower(ns, precision, finetune, run_stack, recompute: str, seq: int):
     why = ("--search" if ns.search else "--lora-rank" if finetune is not None else
            f"--stack {run_stack.name}" if not run_stack.stack.torch_engines else None)
     if why is not None:
-        if ns.train_vision or (images is not None and images.images):
-            raise UsageError(f"--train-vision and --image are planned on many GPUs with the "
+        if ns.train_vision or ns.train_projector or (images is not None and images.images):
+            raise UsageError(f"--train-vision, --train-projector and --image are planned on "
+                             f"many GPUs with the "
                              f"torch stack's full training of one layout, not with {why}")
         line = VV.uncounted(hf, f"this many-GPU plan ({why}: its weights, gradients, optimizer "
                                 f"state and activations)")
         return None, (lambda a: replace(a, notes=a.notes + (line,)))
     from accounting.planning.parallel.vision import tower_for
     tower = tower_for(spec, images, precision, ns.optimizer or DEFAULT_OPTIMIZER,
-                      ns.train_vision, recompute, seq)
+                      vision_training(ns), recompute, seq)
     line = VV.parallel_line(tower.training, tower.flops, parallel=True)
     return tower, (lambda a: replace(a, notes=a.notes + (line,)))
 

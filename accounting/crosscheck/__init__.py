@@ -29,27 +29,32 @@ from accounting.ledger.records import BACKWARD, PHASES
 
 
 def cross_check(analysis: Analysis, fvcore: bool = True, stock: bool = True,
-                hf: HFConfig | None = None, vision=None) -> CrossCheck:
+                hf: HFConfig | None = None, vision=None, vision_trained=False) -> CrossCheck:
     """The language model's cross-check (_cross_check); with `vision` (the images'
     analysis.images.VisionWorkload of a vision-language config.json), transformers' whole
     model is also run with those images and compared by component (hf_vision.py,
-    vision_check.py)."""
+    vision_check.py), in the analysis' pass: with a backward, the tower frozen
+    (vision_trained False), trained (True) or its projector alone ("projector")."""
     result = _cross_check(analysis, fvcore, stock, hf)
     if vision is None or not vision.images or hf is None:
         return result
-    return replace(result, vision=_with_images(analysis, hf, vision))
+    return replace(result, vision=_with_images(analysis, hf, vision, vision_trained))
 
 
-def _with_images(analysis: Analysis, hf: HFConfig, vision):
+def _with_images(analysis: Analysis, hf: HFConfig, vision, trained=False):
     from accounting.crosscheck import vision_check
     if vision_check.room(analysis, vision):
         return vision_check.skipped(analysis, vision, vision_check.room(analysis, vision))
+    if BACKWARD in PHASES[analysis.phase] and analysis.config.attention != "naive":
+        return vision_check.skipped(analysis, vision, _transformers_input(analysis, hf)[1]
+                                    or "the tool's attention is not eager attention's")
     if find_spec("transformers") is None:  # the environment, not a disagreement
         return vision_check.skipped(analysis, vision, "transformers is not installed (pip "
                                     "install -e '.[hf]' adds it, at the pinned version)")
     from accounting.crosscheck import hf_vision
     try:
-        m = hf_vision.measure(hf.whole or hf.data, vision, analysis.seq, analysis.batch)
+        m = hf_vision.measure(hf.whole or hf.data, vision, analysis.seq, analysis.batch,
+                              analysis.phase, trained)
     except Exception as e:  # transformers refuses the inputs the tool made: said, exit 1
         why = " ".join(f"{type(e).__name__}: {e}".split())[:300]
         return vision_check.failed(analysis, vision, f"it could not run them ({why})")

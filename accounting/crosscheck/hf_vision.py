@@ -33,6 +33,7 @@ from accounting.analysis.images import VisionWorkload
 from accounting.crosscheck.hf_counter import DTYPES, _quiet, transformers_config
 from accounting.crosscheck.measure import _totals
 from accounting.architecture.hf_config import storage_dtype
+from accounting.ledger.records import BACKWARD, FORWARD, PHASES
 
 QWEN = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")
 
@@ -75,6 +76,10 @@ class VisionMeasurement:
     total: int
     inputs: Mapping[str, tuple[int, ...]]  # input name -> shape, for the notes
     seconds: Mapping[str, float] = field(compare=False)
+    # the backward pass's matmul FLOPs by module (the op counter's: each FLOP to the module
+    # whose forward made the autograd node that ran it, dispatch.py); None: forward only
+    backward: Mapping[str, int] | None = None
+    trained: object = False  # what required grad: False, True or vision_train.PROJECTOR
 
 
 def build(data: Mapping) -> torch.nn.Module:
@@ -158,9 +163,31 @@ def inputs(model, vw: VisionWorkload, seq: int, batch: int, dtype) -> dict:
     return kw
 
 
-def measure(data: Mapping, vw: VisionWorkload, seq: int, batch: int = 1) -> VisionMeasurement:
-    """FlopCounterMode over transformers' whole model's forward with `vw`'s images."""
+def freeze(model, vw: VisionWorkload, trained) -> None:
+    """requires_grad as a fine-tune sets it: the language model's parameters trained; the
+    tower's and projector's (the vision ledger's parameters, by state-dict key) trained
+    (True), frozen (False), or the projector's alone (vision_train.PROJECTOR: LLaVA's
+    --tune_mm_mlp_adapter, LLaMA-Factory's freeze_vision_tower)."""
+    from accounting.crosscheck.vision_check import roots
+    from accounting.ledger.builder import vision as VB
+    from accounting.planning.vision_train import part
+    on, alone = part(trained)
+    tower, _ = roots(vw)
+    projector = set(VB.walk(vw.spec).projector_params)
+    for name, p in model.named_parameters():
+        if any(name == t or name.startswith(t + ".") for t in tower) or name in projector:
+            p.requires_grad_(on and (not alone or name in projector))
+
+
+def measure(data: Mapping, vw: VisionWorkload, seq: int, batch: int = 1, phase: str = FORWARD,
+            trained=False) -> VisionMeasurement:
+    """FlopCounterMode over transformers' whole model's forward with `vw`'s images; with a
+    backward in `phase`, the cross-entropy of its logits back through every parameter that
+    requires grad (freeze(): the tower frozen, its projector alone, or all trained), its
+    matmul FLOPs by module from the op counter."""
     import transformers
+    import torch.nn.functional as F
+    from accounting.crosscheck.dispatch import EINSUM_PRODUCT, MATMUL, OpCounter
     seconds = {}
     t = time.perf_counter()
     model = build(data)
@@ -170,12 +197,29 @@ def measure(data: Mapping, vw: VisionWorkload, seq: int, batch: int = 1) -> Visi
     dtype = model.get_input_embeddings().weight.dtype
     kw = inputs(model, vw, seq, batch, dtype)
     root = type(model).__name__
+    backward = BACKWARD in PHASES[phase]
+    if backward:
+        freeze(model, vw, trained)
     t = time.perf_counter()
-    with FlopCounterMode(display=False) as fcm, torch.no_grad(), MetaWhereMixed():
-        model(**kw, use_cache=True)  # as hf_counter: a cache skips the packed-sequence test (masking_utils)
+    counter = OpCounter(model)
+    counter.phases = {BACKWARD}  # the forward's FLOPs are FlopCounterMode's, by module
+    with FlopCounterMode(display=False) as fcm, counter, torch.set_grad_enabled(backward), \
+            MetaWhereMixed():
+        out = model(**kw, use_cache=True)  # as hf_counter: a cache skips the packed-sequence test (masking_utils)
+        totals = _totals(fcm.get_flop_counts(), root)
+        total = fcm.get_total_flops()
+        if backward:  # as hf_counter.measure: the loss over every position
+            logits = out.logits
+            F.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                            kw["input_ids"].reshape(-1)).backward()
     seconds["run"] = time.perf_counter() - t
     from accounting.crosscheck.mapping import own
-    totals = _totals(fcm.get_flop_counts(), root)
-    return VisionMeasurement(root, transformers.__version__, own(totals),
-                             fcm.get_total_flops(),
-                             {k: tuple(v.shape) for k, v in kw.items()}, seconds)
+    back = None
+    if backward:
+        back = {}
+        for c in counter.counts():
+            if c.kind in (MATMUL, EINSUM_PRODUCT):
+                back[c.module] = back.get(c.module, 0) + c.flops
+    return VisionMeasurement(root, transformers.__version__, own(totals), total,
+                             {k: tuple(v.shape) for k, v in kw.items()}, seconds, back,
+                             trained if backward else False)

@@ -189,7 +189,8 @@ def vision_table(v) -> Table:
     """transformers' whole vision-language model with the images (vision_check.VisionCheck)."""
     title = (f"Cross-check: the whole model with {grouped(v.images)} image"
              f"{'' if v.images == 1 else 's'} ({grouped(v.image_tokens)} image tokens of "
-             f"T = {grouped(v.seq)}, B = {grouped(v.batch)}), forward matmul FLOPs")
+             f"T = {grouped(v.seq)}, B = {grouped(v.batch)}), {v.phase} matmul FLOPs"
+             f"{f' ({v.trained})' if v.trained else ''}")
     if v.error or v.skipped:
         return Table(title, notes=(f"not run: {v.error or v.skipped}",))
     rows = tuple((r.component, grouped(r.analytic), grouped(r.transformers),

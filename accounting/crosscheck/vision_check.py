@@ -13,7 +13,7 @@ from accounting.analysis.images import VisionWorkload
 from accounting.analysis.workload import Analysis
 from accounting.crosscheck.result import Check
 from accounting.ledger.builder import vision as VB
-from accounting.ledger.records import EXECUTED, FORWARD
+from accounting.ledger.records import BACKWARD, EXECUTED, FORWARD, PHASES
 from accounting.units import grouped
 
 TOWER, PROJECTOR, LANGUAGE, TOTAL = "vision tower", "projector", "language model", "total"
@@ -45,6 +45,8 @@ class VisionCheck:
     notes: tuple[str, ...] = ()
     error: str = ""  # why transformers' model could not run the images (a disagreement)
     skipped: str = ""  # why it was not run (the workload leaves it no room; not a disagreement)
+    phase: str = FORWARD  # the pass compared: forward, backward or train
+    trained: str = ""  # with a backward: what trains beside the language model (_trained_words)
 
     @property
     def agrees(self) -> bool:
@@ -71,7 +73,8 @@ class VisionCheck:
                 "checks": [{"claim": c.claim, "evidence": c.evidence, "holds": c.holds}
                            for c in self.checks],
                 "notes": list(self.notes), "error": self.error or None,
-                "skipped": self.skipped or None}
+                "skipped": self.skipped or None, "pass": self.phase,
+                "vision_trained": self.trained or None}
 
 
 def roots(vw: VisionWorkload) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -98,27 +101,45 @@ def roots(vw: VisionWorkload) -> tuple[tuple[str, ...], tuple[str, ...]]:
 
 def _projector_ops(vw: VisionWorkload, projector: tuple[str, ...]) -> set[str]:
     """The vision ledger's op names whose module is (under) a projector module."""
-    return {r.name for r in VB.walk(vw.spec).matmuls if "{" not in r.module and any(
-        f".{p}.".find(f".{r.module}.") >= 0 for p in projector)}
+    return {r.name for r in VB.walk(vw.spec).matmuls if _in_projector(r, projector)}
+
+
+def _in_projector(record, projector: tuple[str, ...]) -> bool:
+    return "{" not in record.module and any(f".{p}.".find(f".{record.module}.") >= 0
+                                            for p in projector)
 
 
 def _under(path: str, tops) -> bool:
     return any(path == t or path.startswith(t + ".") for t in tops)
 
 
-def analytic(a: Analysis, vw: VisionWorkload) -> dict[str, int]:
+def analytic(a: Analysis, vw: VisionWorkload, trained=False) -> dict[str, int]:
+    """The ledger's matmul FLOPs by component in a's pass: the forward's, and with a
+    backward the gradient records planning/vision_flops.py runs for a tower frozen, trained
+    (True) or with its projector alone trained (vision_train.PROJECTOR)."""
     _, projector = roots(vw)
-    ops = _projector_ops(vw, projector)
-    proj = sum(f for row in vw.images for name, f in row.flops_by_op if name in ops)
-    return {TOWER: vw.flops - proj, PROJECTOR: proj,
-            LANGUAGE: a.matmul_flops(EXECUTED, FORWARD)}
+    passes = PHASES[a.phase]
+    out = {TOWER: 0, PROJECTOR: 0, LANGUAGE: a.matmul_flops(EXECUTED)}
+    if FORWARD in passes:
+        ops = _projector_ops(vw, projector)
+        proj = sum(f for row in vw.images for name, f in row.flops_by_op if name in ops)
+        out[TOWER], out[PROJECTOR] = vw.flops - proj, proj
+    if BACKWARD in passes:
+        from accounting.planning.vision_flops import image_records
+        for row in vw.images:
+            _, records, _, _, v, tiles = image_records(vw.spec, row, trained, False)
+            for r in records:
+                out[PROJECTOR if _in_projector(r, projector) else TOWER] += \
+                    tiles * r.count(v) * r.flops(v)
+    return out
 
 
 def measured(m, vw: VisionWorkload) -> dict[str, int]:
-    """transformers' modules' own FLOPs (hf_vision.VisionMeasurement.flops) by component."""
+    """transformers' modules' own FLOPs (hf_vision.VisionMeasurement.flops, and its
+    backward's) by component."""
     tower, projector = roots(vw)
     out = {TOWER: 0, PROJECTOR: 0, LANGUAGE: 0}
-    for path, f in m.flops.items():
+    for path, f in list(m.flops.items()) + list((m.backward or {}).items()):
         key = PROJECTOR if _under(path, projector) else TOWER if _under(path, tower) \
             else LANGUAGE
         out[key] += f
@@ -149,9 +170,15 @@ def pixtral_surplus(vw: VisionWorkload) -> tuple[int, int]:
 
 
 def compare(a: Analysis, vw: VisionWorkload, m) -> VisionCheck:
-    ours, theirs = analytic(a, vw), measured(m, vw)
+    ours, theirs = analytic(a, vw, m.trained), measured(m, vw)
     checks, notes = [], []
-    conv, cross = pixtral_surplus(vw)
+    passes = PHASES[a.phase]
+    conv, cross = pixtral_surplus(vw) if FORWARD in passes else (0, 0)
+    if BACKWARD in passes and m.trained is True:  # a trained Pixtral's backward of the same:
+        # the padding's weight gradient (its input, the pixels, needs none), and each
+        # attention product's two gradients over the cross-image pairs
+        c, x = pixtral_surplus(vw)
+        conv, cross = conv + c, cross + 2 * x
     if conv or cross:
         claim = ("transformers' eager Pixtral tower runs its patch convolution over the batch "
                  "padded to the largest image and attends across the images' patches as one "
@@ -167,8 +194,9 @@ def compare(a: Analysis, vw: VisionWorkload, m) -> VisionCheck:
         notes.append(f"The tower's transformers count is less its batch's surplus, "
                      f"{grouped(conv + cross)} FLOPs (the check row).")
     from accounting.crosscheck.hf_recurrent import surpluses
-    for claim, what, per_block in surpluses(a):  # transformers' torch paths' extra work, as
-        extra = sum(per_block.values())  # the language model's own check subtracts it
+    found = [x for phase in passes for x in surpluses(a, phase)]
+    for claim, what, per_block in found:  # transformers' torch paths' extra work, as the
+        extra = sum(per_block.values())  # language model's own check subtracts it
         checks.append(Check(claim, f"{grouped(extra)} {what} in {len(per_block)} layers, "
                                    f"within the language model's {grouped(theirs[LANGUAGE])}",
                             theirs[LANGUAGE] >= extra))
@@ -180,16 +208,32 @@ def compare(a: Analysis, vw: VisionWorkload, m) -> VisionCheck:
                  f"AutoModelForImageTextToText.from_config from the config.json itself, eager "
                  f"attention, meta device; forward with "
                  f"{'; '.join(f'{k} {list(v)}' for k, v in m.inputs.items())}, "
-                 f"counted by FlopCounterMode's module hierarchy.")
+                 f"counted by FlopCounterMode's module hierarchy"
+                 f"{_backward_note(m) if m.backward is not None else ''}.")
     notes.append(f"Modules: {', '.join(projector)} -> projector; {', '.join(tower)} -> "
                  f"vision tower (the rest of them); everything else -> language model. "
                  f"Analytic: the vision ledger per image (the images table) and the language "
-                 f"model's forward at T = {grouped(a.seq)}, B = {grouped(a.batch)}, the image "
+                 f"model's {a.phase} pass at T = {grouped(a.seq)}, B = {grouped(a.batch)}, the image "
                  f"tokens included (every image in the first sequence, a text token before "
                  f"each image's placeholders).")
     return VisionCheck(m.transformers_class, m.version, len(vw.images), vw.image_tokens,
                        a.seq, a.batch, tuple(m.inputs.items()), tuple(rows), tuple(checks),
-                       tuple(notes))
+                       tuple(notes), phase=a.phase,
+                       trained=_trained_words(m.trained) if BACKWARD in passes else "")
+
+
+def _trained_words(trained) -> str:
+    from accounting.planning.vision_train import part
+    on, alone = part(trained)
+    return ("the tower frozen, its projector trained (--train-projector)" if alone else
+            "the tower and projector trained (--train-vision)" if on else
+            "the tower and projector frozen (the default)")
+
+
+def _backward_note(m) -> str:
+    return (f"; then the cross-entropy of its logits backward, the language model trained, "
+            f"{_trained_words(m.trained)}: the backward's matmuls by the module whose forward "
+            f"made each autograd node (the op counter, dispatch.py)")
 
 
 REAL_PIXELS = 2 ** 27  # pixel values a run may hold as real CPU numbers (~0.7 GB at peak)
@@ -216,10 +260,10 @@ def room(a: Analysis, vw: VisionWorkload) -> str:
 
 def skipped(a: Analysis, vw: VisionWorkload, why: str) -> VisionCheck:
     return VisionCheck("", "", len(vw.images), vw.image_tokens, a.seq, a.batch, (), (),
-                       skipped=why)
+                       skipped=why, phase=a.phase)
 
 
 def failed(a: Analysis, vw: VisionWorkload, why: str) -> VisionCheck:
     """transformers' model could not run the images: said, and a disagreement."""
     return VisionCheck("", "", len(vw.images), vw.image_tokens, a.seq, a.batch, (), (),
-                       error=why)
+                       error=why, phase=a.phase)

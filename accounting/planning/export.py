@@ -241,6 +241,7 @@ def _vision_flops(t) -> dict | None:
     """A tower's FLOPs in the step (planning/vision_flops.py's TowerFlops), or None."""
     if t is None:
         return None
-    return {"images_per_step": t.images, "trained": t.trained, "forward": t.forward,
+    return {"images_per_step": t.images, "trained": t.trained,
+            "projector_only": t.projector_only, "forward": t.forward,
             "backward": t.backward, "recompute": t.recompute, "optimizer": t.update,
             "total": t.total, "model_flops": t.model_flops}

@@ -152,8 +152,9 @@ def plan(config: ModelConfig | str, seq: int | None = None, batch: int = 1, *,
     offload_activations: torchtune's OffloadActivations (accounting/planning/loss_memory.py,
     activation_offload.py); compile: each block under torch.compile (compile_memory.py).
     tower: a vision-language config's VisionSpec (held frozen, or trained with
-    train_vision); images: the images of each sequence (analysis/images.py's
-    VisionWorkload), whose saves a trained tower keeps (planning/vision_train.py)."""
+    train_vision: True the tower and projector, "projector" the projector alone); images:
+    the images of each sequence (analysis/images.py's VisionWorkload), whose saves a
+    trained tower keeps (planning/vision_train.py)."""
     if from_hf is None:
         from accounting.architecture.presets import HF_IDS
         from_hf = isinstance(config, str) and config in HF_IDS
@@ -212,15 +213,17 @@ def plan(config: ModelConfig | str, seq: int | None = None, batch: int = 1, *,
                    recipe.implementation, trainable)  # issue 28
     tw = None
     if tower is not None:  # issue 41: the tower's weights (and, trained, its state and saves)
-        from accounting.planning.vision_train import tower_activations, tower_training
+        from accounting.planning.vision_train import flag, tower_activations, tower_training
         if train_vision and ft is not None:
-            raise UsageError("--train-vision trains the whole tower beside LoRA adapters, which "
-                             "the tool does not plan; drop one of them")
+            raise UsageError(f"{flag(train_vision)} trains the vision model's tensors in full "
+                             f"beside LoRA adapters, which the tool does not plan; drop one "
+                             f"of them")
         tw = replace(tower_training(tower, p, recipe.optimizer, train_vision),
                      activations=tower_activations(tower, images, p, recompute, train_vision,
                                                    seq))
     elif train_vision or images is not None:
-        raise UsageError(f"{'--train-vision' if train_vision else '--image/--images'} needs a "
+        from accounting.planning.vision_train import flag
+        raise UsageError(f"{flag(train_vision) if train_vision else '--image/--images'} needs a "
                          f"vision-language config.json whose tower the tool reads; drop it for "
                          f"a language model")
     model = MemoryModel(config, p, scope, recompute, recipe.implementation, recipe.optimizer,

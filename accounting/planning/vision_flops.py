@@ -24,9 +24,13 @@ inputs). Pure Python, exact ints.
   tower is never recomputed (nothing of it is in the backward pass).
 * The update: the optimizer's FLOPs over the tower's tensors when trained (each tensor's
   Optimizer.update_flops, as the language model's: planning/training_state.py).
-Not modelled: the projector trained with the tower frozen (LLaMA-Factory's
-freeze_multi_modal_projector: false; the plan has no such mode): its backward would be the
-projector's weight gradients alone, plus the input gradients of its later layers.
+* The projector trained on a frozen tower (--train-projector; LLaVA's stage 1, LLaMA-Factory's
+  freeze_multi_modal_projector: false): the tower's forward, no backward in it; the
+  projector's matmuls' two gradients each, but the first's where it reads the tower's output
+  directly (builder/vision_saves_projector.py DIRECT: that input needs no gradient, only its
+  weight's runs); no recomputation (no frozen block is in the graph); the update of the
+  projector's tensors alone. Checked against FlopCounterMode on transformers' models with
+  the tower's requires_grad off (tests/test_vision_projector.py).
 """
 from __future__ import annotations
 
@@ -36,7 +40,9 @@ from accounting.architecture.vision import VisionSpec
 from accounting.ledger.builder import vision as VB
 from accounting.ledger.builder import vision_saves as VS
 from accounting.planning.optimizers import get_optimizer
+from accounting.ledger.builder import vision_saves_projector as VP
 from accounting.planning.training_state import role
+from accounting.planning.vision_train import part, trained_params
 
 
 @dataclass(frozen=True)
@@ -48,6 +54,7 @@ class TowerFlops:
     recompute: int  # the checkpointed blocks' forward again (--recompute full, trained)
     update: int  # the optimizer's update of the tower's tensors (0 when frozen)
     trained: bool
+    projector_only: bool = False  # the projector trained on a frozen tower
 
     @property
     def total(self) -> int:
@@ -64,21 +71,33 @@ def _pixels_record(ledger) -> object:
     return ledger.matmuls[0]
 
 
-def image_records(spec: VisionSpec, row, trained: bool, full: bool):
+def image_records(spec: VisionSpec, row, trained, full: bool):
     """(forward, backward, recomputed) record lists of one image row, the forward's values,
     the backward's and the recomputation's values, and the row's runs (tiles): the records
     timed and counted below, one place for both. LLaVA's, LLaVA-OneVision's and InternVL's
     projectors read vision_feature_layer's hidden state: the layers after it run forward,
     but their output reaches no loss, so no backward (nor recomputation) runs in them
-    (vision_saves.used_layers: LLaVA-1.5's -2 leaves the last layer out)."""
+    (vision_saves.used_layers: LLaVA-1.5's -2 leaves the last layer out). `trained`:
+    False, True or vision_train.PROJECTOR (the projector's records alone run backward)."""
     ledger = VB.walk(spec)
     v = VB.values(spec, *row.grid)
     vb = {**v, VS.BLOCK: VS.used_layers(spec)} if spec.family in VS.LLAVA else v
     first = _pixels_record(ledger)
     fwd = list(ledger.matmuls)
     bwd, again = [], []
-    if trained:
+    trained, alone = part(trained)
+    if alone:
+        names, direct = VP.roots(ledger), VP.first_matmul(ledger)
         for r in ledger.matmuls:
+            if VS.unused_merger(spec, r.module):  # Qwen3-VL's past the text layers: no
+                continue  # loss reads its output, no backward runs in it
+            if VP.is_projector(r.module, names):  # the tower's output needs no gradient:
+                gs = r.gradients()  # the first matmul reading it runs its weight's alone
+                bwd += list(gs[1:] if r is direct else gs)
+    elif trained:
+        for r in ledger.matmuls:
+            if VS.unused_merger(spec, r.module):
+                continue
             gs = r.gradients()
             if r is first or r.module == "pooler":  # their left operand needs no gradient:
                 gs = gs[1:]  # the pixels; Gemma 4's pooler's one-hot weights (built in
@@ -136,7 +155,7 @@ def cross_records(spec: VisionSpec, rows, batch: int, trained: bool, full: bool)
              label) for rs, label in ((f, ""), (b, ""), (a, " (recomputed)"))]
 
 
-def tower_flops(spec: VisionSpec, workload, batch: int, trained: bool, recompute: str,
+def tower_flops(spec: VisionSpec, workload, batch: int, trained, recompute: str,
                 optimizer: str) -> TowerFlops:
     """The tower's FLOPs in a step of `batch` sequences, each with workload's images
     (analysis/images.py's VisionWorkload, None: no image, nothing run)."""
@@ -154,12 +173,13 @@ def tower_flops(spec: VisionSpec, workload, batch: int, trained: bool, recompute
         fwd, bwd, again = (x + _flops(rs, v) for x, (rs, v, _) in zip((fwd, bwd, again),
                                                                      cross))
     update = 0
-    if trained:
+    on, alone = part(trained)
+    if on:
         ledger, v = VB.walk(spec), VB.values(spec)
         opt = get_optimizer(optimizer)
         update = sum(p.count(v) * opt.update_flops(p.sizes(v), role(p, p.sizes(v)))
-                     for p in ledger.params)
-    return TowerFlops(batch * len(rows), fwd, bwd, again, update, trained)
+                     for p in trained_params(ledger, alone))
+    return TowerFlops(batch * len(rows), fwd, bwd, again, update, on, alone)
 
 
 # The tower's attention is bidirectional over each image's segments (Qwen2.5-VL's windows,
@@ -171,7 +191,7 @@ def tower_flops(spec: VisionSpec, workload, batch: int, trained: bool, recompute
 ATTENTION_SOURCE = "roofline (the tower's attention: its FLOPs at 0.7 of the dense peak)"
 
 
-def tower_ops(spec: VisionSpec, workload, batch: int, trained: bool, recompute: str,
+def tower_ops(spec: VisionSpec, workload, batch: int, trained, recompute: str,
               machine, update_bytes: int | None = None) -> list:
     """The tower's ops in the step's op-by-op time (timing/ops.py's rules): each matmul
     record timed as the language model's are (a GEMM from the measured tables, or the
@@ -207,9 +227,11 @@ def tower_ops(spec: VisionSpec, workload, batch: int, trained: bool, recompute: 
                                 / (machine.peak_flops * O.ROOFLINE_DERATE), ATTENTION_SOURCE
                                 if r.batch else "roofline (the padding's patch convolution: "
                                 "its FLOPs at 0.7 of the dense peak)"))
-    if trained and update_bytes:
+    on, alone = part(trained)
+    if on and update_bytes:
         ledger, v = VB.walk(spec), VB.values(spec)
         rate, _, src = machine.memory_rate()
-        out.append(O.OpTime("vision tower: optimizer update", O.OPTIMIZER,
-                            Fraction(ledger.param_count(v) * update_bytes) / rate, src))
+        n = sum(p.numel(v) * p.count(v) for p in trained_params(ledger, alone))
+        out.append(O.OpTime(f"vision {'projector' if alone else 'tower'}: optimizer update",
+                            O.OPTIMIZER, Fraction(n * update_bytes) / rate, src))
     return out

@@ -1,6 +1,8 @@
 """A vision-language model's tower in a one-GPU training plan (issue 41, Must 3): frozen, as
 LLaMA-Factory fine-tunes by default (FinetuningArguments.freeze_vision_tower = True,
-src/llamafactory/hparams/finetuning_args.py), or trained (--train-vision). Pure Python: the
+src/llamafactory/hparams/finetuning_args.py), trained (--train-vision), or frozen under a
+trained projector (--train-projector: LLaVA's stage 1; the projector's gradients, state and
+saves alone, builder/vision_saves_projector.py). Pure Python: the
 tower's parameter records (accounting/ledger/builder/vision.py) priced like the language
 model's (planning/precisions.py, planning/optimizers.py).
 
@@ -24,7 +26,7 @@ step: planning/vision_flops.py.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from accounting.architecture.vision import VisionSpec
 from accounting.ledger.builder import vision as VB
@@ -32,6 +34,24 @@ from accounting.ledger.builder import vision_saves as VS
 from accounting.planning.optimizers import get_optimizer
 from accounting.runtime.errors import UsageError
 from accounting.units import DTYPE_BYTES, FP32
+
+# which part trains: the whole (True, --train-vision: tower and projector), the projector
+# alone on a frozen tower (PROJECTOR, --train-projector), or none (False: frozen)
+PROJECTOR = "projector"
+
+
+def part(trained) -> tuple[bool, bool]:
+    """(anything trained, the projector alone) of a `trained` value: False, True or
+    PROJECTOR."""
+    if trained not in (False, True, PROJECTOR):
+        raise UsageError(f"train_vision must be False, True or {PROJECTOR!r}, got {trained!r}")
+    return bool(trained), trained == PROJECTOR
+
+
+def flag(trained) -> str:
+    """The command line's flag for a `trained` value (messages name it)."""
+    return "--train-projector" if part(trained)[1] else "--train-vision"
+
 
 # what the plan says of the tower's activations
 COUNTED = "counted"
@@ -91,6 +111,7 @@ def tower_activations(spec: VisionSpec, workload, precision, recompute: str, tra
         raise UsageError(f"--image: the images add {tokens:,} tokens to each sequence, more "
                          f"than --ctx {seq:,}; the sequence holds them: give --ctx {tokens:,} "
                          f"or more")
+    trained, alone = part(trained)
     if not trained:
         return TowerActivations(FROZEN, len(rows), tokens)
     if not rows:
@@ -99,10 +120,17 @@ def tower_activations(spec: VisionSpec, workload, precision, recompute: str, tra
     if ledger.saves is None:
         return TowerActivations(NOT_WRITTEN, len(rows), tokens)
     mode, full = VS.mode_of(precision), recompute == "full"
+    if alone:  # the projector's saves alone; no block of the frozen tower is in the graph,
+        # so none is checkpointed, and Pixtral's block mask is saved by none
+        from accounting.ledger.builder import vision_saves_projector as VP
+        ledger = replace(ledger, saves=VP.saves(ledger))
+        full = False
     per = once = 0
     for r in rows:
         p, o = VS.bytes_per_image(ledger, VB.values(spec, *r.grid), mode, "cuda", full)
         per, once = per + p * r.tiles, o
+    if alone:
+        return TowerActivations(COUNTED, len(rows), tokens, per, once)
     from accounting.ledger.builder.vision_saves_pixtral import whole_forward
     forward = whole_forward(spec, [r.grid for r in rows for _ in range(r.tiles)], mode,
                             "cuda", full)
@@ -119,13 +147,18 @@ class TowerTraining:
     optimizer: int
     master: int
     activations: TowerActivations | None = None  # in the step's peak, not in total
+    projector_only: bool = False  # the projector trained on a frozen tower (--train-projector)
+    trained_params: int = 0  # the parameters with a gradient and optimizer state
 
     @property
     def total(self) -> int:
         return self.weights + self.gradients + self.optimizer + self.master
 
 
-def tower_training(spec: VisionSpec, precision, optimizer: str, trained: bool) -> TowerTraining:
+def tower_training(spec: VisionSpec, precision, optimizer: str, trained) -> TowerTraining:
+    """`trained`: False (frozen), True (tower and projector) or PROJECTOR (the projector
+    alone: its parameters' gradients, optimizer state and master copy; every weight held)."""
+    trained, alone = part(trained)
     ledger, v = VB.walk(spec), VB.values(spec)
     params = ledger.param_count(v)
     weights = params * DTYPE_BYTES[precision.param_dtype]
@@ -133,7 +166,7 @@ def tower_training(spec: VisionSpec, precision, optimizer: str, trained: bool) -
         return TowerTraining(spec.family, params, False, weights, 0, 0, 0)
     opt = get_optimizer(optimizer)
     state, shapes, tensors = 0, [], 0
-    for p in ledger.params:
+    for p in trained_params(ledger, alone):
         shape, n = p.sizes(v), p.count(v)
         shapes += [shape] * n
         tensors += n
@@ -141,6 +174,14 @@ def tower_training(spec: VisionSpec, precision, optimizer: str, trained: bool) -
     state += sum(s.bytes for s in opt.shared(shapes))
     if opt.step_counter == "device":  # a 0-dim float32 step per tensor on the GPU
         state += tensors * DTYPE_BYTES[FP32]
-    master = params * DTYPE_BYTES[FP32] if precision.master else 0
-    return TowerTraining(spec.family, params, True, weights,
-                         params * precision.grad_bytes, state, master)
+    n = sum(p.numel(v) * p.count(v) for p in trained_params(ledger, alone))
+    master = n * DTYPE_BYTES[FP32] if precision.master else 0
+    return TowerTraining(spec.family, params, True, weights, n * precision.grad_bytes, state,
+                         master, projector_only=alone, trained_params=n)
+
+
+def trained_params(ledger, projector_only: bool) -> list:
+    """The vision ledger's parameter records that train: all, or the projector's."""
+    if not projector_only:
+        return list(ledger.params)
+    return [p for p in ledger.params if p.name in ledger.projector_params]

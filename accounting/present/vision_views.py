@@ -230,6 +230,11 @@ LLAMA_FACTORY = ("LLaMA-Factory's default (FinetuningArguments.freeze_vision_tow
                  "freeze_multi_modal_projector = True, hparams/finetuning_args.py)")
 
 
+# --train-projector's recipe, as its sources state it
+LLAVA_STAGE1 = ("LLaVA's stage 1, --tune_mm_mlp_adapter; LLaMA-Factory's "
+                "freeze_multi_modal_projector = False")
+
+
 def _activations(a) -> str:
     """What the line says of the tower's saved activations (planning/vision_train.py)."""
     if a is None or a.no_images:
@@ -267,12 +272,21 @@ def flops_text(f, parallel: bool = False) -> str:
              f"(each micro-batch's in the first stage's FLOPs and time, at its rate)")
         if not f.trained:
             return f"its forward over the {n}: {si(f.forward, 'FLOPs')} (no backward: frozen)"
+        if f.projector_only:
+            return (f"its FLOPs over the {n}: forward {si(f.forward, 'FLOPs')} + the "
+                    f"projector's backward {si(f.backward, 'FLOPs')}; its update in the "
+                    f"stage's optimizer FLOPs")
         again = f" + recomputed {si(f.recompute, 'FLOPs')}" if f.recompute else ""
         return (f"its FLOPs over the {n}: forward {si(f.forward, 'FLOPs')} + backward "
                 f"{si(f.backward, 'FLOPs')}{again}; its update in the stage's optimizer FLOPs")
     if not f.trained:
         return (f"its forward over the {n}, {si(f.forward, 'FLOPs')} (matmul), is in the "
                 f"step's FLOPs and time (no backward: frozen)")
+    if f.projector_only:
+        return (f"its FLOPs over the {n}: forward {si(f.forward, 'FLOPs')} + the projector's "
+                f"backward {si(f.backward, 'FLOPs')} (none in the frozen tower) + the "
+                f"projector's update {si(f.update, 'FLOPs')} = {si(f.total, 'FLOPs')}, in the "
+                f"step's FLOPs and time")
     again = f" + recomputed {si(f.recompute, 'FLOPs')}" if f.recompute else ""
     return (f"its FLOPs over the {n}: forward {si(f.forward, 'FLOPs')} + backward "
             f"{si(f.backward, 'FLOPs')}{again} + update {si(f.update, 'FLOPs')} = "
@@ -289,6 +303,16 @@ def training_line(t, flops=None) -> str:
                                      f"{gigabytes(t.weights)} held beside the step's peak (the "
                                      f"usable memory above is less them); no gradient, optimizer "
                                      f"state or saved activation; {flops_text(flops)}")
+    if t.projector_only:
+        return _line("vision tower", f"counted, tower frozen and projector trained "
+                                     f"(--train-projector; {LLAVA_STAGE1}): {grouped(t.params)} "
+                                     f"parameters, weights {gigabytes(t.weights)} + the "
+                                     f"projector's {grouped(t.trained_params)} parameters' "
+                                     f"gradients {gigabytes(t.gradients)} + optimizer state "
+                                     f"{gigabytes(t.optimizer + t.master)} = "
+                                     f"{gigabytes(t.total)} held beside the step's peak (the "
+                                     f"usable memory above is less them); "
+                                     f"{_activations(t.activations)}; {flops_text(flops)}")
     return _line("vision tower", f"counted, trained (--train-vision): {grouped(t.params)} "
                                  f"parameters, weights {gigabytes(t.weights)} + gradients "
                                  f"{gigabytes(t.gradients)} + optimizer state "
@@ -301,7 +325,9 @@ def training_line(t, flops=None) -> str:
 def parallel_line(t, flops=None, parallel: bool = True) -> str:
     """The many-GPU plan's first-screen line (planning/parallel/vision.py): where the
     tower is and what of it the plan holds."""
-    how = ("trained (--train-vision): its gradients and optimizer state with its weights"
+    how = ("tower frozen, projector trained (--train-projector): the projector's gradients "
+           "and optimizer state with every weight" if t.projector_only else
+           "trained (--train-vision): its gradients and optimizer state with its weights"
            if t.trained else f"frozen ({LLAMA_FACTORY}): its weights alone")
     return _line("vision tower", f"counted on the first pipeline stage, whole on each of its "
                                  f"TP ranks (transformers' TP plans leave it unsplit), its "
@@ -319,6 +345,9 @@ def parallel_dict(t) -> dict:
 
 def training_dict(t) -> dict:
     return {"family": t.family, "parameters": t.params, "trained": t.trained,
+            "trained_part": ("projector" if t.projector_only else "tower and projector"
+                             if t.trained else None),
+            "trained_parameters": t.trained_params,
             "weights_bytes": t.weights, "gradient_bytes": t.gradients,
             "optimizer_state_bytes": t.optimizer, "master_bytes": t.master,
             "total_bytes": t.total, **_activations_dict(t.activations)}

@@ -47,7 +47,9 @@ the call carries). The dtype of a save is a role, resolved by dtype_bytes():
   IC, IG  int64 on the CPU only, on CUDA only (embedding_bag's bookkeeping differs: below);
   NA  the parameters' dtype without autocast, nothing under it (LLaVA's projector input:
       the feature layer's output itself, or under autocast only its bf16 copy: AC);
-  W   autocast's bf16 copy of a weight matrix, nothing otherwise.
+  W   autocast's bf16 copy of a weight matrix, nothing otherwise;
+  LNR a LayerNorm's input no other op saves, unless CUDA's autocast saves its fp32 copy
+      (LNC) in its place (vision_saves_projector.py).
 `repeat` "L_v": in every block. A block under gradient checkpointing (transformers'
 GradientCheckpointingLayer: Qwen2VLVisionBlock, Qwen2_5_VLVisionBlock, SiglipEncoderLayer;
 gradient_checkpointing_enable() reaches the tower's blocks) keeps its input, the residual
@@ -97,6 +99,9 @@ def roles(spec: VisionSpec, mode: str, device: str) -> dict[str, int]:
     out["R"] = out[residual(spec)]
     out["LN"] = f32 if (mode == "autocast" and device == "cuda") else out["R"]
     out["LNC"] = f32 if (mode == "autocast" and device == "cuda") else 0
+    # a LayerNorm's input where no other op saves it and no fp32 copy replaces it (CUDA's
+    # autocast saves that copy, LNC): Qwen3-VL's deepstack mergers trained on a frozen tower
+    out["LNR"] = 0 if (mode == "autocast" and device == "cuda") else out["R"]
     # Gemma 4's (vision_saves_gemma4.py): a bool; weight.float() of bf16 parameters; fp32
     # unless autocast casts it; the compute dtype or fp32 on one device only (its masked
     # sdpa: the CPU's flash kernel, CUDA's memory-efficient one)
@@ -145,11 +150,18 @@ def saves(spec: VisionSpec, params) -> tuple[Save, ...] | None:
     # keeps the input alone, for the weight's gradient; a conv keeps its weight either way)
     for p in params:
         if len(p.shape) == 2 and "position" not in p.name and "pos_embed" not in p.name \
-                and p.name not in PIXEL_LINEARS:
+                and p.name not in PIXEL_LINEARS and not unused_merger(s, p.module):
             repeat = USED if (s.family in LLAVA and p.repeat) else p.repeat
             out.append(Save(f"bf16 copy of {p.name}", p.module, repeat, p.shape, "W",
                             fixed=True))
     return tuple(out)
+
+
+def unused_merger(spec: VisionSpec, module: str) -> bool:
+    """A Qwen3-VL deepstack merger (its module, any prefix) whose output reaches no loss:
+    the k-th past the language model's layers (VisionSpec.deepstack_used)."""
+    _, found, rest = module.partition("deepstack_merger_list.")
+    return bool(found) and int(rest.split(".")[0]) >= spec.deepstack_used
 
 
 def residual(spec: VisionSpec) -> str:
@@ -172,8 +184,8 @@ def _rmsnorm(out, name: str, module: str, repeat, rows: str, role: str = "A") ->
     output, and weight · x_normed saves x_normed cast back to the input's dtype (for the
     weight's gradient): `role`, the input's (InternViT-6B's residual stream is "R": fp32
     under autocast; its q_norm and k_norm read q_proj's and k_proj's outputs, "A")."""
-    out.append(Save(f"{name} fp32 input", module, repeat, (rows, "d_v"), "F"))
-    out.append(Save(f"{name} rsqrt", module, repeat, (rows,), "F"))
+    out.append(Save(f"{name} fp32 input", module, repeat, (rows, "d_v"), "F", input_grad=True))
+    out.append(Save(f"{name} rsqrt", module, repeat, (rows,), "F", input_grad=True))
     out.append(Save(f"{name} normalized", module, repeat, (rows, "d_v"), role))
 
 
@@ -225,7 +237,9 @@ def _qwen(out, s: VisionSpec) -> None:
                             "A"))
         out.append(Save("fc2 input", f"{b}.mlp.{fc2}", BLOCK, ("N", "f_v"), "A"))
     if s.family == "qwen3_vl":  # Qwen3VLVisionPatchMerger: norm, linear_fc1, GELU, linear_fc2
-        for j in range(s.deepstack):  # after their blocks: norm over s²·d_v (postshuffle)
+        # after their blocks: norm over s²·d_v (postshuffle); a merger past the language
+        # model's layers reaches no loss, its saves freed with its output (deepstack_used)
+        for j in range(s.deepstack_used):
             m = f"deepstack_merger_list.{j}"
             out.append(Save(f"{m} norm's fp32 copy", f"{m}.norm", None, ("N_m", "d_vm"),
                             "LNC"))
@@ -238,7 +252,7 @@ def _qwen(out, s: VisionSpec) -> None:
     norm(out, "merger ln_q", "merger.ln_q", None, "N")
     _merger_mlp(out, "merger", "mlp.0", "mlp.1", "mlp.2")
     if s.window is not None:
-        out.append(Save("reverse_indices", "", None, ("N_m",), "I"))
+        out.append(Save("reverse_indices", "", None, ("N_m",), "I", after_projector=True))
 
 
 def _encoder_layers(out, s: VisionSpec, repeat: str, b: str = "encoder.layers.{i}",
@@ -361,7 +375,8 @@ def _moonvit(out, s: VisionSpec) -> None:
     out.append(Save("fc2 input", f"{b}.mlp.fc2", BLOCK, ("N", "f_v"), "A"))
     _layernorm(out, "final_layernorm", "final_layernorm", None, "N")
     p = "mm_projector"
-    out.append(Save("2×2 merge's gather indices", p, None, ("N",), "I"))
+    # (the gather runs on the tower's output, before pre_norm: for that input's gradient)
+    out.append(Save("2×2 merge's gather indices", p, None, ("N",), "I", input_grad=True))
     _layernorm(out, "pre_norm", f"{p}.pre_norm", None, "N")
     _merger_mlp(out, p, "in_proj", "act", "out_proj")
 
@@ -432,12 +447,15 @@ def _siglip(out, s: VisionSpec) -> None:
     if s.post_norm:
         _layernorm(out, "post_layernorm", "post_layernorm", None, "N")
     p = "multi_modal_projector"
-    out.append(Save("avg_pool input", f"{p}.avg_pool", None, ("N", "d_v"), "P"))
+    out.append(Save("avg_pool input", f"{p}.avg_pool", None, ("N", "d_v"), "P",
+                    input_grad=True))
     out.append(Save("mm_soft_emb_norm fp32 input", f"{p}.mm_soft_emb_norm", None,
-                    ("N_o", "d_v"), "F"))
-    out.append(Save("mm_soft_emb_norm rsqrt", f"{p}.mm_soft_emb_norm", None, ("N_o",), "F"))
+                    ("N_o", "d_v"), "F", input_grad=True))
+    out.append(Save("mm_soft_emb_norm rsqrt", f"{p}.mm_soft_emb_norm", None, ("N_o",), "F",
+                    input_grad=True))
+    # (1 + w) · x_normed: 1 + w is saved for x_normed's gradient alone
     out.append(Save("mm_soft_emb_norm 1 + w", f"{p}.mm_soft_emb_norm", None, ("d_v",), "F",
-                    fixed=True))
+                    fixed=True, input_grad=True))
     out.append(Save("mm_soft_emb_norm normalized", f"{p}.mm_soft_emb_norm", None,
                     ("N_o", "d_v"), "F"))
     out.append(Save("projection input", p, None, ("N_o", "d_v"), "A"))

@@ -36,9 +36,10 @@ from accounting.ledger.builder.vision_save import BLOCK, Save
 
 def _rmsnorm(out, name: str, module: str, repeat, rows: tuple, width: str,
              scale: bool = True) -> None:
-    out.append(Save(f"{name} fp32 input", module, repeat, (*rows, width), "F"))
-    out.append(Save(f"{name} mean square", module, repeat, rows, "F"))
-    out.append(Save(f"{name} mean square ^ -0.5", module, repeat, rows, "F"))
+    # (x.float(), its mean square and the power: for the input's gradient alone)
+    for x, shape in (("fp32 input", (*rows, width)), ("mean square", rows),
+                     ("mean square ^ -0.5", rows)):
+        out.append(Save(f"{name} {x}", module, repeat, shape, "F", input_grad=True))
     if scale:
         out.append(Save(f"{name} normalized", module, repeat, (*rows, width), "F"))
         out.append(Save(f"{name} weight.float() (bf16 parameters)", module, repeat,

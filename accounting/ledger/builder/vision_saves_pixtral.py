@@ -41,8 +41,8 @@ from accounting.units import BF16, DTYPE_BYTES, FP32
 def _rmsnorm(out, name: str, module: str, repeat, rows: str, role: str) -> None:
     """PixtralRMSNorm / Mistral3RMSNorm (LlamaRMSNorm): x.to(float32) (pow saves it), rsqrt's
     output, weight · x_normed saves x_normed cast back to the input's dtype (`role`)."""
-    out.append(Save(f"{name} fp32 input", module, repeat, (rows, "d_v"), "F"))
-    out.append(Save(f"{name} rsqrt", module, repeat, (rows,), "F"))
+    out.append(Save(f"{name} fp32 input", module, repeat, (rows, "d_v"), "F", input_grad=True))
+    out.append(Save(f"{name} rsqrt", module, repeat, (rows,), "F", input_grad=True))
     out.append(Save(f"{name} normalized", module, repeat, (rows, "d_v"), role))
 
 

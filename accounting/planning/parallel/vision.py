@@ -14,7 +14,9 @@ Where the tower lives and how it is split, as the stacks that train these models
     planning/parallel/states.py), in FSDP units of one vision block each, as transformers'
     _no_split_modules names them (Qwen2_5_VLVisionBlock, Qwen2VLVisionBlock; SigLIP's
     encoder layers), and one unit of the rest (patch embedding, final norms, projector).
-    A frozen tower's tensors need no gradient and no optimizer state.
+    A frozen tower's tensors need no gradient and no optimizer state; with the projector
+    trained alone (--train-projector) its tensors are the model states' and the rest of
+    the tower the frozen item.
 A tower unit's `layer` is negative (−1 − its block; −1 − L_v for the rest of the tower):
 the language model's blocks are numbered from 0, and buffers.py keys units by layer. The
 tower's saved activations are planning/vision_train.py's (builder/vision_saves.py), the
@@ -37,6 +39,7 @@ from accounting.ledger.builder import vision as VB
 from accounting.planning.parallel.activations import Linear, StageActivations
 from accounting.planning.parallel.shards import FIRST, Tensor
 from accounting.planning.parallel.states import Local, Unit
+from accounting.planning.vision_train import PROJECTOR, part
 
 
 @dataclass(frozen=True)
@@ -54,13 +57,17 @@ class TowerRun:
 
 
 @lru_cache(maxsize=64)
-def tower_units(spec: VisionSpec, trained: bool) -> tuple[Unit, ...]:
+def tower_units(spec: VisionSpec, trained) -> tuple[Unit, ...]:
+    """`trained`: False, True or vision_train.PROJECTOR (the projector's tensors alone not
+    frozen)."""
+    on, alone = part(trained)
     ledger, v = VB.walk(spec), VB.values(spec)
     blocks: dict[int, list[Local]] = {}
     rest: list[Local] = []
     for p in ledger.params:
+        frozen = not on or (alone and p.name not in ledger.projector_params)
         t = Tensor(p.name, p.module, p.repeat is not None, FIRST, tuple((s,) for s in p.shape),
-                   None, len(p.shape) == 2, False, frozen=not trained)
+                   None, len(p.shape) == 2, False, frozen=frozen)
         sizes = p.sizes(v)
         if p.repeat is None:
             rest.append(Local(t, None, sizes))
@@ -77,7 +84,8 @@ def tower_run(spec: VisionSpec, training, flops_at=None) -> TowerRun:
     """`training`: the TowerTraining of planning/vision_train.py, its activations set;
     `flops_at(b)`: the TowerFlops of b sequences' images (planning/vision_flops.py)."""
     a = training.activations
-    return TowerRun(tower_units(spec, training.trained),
+    return TowerRun(tower_units(spec, PROJECTOR if training.projector_only else
+                                training.trained),
                     Linear(a.per_sequence, a.fixed) if a is not None else Linear(), training,
                     flops_at(1) if flops_at is not None else None, flops_at)
 
@@ -126,8 +134,14 @@ def tower_for(spec: VisionSpec, images, precision, optimizer: str, trained: bool
 
 def state_units(tower) -> tuple[Unit, ...]:
     """The units the first stage's model states hold (states.py): a trained tower's; a
-    frozen tower is frozen_items' alone (no gradient, no optimizer state)."""
-    return tower.units if tower is not None and tower.training.trained else ()
+    frozen tower is frozen_items' alone (no gradient, no optimizer state); with the projector
+    trained alone, the projector's tensors (in the unit of the tower's rest)."""
+    if tower is None or not tower.training.trained:
+        return ()
+    if not tower.training.projector_only:
+        return tower.units
+    return tuple(replace(u, tensors=kept) for u in tower.units
+                 for kept in [tuple(t for t in u.tensors if not t.tensor.frozen)] if kept)
 
 
 def frozen_items(tower, layout, precision) -> list:
@@ -136,10 +150,11 @@ def frozen_items(tower, layout, precision) -> list:
     (FSDP2's fully_shard shards a module's frozen parameters with the rest). Its FSDP
     all-gathers are not in the collectives."""
     from accounting.planning.parallel.buffers import Item
-    if tower is None or tower.training.trained:
+    if tower is None or (tower.training.trained and not tower.training.projector_only):
         return []
     d, z = layout.dp, layout.sharding
-    n = sum(t.padded(d) if z >= 2 else t.numel for u in tower.units for t in u.tensors)
+    n = sum(t.padded(d) if z >= 2 else t.numel for u in tower.units for t in u.tensors
+            if t.tensor.frozen)
     b = precision.master_bytes
     return [Item(f"vision tower parameters (frozen, {precision.param_dtype}"
                  f"{', FSDP shards' if z >= 2 else ''})",
