@@ -1,0 +1,78 @@
+"""The transformers implementation's ledger for Gemma 4's text model (Gemma4ForCausalLM;
+accounting/ledger/builder/hf_gemma4.py) against transformers' own model on the CPU, as
+tests/test_transformers_saves.py does for the other SDPA families.
+
+transformers 5.23's models/gemma4/modeling_gemma4.py: Gemma4PreTrainedModel._supports_sdpa
+= True (no attention soft-cap), so AutoModelForCausalLM runs it with SDPA; a tiny config
+built with attn_implementation="sdpa", one training step's forward and loss under
+saved-tensor hooks, every storage autograd saves (parameters and buffers excluded, each
+storage once) compared, by size and dtype, with the ledger's saved records for
+implementation "transformers": in fp32, under the CPU's bf16 autocast and with bf16
+parameters, on both sides of the sliding window (T = W: masked, T = W − 1: not). What the
+model saves there beside the Llama families' tensors, read off the hooks and the modeling
+file: Gemma4RMSNorm's fp32 input, its B×T mean square + eps (torch.pow(·, −0.5) saves its
+input) and the pow's output, the normalized x the gain multiplies (no 1 + w); v_norm's
+(weightless) the same but the gain; the per-layer inputs (one (B, T, L, d_ple) storage,
+each layer's slice saved by its product with the gate), GELUTanh's input; the router's
+normalized input × scale, its float32 softmax, top-k indices and renormalised weights ×
+per_expert_scale[top_k_index]; grouped_mm's sorted slots, offsets and gate_up output. The
+buffers: embed_scale (and embed_tokens_per_layer's), layer_scalar per layer (in the
+parameters' dtype), inv_freq and original_inv_freq per layer type (of d_k and d_kG).
+"""
+from dataclasses import replace
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from accounting.architecture.hf_config import translate
+from accounting.planning.recipes import resolve, transformers_gap
+import test_transformers_saves as saves
+from test_transformers_saves import MODES, assert_two_moments, expected, measured
+from test_hf_gemma4 import DATA as MOE
+from test_hf_gemma4_small import DATA as SMALL
+
+# E2B/E4B's layout: per-layer embeddings (the table as wide as the vocabulary, as published:
+# vocab_size_per_layer_input = vocab_size), KV sharing (layers 4–6 reuse 3's and 2's K and
+# V), the double-wide MLP on the sharing layers; GQA 4/2; and one KV head (repeat_kv a view)
+SMALL = {**SMALL, "vocab_size_per_layer_input": SMALL["vocab_size"]}
+CONFIGS = {"gemma4 (PLE, KV sharing)": SMALL,
+           "gemma4 (PLE, KV sharing, MQA)": {**SMALL, "num_key_value_heads": 1},
+           # 26B-A4B's layout: 4 experts (top 2) beside the dense MLP in every layer, the full
+           # layer's own head shape (d_kG 16, one KV head) with K = V
+           "gemma4 (MoE, K = V)": MOE}
+saves.CONFIGS.update(CONFIGS)  # test_transformers_saves.build reads its CONFIGS
+
+
+def planned(name):
+    """The config as the recipe plans a Hugging Face config by default."""
+    return resolve(translate(CONFIGS[name], "test", name).config, from_hf=True)
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_saved_tensors_equal_the_gemma4_transformers_ledger(name, mode):
+    recipe, config = planned(name)
+    # transformers' ops with its SDPA (Gemma 4 has no attention soft-cap), not the course's
+    assert (recipe.implementation, recipe.kernel) == ("transformers", "sdpa")
+    assert transformers_gap(config) is None
+    autocast, param_dtype = MODES[mode]
+    model = saves.build(name, param_dtype)
+    W, B = config.sliding_window, 2
+    for T in (W, W - 1):  # transformers masks the sliding layers from T = W on
+        want, buffers = expected(config, B, T, autocast, param_dtype)
+        assert measured(model, B, T, autocast) == want, T
+    assert sum(b.numel() * b.element_size() for b in model.buffers()) == buffers
+
+
+@pytest.mark.slow  # two real steps under a live-storage tracker
+@pytest.mark.parametrize("mode", ["fp32", "autocast"])
+@pytest.mark.parametrize("name", ["gemma4 (PLE, KV sharing)", "gemma4 (MoE, K = V)"])
+def test_the_two_moments_equal_a_real_step_of_gemma4(name, mode):
+    """The planner's two moments (the first log_softmax backward, AdamW's _foreach_sqrt)
+    against the live bytes of a real CPU step of transformers' Gemma4ForCausalLM
+    (test_transformers_saves.assert_two_moments)."""
+    _, config = planned(name)
+    assert_two_moments(saves.build(name, MODES[mode][1]), replace(config, attention="sdpa"),
+                       mode)
