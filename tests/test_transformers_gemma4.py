@@ -28,8 +28,7 @@ pytest.importorskip("transformers")
 
 from accounting.architecture.hf_config import translate
 from accounting.planning.recipes import resolve, transformers_gap
-import test_transformers_saves as saves
-from test_transformers_saves import MODES, assert_two_moments, expected, measured
+from test_transformers_saves import DTYPE, MODES, assert_two_moments, expected, measured
 from test_hf_gemma4 import DATA as MOE
 from test_hf_gemma4_small import DATA as SMALL
 
@@ -42,7 +41,18 @@ CONFIGS = {"gemma4 (PLE, KV sharing)": SMALL,
            # 26B-A4B's layout: 4 experts (top 2) beside the dense MLP in every layer, the full
            # layer's own head shape (d_kG 16, one KV head) with K = V
            "gemma4 (MoE, K = V)": MOE}
-saves.CONFIGS.update(CONFIGS)  # test_transformers_saves.build reads its CONFIGS
+
+
+def build(name, param_dtype):
+    """transformers' Gemma4ForCausalLM from the config, with SDPA, in param_dtype."""
+    from transformers import AutoModelForCausalLM
+    from accounting.crosscheck.hf_counter import transformers_config
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(transformers_config(CONFIGS[name]),
+                                             attn_implementation="sdpa",
+                                             dtype=DTYPE[param_dtype])
+    assert type(model).__name__ == "Gemma4ForCausalLM"
+    return model.train()
 
 
 def planned(name):
@@ -58,7 +68,7 @@ def test_saved_tensors_equal_the_gemma4_transformers_ledger(name, mode):
     assert (recipe.implementation, recipe.kernel) == ("transformers", "sdpa")
     assert transformers_gap(config) is None
     autocast, param_dtype = MODES[mode]
-    model = saves.build(name, param_dtype)
+    model = build(name, param_dtype)
     W, B = config.sliding_window, 2
     for T in (W, W - 1):  # transformers masks the sliding layers from T = W on
         want, buffers = expected(config, B, T, autocast, param_dtype)
@@ -74,5 +84,5 @@ def test_the_two_moments_equal_a_real_step_of_gemma4(name, mode):
     against the live bytes of a real CPU step of transformers' Gemma4ForCausalLM
     (test_transformers_saves.assert_two_moments)."""
     _, config = planned(name)
-    assert_two_moments(saves.build(name, MODES[mode][1]), replace(config, attention="sdpa"),
+    assert_two_moments(build(name, MODES[mode][1]), replace(config, attention="sdpa"),
                        mode)

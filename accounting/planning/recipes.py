@@ -29,8 +29,8 @@ IMPLEMENTATIONS = {
                   "'sdpa', or its eager attention where it refuses SDPA): one rotary module "
                   "with two d_k/2 inv_freq buffers, cos/sin computed once per pass, "
                   "LlamaRMSNorm, F.silu; its saved tensors measured on its own model "
-                  "(tests/test_transformers_saves.py, and _eager, _deepseek, _llama4, _gpt2 "
-                  "beside it)",
+                  "(tests/test_transformers_saves.py, and _eager, _deepseek, _llama4, _gpt2, "
+                  "_gemma4 beside it)",
     LLMFOUNDRY: "llm-foundry's MPT (llmfoundry/models/mpt/modeling_mpt.py, layers/blocks.py "
                 "MPTBlock, at mosaicml/llm-foundry@c90b9b3): LPLayerNorm (F.layer_norm on the "
                 "bf16 input: saves it and fp32 mean and 1/σ), nn.GELU in one op (saves its "
