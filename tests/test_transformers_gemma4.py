@@ -20,6 +20,7 @@ buffers: embed_scale (and embed_tokens_per_layer's), layer_scalar per layer (in 
 parameters' dtype), inv_freq and original_inv_freq per layer type (of d_k and d_kG).
 """
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -86,3 +87,18 @@ def test_the_two_moments_equal_a_real_step_of_gemma4(name, mode):
     _, config = planned(name)
     assert_two_moments(build(name, MODES[mode][1]), replace(config, attention="sdpa"),
                        mode)
+
+
+PUBLISHED = Path(__file__).resolve().parents[2] / "shared" / "frontier" / "gemma-4-26B-A4B.json"
+
+
+@pytest.mark.skipif(not PUBLISHED.exists(), reason="the published config.json is not here")
+def test_the_published_26b_a4b_is_planned_with_transformers_ops():
+    """gemma-4-26B-A4B's config.json as published (its text_config): every field it sets is
+    one the tiny configs above measure, so the default recipe is transformers' ops with SDPA
+    and no note (before: "norm_placement, mlp, embedding_multiplier …" and model/'s ops)."""
+    from accounting.architecture.loaders import read_config
+    config = read_config(str(PUBLISHED))[0]
+    assert transformers_gap(config) is None
+    recipe, _ = resolve(config, from_hf=True)
+    assert (recipe.implementation, recipe.kernel, recipe.note) == ("transformers", "sdpa", "")
