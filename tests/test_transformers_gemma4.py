@@ -44,13 +44,14 @@ CONFIGS = {"gemma4 (PLE, KV sharing)": SMALL,
            "gemma4 (MoE, K = V)": MOE}
 
 
-def build(name, param_dtype):
-    """transformers' Gemma4ForCausalLM from the config, with SDPA, in param_dtype."""
+def build(name, param_dtype, attention="sdpa"):
+    """transformers' Gemma4ForCausalLM from the config, with SDPA (or eager), in
+    param_dtype."""
     from transformers import AutoModelForCausalLM
     from accounting.crosscheck.hf_counter import transformers_config
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(transformers_config(CONFIGS[name]),
-                                             attn_implementation="sdpa",
+                                             attn_implementation=attention,
                                              dtype=DTYPE[param_dtype])
     assert type(model).__name__ == "Gemma4ForCausalLM"
     return model.train()
@@ -75,6 +76,21 @@ def test_saved_tensors_equal_the_gemma4_transformers_ledger(name, mode):
         want, buffers = expected(config, B, T, autocast, param_dtype)
         assert measured(model, B, T, autocast) == want, T
     assert sum(b.numel() * b.element_size() for b in model.buffers()) == buffers
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+@pytest.mark.parametrize("name", ["gemma4 (PLE, KV sharing)", "gemma4 (MoE, K = V)"])
+def test_eager_attention_as_transformers_runs_it(name, mode):
+    """attn_implementation="eager" (the plan's --attention naive under transformers' ops:
+    builder/hf_eager.py): QKᵀ · scaling (1.0, an op all the same), the additive mask, the
+    float32 softmax saved, cast back; the full layers' own head shape (MoE: one KV head,
+    repeat_kv a view that the matmuls copy to h heads)."""
+    _, config = planned(name)
+    config = replace(config, attention="naive")
+    autocast, param_dtype = MODES[mode]
+    T, B = config.sliding_window, 2
+    want, _ = expected(config, B, T, autocast, param_dtype)
+    assert measured(build(name, param_dtype, "eager"), B, T, autocast) == want
 
 
 @pytest.mark.slow  # two real steps under a live-storage tracker
