@@ -93,6 +93,44 @@ def test_eager_attention_as_transformers_runs_it(name, mode):
     assert measured(build(name, param_dtype, "eager"), B, T, autocast) == want
 
 
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+@pytest.mark.parametrize("mode", ["fp32", "autocast", "bf16"])
+@pytest.mark.parametrize("name", ["gemma4 (PLE, KV sharing)", "gemma4 (MoE, K = V)"])
+def test_peft_lora_on_gemma4_saves_what_the_lora_ledger_says(name, mode):
+    """PEFT's LoRA (r 4 on the attention and dense MLP projections; adapters in float32)
+    on transformers' Gemma4ForCausalLM with enable_input_require_grads(), as
+    tests/test_finetune_transformers.py runs it for the Llama layouts: the saved storages
+    equal the LoRA ledger's (the embeddings' leaf, held by its AccumulateGrad node and
+    unseen by the hooks, left out on both sides); PEFT's trainable count the plan's."""
+    peft = pytest.importorskip("peft")
+    from collections import Counter
+    from accounting.ledger.builder.lora import LEAF
+    from accounting.ledger.ledger import ledger
+    from accounting.planning.finetune import LoRA, resolve as finetune
+    from test_transformers_saves import SIZE
+    autocast, base = {"fp32": (None, "fp32"), "autocast": ("cpu", "bf16"),
+                      "bf16": (None, "bf16")}[mode]
+    h = translate(CONFIGS[name], "test", name)
+    config = replace(h.config, attention="sdpa")
+    ft = finetune(config, LoRA(rank=4, targets=LORA_TARGETS), h.type.module_names(h.data),
+                  autocast, None, True, "transformers")
+    model = build(name, base)
+    model.enable_input_require_grads()
+    pm = peft.get_peft_model(model, peft.LoraConfig(r=4, target_modules=list(LORA_TARGETS)))
+    assert sum(p.numel() for p in pm.parameters() if p.requires_grad) == ft.adapter_count()
+    T, B = config.sliding_window, 2
+    lg = ledger(config, autocast, "none", "transformers", base, ft.adapters)
+    v = lg.values(T, B)
+    want = Counter()
+    for a in lg.activations:
+        if a.saved and a.name != LEAF and a.elements.evaluate(v):
+            want[(SIZE[a.dtype] * a.elements.evaluate(v) // a.copies,
+                  str(DTYPE[a.dtype]).removeprefix("torch."))] += a.copies * a.count(v)
+    assert measured(pm, B, T, autocast) == want
+
+
 @pytest.mark.slow  # two real steps under a live-storage tracker
 @pytest.mark.parametrize("mode", ["fp32", "autocast"])
 @pytest.mark.parametrize("name", ["gemma4 (PLE, KV sharing)", "gemma4 (MoE, K = V)"])

@@ -240,8 +240,11 @@ class PerLayerEmbeddings:
         # transformers' Gemma4RMSNorm saves an fp32 copy of a bf16 input instead (x.float()),
         # so with bf16 parameters the projection's save is this tensor's only one
         copied = t.hf_gemma4 and x.dtype != FP32
-        x = t.name(x, "scaled embeddings (per-layer projection input)",
-                   saved_if=None if copied else SAVED_AS_BLOCK_INPUT)
+        # (with LoRA, transformers' x is enable_input_require_grads' leaf: its AccumulateGrad
+        # node holds it, lora.keep_leaf)
+        label = (lora.LEAF if t.hf_gemma4 and t.adapters is not None
+                 else "scaled embeddings (per-layer projection input)")
+        x = t.name(x, label, saved_if=None if copied else SAVED_AS_BLOCK_INPUT)
         p = self.proj(x, "per-layer model projection output", "per-layer model projection")
         p = t.name(t.binary("aten.mul", p, None, "× d_model^-½", PER_LAYER),
                    "per-layer projection · d_model^-½")
