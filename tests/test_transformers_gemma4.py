@@ -78,7 +78,7 @@ def test_saved_tensors_equal_the_gemma4_transformers_ledger(name, mode):
     assert sum(b.numel() * b.element_size() for b in model.buffers()) == buffers
 
 
-@pytest.mark.parametrize("mode", sorted(MODES))
+@pytest.mark.parametrize("mode", ["autocast", "bf16"])  # (fp32: the SDPA test's modules)
 @pytest.mark.parametrize("name", ["gemma4 (PLE, KV sharing)", "gemma4 (MoE, K = V)"])
 def test_eager_attention_as_transformers_runs_it(name, mode):
     """attn_implementation="eager" (the plan's --attention naive under transformers' ops:
@@ -96,7 +96,7 @@ def test_eager_attention_as_transformers_runs_it(name, mode):
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
-@pytest.mark.parametrize("mode", ["fp32", "autocast", "bf16"])
+@pytest.mark.parametrize("mode", ["autocast", "bf16"])  # a bf16 base, as QLoRA/LoRA plans
 @pytest.mark.parametrize("name", ["gemma4 (PLE, KV sharing)", "gemma4 (MoE, K = V)"])
 def test_peft_lora_on_gemma4_saves_what_the_lora_ledger_says(name, mode):
     """PEFT's LoRA (r 4 on the attention and dense MLP projections; adapters in float32)
