@@ -81,8 +81,10 @@ def test_saved_tensors_equal_the_gemma4_transformers_ledger(name, mode):
 @pytest.mark.parametrize("mode", ["autocast", "bf16"])  # (fp32: the SDPA test's modules)
 @pytest.mark.parametrize("name", ["gemma4 (PLE, KV sharing)", "gemma4 (MoE, K = V)"])
 def test_eager_attention_as_transformers_runs_it(name, mode):
-    """attn_implementation="eager" (the plan's --attention naive under transformers' ops:
-    builder/hf_eager.py): QKᵀ · scaling (1.0, an op all the same), the additive mask, the
+    """attn_implementation="eager" against the ledger with attention "naive" under
+    transformers' ops (builder/hf_eager.py; the CLI plans it only for the models
+    transformers refuses SDPA for, the ledger API takes it for any): QKᵀ · scaling (1.0,
+    an op all the same), the additive mask, the
     float32 softmax saved, cast back; the full layers' own head shape (MoE: one KV head,
     repeat_kv a view that the matmuls copy to h heads)."""
     _, config = planned(name)
