@@ -19,7 +19,6 @@ the CPU (tests/test_transformers_gemma4.py). Read from the modeling file:
 """
 from __future__ import annotations
 
-from accounting.ledger import records as R
 from accounting.units import FP32
 from accounting.ledger.trace import Sym
 from accounting.ledger.builder.common import ROUTER
