@@ -158,3 +158,53 @@ def test_the_published_26b_a4b_is_planned_with_transformers_ops():
     assert transformers_gap(config) is None
     recipe, _ = resolve(config, from_hf=True)
     assert (recipe.implementation, recipe.kernel, recipe.note) == ("transformers", "sdpa", "")
+
+
+@pytest.mark.slow  # two real steps under a live-storage tracker
+@pytest.mark.parametrize("mode", ["fp32", "autocast"])
+@pytest.mark.parametrize("name", ["gemma4 (PLE, KV sharing)", "gemma4 (MoE, K = V)"])
+def test_full_recomputation_equals_gradient_checkpointing(name, mode):
+    """--recompute full against transformers' gradient_checkpointing_enable() on a real CPU
+    step (test_peak.py's tracker, as assert_two_moments): besides each layer's input and
+    cos/sin, its checkpoint keeps the full layers' cos/sin, the per-layer inputs and, in a
+    KV-sharing layer, the store layer's K and V (the shared_kv_states dict it is passed:
+    builder/hf_gemma4.py checkpoint_kept). One thing more is live, not planned: the
+    (1, T) int64 position_ids every layer is passed, 8·T bytes (hand algebra). Without
+    checkpoint_kept the plan was short by 6,720 bytes on the PLE config (the dict's K and
+    V 3,840, the per-layer inputs 2,240, the full layers' cos/sin 640) and 640 on the
+    MoE one."""
+    import torch.nn.functional as F
+    from test_peak import MARKS, LiveBytes
+    from accounting.planning.memory import MemoryModel, get_precision
+    autocast, param_dtype = MODES[mode]
+    _, config = planned(name)
+    model = build(name, param_dtype)
+    model.gradient_checkpointing_enable()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.1, foreach=True)
+    B, T = 2, 5
+    g = torch.Generator().manual_seed(1)
+    ids, targets = (torch.randint(0, config.vocab_size, (B, T), generator=g) for _ in range(2))
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast is not None):
+            logits = model(ids, use_cache=False).logits
+            loss = F.cross_entropy(logits.reshape(-1, config.vocab_size), targets.reshape(-1))
+        del logits
+        loss.backward()
+        opt.step()
+    step()
+    steps = sum(s["step"].untyped_storage().nbytes() for s in opt.state.values())
+    state = [t for s in opt.state.values() for t in s.values()]
+    tracker = LiveBytes([*model.parameters(), *model.buffers(), ids, targets, *state])
+    with tracker:
+        step()
+    precision = get_precision("fp32" if mode == "fp32" else "bf16-mixed")
+    if autocast:
+        precision = replace(precision, autocast="cpu")
+    m = MemoryModel(config, precision, implementation="transformers", device="cpu",
+                    recompute="full")
+    v = m.ledger.values(T, B)
+    boundary, update = (ph.bytes.evaluate(v) for ph in m.peak_terms)
+    assert tracker.marks[MARKS[0]] - steps == boundary + 8 * T
+    assert tracker.marks[MARKS[1]] - steps == update

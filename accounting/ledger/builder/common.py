@@ -182,6 +182,7 @@ class Arch:
         self.rope_tables = None  # transformers: (cos, sin), computed once per forward
         # Gemma 4: each kind's producer K and V (KV sharing), the per-layer inputs (PLE)
         self.shared_kv: dict = {}
+        self.held_kv: dict = {}  # transformers, --recompute full: the dict's pair, kept
         self.ple = None
         # h·d_k is written d_model (fold=False keeps the heads dimension visible: tensor
         # parallelism splits exactly the tensors that have one)

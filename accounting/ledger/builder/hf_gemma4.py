@@ -68,4 +68,33 @@ def router(self, x: Sym) -> tuple[Sym, Sym]:
     return logits, weights
 
 
-__all__ = ["rms_norm", "router"]
+def checkpoint_kept(t, a, kind) -> tuple[Sym, ...]:
+    """What a Gemma4TextDecoderLayer under gradient checkpointing (--recompute full) keeps
+    beyond its input and the sliding layers' cos/sin (transformer.Block): the full layers'
+    cos/sin, the per-layer inputs its slice is a view of (one storage for every layer),
+    and in a KV-sharing layer the store layer's K and V, which the shared_kv_states dict
+    it is passed holds (one pair per layer type for the model, not one per layer).
+    Measured against the live bytes of a real CPU step of Gemma4ForCausalLM with
+    gradient_checkpointing_enable() (tests/test_transformers_gemma4.py)."""
+    kept = list(getattr(a, "global_tables", None) or ())
+    if a.ple is not None:
+        kept.append(a.ple)
+    if kind is not None and kind.shared:
+        if kind.local not in a.held_kv:
+            a.held_kv[kind.local] = tuple(
+                _once(t, x, f"{what} of the store layer (held by shared_kv_states)")
+                for x, what in zip(a.shared_kv[kind.local], ("K", "V")))
+        kept.extend(a.held_kv[kind.local])
+    return tuple(kept)
+
+
+def _once(t, x: Sym, label: str) -> Sym:
+    """A tensor named once for the model (not once per layer of the kind naming it)."""
+    outer, t.repeat = t.repeat, None
+    try:
+        return t.name(Sym(x.shape, x.dtype, x.grad, x.contiguous), label)
+    finally:
+        t.repeat = outer
+
+
+__all__ = ["checkpoint_kept", "rms_norm", "router"]

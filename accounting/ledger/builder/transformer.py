@@ -16,7 +16,7 @@ from accounting.units import FP32
 from accounting.ledger.builder.attention import Attention
 from accounting.ledger.builder.latent_attention import LatentAttention
 from accounting.ledger.builder.moe import MoE
-from accounting.ledger.builder import lora, megatron
+from accounting.ledger.builder import hf_gemma4, lora, megatron
 from accounting.ledger.builder.recurrent import ShortConv
 from accounting.ledger.builder.delta import GatedDeltaNet
 from accounting.ledger.builder.kda import KimiDeltaAttention
@@ -107,6 +107,8 @@ class Block:
             # frequencies: checkpoint keeps them (one storage for every layer)
             extra = tuple(self.a.rope_tables) if self.a.hf and self.a.rope_tables else \
                 (self.a.freqs,) if self.a.freqs is not None else ()
+            if t.hf_gemma4:  # and what Gemma 4's layers are passed besides
+                extra += hf_gemma4.checkpoint_kept(t, self.a, self.kind)
             with t.recomputed_region("block", (x,) + extra):
                 self.run(x)
         else:
