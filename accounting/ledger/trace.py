@@ -48,6 +48,7 @@ class Trace(Regions, KernelOps):
         self.param_dtype = param_dtype  # bf16: model.to(torch.bfloat16); LoRA: the frozen base's
         self.hf = False  # the ops of transformers' modeling code, where they differ (builder)
         self.hf_gemma3 = False  # Gemma3ForCausalLM's RMSNorm and GELUTanh (builder)
+        self.hf_gemma4 = False  # Gemma4ForCausalLM's (builder/hf_gemma4.py)
         self.hf_olmo2 = False  # OLMo-2's RMSNorm (the gain in fp32, then the cast), fp32 RoPE
         self.hf_gpt2 = False  # GPT-2's modules (builder/hf_gpt2.py: F.layer_norm, c_attn)
         self.fused_gelu = False  # the spec's fused_gelu: the tanh GELU as one F.gelu

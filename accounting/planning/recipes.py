@@ -14,8 +14,8 @@ from functools import partial
 from accounting.ledger.builder.common import (COURSE, LLMFOUNDRY, TORCHTUNE, TRANSFORMERS,
                                               cohere_layout, deepseek_v2_layout,
                                               deepseek_v3_layout, llama4_layout,
-                                              gemma2_layout, gemma3_layout, gpt2_layout,
-                                              gpt_oss_layout)
+                                              gemma2_layout, gemma3_layout, gemma4_layout,
+                                              gpt2_layout, gpt_oss_layout)
 from accounting.planning.optimizers import DEFAULT_OPTIMIZER, OPTIMIZERS, get_optimizer, is_default
 from accounting.planning.precisions import BF16_MASTER, BF16_MIXED, get_precision
 from accounting.runtime.errors import UsageError
@@ -30,8 +30,8 @@ IMPLEMENTATIONS = {
                   "'sdpa', or its eager attention where it refuses SDPA): one rotary module "
                   "with two d_k/2 inv_freq buffers, cos/sin computed once per pass, "
                   "LlamaRMSNorm, F.silu; its saved tensors measured on its own model "
-                  "(tests/test_transformers_saves.py, and _eager, _deepseek, _llama4, _gpt2 "
-                  "beside it)",
+                  "(tests/test_transformers_saves.py, and _eager, _deepseek, _llama4, _gpt2, "
+                  "_gemma4 beside it)",
     LLMFOUNDRY: "llm-foundry's MPT (llmfoundry/models/mpt/modeling_mpt.py, layers/blocks.py "
                 "MPTBlock, at mosaicml/llm-foundry@c90b9b3): LPLayerNorm (F.layer_norm on the "
                 "bf16 input: saves it and fp32 mean and 1/σ), nn.GELU in one op (saves its "
@@ -127,6 +127,14 @@ _LLAMA4 = _MOE | {"qk_norm", "layer_types", "num_shared_experts", "router",
                   "temperature_floor"}
 _GEMMA2 = {"norm_placement", "mlp", "norm_offset", "embedding_multiplier", "attn_softcap",
            "final_softcap"}
+# Gemma 4's text layout (Gemma4ForCausalLM, measured too: tests/test_transformers_gemma4.py,
+# builder/hf_gemma4.py): SDPA, Gemma4RMSNorm (plain gains), the weightless v_norm, global
+# layers' own head shape and K = V, layer_scalar, the dense MLP beside the experts
+# (26B-A4B), per-layer embeddings and KV sharing (E2B/E4B)
+_GEMMA4 = {"norm_placement", "mlp", "embedding_multiplier", "sliding_window", "layer_types",
+           "final_softcap", "global_head_dim", "global_kv_heads", "global_k_eq_v", "v_norm",
+           "mlp_beside_moe", "layer_scalar", "per_layer_input", "per_layer_vocab",
+           "kv_shared_layers", "double_wide_mlp"}
 
 
 # GPT-2's (GPT2LMHeadModel, measured too: tests/test_transformers_gpt2.py): learned
@@ -139,7 +147,8 @@ _GPT2 = {"norm", "mlp", "positions", "embedding_dropout", "attention_dropout",
 _LAYOUTS = ((gemma3_layout, _GEMMA3), (cohere_layout, _COHERE), (gpt_oss_layout, _GPT_OSS),
             (gemma2_layout, _GEMMA2), (deepseek_v3_layout, _DEEPSEEK_V3),
             (partial(deepseek_v3_layout, indexer=True), _DEEPSEEK_V32),
-            (deepseek_v2_layout, _DEEPSEEK_V2), (llama4_layout, _LLAMA4), (gpt2_layout, _GPT2))
+            (deepseek_v2_layout, _DEEPSEEK_V2), (llama4_layout, _LLAMA4), (gpt2_layout, _GPT2),
+            (gemma4_layout, _GEMMA4))
 
 
 def eager_only(config: ModelConfig) -> str | None:
@@ -174,7 +183,7 @@ def transformers_gap(config: ModelConfig) -> str | None:
     eager = f"; transformers runs it without SDPA ({why})" if why else ""
     return (f"{', '.join(other[:3])}{' …' if len(other) > 3 else ''} (transformers' ops are "
             f"measured for the GPT-2, Llama, Mistral, Qwen2, Qwen3, Qwen3-MoE, Mixtral, OLMo-2, "
-            f"Gemma 2, Gemma 3, Cohere, gpt-oss, DeepSeek-V2/V3/V3.2 and Llama 4 layouts "
+            f"Gemma 2, Gemma 3, Gemma 4, Cohere, gpt-oss, DeepSeek-V2/V3/V3.2 and Llama 4 layouts "
             f"only{eager})")
 
 

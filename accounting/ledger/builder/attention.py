@@ -8,7 +8,7 @@ from accounting.ledger.builder.common import (ALIBI, QK_NORM, ATTN_SCALE, CAUSAL
                                               MUP, NORM_PARAMS, OUTPUT_GATE, SOFTCAP, TEMPERATURE,
                                               Arch)
 from accounting.ledger.builder.layers import Linear, Norm, RoPE, l2_norm
-from accounting.ledger.builder import hf_eager, hf_gpt2, megatron
+from accounting.ledger.builder import hf_eager, hf_gemma4, hf_gpt2, megatron
 from accounting.ledger import autocast as AC
 
 T_GE_W, T_LT_W = "[T≥W]", "[T<W]"  # transformers masks a sliding layer from T = W on
@@ -103,7 +103,11 @@ class Attention:
             if c.qk_norm == "head":
                 q = self.q_norm(q, "Q after QK-norm")
                 k = self.k_norm(k, "K after QK-norm")
-            if c.v_norm:  # Gemma 4's v_norm: Gemma4RMSNorm(with_scale=False), no gain
+            if c.v_norm and t.hf_gemma4:  # transformers' Gemma4RMSNorm(with_scale=False)
+                with t.scope("v_norm"):
+                    v = hf_gemma4.rms_norm(t, v, (self.dk,), QK_NORM, f"{t.module}",
+                                           "V after v_norm")
+            elif c.v_norm:  # Gemma 4's v_norm: Gemma4RMSNorm(with_scale=False), no gain
                 v = l2_norm(t, v, self.dk, "V after v_norm", QK_NORM)
             if self.hf_rope:  # apply_rotary_pos_emb(q, k, cos, sin)
                 # Gemma 4: the global layers' own cos/sin of d_kG (Gemma4TextRotaryEmbedding)

@@ -74,6 +74,19 @@ def gemma3_layout(c: ModelConfig) -> bool:
             and not c.layer_scalar and not c.v_norm)
 
 
+def gemma4_layout(c: ModelConfig) -> bool:
+    """Gemma 4's text layout as transformers runs it (Gemma4ForCausalLM, builder/
+    hf_gemma4.py): sandwich norms with plain gains (Gemma4RMSNorm: no 1 + w), GeGLU,
+    per-head QK-norm and the weightless v_norm, layer_scalar, no attention soft-cap, RoPE
+    per layer type; a dense MLP, or the MLP beside the experts (26B-A4B); per-layer
+    embeddings and KV sharing (E2B/E4B)."""
+    return (c.norm_placement == "sandwich" and not c.norm_offset and c.mlp == "geglu"
+            and c.norm == "rmsnorm" and c.qk_norm == "head" and c.v_norm and c.layer_scalar
+            and c.attn_softcap is None and c.positions == "rope" and c.block == "sequential"
+            and not c.mla and (c.num_experts is None or c.mlp_beside_moe)
+            and not c.num_shared_experts)
+
+
 def gemma2_layout(c: ModelConfig) -> bool:
     """Gemma 2's layout as transformers runs it (Gemma2ForCausalLM): Gemma 3's sandwich
     norms, (1 + w) gains, GeGLU and scaled embedding, no QK-norm, the attention soft-cap
@@ -170,6 +183,7 @@ class Arch:
         self.rope_tables = None  # transformers: (cos, sin), computed once per forward
         # Gemma 4: each kind's producer K and V (KV sharing), the per-layer inputs (PLE)
         self.shared_kv: dict = {}
+        self.held_kv: dict = {}  # transformers, --recompute full: the dict's pair, kept
         self.ple = None
         # h·d_k is written d_model (fold=False keeps the heads dimension visible: tensor
         # parallelism splits exactly the tensors that have one)

@@ -32,10 +32,12 @@ def repeat_kv(attn, x: Sym, what: str) -> Sym:
     tensor unless h_kv = 1 (then a view: the expanded dim merges with the size-1 one); with
     h_kv = h, x itself."""
     t, a = attn.t, attn.a
-    if not a.gqa:
+    # the layer's own K/V heads (Gemma 4's full layers: h_kvG, num_global_key_value_heads)
+    _, hkv, _, gqa = getattr(attn, "s", None) or a.shape()
+    if not gqa:
         return x
     heads = ("B", "h", "T", attn.dk)
-    if a.c.kv_heads == 1:
+    if (a.c.global_kv if hkv == "h_kvG" else a.c.kv_heads) == 1:
         return t.view(x, heads, contiguous=False)
     return t.name(t.copy(x, heads), f"{what} repeated (repeat_kv)")
 

@@ -9,10 +9,11 @@ from accounting.ledger import autocast as AC, records as R
 from accounting.units import FP32
 from accounting.ledger.trace import Sym
 from accounting.ledger.builder.common import ROUTER, BIAS
+from accounting.ledger.builder import hf_gemma4
 from accounting.ledger.builder.layers import activation, clamped_swiglu
 
 
-def forward(self, x: Sym) -> Sym:
+def forward(self, x: Sym, router_x: Sym | None = None) -> Sym:
     """Qwen3MoeSparseMoeBlock / MixtralSparseMoeBlock (GptOssMLP, DeepseekV3MoE: their
     routers below, DeepSeek's shared experts after) with transformers' default experts
     kernel for training (integrations/moe.py grouped_mm_experts_forward), where model/
@@ -23,12 +24,15 @@ def forward(self, x: Sym) -> Sym:
     stacked gate_up_proj (E, 2·d_e, d) that saves its input and the int32 offsets, SiLU
     on the gate half and the product with the up half (both halves one storage), the
     grouped down_proj, the routing weights' product (saves both), the slots put back by
-    inv_perm (saved) and summed over k."""
+    inv_perm (saved) and summed over k. router_x: Gemma 4's router input (the residual
+    stream; the experts run on its pre_feedforward_layernorm_2, x)."""
     t, c, comp = self.t, self.c, ROUTER
     slots = ("B", "T", "k")
     if c.router_scales_input:  # Llama4TextMoe: every expert runs every token
         return llama4(self, x)
-    if c.router == "sigmoid":  # DeepseekV3TopkRouter
+    if self.gains is not None:  # Gemma4TextRouter (builder/hf_gemma4.py)
+        logits, weights = hf_gemma4.router(self, x if router_x is None else router_x)
+    elif c.router == "sigmoid":  # DeepseekV3TopkRouter
         logits, weights = deepseek_router(self, x)
     elif c.mla:  # DeepseekV2TopkRouter
         logits, weights = deepseek_v2_router(self, x)
@@ -46,15 +50,15 @@ def forward(self, x: Sym) -> Sym:
         values, _ = t.topk(probs, ("E",), ("k",), "top-k experts", comp,
                            out="chosen experts", values=True)
         weights = t.name(values, "router top-k weights")
-    if c.norm_topk_prob and not c.mla:  # router_top_value /= …sum(-1)
+    if c.norm_topk_prob and not c.mla and self.gains is None:  # router_top_value /= …sum(-1)
         total = t.reduce("aten.sum", weights, ("k",), "sum of the k weights", comp,
                          out="router weight sum")
         weights = t.binary("aten.div", weights, total, "renormalise", comp,
                            out="router weights")
-    if c.mlp not in ("swiglu", "swiglu_clamped"):
-        raise AssertionError("transformers' MoE: (clamped) SwiGLU experts only")
-    if c.qk_norm == "head":  # Qwen3-MoE: router_top_value.to(router_logits.dtype);
-        # Mixtral (no QK-norm) keeps the float32 weights
+    if c.mlp not in ("swiglu", "swiglu_clamped") and not (c.mlp == "geglu" and t.hf_gemma4):
+        raise AssertionError("transformers' MoE: (clamped) SwiGLU or Gemma 4's GeGLU experts")
+    if c.qk_norm == "head" and self.gains is None:  # Qwen3-MoE: router_top_value.to(
+        # router_logits.dtype); Mixtral (no QK-norm) and Gemma 4 keep the float32 weights
         weights = t.cast(weights, logits.dtype, "router weights (cast)")
     perm = t.name(t.fresh(slots, R.INT64), "slot order (by expert)")
     token = t.name(t.fresh(slots, R.INT64), "token of each slot (perm // k)")
@@ -99,6 +103,10 @@ def forward(self, x: Sym) -> Sym:
         up = t.view(gate_up, slots + f, contiguous=False)
         if c.mlp == "swiglu_clamped":  # GptOssExperts._apply_gate
             g = clamped_swiglu(t, gate, up, self.component, "expert gated product")
+        elif c.mlp == "geglu":  # Gemma4TextExperts' act_fn: GELUTanh, one op (saves its input)
+            act = activation(t, "gelu_tanh", gate, self.component, "")
+            g = t.binary("aten.mul", act, up, "expert gate", self.component,
+                         out="expert gated product")
         else:
             act = t.unary("aten.silu", gate, "SiLU", self.component, saves="input",
                           out="SiLU output")

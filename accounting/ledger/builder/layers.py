@@ -6,7 +6,7 @@ from accounting.units import COMPLEX64, FP32
 from accounting.architecture.config import ModelConfig
 from accounting.ledger.trace import Sym, Trace
 from accounting.ledger.builder.common import ROPE, BIAS, MUP, ACTIVATION_COMPONENT
-from accounting.ledger.builder import hf_gpt2, lora, megatron
+from accounting.ledger.builder import hf_gemma4, hf_gpt2, lora, megatron
 
 
 class Linear:
@@ -72,6 +72,12 @@ class Norm:
             return megatron.low_precision_norm(self.t, self, x, out_label, course)
         if self.t.hf_gpt2 and self.kind == "layernorm":  # GPT-2's nn.LayerNorm
             return hf_gpt2.layer_norm(self.t, self, x, out_label, course)
+        if self.t.hf_gemma4 and self.kind == "rmsnorm":  # Gemma4RMSNorm
+            t = self.t
+            m = f"{t.module}.{self.name}" if t.module else self.name
+            with t.scope(self.name):
+                return hf_gemma4.rms_norm(t, x, self.width, self.component, m, out_label,
+                                          self.weight, course)
         return self.ops(x, out_label, course)
 
     def ops(self, x: Sym, out_label: str, course: str = "") -> Sym:

@@ -83,7 +83,7 @@ class MoE:
         t, c, comp = self.t, self.c, ROUTER
         if t.hf:  # transformers' sparse MoE block (accounting/planning/recipes.py: which)
             with t.scope(self.scope):
-                y = hf_moe.forward(self, x)
+                y = hf_moe.forward(self, x, router_x)
             return t.name(y, "W2 output", out_course)
         with t.scope(self.scope):
             weights = self.route(x if router_x is None else router_x)

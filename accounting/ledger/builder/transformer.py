@@ -9,13 +9,14 @@ from accounting.ledger.builder.common import (POSITION_ADD, RESIDUAL, NORM_PARAM
                                               EMBED_SCALE, LOGIT_SCALE, MUP, PER_LAYER,
                                               RESIDUAL_SCALE, SOFTCAP, deepseek_v2_layout,
                                               gemma2_layout, llama4_layout,
-                                              gemma3_layout, gpt2_layout, gpt_oss_layout)
+                                              gemma3_layout, gemma4_layout, gpt2_layout,
+                                              gpt_oss_layout)
 from accounting.ledger.builder.layers import Linear, Norm, activation, FeedForward, RotaryEmbedding
 from accounting.units import FP32
 from accounting.ledger.builder.attention import Attention
 from accounting.ledger.builder.latent_attention import LatentAttention
 from accounting.ledger.builder.moe import MoE
-from accounting.ledger.builder import lora, megatron
+from accounting.ledger.builder import hf_gemma4, lora, megatron
 from accounting.ledger.builder.dropout import native_dropout
 from accounting.ledger.builder.recurrent import ShortConv
 from accounting.ledger.builder.delta import GatedDeltaNet
@@ -33,7 +34,10 @@ class Block:
         sandwich = a.c.norm_placement == "sandwich"
         # Gemma 4's layer_scalar: a persistent one-element float32 buffer (the block's own
         # buffers come before its children's keys in the state dict)
-        self.layer_scalar = (t.name(t.buffer("layer_scalar", ("1",), 4, persistent=True),
+        # (transformers: nn.Buffer(torch.ones(1)) in the default dtype, bf16 in a model
+        # built with dtype=torch.bfloat16)
+        size = R.DTYPE_BYTES[t.param_dtype] if t.hf_gemma4 else 4
+        self.layer_scalar = (t.name(t.buffer("layer_scalar", ("1",), size, persistent=True),
                                     "layer_scalar") if a.c.layer_scalar else None)
         self.ln1 = Norm(t, "ln1", kind, ("d_model",), NORMS[kind], comp, off)
         local = self.kind is not None and self.kind.local
@@ -104,6 +108,8 @@ class Block:
             # frequencies: checkpoint keeps them (one storage for every layer)
             extra = tuple(self.a.rope_tables) if self.a.hf and self.a.rope_tables else \
                 (self.a.freqs,) if self.a.freqs is not None else ()
+            if t.hf_gemma4:  # and what Gemma 4's layers are passed besides
+                extra += hf_gemma4.checkpoint_kept(t, self.a, self.kind)
             with t.recomputed_region("block", (x,) + extra):
                 self.run(x)
         else:
@@ -167,7 +173,10 @@ class Block:
             if self.ple is not None:
                 z = self.per_layer(z)
             if self.layer_scalar is not None:  # hidden_states *= self.layer_scalar
-                t.binary("aten.mul", z, self.layer_scalar, "× layer_scalar", RESIDUAL_SCALE,
+                # (transformers: mul_ saves the buffer itself, held anyway: not again here)
+                scalar = (Sym(("1",), FP32, False, param="layer_scalar") if t.hf_gemma4
+                          else self.layer_scalar)
+                t.binary("aten.mul", z, scalar, "× layer_scalar", RESIDUAL_SCALE,
                          out="block output")
         else:  # OLMo-2: y = x + ln1(attn(x)); z = y + ln2(ffn(y))
             o = self.attn(x, "output projection output", "output projection")
@@ -219,6 +228,9 @@ class PerLayerEmbeddings:
         self.t, self.c = t, c
         with t.scope("per_layer_embeddings"):
             self.table = t.param("weight", ("V_ple", "L·d_ple"), R.EMBEDDING, lookup=True)
+            # transformers: a Gemma4TextScaledWordEmbedding, its 0-dim embed_scale buffer
+            self.scale = (t.buffer("embed_scale", (), R.DTYPE_BYTES[t.param_dtype])
+                          if t.hf_gemma4 else None)
         self.proj = Linear(t, "per_layer_model_projection", ("d_model",), ("L·d_ple",), R.FFN,
                            "per-layer model projection")
         comp = NORM_PARAMS[c.norm]
@@ -229,11 +241,21 @@ class PerLayerEmbeddings:
         t, packed = self.t, ("B", "T", "L", "d_ple")
         with t.scope("per_layer_embeddings"):
             e = t.lookup(self.table, ids, ("B", "T", "L·d_ple"))
-        e = t.binary("aten.mul", e, None, "per-layer embedding · √d_ple", EMBED_SCALE)
+        # × embed_scale.to(weight.dtype) (transformers: the product saves the buffer, held
+        # anyway) or × √d_ple, a scalar
+        scale = None if self.scale is None else Sym((), t.param_dtype, False,
+                                                    param="per_layer_embeddings.embed_scale")
+        e = t.binary("aten.mul", e, scale, "per-layer embedding · √d_ple", EMBED_SCALE)
         e = t.view(e, packed, contiguous=True)
-        # the same tensor is block 0's input (saved by its ln1 there): counted once, there
-        x = t.name(x, "scaled embeddings (per-layer projection input)",
-                   saved_if=SAVED_AS_BLOCK_INPUT)
+        # the same tensor is block 0's input (saved by its ln1 there): counted once, there;
+        # transformers' Gemma4RMSNorm saves an fp32 copy of a bf16 input instead (x.float()),
+        # so with bf16 parameters the projection's save is this tensor's only one
+        copied = t.hf_gemma4 and x.dtype != FP32
+        # (with LoRA, transformers' x is enable_input_require_grads' leaf: its AccumulateGrad
+        # node holds it, lora.keep_leaf)
+        label = (lora.LEAF if t.hf_gemma4 and t.adapters is not None
+                 else "scaled embeddings (per-layer projection input)")
+        x = t.name(x, label, saved_if=None if copied else SAVED_AS_BLOCK_INPUT)
         p = self.proj(x, "per-layer model projection output", "per-layer model projection")
         p = t.name(t.binary("aten.mul", p, None, "× d_model^-½", PER_LAYER),
                    "per-layer projection · d_model^-½")
@@ -289,7 +311,10 @@ def walk(c: ModelConfig, autocast: str | None = None, recompute: str = "none",
     gemma3 = a.hf and gemma3_layout(c)  # Gemma 3's modules (Gemma3TextModel's)
     # Gemma 2's (Gemma2Model's, 5.23): the same RMSNorm, GELUTanh and scaled embedding (its
     # embed_scale buffer), one rotary module for every layer
-    t.hf_gemma3 = gemma = gemma3 or (a.hf and gemma2_layout(c))
+    # Gemma 4's (Gemma4TextModel's, builder/hf_gemma4.py): its own RMSNorm, the same
+    # GELUTanh and scaled embeddings (an embed_scale buffer in each)
+    t.hf_gemma4 = a.hf and gemma4_layout(c)
+    t.hf_gemma3 = gemma = gemma3 or (a.hf and gemma2_layout(c)) or t.hf_gemma4
     # RoPE per layer type: Gemma 3's, and OLMo-3's (OLMo-2's layout with sliding layers)
     per_type = gemma3 or (t.hf_olmo2 and c.sliding_window is not None)
     # __init__, in model/transformer.py's registration order
