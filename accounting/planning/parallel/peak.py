@@ -63,10 +63,15 @@ class Moment:
     # (autograd runs the loss's nodes, then the LM head's, whose weight gradient is the
     # root unit's first; FSDP2 reduce-scatters the root's at the backward's end)
     pass_grads: bool = True
+    # the embedding's backward on the first stage (its whole gradient under FSDP2 × TP is
+    # live here only: Item.embedding)
+    embedding: bool = False
 
     def holds(self, item) -> bool:
         if not item.on_gpu:
             return False
+        if getattr(item, "embedding", False):
+            return self.embedding
         if getattr(item, "pass_grads", False) and not self.pass_grads:
             return False
         if item.activations:
@@ -248,6 +253,14 @@ def moments(sp, layout, precision, stage: int, kinds, values: dict[str, int], lo
         # gradient buffer of the pass, Moment.pass_grads, so a block's backward may exceed it)
         out.append(Moment(block, held + f"{work.rule}" + ring_what,
                           ws + loss + compiled + ring, True, grads_live, True, True))
+    if stage == 0 and tp > 1:
+        # the embedding's backward, the stage's last node, then FSDP2's post-backward of the
+        # root unit (buffers._fsdp_embedding): the current micro-batch's activations are
+        # freed, no block's recomputed activations live, every block's gradient made
+        out.append(Moment("the embedding's backward (its whole gradient, TP)",
+                          held.replace("the gradients of the earlier micro-batches, ",
+                                       "the gradients, ") + f"{work.rule}",
+                          ws + loss + compiled, True, True, True, False, 1, embedding=True))
     temp, temp_what = 0, ""
     if not no_update_temporary:
         per = stack.stack.update_temporary
