@@ -28,7 +28,7 @@ as on one GPU.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from accounting.planning import cuda_peak as CP
 from accounting.planning import loss_memory as LM
@@ -66,6 +66,17 @@ class Moment:
     # the embedding's backward on the first stage (its whole gradient under FSDP2 × TP is
     # live here only: Item.embedding)
     embedding: bool = False
+    # the one-round interleaved schedule (torch's ScheduleInterleaved1F1B at m < 2p): the
+    # local chunk whose backward passes this moment is in. Each chunk's m backwards run
+    # together, the last chunk's first (number_of_rounds = 1: microbatches_per_round = m),
+    # and torch reduces a chunk's gradients right after its last backward (2.13:
+    # schedules.py _add_reduce_grad, "reduce_grad frees memory and we want to schedule it
+    # just after the last backward-like stage"; 2024-12: stage.py backward_maybe_with_nosync
+    # ran FSDP2's post_backward at last_backward), freeing that chunk's unsharded fp32
+    # accumulation before the next chunk's first backward: FSDP2's accumulation holds only
+    # this chunk's share (Item.per_chunk); the sharded gradients of the chunks already
+    # reduced stay (counted whole: an upper bound)
+    chunk: int | None = None
 
     def holds(self, item) -> bool:
         if not item.on_gpu:
@@ -253,6 +264,9 @@ def moments(sp, layout, precision, stage: int, kinds, values: dict[str, int], lo
         # gradient buffer of the pass, Moment.pass_grads, so a block's backward may exceed it)
         out.append(Moment(block, held + f"{work.rule}" + ring_what,
                           ws + loss + compiled + ring, True, grads_live, True, True))
+    if layout.vpp > 1 and layout.micro_batches < 2 * layout.pp:
+        out = [replace(m, name=f"{m.name} (local chunk {j}'s backward passes)", chunk=j)
+               for m in out for j in range(layout.vpp)]
     if stage == 0 and tp > 1:
         # the embedding's backward, the stage's last node, then FSDP2's post-backward of the
         # root unit (buffers._fsdp_embedding): the current micro-batch's activations are
@@ -260,7 +274,9 @@ def moments(sp, layout, precision, stage: int, kinds, values: dict[str, int], lo
         out.append(Moment("the embedding's backward (its whole gradient, TP)",
                           held.replace("the gradients of the earlier micro-batches, ",
                                        "the gradients, ") + f"{work.rule}",
-                          ws + loss + compiled, True, True, True, False, 1, embedding=True))
+                          ws + loss + compiled, True, True, True, False, 1, embedding=True,
+                          chunk=0 if layout.vpp > 1 and layout.micro_batches < 2 * layout.pp
+                          else None))
     temp, temp_what = 0, ""
     if not no_update_temporary:
         per = stack.stack.update_temporary
