@@ -50,9 +50,10 @@ def _backward_chunks(p: int, v: int, m: int) -> dict[int, list[int]]:
                 if a is not None and a.computation_type == backward] for r in range(p)}
 
 
-@pytest.mark.parametrize("p,v,m", [(8, 2, 8), (4, 2, 4), (4, 4, 4), (4, 2, 6), (16, 2, 16)])
+@pytest.mark.parametrize("p,v,m", [(8, 2, 8), (4, 2, 4), (4, 4, 4), (4, 2, 6), (16, 2, 16),
+                                   (4, 2, 2), (8, 2, 12), (8, 4, 8)])
 def test_one_round_runs_each_chunks_backwards_together_last_chunk_first(p, v, m):
-    """At m < 2p (one round) every rank runs chunk v − 1's m backwards, then chunk v − 2's,
+    """At m < 2p (one round; fewer than p too) every rank runs chunk v − 1's m backwards, then chunk v − 2's,
     ...: the premise of Moment.chunk (one chunk's accumulation live at a time)."""
     for rank, chunks in _backward_chunks(p, v, m).items():
         assert chunks == [c for c in reversed(range(v)) for _ in range(m)], rank

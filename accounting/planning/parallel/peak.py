@@ -22,6 +22,13 @@ adds the transients the sum leaves out:
     copy's fp32 gradients), the persistent buffers (DDP's buckets, pipelining's receive
     buffers, RoPE tables), no activations, no FSDP unit gathered (Item.backward_only).
 
+  * the embedding's backward on the first stage under TP (the stage's last nodes, then
+    FSDP2's post-backward of the root unit): the whole V×d_model embedding gradient DTensor
+    computes (buffers._fsdp_embedding), no block's recomputed activations.
+
+Under the interleaved schedule at m < 2p each backward moment is split by the local chunk
+whose passes it is in (Moment.chunk): FSDP2's accumulation is that chunk's only.
+
 Every moment holds the cuBLAS workspaces (cuda_peak.workspace). Where a gradient temporary
 inside one block's backward pass exceeds both (the naive softmax's), it is not modelled,
 as on one GPU.
