@@ -228,14 +228,16 @@ def test_table_5_with_float8_all_gathers_as_the_docs_say():
 def test_what_is_left_as_the_docs_say():
     """docs/parallel.md's figures for what is left at Table 5's first stage: the 1F1B
     row's gap, its reserved and allocated peaks, and how far the plan puts the interleaved
-    row above it (the measured figures: torchtitan's table)."""
+    row below it, and the interleaved row's gap (the measured figures: torchtitan's
+    table)."""
     from pathlib import Path
     t5 = "torchtitan Table 5 (405B, 512 GPUs, FSDP 8 × TP 8 × PP 8, torch.compile + Float8 + AsyncTP)"
     a, i = answer(PR.RUNS[f"{t5}: 1F1B"]), answer(PR.RUNS[f"{t5}: Interleaved 1F1B"])
     m = float(a.run.measured_gib)
     said = (f"({m - a.reserved / GiB:.1f} GiB: {m:.1f} measured, {a.reserved / GiB:.1f} "
             f"reserved, {a.allocated / GiB:.1f} allocated)")
-    above = f"the plan puts it {(i.reserved - a.reserved) / GiB:.1f} GiB above 1F1B"
+    below = f"the plan now puts interleaved {(a.reserved - i.reserved) / GiB:.1f} GiB below 1F1B"
+    gap = f"and the like under interleaved ({float(i.run.measured_gib) - i.reserved / GiB:.1f} GiB)"
     docs = " ".join((Path(__file__).resolve().parents[1] / "docs" / "parallel.md")
                     .read_text().split())
-    assert said in docs and above in docs, (said, above)
+    assert said in docs and below in docs and gap in docs, (said, below, gap)

@@ -36,6 +36,14 @@ class Item:
     # a gradient accumulated over the micro-batches (FSDP2 under pipelining's no-sync): it
     # exists from the first micro-batch's backward pass on (peak.py's moments)
     accumulated: bool = False
+    # live only at the embedding's backward and FSDP2's post-backward of the root unit that
+    # follows it (the last nodes of stage 0's backward pass): peak.Moment.embedding
+    embedding: bool = False
+    # an accumulated item's bytes (its constant) per local model chunk of an interleaved
+    # rank, in the rank's chunk order (chunk_accumulated): the one-round interleaved
+    # schedule reduces each chunk's accumulation after that chunk's last backward
+    # (peak.Moment.chunk)
+    per_chunk: tuple[int, ...] = ()
 
 
 def stage_buffers(sp: Split, values: dict[str, int], kinds: tuple[tuple[str, int], ...]) -> int:
@@ -68,8 +76,9 @@ def engine_buffers(sp: Split, layout: Layout, p: Precision, st: States, stage: i
     z, d = layout.sharding, layout.dp
     # the weights gathered in fp8, one byte an element (Precision.fsdp_fp8_gather: torchao)
     f8 = fp8_names(sp.ledger) if p.fsdp_fp8_gather else frozenset()
+    chunks = chunk_layers(sp, layout, stage)
     if d > 1 and z >= 2 and bf16_gathers:
-        out += _fsdp_bf16(layout, st, f8, keep_unsharded)
+        out += _fsdp_bf16(layout, st, f8, keep_unsharded, chunks, stage)
     elif d > 1 and z <= 1:
         out.append(Item("DDP grad buckets", f"{p.grad_bytes}·N_stage",
                         Linear(0, st.stage_numel * p.grad_bytes),
@@ -91,7 +100,8 @@ def engine_buffers(sp: Split, layout: Layout, p: Precision, st: States, stage: i
                             "(every unit: pipelining's set_requires_gradient_sync(False))",
                             f"{p.grad_bytes}·d·Σ⌈rows/d⌉·cols",
                             Linear(0, (root + sum(blocks)) * p.grad_bytes), backward_only=True,
-                            accumulated=True))
+                            accumulated=True, per_chunk=chunk_accumulated(
+                                layout, st, stage, chunks, p.grad_bytes)))
         else:
             out.append(Item("FSDP2 unsharded grads before reduce-scatter (root + 1 block)",
                             f"{p.grad_bytes}·d·Σ⌈rows/d⌉·cols",
@@ -102,12 +112,17 @@ def engine_buffers(sp: Split, layout: Layout, p: Precision, st: States, stage: i
     if layout.tp > 1 and stage == 0 and table is not None and not table.frozen:
         whole = prod(table.sizes(values, 1))
         local = prod(table.sizes(values, layout.tp, tp_rank))
-        out.append(Item("embedding grad computed whole (torch DTensor)",
-                        f"{p.grad_bytes}·(V − ⌈V/tp⌉)·d_model", Linear(0, (whole - local) * p.grad_bytes),
-                        backward_only=True, pass_grads=True,
-                        note="aten.embedding_dense_backward has no vocabulary-sharded strategy "
-                             "in torch 2.13: each TP rank computes the V×d_model gradient, then "
-                             "keeps its rows"))
+        if d > 1 and z >= 2:
+            out += _fsdp_embedding(layout, p, whole, local, seq * sp.config.d_model,
+                                   bf16_gathers)
+        else:
+            out.append(Item("embedding grad computed whole (torch DTensor)",
+                            f"{p.grad_bytes}·(V − ⌈V/tp⌉)·d_model",
+                            Linear(0, (whole - local) * p.grad_bytes),
+                            backward_only=True, pass_grads=True,
+                            note="aten.embedding_dense_backward has no vocabulary-sharded "
+                                 "strategy in torch 2.13: each TP rank computes the "
+                                 "V×d_model gradient, then keeps its rows"))
     if layout.pp > 1:
         size = p.message_bytes  # plan.activation_bytes
         x = layout.micro_batch * seq // (layout.tp if layout.sp else 1) * sp.config.d_model * size
@@ -138,8 +153,39 @@ def _fsdp_units(layout: Layout, st: States, width: int = 1,
     return list(per_layer.values()), root
 
 
+def chunk_layers(sp: Split, layout: Layout, stage: int) -> tuple[tuple[int, ...], ...]:
+    """The blocks of each local model chunk of this rank, in the rank's chunk order (chunk
+    stage + j·pp of the layer split is its j-th; one chunk without virtual stages)."""
+    from accounting.planning.parallel.layout import layer_split
+    sizes = layer_split(sp.config, layout)
+    starts = [sum(sizes[:c]) for c in range(len(sizes))]
+    return tuple(tuple(range(starts[c], starts[c] + sizes[c]))
+                 for c in range(stage, len(sizes), layout.pp))
+
+
+def chunk_accumulated(layout: Layout, st: States, stage: int,
+                      chunks: tuple[tuple[int, ...], ...], width: int) -> tuple[int, ...]:
+    """FSDP2's unsharded gradient accumulation per local chunk, in bytes at `width` an
+    element (Item.per_chunk; () without virtual stages). Each chunk is its own FSDP2 module
+    (torchtitan's pipeline_llama applies fully_shard to every model part); the root unit
+    (the embedding, the final norm and the head) is on the first virtual stage (the rank's
+    chunk 0 on stage 0) and the last (the rank's last chunk on the last stage)."""
+    if layout.vpp == 1:
+        return ()
+    out = [0] * len(chunks)
+    where = {layer: j for j, c in enumerate(chunks) for layer in c}
+    for u in st.units:
+        if u.root:
+            j = 0 if stage == 0 else len(chunks) - 1
+            out[j] += u.unsharded_grads(layout.dp) * width
+        else:
+            out[where.get(u.layer, len(chunks) - 1)] += u.unsharded_grads(u.group(layout)) * width
+    return tuple(out)
+
+
 def _fsdp_bf16(layout: Layout, st: States, f8: frozenset[str] = frozenset(),
-               keep_unsharded: bool = False) -> list[Item]:
+               keep_unsharded: bool = False, chunks: tuple[tuple[int, ...], ...] = (),
+               stage: int = 0) -> list[Item]:
     blocks, root = _fsdp_units(layout, st, grads=True)
     bb, rb = _fsdp_units(layout, st, 2, f8)
     every = layout.sharding == 2 or (keep_unsharded and layout.pp > 1)
@@ -157,6 +203,7 @@ def _fsdp_bf16(layout: Layout, st: States, f8: frozenset[str] = frozenset(),
                 Item("FSDP2 unsharded fp32 grads accumulated over the micro-batches (every "
                      "unit)", "4·d·Σ⌈rows/d⌉·cols", Linear(0, 4 * (root + sum(blocks))),
                      backward_only=True, accumulated=True,
+                     per_chunk=chunk_accumulated(layout, st, stage, chunks, 4),
                      note="pipelining's set_requires_gradient_sync(False) until the last "
                           "micro-batch; FSDP2 accumulates in reduce_dtype=fp32 (measured: "
                           "tests/test_pipeline_live.py)"),
@@ -174,6 +221,51 @@ def _fsdp_bf16(layout: Layout, st: States, f8: frozenset[str] = frozenset(),
                  Linear(0, 2 * one + rs), backward_only=True, pass_grads=True,
                  note="reduce_dtype=fp32: each unit's bf16 gradient is cast before its "
                       "reduce-scatter")]
+
+
+def _fsdp_embedding(layout: Layout, p: Precision, whole: int, local: int, tokens_d: int,
+                    bf16_gathers: bool) -> list[Item]:
+    """The vocab-parallel embedding's gradient under FSDP2 × TP (torchtitan's tok_embeddings
+    under RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1))), read from
+    torch 2.13 (cf30153) and measured on the fake backend (tests/embedding_grad_measure.py):
+
+      * aten.embedding_dense_backward has no vocabulary-sharded strategy
+        (torch/distributed/tensor/_ops/_embedding_ops.py): DTensor all-gathers the
+        sequence-sharded gradient of the output (b·T·d_model, the output's dtype) and
+        computes the whole V×d_model gradient in the unsharded parameter's dtype (bf16
+        under MixedPrecisionPolicy(param_dtype=bf16)), a Replicate DTensor that autograd
+        stores as the unsharded parameter's .grad;
+      * FSDP2 redistributes it to the parameter's Shard(0) only when it reads it for the
+        reduce-scatter (_fsdp_param.py FSDPParam._get_grad_inner_tensor, from
+        FSDPParamGroup.post_backward): without pipelining the whole bf16 gradient lives from
+        the embedding's backward to the root unit's post-backward, the last nodes of the
+        backward pass, when no block's recomputed activations are live;
+      * under pipelining's no-sync (set_requires_gradient_sync(False) for every micro-batch
+        but the last) FSDPParam.to_accumulated_grad_if_needed casts the whole .grad to
+        reduce_dtype (`unsharded_grad.to(self.reduce_dtype)` on the Replicate DTensor):
+        the accumulated fp32 gradient is V×d_model, not V/tp rows, from the first
+        micro-batch's backward until the last one's reduce-scatter."""
+    g = 2 if bf16_gathers else p.grad_bytes  # embedding_dense_backward: grad_output's dtype
+    acc = 4 if bf16_gathers else g  # reduce_dtype=fp32 under torchtitan's policy
+    out = [Item("embedding grad computed whole (torch DTensor), at the embedding's backward",
+                f"{g}·V·d_model" + (f" + b·T·d_model·{g}" if layout.sp else ""),
+                Linear(tokens_d * g if layout.sp else 0, whole * g), backward_only=True,
+                embedding=True,
+                note="aten.embedding_dense_backward has no vocabulary-sharded strategy in "
+                     "torch 2.13: each TP rank computes the V×d_model gradient (from the "
+                     "all-gathered gradient of the output under SP); FSDP2 takes its rows at "
+                     "the root unit's post-backward (measured: tests/test_embedding_grad.py)")]
+    if layout.pp > 1:  # the rest of the whole table beside the root's V/tp rows, counted in
+        # "FSDP2 unsharded ... grads accumulated" already
+        out.append(Item("embedding grad accumulated whole (FSDP2 no-sync on the DTensor)",
+                        f"{acc}·(V − ⌈V/tp⌉)·d_model", Linear(0, (whole - local) * acc),
+                        backward_only=True, accumulated=True,
+                        per_chunk=((whole - local) * acc,) + (0,) * (layout.vpp - 1)
+                        if layout.vpp > 1 else (),
+                        note="to_accumulated_grad_if_needed casts the whole V×d_model "
+                             ".grad to reduce_dtype and keeps it across the micro-batches "
+                             "(measured: tests/test_embedding_grad.py)"))
+    return out
 
 
 def largest_module(st: States) -> int:

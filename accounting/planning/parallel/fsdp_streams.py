@@ -86,7 +86,9 @@ def side_pools(layout, st, items, stack, precision, f8: frozenset[str] = frozens
     # gradients' bytes per element (reduce_dtype: fp32 under both stacks' policies)
     grads = [i for i in items if i.on_gpu and i.model_state and i.name.startswith("gradients")]
     per = Fraction(sum(i.bytes.c for i in grads), st.grads) if grads and st.grads else 0
-    outputs = [int(u.padded(u.group(layout)) * per) for u in st.units] if per else []
+    # (the trained tensors' only: a frozen one reduces nothing, states.py FROZEN)
+    outputs = [int(u.unsharded_grads(u.group(layout)) // u.group(layout) * per)
+               for u in st.units] if per else []
     # each unit's flat all-gather output, in forward order (the root's pre-forward first)
     width = DTYPE_BYTES[BF16] if stack.stack.fsdp2_bf16 else precision.master_bytes
     order = [u for u in st.units if u.root] + [u for u in st.units if not u.root]

@@ -22,13 +22,20 @@ adds the transients the sum leaves out:
     copy's fp32 gradients), the persistent buffers (DDP's buckets, pipelining's receive
     buffers, RoPE tables), no activations, no FSDP unit gathered (Item.backward_only).
 
+  * the embedding's backward on the first stage under TP (the stage's last nodes, then
+    FSDP2's post-backward of the root unit): the whole V×d_model embedding gradient DTensor
+    computes (buffers._fsdp_embedding), no block's recomputed activations.
+
+Under the interleaved schedule at m < 2p each backward moment is split by the local chunk
+whose passes it is in (Moment.chunk): FSDP2's accumulation is that chunk's only.
+
 Every moment holds the cuBLAS workspaces (cuda_peak.workspace). Where a gradient temporary
 inside one block's backward pass exceeds both (the naive softmax's), it is not modelled,
 as on one GPU.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from accounting.planning import cuda_peak as CP
 from accounting.planning import loss_memory as LM
@@ -64,10 +71,26 @@ class Moment:
     # (autograd runs the loss's nodes, then the LM head's, whose weight gradient is the
     # root unit's first; FSDP2 reduce-scatters the root's at the backward's end)
     pass_grads: bool = True
+    # the embedding's backward on the first stage (its whole gradient under FSDP2 × TP is
+    # live here only: Item.embedding)
+    embedding: bool = False
+    # the one-round interleaved schedule (torch's ScheduleInterleaved1F1B at m < 2p): the
+    # local chunk whose backward passes this moment is in. Each chunk's m backwards run
+    # together, the last chunk's first (number_of_rounds = 1: microbatches_per_round = m),
+    # and torch reduces a chunk's gradients right after its last backward (2.13:
+    # schedules.py _add_reduce_grad, "reduce_grad frees memory and we want to schedule it
+    # just after the last backward-like stage"; 2024-12: stage.py backward_maybe_with_nosync
+    # ran FSDP2's post_backward at last_backward), freeing that chunk's unsharded fp32
+    # accumulation before the next chunk's first backward: FSDP2's accumulation holds only
+    # this chunk's share (Item.per_chunk); the sharded gradients of the chunks already
+    # reduced stay (counted whole: an upper bound)
+    chunk: int | None = None
 
     def holds(self, item) -> bool:
         if not item.on_gpu:
             return False
+        if getattr(item, "embedding", False):
+            return self.embedding
         if getattr(item, "pass_grads", False) and not self.pass_grads:
             return False
         if item.activations:
@@ -251,6 +274,19 @@ def moments(sp, layout, precision, stage: int, kinds, values: dict[str, int], lo
         # gradient buffer of the pass, Moment.pass_grads, so a block's backward may exceed it)
         out.append(Moment(block, held + f"{work.rule}" + ring_what,
                           ws + loss + compiled + ring, True, grads_live, True, True))
+    if layout.vpp > 1 and layout.micro_batches < 2 * layout.pp:
+        out = [replace(m, name=f"{m.name} (local chunk {j}'s backward passes)", chunk=j)
+               for m in out for j in range(layout.vpp)]
+    if stage == 0 and tp > 1:
+        # the embedding's backward, the stage's last node, then FSDP2's post-backward of the
+        # root unit (buffers._fsdp_embedding): the current micro-batch's activations are
+        # freed, no block's recomputed activations live, every block's gradient made
+        out.append(Moment("the embedding's backward (its whole gradient, TP)",
+                          held.replace("the gradients of the earlier micro-batches, ",
+                                       "the gradients, ") + f"{work.rule}",
+                          ws + loss + compiled, True, True, True, False, 1, embedding=True,
+                          chunk=0 if layout.vpp > 1 and layout.micro_batches < 2 * layout.pp
+                          else None))
     temp, temp_what = 0, ""
     if not no_update_temporary:
         per = stack.stack.update_temporary

@@ -79,8 +79,15 @@ class StagePlan:
             acts -= self.activations.recomputed_block.at(b)
         if all_first:  # backward passes done (else the steady state: k and every gradient)
             acts -= m.fewer * self.activations.per_micro_batch.at(b)
-        unsharded = self.accumulating(m)
-        return sum(i.bytes.at(b) for i in self.items if m.holds(i) and not i.activations
+        # (one chunk's backward passes of the one-round interleaved schedule: the sharded
+        # gradients of the chunks already reduced stay, counted whole; peak.Moment.chunk)
+        unsharded = self.accumulating(m) and m.chunk is None
+
+        def size(i) -> int:
+            if m.chunk is not None and i.accumulated and i.per_chunk:
+                return i.per_chunk[m.chunk]  # this chunk's accumulation only
+            return i.bytes.at(b)
+        return sum(size(i) for i in self.items if m.holds(i) and not i.activations
                    and not (unsharded and i.name.startswith("gradients"))) \
             + (acts if m.activations else 0) + m.extra.at(b)
 
