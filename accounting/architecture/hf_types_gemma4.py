@@ -33,7 +33,7 @@ from accounting.runtime.errors import UsageError
 from accounting.architecture.hf_schema import (
     ATTENTION_BIAS, ATTENTION_DROPOUT, BOOL, CHOICE, EPS, GATED_ACTS, INT, INT_OR_NULL, LIST,
     NONNEG, NUMBER_OR_NULL, ROPE_TYPES, WRAPPERS, Derived, HFType, Key, ModuleNames, Must,
-    Required, head_dim, kv_heads, llama_sizes, register, rope_ok, short)
+    Required, fused_gelu, head_dim, kv_heads, llama_sizes, register, rope_ok, short)
 from accounting.architecture.hf_types_dense import layers_of
 from accounting.architecture.hf_types_gemma import GEMMA_NAMES, NORMALIZER, unwrapper
 
@@ -257,7 +257,7 @@ register(HFType(
                      "reuse K and V, their MLP 2·intermediate_size wide with "
                      "use_double_wide_mlp (Gemma4TextModel, Gemma4TextConfig.kv_sharing_modes, "
                      "Gemma4TextMLP)", _small_keys),
-             NORMALIZER),
+             NORMALIZER, fused_gelu("hidden_activation")),
     experts_implementation="batched_mm",
 ))
 
