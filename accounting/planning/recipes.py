@@ -15,7 +15,7 @@ from accounting.ledger.builder.common import (COURSE, LLMFOUNDRY, TORCHTUNE, TRA
                                               cohere_layout, deepseek_v2_layout,
                                               deepseek_v3_layout, llama4_layout,
                                               gemma2_layout, gemma3_layout, gpt2_layout,
-                                              gpt_oss_layout)
+                                              gpt_oss_layout, nemotron_h_layout)
 from accounting.planning.optimizers import DEFAULT_OPTIMIZER, OPTIMIZERS, get_optimizer, is_default
 from accounting.planning.precisions import BF16_MASTER, BF16_MIXED, get_precision
 from accounting.runtime.errors import UsageError
@@ -29,8 +29,8 @@ IMPLEMENTATIONS = {
                   "'sdpa', or its eager attention where it refuses SDPA): one rotary module "
                   "with two d_k/2 inv_freq buffers, cos/sin computed once per pass, "
                   "LlamaRMSNorm, F.silu; its saved tensors measured on its own model "
-                  "(tests/test_transformers_saves.py, and _eager, _deepseek, _llama4, _gpt2 "
-                  "beside it)",
+                  "(tests/test_transformers_saves.py, and _eager, _deepseek, _llama4, _gpt2, "
+                  "_hybrid beside it)",
     LLMFOUNDRY: "llm-foundry's MPT (llmfoundry/models/mpt/modeling_mpt.py, layers/blocks.py "
                 "MPTBlock, at mosaicml/llm-foundry@c90b9b3): LPLayerNorm (F.layer_norm on the "
                 "bf16 input: saves it and fp32 mean and 1/σ), nn.GELU in one op (saves its "
@@ -44,6 +44,12 @@ IMPLEMENTATIONS = {
 ATTENTION_NAMES = {"naive": "naive (the course's explicit softmax(QKᵀ)V, T×T scores saved)",
                    "sdpa": "SDPA (F.scaled_dot_product_attention, fused: no T×T tensor saved)"}
 TRAIN_FULL = "full"
+# NemotronHMamba2Mixer's path planned (builder/hf_mamba.py): the torch ops transformers runs
+# without mamba_ssm; with it, mamba_ssm's fused MambaSplitConv1dScanCombinedFn saves far less
+# (state-spaces/mamba mamba_ssm/ops/triton/ssd_combined.py: zxbcdt, the scan's output and
+# the norm's rstd per layer) and is not modelled
+MAMBA_TORCH_PATH = ("Mamba-2 layers as transformers' torch path runs them, without mamba_ssm; "
+                    "its fused kernel is not modelled")
 # transformers' eager_attention_forward (builder/hf_eager.py): the kernel of the models it
 # refuses SDPA for (eager_only)
 EAGER = ("eager (transformers' eager_attention_forward: T×T scores and probabilities saved; "
@@ -130,11 +136,19 @@ _GEMMA2 = {"norm_placement", "mlp", "norm_offset", "embedding_multiplier", "attn
 # (embd/attn/resid_pdrop) are the config's notes, not counted (docs/planning.md)
 _GPT2 = {"norm", "mlp", "positions"}
 
+# Nemotron-H's (NemotronHForCausalLM, measured too: tests/test_transformers_hybrid.py):
+# blocks of one sublayer, the Mamba-2 mixer's torch path (builder/hf_mamba.py), attention
+# without RoPE, the squared-ReLU MLP
+_NEMOTRON_H = {"mlp", "positions", "block", "layer_types", "conv_kernel", "conv_bias",
+               "mamba_heads", "mamba_head_dim", "ssm_state", "mamba_groups", "mamba_chunk",
+               "mamba_dt_min", "mamba_bias"}
+
 # each measured family: the layout test (builder/common.py) and the fields it lets through
 _LAYOUTS = ((gemma3_layout, _GEMMA3), (cohere_layout, _COHERE), (gpt_oss_layout, _GPT_OSS),
             (gemma2_layout, _GEMMA2), (deepseek_v3_layout, _DEEPSEEK_V3),
             (partial(deepseek_v3_layout, indexer=True), _DEEPSEEK_V32),
-            (deepseek_v2_layout, _DEEPSEEK_V2), (llama4_layout, _LLAMA4), (gpt2_layout, _GPT2))
+            (deepseek_v2_layout, _DEEPSEEK_V2), (llama4_layout, _LLAMA4), (gpt2_layout, _GPT2),
+            (nemotron_h_layout, _NEMOTRON_H))
 
 
 def eager_only(config: ModelConfig) -> str | None:
@@ -169,8 +183,8 @@ def transformers_gap(config: ModelConfig) -> str | None:
     eager = f"; transformers runs it without SDPA ({why})" if why else ""
     return (f"{', '.join(other[:3])}{' …' if len(other) > 3 else ''} (transformers' ops are "
             f"measured for the GPT-2, Llama, Mistral, Qwen2, Qwen3, Qwen3-MoE, Mixtral, OLMo-2, "
-            f"Gemma 2, Gemma 3, Cohere, gpt-oss, DeepSeek-V2/V3/V3.2 and Llama 4 layouts "
-            f"only{eager})")
+            f"Gemma 2, Gemma 3, Cohere, gpt-oss, DeepSeek-V2/V3/V3.2, Llama 4 and Nemotron-H "
+            f"layouts only{eager})")
 
 
 @dataclass(frozen=True)
@@ -241,6 +255,8 @@ def resolve(config: ModelConfig, from_hf: bool, implementation: str | None = Non
             note = (f"{cls} builds no MTP module: the config's "
                     f"{config.mtp_layers} MTP layer(s) are not planned")
             config = replace(config, mtp_layers=0)
+        if nemotron_h_layout(config):  # which Mamba-2 path: said on the first screen
+            note = MAMBA_TORCH_PATH
         why = eager_only(config)
         if why is not None:  # its eager attention, whatever the config said
             if attention_given and config.attention == "sdpa":

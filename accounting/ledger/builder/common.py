@@ -143,6 +143,18 @@ def gpt2_layout(c: ModelConfig) -> bool:
             and c.sliding_window is None and c.layer_types is None)
 
 
+def nemotron_h_layout(c: ModelConfig) -> bool:
+    """Nemotron-H's layout as transformers runs it (NemotronHForCausalLM,
+    modeling_nemotron_h.py): blocks of one sublayer (x + mixer(norm(x))), each Mamba-2
+    (NemotronHMamba2Mixer, its torch path: builder/hf_mamba.py), attention without RoPE or
+    a squared-ReLU MLP; NemotronHRMSNorm; no experts (NemotronHMoE is not measured)."""
+    return (c.block == "single" and c.mlp == "relu2" and c.positions == "none"
+            and c.norm == "rmsnorm" and c.norm_placement == "pre" and not c.norm_offset
+            and c.num_experts is None and c.qk_norm == "none" and not c.mup_multipliers
+            and not c.mamba_gate_only and c.mamba_heads is not None
+            and {k.mixer for k in c.layer_kinds} <= {"mamba", "attention", "mlp"})
+
+
 def cohere_layout(c: ModelConfig) -> bool:
     """Cohere's and Cohere 2's layout as transformers runs it (CohereForCausalLM,
     Cohere2ForCausalLM): one CohereLayerNorm (no bias) feeding attention and MLP side by

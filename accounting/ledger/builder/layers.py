@@ -96,9 +96,11 @@ class Norm:
                 e = t.binary("aten.add", ms, None, "+ eps", k)
                 r = t.unary("aten.rsqrt", e, "rsqrt", k, saves="output", out=f"{m} rms")
                 normed = t.binary("aten.mul", x, r, "x · rsqrt", k, out=f"{m} x / rms")
-                if t.hf_olmo2 or t.hf_oss:  # Olmo2RMSNorm, GptOssRMSNorm: (weight · x)
-                    # .to(input_dtype)
-                    y = t.cast(t.binary("aten.mul", normed, self.weight, "· gain", k), in_dtype)
+                if t.hf_olmo2 or t.hf_oss or t.hf_nemotron:  # Olmo2RMSNorm, GptOssRMSNorm:
+                    # (weight · x).to(input_dtype); NemotronHRMSNorm: weight.to(float32) · x
+                    # (a saved fp32 copy of bf16 weights)
+                    gain = t.cast(self.weight, FP32) if t.hf_nemotron else self.weight
+                    y = t.cast(t.binary("aten.mul", normed, gain, "· gain", k), in_dtype)
                     return t.name(y, out_label, course)
                 normed = t.cast(normed, in_dtype, f"{m} x / rms")
                 y = t.binary("aten.mul", normed, self.weight, "· gain", k)

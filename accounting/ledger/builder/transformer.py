@@ -9,7 +9,8 @@ from accounting.ledger.builder.common import (POSITION_ADD, RESIDUAL, NORM_PARAM
                                               EMBED_SCALE, LOGIT_SCALE, MUP, PER_LAYER,
                                               RESIDUAL_SCALE, SOFTCAP, deepseek_v2_layout,
                                               gemma2_layout, llama4_layout,
-                                              gemma3_layout, gpt2_layout, gpt_oss_layout)
+                                              gemma3_layout, gpt2_layout, gpt_oss_layout,
+                                              nemotron_h_layout)
 from accounting.ledger.builder.layers import Linear, Norm, activation, FeedForward, RotaryEmbedding
 from accounting.units import FP32
 from accounting.ledger.builder.attention import Attention
@@ -276,6 +277,7 @@ def walk(c: ModelConfig, autocast: str | None = None, recompute: str = "none",
     t.hf_olmo2 = a.hf and c.norm_placement == "post"  # Olmo2RMSNorm
     t.hf_oss = a.hf and gpt_oss_layout(c)  # GptOssForCausalLM's modules
     t.hf_gpt2 = a.hf and gpt2_layout(c)  # GPT2LMHeadModel's LayerNorm and c_attn
+    t.hf_nemotron = a.hf and nemotron_h_layout(c)  # NemotronHForCausalLM's (hf_mamba.py)
     gemma3 = a.hf and gemma3_layout(c)  # Gemma 3's modules (Gemma3TextModel's)
     # Gemma 2's (Gemma2Model's, 5.23): the same RMSNorm, GELUTanh and scaled embedding (its
     # embed_scale buffer), one rotary module for every layer
@@ -370,6 +372,8 @@ def walk(c: ModelConfig, autocast: str | None = None, recompute: str = "none",
                          out="tanh(logits / cap)")
         logits = t.binary("aten.mul", logits, None, "cap · tanh", SOFTCAP)
 
+    if t.hf_nemotron:  # NemotronHForCausalLM: logits = self.lm_head(hidden_states).float()
+        logits = t.cast(logits, FP32, "logits (fp32 copy: .float())")
     # F.cross_entropy(logits, targets) = nll_loss(log_softmax(logits)): outside the model
     with t.outside(LOSS):
         if a.titan:  # torchtitan's cross_entropy_loss: F.cross_entropy(pred.float(), …)
