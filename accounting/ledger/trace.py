@@ -51,6 +51,7 @@ class Trace(Regions, KernelOps):
         self.hf_olmo2 = False  # OLMo-2's RMSNorm (the gain in fp32, then the cast), fp32 RoPE
         self.hf_gpt2 = False  # GPT-2's modules (builder/hf_gpt2.py: F.layer_norm, c_attn)
         self.hf_oss = False  # gpt-oss's modules (GptOssRMSNorm as OLMo-2's, its RoPE, experts)
+        self.hf_qwen_next = False  # Qwen3-Next's/Qwen3.5's ((1 + w) norms, gated q_proj)
         self.hf_nemotron = False  # Nemotron-H's (builder/hf_mamba.py: the Mamba-2 torch path)
         self.megatron = False  # Megatron-Core + TE's fused modules (builder/megatron.py)
         self.dropout = False  # Megatron: dropout on (its masks saved)

@@ -155,6 +155,16 @@ def nemotron_h_layout(c: ModelConfig) -> bool:
             and {k.mixer for k in c.layer_kinds} <= {"mamba", "attention", "mlp"})
 
 
+def qwen3_next_layout(c: ModelConfig) -> bool:
+    """Qwen3-Next's and Qwen3.5's text layout as transformers runs it (Qwen3NextForCausalLM,
+    Qwen3_5ForCausalLM): (1 + w) RMSNorms in float32 (Qwen3NextRMSNorm), gated attention
+    whose q_proj gives the query and the gate side by side, per-head QK-norm, partial
+    rotary, gated DeltaNet layers (builder/hf_delta.py)."""
+    return (c.attn_output_gate and c.norm_offset and c.norm == "rmsnorm"
+            and c.norm_placement == "pre" and c.qk_norm == "head" and c.positions == "rope"
+            and c.block == "sequential" and not c.mla)
+
+
 def cohere_layout(c: ModelConfig) -> bool:
     """Cohere's and Cohere 2's layout as transformers runs it (CohereForCausalLM,
     Cohere2ForCausalLM): one CohereLayerNorm (no bias) feeding attention and MLP side by

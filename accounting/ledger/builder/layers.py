@@ -83,7 +83,8 @@ class Norm:
             x = t.cast(x, R.FP32, f"{m} input (fp32 copy)")  # x.to(torch.float32)
             if self.kind == "layernorm_nobias" and t.hf:
                 return self.cohere(x, in_dtype, m, out_label, course)
-            if self.kind == "rmsnorm" and t.hf_gemma3 and self.offset:
+            # Qwen3NextRMSNorm is Gemma3RMSNorm's form: x.float(), · (1 + w.float()), type_as
+            if self.kind == "rmsnorm" and (t.hf_gemma3 or t.hf_qwen_next) and self.offset:
                 return self.gemma3(x, in_dtype, m, out_label, course)
             if self.kind == "rmsnorm" and t.hf:
                 # transformers' LlamaRMSNorm (and Qwen2/3's, Mistral's): x·rsqrt(mean(x²) +
@@ -221,7 +222,7 @@ class RotaryEmbedding:
     products save the same two tensors in every layer (counted once)."""
 
     def __init__(self, t: Trace, dim: str = "d_k", prefix: str = "", halves: bool = False,
-                 pairs: bool = False, complex_: bool = False):
+                 pairs: bool = False, complex_: bool = False, partial: bool = False):
         # prefix: Gemma4TextRotaryEmbedding's buffers per layer kind (full_attention_inv_freq)
         # halves: gpt-oss's (GptOssRotaryEmbedding: emb = freqs, cos/sin d_k/2 wide, and
         # _apply_rotary_emb on the two halves of each head); pairs: DeepSeek-V3's
@@ -231,6 +232,8 @@ class RotaryEmbedding:
         # complex64 (T, dim/2), apply_rotary_emb: x.float() viewed as complex pairs, times it)
         self.t, self.dim, self.halves, self.pairs = t, dim, halves, pairs
         self.complex = complex_
+        # partial: apply_rotary_pos_emb on q[..., :d_rot], cat with q[..., d_rot:] (a copy)
+        self.partial = partial
         with t.scope("rotary_emb"):
             t.buffer(f"{prefix}inv_freq", (f"{dim}/2",), 4)
             t.buffer(f"{prefix}original_inv_freq", (f"{dim}/2",), 4)
@@ -256,10 +259,21 @@ class RotaryEmbedding:
         half_split: this rotation whatever the module's own (DeepseekV32Indexer's
         apply_rotary_pos_emb on the model's interleaved-RoPE tables)."""
         t, (cos, sin) = self.t, tables
+        if self.partial:  # Qwen3-Next's: the rotated d_rot dims and the rest, concatenated
+            lead = x.shape[:-1]
+            rot = self.rotate_plain(t.view(x, lead + ("d_rot",), False), tables,
+                                    f"{out_label} (rotary part)")
+            rest = t.view(x, lead + ("d_pass",), contiguous=False)
+            return t.name(t.cat((rot, rest), x.shape), out_label)
         if self.complex and not half_split:
             return self.rotate_complex(x, cos, out_label)
         if (self.halves or self.pairs) and not half_split:
             return self.rotate_halves(x, tables, out_label)
+        return self.rotate_plain(x, tables, out_label)
+
+    def rotate_plain(self, x: Sym, tables: tuple[Sym, Sym], out_label: str) -> Sym:
+        """LlamaRotaryEmbedding's apply_rotary_pos_emb on x's last self.dim dims."""
+        t, (cos, sin) = self.t, tables
         a = t.binary("aten.mul", x, cos, "x·cos, rotate_half(x)·sin", ROPE)
         half = t.unary("aten.neg", t.view(x, x.shape[:-1] + (f"{self.dim}/2",), False),
                        "−x2", ROPE)

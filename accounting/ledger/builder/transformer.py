@@ -10,7 +10,7 @@ from accounting.ledger.builder.common import (POSITION_ADD, RESIDUAL, NORM_PARAM
                                               RESIDUAL_SCALE, SOFTCAP, deepseek_v2_layout,
                                               gemma2_layout, llama4_layout,
                                               gemma3_layout, gpt2_layout, gpt_oss_layout,
-                                              nemotron_h_layout)
+                                              nemotron_h_layout, qwen3_next_layout)
 from accounting.ledger.builder.layers import Linear, Norm, activation, FeedForward, RotaryEmbedding
 from accounting.units import FP32
 from accounting.ledger.builder.attention import Attention
@@ -278,6 +278,7 @@ def walk(c: ModelConfig, autocast: str | None = None, recompute: str = "none",
     t.hf_oss = a.hf and gpt_oss_layout(c)  # GptOssForCausalLM's modules
     t.hf_gpt2 = a.hf and gpt2_layout(c)  # GPT2LMHeadModel's LayerNorm and c_attn
     t.hf_nemotron = a.hf and nemotron_h_layout(c)  # NemotronHForCausalLM's (hf_mamba.py)
+    t.hf_qwen_next = a.hf and qwen3_next_layout(c)  # Qwen3NextForCausalLM's, Qwen3.5's
     gemma3 = a.hf and gemma3_layout(c)  # Gemma 3's modules (Gemma3TextModel's)
     # Gemma 2's (Gemma2Model's, 5.23): the same RMSNorm, GELUTanh and scaled embedding (its
     # embed_scale buffer), one rotary module for every layer
@@ -314,6 +315,8 @@ def walk(c: ModelConfig, autocast: str | None = None, recompute: str = "none",
         # (Llama4TextRotaryEmbedding: complex64 freqs_cis too)
         a.rotary = (RotaryEmbedding(t, "d_rope", pairs=True, complex_=deepseek_v2_layout(c))
                     if c.mla
+                    # partial rotary (Qwen3-Next's): inv_freq and cos/sin of d_rot only
+                    else RotaryEmbedding(t, "d_rot", partial=True) if c.rotary_dim is not None
                     else RotaryEmbedding(t, halves=t.hf_oss, complex_=llama4_layout(c)))
     blocks = []
     for kind, (symbol, _) in zip(kinds, t.groups):
