@@ -11,6 +11,14 @@ mixer's torch path (mamba_ssm absent: mamba2_split_conv1d_scan_combined's fallba
 None, causal_conv1d_fn is F.conv1d with padding K − 1, mamba2_chunk_scan runs in float32;
 accounting/ledger/builder/hf_mamba.py), NemotronHRMSNorm (weight.to(float32) · x),
 attention without RoPE, the squared-ReLU MLP, logits .float().
+
+Qwen3-Next and Qwen3.5 (Qwen3NextForCausalLM, Qwen3_5ForCausalLM, Qwen3_5MoeForCausalLM,
+modeling_qwen3_next.py, modeling_qwen3_5*.py): Qwen3NextRMSNorm's (1 + w) in float32, one
+q_proj giving the query and the output gate, partial rotary (cos/sin and inv_freq of d_rot;
+Qwen3.5's M-RoPE cos/sin per sequence), the gated DeltaNet on transformers' torch path
+(flash-linear-attention absent: causal_conv1d_fn's F.conv1d, torch_chunk_gated_delta_rule
+in float32 with its per-chunk loop, whose matmuls under autocast cast each chunk's slices;
+Qwen3NextRMSNormGated), the sparse block's sigmoid-gated shared expert.
 """
 from dataclasses import replace
 
@@ -23,7 +31,11 @@ from accounting.architecture.hf_config import translate
 from accounting.ledger.ledger import ledger
 from accounting.planning.recipes import resolve, transformers_gap
 from test_hf_nemotron_h import DATA as NEMOTRON_H, FRONTIER
-from test_transformers_saves import DTYPE, MODES, SIZE, assert_two_moments, expected, measured
+from test_hf_qwen3_next import DATA as QWEN3_NEXT
+from test_hf_qwen3_5 import MOE_TEXT as QWEN3_5_MOE, TEXT as QWEN3_5
+from collections import Counter
+
+from test_transformers_saves import DTYPE, MODES, SIZE, assert_two_moments, measured
 
 CONFIGS = {
     # M*-M: two Mamba-2 blocks (4 heads in 2 groups, chunk 16), attention (GQA 4/2), an MLP
@@ -33,10 +45,31 @@ CONFIGS = {
                                              "use_conv_bias": False,
                                              "tie_word_embeddings": True,
                                              "hybrid_override_pattern": "M-*M"},
+    # Qwen3-Next: 3 gated DeltaNet layers (2 key heads, 4 value heads: grouped), one gated
+    # attention layer (GQA 4/2, partial rotary 2 of 8 dims), the sparse block with its gated
+    # shared expert in every layer; Qwen3.5's text models: the split projections, M-RoPE
+    # (cos/sin per sequence), the dense MLP, and its MoE
+    "qwen3_next": QWEN3_NEXT, "qwen3_5_text": QWEN3_5, "qwen3_5_moe_text": QWEN3_5_MOE,
 }
-# (B, T): one padded chunk, exactly one chunk (T = C = 16), three chunks with a partial one,
-# and B = 1 (F.conv1d reads its input in place whatever the batch)
-SHAPES = ((2, 3), (2, 16), (2, 33), (1, 20))
+# (B, T): Nemotron-H (chunk 16): one padded chunk, exactly one chunk, three chunks with a
+# partial one, and B = 1 (F.conv1d reads its input in place whatever the batch); the delta
+# rule (chunk 64): one padded chunk, exactly one, two, and B = 1
+SHAPES = {"nemotron": ((2, 3), (2, 16), (2, 33), (1, 20)),
+          "qwen": ((2, 5), (2, 70), (1, 70))}
+
+
+def expected(config, B, T, autocast, param_dtype):
+    """tests/test_transformers_saves.py's expected(), with a record of `storages` equal
+    tensors (the delta rule's per-chunk states and casts) counted as that many storages."""
+    lg = ledger(config, autocast, "none", "transformers", param_dtype)
+    v = lg.values(T, B)
+    out = Counter()
+    for a in lg.activations:
+        if a.saved and a.elements.evaluate(v):
+            n = v[a.storages] if a.storages else 1
+            out[(SIZE[a.dtype] * a.elements.evaluate(v) // a.copies // n,
+                 str(DTYPE[a.dtype]).removeprefix("torch."))] += a.copies * a.count(v) * n
+    return out, sum(b.expr().evaluate(v) for b in lg.buffers)
 
 
 def build(name, param_dtype):
@@ -50,6 +83,11 @@ def build(name, param_dtype):
 
 
 def spec(name):
+    if name.startswith("qwen"):  # not let through yet (recipes.py): transformers' ops asked
+        recipe, config = resolve(replace(translate(CONFIGS[name], "test", name).config,
+                                         mtp_layers=0), from_hf=True,
+                                 implementation="course")
+        return replace(config, attention="sdpa")
     recipe, config = resolve(translate(CONFIGS[name], "test", name).config, from_hf=True)
     assert (recipe.implementation, recipe.kernel) == ("transformers", "sdpa")
     return config
@@ -57,21 +95,67 @@ def spec(name):
 
 @pytest.mark.parametrize("mode", sorted(MODES))
 @pytest.mark.parametrize("name", sorted(CONFIGS))
-def test_saved_tensors_equal_nemotron_hs_transformers_ledger(name, mode):
+def test_saved_tensors_equal_the_hybrids_transformers_ledger(name, mode):
     autocast, param_dtype = MODES[mode]
     config = spec(name)
     model = build(name, param_dtype)
-    for B, T in SHAPES:
+    for B, T in SHAPES["nemotron" if name.startswith("nemotron") else "qwen"]:
         want, buffers = expected(config, B, T, autocast, param_dtype)
         assert measured(model, B, T, autocast) == want, (B, T)
-    assert sum(b.numel() * b.element_size() for b in model.buffers()) == buffers == 0
+    # Nemotron-H: no buffer; Qwen: inv_freq and original_inv_freq of d_rot/2, float32
+    assert sum(b.numel() * b.element_size() for b in model.buffers()) == buffers
+
+
+# Qwen3-Next's and Qwen3.5's step: the live bytes at the first log_softmax backward are
+# fewer than planned, by 5,976 (qwen3_next) and 6,240 (qwen3_5_text) bytes at B = 2, T = 5
+# in fp32 and under autocast, though every saved storage matches (the test above): not yet
+# explained (left open in the branch's report); strict, so a fix shows
+QWEN_MOMENTS = pytest.mark.xfail(strict=True, reason="Qwen's boundary moment: ~6 KB fewer "
+                                 "live bytes than planned at B = 2, T = 5 (not explained)")
 
 
 @pytest.mark.slow  # two real steps under a live-storage tracker
 @pytest.mark.parametrize("mode", ["fp32", "autocast"])
-def test_the_two_moments_equal_a_real_step_of_nemotron_h(mode):
+@pytest.mark.parametrize("name", ["nemotron_h", pytest.param("qwen3_next", marks=QWEN_MOMENTS),
+                                  pytest.param("qwen3_5_text", marks=QWEN_MOMENTS)])
+def test_the_two_moments_equal_a_real_step_of_the_hybrids(name, mode):
     _, param_dtype = MODES[mode]
-    assert_two_moments(build("nemotron_h", param_dtype), spec("nemotron_h"), mode)
+    assert_two_moments(build(name, param_dtype), spec(name), mode)
+
+
+@pytest.mark.xfail(strict=True, reason="T a multiple of C_l (no padding): transformers' "
+                   "delta rule makes four more (B, h_v, T, d) copies per DeltaNet layer "
+                   "than the ledger (measured at T = 64: 12 more 8,192-byte storages in "
+                   "three layers); not yet modelled, so Qwen stays out of _LAYOUTS")
+@pytest.mark.parametrize("mode", ["fp32"])
+def test_qwen_saves_when_the_chunk_divides_t(mode):
+    autocast, param_dtype = MODES[mode]
+    config = spec("qwen3_next")
+    want, _ = expected(config, 2, 64, autocast, param_dtype)
+    assert measured(build("qwen3_next", param_dtype), 2, 64, autocast) == want
+
+
+def test_qwen_partial_rotary_buffers_by_hand():
+    """Hand algebra from Qwen3NextRotaryEmbedding: inv_freq and original_inv_freq hold
+    d_rot/2 float32 values, d_rot = head_dim · partial_rotary_factor = 8 · 0.25 = 2: 2 · 1 · 4
+    = 8 bytes (the course's buffers would be of d_k/2 = 4 each, 32 bytes)."""
+    lg = ledger(spec("qwen3_next"), None, "none", "transformers", "fp32")
+    assert sum(b.expr().evaluate(lg.values(5, 1)) for b in lg.buffers) == 8
+
+
+def test_qwen_stays_in_the_gap_until_exact():
+    """The published Qwen3.5 and Qwen3-Next config.json files (../shared/frontier/, when
+    present) are still planned with the course's ops (the xfails above say why), and say
+    so."""
+    from accounting.architecture.loaders import read_config
+    for n in ("Qwen3.5-27B", "Qwen3.5-35B-A3B", "Qwen3-Next-80B-A3B-Thinking"):
+        path = FRONTIER / f"{n}.json"
+        if not path.exists():
+            continue
+        config = read_config(str(path))[0]
+        assert transformers_gap(config) is not None, n
+        recipe, _ = resolve(config, from_hf=True)
+        assert recipe.implementation == "course" and "not yet modelled" in recipe.note
 
 
 def test_the_conv_saves_t_plus_k_minus_1_positions_by_hand():

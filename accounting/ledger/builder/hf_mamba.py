@@ -48,7 +48,7 @@ def torch_forward(m, x: Sym, out_label: str, out_course: str) -> Sym:
         gate = t.view(z, ROW + ("h_m", "p_m"), contiguous=False)
         xbc = t.view(z, ("B", "d_xbc", "T"), contiguous=False)  # .transpose(1, 2)
         dt = t.view(z, ROW + ("h_m",), contiguous=False)
-        xbc = conv_silu(t, m, xbc)
+        xbc = conv_silu(t, m.conv1d, xbc, "d_xbc", "Mamba-2")
         h = t.view(xbc, ROW + ("h_m", "p_m"), contiguous=False)
         y = m.scan(h, dt, A, xbc, hf=True)
         t.state("conv state", ("d_xbc", "K"))
@@ -58,23 +58,24 @@ def torch_forward(m, x: Sym, out_label: str, out_course: str) -> Sym:
         return m.out_proj(y, out_label, out_course)
 
 
-def conv_silu(t, m, xbc: Sym) -> Sym:
+def conv_silu(t, conv, xbc: Sym, channels: str, label: str, component: str = SSD) -> Sym:
     """causal_conv1d_fn's torch fallback: F.conv1d(x.to(w.dtype), w, b, padding=K − 1,
     groups=C)[..., :T], then ACT2FN["silu"] (F.silu, which saves its input: the conv's
     T + K − 1 positions, the kept T a view of them). conv1d reads its strided input in place
     and saves it (the view of in_proj's output; under autocast its bf16 copy); the bias is
     inside the op (nothing saved for it). The FLOPs recorded are the T kept outputs', as the
-    course's conv (builder/recurrent.py)."""
-    w = m.conv1d.weight
-    inp = t.view(t.cast(xbc, w.dtype, "conv1d input (cast to the weight's dtype)"),
-                 contiguous=True)
-    record = R.Matmul("Mamba-2 conv1d", R.RECURRENT, t.module, t.repeat, R.FORWARD,
-                      ("d_xbc",), ("B", "T"), ("K",), (), grads=("dX", "dW"),
+    course's conv (builder/recurrent.py). Qwen3-Next's and Qwen3.5's gated DeltaNet run the
+    same causal_conv1d_fn (modeling_qwen3_next.py)."""
+    w = conv.weight
+    inp = t.view(t.cast(t.name(xbc, f"{label} conv1d input"), w.dtype,
+                        f"{label} conv1d input (cast to the weight's dtype)"), contiguous=True)
+    record = R.Matmul(f"{label} conv1d", R.RECURRENT, t.module, t.repeat, R.FORWARD,
+                      (channels,), ("B", "T"), ("K",), (), grads=("dX", "dW"),
                       note="depthwise causal conv1d (F.conv1d, padding K − 1)")
     dtype = t.matmul(inp, w, record, op="conv1d")
-    out = t.name(Sym(("B", "d_xbc", CONV_OUT), dtype, inp.grad or w.grad),
-                 "Mamba-2 conv1d output (T + K − 1 positions)")
-    kept = t.view(out, ("B", "d_xbc", "T"), contiguous=False)
-    act = t.unary("aten.silu", kept, "SiLU(conv)", SSD, saves="input",
-                  out="SiLU(conv) (x, B, C)")
-    return t.view(t.cast(act, xbc.dtype), ROW + ("d_xbc",), contiguous=False)
+    out = t.name(Sym(("B", channels, CONV_OUT), dtype, inp.grad or w.grad),
+                 f"{label} conv1d output (T + K − 1 positions)")
+    kept = t.view(out, ("B", channels, "T"), contiguous=False)
+    act = t.unary("aten.silu", kept, "SiLU(conv)", component, saves="input",
+                  out=f"SiLU({label} conv)")
+    return t.view(t.cast(act, xbc.dtype), ROW + (channels,), contiguous=False)

@@ -222,7 +222,8 @@ class RotaryEmbedding:
     products save the same two tensors in every layer (counted once)."""
 
     def __init__(self, t: Trace, dim: str = "d_k", prefix: str = "", halves: bool = False,
-                 pairs: bool = False, complex_: bool = False, partial: bool = False):
+                 pairs: bool = False, complex_: bool = False, partial: bool = False,
+                 batched: bool = False):
         # prefix: Gemma4TextRotaryEmbedding's buffers per layer kind (full_attention_inv_freq)
         # halves: gpt-oss's (GptOssRotaryEmbedding: emb = freqs, cos/sin d_k/2 wide, and
         # _apply_rotary_emb on the two halves of each head); pairs: DeepSeek-V3's
@@ -234,6 +235,9 @@ class RotaryEmbedding:
         self.complex = complex_
         # partial: apply_rotary_pos_emb on q[..., :d_rot], cat with q[..., d_rot:] (a copy)
         self.partial = partial
+        # batched: cos/sin per sequence, (B, T, dim): Qwen3.5's interleaved M-RoPE, whose
+        # position_ids are expanded to (3, B, T) (Qwen3_5TextRotaryEmbedding.forward)
+        self.batched = batched
         with t.scope("rotary_emb"):
             t.buffer(f"{prefix}inv_freq", (f"{dim}/2",), 4)
             t.buffer(f"{prefix}original_inv_freq", (f"{dim}/2",), 4)
@@ -248,9 +252,10 @@ class RotaryEmbedding:
         # Olmo2RotaryEmbedding returns them in float32 (no cast to the hidden states' dtype)
         dtype = FP32 if t.hf_olmo2 else like.dtype
         width = f"{self.dim}/2" if self.halves else self.dim
+        rows = ("B", "T") if self.batched else ("T",)
         with t.scope("rotary_emb"):
-            cos = t.name(t.fresh(("T", width), dtype), "RoPE cos and sin (once per pass)")
-            sin = t.name(t.fresh(("T", width), dtype), "RoPE cos and sin (once per pass)")
+            cos = t.name(t.fresh(rows + (width,), dtype), "RoPE cos and sin (once per pass)")
+            sin = t.name(t.fresh(rows + (width,), dtype), "RoPE cos and sin (once per pass)")
         return cos, sin
 
     def rotate(self, x: Sym, tables: tuple[Sym, Sym], out_label: str,

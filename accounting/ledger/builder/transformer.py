@@ -316,7 +316,8 @@ def walk(c: ModelConfig, autocast: str | None = None, recompute: str = "none",
         a.rotary = (RotaryEmbedding(t, "d_rope", pairs=True, complex_=deepseek_v2_layout(c))
                     if c.mla
                     # partial rotary (Qwen3-Next's): inv_freq and cos/sin of d_rot only
-                    else RotaryEmbedding(t, "d_rot", partial=True) if c.rotary_dim is not None
+                    else RotaryEmbedding(t, "d_rot", partial=True, batched=c.linear_split_proj)
+                    if c.rotary_dim is not None
                     else RotaryEmbedding(t, halves=t.hf_oss, complex_=llama4_layout(c)))
     blocks = []
     for kind, (symbol, _) in zip(kinds, t.groups):
