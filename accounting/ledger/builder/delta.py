@@ -52,6 +52,7 @@ def _mm(t: Trace, name: str, batch, m, n, p, grads=("dA", "dB"), tri: bool = Fal
 
 
 class GatedDeltaNet:
+    hf = False  # transformers' ops (Qwen3-Next's); Kimi Delta Attention's subclass: never
     def __init__(self, t: Trace, a: Arch):
         self.t, c = t, a.c
         # z: a copy where each key head's r = h_lv/h_lk value heads must be regrouped (a
