@@ -99,7 +99,10 @@ def test_saved_tensors_equal_the_hybrids_transformers_ledger(name, mode):
     autocast, param_dtype = MODES[mode]
     config = spec(name)
     model = build(name, param_dtype)
-    for B, T in SHAPES["nemotron" if name.startswith("nemotron") else "qwen"]:
+    shapes = SHAPES["nemotron" if name.startswith("nemotron") else "qwen"]
+    if name.startswith("qwen") and mode != "fp32":  # exactly one chunk (fp32: the xfail below)
+        shapes = shapes + ((2, 64),)
+    for B, T in shapes:
         want, buffers = expected(config, B, T, autocast, param_dtype)
         assert measured(model, B, T, autocast) == want, (B, T)
     # Nemotron-H: no buffer; Qwen: inv_freq and original_inv_freq of d_rot/2, float32
@@ -108,8 +111,13 @@ def test_saved_tensors_equal_the_hybrids_transformers_ledger(name, mode):
 
 # Qwen3-Next's and Qwen3.5's step: the live bytes at the first log_softmax backward are
 # fewer than planned, by 5,976 (qwen3_next) and 6,240 (qwen3_5_text) bytes at B = 2, T = 5
-# in fp32 and under autocast, though every saved storage matches (the test above): not yet
-# explained (left open in the branch's report); strict, so a fix shows
+# in fp32 and under autocast, though every saved storage matches (the test above, whose
+# weakrefs see them alive after the forward, gc.collect() or not): per DeltaNet layer the
+# tracker misses one (B, h_lv, N_c) and one (B, h_lv, N_c, C_l) fp32 exp output (and
+# qwen3_next's step counters differ: its fused gate_up and q_proj are fewer tensors than the
+# ledger's). Not yet explained (perhaps test_peak.LiveBytes keying storages by data_ptr
+# while the CPU allocator reuses an address before the old storage's finalizer runs);
+# strict, so a fix shows
 QWEN_MOMENTS = pytest.mark.xfail(strict=True, reason="Qwen's boundary moment: ~6 KB fewer "
                                  "live bytes than planned at B = 2, T = 5 (not explained)")
 
@@ -123,10 +131,15 @@ def test_the_two_moments_equal_a_real_step_of_the_hybrids(name, mode):
     assert_two_moments(build(name, param_dtype), spec(name), mode)
 
 
-@pytest.mark.xfail(strict=True, reason="T a multiple of C_l (no padding): transformers' "
-                   "delta rule makes four more (B, h_v, T, d) copies per DeltaNet layer "
-                   "than the ledger (measured at T = 64: 12 more 8,192-byte storages in "
-                   "three layers); not yet modelled, so Qwen stays out of _LAYOUTS")
+# fp32 only: x.transpose(1, 2).to(torch.float32, memory_format=torch.contiguous_format)
+# aliases a float32 input (no copy: suggest_memory_format is already contiguous), F.pad
+# with no padding keeps that transposed layout, and torch.matmul then copies K·β, K (twice)
+# and Q to fold the batch dims; with padding (or a bf16 input) they are contiguous copies
+@pytest.mark.xfail(strict=True, reason="fp32, T a multiple of C_l (no padding): "
+                   "transformers' delta rule makes four more (B, h_v, T, d) copies per "
+                   "DeltaNet layer than the ledger (measured at T = 64: 12 more 8,192-byte "
+                   "storages in three layers); not yet modelled, so Qwen stays out of "
+                   "_LAYOUTS")
 @pytest.mark.parametrize("mode", ["fp32"])
 def test_qwen_saves_when_the_chunk_divides_t(mode):
     autocast, param_dtype = MODES[mode]
