@@ -134,7 +134,9 @@ def test_the_two_moments_equal_a_real_step_of_the_hybrids(name, mode):
 # fp32 only: x.transpose(1, 2).to(torch.float32, memory_format=torch.contiguous_format)
 # aliases a float32 input (no copy: suggest_memory_format is already contiguous), F.pad
 # with no padding keeps that transposed layout, and torch.matmul then copies K·β, K (twice)
-# and Q to fold the batch dims; with padding (or a bf16 input) they are contiguous copies
+# and Q to fold the batch dims; with padding (or a bf16 input) they are contiguous copies.
+# Four (B, h_v, T, d) copies per layer fit T = 64 exactly; at T = 128 (two chunks) two of
+# the four are one chunk's size instead (the loop's slices), so that rule was not kept
 @pytest.mark.xfail(strict=True, reason="fp32, T a multiple of C_l (no padding): "
                    "transformers' delta rule makes four more (B, h_v, T, d) copies per "
                    "DeltaNet layer than the ledger (measured at T = 64: 12 more 8,192-byte "
