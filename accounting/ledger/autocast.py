@@ -23,8 +23,8 @@ LOWER = "lower precision"  # the other policy, FP32, casts to float32
 
 # op (the trace's name for it) -> policy, for each device
 POLICIES: dict[str, dict[str, str]] = {
-    "cpu": {"bmm": LOWER, "sdpa": LOWER, "cross_entropy": FP32},
-    "cuda": {"bmm": LOWER, "sdpa": LOWER, "cross_entropy": FP32,
+    "cpu": {"bmm": LOWER, "sdpa": LOWER, "conv1d": LOWER, "cross_entropy": FP32},
+    "cuda": {"bmm": LOWER, "sdpa": LOWER, "conv1d": LOWER, "cross_entropy": FP32,
              "aten.exp": FP32, "aten.pow": FP32, "aten.sum": FP32, "aten.rsqrt": FP32},
 }
 LOW_DTYPE = BF16  # torch.autocast(..., dtype=torch.bfloat16)

@@ -136,7 +136,7 @@ class Ledger:
             out["[T≥C_a]"], out["[T<C_a]"] = int(seq >= c.attention_chunk), \
                 int(seq < c.attention_chunk)
         if c.conv_kernel is not None:  # the recurrent layers' depthwise conv (width K)
-            out.update({"K": c.conv_kernel, "3": 3})
+            out.update({"K": c.conv_kernel, "3": 3, "T+K-1": seq + c.conv_kernel - 1})
         if c.linear_key_heads is not None:  # gated DeltaNet layers (builder/delta.py)
             hk, hv = c.linear_key_heads, c.linear_value_heads
             dk, dv, chunk = c.linear_key_head_dim, c.linear_value_head_dim, c.linear_chunk

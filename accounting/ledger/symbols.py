@@ -66,6 +66,7 @@ SYMBOLS: dict[str, str] = {
     "P_K": "query-key pairs the indexer keeps, Σᵢ min(i+1, k_I) = k_I·T − k_I(k_I−1)/2 for T ≥ k_I",
     # the recurrent layers (issue 31)
     "K": "conv_kernel: the depthwise causal convolution's width",
+    "T+K-1": "F.conv1d's output positions with padding K − 1 (transformers' causal conv fallback)",
     "3": ("three tensors side by side: the short convolution's in_proj outputs (B, C, x); "
           "GPT-2's c_attn output (Q, K, V)"),
     "1": "a size-one dim (broadcast)",
@@ -240,6 +241,8 @@ class Expr:
             e = e.substitute("[N_c>1]", Expr({(): values["[N_c>1]"]}))  # constant on the branch
         if "T" in keep and "(T+1)" in e.symbols():  # gpt-oss's sink column
             e = e.substitute("(T+1)", Expr({("T",): 1, (): 1}))
+        if "T" in keep and "T+K-1" in e.symbols():  # F.conv1d's padded output (hf_mamba.py)
+            e = e.substitute("T+K-1", Expr({("T",): 1, (): values["K"] - 1}))
         for flag in ("[T≥W]", "[T<W]", "[T≥C_a]", "[T<C_a]"):  # constant on T's branch
             if "T" in keep and flag in e.symbols():
                 e = e.substitute(flag, Expr({(): values[flag]}))

@@ -15,7 +15,8 @@ from accounting.ledger.builder.common import (COURSE, LLMFOUNDRY, TORCHTUNE, TRA
                                               cohere_layout, deepseek_v2_layout,
                                               deepseek_v3_layout, llama4_layout,
                                               gemma2_layout, gemma3_layout, gemma4_layout,
-                                              gpt2_layout, gpt_oss_layout)
+                                              gpt2_layout, gpt_oss_layout, nemotron_h_layout,
+                                              qwen3_next_layout)
 from accounting.planning.optimizers import DEFAULT_OPTIMIZER, OPTIMIZERS, get_optimizer, is_default
 from accounting.planning.precisions import BF16_MASTER, BF16_MIXED, get_precision
 from accounting.runtime.errors import UsageError
@@ -31,7 +32,7 @@ IMPLEMENTATIONS = {
                   "with two d_k/2 inv_freq buffers, cos/sin computed once per pass, "
                   "LlamaRMSNorm, F.silu; its saved tensors measured on its own model "
                   "(tests/test_transformers_saves.py, and _eager, _deepseek, _llama4, _gpt2, "
-                  "_gemma4 beside it)",
+                  "_gemma4, _hybrid beside it)",
     LLMFOUNDRY: "llm-foundry's MPT (llmfoundry/models/mpt/modeling_mpt.py, layers/blocks.py "
                 "MPTBlock, at mosaicml/llm-foundry@c90b9b3): LPLayerNorm (F.layer_norm on the "
                 "bf16 input: saves it and fp32 mean and 1/σ), nn.GELU in one op (saves its "
@@ -45,6 +46,19 @@ IMPLEMENTATIONS = {
 ATTENTION_NAMES = {"naive": "naive (the course's explicit softmax(QKᵀ)V, T×T scores saved)",
                    "sdpa": "SDPA (F.scaled_dot_product_attention, fused: no T×T tensor saved)"}
 TRAIN_FULL = "full"
+# NemotronHMamba2Mixer's path planned (builder/hf_mamba.py): the torch ops transformers runs
+# without mamba_ssm; with it, mamba_ssm's fused MambaSplitConv1dScanCombinedFn saves far less
+# (state-spaces/mamba mamba_ssm/ops/triton/ssd_combined.py: zxbcdt, the scan's output and
+# the norm's rstd per layer) and is not modelled
+# Qwen3-Next's and Qwen3.5's gated DeltaNet (builder/delta.py hf): torch_chunk_gated_delta_rule
+# and causal_conv1d_fn's F.conv1d, what transformers runs without flash-linear-attention; with
+# it, fla's ChunkGatedDeltaRuleFunction keeps q, k, v, g, β, the chunks' A and the L2 norms'
+# rstd (fla-org/flash-linear-attention fla/ops/gated_delta_rule/chunk.py, its
+# save_for_backward), not modelled
+DELTA_TORCH_PATH = ("gated DeltaNet layers as transformers' torch path runs them, without "
+                    "flash-linear-attention; its chunk kernels are not modelled")
+MAMBA_TORCH_PATH = ("Mamba-2 layers as transformers' torch path runs them, without mamba_ssm; "
+                    "its fused kernel is not modelled")
 # transformers' eager_attention_forward (builder/hf_eager.py): the kernel of the models it
 # refuses SDPA for (eager_only)
 EAGER = ("eager (transformers' eager_attention_forward: T×T scores and probabilities saved; "
@@ -143,12 +157,33 @@ _GEMMA4 = {"norm_placement", "mlp", "embedding_multiplier", "sliding_window", "l
 _GPT2 = {"norm", "mlp", "positions", "embedding_dropout", "attention_dropout",
          "residual_dropout"}
 
+# Nemotron-H's (NemotronHForCausalLM, measured too: tests/test_transformers_hybrid.py):
+# blocks of one sublayer, the Mamba-2 mixer's torch path (builder/hf_mamba.py), attention
+# without RoPE, the squared-ReLU MLP
+_NEMOTRON_H = {"mlp", "positions", "block", "layer_types", "conv_kernel", "conv_bias",
+               "mamba_heads", "mamba_head_dim", "ssm_state", "mamba_groups", "mamba_chunk",
+               "mamba_dt_min", "mamba_bias"}
+
+# Qwen3-Next's and Qwen3.5's (Qwen3NextForCausalLM, Qwen3_5ForCausalLM, Qwen3_5MoeForCausalLM,
+# measured in part: tests/test_transformers_hybrid.py; not in _LAYOUTS yet): (1 + w) norms, gated attention with partial
+# rotary (Qwen3.5's M-RoPE cos/sin per sequence), the gated DeltaNet on transformers' torch
+# path (builder/delta.py hf), the sparse block with its gated shared expert; transformers
+# builds no MTP module (resolve plans none)
+_QWEN_NEXT = {"norm_offset", "rotary_dim", "layer_types", "attn_output_gate", "conv_kernel",
+              "linear_key_heads", "linear_value_heads", "linear_key_head_dim",
+              "linear_value_head_dim", "linear_split_proj", "linear_chunk",
+              "num_shared_experts", "shared_expert_gate", "mtp_layers"}
+
 # each measured family: the layout test (builder/common.py) and the fields it lets through
 _LAYOUTS = ((gemma3_layout, _GEMMA3), (cohere_layout, _COHERE), (gpt_oss_layout, _GPT_OSS),
             (gemma2_layout, _GEMMA2), (deepseek_v3_layout, _DEEPSEEK_V3),
             (partial(deepseek_v3_layout, indexer=True), _DEEPSEEK_V32),
             (deepseek_v2_layout, _DEEPSEEK_V2), (llama4_layout, _LLAMA4), (gpt2_layout, _GPT2),
-            (gemma4_layout, _GEMMA4))
+            (gemma4_layout, _GEMMA4), (nemotron_h_layout, _NEMOTRON_H))
+# Qwen3-Next's and Qwen3.5's ops are built (qwen3_next_layout, _QWEN_NEXT) and their saves
+# equal transformers' at T = 5 and 70, but not yet when C_l divides T (no padding: four more
+# copies per DeltaNet layer, tests/test_transformers_hybrid.py), nor the step's boundary
+# moment (about 6 KB on the tiny config): not let through until they are
 
 
 def eager_only(config: ModelConfig) -> str | None:
@@ -183,8 +218,8 @@ def transformers_gap(config: ModelConfig) -> str | None:
     eager = f"; transformers runs it without SDPA ({why})" if why else ""
     return (f"{', '.join(other[:3])}{' …' if len(other) > 3 else ''} (transformers' ops are "
             f"measured for the GPT-2, Llama, Mistral, Qwen2, Qwen3, Qwen3-MoE, Mixtral, OLMo-2, "
-            f"Gemma 2, Gemma 3, Gemma 4, Cohere, gpt-oss, DeepSeek-V2/V3/V3.2 and Llama 4 layouts "
-            f"only{eager})")
+            f"Gemma 2, Gemma 3, Gemma 4, Cohere, gpt-oss, DeepSeek-V2/V3/V3.2, Llama 4 and "
+            f"Nemotron-H layouts only{eager})")
 
 
 @dataclass(frozen=True)
@@ -251,10 +286,15 @@ def resolve(config: ModelConfig, from_hf: bool, implementation: str | None = Non
                              f"give --implementation course")
         if config.mtp_layers:  # DeepseekV3ForCausalLM and DeepseekV32ForCausalLM have no
             # MTP module (its weights are dropped on load): transformers trains none
-            cls = "DeepseekV32ForCausalLM" if config.index_topk else "DeepseekV3ForCausalLM"
+            cls = ("Qwen3_5ForCausalLM" if qwen3_next_layout(config) else
+                   "DeepseekV32ForCausalLM" if config.index_topk else "DeepseekV3ForCausalLM")
             note = (f"{cls} builds no MTP module: the config's "
                     f"{config.mtp_layers} MTP layer(s) are not planned")
             config = replace(config, mtp_layers=0)
+        if nemotron_h_layout(config):  # which Mamba-2 path: said on the first screen
+            note = MAMBA_TORCH_PATH
+        if qwen3_next_layout(config) and config.linear_key_heads is not None:
+            note = "; ".join(n for n in (note, DELTA_TORCH_PATH) if n)
         why = eager_only(config)
         if why is not None:  # its eager attention, whatever the config said
             if attention_given and config.attention == "sdpa":

@@ -77,14 +77,19 @@ class Attention:
                 return self.reuse(x, out_label, out_course)
             before = set(t.named)
             q = self.q_proj(x, "Q projection output", "Q/K/V projections")
+            gate = None
+            if self.gate_proj is not None and t.hf_qwen_next:  # one q_proj: query and gate
+                after_q = set(t.named)
+                gate = self.gate_proj(x, "output gate (reshape copy)", "Q/K/V projections")
+                hf_gpt2.fuse_gate(t, before, q, after_q, gate)
             k = self.k_proj(x, "K projection output", "Q/K/V projections")
             # Gemma 4's K = V layers: value_states is key_states (before k_norm and RoPE)
             v = k if self.v_proj is None else self.v_proj(x, "V projection output",
                                                            "Q/K/V projections")
             if t.hf_gpt2 and t.adapters is None:  # GPT-2's one c_attn (builder/hf_gpt2.py)
                 q, k, v = hf_gpt2.fuse(t, before, (q, k, v))
-            gate = (None if self.gate_proj is None else
-                    self.gate_proj(x, "output gate projection output", "Q/K/V projections"))
+            if self.gate_proj is not None and gate is None:
+                gate = self.gate_proj(x, "output gate projection output", "Q/K/V projections")
             if c.qk_norm == "full":
                 q = self.q_norm(q, "Q after QK-norm")
                 k = self.k_norm(k, "K after QK-norm")

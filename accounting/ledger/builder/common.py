@@ -157,6 +157,28 @@ def gpt2_layout(c: ModelConfig) -> bool:
             and c.sliding_window is None and c.layer_types is None)
 
 
+def nemotron_h_layout(c: ModelConfig) -> bool:
+    """Nemotron-H's layout as transformers runs it (NemotronHForCausalLM,
+    modeling_nemotron_h.py): blocks of one sublayer (x + mixer(norm(x))), each Mamba-2
+    (NemotronHMamba2Mixer, its torch path: builder/hf_mamba.py), attention without RoPE or
+    a squared-ReLU MLP; NemotronHRMSNorm; no experts (NemotronHMoE is not measured)."""
+    return (c.block == "single" and c.mlp == "relu2" and c.positions == "none"
+            and c.norm == "rmsnorm" and c.norm_placement == "pre" and not c.norm_offset
+            and c.num_experts is None and c.qk_norm == "none" and not c.mup_multipliers
+            and not c.mamba_gate_only and c.mamba_heads is not None
+            and {k.mixer for k in c.layer_kinds} <= {"mamba", "attention", "mlp"})
+
+
+def qwen3_next_layout(c: ModelConfig) -> bool:
+    """Qwen3-Next's and Qwen3.5's text layout as transformers runs it (Qwen3NextForCausalLM,
+    Qwen3_5ForCausalLM): (1 + w) RMSNorms in float32 (Qwen3NextRMSNorm), gated attention
+    whose q_proj gives the query and the gate side by side, per-head QK-norm, partial
+    rotary, gated DeltaNet layers (builder/hf_delta.py)."""
+    return (c.attn_output_gate and c.norm_offset and c.norm == "rmsnorm"
+            and c.norm_placement == "pre" and c.qk_norm == "head" and c.positions == "rope"
+            and c.block == "sequential" and not c.mla)
+
+
 def cohere_layout(c: ModelConfig) -> bool:
     """Cohere's and Cohere 2's layout as transformers runs it (CohereForCausalLM,
     Cohere2ForCausalLM): one CohereLayerNorm (no bias) feeding attention and MLP side by

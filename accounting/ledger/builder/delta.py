@@ -33,6 +33,9 @@ from accounting.ledger.trace import Sym, Trace
 from accounting.ledger.builder.common import DELTA_RULE, GATED_NORM, NORM_PARAMS, Arch
 from accounting.ledger.builder.layers import Linear
 from accounting.ledger.builder.recurrent import CausalConv1d, causal_conv
+from accounting.ledger.builder import hf_mamba
+from accounting.units import FP32
+from accounting.ledger import autocast as AC
 
 ROW = ("B", "T")
 HEADS = ("B", "h_lv", "N_c", "C_l")  # a padded, chunked per-head sequence
@@ -49,6 +52,7 @@ def _mm(t: Trace, name: str, batch, m, n, p, grads=("dA", "dB"), tri: bool = Fal
 
 
 class GatedDeltaNet:
+    hf = False  # transformers' ops (Qwen3-Next's); Kimi Delta Attention's subclass: never
     def __init__(self, t: Trace, a: Arch):
         self.t, c = t, a.c
         # z: a copy where each key head's r = h_lv/h_lk value heads must be regrouped (a
@@ -57,6 +61,11 @@ class GatedDeltaNet:
         # the solve's W is column-major per chunk: row-major already (no copy) when a chunk
         # is one row or a key one column
         self.w_copy = c.linear_key_head_dim > 1 and c.linear_chunk > 1
+        # transformers' torch_chunk_gated_delta_rule (Qwen3-Next, Qwen3.5: builder/hf_delta
+        # notes in GatedDeltaNet.rule): its matmuls read the solve's column-major W in place
+        self.hf = t.hf_qwen_next
+        if self.hf:
+            self.w_copy = False
         with t.scope("linear_attn"):
             self.dt_bias = t.param("dt_bias", ("h_lv",), R.RECURRENT)
             self.A_log = t.param("A_log", ("h_lv",), R.RECURRENT)
@@ -85,13 +94,23 @@ class GatedDeltaNet:
                 z = t.name(z, "z (the output gate)")
             else:
                 qkv, z, b, a_ = self.regroup(x)
-            conv = causal_conv(t, qkv, self.conv1d.weight, None, ("d_conv",), "gated DeltaNet")
-            sig = t.unary("aten.sigmoid", conv, "sigmoid(conv)", k, saves="output",
-                          out="sigmoid(conv output)")
-            mixed = t.binary("aten.mul", conv, sig, "SiLU: conv · sigmoid", k)
+            if self.hf:  # causal_conv1d_fn's torch fallback: F.conv1d, F.silu
+                mixed = hf_mamba.conv_silu(t, self.conv1d, t.view(qkv, ("B", "d_conv", "T"),
+                                                                  contiguous=False),
+                                           "d_conv", "gated DeltaNet", k)
+            else:
+                conv = causal_conv(t, qkv, self.conv1d.weight, None, ("d_conv",),
+                                   "gated DeltaNet")
+                sig = t.unary("aten.sigmoid", conv, "sigmoid(conv)", k, saves="output",
+                              out="sigmoid(conv output)")
+                mixed = t.binary("aten.mul", conv, sig, "SiLU: conv · sigmoid", k)
             beta = t.unary("aten.sigmoid", b, "β = sigmoid(b)", k, saves="output", out="β")
-            ea = t.unary("aten.exp", self.A_log, "exp(A_log)", k, saves="output", out="exp(A_log)")
+            # transformers: -A_log.float().exp() * F.softplus(a.float() + dt_bias)
+            A_log = t.cast(self.A_log, FP32) if self.hf else self.A_log
+            ea = t.unary("aten.exp", A_log, "exp(A_log)", k, saves="output", out="exp(A_log)")
             neg = t.name(t.unary("aten.neg", ea, "−exp(A_log)", k), "−exp(A_log)")
+            if self.hf:
+                a_ = t.cast(a_, FP32)
             pre = t.name(t.binary("aten.add", a_, self.dt_bias, "a + dt_bias", k),
                          "a + dt_bias (softplus input)")
             sp = t.unary("aten.softplus", pre, "softplus(a + dt_bias)", k, saves="input",
@@ -102,7 +121,7 @@ class GatedDeltaNet:
             # head (float32: the rule computes it so; transformers caches it as returned)
             t.state("conv state", ("d_conv", "K"))
             t.state("recurrent state", ("h_lv", "d_lk", "d_lv"), fp32=True)
-            y = self.gated_norm(out, z)
+            y = self.gated_norm(out, z, hf=self.hf)
             return self.out_proj(y, out_label, out_course)
 
     def regroup(self, x: Sym) -> tuple[Sym, Sym, Sym, Sym]:
@@ -140,6 +159,8 @@ class GatedDeltaNet:
         v = t.copy(mixed, per_head + lv)
         beta = t.copy(beta, per_head)
         g = t.copy(g, per_head)
+        if self.hf:  # x.transpose(1, 2).to(torch.float32, memory_format=contiguous_format)
+            q, kk, v, beta, g = (Sym(x.shape, FP32, x.grad) for x in (q, kk, v, beta, g))
         q = t.name(q, "Q (heads, float32 copy)")
         kk = t.name(kk, "K (heads, float32 copy)")
         q = t.binary("aten.mul", self.l2norm(q, "Q"), None, "Q / √d_lk", k)
@@ -196,12 +217,16 @@ class GatedDeltaNet:
         `decay` each updated state's decay, broadcast over it (B, h_lv, N_c − 1, then 1 × 1
         or d_lk × 1)."""
         t, k = self.t, DELTA_RULE
+        if self.hf and t.autocast is not None:
+            return self.autocast_scan(u, w, qd, intra, kd, decay, dtype)
         lk, lv = ("d_lk",), ("d_lv",)
         chunk = ("B", "h_lv", "N_c")
         # the scan over the N_c chunks: one record per op over all chunks (the first
         # chunk's products with S_0, zeros without a gradient, apart: they have no dB);
         # the states and new values are N_c tensors each; N_c − 1 state updates
-        state = t.name(t.fresh(("B", "h_lv", "N_c", "d_lk", "d_lv"), grad=True),
+        # (transformers: zeros of new_values' dtype, float32 whatever the parameters')
+        state = t.name(t.fresh(("B", "h_lv", "N_c", "d_lk", "d_lv"), FP32 if self.hf else None,
+                               grad=True),
                        "states S_i (one per chunk)", storages="N_c")
         one, rest = ("B", "h_lv"), ("B", "h_lv", "N_c-1")
         ws = Sym(HEADS + lv, t.matmul(w, state, _mm(t, "W S_0 (first chunk)", one, ("C_l",),
@@ -223,10 +248,15 @@ class GatedDeltaNet:
         # the output, cut to T, transposed back: a copy
         return t.name(Sym(("B", "T", "h_lv", "d_lv"), dtype), "delta rule output")
 
-    def gated_norm(self, x: Sym, z: Sym, scope: str = "norm", gate: str = "silu") -> Sym:
+    def gated_norm(self, x: Sym, z: Sym, scope: str = "norm", gate: str = "silu",
+                   hf: bool = False) -> Sym:
         """GatedRMSNorm: x · rsqrt(mean(x²) + eps) · w · SiLU(z), over d_lv, in float32
-        (gate "sigmoid": · sigmoid(z), Kimi Delta Attention's o_norm)."""
+        (gate "sigmoid": · sigmoid(z), Kimi Delta Attention's o_norm). hf: transformers'
+        Qwen3NextRMSNormGated: weight · (x·rsqrt).to(input_dtype), then
+        · F.silu(z.to(float32)) (one op saving its fp32 input), .to(input_dtype)."""
         t, k = self.t, GATED_NORM
+        if hf:
+            return self.hf_gated_norm(x, z, scope)
         with t.scope(scope):
             x = t.cast(x, R.FP32, "delta rule output (fp32 copy)")
             sq = t.unary("aten.pow", x, "x²", k, saves="input")
@@ -242,3 +272,66 @@ class GatedDeltaNet:
                 silu = t.name(t.binary("aten.mul", z, zs, "SiLU(z)", k), "SiLU(z)")
                 y = t.binary("aten.mul", h, silu, "· SiLU(z)", k)
         return t.name(y, "gated norm output (out_proj input)")
+
+    def hf_gated_norm(self, x: Sym, z: Sym, scope: str) -> Sym:
+        """Qwen3NextRMSNormGated.forward (transformers 5.23 modeling_qwen3_next.py)."""
+        t, k = self.t, GATED_NORM
+        in_dtype = x.dtype
+        with t.scope(scope):
+            x = t.cast(x, R.FP32, "delta rule output (fp32 copy)")
+            sq = t.unary("aten.pow", x, "x²", k, saves="input")
+            ms = t.reduce("aten.mean", sq, ("d_lv",), "mean over d_lv", k)
+            e = t.binary("aten.add", ms, None, "+ eps", k)
+            inv = t.unary("aten.rsqrt", e, "rsqrt", k, saves="output", out="norm: rsqrt")
+            h = t.name(t.binary("aten.mul", x, inv, "x · rsqrt", k), "norm: x · rsqrt")
+            h = t.cast(h, in_dtype, "norm: x · rsqrt (cast to the input's dtype)")
+            h = t.name(t.binary("aten.mul", h, self.norm_weight, "· weight", k), "norm: · weight")
+            z32 = t.cast(z, R.FP32, "z (fp32 copy)")
+            silu = t.unary("aten.silu", z32, "SiLU(z)", k, saves="input", out="SiLU(z)")
+            y = t.cast(t.binary("aten.mul", h, silu, "· SiLU(z)", k), in_dtype)
+        return t.name(y, "gated norm output (out_proj input)")
+
+    def autocast_scan(self, u: Sym, w: Sym, qd: Sym, intra: Sym, kd: Sym, decay: Sym,
+                      dtype) -> Sym:
+        """torch_chunk_gated_delta_rule's loop over the chunks under autocast: each chunk's
+        matmul casts its own slices to bf16, and those casts are what autograd keeps
+        (measured, tests/test_transformers_hybrid.py): per chunk i, k_cumdecay[i] @ S and
+        query[i] @ S each cast S (2·N_c casts; the slices kept from i = 1 on, S_0 having no
+        gradient); intra[i] @ v_new casts both (N_c each); the state update key[i]ᵀ @ v_new
+        casts both, kept for i < N_c − 1 (the last update's result is dropped, its graph
+        freed); S · chunk_decay keeps S in float32, S_0 … S_{N_c−2}. The float32 v_new,
+        decayed Q and K and intra-chunk attention are then kept by nothing."""
+        t, k = self.t, DELTA_RULE
+        lk, lv = ("d_lk",), ("d_lv",)
+        one, rest, chunk = ("B", "h_lv"), ("B", "h_lv", "N_c-1"), ("B", "h_lv", "N_c")
+        low = AC.LOW_DTYPE
+
+        def cast(shape, label, storages, grad=True):
+            return t.name(Sym(shape, low, grad), label, storages=storages)
+        s0 = [cast(one + lk + lv, f"S_0 (bf16 copy for {w_})", None, grad=False)
+              for w_ in ("W S_0", "Q S_0")]
+        ws0 = Sym(one + ("C_l",) + lv, low)
+        t.matmul(Sym(one + ("C_l",) + lk, low), s0[0],
+                 _mm(t, "W S_0 (first chunk)", one, ("C_l",), lk, lv, grad_b=False))
+        s_w = cast(rest + lk + lv, "S_i (bf16 copies for W S)", "N_c-1")
+        w_i = cast(rest + ("C_l",) + lk, "W_i (bf16 copies)", "N_c-1")
+        t.matmul(w_i, s_w, _mm(t, "W S (inter-chunk)", rest, ("C_l",), lk, lv))
+        v_new = t.binary("aten.sub", u, Sym(HEADS + lv, low), "V_new = U − W S", k)
+        t.matmul(Sym(one + ("C_l",) + lk, low), s0[1],
+                 _mm(t, "Q S_0 (first chunk)", one, ("C_l",), lk, lv, grad_b=False))
+        s_q = cast(rest + lk + lv, "S_i (bf16 copies for Q S)", "N_c-1")
+        q_i = cast(rest + ("C_l",) + lk, "decayed Q_i (bf16 copies)", "N_c-1")
+        t.matmul(q_i, s_q, _mm(t, "Q S (inter-chunk)", rest, ("C_l",), lk, lv))
+        a_i = cast(HEADS + ("C_l",), "intra-chunk attention_i (bf16 copies)", "N_c")
+        v_a = cast(HEADS + lv, "V_new_i (bf16 copies for A V_new)", "N_c")
+        t.matmul(a_i, v_a, _mm(t, "A V_new (intra-chunk)", chunk, ("C_l",), ("C_l",), lv))
+        del ws0, v_new
+        states = t.name(t.fresh(rest + lk + lv, grad=True), "states S_0 … S_{N_c−2} (fp32)",
+                        storages="N_c-1")
+        t.binary("aten.mul", states, decay, "S · chunk decay", k)
+        k_i = cast(rest + lk + ("C_l",), "decayed K_i (bf16 copies)", "N_c-1")
+        v_k = cast(rest + ("C_l",) + lv, "V_new_i (bf16 copies for the update)", "N_c-1")
+        kv = Sym(rest + lk + lv, t.matmul(k_i, v_k, _mm(t, STATE_UPDATE, rest, lk, ("C_l",),
+                                                        lv)))
+        t.binary("aten.add", states, kv, "S · decay + Kᵀ V_new", k)
+        return t.name(Sym(("B", "T", "h_lv", "d_lv"), dtype), "delta rule output")

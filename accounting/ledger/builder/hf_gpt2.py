@@ -55,3 +55,25 @@ def fuse(t: Trace, before: set, outs: tuple[Sym, ...]) -> tuple[Sym, ...]:
             keep.shape = ("3",) + keep.shape
     first = outs[0].storage
     return tuple(Sym(o.shape, o.dtype, o.grad, o.contiguous, first) for o in outs)
+
+
+
+def fuse_gate(t: Trace, before_q: set, q: Sym, before_gate: set, gate: Sym) -> None:
+    """Qwen3-Next's gated attention (Qwen3NextAttention.forward, transformers 5.23): one
+    q_proj of 2·h·d_k gives the query and the gate side by side per head (torch.chunk: views
+    of one output), where the ledger keeps two projections (the parameters and FLOPs are the
+    same). The query's output storage becomes that one output, (B, T, h, 2, d_k); the gate
+    projection's copies (autocast's bf16 copy of the input, of the weight) are q_proj's one
+    addmm's: the input's is dropped, the weight's joins q_proj's. The gate itself is
+    gate.reshape(B, T, h·d_k), a copy of the strided chunk: the gate projection's output."""
+    weights = [s for s in t.named if s not in before_q and s in before_gate
+               and t.named[s].weight_copy]
+    out = t.named[q.storage]
+    out.label = "q_proj output (query and gate)"
+    out.shape = out.shape[:-1] + ("2",) + out.shape[-1:]
+    for s in [s for s in t.named if s not in before_gate and s != gate.storage]:
+        n = t.named.pop(s)
+        if n.weight_copy and weights:  # one bf16 copy of the 2·h·d_k × d_model weight
+            keep = t.named[weights[0]]
+            keep.shape = ("2",) + keep.shape
+            keep.savers.extend(b for b in n.savers if b not in keep.savers)

@@ -122,7 +122,14 @@ def forward(self, x: Sym, router_x: Sym | None = None) -> Sym:
                  ("k",), "sum over the k slots", comp)
     y = t.cast(y, x.dtype)
     if self.shared is not None:  # DeepseekV3MoE: + shared_experts(residuals), a dense MLP
-        y = t.binary("aten.add", y, shared_mlp(self, x), "routed + shared", comp)
+        sh = shared_mlp(self, x)
+        if self.shared_gate is not None:  # Qwen3NextSparseMoeBlock: F.sigmoid(
+            # shared_expert_gate(x)) * shared_expert_output, both saved by the product
+            z = self.shared_gate(x, "shared expert gate logit")
+            s = t.unary("aten.sigmoid", z, "sigmoid(gate)", comp, saves="output",
+                        out="shared expert gate")
+            sh = t.binary("aten.mul", sh, s, "shared · gate", comp, out="gated shared output")
+        y = t.binary("aten.add", y, sh, "routed + shared", comp)
     return y
 
 

@@ -89,7 +89,8 @@ class Norm:
             x = t.cast(x, R.FP32, f"{m} input (fp32 copy)")  # x.to(torch.float32)
             if self.kind == "layernorm_nobias" and t.hf:
                 return self.cohere(x, in_dtype, m, out_label, course)
-            if self.kind == "rmsnorm" and t.hf_gemma3 and self.offset:
+            # Qwen3NextRMSNorm is Gemma3RMSNorm's form: x.float(), · (1 + w.float()), type_as
+            if self.kind == "rmsnorm" and (t.hf_gemma3 or t.hf_qwen_next) and self.offset:
                 return self.gemma3(x, in_dtype, m, out_label, course)
             if self.kind == "rmsnorm" and t.hf:
                 # transformers' LlamaRMSNorm (and Qwen2/3's, Mistral's): x·rsqrt(mean(x²) +
@@ -102,9 +103,11 @@ class Norm:
                 e = t.binary("aten.add", ms, None, "+ eps", k)
                 r = t.unary("aten.rsqrt", e, "rsqrt", k, saves="output", out=f"{m} rms")
                 normed = t.binary("aten.mul", x, r, "x · rsqrt", k, out=f"{m} x / rms")
-                if t.hf_olmo2 or t.hf_oss:  # Olmo2RMSNorm, GptOssRMSNorm: (weight · x)
-                    # .to(input_dtype)
-                    y = t.cast(t.binary("aten.mul", normed, self.weight, "· gain", k), in_dtype)
+                if t.hf_olmo2 or t.hf_oss or t.hf_nemotron:  # Olmo2RMSNorm, GptOssRMSNorm:
+                    # (weight · x).to(input_dtype); NemotronHRMSNorm: weight.to(float32) · x
+                    # (a saved fp32 copy of bf16 weights)
+                    gain = t.cast(self.weight, FP32) if t.hf_nemotron else self.weight
+                    y = t.cast(t.binary("aten.mul", normed, gain, "· gain", k), in_dtype)
                     return t.name(y, out_label, course)
                 normed = t.cast(normed, in_dtype, f"{m} x / rms")
                 y = t.binary("aten.mul", normed, self.weight, "· gain", k)
@@ -225,7 +228,8 @@ class RotaryEmbedding:
     products save the same two tensors in every layer (counted once)."""
 
     def __init__(self, t: Trace, dim: str = "d_k", prefix: str = "", halves: bool = False,
-                 pairs: bool = False, complex_: bool = False):
+                 pairs: bool = False, complex_: bool = False, partial: bool = False,
+                 batched: bool = False):
         # prefix: Gemma4TextRotaryEmbedding's buffers per layer kind (full_attention_inv_freq)
         # halves: gpt-oss's (GptOssRotaryEmbedding: emb = freqs, cos/sin d_k/2 wide, and
         # _apply_rotary_emb on the two halves of each head); pairs: DeepSeek-V3's
@@ -235,6 +239,11 @@ class RotaryEmbedding:
         # complex64 (T, dim/2), apply_rotary_emb: x.float() viewed as complex pairs, times it)
         self.t, self.dim, self.halves, self.pairs = t, dim, halves, pairs
         self.complex = complex_
+        # partial: apply_rotary_pos_emb on q[..., :d_rot], cat with q[..., d_rot:] (a copy)
+        self.partial = partial
+        # batched: cos/sin per sequence, (B, T, dim): Qwen3.5's interleaved M-RoPE, whose
+        # position_ids are expanded to (3, B, T) (Qwen3_5TextRotaryEmbedding.forward)
+        self.batched = batched
         with t.scope("rotary_emb"):
             t.buffer(f"{prefix}inv_freq", (f"{dim}/2",), 4)
             t.buffer(f"{prefix}original_inv_freq", (f"{dim}/2",), 4)
@@ -249,9 +258,10 @@ class RotaryEmbedding:
         # Olmo2RotaryEmbedding returns them in float32 (no cast to the hidden states' dtype)
         dtype = FP32 if t.hf_olmo2 else like.dtype
         width = f"{self.dim}/2" if self.halves else self.dim
+        rows = ("B", "T") if self.batched else ("T",)
         with t.scope("rotary_emb"):
-            cos = t.name(t.fresh(("T", width), dtype), "RoPE cos and sin (once per pass)")
-            sin = t.name(t.fresh(("T", width), dtype), "RoPE cos and sin (once per pass)")
+            cos = t.name(t.fresh(rows + (width,), dtype), "RoPE cos and sin (once per pass)")
+            sin = t.name(t.fresh(rows + (width,), dtype), "RoPE cos and sin (once per pass)")
         return cos, sin
 
     def rotate(self, x: Sym, tables: tuple[Sym, Sym], out_label: str,
@@ -260,10 +270,21 @@ class RotaryEmbedding:
         half_split: this rotation whatever the module's own (DeepseekV32Indexer's
         apply_rotary_pos_emb on the model's interleaved-RoPE tables)."""
         t, (cos, sin) = self.t, tables
+        if self.partial:  # Qwen3-Next's: the rotated d_rot dims and the rest, concatenated
+            lead = x.shape[:-1]
+            rot = self.rotate_plain(t.view(x, lead + ("d_rot",), False), tables,
+                                    f"{out_label} (rotary part)")
+            rest = t.view(x, lead + ("d_pass",), contiguous=False)
+            return t.name(t.cat((rot, rest), x.shape), out_label)
         if self.complex and not half_split:
             return self.rotate_complex(x, cos, out_label)
         if (self.halves or self.pairs) and not half_split:
             return self.rotate_halves(x, tables, out_label)
+        return self.rotate_plain(x, tables, out_label)
+
+    def rotate_plain(self, x: Sym, tables: tuple[Sym, Sym], out_label: str) -> Sym:
+        """LlamaRotaryEmbedding's apply_rotary_pos_emb on x's last self.dim dims."""
+        t, (cos, sin) = self.t, tables
         a = t.binary("aten.mul", x, cos, "x·cos, rotate_half(x)·sin", ROPE)
         half = t.unary("aten.neg", t.view(x, x.shape[:-1] + (f"{self.dim}/2",), False),
                        "−x2", ROPE)

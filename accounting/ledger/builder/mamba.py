@@ -23,6 +23,8 @@ from accounting.ledger.trace import Sym, Trace
 from accounting.ledger.builder.common import GATED_NORM, MUP, NORM_PARAMS, SSD, Arch
 from accounting.ledger.builder.layers import Linear
 from accounting.ledger.builder.recurrent import CausalConv1d, causal_conv
+from accounting.ledger.builder import hf_mamba
+from accounting.units import FP32
 
 ROW = ("B", "T")
 CH = ("B", "N_m", "C_m", "h_m")  # chunked, padded: (batch chunks position heads)
@@ -54,6 +56,8 @@ class Mamba2Mixer:
 
     def __call__(self, x: Sym, out_label: str, out_course: str) -> Sym:
         t, k = self.t, SSD
+        if t.hf_nemotron:  # transformers' NemotronHMamba2Mixer, its torch path
+            return hf_mamba.torch_forward(self, x, out_label, out_course)
         with t.scope("mixer"):
             if self.mup is not None:  # x · ssm_in_multiplier; in_proj(x) · mup_vector
                 x = t.name(t.binary("aten.mul", x, None, "x · ssm_in_multiplier", MUP),
@@ -92,21 +96,41 @@ class Mamba2Mixer:
         s = t.masked_fill(s, keep, f"{label}: masked_fill(~lower, −inf)", k)
         return t.unary("aten.exp", s, f"{label}: exp", k, saves="output", out=f"{label}")
 
-    def scan(self, h: Sym, dt: Sym, A: Sym, xbc: Sym) -> Sym:
-        """chunk_scan (model/mamba.py), op for op."""
+    def scan(self, h: Sym, dt: Sym, A: Sym, xbc: Sym, hf: bool = False) -> Sym:
+        """chunk_scan (model/mamba.py), op for op; hf: transformers' mamba2_chunk_scan
+        (builder/hf_mamba.py), which adds dt_bias.to(dt.dtype) and runs the scan in float32:
+        x.float(), B.float(), C.float(), and dt.float() once for x·dt and again for A·dt
+        (copies where they are not float32 already)."""
         t, k = self.t, SSD
         pn = ("p_m", "n_s")
-        dt = t.name(t.binary("aten.add", dt, self.dt_bias, "dt + dt_bias", k), "dt + dt_bias")
+        bias = t.cast(self.dt_bias, dt.dtype) if hf else self.dt_bias
+        dt = t.name(t.binary("aten.add", dt, bias, "dt + dt_bias", k), "dt + dt_bias")
         dt = t.name(t.unary("aten.softplus", dt, "softplus", k, saves="input"), "softplus(dt)")
         dt = t.name(t.unary("aten.clamp", dt, "clamp(dt, min)", k, saves="input"), "dt")
+        if hf and xbc.dtype != FP32:  # the .float() copies (not saved themselves)
+            h = t.name(Sym(h.shape, FP32, h.grad), "x (fp32 copy)")
+            xbc = Sym(xbc.shape, FP32, xbc.grad)
+        dt_x, dt_a = (t.cast(dt, FP32, "dt (fp32 copy)") if hf else dt for _ in range(2))
         # B and C over the heads of their group (expand + reshape: copies)
         Bm = t.copy(xbc, ROW + ("h_m", "n_s"))
         Cm = t.copy(xbc, ROW + ("h_m", "n_s"))
         xp = t.name(t.copy(h, CH + ("p_m",)), "x (padded, for D)")
         d_res = t.binary("aten.mul", xp, self.D, "D · x", k)
-        xdt = t.binary("aten.mul", h, t.view(dt, ROW + ("h_m", "1")), "x · dt", k)
-        Adt = t.binary("aten.mul", dt, A, "A · dt", k)
-        xdt = t.name(t.copy(xdt, CH + ("p_m",)), "x·dt (padded)")
+        xdt = t.binary("aten.mul", h, t.view(dt_x, ROW + ("h_m", "1")), "x · dt", k)
+        Adt = t.binary("aten.mul", dt_a, A, "A · dt", k)
+        xdt = t.name(t.copy(xdt, CH + ("p_m",)), "x·dt (padded)",
+                     saved_if="[N_m=1]" if hf else None)
+        if hf:  # transformers' x·dt: its product keeps the transposed conv output's layout
+            # and F.pad keeps it (channels-last), so with one chunk (T ≤ C_m) both einsums
+            # below read it in place and autograd keeps it, not their copies (measured,
+            # tests/test_transformers_hybrid.py); under autocast each bmm saves its own
+            # bf16 cast of it instead
+            if t.autocast is None:
+                t._saves(xdt, "bmm (M x (intra-chunk))")
+            xdt_m, xdt_b = (t.name(t.copy(xdt), f"x·dt (copy for {what})", saved_if="[N_m>1]")
+                            for what in ("M x", "Bᵀ x"))
+        else:
+            xdt_m = xdt_b = t.view(xdt, contiguous=False)
         Adt = t.view(t.copy(Adt, CH), ("B", "h_m", "N_m", "C_m"), contiguous=False)
         Bm = t.name(t.copy(Bm, CH + ("n_s",)), "B (padded)")
         Cm = t.name(t.copy(Cm, CH + ("n_s",)), "C (padded)")
@@ -120,7 +144,7 @@ class Mamba2Mixer:
                 contiguous=False)
         G = t.name(G, "C Bᵀ")
         M = t.binary("aten.mul", G, L, "C Bᵀ ⊙ L", k, out="M = C Bᵀ ⊙ L")
-        y_diag = Sym(CH + ("p_m",), t.matmul(M, t.view(xdt, contiguous=False),
+        y_diag = Sym(CH + ("p_m",), t.matmul(M, xdt_m,
                                              _mm(t, "M x (intra-chunk)", chunk, ("C_m",),
                                                  ("C_m",), ("p_m",)),
                                              copy_labels=("", "x·dt (copy for M x)")),
@@ -131,7 +155,7 @@ class Mamba2Mixer:
                      out="decay states")
         bd = t.binary("aten.mul", Bm, t.view(ds, CH + ("1",)), "B · decay", k)
         bd = t.name(bd, "B · decay")
-        states = Sym(chunk + pn, t.matmul(t.view(bd, contiguous=False), t.view(xdt, contiguous=False),
+        states = Sym(chunk + pn, t.matmul(t.view(bd, contiguous=False), xdt_b,
                                           _mm(t, "Bᵀ x (chunk states)", chunk, ("p_m",),
                                               ("C_m",), ("n_s",)),
                                           copy_labels=("B · decay (copy)",
@@ -172,13 +196,19 @@ class Mamba2Mixer:
         out = t.binary("aten.mul", t.view(y, ROW + ("h_m", "p_m")), silu, "y · SiLU(z)", k)
         return t.name(out, "y · SiLU(z) (out_proj input)")
 
-    def gated_norm(self, y: Sym, gate: Sym) -> Sym:
-        """GroupedGatedRMSNorm: y·SiLU(z), rsqrt of each group's mean square, × w."""
+    def gated_norm(self, y: Sym, gate: Sym, hf: bool = False) -> Sym:
+        """GroupedGatedRMSNorm: y·SiLU(z), rsqrt of each group's mean square, × w (hf:
+        NemotronHRMSNormGated, F.silu(gate.to(torch.float32)), one op saving its input)."""
         t, k = self.t, GATED_NORM
         g = ROW + ("G_m", "p_g")
         with t.scope("norm"):
-            zs = t.unary("aten.sigmoid", gate, "sigmoid(z)", k, saves="output", out="sigmoid(z)")
-            silu = t.name(t.binary("aten.mul", gate, zs, "SiLU(z)", k), "SiLU(z)")
+            if hf:
+                g32 = t.cast(gate, FP32, "z (fp32 copy)")
+                silu = t.unary("aten.silu", g32, "SiLU(z)", k, saves="input", out="SiLU(z)")
+            else:
+                zs = t.unary("aten.sigmoid", gate, "sigmoid(z)", k, saves="output",
+                             out="sigmoid(z)")
+                silu = t.name(t.binary("aten.mul", gate, zs, "SiLU(z)", k), "SiLU(z)")
             h = t.name(t.binary("aten.mul", y, silu, "y · SiLU(z)", k), "y · SiLU(z)")
             hg = t.view(h, g)
             sq = t.unary("aten.pow", hg, "x²", k, saves="input")

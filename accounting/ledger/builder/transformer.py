@@ -10,7 +10,8 @@ from accounting.ledger.builder.common import (POSITION_ADD, RESIDUAL, NORM_PARAM
                                               RESIDUAL_SCALE, SOFTCAP, deepseek_v2_layout,
                                               gemma2_layout, llama4_layout,
                                               gemma3_layout, gemma4_layout, gpt2_layout,
-                                              gpt_oss_layout)
+                                              gpt_oss_layout, nemotron_h_layout,
+                                              qwen3_next_layout)
 from accounting.ledger.builder.layers import Linear, Norm, activation, FeedForward, RotaryEmbedding
 from accounting.units import FP32
 from accounting.ledger.builder.attention import Attention
@@ -308,6 +309,8 @@ def walk(c: ModelConfig, autocast: str | None = None, recompute: str = "none",
     t.hf_oss = a.hf and gpt_oss_layout(c)  # GptOssForCausalLM's modules
     t.hf_gpt2 = a.hf and gpt2_layout(c)  # GPT2LMHeadModel's LayerNorm and c_attn
     t.fused_gelu = c.fused_gelu  # (under t.hf) transformers' GELUTanh: one F.gelu
+    t.hf_nemotron = a.hf and nemotron_h_layout(c)  # NemotronHForCausalLM's (hf_mamba.py)
+    t.hf_qwen_next = a.hf and qwen3_next_layout(c)  # Qwen3NextForCausalLM's, Qwen3.5's
     gemma3 = a.hf and gemma3_layout(c)  # Gemma 3's modules (Gemma3TextModel's)
     # Gemma 2's (Gemma2Model's, 5.23): the same RMSNorm, GELUTanh and scaled embedding (its
     # embed_scale buffer), one rotary module for every layer
@@ -347,6 +350,9 @@ def walk(c: ModelConfig, autocast: str | None = None, recompute: str = "none",
         # (Llama4TextRotaryEmbedding: complex64 freqs_cis too)
         a.rotary = (RotaryEmbedding(t, "d_rope", pairs=True, complex_=deepseek_v2_layout(c))
                     if c.mla
+                    # partial rotary (Qwen3-Next's): inv_freq and cos/sin of d_rot only
+                    else RotaryEmbedding(t, "d_rot", partial=True, batched=c.linear_split_proj)
+                    if c.rotary_dim is not None
                     else RotaryEmbedding(t, halves=t.hf_oss, complex_=llama4_layout(c)))
     blocks = []
     for kind, (symbol, _) in zip(kinds, t.groups):
@@ -407,6 +413,8 @@ def walk(c: ModelConfig, autocast: str | None = None, recompute: str = "none",
                          out="tanh(logits / cap)")
         logits = t.binary("aten.mul", logits, None, "cap · tanh", SOFTCAP)
 
+    if t.hf_nemotron:  # NemotronHForCausalLM: logits = self.lm_head(hidden_states).float()
+        logits = t.cast(logits, FP32, "logits (fp32 copy: .float())")
     # F.cross_entropy(logits, targets) = nll_loss(log_softmax(logits)): outside the model
     with t.outside(LOSS):
         if a.titan:  # torchtitan's cross_entropy_loss: F.cross_entropy(pred.float(), …)

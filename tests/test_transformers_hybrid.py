@@ -1,0 +1,201 @@
+"""The transformers implementation's ledger for the hybrid families against transformers'
+own models on the CPU, as tests/test_transformers_saves.py does for the attention
+families: one training step's forward and loss under saved-tensor hooks, every storage
+autograd saves (parameters and buffers excluded, each storage once) compared by size and
+dtype with the ledger's saved records built with implementation "transformers", in fp32,
+under the CPU's bf16 autocast and with bf16 parameters; and the step's two moments
+(tests/test_transformers_saves.py assert_two_moments).
+
+Nemotron-H (NemotronHForCausalLM, transformers 5.23 modeling_nemotron_h.py): its Mamba-2
+mixer's torch path (mamba_ssm absent: mamba2_split_conv1d_scan_combined's fallback returns
+None, causal_conv1d_fn is F.conv1d with padding K − 1, mamba2_chunk_scan runs in float32;
+accounting/ledger/builder/hf_mamba.py), NemotronHRMSNorm (weight.to(float32) · x),
+attention without RoPE, the squared-ReLU MLP, logits .float().
+
+Qwen3-Next and Qwen3.5 (Qwen3NextForCausalLM, Qwen3_5ForCausalLM, Qwen3_5MoeForCausalLM,
+modeling_qwen3_next.py, modeling_qwen3_5*.py): Qwen3NextRMSNorm's (1 + w) in float32, one
+q_proj giving the query and the output gate, partial rotary (cos/sin and inv_freq of d_rot;
+Qwen3.5's M-RoPE cos/sin per sequence), the gated DeltaNet on transformers' torch path
+(flash-linear-attention absent: causal_conv1d_fn's F.conv1d, torch_chunk_gated_delta_rule
+in float32 with its per-chunk loop, whose matmuls under autocast cast each chunk's slices;
+Qwen3NextRMSNormGated), the sparse block's sigmoid-gated shared expert.
+"""
+from dataclasses import replace
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from accounting.architecture.hf_config import translate
+from accounting.ledger.ledger import ledger
+from accounting.planning.recipes import resolve, transformers_gap
+from test_hf_nemotron_h import DATA as NEMOTRON_H, FRONTIER
+from test_hf_qwen3_next import DATA as QWEN3_NEXT
+from test_hf_qwen3_5 import MOE_TEXT as QWEN3_5_MOE, TEXT as QWEN3_5
+from collections import Counter
+
+from test_transformers_saves import DTYPE, MODES, SIZE, assert_two_moments, measured
+
+CONFIGS = {
+    # M*-M: two Mamba-2 blocks (4 heads in 2 groups, chunk 16), attention (GQA 4/2), an MLP
+    "nemotron_h": NEMOTRON_H,
+    # a group per head, in_proj/out_proj biases, no conv bias, a tied head
+    "nemotron_h (groups per head, biases)": {**NEMOTRON_H, "n_groups": 4, "use_bias": True,
+                                             "use_conv_bias": False,
+                                             "tie_word_embeddings": True,
+                                             "hybrid_override_pattern": "M-*M"},
+    # Qwen3-Next: 3 gated DeltaNet layers (2 key heads, 4 value heads: grouped), one gated
+    # attention layer (GQA 4/2, partial rotary 2 of 8 dims), the sparse block with its gated
+    # shared expert in every layer; Qwen3.5's text models: the split projections, M-RoPE
+    # (cos/sin per sequence), the dense MLP, and its MoE
+    "qwen3_next": QWEN3_NEXT, "qwen3_5_text": QWEN3_5, "qwen3_5_moe_text": QWEN3_5_MOE,
+}
+# (B, T): Nemotron-H (chunk 16): one padded chunk, exactly one chunk, three chunks with a
+# partial one, and B = 1 (F.conv1d reads its input in place whatever the batch); the delta
+# rule (chunk 64): one padded chunk, exactly one, two, and B = 1
+SHAPES = {"nemotron": ((2, 3), (2, 16), (2, 33), (1, 20)),
+          "qwen": ((2, 5), (2, 70), (1, 70))}
+
+
+def expected(config, B, T, autocast, param_dtype):
+    """tests/test_transformers_saves.py's expected(), with a record of `storages` equal
+    tensors (the delta rule's per-chunk states and casts) counted as that many storages."""
+    lg = ledger(config, autocast, "none", "transformers", param_dtype)
+    v = lg.values(T, B)
+    out = Counter()
+    for a in lg.activations:
+        if a.saved and a.elements.evaluate(v):
+            n = v[a.storages] if a.storages else 1
+            out[(SIZE[a.dtype] * a.elements.evaluate(v) // a.copies // n,
+                 str(DTYPE[a.dtype]).removeprefix("torch."))] += a.copies * a.count(v) * n
+    return out, sum(b.expr().evaluate(v) for b in lg.buffers)
+
+
+def build(name, param_dtype):
+    from transformers import AutoModelForCausalLM
+    from accounting.crosscheck.hf_counter import transformers_config
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(transformers_config(CONFIGS[name]),
+                                             attn_implementation="sdpa",
+                                             dtype=DTYPE[param_dtype])
+    return model.train()
+
+
+def spec(name):
+    if name.startswith("qwen"):  # not let through yet (recipes.py): transformers' ops asked
+        recipe, config = resolve(replace(translate(CONFIGS[name], "test", name).config,
+                                         mtp_layers=0), from_hf=True,
+                                 implementation="course")
+        return replace(config, attention="sdpa")
+    recipe, config = resolve(translate(CONFIGS[name], "test", name).config, from_hf=True)
+    assert (recipe.implementation, recipe.kernel) == ("transformers", "sdpa")
+    return config
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_saved_tensors_equal_the_hybrids_transformers_ledger(name, mode):
+    autocast, param_dtype = MODES[mode]
+    config = spec(name)
+    model = build(name, param_dtype)
+    shapes = SHAPES["nemotron" if name.startswith("nemotron") else "qwen"]
+    if name.startswith("qwen") and mode != "fp32":  # exactly one chunk (fp32: the xfail below)
+        shapes = shapes + ((2, 64),)
+    for B, T in shapes:
+        want, buffers = expected(config, B, T, autocast, param_dtype)
+        assert measured(model, B, T, autocast) == want, (B, T)
+    # Nemotron-H: no buffer; Qwen: inv_freq and original_inv_freq of d_rot/2, float32
+    assert sum(b.numel() * b.element_size() for b in model.buffers()) == buffers
+
+
+# Qwen3-Next's and Qwen3.5's step: the live bytes at the first log_softmax backward are
+# fewer than planned, by 5,976 (qwen3_next) and 6,240 (qwen3_5_text) bytes at B = 2, T = 5
+# in fp32 and under autocast, though every saved storage matches (the test above, whose
+# weakrefs see them alive after the forward, gc.collect() or not): per DeltaNet layer the
+# tracker misses one (B, h_lv, N_c) and one (B, h_lv, N_c, C_l) fp32 exp output (and
+# qwen3_next's step counters differ: its fused gate_up and q_proj are fewer tensors than the
+# ledger's). Not yet explained (perhaps test_peak.LiveBytes keying storages by data_ptr
+# while the CPU allocator reuses an address before the old storage's finalizer runs);
+# strict, so a fix shows
+QWEN_MOMENTS = pytest.mark.xfail(strict=True, reason="Qwen's boundary moment: ~6 KB fewer "
+                                 "live bytes than planned at B = 2, T = 5 (not explained)")
+
+
+@pytest.mark.slow  # two real steps under a live-storage tracker
+@pytest.mark.parametrize("mode", ["fp32", "autocast"])
+@pytest.mark.parametrize("name", ["nemotron_h", pytest.param("qwen3_next", marks=QWEN_MOMENTS),
+                                  pytest.param("qwen3_5_text", marks=QWEN_MOMENTS)])
+def test_the_two_moments_equal_a_real_step_of_the_hybrids(name, mode):
+    _, param_dtype = MODES[mode]
+    assert_two_moments(build(name, param_dtype), spec(name), mode)
+
+
+# fp32 only: x.transpose(1, 2).to(torch.float32, memory_format=torch.contiguous_format)
+# aliases a float32 input (no copy: suggest_memory_format is already contiguous), F.pad
+# with no padding keeps that transposed layout, and torch.matmul then copies K·β, K (twice)
+# and Q to fold the batch dims; with padding (or a bf16 input) they are contiguous copies.
+# Four (B, h_v, T, d) copies per layer fit T = 64 exactly; at T = 128 (two chunks) two of
+# the four are one chunk's size instead (the loop's slices), so that rule was not kept
+@pytest.mark.xfail(strict=True, reason="fp32, T a multiple of C_l (no padding): "
+                   "transformers' delta rule makes four more (B, h_v, T, d) copies per "
+                   "DeltaNet layer than the ledger (measured at T = 64: 12 more 8,192-byte "
+                   "storages in three layers); not yet modelled, so Qwen stays out of "
+                   "_LAYOUTS")
+@pytest.mark.parametrize("mode", ["fp32"])
+def test_qwen_saves_when_the_chunk_divides_t(mode):
+    autocast, param_dtype = MODES[mode]
+    config = spec("qwen3_next")
+    want, _ = expected(config, 2, 64, autocast, param_dtype)
+    assert measured(build("qwen3_next", param_dtype), 2, 64, autocast) == want
+
+
+def test_qwen_partial_rotary_buffers_by_hand():
+    """Hand algebra from Qwen3NextRotaryEmbedding: inv_freq and original_inv_freq hold
+    d_rot/2 float32 values, d_rot = head_dim · partial_rotary_factor = 8 · 0.25 = 2: 2 · 1 · 4
+    = 8 bytes (the course's buffers would be of d_k/2 = 4 each, 32 bytes)."""
+    lg = ledger(spec("qwen3_next"), None, "none", "transformers", "fp32")
+    assert sum(b.expr().evaluate(lg.values(5, 1)) for b in lg.buffers) == 8
+
+
+def test_qwen_stays_in_the_gap_until_exact():
+    """The published Qwen3.5 and Qwen3-Next config.json files (../shared/frontier/, when
+    present) are still planned with the course's ops (the xfails above say why), and say
+    so."""
+    from accounting.architecture.loaders import read_config
+    for n in ("Qwen3.5-27B", "Qwen3.5-35B-A3B", "Qwen3-Next-80B-A3B-Thinking"):
+        path = FRONTIER / f"{n}.json"
+        if not path.exists():
+            continue
+        config = read_config(str(path))[0]
+        assert transformers_gap(config) is not None, n
+        recipe, _ = resolve(config, from_hf=True)
+        assert recipe.implementation == "course" and "not yet modelled" in recipe.note
+
+
+def test_the_conv_saves_t_plus_k_minus_1_positions_by_hand():
+    """Hand algebra from modeling_nemotron_h.py's causal_conv1d_fn: F.conv1d with padding
+    K − 1 = 3 computes T + K − 1 positions per channel, and F.silu (ACT2FN["silu"]) saves
+    its input, the whole conv output: B·d_xbc·(T + K − 1) fp32 elements, with d_xbc =
+    h·p + 2·G·n = 4·4 + 2·2·3 = 28; at B = 2, T = 20: 2·28·23·4 = 5,152 bytes per Mamba-2
+    layer. The course's conv (an unfold and a bmm) saves its T·K windows instead."""
+    lg = ledger(spec("nemotron_h"), None, "none", "transformers", "fp32")
+    v = lg.values(20, 2)
+    label = "Mamba-2 conv1d output (T + K − 1 positions)"
+    rows = [a for a in lg.activations if a.saved and a.name == label]
+    assert [a.elements.evaluate(v) * 4 for a in rows] == [5152]
+    course = ledger(spec("nemotron_h"), None, "none", "course", "fp32")
+    assert not any(a.name == label for a in course.activations)
+
+
+def test_nemotron_h_is_planned_with_transformers_ops():
+    """The published config.json (../shared/frontier/, when present) and the tiny one: no
+    gap; a Nemotron-H with experts (NemotronHMoE, not measured) stays in it."""
+    assert transformers_gap(spec("nemotron_h")) is None
+    path = FRONTIER / "Nemotron-H-56B-Base-8K.json"
+    if path.exists():
+        from accounting.architecture.loaders import read_config
+        assert transformers_gap(read_config(str(path))[0]) is None
+    config = translate(NEMOTRON_H, "test", "nemotron_h").config
+    assert transformers_gap(replace(config, num_experts=4, experts_per_token=2,
+                                    moe_d_ff=8)) is not None
