@@ -6,7 +6,9 @@ torch.distributed runs) is built once. (`--dist loadgroup` with `xdist_group` ma
 group finer, but pytest-xdist 3.8.0 cannot tag node ids under pytest 9.2, whose Node.nodeid
 is no longer `_nodeid`: the groups are silently split and the builds made twice.) Tests
 marked `slow` are moved to the front of the collection so that these long builds start at
-once instead of ending the run. Nothing is skipped: `slow` only orders (and lets
+once instead of ending the run (the files go to the workers in this order:
+--no-loadscope-reorder in pyproject.toml; xdist's default orders them by their number of
+tests). Nothing is skipped: `slow` only orders (and lets
 `-m "not slow"` leave them out of a quick local run; CI runs everything).
 """
 import os
