@@ -6,12 +6,26 @@ torch.distributed runs) is built once. (`--dist loadgroup` with `xdist_group` ma
 group finer, but pytest-xdist 3.8.0 cannot tag node ids under pytest 9.2, whose Node.nodeid
 is no longer `_nodeid`: the groups are silently split and the builds made twice.) Tests
 marked `slow` are moved to the front of the collection so that these long builds start at
-once instead of ending the run. Nothing is skipped: `slow` only orders (and lets
+once instead of ending the run (the files go to the workers in this order:
+--no-loadscope-reorder in pyproject.toml; xdist's default orders them by their number of
+tests). Nothing is skipped: `slow` only orders (and lets
 `-m "not slow"` leave them out of a quick local run; CI runs everything).
 """
+import os
 import signal
 
 import pytest
+
+# One intra-op thread for torch in each test process and the processes it starts (GNU
+# OpenMP reads OMP_NUM_THREADS when torch is first imported: no plugin imports torch before
+# this file). The suite runs one xdist worker per core, and torch's default of one OpenMP
+# thread per core in each worker oversubscribes the cores: the idle threads' spin-waits
+# between the tiny models' ops cost CPU time that does no work. Measured on the 2-core
+# machine under load: test_architectures.py's saved-tensor checks took 0.34 s of CPU each
+# with 2 threads, 0.017 s with one; the whole file 194 s of CPU, then 90 s. What the tests
+# compare does not depend on it (integer counts, or values within a tolerance, computed in
+# one fixed order). A value already exported is kept.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 def pytest_configure(config):
