@@ -168,6 +168,8 @@ with mode:
     try:
         out["einsum fp32·fp32"] = torch.einsum("bsi,oi->bso", x32, w32).dtype
         out["bmm fp32·fp32"] = torch.bmm(x32, x32.transpose(1, 2)).dtype
+        out["conv1d fp32·fp32"] = torch.nn.functional.conv1d(
+            x32, torch.empty(3, 1, 2, device="cuda"), groups=3).dtype
         out["exp bf16"] = torch.exp(x16).dtype
         out["sum bf16"] = x16.sum(-1, keepdim=True).dtype
         out["pow bf16"] = x16.pow(2).dtype
@@ -202,6 +204,8 @@ def test_the_cuda_policies_are_pytorchs_own():
     assert got == {
         # lower precision: the matmuls (einsum reaches bmm)
         "einsum fp32·fp32": "bfloat16", "bmm fp32·fp32": "bfloat16",
+        # (a depthwise conv1d, as the Mamba-2 and DeltaNet layers' torch path runs it)
+        "conv1d fp32·fp32": "bfloat16",
         # CUDA's float32 list
         "sdpa fp32": "bfloat16",
         "exp bf16": "float32", "sum bf16": "float32", "pow bf16": "float32",
@@ -213,7 +217,7 @@ def test_the_cuda_policies_are_pytorchs_own():
     # and the ledger's CUDA table (accounting/ledger/autocast.py), entry by entry: each op
     # it lists has the policy PyTorch applies, and none is missing from the probes above
     from accounting.ledger.autocast import FP32, LOWER, POLICIES
-    probe = {"bmm": "bmm fp32·fp32", "sdpa": "sdpa fp32", "aten.exp": "exp bf16",
+    probe = {"bmm": "bmm fp32·fp32", "conv1d": "conv1d fp32·fp32", "sdpa": "sdpa fp32", "aten.exp": "exp bf16",
              "aten.sum": "sum bf16", "aten.pow": "pow bf16", "aten.rsqrt": "rsqrt bf16",
              "cross_entropy": "log_softmax bf16"}
     assert set(POLICIES["cuda"]) == set(probe)
