@@ -131,23 +131,43 @@ def test_the_two_moments_equal_a_real_step_of_the_hybrids(name, mode):
     assert_two_moments(build(name, param_dtype), spec(name), mode)
 
 
-# fp32 only: x.transpose(1, 2).to(torch.float32, memory_format=torch.contiguous_format)
-# aliases a float32 input (no copy: suggest_memory_format is already contiguous), F.pad
-# with no padding keeps that transposed layout, and torch.matmul then copies K·β, K (twice)
-# and Q to fold the batch dims; with padding (or a bf16 input) they are contiguous copies.
-# Four (B, h_v, T, d) copies per layer fit T = 64 exactly; at T = 128 (two chunks) two of
-# the four are one chunk's size instead (the loop's slices), so that rule was not kept
-@pytest.mark.xfail(strict=True, reason="fp32, T a multiple of C_l (no padding): "
-                   "transformers' delta rule makes four more (B, h_v, T, d) copies per "
-                   "DeltaNet layer than the ledger (measured at T = 64: 12 more 8,192-byte "
-                   "storages in three layers); not yet modelled, so Qwen stays out of "
-                   "_LAYOUTS")
-@pytest.mark.parametrize("mode", ["fp32"])
-def test_qwen_saves_when_the_chunk_divides_t(mode):
-    autocast, param_dtype = MODES[mode]
-    config = spec("qwen3_next")
-    want, _ = expected(config, 2, 64, autocast, param_dtype)
-    assert measured(build("qwen3_next", param_dtype), 2, 64, autocast) == want
+# fp32, C_l dividing T: x.transpose(1, 2).to(torch.float32, memory_format=
+# torch.contiguous_format) aliases a float32 input, F.pad with nothing to pad keeps that
+# transposed layout, and torch.matmul copies the operands whose batch dims do not fold:
+# four (B, h_lv, T, d_lk) copies in the intra-chunk products unless B = N_c = 1, and, for
+# B > 1, each later chunk's decayed Q and K slice in the scan instead of the whole tensors
+# (builder/delta.py ALIASED). Before the rule: 12 more 8,192-byte storages at B = 2,
+# T = 64; 6 of 16,384 and 6 of 8,192 bytes at T = 128 (three DeltaNet layers). B = 1: the
+# scan's slices fold; T = 64 then folds everything; T = 100 pads (real copies)
+@pytest.mark.parametrize("name", ["qwen3_next", "qwen3_5_text"])
+def test_qwen_saves_when_the_chunk_divides_t(name):
+    autocast, param_dtype = MODES["fp32"]
+    config, model = spec(name), build(name, param_dtype)
+    for B, T in ((2, 64), (2, 128), (2, 192), (1, 64), (1, 128), (2, 100)):
+        want, _ = expected(config, B, T, autocast, param_dtype)
+        assert measured(model, B, T, autocast) == want, (B, T)
+
+
+def test_the_unpadded_copies_by_hand():
+    """Hand algebra for the fp32 rule above (qwen3_next: h_lv = 4, d_lk = 4, C_l = 64, three
+    DeltaNet layers): at B = 2, T = 128 the intra-chunk copies are 4 · 2·4·128·4 · 4 bytes =
+    4 · 16,384 per layer, the scan's slices 2 · (N_c − 1) · 2·4·64·4 · 4 = 2 · 8,192, less
+    the whole decayed Q and K (2 · 16,384) no longer saved: 2 · 16,384 + 2 · 8,192 = 49,152
+    bytes per layer, 147,456 in all; at B = 1, T = 64 nothing (everything folds)."""
+    lg = ledger(spec("qwen3_next"), None, "none", "transformers", "fp32")
+
+    def saved(B, T):
+        v = lg.values(T, B)
+        return {a.name: SIZE[a.dtype] * a.elements.evaluate(v) * a.count(v)
+                for a in lg.activations if a.saved}
+    rows = saved(2, 128)
+    assert sum(b for n, b in rows.items() if "torch.matmul's" in n) == 3 * (4 * 16384 + 2 * 8192)
+    assert rows["decayed Q"] == rows["decayed K"] == 0
+    assert sum(b for n, b in saved(1, 64).items() if "torch.matmul's" in n) == 0
+    # the padded branch keeps the whole decayed Q and K (T = 100: N_c = 2), no copies
+    rows = saved(2, 100)
+    assert rows["decayed Q"] == rows["decayed K"] == 3 * 2 * 4 * 128 * 4 * 4
+    assert not any(b for n, b in rows.items() if "torch.matmul's" in n)
 
 
 def test_qwen_partial_rotary_buffers_by_hand():
