@@ -227,8 +227,13 @@ class GatedDeltaNet:
                     "decayed Q", saved_if=VIEWED if aliased else ONLY_LATER)
         last = t.binary("aten.sub", cum, t.view(cum, ("B", "h_lv", "N_c", "1")),
                         "cum_last − cum", k)
+        # only the state updates read these two exps; with one chunk there is none (model/
+        # delta.py) or only the last (transformers: its state returned for a cache, dropped
+        # without one), and autograd frees them (measured with weakrefs without saved-tensor
+        # hooks, and by the live-storage tracker: tests/test_transformers_hybrid.py)
+        dead = ONLY_LATER
         el = t.unary("aten.exp", last, "exp(cum_last − cum)", k, saves="output",
-                     out="exp(cum_last − cum)")
+                     out="exp(cum_last − cum)", saved_if=dead)
         kd = t.name(t.binary("aten.mul", kk, t.view(el, HEADS + lk), "K · exp(cum_last − cum)", k),
                     "decayed K", saved_if=VIEWED if aliased else ONLY_LATER)
         if aliased:  # the scan's matmuls copy each later chunk's slice (ALIASED above)
@@ -237,7 +242,7 @@ class GatedDeltaNet:
                                 f"{label}, one chunk's slice (torch.matmul's copy)",
                                 storages="N_c-1", saved_if=SLICE), "bmm (the scan)")
         decay = t.unary("aten.exp", t.view(cum, chunk), "exp(cum_last)", k, saves="output",
-                        out="chunk decay exp(cum_last)")
+                        out="chunk decay exp(cum_last)", saved_if=dead)
         rest = ("B", "h_lv", "N_c-1")
         return self.scan(u, w, qd, intra, kd, t.view(decay, rest + ("1", "1")), mixed.dtype)
 
