@@ -325,8 +325,13 @@ def saved_tensors(model, ids, targets, use_cache=None):
     packed = []
 
     def pack(t):
-        packed.append((weakref.ref(t), stack[-1] if stack else "loss"))
-        return t
+        # a detached alias (same storage): returning t itself would make a saved output and
+        # its grad_fn a cycle that nothing frees, keeping alive what an op off the loss's
+        # graph saved (transformers' delta rule's last state update, dropped without a
+        # cache: measured, tests/test_transformers_hybrid.py test_the_hook_cycle)
+        d = t.detach()
+        packed.append((weakref.ref(d), stack[-1] if stack else "loss"))
+        return d
     try:
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
             logits = model(ids) if use_cache is None else model(ids, use_cache=use_cache).logits

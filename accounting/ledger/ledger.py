@@ -17,7 +17,7 @@ from accounting.ledger import records as R
 from accounting.ledger.builder.moe import expert_capacity
 from accounting.architecture.config import ModelConfig
 from accounting.runtime.errors import UsageError
-from accounting.ledger.symbols import SAVED_AS_BLOCK_INPUT, Expr
+from accounting.ledger.symbols import FOLD, SAVED_AS_BLOCK_INPUT, SLICE, VIEWED, Expr
 
 
 @dataclass(frozen=True)
@@ -145,6 +145,12 @@ class Ledger:
                         "C_l": chunk, "N_c": -(-seq // chunk), "N_c-1": -(-seq // chunk) - 1,
                         "[N_c>1]": int(seq > chunk),
                         "P_L": chunk * (chunk - 1) // 2})
+            # transformers' fp32 delta rule without padding (builder/delta.py ALIASED): its
+            # torch.matmul copies what it cannot fold into one batch dim
+            whole = seq % chunk == 0
+            out.update({FOLD: int(whole and (batch > 1 or seq > chunk)),
+                        SLICE: int(whole and batch > 1),
+                        VIEWED: int(seq > chunk and not (whole and batch > 1))})
         if c.mamba_heads is not None:  # Mamba-2 layers (builder/mamba.py)
             h, p, n, g, chunk = (c.mamba_heads, c.mamba_head_dim, c.ssm_state, c.mamba_groups,
                                  c.mamba_chunk)

@@ -80,6 +80,13 @@ SYMBOLS: dict[str, str] = {
     "N_c": "chunks, ⌈T/C_l⌉ (the sequence padded to N_c·C_l)",
     "N_c-1": "chunks less one: the state updates of a forward without a cache",
     "[N_c>1]": "1 with two chunks or more, else 0: what only the scan's later chunks save",
+    "[C_l∣T,B·N_c>1]": ("1 when C_l divides T (no padding) and B > 1 or N_c > 1, else 0: "
+                        "transformers' fp32 delta rule, whose intra-chunk torch.matmul copies "
+                        "Q, K and K·β to fold (B, h_lv, N_c)"),
+    "[C_l∣T,B>1]": ("1 when C_l divides T and B > 1, else 0: transformers' fp32 delta rule's "
+                    "scan, whose torch.matmul copies each chunk's decayed Q and K slice"),
+    "[N_c>1,¬(C_l∣T,B>1)]": ("[N_c>1] less [C_l∣T,B>1]'s case: the scan's matmuls read the "
+                             "whole decayed Q and K in place"),
     "[T≥W]": "1 once T reaches the window W, else 0: transformers' sliding-layer mask and repeat_kv",
     "[T≥C_a]": "1 once T reaches the chunk C_a, else 0: transformers' chunked-layer mask and repeat_kv",
     "[T<C_a]": "1 below the chunk C_a, else 0: SDPA reads the K/V heads as they are (enable_gqa)",
@@ -239,6 +246,9 @@ class Expr:
             chunks = chunks_expr(values["C_l"], values["T"])
             e = e.substitute("N_c", chunks).substitute("N_c-1", chunks + Expr({(): -1}))
             e = e.substitute("[N_c>1]", Expr({(): values["[N_c>1]"]}))  # constant on the branch
+        for flag in DELTA_FLAGS:  # constant on T's branch mod C_l (and B's: 1 or more)
+            if {"T", "B"} & set(keep) and flag in e.symbols():
+                e = e.substitute(flag, Expr({(): values[flag]}))
         if "T" in keep and "(T+1)" in e.symbols():  # gpt-oss's sink column
             e = e.substitute("(T+1)", Expr({("T",): 1, (): 1}))
         if "T" in keep and "T+K-1" in e.symbols():  # F.conv1d's padded output (hf_mamba.py)
@@ -361,6 +371,12 @@ def chunk_pairs_expr(chunk: int, seq: int) -> Expr:
     return Expr({("T",): Fraction(chunk + 1, 2), (): Fraction(r * (r - chunk), 2)})
 
 
+# transformers' fp32 delta rule with T a multiple of C_l (builder/delta.py): what its
+# torch.matmul copies depends on B = 1 or not as well as on T's branch
+FOLD, SLICE, VIEWED = "[C_l∣T,B·N_c>1]", "[C_l∣T,B>1]", "[N_c>1,¬(C_l∣T,B>1)]"
+DELTA_FLAGS = (FOLD, SLICE, VIEWED)
+
+
 def chunks_expr(chunk: int, seq: int) -> Expr:
     """N_c = ⌈T/C_l⌉ in T on the branch holding `seq`: (T + p)/C_l with p = (C_l − T mod
     C_l) mod C_l, the padding (linear in T)."""
@@ -392,6 +408,8 @@ def validity(e: Expr, values: dict[str, int]) -> str:
     if "[N_c>1]" in e.symbols():
         c = values["C_l"]
         parts.append(f"T > C_l = {c:,}" if values["T"] > c else f"T ≤ C_l = {c:,}")
+    if set(DELTA_FLAGS) & e.symbols():
+        parts.append("B = 1" if values["B"] == 1 else "B > 1")
     if {"N_m", "N_m+1", "[N_m>1]", "[N_m=1]"} & e.symbols():
         c, seq = values["C_m"], values["T"]
         parts.append(f"T mod C_m = {seq % c:,} (C_m = {c:,}: chunks of the SSD scan)")

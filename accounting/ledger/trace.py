@@ -230,9 +230,9 @@ class Trace(Regions, KernelOps):
     # may be saved or the course's list counts it. Outputs keep their first operand's
     # layout (TensorIterator preserves strides), so a permuted input gives a permuted output.
     def _output(self, like: Sym, dtype: str, grad: bool, shape: tuple[str, ...], out: str,
-                course: str) -> Sym:
+                course: str, saved_if: str | None = None) -> Sym:
         y = Sym(shape, dtype, grad=grad, contiguous=like.contiguous)
-        return self.name(y, out, course) if out else y
+        return self.name(y, out, course, saved_if=saved_if) if out else y
 
     def binary(self, op: str, a: Sym, b: Sym | None, label: str, component: str,
                out: str = "", course: str = "") -> Sym:
@@ -259,11 +259,11 @@ class Trace(Regions, KernelOps):
         return y
 
     def unary(self, op: str, x: Sym, label: str, component: str, saves: str = "",
-              out: str = "", course: str = "") -> Sym:
+              out: str = "", course: str = "", saved_if: str | None = None) -> Sym:
         """An elementwise function; saves its "input" (pow, erf) or "output" (sqrt, exp,
-        sigmoid, tanh) when a gradient flows."""
+        sigmoid, tanh) when a gradient flows (saved_if: as name()'s)."""
         (x,), dtype = self._autocast(op, x)
-        y = self._output(x, dtype, x.grad, x.shape, out, course)
+        y = self._output(x, dtype, x.grad, x.shape, out, course, saved_if)
         desc = self._record(op, label, component, y.shape)
         self._reads(desc, x)
         if x.grad and saves:

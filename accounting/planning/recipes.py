@@ -165,7 +165,7 @@ _NEMOTRON_H = {"mlp", "positions", "block", "layer_types", "conv_kernel", "conv_
                "mamba_dt_min", "mamba_bias"}
 
 # Qwen3-Next's and Qwen3.5's (Qwen3NextForCausalLM, Qwen3_5ForCausalLM, Qwen3_5MoeForCausalLM,
-# measured in part: tests/test_transformers_hybrid.py; not in _LAYOUTS yet): (1 + w) norms, gated attention with partial
+# measured: tests/test_transformers_hybrid.py): (1 + w) norms, gated attention with partial
 # rotary (Qwen3.5's M-RoPE cos/sin per sequence), the gated DeltaNet on transformers' torch
 # path (builder/delta.py hf), the sparse block with its gated shared expert; transformers
 # builds no MTP module (resolve plans none)
@@ -179,11 +179,16 @@ _LAYOUTS = ((gemma3_layout, _GEMMA3), (cohere_layout, _COHERE), (gpt_oss_layout,
             (gemma2_layout, _GEMMA2), (deepseek_v3_layout, _DEEPSEEK_V3),
             (partial(deepseek_v3_layout, indexer=True), _DEEPSEEK_V32),
             (deepseek_v2_layout, _DEEPSEEK_V2), (llama4_layout, _LLAMA4), (gpt2_layout, _GPT2),
-            (gemma4_layout, _GEMMA4), (nemotron_h_layout, _NEMOTRON_H))
-# Qwen3-Next's and Qwen3.5's ops are built (qwen3_next_layout, _QWEN_NEXT) and their saves
-# equal transformers' at T = 5 and 70, but not yet when C_l divides T (no padding: four more
-# copies per DeltaNet layer, tests/test_transformers_hybrid.py), nor the step's boundary
-# moment (about 6 KB on the tiny config): not let through until they are
+            (gemma4_layout, _GEMMA4), (nemotron_h_layout, _NEMOTRON_H),
+            (lambda c: qwen3_next_layout(c) and _grouped_delta(c), _QWEN_NEXT))
+
+
+def _grouped_delta(c: ModelConfig) -> bool:
+    """Grouped DeltaNet heads (h_lk ≠ h_lv, every published Qwen3-Next and Qwen3.5) or none:
+    with h_lk = h_lv transformers skips repeat_interleave, and in fp32 with C_l dividing T
+    its delta rule then reads the conv output's layout, whose torch.matmul copies are not
+    modelled (builder/delta.py ALIASED)."""
+    return c.linear_key_heads is None or c.linear_key_heads != c.linear_value_heads
 
 
 def eager_only(config: ModelConfig) -> str | None:
@@ -218,8 +223,8 @@ def transformers_gap(config: ModelConfig) -> str | None:
     eager = f"; transformers runs it without SDPA ({why})" if why else ""
     return (f"{', '.join(other[:3])}{' …' if len(other) > 3 else ''} (transformers' ops are "
             f"measured for the GPT-2, Llama, Mistral, Qwen2, Qwen3, Qwen3-MoE, Mixtral, OLMo-2, "
-            f"Gemma 2, Gemma 3, Gemma 4, Cohere, gpt-oss, DeepSeek-V2/V3/V3.2, Llama 4 and "
-            f"Nemotron-H layouts only{eager})")
+            f"Gemma 2, Gemma 3, Gemma 4, Cohere, gpt-oss, DeepSeek-V2/V3/V3.2, Llama 4, "
+            f"Nemotron-H, Qwen3-Next and Qwen3.5 layouts only{eager})")
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from accounting.ledger.trace import Sym, Trace
 from accounting.ledger.builder.common import DELTA_RULE, GATED_NORM, NORM_PARAMS, Arch
 from accounting.ledger.builder.layers import Linear
 from accounting.ledger.builder.recurrent import CausalConv1d, causal_conv
+from accounting.ledger.symbols import FOLD, SLICE, VIEWED
 from accounting.ledger.builder import hf_mamba
 from accounting.units import FP32
 from accounting.ledger import autocast as AC
@@ -64,6 +65,10 @@ class GatedDeltaNet:
         # transformers' torch_chunk_gated_delta_rule (Qwen3-Next, Qwen3.5: builder/hf_delta
         # notes in GatedDeltaNet.rule): its matmuls read the solve's column-major W in place
         self.hf = t.hf_qwen_next
+        # transformers repeat_interleaves grouped heads (h_lk ≠ h_lv): contiguous (B, T, h_lv,
+        # d_lk) queries and keys, whose transpose(1, 2) is the layout ALIASED below reads
+        self.interleaved = c.linear_key_heads != c.linear_value_heads
+        self.multi_head = c.linear_value_heads > 1
         if self.hf:
             self.w_copy = False
         with t.scope("linear_attn"):
@@ -159,7 +164,22 @@ class GatedDeltaNet:
         v = t.copy(mixed, per_head + lv)
         beta = t.copy(beta, per_head)
         g = t.copy(g, per_head)
-        if self.hf:  # x.transpose(1, 2).to(torch.float32, memory_format=contiguous_format)
+        # ALIASED: in float32, x.transpose(1, 2).to(torch.float32, memory_format=
+        # contiguous_format) returns x's transpose itself (Tensor.to aliases when the dtype
+        # matches and suggest_memory_format() is already contiguous_format, as it is for
+        # any 4-d tensor not channels-last: aten/src/ATen/native/TensorConversions.cpp
+        # to_will_alias), the L2 norm and the scaling keep that (B, h_lv, T, d_lk) layout of
+        # strides (T·h_lv·d_lk, d_lk, h_lv·d_lk, 1), and F.pad with nothing to pad (C_l
+        # divides T) keeps it too. torch.matmul (aten/src/ATen/native/LinearAlgebra.cpp
+        # _matmul_impl) reshapes each operand's batch dims into one for bmm: a copy where
+        # they do not fold, and bmm saves the copies. (B, h_lv, N_c) folds only if h_lv = 1
+        # or B = N_c = 1 (B with N_c folds: T·h·d = N_c·C_l·h·d; h with N_c never); one
+        # chunk's (B, h_lv) only if B = 1 or h_lv = 1. Measured: tests/test_transformers_hybrid.py
+        # (B = 1, 2; T = 64, 128, 192). Padding, a bf16 input or autocast make real copies.
+        # Ungrouped heads (h_lk = h_lv) come in the conv output's layout instead: not
+        # modelled (recipes.py keeps them in the gap)
+        aliased = self.hf and mixed.dtype == FP32 and self.interleaved and self.multi_head
+        if self.hf:
             q, kk, v, beta, g = (Sym(x.shape, FP32, x.grad) for x in (q, kk, v, beta, g))
         q = t.name(q, "Q (heads, float32 copy)")
         kk = t.name(kk, "K (heads, float32 copy)")
@@ -185,6 +205,10 @@ class GatedDeltaNet:
         ut = t.name(ut, "UT system (K·β Kᵀ ⊙ decay)")
         intra = Sym(HEADS + ("C_l",), t.matmul(q, kk, _mm(t, "Q Kᵀ (intra-chunk)", chunk,
                                                           ("C_l",), lk, ("C_l",))))
+        if aliased:  # bmm saves torch.matmul's copies (ALIASED above)
+            for label, by in (("K·β", "K·β Kᵀ"), ("Kᵀ", "K·β Kᵀ"), ("Q", "Q Kᵀ"), ("Kᵀ", "Q Kᵀ")):
+                t._saves(t.name(t.copy(k_beta), f"{label} (torch.matmul's batch-folding copy, "
+                                f"for {by})", saved_if=FOLD), f"bmm ({by})")
         intra = t.binary("aten.mul", t.name(intra, "Q Kᵀ"), pair, "· pairwise decay", k)
         intra = t.name(intra, "intra-chunk attention (Q Kᵀ ⊙ decay)")
         ec = t.unary("aten.exp", cum, "exp(cum)", k, saves="output", out="exp(cum)")
@@ -200,15 +224,25 @@ class GatedDeltaNet:
             w = t.name(t.copy(w), "W (row-major copy)", saved_if=ONLY_LATER)
         eq = t.unary("aten.exp", cum, "exp(cum) (again)", k, saves="output", out="exp(cum) (again)")
         qd = t.name(t.binary("aten.mul", q, t.view(eq, HEADS + lk), "Q · exp(cum)", k),
-                    "decayed Q", saved_if=ONLY_LATER)
+                    "decayed Q", saved_if=VIEWED if aliased else ONLY_LATER)
         last = t.binary("aten.sub", cum, t.view(cum, ("B", "h_lv", "N_c", "1")),
                         "cum_last − cum", k)
+        # only the state updates read these two exps; with one chunk there is none (model/
+        # delta.py) or only the last (transformers: its state returned for a cache, dropped
+        # without one), and autograd frees them (measured with weakrefs without saved-tensor
+        # hooks, and by the live-storage tracker: tests/test_transformers_hybrid.py)
+        dead = ONLY_LATER
         el = t.unary("aten.exp", last, "exp(cum_last − cum)", k, saves="output",
-                     out="exp(cum_last − cum)")
+                     out="exp(cum_last − cum)", saved_if=dead)
         kd = t.name(t.binary("aten.mul", kk, t.view(el, HEADS + lk), "K · exp(cum_last − cum)", k),
-                    "decayed K", saved_if=ONLY_LATER)
+                    "decayed K", saved_if=VIEWED if aliased else ONLY_LATER)
+        if aliased:  # the scan's matmuls copy each later chunk's slice (ALIASED above)
+            for label in ("decayed Q", "decayed Kᵀ"):
+                t._saves(t.name(t.fresh(("B", "h_lv", "N_c-1", "C_l", "d_lk"), FP32),
+                                f"{label}, one chunk's slice (torch.matmul's copy)",
+                                storages="N_c-1", saved_if=SLICE), "bmm (the scan)")
         decay = t.unary("aten.exp", t.view(cum, chunk), "exp(cum_last)", k, saves="output",
-                        out="chunk decay exp(cum_last)")
+                        out="chunk decay exp(cum_last)", saved_if=dead)
         rest = ("B", "h_lv", "N_c-1")
         return self.scan(u, w, qd, intra, kd, t.view(decay, rest + ("1", "1")), mixed.dtype)
 
