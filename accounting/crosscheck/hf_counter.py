@@ -112,12 +112,14 @@ def build(data: Mapping, device: str = "meta", experts: str | None = None) -> to
     return model.eval()  # no dropout: the tool's model has none
 
 
-def measure(data: Mapping, seq: int, batch: int = 1, phase: str = FORWARD) -> HFMeasurement:
-    """Count transformers' model of `data` (a config.json object) for one workload."""
+def measure(data: Mapping, seq: int, batch: int = 1, phase: str = FORWARD,
+            model: torch.nn.Module | None = None) -> HFMeasurement:
+    """Count transformers' model of `data` (a config.json object) for one workload; `model`:
+    build(data)'s model, where the caller already built it (it is built here otherwise)."""
     import transformers
     seconds: dict[str, float] = {}
     t = time.perf_counter()
-    model = build(data)
+    model = build(data) if model is None else model
     seconds["build"] = time.perf_counter() - t
 
     passes = PHASES[phase]
