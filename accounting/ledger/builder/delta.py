@@ -292,12 +292,7 @@ class GatedDeltaNet:
         if hf:
             return self.hf_gated_norm(x, z, scope)
         with t.scope(scope):
-            x = t.cast(x, R.FP32, "delta rule output (fp32 copy)")
-            sq = t.unary("aten.pow", x, "x²", k, saves="input")
-            ms = t.reduce("aten.mean", sq, ("d_lv",), "mean over d_lv", k)
-            e = t.binary("aten.add", ms, None, "+ eps", k)
-            inv = t.unary("aten.rsqrt", e, "rsqrt", k, saves="output", out="norm: rsqrt")
-            h = t.name(t.binary("aten.mul", x, inv, "x · rsqrt", k), "norm: x · rsqrt")
+            h = self._normalized(x)
             h = t.name(t.binary("aten.mul", h, self.norm_weight, "· weight", k), "norm: · weight")
             zs = t.unary("aten.sigmoid", z, "sigmoid(z)", k, saves="output", out="sigmoid(z)")
             if gate == "sigmoid":
@@ -307,17 +302,23 @@ class GatedDeltaNet:
                 y = t.binary("aten.mul", h, silu, "· SiLU(z)", k)
         return t.name(y, "gated norm output (out_proj input)")
 
+    def _normalized(self, x: Sym) -> Sym:
+        """x · rsqrt(mean(x²) + eps) over d_lv in float32: the gated norms' common start
+        (model/'s GatedRMSNorm and transformers' Qwen3NextRMSNormGated alike)."""
+        t, k = self.t, GATED_NORM
+        x = t.cast(x, R.FP32, "delta rule output (fp32 copy)")
+        sq = t.unary("aten.pow", x, "x²", k, saves="input")
+        ms = t.reduce("aten.mean", sq, ("d_lv",), "mean over d_lv", k)
+        e = t.binary("aten.add", ms, None, "+ eps", k)
+        inv = t.unary("aten.rsqrt", e, "rsqrt", k, saves="output", out="norm: rsqrt")
+        return t.name(t.binary("aten.mul", x, inv, "x · rsqrt", k), "norm: x · rsqrt")
+
     def hf_gated_norm(self, x: Sym, z: Sym, scope: str) -> Sym:
         """Qwen3NextRMSNormGated.forward (transformers 5.23 modeling_qwen3_next.py)."""
         t, k = self.t, GATED_NORM
         in_dtype = x.dtype
         with t.scope(scope):
-            x = t.cast(x, R.FP32, "delta rule output (fp32 copy)")
-            sq = t.unary("aten.pow", x, "x²", k, saves="input")
-            ms = t.reduce("aten.mean", sq, ("d_lv",), "mean over d_lv", k)
-            e = t.binary("aten.add", ms, None, "+ eps", k)
-            inv = t.unary("aten.rsqrt", e, "rsqrt", k, saves="output", out="norm: rsqrt")
-            h = t.name(t.binary("aten.mul", x, inv, "x · rsqrt", k), "norm: x · rsqrt")
+            h = self._normalized(x)
             h = t.cast(h, in_dtype, "norm: x · rsqrt (cast to the input's dtype)")
             h = t.name(t.binary("aten.mul", h, self.norm_weight, "· weight", k), "norm: · weight")
             z32 = t.cast(z, R.FP32, "z (fp32 copy)")
