@@ -47,7 +47,13 @@ def test_table_5_first_stage_reserves_fsdp2s_side_streams():
     gradients = 15 * _segment(_BLOCK * 4 // 8) + _segment(_EMBEDDING * 4 // 8)
     gathers = 2 * _segment(_BLOCK * 2)
     assert (gradients, gathers) == (3_152_019_456, 1_598_029_824)
-    assert gradients + gathers <= a.reserved - a.allocated < gradients + gathers + 16 * MiB
+    # the allocated peak also holds async TP's symmetric-memory workspace, which is outside
+    # the caching allocator's segments (stack_memory.async_tp_workspace): by hand the larger
+    # of the fp8 gather shard, 4·(8,192/8)·16,384·1, and two bf16 reduce-scatter chunks,
+    # 2·4·(8,192/8)·16,384·2 = 256 MiB
+    workspace = 2 * 4 * (8192 // 8) * 16384 * 2
+    in_allocator = a.allocated - workspace
+    assert gradients + gathers <= a.reserved - in_allocator < gradients + gathers + 16 * MiB
     assert a.ratio >= Fraction(9, 10), float(a.ratio)  # 82.5 GiB measured; 0.85 before
 
 

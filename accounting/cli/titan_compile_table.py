@@ -58,13 +58,13 @@ def markdown() -> str:
                      f"{'yes' if x.in_reserved else 'no'} | {x.async_tp} |")
     lines.append("")
     for row, a, cands, block in rows:
-        # the plan's reserved figure holds every tensor of the moment; torch's counts only
-        # the caching allocator's segments (async TP's workspace is outside them)
+        # the plan's reserved figure, as torch's, counts only the caching allocator's
+        # segments: async TP's workspace is outside them (in the allocated peak and verdict)
         outside = sum(x.bytes for x in cands if x.at_peak and not x.in_reserved)
-        ours = (a.reserved - outside) / _GIB
-        note = f" ({ours:.1f} GiB in the caching allocator)" if outside else ""
+        ours = a.reserved / _GIB
+        note = f" (and {outside / _GIB:.1f} GiB of symmetric memory outside it)" if outside else ""
         lines.append(f"{row}: measured {float(a.run.measured_gib):.1f} GiB, plan "
-                     f"{a.reserved / _GIB:.1f} GiB reserved{note}, gap "
+                     f"{ours:.1f} GiB reserved{note}, gap "
                      f"{float(a.run.measured_gib) - ours:.1f} GiB; the candidates explain "
                      f"{TC.explained(cands) / _GIB:.1f} GiB of it. A block's backward: "
                      f"{block / _GIB:.1f} GiB allocated, {TC.transients(cands) / _GIB:.1f} "

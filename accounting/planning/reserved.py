@@ -129,6 +129,13 @@ def stage(s, b: int, per_layer, in_flight_layers: int, arch: str | None,
     (parallel/fsdp_streams.py SidePools), reserved beside the default stream's; its sharded
     gradients live in the reduce-scatter stream's, so they are not HISTORY here."""
     allocated, moment = s.peak_moment(b)
+    # device memory the caching allocator does not hand out (Item.outside_allocator: async
+    # TP's symmetric-memory workspace) is in the allocated peak and the verdict, never in
+    # its segments: the reserved figure is what torch.cuda.max_memory_reserved shows
+    outside = s.outside_allocator(b, moment)
+    allocated -= outside
+    if capacity is not None:
+        capacity -= outside
     if moment is None:
         return allocated
     numels = [t.numel for u in s.states.units for t in u.tensors]
@@ -136,7 +143,7 @@ def stage(s, b: int, per_layer, in_flight_layers: int, arch: str | None,
     groups: list[tuple[int, int]] = []
     grads: list[tuple[int, int]] = []
     for i in s.items:
-        if i.activations or not i.on_gpu:
+        if i.activations or not i.on_gpu or getattr(i, "outside_allocator", False):
             continue
         if not moment.holds(i):
             if moment.activations and i.model_state and i.name.startswith("gradients"):

@@ -44,6 +44,11 @@ class Item:
     # schedule reduces each chunk's accumulation after that chunk's last backward
     # (peak.Moment.chunk)
     per_chunk: tuple[int, ...] = ()
+    # device memory the caching allocator does not hand out (async TP's symmetric-memory
+    # workspace: CUDASymmetricMemoryAllocator's cuMemCreate): counted in the allocated peak
+    # and the fit verdict, never in the reserved figure (torch.cuda.max_memory_reserved's
+    # segments; planning/reserved.py stage)
+    outside_allocator: bool = False
 
 
 def stage_buffers(sp: Split, values: dict[str, int], kinds: tuple[tuple[str, int], ...]) -> int:

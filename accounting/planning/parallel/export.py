@@ -52,6 +52,9 @@ def to_dict(p: ParallelPlan) -> dict:
            "peak_moment": p.peak_moment.name if p.peak_moment else None,
            "memory_per_gpu_items_bytes": p.items_total,
            "memory_per_gpu_reserved_bytes": p.reserved,
+           # of memory_per_gpu_bytes, the device memory outside the caching allocator
+           # (async TP's symmetric-memory workspace): in the verdict, not in the reserved
+           "memory_per_gpu_outside_allocator_bytes": p.outside_allocator,
            "stack": stack_dict(p), "model_states_per_gpu_bytes": p.model_states,
            "per_layer_activation_bytes": p.per_layer_activation_bytes,
            "per_layer_activations": [{"name": n, "bytes": v} for n, v in p.per_layer],

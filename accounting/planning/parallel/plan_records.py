@@ -110,6 +110,13 @@ class StagePlan:
     def peak(self, b: int) -> int:
         return self.peak_moment(b)[0]
 
+    def outside_allocator(self, b: int, moment: PK.Moment | None = None) -> int:
+        """Of the bytes live at `moment` (every item's where None), those the caching
+        allocator does not hand out (Item.outside_allocator: async TP's symmetric memory)."""
+        return sum(i.bytes.at(b) for i in self.items
+                   if i.on_gpu and getattr(i, "outside_allocator", False)
+                   and (moment is None or moment.holds(i)))
+
     @property
     def model_states(self) -> int:
         return sum(i.bytes.c for i in self.items if i.on_gpu and i.model_state)
@@ -225,6 +232,14 @@ class ParallelPlan:
                      capacity=self.hardware.memory_bytes if self.hardware is not None else None,
                      offload_stream=self.per_layer if "activations" in self.offload else (),
                      pools=w.pools)
+
+    @property
+    def outside_allocator(self) -> int:
+        """Of the worst GPU's allocated peak, the device memory outside the caching
+        allocator (async TP's symmetric-memory workspace): counted by the verdict, not by
+        the reserved figure (torch.cuda.max_memory_reserved)."""
+        w = self.worst
+        return w.outside_allocator(self.layout.micro_batch, self.peak_moment)
 
     @property
     def items_total(self) -> int:

@@ -21,6 +21,14 @@ The ring's forward (run again under full recomputation) gathers the same K and V
 frees them when it returns; its merger's fp32 output is smaller than the backward's set.
 The per-step outputs of the SDPA backward kernel are what one GPU's attention backward
 makes too (not modelled, as on one GPU: peak.py).
+
+The same buffers hold for the ring torchtitan's 2024-12 benchmarks ran (torch 1963fc8, not
+stored; its generation of torch/distributed/tensor/experimental/_attention.py read in
+paolodedios/pytorch at 0126578: the DeviceMesh-based module with set_rotate_method,
+pytorch #142093): it reached the ring through DTensor's custom SDPA handlers instead of
+2.13's function mode, and its _templated_ring_attention_backward allocates statement for
+statement what 2.13's does (the _AllGatherRotater's one gather, the fp32 zeros_like
+gradients, the ALL_TO_ALL dK/dV ring); no per-step output is kept, nothing per layer.
 """
 from __future__ import annotations
 

@@ -202,8 +202,19 @@ def async_tp_workspace(run: StackRun, c, layout: Layout, precision: Precision,
     rows = -(-seq // layout.tp)
     gather = 1 if precision.fp8 in run.stack.fp8_tp_gathers else 2
     per_b = max(rows * c.d_model * gather, 2 * rows * c.d_model * 2)
+    # Outside the caching allocator (Item.outside_allocator): get_symm_mem_workspace's
+    # _SymmetricMemory.empty_strided_p2p goes to the symmetric-memory backend's allocator,
+    # CUDASymmetricMemoryAllocator::alloc (torch/csrc/distributed/c10d/symm_mem/
+    # CUDASymmetricMemory.cu, read at pytorch 029e473; in 2024-12, torch 1963fc8's
+    # generation, torch/csrc/distributed/c10d/CUDASymmetricMemory.cu, the same calls): the
+    # driver's cuMemCreate of round_up(size, 16) + the signal pad, rounded up to the
+    # allocation granularity, mapped by cuMemMap; c10's CUDACachingAllocator never sees it,
+    # so torch.cuda.max_memory_reserved (what torchtitan reports) does not count it.
     return Item("async TP symmetric-memory workspace (one per TP group)",
                 "max(b·⌈T/tp⌉·d_model·g, 2·b·⌈T/tp⌉·d_model·2)", A.Linear(per_b, 0),
                 note="torch/distributed/_symmetric_memory get_symm_mem_workspace: grown to "
-                     "the largest request, kept; allocated outside the caching allocator")
+                     "the largest request, kept; allocated outside the caching allocator "
+                     "(CUDASymmetricMemoryAllocator::alloc: cuMemCreate), so outside "
+                     "max_memory_reserved",
+                outside_allocator=True)
 

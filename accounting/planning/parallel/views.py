@@ -81,7 +81,10 @@ def summary_table(p: ParallelPlan) -> Table:
                         + (f" on stage {w.stage}" if lo.pp > 1 else "")
                         + f" (the items below sum to {_gb(p.items_total)}); reserved at least "
                           f"{_gb(p.reserved)} (the caching allocator's blocks; the verdict is "
-                          "the allocated)"))
+                          "the allocated)"
+                        + (f"; of the allocated, {_gb(p.outside_allocator)} outside the caching "
+                           "allocator (async TP's symmetric memory: not in the reserved)"
+                           if p.outside_allocator else "")))
     if p.fit is not None:
         f = p.fit
         verdict = (f"fits: {_gb(f.headroom)} to spare of {_gb(f.budget.usable)} usable"
