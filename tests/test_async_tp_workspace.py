@@ -66,28 +66,6 @@ def _docs() -> str:
                     .read_text().split())
 
 
-def test_table_6_figures_as_the_docs_say():
-    """docs/parallel.md's figures for Table 6 (torchtitan's 4D rows: measured figures from
-    its table): the CP 8 row's gap and reserved peak, what the plan adds over CP 1 at CP 2,
-    4 and 8 against what the runs reserved more, and the CP 4 → CP 8 step."""
-    from accounting.cli.published_table import answer
-    from accounting.literature import published_runs as PR
-    gib = 2 ** 30
-    t6 = {r.flags[r.flags.index("--cp") + 1]: r for n, r in PR.RUNS.items()
-          if n.startswith("torchtitan Table 6")}
-    a = {cp: answer(r) for cp, r in t6.items()}
-    m = {cp: float(r.measured_gib) for cp, r in t6.items()}
-    docs = _docs()
-    said = f"({m['8'] - a['8'].reserved / gib:.1f} GiB: {m['8']:.1f} measured, " \
-           f"{a['8'].reserved / gib:.1f} reserved)"
-    adds = ", ".join(f"{(a[cp].reserved - a['1'].reserved) / gib:.2f}" for cp in "24")
-    more = ", ".join(f"{m[cp] - m['1']:.1f}" for cp in "24")
-    told = (f"the plan adds {adds} and {(a['8'].reserved - a['1'].reserved) / gib:.2f} GiB at "
-            f"CP 2, 4 and 8, where the runs reserved {more} and {m['8'] - m['1']:.1f} GiB more: "
-            f"the step from CP 4 to CP 8 is {m['8'] - m['4']:.1f} GiB")
-    assert said in docs and told in docs, (said, told)
-
-
 def test_table_5_1f1b_and_table_6_cp_1_plan_alike():
     """Table 5's 1F1B (8 micro-batches of 4 × 8,192) and Table 6's CP 1 (8 of 1 × 32,768)
     hold the same tokens a micro-batch under the same schedule and checkpointing: the plan
