@@ -18,6 +18,15 @@ Sources, read at the commits named (the tables typed here, figure for figure):
     checkpointing, and for the full fine-tune bitsandbytes' PagedAdamW8bit stepped in the
     backward pass (optimizer_in_bwd: True). The A6000 rows name no config: planned as the
     RTX 4090 rows'.
+  * torchtune, README.md "Optimization flags" (added by pytorch/torchtune@1814feb17a90,
+    PR #2003, 2024-11-18): Llama 3.2 3B, full_finetune_single_device, batch size 2, max
+    sequence length 4,096, bf16, A100; "Peak Memory Active (GiB)" as above; each technique
+    on top of the previous one, LoRA and QLoRA (lora_finetune_single_device) without
+    optimizer_in_bwd or the 8-bit AdamW, the README's command for the QLoRA row below the
+    table. Configs at that commit: recipes/configs/llama3_2/3B_full_single_device.yaml,
+    3B_lora_single_device.yaml, 3B_qlora_single_device.yaml. Its Baseline row (25.5 GiB)
+    is left out: unpacked, each batch is padded to its longest alpaca sample, so its
+    length is the dataset's, not a setting; "+ Packed Dataset" packs to max_seq_len 4,096.
   * llm-foundry, scripts/train/benchmarking/README.md "H100 80GB BF16" (mosaicml/llm-foundry
     at c90b9b312c644dbde5c9e6eef75c6f1c117d8782): MPT runs on 8 H100 80GB, amp_bf16, FSDP
     FULL_SHARD with Composer's DEFAULT mixed precision (fp32 parameters), micro-batch and
@@ -37,7 +46,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from accounting.ledger.builder.common import LLMFOUNDRY, TORCHTUNE
-from accounting.planning.optimizers import ADAMW_FUSED, PAGED_ADAMW8BIT
+from accounting.planning.optimizers import ADAMW, ADAMW_FUSED, PAGED_ADAMW8BIT
 from accounting.planning.parallel.stacks import TORCHTITAN
 from accounting.registry import registrar
 from accounting.units import BF16
@@ -45,6 +54,7 @@ from accounting.units import BF16
 TORCHTITAN_2412 = ("torchtitan benchmarks/llama3_h100_202412_torchtitan.md "
                    "(pytorch/torchtitan@31a17bf)")
 TORCHTUNE_README = "torchtune README.md, Memory and training speed (pytorch/torchtune@0031bfb)"
+TORCHTUNE_FLAGS = "torchtune README.md, Optimization flags (pytorch/torchtune@1814feb)"
 RESERVED, ACTIVE, RAN = "max_memory_reserved", "peak_memory_active", "ran (no memory published)"
 FOUNDRY = ("llm-foundry scripts/train/benchmarking/README.md, H100 80GB BF16 "
            "(mosaicml/llm-foundry@c90b9b3)")
@@ -66,6 +76,11 @@ _COMPILED = ("--compile",)
 # torchtune's recipes' loss: CEWithChunkedOutputLoss, 8 chunks (recipes/configs/llama3_1/*:
 # loss._component_: torchtune.modules.loss.CEWithChunkedOutputLoss), planned with --loss chunked
 TUNE_LOSS = ("--loss", "chunked")
+# torchtune's compile=True also compiles the chunked loss's upcast and cross-entropy
+# (training.compile_loss: loss.compute_cross_entropy = torch.compile(...)); --compile plans
+# the blocks only. Inductor's graph saves each bf16 logits chunk and two float32 numbers a
+# token, not the float32 log-softmax (measured on the CPU, docs/parallel.md)
+COMPILED_LOSS = "torch.compile of the chunked loss"
 
 
 @dataclass(frozen=True)
@@ -162,6 +177,61 @@ _tune("full fine-tune", "37.4", "A6000", ("--gpu-mem", "48GB") + _FULL, _A6000)
 _tune("LoRA", "16.2", "RTX-4090", ("--gpu", "RTX-4090") + _LORA)
 _tune("LoRA", "30.3", "A6000", ("--gpu-mem", "48GB") + _LORA, _A6000)
 _tune("QLoRA", "7.4", "RTX-4090", ("--gpu", "RTX-4090", "--base-weights", "nf4") + _LORA)
+
+# torchtune README.md's second measured table, "Optimization flags" (added by 1814feb,
+# 2024-11-18; see the docstring): Llama 3.2 3B on one A100, each technique on top of the
+# previous one. Its shape is torchtune's llama3_2_3b (torchtune/models/llama3_2/
+# _model_builders.py @1814feb: 28 layers, embed_dim 3,072, 24 heads, 8 KV heads,
+# intermediate_dim 8,192, vocab 128,256, tied embedding: TiedEmbeddingTransformerDecoder),
+# flags over the 1B preset (whose config.json sets head_dim 64; 3B's is 3,072 / 24 = 128)
+L3B = ("--num-layers", "28", "--d-model", "3072", "--num-heads", "24", "--num-kv-heads", "8",
+       "--d-ff", "8192", "--head-dim", "128")
+# "Hardware: A100": the 80 GB card (the "+ Packed Dataset" row's 60.0 GiB exceeds 40 GB)
+_TUNE3B = L3B + ("--ctx", "4096", "--batch", "2", "--implementation", TORCHTUNE, "--gpu", "A100")
+
+
+def _tune3b(row: str, gib: str, flags: tuple[str, ...], *unexpressed: str) -> None:
+    _register(Run(f"torchtune: Llama 3.2 3B, {row}, 1x A100", TORCHTUNE_FLAGS, _TUNE3B + flags,
+                  Fraction(gib), ACTIVE, "A100 80GB", unexpressed,
+                  model="meta-llama/Llama-3.2-1B"))
+
+
+# full_finetune_single_device, 3B_full_single_device.yaml: dtype bf16 (no autocast); before
+# "+ 8-bit AdamW" the optimizer is torch.optim.AdamW (the config's PagedAdamW8bit
+# overridden, no `fused` key: foreach), before "+ Chunked Cross Entropy" the loss is
+# torch.nn.CrossEntropyLoss on the decoder's whole logits
+_PACKED = ("--precision", BF16, "--optimizer", ADAMW.name, "--loss", "standard",
+           "--recompute", "none")
+_tune3b("+ Packed Dataset", "60.0", _PACKED)
+# compile=True: training.compile_model compiles each layer. Its compile_loss(self._loss_fn)
+# returns a compiled nn.CrossEntropyLoss that the recipe drops (the call's result is not
+# assigned, full_finetune_single_device.py @1814feb): the standard loss runs eagerly
+_C = _PACKED[:-4] + ("--compile",)
+_tune3b("+ Compile", "51.0", _C + ("--loss", "standard", "--recompute", "none"))
+_tune3b("+ Chunked Cross Entropy", "42.9", _C + TUNE_LOSS + ("--recompute", "none"),
+        COMPILED_LOSS)
+_AC = _C + TUNE_LOSS + ("--recompute", "full")
+_tune3b("+ Activation Checkpointing", "24.9", _AC, COMPILED_LOSS)
+_tune3b("+ Fuse optimizer step into backward", "23.1", _AC + ("--optimizer-in-backward",),
+        COMPILED_LOSS)
+_OFF = _AC + ("--optimizer-in-backward", "--offload", "activations")
+_tune3b("+ Activation Offloading", "21.8", _OFF, COMPILED_LOSS)
+# "AdamW8bit" (the README's words): bitsandbytes' AdamW8bit, unpaged; torchao's AdamW8bit
+# plans within 0.01 GiB of it. Not the config's PagedAdamW8bit: its moments are
+# cudaMallocManaged pages outside torch's allocator, so active memory would drop by the
+# whole bf16 moments (11.97 GiB), where the table measured 21.8 → 17.6
+_tune3b("+ 8-bit AdamW", "17.6",
+        _AC + ("--optimizer-in-backward", "--offload", "activations", "--optimizer", "adamw8bit"),
+        COMPILED_LOSS)
+# lora_finetune_single_device, 3B_lora_single_device.yaml / 3B_qlora_single_device.yaml @
+# 1814feb: LoRA r 64, alpha 128 on q_proj, v_proj, output_proj and the MLP (not the tied
+# output), torch.optim.AdamW(fused=True), bf16; the README's QLoRA command: packed, compile,
+# chunked CE, checkpointing, offloading, optimizer_in_bwd=False, batch 2, 4,096 tokens
+_LORA64 = ("--lora-rank", "64", "--lora-alpha", "128", "--lora-targets",
+           "q_proj,v_proj,o_proj,gate_proj,up_proj,down_proj", "--optimizer", ADAMW_FUSED.name,
+           "--recompute", "full", "--offload", "activations") + TUNE_LOSS
+_tune3b("LoRA", "8.5", _LORA64, COMPILE)
+_tune3b("QLoRA", "4.6", _LORA64 + ("--base-weights", "nf4"), COMPILE)
 
 # The same table's 8-GPU LoRA rows (lora_finetune_distributed: FSDP2 over the 8 GPUs), as
 # its configs set them (recipes/configs/llama3_1/70B_lora.yaml, 405B_qlora.yaml: LoRA r 16,
