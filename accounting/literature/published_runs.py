@@ -76,11 +76,6 @@ _COMPILED = ("--compile",)
 # torchtune's recipes' loss: CEWithChunkedOutputLoss, 8 chunks (recipes/configs/llama3_1/*:
 # loss._component_: torchtune.modules.loss.CEWithChunkedOutputLoss), planned with --loss chunked
 TUNE_LOSS = ("--loss", "chunked")
-# torchtune's compile=True also compiles the chunked loss's upcast and cross-entropy
-# (training.compile_loss: loss.compute_cross_entropy = torch.compile(...)); --compile plans
-# the blocks only. Inductor's graph saves each bf16 logits chunk and two float32 numbers a
-# token, not the float32 log-softmax (measured on the CPU, docs/parallel.md)
-COMPILED_LOSS = "torch.compile of the chunked loss"
 
 
 @dataclass(frozen=True)
@@ -203,26 +198,26 @@ def _tune3b(row: str, gib: str, flags: tuple[str, ...], *unexpressed: str) -> No
 _PACKED = ("--precision", BF16, "--optimizer", ADAMW.name, "--loss", "standard",
            "--recompute", "none")
 _tune3b("+ Packed Dataset", "60.0", _PACKED)
-# compile=True: training.compile_model compiles each layer. Its compile_loss(self._loss_fn)
-# returns a compiled nn.CrossEntropyLoss that the recipe drops (the call's result is not
-# assigned, full_finetune_single_device.py @1814feb): the standard loss runs eagerly
+# compile=True: training.compile_model compiles each layer, and compile_loss the chunked
+# loss's cross-entropy (--compile plans both: planning/loss_memory.py). For the standard
+# loss compile_loss returns a compiled nn.CrossEntropyLoss that the recipe drops (the
+# call's result is not assigned, full_finetune_single_device.py @1814feb): it runs eagerly
 _C = _PACKED[:-4] + ("--compile",)
 _tune3b("+ Compile", "51.0", _C + ("--loss", "standard", "--recompute", "none"))
-_tune3b("+ Chunked Cross Entropy", "42.9", _C + TUNE_LOSS + ("--recompute", "none"),
-        COMPILED_LOSS)
+_tune3b("+ Chunked Cross Entropy", "42.9", _C + TUNE_LOSS + ("--recompute", "none"))
 _AC = _C + TUNE_LOSS + ("--recompute", "full")
-_tune3b("+ Activation Checkpointing", "24.9", _AC, COMPILED_LOSS)
-_tune3b("+ Fuse optimizer step into backward", "23.1", _AC + ("--optimizer-in-backward",),
-        COMPILED_LOSS)
+_tune3b("+ Activation Checkpointing", "24.9", _AC)
+_tune3b("+ Fuse optimizer step into backward", "23.1", _AC + ("--optimizer-in-backward",))
 _OFF = _AC + ("--optimizer-in-backward", "--offload", "activations")
-_tune3b("+ Activation Offloading", "21.8", _OFF, COMPILED_LOSS)
-# "AdamW8bit" (the README's words): bitsandbytes' AdamW8bit, unpaged; torchao's AdamW8bit
-# plans within 0.01 GiB of it. Not the config's PagedAdamW8bit: its moments are
-# cudaMallocManaged pages outside torch's allocator, so active memory would drop by the
-# whole bf16 moments (11.97 GiB), where the table measured 21.8 → 17.6
-_tune3b("+ 8-bit AdamW", "17.6",
-        _AC + ("--optimizer-in-backward", "--offload", "activations", "--optimizer", "adamw8bit"),
-        COMPILED_LOSS)
+_tune3b("+ Activation Offloading", "21.8", _OFF)
+# "AdamW8bit" (the README's words; its link, docs/source/tutorials/memory_optimizations.rst
+# @1814feb "Lower Precision Optimizers", shows `optimizer=torchao.prototype.low_bit_optim.
+# AdamW8bit` first): torchao's; bitsandbytes' unpaged AdamW8bit plans within 0.01 GiB of
+# it. Not the config's PagedAdamW8bit: its moments are cudaMallocManaged pages outside
+# torch's allocator, so active memory would drop by the whole bf16 moments (11.97 GiB),
+# where the table measured 21.8 → 17.6. A known gap (docs/parallel.md): the plan is 0.86
+TUNE_8BIT = "torchtune: Llama 3.2 3B, + 8-bit AdamW, 1x A100"
+_tune3b("+ 8-bit AdamW", "17.6", _OFF + ("--optimizer", "adamw8bit-torchao"))
 # lora_finetune_single_device, 3B_lora_single_device.yaml / 3B_qlora_single_device.yaml @
 # 1814feb: LoRA r 64, alpha 128 on q_proj, v_proj, output_proj and the MLP (not the tied
 # output), torch.optim.AdamW(fused=True), bf16; the README's QLoRA command: packed, compile,
