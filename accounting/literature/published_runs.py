@@ -198,7 +198,8 @@ def _tune3b(row: str, gib: str, flags: tuple[str, ...], *unexpressed: str) -> No
 # full_finetune_single_device, 3B_full_single_device.yaml: dtype bf16 (no autocast); before
 # "+ 8-bit AdamW" the optimizer is torch.optim.AdamW (the config's PagedAdamW8bit
 # overridden, no `fused` key: foreach), before "+ Chunked Cross Entropy" the loss is
-# torch.nn.CrossEntropyLoss on the decoder's whole logits
+# torch.nn.CrossEntropyLoss on the decoder's whole logits, float32 (TiedEmbedding-
+# TransformerDecoder: F.linear(h, tok_embeddings.weight).float(); planning/cuda_peak.py)
 _PACKED = ("--precision", BF16, "--optimizer", ADAMW.name, "--loss", "standard",
            "--recompute", "none")
 _tune3b("+ Packed Dataset", "60.0", _PACKED)
