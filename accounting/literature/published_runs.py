@@ -220,8 +220,8 @@ _tune3b("+ Activation Offloading", "21.8", _OFF)
 # AdamW8bit` first): torchao's; bitsandbytes' unpaged AdamW8bit plans within 0.01 GiB of
 # it. Not the config's PagedAdamW8bit: its moments are cudaMallocManaged pages outside
 # torch's allocator, so active memory would drop by the whole bf16 moments (11.97 GiB),
-# where the table measured 21.8 → 17.6. A known gap (docs/parallel.md): the plan is 0.86
-TUNE_8BIT = "torchtune: Llama 3.2 3B, + 8-bit AdamW, 1x A100"
+# where the table measured 21.8 → 17.6. torchao's compiled step of the tied embedding,
+# stepped in the backward pass, holds its new moments in float32 (planning/optimizers.py)
 _tune3b("+ 8-bit AdamW", "17.6", _OFF + ("--optimizer", "adamw8bit-torchao"))
 # lora_finetune_single_device, 3B_lora_single_device.yaml / 3B_qlora_single_device.yaml @
 # 1814feb: LoRA r 64, alpha 128 on q_proj, v_proj, output_proj and the MLP (not the tied
