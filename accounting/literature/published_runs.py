@@ -158,14 +158,12 @@ for _fsdp, _cp, _seq, _gib in ((8, 1, 32768, "75.3"), (4, 2, 65536, "75.9"),
 def _tune(row: str, gib: str, card: str, flags: tuple[str, ...], *unexpressed: str) -> None:
     # --implementation torchtune: its LoRA adapters in bf16 and its QLoRA base in torchao's
     # NF4Tensor; its Llama's ops are planned as transformers' (recipes.py). torch.compile:
-    # --compile (each layer, and the chunked loss as the recipes' compile_loss compiles it);
-    # refused with LoRA (a LoRA block's partition is not measured), so those rows name it
-    lora = "--lora-rank" in flags
+    # --compile (each layer, and the chunked loss as the recipes' compile_loss compiles it;
+    # with LoRA under full checkpointing each block keeps its input alone: plan.py)
     _register(Run(f"torchtune: Llama 3.1 8B, {row}, 1x {card}", TORCHTUNE_README,
                   ("--ctx", "2048", "--batch", "2", "--recompute", "full",
-                   "--implementation", TORCHTUNE) + TUNE_LOSS + flags
-                  + (() if lora else ("--compile",)),
-                  Fraction(gib), ACTIVE, card, ((COMPILE,) if lora else ()) + unexpressed))
+                   "--implementation", TORCHTUNE) + TUNE_LOSS + flags + ("--compile",),
+                  Fraction(gib), ACTIVE, card, unexpressed))
 
 
 _LORA = ("--lora-rank", "8", "--lora-targets", "q_proj,v_proj,o_proj,gate_proj,up_proj,down_proj")
@@ -229,9 +227,9 @@ _tune3b("+ 8-bit AdamW", "17.6", _OFF + ("--optimizer", "adamw8bit-torchao"))
 # chunked CE, checkpointing, offloading, optimizer_in_bwd=False, batch 2, 4,096 tokens
 _LORA64 = ("--lora-rank", "64", "--lora-alpha", "128", "--lora-targets",
            "q_proj,v_proj,o_proj,gate_proj,up_proj,down_proj", "--optimizer", ADAMW_FUSED.name,
-           "--recompute", "full", "--offload", "activations") + TUNE_LOSS
-_tune3b("LoRA", "8.5", _LORA64, COMPILE)
-_tune3b("QLoRA", "4.6", _LORA64 + ("--base-weights", "nf4"), COMPILE)
+           "--recompute", "full", "--offload", "activations", "--compile") + TUNE_LOSS
+_tune3b("LoRA", "8.5", _LORA64)
+_tune3b("QLoRA", "4.6", _LORA64 + ("--base-weights", "nf4"))
 
 # The same table's 8-GPU LoRA rows (lora_finetune_distributed: FSDP2 over the 8 GPUs), as
 # its configs set them (recipes/configs/llama3_1/70B_lora.yaml, 405B_qlora.yaml: LoRA r 16,
