@@ -337,3 +337,24 @@ def test_torchao_adamw8bit_step_buffers():
     # torchao's step buffers for the largest tensor, the 4,096 × 64 embedding or head
     assert update["adamw8bit-torchao"] - update["adamw8bit"] == \
         8 * 4096 * 64 + states["adamw8bit-torchao"] - states["adamw8bit"]
+
+
+def test_torchao_step_buffers_on_many_gpus(capsys):
+    # the many-GPU plan's update moment (planning/parallel/peak.py) holds the same step
+    # buffers: Llama-3.2-1B (config.json: V 128,256, d_model 2,048, tied) on 8 GPUs under
+    # ZeRO-1, at the optimizer update (its peak at 256 tokens): torchao's AdamW8bit against
+    # bitsandbytes' differs by 2 × 4 bytes × the embedding's 128,256 × 2,048 elements, its
+    # largest tensor, beside the two 8-bit states' own few bytes (under 1 MiB). Before:
+    # the states' difference alone
+    import json
+    from cli_run import run
+    peak = {}
+    for name in ("adamw8bit", "adamw8bit-torchao"):
+        code, out, err = run(capsys, "plan", "meta-llama/Llama-3.2-1B", "--gpus", "8", "--zero",
+                             "1", "--batch", "8", "--ctx", "256", "--optimizer", name,
+                             "--format", "json")
+        assert code == 0, err
+        d = json.loads(out)
+        assert d["peak_moment"] == "optimizer update"
+        peak[name] = d["memory_per_gpu_bytes"]
+    assert 0 <= peak["adamw8bit-torchao"] - peak["adamw8bit"] - 8 * 128256 * 2048 < 2**20

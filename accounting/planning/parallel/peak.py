@@ -294,9 +294,16 @@ def moments(sp, layout, precision, stage: int, kinds, values: dict[str, int], lo
             opt = get_optimizer(optimizer)
             per = (precision.moment_bytes if opt.foreach_temporary else 0) + \
                 (DTYPE_BYTES[FP32] if precision.master else 0)
-        temp = per * st.moments
-        if temp:
-            temp_what = f", the update's temporaries ({per} bytes per element updated)"
+            if opt.step_temporary:  # torchao's compiled step, one tensor at a time: the
+                # largest trained local tensor's (an upper bound under ZeRO-1's partition)
+                big = max((t.numel for u in st.units for t in u.tensors if t.trained),
+                          default=0)
+                temp_what = f", the largest tensor's step buffers ({opt.step_temporary}·{big:,})"
+                temp = opt.step_temporary * big
+        temp += per * st.moments
+        if per * st.moments:
+            temp_what = f", the update's temporaries ({per} bytes per element updated)" \
+                + temp_what
     update = Moment(AT_UPDATE, f"the states, the gradients{temp_what}, the persistent buffers; "
                             f"{work.rule}", ws + loss + inputs + Linear(0, temp), False, True,
                     False)
