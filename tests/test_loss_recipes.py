@@ -246,3 +246,31 @@ def test_compiled_chunked_loss_saves_the_chunk():
                         compile=comp)
         kept[comp] = m.loss_region.kept.evaluate(m.values(T, B))
     assert kept[True] - kept[False] == compiled - eager
+
+
+def test_compiled_chunked_loss_on_many_gpus(capsys):
+    # the many-GPU plan compiles the chunked loss under --compile as the one-GPU plan does
+    # (planning/parallel/peak.py _loss_linear): Llama-3.2-1B (V 128,256) on 8 GPUs, FSDP,
+    # micro-batch B 2 of T 4,096 (T_c 512), bf16 logits under autocast. By hand: the
+    # forward's end loses the float32 log-softmax and last chunk copy and keeps two float32
+    # numbers a token, −(4·B·T·V + 4·B·T_c·V) + 8·B·T; the backward's start swaps the
+    # log-softmax and one chunk's two float32 gradients for the bf16 chunks, one bf16
+    # chunk gradient and the row numbers: −(4·B·T·V + 8·B·T_c·V) + 2·B·T·V + 8·B·T +
+    # 2·B·T_c·V + 4·B·T_c. Before: the loss stayed eager there (no change)
+    B, T, Tc, V = 2, 4096, 512, 128256
+    moments = []
+    for extra in ((), ("--compile",)):
+        code, out, err = run(capsys, "plan", "meta-llama/Llama-3.2-1B", "--gpus", "8",
+                             "--fsdp", "--batch", "16", "--micro-batch", "2", "--ctx", "4096",
+                             "--loss", "chunked", "--recompute", "full", *extra,
+                             "--format", "json")
+        assert code == 0, err
+        moments.append({m["name"]: m["bytes"] for st in json.loads(out)["stages"]
+                        for m in st["moments"]})
+    eager, compiled = moments
+    assert compiled["end of the forward pass (--loss chunked)"] - \
+        eager["end of the forward pass (--loss chunked)"] == \
+        -(4 * B * T * V + 4 * B * Tc * V) + 8 * B * T
+    start = "start of the backward pass (the loss's backward)"
+    assert compiled[start] - eager[start] == \
+        -(4 * B * T * V + 8 * B * Tc * V) + 2 * B * T * V + 8 * B * T + 2 * B * Tc * V + 4 * B * Tc

@@ -24,7 +24,7 @@ def add_args(w: argparse._ArgumentGroup) -> None:
     w.add_argument("--compile", action="store_true",
                    help="torch.compile (inductor): its min-cut partitioner saves fewer "
                         "tensors and recomputes pointwise ops in the backward pass; with "
-                        "--loss chunked on one GPU the loss's cross-entropy too (torchtune's "
+                        "--loss chunked the loss's cross-entropy too (torchtune's "
                         "compile_loss: the bf16 chunks saved, no float32 log-softmax)")
 
 

@@ -421,7 +421,7 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
         loss, chunks, _activations_change(crows, s, None if titan else precision,
                                           layout.micro_batch, compile,
                                           OF.ACTIVATIONS in offload, sac, unread),
-        finetune is not None)) for s in plans)
+        finetune is not None, compile)) for s in plans)
     # FSDP2's side streams' segments, reserved beside the default stream's (fsdp_streams.py)
     plans = tuple(replace(s, pools=FS.side_pools(data_layout(layout), s.states, s.items, stack,
                                                  precision,
