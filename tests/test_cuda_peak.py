@@ -196,6 +196,41 @@ def test_transformers_loss_by_hand():
     assert (d_boundary, d_update) == (2 * B * T * V + WORKSPACES, WORKSPACES)
 
 
+def test_torchtune_standard_loss_is_float32_and_frees_its_logits():
+    # torchtune's decoder returns self.output(h).float() (modules/transformer.py, 0.6.1 and
+    # pytorch/torchtune@1814feb) and full_finetune_single_device's _loss_step runs
+    # nn.CrossEntropyLoss on them, then `del logits` before the backward pass. That pattern,
+    # measured on the CPU with bf16 weights (tests/test_peak.py's live-storage tracker):
+    # at log_softmax's backward the float32 log-softmax and its two float32 gradients are
+    # live, 12·B·T·V bytes, no logits (0-dim scalars aside). The plan held transformers'
+    # rule (the bf16 logits kept: 2·B·T·V over the ledger's bf16 log-softmax and two bf16
+    # gradients, 6·B·T·V); torchtune's makes it 12: 3·(4 − 2)·B·T·V more than the CPU ledger
+    import torch
+    import torch.nn.functional as F
+    from test_peak import LiveBytes
+    B, T, V, D = 2, 32, SMALL["vocab_size"], SMALL["d_model"]
+    g = torch.Generator().manual_seed(0)
+    h = torch.randn(B, T, D, generator=g).to(torch.bfloat16).requires_grad_()
+    w = torch.randn(V, D, generator=g).to(torch.bfloat16).requires_grad_()
+    labels = torch.randint(0, V, (B * T,), generator=g)
+    tracker = LiveBytes([h, w, labels])
+    base = tracker.total
+    with tracker:
+        logits = F.linear(h, w).float()
+        loss = torch.nn.CrossEntropyLoss()(logits.reshape(-1, V), labels)
+        del logits
+        loss.backward()
+    live = tracker.marks["aten._log_softmax_backward_data.default"] - base
+    assert 12 * B * T * V <= live <= 12 * B * T * V + 64
+    c = ModelConfig(**SMALL, num_kv_heads=2, attention="sdpa", name="llama-like",
+                    norm="rmsnorm")
+    d_boundary, d_update = moments(c, "bf16", implementation="torchtune", B=B, T=T)
+    assert (d_boundary, d_update) == ((12 - 3 * 2) * B * T * V + WORKSPACES, WORKSPACES)
+    # under autocast the CPU ledger's log-softmax is float32 already: no change
+    assert moments(c, "bf16-mixed", implementation="torchtune", B=B, T=T) == \
+        (WORKSPACES, WORKSPACES)
+
+
 @pytest.mark.parametrize("dtype,d,grouped,masked,backend", [
     ("bf16", 64, False, False, CP.FLASH),
     ("bf16", 128, True, False, CP.FLASH),       # flash takes grouped K/V natively

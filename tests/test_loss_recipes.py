@@ -202,3 +202,75 @@ def test_many_gpus_follow_the_loss_on_the_last_stage(capsys):
     assert (chunked["loss"], chunked["loss_chunks"], chunked["compile"],
             chunked["offload_activations"]) == ("chunked", 8, False, False)
     assert chunked["peak_moment"] == "a block's backward pass"
+
+
+def test_compiled_chunked_loss_saves_the_chunk():
+    # torchtune's compile_loss (training/_compile.py, pytorch/torchtune@1814feb and 0.6.1)
+    # compiles CEWithChunkedOutputLoss.compute_cross_entropy. Measured here with saved-tensor
+    # hooks on the CPU, torchtune's own class, bf16 chunks: the compiled graph saves each
+    # chunk in bf16, its targets, and two float32 numbers a row, where eager saves the
+    # float32 log-softmax. The plan's compiled region (loss_memory.compiled_chunked) must
+    # keep exactly the measured bytes in place of the eager ones. Before: --compile left
+    # the loss eager (4·B·T·V of float32 log-softmax kept).
+    B, T, V, n = 2, 64, 3000, 4
+    tt = load("modules/loss/ce_chunked_output_loss.py")
+    g = torch.Generator().manual_seed(0)
+    chunks = [torch.randn(B, T // n, V, generator=g).to(torch.bfloat16).requires_grad_()
+              for _ in range(n)]
+    labels = torch.randint(0, V, (B, T), generator=g)
+
+    def saved_bytes(loss_fn):
+        seen = {}
+
+        def pack(t):  # 0-dim scalars (nll_loss's total weight) are not itemised
+            if t.dim():
+                seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+            return t
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            loss = loss_fn(chunks, labels)
+        loss.backward()
+        return sum(seen.values())
+    eager = saved_bytes(tt.CEWithChunkedOutputLoss(n))
+    compiled_fn = tt.CEWithChunkedOutputLoss(n)
+    compiled_fn.compute_cross_entropy = torch.compile(compiled_fn.compute_cross_entropy)
+    compiled = saved_bytes(compiled_fn)
+    # hand algebra of what each saves: eager the float32 log-softmax and the targets' chunk
+    # copies (8·B·T: non-contiguous at B > 1); compiled the bf16 chunk, the targets, 2 × 4·B·T
+    assert eager == 4 * B * T * V + 8 * B * T
+    assert compiled == 2 * B * T * V + 8 * B * T + 2 * 4 * B * T
+    c = ModelConfig(vocab_size=V, context_length=T, num_heads=2, attention="sdpa",
+                    num_layers=2, d_model=16, d_ff=24)
+    kept = {}
+    for comp in (False, True):
+        m = MemoryModel(c, PRECISIONS["bf16"], "model", loss="chunked", loss_chunks=n,
+                        compile=comp)
+        kept[comp] = m.loss_region.kept.evaluate(m.values(T, B))
+    assert kept[True] - kept[False] == compiled - eager
+
+
+def test_compiled_chunked_loss_on_many_gpus(capsys):
+    # the many-GPU plan compiles the chunked loss under --compile as the one-GPU plan does
+    # (planning/parallel/peak.py _loss_linear): Llama-3.2-1B (V 128,256) on 8 GPUs, FSDP,
+    # micro-batch B 2 of T 4,096 (T_c 512), bf16 logits under autocast. By hand: the
+    # forward's end loses the float32 log-softmax and last chunk copy and keeps two float32
+    # numbers a token, −(4·B·T·V + 4·B·T_c·V) + 8·B·T; the backward's start swaps the
+    # log-softmax and one chunk's two float32 gradients for the bf16 chunks, one bf16
+    # chunk gradient and the row numbers: −(4·B·T·V + 8·B·T_c·V) + 2·B·T·V + 8·B·T +
+    # 2·B·T_c·V + 4·B·T_c. Before: the loss stayed eager there (no change)
+    B, T, Tc, V = 2, 4096, 512, 128256
+    moments = []
+    for extra in ((), ("--compile",)):
+        code, out, err = run(capsys, "plan", "meta-llama/Llama-3.2-1B", "--gpus", "8",
+                             "--fsdp", "--batch", "16", "--micro-batch", "2", "--ctx", "4096",
+                             "--loss", "chunked", "--recompute", "full", *extra,
+                             "--format", "json")
+        assert code == 0, err
+        moments.append({m["name"]: m["bytes"] for st in json.loads(out)["stages"]
+                        for m in st["moments"]})
+    eager, compiled = moments
+    assert compiled["end of the forward pass (--loss chunked)"] - \
+        eager["end of the forward pass (--loss chunked)"] == \
+        -(4 * B * T * V + 4 * B * Tc * V) + 8 * B * T
+    start = "start of the backward pass (the loss's backward)"
+    assert compiled[start] - eager[start] == \
+        -(4 * B * T * V + 8 * B * Tc * V) + 2 * B * T * V + 8 * B * T + 2 * B * Tc * V + 4 * B * Tc

@@ -298,3 +298,63 @@ def test_update_flops_equal_the_real_optimizers_ops(name, shape):
             opt.step()
     role = "hidden matrix" if name == "muon" else ""
     assert counter.flops == get_optimizer(name).update_flops(shape, role)
+
+
+@pytest.mark.slow  # torchao's step compiles its kernel (about 10 s on one core)
+def test_torchao_adamw8bit_step_buffers():
+    # torchao's AdamW8bit steps tensor by tensor through torch.compile(single_param_adam):
+    # read from inductor's output code for one bf16 tensor of 768 × 1,024 (8-bit state: a
+    # multiple of the 256-element block), the buffers it allocates of the tensor's size
+    # are the new m and v in float32 before their block quantization: 2 × 4 bytes an
+    # element (the optimizer's step_temporary), beside per-block scales. And the plan's
+    # update moment adds them once, for its largest tensor (one tensor at a time). Before:
+    # no step buffer (torchtune's Optimization flags "+ 8-bit AdamW" planned at 0.86)
+    import re
+    ao = pytest.importorskip("torchao.optim")
+    from torch._inductor.utils import run_and_get_code
+    shape = (768, 1024)
+    n = shape[0] * shape[1]
+    p = torch.nn.Parameter(torch.randn(*shape, dtype=torch.bfloat16))
+    opt = ao.AdamW8bit([p], lr=1e-3)
+    p.grad = torch.randn_like(p)
+    _, codes = run_and_get_code(opt.step)
+    sizes = [(tuple(int(x) for x in dims.split(",") if x.strip()), dtype) for code in codes
+             for dims, dtype in re.findall(
+                 r"empty_strided_\w+\(\(([\d, ]+)\), \([\d, ]*\), torch\.(\w+)\)", code)]
+    full = [(d, t) for d, t in sizes if d[0] * (d[1] if len(d) > 1 else 1) == n]
+    assert full == [((n // 256, 256), "float32")] * 2, sizes
+    assert get_optimizer("adamw8bit-torchao").step_temporary == 2 * 4
+    c = ModelConfig(vocab_size=4096, context_length=16, num_layers=2, d_model=64, d_ff=128,
+                    num_heads=4)
+    update, states = {}, {}
+    for name in ("adamw8bit", "adamw8bit-torchao"):
+        m = MemoryModel(c, get_precision("bf16"), "model", optimizer=name)
+        v = m.values(16, 2)
+        update[name] = m.peak_terms[1].bytes.evaluate(v)
+        states[name] = sum(t.bytes.evaluate(v) for t in m.state_terms if t.on_gpu
+                           and not t.name.startswith(("parameters", "gradients")))
+    # the two differ in their states (torchao's scales and code books per tensor) and in
+    # torchao's step buffers for the largest tensor, the 4,096 × 64 embedding or head
+    assert update["adamw8bit-torchao"] - update["adamw8bit"] == \
+        8 * 4096 * 64 + states["adamw8bit-torchao"] - states["adamw8bit"]
+
+
+def test_torchao_step_buffers_on_many_gpus(capsys):
+    # the many-GPU plan's update moment (planning/parallel/peak.py) holds the same step
+    # buffers: Llama-3.2-1B (config.json: V 128,256, d_model 2,048, tied) on 8 GPUs under
+    # ZeRO-1, at the optimizer update (its peak at 256 tokens): torchao's AdamW8bit against
+    # bitsandbytes' differs by 2 × 4 bytes × the embedding's 128,256 × 2,048 elements, its
+    # largest tensor, beside the two 8-bit states' own few bytes (under 1 MiB). Before:
+    # the states' difference alone
+    import json
+    from cli_run import run
+    peak = {}
+    for name in ("adamw8bit", "adamw8bit-torchao"):
+        code, out, err = run(capsys, "plan", "meta-llama/Llama-3.2-1B", "--gpus", "8", "--zero",
+                             "1", "--batch", "8", "--ctx", "256", "--optimizer", name,
+                             "--format", "json")
+        assert code == 0, err
+        d = json.loads(out)
+        assert d["peak_moment"] == "optimizer update"
+        peak[name] = d["memory_per_gpu_bytes"]
+    assert 0 <= peak["adamw8bit-torchao"] - peak["adamw8bit"] - 8 * 128256 * 2048 < 2**20

@@ -23,7 +23,9 @@ def add_args(w: argparse._ArgumentGroup) -> None:
                                      f"{DEFAULT_CHUNKS}, torchtune's)")
     w.add_argument("--compile", action="store_true",
                    help="torch.compile (inductor): its min-cut partitioner saves fewer "
-                        "tensors and recomputes pointwise ops in the backward pass")
+                        "tensors and recomputes pointwise ops in the backward pass; with "
+                        "--loss chunked the loss's cross-entropy too (torchtune's "
+                        "compile_loss: the bf16 chunks saved, no float32 log-softmax)")
 
 
 def offload_activations(ns: argparse.Namespace) -> bool:

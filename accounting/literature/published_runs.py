@@ -18,6 +18,15 @@ Sources, read at the commits named (the tables typed here, figure for figure):
     checkpointing, and for the full fine-tune bitsandbytes' PagedAdamW8bit stepped in the
     backward pass (optimizer_in_bwd: True). The A6000 rows name no config: planned as the
     RTX 4090 rows'.
+  * torchtune, README.md "Optimization flags" (added by pytorch/torchtune@1814feb17a90,
+    PR #2003, 2024-11-18): Llama 3.2 3B, full_finetune_single_device, batch size 2, max
+    sequence length 4,096, bf16, A100; "Peak Memory Active (GiB)" as above; each technique
+    on top of the previous one, LoRA and QLoRA (lora_finetune_single_device) without
+    optimizer_in_bwd or the 8-bit AdamW, the README's command for the QLoRA row below the
+    table. Configs at that commit: recipes/configs/llama3_2/3B_full_single_device.yaml,
+    3B_lora_single_device.yaml, 3B_qlora_single_device.yaml. Its Baseline row (25.5 GiB)
+    is left out: unpacked, each batch is padded to its longest alpaca sample, so its
+    length is the dataset's, not a setting; "+ Packed Dataset" packs to max_seq_len 4,096.
   * llm-foundry, scripts/train/benchmarking/README.md "H100 80GB BF16" (mosaicml/llm-foundry
     at c90b9b312c644dbde5c9e6eef75c6f1c117d8782): MPT runs on 8 H100 80GB, amp_bf16, FSDP
     FULL_SHARD with Composer's DEFAULT mixed precision (fp32 parameters), micro-batch and
@@ -37,7 +46,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from accounting.ledger.builder.common import LLMFOUNDRY, TORCHTUNE
-from accounting.planning.optimizers import ADAMW_FUSED, PAGED_ADAMW8BIT
+from accounting.planning.optimizers import ADAMW, ADAMW_FUSED, PAGED_ADAMW8BIT
 from accounting.planning.parallel.stacks import TORCHTITAN
 from accounting.registry import registrar
 from accounting.units import BF16
@@ -45,6 +54,7 @@ from accounting.units import BF16
 TORCHTITAN_2412 = ("torchtitan benchmarks/llama3_h100_202412_torchtitan.md "
                    "(pytorch/torchtitan@31a17bf)")
 TORCHTUNE_README = "torchtune README.md, Memory and training speed (pytorch/torchtune@0031bfb)"
+TORCHTUNE_FLAGS = "torchtune README.md, Optimization flags (pytorch/torchtune@1814feb)"
 RESERVED, ACTIVE, RAN = "max_memory_reserved", "peak_memory_active", "ran (no memory published)"
 FOUNDRY = ("llm-foundry scripts/train/benchmarking/README.md, H100 80GB BF16 "
            "(mosaicml/llm-foundry@c90b9b3)")
@@ -147,11 +157,13 @@ for _fsdp, _cp, _seq, _gib in ((8, 1, 32768, "75.3"), (4, 2, 65536, "75.9"),
 
 def _tune(row: str, gib: str, card: str, flags: tuple[str, ...], *unexpressed: str) -> None:
     # --implementation torchtune: its LoRA adapters in bf16 and its QLoRA base in torchao's
-    # NF4Tensor; its Llama's ops are planned as transformers' (recipes.py)
+    # NF4Tensor; its Llama's ops are planned as transformers' (recipes.py). torch.compile:
+    # --compile (each layer, and the chunked loss as the recipes' compile_loss compiles it;
+    # with LoRA under full checkpointing each block keeps its input alone: plan.py)
     _register(Run(f"torchtune: Llama 3.1 8B, {row}, 1x {card}", TORCHTUNE_README,
                   ("--ctx", "2048", "--batch", "2", "--recompute", "full",
-                   "--implementation", TORCHTUNE) + TUNE_LOSS + flags,
-                  Fraction(gib), ACTIVE, card, (COMPILE,) + unexpressed))
+                   "--implementation", TORCHTUNE) + TUNE_LOSS + flags + ("--compile",),
+                  Fraction(gib), ACTIVE, card, unexpressed))
 
 
 _LORA = ("--lora-rank", "8", "--lora-targets", "q_proj,v_proj,o_proj,gate_proj,up_proj,down_proj")
@@ -163,6 +175,62 @@ _tune("LoRA", "16.2", "RTX-4090", ("--gpu", "RTX-4090") + _LORA)
 _tune("LoRA", "30.3", "A6000", ("--gpu-mem", "48GB") + _LORA, _A6000)
 _tune("QLoRA", "7.4", "RTX-4090", ("--gpu", "RTX-4090", "--base-weights", "nf4") + _LORA)
 
+# torchtune README.md's second measured table, "Optimization flags" (added by 1814feb,
+# 2024-11-18; see the docstring): Llama 3.2 3B on one A100, each technique on top of the
+# previous one. Its shape is torchtune's llama3_2_3b (torchtune/models/llama3_2/
+# _model_builders.py @1814feb: 28 layers, embed_dim 3,072, 24 heads, 8 KV heads,
+# intermediate_dim 8,192, vocab 128,256, tied embedding: TiedEmbeddingTransformerDecoder),
+# flags over the 1B preset (whose config.json sets head_dim 64; 3B's is 3,072 / 24 = 128)
+L3B = ("--num-layers", "28", "--d-model", "3072", "--num-heads", "24", "--num-kv-heads", "8",
+       "--d-ff", "8192", "--head-dim", "128")
+# "Hardware: A100": the 80 GB card (the "+ Packed Dataset" row's 60.0 GiB exceeds 40 GB)
+_TUNE3B = L3B + ("--ctx", "4096", "--batch", "2", "--implementation", TORCHTUNE, "--gpu", "A100")
+
+
+def _tune3b(row: str, gib: str, flags: tuple[str, ...], *unexpressed: str) -> None:
+    _register(Run(f"torchtune: Llama 3.2 3B, {row}, 1x A100", TORCHTUNE_FLAGS, _TUNE3B + flags,
+                  Fraction(gib), ACTIVE, "A100 80GB", unexpressed,
+                  model="meta-llama/Llama-3.2-1B"))
+
+
+# full_finetune_single_device, 3B_full_single_device.yaml: dtype bf16 (no autocast); before
+# "+ 8-bit AdamW" the optimizer is torch.optim.AdamW (the config's PagedAdamW8bit
+# overridden, no `fused` key: foreach), before "+ Chunked Cross Entropy" the loss is
+# torch.nn.CrossEntropyLoss on the decoder's whole logits, float32 (TiedEmbedding-
+# TransformerDecoder: F.linear(h, tok_embeddings.weight).float(); planning/cuda_peak.py)
+_PACKED = ("--precision", BF16, "--optimizer", ADAMW.name, "--loss", "standard",
+           "--recompute", "none")
+_tune3b("+ Packed Dataset", "60.0", _PACKED)
+# compile=True: training.compile_model compiles each layer, and compile_loss the chunked
+# loss's cross-entropy (--compile plans both: planning/loss_memory.py). For the standard
+# loss compile_loss returns a compiled nn.CrossEntropyLoss that the recipe drops (the
+# call's result is not assigned, full_finetune_single_device.py @1814feb): it runs eagerly
+_C = _PACKED[:-4] + ("--compile",)
+_tune3b("+ Compile", "51.0", _C + ("--loss", "standard", "--recompute", "none"))
+_tune3b("+ Chunked Cross Entropy", "42.9", _C + TUNE_LOSS + ("--recompute", "none"))
+_AC = _C + TUNE_LOSS + ("--recompute", "full")
+_tune3b("+ Activation Checkpointing", "24.9", _AC)
+_tune3b("+ Fuse optimizer step into backward", "23.1", _AC + ("--optimizer-in-backward",))
+_OFF = _AC + ("--optimizer-in-backward", "--offload", "activations")
+_tune3b("+ Activation Offloading", "21.8", _OFF)
+# "AdamW8bit" (the README's words; its link, docs/source/tutorials/memory_optimizations.rst
+# @1814feb "Lower Precision Optimizers", shows `optimizer=torchao.prototype.low_bit_optim.
+# AdamW8bit` first): torchao's; bitsandbytes' unpaged AdamW8bit plans within 0.01 GiB of
+# it. Not the config's PagedAdamW8bit: its moments are cudaMallocManaged pages outside
+# torch's allocator, so active memory would drop by the whole bf16 moments (11.97 GiB),
+# where the table measured 21.8 → 17.6. torchao's compiled step of the tied embedding,
+# stepped in the backward pass, holds its new moments in float32 (planning/optimizers.py)
+_tune3b("+ 8-bit AdamW", "17.6", _OFF + ("--optimizer", "adamw8bit-torchao"))
+# lora_finetune_single_device, 3B_lora_single_device.yaml / 3B_qlora_single_device.yaml @
+# 1814feb: LoRA r 64, alpha 128 on q_proj, v_proj, output_proj and the MLP (not the tied
+# output), torch.optim.AdamW(fused=True), bf16; the README's QLoRA command: packed, compile,
+# chunked CE, checkpointing, offloading, optimizer_in_bwd=False, batch 2, 4,096 tokens
+_LORA64 = ("--lora-rank", "64", "--lora-alpha", "128", "--lora-targets",
+           "q_proj,v_proj,o_proj,gate_proj,up_proj,down_proj", "--optimizer", ADAMW_FUSED.name,
+           "--recompute", "full", "--offload", "activations", "--compile") + TUNE_LOSS
+_tune3b("LoRA", "8.5", _LORA64)
+_tune3b("QLoRA", "4.6", _LORA64 + ("--base-weights", "nf4"))
+
 # The same table's 8-GPU LoRA rows (lora_finetune_distributed: FSDP2 over the 8 GPUs), as
 # its configs set them (recipes/configs/llama3_1/70B_lora.yaml, 405B_qlora.yaml: LoRA r 16,
 # alpha 32, on q_proj, v_proj, output_proj and the MLP; AdamW(fused=True); bf16; activation
@@ -170,14 +238,15 @@ _tune("QLoRA", "7.4", "RTX-4090", ("--gpu", "RTX-4090", "--base-weights", "nf4")
 # is published in GB (44.8 GB = 41.7 GiB); "8x A100": the 80 GB card (405B in NF4 is 203 GB)
 _LORA16 = ("--lora-rank", "16", "--lora-alpha", "32", "--lora-targets",
            "q_proj,v_proj,o_proj,gate_proj,up_proj,down_proj")
+# torch.compile (the table's): --compile, LoRA under full checkpointing (plan.py)
 _DIST = ("--gpus", "8", "--fsdp", "--ctx", "2048", "--batch", "16", "--micro-batch", "2",
          "--recompute", "full", "--implementation", TORCHTUNE, "--optimizer", ADAMW_FUSED.name,
-         "--gpu", "A100") + _LORA16 + TUNE_LOSS
+         "--gpu", "A100", "--compile") + _LORA16 + TUNE_LOSS
 _register(Run("torchtune: Llama 3.1 70B, LoRA, 8x A100", TORCHTUNE_README, L70B + _DIST,
-              Fraction("27.6"), ACTIVE, "A100 80GB", (COMPILE,)))
+              Fraction("27.6"), ACTIVE, "A100 80GB"))
 _register(Run("torchtune: Llama 3.1 405B, QLoRA, 8x A100", TORCHTUNE_README,
               L405B + _DIST + ("--base-weights", "nf4"), Fraction(448 * 10**8, 2**30), ACTIVE,
-              "A100 80GB", (COMPILE,)))
+              "A100 80GB"))
 
 
 # MPT sizes (llm-foundry scripts/train/yamls/pretrain/mpt-{1b,3b,7b,13b,30b}.yaml):

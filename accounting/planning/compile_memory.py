@@ -22,7 +22,9 @@ ratios), against eager the block saves:
 
 The plan compiles each block on its own, as torchtitan (apply_compile: torch.compile per
 TransformerBlock) and torchtune (training.compile_model: each layer) do; outside the blocks
-the ops run eagerly.
+the ops run eagerly, but for torchtune's chunked loss, whose cross-entropy its recipes
+compile too (--loss chunked: planning/loss_memory.py). With LoRA, --compile is planned under
+full checkpointing only (planning/plan.py), where each block keeps its input alone.
 
 --stack torchtitan (its own Llama in bf16, no autocast: the stack's ledger): torchtitan
 wraps each block for activation checkpointing first and compiles the wrapped block

@@ -117,6 +117,14 @@ TRANSFORMERS_LOSS = _rule("transformers' loss",
                           "modeling_llama.py LlamaForCausalLM.forward (returns the logits)",
                           "log_softmax in float32 (as on the CPU); the model's output keeps "
                           "its logits alive through the backward pass")
+TORCHTUNE_LOSS = _rule("torchtune's loss",
+                       "torchtune modules/transformer.py TransformerDecoder and "
+                       "TiedEmbeddingTransformerDecoder (output(h).float(), 0.6.1 and "
+                       "pytorch/torchtune@1814feb); recipes/full_finetune_single_device.py "
+                       "_loss_step (del logits)",
+                       "the decoder returns float32 logits, the recipe frees them before "
+                       "the backward pass: log_softmax and both gradients in float32, no "
+                       "logits kept")
 SDPA_BACKEND = _rule("SDPA backend", "sdp_utils.cpp select_sdp_backend",
                      "flash (bf16/fp16, no mask, d <= 256), else memory-efficient (no grouped "
                      "K/V up to torch 2.11), else math")
@@ -210,7 +218,14 @@ def loss(activations, autocast: str | None, implementation: str) -> list[Adjustm
         return []
     logits = before[-1]
     b = DTYPE_BYTES[logits.dtype]
-    if implementation in (TRANSFORMERS, TORCHTUNE):  # torchtune's loss: chunk.float()
+    if implementation == TORCHTUNE:  # its decoder's .float(): the CPU ledger's log-softmax
+        f32 = DTYPE_BYTES[FP32]      # and two gradients, each in float32 instead
+        lb = lsm.bytes_per_element
+        return [Adjustment(TORCHTUNE_LOSS, Expr.of(3 * (f32 - lb), lsm.shape),
+                           "the decoder's float32 logits (.float()), freed by the recipe "
+                           "(del logits): log_softmax and both gradients in float32")] \
+            if lb != f32 else []
+    if implementation == TRANSFORMERS:
         return [Adjustment(TRANSFORMERS_LOSS, Expr.of(b, lsm.shape),
                            f"the model's output keeps its {logits.dtype} logits; its loss "
                            "upcasts them, so log_softmax runs in float32")]

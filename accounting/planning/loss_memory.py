@@ -22,7 +22,19 @@ library that implements it, pinned in pyproject.toml's `recipes` extra:
     b, and the last chunk's float32 copy, 4·B·T_c·V, unless the logits are float32 already)
     and the backward's start (one chunk's two float32 gradients, 2·4·B·T_c·V, T_c = ⌈T/n⌉:
     torch.chunk's largest chunk). tests/test_loss_recipes.py measures both moments on a CPU
-    step with torchtune's own class.
+    step with torchtune's own class. With --compile the recipes compile the loss too
+    (torchtune/training/_compile.py compile_loss: `loss.compute_cross_entropy =
+    torch.compile(loss.compute_cross_entropy)`, pytorch/torchtune@1814feb and 0.6.1; the
+    chunking stays eager). Inductor's graph of `F.cross_entropy(chunk.float(), …)` saves
+    the chunk itself, in the head's dtype, its targets and two float32 numbers a row (the
+    max and the log-sum-exp), not the float32 log-softmax; its forward kernels read the
+    chunk with the upcast fused (no float32 copy), and its backward writes one buffer, the
+    chunk's gradient in the chunk's dtype, beside one float32 number a row. Measured on the
+    CPU with saved-tensor hooks and the output code (tests/test_loss_recipes.py,
+    test_compiled_chunked_loss_saves_the_chunk); AOTAutograd's partition is the device's
+    choice of none, the fusion inductor's scheduler's. So the chunks freed by the recipe's
+    `del logits` stay saved (b·B·T·V) where the log-softmax was (4·B·T·V), the forward's
+    end adds nothing to them, and the backward's start adds b·B·T_c·V + 4·B·T_c.
   * fused-linear: Liger-Kernel 0.8.5's LigerFusedLinearCrossEntropyFunction (liger_kernel/
     ops/fused_linear_cross_entropy.py, fused_linear_cross_entropy_forward): the head's
     matmul and the loss run in the forward pass over chunks of C_fl rows, C_fl =
@@ -131,10 +143,11 @@ def _bytes(r) -> Expr:
     return r.elements.scale(r.bytes_per_element).times(*((r.repeat,) if r.repeat else ()))
 
 
-def region(activations, loss: str, param_bytes: int) -> LossRegion:
+def region(activations, loss: str, param_bytes: int, compiled: bool = False) -> LossRegion:
     """`activations`: the ledger's records; param_bytes: the head weight's bytes per
     element (fused-linear's grad_weight is zeros_like(weight), cast back at the end,
-    `.to(weight.dtype)`; 0: a frozen head has none)."""
+    `.to(weight.dtype)`; 0: a frozen head has none); `compiled`: --compile, which compiles
+    the chunked loss's cross-entropy as torchtune's compile_loss does."""
     acts = list(activations)
     lsm = next((r for r in acts if r.name == "log-softmax of the logits"), None)
     if lsm is None:  # a fused cross-entropy kernel (llm-foundry's flash-attn Triton loss)
@@ -145,6 +158,8 @@ def region(activations, loss: str, param_bytes: int) -> LossRegion:
                           f"the gradients of the log-softmax and of the logits (2 × {lb}·B·T·V)")
     before = [r for r in acts[:acts.index(lsm)] if r.shape == lsm.shape]
     logits_b = before[-1].bytes_per_element if before else lb  # the head's output dtype
+    if loss == CHUNKED and compiled:
+        return compiled_chunked(lsm, logits_b)
     if loss == CHUNKED:
         kept = Expr.of(f32, ("B", "T", "V")) - _bytes(lsm) \
             + Expr.of(DTYPE_BYTES[INT64], ("B", "T", "[B>1]"))
@@ -177,6 +192,20 @@ def region(activations, loss: str, param_bytes: int) -> LossRegion:
                       + "; C_fl = min(next_power_of_2(⌈B·T/⌈V/d_model⌉⌉), B·T)")
 
 
+def compiled_chunked(lsm, logits_b: int) -> LossRegion:
+    """--loss chunked under --compile: the compiled compute_cross_entropy's saves (above)."""
+    f32 = DTYPE_BYTES[FP32]
+    kept = Expr.of(logits_b, ("B", "T", "V")) + Expr.of(2 * f32, ("B", "T")) - _bytes(lsm) \
+        + Expr.of(DTYPE_BYTES[INT64], ("B", "T", "[B>1]"))
+    backward = Expr.of(logits_b, ("B", "T_c", "V")) + Expr.of(f32, ("B", "T_c"))
+    return LossRegion(kept, backward, Expr(), frozenset({lsm.name}), False,
+                      f"the compiled loss (torch.compile): one chunk's gradient "
+                      f"({logits_b}·B·T_c·V), every logits chunk saved ({logits_b}·B·T·V) "
+                      f"with two float32 numbers a token, the targets' chunk copies (8·B·T "
+                      f"when B > 1)",
+                      f"every logits chunk, saved by the compiled loss ({logits_b}·B·T·V)")
+
+
 def fused_kernel_region(acts, loss: str) -> LossRegion:
     """The loss of an implementation whose ledger runs one fused cross-entropy kernel
     (llm-foundry's default, flash-attn's Triton CrossEntropyLossFunction: ledger/builder/
@@ -195,5 +224,5 @@ def fused_kernel_region(acts, loss: str) -> LossRegion:
 
 LOGITS = "logits (output embedding)"  # the ledger's record of the head's output
 
-__all__ = ["CHUNKED", "DEFAULT_CHUNKS", "FUSED_LINEAR", "LOSSES", "STANDARD", "LOGITS", "LossRegion",
+__all__ = ["CHUNKED", "DEFAULT_CHUNKS", "compiled_chunked", "FUSED_LINEAR", "LOSSES", "STANDARD", "LOGITS", "LossRegion",
            "add_values", "check", "fused_chunk_rows", "fused_kernel_region", "region"]

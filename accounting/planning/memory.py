@@ -192,7 +192,8 @@ class MemoryModel:
         """What the loss recipe holds against the ledger's F.cross_entropy (loss_memory.py)."""
         # Liger's grad_weight is zeros_like(weight): none for a frozen head (LoRA)
         return LM.region(self.ledger.activations, self.loss,
-                         0 if self.finetune is not None else self.precision.master_bytes)
+                         0 if self.finetune is not None else self.precision.master_bytes,
+                         self.compile)
 
     def activations(self) -> tuple[Activation, ...]:
         return tuple(r for r in self.ledger.activations

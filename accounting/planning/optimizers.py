@@ -37,6 +37,9 @@ class Optimizer:
     source: str  # the library code the rules below follow
     step_counter: str | None  # "cpu" / "device": a 0-dim fp32 tensor per tensor; None: a Python int
     foreach_temporary: bool = False  # the update makes one state-sized tensor per parameter (√v)
+    # bytes per element the update of one tensor allocates while it runs, tensor by tensor
+    # (torchao's compiled per-tensor step: TorchaoAdamW8bit below)
+    step_temporary: int = 0
     refuses_master: bool = False  # its state is not the fp32 moments a master-copy recipe keeps
     counter_label: str = "AdamW"  # whose step counters (Muon's are its AdamW part's)
     # its state is shaped like the parameter, elementwise: any FSDP row shard can step it
@@ -304,7 +307,13 @@ class TorchaoAdamW8bit(AdamW8bit):
     block (256) keeps exp_avg and exp_avg_sq as OptimState8bit: codes (uint8, one per
     element), scale (float32, n/256) and its own 256-entry float32 qmap each; any other
     tensor keeps zeros_like(p) (the parameter's dtype); state['step'] a 0-dim float32
-    tensor on the parameter's device."""
+    tensor on the parameter's device. Its step runs tensor by tensor, each through
+    torch.compile(single_param_adam) (torchao/optim/adam.py _AdamBase.step): inductor's
+    kernel writes the new m and v in float32 to a buffer of the tensor's size each before
+    quantizing them by blocks (2 × 4 bytes an element: step_temporary), measured on the CPU
+    from torchao 0.18's output code (tests/test_optimizers_reality.py,
+    test_torchao_adamw8bit_step_buffers). Read on the CPU: CUDA's Triton kernels are not
+    run here."""
 
     def state(self, shape, state_dtype, role=""):
         n = prod(shape)
@@ -340,7 +349,8 @@ PAGED_ADAMW8BIT = register(PagedAdamW8bit("paged-adamw8bit", "bitsandbytes.optim
                                           "bitsandbytes/optim/optimizer.py", None,
                                           refuses_master=True))
 register(TorchaoAdamW8bit("adamw8bit-torchao", "torchao.optim.AdamW8bit",
-                          "torchao/optim/adam.py", "device", refuses_master=True))
+                          "torchao/optim/adam.py", "device", refuses_master=True,
+                          step_temporary=2 * DTYPE_BYTES[FP32]))
 register(Adafactor("adafactor", "torch.optim.Adafactor", "torch/optim/_adafactor.py", "cpu",
                    counter_label="Adafactor"))
 register(SGD("sgd", "torch.optim.SGD(momentum=0.9)", "torch/optim/sgd.py", None, elementwise=True))

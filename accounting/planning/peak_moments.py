@@ -89,6 +89,10 @@ def peak_terms(m) -> tuple:
     if p.master and n_trained:
         temp = temp + Expr.of(f32 * n_trained)
         temp_what += ", the master copy's fp32 gradients (4·N)"
+    big = max((t.numel for t in m.tensors if t.trained), default=0)
+    if opt.step_temporary and big:  # one tensor's at a time: the largest's
+        temp = temp + Expr.of(opt.step_temporary * big)
+        temp_what += f", the largest tensor's step buffers ({opt.step_temporary}·{big:,})"
     for n_mtp in m._mtp([MT.parameters(m.config, m.ledger)] if m.config.mtp_layers else []):
         # the MTP modules' tensors are updated with the rest: their √v, fp32 gradients
         temp = temp + Expr.of(n_mtp * ((p.moment_bytes if opt.foreach_temporary else 0)
@@ -111,9 +115,9 @@ def peak_terms(m) -> tuple:
         f"parameters, optimizer state, buffers, the kept activations, {lr.what_forward}"
         f"{offload_what}{cuda}"),)
     if m.optimizer_in_backward:  # one tensor's gradient and update temporaries at most
-        big = max((t.numel for t in m.tensors if t.trained), default=0)
         per = m.state_precision.grad_bytes + (p.moment_bytes if opt.foreach_temporary
-                                              else 0) + (f32 if p.master else 0)
+                                              else 0) + (f32 if p.master else 0) \
+            + opt.step_temporary
         return (PeakPhase("backward pass, its largest tensor stepped in it (optimizer in "
                           "backward)", boundary + Expr.of(per * big),
                           f"the start of the backward pass{cuda}, and the largest trained "

@@ -35,6 +35,7 @@ from accounting.planning import loss_memory as LM
 from accounting.planning.memory import (
     FP32,
     MODEL,
+    FULL_RECOMPUTE,
     NO_RECOMPUTE,
     PRECISIONS,
     RECOMPUTE,
@@ -203,9 +204,14 @@ def plan(config: ModelConfig | str, seq: int | None = None, batch: int = 1, *,
     if compile:
         from accounting.planning.compile_memory import check as check_compile
         check_compile(config)
-        if lora is not None:
-            raise UsageError("--compile is measured for full training (inductor's partition "
-                             "of a LoRA block is not): leave --compile or --lora-rank out")
+        # under full checkpointing each compiled block keeps its input alone, whatever its
+        # partition (torchtune: the eager checkpoint wrapper outside the compiled layer), so
+        # LoRA is planned there: the loss compiled, the blocks as eager (the one block
+        # recomputed at a time: eager's saves, an upper bound)
+        if lora is not None and recompute != FULL_RECOMPUTE:
+            raise UsageError("--compile with LoRA is planned under --recompute full (a LoRA "
+                             "block's own partition is not measured): give --recompute full, "
+                             "or leave --compile or --lora-rank out")
     if (loss != LM.STANDARD or offload_activations) and scope != MODEL:
         raise UsageError("--loss and --offload activations change what a step holds: give "
                          "--scope model (the default) with them")

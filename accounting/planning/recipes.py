@@ -41,7 +41,8 @@ IMPLEMENTATIONS = {
                "its ops planned as transformers' Llama's (RMSNorm in float32, F.silu, SDPA); "
                "its LoRA adapters in the model's dtype (LoRALinear: bf16 under bf16), its "
                "QLoRA base in torchao's NF4Tensor layout; its recipes' chunked loss is "
-               "--loss chunked",
+               "--loss chunked, its standard one on the decoder's float32 logits "
+               "(output(h).float(), freed before the backward pass)",
 }
 ATTENTION_NAMES = {"naive": "naive (the course's explicit softmax(QKᵀ)V, T×T scores saved)",
                    "sdpa": "SDPA (F.scaled_dot_product_attention, fused: no T×T tensor saved)"}

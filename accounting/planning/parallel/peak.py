@@ -164,10 +164,10 @@ def _ring(sp, layout, values: dict[str, int], precision, stack,
 
 
 def _loss_linear(sp, values: dict[str, int], tp: int, local: int, loss: str, chunks: int,
-                 param_bytes: int, micro_batch: int):
+                 param_bytes: int, micro_batch: int, compiled_loss: bool = False):
     """The loss recipe's region (loss_memory.py) on the last stage's rank, as a·b + c:
     (what the backward's start adds, what the forward's end adds, the region)."""
-    region = LM.region(sp.ledger.activations, loss, param_bytes)
+    region = LM.region(sp.ledger.activations, loss, param_bytes, compiled_loss)
     rank = _rank_values(values, tp, local)
 
     def linear(e) -> Linear:
@@ -184,7 +184,8 @@ def moments(sp, layout, precision, stage: int, kinds, values: dict[str, int], lo
             micro_batches: int, in_flight: int, st, stack, optimizer: str, arch: str | None,
             implementation: str, no_update_temporary: bool, loss_name: str = LM.STANDARD,
             loss_chunks: int = LM.DEFAULT_CHUNKS,
-            compiled: Linear = Linear(), frozen_head: bool = False) -> tuple[Moment, ...]:
+            compiled: Linear = Linear(), frozen_head: bool = False,
+            compiled_loss: bool = False) -> tuple[Moment, ...]:
     """The moments of this GPU's step (`micro_batches` per step on this rank, `in_flight`
     at its first backward pass; `st` its states). `no_update_temporary`: the update makes
     none on the GPU (LoRA's adapters: a few; an optimizer offloaded to the CPU). `loss`:
@@ -192,7 +193,7 @@ def moments(sp, layout, precision, stage: int, kinds, values: dict[str, int], lo
     entropy's gradients, and a chunked or fused loss adds the forward's end. `compiled`:
     the change to the in-flight activations under --compile and --offload activations
     (plan.py _activations_change), at every moment that holds them; `frozen_head`: the LM head is not trained (LoRA: Liger makes no
-    grad_weight)."""
+    grad_weight); `compiled_loss`: --compile compiles the chunked loss (loss_memory.py)."""
     last = stage == layout.pp - 1
     work = CP.workspace(arch)
     ws = Linear(0, work.bytes.evaluate({}))
@@ -222,7 +223,7 @@ def moments(sp, layout, precision, stage: int, kinds, values: dict[str, int], lo
     if last and loss_name != LM.STANDARD:
         start, forward, region = _loss_linear(sp, values, tp, local, loss_name, loss_chunks,
                                               0 if frozen_head else precision.master_bytes,
-                                              layout.micro_batch)
+                                              layout.micro_batch, compiled_loss)
         extra = extra + start
         what.insert(0, f"--loss {loss_name}: {region.what_backward}")
     elif last:
@@ -294,9 +295,16 @@ def moments(sp, layout, precision, stage: int, kinds, values: dict[str, int], lo
             opt = get_optimizer(optimizer)
             per = (precision.moment_bytes if opt.foreach_temporary else 0) + \
                 (DTYPE_BYTES[FP32] if precision.master else 0)
-        temp = per * st.moments
-        if temp:
-            temp_what = f", the update's temporaries ({per} bytes per element updated)"
+            if opt.step_temporary:  # torchao's compiled step, one tensor at a time: the
+                # largest trained local tensor's (an upper bound under ZeRO-1's partition)
+                big = max((t.numel for u in st.units for t in u.tensors if t.trained),
+                          default=0)
+                temp_what = f", the largest tensor's step buffers ({opt.step_temporary}·{big:,})"
+                temp = opt.step_temporary * big
+        temp += per * st.moments
+        if per * st.moments:
+            temp_what = f", the update's temporaries ({per} bytes per element updated)" \
+                + temp_what
     update = Moment(AT_UPDATE, f"the states, the gradients{temp_what}, the persistent buffers; "
                             f"{work.rule}", ws + loss + inputs + Linear(0, temp), False, True,
                     False)

@@ -381,9 +381,10 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
     chunks = LM.check(loss, loss_chunks, config)
     if compile:
         CM.check(config)
-        if finetune is not None:
-            raise UsageError("--compile is measured for full training (inductor's partition "
-                             "of a LoRA block is not): leave --compile or --lora-rank out")
+        if finetune is not None and layout.recompute != "full":  # as one GPU's (plan.py)
+            raise UsageError("--compile with LoRA is planned under --recompute full (a LoRA "
+                             "block's own partition is not measured): give --recompute full, "
+                             "or leave --compile or --lora-rank out")
         if not (stack.stack.torch_engines or stack.stack.compiles_blocks):
             raise UsageError(f"--compile is planned with --stack torch or torchtitan; leave "
                              f"it out with --stack {stack.name}")
@@ -421,7 +422,7 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
         loss, chunks, _activations_change(crows, s, None if titan else precision,
                                           layout.micro_batch, compile,
                                           OF.ACTIVATIONS in offload, sac, unread),
-        finetune is not None)) for s in plans)
+        finetune is not None, compile)) for s in plans)
     # FSDP2's side streams' segments, reserved beside the default stream's (fsdp_streams.py)
     plans = tuple(replace(s, pools=FS.side_pools(data_layout(layout), s.states, s.items, stack,
                                                  precision,
