@@ -245,10 +245,15 @@ for _row in (("7b", 2048, 6, 1, False, 6_658_859_008), ("7b", 4096, 16, 2, True,
 # nothing else of the HF side: the settings it leaves out are planned as the libraries'
 # defaults at the date (transformers 4.47, PEFT 0.14.0, bitsandbytes 0.45.0, all 2024-12):
 # BitsAndBytesConfig with NF4, double quantization and bf16 compute (the QLoRA recipe;
-# --base-weights nf4's defaults), bf16 autocast (Trainer's bf16=True), gradient checkpointing
-# on (PEFT's prepare_model_for_kbit_training(use_gradient_checkpointing=True) default), PEFT's
-# lora_alpha default and Trainer's default optimizer (adamw_torch; Unsloth's own notebooks use
-# adamw_8bit: 0.5 GB less at r 32 on 8B). Each row says so in `unexpressed`.
+# --base-weights nf4's defaults), bf16 autocast (Trainer's bf16=True), the 4-bit model
+# prepared by PEFT's prepare_model_for_kbit_training (--prepare-kbit-training: the QLoRA
+# recipe's step, which TRL's SFTTrainer takes for a 4-bit model; its non-4-bit parameters in
+# fp32, so the residual stream is fp32: planning/finetune.py), gradient checkpointing on (that
+# function's use_gradient_checkpointing=True default), PEFT's lora_alpha default and Trainer's
+# default optimizer (adamw_torch; Unsloth's own notebooks use adamw_8bit: 0.5 GB less at r 32
+# on 8B). Each row says so in `unexpressed`. The VRAM is planned in GiB: Unsloth writes GiB
+# as "GB" (unsloth/models/llama.py at e3162dc prints "Max memory: {total_memory / 1024**3}
+# GB"; an "80GB A100" holds 80 GiB), and nothing is held back for the CUDA context.
 # The HF + FA2 column is linear in the VRAM to the token: 932 + 404.75 · (VRAM − 12) for every
 # row (a fit through measurements or an extrapolation of them: which rows were run on a card
 # of that size is not said); tests/test_published_hf.py checks that algebra.
@@ -256,11 +261,12 @@ UNSLOTH = ("Unsloth README.md, Context length benchmarks, Hugging Face + FA2 "
            "(unslothai/unsloth@e3162dc; unsloth.ai/blog/llama3-3)")
 MAX_CTX = "longest context that ran (no memory published)"
 OOM = "out of memory (no context given)"
-_HF_UNSTATED = ("gradient checkpointing, optimizer, lora_alpha (not stated: planned as PEFT's "
-                "and Trainer's defaults, gradient checkpointing on, AdamW)",
-                "FlashAttention-2 (planned as SDPA's fused kernel)")
+_HF_UNSTATED = ("prepare_model_for_kbit_training, gradient checkpointing, optimizer, lora_alpha "
+                "(not stated: planned as PEFT's, TRL's and Trainer's defaults: prepared, "
+                "checkpointing on, AdamW)", "FlashAttention-2 (planned as SDPA's fused kernel)")
 _HF = ("--batch", "1", "--precision", "bf16-mixed", "--attention", "sdpa", "--recompute",
-       "full", "--lora-rank", "32", "--lora-targets", "all-linear", "--base-weights", "nf4")
+       "full", "--lora-rank", "32", "--lora-targets", "all-linear", "--base-weights", "nf4",
+       "--prepare-kbit-training")
 
 
 def _hf(model: str, shape: tuple[str, ...], vram: int, ctx: int | None,
@@ -268,7 +274,7 @@ def _hf(model: str, shape: tuple[str, ...], vram: int, ctx: int | None,
     """One cell of the HF + FA2 column: ctx (N_max) on a card of `vram` GB, or OOM (None),
     planned at `smallest`, the least context the model's column lists."""
     card = f"{vram} GB"
-    flags = shape + _HF + ("--gpu-mem", f"{vram}GB", "--ctx", str(ctx or smallest))
+    flags = shape + _HF + ("--gpu-mem", f"{vram}GiB", "--ctx", str(ctx or smallest))
     _register(Run(f"HF + FA2 QLoRA: {model}, {'OOM' if ctx is None else f'T {ctx:,}'}, "
                   f"1x {card}", UNSLOTH, flags, None, OOM if ctx is None else MAX_CTX, card,
                   _HF_UNSTATED, max_ctx=ctx))
