@@ -26,7 +26,8 @@ def test_lora_and_qlora_on_8_gpus_are_planned_and_fit():
 
 def test_at_least_twenty_runs_from_three_stacks():
     assert len(PR.RUNS) >= 20
-    assert {r.stack for r in PR.RUNS.values()} == {"torchtitan", "torchtune", "llm-foundry"}
+    assert {r.stack for r in PR.RUNS.values()} == {"torchtitan", "torchtune", "llm-foundry",
+                                                   "transformers"}  # HF + FA2 (Unsloth's table)
     with pytest.raises(ValueError, match="twice"):
         PR._register(next(iter(PR.RUNS.values())))
 

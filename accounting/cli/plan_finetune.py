@@ -57,6 +57,10 @@ def add_args(p: argparse.ArgumentParser) -> None:
                         "compute in bf16 (needs --lora-rank and --precision bf16-mixed)")
     f.add_argument("--no-double-quant", action="store_true",
                    help="QLoRA without double quantization (float32 absmax per block of 64)")
+    f.add_argument("--prepare-kbit-training", action="store_true",
+                   help="QLoRA after PEFT's prepare_model_for_kbit_training (TRL's SFTTrainer "
+                        "calls it on a 4-bit model): the embeddings, norms and LM head in fp32, "
+                        "so the residual stream and each block's input are fp32")
 
 
 def plan_kwargs(ns: argparse.Namespace) -> dict:
@@ -68,8 +72,9 @@ def plan_kwargs(ns: argparse.Namespace) -> dict:
         if lora_flags:
             raise UsageError(f"--{lora_flags[0].replace('_', '-')} describes LoRA adapters; "
                              "give --lora-rank R with it")
-        if ns.no_double_quant:
-            raise UsageError("--no-double-quant is QLoRA's; give --base-weights nf4 --lora-rank R")
+        if ns.no_double_quant or ns.prepare_kbit_training:
+            flag = "--no-double-quant" if ns.no_double_quant else "--prepare-kbit-training"
+            raise UsageError(f"{flag} is QLoRA's; give --base-weights nf4 --lora-rank R")
         return {"base_weights": ns.base_weights}
     if ns.no_double_quant and ns.base_weights is None:
         raise UsageError("--no-double-quant is QLoRA's; give --base-weights nf4 with it")
@@ -80,4 +85,5 @@ def plan_kwargs(ns: argparse.Namespace) -> dict:
     h = hf_source_from_args(ns)
     names = h.type.module_names(h.data) if h is not None else None
     return {"lora": lora, "base_weights": ns.base_weights,
-            "double_quant": not ns.no_double_quant, "module_names": names}
+            "double_quant": not ns.no_double_quant, "module_names": names,
+            "kbit_upcast": ns.prepare_kbit_training}

@@ -269,6 +269,9 @@ def _finetune(ns: argparse.Namespace, config, precision, implementation: str = "
     from accounting.cli.plan_finetune import plan_kwargs
     from accounting.planning.plan import _finetune as resolve_finetune
     kw = plan_kwargs(ns)
+    if kw.get("kbit_upcast"):
+        raise UsageError("--prepare-kbit-training is planned on one GPU (its fp32 residual "
+                         "stream is not yet in the many-GPU rules): leave --gpus or it out")
     return resolve_finetune(config, precision, MODEL, kw.get("lora"), kw["base_weights"],
                             kw.get("double_quant", True), kw.get("module_names"),
                             implementation, None)

@@ -14,7 +14,7 @@ import statistics
 from dataclasses import dataclass
 from fractions import Fraction
 
-from accounting.literature.published_runs import RAN, RESERVED, RUNS, Run
+from accounting.literature.published_runs import MAX_CTX, OOM, RAN, RESERVED, RUNS, Run
 from accounting.units import GiB
 
 @dataclass(frozen=True)
@@ -24,6 +24,7 @@ class Answer:
     reserved: int  # the caching allocator's segments at that moment
     fits: bool | None  # the verdict on the card it ran on (None: no card known)
     moment: str
+    longest: int | None = None  # one GPU: the plan's longest context at the run's batch
 
     @property
     def compared(self) -> int:
@@ -35,6 +36,13 @@ class Answer:
         if self.run.measured_gib is None:
             return None
         return Fraction(self.compared, GiB) / self.run.measured_gib
+
+    @property
+    def context_ratio(self) -> Fraction | None:
+        """A max-context row (MAX_CTX): the plan's longest context / the one that ran."""
+        if self.run.max_ctx is None or self.longest is None:
+            return None
+        return Fraction(self.longest, self.run.max_ctx)
 
 
 def answer(run: Run) -> Answer:
@@ -53,7 +61,8 @@ def answer(run: Run) -> Answer:
     peak = d["peak"]
     fits = None if d.get("fit") is None else peak["peak_bytes"] <= d["fit"]["usable_bytes"]
     moment = max(peak["moments"], key=lambda m: m["bytes"])["name"]
-    return Answer(run, peak["peak_bytes"], peak["reserved_bytes"], fits, moment)
+    return Answer(run, peak["peak_bytes"], peak["reserved_bytes"], fits, moment,
+                  (d.get("fit") or {}).get("longest_context"))
 
 
 def answers() -> list[Answer]:
@@ -70,6 +79,38 @@ def _gib(n) -> str:
     return f"{float(Fraction(n) / GiB):.1f}"
 
 
+def _ratio_cell(a: Answer) -> str:
+    if a.context_ratio is not None:  # a max-context row: the plan's longest context / T ran
+        return f"{float(a.context_ratio):.2f} (longest T {a.longest:,})"
+    return "—" if a.ratio is None else f"{float(a.ratio):.2f}"
+
+
+def _verdict(a: Answer) -> str:
+    verdict = {None: "no verdict", True: "fits", False: "does NOT fit"}[a.fits]
+    if a.run.metric == OOM:  # where the source ran out of memory: the plan's longest context
+        asked = int(a.run.flags[a.run.flags.index("--ctx") + 1])
+        verdict += f" at T {asked:,}; longest T {a.longest:,}" if a.longest \
+            else f" at T {asked:,}; not even T 1"
+    return verdict
+
+
+def context_summary(rows: list[Answer]) -> str:
+    """Unsloth's Hugging Face + FA2 column (MAX_CTX, OOM): a sentence of its own, so that the
+    peak ratios' summary keeps meaning tool / measured peak."""
+    ran = [a for a in rows if a.run.metric == MAX_CTX]
+    oom = [a for a in rows if a.run.metric == OOM]
+    if not ran:
+        return ""
+    r = [a.context_ratio for a in ran]
+    return (f" Of the {len(ran)} Hugging Face + FA2 QLoRA runs of Unsloth's table (the longest "
+            f"context that ran on a card, no memory published), the plan says "
+            f"{sum(1 for a in ran if a.fits)} fit at the context that ran; its own longest "
+            f"context over the one that ran: median {float(statistics.median(r)):.2f}, lowest "
+            f"{float(min(r)):.2f}, highest {float(max(r)):.2f}. Of the {len(oom)} cells that ran "
+            f"out of memory, it says {sum(1 for a in oom if a.fits is False)} do not fit at the "
+            "column's smallest context.")
+
+
 def markdown() -> str:
     rows = answers()
     out = ["| run | settings the flags leave out | measured (GiB) | tool, allocated / reserved "
@@ -77,21 +118,21 @@ def markdown() -> str:
            "| --- | --- | ---: | ---: | ---: | --- |"]
     for a in rows:
         r = a.run
-        verdict = {None: "no verdict", True: "fits", False: "does NOT fit"}[a.fits]
         measured = "—" if r.measured_gib is None else f"{float(r.measured_gib):.1f}"
-        ratio = "—" if a.ratio is None else f"{float(a.ratio):.2f}"
         out.append(f"| {r.name} | {', '.join(r.unexpressed) or '—'} | {measured} "
                    f"({r.metric}) | {_gib(a.allocated)} / {_gib(a.reserved)} | "
-                   f"{ratio} | {r.card}: {verdict} |")
+                   f"{_ratio_cell(a)} | {r.card}: {_verdict(a)} |")
     med, lo, hi = summary(rows)
     out.append("")
     ran = [a for a in rows if a.run.metric == RAN]
+    peaks = [a for a in rows if a.run.measured_gib is not None]
     out.append(f"{len(rows)} runs from {len({a.run.stack for a in rows})} stacks; tool / measured "
-               f"over the {len(rows) - len(ran)} with a published peak (reserved against "
+               f"over the {len(peaks)} with a published peak (reserved against "
                f"torchtitan's reserved, allocated against torchtune's active): median "
                f"{float(med):.2f}, lowest {float(lo):.2f}, highest {float(hi):.2f}. Of the "
                f"{len(ran)} that ran with no memory published, the plan says "
-               f"{sum(1 for a in ran if a.fits)} fit on the card they ran on.")
+               f"{sum(1 for a in ran if a.fits)} fit on the card they ran on."
+               + context_summary(rows))
     return "\n".join(out) + "\n"
 
 

@@ -176,7 +176,9 @@ def plan_answer(p) -> Table:
     ft = getattr(p, "finetune", None)
     if ft is not None:  # issue 28: LoRA / QLoRA
         base = (f"NF4 ({'with' if ft.double_quant else 'without'} double quantization, "
-                f"bitsandbytes) with bf16 compute" if ft.qlora else ft.base_dtype)
+                f"bitsandbytes) with bf16 compute" if ft.qlora else ft.base_dtype) \
+            + (", the rest in fp32 (PEFT's prepare_model_for_kbit_training)"
+               if ft.kbit_upcast else "")
         names = ",".join(dict.fromkeys(t.name for t in ft.targets))
         lines.append(_line("fine-tuning", f"{'QLoRA' if ft.qlora else 'LoRA'} r = {ft.lora.rank} "
                                           f"on {names}: {grouped(ft.adapter_count())} trainable "

@@ -39,6 +39,13 @@ Sources, read at the commits named (the tables typed here, figure for figure):
     up_proj, down_proj and both LayerNorms, 11·d_model a block, and the final norm's):
     tests/test_published_runs.py holds the plan's parameter count to NumParams. The
     implementation is llm-foundry's (--implementation llm-foundry).
+  * Unsloth's "Context length benchmarks" (unsloth.ai/blog/llama3-3, 2024-12; unslothai/unsloth
+    README.md at e3162dc5bf88bf4c2b598c74cbcaba0706c4067b): its Hugging Face + FA2 column, the
+    longest context QLoRA ran on a card of each VRAM (the block at the end of this file).
+    LLaMA-Factory publishes no measured table to add: its README's "Hardware Requirement"
+    table is marked "* estimated" (hiyouga/LLaMA-Factory README.md), and its "Benchmark"
+    (ChatGLM2-6B, peak memory at bs 1, cutoff_len 1,024) is a figure, assets/benchmark.svg,
+    whose numbers are not given in text.
 """
 from __future__ import annotations
 
@@ -88,10 +95,14 @@ class Run:
     card: str  # the card it ran on, in words
     unexpressed: tuple[str, ...] = ()  # settings of the run the flags leave out
     model: str = "meta-llama/Llama-3.1-8B"  # the preset the flags start from
+    # a "max context" row (MAX_CTX): the longest context the source ran on the card (the
+    # flags' --ctx); the plan's own longest context is set beside it
+    max_ctx: int | None = None
 
     @property
     def stack(self) -> str:
-        return self.source.split()[0]
+        # Unsloth's table's Hugging Face + FA2 column: transformers' stack (MAX_CTX, OOM: below)
+        return "transformers" if self.metric in (MAX_CTX, OOM) else self.source.split()[0]
 
 
 RUNS: dict[str, Run] = {}
@@ -287,3 +298,59 @@ for _row in (("7b", 2048, 6, 1, False, 6_658_859_008), ("7b", 4096, 16, 2, True,
              ("3b", 8192, 3, 6, False, 2_667_566_080), ("1b", 8192, 3, 4, False, 1_328_533_504),
              ("30b", 2048, 3, 21, True, 29_975_214_080)):
     _foundry(*_row)
+
+
+# ---- Hugging Face + FlashAttention-2 QLoRA (Unsloth's max-context tables) ------------------
+# unsloth.ai/blog/llama3-3 (2024-12) and unslothai/unsloth README.md at e3162dc5bf (2025-01-14),
+# "Context length benchmarks": the longest context each column's stack ran on a card of that
+# VRAM, for "Llama 3.1 (8B) Instruct" and "Llama 3.3 (70B) Instruct", "4bit QLoRA on all
+# linear layers (Q, K, V, O, gate, up and down) with rank = 32 with a batch size of 1. We
+# padded all sequences to a certain maximum sequence length" (70B "on a 80GB A100"). The
+# Hugging Face + FA2 column is the run here: transformers' Llama with
+# attn_implementation="flash_attention_2" (planned as SDPA's fused kernel: both save Q, K, V,
+# the output and the log-sum-exp, no T × T tensor), PEFT's LoRA, bitsandbytes' NF4.
+# A "max context" row ran at N_max on its card (so the plan must fit it); the next size tried
+# did not, and which size that was is not given. No peak memory is published. The blog states
+# nothing else of the HF side: the settings it leaves out are planned as the libraries'
+# defaults at the date (transformers 4.47, PEFT 0.14.0, bitsandbytes 0.45.0, all 2024-12):
+# BitsAndBytesConfig with NF4, double quantization and bf16 compute (the QLoRA recipe;
+# --base-weights nf4's defaults), bf16 autocast (Trainer's bf16=True), the 4-bit model
+# prepared by PEFT's prepare_model_for_kbit_training (--prepare-kbit-training: the QLoRA
+# recipe's step, which TRL's SFTTrainer takes for a 4-bit model; its non-4-bit parameters in
+# fp32, so the residual stream is fp32: planning/finetune.py), gradient checkpointing on (that
+# function's use_gradient_checkpointing=True default), PEFT's lora_alpha default and Trainer's
+# default optimizer (adamw_torch; Unsloth's own notebooks use adamw_8bit: 0.5 GB less at r 32
+# on 8B). Each row says so in `unexpressed`. The VRAM is planned in GiB: Unsloth writes GiB
+# as "GB" (unsloth/models/llama.py at e3162dc prints "Max memory: {total_memory / 1024**3}
+# GB"; an "80GB A100" holds 80 GiB), and nothing is held back for the CUDA context.
+# The HF + FA2 column is linear in the VRAM to the token: 932 + 404.75 · (VRAM − 12) for every
+# row (a fit through measurements or an extrapolation of them: which rows were run on a card
+# of that size is not said); tests/test_published_hf.py checks that algebra.
+UNSLOTH = ("Unsloth README.md, Context length benchmarks, Hugging Face + FA2 "
+           "(unslothai/unsloth@e3162dc; unsloth.ai/blog/llama3-3)")
+MAX_CTX = "longest context that ran (no memory published)"
+OOM = "out of memory (no context given)"
+_HF_UNSTATED = ("prepare_model_for_kbit_training, gradient checkpointing, optimizer, lora_alpha "
+                "(not stated: planned as PEFT's, TRL's and Trainer's defaults: prepared, "
+                "checkpointing on, AdamW)", "FlashAttention-2 (planned as SDPA's fused kernel)")
+_HF = ("--batch", "1", "--precision", "bf16-mixed", "--attention", "sdpa", "--recompute",
+       "full", "--lora-rank", "32", "--lora-targets", "all-linear", "--base-weights", "nf4",
+       "--prepare-kbit-training")
+
+
+def _hf(model: str, shape: tuple[str, ...], vram: int, ctx: int | None,
+        smallest: int) -> None:
+    """One cell of the HF + FA2 column: ctx (N_max) on a card of `vram` GB, or OOM (None),
+    planned at `smallest`, the least context the model's column lists."""
+    card = f"{vram} GB"
+    flags = shape + _HF + ("--gpu-mem", f"{vram}GiB", "--ctx", str(ctx or smallest))
+    _register(Run(f"HF + FA2 QLoRA: {model}, {'OOM' if ctx is None else f'T {ctx:,}'}, "
+                  f"1x {card}", UNSLOTH, flags, None, OOM if ctx is None else MAX_CTX, card,
+                  _HF_UNSTATED, max_ctx=ctx))
+
+
+for _vram, _ctx in ((8, None), (12, 932), (16, 2551), (24, 5789), (40, 12264), (48, 15502),
+                    (80, 28454)):
+    _hf("Llama 3.1 8B Instruct", (), _vram, _ctx, 932)
+for _vram, _ctx in ((48, None), (80, 6916)):  # Llama 3.3 70B has Llama 3.1 70B's shape
+    _hf("Llama 3.3 70B Instruct", L70B, _vram, _ctx, 6916)

@@ -31,6 +31,7 @@ def finetune_dict(ft) -> dict:
             "adapter_dtype": ft.adapters.adapter_dtype, "base_dtype": ft.base_dtype,
             "base_weights": ft.base_weights or ft.base_dtype,
             "double_quant": ft.double_quant if ft.qlora else None,
+            "prepare_model_for_kbit_training": ft.kbit_upcast,
             "nf4_bytes": ft.nf4_bytes() if ft.qlora else None,
             "nf4_bytes_torchao_layout": ft.nf4_bytes_torchao() if ft.qlora else None}
 

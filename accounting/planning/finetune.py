@@ -25,6 +25,14 @@ BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
 bnb_4bit_compute_dtype=bfloat16)), every linear layer but the output layer in
 bitsandbytes' NF4 layout (accounting/formats/bnb.py: with or without double quantization),
 the rest (embeddings, norms, the LM head, biases) in bf16.
+
+kbit_upcast (--prepare-kbit-training): QLoRA after PEFT's prepare_model_for_kbit_training
+(peft/utils/other.py; the same in PEFT 0.14.0, 2024-12, and 0.21.2): "cast all non INT8
+parameters to fp32" (every bf16/fp16 parameter that is not a Params4bit: the embeddings,
+norms and LM head), so the embedding's output, and with it the residual stream and every
+block's input, is fp32; an NF4 layer casts its input to bf16 and its output back to fp32
+(bitsandbytes' Linear4bit.forward: out.to(inp_dtype)). The ledger is built with the base in
+fp32 and the NF4 linears computing in bf16 (builder/layers.py Linear, Adapters.nf4_compute).
 """
 from __future__ import annotations
 
@@ -103,6 +111,7 @@ class FineTune:
     adapters: Adapters
     implementation: str = "course"  # the recipe's (planning/recipes.py): whose ops the ledger runs
     nf4_layout: str = NF4_BNB  # the QLoRA base's 4-bit layout (NF4_BNB or NF4_TORCHAO)
+    kbit_upcast: bool = False  # PEFT's prepare_model_for_kbit_training: the rest in fp32
 
     def ledger(self, autocast: str | None = None, recompute: str = "none"):
         """The ledger of the LoRA step: adapters on a base frozen in base_dtype."""
@@ -246,7 +255,11 @@ def weight_terms(ft: FineTune, model, copies) -> list:
                         note="requires_grad False: no gradient, no optimizer state"))
     out.append(Term(f"LoRA adapters ({ft.adapters.adapter_dtype}, trainable)", f"{a}·N_LoRA",
                     n.scale(a), note=f"{what}; N_LoRA = {n}"))
-    if copies:
+    if copies and ft.kbit_upcast:  # the fp32 LM head's copy too (prepare_model_for_kbit_training)
+        out.append(Term("bf16 copies of the fp32 weights (LM head, adapters)", str(copies.bytes),
+                        copies.bytes, note="autocast casts each fp32 weight for its matmul, "
+                                           "which saves the copy"))
+    elif copies:
         out.append(Term("bf16 copies of the adapters' weights", str(copies.bytes), copies.bytes,
                         note="autocast casts lora_A and lora_B for their matmuls, which save the copies"))
     return out
@@ -340,7 +353,7 @@ def module_path(names, per_layer: bool, module: str) -> str:
 
 def resolve(config: ModelConfig, lora: LoRA, names=None, precision_autocast: str | None = None,
             base_weights: str | None = None, double_quant: bool = True,
-            implementation: str = "course") -> FineTune:
+            implementation: str = "course", kbit_upcast: bool = False) -> FineTune:
     """The LoRA layers `lora.targets` name in `config`'s model (names: transformers'
     ModuleNames, or None for the course model), on a frozen base. Bad input: UsageError."""
     if base_weights is not None and base_weights not in BASE_WEIGHTS:
@@ -350,6 +363,12 @@ def resolve(config: ModelConfig, lora: LoRA, names=None, precision_autocast: str
     if base_weights == NF4 and not [x for x in lins if (x[0], x[1]) not in lm]:
         raise UsageError(f"--base-weights nf4 (QLoRA) quantizes linear layers, and {config.name} "
                          "has none but its LM head; leave --base-weights out")
+    if kbit_upcast and base_weights != NF4:
+        raise UsageError("--prepare-kbit-training is PEFT's preparation of a k-bit (QLoRA) "
+                         "base: give --base-weights nf4 with it")
+    if kbit_upcast and implementation == TORCHTUNE:
+        raise UsageError("--prepare-kbit-training is PEFT's; torchtune's QLoRA (--implementation "
+                         "torchtune) keeps its base in bf16: leave one of them out")
     if base_weights == NF4 and precision_autocast is None:
         raise UsageError("--base-weights nf4 (QLoRA) computes in bf16: give --precision bf16-mixed")
     moe = config.num_experts is not None
@@ -470,6 +489,8 @@ def resolve(config: ModelConfig, lora: LoRA, names=None, precision_autocast: str
     # and FrozenNF4Linear: torchtune/modules/peft/lora.py, modules/low_precision)
     tune = implementation == TORCHTUNE
     adapters = Adapters(lora.rank, frozenset(modules), frozenset(followers), lora.dropout > 0,
-                        compute if tune else FP32, expert_groups)
-    return FineTune(config, lora, tuple(targets), base_weights, double_quant, compute, adapters,
-                    implementation, NF4_TORCHAO if tune else NF4_BNB)
+                        compute if tune else FP32, expert_groups,
+                        nf4_compute=compute if kbit_upcast else None)
+    return FineTune(config, lora, tuple(targets), base_weights, double_quant,
+                    FP32 if kbit_upcast else compute, adapters, implementation,
+                    NF4_TORCHAO if tune else NF4_BNB, kbit_upcast)

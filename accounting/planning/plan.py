@@ -134,7 +134,7 @@ def plan(config: ModelConfig | str, seq: int | None = None, batch: int = 1, *,
          module_names=None, optimizer_in_backward: bool = False, tower=None,
          train_vision: bool = False, images=None, loss: str = "standard",
          loss_chunks: int | None = None, offload_activations: bool = False,
-         compile: bool = False) -> Plan:
+         compile: bool = False, kbit_upcast: bool = False) -> Plan:
     """Every answer for one workload. Numbers given as strings or Fractions stay exact.
     config: a ModelConfig or a preset name; gpu a name of accounting.planning.gpus.GPUS (or
     memory_bytes, peak_tflops, bandwidth_tbs of your own); precision, scope, recompute,
@@ -216,7 +216,7 @@ def plan(config: ModelConfig | str, seq: int | None = None, batch: int = 1, *,
         raise UsageError("--loss and --offload activations change what a step holds: give "
                          "--scope model (the default) with them")
     ft = _finetune(config, p, scope, lora, base_weights, double_quant, module_names,
-                   recipe.implementation, trainable)  # issue 28
+                   recipe.implementation, trainable, kbit_upcast)  # issue 28
     tw = None
     if tower is not None:  # issue 41: the tower's weights (and, trained, its state and saves)
         from accounting.planning.vision_train import flag, tower_activations, tower_training
@@ -285,7 +285,7 @@ def plan(config: ModelConfig | str, seq: int | None = None, batch: int = 1, *,
 
 
 def _finetune(config, p: Precision, scope: str, lora, base_weights, double_quant, names,
-              implementation: str, trainable):
+              implementation: str, trainable, kbit_upcast: bool = False):
     """The LoRA/QLoRA plan (planning/finetune.py), or None for full training."""
     if lora is None:
         if base_weights is not None:
@@ -306,4 +306,4 @@ def _finetune(config, p: Precision, scope: str, lora, base_weights, double_quant
         raise UsageError(f"LoRA is planned with --precision fp32 or bf16-mixed (the base frozen in "
                          f"the compute dtype), not {p.name}")
     return finetune.resolve(config, lora, names, p.autocast, base_weights, double_quant,
-                            implementation)
+                            implementation, kbit_upcast)

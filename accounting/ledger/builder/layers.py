@@ -21,6 +21,15 @@ class Linear:
                            if weight is None
                            else t.alias("weight", weight))
             self.bias = t.param("bias", d_out, component, dims=(len(d_out),)) if bias else None
+            # QLoRA after prepare_model_for_kbit_training: an NF4 layer (every linear but the
+            # LM head) stays bitsandbytes' Linear4bit, whose matmul sees its weight dequantized
+            # to the compute dtype (a temporary; MatMul4Bit keeps the packed weight only) while
+            # the rest of the base is fp32 (bitsandbytes 0.45 nn/modules.py Linear4bit.forward)
+            self.nf4 = (t.adapters is not None and t.adapters.nf4_compute is not None
+                        and t.module != "lm_head")
+            if self.nf4:
+                self.weight = Sym(self.weight.shape, t.adapters.nf4_compute, grad=False,
+                                  param=self.weight.param)
 
     def __call__(self, x: Sym, label: str, course: str = "", reads_cache: bool = False) -> Sym:
         t = self.t
@@ -35,8 +44,10 @@ class Linear:
             if self.bias is not None:
                 y = t.binary("aten.add", y, self.bias, "+ bias", BIAS)
                 # nn.Linear (transformers', MPT's): one F.linear (addmm), autocast casts the
-                if t.hf or t.foundry:  # bias too, so the output stays bf16 (model/'s fp32
-                    y.dtype = dtype  # bias promotes it)
+                if t.hf or t.foundry or self.nf4:  # bias too, so the output stays bf16
+                    y.dtype = dtype  # (model/'s fp32 bias promotes it; Linear4bit casts it)
+            if self.nf4 and x.dtype != dtype:  # Linear4bit's out.to(inp_dtype): a new tensor
+                y = Sym(rows + self.d_out, x.dtype)
             if t.adapters is not None and t.adapters.targets(t.per_block, t.module):
                 y = lora.apply(t, self, x, y)  # PEFT's LoRA on this layer
             y = t.name(y, label, course)

@@ -55,6 +55,10 @@ class Adapters:
     # each a tuple of the ledger's expert weights it holds: ("w1", "w3") for gate_up_proj
     # (rank 2·r), ("w2",) for down_proj
     experts: tuple = ()
+    # QLoRA after PEFT's prepare_model_for_kbit_training (planning/finetune.py): the frozen
+    # base is fp32 (the ledger's param_dtype) but for bitsandbytes' NF4 linears, which
+    # compute in this dtype; None: no such layers, or their base is param_dtype anyway
+    nf4_compute: str | None = None
 
     def targets(self, per_layer: bool, module: str) -> bool:
         return (per_layer, module) in self.modules
