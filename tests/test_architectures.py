@@ -306,10 +306,12 @@ def test_tied_head_is_one_parameter_under_two_names():
 
 # ---- memory: saved tensors ---------------------------------------------------------------
 
-def saved_tensors(model, ids, targets, use_cache=None):
+def saved_tensors(model, ids, targets, use_cache=None, labels=False):
     """{storage: (module path, nbytes, dtype)} of every storage autograd saves, parameters
     excluded; module = the innermost module running when it is first saved. A transformers
-    model (use_cache=False given) returns an output whose .logits are taken."""
+    model (use_cache=False given) returns an output whose .logits are taken; with `labels`
+    it computes its own loss, as Trainer runs it: model(ids, labels=targets).loss
+    (ForCausalLMLoss, accounting/ledger/builder/hf_loss.py)."""
     names = {m: n for n, m in model.named_modules()}
     stack, seen = [], {}
     params = {p.untyped_storage().data_ptr() for p in model.parameters()}
@@ -334,8 +336,12 @@ def saved_tensors(model, ids, targets, use_cache=None):
         return d
     try:
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            logits = model(ids) if use_cache is None else model(ids, use_cache=use_cache).logits
-            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+            if labels:
+                loss = model(ids, labels=targets, use_cache=use_cache).loss
+            else:
+                logits = model(ids) if use_cache is None else \
+                    model(ids, use_cache=use_cache).logits
+                loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
     finally:
         for h in handles:
             h.remove()

@@ -3,7 +3,9 @@
 For each model type the planner models under implementation "transformers"
 (accounting/planning/recipes.py), a tiny config.json (tests/hf_examples.py) is built with
 AutoModelForCausalLM.from_config(attn_implementation="sdpa"), one training step's forward
-and loss run under torch.autograd.graph.saved_tensors_hooks, and every storage autograd
+and loss run under torch.autograd.graph.saved_tensors_hooks — the model's own loss, as
+Trainer runs it: model(ids, labels=labels).loss (ForCausalLMLoss: the logits upcast to
+float32, the labels shifted; accounting/ledger/builder/hf_loss.py) — and every storage autograd
 saves (parameters excluded, each storage once: tests/test_architectures.py saved_tensors)
 is compared, by size and dtype, with the ledger's saved records built with
 implementation="transformers" — in fp32, under torch.autocast("cpu", bfloat16) and with
@@ -94,7 +96,7 @@ def measured(model, B, T, autocast):
     V = model.config.vocab_size
     ids, targets = (torch.randint(0, V, (B, T), generator=g) for _ in range(2))
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast is not None):
-        seen = saved_tensors(model, ids, targets, use_cache=False)
+        seen = saved_tensors(model, ids, targets, use_cache=False, labels=True)
     # a buffer an op saves (Gemma 3's embed_scale) is held anyway: compared with the buffers
     buffers = {b.untyped_storage().data_ptr() for b in model.buffers()}
     return Counter((n, str(dtype).removeprefix("torch.")) for ptr, (_, n, dtype) in seen.items()
@@ -134,10 +136,10 @@ def test_saved_tensors_equal_the_transformers_ledger(name, mode):
 
 def assert_two_moments(model, config, mode):
     """tests/test_peak.py's live-storage tracker over a real CPU step of transformers' model
-    (F.cross_entropy on its logits, AdamW foreach, the second step): the live bytes at the
-    first log_softmax backward and at AdamW's _foreach_sqrt equal the planner's two moments
-    for implementation "transformers"."""
-    import torch.nn.functional as F
+    (its own loss, model(ids, labels=targets).loss, the output dropped as Trainer's
+    compute_loss drops it; AdamW foreach, the second step): the live bytes at the first
+    log_softmax backward and at AdamW's _foreach_sqrt equal the planner's two moments for
+    implementation "transformers"; `mode` "bf16": the parameters in bf16, no autocast."""
     from test_peak import MARKS, LiveBytes
     from accounting.planning.memory import MemoryModel, get_precision
     autocast, _ = MODES[mode]
@@ -149,9 +151,7 @@ def assert_two_moments(model, config, mode):
     def step():
         opt.zero_grad(set_to_none=True)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast is not None):
-            logits = model(ids, use_cache=False).logits
-            loss = F.cross_entropy(logits.reshape(-1, config.vocab_size), targets.reshape(-1))
-        del logits
+            loss = model(ids, labels=targets, use_cache=False).loss
         loss.backward()
         opt.step()
     step()
@@ -160,7 +160,7 @@ def assert_two_moments(model, config, mode):
     tracker = LiveBytes([*model.parameters(), *model.buffers(), ids, targets, *state])
     with tracker:
         step()
-    precision = get_precision("fp32" if mode == "fp32" else "bf16-mixed")
+    precision = get_precision({"fp32": "fp32", "bf16": "bf16"}.get(mode, "bf16-mixed"))
     if autocast:
         precision = replace(precision, autocast="cpu")
     m = MemoryModel(config, precision, implementation="transformers", device="cpu")
@@ -175,7 +175,7 @@ def assert_two_moments(model, config, mode):
 @pytest.mark.parametrize("name", ["llama", "qwen3_moe", "gemma3", "cohere_plus", "gpt2"])
 def test_the_two_moments_equal_a_real_step_of_transformers_model(name, mode):
     """tests/test_peak.py's live-storage tracker over a real CPU step of transformers' model
-    (F.cross_entropy on its logits, AdamW foreach, the second step): the live bytes at the
+    (its own loss via labels=, AdamW foreach, the second step): the live bytes at the
     first log_softmax backward and at AdamW's _foreach_sqrt equal the planner's two moments
     for implementation "transformers" (its parameters, buffers, AdamW state, what the
     model saves); bf16-mixed with the CPU's autocast policies (the CUDA table is
@@ -183,3 +183,19 @@ def test_the_two_moments_equal_a_real_step_of_transformers_model(name, mode):
     autocast, param_dtype = MODES[mode]
     config = replace(translate(CONFIGS[name], "test", name).config, attention="sdpa")
     assert_two_moments(build(name, param_dtype), config, mode)
+
+
+def test_pure_bf16_loss_is_float32_as_transformers_runs_it():
+    """Regression (a wrong number with exit 0): under pure bf16 the plan had F.cross_entropy
+    on the model's bf16 logits, a bf16 log-softmax and two bf16 gradients at the backward
+    pass's start, where transformers' ForCausalLMLoss upcasts the logits first
+    (`logits = logits.float()`, loss/loss_utils.py): the live bytes measured at the first
+    log_softmax backward of a real step with bf16 parameters, model(ids, labels=…).loss,
+    are the plan's (the measurement is the independent side), and the log-softmax the
+    ledger keeps is float32."""
+    from accounting.planning.memory import MemoryModel, get_precision
+    config = replace(translate(CONFIGS["llama"], "test", "llama").config, attention="sdpa")
+    assert_two_moments(build("llama", "bf16"), config, "bf16")
+    m = MemoryModel(config, get_precision("bf16"), implementation="transformers", device="cpu")
+    lsm = next(r for r in m.ledger.activations if r.name == "log-softmax of the logits")
+    assert lsm.dtype == "fp32"

@@ -6,6 +6,7 @@ from accounting.architecture.config import NORMS, ModelConfig
 from accounting.ledger.symbols import SAVED_AS_BLOCK_INPUT
 from accounting.ledger.trace import LOSS, Sym, Trace
 from accounting.ledger.builder.common import (POSITION_ADD, RESIDUAL, NORM_PARAMS, ROW, Arch, COURSE,
+                                              TRANSFORMERS,
                                               EMBED_SCALE, LOGIT_SCALE, MUP, PER_LAYER,
                                               RESIDUAL_SCALE, SOFTCAP, deepseek_v2_layout,
                                               gemma2_layout, llama4_layout,
@@ -17,7 +18,7 @@ from accounting.units import FP32
 from accounting.ledger.builder.attention import Attention
 from accounting.ledger.builder.latent_attention import LatentAttention
 from accounting.ledger.builder.moe import MoE
-from accounting.ledger.builder import hf_gemma4, lora, megatron
+from accounting.ledger.builder import hf_gemma4, hf_loss, lora, megatron
 from accounting.ledger.builder.dropout import native_dropout
 from accounting.ledger.builder.recurrent import ShortConv
 from accounting.ledger.builder.delta import GatedDeltaNet
@@ -419,7 +420,11 @@ def walk(c: ModelConfig, autocast: str | None = None, recompute: str = "none",
     with t.outside(LOSS):
         if a.titan:  # torchtitan's cross_entropy_loss: F.cross_entropy(pred.float(), …)
             logits = t.cast(logits, FP32, "logits (fp32 copy)")
-        if a.megatron:
+        if implementation == TRANSFORMERS:  # model(ids, labels=…): ForCausalLMLoss's
+            # logits.float() and shifted labels (hf_loss.py), then F.cross_entropy
+            logits, targets = hf_loss.for_causal_lm_loss(t, logits)
+            cross_entropy(t, logits, targets, "cross-entropy")
+        elif a.megatron:
             megatron.vocab_parallel_cross_entropy(t, logits)
         elif a.foundry:  # llm-foundry's fused_crossentropy (flash-attn's Triton kernel)
             targets = t.name(t.fresh(("B", "T"), R.INT64), "targets")
