@@ -32,13 +32,25 @@ planned (Mixtral, Qwen3-MoE, gpt-oss, Qwen3-Next: 5.23 configuration_*.py): not 
 from __future__ import annotations
 
 from accounting.ledger import records as R
+from accounting.ledger.symbols import LABELS_COPIED, LABELS_VIEWED, Expr
 from accounting.ledger.trace import Sym, Trace
-from accounting.units import FP32
+from accounting.units import DTYPE_BYTES, FP32, INT64
 
 
-def for_causal_lm_loss(t: Trace, logits: Sym) -> tuple[Sym, Sym]:
-    """ForCausalLMLoss up to its F.cross_entropy: the logits it passes (float32) and the
-    targets (the labels' shifted int64 copy) — the caller runs the cross-entropy."""
+def for_causal_lm_loss(t: Trace, logits: Sym) -> tuple[Sym, Sym, Sym]:
+    """ForCausalLMLoss up to its F.cross_entropy: the logits it passes (float32), the
+    targets nll_loss saves (the shifted labels' int64 copy when B > 1) and, when B = 1, what
+    it saves instead (labels[..., 1:] of a (1, T + 1) tensor is contiguous: .contiguous()
+    returns the view, whose storage is the padded labels', T + 1 elements). The caller runs
+    the cross-entropy on the first two and has nll_loss save the third."""
     logits = t.cast(logits, FP32, "logits (fp32 copy: ForCausalLMLoss's logits.float())")
-    targets = t.name(t.fresh(("B", "T"), R.INT64), "targets")  # shift_labels' contiguous copy
-    return logits, targets
+    targets = t.name(t.fresh(("B", "T"), R.INT64), "targets", saved_if=LABELS_COPIED)
+    view = t.name(t.fresh(("(T+1)",), R.INT64), "targets (a view of the padded labels)",
+                  saved_if=LABELS_VIEWED)
+    return logits, targets, view
+
+
+# At the first log_softmax backward nll_loss's saves are released and the loop's own labels
+# (B·T) are live: the saved records stand for them, exactly so when B > 1; when B = 1 the
+# saved view (T + 1) is one int64 more than the labels live there
+BOUNDARY_LABELS = Expr.of(-DTYPE_BYTES[INT64], (LABELS_VIEWED,))
