@@ -134,7 +134,7 @@ def test_saved_tensors_equal_the_transformers_ledger(name, mode):
 
 # ---- the step's two moments on transformers' model ------------------------------------------
 
-def assert_two_moments(model, config, mode):
+def assert_two_moments(model, config, mode, B=2):
     """tests/test_peak.py's live-storage tracker over a real CPU step of transformers' model
     (its own loss, model(ids, labels=targets).loss, the output dropped as Trainer's
     compute_loss drops it; AdamW foreach, the second step): the live bytes at the first
@@ -144,7 +144,7 @@ def assert_two_moments(model, config, mode):
     from accounting.planning.memory import MemoryModel, get_precision
     autocast, _ = MODES[mode]
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.1, foreach=True)
-    B, T = 2, 5
+    T = 5
     g = torch.Generator().manual_seed(1)
     ids, targets = (torch.randint(0, config.vocab_size, (B, T), generator=g) for _ in range(2))
 
@@ -192,10 +192,13 @@ def test_pure_bf16_loss_is_float32_as_transformers_runs_it():
     (`logits = logits.float()`, loss/loss_utils.py): the live bytes measured at the first
     log_softmax backward of a real step with bf16 parameters, model(ids, labels=…).loss,
     are the plan's (the measurement is the independent side), and the log-softmax the
-    ledger keeps is float32."""
+    ledger keeps is float32. B = 1 as well: there nll_loss saves a view of the padded
+    labels (T + 1), released before that moment, where the loop's labels (T) are live."""
     from accounting.planning.memory import MemoryModel, get_precision
     config = replace(translate(CONFIGS["llama"], "test", "llama").config, attention="sdpa")
-    assert_two_moments(build("llama", "bf16"), config, "bf16")
+    model = build("llama", "bf16")
+    for B in (2, 1):
+        assert_two_moments(model, config, "bf16", B)
     m = MemoryModel(config, get_precision("bf16"), implementation="transformers", device="cpu")
     lsm = next(r for r in m.ledger.activations if r.name == "log-softmax of the logits")
     assert lsm.dtype == "fp32"
