@@ -202,3 +202,25 @@ def test_pure_bf16_loss_is_float32_as_transformers_runs_it():
     m = MemoryModel(config, get_precision("bf16"), implementation="transformers", device="cpu")
     lsm = next(r for r in m.ledger.activations if r.name == "log-softmax of the logits")
     assert lsm.dtype == "fp32"
+
+
+def test_the_docs_figure_for_llama_3_1_8b():
+    """docs/planning.md's figure: under pure bf16 transformers' loss keeps a float32
+    log-softmax and makes two float32 gradients, 3 × 4 bytes a logit, where F.cross_entropy on
+    bf16 logits keeps 3 × 2: 6·B·T·V more (hand algebra), V = 128,256 (Llama-3.1-8B's
+    config.json), T = 8,192, B = 1: 6,304,038,912 bytes, "6.3 GB"."""
+    from pathlib import Path
+    from accounting import get_preset
+    from accounting.planning.memory import MemoryModel, get_precision
+    V, T, B = 128_256, 8192, 1
+    m = MemoryModel(get_preset("meta-llama/Llama-3.1-8B"), get_precision("bf16"),
+                    implementation="transformers", device="cpu")
+    v = m.ledger.values(T, B)
+    assert v["V"] == V
+    lsm = next(r for r in m.ledger.activations if r.name == "log-softmax of the logits")
+    region = lsm.elements.evaluate(v) * lsm.bytes_per_element + m.loss_region.backward.evaluate(v)
+    assert region == 3 * 4 * B * T * V
+    more = region - 3 * 2 * B * T * V
+    assert more == 6_304_038_912
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "planning.md").read_text()
+    assert f"{more / 1e9:.1f} GB for Llama-3.1-8B at 8,192 tokens" in docs
