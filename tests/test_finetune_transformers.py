@@ -39,7 +39,7 @@ def expected(config, ft, B, T, autocast, base):
     out = Counter()
     for a in lg.activations:
         # the embedding's leaf is held by its AccumulateGrad node: hooks do not see it
-        if a.saved and a.name != LEAF and a.elements.evaluate(v):  # (0: [B=1]ₗ when B > 1)
+        if a.saved and a.name != LEAF:
             out[(SIZE[a.dtype] * a.elements.evaluate(v) // a.copies,
                  str(DTYPE[a.dtype]).removeprefix("torch."))] += a.copies * a.count(v)
     return out

@@ -58,8 +58,7 @@ def _ledger_saves(config, ft):
     v = lg.values(T, B)
     out = Counter()
     for a in lg.activations:
-        # the embedding's leaf: held by AccumulateGrad; 0 elements: a [B=1]ₗ branch not taken
-        if a.saved and a.name != LEAF and a.elements.evaluate(v):
+        if a.saved and a.name != LEAF:  # the embedding's leaf: held by AccumulateGrad
             out[(SIZE[a.dtype] * a.elements.evaluate(v) // a.copies,
                  str(DTYPE[a.dtype]).removeprefix("torch."))] += a.copies * a.count(v)
     return out

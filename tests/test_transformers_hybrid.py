@@ -35,7 +35,8 @@ from test_hf_qwen3_next import DATA as QWEN3_NEXT
 from test_hf_qwen3_5 import MOE_TEXT as QWEN3_5_MOE, TEXT as QWEN3_5
 from collections import Counter
 
-from test_transformers_saves import DTYPE, MODES, SIZE, assert_two_moments, measured
+from test_transformers_saves import (DTYPE, MODES, SIZE, assert_two_moments, labels_view,
+                                     measured)
 
 CONFIGS = {
     # M*-M: two Mamba-2 blocks (4 heads in 2 groups, chunk 16), attention (GQA 4/2), an MLP
@@ -69,7 +70,7 @@ def expected(config, B, T, autocast, param_dtype):
             n = v[a.storages] if a.storages else 1
             out[(SIZE[a.dtype] * a.elements.evaluate(v) // a.copies // n,
                  str(DTYPE[a.dtype]).removeprefix("torch."))] += a.copies * a.count(v) * n
-    return out, sum(b.expr().evaluate(v) for b in lg.buffers)
+    return labels_view(out, B, T), sum(b.expr().evaluate(v) for b in lg.buffers)
 
 
 def build(name, param_dtype):

@@ -17,8 +17,7 @@ from accounting.ledger import records as R
 from accounting.ledger.builder.moe import expert_capacity
 from accounting.architecture.config import ModelConfig
 from accounting.runtime.errors import UsageError
-from accounting.ledger.symbols import (FOLD, LABELS_COPIED, LABELS_VIEWED, SAVED_AS_BLOCK_INPUT,
-                                      SLICE, VIEWED, Expr)
+from accounting.ledger.symbols import FOLD, SAVED_AS_BLOCK_INPUT, SLICE, VIEWED, Expr
 
 
 @dataclass(frozen=True)
@@ -128,10 +127,8 @@ class Ledger:
             out["W"] = w
             out["P_W"] = window_pairs(seq, w)
             out["[T≥W]"], out["[T<W]"] = int(seq >= w), int(seq < w)  # transformers' mask
-        # gpt-oss's eager softmax: the keys and the sink (hf_eager.py); transformers' loss
-        # pads the labels to T + 1 (builder/hf_loss.py), a copy or a view by B
-        out["(T+1)"] = seq + 1
-        out[LABELS_COPIED], out[LABELS_VIEWED] = int(batch > 1), int(batch == 1)
+        if c.attention_sinks:  # gpt-oss's eager softmax: the keys and the sink (hf_eager.py)
+            out["(T+1)"] = seq + 1
         if c.attention_chunk is not None:  # chunked layers: query i attends (i mod C) + 1 keys
             out["C_a"] = c.attention_chunk
             out["P_C"] = chunk_pairs(seq, c.attention_chunk)

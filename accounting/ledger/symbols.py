@@ -112,8 +112,6 @@ SYMBOLS: dict[str, str] = {
     # the loss recipes (planning/loss_memory.py, issue 44)
     "T_c": "--loss chunked: tokens of the largest chunk, ⌈T/n⌉ (torch.chunk)",
     "[B>1]": "1 when B > 1 (and more than one chunk), else 0: a chunk of the labels is copied",
-    "[B>1]ₗ": "1 when B > 1, else 0: transformers' loss copies the shifted labels",
-    "[B=1]ₗ": "1 when B = 1, else 0: transformers' shifted labels are a view of the padded ones",
     "C_fl": "--loss fused-linear: Liger's chunk rows, min(next_power_of_2(⌈B·T/⌈V/d_model⌉⌉), B·T)",
     # Gemma 4's per-layer embeddings and double-wide MLP (accounting/architecture/derived.py)
     "d_ple": "per_layer_input: each block's per-layer embedding width (hidden_size_per_layer_input)",
@@ -248,7 +246,7 @@ class Expr:
             chunks = chunks_expr(values["C_l"], values["T"])
             e = e.substitute("N_c", chunks).substitute("N_c-1", chunks + Expr({(): -1}))
             e = e.substitute("[N_c>1]", Expr({(): values["[N_c>1]"]}))  # constant on the branch
-        for flag in BATCH_FLAGS:  # constant on T's branch mod C_l (and B's: 1 or more)
+        for flag in DELTA_FLAGS:  # constant on T's branch mod C_l (and B's: 1 or more)
             if {"T", "B"} & set(keep) and flag in e.symbols():
                 e = e.substitute(flag, Expr({(): values[flag]}))
         if "T" in keep and "(T+1)" in e.symbols():  # gpt-oss's sink column
@@ -377,10 +375,6 @@ def chunk_pairs_expr(chunk: int, seq: int) -> Expr:
 # torch.matmul copies depends on B = 1 or not as well as on T's branch
 FOLD, SLICE, VIEWED = "[C_l∣T,B·N_c>1]", "[C_l∣T,B>1]", "[N_c>1,¬(C_l∣T,B>1)]"
 DELTA_FLAGS = (FOLD, SLICE, VIEWED)
-# transformers' ForCausalLMLoss (builder/hf_loss.py): labels[..., 1:].contiguous() copies the
-# padded labels when B > 1 and is a view of them when B = 1
-LABELS_COPIED, LABELS_VIEWED = "[B>1]ₗ", "[B=1]ₗ"
-BATCH_FLAGS = DELTA_FLAGS + (LABELS_COPIED, LABELS_VIEWED)  # constant on B's branch
 
 
 def chunks_expr(chunk: int, seq: int) -> Expr:
@@ -414,7 +408,7 @@ def validity(e: Expr, values: dict[str, int]) -> str:
     if "[N_c>1]" in e.symbols():
         c = values["C_l"]
         parts.append(f"T > C_l = {c:,}" if values["T"] > c else f"T ≤ C_l = {c:,}")
-    if set(BATCH_FLAGS) & e.symbols():
+    if set(DELTA_FLAGS) & e.symbols():
         parts.append("B = 1" if values["B"] == 1 else "B > 1")
     if {"N_m", "N_m+1", "[N_m>1]", "[N_m=1]"} & e.symbols():
         c, seq = values["C_m"], values["T"]

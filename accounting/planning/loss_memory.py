@@ -175,8 +175,7 @@ def region(activations, loss: str, param_bytes: int, compiled: bool = False) -> 
                               if logits_b != f32 else ""))
     # fused-linear: the head's and the loss's saves go, grad_input and grad_weight stay
     head = [r for r in acts if r.module == "lm_head"]
-    gone = [r for r in head] + [r for r in acts if r.module == "loss"
-                                 and not r.name.startswith("targets")]
+    gone = [r for r in head] + [r for r in acts if r.module == "loss" and r.name != "targets"]
     hidden = next((r for r in acts if r.name == "ln_final input"), None)
     hb = hidden.bytes_per_element if hidden is not None else logits_b
     weight_copy = sum((_bytes(r) for r in head if r.weight_copy), Expr())

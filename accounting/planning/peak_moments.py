@@ -22,8 +22,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from accounting.ledger.builder import hf_loss as HL
-from accounting.ledger.builder.common import TRANSFORMERS
 from accounting.ledger.symbols import Expr
 from accounting.planning import activation_offload as AO
 from accounting.planning import compile_memory as CM
@@ -99,8 +97,6 @@ def peak_terms(m) -> tuple:
         # the MTP modules' tensors are updated with the rest: their √v, fp32 gradients
         temp = temp + Expr.of(n_mtp * ((p.moment_bytes if opt.foreach_temporary else 0)
                                        + (f32 if p.master else 0)))
-    if m.implementation == TRANSFORMERS and lsm is not None:  # model(ids, labels=…)
-        kept = kept + HL.BOUNDARY_LABELS  # its labels' view when B = 1 (builder/hf_loss.py)
     boundary = held + buffers + kept + loss + lr.backward
     update = held + grads + temp + buffers + loss + inputs
     forward = None if lr.forward is None else held + buffers + kept + lr.forward

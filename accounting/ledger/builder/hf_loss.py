@@ -21,10 +21,13 @@ So log_softmax runs on the float32 copy (its saved output, both gradients at the
 pass's start and the loss are float32) whatever the parameters' dtype: under pure bf16 too,
 where F.cross_entropy on the model's bf16 logits would keep bf16. The padded labels die when
 ForCausalLMLoss returns (a forward transient, B·(T+1)·8 bytes, at no moment the plan takes);
-nll_loss saves the shifted copy (the ledger's "targets", int64 B·T), which the engine
-releases when NllLossBackward has run, just before the first log_softmax backward (the
-plan's boundary): there the loop's own labels (Trainer's inputs dict) are the one int64 B·T
-live, as with F.cross_entropy on the loop's targets — the same bytes (measured:
+nll_loss saves the shifted labels (the ledger's "targets", int64 B·T: a copy when B > 1;
+when B = 1, labels[..., 1:] of a (1, T + 1) tensor is contiguous already, so .contiguous()
+returns that view and the storage saved is the padded labels', 8 bytes more: counted as
+the tensor's B·T, which keeps the record linear in B). The engine releases it when
+NllLossBackward has run, just before the first log_softmax backward (the plan's boundary):
+there the loop's own labels (Trainer's inputs dict) are the one int64 B·T live, as with
+F.cross_entropy on the loop's targets — the same bytes, at B = 1 too (measured:
 tests/test_transformers_saves.py assert_two_moments). The router's auxiliary loss (MoE
 families) is added only when output_router_logits is set, False in every MoE config class
 planned (Mixtral, Qwen3-MoE, gpt-oss, Qwen3-Next: 5.23 configuration_*.py): not planned.
@@ -32,25 +35,13 @@ planned (Mixtral, Qwen3-MoE, gpt-oss, Qwen3-Next: 5.23 configuration_*.py): not 
 from __future__ import annotations
 
 from accounting.ledger import records as R
-from accounting.ledger.symbols import LABELS_COPIED, LABELS_VIEWED, Expr
 from accounting.ledger.trace import Sym, Trace
-from accounting.units import DTYPE_BYTES, FP32, INT64
+from accounting.units import FP32
 
 
-def for_causal_lm_loss(t: Trace, logits: Sym) -> tuple[Sym, Sym, Sym]:
-    """ForCausalLMLoss up to its F.cross_entropy: the logits it passes (float32), the
-    targets nll_loss saves (the shifted labels' int64 copy when B > 1) and, when B = 1, what
-    it saves instead (labels[..., 1:] of a (1, T + 1) tensor is contiguous: .contiguous()
-    returns the view, whose storage is the padded labels', T + 1 elements). The caller runs
-    the cross-entropy on the first two and has nll_loss save the third."""
+def for_causal_lm_loss(t: Trace, logits: Sym) -> tuple[Sym, Sym]:
+    """ForCausalLMLoss up to its F.cross_entropy: the logits it passes (float32) and the
+    targets (the labels' shifted int64 copy) — the caller runs the cross-entropy."""
     logits = t.cast(logits, FP32, "logits (fp32 copy: ForCausalLMLoss's logits.float())")
-    targets = t.name(t.fresh(("B", "T"), R.INT64), "targets", saved_if=LABELS_COPIED)
-    view = t.name(t.fresh(("(T+1)",), R.INT64), "targets (a view of the padded labels)",
-                  saved_if=LABELS_VIEWED)
-    return logits, targets, view
-
-
-# At the first log_softmax backward nll_loss's saves are released and the loop's own labels
-# (B·T) are live: the saved records stand for them, exactly so when B > 1; when B = 1 the
-# saved view (T + 1) is one int64 more than the labels live there
-BOUNDARY_LABELS = Expr.of(-DTYPE_BYTES[INT64], (LABELS_VIEWED,))
+    targets = t.name(t.fresh(("B", "T"), R.INT64), "targets")  # shift_labels' contiguous copy
+    return logits, targets

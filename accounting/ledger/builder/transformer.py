@@ -422,9 +422,8 @@ def walk(c: ModelConfig, autocast: str | None = None, recompute: str = "none",
             logits = t.cast(logits, FP32, "logits (fp32 copy)")
         if implementation == TRANSFORMERS:  # model(ids, labels=…): ForCausalLMLoss's
             # logits.float() and shifted labels (hf_loss.py), then F.cross_entropy
-            logits, targets, view = hf_loss.for_causal_lm_loss(t, logits)
+            logits, targets = hf_loss.for_causal_lm_loss(t, logits)
             cross_entropy(t, logits, targets, "cross-entropy")
-            t._saves(view, "nll_loss")  # its target when B = 1
         elif a.megatron:
             megatron.vocab_parallel_cross_entropy(t, logits)
         elif a.foundry:  # llm-foundry's fused_crossentropy (flash-attn's Triton kernel)
