@@ -41,7 +41,8 @@ the CPU where the same composite code runs there, and against that table):
 
 For transformers' implementation the loss is the model's own (TRANSFORMERS_LOSS,
 transformers/loss/loss_utils.py ForCausalLMLoss: logits.float() first, so log_softmax runs in
-float32 under CUDA autocast as on the CPU; LlamaForCausalLM.forward returns the bf16 logits
+float32 under CUDA autocast as on the CPU, and under pure bf16 as the CPU ledger plans it
+(accounting/ledger/builder/hf_loss.py); LlamaForCausalLM.forward returns the bf16 logits
 in CausalLMOutputWithPast, which the training loop `out = model(ids, labels=...);
 out.loss.backward()` holds through the backward pass: b·B·T·V more).
 
