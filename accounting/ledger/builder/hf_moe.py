@@ -48,7 +48,7 @@ def forward(self, x: Sym, router_x: Sym | None = None) -> Sym:
         weights = t.unary("aten.softmax", values, "softmax over the k", comp,
                           saves="output", out="router weights")
     else:  # Qwen3MoeTopKRouter, MixtralTopKRouter: router_top_value /= …sum(-1)
-        logits, weights = softmax_top_k(self, x, renormalise="renormalise (in place)"
+        logits, weights = softmax_top_k(self, x, renormalise="renormalise"
                                         if c.norm_topk_prob else None)
     if c.norm_topk_prob and (c.router == "sigmoid" or t.hf_oss) and not c.mla \
             and self.gains is None:  # (the routers above that do not renormalise)
