@@ -1,7 +1,7 @@
 """The vision tower of a vision-language model: one frozen spec of the encoder and its
 projector into the language model, read from a config.json's vision_config (issue 41).
-accounting/ledger/builder/vision.py walks it into parameter and matmul records; the image
-workload (accounting/analysis/images.py) evaluates them per image.
+accounting/ledger/builder/vision.py walks it into parameter, matmul and saved-tensor
+records; the image workload (accounting/analysis/images.py) evaluates them per image.
 
 Each reader follows transformers 5.23.0's modeling code of its family (cited per reader):
 the keys it reads are those the tower's modules read, with the config class's defaults; a

@@ -14,8 +14,8 @@ Trained: its weights, gradients (the gradient dtype), the optimizer's state per 
 (Optimizer.state of each tensor's real shape, its step counters where they live on the GPU,
 its shared state) and an fp32 master copy where the precision keeps one; and what autograd
 saves in it for the backward pass at the --image inputs of each sequence
-(accounting/ledger/builder/vision_saves.py, checked against transformers' towers with
-saved-tensor hooks; Pixtral's block mask over the forward's B·Σ N patches beside them,
+(the vision ledger's, accounting/ledger/builder/vision.py's walk, checked against
+transformers' towers with saved-tensor hooks; Pixtral's block mask over the forward's B·Σ N patches beside them,
 builder/vision_saves_pixtral.py), kept from the tower's forward, the step's first, to the
 end of the backward pass: live at every moment the language model's kept activations are
 (planning/peak_moments.py). Under --recompute full each tower block keeps its input

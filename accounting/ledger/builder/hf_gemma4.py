@@ -12,8 +12,9 @@ the CPU (tests/test_transformers_gemma4.py). Read from the modeling file:
   router's norm are with_scale=False.
 - Gemma4TextScaledWordEmbedding: the lookup × embed_scale.to(weight.dtype), a 0-dim buffer
   (persistent=False) the product saves; embed_tokens_per_layer is one too (× √d_ple).
-- Gemma4TextRouter: norm(x) · scale · d^-½, proj, softmax in float32 (saves its output),
-  top-k (saves its indices), /= their sum (in place), · per_expert_scale[top_k_index].
+- Gemma4TextRouter: norm(x) · scale · d^-½ (router_input), proj, softmax in float32 (saves
+  its output), top-k (saves its indices), /= their sum (in place): the softmax routers' own
+  sequence (builder/router.py softmax_top_k); then · per_expert_scale[top_k_index].
 - Gemma4TextExperts (@use_experts_implementation): grouped_mm by default in training
   (builder/hf_moe.py), GELUTanh on the gate half.
 """
@@ -40,32 +41,28 @@ def rms_norm(t, x: Sym, width: tuple[str, ...], component: str, m: str, out_labe
     return t.name(t.cast(y, in_dtype), out_label, course)
 
 
-def router(self, x: Sym) -> tuple[Sym, Sym]:
-    """Gemma4TextRouter.forward on the residual stream (B·T, d): the router's weights
-    (float32, B·T·k) as grouped_mm_experts_forward reads them, and its logits."""
+def router_input(self, x: Sym) -> Sym:
+    """Gemma4TextRouter.forward before its proj (the rest: builder/router.py softmax_top_k):
+    norm(x) (with_scale=False) · scale · d^-½ on the residual stream (B·T, d)."""
     t, comp = self.t, ROUTER
-    scale, per_expert = self.gains
+    scale, _ = self.gains
     with t.scope("router"):
         h = rms_norm(t, x, ("d_model",), comp, f"{t.module}.norm", "router input normed")
         h = t.binary("aten.mul", h, scale, "· scale", comp, out="router input · scale")
-        h = t.name(t.binary("aten.mul", h, None, "· d^-½", comp), "router input (scaled)")
-    logits = self.router(h, "router scores")
-    probs = t.unary("aten.softmax", t.cast(logits, FP32), "softmax (float32)", comp,
-                    saves="output", out="router probabilities")
-    values, chosen = t.topk(probs, ("E",), ("k",), "top-k experts", comp,
-                            out="chosen experts", values=True)
-    weights = t.name(values, "router top-k weights")
-    total = t.reduce("aten.sum", weights, ("k",), "sum of the k weights", comp,
-                     out="router weight sum")
-    weights = t.binary("aten.div", weights, total, "renormalise (in place)", comp,
-                       out="router weights")
-    # per_expert_scale[top_k_index]: an index of the (E,) parameter (saves the indices,
-    # topk's own storage), then the product saves both operands
+        return t.name(t.binary("aten.mul", h, None, "· d^-½", comp), "router input (scaled)")
+
+
+def per_expert_scale(self, weights: Sym, chosen: Sym) -> Sym:
+    """Gemma4TextRouter.forward after the renormalisation: top_k_weights ·
+    per_expert_scale[top_k_index], the float32 (B·T·k) weights grouped_mm_experts_forward
+    reads. The index of the (E,) parameter saves the indices (topk's own storage), then
+    the product saves both operands."""
+    t, comp = self.t, ROUTER
+    _, per_expert = self.gains
     gains = t.name(t.index(per_expert, chosen, ("B", "T", "k"), "per-expert scale"),
                    "per-expert scale of the chosen")
-    weights = t.binary("aten.mul", weights, gains, "· per_expert_scale", comp,
-                       out="router weights (scaled)")
-    return logits, weights
+    return t.binary("aten.mul", weights, gains, "· per_expert_scale", comp,
+                    out="router weights (scaled)")
 
 
 def checkpoint_kept(t, a, kind) -> tuple[Sym, ...]:
@@ -97,4 +94,4 @@ def _once(t, x: Sym, label: str) -> Sym:
         t.repeat = outer
 
 
-__all__ = ["checkpoint_kept", "rms_norm", "router"]
+__all__ = ["checkpoint_kept", "per_expert_scale", "rms_norm", "router_input"]

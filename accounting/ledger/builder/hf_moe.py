@@ -10,6 +10,7 @@ from accounting.units import FP32
 from accounting.ledger.trace import Sym
 from accounting.ledger.builder.common import ROUTER, BIAS
 from accounting.ledger.builder import hf_gemma4
+from accounting.ledger.builder.router import renormalised, softmax_top_k
 from accounting.ledger.builder.layers import activation, clamped_swiglu
 
 
@@ -30,8 +31,11 @@ def forward(self, x: Sym, router_x: Sym | None = None) -> Sym:
     slots = ("B", "T", "k")
     if c.router_scales_input:  # Llama4TextMoe: every expert runs every token
         return llama4(self, x)
-    if self.gains is not None:  # Gemma4TextRouter (builder/hf_gemma4.py)
-        logits, weights = hf_gemma4.router(self, x if router_x is None else router_x)
+    if self.gains is not None:  # Gemma4TextRouter: its input and weights (builder/hf_gemma4.py)
+        logits, weights = softmax_top_k(self, x if router_x is None else router_x,
+                                        pre=hf_gemma4.router_input,
+                                        renormalise="renormalise (in place)",
+                                        post=hf_gemma4.per_expert_scale)
     elif c.router == "sigmoid":  # DeepseekV3TopkRouter
         logits, weights = deepseek_router(self, x)
     elif c.mla:  # DeepseekV2TopkRouter
@@ -43,18 +47,12 @@ def forward(self, x: Sym, router_x: Sym | None = None) -> Sym:
                            out="chosen experts", values=True)
         weights = t.unary("aten.softmax", values, "softmax over the k", comp,
                           saves="output", out="router weights")
-    else:
-        logits = self.router(x, "router scores")
-        probs = t.unary("aten.softmax", t.cast(logits, FP32), "softmax (float32)", comp,
-                        saves="output", out="router probabilities")
-        values, _ = t.topk(probs, ("E",), ("k",), "top-k experts", comp,
-                           out="chosen experts", values=True)
-        weights = t.name(values, "router top-k weights")
-    if c.norm_topk_prob and not c.mla and self.gains is None:  # router_top_value /= …sum(-1)
-        total = t.reduce("aten.sum", weights, ("k",), "sum of the k weights", comp,
-                         out="router weight sum")
-        weights = t.binary("aten.div", weights, total, "renormalise", comp,
-                           out="router weights")
+    else:  # Qwen3MoeTopKRouter, MixtralTopKRouter: router_top_value /= …sum(-1)
+        logits, weights = softmax_top_k(self, x, renormalise="renormalise"
+                                        if c.norm_topk_prob else None)
+    if c.norm_topk_prob and (c.router == "sigmoid" or t.hf_oss) and not c.mla \
+            and self.gains is None:  # (the routers above that do not renormalise)
+        weights = renormalised(t, weights)
     if c.mlp not in ("swiglu", "swiglu_clamped") and not (c.mlp == "geglu" and t.hf_gemma4):
         raise AssertionError("transformers' MoE: (clamped) SwiGLU or Gemma 4's GeGLU experts")
     if c.qk_norm == "head" and self.gains is None:  # Qwen3-MoE: router_top_value.to(
@@ -197,10 +195,7 @@ def deepseek_router(self, x: Sym) -> tuple[Sym, Sym]:
     experts = t.topk(choice, ("E",), ("k",), "top-k experts", comp, out="chosen experts")
     weights = t.name(t.gather(scores, experts, "chosen scores"), "chosen experts' scores")
     if c.norm_topk_prob:
-        total = t.reduce("aten.sum", weights, ("k",), "sum of the k weights", comp)
-        total = t.binary("aten.add", total, None, "+ 1e-20", comp, out="router weight sum")
-        weights = t.binary("aten.div", weights, total, "renormalise", comp,
-                           out="router weights")
+        weights = renormalised(t, weights, eps="+ 1e-20")
     if c.routed_scaling_factor != 1.0:
         weights = t.binary("aten.mul", weights, None, "× routed_scaling_factor", comp)
     return logits, weights

@@ -9,6 +9,7 @@ from accounting.architecture.config import ModelConfig
 from accounting.ledger.trace import Sym, Trace
 from accounting.ledger.builder.common import ROUTER, ACTIVATION_COMPONENT, BIAS
 from accounting.ledger.builder import hf_moe, lora
+from accounting.ledger.builder.router import renormalised
 from accounting.ledger.builder.layers import Linear, activation, clamped_swiglu, l2_norm
 
 
@@ -273,10 +274,7 @@ class MoE:
         """MoE._scaled: renormalised (norm_topk_prob) and scaled (routed_scaling_factor)."""
         t, c, comp = self.t, self.c, ROUTER
         if c.norm_topk_prob:
-            total = t.reduce("aten.sum", weights, ("k",), "sum of the k weights", comp,
-                             out="router weight sum")
-            weights = t.binary("aten.div", weights, total, "renormalise", comp,
-                               out="router weights")
+            weights = renormalised(t, weights)
         if c.routed_scaling_factor != 1.0:
             weights = t.binary("aten.mul", weights, None, "× routed_scaling_factor", comp)
         return weights

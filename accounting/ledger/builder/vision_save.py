@@ -1,5 +1,5 @@
-"""One saved tensor of a trained vision tower (issue 41, Must 3): the record vision_saves.py
-and the families' modules beside it (vision_saves_gemma4.py) write, in the vision ledger's
+"""One saved tensor of a trained vision tower (issue 41, Must 3): the record the vision
+builder's walk of each family writes (vision_walk.py Walk.save), in the vision ledger's
 symbols (builder/vision.py values()); its dtype is a role vision_saves.roles() resolves."""
 from __future__ import annotations
 

@@ -1,17 +1,17 @@
-"""What autograd saves in Mistral 3's trained Pixtral tower (issue 41, Must 3):
-PixtralVisionModel and Mistral3MultiModalProjector (transformers 5.23 modeling_pixtral.py,
-modeling_mistral3.py), attention "sdpa", in the roles of vision_saves.py (its docstring);
-measured against transformers' tower on the CPU with the graph walk of
-tests/test_vision_train.py (fp32, bf16 and fp32 under bf16 autocast:
-tests/test_vision_saves_pixtral.py).
+"""What autograd saves in Mistral 3's trained Pixtral tower (issue 41, Must 3) once per
+forward, not per image: PixtralVisionModel (transformers 5.23 modeling_pixtral.py),
+attention "sdpa", in the roles of vision_saves.py (its docstring); measured against
+transformers' tower on the CPU with the graph walk of tests/test_vision_train.py (fp32,
+bf16 and fp32 under bf16 autocast: tests/test_vision_saves_pixtral.py).
 
 Pixtral runs every image of a forward as ONE sequence: PixtralVisionModel.forward
 concatenates the images' patches (S = Σ N over the forward's images: all B sequences'
 images, Mistral3Model.get_image_features runs them in one call) and masks the other images
 out with an additive block-diagonal float mask, generate_block_attention_mask: one (S, S)
 tensor of the residual stream's dtype made once per forward and passed to every layer.
-Each image's saves are linear in its N (saves() below); the mask is not: S² per forward,
-whole_forward() below, which the plan adds at each batch (planning/vision_train.py).
+Each image's saves are linear in its N (builder/vision_pixtral.py, the tower's walk); the
+mask is not: S² per forward, whole_forward() below, which the plan adds at each batch
+(planning/vision_train.py).
 
 sdpa with a float mask saves the mask it ran with:
   CPU (_scaled_dot_product_flash_attention_for_cpu, measured): the mask itself, one tensor
@@ -19,7 +19,7 @@ sdpa with a float mask saves the mask it ran with:
       casts the fp32 mask to bf16 and saves its own copy (L_v of them);
   CUDA: flash attention takes no mask, so the memory-efficient kernel runs (sdp_utils.cpp
       priority_order: flash, efficient, math, cudnn). Not followed here, as in
-      vision_saves_gemma4.py: recent sdp_utils.cpp's check_prefer_cudnn_attention puts
+      vision_gemma4.py: recent sdp_utils.cpp's check_prefer_cudnn_attention puts
       cuDNN first on sm90/sm100 when the runtime cuDNN is newer than 9.15 (unless
       TORCH_CUDNN_SDPA_DEPRIORITIZED), whose saves are not written. preprocess_mask
       (attention.cpp, mem_eff_alignment = 8) keeps the mask when its row stride is a multiple of 8 (S % 8
@@ -34,56 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from accounting.architecture.vision import VisionSpec
-from accounting.ledger.builder.vision_save import BLOCK, Save
 from accounting.units import BF16, DTYPE_BYTES, FP32
-
-
-def _rmsnorm(out, name: str, module: str, repeat, rows: str, role: str) -> None:
-    """PixtralRMSNorm / Mistral3RMSNorm (LlamaRMSNorm): x.to(float32) (pow saves it), rsqrt's
-    output, weight · x_normed saves x_normed cast back to the input's dtype (`role`)."""
-    out.append(Save(f"{name} fp32 input", module, repeat, (rows, "d_v"), "F", input_grad=True))
-    out.append(Save(f"{name} rsqrt", module, repeat, (rows,), "F", input_grad=True))
-    out.append(Save(f"{name} normalized", module, repeat, (rows, "d_v"), role))
-
-
-def pixtral(out, s: VisionSpec) -> None:
-    """One image of N = N_p patches (its own size: the conv's input is the image padded to
-    the forward's largest height and width, counted here at its own size): the Conv2d's
-    pixels; ln_pre on the conv's output; the rotary cos and sin (the residual stream's dtype,
-    made once a forward, shared by every layer); each layer: attention_norm, the q/k/v
-    projections' input (under autocast each casts its own copy), sdpa's q and k (rotated:
-    q·cos saves cos, not q), v, output (o_proj's input) and log-sum-exp (CPU: (h, N); CUDA's
-    padding is whole_forward()'s), ffn_norm, the gated SiLU MLP; the projector on
-    vision_feature_layer's hidden state: its RMSNorm, the patch merger's linear on the
-    unfolded s×s patches (N_m rows of s²·d_v), linear_1's input, the GELU's, linear_2's."""
-    out.append(Save("patch embedding input (pixels)", "patch_conv", None, ("N_p", "k_v"), "A"))
-    _rmsnorm(out, "ln_pre", "ln_pre", None, "N", "A")
-    for x in ("cos", "sin"):
-        out.append(Save(f"rotary {x}", "patch_positional_embedding", None, ("N", "d_hv"), "P"))
-    b = "transformer.layers.{i}"
-    _rmsnorm(out, "attention_norm", f"{b}.attention_norm", BLOCK, "N", "P")
-    a = f"{b}.attention"
-    out.append(Save("q/k/v input", f"{a}.q_proj", BLOCK, ("N", "d_v"), "A"))
-    for x in ("k", "v"):
-        out.append(Save(f"{x}_proj's own input copy", f"{a}.{x}_proj", BLOCK, ("N", "d_v"),
-                        "AC"))
-    for x in ("q rotated", "k rotated", "v", "output (o_proj's input)"):
-        out.append(Save(f"sdpa {x}", a, BLOCK, ("N", "d_v"), "A"))
-    out.append(Save("sdpa log-sum-exp", a, BLOCK, ("h_v", "N"), "F"))
-    _rmsnorm(out, "ffn_norm", f"{b}.ffn_norm", BLOCK, "N", "P")
-    m = f"{b}.feed_forward"
-    out.append(Save("gate/up input", f"{m}.gate_proj", BLOCK, ("N", "d_v"), "A"))
-    out.append(Save("up_proj's own input copy", f"{m}.up_proj", BLOCK, ("N", "d_v"), "AC"))
-    for x in ("SiLU input", "SiLU output (the product's)", "up_proj output (the product's)",
-              "down_proj input"):
-        out.append(Save(x, m, BLOCK, ("N", "f_v"), "A"))
-    p = "multi_modal_projector"
-    _rmsnorm(out, "norm", f"{p}.norm", None, "N", "P")
-    out.append(Save("merging_layer input (unfolded)", f"{p}.patch_merger.merging_layer", None,
-                    ("N_m", "d_vm"), "A"))
-    out.append(Save("linear_1 input", f"{p}.linear_1", None, ("N_m", "d_v"), "A"))
-    out.append(Save("GELU input", f"{p}.act", None, ("N_m", "d_t"), "A"))
-    out.append(Save("linear_2 input", f"{p}.linear_2", None, ("N_m", "d_t"), "A"))
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,10 @@
-"""What autograd saves in Gemma 4's trained tower (issue 41, Must 3): Gemma4VisionModel and
-Gemma4MultimodalEmbedder (transformers 5.23 modeling_gemma4.py), one image of N = N_p
-patches (padded to max_soft_tokens·k², the tower's budget), attention "sdpa"; in the roles
-of vision_saves.py (its docstring), measured against transformers' tower on the CPU with
-the graph walk of tests/test_vision_train.py (fp32, bf16 and fp32 under bf16 autocast).
+"""Gemma 4's tower walked once (builder/vision_walk.py Walk): Gemma4VisionModel under
+model.vision_tower and Gemma4MultimodalEmbedder under model.embed_vision (transformers 5.23
+modeling_gemma4.py), one image of N = N_p patches (padded to max_soft_tokens·k², the
+tower's budget), attention "sdpa": each parameter, each matmul and what autograd saves when
+it trains (issue 41, Must 3), in the roles of vision_saves.py (its docstring), measured
+against transformers' tower on the CPU with the graph walk of tests/test_vision_train.py
+(fp32, bf16 and fp32 under bf16 autocast).
 
 Gemma4RMSNorm (with a scale) on rows × width: x.float() (pow and the first mul save it:
 fp32 whatever the input), the mean square (pow(·, −0.5) saves it), its pow output (the mul
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 from accounting.architecture.vision import VisionSpec
 from accounting.ledger.builder.vision_save import BLOCK, Save
+from accounting.ledger.builder.vision_walk import BLOCK as EACH, Walk, gated_mlp
 
 
 def _rmsnorm(out, name: str, module: str, repeat, rows: tuple, width: str,
@@ -62,10 +65,12 @@ def _clipped_inputs(out, module: str, names: tuple[str, ...], width: str) -> Non
                         ("N", width), "A"))
 
 
-def gemma4(out, s: VisionSpec) -> None:
-    """One image: the patch linear's input (the pixels); the position lookups' ids (the
-    clamped (x, y) pairs, one int64 tensor both lookups index); the padding mask (the
-    position embedding's where and the pooler's masked_fill save one bool tensor); the
+def gemma4(w: Walk, s: VisionSpec) -> None:
+    """Symbols: N = N_p the padded patches the tower runs (max_soft_tokens·k²), N_o the
+    pooler's output rows (max_soft_tokens), N_t the image's own soft tokens (what the
+    embedder maps). One image: the patch linear's input (the pixels); the position lookups'
+    ids (the clamped (x, y) pairs, one int64 tensor both lookups index); the padding mask
+    (the position embedding's where and the pooler's masked_fill save one bool tensor); the
     rotary cos and sin (the residual stream's dtype, made once); each layer: its four
     RMSNorms, q_norm and k_norm, v_norm (no scale), the q/k/v projections' input, sdpa's q,
     k and v (k and v repeated to h_v heads), its mask, output (o_proj's input) and
@@ -74,13 +79,32 @@ def gemma4(out, s: VisionSpec) -> None:
     autocast: the matmul is autocast's), the pooled rows' mask (bool); standardize's scale
     (fp32, once); the embedder's norm (no scale) on the N_t soft tokens and its
     projection's input."""
-    out.append(Save("patch linear input (pixels)", "patch_embedder.input_proj", None,
-                    ("N_p", "k_v"), "A"))
-    out.append(Save("position ids (clamped x and y)", "patch_embedder", None, ("N",), "I",
-                    copies=2))
-    out.append(Save("padding positions (bool)", "patch_embedder", None, ("N",), "B1"))
+    v = "model.vision_tower"
+    w.param(f"{v}.patch_embedder.position_embedding_table", ("N_pos", "d_v"))  # (2, P, d)
+    w.param(f"{v}.patch_embedder.input_proj.weight", ("d_v", "k_v"))
+    b = f"{v}.encoder.layers.{EACH}"
+    # Gemma4ClippableLinear: q (d → h·d_h), k and v (d → h_kv·d_h), o (h·d_h → d)
+    w.param(f"{b}.self_attn.q_proj.linear.weight", ("d_a", "d_v"), "L_v")
+    w.param(f"{b}.self_attn.k_proj.linear.weight", ("d_kv", "d_v"), "L_v")
+    w.param(f"{b}.self_attn.v_proj.linear.weight", ("d_kv", "d_v"), "L_v")
+    w.param(f"{b}.self_attn.o_proj.linear.weight", ("d_v", "d_a"), "L_v")
+    w.param(f"{b}.self_attn.q_norm.weight", ("d_hv",), "L_v")
+    w.param(f"{b}.self_attn.k_norm.weight", ("d_hv",), "L_v")
+    for x, shape in (("gate", ("f_v", "d_v")), ("up", ("f_v", "d_v")), ("down", ("d_v", "f_v"))):
+        w.param(f"{b}.mlp.{x}_proj.linear.weight", shape, "L_v")
+    for n in ("input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
+              "post_feedforward_layernorm"):
+        w.norm(f"{b}.{n}", "rmsnorm", "L_v")
+    w.linear("model.embed_vision.embedding_projection", "d_v", "d_t", False, projector=True)
+    out = w.saves
+    w.save("patch linear input (pixels)", "patch_embedder.input_proj", None, ("N_p", "k_v"),
+           "A")
+    w.matmul("patch embedding (input_proj)", "patch_embedder.input_proj", ("N_p",), ("k_v",),
+             ("d_v",))
+    w.save("position ids (clamped x and y)", "patch_embedder", None, ("N",), "I", copies=2)
+    w.save("padding positions (bool)", "patch_embedder", None, ("N",), "B1")
     for x in ("cos", "sin"):
-        out.append(Save(f"rotary {x}", "encoder.rotary_emb", None, ("N", "d_hv"), "P"))
+        w.save(f"rotary {x}", "encoder.rotary_emb", None, ("N", "d_hv"), "P")
     b = "encoder.layers.{i}"
     a = f"{b}.self_attn"
     _rmsnorm(out, "input_layernorm", f"{b}.input_layernorm", BLOCK, ("N",), "d_v")
@@ -88,26 +112,30 @@ def gemma4(out, s: VisionSpec) -> None:
         _clipped_inputs(out, a, ("q", "k", "v"), "d_v")
         for x, width in (("q", ("h_v", "d_hv")), ("k", ("h_kv", "d_hv")),
                          ("v", ("h_kv", "d_hv"))):
-            out.append(Save(f"{x}_proj output (its clamp's input)", f"{a}.{x}_proj", BLOCK,
-                            ("N", *width), "A"))
+            w.save(f"{x}_proj output (its clamp's input)", f"{a}.{x}_proj", BLOCK,
+                   ("N", *width), "A")
     else:
-        out.append(Save("q/k/v input", f"{a}.q_proj", BLOCK, ("N", "d_v"), "A"))
+        w.save("q/k/v input", f"{a}.q_proj", BLOCK, ("N", "d_v"), "A")
         for x in ("k", "v"):
-            out.append(Save(f"{x}_proj's own input copy", f"{a}.{x}_proj", BLOCK,
-                            ("N", "d_v"), "AC"))
+            w.save(f"{x}_proj's own input copy", f"{a}.{x}_proj", BLOCK, ("N", "d_v"), "AC")
+    w.matmul("Q", f"{a}.q_proj", ("N",), ("d_v",), ("d_a",), "L_v")
+    for x in ("K", "V"):
+        w.matmul(x, f"{a}.{x.lower()}_proj", ("N",), ("d_v",), ("d_kv",), "L_v")
     _rmsnorm(out, "q_norm", f"{a}.q_norm", BLOCK, ("N", "h_v"), "d_hv")
     _rmsnorm(out, "k_norm", f"{a}.k_norm", BLOCK, ("N", "h_kv"), "d_hv")
     _rmsnorm(out, "v_norm", f"{a}.v_norm", BLOCK, ("N", "h_kv"), "d_hv", scale=False)
     for x in ("q", "k (every head)", "v (every head)", "output (o_proj's input)"):
-        out.append(Save(f"sdpa {x}", a, BLOCK, ("N", "d_a"), "A"))
-    out.append(Save("sdpa additive mask (CPU)", a, BLOCK, ("N", "N"), "AX"))
-    out.append(Save("sdpa additive mask, padded (CUDA)", a, BLOCK, ("N", "N_8"), "AG"))
-    out.append(Save("sdpa log-sum-exp (CPU)", a, BLOCK, ("h_v", "N"), "FC"))
-    out.append(Save("sdpa log-sum-exp, padded (CUDA)", a, BLOCK, ("h_v", "N_32"), "FG"))
+        w.save(f"sdpa {x}", a, BLOCK, ("N", "d_a"), "A")
+    w.save("sdpa additive mask (CPU)", a, BLOCK, ("N", "N"), "AX")
+    w.save("sdpa additive mask, padded (CUDA)", a, BLOCK, ("N", "N_8"), "AG")
+    w.save("sdpa log-sum-exp (CPU)", a, BLOCK, ("h_v", "N"), "FC")
+    w.save("sdpa log-sum-exp, padded (CUDA)", a, BLOCK, ("h_v", "N_32"), "FG")
+    for x in ("QKᵀ", "scores·V"):  # every query head (repeat_kv), over the padded patches
+        w.matmul(x, a, ("S_f",), ("d_hv",), ("1",), "L_v", ("h_v",))
+    w.matmul("attention output", f"{a}.o_proj", ("N",), ("d_a",), ("d_v",), "L_v")
     if s.clipped:  # o_proj's input clamp saves sdpa's output (above), its linear the copy
-        out.append(Save("o_proj's clamped input", f"{a}.o_proj", BLOCK, ("N", "d_a"), "A"))
-        out.append(Save("o_proj output (its clamp's input)", f"{a}.o_proj", BLOCK,
-                        ("N", "d_v"), "A"))
+        w.save("o_proj's clamped input", f"{a}.o_proj", BLOCK, ("N", "d_a"), "A")
+        w.save("o_proj output (its clamp's input)", f"{a}.o_proj", BLOCK, ("N", "d_v"), "A")
     _rmsnorm(out, "post_attention_layernorm", f"{b}.post_attention_layernorm", BLOCK,
              ("N",), "d_v")
     _rmsnorm(out, "pre_feedforward_layernorm", f"{b}.pre_feedforward_layernorm", BLOCK,
@@ -115,29 +143,26 @@ def gemma4(out, s: VisionSpec) -> None:
     m = f"{b}.mlp"
     if s.clipped:
         _clipped_inputs(out, m, ("gate", "up"), "d_v")
-    else:
-        out.append(Save("gate/up input", f"{m}.gate_proj", BLOCK, ("N", "d_v"), "A"))
-        out.append(Save("up_proj's own input copy", f"{m}.up_proj", BLOCK, ("N", "d_v"), "AC"))
-    for x in ("GELU input", "GELU output (the product's)", "up_proj output (the product's)",
-              "down_proj input"):
-        out.append(Save(x, m, BLOCK, ("N", "f_v"), "A"))
+    gated_mlp(w, m, "GELU", BLOCK, inputs=not s.clipped)
     if s.clipped:  # gate's and up's clamps save their linears' outputs; down's input clamp
         # saves the product (above), its linear the clamped copy, its output clamp its output
         for x in ("gate_proj output", "up_proj output", "down_proj's clamped input"):
-            out.append(Save(f"{x} (clipped)", m, BLOCK, ("N", "f_v"), "A"))
-        out.append(Save("down_proj output (its clamp's input)", f"{m}.down_proj", BLOCK,
-                        ("N", "d_v"), "A"))
+            w.save(f"{x} (clipped)", m, BLOCK, ("N", "f_v"), "A")
+        w.save("down_proj output (its clamp's input)", f"{m}.down_proj", BLOCK, ("N", "d_v"),
+               "A")
         # each clamp saves its two bounds (0-dim buffers: input_min/max, output_min/max)
-        out.append(Save("clamp bounds (buffers)", b, BLOCK, (), "P", fixed=True,
-                        copies=4 * len(CLIPPED)))
+        w.save("clamp bounds (buffers)", b, BLOCK, (), "P", fixed=True, copies=4 * len(CLIPPED))
     _rmsnorm(out, "post_feedforward_layernorm", f"{b}.post_feedforward_layernorm", BLOCK,
              ("N",), "d_v")
-    out.append(Save("pooler one-hot weights", "pooler", None, ("N_o", "N"), "FA"))
-    out.append(Save("pooled rows' mask (bool)", "pooler", None, ("N_o",), "B1"))
+    w.save("pooler one-hot weights", "pooler", None, ("N_o", "N"), "FA")
+    w.save("pooled rows' mask (bool)", "pooler", None, ("N_o",), "B1")
+    w.matmul("pooler (one-hot average of k×k patches)", "pooler", ("N_o",), ("N",), ("d_v",))
     if s.standardize:
-        out.append(Save("std_scale.float()", "", None, ("d_v",), "F", fixed=True))
+        w.save("std_scale.float()", "", None, ("d_v",), "F", fixed=True)
     e = "embed_vision"
     _rmsnorm(out, "embedding_pre_projection_norm", f"{e}.embedding_pre_projection_norm",
              None, ("N_t",), "d_v", scale=False)
-    out.append(Save("embedding_projection input", f"{e}.embedding_projection", None,
-                    ("N_t", "d_v"), "A"))
+    w.save("embedding_projection input", f"{e}.embedding_projection", None, ("N_t", "d_v"),
+           "A")
+    w.matmul("embedding_projection (into the language model)", "embed_vision", ("N_t",),
+             ("d_v",), ("d_t",))
