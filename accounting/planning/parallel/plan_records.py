@@ -79,6 +79,8 @@ class StagePlan:
             acts -= self.activations.recomputed_block.at(b)
         if all_first:  # backward passes done (else the steady state: k and every gradient)
             acts -= m.fewer * self.activations.per_micro_batch.at(b)
+        if m.head_freed:  # the loss's, head's and final norm's saves, freed before any block's
+            acts -= self.activations.head.at(b)
         # (one chunk's backward passes of the one-round interleaved schedule: the sharded
         # gradients of the chunks already reduced stay, counted whole; peak.Moment.chunk)
         unsharded = self.accumulating(m) and m.chunk is None
