@@ -88,6 +88,9 @@ class Moment:
     # a block's backward pass: the loss's, LM head's and final norm's saved tensors were
     # freed when their nodes ran (StageActivations.head)
     head_freed: bool = False
+    # the forward's end and the loss's backward: the blocks FSDP2 reshards after their
+    # forward are not gathered yet (buffers.Item.resharded_after_forward)
+    after_forward: bool = False
 
     def holds(self, item) -> bool:
         if not item.on_gpu:
@@ -251,13 +254,14 @@ def moments(sp, layout, precision, stage: int, kinds, values: dict[str, int], lo
         if last and loss_name == LM.STANDARD else None
     out = [Moment(AT_BACKWARD + " (the loss's backward)", held + "; ".join(
         what + ([f"reserved beside: {freed.what}"] if freed else [])), extra, True,
-        grads_live, True, history=freed.bytes if freed else Linear(), pass_grads=False)] \
+        grads_live, True, history=freed.bytes if freed else Linear(), pass_grads=False,
+        after_forward=True)] \
         if last else []
     if forward is not None:  # the forward's end: the chunks, or Liger's chunk (loss_memory.py)
         fwd = extra + start.times(-1) + forward
         out.append(Moment(f"end of the forward pass (--loss {loss_name})",
                           held + f"--loss {loss_name}: {region.what_forward}", fwd, True,
-                          grads_live, True, pass_grads=False))
+                          grads_live, True, pass_grads=False, after_forward=True))
     ring, ring_what = _ring(sp, layout, values, precision, stack, implementation)
     block = AT_BLOCK_BACKWARD + (
         " (its recomputed activations live)" if layout.recompute != "none" else "")

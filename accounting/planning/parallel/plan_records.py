@@ -88,6 +88,8 @@ class StagePlan:
         def size(i) -> int:
             if m.chunk is not None and i.accumulated and i.per_chunk:
                 return i.per_chunk[m.chunk]  # this chunk's accumulation only
+            if m.after_forward:  # the blocks resharded after their forward: none gathered
+                return i.bytes.at(b) - getattr(i, "resharded_after_forward", 0)
             return i.bytes.at(b)
         return sum(size(i) for i in self.items if m.holds(i) and not i.activations
                    and not (unsharded and i.name.startswith("gradients"))) \
