@@ -44,6 +44,22 @@ def test_the_8_gpu_rows_carry_the_configs_their_figures_ran():
         assert (_flag(r, "--lora-rank"), _flag(r, "--lora-alpha")) == ("16", "32")
 
 
+def test_the_8b_lora_rows_carry_the_single_device_configs():
+    # 8B_lora_single_device.yaml @30b8519e8: lora_attn_modules [q_proj, v_proj], no MLP;
+    # 8B_qlora_single_device.yaml: [q_proj, v_proj, k_proj, output_proj] and the MLP; both
+    # r 8, alpha 16, AdamW(fused=True). The A6000 LoRA row is planned as the 4090's
+    for card in ("RTX-4090", "A6000"):
+        r = PR.RUNS[f"torchtune: Llama 3.1 8B, LoRA, 1x {card}"]
+        assert set(_flag(r, "--lora-targets").split(",")) == {"q_proj", "v_proj"}
+        assert (_flag(r, "--lora-rank"), _flag(r, "--lora-alpha"),
+                _flag(r, "--optimizer")) == ("8", "16", "adamw-fused")
+    q = PR.RUNS["torchtune: Llama 3.1 8B, QLoRA, 1x RTX-4090"]
+    assert set(_flag(q, "--lora-targets").split(",")) == {
+        "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
+    assert (_flag(q, "--lora-rank"), _flag(q, "--lora-alpha"),
+            _flag(q, "--optimizer")) == ("8", "16", "adamw-fused")
+
+
 def test_at_least_twenty_runs_from_three_stacks():
     assert len(PR.RUNS) >= 20
     assert {r.stack for r in PR.RUNS.values()} == {"torchtitan", "torchtune", "llm-foundry",
