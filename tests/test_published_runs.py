@@ -24,6 +24,42 @@ def test_lora_and_qlora_on_8_gpus_are_planned_and_fit():
         assert a.fits and a.ratio >= Fraction(9, 10), (name, float(a.ratio))
 
 
+def _flag(run, name):
+    return run.flags[run.flags.index(name) + 1]
+
+
+def test_the_8_gpu_rows_carry_the_configs_their_figures_ran():
+    # the figures were set by pytorch/torchtune@30b8519e8 (#1664); its configs, read there:
+    # 70B_lora.yaml: lora_attn_modules [q_proj, k_proj, v_proj], apply_lora_to_mlp False,
+    # CEWithChunkedOutputLoss; 405B_qlora.yaml: [q_proj, v_proj, k_proj, output_proj], the
+    # MLP too, torch.nn.CrossEntropyLoss. Before: both planned q, v, o and the MLP, chunked
+    r70 = PR.RUNS["torchtune: Llama 3.1 70B, LoRA, 8x A100"]
+    r405 = PR.RUNS["torchtune: Llama 3.1 405B, QLoRA, 8x A100"]
+    assert set(_flag(r70, "--lora-targets").split(",")) == {"q_proj", "k_proj", "v_proj"}
+    assert _flag(r70, "--loss") == "chunked"
+    assert set(_flag(r405, "--lora-targets").split(",")) == {
+        "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
+    assert _flag(r405, "--loss") == "standard"
+    for r in (r70, r405):
+        assert (_flag(r, "--lora-rank"), _flag(r, "--lora-alpha")) == ("16", "32")
+
+
+def test_the_8b_lora_rows_carry_the_single_device_configs():
+    # 8B_lora_single_device.yaml @30b8519e8: lora_attn_modules [q_proj, v_proj], no MLP;
+    # 8B_qlora_single_device.yaml: [q_proj, v_proj, k_proj, output_proj] and the MLP; both
+    # r 8, alpha 16, AdamW(fused=True). The A6000 LoRA row is planned as the 4090's
+    for card in ("RTX-4090", "A6000"):
+        r = PR.RUNS[f"torchtune: Llama 3.1 8B, LoRA, 1x {card}"]
+        assert set(_flag(r, "--lora-targets").split(",")) == {"q_proj", "v_proj"}
+        assert (_flag(r, "--lora-rank"), _flag(r, "--lora-alpha"),
+                _flag(r, "--optimizer")) == ("8", "16", "adamw-fused")
+    q = PR.RUNS["torchtune: Llama 3.1 8B, QLoRA, 1x RTX-4090"]
+    assert set(_flag(q, "--lora-targets").split(",")) == {
+        "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
+    assert (_flag(q, "--lora-rank"), _flag(q, "--lora-alpha"),
+            _flag(q, "--optimizer")) == ("8", "16", "adamw-fused")
+
+
 def test_at_least_twenty_runs_from_three_stacks():
     assert len(PR.RUNS) >= 20
     assert {r.stack for r in PR.RUNS.values()} == {"torchtitan", "torchtune", "llm-foundry",

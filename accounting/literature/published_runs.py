@@ -16,8 +16,18 @@ Sources, read at the commits named (the tables typed here, figure for figure):
     (torchtune/training/memory.py get_memory_stats: peak_memory_active); the configs
     named (recipes/configs/llama3_1/8B_*_single_device.yaml) set bf16 weights, activation
     checkpointing, and for the full fine-tune bitsandbytes' PagedAdamW8bit stepped in the
-    backward pass (optimizer_in_bwd: True). The A6000 rows name no config: planned as the
-    RTX 4090 rows'.
+    backward pass (optimizer_in_bwd: True). The table's figures were set by
+    pytorch/torchtune@30b8519e8 ("Readme Updates (#1664)", 2024-09-24), whose configs the
+    rows are planned with (unchanged up to 0031bfb in what they plan). The A6000 rows
+    name no config: planned as the RTX 4090 rows'. Where a config for them was looked for,
+    none found: the README's history (`git log -S "A6000" -- README.md`: e802c057d #357,
+    a3fc7ac65 #422, a95c6b931 #551, f6f6855da #615 are the earlier Llama 2 tables;
+    30b8519e8 #1664 sets these rows, its message and diff name no config); PR #1664's
+    thread and torchtune's issues searched for the table, A6000 and its figures (37.4 GiB,
+    30.3 GiB, 2,579 and 4,699 tokens/s); the repository at 30b8519e8 and 0031bfb
+    (`git grep -i a6000`: the README alone); the "Memory Optimization Overview" tutorial
+    (pytorch.org/torchtune/0.3 and main, tutorials/memory_optimizations.html), which gives
+    no per-card figure.
   * torchtune, README.md "Optimization flags" (added by pytorch/torchtune@1814feb17a90,
     PR #2003, 2024-11-18): Llama 3.2 3B, full_finetune_single_device, batch size 2, max
     sequence length 4,096, bf16, A100; "Peak Memory Active (GiB)" as above; each technique
@@ -177,14 +187,21 @@ def _tune(row: str, gib: str, card: str, flags: tuple[str, ...], *unexpressed: s
                   Fraction(gib), ACTIVE, card, unexpressed))
 
 
-_LORA = ("--lora-rank", "8", "--lora-targets", "q_proj,v_proj,o_proj,gate_proj,up_proj,down_proj")
+# recipes/configs/llama3_1/8B_lora_single_device.yaml @30b8519e8: lora_attn_modules
+# ['q_proj', 'v_proj'], apply_lora_to_mlp False, r 8, alpha 16; 8B_qlora_single_device.yaml:
+# ['q_proj', 'v_proj', 'k_proj', 'output_proj'] and the MLP, r 8, alpha 16; both
+# torch.optim.AdamW(fused=True). (Before: both planned q, v, o and the MLP, foreach AdamW.)
+_LORA = ("--lora-rank", "8", "--lora-alpha", "16", "--optimizer", ADAMW_FUSED.name,
+         "--lora-targets", "q_proj,v_proj")
+_QLORA = ("--lora-rank", "8", "--lora-alpha", "16", "--optimizer", ADAMW_FUSED.name,
+          "--lora-targets", "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj")
 _FULL = ("--precision", BF16, "--optimizer", PAGED_ADAMW8BIT.name, "--optimizer-in-backward")
 _tune("full fine-tune", "18.9", "RTX-4090", ("--gpu", "RTX-4090") + _FULL)
 _A6000 = "its config (the README names none: planned as the RTX 4090 row's)"
 _tune("full fine-tune", "37.4", "A6000", ("--gpu-mem", "48GB") + _FULL, _A6000)
 _tune("LoRA", "16.2", "RTX-4090", ("--gpu", "RTX-4090") + _LORA)
 _tune("LoRA", "30.3", "A6000", ("--gpu-mem", "48GB") + _LORA, _A6000)
-_tune("QLoRA", "7.4", "RTX-4090", ("--gpu", "RTX-4090", "--base-weights", "nf4") + _LORA)
+_tune("QLoRA", "7.4", "RTX-4090", ("--gpu", "RTX-4090", "--base-weights", "nf4") + _QLORA)
 
 # torchtune README.md's second measured table, "Optimization flags" (added by 1814feb,
 # 2024-11-18; see the docstring): Llama 3.2 3B on one A100, each technique on top of the
@@ -242,22 +259,39 @@ _LORA64 = ("--lora-rank", "64", "--lora-alpha", "128", "--lora-targets",
 _tune3b("LoRA", "8.5", _LORA64)
 _tune3b("QLoRA", "4.6", _LORA64 + ("--base-weights", "nf4"))
 
-# The same table's 8-GPU LoRA rows (lora_finetune_distributed: FSDP2 over the 8 GPUs), as
-# its configs set them (recipes/configs/llama3_1/70B_lora.yaml, 405B_qlora.yaml: LoRA r 16,
-# alpha 32, on q_proj, v_proj, output_proj and the MLP; AdamW(fused=True); bf16; activation
-# checkpointing), at the table's batch of 2 sequences of 2,048 tokens per GPU. The 405B row
-# is published in GB (44.8 GB = 41.7 GiB); "8x A100": the 80 GB card (405B in NF4 is 203 GB)
-_LORA16 = ("--lora-rank", "16", "--lora-alpha", "32", "--lora-targets",
-           "q_proj,v_proj,o_proj,gate_proj,up_proj,down_proj")
-# torch.compile (the table's): --compile, LoRA under full checkpointing (plan.py)
+# The same table's 8-GPU LoRA rows (lora_finetune_distributed: FSDP2 over the 8 GPUs). Their
+# figures were set by pytorch/torchtune@30b8519e8 ("Readme Updates (#1664)", 2024-09-24:
+# `git log -S "27.6 GiB"` / `-S "44.8 GB"` on README.md), so they ran the configs at that
+# commit (unchanged in what they plan up to 0031bfb but for a `compile` key):
+#  * recipes/configs/llama3_1/70B_lora.yaml @30b8519e8: lora_attn_modules ['q_proj',
+#    'k_proj', 'v_proj'], apply_lora_to_mlp False, apply_lora_to_output False, r 16,
+#    alpha 32, dropout 0; torch.optim.AdamW(fused=True); loss CEWithChunkedOutputLoss;
+#    dtype bf16; enable_activation_checkpointing True
+#  * recipes/configs/llama3_1/405B_qlora.yaml @30b8519e8: qlora_llama3_1_405b,
+#    lora_attn_modules ['q_proj', 'v_proj', 'k_proj', 'output_proj'], apply_lora_to_mlp
+#    True, apply_lora_to_output False, r 16, alpha 32; torch.optim.AdamW(fused=True); loss
+#    torch.nn.CrossEntropyLoss (not the chunked loss: the decoder returns
+#    self.output(h).float(), torchtune/modules/transformer.py @30b8519e8, and the recipe
+#    flattens it into the loss: --loss standard; training.compile_loss returns a compiled
+#    CrossEntropyLoss the recipe does not assign, lora_finetune_distributed.py @30b8519e8
+#    _setup: it runs eagerly); dtype bf16; enable_activation_checkpointing True. Its
+#    batch_size 1 and gradient_accumulation_steps 16 are the table's note's to override
+#    ("batch size 2 (without gradient accumulation)")
+# at the table's batch of 2 sequences of 2,048 tokens per GPU. torch.compile (the table's
+# note; the recipe's cfg.get("compile", False)): --compile, each layer (compile_model's
+# per-layer compile on torch >= 2.5) under full checkpointing (plan.py). The 405B row is
+# published in GB (44.8 GB = 41.7 GiB); "8x A100": the 80 GB card (405B in NF4 is 203 GB)
 _DIST = ("--gpus", "8", "--fsdp", "--ctx", "2048", "--batch", "16", "--micro-batch", "2",
          "--recompute", "full", "--implementation", TORCHTUNE, "--optimizer", ADAMW_FUSED.name,
-         "--gpu", "A100", "--compile") + _LORA16 + TUNE_LOSS
-_register(Run("torchtune: Llama 3.1 70B, LoRA, 8x A100", TORCHTUNE_README, L70B + _DIST,
+         "--gpu", "A100", "--compile", "--lora-rank", "16", "--lora-alpha", "32")
+_register(Run("torchtune: Llama 3.1 70B, LoRA, 8x A100", TORCHTUNE_README,
+              L70B + _DIST + ("--lora-targets", "q_proj,k_proj,v_proj") + TUNE_LOSS,
               Fraction("27.6"), ACTIVE, "A100 80GB"))
 _register(Run("torchtune: Llama 3.1 405B, QLoRA, 8x A100", TORCHTUNE_README,
-              L405B + _DIST + ("--base-weights", "nf4"), Fraction(448 * 10**8, 2**30), ACTIVE,
-              "A100 80GB"))
+              L405B + _DIST + ("--lora-targets",
+                               "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj",
+                               "--loss", "standard", "--base-weights", "nf4"),
+              Fraction(448 * 10**8, 2**30), ACTIVE, "A100 80GB"))
 
 
 # MPT sizes (llm-foundry scripts/train/yamls/pretrain/mpt-{1b,3b,7b,13b,30b}.yaml):

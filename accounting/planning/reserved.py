@@ -153,8 +153,9 @@ def stage(s, b: int, per_layer, in_flight_layers: int, arch: str | None,
             if pools is not None and i.name.startswith("gradients"):
                 continue  # FSDP2's: in the reduce-scatter stream's pool (fsdp_streams.py)
             states += AL.split_over(i.bytes.at(b), numels)
-        else:
-            groups.append((i.bytes.at(b), 1))
+        else:  # (at the forward's end and the loss's backward, no resharded block gathered)
+            groups.append((i.bytes.at(b) - (getattr(i, "resharded_after_forward", 0)
+                                            if getattr(moment, "after_forward", False) else 0), 1))
     states.append((CP.cublas_workspace_bytes(arch), CP.CUBLAS_WORKSPACES))
     if moment.activations:
         groups += [(x, in_flight_layers) for _, x in per_layer]

@@ -130,6 +130,12 @@ class StageActivations:
     # loss's saved tensors are one micro-batch's while its blocks' are ⌈chunks/v⌉'s
     once: Linear = Linear()
     once_copies: Linear = Linear()
+    # of `once`, the last stage's final norm's, LM head's and loss's saved tensors (LAST
+    # rows): autograd frees each node's saved tensors once the node has run (torch/csrc/
+    # autograd/engine.cpp evaluate_function: fn.release_variables() unless retain_graph),
+    # and the loss's and the head's nodes run before any block's, so no block's backward
+    # pass sees them (measured on the CPU: tests/test_published_runs.py)
+    head: Linear = Linear()
 
     def held(self, k: int) -> Linear:
         """The kept activations of k micro-batches in flight (without the recomputed part)."""
@@ -178,8 +184,17 @@ def stage_activations(kept: list[Row], without_recompute: list[Row], layout: Lay
             parts.append(one)
         recomputed = max(parts, key=lambda x: x.at(layout.micro_batch), default=Linear())
     acts = StageActivations(stage, in_flight, sum(count.values()), per_mb,
-                            total(kept, copies=True), recomputed, Linear(), once, once_copies)
+                            total(kept, copies=True), recomputed, Linear(), once, once_copies,
+                            _after_blocks(kept) if last else Linear())
     return replace(acts, total=acts.held(in_flight) + recomputed)
+
+
+def _after_blocks(kept: list[Row]) -> Linear:
+    """The last stage's saves of the modules after its blocks (the final norm's, the LM
+    head's, the loss's): LAST rows but those saved in "block" at model scope (RoPE's cos
+    and sin, computed once a pass and read by every block's backward until the first's)."""
+    return sum((r.bytes for r in kept if r.place == LAST and r.record.saved_in != "block"),
+               Linear())
 
 
 def mtp_rows(sp: Split, kept: list[Row], tp: int) -> Linear:

@@ -49,6 +49,12 @@ class Item:
     # and the fit verdict, never in the reserved figure (torch.cuda.max_memory_reserved's
     # segments; planning/reserved.py stage)
     outside_allocator: bool = False
+    # of `bytes`, FSDP2's gathered blocks that are resharded after their forward (ZeRO-3
+    # without pipelining: torch's fully_shard per block, torchtune's shard_model, torchtitan's
+    # apply_fsdp at 31a17bf, reshard_after_forward on every block): none is gathered at the
+    # forward's end nor at the loss's backward, before the last block's pre-backward
+    # all-gathers it (measured on the fake backend: tests/test_fsdp_loss_moment.py)
+    resharded_after_forward: int = 0
 
 
 def stage_buffers(sp: Split, values: dict[str, int], kinds: tuple[tuple[str, int], ...]) -> int:
@@ -99,7 +105,8 @@ def engine_buffers(sp: Split, layout: Layout, p: Precision, st: States, stage: i
                         f"{gathered}·d·Σ⌈rows/d⌉·cols" + (" (fp8 weights: 1)" if f8 else ""),
                         Linear(0, rb + held), backward_only=True,
                         note="the root unit stays gathered through each pass; at stage 3 one "
-                             "block is gathered while the next is prefetched"))
+                             "block is gathered while the next is prefetched",
+                        resharded_after_forward=held if z == 3 and layout.pp == 1 else 0))
         if layout.pp > 1:  # accumulated unsharded over the micro-batches (stage.py)
             out.append(Item("FSDP2 unsharded grads accumulated over the micro-batches "
                             "(every unit: pipelining's set_requires_gradient_sync(False))",
@@ -200,6 +207,7 @@ def _fsdp_bf16(layout: Layout, st: States, f8: frozenset[str] = frozenset(),
                                                        if every else " (root + 2 blocks)"),
                     "2·d·Σ⌈rows/d⌉·cols" + (" (fp8 weights: 1)" if f8 else ""),
                     Linear(0, rb + held), backward_only=True,
+                    resharded_after_forward=0 if every or layout.pp > 1 else held,
                     note="MixedPrecisionPolicy(param_dtype=bf16): the gathered copies are bf16"
                          + ("; kept gathered under PP (reshard_after_forward policy)"
                             if every and layout.sharding == 3 else ""))

@@ -246,7 +246,9 @@ def buffer_items(sp: Split, layout: Layout, p: Precision, pt: Parts, stage: int,
         base = [i for i in engine_buffers(sp, layout, pb, pt.base, stage, values, seq)
                 if i.name.startswith("FSDP2 gathered")]
         if pt.ft.qlora:  # the gathered NF4 shards, not 2 bytes an element
-            base = [replace(i, bytes=Linear(0, qlora_gathered(pt.ft, pt.base.units, layout)))
+            root, blocks = qlora_gathered(pt.ft, pt.base.units, layout)
+            base = [replace(i, bytes=Linear(0, root + blocks),
+                            resharded_after_forward=blocks if i.resharded_after_forward else 0)
                     for i in base]
         items += base
     kept = f"NF4 and {pt.ft.base_dtype}" if pt.ft.qlora else pt.ft.base_dtype
@@ -256,21 +258,23 @@ def buffer_items(sp: Split, layout: Layout, p: Precision, pt: Parts, stage: int,
                   lambda a, b: replace(a, name=a.name.replace("FSDP2 gathered fp32 units",
                                                               gathered),
                                        bytes=a.bytes + b.bytes,
+                                       resharded_after_forward=a.resharded_after_forward
+                                       + b.resharded_after_forward,
                                        formula=a.formula + " (adapters) + " + b.formula + " (base)"))
 
 
-def qlora_gathered(ft: FineTune, us, layout: Layout) -> int:
-    """Bytes of the frozen base FSDP2 holds gathered under QLoRA (the root unit and, at stage
-    3, two blocks: one gathered, the next prefetched; at stage 2 every block, as
-    buffers.engine_buffers counts them): d shards of ⌈rows/d⌉ rows, each in the NF4 layout
-    (NF4Tensor.fsdp_post_all_gather rebuilds one NF4Tensor from the d shards' tensors)."""
+def qlora_gathered(ft: FineTune, us, layout: Layout) -> tuple[int, int]:
+    """Bytes of the frozen base FSDP2 holds gathered under QLoRA, (the root unit's, the
+    blocks': at stage 3 two blocks, one gathered, the next prefetched; at stage 2 every
+    block, as buffers.engine_buffers counts them): d shards of ⌈rows/d⌉ rows, each in the
+    NF4 layout (NF4Tensor.fsdp_post_all_gather rebuilds one NF4Tensor from the d shards')."""
     d, q = layout.dp, quantized_names(ft)
 
     def gathered(u: Unit) -> int:
         return sum(d * base_tensor_bytes(ft, t, -(-t.sizes[t.dim] // d), q) for t in u.tensors)
     root = sum(gathered(u) for u in us if u.root)
     blocks = [gathered(u) for u in us if not u.root]
-    return root + (sum(blocks) if layout.sharding == 2 else sum(sorted(blocks)[-2:]))
+    return root, (sum(blocks) if layout.sharding == 2 else sum(sorted(blocks)[-2:]))
 
 
 def _nf4_gather(c, pt: Parts, layout: Layout):

@@ -85,6 +85,12 @@ class Moment:
     # this chunk's share (Item.per_chunk); the sharded gradients of the chunks already
     # reduced stay (counted whole: an upper bound)
     chunk: int | None = None
+    # a block's backward pass: the loss's, LM head's and final norm's saved tensors were
+    # freed when their nodes ran (StageActivations.head)
+    head_freed: bool = False
+    # the forward's end and the loss's backward: the blocks FSDP2 reshards after their
+    # forward are not gathered yet (buffers.Item.resharded_after_forward)
+    after_forward: bool = False
 
     def holds(self, item) -> bool:
         if not item.on_gpu:
@@ -248,13 +254,14 @@ def moments(sp, layout, precision, stage: int, kinds, values: dict[str, int], lo
         if last and loss_name == LM.STANDARD else None
     out = [Moment(AT_BACKWARD + " (the loss's backward)", held + "; ".join(
         what + ([f"reserved beside: {freed.what}"] if freed else [])), extra, True,
-        grads_live, True, history=freed.bytes if freed else Linear(), pass_grads=False)] \
+        grads_live, True, history=freed.bytes if freed else Linear(), pass_grads=False,
+        after_forward=True)] \
         if last else []
     if forward is not None:  # the forward's end: the chunks, or Liger's chunk (loss_memory.py)
         fwd = extra + start.times(-1) + forward
         out.append(Moment(f"end of the forward pass (--loss {loss_name})",
                           held + f"--loss {loss_name}: {region.what_forward}", fwd, True,
-                          grads_live, True, pass_grads=False))
+                          grads_live, True, pass_grads=False, after_forward=True))
     ring, ring_what = _ring(sp, layout, values, precision, stack, implementation)
     block = AT_BLOCK_BACKWARD + (
         " (its recomputed activations live)" if layout.recompute != "none" else "")
@@ -267,14 +274,16 @@ def moments(sp, layout, precision, stage: int, kinds, values: dict[str, int], lo
         # tests/test_pipeline_live.py)
         first = held.replace("the gradients of the earlier micro-batches, ", "")
         out.append(Moment(block + ", the first micro-batch's", first + f"{work.rule}"
-                          + ring_what, ws + loss + compiled + ring, True, False, True, True))
+                          + ring_what, ws + loss + compiled + ring, True, False, True, True,
+                          head_freed=True))
         out.append(Moment(block + ", a later micro-batch's (k − 1 in flight)",
                           held + f"{work.rule}" + ring_what, ws + loss + compiled + ring, True,
-                          True, True, True, 1))
+                          True, True, True, 1, head_freed=True))
     else:  # (on the last stage without recomputation too: the loss's moment holds no
         # gradient buffer of the pass, Moment.pass_grads, so a block's backward may exceed it)
         out.append(Moment(block, held + f"{work.rule}" + ring_what,
-                          ws + loss + compiled + ring, True, grads_live, True, True))
+                          ws + loss + compiled + ring, True, grads_live, True, True,
+                          head_freed=True))
     if layout.vpp > 1 and layout.micro_batches < 2 * layout.pp:
         out = [replace(m, name=f"{m.name} (local chunk {j}'s backward passes)", chunk=j)
                for m in out for j in range(layout.vpp)]

@@ -79,6 +79,8 @@ class StagePlan:
             acts -= self.activations.recomputed_block.at(b)
         if all_first:  # backward passes done (else the steady state: k and every gradient)
             acts -= m.fewer * self.activations.per_micro_batch.at(b)
+        if m.head_freed:  # the loss's, head's and final norm's saves, freed before any block's
+            acts -= self.activations.head.at(b)
         # (one chunk's backward passes of the one-round interleaved schedule: the sharded
         # gradients of the chunks already reduced stay, counted whole; peak.Moment.chunk)
         unsharded = self.accumulating(m) and m.chunk is None
@@ -86,6 +88,8 @@ class StagePlan:
         def size(i) -> int:
             if m.chunk is not None and i.accumulated and i.per_chunk:
                 return i.per_chunk[m.chunk]  # this chunk's accumulation only
+            if m.after_forward:  # the blocks resharded after their forward: none gathered
+                return i.bytes.at(b) - getattr(i, "resharded_after_forward", 0)
             return i.bytes.at(b)
         return sum(size(i) for i in self.items if m.holds(i) and not i.activations
                    and not (unsharded and i.name.startswith("gradients"))) \
