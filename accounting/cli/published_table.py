@@ -25,6 +25,7 @@ class Answer:
     fits: bool | None  # the verdict on the card it ran on (None: no card known)
     moment: str
     longest: int | None = None  # one GPU: the plan's longest context at the run's batch
+    capacity: int | None = None  # one GPU: the card's bytes the verdict is against
 
     @property
     def compared(self) -> int:
@@ -62,7 +63,8 @@ def answer(run: Run) -> Answer:
     fits = None if d.get("fit") is None else peak["peak_bytes"] <= d["fit"]["usable_bytes"]
     moment = max(peak["moments"], key=lambda m: m["bytes"])["name"]
     return Answer(run, peak["peak_bytes"], peak["reserved_bytes"], fits, moment,
-                  (d.get("fit") or {}).get("longest_context"))
+                  (d.get("fit") or {}).get("longest_context"),
+                  (d.get("fit") or {}).get("capacity_bytes"))
 
 
 def answers() -> list[Answer]:
@@ -102,11 +104,17 @@ def context_summary(rows: list[Answer]) -> str:
     if not ran:
         return ""
     r = [a.context_ratio for a in ran]
+    # the run's peak at the context that ran fit its card (measured <= card), so the plan's
+    # reserved / the card is a lower bound of tool / measured for these rows
+    low = [Fraction(a.reserved, a.capacity) for a in ran]
     return (f" Of the {len(ran)} Hugging Face + FA2 QLoRA runs of Unsloth's table (the longest "
             f"context that ran on a card, no memory published), the plan says "
             f"{sum(1 for a in ran if a.fits)} fit at the context that ran; its own longest "
             f"context over the one that ran: median {float(statistics.median(r)):.2f}, lowest "
-            f"{float(min(r)):.2f}, highest {float(max(r)):.2f}. Of the {len(oom)} cells that ran "
+            f"{float(min(r)):.2f}, highest {float(max(r)):.2f}; its reserved bytes at the "
+            f"context that ran over the card's (a lower bound of tool / measured, the run's "
+            f"peak having fit the card): median {float(statistics.median(low)):.2f}, lowest "
+            f"{float(min(low)):.2f}, highest {float(max(low)):.2f}. Of the {len(oom)} cells that ran "
             f"out of memory, it says {sum(1 for a in oom if a.fits is False)} do not fit at the "
             "column's smallest context.")
 
