@@ -254,6 +254,9 @@ def run_group(cases: list[Case]) -> list[dict]:
     world = cases[0].world
     assert all(c.world == world for c in cases)
     from accounting.runtime import fork
+    if any(c.lora_rank for c in cases):  # (else nothing more is imported here)
+        from accounting.distcheck.parallelize import import_before_fork
+        import_before_fork(cases)
     with tempfile.TemporaryDirectory() as d:
         # fork: the children start with torch already imported (spawn re-imports it in each);
         # with the signals held until each has set its own (fork.worker_signals), so that
