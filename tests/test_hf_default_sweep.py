@@ -170,9 +170,10 @@ def _rotated_dims(model) -> set[int]:
 # (model_type, storage dtype, transformers' config as a dict, T, B) -> (its measurement, the
 # dims its RoPE rotates). Most files without a key make the config transformers makes of
 # another one (the key's default is the example's value: 552 files that read, 230 distinct
-# configs), and the model transformers builds, on the meta device, follows from that config
-# alone (hf_counter.build: its class for model_type, the dtype, the experts' kernel of the
-# type's row): so it is built and measured once per config, each file still compared with it.
+# configs; of the 102 files with a null that transformers' config class takes, 83), and the
+# model transformers builds, on the meta device, follows from that config alone
+# (hf_counter.build: its class for model_type, the dtype, the experts' kernel of the type's
+# row): so it is built and measured once per config, each file still compared with it.
 _MEASURED: dict = {}
 
 
@@ -261,7 +262,7 @@ def test_null_is_read_only_where_transformers_builds_it(mt, hf_key):
     data = copy.deepcopy(EXAMPLES[mt])
     _inner(data, mt)[hf_key] = None
     try:
-        hf_counter.measure(data, 4, 1, "forward")
+        _built_and_measured(data, 4, 1)  # hf_counter.measure(data, 4, 1, "forward")
         builds = True
     except Exception:  # noqa: BLE001 - its config class or model refuses it
         builds = False
