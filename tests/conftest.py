@@ -4,7 +4,9 @@ The suite runs on every core (pytest-xdist, `-n auto --dist loadfile` in pyproje
 each file goes to one worker, so a module-scoped fixture (the fully verified report, the
 torch.distributed runs) is built once. (`--dist loadgroup` with `xdist_group` marks would
 group finer, but pytest-xdist 3.8.0 cannot tag node ids under pytest 9.2, whose Node.nodeid
-is no longer `_nodeid`: the groups are silently split and the builds made twice.) Tests
+is no longer `_nodeid`: the groups are silently split and the builds made twice; where
+tests of two files share a session-scoped build, SAME_WORKER below puts them in one unit
+instead, through pytest-xdist's own scheduler hook.) Tests
 marked `slow` are moved to the front of the collection so that these long builds start at
 once instead of ending the run (the files go to the workers in this order:
 --no-loadscope-reorder in pyproject.toml; xdist's default orders them by their number of
