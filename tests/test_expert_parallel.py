@@ -8,6 +8,8 @@ and gloo groups of CPU processes: python -m accounting.distcheck's EP cases, and
 at the end).
 """
 import json
+import subprocess
+import sys
 from fractions import Fraction
 
 import pytest
@@ -336,17 +338,29 @@ def _ranked(text: str) -> list[list[str]]:
 # The expert-parallel cases of `python -m accounting.distcheck` (its one run, shared with
 # test_distributed.py: tests/conftest.py, distcheck_run): a gloo group of 4 CPU processes on
 # the suite's EP case with a capacity factor, and the fake backend's EP cases (Mixtral and
-# DeepSeek-V3 shapes, routing dealt evenly); and here a gloo group of 4 processes (forked, as
-# in test_lora_gpus.py) on a dropless case with a real routing.
+# DeepSeek-V3 shapes, routing dealt evenly); and, in one subprocess here (a fresh
+# interpreter: the forked gloo workers need a clean process), a gloo group of 4 processes on
+# a dropless case with a real routing.
+SCRIPT = """
+import json, sys
+from accounting.distcheck import suite
+from accounting.distcheck.measure import Case
+from accounting.distcheck.gloo import run_group
+dropless = {k: v for k, v in suite.TINY_MOE.items() if k != "moe_capacity_factor"}
+out = run_group([Case(dropless, 4, dp=4, ep=2, zero=3, label="dropless, real routing")])
+json.dump(out, open(sys.argv[1], "w"))
+"""
+
+
 @pytest.fixture(scope="module")
-def measured(distcheck_run):
-    from accounting.distcheck import suite
-    from accounting.distcheck.gloo import run_group
-    from accounting.distcheck.measure import Case
+def measured(distcheck_run, tmp_path_factory):
+    path = tmp_path_factory.mktemp("ep") / "measured.json"
+    run_ = subprocess.run([sys.executable, "-c", SCRIPT, str(path)], capture_output=True,
+                          text=True, timeout=600)
+    assert path.exists(), run_.stderr[-4000:]
     ep = [m for m in distcheck_run["results"] if m["case"]["ep"] > 1]
-    dropless = {k: v for k, v in suite.TINY_MOE.items() if k != "moe_capacity_factor"}
-    real = run_group([Case(dropless, 4, dp=4, ep=2, zero=3, label="dropless, real routing")])
-    return ([m for m in ep if "routing" in m] + real  # gloo: the capacity case's 4 ranks
+    return ([m for m in ep if "routing" in m]  # gloo: the capacity case's 4 ranks
+            + json.loads(path.read_text())
             + [m for m in ep if "routing" not in m])  # the fake backend's
 
 
