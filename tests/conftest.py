@@ -4,7 +4,9 @@ The suite runs on every core (pytest-xdist, `-n auto --dist loadfile` in pyproje
 each file goes to one worker, so a module-scoped fixture (the fully verified report, the
 torch.distributed runs) is built once. (`--dist loadgroup` with `xdist_group` marks would
 group finer, but pytest-xdist 3.8.0 cannot tag node ids under pytest 9.2, whose Node.nodeid
-is no longer `_nodeid`: the groups are silently split and the builds made twice.) Tests
+is no longer `_nodeid`: the groups are silently split and the builds made twice; where
+tests of two files share a session-scoped build, SAME_WORKER below puts them in one unit
+instead, through pytest-xdist's own scheduler hook.) Tests
 marked `slow` are moved to the front of the collection so that these long builds start at
 once instead of ending the run (the files go to the workers in this order:
 --no-loadscope-reorder in pyproject.toml; xdist's default orders them by their number of
@@ -41,6 +43,46 @@ def pytest_configure(config):
 
 def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable
+
+
+# Tests of one file run on the worker of another's, to share its session-scoped build: node
+# id prefix -> the file whose work unit (--dist loadfile) they join. The expert-parallel
+# cases of `python -m accounting.distcheck` (distcheck_run below) are read by
+# test_expert_parallel.py's torch.distributed tests too; on another worker they would run
+# the whole check a second time.
+SAME_WORKER = {"tests/test_expert_parallel.py::test_torch_distributed_": "tests/test_distributed.py"}
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook (absent without it)
+def pytest_xdist_make_scheduler(config, log):
+    """--dist loadfile with the SAME_WORKER exceptions; any other --dist as xdist has it."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class Scheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            for prefix, scope in SAME_WORKER.items():
+                if nodeid.startswith(prefix):
+                    return scope
+            return super()._split_scope(nodeid)
+    return Scheduling(config, log)
+
+
+@pytest.fixture(scope="session")
+def distcheck_run(tmp_path_factory):
+    """`python -m accounting.distcheck --json FILE` in a fresh interpreter (the fake process
+    group and the forked gloo workers need a clean process), once: every standard case's
+    measurements (accounting/distcheck/suite.py), its exit status and its output."""
+    import json
+    import subprocess
+    import sys
+    out = tmp_path_factory.mktemp("dist") / "measured.json"
+    run = subprocess.run([sys.executable, "-m", "accounting.distcheck", "--json", str(out)],
+                         capture_output=True, text=True, timeout=600)
+    assert out.exists(), run.stderr[-4000:]
+    data = json.loads(out.read_text())
+    return {"results": data, "stdout": run.stdout, "stderr": run.stderr, "code": run.returncode}
 
 
 @pytest.fixture(autouse=True)

@@ -9,10 +9,6 @@ quantity the planner predicts — parameter, gradient and AdamW-state bytes, mat
 (a dispatch hook, its call counts beside CommDebugMode's) — must equal what torch did.
 A few quantities are also derived by hand below, independently of the planner.
 """
-import json
-import subprocess
-import sys
-
 import pytest
 
 from accounting.distcheck.compare import compare
@@ -28,14 +24,11 @@ N_TINY = 2 * 1002 * 32 + 4 * (2 * 32 + 2 * 32 * 32 + 2 * 16 * 32 + 3 * 96 * 32) 
 ROPE_BYTES = 4 * 2 * 16 * 4 * 4  # L · (cos, sin) · T_max 16 · d_k/2 = 4 · fp32
 
 
-@pytest.fixture(scope="module")
-def measured(tmp_path_factory):
-    out = tmp_path_factory.mktemp("dist") / "measured.json"
-    run = subprocess.run([sys.executable, "-m", "accounting.distcheck", "--json", str(out)],
-                         capture_output=True, text=True, timeout=600)
-    assert out.exists(), run.stderr[-4000:]
-    data = json.loads(out.read_text())
-    return {"results": data, "stdout": run.stdout, "stderr": run.stderr, "code": run.returncode}
+@pytest.fixture
+def measured(distcheck_run):
+    """The one run of `python -m accounting.distcheck --json` (tests/conftest.py: shared with
+    test_expert_parallel.py, whose EP cases it holds)."""
+    return distcheck_run
 
 
 def by_label(measured, label):

@@ -4,7 +4,8 @@ torch.distributed (accounting.distcheck).
 Expected values are hand algebra written here (tensor by tensor, all-to-all by all-to-all,
 sizes multiplied out in the comments), a different path through the library (the one-GPU
 memory model and analysis), or torch.distributed's own measurement (a fake process group
-and a gloo group of CPU processes, in one subprocess at the end).
+and gloo groups of CPU processes: python -m accounting.distcheck's EP cases, and one more
+at the end).
 """
 import json
 import subprocess
@@ -334,30 +335,33 @@ def _ranked(text: str) -> list[list[str]]:
 
 
 # ---- torch.distributed -------------------------------------------------------------------
-# One subprocess: a gloo group of 4 CPU processes (the suite's EP case with a capacity
-# factor, and a dropless one on a real routing) forked first, then the fake backend's EP
-# cases (Mixtral and DeepSeek-V3 shapes, routing dealt evenly).
+# The expert-parallel cases of `python -m accounting.distcheck` (its one run, shared with
+# test_distributed.py: tests/conftest.py, distcheck_run): a gloo group of 4 CPU processes on
+# the suite's EP case with a capacity factor, and the fake backend's EP cases (Mixtral and
+# DeepSeek-V3 shapes, routing dealt evenly); and, in one subprocess here (a fresh
+# interpreter: the forked gloo workers need a clean process), a gloo group of 4 processes on
+# a dropless case with a real routing.
 SCRIPT = """
 import json, sys
 from accounting.distcheck import suite
 from accounting.distcheck.measure import Case
 from accounting.distcheck.gloo import run_group
-from accounting.distcheck.fake import run_cases
 dropless = {k: v for k, v in suite.TINY_MOE.items() if k != "moe_capacity_factor"}
-gloo = [c for c in suite.GLOO if c.ep > 1]
-gloo.append(Case(dropless, 4, dp=4, ep=2, zero=3, label="dropless, real routing"))
-out = run_group(gloo) + run_cases([c for c in suite.FAKE if c.ep > 1])
+out = run_group([Case(dropless, 4, dp=4, ep=2, zero=3, label="dropless, real routing")])
 json.dump(out, open(sys.argv[1], "w"))
 """
 
 
 @pytest.fixture(scope="module")
-def measured(tmp_path_factory):
+def measured(distcheck_run, tmp_path_factory):
     path = tmp_path_factory.mktemp("ep") / "measured.json"
     run_ = subprocess.run([sys.executable, "-c", SCRIPT, str(path)], capture_output=True,
                           text=True, timeout=600)
     assert path.exists(), run_.stderr[-4000:]
-    return json.loads(path.read_text())
+    ep = [m for m in distcheck_run["results"] if m["case"]["ep"] > 1]
+    return ([m for m in ep if "routing" in m]  # gloo: the capacity case's 4 ranks
+            + json.loads(path.read_text())
+            + [m for m in ep if "routing" not in m])  # the fake backend's
 
 
 @pytest.mark.slow

@@ -167,6 +167,28 @@ def _rotated_dims(model) -> set[int]:
     return {2 * b.numel() for n, b in model.named_buffers() if n.endswith("inv_freq")}
 
 
+# (model_type, storage dtype, transformers' config as a dict, T, B) -> (its measurement, the
+# dims its RoPE rotates). Most files without a key make the config transformers makes of
+# another one (the key's default is the example's value: 552 files that read, 230 distinct
+# configs; of the 102 files with a null that transformers' config class takes, 83), and the
+# model transformers builds, on the meta device, follows from that config alone
+# (hf_counter.build: its class for model_type, the dtype, the experts' kernel of the type's
+# row): so it is built and measured once per config, each file still compared with it.
+_MEASURED: dict = {}
+
+
+def _built_and_measured(data: dict, T: int, B: int):
+    """hf_counter.measure(data, T, B, "forward") and _rotated_dims of the model it counted."""
+    cfg = hf_counter.transformers_config(data)
+    key = (data["model_type"], hf_counter.storage_dtype(data),
+           json.dumps(cfg.to_dict(), sort_keys=True, default=repr), T, B)
+    if key not in _MEASURED:
+        model = hf_counter.build(data)  # built once: measured, then its RoPE buffers read
+        _MEASURED[key] = (hf_counter.measure(data, T, B, "forward", model=model),
+                          _rotated_dims(model))
+    return _MEASURED[key]
+
+
 @pytest.mark.parametrize("mt,hf_key", list(_cases()))
 def test_an_absent_key_means_what_transformers_means(mt, hf_key):
     key = _key(mt, hf_key)
@@ -195,8 +217,8 @@ def test_an_absent_key_means_what_transformers_means(mt, hf_key):
     # (2) the model transformers builds from the file without the key, on the meta device
     T, B = 8, 1
     a = analyze(hf.config, T, B, "forward")
-    model = hf_counter.build(data)  # built once: measured, then its RoPE buffers read
-    check = compare_hf(a, hf_counter.measure(data, T, B, "forward", model=model), hf)
+    measured, rotated = _built_and_measured(data, T, B)
+    check = compare_hf(a, measured, hf)
     assert check.agrees, check.disagreements()
     ours, _ = analytic_flops(a)
     # every component either side counts ('recurrent mixing' only where a model has one)
@@ -205,7 +227,6 @@ def test_an_absent_key_means_what_transformers_means(mt, hf_key):
             == {c: ours["forward"].get(c, 0) for c in comps})
     assert check.flops[("forward", ELSEWHERE)] == 0
     assert all(not layer.mismatches for layer in check.layers)
-    rotated = _rotated_dims(model)
     if hf.config.positions == "rope" and rotated:
         c = hf.config
         mine = {c.rotary_dim or c.d_k} if not c.mla else {c.qk_rope_head_dim}
@@ -241,7 +262,7 @@ def test_null_is_read_only_where_transformers_builds_it(mt, hf_key):
     data = copy.deepcopy(EXAMPLES[mt])
     _inner(data, mt)[hf_key] = None
     try:
-        hf_counter.measure(data, 4, 1, "forward")
+        _built_and_measured(data, 4, 1)  # hf_counter.measure(data, 4, 1, "forward")
         builds = True
     except Exception:  # noqa: BLE001 - its config class or model refuses it
         builds = False

@@ -11,6 +11,7 @@ optimizer's fp32 copy of the tensors the rank updates (DeepSpeed's / Megatron-LM
 layout: formula checked by hand).
 """
 import multiprocessing as mp
+import os
 
 import pytest
 
@@ -26,6 +27,7 @@ from accounting.planning.parallel.plan import parallel_plan
 from accounting.cli.main import main
 
 WORLD = 4
+HERE = os.path.dirname(os.path.abspath(__file__))
 KW = {"sgd": dict(lr=0.1, momentum=0.9), "adafactor": {}, "adamw": {}, "adamw8bit": {}}
 
 
@@ -57,12 +59,26 @@ def _zero1_rank(args):
 def _measure(fn, name):
     # one process group per process; forkserver, not fork: a process forked from a pytest
     # worker can hang on threads (or a process group) that earlier tests left in it, where
-    # the fork server is a clean process that has imported torch once
+    # the fork server is a clean process that has imported torch once, and what each rank
+    # would import again: this module (the rank's function is pickled by reference), with
+    # test_optimizers_reality, accounting and model/ (about 1.4 s of CPU), and bitsandbytes
+    # (1.6 s): imported once there, not in each of the 16 ranks. The fork server imports them
+    # from its own path: this folder is put on it (PYTHONPATH while it starts; a module it
+    # cannot import is left to the ranks, as before).
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["torch", "torch.distributed"])
+    ctx.set_forkserver_preload(["torch", "torch.distributed", "bitsandbytes", __name__])
     q = ctx.Queue()
     procs = [ctx.Process(target=fn, args=((name, r, q),)) for r in range(WORLD)]
-    for p in procs:
+    old = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join([HERE] + ([old] if old else []))
+    try:
+        procs[0].start()  # (the fork server starts with the first rank, if not yet running)
+    finally:
+        if old is None:
+            del os.environ["PYTHONPATH"]
+        else:
+            os.environ["PYTHONPATH"] = old
+    for p in procs[1:]:
         p.start()
     got = dict((r, rest) for r, *rest in (q.get(timeout=120) for _ in procs))
     for p in procs:

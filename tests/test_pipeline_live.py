@@ -216,29 +216,44 @@ CFG = dict(vocab_size=1002, context_length=64, num_layers=4, d_model=32, num_hea
            attention="sdpa")
 
 
-def _stage_worker(rank: int, port: int, out: str, v: int, m: int) -> None:
+def _batch(m: int):
+    from accounting.architecture.config import ModelConfig
+    c = ModelConfig(**CFG)
+    g = torch.Generator().manual_seed(1)
+    return tuple(torch.randint(0, c.vocab_size, (B * m, T * 4), generator=g) for _ in "it")
+
+
+def _traced(v: int, m: int):
+    """The course model traced and split by pipeline() as accounting/distcheck does, once
+    here before the two ranks are forked (they inherit it, each building its stages from
+    it), not once in each rank (about 1.7 s of CPU a trace): the same seeded model, the same
+    split. This process's random state and warning filters are kept."""
+    import warnings
+    from torch.distributed.pipelining import SplitPoint, pipeline
+    from accounting.architecture.config import ModelConfig
+    from accounting.distcheck.measure import quiet_known_warnings
+    from model import TransformerLM
+    with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
+        quiet_known_warnings()
+        torch.manual_seed(0)
+        lm = TransformerLM.from_config(ModelConfig(**CFG))
+        # v chunks per rank, chunk j of rank r the (r + 2·j)-th (the planner's split: one
+        # block each at v = 2, two at v = 1)
+        starts = (2,) if v == 1 else (1, 2, 3)
+        return pipeline(lm, mb_args=(_batch(m)[0][:B],),
+                        split_spec={f"layers.{i}": SplitPoint.BEGINNING for i in starts})
+
+
+def _stage_worker(rank: int, port: int, out: str, v: int, m: int, pipe) -> None:
     import weakref
     import torch.distributed as dist
-    from torch.distributed.pipelining import (Schedule1F1B, ScheduleInterleaved1F1B,
-                                              SplitPoint, pipeline)
-    from accounting.architecture.config import ModelConfig
+    from torch.distributed.pipelining import Schedule1F1B, ScheduleInterleaved1F1B
     from accounting.distcheck.ring import _Live
-    from model import TransformerLM
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=2)
     try:
-        c = ModelConfig(**CFG)
-        torch.manual_seed(0)
-        lm = TransformerLM.from_config(c)
-        g = torch.Generator().manual_seed(1)
-        ids = torch.randint(0, c.vocab_size, (B * m, T * 4), generator=g)
-        targets = torch.randint(0, c.vocab_size, (B * m, T * 4), generator=g)
-        # v chunks per rank, chunk j of rank r the (r + 2·j)-th (the planner's split: one
-        # block each at v = 2, two at v = 1)
-        starts = (2,) if v == 1 else (1, 2, 3)
-        pipe = pipeline(lm, mb_args=(ids[:B],),
-                        split_spec={f"layers.{i}": SplitPoint.BEGINNING for i in starts})
+        ids, targets = _batch(m)
         stages = [pipe.build_stage(rank + 2 * j, torch.device("cpu")) for j in range(v)]
         params = [p for st in stages for p in st.submod.parameters()]
 
@@ -289,7 +304,7 @@ def _stage_peaks(v: int, m: int = M):
     from accounting.planning.parallel.layout import Layout
     from accounting.planning.precisions import get_precision
     with tempfile.TemporaryDirectory() as d:
-        mp.start_processes(_stage_worker, args=(_port(), d, v, m), nprocs=2,
+        mp.start_processes(_stage_worker, args=(_port(), d, v, m, _traced(v, m)), nprocs=2,
                            start_method="fork")
         measured = [json.loads(Path(d, f"{r}.json").read_text())["peak"] for r in range(2)]
     lo = Layout(2, pp=2, vpp=v, global_batch=B * m, micro_batch=B)

@@ -622,9 +622,39 @@ def test_real_gpt2_cross_checked_at_1024(committed_md):
 
 # ---- drafts, bad input, atomicity ---------------------------------------------------------
 
-def test_no_verify_draft_is_marked(tmp_path, capsys):
-    code = accounting_main(["report", "--no-verify", "--out", str(tmp_path)])
-    err = capsys.readouterr().err
+@pytest.fixture(scope="module")
+def drafted(tmp_path_factory):
+    """`report --no-verify` once: its folder, exit status and stderr."""
+    out = tmp_path_factory.mktemp("draft")
+    import contextlib
+    import io
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = accounting_main(["report", "--no-verify", "--out", str(out)])
+    return out, code, err.getvalue()
+
+
+@pytest.fixture
+def drawn_before(drafted, monkeypatch):
+    """figures.save of a figure the draft drew (its drawing function unchanged) writes the
+    draft's files, the same bytes (test_regenerated_figures_are_identical), instead of
+    drawing it again: the failure tests below are about the staging and the swap, and
+    paid about 3 s of matplotlib for each. A figure whose drawing a test replaces is drawn
+    (and fails) as before."""
+    from accounting.reporting import figures
+    original, draw = figures.save, dict(figures.DRAW)
+
+    def save(name, data, folder):
+        if figures.DRAW[name] is not draw[name]:
+            return original(name, data, folder)
+        for file in figures_index.FIGURES[name].files():
+            shutil.copyfile(drafted[0] / "figures" / file, folder / file)
+        return figures_index.FIGURES[name].files()
+    monkeypatch.setattr(figures, "save", save)
+
+
+def test_no_verify_draft_is_marked(drafted):
+    tmp_path, code, err = drafted
     assert code == 0
     md = (tmp_path / REPORT).read_text(encoding="utf-8")
     assert "**DRAFT — not cross-checked.**" in md
@@ -658,7 +688,7 @@ def old_report(tmp_path):
     return tmp_path, _snapshot(tmp_path)
 
 
-def test_failure_midway_leaves_old_report(old_report, monkeypatch, capsys):
+def test_failure_midway_leaves_old_report(old_report, drawn_before, monkeypatch, capsys):
     out, before = old_report
     from accounting.reporting import figures
 
@@ -674,7 +704,7 @@ def test_failure_midway_leaves_old_report(old_report, monkeypatch, capsys):
     assert "failed" in capsys.readouterr().err
 
 
-def test_failure_while_swapping_rolls_back(old_report, monkeypatch):
+def test_failure_while_swapping_rolls_back(old_report, drawn_before, monkeypatch):
     out, before = old_report
     real_replace = report_cli.os.replace
 

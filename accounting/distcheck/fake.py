@@ -23,7 +23,8 @@ from torch.testing._internal.distributed.fake_pg import FakeStore
 from accounting.distcheck.measure import Case, quiet_known_warnings, run_step, state_bytes
 from accounting.planning.parallel.stacks import get_stack
 from accounting.distcheck.parallelize import (apply_lora, expert_parallel, fully_shard_experts,
-                                              fully_shard_model, tensor_parallel)
+                                              fully_shard_model, import_before_fork,
+                                              tensor_parallel)
 
 
 def mesh_for(case: Case):
@@ -116,6 +117,7 @@ def run_cases(cases: list[Case]) -> list[dict]:
 
     from accounting.runtime import fork
     ctx = mp.get_context("fork")
+    import_before_fork(cases)
     out = []
     for case in cases:
         parent, child = ctx.Pipe(duplex=False)
