@@ -63,7 +63,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from accounting.ledger.builder.common import LLMFOUNDRY, TORCHTUNE
-from accounting.planning.optimizers import ADAMW, ADAMW_FUSED, PAGED_ADAMW8BIT
+from accounting.planning.optimizers import ADAMW, ADAMW_FUSED, ADAMW8BIT_TORCHAO, PAGED_ADAMW8BIT
 from accounting.planning.parallel.stacks import TORCHTITAN
 from accounting.registry import registrar
 from accounting.units import BF16
@@ -248,7 +248,7 @@ _tune3b("+ Activation Offloading", "21.8", _OFF)
 # torch's allocator, so active memory would drop by the whole bf16 moments (11.97 GiB),
 # where the table measured 21.8 → 17.6. torchao's compiled step of the tied embedding,
 # stepped in the backward pass, holds its new moments in float32 (planning/optimizers.py)
-_tune3b("+ 8-bit AdamW", "17.6", _OFF + ("--optimizer", "adamw8bit-torchao"))
+_tune3b("+ 8-bit AdamW", "17.6", _OFF + ("--optimizer", ADAMW8BIT_TORCHAO.name))
 # lora_finetune_single_device, 3B_lora_single_device.yaml / 3B_qlora_single_device.yaml @
 # 1814feb: LoRA r 64, alpha 128 on q_proj, v_proj, output_proj and the MLP (not the tied
 # output), torch.optim.AdamW(fused=True), bf16; the README's QLoRA command: packed, compile,

@@ -348,9 +348,10 @@ register(AdamW8bit("adamw8bit", "bitsandbytes.optim.AdamW8bit",
 PAGED_ADAMW8BIT = register(PagedAdamW8bit("paged-adamw8bit", "bitsandbytes.optim.PagedAdamW8bit",
                                           "bitsandbytes/optim/optimizer.py", None,
                                           refuses_master=True))
-register(TorchaoAdamW8bit("adamw8bit-torchao", "torchao.optim.AdamW8bit",
-                          "torchao/optim/adam.py", "device", refuses_master=True,
-                          step_temporary=2 * DTYPE_BYTES[FP32]))
+ADAMW8BIT_TORCHAO = register(TorchaoAdamW8bit("adamw8bit-torchao", "torchao.optim.AdamW8bit",
+                                            "torchao/optim/adam.py", "device",
+                                            refuses_master=True,
+                                            step_temporary=2 * DTYPE_BYTES[FP32]))
 register(Adafactor("adafactor", "torch.optim.Adafactor", "torch/optim/_adafactor.py", "cpu",
                    counter_label="Adafactor"))
 register(SGD("sgd", "torch.optim.SGD(momentum=0.9)", "torch/optim/sgd.py", None, elementwise=True))
