@@ -14,6 +14,7 @@ from dataclasses import replace
 from fractions import Fraction
 
 import pytest
+from fresh_probe import run_probe
 
 from accounting.cli.main import main
 from accounting.ledger.ledger import ledger
@@ -246,19 +247,9 @@ def test_fsdp_fp8_all_gather_on_the_fake_backend():
     root unit (a LayerNorm, fp32: 2·64·4 bytes) gathers as usual; each Float8Linear unit
     all-reduces its weight's amax (one fp32) and all-gathers the weight at one byte an
     element — the plan's rule (FSDP_FP8_ALL_GATHER_BYTES, comms.AMAX_BYTES)."""
-    import json
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
     pytest.importorskip("torchao")
     from accounting.planning.parallel import comms as C
-    root = str(Path(__file__).resolve().parents[1])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
-    run = subprocess.run([sys.executable, "-c", _FSDP_FP8_GATHERS], capture_output=True,
-                         text=True, timeout=300, env=env, cwd=root)
-    assert run.returncode == 0, run.stderr[-2000:]
-    calls = [tuple(c) for c in json.loads(run.stdout.strip().splitlines()[-1])]
+    calls = [tuple(c) for c in run_probe(_FSDP_FP8_GATHERS)]
     amax, ag = C.AMAX_BYTES, F8.FSDP_FP8_ALL_GATHER_BYTES
     assert calls == [("all-gather", 2 * 64 * 4), ("all-reduce", amax), ("all-gather", 64 * 128 * ag),
                      ("all-reduce", amax), ("all-gather", 128 * 64 * ag)]

@@ -9,14 +9,10 @@ backward, 1.40 → 1.32.
 
 Expected values: FSDP2 itself on the fake backend (which blocks are unsharded at each
 moment), and hand algebra over tiny models' shapes."""
-import json
-import os
-import subprocess
-import sys
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
+from fresh_probe import run_probe
 
 from accounting.architecture.config import ModelConfig
 from accounting.distcheck.compare import config_of
@@ -89,12 +85,7 @@ dist.destroy_process_group()
 
 @pytest.mark.slow  # a fresh interpreter importing torch.distributed: a few seconds
 def test_no_block_is_gathered_at_the_forwards_end_nor_at_the_losss_backward():
-    root = str(Path(__file__).resolve().parents[1])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
-    run = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True,
-                         timeout=300, env=env, cwd=root)
-    assert run.returncode == 0, run.stderr[-2000:]
-    seen = json.loads(run.stdout.strip().splitlines()[-1])
+    seen = run_probe(_PROBE)
     assert seen["every"] == {"forward": [False] * 3, "loss": [False] * 3}
     # the probe sees a gathered block where one is kept (torchtitan's pre-31a17bf policy)
     assert seen["keep-last"] == {"forward": [False, False, True], "loss": [False, False, True]}

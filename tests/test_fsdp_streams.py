@@ -11,6 +11,7 @@ a request of 10 MiB or more gets a segment of its own, rounded up to 2 MiB).
 from fractions import Fraction
 
 import pytest
+from fresh_probe import run_probe
 
 from accounting.cli.published_table import answer
 from accounting.literature import published_runs as PR
@@ -173,17 +174,7 @@ def test_fsdp2_allocates_on_its_side_streams():
     """By hand, the units' bytes: the root (the LayerNorm, 2·64 elements), Linear(64, 128)
     with its bias (64·128 + 128), Linear(128, 64) and Linear(64, 64), bf16 gathers, fp32
     reductions over 4 ranks."""
-    import json
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-    root = str(Path(__file__).resolve().parents[1])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
-    run = subprocess.run([sys.executable, "-c", _MEASURE], capture_output=True, text=True,
-                         timeout=300, env=env, cwd=root)
-    assert run.returncode == 0, run.stderr[-2000:]
-    got = json.loads(run.stdout.strip().splitlines()[-1])
+    got = run_probe(_MEASURE)
     gathers = [(n, s) for k, n, s, _ in got["events"] if k == "all-gather"]
     # the forward: root, then the three blocks in order, each in the copy-in stream
     assert gathers[:4] == [(2 * 64 * 2, "copy-in"), ((64 * 128 + 128) * 2, "copy-in"),
