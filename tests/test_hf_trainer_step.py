@@ -10,6 +10,8 @@ Trainer's compute_loss drops (transformers 4.47.1 and 5.23.0 trainer.py, compute
 return_outputs=False). The same script under transformers 4.47.1 / PEFT 0.14.0 measured
 99,220 bytes a token where 5.23.0 / PEFT 0.21.2 measure 99,212 (docs/parallel.md)."""
 import json
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -21,6 +23,7 @@ pytest.importorskip("bitsandbytes")
 from cli_run import run  # noqa: E402
 
 T1, T2 = 128, 256
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _plan_peak(capsys, path, T):
@@ -37,6 +40,7 @@ def _plan_peak(capsys, path, T):
 @pytest.mark.slow
 def test_trainers_step_holds_the_plans_bytes_a_token_less_the_kept_bf16_logits(
         capsys, tmp_path):
+    sys.path.insert(0, str(ROOT))  # benchmarks/ is not installed
     import benchmarks.hf_trainer_step as m
     c = m.CONFIG
     path = tmp_path / "config.json"
