@@ -329,3 +329,14 @@ def test_frames_hold_exact_integers():
     s = search_frame("gpt2-xl", 8, batch=64, gpu="A100")
     assert s[s.fits]["step_seconds"].is_monotonic_increasing
     assert s[~s.fits]["reason"].str.contains("attention heads").any()
+
+
+@pytest.mark.parametrize("switch", ["--sp", "--search", "--hfu", "--compare-formulas",
+                                    "--async-tp"])
+def test_a_many_gpu_switch_on_one_gpu_is_refused(capsys, switch):
+    """Regression (a flag accepted and ignored, exit 0): check_single took a switch's True for
+    the degree 1 (True == 1), so `plan MODEL --sp` (or --search, --hfu, --compare-formulas)
+    planned one GPU as if it were not given; --async-tp was in no list at all."""
+    line = cli_run.refused_in_one_line(capsys, "plan", "meta-llama/Llama-3.1-8B", "--ctx",
+                                       "4096", switch, expected=f"{switch} ")
+    assert "--gpus N" in line
