@@ -114,6 +114,20 @@ def test_compile_is_refused_where_not_measured(capsys):
                         expected="--compile is measured for Llama-layout blocks")
 
 
+
+@pytest.mark.parametrize("stack", ["deepspeed", "megatron"])
+def test_compile_on_a_stack_that_does_not_compile_names_the_stack(capsys, stack):
+    """Regression (a refusal naming the wrong problem): with --stack deepspeed, --compile on
+    Llama-3.2-1B (SDPA attention, a Llama layout) was refused as "Llama-3.2-1B has attention
+    other than SDPA" (the stack's eager-attention config checked first), so the fix it named
+    (leave --compile out for the model) was not the problem's: the stack does not compile."""
+    from cli_run import refused_in_one_line
+    line = refused_in_one_line(capsys, "plan", "meta-llama/Llama-3.2-1B", "--ctx", "2048",
+                               "--compile", "--gpus", "8", "--stack", stack,
+                               expected=f"leave it out with --stack {stack}")
+    assert "attention other than SDPA" not in line
+
+
 def test_compile_lowers_the_plan_by_the_rule():
     # Llama-3.2-1B (config.json: L = 16, d_model = 2,048, d_ff = 8,192), bf16-mixed, B = 1,
     # T = 4,096, transformers' ops: per block the rule drops two fp32 x / rms (2·4·T·d),
