@@ -268,11 +268,13 @@ def recipe(ns: argparse.Namespace, config, stack):
 
 def _finetune(ns: argparse.Namespace, config, precision, implementation: str = "course"):
     """The LoRA plan of --lora-rank (planning/finetune.py), or None (issue 30 follow-up)."""
-    if getattr(ns, "lora_rank", None) is None and not getattr(ns, "base_weights", None):
-        return None
     from accounting.cli.plan_finetune import plan_kwargs
     from accounting.planning.plan import _finetune as resolve_finetune
-    kw = plan_kwargs(ns)
+    # first: a LoRA/QLoRA companion (--prepare-kbit-training, --no-double-quant,
+    # --lora-targets …) without --lora-rank is refused here as on one GPU, not ignored
+    kw = plan_kwargs(ns) if hasattr(ns, "lora_rank") else {}
+    if getattr(ns, "lora_rank", None) is None and not getattr(ns, "base_weights", None):
+        return None
     if kw.get("kbit_upcast"):
         raise UsageError("--prepare-kbit-training is planned on one GPU (its fp32 residual "
                          "stream is not yet in the many-GPU rules): leave --gpus or it out")
