@@ -294,3 +294,24 @@ def test_nemotron_h_output_holds_float32_logits(mode):
         moments[device] = m.peak_terms[0].bytes.evaluate(m.ledger.values(T, B))
     assert tracker.marks[MARKS[0]] - steps == moments["cpu"] + 4 * B * T * V
     assert moments["cuda"] - moments["cpu"] == 4 * B * T * V + 2 * 32 * 2**20
+
+
+def test_the_many_gpu_ledger_returns_nemotron_h_logits_in_float32():
+    """The many-GPU planner's loss rule (planning/parallel/peak.py _cuda) reads the dtype
+    the forward returns from its own unfolded ledger: float32 for NemotronHForCausalLM
+    (`self.lm_head(hidden_states).float()`, transformers 5.23), whatever the parameters' and
+    autocast's dtypes; the head's bf16 for a model without the cast (the course's, under
+    CUDA autocast: bf16-mixed's head matmul)."""
+    from accounting.planning.parallel.shards import split
+    from accounting.planning import cuda_peak as CP
+    config = spec("nemotron_h")
+    for autocast, param_dtype in (("cuda", "fp32"), (None, "bf16")):
+        sp = split(config, autocast, "none", "transformers", param_dtype=param_dtype)
+        assert sp.ledger.logits_dtype == "fp32"
+        rules = CP.loss(sp.ledger.activations, autocast, "transformers",
+                        sp.ledger.logits_dtype)
+        assert [a.bytes.evaluate({"B": 2, "T": 5, "V": 96}) for a in rules] == [4 * 2 * 5 * 96]
+    from accounting.architecture.config import ModelConfig
+    course = split(ModelConfig(vocab_size=96, context_length=64, num_layers=2, d_model=32,
+                               num_heads=4, d_ff=48), "cuda", "none", "course")
+    assert course.ledger.logits_dtype == "bf16"
