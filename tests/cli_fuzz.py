@@ -210,8 +210,12 @@ PARALLEL_FLAGS = {
     "--mfu-scope": _choice(("compute", "end-to-end")), "--measured-tokens-per-s": FRACTIONS,
     "--offload": st.one_of(_choice(("optimizer", "params", "optimizer,params", "params,params",
                                     "activations", ",")), JUNK),  # issue 44
+    # the stacks (issue 42) and their flags
+    "--stack": _choice(("torch", "torchtitan", "megatron", "deepspeed")),
+    "--attention-kernel": _choice(("flash", "fused", "unfused")), "--dropout": FRACTIONS,
 }
-PARALLEL_SWITCHES = ("--sp", "--search", "--fsdp", "--hfu")
+# --async-tp (torchtitan's async TP) and --compare-formulas: switches of the many-GPU planner
+PARALLEL_SWITCHES = ("--sp", "--search", "--fsdp", "--hfu", "--async-tp", "--compare-formulas")
 # serving capacity (serve MODEL --gpu NAME ...), issue 29
 SERVE_FLAGS = {
     **MODEL_FLAGS,
@@ -294,6 +298,10 @@ def _gpus():
             ["--gpus", "64", "--search", "--gpu", "H100"],
             ["--gpus", "8", "--ep", "8", "--gpu", "H100"],
             ["--gpus", "8", "--fsdp", "--micro-batch", "4", "--gpu", "H200"],
+            # async TP (its workspace outside the caching allocator), a LoRA compile
+            ["--gpus", "8", "--tp", "2", "--sp", "--stack", "torchtitan", "--async-tp",
+             "--gpu", "H100"],
+            ["--gpus", "8", "--zero", "1", "--optimizer", "adamw8bit-torchao", "--gpu", "H100"],
             ["--gpus", str(10**15), "--search", "--gpu", "H100"],
             ["--gpus", "1024", "--search", "--gpu-mem", "80GB", "--gpu-flops", "989",
              "--gpu-bw", "3.35"],
@@ -329,7 +337,9 @@ def argvs(draw) -> list[str]:
     if kind == "plan":
         return (["plan"] + head + sizes + draw(_flags(PLAN_FLAGS, MODEL_SWITCHES + ("--no-double-quant",
                                                                                  "--optimizer-in-backward",
-                                                                                 "--compile"), most))
+                                                                                 "--compile",
+                                                                                 "--prepare-kbit-training"),
+                                                      most))
                 + draw(_gpus()))
     if kind == "serve":
         gpu = draw(st.sampled_from((["--gpu", "H100"], ["--gpu", "H200"], [])))

@@ -10,6 +10,7 @@ block's parameters, its input and the rotary inputs excluded: those exist anyway
 for the eager block. Expected: the ledger's block records (tests/test_planning_reality.py
 and tests/test_transformers_saves.py hold them equal to the eager saves) changed by
 planning/compile_memory.py's rule — the partitioner's output is the independent source."""
+import re
 from dataclasses import replace
 
 import pytest
@@ -112,6 +113,20 @@ def test_compile_is_refused_where_not_measured(capsys):
     from cli_run import refused_in_one_line
     refused_in_one_line(capsys, "plan", "gpt2-small", "--compile",
                         expected="--compile is measured for Llama-layout blocks")
+
+
+
+@pytest.mark.parametrize("stack", ["deepspeed", "megatron"])
+def test_compile_on_a_stack_that_does_not_compile_names_the_stack(capsys, stack):
+    """Regression (a refusal naming the wrong problem): with --stack deepspeed, --compile on
+    Llama-3.2-1B (SDPA attention, a Llama layout) was refused as "Llama-3.2-1B has attention
+    other than SDPA" (the stack's eager-attention config checked first), so the fix it named
+    (leave --compile out for the model) was not the problem's: the stack does not compile."""
+    from cli_run import refused_in_one_line
+    line = refused_in_one_line(capsys, "plan", "meta-llama/Llama-3.2-1B", "--ctx", "2048",
+                               "--compile", "--gpus", "8", "--stack", stack,
+                               expected=f"leave it out with --stack {stack}")
+    assert "attention other than SDPA" not in line
 
 
 def test_compile_lowers_the_plan_by_the_rule():
@@ -229,3 +244,22 @@ def test_a_compiled_torchtitan_block_saves_what_the_rule_keeps(recompute):
     # nothing (the input alone either way)
     assert plans[0].per_layer_activation_bytes - measured == \
         {"none": 2 * T * f, "selective": 2 * T * h, "full": 0}[recompute]
+
+
+def test_compile_under_full_checkpointing_says_it_changes_nothing(capsys):
+    """Under --recompute full each compiled block keeps its input alone, as eager (the
+    module's docstring; torchtune wraps the compiled layer in the eager checkpoint), so the
+    plan's bytes are eager's: the peak's text said the partitioner's rule (RMSNorm x / rms
+    recomputed, …) as if it removed something, for a flag that changes no number."""
+    from cli_run import run
+    argv = ("plan", "meta-llama/Llama-3.2-1B", "--ctx", "2048", "--recompute", "full",
+            "--gpu", "H100")
+    _, eager, _ = run(capsys, *argv)
+    code, compiled, err = run(capsys, *argv, "--compile")
+    assert code == 0, err
+    number = re.compile(r"\d[\d,.]*")
+    assert "--compile: no change to what the blocks keep" in compiled
+    assert "recomputes each block's RMSNorm" not in compiled
+    peak = next(line for line in compiled.splitlines() if line.startswith("step's peak"))
+    assert number.findall(peak) == number.findall(
+        next(line for line in eager.splitlines() if line.startswith("step's peak")))

@@ -329,3 +329,29 @@ def test_frames_hold_exact_integers():
     s = search_frame("gpt2-xl", 8, batch=64, gpu="A100")
     assert s[s.fits]["step_seconds"].is_monotonic_increasing
     assert s[~s.fits]["reason"].str.contains("attention heads").any()
+
+
+@pytest.mark.parametrize("switch", ["--sp", "--search", "--hfu", "--compare-formulas",
+                                    "--async-tp"])
+def test_a_many_gpu_switch_on_one_gpu_is_refused(capsys, switch):
+    """Regression (a flag accepted and ignored, exit 0): check_single took a switch's True for
+    the degree 1 (True == 1), so `plan MODEL --sp` (or --search, --hfu, --compare-formulas)
+    planned one GPU as if it were not given; --async-tp was in no list at all."""
+    line = cli_run.refused_in_one_line(capsys, "plan", "meta-llama/Llama-3.1-8B", "--ctx",
+                                       "4096", switch, expected=f"{switch} ")
+    assert "--gpus N" in line
+
+
+@pytest.mark.parametrize("flags,expected", [
+    (("--prepare-kbit-training",), "--prepare-kbit-training is QLoRA's"),
+    (("--no-double-quant",), "--no-double-quant is QLoRA's"),
+    (("--lora-targets", "q_proj"), "--lora-targets describes LoRA adapters"),
+    (("--search", "--prepare-kbit-training"), "--prepare-kbit-training is QLoRA's")])
+def test_a_qlora_companion_without_lora_is_refused_on_many_gpus(capsys, flags, expected):
+    """Regression (a flag accepted and ignored, exit 0): the many-GPU planner returned no
+    fine-tuning before reading the LoRA flags when --lora-rank and --base-weights were
+    absent, so `plan MODEL --gpus 16 --prepare-kbit-training` planned full training as if
+    the flag were not given; one GPU refused it (plan_finetune.plan_kwargs)."""
+    line = cli_run.refused_in_one_line(capsys, "plan", "Qwen/Qwen3-0.6B", "--ctx", "4096",
+                                       "--gpus", "16", *flags, expected=expected)
+    assert "--lora-rank R" in line

@@ -161,3 +161,28 @@ def test_transformers_is_refused_where_its_ops_are_not_modelled(capsys, tmp_path
     neox = plan_json(capsys, "--config", path, "--ctx", "64")
     assert neox["assumptions"]["implementation"] == "course"
     assert "not yet modelled" in neox["assumptions"]["implementation_meaning"]
+
+
+@pytest.mark.parametrize("extra", [
+    ("--lora-rank", "16"), ("--lora-rank", "16", "--base-weights", "nf4",
+                            "--prepare-kbit-training"),
+    ("--loss", "chunked"), ("--loss", "fused-linear"), ("--offload", "activations"),
+    ("--compile", "--loss", "chunked")])
+def test_csv_peak_rows_of_the_recipe_flags(capsys, extra):
+    """Regression (an internal error, exit 3): --format csv evaluated the peak with the bare
+    ledger's symbol values, which lack LoRA's rank r, the loss recipe's chunk symbols and
+    the offloaded rows' (KeyError 'r', '[B>1]', 'C_fl', '[off0]'). The CSV's peak moments are
+    the JSON's (to_dict takes the memory model's values), and its CUDA rows hand algebra:
+    Llama-3.2-1B (published config.json: V = 128,256), B = 1, T = 2,048: transformers' held
+    bf16 logits 2·B·T·V = 525,336,576 bytes (none with a chunked or fused loss: they keep no
+    whole logits), two cuBLAS workspaces of 32 MiB = 67,108,864."""
+    argv = ("plan", "meta-llama/Llama-3.2-1B", "--ctx", "2048", *extra)
+    code, out, err = run(capsys, *argv, "--format", "csv")
+    assert code == 0, err
+    got = {r["item"]: int(r["value"]) for r in csv.DictReader(io.StringIO(out))
+           if r["section"] == "peak"}
+    d = plan_json(capsys, *argv[1:])
+    assert {m["name"]: m["bytes"] for m in d["peak"]["moments"]}.items() <= got.items()
+    assert got["CUDA rule: cuBLAS workspaces"] == 2 * 32 * 2**20 == 67_108_864
+    if "--loss" not in extra:
+        assert got["CUDA rule: transformers' loss"] == 2 * 1 * 2048 * 128256 == 525_336_576

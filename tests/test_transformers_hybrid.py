@@ -250,3 +250,68 @@ def test_the_hook_cycle():
     # cycle, exp(cum_last − cum) (2, 4, 1, 64) and exp(cum_last) (2, 4, 1) too
     assert same - plain == Counter({(2, 4, 1, 64): 1, (2, 4, 1): 1})
     assert detached == plain and plain[(2, 4, 1, 64)] == 2
+
+
+@pytest.mark.parametrize("mode", ["autocast", "bf16"])
+def test_nemotron_h_output_holds_float32_logits(mode):
+    """Regression (a wrong number with exit 0): NemotronHForCausalLM returns
+    `self.lm_head(hidden_states).float()` (transformers 5.23 modeling_nemotron_h.py), so a
+    loop that holds its output (`out = model(ids, labels=…); out.loss.backward()`, what
+    cuda_peak's TRANSFORMERS_LOSS plans) keeps float32 logits, 4·B·T·V bytes, the bf16 head
+    output being freed; the plan added 2·B·T·V (the head's bf16). Measured: the live bytes at
+    the first log_softmax backward of a real CPU step (tests/test_peak.py's tracker, AdamW
+    foreach, the second step) with the output held are the plan's CPU moment (the output
+    dropped, tests/test_transformers_saves.py assert_two_moments) plus 4·B·T·V, by hand; the
+    CUDA plan's boundary is the CPU's plus 4·B·T·V and the two cuBLAS workspaces (bf16 SDPA,
+    no mask, d 8: flash, no attention adjustment; tests/test_cuda_peak.py WORKSPACES)."""
+    from test_peak import MARKS, LiveBytes
+    from accounting.planning.memory import MemoryModel, get_precision
+    autocast, param_dtype = MODES[mode]
+    config, model = spec("nemotron_h"), build("nemotron_h", param_dtype)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True)
+    B, T, V = 2, 5, NEMOTRON_H["vocab_size"]
+    g = torch.Generator().manual_seed(1)
+    ids, targets = (torch.randint(0, V, (B, T), generator=g) for _ in range(2))
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast is not None):
+            out = model(ids, labels=targets, use_cache=False)
+        assert out.logits.dtype == torch.float32
+        out.loss.backward()
+        opt.step()
+    step()
+    state = [t for s in opt.state.values() for t in s.values()]
+    steps = sum(s["step"].untyped_storage().nbytes() for s in opt.state.values())
+    tracker = LiveBytes([*model.parameters(), *model.buffers(), ids, targets, *state])
+    with tracker:
+        step()
+    precision = get_precision("bf16-mixed" if autocast else "bf16")
+    moments = {}
+    for device in ("cpu", "cuda"):
+        p = replace(precision, autocast=device) if autocast else precision
+        m = MemoryModel(config, p, implementation="transformers", device=device)
+        moments[device] = m.peak_terms[0].bytes.evaluate(m.ledger.values(T, B))
+    assert tracker.marks[MARKS[0]] - steps == moments["cpu"] + 4 * B * T * V
+    assert moments["cuda"] - moments["cpu"] == 4 * B * T * V + 2 * 32 * 2**20
+
+
+def test_the_many_gpu_ledger_returns_nemotron_h_logits_in_float32():
+    """The many-GPU planner's loss rule (planning/parallel/peak.py _cuda) reads the dtype
+    the forward returns from its own unfolded ledger: float32 for NemotronHForCausalLM
+    (`self.lm_head(hidden_states).float()`, transformers 5.23), whatever the parameters' and
+    autocast's dtypes; the head's bf16 for a model without the cast (the course's, under
+    CUDA autocast: bf16-mixed's head matmul)."""
+    from accounting.planning.parallel.shards import split
+    from accounting.planning import cuda_peak as CP
+    config = spec("nemotron_h")
+    for autocast, param_dtype in (("cuda", "fp32"), (None, "bf16")):
+        sp = split(config, autocast, "none", "transformers", param_dtype=param_dtype)
+        assert sp.ledger.logits_dtype == "fp32"
+        rules = CP.loss(sp.ledger.activations, autocast, "transformers",
+                        sp.ledger.logits_dtype)
+        assert [a.bytes.evaluate({"B": 2, "T": 5, "V": 96}) for a in rules] == [4 * 2 * 5 * 96]
+    from accounting.architecture.config import ModelConfig
+    course = split(ModelConfig(vocab_size=96, context_length=64, num_layers=2, d_model=32,
+                               num_heads=4, d_ff=48), "cuda", "none", "course")
+    assert course.ledger.logits_dtype == "bf16"

@@ -26,7 +26,7 @@ from accounting.planning.parallel.stacks import DEFAULT_STACK, STACKS, get_stack
 LAYOUT_FLAGS = ("tp", "pp", "dp", "ep", "cp", "virtual_stages", "stage_layers", "sp", "zero",
                 "fsdp", "micro_batch", "search", "nvlink_gbs", "network_gbs", "gpus_per_node",
                 "stack", "dropout", "attention_kernel", "compare_formulas", "mfu_convention",
-                "mfu_scope", "hfu", "measured_tokens_per_s", "offload")
+                "mfu_scope", "hfu", "measured_tokens_per_s", "offload", "async_tp")
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
@@ -144,7 +144,10 @@ def stage_split(text: str | None) -> tuple[int, ...] | None:
 
 def check_single(ns: argparse.Namespace) -> None:
     """Layout flags without --gpus are a mistake."""
-    given = [f for f in LAYOUT_FLAGS if getattr(ns, f) not in (None, False, 1)
+    # a switch (--sp, --search, --hfu, --compare-formulas, --async-tp) is True, which `in`
+    # took for the degree 1 (True == 1): each was accepted and ignored on one GPU
+    given = [f for f in LAYOUT_FLAGS if getattr(ns, f) is True
+             or getattr(ns, f) not in (None, False, 1)
              or (f == "zero" and ns.zero is not None)]
     if given and given[0] == "offload":  # --offload activations runs on one GPU
         from accounting.cli.plan_recipes import offload_activations
@@ -152,7 +155,8 @@ def check_single(ns: argparse.Namespace) -> None:
         given = given[1:]
     if given:
         flag = "--" + given[0].replace("_", "-")
-        if given[0] in ("mfu_convention", "mfu_scope", "hfu", "measured_tokens_per_s"):
+        if given[0] in ("mfu_convention", "mfu_scope", "hfu", "measured_tokens_per_s",
+                        "compare_formulas"):
             raise UsageError(f"{flag} is read by the many-GPU planner; give --gpus N with it "
                              f"(--gpus 1 for one GPU)")
         raise UsageError(f"{flag} describes a multi-GPU layout; give --gpus N with it")
@@ -264,11 +268,13 @@ def recipe(ns: argparse.Namespace, config, stack):
 
 def _finetune(ns: argparse.Namespace, config, precision, implementation: str = "course"):
     """The LoRA plan of --lora-rank (planning/finetune.py), or None (issue 30 follow-up)."""
-    if getattr(ns, "lora_rank", None) is None and not getattr(ns, "base_weights", None):
-        return None
     from accounting.cli.plan_finetune import plan_kwargs
     from accounting.planning.plan import _finetune as resolve_finetune
-    kw = plan_kwargs(ns)
+    # first: a LoRA/QLoRA companion (--prepare-kbit-training, --no-double-quant,
+    # --lora-targets …) without --lora-rank is refused here as on one GPU, not ignored
+    kw = plan_kwargs(ns) if hasattr(ns, "lora_rank") else {}
+    if getattr(ns, "lora_rank", None) is None and not getattr(ns, "base_weights", None):
+        return None
     if kw.get("kbit_upcast"):
         raise UsageError("--prepare-kbit-training is planned on one GPU (its fp32 residual "
                          "stream is not yet in the many-GPU rules): leave --gpus or it out")

@@ -35,6 +35,10 @@ class Ledger:
     groups: tuple[tuple[str, tuple[int, ...]], ...] = (("L", ()),)  # kind symbol -> its blocks
     persistent: tuple[str, ...] = ()  # state-dict keys of persistent buffers (not parameters)
     adapters: object = None  # LoRA (builder/lora.py Adapters): its rank is the symbol r
+    # the dtype of the logits the model's forward returns, what a loop holding its output
+    # keeps (the head's output dtype; transformers' NemotronHForCausalLM: float32, its
+    # `self.lm_head(hidden_states).float()`); None where no builder set it
+    logits_dtype: str | None = None
 
     def group_of(self, layer: int) -> str:
         """The symbol of block `layer`'s kind ("L" when every block is alike)."""
@@ -302,7 +306,7 @@ def _build(config: ModelConfig, autocast: str | None, recompute: str, fold: bool
     return Ledger(config, tuple(t.params), tuple(t.tied.items()), tuple(t.matmuls),
                   tuple(t.elementwise), acts, tuple(t.buffers), tuple(t.cache),
                   tuple(t.registered), tuple(t.recomputed), tuple(t.groups),
-                  tuple(t.persistent), adapters)
+                  tuple(t.persistent), adapters, t.logits_dtype)
 
 
 def check_seq(config: ModelConfig, seq: int) -> None:

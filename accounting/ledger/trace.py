@@ -55,6 +55,7 @@ class Trace(Regions, KernelOps):
         self.hf_oss = False  # gpt-oss's modules (GptOssRMSNorm as OLMo-2's, its RoPE, experts)
         self.hf_qwen_next = False  # Qwen3-Next's/Qwen3.5's ((1 + w) norms, gated q_proj)
         self.hf_nemotron = False  # Nemotron-H's (builder/hf_mamba.py: the Mamba-2 torch path)
+        self.logits_dtype: str | None = None  # of the logits the model returns (builder)
         self.megatron = False  # Megatron-Core + TE's fused modules (builder/megatron.py)
         self.dropout = False  # Megatron: dropout on (its masks saved)
         self.titan = False  # torchtitan's Llama (builder/megatron.py's fused norm, its RoPE)

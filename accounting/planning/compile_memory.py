@@ -75,6 +75,8 @@ RULE = ("--compile: inductor's min-cut partitioner recomputes each block's RMSNo
         "x / rms and the SiLU output, saves one bf16 copy per "
         "cast tensor, and under autocast the attention projection's bf16 output instead of "
         "the fp32 residual")
+RULE_NONE = ("--compile: no change to what the blocks keep (under full checkpointing each "
+             "compiled block keeps its input alone, as eager)")
 
 
 def check(config) -> None:
@@ -129,5 +131,5 @@ def saved_change(activations, autocast: str | None) -> Expr:
                Expr())
 
 
-__all__ = ["RECOMPUTED", "RULE", "SAC_UNREAD", "SAC_UNREAD_SCATTER", "check", "removed_shares",
-           "saved_change"]
+__all__ = ["RECOMPUTED", "RULE", "RULE_NONE", "SAC_UNREAD", "SAC_UNREAD_SCATTER", "check",
+           "removed_shares", "saved_change"]

@@ -44,7 +44,10 @@ transformers/loss/loss_utils.py ForCausalLMLoss: logits.float() first, so log_so
 float32 under CUDA autocast as on the CPU, and under pure bf16 as the CPU ledger plans it
 (accounting/ledger/builder/hf_loss.py); LlamaForCausalLM.forward returns the bf16 logits
 in CausalLMOutputWithPast, which the training loop `out = model(ids, labels=...);
-out.loss.backward()` holds through the backward pass: b·B·T·V more).
+out.loss.backward()` holds through the backward pass: b·B·T·V more, b the bytes of the
+logits the forward returns (Ledger.logits_dtype: NemotronHForCausalLM returns
+`self.lm_head(hidden_states).float()`, transformers 5.23 modeling_nemotron_h.py, so its
+output holds float32 logits, 4·B·T·V, and the bf16 head output is freed)).
 
 And one reserve the tracker does not see (CUBLAS_WORKSPACE): cuBLAS keeps a workspace per
 (handle, stream) (aten/src/ATen/cuda/CublasHandlePool.cpp: cublas_handle_stream_to_workspace;
@@ -208,8 +211,10 @@ def attention(activations, values: dict[str, int]) -> list[Adjustment]:
     return out
 
 
-def loss(activations, autocast: str | None, implementation: str) -> list[Adjustment]:
-    """The loss region on CUDA, against the CPU step's."""
+def loss(activations, autocast: str | None, implementation: str,
+         returned: str | None) -> list[Adjustment]:
+    """The loss region on CUDA, against the CPU step's; `returned`: the dtype of the logits
+    the model's forward returns (Ledger.logits_dtype; None: the head's output's)."""
     order = list(activations)
     lsm = next((r for r in order if r.name == "log-softmax of the logits"), None)
     if lsm is None:  # a fused cross-entropy kernel (llm-foundry's): no log_softmax to adjust
@@ -226,9 +231,11 @@ def loss(activations, autocast: str | None, implementation: str) -> list[Adjustm
                            "the decoder's float32 logits (.float()), freed by the recipe "
                            "(del logits): log_softmax and both gradients in float32")] \
             if lb != f32 else []
-    if implementation == TRANSFORMERS:
-        return [Adjustment(TRANSFORMERS_LOSS, Expr.of(b, lsm.shape),
-                           f"the model's output keeps its {logits.dtype} logits; its loss "
+    if implementation == TRANSFORMERS:  # the output holds what the forward returned: the
+        # head's output, or (NemotronHForCausalLM's .float()) a float32 copy, the head's freed
+        held = returned or logits.dtype
+        return [Adjustment(TRANSFORMERS_LOSS, Expr.of(DTYPE_BYTES[held], lsm.shape),
+                           f"the model's output keeps its {held} logits; its loss "
                            "upcasts them, so log_softmax runs in float32")]
     if autocast != CUDA or logits.dtype == FP32 or lsm.dtype != FP32:
         return []  # float32 logits: log_softmax in float32, as on the CPU
@@ -241,9 +248,10 @@ def loss(activations, autocast: str | None, implementation: str) -> list[Adjustm
 
 
 def boundary(activations, values: dict[str, int], autocast: str | None,
-             implementation: str) -> list[Adjustment]:
+             implementation: str, returned: str | None) -> list[Adjustment]:
     """Every CUDA rule's change to the live bytes at the start of the backward pass."""
-    return attention(activations, values) + loss(activations, autocast, implementation)
+    return attention(activations, values) + loss(activations, autocast, implementation,
+                                                 returned)
 
 
 def cublas_workspace_bytes(arch: str | None) -> int:

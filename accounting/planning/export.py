@@ -191,7 +191,9 @@ def rows(p: Plan) -> list[dict]:
         if memory.in_scope(r.record, p.scope):
             add("activations", r.record.name, "×".join(r.record.shape), r.bytes, "bytes")
     if p.scope == memory.MODEL:
-        v = memory.values(p.config, p.seq, p.batch)
+        # the memory model's values (LoRA's rank r, the loss recipe's chunks, the offload
+        # rows' symbols), as to_dict takes them: the bare ledger's lacked them (KeyError)
+        v = p.memory.model.values(p.seq, p.batch)
         for ph in p.memory.model.peak_terms:
             add("peak", ph.name, str(ph.bytes), ph.bytes.evaluate(v), "bytes")
         for a in p.memory.model.peak_rules:

@@ -392,7 +392,8 @@ class MemoryModel:
             return ()
         acts = self.ledger.activations
         return tuple(CP.attention(acts, self._v1) + (
-            CP.loss(acts, self.precision.autocast, self.implementation)
+            CP.loss(acts, self.precision.autocast, self.implementation,
+                    self.ledger.logits_dtype)
             if self.loss_region.cuda_loss else []))
 
     def peak(self, batch: int, seq: int) -> int:

@@ -60,8 +60,9 @@ def peak_terms(m) -> tuple:
     kept = kept + lr.kept
     offload_what = ""
     if m.compile:  # inductor's partitioner keeps less of each block (compile_memory.py)
-        kept = kept + CM.saved_change(acts, p.autocast)
-        offload_what = "; " + CM.RULE
+        change = CM.saved_change(acts, p.autocast)
+        kept = kept + change  # none under full checkpointing: said so, not the rule's list
+        offload_what = "; " + (CM.RULE if change.terms else CM.RULE_NONE)
     if m.offload_activations:  # what a compiled block no longer saves is not offloaded
         moved, flight = AO.offloaded(acts, CM.removed_shares(acts, p.autocast)
                                      if m.compile else None)

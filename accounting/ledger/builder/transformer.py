@@ -416,6 +416,7 @@ def walk(c: ModelConfig, autocast: str | None = None, recompute: str = "none",
 
     if t.hf_nemotron:  # NemotronHForCausalLM: logits = self.lm_head(hidden_states).float()
         logits = t.cast(logits, FP32, "logits (fp32 copy: .float())")
+    t.logits_dtype = logits.dtype  # what the model's forward returns (an output may hold it)
     # F.cross_entropy(logits, targets) = nll_loss(log_softmax(logits)): outside the model
     with t.outside(LOSS):
         if a.titan:  # torchtitan's cross_entropy_loss: F.cross_entropy(pred.float(), …)

@@ -137,7 +137,7 @@ def _cuda(sp, values: dict[str, int], autocast, implementation: str, tp: int, lo
         total = total + Linear(per * in_flight, 0)
         what.append(a.rule)
     if last:
-        for a in CP.loss(acts, autocast, implementation):
+        for a in CP.loss(acts, autocast, implementation, sp.ledger.logits_dtype):
             total = total + Linear(a.bytes.evaluate(v1), 0)
             what.append(a.rule)
     return total, "; ".join(what)

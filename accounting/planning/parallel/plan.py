@@ -380,14 +380,16 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
                          f"OffloadActivations); leave it out with --stack {stack.name}")
     chunks = LM.check(loss, loss_chunks, config)
     if compile:
+        # the stack first: another stack's config (deepspeed's eager attention) would be
+        # refused as the model's ("… has attention other than SDPA") for a model that has it
+        if not (stack.stack.torch_engines or stack.stack.compiles_blocks):
+            raise UsageError(f"--compile is planned with --stack torch or torchtitan; leave "
+                             f"it out with --stack {stack.name}")
         CM.check(config)
         if finetune is not None and layout.recompute != "full":  # as one GPU's (plan.py)
             raise UsageError("--compile with LoRA is planned under --recompute full (a LoRA "
                              "block's own partition is not measured): give --recompute full, "
                              "or leave --compile or --lora-rank out")
-        if not (stack.stack.torch_engines or stack.stack.compiles_blocks):
-            raise UsageError(f"--compile is planned with --stack torch or torchtitan; leave "
-                             f"it out with --stack {stack.name}")
     if loss != LM.STANDARD and not stack.stack.torch_engines:
         raise UsageError(f"--loss {loss} is planned with --stack torch (the other stacks run "
                          f"their own loss); leave --loss out with --stack {stack.name}")
