@@ -68,6 +68,18 @@ class LiveBytes(TorchDispatchMode):
         return out
 
 
+def second_step_marks(model, opt, step, *held):
+    """`step()` once (the optimizer's state made), then again under LiveBytes with the
+    parameters, buffers, the optimizer's state and `held` (the batch) counted as existing:
+    its marks, less the step counters' bytes (host scalars on the CPU)."""
+    step()
+    state = [t for s in opt.state.values() for t in s.values()]
+    steps = sum(s["step"].untyped_storage().nbytes() for s in opt.state.values())
+    tracker = LiveBytes([*model.parameters(), *model.buffers(), *held, *state])
+    with tracker:
+        step()
+    return {k: v - steps for k, v in tracker.marks.items()}
+
 def measure(c: ModelConfig, B: int, T: int, recompute: str = "none", autocast: bool = False):
     """A real CPU training step (the second, with AdamW's state): its live-bytes tracker
     and the bytes of AdamW's step counters (CPU tensors on a GPU too). `autocast`: the

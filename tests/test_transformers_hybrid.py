@@ -264,7 +264,7 @@ def test_nemotron_h_output_holds_float32_logits(mode):
     dropped, tests/test_transformers_saves.py assert_two_moments) plus 4·B·T·V, by hand; the
     CUDA plan's boundary is the CPU's plus 4·B·T·V and the two cuBLAS workspaces (bf16 SDPA,
     no mask, d 8: flash, no attention adjustment; tests/test_cuda_peak.py WORKSPACES)."""
-    from test_peak import MARKS, LiveBytes
+    from test_peak import MARKS, second_step_marks
     from accounting.planning.memory import MemoryModel, get_precision
     autocast, param_dtype = MODES[mode]
     config, model = spec("nemotron_h"), build("nemotron_h", param_dtype)
@@ -280,19 +280,14 @@ def test_nemotron_h_output_holds_float32_logits(mode):
         assert out.logits.dtype == torch.float32
         out.loss.backward()
         opt.step()
-    step()
-    state = [t for s in opt.state.values() for t in s.values()]
-    steps = sum(s["step"].untyped_storage().nbytes() for s in opt.state.values())
-    tracker = LiveBytes([*model.parameters(), *model.buffers(), ids, targets, *state])
-    with tracker:
-        step()
+    marks = second_step_marks(model, opt, step, ids, targets)
     precision = get_precision("bf16-mixed" if autocast else "bf16")
     moments = {}
     for device in ("cpu", "cuda"):
         p = replace(precision, autocast=device) if autocast else precision
         m = MemoryModel(config, p, implementation="transformers", device=device)
         moments[device] = m.peak_terms[0].bytes.evaluate(m.ledger.values(T, B))
-    assert tracker.marks[MARKS[0]] - steps == moments["cpu"] + 4 * B * T * V
+    assert marks[MARKS[0]] == moments["cpu"] + 4 * B * T * V
     assert moments["cuda"] - moments["cpu"] == 4 * B * T * V + 2 * 32 * 2**20
 
 

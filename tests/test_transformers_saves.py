@@ -151,7 +151,7 @@ def assert_two_moments(model, config, mode, B=2):
     compute_loss drops it; AdamW foreach, the second step): the live bytes at the first
     log_softmax backward and at AdamW's _foreach_sqrt equal the planner's two moments for
     implementation "transformers"; `mode` "bf16": the parameters in bf16, no autocast."""
-    from test_peak import MARKS, LiveBytes
+    from test_peak import MARKS, second_step_marks
     from accounting.planning.memory import MemoryModel, get_precision
     autocast, _ = MODES[mode]
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.1, foreach=True)
@@ -165,20 +165,15 @@ def assert_two_moments(model, config, mode, B=2):
             loss = model(ids, labels=targets, use_cache=False).loss
         loss.backward()
         opt.step()
-    step()
-    state = [t for s in opt.state.values() for t in s.values()]
-    steps = sum(s["step"].untyped_storage().nbytes() for s in opt.state.values())
-    tracker = LiveBytes([*model.parameters(), *model.buffers(), ids, targets, *state])
-    with tracker:
-        step()
+    marks = second_step_marks(model, opt, step, ids, targets)
     precision = get_precision({"fp32": "fp32", "bf16": "bf16"}.get(mode, "bf16-mixed"))
     if autocast:
         precision = replace(precision, autocast="cpu")
     m = MemoryModel(config, precision, implementation="transformers", device="cpu")
     v = m.ledger.values(T, B)
     boundary, update = (ph.bytes.evaluate(v) for ph in m.peak_terms)
-    assert tracker.marks[MARKS[0]] - steps == boundary
-    assert tracker.marks[MARKS[1]] - steps == update
+    assert marks[MARKS[0]] == boundary
+    assert marks[MARKS[1]] == update
 
 
 @pytest.mark.slow  # two real steps each under a live-storage tracker (scheduled first)
