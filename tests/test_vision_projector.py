@@ -14,7 +14,7 @@ from accounting.architecture.hf_config import translate
 from accounting.ledger.builder import vision as VB
 from accounting.ledger.builder import vision_saves as VS
 from accounting.ledger.builder import vision_saves_projector as VP
-from test_vision_train import CONFIGS, _saved_bytes, _tower
+from test_vision_train import CONFIGS, _plan, _qwen_image, _saved_bytes, _summed, _tower
 
 TILED = ("llama4", "idefics3", "internvl", "internvl_6b")  # two tiles of image_size² each
 
@@ -60,17 +60,7 @@ def _setup(family, mode, grid=None):
                 return model.multi_modal_projector(h.view(-1, h.size(-1)))
     elif grid is not None:  # Qwen: flattened patches and their grid
         gh, gw = grid
-        px = torch.randn(gh * gw, spec.channels * spec.temporal_patch * spec.patch ** 2,
-                         dtype=dtype)
-
-        def call():
-            with ac:
-                out = model.model.visual(px, grid_thw=torch.tensor([[1, gh, gw]]))
-            # Qwen3-VL's deepstack features join the language model's first layers' hidden
-            # states, one a layer: those past its layers reach no loss (deepstack_used)
-            deep = (getattr(out, "deepstack_features", None) or ())[:spec.deepstack_used]
-            return sum((f.float().sum() for f in deep),
-                       out.pooler_output.float().sum())
+        call = _qwen_image(torch, model, spec, grid, dtype, ac)
     else:
         gh = gw = spec.image_size // spec.patch
         lead = (1, 2) if family == "idefics3" else (2,) if family in TILED else (1,)
@@ -80,7 +70,7 @@ def _setup(family, mode, grid=None):
         def call():
             with ac:
                 f = model.model.get_image_features(pixel_values=px).pooler_output
-            return sum(x.float().sum() for x in f) if isinstance(f, (list, tuple)) else f
+            return _summed(f)
     return torch, model, spec, ledger, call, (gh, gw), tiles
 
 
@@ -157,18 +147,6 @@ def _projector_numel(family):
     assert proj == set(ledger.projector_params)
     return (sum(named[n].numel() for n in proj),
             sum(named[n].numel() for n in tower - proj))
-
-
-def _plan(capsys, tmp_path, *argv):
-    import json
-    from cli_run import run
-    from hf_examples import write_config
-    code, out, err = run(capsys, "plan", "--config",
-                         str(write_config(tmp_path, CONFIGS["qwen2_5_vl"])), "--gpu", "H100",
-                         "--ctx", "256", "--precision", "bf16", "--format", "json", *argv)
-    assert code == 0, err
-    d = json.loads(out)
-    return d, {m["name"]: m["bytes"] for m in d["peak"]["moments"]}
 
 
 def test_plan_trains_the_projector_alone(capsys, tmp_path):

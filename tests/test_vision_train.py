@@ -54,6 +54,27 @@ def _saved_bytes(model, call):
     return sum(seen.values())
 
 
+def _summed(f):
+    """A tower's features: one tensor, or a list of them (one an image), summed."""
+    return sum(x.float().sum() for x in f) if isinstance(f, (list, tuple)) else f
+
+
+def _qwen_image(torch, model, spec, grid, dtype, ac):
+    """Qwen's tower on one image of grid (gh, gw) patches, given flattened: its output and,
+    for Qwen3-VL, the deepstack features, summed."""
+    gh, gw = grid
+    px = torch.randn(gh * gw, spec.channels * spec.temporal_patch * spec.patch ** 2, dtype=dtype)
+
+    def call():
+        with ac:
+            out = model.model.visual(px, grid_thw=torch.tensor([[1, gh, gw]]))
+        # Qwen3-VL's deepstack features join the language model's first layers' hidden
+        # states, one a layer: those past its layers reach no loss (deepstack_used)
+        deep = (getattr(out, "deepstack_features", None) or ())[:spec.deepstack_used]
+        return sum((f.float().sum() for f in deep), out.pooler_output.float().sum())
+    return call
+
+
 # LLaVA reading the last layer's output (vision_feature_layer -1) and the full strategy
 # (the class token kept), beside LLaVA-1.5's -2 and default; Kimi-K2.5's tiny MoonViT
 CONFIGS = {**CONFIGS, "llava_last": {**CONFIGS["llava"], "vision_feature_layer": -1,
@@ -131,7 +152,7 @@ def test_tower_saves_equal_transformers(family, grid, mode):
         def call():
             with ac:
                 f = model.model.get_image_features(pixel_values=px).pooler_output
-            return sum(x.float().sum() for x in f) if isinstance(f, (list, tuple)) else f
+            return _summed(f)
     elif family == "llava_onevision":  # a 448² image: its anyres tiles and the base tile
         import numpy as np
         proc = transformers.LlavaOnevisionImageProcessorPil(
@@ -148,20 +169,10 @@ def test_tower_saves_equal_transformers(family, grid, mode):
                 f = model.model.get_image_features(
                     pixel_values=px, image_sizes=torch.tensor([[448, 448]]),
                     vision_feature_layer=-1, vision_feature_select_strategy="full").pooler_output
-            return sum(x.float().sum() for x in f) if isinstance(f, (list, tuple)) else f
+            return _summed(f)
     elif grid is not None:  # Qwen: flattened patches and their grid
         gh, gw = grid
-        px = torch.randn(gh * gw, spec.channels * spec.temporal_patch * spec.patch ** 2,
-                         dtype=dtype)
-
-        def call():
-            with ac:
-                out = model.model.visual(px, grid_thw=torch.tensor([[1, gh, gw]]))
-            # Qwen3-VL's deepstack features join the language model's first layers' hidden
-            # states, one a layer: those past its layers reach no loss (deepstack_used)
-            deep = (getattr(out, "deepstack_features", None) or ())[:spec.deepstack_used]
-            return sum((f.float().sum() for f in deep),
-                       out.pooler_output.float().sum())
+        call = _qwen_image(torch, model, spec, grid, dtype, ac)
     else:
         gh = gw = spec.image_size // spec.patch
         px = torch.randn(1, 3, spec.image_size, spec.image_size, dtype=dtype)
@@ -169,7 +180,7 @@ def test_tower_saves_equal_transformers(family, grid, mode):
         def call():
             with ac:
                 f = model.model.get_image_features(pixel_values=px).pooler_output
-            return sum(x.float().sum() for x in f) if isinstance(f, (list, tuple)) else f
+            return _summed(f)
     measured = _saved_bytes(model, call)
     ledger = VB.walk(spec)
     per, once = VS.bytes_per_image(ledger, VB.values(spec, gh, gw), mode, "cpu")
@@ -197,7 +208,7 @@ def test_checkpointed_towers_equal_transformers(family):
         px = torch.randn(1, 3, spec.image_size, spec.image_size)
         def call():
             f = model.model.get_image_features(pixel_values=px).pooler_output
-            return sum(x.float().sum() for x in f) if isinstance(f, (list, tuple)) else f
+            return _summed(f)
     else:
         gh, gw = 8, 12
         px = torch.randn(gh * gw, spec.channels * spec.temporal_patch * spec.patch ** 2)
