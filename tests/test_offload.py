@@ -33,6 +33,20 @@ def test_deepspeed_zero2_offload_optimizer_is_the_estimators():
     assert gpu == p.model_states == 2 * psi  # the 16-bit parameters alone stay
 
 
+def test_deepspeed_zero_offload_on_one_gpu_is_the_estimators():
+    # ZeRO-Offload's own case (Ren et al. 2021: a 13B model on one V100): one data-parallel
+    # rank, stage 2, the optimizer on the CPU. Nothing is sharded at dp 1, yet the stage asked
+    # for is what DeepSpeed runs (it was refused as "not --zero 0")
+    pytest.importorskip("deepspeed")
+    from deepspeed.runtime.zero.stage_1_and_2 import estimate_zero2_model_states_mem_needs
+    c = get_preset(LLAMA_1B)
+    p = parallel_plan(c, Layout(1, dp=1, zero=2, global_batch=1), 2048, precision=BF16,
+                      stack=StackRun(get_stack("deepspeed")), offload=frozenset({"optimizer"}))
+    psi = sum(t.numel for u in p.worst.states.units for t in u.tensors)
+    _, gpu = estimate_zero2_model_states_mem_needs(psi, 1, 1, cpu_offload=True)
+    assert gpu == p.model_states == 2 * psi
+
+
 @pytest.mark.parametrize("offload,params_too", [({"optimizer"}, False),
                                                 ({"optimizer", "params"}, True)])
 def test_deepspeed_zero3_offload_is_the_estimators(offload, params_too):
@@ -71,6 +85,14 @@ def test_fsdp2_cpu_offload_keeps_no_model_state_on_the_gpu():
 ])
 def test_refused_in_one_line(capsys, flags, expected):
     refused_in_one_line(capsys, "plan", LLAMA_1B, "--gpus", "8", *flags, expected=expected)
+
+
+def test_one_gpu_names_the_stage_asked_for(capsys):
+    # the message named the stage in effect at dp 1 (0), not the one given
+    refused_in_one_line(capsys, "plan", LLAMA_1B, "--gpus", "1", "--stack", "megatron",
+                        "--offload", "optimizer", expected="not planned for --stack megatron")
+    refused_in_one_line(capsys, "plan", LLAMA_1B, "--gpus", "1", "--zero", "1",
+                        "--offload", "params", expected="not --zero 1")
 
 
 def test_offload_needs_gpus(capsys):

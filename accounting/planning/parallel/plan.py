@@ -374,7 +374,10 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
                          f"got {margin}")
     if finetune is not None:
         LS.check(finetune, layout, stack.name)
-    OF.check(frozenset(offload), stack.stack, data_layout(layout).sharding)
+    # the stage asked for, not the one in effect: on one data-parallel rank nothing is
+    # sharded, yet DeepSpeed's ZeRO-Offload and FSDP2's CPUOffloadPolicy run there (the
+    # ZeRO-Offload paper's single-GPU runs; fully_shard on a one-rank mesh)
+    OF.check(frozenset(offload), stack.stack, layout.zero)
     if OF.ACTIVATIONS in offload and not stack.stack.torch_engines:
         raise UsageError(f"--offload activations is planned with --stack torch (torchtune's "
                          f"OffloadActivations); leave it out with --stack {stack.name}")
