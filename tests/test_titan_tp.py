@@ -26,14 +26,19 @@ from accounting.planning.parallel.stacks import TORCH, TORCHTITAN, get_stack
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@lru_cache(maxsize=1)
-def _measured() -> dict:
+@lru_cache(maxsize=None)  # each script run once (a fresh interpreter: one process group each)
+def _run_measure(script: str) -> dict:
+    """The JSON object tests/`script` prints, run in a fresh interpreter from the repo root."""
     pytest.importorskip("torch")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    run = subprocess.run([sys.executable, str(ROOT / "tests" / "titan_tp_measure.py")],
+    run = subprocess.run([sys.executable, str(ROOT / "tests" / script)],
                          capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
     assert run.returncode == 0, run.stderr[-2000:]
     return json.loads(run.stdout)
+
+
+def _measured() -> dict:
+    return _run_measure("titan_tp_measure.py")
 
 
 @pytest.mark.slow  # a fresh interpreter on the fake process group (torchao): ~10 s
@@ -307,14 +312,8 @@ def test_float8_tp_rule_reads_linears_only():
 
 
 # ---- torch.compile under TP, without and with async TP (titan_compile.py) -------------------
-@lru_cache(maxsize=1)
 def _compiled() -> dict:
-    pytest.importorskip("torch")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    run = subprocess.run([sys.executable, str(ROOT / "tests" / "titan_compile_measure.py")],
-                         capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
-    assert run.returncode == 0, run.stderr[-2000:]
-    return json.loads(run.stdout)
+    return _run_measure("titan_compile_measure.py")
 
 
 @pytest.mark.slow  # a fresh interpreter compiling two blocks on the fake process group: ~30 s

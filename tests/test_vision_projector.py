@@ -6,17 +6,14 @@ ledger's projector parameters, by their state-dict keys) True. Independent sourc
 parameters autograd gives a .grad, the bytes of every storage autograd saves in the graph the
 output's backward walks (tests/test_vision_train.py's walk), and FlopCounterMode's backward
 FLOPs, each beside builder/vision_saves_projector.py and planning/vision_flops.py."""
-import contextlib
-
 import pytest
 
 from accounting.architecture.hf_config import translate
 from accounting.ledger.builder import vision as VB
 from accounting.ledger.builder import vision_saves as VS
 from accounting.ledger.builder import vision_saves_projector as VP
-from test_vision_train import CONFIGS, _plan, _qwen_image, _saved_bytes, _summed, _tower
-
-TILED = ("llama4", "idefics3", "internvl", "internvl_6b")  # two tiles of image_size² each
+from test_vision_train import (CONFIGS, _image_call, _plan, _precision, _saved_bytes,
+                               _sdpa_model, _tower)
 
 
 def _freeze(model, ledger):
@@ -38,39 +35,7 @@ def _setup(family, mode, grid=None):
     spec = translate(CONFIGS[family], "c", family).vision
     ledger = VB.walk(spec)
     _freeze(model, ledger)
-    dtype = torch.bfloat16 if mode == "bf16" else torch.float32
-    ac = torch.autocast("cpu", torch.bfloat16) if mode == "autocast" else contextlib.nullcontext()
-    tiles = 1
-    if family == "kimi_k25":
-        gh, gw = grid
-        px = torch.randn(gh * gw, 3, spec.patch, spec.patch, dtype=dtype)
-
-        def call():
-            with ac:
-                f = model.model.get_image_features(
-                    pixel_values=px, image_grid_thw=torch.tensor([[1, gh, gw]])).pooler_output
-            return sum(x.float().sum() for x in f)
-    elif family == "llama4":
-        gh = gw = spec.image_size // spec.patch
-        px, tiles = torch.randn(2, 3, spec.image_size, spec.image_size, dtype=dtype), 2
-
-        def call():
-            with ac:
-                h = model.get_image_features(pixel_values=px).last_hidden_state
-                return model.multi_modal_projector(h.view(-1, h.size(-1)))
-    elif grid is not None:  # Qwen: flattened patches and their grid
-        gh, gw = grid
-        call = _qwen_image(torch, model, spec, grid, dtype, ac)
-    else:
-        gh = gw = spec.image_size // spec.patch
-        lead = (1, 2) if family == "idefics3" else (2,) if family in TILED else (1,)
-        tiles = 2 if family in TILED else 1
-        px = torch.randn(*lead, 3, spec.image_size, spec.image_size, dtype=dtype)
-
-        def call():
-            with ac:
-                f = model.model.get_image_features(pixel_values=px).pooler_output
-            return _summed(f)
+    call, (gh, gw), tiles = _image_call(family, torch, model, spec, grid, mode)
     return torch, model, spec, ledger, call, (gh, gw), tiles
 
 
@@ -235,18 +200,6 @@ def test_qwen2_5_vl_7b_projector_by_hand(capsys):
     assert v["trained_parameters"] == n == 44_574_464 and v["gradient_bytes"] == 2 * n
 
 
-def _sdpa_model(data, cls=None):
-    transformers = pytest.importorskip("transformers")
-    import torch
-    from test_vision import _kw
-    cfg = transformers.AutoConfig.for_model(**_kw(data))
-    for sub in ("vision_config", "text_config"):
-        getattr(cfg, sub)._attn_implementation = "sdpa"
-    cfg._attn_implementation = "sdpa"
-    torch.manual_seed(0)
-    return torch, (cls(cfg) if cls else transformers.AutoModelForImageTextToText.from_config(cfg))
-
-
 @pytest.mark.parametrize("mode", VS.MODES)
 @pytest.mark.parametrize("family", ["gemma4", "mistral3"])
 def test_gemma4_and_pixtral_projector_saves(family, mode):
@@ -254,38 +207,22 @@ def test_gemma4_and_pixtral_projector_saves(family, mode):
     embedding_projection's input needs no gradient: its input alone) and Mistral 3's Pixtral
     (one 56×84 image, 4×6 patches: RMSNorm, patch merger, two linears; no block mask saved:
     no tower block is in the graph), the tower frozen and the projector trained."""
-    import transformers
     from dataclasses import replace
     from test_vision import _gemma4
     from test_vision_mistral3 import DATA
+    from test_vision_saves_gemma4 import GRID, _gemma4_image
+    from test_vision_saves_pixtral import _pixtral_image
     data = _gemma4() if family == "gemma4" else DATA
-    torch, model = _sdpa_model(data, transformers.Gemma4ForConditionalGeneration
+    torch, model = _sdpa_model(data, mode, "Gemma4ForConditionalGeneration"
                                if family == "gemma4" else None)
-    model = (model.to(torch.bfloat16) if mode == "bf16" else model.float()).train()
     spec = translate(data, "c", family).vision
     ledger = VB.walk(spec)
     _freeze(model, ledger)
-    dtype = torch.bfloat16 if mode == "bf16" else torch.float32
-    ac = torch.autocast("cpu", torch.bfloat16) if mode == "autocast" else contextlib.nullcontext()
-    if family == "gemma4":
-        grid = (3, 6)
-        real = [[x, y] for y in range(3) for x in range(6)]
-        pos = torch.tensor([real + [[-1, -1]] * (36 - len(real))])
-        px = torch.randn(1, 36, 3 * 16 * 16, dtype=dtype)
-
-        def call():
-            with ac:
-                return model.model.get_image_features(pixel_values=px,
-                                                      image_position_ids=pos).pooler_output[0]
-    else:
-        grid = (4, 6)
-        px = torch.randn(1, 3, 56, 84, dtype=dtype)
-
-        def call():
-            with ac:
-                f = model.model.get_image_features(
-                    pixel_values=px, image_sizes=torch.tensor([[56, 84]])).pooler_output
-            return sum(x.float().sum() for x in f)
+    dtype, ac = _precision(torch, mode)
+    if family == "gemma4":  # 3×6 patches padded to 36
+        grid, call = GRID, _gemma4_image(torch, model, dtype, ac)
+    else:  # one 56×84 image: 4×6 patches
+        grid, call = (4, 6), _pixtral_image(torch, model, [(56, 84)], dtype, ac)
     per, once = VS.bytes_per_image(replace(ledger, saves=VP.saves(ledger)),
                                    VB.values(spec, *grid), mode, "cpu")
     assert per + once == _saved_bytes(model, call)

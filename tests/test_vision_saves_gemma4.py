@@ -8,48 +8,40 @@ masked), Gemma4ForConditionalGeneration.get_image_features in training mode (att
 without standardize; and under gradient checkpointing (reentrant), where the rotary cos and
 sin reach the layers inside a tuple the checkpoint's ctx holds (2·N·d_h in the residual
 stream's dtype, added by hand as for Qwen's)."""
-import contextlib
-
 import pytest
 
 from accounting.architecture.hf_config import translate
 from accounting.ledger.builder import vision as VB
 from accounting.ledger.builder import vision_saves as VS
-from test_vision import _gemma4, _kw
-from test_vision_train import _saved_bytes
+from test_vision import _gemma4
+from test_vision_train import _precision, _saved_bytes, _sdpa_model
 
 GRID, PADDED = (3, 6), 36
 
 
-def _measured(mode: str, standardize: bool = False, checkpointed: bool = False,
-              clipped: bool = False):
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
-    data = _gemma4()
-    data["vision_config"] = {**data["vision_config"], "standardize": standardize,
-                             "use_clipped_linears": clipped}
-    cfg = transformers.AutoConfig.for_model(**_kw(data))
-    for sub in ("vision_config", "text_config"):
-        getattr(cfg, sub)._attn_implementation = "sdpa"
-    cfg._attn_implementation = "sdpa"
-    torch.manual_seed(0)
-    model = transformers.Gemma4ForConditionalGeneration(cfg)
-    model = (model.to(torch.bfloat16) if mode == "bf16" else model.float()).train()
-    if checkpointed:
-        model.gradient_checkpointing_enable(
-            gradient_checkpointing_kwargs={"use_reentrant": True})
-        model.train()
+def _gemma4_image(torch, model, dtype, ac):
+    """Gemma 4's get_image_features on one image of GRID patches padded to PADDED (the
+    padding's positions -1), in `ac`: its first image's features."""
     gh, gw = GRID
     real = [[x, y] for y in range(gh) for x in range(gw)]
     pos = torch.tensor([real + [[-1, -1]] * (PADDED - len(real))])
-    px = torch.randn(1, PADDED, 3 * 16 * 16)
-    autocast = torch.autocast("cpu", torch.bfloat16) if mode == "autocast" \
-        else contextlib.nullcontext()
+    px = torch.randn(1, PADDED, 3 * 16 * 16, dtype=dtype)
 
     def call():
-        with autocast:
+        with ac:
             return model.model.get_image_features(pixel_values=px,
                                                   image_position_ids=pos).pooler_output[0]
+    return call
+
+
+def _measured(mode: str, standardize: bool = False, checkpointed: bool = False,
+              clipped: bool = False):
+    data = _gemma4()
+    data["vision_config"] = {**data["vision_config"], "standardize": standardize,
+                             "use_clipped_linears": clipped}
+    torch, model = _sdpa_model(data, mode, "Gemma4ForConditionalGeneration", checkpointed)
+    _, ac = _precision(torch, mode)
+    call = _gemma4_image(torch, model, torch.float32, ac)  # fp32 pixels in every mode
     return translate(data, "c", "g4").vision, _saved_bytes(model, call)
 
 

@@ -8,17 +8,14 @@ walk), at fp32, bf16 and fp32 under bf16 autocast, and under gradient checkpoint
 (reentrant: the rotary cos and sin reach the layers inside a tuple the checkpoint's ctx
 holds, 2·S·d_h in the residual stream's dtype, added by hand as for Qwen's). The CUDA kernel's
 mask and log-sum-exp padding, read from PyTorch's source, by hand."""
-import contextlib
-
 import pytest
 
 from accounting.architecture.hf_config import translate
 from accounting.ledger.builder import vision as VB
 from accounting.ledger.builder import vision_saves as VS
 from accounting.ledger.builder.vision_saves_pixtral import whole_forward
-from test_vision import _kw
 from test_vision_mistral3 import DATA
-from test_vision_train import _saved_bytes
+from test_vision_train import _precision, _saved_bytes, _sdpa_model
 
 P = 14
 # one image; two of one size (S = 2·24 = 48, a multiple of 8); three of three sizes (the
@@ -26,32 +23,24 @@ P = 14
 FORWARDS = [[(56, 84)], [(56, 84), (56, 84)], [(56, 84), (28, 28), (42, 84)]]
 
 
-def _measured(sizes, mode: str, checkpointed: bool = False) -> int:
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
-    cfg = transformers.AutoConfig.for_model(**_kw(DATA))
-    for sub in ("vision_config", "text_config"):
-        getattr(cfg, sub)._attn_implementation = "sdpa"
-    cfg._attn_implementation = "sdpa"
-    torch.manual_seed(0)
-    model = transformers.AutoModelForImageTextToText.from_config(cfg)
-    model = (model.to(torch.bfloat16) if mode == "bf16" else model.float()).train()
-    if checkpointed:
-        model.gradient_checkpointing_enable(
-            gradient_checkpointing_kwargs={"use_reentrant": True})
-        model.train()
-    dtype = torch.bfloat16 if mode == "bf16" else torch.float32
+def _pixtral_image(torch, model, sizes, dtype, ac):
+    """Mistral3Model.get_image_features on one forward of images of `sizes` (the processor's
+    padded batch: each padded to the largest height and width), in `ac`: the features
+    summed."""
     h, w = max(s[0] for s in sizes), max(s[1] for s in sizes)
-    px = torch.randn(len(sizes), 3, h, w, dtype=dtype)  # the processor's padded batch
-    autocast = torch.autocast("cpu", torch.bfloat16) if mode == "autocast" \
-        else contextlib.nullcontext()
+    px = torch.randn(len(sizes), 3, h, w, dtype=dtype)
 
     def call():
-        with autocast:
+        with ac:
             f = model.model.get_image_features(pixel_values=px,
                                                image_sizes=torch.tensor(sizes)).pooler_output
         return sum(x.float().sum() for x in f)
-    return _saved_bytes(model, call)
+    return call
+
+
+def _measured(sizes, mode: str, checkpointed: bool = False) -> int:
+    torch, model = _sdpa_model(DATA, mode, checkpointed=checkpointed)
+    return _saved_bytes(model, _pixtral_image(torch, model, sizes, *_precision(torch, mode)))
 
 
 def _ours(sizes, mode: str, device: str = "cpu", checkpointed: bool = False) -> int:

@@ -85,23 +85,113 @@ CONFIGS = {**CONFIGS, "llava_last": {**CONFIGS["llava"], "vision_feature_layer":
            "internvl_6b": _internvl_with(SIX_B)}
 
 
-def _tower(family, mode):
+def _sdpa_config(data):
+    """(torch, transformers, config): transformers' config of `data` (tests/test_vision.py's
+    _kw) with "sdpa" attention in the tower, the text model and the whole, torch seeded for
+    the model built from it."""
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
-    cfg = transformers.AutoConfig.for_model(**_kw(CONFIGS[family]))
+    cfg = transformers.AutoConfig.for_model(**_kw(data))
     for sub in ("vision_config", "text_config"):
         getattr(cfg, sub)._attn_implementation = "sdpa"
     cfg._attn_implementation = "sdpa"
     torch.manual_seed(0)
+    return torch, transformers, cfg
+
+
+def _sdpa_model(data, mode, cls=None, checkpointed=False):
+    """(torch, model): transformers' `cls` (a class name; AutoModelForImageTextToText's
+    choice without one) of `data` with "sdpa" attention, its parameters in bf16 for mode
+    "bf16" and fp32 otherwise, in training mode; `checkpointed`: under transformers'
+    reentrant gradient checkpointing."""
+    torch, transformers, cfg = _sdpa_config(data)
+    model = (getattr(transformers, cls)(cfg) if cls else
+             transformers.AutoModelForImageTextToText.from_config(cfg))
+    model = (model.to(torch.bfloat16) if mode == "bf16" else model.float()).train()
+    if checkpointed:
+        model.gradient_checkpointing_enable(
+            gradient_checkpointing_kwargs={"use_reentrant": True})
+        model.train()
+    return torch, model
+
+
+def _precision(torch, mode):
+    """(the images' dtype, the context the tower runs in) of a mode of VS.MODES: bf16 pixels
+    for bf16 parameters, fp32 ones otherwise, torch.autocast("cpu", bfloat16) for "autocast"."""
+    dtype = torch.bfloat16 if mode == "bf16" else torch.float32
+    ac = torch.autocast("cpu", torch.bfloat16) if mode == "autocast" else contextlib.nullcontext()
+    return dtype, ac
+
+
+def _tower(family, mode):
     if family == "llama4":  # built in its dtype, as from_pretrained(dtype=...) does: its
         # complex freqs_ci buffer stays complex64 (model.to(bfloat16) would make it real)
+        torch, transformers, cfg = _sdpa_config(CONFIGS[family])
         model = transformers.Llama4ForConditionalGeneration._from_config(
             cfg, dtype=torch.bfloat16 if mode == "bf16" else torch.float32)
         return torch, model.train()
-    model = (transformers.Kimi_K25ForConditionalGeneration(cfg) if family == "kimi_k25" else
-             transformers.AutoModelForImageTextToText.from_config(cfg))
-    model = (model.to(torch.bfloat16) if mode == "bf16" else model.float()).train()
-    return torch, model
+    return _sdpa_model(CONFIGS[family], mode,
+                       "Kimi_K25ForConditionalGeneration" if family == "kimi_k25" else None)
+
+
+TILED = ("llama4", "idefics3", "internvl", "internvl_6b")  # two tiles of image_size² each
+
+
+def _image_call(family, torch, model, spec, grid, mode):
+    """(call, (gh, gw), tiles): transformers' tower (and projector) of `family` on one image
+    in `mode`, call() its output or its features summed; Qwen's and Kimi's at `grid`
+    patches, the tiled towers' on two tiles of image_size² (4×4 patches each), the others
+    on one image_size² image, LLaVA-OneVision on a 448² image's anyres tiles."""
+    dtype, ac = _precision(torch, mode)
+    tiles = 2 if family in TILED else 1
+    if family == "kimi_k25":  # patches of 3×14×14 and their grid
+        gh, gw = grid
+        px = torch.randn(gh * gw, 3, spec.patch, spec.patch, dtype=dtype)
+
+        def call():
+            with ac:
+                f = model.model.get_image_features(
+                    pixel_values=px, image_grid_thw=torch.tensor([[1, gh, gw]])).pooler_output
+            return sum(x.float().sum() for x in f)
+    elif family == "llama4":  # two tiles of 56² (4×4 patches each); the projector after
+        gh = gw = spec.image_size // spec.patch
+        px = torch.randn(2, 3, spec.image_size, spec.image_size, dtype=dtype)
+
+        def call():
+            with ac:
+                h = model.get_image_features(pixel_values=px).last_hidden_state
+                return model.multi_modal_projector(h.view(-1, h.size(-1)))
+    elif family == "llava_onevision":  # a 448² image: its anyres tiles and the base tile
+        import numpy as np
+        import transformers
+        proc = transformers.LlavaOnevisionImageProcessorPil(
+            size={"height": SIDE, "width": SIDE}, crop_size={"height": SIDE, "width": SIDE},
+            image_grid_pinpoints=PINS)
+        pv = proc(images=[np.full((448, 448, 3), 128, dtype=np.uint8)], return_tensors="np")
+        px = torch.tensor(pv["pixel_values"], dtype=dtype)
+        gh = gw = SIDE // spec.patch
+        tiles = px.shape[1]
+        assert tiles == I.image_row(spec, (448, 448)).tiles
+
+        def call():
+            with ac:
+                f = model.model.get_image_features(
+                    pixel_values=px, image_sizes=torch.tensor([[448, 448]]),
+                    vision_feature_layer=-1, vision_feature_select_strategy="full").pooler_output
+            return _summed(f)
+    elif grid is not None:  # Qwen: flattened patches and their grid
+        gh, gw = grid
+        call = _qwen_image(torch, model, spec, grid, dtype, ac)
+    else:  # one image, or two tiles (Idefics3's with a leading image dimension)
+        gh = gw = spec.image_size // spec.patch
+        lead = (1, 2) if family == "idefics3" else (2,) if family in TILED else (1,)
+        px = torch.randn(*lead, 3, spec.image_size, spec.image_size, dtype=dtype)
+
+        def call():
+            with ac:
+                f = model.model.get_image_features(pixel_values=px).pooler_output
+            return _summed(f)
+    return call, (gh, gw), tiles
 
 
 @pytest.mark.parametrize("mode", VS.MODES)
@@ -123,71 +213,11 @@ def test_tower_saves_equal_transformers(family, grid, mode):
     anyres tiles (the position_ids buffer its lookups save counted once): the bytes autograd saves for one image (what the
     backward pass needs of the tower) equal the ledger's saves."""
     torch, model = _tower(family, mode)
-    import transformers
     spec = translate(CONFIGS[family], "c", family).vision
-    dtype = torch.bfloat16 if mode == "bf16" else torch.float32
-    ac = torch.autocast("cpu", torch.bfloat16) if mode == "autocast" else contextlib.nullcontext()
-    if family == "kimi_k25":  # patches of 3×14×14 and their grid
-        gh, gw = grid
-        px = torch.randn(gh * gw, 3, spec.patch, spec.patch, dtype=dtype)
-
-        def call():
-            with ac:
-                f = model.model.get_image_features(
-                    pixel_values=px, image_grid_thw=torch.tensor([[1, gh, gw]])).pooler_output
-            return sum(x.float().sum() for x in f)
-    elif family == "llama4":  # two tiles of 56² (4×4 patches each); the projector after
-        gh = gw = spec.image_size // spec.patch
-        px = torch.randn(2, 3, spec.image_size, spec.image_size, dtype=dtype)
-
-        def call():
-            with ac:
-                h = model.get_image_features(pixel_values=px).last_hidden_state
-                return model.multi_modal_projector(h.view(-1, h.size(-1)))
-    elif family in ("idefics3", "internvl", "internvl_6b"):  # two tiles of 56² (4×4 patches each)
-        gh = gw = spec.image_size // spec.patch
-        px = torch.randn(*((1,) if family == "idefics3" else ()), 2, 3, spec.image_size,
-                         spec.image_size, dtype=dtype)
-
-        def call():
-            with ac:
-                f = model.model.get_image_features(pixel_values=px).pooler_output
-            return _summed(f)
-    elif family == "llava_onevision":  # a 448² image: its anyres tiles and the base tile
-        import numpy as np
-        proc = transformers.LlavaOnevisionImageProcessorPil(
-            size={"height": SIDE, "width": SIDE}, crop_size={"height": SIDE, "width": SIDE},
-            image_grid_pinpoints=PINS)
-        pv = proc(images=[np.full((448, 448, 3), 128, dtype=np.uint8)], return_tensors="np")
-        px = torch.tensor(pv["pixel_values"], dtype=dtype)
-        gh = gw = SIDE // spec.patch
-        tiles = px.shape[1]
-        assert tiles == I.image_row(spec, (448, 448)).tiles
-
-        def call():
-            with ac:
-                f = model.model.get_image_features(
-                    pixel_values=px, image_sizes=torch.tensor([[448, 448]]),
-                    vision_feature_layer=-1, vision_feature_select_strategy="full").pooler_output
-            return _summed(f)
-    elif grid is not None:  # Qwen: flattened patches and their grid
-        gh, gw = grid
-        call = _qwen_image(torch, model, spec, grid, dtype, ac)
-    else:
-        gh = gw = spec.image_size // spec.patch
-        px = torch.randn(1, 3, spec.image_size, spec.image_size, dtype=dtype)
-
-        def call():
-            with ac:
-                f = model.model.get_image_features(pixel_values=px).pooler_output
-            return _summed(f)
+    call, (gh, gw), tiles = _image_call(family, torch, model, spec, grid, mode)
     measured = _saved_bytes(model, call)
     ledger = VB.walk(spec)
     per, once = VS.bytes_per_image(ledger, VB.values(spec, gh, gw), mode, "cpu")
-    if family in ("llama4", "idefics3", "internvl", "internvl_6b"):
-        tiles = 2
-    elif family != "llava_onevision":
-        tiles = 1
     assert tiles * per + once == measured
 
 

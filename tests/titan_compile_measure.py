@@ -1,8 +1,9 @@
 """torch.compile of a torchtitan TP block on the CPU (issue 44, Table 4's rows): what
 AOTAutograd's min-cut partitioner (torch/_functorch/partitioners.py, torch 2.13) saves of a
 block whose tensor-parallel collectives sit inside its activation-checkpoint region, and
-which collectives its backward graph runs. One rank of 4 on torch's fake process group, in
-a fresh interpreter (tests/test_titan_tp.py runs it):
+which collectives its backward graph runs. One rank of 4 on torch's fake process group
+(tests/titan_fake_tp.py, with the saved-tensor walk), in a fresh interpreter
+(tests/test_titan_tp.py runs it):
 
     python tests/titan_compile_measure.py   # prints one JSON object
 
@@ -38,13 +39,11 @@ import json
 import sys
 
 import torch
-import torch.distributed as dist
 import torch.distributed._functional_collectives as funcol
 import torch.nn.functional as F
-from torch.distributed.device_mesh import init_device_mesh
-from torch.testing._internal.distributed.fake_pg import FakeStore
 
-TP = 4
+from titan_fake_tp import TP, fake_mesh, freqs_cis, rope, saved_storages
+
 H, A, KV, D, FF, T, B = 64, 16, 8, 8, 96, 32, 2  # tests/titan_tp_measure.py's "gqa" shape
 
 
@@ -56,12 +55,6 @@ def _weights():
         return (torch.randn(*shape, generator=g) * 0.02).to(torch.bfloat16).requires_grad_()
     return dict(n1=p(H), n2=p(H), wq=p(a * D, H), wk=p(kv * D, H), wv=p(kv * D, H),
                 wo=p(H, a * D), w1=p(f, H), w3=p(f, H), w2=p(H, f))
-
-
-def _freqs_cis():  # complex64, as torchtitan's precompute_freqs_cis
-    freqs = 1.0 / (10000.0 ** (torch.arange(0, D, 2).float() / D))
-    angles = torch.outer(torch.arange(T).float(), freqs)
-    return torch.polar(torch.ones_like(angles), angles)
 
 
 def _block(w, fc, group):
@@ -78,14 +71,10 @@ def _block(w, fc, group):
     def scatter(x):  # RowwiseParallel(output_layouts=Shard(1))
         return funcol.reduce_scatter_tensor_autograd(x, "sum", scatter_dim=1, group=group)
 
-    def rope(x):  # apply_rotary_emb
-        x_ = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))
-        return torch.view_as_real(x_ * fc.view(1, T, 1, D // 2)).flatten(3).type_as(x)
-
     def block(x):
         y = gather(_FusedRMSNorm.apply(x, w["n1"]))
-        q = rope((y @ w["wq"].t()).view(B, T, a, D))
-        k = rope((y @ w["wk"].t()).view(B, T, kv, D))
+        q = rope((y @ w["wq"].t()).view(B, T, a, D), fc, T, D)
+        k = rope((y @ w["wk"].t()).view(B, T, kv, D), fc, T, D)
         v = (y @ w["wv"].t()).view(B, T, kv, D)
         k = k.unsqueeze(3).expand(B, T, kv, rep, D).reshape(B, T, a, D)
         v = v.unsqueeze(3).expand(B, T, kv, rep, D).reshape(B, T, a, D)
@@ -109,7 +98,7 @@ def measure(group, recompute: str) -> dict:
     from torch.utils.checkpoint import checkpoint
     from test_compile_memory import _titan_policy  # torchtitan's per-op SAC policy
     torch._dynamo.reset()
-    w, fc = _weights(), _freqs_cis()
+    w, fc = _weights(), freqs_cis(D, T)
     block = _block(w, fc, group)
 
     def fn(x):
@@ -124,17 +113,7 @@ def measure(group, recompute: str) -> dict:
     compiled = torch.compile(fn, backend=backend, fullgraph=True)
     x = torch.randn(B, T // TP, H, dtype=torch.bfloat16, requires_grad=True)
     compiled(x).sum().backward()  # compiled outside the hooks
-    owned = {t.untyped_storage().data_ptr() for t in [x, fc, *w.values()]}
-    seen = {}
-
-    def pack(z):
-        s = z.untyped_storage()
-        if s.data_ptr() not in owned:
-            seen[s.data_ptr()] = [s.nbytes(), list(z.shape), str(z.dtype)]
-        return z
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda z: z):
-        y = compiled(x)
-    y.sum().backward()
+    seen = saved_storages(lambda: compiled(x), [x, fc, *w.values()])
     return {"saved": sum(v[0] for v in seen.values()), "tensors": sorted(seen.values()),
             "forward": _collectives(graphs["forward"]),
             "backward": _collectives(graphs["backward"])}
@@ -153,30 +132,16 @@ def measure_dtensor(mesh) -> int:
                            partition_fn=min_cut_rematerialization_partition)
     compiled = torch.compile(blk, backend=backend, fullgraph=True)
     compiled(x, fc).sum().backward()  # compiled outside the hooks
-    owned = {TPM._storage_of(t).data_ptr() for t in [x, fc, *blk.parameters()]}
-    seen = {}
-
-    def pack(z):
-        s = TPM._storage_of(z)
-        if s.data_ptr() not in owned:
-            seen[s.data_ptr()] = s.nbytes()
-        return z
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda z: z):
-        y = compiled(x, fc)
-    y.sum().backward()
-    return sum(seen.values())
+    seen = saved_storages(lambda: compiled(x, fc), [x, fc, *blk.parameters()])
+    return sum(v[0] for v in seen.values())
 
 
 def main() -> None:
-    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=TP)
-    try:
-        mesh = init_device_mesh("cpu", (TP,))
+    with fake_mesh() as mesh:
         group = mesh.get_group()
         out = {r: measure(group, r) for r in ("none", "selective", "full")}
         out["dtensor_none"] = measure_dtensor(mesh)
         out["rng_state_bytes"] = torch.get_rng_state().nbytes
-    finally:
-        dist.destroy_process_group()
     json.dump(out, sys.stdout)
 
 

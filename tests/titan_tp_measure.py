@@ -1,7 +1,8 @@
 """Measurements of torchtitan's tensor parallelism on the CPU, one TP rank of 4 on torch's fake
 process group (torch.testing._internal.distributed.fake_pg: nothing is communicated; every
 local op runs on real CPU tensors, so each tensor has the shape and bytes it has on a GPU
-rank). Run in a fresh interpreter by tests/test_titan_tp.py (one process group per process):
+rank; tests/titan_fake_tp.py, with the saved-tensor walk). Run in a fresh interpreter by
+tests/test_titan_tp.py (one process group per process):
 
     python tests/titan_tp_measure.py   # prints one JSON object
 
@@ -27,18 +28,16 @@ import json
 import sys
 
 import torch
-import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.distributed._tools.mem_tracker import MemTracker
-from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, Replicate, Shard
 from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput,
                                                RowwiseParallel, SequenceParallel,
                                                loss_parallel, parallelize_module)
-from torch.testing._internal.distributed.fake_pg import FakeStore
 
-TP = 4
+from test_stack_implementations import _FusedRMSNorm  # aten::_fused_rms_norm's CUDA saves
+from titan_fake_tp import TP, fake_mesh, freqs_cis, rope, saved_storages
 B, T, V, D = 2, 32, 1000, 16  # the loss: 2 sequences of 32 tokens, V/tp = 250, LM head input 16
 
 
@@ -78,24 +77,6 @@ def loss(mesh) -> dict:
     return out
 
 
-class _FusedRMSNorm(torch.autograd.Function):
-    """What aten::_fused_rms_norm keeps on CUDA (tests/test_stack_implementations.py)."""
-
-    @staticmethod
-    def forward(ctx, x, w):
-        rstd = torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-5)
-        ctx.save_for_backward(x, rstd, w)
-        return (x.float() * rstd).to(x.dtype) * w
-
-    @staticmethod
-    def backward(ctx, g):
-        x, rstd, w = ctx.saved_tensors
-        n = x.float() * rstd
-        gn = (g * w).float()
-        gx = rstd * (gn - n * (gn * n).mean(-1, keepdim=True))
-        return gx.to(x.dtype), (g.float() * n).sum((0, 1)).to(w.dtype)
-
-
 def build_block(mesh, h: int, a: int, g: int, d: int, f: int, t: int, b: int,
                 float8: bool = False):
     """(the parallelized block, its freqs_cis, an input sequence shard). `float8`: its
@@ -115,13 +96,9 @@ def build_block(mesh, h: int, a: int, g: int, d: int, f: int, t: int, b: int,
             self.wq, self.wk = nn.Linear(h, a * d, bias=False), nn.Linear(h, g * d, bias=False)
             self.wv, self.wo = nn.Linear(h, g * d, bias=False), nn.Linear(a * d, h, bias=False)
 
-        def rope(self, x, fc):  # apply_rotary_emb
-            x_ = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))
-            return torch.view_as_real(x_ * fc.view(1, t, 1, d // 2)).flatten(3).type_as(x)
-
         def forward(self, y, fc):  # local heads: view(bs, seqlen, -1, head_dim), as torchtitan
-            q = self.rope(self.wq(y).view(b, t, -1, d), fc)
-            k = self.rope(self.wk(y).view(b, t, -1, d), fc)
+            q = rope(self.wq(y).view(b, t, -1, d), fc, t, d)
+            k = rope(self.wk(y).view(b, t, -1, d), fc, t, d)
             v = self.wv(y).view(b, t, -1, d)
             rep = q.shape[2] // k.shape[2]  # repeat_kv: unsqueeze, expand, reshape
             k = k.unsqueeze(3).expand(*k.shape[:3], rep, d).reshape(b, t, -1, d)
@@ -169,48 +146,21 @@ def build_block(mesh, h: int, a: int, g: int, d: int, f: int, t: int, b: int,
         "feed_forward": prepare(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
         "feed_forward.w1": colwise(), "feed_forward.w3": colwise(),
         "feed_forward.w2": rowwise(output_layouts=Shard(1))})
-    freqs = 1.0 / (10000.0 ** (torch.arange(0, d, 2).float() / d))
-    angles = torch.outer(torch.arange(t).float(), freqs)
-    fc = torch.polar(torch.ones_like(angles), angles)  # complex64, as torchtitan's freqs_cis
+    fc = freqs_cis(d, t)
 
     # the block's input: the embedding's (or the previous block's) sequence shard
     x = torch.randn(b, t // TP, h, dtype=torch.bfloat16, requires_grad=True)
     return blk, fc, x
 
 
-def _storage(x):
-    return (x._local_tensor if isinstance(x, DTensor) else x).untyped_storage()
-
-
-def _storage_of(x):
-    """The storage holding a saved tensor's bytes: a DTensor's local tensor's, a
-    Float8TrainingTensor's fp8 data's (torchao: its `_data`)."""
-    x = x._local_tensor if isinstance(x, DTensor) else x
-    return (x._data if hasattr(x, "_data") else x).untyped_storage()
-
-
 def block(mesh, *shape, float8: bool = False) -> dict:
     blk, fc, x = build_block(mesh, *shape, float8=float8)
-    storage = _storage_of
-    owned = {storage(p).data_ptr() for p in blk.parameters()} | \
-        {storage(fc).data_ptr(), storage(x).data_ptr()}
-    seen = {}
-
-    def pack(z):
-        s = storage(z)
-        if s.data_ptr() not in owned:
-            seen[s.data_ptr()] = s.nbytes()
-        return z
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda z: z):
-        y = blk(x, fc)
-    y.sum().backward()
-    return {"saved": sum(seen.values()), "tensors": len(seen)}
+    seen = saved_storages(lambda: blk(x, fc), [*blk.parameters(), fc, x])
+    return {"saved": sum(v[0] for v in seen.values()), "tensors": len(seen)}
 
 
 def main() -> None:
-    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=TP)
-    try:
-        mesh = init_device_mesh("cpu", (TP,))
+    with fake_mesh() as mesh:
         shapes = {"gqa": (64, 16, 8, 8, 96, 32, 2),  # 4 query heads, 2 KV heads a rank
                   "one_kv_head": (64, 8, 4, 8, 96, 32, 2)}  # 2 query heads, 1 KV head a rank
         out = {"loss": loss(mesh), "block": {k: block(mesh, *s) for k, s in shapes.items()}}
@@ -220,8 +170,6 @@ def main() -> None:
             pass
         else:
             out["block"]["float8"] = block(mesh, *shapes["gqa"], float8=True)
-    finally:
-        dist.destroy_process_group()
     json.dump(out, sys.stdout)
 
 
