@@ -23,7 +23,7 @@ TT_H100 = ("torchtitan benchmarks/llama3_h100_202412_torchtitan.md (torchtitan 9
            "2024-12; Grand Teton H100 96 GB HBM2e at 500 W, planned as H100-SXM)")
 TT_A100 = ("torchtitan docs/performance.md (commit 0413364; 64 A100 80GB, FSDP2, "
            "T = 8,192)")
-TT_H200 = ("torchtitan benchmarks/llama3_8b_h200_2025-06_torchtitan.md (Trainy, 2025-06, "
+TT_H200 = ("torchtitan benchmarks/llama3-8b_h200_202506_trainy-whitefiber.md (Trainy, 2025-06, "
            "torchtitan e7c0cae; compile, float8 with fp8 all-gathers)")
 NEMO = ("NeMo docs/source/performance/performance_summary.md (NeMo 24.07, DGX-H100, FP8; "
         "commit 070a0bb)")

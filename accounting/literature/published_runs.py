@@ -10,6 +10,28 @@ Sources, read at the commits named (the tables typed here, figure for figure):
     torch.cuda.max_memory_reserved (torchtitan/components/metrics.py DeviceMemoryMonitor),
     the maximum over all GPUs. Llama 3.1 8B at seq_len 8192 (torchtitan's llama3_8b.toml)
     unless the table gives a sequence length; 70B and 405B at 8192.
+  * torchtitan issue #1185 ("issues on llama3 compile + (async) TP + AC"), danielvegamyhre's
+    comment of 2025-05-20, data of 2025-03-25: Llama 3 70B on 128 H100s, full AC, FSDP 16 ×
+    TP 8, "peak memory" per TP type and precision. Its unit is written "GB", but the figures
+    are torchtitan's log line, which at that date printed max_memory_reserved in GiB
+    (torchtitan/components/metrics.py at 1daca4c, 2025-03-25, and 441a63c, 2025-05-20:
+    `_to_gib` divides by 1024³, "memory: {max_reserved_gib:5.2f}GiB"): read as GiB. Three
+    rows are read (the stored copy of the comment ends after the third; any later row is
+    not typed). The settings the comment leaves out are taken from the same author's
+    benchmark of the same layout (benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md at
+    2887250: Grand Teton H100s with 96 GB HBM2e, torch.compile, local batch size 16) and
+    from torchtitan at the data's date (1daca4c): llama3_70b.toml seq_len 8192, AC "full",
+    float8 enable_fsdp_float8_all_gather false; components/float8.py: tensorwise (no
+    recipe_name) and the "output" linear left out of float8; components/loss.py: the loss
+    not compiled ("TODO: compiling loss function causes CUDA errors").
+  * torchtitan, benchmarks/llama3-8b_h200_202506_trainy-whitefiber.md (pytorch/torchtitan at
+    cbccb38; runs at torchtitan e7c0cae, 2025-06): Llama 3.1 8B on 4 and 8 nodes of 8
+    H200, "Memory(GiB)" at the 100th iteration; its command: llama3_8b.toml (at e7c0cae:
+    seq_len 8192, data_parallel_shard_degree -1, AC selective "op", float8 filter_fqns
+    ["output"]), local_batch_size 2, compile, float8 with enable_fsdp_float8_all_gather,
+    precompute_float8_dynamic_scale_for_fsdp and force_recompute_fp8_weight_in_bwd. At
+    e7c0cae training.compile also compiles the loss (components/loss.py
+    build_cross_entropy_loss, since bbb1b61, 2025-04-02), which the plan does not.
   * torchtune, README.md "Memory and training speed" (pytorch/torchtune at
     0031bfb080bd35ec533c412df883cf2bf7bf7fe4): batch size 2, a dataset packed to 2,048
     tokens, torch.compile on; "Peak Memory per GPU" is the recipes' log_memory_stats
@@ -174,6 +196,37 @@ for _fsdp, _cp, _seq, _gib in ((8, 1, 32768, "75.3"), (4, 2, 65536, "75.9"),
                     "--ctx", str(_seq), "--recompute", "full", "--precision", "fp8-torchao",
                     "--async-tp")
            + (("--fsdp",) if _fsdp > 1 else ("--zero", "3")), COMPILE)
+
+# torchtitan issue #1185 (docstring): the same model and TP degree as Table 4, on half the
+# GPUs (FSDP 16), three months later; compile is named as Table 4's rows name it
+TITAN_1185 = ("torchtitan issue #1185, danielvegamyhre's comment of 2025-05-20 "
+              "(pytorch/torchtitan#1185; data of 2025-03-25)")
+_1185_UNSTATED = ("torch.compile", "local batch 16 (asyncTP_llama3_h100_2025-06's; "
+                  "llama3_70b.toml then said 8)", "H100 96 GB (Grand Teton, as that page's)",
+                  "the LM head in bf16 (float8.py skips 'output'; planned in fp8)")
+_70B_1185 = L70B + ("--gpus", "128", "--tp", "8", "--sp", "--fsdp", "--batch", "256",
+                    "--micro-batch", "16", "--ctx", "8192", "--recompute", "full")
+for _row, _gib, _more in (
+        ("bf16, vanilla TP", "71.51", ("--precision", "bf16-mixed")),
+        ("bf16, async TP", "71.08", ("--precision", "bf16-mixed", "--async-tp")),
+        ("float8 tensorwise, vanilla TP", "55.26", ("--precision", "fp8-torchao"))):
+    _register(Run(f"torchtitan issue #1185 (70B, 128 GPUs, FSDP 16 × TP 8, full AC): {_row}",
+                  TITAN_1185, TITAN + _70B_1185 + _more, Fraction(_gib), RESERVED, "H100 96 GB",
+                  _1185_UNSTATED if "float8" in _row else _1185_UNSTATED[:-1]))
+# Trainy on WhiteFiber (docstring): the timing table's TT_H200 runs (accounting/published.py).
+# force_recompute_fp8_weight_in_bwd is what the plan counts already: Float8Linear saves the
+# weight parameter, no fp8 copy of the gathered weight (titan_tp.py, planning/fp8.py)
+TITAN_TRAINY = ("torchtitan benchmarks/llama3-8b_h200_202506_trainy-whitefiber.md "
+                "(pytorch/torchtitan@cbccb38; runs at e7c0cae)")
+for _gpus, _gib in ((32, "47.96"), (64, "46.97")):
+    _register(Run(f"torchtitan Trainy H200 (8B, FSDP, torch.compile + Float8): {_gpus} GPUs",
+                  TITAN_TRAINY,
+                  ("--stack", TORCHTITAN, "--gpu", "H200", "--gpus", str(_gpus), "--fsdp",
+                   "--batch", str(2 * _gpus), "--micro-batch", "2", "--ctx", "8192",
+                   "--recompute", "selective", "--precision", "fp8-torchao-fsdp", "--compile"),
+                  Fraction(_gib), RESERVED, "H200 141 GB",
+                  ("the loss compiled (loss.py at e7c0cae; planned eager)",
+                   "the LM head in bf16 (filter_fqns ['output']; planned in fp8)")))
 
 
 def _tune(row: str, gib: str, card: str, flags: tuple[str, ...], *unexpressed: str) -> None:

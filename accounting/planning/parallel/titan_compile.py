@@ -50,8 +50,10 @@ test_forward_history_leaves_little_reserved_at_table_4s_loss), leave 0.25 GiB of
 reserve at the loss's backward beyond the freed logits' block with expandable segments,
 2.4 GiB without. The cause is not found: not planned. A later measurement of the same
 model (torchtitan issue #1185, 2025-05-20, data of 2025-03-25: Llama 3 70B, 128 H100s,
-full AC, FSDP 16 × TP 8, bf16) put vanilla and async TP 0.43 GB apart (71.51 and 71.08
-GB), so the 4.3 GiB between Table 4's rows is not taken as a rule of async TP.
+full AC, FSDP 16 × TP 8, bf16) put vanilla and async TP 0.43 GiB apart (71.51 and 71.08
+GiB: torchtitan's log line of max_memory_reserved, written "GB" in the comment), so the
+4.3 GiB between Table 4's rows is not taken as a rule of async TP (published_runs.py types
+those runs; docs/parallel.md, Published runs).
 """
 from __future__ import annotations
 
