@@ -226,6 +226,20 @@ def _zero1_owned(flat: list[Local], d: int, rank: int) -> list[int]:
     return zero1_partition([t.numel for t in flat], d)[rank]
 
 
+def counted(tensors: list[Local]) -> list[tuple[Local, int]]:
+    """Each Local object of `tensors` once, with how many times it occurs, in first-seen
+    order: a stage's blocks of a kind share their Local objects (stage_tensors), so a sum
+    over the stage's tensors is a sum over its kinds' tensors times their counts."""
+    seen: dict[int, list] = {}
+    for t in tensors:
+        hit = seen.get(id(t))
+        if hit is None:
+            seen[id(t)] = [t, 1]
+        else:
+            hit[1] += 1
+    return [(t, n) for t, n in seen.values()]
+
+
 def states(units: list[Unit], layout: Layout, dp_rank: int = 0) -> States:
     """With ep > 1 the routed experts' units are sharded over the expert-data-parallel group
     (dp/ep ranks; this rank's place in it: dp_rank // ep), the rest over the dp ranks.
@@ -234,11 +248,14 @@ def states(units: list[Unit], layout: Layout, dp_rank: int = 0) -> States:
     dense = [t for u in units if not u.expert for t in u.tensors]
     expert = [t for u in units if u.expert for t in u.tensors]
     flat = dense + expert
-    numel = sum(t.numel for t in flat)
+    # (each sum per distinct tensor times its count: the same integers, 1/L_stage the work)
+    dense_n, expert_n = counted(dense), counted(expert)
+    flat_n = dense_n + expert_n
+    numel = sum(n * t.numel for t, n in flat_n)
     trained = [t for t in flat if t.trained]
-    grads = sum(t.numel for t in trained)
-    matmul = sum(t.tensor.matmul_weight * t.numel for t in flat)
-    e_numel = sum(t.numel for t in expert)
+    grads = sum(n * t.numel for t, n in flat_n if t.trained)
+    matmul = sum(n * t.tensor.matmul_weight * t.numel for t, n in flat_n)
+    e_numel = sum(n * t.numel for t, n in expert_n)
     extra = dict(expert_numel=e_numel, expert_tensors=len(expert))
     e, e_rank = layout.edp, dp_rank // layout.ep
     if z == 0:
@@ -250,12 +267,13 @@ def states(units: list[Unit], layout: Layout, dp_rank: int = 0) -> States:
         mine = sum(t.numel for t in owned)
         return States(numel, numel, grads, mine, len(flat), len(owned), matmul, numel,
                       tuple(units), dp_rank, **extra)
-    padded = sum(t.padded(d) for t in dense) + sum(t.padded(e) for t in expert)
-    shard = sum(t.shard(d, dp_rank) for t in dense) + sum(t.shard(e, e_rank) for t in expert)
-    grads = sum(t.padded(d) for t in dense if t.trained) + \
-        sum(t.padded(e) for t in expert if t.trained)
-    moments = sum(t.shard(d, dp_rank) for t in dense if t.trained) + \
-        sum(t.shard(e, e_rank) for t in expert if t.trained)
+    padded = sum(n * t.padded(d) for t, n in dense_n) + sum(n * t.padded(e) for t, n in expert_n)
+    shard = sum(n * t.shard(d, dp_rank) for t, n in dense_n) + \
+        sum(n * t.shard(e, e_rank) for t, n in expert_n)
+    grads = sum(n * t.padded(d) for t, n in dense_n if t.trained) + \
+        sum(n * t.padded(e) for t, n in expert_n if t.trained)
+    moments = sum(n * t.shard(d, dp_rank) for t, n in dense_n if t.trained) + \
+        sum(n * t.shard(e, e_rank) for t, n in expert_n if t.trained)
     # every tensor has a shard on every rank, possibly empty (rows < d); AdamW still keeps a
     # step counter for an empty one (a trained one: FROZEN)
     return States(padded, shard, grads, moments, len(flat), len(trained), matmul, numel,
@@ -310,10 +328,15 @@ def _updated(units: list[Unit], layout: Layout,
         return [(dense[i], dense[i].sizes) for i in _zero1_owned(dense, d, dp_rank)] + \
                [(expert[i], expert[i].sizes) for i in _zero1_owned(expert, e, e_rank)]
 
+    shapes: dict[tuple, tuple[int, ...]] = {}  # the blocks of a kind share their Locals
+
     def shard(t: Local, n: int, rank: int) -> tuple[int, ...]:
-        sizes = list(t.sizes)
-        sizes[t.dim] = chunk(sizes[t.dim], n, rank)
-        return tuple(sizes)
+        key = (id(t), n, rank)
+        if key not in shapes:
+            sizes = list(t.sizes)
+            sizes[t.dim] = chunk(sizes[t.dim], n, rank)
+            shapes[key] = tuple(sizes)
+        return shapes[key]
     return [(t, shard(t, d, dp_rank)) for t in dense] + [(t, shard(t, e, e_rank)) for t in expert]
 
 
@@ -334,10 +357,16 @@ def optimizer_state(units: list[Unit], layout: Layout, s: States, optimizer: str
     if precision.master:
         items["fp32 master copy of the parameters (optimizer)"] = [
             4 * sum(prod(shape) for _, shape in mine), "fp32"]
+    # each distinct (tensor, shape) once, times its count: the blocks of a kind share their
+    # Local objects (the same integers, in the same first-seen order of the items)
+    distinct: dict[tuple, list] = {}
     for t, shape in mine:
+        hit = distinct.setdefault((id(t), shape), [t, shape, 0])
+        hit[2] += 1
+    for t, shape, n in distinct.values():
         for st in opt.state(shape, precision.state_dtype, role(t)):
             acc = items.setdefault(st.item, [0, st.dtype])
-            acc[0] += st.bytes
+            acc[0] += n * st.bytes
     if mine:
         for st in opt.shared([shape for _, shape in mine]):
             acc = items.setdefault(st.item, [0, st.dtype])
