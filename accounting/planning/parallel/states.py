@@ -99,7 +99,7 @@ class Unit:
     layer: int | None = None  # the block it belongs to (None: the root)
 
     def padded(self, d: int) -> int:
-        return sum(t.padded(d) for t in self.tensors)
+        return _padded(self.tensors, d, False)
 
     def unsharded_padded(self, d: int) -> int:
         """Elements FSDP all-gathers: d padded shards."""
@@ -109,7 +109,7 @@ class Unit:
         """Elements of the unit's unsharded gradients FSDP2 reduce-scatters: d padded shards
         of its trained tensors only (FROZEN: foreach_reduce takes the parameters whose
         unsharded .grad is set)."""
-        return d * sum(t.padded(d) for t in self.tensors if t.trained)
+        return d * _padded(self.tensors, d, True)
 
     def gathered_of(self, d: int, names: frozenset[str]) -> tuple[int, int]:
         """(elements, tensors) of the named tensors in the all-gather (the fp8 weights)."""
@@ -119,6 +119,24 @@ class Unit:
     def group(self, layout: Layout) -> int:
         """The data-parallel degree its tensors are replicated (or sharded) over."""
         return layout.edp if self.expert else layout.dp
+
+
+_PADDED: dict = {}  # (id(tensors), d, trained only) -> (tensors, Σ padded shards)
+
+
+def _padded(tensors: tuple[Local, ...], d: int, trained_only: bool) -> int:
+    """Σ of the tensors' padded shards (the trained ones only, or all), remembered per tuple
+    object: a stage's blocks of a kind share one (stage_tensors), and the buffers, the
+    collectives and the side streams ask each block's unit at the same d."""
+    key = (id(tensors), d, trained_only)
+    hit = _PADDED.get(key)
+    if hit is not None and hit[0] is tensors:
+        return hit[1]
+    if len(_PADDED) > 65536:
+        _PADDED.clear()
+    value = sum(t.padded(d) for t in tensors if t.trained or not trained_only)
+    _PADDED[key] = (tensors, value)
+    return value
 
 
 def stage_tensors(sp: Split, values: dict[str, int], layout: Layout, stage: int,
