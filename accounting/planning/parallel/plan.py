@@ -278,11 +278,13 @@ def _activations_change(rows, s, precision, micro_batch: int, compile: bool,
     selective checkpointing, its blocks compiled inside it (`rows`: its own ledger's, no
     autocast: `precision` None); `unread`: bytes a block saves at b = 1 outside the rows
     that its compiled partition drops (compile_memory.SAC_UNREAD_SCATTER)."""
+    count = dict(s.kinds)
+    total = A.Linear(-unread * sum(count.values()) * s.activations.in_flight, 0)
+    if not (compile or offload):  # (every share 0, nothing moved: no row changes anything)
+        return total
     autocast = precision.autocast if precision is not None else None
     shares = CM.removed_shares([r.record for r in rows], autocast, sac) if compile \
         else [0] * len(rows)
-    count = dict(s.kinds)
-    total = A.Linear(-unread * sum(count.values()) * s.activations.in_flight, 0)
     flight = {}
     for r, k in zip(rows, shares):
         if r.place != BLOCK or not count.get(r.record.repeat, 0):
