@@ -57,7 +57,8 @@ def _cold() -> None:
     from accounting.planning import mfu
     from accounting.planning.parallel import activations, plan, shards, step
     for f in (ledger.ledger, ledger.unfolded_ledger, shards.split, activations._rows,
-              step._matmuls, plan._states, plan._activations, mfu.sequence_flops):
+              step._matmuls, plan._units, plan._states, plan._activations,
+              mfu.sequence_flops):
         f.cache_clear()
 
 

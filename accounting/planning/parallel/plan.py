@@ -72,12 +72,22 @@ def _states_key(dl: Layout) -> Layout:
 
 
 @lru_cache(maxsize=4096)
+def _units(sp: Split, seq: int, b: int, dl: Layout, stage: int, tp_rank: int,
+           extra: tuple = ()) -> list:
+    """A stage's units (`dl` with zero 0: the sharding stages of a layout hold the same
+    tensors, and their sums per unit are remembered per unit's tensors: states.py _padded);
+    `extra`: units the first stage holds beside the model's (a vision tower's:
+    parallel/vision.py)."""
+    return stage_tensors(sp, sp.values(seq, b), dl, stage, tp_rank) + (
+        list(extra) if stage == 0 else [])
+
+
+@lru_cache(maxsize=4096)
 def _states(sp: Split, seq: int, b: int, dl: Layout, stage: int, tp_rank: int,
             dp_rank: int | None, extra: tuple = ()):
     """`extra`: units the first stage holds beside the model's (a vision tower's:
     parallel/vision.py)."""
-    values = sp.values(seq, b)
-    units = stage_tensors(sp, values, dl, stage, tp_rank) + (list(extra) if stage == 0 else [])
+    units = _units(sp, seq, b, replace(dl, zero=0), stage, tp_rank, extra)
     rank = dp_rank if dp_rank is not None else (
         zero1_worst_rank(units, dl) if dl.sharding == 1 else 0)
     return units, states(units, dl, rank)
