@@ -72,8 +72,9 @@ def _optimizer_items(units: list[Unit], layout: Layout, st: States, optimizer: s
     z = layout.sharding
     scope = (n_sym if z == 0 else "(this rank's whole tensors)" if z == 1
              else "Σ(this rank's rows)·cols")
-    state, counters = optimizer_state(units, layout, st, optimizer, p)
-    numel = sum(prod(shape) for _, shape in updated(list(units), layout, st.dp_rank))
+    mine = updated(list(units), layout, st.dp_rank)
+    state, counters = optimizer_state(units, layout, st, optimizer, p, mine)
+    numel = sum(prod(shape) for _, shape in mine)
     opt = get_optimizer(optimizer)
     items = []
     for name, b, dtype in state:

@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 from math import prod
 
 from accounting.planning.memory import Precision
@@ -240,8 +240,15 @@ class States:
     expert_tensors: int = 0  # of tensors, the routed experts' (ep > 1 only)
 
 
-def _zero1_owned(flat: list[Local], d: int, rank: int) -> list[int]:
-    return zero1_partition([t.numel for t in flat], d)[rank]
+@lru_cache(maxsize=1024)
+def _partition(sizes: tuple[int, ...], d: int) -> tuple[tuple[int, ...], ...]:
+    """zero1_partition, remembered: a layout's states, its optimizer's state and its worst
+    rank each ask it of the same stage's tensors."""
+    return tuple(tuple(o) for o in zero1_partition(list(sizes), d))
+
+
+def _zero1_owned(flat: list[Local], d: int, rank: int) -> tuple[int, ...]:
+    return _partition(tuple(t.numel for t in flat), d)[rank]
 
 
 def counted(tensors: list[Local]) -> list[tuple[Local, int]]:
@@ -304,7 +311,7 @@ def zero1_worst_rank(units: list[Unit], layout: Layout) -> int:
     partition over every tensor, the state of the trained ones (FROZEN)."""
     def loads(tensors: list[Local], d: int) -> list[int]:
         return [sum(tensors[i].numel for i in o if tensors[i].trained)
-                for o in zero1_partition([t.numel for t in tensors], d)]
+                for o in _partition(tuple(t.numel for t in tensors), d)]
     dense = loads([t for u in units if not u.expert for t in u.tensors], layout.dp)
     expert = loads([t for u in units if u.expert for t in u.tensors], layout.edp)
     total = [dense[r] + expert[r // layout.ep] for r in range(layout.dp)]
@@ -365,12 +372,14 @@ def role(t: Local) -> str:
 
 
 def optimizer_state(units: list[Unit], layout: Layout, s: States, optimizer: str,
-                    precision: Precision) -> tuple[list[tuple[str, int, str]], int]:
+                    precision: Precision, mine: list | None = None,
+                    ) -> tuple[list[tuple[str, int, str]], int]:
     """([(item, bytes, dtype)], step counters) of this rank's optimizer, tensor by tensor
     with the rules of planning/optimizers.py (checked against torch.optim and bitsandbytes
-    there); the fp32 master copy of bf16-master first, shaped like the updated tensors."""
+    there); the fp32 master copy of bf16-master first, shaped like the updated tensors.
+    `mine`: updated(units, layout, s.dp_rank) where the caller has it already."""
     opt = get_optimizer(optimizer)
-    mine = updated(list(units), layout, s.dp_rank)
+    mine = updated(list(units), layout, s.dp_rank) if mine is None else mine
     items: dict[str, list] = {}
     if precision.master:
         items["fp32 master copy of the parameters (optimizer)"] = [
