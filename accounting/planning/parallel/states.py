@@ -251,17 +251,26 @@ def _zero1_owned(flat: list[Local], d: int, rank: int) -> tuple[int, ...]:
     return _partition(tuple(t.numel for t in flat), d)[rank]
 
 
-def counted(tensors: list[Local]) -> list[tuple[Local, int]]:
-    """Each Local object of `tensors` once, with how many times it occurs, in first-seen
-    order: a stage's blocks of a kind share their Local objects (stage_tensors), so a sum
-    over the stage's tensors is a sum over its kinds' tensors times their counts."""
-    seen: dict[int, list] = {}
-    for t in tensors:
-        hit = seen.get(id(t))
+def counted(units: list[Unit]) -> list[tuple[Local, int]]:
+    """Each Local object the units hold, once, with how many times they hold it, in
+    first-seen order: a stage's blocks of a kind share one tuple of Local objects
+    (stage_tensors), so a sum over the stage's tensors is a sum over its kinds' tensors
+    times their counts (the same integers, a fraction of the work)."""
+    tuples: dict[int, list] = {}
+    for u in units:
+        hit = tuples.get(id(u.tensors))
         if hit is None:
-            seen[id(t)] = [t, 1]
+            tuples[id(u.tensors)] = [u.tensors, 1]
         else:
             hit[1] += 1
+    seen: dict[int, list] = {}
+    for tensors, k in tuples.values():
+        for t in tensors:
+            hit = seen.get(id(t))
+            if hit is None:
+                seen[id(t)] = [t, k]
+            else:
+                hit[1] += k
     return [(t, n) for t, n in seen.values()]
 
 
@@ -270,27 +279,27 @@ def states(units: list[Unit], layout: Layout, dp_rank: int = 0) -> States:
     (dp/ep ranks; this rank's place in it: dp_rank // ep), the rest over the dp ranks.
     Gradients and moments are the trained tensors' only (FROZEN); the parameters all."""
     d, z = layout.dp, layout.sharding
-    dense = [t for u in units if not u.expert for t in u.tensors]
-    expert = [t for u in units if u.expert for t in u.tensors]
-    flat = dense + expert
-    # (each sum per distinct tensor times its count: the same integers, 1/L_stage the work)
-    dense_n, expert_n = counted(dense), counted(expert)
+    dense_n = counted([u for u in units if not u.expert])
+    expert_n = counted([u for u in units if u.expert])
     flat_n = dense_n + expert_n
     numel = sum(n * t.numel for t, n in flat_n)
-    trained = [t for t in flat if t.trained]
+    tensors = sum(n for _, n in flat_n)
+    trained = sum(n for t, n in flat_n if t.trained)
     grads = sum(n * t.numel for t, n in flat_n if t.trained)
     matmul = sum(n * t.tensor.matmul_weight * t.numel for t, n in flat_n)
     e_numel = sum(n * t.numel for t, n in expert_n)
-    extra = dict(expert_numel=e_numel, expert_tensors=len(expert))
+    extra = dict(expert_numel=e_numel, expert_tensors=sum(n for _, n in expert_n))
     e, e_rank = layout.edp, dp_rank // layout.ep
     if z == 0:
-        return States(numel, numel, grads, grads, len(flat), len(trained), matmul, numel,
+        return States(numel, numel, grads, grads, tensors, trained, matmul, numel,
                       tuple(units), dp_rank, **extra)
     if z == 1:  # one ZeroRedundancyOptimizer per group (Megatron-LM: its distributed optimizer)
+        dense = [t for u in units if not u.expert for t in u.tensors]
+        expert = [t for u in units if u.expert for t in u.tensors]
         owned = [t for t in [dense[i] for i in _zero1_owned(dense, d, dp_rank)] +
                  [expert[i] for i in _zero1_owned(expert, e, e_rank)] if t.trained]
         mine = sum(t.numel for t in owned)
-        return States(numel, numel, grads, mine, len(flat), len(owned), matmul, numel,
+        return States(numel, numel, grads, mine, tensors, len(owned), matmul, numel,
                       tuple(units), dp_rank, **extra)
     padded = sum(n * t.padded(d) for t, n in dense_n) + sum(n * t.padded(e) for t, n in expert_n)
     shard = sum(n * t.shard(d, dp_rank) for t, n in dense_n) + \
@@ -301,7 +310,7 @@ def states(units: list[Unit], layout: Layout, dp_rank: int = 0) -> States:
         sum(n * t.shard(e, e_rank) for t, n in expert_n if t.trained)
     # every tensor has a shard on every rank, possibly empty (rows < d); AdamW still keeps a
     # step counter for an empty one (a trained one: FROZEN)
-    return States(padded, shard, grads, moments, len(flat), len(trained), matmul, numel,
+    return States(padded, shard, grads, moments, tensors, trained, matmul, numel,
                   tuple(units), dp_rank, **extra)
 
 
@@ -353,16 +362,35 @@ def _updated(units: list[Unit], layout: Layout,
         return [(dense[i], dense[i].sizes) for i in _zero1_owned(dense, d, dp_rank)] + \
                [(expert[i], expert[i].sizes) for i in _zero1_owned(expert, e, e_rank)]
 
-    shapes: dict[tuple, tuple[int, ...]] = {}  # the blocks of a kind share their Locals
-
     def shard(t: Local, n: int, rank: int) -> tuple[int, ...]:
-        key = (id(t), n, rank)
-        if key not in shapes:
-            sizes = list(t.sizes)
-            sizes[t.dim] = chunk(sizes[t.dim], n, rank)
-            shapes[key] = tuple(sizes)
-        return shapes[key]
+        sizes = list(t.sizes)
+        sizes[t.dim] = chunk(sizes[t.dim], n, rank)
+        return tuple(sizes)
     return [(t, shard(t, d, dp_rank)) for t in dense] + [(t, shard(t, e, e_rank)) for t in expert]
+
+
+def updated_counted(units: list[Unit], layout: Layout,
+                    dp_rank: int = 0) -> list[tuple[Local, tuple[int, ...], int]]:
+    """updated()'s (tensor, shape) pairs, each distinct one once with its count (counted:
+    the blocks of a kind share their Local objects), in first-seen order."""
+    if layout.sharding == 1:  # the partition's whole tensors: grouped from the list
+        seen: dict[tuple, list] = {}
+        for t, shape in updated(units, layout, dp_rank):
+            hit = seen.setdefault((id(t), shape), [t, shape, 0])
+            hit[2] += 1
+        return [(t, shape, n) for t, shape, n in seen.values()]
+    dense = counted([u for u in units if not u.expert])
+    expert = counted([u for u in units if u.expert])
+    if layout.sharding == 0:
+        return [(t, t.sizes, n) for t, n in dense + expert if t.trained]
+    e_rank = dp_rank // layout.ep
+
+    def shard(t: Local, d: int, rank: int) -> tuple[int, ...]:
+        sizes = list(t.sizes)
+        sizes[t.dim] = chunk(sizes[t.dim], d, rank)
+        return tuple(sizes)
+    return [(t, shard(t, layout.dp, dp_rank), n) for t, n in dense if t.trained] + \
+        [(t, shard(t, layout.edp, e_rank), n) for t, n in expert if t.trained]
 
 
 def role(t: Local) -> str:
@@ -377,27 +405,22 @@ def optimizer_state(units: list[Unit], layout: Layout, s: States, optimizer: str
     """([(item, bytes, dtype)], step counters) of this rank's optimizer, tensor by tensor
     with the rules of planning/optimizers.py (checked against torch.optim and bitsandbytes
     there); the fp32 master copy of bf16-master first, shaped like the updated tensors.
-    `mine`: updated(units, layout, s.dp_rank) where the caller has it already."""
+    Each distinct (tensor, shape) once, times its count (updated_counted; `mine`: its
+    list where the caller has it already)."""
     opt = get_optimizer(optimizer)
-    mine = updated(list(units), layout, s.dp_rank) if mine is None else mine
+    mine = updated_counted(list(units), layout, s.dp_rank) if mine is None else mine
     items: dict[str, list] = {}
     if precision.master:
         items["fp32 master copy of the parameters (optimizer)"] = [
-            4 * sum(prod(shape) for _, shape in mine), "fp32"]
-    # each distinct (tensor, shape) once, times its count: the blocks of a kind share their
-    # Local objects (the same integers, in the same first-seen order of the items)
-    distinct: dict[tuple, list] = {}
-    for t, shape in mine:
-        hit = distinct.setdefault((id(t), shape), [t, shape, 0])
-        hit[2] += 1
-    for t, shape, n in distinct.values():
+            4 * sum(n * prod(shape) for _, shape, n in mine), "fp32"]
+    for t, shape, n in mine:
         for st in opt.state(shape, precision.state_dtype, role(t)):
             acc = items.setdefault(st.item, [0, st.dtype])
             acc[0] += n * st.bytes
-    if mine:
-        for st in opt.shared([shape for _, shape in mine]):
+    if mine:  # (shared() reads the shapes as a multiset: whether every one is small)
+        for st in opt.shared([shape for _, shape, n in mine for _ in range(n)]):
             acc = items.setdefault(st.item, [0, st.dtype])
             acc[0] += st.bytes
     counters = 0 if opt.step_counter is None else sum(
-        1 for t, _ in mine if role(t) != opt.counterless_role)
+        n for t, _, n in mine if role(t) != opt.counterless_role)
     return [(k, b, dt) for k, (b, dt) in items.items()], counters
