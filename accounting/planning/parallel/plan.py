@@ -42,7 +42,8 @@ from accounting.planning.parallel.stack_memory import reduce_scattered
 from accounting.planning.parallel.stack_memory import implementation as stack_implementation
 from accounting.planning.parallel.stack_memory import memory as stack_memory
 from accounting.planning.parallel.stacks import W16, check as check_stack
-from accounting.planning.parallel.states import States, stage_tensors, states, zero1_worst_rank
+from accounting.planning.parallel.states import (States, counted, stage_tensors, states,
+                                                  zero1_worst_rank)
 from accounting.planning.parallel.optimizer_state import check as check_optimizer
 from accounting.planning.parallel import fsdp_streams as FS
 from accounting.planning.parallel.optimizer_state import (fp8_gathered, fp8_items,
@@ -186,7 +187,7 @@ def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage:
                       per_element=p.master_bytes)]
         # a frozen tensor (DeepSeek-V3.2's indexer under transformers) has neither
         # (states.py FROZEN)
-        frozen = any(not t.trained for u in units for t in u.tensors)
+        frozen = any(not t.trained for t, _ in counted(units))
         t_sym = f"({n_sym} − N_frozen)" if frozen else n_sym
         items.append(Item(f"gradients ({p.grad_dtype}{shards})",
                           f"{p.grad_bytes}·Σ{b_sym}" + (" (trained tensors)" if frozen else "")
@@ -249,10 +250,11 @@ def _finish(sp: Split, layout: Layout, p: Precision, seq: int, stage: int, layer
     dl, local = data_layout(layout), seq // layout.cp
     buf = stage_buffers(sp, values, kinds)
     act_bytes = activation_bytes(p)
-    norms = [t for u in units for t in u.tensors if sp.sequence_norm(t.tensor)]
+    norms = [(t, n) for t, n in counted(units) if sp.sequence_norm(t.tensor)]
     comms = (C.tensor_parallel(layout, len(layers), stage, layout.micro_batch, local, c.d_model,
                                act_bytes, c.positions == "learned",
-                               (len(norms), sum(t.numel for t in norms)), p.grad_bytes,
+                               (sum(n for _, n in norms), sum(n * t.numel for t, n in norms)),
+                               p.grad_bytes,
                                FP8_GATHER if p.fp8 in fp8_tp_gathers else None)
              + C.pipeline(layout, stage, layout.micro_batch,
                           local // (layout.tp if layout.sp else 1), c.d_model, act_bytes)
