@@ -281,7 +281,8 @@ def step_time(layout: Layout, flops: list[StageFlops], comms: list[list[Collecti
             if t is not None:
                 return t
         sent, over = c.traffic_parts
-        return Fraction(sent, over) / links[c.group][0]
+        bw = links[c.group][0]  # (sent/over)/bw as one fraction: one reduction, not two
+        return Fraction(sent * bw.denominator, over * bw.numerator)
     per_stage = []
     for f, collectives in zip(flops, comms):
         timed = [(c, seconds_of(c)) for c in collectives if c.group in links]
