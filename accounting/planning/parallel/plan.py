@@ -32,7 +32,7 @@ from accounting.planning.parallel import peak as PK
 from accounting.planning.parallel import pipeline_buffers as PB
 from accounting.units import DTYPE_BYTES
 from accounting.planning.parallel import vision as TV
-from accounting.planning.parallel.fit import fit as _fit
+from accounting.planning.parallel.fit import fit as _fit, shortfall as _shortfall
 from accounting.planning.parallel.buffers import Item, engine_buffers, stage_buffers
 from accounting.planning.parallel.layout import SELECTIVE, Layout, check_layout, stage_layers
 from accounting.planning.parallel.shards import BLOCK, FIRST, Split, split
@@ -48,7 +48,7 @@ from accounting.planning.parallel.optimizer_state import check as check_optimize
 from accounting.planning.parallel import fsdp_streams as FS
 from accounting.planning.parallel.optimizer_state import (fp8_gathered, fp8_items,
                                                           optimizer_items, update_flops)
-from accounting.planning.parallel.step import stage_flops, step_time
+from accounting.planning.parallel.step import group_links, stage_flops, step_time
 # the records it assembles (plan_records.py)
 from accounting.planning.parallel.plan_records import ParallelPlan, StagePlan
 
@@ -324,7 +324,7 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
                   finetune=None, implementation: str = COURSE,
                   offload: frozenset = frozenset(), loss: str = "standard",
                   loss_chunks: int | None = None, compile: bool = False,
-                  tower=None) -> ParallelPlan:
+                  tower=None, screen: bool = False) -> ParallelPlan | int:
     """The plan of one GPU per stage shown (TP rank 0 — it holds the most of an uneven
     split — and data-parallel rank 0, or the given ranks). `mfu` is read under
     `mfu_convention` and `mfu_scope` (planning/mfu.py): in the compute scope the rate each
@@ -336,7 +336,10 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
     `implementation`: whose ops the torch stack plans (recipes.py: model/'s, or
     transformers' as the one-GPU plan of a Hugging Face model runs them); the other stacks
     run their own (stack_memory.implementation). `tower`: a vision-language model's
-    TowerRun (parallel/vision.py), the torch stack's full training only."""
+    TowerRun (parallel/vision.py), the torch stack's full training only. `screen` (the
+    layout search, which keeps only that of a layout that does not fit): such a layout
+    comes back as its shortfall in bytes, an int, without its largest micro-batch and its
+    step time (its groups' links are still checked: group_link's refusal stays)."""
     check_convention(mfu_convention)
     check_scope(mfu_scope)
     if mfu_scope == COMPUTE and mfu_convention == SIX_N:
@@ -451,6 +454,10 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
                  A.rows(plain, layout, local, tp_rank=tp_rank,
                         micro_batch=b))
             return A.stage_activations(*r, layout, s.stage, s.kinds)
+    if screen and (short := _shortfall(plans, layout, hardware, m)):
+        if hardware.peak_flops:  # the step time's refusal (a group beyond a node, no network)
+            group_links(layout, net)
+        return short
     fit = _fit(plans, layout, hardware, m, at)
     time = None
     if hardware is not None and hardware.peak_flops:
