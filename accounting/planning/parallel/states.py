@@ -251,11 +251,29 @@ def _zero1_owned(flat: list[Local], d: int, rank: int) -> tuple[int, ...]:
     return _partition(tuple(t.numel for t in flat), d)[rank]
 
 
-def counted(units: list[Unit]) -> list[tuple[Local, int]]:
+_COUNTED: dict = {}  # ids of the units -> (units, the others' counts, the experts')
+
+
+def counted(units: list[Unit], expert: bool | None = None) -> tuple[tuple[Local, int], ...]:
     """Each Local object the units hold, once, with how many times they hold it, in
     first-seen order: a stage's blocks of a kind share one tuple of Local objects
     (stage_tensors), so a sum over the stage's tensors is a sum over its kinds' tensors
-    times their counts (the same integers, a fraction of the work)."""
+    times their counts (the same integers, a fraction of the work). `expert`: the routed
+    experts' units only (True), the others (False), or all, the others' first (None).
+    Remembered per sequence of unit objects (a stage's states, optimizer and collectives
+    each ask it)."""
+    key = tuple(map(id, units))
+    hit = _COUNTED.get(key)
+    if hit is None:
+        if len(_COUNTED) > 4096:
+            _COUNTED.clear()
+        hit = (tuple(units), tuple(_count([u for u in units if not u.expert])),
+               tuple(_count([u for u in units if u.expert])))  # (units kept: ids stay theirs)
+        _COUNTED[key] = hit
+    return hit[1] if expert is False else hit[2] if expert else hit[1] + hit[2]
+
+
+def _count(units: list[Unit]) -> list[tuple[Local, int]]:
     tuples: dict[int, list] = {}
     for u in units:
         hit = tuples.get(id(u.tensors))
@@ -279,8 +297,7 @@ def states(units: list[Unit], layout: Layout, dp_rank: int = 0) -> States:
     (dp/ep ranks; this rank's place in it: dp_rank // ep), the rest over the dp ranks.
     Gradients and moments are the trained tensors' only (FROZEN); the parameters all."""
     d, z = layout.dp, layout.sharding
-    dense_n = counted([u for u in units if not u.expert])
-    expert_n = counted([u for u in units if u.expert])
+    dense_n, expert_n = counted(units, False), counted(units, True)
     flat_n = dense_n + expert_n
     numel = sum(n * t.numel for t, n in flat_n)
     tensors = sum(n for _, n in flat_n)
@@ -379,8 +396,7 @@ def updated_counted(units: list[Unit], layout: Layout,
             hit = seen.setdefault((id(t), shape), [t, shape, 0])
             hit[2] += 1
         return [(t, shape, n) for t, shape, n in seen.values()]
-    dense = counted([u for u in units if not u.expert])
-    expert = counted([u for u in units if u.expert])
+    dense, expert = counted(units, False), counted(units, True)
     if layout.sharding == 0:
         return [(t, t.sizes, n) for t, n in dense + expert if t.trained]
     e_rank = dp_rank // layout.ep
