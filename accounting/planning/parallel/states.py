@@ -240,10 +240,11 @@ class States:
     expert_tensors: int = 0  # of tensors, the routed experts' (ep > 1 only)
 
 
-@lru_cache(maxsize=1024)
+@lru_cache(maxsize=32)
 def _partition(sizes: tuple[int, ...], d: int) -> tuple[tuple[int, ...], ...]:
     """zero1_partition, remembered: a layout's states, its optimizer's state and its worst
-    rank each ask it of the same stage's tensors."""
+    rank each ask it of the same stage's tensors, one after another (a few kept: each holds
+    d lists, 720,720 of them in DeepSeek-V3's search on that many GPUs)."""
     return tuple(tuple(o) for o in zero1_partition(list(sizes), d))
 
 
