@@ -55,10 +55,12 @@ def _cold() -> None:
     """Forget every cached ledger, split and partial result (a fresh process's state)."""
     from accounting.ledger import ledger
     from accounting.planning import mfu
-    from accounting.planning.parallel import activations, plan, shards, step
+    from accounting.planning.parallel import activations, plan, shards, stack_memory, states, step
     for f in (ledger.ledger, ledger.unfolded_ledger, shards.split, activations._rows,
-              step._matmuls, plan._states, plan._activations, mfu.sequence_flops):
+              step._matmuls, plan._units, plan._states, plan._activations,
+              states._partition, mfu.sequence_flops):
         f.cache_clear()
+    stack_memory._REMEMBERED.clear()  # (per config object: the preset's outlives a run)
 
 
 def _median(fn, runs: int, cold: bool) -> tuple[float, object]:

@@ -285,7 +285,8 @@ def data_parallel(layout: Layout, st: States, precision: Precision, buffer_bytes
         k = len(units)
         gathered = _gathered(st, name, units, n)
         group, sym = (EXPERT_DATA, "e") if name == "routed experts" else (DATA, "d")
-        f8, w8 = (sum(x) for x in zip((0, 0), *(u.gathered_of(n, fp8_weights) for u in units)))
+        f8, w8 = (sum(x) for x in zip((0, 0), *(u.gathered_of(n, fp8_weights) for u in units))) \
+            if fp8_weights else (0, 0)
         # the reduce-scatter: the trained tensors' gradients only (states.py FROZEN)
         ag = (gathered - f8) * param_bytes + f8 * FSDP_FP8_ALL_GATHER_BYTES
         rs = sum(u.unsharded_grads(n) for u in units) * g

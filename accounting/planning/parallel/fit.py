@@ -44,5 +44,18 @@ def fit(plans, layout: Layout, hardware: Hardware | None, margin: Fraction,
                    <= budget.usable for s in plans):
                 largest = b
                 break
-    need = max(s.peak(layout.micro_batch) for s in plans)
+    need = _need(plans, layout)
     return Fit(budget, largest, max(0, need - budget.usable), max(0, budget.usable - need))
+
+
+def _need(plans, layout: Layout) -> int:
+    """The worst GPU's peak at the layout's micro-batch."""
+    return max(s.peak(layout.micro_batch) for s in plans)
+
+
+def shortfall(plans, layout: Layout, hardware: Hardware | None, margin: Fraction) -> int:
+    """Fit.shortfall without the search for the largest micro-batch (0 where no memory is
+    known, as fit() gives no Fit then)."""
+    if hardware is None or not hardware.memory_bytes:
+        return 0
+    return max(0, _need(plans, layout) - Budget(hardware.memory_bytes, margin).usable)

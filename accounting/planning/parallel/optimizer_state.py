@@ -20,7 +20,7 @@ from accounting.planning.parallel import activations as A
 from accounting.planning.parallel.buffers import Item
 from accounting.planning.parallel.layout import Layout
 from accounting.planning.parallel.states import (States, Unit, optimizer_state,
-                                                 role, updated)
+                                                 role, updated, updated_counted)
 from accounting.planning.training_state import STEP_BYTES
 from accounting.runtime.errors import UsageError
 from accounting.units import DTYPE_BYTES
@@ -72,8 +72,9 @@ def _optimizer_items(units: list[Unit], layout: Layout, st: States, optimizer: s
     z = layout.sharding
     scope = (n_sym if z == 0 else "(this rank's whole tensors)" if z == 1
              else "Σ(this rank's rows)·cols")
-    state, counters = optimizer_state(units, layout, st, optimizer, p)
-    numel = sum(prod(shape) for _, shape in updated(list(units), layout, st.dp_rank))
+    mine = updated_counted(list(units), layout, st.dp_rank)
+    state, counters = optimizer_state(units, layout, st, optimizer, p, mine)
+    numel = sum(n * prod(shape) for _, shape, n in mine)
     opt = get_optimizer(optimizer)
     items = []
     for name, b, dtype in state:

@@ -32,7 +32,7 @@ from accounting.planning.parallel import peak as PK
 from accounting.planning.parallel import pipeline_buffers as PB
 from accounting.units import DTYPE_BYTES
 from accounting.planning.parallel import vision as TV
-from accounting.planning.parallel.fit import fit as _fit
+from accounting.planning.parallel.fit import fit as _fit, shortfall as _shortfall
 from accounting.planning.parallel.buffers import Item, engine_buffers, stage_buffers
 from accounting.planning.parallel.layout import SELECTIVE, Layout, check_layout, stage_layers
 from accounting.planning.parallel.shards import BLOCK, FIRST, Split, split
@@ -42,12 +42,13 @@ from accounting.planning.parallel.stack_memory import reduce_scattered
 from accounting.planning.parallel.stack_memory import implementation as stack_implementation
 from accounting.planning.parallel.stack_memory import memory as stack_memory
 from accounting.planning.parallel.stacks import W16, check as check_stack
-from accounting.planning.parallel.states import States, stage_tensors, states, zero1_worst_rank
+from accounting.planning.parallel.states import (States, counted, stage_tensors, states,
+                                                  zero1_worst_rank)
 from accounting.planning.parallel.optimizer_state import check as check_optimizer
 from accounting.planning.parallel import fsdp_streams as FS
 from accounting.planning.parallel.optimizer_state import (fp8_gathered, fp8_items,
                                                           optimizer_items, update_flops)
-from accounting.planning.parallel.step import stage_flops, step_time
+from accounting.planning.parallel.step import group_links, stage_flops, step_time
 # the records it assembles (plan_records.py)
 from accounting.planning.parallel.plan_records import ParallelPlan, StagePlan
 
@@ -72,12 +73,22 @@ def _states_key(dl: Layout) -> Layout:
 
 
 @lru_cache(maxsize=4096)
+def _units(sp: Split, seq: int, b: int, dl: Layout, stage: int, tp_rank: int,
+           extra: tuple = ()) -> list:
+    """A stage's units (`dl` with zero 0: the sharding stages of a layout hold the same
+    tensors, and their sums per unit are remembered per unit's tensors: states.py _padded);
+    `extra`: units the first stage holds beside the model's (a vision tower's:
+    parallel/vision.py)."""
+    return stage_tensors(sp, sp.values(seq, b), dl, stage, tp_rank) + (
+        list(extra) if stage == 0 else [])
+
+
+@lru_cache(maxsize=4096)
 def _states(sp: Split, seq: int, b: int, dl: Layout, stage: int, tp_rank: int,
             dp_rank: int | None, extra: tuple = ()):
     """`extra`: units the first stage holds beside the model's (a vision tower's:
     parallel/vision.py)."""
-    values = sp.values(seq, b)
-    units = stage_tensors(sp, values, dl, stage, tp_rank) + (list(extra) if stage == 0 else [])
+    units = _units(sp, seq, b, replace(dl, zero=0), stage, tp_rank, extra)
     rank = dp_rank if dp_rank is not None else (
         zero1_worst_rank(units, dl) if dl.sharding == 1 else 0)
     return units, states(units, dl, rank)
@@ -176,7 +187,7 @@ def stage_plan(sp: Split, layout: Layout, precision: Precision, seq: int, stage:
                       per_element=p.master_bytes)]
         # a frozen tensor (DeepSeek-V3.2's indexer under transformers) has neither
         # (states.py FROZEN)
-        frozen = any(not t.trained for u in units for t in u.tensors)
+        frozen = any(not t.trained for t, _ in counted(units))
         t_sym = f"({n_sym} − N_frozen)" if frozen else n_sym
         items.append(Item(f"gradients ({p.grad_dtype}{shards})",
                           f"{p.grad_bytes}·Σ{b_sym}" + (" (trained tensors)" if frozen else "")
@@ -239,10 +250,11 @@ def _finish(sp: Split, layout: Layout, p: Precision, seq: int, stage: int, layer
     dl, local = data_layout(layout), seq // layout.cp
     buf = stage_buffers(sp, values, kinds)
     act_bytes = activation_bytes(p)
-    norms = [t for u in units for t in u.tensors if sp.sequence_norm(t.tensor)]
+    norms = [(t, n) for t, n in counted(units) if sp.sequence_norm(t.tensor)]
     comms = (C.tensor_parallel(layout, len(layers), stage, layout.micro_batch, local, c.d_model,
                                act_bytes, c.positions == "learned",
-                               (len(norms), sum(t.numel for t in norms)), p.grad_bytes,
+                               (sum(n for _, n in norms), sum(n * t.numel for t, n in norms)),
+                               p.grad_bytes,
                                FP8_GATHER if p.fp8 in fp8_tp_gathers else None)
              + C.pipeline(layout, stage, layout.micro_batch,
                           local // (layout.tp if layout.sp else 1), c.d_model, act_bytes)
@@ -278,11 +290,13 @@ def _activations_change(rows, s, precision, micro_batch: int, compile: bool,
     selective checkpointing, its blocks compiled inside it (`rows`: its own ledger's, no
     autocast: `precision` None); `unread`: bytes a block saves at b = 1 outside the rows
     that its compiled partition drops (compile_memory.SAC_UNREAD_SCATTER)."""
+    count = dict(s.kinds)
+    total = A.Linear(-unread * sum(count.values()) * s.activations.in_flight, 0)
+    if not (compile or offload):  # (every share 0, nothing moved: no row changes anything)
+        return total
     autocast = precision.autocast if precision is not None else None
     shares = CM.removed_shares([r.record for r in rows], autocast, sac) if compile \
         else [0] * len(rows)
-    count = dict(s.kinds)
-    total = A.Linear(-unread * sum(count.values()) * s.activations.in_flight, 0)
     flight = {}
     for r, k in zip(rows, shares):
         if r.place != BLOCK or not count.get(r.record.repeat, 0):
@@ -310,7 +324,7 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
                   finetune=None, implementation: str = COURSE,
                   offload: frozenset = frozenset(), loss: str = "standard",
                   loss_chunks: int | None = None, compile: bool = False,
-                  tower=None) -> ParallelPlan:
+                  tower=None, screen: bool = False) -> ParallelPlan | int:
     """The plan of one GPU per stage shown (TP rank 0 — it holds the most of an uneven
     split — and data-parallel rank 0, or the given ranks). `mfu` is read under
     `mfu_convention` and `mfu_scope` (planning/mfu.py): in the compute scope the rate each
@@ -322,7 +336,10 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
     `implementation`: whose ops the torch stack plans (recipes.py: model/'s, or
     transformers' as the one-GPU plan of a Hugging Face model runs them); the other stacks
     run their own (stack_memory.implementation). `tower`: a vision-language model's
-    TowerRun (parallel/vision.py), the torch stack's full training only."""
+    TowerRun (parallel/vision.py), the torch stack's full training only. `screen` (the
+    layout search, which keeps only that of a layout that does not fit): such a layout
+    comes back as its shortfall in bytes, an int, without its largest micro-batch and its
+    step time (its groups' links are still checked: group_link's refusal stays)."""
     check_convention(mfu_convention)
     check_scope(mfu_scope)
     if mfu_scope == COMPUTE and mfu_convention == SIX_N:
@@ -440,6 +457,10 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
                  A.rows(plain, layout, local, tp_rank=tp_rank,
                         micro_batch=b))
             return A.stage_activations(*r, layout, s.stage, s.kinds)
+    if screen and (short := _shortfall(plans, layout, hardware, m)):
+        if hardware.peak_flops:  # the step time's refusal (a group beyond a node, no network)
+            group_links(layout, net)
+        return short
     fit = _fit(plans, layout, hardware, m, at)
     time = None
     if hardware is not None and hardware.peak_flops:

@@ -6,6 +6,7 @@ checks verify beside what stays a formula. plan.py assembles them; views.py rend
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from fractions import Fraction
 
 from accounting.architecture.config import ModelConfig
@@ -73,27 +74,42 @@ class StagePlan:
         bytes when not the items' own, at another micro-batch; `all_first`: whether the
         stage still runs all its forwards before its first backward there, which the
         moments with fewer micro-batches in flight assume)."""
-        acts = sum(i.bytes.at(b) for i in self.items if i.on_gpu and i.activations) \
-            if activations is None else activations
+        acts = self._activation_items.at(b) if activations is None else activations
         if not m.recomputed:  # the activations' item holds one block's recomputed part
             acts -= self.activations.recomputed_block.at(b)
         if all_first:  # backward passes done (else the steady state: k and every gradient)
             acts -= m.fewer * self.activations.per_micro_batch.at(b)
         if m.head_freed:  # the loss's, head's and final norm's saves, freed before any block's
             acts -= self.activations.head.at(b)
+        return self._held(m).at(b) + (acts if m.activations else 0) + m.extra.at(b)
+
+    @cached_property
+    def _activation_items(self) -> A.Linear:
+        """The in-flight activations' items on the GPU, summed as a·b + c."""
+        return sum((i.bytes for i in self.items if i.on_gpu and i.activations), A.Linear())
+
+    def _held(self, m: PK.Moment) -> A.Linear:
+        """The items moment m holds beside the activations, summed as a·b + c (each item's
+        bytes are a·b + c, the chunk's accumulation and the resharded blocks constants):
+        summed once per moment, as the fit asks each moment at every micro-batch."""
+        cache = self.__dict__.setdefault("_held_lines", {})  # id(m) -> (m, line)
+        hit = cache.get(id(m))
+        if hit is not None and hit[0] is m:
+            return hit[1]
         # (one chunk's backward passes of the one-round interleaved schedule: the sharded
         # gradients of the chunks already reduced stay, counted whole; peak.Moment.chunk)
         unsharded = self.accumulating(m) and m.chunk is None
 
-        def size(i) -> int:
+        def size(i) -> A.Linear:
             if m.chunk is not None and i.accumulated and i.per_chunk:
-                return i.per_chunk[m.chunk]  # this chunk's accumulation only
+                return A.Linear(0, i.per_chunk[m.chunk])  # this chunk's accumulation only
             if m.after_forward:  # the blocks resharded after their forward: none gathered
-                return i.bytes.at(b) - getattr(i, "resharded_after_forward", 0)
-            return i.bytes.at(b)
-        return sum(size(i) for i in self.items if m.holds(i) and not i.activations
-                   and not (unsharded and i.name.startswith("gradients"))) \
-            + (acts if m.activations else 0) + m.extra.at(b)
+                return A.Linear(i.bytes.a, i.bytes.c - getattr(i, "resharded_after_forward", 0))
+            return i.bytes
+        line = sum((size(i) for i in self.items if m.holds(i) and not i.activations
+                    and not (unsharded and i.name.startswith("gradients"))), A.Linear())
+        cache[id(m)] = (m, line)
+        return line
 
     def accumulating(self, m: PK.Moment) -> bool:
         """FSDP2 under pipelining's no-sync accumulates unsharded gradients and makes no

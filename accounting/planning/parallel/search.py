@@ -106,13 +106,14 @@ def search(config: ModelConfig, base: Layout, seq: int, *, precision: Precision,
                 if found:
                     rejected.append(Rejected(lo, found[0]))
                     break  # the same reason holds for every further sharding stage
+                # screened: a layout that does not fit comes back as its shortfall only
                 p = parallel_plan(config, lo, seq, precision=precision, hardware=hardware,
                                   net=net, mfu=mfu, margin=margin, tokens=tokens,
-                                  stack=stack, implementation=implementation,
+                                  stack=stack, implementation=implementation, screen=True,
                                   **utilization)
-                if p.fit is not None and p.fit.shortfall:
-                    rejected.append(Rejected(lo, "does not fit", p.fit.shortfall))
-                    short = p.fit.shortfall  # at least this much for the stages below
+                if isinstance(p, int):
+                    rejected.append(Rejected(lo, "does not fit", p))
+                    short = p  # at least this much for the stages below
                 else:
                     ranked.append(p)
                     fits = True

@@ -47,7 +47,9 @@ class StackRun:
 
     def as_run(self, config: ModelConfig) -> ModelConfig:
         """The config with the attention kernel this stack runs (for the layout's checks)."""
-        return replace(config, attention="sdpa") if self.fused_attention else config
+        return _remembered(("sdpa", id(config)), config,
+                           lambda: replace(config, attention="sdpa")) \
+            if self.fused_attention else config
 
     def megatron_layer(self, config, layout: Layout, seq: int) -> list[tuple[str, str | None, int]]:
         """(name, Korthikanti's term, bytes at b = 1) of one block under Megatron."""
@@ -60,7 +62,22 @@ def implementation(run: StackRun, c: ModelConfig) -> str:
     (recipes.transformers_gap), else model/'s; torchtitan runs its own Llama (dense
     pre-norm RMSNorm/RoPE/SwiGLU blocks; another block: model/'s ops, the closest modelled):
     the stack record's own rule (stacks.py)."""
-    return run.stack.implementation(c)
+    return _remembered((run.stack.name, id(c)), c, lambda: run.stack.implementation(c))
+
+
+_REMEMBERED: dict = {}  # key (with id(config)) -> (config, value)
+
+
+def _remembered(key: tuple, config: ModelConfig, make):
+    """make() of a frozen config, remembered per config object: the layout search asks a
+    stack's run config and implementation of the same config for every layout and stage
+    (dataclasses.replace re-validates the config: a quarter of a torchtitan search)."""
+    hit = _REMEMBERED.get(key)
+    if hit is None or hit[0] is not config:
+        if len(_REMEMBERED) > 1024:
+            _REMEMBERED.clear()
+        hit = _REMEMBERED[key] = (config, make())
+    return hit[1]
 
 
 def ledger_rows(run: StackRun, c: ModelConfig, layout: Layout, seq: int, tp_rank: int = 0,

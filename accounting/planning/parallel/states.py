@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 from math import prod
 
 from accounting.planning.memory import Precision
@@ -99,7 +99,7 @@ class Unit:
     layer: int | None = None  # the block it belongs to (None: the root)
 
     def padded(self, d: int) -> int:
-        return sum(t.padded(d) for t in self.tensors)
+        return _padded(self.tensors, d, False)
 
     def unsharded_padded(self, d: int) -> int:
         """Elements FSDP all-gathers: d padded shards."""
@@ -109,7 +109,7 @@ class Unit:
         """Elements of the unit's unsharded gradients FSDP2 reduce-scatters: d padded shards
         of its trained tensors only (FROZEN: foreach_reduce takes the parameters whose
         unsharded .grad is set)."""
-        return d * sum(t.padded(d) for t in self.tensors if t.trained)
+        return d * _padded(self.tensors, d, True)
 
     def gathered_of(self, d: int, names: frozenset[str]) -> tuple[int, int]:
         """(elements, tensors) of the named tensors in the all-gather (the fp8 weights)."""
@@ -119,6 +119,24 @@ class Unit:
     def group(self, layout: Layout) -> int:
         """The data-parallel degree its tensors are replicated (or sharded) over."""
         return layout.edp if self.expert else layout.dp
+
+
+_PADDED: dict = {}  # (id(tensors), d, trained only) -> (tensors, Σ padded shards)
+
+
+def _padded(tensors: tuple[Local, ...], d: int, trained_only: bool) -> int:
+    """Σ of the tensors' padded shards (the trained ones only, or all), remembered per tuple
+    object: a stage's blocks of a kind share one (stage_tensors), and the buffers, the
+    collectives and the side streams ask each block's unit at the same d."""
+    key = (id(tensors), d, trained_only)
+    hit = _PADDED.get(key)
+    if hit is not None and hit[0] is tensors:
+        return hit[1]
+    if len(_PADDED) > 65536:
+        _PADDED.clear()
+    value = sum(t.padded(d) for t in tensors if t.trained or not trained_only)
+    _PADDED[key] = (tensors, value)
+    return value
 
 
 def stage_tensors(sp: Split, values: dict[str, int], layout: Layout, stage: int,
@@ -222,8 +240,57 @@ class States:
     expert_tensors: int = 0  # of tensors, the routed experts' (ep > 1 only)
 
 
-def _zero1_owned(flat: list[Local], d: int, rank: int) -> list[int]:
-    return zero1_partition([t.numel for t in flat], d)[rank]
+@lru_cache(maxsize=32)
+def _partition(sizes: tuple[int, ...], d: int) -> tuple[tuple[int, ...], ...]:
+    """zero1_partition, remembered: a layout's states, its optimizer's state and its worst
+    rank each ask it of the same stage's tensors, one after another (a few kept: each holds
+    d lists, 720,720 of them in DeepSeek-V3's search on that many GPUs)."""
+    return tuple(tuple(o) for o in zero1_partition(list(sizes), d))
+
+
+def _zero1_owned(flat: list[Local], d: int, rank: int) -> tuple[int, ...]:
+    return _partition(tuple(t.numel for t in flat), d)[rank]
+
+
+_COUNTED: dict = {}  # ids of the units -> (units, the others' counts, the experts')
+
+
+def counted(units: list[Unit], expert: bool | None = None) -> tuple[tuple[Local, int], ...]:
+    """Each Local object the units hold, once, with how many times they hold it, in
+    first-seen order: a stage's blocks of a kind share one tuple of Local objects
+    (stage_tensors), so a sum over the stage's tensors is a sum over its kinds' tensors
+    times their counts (the same integers, a fraction of the work). `expert`: the routed
+    experts' units only (True), the others (False), or all, the others' first (None).
+    Remembered per sequence of unit objects (a stage's states, optimizer and collectives
+    each ask it)."""
+    key = tuple(map(id, units))
+    hit = _COUNTED.get(key)
+    if hit is None:
+        if len(_COUNTED) > 4096:
+            _COUNTED.clear()
+        hit = (tuple(units), tuple(_count([u for u in units if not u.expert])),
+               tuple(_count([u for u in units if u.expert])))  # (units kept: ids stay theirs)
+        _COUNTED[key] = hit
+    return hit[1] if expert is False else hit[2] if expert else hit[1] + hit[2]
+
+
+def _count(units: list[Unit]) -> list[tuple[Local, int]]:
+    tuples: dict[int, list] = {}
+    for u in units:
+        hit = tuples.get(id(u.tensors))
+        if hit is None:
+            tuples[id(u.tensors)] = [u.tensors, 1]
+        else:
+            hit[1] += 1
+    seen: dict[int, list] = {}
+    for tensors, k in tuples.values():
+        for t in tensors:
+            hit = seen.get(id(t))
+            if hit is None:
+                seen[id(t)] = [t, k]
+            else:
+                hit[1] += k
+    return [(t, n) for t, n in seen.values()]
 
 
 def states(units: list[Unit], layout: Layout, dp_rank: int = 0) -> States:
@@ -231,34 +298,37 @@ def states(units: list[Unit], layout: Layout, dp_rank: int = 0) -> States:
     (dp/ep ranks; this rank's place in it: dp_rank // ep), the rest over the dp ranks.
     Gradients and moments are the trained tensors' only (FROZEN); the parameters all."""
     d, z = layout.dp, layout.sharding
-    dense = [t for u in units if not u.expert for t in u.tensors]
-    expert = [t for u in units if u.expert for t in u.tensors]
-    flat = dense + expert
-    numel = sum(t.numel for t in flat)
-    trained = [t for t in flat if t.trained]
-    grads = sum(t.numel for t in trained)
-    matmul = sum(t.tensor.matmul_weight * t.numel for t in flat)
-    e_numel = sum(t.numel for t in expert)
-    extra = dict(expert_numel=e_numel, expert_tensors=len(expert))
+    dense_n, expert_n = counted(units, False), counted(units, True)
+    flat_n = dense_n + expert_n
+    numel = sum(n * t.numel for t, n in flat_n)
+    tensors = sum(n for _, n in flat_n)
+    trained = sum(n for t, n in flat_n if t.trained)
+    grads = sum(n * t.numel for t, n in flat_n if t.trained)
+    matmul = sum(n * t.tensor.matmul_weight * t.numel for t, n in flat_n)
+    e_numel = sum(n * t.numel for t, n in expert_n)
+    extra = dict(expert_numel=e_numel, expert_tensors=sum(n for _, n in expert_n))
     e, e_rank = layout.edp, dp_rank // layout.ep
     if z == 0:
-        return States(numel, numel, grads, grads, len(flat), len(trained), matmul, numel,
+        return States(numel, numel, grads, grads, tensors, trained, matmul, numel,
                       tuple(units), dp_rank, **extra)
     if z == 1:  # one ZeroRedundancyOptimizer per group (Megatron-LM: its distributed optimizer)
+        dense = [t for u in units if not u.expert for t in u.tensors]
+        expert = [t for u in units if u.expert for t in u.tensors]
         owned = [t for t in [dense[i] for i in _zero1_owned(dense, d, dp_rank)] +
                  [expert[i] for i in _zero1_owned(expert, e, e_rank)] if t.trained]
         mine = sum(t.numel for t in owned)
-        return States(numel, numel, grads, mine, len(flat), len(owned), matmul, numel,
+        return States(numel, numel, grads, mine, tensors, len(owned), matmul, numel,
                       tuple(units), dp_rank, **extra)
-    padded = sum(t.padded(d) for t in dense) + sum(t.padded(e) for t in expert)
-    shard = sum(t.shard(d, dp_rank) for t in dense) + sum(t.shard(e, e_rank) for t in expert)
-    grads = sum(t.padded(d) for t in dense if t.trained) + \
-        sum(t.padded(e) for t in expert if t.trained)
-    moments = sum(t.shard(d, dp_rank) for t in dense if t.trained) + \
-        sum(t.shard(e, e_rank) for t in expert if t.trained)
+    padded = sum(n * t.padded(d) for t, n in dense_n) + sum(n * t.padded(e) for t, n in expert_n)
+    shard = sum(n * t.shard(d, dp_rank) for t, n in dense_n) + \
+        sum(n * t.shard(e, e_rank) for t, n in expert_n)
+    grads = sum(n * t.padded(d) for t, n in dense_n if t.trained) + \
+        sum(n * t.padded(e) for t, n in expert_n if t.trained)
+    moments = sum(n * t.shard(d, dp_rank) for t, n in dense_n if t.trained) + \
+        sum(n * t.shard(e, e_rank) for t, n in expert_n if t.trained)
     # every tensor has a shard on every rank, possibly empty (rows < d); AdamW still keeps a
     # step counter for an empty one (a trained one: FROZEN)
-    return States(padded, shard, grads, moments, len(flat), len(trained), matmul, numel,
+    return States(padded, shard, grads, moments, tensors, trained, matmul, numel,
                   tuple(units), dp_rank, **extra)
 
 
@@ -268,7 +338,7 @@ def zero1_worst_rank(units: list[Unit], layout: Layout) -> int:
     partition over every tensor, the state of the trained ones (FROZEN)."""
     def loads(tensors: list[Local], d: int) -> list[int]:
         return [sum(tensors[i].numel for i in o if tensors[i].trained)
-                for o in zero1_partition([t.numel for t in tensors], d)]
+                for o in _partition(tuple(t.numel for t in tensors), d)]
     dense = loads([t for u in units if not u.expert for t in u.tensors], layout.dp)
     expert = loads([t for u in units if u.expert for t in u.tensors], layout.edp)
     total = [dense[r] + expert[r // layout.ep] for r in range(layout.dp)]
@@ -317,6 +387,29 @@ def _updated(units: list[Unit], layout: Layout,
     return [(t, shard(t, d, dp_rank)) for t in dense] + [(t, shard(t, e, e_rank)) for t in expert]
 
 
+def updated_counted(units: list[Unit], layout: Layout,
+                    dp_rank: int = 0) -> list[tuple[Local, tuple[int, ...], int]]:
+    """updated()'s (tensor, shape) pairs, each distinct one once with its count (counted:
+    the blocks of a kind share their Local objects), in first-seen order."""
+    if layout.sharding == 1:  # the partition's whole tensors: grouped from the list
+        seen: dict[tuple, list] = {}
+        for t, shape in updated(units, layout, dp_rank):
+            hit = seen.setdefault((id(t), shape), [t, shape, 0])
+            hit[2] += 1
+        return [(t, shape, n) for t, shape, n in seen.values()]
+    dense, expert = counted(units, False), counted(units, True)
+    if layout.sharding == 0:
+        return [(t, t.sizes, n) for t, n in dense + expert if t.trained]
+    e_rank = dp_rank // layout.ep
+
+    def shard(t: Local, d: int, rank: int) -> tuple[int, ...]:
+        sizes = list(t.sizes)
+        sizes[t.dim] = chunk(sizes[t.dim], d, rank)
+        return tuple(sizes)
+    return [(t, shard(t, layout.dp, dp_rank), n) for t, n in dense if t.trained] + \
+        [(t, shard(t, layout.edp, e_rank), n) for t, n in expert if t.trained]
+
+
 def role(t: Local) -> str:
     """Muon's hidden matrices: a block's 2-D weights (training_state.role's rule: not an
     embedding table, not the LM head, which live outside the blocks)."""
@@ -324,24 +417,27 @@ def role(t: Local) -> str:
 
 
 def optimizer_state(units: list[Unit], layout: Layout, s: States, optimizer: str,
-                    precision: Precision) -> tuple[list[tuple[str, int, str]], int]:
+                    precision: Precision, mine: list | None = None,
+                    ) -> tuple[list[tuple[str, int, str]], int]:
     """([(item, bytes, dtype)], step counters) of this rank's optimizer, tensor by tensor
     with the rules of planning/optimizers.py (checked against torch.optim and bitsandbytes
-    there); the fp32 master copy of bf16-master first, shaped like the updated tensors."""
+    there); the fp32 master copy of bf16-master first, shaped like the updated tensors.
+    Each distinct (tensor, shape) once, times its count (updated_counted; `mine`: its
+    list where the caller has it already)."""
     opt = get_optimizer(optimizer)
-    mine = updated(list(units), layout, s.dp_rank)
+    mine = updated_counted(list(units), layout, s.dp_rank) if mine is None else mine
     items: dict[str, list] = {}
     if precision.master:
         items["fp32 master copy of the parameters (optimizer)"] = [
-            4 * sum(prod(shape) for _, shape in mine), "fp32"]
-    for t, shape in mine:
+            4 * sum(n * prod(shape) for _, shape, n in mine), "fp32"]
+    for t, shape, n in mine:
         for st in opt.state(shape, precision.state_dtype, role(t)):
             acc = items.setdefault(st.item, [0, st.dtype])
-            acc[0] += st.bytes
-    if mine:
-        for st in opt.shared([shape for _, shape in mine]):
+            acc[0] += n * st.bytes
+    if mine:  # (shared() reads the shapes as a multiset: whether every one is small)
+        for st in opt.shared([shape for _, shape, n in mine for _ in range(n)]):
             acc = items.setdefault(st.item, [0, st.dtype])
             acc[0] += st.bytes
     counters = 0 if opt.step_counter is None else sum(
-        1 for t, _ in mine if role(t) != opt.counterless_role)
+        n for t, _, n in mine if role(t) != opt.counterless_role)
     return [(k, b, dt) for k, (b, dt) in items.items()], counters

@@ -149,6 +149,13 @@ def group_link(layout: Layout, group: str, net: Interconnect) -> tuple[Fraction,
     return net.network, "network"
 
 
+def group_links(layout: Layout, net: Interconnect | None) -> dict:
+    """The link of each group the layout has (group_link; none without `net`)."""
+    groups = ((TP_GROUP, DATA, PIPELINE) + ((EXPERT, EXPERT_DATA) if layout.ep > 1 else ())
+              + ((CONTEXT,) if layout.cp > 1 else ()))
+    return {g: group_link(layout, g, net) for g in groups} if net else {}
+
+
 @dataclass(frozen=True)
 class StepTime:
     compute_per_micro_batch: Fraction  # seconds, slowest stage
@@ -268,9 +275,7 @@ def step_time(layout: Layout, flops: list[StageFlops], comms: list[list[Collecti
     the GEMMs' an async TP's collectives (`async_tp`: the run's --async-tp, overlap.ASYNC_TP)."""
     rate = peak * mfu
     m = layout.micro_batches
-    groups = ((TP_GROUP, DATA, PIPELINE) + ((EXPERT, EXPERT_DATA) if layout.ep > 1 else ())
-              + ((CONTEXT,) if layout.cp > 1 else ()))
-    links = {g: group_link(layout, g, net) for g in groups} if net else {}
+    links = group_links(layout, net)
     attention = dict(shares).get(ATTENTION_SHARE)
     gemms = dict(shares).get(GEMM_SHARE)
     dp_rule = overlap.data_rule(layout.sharding) if overlap is not None else None
@@ -281,7 +286,8 @@ def step_time(layout: Layout, flops: list[StageFlops], comms: list[list[Collecti
             if t is not None:
                 return t
         sent, over = c.traffic_parts
-        return Fraction(sent, over) / links[c.group][0]
+        bw = links[c.group][0]  # (sent/over)/bw as one fraction: one reduction, not two
+        return Fraction(sent * bw.denominator, over * bw.numerator)
     per_stage = []
     for f, collectives in zip(flops, comms):
         timed = [(c, seconds_of(c)) for c in collectives if c.group in links]
