@@ -45,7 +45,7 @@ from accounting.planning.parallel import ring_attention as RA
 from accounting.planning.parallel.activations import Linear
 from accounting.planning.parallel.layout import NO_RECOMPUTE
 
-from accounting.units import DTYPE_BYTES, FP32, INT64
+from accounting.units import BF16, DTYPE_BYTES, FP32, INT64
 
 # the two moments' names (not the ledger's phase names, records.BACKWARD)
 AT_BACKWARD, AT_UPDATE = "start of the backward pass", "optimizer update"
@@ -199,7 +199,9 @@ def moments(sp, layout, precision, stage: int, kinds, values: dict[str, int], lo
     entropy's gradients, and a chunked or fused loss adds the forward's end. `compiled`:
     the change to the in-flight activations under --compile and --offload activations
     (plan.py _activations_change), at every moment that holds them; `frozen_head`: the LM head is not trained (LoRA: Liger makes no
-    grad_weight); `compiled_loss`: --compile compiles the chunked loss (loss_memory.py)."""
+    grad_weight); `compiled_loss`: --compile-components names the loss: the chunked loss
+    compiled (loss_memory.py), or under a stack that compiles its whole F.cross_entropy
+    (Stack.compiles_standard_loss: torchtitan) the standard loss, without TP."""
     last = stage == layout.pp - 1
     work = CP.workspace(arch)
     ws = Linear(0, work.bytes.evaluate({}))
@@ -226,12 +228,25 @@ def moments(sp, layout, precision, stage: int, kinds, values: dict[str, int], lo
     inputs = Linear(i64 * local * ((stage == 0) + last), 0)
     extra, what = ws + loss + compiled, [f"{work.rule}: {work.what}"]
     forward, region = None, None
+    # torchtitan's loss compiled (--compile-components model,loss), without TP: under TP
+    # its loss_parallel compiled is not measured, the eager rule stands (the plan's notes)
+    whole = last and loss_name == LM.STANDARD and compiled_loss \
+        and stack.stack.compiles_standard_loss and tp == 1
     if last and loss_name != LM.STANDARD:
         start, forward, region = _loss_linear(sp, values, tp, local, loss_name, loss_chunks,
                                               0 if frozen_head else precision.master_bytes,
                                               layout.micro_batch, compiled_loss)
         extra = extra + start
         what.insert(0, f"--loss {loss_name}: {region.what_backward}")
+    elif whole:
+        # torchtitan's compiled cross_entropy_loss (loss_memory.compiled_whole): its bf16
+        # logits saved in place of the fp32 log-probabilities its ledger keeps, one bf16
+        # gradient; no moment at the forward's end above this one
+        rule = LM.compiled_whole(f32, DTYPE_BYTES[BF16])
+        with_b, without_b = (rule.kept + rule.backward).split("B")
+        rank = _rank_values(values, tp, local)
+        extra = extra + Linear(with_b.evaluate({**rank, "B": 1}), without_b.evaluate(rank))
+        what.insert(0, rule.what_backward)
     elif last:
         vocab = -(-values["V"] // tp)
         fused = TT.loss_gradients(stack.stack, tp)  # torchtitan's loss_parallel (titan_tp.py)
@@ -239,7 +254,10 @@ def moments(sp, layout, precision, stage: int, kinds, values: dict[str, int], lo
         extra = extra + Linear(n_grads * local * vocab * gb, 0)
         what.insert(0, f"the loss's gradients {n_grads}·b·(T/cp)·⌈V/tp⌉·{gb} "
                        f"(T/cp = {local:,}, ⌈V/tp⌉ = {vocab:,}"
-                       + (f"; {fused.what}" if fused is not None else "") + ")")
+                       + (f"; {fused.what}" if fused is not None else "") + ")"
+                       + ("; the loss planned eager: a compiled loss under loss_parallel "
+                          "(TP) is not measured" if compiled_loss and loss_name == LM.STANDARD
+                          and stack.stack.compiles_standard_loss else ""))
     if own:
         adj, rules = _cuda(sp, values, precision.autocast, implementation, tp, local, kinds,
                            last and (region is None or region.cuda_loss), in_flight)
@@ -251,7 +269,7 @@ def moments(sp, layout, precision, stage: int, kinds, values: dict[str, int], lo
     # the loss's backward (the last stage), then each block's, which with recomputation
     # holds one block's recomputed activations too (MemoryModel's "one block, recomputed")
     freed = TT.freed_logits(stack.stack, local, -(-values["V"] // tp)) \
-        if last and loss_name == LM.STANDARD else None
+        if last and loss_name == LM.STANDARD and not whole else None
     out = [Moment(AT_BACKWARD + " (the loss's backward)", held + "; ".join(
         what + ([f"reserved beside: {freed.what}"] if freed else [])), extra, True,
         grads_live, True, history=freed.bytes if freed else Linear(), pass_grads=False,
