@@ -143,6 +143,15 @@ def test_the_torch_stack_keeps_torchtune_behaviour():
     assert region["model"] == eager
 
 
+def test_the_first_screen_says_the_loss_runs_eager(capsys):
+    argv = ("plan", "meta-llama/Llama-3.2-1B", "--ctx", "1024", "--loss", "chunked",
+            "--recompute", "full", "--compile")
+    for extra, said in (((), False), (("--compile-components", "model"), True)):
+        code, out, err = run(capsys, *argv, *extra)
+        assert code == 0, err
+        assert ("the loss eager" in out.split("\n\n")[0]) == said
+
+
 @pytest.mark.parametrize("extra,expected", [
     ((), "give --compile with it"),
     (("--compile", "--compile-components", "loss"), "takes model or model,loss"),

@@ -1,7 +1,8 @@
 """`plan`'s recipe flags (issue 44): --loss standard|chunked|fused-linear, --loss-chunks N,
 --compile, --compile-components, and the `activations` option of --offload (the flag
-itself is plan_parallel's, shared with the model states' options). Parsing only: the rules are accounting/planning/
-loss_memory.py's, activation_offload.py's and compile_memory.py's."""
+itself is plan_parallel's, shared with the model states' options). Parsing only: the rules
+are accounting/planning/loss_memory.py's, activation_offload.py's, compile_memory.py's and
+compile_components.py's."""
 from __future__ import annotations
 
 import argparse
