@@ -168,3 +168,19 @@ def test_search_refuses_compile_components(capsys):
     refused_in_one_line(capsys, "plan", "meta-llama/Llama-3.2-1B", "--gpus", "8", "--search",
                         "--gpu", "H100", "--compile", "--compile-components", "model",
                         expected="leave it out with --search")
+
+
+def test_many_gpus_leave_the_chunked_loss_eager_with_model_alone(capsys):
+    # --stack torch on 8 GPUs, --loss chunked: `model` leaves torchtune's chunked loss eager.
+    # By hand (Llama-3.2-1B's V 128,256; B 2, T 4,096, 8 chunks: T_c 512; bf16 logits under
+    # autocast), eager against compiled at the forward's end: the float32 log-softmax and
+    # the last chunk's float32 copy, less the two float32 numbers a token,
+    # 4·B·T·V + 4·B·T_c·V − 8·B·T
+    B, T, Tc, V = 2, 4096, 512, 128256
+    argv = ("plan", "meta-llama/Llama-3.2-1B", "--gpus", "8", "--fsdp", "--batch", "16",
+            "--micro-batch", "2", "--ctx", "4096", "--loss", "chunked", "--recompute", "full",
+            "--compile", "--format", "json")
+    _, default = _moments(capsys, *argv)
+    _, model = _moments(capsys, *argv, "--compile-components", "model")
+    end = "end of the forward pass (--loss chunked)"
+    assert model[end] - default[end] == 4 * B * T * V + 4 * B * Tc * V - 8 * B * T
