@@ -184,3 +184,15 @@ def test_many_gpus_leave_the_chunked_loss_eager_with_model_alone(capsys):
     _, model = _moments(capsys, *argv, "--compile-components", "model")
     end = "end of the forward pass (--loss chunked)"
     assert model[end] - default[end] == 4 * B * T * V + 4 * B * Tc * V - 8 * B * T
+
+
+def test_under_pp_the_saved_logits_are_the_fwd_cache_s(capsys):
+    # under PP torch's pipelining keeps the last stage's output, the bf16 logits, in its
+    # fwd_cache (pipeline_buffers.py), counted there: the compiled loss's saved pred is that
+    # storage, not counted twice. By hand at the loss's backward, eager minus compiled:
+    # 2·4·B·T·V − (−4·B·T·V + 8·B·T + 2·B·T·V + 4·B·T) = 10·B·T·V − 12·B·T
+    B, T, V = 2, 4096, 128256
+    argv = [a if a != "8" else "4" for a in _TITAN[:-2]] + ["--pp", "2", "--format", "json"]
+    _, default = _moments(capsys, *argv)
+    _, model = _moments(capsys, *argv, "--compile-components", "model")
+    assert model[START] - default[START] == 10 * B * T * V - 12 * B * T

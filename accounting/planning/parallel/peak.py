@@ -242,7 +242,9 @@ def moments(sp, layout, precision, stage: int, kinds, values: dict[str, int], lo
         # torchtitan's compiled cross_entropy_loss (loss_memory.compiled_whole): its bf16
         # logits saved in place of the fp32 log-probabilities its ledger keeps, one bf16
         # gradient; no moment at the forward's end above this one
-        rule = LM.compiled_whole(f32, DTYPE_BYTES[BF16])
+        # (under PP the fwd_cache holds the saved logits already: pipeline_buffers.py)
+        rule = LM.compiled_whole(f32, DTYPE_BYTES[BF16],
+                                 layout.pp > 1 and stack.stack.pp_fwd_cache)
         with_b, without_b = (rule.kept + rule.backward).split("B")
         rank = _rank_values(values, tp, local)
         extra = extra + Linear(with_b.evaluate({**rank, "B": 1}), without_b.evaluate(rank))
