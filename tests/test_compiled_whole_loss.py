@@ -5,11 +5,18 @@ and --compile-components, the flag that names it.
 
 Expected values: measured here, on the CPU, with that body under torch.compile (inductor):
 the tensors its graph saves (saved-tensor hooks) and the buffers its forward and backward
-write (inductor's output code, torch._inductor.utils.run_and_get_code), at two shapes; the
+write (inductor's output code, torch._inductor.utils.run_and_get_code), at two shapes, and
+under loss_parallel on one TP rank of 4 of the fake process group
+(tests/titan_compiled_loss_measure.py); the
 eager body measured the same way; hand algebra from Llama 3.2 1B's config.json (V 128,256)
 for the plans."""
 import json
+import os
 import re
+import subprocess
+import sys
+from functools import lru_cache
+from pathlib import Path
 
 import pytest
 
@@ -19,6 +26,8 @@ from accounting.planning import compile_components as CC  # noqa: E402
 from accounting.planning import loss_memory as LM  # noqa: E402
 from accounting.planning.parallel.stacks import STACKS  # noqa: E402
 from cli_run import refused_in_one_line, run  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def cross_entropy_loss(pred, labels):  # torchtitan components/loss.py at e7c0cae, verbatim
@@ -120,14 +129,49 @@ def test_torchtitan_compiles_its_loss_by_default(capsys):
         2 * B * T * V - 4 * B * T * V + 8 * B * T + 2 * B * T * V + 4 * B * T)
 
 
-def test_under_tp_the_loss_stays_eager_and_the_notes_say_so(capsys):
+@lru_cache(maxsize=1)
+def _loss_parallel_measured() -> list:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    run_ = subprocess.run([sys.executable, str(ROOT / "tests" / "titan_compiled_loss_measure.py")],
+                          capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
+    assert run_.returncode == 0, run_.stderr[-2000:]
+    return json.loads(run_.stdout)
+
+
+@pytest.mark.slow  # a fresh interpreter on the fake process group, two compiles: ~25 s
+def test_the_compiled_loss_parallel_is_the_rule():
+    # measured (tests/titan_compiled_loss_measure.py: one TP rank of 4, inductor's output
+    # code replayed), at two shapes, in units of the rank's logits, e = B·T·V/tp elements
+    from accounting.planning.parallel import titan_tp as TT
+    rule = TT.compiled_loss_parallel(STACKS["torchtitan"], 4, True)
+    assert rule is not None and TT.compiled_loss_parallel(STACKS["torchtitan"], 4, False) is None
+    for m in _loss_parallel_measured():
+        B, T, _ = m["shape"]
+        e = m["logits_fp32"] // 4
+        # saved: the fp32 log-probabilities (the eager ledger's row) and a bool a row
+        assert m["saved"] == sorted([4 * e, B * T])
+        # the forward: the log-probabilities and one fp32 temporary at once, and per-row
+        # numbers (not planned: under a tenth of e here); the bf16 logits are its input
+        assert 0 <= m["forward_peak"] - (4 + rule.temporary) * e < e // 10
+        assert rule.logits == 2  # the input: bf16 logits
+        # the backward: one buffer, the logits' bf16 gradient
+        assert m["backward_buffers"] == [rule.backward * e] == [2 * e]
+
+
+def test_under_tp_the_compiled_loss_parallel_rule_is_planned(capsys):
+    # by hand at TP 2 (⌈V/tp⌉ 64,128), B 2, T 4,096, e = B·T·⌈V/tp⌉: eager, the loss's
+    # backward adds three fp32 temporaries (12·e); compiled, one bf16 gradient (2·e); its
+    # forward's end adds the bf16 logits and one fp32 temporary (6·e) to what both hold
+    e = 2 * 4096 * (128256 // 2)
     argv = list(_TITAN[:-2]) + ["--tp", "2", "--sp"]
     _, default = _moments(capsys, *argv, "--format", "json")
     _, model = _moments(capsys, *argv, "--compile-components", "model", "--format", "json")
-    assert default == model  # loss_parallel compiled is not measured: the eager rule
+    end = "end of the forward pass (the compiled loss)"
+    assert model[START] - default[START] == 12 * e - 2 * e
+    assert default[end] - default[START] == 6 * e - 2 * e and end not in model
     code, out, err = run(capsys, *argv)
     assert code == 0, err
-    assert "a compiled loss under loss_parallel (TP) is not measured" in out
+    assert "the compiled loss under loss_parallel" in out
 
 
 def test_the_torch_stack_keeps_torchtune_behaviour():
