@@ -131,9 +131,10 @@ def test_torchtitan_compiles_its_loss_by_default(capsys):
 
 @lru_cache(maxsize=1)
 def _loss_parallel_measured() -> list:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
     run_ = subprocess.run([sys.executable, str(ROOT / "tests" / "titan_compiled_loss_measure.py")],
-                          capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": path}, cwd=ROOT)
     assert run_.returncode == 0, run_.stderr[-2000:]
     return json.loads(run_.stdout)
 

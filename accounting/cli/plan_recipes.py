@@ -32,7 +32,7 @@ def add_args(w: argparse._ArgumentGroup) -> None:
                    help="with --compile, what it compiles, as torchtitan's "
                         "compile.components names it: model (the blocks; the loss eager) or "
                         "model,loss (the loss too: torchtune's chunked loss under --stack "
-                        "torch, torchtitan's whole cross-entropy without TP). Default: the "
+                        "torch, torchtitan's cross-entropy under --stack torchtitan). Default: the "
                         "stack's (model,loss for both, as torchtune's recipes and torchtitan "
                         "since 2025-04-02 compile)")
 

@@ -201,7 +201,8 @@ def moments(sp, layout, precision, stage: int, kinds, values: dict[str, int], lo
     (plan.py _activations_change), at every moment that holds them; `frozen_head`: the LM head is not trained (LoRA: Liger makes no
     grad_weight); `compiled_loss`: --compile-components names the loss: the chunked loss
     compiled (loss_memory.py), or under a stack that compiles its whole F.cross_entropy
-    (Stack.compiles_standard_loss: torchtitan) the standard loss, without TP."""
+    (Stack.compiles_standard_loss: torchtitan) the standard loss (under TP its
+    loss_parallel: titan_tp.compiled_loss_parallel)."""
     last = stage == layout.pp - 1
     work = CP.workspace(arch)
     ws = Linear(0, work.bytes.evaluate({}))
