@@ -71,6 +71,7 @@ def _measure(fn, B, T, V):
     return sum(seen.values()), any(own), codes
 
 
+@pytest.mark.slow  # inductor compiles C++ kernels at each shape: ~10 s
 @pytest.mark.parametrize("B,T,V", [(2, 64, 4096), (1, 48, 3000)])
 def test_the_compiled_loss_is_the_rule(B, T, V):
     torch._dynamo.reset()
