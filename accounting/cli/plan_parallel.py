@@ -6,6 +6,7 @@ import argparse
 
 from accounting.tables import output
 from accounting.cli.args import integer_digits, positive_int
+from accounting.cli.plan_recipes import components as recipe_components
 from accounting.runtime.errors import UsageError
 from accounting.planning.gpus import DEFAULT_GPUS_PER_NODE, interconnect
 from accounting.planning.optimizers import DEFAULT_OPTIMIZER, is_default
@@ -401,6 +402,9 @@ def run(ns: argparse.Namespace, config, ck=None) -> int:
         if ns.stage_layers is not None:
             raise UsageError("--stage-layers fixes one pipeline's split; --search tries every "
                              "pp (each split evenly, or one fewer on the first and last stage)")
+        if recipe_components(ns) is not None:  # search.py plans the stack's default
+            raise UsageError("--compile-components is planned for one layout; --search "
+                             "compiles the stack's default: leave it out with --search")
         _, with_line = _tower(ns, precision, finetune, run_stack, ns.recompute, seq)
         base = Layout(ns.gpus, ep=ns.ep, sp=ns.sp, zero=zero, micro_batch=micro,
                       global_batch=ns.batch or ns.gpus * micro, recompute=ns.recompute,
@@ -427,7 +431,8 @@ def run(ns: argparse.Namespace, config, ck=None) -> int:
                                finetune=finetune, implementation=implementation,
                                offload=parse_offload(ns.offload),
                                loss=ns.loss, loss_chunks=ns.loss_chunks,
-                               compile=ns.compile, tower=tower)
+                               compile=ns.compile, tower=tower,
+                               compile_components=recipe_components(ns))
         tables, data = views.tables, export.to_dict
         if tower is not None:  # issue 41: the JSON's "vision" entry
             from accounting.present.vision_views import parallel_dict

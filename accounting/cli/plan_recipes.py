@@ -1,12 +1,14 @@
 """`plan`'s recipe flags (issue 44): --loss standard|chunked|fused-linear, --loss-chunks N,
---compile, and the `activations` option of --offload (the flag itself is plan_parallel's,
-shared with the model states' options). Parsing only: the rules are accounting/planning/
-loss_memory.py's, activation_offload.py's and compile_memory.py's."""
+--compile, --compile-components, and the `activations` option of --offload (the flag
+itself is plan_parallel's, shared with the model states' options). Parsing only: the rules
+are accounting/planning/loss_memory.py's, activation_offload.py's, compile_memory.py's and
+compile_components.py's."""
 from __future__ import annotations
 
 import argparse
 
 from accounting.cli.args import positive_int
+from accounting.planning import compile_components as CC
 from accounting.planning.loss_memory import DEFAULT_CHUNKS, LOSSES, MAX_CHUNKS, STANDARD
 from accounting.planning.parallel.offload import ACTIVATIONS, parse
 from accounting.runtime.errors import UsageError
@@ -26,6 +28,13 @@ def add_args(w: argparse._ArgumentGroup) -> None:
                         "tensors and recomputes pointwise ops in the backward pass; with "
                         "--loss chunked the loss's cross-entropy too (torchtune's "
                         "compile_loss: the bf16 chunks saved, no float32 log-softmax)")
+    w.add_argument("--compile-components", metavar="|".join(CC.CHOICES),
+                   help="with --compile, what it compiles, as torchtitan's "
+                        "compile.components names it: model (the blocks; the loss eager) or "
+                        "model,loss (the loss too: torchtune's chunked loss under --stack "
+                        "torch, torchtitan's cross-entropy under --stack torchtitan). Default: the "
+                        "stack's (model,loss for both, as torchtune's recipes and torchtitan "
+                        "since 2025-04-02 compile)")
 
 
 def offload_activations(ns: argparse.Namespace) -> bool:
@@ -40,7 +49,15 @@ def offload_activations(ns: argparse.Namespace) -> bool:
 
 def plan_kwargs(ns: argparse.Namespace) -> dict:
     return {"loss": ns.loss, "loss_chunks": ns.loss_chunks, "compile": ns.compile,
-            "offload_activations": offload_activations(ns)}
+            "offload_activations": offload_activations(ns),
+            "compile_components": components(ns)}
 
 
-__all__ = ["add_args", "offload_activations", "plan_kwargs"]
+def components(ns: argparse.Namespace) -> frozenset[str] | None:
+    """--compile-components parsed (None: the stack's default); refused without --compile."""
+    out = CC.parse(ns.compile_components)
+    CC.resolve(ns.compile, out, ())
+    return out
+
+
+__all__ = ["add_args", "components", "offload_activations", "plan_kwargs"]

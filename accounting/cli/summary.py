@@ -230,4 +230,6 @@ def _recipe_flags(p) -> str:
     out = "" if m.loss == "standard" else f", loss {m.loss}" + (
         f" ({m.loss_chunks} chunks)" if m.loss == "chunked" else "")
     return out + (", activations offloaded to the CPU" if m.offload_activations else "") \
-        + (", blocks under torch.compile" if m.compile else "")
+        + (", blocks under torch.compile" if m.compile else "") \
+        + (" (the loss eager: --compile-components model)"
+           if m.compile and not m.compile_loss and m.loss == "chunked" else "")

@@ -31,7 +31,8 @@ Sources, read at the commits named (the tables typed here, figure for figure):
     ["output"]), local_batch_size 2, compile, float8 with enable_fsdp_float8_all_gather,
     precompute_float8_dynamic_scale_for_fsdp and force_recompute_fp8_weight_in_bwd. At
     e7c0cae training.compile also compiles the loss (components/loss.py
-    build_cross_entropy_loss, since bbb1b61, 2025-04-02), which the plan does not.
+    build_cross_entropy_loss, since bbb1b61, 2025-04-02): the plan's --compile-components
+    default under --stack torchtitan (planning/loss_memory.py compiled_whole).
   * torchtune, README.md "Memory and training speed" (pytorch/torchtune at
     0031bfb080bd35ec533c412df883cf2bf7bf7fe4): batch size 2, a dataset packed to 2,048
     tokens, torch.compile on; "Peak Memory per GPU" is the recipes' log_memory_stats
@@ -111,7 +112,12 @@ COMPILE = "torch.compile"
 # Tables 1-3 carry it; Tables 4-6 (TP, PP: their rules are being reworked under issue 44)
 # still list it as unexpressed: under full checkpointing --compile moves no planned byte
 # (the block's input alone is kept either way), so their ratios stand as they are
-_COMPILED = ("--compile",)
+# The loss stays eager there: at 9dec370 (the paper's runs) train.py leaves it uncompiled
+# ("TODO: compiling loss function causes CUDA errors, turning off for now"), and at 1daca4c
+# (issue #1185's runs) components/loss.py still has `# compiled_cross_entropy_loss =
+# torch.compile(cross_entropy_loss)` commented out: --compile-components model (the stack's
+# default, model,loss, is torchtitan's since bbb1b61, 2025-04-02)
+_COMPILED = ("--compile", "--compile-components", "model")
 # torchtune's recipes' loss: CEWithChunkedOutputLoss, 8 chunks (recipes/configs/llama3_1/*:
 # loss._component_: torchtune.modules.loss.CEWithChunkedOutputLoss), planned with --loss chunked
 TUNE_LOSS = ("--loss", "chunked")
@@ -225,8 +231,9 @@ for _gpus, _gib in ((32, "47.96"), (64, "46.97")):
                    "--batch", str(2 * _gpus), "--micro-batch", "2", "--ctx", "8192",
                    "--recompute", "selective", "--precision", "fp8-torchao-fsdp", "--compile"),
                   Fraction(_gib), RESERVED, "H200 141 GB",
-                  ("the loss compiled (loss.py at e7c0cae; planned eager)",
-                   "the LM head in bf16 (filter_fqns ['output']; planned in fp8)")))
+                  # the loss compiled as e7c0cae's training.compile does (components/loss.py
+                  # build_cross_entropy_loss): the torchtitan stack's default components
+                  ("the LM head in bf16 (filter_fqns ['output']; planned in fp8)",)))
 
 
 def _tune(row: str, gib: str, card: str, flags: tuple[str, ...], *unexpressed: str) -> None:

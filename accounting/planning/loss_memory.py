@@ -206,6 +206,28 @@ def compiled_chunked(lsm, logits_b: int) -> LossRegion:
                       f"every logits chunk, saved by the compiled loss ({logits_b}·B·T·V)")
 
 
+def compiled_whole(lsm_bytes: int, logits_b: int, logits_held: bool = False) -> LossRegion:
+    """F.cross_entropy(pred.flatten(0, 1).float(), labels) compiled whole (torchtitan's
+    cross_entropy_loss under torch.compile, components/loss.py at e7c0cae): the chunked
+    rule's one chunk, T_c = T, and no chunk copies of the targets. Measured on the CPU
+    (tests/test_compiled_whole_loss.py: saved-tensor hooks and inductor's output code, bf16
+    pred [B, T, V]): the graph saves pred itself (logits_b·B·T·V, the same storage: `del
+    pred` frees nothing), the targets, and two float32 numbers a row (the max and the
+    log-sum-exp), not the float32 log-probabilities (`lsm_bytes`·B·T·V, which the eager
+    ledger keeps); its forward writes no B·T·V buffer, its backward one, pred's gradient in
+    pred's dtype, beside one float32 number a row. `logits_held`: the logits are counted
+    already (a pipeline's last stage keeps its output in the fwd_cache until its backward:
+    parallel/pipeline_buffers.py), the saved pred being that same storage."""
+    f32 = DTYPE_BYTES[FP32]
+    kept = Expr.of(0 if logits_held else logits_b, ("B", "T", "V")) \
+        + Expr.of(2 * f32, ("B", "T")) - Expr.of(lsm_bytes, ("B", "T", "V"))
+    backward = Expr.of(logits_b, ("B", "T", "V")) + Expr.of(f32, ("B", "T"))
+    return LossRegion(kept, backward, None, frozenset(), False,
+                      f"the compiled loss (torch.compile): the logits' gradient "
+                      f"({logits_b}·B·T·V), the logits saved in place of the float32 "
+                      f"log-probabilities ({logits_b}·B·T·V) with two float32 numbers a token")
+
+
 def fused_kernel_region(acts, loss: str) -> LossRegion:
     """The loss of an implementation whose ledger runs one fused cross-entropy kernel
     (llm-foundry's default, flash-attn's Triton CrossEntropyLossFunction: ledger/builder/
@@ -224,5 +246,5 @@ def fused_kernel_region(acts, loss: str) -> LossRegion:
 
 LOGITS = "logits (output embedding)"  # the ledger's record of the head's output
 
-__all__ = ["CHUNKED", "DEFAULT_CHUNKS", "compiled_chunked", "FUSED_LINEAR", "LOSSES", "STANDARD", "LOGITS", "LossRegion",
+__all__ = ["CHUNKED", "DEFAULT_CHUNKS", "compiled_chunked", "compiled_whole", "FUSED_LINEAR", "LOSSES", "STANDARD", "LOGITS", "LossRegion",
            "add_values", "check", "fused_chunk_rows", "fused_kernel_region", "region"]

@@ -134,6 +134,9 @@ class MemoryModel:
     loss_chunks: int = LM.DEFAULT_CHUNKS
     offload_activations: bool = False
     compile: bool = False  # each block under torch.compile (compile_memory.py)
+    # with compile: the chunked loss's cross-entropy compiled too (torchtune's compile_loss;
+    # --compile-components model leaves it eager: compile_components.py)
+    compile_loss: bool = True
     # issue 41: a trained vision tower's saved activations (planning/vision_train.py), bytes
     # (per sequence, once per step), kept from its forward to the end of the backward pass
     vision_saved: tuple[int, int] = (0, 0)
@@ -193,7 +196,7 @@ class MemoryModel:
         # Liger's grad_weight is zeros_like(weight): none for a frozen head (LoRA)
         return LM.region(self.ledger.activations, self.loss,
                          0 if self.finetune is not None else self.precision.master_bytes,
-                         self.compile)
+                         self.compile and self.compile_loss)
 
     def activations(self) -> tuple[Activation, ...]:
         return tuple(r for r in self.ledger.activations

@@ -134,7 +134,8 @@ def plan(config: ModelConfig | str, seq: int | None = None, batch: int = 1, *,
          module_names=None, optimizer_in_backward: bool = False, tower=None,
          train_vision: bool = False, images=None, loss: str = "standard",
          loss_chunks: int | None = None, offload_activations: bool = False,
-         compile: bool = False, kbit_upcast: bool = False) -> Plan:
+         compile: bool = False, kbit_upcast: bool = False,
+         compile_components: frozenset | None = None) -> Plan:
     """Every answer for one workload. Numbers given as strings or Fractions stay exact.
     config: a ModelConfig or a preset name; gpu a name of accounting.planning.gpus.GPUS (or
     memory_bytes, peak_tflops, bandwidth_tbs of your own); precision, scope, recompute,
@@ -151,7 +152,9 @@ def plan(config: ModelConfig | str, seq: int | None = None, batch: int = 1, *,
     register_optim_in_bwd_hooks): no moment holds every gradient. loss: "standard",
     "chunked" (torchtune's, loss_chunks chunks, 8 by default) or "fused-linear" (Liger's);
     offload_activations: torchtune's OffloadActivations (accounting/planning/loss_memory.py,
-    activation_offload.py); compile: each block under torch.compile (compile_memory.py).
+    activation_offload.py); compile: each block under torch.compile (compile_memory.py),
+    and the chunked loss unless compile_components (compile_components.py; None: the torch
+    stack's default, Stack.compile_components) leaves the loss out.
     tower: a vision-language config's VisionSpec (held frozen, or trained with
     train_vision: True the tower and projector, "projector" the projector alone); images:
     the images of each sequence (analysis/images.py's VisionWorkload), whose saves a
@@ -201,6 +204,10 @@ def plan(config: ModelConfig | str, seq: int | None = None, batch: int = 1, *,
     if loss_chunks is not None:
         loss_chunks = A.count(loss_chunks, "loss_chunks")
     chunks = LM.check(loss, loss_chunks, config)
+    from accounting.planning import compile_components as CC
+    from accounting.planning.parallel.stacks import DEFAULT_STACK, STACKS
+    compile_loss = CC.LOSS in CC.resolve(bool(compile), compile_components,
+                                         STACKS[DEFAULT_STACK].compile_components)
     if compile:
         from accounting.planning.compile_memory import check as check_compile
         check_compile(config)
@@ -237,7 +244,7 @@ def plan(config: ModelConfig | str, seq: int | None = None, batch: int = 1, *,
                         optimizer_in_backward=bool(optimizer_in_backward),
                         loss=loss, loss_chunks=chunks,
                         offload_activations=bool(offload_activations),
-                        compile=bool(compile),
+                        compile=bool(compile), compile_loss=compile_loss,
                         vision_saved=tw.activations.saved if tw else (0, 0),
                         vision_forward=tw.activations.forward if tw else None)
     budget = (Budget(hw.memory_bytes, m, tw.total if tw else 0) if hw and hw.memory_bytes

@@ -45,7 +45,7 @@ from accounting.planning.parallel import ring_attention as RA
 from accounting.planning.parallel.activations import Linear
 from accounting.planning.parallel.layout import NO_RECOMPUTE
 
-from accounting.units import DTYPE_BYTES, FP32, INT64
+from accounting.units import BF16, DTYPE_BYTES, FP32, INT64
 
 # the two moments' names (not the ledger's phase names, records.BACKWARD)
 AT_BACKWARD, AT_UPDATE = "start of the backward pass", "optimizer update"
@@ -199,7 +199,10 @@ def moments(sp, layout, precision, stage: int, kinds, values: dict[str, int], lo
     entropy's gradients, and a chunked or fused loss adds the forward's end. `compiled`:
     the change to the in-flight activations under --compile and --offload activations
     (plan.py _activations_change), at every moment that holds them; `frozen_head`: the LM head is not trained (LoRA: Liger makes no
-    grad_weight); `compiled_loss`: --compile compiles the chunked loss (loss_memory.py)."""
+    grad_weight); `compiled_loss`: --compile-components names the loss: the chunked loss
+    compiled (loss_memory.py), or under a stack that compiles its whole F.cross_entropy
+    (Stack.compiles_standard_loss: torchtitan) the standard loss (under TP its
+    loss_parallel: titan_tp.compiled_loss_parallel)."""
     last = stage == layout.pp - 1
     work = CP.workspace(arch)
     ws = Linear(0, work.bytes.evaluate({}))
@@ -226,12 +229,42 @@ def moments(sp, layout, precision, stage: int, kinds, values: dict[str, int], lo
     inputs = Linear(i64 * local * ((stage == 0) + last), 0)
     extra, what = ws + loss + compiled, [f"{work.rule}: {work.what}"]
     forward, region = None, None
+    # torchtitan's loss compiled (--compile-components model,loss): without TP the rule of
+    # loss_memory.compiled_whole, under TP (loss_parallel) titan_tp.compiled_loss_parallel
+    whole = last and loss_name == LM.STANDARD and compiled_loss \
+        and stack.stack.compiles_standard_loss and tp == 1
+    lp = TT.compiled_loss_parallel(stack.stack, tp, compiled_loss) \
+        if last and loss_name == LM.STANDARD else None
+    # under PP the last stage's logits are counted already, in the pipeline's fwd_cache
+    # (pipeline_buffers.py)
+    fwd_cache_logits = layout.pp > 1 and stack.stack.pp_fwd_cache
     if last and loss_name != LM.STANDARD:
         start, forward, region = _loss_linear(sp, values, tp, local, loss_name, loss_chunks,
                                               0 if frozen_head else precision.master_bytes,
                                               layout.micro_batch, compiled_loss)
         extra = extra + start
         what.insert(0, f"--loss {loss_name}: {region.what_backward}")
+        fwd_name = f"end of the forward pass (--loss {loss_name})"
+        fwd_what = f"--loss {loss_name}: {region.what_forward}"
+    elif lp is not None:
+        rank_logits = local * -(-values["V"] // tp)
+        start = Linear(lp.backward * rank_logits, 0)
+        forward = Linear(((0 if fwd_cache_logits else lp.logits) + lp.temporary)
+                         * rank_logits, 0)
+        extra = extra + start
+        what.insert(0, f"{lp.what_backward} (T/cp = {local:,}, ⌈V/tp⌉ = "
+                       f"{-(-values['V'] // tp):,})")
+        fwd_name, fwd_what = "end of the forward pass (the compiled loss)", lp.what_forward
+    elif whole:
+        # torchtitan's compiled cross_entropy_loss (loss_memory.compiled_whole): its bf16
+        # logits saved in place of the fp32 log-probabilities its ledger keeps, one bf16
+        # gradient; no moment at the forward's end above this one
+        # (under PP the fwd_cache holds the saved logits already: pipeline_buffers.py)
+        rule = LM.compiled_whole(f32, DTYPE_BYTES[BF16], fwd_cache_logits)
+        with_b, without_b = (rule.kept + rule.backward).split("B")
+        rank = _rank_values(values, tp, local)
+        extra = extra + Linear(with_b.evaluate({**rank, "B": 1}), without_b.evaluate(rank))
+        what.insert(0, rule.what_backward)
     elif last:
         vocab = -(-values["V"] // tp)
         fused = TT.loss_gradients(stack.stack, tp)  # torchtitan's loss_parallel (titan_tp.py)
@@ -251,17 +284,17 @@ def moments(sp, layout, precision, stage: int, kinds, values: dict[str, int], lo
     # the loss's backward (the last stage), then each block's, which with recomputation
     # holds one block's recomputed activations too (MemoryModel's "one block, recomputed")
     freed = TT.freed_logits(stack.stack, local, -(-values["V"] // tp)) \
-        if last and loss_name == LM.STANDARD else None
+        if last and loss_name == LM.STANDARD and not whole and lp is None else None
     out = [Moment(AT_BACKWARD + " (the loss's backward)", held + "; ".join(
         what + ([f"reserved beside: {freed.what}"] if freed else [])), extra, True,
         grads_live, True, history=freed.bytes if freed else Linear(), pass_grads=False,
         after_forward=True)] \
         if last else []
-    if forward is not None:  # the forward's end: the chunks, or Liger's chunk (loss_memory.py)
+    if forward is not None:  # the forward's end: the chunks, or Liger's chunk (loss_memory.py),
+        # or the compiled loss_parallel's temporaries (titan_tp.py)
         fwd = extra + start.times(-1) + forward
-        out.append(Moment(f"end of the forward pass (--loss {loss_name})",
-                          held + f"--loss {loss_name}: {region.what_forward}", fwd, True,
-                          grads_live, True, pass_grads=False, after_forward=True))
+        out.append(Moment(fwd_name, held + fwd_what, fwd, True, grads_live, True,
+                          pass_grads=False, after_forward=True))
     ring, ring_what = _ring(sp, layout, values, precision, stack, implementation)
     block = AT_BLOCK_BACKWARD + (
         " (its recomputed activations live)" if layout.recompute != "none" else "")

@@ -27,7 +27,7 @@ from accounting.planning.parallel import comms as C
 from accounting.planning.parallel import lora_states as LS
 from accounting.planning.parallel import offload as OF
 from accounting.planning import activation_offload as AO
-from accounting.planning import compile_memory as CM, loss_memory as LM
+from accounting.planning import compile_components as CC, compile_memory as CM, loss_memory as LM
 from accounting.planning.parallel import peak as PK
 from accounting.planning.parallel import pipeline_buffers as PB
 from accounting.units import DTYPE_BYTES
@@ -324,7 +324,8 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
                   finetune=None, implementation: str = COURSE,
                   offload: frozenset = frozenset(), loss: str = "standard",
                   loss_chunks: int | None = None, compile: bool = False,
-                  tower=None, screen: bool = False) -> ParallelPlan | int:
+                  tower=None, screen: bool = False,
+                  compile_components: frozenset | None = None) -> ParallelPlan | int:
     """The plan of one GPU per stage shown (TP rank 0 — it holds the most of an uneven
     split — and data-parallel rank 0, or the given ranks). `mfu` is read under
     `mfu_convention` and `mfu_scope` (planning/mfu.py): in the compute scope the rate each
@@ -339,7 +340,9 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
     TowerRun (parallel/vision.py), the torch stack's full training only. `screen` (the
     layout search, which keeps only that of a layout that does not fit): such a layout
     comes back as its shortfall in bytes, an int, without its largest micro-batch and its
-    step time (its groups' links are still checked: group_link's refusal stays)."""
+    step time (its groups' links are still checked: group_link's refusal stays).
+    `compile_components`: what --compile compiles (compile_components.py; None: the
+    stack's default, Stack.compile_components)."""
     check_convention(mfu_convention)
     check_scope(mfu_scope)
     if mfu_scope == COMPUTE and mfu_convention == SIX_N:
@@ -399,6 +402,8 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
         raise UsageError(f"--offload activations is planned with --stack torch (torchtune's "
                          f"OffloadActivations); leave it out with --stack {stack.name}")
     chunks = LM.check(loss, loss_chunks, config)
+    compiled_loss = CC.LOSS in CC.resolve(compile, compile_components,
+                                          stack.stack.compile_components)
     if compile:
         # the stack first: another stack's config (deepspeed's eager attention) would be
         # refused as the model's ("… has attention other than SDPA") for a model that has it
@@ -444,7 +449,7 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
         loss, chunks, _activations_change(crows, s, None if titan else precision,
                                           layout.micro_batch, compile,
                                           OF.ACTIVATIONS in offload, sac, unread),
-        finetune is not None, compile)) for s in plans)
+        finetune is not None, compiled_loss)) for s in plans)
     # FSDP2's side streams' segments, reserved beside the default stream's (fsdp_streams.py)
     plans = tuple(replace(s, pools=FS.side_pools(data_layout(layout), s.states, s.items, stack,
                                                  precision,

@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from math import lcm
 from typing import Callable
 
+from accounting.planning import compile_components as CC
 from accounting.planning.parallel.activations import Linear
 from accounting.planning.parallel.buffers import Item
 from accounting.planning.parallel.layout import Layout
@@ -117,6 +118,17 @@ class Stack:
     # per-TransformerBlock compile after AC wrapping and before FSDP", apply_compile;
     # planning/compile_memory.py)
     compiles_blocks: bool = False
+    # what --compile compiles unless --compile-components says (compile_components.py). The
+    # torch stack follows torchtune's recipes (compile: training.compile_model and
+    # compile_loss, full_finetune_single_device.py @1814feb): the loss too, which compiles
+    # the chunked loss's cross-entropy only (a compiled standard loss's result is dropped
+    # by the recipe: it runs eagerly). torchtitan's CompileConfig.components default
+    # ["model", "loss"] (config/configs.py at b5bcd76; training.compile compiled the loss
+    # since bbb1b61, 2025-04-02: components/loss.py build_cross_entropy_loss)
+    compile_components: tuple[str, ...] = (CC.MODEL, CC.LOSS)
+    # whether a compiled loss is its whole F.cross_entropy on the fp32 copy of the logits
+    # (torchtitan's cross_entropy_loss under torch.compile: loss_memory.compiled_whole)
+    compiles_standard_loss: bool = False
     # its pipeline is torch.distributed.pipelining's: each stage keeps its output of every
     # micro-batch in flight in the stage's fwd_cache until that micro-batch's backward
     # (pipeline_buffers.py; measured on gloo, tests/test_pipeline_live.py)
@@ -205,7 +217,8 @@ register(Stack(TORCHTITAN, "torchtitan: its own Llama under FSDP2 with MixedPrec
                update_temporary=W32, pp_keeps_unsharded=True, compiles_blocks=True,
                pp_fwd_cache=True, ring_attention=True, emitter=TORCHTITAN,
                overlap=TORCHTITAN_OVERLAP, fp8_tp_gathers=("torchao",), async_tp=True,
-               loss_parallel=True, loss_frees_bf16_logits=True))
+               loss_parallel=True, loss_frees_bf16_logits=True,
+               compiles_standard_loss=True))
 
 
 def get_stack(name: str) -> Stack:

@@ -71,6 +71,43 @@ def loss_gradients(stack, tp: int) -> LossGradients | None:
 
 
 @dataclass(frozen=True)
+class CompiledLossParallel:
+    """torchtitan's compiled loss under loss_parallel: bytes per element of the rank's
+    logits, b·(T/cp)·⌈V/tp⌉: what the loss's backward adds, and what its forward's end adds
+    beyond the saved fp32 log-probabilities (the ledger's row): the logits themselves
+    (unless counted already) and a temporary."""
+    backward: int
+    logits: int
+    temporary: int
+    what_backward: str
+    what_forward: str
+
+
+# torchtitan's cross_entropy_loss compiled (training.compile, components/loss.py at e7c0cae)
+# on vocab-sharded bf16 logits under loss_parallel, measured on one TP rank of 4 on the fake
+# process group (tests/titan_compiled_loss_measure.py, inductor's output code replayed; two
+# shapes): the graph saves the fp32 log-probabilities (as eager) and a bool a row, not the
+# logits, so `del pred` frees them; its forward holds one more fp32 tensor the size of the
+# rank's logits (the shifted logits, between the max's and the sum's all-reduces) beside the
+# log-probabilities, with the bf16 logits still live; its backward writes one buffer, the
+# logits' gradient in bf16 (which the freed logits' block serves: no block left unusable).
+# Per-row buffers (under 1% of a logits tensor at V/tp ≥ 250) are not planned
+COMPILED_LOSS_PARALLEL = CompiledLossParallel(
+    2, 2, 4, "the compiled loss under loss_parallel (torch.compile): the logits' bf16 "
+              "gradient 2·b·(T/cp)·⌈V/tp⌉",
+    "the compiled loss under loss_parallel: the bf16 logits and one fp32 temporary beside "
+    "the saved log-probabilities, (2 + 4)·b·(T/cp)·⌈V/tp⌉")
+
+
+def compiled_loss_parallel(stack, tp: int, compiled_loss: bool) -> CompiledLossParallel | None:
+    """The compiled loss's rule under TP (Stack.compiles_standard_loss and loss_parallel:
+    torchtitan); None where another rule holds."""
+    if not (compiled_loss and stack.compiles_standard_loss and stack.loss_parallel and tp > 1):
+        return None
+    return COMPILED_LOSS_PARALLEL
+
+
+@dataclass(frozen=True)
 class FreedLogits:
     """A block the caching allocator keeps reserved, unused, at the loss's backward."""
     bytes: "Linear"
