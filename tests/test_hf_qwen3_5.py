@@ -16,6 +16,7 @@ Qwen3_5MLP: SwiGLU, intermediate_size, in every layer (qwen3_5_text); Qwen3_5Moe
 in every layer (qwen3_5_moe_text): gate (E×d), experts (3·E·d_e·d), shared_expert (3·d·d_s),
 shared_expert_gate (d → 1). (1 + w) RMSNorm before each sublayer and at the end.
 """
+import functools
 import json
 import math
 from pathlib import Path
@@ -294,8 +295,42 @@ def test_published_27b_mtp_by_hand():
 def _cache_by_layer_kind(T: int, name: str = "Qwen3.5-27B.json") -> tuple[int, int]:
     """(bytes of one gated DeltaNet layer's cache, of one full-attention layer's) for one
     sequence of T tokens: transformers' model of the file's text_config cut to its first 4
-    layers (3 DeltaNet, 1 attention), bf16, run on the meta device."""
-    torch = pytest.importorskip("torch")
+    layers (3 DeltaNet, 1 attention), bf16, run on the meta device -- in a forked child on
+    torch's C++ meta kernels (crosscheck/metakernels.py, as the CLI's own process and the
+    report's workers run; the same shapes and dtypes by construction, compared op by op in
+    tests/test_crosscheck_workers.py), which cannot be switched on in this process. The
+    Python meta kernels ran transformers' reference DeltaNet recurrence (one loop turn per
+    64-token chunk, 2,048 at T = 131,072) at about 14 times the CPU: 5.1 s against 0.36 s
+    at 131,072, 1.25 s against 0.11 s at 32,768 (measured on the 2-core machine). In this
+    process where no child can be forked (accounting.runtime.fork.available). The lazy
+    imports and first-call set-up of transformers' model are paid once here before the
+    forks (_warm_up, as tests/test_architectures.py's prepared checks do: 2.7 s), not once
+    in each child."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from accounting.runtime import fork
+    if not fork.available():
+        return _cache_held(T, name)
+    _warm_up(name)
+    with fork.Streamed(_cache_in_child, T, name) as child:
+        results = list(child)
+    assert len(results) == 1, "the child process ended without a result"
+    return results[0]
+
+
+@functools.cache
+def _warm_up(name: str) -> None:
+    _cache_held(64, name)
+
+
+def _cache_in_child(T: int, name: str):
+    from accounting.crosscheck.metakernels import use_cpp_meta_kernels
+    use_cpp_meta_kernels()
+    yield _cache_held(T, name)
+
+
+def _cache_held(T: int, name: str) -> tuple[int, int]:
+    import torch
     data = json.loads((FRONTIER / name).read_text())
     text = {**data["text_config"], "num_hidden_layers": 4,
             "layer_types": data["text_config"]["layer_types"][:4]}

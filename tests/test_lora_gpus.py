@@ -34,16 +34,50 @@ N_BASE = L * (4 * D * D + 3 * D * F + 2 * D) + 2 * V * D + D
 CASE = dict(world=8, dp=8, seq=16, micro_batch=1, micro_batches=2, lora_rank=R)
 
 
+# One fresh interpreter runs both engines (the fake process group and the forked gloo
+# workers need a clean process): first DDP on a gloo group of two processes, forked before
+# anything else is done there (as `python -m accounting.distcheck` orders them), then the
+# fake-backend ranks through accounting.distcheck.fake's main() (what `python -m
+# accounting.distcheck.fake CASE ...` runs), each result a JSON line tagged with its engine.
+# PEFT, which both import (about 7 s of CPU with transformers), is imported once there; the
+# gloo run was in this process, which imported it a second time.
+_BOTH = """
+import json, sys
+from accounting.distcheck import fake
+from accounting.distcheck.gloo import run_group
+from accounting.distcheck.measure import Case
+for m in run_group([Case(**json.loads(sys.argv[1]))]):
+    print("gloo " + json.dumps(m), flush=True)
+print("fake", end=" ", flush=True)
+sys.exit(fake.main(sys.argv[2:]))
+"""
+
+
 @pytest.fixture(scope="module")
-def measured():
-    """Ranks 0 and 7 under FSDP2 (reshard_after_forward True), rank 0 under zero 2, in one
-    subprocess (a fresh interpreter for the fake process group)."""
+def both():
+    """{"fake": ranks 0 and 7 under FSDP2 (reshard_after_forward True), rank 0 under zero 2;
+    "gloo": the two DDP ranks}, from one subprocess (_BOTH)."""
     cases = [dict(model=MODEL, zero=3, rank=0, **CASE), dict(model=MODEL, zero=3, rank=7, **CASE),
              dict(model=MODEL, zero=2, rank=0, **CASE)]
-    run = subprocess.run([sys.executable, "-m", "accounting.distcheck.fake",
-                          *map(json.dumps, cases)], capture_output=True, text=True, timeout=300)
+    ddp = dict(model=MODEL, world=2, dp=2, zero=0, seq=16, micro_batches=2, lora_rank=R)
+    run = subprocess.run([sys.executable, "-c", _BOTH, json.dumps(ddp), *map(json.dumps, cases)],
+                         capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]
-    return [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
+    out = {"fake": [], "gloo": []}
+    engine = None
+    for line in run.stdout.splitlines():
+        head, _, rest = line.partition(" ")
+        if head in out:
+            engine, line = head, rest
+        if line.startswith("{"):
+            out[engine].append(json.loads(line))
+    assert len(out["gloo"]) == 2 and len(out["fake"]) == len(cases), run.stdout[-2000:]
+    return out
+
+
+@pytest.fixture(scope="module")
+def measured(both):
+    return both["fake"]
 
 
 def _ft():
@@ -107,12 +141,10 @@ def test_states_flops_and_collectives_equal_torch_fsdp2(measured, index):
 
 
 @pytest.mark.slow
-def test_ddp_on_a_gloo_group_reduces_the_adapters_gradients_only():
+def test_ddp_on_a_gloo_group_reduces_the_adapters_gradients_only(both):
     """Two CPU processes, DDP (accounting/distcheck/gloo.py): each holds the whole model."""
-    from accounting.distcheck.gloo import run_group
-    from accounting.distcheck.measure import Case
-    out = run_group([Case(MODEL, world=2, dp=2, zero=0, seq=16, micro_batches=2,
-                          lora_rank=R)])
+    out = both["gloo"]
+    assert [m["case"]["rank"] for m in out] == [0, 1]
     for m in out:
         got = _compare(m, 2)
         # one all-reduce per step (no_sync for the other micro-batch): 4·N_LoRA bytes

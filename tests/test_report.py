@@ -622,25 +622,13 @@ def test_real_gpt2_cross_checked_at_1024(committed_md):
 
 # ---- drafts, bad input, atomicity ---------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def drafted(tmp_path_factory):
-    """`report --no-verify` once: its folder, exit status and stderr."""
-    out = tmp_path_factory.mktemp("draft")
-    import contextlib
-    import io
-    err = io.StringIO()
-    with contextlib.redirect_stderr(err):
-        code = accounting_main(["report", "--no-verify", "--out", str(out)])
-    return out, code, err.getvalue()
-
-
-@pytest.fixture
-def drawn_before(drafted, monkeypatch):
-    """figures.save of a figure the draft drew (its drawing function unchanged) writes the
-    draft's files, the same bytes (test_regenerated_figures_are_identical), instead of
-    drawing it again: the failure tests below are about the staging and the swap, and
-    paid about 3 s of matplotlib for each. A figure whose drawing a test replaces is drawn
-    (and fails) as before."""
+def _drawn_in(before: Path):
+    """A figures.save that, for a figure whose drawing function is unchanged, writes the
+    files an earlier run in this module drew into before/figures (the same bytes: the
+    figures are drawn from the sweeps alone, not from the cross-checks or the draft flag,
+    and test_regenerated_figures_are_identical compares them with the committed ones)
+    instead of drawing it again; a figure whose drawing a test replaces is drawn (and
+    fails) as before."""
     from accounting.reporting import figures
     original, draw = figures.save, dict(figures.DRAW)
 
@@ -648,9 +636,37 @@ def drawn_before(drafted, monkeypatch):
         if figures.DRAW[name] is not draw[name]:
             return original(name, data, folder)
         for file in figures_index.FIGURES[name].files():
-            shutil.copyfile(drafted[0] / "figures" / file, folder / file)
+            shutil.copyfile(before / "figures" / file, folder / file)
         return figures_index.FIGURES[name].files()
-    monkeypatch.setattr(figures, "save", save)
+    return save
+
+
+@pytest.fixture(scope="module")
+def drafted(tmp_path_factory, regenerated):
+    """`report --no-verify` once: its folder, exit status and stderr. Its figures are the
+    verified run's files (_drawn_in), not drawn a second time (about 3.5 s of matplotlib's
+    CPU): figures.py draws from the sweeps, which the draft computes as the verified run
+    does, and reads neither the cross-checks nor the draft flag; drawing them from the
+    draft's numbers (data.assemble(False)) is compared with the committed files in
+    test_figures_do_not_depend_on_the_cpus_simd."""
+    from accounting.reporting import figures
+    out = tmp_path_factory.mktemp("draft")
+    import contextlib
+    import io
+    err = io.StringIO()
+    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stderr(err):
+        patch.setattr(figures, "save", _drawn_in(regenerated[0]))
+        code = accounting_main(["report", "--no-verify", "--out", str(out)])
+    return out, code, err.getvalue()
+
+
+@pytest.fixture
+def drawn_before(drafted, monkeypatch):
+    """figures.save of a figure the draft wrote writes the draft's files (_drawn_in): the
+    failure tests below are about the staging and the swap, and paid about 3 s of
+    matplotlib for each."""
+    from accounting.reporting import figures
+    monkeypatch.setattr(figures, "save", _drawn_in(drafted[0]))
 
 
 def test_no_verify_draft_is_marked(drafted):
