@@ -492,7 +492,8 @@ def prepared_cross_checks(workloads):
     (WORKER) set up for good as the CLI's process and the report's workers are
     (measure.prepare_process: torch's C++ meta kernels, no tracer source locations): what
     `--verify` and the report run, and about half the CPU time of a caller's process
-    (Python meta kernels), where the variants above and tests/test_crosscheck.py run. Both
+    (Python meta kernels), where the variants above and tests/test_crosscheck.py's
+    random configs and GPT-2 XL stock checks run. Both
     set-ups are compared count by count in tests/test_crosscheck_workers.py. In-process
     where no worker can be forked."""
     from accounting.runtime import fork
