@@ -130,7 +130,7 @@ def _without(data: dict, mt: str, key) -> dict:
 def _theirs(data: dict, mt: str, key):
     """transformers' value for the key, as its config class holds it after loading data
     (the first of the key's spellings it has); a KeyError when it has none."""
-    cfg = hf_counter.transformers_config(data)
+    cfg = _config(data)
     if TYPES[mt].nested:
         cfg = getattr(cfg, TYPES[mt].nested)
     d = cfg.to_dict()
@@ -147,6 +147,18 @@ def _theirs(data: dict, mt: str, key):
     if isinstance(per_type, dict) and key.hf in per_type:
         return per_type[key.hf]
     return _NONE
+
+
+_CONFIGS: dict = {}
+
+
+def _config(data: dict):
+    """hf_counter.transformers_config(data), once per file (_theirs and _built_and_measured
+    read the same file's config object, neither changes it); a refusal is raised each time."""
+    key = json.dumps(data, sort_keys=True, default=repr)
+    if key not in _CONFIGS:
+        _CONFIGS[key] = hf_counter.transformers_config(data)
+    return _CONFIGS[key]
 
 
 def _meaning(c) -> dict:
@@ -196,7 +208,7 @@ def _measured_here(data: dict, T: int, B: int):
 
 def _built_and_measured(data: dict, T: int, B: int):
     """_measured_here(data, T, B), once per transformers config (in WORKER)."""
-    cfg = hf_counter.transformers_config(data)
+    cfg = _config(data)
     key = (data["model_type"], hf_counter.storage_dtype(data),
            json.dumps(cfg.to_dict(), sort_keys=True, default=repr), T, B)
     if key not in _MEASURED:
