@@ -33,7 +33,6 @@ from accounting.architecture.presets import PRESETS
 from accounting.crosscheck import cross_check, views  # noqa: E402
 from accounting.ledger.ledger import ledger  # noqa: E402
 from model import TransformerLM  # noqa: E402
-from prepared_worker import PreparedWorker  # noqa: E402
 
 BASE = dict(vocab_size=37, context_length=8, num_layers=2, d_model=24, num_heads=2, d_ff=40)
 VARIANTS = {
@@ -461,46 +460,39 @@ def _check(workload):
     return cross_check(analyze(c, T, B, "train"))
 
 
+def _checks(workloads):
+    """The child's side of prepared_cross_checks: set up for good as a report worker is
+    (fvcore in this child, no nested fork), then one result each."""
+    from accounting.reporting.checks import start_worker
+    start_worker()
+    for w in workloads:
+        yield _check(w)
+
+
 @functools.cache
 def _warm_up():
-    """torch's lazy imports and first-call set-up paid once here, before the fork, as the
-    report's pool does (accounting/reporting/checks.py, WARM_UP), not in the child."""
+    """torch's lazy imports and first-call set-up paid once here, before the forks, as the
+    report's pool does (accounting/reporting/checks.py, WARM_UP), not once in each child."""
     from accounting.crosscheck.measure import measure
     from accounting.reporting.checks import WARM_UP
     measure(WARM_UP, 8, phase="train", parallel=False)
 
 
-# One forked child for the module, set up for good as a report worker is (prepared_worker.py:
-# accounting.reporting.checks.prepare_worker, fvcore in the child, no nested fork), kept
-# between the tests that use it: its set-up (the C++ meta kernels registered, the first
-# trace's lazy work) paid once, not once per test (about 0.3 s of CPU each).
-WORKER = PreparedWorker()
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _worker():
-    yield
-    WORKER.close()
-
-
-def _check_all(workloads):
-    return [_check(w) for w in workloads]
-
-
 def prepared_cross_checks(workloads):
-    """cross_check(analyze(c, T, B, "train")) for each workload, run in the forked child
-    (WORKER) set up for good as the CLI's process and the report's workers are
-    (measure.prepare_process: torch's C++ meta kernels, no tracer source locations): what
-    `--verify` and the report run, and about half the CPU time of a caller's process
-    (Python meta kernels), where the variants above and tests/test_crosscheck.py's
-    random configs and GPT-2 XL stock checks run. Both
-    set-ups are compared count by count in tests/test_crosscheck_workers.py. In-process
-    where no worker can be forked."""
+    """cross_check(analyze(c, T, B, "train")) for each workload, run in one forked child set
+    up for good as the CLI's process and the report's workers are (measure.prepare_process:
+    torch's C++ meta kernels, no tracer source locations): what `--verify` and the report
+    run, and about half the CPU time of a caller's process (Python meta kernels), where the
+    variants above and tests/test_crosscheck.py run. One fork for all the workloads (a fork
+    per check cost more than these tiny models' checks); both set-ups are compared count by
+    count in tests/test_crosscheck_workers.py. In-process where no worker can be forked."""
     from accounting.runtime import fork
-    if fork.available():
-        _warm_up()
-    results = WORKER(_check_all, list(workloads))
-    assert len(results) == len(workloads), f"the worker answered {len(results)} checks"
+    if not fork.available():
+        return [_check(w) for w in workloads]
+    _warm_up()
+    with fork.Streamed(_checks, list(workloads)) as child:
+        results = list(child)
+    assert len(results) == len(workloads), f"the worker ended after {len(results)} checks"
     return results
 
 
