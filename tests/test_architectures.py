@@ -483,7 +483,8 @@ def prepared_cross_checks(workloads):
     up for good as the CLI's process and the report's workers are (measure.prepare_process:
     torch's C++ meta kernels, no tracer source locations): what `--verify` and the report
     run, and about half the CPU time of a caller's process (Python meta kernels), where the
-    variants above and tests/test_crosscheck.py run. One fork for all the workloads (a fork
+    variants above and tests/test_crosscheck.py's random configs and GPT-2 XL stock checks
+    run. One fork for all the workloads (a fork
     per check cost more than these tiny models' checks); both set-ups are compared count by
     count in tests/test_crosscheck_workers.py. In-process where no worker can be forked."""
     from accounting.runtime import fork

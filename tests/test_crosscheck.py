@@ -19,8 +19,25 @@ from accounting.cli.main import main
 from accounting.crosscheck import cross_check, measure, views
 from accounting.crosscheck.compare import compare
 from accounting.crosscheck.result import TOTAL
+from prepared_worker import PreparedWorker
 
 PRESETS = ("gpt2-small", "gpt2-medium", "gpt2-large", "gpt2-xl")
+# The preset matrix's checks run in one forked child set up for good as `python -m accounting
+# --verify`'s process is (prepared_worker.py: torch's C++ meta kernels, about half the CPU
+# time; every count the same, tests/test_crosscheck_workers.py); the caller's process (a
+# notebook's: torch's Python meta kernels) runs GPT-2 XL at 1k and 16k below, the random
+# configs here and every variant of tests/test_architectures.py.
+WORKER = PreparedWorker()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _worker():
+    yield
+    WORKER.close()
+
+
+def _train_check(name: str, seq: int, batch: int):
+    return cross_check(analyze(get_preset(name), seq, batch, "train"))
 
 
 def _forward_total_by_hand(c: ModelConfig, T: int, B: int) -> int:
@@ -35,7 +52,8 @@ def _forward_total_by_hand(c: ModelConfig, T: int, B: int) -> int:
 @pytest.mark.parametrize("seq,batch", [(1024, 4), (16384, 1)])
 def test_presets_agree_exactly_forward_and_backward(name, seq, batch):
     a = analyze(get_preset(name), seq, batch, "train")
-    result = cross_check(a)
+    result = WORKER(_train_check, name, seq, batch)  # cross_check(a), in the prepared worker
+    assert (result.seq, result.batch, result.phase) == (seq, batch, "train")
     assert result.agrees, views.summary(result)
     fwd = [r for r in result.components if r.scope == "forward" and r.component == TOTAL][0]
     bwd = [r for r in result.components if r.scope == "backward" and r.component == TOTAL][0]

@@ -315,3 +315,38 @@ def test_end_process_flushes_and_keeps_the_status():
               "sys.stdout.write('x' * 100000); sys.stderr.write('done'); end_process(7)")
     r = fresh_python("-c", script, env={"PYTHONUNBUFFERED": ""})
     assert (r.returncode, r.stdout, r.stderr) == (7, b"x" * 100000, b"done")
+
+
+@pytest.mark.parametrize("name,phase", [("llama", "train"), ("mixtral", "train"),
+                                        ("gpt2", "forward")])
+def test_transformers_counter_one_hop_counts_what_two_modes_count(name, phase):
+    """hf_counter.measure runs FlopCounterMode and the op counter on one dispatch hop
+    (dispatch.counting), as measure.py does for the tool's model: against the two stacked
+    as separate modes (how it ran them before) on transformers' model, every count equal
+    (checked once for all 49 model_types of tests/test_hf_default_sweep.py, forward and
+    train: all equal)."""
+    pytest.importorskip("transformers")
+    import torch.nn.functional as F
+    from hf_examples import CONFIGS
+    from hf_moe_examples import CONFIGS as MOE
+    from accounting.crosscheck import hf_counter
+    from accounting.crosscheck.dispatch import BACKWARD
+    from accounting.crosscheck.measure import _totals
+    from accounting.ledger.records import PHASES
+    data = {**CONFIGS, **MOE}[name]
+    one = hf_counter.measure(data, 8, 2, phase)
+    model = hf_counter.build(data)
+    ids = torch.zeros((2, 8), dtype=torch.long, device="meta")
+    root, flops = type(model).__name__, {}
+    with FlopCounterMode(display=False) as fcm, OpCounter(model) as counter:
+        with torch.set_grad_enabled(BACKWARD in PHASES[phase]):
+            out = model(input_ids=ids, use_cache=True)
+        flops["forward"] = _totals(fcm.get_flop_counts(), root)
+        if BACKWARD in PHASES[phase]:
+            counter.phases = {BACKWARD}
+            logits = out.logits
+            F.cross_entropy(logits.reshape(-1, logits.shape[-1]), ids.reshape(-1)).backward()
+            both = _totals(fcm.get_flop_counts(), root)
+            flops[BACKWARD] = {k: v - flops["forward"].get(k, 0) for k, v in both.items()}
+    assert {k: dict(v) for k, v in one.torch_flops.items()} == flops and flops["forward"]
+    assert one.ops == counter.counts() and one.ops

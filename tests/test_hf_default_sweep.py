@@ -37,6 +37,7 @@ from accounting.ledger.records import COMPONENTS  # noqa: E402
 from accounting.runtime.errors import UsageError  # noqa: E402
 from accounting.architecture.hf_config import TYPES, Required, translate  # noqa: E402
 from cli_run import refused_in_one_line  # noqa: E402
+from prepared_worker import PreparedWorker  # noqa: E402
 
 
 def _examples() -> dict[str, dict]:
@@ -129,7 +130,7 @@ def _without(data: dict, mt: str, key) -> dict:
 def _theirs(data: dict, mt: str, key):
     """transformers' value for the key, as its config class holds it after loading data
     (the first of the key's spellings it has); a KeyError when it has none."""
-    cfg = hf_counter.transformers_config(data)
+    cfg = _config(data)
     if TYPES[mt].nested:
         cfg = getattr(cfg, TYPES[mt].nested)
     d = cfg.to_dict()
@@ -146,6 +147,18 @@ def _theirs(data: dict, mt: str, key):
     if isinstance(per_type, dict) and key.hf in per_type:
         return per_type[key.hf]
     return _NONE
+
+
+_CONFIGS: dict = {}
+
+
+def _config(data: dict):
+    """hf_counter.transformers_config(data), once per file (_theirs and _built_and_measured
+    read the same file's config object, neither changes it); a refusal is raised each time."""
+    key = json.dumps(data, sort_keys=True, default=repr)
+    if key not in _CONFIGS:
+        _CONFIGS[key] = hf_counter.transformers_config(data)
+    return _CONFIGS[key]
 
 
 def _meaning(c) -> dict:
@@ -175,17 +188,31 @@ def _rotated_dims(model) -> set[int]:
 # (hf_counter.build: its class for model_type, the dtype, the experts' kernel of the type's
 # row): so it is built and measured once per config, each file still compared with it.
 _MEASURED: dict = {}
+# Built and measured in one forked child set up as `python -m accounting --verify`'s worker
+# is (torch's C++ meta kernels: about half the CPU time of torch's Python ones here; the
+# counts the same, tests/test_crosscheck_workers.py), kept for the module (WORKER below).
+WORKER = PreparedWorker()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _worker():
+    yield
+    WORKER.close()
+
+
+def _measured_here(data: dict, T: int, B: int):
+    """hf_counter.measure(data, T, B, "forward") and _rotated_dims of the model it counted."""
+    model = hf_counter.build(data)  # built once: measured, then its RoPE buffers read
+    return hf_counter.measure(data, T, B, "forward", model=model), _rotated_dims(model)
 
 
 def _built_and_measured(data: dict, T: int, B: int):
-    """hf_counter.measure(data, T, B, "forward") and _rotated_dims of the model it counted."""
-    cfg = hf_counter.transformers_config(data)
+    """_measured_here(data, T, B), once per transformers config (in WORKER)."""
+    cfg = _config(data)
     key = (data["model_type"], hf_counter.storage_dtype(data),
            json.dumps(cfg.to_dict(), sort_keys=True, default=repr), T, B)
     if key not in _MEASURED:
-        model = hf_counter.build(data)  # built once: measured, then its RoPE buffers read
-        _MEASURED[key] = (hf_counter.measure(data, T, B, "forward", model=model),
-                          _rotated_dims(model))
+        _MEASURED[key] = WORKER(_measured_here, data, T, B)
     return _MEASURED[key]
 
 
@@ -200,7 +227,7 @@ def test_an_absent_key_means_what_transformers_means(mt, hf_key):
         if isinstance(key.default, Required):  # it would take a reference model's size
             return
         with pytest.raises(Exception):  # transformers fails to build or run it (said in e)
-            hf_counter.measure(data, 8, 1, "forward")
+            WORKER(hf_counter.measure, data, 8, 1, "forward")
         return
     assert not isinstance(key.default, Required), f"{mt} without {hf_key} is not refused"
     # (1) transformers' config class: its value for the absent key, written back, reads the
@@ -264,7 +291,8 @@ def test_null_is_read_only_where_transformers_builds_it(mt, hf_key):
     try:
         _built_and_measured(data, 4, 1)  # hf_counter.measure(data, 4, 1, "forward")
         builds = True
-    except Exception:  # noqa: BLE001 - its config class or model refuses it
+    except Exception:  # noqa: BLE001 - its config class or model refuses it (WorkerGone,
+        # a broken worker, is no Exception: it fails the test)
         builds = False
     try:
         translate(data, "config.json", "t")
@@ -280,7 +308,7 @@ def test_deepseek_head_dim_null_is_read_as_transformers_reads_it(mt, builds):
     DeepseekV2Config's head_dim is int | None and builds."""
     data = {**copy.deepcopy(EXAMPLES[mt]), "head_dim": None}
     try:
-        hf_counter.measure(data, 4, 1, "forward")
+        WORKER(hf_counter.measure, data, 4, 1, "forward")
         built = True
     except Exception:  # noqa: BLE001
         built = False

@@ -17,19 +17,29 @@ from accounting.architecture.hf_config import translate
 from accounting.crosscheck import vision_check as VC
 from cli_run import run
 from hf_examples import write_config
-from test_vision_verify import CONFIGS, SEQ
+from test_vision_verify import CONFIGS, SEQ, measured
+from prepared_worker import PreparedWorker
 
 pytest.importorskip("transformers")
 hf_vision = pytest.importorskip("accounting.crosscheck.hf_vision")
 
 PARTS = [False, "projector", True]
+# transformers' whole model measured in a worker set up as the CLI's process, once per
+# inputs (test_vision_verify.measured): this module's own
+WORKER = PreparedWorker()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _worker():
+    yield
+    WORKER.close()
 
 
 def _check(family, trained, phase="train", sizes=("224x300", "120x90")):
     hf = translate(CONFIGS[family], "config.json", family)
     vw = I.workload(hf.vision, list(sizes), None)
     a = analyze(hf.config, SEQ, 1, phase)
-    m = hf_vision.measure(hf.whole or hf.data, vw, SEQ, 1, phase, trained)
+    m = measured(hf.whole or hf.data, vw, SEQ, phase, trained, WORKER)
     return VC.compare(a, vw, m), m, vw, a
 
 
@@ -130,6 +140,6 @@ def test_published_qwen2_5_vl_7b_training_pass(trained):
     hf = translate(PUB.QWEN2_5_VL_7B, "config.json", "q7")
     vw = I.workload(hf.vision, ["448x448"], None)
     a = analyze(hf.config, 4096, 1, "train")
-    check = VC.compare(a, vw, hf_vision.measure(hf.whole or hf.data, vw, 4096, 1, "train",
-                                                trained))
+    check = VC.compare(a, vw, measured(hf.whole or hf.data, vw, 4096, "train", trained,
+                                       WORKER))
     assert check.agrees, check.disagreements()
