@@ -87,3 +87,16 @@ class PreparedWorker:
         if self._child is not None:
             self._child.__exit__(None, None, None)
         self._child = self._items = self._requests = None
+
+
+def module_worker():
+    """One PreparedWorker for a test module, and the module-scoped autouse fixture that
+    closes it when the module's tests are done:  WORKER, _worker = module_worker()."""
+    import pytest
+    worker = PreparedWorker()
+
+    @pytest.fixture(scope="module", autouse=True)
+    def _worker():
+        yield
+        worker.close()
+    return worker, _worker

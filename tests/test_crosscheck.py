@@ -19,7 +19,7 @@ from accounting.cli.main import main
 from accounting.crosscheck import cross_check, measure, views
 from accounting.crosscheck.compare import compare
 from accounting.crosscheck.result import TOTAL
-from prepared_worker import PreparedWorker
+from prepared_worker import module_worker
 
 PRESETS = ("gpt2-small", "gpt2-medium", "gpt2-large", "gpt2-xl")
 # The preset matrix's checks run in one forked child set up for good as `python -m accounting
@@ -27,13 +27,7 @@ PRESETS = ("gpt2-small", "gpt2-medium", "gpt2-large", "gpt2-xl")
 # time; every count the same, tests/test_crosscheck_workers.py); the caller's process (a
 # notebook's: torch's Python meta kernels) runs GPT-2 XL at 1k and 16k below, the random
 # configs here and every variant of tests/test_architectures.py.
-WORKER = PreparedWorker()
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _worker():
-    yield
-    WORKER.close()
+WORKER, _worker = module_worker()
 
 
 def _train_check(name: str, seq: int, batch: int):

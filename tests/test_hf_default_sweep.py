@@ -37,7 +37,7 @@ from accounting.ledger.records import COMPONENTS  # noqa: E402
 from accounting.runtime.errors import UsageError  # noqa: E402
 from accounting.architecture.hf_config import TYPES, Required, translate  # noqa: E402
 from cli_run import refused_in_one_line  # noqa: E402
-from prepared_worker import PreparedWorker  # noqa: E402
+from prepared_worker import module_worker  # noqa: E402
 
 
 def _examples() -> dict[str, dict]:
@@ -191,13 +191,7 @@ _MEASURED: dict = {}
 # Built and measured in one forked child set up as `python -m accounting --verify`'s worker
 # is (torch's C++ meta kernels: about half the CPU time of torch's Python ones here; the
 # counts the same, tests/test_crosscheck_workers.py), kept for the module (WORKER below).
-WORKER = PreparedWorker()
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _worker():
-    yield
-    WORKER.close()
+WORKER, _worker = module_worker()
 
 
 def _measured_here(data: dict, T: int, B: int):

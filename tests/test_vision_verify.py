@@ -19,21 +19,15 @@ from hf_examples import write_config
 
 pytest.importorskip("transformers")
 hf_vision = pytest.importorskip("accounting.crosscheck.hf_vision")
-from prepared_worker import PreparedWorker  # noqa: E402
+from prepared_worker import module_worker  # noqa: E402
 
 # transformers' whole model built and measured in one forked worker set up as the process
 # of `python -m accounting --verify --image` is (torch's C++ meta kernels: about half the
 # CPU time of torch's Python ones; the counts the same, tests/test_crosscheck_workers.py),
 # once per inputs: the same run is read by more than one test (a family's case and the
 # tests that tamper with the ledger's side of it)
-WORKER = PreparedWorker()
+WORKER, _worker = module_worker()
 _MEASURED: dict = {}
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _worker():
-    yield
-    WORKER.close()
 
 
 def measured(data, vw, seq, phase="forward", trained=False, worker=WORKER):

@@ -18,7 +18,7 @@ from accounting.crosscheck import vision_check as VC
 from cli_run import run
 from hf_examples import write_config
 from test_vision_verify import CONFIGS, SEQ, measured
-from prepared_worker import PreparedWorker
+from prepared_worker import module_worker
 
 pytest.importorskip("transformers")
 hf_vision = pytest.importorskip("accounting.crosscheck.hf_vision")
@@ -26,13 +26,7 @@ hf_vision = pytest.importorskip("accounting.crosscheck.hf_vision")
 PARTS = [False, "projector", True]
 # transformers' whole model measured in a worker set up as the CLI's process, once per
 # inputs (test_vision_verify.measured): this module's own
-WORKER = PreparedWorker()
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _worker():
-    yield
-    WORKER.close()
+WORKER, _worker = module_worker()
 
 
 def _check(family, trained, phase="train", sizes=("224x300", "120x90")):

@@ -38,6 +38,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
+from accounting.planning.parallel.memo import remembered
 from accounting.ledger.records import BACKWARD, FORWARD
 from accounting.planning.memory import Precision
 from accounting.planning.parallel.layout import Layout, experts
@@ -305,21 +306,14 @@ def data_parallel(layout: Layout, st: States, precision: Precision, buffer_bytes
     return out
 
 
-_GATHERED: dict = {}  # (id(states), kind, n) -> (states, elements): the search's plans share states
+_GATHERED: dict = {}  # (id(states), kind, n) -> ((states,), elements): the search's plans share states
 
 
 def _gathered(st: States, name: str, units, n: int) -> int:
     """Σ of the units' gathered (padded) elements, remembered per States object (the
     planner's cache hands the same one to the layouts that differ only in batch or SP)."""
-    key = (id(st), name, n)
-    hit = _GATHERED.get(key)
-    if hit is not None and hit[0] is st:
-        return hit[1]
-    if len(_GATHERED) > 4096:
-        _GATHERED.clear()
-    value = sum(u.unsharded_padded(n) for u in units)
-    _GATHERED[key] = (st, value)
-    return value
+    return remembered(_GATHERED, (id(st), name, n), (st,),
+                      lambda: sum(u.unsharded_padded(n) for u in units), 4096)
 
 
 DDP_FIRST_BUCKET = MiB  # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES = 1024 * 1024

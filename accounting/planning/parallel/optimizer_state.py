@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from math import prod
 
+from accounting.planning.parallel.memo import remembered
 from accounting.planning import fp8 as F8
 from accounting.planning.memory import Precision
 from accounting.planning.optimizers import elementwise, get_optimizer, is_paged
@@ -47,7 +48,7 @@ def check(optimizer: str, layout: Layout, p: Precision | None = None) -> None:
                          f"--zero 0 or 1, or --optimizer {' / '.join(elementwise())}")
 
 
-_ITEMS: dict = {}  # key -> (units, states, items): the search's layouts share their states
+_ITEMS: dict = {}  # key -> ((units, states), items): the search's layouts share their states
 
 
 def optimizer_items(units: list[Unit], layout: Layout, st: States, optimizer: str,
@@ -57,14 +58,8 @@ def optimizer_items(units: list[Unit], layout: Layout, st: States, optimizer: st
     same ones to the layouts of a search that differ only in batch or SP: what a rank
     updates depends on its states and on dp, ep and the sharding stage only)."""
     key = (id(units), id(st), layout.dp, layout.ep, layout.sharding, optimizer, p, n_sym)
-    hit = _ITEMS.get(key)
-    if hit is not None and hit[0] is units and hit[1] is st:
-        return list(hit[2])
-    if len(_ITEMS) > 4096:
-        _ITEMS.clear()
-    items = _optimizer_items(units, layout, st, optimizer, p, n_sym)
-    _ITEMS[key] = (units, st, tuple(items))
-    return items
+    return list(remembered(_ITEMS, key, (units, st), lambda: tuple(
+        _optimizer_items(units, layout, st, optimizer, p, n_sym)), 4096))
 
 
 def _optimizer_items(units: list[Unit], layout: Layout, st: States, optimizer: str,

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
+from accounting.planning.parallel.memo import remembered
 from accounting.planning.parallel import activations as A
 from accounting.planning.parallel import megatron as M
 from accounting.planning.parallel import titan_tp as TT
@@ -65,19 +66,14 @@ def implementation(run: StackRun, c: ModelConfig) -> str:
     return _remembered((run.stack.name, id(c)), c, lambda: run.stack.implementation(c))
 
 
-_REMEMBERED: dict = {}  # key (with id(config)) -> (config, value)
+_REMEMBERED: dict = {}  # key (with id(config)) -> ((config,), value)
 
 
 def _remembered(key: tuple, config: ModelConfig, make):
     """make() of a frozen config, remembered per config object: the layout search asks a
     stack's run config and implementation of the same config for every layout and stage
     (dataclasses.replace re-validates the config: a quarter of a torchtitan search)."""
-    hit = _REMEMBERED.get(key)
-    if hit is None or hit[0] is not config:
-        if len(_REMEMBERED) > 1024:
-            _REMEMBERED.clear()
-        hit = _REMEMBERED[key] = (config, make())
-    return hit[1]
+    return remembered(_REMEMBERED, key, (config,), make, 1024)
 
 
 def ledger_rows(run: StackRun, c: ModelConfig, layout: Layout, seq: int, tp_rank: int = 0,

@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from math import prod
 
+from accounting.planning.parallel.memo import remembered
 from accounting.planning.memory import Precision
 from accounting.planning.optimizers import HIDDEN_MATRIX, get_optimizer
 from accounting.planning.parallel.layout import Layout, expert_shard_dim, stage_layers
@@ -121,22 +122,16 @@ class Unit:
         return layout.edp if self.expert else layout.dp
 
 
-_PADDED: dict = {}  # (id(tensors), d, trained only) -> (tensors, Σ padded shards)
+_PADDED: dict = {}  # (id(tensors), d, trained only) -> ((tensors,), Σ padded shards)
 
 
 def _padded(tensors: tuple[Local, ...], d: int, trained_only: bool) -> int:
     """Σ of the tensors' padded shards (the trained ones only, or all), remembered per tuple
     object: a stage's blocks of a kind share one (stage_tensors), and the buffers, the
     collectives and the side streams ask each block's unit at the same d."""
-    key = (id(tensors), d, trained_only)
-    hit = _PADDED.get(key)
-    if hit is not None and hit[0] is tensors:
-        return hit[1]
-    if len(_PADDED) > 65536:
-        _PADDED.clear()
-    value = sum(t.padded(d) for t in tensors if t.trained or not trained_only)
-    _PADDED[key] = (tensors, value)
-    return value
+    return remembered(_PADDED, (id(tensors), d, trained_only), (tensors,),
+                      lambda: sum(t.padded(d) for t in tensors if t.trained or not trained_only),
+                      65536)
 
 
 def stage_tensors(sp: Split, values: dict[str, int], layout: Layout, stage: int,
