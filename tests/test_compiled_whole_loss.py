@@ -198,6 +198,22 @@ def test_the_first_screen_says_the_loss_runs_eager(capsys):
         assert ("the loss eager" in out.split("\n\n")[0]) == said
 
 
+def test_many_gpus_first_screen_names_what_is_compiled(capsys):
+    # torchtitan's own setting (CompileConfig.components) read back from the first screen and
+    # the JSON: its default compiles the loss too; `model` alone leaves the loss eager
+    argv = tuple(a for a in _TITAN if a not in ("--format", "json"))
+    for extra, row, compiled in (((), "the blocks and the loss", True),
+                                 (("--compile-components", "model"),
+                                  "the blocks; the loss runs eagerly", False)):
+        code, out, err = run(capsys, *argv, *extra)
+        assert code == 0, err
+        first = out.split("\n\n")[0]
+        assert re.search(r"^torch\.compile +" + re.escape(row) + "$", first, re.M), first
+        assert "torchtitan: torchtitan" not in first  # the stack's name said once
+        d, _ = _moments(capsys, *_TITAN, *extra)
+        assert d["compile"] is True and d["compile_loss"] is compiled
+
+
 @pytest.mark.parametrize("extra,expected", [
     ((), "give --compile with it"),
     (("--compile", "--compile-components", "loss"), "takes model or model,loss"),

@@ -45,4 +45,7 @@ def test_the_search_title_names_the_recipe(capsys):
     code, out, err = run(capsys, *BASE[:-2], "--search", "--loss", "chunked", "--compile")
     assert code == 0, err
     title = out.splitlines()[0]
-    assert "loss chunked (8 chunks)" in title and "blocks under torch.compile" in title
+    # --compile compiles the chunked loss too (torchtune's compile_loss; the stack's default
+    # components, compile_components.py)
+    assert "loss chunked (8 chunks)" in title and \
+        "the blocks and the loss under torch.compile" in title

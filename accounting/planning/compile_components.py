@@ -38,4 +38,9 @@ def resolve(compile: bool, components: frozenset[str] | None,
     return frozenset(default) if components is None else components
 
 
-__all__ = ["CHOICES", "LOSS", "MODEL", "parse", "resolve"]
+def describe(loss_compiled: bool) -> str:
+    """What --compile compiled, for a plan's first screen."""
+    return "the blocks and the loss" if loss_compiled else "the blocks"
+
+
+__all__ = ["CHOICES", "LOSS", "MODEL", "describe", "parse", "resolve"]

@@ -488,4 +488,4 @@ def parallel_plan(config: ModelConfig, layout: Layout, seq: int | None = None, *
                         else impl if finetune is None else finetune.implementation,
                         frozenset(offload),
                         (("loss", loss), ("loss_chunks", chunks if loss == LM.CHUNKED else None),
-                         ("compile", bool(compile))))
+                         ("compile", bool(compile)), ("compile_loss", compiled_loss)))

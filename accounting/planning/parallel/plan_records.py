@@ -193,7 +193,7 @@ class ParallelPlan:
             self.layout.gpus * self.hardware.peak_flops * t)
     implementation: str = COURSE  # whose ops the torch stack runs (recipes.IMPLEMENTATIONS)
     offload: frozenset = frozenset()  # model states kept on the CPU (offload.py: --offload)
-    # issue 44's recipe flags as (name, value) pairs: loss, loss_chunks, compile
+    # issue 44's recipe flags as (name, value) pairs: loss, loss_chunks, compile, compile_loss
     recipe: tuple = ()
 
     @property

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
+from accounting.planning.compile_components import describe
 from accounting.planning.parallel.layout import ZERO_STAGES
 from accounting.planning.parallel.search import Search
 from accounting.planning.views import _dec, _seconds
@@ -77,7 +78,8 @@ def ranked_table(s: Search) -> Table:
         + ("" if s.stack.stack.torch_engines else f", {s.stack.name} stack")
         + ("" if loss == "standard" else f", loss {loss}"
            + (f" ({flags['loss_chunks']} chunks)" if flags.get("loss_chunks") else ""))
-        + (", blocks under torch.compile" if flags.get("compile") else "") + ")")
+        + (f", {describe(flags.get('compile_loss', False))} under torch.compile"
+           if flags.get("compile") else "") + ")")
     return Table(f"Layouts for {s.gpus} GPUs: {s.config.name}, fastest first{recipe}",
                  ("#", "tp", *(("cp",) if cps else ()), "pp", *(("v",) if vs else ()), "dp",
                   *(("ep",) if moe else ()), "sp", "sharding", "micro", "memory/GPU",

@@ -206,7 +206,7 @@ register(Stack(DEEPSPEED, "DeepSpeed ZeRO wrapping the implementation given (tra
                implementation=lambda c: _wrapped(c), zero_partitions=True,
                persistent_grads=True, update_temporary=0, emitter=DEEPSPEED,
                offload=DEEPSPEED_POLICIES, overlap=DEEPSPEED_OVERLAP))
-register(Stack(TORCHTITAN, "torchtitan: its own Llama under FSDP2 with MixedPrecisionPolicy("
+register(Stack(TORCHTITAN, "its own Llama under FSDP2 with MixedPrecisionPolicy("
                "param_dtype=bf16, reduce_dtype=fp32), no autocast", {2: "FSDP2 SHARD_GRAD_OP, bf16 all-gathers",
                                                    3: "FSDP2 FULL_SHARD, bf16 all-gathers"}, 3,
                True, "FSDP2 with a bf16 MixedPrecisionPolicy on torch.distributed's fake "

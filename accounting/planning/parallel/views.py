@@ -9,6 +9,7 @@ from accounting.planning.parallel import stack_views
 from accounting.planning.parallel.layout import RECOMPUTE, ZERO_STAGES, Layout
 from accounting.planning.parallel import overlap as OV
 from accounting.planning.parallel.plan_records import CHECKED, FORMULA_ONLY, ParallelPlan
+from accounting.planning import compile_components as CC
 from accounting.planning.mfu import END_TO_END
 from accounting.planning.optimizers import is_default
 from accounting.planning.parallel.step import megatron_seconds
@@ -67,6 +68,10 @@ def summary_table(p: ParallelPlan) -> Table:
             ("precision", p.precision.name
                           + (f", {p.implementation} implementation"
                              if p.stack.stack.torch_engines else ""))]
+    flags = dict(p.recipe)
+    if flags.get("compile"):  # the first screen names what is planned (issue 44)
+        rows.append(("torch.compile", CC.describe(flags.get("compile_loss", False))
+                     + ("" if flags.get("compile_loss") else "; the loss runs eagerly")))
     if not is_default(p.optimizer):  # (AdamW, the default, goes unsaid as it always has)
         rows.append(("optimizer", p.optimizer))
     if p.finetune is not None:
