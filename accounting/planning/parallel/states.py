@@ -247,7 +247,7 @@ def _zero1_owned(flat: list[Local], d: int, rank: int) -> tuple[int, ...]:
     return _partition(tuple(t.numel for t in flat), d)[rank]
 
 
-_COUNTED: dict = {}  # ids of the units -> (units, the others' counts, the experts')
+_COUNTED: dict = {}  # ids of the units -> (units, (the others' counts, the experts'))
 
 
 def counted(units: list[Unit], expert: bool | None = None) -> tuple[tuple[Local, int], ...]:
@@ -258,15 +258,11 @@ def counted(units: list[Unit], expert: bool | None = None) -> tuple[tuple[Local,
     experts' units only (True), the others (False), or all, the others' first (None).
     Remembered per sequence of unit objects (a stage's states, optimizer and collectives
     each ask it)."""
-    key = tuple(map(id, units))
-    hit = _COUNTED.get(key)
-    if hit is None:
-        if len(_COUNTED) > 4096:
-            _COUNTED.clear()
-        hit = (tuple(units), tuple(_count([u for u in units if not u.expert])),
-               tuple(_count([u for u in units if u.expert])))  # (units kept: ids stay theirs)
-        _COUNTED[key] = hit
-    return hit[1] if expert is False else hit[2] if expert else hit[1] + hit[2]
+    others, experts = remembered(
+        _COUNTED, tuple(map(id, units)), tuple(units),
+        lambda: (tuple(_count([u for u in units if not u.expert])),
+                 tuple(_count([u for u in units if u.expert]))), 4096)
+    return others if expert is False else experts if expert else others + experts
 
 
 def _count(units: list[Unit]) -> list[tuple[Local, int]]:
@@ -374,12 +370,15 @@ def _updated(units: list[Unit], layout: Layout,
     if z == 1:
         return [(dense[i], dense[i].sizes) for i in _zero1_owned(dense, d, dp_rank)] + \
                [(expert[i], expert[i].sizes) for i in _zero1_owned(expert, e, e_rank)]
+    return [(t, _shard_shape(t, d, dp_rank)) for t in dense] + \
+        [(t, _shard_shape(t, e, e_rank)) for t in expert]
 
-    def shard(t: Local, n: int, rank: int) -> tuple[int, ...]:
-        sizes = list(t.sizes)
-        sizes[t.dim] = chunk(sizes[t.dim], n, rank)
-        return tuple(sizes)
-    return [(t, shard(t, d, dp_rank)) for t in dense] + [(t, shard(t, e, e_rank)) for t in expert]
+
+def _shard_shape(t: Local, n: int, rank: int) -> tuple[int, ...]:
+    """The shape of rank's FSDP2 shard of t over n ranks (unpadded)."""
+    sizes = list(t.sizes)
+    sizes[t.dim] = chunk(sizes[t.dim], n, rank)
+    return tuple(sizes)
 
 
 def updated_counted(units: list[Unit], layout: Layout,
@@ -396,13 +395,8 @@ def updated_counted(units: list[Unit], layout: Layout,
     if layout.sharding == 0:
         return [(t, t.sizes, n) for t, n in dense + expert if t.trained]
     e_rank = dp_rank // layout.ep
-
-    def shard(t: Local, d: int, rank: int) -> tuple[int, ...]:
-        sizes = list(t.sizes)
-        sizes[t.dim] = chunk(sizes[t.dim], d, rank)
-        return tuple(sizes)
-    return [(t, shard(t, layout.dp, dp_rank), n) for t, n in dense if t.trained] + \
-        [(t, shard(t, layout.edp, e_rank), n) for t, n in expert if t.trained]
+    return [(t, _shard_shape(t, layout.dp, dp_rank), n) for t, n in dense if t.trained] + \
+        [(t, _shard_shape(t, layout.edp, e_rank), n) for t, n in expert if t.trained]
 
 
 def role(t: Local) -> str:
